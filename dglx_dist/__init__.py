@@ -1,0 +1,14 @@
+"""dglx_dist: distributed GNN training strategies for DGL, chosen with one flag."""
+import os as _os
+
+# DGL asks for a backend on first import and writes ~/.dgl/config.json otherwise.
+_os.environ.setdefault("DGLBACKEND", "pytorch")
+
+from dglx_dist.data import (GraphDataset, builtin_path, from_dgl, read_dataset,  # noqa: E402
+                            to_dgl, write_dataset)
+from dglx_dist.partition import PARTITIONERS, PartitionDir, partition_dataset  # noqa: E402
+from dglx_dist.registry import Registry  # noqa: E402
+
+__version__ = "0.1.0"
+__all__ = ["GraphDataset", "read_dataset", "write_dataset", "to_dgl", "from_dgl", "builtin_path",
+           "PARTITIONERS", "partition_dataset", "PartitionDir", "Registry", "__version__"]

@@ -1,0 +1,58 @@
+"""Conversion between :class:`GraphDataset` and a DGLGraph.
+
+The DGLGraph carries ndata ``feat``, ``label``, ``train_mask``, ``val_mask`` and ``test_mask``, the
+names DGL's own node-classification datasets use.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from dglx_dist.data.format import GraphDataset
+from dglx_dist.errors import DatasetFormatError
+
+__all__ = ["to_dgl", "from_dgl"]
+
+_MASK_KEYS = {"train": "train_mask", "val": "val_mask", "test": "test_mask"}
+
+
+def to_dgl(ds: GraphDataset):
+    """A DGLGraph with the dataset's edges (in file order) and node data."""
+    import dgl
+
+    g = dgl.graph((torch.from_numpy(ds.src), torch.from_numpy(ds.dst)), num_nodes=ds.num_nodes)
+    g.ndata["feat"] = torch.from_numpy(ds.feat)
+    g.ndata["label"] = torch.from_numpy(ds.label)
+    for ours, theirs in _MASK_KEYS.items():
+        g.ndata[theirs] = torch.from_numpy(getattr(ds, ours))
+    return g
+
+
+def from_dgl(g, num_classes: int | None = None, **extra: Any) -> GraphDataset:
+    """A dataset from a homogeneous DGLGraph with ndata feat/label/train_mask/val_mask/test_mask.
+
+    Args:
+        g: the graph. Missing masks are taken as all-false.
+        num_classes: defaults to ``label.max() + 1``.
+        **extra: free-form provenance stored in meta.json (e.g. ``name="cora"``).
+    """
+    if len(g.ntypes) != 1 or len(g.etypes) != 1:
+        raise DatasetFormatError(f"from_dgl needs a homogeneous graph; got node types {g.ntypes} "
+                                 f"and edge types {g.etypes} (use dgl.to_homogeneous first)")
+    for key in ("feat", "label"):
+        if key not in g.ndata:
+            raise DatasetFormatError(f"from_dgl: g.ndata[{key!r}] is missing; "
+                                     f"found {sorted(g.ndata.keys())}")
+    feat = g.ndata["feat"].detach().cpu().to(torch.float32).reshape(g.num_nodes(), -1).numpy()
+    label = g.ndata["label"].detach().cpu().to(torch.int64).reshape(-1).numpy()
+    masks = {}
+    for ours, theirs in _MASK_KEYS.items():
+        m = g.ndata.get(theirs)
+        masks[ours] = (np.zeros(g.num_nodes(), bool) if m is None
+                       else m.detach().cpu().numpy().astype(bool).reshape(-1))
+    src, dst = (t.cpu().to(torch.int64).numpy() for t in g.edges())
+    n_cls = int(label.max()) + 1 if num_classes is None and label.size else int(num_classes or 1)
+    return GraphDataset(src, dst, np.ascontiguousarray(feat), label, masks["train"],
+                        masks["val"], masks["test"], n_cls, dict(extra))

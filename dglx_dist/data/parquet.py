@@ -1,0 +1,104 @@
+"""Checked Parquet reading shared by the dataset and partition loaders.
+
+Schema, row counts, nulls and value ranges are checked before data is used; each problem raises
+the caller's error class with a message naming the file, the field, what was found and what was
+expected. Row counts come from the file footer, so a file declaring a different size than
+expected is refused before its columns are read.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+__all__ = ["read_checked", "column_numpy", "feat_to_numpy", "check_range"]
+
+
+def _type_ok(t: pa.DataType, kind: str) -> bool:
+    if kind == "integer":
+        return pa.types.is_integer(t)
+    if kind == "bool":
+        return pa.types.is_boolean(t)
+    return ((pa.types.is_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_large_list(t))
+            and pa.types.is_floating(t.value_type))
+
+
+def read_checked(file: Path, fields: dict[str, str], rows: int | None,
+                 error_cls: type[Exception]) -> pa.Table:
+    """Reads ``fields`` of a Parquet file after checking they exist with the right kind.
+
+    Args:
+        file: the Parquet file.
+        fields: name -> kind, one of "integer", "bool", "float list".
+        rows: the expected row count, or None for any.
+        error_cls: exception class raised on any problem.
+    """
+    if not file.is_file():
+        raise error_cls(f"{file}: missing")
+    try:
+        pf = pq.ParquetFile(file)
+        schema = pf.schema_arrow
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise error_cls(f"{file}: not a readable Parquet file ({exc})") from None
+    for name, kind in fields.items():
+        idx = schema.get_field_index(name)
+        if idx < 0:
+            raise error_cls(f"{file}: missing field {name!r}; expected fields {list(fields)} "
+                            f"(found {schema.names})")
+        if not _type_ok(schema.field(idx).type, kind):
+            raise error_cls(f"{file}: field {name!r} has type {schema.field(idx).type}; "
+                            f"expected {kind}")
+    if rows is not None and pf.metadata.num_rows != rows:
+        raise error_cls(f"{file}: {pf.metadata.num_rows} rows; expected {rows}")
+    try:
+        return pf.read(columns=list(fields))
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise error_cls(f"{file}: could not be read ({exc})") from None
+
+
+def column_numpy(table: pa.Table, name: str, file: Path, error_cls: type[Exception]) -> np.ndarray:
+    """A writable numpy copy of an integer (as int64) or bool column without nulls."""
+    col = table.column(name)
+    if col.null_count:
+        raise error_cls(f"{file}: field {name!r} has {col.null_count} nulls; expected none")
+    out = col.to_numpy()
+    return out.astype(bool) if out.dtype == bool else out.astype(np.int64)
+
+
+def feat_to_numpy(column: pa.ChunkedArray | pa.Array, feat_dim: int, file: Path,
+                  error_cls: type[Exception], field: str = "feat") -> np.ndarray:
+    """A (rows, feat_dim) float32 array from a list<float> column, checking every row's width."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if arr.null_count:
+        raise error_cls(f"{file}: field {field!r} has {arr.null_count} null rows; expected a "
+                        f"vector of {feat_dim} floats in every row")
+    if pa.types.is_fixed_size_list(arr.type):
+        if arr.type.list_size != feat_dim:
+            raise error_cls(f"{file}: field {field!r} has width {arr.type.list_size}; "
+                            f"expected {feat_dim}")
+    else:
+        lengths = np.diff(arr.offsets.to_numpy())
+        bad = np.nonzero(lengths != feat_dim)[0]
+        if bad.size:
+            raise error_cls(f"{file}: field {field!r} row {int(bad[0])} has "
+                            f"{int(lengths[bad[0]])} values; expected {feat_dim}")
+    values = arr.flatten()
+    if values.null_count:
+        raise error_cls(f"{file}: field {field!r} has {values.null_count} null values")
+    out = values.to_numpy(zero_copy_only=False, writable=True).astype(np.float32, copy=False)
+    return out.reshape(len(arr), feat_dim)
+
+
+def check_range(values: np.ndarray, lo: int, hi: int, file: Path, name: str, what: str,
+                error_cls: type[Exception]) -> None:
+    """Raises unless every value is in ``[lo, hi)``; the message names the first bad row."""
+    if values.size == 0:
+        return
+    vmin, vmax = int(values.min()), int(values.max())
+    if vmin < lo or vmax >= hi:
+        bad = vmin if vmin < lo else vmax
+        row = int(np.argmax(values == bad))
+        raise error_cls(f"{file}: field {name!r} row {row} = {bad}; expected a {what} "
+                        f"in [{lo}, {hi})")

@@ -1,0 +1,70 @@
+"""Small measurement and reporting helpers shared by the CLI, reports and benchmarks."""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Iterable, Sequence
+
+import psutil
+
+__all__ = ["PeakRSS", "markdown_table"]
+
+
+class PeakRSS:
+    """Context manager sampling this process's resident memory; ``peak`` is the maximum seen.
+
+    Sampling (every ``interval`` seconds, in a daemon thread) can miss a spike shorter than the
+    interval; benchmarks that need the exact peak run the work in a child process and read its
+    ``ru_maxrss`` instead.
+    """
+
+    def __init__(self, interval: float = 0.02):
+        self.interval = interval
+        self.peak = 0
+        self.start = 0
+        self.seconds = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._proc = psutil.Process()
+        self._t0 = 0.0
+
+    def _sample(self) -> None:
+        self.peak = max(self.peak, self._proc.memory_info().rss)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def __enter__(self) -> "PeakRSS":
+        self.start = self._proc.memory_info().rss
+        self.peak = self.start
+        self._t0 = time.perf_counter()
+        self._thread = threading.Thread(target=self._run, name="peak-rss", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._sample()
+        self.seconds = time.perf_counter() - self._t0
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, (list, tuple)):
+        return " ".join(_cell(x) for x in v)
+    return str(v)
+
+
+def markdown_table(rows: Iterable[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """A GitHub-markdown table of ``rows`` (dicts); columns default to the first row's keys."""
+    rows = list(rows)
+    if not rows:
+        return ""
+    cols = list(columns) if columns is not None else list(rows[0])
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    lines += ["| " + " | ".join(_cell(r.get(c, "")) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)

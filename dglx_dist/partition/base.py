@@ -1,0 +1,112 @@
+"""The Partitioner interface and the registry every partitioner is listed in.
+
+A partitioner looks at a dataset and returns a :class:`PartitionPlan`: a node book (who owns
+which node, possibly after relabeling), the relabeling itself, and optionally feature column
+slices. Everything after the plan is shared: edges go with their destination node's owner,
+sources owned elsewhere become HALO nodes of that part (see :mod:`dglx_dist.partition.layout`),
+and the files are written by :mod:`dglx_dist.partition.io`.
+
+Register your own::
+
+    from dglx_dist.partition import PARTITIONERS, Partitioner, PartitionPlan
+
+    @PARTITIONERS.register("mine")
+    class MyPartitioner(Partitioner):
+        @dataclasses.dataclass(frozen=True)
+        class Config:
+            seed: int = dataclasses.field(default=0, metadata={"help": "..."})
+
+        def plan(self, ds, num_parts):
+            ...
+
+or from another package through the ``dglx_dist.partitioners`` entry-point group.
+"""
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from dglx_dist.data.format import DatasetMeta, GraphDataset
+from dglx_dist.errors import PartitionError
+from dglx_dist.partition.book import FeatureSlices, NodeBook
+from dglx_dist.registry import Registry
+
+__all__ = ["Partitioner", "PartitionPlan", "PARTITIONERS", "dataset_bytes"]
+
+PARTITIONERS: Registry["Partitioner"] = Registry("partitioner",
+                                                 entry_point_group="dglx_dist.partitioners")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PartitionPlan:
+    """What a partitioner decided.
+
+    Attributes:
+        book: owner and local ids, in the id space of the partitioned graph.
+        orig_ids: ``orig_ids[new_id]`` is the dataset's id of node ``new_id``; None when ids
+            are not relabeled.
+        feature_slices: column slices, one per part, when features are split by columns; None
+            when each part stores whole feature rows of the nodes it owns.
+    """
+
+    book: NodeBook
+    orig_ids: np.ndarray | None = None
+    feature_slices: FeatureSlices | None = None
+
+    def new_ids(self) -> np.ndarray | None:
+        """``new_ids[orig_id]`` is the partitioned graph's id of a dataset node (or None)."""
+        if self.orig_ids is None:
+            return None
+        inv = np.empty_like(self.orig_ids)
+        inv[self.orig_ids] = np.arange(self.orig_ids.size, dtype=self.orig_ids.dtype)
+        return inv
+
+
+def dataset_bytes(meta: DatasetMeta) -> int:
+    """Bytes a dataset takes in memory once loaded (edges, features, labels, masks)."""
+    return meta.num_edges * 16 + meta.num_nodes * (meta.feat_dim * 4 + 8 + 3)
+
+
+class Partitioner(abc.ABC):
+    """Base class: a registered partitioner with a frozen nested ``Config``."""
+
+    Config: type
+    registered_name: str = ""
+
+    def __init__(self, config: Any):
+        self.config = config
+
+    @abc.abstractmethod
+    def plan(self, ds: GraphDataset, num_parts: int) -> PartitionPlan:
+        """Decides ownership (and relabeling, feature slices) for ``num_parts`` parts."""
+
+    def validate(self, meta: DatasetMeta, num_parts: int) -> None:
+        """Rejects impossible arguments before anything is read or written.
+
+        Raises:
+            PartitionError: the message names the argument, its value and the valid range.
+        """
+        if isinstance(num_parts, bool) or not isinstance(num_parts, (int, np.integer)):
+            raise PartitionError(f"num_parts must be an integer, got {num_parts!r}")
+        if not 1 <= num_parts <= max(meta.num_nodes, 1):
+            raise PartitionError(f"num_parts = {num_parts}; expected 1 <= num_parts <= "
+                                 f"num_nodes ({meta.num_nodes})")
+
+    def estimate_peak_bytes(self, meta: DatasetMeta, num_parts: int) -> int:
+        """Estimated peak resident memory of partitioning ``meta``'s dataset.
+
+        The base estimate covers the loaded dataset, the relabeled edge arrays, the edge order
+        by owner and the largest part being written; subclasses add their algorithm's own.
+        """
+        per_part_rows = -(-meta.num_nodes // num_parts)
+        layout = meta.num_edges * 8 * 5 + meta.num_nodes * 8 * 3
+        writing = per_part_rows * meta.feat_dim * 4 * 2 + -(-meta.num_edges // num_parts) * 48
+        return dataset_bytes(meta) + layout + writing
+
+    def options(self) -> dict[str, Any]:
+        """The config as a JSON-ready dict (recorded in the partition manifest)."""
+        return {k: list(v) if isinstance(v, tuple) else v
+                for k, v in dataclasses.asdict(self.config).items()}

@@ -1,0 +1,107 @@
+"""``partition_dataset``: dataset directory -> partition directory + quality report.
+
+Everything that can be refused is refused before the dataset is loaded or anything is written:
+the partitioner's name and options, ``num_parts``, an existing output directory, and the
+estimated peak memory against what the machine has available.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import psutil
+from tqdm.auto import tqdm
+
+from dglx_dist.data.format import GraphDataset, read_dataset, read_meta
+from dglx_dist.errors import InsufficientMemoryError, PartitionError
+from dglx_dist.measure import PeakRSS
+from dglx_dist.partition.base import PARTITIONERS, Partitioner, PartitionPlan
+from dglx_dist.partition.book import FeatureSlices
+from dglx_dist.partition.io import write_partitions
+from dglx_dist.partition.layout import Layout, PartContents
+from dglx_dist.partition.quality import QualityReport
+
+__all__ = ["partition_dataset", "check_memory"]
+
+log = logging.getLogger(__name__)
+_MB = 1 << 20
+
+
+def check_memory(estimate: int, limit: int | None = None, what: str = "partitioning") -> None:
+    """Refuses work whose estimated peak exceeds ``limit`` (default: memory available now).
+
+    Raises:
+        InsufficientMemoryError: with the estimate and the limit in the message.
+    """
+    available = psutil.virtual_memory().available if limit is None else int(limit)
+    if estimate > available:
+        raise InsufficientMemoryError(
+            f"{what} needs about {estimate / _MB:,.0f} MiB at its peak but only "
+            f"{available / _MB:,.0f} MiB {'is available' if limit is None else 'is allowed'}; "
+            f"use a machine with more memory, more parts on a bigger machine, or a cheaper "
+            f"partitioner (hash)")
+
+
+def partition_dataset(data: str | os.PathLike | GraphDataset, out: str | os.PathLike,
+                      method: str = "metis", num_parts: int = 2,
+                      options: dict[str, Any] | None = None, *, overwrite: bool = False,
+                      progress: bool = False, memory_limit: int | None = None) -> QualityReport:
+    """Partitions a dataset into ``num_parts`` parts and writes a partition directory.
+
+    Args:
+        data: a dataset directory or an in-memory dataset.
+        out: the partition directory to create (atomically).
+        method: a registered partitioner name (``dglx_dist.partition.PARTITIONERS.names()``).
+        num_parts: number of parts.
+        options: the partitioner's options (strings are coerced to the option's type).
+        overwrite: replace ``out`` if it exists (only once the new one is complete).
+        progress: show a tqdm progress bar.
+        memory_limit: bytes allowed for the estimated peak; default the available memory.
+
+    Returns:
+        The quality report (edge cut, imbalance, HALO counts, time, peak memory).
+    """
+    partitioner = PARTITIONERS.build(method, **(options or {}))
+    meta = data.meta if isinstance(data, GraphDataset) else read_meta(data)
+    partitioner.validate(meta, num_parts)
+    if Path(out).exists() and not overwrite:
+        raise PartitionError(f"output directory {out} already exists; pass overwrite "
+                             f"(--overwrite) to replace it or choose another")
+    estimate = partitioner.estimate_peak_bytes(meta, num_parts)
+    check_memory(estimate, memory_limit)
+    bar = tqdm(total=num_parts + 2, desc=f"{method} x{num_parts}", disable=not progress,
+               unit="step")
+    with PeakRSS() as rss, bar:
+        ds = data if isinstance(data, GraphDataset) else read_dataset(data)
+        bar.update()
+        plan = partitioner.plan(ds, num_parts)
+        bar.update()
+        layout = Layout(ds, plan)
+        halos: list[int] = []
+
+        def on_part(pc: PartContents) -> None:
+            halos.append(int(pc.halo_gid.size))
+            bar.update()
+
+        write_partitions(out, _header(partitioner, method, ds, plan), layout.parts(),
+                         overwrite=overwrite, on_part=on_part)
+        report = QualityReport.from_layout(method, layout, halos)
+    report = report.with_cost(rss.seconds, rss.peak, estimate)
+    log.info("partitioned %s into %d parts with %s in %.2fs (edge cut %.2f%%)", out, num_parts,
+             method, rss.seconds, 100 * report.edge_cut_frac)
+    return report
+
+
+def _header(partitioner: Partitioner, method: str, ds: GraphDataset,
+            plan: PartitionPlan) -> dict[str, Any]:
+    slices = plan.feature_slices or FeatureSlices([0, ds.feat_dim])
+    return {
+        "partitioner": {"name": method, "options": partitioner.options()},
+        "num_parts": plan.book.num_parts, "num_nodes": ds.num_nodes, "num_edges": ds.num_edges,
+        "feat_dim": ds.feat_dim, "num_classes": ds.num_classes,
+        "relabeled": plan.orig_ids is not None, "node_book": plan.book.to_json(),
+        "feature_layout": "rows" if plan.feature_slices is None else "columns",
+        "feature_slices": slices.to_json(), "dataset": ds.extra,
+    }

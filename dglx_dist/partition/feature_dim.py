@@ -1,0 +1,55 @@
+"""``feature_dim``: P3's feature partitioning, composed with a structure partitioner.
+
+The feature columns are split into ``num_parts`` contiguous slices; part ``p`` stores slice
+``p`` of *every* node's features, independent of which nodes it owns. Nodes, edges, labels and
+masks are partitioned by the ``structure`` partitioner (``hash`` by default, as in P3).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from dglx_dist.data.format import DatasetMeta, GraphDataset
+from dglx_dist.errors import PartitionError
+from dglx_dist.partition.base import PARTITIONERS, Partitioner, PartitionPlan
+from dglx_dist.partition.book import FeatureSlices
+
+__all__ = ["FeatureDimPartitioner"]
+
+
+@PARTITIONERS.register("feature_dim")
+class FeatureDimPartitioner(Partitioner):
+    """Column slices of the features + the structure partitioner's node ownership."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        structure: str = dataclasses.field(
+            default="hash", metadata={"help": "Registered partitioner that places nodes and "
+                                              "edges (its default options are used)."})
+        seed: int = dataclasses.field(
+            default=0, metadata={"help": "Passed to the structure partitioner when it has a "
+                                         "'seed' option."})
+
+    def _structure(self) -> Partitioner:
+        if self.config.structure == self.registered_name:
+            raise PartitionError(f"feature_dim cannot use itself as its structure partitioner")
+        fields = {f.name for f in dataclasses.fields(PARTITIONERS.get(self.config.structure).Config)}
+        opts = {"seed": self.config.seed} if "seed" in fields else {}
+        return PARTITIONERS.build(self.config.structure, **opts)
+
+    def validate(self, meta: DatasetMeta, num_parts: int) -> None:
+        super().validate(meta, num_parts)
+        if num_parts > meta.feat_dim:
+            raise PartitionError(f"feature_dim: num_parts = {num_parts} but the features have "
+                                 f"only {meta.feat_dim} columns; expected num_parts <= feat_dim")
+        self._structure().validate(meta, num_parts)
+
+    def estimate_peak_bytes(self, meta: DatasetMeta, num_parts: int) -> int:
+        column_slice = meta.num_nodes * (-(-meta.feat_dim // num_parts)) * 4 * 2
+        return self._structure().estimate_peak_bytes(meta, num_parts) + column_slice
+
+    def plan(self, ds: GraphDataset, num_parts: int) -> PartitionPlan:
+        base = self._structure().plan(ds, num_parts)
+        if base.feature_slices is not None:
+            raise PartitionError(f"structure partitioner {self.config.structure!r} already "
+                                 f"splits features; choose one that places whole rows")
+        return dataclasses.replace(base, feature_slices=FeatureSlices.even(ds.feat_dim, num_parts))

@@ -1,0 +1,155 @@
+"""The partition directory: one JSON manifest plus one folder of Parquet files per part.
+
+Layout (format ``dglx-partition``, version 1)::
+
+    OUT/partition.json          the manifest, written last
+    OUT/part-00000/nodes.parquet    core nodes: gid, orig_id int64; label int64;
+                                    train, val, test bool            (one row per core node,
+                                                                      row i = local id i)
+    OUT/part-00000/halo.parquet     HALO nodes: gid, orig_id int64  (row i = local id num_core+i)
+    OUT/part-00000/edges.parquet    src, dst int64 local ids; eid int64 (row in the dataset's
+                                    edges.parquet)
+    OUT/part-00000/feat.parquet     feat fixed_size_list<float32>[W]: core rows when
+                                    feature_layout is "rows" (W = feat_dim); every node's column
+                                    slice in global-id order when it is "columns"
+
+Manifest fields: ``format``, ``version``, ``partitioner`` {name, options}, ``num_parts``,
+``num_nodes``, ``num_edges``, ``feat_dim``, ``num_classes``, ``relabeled`` (global ids differ
+from the dataset's), ``node_book`` (``{"kind": "range", "offsets": [...]}`` or
+``{"kind": "hash", "seed": s, ...}``), ``feature_layout``, ``feature_slices`` (column bounds, one
+slice per part), ``dataset`` (the dataset's provenance) and ``parts``: per part its ``dir``,
+``num_core``, ``num_halo``, ``num_edges`` and ``files`` {name: {bytes, sha256}}.
+
+The whole directory is built under a temporary name and renamed into place when complete, so an
+interrupted partitioning never leaves a directory that loads. Loading part ``p`` reads the
+manifest and that part's files only, verifying their sizes and checksums.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dglx_dist.data.atomic import atomic_directory, sha256_file
+from dglx_dist.errors import PartitionFormatError
+from dglx_dist.partition.layout import PartContents
+
+__all__ = ["write_partitions", "read_manifest", "MANIFEST", "FORMAT", "VERSION", "PART_FILES",
+           "part_dir_name"]
+
+MANIFEST, FORMAT, VERSION = "partition.json", "dglx-partition", 1
+PART_FILES = ("nodes.parquet", "halo.parquet", "edges.parquet", "feat.parquet")
+
+
+def part_dir_name(p: int) -> str:
+    return f"part-{p:05d}"
+
+
+def _write_part(pc: PartContents, folder: Path) -> dict[str, Any]:
+    folder.mkdir()
+    tables = {
+        "nodes.parquet": pa.table({"gid": pc.core_gid, "orig_id": pc.core_orig,
+                                   "label": pc.label, "train": pc.train, "val": pc.val,
+                                   "test": pc.test}),
+        "halo.parquet": pa.table({"gid": pc.halo_gid, "orig_id": pc.halo_orig}),
+        "edges.parquet": pa.table({"src": pc.src, "dst": pc.dst, "eid": pc.eid}),
+    }
+    for name, table in tables.items():
+        pq.write_table(table, folder / name)
+    width = pc.feat.shape[1]
+    flat = pa.array(np.ascontiguousarray(pc.feat, dtype=np.float32).reshape(-1))
+    feat = pa.table({"feat": pa.FixedSizeListArray.from_arrays(flat, width)})
+    pq.write_table(feat, folder / "feat.parquet", row_group_size=1 << 16)
+    files = {n: {"bytes": (folder / n).stat().st_size, "sha256": sha256_file(folder / n)}
+             for n in PART_FILES}
+    return {"dir": folder.name, "num_core": int(pc.core_gid.size),
+            "num_halo": int(pc.halo_gid.size), "num_edges": int(pc.src.size), "files": files}
+
+
+def write_partitions(out: str | os.PathLike, header: dict[str, Any], parts,
+                     overwrite: bool = False, on_part: Callable[[PartContents], None] | None = None
+                     ) -> Path:
+    """Writes every part from the iterable ``parts`` and then the manifest, atomically.
+
+    Args:
+        out: the partition directory to create.
+        header: manifest fields other than ``format``, ``version`` and ``parts``.
+        parts: iterable of :class:`PartContents`, consumed one at a time.
+        overwrite: replace an existing ``out`` once the new one is complete.
+        on_part: called after each part is written (progress, statistics).
+    """
+    with atomic_directory(out, overwrite, error_cls=FileExistsError) as tmp:
+        entries = []
+        for pc in parts:
+            entries.append(_write_part(pc, tmp / part_dir_name(pc.part)))
+            if on_part is not None:
+                on_part(pc)
+        manifest = {"format": FORMAT, "version": VERSION, **header, "parts": entries}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    return Path(out)
+
+
+_REQUIRED: dict[str, type | tuple[type, ...]] = {
+    "partitioner": dict, "num_parts": int, "num_nodes": int, "num_edges": int, "feat_dim": int,
+    "num_classes": int, "relabeled": bool, "node_book": dict, "feature_layout": str,
+    "feature_slices": list, "parts": list}
+
+
+def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
+    """Reads and checks ``partition.json`` (format, version, fields, per-part entries).
+
+    Raises:
+        PartitionFormatError: naming the file, field, value found and value expected.
+    """
+    file = Path(path) / MANIFEST
+    if not file.is_file():
+        hint = " (an interrupted partitioning leaves none)" if Path(path).is_dir() else ""
+        raise PartitionFormatError(f"{file}: missing; not a partition directory{hint}")
+    if file.stat().st_size > 256 << 20:
+        raise PartitionFormatError(f"{file}: {file.stat().st_size} bytes; a manifest is small, "
+                                   f"refusing to read more than 256 MiB")
+    try:
+        m = json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PartitionFormatError(f"{file}: not valid JSON ({exc})") from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        got = m.get("format") if isinstance(m, dict) else type(m).__name__
+        raise PartitionFormatError(f"{file}: format {got!r}; expected {FORMAT!r}")
+    if m.get("version") != VERSION:
+        raise PartitionFormatError(
+            f"{file}: version {m.get('version')!r}; this dglx_dist reads version {VERSION} "
+            f"(re-partition the dataset with this version's `dglx partition`)")
+    for key, typ in _REQUIRED.items():
+        value = m.get(key)
+        if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
+            raise PartitionFormatError(f"{file}: field {key!r} = {value!r:.80}; expected "
+                                       f"{getattr(typ, '__name__', typ)}")
+    if len(m["parts"]) != m["num_parts"] or m["num_parts"] < 1:
+        raise PartitionFormatError(f"{file}: {len(m['parts'])} part entries for num_parts = "
+                                   f"{m['num_parts']}; expected them equal and >= 1")
+    for p, entry in enumerate(m["parts"]):
+        _check_part_entry(file, p, entry)
+    return m
+
+
+def _check_part_entry(file: Path, p: int, entry: Any) -> None:
+    where = f"{file}: parts[{p}]"
+    if not isinstance(entry, dict) or entry.get("dir") != part_dir_name(p):
+        raise PartitionFormatError(f"{where}: expected an object with dir {part_dir_name(p)!r}")
+    for key in ("num_core", "num_halo", "num_edges"):
+        v = entry.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise PartitionFormatError(f"{where}.{key} = {v!r}; expected an integer >= 0")
+    files = entry.get("files")
+    if not isinstance(files, dict) or sorted(files) != sorted(PART_FILES):
+        raise PartitionFormatError(f"{where}.files lists {sorted(files or {})}; "
+                                   f"expected {sorted(PART_FILES)}")
+    for name, info in files.items():
+        if not (isinstance(info, dict) and isinstance(info.get("bytes"), int)
+                and isinstance(info.get("sha256"), str)):
+            raise PartitionFormatError(f"{where}.files[{name!r}]: expected bytes and sha256")

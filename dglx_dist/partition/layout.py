@@ -1,0 +1,111 @@
+"""From a plan to per-part contents: the rule shared by every partitioner.
+
+Every edge is stored once, with the owner of its destination node (a part holds all in-edges
+of its core nodes). Sources of those edges owned elsewhere are the part's HALO nodes: their ids
+are replicated in the part's structure (so 1-hop sampling of core nodes is local) but their
+features stay with their owner. A part's local node ids are its core nodes in increasing global
+id (local ``0 .. num_core-1``) followed by its HALO nodes in increasing global id.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator
+
+import numpy as np
+
+from dglx_dist.data.format import GraphDataset
+from dglx_dist.partition.base import PartitionPlan
+
+__all__ = ["PartContents", "Layout"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PartContents:
+    """One part's arrays, ready to be written.
+
+    Attributes:
+        part: part index.
+        core_gid / core_orig: global (partitioned) and original ids of core nodes.
+        halo_gid / halo_orig: the same for HALO nodes.
+        src / dst: local ids of the part's edges; ``eid`` their row in the dataset's edges.
+        label, train, val, test: node data of core nodes.
+        feat: core rows (row layout) or every node's columns ``feat_cols`` in global-id order
+            (column layout).
+        feat_cols: the half-open column range stored in ``feat``.
+    """
+
+    part: int
+    core_gid: np.ndarray
+    core_orig: np.ndarray
+    halo_gid: np.ndarray
+    halo_orig: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    eid: np.ndarray
+    label: np.ndarray
+    train: np.ndarray
+    val: np.ndarray
+    test: np.ndarray
+    feat: np.ndarray
+    feat_cols: tuple[int, int]
+
+
+class Layout:
+    """Edges grouped by destination owner, computed once and sliced per part."""
+
+    def __init__(self, ds: GraphDataset, plan: PartitionPlan):
+        self.ds, self.plan, self.book = ds, plan, plan.book
+        new_ids = plan.new_ids()
+        self.src = ds.src if new_ids is None else new_ids[ds.src]
+        self.dst = ds.dst if new_ids is None else new_ids[ds.dst]
+        self.src_owner = self.book.owner(self.src)
+        self.dst_owner = self.book.owner(self.dst)
+        self.edge_order = np.argsort(self.dst_owner, kind="stable")
+        self.edges_per_part = np.bincount(self.dst_owner, minlength=self.book.num_parts)
+        self.edge_bounds = np.concatenate([[0], np.cumsum(self.edges_per_part)])
+
+    def orig(self, gids: np.ndarray) -> np.ndarray:
+        """Original ids of partitioned-graph ids."""
+        return gids if self.plan.orig_ids is None else self.plan.orig_ids[gids]
+
+    def node_owner_orig(self) -> np.ndarray:
+        """Owner of every node, indexed by original id."""
+        owner = np.empty(self.ds.num_nodes, dtype=np.int64)
+        gids = np.arange(self.ds.num_nodes, dtype=np.int64)
+        owner[self.orig(gids)] = self.book.owner(gids)
+        return owner
+
+    def edge_cut(self) -> int:
+        """Edges whose endpoints have different owners."""
+        return int(np.count_nonzero(self.src_owner != self.dst_owner))
+
+    def parts(self) -> Iterator[PartContents]:
+        """Each part's contents, one at a time (only one part's copies live at once)."""
+        for p in range(self.book.num_parts):
+            yield self.part(p)
+
+    def part(self, p: int) -> PartContents:
+        idx = self.edge_order[self.edge_bounds[p]:self.edge_bounds[p + 1]]
+        src, dst, src_owner = self.src[idx], self.dst[idx], self.src_owner[idx]
+        remote = src_owner != p
+        halo = np.unique(src[remote])
+        core = self.book.core_ids(p)
+        local_src = np.empty_like(src)
+        local_src[~remote] = self.book.to_local(src[~remote])
+        local_src[remote] = core.size + np.searchsorted(halo, src[remote])
+        core_orig = self.orig(core)
+        ds = self.ds
+        if self.plan.feature_slices is None:
+            cols = (0, ds.feat_dim)
+            feat = ds.feat[core_orig]
+        else:
+            sl = self.plan.feature_slices.slice(p)
+            cols = (sl.start, sl.stop)
+            all_orig = self.orig(np.arange(ds.num_nodes, dtype=np.int64))
+            feat = np.ascontiguousarray(ds.feat[all_orig, sl] if self.plan.orig_ids is not None
+                                        else ds.feat[:, sl])
+        return PartContents(
+            part=p, core_gid=core, core_orig=core_orig, halo_gid=halo, halo_orig=self.orig(halo),
+            src=local_src, dst=self.book.to_local(dst), eid=idx.astype(np.int64),
+            label=ds.label[core_orig], train=ds.train[core_orig], val=ds.val[core_orig],
+            test=ds.test[core_orig], feat=feat, feat_cols=cols)

@@ -1,0 +1,213 @@
+"""Loading a partition directory: the book for everyone, one part's arrays for its owner.
+
+``PartitionDir(path)`` reads only the manifest. ``load_part(p)`` reads part ``p``'s files (and
+no other part's), checking sizes and SHA-256 checksums against the manifest and every id
+against the part's ranges before returning.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from dglx_dist.data.atomic import sha256_file
+from dglx_dist.data.parquet import check_range, column_numpy, feat_to_numpy, read_checked
+from dglx_dist.errors import PartitionFormatError
+from dglx_dist.partition.book import FeatureSlices, NodeBook, book_from_json
+from dglx_dist.partition.io import read_manifest
+
+__all__ = ["PartitionDir", "Partition"]
+
+_ERR = PartitionFormatError
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Partition:
+    """One loaded part. Local ids: core nodes ``0..num_core-1``, then HALO nodes.
+
+    Attributes mirror :class:`dglx_dist.partition.layout.PartContents`.
+    """
+
+    part: int
+    core_gid: np.ndarray
+    core_orig: np.ndarray
+    halo_gid: np.ndarray
+    halo_orig: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    eid: np.ndarray
+    label: np.ndarray
+    train: np.ndarray
+    val: np.ndarray
+    test: np.ndarray
+    feat: np.ndarray
+    feat_cols: tuple[int, int]
+
+    @property
+    def num_core(self) -> int:
+        return int(self.core_gid.size)
+
+    @property
+    def num_halo(self) -> int:
+        return int(self.halo_gid.size)
+
+    @property
+    def local_gid(self) -> np.ndarray:
+        """Global id of every local node (core then HALO)."""
+        return np.concatenate([self.core_gid, self.halo_gid])
+
+    def local_graph(self):
+        """The part's structure as a DGLGraph over its local nodes.
+
+        ndata: ``_ID`` (global id), ``inner_node`` (core or HALO), ``orig_id``; edata: ``_ID``
+        (the edge's row in the dataset). Node data of core nodes (labels, masks) is attached
+        too; features are not, since their layout depends on the partitioner.
+        """
+        import dgl
+
+        n = self.num_core + self.num_halo
+        g = dgl.graph((torch.from_numpy(self.src), torch.from_numpy(self.dst)), num_nodes=n)
+        g.ndata["_ID"] = torch.from_numpy(self.local_gid)
+        g.ndata["orig_id"] = torch.from_numpy(np.concatenate([self.core_orig, self.halo_orig]))
+        inner = np.zeros(n, dtype=bool)
+        inner[:self.num_core] = True
+        g.ndata["inner_node"] = torch.from_numpy(inner)
+        g.edata["_ID"] = torch.from_numpy(self.eid)
+        return g
+
+
+class PartitionDir:
+    """A partition directory on disk: manifest, node book, feature slices, lazy part loading."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.manifest: dict[str, Any] = read_manifest(self.path)
+        m = self.manifest
+        try:
+            self.book: NodeBook = book_from_json(m["node_book"])
+            self.feature_slices = FeatureSlices(m["feature_slices"])
+        except ValueError as exc:
+            raise _ERR(f"{self.path / 'partition.json'}: {exc}") from None
+        if self.book.num_parts != m["num_parts"] or self.book.num_nodes != m["num_nodes"]:
+            raise _ERR(f"{self.path / 'partition.json'}: node_book covers {self.book.num_nodes} "
+                       f"nodes in {self.book.num_parts} parts; expected {m['num_nodes']} nodes "
+                       f"in num_parts = {m['num_parts']}")
+        if (self.feature_slices.feat_dim != m["feat_dim"]
+                or m["feature_layout"] not in ("rows", "columns")):
+            raise _ERR(f"{self.path / 'partition.json'}: feature_layout "
+                       f"{m['feature_layout']!r} with slices {m['feature_slices']}; expected "
+                       f"'rows' or 'columns' with slices ending at feat_dim = {m['feat_dim']}")
+        self._orig_maps: dict[int, np.ndarray] = {}
+
+    num_parts = property(lambda self: self.manifest["num_parts"])
+    num_nodes = property(lambda self: self.manifest["num_nodes"])
+    num_edges = property(lambda self: self.manifest["num_edges"])
+    feat_dim = property(lambda self: self.manifest["feat_dim"])
+    num_classes = property(lambda self: self.manifest["num_classes"])
+    feature_layout = property(lambda self: self.manifest["feature_layout"])
+    partitioner = property(lambda self: self.manifest["partitioner"]["name"])
+
+    def owner(self, ids):
+        """The part owning each global id (see :class:`~dglx_dist.partition.book.NodeBook`)."""
+        return self.book.owner(ids)
+
+    def to_local(self, ids):
+        """Each global id's local id in its owner."""
+        return self.book.to_local(ids)
+
+    def core_ids(self, part: int) -> np.ndarray:
+        """Global ids of the core nodes of ``part``."""
+        return self.book.core_ids(part)
+
+    def halo_ids(self, part: int) -> np.ndarray:
+        """Global ids of the HALO nodes of ``part`` (reads that part's halo file only)."""
+        self._check_part(part)
+        file = self._file(part, "halo.parquet")
+        table = read_checked(file, {"gid": "integer"}, self._entry(part)["num_halo"], _ERR)
+        return column_numpy(table, "gid", file, _ERR)
+
+    def to_original(self, ids) -> np.ndarray:
+        """The dataset's ids of global ids (identity when the partitioner did not relabel)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if not self.manifest["relabeled"]:
+            return ids.copy()
+        owner = np.asarray(self.book.owner(ids))
+        out = np.empty_like(ids)
+        for p in np.unique(owner):
+            sel = owner == p
+            out[sel] = self._orig_map(int(p))[np.asarray(self.book.to_local(ids[sel]))]
+        return out
+
+    def load_part(self, part: int, verify: bool = True) -> Partition:
+        """Reads part ``part``; with ``verify``, checks file sizes and checksums first."""
+        self._check_part(part)
+        if verify:
+            self.verify_part(part)
+        entry = self._entry(part)
+        nc, nh, ne = entry["num_core"], entry["num_halo"], entry["num_edges"]
+        nf, hf, ef = (self._file(part, n) for n in ("nodes.parquet", "halo.parquet",
+                                                    "edges.parquet"))
+        nodes = read_checked(nf, {"gid": "integer", "orig_id": "integer", "label": "integer",
+                                  "train": "bool", "val": "bool", "test": "bool"}, nc, _ERR)
+        halo = read_checked(hf, {"gid": "integer", "orig_id": "integer"}, nh, _ERR)
+        edges = read_checked(ef, {"src": "integer", "dst": "integer", "eid": "integer"}, ne, _ERR)
+        cols = {f"n.{c}": column_numpy(nodes, c, nf, _ERR) for c in nodes.column_names}
+        cols.update({f"h.{c}": column_numpy(halo, c, hf, _ERR) for c in halo.column_names})
+        cols.update({f"e.{c}": column_numpy(edges, c, ef, _ERR) for c in edges.column_names})
+        n, N = self.manifest["num_nodes"], self.manifest["num_classes"]
+        for key, hi, file in (("n.gid", n, nf), ("n.orig_id", n, nf), ("h.gid", n, hf),
+                              ("h.orig_id", n, hf), ("n.label", N, nf), ("e.src", nc + nh, ef),
+                              ("e.dst", nc, ef), ("e.eid", self.manifest["num_edges"], ef)):
+            check_range(cols[key], 0, hi, file, key[2:], "value", _ERR)
+        if not np.array_equal(cols["n.gid"], self.book.core_ids(part)):
+            raise _ERR(f"{nf}: field 'gid' does not list the core ids the node book gives part "
+                       f"{part}; the part does not belong to this manifest")
+        feat, feat_cols = self._load_feat(part, nc)
+        return Partition(part, cols["n.gid"], cols["n.orig_id"], cols["h.gid"], cols["h.orig_id"],
+                         cols["e.src"], cols["e.dst"], cols["e.eid"], cols["n.label"],
+                         cols["n.train"], cols["n.val"], cols["n.test"], feat, feat_cols)
+
+    def verify_part(self, part: int) -> None:
+        """Checks part ``part``'s files against the manifest's sizes and checksums."""
+        for name, info in self._entry(part)["files"].items():
+            file = self._file(part, name)
+            if not file.is_file():
+                raise _ERR(f"{file}: missing (listed in the manifest)")
+            size = file.stat().st_size
+            if size != info["bytes"]:
+                raise _ERR(f"{file}: {size} bytes; the manifest says {info['bytes']}")
+            digest = sha256_file(file)
+            if digest != info["sha256"]:
+                raise _ERR(f"{file}: sha256 {digest[:16]}... does not match the manifest's "
+                           f"{info['sha256'][:16]}...; the file is damaged or was replaced")
+
+    def _load_feat(self, part: int, num_core: int) -> tuple[np.ndarray, tuple[int, int]]:
+        if self.feature_layout == "rows":
+            cols, rows = (0, self.feat_dim), num_core
+        else:
+            sl = self.feature_slices.slice(part)
+            cols, rows = (sl.start, sl.stop), self.num_nodes
+        file = self._file(part, "feat.parquet")
+        table = read_checked(file, {"feat": "float list"}, rows, _ERR)
+        return feat_to_numpy(table.column("feat"), cols[1] - cols[0], file, _ERR), cols
+
+    def _orig_map(self, part: int) -> np.ndarray:
+        if part not in self._orig_maps:
+            file = self._file(part, "nodes.parquet")
+            table = read_checked(file, {"orig_id": "integer"}, self._entry(part)["num_core"], _ERR)
+            self._orig_maps[part] = column_numpy(table, "orig_id", file, _ERR)
+        return self._orig_maps[part]
+
+    def _entry(self, part: int) -> dict[str, Any]:
+        return self.manifest["parts"][part]
+
+    def _file(self, part: int, name: str) -> Path:
+        return self.path / self._entry(part)["dir"] / name
+
+    def _check_part(self, part: int) -> None:
+        if not 0 <= part < self.num_parts:
+            raise IndexError(f"part {part} is outside [0, {self.num_parts}) for {self.path}")

@@ -1,0 +1,77 @@
+"""The quality report printed after every partitioning."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from dglx_dist.measure import markdown_table
+from dglx_dist.partition.layout import Layout
+
+__all__ = ["QualityReport", "imbalance"]
+
+_MB = 1 << 20
+
+
+def imbalance(per_part: np.ndarray) -> float:
+    """max / mean of a per-part load (1.0 is perfect; 0 loads count as balanced)."""
+    mean = float(np.mean(per_part)) if len(per_part) else 0.0
+    return float(np.max(per_part)) / mean if mean > 0 else 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class QualityReport:
+    """Edge cut, per-constraint imbalance (max/mean), HALO counts, time and memory."""
+
+    method: str
+    num_parts: int
+    num_nodes: int
+    num_edges: int
+    edge_cut: int
+    edge_cut_frac: float
+    imbalance: dict[str, float]
+    core_per_part: list[int]
+    halo_per_part: list[int]
+    edges_per_part: list[int]
+    seconds: float = 0.0
+    peak_rss_mb: float = 0.0
+    estimated_peak_mb: float = 0.0
+
+    @classmethod
+    def from_layout(cls, method: str, layout: Layout, halo_per_part: list[int]) -> "QualityReport":
+        ds, k = layout.ds, layout.book.num_parts
+        owner = layout.node_owner_orig()
+        loads = {"nodes": np.bincount(owner, minlength=k),
+                 "edges": layout.edges_per_part}
+        for m in ("train", "val", "test"):
+            loads[m] = np.bincount(owner, weights=getattr(ds, m), minlength=k)
+        cut = layout.edge_cut()
+        return cls(method=method, num_parts=k, num_nodes=ds.num_nodes, num_edges=ds.num_edges,
+                   edge_cut=cut, edge_cut_frac=cut / max(ds.num_edges, 1),
+                   imbalance={name: round(imbalance(v), 4) for name, v in loads.items()},
+                   core_per_part=[int(c) for c in loads["nodes"]],
+                   halo_per_part=[int(h) for h in halo_per_part],
+                   edges_per_part=[int(e) for e in layout.edges_per_part])
+
+    def with_cost(self, seconds: float, peak_rss_bytes: int, estimated_bytes: int) -> "QualityReport":
+        return dataclasses.replace(self, seconds=round(seconds, 3),
+                                   peak_rss_mb=round(peak_rss_bytes / _MB, 1),
+                                   estimated_peak_mb=round(estimated_bytes / _MB, 1))
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def summary_row(self) -> dict[str, Any]:
+        """One flat row for side-by-side tables."""
+        row = {"method": self.method, "parts": self.num_parts, "edge_cut": self.edge_cut,
+               "cut_frac": round(self.edge_cut_frac, 4)}
+        row.update({f"imb_{k}": v for k, v in self.imbalance.items()})
+        row.update({"halo_total": sum(self.halo_per_part), "seconds": self.seconds,
+                    "peak_rss_mb": self.peak_rss_mb})
+        return row
+
+    def to_markdown(self) -> str:
+        parts = [{"part": p, "core": c, "halo": h, "edges": e} for p, (c, h, e) in
+                 enumerate(zip(self.core_per_part, self.halo_per_part, self.edges_per_part))]
+        return markdown_table([self.summary_row()]) + "\n\n" + markdown_table(parts)
