@@ -29,8 +29,8 @@ _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 def hash_ids(ids: np.ndarray, seed: int) -> np.ndarray:
     """SplitMix64 finaliser of ``ids`` mixed with ``seed``: uniform uint64, vectorised."""
-    x = np.asarray(ids).astype(np.uint64) + np.uint64(seed & 0xFFFFFFFFFFFFFFFF) * _GOLDEN
-    x = x + _GOLDEN
+    offset = np.uint64(((int(seed) + 1) * int(_GOLDEN)) & 0xFFFFFFFFFFFFFFFF)
+    x = np.asarray(ids).astype(np.uint64) + offset
     x = (x ^ (x >> np.uint64(30))) * _M1
     x = (x ^ (x >> np.uint64(27))) * _M2
     return x ^ (x >> np.uint64(31))

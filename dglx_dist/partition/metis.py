@@ -116,6 +116,6 @@ def _pymetis_assignment(ds: GraphDataset, num_parts: int, objective: str) -> np.
     log.info("METIS (pymetis) into %d parts, balancing nodes", num_parts)
     opts = pymetis.Options()
     opts.objtype = 0 if objective == "cut" else 1
-    _, membership = pymetis.part_graph(num_parts, xadj=adj.indptr, adjncy=adj.indices,
-                                       options=opts)
+    csr = pymetis.CSRAdjacency(adj.indptr, adj.indices)
+    _, membership = pymetis.part_graph(num_parts, adjacency=csr, options=opts)
     return np.asarray(membership, dtype=np.int64)

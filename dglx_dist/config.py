@@ -1,0 +1,50 @@
+"""Typed option plumbing for the command line: ``--opt key=value`` pairs and dataclass flags."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+from typing import Any, Iterable
+
+from dglx_dist.registry import coerce_option
+
+__all__ = ["parse_key_values", "add_dataclass_arguments", "dataclass_from_args"]
+
+
+def parse_key_values(pairs: Iterable[str] | None, flag: str = "--opt") -> dict[str, str]:
+    """Turns ``["k=v", ...]`` into a dict; values stay strings (the registry coerces them).
+
+    Raises:
+        argparse.ArgumentTypeError: a pair without '=' or with an empty key, or a repeated key.
+    """
+    out: dict[str, str] = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"{flag} {pair!r}: expected KEY=VALUE")
+        if key in out:
+            raise argparse.ArgumentTypeError(f"{flag} {key} given twice")
+        out[key] = value
+    return out
+
+
+def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
+    """Adds one ``--field-name`` flag per field of dataclass ``cls`` (help from its metadata)."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else None
+        parser.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=None,
+                            metavar=getattr(hints[f.name], "__name__", "VALUE").upper(),
+                            help=f"{f.metadata.get('help', '')} (default: {default})")
+
+
+def dataclass_from_args(cls: type, args: argparse.Namespace) -> Any:
+    """Builds ``cls`` from the flags :func:`add_dataclass_arguments` added (unset -> default)."""
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for f in dataclasses.fields(cls):
+        raw = getattr(args, f.name, None)
+        if raw is not None:
+            values[f.name] = coerce_option(raw, hints[f.name], f"--{f.name.replace('_', '-')}")
+    return cls(**values)

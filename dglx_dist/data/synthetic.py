@@ -1,0 +1,329 @@
+"""A deterministic synthetic node-classification graph with real, learnable signal.
+
+The model is a degree-corrected stochastic block model (DC-SBM):
+
+* **Labels are communities**: ``num_classes`` communities of balanced sizes (differing by at
+  most one node), random membership.
+* **Degree propensities** ``theta`` follow a Pareto law with density ``~ x**-degree_exponent``
+  (``0`` gives uniform propensities), capped at the structural cut-off so that no node's expected
+  degree exceeds about ``sqrt(mean_degree * num_nodes)``.
+* **Edges**: an undirected edge picks its source proportional to ``theta``; a ``homophily``
+  share of the edges take their destination inside the source's community, the rest outside it,
+  both proportional to ``theta``, so ``homophily`` is the edge homophily of the labels. Sampling
+  is vectorised: with nodes sorted by community, one cumulative-``theta`` array gives every
+  community a contiguous mass interval, and a destination is a uniform number inside (or outside)
+  that interval mapped back by ``np.searchsorted``. Self loops and repeated pairs are dropped,
+  further rounds top up the deficit and a random subset trims the surplus, so the graph has
+  exactly ``num_edges // 2`` undirected edges unless the model cannot give that many distinct
+  pairs (dense requests). Both directions are listed, in shuffled order: the ``num_edges`` in
+  meta.json is the real, even count and may be a little under the request.
+* **Features**: class centroids about ``CENTROID_DISTANCE`` apart, plus ``feature_noise`` times
+  standard Gaussian noise: separable, but not trivially at the default noise.
+* **Split**: disjoint random train/val/test masks of ``floor(frac * num_nodes)`` nodes each.
+
+Every draw has its own ``np.random.SeedSequence(seed, spawn_key=(purpose, ...))`` (per purpose,
+per edge round and chunk, per fixed-size feature block), so the in-memory
+:func:`generate_synthetic` and the streaming :func:`write_synthetic` give identical data whatever
+``rows_per_chunk`` is.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import logging
+import math
+import numbers
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from dglx_dist.data.atomic import atomic_directory
+from dglx_dist.data.format import (EDGE_SCHEMA, EDGES_FILE, META_FILE, NODES_FILE,
+                                   DatasetMeta, GraphDataset, edge_batch, node_batch, node_schema)
+
+__all__ = ["SyntheticConfig", "generate_synthetic", "write_synthetic", "CENTROID_DISTANCE"]
+
+log = logging.getLogger(__name__)
+
+CENTROID_DISTANCE = 3.0
+"""Typical distance between two class centroids, in units of unit-variance noise."""
+
+_LABELS, _SPLIT, _THETA, _CENTROIDS, _FEATURES, _EDGES, _SUBSET, _SHUFFLE = range(8)
+_FEAT_BLOCK = 4096  # rows per feature RNG block: fixed, so output is independent of chunking
+_EDGE_CHUNK = 1 << 20  # candidate edges per edge RNG chunk
+_MAX_ROUNDS = 12
+_MAX_NODES = 2**31 - 1  # keeps the (min * N + max) pair key inside int64
+
+
+@dataclass(frozen=True)
+class SyntheticConfig:
+    """Parameters of the DC-SBM generator (validated on construction).
+
+    Raises:
+        ValueError: a field out of range; the message names the field, its value and the range.
+    """
+
+    num_nodes: int = field(default=10_000, metadata={"help": "number of nodes"})
+    num_edges: int = field(default=200_000, metadata={
+        "help": "requested directed edges (both directions of each undirected edge count); "
+                "the result is even and may be a little under"})
+    num_classes: int = field(default=8, metadata={"help": "number of communities = classes"})
+    feat_dim: int = field(default=64, metadata={"help": "node feature width"})
+    homophily: float = field(default=0.8, metadata={
+        "help": "expected fraction of edges inside a community, in [0, 1]"})
+    degree_exponent: float = field(default=2.5, metadata={
+        "help": "power-law exponent of degree propensities (> 1), or 0 for uniform"})
+    feature_noise: float = field(default=1.0, metadata={
+        "help": "std of the Gaussian noise added to the class centroid"})
+    train_frac: float = field(default=0.1, metadata={"help": "fraction of nodes in train"})
+    val_frac: float = field(default=0.1, metadata={"help": "fraction of nodes in val"})
+    test_frac: float = field(default=0.2, metadata={"help": "fraction of nodes in test"})
+    seed: int = field(default=0, metadata={"help": "random seed (>= 0)"})
+
+    def __post_init__(self) -> None:
+        n = self._set("num_nodes", 2, _MAX_NODES, integer=True)
+        self._set("num_edges", 0, n * (n - 1), integer=True)
+        self._set("num_classes", 2, n, integer=True)
+        self._set("feat_dim", 1, None, integer=True)
+        self._set("seed", 0, None, integer=True)
+        self._set("homophily", 0, 1)
+        self._set("feature_noise", 0, None)
+        if self._set("degree_exponent", 0, None) != 0 and self.degree_exponent <= 1:
+            raise ValueError(f"degree_exponent = {self.degree_exponent!r}; expected 0 (uniform "
+                             f"degrees) or a number > 1")
+        fracs = [self._set(f, 0, 1) for f in ("train_frac", "val_frac", "test_frac")]
+        if sum(fracs) > 1 + 1e-9:
+            raise ValueError(f"train_frac + val_frac + test_frac = {sum(fracs)!r}; expected a "
+                             f"sum in [0, 1]")
+
+    def _set(self, name: str, lo: float, hi: float | None, integer: bool = False) -> float:
+        """Validates field ``name`` and stores it as a plain int/float (JSON-friendly)."""
+        value = _check(name, getattr(self, name), lo, hi, integer)
+        object.__setattr__(self, name, value)
+        return value
+
+
+def _check(name: str, value: Any, lo: float, hi: float | None, integer: bool = False) -> float:
+    kind = numbers.Integral if integer else numbers.Real
+    ok = (isinstance(value, kind) and not isinstance(value, bool)
+          and (integer or math.isfinite(value)))
+    if not ok or value < lo or (hi is not None and value > hi):
+        allowed = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
+        what = "an integer" if integer else "a finite number"
+        raise ValueError(f"{name} = {value!r}; expected {what} {allowed}")
+    return int(value) if integer else float(value)
+
+
+def _rng(config: SyntheticConfig, *key: int) -> np.random.Generator:
+    """The generator for one purpose (and chunk): independent of every other draw."""
+    return np.random.default_rng(np.random.SeedSequence(config.seed, spawn_key=key))
+
+
+_Nodes = collections.namedtuple("_Nodes", "label train val test centroids")
+"""Per-node arrays (labels, split masks) and the (num_classes, feat_dim) class centroids."""
+
+
+def _nodes(config: SyntheticConfig) -> _Nodes:
+    """Labels (balanced communities), the split masks and the class centroids."""
+    n = config.num_nodes
+    label = _rng(config, _LABELS).permutation(np.arange(n, dtype=np.int64) % config.num_classes)
+    perm = _rng(config, _SPLIT).permutation(n)
+    sizes = [int(math.floor(f * n + 1e-9))
+             for f in (config.train_frac, config.val_frac, config.test_frac)]
+    bounds = np.cumsum([0] + sizes)
+    masks = [np.zeros(n, dtype=bool) for _ in sizes]
+    for mask, lo, hi in zip(masks, bounds[:-1], bounds[1:]):
+        mask[perm[lo:hi]] = True
+    scale = CENTROID_DISTANCE / math.sqrt(2 * config.feat_dim)
+    centroids = _rng(config, _CENTROIDS).standard_normal((config.num_classes, config.feat_dim))
+    return _Nodes(label, *masks, (centroids * scale).astype(np.float32))
+
+
+def _feature_rows(config: SyntheticConfig, nodes: _Nodes, lo: int, hi: int) -> np.ndarray:
+    """Features of rows [lo, hi), from the fixed-size RNG blocks that cover them."""
+    b0, b1 = lo // _FEAT_BLOCK, -(-hi // _FEAT_BLOCK)
+    out = np.empty((hi - lo, config.feat_dim), dtype=np.float32)
+    noise = np.float32(config.feature_noise)
+    for b in range(b0, b1):
+        start, stop = b * _FEAT_BLOCK, min((b + 1) * _FEAT_BLOCK, config.num_nodes)
+        block = _rng(config, _FEATURES, b).standard_normal(
+            (stop - start, config.feat_dim), dtype=np.float32)
+        s, e = max(start, lo), min(stop, hi)
+        rows = block[s - start:e - start]
+        rows *= noise
+        rows += nodes.centroids[nodes.label[s:e]]
+        out[s - lo:e - lo] = rows
+    return out
+
+
+def _theta(config: SyntheticConfig) -> np.ndarray:
+    """Degree propensities: capped Pareto with density ~ x**-degree_exponent, or all ones."""
+    n, gamma = config.num_nodes, config.degree_exponent
+    if gamma == 0:
+        return np.ones(n)
+    u = _rng(config, _THETA).random(n)
+    theta = (1.0 - u) ** (-1.0 / (gamma - 1.0))
+    mean_degree = max(config.num_edges / n, 1.0)
+    ratio = max(1.0, min(math.sqrt(n / mean_degree), (n - 1) / mean_degree))
+    for _ in range(4):  # cap relative to the capped mean (converges quickly)
+        np.minimum(theta, ratio * theta.mean(), out=theta)
+    return theta
+
+
+class _Sampler:
+    """Draws candidate undirected pairs from the DC-SBM as sorted unique int64 keys."""
+
+    def __init__(self, config: SyntheticConfig, label: np.ndarray):
+        self.config, n = config, config.num_nodes
+        self.order = np.argsort(label, kind="stable")
+        self.comm = label[self.order]
+        self.cum = np.cumsum(_theta(config)[self.order])
+        sizes = np.bincount(label, minlength=config.num_classes)
+        self.first = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        self.last = self.first + sizes - 1
+        self.mass_lo = np.where(self.first > 0, self.cum[self.first - 1], 0.0)
+        self.mass = self.cum[self.last] - self.mass_lo
+        self.total = float(self.cum[-1])
+        self.n = n
+
+    def keys(self, inside: bool, rnd: int, count: int) -> np.ndarray:
+        """``count`` intra- (or inter-) community candidates of round ``rnd``, in chunks."""
+        parts = [self._chunk(inside, rnd, c, min(_EDGE_CHUNK, count - c * _EDGE_CHUNK))
+                 for c in range(-(-count // _EDGE_CHUNK))]
+        return np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
+
+    def _chunk(self, inside: bool, rnd: int, chunk: int, size: int) -> np.ndarray:
+        rng, last = _rng(self.config, _EDGES, int(inside), rnd, chunk), self.n - 1
+        u = rng.random(size) * self.total
+        s_pos = np.minimum(np.searchsorted(self.cum, u, "right"), last)
+        c = self.comm[s_pos]
+        lo, mass = self.mass_lo[c], self.mass[c]
+        x = rng.random(size)
+        if inside:  # proportional to theta inside the community's mass interval
+            x = lo + x * mass
+        else:  # proportional to theta over the rest: skip over the community's interval
+            x *= self.total - mass
+            x += (x >= lo) * mass
+        d_pos = np.minimum(np.searchsorted(self.cum, x, "right"), last)
+        if inside:
+            d_pos = np.clip(d_pos, self.first[c], self.last[c])
+        src, dst = self.order[s_pos], self.order[d_pos]
+        keep = src != dst
+        src, dst = src[keep], dst[keep]
+        return np.minimum(src, dst) * self.n + np.maximum(src, dst)
+
+
+def _edges(config: SyntheticConfig, label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both directions of ``num_edges // 2`` distinct undirected pairs, in shuffled order."""
+    target = config.num_edges // 2
+    if target == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    sampler = _Sampler(config, label)
+    n_in = int(round(config.homophily * target))
+    keys = np.concatenate([_distinct_pairs(sampler, True, n_in),
+                           _distinct_pairs(sampler, False, target - n_in)])
+    if keys.size < target:
+        log.warning("synthetic graph: only %d distinct undirected pairs of the %d requested "
+                    "(dense request); writing %d directed edges", keys.size, target, 2 * keys.size)
+    both = np.concatenate(np.divmod(keys, config.num_nodes))  # [a, b]: reverse is a roll by m
+    m = keys.size
+    del keys
+    perm = np.arange(2 * m, dtype=np.int32 if 2 * m < 2**31 else np.int64)
+    _rng(config, _SHUFFLE).shuffle(perm)
+    src = both[perm]
+    perm += m
+    perm[perm >= 2 * m] -= 2 * m
+    return src, both[perm]
+
+
+def _distinct_pairs(sampler: _Sampler, inside: bool, target: int) -> np.ndarray:
+    """``target`` distinct pair keys (fewer if the model cannot give that many), topping up the
+    deficit left by self loops and repeats round by round and trimming any surplus at random."""
+    keys, drawn = np.empty(0, np.int64), 0
+    for rnd in range(_MAX_ROUNDS):
+        deficit = target - keys.size
+        if deficit <= 0:
+            break
+        rate = max(keys.size / drawn if drawn else 1.0, 0.05)
+        count = min(int(deficit / rate * 1.05) + 64, 4 * deficit + 1024)
+        keys = np.union1d(keys, sampler.keys(inside, rnd, count))
+        drawn += count
+        log.debug("%s-community round %d: drew %d, %d of %d distinct pairs",
+                  "intra" if inside else "inter", rnd, count, keys.size, target)
+    if keys.size > target:
+        keys = keys[_rng(sampler.config, _SUBSET, int(inside)).permutation(keys.size)[:target]]
+    return keys
+
+
+def _provenance(config: SyntheticConfig) -> dict[str, Any]:
+    return {"generator": "dcsbm", "seed": config.seed, "config": dataclasses.asdict(config)}
+
+
+def generate_synthetic(config: SyntheticConfig) -> GraphDataset:
+    """Builds the synthetic graph in memory (for small graphs and tests).
+
+    Args:
+        config: the generator parameters.
+
+    Returns:
+        The dataset; ``extra`` holds the provenance written to meta.json by
+        :func:`write_synthetic`, which produces the same arrays for the same config.
+    """
+    nodes = _nodes(config)
+    src, dst = _edges(config, nodes.label)
+    feat = _feature_rows(config, nodes, 0, config.num_nodes)
+    return GraphDataset(src, dst, feat, nodes.label, nodes.train, nodes.val, nodes.test,
+                        config.num_classes, _provenance(config))
+
+
+def write_synthetic(config: SyntheticConfig, out_dir: str | os.PathLike, overwrite: bool = False,
+                    rows_per_chunk: int = 65536, progress: bool = False) -> DatasetMeta:
+    """Generates the synthetic graph straight into a dataset directory, atomically.
+
+    Node rows are generated and written ``rows_per_chunk`` at a time, so memory holds the
+    edge arrays and per-node scalars but never the whole feature matrix. The output equals
+    :func:`generate_synthetic` for the same config, whatever ``rows_per_chunk``.
+
+    Args:
+        config: the generator parameters.
+        out_dir: the dataset directory to create.
+        overwrite: replace an existing ``out_dir`` (only once the new one is complete).
+        rows_per_chunk: node rows per generated chunk and Parquet row group.
+        progress: show a tqdm progress bar over the node rows.
+
+    Returns:
+        The meta.json contents; ``num_edges`` is the real (even) count written.
+
+    Raises:
+        FileExistsError: ``out_dir`` exists and ``overwrite`` is false.
+        ValueError: ``rows_per_chunk`` < 1.
+    """
+    _check("rows_per_chunk", rows_per_chunk, 1, None, integer=True)
+    n = config.num_nodes
+    with atomic_directory(out_dir, overwrite) as tmp:
+        log.info("synthetic graph: %d nodes, generating ~%d edges", n, config.num_edges)
+        nodes = _nodes(config)
+        src, dst = _edges(config, nodes.label)
+        num_edges = int(src.size)
+        pq.write_table(pa.Table.from_batches([edge_batch(src, dst)], schema=EDGE_SCHEMA),
+                       tmp / EDGES_FILE)
+        del src, dst
+        with pq.ParquetWriter(tmp / NODES_FILE, node_schema(config.feat_dim)) as writer, \
+                tqdm(total=n, unit="node", desc="nodes", disable=not progress) as bar:
+            for lo in range(0, n, rows_per_chunk):
+                hi = min(lo + rows_per_chunk, n)
+                writer.write_batch(node_batch(
+                    nodes.label[lo:hi], nodes.train[lo:hi], nodes.val[lo:hi], nodes.test[lo:hi],
+                    _feature_rows(config, nodes, lo, hi)))
+                bar.update(hi - lo)
+        meta = DatasetMeta(n, num_edges, config.feat_dim, config.num_classes,
+                           _provenance(config))
+        (tmp / META_FILE).write_text(json.dumps(meta.to_json(), indent=2))
+    log.info("wrote %s: %d nodes, %d directed edges", out_dir, n, num_edges)
+    return meta

@@ -1,0 +1,39 @@
+"""Regenerates the options tables in docs/ from the registered plug-ins' Config metadata.
+
+Each table sits between ``<!-- options:REGISTRY:begin -->`` and ``<!-- options:REGISTRY:end -->``
+markers; tests/unit/test_docs.py fails when a table is out of date.
+
+    python scripts/gen_docs.py          # rewrite the tables
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = {"docs/partitioners.md": "partitioners"}
+
+
+def registries():
+    from dglx_dist.partition import PARTITIONERS
+    return {"partitioners": PARTITIONERS}
+
+
+def render(text: str, key: str, table: str) -> str:
+    pattern = re.compile(rf"(<!-- options:{key}:begin -->\n).*?(<!-- options:{key}:end -->)", re.S)
+    if not pattern.search(text):
+        raise ValueError(f"no options:{key} markers found")
+    return pattern.sub(lambda m: m.group(1) + table + "\n" + m.group(2), text)
+
+
+def main() -> int:
+    regs = registries()
+    for page, key in PAGES.items():
+        path = ROOT / page
+        path.write_text(render(path.read_text(), key, regs[key].options_markdown()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""Shared fixtures. Every test is checked for leaked environment variables and child processes."""
+from __future__ import annotations
+
+import os
+import time
+
+os.environ.setdefault("DGLBACKEND", "pytorch")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import psutil  # noqa: E402
+import pytest  # noqa: E402
+
+from dglx_dist.data import builtin_path, read_dataset  # noqa: E402
+from dglx_dist.testing import tiny_dataset  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _no_leaks():
+    env_before = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    yield
+    env_after = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    leaked = {k for k in set(env_after) ^ set(env_before)}
+    leaked |= {k for k in env_before if k in env_after and env_after[k] != env_before[k]}
+    assert not leaked, f"test leaked environment variables: {sorted(leaked)}"
+    deadline = time.monotonic() + 5
+    me = psutil.Process()
+    while (children := [c for c in me.children(recursive=True) if c.is_running()
+                        and c.status() != psutil.STATUS_ZOMBIE]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not children, f"test left child processes behind: {[c.pid for c in children]}"
+
+
+@pytest.fixture(scope="session")
+def cora():
+    return read_dataset(builtin_path("cora"))
+
+
+@pytest.fixture
+def tiny():
+    return tiny_dataset()

@@ -1,0 +1,60 @@
+"""The ``dglx`` command run as a subprocess, the way users and the README run it."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from dglx_dist.data import builtin_path, read_dataset
+from dglx_dist.partition import PARTITIONERS, PartitionDir
+
+pytestmark = pytest.mark.e2e
+
+
+def dglx(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "dglx_dist", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_datagen_then_partition(tmp_path):
+    data = tmp_path / "syn"
+    r = dglx("datagen", data, "--num-nodes", 3000, "--num-edges", 30000, "--feat-dim", 16,
+             "--num-classes", 4, "--seed", 5)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1])["num_nodes"] == 3000
+    ds = read_dataset(data)
+    assert ds.num_edges == 30000 and ds.feat_dim == 16
+
+    r = dglx("partition", data, tmp_path / "parts", "--method", "metis", "--parts", 3,
+             "--opt", "balance=train,edges")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout.strip().splitlines()[-1])
+    assert report["num_parts"] == 3 and 0 < report["edge_cut"] < ds.num_edges
+    assert set(report["imbalance"]) == {"nodes", "edges", "train", "val", "test"}
+    assert "| method | parts | edge_cut |" in r.stdout
+    pdir = PartitionDir(tmp_path / "parts")
+    assert pdir.manifest["partitioner"]["options"]["balance"] == ["train", "edges"]
+
+
+def test_demo_partitions_cora_with_every_partitioner():
+    r = dglx("demo")
+    assert r.returncode == 0, r.stderr
+    table = r.stdout.split("every registered partitioner")[-1]
+    for name in PARTITIONERS.names():
+        assert f"| {name} | 4 |" in table
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--parts", "0"], "num_parts = 0; expected 1 <= num_parts <= num_nodes (2708)"),
+    (["--method", "grid"], "unknown partitioner 'grid'; valid names: feature_dim, hash, metis"),
+    (["--opt", "colour=red"], "unknown option(s) ['colour'] for partitioner 'metis'"),
+    (["--method", "feature_dim", "--parts", "2000"],
+     "feature_dim: num_parts = 2000 but the features have only 1433 columns"),
+    (["--memory-limit", "1000"], "needs about"),
+])
+def test_bad_arguments_fail_before_writing(tmp_path, args, message):
+    out = tmp_path / "parts"
+    r = dglx("partition", builtin_path(), out, *args)
+    assert r.returncode == 2
+    assert message in r.stderr
+    assert not out.exists() and list(tmp_path.iterdir()) == []

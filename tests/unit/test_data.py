@@ -1,0 +1,101 @@
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from dglx_dist.data import builtin_path, from_dgl, read_dataset, read_meta, to_dgl, write_dataset
+from dglx_dist.errors import DatasetFormatError
+
+
+def test_cora_is_shipped_with_the_planetoid_split(cora):
+    assert (cora.num_nodes, cora.num_edges, cora.feat_dim, cora.num_classes) == \
+        (2708, 10556, 1433, 7)
+    assert (cora.train.sum(), cora.val.sum(), cora.test.sum()) == (140, 500, 1000)
+    assert cora.feat.dtype == np.float32 and cora.feat.flags.writeable
+
+
+def _same(a, b):
+    for f in ("src", "dst", "feat", "label", "train", "val", "test"):
+        assert np.array_equal(getattr(a, f), getattr(b, f)), f
+    assert a.num_classes == b.num_classes
+
+
+def test_round_trip_directory_and_dgl(tiny, tmp_path):
+    write_dataset(tiny, tmp_path / "d")
+    back = read_dataset(tmp_path / "d")
+    _same(tiny, back)
+    assert back.extra == tiny.extra
+    g = to_dgl(back)
+    assert g.num_nodes() == tiny.num_nodes and g.num_edges() == tiny.num_edges
+    assert torch.equal(g.ndata["train_mask"], torch.from_numpy(tiny.train))
+    _same(tiny, from_dgl(g, num_classes=tiny.num_classes))
+
+
+def test_write_refuses_existing_and_overwrite_replaces(tiny, tmp_path):
+    out = tmp_path / "d"
+    write_dataset(tiny, out)
+    with pytest.raises(FileExistsError):
+        write_dataset(tiny, out)
+    assert read_dataset(out).num_nodes == tiny.num_nodes
+    write_dataset(tiny, out, overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+
+
+@pytest.fixture
+def ddir(tiny, tmp_path):
+    return write_dataset(tiny, tmp_path / "d")
+
+
+def _rewrite(path, name, **columns):
+    table = pq.read_table(path / name)
+    for col, arr in columns.items():
+        i = table.schema.get_field_index(col)
+        table = (table.set_column(i, col, arr) if i >= 0 else table.append_column(col, arr))
+    pq.write_table(table, path / name)
+
+
+def _meta(path, **changes):
+    meta = json.loads((path / "meta.json").read_text())
+    meta.update(changes)
+    (path / "meta.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("breakage, message", [
+    (lambda p: (p / "edges.parquet").unlink(), r"edges\.parquet: missing"),
+    (lambda p: (p / "meta.json").unlink(), r"meta\.json: missing"),
+    (lambda p: (p / "meta.json").write_text("{nope"), r"not valid JSON"),
+    (lambda p: _meta(p, num_nodes=-1), r"field 'num_nodes' = -1; expected an integer >= 0"),
+    (lambda p: _meta(p, num_edges=5), r"edges\.parquet: \d+ rows; expected 5"),
+    (lambda p: _meta(p, feat_dim=9), r"field 'feat' has width 8; expected 9"),
+    (lambda p: _meta(p, num_classes=2), r"field 'label' row \d+ = 2; expected a class in \[0, 2\)"),
+    (lambda p: _rewrite(p, "edges.parquet", src=pa.array(np.zeros(
+        pq.read_metadata(p / "edges.parquet").num_rows), pa.float64())),
+     r"field 'src' has type double; expected integer"),
+    (lambda p: _rewrite(p, "edges.parquet", dst=pa.array(np.full(
+        pq.read_metadata(p / "edges.parquet").num_rows, 60), pa.int64())),
+     r"field 'dst' row 0 = 60; expected a node id in \[0, 60\)"),
+    (lambda p: pq.write_table(pq.read_table(p / "nodes.parquet").drop_columns(["train"]),
+                              p / "nodes.parquet"), r"missing field 'train'"),
+    (lambda p: (p / "nodes.parquet").write_bytes(b"PAR1 not really"), r"not a readable Parquet"),
+])
+def test_bad_dataset_is_named(ddir, breakage, message):
+    breakage(ddir)
+    with pytest.raises(DatasetFormatError, match=message):
+        read_dataset(ddir)
+
+
+def test_ragged_feature_rows_are_rejected(tiny, tmp_path):
+    out = write_dataset(tiny, tmp_path / "d")
+    rows = [list(r) for r in tiny.feat]
+    rows[7] = rows[7][:-1]
+    _rewrite(out, "nodes.parquet", feat=pa.array(rows, pa.list_(pa.float32())))
+    with pytest.raises(DatasetFormatError, match=r"field 'feat' row 7 has 7 values; expected 8"):
+        read_dataset(out)
+
+
+def test_read_meta_is_cheap_and_keeps_provenance():
+    meta = read_meta(builtin_path("cora"))
+    assert meta.num_nodes == 2708 and meta.extra["name"] == "cora"

@@ -1,0 +1,151 @@
+"""Partition directories: refusing bad input, surviving interruption, detecting damage."""
+import json
+
+import numpy as np
+import pytest
+
+from dglx_dist.errors import InsufficientMemoryError, PartitionError, PartitionFormatError
+from dglx_dist.partition import PartitionDir, partition_dataset
+from dglx_dist.partition import io as pio
+from dglx_dist.testing import tiny_dataset
+
+
+@pytest.fixture
+def pdir_path(tiny, tmp_path):
+    out = tmp_path / "parts"
+    partition_dataset(tiny, out, "metis", 3)
+    return out
+
+
+def test_interrupted_partitioning_leaves_nothing_loadable(tiny, tmp_path, monkeypatch):
+    real = pio._write_part
+
+    def dies_on_part_1(pc, folder):
+        if pc.part == 1:
+            raise KeyboardInterrupt("simulated kill")
+        return real(pc, folder)
+
+    monkeypatch.setattr(pio, "_write_part", dies_on_part_1)
+    with pytest.raises(KeyboardInterrupt):
+        partition_dataset(tiny, tmp_path / "parts", "hash", 3)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_interrupted_overwrite_keeps_previous(pdir_path, tiny, monkeypatch):
+    before = json.loads((pdir_path / pio.MANIFEST).read_text())
+    monkeypatch.setattr(pio, "_write_part", lambda pc, folder: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        partition_dataset(tiny, pdir_path, "hash", 2, overwrite=True)
+    assert json.loads((pdir_path / pio.MANIFEST).read_text()) == before
+    PartitionDir(pdir_path).load_part(2)
+    assert sorted(p.name for p in pdir_path.parent.iterdir()) == ["parts"]
+
+
+def test_existing_output_is_refused_untouched(pdir_path, tiny):
+    before = (pdir_path / pio.MANIFEST).read_bytes()
+    with pytest.raises(PartitionError, match="already exists"):
+        partition_dataset(tiny, pdir_path, "hash", 2)
+    assert (pdir_path / pio.MANIFEST).read_bytes() == before
+    partition_dataset(tiny, pdir_path, "hash", 2, overwrite=True)
+    assert PartitionDir(pdir_path).num_parts == 2
+
+
+def test_memory_estimate_refuses_before_work(tiny, tmp_path):
+    with pytest.raises(InsufficientMemoryError, match=r"needs about .* MiB .* only 0 MiB"):
+        partition_dataset(tiny, tmp_path / "p", "metis", 2, memory_limit=1000)
+    assert not (tmp_path / "p").exists()
+
+
+def test_estimate_grows_with_graph():
+    from dglx_dist.data.format import DatasetMeta
+    from dglx_dist.partition import PARTITIONERS
+    small, big = DatasetMeta(10**4, 10**5, 16, 4), DatasetMeta(10**6, 2 * 10**7, 128, 4)
+    for name in PARTITIONERS.names():
+        part = PARTITIONERS.build(name)
+        assert part.estimate_peak_bytes(big, 4) > 50 * part.estimate_peak_bytes(small, 4)
+    assert (PARTITIONERS.build("metis").estimate_peak_bytes(big, 4)
+            > PARTITIONERS.build("hash").estimate_peak_bytes(big, 4))
+
+
+def test_damaged_part_is_detected_and_others_still_load(pdir_path):
+    victim = pdir_path / "part-00001" / "edges.parquet"
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    pdir = PartitionDir(pdir_path)
+    with pytest.raises(PartitionFormatError, match=r"edges\.parquet: sha256 .* does not match"):
+        pdir.load_part(1)
+    # loading one part never reads another's files
+    for name in pio.PART_FILES:
+        (pdir_path / "part-00002" / name).unlink()
+    assert pdir.load_part(0).num_core > 0
+    with pytest.raises(PartitionFormatError, match=r"part-00002/nodes\.parquet: missing"):
+        pdir.load_part(2)
+
+
+def _edit_manifest(path, fn):
+    m = json.loads((path / pio.MANIFEST).read_text())
+    fn(m)
+    (path / pio.MANIFEST).write_text(json.dumps(m))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: m.update(version=2), r"version 2; this dglx_dist reads version 1"),
+    (lambda m: m.update(version=0), r"version 0; this dglx_dist reads version 1"),
+    (lambda m: m.update(format="dgl"), r"format 'dgl'; expected 'dglx-partition'"),
+    (lambda m: m.pop("node_book"), r"field 'node_book' = None; expected dict"),
+    (lambda m: m.update(num_parts=5), r"3 part entries for num_parts = 5"),
+    (lambda m: m["parts"][0].update(num_core=-3), r"parts\[0\]\.num_core = -3"),
+    (lambda m: m["parts"][1]["files"].pop("feat.parquet"), r"parts\[1\]\.files lists"),
+    (lambda m: m["node_book"].update(offsets=[0, 5, 10]), r"node_book covers 10 nodes in 2"),
+    (lambda m: m.update(feature_slices=[0, 3]), r"slices ending at feat_dim = 8"),
+    (lambda m: m["node_book"].update(kind="grid"), r"unknown node book kind 'grid'"),
+])
+def test_bad_manifest_is_named(pdir_path, edit, message):
+    _edit_manifest(pdir_path, edit)
+    with pytest.raises(PartitionFormatError, match=message):
+        PartitionDir(pdir_path)
+
+
+def test_missing_manifest(tmp_path):
+    (tmp_path / "x").mkdir()
+    with pytest.raises(PartitionFormatError, match="missing; not a partition directory"):
+        PartitionDir(tmp_path / "x")
+
+
+def test_part_from_another_partitioning_is_rejected(tiny, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    partition_dataset(tiny, a, "hash", 2, {"seed": 1})
+    partition_dataset(tiny, b, "hash", 2, {"seed": 2})
+    # swap part 0 together with its manifest entry: checksums agree, ownership does not
+    ma, mb = (json.loads((d / pio.MANIFEST).read_text()) for d in (a, b))
+    ma["parts"][0] = mb["parts"][0]
+    (a / pio.MANIFEST).write_text(json.dumps(ma))
+    for name in pio.PART_FILES:
+        (a / "part-00000" / name).write_bytes((b / "part-00000" / name).read_bytes())
+    with pytest.raises(PartitionFormatError, match="does not list the core ids"):
+        PartitionDir(a).load_part(0)
+
+
+def test_out_of_range_local_ids_are_rejected(pdir_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from dglx_dist.data.atomic import sha256_file
+    f = pdir_path / "part-00000" / "edges.parquet"
+    t = pq.read_table(f)
+    src = t.column("src").to_numpy().copy()
+    src[0] = 10**6
+    pq.write_table(t.set_column(0, "src", pa.array(src)), f)
+    _edit_manifest(pdir_path, lambda m: m["parts"][0]["files"]["edges.parquet"].update(
+        bytes=f.stat().st_size, sha256=sha256_file(f)))
+    with pytest.raises(PartitionFormatError, match=r"field 'src' row 0 = 1000000"):
+        PartitionDir(pdir_path).load_part(0)
+
+
+def test_to_original_round_trip(pdir_path, tiny):
+    pdir = PartitionDir(pdir_path)
+    gids = np.arange(tiny.num_nodes)
+    orig = pdir.to_original(gids)
+    assert np.array_equal(np.sort(orig), gids)
+    assert np.array_equal(tiny.label[orig], np.concatenate(
+        [pdir.load_part(p).label for p in range(3)]))

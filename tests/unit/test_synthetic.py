@@ -1,0 +1,139 @@
+"""Tests for the DC-SBM synthetic generator: determinism, graph invariants, learnable signal."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from dglx_dist.data import read_dataset
+from dglx_dist.data.synthetic import SyntheticConfig, generate_synthetic, write_synthetic
+
+SMALL = dict(num_nodes=2000, num_edges=40_000, num_classes=8, feat_dim=16, seed=3)
+ARRAYS = ("src", "dst", "feat", "label", "train", "val", "test")
+
+
+@pytest.fixture(scope="module")
+def small():
+    return generate_synthetic(SyntheticConfig(**SMALL))
+
+
+def _assert_same(a, b):
+    for name in ARRAYS:
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype, name
+        np.testing.assert_array_equal(x, y, err_msg=name)
+    assert a.num_classes == b.num_classes
+
+
+def test_same_seed_gives_identical_arrays(small):
+    _assert_same(small, generate_synthetic(SyntheticConfig(**SMALL)))
+
+
+def test_different_seed_gives_different_data(small):
+    other = generate_synthetic(SyntheticConfig(**{**SMALL, "seed": 4}))
+    for name in ARRAYS:
+        assert not np.array_equal(getattr(small, name), getattr(other, name)), name
+
+
+@pytest.mark.parametrize("rows_per_chunk", [333, 4096])
+def test_write_matches_generate(small, tmp_path, rows_per_chunk):
+    config = SyntheticConfig(**SMALL)
+    meta = write_synthetic(config, tmp_path / "ds", rows_per_chunk=rows_per_chunk)
+    back = read_dataset(tmp_path / "ds")
+    _assert_same(small, back)
+    assert (meta.num_nodes, meta.num_edges, meta.feat_dim, meta.num_classes) == (
+        2000, small.num_edges, 16, 8)
+    raw = json.loads((tmp_path / "ds" / "meta.json").read_text())
+    assert raw["generator"] == "dcsbm" and raw["seed"] == 3
+    assert raw["config"] == dataclasses.asdict(config)
+    assert back.extra == small.extra
+
+
+def test_write_refuses_existing_directory(tmp_path):
+    config = SyntheticConfig(num_nodes=20, num_edges=40, num_classes=2, feat_dim=2)
+    write_synthetic(config, tmp_path / "ds")
+    with pytest.raises(FileExistsError):
+        write_synthetic(config, tmp_path / "ds")
+    meta = write_synthetic(dataclasses.replace(config, seed=1), tmp_path / "ds", overwrite=True)
+    assert read_dataset(tmp_path / "ds").num_edges == meta.num_edges
+
+
+def test_graph_invariants(small):
+    n, src, dst = small.num_nodes, small.src, small.dst
+    assert src.dtype == dst.dtype == np.int64
+    assert src.min() >= 0 and dst.min() >= 0 and max(src.max(), dst.max()) < n
+    assert not np.any(src == dst)
+    keys = src * n + dst
+    assert np.unique(keys).size == keys.size
+    assert np.isin(dst * n + src, keys).all()
+    assert small.num_edges % 2 == 0
+    assert abs(small.num_edges - SMALL["num_edges"]) <= 0.03 * SMALL["num_edges"]
+    assert not np.array_equal(src, np.sort(src))  # shuffled, not grouped by source
+
+
+def test_masks_disjoint_with_right_sizes(small):
+    train, val, test = small.train, small.val, small.test
+    assert (train.sum(), val.sum(), test.sum()) == (200, 200, 400)
+    assert not np.any((train & val) | (train & test) | (val & test))
+    assert small.feat.dtype == np.float32 and small.feat.shape == (2000, 16)
+    assert np.array_equal(np.bincount(small.label), np.full(8, 250))
+
+
+@pytest.mark.parametrize("homophily", [0.8, 0.3])
+def test_edge_homophily_matches_config(homophily):
+    ds = generate_synthetic(SyntheticConfig(**{**SMALL, "homophily": homophily}))
+    measured = np.mean(ds.label[ds.src] == ds.label[ds.dst])
+    assert abs(measured - homophily) < 0.05
+
+
+def test_nearest_centroid_beats_chance(small):
+    centroids = np.stack([small.feat[small.train & (small.label == k)].mean(0)
+                          for k in range(small.num_classes)])
+    feat = small.feat[small.test]
+    pred = ((feat[:, None, :] - centroids[None]) ** 2).sum(-1).argmin(1)
+    accuracy = np.mean(pred == small.label[small.test])
+    assert accuracy > 2.0 / small.num_classes
+
+
+def test_degrees_skewed_only_with_power_law(small):
+    deg = np.bincount(small.src, minlength=small.num_nodes)
+    assert deg.max() > 5 * deg.mean()
+    flat = generate_synthetic(SyntheticConfig(**{**SMALL, "degree_exponent": 0}))
+    deg = np.bincount(flat.src, minlength=flat.num_nodes)
+    assert deg.max() < 3 * deg.mean()
+
+
+def test_tiny_and_empty_graphs():
+    ds = generate_synthetic(SyntheticConfig(num_nodes=2, num_edges=1, num_classes=2, feat_dim=1))
+    assert ds.num_edges == 0 and ds.feat.shape == (2, 1)
+    dense = generate_synthetic(SyntheticConfig(num_nodes=30, num_edges=870, num_classes=2,
+                                               homophily=0.5, feat_dim=1))
+    assert 0 < dense.num_edges <= 870 and dense.num_edges % 2 == 0
+
+
+@pytest.mark.parametrize("field,value", [
+    ("num_nodes", 1), ("num_nodes", 2.5), ("num_edges", -2), ("num_edges", 10_000 * 9_999 + 1),
+    ("num_classes", 1), ("num_classes", 10_001), ("feat_dim", 0), ("homophily", 1.5),
+    ("homophily", float("nan")), ("degree_exponent", 0.5), ("degree_exponent", -1.0),
+    ("feature_noise", -0.1), ("train_frac", 1.2), ("test_frac", 0.9), ("seed", -1),
+    ("seed", True),
+])
+def test_invalid_config_names_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        SyntheticConfig(**{field: value})
+
+
+def test_write_rejects_bad_chunk_size(tmp_path):
+    with pytest.raises(ValueError, match="rows_per_chunk"):
+        write_synthetic(SyntheticConfig(num_nodes=10, num_edges=10), tmp_path / "x",
+                        rows_per_chunk=0)
+    assert not (tmp_path / "x").exists()
+
+
+def test_numpy_scalars_are_normalised_for_json():
+    config = SyntheticConfig(num_nodes=np.int64(100), num_edges=np.int32(50),
+                             homophily=np.float32(0.5), feature_noise=1)
+    assert type(config.num_nodes) is int and type(config.feature_noise) is float
+    json.dumps(dataclasses.asdict(config))
