@@ -26,7 +26,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dglx_dist.data.atomic import atomic_directory
-from dglx_dist.data.parquet import check_range, column_numpy, feat_to_numpy, read_checked
+from dglx_dist.data.checked import (check_range, column_numpy, feat_to_numpy, read_checked,
+                                   read_json_object)
 from dglx_dist.errors import DatasetFormatError
 
 __all__ = ["GraphDataset", "DatasetMeta", "read_dataset", "read_meta", "write_dataset",
@@ -116,12 +117,7 @@ def read_meta(path: str | os.PathLike) -> DatasetMeta:
     if not file.is_file():
         raise DatasetFormatError(f"{file}: missing; a dataset directory needs {META_FILE}, "
                                  f"{EDGES_FILE} and {NODES_FILE}")
-    try:
-        raw = json.loads(file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DatasetFormatError(f"{file}: not valid JSON ({exc})") from None
-    if not isinstance(raw, dict):
-        raise DatasetFormatError(f"{file}: expected a JSON object, got {type(raw).__name__}")
+    raw = read_json_object(file, DatasetFormatError)
     values = {}
     for key in _META_INTS:
         v = raw.get(key)

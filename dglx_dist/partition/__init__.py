@@ -8,7 +8,8 @@ from dglx_dist.partition import metis as _metis  # noqa: F401  (registers)
 from dglx_dist.partition.base import PARTITIONERS, Partitioner, PartitionPlan
 from dglx_dist.partition.book import FeatureSlices, HashBook, NodeBook, RangeBook
 from dglx_dist.partition.driver import check_memory, partition_dataset
-from dglx_dist.partition.load import Partition, PartitionDir
+from dglx_dist.partition.layout import Partition
+from dglx_dist.partition.load import PartitionDir
 from dglx_dist.partition.quality import QualityReport
 
 __all__ = ["PARTITIONERS", "Partitioner", "PartitionPlan", "NodeBook", "RangeBook", "HashBook",

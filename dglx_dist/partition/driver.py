@@ -20,7 +20,7 @@ from dglx_dist.measure import PeakRSS
 from dglx_dist.partition.base import PARTITIONERS, Partitioner, PartitionPlan
 from dglx_dist.partition.book import FeatureSlices
 from dglx_dist.partition.io import write_partitions
-from dglx_dist.partition.layout import Layout, PartContents
+from dglx_dist.partition.layout import Layout, Partition
 from dglx_dist.partition.quality import QualityReport
 
 __all__ = ["partition_dataset", "check_memory"]
@@ -81,7 +81,7 @@ def partition_dataset(data: str | os.PathLike | GraphDataset, out: str | os.Path
         layout = Layout(ds, plan)
         halos: list[int] = []
 
-        def on_part(pc: PartContents) -> None:
+        def on_part(pc: Partition) -> None:
             halos.append(int(pc.halo_gid.size))
             bar.update()
 

@@ -36,8 +36,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dglx_dist.data.atomic import atomic_directory, sha256_file
+from dglx_dist.data.checked import read_json_object
 from dglx_dist.errors import PartitionFormatError
-from dglx_dist.partition.layout import PartContents
+from dglx_dist.partition.layout import Partition
 
 __all__ = ["write_partitions", "read_manifest", "MANIFEST", "FORMAT", "VERSION", "PART_FILES",
            "part_dir_name"]
@@ -50,7 +51,7 @@ def part_dir_name(p: int) -> str:
     return f"part-{p:05d}"
 
 
-def _write_part(pc: PartContents, folder: Path) -> dict[str, Any]:
+def _write_part(pc: Partition, folder: Path) -> dict[str, Any]:
     folder.mkdir()
     tables = {
         "nodes.parquet": pa.table({"gid": pc.core_gid, "orig_id": pc.core_orig,
@@ -72,14 +73,14 @@ def _write_part(pc: PartContents, folder: Path) -> dict[str, Any]:
 
 
 def write_partitions(out: str | os.PathLike, header: dict[str, Any], parts,
-                     overwrite: bool = False, on_part: Callable[[PartContents], None] | None = None
+                     overwrite: bool = False, on_part: Callable[[Partition], None] | None = None
                      ) -> Path:
     """Writes every part from the iterable ``parts`` and then the manifest, atomically.
 
     Args:
         out: the partition directory to create.
         header: manifest fields other than ``format``, ``version`` and ``parts``.
-        parts: iterable of :class:`PartContents`, consumed one at a time.
+        parts: iterable of :class:`Partition`, consumed one at a time.
         overwrite: replace an existing ``out`` once the new one is complete.
         on_part: called after each part is written (progress, statistics).
     """
@@ -110,16 +111,9 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
     if not file.is_file():
         hint = " (an interrupted partitioning leaves none)" if Path(path).is_dir() else ""
         raise PartitionFormatError(f"{file}: missing; not a partition directory{hint}")
-    if file.stat().st_size > 256 << 20:
-        raise PartitionFormatError(f"{file}: {file.stat().st_size} bytes; a manifest is small, "
-                                   f"refusing to read more than 256 MiB")
-    try:
-        m = json.loads(file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise PartitionFormatError(f"{file}: not valid JSON ({exc})") from None
-    if not isinstance(m, dict) or m.get("format") != FORMAT:
-        got = m.get("format") if isinstance(m, dict) else type(m).__name__
-        raise PartitionFormatError(f"{file}: format {got!r}; expected {FORMAT!r}")
+    m = read_json_object(file, PartitionFormatError, max_bytes=256 << 20)
+    if m.get("format") != FORMAT:
+        raise PartitionFormatError(f"{file}: format {m.get('format')!r}; expected {FORMAT!r}")
     if m.get("version") != VERSION:
         raise PartitionFormatError(
             f"{file}: version {m.get('version')!r}; this dglx_dist reads version {VERSION} "

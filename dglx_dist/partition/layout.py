@@ -12,16 +12,19 @@ import dataclasses
 from typing import Iterator
 
 import numpy as np
+import torch
 
 from dglx_dist.data.format import GraphDataset
 from dglx_dist.partition.base import PartitionPlan
 
-__all__ = ["PartContents", "Layout"]
+__all__ = ["Partition", "Layout"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class PartContents:
-    """One part's arrays, ready to be written.
+class Partition:
+    """One part's arrays: what the layout writes and what ``PartitionDir.load_part`` returns.
+
+    Local ids: core nodes ``0 .. num_core-1``, then HALO nodes.
 
     Attributes:
         part: part index.
@@ -48,6 +51,38 @@ class PartContents:
     test: np.ndarray
     feat: np.ndarray
     feat_cols: tuple[int, int]
+
+    @property
+    def num_core(self) -> int:
+        return int(self.core_gid.size)
+
+    @property
+    def num_halo(self) -> int:
+        return int(self.halo_gid.size)
+
+    @property
+    def local_gid(self) -> np.ndarray:
+        """Global id of every local node (core then HALO)."""
+        return np.concatenate([self.core_gid, self.halo_gid])
+
+    def local_graph(self):
+        """The part's structure as a DGLGraph over its local nodes.
+
+        ndata: ``_ID`` (global id), ``inner_node`` (core or HALO), ``orig_id``; edata: ``_ID``
+        (the edge's row in the dataset). Labels, masks and features stay in the arrays (they
+        cover core nodes only, or columns only, depending on the partitioner).
+        """
+        import dgl
+
+        n = self.num_core + self.num_halo
+        g = dgl.graph((torch.from_numpy(self.src), torch.from_numpy(self.dst)), num_nodes=n)
+        g.ndata["_ID"] = torch.from_numpy(self.local_gid)
+        g.ndata["orig_id"] = torch.from_numpy(np.concatenate([self.core_orig, self.halo_orig]))
+        inner = np.zeros(n, dtype=bool)
+        inner[:self.num_core] = True
+        g.ndata["inner_node"] = torch.from_numpy(inner)
+        g.edata["_ID"] = torch.from_numpy(self.eid)
+        return g
 
 
 class Layout:
@@ -79,12 +114,12 @@ class Layout:
         """Edges whose endpoints have different owners."""
         return int(np.count_nonzero(self.src_owner != self.dst_owner))
 
-    def parts(self) -> Iterator[PartContents]:
+    def parts(self) -> Iterator[Partition]:
         """Each part's contents, one at a time (only one part's copies live at once)."""
         for p in range(self.book.num_parts):
             yield self.part(p)
 
-    def part(self, p: int) -> PartContents:
+    def part(self, p: int) -> Partition:
         idx = self.edge_order[self.edge_bounds[p]:self.edge_bounds[p + 1]]
         src, dst, src_owner = self.src[idx], self.dst[idx], self.src_owner[idx]
         remote = src_owner != p
@@ -104,7 +139,7 @@ class Layout:
             all_orig = self.orig(np.arange(ds.num_nodes, dtype=np.int64))
             feat = np.ascontiguousarray(ds.feat[all_orig, sl] if self.plan.orig_ids is not None
                                         else ds.feat[:, sl])
-        return PartContents(
+        return Partition(
             part=p, core_gid=core, core_orig=core_orig, halo_gid=halo, halo_orig=self.orig(halo),
             src=local_src, dst=self.book.to_local(dst), eid=idx.astype(np.int64),
             label=ds.label[core_orig], train=ds.train[core_orig], val=ds.val[core_orig],

@@ -6,78 +6,22 @@ against the part's ranges before returning.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from dglx_dist.data.atomic import sha256_file
-from dglx_dist.data.parquet import check_range, column_numpy, feat_to_numpy, read_checked
+from dglx_dist.data.checked import check_range, column_numpy, feat_to_numpy, read_checked
 from dglx_dist.errors import PartitionFormatError
 from dglx_dist.partition.book import FeatureSlices, NodeBook, book_from_json
 from dglx_dist.partition.io import read_manifest
+from dglx_dist.partition.layout import Partition
 
 __all__ = ["PartitionDir", "Partition"]
 
 _ERR = PartitionFormatError
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Partition:
-    """One loaded part. Local ids: core nodes ``0..num_core-1``, then HALO nodes.
-
-    Attributes mirror :class:`dglx_dist.partition.layout.PartContents`.
-    """
-
-    part: int
-    core_gid: np.ndarray
-    core_orig: np.ndarray
-    halo_gid: np.ndarray
-    halo_orig: np.ndarray
-    src: np.ndarray
-    dst: np.ndarray
-    eid: np.ndarray
-    label: np.ndarray
-    train: np.ndarray
-    val: np.ndarray
-    test: np.ndarray
-    feat: np.ndarray
-    feat_cols: tuple[int, int]
-
-    @property
-    def num_core(self) -> int:
-        return int(self.core_gid.size)
-
-    @property
-    def num_halo(self) -> int:
-        return int(self.halo_gid.size)
-
-    @property
-    def local_gid(self) -> np.ndarray:
-        """Global id of every local node (core then HALO)."""
-        return np.concatenate([self.core_gid, self.halo_gid])
-
-    def local_graph(self):
-        """The part's structure as a DGLGraph over its local nodes.
-
-        ndata: ``_ID`` (global id), ``inner_node`` (core or HALO), ``orig_id``; edata: ``_ID``
-        (the edge's row in the dataset). Node data of core nodes (labels, masks) is attached
-        too; features are not, since their layout depends on the partitioner.
-        """
-        import dgl
-
-        n = self.num_core + self.num_halo
-        g = dgl.graph((torch.from_numpy(self.src), torch.from_numpy(self.dst)), num_nodes=n)
-        g.ndata["_ID"] = torch.from_numpy(self.local_gid)
-        g.ndata["orig_id"] = torch.from_numpy(np.concatenate([self.core_orig, self.halo_orig]))
-        inner = np.zeros(n, dtype=bool)
-        inner[:self.num_core] = True
-        g.ndata["inner_node"] = torch.from_numpy(inner)
-        g.edata["_ID"] = torch.from_numpy(self.eid)
-        return g
 
 
 class PartitionDir:

@@ -1,4 +1,4 @@
-"""Checked Parquet reading shared by the dataset and partition loaders.
+"""Checked reading of Parquet and JSON files, shared by the dataset and partition loaders.
 
 Schema, row counts, nulls and value ranges are checked before data is used; each problem raises
 the caller's error class with a message naming the file, the field, what was found and what was
@@ -7,13 +7,30 @@ expected is refused before its columns are read.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["read_checked", "column_numpy", "feat_to_numpy", "check_range"]
+__all__ = ["read_checked", "column_numpy", "feat_to_numpy", "check_range", "read_json_object"]
+
+
+def read_json_object(file: Path, error_cls: type[Exception], max_bytes: int = 64 << 20) -> dict:
+    """Reads a JSON object from ``file``, refusing missing, oversized or malformed files."""
+    if not file.is_file():
+        raise error_cls(f"{file}: missing")
+    size = file.stat().st_size
+    if size > max_bytes:
+        raise error_cls(f"{file}: {size} bytes; expected at most {max_bytes}")
+    try:
+        value = json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise error_cls(f"{file}: not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise error_cls(f"{file}: expected a JSON object, got {type(value).__name__}")
+    return value
 
 
 def _type_ok(t: pa.DataType, kind: str) -> bool:
