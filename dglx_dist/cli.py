@@ -1,4 +1,4 @@
-"""The ``dglx`` command: ``dglx datagen | partition | demo``.
+"""The ``dglx`` command: ``dglx datagen | partition | partitioners | demo | commcheck``.
 
 Results go to stdout (a markdown table and a JSON line); logs and progress bars to stderr.
 """
@@ -62,6 +62,31 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_commcheck(args: argparse.Namespace) -> int:
+    import torch
+
+    from dglx_dist.runtime import init
+
+    with init(backend=args.backend) as s:
+        rows = [torch.full((s.rank + 1, 4), float(s.rank)) for _ in range(s.world_size)]
+        got = s.world.all_to_all_v(rows)
+        ok = all(bool((g == j).all()) and g.shape[0] == j + 1 for j, g in enumerate(got))
+        total = s.world.all_reduce(torch.tensor([float(ok)]))
+        counts = s.world.all_gather(torch.tensor(list(s.counter.snapshot().values())))
+        if s.is_main:
+            keys = list(s.counter.snapshot())
+            print(json.dumps({"world_size": s.world_size, "servers": s.topology.num_servers,
+                              "ranks_per_server": s.topology.ranks_per_server,
+                              "backend": s.backend, "launcher": s.env.launcher,
+                              "exchange_ok": int(total.item()) == s.world_size,
+                              "bytes": [dict(zip(keys, c.tolist())) for c in counts]}))
+    return 0
+
+
+def _add_commcheck(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", default=None, help="gloo or nccl (default: nccl if CUDA)")
+
+
 def _add_datagen(p: argparse.ArgumentParser) -> None:
     from dglx_dist.data.synthetic import SyntheticConfig
 
@@ -102,6 +127,8 @@ _COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
     "partitioners": ("list registered partitioners and their options", lambda p: None,
                      _cmd_partitioners),
     "demo": ("partition the built-in Cora with every partitioner", _add_demo, _cmd_demo),
+    "commcheck": ("under torchrun/srun: exchange test tensors, print topology and bytes",
+                  _add_commcheck, _cmd_commcheck),
 }
 
 

@@ -23,11 +23,24 @@ def _no_leaks():
     leaked |= {k for k in env_before if k in env_after and env_after[k] != env_before[k]}
     assert not leaked, f"test leaked environment variables: {sorted(leaked)}"
     deadline = time.monotonic() + 5
-    me = psutil.Process()
-    while (children := [c for c in me.children(recursive=True) if c.is_running()
-                        and c.status() != psutil.STATUS_ZOMBIE]) and time.monotonic() < deadline:
+    while (children := _live_children()) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not children, f"test left child processes behind: {[c.pid for c in children]}"
+
+
+def _live_children():
+    out = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() == psutil.STATUS_ZOMBIE:
+                continue
+            # multiprocessing's resource tracker lives as long as the interpreter, by design
+            if any("resource_tracker" in part for part in child.cmdline()):
+                continue
+        except psutil.NoSuchProcess:
+            continue
+        out.append(child)
+    return out
 
 
 @pytest.fixture(scope="session")

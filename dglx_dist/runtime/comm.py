@@ -1,0 +1,238 @@
+"""Collectives over one process group, with byte counters, timeouts and named failures.
+
+Every strategy sends through a :class:`Comm`, so byte counts cannot be forgotten. Counts are
+*logical* bytes under a direct-exchange model, split by whether the peer is on the same server:
+
+* ``all_to_all_v``: exactly the rows sent to / received from each peer (plus, as ``control``,
+  the 8-byte row counts exchanged first);
+* ``all_gather``: the tensor to every peer; ``reduce_scatter``: one chunk to every peer;
+  ``all_reduce``: ``2 * nbytes / size`` to and from every peer (reduce-scatter + all-gather);
+  ``broadcast``: the tensor from the source to every peer.
+
+Wire bytes of gloo's or NCCL's algorithms differ (rings, trees); the model makes counts
+deterministic and comparable across strategies. Bytes to oneself are not counted.
+
+Every call waits at most ``timeout`` seconds. When a collective fails (a peer died: gloo
+notices at once; or the wait timed out), the error is a :class:`PeerError` that names the
+failed ranks (see :mod:`dglx_dist.runtime.health`), raised on every survivor.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import Callable, Sequence
+
+import torch
+import torch.distributed as dist
+
+from dglx_dist.runtime.health import Health
+from dglx_dist.runtime.topology import Topology
+
+__all__ = ["Comm", "ByteCounter", "PeerError"]
+
+_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
+        "product": dist.ReduceOp.PRODUCT}
+
+
+_PEER_SIGNS = ("timed out", "connection", "read error", "write error", "closed", "reset by peer",
+               "broken pipe", "socket", "unreachable", "nccl error", "aborted")
+
+
+def _is_peer_failure(exc: Exception) -> bool:
+    """Whether a backend error means a peer or the network failed (not a local misuse)."""
+    text = str(exc).lower()
+    return any(sign in text for sign in _PEER_SIGNS)
+
+
+class PeerError(RuntimeError):
+    """A collective failed because a peer died, hung or is unreachable.
+
+    Attributes:
+        ranks: global ranks identified as failed (may be empty when none could be named).
+        op: the collective that failed.
+    """
+
+    def __init__(self, message: str, ranks: Sequence[int], op: str):
+        super().__init__(message)
+        self.ranks, self.op = list(ranks), op
+
+
+@dataclasses.dataclass
+class ByteCounter:
+    """Bytes this rank sent and received, intra- vs inter-server; ``control`` is metadata."""
+
+    sent_intra: int = 0
+    sent_inter: int = 0
+    recv_intra: int = 0
+    recv_inter: int = 0
+    control_sent: int = 0
+    calls: int = 0
+
+    def snapshot(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+    def reset(self) -> None:
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, 0)
+
+
+class Comm:
+    """A communicator: one process group, its members, and the job's counters and health.
+
+    Args:
+        name: the group's name in errors and diagnostics ("world", "server", "cross").
+        group: the torch.distributed group (None: the default group).
+        members: global ranks of the group, in group-rank order.
+        rank: this process's global rank.
+        topology: servers x local ranks, to classify peers.
+        counter: the byte counter shared by the session's communicators.
+        health: heartbeats used to name failed ranks (None: no diagnosis).
+        timeout: seconds any call may wait.
+    """
+
+    def __init__(self, name: str, group, members: Sequence[int], rank: int, topology: Topology,
+                 counter: ByteCounter, health: Health | None, timeout: float):
+        self.name, self.group, self.members = name, group, list(members)
+        self.rank, self.topology, self.counter = rank, topology, counter
+        self.health, self.timeout = health, datetime.timedelta(seconds=timeout)
+        self.index = self.members.index(rank)
+        self._intra = [topology.same_server(rank, m) for m in self.members]
+        self._seq = 0
+        self._broken: PeerError | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    # -- collectives -------------------------------------------------------------------------
+    def all_to_all_v(self, send: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Sends ``send[i]`` to member ``i``; returns what each member sent here.
+
+        Tensors are split along dim 0 and may have any number of rows (0 included); dtype and
+        trailing shape must be the same on every rank.
+        """
+        if len(send) != self.size:
+            raise ValueError(f"all_to_all_v on {self.name} needs {self.size} tensors, "
+                             f"got {len(send)}")
+        trailing, dtype = send[0].shape[1:], send[0].dtype
+        for i, t in enumerate(send):
+            if t.shape[1:] != trailing or t.dtype != dtype:
+                raise ValueError(f"all_to_all_v: tensor {i} is {t.dtype}{tuple(t.shape)}; "
+                                 f"expected {dtype} with trailing shape {tuple(trailing)}")
+        counts = torch.tensor([t.shape[0] for t in send], dtype=torch.int64)
+        recv_counts = torch.empty_like(counts)
+        self._run("all_to_all_v(counts)",
+                  lambda: dist.all_to_all_single(recv_counts, counts, group=self.group,
+                                                 async_op=True))
+        self.counter.control_sent += 8 * (self.size - 1)
+        out = torch.empty((int(recv_counts.sum()), *trailing), dtype=dtype)
+        flat = torch.cat([t.contiguous() for t in send]) if send else out
+        self._run("all_to_all_v", lambda: dist.all_to_all_single(
+            out, flat, output_split_sizes=recv_counts.tolist(),
+            input_split_sizes=counts.tolist(), group=self.group, async_op=True))
+        recv = list(torch.split(out, recv_counts.tolist()))
+        self._count([t.nbytes for t in send], [t.nbytes for t in recv])
+        return recv
+
+    def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        """Every member's ``tensor`` (same shape everywhere), in member order."""
+        out = [torch.empty_like(tensor) for _ in range(self.size)]
+        self._run("all_gather", lambda: dist.all_gather(out, tensor.contiguous(),
+                                                        group=self.group, async_op=True))
+        self._count([tensor.nbytes] * self.size, [t.nbytes for t in out])
+        return out
+
+    def all_gather_v(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        """Every member's ``tensor``; the first dimension may differ between members."""
+        rows = self.all_gather(torch.tensor([tensor.shape[0]], dtype=torch.int64))
+        sizes = [int(r) for r in rows]
+        padded = torch.zeros((max(sizes), *tensor.shape[1:]), dtype=tensor.dtype)
+        padded[: tensor.shape[0]] = tensor
+        gathered = self.all_gather(padded)
+        return [g[:n] for g, n in zip(gathered, sizes)]
+
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        """Reduces ``tensor`` in place across members (op: sum, max, min, product)."""
+        if op not in _OPS:
+            raise ValueError(f"all_reduce op {op!r}; expected one of {sorted(_OPS)}")
+        self._run("all_reduce", lambda: dist.all_reduce(tensor, _OPS[op], group=self.group,
+                                                        async_op=True))
+        share = 2 * tensor.nbytes // self.size
+        self._count([share] * self.size, [share] * self.size)
+        return tensor
+
+    def reduce_scatter(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        """Sums ``tensor`` (``size`` equal chunks along dim 0) and returns this member's chunk."""
+        if tensor.shape[0] % self.size:
+            raise ValueError(f"reduce_scatter: {tensor.shape[0]} rows do not split into "
+                             f"{self.size} equal chunks")
+        out = torch.empty((tensor.shape[0] // self.size, *tensor.shape[1:]), dtype=tensor.dtype)
+        # gloo runs reduce_scatter_tensor only synchronously (bounded by the group's timeout)
+        self._run("reduce_scatter", lambda: dist.reduce_scatter_tensor(
+            out, tensor.contiguous(), _OPS[op], group=self.group))
+        self._count([out.nbytes] * self.size, [out.nbytes] * self.size)
+        return out
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
+        """Copies member ``src``'s ``tensor`` into every member's ``tensor`` (in place)."""
+        self._run("broadcast", lambda: dist.broadcast(tensor, self.members[src],
+                                                      group=self.group, async_op=True))
+        if self.index == src:
+            self._count([tensor.nbytes] * self.size, [0] * self.size)
+        else:
+            self._count([0] * self.size, [tensor.nbytes if i == src else 0
+                                          for i in range(self.size)])
+        return tensor
+
+    def barrier(self) -> None:
+        """Waits until every member arrives (with the timeout)."""
+        self._run("barrier", lambda: dist.barrier(group=self.group, async_op=True))
+
+    # -- plumbing ----------------------------------------------------------------------------
+    def _count(self, sent: Sequence[int], recv: Sequence[int]) -> None:
+        c = self.counter
+        c.calls += 1
+        for i, (s, r) in enumerate(zip(sent, recv)):
+            if i == self.index:
+                continue
+            if self._intra[i]:
+                c.sent_intra += s
+                c.recv_intra += r
+            else:
+                c.sent_inter += s
+                c.recv_inter += r
+
+    def _run(self, op: str, start: Callable[[], dist.Work | None]) -> None:
+        """Issues a collective and waits for it with the timeout.
+
+        Errors raised while issuing (bad arguments, unsupported op) propagate unchanged; errors
+        while waiting mean a peer failed and become a :class:`PeerError`. ``start`` returns
+        None for ops gloo only runs synchronously; the process group's timeout bounds those.
+        """
+        if self._broken is not None:
+            raise PeerError(f"{op} on the {self.name} group: the group already failed "
+                            f"({self._broken})", self._broken.ranks, op)
+        self._seq += 1
+        if self.health is not None:
+            self.health.op_seqs[self.name] = self._seq
+        try:
+            work = start()
+            if work is not None:
+                work.wait(timeout=self.timeout)
+        except RuntimeError as exc:
+            if not _is_peer_failure(exc):
+                raise
+            self._broken = self._failure(op, exc)
+            raise self._broken from exc
+
+    def _failure(self, op: str, exc: Exception) -> PeerError:
+        ranks, why = [], ""
+        if self.health is not None:
+            self.health.mark("failed")
+            ranks, why = self.health.diagnose(self.name, self.members)
+        timed_out = "timed out" in str(exc).lower()
+        cause = (f"timed out after {self.timeout.total_seconds():g}s" if timed_out
+                 else f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+        who = why or "no failed rank could be identified"
+        return PeerError(f"{op} on the {self.name} group failed on rank {self.rank}: {who} "
+                         f"[{cause}]", ranks, op)

@@ -1,0 +1,158 @@
+"""The launch environment: the only module that reads torchrun / SLURM environment variables.
+
+Sources, tried in order:
+
+* **torchrun** (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``,
+  ``MASTER_ADDR``, ``MASTER_PORT``): one torchrun node is one server.
+* **SLURM** ``srun`` (``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``, ``SLURM_NODEID``,
+  ``SLURM_JOB_NUM_NODES``, ``SLURM_STEP_NODELIST``/``SLURM_JOB_NODELIST``): the rendezvous host is
+  the first node of the list, the port ``DGLX_MASTER_PORT`` (or ``MASTER_PORT``, default 29500).
+  No SSH anywhere: srun starts every process.
+* nothing: a single process (rank 0 of 1).
+
+dglx_dist's own variables:
+
+* ``DGLX_VIRTUAL_SERVERS=N``: split the ranks of each machine into N virtual servers, so one
+  machine stands in for a cluster (intra- vs inter-server traffic is then counted for real).
+* ``DGLX_TIMEOUT``: seconds any collective may wait before the job fails (default 120).
+* ``DGLX_BACKEND``: force ``gloo`` or ``nccl`` (default: nccl when CUDA is available).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from typing import Mapping
+
+__all__ = ["DistEnv", "read_env", "expand_nodelist", "EnvError"]
+
+DEFAULT_TIMEOUT = 120.0
+DEFAULT_PORT = 29500
+
+
+class EnvError(RuntimeError):
+    """The launch environment is inconsistent or incomplete."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DistEnv:
+    """Where this process sits in the job.
+
+    Attributes:
+        rank / world_size: global rank and number of processes.
+        local_rank / local_world_size: index and count on this machine.
+        node_rank / num_nodes: this machine's index and the machine count.
+        master_addr / master_port: the rendezvous address (for ``env://`` initialisation).
+        virtual_servers: virtual servers per machine (1: a machine is one server).
+        timeout: seconds any collective may wait.
+        backend: "gloo", "nccl" or None (choose by device).
+        launcher: "torchrun", "slurm" or "single".
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    node_rank: int = 0
+    num_nodes: int = 1
+    master_addr: str = "127.0.0.1"
+    master_port: int = DEFAULT_PORT
+    virtual_servers: int = 1
+    timeout: float = DEFAULT_TIMEOUT
+    backend: str | None = None
+    launcher: str = "single"
+
+    def __post_init__(self):
+        if not 0 <= self.rank < self.world_size:
+            raise EnvError(f"rank {self.rank} is outside [0, world_size={self.world_size})")
+        if not 0 <= self.local_rank < self.local_world_size:
+            raise EnvError(f"local rank {self.local_rank} is outside "
+                           f"[0, local_world_size={self.local_world_size})")
+        if self.local_world_size * self.num_nodes != self.world_size:
+            raise EnvError(f"{self.num_nodes} nodes x {self.local_world_size} local ranks != "
+                           f"world_size {self.world_size}; dglx_dist needs the same number of "
+                           f"processes on every node")
+        if self.virtual_servers < 1 or self.local_world_size % self.virtual_servers:
+            raise EnvError(f"DGLX_VIRTUAL_SERVERS={self.virtual_servers} must divide the "
+                           f"{self.local_world_size} ranks of a machine")
+        if self.timeout <= 0:
+            raise EnvError(f"DGLX_TIMEOUT={self.timeout}; expected seconds > 0")
+        if self.backend not in (None, "gloo", "nccl"):
+            raise EnvError(f"DGLX_BACKEND={self.backend!r}; expected 'gloo' or 'nccl'")
+
+    @property
+    def num_servers(self) -> int:
+        return self.num_nodes * self.virtual_servers
+
+    @property
+    def ranks_per_server(self) -> int:
+        return self.local_world_size // self.virtual_servers
+
+
+def _int(env: Mapping[str, str], key: str, default: int | None = None) -> int:
+    raw = env.get(key)
+    if raw is None:
+        if default is None:
+            raise EnvError(f"environment variable {key} is not set")
+        return default
+    try:
+        return int(raw.split("(")[0])  # SLURM writes counts like "4(x2)"
+    except ValueError:
+        raise EnvError(f"environment variable {key}={raw!r}; expected an integer") from None
+
+
+def expand_nodelist(nodelist: str) -> list[str]:
+    """Expands a SLURM node list such as ``gpu[01-03,07],login1`` into host names."""
+    hosts: list[str] = []
+    for prefix, ranges, plain in re.findall(r"([^,\[]+)\[([^\]]+)\]|([^,\[\]]+)", nodelist):
+        if plain:
+            hosts.append(plain)
+            continue
+        for part in ranges.split(","):
+            lo, _, hi = part.partition("-")
+            width = len(lo)
+            for i in range(int(lo), int(hi or lo) + 1):
+                hosts.append(f"{prefix}{i:0{width}d}")
+    return hosts
+
+
+def _common(env: Mapping[str, str]) -> dict:
+    timeout = env.get("DGLX_TIMEOUT")
+    try:
+        timeout_s = float(timeout) if timeout is not None else DEFAULT_TIMEOUT
+    except ValueError:
+        raise EnvError(f"DGLX_TIMEOUT={timeout!r}; expected seconds") from None
+    return {"virtual_servers": _int(env, "DGLX_VIRTUAL_SERVERS", 1), "timeout": timeout_s,
+            "backend": env.get("DGLX_BACKEND") or None}
+
+
+def _from_torchrun(env: Mapping[str, str]) -> DistEnv:
+    world = _int(env, "WORLD_SIZE")
+    local_world = _int(env, "LOCAL_WORLD_SIZE", world)
+    return DistEnv(rank=_int(env, "RANK"), world_size=world, local_rank=_int(env, "LOCAL_RANK", 0),
+                   local_world_size=local_world, node_rank=_int(env, "GROUP_RANK", 0),
+                   num_nodes=world // max(local_world, 1), master_addr=env.get("MASTER_ADDR",
+                   "127.0.0.1"), master_port=_int(env, "MASTER_PORT", DEFAULT_PORT),
+                   launcher="torchrun", **_common(env))
+
+
+def _from_slurm(env: Mapping[str, str]) -> DistEnv:
+    world = _int(env, "SLURM_NTASKS")
+    nodes = _int(env, "SLURM_JOB_NUM_NODES", _int(env, "SLURM_NNODES", 1))
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or "127.0.0.1"
+    port = _int(env, "DGLX_MASTER_PORT", _int(env, "MASTER_PORT", DEFAULT_PORT))
+    return DistEnv(rank=_int(env, "SLURM_PROCID"), world_size=world,
+                   local_rank=_int(env, "SLURM_LOCALID", 0), local_world_size=world // nodes,
+                   node_rank=_int(env, "SLURM_NODEID", 0), num_nodes=nodes,
+                   master_addr=env.get("MASTER_ADDR") or expand_nodelist(nodelist)[0],
+                   master_port=port, launcher="slurm", **_common(env))
+
+
+def read_env(environ: Mapping[str, str] | None = None) -> DistEnv:
+    """Reads the launch environment (``os.environ`` by default)."""
+    env = os.environ if environ is None else environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return _from_torchrun(env)
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+        return _from_slurm(env)
+    return DistEnv(launcher="single", **_common(env))

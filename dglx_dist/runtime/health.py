@@ -1,0 +1,144 @@
+"""Naming the rank that failed.
+
+Every rank runs a heartbeat thread that writes, every ``interval`` seconds, its wall time and
+the sequence number of the collective it is in to the job's store; at start it also records its
+host and pid. When a collective fails or times out, :meth:`Health.diagnose` names the culprits:
+ranks on this host whose process is gone, ranks whose heartbeat went stale (dead or frozen
+machine), and ranks still behind in the collective sequence (alive but stuck elsewhere). If the
+store itself is gone, the rank hosting it (rank 0) is named.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+
+import psutil
+
+__all__ = ["Health"]
+
+log = logging.getLogger(__name__)
+_PREFIX = "dglx/health/"
+
+
+class Health:
+    """Heartbeats of all ranks in a shared store, and the diagnosis of a failed collective.
+
+    Args:
+        store: the job's torch.distributed Store (keys go under ``dglx/health/``; PrefixStore
+            lacks ``check`` in torch 2.2, so the prefix is applied here).
+        rank / world_size: this process and the job size.
+        interval: seconds between heartbeats.
+    """
+
+    def __init__(self, store, rank: int, world_size: int, interval: float = 0.5):
+        self._store, self.rank, self.world_size, self.interval = store, rank, world_size, interval
+        self.op_seqs: dict[str, int] = {}  # per communicator: the collective this rank is in
+        self._host = socket.gethostname()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _set(self, key: str, value: str) -> None:
+        self._store.set(_PREFIX + key, value)
+
+    def _get(self, key: str) -> str:
+        return self._store.get(_PREFIX + key).decode()
+
+    def _flag(self, key: str) -> None:
+        self._store.add(_PREFIX + key, 1)
+
+    def _has(self, key: str) -> bool:
+        # Store.check is not exposed in torch 2.2; add(key, 0) reads a counter without blocking
+        return self._store.add(_PREFIX + key, 0) > 0
+
+    def start(self) -> None:
+        self._set(f"who/{self.rank}", json.dumps({"host": self._host, "pid": _pid()}))
+        self._beat()
+        self._flag(f"joined/{self.rank}")
+        self._thread = threading.Thread(target=self._run, name="dglx-heartbeat", daemon=True)
+        self._thread.start()
+
+    def mark(self, state: str) -> None:
+        """Records that this rank saw a failure ("failed") or is leaving cleanly ("exit"), so
+        that peers diagnosing later do not take its exit for the cause."""
+        try:
+            self._flag(f"{state}/{self.rank}")
+        except RuntimeError:  # store gone: nothing to tell
+            pass
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2 * self.interval + 1)
+            self._thread = None
+
+    def _beat(self) -> None:
+        self._set(f"beat/{self.rank}", json.dumps([time.time(), dict(self.op_seqs)]))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self._beat()
+            except RuntimeError:  # the store's host is gone; diagnose() reports it
+                return
+
+    def diagnose(self, group: str, members: list[int],
+                 settle: float | None = None) -> tuple[list[int], str]:
+        """Members of ``group`` that look failed, and why.
+
+        Waits up to ``settle`` seconds (default four heartbeats) for evidence to appear.
+        """
+        settle = 4 * self.interval if settle is None else settle
+        start = time.monotonic()
+        while True:
+            try:
+                hard, behind = self._suspects(group, members)
+            except RuntimeError as exc:  # c10d store errors: the store's host is gone
+                return [0], f"the job's store (hosted by rank 0) is unreachable ({exc})"
+            waited = time.monotonic() - start
+            # "behind" needs fresh heartbeats (> 2 intervals) before it counts as evidence
+            found = hard or (behind if waited > 2 * self.interval else {})
+            if found or waited >= settle:
+                return sorted(found), "; ".join(f"rank {r} {why}" for r, why in sorted(found.items()))
+            time.sleep(self.interval / 2)
+
+    def _suspects(self, group: str, members: list[int]) -> tuple[dict[int, str], dict[int, str]]:
+        """(hard evidence: exited / never joined / silent, soft evidence: behind in ``group``)."""
+        found: dict[int, str] = {}
+        behind: dict[int, str] = {}
+        now = time.time()
+        mine = self.op_seqs.get(group, 0)
+        for r in members:
+            if r == self.rank:
+                continue
+            if not self._has(f"joined/{r}"):
+                found[r] = "never joined the job"
+                continue
+            if self._has(f"failed/{r}") or self._has(f"exit/{r}"):
+                continue  # a survivor that saw the failure too, or a clean exit
+            who = json.loads(self._get(f"who/{r}"))
+            if who["host"] == self._host and not _alive(who["pid"]):
+                if self._has(f"failed/{r}") or self._has(f"exit/{r}"):
+                    continue  # it marked itself between the two checks
+                found[r] = f"exited (pid {who['pid']} is gone)"
+                continue
+            stamp, seqs = json.loads(self._get(f"beat/{r}"))
+            seq = seqs.get(group, 0)
+            if now - stamp > 3 * self.interval:
+                found[r] = f"sent no heartbeat for {now - stamp:.1f}s"
+            elif seq < mine:
+                behind[r] = f"has not reached {group} collective #{mine} (it is at #{seq})"
+        return found, behind
+
+
+def _pid() -> int:
+    return psutil.Process().pid
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

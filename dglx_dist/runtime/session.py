@@ -1,0 +1,145 @@
+"""The session: environment, topology, process groups and communicators of one process.
+
+``dglx_dist.init()`` builds it from the launch environment and makes it the current session
+(a contextvar, not a global); ``session.shutdown()`` (or leaving the ``with`` block) stops the
+heartbeat and destroys the process groups, so nothing stays bound after a run.
+"""
+from __future__ import annotations
+
+import contextvars
+import datetime
+import logging
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from dglx_dist.runtime.comm import ByteCounter, Comm
+from dglx_dist.runtime.env import DistEnv, read_env
+from dglx_dist.runtime.health import Health
+from dglx_dist.runtime.topology import Topology
+
+__all__ = ["Session", "init", "current_session"]
+
+log = logging.getLogger(__name__)
+_CURRENT: contextvars.ContextVar["Session | None"] = contextvars.ContextVar(
+    "dglx_dist_session", default=None)
+
+
+class Session:
+    """One process's view of the job. Build it with :func:`init`.
+
+    Attributes:
+        env: the launch environment.
+        topology: servers x local ranks.
+        backend: "gloo" or "nccl".
+        device: this rank's torch device.
+        counter: bytes sent/received through any of the communicators.
+        world / server / cross: communicators over all ranks, this rank's server, and the
+            ranks with this rank's local index on every server.
+    """
+
+    def __init__(self, env: DistEnv, backend: str, store, heartbeat: float = 0.5):
+        self.env, self.backend = env, backend
+        self.rank, self.world_size = env.rank, env.world_size
+        self.topology = Topology(env.num_servers, env.ranks_per_server)
+        self.device = (torch.device("cuda", env.local_rank) if backend == "nccl"
+                       else torch.device("cpu"))
+        if backend == "nccl":
+            torch.cuda.set_device(self.device)
+        timeout = datetime.timedelta(seconds=env.timeout)
+        dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=env.rank,
+                                world_size=env.world_size, timeout=timeout)
+        self.health = Health(store, env.rank, env.world_size, interval=heartbeat)
+        self.counter = ByteCounter()
+        self._store = store
+        topo = self.topology
+        server_groups = [dist.new_group(topo.server_ranks(s), timeout=timeout)
+                         for s in range(topo.num_servers)]
+        cross_groups = [dist.new_group(topo.cross_ranks(l), timeout=timeout)
+                        for l in range(topo.ranks_per_server)]
+        me_server, me_local = topo.server_of(self.rank), topo.local_rank_of(self.rank)
+        make = lambda name, group, members: Comm(name, group, members, self.rank, topo,  # noqa
+                                                 self.counter, self.health, env.timeout)
+        self.world = make("world", None, list(range(env.world_size)))
+        self.server = make("server", server_groups[me_server], topo.server_ranks(me_server))
+        self.cross = make("cross", cross_groups[me_local], topo.cross_ranks(me_local))
+        self.health.start()
+        self._token: contextvars.Token | None = _CURRENT.set(self)
+        log.debug("rank %d/%d up: server %d of %d, local %d, backend %s", self.rank,
+                  self.world_size, me_server, topo.num_servers, me_local, backend)
+
+    @property
+    def server_id(self) -> int:
+        return self.topology.server_of(self.rank)
+
+    @property
+    def local_rank(self) -> int:
+        """Index of this rank within its (possibly virtual) server."""
+        return self.topology.local_rank_of(self.rank)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def shutdown(self) -> None:
+        """Stops the heartbeat and destroys the process groups (idempotent)."""
+        if self._store is not None:
+            self.health.mark("exit")
+        self.health.stop()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        self._store = None
+        if self._token is not None:
+            try:
+                _CURRENT.reset(self._token)
+            except ValueError:  # reset from another context: clear instead
+                _CURRENT.set(None)
+            self._token = None
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+
+def _pick_backend(env: DistEnv, backend: str | None) -> str:
+    chosen = backend or env.backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    if chosen not in ("gloo", "nccl"):
+        raise ValueError(f"backend {chosen!r}; expected 'gloo' or 'nccl'")
+    if chosen == "nccl" and not torch.cuda.is_available():
+        raise ValueError("backend 'nccl' needs CUDA, which is not available; use 'gloo'")
+    return chosen
+
+
+def init(backend: str | None = None, env: DistEnv | None = None, store=None,
+         heartbeat: float = 0.5) -> Session:
+    """Starts this process's part of the job and makes the session current.
+
+    Args:
+        backend: "gloo" or "nccl"; default NCCL when CUDA is available (``DGLX_BACKEND``
+            overrides the default).
+        env: the launch environment; default :func:`~dglx_dist.runtime.env.read_env`.
+        store: a torch.distributed Store to meet in; default a TCPStore at the environment's
+            master address (hosted by rank 0, or by torchrun's agent when it provides one).
+        heartbeat: seconds between health heartbeats.
+    """
+    if dist.is_initialized():
+        raise RuntimeError("a process group is already initialised in this process; call "
+                           "shutdown() on the previous session first")
+    env = env or read_env()
+    chosen = _pick_backend(env, backend)
+    if store is None:
+        url = f"tcp://{env.master_addr}:{env.master_port}"
+        store, _, _ = next(dist.rendezvous(url, env.rank, env.world_size,
+                                           timeout=datetime.timedelta(seconds=env.timeout)))
+    return Session(env, chosen, store, heartbeat)
+
+
+def current_session() -> Session:
+    """The session :func:`init` made current in this context."""
+    session = _CURRENT.get()
+    if session is None:
+        raise RuntimeError("no dglx_dist session: call dglx_dist.init() first")
+    return session

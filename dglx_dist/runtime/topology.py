@@ -1,0 +1,58 @@
+"""Servers x local ranks: which rank sits where, as plain arithmetic.
+
+Ranks are laid out server-major: server ``s`` holds ranks ``s*R .. s*R+R-1`` where ``R`` is the
+number of ranks per server. This matches torchrun (node ``g`` holds ranks ``g*L .. g*L+L-1``)
+and virtual servers (each machine's ``L`` ranks split into ``L/R`` consecutive servers).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+__all__ = ["Topology"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Topology:
+    """``num_servers`` servers with ``ranks_per_server`` ranks each."""
+
+    num_servers: int
+    ranks_per_server: int
+
+    def __post_init__(self):
+        if self.num_servers < 1 or self.ranks_per_server < 1:
+            raise ValueError(f"topology needs >= 1 server and >= 1 rank per server, got "
+                             f"{self.num_servers} x {self.ranks_per_server}")
+
+    @property
+    def world_size(self) -> int:
+        return self.num_servers * self.ranks_per_server
+
+    def server_of(self, rank: int) -> int:
+        """The server holding ``rank``."""
+        self._check(rank)
+        return rank // self.ranks_per_server
+
+    def local_rank_of(self, rank: int) -> int:
+        """``rank``'s index within its server."""
+        self._check(rank)
+        return rank % self.ranks_per_server
+
+    def server_ranks(self, server: int) -> list[int]:
+        """Ranks of ``server``, in order."""
+        if not 0 <= server < self.num_servers:
+            raise IndexError(f"server {server} is outside [0, {self.num_servers})")
+        return list(range(server * self.ranks_per_server, (server + 1) * self.ranks_per_server))
+
+    def cross_ranks(self, local_rank: int) -> list[int]:
+        """The ranks with local index ``local_rank`` on every server, by server."""
+        if not 0 <= local_rank < self.ranks_per_server:
+            raise IndexError(f"local rank {local_rank} is outside [0, {self.ranks_per_server})")
+        return [s * self.ranks_per_server + local_rank for s in range(self.num_servers)]
+
+    def same_server(self, a: int, b: int) -> bool:
+        """Whether ranks ``a`` and ``b`` share a server (their traffic is intra-server)."""
+        return self.server_of(a) == self.server_of(b)
+
+    def _check(self, rank: int) -> None:
+        if not 0 <= rank < self.world_size:
+            raise IndexError(f"rank {rank} is outside [0, {self.world_size})")

@@ -1,0 +1,108 @@
+"""Run a function on N local processes joined in one gloo job, for multi-process tests.
+
+``run_workers(fn, world_size, tmp_dir, *args)`` spawns ``world_size`` processes; each sets a
+clean environment (``GLOO_SOCKET_IFNAME=lo``, ``OMP_NUM_THREADS=1``, optional extras), starts a
+session through a ``FileStore`` in ``tmp_dir`` (no ports to race for), calls
+``fn(session, *args)`` and writes its JSON-able result (or its traceback) to a file. The parent
+waits with a deadline, kills what is left, checks exit codes and re-raises a child's traceback.
+Nothing is unpickled: results travel as JSON.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+__all__ = ["run_workers", "WorkerError"]
+
+
+class WorkerError(AssertionError):
+    """A worker failed; the message carries its traceback. ``results`` has what others returned."""
+
+    def __init__(self, message: str, results: dict[int, Any], exitcodes: list[int | None]):
+        super().__init__(message)
+        self.results, self.exitcodes = results, exitcodes
+
+
+def _child(fn: Callable, rank: int, world_size: int, tmp: str, args: tuple,
+           env: Mapping[str, str], num_nodes: int, heartbeat: float) -> None:
+    os.environ.update({"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", **env})
+    out = Path(tmp) / f"result-{rank}.json"
+    try:
+        import torch
+        torch.set_num_threads(1)
+        import torch.distributed as dist
+
+        from dglx_dist.runtime.env import read_env
+        from dglx_dist.runtime.session import Session
+
+        local = world_size // num_nodes
+        launch = {"RANK": rank, "WORLD_SIZE": world_size, "LOCAL_RANK": rank % local,
+                  "LOCAL_WORLD_SIZE": local, "GROUP_RANK": rank // local}
+        denv = read_env({**{k: str(v) for k, v in launch.items()},
+                         **{k: v for k, v in os.environ.items() if k.startswith("DGLX_")}})
+        store = dist.FileStore(str(Path(tmp) / "store"), world_size)
+        with Session(denv, "gloo", store, heartbeat=heartbeat) as session:
+            result = fn(session, *args)
+        out.write_text(json.dumps({"ok": result}))
+    except BaseException as exc:  # noqa: BLE001  (reported to the parent, then exit non-zero)
+        out.write_text(json.dumps({"error": f"{type(exc).__name__}: {exc}",
+                                   "traceback": traceback.format_exc()}))
+        os._exit(1)
+
+
+def run_workers(fn: Callable, world_size: int, tmp_dir: str | os.PathLike, *args: Any,
+                env: Mapping[str, str] | None = None, num_nodes: int = 1,
+                timeout: float = 120.0, heartbeat: float = 0.25,
+                expect_failure: Sequence[int] = ()) -> dict[int, Any]:
+    """Runs ``fn(session, *args)`` on ``world_size`` ranks; returns {rank: result}.
+
+    Args:
+        fn: a module-level function (spawned processes import it by name).
+        world_size: number of processes.
+        tmp_dir: a fresh directory for the store and results.
+        env: extra environment variables for the children (e.g. ``DGLX_VIRTUAL_SERVERS``).
+        num_nodes: torchrun-style nodes the ranks are spread over (each a server).
+        timeout: seconds before every child still running is killed and the call fails.
+        expect_failure: ranks allowed to fail; the others must succeed.
+
+    Raises:
+        WorkerError: a rank not in ``expect_failure`` failed, or the deadline passed.
+    """
+    tmp = Path(tmp_dir)
+    tmp.mkdir(parents=True, exist_ok=True)
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_child, args=(fn, r, world_size, str(tmp), args, dict(env or {}),
+                                              num_nodes, heartbeat), daemon=True)
+             for r in range(world_size)]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    hung = [r for r, p in enumerate(procs) if p.is_alive() and r not in expect_failure]
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()
+    results, errors = {}, []
+    for r in range(world_size):
+        file = tmp / f"result-{r}.json"
+        data = json.loads(file.read_text()) if file.is_file() else {}
+        if "ok" in data:
+            results[r] = data["ok"]
+        elif r not in expect_failure:
+            why = data.get("traceback") or f"exit code {procs[r].exitcode}, no result written"
+            errors.append(f"--- rank {r} ---\n{why}")
+        else:
+            results[r] = {"error": data.get("error"), "exitcode": procs[r].exitcode}
+    exitcodes = [p.exitcode for p in procs]
+    if hung:
+        errors.insert(0, f"ranks {hung} still running after {timeout}s (killed)")
+    if errors:
+        raise WorkerError("\n".join(errors), results, exitcodes)
+    return results

@@ -1,0 +1,67 @@
+"""Real torchrun launches: one node with virtual servers, and a genuine two-node launch."""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DGLX_", "RANK", "WORLD"))}
+    env.update({"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "DGLX_TIMEOUT": "60"})
+    env.update(extra)
+    return env
+
+
+def _torchrun(*args):
+    return [sys.executable, "-m", "torch.distributed.run", *map(str, args), "-m", "dglx_dist",
+            "commcheck", "--backend", "gloo"]
+
+
+def _listening(port):
+    return any(c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
+               for c in psutil.net_connections("tcp"))
+
+
+def _report(stdout):
+    return json.loads([line for line in stdout.splitlines() if line.startswith("{")][-1])
+
+
+def test_single_node_with_virtual_servers():
+    port = _free_port()
+    r = subprocess.run(_torchrun("--nproc-per-node", 4, "--master-port", port),
+                       env=_env(DGLX_VIRTUAL_SERVERS="2"), capture_output=True, text=True,
+                       timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = _report(r.stdout)
+    assert rep["exchange_ok"] and (rep["servers"], rep["ranks_per_server"]) == (2, 2)
+    # rank 0 sends 16 bytes to each peer, plus its all_reduce share; one peer is intra-server
+    assert rep["bytes"][0]["sent_intra"] == 16 + 2 and rep["bytes"][0]["sent_inter"] == 32 + 4
+    assert not _listening(port)
+
+
+def test_two_node_launch_on_one_machine():
+    port = _free_port()
+    procs = [subprocess.Popen(_torchrun("--nnodes", 2, "--node-rank", n, "--nproc-per-node", 2,
+                                        "--rdzv-backend", "c10d", "--rdzv-id", "e2e",
+                                        "--rdzv-endpoint", f"127.0.0.1:{port}"),
+                              env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for n in (0, 1)]
+    outs = [p.communicate(timeout=180) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    rep = _report(outs[0][0] + outs[1][0])
+    assert rep["exchange_ok"] and rep["world_size"] == 4 and rep["servers"] == 2
+    assert not _listening(port)
+    assert not psutil.Process().children(recursive=True)

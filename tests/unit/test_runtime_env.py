@@ -1,0 +1,69 @@
+import pytest
+
+from dglx_dist.runtime.env import DistEnv, EnvError, expand_nodelist, read_env
+from dglx_dist.runtime.topology import Topology
+
+
+def test_torchrun_two_nodes_with_virtual_servers():
+    env = read_env({"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4",
+                    "GROUP_RANK": "1", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "1234",
+                    "DGLX_VIRTUAL_SERVERS": "2", "DGLX_TIMEOUT": "7.5"})
+    assert (env.rank, env.node_rank, env.num_nodes, env.launcher) == (5, 1, 2, "torchrun")
+    assert (env.num_servers, env.ranks_per_server, env.timeout) == (4, 2, 7.5)
+    assert (env.master_addr, env.master_port) == ("10.0.0.1", 1234)
+    topo = Topology(env.num_servers, env.ranks_per_server)
+    assert topo.server_of(5) == 2 and topo.local_rank_of(5) == 1
+
+
+def test_slurm_environment():
+    env = read_env({"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1",
+                    "SLURM_NODEID": "1", "SLURM_JOB_NUM_NODES": "2",
+                    "SLURM_STEP_NODELIST": "gpu[07-08]", "DGLX_MASTER_PORT": "29600"})
+    assert (env.rank, env.world_size, env.local_rank, env.local_world_size) == (3, 4, 1, 2)
+    assert (env.node_rank, env.master_addr, env.master_port, env.launcher) == \
+        (1, "gpu07", 29600, "slurm")
+
+
+def test_single_process_default():
+    env = read_env({})
+    assert (env.rank, env.world_size, env.launcher, env.backend) == (0, 1, "single", None)
+
+
+@pytest.mark.parametrize("nodelist, hosts", [
+    ("node1", ["node1"]),
+    ("gpu[01-03,07]", ["gpu01", "gpu02", "gpu03", "gpu07"]),
+    ("a[1-2],login,b[9]", ["a1", "a2", "login", "b9"]),
+])
+def test_expand_nodelist(nodelist, hosts):
+    assert expand_nodelist(nodelist) == hosts
+
+
+@pytest.mark.parametrize("environ, message", [
+    ({"RANK": "4", "WORLD_SIZE": "4"}, r"rank 4 is outside \[0, world_size=4\)"),
+    ({"RANK": "0", "WORLD_SIZE": "x"}, r"WORLD_SIZE='x'; expected an integer"),
+    ({"RANK": "0", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4", "DGLX_VIRTUAL_SERVERS": "3"},
+     r"DGLX_VIRTUAL_SERVERS=3 must divide the 4 ranks"),
+    ({"DGLX_TIMEOUT": "-1"}, r"DGLX_TIMEOUT=-1.0; expected seconds > 0"),
+    ({"DGLX_BACKEND": "mpi"}, r"DGLX_BACKEND='mpi'; expected 'gloo' or 'nccl'"),
+    ({"RANK": "0", "WORLD_SIZE": "3", "LOCAL_WORLD_SIZE": "2"}, r"same number of processes"),
+])
+def test_bad_environment_is_named(environ, message):
+    with pytest.raises(EnvError, match=message):
+        read_env(environ)
+
+
+def test_topology_groups():
+    topo = Topology(3, 2)
+    assert topo.world_size == 6
+    assert topo.server_ranks(1) == [2, 3]
+    assert topo.cross_ranks(1) == [1, 3, 5]
+    assert topo.same_server(2, 3) and not topo.same_server(1, 2)
+    with pytest.raises(IndexError):
+        topo.server_of(6)
+    with pytest.raises(ValueError):
+        Topology(0, 2)
+
+
+def test_distenv_is_frozen():
+    with pytest.raises(Exception):
+        DistEnv().rank = 3
