@@ -1,4 +1,4 @@
-"""The ``dglx`` command: ``dglx datagen | partition | partitioners | demo | commcheck``.
+"""The ``dglx`` command: ``dglx datagen | partition | partitioners | train | demo | commcheck``.
 
 Results go to stdout (a markdown table and a JSON line); logs and progress bars to stderr.
 """
@@ -8,7 +8,6 @@ import argparse
 import json
 import logging
 import sys
-import tempfile
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -42,24 +41,61 @@ def _cmd_partition(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from dglx_dist.data import builtin_path
-    from dglx_dist.measure import markdown_table
-    from dglx_dist.partition import PARTITIONERS, PartitionDir, partition_dataset
+    from dglx_dist.demo import partition_demo, training_demo
 
-    data = builtin_path(args.dataset)
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="dglx-demo-") as tmp:
-        for method in PARTITIONERS.names():
-            out = Path(tmp) / method
-            report = partition_dataset(data, out, method, args.parts, progress=True)
-            part0 = PartitionDir(out).load_part(0)
-            row = report.summary_row()
-            row["part0_feat"] = "x".join(map(str, part0.feat.shape))
-            rows.append(row)
-            print(f"## {method}\n\n{report.to_markdown()}\n")
-    print(f"## {args.dataset}: {args.parts} parts, every registered partitioner\n")
-    print(markdown_table(rows))
+    print(partition_demo(args.dataset, args.parts), flush=True)
+    if args.no_train:
+        return 0
+    table, records = training_demo("distdgl", args.nproc, args.epochs, args.dataset)
+    print(f"\n## distdgl training on {args.nproc} local processes (torchrun, gloo)\n")
+    print(table)
+    print(f"\ntest accuracy: {records[-1]['test_acc']:.4f}")
     return 0
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    import torch
+
+    from dglx_dist.models import SAGE
+    from dglx_dist.partition import PartitionDir
+    from dglx_dist.prepare import ensure_partitions
+    from dglx_dist.runtime import init
+    from dglx_dist.strategies import STRATEGIES
+    from dglx_dist.trainer import Trainer
+
+    strategy = STRATEGIES.build(args.strategy, **parse_key_values(args.strategy_opt,
+                                                                  "--strategy-opt"))
+    with init(backend=args.backend) as session:
+        parts = args.partitions or ensure_partitions(args.data, strategy, session, args.cache_dir)
+        pdir = PartitionDir(parts)
+        torch.manual_seed(args.seed)
+        layers = strategy.num_layers() or args.layers
+        model = SAGE(pdir.feat_dim, args.hidden, pdir.num_classes, layers, dropout=args.dropout)
+        trainer = Trainer(model, pdir, strategy, session=session, lr=args.lr,
+                          weight_decay=args.weight_decay, progress=not args.no_progress,
+                          metrics=sys.stdout if session.is_main else None)
+        trainer.fit(args.epochs, eval_every=args.eval_every)
+    return 0
+
+
+def _add_train(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--strategy", default="distdgl", help="registered strategy (default distdgl)")
+    p.add_argument("--strategy-opt", action="append", metavar="KEY=VALUE",
+                   help="strategy option, repeatable (see docs/strategies)")
+    p.add_argument("--data", default="cora", help="dataset directory or built-in name")
+    p.add_argument("--partitions", type=Path, help="partition directory from `dglx partition` "
+                   "(default: partition --data for the strategy, cached in --cache-dir)")
+    p.add_argument("--cache-dir", type=Path, default=Path("dglx-partitions"))
+    p.add_argument("--epochs", type=int, default=50)
+    p.add_argument("--eval-every", type=int, default=10, help="validate every N epochs")
+    p.add_argument("--hidden", type=int, default=16)
+    p.add_argument("--layers", type=int, default=2, help="when the strategy does not imply it")
+    p.add_argument("--dropout", type=float, default=0.5)
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--weight-decay", type=float, default=5e-4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--backend", default=None, help="gloo or nccl (default: nccl if CUDA)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
 def _cmd_commcheck(args: argparse.Namespace) -> int:
@@ -109,7 +145,10 @@ def _add_partition(p: argparse.ArgumentParser) -> None:
 
 def _add_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", default="cora", help="built-in dataset (default: cora)")
-    p.add_argument("--parts", type=int, default=4, help="number of parts (default: 4)")
+    p.add_argument("--parts", type=int, default=4, help="parts for the partition reports")
+    p.add_argument("--nproc", type=int, default=2, help="training processes (default: 2)")
+    p.add_argument("--epochs", type=int, default=60, help="training epochs (default: 60)")
+    p.add_argument("--no-train", action="store_true", help="partition reports only")
 
 
 def _cmd_partitioners(args: argparse.Namespace) -> int:
@@ -126,7 +165,10 @@ _COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
                   _cmd_partition),
     "partitioners": ("list registered partitioners and their options", lambda p: None,
                      _cmd_partitioners),
-    "demo": ("partition the built-in Cora with every partitioner", _add_demo, _cmd_demo),
+    "train": ("train a GraphSAGE model under torchrun/srun with a strategy; JSON lines out",
+              _add_train, _cmd_train),
+    "demo": ("partition the built-in Cora with every partitioner, then train on 2 local "
+             "processes", _add_demo, _cmd_demo),
     "commcheck": ("under torchrun/srun: exchange test tensors, print topology and bytes",
                   _add_commcheck, _cmd_commcheck),
 }

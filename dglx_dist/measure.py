@@ -7,15 +7,29 @@ from typing import Any, Iterable, Sequence
 
 import psutil
 
-__all__ = ["PeakRSS", "markdown_table"]
+__all__ = ["PeakRSS", "markdown_table", "peak_rss_bytes"]
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory so far (VmHWM; ru_maxrss where /proc is absent)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 class PeakRSS:
     """Context manager sampling this process's resident memory; ``peak`` is the maximum seen.
 
     Sampling (every ``interval`` seconds, in a daemon thread) can miss a spike shorter than the
-    interval; benchmarks that need the exact peak run the work in a child process and read its
-    ``ru_maxrss`` instead.
+    interval; benchmarks that need the exact peak run the work in a fresh child process and read
+    its ``VmHWM`` from /proc/self/status (a forked child's ``ru_maxrss`` starts at its parent's
+    peak, so it is not the child's own).
     """
 
     def __init__(self, interval: float = 0.02):

@@ -14,7 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["read_checked", "column_numpy", "feat_to_numpy", "check_range", "read_json_object"]
+__all__ = ["read_checked", "column_numpy", "read_feat", "feat_to_numpy", "check_range",
+           "read_json_object"]
 
 
 def read_json_object(file: Path, error_cls: type[Exception], max_bytes: int = 64 << 20) -> dict:
@@ -43,14 +44,16 @@ def _type_ok(t: pa.DataType, kind: str) -> bool:
 
 
 def read_checked(file: Path, fields: dict[str, str], rows: int | None,
-                 error_cls: type[Exception]) -> pa.Table:
-    """Reads ``fields`` of a Parquet file after checking they exist with the right kind.
+                 error_cls: type[Exception], read: tuple[str, ...] | None = None) -> pa.Table:
+    """Reads a Parquet file's columns after checking ``fields`` exist with the right kind.
 
     Args:
         file: the Parquet file.
         fields: name -> kind, one of "integer", "bool", "float list".
         rows: the expected row count, or None for any.
         error_cls: exception class raised on any problem.
+        read: the columns to read (default: all of ``fields``); checked-only columns are
+            left for a streaming reader such as :func:`read_feat`.
     """
     if not file.is_file():
         raise error_cls(f"{file}: missing")
@@ -70,7 +73,7 @@ def read_checked(file: Path, fields: dict[str, str], rows: int | None,
     if rows is not None and pf.metadata.num_rows != rows:
         raise error_cls(f"{file}: {pf.metadata.num_rows} rows; expected {rows}")
     try:
-        return pf.read(columns=list(fields))
+        return pf.read(columns=list(fields if read is None else read))
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise error_cls(f"{file}: could not be read ({exc})") from None
 
@@ -80,14 +83,37 @@ def column_numpy(table: pa.Table, name: str, file: Path, error_cls: type[Excepti
     col = table.column(name)
     if col.null_count:
         raise error_cls(f"{file}: field {name!r} has {col.null_count} nulls; expected none")
-    out = col.to_numpy()
-    return out.astype(bool) if out.dtype == bool else out.astype(np.int64)
+    out = col.to_numpy()  # zero-copy (read-only) for one chunk, a fresh array for several
+    target = bool if out.dtype == bool else np.int64
+    if out.dtype != target or not out.flags.writeable:
+        out = out.astype(target)
+    return out
 
 
-def feat_to_numpy(column: pa.ChunkedArray | pa.Array, feat_dim: int, file: Path,
-                  error_cls: type[Exception], field: str = "feat") -> np.ndarray:
-    """A (rows, feat_dim) float32 array from a list<float> column, checking every row's width."""
-    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+def read_feat(file: Path, rows: int, feat_dim: int, error_cls: type[Exception],
+              field: str = "feat") -> np.ndarray:
+    """Reads a list<float> column into a (rows, feat_dim) float32 array, one row group at a
+    time, so the peak is the result plus one row group (not two full copies)."""
+    pf = pq.ParquetFile(file)
+    out = np.empty((rows, feat_dim), dtype=np.float32)
+    pos = 0
+    for g in range(pf.metadata.num_row_groups):
+        try:
+            column = pf.read_row_group(g, columns=[field]).column(field)
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise error_cls(f"{file}: row group {g} could not be read ({exc})") from None
+        for chunk in column.chunks:
+            block = feat_to_numpy(chunk, feat_dim, file, error_cls, field, row_offset=pos)
+            out[pos:pos + block.shape[0]] = block
+            pos += block.shape[0]
+    if pos != rows:
+        raise error_cls(f"{file}: field {field!r} has {pos} rows; expected {rows}")
+    return out
+
+
+def feat_to_numpy(arr: pa.Array, feat_dim: int, file: Path, error_cls: type[Exception],
+                  field: str = "feat", row_offset: int = 0) -> np.ndarray:
+    """A (rows, feat_dim) float32 view/array of one list<float> chunk, checking row widths."""
     if arr.null_count:
         raise error_cls(f"{file}: field {field!r} has {arr.null_count} null rows; expected a "
                         f"vector of {feat_dim} floats in every row")
@@ -99,12 +125,12 @@ def feat_to_numpy(column: pa.ChunkedArray | pa.Array, feat_dim: int, file: Path,
         lengths = np.diff(arr.offsets.to_numpy())
         bad = np.nonzero(lengths != feat_dim)[0]
         if bad.size:
-            raise error_cls(f"{file}: field {field!r} row {int(bad[0])} has "
+            raise error_cls(f"{file}: field {field!r} row {row_offset + int(bad[0])} has "
                             f"{int(lengths[bad[0]])} values; expected {feat_dim}")
     values = arr.flatten()
     if values.null_count:
         raise error_cls(f"{file}: field {field!r} has {values.null_count} null values")
-    out = values.to_numpy(zero_copy_only=False, writable=True).astype(np.float32, copy=False)
+    out = values.to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
     return out.reshape(len(arr), feat_dim)
 
 

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dglx_dist.data.atomic import atomic_directory
-from dglx_dist.data.checked import (check_range, column_numpy, feat_to_numpy, read_checked,
+from dglx_dist.data.checked import (check_range, column_numpy, read_checked, read_feat,
                                    read_json_object)
 from dglx_dist.errors import DatasetFormatError
 
@@ -143,14 +143,15 @@ def read_dataset(path: str | os.PathLike) -> GraphDataset:
     ef, nf = path / EDGES_FILE, path / NODES_FILE
     edges = read_checked(ef, {"src": "integer", "dst": "integer"}, meta.num_edges, err)
     nodes = read_checked(nf, {"label": "integer", "train": "bool", "val": "bool",
-                              "test": "bool", "feat": "float list"}, meta.num_nodes, err)
+                              "test": "bool", "feat": "float list"}, meta.num_nodes, err,
+                         read=("label", "train", "val", "test"))
     src, dst = (column_numpy(edges, c, ef, err) for c in ("src", "dst"))
     for name, ids in (("src", src), ("dst", dst)):
         check_range(ids, 0, meta.num_nodes, ef, name, "node id", err)
     label = column_numpy(nodes, "label", nf, err)
     check_range(label, 0, meta.num_classes, nf, "label", "class", err)
     masks = {m: column_numpy(nodes, m, nf, err) for m in _MASKS}
-    feat = feat_to_numpy(nodes.column("feat"), meta.feat_dim, nf, err)
+    feat = read_feat(nf, meta.num_nodes, meta.feat_dim, err)
     return GraphDataset(src, dst, feat, label, masks["train"], masks["val"], masks["test"],
                         meta.num_classes, meta.extra)
 

@@ -85,19 +85,39 @@ class Partition:
         return g
 
 
-class Layout:
-    """Edges grouped by destination owner, computed once and sliced per part."""
+def _small(owner: np.ndarray, num_parts: int) -> np.ndarray:
+    """Owner ids in the narrowest integer type, so numpy's stable sort can use radix sort."""
+    return owner.astype(np.int16 if num_parts < 2**15 else np.int32)
 
-    def __init__(self, ds: GraphDataset, plan: PartitionPlan):
+
+class Layout:
+    """Edges grouped by destination owner, computed once and sliced per part.
+
+    Owners and local ids of all nodes are computed once here as lookup arrays (cheaper than
+    asking the book per edge; the book stays table-free for everyone else).
+    """
+
+    def __init__(self, ds: GraphDataset, plan: PartitionPlan, owner: np.ndarray | None = None):
+        """``owner``: every node's owner if already computed (else asked from the book)."""
         self.ds, self.plan, self.book = ds, plan, plan.book
+        k, n = self.book.num_parts, ds.num_nodes
         new_ids = plan.new_ids()
         self.src = ds.src if new_ids is None else new_ids[ds.src]
         self.dst = ds.dst if new_ids is None else new_ids[ds.dst]
-        self.src_owner = self.book.owner(self.src)
-        self.dst_owner = self.book.owner(self.dst)
+        if owner is None:
+            owner = np.asarray(self.book.owner(np.arange(n, dtype=np.int64)))
+        self.owner = _small(owner, k)
+        self.node_order = np.argsort(self.owner, kind="stable")  # core ids of part 0, 1, ...
+        self.node_bounds = np.concatenate([[0], np.cumsum(np.bincount(self.owner, minlength=k))])
+        self.local = np.empty(n, dtype=np.int64)
+        self.local[self.node_order] = (np.arange(n, dtype=np.int64)
+                                       - self.node_bounds[self.owner[self.node_order]])
+        self.src_owner = self.owner[self.src]
+        self.dst_owner = self.owner[self.dst]
         self.edge_order = np.argsort(self.dst_owner, kind="stable")
-        self.edges_per_part = np.bincount(self.dst_owner, minlength=self.book.num_parts)
+        self.edges_per_part = np.bincount(self.dst_owner, minlength=k)
         self.edge_bounds = np.concatenate([[0], np.cumsum(self.edges_per_part)])
+        self._mark = np.zeros(n, dtype=bool)
 
     def orig(self, gids: np.ndarray) -> np.ndarray:
         """Original ids of partitioned-graph ids."""
@@ -105,9 +125,10 @@ class Layout:
 
     def node_owner_orig(self) -> np.ndarray:
         """Owner of every node, indexed by original id."""
+        if self.plan.orig_ids is None:
+            return self.owner.astype(np.int64)
         owner = np.empty(self.ds.num_nodes, dtype=np.int64)
-        gids = np.arange(self.ds.num_nodes, dtype=np.int64)
-        owner[self.orig(gids)] = self.book.owner(gids)
+        owner[self.plan.orig_ids] = self.owner
         return owner
 
     def edge_cut(self) -> int:
@@ -119,15 +140,26 @@ class Layout:
         for p in range(self.book.num_parts):
             yield self.part(p)
 
+    def _halo(self, remote_src: np.ndarray) -> np.ndarray:
+        """Sorted unique ids of ``remote_src`` (a mark array instead of a sort)."""
+        self._mark[remote_src] = True
+        halo = np.flatnonzero(self._mark)
+        self._mark[halo] = False
+        return halo
+
     def part(self, p: int) -> Partition:
         idx = self.edge_order[self.edge_bounds[p]:self.edge_bounds[p + 1]]
-        src, dst, src_owner = self.src[idx], self.dst[idx], self.src_owner[idx]
-        remote = src_owner != p
-        halo = np.unique(src[remote])
-        core = self.book.core_ids(p)
-        local_src = np.empty_like(src)
-        local_src[~remote] = self.book.to_local(src[~remote])
-        local_src[remote] = core.size + np.searchsorted(halo, src[remote])
+        src, dst = self.src[idx], self.dst[idx]
+        remote = self.src_owner[idx] != p
+        halo = self._halo(src[remote])
+        core = self.node_order[self.node_bounds[p]:self.node_bounds[p + 1]].astype(np.int64)
+        local_src = self.local[src]
+        # HALO local ids: num_core + rank among the part's HALO nodes (self.local is reused
+        # as scratch for them and restored afterwards)
+        saved = self.local[halo]
+        self.local[halo] = core.size + np.arange(halo.size, dtype=np.int64)
+        local_src[remote] = self.local[src[remote]]
+        self.local[halo] = saved
         core_orig = self.orig(core)
         ds = self.ds
         if self.plan.feature_slices is None:
@@ -141,6 +173,6 @@ class Layout:
                                         else ds.feat[:, sl])
         return Partition(
             part=p, core_gid=core, core_orig=core_orig, halo_gid=halo, halo_orig=self.orig(halo),
-            src=local_src, dst=self.book.to_local(dst), eid=idx.astype(np.int64),
+            src=local_src, dst=self.local[dst], eid=idx.astype(np.int64),
             label=ds.label[core_orig], train=ds.train[core_orig], val=ds.val[core_orig],
             test=ds.test[core_orig], feat=feat, feat_cols=cols)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from dglx_dist.data.atomic import sha256_file
-from dglx_dist.data.checked import check_range, column_numpy, feat_to_numpy, read_checked
+from dglx_dist.data.checked import check_range, column_numpy, read_checked, read_feat
 from dglx_dist.errors import PartitionFormatError
 from dglx_dist.partition.book import FeatureSlices, NodeBook, book_from_json
 from dglx_dist.partition.io import read_manifest
@@ -136,8 +136,8 @@ class PartitionDir:
             sl = self.feature_slices.slice(part)
             cols, rows = (sl.start, sl.stop), self.num_nodes
         file = self._file(part, "feat.parquet")
-        table = read_checked(file, {"feat": "float list"}, rows, _ERR)
-        return feat_to_numpy(table.column("feat"), cols[1] - cols[0], file, _ERR), cols
+        read_checked(file, {"feat": "float list"}, rows, _ERR, read=())
+        return read_feat(file, rows, cols[1] - cols[0], _ERR), cols
 
     def _orig_map(self, part: int) -> np.ndarray:
         if part not in self._orig_maps:

@@ -1,0 +1,77 @@
+"""Partitions made on demand for a run: ``dglx train --data DIR`` without ``--partitions``.
+
+Rank 0 partitions the dataset the way the strategy asks for the job's topology into a cache
+directory keyed by the dataset's identity, the method, its options and the number of parts;
+the other ranks wait for the partition manifest to appear (a filesystem poll with its own,
+long timeout: partitioning can take longer than a collective may wait). On a multi-node job the
+cache directory must be on a filesystem every node sees; otherwise run ``dglx partition`` first
+and pass ``--partitions``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+from dglx_dist.data.builtin import builtin_names, builtin_path
+from dglx_dist.partition.driver import partition_dataset
+from dglx_dist.partition.io import MANIFEST
+from dglx_dist.runtime.session import Session
+from dglx_dist.strategies.base import Strategy
+
+__all__ = ["resolve_dataset", "ensure_partitions"]
+
+log = logging.getLogger(__name__)
+
+
+def resolve_dataset(data: str | os.PathLike) -> Path:
+    """A dataset directory: ``data`` itself, or the built-in dataset of that name."""
+    path = Path(data)
+    if path.is_dir():
+        return path
+    if str(data) in builtin_names():
+        return builtin_path(str(data))
+    raise FileNotFoundError(f"dataset {data!r} is neither a directory nor a built-in dataset "
+                            f"({', '.join(builtin_names())})")
+
+
+def _key(data: Path, method: str, num_parts: int, options: dict) -> str:
+    h = hashlib.sha256()
+    for name in ("meta.json", "edges.parquet", "nodes.parquet"):
+        st = (data / name).stat()
+        h.update(f"{name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    h.update(json.dumps([method, num_parts, options], sort_keys=True).encode())
+    return f"{data.name}-{method}-{num_parts}-{h.hexdigest()[:12]}"
+
+
+def ensure_partitions(data: str | os.PathLike, strategy: Strategy, session: Session,
+                      cache_dir: str | os.PathLike = "dglx-partitions",
+                      wait_timeout: float = 3600.0) -> Path:
+    """The partition directory for ``strategy`` on this job, made by rank 0 if not cached."""
+    data = resolve_dataset(data)
+    spec = strategy.partition_spec(session.topology)
+    out = Path(cache_dir) / _key(data, spec.method, spec.num_parts, spec.options)
+    failed = out.with_name(out.name + ".failed")
+    if session.is_main and not (out / MANIFEST).is_file():
+        failed.unlink(missing_ok=True)
+        log.info("partitioning %s with %s into %d parts -> %s", data, spec.method,
+                 spec.num_parts, out)
+        try:
+            partition_dataset(data, out, spec.method, spec.num_parts, spec.options,
+                              progress=True)
+        except BaseException as exc:
+            failed.parent.mkdir(parents=True, exist_ok=True)
+            failed.write_text(f"{type(exc).__name__}: {exc}")
+            raise
+    deadline = time.monotonic() + wait_timeout
+    while not (out / MANIFEST).is_file():
+        if failed.is_file():
+            raise RuntimeError(f"rank 0 failed to partition {data}: {failed.read_text()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {wait_timeout:.0f}s for rank 0 to write {out}; is the "
+                               f"cache directory on a filesystem every node sees?")
+        time.sleep(0.2)
+    return out

@@ -1,0 +1,5 @@
+"""Distributed strategies. Importing this package registers the built-in ones."""
+from dglx_dist.strategies import distdgl as _distdgl  # noqa: F401  (registers)
+from dglx_dist.strategies.base import STRATEGIES, Batch, PartitionSpec, Strategy
+
+__all__ = ["STRATEGIES", "Strategy", "Batch", "PartitionSpec"]

@@ -1,0 +1,143 @@
+"""``distdgl``: DistDGL's mini-batch training.
+
+* Partitioning: METIS with multi-constraint balancing (train/val/test nodes and edges), one
+  part per server, HALO nodes in each part's structure (``metis`` partitioner).
+* Owner-compute sampling: seeds come from the two-level training-set split (equal steps for
+  every rank; a rank's chunk lies mostly in its server's part); 1-hop sampling of owned nodes is
+  local thanks to HALO nodes, deeper hops of remote nodes are sampled by their owners
+  (:class:`~dglx_dist.sampling.PartitionSampler`).
+* Features and labels are pulled from the KVStore: rows of the own server from shared memory,
+  the rest through the comm layer.
+* Synchronous SGD: the model is wrapped in DDP whose gradient all-reduce goes through the comm
+  layer (so its bytes are counted and its waits have the job's timeout).
+* Evaluation: every partition's val/test nodes, with full neighborhoods (or ``eval_fanouts``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator
+
+import dgl
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from dglx_dist.kvstore import DistKVStore, RowPolicy
+from dglx_dist.partition.load import PartitionDir
+from dglx_dist.runtime.comm import Comm
+from dglx_dist.runtime.session import Session
+from dglx_dist.runtime.topology import Topology
+from dglx_dist.sampling import PartitionSampler, epoch_batches, even_chunk, steps_per_epoch
+from dglx_dist.strategies.base import STRATEGIES, Batch, PartitionSpec, Strategy
+
+__all__ = ["DistDGLStrategy", "comm_allreduce_hook"]
+
+
+def comm_allreduce_hook(comm: Comm):
+    """A DDP communication hook averaging gradient buckets through ``comm``."""
+
+    def hook(_state, bucket):
+        buffer = bucket.buffer()
+        comm.all_reduce(buffer)
+        buffer.div_(comm.size)
+        future: torch.futures.Future = torch.futures.Future()
+        future.set_result(buffer)
+        return future
+
+    return hook
+
+
+@STRATEGIES.register("distdgl")
+class DistDGLStrategy(Strategy):
+    """METIS partitions + HALO, distributed sampling, KVStore features, DDP."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        fanouts: tuple[int, ...] = dataclasses.field(
+            default=(10, 25), metadata={"help": "Neighbors sampled per layer, input layer first "
+                                                "(-1: all); one entry per GNN layer."})
+        batch_size: int = dataclasses.field(
+            default=1000, metadata={"help": "Seed nodes per rank per step."})
+        eval_fanouts: tuple[int, ...] = dataclasses.field(
+            default=(), metadata={"help": "Fanouts for evaluation; empty: full neighborhoods."})
+        eval_batch_size: int = dataclasses.field(
+            default=4096, metadata={"help": "Seed nodes per rank per evaluation step."})
+        balance: tuple[str, ...] = dataclasses.field(
+            default=("train", "val", "test", "edges"),
+            metadata={"help": "METIS constraints when dglx partitions for this strategy."})
+        seed: int = dataclasses.field(default=0, metadata={"help": "Shuffling/sampling seed."})
+
+        def __post_init__(self):
+            if not self.fanouts or any(f == 0 or f < -1 for f in self.fanouts):
+                raise ValueError(f"fanouts {self.fanouts}: need one entry per layer, each a "
+                                 f"positive count or -1")
+            if self.eval_fanouts and len(self.eval_fanouts) != len(self.fanouts):
+                raise ValueError(f"eval_fanouts {self.eval_fanouts} must have one entry per "
+                                 f"layer ({len(self.fanouts)})")
+            if self.batch_size < 1 or self.eval_batch_size < 1:
+                raise ValueError("batch_size and eval_batch_size must be >= 1")
+
+    def num_layers(self) -> int:
+        return len(self.config.fanouts)
+
+    def partition_spec(self, topology: Topology) -> PartitionSpec:
+        return PartitionSpec("metis", topology.num_servers, {"balance": list(self.config.balance)})
+
+    def setup(self, session: Session, pdir: PartitionDir) -> None:
+        self.check_partitions(pdir, session.topology)
+        self.session = session
+        server = session.server_id
+        part = pdir.load_part(server)
+        self.store = DistKVStore(session)
+        policy = RowPolicy(pdir.book)
+        self.store.init_data("feat", policy, {server: torch.from_numpy(part.feat)})
+        self.store.init_data("label", policy, {server: torch.from_numpy(part.label)},
+                             dtype=torch.int64)
+        self.sampler = PartitionSampler(part, pdir.book, session.cross, server)
+        self.ids = {}
+        for split in ("train", "val", "test"):
+            owned = torch.from_numpy(part.core_gid[getattr(part, split)])
+            everyone = torch.cat(session.cross.all_gather_v(owned)).sort().values
+            self.ids[split] = (even_chunk(everyone, session.world_size, session.rank),
+                               everyone.numel())
+        dgl.seed(self.config.seed * 7919 + session.rank)
+
+    def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        ddp = DistributedDataParallel(model)
+        ddp.register_comm_hook(None, comm_allreduce_hook(self.session.world))
+        return ddp
+
+    def _batch(self, seeds: torch.Tensor, fanouts) -> Batch:
+        blocks = self.sampler.sample_blocks(seeds, fanouts)
+        x = self.store.pull("feat", blocks[0].srcdata[dgl.NID])
+        y = self.store.pull("label", seeds)
+        return Batch(blocks, x, y, seeds)
+
+    def batches(self, epoch: int) -> Iterator[Batch]:
+        chunk, total = self.ids["train"]
+        steps = steps_per_epoch(total, self.session.world_size, self.config.batch_size)
+        gen = torch.Generator().manual_seed(self.config.seed * 1_000_003 + epoch * 7919
+                                            + self.session.rank)
+        for seeds in epoch_batches(chunk, steps, self.config.batch_size, gen):
+            yield self._batch(seeds, self.config.fanouts)
+
+    @torch.no_grad()
+    def evaluate(self, model: torch.nn.Module, split: str) -> float:
+        if split not in self.ids:
+            raise ValueError(f"split {split!r}; expected one of {sorted(self.ids)}")
+        module = model.module if isinstance(model, DistributedDataParallel) else model
+        chunk, total = self.ids[split]
+        size = self.config.eval_batch_size
+        steps = steps_per_epoch(total, self.session.world_size, size)
+        fanouts = self.config.eval_fanouts or tuple(-1 for _ in self.config.fanouts)
+        was_training = module.training
+        module.eval()
+        correct = torch.zeros(2, dtype=torch.float64)
+        for i in range(steps):
+            batch = self._batch(chunk[i * size:(i + 1) * size], fanouts)
+            if batch.seeds.numel():
+                pred = self.forward(module, batch).argmax(dim=1)
+                correct[0] += (pred == batch.y).sum().item()
+                correct[1] += batch.seeds.numel()
+        module.train(was_training)
+        self.session.world.all_reduce(correct)
+        return float(correct[0] / correct[1]) if correct[1] > 0 else 0.0

@@ -1,0 +1,113 @@
+"""The comm layer on real gloo process groups: results, byte counters, named failures."""
+import os
+import time
+
+import pytest
+import torch
+
+from dglx_dist.runtime.comm import PeerError
+from dglx_dist.testing import WorkerError, run_workers
+
+pytestmark = pytest.mark.dist
+VIRTUAL_2x2 = {"DGLX_VIRTUAL_SERVERS": "2", "DGLX_TIMEOUT": "20"}
+
+
+def _exchange(session):
+    r, w = session.rank, session.world_size
+    # rank r sends (r + j) rows of width 3 to rank j, each row filled with 10*r + j
+    send = [torch.full((r + j, 3), float(10 * r + j)) for j in range(w)]
+    before = session.counter.snapshot()
+    recv = session.world.all_to_all_v(send)
+    after = session.counter.snapshot()
+    ok = all(recv[j].shape == (j + r, 3) and bool((recv[j] == 10 * j + r).all())
+             for j in range(w))
+    return {"ok": ok, "server": session.server_id, "local": session.local_rank,
+            "server_members": session.server.members, "cross_members": session.cross.members,
+            "delta": {k: after[k] - before[k] for k in after}}
+
+
+def test_all_to_all_v_and_counters_on_virtual_servers(tmp_path):
+    res = run_workers(_exchange, 4, tmp_path, env=VIRTUAL_2x2)
+    for r, out in res.items():
+        assert out["ok"], r
+        assert out["server"] == r // 2 and out["local"] == r % 2
+        assert out["server_members"] == [2 * (r // 2), 2 * (r // 2) + 1]
+        assert out["cross_members"] == [r % 2, 2 + r % 2]
+        same = [j for j in range(4) if j // 2 == r // 2 and j != r]
+        other = [j for j in range(4) if j // 2 != r // 2]
+        row = 3 * 4  # 3 float32 per row
+        d = out["delta"]
+        assert d["sent_intra"] == sum((r + j) * row for j in same)
+        assert d["sent_inter"] == sum((r + j) * row for j in other)
+        assert d["recv_intra"] == sum((j + r) * row for j in same)
+        assert d["recv_inter"] == sum((j + r) * row for j in other)
+        assert d["control_sent"] == 8 * 3
+
+
+def _collectives(session):
+    r, w = session.rank, session.world_size
+    out = {}
+    gathered = session.world.all_gather_v(torch.arange(r + 1, dtype=torch.float32))
+    out["gather_v"] = [g.tolist() for g in gathered]
+    t = torch.full((4,), float(r))
+    session.world.all_reduce(t)
+    out["all_reduce"] = t.tolist()
+    rs = session.world.reduce_scatter(torch.arange(2 * w, dtype=torch.float32) * (r + 1))
+    out["reduce_scatter"] = rs.tolist()
+    b = torch.full((2,), float(r))
+    session.server.broadcast(b, src=0)
+    out["broadcast"] = b.tolist()
+    s = torch.tensor([float(r)])
+    session.server.all_reduce(s, op="max")
+    out["server_max"] = s.item()
+    session.world.barrier()
+    return out
+
+
+def test_collectives(tmp_path):
+    res = run_workers(_collectives, 4, tmp_path, env=VIRTUAL_2x2)
+    total = sum(r + 1 for r in range(4))
+    for r, out in res.items():
+        assert out["gather_v"] == [list(range(j + 1)) for j in range(4)]
+        assert out["all_reduce"] == [6.0] * 4
+        assert out["reduce_scatter"] == [float(2 * r * total), float((2 * r + 1) * total)]
+        assert out["broadcast"] == [float(2 * (r // 2))] * 2
+        assert out["server_max"] == float(2 * (r // 2) + 1)
+
+
+def _dies(session, victim, hang):
+    session.world.all_reduce(torch.ones(1))
+    if session.rank == victim:
+        if hang:
+            time.sleep(12)  # alive but stuck past the others' 4 s timeout
+        os._exit(3)
+    t0 = time.monotonic()
+    try:
+        session.world.all_reduce(torch.ones(8))
+    except PeerError as exc:
+        return {"ranks": exc.ranks, "message": str(exc), "seconds": time.monotonic() - t0}
+    return {"ranks": None}
+
+
+@pytest.mark.parametrize("hang", [False, True], ids=["killed", "hung"])
+def test_failed_rank_is_named_on_every_survivor(tmp_path, hang):
+    res = run_workers(_dies, 3, tmp_path, 1, hang, env={"DGLX_TIMEOUT": "4"},
+                      expect_failure=[1], timeout=40)
+    for r in (0, 2):
+        assert res[r]["ranks"] == [1], res[r]
+        assert "rank 1" in res[r]["message"]
+        assert res[r]["seconds"] < 4 + 5, res[r]
+        if hang:
+            assert "timed out after 4s" in res[r]["message"]
+    assert res[1]["exitcode"] != 0
+
+
+def _raise(session):
+    if session.rank == 1:
+        raise ValueError("boom on purpose")
+    return session.rank
+
+
+def test_launcher_reraises_child_traceback(tmp_path):
+    with pytest.raises(WorkerError, match=r"(?s)rank 1 .*ValueError: boom on purpose"):
+        run_workers(_raise, 2, tmp_path, env={"DGLX_TIMEOUT": "5"})
