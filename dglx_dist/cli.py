@@ -70,7 +70,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         pdir = PartitionDir(parts)
         torch.manual_seed(args.seed)
         layers = strategy.num_layers() or args.layers
-        model = SAGE(pdir.feat_dim, args.hidden, pdir.num_classes, layers, dropout=args.dropout)
+        model = SAGE(pdir.feat_dim, args.hidden, pdir.num_classes, layers, dropout=args.dropout,
+                     row_normalize=not args.raw_features)
         trainer = Trainer(model, pdir, strategy, session=session, lr=args.lr,
                           weight_decay=args.weight_decay, progress=not args.no_progress,
                           metrics=sys.stdout if session.is_main else None)
@@ -96,6 +97,8 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", default=None, help="gloo or nccl (default: nccl if CUDA)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--raw-features", action="store_true",
+                   help="feed features as stored (default: row-normalised, as DGL's Planetoid)")
 
 
 def _cmd_commcheck(args: argparse.Namespace) -> int:

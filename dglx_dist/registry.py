@@ -71,7 +71,8 @@ def coerce_option(value: Any, annotation: Any, where: str) -> Any:
         return coerce_option(value, inner[0], where)
     if origin is tuple:
         items = value.split(",") if isinstance(value, str) else list(value)
-        items = [i.strip() for i in items if not (isinstance(i, str) and not i.strip())]
+        items = [i.strip() if isinstance(i, str) else i for i in items]
+        items = [i for i in items if not (isinstance(i, str) and not i)]
         return tuple(coerce_option(i, args[0], where) for i in items)
     if annotation is bool:
         if isinstance(value, bool):

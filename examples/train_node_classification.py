@@ -33,7 +33,7 @@ class SAGE(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, blocks, x):
-        h = x
+        h = x / x.sum(1, keepdim=True).clamp(min=1e-12)  # row-normalised, as DGL's Planetoid
         for i, (layer, block) in enumerate(zip(self.layers, blocks)):
             h = layer(block, h)
             if i != len(self.layers) - 1:

@@ -12,12 +12,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = {"docs/partitioners.md": "partitioners"}
+PAGES = {"docs/partitioners.md": "partitioners", "docs/strategies/distdgl.md": "strategies"}
 
 
 def registries():
     from dglx_dist.partition import PARTITIONERS
-    return {"partitioners": PARTITIONERS}
+    from dglx_dist.strategies import STRATEGIES
+    return {"partitioners": PARTITIONERS, "strategies": STRATEGIES}
 
 
 def render(text: str, key: str, table: str) -> str:

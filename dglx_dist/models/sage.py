@@ -16,18 +16,21 @@ class SAGE(nn.Module):
         num_layers: number of SAGEConv layers (one block each).
         aggregator: SAGEConv aggregator ("mean", "gcn", "pool", "lstm").
         dropout: dropout between layers.
+        row_normalize: divide each input row by its sum first (what DGL's Planetoid loaders
+            do to bag-of-words features such as Cora's).
     """
 
     def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 2,
-                 aggregator: str = "mean", dropout: float = 0.5):
+                 aggregator: str = "mean", dropout: float = 0.5, row_normalize: bool = False):
         super().__init__()
+        self.row_normalize = row_normalize
         dims = [in_feats] + [hidden] * (num_layers - 1) + [num_classes]
         self.layers = nn.ModuleList(dglnn.SAGEConv(a, b, aggregator)
                                     for a, b in zip(dims[:-1], dims[1:]))
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, blocks, x: torch.Tensor) -> torch.Tensor:
-        h = x
+        h = x / x.sum(1, keepdim=True).clamp(min=1e-12) if self.row_normalize else x
         for i, (layer, block) in enumerate(zip(self.layers, blocks)):
             h = layer(block, h)
             if i != len(self.layers) - 1:

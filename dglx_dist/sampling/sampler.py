@@ -63,7 +63,7 @@ class PartitionSampler:
         answers = [self._sample_owned(r, fanout) for r in received]
         returned = self.cross.all_to_all_v(answers)
         edges = torch.cat([*returned, self._sample_owned(nodes[owner == self.server], fanout)])
-        return edges[:, 0], edges[:, 1]
+        return edges[:, 0].contiguous(), edges[:, 1].contiguous()
 
     def _sample_owned(self, gids: torch.Tensor, fanout: int) -> torch.Tensor:
         """(k, 2) int64 ``[src, dst]`` global ids of sampled in-edges of owned nodes."""

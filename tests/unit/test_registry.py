@@ -84,6 +84,8 @@ def test_builtin_partitioners_registered():
 
 def test_coerce_tuple_of_ints():
     assert coerce_option("1,2,3", tuple[int, ...], "x") == (1, 2, 3)
+    assert coerce_option((-1, 5), tuple[int, ...], "x") == (-1, 5)
+    assert coerce_option(["a ", "b"], tuple[str, ...], "x") == ("a", "b")
     assert coerce_option("", tuple[str, ...], "x") == ()
 
 

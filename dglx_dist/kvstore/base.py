@@ -1,0 +1,295 @@
+"""The KVStore interface: named tensors split into parts, read with pull, updated with push.
+
+Public methods validate their arguments and then call protected ``_init_data`` / ``_pull`` /
+``_push``, which subclasses implement. When the arguments are bad, the public method first calls
+``_pull_nothing`` / ``_push_nothing`` (a distributed store takes part in the collective steps
+with an empty request there, so the other ranks do not hang) and then raises on the caller.
+"""
+from __future__ import annotations
+
+import abc
+import dataclasses
+import operator
+from typing import Mapping
+
+import numpy as np
+import torch
+
+from dglx_dist.kvstore.ops import BUILTIN_OPS, COMBINE_RULES, INITS, Init, OpHandler, PushOp
+from dglx_dist.kvstore.policy import PartitionPolicy
+
+__all__ = ["KVStore", "TensorEntry", "InitSpec"]
+
+
+@dataclasses.dataclass(eq=False)
+class TensorEntry:
+    """A registered named tensor.
+
+    Attributes:
+        name: its name; index: its registration index (the same on every rank).
+        policy: where its rows live.
+        trailing: the shape of one row; dtype: its element type.
+        parts: the local tensors of the parts this process can read and write, by part.
+        part_trailing: the shape of one row of each part's local tensor.
+    """
+
+    name: str
+    index: int
+    policy: PartitionPolicy
+    trailing: tuple[int, ...]
+    dtype: torch.dtype
+    parts: dict[int, torch.Tensor] = dataclasses.field(default_factory=dict)
+    part_trailing: list[tuple[int, ...]] = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def from_spec(cls, spec: "InitSpec", index: int) -> "TensorEntry":
+        """An entry without parts; ``part_trailing[p]`` is the row shape of part ``p``."""
+        shapes = [tuple(spec.policy.part_shape(p, spec.trailing)[1:])
+                  for p in range(spec.policy.num_parts)]
+        return cls(spec.name, index, spec.policy, spec.trailing, spec.dtype, {}, shapes)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.policy.num_rows, *self.trailing)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class InitSpec:
+    """A validated ``init_data`` request (before any collective step)."""
+
+    name: str
+    policy: PartitionPolicy
+    trailing: tuple[int, ...]
+    dtype: torch.dtype
+    init: Init
+    part_data: dict[int, torch.Tensor]
+
+
+def _part_index(key) -> int | None:
+    try:
+        return operator.index(key)
+    except TypeError:
+        return None
+
+
+class KVStore(abc.ABC):
+    """Named tensors sharded into parts by a partition policy.
+
+    Args:
+        seed: mixed into the seeds of callable initialisers (the same on every rank).
+    """
+
+    def __init__(self, seed: int = 0):
+        self.seed = int(seed)
+        self._entries: dict[str, TensorEntry] = {}
+        self._ops: dict[str, PushOp] = dict(BUILTIN_OPS)
+
+    # -- registration ------------------------------------------------------------------------
+    def init_data(self, name: str, policy: PartitionPolicy,
+                  part_data: Mapping[int, torch.Tensor | np.ndarray] | None = None, *,
+                  trailing_shape: tuple[int, ...] | None = None,
+                  dtype: torch.dtype | None = None, init: Init = "zeros") -> None:
+        """Registers the named tensor ``name``.
+
+        Call it in the same order with the same arguments (except ``part_data``) on every rank:
+        it is collective in a distributed store.
+
+        Args:
+            name: a new name.
+            policy: where the rows live.
+            part_data: local tensors of parts this process loaded (e.g. a partition's features);
+                parts nobody passes are initialised with ``init``.
+            trailing_shape: shape of one row; default: inferred from ``part_data``.
+            dtype: element type; default: ``part_data``'s, else float32.
+            init: "zeros" or ``init(shape, dtype) -> Tensor``, seeded per (store seed, name,
+                part), so every process builds the same rows for a part.
+
+        Raises:
+            ValueError / KeyError / TypeError: bad arguments (on every rank of a distributed
+                store when any rank's are bad).
+        """
+        try:
+            spec, error = self._check_init(name, policy, part_data, trailing_shape, dtype,
+                                           init), None
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            spec, error = None, exc
+        entry = self._init_data(name, spec, error)
+        self._entries[name] = entry
+
+    def register_op(self, name: str, fn: OpHandler, *, combine: str = "sum") -> None:
+        """Registers a push op ``fn(current_rows, values, local_ids, state) -> new_rows``.
+
+        Register the same ops in the same order on every rank (distributed pushes refer to ops
+        by registration index). See :mod:`dglx_dist.kvstore.ops` for ``state``.
+
+        Args:
+            name: a new op name.
+            fn: the handler, applied where the rows live.
+            combine: how duplicate ids' values are combined first: "sum" or "last".
+        """
+        if not isinstance(name, str) or not name or name in self._ops:
+            raise ValueError(f"op name {name!r} is empty or already registered; registered: "
+                             f"{sorted(self._ops)}")
+        if not callable(fn):
+            raise TypeError(f"op {name!r}: handler {fn!r} is not callable")
+        if combine not in COMBINE_RULES:
+            raise ValueError(f"op {name!r}: combine {combine!r}; expected one of "
+                             f"{sorted(COMBINE_RULES)}")
+        self._ops[name] = PushOp(name, fn, combine)
+
+    # -- access ------------------------------------------------------------------------------
+    def pull(self, name: str, ids: torch.Tensor) -> torch.Tensor:
+        """Rows ``ids`` of ``name`` in the order asked (duplicates allowed).
+
+        Raises:
+            KeyError: unknown name. ValueError: ids not 1-D int64 within ``[0, num_rows)``.
+        """
+        try:
+            entry = self._entry(name)
+            self._check_ids(entry, ids, "pull")
+        except (KeyError, ValueError):
+            self._pull_nothing()
+            raise
+        return self._pull(entry, ids)
+
+    def push(self, name: str, ids: torch.Tensor, values: torch.Tensor,
+             op: str = "assign") -> None:
+        """Applies ``op`` to rows ``ids`` of ``name`` with ``values`` (one row per id).
+
+        "assign": duplicates resolve to their last occurrence; "add": duplicates are summed;
+        registered ops see pre-combined values.
+
+        Raises:
+            KeyError: unknown name or op. ValueError: bad ids, or values of the wrong dtype
+                or shape.
+        """
+        try:
+            entry, push_op = self._entry(name), self._op(op)
+            self._check_ids(entry, ids, "push")
+            self._check_values(entry, ids, values)
+        except (KeyError, ValueError):
+            self._push_nothing()
+            raise
+        self._push(entry, push_op, ids, values)
+
+    def names(self) -> list[str]:
+        """Registered names, in registration order."""
+        return list(self._entries)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._entry(name).shape
+
+    def dtype(self, name: str) -> torch.dtype:
+        return self._entry(name).dtype
+
+    def policy(self, name: str) -> PartitionPolicy:
+        return self._entry(name).policy
+
+    def ops(self) -> list[str]:
+        """Registered op names, in registration order."""
+        return list(self._ops)
+
+    # -- for subclasses ----------------------------------------------------------------------
+    @abc.abstractmethod
+    def _init_data(self, name: str, spec: InitSpec | None,
+                   error: Exception | None) -> TensorEntry:
+        """Builds the entry (``spec`` None when local validation failed with ``error``)."""
+
+    @abc.abstractmethod
+    def _pull(self, entry: TensorEntry, ids: torch.Tensor) -> torch.Tensor: ...
+
+    @abc.abstractmethod
+    def _push(self, entry: TensorEntry, op: PushOp, ids: torch.Tensor,
+              values: torch.Tensor) -> None: ...
+
+    def _pull_nothing(self) -> None:
+        """Takes part in a pull's collective steps without a request (bad arguments)."""
+
+    def _push_nothing(self) -> None:
+        """Takes part in a push's collective steps without a request (bad arguments)."""
+
+    def _check_parts_held(self, policy: PartitionPolicy, parts: list[int]) -> None:
+        """Raises ValueError when this process cannot hold the given parts of ``policy``."""
+
+    def _apply(self, entry: TensorEntry, op: PushOp, part: int, local: torch.Tensor,
+               values: torch.Tensor) -> None:
+        """Applies ``op`` to local rows ``local`` (unique) of ``entry``'s part ``part``."""
+        tensor = entry.parts[part]
+        tensors = {e.name: e.parts[part] for e in self._entries.values() if part in e.parts}
+        tensors[entry.name] = tensor
+        state = {"name": entry.name, "part": part, "tensors": tensors}
+        new = op.fn(tensor[local], values, local, state)
+        if tuple(new.shape) != (local.numel(), *tensor.shape[1:]):
+            raise RuntimeError(f"op {op.name!r} returned shape {tuple(new.shape)} for "
+                               f"{entry.name!r} part {part}; expected "
+                               f"{(local.numel(), *tensor.shape[1:])}")
+        tensor[local] = new.to(tensor.dtype)
+
+    def _entry(self, name: str) -> TensorEntry:
+        if name not in self._entries:
+            raise KeyError(f"unknown tensor name {name!r}; registered names: {self.names()}")
+        return self._entries[name]
+
+    def _op(self, op: str) -> PushOp:
+        if op not in self._ops:
+            raise KeyError(f"unknown push op {op!r}; registered ops: {self.ops()}")
+        return self._ops[op]
+
+    # -- validation --------------------------------------------------------------------------
+    @staticmethod
+    def _check_ids(entry: TensorEntry, ids: torch.Tensor, what: str) -> None:
+        if not isinstance(ids, torch.Tensor) or ids.dtype != torch.int64 or ids.dim() != 1:
+            got = (f"{ids.dtype} tensor of shape {tuple(ids.shape)}"
+                   if isinstance(ids, torch.Tensor) else type(ids).__name__)
+            raise ValueError(f"{what} {entry.name!r}: ids must be a 1-D torch.int64 tensor; "
+                             f"got {got}")
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= entry.policy.num_rows):
+            bad_pos = int(torch.nonzero((ids < 0) | (ids >= entry.policy.num_rows))[0])
+            raise ValueError(f"{what} {entry.name!r}: id {int(ids[bad_pos])} at position "
+                             f"{bad_pos} is outside [0, {entry.policy.num_rows})")
+
+    @staticmethod
+    def _check_values(entry: TensorEntry, ids: torch.Tensor, values: torch.Tensor) -> None:
+        want = (ids.numel(), *entry.trailing)
+        if not isinstance(values, torch.Tensor):
+            raise ValueError(f"push {entry.name!r}: values must be a torch.Tensor of shape "
+                             f"{want}; got {type(values).__name__}")
+        if values.dtype != entry.dtype or tuple(values.shape) != want:
+            raise ValueError(f"push {entry.name!r}: values are {values.dtype} of shape "
+                             f"{tuple(values.shape)}; expected {entry.dtype} of shape {want} "
+                             f"(one row of shape {entry.trailing} per id)")
+
+    def _check_init(self, name, policy, part_data, trailing_shape, dtype, init) -> InitSpec:
+        if not isinstance(name, str) or not name or name in self._entries:
+            raise ValueError(f"init_data: name {name!r} is empty or already registered; "
+                             f"registered names: {self.names()}")
+        if not isinstance(policy, PartitionPolicy):
+            raise TypeError(f"init_data {name!r}: policy must be a PartitionPolicy; got "
+                            f"{type(policy).__name__}")
+        if not (callable(init) or (isinstance(init, str) and init in INITS)):
+            raise KeyError(f"init_data {name!r}: unknown init {init!r}; expected one of "
+                           f"{sorted(INITS)} or a callable init(shape, dtype)")
+        data = {}
+        for key, rows in dict(part_data or {}).items():
+            part = _part_index(key)
+            if part is None or not 0 <= part < policy.num_parts:
+                raise ValueError(f"init_data {name!r}: part_data key {key!r} is not a part "
+                                 f"in [0, {policy.num_parts})")
+            data[part] = torch.as_tensor(rows)
+        self._check_parts_held(policy, sorted(data))
+        first = min(data) if data else None
+        if dtype is None:
+            dtype = data[first].dtype if data else torch.float32
+        if trailing_shape is None:
+            if not data:
+                raise ValueError(f"init_data {name!r}: give trailing_shape (the shape of one "
+                                 f"row) or part_data to infer it from")
+            trailing_shape = policy.infer_trailing(first, tuple(data[first].shape))
+        trailing = tuple(int(t) for t in trailing_shape)
+        for part in range(policy.num_parts):
+            want = policy.part_shape(part, trailing)  # also checks the policy accepts trailing
+            rows = data.get(part)
+            if rows is not None and (tuple(rows.shape) != want or rows.dtype != dtype):
+                raise ValueError(f"init_data {name!r}: part_data[{part}] is {rows.dtype} of "
+                                 f"shape {tuple(rows.shape)}; expected {dtype} of shape {want}")
+        return InitSpec(name, policy, trailing, dtype, init, data)

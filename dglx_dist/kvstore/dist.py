@@ -1,0 +1,311 @@
+"""The distributed store: parts in shared memory on their servers, remote rows through the comm layer.
+
+**Placement.** A policy with one part per server puts part ``p`` on server ``p``, shared by the
+server's ranks (DistDGL); a policy with one part per rank puts part ``p`` on rank ``p``'s server
+(a server then holds ``ranks_per_server`` parts). Any other part count is an error.
+
+**Shared memory.** For every part a server holds, one rank of the server (the lowest local rank
+that passed the part's rows to ``init_data``, else local rank 0) creates the part's tensor in a
+file under ``/dev/shm`` named by a per-job token and fills it; the server's other ranks map the
+same file; then it is unlinked (see :mod:`dglx_dist.kvstore.shm`). Rows of parts on the caller's
+own server are read straight from that memory: no comm call, no bytes counted.
+
+**What is collective.** ``DistKVStore(session)``, ``init_data``, ``pull`` and ``push`` are
+collective: every rank of the job calls them the same number of times in the same order. A rank
+with nothing to fetch or write passes empty ids; ranks may use *different* names (and ops) in
+the same step, because requests carry the name's (and op's) registration index, which is why
+names and ops must be registered in the same order everywhere. A rank whose arguments are bad
+still takes part with an empty request, then raises.
+
+**Pull.** The requested ids are deduplicated (``torch.unique``); ids held by the own server are
+read from shared memory; the others are grouped by owning server and sent through
+``session.cross`` (the ranks with this rank's local index on every server) with
+``all_to_all_v``: per non-empty destination one int64 tensor ``[name_index, *ids]`` (so a
+request costs ``8 * (1 + unique ids)`` bytes). The peer reads its shared memory and answers with
+the rows as raw bytes (uint8), so row widths may differ per peer; the caller scatters them back
+into request order. A pull costs two ``all_to_all_v`` calls on ``cross`` whenever the job has more
+than one server.
+
+**Push.** Values of duplicate ids are combined first (the op's rule). Each row then goes to ONE
+writer on its owning server, the server's local rank ``local_row % ranks_per_server``, through
+``session.world.all_to_all_v`` (``[name_index, op_index, *ids]`` plus the values as raw bytes);
+the writer combines what all sources sent (in rank order), applies the op to the shared rows,
+and every rank finishes with ``session.server.barrier()``, so a following pull sees the writes.
+Concurrent writes therefore never touch the same row.
+"""
+from __future__ import annotations
+
+import logging
+import secrets
+import zlib
+from pathlib import Path
+
+import torch
+
+from dglx_dist.kvstore.base import InitSpec, KVStore, TensorEntry
+from dglx_dist.kvstore.ops import PushOp, combine_duplicates, init_part
+from dglx_dist.kvstore.policy import PartitionPolicy
+from dglx_dist.kvstore.shm import (EMPTY_I64, EMPTY_U8, attach_shared, create_shared,
+                                   default_shm_dir, from_bytes, to_bytes)
+
+__all__ = ["DistKVStore"]
+
+log = logging.getLogger(__name__)
+_SIGNATURE = ("ok", "name", "index", "num_rows", "num_parts", "dtype", "trailing", "policy")
+
+
+def _crc(value) -> int:
+    return zlib.crc32(str(value).encode())
+
+
+class DistKVStore(KVStore):
+    """Named tensors sharded over the job's servers (collective: see the module docstring).
+
+    Args:
+        session: the running session (communicators, topology, byte counters).
+        seed: mixed into the seeds of callable initialisers.
+        shm_dir: where shared tensors are created; default ``/dev/shm``.
+    """
+
+    def __init__(self, session, *, seed: int = 0, shm_dir: str | Path | None = None):
+        super().__init__(seed)
+        self.session = session
+        topo = session.topology
+        self._num_servers, self._per_server = topo.num_servers, topo.ranks_per_server
+        self._server = session.server_id
+        self._dir = Path(shm_dir) if shm_dir is not None else default_shm_dir()
+        self._servers: dict[int, list[int]] = {}  # entry index -> server of each part
+        self._by_index: list[TensorEntry] = []
+        token = torch.tensor([secrets.randbits(62) if session.rank == 0 else 0])
+        session.world.broadcast(token, 0)
+        self.token = f"{int(token):016x}"
+
+    # -- placement ---------------------------------------------------------------------------
+    def part_servers(self, policy: PartitionPolicy) -> list[int]:
+        """The server holding each part of ``policy``.
+
+        Raises:
+            ValueError: the part count is neither the number of servers nor the world size.
+        """
+        n, servers, world = policy.num_parts, self._num_servers, self.session.world_size
+        if n == servers:
+            return list(range(n))
+        if n == world:
+            return [p // self._per_server for p in range(n)]
+        raise ValueError(f"the policy has {n} parts; a job with {servers} servers x "
+                         f"{self._per_server} ranks needs {servers} parts (one per server) or "
+                         f"{world} (one per rank)")
+
+    def _check_parts_held(self, policy: PartitionPolicy, parts: list[int]) -> None:
+        servers = self.part_servers(policy)
+        elsewhere = [p for p in parts if servers[p] != self._server]
+        if elsewhere:
+            raise ValueError(f"part_data holds parts {elsewhere}, which live on other servers; "
+                             f"rank {self.session.rank} (server {self._server}) may only pass "
+                             f"parts {[p for p, s in enumerate(servers) if s == self._server]}")
+
+    # -- init --------------------------------------------------------------------------------
+    def _init_data(self, name: str, spec: InitSpec | None,
+                   error: Exception | None) -> TensorEntry:
+        has = self._agree(name, spec, error)
+        entry = TensorEntry.from_spec(spec, len(self._by_index))
+        servers = self.part_servers(spec.policy)
+        ranks = self.session.topology.server_ranks(self._server)
+        mine = [p for p, s in enumerate(servers) if s == self._server]
+        writers = {p: next((r for r in ranks if has[r][p]), ranks[0]) for p in mine}
+        created: list[Path] = []
+        try:
+            ok = self._fill_parts(entry, spec, writers, created, create=True)
+            self._all_ok(ok, name, "could not create its shared-memory parts")
+            ok = self._fill_parts(entry, spec, writers, created, create=False)
+            self._all_ok(ok, name, "could not map its server's shared-memory parts")
+        finally:
+            for path in created:
+                path.unlink(missing_ok=True)
+        self.session.server.barrier()  # no rank returns before its server's files are gone
+        self._servers[entry.index] = servers
+        self._by_index.append(entry)
+        return entry
+
+    def _agree(self, name: str, spec: InitSpec | None,
+               error: Exception | None) -> list[list[bool]]:
+        """Checks every rank validated the same request; returns who passed which part's rows."""
+        if spec is None:
+            sig = [0, _crc(name), len(self._by_index)] + [0] * (len(_SIGNATURE) - 3)
+        else:
+            pol = spec.policy
+            sig = [1, _crc(name), len(self._by_index), pol.num_rows, pol.num_parts,
+                   _crc(spec.dtype), _crc(spec.trailing), _crc(repr(pol))]
+            sig += [int(p in spec.part_data) for p in range(pol.num_parts)]
+        got = [g.tolist() for g in self.session.world.all_gather_v(torch.tensor(sig))]
+        failed = [r for r, g in enumerate(got) if g[0] == 0]
+        if error is not None:
+            raise error
+        if failed:
+            raise ValueError(f"init_data {name!r} failed on ranks {failed} (see their errors); "
+                             f"every rank must pass valid arguments")
+        for i, field in enumerate(_SIGNATURE[1:], start=1):
+            differ = [r for r, g in enumerate(got) if g[i] != sig[i]]
+            if differ:
+                raise ValueError(f"init_data {name!r}: ranks {differ} disagree with rank "
+                                 f"{self.session.rank} on {field} (this rank: {spec.policy}, "
+                                 f"{spec.dtype}, row shape {spec.trailing}); call init_data "
+                                 f"in the same order with the same arguments on every rank")
+        return [[bool(b) for b in g[len(_SIGNATURE):]] for g in got]
+
+    def _fill_parts(self, entry: TensorEntry, spec: InitSpec, writers: dict[int, int],
+                    created: list[Path], create: bool) -> bool:
+        """Creates (the writers) or maps (the others) this server's parts; False on failure."""
+        me = self.session.rank
+        try:
+            for part, writer in writers.items():
+                if (writer == me) != create:
+                    continue
+                path = self._dir / f"dglx-kv-{self.token}-{entry.index}-{part}"
+                shape = spec.policy.part_shape(part, spec.trailing)
+                if create:
+                    rows = spec.part_data.get(part)
+                    if rows is None:
+                        rows = init_part(spec.init, shape, spec.dtype, self.seed, entry.name,
+                                         part)
+                    created.append(path)
+                    entry.parts[part] = create_shared(path, rows)
+                else:
+                    entry.parts[part] = attach_shared(path, shape, spec.dtype)
+        except (OSError, RuntimeError, ValueError, KeyError) as exc:
+            log.error("init_data %r on rank %d: %s", entry.name, me, exc)
+            return False
+        return True
+
+    def _all_ok(self, ok: bool, name: str, what: str) -> None:
+        flags = self.session.world.all_gather(torch.tensor([int(ok)]))
+        bad = [r for r, f in enumerate(flags) if not int(f)]
+        if bad:
+            raise RuntimeError(f"init_data {name!r}: ranks {bad} {what} in {self._dir} (see "
+                               f"their logs)")
+
+    # -- pull --------------------------------------------------------------------------------
+    def _pull(self, entry: TensorEntry, ids: torch.Tensor) -> torch.Tensor:
+        uniq, inverse = torch.unique(ids, return_inverse=True)
+        out = torch.empty((uniq.numel(), *entry.trailing), dtype=entry.dtype)
+        servers = self._servers[entry.index]
+        remote: dict[int, list[torch.Tensor]] = {}
+        for piece in entry.policy.split(uniq):
+            server = servers[piece.part]
+            if server == self._server:
+                out[piece.index()] = entry.parts[piece.part][piece.local]
+            else:
+                remote.setdefault(server, []).append(piece.pos)
+        if self._num_servers > 1:
+            wanted = {s: torch.unique(torch.cat(pos)) for s, pos in remote.items()}
+            replies = self._pull_exchange(entry, uniq, wanted)
+            for server, pos in wanted.items():
+                self._decode_rows(entry, uniq[pos], server, replies[server], out, pos)
+        return out[inverse]
+
+    def _pull_nothing(self) -> None:
+        if self._num_servers > 1:
+            self._pull_exchange(None, EMPTY_I64, {})
+
+    def _pull_exchange(self, entry: TensorEntry | None, uniq: torch.Tensor,
+                       wanted: dict[int, torch.Tensor]) -> list[torch.Tensor]:
+        send = [EMPTY_I64] * self._num_servers
+        for server, pos in wanted.items():
+            send[server] = torch.cat([torch.tensor([entry.index]), uniq[pos]])
+        requests = self.session.cross.all_to_all_v(send)
+        answers = [self._answer_pull(req, source) for source, req in enumerate(requests)]
+        return self.session.cross.all_to_all_v(answers)
+
+    def _answer_pull(self, request: torch.Tensor, source: int) -> torch.Tensor:
+        if request.numel() == 0:
+            return EMPTY_U8
+        entry = self._entry_at(int(request[0]), f"server {source}")
+        chunks = [to_bytes(entry.parts[q.part][q.local])
+                  for q in self._pieces_on(entry, request[1:], self._server)]
+        return torch.cat(chunks) if chunks else EMPTY_U8
+
+    def _decode_rows(self, entry: TensorEntry, gids: torch.Tensor, server: int,
+                     buf: torch.Tensor, out: torch.Tensor, pos: torch.Tensor) -> None:
+        for q, rows in self._unpack(entry, gids, server, buf):
+            out[q.index(pos[q.pos])] = rows
+
+    # -- push --------------------------------------------------------------------------------
+    def _push(self, entry: TensorEntry, op: PushOp, ids: torch.Tensor,
+              values: torch.Tensor) -> None:
+        uniq, combined = combine_duplicates(ids, values, op.combine)
+        servers = self._servers[entry.index]
+        dest: dict[int, list[torch.Tensor]] = {}
+        for q in entry.policy.split(uniq):
+            writer = servers[q.part] * self._per_server + q.local % self._per_server
+            for w in torch.unique(writer).tolist():
+                dest.setdefault(w, []).append(q.pos[writer == w])
+        routes = {w: torch.unique(torch.cat(pos)) for w, pos in dest.items()}
+        self._push_exchange(entry, self.ops().index(op.name), uniq, combined, routes)
+
+    def _push_nothing(self) -> None:
+        self._push_exchange(None, -1, EMPTY_I64, EMPTY_U8, {})
+
+    def _push_exchange(self, entry: TensorEntry | None, op_index: int, uniq: torch.Tensor,
+                       combined: torch.Tensor, routes: dict[int, torch.Tensor]) -> None:
+        world = self.session.world
+        heads, data = [EMPTY_I64] * world.size, [EMPTY_U8] * world.size
+        for writer, pos in routes.items():
+            gids = uniq[pos]
+            heads[writer] = torch.cat([torch.tensor([entry.index, op_index]), gids])
+            chunks = [to_bytes(combined[q.index(pos[q.pos])])
+                      for q in self._pieces_on(entry, gids, writer // self._per_server)]
+            data[writer] = torch.cat(chunks) if chunks else EMPTY_U8
+        if world.size > 1:
+            heads, data = world.all_to_all_v(heads), world.all_to_all_v(data)
+        try:
+            self._apply_received(heads, data)
+        finally:
+            self.session.server.barrier()
+
+    def _apply_received(self, heads: list[torch.Tensor], data: list[torch.Tensor]) -> None:
+        """Combines what every source sent (in rank order) per (name, op, part), then applies."""
+        groups: dict[tuple[int, int, int], list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        for source, (head, buf) in enumerate(zip(heads, data)):
+            if head.numel() == 0:
+                continue
+            entry = self._entry_at(int(head[0]), f"rank {source}")
+            op_index = int(head[1])
+            for q, rows in self._unpack(entry, head[2:], self._server, buf):
+                groups.setdefault((entry.index, op_index, q.part), []).append((q.local, rows))
+        op_names = self.ops()
+        for (index, op_index, part), items in groups.items():
+            entry, op = self._by_index[index], self._ops[op_names[op_index]]
+            local, rows = (torch.cat(x) for x in zip(*items))
+            local, rows = combine_duplicates(local, rows, op.combine)
+            self._apply(entry, op, part, local, rows)
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _pieces_on(self, entry: TensorEntry, gids: torch.Tensor, server: int) -> list:
+        servers = self._servers[entry.index]
+        return [q for q in entry.policy.split(gids) if servers[q.part] == server]
+
+    def _unpack(self, entry: TensorEntry, gids: torch.Tensor, server: int, buf: torch.Tensor):
+        """Yields (piece, rows) of ``server``'s pieces of ``gids`` decoded from ``buf``."""
+        offset = 0
+        for q in self._pieces_on(entry, gids, server):
+            shape = (q.local.numel(), *entry.part_trailing[q.part])
+            size = q.local.numel() * entry.dtype.itemsize
+            for dim in shape[1:]:
+                size *= dim
+            yield q, from_bytes(buf[offset:offset + size], shape, entry.dtype)
+            offset += size
+        if offset != buf.numel():
+            raise RuntimeError(f"{entry.name!r}: a message from server {server} carried "
+                               f"{buf.numel()} bytes; expected {offset}")
+
+    def _entry_at(self, index: int, source: str) -> TensorEntry:
+        if not 0 <= index < len(self._by_index):
+            raise RuntimeError(f"{source} referred to tensor #{index}, but rank "
+                               f"{self.session.rank} has {len(self._by_index)} registered: "
+                               f"init_data must run in the same order on every rank")
+        return self._by_index[index]
+
+    def close(self) -> None:
+        """Drops this process's mappings (the files were unlinked at init)."""
+        for entry in self._by_index:
+            entry.parts.clear()

@@ -1,0 +1,47 @@
+"""An in-process store: every part in this process's memory.
+
+Same interface and semantics as the distributed store, for single-process runs and unit tests,
+and the reference the distributed store is tested against: pushing every rank's (ids, values)
+concatenated in rank order here gives what the ranks' collective push gives there.
+"""
+from __future__ import annotations
+
+import torch
+
+from dglx_dist.kvstore.base import InitSpec, KVStore, TensorEntry
+from dglx_dist.kvstore.ops import PushOp, combine_duplicates, init_part
+
+__all__ = ["LocalKVStore"]
+
+
+class LocalKVStore(KVStore):
+    """All parts of every named tensor in one process.
+
+    Args:
+        seed: mixed into the seeds of callable initialisers.
+    """
+
+    def _init_data(self, name: str, spec: InitSpec | None,
+                   error: Exception | None) -> TensorEntry:
+        if error is not None:
+            raise error
+        entry = TensorEntry.from_spec(spec, len(self._entries))
+        for part in range(spec.policy.num_parts):
+            shape = spec.policy.part_shape(part, spec.trailing)
+            rows = spec.part_data.get(part)
+            if rows is None:
+                rows = init_part(spec.init, shape, spec.dtype, self.seed, name, part)
+            entry.parts[part] = rows.detach().clone().contiguous()
+        return entry
+
+    def _pull(self, entry: TensorEntry, ids: torch.Tensor) -> torch.Tensor:
+        out = torch.empty((ids.numel(), *entry.trailing), dtype=entry.dtype)
+        for piece in entry.policy.split(ids):
+            out[piece.index()] = entry.parts[piece.part][piece.local]
+        return out
+
+    def _push(self, entry: TensorEntry, op: PushOp, ids: torch.Tensor,
+              values: torch.Tensor) -> None:
+        uniq, combined = combine_duplicates(ids, values, op.combine)
+        for piece in entry.policy.split(uniq):
+            self._apply(entry, op, piece.part, piece.local, combined[piece.index()])

@@ -1,0 +1,200 @@
+"""Partition policies: where the rows (or columns) of a named tensor live.
+
+A policy splits a tensor of ``num_rows`` rows into ``num_parts`` parts and answers, for global
+row ids, which part holds them and at which local row. Two kinds:
+
+* :class:`RowPolicy`: rows sharded by a :class:`~dglx_dist.partition.book.NodeBook`; part ``p``
+  holds the rows ``book.core_ids(p)`` in local-id order (DistDGL's node data).
+* :class:`ColumnPolicy`: part ``p`` holds the columns ``slices.slice(p)`` of *every* row (P3's
+  feature-dimension split); a row is then assembled from one piece per part.
+
+Stores never ask which kind a policy is: they call :meth:`PartitionPolicy.split`, which cuts a
+request into :class:`Piece` objects (a part, the positions in the request it answers, their
+local rows and the columns of the full row they fill). Both kinds answer it.
+"""
+from __future__ import annotations
+
+import abc
+import dataclasses
+
+import torch
+
+from dglx_dist.partition.book import FeatureSlices, NodeBook
+
+__all__ = ["PartitionPolicy", "RowPolicy", "ColumnPolicy", "Piece"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Piece:
+    """The part of a request that one part answers.
+
+    Attributes:
+        part: the part holding the rows.
+        pos: positions in the request (int64, increasing).
+        local: the rows' indices in the part's local tensor (int64, aligned with ``pos``).
+        cols: the columns of the full row the part holds (None: the whole row).
+    """
+
+    part: int
+    pos: torch.Tensor
+    local: torch.Tensor
+    cols: slice | None = None
+
+    def index(self, pos: torch.Tensor | None = None) -> tuple:
+        """An index into a full ``(rows, *trailing)`` tensor selecting this piece's cells."""
+        rows = self.pos if pos is None else pos
+        return (rows,) if self.cols is None else (rows, self.cols)
+
+
+class PartitionPolicy(abc.ABC):
+    """Maps global row ids to (part, local row).
+
+    Attributes:
+        num_rows: rows of the whole tensor.
+        num_parts: number of parts.
+        splits_columns: whether parts hold column slices of every row (capability flag: per-row
+            state such as an optimizer's step count cannot follow such a policy).
+    """
+
+    splits_columns: bool = False
+
+    def __init__(self, num_rows: int, num_parts: int):
+        if num_parts < 1:
+            raise ValueError(f"a partition policy needs >= 1 part, got {num_parts}")
+        self.num_rows, self.num_parts = int(num_rows), int(num_parts)
+
+    @abc.abstractmethod
+    def part_of(self, ids: torch.Tensor) -> torch.Tensor:
+        """The part holding each row id."""
+
+    @abc.abstractmethod
+    def to_local(self, ids: torch.Tensor) -> torch.Tensor:
+        """Each row id's index in its part's local tensor."""
+
+    @abc.abstractmethod
+    def part_rows(self, part: int) -> int:
+        """Number of rows in part ``part``'s local tensor."""
+
+    @abc.abstractmethod
+    def part_shape(self, part: int, trailing: tuple[int, ...]) -> tuple[int, ...]:
+        """Shape of part ``part``'s local tensor for a tensor of shape ``(num_rows, *trailing)``.
+
+        Raises:
+            ValueError: the policy cannot hold a tensor with this trailing shape.
+        """
+
+    @abc.abstractmethod
+    def infer_trailing(self, part: int, part_shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The full tensor's trailing shape, given the shape of part ``part``'s local tensor."""
+
+    @abc.abstractmethod
+    def split(self, ids: torch.Tensor) -> list[Piece]:
+        """Cuts a request into pieces, one per part it touches, in increasing part order."""
+
+    def part_ids(self, part: int) -> torch.Tensor:
+        """Global row ids of part ``part``'s local rows, in local order."""
+        raise NotImplementedError(f"{type(self).__name__} does not list part rows")
+
+    def _check_part(self, part: int) -> None:
+        if not 0 <= part < self.num_parts:
+            raise IndexError(f"part {part} is outside [0, {self.num_parts})")
+
+
+class RowPolicy(PartitionPolicy):
+    """Rows sharded by a node book: part ``p`` holds ``book.core_ids(p)`` in local-id order.
+
+    Args:
+        book: the partitioning's node book.
+    """
+
+    def __init__(self, book: NodeBook):
+        super().__init__(book.num_nodes, book.num_parts)
+        self.book = book
+
+    def part_of(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.book.owner(ids)
+
+    def to_local(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.book.to_local(ids)
+
+    def part_rows(self, part: int) -> int:
+        self._check_part(part)
+        return int(self.book.part_sizes()[part])
+
+    def part_shape(self, part: int, trailing: tuple[int, ...]) -> tuple[int, ...]:
+        return (self.part_rows(part), *trailing)
+
+    def infer_trailing(self, part: int, part_shape: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(part_shape[1:])
+
+    def part_ids(self, part: int) -> torch.Tensor:
+        self._check_part(part)
+        return torch.from_numpy(self.book.core_ids(part).copy())
+
+    def split(self, ids: torch.Tensor) -> list[Piece]:
+        if ids.numel() == 0:
+            return []
+        owner = self.book.owner(ids)
+        order = torch.argsort(owner, stable=True)
+        parts, counts = torch.unique_consecutive(owner[order], return_counts=True)
+        pieces = []
+        for part, pos in zip(parts.tolist(), torch.split(order, counts.tolist())):
+            pieces.append(Piece(int(part), pos, self.book.to_local(ids[pos])))
+        return pieces
+
+    def __repr__(self) -> str:
+        return f"RowPolicy({type(self.book).__name__}, rows={self.num_rows}, parts={self.num_parts})"
+
+
+class ColumnPolicy(PartitionPolicy):
+    """Every part holds the columns ``slices.slice(p)`` of every row.
+
+    The tensor's trailing shape must start with ``slices.feat_dim``; local row = global row.
+
+    Args:
+        slices: the column slices, one per part.
+        num_rows: rows of the tensor.
+    """
+
+    splits_columns = True
+
+    def __init__(self, slices: FeatureSlices, num_rows: int):
+        super().__init__(num_rows, slices.num_parts)
+        self.slices = slices
+
+    def part_of(self, ids: torch.Tensor) -> torch.Tensor:
+        raise ValueError("a ColumnPolicy stores a column slice of every row in every part, so "
+                         "a row has no single part; use split(ids) to get one piece per part")
+
+    def to_local(self, ids: torch.Tensor) -> torch.Tensor:
+        return ids.clone()
+
+    def part_rows(self, part: int) -> int:
+        self._check_part(part)
+        return self.num_rows
+
+    def part_shape(self, part: int, trailing: tuple[int, ...]) -> tuple[int, ...]:
+        self._check_part(part)
+        if not trailing or trailing[0] != self.slices.feat_dim:
+            raise ValueError(f"a ColumnPolicy over {self.slices.feat_dim} columns needs a "
+                             f"trailing shape starting with {self.slices.feat_dim}; got "
+                             f"{tuple(trailing)}")
+        cols = self.slices.slice(part)
+        return (self.num_rows, cols.stop - cols.start, *trailing[1:])
+
+    def infer_trailing(self, part: int, part_shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (self.slices.feat_dim, *part_shape[2:])
+
+    def part_ids(self, part: int) -> torch.Tensor:
+        self._check_part(part)
+        return torch.arange(self.num_rows, dtype=torch.int64)
+
+    def split(self, ids: torch.Tensor) -> list[Piece]:
+        if ids.numel() == 0:
+            return []
+        pos = torch.arange(ids.numel(), dtype=torch.int64)
+        return [Piece(p, pos, ids, self.slices.slice(p)) for p in range(self.num_parts)
+                if self.slices.slice(p).stop > self.slices.slice(p).start]
+
+    def __repr__(self) -> str:
+        return f"ColumnPolicy(bounds={self.slices.to_json()}, rows={self.num_rows})"

@@ -1,0 +1,254 @@
+"""The distributed KVStore on real gloo process groups, checked against LocalKVStore.
+
+Every worker builds the same LocalKVStore reference and replays every rank's requests on it (the
+requests are drawn from seeds known to all ranks), so each rank checks its own answers.
+"""
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from dglx_dist.kvstore import (ColumnPolicy, DistEmbedding, DistKVStore, LocalKVStore, RowPolicy,
+                               SparseAdagrad, SparseAdam)
+from dglx_dist.partition.book import FeatureSlices, HashBook, RangeBook
+from dglx_dist.testing import run_workers
+
+pytestmark = pytest.mark.dist
+N, D = 40, 5
+VIRTUAL_2x2 = {"DGLX_VIRTUAL_SERVERS": "2", "DGLX_TIMEOUT": "20"}
+ONE_SERVER_2 = {"DGLX_VIRTUAL_SERVERS": "1", "DGLX_TIMEOUT": "20"}
+TWO_SERVERS_1 = {"DGLX_VIRTUAL_SERVERS": "2", "DGLX_TIMEOUT": "20"}
+
+
+def _num_parts(session, per):
+    return session.topology.num_servers if per == "server" else session.world_size
+
+
+def _policies(num_parts, book):
+    if book == "range":
+        bounds = torch.linspace(0, N, num_parts + 1).round().long().tolist()
+        row = RowPolicy(RangeBook(bounds))
+    else:
+        row = RowPolicy(HashBook(N, num_parts, seed=3))
+    return row, ColumnPolicy(FeatureSlices.even(D, num_parts), N)
+
+
+def _mine(store, policy, full, only_local=None):
+    """part_data for the parts this rank's server holds (optionally only on one local rank)."""
+    session = store.session
+    if only_local is not None and session.local_rank != only_local:
+        return None
+    servers = store.part_servers(policy)
+    return {p: full[policy.part_ids(p)][(slice(None), *_cols(policy, p))].clone()
+            for p, s in enumerate(servers) if s == session.server_id}
+
+
+def _cols(policy, p):
+    return (policy.slices.slice(p),) if policy.splits_columns else ()
+
+
+def _register(store, row, col, only_local=None):
+    feat = torch.arange(N * D, dtype=torch.float32).view(N, D)
+    label = torch.arange(N, dtype=torch.int64) * 7
+    args = [("feat", row, feat), ("label", row, label), ("cols", col, feat * 2)]
+    for name, policy, full in args:
+        data = _mine(store, policy, full, only_local) if isinstance(store, DistKVStore) else \
+            {p: full[policy.part_ids(p)][(slice(None), *_cols(policy, p))] for p in
+             range(policy.num_parts)}
+        store.init_data(name, policy, data, trailing_shape=tuple(full.shape[1:]),
+                        dtype=full.dtype)
+
+
+def _request(step, rank, n=12):
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    ids = torch.randint(0, N, (int(torch.randint(0, n, (1,), generator=g)),), generator=g)
+    return ids, torch.randn((ids.numel(), D), generator=g)
+
+
+def _close(got, want):
+    """Equal dtype and shape, values equal up to float rounding (sums may group differently)."""
+    return (got.dtype == want.dtype and got.shape == want.shape
+            and bool(torch.allclose(got.double(), want.double(), rtol=1e-6, atol=1e-5)))
+
+
+def _round_trip(session, per, book, only_local):
+    store, ref = DistKVStore(session), LocalKVStore()
+    row, col = _policies(_num_parts(session, per), book)
+    _register(store, row, col, only_local)
+    _register(ref, row, col)
+    session.world.barrier()  # virtual servers share /dev/shm: wait for every server's unlink
+    leftovers = [f for f in os.listdir(store._dir) if store.token in f]
+    names, w, ok = ["feat", "label", "cols"], session.world_size, []
+    for step in range(6):
+        name = names[(step + session.rank) % 3]  # ranks pull different names in one step
+        ids, _ = _request(step, session.rank)
+        ok.append(_close(store.pull(name, ids), ref.pull(name, ids)))
+        op = "add" if step % 2 else "assign"
+        for r in range(w):  # replay every rank's push on the reference, in rank order
+            rid, vals = _request(100 + step, r)
+            rname = names[(step + r) % 2 * 2]  # "feat" or "cols"
+            if r == session.rank:
+                store.push(rname, rid, vals, op=op)
+            ref.push(rname, rid, vals, op=op)
+        for name in names:
+            everything = torch.arange(N).flip(0)
+            ok.append(_close(store.pull(name, everything), ref.pull(name, everything)))
+    store.close()
+    return {"ok": ok, "token": store.token, "leftovers": leftovers}
+
+
+@pytest.mark.parametrize("per,book,only_local", [("server", "range", None),
+                                                 ("server", "hash", 1),
+                                                 ("rank", "hash", None)])
+def test_round_trip_2x2(tmp_path, per, book, only_local):
+    res = run_workers(_round_trip, 4, tmp_path, per, book, only_local, env=VIRTUAL_2x2)
+    _check_round_trip(res)
+
+
+@pytest.mark.parametrize("env", [ONE_SERVER_2, TWO_SERVERS_1], ids=["1x2", "2x1"])
+def test_round_trip_world_2(tmp_path, env):
+    res = run_workers(_round_trip, 2, tmp_path, "server", "range", None, env=env)
+    _check_round_trip(res)
+
+
+def _check_round_trip(res):
+    for r, out in res.items():
+        assert all(out["ok"]), (r, out["ok"])
+        assert out["leftovers"] == [], out["leftovers"]
+    token = res[0]["token"]
+    assert all(out["token"] == token for out in res.values())
+    assert not [f for f in os.listdir("/dev/shm") if token in f]
+
+
+def _bytes(session, per):
+    store = DistKVStore(session)
+    row, col = _policies(_num_parts(session, per), "range")
+    _register(store, row, col)
+    servers = store.part_servers(row)
+    owner = [servers[int(p)] for p in row.part_of(torch.arange(N))]
+    own = torch.tensor([i for i in range(N) if owner[i] == session.server_id])
+    remote = torch.tensor([i for i in range(N) if owner[i] != session.server_id])
+    deltas = []
+    for ids in (own[[0, 1, 1, 3]], torch.cat([own[:2], remote[[0, 2, 2, 5, 0]]])):
+        before = session.counter.snapshot()
+        asked = ids if session.rank == 0 else torch.zeros(0, dtype=torch.int64)
+        got = store.pull("feat", asked)
+        assert torch.equal(got, torch.arange(N * D, dtype=torch.float32).view(N, D)[asked])
+        after = session.counter.snapshot()
+        deltas.append({k: after[k] - before[k] for k in after})
+    store.close()
+    return deltas
+
+
+@pytest.mark.parametrize("per", ["server", "rank"])
+def test_pull_byte_counts(tmp_path, per):
+    res = run_workers(_bytes, 4, tmp_path, per, env=VIRTUAL_2x2)
+    row_bytes, n_remote = D * 4, 3  # remote[[0, 2, 2, 5, 0]] has 3 unique ids
+    for r, (local, mixed) in res.items():
+        # own-server rows: read from shared memory, no payload bytes (the cross group's two
+        # collective calls still exchange their 8-byte row counts as control)
+        assert {k: local[k] for k in ("sent_intra", "sent_inter", "recv_intra",
+                                      "recv_inter")} == dict.fromkeys(
+            ("sent_intra", "sent_inter", "recv_intra", "recv_inter"), 0), (r, local)
+        assert local["control_sent"] == 2 * 8 and local["calls"] == 2
+        want = dict.fromkeys(("sent_intra", "recv_intra", "sent_inter", "recv_inter"), 0)
+        if r == 0:  # requester: [name index, 3 ids] out, 3 rows back
+            want.update(sent_inter=8 * (1 + n_remote), recv_inter=n_remote * row_bytes)
+        if r == 2:  # rank 0's cross peer on the other server answers
+            want.update(recv_inter=8 * (1 + n_remote), sent_inter=n_remote * row_bytes)
+        assert {k: mixed[k] for k in want} == want, (r, mixed)
+
+
+def _train(session, kind, steps):
+    ref, store = LocalKVStore(seed=5), DistKVStore(session, seed=5)
+    row, _ = _policies(session.topology.num_servers, "hash")
+    init = lambda shape, dtype: torch.randn(shape, dtype=dtype)  # noqa: E731
+    opt_cls = {"adagrad": lambda e: SparseAdagrad(e, lr=0.3),
+               "adam": lambda e: SparseAdam(e, lr=0.1)}[kind]
+    emb, emb_ref = (DistEmbedding(s, "emb", N, D, row, init=init) for s in (store, ref))
+    opt, opt_ref = opt_cls([emb]), opt_cls([emb_ref])
+    everything, touched = torch.arange(N), torch.zeros(N, dtype=torch.bool)
+    start = store.pull("emb", everything)
+    for step in range(steps):
+        for r in range(session.world_size):
+            ids, weight = _request(step, r, n=20)
+            touched[ids] = True
+            if r == session.rank:
+                (emb(ids) * weight).square().sum().backward()
+            (emb_ref(ids) * weight).square().sum().backward()
+        opt.step()
+        opt_ref.step()
+    diffs = {name: float((store.pull(name, everything) - ref.pull(name, everything)).abs().max())
+             for name in ref.names()}
+    changed = (store.pull("emb", everything) != start).any(1)
+    store.close()
+    return {"diffs": diffs, "changed": changed.tolist(), "touched": touched.tolist()}
+
+
+@pytest.mark.parametrize("kind", ["adagrad", "adam"])
+def test_sparse_optimizer_matches_local(tmp_path, kind):
+    res = run_workers(_train, 4, tmp_path, kind, 3, env=VIRTUAL_2x2)
+    for r, out in res.items():
+        assert max(out["diffs"].values()) < 1e-5, (r, out["diffs"])
+        assert len(out["diffs"]) == (2 if kind == "adagrad" else 4)
+        assert out["changed"] == out["touched"] and any(out["touched"])
+
+
+def _bad_call(session):
+    store, ref = DistKVStore(session), LocalKVStore()
+    row, col = _policies(session.topology.num_servers, "range")
+    _register(store, row, col)
+    _register(ref, row, col)
+    ids = torch.tensor([0, N - 1, 17])
+    errors = {}
+    calls = {"pull_dtype": lambda: store.pull("feat", ids.int()),
+             "pull_range": lambda: store.pull("feat", torch.tensor([N])),
+             "pull_name": lambda: store.pull("nope", ids),
+             "push_op": lambda: store.push("feat", ids, torch.ones(3, D), op="nope"),
+             "push_shape": lambda: store.push("feat", ids, torch.ones(3, D + 1))}
+    for what, call in calls.items():
+        if session.rank == 1:
+            try:
+                call()
+            except (KeyError, ValueError) as exc:
+                errors[what] = f"{type(exc).__name__}: {exc}"
+        elif what.startswith("pull"):
+            assert torch.equal(store.pull("cols", ids), ref.pull("cols", ids))
+        else:
+            store.push("feat", ids, torch.full((3, D), float(session.rank)), op="add")
+    if session.rank != 1:
+        for r in (0, 2, 3):
+            for _ in range(2):
+                ref.push("feat", ids, torch.full((3, D), float(r)), op="add")
+    assert torch.equal(store.pull("feat", torch.arange(N)), ref.pull("feat", torch.arange(N)))
+    store.close()
+    return errors
+
+
+def test_bad_arguments_raise_on_the_caller_only(tmp_path):
+    res = run_workers(_bad_call, 4, tmp_path, env=VIRTUAL_2x2, timeout=60)
+    errors = res[1]
+    assert "1-D torch.int64" in errors["pull_dtype"]
+    assert "id 40 at position 0 is outside [0, 40)" in errors["pull_range"]
+    assert "unknown tensor name 'nope'" in errors["pull_name"] and "'feat'" in errors["pull_name"]
+    assert "unknown push op 'nope'" in errors["push_op"] and "'assign'" in errors["push_op"]
+    assert "expected torch.float32 of shape (3, 5)" in errors["push_shape"]
+    assert all(res[r] == {} for r in (0, 2, 3))
+
+
+def _bad_init(session):
+    store = DistKVStore(session)
+    row, _ = _policies(session.topology.num_servers, "range")
+    trailing = (D,) if session.rank != 3 else (D + 1,)
+    try:
+        store.init_data("feat", row, trailing_shape=trailing)
+    except ValueError as exc:
+        return str(exc)
+    return "no error"
+
+
+def test_init_disagreement_raises_everywhere(tmp_path):
+    res = run_workers(_bad_init, 4, tmp_path, env=VIRTUAL_2x2, timeout=60)
+    assert "disagree" in res[0] and "[3]" in res[0], res[0]
+    assert "disagree" in res[3], res[3]
