@@ -72,11 +72,35 @@ def _cmd_train(args: argparse.Namespace) -> int:
         layers = strategy.num_layers() or args.layers
         model = SAGE(pdir.feat_dim, args.hidden, pdir.num_classes, layers, dropout=args.dropout,
                      row_normalize=not args.raw_features)
+        sink = _MetricsSink(sys.stdout, args.metrics_file if session.is_main else None)
         trainer = Trainer(model, pdir, strategy, session=session, lr=args.lr,
                           weight_decay=args.weight_decay, progress=not args.no_progress,
-                          metrics=sys.stdout if session.is_main else None)
+                          metrics=sink if session.is_main else None)
         trainer.fit(args.epochs, eval_every=args.eval_every)
+        sink.close()
     return 0
+
+
+class _MetricsSink:
+    """Writes metrics lines to stdout and, optionally, appends them to a file."""
+
+    def __init__(self, stream, path: Path | None):
+        self.stream = stream
+        self.file = open(path, "a") if path is not None else None
+
+    def write(self, text: str) -> None:
+        self.stream.write(text)
+        if self.file is not None:
+            self.file.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+        if self.file is not None:
+            self.file.flush()
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
 
 
 def _add_train(p: argparse.ArgumentParser) -> None:
@@ -97,6 +121,7 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", default=None, help="gloo or nccl (default: nccl if CUDA)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--metrics-file", type=Path, help="also append the JSON lines to this file")
     p.add_argument("--raw-features", action="store_true",
                    help="feed features as stored (default: row-normalised, as DGL's Planetoid)")
 
@@ -107,6 +132,8 @@ def _cmd_commcheck(args: argparse.Namespace) -> int:
     from dglx_dist.runtime import init
 
     with init(backend=args.backend) as s:
+        if s.rank == args.fail_rank:
+            raise SystemExit(f"rank {s.rank}: failing on purpose (--fail-rank)")
         rows = [torch.full((s.rank + 1, 4), float(s.rank)) for _ in range(s.world_size)]
         got = s.world.all_to_all_v(rows)
         ok = all(bool((g == j).all()) and g.shape[0] == j + 1 for j, g in enumerate(got))
@@ -124,6 +151,8 @@ def _cmd_commcheck(args: argparse.Namespace) -> int:
 
 def _add_commcheck(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default=None, help="gloo or nccl (default: nccl if CUDA)")
+    p.add_argument("--fail-rank", type=int, default=-1,
+                   help="this rank exits right after start-up (to see how a job fails)")
 
 
 def _add_datagen(p: argparse.ArgumentParser) -> None:

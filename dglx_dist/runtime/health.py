@@ -68,6 +68,15 @@ class Health:
         except RuntimeError:  # store gone: nothing to tell
             pass
 
+    def record_crash(self, message: str) -> None:
+        """Records that this rank is leaving because of an exception (peers name it, quoting
+        ``message``)."""
+        try:
+            self._set(f"crash_msg/{self.rank}", message[:500])
+            self._flag(f"crashed/{self.rank}")
+        except RuntimeError:  # store gone: nothing to tell
+            pass
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
@@ -115,6 +124,9 @@ class Health:
                 continue
             if not self._has(f"joined/{r}"):
                 found[r] = "never joined the job"
+                continue
+            if self._has(f"crashed/{r}"):
+                found[r] = f"raised {self._get(f'crash_msg/{r}')}"
                 continue
             if self._has(f"failed/{r}") or self._has(f"exit/{r}"):
                 continue  # a survivor that saw the failure too, or a clean exit

@@ -82,10 +82,18 @@ class Session:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def shutdown(self) -> None:
-        """Stops the heartbeat and destroys the process groups (idempotent)."""
+    def shutdown(self, error: BaseException | None = None) -> None:
+        """Stops the heartbeat and destroys the process groups (idempotent).
+
+        Args:
+            error: the exception this rank is leaving with, if any; peers whose collectives
+                fail because of it will name this rank and quote it.
+        """
         if self._store is not None:
-            self.health.mark("exit")
+            if error is None:
+                self.health.mark("exit")
+            else:
+                self.health.record_crash(f"{type(error).__name__}: {error}")
         self.health.stop()
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -100,8 +108,8 @@ class Session:
     def __enter__(self) -> "Session":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown()
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        self.shutdown(exc)
 
 
 def _pick_backend(env: DistEnv, backend: str | None) -> str:

@@ -111,3 +111,23 @@ def _raise(session):
 def test_launcher_reraises_child_traceback(tmp_path):
     with pytest.raises(WorkerError, match=r"(?s)rank 1 .*ValueError: boom on purpose"):
         run_workers(_raise, 2, tmp_path, env={"DGLX_TIMEOUT": "5"})
+
+
+def _raises_then_others_wait(session):
+    if session.rank == 1:
+        # leaving the session with an exception, as a crashing training script does
+        session.__exit__(ValueError, ValueError("bad batch 17"), None)
+        os._exit(4)
+    try:
+        session.world.all_reduce(torch.ones(2))
+    except PeerError as exc:
+        return {"ranks": exc.ranks, "message": str(exc)}
+    return {"ranks": None}
+
+
+def test_crashed_rank_is_named_with_its_error(tmp_path):
+    res = run_workers(_raises_then_others_wait, 3, tmp_path, env={"DGLX_TIMEOUT": "5"},
+                      expect_failure=[1], timeout=40)
+    for r in (0, 2):
+        assert res[r]["ranks"] == [1], res[r]
+        assert "rank 1 raised ValueError: bad batch 17" in res[r]["message"]

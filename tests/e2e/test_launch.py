@@ -65,3 +65,33 @@ def test_two_node_launch_on_one_machine():
     assert rep["exchange_ok"] and rep["world_size"] == 4 and rep["servers"] == 2
     assert not _listening(port)
     assert not psutil.Process().children(recursive=True)
+
+
+def test_slurm_style_launch_without_torchrun():
+    """Processes started the way srun starts them: SLURM variables only, no torchrun, no SSH."""
+    port = _free_port()
+    procs = []
+    for rank in range(2):
+        env = _env(SLURM_PROCID=str(rank), SLURM_NTASKS="2", SLURM_LOCALID=str(rank),
+                   SLURM_NODEID="0", SLURM_JOB_NUM_NODES="1", SLURM_STEP_NODELIST="localhost",
+                   DGLX_MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([sys.executable, "-m", "dglx_dist", "commcheck",
+                                       "--backend", "gloo"], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    rep = _report(outs[0][0])
+    assert rep["launcher"] == "slurm" and rep["exchange_ok"] and rep["world_size"] == 2
+    assert not _listening(port)
+
+
+def test_failed_run_leaves_nothing_behind():
+    port = _free_port()
+    r = subprocess.run(_torchrun("--nproc-per-node", 3, "--master-port", port) + ["--fail-rank",
+                                                                                   "1"],
+                       env=_env(DGLX_TIMEOUT="20"), capture_output=True, text=True, timeout=180)
+    assert r.returncode != 0
+    assert "rank 1: failing on purpose" in r.stderr
+    assert not _listening(port)
+    assert not psutil.Process().children(recursive=True)

@@ -1,0 +1,312 @@
+"""DGL's own DistDGL, launched by hand on one host (the helper of ``scripts/bench_train.py``).
+
+DGL 2.1 ships no launcher in the wheel (``tools/launch.py`` lives in its source tree), so this
+module does what that launcher does: one graph server and one trainer per "machine", with the
+``DGL_*`` environment variables ``dgl.distributed.initialize`` reads (``dist_context.py``), and
+the trainers wired into ``torch.distributed`` (gloo) through ``MASTER_ADDR``/``RANK``/...
+
+Two machines on one host need two things DGL does not do by itself:
+
+* **A private /dev/shm per machine.** A DGL server puts its partition's graph and KVStore
+  tensors in POSIX shared memory under names that do not include the partition id
+  (``<graph_name>``, ``node~_N~feat-kvdata-``); two servers on one host would open the same
+  segments and overwrite each other's features. The launcher in ``bench_train.py`` runs each
+  ``machine`` command under ``unshare --mount`` with a fresh tmpfs on /dev/shm, so each
+  machine's server and trainer share memory with each other only, as on a real cluster.
+* **The machine id.** A client finds its machine by matching the ip_config addresses against
+  its interfaces (``rpc_client.get_local_machine_id``); with every machine at 127.0.0.1 all
+  trainers would say machine 0. The trainer replaces that lookup by its ``--machine`` number.
+
+Subcommands: ``partition`` (``dgl.distributed.partition_graph`` with METIS), ``machine`` (one
+server + one trainer, in the caller's namespace), ``server`` and ``trainer`` (started by
+``machine``). The trainer is DGL's examples/distributed/graphsage/node_classification.py loop
+with our SAGE model (the same class, the same seed, so the same initial weights).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+GRAPH_NAME = "bench"
+MASKS = ("train", "val", "test")
+
+
+def status_mb(key: str = "VmHWM") -> float:
+    """This process's peak (``VmHWM``) or current (``VmRSS``) resident memory in MiB."""
+    with open("/proc/self/status") as f:
+        return next(int(ln.split()[1]) / 1024.0 for ln in f if ln.startswith(key + ":"))
+
+
+def partition_main(args: argparse.Namespace) -> None:
+    """Partitions a dataset directory the way DGL's DistDGL examples do (METIS, balanced)."""
+    import dgl
+    import torch
+
+    from dglx_dist.data import read_dataset, to_dgl
+
+    t0 = time.perf_counter()
+    ds = read_dataset(args.data)
+    g = to_dgl(ds)
+    category = np.zeros(ds.num_nodes, dtype=np.int64)
+    for i, m in enumerate(MASKS, start=1):  # the constraints our metis balances, in one vector
+        category[getattr(ds, m) & (category == 0)] = i
+    dgl.distributed.partition_graph(g, GRAPH_NAME, args.parts, args.out, part_method="metis",
+                                    balance_ntypes=torch.from_numpy(category),
+                                    balance_edges=True)
+    meta = {"seconds": round(time.perf_counter() - t0, 2), "peak_mb": round(status_mb(), 1)}
+    Path(args.out, "bench_partition_done.json").write_text(json.dumps(meta))
+
+
+def _dgl_env(args: argparse.Namespace) -> dict[str, str]:
+    """The variables DGL's launch.py gives both servers and trainers."""
+    return {**os.environ, "DGL_NUM_SAMPLER": "0", "OMP_NUM_THREADS": str(args.threads),
+            "DGL_NUM_CLIENT": str(args.machines), "DGL_CONF_PATH": args.part_config,
+            "DGL_IP_CONFIG": args.ip_config, "DGL_NUM_SERVER": "1",
+            "DGL_GRAPH_FORMAT": "csc", "GLOO_SOCKET_IFNAME": "lo"}
+
+
+def machine_main(args: argparse.Namespace, rest: list[str]) -> int:
+    """One machine: its server (partition ``--machine``) and its trainer; waits for both."""
+    me = [sys.executable, str(Path(__file__).resolve())]
+    common = ["--machine", str(args.machine), "--machines", str(args.machines),
+              "--ip-config", args.ip_config, "--part-config", args.part_config,
+              "--threads", str(args.threads), "--result-dir", args.result_dir]
+    server_env = {**_dgl_env(args), "DGL_ROLE": "server", "DGL_SERVER_ID": str(args.machine)}
+    trainer_env = {**_dgl_env(args), "DGL_ROLE": "client", "DGL_DIST_MODE": "distributed",
+                   "DGL_GROUP_ID": "0", "MASTER_ADDR": "127.0.0.1",
+                   "MASTER_PORT": str(args.master_port), "RANK": str(args.machine),
+                   "WORLD_SIZE": str(args.machines), "LOCAL_RANK": "0"}
+    server = subprocess.Popen(me + ["server"] + common, env=server_env)
+    trainer = subprocess.Popen(me + ["trainer"] + common + rest, env=trainer_env)
+    try:
+        rc = trainer.wait(timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        print(f"machine {args.machine}: trainer still running after {args.timeout}s; killing",
+              file=sys.stderr)
+        trainer.kill()
+        rc = trainer.wait()
+    try:  # the servers leave once the last client has said goodbye
+        server.wait(timeout=60 if rc == 0 else 5)
+    except subprocess.TimeoutExpired:
+        print(f"machine {args.machine}: server did not exit; killing", file=sys.stderr)
+        server.kill()
+        server.wait()
+    return rc or server.returncode
+
+
+def server_main(args: argparse.Namespace) -> None:
+    """A DGL graph server: ``initialize`` serves until the clients shut it down, then exits."""
+    import dgl
+
+    try:
+        dgl.distributed.initialize(args.ip_config)
+    except SystemExit:
+        pass
+    Path(args.result_dir, f"server{args.machine}.json").write_text(
+        json.dumps({"peak_mb": round(status_mb(), 1)}))
+
+
+def _patch_machine_id(machine: int) -> None:
+    """Every "machine" is 127.0.0.1 here, so tell DGL's client which one it is on."""
+    from dgl.distributed import rpc_client
+
+    rpc_client.get_local_machine_id = lambda _namebook: machine
+
+
+class _Timer:
+    """Accumulates wall time per phase of the training step."""
+
+    def __init__(self) -> None:
+        self.t: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.t[name] = self.t.get(name, 0.0) + now - self._last
+        self._last = now
+
+
+def train_epoch(g, loader, model, opt) -> tuple[float, int, float, dict[str, float]]:
+    """One epoch of DGL's example loop; returns wall time, steps, mean loss and phase times."""
+    import torch.nn.functional as F
+
+    t0 = time.perf_counter()
+    timer, steps, losses = _Timer(), 0, 0.0
+    with model.join():
+        for input_nodes, seeds, blocks in loader:
+            timer.lap("sample")
+            x = g.ndata["feat"][input_nodes]
+            y = g.ndata["label"][seeds].long()
+            timer.lap("pull")
+            loss = F.cross_entropy(model(blocks, x), y)
+            timer.lap("forward")
+            opt.zero_grad()
+            loss.backward()
+            timer.lap("backward+allreduce")
+            opt.step()
+            timer.lap("optimizer")
+            losses += float(loss)
+            steps += 1
+            timer._last = time.perf_counter()
+    return time.perf_counter() - t0, steps, losses / max(steps, 1), timer.t
+
+
+def evaluate(g, model, nids, fanouts, batch_size: int) -> tuple[int, int]:
+    """Correct predictions and count on ``nids`` (full neighborhoods unless ``fanouts``)."""
+    import dgl
+    import torch
+
+    layers = len(model.layers)
+    sampler = (dgl.dataloading.NeighborSampler(fanouts) if fanouts else
+               dgl.dataloading.MultiLayerFullNeighborSampler(layers))
+    loader = dgl.dataloading.DistNodeDataLoader(g, nids, sampler, batch_size=batch_size,
+                                                shuffle=False, drop_last=False)
+    model.eval()
+    correct = total = 0
+    with torch.no_grad():
+        for input_nodes, seeds, blocks in loader:
+            pred = model(blocks, g.ndata["feat"][input_nodes]).argmax(1)
+            correct += int((pred == g.ndata["label"][seeds].long()).sum())
+            total += seeds.numel()
+    model.train()
+    return correct, total
+
+
+def _setup(args: argparse.Namespace):
+    """Initialises DGL and torch.distributed; returns the graph and this trainer's node ids."""
+    import dgl
+    import torch.distributed as dist
+
+    _patch_machine_id(args.machine)
+    dgl.distributed.initialize(args.ip_config)
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.pg_timeout))
+    g = dgl.distributed.DistGraph(GRAPH_NAME, part_config=args.part_config)
+    if g.rank() != dist.get_rank() or g.get_partition_book().partid != args.machine:
+        raise RuntimeError(f"machine {args.machine}: DGL trainer rank {g.rank()}, torch rank "
+                           f"{dist.get_rank()}, partition {g.get_partition_book().partid}")
+    pb = g.get_partition_book()
+    nids = {m: dgl.distributed.node_split(g.ndata[f"{m}_mask"], pb, force_even=True)
+            for m in ("train", "test")}
+    return g, nids
+
+
+def _reduce(values: list[float], op) -> list[float]:
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(t, op=op)
+    return t.tolist()
+
+
+def trainer_main(args: argparse.Namespace) -> None:
+    """DGL's DistDGL GraphSAGE training loop; rank 0 writes the per-epoch records."""
+    import dgl
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from dglx_dist.models import SAGE
+
+    torch.set_num_threads(args.threads)
+    g, nids = _setup(args)
+    torch.manual_seed(args.seed)
+    num_classes = int(_reduce([float(g.ndata["label"][torch.arange(g.num_nodes())].max())],
+                              dist.ReduceOp.MAX)[0]) + 1 if args.num_classes < 1 else args.num_classes
+    model = SAGE(g.ndata["feat"].shape[1], args.hidden, num_classes, len(args.fanouts),
+                 dropout=args.dropout, row_normalize=args.row_normalize)
+    ddp = DistributedDataParallel(model)
+    opt = torch.optim.Adam(ddp.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    dgl.seed(args.seed * 7919 + args.machine)
+    loader = dgl.dataloading.DistNodeDataLoader(
+        g, nids["train"], dgl.dataloading.NeighborSampler(args.fanouts),
+        batch_size=args.batch_size, shuffle=True, drop_last=False)
+    records: list[dict[str, Any]] = []
+    for epoch in range(args.epochs):
+        wall, steps, loss, phases = train_epoch(g, loader, ddp, opt)
+        names = sorted(phases)
+        maxes = _reduce([wall, steps] + [phases[k] for k in names], dist.ReduceOp.MAX)
+        mean_loss = _reduce([loss], dist.ReduceOp.SUM)[0] / args.machines
+        records.append({"epoch": epoch, "epoch_time": round(maxes[0], 4), "steps": int(maxes[1]),
+                        "loss": round(mean_loss, 5),
+                        "phases_max": {k: round(v, 4) for k, v in zip(names, maxes[2:])}})
+    peak_train = status_mb()
+    correct, total = _reduce(list(evaluate(g, model, nids["test"], args.eval_fanouts,
+                                           args.eval_batch_size)), dist.ReduceOp.SUM)
+    peaks = [0.0] * (2 * args.machines)
+    peaks[2 * args.machine:2 * args.machine + 2] = [peak_train, status_mb()]
+    peaks = _reduce(peaks, dist.ReduceOp.SUM)
+    if dist.get_rank() == 0:
+        out = {"records": records, "test_acc": round(correct / max(total, 1), 4),
+               "test_nodes": int(total), "train_nodes_per_trainer": int(nids["train"].numel()),
+               "peak_mem_mb_train": [round(p, 1) for p in peaks[0::2]],
+               "peak_mem_mb_end": [round(p, 1) for p in peaks[1::2]]}
+        Path(args.result_dir, "trainer.json").write_text(json.dumps(out))
+    dist.barrier()
+    dist.destroy_process_group()
+    # DGL's atexit hook (exit_client) then tells the servers to shut down.
+
+
+def _int_list(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+    """The subcommand and its options; ``machine`` passes unknown ones on to the trainer."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("command", choices=("partition", "machine", "server", "trainer"))
+    p.add_argument("--data", help="partition: dataset directory")
+    p.add_argument("--out", help="partition: output directory")
+    p.add_argument("--parts", type=int, default=2)
+    p.add_argument("--machine", type=int, default=0)
+    p.add_argument("--machines", type=int, default=2)
+    p.add_argument("--ip-config")
+    p.add_argument("--part-config")
+    p.add_argument("--master-port", type=int, default=29500)
+    p.add_argument("--result-dir")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--timeout", type=float, default=3600.0, help="machine: trainer wait")
+    p.add_argument("--pg-timeout", type=float, default=600.0)
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--fanouts", type=_int_list, default=[10, 25])
+    p.add_argument("--eval-fanouts", type=_int_list, default=[])
+    p.add_argument("--batch-size", type=int, default=1000)
+    p.add_argument("--eval-batch-size", type=int, default=4096)
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--num-classes", type=int, default=0, help="0: from the labels")
+    p.add_argument("--dropout", type=float, default=0.5)
+    p.add_argument("--lr", type=float, default=0.003)
+    p.add_argument("--weight-decay", type=float, default=5e-4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--row-normalize", action="store_true")
+    args, rest = p.parse_known_args(argv)
+    if rest and args.command != "machine":
+        p.error(f"unrecognized arguments: {rest}")
+    return args, rest
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs one subcommand; returns the exit code."""
+    args, rest = parse_args(argv)
+    if args.command == "partition":
+        partition_main(args)
+    elif args.command == "machine":
+        return machine_main(args, rest)
+    elif args.command == "server":
+        server_main(args)
+    else:
+        trainer_main(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
