@@ -71,7 +71,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         torch.manual_seed(args.seed)
         layers = strategy.num_layers() or args.layers
         model = SAGE(pdir.feat_dim, args.hidden, pdir.num_classes, layers, dropout=args.dropout,
-                     row_normalize=not args.raw_features)
+                     row_normalize=args.row_normalize)
         sink = _MetricsSink(sys.stdout, args.metrics_file if session.is_main else None)
         trainer = Trainer(model, pdir, strategy, session=session, lr=args.lr,
                           weight_decay=args.weight_decay, progress=not args.no_progress,
@@ -122,8 +122,9 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default=None, help="gloo or nccl (default: nccl if CUDA)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--metrics-file", type=Path, help="also append the JSON lines to this file")
-    p.add_argument("--raw-features", action="store_true",
-                   help="feed features as stored (default: row-normalised, as DGL's Planetoid)")
+    p.add_argument("--row-normalize", action="store_true",
+                   help="divide each feature row by its sum (as DGL's Planetoid loaders do to "
+                        "bag-of-words features such as Cora's); default: features as stored")
 
 
 def _cmd_commcheck(args: argparse.Namespace) -> int:

@@ -26,14 +26,17 @@ from dglx_dist.strategies import STRATEGIES
 
 
 class SAGE(nn.Module):
-    def __init__(self, in_feats, hidden, num_classes, dropout):
+    def __init__(self, in_feats, hidden, num_classes, dropout, row_normalize):
         super().__init__()
+        self.row_normalize = row_normalize
         self.layers = nn.ModuleList([dglnn.SAGEConv(in_feats, hidden, "mean"),
                                      dglnn.SAGEConv(hidden, num_classes, "mean")])
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, blocks, x):
-        h = x / x.sum(1, keepdim=True).clamp(min=1e-12)  # row-normalised, as DGL's Planetoid
+        h = x
+        if self.row_normalize:  # what DGL's Planetoid loaders do to Cora's 0/1 features
+            h = x / x.sum(1, keepdim=True).clamp(min=1)
         for i, (layer, block) in enumerate(zip(self.layers, blocks)):
             h = layer(block, h)
             if i != len(self.layers) - 1:
@@ -52,13 +55,16 @@ def main():
     parser.add_argument("--dropout", type=float, default=0.5)
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--weight-decay", type=float, default=5e-4)
+    parser.add_argument("--row-normalize", action="store_true",
+                        help="divide each (non-negative) feature row by its sum")
     args = parser.parse_args()
 
     session = dglx_dist.init()
     strategy = STRATEGIES.build(args.strategy, **parse_key_values(args.strategy_opt))
     parts = PartitionDir(args.partitions or ensure_partitions(args.data, strategy, session))
     torch.manual_seed(0)
-    model = SAGE(parts.feat_dim, args.hidden, parts.num_classes, args.dropout)
+    model = SAGE(parts.feat_dim, args.hidden, parts.num_classes, args.dropout,
+                 args.row_normalize)
     trainer = dglx_dist.Trainer(model, parts, strategy, lr=args.lr,
                                 weight_decay=args.weight_decay)
 

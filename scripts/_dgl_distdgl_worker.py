@@ -20,7 +20,8 @@ Two machines on one host need two things DGL does not do by itself:
 Subcommands: ``partition`` (``dgl.distributed.partition_graph`` with METIS), ``machine`` (one
 server + one trainer, in the caller's namespace), ``server`` and ``trainer`` (started by
 ``machine``). The trainer is DGL's examples/distributed/graphsage/node_classification.py loop
-with our SAGE model (the same class, the same seed, so the same initial weights).
+with our SAGE model (the same class, the same seed, so the same initial weights), with its
+phases timed. ``ours-profile`` (under torchrun) times the same phases in our distdgl trainer.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ import numpy as np
 
 GRAPH_NAME = "bench"
 MASKS = ("train", "val", "test")
+PHASES = ("sample", "pull", "forward", "backward+allreduce", "allreduce", "optimizer", "other")
 
 
 def status_mb(key: str = "VmHWM") -> float:
@@ -74,19 +76,21 @@ def _dgl_env(args: argparse.Namespace) -> dict[str, str]:
             "DGL_GRAPH_FORMAT": "csc", "GLOO_SOCKET_IFNAME": "lo"}
 
 
-def machine_main(args: argparse.Namespace, rest: list[str]) -> int:
-    """One machine: its server (partition ``--machine``) and its trainer; waits for both."""
+def machine_main(args: argparse.Namespace, options: list[str]) -> int:
+    """One machine: its server (partition ``--machine``) and its trainer; waits for both.
+
+    Args:
+        args: the parsed options.
+        options: the command line after ``machine``, handed on to the server and the trainer.
+    """
     me = [sys.executable, str(Path(__file__).resolve())]
-    common = ["--machine", str(args.machine), "--machines", str(args.machines),
-              "--ip-config", args.ip_config, "--part-config", args.part_config,
-              "--threads", str(args.threads), "--result-dir", args.result_dir]
     server_env = {**_dgl_env(args), "DGL_ROLE": "server", "DGL_SERVER_ID": str(args.machine)}
     trainer_env = {**_dgl_env(args), "DGL_ROLE": "client", "DGL_DIST_MODE": "distributed",
                    "DGL_GROUP_ID": "0", "MASTER_ADDR": "127.0.0.1",
                    "MASTER_PORT": str(args.master_port), "RANK": str(args.machine),
                    "WORLD_SIZE": str(args.machines), "LOCAL_RANK": "0"}
-    server = subprocess.Popen(me + ["server"] + common, env=server_env)
-    trainer = subprocess.Popen(me + ["trainer"] + common + rest, env=trainer_env)
+    server = subprocess.Popen(me + ["server"] + options, env=server_env)
+    trainer = subprocess.Popen(me + ["trainer"] + options, env=trainer_env)
     try:
         rc = trainer.wait(timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -140,7 +144,7 @@ def train_epoch(g, loader, model, opt) -> tuple[float, int, float, dict[str, flo
     import torch.nn.functional as F
 
     t0 = time.perf_counter()
-    timer, steps, losses = _Timer(), 0, 0.0
+    timer, steps, losses, rows = _Timer(), 0, 0.0, 0
     with model.join():
         for input_nodes, seeds, blocks in loader:
             timer.lap("sample")
@@ -156,8 +160,12 @@ def train_epoch(g, loader, model, opt) -> tuple[float, int, float, dict[str, flo
             timer.lap("optimizer")
             losses += float(loss)
             steps += 1
+            rows += input_nodes.numel()
             timer._last = time.perf_counter()
-    return time.perf_counter() - t0, steps, losses / max(steps, 1), timer.t
+    wall = time.perf_counter() - t0
+    timer.t["other"] = wall - sum(timer.t.values())
+    timer.t["input_rows"] = rows
+    return wall, steps, losses / max(steps, 1), timer.t
 
 
 def evaluate(g, model, nids, fanouts, batch_size: int) -> tuple[int, int]:
@@ -220,9 +228,7 @@ def trainer_main(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     g, nids = _setup(args)
     torch.manual_seed(args.seed)
-    num_classes = int(_reduce([float(g.ndata["label"][torch.arange(g.num_nodes())].max())],
-                              dist.ReduceOp.MAX)[0]) + 1 if args.num_classes < 1 else args.num_classes
-    model = SAGE(g.ndata["feat"].shape[1], args.hidden, num_classes, len(args.fanouts),
+    model = SAGE(g.ndata["feat"].shape[1], args.hidden, args.num_classes, len(args.fanouts),
                  dropout=args.dropout, row_normalize=args.row_normalize)
     ddp = DistributedDataParallel(model)
     opt = torch.optim.Adam(ddp.parameters(), lr=args.lr, weight_decay=args.weight_decay)
@@ -256,55 +262,135 @@ def trainer_main(args: argparse.Namespace) -> None:
     # DGL's atexit hook (exit_client) then tells the servers to shut down.
 
 
+def _timed(obj: Any, name: str, phase: str, acc: dict[str, float]) -> None:
+    """Replaces ``obj.name`` by a wrapper adding its wall time to ``acc[phase]``."""
+    fn = getattr(obj, name)
+
+    def wrapper(*a, **kw):
+        t0 = time.perf_counter()
+        try:
+            return fn(*a, **kw)
+        finally:
+            acc[phase] = acc.get(phase, 0.0) + time.perf_counter() - t0
+
+    setattr(obj, name, wrapper)
+
+
+def _our_trainer(args: argparse.Namespace, session, acc: dict[str, float]):
+    """Our distdgl ``Trainer`` as ``dglx train`` builds it, with its phases timed into ``acc``."""
+    import torch
+
+    from dglx_dist.models import SAGE
+    from dglx_dist.partition import PartitionDir
+    from dglx_dist.strategies import STRATEGIES
+    from dglx_dist.trainer import Trainer
+
+    strategy = STRATEGIES.build("distdgl", fanouts=tuple(args.fanouts),
+                                batch_size=args.batch_size)
+    pdir = PartitionDir(args.partitions)
+    torch.manual_seed(args.seed)
+    model = SAGE(pdir.feat_dim, args.hidden, pdir.num_classes, len(args.fanouts),
+                 dropout=args.dropout, row_normalize=args.row_normalize)
+    trainer = Trainer(model, pdir, strategy, session=session, lr=args.lr,
+                      weight_decay=args.weight_decay, progress=False)
+    for obj, name, phase in ((strategy.sampler, "sample_blocks", "sample"),
+                             (strategy.store, "pull", "pull"), (trainer, "forward", "forward"),
+                             (session.world, "all_reduce", "allreduce"),
+                             (trainer.optimizer, "step", "optimizer"), (trainer, "step", "step")):
+        _timed(obj, name, phase, acc)
+    return trainer
+
+
+def ours_profile_main(args: argparse.Namespace) -> None:
+    """Under torchrun: ``Trainer.fit``'s loop of our distdgl, phase by phase (rank 0 prints)."""
+    import cProfile
+    import pstats
+
+    import torch
+    import torch.nn.functional as F
+
+    from dglx_dist.runtime import init
+
+    acc: dict[str, float] = {}
+    with init() as session:
+        trainer = _our_trainer(args, session, acc)
+        prof, per_epoch = cProfile.Profile() if args.cprofile else None, []
+        for epoch in range(args.epochs):
+            acc.clear()
+            if prof:
+                prof.enable()
+            t0 = time.perf_counter()
+            for batch in trainer.batches(epoch):
+                loss = F.cross_entropy(trainer.forward(batch), batch.y)
+                trainer.step(loss)
+                float(loss.detach())
+                acc["input_rows"] = acc.get("input_rows", 0) + batch.x.shape[0]
+            wall = time.perf_counter() - t0
+            if prof:
+                prof.disable()
+            ph = {**acc, "backward+allreduce": acc.get("step", 0.0) - acc.get("optimizer", 0.0)}
+            ph["other"] = wall - sum(ph.get(k, 0.0) for k in PHASES if k != "allreduce")
+            vec = torch.tensor([wall] + [ph.get(k, 0.0) for k in PHASES + ("input_rows",)],
+                               dtype=torch.float64)
+            session.world.all_reduce(vec, op="max")
+            per_epoch.append(vec.tolist())
+        if not session.is_main:
+            return
+        timed = per_epoch[1:] or per_epoch
+        mean = [sum(v[i] for v in timed) / len(timed) for i in range(len(PHASES) + 2)]
+        out = {"epoch_time": round(mean[0], 4),
+               "phases": {k: round(v, 4) for k, v in zip(PHASES + ("input_rows",), mean[1:])}}
+        if prof:
+            stats = pstats.Stats(prof)
+            stats.dump_stats(args.cprofile)
+            top = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:25]
+            out["cprofile_top"] = [{"function": f"{Path(f).name}:{ln}:{fn}", "calls": nc,
+                                    "tottime": round(tt, 4), "cumtime": round(ct, 4)}
+                                   for (f, ln, fn), (_, nc, tt, ct, _) in top]
+        print(json.dumps(out), flush=True)
+
+
 def _int_list(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
-def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
-    """The subcommand and its options; ``machine`` passes unknown ones on to the trainer."""
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The subcommand and its options."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("command", choices=("partition", "machine", "server", "trainer"))
+    p.add_argument("command", choices=("partition", "machine", "server", "trainer",
+                                        "ours-profile"))
     p.add_argument("--data", help="partition: dataset directory")
     p.add_argument("--out", help="partition: output directory")
-    p.add_argument("--parts", type=int, default=2)
-    p.add_argument("--machine", type=int, default=0)
-    p.add_argument("--machines", type=int, default=2)
-    p.add_argument("--ip-config")
-    p.add_argument("--part-config")
-    p.add_argument("--master-port", type=int, default=29500)
-    p.add_argument("--result-dir")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--timeout", type=float, default=3600.0, help="machine: trainer wait")
-    p.add_argument("--pg-timeout", type=float, default=600.0)
-    p.add_argument("--epochs", type=int, default=5)
-    p.add_argument("--fanouts", type=_int_list, default=[10, 25])
-    p.add_argument("--eval-fanouts", type=_int_list, default=[])
-    p.add_argument("--batch-size", type=int, default=1000)
-    p.add_argument("--eval-batch-size", type=int, default=4096)
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--num-classes", type=int, default=0, help="0: from the labels")
-    p.add_argument("--dropout", type=float, default=0.5)
-    p.add_argument("--lr", type=float, default=0.003)
-    p.add_argument("--weight-decay", type=float, default=5e-4)
-    p.add_argument("--seed", type=int, default=0)
+    for flag, kind, default in (  # paths; then numbers (the trainer's are bench_train's)
+            ("--ip-config", str, None), ("--part-config", str, None), ("--result-dir", str, None),
+            ("--parts", int, 2), ("--machine", int, 0), ("--machines", int, 2),
+            ("--master-port", int, 29500), ("--threads", int, 1), ("--timeout", float, 3600.0),
+            ("--pg-timeout", float, 600.0), ("--epochs", int, 5), ("--batch-size", int, 1000),
+            ("--eval-batch-size", int, 4096), ("--hidden", int, 64), ("--num-classes", int, 0),
+            ("--dropout", float, 0.5), ("--lr", float, 0.003), ("--weight-decay", float, 5e-4),
+            ("--seed", int, 0), ("--fanouts", _int_list, [10, 25]),
+            ("--eval-fanouts", _int_list, [])):
+        p.add_argument(flag, type=kind, default=default)
     p.add_argument("--row-normalize", action="store_true")
-    args, rest = p.parse_known_args(argv)
-    if rest and args.command != "machine":
-        p.error(f"unrecognized arguments: {rest}")
-    return args, rest
+    p.add_argument("--partitions", help="ours-profile: our partition directory")
+    p.add_argument("--cprofile", help="ours-profile: also cProfile, stats to this file")
+    return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Runs one subcommand; returns the exit code."""
-    args, rest = parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
     if args.command == "partition":
         partition_main(args)
     elif args.command == "machine":
-        return machine_main(args, rest)
+        return machine_main(args, argv[1:])
     elif args.command == "server":
         server_main(args)
-    else:
+    elif args.command == "trainer":
         trainer_main(args)
+    else:
+        ours_profile_main(args)
     return 0
 
 

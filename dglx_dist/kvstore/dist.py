@@ -76,8 +76,7 @@ class DistKVStore(KVStore):
         self._dir = Path(shm_dir) if shm_dir is not None else default_shm_dir()
         self._servers: dict[int, list[int]] = {}  # entry index -> server of each part
         self._by_index: list[TensorEntry] = []
-        token = torch.tensor([secrets.randbits(62) if session.rank == 0 else 0])
-        session.world.broadcast(token, 0)
+        token = self._gather_rows(torch.tensor([secrets.randbits(62)]))[0, 0]  # rank 0's
         self.token = f"{int(token):016x}"
 
     # -- placement ---------------------------------------------------------------------------
@@ -136,8 +135,7 @@ class DistKVStore(KVStore):
             pol = spec.policy
             sig = [1, _crc(name), len(self._by_index), pol.num_rows, pol.num_parts,
                    _crc(spec.dtype), _crc(spec.trailing), _crc(repr(pol))]
-            sig += [int(p in spec.part_data) for p in range(pol.num_parts)]
-        got = [g.tolist() for g in self.session.world.all_gather_v(torch.tensor(sig))]
+        got = self._gather_rows(torch.tensor(sig)).tolist()
         failed = [r for r, g in enumerate(got) if g[0] == 0]
         if error is not None:
             raise error
@@ -151,7 +149,8 @@ class DistKVStore(KVStore):
                                  f"{self.session.rank} on {field} (this rank: {spec.policy}, "
                                  f"{spec.dtype}, row shape {spec.trailing}); call init_data "
                                  f"in the same order with the same arguments on every rank")
-        return [[bool(b) for b in g[len(_SIGNATURE):]] for g in got]
+        has = torch.tensor([p in spec.part_data for p in range(spec.policy.num_parts)])
+        return self._gather_rows(has.long()).bool().tolist()
 
     def _fill_parts(self, entry: TensorEntry, spec: InitSpec, writers: dict[int, int],
                     created: list[Path], create: bool) -> bool:
@@ -178,11 +177,22 @@ class DistKVStore(KVStore):
         return True
 
     def _all_ok(self, ok: bool, name: str, what: str) -> None:
-        flags = self.session.world.all_gather(torch.tensor([int(ok)]))
-        bad = [r for r, f in enumerate(flags) if not int(f)]
+        flags = self._gather_rows(torch.tensor([int(ok)]))[:, 0].tolist()
+        bad = [r for r, f in enumerate(flags) if not f]
         if bad:
             raise RuntimeError(f"init_data {name!r}: ranks {bad} {what} in {self._dir} (see "
                                f"their logs)")
+
+    def _gather_rows(self, row: torch.Tensor) -> torch.Tensor:
+        """Every rank's ``row`` (same length everywhere), stacked by rank.
+
+        Built on ``all_reduce`` (each rank fills its own row of a zero table) rather than
+        ``all_gather``/``broadcast``: with gloo on torch 2.2, a job that used those two
+        sometimes hangs in ``destroy_process_group`` at shutdown.
+        """
+        table = torch.zeros((self.session.world_size, row.numel()), dtype=torch.int64)
+        table[self.session.rank] = row
+        return self.session.world.all_reduce(table)
 
     # -- pull --------------------------------------------------------------------------------
     def _pull(self, entry: TensorEntry, ids: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,8 @@ class SAGE(nn.Module):
         aggregator: SAGEConv aggregator ("mean", "gcn", "pool", "lstm").
         dropout: dropout between layers.
         row_normalize: divide each input row by its sum first (what DGL's Planetoid loaders
-            do to bag-of-words features such as Cora's).
+            do to non-negative bag-of-words features such as Cora's; meaningless for signed
+            features, so rows whose sum is not positive are left as they are).
     """
 
     def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 2,
@@ -30,7 +31,10 @@ class SAGE(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, blocks, x: torch.Tensor) -> torch.Tensor:
-        h = x / x.sum(1, keepdim=True).clamp(min=1e-12) if self.row_normalize else x
+        h = x
+        if self.row_normalize:
+            total = x.sum(1, keepdim=True)
+            h = torch.where(total > 0, x / total.clamp(min=1e-12), x)
         for i, (layer, block) in enumerate(zip(self.layers, blocks)):
             h = layer(block, h)
             if i != len(self.layers) - 1:

@@ -105,11 +105,18 @@ class Comm:
         return len(self.members)
 
     # -- collectives -------------------------------------------------------------------------
-    def all_to_all_v(self, send: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    def all_to_all_v(self, send: Sequence[torch.Tensor],
+                     recv_rows: Sequence[int] | None = None) -> list[torch.Tensor]:
         """Sends ``send[i]`` to member ``i``; returns what each member sent here.
 
         Tensors are split along dim 0 and may have any number of rows (0 included); dtype and
         trailing shape must be the same on every rank.
+
+        Args:
+            send: one tensor per member.
+            recv_rows: rows each member will send here, when the caller already knows them
+                (e.g. the answers to its own requests); skips the round that exchanges counts.
+                Every rank of the call must then pass it.
         """
         if len(send) != self.size:
             raise ValueError(f"all_to_all_v on {self.name} needs {self.size} tensors, "
@@ -120,11 +127,17 @@ class Comm:
                 raise ValueError(f"all_to_all_v: tensor {i} is {t.dtype}{tuple(t.shape)}; "
                                  f"expected {dtype} with trailing shape {tuple(trailing)}")
         counts = torch.tensor([t.shape[0] for t in send], dtype=torch.int64)
-        recv_counts = torch.empty_like(counts)
-        self._run("all_to_all_v(counts)",
-                  lambda: dist.all_to_all_single(recv_counts, counts, group=self.group,
-                                                 async_op=True))
-        self.counter.control_sent += 8 * (self.size - 1)
+        if recv_rows is not None:
+            if len(recv_rows) != self.size:
+                raise ValueError(f"all_to_all_v: recv_rows has {len(recv_rows)} entries for "
+                                 f"{self.size} members")
+            recv_counts = torch.tensor(list(recv_rows), dtype=torch.int64)
+        else:
+            recv_counts = torch.empty_like(counts)
+            self._run("all_to_all_v(counts)",
+                      lambda: dist.all_to_all_single(recv_counts, counts, group=self.group,
+                                                     async_op=True))
+            self.counter.control_sent += 8 * (self.size - 1)
         out = torch.empty((int(recv_counts.sum()), *trailing), dtype=dtype)
         flat = torch.cat([t.contiguous() for t in send]) if send else out
         self._run("all_to_all_v", lambda: dist.all_to_all_single(
@@ -160,6 +173,30 @@ class Comm:
         share = 2 * tensor.nbytes // self.size
         self._count([share] * self.size, [share] * self.size)
         return tensor
+
+    def all_reduce_async(self, tensor: torch.Tensor) -> torch.futures.Future:
+        """Starts a sum all-reduce of ``tensor`` and returns a future of the averaged tensor.
+
+        For DDP communication hooks, so gradient buckets overlap with the backward pass. The
+        wait is bounded by the process group's timeout (the job's); a failure raises a
+        :class:`PeerError` naming the rank when the future is waited on.
+        """
+        self._check_usable("all_reduce")
+        self._next_seq()
+        work = dist.all_reduce(tensor, _OPS["sum"], group=self.group, async_op=True)
+        share = 2 * tensor.nbytes // self.size
+        self._count([share] * self.size, [share] * self.size)
+
+        def finish(fut: torch.futures.Future) -> torch.Tensor:
+            try:
+                return fut.value()[0].div_(self.size)
+            except RuntimeError as exc:
+                if not _is_peer_failure(exc):
+                    raise
+                self._broken = self._failure("all_reduce", exc)
+                raise self._broken from exc
+
+        return work.get_future().then(finish)
 
     def reduce_scatter(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
         """Sums ``tensor`` (``size`` equal chunks along dim 0) and returns this member's chunk."""
@@ -209,12 +246,8 @@ class Comm:
         while waiting mean a peer failed and become a :class:`PeerError`. ``start`` returns
         None for ops gloo only runs synchronously; the process group's timeout bounds those.
         """
-        if self._broken is not None:
-            raise PeerError(f"{op} on the {self.name} group: the group already failed "
-                            f"({self._broken})", self._broken.ranks, op)
-        self._seq += 1
-        if self.health is not None:
-            self.health.op_seqs[self.name] = self._seq
+        self._check_usable(op)
+        self._next_seq()
         try:
             work = start()
             if work is not None:
@@ -224,6 +257,16 @@ class Comm:
                 raise
             self._broken = self._failure(op, exc)
             raise self._broken from exc
+
+    def _check_usable(self, op: str) -> None:
+        if self._broken is not None:
+            raise PeerError(f"{op} on the {self.name} group: the group already failed "
+                            f"({self._broken})", self._broken.ranks, op)
+
+    def _next_seq(self) -> None:
+        self._seq += 1
+        if self.health is not None:
+            self.health.op_seqs[self.name] = self._seq
 
     def _failure(self, op: str, exc: Exception) -> PeerError:
         ranks, why = [], ""

@@ -6,8 +6,9 @@
   every rank; a rank's chunk lies mostly in its server's part); 1-hop sampling of owned nodes is
   local thanks to HALO nodes, deeper hops of remote nodes are sampled by their owners
   (:class:`~dglx_dist.sampling.PartitionSampler`).
-* Features and labels are pulled from the KVStore: rows of the own server from shared memory,
-  the rest through the comm layer.
+* Features are pulled from the KVStore: rows of the own server from shared memory, the rest
+  through the comm layer. Labels are pulled once at setup for the rank's own seed chunks (seeds
+  never leave them and labels never change), so steps pull features only.
 * Synchronous SGD: the model is wrapped in DDP whose gradient all-reduce goes through the comm
   layer (so its bytes are counted and its waits have the job's timeout).
 * Evaluation: every partition's val/test nodes, with full neighborhoods (or ``eval_fanouts``).
@@ -33,15 +34,11 @@ __all__ = ["DistDGLStrategy", "comm_allreduce_hook"]
 
 
 def comm_allreduce_hook(comm: Comm):
-    """A DDP communication hook averaging gradient buckets through ``comm``."""
+    """A DDP communication hook averaging gradient buckets through ``comm`` (asynchronously,
+    so buckets overlap with the rest of the backward pass; bytes counted by the comm layer)."""
 
     def hook(_state, bucket):
-        buffer = bucket.buffer()
-        comm.all_reduce(buffer)
-        buffer.div_(comm.size)
-        future: torch.futures.Future = torch.futures.Future()
-        future.set_result(buffer)
-        return future
+        return comm.all_reduce_async(bucket.buffer())
 
     return hook
 
@@ -93,12 +90,14 @@ class DistDGLStrategy(Strategy):
         self.store.init_data("label", policy, {server: torch.from_numpy(part.label)},
                              dtype=torch.int64)
         self.sampler = PartitionSampler(part, pdir.book, session.cross, server)
-        self.ids = {}
+        self.ids, self.labels = {}, {}
         for split in ("train", "val", "test"):
             owned = torch.from_numpy(part.core_gid[getattr(part, split)])
             everyone = torch.cat(session.cross.all_gather_v(owned)).sort().values
-            self.ids[split] = (even_chunk(everyone, session.world_size, session.rank),
-                               everyone.numel())
+            chunk = even_chunk(everyone, session.world_size, session.rank)
+            self.ids[split] = (chunk, everyone.numel())
+            # seeds always come from this rank's chunk and labels never change: fetch once
+            self.labels[split] = self.store.pull("label", chunk)
         dgl.seed(self.config.seed * 7919 + session.rank)
 
     def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -106,10 +105,11 @@ class DistDGLStrategy(Strategy):
         ddp.register_comm_hook(None, comm_allreduce_hook(self.session.world))
         return ddp
 
-    def _batch(self, seeds: torch.Tensor, fanouts) -> Batch:
+    def _batch(self, seeds: torch.Tensor, fanouts, split: str) -> Batch:
         blocks = self.sampler.sample_blocks(seeds, fanouts)
         x = self.store.pull("feat", blocks[0].srcdata[dgl.NID])
-        y = self.store.pull("label", seeds)
+        chunk = self.ids[split][0]
+        y = self.labels[split][torch.searchsorted(chunk, seeds)]
         return Batch(blocks, x, y, seeds)
 
     def batches(self, epoch: int) -> Iterator[Batch]:
@@ -118,7 +118,7 @@ class DistDGLStrategy(Strategy):
         gen = torch.Generator().manual_seed(self.config.seed * 1_000_003 + epoch * 7919
                                             + self.session.rank)
         for seeds in epoch_batches(chunk, steps, self.config.batch_size, gen):
-            yield self._batch(seeds, self.config.fanouts)
+            yield self._batch(seeds, self.config.fanouts, "train")
 
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, split: str) -> float:
@@ -133,7 +133,7 @@ class DistDGLStrategy(Strategy):
         module.eval()
         correct = torch.zeros(2, dtype=torch.float64)
         for i in range(steps):
-            batch = self._batch(chunk[i * size:(i + 1) * size], fanouts)
+            batch = self._batch(chunk[i * size:(i + 1) * size], fanouts, split)
             if batch.seeds.numel():
                 pred = self.forward(module, batch).argmax(dim=1)
                 correct[0] += (pred == batch.y).sum().item()

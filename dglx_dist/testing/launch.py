@@ -9,6 +9,7 @@ Nothing is unpickled: results travel as JSON.
 """
 from __future__ import annotations
 
+import faulthandler
 import json
 import multiprocessing as mp
 import os
@@ -29,9 +30,13 @@ class WorkerError(AssertionError):
 
 
 def _child(fn: Callable, rank: int, world_size: int, tmp: str, args: tuple,
-           env: Mapping[str, str], num_nodes: int, heartbeat: float) -> None:
+           env: Mapping[str, str], num_nodes: int, heartbeat: float, stack_after: float) -> None:
     os.environ.update({"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", **env})
     out = Path(tmp) / f"result-{rank}.json"
+    # if this rank is still running shortly before the parent's deadline, dump every
+    # thread's stack so the parent can show where it hangs
+    stacks = open(Path(tmp) / f"stacks-{rank}.txt", "w")
+    faulthandler.dump_traceback_later(stack_after, exit=False, file=stacks)
     try:
         import torch
         torch.set_num_threads(1)
@@ -77,7 +82,8 @@ def run_workers(fn: Callable, world_size: int, tmp_dir: str | os.PathLike, *args
     tmp.mkdir(parents=True, exist_ok=True)
     ctx = mp.get_context("spawn")
     procs = [ctx.Process(target=_child, args=(fn, r, world_size, str(tmp), args, dict(env or {}),
-                                              num_nodes, heartbeat), daemon=True)
+                                              num_nodes, heartbeat, 0.75 * timeout),
+                         daemon=True)
              for r in range(world_size)]
     for p in procs:
         p.start()
@@ -102,7 +108,10 @@ def run_workers(fn: Callable, world_size: int, tmp_dir: str | os.PathLike, *args
             results[r] = {"error": data.get("error"), "exitcode": procs[r].exitcode}
     exitcodes = [p.exitcode for p in procs]
     if hung:
-        errors.insert(0, f"ranks {hung} still running after {timeout}s (killed)")
+        dumps = "".join(f"\n--- stacks of rank {r} shortly before the deadline ---\n"
+                        + (tmp / f"stacks-{r}.txt").read_text() for r in hung
+                        if (tmp / f"stacks-{r}.txt").is_file())
+        errors.insert(0, f"ranks {hung} still running after {timeout}s (killed){dumps}")
     if errors:
         raise WorkerError("\n".join(errors), results, exitcodes)
     return results

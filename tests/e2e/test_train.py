@@ -32,7 +32,7 @@ def _json_lines(stdout):
 def test_example_reaches_cora_accuracy_with_distdgl(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            "--master-port", str(_port()), str(ROOT / "examples" / "train_node_classification.py"),
-           "--data", "cora", "--strategy", "distdgl", "--epochs", "60"]
+           "--data", "cora", "--strategy", "distdgl", "--epochs", "60", "--row-normalize"]
     r = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
