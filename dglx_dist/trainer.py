@@ -90,7 +90,14 @@ class Trainer:
     def step(self, loss: torch.Tensor) -> None:
         """Backward and optimizer step (gradients are synchronised by the strategy)."""
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        try:
+            loss.backward()
+        except RuntimeError as exc:  # a gradient all-reduce failed: name the peer
+            failure = self.session.world.peer_failure("all_reduce (gradients)", exc)
+            if failure is None:
+                raise
+            raise failure from exc
+        self.strategy.after_backward()
         self.optimizer.step()
 
     def evaluate(self, split: str = "test") -> float:

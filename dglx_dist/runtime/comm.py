@@ -174,29 +174,23 @@ class Comm:
         self._count([share] * self.size, [share] * self.size)
         return tensor
 
-    def all_reduce_async(self, tensor: torch.Tensor) -> torch.futures.Future:
-        """Starts a sum all-reduce of ``tensor`` and returns a future of the averaged tensor.
-
-        For DDP communication hooks, so gradient buckets overlap with the backward pass. The
-        wait is bounded by the process group's timeout (the job's); a failure raises a
-        :class:`PeerError` naming the rank when the future is waited on.
-        """
-        self._check_usable("all_reduce")
-        self._next_seq()
-        work = dist.all_reduce(tensor, _OPS["sum"], group=self.group, async_op=True)
-        share = 2 * tensor.nbytes // self.size
+    def account_all_reduce(self, nbytes: int) -> None:
+        """Counts an all-reduce of ``nbytes`` that another library ran on this group (DDP's
+        gradient all-reduce, which runs in C++ so that no Python callback sits on gloo's
+        threads), with the same model as :meth:`all_reduce`."""
+        share = 2 * nbytes // self.size
         self._count([share] * self.size, [share] * self.size)
 
-        def finish(fut: torch.futures.Future) -> torch.Tensor:
-            try:
-                return fut.value()[0].div_(self.size)
-            except RuntimeError as exc:
-                if not _is_peer_failure(exc):
-                    raise
-                self._broken = self._failure("all_reduce", exc)
-                raise self._broken from exc
-
-        return work.get_future().then(finish)
+    def peer_failure(self, op: str, exc: BaseException) -> PeerError | None:
+        """The :class:`PeerError` behind a backend error raised outside this class (e.g. by
+        DDP's all-reduce in backward), or None when ``exc`` is not a peer failure."""
+        if isinstance(exc, PeerError):
+            return exc
+        if not isinstance(exc, RuntimeError) or not _is_peer_failure(exc):
+            return None
+        if self._broken is None:
+            self._broken = self._failure(op, exc)
+        return self._broken
 
     def reduce_scatter(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
         """Sums ``tensor`` (``size`` equal chunks along dim 0) and returns this member's chunk."""

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dglx_dist.runtime.comm import ByteCounter, Comm
+from dglx_dist.runtime.comm import ByteCounter, Comm, PeerError
 from dglx_dist.runtime.env import DistEnv, read_env
 from dglx_dist.runtime.health import Health
 from dglx_dist.runtime.topology import Topology
@@ -91,6 +91,7 @@ class Session:
         """
         if self._store is not None:
             if error is None:
+                self._quiesce()
                 self.health.mark("exit")
             else:
                 self.health.record_crash(f"{type(error).__name__}: {error}")
@@ -104,6 +105,17 @@ class Session:
             except ValueError:  # reset from another context: clear instead
                 _CURRENT.set(None)
             self._token = None
+
+    def _quiesce(self) -> None:
+        """A last barrier of the healthy job, so that no rank tears its groups down while a
+        peer is still finishing its last collective (seen to hang gloo's teardown)."""
+        groups = (self.world, self.server, self.cross)
+        if any(c._broken is not None for c in groups):
+            return
+        try:
+            self.world.barrier()
+        except PeerError as exc:
+            log.warning("rank %d: final barrier failed (%s); tearing down anyway", self.rank, exc)
 
     def __enter__(self) -> "Session":
         return self

@@ -102,6 +102,9 @@ class Strategy(abc.ABC):
     def batches(self, epoch: int) -> Iterator[Batch]:
         """One epoch of batches; every rank yields the same number (collective)."""
 
+    def after_backward(self) -> None:
+        """Called after every backward pass (e.g. to account traffic done by DDP)."""
+
     def forward(self, model: torch.nn.Module, batch: Batch) -> torch.Tensor:
         """Logits of ``batch``'s output nodes."""
         return model(batch.blocks, batch.x)

@@ -9,8 +9,8 @@
 * Features are pulled from the KVStore: rows of the own server from shared memory, the rest
   through the comm layer. Labels are pulled once at setup for the rank's own seed chunks (seeds
   never leave them and labels never change), so steps pull features only.
-* Synchronous SGD: the model is wrapped in DDP whose gradient all-reduce goes through the comm
-  layer (so its bytes are counted and its waits have the job's timeout).
+* Synchronous SGD: the model is wrapped in DDP (its C++ all-reduce overlaps with backward and
+  waits at most the job's timeout); its bytes are accounted to the comm layer's counters.
 * Evaluation: every partition's val/test nodes, with full neighborhoods (or ``eval_fanouts``).
 """
 from __future__ import annotations
@@ -24,23 +24,12 @@ from torch.nn.parallel import DistributedDataParallel
 
 from dglx_dist.kvstore import DistKVStore, RowPolicy
 from dglx_dist.partition.load import PartitionDir
-from dglx_dist.runtime.comm import Comm
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import PartitionSampler, epoch_batches, even_chunk, steps_per_epoch
 from dglx_dist.strategies.base import STRATEGIES, Batch, PartitionSpec, Strategy
 
-__all__ = ["DistDGLStrategy", "comm_allreduce_hook"]
-
-
-def comm_allreduce_hook(comm: Comm):
-    """A DDP communication hook averaging gradient buckets through ``comm`` (asynchronously,
-    so buckets overlap with the rest of the backward pass; bytes counted by the comm layer)."""
-
-    def hook(_state, bucket):
-        return comm.all_reduce_async(bucket.buffer())
-
-    return hook
+__all__ = ["DistDGLStrategy"]
 
 
 @STRATEGIES.register("distdgl")
@@ -101,9 +90,14 @@ class DistDGLStrategy(Strategy):
         dgl.seed(self.config.seed * 7919 + session.rank)
 
     def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        ddp = DistributedDataParallel(model)
-        ddp.register_comm_hook(None, comm_allreduce_hook(self.session.world))
-        return ddp
+        # DDP's own C++ all-reduce (overlapped with backward, bounded by the group's timeout);
+        # its bytes are accounted to the comm layer after each backward
+        self._grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters()
+                               if p.requires_grad)
+        return DistributedDataParallel(model)
+
+    def after_backward(self) -> None:
+        self.session.world.account_all_reduce(self._grad_bytes)
 
     def _batch(self, seeds: torch.Tensor, fanouts, split: str) -> Batch:
         blocks = self.sampler.sample_blocks(seeds, fanouts)
