@@ -1,4 +1,4 @@
-"""KVStore: named tensors (node data, embeddings) sharded into parts, read with pull, updated with push.
+"""KVStore: named tensors (node data, embeddings) in parts: pull reads rows, push updates them.
 
 * :mod:`~dglx_dist.kvstore.policy`: where rows live (:class:`RowPolicy` by a node book,
   :class:`ColumnPolicy` by feature slices).

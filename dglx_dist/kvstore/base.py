@@ -139,7 +139,7 @@ class KVStore(abc.ABC):
 
     # -- access ------------------------------------------------------------------------------
     def pull(self, name: str, ids: torch.Tensor) -> torch.Tensor:
-        """Rows ``ids`` of ``name`` in the order asked (duplicates allowed).
+        """Rows ``ids`` of ``name`` in the order asked (duplicates allowed), on the CPU.
 
         Raises:
             KeyError: unknown name. ValueError: ids not 1-D int64 within ``[0, num_rows)``.
@@ -150,7 +150,8 @@ class KVStore(abc.ABC):
         except (KeyError, ValueError):
             self._pull_nothing()
             raise
-        return self._pull(entry, ids)
+        with torch.no_grad():
+            return self._pull(entry, ids.cpu())
 
     def push(self, name: str, ids: torch.Tensor, values: torch.Tensor,
              op: str = "assign") -> None:
@@ -170,7 +171,8 @@ class KVStore(abc.ABC):
         except (KeyError, ValueError):
             self._push_nothing()
             raise
-        self._push(entry, push_op, ids, values)
+        with torch.no_grad():  # stored rows never join an autograd graph
+            self._push(entry, push_op, ids.cpu(), values.detach().cpu())
 
     def names(self) -> list[str]:
         """Registered names, in registration order."""

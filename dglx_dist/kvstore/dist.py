@@ -1,4 +1,4 @@
-"""The distributed store: parts in shared memory on their servers, remote rows through the comm layer.
+"""The distributed store: parts in shared memory on their servers, remote rows via the comm layer.
 
 **Placement.** A policy with one part per server puts part ``p`` on server ``p``, shared by the
 server's ranks (DistDGL); a policy with one part per rank puts part ``p`` on rank ``p``'s server
@@ -24,7 +24,8 @@ read from shared memory; the others are grouped by owning server and sent throug
 request costs ``8 * (1 + unique ids)`` bytes). The peer reads its shared memory and answers with
 the rows as raw bytes (uint8), so row widths may differ per peer; the caller scatters them back
 into request order. A pull costs two ``all_to_all_v`` calls on ``cross`` whenever the job has more
-than one server.
+than one server; the answers' exchange skips the round of counts, since every caller knows how
+many bytes it asked for.
 
 **Push.** Values of duplicate ids are combined first (the op's rule). Each row then goes to ONE
 writer on its owning server, the server's local rank ``local_row % ranks_per_server``, through
@@ -167,8 +168,8 @@ class DistKVStore(KVStore):
                     if rows is None:
                         rows = init_part(spec.init, shape, spec.dtype, self.seed, entry.name,
                                          part)
-                    created.append(path)
                     entry.parts[part] = create_shared(path, rows)
+                    created.append(path)
                 else:
                     entry.parts[part] = attach_shared(path, shape, spec.dtype)
         except (OSError, RuntimeError, ValueError, KeyError) as exc:
@@ -184,15 +185,8 @@ class DistKVStore(KVStore):
                                f"their logs)")
 
     def _gather_rows(self, row: torch.Tensor) -> torch.Tensor:
-        """Every rank's ``row`` (same length everywhere), stacked by rank.
-
-        Built on ``all_reduce`` (each rank fills its own row of a zero table) rather than
-        ``all_gather``/``broadcast``: with gloo on torch 2.2, a job that used those two
-        sometimes hangs in ``destroy_process_group`` at shutdown.
-        """
-        table = torch.zeros((self.session.world_size, row.numel()), dtype=torch.int64)
-        table[self.session.rank] = row
-        return self.session.world.all_reduce(table)
+        """Every rank's ``row`` (the same length everywhere), stacked by rank."""
+        return torch.stack(self.session.world.all_gather(row.contiguous()))
 
     # -- pull --------------------------------------------------------------------------------
     def _pull(self, entry: TensorEntry, ids: torch.Tensor) -> torch.Tensor:
@@ -220,11 +214,23 @@ class DistKVStore(KVStore):
     def _pull_exchange(self, entry: TensorEntry | None, uniq: torch.Tensor,
                        wanted: dict[int, torch.Tensor]) -> list[torch.Tensor]:
         send = [EMPTY_I64] * self._num_servers
+        expect = [0] * self._num_servers  # the answers' sizes are known: no count round
         for server, pos in wanted.items():
             send[server] = torch.cat([torch.tensor([entry.index]), uniq[pos]])
+            expect[server] = sum(self._piece_shape(entry, q)[1]
+                                 for q in self._pieces_on(entry, uniq[pos], server))
         requests = self.session.cross.all_to_all_v(send)
-        answers = [self._answer_pull(req, source) for source, req in enumerate(requests)]
-        return self.session.cross.all_to_all_v(answers)
+        answers, failure = [], None
+        for source, request in enumerate(requests):
+            try:
+                answers.append(self._answer_pull(request, source))
+            except RuntimeError as exc:  # answer nothing (the peer then fails too), no hang
+                answers.append(EMPTY_U8)
+                failure = exc
+        replies = self.session.cross.all_to_all_v(answers, recv_rows=expect)
+        if failure is not None:
+            raise failure
+        return replies
 
     def _answer_pull(self, request: torch.Tensor, source: int) -> torch.Tensor:
         if request.numel() == 0:
@@ -294,19 +300,26 @@ class DistKVStore(KVStore):
         servers = self._servers[entry.index]
         return [q for q in entry.policy.split(gids) if servers[q.part] == server]
 
+    @staticmethod
+    def _piece_shape(entry: TensorEntry, q) -> tuple[tuple[int, ...], int]:
+        """Shape of piece ``q``'s rows and their size in bytes."""
+        shape = (q.local.numel(), *entry.part_trailing[q.part])
+        size = entry.dtype.itemsize
+        for dim in shape:
+            size *= dim
+        return shape, size
+
     def _unpack(self, entry: TensorEntry, gids: torch.Tensor, server: int, buf: torch.Tensor):
         """Yields (piece, rows) of ``server``'s pieces of ``gids`` decoded from ``buf``."""
         offset = 0
         for q in self._pieces_on(entry, gids, server):
-            shape = (q.local.numel(), *entry.part_trailing[q.part])
-            size = q.local.numel() * entry.dtype.itemsize
-            for dim in shape[1:]:
-                size *= dim
+            shape, size = self._piece_shape(entry, q)
             yield q, from_bytes(buf[offset:offset + size], shape, entry.dtype)
             offset += size
         if offset != buf.numel():
-            raise RuntimeError(f"{entry.name!r}: a message from server {server} carried "
-                               f"{buf.numel()} bytes; expected {offset}")
+            raise RuntimeError(f"{entry.name!r}: a message for server {server}'s parts "
+                               f"carried {buf.numel()} bytes; expected {offset} (do all "
+                               f"ranks register the same names in the same order?)")
 
     def _entry_at(self, index: int, source: str) -> TensorEntry:
         if not 0 <= index < len(self._by_index):

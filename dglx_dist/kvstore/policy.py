@@ -143,7 +143,8 @@ class RowPolicy(PartitionPolicy):
         return pieces
 
     def __repr__(self) -> str:
-        return f"RowPolicy({type(self.book).__name__}, rows={self.num_rows}, parts={self.num_parts})"
+        return (f"RowPolicy({type(self.book).__name__}, rows={self.num_rows}, "
+                f"parts={self.num_parts})")
 
 
 class ColumnPolicy(PartitionPolicy):

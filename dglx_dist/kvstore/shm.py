@@ -44,7 +44,11 @@ def _map(fd: int, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
 def create_shared(path: Path, rows: torch.Tensor) -> torch.Tensor:
     """Creates ``path`` (it must not exist), copies ``rows`` into it, returns the mapped tensor.
 
-    Empty tensors need no file: a plain empty tensor is returned and nothing is created.
+    Empty tensors need no file: a plain empty tensor is returned and nothing is created. On
+    failure the file is removed again.
+
+    Raises:
+        FileExistsError: ``path`` exists (another job's or a stale file: never overwritten).
     """
     shape, dtype = tuple(rows.shape), rows.dtype
     if _nbytes(shape, dtype) == 0:
@@ -53,9 +57,12 @@ def create_shared(path: Path, rows: torch.Tensor) -> torch.Tensor:
     try:
         os.ftruncate(fd, _nbytes(shape, dtype))
         tensor = _map(fd, shape, dtype)
+        tensor.copy_(rows)
+    except BaseException:
+        os.unlink(path)  # what this call created, it removes
+        raise
     finally:
         os.close(fd)
-    tensor.copy_(rows)
     return tensor
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextvars
 import datetime
 import logging
+import time
 from typing import Any
 
 import torch
@@ -97,6 +98,12 @@ class Session:
                 self.health.record_crash(f"{type(error).__name__}: {error}")
         self.health.stop()
         if dist.is_initialized():
+            # torch 2.2 + gloo: destroy_process_group holds the GIL while joining gloo's worker
+            # threads, and a worker dropping a finished collective's Python-owned tensors needs
+            # the GIL (gdb: ~AsyncWork -> ~TensorImpl -> maybe_destroy_pyobj -> take_gil). The
+            # barrier above drains the collectives; a short GIL-free pause lets the workers
+            # finish freeing them first.
+            time.sleep(0.1)
             dist.destroy_process_group()
         self._store = None
         if self._token is not None:
@@ -108,7 +115,7 @@ class Session:
 
     def _quiesce(self) -> None:
         """A last barrier of the healthy job, so that no rank tears its groups down while a
-        peer is still finishing its last collective (seen to hang gloo's teardown)."""
+        peer is still finishing its last collective (see the teardown note in shutdown)."""
         groups = (self.world, self.server, self.cross)
         if any(c._broken is not None for c in groups):
             return

@@ -1,0 +1,335 @@
+"""KVStore without processes: policies, LocalKVStore semantics, validation, sparse optimizers."""
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dglx_dist.kvstore import (ColumnPolicy, DistEmbedding, LocalKVStore, RowPolicy, SparseAdagrad,
+                               SparseAdam)
+from dglx_dist.kvstore.ops import combine_duplicates
+from dglx_dist.kvstore.shm import attach_shared, create_shared, from_bytes, to_bytes
+from dglx_dist.partition.book import FeatureSlices, HashBook, RangeBook
+
+N, D = 23, 4
+FULL = torch.arange(N * D, dtype=torch.float32).view(N, D)
+POLICIES = {"range": lambda: RowPolicy(RangeBook([0, 5, 5, 14, N])),
+            "hash": lambda: RowPolicy(HashBook(N, 3, seed=7)),
+            "columns": lambda: ColumnPolicy(FeatureSlices([0, 1, 1, 4]), N)}
+
+
+def _part_data(policy, full):
+    cols = lambda p: (policy.slices.slice(p),) if policy.splits_columns else ()  # noqa: E731
+    return {p: full[policy.part_ids(p)][(slice(None), *cols(p))].clone()
+            for p in range(policy.num_parts)}
+
+
+def _store(kind="range", full=FULL, name="x"):
+    store, policy = LocalKVStore(), POLICIES[kind]()
+    store.init_data(name, policy, _part_data(policy, full))
+    return store
+
+
+# -- policies -------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["range", "hash"])
+def test_row_policy_maps_every_row_once(kind):
+    policy = POLICIES[kind]()
+    ids = torch.arange(N)
+    owner, local = policy.part_of(ids), policy.to_local(ids)
+    for p in range(policy.num_parts):
+        rows = policy.part_ids(p)
+        assert policy.part_rows(p) == rows.numel()
+        assert policy.part_shape(p, (D,)) == (rows.numel(), D)
+        assert torch.equal(owner[rows], torch.full_like(rows, p))
+        assert torch.equal(local[rows], torch.arange(rows.numel()))
+    pieces = policy.split(torch.tensor([9, 3, 9, 20, 0]))
+    assert [q.part for q in pieces] == sorted({q.part for q in pieces})
+    covered = torch.cat([q.pos for q in pieces]).sort().values
+    assert covered.tolist() == [0, 1, 2, 3, 4]
+
+
+def test_column_policy():
+    policy = POLICIES["columns"]()
+    assert policy.num_parts == 3 and policy.splits_columns
+    assert [policy.part_shape(p, (D,)) for p in range(3)] == [(N, 1), (N, 0), (N, 3)]
+    pieces = policy.split(torch.tensor([4, 4, 1]))
+    assert [(q.part, q.cols) for q in pieces] == [(0, slice(0, 1)), (2, slice(1, 4))]
+    assert torch.equal(policy.to_local(torch.tensor([4, 1])), torch.tensor([4, 1]))
+    with pytest.raises(ValueError, match="trailing shape starting with 4; got \\(5,\\)"):
+        policy.part_shape(0, (5,))
+    with pytest.raises(ValueError, match="no single part"):
+        policy.part_of(torch.tensor([1]))
+
+
+# -- pull / push against numpy --------------------------------------------------------------
+ids_lists = st.lists(st.integers(0, N - 1), min_size=0, max_size=30)
+
+
+@settings(max_examples=40, deadline=None)
+@given(ids=ids_lists, kind=st.sampled_from(sorted(POLICIES)))
+def test_pull_rows_in_request_order(ids, kind):
+    got = _store(kind).pull("x", torch.tensor(ids, dtype=torch.int64))
+    assert got.shape == (len(ids), D)
+    np.testing.assert_array_equal(got.numpy(), FULL.numpy()[np.array(ids, dtype=np.int64)])
+
+
+@settings(max_examples=40, deadline=None)
+@given(ids=ids_lists, kind=st.sampled_from(sorted(POLICIES)), op=st.sampled_from(["assign", "add"]),
+       seed=st.integers(0, 2**16))
+def test_push_matches_numpy(ids, kind, op, seed):
+    store = _store(kind)
+    ids_np = np.array(ids, dtype=np.int64)
+    values = np.random.default_rng(seed).normal(size=(len(ids), D)).astype(np.float32)
+    store.push("x", torch.from_numpy(ids_np), torch.from_numpy(values), op=op)
+    want = FULL.numpy().copy()
+    if op == "add":
+        np.add.at(want, ids_np, values)
+    else:
+        for i, row in zip(ids_np, values):  # sequential: the last occurrence wins
+            want[i] = row
+    np.testing.assert_allclose(store.pull("x", torch.arange(N)).numpy(), want, rtol=1e-6)
+
+
+def test_pull_push_one_dim_and_int_tensors():
+    store, policy = LocalKVStore(), POLICIES["hash"]()
+    label = torch.arange(N) * 3
+    store.init_data("label", policy, _part_data(policy, label))
+    assert store.dtype("label") == torch.int64 and store.shape("label") == (N,)
+    store.push("label", torch.tensor([2, 2, 5]), torch.tensor([1, 10, 100]), op="add")
+    assert store.pull("label", torch.tensor([5, 2])).tolist() == [115, 17]
+
+
+def test_user_op_sees_presummed_values_and_state():
+    store = _store()
+    store.init_data("x/count", store.policy("x"), trailing_shape=(), dtype=torch.int64)
+    seen = []
+
+    def scale_and_count(rows, values, local, state):
+        seen.append((state["name"], state["part"], local.tolist(), values.tolist()))
+        state["tensors"]["x/count"][local] += 1
+        return rows * values
+
+    store.register_op("scale", scale_and_count)
+    store.push("x", torch.tensor([6, 1, 6]), torch.tensor([[2.0] * D, [3.0] * D, [5.0] * D]),
+               op="scale")
+    assert store.pull("x", torch.tensor([1, 6])).tolist() == [(FULL[1] * 3).tolist(),
+                                                              (FULL[6] * 7).tolist()]
+    assert store.pull("x/count", torch.tensor([1, 6, 7])).tolist() == [1, 1, 0]
+    assert seen == [("x", 0, [1], [[3.0] * D]), ("x", 2, [1], [[7.0] * D])]
+
+
+def test_combine_duplicates_rules():
+    ids, vals = torch.tensor([3, 1, 3, 3]), torch.tensor([1.0, 2.0, 4.0, 8.0])
+    assert [t.tolist() for t in combine_duplicates(ids, vals, "sum")] == [[1, 3], [2.0, 13.0]]
+    assert [t.tolist() for t in combine_duplicates(ids, vals, "last")] == [[1, 3], [2.0, 8.0]]
+
+
+def test_init_zeros_and_seeded_callable():
+    policy = POLICIES["hash"]()
+    stores = [LocalKVStore(seed=s) for s in (1, 1, 2)]
+    before = torch.random.get_rng_state()
+    for store in stores:
+        store.init_data("z", policy, trailing_shape=(2,))
+        store.init_data("r", policy, trailing_shape=(2,),
+                        init=lambda shape, dtype: torch.randn(shape, dtype=dtype))
+    assert torch.equal(torch.random.get_rng_state(), before)  # the caller's RNG is untouched
+    everything = torch.arange(N)
+    assert not stores[0].pull("z", everything).any()
+    a, b, c = (s.pull("r", everything) for s in stores)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+# -- validation -----------------------------------------------------------------------------
+@pytest.mark.parametrize("ids,message", [
+    (torch.tensor([1.0]), "1-D torch.int64 tensor; got torch.float32"),
+    (torch.tensor([[1]]), "1-D torch.int64 tensor; got torch.int64 tensor of shape \\(1, 1\\)"),
+    ([1, 2], "1-D torch.int64 tensor; got list"),
+    (torch.tensor([0, -1]), "id -1 at position 1 is outside \\[0, 23\\)"),
+    (torch.tensor([N]), "id 23 at position 0 is outside \\[0, 23\\)"),
+])
+def test_bad_ids(ids, message):
+    store = _store()
+    with pytest.raises(ValueError, match=f"pull 'x': ids must be a |pull 'x': {message}"):
+        store.pull("x", ids)
+    with pytest.raises(ValueError, match=message):
+        store.push("x", ids, torch.zeros(1, D))
+
+
+def test_unknown_names_and_ops_list_the_known_ones():
+    store = _store()
+    with pytest.raises(KeyError, match=r"unknown tensor name 'y'; registered names: \['x'\]"):
+        store.pull("y", torch.tensor([0]))
+    with pytest.raises(KeyError, match=r"unknown push op 'mul'; registered ops: \['assign', "):
+        store.push("x", torch.tensor([0]), torch.zeros(1, D), op="mul")
+    with pytest.raises(KeyError, match="unknown tensor name"):
+        store.shape("y")
+
+
+@pytest.mark.parametrize("values,message", [
+    (torch.zeros(2, D, dtype=torch.float64), "values are torch.float64 of shape \\(2, 4\\); "
+                                             "expected torch.float32 of shape \\(2, 4\\)"),
+    (torch.zeros(2, D + 1), "shape \\(2, 5\\); expected torch.float32 of shape \\(2, 4\\)"),
+    (torch.zeros(3, D), "shape \\(3, 4\\); expected"),
+    (np.zeros((2, D), np.float32), "values must be a torch.Tensor"),
+])
+def test_bad_push_values(values, message):
+    with pytest.raises(ValueError, match=message):
+        _store().push("x", torch.tensor([0, 1]), values)
+
+
+def test_bad_registrations():
+    store, policy = _store(), POLICIES["range"]()
+    with pytest.raises(ValueError, match="already registered"):
+        store.init_data("x", policy, trailing_shape=(D,))
+    with pytest.raises(ValueError, match="give trailing_shape"):
+        store.init_data("y", policy)
+    with pytest.raises(ValueError, match=r"part_data\[1\] is torch.float32 of shape \(3, 4\); "
+                                         r"expected torch.float32 of shape \(0, 4\)"):
+        store.init_data("y", policy, {1: torch.zeros(3, D)}, trailing_shape=(D,))
+    with pytest.raises(ValueError, match="part_data key 7 is not a part in \\[0, 4\\)"):
+        store.init_data("y", policy, {7: torch.zeros(1, D)})
+    with pytest.raises(KeyError, match="unknown init 'ones'"):
+        store.init_data("y", policy, trailing_shape=(D,), init="ones")
+    with pytest.raises(TypeError, match="policy must be a PartitionPolicy"):
+        store.init_data("y", RangeBook([0, N]), trailing_shape=(D,))
+    with pytest.raises(ValueError, match="trailing shape starting with 4"):
+        store.init_data("y", POLICIES["columns"](), trailing_shape=(3,))
+    with pytest.raises(ValueError, match="already registered"):
+        store.register_op("add", lambda *a: a[0])
+    with pytest.raises(ValueError, match="combine 'max'; expected one of \\['last', 'sum'\\]"):
+        store.register_op("m", lambda *a: a[0], combine="max")
+    assert store.names() == ["x"]  # nothing half-registered
+
+
+def test_op_returning_wrong_shape_is_named():
+    store = _store()
+    store.register_op("bad", lambda rows, values, local, state: rows[:, :1])
+    with pytest.raises(RuntimeError, match="op 'bad' returned shape"):
+        store.push("x", torch.tensor([0]), torch.zeros(1, D), op="bad")
+
+
+# -- sparse embeddings and optimizers -------------------------------------------------------
+BATCHES = [torch.tensor([1, 4, 4, 9]), torch.tensor([4, 2, 1]), torch.tensor([9, 9, 0, 4])]
+
+
+def _weights(ids, step):
+    return torch.linspace(-1, 1, ids.numel() * D).view(-1, D) * (step + 1)
+
+
+def _sparse_run(make_opt, batches, kind="hash"):
+    store = LocalKVStore(seed=3)
+    init = lambda shape, dtype: torch.randn(shape, dtype=dtype)  # noqa: E731
+    emb = DistEmbedding(store, "emb", N, D, POLICIES[kind](), init=init)
+    start = store.pull("emb", torch.arange(N))
+    opt = make_opt([emb])
+    history = []
+    for step, ids in enumerate(batches):
+        opt.zero_grad()
+        (emb(ids) * _weights(ids, step)).square().sum().backward()
+        opt.step()
+        history.append(store.pull("emb", torch.arange(N)))
+    return start, history
+
+
+def _dense_run(make_opt, start, batches):
+    weight = torch.nn.Parameter(start.clone())
+    opt = make_opt([weight])
+    history = []
+    for step, ids in enumerate(batches):
+        opt.zero_grad()
+        (weight[ids] * _weights(ids, step)).square().sum().backward()
+        opt.step()
+        history.append(weight.detach().clone())
+    return history
+
+
+def test_sparse_adagrad_matches_dense_adagrad():
+    """A zero gradient leaves a dense Adagrad row unchanged too, so every step matches."""
+    start, sparse = _sparse_run(lambda e: SparseAdagrad(e, lr=0.2, eps=1e-10), BATCHES)
+    dense = _dense_run(lambda p: torch.optim.Adagrad(p, lr=0.2, eps=1e-10), start, BATCHES)
+    for s, d in zip(sparse, dense):
+        torch.testing.assert_close(s, d)
+    assert torch.equal(sparse[-1][[3, 5]], start[[3, 5]])  # never touched
+
+
+def test_sparse_adam_is_lazy_adam():
+    """First step: equal to dense Adam. Rows touched in every step: equal at every step. A row
+    skipped in a step stays put (dense Adam moves it through its momentum)."""
+    adam = lambda e: SparseAdam(e, lr=0.1, betas=(0.8, 0.9), eps=1e-8)  # noqa: E731
+    dense_adam = lambda p: torch.optim.Adam(p, lr=0.1, betas=(0.8, 0.9), eps=1e-8)  # noqa: E731
+    start, sparse = _sparse_run(adam, BATCHES)
+    dense = _dense_run(dense_adam, start, BATCHES)
+    torch.testing.assert_close(sparse[0], dense[0])
+    always = [4]  # the only row in every batch
+    for s, d in zip(sparse, dense):
+        torch.testing.assert_close(s[always], d[always])
+    assert torch.equal(sparse[1][9], sparse[0][9])  # 9 is not in batch 1: lazy, unchanged
+    assert not torch.allclose(dense[1][9], dense[0][9])  # dense momentum moves it
+    assert torch.equal(sparse[-1][[3, 5]], start[[3, 5]])
+
+
+def test_sparse_adam_state_is_per_row():
+    store = LocalKVStore()
+    emb = DistEmbedding(store, "e", N, D, POLICIES["range"]())
+    opt = SparseAdam([emb], lr=0.01)
+    for ids in BATCHES:
+        emb(ids).sum().backward()
+        opt.step()
+    steps = store.pull("e/adam_step", torch.tensor([0, 1, 2, 3, 4, 9]))
+    assert steps.tolist() == [1, 2, 1, 0, 3, 2]
+    assert store.names() == ["e", "e/adam_m", "e/adam_v", "e/adam_step"]
+
+
+def test_embedding_trace_and_zero_grad():
+    store = LocalKVStore()
+    emb = DistEmbedding(store, "e", N, D, POLICIES["range"]())
+    opt = SparseAdagrad([emb], lr=1.0)
+    with torch.no_grad():
+        emb(torch.tensor([1]))  # not recorded
+    emb(torch.tensor([2])).sum().backward()
+    opt.zero_grad()  # drops the gradient of row 2
+    out = emb(torch.tensor([3]))
+    assert out.requires_grad and out.is_leaf
+    out.sum().backward()
+    opt.step()
+    moved = (store.pull("e", torch.arange(N)) != 0).any(1).nonzero().flatten().tolist()
+    assert moved == [3]
+    opt.step()  # nothing recorded: an empty push
+    assert (store.pull("e", torch.arange(N)) != 0).any(1).sum() == 1
+
+
+def test_embedding_errors():
+    store = LocalKVStore()
+    with pytest.raises(ValueError, match="num_embeddings=5 but the policy covers 23 rows"):
+        DistEmbedding(store, "e", 5, D, POLICIES["range"]())
+    emb = DistEmbedding(store, "c", N, D, POLICIES["columns"]())
+    with pytest.raises(ValueError, match="SparseAdam keeps a per-row step count"):
+        SparseAdam([emb])
+    SparseAdagrad([emb], lr=0.1)  # state with the embedding's row shape works column-wise
+    assert "c/adagrad_sum" in store.names()
+
+
+# -- raw bytes and shared memory ------------------------------------------------------------
+def test_bytes_round_trip_and_misaligned_views():
+    rows = torch.randn(3, 2, dtype=torch.float64)
+    buf = torch.cat([torch.zeros(3, dtype=torch.uint8), to_bytes(rows)])[3:]
+    assert buf.storage_offset() % 8
+    assert torch.equal(from_bytes(buf, (3, 2), torch.float64), rows)
+    with pytest.raises(RuntimeError, match="received 48 bytes; expected 40"):
+        from_bytes(buf, (5,), torch.float64)
+
+
+def test_shared_files_map_the_same_memory(tmp_path):
+    path = tmp_path / "part"
+    created = create_shared(path, torch.arange(6, dtype=torch.int32).view(2, 3))
+    mapped = attach_shared(path, (2, 3), torch.int32)
+    path.unlink()  # mappings outlive the file
+    created[1, 2] = 42
+    assert mapped.tolist() == [[0, 1, 2], [3, 4, 42]]
+    with pytest.raises(FileExistsError):
+        create_shared(tmp_path / "again", torch.ones(1)) and create_shared(tmp_path / "again",
+                                                                          torch.ones(1))
+    with pytest.raises(RuntimeError, match="has 4 bytes; expected 8"):
+        attach_shared(tmp_path / "again", (2,), torch.float32)
+    assert create_shared(tmp_path / "empty", torch.zeros(0, 3)).shape == (0, 3)
+    assert not (tmp_path / "empty").exists()
