@@ -77,6 +77,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                           weight_decay=args.weight_decay, progress=not args.no_progress,
                           metrics=sink if session.is_main else None)
         trainer.fit(args.epochs, eval_every=args.eval_every)
+        trainer.close()
         sink.close()
     return 0
 

@@ -104,6 +104,10 @@ class Trainer:
         """Accuracy on ``split`` over all partitions (collective)."""
         return self.strategy.evaluate(self.model, split)
 
+    def close(self) -> None:
+        """Releases what the strategy holds (KVStore memory); the session stays up."""
+        self.strategy.close()
+
     def fit(self, epochs: int, eval_every: int = 1,
             loss_fn: Callable = torch.nn.functional.cross_entropy) -> list[dict[str, Any]]:
         """Trains ``epochs`` epochs; returns (and writes) one metrics record per epoch.

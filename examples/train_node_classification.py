@@ -77,6 +77,7 @@ def main():
         sys.stdout.write(json.dumps({"strategy": args.strategy, "epochs": args.epochs,
                                      "loss": round(loss.item(), 4),
                                      "test_acc": round(test_acc, 4)}) + "\n")
+    trainer.close()
     session.shutdown()
 
 

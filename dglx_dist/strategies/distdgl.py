@@ -99,6 +99,9 @@ class DistDGLStrategy(Strategy):
     def after_backward(self) -> None:
         self.session.world.account_all_reduce(self._grad_bytes)
 
+    def close(self) -> None:
+        self.store.close()
+
     def _batch(self, seeds: torch.Tensor, fanouts, split: str) -> Batch:
         blocks = self.sampler.sample_blocks(seeds, fanouts)
         x = self.store.pull("feat", blocks[0].srcdata[dgl.NID])
