@@ -7,11 +7,11 @@ import time
 os.environ.setdefault("DGLBACKEND", "pytorch")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import psutil  # noqa: E402
 import pytest  # noqa: E402
 
 from dglx_dist.data import builtin_path, read_dataset  # noqa: E402
 from dglx_dist.testing import tiny_dataset  # noqa: E402
+from dglx_dist.testing.procs import live_children  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -23,24 +23,9 @@ def _no_leaks():
     leaked |= {k for k in env_before if k in env_after and env_after[k] != env_before[k]}
     assert not leaked, f"test leaked environment variables: {sorted(leaked)}"
     deadline = time.monotonic() + 5
-    while (children := _live_children()) and time.monotonic() < deadline:
+    while (children := live_children()) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not children, f"test left child processes behind: {[c.pid for c in children]}"
-
-
-def _live_children():
-    out = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if child.status() == psutil.STATUS_ZOMBIE:
-                continue
-            # multiprocessing's resource tracker lives as long as the interpreter, by design
-            if any("resource_tracker" in part for part in child.cmdline()):
-                continue
-        except psutil.NoSuchProcess:
-            continue
-        out.append(child)
-    return out
 
 
 @pytest.fixture(scope="session")

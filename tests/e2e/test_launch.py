@@ -8,6 +8,8 @@ import sys
 import psutil
 import pytest
 
+from dglx_dist.testing.procs import live_children
+
 pytestmark = pytest.mark.e2e
 
 
@@ -64,7 +66,7 @@ def test_two_node_launch_on_one_machine():
     rep = _report(outs[0][0] + outs[1][0])
     assert rep["exchange_ok"] and rep["world_size"] == 4 and rep["servers"] == 2
     assert not _listening(port)
-    assert not psutil.Process().children(recursive=True)
+    assert not live_children()
 
 
 def test_slurm_style_launch_without_torchrun():
@@ -94,4 +96,4 @@ def test_failed_run_leaves_nothing_behind():
     assert r.returncode != 0
     assert "rank 1: failing on purpose" in r.stderr
     assert not _listening(port)
-    assert not psutil.Process().children(recursive=True)
+    assert not live_children()
