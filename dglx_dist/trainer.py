@@ -8,7 +8,7 @@ A DGL training script changes by a handful of lines::
         for batch in trainer.batches(epoch):                     # the strategy's batches
             loss = F.cross_entropy(trainer.forward(batch), batch.y)
             trainer.step(loss)
-    print(trainer.evaluate("test"))
+    test_acc = trainer.evaluate("test")
 
 or, without a loop of one's own, ``trainer.fit(epochs)`` which also returns the per-epoch
 metrics records (wall time, steps, samples, bytes intra/inter-server, peak memory, loss,

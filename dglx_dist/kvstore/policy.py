@@ -91,9 +91,9 @@ class PartitionPolicy(abc.ABC):
     def split(self, ids: torch.Tensor) -> list[Piece]:
         """Cuts a request into pieces, one per part it touches, in increasing part order."""
 
+    @abc.abstractmethod
     def part_ids(self, part: int) -> torch.Tensor:
         """Global row ids of part ``part``'s local rows, in local order."""
-        raise NotImplementedError(f"{type(self).__name__} does not list part rows")
 
     def _check_part(self, part: int) -> None:
         if not 0 <= part < self.num_parts:
