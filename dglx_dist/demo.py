@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,6 +18,7 @@ from typing import Any
 from dglx_dist.data.builtin import builtin_path
 from dglx_dist.measure import markdown_table
 from dglx_dist.partition import PARTITIONERS, PartitionDir, partition_dataset
+from dglx_dist.runtime.env import free_local_port
 
 __all__ = ["partition_demo", "training_demo"]
 
@@ -44,18 +44,12 @@ def partition_demo(dataset: str = "cora", parts: int = 4) -> str:
     return "\n".join(sections)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def training_demo(strategy: str = "distdgl", nproc: int = 2, epochs: int = 60,
                   dataset: str = "cora", timeout: float = 900.0) -> tuple[str, list[dict[str, Any]]]:
     """Runs ``dglx train`` under torchrun on ``nproc`` local processes (one virtual server
     each); returns a markdown table of its metrics records and the records."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-           "--master-port", str(_free_port()), "-m", "dglx_dist", "train",
+           "--master-port", str(free_local_port()), "-m", "dglx_dist", "train",
            "--strategy", strategy, "--data", dataset, "--epochs", str(epochs), "--no-progress",
            "--row-normalize"]
     env = {**os.environ, "DGLX_VIRTUAL_SERVERS": str(nproc), "OMP_NUM_THREADS": "1",

@@ -32,7 +32,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from dglx_dist.measure import markdown_table
+from dglx_dist.runtime.env import free_local_port
 
 log = logging.getLogger("bench_train")
 WORKER = Path(__file__).resolve().parent / "_dgl_distdgl_worker.py"
@@ -51,13 +51,6 @@ PRESETS = {
 COLUMNS = ("system", "epochs", "epoch_time", "epoch_time_first", "steps", "test_acc",
            "peak_mem_mb", "server_peak_mb", "bytes_sent_inter_per_epoch", "run_wall_s")
 PHASES = ("sample", "pull", "forward", "backward+allreduce", "allreduce", "optimizer", "other")
-
-
-def free_port() -> int:
-    """A TCP port that was free a moment ago on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def dataset_dir(args: argparse.Namespace, workdir: Path) -> Path:
@@ -175,7 +168,7 @@ def run_ours(args, data: Path, meta: dict[str, Any], row_norm: bool, workdir: Pa
     """Our distdgl under torchrun (or, with ``profile``, the instrumented loop)."""
     parts = partitions("ours", data, workdir, env)
     run = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-port", str(free_port())]
+           "--master-port", str(free_local_port())]
     if profile:
         cmd = run + [str(WORKER), "ours-profile", "--partitions", str(parts)] + hyper(
             args, meta, row_norm) + (["--cprofile", str(workdir / "ours.pstats")]
@@ -223,9 +216,10 @@ def run_dgl(args, data: Path, meta: dict[str, Any], row_norm: bool, workdir: Pat
     for f in run_dir.glob("*.json"):
         f.unlink()
     ip_config = run_dir / "ip_config.txt"
-    ip_config.write_text("".join(f"127.0.0.1 {free_port()}\n" for _ in range(2)))
+    ip_config.write_text("".join(f"127.0.0.1 {free_local_port()}\n" for _ in range(2)))
     common = ["--machines", "2", "--ip-config", str(ip_config), "--part-config",
-              str(part_config), "--result-dir", str(run_dir), "--master-port", str(free_port()),
+              str(part_config), "--result-dir", str(run_dir),
+              "--master-port", str(free_local_port()),
               "--timeout", str(args.timeout)] + hyper(args, meta, row_norm)
     cmds = [shm_wrapper() + [sys.executable, str(WORKER), "machine", "--machine", str(m)]
             + common for m in range(2)]

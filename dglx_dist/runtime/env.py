@@ -22,9 +22,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import socket
 from typing import Mapping
 
-__all__ = ["DistEnv", "read_env", "expand_nodelist", "EnvError"]
+__all__ = ["DistEnv", "read_env", "expand_nodelist", "EnvError", "free_local_port"]
 
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_PORT = 29500
@@ -156,3 +157,10 @@ def read_env(environ: Mapping[str, str] | None = None) -> DistEnv:
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
         return _from_slurm(env)
     return DistEnv(launcher="single", **_common(env))
+
+
+def free_local_port() -> int:
+    """A TCP port free on 127.0.0.1 right now, for a local launch's rendezvous."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -38,9 +38,8 @@ class PartitionSampler:
             raise ValueError(f"sampling needs one part per server: the partition has "
                              f"{book.num_parts} parts for {cross.size} servers")
         self.book, self.cross, self.server = book, cross, server
-        self.graph = dgl.graph((torch.from_numpy(part.src), torch.from_numpy(part.dst)),
-                               num_nodes=part.num_core + part.num_halo)
-        self.local_gid = torch.from_numpy(part.local_gid)
+        self.graph = part.local_graph()
+        self.local_gid = self.graph.ndata["_ID"]
 
     def sample_blocks(self, seeds: torch.Tensor, fanouts: Sequence[int]) -> list[dgl.DGLGraph]:
         """Blocks for a GNN with ``len(fanouts)`` layers; ``fanouts[i]`` is layer i's fanout

@@ -1,22 +1,17 @@
 """Real torchrun launches: one node with virtual servers, and a genuine two-node launch."""
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import psutil
 import pytest
 
+from dglx_dist.runtime.env import free_local_port
+
 from dglx_dist.testing.procs import live_children
 
 pytestmark = pytest.mark.e2e
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env(**extra):
@@ -41,7 +36,7 @@ def _report(stdout):
 
 
 def test_single_node_with_virtual_servers():
-    port = _free_port()
+    port = free_local_port()
     r = subprocess.run(_torchrun("--nproc-per-node", 4, "--master-port", port),
                        env=_env(DGLX_VIRTUAL_SERVERS="2"), capture_output=True, text=True,
                        timeout=180)
@@ -54,7 +49,7 @@ def test_single_node_with_virtual_servers():
 
 
 def test_two_node_launch_on_one_machine():
-    port = _free_port()
+    port = free_local_port()
     procs = [subprocess.Popen(_torchrun("--nnodes", 2, "--node-rank", n, "--nproc-per-node", 2,
                                         "--rdzv-backend", "c10d", "--rdzv-id", "e2e",
                                         "--rdzv-endpoint", f"127.0.0.1:{port}"),
@@ -71,7 +66,7 @@ def test_two_node_launch_on_one_machine():
 
 def test_slurm_style_launch_without_torchrun():
     """Processes started the way srun starts them: SLURM variables only, no torchrun, no SSH."""
-    port = _free_port()
+    port = free_local_port()
     procs = []
     for rank in range(2):
         env = _env(SLURM_PROCID=str(rank), SLURM_NTASKS="2", SLURM_LOCALID=str(rank),
@@ -89,7 +84,7 @@ def test_slurm_style_launch_without_torchrun():
 
 
 def test_failed_run_leaves_nothing_behind():
-    port = _free_port()
+    port = free_local_port()
     r = subprocess.run(_torchrun("--nproc-per-node", 3, "--master-port", port) + ["--fail-rank",
                                                                                    "1"],
                        env=_env(DGLX_TIMEOUT="20"), capture_output=True, text=True, timeout=180)

@@ -1,21 +1,16 @@
 """Training end to end under torchrun: the example script and `dglx train`."""
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from dglx_dist.runtime.env import free_local_port
+
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env(**extra):
@@ -31,7 +26,8 @@ def _json_lines(stdout):
 
 def test_example_reaches_cora_accuracy_with_distdgl(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-port", str(_port()), str(ROOT / "examples" / "train_node_classification.py"),
+           "--master-port", str(free_local_port()),
+           str(ROOT / "examples" / "train_node_classification.py"),
            "--data", "cora", "--strategy", "distdgl", "--epochs", "60", "--row-normalize"]
     r = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True,
                        timeout=600)
@@ -42,7 +38,7 @@ def test_example_reaches_cora_accuracy_with_distdgl(tmp_path):
 
 def test_dglx_train_writes_metrics_records(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-port", str(_port()), "-m", "dglx_dist", "train", "--strategy", "distdgl",
+           "--master-port", str(free_local_port()), "-m", "dglx_dist", "train", "--strategy", "distdgl",
            "--data", "cora", "--epochs", "3", "--eval-every", "2", "--no-progress",
            "--strategy-opt", "fanouts=5,5", "--cache-dir", str(tmp_path / "cache")]
     r = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True,
