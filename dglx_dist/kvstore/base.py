@@ -138,8 +138,11 @@ class KVStore(abc.ABC):
         self._ops[name] = PushOp(name, fn, combine)
 
     # -- access ------------------------------------------------------------------------------
-    def pull(self, name: str, ids: torch.Tensor) -> torch.Tensor:
+    def pull(self, name: str, ids: torch.Tensor, dedup: bool = True) -> torch.Tensor:
         """Rows ``ids`` of ``name`` in the order asked (duplicates allowed), on the CPU.
+
+        ``dedup=False`` skips deduplicating ``ids``: faster when they are known to be unique
+        (a block's input nodes); duplicates are then still answered, each fetched separately.
 
         Raises:
             KeyError: unknown name. ValueError: ids not 1-D int64 within ``[0, num_rows)``.
@@ -151,7 +154,7 @@ class KVStore(abc.ABC):
             self._pull_nothing()
             raise
         with torch.no_grad():
-            return self._pull(entry, ids.cpu())
+            return self._pull(entry, ids.cpu(), dedup)
 
     def push(self, name: str, ids: torch.Tensor, values: torch.Tensor,
              op: str = "assign") -> None:
@@ -198,7 +201,7 @@ class KVStore(abc.ABC):
         """Builds the entry (``spec`` None when local validation failed with ``error``)."""
 
     @abc.abstractmethod
-    def _pull(self, entry: TensorEntry, ids: torch.Tensor) -> torch.Tensor: ...
+    def _pull(self, entry: TensorEntry, ids: torch.Tensor, dedup: bool) -> torch.Tensor: ...
 
     @abc.abstractmethod
     def _push(self, entry: TensorEntry, op: PushOp, ids: torch.Tensor,

@@ -17,7 +17,9 @@ the same step, because requests carry the name's (and op's) registration index, 
 names and ops must be registered in the same order everywhere. A rank whose arguments are bad
 still takes part with an empty request, then raises.
 
-**Pull.** The requested ids are deduplicated (``torch.unique``); ids held by the own server are
+**Pull.** The requested ids are deduplicated (``torch.unique``; ``dedup=False`` skips that for
+ids known to be unique, such as a block's input nodes, and writes rows straight into request
+order instead of gathering them from a deduplicated buffer at the end); ids held by the own server are
 read from shared memory; the others are grouped by owning server and sent through
 ``session.cross`` (the ranks with this rank's local index on every server) with
 ``all_to_all_v``: per non-empty destination one int64 tensor ``[name_index, *ids]`` (so a
@@ -37,6 +39,7 @@ Concurrent writes therefore never touch the same row.
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 import zlib
 from pathlib import Path
@@ -45,7 +48,7 @@ import torch
 
 from dglx_dist.kvstore.base import InitSpec, KVStore, TensorEntry
 from dglx_dist.kvstore.ops import PushOp, combine_duplicates, init_part
-from dglx_dist.kvstore.policy import PartitionPolicy
+from dglx_dist.kvstore.policy import PartitionPolicy, Piece, rows_at, split_contiguous
 from dglx_dist.kvstore.shm import (EMPTY_I64, EMPTY_U8, attach_shared, create_shared,
                                    default_shm_dir, from_bytes, to_bytes)
 
@@ -189,36 +192,45 @@ class DistKVStore(KVStore):
         return torch.stack(self.session.world.all_gather(row.contiguous()))
 
     # -- pull --------------------------------------------------------------------------------
-    def _pull(self, entry: TensorEntry, ids: torch.Tensor) -> torch.Tensor:
-        uniq, inverse = torch.unique(ids, return_inverse=True)
+    def _pull(self, entry: TensorEntry, ids: torch.Tensor, dedup: bool) -> torch.Tensor:
+        if dedup:
+            uniq, inverse = torch.unique(ids, return_inverse=True)
+            uniq, pieces, order = split_contiguous(entry.policy, uniq)
+            if order is not None:  # uniq was regrouped: row i of ``out`` now answers uniq[i]
+                where = torch.empty_like(order)
+                where[order] = torch.arange(order.numel())
+                inverse = where.index_select(0, inverse)
+        else:  # rows go straight to their places in the request
+            uniq, inverse, pieces = ids, None, entry.policy.split(ids)
         out = torch.empty((uniq.numel(), *entry.trailing), dtype=entry.dtype)
         servers = self._servers[entry.index]
-        remote: dict[int, list[torch.Tensor]] = {}
-        for piece in entry.policy.split(uniq):
-            server = servers[piece.part]
-            if server == self._server:
-                out[piece.index()] = entry.parts[piece.part][piece.local]
+        remote: dict[int, list[Piece]] = {}
+        for q in pieces:
+            if servers[q.part] == self._server:
+                q.fill(out, entry.parts[q.part])
             else:
-                remote.setdefault(server, []).append(piece.pos)
+                remote.setdefault(servers[q.part], []).append(q)
         if self._num_servers > 1:
-            wanted = {s: torch.unique(torch.cat(pos)) for s, pos in remote.items()}
-            replies = self._pull_exchange(entry, uniq, wanted)
-            for server, pos in wanted.items():
-                self._decode_rows(entry, uniq[pos], server, replies[server], out, pos)
-        return out[inverse]
+            replies = self._pull_exchange(entry, uniq, remote)
+            for server, mine in remote.items():
+                for q, rows in self._unpack(entry, mine, replies[server]):
+                    q.take(out, rows)
+        return out if inverse is None else rows_at(out, inverse)
 
     def _pull_nothing(self) -> None:
         if self._num_servers > 1:
             self._pull_exchange(None, EMPTY_I64, {})
 
     def _pull_exchange(self, entry: TensorEntry | None, uniq: torch.Tensor,
-                       wanted: dict[int, torch.Tensor]) -> list[torch.Tensor]:
+                       remote: dict[int, list[Piece]]) -> list[torch.Tensor]:
         send = [EMPTY_I64] * self._num_servers
         expect = [0] * self._num_servers  # the answers' sizes are known: no count round
-        for server, pos in wanted.items():
-            send[server] = torch.cat([torch.tensor([entry.index]), uniq[pos]])
-            expect[server] = sum(self._piece_shape(entry, q)[1]
-                                 for q in self._pieces_on(entry, uniq[pos], server))
+        for server, pieces in remote.items():
+            pos = torch.cat([q.pos for q in pieces])
+            if len(pieces) > 1 and pieces[0].cols is not None:  # column pieces share rows
+                pos = torch.unique(pos)
+            send[server] = torch.cat([torch.tensor([entry.index]), uniq.index_select(0, pos)])
+            expect[server] = sum(self._piece_bytes(entry, q) for q in pieces)
         requests = self.session.cross.all_to_all_v(send)
         answers, failure = [], None
         for source, request in enumerate(requests):
@@ -236,14 +248,11 @@ class DistKVStore(KVStore):
         if request.numel() == 0:
             return EMPTY_U8
         entry = self._entry_at(int(request[0]), f"server {source}")
-        chunks = [to_bytes(entry.parts[q.part][q.local])
-                  for q in self._pieces_on(entry, request[1:], self._server)]
-        return torch.cat(chunks) if chunks else EMPTY_U8
-
-    def _decode_rows(self, entry: TensorEntry, gids: torch.Tensor, server: int,
-                     buf: torch.Tensor, out: torch.Tensor, pos: torch.Tensor) -> None:
-        for q, rows in self._unpack(entry, gids, server, buf):
-            out[q.index(pos[q.pos])] = rows
+        pieces = self._pieces_on(entry, request[1:], self._server)
+        buf = torch.empty(sum(self._piece_bytes(entry, q) for q in pieces), dtype=torch.uint8)
+        for q, rows in self._unpack(entry, pieces, buf):  # gather straight into the message
+            torch.index_select(entry.parts[q.part], 0, q.local, out=rows)
+        return buf
 
     # -- push --------------------------------------------------------------------------------
     def _push(self, entry: TensorEntry, op: PushOp, ids: torch.Tensor,
@@ -268,7 +277,7 @@ class DistKVStore(KVStore):
         for writer, pos in routes.items():
             gids = uniq[pos]
             heads[writer] = torch.cat([torch.tensor([entry.index, op_index]), gids])
-            chunks = [to_bytes(combined[q.index(pos[q.pos])])
+            chunks = [to_bytes(combined[q.index(pos.index_select(0, q.pos))])
                       for q in self._pieces_on(entry, gids, writer // self._per_server)]
             data[writer] = torch.cat(chunks) if chunks else EMPTY_U8
         if world.size > 1:
@@ -286,7 +295,8 @@ class DistKVStore(KVStore):
                 continue
             entry = self._entry_at(int(head[0]), f"rank {source}")
             op_index = int(head[1])
-            for q, rows in self._unpack(entry, head[2:], self._server, buf):
+            pieces = self._pieces_on(entry, head[2:], self._server)
+            for q, rows in self._unpack(entry, pieces, buf):
                 groups.setdefault((entry.index, op_index, q.part), []).append((q.local, rows))
         op_names = self.ops()
         for (index, op_index, part), items in groups.items():
@@ -301,25 +311,25 @@ class DistKVStore(KVStore):
         return [q for q in entry.policy.split(gids) if servers[q.part] == server]
 
     @staticmethod
-    def _piece_shape(entry: TensorEntry, q) -> tuple[tuple[int, ...], int]:
-        """Shape of piece ``q``'s rows and their size in bytes."""
-        shape = (q.local.numel(), *entry.part_trailing[q.part])
-        size = entry.dtype.itemsize
-        for dim in shape:
-            size *= dim
-        return shape, size
+    def _piece_shape(entry: TensorEntry, q: Piece) -> tuple[int, ...]:
+        return (q.local.numel(), *entry.part_trailing[q.part])
 
-    def _unpack(self, entry: TensorEntry, gids: torch.Tensor, server: int, buf: torch.Tensor):
-        """Yields (piece, rows) of ``server``'s pieces of ``gids`` decoded from ``buf``."""
+    def _piece_bytes(self, entry: TensorEntry, q: Piece) -> int:
+        return math.prod(self._piece_shape(entry, q)) * entry.dtype.itemsize
+
+    def _unpack(self, entry: TensorEntry, pieces: list[Piece], buf: torch.Tensor):
+        """Yields (piece, rows): ``buf`` cut into the pieces' rows (views, in order)."""
         offset = 0
-        for q in self._pieces_on(entry, gids, server):
-            shape, size = self._piece_shape(entry, q)
-            yield q, from_bytes(buf[offset:offset + size], shape, entry.dtype)
+        for q in pieces:
+            size = self._piece_bytes(entry, q)
+            yield q, from_bytes(buf[offset:offset + size], self._piece_shape(entry, q),
+                                entry.dtype)
             offset += size
         if offset != buf.numel():
-            raise RuntimeError(f"{entry.name!r}: a message for server {server}'s parts "
-                               f"carried {buf.numel()} bytes; expected {offset} (do all "
-                               f"ranks register the same names in the same order?)")
+            raise RuntimeError(f"{entry.name!r}: a message for parts "
+                               f"{[q.part for q in pieces]} carried {buf.numel()} bytes; "
+                               f"expected {offset} (do all ranks register the same names in "
+                               f"the same order?)")
 
     def _entry_at(self, index: int, source: str) -> TensorEntry:
         if not 0 <= index < len(self._by_index):

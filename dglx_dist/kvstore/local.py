@@ -34,10 +34,10 @@ class LocalKVStore(KVStore):
             entry.parts[part] = rows.detach().clone().contiguous()
         return entry
 
-    def _pull(self, entry: TensorEntry, ids: torch.Tensor) -> torch.Tensor:
+    def _pull(self, entry: TensorEntry, ids: torch.Tensor, dedup: bool) -> torch.Tensor:
         out = torch.empty((ids.numel(), *entry.trailing), dtype=entry.dtype)
         for piece in entry.policy.split(ids):
-            out[piece.index()] = entry.parts[piece.part][piece.local]
+            piece.fill(out, entry.parts[piece.part])
         return out
 
     def _push(self, entry: TensorEntry, op: PushOp, ids: torch.Tensor,

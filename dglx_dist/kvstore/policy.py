@@ -21,7 +21,21 @@ import torch
 
 from dglx_dist.partition.book import FeatureSlices, NodeBook
 
-__all__ = ["PartitionPolicy", "RowPolicy", "ColumnPolicy", "Piece"]
+__all__ = ["PartitionPolicy", "RowPolicy", "ColumnPolicy", "Piece", "rows_at", "split_contiguous"]
+
+_NUMPY_DTYPES = {torch.float16, torch.float32, torch.float64, torch.int8, torch.int16,
+                 torch.int32, torch.int64, torch.uint8, torch.bool}
+
+
+def rows_at(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``src[index]`` along dim 0, the fast way on the CPU.
+
+    ``index_select`` into a preallocated output runs about twice as fast as
+    ``src.index_select(0, index)`` and four times as fast as ``src[index]`` for rows of a
+    feature matrix (torch 2.2, one thread).
+    """
+    out = torch.empty((index.numel(), *src.shape[1:]), dtype=src.dtype)
+    return torch.index_select(src, 0, index, out=out)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -44,6 +58,58 @@ class Piece:
         """An index into a full ``(rows, *trailing)`` tensor selecting this piece's cells."""
         rows = self.pos if pos is None else pos
         return (rows,) if self.cols is None else (rows, self.cols)
+
+    def span(self) -> slice | None:
+        """``pos`` as a slice when its positions are consecutive, else None."""
+        n = self.pos.numel()
+        if n == 0:
+            return slice(0, 0)
+        first, last = int(self.pos[0]), int(self.pos[-1])
+        return slice(first, last + 1) if last - first + 1 == n else None
+
+    def gather(self, part_rows: torch.Tensor) -> torch.Tensor:
+        """This piece's rows of its part's local tensor ``part_rows``."""
+        return rows_at(part_rows, self.local)
+
+    def fill(self, out: torch.Tensor, part_rows: torch.Tensor) -> None:
+        """Writes this piece's rows of ``part_rows`` into its cells of ``out`` (one pass when
+        its cells are whole consecutive rows)."""
+        span = self.span()
+        if span is not None and self.cols is None:
+            torch.index_select(part_rows, 0, self.local, out=out[span])
+        else:
+            self.take(out, self.gather(part_rows))
+
+    def take(self, out: torch.Tensor, rows: torch.Tensor) -> None:
+        """Writes ``rows`` (this piece's rows, in ``pos`` order) into its cells of ``out``.
+
+        A contiguous span is a plain copy; otherwise a row scatter (numpy's where the dtype
+        allows, else ``index_copy_``; all far cheaper than ``out[pos] = rows`` on the CPU).
+        """
+        span = self.span()
+        target = out if self.cols is None else out[:, self.cols]
+        if span is not None:
+            target[span].copy_(rows)
+        elif rows.dtype in _NUMPY_DTYPES:  # numpy's row scatter: about 2x index_copy_
+            target.numpy()[self.pos.numpy()] = rows.numpy()
+        else:
+            target.index_copy_(0, self.pos, rows)
+
+
+def split_contiguous(policy: "PartitionPolicy", ids: torch.Tensor,
+                     ) -> tuple[torch.Tensor, list[Piece], torch.Tensor | None]:
+    """Reorders ``ids`` so that every piece of ``policy.split`` is a consecutive span.
+
+    Returns ``(ids', pieces, order)`` with ``ids' = ids[order]`` (``order`` None when ``ids``
+    already had that property, e.g. sorted ids under a range book); the pieces refer to
+    ``ids'``. Writing pieces then costs plain copies instead of scattered writes.
+    """
+    pieces = policy.split(ids)
+    if all(q.span() is not None for q in pieces):
+        return ids, pieces, None
+    order = torch.cat([q.pos for q in pieces])  # pieces with scattered pos are disjoint rows
+    ids = ids.index_select(0, order)
+    return ids, policy.split(ids), order
 
 
 class PartitionPolicy(abc.ABC):
@@ -139,7 +205,7 @@ class RowPolicy(PartitionPolicy):
         parts, counts = torch.unique_consecutive(owner[order], return_counts=True)
         pieces = []
         for part, pos in zip(parts.tolist(), torch.split(order, counts.tolist())):
-            pieces.append(Piece(int(part), pos, self.book.to_local(ids[pos])))
+            pieces.append(Piece(int(part), pos, self.book.to_local(ids.index_select(0, pos))))
         return pieces
 
     def __repr__(self) -> str:

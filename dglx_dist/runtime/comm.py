@@ -139,7 +139,11 @@ class Comm:
                                                      async_op=True))
             self.counter.control_sent += 8 * (self.size - 1)
         out = torch.empty((int(recv_counts.sum()), *trailing), dtype=dtype)
-        flat = torch.cat([t.contiguous() for t in send]) if send else out
+        full = [t for t in send if t.numel()]
+        if len(full) == 1 and full[0].is_contiguous():  # one destination: send it as it is
+            flat = full[0].reshape(-1, *trailing)
+        else:
+            flat = torch.cat([t.contiguous() for t in send]) if send else out
         self._run("all_to_all_v", lambda: dist.all_to_all_single(
             out, flat, output_split_sizes=recv_counts.tolist(),
             input_split_sizes=counts.tolist(), group=self.group, async_op=True))

@@ -48,7 +48,7 @@ class PartitionSampler:
         frontier = seeds
         for fanout in reversed(fanouts):
             src, dst = self.sample_layer(frontier, fanout)
-            block = make_block(frontier, src, dst)
+            block = make_block(frontier, src, dst, self.book.num_nodes)
             blocks.insert(0, block)
             frontier = block.srcdata[dgl.NID]
         return blocks
@@ -71,4 +71,5 @@ class PartitionSampler:
         local = torch.as_tensor(self.book.to_local(gids))
         sub = dgl.sampling.sample_neighbors(self.graph, local, fanout, edge_dir="in")
         u, v = sub.edges()
-        return torch.stack([self.local_gid[u], self.local_gid[v]], dim=1)
+        return torch.stack([self.local_gid.index_select(0, u),
+                            self.local_gid.index_select(0, v)], dim=1)

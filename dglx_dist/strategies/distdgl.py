@@ -104,7 +104,7 @@ class DistDGLStrategy(Strategy):
 
     def _batch(self, seeds: torch.Tensor, fanouts, split: str) -> Batch:
         blocks = self.sampler.sample_blocks(seeds, fanouts)
-        x = self.store.pull("feat", blocks[0].srcdata[dgl.NID])
+        x = self.store.pull("feat", blocks[0].srcdata[dgl.NID], dedup=False)  # unique ids
         chunk = self.ids[split][0]
         y = self.labels[split][torch.searchsorted(chunk, seeds)]
         return Batch(blocks, x, y, seeds)

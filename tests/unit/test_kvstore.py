@@ -73,6 +73,16 @@ def test_pull_rows_in_request_order(ids, kind):
     np.testing.assert_array_equal(got.numpy(), FULL.numpy()[np.array(ids, dtype=np.int64)])
 
 
+@pytest.mark.parametrize("kind", sorted(POLICIES))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_pull_writes_rows_of_any_dtype(kind, dtype):
+    """Scattered pieces (hash) go through numpy's scatter, or index_copy_ for bfloat16."""
+    full = FULL.to(dtype)
+    ids = torch.tensor([9, 3, 9, 20, 0, 22, 3])
+    got = _store(kind, full).pull("x", ids)
+    assert got.dtype == dtype and torch.equal(got, full[ids])
+
+
 @settings(max_examples=40, deadline=None)
 @given(ids=ids_lists, kind=st.sampled_from(sorted(POLICIES)), op=st.sampled_from(["assign", "add"]),
        seed=st.integers(0, 2**16))
