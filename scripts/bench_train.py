@@ -8,8 +8,9 @@ DGL: ``dgl.distributed.partition_graph``, then per simulated machine one DGL ser
 trainer running DGL's example loop (``scripts/_dgl_distdgl_worker.py``; each machine gets a
 private /dev/shm through ``unshare --mount``, see that module's docstring).
 
-Partitioning is not in the epoch time. Per system: mean epoch time without the first epoch,
-steps per epoch, test accuracy (all test nodes, full neighborhoods), peak memory per trainer
+Partitioning is not in the epoch time. Per system: mean epoch time without the first epoch
+(with ``--repeat N``: N runs per system, alternating ours/DGL, and the median of the runs' means;
+this machine's speed drifts by 20-30% between runs), steps per epoch, test accuracy (all test nodes, full neighborhoods), peak memory per trainer
 and our inter-server bytes per epoch. ``--profile`` adds an instrumented run of ours to
 compare phase by phase (sampling, KVStore pull, forward, backward, all-reduce, optimizer) with
 the same phases timed in DGL's loop.
@@ -17,7 +18,7 @@ the same phases timed in DGL's loop.
 Usage::
 
     python scripts/bench_train.py --preset tiny           # Cora, quick
-    python scripts/bench_train.py --preset small --profile --out results.json
+    python scripts/bench_train.py --preset small --repeat 3 --profile --out results.json
     python scripts/bench_train.py --data DIR --mode ours --epochs 3
 
 Prints one JSON object (rows, profile, checks) and markdown tables to stdout; progress goes
@@ -32,6 +33,7 @@ import json
 import logging
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -181,7 +183,8 @@ def run_ours(args, data: Path, meta: dict[str, Any], row_norm: bool, workdir: Pa
                      str(args.hidden), "--lr", str(args.lr), "--dropout", str(args.dropout),
                      "--weight-decay", str(args.weight_decay), "--seed", str(args.seed),
                      "--cache-dir", str(workdir / "cache"), "--no-progress"] + (
-            ["--row-normalize"] if row_norm else [])
+            ["--row-normalize"] if row_norm else []) + [
+            a for opt in args.ours_opt for a in ("--strategy-opt", opt)]
     log.info("ours: %s", " ".join(cmd))
     t0 = time.perf_counter()
     (proc,), left = run_group([cmd], env, args.timeout, [None])
@@ -265,6 +268,20 @@ def summarize(system: str, records: list[dict[str, Any]], wall: float, test_acc:
     return row
 
 
+def combine_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row per system over repeated runs: the median run's epoch time (a failed run makes
+    the row an error); the other columns come from the first run."""
+    failed = [r for r in runs if "error" in r]
+    if failed:
+        return failed[0]
+    row = dict(runs[0])
+    if len(runs) > 1:
+        times = [r["epoch_time"] for r in runs]
+        row["epoch_time"] = statistics.median(times)
+        row["epoch_time_runs"] = times
+    return row
+
+
 def checks(rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """The ratio checks: PASS / FAIL, or n/a when a side did not run."""
     ours, dgl = rows.get("ours", {"error": "-"}), rows.get("dgl", {"error": "-"})
@@ -294,16 +311,19 @@ def bench(args: argparse.Namespace, workdir: Path) -> tuple[dict[str, Any], bool
              row_norm)
     env = {**os.environ, "DGLX_VIRTUAL_SERVERS": "2", "OMP_NUM_THREADS": "1",
            "GLOO_SOCKET_IFNAME": "lo"}
-    rows: dict[str, dict[str, Any]] = {}
+    runs: dict[str, list[dict[str, Any]]] = {}
     runners = {"ours": lambda: run_ours(args, data, meta, row_norm, workdir, env),
                "dgl": lambda: run_dgl(args, data, meta, row_norm, workdir, env)}
-    for name in (["ours", "dgl"] if args.mode == "both" else [args.mode]):
-        try:
-            rows[name] = runners[name]()
-            log.info("%s: %s", name, {k: rows[name].get(k) for k in COLUMNS})
-        except Exception as exc:  # reported in the output, and the exit code says so
-            log.error("%s failed: %s", name, exc)
-            rows[name] = {"system": name, "error": f"{type(exc).__name__}: {exc}"}
+    for rep in range(args.repeat):  # alternating, so slow spells of the machine hit both
+        for name in (["ours", "dgl"] if args.mode == "both" else [args.mode]):
+            try:
+                row = runners[name]()
+                log.info("%s (run %d): %s", name, rep + 1, {k: row.get(k) for k in COLUMNS})
+            except Exception as exc:  # reported in the output, and the exit code says so
+                log.error("%s failed: %s", name, exc)
+                row = {"system": name, "error": f"{type(exc).__name__}: {exc}"}
+            runs.setdefault(name, []).append(row)
+    rows = {name: combine_runs(rs) for name, rs in runs.items()}
     result = {"dataset": {"path": str(data), **{k: meta[k] for k in (
         "num_nodes", "num_edges", "feat_dim", "num_classes")}}, "parts": 2, "trainers": 2,
         "hyper": {k: getattr(args, k) for k in ("epochs", "hidden", "lr", "dropout",
@@ -348,6 +368,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="tiny: Cora; small: synthetic 200k nodes / 4M edges / feat 128")
     p.add_argument("--data", help="a dataset directory or built-in name (overrides the preset's)")
     p.add_argument("--mode", choices=("ours", "dgl", "both"), default="both")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="runs per system, alternating; epoch_time is the median run's")
+    p.add_argument("--ours-opt", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra distdgl option for our run (repeatable), e.g. prefetch=0")
     p.add_argument("--epochs", type=int, help="epochs (default: preset; tiny 30, small 5)")
     p.add_argument("--hidden", type=int, help="hidden width (default: preset; tiny 16, small 64)")
     p.add_argument("--lr", type=float, help="Adam learning rate (default: preset)")

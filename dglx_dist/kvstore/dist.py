@@ -43,6 +43,7 @@ import math
 import secrets
 import zlib
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -204,25 +205,32 @@ class DistKVStore(KVStore):
             uniq, inverse, pieces = ids, None, entry.policy.split(ids)
         out = torch.empty((uniq.numel(), *entry.trailing), dtype=entry.dtype)
         servers = self._servers[entry.index]
+        local = [q for q in pieces if servers[q.part] == self._server]
         remote: dict[int, list[Piece]] = {}
         for q in pieces:
-            if servers[q.part] == self._server:
-                q.fill(out, entry.parts[q.part])
-            else:
+            if servers[q.part] != self._server:
                 remote.setdefault(servers[q.part], []).append(q)
-        if self._num_servers > 1:
-            replies = self._pull_exchange(entry, uniq, remote)
+
+        def fill_local() -> None:
+            for q in local:
+                q.fill(out, entry.parts[q.part])
+
+        if self._num_servers > 1:  # own rows are read while the answers travel
+            replies = self._pull_exchange(entry, uniq, remote, fill_local)
             for server, mine in remote.items():
                 for q, rows in self._unpack(entry, mine, replies[server]):
                     q.take(out, rows)
+        else:
+            fill_local()
         return out if inverse is None else rows_at(out, inverse)
 
     def _pull_nothing(self) -> None:
         if self._num_servers > 1:
-            self._pull_exchange(None, EMPTY_I64, {})
+            self._pull_exchange(None, EMPTY_I64, {})  # nothing to read locally either
 
     def _pull_exchange(self, entry: TensorEntry | None, uniq: torch.Tensor,
-                       remote: dict[int, list[Piece]]) -> list[torch.Tensor]:
+                       remote: dict[int, list[Piece]],
+                       meanwhile: Callable[[], None] | None = None) -> list[torch.Tensor]:
         send = [EMPTY_I64] * self._num_servers
         expect = [0] * self._num_servers  # the answers' sizes are known: no count round
         for server, pieces in remote.items():
@@ -239,7 +247,8 @@ class DistKVStore(KVStore):
             except RuntimeError as exc:  # answer nothing (the peer then fails too), no hang
                 answers.append(EMPTY_U8)
                 failure = exc
-        replies = self.session.cross.all_to_all_v(answers, recv_rows=expect)
+        replies = self.session.cross.all_to_all_v(answers, recv_rows=expect,
+                                                  meanwhile=meanwhile)
         if failure is not None:
             raise failure
         return replies

@@ -105,8 +105,8 @@ class Comm:
         return len(self.members)
 
     # -- collectives -------------------------------------------------------------------------
-    def all_to_all_v(self, send: Sequence[torch.Tensor],
-                     recv_rows: Sequence[int] | None = None) -> list[torch.Tensor]:
+    def all_to_all_v(self, send: Sequence[torch.Tensor], recv_rows: Sequence[int] | None = None,
+                     meanwhile: Callable[[], None] | None = None) -> list[torch.Tensor]:
         """Sends ``send[i]`` to member ``i``; returns what each member sent here.
 
         Tensors are split along dim 0 and may have any number of rows (0 included); dtype and
@@ -117,6 +117,8 @@ class Comm:
             recv_rows: rows each member will send here, when the caller already knows them
                 (e.g. the answers to its own requests); skips the round that exchanges counts.
                 Every rank of the call must then pass it.
+            meanwhile: local work to overlap with the transfer: called once the exchange is
+                under way, before waiting for it.
         """
         if len(send) != self.size:
             raise ValueError(f"all_to_all_v on {self.name} needs {self.size} tensors, "
@@ -146,7 +148,7 @@ class Comm:
             flat = torch.cat([t.contiguous() for t in send]) if send else out
         self._run("all_to_all_v", lambda: dist.all_to_all_single(
             out, flat, output_split_sizes=recv_counts.tolist(),
-            input_split_sizes=counts.tolist(), group=self.group, async_op=True))
+            input_split_sizes=counts.tolist(), group=self.group, async_op=True), meanwhile)
         recv = list(torch.split(out, recv_counts.tolist()))
         self._count([t.nbytes for t in send], [t.nbytes for t in recv])
         return recv
@@ -237,19 +239,25 @@ class Comm:
                 c.sent_inter += s
                 c.recv_inter += r
 
-    def _run(self, op: str, start: Callable[[], dist.Work | None]) -> None:
-        """Issues a collective and waits for it with the timeout.
+    def _run(self, op: str, start: Callable[[], dist.Work | None],
+             meanwhile: Callable[[], None] | None = None) -> None:
+        """Issues a collective, runs ``meanwhile`` (if given), waits with the timeout.
 
         Errors raised while issuing (bad arguments, unsupported op) propagate unchanged; errors
         while waiting mean a peer failed and become a :class:`PeerError`. ``start`` returns
         None for ops gloo only runs synchronously; the process group's timeout bounds those.
+        An error in ``meanwhile`` propagates after the collective completed.
         """
         self._check_usable(op)
         self._next_seq()
         try:
             work = start()
-            if work is not None:
-                work.wait(timeout=self.timeout)
+            try:
+                if meanwhile is not None:
+                    meanwhile()
+            finally:
+                if work is not None:
+                    work.wait(timeout=self.timeout)
         except RuntimeError as exc:
             if not _is_peer_failure(exc):
                 raise

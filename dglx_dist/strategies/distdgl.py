@@ -87,7 +87,6 @@ class DistDGLStrategy(Strategy):
             self.ids[split] = (chunk, everyone.numel())
             # seeds always come from this rank's chunk and labels never change: fetch once
             self.labels[split] = self.store.pull("label", chunk)
-        dgl.seed(self.config.seed * 7919 + session.rank)
 
     def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         # DDP's own C++ all-reduce (overlapped with backward, bounded by the group's timeout);
@@ -112,8 +111,9 @@ class DistDGLStrategy(Strategy):
     def batches(self, epoch: int) -> Iterator[Batch]:
         chunk, total = self.ids["train"]
         steps = steps_per_epoch(total, self.session.world_size, self.config.batch_size)
-        gen = torch.Generator().manual_seed(self.config.seed * 1_000_003 + epoch * 7919
-                                            + self.session.rank)
+        seed = self.config.seed * 1_000_003 + epoch * 7919 + self.session.rank
+        gen = torch.Generator().manual_seed(seed)
+        dgl.seed(seed)  # each epoch's sampling is reproducible on its own
         for seeds in epoch_batches(chunk, steps, self.config.batch_size, gen):
             yield self._batch(seeds, self.config.fanouts, "train")
 
