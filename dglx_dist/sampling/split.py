@@ -12,7 +12,7 @@ import math
 
 import torch
 
-__all__ = ["even_chunk", "epoch_batches", "steps_per_epoch"]
+__all__ = ["even_chunk", "epoch_batches", "owner_balanced_chunks", "steps_per_epoch"]
 
 
 def even_chunk(sorted_ids: torch.Tensor, world_size: int, rank: int) -> torch.Tensor:
@@ -21,6 +21,28 @@ def even_chunk(sorted_ids: torch.Tensor, world_size: int, rank: int) -> torch.Te
     lo = rank * n // world_size
     hi = (rank + 1) * n // world_size
     return sorted_ids[lo:hi]
+
+
+def owner_balanced_chunks(owned: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Per-rank chunks when ids are owned by ranks (a hash book): each rank keeps its own ids,
+    up to an even share; the surplus of the ranks above their share fills the others, in rank
+    order (deterministic: every rank computes the same chunks from the same input).
+
+    Args:
+        owned: each rank's owned ids (every rank passes the same list).
+    """
+    world = len(owned)
+    total = sum(int(o.numel()) for o in owned)
+    share = [total // world + (1 if r < total % world else 0) for r in range(world)]
+    keep = [o[:share[r]] for r, o in enumerate(owned)]
+    spare = [o[share[r]:] for r, o in enumerate(owned) if o.numel() > share[r]]
+    pool = torch.cat(spare) if spare else torch.zeros(0, dtype=torch.int64)
+    chunks, used = [], 0
+    for r, k in enumerate(keep):
+        need = share[r] - k.numel()
+        chunks.append(torch.cat([k, pool[used:used + need]]))
+        used += need
+    return chunks
 
 
 def steps_per_epoch(num_ids: int, world_size: int, batch_size: int) -> int:

@@ -1,0 +1,230 @@
+"""``p3``: P3's push-pull parallelism over hash-partitioned structure and sliced features.
+
+* Partitioning (``feature_dim`` over ``hash``, one part per rank): rank ``r`` owns the nodes
+  the hash gives it, with their in-edges (HALO sources included), and holds column slice ``r``
+  of *every* node's features. No feature row ever crosses the network.
+* Each rank's seeds are its own training nodes (balanced so every rank takes the same number
+  of steps); it samples their k-hop blocks, pulling structure only (remote frontier nodes are
+  sampled by their owners, :class:`~dglx_dist.sampling.PartitionSampler`).
+* Layer 1, model parallel ("1M"): every rank's first block is pushed to every rank; each rank
+  computes, from its own column slice, the partial layer-1 result of every rank's batch with its
+  slice of the layer-1 input weights (:mod:`dglx_dist.models.layers` says how for SAGEConv,
+  GraphConv and GATConv); the partials are summed at the batch's owner
+  (:func:`~dglx_dist.runtime.autograd.reduce_to_owners`).
+* The owner finishes layer 1 (bias, attention, activation, normalisation: "1D") and runs
+  layers 2..k data parallel under DDP. Backward mirrors it: the layer-1 output gradient is
+  pushed to every rank, which updates only its weight slice (no all-reduce for those); DDP
+  all-reduces the rest. Slice gradients are divided by the world size, as DDP averages.
+* Evaluation: every rank's share of the val/test nodes, full neighbourhoods by default.
+
+The model keeps its ``forward(blocks, x)``: its first dgl.nn conv is replaced by
+:class:`P3FirstLayer`, which ignores the ``x`` it is given (the batch's ``x`` is this rank's
+column slice of its input rows) and computes from the column slices held by each rank, so
+nothing may transform the input features before the first conv. A model attribute
+``row_normalize = True`` (as in :class:`~dglx_dist.models.SAGE`) is honoured by normalising
+the stored slices with the global row sums once at setup.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator
+
+import dgl
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from dglx_dist.kvstore.policy import rows_at
+from dglx_dist.models.layers import ConvAdapter, adapter_for, first_conv
+from dglx_dist.partition.load import PartitionDir
+from dglx_dist.runtime.autograd import reduce_to_owners
+from dglx_dist.runtime.comm import Comm
+from dglx_dist.runtime.session import Session
+from dglx_dist.runtime.topology import Topology
+from dglx_dist.sampling import (PartitionSampler, epoch_batches, owner_balanced_chunks,
+                                steps_per_epoch)
+from dglx_dist.strategies.base import STRATEGIES, Batch, PartitionSpec, Strategy
+
+__all__ = ["P3Strategy", "P3FirstLayer"]
+
+
+class P3FirstLayer(nn.Module):
+    """A first conv split by input columns across the ranks of ``comm`` (see the module doc).
+
+    Args:
+        conv: the model's first conv; its input weights are taken out (``adapter.strip``).
+        adapter: the conv's layer adapter.
+        cols: the input columns this rank holds.
+        feat: this rank's columns of every node's input features (global-id order).
+        comm: the ranks sharing the layer (member ``j`` holds slice ``j``).
+    """
+
+    def __init__(self, conv: nn.Module, adapter: ConvAdapter, cols: slice, feat: torch.Tensor,
+                 comm: Comm):
+        super().__init__()
+        lins = adapter.input_linears(conv)
+        self.weights = nn.ParameterList(
+            nn.Parameter(lin.columns(conv.get_parameter(lin.path).detach(), cols).clone())
+            for lin in lins)
+        adapter.strip(conv)
+        self.conv, self.adapter, self.feat, self.comm = conv, adapter, feat, comm
+
+    def forward(self, block: dgl.DGLGraph, x: torch.Tensor | None = None) -> torch.Tensor:
+        blocks = exchange_blocks(self.comm, block)
+        weights = list(self.weights)
+        partials = [self.adapter.partial(self.conv, weights, b,
+                                         rows_at(self.feat, b.srcdata[dgl.NID]))
+                    for b in blocks]
+        return self.adapter.finish(self.conv, block, reduce_to_owners(self.comm, partials))
+
+
+def exchange_blocks(comm: Comm, block: dgl.DGLGraph) -> list[dgl.DGLGraph]:
+    """Every member's block (structure and source ids only), in member order; this member's
+    own block is returned as it is (collective: P3's push of the layer-1 graph)."""
+    src, dst = block.edges()
+    head = torch.tensor([block.num_src_nodes(), block.num_dst_nodes(), src.numel()])
+    packed = torch.cat([head, block.srcdata[dgl.NID], src, dst])
+    out = []
+    for j, msg in enumerate(comm.all_gather_v(packed)):
+        if j == comm.index:
+            out.append(block)
+            continue
+        num_src, num_dst, num_edges = msg[:3].tolist()
+        gids, esrc, edst = torch.split(msg[3:], [num_src, num_edges, num_edges])
+        b = dgl.create_block((esrc, edst), num_src_nodes=num_src, num_dst_nodes=num_dst)
+        b.srcdata[dgl.NID] = gids
+        out.append(b)
+    return out
+
+
+@STRATEGIES.register("p3")
+class P3Strategy(Strategy):
+    """Hash structure + feature-dimension slices; layer 1 model parallel, the rest DDP."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        fanouts: tuple[int, ...] = dataclasses.field(
+            default=(10, 25), metadata={"help": "Neighbors sampled per layer, input layer first "
+                                                "(-1: all); one entry per GNN layer."})
+        batch_size: int = dataclasses.field(
+            default=1000, metadata={"help": "Seed nodes per rank per step."})
+        eval_fanouts: tuple[int, ...] = dataclasses.field(
+            default=(), metadata={"help": "Fanouts for evaluation; empty: full neighborhoods."})
+        eval_batch_size: int = dataclasses.field(
+            default=4096, metadata={"help": "Seed nodes per rank per evaluation step."})
+        seed: int = dataclasses.field(default=0, metadata={"help": "Shuffling/sampling seed."})
+
+        def __post_init__(self):
+            if not self.fanouts or any(f == 0 or f < -1 for f in self.fanouts):
+                raise ValueError(f"fanouts {self.fanouts}: need one entry per layer, each a "
+                                 f"positive count or -1")
+            if self.eval_fanouts and len(self.eval_fanouts) != len(self.fanouts):
+                raise ValueError(f"eval_fanouts {self.eval_fanouts} must have one entry per "
+                                 f"layer ({len(self.fanouts)})")
+            if self.batch_size < 1 or self.eval_batch_size < 1:
+                raise ValueError("batch_size and eval_batch_size must be >= 1")
+
+    def num_layers(self) -> int:
+        return len(self.config.fanouts)
+
+    def partition_spec(self, topology: Topology) -> PartitionSpec:
+        return PartitionSpec("feature_dim", topology.world_size, {"structure": "hash"})
+
+    def check_partitions(self, pdir: PartitionDir, topology: Topology) -> None:
+        super().check_partitions(pdir, topology)
+        if pdir.feature_layout != "columns":
+            raise ValueError(f"{pdir.path} holds whole feature rows (partitioner "
+                             f"{pdir.partitioner!r}); p3 needs feature columns sliced per rank: "
+                             f"`dglx partition --method feature_dim --parts {topology.world_size}`")
+
+    def setup(self, session: Session, pdir: PartitionDir) -> None:
+        self.check_partitions(pdir, session.topology)
+        self.session, rank = session, session.rank
+        part = pdir.load_part(rank)
+        self.cols = slice(*part.feat_cols)
+        self.feat = torch.from_numpy(part.feat)
+        self.num_nodes = pdir.num_nodes
+        self.comm = session.new_comm("p3")  # layer-1 exchanges, also inside DDP's backward
+        self.sampler = PartitionSampler(part, pdir.book, session.world, rank)
+        self.ids, self.labels = {}, {}
+        for split in ("train", "val", "test"):
+            mask = getattr(part, split)
+            owned = torch.from_numpy(part.core_gid[mask])
+            labels = torch.from_numpy(part.label[mask].astype("int64"))
+            every_id = session.world.all_gather_v(owned)
+            every_label = torch.cat(session.world.all_gather_v(labels))
+            chunk = owner_balanced_chunks(every_id)[rank]
+            lookup = torch.cat(every_id)
+            order = torch.argsort(lookup)
+            where = order[torch.searchsorted(lookup[order], chunk)]
+            self.ids[split] = (chunk, int(lookup.numel()))
+            self.labels[split] = every_label[where]
+
+    def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        conv, name = first_conv(model)
+        adapter = adapter_for(conv)
+        adapter.check_column_split(conv)
+        for lin in adapter.input_linears(conv):  # slices must come from one model: rank 0's
+            self.session.world.broadcast(conv.get_parameter(lin.path).data)
+        if getattr(model, "row_normalize", False):
+            self._row_normalize()
+        layer = P3FirstLayer(conv, adapter, self.cols, self.feat, self.comm)
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, child, layer)
+        self._slices = list(layer.weights)
+        ignored = [f"{name}.weights.{i}" for i in range(len(self._slices))]
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, ignored)
+        self._grad_bytes = sum(p.numel() * p.element_size() for n, p in model.named_parameters()
+                               if p.requires_grad and n not in ignored)
+        return DistributedDataParallel(model)
+
+    def _row_normalize(self) -> None:
+        """Divides every row by its sum over all columns (rows summing to <= 0 stay)."""
+        total = self.feat.sum(1, dtype=torch.float64)
+        self.session.world.all_reduce(total)
+        scale = torch.where(total > 0, 1.0 / total.clamp(min=1e-12), torch.ones_like(total))
+        self.feat = (self.feat * scale.to(self.feat.dtype).unsqueeze(1)).contiguous()
+
+    def after_backward(self) -> None:
+        for p in self._slices:  # DDP averages the other gradients over the ranks
+            if p.grad is not None:
+                p.grad.div_(self.session.world_size)
+        self.session.world.account_all_reduce(self._grad_bytes)
+
+    def _batch(self, seeds: torch.Tensor, fanouts, split: str) -> Batch:
+        blocks = self.sampler.sample_blocks(seeds, fanouts)
+        x = rows_at(self.feat, blocks[0].srcdata[dgl.NID])  # this rank's columns only
+        chunk = self.ids[split][0]
+        order = torch.argsort(chunk)
+        y = self.labels[split][order[torch.searchsorted(chunk[order], seeds)]]
+        return Batch(blocks, x, y, seeds)
+
+    def batches(self, epoch: int) -> Iterator[Batch]:
+        chunk, total = self.ids["train"]
+        steps = steps_per_epoch(total, self.session.world_size, self.config.batch_size)
+        seed = self.config.seed * 1_000_003 + epoch * 7919 + self.session.rank
+        gen = torch.Generator().manual_seed(seed)
+        dgl.seed(seed)
+        for seeds in epoch_batches(chunk, steps, self.config.batch_size, gen):
+            yield self._batch(seeds, self.config.fanouts, "train")
+
+    @torch.no_grad()
+    def evaluate(self, model: torch.nn.Module, split: str) -> float:
+        if split not in self.ids:
+            raise ValueError(f"split {split!r}; expected one of {sorted(self.ids)}")
+        module = model.module if isinstance(model, DistributedDataParallel) else model
+        chunk, total = self.ids[split]
+        size = self.config.eval_batch_size
+        steps = steps_per_epoch(total, self.session.world_size, size)
+        fanouts = self.config.eval_fanouts or tuple(-1 for _ in self.config.fanouts)
+        was_training = module.training
+        module.eval()
+        correct = torch.zeros(2, dtype=torch.float64)
+        for i in range(steps):  # every rank takes every step: layer 1 is collective
+            batch = self._batch(chunk[i * size:(i + 1) * size], fanouts, split)
+            pred = self.forward(module, batch).argmax(dim=1)
+            correct[0] += (pred == batch.y).sum().item()
+            correct[1] += batch.seeds.numel()
+        module.train(was_training)
+        self.session.world.all_reduce(correct)
+        return float(correct[0] / correct[1]) if correct[1] > 0 else 0.0
