@@ -1,0 +1,113 @@
+"""The p3 strategy against single-process DGL doing the same math, and its traffic."""
+import dgl
+import dgl.nn as dglnn
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dglx_dist.data import builtin_path, read_dataset, to_dgl
+from dglx_dist.models import SAGE
+from dglx_dist.models.layers import adapter_for
+from dglx_dist.partition import PartitionDir, partition_dataset
+from dglx_dist.testing import run_workers
+from dglx_dist.trainer import Trainer
+
+pytestmark = pytest.mark.dist
+
+
+class GCN(nn.Module):
+    def __init__(self, in_feats, hidden, classes):
+        super().__init__()
+        self.layers = nn.ModuleList([dglnn.GraphConv(in_feats, hidden, allow_zero_in_degree=True),
+                                     dglnn.GraphConv(hidden, classes, allow_zero_in_degree=True)])
+
+    def forward(self, blocks, x):
+        h = torch.relu(self.layers[0](blocks[0], x))
+        return self.layers[1](blocks[1], h)
+
+
+class GAT(nn.Module):
+    def __init__(self, in_feats, hidden, classes, heads=2):
+        super().__init__()
+        self.layers = nn.ModuleList([
+            dglnn.GATConv(in_feats, hidden, heads, allow_zero_in_degree=True),
+            dglnn.GATConv(hidden * heads, classes, 1, allow_zero_in_degree=True)])
+
+    def forward(self, blocks, x):
+        h = F.elu(self.layers[0](blocks[0], x).flatten(1))
+        return self.layers[1](blocks[1], h).mean(1)
+
+
+MODELS = {"sage": lambda f, c: SAGE(f, 8, c, dropout=0.0),
+          "sage-pool": lambda f, c: SAGE(f, 8, c, aggregator="pool", dropout=0.0),
+          "gcn": lambda f, c: GCN(f, 8, c), "gat": lambda f, c: GAT(f, 4, c)}
+
+
+def _model(kind, feat_dim, classes):
+    torch.manual_seed(0)
+    model = MODELS[kind](feat_dim, classes)
+    for name, p in model.named_parameters():  # non-zero biases, so their paths are checked
+        if "bias" in name:
+            nn.init.normal_(p, std=0.1)
+    return model
+
+
+@pytest.fixture(scope="module")
+def cora_p3(tmp_path_factory):
+    out = {}
+    for parts in (2, 4):
+        out[parts] = tmp_path_factory.mktemp("parts") / f"cora-p3-{parts}"
+        partition_dataset(builtin_path("cora"), out[parts], "feature_dim", parts,
+                          {"structure": "hash"})
+    return out
+
+
+def _one_step(session, pdir_path, kind):
+    pdir = PartitionDir(pdir_path)
+    trainer = Trainer(_model(kind, pdir.feat_dim, pdir.num_classes), pdir, "p3",
+                      session=session, progress=False, fanouts=(-1, -1), batch_size=12,
+                      optimizer=lambda p: torch.optim.SGD(p, lr=0.0))
+    batch = next(iter(trainer.batches(0)))
+    loss = F.cross_entropy(trainer.forward(batch), batch.y)
+    trainer.step(loss)
+    grads = {n: p.grad.numpy().tolist() for n, p in trainer.model.module.named_parameters()}
+    s = trainer.strategy.cols
+    return {"seeds": pdir.to_original(batch.seeds.numpy()).tolist(), "loss": loss.item(),
+            "grads": grads, "cols": [s.start, s.stop]}
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("kind", sorted(MODELS))
+def test_one_step_matches_single_process_dgl(tmp_path, cora_p3, world, kind):
+    res = run_workers(_one_step, world, tmp_path, str(cora_p3[world]), kind,
+                      env={"DGLX_VIRTUAL_SERVERS": "2"})
+    ds = read_dataset(builtin_path("cora"))
+    g = to_dgl(ds)
+    model = _model(kind, ds.feat_dim, ds.num_classes)
+    sampler = dgl.dataloading.MultiLayerFullNeighborSampler(2)
+    total = 0.0
+    for r in range(world):
+        seeds = torch.tensor(res[r]["seeds"])
+        assert 0 < seeds.numel() <= 12 and bool(ds.train[seeds.numpy()].all())
+        _, _, blocks = sampler.sample_blocks(g, seeds)
+        loss = F.cross_entropy(model(blocks, g.ndata["feat"][blocks[0].srcdata[dgl.NID]]),
+                               g.ndata["label"][seeds])
+        assert abs(loss.item() - res[r]["loss"]) < 1e-5, (r, loss.item(), res[r]["loss"])
+        total = total + loss / world  # the gradient of the ranks' mean loss
+    total.backward()
+    conv = model.layers[0]
+    split = {f"layers.0.weights.{i}": lin for i, lin in
+             enumerate(adapter_for(conv).input_linears(conv))}
+    want = {name: p.grad for name, p in model.named_parameters()}
+    for r in range(world):
+        cols = slice(*res[r]["cols"])
+        for name, grad in res[r]["grads"].items():
+            if name in split:  # this rank's column slice of a layer-1 input weight
+                lin = split[name]
+                ref = lin.columns(want[f"layers.0.{lin.path}"], cols)
+            else:
+                ref = want[name.replace("layers.0.conv.", "layers.0.")]
+            np.testing.assert_allclose(grad, ref.numpy(), rtol=1e-4, atol=1e-6,
+                                       err_msg=f"{kind}: {name} on rank {r}")
