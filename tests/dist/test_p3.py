@@ -111,3 +111,60 @@ def test_one_step_matches_single_process_dgl(tmp_path, cora_p3, world, kind):
                 ref = want[name.replace("layers.0.conv.", "layers.0.")]
             np.testing.assert_allclose(grad, ref.numpy(), rtol=1e-4, atol=1e-6,
                                        err_msg=f"{kind}: {name} on rank {r}")
+
+
+def _traffic(session, pdir_path):
+    pdir = PartitionDir(pdir_path)
+    trainer = Trainer(_model("sage", pdir.feat_dim, pdir.num_classes), pdir, "p3",
+                      session=session, progress=False, fanouts=(-1, -1), batch_size=10)
+    counter = session.counter
+    s0 = counter.snapshot()
+    batch = next(iter(trainer.batches(0)))
+    s1 = counter.snapshot()
+    trainer.step(F.cross_entropy(trainer.forward(batch), batch.y))
+    s2 = counter.snapshot()
+    b0 = batch.blocks[0]
+    return {"sample": {k: s1[k] - s0[k] for k in s0}, "step": {k: s2[k] - s1[k] for k in s0},
+            "frontiers": [b.dstdata[dgl.NID].tolist() for b in batch.blocks],
+            "block0": [b0.num_src_nodes(), b0.num_dst_nodes(), b0.num_edges()],
+            "grad_bytes": trainer.strategy._grad_bytes}
+
+
+def _split(totals, peer, me, nbytes_to, nbytes_from):
+    """Adds bytes sent to / received from ``peer`` to the intra or inter totals of ``me``."""
+    kind = "intra" if peer // 2 == me // 2 else "inter"  # 2 virtual servers x 2 ranks
+    totals[f"sent_{kind}"] += nbytes_to
+    totals[f"recv_{kind}"] += nbytes_from
+
+
+def test_traffic_is_structure_partials_and_gradients_only(tmp_path, cora_p3):
+    """Two virtual servers x 2 ranks: every byte of a step is accounted for by the blocks'
+    structure, the layer-1 partials and their gradients, and DDP; no feature row moves."""
+    world, hidden = 4, 8
+    res = run_workers(_traffic, world, tmp_path, str(cora_p3[world]),
+                      env={"DGLX_VIRTUAL_SERVERS": "2"})
+    pdir = PartitionDir(cora_p3[world])
+    indeg = to_dgl(read_dataset(builtin_path("cora"))).in_degrees().numpy()
+    keys = ("sent_intra", "recv_intra", "sent_inter", "recv_inter")
+    packed = max(3 + s + 2 * e for s, _, e in (res[r]["block0"] for r in range(world)))
+    for me in range(world):
+        sample, step = dict.fromkeys(keys, 0), dict.fromkeys(keys, 0)
+        for peer in range(world):
+            if peer == me:
+                continue
+            for layer in range(2):  # my requests to peer and its answers, and the reverse
+                mine = np.asarray(res[me]["frontiers"][layer])
+                theirs = np.asarray(res[peer]["frontiers"][layer])
+                asked = mine[np.asarray(pdir.owner(mine)) == peer]
+                asked_me = theirs[np.asarray(pdir.owner(theirs)) == me]
+                _split(sample, peer, me, 8 * asked.size + 16 * int(indeg[asked_me].sum()),
+                       8 * asked_me.size + 16 * int(indeg[asked].sum()))
+            mine_out = res[me]["block0"][1] * hidden * 4  # my batch's partial, and its gradient
+            peer_out = res[peer]["block0"][1] * hidden * 4
+            ddp = 2 * res[me]["grad_bytes"] // world
+            _split(step, peer, me, 8 + 8 * packed + peer_out + mine_out + ddp,
+                   8 + 8 * packed + mine_out + peer_out + ddp)
+        for k in keys:
+            assert res[me]["sample"][k] == sample[k], (me, k, res[me]["sample"], sample)
+            assert res[me]["step"][k] == step[k], (me, k, res[me]["step"], step)
+        assert step["sent_inter"] > 0 and sample["sent_inter"] > 0
