@@ -165,13 +165,14 @@ class Registry(Generic[T]):
                                   f.metadata.get("help", "")))
         return out
 
-    def options_markdown(self) -> str:
-        """A markdown table of every name's options (the docs' options tables come from here)."""
+    def options_markdown(self, names: list[str] | None = None) -> str:
+        """A markdown table of the options of ``names`` (default: every name); the docs'
+        options tables come from here."""
         from dglx_dist.measure import markdown_table
 
         rows = [{self.kind: f"`{name}`", "option": f"`{o.name}`", "type": o.type,
                  "default": f"`{o.default}`", "help": o.help}
-                for name in self.names() for o in self.options(name)]
+                for name in (names or self.names()) for o in self.options(name)]
         return markdown_table(rows)
 
     def make_config(self, name: str, **options: Any) -> Any:

@@ -12,7 +12,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = {"docs/partitioners.md": "partitioners", "docs/strategies/distdgl.md": "strategies"}
+# page -> (registry, names whose options it lists; None: all)
+PAGES = {"docs/partitioners.md": ("partitioners", None),
+         "docs/strategies/distdgl.md": ("strategies", ["distdgl"]),
+         "docs/strategies/p3.md": ("strategies", ["p3"])}
 
 
 def registries():
@@ -30,9 +33,9 @@ def render(text: str, key: str, table: str) -> str:
 
 def main() -> int:
     regs = registries()
-    for page, key in PAGES.items():
+    for page, (key, names) in PAGES.items():
         path = ROOT / page
-        path.write_text(render(path.read_text(), key, regs[key].options_markdown()))
+        path.write_text(render(path.read_text(), key, regs[key].options_markdown(names)))
     return 0
 
 

@@ -19,7 +19,7 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa

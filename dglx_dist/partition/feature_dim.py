@@ -31,7 +31,7 @@ class FeatureDimPartitioner(Partitioner):
 
     def _structure(self) -> Partitioner:
         if self.config.structure == self.registered_name:
-            raise PartitionError(f"feature_dim cannot use itself as its structure partitioner")
+            raise PartitionError("feature_dim cannot use itself as its structure partitioner")
         fields = {f.name for f in dataclasses.fields(PARTITIONERS.get(self.config.structure).Config)}
         opts = {"seed": self.config.seed} if "seed" in fields else {}
         return PARTITIONERS.build(self.config.structure, **opts)

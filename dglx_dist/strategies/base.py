@@ -63,11 +63,14 @@ class Strategy(abc.ABC):
 
     Capability flags:
         full_graph: an epoch is one batch over the whole graph (no sampling).
+        collective_forward: the model's forward exchanges data between ranks, so every rank
+            runs it at every step, even on an empty batch.
     """
 
     Config: type
     registered_name: str = ""
     full_graph: bool = False
+    collective_forward: bool = False
 
     def __init__(self, config: Any):
         self.config = config

@@ -27,7 +27,6 @@ the stored slices with the global row sums once at setup.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator
 
 import dgl
 import torch
@@ -41,9 +40,9 @@ from dglx_dist.runtime.autograd import reduce_to_owners
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
-from dglx_dist.sampling import (PartitionSampler, epoch_batches, owner_balanced_chunks,
-                                steps_per_epoch)
-from dglx_dist.strategies.base import STRATEGIES, Batch, PartitionSpec, Strategy
+from dglx_dist.sampling import PartitionSampler, owner_balanced_chunks
+from dglx_dist.strategies.base import STRATEGIES, Batch, PartitionSpec
+from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
 
 __all__ = ["P3Strategy", "P3FirstLayer"]
 
@@ -98,34 +97,14 @@ def exchange_blocks(comm: Comm, block: dgl.DGLGraph) -> list[dgl.DGLGraph]:
 
 
 @STRATEGIES.register("p3")
-class P3Strategy(Strategy):
+class P3Strategy(MiniBatchStrategy):
     """Hash structure + feature-dimension slices; layer 1 model parallel, the rest DDP."""
 
+    collective_forward = True
+
     @dataclasses.dataclass(frozen=True)
-    class Config:
-        fanouts: tuple[int, ...] = dataclasses.field(
-            default=(10, 25), metadata={"help": "Neighbors sampled per layer, input layer first "
-                                                "(-1: all); one entry per GNN layer."})
-        batch_size: int = dataclasses.field(
-            default=1000, metadata={"help": "Seed nodes per rank per step."})
-        eval_fanouts: tuple[int, ...] = dataclasses.field(
-            default=(), metadata={"help": "Fanouts for evaluation; empty: full neighborhoods."})
-        eval_batch_size: int = dataclasses.field(
-            default=4096, metadata={"help": "Seed nodes per rank per evaluation step."})
-        seed: int = dataclasses.field(default=0, metadata={"help": "Shuffling/sampling seed."})
-
-        def __post_init__(self):
-            if not self.fanouts or any(f == 0 or f < -1 for f in self.fanouts):
-                raise ValueError(f"fanouts {self.fanouts}: need one entry per layer, each a "
-                                 f"positive count or -1")
-            if self.eval_fanouts and len(self.eval_fanouts) != len(self.fanouts):
-                raise ValueError(f"eval_fanouts {self.eval_fanouts} must have one entry per "
-                                 f"layer ({len(self.fanouts)})")
-            if self.batch_size < 1 or self.eval_batch_size < 1:
-                raise ValueError("batch_size and eval_batch_size must be >= 1")
-
-    def num_layers(self) -> int:
-        return len(self.config.fanouts)
+    class Config(MiniBatchConfig):
+        pass
 
     def partition_spec(self, topology: Topology) -> PartitionSpec:
         return PartitionSpec("feature_dim", topology.world_size, {"structure": "hash"})
@@ -194,37 +173,5 @@ class P3Strategy(Strategy):
     def _batch(self, seeds: torch.Tensor, fanouts, split: str) -> Batch:
         blocks = self.sampler.sample_blocks(seeds, fanouts)
         x = rows_at(self.feat, blocks[0].srcdata[dgl.NID])  # this rank's columns only
-        chunk = self.ids[split][0]
-        order = torch.argsort(chunk)
-        y = self.labels[split][order[torch.searchsorted(chunk[order], seeds)]]
+        y = self._labels_of(seeds, split)
         return Batch(blocks, x, y, seeds)
-
-    def batches(self, epoch: int) -> Iterator[Batch]:
-        chunk, total = self.ids["train"]
-        steps = steps_per_epoch(total, self.session.world_size, self.config.batch_size)
-        seed = self.config.seed * 1_000_003 + epoch * 7919 + self.session.rank
-        gen = torch.Generator().manual_seed(seed)
-        dgl.seed(seed)
-        for seeds in epoch_batches(chunk, steps, self.config.batch_size, gen):
-            yield self._batch(seeds, self.config.fanouts, "train")
-
-    @torch.no_grad()
-    def evaluate(self, model: torch.nn.Module, split: str) -> float:
-        if split not in self.ids:
-            raise ValueError(f"split {split!r}; expected one of {sorted(self.ids)}")
-        module = model.module if isinstance(model, DistributedDataParallel) else model
-        chunk, total = self.ids[split]
-        size = self.config.eval_batch_size
-        steps = steps_per_epoch(total, self.session.world_size, size)
-        fanouts = self.config.eval_fanouts or tuple(-1 for _ in self.config.fanouts)
-        was_training = module.training
-        module.eval()
-        correct = torch.zeros(2, dtype=torch.float64)
-        for i in range(steps):  # every rank takes every step: layer 1 is collective
-            batch = self._batch(chunk[i * size:(i + 1) * size], fanouts, split)
-            pred = self.forward(module, batch).argmax(dim=1)
-            correct[0] += (pred == batch.y).sum().item()
-            correct[1] += batch.seeds.numel()
-        module.train(was_training)
-        self.session.world.all_reduce(correct)
-        return float(correct[0] / correct[1]) if correct[1] > 0 else 0.0

@@ -7,7 +7,6 @@ import pytest
 from dglx_dist.errors import InsufficientMemoryError, PartitionError, PartitionFormatError
 from dglx_dist.partition import PartitionDir, partition_dataset
 from dglx_dist.partition import io as pio
-from dglx_dist.testing import tiny_dataset
 
 
 @pytest.fixture
