@@ -1,10 +1,11 @@
-"""Building DGL blocks (message flow graphs) from sampled edges in global ids."""
+"""Building DGL blocks (message flow graphs) from sampled edges in global ids; packing a
+block's structure into one tensor to send it."""
 from __future__ import annotations
 
 import dgl
 import torch
 
-__all__ = ["make_block"]
+__all__ = ["id_dtype", "make_block", "pack_block", "unpack_block"]
 
 
 def make_block(seeds: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
@@ -23,4 +24,31 @@ def make_block(seeds: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
     frontier = dgl.graph((src, dst), num_nodes=num_nodes)
     block = dgl.to_block(frontier, seeds)
     del block.edata[dgl.EID]  # edge ids of the throwaway frontier graph mean nothing
+    return block
+
+
+def id_dtype(num_nodes: int) -> torch.dtype:
+    """The narrowest integer dtype that holds node ids (and counts) of a graph this size."""
+    return torch.int32 if num_nodes < 2**31 else torch.int64
+
+
+def pack_block(block: dgl.DGLGraph, dtype: torch.dtype) -> torch.Tensor:
+    """A block's structure as one 1-D ``dtype`` tensor: ``[num_src, num_dst, num_edges]``,
+    the source nodes' global ids, then the in-edges in CSC form (``indptr`` over destination
+    nodes, source indices); ``dtype`` must hold every id and count (:func:`id_dtype`)."""
+    indptr, indices, _ = block.adj_tensors("csc")
+    head = torch.tensor([block.num_src_nodes(), block.num_dst_nodes(), indices.numel()])
+    if int(head.max()) > torch.iinfo(dtype).max:
+        raise ValueError(f"a block with {head.tolist()} (src, dst, edges) does not fit {dtype}")
+    return torch.cat([head, block.srcdata[dgl.NID], indptr, indices]).to(dtype)
+
+
+def unpack_block(msg: torch.Tensor) -> dgl.DGLGraph:
+    """The block :func:`pack_block` packed (int64 ids; edges in CSC order)."""
+    msg = msg.long()
+    num_src, num_dst, num_edges = msg[:3].tolist()
+    gids, indptr, indices = torch.split(msg[3:], [num_src, num_dst + 1, num_edges])
+    block = dgl.create_block(("csc", (indptr, indices, torch.zeros(0, dtype=torch.int64))),
+                             num_src_nodes=num_src, num_dst_nodes=num_dst)
+    block.srcdata[dgl.NID] = gids
     return block

@@ -1,12 +1,13 @@
 """Distributed neighbor sampling over a partitioned graph, producing DGL blocks.
 
-Each server holds one part: its core nodes with *all* their in-edges (HALO sources included),
-so sampling the in-neighbors of a node owned by this server is local. Frontier nodes owned by
-other servers are sampled by their owners: per layer, the frontier is split by owning server
-and exchanged over the ``cross`` communicator (the ranks with this rank's local index on every
-server); each owner samples and sends back the edges. Sampling is therefore *collective*: every
-rank calls :meth:`PartitionSampler.sample_blocks` the same number of times (with the same
-number of layers), ranks with nothing to sample pass empty seeds.
+Every member of the communicator the sampler is given holds one part: its core nodes with
+*all* their in-edges (HALO sources included), so sampling the in-neighbors of its own nodes is
+local. (distdgl: a part per server, members = ``cross``, the ranks with this rank's local index
+on every server; p3: a part per rank, members = ``world``.) Frontier nodes owned by other
+members are sampled by their owners: per layer, the frontier is split by owner and exchanged;
+each owner samples and answers with a count per node and the sources. Sampling is therefore
+*collective*: every member calls :meth:`PartitionSampler.sample_blocks` the same number of
+times (with the same number of layers); members with nothing to sample pass empty seeds.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import torch
 from dglx_dist.partition.book import NodeBook
 from dglx_dist.partition.layout import Partition
 from dglx_dist.runtime.comm import Comm
-from dglx_dist.sampling.blocks import make_block
+from dglx_dist.sampling.blocks import id_dtype, make_block
 
 __all__ = ["PartitionSampler"]
 
@@ -27,19 +28,20 @@ class PartitionSampler:
     """Samples blocks for seed nodes given in the partitioned graph's global ids.
 
     Args:
-        part: this server's loaded partition.
-        book: the node book (one part per server: part ``p`` is on server ``p``).
-        cross: communicator over the servers (one member per server, in server order).
-        server: this rank's server.
+        part: this member's loaded partition.
+        book: the node book (one part per member: part ``p`` is held by member ``p``).
+        comm: the members, in part order.
+        member: this rank's index in ``comm`` (the part it holds).
     """
 
-    def __init__(self, part: Partition, book: NodeBook, cross: Comm, server: int):
-        if book.num_parts != cross.size:
-            raise ValueError(f"sampling needs one part per server: the partition has "
-                             f"{book.num_parts} parts for {cross.size} servers")
-        self.book, self.cross, self.server = book, cross, server
+    def __init__(self, part: Partition, book: NodeBook, comm: Comm, member: int):
+        if book.num_parts != comm.size:
+            raise ValueError(f"sampling needs one part per member of {comm.name}: the "
+                             f"partition has {book.num_parts} parts for {comm.size} members")
+        self.book, self.comm, self.member = book, comm, member
         self.graph = part.local_graph()
         self.local_gid = self.graph.ndata["_ID"]
+        self.id_dtype = id_dtype(book.num_nodes)
 
     def sample_blocks(self, seeds: torch.Tensor, fanouts: Sequence[int]) -> list[dgl.DGLGraph]:
         """Blocks for a GNN with ``len(fanouts)`` layers; ``fanouts[i]`` is layer i's fanout
@@ -54,22 +56,40 @@ class PartitionSampler:
         return blocks
 
     def sample_layer(self, nodes: torch.Tensor, fanout: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sampled in-edges ``(src, dst)`` of ``nodes`` (global ids), wherever they are owned."""
-        owner = torch.as_tensor(self.book.owner(nodes))
-        requests = [nodes[owner == s] if s != self.server else nodes[:0]
-                    for s in range(self.cross.size)]
-        received = self.cross.all_to_all_v(requests)
-        answers = [self._sample_owned(r, fanout) for r in received]
-        returned = self.cross.all_to_all_v(answers)
-        edges = torch.cat([*returned, self._sample_owned(nodes[owner == self.server], fanout)])
-        return edges[:, 0].contiguous(), edges[:, 1].contiguous()
+        """Sampled in-edges ``(src, dst)`` of ``nodes`` (global ids), wherever they are owned.
 
-    def _sample_owned(self, gids: torch.Tensor, fanout: int) -> torch.Tensor:
-        """(k, 2) int64 ``[src, dst]`` global ids of sampled in-edges of owned nodes."""
+        A request is the node ids (``id_dtype``); the answer, per requested node in request
+        order, its number of sampled in-edges, then all their sources: the requester knows
+        the destinations already.
+        """
+        owner = torch.as_tensor(self.book.owner(nodes))
+        mine = nodes[owner == self.member]
+        requests = [nodes[owner == s].to(self.id_dtype) if s != self.member else
+                    torch.zeros(0, dtype=self.id_dtype) for s in range(self.comm.size)]
+        received = self.comm.all_to_all_v(requests)
+        answers = [torch.cat(self._sample_owned(r.long(), fanout)).to(self.id_dtype)
+                   for r in received]
+        returned = self.comm.all_to_all_v(answers)
+        srcs, dsts = [], []
+        for asked, got in zip(requests, returned):
+            counts, src = got[:asked.numel()].long(), got[asked.numel():].long()
+            srcs.append(src)
+            dsts.append(torch.repeat_interleave(asked.long(), counts))
+        counts, src = self._sample_owned(mine, fanout)
+        srcs.append(src)
+        dsts.append(torch.repeat_interleave(mine, counts))
+        return torch.cat(srcs), torch.cat(dsts)
+
+    def _sample_owned(self, gids: torch.Tensor, fanout: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per owned node in ``gids`` (unique), its number of sampled in-edges, and their
+        sources' global ids grouped by node in ``gids`` order."""
         if gids.numel() == 0:
-            return torch.zeros((0, 2), dtype=torch.int64)
+            return torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64)
         local = torch.as_tensor(self.book.to_local(gids))
         sub = dgl.sampling.sample_neighbors(self.graph, local, fanout, edge_dir="in")
         u, v = sub.edges()
-        return torch.stack([self.local_gid.index_select(0, u),
-                            self.local_gid.index_select(0, v)], dim=1)
+        sorter = torch.argsort(local)
+        pos = sorter.index_select(0, torch.searchsorted(local.index_select(0, sorter), v))
+        order = torch.argsort(pos, stable=True)
+        counts = torch.bincount(pos, minlength=gids.numel())
+        return counts, self.local_gid.index_select(0, u.index_select(0, order))

@@ -40,7 +40,8 @@ from dglx_dist.runtime.autograd import reduce_to_owners
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
-from dglx_dist.sampling import PartitionSampler, owner_balanced_chunks
+from dglx_dist.sampling import (PartitionSampler, id_dtype, owner_balanced_chunks, pack_block,
+                                unpack_block)
 from dglx_dist.strategies.base import STRATEGIES, Batch, PartitionSpec
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
 
@@ -67,9 +68,10 @@ class P3FirstLayer(nn.Module):
             for lin in lins)
         adapter.strip(conv)
         self.conv, self.adapter, self.feat, self.comm = conv, adapter, feat, comm
+        self.id_dtype = id_dtype(feat.shape[0])
 
     def forward(self, block: dgl.DGLGraph, x: torch.Tensor | None = None) -> torch.Tensor:
-        blocks = exchange_blocks(self.comm, block)
+        blocks = exchange_blocks(self.comm, block, self.id_dtype)
         weights = list(self.weights)
         partials = [self.adapter.partial(self.conv, weights, b,
                                          rows_at(self.feat, b.srcdata[dgl.NID]))
@@ -77,23 +79,11 @@ class P3FirstLayer(nn.Module):
         return self.adapter.finish(self.conv, block, reduce_to_owners(self.comm, partials))
 
 
-def exchange_blocks(comm: Comm, block: dgl.DGLGraph) -> list[dgl.DGLGraph]:
+def exchange_blocks(comm: Comm, block: dgl.DGLGraph, dtype: torch.dtype) -> list[dgl.DGLGraph]:
     """Every member's block (structure and source ids only), in member order; this member's
     own block is returned as it is (collective: P3's push of the layer-1 graph)."""
-    src, dst = block.edges()
-    head = torch.tensor([block.num_src_nodes(), block.num_dst_nodes(), src.numel()])
-    packed = torch.cat([head, block.srcdata[dgl.NID], src, dst])
-    out = []
-    for j, msg in enumerate(comm.all_gather_v(packed)):
-        if j == comm.index:
-            out.append(block)
-            continue
-        num_src, num_dst, num_edges = msg[:3].tolist()
-        gids, esrc, edst = torch.split(msg[3:], [num_src, num_edges, num_edges])
-        b = dgl.create_block((esrc, edst), num_src_nodes=num_src, num_dst_nodes=num_dst)
-        b.srcdata[dgl.NID] = gids
-        out.append(b)
-    return out
+    msgs = comm.all_gather_v(pack_block(block, dtype))
+    return [block if j == comm.index else unpack_block(m) for j, m in enumerate(msgs)]
 
 
 @STRATEGIES.register("p3")
