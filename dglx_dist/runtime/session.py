@@ -62,7 +62,6 @@ class Session:
         me_server, me_local = topo.server_of(self.rank), topo.local_rank_of(self.rank)
         make = lambda name, group, members: Comm(name, group, members, self.rank, topo,  # noqa
                                                  self.counter, self.health, env.timeout)
-        self._make_comm, self._timeout, self._extra_comms = make, timeout, []
         self.world = make("world", None, list(range(env.world_size)))
         self.server = make("server", server_groups[me_server], topo.server_ranks(me_server))
         self.cross = make("cross", cross_groups[me_local], topo.cross_ranks(me_local))
@@ -83,15 +82,6 @@ class Session:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
-
-    def new_comm(self, name: str) -> Comm:
-        """A communicator over every rank with a process group of its own (collective: every
-        rank calls it, in the same order). For exchanges that may run while another library
-        uses the world group, such as a strategy's exchanges inside DDP's backward pass."""
-        group = dist.new_group(list(range(self.world_size)), timeout=self._timeout)
-        comm = self._make_comm(name, group, list(range(self.world_size)))
-        self._extra_comms.append(comm)
-        return comm
 
     def shutdown(self, error: BaseException | None = None) -> None:
         """Stops the heartbeat and destroys the process groups (idempotent).
@@ -126,7 +116,7 @@ class Session:
     def _quiesce(self) -> None:
         """A last barrier of the healthy job, so that no rank tears its groups down while a
         peer is still finishing its last collective (see the teardown note in shutdown)."""
-        groups = (self.world, self.server, self.cross, *self._extra_comms)
+        groups = (self.world, self.server, self.cross)
         if any(c._broken is not None for c in groups):
             return
         try:

@@ -56,34 +56,48 @@ class P3FirstLayer(nn.Module):
         adapter: the conv's layer adapter.
         cols: the input columns this rank holds.
         feat: this rank's columns of every node's input features (global-id order).
-        comm: the ranks sharing the layer (member ``j`` holds slice ``j``).
+        server / cross: this rank's server group and the ranks with its local index (the
+            ranks sharing the layer; rank ``j`` holds slice ``j``).
     """
 
     def __init__(self, conv: nn.Module, adapter: ConvAdapter, cols: slice, feat: torch.Tensor,
-                 comm: Comm):
+                 server: Comm, cross: Comm):
         super().__init__()
         lins = adapter.input_linears(conv)
         self.weights = nn.ParameterList(
             nn.Parameter(lin.columns(conv.get_parameter(lin.path).detach(), cols).clone())
             for lin in lins)
         adapter.strip(conv)
-        self.conv, self.adapter, self.feat, self.comm = conv, adapter, feat, comm
+        self.conv, self.adapter, self.feat = conv, adapter, feat
+        self.server, self.cross = server, cross
         self.id_dtype = id_dtype(feat.shape[0])
 
     def forward(self, block: dgl.DGLGraph, x: torch.Tensor | None = None) -> torch.Tensor:
-        blocks = exchange_blocks(self.comm, block, self.id_dtype)
+        blocks = exchange_blocks(self.server, self.cross, block, self.id_dtype)
         weights = list(self.weights)
         partials = [self.adapter.partial(self.conv, weights, b,
                                          rows_at(self.feat, b.srcdata[dgl.NID]))
                     for b in blocks]
-        return self.adapter.finish(self.conv, block, reduce_to_owners(self.comm, partials))
+        totals = reduce_to_owners(self.server, self.cross, partials)
+        return self.adapter.finish(self.conv, block, totals)
 
 
-def exchange_blocks(comm: Comm, block: dgl.DGLGraph, dtype: torch.dtype) -> list[dgl.DGLGraph]:
-    """Every member's block (structure and source ids only), in member order; this member's
-    own block is returned as it is (collective: P3's push of the layer-1 graph)."""
-    msgs = comm.all_gather_v(pack_block(block, dtype))
-    return [block if j == comm.index else unpack_block(m) for j, m in enumerate(msgs)]
+def exchange_blocks(server: Comm, cross: Comm, block: dgl.DGLGraph,
+                    dtype: torch.dtype) -> list[dgl.DGLGraph]:
+    """Every rank's block (structure and source ids only), in rank order; this rank's own
+    block is returned as it is (collective: P3's push of the layer-1 graph). Two stages, so a
+    block crosses to each other server once: gather across servers (``cross``), then share
+    within the server."""
+    across = cross.all_gather_v(pack_block(block, dtype))  # ranks (s, my local index)
+    lengths = torch.tensor([m.numel() for m in across], dtype=dtype)
+    shared = server.all_gather_v(torch.cat([lengths, *across]))
+    out: list[dgl.DGLGraph | None] = [None] * (server.size * cross.size)
+    for l, msg in enumerate(shared):  # msg: local rank l's blocks of every server
+        sizes = msg[:cross.size].tolist()
+        for s, packed in enumerate(torch.split(msg[cross.size:], sizes)):
+            rank = s * server.size + l
+            out[rank] = block if rank == server.rank else unpack_block(packed)
+    return out
 
 
 @STRATEGIES.register("p3")
@@ -113,7 +127,6 @@ class P3Strategy(MiniBatchStrategy):
         self.cols = slice(*part.feat_cols)
         self.feat = torch.from_numpy(part.feat)
         self.num_nodes = pdir.num_nodes
-        self.comm = session.new_comm("p3")  # layer-1 exchanges, also inside DDP's backward
         self.sampler = PartitionSampler(part, pdir.book, session.world, rank)
         self.ids, self.labels = {}, {}
         for split in ("train", "val", "test"):
@@ -137,7 +150,9 @@ class P3Strategy(MiniBatchStrategy):
             self.session.world.broadcast(conv.get_parameter(lin.path).data)
         if getattr(model, "row_normalize", False):
             self._row_normalize()
-        layer = P3FirstLayer(conv, adapter, self.cols, self.feat, self.comm)
+        # layer-1 exchanges use the server and cross groups, never DDP's (the world group)
+        layer = P3FirstLayer(conv, adapter, self.cols, self.feat, self.session.server,
+                             self.session.cross)
         parent, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, child, layer)
         self._slices = list(layer.weights)

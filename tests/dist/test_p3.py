@@ -130,45 +130,69 @@ def _traffic(session, pdir_path):
             "grad_bytes": trainer.strategy._grad_bytes}
 
 
-def _split(totals, peer, me, nbytes_to, nbytes_from):
-    """Adds bytes sent to / received from ``peer`` to the intra or inter totals of ``me``."""
-    kind = "intra" if peer // 2 == me // 2 else "inter"  # 2 virtual servers x 2 ranks
-    totals[f"sent_{kind}"] += nbytes_to
-    totals[f"recv_{kind}"] += nbytes_from
+def _add(totals, kind, sent, recv):
+    totals[f"sent_{kind}"] += sent
+    totals[f"recv_{kind}"] += recv
+
+
+def _expected_step(res, me, hidden, per=2, servers=2):
+    """Bytes of one step of rank ``me`` after sampling (2 virtual servers x 2 ranks)."""
+    world, out = per * servers, dict.fromkeys(KEYS, 0)
+    rank = lambda s, l: s * per + l  # noqa: E731
+    s_me, l_me = divmod(me, per)
+    n = [res[r]["block0"][1] * hidden * 4 for r in range(world)]  # a batch's partial, bytes
+    packed = [3 + sum(res[r]["block0"][:2]) + 1 + res[r]["block0"][2] for r in range(world)]
+    # push of the blocks: across servers (sizes, then padded int32), then within the server
+    col = lambda l: max(packed[rank(s, l)] for s in range(servers))  # noqa: E731
+    _add(out, "inter", (servers - 1) * (8 + 4 * col(l_me)), (servers - 1) * (8 + 4 * col(l_me)))
+    msg = max(servers + sum(packed[rank(s, l)] for s in range(servers)) for l in range(per))
+    _add(out, "intra", (per - 1) * (8 + 4 * msg), (per - 1) * (8 + 4 * msg))
+    # partials: summed within the server on the owner's local index, then sent across
+    for l in range(per):
+        if l != l_me:
+            to_l = sum(n[rank(s, l)] for s in range(servers))
+            from_l = sum(n[rank(s, l_me)] for s in range(servers))
+            # forward: my partials for l's owners out, theirs for mine in; backward: the reverse
+            _add(out, "intra", to_l + from_l, from_l + to_l)
+    for s in range(servers):
+        if s != s_me:
+            _add(out, "inter", n[rank(s, l_me)] + n[me], n[me] + n[rank(s, l_me)])
+    for peer in range(world):  # DDP's all-reduce of the dense gradients
+        if peer != me:
+            share = 2 * res[me]["grad_bytes"] // world
+            _add(out, "intra" if peer // per == s_me else "inter", share, share)
+    return out
+
+
+KEYS = ("sent_intra", "recv_intra", "sent_inter", "recv_inter")
 
 
 def test_traffic_is_structure_partials_and_gradients_only(tmp_path, cora_p3):
-    """Two virtual servers x 2 ranks: every byte of a step is accounted for by the blocks'
-    structure, the layer-1 partials and their gradients, and DDP; no feature row moves."""
+    """Two virtual servers x 2 ranks: every byte of a step is accounted for by the sampled
+    structure, the pushed blocks, the layer-1 partials and their gradients, and DDP; no
+    feature row moves."""
     world, hidden = 4, 8
     res = run_workers(_traffic, world, tmp_path, str(cora_p3[world]),
                       env={"DGLX_VIRTUAL_SERVERS": "2"})
     pdir = PartitionDir(cora_p3[world])
     indeg = to_dgl(read_dataset(builtin_path("cora"))).in_degrees().numpy()
-    keys = ("sent_intra", "recv_intra", "sent_inter", "recv_inter")
-    # ids and counts travel as int32 (Cora is far below 2**31 nodes); a pushed block is its
-    # header, source ids, CSC indptr and indices; all_gather_v pads to the longest
-    packed = max(3 + s + d + 1 + e for s, d, e in (res[r]["block0"] for r in range(world)))
     for me in range(world):
-        sample, step = dict.fromkeys(keys, 0), dict.fromkeys(keys, 0)
+        sample = dict.fromkeys(KEYS, 0)
         for peer in range(world):
             if peer == me:
                 continue
+            kind = "intra" if peer // 2 == me // 2 else "inter"
             for layer in range(2):  # my requests to peer and its answers, and the reverse
                 mine = np.asarray(res[me]["frontiers"][layer])
                 theirs = np.asarray(res[peer]["frontiers"][layer])
                 asked = mine[np.asarray(pdir.owner(mine)) == peer]
                 asked_me = theirs[np.asarray(pdir.owner(theirs)) == me]
-                # requests: ids; answers: a count per asked node, then the sources
-                _split(sample, peer, me, 4 * asked.size + 4 * (asked_me.size
-                                                               + int(indeg[asked_me].sum())),
-                       4 * asked_me.size + 4 * (asked.size + int(indeg[asked].sum())))
-            mine_out = res[me]["block0"][1] * hidden * 4  # my batch's partial, and its gradient
-            peer_out = res[peer]["block0"][1] * hidden * 4
-            ddp = 2 * res[me]["grad_bytes"] // world
-            _split(step, peer, me, 8 + 4 * packed + peer_out + mine_out + ddp,
-                   8 + 4 * packed + mine_out + peer_out + ddp)
-        for k in keys:
+                # int32 ids; an answer is a count per asked node, then the sources
+                _add(sample, kind, 4 * asked.size + 4 * (asked_me.size
+                                                         + int(indeg[asked_me].sum())),
+                     4 * asked_me.size + 4 * (asked.size + int(indeg[asked].sum())))
+        step = _expected_step(res, me, hidden)
+        for k in KEYS:
             assert res[me]["sample"][k] == sample[k], (me, k, res[me]["sample"], sample)
             assert res[me]["step"][k] == step[k], (me, k, res[me]["step"], step)
         assert step["sent_inter"] > 0 and sample["sent_inter"] > 0
