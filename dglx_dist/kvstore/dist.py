@@ -247,8 +247,12 @@ class DistKVStore(KVStore):
             except RuntimeError as exc:  # answer nothing (the peer then fails too), no hang
                 answers.append(EMPTY_U8)
                 failure = exc
-        replies = self.session.cross.all_to_all_v(answers, recv_rows=expect,
-                                                  meanwhile=meanwhile)
+        pending = self.session.cross.start_all_to_all_v(answers, recv_rows=expect)
+        try:
+            if meanwhile is not None:
+                meanwhile()
+        finally:
+            replies = pending.wait()
         if failure is not None:
             raise failure
         return replies

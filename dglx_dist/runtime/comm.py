@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -28,7 +28,7 @@ import torch.distributed as dist
 from dglx_dist.runtime.health import Health
 from dglx_dist.runtime.topology import Topology
 
-__all__ = ["Comm", "ByteCounter", "PeerError"]
+__all__ = ["Comm", "ByteCounter", "Pending", "PeerError"]
 
 _OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
         "product": dist.ReduceOp.PRODUCT}
@@ -105,8 +105,8 @@ class Comm:
         return len(self.members)
 
     # -- collectives -------------------------------------------------------------------------
-    def all_to_all_v(self, send: Sequence[torch.Tensor], recv_rows: Sequence[int] | None = None,
-                     meanwhile: Callable[[], None] | None = None) -> list[torch.Tensor]:
+    def all_to_all_v(self, send: Sequence[torch.Tensor],
+                     recv_rows: Sequence[int] | None = None) -> list[torch.Tensor]:
         """Sends ``send[i]`` to member ``i``; returns what each member sent here.
 
         Tensors are split along dim 0 and may have any number of rows (0 included); dtype and
@@ -117,9 +117,15 @@ class Comm:
             recv_rows: rows each member will send here, when the caller already knows them
                 (e.g. the answers to its own requests); skips the round that exchanges counts.
                 Every rank of the call must then pass it.
-            meanwhile: local work to overlap with the transfer: called once the exchange is
-                under way, before waiting for it.
         """
+        return self.start_all_to_all_v(send, recv_rows).wait()
+
+    def start_all_to_all_v(self, send: Sequence[torch.Tensor],
+                           recv_rows: Sequence[int] | None = None) -> "Pending":
+        """:meth:`all_to_all_v`, returned while the transfer is under way (to overlap it with
+        local work); ``wait()`` on the result finishes it. The round of counts, if any, runs
+        before this returns. Every rank must start its exchanges on this group in the same
+        order (and each started one must be waited for)."""
         if len(send) != self.size:
             raise ValueError(f"all_to_all_v on {self.name} needs {self.size} tensors, "
                              f"got {len(send)}")
@@ -146,12 +152,16 @@ class Comm:
             flat = full[0].reshape(-1, *trailing)
         else:
             flat = torch.cat([t.contiguous() for t in send]) if send else out
-        self._run("all_to_all_v", lambda: dist.all_to_all_single(
+        work = self._start("all_to_all_v", lambda: dist.all_to_all_single(
             out, flat, output_split_sizes=recv_counts.tolist(),
-            input_split_sizes=counts.tolist(), group=self.group, async_op=True), meanwhile)
-        recv = list(torch.split(out, recv_counts.tolist()))
-        self._count([t.nbytes for t in send], [t.nbytes for t in recv])
-        return recv
+            input_split_sizes=counts.tolist(), group=self.group, async_op=True))
+
+        def finish() -> list[torch.Tensor]:
+            recv = list(torch.split(out, recv_counts.tolist()))
+            self._count([t.nbytes for t in send], [t.nbytes for t in recv])
+            return recv
+
+        return Pending(self, "all_to_all_v", work, finish, keep=flat)
 
     def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
         """Every member's ``tensor`` (same shape everywhere), in member order."""
@@ -239,25 +249,27 @@ class Comm:
                 c.sent_inter += s
                 c.recv_inter += r
 
-    def _run(self, op: str, start: Callable[[], dist.Work | None],
-             meanwhile: Callable[[], None] | None = None) -> None:
-        """Issues a collective, runs ``meanwhile`` (if given), waits with the timeout.
+    def _run(self, op: str, start: Callable[[], dist.Work | None]) -> None:
+        """Issues a collective and waits for it with the timeout.
 
         Errors raised while issuing (bad arguments, unsupported op) propagate unchanged; errors
         while waiting mean a peer failed and become a :class:`PeerError`. ``start`` returns
         None for ops gloo only runs synchronously; the process group's timeout bounds those.
-        An error in ``meanwhile`` propagates after the collective completed.
         """
+        self._wait(op, self._start(op, start))
+
+    def _start(self, op: str, start: Callable[[], dist.Work | None]) -> dist.Work | None:
         self._check_usable(op)
         self._next_seq()
+        return self._guard(op, start)
+
+    def _wait(self, op: str, work: dist.Work | None) -> None:
+        if work is not None:
+            self._guard(op, lambda: work.wait(timeout=self.timeout))
+
+    def _guard(self, op: str, fn: Callable[[], Any]) -> Any:
         try:
-            work = start()
-            try:
-                if meanwhile is not None:
-                    meanwhile()
-            finally:
-                if work is not None:
-                    work.wait(timeout=self.timeout)
+            return fn()
         except RuntimeError as exc:
             if not _is_peer_failure(exc):
                 raise
@@ -285,3 +297,23 @@ class Comm:
         who = why or "no failed rank could be identified"
         return PeerError(f"{op} on the {self.name} group failed on rank {self.rank}: {who} "
                          f"[{cause}]", ranks, op)
+
+
+class Pending:
+    """A collective under way (see :meth:`Comm.start_all_to_all_v`).
+
+    ``wait()`` waits with the group's timeout (a dead peer becomes a :class:`PeerError`)
+    and returns the result; later calls return the same result.
+    """
+
+    def __init__(self, comm: Comm, op: str, work: dist.Work | None,
+                 finish: Callable[[], Any], keep: Any = None):
+        self._comm, self._op, self._work, self._finish = comm, op, work, finish
+        self._keep = keep  # the send buffer must outlive the transfer
+        self._done, self._result = False, None
+
+    def wait(self) -> Any:
+        if not self._done:
+            self._comm._wait(self._op, self._work)
+            self._result, self._done, self._keep = self._finish(), True, None
+        return self._result
