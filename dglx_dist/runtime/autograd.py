@@ -25,9 +25,9 @@ from typing import Sequence
 
 import torch
 
-from dglx_dist.runtime.comm import Comm
+from dglx_dist.runtime.comm import Comm, Pending
 
-__all__ = ["reduce_to_owners"]
+__all__ = ["OwnerReduce", "flatten_partials", "reduce_to_owners", "unflatten"]
 
 
 def _sum(parts: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -37,45 +37,87 @@ def _sum(parts: Sequence[torch.Tensor]) -> torch.Tensor:
     return total
 
 
+class OwnerReduce:
+    """The two-stage exchanges of one :func:`reduce_to_owners`, startable and finishable
+    separately (P3's pipeline overlaps the inter-server stages with other mini-batches).
+
+    Args:
+        server / cross: this rank's server group and the ranks with its local index.
+        sizes: ``sizes[j]``: elements of the partial for rank ``j``'s batch (every rank
+            knows every size).
+    """
+
+    def __init__(self, server: Comm, cross: Comm, sizes: Sequence[int]):
+        self.server, self.cross, self.sizes = server, cross, list(sizes)
+
+    def _owner(self, s: int, l: int) -> int:
+        return s * self.server.size + l
+
+    def _across(self, l: int) -> list[int]:
+        """Sizes of the partials for the owners with local index ``l``, by server."""
+        return [self.sizes[self._owner(s, l)] for s in range(self.cross.size)]
+
+    def start_forward(self, flats: Sequence[torch.Tensor]) -> Pending:
+        """Stage 1 (within the server: this server's partials for the owners with local index
+        ``l`` summed on local rank ``l``) done; stage 2 (the sums to their owners, across
+        servers) started."""
+        server, cross = self.server, self.cross
+        send = [torch.cat([flats[self._owner(s, l)].detach() for s in range(cross.size)])
+                for l in range(server.size)]
+        mine = self._across(server.index)
+        got = server.all_to_all_v(send, recv_rows=[sum(mine)] * server.size)
+        sums = list(torch.split(_sum(got), mine))
+        return cross.start_all_to_all_v(sums, recv_rows=[self.sizes[server.rank]] * cross.size)
+
+    @staticmethod
+    def finish_forward(pending: Pending) -> torch.Tensor:
+        """The sum of every rank's partial for this rank's batch."""
+        return _sum(pending.wait())
+
+    def start_backward(self, grad: torch.Tensor) -> Pending:
+        """Stage 1 started: this batch's output gradient to each server's rank with this
+        rank's local index."""
+        return self.cross.start_all_to_all_v([grad.contiguous()] * self.cross.size,
+                                             recv_rows=self._across(self.server.index))
+
+    def finish_backward(self, pending: Pending) -> list[torch.Tensor]:
+        """Stage 2 (hand the gradients to every rank of the server) done; returns, per rank
+        ``j``, the gradient of the partial this rank computed for ``j``'s batch."""
+        server = self.server
+        mine = torch.cat(pending.wait())
+        got = server.all_to_all_v([mine] * server.size,
+                                  recv_rows=[sum(self._across(l)) for l in range(server.size)])
+        grads: list[torch.Tensor] = [torch.zeros(0)] * len(self.sizes)
+        for l, buf in enumerate(got):
+            for s, piece in enumerate(torch.split(buf, self._across(l))):
+                grads[self._owner(s, l)] = piece
+        return grads
+
+
 class _ReduceToOwners(torch.autograd.Function):
     """``flats[j]`` (rank order) -> the sum of every rank's ``flats[me]``."""
 
     @staticmethod
     def forward(ctx, server: Comm, cross: Comm, *flats: torch.Tensor) -> torch.Tensor:
-        per, me_local, me_server = server.size, server.index, cross.index
-        sizes = [f.numel() for f in flats]
-        owner = lambda s, l: s * per + l  # noqa: E731  (rank of server s, local index l)
-        # stage 1, within the server: to local rank l, my partials for owners (every s, l)
-        send = [torch.cat([flats[owner(s, l)].detach() for s in range(cross.size)])
-                for l in range(per)]
-        mine = [sizes[owner(s, me_local)] for s in range(cross.size)]
-        got = server.all_to_all_v(send, recv_rows=[sum(mine)] * per)
-        sums = torch.split(_sum(got), mine)  # this server's sum for owner (s, me_local)
-        # stage 2, across servers: each sum to its owner
-        total = _sum(cross.all_to_all_v(list(sums), recv_rows=[sizes[server.rank]] * cross.size))
-        ctx.server, ctx.cross, ctx.sizes = server, cross, sizes
-        return total
+        ctx.plan = OwnerReduce(server, cross, [f.numel() for f in flats])
+        return ctx.plan.finish_forward(ctx.plan.start_forward(flats))
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        server, cross, sizes = ctx.server, ctx.cross, ctx.sizes
-        per, me_local = server.size, server.index
-        owner = lambda s, l: s * per + l  # noqa: E731
-        grad = grad.contiguous()
-        # stage 1, across servers: my gradient to each server's rank with my local index
-        from_owners = cross.all_to_all_v([grad] * cross.size,
-                                         recv_rows=[sizes[owner(s, me_local)]
-                                                    for s in range(cross.size)])
-        # stage 2, within the server: hand them to every local rank
-        mine = torch.cat(from_owners)
-        got = server.all_to_all_v([mine] * per, recv_rows=[
-            sum(sizes[owner(s, l)] for s in range(cross.size)) for l in range(per)])
-        grads: list[torch.Tensor | None] = [None] * len(sizes)
-        for l, buf in enumerate(got):
-            for s, piece in enumerate(torch.split(buf, [sizes[owner(s, l)]
-                                                        for s in range(cross.size)])):
-                grads[owner(s, l)] = piece
-        return (None, None, *grads)
+        return (None, None, *ctx.plan.finish_backward(ctx.plan.start_backward(grad)))
+
+
+def flatten_partials(partials: Sequence[Sequence[torch.Tensor]]) -> list[torch.Tensor]:
+    """One flat tensor per rank from its list of partials (differentiable)."""
+    return [torch.cat([t.reshape(-1) for t in ts]) if ts else torch.zeros(0)
+            for ts in partials]
+
+
+def unflatten(total: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """``total`` cut and shaped like the tensors ``like``."""
+    shapes = [t.shape for t in like]
+    return [piece.view(shape) for piece, shape in
+            zip(torch.split(total, [math.prod(s) for s in shapes]), shapes)]
 
 
 def reduce_to_owners(server: Comm, cross: Comm,
@@ -96,9 +138,5 @@ def reduce_to_owners(server: Comm, cross: Comm,
     if len(partials) != world:
         raise ValueError(f"reduce_to_owners needs one list of partials per rank ({world}), "
                          f"got {len(partials)}")
-    flats = [torch.cat([t.reshape(-1) for t in ts]) if ts else torch.zeros(0)
-             for ts in partials]
-    total = _ReduceToOwners.apply(server, cross, *flats)
-    shapes = [t.shape for t in partials[server.rank]]
-    return [piece.view(shape) for piece, shape in
-            zip(torch.split(total, [math.prod(s) for s in shapes]), shapes)]
+    total = _ReduceToOwners.apply(server, cross, *flatten_partials(partials))
+    return unflatten(total, partials[server.rank])

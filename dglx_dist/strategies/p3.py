@@ -26,78 +26,25 @@ the stored slices with the global row sums once at setup.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
+from typing import Iterator
 
 import dgl
 import torch
-from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from dglx_dist.kvstore.policy import rows_at
-from dglx_dist.models.layers import ConvAdapter, adapter_for, first_conv
+from dglx_dist.models.layers import adapter_for, first_conv
 from dglx_dist.partition.load import PartitionDir
-from dglx_dist.runtime.autograd import reduce_to_owners
-from dglx_dist.runtime.comm import Comm
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
-from dglx_dist.sampling import (PartitionSampler, id_dtype, owner_balanced_chunks, pack_block,
-                                unpack_block)
+from dglx_dist.sampling import PartitionSampler, owner_balanced_chunks
+from dglx_dist.strategies.p3_layer import P3FirstLayer
 from dglx_dist.strategies.base import STRATEGIES, Batch, PartitionSpec
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
 
-__all__ = ["P3Strategy", "P3FirstLayer"]
-
-
-class P3FirstLayer(nn.Module):
-    """A first conv split by input columns across the ranks of ``comm`` (see the module doc).
-
-    Args:
-        conv: the model's first conv; its input weights are taken out (``adapter.strip``).
-        adapter: the conv's layer adapter.
-        cols: the input columns this rank holds.
-        feat: this rank's columns of every node's input features (global-id order).
-        server / cross: this rank's server group and the ranks with its local index (the
-            ranks sharing the layer; rank ``j`` holds slice ``j``).
-    """
-
-    def __init__(self, conv: nn.Module, adapter: ConvAdapter, cols: slice, feat: torch.Tensor,
-                 server: Comm, cross: Comm):
-        super().__init__()
-        lins = adapter.input_linears(conv)
-        self.weights = nn.ParameterList(
-            nn.Parameter(lin.columns(conv.get_parameter(lin.path).detach(), cols).clone())
-            for lin in lins)
-        adapter.strip(conv)
-        self.conv, self.adapter, self.feat = conv, adapter, feat
-        self.server, self.cross = server, cross
-        self.id_dtype = id_dtype(feat.shape[0])
-
-    def forward(self, block: dgl.DGLGraph, x: torch.Tensor | None = None) -> torch.Tensor:
-        blocks = exchange_blocks(self.server, self.cross, block, self.id_dtype)
-        weights = list(self.weights)
-        partials = [self.adapter.partial(self.conv, weights, b,
-                                         rows_at(self.feat, b.srcdata[dgl.NID]))
-                    for b in blocks]
-        totals = reduce_to_owners(self.server, self.cross, partials)
-        return self.adapter.finish(self.conv, block, totals)
-
-
-def exchange_blocks(server: Comm, cross: Comm, block: dgl.DGLGraph,
-                    dtype: torch.dtype) -> list[dgl.DGLGraph]:
-    """Every rank's block (structure and source ids only), in rank order; this rank's own
-    block is returned as it is (collective: P3's push of the layer-1 graph). Two stages, so a
-    block crosses to each other server once: gather across servers (``cross``), then share
-    within the server."""
-    across = cross.all_gather_v(pack_block(block, dtype))  # ranks (s, my local index)
-    lengths = torch.tensor([m.numel() for m in across], dtype=dtype)
-    shared = server.all_gather_v(torch.cat([lengths, *across]))
-    out: list[dgl.DGLGraph | None] = [None] * (server.size * cross.size)
-    for l, msg in enumerate(shared):  # msg: local rank l's blocks of every server
-        sizes = msg[:cross.size].tolist()
-        for s, packed in enumerate(torch.split(msg[cross.size:], sizes)):
-            rank = s * server.size + l
-            out[rank] = block if rank == server.rank else unpack_block(packed)
-    return out
+__all__ = ["P3Strategy"]
 
 
 @STRATEGIES.register("p3")
@@ -108,7 +55,11 @@ class P3Strategy(MiniBatchStrategy):
 
     @dataclasses.dataclass(frozen=True)
     class Config(MiniBatchConfig):
-        pass
+        pipeline: bool = dataclasses.field(
+            default=False, metadata={"help": "P3's pipeline: layer 1 of the next two batches "
+                                             "runs and travels while one trains (3 in flight); "
+                                             "layer-1 weight slices see gradients 3 steps "
+                                             "stale, stashed per batch."})
 
     def partition_spec(self, topology: Topology) -> PartitionSpec:
         return PartitionSpec("feature_dim", topology.world_size, {"structure": "hash"})
@@ -155,7 +106,7 @@ class P3Strategy(MiniBatchStrategy):
                              self.session.cross)
         parent, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, child, layer)
-        self._slices = list(layer.weights)
+        self._layer, self._slices = layer, list(layer.weights)
         ignored = [f"{name}.weights.{i}" for i in range(len(self._slices))]
         DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, ignored)
         self._grad_bytes = sum(p.numel() * p.element_size() for n, p in model.named_parameters()
@@ -170,10 +121,25 @@ class P3Strategy(MiniBatchStrategy):
         self.feat = (self.feat * scale.to(self.feat.dtype).unsqueeze(1)).contiguous()
 
     def after_backward(self) -> None:
+        self._layer.after_backward()  # pipelined slice gradients that arrived
         for p in self._slices:  # DDP averages the other gradients over the ranks
             if p.grad is not None:
                 p.grad.div_(self.session.world_size)
         self.session.world.account_all_reduce(self._grad_bytes)
+
+    def batches(self, epoch: int) -> Iterator[Batch]:
+        if not self.config.pipeline:
+            yield from super().batches(epoch)
+            return
+        window: collections.deque[Batch] = collections.deque()
+        for batch in super().batches(epoch):  # sampled in order, launched 2 steps ahead
+            self._layer.launch(batch.blocks[0])
+            window.append(batch)
+            if len(window) == 3:
+                yield window.popleft()
+        while window:
+            yield window.popleft()
+        self._layer.drain()  # the last gradients arrive before anything else runs
 
     def _batch(self, seeds: torch.Tensor, fanouts, split: str) -> Batch:
         blocks = self.sampler.sample_blocks(seeds, fanouts)

@@ -196,3 +196,41 @@ def test_traffic_is_structure_partials_and_gradients_only(tmp_path, cora_p3):
             assert res[me]["sample"][k] == sample[k], (me, k, res[me]["sample"], sample)
             assert res[me]["step"][k] == step[k], (me, k, res[me]["step"], step)
         assert step["sent_inter"] > 0 and sample["sent_inter"] > 0
+
+
+def _slice_grads_per_step(session, pdir_path, pipeline):
+    """Slice gradients applied at each step of one epoch, with weights that never change."""
+    pdir = PartitionDir(pdir_path)
+    trainer = Trainer(_model("sage", pdir.feat_dim, pdir.num_classes), pdir, "p3",
+                      session=session, progress=False, fanouts=(4, 4), batch_size=16,
+                      pipeline=pipeline, optimizer=lambda p: torch.optim.SGD(p, lr=0.0))
+    steps = []
+    for batch in trainer.batches(0):
+        trainer.step(F.cross_entropy(trainer.forward(batch), batch.y))
+        layer = trainer.model.module.layers[0]
+        steps.append({"slices": [None if w.grad is None else w.grad.numpy().tolist()
+                                 for w in layer.weights],
+                      "dense": layer.conv.fc_self.bias.grad.numpy().tolist()})
+    return steps
+
+
+def _both_modes(session, pdir_path):
+    return {"sync": _slice_grads_per_step(session, pdir_path, False),
+            "pipe": _slice_grads_per_step(session, pdir_path, True)}
+
+
+def test_pipeline_applies_each_batch_slice_gradient_one_step_later(tmp_path, cora_p3):
+    """With lr = 0 staleness cannot change values, so the plumbing shows exactly: the dense
+    gradient of step t is the synchronous one; the slice gradient applied at step t + 1 is
+    batch t's (stashed weights, pushed back while step t + 1 ran); step 0 applies none."""
+    res = run_workers(_both_modes, 4, tmp_path, str(cora_p3[4]),
+                      env={"DGLX_VIRTUAL_SERVERS": "2"})
+    for r, out in res.items():
+        sync, pipe = out["sync"], out["pipe"]
+        assert len(sync) == len(pipe) >= 3, r
+        assert pipe[0]["slices"] == [None, None], r
+        for t in range(len(sync)):
+            np.testing.assert_allclose(pipe[t]["dense"], sync[t]["dense"], rtol=1e-5, atol=1e-7)
+            if t + 1 < len(sync):
+                for got, want in zip(pipe[t + 1]["slices"], sync[t]["slices"]):
+                    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)

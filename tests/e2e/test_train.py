@@ -24,12 +24,14 @@ def _json_lines(stdout):
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
-@pytest.mark.parametrize("strategy", ["distdgl", "p3"])
-def test_example_reaches_cora_accuracy(tmp_path, strategy):
+@pytest.mark.parametrize("strategy,opts", [("distdgl", []), ("p3", []),
+                                           ("p3", ["--strategy-opt", "pipeline=true"])],
+                         ids=["distdgl", "p3", "p3-pipeline"])
+def test_example_reaches_cora_accuracy(tmp_path, strategy, opts):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            "--master-port", str(free_local_port()),
            str(ROOT / "examples" / "train_node_classification.py"),
-           "--data", "cora", "--strategy", strategy, "--epochs", "60", "--row-normalize"]
+           "--data", "cora", "--strategy", strategy, "--epochs", "60", "--row-normalize", *opts]
     r = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]

@@ -1,0 +1,153 @@
+"""P3's first layer: split by input columns over the ranks, optionally pipelined.
+
+:class:`P3FirstLayer` replaces a model's first dgl.nn conv for the ``p3`` strategy (see
+:mod:`dglx_dist.strategies.p3`). Synchronous mode: each call pushes the rank's block to every
+rank, computes every rank's partial from this rank's columns, and reduces the partials to
+their owners, all inside autograd (:func:`~dglx_dist.runtime.autograd.reduce_to_owners`).
+
+Pipelined mode (P3's 2-forward-2-backward schedule with 3 mini-batches in flight): the
+strategy calls :meth:`P3FirstLayer.launch` for a mini-batch two steps before it trains, which
+pushes its block, computes the partials with a *stash* (a copy) of the current weight slices
+and starts sending them; the forward of that batch later only waits for the sums. After its
+backward pass (:meth:`P3FirstLayer.after_backward`) the batch's output gradient starts
+travelling back; one step later it has arrived, the partials' backward runs on the stash, and
+the slice gradients join the next optimizer step. A batch's slice gradient is therefore
+computed with weights three optimizer steps old and applied then, the paper's bounded
+staleness ``w_{t+1} = w_t - lr * grad(w_{t-3})``; stashing keeps forward and backward of a
+batch on the same weight version. The inter-server stages overlap the other batches' work.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import dgl
+import torch
+from torch import nn
+
+from dglx_dist.kvstore.policy import rows_at
+from dglx_dist.models.layers import ConvAdapter
+from dglx_dist.runtime.autograd import (OwnerReduce, flatten_partials, reduce_to_owners,
+                                        unflatten)
+from dglx_dist.runtime.comm import Comm, Pending
+from dglx_dist.sampling import id_dtype, pack_block, unpack_block
+
+__all__ = ["P3FirstLayer", "exchange_blocks"]
+
+
+def exchange_blocks(server: Comm, cross: Comm, block: dgl.DGLGraph,
+                    dtype: torch.dtype) -> list[dgl.DGLGraph]:
+    """Every rank's block (structure and source ids only), in rank order; this rank's own
+    block is returned as it is (collective: P3's push of the layer-1 graph). Two stages, so a
+    block crosses to each other server once: gather across servers (``cross``), then share
+    within the server."""
+    across = cross.all_gather_v(pack_block(block, dtype))  # ranks (s, my local index)
+    lengths = torch.tensor([m.numel() for m in across], dtype=dtype)
+    shared = server.all_gather_v(torch.cat([lengths, *across]))
+    out: list[dgl.DGLGraph | None] = [None] * (server.size * cross.size)
+    for l, msg in enumerate(shared):  # msg: local rank l's blocks of every server
+        sizes = msg[:cross.size].tolist()
+        for s, packed in enumerate(torch.split(msg[cross.size:], sizes)):
+            rank = s * server.size + l
+            out[rank] = block if rank == server.rank else unpack_block(packed)
+    return out
+
+
+@dataclasses.dataclass(eq=False)
+class _InFlight:
+    """A pipelined mini-batch between its launch and the arrival of its gradients."""
+
+    block: dgl.DGLGraph
+    stash: list[torch.Tensor]  # the weight slices its partials were computed with
+    flats: list[torch.Tensor]  # its partials for every rank's batch (autograd to ``stash``)
+    own: list[torch.Tensor]  # the partials for this rank's batch (their shapes)
+    plan: OwnerReduce
+    sums: Pending  # the partial sums on their way
+    total: torch.Tensor | None = None  # this batch's layer-1 sum (a leaf: its .grad)
+    back: Pending | None = None  # the output gradient on its way back
+
+
+class P3FirstLayer(nn.Module):
+    """A first conv split by input columns across the ranks (see the module docstring).
+
+    Args:
+        conv: the model's first conv; its input weights are taken out (``adapter.strip``).
+        adapter: the conv's layer adapter.
+        cols: the input columns this rank holds.
+        feat: this rank's columns of every node's input features (global-id order).
+        server / cross: this rank's server group and the ranks with its local index (the
+            ranks sharing the layer; rank ``j`` holds slice ``j``).
+    """
+
+    def __init__(self, conv: nn.Module, adapter: ConvAdapter, cols: slice, feat: torch.Tensor,
+                 server: Comm, cross: Comm):
+        super().__init__()
+        lins = adapter.input_linears(conv)
+        self.weights = nn.ParameterList(
+            nn.Parameter(lin.columns(conv.get_parameter(lin.path).detach(), cols).clone())
+            for lin in lins)
+        adapter.strip(conv)
+        self.conv, self.adapter, self.feat = conv, adapter, feat
+        self.server, self.cross = server, cross
+        self.id_dtype = id_dtype(feat.shape[0])
+        self._ahead: collections.deque[_InFlight] = collections.deque()  # launched
+        self._trained: list[_InFlight] = []  # forward done, gradient not yet sent
+        self._returning: list[_InFlight] = []  # gradient on its way back
+        self._deferred: list[torch.Tensor] | None = None  # slice gradients to apply
+
+    def _partials(self, block: dgl.DGLGraph, weights: list[torch.Tensor]):
+        blocks = exchange_blocks(self.server, self.cross, block, self.id_dtype)
+        return [self.adapter.partial(self.conv, weights, b,
+                                     rows_at(self.feat, b.srcdata[dgl.NID])) for b in blocks]
+
+    def forward(self, block: dgl.DGLGraph, x: torch.Tensor | None = None) -> torch.Tensor:
+        if self._ahead and self._ahead[0].block is block:
+            return self._forward_launched(self._ahead.popleft())
+        totals = reduce_to_owners(self.server, self.cross, self._partials(block,
+                                                                          list(self.weights)))
+        return self.adapter.finish(self.conv, block, totals)
+
+    # -- pipelined mode ---------------------------------------------------------------------
+    def launch(self, block: dgl.DGLGraph) -> None:
+        """Starts layer 1 of a training batch that a later forward will use (collective)."""
+        stash = [w.detach().clone().requires_grad_() for w in self.weights]
+        with torch.enable_grad():
+            partials = self._partials(block, stash)
+            flats = flatten_partials(partials)
+        plan = OwnerReduce(self.server, self.cross, [f.numel() for f in flats])
+        self._ahead.append(_InFlight(block, stash, flats, partials[self.server.rank], plan,
+                                     plan.start_forward(flats)))
+
+    def _forward_launched(self, entry: _InFlight) -> torch.Tensor:
+        entry.total = entry.plan.finish_forward(entry.sums).requires_grad_(self.training)
+        if self.training:
+            self._trained.append(entry)
+        return self.adapter.finish(self.conv, entry.block, unflatten(entry.total, entry.own))
+
+    def after_backward(self) -> None:
+        """Collective, once per training step after the backward pass: finishes the gradient
+        exchanges started one step ago, starts this step's, and adds every finished slice
+        gradient to the weights' ``.grad``."""
+        self.drain()
+        for entry in self._trained:
+            grad = entry.total.grad
+            entry.back = entry.plan.start_backward(grad if grad is not None
+                                                   else torch.zeros_like(entry.total))
+            self._returning.append(entry)
+        self._trained = []
+        if self._deferred is not None:
+            for w, g in zip(self.weights, self._deferred):
+                w.grad = g if w.grad is None else w.grad + g
+            self._deferred = None
+
+    def drain(self) -> None:
+        """Finishes the gradient exchanges under way (collective); their slice gradients wait
+        for the next :meth:`after_backward`."""
+        for entry in self._returning:
+            torch.autograd.backward(entry.flats, entry.plan.finish_backward(entry.back))
+            grads = [w.grad for w in entry.stash]
+            if self._deferred is None:
+                self._deferred = grads
+            else:
+                self._deferred = [a + g for a, g in zip(self._deferred, grads)]
+        self._returning = []
