@@ -50,8 +50,8 @@ class InputLinear:
     path: str
     in_axis: int
 
-    def columns(self, weight: torch.Tensor, cols: slice) -> torch.Tensor:
-        """The part of ``weight`` that multiplies input columns ``cols``."""
+    def columns(self, weight: torch.Tensor, cols: slice | torch.Tensor) -> torch.Tensor:
+        """The part of ``weight`` that multiplies input columns ``cols`` (a slice or indices)."""
         return weight[:, cols] if self.in_axis == 1 else weight[cols]
 
 

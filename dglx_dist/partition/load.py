@@ -86,6 +86,13 @@ class PartitionDir:
             out[sel] = self._orig_map(int(p))[np.asarray(self.book.to_local(ids[sel]))]
         return out
 
+    def load_feat(self, part: int, verify: bool = True) -> tuple[np.ndarray, tuple[int, int]]:
+        """Only part ``part``'s features and the columns they cover (for caching replicas)."""
+        self._check_part(part)
+        if verify:
+            self.verify_part(part)
+        return self._load_feat(part, self._entry(part)["num_core"])
+
     def load_part(self, part: int, verify: bool = True) -> Partition:
         """Reads part ``part``; with ``verify``, checks file sizes and checksums first."""
         self._check_part(part)

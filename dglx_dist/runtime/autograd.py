@@ -27,7 +27,7 @@ import torch
 
 from dglx_dist.runtime.comm import Comm, Pending
 
-__all__ = ["OwnerReduce", "flatten_partials", "reduce_to_owners", "unflatten"]
+__all__ = ["OwnerReduce", "Ready", "flatten_partials", "reduce_to_owners", "unflatten"]
 
 
 def _sum(parts: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -37,50 +37,68 @@ def _sum(parts: Sequence[torch.Tensor]) -> torch.Tensor:
     return total
 
 
+class Ready:
+    """An exchange that needed no transfer (one server): ``wait()`` returns its result."""
+
+    def __init__(self, result):
+        self._result = result
+
+    def wait(self):
+        return self._result
+
+
 class OwnerReduce:
     """The two-stage exchanges of one :func:`reduce_to_owners`, startable and finishable
     separately (P3's pipeline overlaps the inter-server stages with other mini-batches).
 
     Args:
-        server / cross: this rank's server group and the ranks with its local index.
-        sizes: ``sizes[j]``: elements of the partial for rank ``j``'s batch (every rank
-            knows every size).
+        server / cross: this rank's server group and the ranks with its local index; cross
+            None: the ranks of this server alone share the work (the other servers do the
+            same among themselves).
+        sizes: ``sizes[j]``: elements of the partial for rank ``j``'s batch (``j`` in world
+            order, or in local order when ``cross`` is None; every rank knows every size).
     """
 
-    def __init__(self, server: Comm, cross: Comm, sizes: Sequence[int]):
+    def __init__(self, server: Comm, cross: Comm | None, sizes: Sequence[int]):
         self.server, self.cross, self.sizes = server, cross, list(sizes)
+        self.num_servers = cross.size if cross is not None else 1
+        self.me = server.rank if cross is not None else server.index  # index into sizes
 
     def _owner(self, s: int, l: int) -> int:
         return s * self.server.size + l
 
     def _across(self, l: int) -> list[int]:
         """Sizes of the partials for the owners with local index ``l``, by server."""
-        return [self.sizes[self._owner(s, l)] for s in range(self.cross.size)]
+        return [self.sizes[self._owner(s, l)] for s in range(self.num_servers)]
 
-    def start_forward(self, flats: Sequence[torch.Tensor]) -> Pending:
+    def start_forward(self, flats: Sequence[torch.Tensor]) -> Pending | Ready:
         """Stage 1 (within the server: this server's partials for the owners with local index
         ``l`` summed on local rank ``l``) done; stage 2 (the sums to their owners, across
         servers) started."""
         server, cross = self.server, self.cross
-        send = [torch.cat([flats[self._owner(s, l)].detach() for s in range(cross.size)])
+        send = [torch.cat([flats[self._owner(s, l)].detach() for s in range(self.num_servers)])
                 for l in range(server.size)]
         mine = self._across(server.index)
         got = server.all_to_all_v(send, recv_rows=[sum(mine)] * server.size)
         sums = list(torch.split(_sum(got), mine))
-        return cross.start_all_to_all_v(sums, recv_rows=[self.sizes[server.rank]] * cross.size)
+        if cross is None:
+            return Ready(sums)
+        return cross.start_all_to_all_v(sums, recv_rows=[self.sizes[self.me]] * cross.size)
 
     @staticmethod
-    def finish_forward(pending: Pending) -> torch.Tensor:
+    def finish_forward(pending: Pending | Ready) -> torch.Tensor:
         """The sum of every rank's partial for this rank's batch."""
         return _sum(pending.wait())
 
-    def start_backward(self, grad: torch.Tensor) -> Pending:
+    def start_backward(self, grad: torch.Tensor) -> Pending | Ready:
         """Stage 1 started: this batch's output gradient to each server's rank with this
         rank's local index."""
+        if self.cross is None:
+            return Ready([grad.contiguous()])
         return self.cross.start_all_to_all_v([grad.contiguous()] * self.cross.size,
                                              recv_rows=self._across(self.server.index))
 
-    def finish_backward(self, pending: Pending) -> list[torch.Tensor]:
+    def finish_backward(self, pending: Pending | Ready) -> list[torch.Tensor]:
         """Stage 2 (hand the gradients to every rank of the server) done; returns, per rank
         ``j``, the gradient of the partial this rank computed for ``j``'s batch."""
         server = self.server
@@ -98,7 +116,7 @@ class _ReduceToOwners(torch.autograd.Function):
     """``flats[j]`` (rank order) -> the sum of every rank's ``flats[me]``."""
 
     @staticmethod
-    def forward(ctx, server: Comm, cross: Comm, *flats: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, server: Comm, cross: Comm | None, *flats: torch.Tensor) -> torch.Tensor:
         ctx.plan = OwnerReduce(server, cross, [f.numel() for f in flats])
         return ctx.plan.finish_forward(ctx.plan.start_forward(flats))
 
@@ -120,23 +138,26 @@ def unflatten(total: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.T
             zip(torch.split(total, [math.prod(s) for s in shapes]), shapes)]
 
 
-def reduce_to_owners(server: Comm, cross: Comm,
+def reduce_to_owners(server: Comm, cross: Comm | None,
                      partials: Sequence[Sequence[torch.Tensor]]) -> list[torch.Tensor]:
     """Sums, on each rank, the partials every rank computed for it (collective).
 
     Args:
         server: this rank's server group (members in local-rank order).
-        cross: the ranks with this rank's local index, one per server (in server order).
-        partials: ``partials[j]``: this rank's tensors for rank ``j`` (world order); every
-            rank sends rank ``j`` tensors of the same shapes (those of ``j``'s own).
+        cross: the ranks with this rank's local index, one per server (in server order); None
+            when the ranks of each server work among themselves.
+        partials: ``partials[j]``: this rank's tensors for rank ``j`` (world order, or local
+            order when ``cross`` is None); every rank sends rank ``j`` tensors of the same
+            shapes (those of ``j``'s own).
 
     Returns:
-        The element-wise sums of what every rank computed for this one, shaped like
-        ``partials[rank]``. Differentiable: gradients flow back to every rank's partials.
+        The element-wise sums of what every rank computed for this one, shaped like its own
+        partials. Differentiable: gradients flow back to every rank's partials.
     """
-    world = server.size * cross.size
-    if len(partials) != world:
-        raise ValueError(f"reduce_to_owners needs one list of partials per rank ({world}), "
-                         f"got {len(partials)}")
+    plan_ranks = server.size * (cross.size if cross is not None else 1)
+    if len(partials) != plan_ranks:
+        raise ValueError(f"reduce_to_owners needs one list of partials per rank "
+                         f"({plan_ranks}), got {len(partials)}")
+    me = server.rank if cross is not None else server.index
     total = _ReduceToOwners.apply(server, cross, *flatten_partials(partials))
-    return unflatten(total, partials[server.rank])
+    return unflatten(total, partials[me])

@@ -1,8 +1,8 @@
 """Distributed neighbor sampling over partitions -> DGL blocks; training-set split."""
 from dglx_dist.sampling.blocks import id_dtype, make_block, pack_block, unpack_block
-from dglx_dist.sampling.sampler import PartitionSampler
+from dglx_dist.sampling.sampler import LocalSampler, PartitionSampler, whole_graph
 from dglx_dist.sampling.split import (epoch_batches, even_chunk, owner_balanced_chunks,
                                       steps_per_epoch)
 
-__all__ = ["id_dtype", "make_block", "pack_block", "unpack_block", "PartitionSampler", "even_chunk", "epoch_batches",
+__all__ = ["LocalSampler", "whole_graph", "id_dtype", "make_block", "pack_block", "unpack_block", "PartitionSampler", "even_chunk", "epoch_batches",
            "owner_balanced_chunks", "steps_per_epoch"]

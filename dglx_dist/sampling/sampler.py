@@ -21,7 +21,7 @@ from dglx_dist.partition.layout import Partition
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.sampling.blocks import id_dtype, make_block
 
-__all__ = ["PartitionSampler"]
+__all__ = ["PartitionSampler", "LocalSampler", "whole_graph"]
 
 
 class PartitionSampler:
@@ -93,3 +93,37 @@ class PartitionSampler:
         order = torch.argsort(pos, stable=True)
         counts = torch.bincount(pos, minlength=gids.numel())
         return counts, self.local_gid.index_select(0, u.index_select(0, order))
+
+
+def whole_graph(parts: Sequence[Partition], num_nodes: int) -> dgl.DGLGraph:
+    """The whole structure in global ids from every part (each edge is stored once, with its
+    destination's owner)."""
+    src, dst = [], []
+    for part in parts:
+        gid = torch.from_numpy(part.local_gid)
+        src.append(gid.index_select(0, torch.from_numpy(part.src)))
+        dst.append(gid.index_select(0, torch.from_numpy(part.dst)))
+    return dgl.graph((torch.cat(src), torch.cat(dst)), num_nodes=num_nodes)
+
+
+class LocalSampler:
+    """Samples blocks from a whole graph held locally (a replicated structure): no exchange,
+    so unlike :class:`PartitionSampler` it is not collective.
+
+    Args:
+        graph: the whole graph, in the partitioned graph's global ids.
+    """
+
+    def __init__(self, graph: dgl.DGLGraph):
+        self.graph = graph
+
+    def sample_blocks(self, seeds: torch.Tensor, fanouts: Sequence[int]) -> list[dgl.DGLGraph]:
+        blocks: list[dgl.DGLGraph] = []
+        frontier = seeds
+        for fanout in reversed(fanouts):
+            src, dst = dgl.sampling.sample_neighbors(self.graph, frontier, fanout,
+                                                     edge_dir="in").edges()
+            block = make_block(frontier, src, dst, self.graph.num_nodes())
+            blocks.insert(0, block)
+            frontier = block.srcdata[dgl.NID]
+        return blocks

@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 from typing import Iterator
 
 import dgl
+import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
@@ -39,12 +41,44 @@ from dglx_dist.models.layers import adapter_for, first_conv
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
-from dglx_dist.sampling import PartitionSampler, owner_balanced_chunks
+from dglx_dist.sampling import (LocalSampler, PartitionSampler, owner_balanced_chunks,
+                                whole_graph)
 from dglx_dist.strategies.p3_layer import P3FirstLayer
 from dglx_dist.strategies.base import STRATEGIES, Batch, PartitionSpec
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
 
-__all__ = ["P3Strategy"]
+__all__ = ["P3Strategy", "CachePlan", "plan_cache"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class CachePlan:
+    """What P3's caching replicates on every server (see :func:`plan_cache`)."""
+
+    structure: bool = False
+    features: bool = False
+    structure_bytes: int = 0
+    feature_bytes: int = 0
+
+
+def plan_cache(budget: float, pdir: PartitionDir, topology: Topology) -> CachePlan:
+    """P3's greedy caching with a per-server ``budget`` (bytes) for replicas: the inputs are
+    packed onto the fewest machines, here one (a full copy per server), the cheaper first.
+
+    Costs per server: the whole structure in every rank's process (int64 edge lists and
+    DGL's CSC index: 24 bytes per edge, 16 per node); the feature columns the server does
+    not hold yet (float32). Replicas change where data is read, never the results.
+    """
+    struct = topology.ranks_per_server * (24 * pdir.num_edges + 16 * pdir.num_nodes)
+    missing = (topology.num_servers - 1) / topology.num_servers
+    feat = int(4 * pdir.num_nodes * pdir.feat_dim * missing)
+    take: dict[str, bool] = {}
+    for name, cost in sorted((("structure", struct), ("features", feat)), key=lambda kv: kv[1]):
+        take[name] = cost <= budget
+        budget -= cost if take[name] else 0
+    return CachePlan(take["structure"], take["features"] and topology.num_servers > 1,
+                     struct, feat)
 
 
 @STRATEGIES.register("p3")
@@ -55,6 +89,11 @@ class P3Strategy(MiniBatchStrategy):
 
     @dataclasses.dataclass(frozen=True)
     class Config(MiniBatchConfig):
+        cache_mb: float = dataclasses.field(
+            default=0.0, metadata={"help": "Per-server memory (MiB) for replicas (P3's "
+                                           "caching): the smaller of structure and features "
+                                           "is copied onto every server if it fits, then the "
+                                           "other; 0: no caching."})
         pipeline: bool = dataclasses.field(
             default=False, metadata={"help": "P3's pipeline: layer 1 of the next two batches "
                                              "runs and travels while one trains (3 in flight); "
@@ -73,12 +112,21 @@ class P3Strategy(MiniBatchStrategy):
 
     def setup(self, session: Session, pdir: PartitionDir) -> None:
         self.check_partitions(pdir, session.topology)
-        self.session, rank = session, session.rank
+        self.session, rank, topo = session, session.rank, session.topology
         part = pdir.load_part(rank)
-        self.cols = slice(*part.feat_cols)
-        self.feat = torch.from_numpy(part.feat)
-        self.num_nodes = pdir.num_nodes
-        self.sampler = PartitionSampler(part, pdir.book, session.world, rank)
+        self.cache = plan_cache(self.config.cache_mb * 2**20, pdir, topo)
+        log.info("p3 caching: %s", self.cache)
+        if self.cache.structure:  # every rank samples from the whole graph, no exchange
+            parts = [part if p == rank else pdir.load_part(p) for p in range(pdir.num_parts)]
+            self.sampler = LocalSampler(whole_graph(parts, pdir.num_nodes))
+        else:
+            self.sampler = PartitionSampler(part, pdir.book, session.world, rank)
+        # without feature caching a rank holds its slice; with it, each server holds every
+        # column: local rank l the slices of the ranks with local index l on every server
+        held = topo.cross_ranks(session.local_rank) if self.cache.features else [rank]
+        feats = [(part.feat, part.feat_cols) if p == rank else pdir.load_feat(p) for p in held]
+        self.cols = torch.cat([torch.arange(*cols) for _, cols in feats])
+        self.feat = torch.from_numpy(np.concatenate([f for f, _ in feats], axis=1))
         self.ids, self.labels = {}, {}
         for split in ("train", "val", "test"):
             mask = getattr(part, split)
@@ -103,7 +151,7 @@ class P3Strategy(MiniBatchStrategy):
             self._row_normalize()
         # layer-1 exchanges use the server and cross groups, never DDP's (the world group)
         layer = P3FirstLayer(conv, adapter, self.cols, self.feat, self.session.server,
-                             self.session.cross)
+                             None if self.cache.features else self.session.cross)
         parent, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, child, layer)
         self._layer, self._slices = layer, list(layer.weights)
@@ -116,15 +164,19 @@ class P3Strategy(MiniBatchStrategy):
     def _row_normalize(self) -> None:
         """Divides every row by its sum over all columns (rows summing to <= 0 stay)."""
         total = self.feat.sum(1, dtype=torch.float64)
-        self.session.world.all_reduce(total)
+        # each column once: over the world, or over a server when every server holds all
+        (self.session.server if self.cache.features else self.session.world).all_reduce(total)
         scale = torch.where(total > 0, 1.0 / total.clamp(min=1e-12), torch.ones_like(total))
         self.feat = (self.feat * scale.to(self.feat.dtype).unsqueeze(1)).contiguous()
 
     def after_backward(self) -> None:
         self._layer.after_backward()  # pipelined slice gradients that arrived
         for p in self._slices:  # DDP averages the other gradients over the ranks
-            if p.grad is not None:
-                p.grad.div_(self.session.world_size)
+            if p.grad is None:
+                continue
+            if self.cache.features:  # the same columns on every server: sum their gradients
+                self.session.cross.all_reduce(p.grad)
+            p.grad.div_(self.session.world_size)
         self.session.world.account_all_reduce(self._grad_bytes)
 
     def batches(self, epoch: int) -> Iterator[Batch]:

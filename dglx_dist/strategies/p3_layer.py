@@ -27,29 +27,31 @@ from torch import nn
 
 from dglx_dist.kvstore.policy import rows_at
 from dglx_dist.models.layers import ConvAdapter
-from dglx_dist.runtime.autograd import (OwnerReduce, flatten_partials, reduce_to_owners,
-                                        unflatten)
+from dglx_dist.runtime.autograd import (OwnerReduce, Ready, flatten_partials,
+                                        reduce_to_owners, unflatten)
 from dglx_dist.runtime.comm import Comm, Pending
 from dglx_dist.sampling import id_dtype, pack_block, unpack_block
 
 __all__ = ["P3FirstLayer", "exchange_blocks"]
 
 
-def exchange_blocks(server: Comm, cross: Comm, block: dgl.DGLGraph,
+def exchange_blocks(server: Comm, cross: Comm | None, block: dgl.DGLGraph,
                     dtype: torch.dtype) -> list[dgl.DGLGraph]:
-    """Every rank's block (structure and source ids only), in rank order; this rank's own
-    block is returned as it is (collective: P3's push of the layer-1 graph). Two stages, so a
-    block crosses to each other server once: gather across servers (``cross``), then share
-    within the server."""
-    across = cross.all_gather_v(pack_block(block, dtype))  # ranks (s, my local index)
+    """Every rank's block (structure and source ids only), in rank order (local order when
+    ``cross`` is None: this server's ranks only); this rank's own block is returned as it is
+    (collective: P3's push of the layer-1 graph). Two stages, so a block crosses to each other
+    server once: gather across servers (``cross``), then share within the server."""
+    mine = pack_block(block, dtype)
+    across = cross.all_gather_v(mine) if cross is not None else [mine]
     lengths = torch.tensor([m.numel() for m in across], dtype=dtype)
     shared = server.all_gather_v(torch.cat([lengths, *across]))
-    out: list[dgl.DGLGraph | None] = [None] * (server.size * cross.size)
+    num_servers, me = len(across), server.rank if cross is not None else server.index
+    out: list[dgl.DGLGraph | None] = [None] * (server.size * num_servers)
     for l, msg in enumerate(shared):  # msg: local rank l's blocks of every server
-        sizes = msg[:cross.size].tolist()
-        for s, packed in enumerate(torch.split(msg[cross.size:], sizes)):
+        sizes = msg[:num_servers].tolist()
+        for s, packed in enumerate(torch.split(msg[num_servers:], sizes)):
             rank = s * server.size + l
-            out[rank] = block if rank == server.rank else unpack_block(packed)
+            out[rank] = block if rank == me else unpack_block(packed)
     return out
 
 
@@ -62,9 +64,9 @@ class _InFlight:
     flats: list[torch.Tensor]  # its partials for every rank's batch (autograd to ``stash``)
     own: list[torch.Tensor]  # the partials for this rank's batch (their shapes)
     plan: OwnerReduce
-    sums: Pending  # the partial sums on their way
+    sums: Pending | Ready  # the partial sums on their way
     total: torch.Tensor | None = None  # this batch's layer-1 sum (a leaf: its .grad)
-    back: Pending | None = None  # the output gradient on its way back
+    back: Pending | Ready | None = None  # the output gradient on its way back
 
 
 class P3FirstLayer(nn.Module):
@@ -73,14 +75,15 @@ class P3FirstLayer(nn.Module):
     Args:
         conv: the model's first conv; its input weights are taken out (``adapter.strip``).
         adapter: the conv's layer adapter.
-        cols: the input columns this rank holds.
+        cols: the input columns this rank holds (indices, increasing).
         feat: this rank's columns of every node's input features (global-id order).
-        server / cross: this rank's server group and the ranks with its local index (the
-            ranks sharing the layer; rank ``j`` holds slice ``j``).
+        server / cross: this rank's server group and the ranks with its local index, which
+            share the layer (cross None: each server's ranks share it among themselves, each
+            server holding every column).
     """
 
-    def __init__(self, conv: nn.Module, adapter: ConvAdapter, cols: slice, feat: torch.Tensor,
-                 server: Comm, cross: Comm):
+    def __init__(self, conv: nn.Module, adapter: ConvAdapter, cols: torch.Tensor,
+                 feat: torch.Tensor, server: Comm, cross: Comm | None):
         super().__init__()
         lins = adapter.input_linears(conv)
         self.weights = nn.ParameterList(
@@ -115,7 +118,7 @@ class P3FirstLayer(nn.Module):
             partials = self._partials(block, stash)
             flats = flatten_partials(partials)
         plan = OwnerReduce(self.server, self.cross, [f.numel() for f in flats])
-        self._ahead.append(_InFlight(block, stash, flats, partials[self.server.rank], plan,
+        self._ahead.append(_InFlight(block, stash, flats, partials[plan.me], plan,
                                      plan.start_forward(flats)))
 
     def _forward_launched(self, entry: _InFlight) -> torch.Tensor:

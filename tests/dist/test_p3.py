@@ -64,24 +64,25 @@ def cora_p3(tmp_path_factory):
     return out
 
 
-def _one_step(session, pdir_path, kind):
+def _one_step(session, pdir_path, kind, cache_mb=0.0):
     pdir = PartitionDir(pdir_path)
     trainer = Trainer(_model(kind, pdir.feat_dim, pdir.num_classes), pdir, "p3",
                       session=session, progress=False, fanouts=(-1, -1), batch_size=12,
-                      optimizer=lambda p: torch.optim.SGD(p, lr=0.0))
+                      cache_mb=cache_mb, optimizer=lambda p: torch.optim.SGD(p, lr=0.0))
     batch = next(iter(trainer.batches(0)))
     loss = F.cross_entropy(trainer.forward(batch), batch.y)
     trainer.step(loss)
     grads = {n: p.grad.numpy().tolist() for n, p in trainer.model.module.named_parameters()}
-    s = trainer.strategy.cols
     return {"seeds": pdir.to_original(batch.seeds.numpy()).tolist(), "loss": loss.item(),
-            "grads": grads, "cols": [s.start, s.stop]}
+            "grads": grads, "cols": trainer.strategy.cols.tolist()}
 
 
-@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("world,cache_mb", [(2, 0.0), (4, 0.0), (4, 1e4)],
+                         ids=["2-ranks", "4-ranks", "4-ranks-cached"])
 @pytest.mark.parametrize("kind", sorted(MODELS))
-def test_one_step_matches_single_process_dgl(tmp_path, cora_p3, world, kind):
-    res = run_workers(_one_step, world, tmp_path, str(cora_p3[world]), kind,
+def test_one_step_matches_single_process_dgl(tmp_path, cora_p3, world, cache_mb, kind):
+    """4-ranks-cached: structure and features replicated on both servers (P3's caching)."""
+    res = run_workers(_one_step, world, tmp_path, str(cora_p3[world]), kind, cache_mb,
                       env={"DGLX_VIRTUAL_SERVERS": "2"})
     ds = read_dataset(builtin_path("cora"))
     g = to_dgl(ds)
@@ -102,7 +103,7 @@ def test_one_step_matches_single_process_dgl(tmp_path, cora_p3, world, kind):
              enumerate(adapter_for(conv).input_linears(conv))}
     want = {name: p.grad for name, p in model.named_parameters()}
     for r in range(world):
-        cols = slice(*res[r]["cols"])
+        cols = torch.tensor(res[r]["cols"])
         for name, grad in res[r]["grads"].items():
             if name in split:  # this rank's column slice of a layer-1 input weight
                 lin = split[name]
@@ -113,10 +114,11 @@ def test_one_step_matches_single_process_dgl(tmp_path, cora_p3, world, kind):
                                        err_msg=f"{kind}: {name} on rank {r}")
 
 
-def _traffic(session, pdir_path):
+def _traffic(session, pdir_path, cache_mb=0.0):
     pdir = PartitionDir(pdir_path)
     trainer = Trainer(_model("sage", pdir.feat_dim, pdir.num_classes), pdir, "p3",
-                      session=session, progress=False, fanouts=(-1, -1), batch_size=10)
+                      session=session, progress=False, fanouts=(-1, -1), batch_size=10,
+                      cache_mb=cache_mb)
     counter = session.counter
     s0 = counter.snapshot()
     batch = next(iter(trainer.batches(0)))
@@ -127,7 +129,8 @@ def _traffic(session, pdir_path):
     return {"sample": {k: s1[k] - s0[k] for k in s0}, "step": {k: s2[k] - s1[k] for k in s0},
             "frontiers": [b.dstdata[dgl.NID].tolist() for b in batch.blocks],
             "block0": [b0.num_src_nodes(), b0.num_dst_nodes(), b0.num_edges()],
-            "grad_bytes": trainer.strategy._grad_bytes}
+            "grad_bytes": trainer.strategy._grad_bytes,
+            "slice_bytes": sum(p.nbytes for p in trainer.strategy._slices)}
 
 
 def _add(totals, kind, sent, recv):
@@ -234,3 +237,34 @@ def test_pipeline_applies_each_batch_slice_gradient_one_step_later(tmp_path, cor
             if t + 1 < len(sync):
                 for got, want in zip(pipe[t + 1]["slices"], sync[t]["slices"]):
                     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+def test_caching_keeps_layer_one_and_sampling_off_the_inter_server_links(tmp_path, cora_p3):
+    """With structure and features replicated on both servers, sampling sends nothing and a
+    step's inter-server bytes are DDP's all-reduce plus the weight slices' all-reduce."""
+    res = run_workers(_traffic, 4, tmp_path, str(cora_p3[4]), 1e4,
+                      env={"DGLX_VIRTUAL_SERVERS": "2"})
+    for r, out in res.items():
+        assert all(v == 0 for k, v in out["sample"].items() if k in KEYS), (r, out["sample"])
+        ddp = 2 * out["grad_bytes"] // 4 * 2  # to the two ranks of the other server
+        slices = 2 * out["slice_bytes"] // 2  # all-reduce over the cross pair
+        assert out["step"]["sent_inter"] == ddp + slices, (r, out["step"])
+        assert out["step"]["sent_intra"] > 0  # layer 1 now runs within each server
+
+
+def test_plan_cache_is_greedy_smallest_first():
+    from types import SimpleNamespace
+
+    from dglx_dist.runtime.topology import Topology
+    from dglx_dist.strategies.p3 import plan_cache
+
+    pdir = SimpleNamespace(num_nodes=1000, num_edges=10_000, feat_dim=100)
+    topo = Topology(2, 2)
+    struct = 2 * (24 * 10_000 + 16 * 1000)  # every rank of a server holds it
+    feat = 4 * 1000 * 100 // 2  # the half of the columns a server does not hold
+    assert struct > feat
+    plans = [plan_cache(b, pdir, topo) for b in (0, feat, struct, struct + feat)]
+    assert [(p.structure, p.features) for p in plans] == [
+        (False, False), (False, True), (False, True), (True, True)]
+    assert (plans[0].structure_bytes, plans[0].feature_bytes) == (struct, feat)
+    assert not plan_cache(1e12, pdir, Topology(1, 4)).features  # one server holds all anyway
