@@ -1,0 +1,76 @@
+"""The layer protocol: column-split adapters reproduce the stock dgl.nn convs."""
+import copy
+
+import dgl
+import dgl.nn as dglnn
+import pytest
+import torch
+from torch import nn
+
+from dglx_dist.models import SAGE
+from dglx_dist.models.layers import adapter_for, first_conv
+
+CONVS = {
+    "sage-mean-shrink": lambda: dglnn.SAGEConv(12, 5, "mean"),
+    "sage-mean-grow": lambda: dglnn.SAGEConv(12, 30, "mean", activation=torch.relu),
+    "sage-gcn": lambda: dglnn.SAGEConv(12, 5, "gcn"),
+    "sage-pool": lambda: dglnn.SAGEConv(12, 5, "pool", norm=nn.LayerNorm(5)),
+    "graphconv-both": lambda: dglnn.GraphConv(12, 5, allow_zero_in_degree=True),
+    "graphconv-left-grow": lambda: dglnn.GraphConv(12, 30, norm="left",
+                                                   allow_zero_in_degree=True),
+    "graphconv-right": lambda: dglnn.GraphConv(12, 5, norm="right", allow_zero_in_degree=True),
+    "gat": lambda: dglnn.GATConv(12, 4, 3, allow_zero_in_degree=True, activation=torch.tanh),
+}
+
+
+def _block():
+    torch.manual_seed(0)
+    g = dgl.rand_graph(50, 300)
+    seeds = torch.arange(20)
+    return dgl.to_block(dgl.in_subgraph(g, seeds), seeds)
+
+
+@pytest.mark.parametrize("name", sorted(CONVS))
+def test_partials_over_column_slices_sum_to_the_stock_conv(name):
+    torch.manual_seed(1)
+    conv = CONVS[name]()
+    for pname, p in conv.named_parameters():
+        if "bias" in pname:
+            nn.init.normal_(p)
+    block = _block()
+    x = torch.randn(block.num_src_nodes(), 12)
+    want = conv(block, x)
+    adapter = adapter_for(conv)
+    adapter.check_column_split(conv)
+    lins = adapter.input_linears(conv)
+    full = [conv.get_parameter(lin.path).detach().clone() for lin in lins]
+    rest = copy.deepcopy(conv)
+    adapter.strip(rest)
+    assert not any(n.endswith(tuple(lin.path for lin in lins)) for n, _ in
+                   rest.named_parameters())
+    slices = [slice(0, 5), torch.tensor([5, 7, 9, 11]), torch.tensor([6, 8, 10])]
+    parts = [adapter.partial(rest, [lin.columns(w, c) for lin, w in zip(lins, full)], block,
+                             x[:, c]) for c in slices]
+    totals = [sum(p[i] for p in parts) for i in range(len(parts[0]))]
+    torch.testing.assert_close(adapter.finish(rest, block, totals), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("conv,message", [
+    (dglnn.SAGEConv(4, 3, "lstm"), "aggregator 'lstm' cannot be split"),
+    (dglnn.GATConv(4, 3, 2, residual=True), "residual=True"),
+    (dglnn.GATConv((4, 5), 3, 2), "two projections"),
+    (dglnn.GraphConv(4, 3, weight=False), "weight=False"),
+])
+def test_layers_that_cannot_be_split_say_what_is_needed(conv, message):
+    with pytest.raises(ValueError, match=message):
+        adapter_for(conv).check_column_split(conv)
+
+
+def test_unknown_first_layers_list_the_supported_ones():
+    with pytest.raises(ValueError, match="no layer adapter for GINConv; supported first layers: "
+                                         "GATConv, GraphConv, SAGEConv"):
+        adapter_for(dglnn.GINConv(nn.Linear(4, 4)))
+    with pytest.raises(ValueError, match="has no dgl.nn conv layer"):
+        first_conv(nn.Sequential(nn.Linear(3, 3)))
+    conv, name = first_conv(SAGE(8, 4, 2))
+    assert name == "layers.0" and isinstance(conv, dglnn.SAGEConv)
