@@ -9,9 +9,10 @@ trainer running DGL's example loop (``scripts/_dgl_distdgl_worker.py``; each mac
 private /dev/shm through ``unshare --mount``, see that module's docstring).
 
 Partitioning is not in the epoch time. Per system: mean epoch time without the first epoch
-(with ``--repeat N``: N runs per system, alternating ours/DGL, and the median of the runs' means;
-this machine's speed drifts by 20-30% between runs), steps per epoch, test accuracy (all test nodes, full neighborhoods), peak memory per trainer
-and our inter-server bytes per epoch. ``--profile`` adds an instrumented run of ours to
+(with ``--repeat N``: N runs per system, alternating ours/DGL, and the median of the runs'
+means; this machine's speed drifts by 20-30% between runs), steps per epoch, test accuracy
+(all test nodes, full neighborhoods), peak memory per trainer and our inter-server bytes per
+epoch. ``--profile`` adds an instrumented run of ours to
 compare phase by phase (sampling, KVStore pull, forward, backward, all-reduce, optimizer) with
 the same phases timed in DGL's loop.
 

@@ -19,9 +19,10 @@ still takes part with an empty request, then raises.
 
 **Pull.** The requested ids are deduplicated (``torch.unique``; ``dedup=False`` skips that for
 ids known to be unique, such as a block's input nodes, and writes rows straight into request
-order instead of gathering them from a deduplicated buffer at the end); ids held by the own server are
-read from shared memory; the others are grouped by owning server and sent through
-``session.cross`` (the ranks with this rank's local index on every server) with
+order instead of gathering them from a deduplicated buffer at the end); ids held by the own
+server are read from shared memory (while the answers from other servers travel); the others
+are grouped by owning server and sent through ``session.cross`` (the ranks with this rank's
+local index on every server) with
 ``all_to_all_v``: per non-empty destination one int64 tensor ``[name_index, *ids]`` (so a
 request costs ``8 * (1 + unique ids)`` bytes). The peer reads its shared memory and answers with
 the rows as raw bytes (uint8), so row widths may differ per peer; the caller scatters them back

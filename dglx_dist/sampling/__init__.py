@@ -4,5 +4,6 @@ from dglx_dist.sampling.sampler import LocalSampler, PartitionSampler, whole_gra
 from dglx_dist.sampling.split import (epoch_batches, even_chunk, owner_balanced_chunks,
                                       steps_per_epoch)
 
-__all__ = ["LocalSampler", "whole_graph", "id_dtype", "make_block", "pack_block", "unpack_block", "PartitionSampler", "even_chunk", "epoch_batches",
-           "owner_balanced_chunks", "steps_per_epoch"]
+__all__ = ["LocalSampler", "PartitionSampler", "whole_graph", "id_dtype", "make_block",
+           "pack_block", "unpack_block", "even_chunk", "epoch_batches", "owner_balanced_chunks",
+           "steps_per_epoch"]
