@@ -7,7 +7,7 @@ from typing import Any, Iterable, Sequence
 
 import psutil
 
-__all__ = ["PeakRSS", "markdown_table", "peak_rss_bytes"]
+__all__ = ["PeakRSS", "SavedBytes", "markdown_table", "peak_rss_bytes"]
 
 
 def peak_rss_bytes() -> int:
@@ -21,6 +21,34 @@ def peak_rss_bytes() -> int:
         pass
     import resource
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class SavedBytes:
+    """Bytes autograd keeps for the backward pass of one forward (its activations): use
+    ``pack`` as the pack hook of ``torch.autograd.graph.saved_tensors_hooks``. Each storage
+    counts once per forward; ``peak`` is the largest forward seen since the last reset."""
+
+    def __init__(self):
+        self.peak = 0
+        self._seen: set[int] = set()
+        self._now = 0
+
+    def start(self) -> None:
+        """A new forward begins."""
+        self._seen.clear()
+        self._now = 0
+
+    def pack(self, tensor):
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in self._seen:
+            self._seen.add(storage.data_ptr())
+            self._now += storage.nbytes()
+            self.peak = max(self.peak, self._now)
+        return tensor
+
+    def reset(self) -> None:
+        self.peak = 0
+        self.start()
 
 
 class PeakRSS:

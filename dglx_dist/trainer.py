@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator, TextIO
 import torch
 from tqdm.auto import tqdm
 
-from dglx_dist.measure import peak_rss_bytes
+from dglx_dist.measure import SavedBytes, peak_rss_bytes
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.session import Session, current_session
 from dglx_dist.strategies.base import STRATEGIES, Batch, Strategy
@@ -72,6 +72,7 @@ class Trainer:
                           torch.optim.Adam(params, lr=lr, weight_decay=weight_decay))
         self.metrics, self.progress = metrics, progress
         self.epoch = 0
+        self.saved = SavedBytes()  # activation memory of the training forwards
         self.history: list[dict[str, Any]] = []
 
     def batches(self, epoch: int | None = None) -> Iterator[Batch]:
@@ -85,7 +86,9 @@ class Trainer:
 
     def forward(self, batch: Batch) -> torch.Tensor:
         """Logits for ``batch`` (what the strategy does between layers included)."""
-        return self.strategy.forward(self.model, batch)
+        self.saved.start()
+        with torch.autograd.graph.saved_tensors_hooks(self.saved.pack, lambda t: t):
+            return self.strategy.forward(self.model, batch)
 
     def step(self, loss: torch.Tensor) -> None:
         """Backward and optimizer step (gradients are synchronised by the strategy)."""
@@ -117,10 +120,14 @@ class Trainer:
         """
         for i in range(epochs):
             before = self.session.counter.snapshot()
+            self.saved.reset()
             t0 = time.perf_counter()
             losses, steps, samples = 0.0, 0, 0
             for batch in self.batches():
-                loss = loss_fn(self.forward(batch), batch.y)
+                logits = self.forward(batch)
+                # a rank with no labelled rows in this step still runs backward (the strategy's
+                # exchanges are collective) with a loss of zero
+                loss = loss_fn(logits, batch.y) if batch.y.numel() else logits.sum() * 0.0
                 self.step(loss)
                 losses += float(loss.detach())
                 steps += 1
@@ -144,7 +151,8 @@ class Trainer:
         sums = torch.tensor([after[k] - before[k] for k in _BYTES] + [samples, losses],
                             dtype=torch.float64)
         world.all_reduce(sums)
-        maxes = torch.tensor([wall, float(peak_rss_bytes())], dtype=torch.float64)
+        maxes = torch.tensor([wall, float(peak_rss_bytes()), float(self.saved.peak)],
+                             dtype=torch.float64)
         world.all_reduce(maxes, op="max")
         topo = self.session.topology
         record = {"epoch": self.epoch, "strategy": self.strategy.registered_name,
@@ -154,6 +162,7 @@ class Trainer:
                                                          / self.session.world_size, 5)}
         record.update({f"bytes_{k}": int(v) for k, v in zip(_BYTES, sums[:4])})
         record["peak_mem_mb"] = round(float(maxes[1]) / (1 << 20), 1)
+        record["peak_saved_mb"] = round(float(maxes[2]) / (1 << 20), 2)
         return record
 
     def _emit(self, record: dict[str, Any]) -> None:

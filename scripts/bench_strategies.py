@@ -23,8 +23,6 @@ Prints one JSON object and markdown tables; ``--plot`` draws bytes and epoch tim
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -33,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_train import run_group
+from bench_train import run_group, synthetic_dataset
 
 from dglx_dist.measure import markdown_table
 from dglx_dist.runtime.env import free_local_port
@@ -47,16 +45,11 @@ PRESETS = {
 
 def dataset(workdir: Path, num_nodes: int, num_edges: int, feat_dim: int, seed: int) -> Path:
     """A synthetic DC-SBM dataset with ``feat_dim`` features (generated once, cached)."""
-    from dglx_dist.data.synthetic import SyntheticConfig, write_synthetic
+    from dglx_dist.data.synthetic import SyntheticConfig
 
-    config = SyntheticConfig(num_nodes=num_nodes, num_edges=num_edges, feat_dim=feat_dim,
-                             num_classes=16, seed=seed)
-    key = hashlib.sha1(json.dumps(dataclasses.asdict(config), sort_keys=True).encode())
-    path = workdir / f"synthetic-{key.hexdigest()[:12]}"
-    if not (path / "meta.json").is_file():
-        log.info("generating %s: %s", path, config)
-        write_synthetic(config, path)
-    return path
+    return synthetic_dataset(SyntheticConfig(num_nodes=num_nodes, num_edges=num_edges,
+                                             feat_dim=feat_dim, num_classes=16, seed=seed),
+                             workdir)
 
 
 def run(args: argparse.Namespace, strategy: str, data: Path, hidden: int) -> dict[str, Any]:

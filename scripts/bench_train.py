@@ -63,9 +63,15 @@ def dataset_dir(args: argparse.Namespace, workdir: Path) -> Path:
     preset = PRESETS[args.preset]
     if args.data or "data" in preset:
         return resolve_dataset(args.data or preset["data"])
-    from dglx_dist.data.synthetic import SyntheticConfig, write_synthetic
+    from dglx_dist.data.synthetic import SyntheticConfig
 
-    config = SyntheticConfig(**preset["synthetic"], seed=args.seed)
+    return synthetic_dataset(SyntheticConfig(**preset["synthetic"], seed=args.seed), workdir)
+
+
+def synthetic_dataset(config, workdir: Path) -> Path:
+    """The synthetic dataset of ``config`` in ``workdir`` (generated once, keyed by config)."""
+    from dglx_dist.data.synthetic import write_synthetic
+
     key = hashlib.sha1(json.dumps(dataclasses.asdict(config), sort_keys=True).encode())
     path = workdir / f"synthetic-{key.hexdigest()[:12]}"
     if not (path / "meta.json").is_file():
@@ -372,7 +378,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=1,
                    help="runs per system, alternating; epoch_time is the median run's")
     p.add_argument("--ours-opt", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra distdgl option for our run (repeatable), e.g. prefetch=0")
+                   help="extra distdgl option for our run (repeatable), e.g. fanouts=5,10")
     p.add_argument("--epochs", type=int, help="epochs (default: preset; tiny 30, small 5)")
     p.add_argument("--hidden", type=int, help="hidden width (default: preset; tiny 16, small 64)")
     p.add_argument("--lr", type=float, help="Adam learning rate (default: preset)")

@@ -1,4 +1,11 @@
-"""Reference layer-wise models built from dgl.nn, for tests, benchmarks and the CLI."""
+"""Reference layer-wise models built from dgl.nn, for tests, benchmarks and the CLI.
+
+:data:`MODELS` builds one by name: ``MODELS[name](in_feats, hidden, num_classes, num_layers,
+dropout=..., row_normalize=...)``.
+"""
+from dglx_dist.models.gcn import GCN, ResGCN
 from dglx_dist.models.sage import SAGE
 
-__all__ = ["SAGE"]
+__all__ = ["SAGE", "GCN", "ResGCN", "MODELS"]
+
+MODELS = {"sage": SAGE, "gcn": GCN, "resgcn": ResGCN}

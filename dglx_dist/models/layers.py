@@ -18,6 +18,11 @@ how to compute a partial and how to finish:
   GATConv's own forward with ``fc`` replaced by the identity (attention needs the full sum:
   P3's "sync" in P-TAGS).
 
+Adapters also say how a conv normalises by its sources' out-degrees
+(:meth:`ConvAdapter.degree_edge_weight`): on a block holding only part of a source's out-edges
+(a rank's share of a full-graph layer) the block's own out-degree is too small, and the adapter
+turns the graph's true out-degrees into edge weights that restore the full-graph normalisation.
+
 Adapters are registered under the conv class name in :data:`LAYERS` (entry points
 ``dglx_dist.layers`` add more); :func:`adapter_for` finds the one for a module.
 """
@@ -33,7 +38,7 @@ from torch import nn
 
 from dglx_dist.registry import Registry
 
-__all__ = ["LAYERS", "ConvAdapter", "InputLinear", "adapter_for", "first_conv"]
+__all__ = ["LAYERS", "ConvAdapter", "InputLinear", "adapter_for", "first_conv", "graph_convs"]
 
 LAYERS: Registry["ConvAdapter"] = Registry("layer adapter", entry_point_group="dglx_dist.layers")
 
@@ -84,6 +89,13 @@ class ConvAdapter(abc.ABC):
                totals: list[torch.Tensor]) -> torch.Tensor:
         """The layer's output from the sums of every slice's partials."""
 
+    def degree_edge_weight(self, conv: nn.Module, block: dgl.DGLGraph,
+                           out_degree: torch.Tensor) -> torch.Tensor | None:
+        """Per-edge weights (to pass as ``edge_weight``) under which ``conv`` on ``block``
+        normalises by ``out_degree`` (each source node's out-degree in the whole graph) instead
+        of the block's out-degrees; None when the conv does not use source degrees."""
+        return None
+
     def strip(self, conv: nn.Module) -> None:
         """Removes the input linears' weights from ``conv`` (their column slices live
         elsewhere now); what stays are the parameters :meth:`finish` uses."""
@@ -108,23 +120,34 @@ def adapter_for(module: nn.Module) -> ConvAdapter:
                      f"dglx_dist.models.layers.LAYERS)")
 
 
-def first_conv(model: nn.Module) -> tuple[nn.Module, str]:
-    """The model's first graph conv (in registration order) and its dotted name.
+def graph_convs(model: nn.Module) -> list[tuple[nn.Module, str]]:
+    """The model's graph convs (in registration order) and their dotted names.
 
     A module counts as a conv when an adapter is registered for it or it comes from
-    ``dgl.nn``; the first one found is what the model's first block goes through.
+    ``dgl.nn``; modules inside a conv are part of it.
+    """
+    found: list[tuple[nn.Module, str]] = []
+    for name, module in model.named_modules():
+        if module is model or any(name.startswith(f"{outer}.") for _, outer in found):
+            continue
+        if any(c.__name__ in LAYERS for c in type(module).__mro__) or \
+                type(module).__module__.startswith("dgl.nn"):
+            found.append((module, name))
+    return found
+
+
+def first_conv(model: nn.Module) -> tuple[nn.Module, str]:
+    """The model's first graph conv (see :func:`graph_convs`): what its first block goes
+    through.
 
     Raises:
         ValueError: the model has no dgl.nn conv.
     """
-    for name, module in model.named_modules():
-        if module is model:
-            continue
-        if any(c.__name__ in LAYERS for c in type(module).__mro__) or \
-                type(module).__module__.startswith("dgl.nn"):
-            return module, name
-    raise ValueError(f"{type(model).__name__} has no dgl.nn conv layer; expected a model whose "
-                     f"first layer is one of {', '.join(LAYERS.names())}")
+    convs = graph_convs(model)
+    if not convs:
+        raise ValueError(f"{type(model).__name__} has no dgl.nn conv layer; expected a model "
+                         f"whose first layer is one of {', '.join(LAYERS.names())}")
+    return convs[0]
 
 
 def _dropout(conv: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -214,6 +237,16 @@ class GraphConvAdapter(ConvAdapter):
             h = h * (deg.pow(-0.5) if norm == "both" else 1.0 / deg).unsqueeze(1)
         return [h]
 
+    def degree_edge_weight(self, conv, block, out_degree):
+        if conv._norm not in ("left", "both"):
+            return None
+        # GraphConv scales source rows by deg^-p (p = 1/2 or 1) of the block's out-degrees;
+        # (block_deg / true_deg)^p per edge turns that into the true degree's
+        power = 0.5 if conv._norm == "both" else 1.0
+        ratio = block.out_degrees().to(out_degree.dtype).clamp(min=1) / out_degree.clamp(min=1)
+        src, _ = block.edges()
+        return ratio.pow(power).index_select(0, src).float()
+
     def finish(self, conv, block, totals):
         rst = totals[0] if conv.bias is None else totals[0] + conv.bias
         return conv._activation(rst) if conv._activation is not None else rst
@@ -237,6 +270,13 @@ class GATAdapter(ConvAdapter):
 
     def partial(self, conv, weights, block, x):
         return [F.linear(_dropout(conv, x), weights[0])]
+
+    def degree_edge_weight(self, conv: nn.Module, block: dgl.DGLGraph,
+                           out_degree: torch.Tensor) -> torch.Tensor | None:
+        """Per-edge weights (to pass as ``edge_weight``) under which ``conv`` on ``block``
+        normalises by ``out_degree`` (each source node's out-degree in the whole graph) instead
+        of the block's out-degrees; None when the conv does not use source degrees."""
+        return None
 
     def strip(self, conv: nn.Module) -> None:
         super().strip(conv)

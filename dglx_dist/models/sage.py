@@ -5,6 +5,8 @@ import dgl.nn as dglnn
 import torch
 from torch import nn
 
+from dglx_dist.models.gcn import row_normalized
+
 __all__ = ["SAGE"]
 
 
@@ -31,10 +33,7 @@ class SAGE(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, blocks, x: torch.Tensor) -> torch.Tensor:
-        h = x
-        if self.row_normalize:
-            total = x.sum(1, keepdim=True)
-            h = torch.where(total > 0, x / total.clamp(min=1e-12), x)
+        h = row_normalized(x) if self.row_normalize else x
         for i, (layer, block) in enumerate(zip(self.layers, blocks)):
             h = layer(block, h)
             if i != len(self.layers) - 1:

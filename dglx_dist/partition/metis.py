@@ -4,6 +4,11 @@ Multi-constraint runs go through DGL's bundled METIS (``dgl.metis_partition_assi
 ``balance_ntypes`` / ``balance_edges``): pymetis accepts several weights per vertex but balances
 only the first. Single-constraint runs (plain node balance) may use pymetis.
 
+With ``groups = G > 1`` the split is hierarchical, as GraNNDis partitions a cluster: METIS first
+cuts the graph into ``G`` groups (servers), then each group's induced subgraph into
+``num_parts / G`` parts (its ranks), with the same constraints; parts ``g*P/G .. (g+1)*P/G - 1``
+belong to group ``g``.
+
 After METIS, node ids are relabeled so that part ``p``'s core nodes are the contiguous range
 ``[offsets[p], offsets[p+1])`` (original order kept inside a part); the map back to the
 dataset's ids is stored with each part.
@@ -17,6 +22,7 @@ import numpy as np
 import torch
 
 from dglx_dist.data.format import DatasetMeta, GraphDataset
+from dglx_dist.errors import PartitionError
 from dglx_dist.partition.base import PARTITIONERS, Partitioner, PartitionPlan
 from dglx_dist.partition.book import RangeBook
 
@@ -47,6 +53,10 @@ class MetisPartitioner(Partitioner):
                 "help": "'dgl' (DGL's METIS, multi-constraint), 'pymetis' (single constraint "
                         "only) or 'auto' (pymetis when there is nothing but the node count to "
                         "balance, else DGL's)."})
+        groups: int = dataclasses.field(
+            default=1, metadata={
+                "help": "Hierarchical split: first into this many groups (servers), then each "
+                        "group into num_parts/groups parts (its ranks); 1: one flat split."})
 
         def __post_init__(self):
             bad = [b for b in self.balance if b not in BALANCE_CHOICES]
@@ -59,14 +69,32 @@ class MetisPartitioner(Partitioner):
             if self.backend == "pymetis" and self.balance:
                 raise ValueError(f"backend 'pymetis' balances one constraint only; it cannot "
                                  f"balance {self.balance} (use backend 'dgl' or balance '')")
+            if self.groups < 1:
+                raise ValueError(f"groups {self.groups}: must be >= 1")
+
+    def validate(self, meta: DatasetMeta, num_parts: int) -> None:
+        super().validate(meta, num_parts)
+        if num_parts % self.config.groups:
+            raise ValueError(f"metis with groups={self.config.groups}: {num_parts} parts do not "
+                             f"split evenly into the groups; use a multiple of "
+                             f"{self.config.groups} parts")
 
     def plan(self, ds: GraphDataset, num_parts: int) -> PartitionPlan:
-        if num_parts == 1:
-            assignment = np.zeros(ds.num_nodes, dtype=np.int64)
-        elif self._use_pymetis():
-            assignment = _pymetis_assignment(ds, num_parts, self.config.objective)
+        groups = self.config.groups
+        if groups == 1:
+            assignment = self._assign(ds.src, ds.dst, _masks(ds), num_parts)
         else:
-            assignment = self._dgl_assignment(ds, num_parts)
+            top = self._assign(ds.src, ds.dst, _masks(ds), groups)
+            per = num_parts // groups
+            assignment = np.empty(ds.num_nodes, dtype=np.int64)
+            for g in range(groups):
+                nodes = np.flatnonzero(top == g)
+                local = np.full(ds.num_nodes, -1, dtype=np.int64)
+                local[nodes] = np.arange(nodes.size)
+                inside = (local[ds.src] >= 0) & (local[ds.dst] >= 0)
+                sub = self._assign(local[ds.src[inside]], local[ds.dst[inside]],
+                                   {k: m[nodes] for k, m in _masks(ds).items()}, per)
+                assignment[nodes] = g * per + sub
         orig_ids = np.argsort(assignment, kind="stable").astype(np.int64)
         counts = np.bincount(assignment, minlength=num_parts)
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -83,15 +111,26 @@ class MetisPartitioner(Partitioner):
         return self.config.backend == "pymetis" or (
             self.config.backend == "auto" and not self.config.balance)
 
-    def _dgl_assignment(self, ds: GraphDataset, num_parts: int) -> np.ndarray:
+    def _assign(self, src: np.ndarray, dst: np.ndarray, masks: dict[str, np.ndarray],
+                num_parts: int) -> np.ndarray:
+        """METIS parts of the graph ``src -> dst`` over ``len(masks["train"])`` nodes."""
+        num_nodes = masks["train"].size
+        if num_parts == 1:
+            return np.zeros(num_nodes, dtype=np.int64)
+        if self._use_pymetis():
+            return _pymetis_assignment(src, dst, num_nodes, num_parts, self.config.objective)
+        return self._dgl_assignment(src, dst, masks, num_parts)
+
+    def _dgl_assignment(self, src: np.ndarray, dst: np.ndarray,
+                        split_masks: dict[str, np.ndarray], num_parts: int) -> np.ndarray:
         import dgl
 
-        g = dgl.graph((torch.from_numpy(ds.src), torch.from_numpy(ds.dst)),
-                      num_nodes=ds.num_nodes)
-        masks = [getattr(ds, m) for m in ("train", "val", "test") if m in self.config.balance]
+        num_nodes = split_masks["train"].size
+        g = dgl.graph((torch.from_numpy(src), torch.from_numpy(dst)), num_nodes=num_nodes)
+        masks = [split_masks[m] for m in ("train", "val", "test") if m in self.config.balance]
         categories = None
         if masks:
-            cat = np.zeros(ds.num_nodes, dtype=np.int64)
+            cat = np.zeros(num_nodes, dtype=np.int64)
             for i, mask in enumerate(masks, start=1):
                 cat[mask & (cat == 0)] = i
             categories = torch.from_numpy(cat)
@@ -104,13 +143,17 @@ class MetisPartitioner(Partitioner):
         return parts.numpy().astype(np.int64)
 
 
-def _pymetis_assignment(ds: GraphDataset, num_parts: int, objective: str) -> np.ndarray:
+def _masks(ds: GraphDataset) -> dict[str, np.ndarray]:
+    return {"train": ds.train, "val": ds.val, "test": ds.test}
+
+
+def _pymetis_assignment(src: np.ndarray, dst: np.ndarray, n: int, num_parts: int,
+                        objective: str) -> np.ndarray:
     import pymetis
     import scipy.sparse as sp
 
-    n = ds.num_nodes
-    keep = ds.src != ds.dst
-    adj = sp.coo_matrix((np.ones(int(keep.sum()), np.int8), (ds.src[keep], ds.dst[keep])),
+    keep = src != dst
+    adj = sp.coo_matrix((np.ones(int(keep.sum()), np.int8), (src[keep], dst[keep])),
                         shape=(n, n)).tocsr()
     adj = (adj + adj.T).tocsr()  # METIS wants a symmetric graph without self loops
     log.info("METIS (pymetis) into %d parts, balancing nodes", num_parts)

@@ -1,5 +1,10 @@
 """Differentiable collectives: exchanges that autograd can run backwards.
 
+:func:`halo_exchange` is the boundary exchange of row-partitioned full-graph training
+(GraNNDis within a server, the full-graph baseline across the job): each rank appends to its
+own rows the rows its peers hold that its next layer reads; backward returns those rows'
+gradients to their holders, which add them to their own.
+
 :func:`reduce_to_owners` is P3's pull + reduce of partial activations: every rank computes a
 partial result for every rank's batch, the partials travel to the batch's owner and are summed
 there. Its backward pass is the push of the output's gradient to every rank: the sum's gradient
@@ -27,7 +32,8 @@ import torch
 
 from dglx_dist.runtime.comm import Comm, Pending
 
-__all__ = ["OwnerReduce", "Ready", "flatten_partials", "reduce_to_owners", "unflatten"]
+__all__ = ["OwnerReduce", "Ready", "flatten_partials", "halo_exchange", "reduce_to_owners",
+           "unflatten"]
 
 
 def _sum(parts: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -131,9 +137,8 @@ def flatten_partials(partials: Sequence[Sequence[torch.Tensor]]) -> list[torch.T
             for ts in partials]
 
 
-def unflatten(total: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """``total`` cut and shaped like the tensors ``like``."""
-    shapes = [t.shape for t in like]
+def unflatten(total: torch.Tensor, shapes: Sequence[torch.Size]) -> list[torch.Tensor]:
+    """``total`` cut into tensors of ``shapes``."""
     return [piece.view(shape) for piece, shape in
             zip(torch.split(total, [math.prod(s) for s in shapes]), shapes)]
 
@@ -160,4 +165,62 @@ def reduce_to_owners(server: Comm, cross: Comm | None,
                          f"({plan_ranks}), got {len(partials)}")
     me = server.rank if cross is not None else server.index
     total = _ReduceToOwners.apply(server, cross, *flatten_partials(partials))
-    return unflatten(total, partials[me])
+    return unflatten(total, [t.shape for t in partials[me]])
+
+
+class _HaloExchange(torch.autograd.Function):
+    """``h`` -> ``[h; rows of every member's h this rank asked for]``."""
+
+    @staticmethod
+    def forward(ctx, comm: Comm, send_idx: Sequence[torch.Tensor], recv_rows: Sequence[int],
+                h: torch.Tensor) -> torch.Tensor:
+        ctx.comm, ctx.send_idx, ctx.recv_rows, ctx.rows = comm, send_idx, recv_rows, h.shape[0]
+        got = comm.all_to_all_v([h.index_select(0, idx) for idx in send_idx],
+                                recv_rows=recv_rows)
+        return torch.cat([h, *got])
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        grad_h = grad[:ctx.rows].clone()
+        remote = torch.split(grad[ctx.rows:], list(ctx.recv_rows))
+        back = ctx.comm.all_to_all_v([g.contiguous() for g in remote],
+                                     recv_rows=[idx.numel() for idx in ctx.send_idx])
+        for idx, g in zip(ctx.send_idx, back):
+            grad_h.index_add_(0, idx, g)
+        return None, None, None, grad_h
+
+
+def halo_exchange(comm: Comm, h: torch.Tensor, send_idx: Sequence[torch.Tensor],
+                  recv_rows: Sequence[int]) -> torch.Tensor:
+    """``h`` followed by the rows this rank needs from each member of ``comm`` (collective).
+
+    Args:
+        comm: the members that exchange rows.
+        h: this rank's rows.
+        send_idx: ``send_idx[j]``: the rows of ``h`` member ``j`` needs, in the order it wants.
+        recv_rows: ``recv_rows[j]``: how many rows member ``j`` sends here.
+
+    Returns:
+        ``h`` with the received rows appended in member order. Differentiable: the gradient of
+        a received row goes back to its holder and is added to the row it came from.
+    """
+    return _HaloExchange.apply(comm, send_idx, recv_rows, h)
+
+
+class _ScaleGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, t: torch.Tensor, factor: float) -> torch.Tensor:
+        ctx.factor = factor
+        return t.view_as(t)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        # a factor of 0 gives zeros even where the gradient is not finite (the mean loss of
+        # an empty batch is NaN)
+        return (grad * ctx.factor if ctx.factor else torch.zeros_like(grad)), None
+
+
+def scale_grad(t: torch.Tensor, factor: float) -> torch.Tensor:
+    """``t`` unchanged, with the gradient that reaches it multiplied by ``factor`` (the weight
+    of this rank's loss in a mean over every rank's samples)."""
+    return _ScaleGrad.apply(t, factor)

@@ -83,6 +83,19 @@ class Session:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    def all_reduce_by_server(self, flat: torch.Tensor) -> torch.Tensor:
+        """The sum of the 1-D ``flat`` over every rank, crossing servers once: reduce-scatter
+        within the server, all-reduce of each rank's chunk with the same chunk on the other
+        servers, all-gather within the server (collective; returns a new tensor)."""
+        n, size = flat.numel(), self.server.size
+        chunk = torch.nn.functional.pad(flat, (0, (-n) % size))
+        if size > 1:
+            chunk = self.server.reduce_scatter(chunk)
+        if self.cross.size > 1:
+            self.cross.all_reduce(chunk)
+        total = torch.cat(self.server.all_gather(chunk)) if size > 1 else chunk
+        return total[:n]
+
     def shutdown(self, error: BaseException | None = None) -> None:
         """Stops the heartbeat and destroys the process groups (idempotent).
 

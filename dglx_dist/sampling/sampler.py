@@ -11,6 +11,8 @@ times (with the same number of layers); members with nothing to sample pass empt
 """
 from __future__ import annotations
 
+import abc
+
 from typing import Sequence
 
 import dgl
@@ -21,10 +23,32 @@ from dglx_dist.partition.layout import Partition
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.sampling.blocks import id_dtype, make_block
 
-__all__ = ["PartitionSampler", "LocalSampler", "whole_graph"]
+__all__ = ["BlockSampler", "PartitionSampler", "LocalSampler", "whole_graph"]
 
 
-class PartitionSampler:
+class BlockSampler(abc.ABC):
+    """Builds a GNN's blocks layer by layer from a ``sample_layer`` (subclasses provide it)."""
+
+    num_nodes: int
+
+    @abc.abstractmethod
+    def sample_layer(self, nodes: torch.Tensor, fanout: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sampled in-edges ``(src, dst)`` of ``nodes`` (global ids)."""
+
+    def sample_blocks(self, seeds: torch.Tensor, fanouts: Sequence[int]) -> list[dgl.DGLGraph]:
+        """Blocks for a GNN with ``len(fanouts)`` layers; ``fanouts[i]`` is layer i's fanout
+        (input layer first, as in DGL's NeighborSampler); -1 takes every in-neighbor."""
+        blocks: list[dgl.DGLGraph] = []
+        frontier = seeds
+        for fanout in reversed(fanouts):
+            src, dst = self.sample_layer(frontier, fanout)
+            block = make_block(frontier, src, dst, self.num_nodes)
+            blocks.insert(0, block)
+            frontier = block.srcdata[dgl.NID]
+        return blocks
+
+
+class PartitionSampler(BlockSampler):
     """Samples blocks for seed nodes given in the partitioned graph's global ids.
 
     Args:
@@ -41,19 +65,7 @@ class PartitionSampler:
         self.book, self.comm, self.member = book, comm, member
         self.graph = part.local_graph()
         self.local_gid = self.graph.ndata["_ID"]
-        self.id_dtype = id_dtype(book.num_nodes)
-
-    def sample_blocks(self, seeds: torch.Tensor, fanouts: Sequence[int]) -> list[dgl.DGLGraph]:
-        """Blocks for a GNN with ``len(fanouts)`` layers; ``fanouts[i]`` is layer i's fanout
-        (input layer first, as in DGL's NeighborSampler); -1 takes every in-neighbor."""
-        blocks: list[dgl.DGLGraph] = []
-        frontier = seeds
-        for fanout in reversed(fanouts):
-            src, dst = self.sample_layer(frontier, fanout)
-            block = make_block(frontier, src, dst, self.book.num_nodes)
-            blocks.insert(0, block)
-            frontier = block.srcdata[dgl.NID]
-        return blocks
+        self.id_dtype, self.num_nodes = id_dtype(book.num_nodes), book.num_nodes
 
     def sample_layer(self, nodes: torch.Tensor, fanout: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Sampled in-edges ``(src, dst)`` of ``nodes`` (global ids), wherever they are owned.
@@ -106,7 +118,7 @@ def whole_graph(parts: Sequence[Partition], num_nodes: int) -> dgl.DGLGraph:
     return dgl.graph((torch.cat(src), torch.cat(dst)), num_nodes=num_nodes)
 
 
-class LocalSampler:
+class LocalSampler(BlockSampler):
     """Samples blocks from a whole graph held locally (a replicated structure): no exchange,
     so unlike :class:`PartitionSampler` it is not collective.
 
@@ -115,15 +127,7 @@ class LocalSampler:
     """
 
     def __init__(self, graph: dgl.DGLGraph):
-        self.graph = graph
+        self.graph, self.num_nodes = graph, graph.num_nodes()
 
-    def sample_blocks(self, seeds: torch.Tensor, fanouts: Sequence[int]) -> list[dgl.DGLGraph]:
-        blocks: list[dgl.DGLGraph] = []
-        frontier = seeds
-        for fanout in reversed(fanouts):
-            src, dst = dgl.sampling.sample_neighbors(self.graph, frontier, fanout,
-                                                     edge_dir="in").edges()
-            block = make_block(frontier, src, dst, self.graph.num_nodes())
-            blocks.insert(0, block)
-            frontier = block.srcdata[dgl.NID]
-        return blocks
+    def sample_layer(self, nodes: torch.Tensor, fanout: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return dgl.sampling.sample_neighbors(self.graph, nodes, fanout, edge_dir="in").edges()

@@ -1,7 +1,7 @@
 """What the sampled mini-batch strategies share: options, seeds per rank, epochs, evaluation.
 
-A subclass fills ``self.ids[split] = (chunk, total)`` (this rank's seed ids and the split's
-size over all ranks) and ``self.labels[split]`` (the chunk's labels, in chunk order) in
+A subclass fills ``self.ids[split] = (chunk, total)`` (this rank's seed ids, increasing, and
+the split's size over all ranks) and ``self.labels[split]`` (the chunk's labels, in chunk order) in
 ``setup``, and builds a step's :class:`~dglx_dist.strategies.base.Batch` in :meth:`_batch`.
 """
 from __future__ import annotations
@@ -60,9 +60,7 @@ class MiniBatchStrategy(Strategy):
         """The batch of ``seeds`` (from this rank's ``split`` chunk), sampled with ``fanouts``."""
 
     def _labels_of(self, seeds: torch.Tensor, split: str) -> torch.Tensor:
-        chunk = self.ids[split][0]
-        order = torch.argsort(chunk)
-        return self.labels[split][order[torch.searchsorted(chunk[order], seeds)]]
+        return self.labels[split][torch.searchsorted(self.ids[split][0], seeds)]
 
     def batches(self, epoch: int) -> Iterator[Batch]:
         chunk, total = self.ids["train"]

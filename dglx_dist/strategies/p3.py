@@ -134,7 +134,7 @@ class P3Strategy(MiniBatchStrategy):
             labels = torch.from_numpy(part.label[mask].astype("int64"))
             every_id = session.world.all_gather_v(owned)
             every_label = torch.cat(session.world.all_gather_v(labels))
-            chunk = owner_balanced_chunks(every_id)[rank]
+            chunk = owner_balanced_chunks(every_id)[rank].sort().values
             lookup = torch.cat(every_id)
             order = torch.argsort(lookup)
             where = order[torch.searchsorted(lookup[order], chunk)]

@@ -62,7 +62,7 @@ class _InFlight:
     block: dgl.DGLGraph
     stash: list[torch.Tensor]  # the weight slices its partials were computed with
     flats: list[torch.Tensor]  # its partials for every rank's batch (autograd to ``stash``)
-    own: list[torch.Tensor]  # the partials for this rank's batch (their shapes)
+    shapes: list[torch.Size]  # of the partials for this rank's batch
     plan: OwnerReduce
     sums: Pending | Ready  # the partial sums on their way
     total: torch.Tensor | None = None  # this batch's layer-1 sum (a leaf: its .grad)
@@ -118,14 +118,14 @@ class P3FirstLayer(nn.Module):
             partials = self._partials(block, stash)
             flats = flatten_partials(partials)
         plan = OwnerReduce(self.server, self.cross, [f.numel() for f in flats])
-        self._ahead.append(_InFlight(block, stash, flats, partials[plan.me], plan,
-                                     plan.start_forward(flats)))
+        self._ahead.append(_InFlight(block, stash, flats, [t.shape for t in partials[plan.me]],
+                                     plan, plan.start_forward(flats)))
 
     def _forward_launched(self, entry: _InFlight) -> torch.Tensor:
         entry.total = entry.plan.finish_forward(entry.sums).requires_grad_(self.training)
         if self.training:
             self._trained.append(entry)
-        return self.adapter.finish(self.conv, entry.block, unflatten(entry.total, entry.own))
+        return self.adapter.finish(self.conv, entry.block, unflatten(entry.total, entry.shapes))
 
     def after_backward(self) -> None:
         """Collective, once per training step after the backward pass: finishes the gradient

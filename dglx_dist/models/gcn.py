@@ -1,0 +1,81 @@
+"""GCN and the deep residual ResGCN+ over blocks (or one whole graph per layer)."""
+from __future__ import annotations
+
+import dgl.nn as dglnn
+import torch
+from torch import nn
+
+__all__ = ["GCN", "ResGCN", "row_normalized"]
+
+
+def row_normalized(x: torch.Tensor) -> torch.Tensor:
+    """Each row divided by its sum; rows whose sum is not positive stay as they are (what DGL's
+    Planetoid loaders do to non-negative bag-of-words features such as Cora's)."""
+    total = x.sum(1, keepdim=True)
+    return torch.where(total > 0, x / total.clamp(min=1e-12), x)
+
+
+class GCN(nn.Module):
+    """``num_layers`` GraphConv layers (symmetric normalisation) with ReLU and dropout between.
+
+    Args:
+        in_feats / hidden / num_classes: layer widths.
+        num_layers: GraphConv layers (one block each).
+        dropout: dropout before every layer but the first.
+        row_normalize: see :func:`row_normalized`.
+    """
+
+    def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 2,
+                 dropout: float = 0.5, row_normalize: bool = False):
+        super().__init__()
+        self.row_normalize = row_normalize
+        dims = [in_feats] + [hidden] * (num_layers - 1) + [num_classes]
+        self.layers = nn.ModuleList(dglnn.GraphConv(a, b, allow_zero_in_degree=True)
+                                    for a, b in zip(dims[:-1], dims[1:]))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, blocks, x: torch.Tensor) -> torch.Tensor:
+        h = row_normalized(x) if self.row_normalize else x
+        for i, (layer, block) in enumerate(zip(self.layers, blocks)):
+            if i:
+                h = self.dropout(torch.relu(h))
+            h = layer(block, h)
+        return h
+
+
+class ResGCN(nn.Module):
+    """ResGCN+ (DeeperGCN's pre-activation residual blocks), GraNNDis's deep model.
+
+    ``x -> Linear -> conv_1``, then per layer ``h = h + conv(dropout(relu(norm(h))))``, then
+    ``norm -> relu -> dropout -> Linear``. LayerNorm rather than BatchNorm: it is per row, so
+    it gives the same result however the rows are spread over ranks.
+
+    Args:
+        in_feats / hidden / num_classes: widths (every conv is ``hidden x hidden``).
+        num_layers: graph convs (one block each); trains at 28 and more.
+        dropout: dropout inside every residual block and before the head.
+        conv: "gcn" (GraphConv) or "sage" (SAGEConv, mean).
+        row_normalize: see :func:`row_normalized`.
+    """
+
+    def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 28,
+                 dropout: float = 0.5, conv: str = "gcn", row_normalize: bool = False):
+        super().__init__()
+        if conv not in ("gcn", "sage"):
+            raise ValueError(f"conv {conv!r}; expected 'gcn' or 'sage'")
+        self.row_normalize = row_normalize
+        self.encoder = nn.Linear(in_feats, hidden)
+        make = ((lambda: dglnn.GraphConv(hidden, hidden, allow_zero_in_degree=True))
+                if conv == "gcn" else (lambda: dglnn.SAGEConv(hidden, hidden, "mean")))
+        self.convs = nn.ModuleList(make() for _ in range(num_layers))
+        self.norms = nn.ModuleList(nn.LayerNorm(hidden) for _ in range(num_layers))
+        self.dropout = nn.Dropout(dropout)
+        self.head = nn.Linear(hidden, num_classes)
+
+    def forward(self, blocks, x: torch.Tensor) -> torch.Tensor:
+        h = self.encoder(row_normalized(x) if self.row_normalize else x)
+        h = self.convs[0](blocks[0], h)
+        for conv, norm, block in zip(self.convs[1:], self.norms[:-1], blocks[1:]):
+            z = self.dropout(torch.relu(norm(h)))
+            h = h[:block.num_dst_nodes()] + conv(block, z)
+        return self.head(self.dropout(torch.relu(self.norms[-1](h))))

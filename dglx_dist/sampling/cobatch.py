@@ -1,0 +1,180 @@
+"""Cooperative batches: one server-level batch of target nodes, its dependencies split over the
+server's ranks (fetch-then-split, GraNNDis), as per-rank DGL blocks plus the row exchanges
+between layers.
+
+A group of ranks (a server, or the whole job for plain full-graph training) holds a node set
+(:class:`GroupNodes`), each node on one member. For a batch of targets, every node's *level* is
+its distance to the nearest target along in-edges inside the set (:func:`levels`); a model of
+``L`` layers needs at layer ``i`` (input first) the nodes of level ``<= L-1-i`` as outputs and
+those of level ``<= L-i`` as inputs. Each rank orders its nodes by (level, id), so every layer's
+outputs are a prefix of its inputs: the rows a layer produces are the first rows the next one
+reads, and ``h[:block.num_dst_nodes()]`` means what it does in DGL.
+
+Rank ``r``'s block for layer ``i``: destinations its nodes of level ``<= L-1-i``; sources its
+nodes of level ``<= L-i`` (the rows the previous layer left it), then the other members' nodes
+its destinations read, grouped by member and in the order it asked for them (one request round
+at build time). :func:`~dglx_dist.runtime.autograd.halo_exchange` fetches those rows before the
+layer runs. Layers whose level cut-offs are the same (clipped at the deepest level present)
+share one block.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import dgl
+import torch
+
+from dglx_dist.runtime.comm import Comm
+
+__all__ = ["GroupNodes", "LayerPlan", "CoBatchPlan", "levels", "build_cobatch"]
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupNodes:
+    """Every node a group holds (sorted global ids) and the member index holding each."""
+
+    ids: torch.Tensor
+    holder: torch.Tensor
+
+    @classmethod
+    def gather(cls, group: Comm, mine: torch.Tensor) -> "GroupNodes":
+        """Collective over ``group``: each member passes the ids it holds (disjoint)."""
+        lists = group.all_gather_v(mine)
+        ids = torch.cat(lists)
+        holder = torch.repeat_interleave(torch.arange(group.size),
+                                         torch.tensor([t.numel() for t in lists]))
+        order = torch.argsort(ids)
+        return cls(ids[order], holder[order])
+
+    def contains(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.ids.numel() == 0:
+            return torch.zeros(ids.shape, dtype=torch.bool)
+        pos = torch.searchsorted(self.ids, ids).clamp(max=self.ids.numel() - 1)
+        return self.ids[pos] == ids
+
+    def holder_of(self, ids: torch.Tensor) -> torch.Tensor:
+        """Member holding each id (every id must be in the group)."""
+        return self.holder[torch.searchsorted(self.ids, ids)]
+
+
+@dataclasses.dataclass(eq=False)
+class LayerPlan:
+    """One layer on one rank: its block and the exchange that completes its input rows.
+
+    Attributes:
+        block: destinations then sources as described in the module docstring.
+        send_idx: per member, the rows of this rank's input it sends there.
+        recv_rows: per member, the rows it sends here (appended in member order).
+        out_degree: every source node's out-degree in the whole graph (float).
+    """
+
+    block: dgl.DGLGraph
+    send_idx: list[torch.Tensor]
+    recv_rows: list[int]
+    out_degree: torch.Tensor
+
+
+@dataclasses.dataclass(eq=False)
+class CoBatchPlan:
+    """One rank's share of a cooperative batch.
+
+    Attributes:
+        nodes: its nodes in the batch, by (level, id): the input rows of layer 0.
+        num_targets: the first rows that are targets (level 0): the model's output rows.
+        layers: one plan per layer, input first (shared where the blocks are the same).
+    """
+
+    nodes: torch.Tensor
+    num_targets: int
+    layers: list[LayerPlan]
+
+    def num_rows(self) -> int:
+        """Rows over all distinct blocks (sources), a measure of the batch's size."""
+        return sum(p.block.num_src_nodes() for p in {id(p): p for p in self.layers}.values())
+
+
+def levels(own: torch.Tensor, edges: tuple[torch.Tensor, torch.Tensor], targets: torch.Tensor,
+           num_layers: int, nodes: GroupNodes, group: Comm) -> torch.Tensor:
+    """Distance of each of this rank's nodes to the batch's targets along in-edges (collective
+    over ``group``; ``num_layers + 1`` where farther than ``num_layers``).
+
+    Args:
+        own: this rank's nodes (sorted global ids).
+        edges: ``(src, dst)``: in-edges of ``own`` whose sources are in the group.
+        targets: a mask over ``own``.
+    """
+    src, dst = edges
+    level = torch.full((own.numel(),), num_layers + 1, dtype=torch.int64)
+    level[targets] = 0
+    dst_pos = torch.searchsorted(own, dst)
+    for t in range(1, num_layers + 1):
+        reached = torch.unique(src[level[dst_pos] == t - 1])
+        holder = nodes.holder_of(reached)
+        got = torch.cat(group.all_to_all_v([reached[holder == m] for m in range(group.size)]))
+        pos = torch.searchsorted(own, got)
+        level[pos] = torch.clamp(level[pos], max=t)
+    return level
+
+
+def build_cobatch(own: torch.Tensor, level: torch.Tensor,
+                  edges: tuple[torch.Tensor, torch.Tensor], num_layers: int,
+                  nodes: GroupNodes, group: Comm, out_degree: torch.Tensor) -> CoBatchPlan:
+    """This rank's blocks and exchanges for the batch whose levels are ``level`` (collective
+    over ``group``: one request round per distinct block).
+
+    Args:
+        own / level / edges: as for :func:`levels` (``level`` its result).
+        out_degree: every node's out-degree in the whole graph, indexed by global id.
+    """
+    L = num_layers
+    inside = torch.nonzero(level <= L).squeeze(1)  # increasing id, as ``own``
+    order = inside[torch.argsort(level[inside], stable=True)]
+    row = torch.full((own.numel(),), -1, dtype=torch.int64)
+    row[order] = torch.arange(order.numel())
+    counts = [int((level <= j).sum()) for j in range(L + 1)]
+    deepest = int(group.all_reduce(torch.tensor([int(level[inside].max()) if inside.numel()
+                                                 else 0]), op="max"))
+    src, dst = edges
+    dst_row = row[torch.searchsorted(own, dst)]
+    mine = nodes.holder_of(src) == group.index
+    src_row = torch.full_like(src, -1)
+    src_row[mine] = row[torch.searchsorted(own, src[mine])]
+    ordered = own[order]
+    plans: dict[tuple[int, int], LayerPlan] = {}
+    layers = []
+    for i in range(L):
+        key = (min(L - 1 - i, deepest), min(L - i, deepest))
+        if key not in plans:
+            plans[key] = _layer(ordered, counts[key[0]], counts[key[1]], src, dst_row, src_row,
+                                nodes, group, out_degree, row, own)
+        layers.append(plans[key])
+    return CoBatchPlan(ordered, counts[0], layers)
+
+
+def _layer(ordered, num_dst, num_in, src, dst_row, src_row, nodes: GroupNodes, group: Comm,
+           out_degree, row, own) -> LayerPlan:
+    sel = (dst_row >= 0) & (dst_row < num_dst)
+    es, ed, esr = src[sel], dst_row[sel], src_row[sel]
+    local = esr >= 0
+    if bool((esr[local] >= num_in).any()):
+        raise AssertionError("a layer reads an own row the previous layer did not produce")
+    remote, inverse = torch.unique(es[~local], return_inverse=True)
+    holder = nodes.holder_of(remote)
+    by_holder = torch.argsort(holder, stable=True)
+    remote, holder = remote[by_holder], holder[by_holder]
+    where = torch.empty_like(by_holder)
+    where[by_holder] = torch.arange(by_holder.numel())
+    block_src = esr.clone()
+    block_src[~local] = num_in + where[inverse]
+    block = dgl.create_block((block_src, ed), num_src_nodes=num_in + remote.numel(),
+                             num_dst_nodes=num_dst)
+    src_ids = torch.cat([ordered[:num_in], remote])
+    block.srcdata[dgl.NID] = src_ids
+    block.dstdata[dgl.NID] = ordered[:num_dst]
+    asks = [remote[holder == m] for m in range(group.size)]
+    asked = group.all_to_all_v(asks)
+    send_idx = [row[torch.searchsorted(own, ids)] for ids in asked]
+    if any(bool((idx < 0).any() or (idx >= num_in).any()) for idx in send_idx):
+        raise AssertionError("a peer asked for a row this rank does not hold at that layer")
+    return LayerPlan(block, send_idx, [a.numel() for a in asks],
+                     out_degree.index_select(0, src_ids).double())

@@ -1,0 +1,318 @@
+"""``granndis``: GraNNDis's shared preloading, expansion-aware sampling and cooperative batching;
+``fullgraph``: the plain full-graph baseline (halo exchange across every rank, PipeGCN-style).
+
+* Partitioning: METIS across servers, then within each server across its ranks (``metis`` with
+  ``groups`` = servers; one part per rank). A server's *inner* nodes are its ranks' parts.
+* Shared preloading: each server adds the external nodes its inner nodes depend on, bounded by
+  expansion-aware sampling (:mod:`dglx_dist.sampling.eas`: ``external_max_hop`` m,
+  ``external_fanout`` k; m = L, k = -1 is plain preloading). Their feature rows are pulled
+  from the KVStore once, at setup: the only feature rows that ever cross servers. External
+  nodes are then computed redundantly on every server that holds them, from their in-edges
+  inside the server's node set (all of them: internal dependencies are never sampled).
+* Training is layer-wise over the server's node set split among its ranks
+  (:mod:`dglx_dist.sampling.cobatch`): every rank holds its nodes' rows; before each graph
+  conv, ranks of a server swap the boundary rows the conv reads
+  (:func:`~dglx_dist.runtime.autograd.halo_exchange`, intra-server only, autograd through
+  it). Parameter gradients are summed over the job crossing servers once
+  (:meth:`~dglx_dist.runtime.session.Session.all_reduce_by_server`); the result is the gradient of the mean loss over every rank's labelled targets (each rank's loss is
+  weighted by its share of the step's labelled targets where it starts, since gradients
+  cross ranks through the exchanges).
+* Cooperative batching: the inner nodes are cut into ``co_batches`` (R) METIS clusters per rank;
+  a step trains one co-batch per server: its targets, their L-hop dependencies inside the
+  preloaded set, split over the server's ranks (fetch-then-split). R = 1 is full-graph
+  training, built once and kept.
+* ``fullgraph`` is the same machinery with the whole job as one group and nothing preloaded:
+  each layer exchanges boundary rows with every rank, across servers too.
+
+The model keeps its ``forward(blocks, x)``: every dgl.nn conv is wrapped (:class:`HaloConv`);
+``x`` holds the rank's own rows only, so anything before the first conv must be per row.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Iterator
+
+import dgl
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from dglx_dist.kvstore import DistKVStore, RowPolicy
+from dglx_dist.models.layers import adapter_for, graph_convs
+from dglx_dist.partition.load import PartitionDir
+from dglx_dist.runtime.autograd import halo_exchange, scale_grad
+from dglx_dist.runtime.comm import Comm
+from dglx_dist.runtime.session import Session
+from dglx_dist.runtime.topology import Topology
+from dglx_dist.sampling import PartitionSampler
+from dglx_dist.sampling.cobatch import GroupNodes, LayerPlan, build_cobatch, levels
+from dglx_dist.sampling.eas import expand_external
+from dglx_dist.strategies.base import STRATEGIES, Batch, PartitionSpec, Strategy
+
+__all__ = ["GraNNDisStrategy", "CoBatch", "HaloConv"]
+
+log = logging.getLogger(__name__)
+_SCOPES = ("server", "world")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CoBatch(Batch):
+    """A rank's share of a cooperative batch. ``blocks`` / ``x``: its layers and input rows;
+    ``rows``: the model's output rows (this rank's targets) that ``y`` and ``seeds`` describe."""
+
+    rows: torch.Tensor
+
+
+class HaloConv(nn.Module):
+    """A graph conv that first completes its input with the rows other ranks hold.
+
+    Args:
+        conv: the user's dgl.nn conv (kept as ``self.conv``).
+        plan_of: the :class:`~dglx_dist.sampling.cobatch.LayerPlan` of a block.
+        comm: the ranks exchanging rows.
+    """
+
+    def __init__(self, conv: nn.Module, plan_of, comm: Comm):
+        super().__init__()
+        self.conv, self._plan_of, self._comm = conv, plan_of, comm
+        try:
+            self._adapter = adapter_for(conv)
+        except ValueError:  # no adapter: a conv that does not normalise by source degrees
+            self._adapter = None
+        self._weights: dict[int, torch.Tensor | None] = {}
+
+    def forward(self, block, h, *args, **kwargs):
+        plan: LayerPlan = self._plan_of(block)
+        complete = lambda t: halo_exchange(self._comm, t, plan.send_idx, plan.recv_rows)  # noqa
+        h = (complete(h[0]), h[1]) if isinstance(h, tuple) else complete(h)
+        weight = self._degree_weight(plan)
+        if weight is not None:
+            given = kwargs.get("edge_weight")
+            kwargs["edge_weight"] = weight if given is None else weight * given
+        return self.conv(block, h, *args, **kwargs)
+
+    def _degree_weight(self, plan: LayerPlan) -> torch.Tensor | None:
+        if self._adapter is None:
+            return None
+        if id(plan) not in self._weights:
+            self._weights[id(plan)] = self._adapter.degree_edge_weight(self.conv, plan.block,
+                                                                       plan.out_degree)
+        return self._weights[id(plan)]
+
+
+@STRATEGIES.register("fullgraph", scope="world", external_max_hop=0)
+@STRATEGIES.register("granndis")
+class GraNNDisStrategy(Strategy):
+    """Shared preloading + EAS + cooperative batching (or, as ``fullgraph``, none of them)."""
+
+    collective_forward = True
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        num_layers: int = dataclasses.field(
+            default=2, metadata={"help": "Graph convs of the model (blocks per batch)."})
+        external_max_hop: int = dataclasses.field(
+            default=1, metadata={"help": "EAS m: external nodes are preloaded up to this many "
+                                         "hops from the server's inner nodes; -1: num_layers "
+                                         "(with external_fanout -1: exact shared preloading)."})
+        external_fanout: int = dataclasses.field(
+            default=15, metadata={"help": "EAS k: external in-neighbours admitted per node "
+                                          "and hop; -1: all."})
+        co_batches: int = dataclasses.field(
+            default=1, metadata={"help": "R: cooperative batches per epoch (METIS clusters of "
+                                         "each rank's inner nodes); 1: full-graph training."})
+        scope: str = dataclasses.field(
+            default="server", metadata={"help": "Who shares preloading and swaps rows: "
+                                                "'server' (GraNNDis) or 'world' (the whole job, "
+                                                "nothing preloaded: plain full-graph)."})
+        balance: tuple[str, ...] = dataclasses.field(
+            default=("train", "val", "test", "edges"),
+            metadata={"help": "METIS constraints when dglx partitions for this strategy."})
+        seed: int = dataclasses.field(default=0, metadata={"help": "EAS and batch-order seed."})
+
+        def __post_init__(self):
+            if self.num_layers < 1:
+                raise ValueError(f"num_layers {self.num_layers}: must be >= 1")
+            if self.external_max_hop < -1 or self.external_fanout == 0 or \
+                    self.external_fanout < -1:
+                raise ValueError(f"external_max_hop {self.external_max_hop} / external_fanout "
+                                 f"{self.external_fanout}: need m >= 0 (or -1) and k >= 1 (or -1)")
+            if self.co_batches < 1:
+                raise ValueError(f"co_batches {self.co_batches}: must be >= 1")
+            if self.scope not in _SCOPES:
+                raise ValueError(f"scope {self.scope!r}; expected one of {_SCOPES}")
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.full_graph = config.co_batches == 1
+
+    def num_layers(self) -> int:
+        return self.config.num_layers
+
+    def partition_spec(self, topology: Topology) -> PartitionSpec:
+        groups = topology.num_servers if self.config.scope == "server" else 1
+        return PartitionSpec("metis", topology.world_size,
+                             {"balance": list(self.config.balance), "groups": groups})
+
+    def check_partitions(self, pdir: PartitionDir, topology: Topology) -> None:
+        super().check_partitions(pdir, topology)
+        if pdir.feature_layout != "rows":
+            raise ValueError(f"{pdir.path} slices feature columns (partitioner "
+                             f"{pdir.partitioner!r}); {self.registered_name} needs whole rows: "
+                             f"`dglx partition --method metis --parts {topology.world_size}`")
+
+    # -- setup ---------------------------------------------------------------------------------
+    def setup(self, session: Session, pdir: PartitionDir) -> None:
+        self.check_partitions(pdir, session.topology)
+        cfg, rank, L = self.config, session.rank, self.config.num_layers
+        self.session = session
+        self.group = session.server if cfg.scope == "server" else session.world
+        part = pdir.load_part(rank)
+        gid, core = torch.from_numpy(part.local_gid), torch.from_numpy(part.core_gid)
+        core_edges = (gid[torch.from_numpy(part.src)], core[torch.from_numpy(part.dst)])
+        out_degree = torch.bincount(core_edges[0], minlength=pdir.num_nodes).to(torch.int32)
+        session.world.all_reduce(out_degree)
+        sampler = PartitionSampler(part, pdir.book, session.world, rank)
+        in_group = torch.zeros(pdir.num_parts, dtype=torch.bool)
+        in_group[self.group.members] = True  # part p is rank p's
+        hops = 0 if cfg.scope == "world" else (L if cfg.external_max_hop < 0
+                                                 else cfg.external_max_hop)
+        gen = torch.Generator().manual_seed(cfg.seed * 7919 + rank)
+        admitted = expand_external(core_edges, lambda ids: ~in_group[pdir.book.owner(ids)],
+                                   sampler, self.group, hops, cfg.external_fanout, gen)
+        own = torch.cat([core, admitted]).sort().values
+        nodes = GroupNodes.gather(self.group, own)
+        ext_src, ext_dst = sampler.sample_layer(admitted, -1)
+        src, dst = torch.cat([core_edges[0], ext_src]), torch.cat([core_edges[1], ext_dst])
+        keep = nodes.contains(src)
+        edges = (src[keep], dst[keep])
+        self._preload(pdir, part, own)
+        cluster = self._clusters(part, core_edges)
+        is_core = torch.isin(own, core)
+        cluster_of_own = torch.full((own.numel(),), -1, dtype=torch.int64)
+        cluster_of_own[is_core] = cluster[torch.searchsorted(core, own[is_core])]
+        self.plans = []
+        bar = tqdm(range(cfg.co_batches), desc="co-batches", disable=not session.is_main,
+                   leave=False)
+        for b in bar:
+            level = levels(own, edges, cluster_of_own == b, L, nodes, self.group)
+            self.plans.append(build_cobatch(own, level, edges, L, nodes, self.group,
+                                            out_degree.double()))
+        self._by_block = {id(lp.block): lp for plan in self.plans for lp in plan.layers}
+        self._targets(part, core)
+        log.info("%s rank %d: %d inner + %d external nodes (group of %d holds %d); rows per "
+                 "co-batch %s", self.registered_name, rank, core.numel(), admitted.numel(),
+                 self.group.size, nodes.ids.numel(), [p.num_rows() for p in self.plans])
+
+    def _preload(self, pdir: PartitionDir, part, own: torch.Tensor) -> None:
+        """Feature rows of this rank's nodes, pulled once (external rows cross servers here)."""
+        store = DistKVStore(self.session)
+        try:
+            store.init_data("feat", RowPolicy(pdir.book), {part.part: torch.from_numpy(part.feat)})
+            feat = store.pull("feat", own, dedup=False)
+        finally:
+            store.close()
+        self._x_rows = [None] * self.config.co_batches
+        self._own, self._feat = own, feat
+
+    def _clusters(self, part, core_edges) -> torch.Tensor:
+        """Co-batch of every core node: METIS clusters of the rank's part (train balanced)."""
+        R, core = self.config.co_batches, torch.from_numpy(part.core_gid)
+        if R == 1 or core.numel() <= R:
+            return torch.arange(core.numel()) % R
+        src, dst = core_edges
+        inner = torch.isin(src, core)
+        g = dgl.graph((torch.searchsorted(core, src[inner]), torch.searchsorted(core, dst[inner])),
+                      num_nodes=core.numel())
+        balance = torch.from_numpy(part.train.astype("int64"))
+        return dgl.metis_partition_assignment(g, R, balance_ntypes=balance, mode="k-way").long()
+
+    def _targets(self, part, core: torch.Tensor) -> None:
+        """Labels and split masks of every co-batch's targets on this rank; the weight of this
+        rank's training loss in each co-batch's gradient."""
+        self.labels, self.masks = [], []
+        for plan in self.plans:
+            at = torch.searchsorted(core, plan.nodes[:plan.num_targets]).numpy()
+            self.labels.append(torch.from_numpy(part.label[at].astype("int64")))
+            self.masks.append({s: torch.from_numpy(getattr(part, s)[at].copy())
+                               for s in ("train", "val", "test")})
+        mine = torch.tensor([float(m["train"].sum()) for m in self.masks], dtype=torch.float64)
+        total = self.session.world.all_reduce(mine.clone())
+        self._weights = torch.where(total > 0, mine / total.clamp(min=1), torch.zeros_like(mine))
+        self._weight = 0.0
+
+    def _plan_of(self, block) -> LayerPlan:
+        plan = self._by_block.get(id(block))
+        if plan is None:
+            raise ValueError(f"{self.registered_name}: a graph conv got a graph that is not one "
+                             f"of the batch's blocks; call every conv on batch.blocks[i]")
+        return plan
+
+    # -- training ------------------------------------------------------------------------------
+    def wrap_model(self, model: nn.Module) -> nn.Module:
+        convs = graph_convs(model)
+        if len(convs) != self.config.num_layers:
+            raise ValueError(f"the model has {len(convs)} graph convs "
+                             f"({', '.join(n for _, n in convs)}); the strategy was built for "
+                             f"num_layers={self.config.num_layers}: pass num_layers="
+                             f"{len(convs)}")
+        for conv, name in convs:
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent) if parent else model, child,
+                    HaloConv(conv, self._plan_of, self.group))
+        for t in list(model.parameters()) + list(model.buffers()):  # one model: rank 0's
+            self.session.world.broadcast(t.data, 0)
+        self._params = [p for p in model.parameters() if p.requires_grad]
+        return model
+
+    def batches(self, epoch: int) -> Iterator[Batch]:
+        gen = torch.Generator().manual_seed(self.config.seed * 1_000_003 + epoch)
+        for b in torch.randperm(len(self.plans), generator=gen).tolist():  # same on every rank
+            self._weight = float(self._weights[b])
+            yield self._batch(b, "train")
+
+    def forward(self, model: nn.Module, batch: CoBatch) -> torch.Tensor:
+        out = model(batch.blocks, batch.x).index_select(0, batch.rows)
+        # gradients cross ranks through the exchanges, so this rank's share of the mean loss
+        # is weighted where its loss starts, not on its parameter gradients
+        return scale_grad(out, self._weight) if torch.is_grad_enabled() else out
+
+    def after_backward(self) -> None:
+        """Sums the gradients over the job (each rank's loss was weighted in forward: the
+        result is the gradient of the mean loss over every rank's labelled targets)."""
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self._params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        total = self.session.all_reduce_by_server(flat)
+        offset = 0
+        for p in self._params:
+            p.grad = total[offset:offset + p.numel()].view_as(p).clone()
+            offset += p.numel()
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, split: str) -> float:
+        if split not in ("train", "val", "test"):
+            raise ValueError(f"split {split!r}; expected 'train', 'val' or 'test'")
+        was_training = model.training
+        model.eval()
+        correct = torch.zeros(2, dtype=torch.float64)
+        for b in range(len(self.plans)):  # every rank runs every co-batch: the convs exchange
+            batch = self._batch(b, split)
+            pred = self.forward(model, batch).argmax(dim=1)
+            correct += torch.tensor([float((pred == batch.y).sum()), batch.y.numel()])
+        model.train(was_training)
+        self.session.world.all_reduce(correct)
+        return float(correct[0] / correct[1]) if correct[1] > 0 else 0.0
+
+    def _batch(self, b: int, split: str) -> CoBatch:
+        plan = self.plans[b]
+        rows = torch.nonzero(self.masks[b][split]).squeeze(1)
+        if self.full_graph:  # loaded once and kept
+            if self._x_rows[b] is None:
+                self._x_rows[b] = self._feat.index_select(
+                    0, torch.searchsorted(self._own, plan.nodes))
+            x = self._x_rows[b]
+        else:  # loaded for the step, dropped after it
+            x = self._feat.index_select(0, torch.searchsorted(self._own, plan.nodes))
+        return CoBatch([lp.block for lp in plan.layers], x, self.labels[b][rows],
+                       plan.nodes.index_select(0, rows), rows)
