@@ -56,7 +56,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_train(args: argparse.Namespace) -> int:
     import torch
 
-    from dglx_dist.models import SAGE
+    from dglx_dist.models import MODELS
     from dglx_dist.partition import PartitionDir
     from dglx_dist.prepare import ensure_partitions
     from dglx_dist.runtime import init
@@ -70,8 +70,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         pdir = PartitionDir(parts)
         torch.manual_seed(args.seed)
         layers = strategy.num_layers() or args.layers
-        model = SAGE(pdir.feat_dim, args.hidden, pdir.num_classes, layers, dropout=args.dropout,
-                     row_normalize=args.row_normalize)
+        model = MODELS[args.model](pdir.feat_dim, args.hidden, pdir.num_classes, layers,
+                                  dropout=args.dropout, row_normalize=args.row_normalize)
         sink = _MetricsSink(sys.stdout, args.metrics_file if session.is_main else None)
         trainer = Trainer(model, pdir, strategy, session=session, lr=args.lr,
                           weight_decay=args.weight_decay, progress=not args.no_progress,
@@ -114,6 +114,9 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", type=Path, default=Path("dglx-partitions"))
     p.add_argument("--epochs", type=int, default=50)
     p.add_argument("--eval-every", type=int, default=10, help="validate every N epochs")
+    p.add_argument("--model", default="sage", choices=("sage", "gcn", "resgcn"),
+                   help="reference model: GraphSAGE, GCN, or the deep residual ResGCN+ "
+                        "(dglx_dist.models; default sage)")
     p.add_argument("--hidden", type=int, default=16)
     p.add_argument("--layers", type=int, default=2, help="when the strategy does not imply it")
     p.add_argument("--dropout", type=float, default=0.5)
@@ -199,7 +202,7 @@ _COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
                   _cmd_partition),
     "partitioners": ("list registered partitioners and their options", lambda p: None,
                      _cmd_partitioners),
-    "train": ("train a GraphSAGE model under torchrun/srun with a strategy; JSON lines out",
+    "train": ("train a reference model under torchrun/srun with a strategy; JSON lines out",
               _add_train, _cmd_train),
     "demo": ("partition the built-in Cora with every partitioner, then train on 2 local "
              "processes", _add_demo, _cmd_demo),

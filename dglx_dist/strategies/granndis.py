@@ -181,6 +181,7 @@ class GraNNDisStrategy(Strategy):
         gen = torch.Generator().manual_seed(cfg.seed * 7919 + rank)
         admitted = expand_external(core_edges, lambda ids: ~in_group[pdir.book.owner(ids)],
                                    sampler, self.group, hops, cfg.external_fanout, gen)
+        self.preloaded = admitted  # this rank's share of the server's external nodes
         own = torch.cat([core, admitted]).sort().values
         nodes = GroupNodes.gather(self.group, own)
         ext_src, ext_dst = sampler.sample_layer(admitted, -1)
