@@ -25,8 +25,9 @@ import dgl
 import torch
 
 from dglx_dist.runtime.comm import Comm
+from dglx_dist.sampling.eas import capped
 
-__all__ = ["GroupNodes", "LayerPlan", "CoBatchPlan", "levels", "build_cobatch"]
+__all__ = ["GroupNodes", "LayerPlan", "CoBatchPlan", "levels", "batch_edges", "build_cobatch"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +95,8 @@ class CoBatchPlan:
 
 
 def levels(own: torch.Tensor, edges: tuple[torch.Tensor, torch.Tensor], targets: torch.Tensor,
-           num_layers: int, nodes: GroupNodes, group: Comm) -> torch.Tensor:
+           num_layers: int, nodes: GroupNodes, group: Comm, fanout: int = -1,
+           gen: torch.Generator | None = None) -> torch.Tensor:
     """Distance of each of this rank's nodes to the batch's targets along in-edges (collective
     over ``group``; ``num_layers + 1`` where farther than ``num_layers``).
 
@@ -102,18 +104,38 @@ def levels(own: torch.Tensor, edges: tuple[torch.Tensor, torch.Tensor], targets:
         own: this rank's nodes (sorted global ids).
         edges: ``(src, dst)``: in-edges of ``own`` whose sources are in the group.
         targets: a mask over ``own``.
+        fanout / gen: with ``fanout`` >= 0, each step follows at most ``fanout`` in-edges of a
+            node from sources that are not targets, sampled with ``gen`` (EAS around a batch).
     """
     src, dst = edges
     level = torch.full((own.numel(),), num_layers + 1, dtype=torch.int64)
     level[targets] = 0
     dst_pos = torch.searchsorted(own, dst)
+    is_target = GroupNodes.gather(group, own[targets]) if fanout >= 0 else None
     for t in range(1, num_layers + 1):
-        reached = torch.unique(src[level[dst_pos] == t - 1])
+        s, d = src[level[dst_pos] == t - 1], dst[level[dst_pos] == t - 1]
+        if is_target is not None:
+            outside = ~is_target.contains(s)
+            s, _ = capped(s[outside], d[outside], fanout, gen)
+        reached = torch.unique(s)
         holder = nodes.holder_of(reached)
         got = torch.cat(group.all_to_all_v([reached[holder == m] for m in range(group.size)]))
         pos = torch.searchsorted(own, got)
         level[pos] = torch.clamp(level[pos], max=t)
     return level
+
+
+def batch_edges(own: torch.Tensor, edges: tuple[torch.Tensor, torch.Tensor],
+                targets: torch.Tensor, nodes: GroupNodes, group: Comm, max_hop: int,
+                fanout: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """The edges of one cooperative batch (collective over ``group``): its targets plus the
+    nodes expansion-aware sampling reaches from them (``max_hop`` steps, ``fanout`` non-target
+    in-neighbours per node and step), and every edge among those nodes."""
+    reach = levels(own, edges, targets, max_hop, nodes, group, fanout, gen)
+    inside = GroupNodes.gather(group, own[reach <= max_hop])
+    src, dst = edges
+    keep = inside.contains(src) & inside.contains(dst)
+    return src[keep], dst[keep]
 
 
 def build_cobatch(own: torch.Tensor, level: torch.Tensor,

@@ -18,9 +18,12 @@
   weighted by its share of the step's labelled targets where it starts, since gradients
   cross ranks through the exchanges).
 * Cooperative batching: the inner nodes are cut into ``co_batches`` (R) METIS clusters per rank;
-  a step trains one co-batch per server: its targets, their L-hop dependencies inside the
-  preloaded set, split over the server's ranks (fetch-then-split). R = 1 is full-graph
-  training, built once and kept.
+  a step trains one co-batch per server: its targets (the clusters with one index on every rank
+  of the server) and the dependencies EAS admits around them inside the preloaded set (m hops,
+  k non-target in-neighbours per node and hop; all edges among them kept), split over the
+  server's ranks as they are held (fetch-then-split); their feature rows are gathered for the
+  step and dropped after it. R = 1 is full-graph training over the whole preloaded set, built
+  once and kept.
 * ``fullgraph`` is the same machinery with the whole job as one group and nothing preloaded:
   each layer exchanges boundary rows with every rank, across servers too.
 
@@ -46,7 +49,8 @@ from dglx_dist.runtime.comm import Comm
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import PartitionSampler
-from dglx_dist.sampling.cobatch import GroupNodes, LayerPlan, build_cobatch, levels
+from dglx_dist.sampling.cobatch import (GroupNodes, LayerPlan, batch_edges, build_cobatch,
+                                        levels)
 from dglx_dist.sampling.eas import expand_external
 from dglx_dist.strategies.base import STRATEGIES, Batch, PartitionSpec, Strategy
 
@@ -197,8 +201,13 @@ class GraNNDisStrategy(Strategy):
         bar = tqdm(range(cfg.co_batches), desc="co-batches", disable=not session.is_main,
                    leave=False)
         for b in bar:
-            level = levels(own, edges, cluster_of_own == b, L, nodes, self.group)
-            self.plans.append(build_cobatch(own, level, edges, L, nodes, self.group,
+            targets, mine = cluster_of_own == b, edges
+            if cfg.co_batches > 1:  # the co-batch's own EAS neighbourhood inside the server
+                mine = batch_edges(own, edges, targets, nodes, self.group,
+                                   L if cfg.external_max_hop < 0 else cfg.external_max_hop,
+                                   cfg.external_fanout, gen)
+            level = levels(own, mine, targets, L, nodes, self.group)
+            self.plans.append(build_cobatch(own, level, mine, L, nodes, self.group,
                                             out_degree.double()))
         self._by_block = {id(lp.block): lp for plan in self.plans for lp in plan.layers}
         self._targets(part, core)
