@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # page -> (registry, names whose options it lists; None: all)
 PAGES = {"docs/partitioners.md": ("partitioners", None),
          "docs/strategies/distdgl.md": ("strategies", ["distdgl"]),
-         "docs/strategies/p3.md": ("strategies", ["p3"])}
+         "docs/strategies/p3.md": ("strategies", ["p3"]),
+         "docs/strategies/granndis.md": ("strategies", ["granndis", "fullgraph"])}
 
 
 def registries():
