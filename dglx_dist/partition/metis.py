@@ -75,9 +75,9 @@ class MetisPartitioner(Partitioner):
     def validate(self, meta: DatasetMeta, num_parts: int) -> None:
         super().validate(meta, num_parts)
         if num_parts % self.config.groups:
-            raise ValueError(f"metis with groups={self.config.groups}: {num_parts} parts do not "
-                             f"split evenly into the groups; use a multiple of "
-                             f"{self.config.groups} parts")
+            raise PartitionError(f"metis with groups={self.config.groups}: {num_parts} parts do "
+                                 f"not split evenly into the groups; use a multiple of "
+                                 f"{self.config.groups} parts")
 
     def plan(self, ds: GraphDataset, num_parts: int) -> PartitionPlan:
         groups = self.config.groups

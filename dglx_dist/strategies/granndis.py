@@ -14,9 +14,10 @@
   conv, ranks of a server swap the boundary rows the conv reads
   (:func:`~dglx_dist.runtime.autograd.halo_exchange`, intra-server only, autograd through
   it). Parameter gradients are summed over the job crossing servers once
-  (:meth:`~dglx_dist.runtime.session.Session.all_reduce_by_server`); the result is the gradient of the mean loss over every rank's labelled targets (each rank's loss is
-  weighted by its share of the step's labelled targets where it starts, since gradients
-  cross ranks through the exchanges).
+  (:meth:`~dglx_dist.runtime.session.Session.all_reduce_by_server`): the gradient of the
+  mean loss over every rank's labelled targets, since each rank's loss is weighted by its
+  share of them where it starts (gradients cross ranks through the exchanges, so weighting
+  the parameter gradients afterwards would be wrong).
 * Cooperative batching: the inner nodes are cut into ``co_batches`` (R) METIS clusters per rank;
   a step trains one co-batch per server: its targets (the clusters with one index on every rank
   of the server) and the dependencies EAS admits around them inside the preloaded set (m hops,

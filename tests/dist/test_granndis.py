@@ -1,5 +1,4 @@
 """granndis and fullgraph against single-process full-graph DGL, EAS's preloaded set, traffic."""
-import dgl
 import numpy as np
 import pytest
 import torch

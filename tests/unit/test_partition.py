@@ -123,3 +123,28 @@ def test_feature_dim_composes_with_structure(cora, tmp_path):
     assert widths == [(2708, 359), (2708, 358), (2708, 358), (2708, 358)]
     _, pdir = _partition(cora, tmp_path, "feature_dim", 2, structure="metis")
     assert pdir.manifest["node_book"]["kind"] == "range"
+
+
+def _group_cut(pdir, ds):
+    owner = np.asarray(pdir.owner(np.arange(ds.num_nodes)))
+    new = np.empty(ds.num_nodes, dtype=np.int64)
+    new[pdir.to_original(np.arange(ds.num_nodes))] = np.arange(ds.num_nodes)
+    src, dst = owner[new[ds.src]], owner[new[ds.dst]]
+    return np.mean(src // 2 != dst // 2), np.bincount(owner[new[np.flatnonzero(ds.train)]],
+                                                      minlength=4)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_metis_groups_split_servers_first_then_their_ranks(tmp_path, seed):
+    """groups=2, 4 parts on a graph of 2 communities (80% of edges inside one): parts {0,1} and
+    {2,3} are METIS halves (the servers), so few edges cross between them (a random split
+    would cut half); every part still gets its share of the training nodes."""
+    from dglx_dist.errors import PartitionError
+
+    ds = tiny_dataset(num_nodes=400, avg_degree=6, num_classes=2, seed=seed, isolated=0)
+    _, grouped = _partition(ds, tmp_path, "metis", 4, groups=2)
+    cut, train_per_part = _group_cut(grouped, ds)
+    assert cut < 0.22
+    assert train_per_part.min() > 0.6 * train_per_part.mean()
+    with pytest.raises(PartitionError, match="groups=3"):
+        partition_dataset(ds, tmp_path / "bad", "metis", 4, {"groups": 3})
