@@ -39,10 +39,14 @@ class SavedBytes:
         self._now = 0
 
     def pack(self, tensor):
-        storage = tensor.untyped_storage()
-        if storage.data_ptr() not in self._seen:
-            self._seen.add(storage.data_ptr())
-            self._now += storage.nbytes()
+        try:
+            storage = tensor.untyped_storage()
+            key, size = storage.data_ptr(), storage.nbytes()
+        except (RuntimeError, NotImplementedError):  # sparse and other storage-less layouts
+            key, size = id(tensor), tensor.numel() * tensor.element_size()
+        if key not in self._seen:
+            self._seen.add(key)
+            self._now += size
             self.peak = max(self.peak, self._now)
         return tensor
 

@@ -170,51 +170,64 @@ class GraNNDisStrategy(Strategy):
     # -- setup ---------------------------------------------------------------------------------
     def setup(self, session: Session, pdir: PartitionDir) -> None:
         self.check_partitions(pdir, session.topology)
-        cfg, rank, L = self.config, session.rank, self.config.num_layers
         self.session = session
-        self.group = session.server if cfg.scope == "server" else session.world
-        part = pdir.load_part(rank)
-        gid, core = torch.from_numpy(part.local_gid), torch.from_numpy(part.core_gid)
-        core_edges = (gid[torch.from_numpy(part.src)], core[torch.from_numpy(part.dst)])
+        self.group = session.server if self.config.scope == "server" else session.world
+        part = pdir.load_part(session.rank)
+        core = torch.from_numpy(part.core_gid)
+        core_edges = (torch.from_numpy(part.local_gid)[torch.from_numpy(part.src)],
+                      core[torch.from_numpy(part.dst)])
         out_degree = torch.bincount(core_edges[0], minlength=pdir.num_nodes).to(torch.int32)
-        session.world.all_reduce(out_degree)
-        sampler = PartitionSampler(part, pdir.book, session.world, rank)
+        session.world.all_reduce(out_degree)  # every node's out-degree in the whole graph
+        gen = torch.Generator().manual_seed(self.config.seed * 7919 + session.rank)
+        own, nodes, edges = self._server_graph(pdir, part, core_edges, gen)
+        self._preload(pdir, part, own)
+        self.plans = self._co_batches(part, core_edges, own, nodes, edges,
+                                      out_degree.double(), gen)
+        self._by_block = {id(lp.block): lp for plan in self.plans for lp in plan.layers}
+        self._targets(part, core)
+        log.info("%s rank %d: %d inner + %d external nodes (group of %d holds %d); rows per "
+                 "co-batch %s", self.registered_name, session.rank, core.numel(),
+                 self.preloaded.numel(), self.group.size, nodes.ids.numel(),
+                 [p.num_rows() for p in self.plans])
+
+    def _max_hop(self) -> int:
+        m = self.config.external_max_hop
+        return self.config.num_layers if m < 0 else m
+
+    def _server_graph(self, pdir: PartitionDir, part, core_edges, gen):
+        """This rank's nodes (inner + its share of the preloaded external ones), the group's
+        node set, and the in-edges of this rank's nodes inside that set (collective)."""
+        sampler = PartitionSampler(part, pdir.book, self.session.world, part.part)
         in_group = torch.zeros(pdir.num_parts, dtype=torch.bool)
         in_group[self.group.members] = True  # part p is rank p's
-        hops = 0 if cfg.scope == "world" else (L if cfg.external_max_hop < 0
-                                                 else cfg.external_max_hop)
-        gen = torch.Generator().manual_seed(cfg.seed * 7919 + rank)
-        admitted = expand_external(core_edges, lambda ids: ~in_group[pdir.book.owner(ids)],
-                                   sampler, self.group, hops, cfg.external_fanout, gen)
-        self.preloaded = admitted  # this rank's share of the server's external nodes
-        own = torch.cat([core, admitted]).sort().values
+        hops = 0 if self.config.scope == "world" else self._max_hop()
+        self.preloaded = expand_external(core_edges, lambda ids: ~in_group[pdir.book.owner(ids)],
+                                         sampler, self.group, hops, self.config.external_fanout,
+                                         gen)
+        own = torch.cat([torch.from_numpy(part.core_gid), self.preloaded]).sort().values
         nodes = GroupNodes.gather(self.group, own)
-        ext_src, ext_dst = sampler.sample_layer(admitted, -1)
+        ext_src, ext_dst = sampler.sample_layer(self.preloaded, -1)
         src, dst = torch.cat([core_edges[0], ext_src]), torch.cat([core_edges[1], ext_dst])
         keep = nodes.contains(src)
-        edges = (src[keep], dst[keep])
-        self._preload(pdir, part, own)
+        return own, nodes, (src[keep], dst[keep])
+
+    def _co_batches(self, part, core_edges, own, nodes, edges, out_degree, gen) -> list:
+        """Every co-batch's plan on this rank (collective)."""
+        core = torch.from_numpy(part.core_gid)
         cluster = self._clusters(part, core_edges)
         is_core = torch.isin(own, core)
         cluster_of_own = torch.full((own.numel(),), -1, dtype=torch.int64)
         cluster_of_own[is_core] = cluster[torch.searchsorted(core, own[is_core])]
-        self.plans = []
-        bar = tqdm(range(cfg.co_batches), desc="co-batches", disable=not session.is_main,
-                   leave=False)
-        for b in bar:
+        R, L, plans = self.config.co_batches, self.config.num_layers, []
+        for b in tqdm(range(R), desc="co-batches", disable=not self.session.is_main,
+                      leave=False):
             targets, mine = cluster_of_own == b, edges
-            if cfg.co_batches > 1:  # the co-batch's own EAS neighbourhood inside the server
-                mine = batch_edges(own, edges, targets, nodes, self.group,
-                                   L if cfg.external_max_hop < 0 else cfg.external_max_hop,
-                                   cfg.external_fanout, gen)
+            if R > 1:  # the co-batch's own EAS neighbourhood inside the server's set
+                mine = batch_edges(own, edges, targets, nodes, self.group, self._max_hop(),
+                                   self.config.external_fanout, gen)
             level = levels(own, mine, targets, L, nodes, self.group)
-            self.plans.append(build_cobatch(own, level, mine, L, nodes, self.group,
-                                            out_degree.double()))
-        self._by_block = {id(lp.block): lp for plan in self.plans for lp in plan.layers}
-        self._targets(part, core)
-        log.info("%s rank %d: %d inner + %d external nodes (group of %d holds %d); rows per "
-                 "co-batch %s", self.registered_name, rank, core.numel(), admitted.numel(),
-                 self.group.size, nodes.ids.numel(), [p.num_rows() for p in self.plans])
+            plans.append(build_cobatch(own, level, mine, L, nodes, self.group, out_degree))
+        return plans
 
     def _preload(self, pdir: PartitionDir, part, own: torch.Tensor) -> None:
         """Feature rows of this rank's nodes, pulled once (external rows cross servers here)."""
