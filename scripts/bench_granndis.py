@@ -147,6 +147,12 @@ def checks(rows: list[dict], mem: list[dict], args) -> list[dict]:
             name = g["system"]
             out.append({"check": f"{name} / fullgraph inter bytes, {depth} layers", "value": v,
                         "target": "<= 0.1", "status": "PASS" if v <= 0.1 else "FAIL"})
+            saved = (f["bytes_inter"] - g["bytes_inter"]) / 2  # per server, per epoch
+            extra = g["epoch_time"] - f["epoch_time"]
+            out.append({"check": f"inter-server link speed below which {name} is faster, "
+                                 f"{depth} layers (modelled)",
+                        "value": f"{saved * 8 / extra / 1e9:.2f} Gbit/s" if extra > 0 else "any",
+                        "target": "(reported)", "status": ""})
             for gbit in args.links:
                 key = f"epoch_time_{gbit:g}gbit"
                 v = round(g[key] / f[key], 3)

@@ -19,9 +19,10 @@ how to compute a partial and how to finish:
   P3's "sync" in P-TAGS).
 
 Adapters also say how a conv normalises by its sources' out-degrees
-(:meth:`ConvAdapter.degree_edge_weight`): on a block holding only part of a source's out-edges
+(:meth:`ConvAdapter.degree_source_scale`): on a block holding only part of a source's out-edges
 (a rank's share of a full-graph layer) the block's own out-degree is too small, and the adapter
-turns the graph's true out-degrees into edge weights that restore the full-graph normalisation.
+turns the graph's true out-degrees into a per-row factor that restores the full-graph
+normalisation.
 
 Adapters are registered under the conv class name in :data:`LAYERS` (entry points
 ``dglx_dist.layers`` add more); :func:`adapter_for` finds the one for a module.
@@ -89,9 +90,9 @@ class ConvAdapter(abc.ABC):
                totals: list[torch.Tensor]) -> torch.Tensor:
         """The layer's output from the sums of every slice's partials."""
 
-    def degree_edge_weight(self, conv: nn.Module, block: dgl.DGLGraph,
-                           out_degree: torch.Tensor) -> torch.Tensor | None:
-        """Per-edge weights (to pass as ``edge_weight``) under which ``conv`` on ``block``
+    def degree_source_scale(self, conv: nn.Module, block: dgl.DGLGraph,
+                            out_degree: torch.Tensor) -> torch.Tensor | None:
+        """A factor per source row of ``block`` such that ``conv`` on the scaled rows
         normalises by ``out_degree`` (each source node's out-degree in the whole graph) instead
         of the block's out-degrees; None when the conv does not use source degrees."""
         return None
@@ -237,15 +238,15 @@ class GraphConvAdapter(ConvAdapter):
             h = h * (deg.pow(-0.5) if norm == "both" else 1.0 / deg).unsqueeze(1)
         return [h]
 
-    def degree_edge_weight(self, conv, block, out_degree):
+    def degree_source_scale(self, conv, block, out_degree):
         if conv._norm not in ("left", "both"):
             return None
-        # GraphConv scales source rows by deg^-p (p = 1/2 or 1) of the block's out-degrees;
-        # (block_deg / true_deg)^p per edge turns that into the true degree's
+        # GraphConv multiplies source rows by deg^-p (p = 1/2 or 1) of the block's
+        # out-degrees, linearly before anything else: rows pre-scaled by
+        # (block_deg / true_deg)^p come out normalised by the true degree
         power = 0.5 if conv._norm == "both" else 1.0
         ratio = block.out_degrees().to(out_degree.dtype).clamp(min=1) / out_degree.clamp(min=1)
-        src, _ = block.edges()
-        return ratio.pow(power).index_select(0, src).float()
+        return ratio.pow(power).float().unsqueeze(1)
 
     def finish(self, conv, block, totals):
         rst = totals[0] if conv.bias is None else totals[0] + conv.bias
@@ -270,13 +271,6 @@ class GATAdapter(ConvAdapter):
 
     def partial(self, conv, weights, block, x):
         return [F.linear(_dropout(conv, x), weights[0])]
-
-    def degree_edge_weight(self, conv: nn.Module, block: dgl.DGLGraph,
-                           out_degree: torch.Tensor) -> torch.Tensor | None:
-        """Per-edge weights (to pass as ``edge_weight``) under which ``conv`` on ``block``
-        normalises by ``out_degree`` (each source node's out-degree in the whole graph) instead
-        of the block's out-degrees; None when the conv does not use source degrees."""
-        return None
 
     def strip(self, conv: nn.Module) -> None:
         super().strip(conv)

@@ -85,25 +85,26 @@ class HaloConv(nn.Module):
             self._adapter = adapter_for(conv)
         except ValueError:  # no adapter: a conv that does not normalise by source degrees
             self._adapter = None
-        self._weights: dict[int, torch.Tensor | None] = {}
+        self._scales: dict[int, torch.Tensor | None] = {}
 
     def forward(self, block, h, *args, **kwargs):
         plan: LayerPlan = self._plan_of(block)
-        complete = lambda t: halo_exchange(self._comm, t, plan.send_idx, plan.recv_rows)  # noqa
+        scale = self._degree_scale(plan)
+
+        def complete(t: torch.Tensor) -> torch.Tensor:
+            full = halo_exchange(self._comm, t, plan.send_idx, plan.recv_rows)
+            return full if scale is None else full * scale
+
         h = (complete(h[0]), h[1]) if isinstance(h, tuple) else complete(h)
-        weight = self._degree_weight(plan)
-        if weight is not None:
-            given = kwargs.get("edge_weight")
-            kwargs["edge_weight"] = weight if given is None else weight * given
         return self.conv(block, h, *args, **kwargs)
 
-    def _degree_weight(self, plan: LayerPlan) -> torch.Tensor | None:
+    def _degree_scale(self, plan: LayerPlan) -> torch.Tensor | None:
         if self._adapter is None:
             return None
-        if id(plan) not in self._weights:
-            self._weights[id(plan)] = self._adapter.degree_edge_weight(self.conv, plan.block,
+        if id(plan) not in self._scales:
+            self._scales[id(plan)] = self._adapter.degree_source_scale(self.conv, plan.block,
                                                                        plan.out_degree)
-        return self._weights[id(plan)]
+        return self._scales[id(plan)]
 
 
 @STRATEGIES.register("fullgraph", scope="world", external_max_hop=0)
