@@ -62,6 +62,9 @@ class Strategy(abc.ABC):
     """Base class of the distributed strategies.
 
     Capability flags:
+        feature_layout: "rows" (a part holds its nodes' whole rows) or "columns" (a column
+            slice of every node) when the strategy needs one of them; checked against the
+            partition directory.
         full_graph: an epoch is one batch over the whole graph (no sampling).
         collective_forward: the model's forward exchanges data between ranks, so every rank
             runs it at every step, even on an empty batch.
@@ -69,6 +72,7 @@ class Strategy(abc.ABC):
 
     Config: type
     registered_name: str = ""
+    feature_layout: str | None = None
     full_graph: bool = False
     collective_forward: bool = False
 
@@ -92,6 +96,11 @@ class Strategy(abc.ABC):
                              f"{topology.ranks_per_server} ranks needs {spec.num_parts} "
                              f"(partition with `dglx partition --method {spec.method} --parts "
                              f"{spec.num_parts}`)")
+        if self.feature_layout and pdir.feature_layout != self.feature_layout:
+            raise ValueError(f"{pdir.path} stores features as {pdir.feature_layout} (partitioner "
+                             f"{pdir.partitioner!r}); strategy {self.registered_name!r} needs "
+                             f"{self.feature_layout}: `dglx partition --method {spec.method} "
+                             f"--parts {spec.num_parts}`")
 
     @abc.abstractmethod
     def setup(self, session: Session, pdir: PartitionDir) -> None:

@@ -36,6 +36,8 @@ __all__ = ["DistDGLStrategy"]
 class DistDGLStrategy(MiniBatchStrategy):
     """METIS partitions + HALO, distributed sampling, KVStore features, DDP."""
 
+    feature_layout = "rows"
+
     @dataclasses.dataclass(frozen=True)
     class Config(MiniBatchConfig):
         balance: tuple[str, ...] = dataclasses.field(

@@ -113,6 +113,7 @@ class GraNNDisStrategy(Strategy):
     """Shared preloading + EAS + cooperative batching (or, as ``fullgraph``, none of them)."""
 
     collective_forward = True
+    feature_layout = "rows"
 
     @dataclasses.dataclass(frozen=True)
     class Config:
@@ -160,13 +161,6 @@ class GraNNDisStrategy(Strategy):
         groups = topology.num_servers if self.config.scope == "server" else 1
         return PartitionSpec("metis", topology.world_size,
                              {"balance": list(self.config.balance), "groups": groups})
-
-    def check_partitions(self, pdir: PartitionDir, topology: Topology) -> None:
-        super().check_partitions(pdir, topology)
-        if pdir.feature_layout != "rows":
-            raise ValueError(f"{pdir.path} slices feature columns (partitioner "
-                             f"{pdir.partitioner!r}); {self.registered_name} needs whole rows: "
-                             f"`dglx partition --method metis --parts {topology.world_size}`")
 
     # -- setup ---------------------------------------------------------------------------------
     def setup(self, session: Session, pdir: PartitionDir) -> None:

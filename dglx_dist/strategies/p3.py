@@ -86,6 +86,7 @@ class P3Strategy(MiniBatchStrategy):
     """Hash structure + feature-dimension slices; layer 1 model parallel, the rest DDP."""
 
     collective_forward = True
+    feature_layout = "columns"
 
     @dataclasses.dataclass(frozen=True)
     class Config(MiniBatchConfig):
@@ -102,13 +103,6 @@ class P3Strategy(MiniBatchStrategy):
 
     def partition_spec(self, topology: Topology) -> PartitionSpec:
         return PartitionSpec("feature_dim", topology.world_size, {"structure": "hash"})
-
-    def check_partitions(self, pdir: PartitionDir, topology: Topology) -> None:
-        super().check_partitions(pdir, topology)
-        if pdir.feature_layout != "columns":
-            raise ValueError(f"{pdir.path} holds whole feature rows (partitioner "
-                             f"{pdir.partitioner!r}); p3 needs feature columns sliced per rank: "
-                             f"`dglx partition --method feature_dim --parts {topology.world_size}`")
 
     def setup(self, session: Session, pdir: PartitionDir) -> None:
         self.check_partitions(pdir, session.topology)
