@@ -97,7 +97,10 @@ def test_push_matches_numpy(ids, kind, op, seed):
     else:
         for i, row in zip(ids_np, values):  # sequential: the last occurrence wins
             want[i] = row
-    np.testing.assert_allclose(store.pull("x", torch.arange(N)).numpy(), want, rtol=1e-6)
+    # the store sums a row's duplicates before adding them, numpy adds one at a time: float32
+    # rounding differs by a few ulps, and relative error is large where a row cancels to ~0
+    np.testing.assert_allclose(store.pull("x", torch.arange(N)).numpy(), want, rtol=1e-5,
+                               atol=1e-5)
 
 
 def test_pull_push_one_dim_and_int_tensors():
