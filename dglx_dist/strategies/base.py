@@ -12,7 +12,14 @@ Register your own (or list it under the ``dglx_dist.strategies`` entry-point gro
         @dataclasses.dataclass(frozen=True)
         class Config:
             batch_size: int = dataclasses.field(default=1000, metadata={"help": "..."})
+
+        @classmethod
+        def exact_options(cls, num_layers):  # tests/dist/test_contract.py uses these
+            return {"fanouts": (-1,) * num_layers}
         ...
+
+Every registered strategy is run by ``tests/dist/test_contract.py`` with its exact options
+against single-process full-graph DGL.
 """
 from __future__ import annotations
 
@@ -86,6 +93,13 @@ class Strategy(abc.ABC):
     def num_layers(self) -> int | None:
         """GNN layers the strategy's options imply (e.g. one fanout per layer), or None."""
         return None
+
+    @classmethod
+    @abc.abstractmethod
+    def exact_options(cls, num_layers: int) -> dict[str, Any]:
+        """Options under which the strategy does the math of single-process full-graph DGL
+        for a model of ``num_layers`` graph layers (full neighbourhoods, nothing stale or
+        sampled): the contract test over every registered strategy builds it with them."""
 
     def check_partitions(self, pdir: PartitionDir, topology: Topology) -> None:
         """Refuses a partition directory that does not fit this strategy and topology."""

@@ -157,6 +157,10 @@ class GraNNDisStrategy(Strategy):
     def num_layers(self) -> int:
         return self.config.num_layers
 
+    @classmethod
+    def exact_options(cls, num_layers: int) -> dict:
+        return {"num_layers": num_layers, "external_max_hop": -1, "external_fanout": -1}
+
     def partition_spec(self, topology: Topology) -> PartitionSpec:
         groups = topology.num_servers if self.config.scope == "server" else 1
         return PartitionSpec("metis", topology.world_size,

@@ -55,6 +55,10 @@ class MiniBatchStrategy(Strategy):
     def num_layers(self) -> int:
         return len(self.config.fanouts)
 
+    @classmethod
+    def exact_options(cls, num_layers: int) -> dict:
+        return {"fanouts": (-1,) * num_layers}
+
     @abc.abstractmethod
     def _batch(self, seeds: torch.Tensor, fanouts, split: str) -> Batch:
         """The batch of ``seeds`` (from this rank's ``split`` chunk), sampled with ``fanouts``."""
