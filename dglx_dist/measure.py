@@ -39,11 +39,7 @@ class SavedBytes:
         self._now = 0
 
     def pack(self, tensor):
-        try:
-            storage = tensor.untyped_storage()
-            key, size = storage.data_ptr(), storage.nbytes()
-        except (RuntimeError, NotImplementedError):  # sparse and other storage-less layouts
-            key, size = id(tensor), tensor.numel() * tensor.element_size()
+        key, size = _footprint(tensor)
         if key not in self._seen:
             self._seen.add(key)
             self._now += size
@@ -53,6 +49,22 @@ class SavedBytes:
     def reset(self) -> None:
         self.peak = 0
         self.start()
+
+
+def _footprint(tensor) -> tuple[int, int]:
+    """An identity for the memory behind ``tensor`` and its size in bytes."""
+    import torch  # here, not at the top: the CLI's table printing imports this module too
+
+    if tensor.layout == torch.strided:
+        storage = tensor.untyped_storage()
+        return storage.data_ptr(), storage.nbytes()
+    if tensor.layout == torch.sparse_coo:  # no storage of its own: its index and value arrays
+        parts = (tensor._indices(), tensor._values())
+    elif tensor.layout == torch.sparse_csr:
+        parts = (tensor.crow_indices(), tensor.col_indices(), tensor.values())
+    else:  # other layouts (mkldnn, blocked sparse): counted at their dense size
+        parts = (tensor,)
+    return id(tensor), sum(p.numel() * p.element_size() for p in parts)
 
 
 class PeakRSS:
