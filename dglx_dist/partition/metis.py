@@ -80,11 +80,11 @@ class MetisPartitioner(Partitioner):
                                  f"{self.config.groups} parts")
 
     def plan(self, ds: GraphDataset, num_parts: int) -> PartitionPlan:
-        groups = self.config.groups
+        groups, masks = self.config.groups, _masks(ds)
         if groups == 1:
-            assignment = self._assign(ds.src, ds.dst, _masks(ds), num_parts)
+            assignment = self._assign(ds.src, ds.dst, masks, num_parts)
         else:
-            top = self._assign(ds.src, ds.dst, _masks(ds), groups)
+            top = self._assign(ds.src, ds.dst, masks, groups)
             per = num_parts // groups
             assignment = np.empty(ds.num_nodes, dtype=np.int64)
             for g in range(groups):
@@ -93,7 +93,7 @@ class MetisPartitioner(Partitioner):
                 local[nodes] = np.arange(nodes.size)
                 inside = (local[ds.src] >= 0) & (local[ds.dst] >= 0)
                 sub = self._assign(local[ds.src[inside]], local[ds.dst[inside]],
-                                   {k: m[nodes] for k, m in _masks(ds).items()}, per)
+                                   {k: m[nodes] for k, m in masks.items()}, per)
                 assignment[nodes] = g * per + sub
         orig_ids = np.argsort(assignment, kind="stable").astype(np.int64)
         counts = np.bincount(assignment, minlength=num_parts)

@@ -25,7 +25,7 @@ import dgl
 import torch
 
 from dglx_dist.runtime.comm import Comm
-from dglx_dist.sampling.eas import capped
+from dglx_dist.sampling.eas import capped, gather_with_members
 
 __all__ = ["GroupNodes", "LayerPlan", "CoBatchPlan", "levels", "batch_edges", "build_cobatch"]
 
@@ -40,10 +40,7 @@ class GroupNodes:
     @classmethod
     def gather(cls, group: Comm, mine: torch.Tensor) -> "GroupNodes":
         """Collective over ``group``: each member passes the ids it holds (disjoint)."""
-        lists = group.all_gather_v(mine)
-        ids = torch.cat(lists)
-        holder = torch.repeat_interleave(torch.arange(group.size),
-                                         torch.tensor([t.numel() for t in lists]))
+        ids, holder = gather_with_members(group, mine)
         order = torch.argsort(ids)
         return cls(ids[order], holder[order])
 
@@ -113,7 +110,8 @@ def levels(own: torch.Tensor, edges: tuple[torch.Tensor, torch.Tensor], targets:
     dst_pos = torch.searchsorted(own, dst)
     is_target = GroupNodes.gather(group, own[targets]) if fanout >= 0 else None
     for t in range(1, num_layers + 1):
-        s, d = src[level[dst_pos] == t - 1], dst[level[dst_pos] == t - 1]
+        frontier = level[dst_pos] == t - 1
+        s, d = src[frontier], dst[frontier]
         if is_target is not None:
             outside = ~is_target.contains(s)
             s, _ = capped(s[outside], d[outside], fanout, gen)
@@ -138,6 +136,27 @@ def batch_edges(own: torch.Tensor, edges: tuple[torch.Tensor, torch.Tensor],
     return src[keep], dst[keep]
 
 
+@dataclasses.dataclass(frozen=True)
+class _Rows:
+    """This rank's nodes of one batch in row order, and its edges in rows (-1: not its own).
+
+    Attributes:
+        own: the rank's nodes (sorted ids); ``row[i]``: the row of ``own[i]`` (-1: outside).
+        ordered: the batch's nodes in row order.
+        src: global source ids of the edges; ``src_row`` / ``dst_row``: their rows.
+    """
+
+    own: torch.Tensor
+    row: torch.Tensor
+    ordered: torch.Tensor
+    src: torch.Tensor
+    src_row: torch.Tensor
+    dst_row: torch.Tensor
+
+    def rows_of(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.row[torch.searchsorted(self.own, ids)]
+
+
 def build_cobatch(own: torch.Tensor, level: torch.Tensor,
                   edges: tuple[torch.Tensor, torch.Tensor], num_layers: int,
                   nodes: GroupNodes, group: Comm, out_degree: torch.Tensor) -> CoBatchPlan:
@@ -157,26 +176,26 @@ def build_cobatch(own: torch.Tensor, level: torch.Tensor,
     deepest = int(group.all_reduce(torch.tensor([int(level[inside].max()) if inside.numel()
                                                  else 0]), op="max"))
     src, dst = edges
-    dst_row = row[torch.searchsorted(own, dst)]
     mine = nodes.holder_of(src) == group.index
     src_row = torch.full_like(src, -1)
     src_row[mine] = row[torch.searchsorted(own, src[mine])]
-    ordered = own[order]
+    rows = _Rows(own, row, own[order], src, src_row, row[torch.searchsorted(own, dst)])
     plans: dict[tuple[int, int], LayerPlan] = {}
     layers = []
     for i in range(L):
         key = (min(L - 1 - i, deepest), min(L - i, deepest))
         if key not in plans:
-            plans[key] = _layer(ordered, counts[key[0]], counts[key[1]], src, dst_row, src_row,
-                                nodes, group, out_degree, row, own)
+            plans[key] = _layer(rows, counts[key[0]], counts[key[1]], nodes, group, out_degree)
         layers.append(plans[key])
-    return CoBatchPlan(ordered, counts[0], layers)
+    return CoBatchPlan(rows.ordered, counts[0], layers)
 
 
-def _layer(ordered, num_dst, num_in, src, dst_row, src_row, nodes: GroupNodes, group: Comm,
-           out_degree, row, own) -> LayerPlan:
-    sel = (dst_row >= 0) & (dst_row < num_dst)
-    es, ed, esr = src[sel], dst_row[sel], src_row[sel]
+def _layer(rows: _Rows, num_dst: int, num_in: int, nodes: GroupNodes, group: Comm,
+           out_degree: torch.Tensor) -> LayerPlan:
+    """The block whose destinations are the first ``num_dst`` rows and whose own sources are
+    the first ``num_in``; the other sources are asked for from their holders."""
+    sel = (rows.dst_row >= 0) & (rows.dst_row < num_dst)
+    es, ed, esr = rows.src[sel], rows.dst_row[sel], rows.src_row[sel]
     local = esr >= 0
     if bool((esr[local] >= num_in).any()):
         raise AssertionError("a layer reads an own row the previous layer did not produce")
@@ -190,13 +209,12 @@ def _layer(ordered, num_dst, num_in, src, dst_row, src_row, nodes: GroupNodes, g
     block_src[~local] = num_in + where[inverse]
     block = dgl.create_block((block_src, ed), num_src_nodes=num_in + remote.numel(),
                              num_dst_nodes=num_dst)
-    src_ids = torch.cat([ordered[:num_in], remote])
+    src_ids = torch.cat([rows.ordered[:num_in], remote])
     block.srcdata[dgl.NID] = src_ids
-    block.dstdata[dgl.NID] = ordered[:num_dst]
+    block.dstdata[dgl.NID] = rows.ordered[:num_dst]
     asks = [remote[holder == m] for m in range(group.size)]
-    asked = group.all_to_all_v(asks)
-    send_idx = [row[torch.searchsorted(own, ids)] for ids in asked]
+    send_idx = [rows.rows_of(ids) for ids in group.all_to_all_v(asks)]
     if any(bool((idx < 0).any() or (idx >= num_in).any()) for idx in send_idx):
         raise AssertionError("a peer asked for a row this rank does not hold at that layer")
     return LayerPlan(block, send_idx, [a.numel() for a in asks],
-                     out_degree.index_select(0, src_ids).double())
+                     out_degree.index_select(0, src_ids))

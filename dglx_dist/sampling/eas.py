@@ -21,7 +21,7 @@ import torch
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.sampling.sampler import PartitionSampler
 
-__all__ = ["capped", "claim", "expand_external"]
+__all__ = ["capped", "claim", "expand_external", "gather_with_members"]
 
 _EMPTY = torch.zeros(0, dtype=torch.int64)
 
@@ -43,13 +43,19 @@ def capped(src: torch.Tensor, dst: torch.Tensor, fanout: int,
     return src[keep], dst[keep]
 
 
+def gather_with_members(group: Comm, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every member's ``ids`` concatenated in member order, and the member each came from
+    (collective over ``group``)."""
+    lists = group.all_gather_v(ids)
+    who = torch.repeat_interleave(torch.arange(group.size),
+                                  torch.tensor([t.numel() for t in lists]))
+    return torch.cat(lists), who
+
+
 def claim(group: Comm, proposed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Every id some member of ``group`` proposes goes to the lowest member proposing it
     (collective). Returns (the ids this member gets, every proposed id), both sorted."""
-    lists = group.all_gather_v(proposed)
-    every = torch.cat(lists)
-    who = torch.repeat_interleave(torch.arange(group.size),
-                                  torch.tensor([t.numel() for t in lists]))
+    every, who = gather_with_members(group, proposed)
     uniq, inverse = torch.unique(every, return_inverse=True)
     first = torch.full((uniq.numel(),), group.size, dtype=torch.int64)
     first = first.scatter_reduce(0, inverse, who, "amin")

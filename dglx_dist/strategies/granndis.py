@@ -153,6 +153,7 @@ class GraNNDisStrategy(Strategy):
     def __init__(self, config):
         super().__init__(config)
         self.full_graph = config.co_batches == 1
+        self._weight = 0.0  # this rank's share of the current step's labelled targets
 
     def num_layers(self) -> int:
         return self.config.num_layers
@@ -179,9 +180,13 @@ class GraNNDisStrategy(Strategy):
         session.world.all_reduce(out_degree)  # every node's out-degree in the whole graph
         gen = torch.Generator().manual_seed(self.config.seed * 7919 + session.rank)
         own, nodes, edges = self._server_graph(pdir, part, core_edges, gen)
-        self._preload(pdir, part, own)
         self.plans = self._co_batches(part, core_edges, own, nodes, edges,
                                       out_degree.double(), gen)
+        # full-graph: the one batch's rows, in its order, kept; else every node's row and,
+        # per co-batch, where its rows are (gathered for the step, dropped after it)
+        self._feat = self._preload(pdir, part, self.plans[0].nodes if self.full_graph else own)
+        self._rows_in = [torch.searchsorted(own, p.nodes) for p in self.plans
+                         if not self.full_graph]
         self._by_block = {id(lp.block): lp for plan in self.plans for lp in plan.layers}
         self._targets(part, core)
         log.info("%s rank %d: %d inner + %d external nodes (group of %d holds %d); rows per "
@@ -228,16 +233,15 @@ class GraNNDisStrategy(Strategy):
             plans.append(build_cobatch(own, level, mine, L, nodes, self.group, out_degree))
         return plans
 
-    def _preload(self, pdir: PartitionDir, part, own: torch.Tensor) -> None:
-        """Feature rows of this rank's nodes, pulled once (external rows cross servers here)."""
+    def _preload(self, pdir: PartitionDir, part, ids: torch.Tensor) -> torch.Tensor:
+        """Feature rows of ``ids`` (this rank's nodes), pulled once: external rows cross
+        servers here and only here."""
         store = DistKVStore(self.session)
         try:
             store.init_data("feat", RowPolicy(pdir.book), {part.part: torch.from_numpy(part.feat)})
-            feat = store.pull("feat", own, dedup=False)
+            return store.pull("feat", ids, dedup=False)
         finally:
             store.close()
-        self._x_rows = [None] * self.config.co_batches
-        self._own, self._feat = own, feat
 
     def _clusters(self, part, core_edges) -> torch.Tensor:
         """Co-batch of every core node: METIS clusters of the rank's part (train balanced)."""
@@ -263,7 +267,6 @@ class GraNNDisStrategy(Strategy):
         mine = torch.tensor([float(m["train"].sum()) for m in self.masks], dtype=torch.float64)
         total = self.session.world.all_reduce(mine.clone())
         self._weights = torch.where(total > 0, mine / total.clamp(min=1), torch.zeros_like(mine))
-        self._weight = 0.0
 
     def _plan_of(self, block) -> LayerPlan:
         plan = self._by_block.get(id(block))
@@ -330,12 +333,6 @@ class GraNNDisStrategy(Strategy):
     def _batch(self, b: int, split: str) -> CoBatch:
         plan = self.plans[b]
         rows = torch.nonzero(self.masks[b][split]).squeeze(1)
-        if self.full_graph:  # loaded once and kept
-            if self._x_rows[b] is None:
-                self._x_rows[b] = self._feat.index_select(
-                    0, torch.searchsorted(self._own, plan.nodes))
-            x = self._x_rows[b]
-        else:  # loaded for the step, dropped after it
-            x = self._feat.index_select(0, torch.searchsorted(self._own, plan.nodes))
+        x = self._feat if self.full_graph else self._feat.index_select(0, self._rows_in[b])
         return CoBatch([lp.block for lp in plan.layers], x, self.labels[b][rows],
                        plan.nodes.index_select(0, rows), rows)

@@ -3,14 +3,13 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from dglx_dist.data import builtin_path, read_dataset, to_dgl
 from dglx_dist.models import GCN, ResGCN
 from dglx_dist.partition import PartitionDir, partition_dataset
 from dglx_dist.registry import RegistryError
 from dglx_dist.strategies import STRATEGIES
-from dglx_dist.testing import WorkerError, run_workers
+from dglx_dist.testing import WorkerError, run_workers, seeded_model
 from dglx_dist.trainer import Trainer
 
 pytestmark = pytest.mark.dist
@@ -18,13 +17,8 @@ VS = {"DGLX_VIRTUAL_SERVERS": "2"}
 
 
 def _model(kind, feat_dim, classes):
-    torch.manual_seed(0)
-    model = (GCN(feat_dim, 8, classes, 2, dropout=0.0) if kind == "gcn" else
-             ResGCN(feat_dim, 8, classes, 4, dropout=0.0))
-    for name, p in model.named_parameters():  # non-zero biases, so their paths are checked
-        if "bias" in name:
-            nn.init.normal_(p, std=0.1)
-    return model
+    return seeded_model(lambda: GCN(feat_dim, 8, classes, 2, dropout=0.0) if kind == "gcn"
+                        else ResGCN(feat_dim, 8, classes, 4, dropout=0.0))
 
 
 @pytest.fixture(scope="module")

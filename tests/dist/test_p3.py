@@ -11,7 +11,7 @@ from dglx_dist.data import builtin_path, read_dataset, to_dgl
 from dglx_dist.models import SAGE
 from dglx_dist.models.layers import adapter_for
 from dglx_dist.partition import PartitionDir, partition_dataset
-from dglx_dist.testing import run_workers
+from dglx_dist.testing import run_workers, seeded_model
 from dglx_dist.trainer import Trainer
 
 pytestmark = pytest.mark.dist
@@ -46,12 +46,7 @@ MODELS = {"sage": lambda f, c: SAGE(f, 8, c, dropout=0.0),
 
 
 def _model(kind, feat_dim, classes):
-    torch.manual_seed(0)
-    model = MODELS[kind](feat_dim, classes)
-    for name, p in model.named_parameters():  # non-zero biases, so their paths are checked
-        if "bias" in name:
-            nn.init.normal_(p, std=0.1)
-    return model
+    return seeded_model(lambda: MODELS[kind](feat_dim, classes))
 
 
 @pytest.fixture(scope="module")
