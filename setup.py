@@ -23,7 +23,8 @@ INSTALL_REQUIRES = [
 ]
 
 EXTRAS = {
-    "test": ["pytest>=7", "pytest-timeout", "hypothesis"],
+    "test": ["pytest>=7", "pytest-timeout", "hypothesis", "boto3"],
+    "aws": ["boto3"],
     "plot": ["matplotlib"],
 }
 
@@ -40,5 +41,6 @@ setup(
         "console_scripts": ["dglx=dglx_dist.cli:main"],
         # Third-party plug-ins register here; see docs/partitioners.md.
         "dglx_dist.partitioners": [],
+        "dglx_dist.executors": [],
     },
 )

@@ -118,6 +118,8 @@ class Trainer:
         Validation accuracy is measured every ``eval_every`` epochs and test accuracy after the
         last epoch (``test_acc`` in the last record).
         """
+        if self.strategy.owns_training:
+            return self._fit_owned(epochs, eval_every)
         for i in range(epochs):
             before = self.session.counter.snapshot()
             self.saved.reset()
@@ -142,6 +144,34 @@ class Trainer:
                 record["test_acc"] = round(self.evaluate("test"), 4)
             self._emit(record)
             self.epoch += 1
+        return self.history
+
+    def _fit_owned(self, epochs: int, eval_every: int) -> list[dict[str, Any]]:
+        """``fit`` for a strategy that runs its own training pipeline (epochs may overlap):
+        the strategy calls back once per epoch, when that epoch's update is applied."""
+        first, before = self.epoch, [self.session.counter.snapshot()]
+        bar = tqdm(total=epochs, desc="epochs", unit="epoch", leave=False,
+                   disable=not (self.progress and self.session.is_main))
+
+        def on_epoch(epoch: int, info: dict[str, Any]) -> None:
+            after = self.session.counter.snapshot()
+            record = self._record(info.pop("wall"), 1, info.pop("samples", 0),
+                                  info.pop("loss"), before[0], after)
+            record.update(info)
+            i = epoch - first
+            if i == epochs - 1 or (eval_every and (i + 1) % eval_every == 0):
+                record["val_acc"] = round(self.evaluate("val"), 4)
+            if i == epochs - 1:
+                record["test_acc"] = round(self.evaluate("test"), 4)
+            self._emit(record)
+            self.epoch = epoch + 1
+            before[0] = self.session.counter.snapshot()
+            bar.update(1)
+
+        try:
+            self.strategy.fit_epochs(self.optimizer, first, epochs, on_epoch)
+        finally:
+            bar.close()
         return self.history
 
     def _record(self, wall: float, steps: int, samples: int, losses: float,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import threading
 from typing import Any, Callable, Sequence
 
 import torch
@@ -28,7 +29,7 @@ import torch.distributed as dist
 from dglx_dist.runtime.health import Health
 from dglx_dist.runtime.topology import Topology
 
-__all__ = ["Comm", "ByteCounter", "Pending", "PeerError"]
+__all__ = ["Comm", "ByteCounter", "Pending", "PeerError", "Transfer"]
 
 _OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
         "product": dist.ReduceOp.PRODUCT}
@@ -190,6 +191,23 @@ class Comm:
         self._count([share] * self.size, [share] * self.size)
         return tensor
 
+    def start_all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> "Pending":
+        """:meth:`all_reduce`, returned while under way; ``wait()`` (or ``done()``) on the
+        result finishes it. Every rank must start its collectives on this group in the same
+        order."""
+        if op not in _OPS:
+            raise ValueError(f"all_reduce op {op!r}; expected one of {sorted(_OPS)}")
+        work = self._start("all_reduce", lambda: dist.all_reduce(tensor, _OPS[op],
+                                                                 group=self.group,
+                                                                 async_op=True))
+
+        def finish() -> torch.Tensor:
+            share = 2 * tensor.nbytes // self.size
+            self._count([share] * self.size, [share] * self.size)
+            return tensor
+
+        return Pending(self, "all_reduce", work, finish, keep=tensor)
+
     def account_all_reduce(self, nbytes: int) -> None:
         """Counts an all-reduce of ``nbytes`` that another library ran on this group (DDP's
         gradient all-reduce, which runs in C++ so that no Python callback sits on gloo's
@@ -234,6 +252,33 @@ class Comm:
     def barrier(self) -> None:
         """Waits until every member arrives (with the timeout)."""
         self._run("barrier", lambda: dist.barrier(group=self.group, async_op=True))
+
+    # -- point to point -----------------------------------------------------------------------
+    def start_send(self, tensor: torch.Tensor, peer: int, tag: int) -> "Transfer":
+        """Starts sending ``tensor`` to member ``peer`` under ``tag`` (a one-sided message for
+        exchanges whose order is not the same on every rank, e.g. Dorylus's asynchronous
+        scatters); the receiver posts :meth:`start_recv` with the same tag and a tensor of the
+        same shape. Returns at once; poll ``done()`` or ``wait()``."""
+        return self._p2p("send", dist.isend, tensor.contiguous(), peer, tag)
+
+    def start_recv(self, tensor: torch.Tensor, peer: int, tag: int) -> "Transfer":
+        """Starts receiving member ``peer``'s message ``tag`` into ``tensor`` (see
+        :meth:`start_send`)."""
+        return self._p2p("recv", dist.irecv, tensor, peer, tag)
+
+    def _p2p(self, kind: str, fn: Callable, tensor: torch.Tensor, peer: int,
+             tag: int) -> "Transfer":
+        if not 0 <= peer < self.size or peer == self.index:
+            raise ValueError(f"{kind} on {self.name}: peer {peer}; expected another member "
+                             f"in [0, {self.size})")
+        op = f"{kind} (tag {tag}) {'to' if kind == 'send' else 'from'} rank {self.members[peer]}"
+        self._check_usable(op)
+        work = self._guard(op, lambda: fn(tensor, self.members[peer], group=self.group,
+                                          tag=tag))
+        sizes = [tensor.nbytes if i == peer else 0 for i in range(self.size)]
+        count = ((lambda: self._count(sizes, [0] * self.size)) if kind == "send" else
+                 (lambda: self._count([0] * self.size, sizes)))
+        return Transfer(self, op, work, count, tensor, self.members[peer])
 
     # -- plumbing ----------------------------------------------------------------------------
     def _count(self, sent: Sequence[int], recv: Sequence[int]) -> None:
@@ -312,8 +357,73 @@ class Pending:
         self._keep = keep  # the send buffer must outlive the transfer
         self._done, self._result = False, None
 
+    def done(self) -> bool:
+        """True once finished (without blocking; finishing it when the transfer is over)."""
+        if not self._done and (self._work is None or
+                               self._comm._guard(self._op, self._work.is_completed)):
+            self.wait()
+        return self._done
+
     def wait(self) -> Any:
         if not self._done:
             self._comm._wait(self._op, self._work)
             self._result, self._done, self._keep = self._finish(), True, None
         return self._result
+
+
+class Transfer:
+    """A point-to-point message under way (see :meth:`Comm.start_send`).
+
+    gloo completes a point-to-point transfer only inside ``wait()`` (``is_completed`` stays
+    False until then, and a wait that times out closes the connection), so a daemon thread
+    waits for it, with the group's timeout; ``done()`` polls that thread without blocking and
+    ``wait()`` blocks on it. Bytes are counted once, when the transfer is seen complete. A
+    transfer that never completes (its peer died or never sends) becomes a
+    :class:`PeerError` naming the peer in ``done()``/``wait()``, or in :meth:`fail`, which a
+    caller polling several transfers uses when its own deadline passes.
+    """
+
+    def __init__(self, comm: Comm, op: str, work: dist.Work, count: Callable[[], None],
+                 tensor: torch.Tensor, peer: int):
+        self._comm, self.op, self._work, self._count = comm, op, work, count
+        self.tensor, self.peer = tensor, peer  # the buffer must outlive the transfer
+        self._done, self._error = False, None
+        self._finished = threading.Event()
+        threading.Thread(target=self._wait_in_background, daemon=True,
+                         name=f"dglx-{op}").start()
+
+    def _wait_in_background(self) -> None:
+        try:
+            self._work.wait(timeout=self._comm.timeout)
+        except RuntimeError as exc:
+            self._error = exc
+        self._finished.set()
+
+    def done(self) -> bool:
+        if not self._done and self._finished.is_set():
+            self._finish()
+        return self._done
+
+    def wait(self) -> torch.Tensor:
+        if not self._done:
+            self._finished.wait(self._comm.timeout.total_seconds() + 5)
+            if not self._finished.is_set():
+                raise self.fail(self._comm.timeout.total_seconds())
+            self._finish()
+        return self.tensor
+
+    def _finish(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+
+            def reraise():
+                raise error
+
+            self._comm._guard(self.op, reraise)  # a PeerError naming the failed rank
+        self._done = True
+        self._count()
+
+    def fail(self, waited: float) -> PeerError:
+        """The error for a transfer still pending after ``waited`` seconds."""
+        return PeerError(f"{self.op} on the {self._comm.name} group: nothing for {waited:.0f}s "
+                         f"(rank {self.peer} dead or stuck?)", [self.peer], self.op)

@@ -83,6 +83,16 @@ class Session:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    def new_world_comm(self, name: str) -> Comm:
+        """A communicator over every rank on a process group of its own (collective: every
+        rank creates its groups in the same order), for collectives that run while other
+        exchanges are under way on ``world`` (their order on each group stays the same on
+        every rank)."""
+        group = dist.new_group(list(range(self.world_size)),
+                               timeout=datetime.timedelta(seconds=self.env.timeout))
+        return Comm(name, group, list(range(self.world_size)), self.rank, self.topology,
+                    self.counter, self.health, self.env.timeout)
+
     def all_reduce_by_server(self, flat: torch.Tensor) -> torch.Tensor:
         """The sum of the 1-D ``flat`` over every rank, crossing servers once: reduce-scatter
         within the server, all-reduce of each rank's chunk with the same chunk on the other

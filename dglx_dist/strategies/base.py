@@ -75,6 +75,9 @@ class Strategy(abc.ABC):
         full_graph: an epoch is one batch over the whole graph (no sampling).
         collective_forward: the model's forward exchanges data between ranks, so every rank
             runs it at every step, even on an empty batch.
+        conv_types: the dgl.nn conv classes the strategy can run (None: any).
+        owns_training: ``Trainer.fit`` hands the epochs to :meth:`fit_epochs` (a pipeline in
+            which epochs overlap) instead of stepping through :meth:`batches`.
     """
 
     Config: type
@@ -82,6 +85,8 @@ class Strategy(abc.ABC):
     feature_layout: str | None = None
     full_graph: bool = False
     collective_forward: bool = False
+    owns_training: bool = False
+    conv_types: tuple[str, ...] | None = None
 
     def __init__(self, config: Any):
         self.config = config
@@ -127,6 +132,13 @@ class Strategy(abc.ABC):
     @abc.abstractmethod
     def batches(self, epoch: int) -> Iterator[Batch]:
         """One epoch of batches; every rank yields the same number (collective)."""
+
+    def fit_epochs(self, optimizer: torch.optim.Optimizer, first: int, epochs: int,
+                   on_epoch) -> None:
+        """Trains epochs ``first .. first+epochs-1`` (strategies with ``owns_training``);
+        ``on_epoch(epoch, info)`` is called on every rank once an epoch's update is applied,
+        with ``info`` holding at least ``wall`` (seconds) and ``loss``."""
+        raise NotImplementedError(f"strategy {self.registered_name!r} trains through batches()")
 
     def after_backward(self) -> None:
         """Called after every backward pass (e.g. to account traffic done by DDP)."""

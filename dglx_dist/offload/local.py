@@ -1,0 +1,289 @@
+"""The "local" executor: tensor tasks in worker processes on this machine.
+
+Each worker is a separate Python process running ``tensor_fn.worker`` (numpy only, one compute
+thread, never torch or DGL), fed over its stdin/stdout pipes by one thread of this process.
+Requests wait in one shared queue, so ``workers`` is the concurrency cap, like a Lambda
+account's concurrency limit. A worker that dies fails its invocation with
+:class:`~dglx_dist.offload.executor.WorkerLost` and is replaced (a cold start).
+
+The fault-injection options (``latency_s``, ``crash_on``, ``hang_on``) make the failure modes of
+serverless workers reproducible in tests and benchmarks: they are written into the request
+header and acted on by the worker.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import logging
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from dglx_dist.offload.executor import EXECUTORS, Executor, InvocationError, WorkerLost
+from dglx_dist.offload.tensor_fn.payload import PayloadError, decode_header, replace_header
+from dglx_dist.offload.tensor_fn.worker import STATUS_OK, read_frame, write_frame
+
+__all__ = ["LocalExecutor"]
+
+log = logging.getLogger(__name__)
+_OFFLOAD_DIR = str(Path(__file__).resolve().parent)
+_BOOT = (f"import sys; sys.path.insert(0, {_OFFLOAD_DIR!r}); "
+         "from tensor_fn.worker import main; sys.exit(main())")
+_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@dataclasses.dataclass(eq=False)
+class _Job:
+    seq: int
+    request: bytes
+    future: concurrent.futures.Future
+    aborted: bool = False
+
+
+@dataclasses.dataclass(eq=False)
+class _Slot:
+    index: int
+    proc: subprocess.Popen | None = None
+    job: _Job | None = None
+    doomed: bool = False  # abort() killed (or is killing) the current process
+    thread: threading.Thread | None = None
+
+
+@EXECUTORS.register("local")
+class LocalExecutor(Executor):
+    """Tensor tasks in ``workers`` local processes."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        workers: int = dataclasses.field(default=2, metadata={
+            "help": "worker processes, one invocation each at a time: the concurrency cap"})
+        memory_mb: int = dataclasses.field(default=512, metadata={
+            "help": "memory per worker assumed for GB-second cost estimates (not enforced)"})
+        cold_start_s: float = dataclasses.field(default=0.0, metadata={
+            "help": "seconds a (re)started worker sleeps before serving"})
+        latency_s: float = dataclasses.field(default=0.0, metadata={
+            "help": "delay injected into every invocation"})
+        crash_on: tuple[int, ...] = dataclasses.field(default=(), metadata={
+            "help": "invocation numbers (0-based, counting every invoke() call) whose worker "
+                    "dies mid-invocation"})
+        hang_on: tuple[int, ...] = dataclasses.field(default=(), metadata={
+            "help": "invocation numbers that stall for hang_s before computing"})
+        hang_s: float = dataclasses.field(default=30.0, metadata={
+            "help": "how long a hang_on invocation stalls"})
+
+        def __post_init__(self):
+            if self.workers < 1:
+                raise ValueError(f"workers must be >= 1, got {self.workers}")
+            for name in ("cold_start_s", "latency_s", "hang_s"):
+                if getattr(self, name) < 0:
+                    raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+    def __init__(self, config: Config):
+        super().__init__(config)
+        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._slots: list[_Slot] = []
+        self._jobs: dict[concurrent.futures.Future, _Job] = {}
+        self._seq = 0
+        self._started = False
+        self._closed = False
+
+    @property
+    def capacity(self) -> int:
+        return self.config.workers
+
+    def start(self) -> None:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("LocalExecutor is closed; build a new one")
+            if self._started:
+                return
+            self._started = True
+            self._slots = [_Slot(i, proc=self._spawn()) for i in range(self.config.workers)]
+        for slot in self._slots:
+            slot.thread = threading.Thread(target=self._feed, args=(slot,), daemon=True,
+                                           name=f"dglx-local-worker-{slot.index}")
+            slot.thread.start()
+        log.debug("started %d local workers: %s", len(self._slots), self.worker_pids())
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the live workers."""
+        with self._lock:
+            return [s.proc.pid for s in self._slots if s.proc is not None]
+
+    def invoke(self, request: bytes) -> concurrent.futures.Future:
+        if not isinstance(request, (bytes, bytearray, memoryview)):
+            raise TypeError(f"request: expected bytes, got {type(request).__name__}")
+        self.start()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("LocalExecutor is closed; build a new one")
+            job = _Job(self._seq, bytes(request), concurrent.futures.Future())
+            self._seq += 1
+            self._jobs[job.future] = job
+        self.counters.add(invocations=1)
+        self._queue.put(job)
+        return job.future
+
+    def abort(self, future: concurrent.futures.Future) -> None:
+        with self._lock:
+            job = self._jobs.pop(future, None)
+            if job is None or job.aborted:
+                return
+            job.aborted = True
+            slot = next((s for s in self._slots if s.job is job), None)
+            proc = slot.proc if slot is not None else None
+            if slot is not None:
+                slot.doomed = True
+        where = f"its worker (pid {proc.pid}) killed" if proc else "it had not started"
+        future.set_exception(WorkerLost(f"invocation #{job.seq} aborted; {where}"))
+        if proc is not None:
+            proc.kill()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            procs = [s.proc for s in self._slots if s.proc is not None]
+        for proc in procs:
+            proc.kill()
+        for _ in self._slots:
+            self._queue.put(None)
+        for slot in self._slots:
+            if slot.thread is not None:
+                slot.thread.join(timeout=10)
+        for proc in procs:
+            self._reap(proc)
+        while not self._queue.empty():
+            job = self._queue.get_nowait()
+            if job is not None:
+                self._fail(job, WorkerLost(f"invocation #{job.seq} dropped: executor closed"))
+        log.debug("closed local executor: %s", self.stats())
+
+    def stats(self) -> dict:
+        out = super().stats()
+        out["workers"] = self.config.workers
+        return out
+
+    # -- worker side ---------------------------------------------------------------------
+
+    def _spawn(self) -> subprocess.Popen:
+        env = dict(os.environ)
+        env.update({var: "1" for var in _THREAD_VARS})
+        return subprocess.Popen(
+            [sys.executable, "-c", _BOOT, "--cold-start", repr(self.config.cold_start_s)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)
+
+    @staticmethod
+    def _reap(proc: subprocess.Popen) -> int | None:
+        if proc.poll() is None:
+            proc.kill()
+        try:
+            code = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            log.warning("local worker pid %d did not exit after SIGKILL", proc.pid)
+            code = None
+        for pipe in (proc.stdin, proc.stdout):
+            try:
+                pipe.close()
+            except OSError:  # a broken pipe's buffered bytes can no longer be written
+                pass
+        return code
+
+    def _respawn(self, slot: _Slot, old: subprocess.Popen) -> int | None:
+        code = self._reap(old)
+        with self._lock:
+            slot.doomed = False
+            slot.proc = None if self._closed else self._spawn()
+            restarted = slot.proc is not None
+        if restarted:
+            self.counters.add(worker_restarts=1)
+            log.info("local worker %d (pid %d, exit code %s) replaced by pid %d",
+                     slot.index, old.pid, code, slot.proc.pid)
+        return code
+
+    def _fail(self, job: _Job, exc: Exception) -> None:
+        with self._lock:
+            self._jobs.pop(job.future, None)
+            if job.aborted:
+                return
+            job.aborted = True
+        if not job.future.done():
+            job.future.set_exception(exc)
+
+    def _feed(self, slot: _Slot) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            with self._lock:
+                if job.aborted:
+                    continue
+                proc = None if self._closed else slot.proc
+                if proc is not None and job.future.set_running_or_notify_cancel():
+                    slot.job = job
+                elif proc is not None:  # cancelled by its owner before it started
+                    self._jobs.pop(job.future, None)
+                    continue
+            if proc is None:
+                self._fail(job, WorkerLost(f"invocation #{job.seq} dropped: executor closed"))
+                continue
+            self._run(slot, proc, job)
+
+    def _inject(self, job: _Job) -> bytes:
+        cfg, updates = self.config, {}
+        delay = cfg.latency_s + (cfg.hang_s if job.seq in cfg.hang_on else 0.0)
+        if delay > 0:
+            updates["_delay_s"] = delay
+        if job.seq in cfg.crash_on:
+            updates["_crash"] = True
+        if not updates:
+            return job.request
+        try:
+            return replace_header(job.request, {**decode_header(job.request), **updates})
+        except PayloadError:  # the worker will report what is wrong with it
+            return job.request
+
+    def _run(self, slot: _Slot, proc: subprocess.Popen, job: _Job) -> None:
+        request = self._inject(job)
+        start = time.monotonic()
+        try:
+            write_frame(proc.stdin, request)
+            reply = read_frame(proc.stdout)
+        except (OSError, EOFError, ValueError):  # ValueError: the pipe was closed under us
+            reply = None
+        self.counters.add(busy_s=time.monotonic() - start, bytes_sent=len(request),
+                          bytes_received=len(reply or b""))
+        with self._lock:
+            slot.job = None
+            doomed = slot.doomed
+        if reply is None or doomed:
+            code = self._respawn(slot, proc)
+            reason = "executor closed" if self._closed else f"exit code {code}"
+            self.counters.add(lost=0 if job.aborted else 1)
+            self._fail(job, WorkerLost(f"invocation #{job.seq}: local worker {slot.index} "
+                                       f"(pid {proc.pid}) died mid-invocation ({reason})"))
+        elif reply[:1] == bytes([STATUS_OK]):
+            self._finish(job, result=reply[1:])
+        else:
+            self.counters.add(errors=1)
+            message = reply[1:].decode("utf-8", errors="replace")
+            self._finish(job, error=InvocationError(
+                f"invocation #{job.seq} rejected by the tensor function: {message}"))
+
+    def _finish(self, job: _Job, result: bytes | None = None,
+                error: Exception | None = None) -> None:
+        with self._lock:
+            self._jobs.pop(job.future, None)
+            if job.aborted:
+                return
+            job.aborted = True  # from here on abort() leaves it alone
+        if error is not None:
+            job.future.set_exception(error)
+        else:
+            job.future.set_result(result)

@@ -1,0 +1,229 @@
+"""The tensor tasks of a GCN layer, as pure functions of a header and float32 arrays.
+
+Each task is an :class:`Op` in :data:`OPS`. Tasks keep nothing between invocations: the backward
+task recomputes ``Z = A @ W + b`` and the dropout mask from its inputs (tensor
+rematerialisation), and the last layer's forward and backward run as one task (task fusion).
+
+Row chunking: every task works row by row on its ``row_inputs`` (the vertex interval's rows), so
+a caller may split those rows into chunks, run each chunk, concatenate ``row_outputs`` in order
+and add up ``sum_outputs``. The dropout mask is a hash of (seed, global node id, column), so it
+does not depend on how the rows were chunked.
+
+Header fields:
+    av:       act ("relu" | "none", required), dropout (float in [0, 1), default 0.0),
+              seed (int, default 0), train (bool, default False)
+    av_grad:  act (required), dropout, seed as for av; need_dA (bool, default False)
+    av_loss:  need_dA (bool, default False)
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import numpy as np
+
+from .payload import PayloadError
+
+__all__ = ["Op", "OPS", "dropout_mask", "output_size"]
+
+Arrays = dict[str, np.ndarray]
+_ACTS = ("relu", "none")
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_REQUIRED = object()
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+    """One tensor task.
+
+    Attributes:
+        fn: ``(header, arrays) -> outputs``.
+        inputs: names of the arrays the task needs.
+        row_inputs: inputs whose first axis is the interval's rows (split these to chunk).
+        row_outputs: outputs whose first axis is the interval's rows (concatenate chunks').
+        sum_outputs: outputs that are sums over rows (add chunks' up).
+        out_widths: ``(header, arrays) -> {output: elements per row (row outputs) or in total
+            (sum outputs)}``, all float32; used to estimate response sizes before invoking.
+    """
+
+    fn: Callable[[dict, Arrays], Arrays]
+    inputs: tuple[str, ...]
+    row_inputs: tuple[str, ...]
+    row_outputs: tuple[str, ...]
+    sum_outputs: tuple[str, ...]
+    out_widths: Callable[[dict, Arrays], dict[str, int]]
+
+
+def _field(header: dict, name: str, kind: type, default: Any = _REQUIRED) -> Any:
+    if name not in header:
+        if default is _REQUIRED:
+            raise PayloadError(f"header field {name!r} is missing (op {header.get('op')!r})")
+        return default
+    value = header[name]
+    ok = isinstance(value, bool) if kind is bool else (
+        isinstance(value, kind) and not isinstance(value, bool))
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value, ok = float(value), True
+    if not ok:
+        raise PayloadError(f"header field {name!r}: expected {kind.__name__}, got {value!r}")
+    return value
+
+
+def _act(header: dict) -> str:
+    act = _field(header, "act", str)
+    if act not in _ACTS:
+        raise PayloadError(f"header field 'act': got {act!r}, expected one of {list(_ACTS)}")
+    return act
+
+
+def _dropout(header: dict) -> tuple[float, int]:
+    p = _field(header, "dropout", float, 0.0)
+    if not 0.0 <= p < 1.0:
+        raise PayloadError(f"header field 'dropout': got {p}, expected a probability in [0, 1)")
+    return p, _field(header, "seed", int, 0)
+
+
+def _array(arrays: Arrays, name: str, dtype: str, ndim: int) -> np.ndarray:
+    if name not in arrays:
+        raise PayloadError(f"array {name!r} is missing; got {sorted(arrays)}")
+    arr = arrays[name]
+    if arr.dtype != np.dtype(dtype):
+        raise PayloadError(f"array {name!r}: dtype {arr.dtype}, expected {np.dtype(dtype)}")
+    if arr.ndim != ndim:
+        raise PayloadError(f"array {name!r}: shape {arr.shape}, expected {ndim} dimensions")
+    return arr
+
+
+def _expect(cond: bool, message: str) -> None:
+    if not cond:
+        raise PayloadError(message)
+
+
+def _linear(arrays: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Validated A (n x fin), W (fin x fout), b (fout,)."""
+    a = _array(arrays, "A", "float32", 2)
+    w = _array(arrays, "W", "float32", 2)
+    b = _array(arrays, "b", "float32", 1)
+    _expect(a.shape[1] == w.shape[0], f"array 'A' has {a.shape[1]} columns but 'W' has "
+            f"{w.shape[0]} rows (shapes {a.shape} and {w.shape}); expected them equal")
+    _expect(b.shape[0] == w.shape[1], f"array 'b' has {b.shape[0]} entries but 'W' has "
+            f"{w.shape[1]} columns; expected them equal")
+    return a, w, b
+
+
+def _rows(arrays: Arrays, name: str, dtype: str, n: int) -> np.ndarray:
+    arr = _array(arrays, name, dtype, 1)
+    _expect(arr.shape[0] == n, f"array {name!r} has {arr.shape[0]} entries, expected one per "
+            f"row of 'A' ({n})")
+    return arr
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: a bijective avalanche on uint64 (wrapping arithmetic)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def dropout_mask(seed: int, ids: np.ndarray, cols: int, p: float) -> np.ndarray:
+    """The keep mask (bool, ``len(ids) x cols``): entry (i, j) is kept with probability
+    ``1 - p``, decided by hashing (seed, ids[i], j) alone, so any row chunking agrees."""
+    with np.errstate(over="ignore"):
+        row = _mix64(ids.astype(np.int64).view(np.uint64) * _GOLDEN
+                     ^ _mix64(np.full(1, seed % 2**64, dtype=np.uint64)))
+        col = (np.arange(1, cols + 1, dtype=np.uint64) * _GOLDEN)
+        bits = _mix64(row[:, None] + _mix64(col)[None, :])
+    uniform = (bits >> np.uint64(11)).astype(np.float64) * (1.0 / 2**53)
+    return uniform >= p
+
+
+def _forward_parts(header: dict, arrays: Arrays):
+    a, w, b = _linear(arrays)
+    ids = _rows(arrays, "ids", "int64", a.shape[0])
+    z = a @ w + b
+    return a, w, z, ids, _act(header)
+
+
+def _av(header: dict, arrays: Arrays) -> Arrays:
+    _, w, z, ids, act = _forward_parts(header, arrays)
+    p, seed = _dropout(header)
+    h = np.maximum(z, 0, out=z) if act == "relu" else z
+    if _field(header, "train", bool, False) and p > 0:
+        h *= dropout_mask(seed, ids, w.shape[1], p) * np.float32(1.0 / (1.0 - p))
+    return {"H": h.astype(np.float32, copy=False)}
+
+
+def _av_grad(header: dict, arrays: Arrays) -> Arrays:
+    a, w, z, ids, act = _forward_parts(header, arrays)
+    p, seed = _dropout(header)
+    dh = _array(arrays, "dH", "float32", 2)
+    _expect(dh.shape == z.shape, f"array 'dH' has shape {dh.shape}, expected {z.shape} "
+            f"(rows of 'A' x columns of 'W')")
+    dz = dh.copy()
+    if p > 0:
+        dz *= dropout_mask(seed, ids, w.shape[1], p) * np.float32(1.0 / (1.0 - p))
+    if act == "relu":
+        dz *= z > 0
+    return _linear_grads(header, a, w, dz)
+
+
+def _linear_grads(header: dict, a: np.ndarray, w: np.ndarray, dz: np.ndarray) -> Arrays:
+    out = {"dW": (a.T @ dz).astype(np.float32, copy=False),
+           "db": dz.sum(axis=0, dtype=np.float32)}
+    if _field(header, "need_dA", bool, False):
+        out["dA"] = (dz @ w.T).astype(np.float32, copy=False)
+    return out
+
+
+def _av_loss(header: dict, arrays: Arrays) -> Arrays:
+    a, w, b = _linear(arrays)
+    n, classes = a.shape[0], w.shape[1]
+    labels = _rows(arrays, "labels", "int64", n)
+    weight = _rows(arrays, "weight", "float32", n)
+    if n:
+        lo, hi = int(labels.min()), int(labels.max())
+        _expect(lo >= 0 and hi < classes, f"array 'labels': values in [{lo}, {hi}], expected "
+                f"class ids in [0, {classes}) (columns of 'W')")
+    z = a @ w + b
+    shifted = z - z.max(axis=1, keepdims=True) if n else z
+    logp = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    rows = np.arange(n)
+    picked = logp[rows, labels]
+    loss = -np.dot(weight.astype(np.float64), picked.astype(np.float64))
+    dz = np.exp(logp)
+    dz[rows, labels] -= 1.0
+    dz *= weight[:, None]
+    out = _linear_grads(header, a, w, dz.astype(np.float32, copy=False))
+    out["loss"] = np.array([loss], dtype=np.float32)
+    return out
+
+
+def _av_widths(header: dict, arrays: Arrays) -> dict[str, int]:
+    return {"H": _array(arrays, "W", "float32", 2).shape[1]}
+
+
+def _grad_widths(header: dict, arrays: Arrays) -> dict[str, int]:
+    fin, fout = _array(arrays, "W", "float32", 2).shape
+    out = {"dW": fin * fout, "db": fout, "loss": 1}
+    if _field(header, "need_dA", bool, False):
+        out["dA"] = fin
+    return out
+
+
+OPS: dict[str, Op] = {
+    "av": Op(_av, inputs=("A", "W", "b", "ids"), row_inputs=("A", "ids"),
+             row_outputs=("H",), sum_outputs=(), out_widths=_av_widths),
+    "av_grad": Op(_av_grad, inputs=("A", "W", "b", "ids", "dH"), row_inputs=("A", "ids", "dH"),
+                  row_outputs=("dA",), sum_outputs=("dW", "db"), out_widths=_grad_widths),
+    "av_loss": Op(_av_loss, inputs=("A", "W", "b", "labels", "weight"),
+                  row_inputs=("A", "labels", "weight"), row_outputs=("dA",),
+                  sum_outputs=("loss", "dW", "db"), out_widths=_grad_widths),
+}
+
+
+def output_size(op: Op, header: dict, arrays: Arrays) -> tuple[int, int]:
+    """Estimated raw output bytes of ``op`` as (bytes per row, bytes independent of rows)."""
+    widths = op.out_widths(header, arrays)
+    per_row = sum(4 * w for name, w in widths.items() if name in op.row_outputs)
+    fixed = sum(4 * w for name, w in widths.items() if name in op.sum_outputs)
+    return per_row, fixed

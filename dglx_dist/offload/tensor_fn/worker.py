@@ -1,0 +1,122 @@
+"""A local worker process: the stand-in for one warm Lambda container.
+
+Protocol on stdin/stdout (binary). A request frame is an 8-byte little-endian length followed
+by that many bytes of request payload. Each request is answered by one frame of the same shape
+whose body starts with a status byte: 0 and the response payload, or 1 and a UTF-8 error
+message. An error leaves the worker serving; it exits when stdin ends.
+
+Fault injection, read from the request header (set by the executor, not by users):
+    ``_delay_s``: sleep this many seconds before computing (latency, or a hung invocation).
+    ``_crash``: exit at once with status 17 after reading the request (killed mid-invocation).
+
+Cold start: ``--cold-start S`` (or the environment variable ``DGLX_WORKER_COLD_START_S``)
+sleeps S seconds before serving. The worker uses one compute thread, like a Lambda.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import sys
+import time
+
+__all__ = ["main", "STATUS_OK", "STATUS_ERROR", "CRASH_EXIT_CODE", "read_frame", "write_frame"]
+
+STATUS_OK = 0
+STATUS_ERROR = 1
+CRASH_EXIT_CODE = 17
+_LEN = struct.Struct("<Q")
+_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def read_frame(stream) -> bytes | None:
+    """One length-prefixed frame from a binary stream; None at a clean end of stream.
+
+    Raises:
+        EOFError: the stream ended inside a frame.
+    """
+    head = _read_exactly(stream, _LEN.size)
+    if head is None:
+        return None
+    (length,) = _LEN.unpack(head)
+    body = _read_exactly(stream, length)
+    if body is None and length:
+        raise EOFError(f"stream ended inside a frame of {length} bytes")
+    return body or b""
+
+
+def _read_exactly(stream, n: int) -> bytes | None:
+    chunks, got = [], 0
+    while got < n:
+        chunk = stream.read(n - got)
+        if not chunk:
+            if got:
+                raise EOFError(f"stream ended after {got} of {n} bytes")
+            return None
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def write_frame(stream, *parts: bytes) -> None:
+    """Writes ``parts`` as one length-prefixed frame and flushes."""
+    stream.write(_LEN.pack(sum(len(p) for p in parts)))
+    for part in parts:
+        stream.write(part)
+    stream.flush()
+
+
+def _cold_start(argv: list[str]) -> float:
+    seconds = os.environ.get("DGLX_WORKER_COLD_START_S", "0")
+    if "--cold-start" in argv:
+        index = argv.index("--cold-start")
+        if index + 1 >= len(argv):
+            raise SystemExit("--cold-start needs a number of seconds")
+        seconds = argv[index + 1]
+    try:
+        return float(seconds)
+    except ValueError:
+        raise SystemExit(f"--cold-start: expected seconds, got {seconds!r}") from None
+
+
+def _serve_one(request: bytes, handle, decode_header, error_type) -> tuple[int, bytes]:
+    try:
+        header = decode_header(request)
+        if header.get("_crash"):
+            os._exit(CRASH_EXIT_CODE)
+        delay = header.get("_delay_s", 0)
+        if isinstance(delay, (int, float)) and delay > 0:
+            time.sleep(delay)
+        return STATUS_OK, handle(request)
+    except error_type as exc:
+        return STATUS_ERROR, str(exc).encode("utf-8")
+    except Exception as exc:  # a bug in a task must not take the worker down
+        return STATUS_ERROR, f"internal error: {type(exc).__name__}: {exc}".encode("utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serves framed requests from stdin until it ends; returns the exit status."""
+    for var in _THREAD_VARS:
+        os.environ[var] = "1"
+    cold = _cold_start(sys.argv[1:] if argv is None else argv)
+    from .handler import handle  # numpy is first imported here, after the thread limits
+    from .payload import PayloadError, decode_header
+
+    if cold > 0:
+        time.sleep(cold)
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        try:
+            request = read_frame(stdin)
+        except EOFError:
+            return 1
+        if request is None:
+            return 0
+        status, body = _serve_one(request, handle, decode_header, PayloadError)
+        try:
+            write_frame(stdout, bytes([status]), body)
+        except BrokenPipeError:
+            return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

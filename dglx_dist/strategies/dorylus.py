@@ -1,0 +1,396 @@
+"""``dorylus``: full-graph GCN training with computation separation (Dorylus, OSDI'21).
+
+* **Graph servers** are the ranks: each owns a METIS edge-cut part with ghost buffers for remote
+  in-neighbours and runs the graph tasks (:mod:`~dglx_dist.strategies.dorylus_graph`).
+* **Tensor tasks** (apply-vertex and its backward; the last layer's apply fused with the loss
+  and its backward) go to a serverless executor (:mod:`dglx_dist.offload`: ``local`` worker
+  processes by default, ``aws`` Lambda through boto3, ``inline`` on the graph server itself, the
+  paper's CPU-only variant), one stateless invocation per vertex interval, through a
+  :class:`~dglx_dist.offload.controller.LambdaController` (timeouts, relaunches, autotuned
+  concurrency).
+* **Parameter servers** (:class:`ParamServers`) hold the weights: every one a full replica; an
+  interval's weight version is stashed on the least-loaded one when its epoch starts and used
+  for its whole pass (weight stashing). The weight update of an epoch sums every interval's
+  gradients over the job and steps the trainer's optimizer (SGD, Adam, ...).
+* **Pipeline** (:mod:`~dglx_dist.strategies.dorylus_pipeline`): intervals flow through the
+  stages independently; ``mode="sync"`` puts a barrier at every layer (exact full-graph GCN),
+  ``mode="async"`` lets Gathers read stale rows, bounded by ``staleness`` epochs.
+
+Models: a stack of ``dgl.nn.GraphConv`` (``norm="both"``, no activation inside the conv) with
+ReLU and dropout between layers, as :class:`dglx_dist.models.GCN`; dropout is the model's
+``dropout`` module's unless the ``dropout`` option says otherwise, and a model whose
+``row_normalize`` is set gets row-normalised features. ``Trainer.fit`` runs the pipeline;
+a loop of one's own gets one batch per epoch (the rank's labelled training nodes) whose
+forward and backward run the same tasks layer-synchronously.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+from torch import nn
+
+from dglx_dist.kvstore import DistKVStore, RowPolicy
+from dglx_dist.models.gcn import row_normalized
+from dglx_dist.models.layers import graph_convs
+from dglx_dist.offload import EXECUTORS, LambdaController
+from dglx_dist.partition.load import PartitionDir
+from dglx_dist.runtime.session import Session
+from dglx_dist.runtime.topology import Topology
+from dglx_dist.strategies.base import STRATEGIES, Batch, PartitionSpec, Strategy
+from dglx_dist.strategies.dorylus_graph import GraphServer
+from dglx_dist.strategies.dorylus_pipeline import (Pipeline, TensorSpec, backward_program,
+                                                   forward_program, train_program)
+
+__all__ = ["DorylusStrategy", "ParamServers"]
+
+log = logging.getLogger(__name__)
+_MODES = ("async", "sync")
+
+
+class ParamServers:
+    """``count`` parameter-server replicas of the model's layer weights (see module docstring).
+
+    Versions are snapshots of the weights; a version stays alive while an interval that
+    checked it out (its stash) has not released it.
+    """
+
+    def __init__(self, layers: list[tuple[torch.Tensor, torch.Tensor | None]], count: int):
+        self.layers, self.count = layers, count
+        self.version, self._load = -1, [0] * count
+        self._stash: list[dict[int, list]] = [{} for _ in range(count)]
+        self._refs: dict[tuple[int, int], int] = {}
+        self.refresh()
+
+    def refresh(self) -> None:
+        """A new latest version from the current weights (after an update)."""
+        self.version += 1
+        self._latest = [(w.detach().numpy().astype(np.float32, copy=True),
+                         (b.detach().numpy().astype(np.float32, copy=True) if b is not None
+                          else np.zeros(w.shape[1], dtype=np.float32)))
+                        for w, b in self.layers]
+
+    def checkout(self) -> tuple[int, int]:
+        """(server, version) for an interval starting its epoch: the latest weights, stashed
+        on the least-loaded server."""
+        ps = min(range(self.count), key=lambda k: self._load[k])
+        self._stash[ps].setdefault(self.version, self._latest)
+        self._refs[(ps, self.version)] = self._refs.get((ps, self.version), 0) + 1
+        self._load[ps] += 1
+        return ps, self.version
+
+    def weights(self, ps: int, version: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        try:
+            return self._stash[ps][version]
+        except KeyError:
+            raise RuntimeError(f"parameter server {ps} holds no stash of version {version} "
+                               f"(held: {sorted(self._stash[ps])})") from None
+
+    def release(self, ps: int, version: int) -> None:
+        key = (ps, version)
+        self._refs[key] -= 1
+        self._load[ps] -= 1
+        if self._refs[key] == 0:
+            del self._refs[key]
+            del self._stash[ps][version]
+
+    def stashes(self) -> int:
+        return sum(len(s) for s in self._stash)
+
+
+class _Updates:
+    """Weight updates of a training run: one all-reduce per epoch on a group of its own, the
+    optimizer step once it completes, then the trainer's per-epoch callback."""
+
+    def __init__(self, strategy: "DorylusStrategy", optimizer, first: int,
+                 on_epoch: Callable[[int, dict], None]):
+        self.s, self.optimizer, self.on_epoch = strategy, optimizer, on_epoch
+        self.applied, self._queue = first - 1, []
+        self._t0 = time.perf_counter()
+
+    def epoch_done(self, epoch: int, acc: dict) -> None:
+        grads = acc["grads"].pop(epoch)
+        flat = torch.cat([g.reshape(-1) for g in grads] +
+                         [torch.tensor([acc["loss"].pop(epoch, 0.0)])]).double()
+        self._queue.append((epoch, self.s.wu_comm.start_all_reduce(flat)))
+
+    def poll(self) -> bool:
+        if not self._queue or not self._queue[0][1].done():
+            return False
+        epoch, pending = self._queue.pop(0)
+        flat = pending.wait()
+        offset = 0
+        for p in self.s.params:
+            p.grad = flat[offset:offset + p.numel()].view_as(p).to(p.dtype).clone()
+            offset += p.numel()
+        self.optimizer.step()
+        self.s.ps.refresh()
+        self.applied = epoch
+        wall, self._t0 = time.perf_counter() - self._t0, None
+        self.on_epoch(epoch, {"loss": float(flat[-1]), "wall": wall})
+        self._t0 = time.perf_counter()  # the callback's evaluation is not the next epoch's
+        return True
+
+    def applied_through(self) -> int:
+        return self.applied
+
+
+class _Logits(torch.autograd.Function):
+    """The forward program's logits; backward runs the backward program."""
+
+    @staticmethod
+    def forward(ctx, strategy, epoch, rows, *params):
+        ctx.strategy, ctx.epoch, ctx.rows = strategy, epoch, rows
+        return strategy._forward_logits(epoch, train=True)[rows]
+
+    @staticmethod
+    def backward(ctx, grad):
+        s = ctx.strategy
+        full = torch.zeros(s.gs.n, grad.shape[1])
+        full[ctx.rows] = grad
+        grads = s._backward(ctx.epoch, full)
+        return (None, None, None, *grads)
+
+
+@STRATEGIES.register("dorylus")
+class DorylusStrategy(Strategy):
+    """Graph servers + serverless tensor tasks + bounded asynchrony (see module docstring)."""
+
+    feature_layout = "rows"
+    full_graph = True
+    collective_forward = True
+    owns_training = True
+    conv_types = ("GraphConv",)
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        num_layers: int = dataclasses.field(
+            default=2, metadata={"help": "GraphConv layers of the model."})
+        intervals: int = dataclasses.field(
+            default=8, metadata={"help": "Vertex intervals per graph server (the pipeline's "
+                                         "minibatches; one invocation each per task)."})
+        mode: str = dataclasses.field(
+            default="async", metadata={"help": "'async' (bounded asynchrony) or 'sync' (a "
+                                               "barrier per layer: exact)."})
+        staleness: int = dataclasses.field(
+            default=0, metadata={"help": "S: epochs the fastest interval may run ahead of the "
+                                         "slowest (async; 0 or 1)."})
+        executor: str = dataclasses.field(
+            default="local", metadata={"help": "Tensor-task executor: 'local' worker "
+                                               "processes, 'aws' Lambda, 'inline' (CPU-only)."})
+        executor_options: tuple[str, ...] = dataclasses.field(
+            default=(), metadata={"help": "key=value options of the executor (e.g. "
+                                          "workers=4, endpoint_url=...)."})
+        lambdas: int = dataclasses.field(
+            default=0, metadata={"help": "Concurrent invocations to start with; 0: "
+                                         "min(intervals, 100), then autotuned."})
+        invocation_timeout: float = dataclasses.field(
+            default=60.0, metadata={"help": "Seconds before an invocation is relaunched."})
+        param_servers: int = dataclasses.field(
+            default=1, metadata={"help": "Parameter-server replicas per graph server."})
+        dropout: float = dataclasses.field(
+            default=-1.0, metadata={"help": "Dropout between layers; -1: the model's "
+                                            "`dropout` module's (0 without one)."})
+        seed: int = dataclasses.field(default=0, metadata={"help": "Dropout seed."})
+        server_usd_per_hour: float = dataclasses.field(
+            default=0.34, metadata={"help": "Price of one graph server (cost estimate)."})
+        lambda_usd_per_gb_s: float = dataclasses.field(
+            default=0.0000166667, metadata={"help": "Lambda compute price per GB-second."})
+        lambda_usd_per_request: float = dataclasses.field(
+            default=0.0000002, metadata={"help": "Lambda price per invocation."})
+
+        def __post_init__(self):
+            if self.num_layers < 1 or self.intervals < 1 or self.param_servers < 1:
+                raise ValueError(f"num_layers {self.num_layers}, intervals {self.intervals}, "
+                                 f"param_servers {self.param_servers}: each must be >= 1")
+            if self.mode not in _MODES:
+                raise ValueError(f"mode {self.mode!r}; expected one of {_MODES}")
+            if self.staleness not in (0, 1):
+                raise ValueError(f"staleness {self.staleness}: expected 0 or 1")
+            if self.dropout != -1.0 and not 0.0 <= self.dropout < 1.0:
+                raise ValueError(f"dropout {self.dropout}: expected -1 or a value in [0, 1)")
+            for kv in self.executor_options:
+                if "=" not in kv:
+                    raise ValueError(f"executor option {kv!r}: expected key=value")
+
+    def num_layers(self) -> int:
+        return self.config.num_layers
+
+    @classmethod
+    def exact_options(cls, num_layers: int) -> dict:
+        return {"num_layers": num_layers, "mode": "sync"}
+
+    def partition_spec(self, topology: Topology) -> PartitionSpec:
+        return PartitionSpec("metis", topology.world_size, {"balance": ["train", "edges"]})
+
+    # -- setup ---------------------------------------------------------------------------------
+    def setup(self, session: Session, pdir: PartitionDir) -> None:
+        self.check_partitions(pdir, session.topology)
+        self.session, cfg = session, self.config
+        part = pdir.load_part(session.rank)
+        core = torch.from_numpy(part.core_gid)
+        src = torch.from_numpy(part.local_gid)[torch.from_numpy(part.src)]
+        dst = core[torch.from_numpy(part.dst)]
+        intervals = max(1, min(cfg.intervals, core.numel()))
+        counts = session.world.all_gather(torch.tensor([intervals]))
+        if len({int(c) for c in counts}) != 1:  # message tags assume one interval count
+            intervals = int(min(int(c) for c in counts))
+        self.gs = GraphServer(session.world, core, src, dst, pdir.book.owner, pdir.num_nodes,
+                              intervals)
+        self.wu_comm = session.new_world_comm("dorylus-wu")
+        self.feat = self._preload(pdir, part, torch.cat([core, self.gs.ghost_ids]))
+        self.labels = torch.from_numpy(part.label.astype("int64"))
+        self.masks = {s: torch.from_numpy(getattr(part, s).copy()) for s in ("train", "val",
+                                                                              "test")}
+        total = session.world.all_reduce(self.masks["train"].sum().double().reshape(1))
+        self._loss_weight = self.masks["train"].float() / float(total.clamp(min=1))
+        opts = dict(kv.split("=", 1) for kv in cfg.executor_options)
+        self.executor = EXECUTORS.build(cfg.executor, **opts)
+        self.executor.start()
+        self.epoch_stats: dict[str, Any] = {}
+        log.info("dorylus rank %d: %d nodes, %d ghosts, %d reverse ghosts, %d intervals",
+                 session.rank, self.gs.n, self.gs.num_ghosts, self.gs.num_rghosts, intervals)
+
+    def _preload(self, pdir: PartitionDir, part, ids: torch.Tensor) -> torch.Tensor:
+        """Feature rows of the owned nodes and the ghosts (layer 0 never changes)."""
+        store = DistKVStore(self.session)
+        try:
+            store.init_data("feat", RowPolicy(pdir.book), {part.part: torch.from_numpy(part.feat)})
+            return store.pull("feat", ids, dedup=False)
+        finally:
+            store.close()
+
+    def _controller(self) -> LambdaController:
+        cfg = self.config
+        start = cfg.lambdas or min(self.gs.num_intervals, 100)
+        ctl = LambdaController(self.executor, timeout_s=cfg.invocation_timeout,
+                               concurrency=min(start, self.executor.capacity))
+        return ctl
+
+    def _pipeline(self) -> Pipeline:
+        dims = [(w.shape[0], w.shape[1]) for w, _ in self.ps.layers]
+        return Pipeline(self.gs, self._controller(), self.session.world, self.feat, dims,
+                        self.ps, TensorSpec(self._dropout, self.config.seed),
+                        self.session.env.timeout)
+
+    # -- model ---------------------------------------------------------------------------------
+    def wrap_model(self, model: nn.Module) -> nn.Module:
+        convs = graph_convs(model)
+        if len(convs) != self.config.num_layers:
+            raise ValueError(f"the model has {len(convs)} graph convs; the strategy was built "
+                             f"for num_layers={self.config.num_layers}")
+        for conv, name in convs:
+            if type(conv).__name__ not in self.conv_types or conv._norm != "both" or \
+                    conv._activation is not None or conv.weight is None:
+                raise ValueError(f"dorylus runs GraphConv layers with norm='both', a weight and "
+                                 f"no activation inside the conv; {name} is {conv!r}")
+        for t in list(model.parameters()) + list(model.buffers()):  # one model: rank 0's
+            self.session.world.broadcast(t.data, 0)
+        drop = getattr(model, "dropout", None)
+        self._dropout = (self.config.dropout if self.config.dropout >= 0 else
+                         (drop.p if isinstance(drop, nn.Dropout) else 0.0))
+        if getattr(model, "row_normalize", False):
+            self.feat = row_normalized(self.feat)
+        self.params = [t for conv, _ in convs for t in (conv.weight, conv.bias) if t is not None]
+        self.ps = ParamServers([(conv.weight, conv.bias) for conv, _ in convs],
+                               self.config.param_servers)
+        self._model, self._step = model, 0
+        return model
+
+    # -- training: the pipeline ----------------------------------------------------------------
+    def fit_epochs(self, optimizer, first: int, epochs: int,
+                   on_epoch: Callable[[int, dict], None]) -> None:
+        """Trains epochs ``first .. first+epochs-1`` through the pipeline; ``on_epoch(e, info)``
+        runs on every rank once epoch e's weight update is applied (collectives allowed)."""
+        cfg = self.config
+        self.ps.refresh()
+        pipe = self._pipeline()
+        labels = lambda rows: {"labels": self.labels[rows].numpy(),  # noqa: E731
+                               "weight": self._loss_weight[rows].numpy()}
+
+        def report(epoch: int, info: dict) -> None:
+            info.update(self._executor_stats(pipe.ctl, info["wall"]),
+                        samples=int(self.masks["train"].sum()))
+            on_epoch(epoch, info)
+
+        updates = _Updates(self, optimizer, first, report)
+        pipe.run(train_program(cfg.num_layers), range(first, first + epochs), train=True,
+                 sync=cfg.mode == "sync", staleness=cfg.staleness,
+                 extra={"labels": labels}, updates=updates)
+
+    def _executor_stats(self, ctl: LambdaController, wall: float) -> dict:
+        """This epoch's invocations, bytes and cost (summed over graph servers)."""
+        cfg, now = self.config, ctl.stats()
+        before = self.epoch_stats.get(id(ctl), {k: 0 for k in now})
+        self.epoch_stats[id(ctl)] = dict(now)
+        keys = ("invocations", "relaunches", "timeouts", "worker_lost", "bytes_to_executor",
+                "bytes_from_executor", "busy_s")
+        delta = torch.tensor([float(now.get(k, 0) - before.get(k, 0)) for k in keys],
+                             dtype=torch.float64)
+        self.session.world.all_reduce(delta)
+        out = {k: (round(float(v), 3) if k == "busy_s" else int(v)) for k, v in zip(keys, delta)}
+        gb_s = out["busy_s"] * self.executor.stats().get("memory_mb", 0) / 1024
+        cost = (self.session.world_size * cfg.server_usd_per_hour * wall / 3600 +
+                gb_s * cfg.lambda_usd_per_gb_s + out["invocations"] * cfg.lambda_usd_per_request)
+        out.update(cost_usd=round(cost, 8), value=round(1.0 / (wall * cost), 3) if cost else 0.0,
+                   concurrency=ctl.concurrency)
+        return out
+
+    # -- a loop of one's own: one batch per epoch ----------------------------------------------
+    def batches(self, epoch: int) -> Iterator[Batch]:
+        rows = torch.nonzero(self.masks["train"]).squeeze(1)
+        self._step = epoch
+        self.ps.refresh()  # the optimizer may have stepped since the last forward
+        yield Batch([], self.feat[:self.gs.n], self.labels[rows], self.gs.core[rows])
+
+    def forward(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        rows = torch.searchsorted(self.gs.core, batch.seeds)
+        if torch.is_grad_enabled():
+            return _Logits.apply(self, self._step, rows, *self.params)
+        return self._forward_logits(self._step, train=model.training)[rows]
+
+    def _forward_logits(self, epoch: int, train: bool) -> torch.Tensor:
+        return self._pipeline().run(forward_program(self.config.num_layers),
+                                    range(epoch, epoch + 1), train=train, sync=True)["logits"]
+
+    def _backward(self, epoch: int, dlogits: torch.Tensor) -> list[torch.Tensor]:
+        acc = self._pipeline().run(backward_program(self.config.num_layers),
+                                   range(epoch, epoch + 1), train=True, sync=True,
+                                   extra={"dlogits": dlogits})
+        grads = acc["grads"].get(epoch) or [None] * len(self.params)
+        return [g if g is not None else torch.zeros_like(p)
+                for g, p in zip(grads, self.params)]
+
+    def after_backward(self) -> None:
+        """Averages the parameter gradients over the ranks (each rank's loss is its own mean,
+        as under DDP)."""
+        flat = torch.cat([p.grad.reshape(-1) for p in self.params])
+        self.session.world.all_reduce(flat)
+        flat /= self.session.world_size
+        offset = 0
+        for p in self.params:
+            p.grad = flat[offset:offset + p.numel()].view_as(p).clone()
+            offset += p.numel()
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, split: str) -> float:
+        if split not in self.masks:
+            raise ValueError(f"split {split!r}; expected 'train', 'val' or 'test'")
+        self.ps.refresh()
+        logits = self._forward_logits(self._step, train=False)
+        mask = self.masks[split]
+        pred = logits[mask].argmax(1)
+        counts = torch.tensor([float((pred == self.labels[mask]).sum()), float(mask.sum())],
+                              dtype=torch.float64)
+        self.session.world.all_reduce(counts)
+        return float(counts[0] / counts[1]) if counts[1] > 0 else 0.0
+
+    def close(self) -> None:
+        executor = getattr(self, "executor", None)
+        if executor is not None:
+            executor.close()
+            self.executor = None

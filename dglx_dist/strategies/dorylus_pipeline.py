@@ -1,0 +1,328 @@
+"""Dorylus's interval pipeline on one graph server (bounded pipeline asynchronous computation).
+
+The rank's nodes are cut into vertex intervals; each interval walks a *program* of stages,
+independently of the others:
+
+    GA0 AV0 SC0 ... GA(L-1) AVL | ∇SC(L-1) ∇GA(L-1) ∇AV(L-2) ∇SC(L-2) ... ∇AV0
+
+Graph stages (GA, SC, ∇GA, ∇SC) run here, on the graph server; tensor stages (AV, the fused
+last layer AVL = apply + loss + its backward, ∇AV) are invocations of the serverless executor
+through the :class:`~dglx_dist.offload.controller.LambdaController`. Scatters are
+point-to-point messages per (peer, interval, layer, direction), received into ghost buffers
+whenever they arrive.
+
+* ``mode="sync"`` (the paper's "pipe"): a Gather of layer l waits until every interval of every
+  rank has scattered layer l-1 (a barrier per layer; weights change once per epoch): exactly
+  full-graph GCN.
+* ``mode="async"``: no layer barrier. A Gather reads the ghost and neighbour rows it has now,
+  which may be from an earlier epoch (the first epoch runs synchronously so that every buffer
+  holds real values). ``staleness`` S bounds how far intervals drift apart: an interval starts
+  epoch e once the weight update of epoch e-1-S is applied (S=0: all intervals are in the same
+  epoch; S=1: the fastest may be one epoch ahead). An interval uses the latest weights when
+  its epoch starts and keeps that version (weight stashing) for its whole forward and
+  backward pass.
+
+The weight update of an epoch (WU) is the sum of every interval's gradients over the job
+(an all-reduce on a group of its own, started when this rank's intervals are done, finished
+whenever it completes); :class:`ParamServers` then steps the optimizer.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import numpy as np
+import torch
+
+from dglx_dist.runtime.comm import Comm, Transfer
+from dglx_dist.strategies.dorylus_graph import GraphServer
+
+__all__ = ["Stage", "Pipeline", "train_program", "forward_program", "backward_program"]
+
+log = logging.getLogger(__name__)
+GRAPH_KINDS = ("GA", "SC", "BGA", "BSC")
+_DIRS = {"train": 0, "eval": 2}  # tag spaces: forward = base, backward = base + 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    kind: str  # GA AV SC AVL AVO BAV BGA BSC
+    layer: int
+
+
+def _backward_from(layer: int) -> list[Stage]:
+    out = []
+    for l in range(layer, -1, -1):
+        if l != layer:
+            out.append(Stage("BAV", l))
+        if l >= 1:
+            out += [Stage("BSC", l), Stage("BGA", l)]
+    return out
+
+
+def _forward_to_last(num_layers: int) -> list[Stage]:
+    out = []
+    for l in range(num_layers - 1):
+        out += [Stage("GA", l), Stage("AV", l), Stage("SC", l)]
+    return out + [Stage("GA", num_layers - 1)]
+
+
+def train_program(num_layers: int) -> list[Stage]:
+    """Forward, the fused last layer (apply + loss + its backward), then the backward."""
+    return _forward_to_last(num_layers) + [Stage("AVL", num_layers - 1)] + \
+        _backward_from(num_layers - 1)
+
+
+def forward_program(num_layers: int) -> list[Stage]:
+    """Forward only, ending with the logits of every interval (AVO)."""
+    return _forward_to_last(num_layers) + [Stage("AVO", num_layers - 1)]
+
+
+def backward_program(num_layers: int) -> list[Stage]:
+    """The backward from given logit gradients (the last layer's ∇AV first)."""
+    return [Stage("BAV", num_layers - 1)] + _backward_from(num_layers - 1)
+
+
+@dataclasses.dataclass
+class _Interval:
+    index: int
+    epoch: int = -1
+    stage: int = 0
+    busy: bool = False
+    version: int = -1
+    ps: int = 0
+    finished: bool = True  # done with ``epoch``
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """What the tensor tasks need besides weights: dropout between layers and its seed."""
+
+    dropout: float
+    seed: int
+
+
+class Pipeline:
+    """Runs programs over the intervals of one graph server (see the module docstring).
+
+    Args:
+        gs: the graph server (partition, routes, graph tasks).
+        controller: the Lambda controller for tensor tasks.
+        comm: the group the scatters go through.
+        feat: layer-0 input rows (own rows then ghost rows).
+        dims: (in, out) width of every layer.
+        ps: the parameter servers (weights by version, stashes, :meth:`checkout`).
+        spec: dropout.
+        timeout: seconds without progress before the run fails naming what it waits for.
+    """
+
+    def __init__(self, gs: GraphServer, controller, comm: Comm, feat: torch.Tensor,
+                 dims: list[tuple[int, int]], ps, spec: TensorSpec, timeout: float):
+        self.gs, self.ctl, self.comm, self.ps, self.spec = gs, controller, comm, ps, spec
+        self.dims, self.L, self.timeout = dims, len(dims), timeout
+        n = gs.n
+        self.H = [feat] + [torch.zeros(n + gs.num_ghosts, d[0]) for d in dims[1:]]
+        self.G = [None] + [torch.zeros(n + gs.num_rghosts, d[0]) for d in dims[1:]]
+        self.saved_a: dict[tuple[int, int], torch.Tensor] = {}  # (layer, interval) -> GA out
+        self.saved_dh: dict[tuple[int, int], torch.Tensor] = {}  # (layer, interval) -> ∇GA out
+        self.ids = gs.core.numpy()
+        self._sends: list[Transfer] = []
+        self._recvs: dict[tuple, Transfer] = {}
+        self._recv_epoch: dict[tuple, int] = {}
+
+    # -- messages ------------------------------------------------------------------------------
+    def _tag(self, space: int, epoch: int, layer: int, interval: int) -> int:
+        tag = ((epoch * 4 + space) * self.L + layer) * self.gs.num_intervals + interval
+        return tag % (1 << 30)
+
+    def _post_recvs(self, space: int, epoch: int, program: list[Stage]) -> None:
+        for st in program:
+            if st.kind not in ("SC", "BSC"):
+                continue
+            back = st.kind == "BSC"
+            routes = self.gs.bwd_recv if back else self.gs.fwd_recv
+            width = self.dims[st.layer][0] if back else self.dims[st.layer][1]
+            for r in routes:
+                tag = self._tag(space + back, epoch, st.layer, r.interval)
+                buf = torch.empty(r.rows.numel(), width)
+                self._recvs[(space + back, epoch, st.layer, r.peer, r.interval)] = \
+                    self.comm.start_recv(buf, r.peer, tag)
+
+    def _poll_recvs(self) -> bool:
+        got = False
+        for key in [k for k, t in self._recvs.items() if t.done()]:
+            t = self._recvs.pop(key)
+            space, epoch, layer, peer, interval = key
+            back = space % 2 == 1
+            slot = (space, layer, peer, interval)
+            if self._recv_epoch.get(slot, -1) <= epoch:  # never overwrite newer rows
+                self._recv_epoch[slot] = epoch
+                routes = self.gs.bwd_recv if back else self.gs.fwd_recv
+                rows = next(r.rows for r in routes if r.peer == peer and r.interval == interval)
+                (self.G[layer] if back else self.H[layer + 1])[rows] = t.tensor
+            got = True
+        return got
+
+    def _scatter(self, space: int, epoch: int, st: Stage, i: int) -> None:
+        back = st.kind == "BSC"
+        src = self.G[st.layer] if back else self.H[st.layer + 1]
+        for r in (self.gs.bwd_send if back else self.gs.fwd_send):
+            if r.interval == i:
+                tag = self._tag(space + back, epoch, st.layer, i)
+                self._sends.append(self.comm.start_send(src[r.rows], r.peer, tag))
+
+    def _layer_complete(self, space: int, epoch: int, layer: int, back: bool,
+                        done: dict) -> bool:
+        """Sync gating: every interval here and every message for this layer arrived."""
+        if done.get((back, layer), 0) < self.gs.num_intervals:
+            return False
+        return not any(k[0] == space + back and k[1] == epoch and k[2] == layer
+                       for k in self._recvs)
+
+    # -- tensor tasks --------------------------------------------------------------------------
+    def _submit(self, key, st: Stage, it: _Interval, train: bool, extra: dict) -> None:
+        rows = self.gs.rows(it.index)
+        W, b = self.ps.weights(it.ps, it.version)[st.layer]
+        last = st.layer == self.L - 1
+        drop = self.spec.dropout if (train and not last) else 0.0
+        seed = (self.spec.seed * 1_000_003 + it.epoch * 131 + st.layer) % (1 << 62)
+        arrays = {"A": self.saved_a[(st.layer, it.index)].numpy(), "W": W, "b": b,
+                  "ids": self.ids[rows]}
+        header = {"act": "none" if last else "relu", "dropout": drop, "seed": seed,
+                  "train": bool(train and drop > 0)}
+        if st.kind == "AVL":
+            header = {"op": "av_loss", "need_dA": self.L > 1}
+            arrays.pop("ids")
+            arrays.update(extra["labels"](rows))
+        elif st.kind == "BAV":
+            dh = (extra["dlogits"][rows] if last else self.saved_dh[(st.layer + 1, it.index)])
+            header.update(op="av_grad", need_dA=st.layer >= 1)
+            arrays["dH"] = np.ascontiguousarray(dh.numpy(), dtype=np.float32)
+        else:
+            header["op"] = "av"
+        self.ctl.submit(key, header, arrays)
+
+    def _result(self, st: Stage, it: _Interval, out: dict, acc: dict) -> None:
+        rows = self.gs.rows(it.index)
+        if st.kind == "AV":
+            self.H[st.layer + 1][rows] = torch.from_numpy(np.array(out["H"]))
+        elif st.kind == "AVO":
+            acc["logits"][rows] = torch.from_numpy(np.array(out["H"]))
+        else:
+            grads = acc["grads"].setdefault(it.epoch, [None] * (2 * self.L))
+            for j, name in ((2 * st.layer, "dW"), (2 * st.layer + 1, "db")):
+                g = torch.from_numpy(np.array(out[name], dtype=np.float32))
+                grads[j] = g if grads[j] is None else grads[j] + g
+            if st.kind == "AVL":
+                acc["loss"][it.epoch] = acc["loss"].get(it.epoch, 0.0) + float(out["loss"][0])
+            if "dA" in out:
+                self.G[st.layer][rows] = torch.from_numpy(np.array(out["dA"]))
+        self.saved_dh.pop((st.layer + 1, it.index), None)
+
+    # -- the loop ------------------------------------------------------------------------------
+    def run(self, program: list[Stage], epochs: range, *, train: bool, sync: bool,
+            staleness: int = 0, extra: dict | None = None, updates=None) -> dict:
+        """Runs ``program`` for every interval and epoch in ``epochs``; returns the
+        accumulators: ``grads`` and ``loss`` per epoch, ``logits``.
+
+        ``updates`` (training): ``epoch_done(e, acc)`` is called once every interval here
+        finished epoch e (it starts the weight update), ``poll()`` advances updates under way
+        and ``applied_through()`` is the last epoch whose update is applied; intervals start
+        epoch e only once epoch e-1-S is applied, and the run ends once the last is.
+        """
+        extra = extra or {}
+        space = _DIRS["train" if train else "eval"]
+        acc = {"grads": {}, "loss": {}, "logits": torch.zeros(self.gs.n, self.dims[-1][1])}
+        its = [_Interval(i) for i in range(self.gs.num_intervals)]
+        counts: dict[int, dict] = {}
+        posted: set[int] = set()
+        bound = 0 if sync else staleness
+        last_progress = last_tune = time.monotonic()
+        while True:
+            progressed = self._poll_recvs()
+            if updates is not None:
+                progressed |= bool(updates.poll())
+            for key, _, out in self.ctl.poll():
+                it = its[key[2]]
+                self._result(program[key[3]], it, out, acc)
+                it.busy, it.stage, progressed = False, it.stage + 1, True
+            for it in sorted(its, key=lambda t: (t.epoch, t.stage)):
+                if it.busy:
+                    continue
+                if it.stage == len(program) and not it.finished:
+                    it.finished, progressed = True, True
+                    cnt = counts.setdefault(it.epoch, {})
+                    cnt["end"] = cnt.get("end", 0) + 1
+                    self.ps.release(it.ps, it.version)
+                    if cnt["end"] == len(its) and updates is not None:
+                        updates.epoch_done(it.epoch, acc)
+                if it.finished:
+                    nxt = epochs.start if it.epoch < 0 else it.epoch + 1
+                    if nxt >= epochs.stop or (updates is not None and nxt > epochs.start and
+                                              updates.applied_through() < nxt - 1 - bound):
+                        continue
+                    if nxt not in posted:
+                        self._post_recvs(space, nxt, program)
+                        posted.add(nxt)
+                    it.epoch, it.stage, it.finished, progressed = nxt, 0, False, True
+                    it.ps, it.version = self.ps.checkout()
+                st, cnt = program[it.stage], counts.setdefault(it.epoch, {})
+                if st.kind in ("GA", "BGA") and (sync or it.epoch == epochs.start):
+                    back = st.kind == "BGA"
+                    need = st.layer if back else st.layer - 1
+                    if need >= 0 and not self._layer_complete(space, it.epoch, need, back, cnt):
+                        continue
+                progressed = True
+                if st.kind in GRAPH_KINDS:
+                    self._graph_task(space, st, it, cnt)
+                    it.stage += 1
+                    break  # poll results between graph tasks
+                it.busy = True
+                self._submit(("dorylus", it.epoch, it.index, it.stage), st, it, train, extra)
+            self._sends = [t for t in self._sends if not t.done()]
+            if all(it.finished and it.epoch == epochs.stop - 1 for it in its) and \
+                    (updates is None or updates.applied_through() >= epochs.stop - 1):
+                break
+            now = time.monotonic()
+            if now - last_tune > 0.05:
+                self.ctl.observe_queue(sum(1 for it in its if not it.busy and not it.finished
+                                           and it.stage < len(program)
+                                           and program[it.stage].kind in GRAPH_KINDS))
+                last_tune = now
+            if progressed:
+                last_progress = now
+            elif now - last_progress > self.timeout:
+                self._stalled(now - last_progress)
+            else:
+                self.ctl.wait_any(0.002)
+        self._drain()
+        return acc
+
+    def _graph_task(self, space: int, st: Stage, it: _Interval, cnt: dict) -> None:
+        i = it.index
+        if st.kind == "GA":
+            self.saved_a[(st.layer, i)] = self.gs.gather(i, self.H[st.layer])
+        elif st.kind == "BGA":
+            self.saved_dh[(st.layer, i)] = self.gs.gather_back(i, self.G[st.layer])
+        else:
+            self._scatter(space, it.epoch, st, i)
+            key = (st.kind == "BSC", st.layer)
+            cnt[key] = cnt.get(key, 0) + 1
+
+    def _stalled(self, waited: float) -> None:
+        if self._recvs:
+            raise next(iter(self._recvs.values())).fail(waited)
+        pending = [t for t in self._sends if not t.done()]
+        if pending:
+            raise pending[0].fail(waited)
+        raise RuntimeError(f"dorylus pipeline on rank {self.comm.rank}: no progress for "
+                           f"{waited:.0f}s with {self.ctl.in_flight} invocations in flight")
+
+    def _drain(self) -> None:
+        deadline = time.monotonic() + self.timeout
+        for t in self._sends + list(self._recvs.values()):
+            while not t.done():
+                if time.monotonic() > deadline:
+                    raise t.fail(self.timeout)
+                time.sleep(0.001)
+        self._sends, self._recvs = [], {}
