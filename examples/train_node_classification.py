@@ -1,4 +1,4 @@
-"""Node classification with GraphSAGE, trained by a dglx_dist strategy.
+"""Node classification with GraphSAGE (or GCN), trained by a dglx_dist strategy.
 
 This is DGL's usual mini-batch script (a dgl.nn model, argparse, a training loop) with the
 distributed parts handed to dglx_dist; docs/porting.md shows the diff to the single-machine
@@ -26,11 +26,15 @@ from dglx_dist.strategies import STRATEGIES
 
 
 class SAGE(nn.Module):
-    def __init__(self, in_feats, hidden, num_classes, dropout, row_normalize):
+    def __init__(self, in_feats, hidden, num_classes, dropout, row_normalize, conv="sage"):
         super().__init__()
         self.row_normalize = row_normalize
-        self.layers = nn.ModuleList([dglnn.SAGEConv(in_feats, hidden, "mean"),
-                                     dglnn.SAGEConv(hidden, num_classes, "mean")])
+        if conv == "sage":
+            self.layers = nn.ModuleList([dglnn.SAGEConv(in_feats, hidden, "mean"),
+                                         dglnn.SAGEConv(hidden, num_classes, "mean")])
+        else:  # GCN (what the dorylus strategy runs)
+            self.layers = nn.ModuleList([dglnn.GraphConv(in_feats, hidden),
+                                         dglnn.GraphConv(hidden, num_classes)])
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, blocks, x):
@@ -50,6 +54,7 @@ def main():
     parser.add_argument("--partitions", help="partition directory (default: made for --data)")
     parser.add_argument("--strategy", default="distdgl", choices=STRATEGIES.names())
     parser.add_argument("--strategy-opt", action="append", metavar="KEY=VALUE")
+    parser.add_argument("--model", default="sage", choices=("sage", "gcn"))
     parser.add_argument("--epochs", type=int, default=60)
     parser.add_argument("--hidden", type=int, default=16)
     parser.add_argument("--dropout", type=float, default=0.5)
@@ -64,7 +69,7 @@ def main():
     parts = PartitionDir(args.partitions or ensure_partitions(args.data, strategy, session))
     torch.manual_seed(0)
     model = SAGE(parts.feat_dim, args.hidden, parts.num_classes, args.dropout,
-                 args.row_normalize)
+                 args.row_normalize, args.model)
     trainer = dglx_dist.Trainer(model, parts, strategy, lr=args.lr,
                                 weight_decay=args.weight_decay)
 

@@ -49,10 +49,10 @@ SYSTEMS = {"async": ["mode=async", "staleness=0"], "sync": ["mode=sync"],
 
 def run(args, system: str, data: Path) -> dict[str, Any]:
     """One ``dglx train`` run; its metrics summarised."""
-    opts = SYSTEMS[system] + [f"intervals={args.intervals}",
-                              f"executor_options=workers={args.workers}"]
-    if system == "cpu":
-        opts.remove(f"executor_options=workers={args.workers}")
+    opts = SYSTEMS[system] + [f"intervals={args.intervals}"]
+    if system != "cpu":  # the local executor's processes, with the emulated Lambda latency
+        opts.append(f"executor_options=workers={args.workers},"
+                    f"latency_s={args.latency_ms / 1000:g}")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            "--master-port", str(free_local_port()), "-m", "dglx_dist", "train", "--strategy",
            "dorylus", "--model", "gcn", "--data", str(data), "--epochs", str(args.epochs),
@@ -60,6 +60,7 @@ def run(args, system: str, data: Path) -> dict[str, Any]:
            "--dropout", "0.5", "--seed", "0", "--cache-dir", str(args.workdir / "parts"),
            "--no-progress", *[a for o in opts for a in ("--strategy-opt", o)]]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
+           "DGLX_VIRTUAL_SERVERS": "2",  # one graph server per (virtual) server
            "DGLX_TIMEOUT": str(int(args.timeout))}
     log.info("%s: %s", system, " ".join(cmd[-12:]))
     t0 = time.perf_counter()
@@ -135,9 +136,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--intervals", type=int, default=8, help="vertex intervals per server")
     p.add_argument("--workers", type=int, default=2, help="local executor processes per server")
+    p.add_argument("--latency-ms", type=float, default=0.0,
+                   help="latency injected into every invocation (a Lambda round trip)")
     p.add_argument("--target", type=float, default=0.95,
                    help="epochs to accuracy: val_acc >= target x the best of any run")
-    p.add_argument("--workdir", type=Path, default=Path("bench-dorylus-work"))
+    p.add_argument("--workdir", type=Path, default=Path("bench_out/dorylus"))
     p.add_argument("--out", type=Path, help="also write the JSON here")
     p.add_argument("--plot", type=Path, help="write a PNG here")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per run")

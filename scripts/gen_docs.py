@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = {"docs/partitioners.md": ("partitioners", None),
          "docs/strategies/distdgl.md": ("strategies", ["distdgl"]),
          "docs/strategies/p3.md": ("strategies", ["p3"]),
-         "docs/strategies/granndis.md": ("strategies", ["granndis", "fullgraph"])}
+         "docs/strategies/granndis.md": ("strategies", ["granndis", "fullgraph"]),
+         "docs/strategies/dorylus.md": ("strategies", ["dorylus"])}
 
 
 def registries():

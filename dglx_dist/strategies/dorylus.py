@@ -145,14 +145,16 @@ class _Logits(torch.autograd.Function):
     @staticmethod
     def forward(ctx, strategy, epoch, rows, *params):
         ctx.strategy, ctx.epoch, ctx.rows = strategy, epoch, rows
-        return strategy._forward_logits(epoch, train=True)[rows]
+        ctx.pipe = strategy._pipeline()  # keeps the gathers the backward needs
+        return strategy._forward_logits(epoch, train=True, pipe=ctx.pipe)[rows]
 
     @staticmethod
     def backward(ctx, grad):
         s = ctx.strategy
         full = torch.zeros(s.gs.n, grad.shape[1])
         full[ctx.rows] = grad
-        grads = s._backward(ctx.epoch, full)
+        grads = s._backward(ctx.pipe, ctx.epoch, full)
+        ctx.pipe = None
         return (None, None, None, *grads)
 
 
@@ -333,9 +335,11 @@ class DorylusStrategy(Strategy):
                              dtype=torch.float64)
         self.session.world.all_reduce(delta)
         out = {k: (round(float(v), 3) if k == "busy_s" else int(v)) for k, v in zip(keys, delta)}
-        gb_s = out["busy_s"] * self.executor.stats().get("memory_mb", 0) / 1024
+        memory_mb = self.executor.stats().get("memory_mb", 0)  # 0: nothing billed (inline)
+        gb_s = out["busy_s"] * memory_mb / 1024
+        requests = out["invocations"] if memory_mb else 0
         cost = (self.session.world_size * cfg.server_usd_per_hour * wall / 3600 +
-                gb_s * cfg.lambda_usd_per_gb_s + out["invocations"] * cfg.lambda_usd_per_request)
+                gb_s * cfg.lambda_usd_per_gb_s + requests * cfg.lambda_usd_per_request)
         out.update(cost_usd=round(cost, 8), value=round(1.0 / (wall * cost), 3) if cost else 0.0,
                    concurrency=ctl.concurrency)
         return out
@@ -353,14 +357,17 @@ class DorylusStrategy(Strategy):
             return _Logits.apply(self, self._step, rows, *self.params)
         return self._forward_logits(self._step, train=model.training)[rows]
 
-    def _forward_logits(self, epoch: int, train: bool) -> torch.Tensor:
-        return self._pipeline().run(forward_program(self.config.num_layers),
-                                    range(epoch, epoch + 1), train=train, sync=True)["logits"]
+    def _forward_logits(self, epoch: int, train: bool, pipe: Pipeline | None = None
+                        ) -> torch.Tensor:
+        pipe = pipe or self._pipeline()
+        return pipe.run(forward_program(self.config.num_layers), range(epoch, epoch + 1),
+                        train=train, sync=True)["logits"]
 
-    def _backward(self, epoch: int, dlogits: torch.Tensor) -> list[torch.Tensor]:
-        acc = self._pipeline().run(backward_program(self.config.num_layers),
-                                   range(epoch, epoch + 1), train=True, sync=True,
-                                   extra={"dlogits": dlogits})
+    def _backward(self, pipe: Pipeline, epoch: int, dlogits: torch.Tensor
+                  ) -> list[torch.Tensor]:
+        """The backward program on the pipeline that ran the forward (its gathers are kept)."""
+        acc = pipe.run(backward_program(self.config.num_layers), range(epoch, epoch + 1),
+                       train=True, sync=True, extra={"dlogits": dlogits})
         grads = acc["grads"].get(epoch) or [None] * len(self.params)
         return [g if g is not None else torch.zeros_like(p)
                 for g, p in zip(grads, self.params)]

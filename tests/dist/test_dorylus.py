@@ -89,6 +89,38 @@ def test_sync_loss_curve_matches_single_process_dgl(tmp_path, cora_parts):
     assert rec["bytes_sent_intra"] + rec["bytes_sent_inter"] > 0  # scatters crossed ranks
 
 
+def _user_loop_step(session, pdir_path):
+    pdir = PartitionDir(pdir_path)
+    trainer = Trainer(_model(pdir.feat_dim, pdir.num_classes), pdir, "dorylus", session=session,
+                      progress=False, intervals=3, optimizer=lambda p: torch.optim.SGD(p, lr=0.0))
+    try:
+        batch = next(iter(trainer.batches(0)))
+        trainer.step(F.cross_entropy(trainer.forward(batch), batch.y))
+        return {"seeds": pdir.to_original(batch.seeds.numpy()).tolist(),
+                "grads": {n: p.grad.numpy().tolist() for n, p in trainer.model.named_parameters()}}
+    finally:
+        trainer.close()
+
+
+def test_own_loop_step_matches_single_process_dgl(tmp_path, cora_parts):
+    """A loop of one's own: one batch per epoch (the rank's labelled nodes); its forward and
+    backward run the tasks layer-synchronously; the gradients equal DGL's average over the
+    ranks of each rank's mean loss (what DDP computes)."""
+    res = run_workers(_user_loop_step, 2, tmp_path, str(cora_parts))
+    ds = read_dataset(builtin_path("cora"))
+    g = to_dgl(ds)
+    model = _model(ds.feat_dim, ds.num_classes)
+    out = model([g, g], g.ndata["feat"])
+    loss = sum(F.cross_entropy(out[res[r]["seeds"]], g.ndata["label"][res[r]["seeds"]])
+               for r in range(2)) / 2
+    loss.backward()
+    assert sorted(res[0]["seeds"] + res[1]["seeds"]) == np.flatnonzero(ds.train).tolist()
+    for name, p in model.named_parameters():
+        for r in range(2):
+            np.testing.assert_allclose(res[r]["grads"][name], p.grad.numpy(), rtol=1e-4,
+                                       atol=1e-6, err_msg=f"{name} on rank {r}")
+
+
 def test_relaunched_faults_give_the_same_result(tmp_path, cora_parts):
     """A worker killed mid-invocation and an invocation that hangs past its timeout are
     relaunched; the sync run's losses and weights are the fault-free ones."""
