@@ -218,6 +218,13 @@ class DorylusStrategy(Strategy):
             for kv in self.executor_options:
                 if "=" not in kv:
                     raise ValueError(f"executor option {kv!r}: expected key=value")
+            if self.executor not in EXECUTORS:
+                raise ValueError(f"executor {self.executor!r}; expected one of "
+                                 f"{EXECUTORS.names()}")
+            EXECUTORS.make_config(self.executor, **self.executor_kwargs())  # checks them
+
+        def executor_kwargs(self) -> dict[str, str]:
+            return dict(kv.split("=", 1) for kv in self.executor_options)
 
     def num_layers(self) -> int:
         return self.config.num_layers
@@ -250,8 +257,7 @@ class DorylusStrategy(Strategy):
                                                                               "test")}
         total = session.world.all_reduce(self.masks["train"].sum().double().reshape(1))
         self._loss_weight = self.masks["train"].float() / float(total.clamp(min=1))
-        opts = dict(kv.split("=", 1) for kv in cfg.executor_options)
-        self.executor = EXECUTORS.build(cfg.executor, **opts)
+        self.executor = EXECUTORS.build(cfg.executor, **cfg.executor_kwargs())
         self.executor.start()
         self.epoch_stats: dict[str, Any] = {}
         log.info("dorylus rank %d: %d nodes, %d ghosts, %d reverse ghosts, %d intervals",

@@ -145,3 +145,55 @@ def test_all_to_all_v_with_known_sizes(tmp_path):
     for r, out in res.items():
         assert out["recv"] == [[[float(j)] * 2] * (r + 1) for j in range(3)]
         assert out["control"] == 0  # no count round
+
+
+def _point_to_point(session):
+    """Rank 1 sends tags 2, 0, 1 in that order; rank 0 posted receives for 0, 1, 2 first and
+    sees each as it lands (not in posting order), with bytes counted once."""
+    before = session.counter.snapshot()
+    if session.rank == 0:
+        recvs = {tag: session.world.start_recv(torch.zeros(tag + 1, 2), 1, tag)
+                 for tag in range(3)}
+        order = []
+        deadline = time.monotonic() + 20
+        while len(order) < 3 and time.monotonic() < deadline:
+            order += [t for t, tr in recvs.items() if t not in order and tr.done()]
+            time.sleep(0.001)
+        values = {t: recvs[t].wait().tolist() for t in recvs}
+        out = {"order": order, "values": values}
+    else:
+        for tag in (2, 0, 1):
+            session.world.start_send(torch.full((tag + 1, 2), float(tag)), 0, tag).wait()
+            time.sleep(0.3)
+        out = {}
+    after = session.counter.snapshot()
+    return out | {"delta": {k: after[k] - before[k] for k in after}}
+
+
+def test_point_to_point_transfers_complete_out_of_order(tmp_path):
+    res = run_workers(_point_to_point, 2, tmp_path, env={"DGLX_TIMEOUT": "20"})
+    assert res[0]["order"] == [2, 0, 1]
+    assert res[0]["values"] == {str(t): [[float(t)] * 2] * (t + 1) for t in range(3)}
+    nbytes = sum((t + 1) * 2 * 4 for t in range(3))
+    assert res[0]["delta"]["recv_intra"] == nbytes and res[0]["delta"]["sent_intra"] == 0
+    assert res[1]["delta"]["sent_intra"] == nbytes
+
+
+def _recv_from_dead(session):
+    if session.rank == 1:
+        time.sleep(0.5)
+        os._exit(3)
+    t0 = time.monotonic()
+    transfer = session.world.start_recv(torch.zeros(4), 1, tag=7)
+    try:
+        transfer.wait()
+    except PeerError as exc:
+        return {"ranks": exc.ranks, "message": str(exc), "seconds": time.monotonic() - t0}
+    return {"ranks": None}
+
+
+def test_receive_from_a_dead_peer_names_it(tmp_path):
+    res = run_workers(_recv_from_dead, 2, tmp_path, env={"DGLX_TIMEOUT": "4"},
+                      expect_failure=[1], timeout=40)
+    assert res[0]["ranks"] == [1] and "rank 1" in res[0]["message"], res[0]
+    assert res[0]["seconds"] < 4 + 5, res[0]
