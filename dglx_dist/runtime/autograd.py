@@ -33,7 +33,7 @@ import torch
 from dglx_dist.runtime.comm import Comm, Pending
 
 __all__ = ["OwnerReduce", "Ready", "flatten_partials", "halo_exchange", "reduce_to_owners",
-           "unflatten"]
+           "set_grads", "unflatten"]
 
 
 def _sum(parts: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -141,6 +141,13 @@ def unflatten(total: torch.Tensor, shapes: Sequence[torch.Size]) -> list[torch.T
     """``total`` cut into tensors of ``shapes``."""
     return [piece.view(shape) for piece, shape in
             zip(torch.split(total, [math.prod(s) for s in shapes]), shapes)]
+
+
+def set_grads(params: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
+    """Sets every parameter's ``.grad`` from ``flat``, their gradients concatenated (e.g. one
+    all-reduced vector), in the parameters' dtype."""
+    for p, g in zip(params, unflatten(flat, [p.shape for p in params])):
+        p.grad = g.to(p.dtype).clone()
 
 
 def reduce_to_owners(server: Comm, cross: Comm | None,

@@ -39,6 +39,7 @@ from dglx_dist.models.gcn import row_normalized
 from dglx_dist.models.layers import graph_convs
 from dglx_dist.offload import EXECUTORS, LambdaController
 from dglx_dist.partition.load import PartitionDir
+from dglx_dist.runtime.autograd import set_grads
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.strategies.base import STRATEGIES, Batch, PartitionSpec, Strategy
@@ -123,10 +124,7 @@ class _Updates:
             return False
         epoch, pending = self._queue.pop(0)
         flat = pending.wait()
-        offset = 0
-        for p in self.s.params:
-            p.grad = flat[offset:offset + p.numel()].view_as(p).to(p.dtype).clone()
-            offset += p.numel()
+        set_grads(self.s.params, flat[:-1])
         self.optimizer.step()
         self.s.ps.refresh()
         self.applied = epoch
@@ -382,12 +380,7 @@ class DorylusStrategy(Strategy):
         """Averages the parameter gradients over the ranks (each rank's loss is its own mean,
         as under DDP)."""
         flat = torch.cat([p.grad.reshape(-1) for p in self.params])
-        self.session.world.all_reduce(flat)
-        flat /= self.session.world_size
-        offset = 0
-        for p in self.params:
-            p.grad = flat[offset:offset + p.numel()].view_as(p).clone()
-            offset += p.numel()
+        set_grads(self.params, self.session.world.all_reduce(flat) / self.session.world_size)
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, split: str) -> float:

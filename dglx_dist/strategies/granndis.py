@@ -45,7 +45,7 @@ from tqdm.auto import tqdm
 from dglx_dist.kvstore import DistKVStore, RowPolicy
 from dglx_dist.models.layers import adapter_for, graph_convs
 from dglx_dist.partition.load import PartitionDir
-from dglx_dist.runtime.autograd import halo_exchange, scale_grad
+from dglx_dist.runtime.autograd import halo_exchange, scale_grad, set_grads
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
@@ -309,11 +309,7 @@ class GraNNDisStrategy(Strategy):
         result is the gradient of the mean loss over every rank's labelled targets)."""
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self._params]
         flat = torch.cat([g.reshape(-1) for g in grads])
-        total = self.session.all_reduce_by_server(flat)
-        offset = 0
-        for p in self._params:
-            p.grad = total[offset:offset + p.numel()].view_as(p).clone()
-            offset += p.numel()
+        set_grads(self._params, self.session.all_reduce_by_server(flat))
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, split: str) -> float:

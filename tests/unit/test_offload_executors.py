@@ -15,6 +15,7 @@ from dglx_dist.offload import (EXECUTORS, InvocationError, LambdaController, Tas
 from dglx_dist.offload.invoke_api import serve_in_subprocess
 from dglx_dist.offload.tensor_fn.handler import handle
 from dglx_dist.offload.tensor_fn.payload import PayloadError, decode, encode
+from dglx_dist.testing.procs import live_children
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -270,7 +271,7 @@ def test_aws_executor_through_boto3_matches_local():
     tasks = _tasks(3)
     requests = [encode(h, a) for _, h, a in tasks]
     with serve_in_subprocess("dglx-tensor-fn") as url:
-        (server,) = psutil.Process().children()
+        (server,) = live_children()
         assert not [m.path for m in server.memory_maps() if "torch" in m.path]  # numpy only
         with _aws(url) as ex:
             for request, future in zip(requests, [ex.invoke(r) for r in requests]):
