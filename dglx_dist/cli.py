@@ -76,9 +76,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
         trainer = Trainer(model, pdir, strategy, session=session, lr=args.lr,
                           weight_decay=args.weight_decay, progress=not args.no_progress,
                           metrics=sink if session.is_main else None)
-        trainer.fit(args.epochs, eval_every=args.eval_every)
-        trainer.close()
-        sink.close()
+        try:
+            trainer.fit(args.epochs, eval_every=args.eval_every)
+        finally:  # e.g. dorylus's executor processes go with the trainer, also on failure
+            trainer.close()
+            sink.close()
     return 0
 
 
