@@ -160,3 +160,34 @@ def test_async_reaches_sync_accuracy_on_cora(tmp_path, cora_parts):
     for key in (("async", 0), ("async", 1)):
         assert acc[key] >= 0.78, acc
         assert abs(acc[key] - sync) <= 0.02, acc
+
+
+def _graph_server_dies(session, pdir_path):
+    import os
+    import threading
+    import time
+
+    from dglx_dist.runtime.comm import PeerError
+
+    pdir = PartitionDir(pdir_path)
+    trainer = Trainer(_model(pdir.feat_dim, pdir.num_classes), pdir, "dorylus", session=session,
+                      progress=False, mode="async", intervals=4)
+    if session.rank == 1:  # dies in the middle of training, its workers with it
+        threading.Timer(1.5, lambda: os._exit(3)).start()
+    t0 = time.monotonic()
+    try:
+        trainer.fit(100000, eval_every=0)
+    except PeerError as exc:
+        return {"ranks": exc.ranks, "message": str(exc), "seconds": time.monotonic() - t0}
+    finally:
+        trainer.close()
+    return {"ranks": None}
+
+
+def test_dead_graph_server_is_named(tmp_path, cora_parts):
+    """A graph server killed mid-epoch: the survivor's pipeline (waiting on its scatters or
+    the weight update) fails within the timeout with an error naming it."""
+    res = run_workers(_graph_server_dies, 2, tmp_path, str(cora_parts),
+                      env={"DGLX_TIMEOUT": "5"}, expect_failure=[1], timeout=60)
+    assert res[0]["ranks"] == [1] and "rank 1" in res[0]["message"], res[0]
+    assert res[0]["seconds"] < 1.5 + 5 + 5, res[0]
