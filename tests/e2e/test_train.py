@@ -82,23 +82,23 @@ def test_dglx_train_granndis_gcn_on_two_servers(tmp_path):
 
 def test_dglx_train_dorylus_records_executor_cost(tmp_path):
     """dorylus from the command line, async S=1, local executor: every epoch's record carries
-    the executor's invocations, bytes and cost, and the run reaches a full-graph GCN's
-    accuracy."""
+    the executor's invocations, bytes and cost (accuracy is tests/dist/test_dorylus.py's)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            "--master-port", str(free_local_port()), "-m", "dglx_dist", "train",
-           "--strategy", "dorylus", "--model", "gcn", "--data", "cora", "--epochs", "200",
-           "--eval-every", "50", "--no-progress", "--row-normalize",
+           "--strategy", "dorylus", "--model", "gcn", "--data", "cora", "--epochs", "40",
+           "--eval-every", "10", "--no-progress", "--row-normalize",
            "--strategy-opt", "staleness=1", "--strategy-opt", "intervals=4",
            "--cache-dir", str(tmp_path / "cache")]
     r = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
     records = _json_lines(r.stdout)
-    assert [rec["epoch"] for rec in records] == list(range(200))
-    assert records[-1]["test_acc"] >= 0.78, records[-1]
+    assert [rec["epoch"] for rec in records] == list(range(40))
+    assert records[-1]["test_acc"] >= 0.6, records[-1]  # it learns (chance is 0.14-0.3)
     # epochs overlap under S=1, so a record counts what ran since the previous update
-    assert sum(rec["invocations"] for rec in records) == 200 * 2 * 4 * 3
+    assert sum(rec["invocations"] for rec in records) == 40 * 2 * 4 * 3
     assert sum(rec["bytes_to_executor"] for rec in records) > 0
     for rec in records:
         assert rec["relaunches"] == 0 and rec["cost_usd"] > 0 and rec["value"] > 0
+        assert rec["samples"] == 140 and rec["world_size"] == 2
     assert sum("val_acc" in rec for rec in records) == 4
