@@ -114,7 +114,7 @@ class _Updates:
         self._t0 = time.perf_counter()
 
     def epoch_done(self, epoch: int, acc: dict) -> None:
-        grads = acc["grads"].pop(epoch)
+        grads = self.s.param_grads(acc["grads"].pop(epoch, None))
         flat = torch.cat([g.reshape(-1) for g in grads] +
                          [torch.tensor([acc["loss"].pop(epoch, 0.0)])]).double()
         self._queue.append((epoch, self.s.wu_comm.start_all_reduce(flat)))
@@ -128,7 +128,7 @@ class _Updates:
         self.optimizer.step()
         self.s.ps.refresh()
         self.applied = epoch
-        wall, self._t0 = time.perf_counter() - self._t0, None
+        wall = time.perf_counter() - self._t0
         self.on_epoch(epoch, {"loss": float(flat[-1]), "wall": wall})
         self._t0 = time.perf_counter()  # the callback's evaluation is not the next epoch's
         return True
@@ -302,6 +302,10 @@ class DorylusStrategy(Strategy):
         if getattr(model, "row_normalize", False):
             self.feat = row_normalized(self.feat)
         self.params = [t for conv, _ in convs for t in (conv.weight, conv.bias) if t is not None]
+        # the tasks return (dW, db) per layer; a conv without a bias has no db to keep
+        self._grad_slots = [j for j, t in enumerate(t for conv, _ in convs
+                                                    for t in (conv.weight, conv.bias))
+                            if t is not None]
         self.ps = ParamServers([(conv.weight, conv.bias) for conv, _ in convs],
                                self.config.param_servers)
         self._model, self._step = model, 0
@@ -372,9 +376,14 @@ class DorylusStrategy(Strategy):
         """The backward program on the pipeline that ran the forward (its gathers are kept)."""
         acc = pipe.run(backward_program(self.config.num_layers), range(epoch, epoch + 1),
                        train=True, sync=True, extra={"dlogits": dlogits})
-        grads = acc["grads"].get(epoch) or [None] * len(self.params)
-        return [g if g is not None else torch.zeros_like(p)
-                for g, p in zip(grads, self.params)]
+        return self.param_grads(acc["grads"].get(epoch))
+
+    def param_grads(self, grads: list | None) -> list[torch.Tensor]:
+        """The parameters' gradients from the tasks' (dW, db) per layer (zeros where no
+        task contributed, e.g. a rank without intervals)."""
+        grads = grads or [None] * (2 * self.config.num_layers)
+        return [grads[j] if grads[j] is not None else torch.zeros_like(p)
+                for j, p in zip(self._grad_slots, self.params)]
 
     def after_backward(self) -> None:
         """Averages the parameter gradients over the ranks (each rank's loss is its own mean,

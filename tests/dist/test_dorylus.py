@@ -89,9 +89,17 @@ def test_sync_loss_curve_matches_single_process_dgl(tmp_path, cora_parts):
     assert rec["bytes_sent_intra"] + rec["bytes_sent_inter"] > 0  # scatters crossed ranks
 
 
-def _user_loop_step(session, pdir_path):
+def _no_bias(model, bias):
+    if not bias:
+        for conv in model.layers:
+            conv.bias = None
+    return model
+
+
+def _user_loop_step(session, pdir_path, bias):
     pdir = PartitionDir(pdir_path)
-    trainer = Trainer(_model(pdir.feat_dim, pdir.num_classes), pdir, "dorylus", session=session,
+    model = _no_bias(_model(pdir.feat_dim, pdir.num_classes), bias)
+    trainer = Trainer(model, pdir, "dorylus", session=session,
                       progress=False, intervals=3, optimizer=lambda p: torch.optim.SGD(p, lr=0.0))
     try:
         batch = next(iter(trainer.batches(0)))
@@ -102,14 +110,15 @@ def _user_loop_step(session, pdir_path):
         trainer.close()
 
 
-def test_own_loop_step_matches_single_process_dgl(tmp_path, cora_parts):
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_own_loop_step_matches_single_process_dgl(tmp_path, cora_parts, bias):
     """A loop of one's own: one batch per epoch (the rank's labelled nodes); its forward and
     backward run the tasks layer-synchronously; the gradients equal DGL's average over the
-    ranks of each rank's mean loss (what DDP computes)."""
-    res = run_workers(_user_loop_step, 2, tmp_path, str(cora_parts))
+    ranks of each rank's mean loss (what DDP computes). GraphConvs without a bias too."""
+    res = run_workers(_user_loop_step, 2, tmp_path, str(cora_parts), bias)
     ds = read_dataset(builtin_path("cora"))
     g = to_dgl(ds)
-    model = _model(ds.feat_dim, ds.num_classes)
+    model = _no_bias(_model(ds.feat_dim, ds.num_classes), bias)
     out = model([g, g], g.ndata["feat"])
     loss = sum(F.cross_entropy(out[res[r]["seeds"]], g.ndata["label"][res[r]["seeds"]])
                for r in range(2)) / 2
