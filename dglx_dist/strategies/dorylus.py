@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -257,7 +257,6 @@ class DorylusStrategy(Strategy):
         self._loss_weight = self.masks["train"].float() / float(total.clamp(min=1))
         self.executor = EXECUTORS.build(cfg.executor, **cfg.executor_kwargs())
         self.executor.start()
-        self.epoch_stats: dict[str, Any] = {}
         log.info("dorylus rank %d: %d nodes, %d ghosts, %d reverse ghosts, %d intervals",
                  session.rank, self.gs.n, self.gs.num_ghosts, self.gs.num_rghosts, intervals)
 
@@ -322,9 +321,14 @@ class DorylusStrategy(Strategy):
         labels = lambda rows: {"labels": self.labels[rows].numpy(),  # noqa: E731
                                "weight": self._loss_weight[rows].numpy()}
 
+        seen = {}  # the controller's counters at the previous update
+
         def report(epoch: int, info: dict) -> None:
-            info.update(self._executor_stats(pipe.ctl, info["wall"]),
-                        samples=int(self.masks["train"].sum()))
+            now = pipe.ctl.stats()
+            info.update(self._executor_stats(now, seen or {k: 0 for k in now}, info["wall"]),
+                        samples=int(self.masks["train"].sum()),
+                        concurrency=pipe.ctl.concurrency)
+            seen.update(now)
             on_epoch(epoch, info)
 
         updates = _Updates(self, optimizer, first, report)
@@ -332,11 +336,10 @@ class DorylusStrategy(Strategy):
                  sync=cfg.mode == "sync", staleness=cfg.staleness,
                  extra={"labels": labels}, updates=updates)
 
-    def _executor_stats(self, ctl: LambdaController, wall: float) -> dict:
-        """This epoch's invocations, bytes and cost (summed over graph servers)."""
-        cfg, now = self.config, ctl.stats()
-        before = self.epoch_stats.get(id(ctl), {k: 0 for k in now})
-        self.epoch_stats[id(ctl)] = dict(now)
+    def _executor_stats(self, now: dict, before: dict, wall: float) -> dict:
+        """Invocations, bytes and cost between two snapshots of the controller's counters
+        (summed over graph servers)."""
+        cfg = self.config
         keys = ("invocations", "relaunches", "timeouts", "worker_lost", "bytes_to_executor",
                 "bytes_from_executor", "busy_s")
         delta = torch.tensor([float(now.get(k, 0) - before.get(k, 0)) for k in keys],
@@ -348,8 +351,7 @@ class DorylusStrategy(Strategy):
         requests = out["invocations"] if memory_mb else 0
         cost = (self.session.world_size * cfg.server_usd_per_hour * wall / 3600 +
                 gb_s * cfg.lambda_usd_per_gb_s + requests * cfg.lambda_usd_per_request)
-        out.update(cost_usd=round(cost, 8), value=round(1.0 / (wall * cost), 3) if cost else 0.0,
-                   concurrency=ctl.concurrency)
+        out.update(cost_usd=round(cost, 8), value=round(1.0 / (wall * cost), 3) if cost else 0.0)
         return out
 
     # -- a loop of one's own: one batch per epoch ----------------------------------------------

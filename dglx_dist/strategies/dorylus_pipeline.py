@@ -129,6 +129,10 @@ class Pipeline:
         self._sends: list[Transfer] = []
         self._recvs: dict[tuple, Transfer] = {}
         self._recv_epoch: dict[tuple, int] = {}
+        self._waiting: dict[tuple, int] = {}  # (space, epoch, layer) -> receives not in yet
+        self._slots = {(back, r.peer, r.interval): r.rows
+                       for back, routes in ((False, gs.fwd_recv), (True, gs.bwd_recv))
+                       for r in routes}
 
     # -- messages ------------------------------------------------------------------------------
     def _tag(self, space: int, epoch: int, layer: int, interval: int) -> int:
@@ -147,18 +151,20 @@ class Pipeline:
                 buf = torch.empty(r.rows.numel(), width)
                 self._recvs[(space + back, epoch, st.layer, r.peer, r.interval)] = \
                     self.comm.start_recv(buf, r.peer, tag)
+                key = (space + back, epoch, st.layer)
+                self._waiting[key] = self._waiting.get(key, 0) + 1
 
     def _poll_recvs(self) -> bool:
         got = False
         for key in [k for k, t in self._recvs.items() if t.done()]:
             t = self._recvs.pop(key)
             space, epoch, layer, peer, interval = key
+            self._waiting[(space, epoch, layer)] -= 1
             back = space % 2 == 1
             slot = (space, layer, peer, interval)
             if self._recv_epoch.get(slot, -1) <= epoch:  # never overwrite newer rows
                 self._recv_epoch[slot] = epoch
-                routes = self.gs.bwd_recv if back else self.gs.fwd_recv
-                rows = next(r.rows for r in routes if r.peer == peer and r.interval == interval)
+                rows = self._slots[(back, peer, interval)]
                 (self.G[layer] if back else self.H[layer + 1])[rows] = t.tensor
             got = True
         return got
@@ -176,8 +182,7 @@ class Pipeline:
         """Sync gating: every interval here and every message for this layer arrived."""
         if done.get((back, layer), 0) < self.gs.num_intervals:
             return False
-        return not any(k[0] == space + back and k[1] == epoch and k[2] == layer
-                       for k in self._recvs)
+        return self._waiting.get((space + back, epoch, layer), 0) == 0
 
     # -- tensor tasks --------------------------------------------------------------------------
     def _submit(self, key, st: Stage, it: _Interval, train: bool, extra: dict) -> None:
@@ -325,4 +330,4 @@ class Pipeline:
                 if time.monotonic() > deadline:
                     raise t.fail(self.timeout)
                 time.sleep(0.001)
-        self._sends, self._recvs = [], {}
+        self._sends, self._recvs, self._waiting = [], {}, {}
