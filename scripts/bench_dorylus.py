@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_common import add_common, emit_json, parse_with_preset
 from bench_train import run_group, synthetic_dataset
 
 from dglx_dist.measure import markdown_table
@@ -140,17 +141,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="latency injected into every invocation (a Lambda round trip)")
     p.add_argument("--target", type=float, default=0.95,
                    help="epochs to accuracy: val_acc >= target x the best of any run")
-    p.add_argument("--workdir", type=Path, default=Path("bench_out/dorylus"))
-    p.add_argument("--out", type=Path, help="also write the JSON here")
-    p.add_argument("--plot", type=Path, help="write a PNG here")
-    p.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    for k, v in PRESETS[args.preset].items():
-        if getattr(args, k, None) is None:
-            setattr(args, k, v)
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    return args
+    add_common(p, "bench_out/dorylus")
+    return parse_with_preset(p, argv, PRESETS)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,10 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"preset": args.preset, "graph_servers": 2, "cpus": os.cpu_count(),
               "graph": {k: getattr(args, k) for k in ("num_nodes", "num_edges", "feat_dim")},
               "runs": rows, "checks": checks(rows)}
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    emit_json(result, args.out)
     cols = ["system", "epoch_time", "epochs_to_acc", "test_acc", "invocations", "relaunches",
             "mb_to_executor", "mb_from_executor", "mb_between_servers", "cost_usd", "value"]
     print("\n" + markdown_table([{c: r.get(c, r.get("error")) for c in cols} for r in rows]))

@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_common import add_common, emit_json, parse_with_preset
 from bench_train import run_group, synthetic_dataset
 
 from dglx_dist.measure import markdown_table
@@ -236,17 +237,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mem-r", type=ints, default=[1, 4, 16], help="granndis co-batch counts")
     p.add_argument("--mem-cap-mb", type=float, default=64.0,
                    help="activation memory per rank for the depth x width check")
-    p.add_argument("--workdir", type=Path, default=Path("bench-granndis-work"))
-    p.add_argument("--out", type=Path, help="also write the JSON here")
-    p.add_argument("--plot", type=Path, help="write a PNG here")
-    p.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    for k, v in PRESETS[args.preset].items():
-        if getattr(args, k, None) is None:
-            setattr(args, k, v)
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    return args
+    add_common(p, "bench-granndis-work")
+    return parse_with_preset(p, argv, PRESETS)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,10 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"preset": args.preset, "ranks": "2 virtual servers x 2", "cpus": os.cpu_count(),
               "graph": {k: getattr(args, k) for k in ("num_nodes", "num_edges", "feat_dim")},
               "runs": rows, "memory": mem, "checks": checks(rows, mem, args)}
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    emit_json(result, args.out)
     cols = ["system", "depth", "epoch_time", *[f"epoch_time_{g:g}gbit" for g in args.links],
             "bytes_inter", "bytes_intra", "saved_mb", "rss_mb", "time_to_acc", "test_acc",
             "steps"]

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_common import add_common, emit_json, parse_with_preset
 from bench_train import run_group, synthetic_dataset
 
 from dglx_dist.measure import markdown_table
@@ -153,16 +154,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hiddens", type=ints, default=[32, 64, 128, 256, 512])
     p.add_argument("--sweep-feat", type=int, default=256, help="F of the hidden sweep")
     p.add_argument("--strategies", type=lambda s: s.split(","), default=["distdgl", "p3"])
-    p.add_argument("--workdir", type=Path, default=Path("bench-strategies-work"))
-    p.add_argument("--out", type=Path, help="also write the JSON here")
-    p.add_argument("--plot", type=Path, help="write a PNG of both sweeps here")
-    p.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    for k, v in PRESETS[args.preset].items():
-        setattr(args, k, v)
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    return args
+    add_common(p, "bench-strategies-work", "write a PNG of both sweeps here")
+    return parse_with_preset(p, argv, PRESETS)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,10 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"preset": args.preset, "ranks": "2 virtual servers x 2", "cpus": os.cpu_count(),
               "by_feature": by_feature, "by_hidden": by_hidden,
               "checks": checks(by_feature, by_hidden, args)}
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    emit_json(result, args.out)
     cols = ("strategy", "feat_dim", "hidden", "epoch_time", "bytes_inter", "bytes_intra",
             "test_acc", "steps")
     for title, rows in (("feature sweep", by_feature), ("hidden sweep", by_hidden)):
