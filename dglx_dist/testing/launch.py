@@ -18,7 +18,17 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-__all__ = ["run_workers", "WorkerError"]
+__all__ = ["run_workers", "WorkerError", "forkserver_pid"]
+
+PRELOAD = ("torch", "torch.distributed", "dgl", "dglx_dist.trainer", "dglx_dist.strategies",
+           "dglx_dist.partition", "dglx_dist.offload")
+
+
+def forkserver_pid() -> int | None:
+    """The pid of this interpreter's forkserver, if it started one (it lives until exit)."""
+    from multiprocessing import forkserver
+
+    return getattr(forkserver._forkserver, "_forkserver_pid", None)
 
 
 class WorkerError(AssertionError):
@@ -60,6 +70,15 @@ def _child(fn: Callable, rank: int, world_size: int, tmp: str, args: tuple,
         os._exit(1)
 
 
+def _context() -> mp.context.BaseContext:
+    """Forkserver with torch, DGL and the package imported once: each rank is forked from it
+    instead of importing them again (about 3 s per process on the test machines). The
+    children still get the caller's ``sys.path`` and main module, as with spawn."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(list(PRELOAD))
+    return ctx
+
+
 def run_workers(fn: Callable, world_size: int, tmp_dir: str | os.PathLike, *args: Any,
                 env: Mapping[str, str] | None = None, num_nodes: int = 1,
                 timeout: float = 120.0, heartbeat: float = 0.25,
@@ -80,7 +99,7 @@ def run_workers(fn: Callable, world_size: int, tmp_dir: str | os.PathLike, *args
     """
     tmp = Path(tmp_dir)
     tmp.mkdir(parents=True, exist_ok=True)
-    ctx = mp.get_context("spawn")
+    ctx = _context()
     procs = [ctx.Process(target=_child, args=(fn, r, world_size, str(tmp), args, dict(env or {}),
                                               num_nodes, heartbeat, 0.75 * timeout),
                          daemon=True)
