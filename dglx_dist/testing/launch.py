@@ -1,6 +1,7 @@
 """Run a function on N local processes joined in one gloo job, for multi-process tests.
 
-``run_workers(fn, world_size, tmp_dir, *args)`` spawns ``world_size`` processes; each sets a
+``run_workers(fn, world_size, tmp_dir, *args)`` starts ``world_size`` processes (forked from a
+forkserver that has torch, DGL and the package imported already); each sets a
 clean environment (``GLOO_SOCKET_IFNAME=lo``, ``OMP_NUM_THREADS=1``, optional extras), starts a
 session through a ``FileStore`` in ``tmp_dir`` (no ports to race for), calls
 ``fn(session, *args)`` and writes its JSON-able result (or its traceback) to a file. The parent
@@ -86,7 +87,7 @@ def run_workers(fn: Callable, world_size: int, tmp_dir: str | os.PathLike, *args
     """Runs ``fn(session, *args)`` on ``world_size`` ranks; returns {rank: result}.
 
     Args:
-        fn: a module-level function (spawned processes import it by name).
+        fn: a module-level function (the children import it by name).
         world_size: number of processes.
         tmp_dir: a fresh directory for the store and results.
         env: extra environment variables for the children (e.g. ``DGLX_VIRTUAL_SERVERS``).
