@@ -21,6 +21,11 @@ Usage::
     python scripts/bench_train.py --preset tiny           # Cora, quick
     python scripts/bench_train.py --preset small --repeat 3 --profile --out results.json
     python scripts/bench_train.py --data DIR --mode ours --epochs 3
+    python scripts/bench_train.py --preset small --mode all --repeat 3  # + ours, glibc malloc
+
+``--mode all`` adds a third system, ours with ``DGLX_MALLOC=system`` (glibc's default allocator
+settings, as DGL's processes run), to show how much of the difference the allocator setting
+of :mod:`dglx_dist.runtime.allocator` makes.
 
 Prints one JSON object (rows, profile, checks) and markdown tables to stdout; progress goes
 to stderr via ``logging``. The exit code is 0 unless a run crashed.
@@ -173,7 +178,8 @@ def partitions(kind: str, data: Path, workdir: Path, env: dict[str, str]) -> Pat
 
 
 def run_ours(args, data: Path, meta: dict[str, Any], row_norm: bool, workdir: Path,
-             env: dict[str, str], profile: bool = False) -> dict[str, Any]:
+             env: dict[str, str], profile: bool = False,
+             system: str = "ours (dglx distdgl)") -> dict[str, Any]:
     """Our distdgl under torchrun (or, with ``profile``, the instrumented loop)."""
     parts = partitions("ours", data, workdir, env)
     run = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
@@ -201,7 +207,7 @@ def run_ours(args, data: Path, meta: dict[str, Any], row_norm: bool, workdir: Pa
     records = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if profile:
         return records[-1]
-    return summarize("ours (dglx distdgl)", records, wall, test_acc=records[-1]["test_acc"],
+    return summarize(system, records, wall, test_acc=records[-1]["test_acc"],
                      peak=max(r["peak_mem_mb"] for r in records)) | {"leftover_procs": left}
 
 
@@ -299,11 +305,16 @@ def checks(rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
               lambda: round(abs(ours["test_acc"] - dgl["test_acc"]), 4)),
              ("steps per epoch: ours - dgl", "== 0", lambda v: v == 0,
               lambda: ours["steps"] - dgl["steps"]))
+    other = rows.get("ours_system_malloc", {"error": "-"})
+    if "error" not in other and "error" not in dgl:  # for information: the allocator's share
+        items += (("ours (DGLX_MALLOC=system) / dgl epoch time", "(info)", None,
+                   lambda: round(other["epoch_time"] / dgl["epoch_time"], 3)),)
     out = []
     for name, target, passes, value in items:
         v = value() if ran else None
         out.append({"check": name, "value": v, "target": target,
-                    "status": "n/a" if v is None else ("PASS" if passes(v) else "FAIL")})
+                    "status": "n/a" if v is None else "info" if passes is None else
+                    ("PASS" if passes(v) else "FAIL")})
     return out
 
 
@@ -320,9 +331,13 @@ def bench(args: argparse.Namespace, workdir: Path) -> tuple[dict[str, Any], bool
            "GLOO_SOCKET_IFNAME": "lo"}
     runs: dict[str, list[dict[str, Any]]] = {}
     runners = {"ours": lambda: run_ours(args, data, meta, row_norm, workdir, env),
+               "ours_system_malloc": lambda: run_ours(
+                   args, data, meta, row_norm, workdir, {**env, "DGLX_MALLOC": "system"},
+                   system="ours, DGLX_MALLOC=system"),
                "dgl": lambda: run_dgl(args, data, meta, row_norm, workdir, env)}
+    order = {"both": ["ours", "dgl"], "all": ["ours", "ours_system_malloc", "dgl"]}
     for rep in range(args.repeat):  # alternating, so slow spells of the machine hit both
-        for name in (["ours", "dgl"] if args.mode == "both" else [args.mode]):
+        for name in order.get(args.mode, [args.mode]):
             try:
                 row = runners[name]()
                 log.info("%s (run %d): %s", name, rep + 1, {k: row.get(k) for k in COLUMNS})
@@ -374,7 +389,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--preset", choices=sorted(PRESETS), default="small",
                    help="tiny: Cora; small: synthetic 200k nodes / 4M edges / feat 128")
     p.add_argument("--data", help="a dataset directory or built-in name (overrides the preset's)")
-    p.add_argument("--mode", choices=("ours", "dgl", "both"), default="both")
+    p.add_argument("--mode", choices=("ours", "dgl", "both", "all"), default="both",
+                   help="all: also ours with glibc's default allocator (DGLX_MALLOC=system)")
     p.add_argument("--repeat", type=int, default=1,
                    help="runs per system, alternating; epoch_time is the median run's")
     p.add_argument("--ours-opt", action="append", default=[], metavar="KEY=VALUE",

@@ -16,6 +16,7 @@ dglx_dist's own variables:
   machine stands in for a cluster (intra- vs inter-server traffic is then counted for real).
 * ``DGLX_TIMEOUT``: seconds any collective may wait before the job fails (default 120).
 * ``DGLX_BACKEND``: force ``gloo`` or ``nccl`` (default: nccl when CUDA is available).
+* ``DGLX_MALLOC``: ``keep`` (default) or ``system``, see :mod:`dglx_dist.runtime.allocator`.
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ import os
 import re
 import socket
 from typing import Mapping
+
+from dglx_dist.runtime.allocator import MALLOC_MODES
 
 __all__ = ["DistEnv", "read_env", "expand_nodelist", "EnvError", "free_local_port"]
 
@@ -48,6 +51,7 @@ class DistEnv:
         timeout: seconds any collective may wait.
         backend: "gloo", "nccl" or None (choose by device).
         launcher: "torchrun", "slurm" or "single".
+        malloc: the C allocator setting (:mod:`dglx_dist.runtime.allocator`).
     """
 
     rank: int = 0
@@ -62,6 +66,7 @@ class DistEnv:
     timeout: float = DEFAULT_TIMEOUT
     backend: str | None = None
     launcher: str = "single"
+    malloc: str = "keep"
 
     def __post_init__(self):
         if not 0 <= self.rank < self.world_size:
@@ -80,6 +85,8 @@ class DistEnv:
             raise EnvError(f"DGLX_TIMEOUT={self.timeout}; expected seconds > 0")
         if self.backend not in (None, "gloo", "nccl"):
             raise EnvError(f"DGLX_BACKEND={self.backend!r}; expected 'gloo' or 'nccl'")
+        if self.malloc not in MALLOC_MODES:
+            raise EnvError(f"DGLX_MALLOC={self.malloc!r}; expected one of {list(MALLOC_MODES)}")
 
     @property
     def num_servers(self) -> int:
@@ -124,7 +131,8 @@ def _common(env: Mapping[str, str]) -> dict:
     except ValueError:
         raise EnvError(f"DGLX_TIMEOUT={timeout!r}; expected seconds") from None
     return {"virtual_servers": _int(env, "DGLX_VIRTUAL_SERVERS", 1), "timeout": timeout_s,
-            "backend": env.get("DGLX_BACKEND") or None}
+            "backend": env.get("DGLX_BACKEND") or None,
+            "malloc": env.get("DGLX_MALLOC") or "keep"}
 
 
 def _from_torchrun(env: Mapping[str, str]) -> DistEnv:

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from dglx_dist.runtime.allocator import configure_malloc
 from dglx_dist.runtime.comm import ByteCounter, Comm, PeerError
 from dglx_dist.runtime.env import DistEnv, read_env
 from dglx_dist.runtime.health import Health
@@ -48,6 +49,7 @@ class Session:
                        else torch.device("cpu"))
         if backend == "nccl":
             torch.cuda.set_device(self.device)
+        configure_malloc(env.malloc)
         timeout = datetime.timedelta(seconds=env.timeout)
         dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=env.rank,
                                 world_size=env.world_size, timeout=timeout)

@@ -1,3 +1,6 @@
+import subprocess
+import sys
+
 import pytest
 
 from dglx_dist.runtime.env import DistEnv, EnvError, expand_nodelist, read_env
@@ -45,6 +48,7 @@ def test_expand_nodelist(nodelist, hosts):
      r"DGLX_VIRTUAL_SERVERS=3 must divide the 4 ranks"),
     ({"DGLX_TIMEOUT": "-1"}, r"DGLX_TIMEOUT=-1.0; expected seconds > 0"),
     ({"DGLX_BACKEND": "mpi"}, r"DGLX_BACKEND='mpi'; expected 'gloo' or 'nccl'"),
+    ({"DGLX_MALLOC": "jemalloc"}, r"DGLX_MALLOC='jemalloc'; expected one of \['keep', 'system'\]"),
     ({"RANK": "0", "WORLD_SIZE": "3", "LOCAL_WORLD_SIZE": "2"}, r"same number of processes"),
 ])
 def test_bad_environment_is_named(environ, message):
@@ -67,3 +71,36 @@ def test_topology_groups():
 def test_distenv_is_frozen():
     with pytest.raises(Exception):
         DistEnv().rank = 3
+
+
+_FAULTS = """
+import resource, sys
+import torch
+from dglx_dist.runtime.allocator import configure_malloc
+changed = configure_malloc(sys.argv[1])
+def step():
+    x = torch.empty(16 * 2**20)  # 64 MiB, above glibc's largest mmap threshold
+    x.fill_(1.0)
+    return float(x[-1])
+for _ in range(3):  # warm-up: the heap grows to what a step needs
+    step()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(5):
+    step()
+print(changed, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.parametrize("mode", ["keep", "system"])
+def test_malloc_keep_reuses_freed_memory(mode):
+    """With ``keep``, once the heap has grown to what a step needs, a 64 MiB tensor allocated
+    again after being freed lands on pages the process already has (few page faults); with
+    glibc's defaults each one is fresh mmap memory (a fault per 4 KiB page: thousands)."""
+    out = subprocess.run([sys.executable, "-c", _FAULTS, mode], capture_output=True,
+                         text=True, check=True).stdout.split()
+    changed, faults = out[0] == "True", int(out[1])
+    pages = 5 * 64 * 2**20 // 4096
+    if mode == "keep":
+        assert changed and faults < pages // 20, faults
+    else:
+        assert not changed and faults > pages // 2, faults

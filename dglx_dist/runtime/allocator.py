@@ -1,0 +1,44 @@
+"""Keeping freed memory for reuse: the C allocator setting a training process starts with.
+
+A training step allocates the same large tensors every time (a batch's input features, its
+activations and their gradients). glibc serves allocations above its mmap threshold (at most
+32 MiB) with fresh ``mmap`` pages and returns them on free, so every step pays a page fault per
+4 KiB of every such tensor on first touch; on the test machines that made gathering a batch's
+feature rows two to three times slower than with reused memory (34 MB of rows: 28 ms vs 9-13 ms).
+
+``keep`` (the default, ``DGLX_MALLOC=keep``) asks glibc, through ``mallopt``, to serve every
+allocation from its heap and to trim the heap only beyond 2 GiB of free memory at its top, so
+memory freed in one step is reused by the next; the process's resident memory then stays near
+its high-water mark. ``system`` leaves
+the allocator alone (glibc's defaults; the setting a plain DGL script runs with). Where the C
+library is not glibc (no ``mallopt``) ``keep`` changes nothing and says so in the log.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+
+__all__ = ["MALLOC_MODES", "configure_malloc"]
+
+log = logging.getLogger(__name__)
+MALLOC_MODES = ("keep", "system")
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc's mallopt parameter numbers
+_TRIM_AT = 2**31 - 1  # mallopt takes an int: trim only beyond 2 GiB of free heap top
+
+
+def configure_malloc(mode: str) -> bool:
+    """Applies ``mode`` (one of :data:`MALLOC_MODES`) to this process's C allocator; returns
+    whether the allocator was changed."""
+    if mode not in MALLOC_MODES:
+        raise ValueError(f"DGLX_MALLOC={mode!r}; expected one of {list(MALLOC_MODES)}")
+    if mode == "system":
+        return False
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    if mallopt is None:
+        log.info("DGLX_MALLOC=keep: this C library has no mallopt; allocator left as it is")
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    ok = mallopt(_M_MMAP_MAX, 0) == 1 and mallopt(_M_TRIM_THRESHOLD, _TRIM_AT) == 1
+    if not ok:
+        log.warning("DGLX_MALLOC=keep: mallopt refused the setting; allocator left as it is")
+    return ok
