@@ -1,4 +1,5 @@
-"""Checked reading of Parquet and JSON files, shared by the dataset and partition loaders.
+"""Checked reading of Parquet and JSON files, shared by the dataset and partition loaders
+(and the options their writers use, :data:`WRITE_OPTIONS`).
 
 Schema, row counts, nulls and value ranges are checked before data is used; each problem raises
 the caller's error class with a message naming the file, the field, what was found and what was
@@ -15,7 +16,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 __all__ = ["read_checked", "column_numpy", "read_feat", "feat_to_numpy", "check_range",
-           "read_json_object"]
+           "read_json_object", "WRITE_OPTIONS"]
+
+# every Parquet file we write carries a CRC per data page, checked whenever it is read, so a
+# damaged byte is an error instead of different data (files written elsewhere may have none)
+WRITE_OPTIONS = {"write_page_checksum": True}
+
+
+def _open(file: Path, error_cls: type[Exception]) -> pq.ParquetFile:
+    try:
+        return pq.ParquetFile(file, page_checksum_verification=True)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise error_cls(f"{file}: not a readable Parquet file ({exc})") from None
 
 
 def read_json_object(file: Path, error_cls: type[Exception], max_bytes: int = 64 << 20) -> dict:
@@ -57,11 +69,8 @@ def read_checked(file: Path, fields: dict[str, str], rows: int | None,
     """
     if not file.is_file():
         raise error_cls(f"{file}: missing")
-    try:
-        pf = pq.ParquetFile(file)
-        schema = pf.schema_arrow
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise error_cls(f"{file}: not a readable Parquet file ({exc})") from None
+    pf = _open(file, error_cls)
+    schema = pf.schema_arrow
     for name, kind in fields.items():
         idx = schema.get_field_index(name)
         if idx < 0:
@@ -94,7 +103,7 @@ def read_feat(file: Path, rows: int, feat_dim: int, error_cls: type[Exception],
               field: str = "feat") -> np.ndarray:
     """Reads a list<float> column into a (rows, feat_dim) float32 array, one row group at a
     time, so the peak is the result plus one row group (not two full copies)."""
-    pf = pq.ParquetFile(file)
+    pf = _open(file, error_cls)
     out = np.empty((rows, feat_dim), dtype=np.float32)
     pos = 0
     for g in range(pf.metadata.num_row_groups):

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from dglx_dist.data.atomic import atomic_directory
 from dglx_dist.data.checked import (check_range, column_numpy, read_checked, read_feat,
-                                   read_json_object)
+                                   read_json_object, WRITE_OPTIONS)
 from dglx_dist.errors import DatasetFormatError
 
 __all__ = ["GraphDataset", "DatasetMeta", "read_dataset", "read_meta", "write_dataset",
@@ -160,8 +160,10 @@ def write_dataset(ds: GraphDataset, path: str | os.PathLike, overwrite: bool = F
                   rows_per_group: int = 65536) -> Path:
     """Writes ``ds`` as a dataset directory, atomically (temp dir + rename)."""
     with atomic_directory(path, overwrite) as tmp:
-        pq.write_table(pa.Table.from_batches([edge_batch(ds.src, ds.dst)]), tmp / EDGES_FILE)
-        with pq.ParquetWriter(tmp / NODES_FILE, node_schema(ds.feat_dim)) as writer:
+        pq.write_table(pa.Table.from_batches([edge_batch(ds.src, ds.dst)]), tmp / EDGES_FILE,
+                       **WRITE_OPTIONS)
+        with pq.ParquetWriter(tmp / NODES_FILE, node_schema(ds.feat_dim),
+                              **WRITE_OPTIONS) as writer:
             for lo in range(0, max(ds.num_nodes, 1), rows_per_group):
                 hi = min(lo + rows_per_group, ds.num_nodes)
                 writer.write_batch(node_batch(ds.label[lo:hi], ds.train[lo:hi], ds.val[lo:hi],

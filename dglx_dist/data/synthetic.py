@@ -44,6 +44,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from dglx_dist.data.atomic import atomic_directory
+from dglx_dist.data.checked import WRITE_OPTIONS
 from dglx_dist.data.format import (EDGE_SCHEMA, EDGES_FILE, META_FILE, NODES_FILE,
                                    DatasetMeta, GraphDataset, edge_batch, node_batch, node_schema)
 
@@ -312,9 +313,10 @@ def write_synthetic(config: SyntheticConfig, out_dir: str | os.PathLike, overwri
         src, dst = _edges(config, nodes.label)
         num_edges = int(src.size)
         pq.write_table(pa.Table.from_batches([edge_batch(src, dst)], schema=EDGE_SCHEMA),
-                       tmp / EDGES_FILE)
+                       tmp / EDGES_FILE, **WRITE_OPTIONS)
         del src, dst
-        with pq.ParquetWriter(tmp / NODES_FILE, node_schema(config.feat_dim)) as writer, \
+        with pq.ParquetWriter(tmp / NODES_FILE, node_schema(config.feat_dim),
+                              **WRITE_OPTIONS) as writer, \
                 tqdm(total=n, unit="node", desc="nodes", disable=not progress) as bar:
             for lo in range(0, n, rows_per_chunk):
                 hi = min(lo + rows_per_chunk, n)

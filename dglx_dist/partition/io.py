@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dglx_dist.data.atomic import atomic_directory, sha256_file
-from dglx_dist.data.checked import read_json_object
+from dglx_dist.data.checked import WRITE_OPTIONS, read_json_object
 from dglx_dist.errors import PartitionFormatError
 from dglx_dist.partition.layout import Partition
 
@@ -61,11 +61,11 @@ def _write_part(pc: Partition, folder: Path) -> dict[str, Any]:
         "edges.parquet": pa.table({"src": pc.src, "dst": pc.dst, "eid": pc.eid}),
     }
     for name, table in tables.items():
-        pq.write_table(table, folder / name)
+        pq.write_table(table, folder / name, **WRITE_OPTIONS)
     width = pc.feat.shape[1]
     flat = pa.array(np.ascontiguousarray(pc.feat, dtype=np.float32).reshape(-1))
     feat = pa.table({"feat": pa.FixedSizeListArray.from_arrays(flat, width)})
-    pq.write_table(feat, folder / "feat.parquet", row_group_size=1 << 16)
+    pq.write_table(feat, folder / "feat.parquet", row_group_size=1 << 16, **WRITE_OPTIONS)
     files = {n: {"bytes": (folder / n).stat().st_size, "sha256": sha256_file(folder / n)}
              for n in PART_FILES}
     return {"dir": folder.name, "num_core": int(pc.core_gid.size),
