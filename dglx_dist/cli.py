@@ -34,7 +34,8 @@ def _cmd_partition(args: argparse.Namespace) -> int:
 
     report = partition_dataset(args.data, args.out, args.method, args.parts,
                                parse_key_values(args.opt), overwrite=args.overwrite,
-                               progress=True, memory_limit=args.memory_limit)
+                               progress=True, memory_limit=args.memory_limit,
+                               nonfinite=args.nonfinite)
     print(report.to_markdown())
     print(json.dumps(report.to_json()))
     return 0
@@ -180,6 +181,8 @@ def _add_partition(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace OUT once the new one is done")
     p.add_argument("--memory-limit", type=int, default=None, metavar="BYTES",
                    help="refuse when the estimated peak exceeds this (default: available memory)")
+    p.add_argument("--nonfinite", choices=("reject", "warn"), default="reject",
+                   help="NaN / Inf features: refuse the dataset (default) or warn and go on")
 
 
 def _add_demo(p: argparse.ArgumentParser) -> None:

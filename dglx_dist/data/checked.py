@@ -9,6 +9,7 @@ expected is refused before its columns are read.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 __all__ = ["read_checked", "column_numpy", "read_feat", "feat_to_numpy", "check_range",
-           "read_json_object", "WRITE_OPTIONS"]
+           "check_finite", "read_json_object", "WRITE_OPTIONS", "NONFINITE"]
+
+NONFINITE = ("reject", "warn")  # what a loader does with NaN / Inf features
+
+log = logging.getLogger(__name__)
 
 # every Parquet file we write carries a CRC per data page, checked whenever it is read, so a
 # damaged byte is an error instead of different data (files written elsewhere may have none)
@@ -154,3 +159,22 @@ def check_range(values: np.ndarray, lo: int, hi: int, file: Path, name: str, wha
         row = int(np.argmax(values == bad))
         raise error_cls(f"{file}: field {name!r} row {row} = {bad}; expected a {what} "
                         f"in [{lo}, {hi})")
+
+
+def check_finite(feat: np.ndarray, file: Path, mode: str, error_cls: type[Exception],
+                 field: str = "feat") -> None:
+    """NaN / Inf in ``feat``: ``mode="reject"`` raises naming the first such cell, ``"warn"``
+    logs how many there are."""
+    if mode not in NONFINITE:
+        raise ValueError(f"nonfinite={mode!r}; expected one of {list(NONFINITE)}")
+    finite = np.isfinite(feat)
+    if finite.all():
+        return
+    row, col = (int(i[0]) for i in np.nonzero(~finite))
+    where = f"{file}: field {field!r} row {row} column {col} = {feat[row, col]}"
+    if mode == "reject":
+        raise error_cls(f"{where}; expected finite values (NaN or Inf in {int((~finite).sum())} "
+                        f"cells; nonfinite='warn', or `dglx partition --nonfinite warn`, reads "
+                        f"them anyway)")
+    log.warning("%s: %d cells are NaN or Inf (first: row %d column %d); read anyway "
+                "(nonfinite='warn')", file, int((~finite).sum()), row, col)

@@ -26,8 +26,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dglx_dist.data.atomic import atomic_directory
-from dglx_dist.data.checked import (check_range, column_numpy, read_checked, read_feat,
-                                   read_json_object, WRITE_OPTIONS)
+from dglx_dist.data.checked import (WRITE_OPTIONS, check_finite, check_range, column_numpy,
+                                   read_checked, read_feat, read_json_object)
 from dglx_dist.errors import DatasetFormatError
 
 __all__ = ["GraphDataset", "DatasetMeta", "read_dataset", "read_meta", "write_dataset",
@@ -131,8 +131,12 @@ def read_meta(path: str | os.PathLike) -> DatasetMeta:
     return DatasetMeta(extra=extra, **values)
 
 
-def read_dataset(path: str | os.PathLike) -> GraphDataset:
+def read_dataset(path: str | os.PathLike, nonfinite: str = "reject") -> GraphDataset:
     """Reads and validates a dataset directory.
+
+    Args:
+        path: the directory.
+        nonfinite: NaN / Inf features are an error ("reject") or a logged warning ("warn").
 
     Raises:
         DatasetFormatError: a missing file, wrong schema, count or id (the message says which).
@@ -152,6 +156,7 @@ def read_dataset(path: str | os.PathLike) -> GraphDataset:
     check_range(label, 0, meta.num_classes, nf, "label", "class", err)
     masks = {m: column_numpy(nodes, m, nf, err) for m in _MASKS}
     feat = read_feat(nf, meta.num_nodes, meta.feat_dim, err)
+    check_finite(feat, nf, nonfinite, err)
     return GraphDataset(src, dst, feat, label, masks["train"], masks["val"], masks["test"],
                         meta.num_classes, meta.extra)
 

@@ -49,7 +49,8 @@ def check_memory(estimate: int, limit: int | None = None, what: str = "partition
 def partition_dataset(data: str | os.PathLike | GraphDataset, out: str | os.PathLike,
                       method: str = "metis", num_parts: int = 2,
                       options: dict[str, Any] | None = None, *, overwrite: bool = False,
-                      progress: bool = False, memory_limit: int | None = None) -> QualityReport:
+                      progress: bool = False, memory_limit: int | None = None,
+                      nonfinite: str = "reject") -> QualityReport:
     """Partitions a dataset into ``num_parts`` parts and writes a partition directory.
 
     Args:
@@ -61,6 +62,7 @@ def partition_dataset(data: str | os.PathLike | GraphDataset, out: str | os.Path
         overwrite: replace ``out`` if it exists (only once the new one is complete).
         progress: show a tqdm progress bar.
         memory_limit: bytes allowed for the estimated peak; default the available memory.
+        nonfinite: NaN / Inf features in a dataset directory: "reject" (an error) or "warn".
 
     Returns:
         The quality report (edge cut, imbalance, HALO counts, time, peak memory).
@@ -76,7 +78,7 @@ def partition_dataset(data: str | os.PathLike | GraphDataset, out: str | os.Path
     bar = tqdm(total=num_parts + 2, desc=f"{method} x{num_parts}", disable=not progress,
                unit="step")
     with PeakRSS() as rss, bar:
-        ds = data if isinstance(data, GraphDataset) else read_dataset(data)
+        ds = data if isinstance(data, GraphDataset) else read_dataset(data, nonfinite)
         bar.update()
         t_plan = time.perf_counter()  # the decision: every node's owner is known after this
         plan = partitioner.plan(ds, num_parts)

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 
 import numpy as np
@@ -99,3 +100,21 @@ def test_ragged_feature_rows_are_rejected(tiny, tmp_path):
 def test_read_meta_is_cheap_and_keeps_provenance():
     meta = read_meta(builtin_path("cora"))
     assert meta.num_nodes == 2708 and meta.extra["name"] == "cora"
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nonfinite_features_are_refused_or_warned(tiny, tmp_path, caplog, bad):
+    feat = tiny.feat.copy()
+    feat[11, 3] = bad
+    feat[40, 0] = bad
+    ds = dataclasses.replace(tiny, feat=feat)
+    out = write_dataset(ds, tmp_path / "d")
+    with pytest.raises(DatasetFormatError, match=r"field 'feat' row 11 column 3 = .*expected "
+                                                 r"finite values \(NaN or Inf in 2 cells"):
+        read_dataset(out)
+    with caplog.at_level("WARNING"):
+        got = read_dataset(out, nonfinite="warn")
+    assert "2 cells are NaN or Inf" in caplog.text
+    np.testing.assert_array_equal(got.feat, feat)
+    with pytest.raises(ValueError, match=r"nonfinite='ignore'; expected one of"):
+        read_dataset(out, nonfinite="ignore")

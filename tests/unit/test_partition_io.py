@@ -148,3 +148,19 @@ def test_to_original_round_trip(pdir_path, tiny):
     assert np.array_equal(np.sort(orig), gids)
     assert np.array_equal(tiny.label[orig], np.concatenate(
         [pdir.load_part(p).label for p in range(3)]))
+
+
+def test_nonfinite_features_stop_partitioning_unless_warned(tiny, tmp_path):
+    import dataclasses
+
+    from dglx_dist.data import write_dataset
+    from dglx_dist.errors import DatasetFormatError
+
+    feat = tiny.feat.copy()
+    feat[5, 1] = np.nan
+    data = write_dataset(dataclasses.replace(tiny, feat=feat), tmp_path / "d")
+    with pytest.raises(DatasetFormatError, match=r"row 5 column 1 = nan"):
+        partition_dataset(data, tmp_path / "parts", "hash", 2)
+    assert not (tmp_path / "parts").exists()
+    partition_dataset(data, tmp_path / "parts", "hash", 2, nonfinite="warn")
+    assert PartitionDir(tmp_path / "parts").num_parts == 2
