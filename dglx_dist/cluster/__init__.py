@@ -1,0 +1,6 @@
+"""Emulating a cluster of servers on one Linux machine (network namespaces, shaped links)."""
+from dglx_dist.cluster.emulate import (PRESETS, EmulatedCluster, EmulationUnavailable, LinkSpec,
+                                       check_available, run_job)
+
+__all__ = ["PRESETS", "EmulatedCluster", "EmulationUnavailable", "LinkSpec", "check_available",
+           "run_job"]
