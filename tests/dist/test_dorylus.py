@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from dglx_dist.data import builtin_path, read_dataset, to_dgl
-from dglx_dist.models import GCN
+from dglx_dist.models import GAT, GCN
 from dglx_dist.offload.invoke_api import serve_in_subprocess
 from dglx_dist.partition import PartitionDir, partition_dataset
 from dglx_dist.testing import run_workers, seeded_model
@@ -16,10 +16,15 @@ pytestmark = pytest.mark.dist
 EPOCHS = 5
 
 
-def _model(feat_dim, classes, dropout=0.0, row_normalize=False):
-    """The exactness tests' GCN (biases drawn non-zero), or with dropout the stock one."""
-    build = lambda: GCN(feat_dim, 16, classes, 2, dropout=dropout,  # noqa: E731
-                        row_normalize=row_normalize)
+def _model(feat_dim, classes, dropout=0.0, row_normalize=False, kind="gcn"):
+    """The exactness tests' GCN or GAT (3 heads of 8; biases drawn non-zero), or with dropout
+    the stock one."""
+    if kind == "gat":
+        build = lambda: GAT(feat_dim, 8, classes, 2, dropout=dropout,  # noqa: E731
+                            row_normalize=row_normalize, heads=3)
+    else:
+        build = lambda: GCN(feat_dim, 16, classes, 2, dropout=dropout,  # noqa: E731
+                            row_normalize=row_normalize)
     if dropout:
         torch.manual_seed(0)
         return build()
@@ -36,7 +41,7 @@ def cora_parts(tmp_path_factory):
 def _fit(session, pdir_path, epochs, options, weight_decay=0.0):
     pdir = PartitionDir(pdir_path)
     model = _model(pdir.feat_dim, pdir.num_classes, options.pop("model_dropout", 0.0),
-                   options.pop("row_normalize", False))
+                   options.pop("row_normalize", False), options.pop("model", "gcn"))
     trainer = Trainer(model, pdir, "dorylus", session=session, progress=False, lr=0.01,
                       weight_decay=weight_decay, **options)
     try:
@@ -47,11 +52,11 @@ def _fit(session, pdir_path, epochs, options, weight_decay=0.0):
         trainer.close()
 
 
-def _reference(epochs):
+def _reference(epochs, kind="gcn"):
     """Single-process full-graph DGL: the loss before each Adam step, and the final weights."""
     ds = read_dataset(builtin_path("cora"))
     g = to_dgl(ds)
-    model = _model(ds.feat_dim, ds.num_classes)
+    model = _model(ds.feat_dim, ds.num_classes, kind=kind)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     train = torch.from_numpy(ds.train)
     losses = []
@@ -64,8 +69,8 @@ def _reference(epochs):
     return losses, {n: p.detach().numpy() for n, p in model.named_parameters()}
 
 
-def _check_exact(res, epochs):
-    want_losses, want_params = _reference(epochs)
+def _check_exact(res, epochs, kind="gcn"):
+    want_losses, want_params = _reference(epochs, kind)
     for r in range(2):
         got = [rec["loss"] for rec in res[r]["history"]]
         np.testing.assert_allclose(got, want_losses, rtol=2e-4, err_msg=f"losses on rank {r}")
@@ -87,6 +92,19 @@ def test_sync_loss_curve_matches_single_process_dgl(tmp_path, cora_parts):
     assert rec["bytes_to_executor"] > 0 and rec["bytes_from_executor"] > 0
     assert rec["cost_usd"] > 0 and rec["value"] > 0
     assert rec["bytes_sent_intra"] + rec["bytes_sent_inter"] > 0  # scatters crossed ranks
+
+
+def test_sync_gat_matches_single_process_dgl(tmp_path, cora_parts):
+    """GAT (2 GATConv layers: 3 heads of 8, ELU, then 1 head), mode=sync, local executor, 2
+    graph servers, 4 intervals each: the loss of every epoch and the final weights equal
+    full-graph DGL GAT with the same init and Adam."""
+    res = run_workers(_fit, 2, tmp_path, str(cora_parts), EPOCHS,
+                      {"mode": "sync", "intervals": 4, "model": "gat"})
+    _check_exact(res, EPOCHS, "gat")
+    rec = res[0]["history"][-1]
+    # per epoch and graph server and interval: AV AE per layer, AVL, ∇AE ∇AV per layer
+    assert rec["invocations"] == 2 * 4 * 9
+    assert rec["bytes_sent_intra"] + rec["bytes_sent_inter"] > 0
 
 
 def _no_bias(model, bias):
