@@ -279,20 +279,14 @@ class DorylusStrategy(Strategy):
     def forward(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         rows = torch.searchsorted(self.gs.core, batch.seeds)
         if torch.is_grad_enabled():
-            if not self.kind.own_loop:
-                raise NotImplementedError(
-                    f"dorylus trains {type(self._model).__name__} ({self.kind.__name__}) "
-                    f"through Trainer.fit only: a loop of one's own needs a backward from "
-                    f"given logit gradients, which this conv type does not have yet; use "
-                    f"fit(), or call forward under torch.no_grad() for inference")
             return _Logits.apply(self, self._step, rows, *self.params)
         return self._forward_logits(self._step, train=model.training)[rows]
 
     def _forward_logits(self, epoch: int, train: bool, pipe: Pipeline | None = None
                         ) -> torch.Tensor:
         pipe = pipe or self._pipeline()
-        return pipe.run(self.kind.forward_program(self.config.num_layers), range(epoch, epoch + 1),
-                        train=train, sync=True)["logits"]
+        return pipe.run(self.kind.forward_program(self.config.num_layers),
+                        range(epoch, epoch + 1), train=train, sync=True)["logits"]
 
     def _backward(self, pipe: Pipeline, epoch: int, dlogits: torch.Tensor
                   ) -> list[torch.Tensor]:

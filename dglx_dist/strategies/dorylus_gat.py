@@ -8,7 +8,9 @@ Per layer l and vertex interval (tasks in :mod:`dglx_dist.offload.tensor_fn.gat_
     AE  (task)   α of the interval's in-edges (leaky ReLU, softmax per destination);
                  waits (sync) for every rank's SC of layer l
     GA           out_v = Σ_u α_uv z_u (per head), over own and ghost sources
-    AVL (task)   last layer: bias, mean over heads, loss and its gradient (fused)
+    AVL (task)   last layer: bias, mean over heads, loss and its gradient (fused); without
+                 the loss (AVO) in an evaluation or a loop of one's own, whose backward
+                 starts from given logit gradients (BAVO)
 
 and backward, from ``dout`` (the gradient of a layer's gathered rows)::
 
@@ -129,8 +131,6 @@ class GatLayers(LayerKind):
     ``[α | ds]`` per edge slot.
     """
 
-    own_loop = False
-
     def __init__(self, plan: GatEdges, gs, feat, spec):
         super().__init__(plan, gs, feat, spec)
         self.L, e = len(plan.heads), plan.ptr[-1]
@@ -160,6 +160,9 @@ class GatLayers(LayerKind):
             if conv.attn_drop.p > 0:
                 problems.append(f"attn_drop={conv.attn_drop.p} (attention dropout is not "
                                 f"supported; expected 0)")
+            if conv.leaky_relu.negative_slope != 0.2:
+                problems.append(f"negative_slope={conv.leaky_relu.negative_slope} (the tasks "
+                                f"use GATConv's default 0.2)")
             if problems:
                 raise ValueError(f"dorylus cannot run {name} ({conv!r}): " + "; ".join(problems))
 
@@ -184,24 +187,21 @@ class GatLayers(LayerKind):
 
     @classmethod
     def plan(cls, gs, convs):
-        for conv, name in convs:
-            if conv.leaky_relu.negative_slope != 0.2:
-                raise ValueError(f"{name}: negative_slope={conv.leaky_relu.negative_slope}; "
-                                 f"dorylus' GAT tasks use GATConv's default 0.2")
         return build_edges(gs, tuple(c._num_heads for c, _ in convs),
                            tuple(c._out_feats for c, _ in convs))
 
     @staticmethod
     def train_program(num_layers):
-        back = []
-        for l in range(num_layers - 1, -1, -1):
-            back += [Stage("BAE", l), Stage("BSC", l), Stage("BGA", l, gate=(True, l)),
-                     Stage("BAV", l)]
-        return _forward(num_layers) + [Stage("AVL", num_layers - 1)] + back
+        return _forward(num_layers) + [Stage("AVL", num_layers - 1)] + _backward(num_layers)
 
     @staticmethod
     def forward_program(num_layers):
         return _forward(num_layers) + [Stage("AVO", num_layers - 1)]
+
+    @staticmethod
+    def backward_program(num_layers):
+        """From given logit gradients: the last layer's bias and head mean backward (BAVO)."""
+        return [Stage("BAVO", num_layers - 1)] + _backward(num_layers)
 
     @property
     def logits_width(self):
@@ -307,6 +307,9 @@ class GatLayers(LayerKind):
                 arrays.update(extra["labels"](rows))
             return {"op": "gat_loss" if st.kind == "AVL" else "gat_out",
                     "heads": self.plan.heads[l]}, arrays
+        if st.kind == "BAVO":
+            return {"op": "gat_out_grad", "heads": self.plan.heads[l]}, \
+                {"dH": _f32(extra["dlogits"][rows])}
         if st.kind == "BAE":
             h, f = self._hf(l)
             _, d, c = self._edges(i)
@@ -329,8 +332,9 @@ class GatLayers(LayerKind):
             self.A[l][self._edges(i)[0]] = get("A")
         elif st.kind == "AVO":
             acc["logits"][rows] = get("H")
-        elif st.kind == "AVL":
-            acc["loss"][epoch] = acc["loss"].get(epoch, 0.0) + float(out["loss"][0])
+        elif st.kind in ("AVL", "BAVO"):
+            if st.kind == "AVL":
+                acc["loss"][epoch] = acc["loss"].get(epoch, 0.0) + float(out["loss"][0])
             add_grad(acc, epoch, (l, "b"), out["db"])
             self.saved[("dout", l, i)] = get("dX")
         elif st.kind == "BAE":
@@ -342,6 +346,14 @@ class GatLayers(LayerKind):
             if l:
                 add_grad(acc, epoch, (l - 1, "b"), out["dbprev"])
                 self.saved[("dout", l - 1, i)] = get("dX")
+
+
+def _backward(num_layers: int) -> list[Stage]:
+    out = []
+    for l in range(num_layers - 1, -1, -1):
+        out += [Stage("BAE", l), Stage("BSC", l), Stage("BGA", l, gate=(True, l)),
+                Stage("BAV", l)]
+    return out
 
 
 def _forward(num_layers: int) -> list[Stage]:

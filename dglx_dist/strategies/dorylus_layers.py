@@ -40,7 +40,7 @@ class Stage:
     """One step of an interval's program.
 
     Attributes:
-        kind: GA SC BGA BSC (graph tasks) or a tensor task (AV AE AVL AVO BAE BAV).
+        kind: GA SC BGA BSC (graph tasks) or a tensor task (AV AE AVL AVO BAE BAV BAVO).
         layer: the layer it belongs to.
         gate: (backward?, layer): in sync mode (and an async run's first epoch) the stage waits
             until every interval of every rank has done that layer's scatter.
@@ -76,9 +76,6 @@ class LayerKind(abc.ABC):
     @dataclasses.dataclass(frozen=True)
     class Config:
         pass
-
-    #: whether :meth:`backward_program` exists (a loop of one's own)
-    own_loop = True
 
     def __init__(self, plan, gs: GraphServer, feat: torch.Tensor, spec):
         self.plan, self.gs, self.feat, self.spec = plan, gs, feat, spec
@@ -122,9 +119,9 @@ class LayerKind(abc.ABC):
         """Forward only, ending with the logits (AVO)."""
 
     @staticmethod
+    @abc.abstractmethod
     def backward_program(num_layers: int) -> list[Stage]:
-        """The backward from given logit gradients."""
-        raise NotImplementedError
+        """The backward from given logit gradients (a loop of one's own)."""
 
     # -- one pipeline --------------------------------------------------------------------------
     @property

@@ -69,13 +69,13 @@ def _reference(epochs, kind="gcn"):
     return losses, {n: p.detach().numpy() for n, p in model.named_parameters()}
 
 
-def _check_exact(res, epochs, kind="gcn"):
+def _check_exact(res, epochs, kind="gcn", atol=1e-5):
     want_losses, want_params = _reference(epochs, kind)
     for r in range(2):
         got = [rec["loss"] for rec in res[r]["history"]]
         np.testing.assert_allclose(got, want_losses, rtol=2e-4, err_msg=f"losses on rank {r}")
         for name, p in want_params.items():
-            np.testing.assert_allclose(res[r]["params"][name], p, rtol=1e-3, atol=1e-5,
+            np.testing.assert_allclose(res[r]["params"][name], p, rtol=1e-3, atol=atol,
                                        err_msg=f"{name} on rank {r}")
 
 
@@ -97,10 +97,16 @@ def test_sync_loss_curve_matches_single_process_dgl(tmp_path, cora_parts):
 def test_sync_gat_matches_single_process_dgl(tmp_path, cora_parts):
     """GAT (2 GATConv layers: 3 heads of 8, ELU, then 1 head), mode=sync, local executor, 2
     graph servers, 4 intervals each: the loss of every epoch and the final weights equal
-    full-graph DGL GAT with the same init and Adam."""
+    full-graph DGL GAT with the same init and Adam.
+
+    Weights to 1e-4 absolute (lr is 0.01): the intervals' gradients are summed in the order
+    their tasks finish, and Adam's first steps turn a float-rounding difference in a
+    near-zero gradient (a rare Cora word's weight row) into up to a few 1e-5 of weight
+    (seen: 2.9e-5, one entry of 34392). The gradients themselves are checked to 1e-4
+    relative by the own-loop test below."""
     res = run_workers(_fit, 2, tmp_path, str(cora_parts), EPOCHS,
                       {"mode": "sync", "intervals": 4, "model": "gat"})
-    _check_exact(res, EPOCHS, "gat")
+    _check_exact(res, EPOCHS, "gat", atol=1e-4)
     rec = res[0]["history"][-1]
     # per epoch and graph server and interval: AV AE per layer, AVL, ∇AE ∇AV per layer
     assert rec["invocations"] == 2 * 4 * 9
@@ -111,12 +117,13 @@ def _no_bias(model, bias):
     if not bias:
         for conv in model.layers:
             conv.bias = None
+            conv.has_explicit_bias = False  # GATConv's forward reads this flag
     return model
 
 
-def _user_loop_step(session, pdir_path, bias):
+def _user_loop_step(session, pdir_path, bias, kind="gcn"):
     pdir = PartitionDir(pdir_path)
-    model = _no_bias(_model(pdir.feat_dim, pdir.num_classes), bias)
+    model = _no_bias(_model(pdir.feat_dim, pdir.num_classes, kind=kind), bias)
     trainer = Trainer(model, pdir, "dorylus", session=session,
                       progress=False, intervals=3, optimizer=lambda p: torch.optim.SGD(p, lr=0.0))
     try:
@@ -128,15 +135,18 @@ def _user_loop_step(session, pdir_path, bias):
         trainer.close()
 
 
-@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
-def test_own_loop_step_matches_single_process_dgl(tmp_path, cora_parts, bias):
+@pytest.mark.parametrize("kind, bias", [("gcn", True), ("gcn", False), ("gat", True),
+                                         ("gat", False)],
+                         ids=["gcn-bias", "gcn-no-bias", "gat-bias", "gat-no-bias"])
+def test_own_loop_step_matches_single_process_dgl(tmp_path, cora_parts, kind, bias):
     """A loop of one's own: one batch per epoch (the rank's labelled nodes); its forward and
     backward run the tasks layer-synchronously; the gradients equal DGL's average over the
-    ranks of each rank's mean loss (what DDP computes). GraphConvs without a bias too."""
-    res = run_workers(_user_loop_step, 2, tmp_path, str(cora_parts), bias)
+    ranks of each rank's mean loss (what DDP computes). GCN and GAT, convs without a bias
+    too."""
+    res = run_workers(_user_loop_step, 2, tmp_path, str(cora_parts), bias, kind)
     ds = read_dataset(builtin_path("cora"))
     g = to_dgl(ds)
-    model = _no_bias(_model(ds.feat_dim, ds.num_classes), bias)
+    model = _no_bias(_model(ds.feat_dim, ds.num_classes, kind=kind), bias)
     out = model([g, g], g.ndata["feat"])
     loss = sum(F.cross_entropy(out[res[r]["seeds"]], g.ndata["label"][res[r]["seeds"]])
                for r in range(2)) / 2
@@ -189,6 +199,24 @@ def test_async_reaches_sync_accuracy_on_cora(tmp_path, cora_parts):
     for key in (("async", 0), ("async", 1)):
         assert acc[key] >= 0.78, acc
         assert abs(acc[key] - sync) <= 0.02, acc
+
+
+def test_async_gat_reaches_sync_accuracy_on_cora(tmp_path, cora_parts):
+    """GAT (3 heads of 8, feature dropout 0.6, weight decay 5e-4, row-normalised features),
+    30 epochs in sync mode and with bounded asynchrony S=0 and S=1, tasks inline: >= 76% test
+    accuracy and within 3 points of sync (measured: sync 0.798, S=0 0.800, S=1 0.792)."""
+    acc = {}
+    for mode, staleness in (("sync", 0), ("async", 0), ("async", 1)):
+        opts = {"mode": mode, "staleness": staleness, "intervals": 4, "model": "gat",
+                "model_dropout": 0.6, "row_normalize": True, "executor": "inline"}
+        res = run_workers(_fit, 2, tmp_path / f"{mode}{staleness}", str(cora_parts), 30, opts,
+                          5e-4)
+        acc[(mode, staleness)] = res[0]["history"][-1]["test_acc"]
+    sync = acc[("sync", 0)]
+    assert sync >= 0.76, acc
+    for key in (("async", 0), ("async", 1)):
+        assert acc[key] >= 0.76, acc
+        assert abs(acc[key] - sync) <= 0.03, acc
 
 
 def _graph_server_dies(session, pdir_path):

@@ -166,6 +166,17 @@ def test_loss_and_out_match_autograd(classes_heads):
     np.testing.assert_allclose(got, logits.detach().numpy(), rtol=1e-5, atol=1e-6)
 
 
+def test_out_grad_matches_autograd():
+    rng = np.random.default_rng(10)
+    x = torch.tensor(_f32(rng, N, 2 * 5), requires_grad=True)
+    b = torch.tensor(_f32(rng, 2 * 5), requires_grad=True)
+    dh = _f32(rng, N, 5)
+    (x + b).view(N, 2, 5).mean(1).backward(torch.from_numpy(dh))
+    out = _run("gat_out_grad", {"heads": 2}, {"dH": dh})
+    np.testing.assert_allclose(out["dX"], x.grad.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(out["db"], b.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_tasks_compose_to_dgl_gatconv():
     """AV, AE and the server's sum over edges give GATConv's output; the backward tasks give
     its parameter and input gradients (the sums over edges done here as the server does)."""

@@ -15,7 +15,8 @@ tasks here do the rest:
   ``W``, ``attn_l``, ``attn_r`` and, for layers after the first, of the previous layer's bias
   and gathered rows (input, ELU and dropout recomputed: tasks are stateless).
 * ``gat_loss``: the last layer's bias, the mean over heads, weighted cross entropy and its
-  backward (fused); ``gat_out``: the logits only.
+  backward (fused); ``gat_out``: the logits only; ``gat_out_grad``: from given logit
+  gradients ``dH`` to the last layer's bias and gathered rows (a loop of one's own).
 
 Edges arrive grouped by destination: ``ptr`` (int64, ``n + 1`` entries, ``ptr[0] = 0``,
 non-decreasing, ``ptr[n] = E``) says which rows of the per-edge arrays belong to destination
@@ -227,6 +228,14 @@ def _gat_loss(header: dict, arrays: Arrays) -> Arrays:
             "dX": dx}
 
 
+def _gat_out_grad(header: dict, arrays: Arrays) -> Arrays:
+    dh = _array(arrays, "dH", "float32", 2)
+    h = _field(header, "heads", int)
+    _expect(h >= 1, f"header field 'heads': got {h}, expected >= 1")
+    dx = np.tile(dh / np.float32(h), (1, h)).astype(np.float32, copy=False)
+    return {"db": dx.sum(0, dtype=np.float32), "dX": dx}
+
+
 def _w(arrays: Arrays) -> tuple[int, int]:
     return _array(arrays, "W", "float32", 2).shape
 
@@ -251,6 +260,11 @@ def _loss_widths(header: dict, arrays: Arrays) -> dict[str, int]:
             "H": width // max(1, _field(header, "heads", int))}
 
 
+def _out_grad_widths(header: dict, arrays: Arrays) -> dict[str, int]:
+    width = _array(arrays, "dH", "float32", 2).shape[1] * _field(header, "heads", int)
+    return {"db": width, "dX": width}
+
+
 GAT_OPS: dict[str, Op] = {
     "gat_av": Op(_gat_av, inputs=("X", "W", "al", "ar", "ids"), row_inputs=("X", "ids"),
                  row_outputs=("Z", "EL", "ER"), sum_outputs=(), out_widths=_av_widths),
@@ -265,6 +279,8 @@ GAT_OPS: dict[str, Op] = {
     "gat_loss": Op(_gat_loss, inputs=("X", "b", "labels", "weight"),
                    row_inputs=("X", "labels", "weight"), row_outputs=("dX",),
                    sum_outputs=("loss", "db"), out_widths=_loss_widths),
+    "gat_out_grad": Op(_gat_out_grad, inputs=("dH",), row_inputs=("dH",), row_outputs=("dX",),
+                       sum_outputs=("db",), out_widths=_out_grad_widths),
     "gat_out": Op(_gat_out, inputs=("X", "b"), row_inputs=("X",), row_outputs=("H",),
                   sum_outputs=(), out_widths=_loss_widths),
 }
