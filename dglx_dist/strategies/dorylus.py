@@ -1,27 +1,35 @@
-"""``dorylus``: full-graph GCN training with computation separation (Dorylus, OSDI'21).
+"""``dorylus``: full-graph GCN and GAT training with computation separation (Dorylus, OSDI'21).
 
 * **Graph servers** are the ranks: each owns a METIS edge-cut part with ghost buffers for remote
   in-neighbours and runs the graph tasks (:mod:`~dglx_dist.strategies.dorylus_graph`).
-* **Tensor tasks** (apply-vertex and its backward; the last layer's apply fused with the loss
-  and its backward) go to a serverless executor (:mod:`dglx_dist.offload`: ``local`` worker
-  processes by default, ``aws`` Lambda through boto3, ``inline`` on the graph server itself, the
-  paper's CPU-only variant), one stateless invocation per vertex interval, through a
+* **Tensor tasks** (apply-vertex, GAT's apply-edge for attention, their backward; the last
+  layer's apply fused with the loss and its backward) go to a serverless executor
+  (:mod:`dglx_dist.offload`: ``local`` worker processes by default, ``aws`` Lambda through
+  boto3, ``inline`` on the graph server itself, the paper's CPU-only variant), one stateless
+  invocation per vertex interval, through a
   :class:`~dglx_dist.offload.controller.LambdaController` (timeouts, relaunches, autotuned
   concurrency).
-* **Parameter servers** (:class:`ParamServers`) hold the weights: every one a full replica; an
-  interval's weight version is stashed on the least-loaded one when its epoch starts and used
-  for its whole pass (weight stashing). The weight update of an epoch sums every interval's
-  gradients over the job and steps the trainer's optimizer (SGD, Adam, ...).
+* **Parameter servers** (:class:`~dglx_dist.strategies.dorylus_params.ParamServers`) hold the
+  weights: every one a full replica; an interval's weight version is stashed on the
+  least-loaded one when its epoch starts and used for its whole pass (weight stashing). The
+  weight update of an epoch sums every interval's gradients over the job and steps the
+  trainer's optimizer (SGD, Adam, ...).
 * **Pipeline** (:mod:`~dglx_dist.strategies.dorylus_pipeline`): intervals flow through the
-  stages independently; ``mode="sync"`` puts a barrier at every layer (exact full-graph GCN),
-  ``mode="async"`` lets Gathers read stale rows, bounded by ``staleness`` epochs.
+  stages independently; ``mode="sync"`` puts a barrier at every layer (exact full-graph
+  training), ``mode="async"`` lets Gathers read stale rows, bounded by ``staleness`` epochs.
+* **Layer kinds** (:mod:`~dglx_dist.strategies.dorylus_layers`, registered per conv type):
+  what the stages compute for ``GraphConv`` and for ``GATConv``
+  (:mod:`~dglx_dist.strategies.dorylus_gat`).
 
-Models: a stack of ``dgl.nn.GraphConv`` (``norm="both"``, no activation inside the conv) with
-ReLU and dropout between layers, as :class:`dglx_dist.models.GCN`; dropout is the model's
-``dropout`` module's unless the ``dropout`` option says otherwise, and a model whose
-``row_normalize`` is set gets row-normalised features. ``Trainer.fit`` runs the pipeline;
-a loop of one's own gets one batch per epoch (the rank's labelled training nodes) whose
-forward and backward run the same tasks layer-synchronously.
+Models: a stack of one conv type. ``dgl.nn.GraphConv`` (``norm="both"``, no activation inside
+the conv) with ReLU and dropout between layers, as :class:`dglx_dist.models.GCN`: dropout is
+the model's ``dropout`` module's. Or ``dgl.nn.GATConv`` (no residual, no activation inside,
+no attention dropout) with ELU and flattened heads between layers and the output heads
+averaged, as :class:`dglx_dist.models.GAT`: dropout is each conv's ``feat_drop``. The
+``dropout`` option replaces the model's; a model whose ``row_normalize`` is set gets
+row-normalised features. ``Trainer.fit`` runs the pipeline; a loop of one's own gets one
+batch per epoch (the rank's labelled training nodes) whose forward and backward run the same
+tasks layer-synchronously.
 """
 from __future__ import annotations
 
@@ -85,7 +93,8 @@ class DorylusStrategy(Strategy):
     @dataclasses.dataclass(frozen=True)
     class Config:
         num_layers: int = dataclasses.field(
-            default=2, metadata={"help": "GraphConv layers of the model."})
+            default=2, metadata={"help": "Graph conv layers (GraphConv or GATConv) of the "
+                                         "model."})
         intervals: int = dataclasses.field(
             default=8, metadata={"help": "Vertex intervals per graph server (the pipeline's "
                                          "minibatches; one invocation each per task)."})
@@ -109,8 +118,9 @@ class DorylusStrategy(Strategy):
         param_servers: int = dataclasses.field(
             default=1, metadata={"help": "Parameter-server replicas per graph server."})
         dropout: float = dataclasses.field(
-            default=-1.0, metadata={"help": "Dropout between layers; -1: the model's "
-                                            "`dropout` module's (0 without one)."})
+            default=-1.0, metadata={"help": "GCN: dropout between layers; GAT: every conv's "
+                                            "feature dropout; -1: the model's (its `dropout` "
+                                            "module's, or its convs' `feat_drop`)."})
         seed: int = dataclasses.field(default=0, metadata={"help": "Dropout seed."})
         server_usd_per_hour: float = dataclasses.field(
             default=0.34, metadata={"help": "Price of one graph server (cost estimate)."})
