@@ -21,14 +21,15 @@ class GAT(nn.Module):
         dropout: every conv's feature dropout (on its input).
         row_normalize: see :func:`~dglx_dist.models.gcn.row_normalized`.
         heads: attention heads of the hidden layers.
-        attn_drop: every conv's attention dropout (default: none).
+        attn_drop: every conv's attention dropout (None: ``dropout``).
     """
 
     def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 2,
                  dropout: float = 0.5, row_normalize: bool = False, heads: int = 4,
-                 attn_drop: float = 0.0):
+                 attn_drop: float | None = None):
         super().__init__()
         self.row_normalize = row_normalize
+        attn_drop = dropout if attn_drop is None else attn_drop
         dims = [in_feats] + [hidden * heads] * (num_layers - 1)
         outs = [(hidden, heads)] * (num_layers - 1) + [(num_classes, 1)]
         self.layers = nn.ModuleList(

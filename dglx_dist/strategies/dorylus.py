@@ -23,9 +23,10 @@
 
 Models: a stack of one conv type. ``dgl.nn.GraphConv`` (``norm="both"``, no activation inside
 the conv) with ReLU and dropout between layers, as :class:`dglx_dist.models.GCN`: dropout is
-the model's ``dropout`` module's. Or ``dgl.nn.GATConv`` (no residual, no activation inside,
-no attention dropout) with ELU and flattened heads between layers and the output heads
-averaged, as :class:`dglx_dist.models.GAT`: dropout is each conv's ``feat_drop``. The
+the model's ``dropout`` module's. Or ``dgl.nn.GATConv`` (no residual, no activation inside)
+with ELU and flattened heads between layers and the output heads averaged, as
+:class:`dglx_dist.models.GAT`: dropout is each conv's ``feat_drop`` (and ``attn_drop`` on the
+attention). The
 ``dropout`` option replaces the model's; a model whose ``row_normalize`` is set gets
 row-normalised features. ``Trainer.fit`` runs the pipeline; a loop of one's own gets one
 batch per epoch (the rank's labelled training nodes) whose forward and backward run the same

@@ -25,11 +25,12 @@ and backward, from ``dout`` (the gradient of a layer's gathered rows)::
 Each source's sums are thus done by its owner (pull), like GCN's backward gather, so async
 mode reads possibly stale rows and edges but never partial sums.
 
-Models: GATConv layers with one ``fc`` (no (src, dst) input sizes), no residual, no
-activation inside the conv and no attention dropout; the model applies ELU and flattens the
-heads between layers and averages the output layer's heads (:class:`dglx_dist.models.GAT`).
-Feature dropout is each conv's ``feat_drop`` (or the strategy's ``dropout`` option) and uses
-the tasks' hash mask, so it is reproducible but not torch's random stream.
+Models: GATConv layers with one ``fc`` (no (src, dst) input sizes), no residual and no
+activation inside the conv; the model applies ELU and flattens the heads between layers and
+averages the output layer's heads (:class:`dglx_dist.models.GAT`). Feature dropout is each
+conv's ``feat_drop`` (or the strategy's ``dropout`` option), attention dropout each conv's
+``attn_drop``; both use the tasks' hash masks (attention: of the edge's source and
+destination ids), so they are reproducible but not torch's random streams.
 """
 from __future__ import annotations
 
@@ -59,7 +60,9 @@ class GatEdges:
         out_src / out_col / out_slot / out_ptr: out-edges of my own nodes sorted by source row:
             destination column (own rows, then reverse ghosts) and edge slot.
         slots: edge slots (my in-edges, then the received ones).
-        heads / feats: per layer.
+        keys: per in-edge ``source id * num_nodes + destination id`` (attention dropout's
+            mask is a hash of it).
+        heads / feats / attn_drop: per layer.
     """
 
     dst: torch.Tensor
@@ -72,8 +75,10 @@ class GatEdges:
     out_slot: torch.Tensor
     out_ptr: torch.Tensor
     slots: int
+    keys: torch.Tensor
     heads: tuple[int, ...]
     feats: tuple[int, ...]
+    attn_drop: tuple[float, ...]
 
 
 def _ptr(rows: torch.Tensor, n: int) -> torch.Tensor:
@@ -81,7 +86,8 @@ def _ptr(rows: torch.Tensor, n: int) -> torch.Tensor:
                       torch.cumsum(torch.bincount(rows, minlength=n), 0)])
 
 
-def build_edges(gs: GraphServer, heads: tuple[int, ...], feats: tuple[int, ...]) -> GatEdges:
+def build_edges(gs: GraphServer, heads: tuple[int, ...], feats: tuple[int, ...],
+                attn_drop: tuple[float, ...]) -> GatEdges:
     """The plan (collective: exchanges the cross-partition edges with their sources' owners)."""
     dst_row, col, src, src_owner = gs.in_edges
     n, size, me = gs.n, gs.comm.size, gs.comm.index
@@ -114,8 +120,9 @@ def build_edges(gs: GraphServer, heads: tuple[int, ...], feats: tuple[int, ...])
     o_col = torch.cat([s_dst[own]] + cols)
     o_slot = torch.cat([own] + slots)
     by_src = torch.argsort(o_src, stable=True)
+    keys = torch.cat([gs.core, gs.ghost_ids])[s_col] * gs.num_nodes + gs.core[s_dst]
     return GatEdges(s_dst, s_col, _ptr(s_dst, n), send, recv, o_src[by_src], o_col[by_src],
-                    o_slot[by_src], _ptr(o_src, n), base, heads, feats)
+                    o_slot[by_src], _ptr(o_src, n), base, keys, heads, feats, attn_drop)
 
 
 def _f32(t: torch.Tensor) -> np.ndarray:
@@ -157,9 +164,6 @@ class GatLayers(LayerKind):
             if conv.activation is not None:
                 problems.append("an activation inside the conv (expected None: apply ELU in "
                                 "the model)")
-            if conv.attn_drop.p > 0:
-                problems.append(f"attn_drop={conv.attn_drop.p} (attention dropout is not "
-                                f"supported; expected 0)")
             if conv.leaky_relu.negative_slope != 0.2:
                 problems.append(f"negative_slope={conv.leaky_relu.negative_slope} (the tasks "
                                 f"use GATConv's default 0.2)")
@@ -188,7 +192,8 @@ class GatLayers(LayerKind):
     @classmethod
     def plan(cls, gs, convs):
         return build_edges(gs, tuple(c._num_heads for c, _ in convs),
-                           tuple(c._out_feats for c, _ in convs))
+                           tuple(c._out_feats for c, _ in convs),
+                           tuple(float(c.attn_drop.p) for c, _ in convs))
 
     @staticmethod
     def train_program(num_layers):
@@ -287,12 +292,20 @@ class GatLayers(LayerKind):
         h, f = self._hf(layer)
         return b if b is not None else np.zeros(h * f, dtype=np.float32)
 
-    def _scores(self, l: int, i: int) -> dict:
+    def _scores(self, op: str, l: int, i: int, epoch: int, train: bool
+                ) -> tuple[dict, dict]:
+        """An edge task's header and arrays: scores, segments and attention dropout."""
         e, _, c = self._edges(i)
+        r = self.gs.rows(i)
         w = self.plan.heads[l] * self.plan.feats[l]
-        return {"EL": _f32(self.Z[l][c, w:]), "ER": _f32(self.ER[l][self.gs.rows(i)]),
-                "ptr": (self.plan.ptr[self.gs.rows(i).start:self.gs.rows(i).stop + 1]
-                        - e.start).numpy()}
+        arrays = {"EL": _f32(self.Z[l][c, w:]), "ER": _f32(self.ER[l][r]),
+                  "ptr": (self.plan.ptr[r.start:r.stop + 1] - e.start).numpy()}
+        p = self.plan.attn_drop[l] if train else 0.0
+        header = {"op": op, "dropout": p, "train": p > 0,  # seeds apart from feature dropout's
+                  "seed": task_seed(self.spec.seed, epoch, self.L + l)}
+        if p > 0:
+            arrays["keys"] = self.plan.keys[e].numpy()
+        return header, arrays
 
     def request(self, st, i, epoch, weights, train, extra):
         l, rows = st.layer, self.gs.rows(i)
@@ -300,7 +313,7 @@ class GatLayers(LayerKind):
             header, arrays = self._vertex(st, i, epoch, weights, train)
             return {**header, "op": "gat_av"}, arrays
         if st.kind == "AE":
-            return {"op": "gat_ae"}, self._scores(l, i)
+            return self._scores("gat_ae", l, i, epoch, train)
         if st.kind in ("AVL", "AVO"):
             arrays = {"X": _f32(self.saved[("out", l, i)]), "b": self._bias(weights, l)}
             if st.kind == "AVL":
@@ -315,7 +328,8 @@ class GatLayers(LayerKind):
             _, d, c = self._edges(i)
             dout = self.saved[("dout", l, i)].view(-1, h, f)
             da = (dout[d] * self.Z[l][c, :h * f].view(-1, h, f)).sum(2)
-            return {"op": "gat_ae_grad"}, {**self._scores(l, i), "dA": _f32(da)}
+            header, arrays = self._scores("gat_ae_grad", l, i, epoch, train)
+            return header, {**arrays, "dA": _f32(da)}
         header, arrays = self._vertex(st, i, epoch, weights, train)  # BAV
         arrays.update(dZ=_f32(self.saved.pop(("dz", l, i))),
                       dEL=_f32(self.saved.pop(("del", l, i))),

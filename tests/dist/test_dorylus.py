@@ -42,6 +42,10 @@ def _fit(session, pdir_path, epochs, options, weight_decay=0.0):
     pdir = PartitionDir(pdir_path)
     model = _model(pdir.feat_dim, pdir.num_classes, options.pop("model_dropout", 0.0),
                    options.pop("row_normalize", False), options.pop("model", "gcn"))
+    if "model_attn_drop" in options:
+        for conv in model.layers:
+            conv.attn_drop.p = options["model_attn_drop"]
+        options.pop("model_attn_drop")
     trainer = Trainer(model, pdir, "dorylus", session=session, progress=False, lr=0.01,
                       weight_decay=weight_decay, **options)
     try:
@@ -111,6 +115,65 @@ def test_sync_gat_matches_single_process_dgl(tmp_path, cora_parts):
     # per epoch and graph server and interval: AV AE per layer, AVL, ∇AE ∇AV per layer
     assert rec["invocations"] == 2 * 4 * 9
     assert rec["bytes_sent_intra"] + rec["bytes_sent_inter"] > 0
+
+
+class _Scale(torch.nn.Module):
+    """Multiplies by a fixed tensor: a dropout whose mask is given."""
+
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        return x * self.scale
+
+
+def _fit_with_ids(session, pdir_path, epochs, options):
+    out = _fit(session, pdir_path, epochs, options)
+    pdir = PartitionDir(pdir_path)
+    out["original"] = pdir.to_original(np.arange(pdir.num_nodes)).tolist()
+    return out
+
+
+def test_sync_gat_with_dropout_matches_dgl_with_the_same_masks(tmp_path, cora_parts):
+    """Feature dropout 0.3 and attention dropout 0.4 in sync mode: the losses and weights of
+    3 epochs equal DGL's GATConv whose feat_drop / attn_drop apply the tasks' hash masks
+    (node id and column; edge key and head; per epoch and layer)."""
+    from dglx_dist.offload.tensor_fn.ops import dropout_mask
+    from dglx_dist.strategies.dorylus_layers import task_seed
+
+    epochs, pf, pa = 3, 0.3, 0.4
+    res = run_workers(_fit_with_ids, 2, tmp_path, str(cora_parts), epochs,
+                      {"mode": "sync", "intervals": 3, "model": "gat", "dropout": pf,
+                       "model_attn_drop": pa})
+    ds = read_dataset(builtin_path("cora"))
+    g = to_dgl(ds)
+    pid = np.empty(ds.num_nodes, dtype=np.int64)
+    pid[np.array(res[0]["original"])] = np.arange(ds.num_nodes)  # dataset id -> partition id
+    u, v = (pid[t.numpy()] for t in g.edges())
+    keys = u * ds.num_nodes + v
+    model = _model(ds.feat_dim, ds.num_classes, kind="gat")
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    train = torch.from_numpy(ds.train)
+    losses = []
+    for epoch in range(epochs):
+        for l, conv in enumerate(model.layers):
+            cols = conv.fc.weight.shape[1]
+            keep = dropout_mask(task_seed(0, epoch, l), pid, cols, pf) / (1 - pf)
+            conv.feat_drop = _Scale(torch.from_numpy(keep.astype(np.float32)))
+            keep = dropout_mask(task_seed(0, epoch, 2 + l), keys, conv._num_heads, pa) / (1 - pa)
+            conv.attn_drop = _Scale(torch.from_numpy(keep.astype(np.float32))[:, :, None])
+        loss = F.cross_entropy(model([g, g], g.ndata["feat"])[train], g.ndata["label"][train])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    for r in range(2):
+        got = [rec["loss"] for rec in res[r]["history"]]
+        np.testing.assert_allclose(got, losses, rtol=2e-4, err_msg=f"losses on rank {r}")
+        for name, p in model.named_parameters():
+            np.testing.assert_allclose(res[r]["params"][name], p.detach().numpy(), rtol=1e-3,
+                                       atol=1e-4, err_msg=f"{name} on rank {r}")
 
 
 def _no_bias(model, bias):
@@ -202,20 +265,23 @@ def test_async_reaches_sync_accuracy_on_cora(tmp_path, cora_parts):
 
 
 def test_async_gat_reaches_sync_accuracy_on_cora(tmp_path, cora_parts):
-    """GAT (3 heads of 8, feature dropout 0.6, weight decay 5e-4, row-normalised features),
-    30 epochs in sync mode and with bounded asynchrony S=0 and S=1, tasks inline: >= 76% test
-    accuracy and within 3 points of sync (measured: sync 0.798, S=0 0.800, S=1 0.792)."""
+    """GAT (3 heads of 8, feature and attention dropout 0.6, weight decay 5e-4, raw features),
+    30 epochs in sync mode and with bounded asynchrony S=0 and S=1, tasks inline: >= 77% test
+    accuracy and within 3 points of sync. Measured over 5 runs (3 METIS partitions): sync
+    0.798, S=0 0.794-0.802, S=1 0.805-0.811. (With row-normalised features 30 epochs are too
+    few: sync ended between 0.759 and 0.792 depending on the partition, whose node ids seed
+    the dropout masks.)"""
     acc = {}
     for mode, staleness in (("sync", 0), ("async", 0), ("async", 1)):
         opts = {"mode": mode, "staleness": staleness, "intervals": 4, "model": "gat",
-                "model_dropout": 0.6, "row_normalize": True, "executor": "inline"}
+                "model_dropout": 0.6, "executor": "inline"}
         res = run_workers(_fit, 2, tmp_path / f"{mode}{staleness}", str(cora_parts), 30, opts,
                           5e-4)
         acc[(mode, staleness)] = res[0]["history"][-1]["test_acc"]
     sync = acc[("sync", 0)]
-    assert sync >= 0.76, acc
+    assert sync >= 0.77, acc
     for key in (("async", 0), ("async", 1)):
-        assert acc[key] >= 0.76, acc
+        assert acc[key] >= 0.77, acc
         assert abs(acc[key] - sync) <= 0.03, acc
 
 

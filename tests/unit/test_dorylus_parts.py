@@ -93,7 +93,6 @@ class _Mixed(torch.nn.Module):
 
 @pytest.mark.parametrize("build, message", [
     (lambda: _Mixed(), r"one conv type.*\['GATConv', 'GraphConv'\]"),
-    (lambda: GAT(10, 4, 3, 2, attn_drop=0.5), r"attn_drop=0.5 \(attention dropout is not"),
     (lambda: _gat(activation=torch.relu), r"an activation inside the conv"),
     (lambda: _gat(res_fc=torch.nn.Identity()), r"residual=True"),
     (lambda: _gat(leaky_relu=torch.nn.LeakyReLU(0.1)), r"negative_slope=0.1"),

@@ -62,6 +62,37 @@ def test_ae_and_ae_grad_match_edge_softmax():
     assert np.all(out["dER"][[0, 5, 12]] == 0)
 
 
+def test_attention_dropout_matches_autograd_with_the_same_mask():
+    """Training with attention dropout: the dropped α and the gradients through the mask, the
+    mask a hash of (seed, edge key, head); eval and p=0 leave α alone."""
+    src, dst, ptr = _graph(seed=2)
+    rng = np.random.default_rng(3)
+    el_node, er = _f32(rng, N, H), _f32(rng, N, H)
+    keys = (src * 1000 + dst).astype(np.int64)
+    arrays = {"EL": el_node[src], "ER": er, "ptr": ptr, "keys": keys}
+    header = {"dropout": 0.5, "seed": 21, "train": True}
+    g = dgl.graph((torch.from_numpy(src), torch.from_numpy(dst)), num_nodes=N)
+    el_t = torch.tensor(arrays["EL"], requires_grad=True)
+    er_t = torch.tensor(er, requires_grad=True)
+    mask = torch.from_numpy(dropout_mask(21, keys, H, 0.5))
+    alpha = edge_softmax(g, F.leaky_relu(el_t + er_t[torch.from_numpy(dst)], 0.2))
+    dropped = alpha * mask / 0.5
+    got = _run("gat_ae", header, arrays)["A"]
+    np.testing.assert_allclose(got, dropped.detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert 0 < (got == 0).mean() < 1
+    plain = _run("gat_ae", {**header, "train": False}, arrays)["A"]
+    np.testing.assert_allclose(plain, alpha.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+    da = _f32(rng, src.size, H)
+    dropped.backward(torch.from_numpy(da))
+    out = _run("gat_ae_grad", header, {**arrays, "dA": da})
+    np.testing.assert_allclose(out["DS"], el_t.grad.numpy(), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(out["dER"], er_t.grad.numpy(), rtol=1e-4, atol=1e-6)
+    with pytest.raises(PayloadError, match=r"'keys' is missing"):
+        handle(encode({"op": "gat_ae", **header}, {k: v for k, v in arrays.items()
+                                                   if k != "keys"}))
+
+
 def test_ae_without_edges():
     arrays = {"EL": np.zeros((0, H), np.float32), "ER": np.ones((4, H), np.float32),
               "ptr": np.zeros(5, np.int64)}

@@ -8,9 +8,10 @@ tasks here do the rest:
 
 * ``gat_av`` (ApplyVertex): the previous layer's bias, ELU and feature dropout on the gathered
   rows (layer 0: dropout only), then ``z``, ``el``, ``er``.
-* ``gat_ae`` (ApplyEdge): attention ``α`` of every in-edge of the interval's destinations.
-* ``gat_ae_grad``: from ``dα`` to ``ds`` per edge (softmax and leaky ReLU backward, the scores
-  recomputed from ``el`` and ``er``) and ``der`` per destination.
+* ``gat_ae`` (ApplyEdge): attention ``α`` of every in-edge of the interval's destinations
+  (with attention dropout in training: a hash of (seed, edge key, head), the keys sent along).
+* ``gat_ae_grad``: from ``dα`` to ``ds`` per edge (dropout, softmax and leaky ReLU backward,
+  the scores recomputed from ``el`` and ``er``) and ``der`` per destination.
 * ``gat_av_grad``: from ``dz`` (``Σ_v α_uv dout_v``), ``del`` and ``der`` to the gradients of
   ``W``, ``attn_l``, ``attn_r`` and, for layers after the first, of the previous layer's bias
   and gathered rows (input, ELU and dropout recomputed: tasks are stateless).
@@ -26,7 +27,9 @@ The per-edge tasks cannot be split by rows alone (their edge arrays would need r
 like the GCN ones (the dropout mask hashes (seed, node id, column)).
 
 Header fields: ``heads`` (int, required by the vertex tasks), ``prev`` ("none" | "elu",
-default "none"), ``dropout``/``seed``/``train`` as for ``av``, ``need_dX`` (bool).
+default "none"), ``dropout``/``seed``/``train`` as for ``av`` (feature dropout in the vertex
+tasks, attention dropout in the edge tasks, which then need ``keys``: int64 per edge),
+``need_dX`` (bool).
 """
 from __future__ import annotations
 
@@ -102,9 +105,24 @@ def _leaky(s: np.ndarray) -> np.ndarray:
     return np.where(s > 0, s, s * _SLOPE)
 
 
+def _attn_keep(header: dict, arrays: Arrays, edges: int, heads: int) -> np.ndarray | None:
+    """Attention dropout's keep scale per (edge, head) in training, else None. The mask hashes
+    (seed, edge key, head); an edge's key is the caller's (e.g. source id * N + destination
+    id), so the forward and backward tasks agree on it."""
+    p, seed = _dropout(header)
+    if not (_field(header, "train", bool, False) and p > 0):
+        return None
+    keys = _rows(arrays, "keys", "int64", edges)
+    return dropout_mask(seed, keys, heads, p) * np.float32(1.0 / (1.0 - p))
+
+
 def _gat_ae(header: dict, arrays: Arrays) -> Arrays:
     s, ptr, _ = _scores(arrays)
-    return {"A": segment_softmax(_leaky(s), ptr).astype(np.float32, copy=False)}
+    alpha = segment_softmax(_leaky(s), ptr)
+    keep = _attn_keep(header, arrays, *s.shape)
+    if keep is not None:
+        alpha = alpha * keep
+    return {"A": alpha.astype(np.float32, copy=False)}
 
 
 def _gat_ae_grad(header: dict, arrays: Arrays) -> Arrays:
@@ -112,6 +130,9 @@ def _gat_ae_grad(header: dict, arrays: Arrays) -> Arrays:
     da = _array(arrays, "dA", "float32", 2)
     _expect(da.shape == s.shape, f"array 'dA' has shape {da.shape}, expected {s.shape} "
             f"(rows of 'EL' x heads)")
+    keep = _attn_keep(header, arrays, *s.shape)
+    if keep is not None:  # dA is the gradient of the dropped attention
+        da = da * keep
     alpha = segment_softmax(_leaky(s), ptr)
     de = alpha * (da - _segment_sum(alpha * da, ptr)[dst])
     ds = (de * np.where(s > 0, np.float32(1), _SLOPE)).astype(np.float32, copy=False)
