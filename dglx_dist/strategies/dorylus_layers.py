@@ -30,7 +30,8 @@ from dglx_dist.strategies.dorylus_graph import GraphServer, Route
 
 __all__ = ["DORYLUS_LAYERS", "LayerKind", "GcnLayers", "Stage", "add_grad", "task_seed"]
 
-DORYLUS_LAYERS: Registry["LayerKind"] = Registry("dorylus layer kind")
+DORYLUS_LAYERS: Registry["LayerKind"] = Registry("dorylus layer kind",
+                                               entry_point_group="dglx_dist.dorylus_layers")
 #: (parameter, (layer, gradient name), gradient -> the parameter's shape)
 Slot = tuple[nn.Parameter, tuple[int, str], Callable[[torch.Tensor], torch.Tensor]]
 
