@@ -117,9 +117,9 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", type=Path, default=Path("dglx-partitions"))
     p.add_argument("--epochs", type=int, default=50)
     p.add_argument("--eval-every", type=int, default=10, help="validate every N epochs")
-    p.add_argument("--model", default="sage", choices=("sage", "gcn", "resgcn"),
-                   help="reference model: GraphSAGE, GCN, or the deep residual ResGCN+ "
-                        "(dglx_dist.models; default sage)")
+    p.add_argument("--model", default="sage", choices=("sage", "gcn", "gat", "resgcn"),
+                   help="reference model: GraphSAGE, GCN, GAT (4 heads of --hidden), or the "
+                        "deep residual ResGCN+ (dglx_dist.models; default sage)")
     p.add_argument("--hidden", type=int, default=16)
     p.add_argument("--layers", type=int, default=2, help="when the strategy does not imply it")
     p.add_argument("--dropout", type=float, default=0.5)

@@ -62,6 +62,13 @@ def split_request(request: bytes, max_payload_bytes: int) -> tuple[list[bytes], 
         out_row, out_fixed = output_size(op, header, arrays)
     except (PayloadError, KeyError, TypeError, IndexError):
         return [request], None
+    if not op.chunkable:
+        if len(request) > limit:
+            raise InvocationError(
+                f"op {header['op']!r}: a request of {len(request)} bytes exceeds "
+                f"max_payload_bytes={max_payload_bytes} (base64 adds 4/3) and this op cannot "
+                f"be split by rows (its per-edge arrays); use more intervals")
+        return [request], None
     if len(rows) != 1:
         return [request], None
     n = rows.pop()

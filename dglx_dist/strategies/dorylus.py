@@ -1,36 +1,43 @@
-"""``dorylus``: full-graph GCN training with computation separation (Dorylus, OSDI'21).
+"""``dorylus``: full-graph GCN and GAT training with computation separation (Dorylus, OSDI'21).
 
 * **Graph servers** are the ranks: each owns a METIS edge-cut part with ghost buffers for remote
   in-neighbours and runs the graph tasks (:mod:`~dglx_dist.strategies.dorylus_graph`).
-* **Tensor tasks** (apply-vertex and its backward; the last layer's apply fused with the loss
-  and its backward) go to a serverless executor (:mod:`dglx_dist.offload`: ``local`` worker
-  processes by default, ``aws`` Lambda through boto3, ``inline`` on the graph server itself, the
-  paper's CPU-only variant), one stateless invocation per vertex interval, through a
+* **Tensor tasks** (apply-vertex, GAT's apply-edge for attention, their backward; the last
+  layer's apply fused with the loss and its backward) go to a serverless executor
+  (:mod:`dglx_dist.offload`: ``local`` worker processes by default, ``aws`` Lambda through
+  boto3, ``inline`` on the graph server itself, the paper's CPU-only variant), one stateless
+  invocation per vertex interval, through a
   :class:`~dglx_dist.offload.controller.LambdaController` (timeouts, relaunches, autotuned
   concurrency).
-* **Parameter servers** (:class:`ParamServers`) hold the weights: every one a full replica; an
-  interval's weight version is stashed on the least-loaded one when its epoch starts and used
-  for its whole pass (weight stashing). The weight update of an epoch sums every interval's
-  gradients over the job and steps the trainer's optimizer (SGD, Adam, ...).
+* **Parameter servers** (:class:`~dglx_dist.strategies.dorylus_params.ParamServers`) hold the
+  weights: every one a full replica; an interval's weight version is stashed on the
+  least-loaded one when its epoch starts and used for its whole pass (weight stashing). The
+  weight update of an epoch sums every interval's gradients over the job and steps the
+  trainer's optimizer (SGD, Adam, ...).
 * **Pipeline** (:mod:`~dglx_dist.strategies.dorylus_pipeline`): intervals flow through the
-  stages independently; ``mode="sync"`` puts a barrier at every layer (exact full-graph GCN),
-  ``mode="async"`` lets Gathers read stale rows, bounded by ``staleness`` epochs.
+  stages independently; ``mode="sync"`` puts a barrier at every layer (exact full-graph
+  training), ``mode="async"`` lets Gathers read stale rows, bounded by ``staleness`` epochs.
+* **Layer kinds** (:mod:`~dglx_dist.strategies.dorylus_layers`, registered per conv type):
+  what the stages compute for ``GraphConv`` and for ``GATConv``
+  (:mod:`~dglx_dist.strategies.dorylus_gat`).
 
-Models: a stack of ``dgl.nn.GraphConv`` (``norm="both"``, no activation inside the conv) with
-ReLU and dropout between layers, as :class:`dglx_dist.models.GCN`; dropout is the model's
-``dropout`` module's unless the ``dropout`` option says otherwise, and a model whose
-``row_normalize`` is set gets row-normalised features. ``Trainer.fit`` runs the pipeline;
-a loop of one's own gets one batch per epoch (the rank's labelled training nodes) whose
-forward and backward run the same tasks layer-synchronously.
+Models: a stack of one conv type. ``dgl.nn.GraphConv`` (``norm="both"``, no activation inside
+the conv) with ReLU and dropout between layers, as :class:`dglx_dist.models.GCN`: dropout is
+the model's ``dropout`` module's. Or ``dgl.nn.GATConv`` (no residual, no activation inside)
+with ELU and flattened heads between layers and the output heads averaged, as
+:class:`dglx_dist.models.GAT`: dropout is each conv's ``feat_drop`` (and ``attn_drop`` on the
+attention). The
+``dropout`` option replaces the model's; a model whose ``row_normalize`` is set gets
+row-normalised features. ``Trainer.fit`` runs the pipeline; a loop of one's own gets one
+batch per epoch (the rank's labelled training nodes) whose forward and backward run the same
+tasks layer-synchronously.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from typing import Callable, Iterator
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -42,99 +49,17 @@ from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.autograd import set_grads
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
+from dglx_dist.strategies import dorylus_gat  # noqa: F401  (registers GATConv)
 from dglx_dist.strategies.base import STRATEGIES, Batch, PartitionSpec, Strategy
 from dglx_dist.strategies.dorylus_graph import GraphServer
-from dglx_dist.strategies.dorylus_pipeline import (Pipeline, TensorSpec, backward_program,
-                                                   forward_program, train_program)
+from dglx_dist.strategies.dorylus_layers import DORYLUS_LAYERS
+from dglx_dist.strategies.dorylus_params import ParamServers, WeightUpdates
+from dglx_dist.strategies.dorylus_pipeline import Pipeline, TensorSpec
 
-__all__ = ["DorylusStrategy", "ParamServers"]
+__all__ = ["DorylusStrategy", "ParamServers"]  # ParamServers: dorylus_params
 
 log = logging.getLogger(__name__)
 _MODES = ("async", "sync")
-
-
-class ParamServers:
-    """``count`` parameter-server replicas of the model's layer weights (see module docstring).
-
-    Versions are snapshots of the weights; a version stays alive while an interval that
-    checked it out (its stash) has not released it.
-    """
-
-    def __init__(self, layers: list[tuple[torch.Tensor, torch.Tensor | None]], count: int):
-        self.layers, self.count = layers, count
-        self.version, self._load = -1, [0] * count
-        self._stash: list[dict[int, list]] = [{} for _ in range(count)]
-        self._refs: dict[tuple[int, int], int] = {}
-        self.refresh()
-
-    def refresh(self) -> None:
-        """A new latest version from the current weights (after an update)."""
-        self.version += 1
-        self._latest = [(w.detach().numpy().astype(np.float32, copy=True),
-                         (b.detach().numpy().astype(np.float32, copy=True) if b is not None
-                          else np.zeros(w.shape[1], dtype=np.float32)))
-                        for w, b in self.layers]
-
-    def checkout(self) -> tuple[int, int]:
-        """(server, version) for an interval starting its epoch: the latest weights, stashed
-        on the least-loaded server."""
-        ps = min(range(self.count), key=lambda k: self._load[k])
-        self._stash[ps].setdefault(self.version, self._latest)
-        self._refs[(ps, self.version)] = self._refs.get((ps, self.version), 0) + 1
-        self._load[ps] += 1
-        return ps, self.version
-
-    def weights(self, ps: int, version: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        try:
-            return self._stash[ps][version]
-        except KeyError:
-            raise RuntimeError(f"parameter server {ps} holds no stash of version {version} "
-                               f"(held: {sorted(self._stash[ps])})") from None
-
-    def release(self, ps: int, version: int) -> None:
-        key = (ps, version)
-        self._refs[key] -= 1
-        self._load[ps] -= 1
-        if self._refs[key] == 0:
-            del self._refs[key]
-            del self._stash[ps][version]
-
-    def stashes(self) -> int:
-        return sum(len(s) for s in self._stash)
-
-
-class _Updates:
-    """Weight updates of a training run: one all-reduce per epoch on a group of its own, the
-    optimizer step once it completes, then the trainer's per-epoch callback."""
-
-    def __init__(self, strategy: "DorylusStrategy", optimizer, first: int,
-                 on_epoch: Callable[[int, dict], None]):
-        self.s, self.optimizer, self.on_epoch = strategy, optimizer, on_epoch
-        self.applied, self._queue = first - 1, []
-        self._t0 = time.perf_counter()
-
-    def epoch_done(self, epoch: int, acc: dict) -> None:
-        grads = self.s.param_grads(acc["grads"].pop(epoch, None))
-        flat = torch.cat([g.reshape(-1) for g in grads] +
-                         [torch.tensor([acc["loss"].pop(epoch, 0.0)])]).double()
-        self._queue.append((epoch, self.s.wu_comm.start_all_reduce(flat)))
-
-    def poll(self) -> bool:
-        if not self._queue or not self._queue[0][1].done():
-            return False
-        epoch, pending = self._queue.pop(0)
-        flat = pending.wait()
-        set_grads(self.s.params, flat[:-1])
-        self.optimizer.step()
-        self.s.ps.refresh()
-        self.applied = epoch
-        wall = time.perf_counter() - self._t0
-        self.on_epoch(epoch, {"loss": float(flat[-1]), "wall": wall})
-        self._t0 = time.perf_counter()  # the callback's evaluation is not the next epoch's
-        return True
-
-    def applied_through(self) -> int:
-        return self.applied
 
 
 class _Logits(torch.autograd.Function):
@@ -164,12 +89,13 @@ class DorylusStrategy(Strategy):
     full_graph = True
     collective_forward = True
     owns_training = True
-    conv_types = ("GraphConv",)
+    conv_types = ("GraphConv", "GATConv")
 
     @dataclasses.dataclass(frozen=True)
     class Config:
         num_layers: int = dataclasses.field(
-            default=2, metadata={"help": "GraphConv layers of the model."})
+            default=2, metadata={"help": "Graph conv layers (GraphConv or GATConv) of the "
+                                         "model."})
         intervals: int = dataclasses.field(
             default=8, metadata={"help": "Vertex intervals per graph server (the pipeline's "
                                          "minibatches; one invocation each per task)."})
@@ -193,8 +119,9 @@ class DorylusStrategy(Strategy):
         param_servers: int = dataclasses.field(
             default=1, metadata={"help": "Parameter-server replicas per graph server."})
         dropout: float = dataclasses.field(
-            default=-1.0, metadata={"help": "Dropout between layers; -1: the model's "
-                                            "`dropout` module's (0 without one)."})
+            default=-1.0, metadata={"help": "GCN: dropout between layers; GAT: every conv's "
+                                            "feature dropout; -1: the model's (its `dropout` "
+                                            "module's, or its convs' `feat_drop`)."})
         seed: int = dataclasses.field(default=0, metadata={"help": "Dropout seed."})
         server_usd_per_hour: float = dataclasses.field(
             default=0.34, metadata={"help": "Price of one graph server (cost estimate)."})
@@ -277,10 +204,10 @@ class DorylusStrategy(Strategy):
         return ctl
 
     def _pipeline(self) -> Pipeline:
-        dims = [(w.shape[0], w.shape[1]) for w, _ in self.ps.layers]
-        return Pipeline(self.gs, self._controller(), self.session.world, self.feat, dims,
-                        self.ps, TensorSpec(self._dropout, self.config.seed),
-                        self.session.env.timeout)
+        layers = self.kind(self._plan, self.gs, self.feat, TensorSpec(self._dropout,
+                                                                        self.config.seed))
+        return Pipeline(self.gs, self._controller(), self.session.world, layers,
+                        self.config.num_layers, self.ps, self.session.env.timeout)
 
     # -- model ---------------------------------------------------------------------------------
     def wrap_model(self, model: nn.Module) -> nn.Module:
@@ -288,24 +215,23 @@ class DorylusStrategy(Strategy):
         if len(convs) != self.config.num_layers:
             raise ValueError(f"the model has {len(convs)} graph convs; the strategy was built "
                              f"for num_layers={self.config.num_layers}")
-        for conv, name in convs:
-            if type(conv).__name__ not in self.conv_types or conv._norm != "both" or \
-                    conv._activation is not None or conv.weight is None:
-                raise ValueError(f"dorylus runs GraphConv layers with norm='both', a weight and "
-                                 f"no activation inside the conv; {name} is {conv!r}")
+        types = sorted({type(conv).__name__ for conv, _ in convs})
+        if len(types) != 1 or types[0] not in self.conv_types:
+            raise ValueError(f"dorylus runs a stack of one conv type, one of {self.conv_types}; "
+                             f"the model's convs are {types} "
+                             f"({', '.join(f'{n}: {type(c).__name__}' for c, n in convs)})")
+        self.kind = DORYLUS_LAYERS.get(types[0])
+        self.kind.check(convs)
         for t in list(model.parameters()) + list(model.buffers()):  # one model: rank 0's
             self.session.world.broadcast(t.data, 0)
-        drop = getattr(model, "dropout", None)
-        self._dropout = (self.config.dropout if self.config.dropout >= 0 else
-                         (drop.p if isinstance(drop, nn.Dropout) else 0.0))
+        self._dropout = self.kind.dropouts(model, convs, self.config.dropout)
         if getattr(model, "row_normalize", False):
             self.feat = row_normalized(self.feat)
-        self.params = [t for conv, _ in convs for t in (conv.weight, conv.bias) if t is not None]
-        # the tasks return (dW, db) per layer; a conv without a bias has no db to keep
-        self._grad_slots = [j for j, t in enumerate(t for conv, _ in convs
-                                                    for t in (conv.weight, conv.bias))
-                            if t is not None]
-        self.ps = ParamServers([(conv.weight, conv.bias) for conv, _ in convs],
+        self._slots = [s for l, (conv, _) in enumerate(convs)
+                       for s in self.kind.param_slots(conv, l)]
+        self.params = [p for p, _, _ in self._slots]
+        self._plan = self.kind.plan(self.gs, convs)
+        self.ps = ParamServers([self.kind.tensors(conv) for conv, _ in convs],
                                self.config.param_servers)
         self._model, self._step = model, 0
         return model
@@ -331,8 +257,8 @@ class DorylusStrategy(Strategy):
             seen.update(now)
             on_epoch(epoch, info)
 
-        updates = _Updates(self, optimizer, first, report)
-        pipe.run(train_program(cfg.num_layers), range(first, first + epochs), train=True,
+        updates = WeightUpdates(self, optimizer, first, report)
+        pipe.run(self.kind.train_program(cfg.num_layers), range(first, first + epochs), train=True,
                  sync=cfg.mode == "sync", staleness=cfg.staleness,
                  extra={"labels": labels}, updates=updates)
 
@@ -370,22 +296,22 @@ class DorylusStrategy(Strategy):
     def _forward_logits(self, epoch: int, train: bool, pipe: Pipeline | None = None
                         ) -> torch.Tensor:
         pipe = pipe or self._pipeline()
-        return pipe.run(forward_program(self.config.num_layers), range(epoch, epoch + 1),
-                        train=train, sync=True)["logits"]
+        return pipe.run(self.kind.forward_program(self.config.num_layers),
+                        range(epoch, epoch + 1), train=train, sync=True)["logits"]
 
     def _backward(self, pipe: Pipeline, epoch: int, dlogits: torch.Tensor
                   ) -> list[torch.Tensor]:
         """The backward program on the pipeline that ran the forward (its gathers are kept)."""
-        acc = pipe.run(backward_program(self.config.num_layers), range(epoch, epoch + 1),
+        acc = pipe.run(self.kind.backward_program(self.config.num_layers), range(epoch, epoch + 1),
                        train=True, sync=True, extra={"dlogits": dlogits})
         return self.param_grads(acc["grads"].get(epoch))
 
-    def param_grads(self, grads: list | None) -> list[torch.Tensor]:
-        """The parameters' gradients from the tasks' (dW, db) per layer (zeros where no
-        task contributed, e.g. a rank without intervals)."""
-        grads = grads or [None] * (2 * self.config.num_layers)
-        return [grads[j] if grads[j] is not None else torch.zeros_like(p)
-                for j, p in zip(self._grad_slots, self.params)]
+    def param_grads(self, grads: dict | None) -> list[torch.Tensor]:
+        """The parameters' gradients from the tasks' gradients by (layer, name) (zeros where
+        no task contributed, e.g. a rank without intervals)."""
+        grads = grads or {}
+        return [to(grads[key]) if key in grads else torch.zeros_like(p)
+                for p, key, to in self._slots]
 
     def after_backward(self) -> None:
         """Averages the parameter gradients over the ranks (each rank's loss is its own mean,

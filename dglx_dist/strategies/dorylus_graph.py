@@ -75,7 +75,7 @@ class GraphServer:
 
     def __init__(self, comm: Comm, core: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
                  owner, num_nodes: int, intervals: int):
-        self.comm, self.core, self.n = comm, core, core.numel()
+        self.comm, self.core, self.n, self.num_nodes = comm, core, core.numel(), num_nodes
         out_deg = torch.bincount(src, minlength=num_nodes).to(torch.float64)
         comm.all_reduce(out_deg)  # every node's out-degree in the whole graph
         in_deg = torch.bincount(torch.searchsorted(core, dst), minlength=self.n).double()
@@ -98,6 +98,8 @@ class GraphServer:
                                               src[~local], src_owner[~local])
         self.num_ghosts = self.ghost_ids.numel()
         self.a_in = _csr(dst_row, col, val, (self.n, self.n + self.num_ghosts))
+        # the in-edges one by one (a_in merges repeated edges), for per-edge layers (GAT)
+        self.in_edges = (dst_row, col, src, src_owner)
         self._setup_forward_routes(num_nodes)
         self._setup_backward(src, dst_row, src_owner, local, val, num_nodes)
 

@@ -1,19 +1,21 @@
 """Dorylus's interval pipeline on one graph server (bounded pipeline asynchronous computation).
 
 The rank's nodes are cut into vertex intervals; each interval walks a *program* of stages,
-independently of the others:
+independently of the others. GCN's (GAT's: :mod:`~dglx_dist.strategies.dorylus_gat`):
 
     GA0 AV0 SC0 ... GA(L-1) AVL | ∇SC(L-1) ∇GA(L-1) ∇AV(L-2) ∇SC(L-2) ... ∇AV0
 
-Graph stages (GA, SC, ∇GA, ∇SC) run here, on the graph server; tensor stages (AV, the fused
-last layer AVL = apply + loss + its backward, ∇AV) are invocations of the serverless executor
-through the :class:`~dglx_dist.offload.controller.LambdaController`. Scatters are
-point-to-point messages per (peer, interval, layer, direction), received into ghost buffers
-whenever they arrive.
+Graph stages (GA, SC, ∇GA, ∇SC) run here, on the graph server; tensor stages (AV, AE, the
+fused last layer AVL = apply + loss + its backward, ∇AE, ∇AV) are invocations of the
+serverless executor through the :class:`~dglx_dist.offload.controller.LambdaController`. What
+each stage computes, which buffers hold what and what a message carries is the conv type's
+:class:`~dglx_dist.strategies.dorylus_layers.LayerKind`; this module walks the programs,
+gates stages and moves the messages. Scatters are point-to-point messages per (peer,
+interval, layer, direction), received into ghost buffers whenever they arrive.
 
-* ``mode="sync"`` (the paper's "pipe"): a Gather of layer l waits until every interval of every
-  rank has scattered layer l-1 (a barrier per layer; weights change once per epoch): exactly
-  full-graph GCN.
+* ``mode="sync"`` (the paper's "pipe"): a stage with a gate (GCN: a Gather of layer l) waits
+  until every interval of every rank has done the scatter it names (GCN: layer l-1's): a
+  barrier per layer; weights change once per epoch: exactly full-graph training.
 * ``mode="async"``: no layer barrier. A Gather reads the ghost and neighbour rows it has now,
   which may be from an earlier epoch (the first epoch runs synchronously so that every buffer
   holds real values). ``staleness`` S bounds how far intervals drift apart: an interval starts
@@ -24,63 +26,42 @@ whenever they arrive.
 
 The weight update of an epoch (WU) is the sum of every interval's gradients over the job
 (an all-reduce on a group of its own, started when this rank's intervals are done, finished
-whenever it completes); :class:`ParamServers` then steps the optimizer.
+whenever it completes); :class:`~dglx_dist.strategies.dorylus_params.WeightUpdates` then
+steps the optimizer.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
 import time
-import numpy as np
+
 import torch
 
 from dglx_dist.runtime.comm import Comm, Transfer
 from dglx_dist.strategies.dorylus_graph import GraphServer
+from dglx_dist.strategies.dorylus_layers import GcnLayers, LayerKind, Stage
 
-__all__ = ["Stage", "Pipeline", "train_program", "forward_program", "backward_program"]
+__all__ = ["Stage", "Pipeline", "TensorSpec", "train_program", "forward_program",
+           "backward_program"]
 
 log = logging.getLogger(__name__)
 GRAPH_KINDS = ("GA", "SC", "BGA", "BSC")
 _DIRS = {"train": 0, "eval": 2}  # tag spaces: forward = base, backward = base + 1
 
 
-@dataclasses.dataclass(frozen=True)
-class Stage:
-    kind: str  # GA AV SC AVL AVO BAV BGA BSC
-    layer: int
-
-
-def _backward_from(layer: int) -> list[Stage]:
-    out = []
-    for l in range(layer, -1, -1):
-        if l != layer:
-            out.append(Stage("BAV", l))
-        if l >= 1:
-            out += [Stage("BSC", l), Stage("BGA", l)]
-    return out
-
-
-def _forward_to_last(num_layers: int) -> list[Stage]:
-    out = []
-    for l in range(num_layers - 1):
-        out += [Stage("GA", l), Stage("AV", l), Stage("SC", l)]
-    return out + [Stage("GA", num_layers - 1)]
-
-
 def train_program(num_layers: int) -> list[Stage]:
-    """Forward, the fused last layer (apply + loss + its backward), then the backward."""
-    return _forward_to_last(num_layers) + [Stage("AVL", num_layers - 1)] + \
-        _backward_from(num_layers - 1)
+    """GCN's: forward, the fused last layer (apply + loss + its backward), then the backward."""
+    return GcnLayers.train_program(num_layers)
 
 
 def forward_program(num_layers: int) -> list[Stage]:
-    """Forward only, ending with the logits of every interval (AVO)."""
-    return _forward_to_last(num_layers) + [Stage("AVO", num_layers - 1)]
+    """GCN's forward only, ending with the logits of every interval (AVO)."""
+    return GcnLayers.forward_program(num_layers)
 
 
 def backward_program(num_layers: int) -> list[Stage]:
-    """The backward from given logit gradients (the last layer's ∇AV first)."""
-    return [Stage("BAV", num_layers - 1)] + _backward_from(num_layers - 1)
+    """GCN's backward from given logit gradients (the last layer's ∇AV first)."""
+    return GcnLayers.backward_program(num_layers)
 
 
 @dataclasses.dataclass
@@ -96,9 +77,9 @@ class _Interval:
 
 @dataclasses.dataclass(frozen=True)
 class TensorSpec:
-    """What the tensor tasks need besides weights: dropout between layers and its seed."""
+    """What the tensor tasks need besides weights: dropout per layer and its seed."""
 
-    dropout: float
+    dropout: tuple[float, ...]
     seed: int
 
 
@@ -109,30 +90,24 @@ class Pipeline:
         gs: the graph server (partition, routes, graph tasks).
         controller: the Lambda controller for tensor tasks.
         comm: the group the scatters go through.
-        feat: layer-0 input rows (own rows then ghost rows).
-        dims: (in, out) width of every layer.
+        layers: the conv type's buffers, graph tasks, messages and requests
+            (:class:`~dglx_dist.strategies.dorylus_layers.LayerKind`).
+        num_layers: layers of the model.
         ps: the parameter servers (weights by version, stashes, :meth:`checkout`).
-        spec: dropout.
         timeout: seconds without progress before the run fails naming what it waits for.
     """
 
-    def __init__(self, gs: GraphServer, controller, comm: Comm, feat: torch.Tensor,
-                 dims: list[tuple[int, int]], ps, spec: TensorSpec, timeout: float):
-        self.gs, self.ctl, self.comm, self.ps, self.spec = gs, controller, comm, ps, spec
-        self.dims, self.L, self.timeout = dims, len(dims), timeout
-        n = gs.n
-        self.H = [feat] + [torch.zeros(n + gs.num_ghosts, d[0]) for d in dims[1:]]
-        self.G = [None] + [torch.zeros(n + gs.num_rghosts, d[0]) for d in dims[1:]]
-        self.saved_a: dict[tuple[int, int], torch.Tensor] = {}  # (layer, interval) -> GA out
-        self.saved_dh: dict[tuple[int, int], torch.Tensor] = {}  # (layer, interval) -> ∇GA out
-        self.ids = gs.core.numpy()
+    def __init__(self, gs: GraphServer, controller, comm: Comm, layers: LayerKind,
+                 num_layers: int, ps, timeout: float):
+        self.gs, self.ctl, self.comm, self.ps, self.layers = gs, controller, comm, ps, layers
+        self.L, self.timeout = num_layers, timeout
         self._sends: list[Transfer] = []
         self._recvs: dict[tuple, Transfer] = {}
         self._recv_epoch: dict[tuple, int] = {}
         self._waiting: dict[tuple, int] = {}  # (space, epoch, layer) -> receives not in yet
-        self._slots = {(back, r.peer, r.interval): r.rows
-                       for back, routes in ((False, gs.fwd_recv), (True, gs.bwd_recv))
-                       for r in routes}
+        self._routes = {(back, r.peer, r.interval): r
+                        for back, routes in ((False, gs.fwd_recv), (True, gs.bwd_recv))
+                        for r in routes}
 
     # -- messages ------------------------------------------------------------------------------
     def _tag(self, space: int, epoch: int, layer: int, interval: int) -> int:
@@ -145,10 +120,9 @@ class Pipeline:
                 continue
             back = st.kind == "BSC"
             routes = self.gs.bwd_recv if back else self.gs.fwd_recv
-            width = self.dims[st.layer][0] if back else self.dims[st.layer][1]
             for r in routes:
                 tag = self._tag(space + back, epoch, st.layer, r.interval)
-                buf = torch.empty(r.rows.numel(), width)
+                buf = torch.empty(self.layers.recv_numel(back, st.layer, r))
                 self._recvs[(space + back, epoch, st.layer, r.peer, r.interval)] = \
                     self.comm.start_recv(buf, r.peer, tag)
                 key = (space + back, epoch, st.layer)
@@ -164,18 +138,17 @@ class Pipeline:
             slot = (space, layer, peer, interval)
             if self._recv_epoch.get(slot, -1) <= epoch:  # never overwrite newer rows
                 self._recv_epoch[slot] = epoch
-                rows = self._slots[(back, peer, interval)]
-                (self.G[layer] if back else self.H[layer + 1])[rows] = t.tensor
+                self.layers.unpack(back, layer, self._routes[(back, peer, interval)], t.tensor)
             got = True
         return got
 
     def _scatter(self, space: int, epoch: int, st: Stage, i: int) -> None:
         back = st.kind == "BSC"
-        src = self.G[st.layer] if back else self.H[st.layer + 1]
         for r in (self.gs.bwd_send if back else self.gs.fwd_send):
             if r.interval == i:
                 tag = self._tag(space + back, epoch, st.layer, i)
-                self._sends.append(self.comm.start_send(src[r.rows], r.peer, tag))
+                msg = self.layers.pack(back, st.layer, r).contiguous()
+                self._sends.append(self.comm.start_send(msg, r.peer, tag))
 
     def _layer_complete(self, space: int, epoch: int, layer: int, back: bool,
                         done: dict) -> bool:
@@ -186,43 +159,9 @@ class Pipeline:
 
     # -- tensor tasks --------------------------------------------------------------------------
     def _submit(self, key, st: Stage, it: _Interval, train: bool, extra: dict) -> None:
-        rows = self.gs.rows(it.index)
-        W, b = self.ps.weights(it.ps, it.version)[st.layer]
-        last = st.layer == self.L - 1
-        drop = self.spec.dropout if (train and not last) else 0.0
-        seed = (self.spec.seed * 1_000_003 + it.epoch * 131 + st.layer) % (1 << 62)
-        arrays = {"A": self.saved_a[(st.layer, it.index)].numpy(), "W": W, "b": b,
-                  "ids": self.ids[rows]}
-        header = {"act": "none" if last else "relu", "dropout": drop, "seed": seed,
-                  "train": bool(train and drop > 0)}
-        if st.kind == "AVL":
-            header = {"op": "av_loss", "need_dA": self.L > 1}
-            arrays.pop("ids")
-            arrays.update(extra["labels"](rows))
-        elif st.kind == "BAV":
-            dh = (extra["dlogits"][rows] if last else self.saved_dh[(st.layer + 1, it.index)])
-            header.update(op="av_grad", need_dA=st.layer >= 1)
-            arrays["dH"] = np.ascontiguousarray(dh.numpy(), dtype=np.float32)
-        else:
-            header["op"] = "av"
+        weights = self.ps.weights(it.ps, it.version)
+        header, arrays = self.layers.request(st, it.index, it.epoch, weights, train, extra)
         self.ctl.submit(key, header, arrays)
-
-    def _result(self, st: Stage, it: _Interval, out: dict, acc: dict) -> None:
-        rows = self.gs.rows(it.index)
-        if st.kind == "AV":
-            self.H[st.layer + 1][rows] = torch.from_numpy(np.array(out["H"]))
-        elif st.kind == "AVO":
-            acc["logits"][rows] = torch.from_numpy(np.array(out["H"]))
-        else:
-            grads = acc["grads"].setdefault(it.epoch, [None] * (2 * self.L))
-            for j, name in ((2 * st.layer, "dW"), (2 * st.layer + 1, "db")):
-                g = torch.from_numpy(np.array(out[name], dtype=np.float32))
-                grads[j] = g if grads[j] is None else grads[j] + g
-            if st.kind == "AVL":
-                acc["loss"][it.epoch] = acc["loss"].get(it.epoch, 0.0) + float(out["loss"][0])
-            if "dA" in out:
-                self.G[st.layer][rows] = torch.from_numpy(np.array(out["dA"]))
-        self.saved_dh.pop((st.layer + 1, it.index), None)
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self, program: list[Stage], epochs: range, *, train: bool, sync: bool,
@@ -237,7 +176,8 @@ class Pipeline:
         """
         extra = extra or {}
         space = _DIRS["train" if train else "eval"]
-        acc = {"grads": {}, "loss": {}, "logits": torch.zeros(self.gs.n, self.dims[-1][1])}
+        acc = {"grads": {}, "loss": {},
+               "logits": torch.zeros(self.gs.n, self.layers.logits_width)}
         its = [_Interval(i) for i in range(self.gs.num_intervals)]
         counts: dict[int, dict] = {}
         posted: set[int] = set()
@@ -249,7 +189,7 @@ class Pipeline:
                 progressed |= bool(updates.poll())
             for key, _, out in self.ctl.poll():
                 it = its[key[2]]
-                self._result(program[key[3]], it, out, acc)
+                self.layers.result(program[key[3]], it.index, it.epoch, out, acc)
                 it.busy, it.stage, progressed = False, it.stage + 1, True
             for it in sorted(its, key=lambda t: (t.epoch, t.stage)):
                 if it.busy:
@@ -272,10 +212,9 @@ class Pipeline:
                     it.epoch, it.stage, it.finished, progressed = nxt, 0, False, True
                     it.ps, it.version = self.ps.checkout()
                 st, cnt = program[it.stage], counts.setdefault(it.epoch, {})
-                if st.kind in ("GA", "BGA") and (sync or it.epoch == epochs.start):
-                    back = st.kind == "BGA"
-                    need = st.layer if back else st.layer - 1
-                    if need >= 0 and not self._layer_complete(space, it.epoch, need, back, cnt):
+                if st.gate is not None and (sync or it.epoch == epochs.start):
+                    back, need = st.gate
+                    if not self._layer_complete(space, it.epoch, need, back, cnt):
                         continue
                 progressed = True
                 if st.kind in GRAPH_KINDS:
@@ -304,13 +243,9 @@ class Pipeline:
         return acc
 
     def _graph_task(self, space: int, st: Stage, it: _Interval, cnt: dict) -> None:
-        i = it.index
-        if st.kind == "GA":
-            self.saved_a[(st.layer, i)] = self.gs.gather(i, self.H[st.layer])
-        elif st.kind == "BGA":
-            self.saved_dh[(st.layer, i)] = self.gs.gather_back(i, self.G[st.layer])
-        else:
-            self._scatter(space, it.epoch, st, i)
+        self.layers.graph_task(st, it.index)
+        if st.kind in ("SC", "BSC"):
+            self._scatter(space, it.epoch, st, it.index)
             key = (st.kind == "BSC", st.layer)
             cnt[key] = cnt.get(key, 0) + 1
 

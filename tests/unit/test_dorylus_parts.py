@@ -1,10 +1,13 @@
 """dorylus's pieces that need no process group: programs, parameter servers, options."""
+import dgl.nn as dglnn
 import pytest
 import torch
 
+from dglx_dist.models import GAT, GCN
 from dglx_dist.registry import RegistryError
 from dglx_dist.strategies import STRATEGIES
 from dglx_dist.strategies.dorylus import ParamServers
+from dglx_dist.strategies.dorylus_layers import DORYLUS_LAYERS
 from dglx_dist.strategies.dorylus_pipeline import (backward_program, forward_program,
                                                    train_program)
 
@@ -56,3 +59,45 @@ def test_param_servers_stash_versions_until_released():
 def test_bad_options_are_named(options, message):
     with pytest.raises((RegistryError, ValueError), match=message):
         STRATEGIES.build("dorylus", **options)
+
+
+def _names_gat(program):
+    return [f"{s.kind}{s.layer}" + ("*" if s.gate else "") for s in program]
+
+
+def test_gat_programs_gate_attention_and_backward_gathers():
+    """GAT: AV SC AE GA per layer (AE waits for the layer's scatter), the fused loss, then
+    ∇AE ∇SC ∇GA ∇AV per layer (∇GA waits for the layer's backward scatter)."""
+    kind = DORYLUS_LAYERS.get("GATConv")
+    assert _names_gat(kind.train_program(2)) == [
+        "AV0", "SC0", "AE0*", "GA0", "AV1", "SC1", "AE1*", "GA1", "AVL1",
+        "BAE1", "BSC1", "BGA1*", "BAV1", "BAE0", "BSC0", "BGA0*", "BAV0"]
+    assert _names_gat(kind.forward_program(1)) == ["AV0", "SC0", "AE0*", "GA0", "AVO0"]
+    assert [s.gate for s in train_program(2) if s.gate] == [(False, 0), (True, 1)]
+
+
+def _gat(**kw):
+    torch.manual_seed(0)
+    model = GAT(10, 4, 3, 2, dropout=0.0, heads=2)
+    for conv in model.layers:
+        for k, v in kw.items():
+            setattr(conv, k, v)
+    return model
+
+
+class _Mixed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([dglnn.GATConv(10, 4, 2), dglnn.GraphConv(8, 3)])
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: _Mixed(), r"one conv type.*\['GATConv', 'GraphConv'\]"),
+    (lambda: _gat(activation=torch.relu), r"an activation inside the conv"),
+    (lambda: _gat(res_fc=torch.nn.Identity()), r"residual=True"),
+    (lambda: _gat(leaky_relu=torch.nn.LeakyReLU(0.1)), r"negative_slope=0.1"),
+    (lambda: GCN(10, 4, 3, 3), r"has 3 graph convs"),
+])
+def test_models_dorylus_cannot_run_are_named(build, message):
+    with pytest.raises(ValueError, match=message):
+        STRATEGIES.build("dorylus", num_layers=2).wrap_model(build())

@@ -9,6 +9,8 @@ a caller may split those rows into chunks, run each chunk, concatenate ``row_out
 and add up ``sum_outputs``. The dropout mask is a hash of (seed, global node id, column), so it
 does not depend on how the rows were chunked.
 
+GAT's tasks live in :mod:`.gat_ops` and are registered here too.
+
 Header fields:
     av:       act ("relu" | "none", required), dropout (float in [0, 1), default 0.0),
               seed (int, default 0), train (bool, default False)
@@ -44,6 +46,8 @@ class Op:
         sum_outputs: outputs that are sums over rows (add chunks' up).
         out_widths: ``(header, arrays) -> {output: elements per row (row outputs) or in total
             (sum outputs)}``, all float32; used to estimate response sizes before invoking.
+        chunkable: False for a task whose inputs cannot be cut by rows alone (GAT's per-edge
+            tasks); callers then send it whole.
     """
 
     fn: Callable[[dict, Arrays], Arrays]
@@ -52,6 +56,7 @@ class Op:
     row_outputs: tuple[str, ...]
     sum_outputs: tuple[str, ...]
     out_widths: Callable[[dict, Arrays], dict[str, int]]
+    chunkable: bool = True
 
 
 def _field(header: dict, name: str, kind: type, default: Any = _REQUIRED) -> Any:
@@ -227,3 +232,11 @@ def output_size(op: Op, header: dict, arrays: Arrays) -> tuple[int, int]:
     per_row = sum(4 * w for name, w in widths.items() if name in op.row_outputs)
     fixed = sum(4 * w for name, w in widths.items() if name in op.sum_outputs)
     return per_row, fixed
+
+
+def _register_gat() -> None:
+    from .gat_ops import GAT_OPS  # imports this module's helpers, so only once they exist
+    OPS.update(GAT_OPS)
+
+
+_register_gat()

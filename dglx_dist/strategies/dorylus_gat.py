@@ -1,0 +1,378 @@
+"""Dorylus for GAT (``dgl.nn.GATConv``): attention as ApplyEdge tasks, sums over edges on the
+graph servers.
+
+Per layer l and vertex interval (tasks in :mod:`dglx_dist.offload.tensor_fn.gat_ops`)::
+
+    AV  (task)   previous bias + ELU + feature dropout, then z = xW, el, er of the rows
+    SC           [z | el] rows to the peers that hold them as ghosts
+    AE  (task)   α of the interval's in-edges (leaky ReLU, softmax per destination);
+                 waits (sync) for every rank's SC of layer l
+    GA           out_v = Σ_u α_uv z_u (per head), over own and ghost sources
+    AVL (task)   last layer: bias, mean over heads, loss and its gradient (fused); without
+                 the loss (AVO) in an evaluation or a loop of one's own, whose backward
+                 starts from given logit gradients (BAVO)
+
+and backward, from ``dout`` (the gradient of a layer's gathered rows)::
+
+    ∇AE (task)   dα_uv = <dout_v, z_u> (computed here, sent along) -> ds per edge, der
+    ∇SC          dout rows and [α | ds] of the in-edges whose sources live elsewhere go to the
+                 sources' owners (the reverse-ghost routes of GCN's backward, plus edges)
+    ∇GA          per own source u: dz_u = Σ_v α_uv dout_v and del_u = Σ_v ds_uv over its
+                 out-edges (own destinations and reverse ghosts); waits (sync) for every
+                 rank's ∇SC of layer l
+    ∇AV (task)   gradients of W, attn_l, attn_r, the previous bias and dout of layer l-1
+
+Each source's sums are thus done by its owner (pull), like GCN's backward gather, so async
+mode reads possibly stale rows and edges but never partial sums.
+
+Models: GATConv layers with one ``fc`` (no (src, dst) input sizes), no residual and no
+activation inside the conv; the model applies ELU and flattens the heads between layers and
+averages the output layer's heads (:class:`dglx_dist.models.GAT`). Feature dropout is each
+conv's ``feat_drop`` (or the strategy's ``dropout`` option), attention dropout each conv's
+``attn_drop``; both use the tasks' hash masks (attention: of the edge's source and
+destination ids), so they are reproducible but not torch's random streams.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+from torch import nn
+
+from dglx_dist.strategies.dorylus_graph import GraphServer
+from dglx_dist.strategies.dorylus_layers import (DORYLUS_LAYERS, LayerKind, Stage, add_grad,
+                                                 task_seed)
+
+__all__ = ["GatEdges", "GatLayers"]
+
+
+@dataclasses.dataclass(frozen=True)
+class GatEdges:
+    """A graph server's in-edges and its own nodes' out-edges, edge by edge.
+
+    Attributes:
+        dst / col: in-edges sorted by (destination row, source column); columns are own
+            rows, then ghosts (as in ``GraphServer.a_in``).
+        ptr: in-edges of destination row v are ``ptr[v]:ptr[v+1]``.
+        send: (peer, my interval) -> in-edges whose source the peer owns.
+        recv: (peer, its interval) -> edge slots its edges fill (after my ``E`` in-edges).
+        out_src / out_col / out_slot / out_ptr: out-edges of my own nodes sorted by source row:
+            destination column (own rows, then reverse ghosts) and edge slot.
+        slots: edge slots (my in-edges, then the received ones).
+        keys: per in-edge ``source id * num_nodes + destination id`` (attention dropout's
+            mask is a hash of it).
+        heads / feats / attn_drop: per layer.
+    """
+
+    dst: torch.Tensor
+    col: torch.Tensor
+    ptr: torch.Tensor
+    send: dict
+    recv: dict
+    out_src: torch.Tensor
+    out_col: torch.Tensor
+    out_slot: torch.Tensor
+    out_ptr: torch.Tensor
+    slots: int
+    keys: torch.Tensor
+    heads: tuple[int, ...]
+    feats: tuple[int, ...]
+    attn_drop: tuple[float, ...]
+
+
+def _ptr(rows: torch.Tensor, n: int) -> torch.Tensor:
+    return torch.cat([torch.zeros(1, dtype=torch.int64),
+                      torch.cumsum(torch.bincount(rows, minlength=n), 0)])
+
+
+def build_edges(gs: GraphServer, heads: tuple[int, ...], feats: tuple[int, ...],
+                attn_drop: tuple[float, ...]) -> GatEdges:
+    """The plan (collective: exchanges the cross-partition edges with their sources' owners)."""
+    dst_row, col, src, src_owner = gs.in_edges
+    n, size, me = gs.n, gs.comm.size, gs.comm.index
+    order = torch.argsort(dst_row * (n + gs.num_ghosts + 1) + col, stable=True)
+    at = torch.empty_like(order)
+    at[order] = torch.arange(order.numel())  # original edge index -> sorted position
+    dst_iv = gs.interval_of(dst_row)
+    cross = [(src_owner == p) & (p != me) for p in range(size)]
+    got = [gs.comm.all_to_all_v([t[c] for c in cross])
+           for t in (src, gs.core[dst_row], dst_iv)]
+    send = {}
+    for p in range(size):
+        for i in torch.unique(dst_iv[cross[p]]).tolist():
+            send[(p, i)] = at[torch.nonzero(cross[p] & (dst_iv == i)).squeeze(1)]
+    e = order.numel()
+    rkey = gs.rghost_owner * gs.num_nodes + gs.rghost_ids
+    recv, rows, cols, slots, base = {}, [], [], [], e
+    for p in range(size):
+        g_src, g_dst, g_iv = (t[p] for t in got)
+        idx = torch.arange(base, base + g_src.numel())
+        for i in torch.unique(g_iv).tolist():
+            recv[(p, i)] = idx[g_iv == i]
+        rows.append(torch.searchsorted(gs.core, g_src))
+        cols.append(n + torch.searchsorted(rkey, p * gs.num_nodes + g_dst))
+        slots.append(idx)
+        base += g_src.numel()
+    s_dst, s_col = dst_row[order], col[order]
+    own = torch.nonzero(s_col < n).squeeze(1)
+    o_src = torch.cat([s_col[own]] + rows)
+    o_col = torch.cat([s_dst[own]] + cols)
+    o_slot = torch.cat([own] + slots)
+    by_src = torch.argsort(o_src, stable=True)
+    keys = torch.cat([gs.core, gs.ghost_ids])[s_col] * gs.num_nodes + gs.core[s_dst]
+    return GatEdges(s_dst, s_col, _ptr(s_dst, n), send, recv, o_src[by_src], o_col[by_src],
+                    o_slot[by_src], _ptr(o_src, n), base, keys, heads, feats, attn_drop)
+
+
+def _f32(t: torch.Tensor) -> np.ndarray:
+    return np.ascontiguousarray(t.numpy(), dtype=np.float32)
+
+
+@DORYLUS_LAYERS.register("GATConv")
+class GatLayers(LayerKind):
+    """GAT's stages (see the module docstring).
+
+    Buffers per layer l: ``Z[l]`` ``[z | el]`` of own rows then ghosts; ``ER[l]`` own rows;
+    ``A[l]`` α of my in-edges; ``GD[l]`` dout of own rows then reverse ghosts; ``EB[l]``
+    ``[α | ds]`` per edge slot.
+    """
+
+    def __init__(self, plan: GatEdges, gs, feat, spec):
+        super().__init__(plan, gs, feat, spec)
+        self.L, e = len(plan.heads), plan.ptr[-1]
+        hf = [h * f for h, f in zip(plan.heads, plan.feats)]
+        n, hs = gs.n, plan.heads
+        self.Z = [torch.zeros(n + gs.num_ghosts, w + h) for w, h in zip(hf, hs)]
+        self.ER = [torch.zeros(n, h) for h in hs]
+        self.A = [torch.zeros(int(e), h) for h in hs]
+        self.GD = [torch.zeros(n + gs.num_rghosts, w) for w in hf]
+        self.EB = [torch.zeros(plan.slots, 2 * h) for h in hs]
+        self.saved: dict[tuple[str, int, int], torch.Tensor] = {}  # (what, layer, interval)
+        self.ids = gs.core.numpy()
+
+    # -- the model -----------------------------------------------------------------------------
+    @classmethod
+    def check(cls, convs):
+        for conv, name in convs:
+            problems = []
+            if not hasattr(conv, "fc"):
+                problems.append("separate source and destination projections (fc_src/fc_dst: "
+                                "build it with one in_feats)")
+            if getattr(conv, "res_fc", None) is not None:
+                problems.append("residual=True (expected False)")
+            if conv.activation is not None:
+                problems.append("an activation inside the conv (expected None: apply ELU in "
+                                "the model)")
+            if conv.leaky_relu.negative_slope != 0.2:
+                problems.append(f"negative_slope={conv.leaky_relu.negative_slope} (the tasks "
+                                f"use GATConv's default 0.2)")
+            if problems:
+                raise ValueError(f"dorylus cannot run {name} ({conv!r}): " + "; ".join(problems))
+
+    @classmethod
+    def tensors(cls, conv):
+        return (conv.fc.weight, conv.attn_l, conv.attn_r, conv.bias)
+
+    @classmethod
+    def param_slots(cls, conv, layer):
+        shape = conv.attn_l.shape
+        out = [(conv.fc.weight, (layer, "W"), lambda g: g.t()),
+               (conv.attn_l, (layer, "al"), lambda g: g.reshape(shape)),
+               (conv.attn_r, (layer, "ar"), lambda g: g.reshape(shape))]
+        if conv.bias is not None:
+            out.append((conv.bias, (layer, "b"), lambda g: g))
+        return out
+
+    @classmethod
+    def dropouts(cls, model, convs, override):
+        return tuple(override if override >= 0 else conv.feat_drop.p if
+                     isinstance(conv.feat_drop, nn.Dropout) else 0.0 for conv, _ in convs)
+
+    @classmethod
+    def plan(cls, gs, convs):
+        return build_edges(gs, tuple(c._num_heads for c, _ in convs),
+                           tuple(c._out_feats for c, _ in convs),
+                           tuple(float(c.attn_drop.p) for c, _ in convs))
+
+    @staticmethod
+    def train_program(num_layers):
+        return _forward(num_layers) + [Stage("AVL", num_layers - 1)] + _backward(num_layers)
+
+    @staticmethod
+    def forward_program(num_layers):
+        return _forward(num_layers) + [Stage("AVO", num_layers - 1)]
+
+    @staticmethod
+    def backward_program(num_layers):
+        """From given logit gradients: the last layer's bias and head mean backward (BAVO)."""
+        return [Stage("BAVO", num_layers - 1)] + _backward(num_layers)
+
+    @property
+    def logits_width(self):
+        return self.plan.feats[-1]
+
+    # -- graph side ----------------------------------------------------------------------------
+    def _edges(self, i: int) -> tuple[slice, torch.Tensor, torch.Tensor]:
+        r = self.gs.rows(i)
+        lo, hi = int(self.plan.ptr[r.start]), int(self.plan.ptr[r.stop])
+        return slice(lo, hi), self.plan.dst[lo:hi] - r.start, self.plan.col[lo:hi]
+
+    def _hf(self, layer: int) -> tuple[int, int]:
+        return self.plan.heads[layer], self.plan.feats[layer]
+
+    def graph_task(self, st, i):
+        l, r = st.layer, self.gs.rows(i)
+        h, f = self._hf(l)
+        if st.kind == "GA":
+            e, d, c = self._edges(i)
+            msg = self.A[l][e].unsqueeze(2) * self.Z[l][c, :h * f].view(-1, h, f)
+            out = torch.zeros(r.stop - r.start, h, f).index_add_(0, d, msg)
+            self.saved[("out", l, i)] = out.view(r.stop - r.start, h * f)
+        elif st.kind == "BSC":
+            e, _, _ = self._edges(i)
+            self.GD[l][r] = self.saved.pop(("dout", l, i))
+            self.EB[l][e] = torch.cat([self.A[l][e], self.saved.pop(("ds", l, i))], 1)
+        elif st.kind == "BGA":
+            lo, hi = int(self.plan.out_ptr[r.start]), int(self.plan.out_ptr[r.stop])
+            s = self.plan.out_src[lo:hi] - r.start
+            eb = self.EB[l][self.plan.out_slot[lo:hi]]
+            msg = eb[:, :h].unsqueeze(2) * self.GD[l][self.plan.out_col[lo:hi]].view(-1, h, f)
+            n = r.stop - r.start
+            self.saved[("dz", l, i)] = torch.zeros(n, h, f).index_add_(0, s, msg).view(n, -1)
+            self.saved[("del", l, i)] = torch.zeros(n, h).index_add_(0, s, eb[:, h:])
+
+    def _fwd(self, back, layer):
+        return self.GD[layer] if back else self.Z[layer]
+
+    def pack(self, back, layer, route):
+        rows = self._fwd(back, layer)[route.rows].reshape(-1)
+        if not back:
+            return rows
+        return torch.cat([rows, self.EB[layer][self.plan.send[(route.peer, route.interval)]]
+                          .reshape(-1)])
+
+    def recv_numel(self, back, layer, route):
+        numel = route.rows.numel() * self._fwd(back, layer).shape[1]
+        if back:
+            numel += self.plan.recv[(route.peer, route.interval)].numel() * \
+                self.EB[layer].shape[1]
+        return numel
+
+    def unpack(self, back, layer, route, msg):
+        buf = self._fwd(back, layer)
+        k = route.rows.numel() * buf.shape[1]
+        buf[route.rows] = msg[:k].view(-1, buf.shape[1])
+        if back:
+            eb = self.EB[layer]
+            eb[self.plan.recv[(route.peer, route.interval)]] = msg[k:].view(-1, eb.shape[1])
+
+    # -- tensor tasks --------------------------------------------------------------------------
+    def _x(self, layer: int, i: int) -> torch.Tensor:
+        """The layer's input rows of interval i: features or the previous gather's output."""
+        return self.feat[self.gs.rows(i)] if layer == 0 else self.saved[("out", layer - 1, i)]
+
+    def _vertex(self, st, i, epoch, weights, train) -> tuple[dict, dict]:
+        l = st.layer
+        w, al, ar, _ = weights[l]
+        drop = self.spec.dropout[l] if train else 0.0
+        header = {"heads": self.plan.heads[l], "prev": "elu" if l else "none",
+                  "dropout": drop, "seed": task_seed(self.spec.seed, epoch, l),
+                  "train": bool(train and drop > 0)}
+        h, f = self._hf(l)
+        arrays = {"X": _f32(self._x(l, i)), "W": np.ascontiguousarray(w.T),
+                  "al": al.reshape(h, f), "ar": ar.reshape(h, f),
+                  "ids": self.ids[self.gs.rows(i)]}
+        if l:
+            arrays["bprev"] = self._bias(weights, l - 1)
+        return header, arrays
+
+    def _bias(self, weights, layer: int) -> np.ndarray:
+        b = weights[layer][3]
+        h, f = self._hf(layer)
+        return b if b is not None else np.zeros(h * f, dtype=np.float32)
+
+    def _scores(self, op: str, l: int, i: int, epoch: int, train: bool
+                ) -> tuple[dict, dict]:
+        """An edge task's header and arrays: scores, segments and attention dropout."""
+        e, _, c = self._edges(i)
+        r = self.gs.rows(i)
+        w = self.plan.heads[l] * self.plan.feats[l]
+        arrays = {"EL": _f32(self.Z[l][c, w:]), "ER": _f32(self.ER[l][r]),
+                  "ptr": (self.plan.ptr[r.start:r.stop + 1] - e.start).numpy()}
+        p = self.plan.attn_drop[l] if train else 0.0
+        header = {"op": op, "dropout": p, "train": p > 0,  # seeds apart from feature dropout's
+                  "seed": task_seed(self.spec.seed, epoch, self.L + l)}
+        if p > 0:
+            arrays["keys"] = self.plan.keys[e].numpy()
+        return header, arrays
+
+    def request(self, st, i, epoch, weights, train, extra):
+        l, rows = st.layer, self.gs.rows(i)
+        if st.kind == "AV":
+            header, arrays = self._vertex(st, i, epoch, weights, train)
+            return {**header, "op": "gat_av"}, arrays
+        if st.kind == "AE":
+            return self._scores("gat_ae", l, i, epoch, train)
+        if st.kind in ("AVL", "AVO"):
+            arrays = {"X": _f32(self.saved[("out", l, i)]), "b": self._bias(weights, l)}
+            if st.kind == "AVL":
+                arrays.update(extra["labels"](rows))
+            return {"op": "gat_loss" if st.kind == "AVL" else "gat_out",
+                    "heads": self.plan.heads[l]}, arrays
+        if st.kind == "BAVO":
+            return {"op": "gat_out_grad", "heads": self.plan.heads[l]}, \
+                {"dH": _f32(extra["dlogits"][rows])}
+        if st.kind == "BAE":
+            h, f = self._hf(l)
+            _, d, c = self._edges(i)
+            dout = self.saved[("dout", l, i)].view(-1, h, f)
+            da = (dout[d] * self.Z[l][c, :h * f].view(-1, h, f)).sum(2)
+            header, arrays = self._scores("gat_ae_grad", l, i, epoch, train)
+            return header, {**arrays, "dA": _f32(da)}
+        header, arrays = self._vertex(st, i, epoch, weights, train)  # BAV
+        arrays.update(dZ=_f32(self.saved.pop(("dz", l, i))),
+                      dEL=_f32(self.saved.pop(("del", l, i))),
+                      dER=_f32(self.saved.pop(("der", l, i))))
+        return {**header, "op": "gat_av_grad", "need_dX": l > 0}, arrays
+
+    def result(self, st, i, epoch, out, acc):
+        l, rows = st.layer, self.gs.rows(i)
+        get = lambda k: torch.from_numpy(np.array(out[k]))  # noqa: E731  (a writable copy)
+        if st.kind == "AV":
+            self.Z[l][rows] = torch.cat([get("Z"), get("EL")], 1)
+            self.ER[l][rows] = get("ER")
+        elif st.kind == "AE":
+            self.A[l][self._edges(i)[0]] = get("A")
+        elif st.kind == "AVO":
+            acc["logits"][rows] = get("H")
+        elif st.kind in ("AVL", "BAVO"):
+            if st.kind == "AVL":
+                acc["loss"][epoch] = acc["loss"].get(epoch, 0.0) + float(out["loss"][0])
+            add_grad(acc, epoch, (l, "b"), out["db"])
+            self.saved[("dout", l, i)] = get("dX")
+        elif st.kind == "BAE":
+            self.saved[("ds", l, i)] = get("DS")
+            self.saved[("der", l, i)] = get("dER")
+        else:  # BAV
+            for name in ("W", "al", "ar"):
+                add_grad(acc, epoch, (l, name), out["d" + name])
+            if l:
+                add_grad(acc, epoch, (l - 1, "b"), out["dbprev"])
+                self.saved[("dout", l - 1, i)] = get("dX")
+
+
+def _backward(num_layers: int) -> list[Stage]:
+    out = []
+    for l in range(num_layers - 1, -1, -1):
+        out += [Stage("BAE", l), Stage("BSC", l), Stage("BGA", l, gate=(True, l)),
+                Stage("BAV", l)]
+    return out
+
+
+def _forward(num_layers: int) -> list[Stage]:
+    out = []
+    for l in range(num_layers):
+        out += [Stage("AV", l), Stage("SC", l), Stage("AE", l, gate=(False, l)),
+                Stage("GA", l)]
+    return out

@@ -1,0 +1,303 @@
+"""What Dorylus does per conv type: the programs, buffers, graph tasks and tensor-task requests.
+
+The pipeline (:mod:`~dglx_dist.strategies.dorylus_pipeline`) walks intervals through a program
+of stages and moves messages; everything that depends on the layer's math lives in a
+:class:`LayerKind` registered under the dgl.nn conv class name in :data:`DORYLUS_LAYERS`:
+
+* class level (the strategy, once per model): :meth:`~LayerKind.check` the convs,
+  :meth:`~LayerKind.tensors` a parameter server snapshots per layer,
+  :meth:`~LayerKind.param_slots` mapping the tasks' gradients to parameters,
+  :meth:`~LayerKind.dropouts`, :meth:`~LayerKind.plan` (static structures, may use
+  collectives) and the programs;
+* instance level (one per pipeline): buffers, :meth:`~LayerKind.graph_task`, messages
+  (:meth:`~LayerKind.pack` / :meth:`~LayerKind.unpack`), :meth:`~LayerKind.request` and
+  :meth:`~LayerKind.result` of tensor tasks.
+
+``GraphConv`` (GCN) is here; ``GATConv`` in :mod:`~dglx_dist.strategies.dorylus_gat`.
+"""
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from dglx_dist.registry import Registry
+from dglx_dist.strategies.dorylus_graph import GraphServer, Route
+
+__all__ = ["DORYLUS_LAYERS", "LayerKind", "GcnLayers", "Stage", "add_grad", "task_seed"]
+
+DORYLUS_LAYERS: Registry["LayerKind"] = Registry("dorylus layer kind",
+                                               entry_point_group="dglx_dist.dorylus_layers")
+#: (parameter, (layer, gradient name), gradient -> the parameter's shape)
+Slot = tuple[nn.Parameter, tuple[int, str], Callable[[torch.Tensor], torch.Tensor]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One step of an interval's program.
+
+    Attributes:
+        kind: GA SC BGA BSC (graph tasks) or a tensor task (AV AE AVL AVO BAE BAV BAVO).
+        layer: the layer it belongs to.
+        gate: (backward?, layer): in sync mode (and an async run's first epoch) the stage waits
+            until every interval of every rank has done that layer's scatter.
+    """
+
+    kind: str
+    layer: int
+    gate: tuple[bool, int] | None = None
+
+
+def add_grad(acc: dict, epoch: int, key: tuple[int, str], value: np.ndarray) -> None:
+    """Adds a task's gradient to the epoch's accumulator under (layer, name)."""
+    grads = acc["grads"].setdefault(epoch, {})
+    g = torch.from_numpy(np.array(value, dtype=np.float32))
+    grads[key] = g if key not in grads else grads[key] + g
+
+
+def task_seed(seed: int, epoch: int, layer: int) -> int:
+    """The dropout seed of a layer in an epoch (forward and backward tasks agree on it)."""
+    return (seed * 1_000_003 + epoch * 131 + layer) % (1 << 62)
+
+
+class LayerKind(abc.ABC):
+    """One conv type's share of the pipeline (see the module docstring).
+
+    Args:
+        plan: what :meth:`plan` returned.
+        gs: the graph server.
+        feat: layer-0 rows (own then ghosts).
+        spec: per-layer dropout and the seed.
+    """
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        pass
+
+    def __init__(self, plan, gs: GraphServer, feat: torch.Tensor, spec):
+        self.plan, self.gs, self.feat, self.spec = plan, gs, feat, spec
+
+    # -- the model (class level) ---------------------------------------------------------------
+    @classmethod
+    @abc.abstractmethod
+    def check(cls, convs: list[tuple[nn.Module, str]]) -> None:
+        """Raises ValueError naming the conv and what is expected when one cannot run."""
+
+    @classmethod
+    @abc.abstractmethod
+    def tensors(cls, conv: nn.Module) -> tuple[torch.Tensor | None, ...]:
+        """What a parameter server keeps of this layer (in the order requests read it)."""
+
+    @classmethod
+    @abc.abstractmethod
+    def param_slots(cls, conv: nn.Module, layer: int) -> list[Slot]:
+        """The conv's parameters and where their gradients come from."""
+
+    @classmethod
+    @abc.abstractmethod
+    def dropouts(cls, model: nn.Module, convs: list[tuple[nn.Module, str]],
+                 override: float) -> tuple[float, ...]:
+        """The dropout probability per layer as the tasks apply it: the model's, or
+        ``override`` (the strategy's ``dropout`` option) where that is not -1."""
+
+    @classmethod
+    def plan(cls, gs: GraphServer, convs: list[tuple[nn.Module, str]]):
+        """Static structures the pipelines share (may run collectives: every rank calls it)."""
+        return None
+
+    @staticmethod
+    @abc.abstractmethod
+    def train_program(num_layers: int) -> list[Stage]:
+        """Forward, the fused loss, the backward."""
+
+    @staticmethod
+    @abc.abstractmethod
+    def forward_program(num_layers: int) -> list[Stage]:
+        """Forward only, ending with the logits (AVO)."""
+
+    @staticmethod
+    @abc.abstractmethod
+    def backward_program(num_layers: int) -> list[Stage]:
+        """The backward from given logit gradients (a loop of one's own)."""
+
+    # -- one pipeline --------------------------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def logits_width(self) -> int:
+        """Columns of the logits."""
+
+    @abc.abstractmethod
+    def graph_task(self, st: Stage, i: int) -> None:
+        """Runs a graph stage of interval ``i`` (for SC/BSC: what precedes the sends)."""
+
+    @abc.abstractmethod
+    def pack(self, back: bool, layer: int, route: Route) -> torch.Tensor:
+        """The message of a scatter along ``route`` (1-D)."""
+
+    @abc.abstractmethod
+    def recv_numel(self, back: bool, layer: int, route: Route) -> int:
+        """Elements of the message arriving along ``route``."""
+
+    @abc.abstractmethod
+    def unpack(self, back: bool, layer: int, route: Route, msg: torch.Tensor) -> None:
+        """Stores a message that arrived along ``route``."""
+
+    @abc.abstractmethod
+    def request(self, st: Stage, i: int, epoch: int, weights: list, train: bool,
+                extra: dict) -> tuple[dict, dict[str, np.ndarray]]:
+        """The header and arrays of interval ``i``'s tensor task ``st``."""
+
+    @abc.abstractmethod
+    def result(self, st: Stage, i: int, epoch: int, out: dict, acc: dict) -> None:
+        """Takes in the outputs of interval ``i``'s tensor task ``st``."""
+
+
+def _f32(t: torch.Tensor) -> np.ndarray:
+    return np.ascontiguousarray(t.numpy(), dtype=np.float32)
+
+
+@DORYLUS_LAYERS.register("GraphConv")
+class GcnLayers(LayerKind):
+    """GCN (``GraphConv``, ``norm="both"``, ReLU and dropout between layers): gather, then
+    apply (``A W + b``, ReLU, dropout) per interval; the last layer's apply fused with the loss.
+
+    Buffers: ``H[l]`` the input rows of layer l (own then ghosts), ``G[l]`` the gradients of
+    layer l's gathered rows (own then reverse ghosts).
+    """
+
+    def __init__(self, plan, gs, feat, spec):
+        super().__init__(plan, gs, feat, spec)
+        self.dims, self.L = plan, len(plan)
+        n = gs.n
+        self.H = [feat] + [torch.zeros(n + gs.num_ghosts, d[0]) for d in plan[1:]]
+        self.G = [None] + [torch.zeros(n + gs.num_rghosts, d[0]) for d in plan[1:]]
+        self.saved_a: dict[tuple[int, int], torch.Tensor] = {}  # (layer, interval) -> GA out
+        self.saved_dh: dict[tuple[int, int], torch.Tensor] = {}  # (layer, interval) -> ∇GA
+        self.ids = gs.core.numpy()
+
+    @classmethod
+    def check(cls, convs):
+        for conv, name in convs:
+            if conv._norm != "both" or conv._activation is not None or conv.weight is None:
+                raise ValueError(f"dorylus runs GraphConv layers with norm='both', a weight and "
+                                 f"no activation inside the conv; {name} is {conv!r}")
+
+    @classmethod
+    def tensors(cls, conv):
+        return (conv.weight, conv.bias)
+
+    @classmethod
+    def param_slots(cls, conv, layer):
+        same = lambda g: g  # noqa: E731
+        return [(p, (layer, key), same) for p, key in ((conv.weight, "W"), (conv.bias, "b"))
+                if p is not None]
+
+    @classmethod
+    def dropouts(cls, model, convs, override):
+        drop = getattr(model, "dropout", None)
+        p = override if override >= 0 else (drop.p if isinstance(drop, nn.Dropout) else 0.0)
+        return tuple([p] * (len(convs) - 1) + [0.0])  # after every layer but the last
+
+    @classmethod
+    def plan(cls, gs, convs):
+        return [(conv.weight.shape[0], conv.weight.shape[1]) for conv, _ in convs]
+
+    @staticmethod
+    def train_program(num_layers):
+        return _gcn_forward_to_last(num_layers) + [Stage("AVL", num_layers - 1)] + \
+            _gcn_backward_from(num_layers - 1)
+
+    @staticmethod
+    def forward_program(num_layers):
+        return _gcn_forward_to_last(num_layers) + [Stage("AVO", num_layers - 1)]
+
+    @staticmethod
+    def backward_program(num_layers):
+        return [Stage("BAV", num_layers - 1)] + _gcn_backward_from(num_layers - 1)
+
+    @property
+    def logits_width(self):
+        return self.dims[-1][1]
+
+    # -- graph side ----------------------------------------------------------------------------
+    def graph_task(self, st, i):
+        if st.kind == "GA":
+            self.saved_a[(st.layer, i)] = self.gs.gather(i, self.H[st.layer])
+        elif st.kind == "BGA":
+            self.saved_dh[(st.layer, i)] = self.gs.gather_back(i, self.G[st.layer])
+
+    def _buffer(self, back, layer):
+        return self.G[layer] if back else self.H[layer + 1]
+
+    def pack(self, back, layer, route):
+        return self._buffer(back, layer)[route.rows].reshape(-1)
+
+    def recv_numel(self, back, layer, route):
+        return route.rows.numel() * self._buffer(back, layer).shape[1]
+
+    def unpack(self, back, layer, route, msg):
+        buf = self._buffer(back, layer)
+        buf[route.rows] = msg.view(-1, buf.shape[1])
+
+    # -- tensor tasks --------------------------------------------------------------------------
+    def request(self, st, i, epoch, weights, train, extra):
+        rows = self.gs.rows(i)
+        W, b = weights[st.layer]
+        if b is None:
+            b = np.zeros(W.shape[1], dtype=np.float32)
+        last = st.layer == self.L - 1
+        drop = self.spec.dropout[st.layer] if train else 0.0
+        arrays = {"A": self.saved_a[(st.layer, i)].numpy(), "W": W, "b": b,
+                  "ids": self.ids[rows]}
+        header = {"act": "none" if last else "relu", "dropout": drop,
+                  "seed": task_seed(self.spec.seed, epoch, st.layer),
+                  "train": bool(train and drop > 0)}
+        if st.kind == "AVL":
+            header = {"op": "av_loss", "need_dA": self.L > 1}
+            arrays.pop("ids")
+            arrays.update(extra["labels"](rows))
+        elif st.kind == "BAV":
+            dh = (extra["dlogits"][rows] if last else self.saved_dh[(st.layer + 1, i)])
+            header.update(op="av_grad", need_dA=st.layer >= 1)
+            arrays["dH"] = _f32(dh)
+        else:
+            header["op"] = "av"
+        return header, arrays
+
+    def result(self, st, i, epoch, out, acc):
+        rows = self.gs.rows(i)
+        if st.kind == "AV":
+            self.H[st.layer + 1][rows] = torch.from_numpy(np.array(out["H"]))
+        elif st.kind == "AVO":
+            acc["logits"][rows] = torch.from_numpy(np.array(out["H"]))
+        else:
+            add_grad(acc, epoch, (st.layer, "W"), out["dW"])
+            add_grad(acc, epoch, (st.layer, "b"), out["db"])
+            if st.kind == "AVL":
+                acc["loss"][epoch] = acc["loss"].get(epoch, 0.0) + float(out["loss"][0])
+            if "dA" in out:
+                self.G[st.layer][rows] = torch.from_numpy(np.array(out["dA"]))
+        self.saved_dh.pop((st.layer + 1, i), None)
+
+
+def _gcn_backward_from(layer: int) -> list[Stage]:
+    out = []
+    for l in range(layer, -1, -1):
+        if l != layer:
+            out.append(Stage("BAV", l))
+        if l >= 1:
+            out += [Stage("BSC", l), Stage("BGA", l, gate=(True, l))]
+    return out
+
+
+def _gcn_forward_to_last(num_layers: int) -> list[Stage]:
+    out = []
+    for l in range(num_layers - 1):
+        out += [Stage("GA", l, gate=(False, l - 1) if l else None), Stage("AV", l),
+                Stage("SC", l)]
+    last = num_layers - 1
+    return out + [Stage("GA", last, gate=(False, last - 1) if last else None)]
