@@ -213,6 +213,14 @@ class DistKVStore(KVStore):
                 remote.setdefault(servers[q.part], []).append(q)
 
         def fill_local() -> None:
+            if len(local) == 1 and local[0].cols is None and local[0].span() is None:
+                # one pass: gather every row of ``out`` from the part, rows of other servers
+                # from its row 0 (overwritten when their answers arrive); cheaper than a gather
+                # into a buffer plus a scatter of it
+                q, index = local[0], torch.zeros(out.shape[0], dtype=torch.int64)
+                index[q.pos] = q.local
+                torch.index_select(entry.parts[q.part], 0, index, out=out)
+                return
             for q in local:
                 q.fill(out, entry.parts[q.part])
 
