@@ -40,9 +40,13 @@ from dglx_dist.measure import markdown_table
 from dglx_dist.runtime.env import free_local_port
 
 log = logging.getLogger("bench_dorylus")
+# the executor emulates Lambda: every invocation pays a round trip (50 ms: invoke overhead plus
+# moving a ~1.4 MB request), 8 concurrent invocations per graph server, 16 intervals each
+_LAMBDA = {"latency_ms": 50.0, "workers": 8, "intervals": 16}
 PRESETS = {
-    "tiny": {"num_nodes": 20_000, "num_edges": 300_000, "feat_dim": 64, "epochs": 20},
-    "small": {"num_nodes": 200_000, "num_edges": 2_000_000, "feat_dim": 64, "epochs": 10},
+    "tiny": {"num_nodes": 20_000, "num_edges": 300_000, "feat_dim": 64, "epochs": 20, **_LAMBDA},
+    "small": {"num_nodes": 200_000, "num_edges": 2_000_000, "feat_dim": 64, "epochs": 10,
+              **_LAMBDA},
 }
 SYSTEMS = {"async": ["mode=async", "staleness=0"], "sync": ["mode=sync"],
            "cpu": ["mode=sync", "executor=inline"]}
@@ -135,10 +139,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, help="epochs per run (default: the preset's)")
     p.add_argument("--hidden", type=int, default=16)
     p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--intervals", type=int, default=8, help="vertex intervals per server")
-    p.add_argument("--workers", type=int, default=2, help="local executor processes per server")
-    p.add_argument("--latency-ms", type=float, default=0.0,
-                   help="latency injected into every invocation (a Lambda round trip)")
+    p.add_argument("--intervals", type=int, help="vertex intervals per server (preset: 16)")
+    p.add_argument("--workers", type=int,
+                   help="local executor processes per server (preset: 8)")
+    p.add_argument("--latency-ms", type=float,
+                   help="latency injected into every invocation, a Lambda round trip "
+                        "(preset: 50; 0 for bare worker processes)")
     p.add_argument("--target", type=float, default=0.95,
                    help="epochs to accuracy: val_acc >= target x the best of any run")
     add_common(p, "bench_out/dorylus")
