@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ops import Arrays, Op, _array, _dropout, _expect, _field, _rows, dropout_mask
+from .ops import (Arrays, Op, _array, _dropout, _expect, _field, _rows, dropout_mask,
+                  weighted_cross_entropy)
 from .payload import PayloadError
 
 __all__ = ["GAT_OPS", "segment_softmax"]
@@ -230,21 +231,8 @@ def _gat_out(header: dict, arrays: Arrays) -> Arrays:
 
 def _gat_loss(header: dict, arrays: Arrays) -> Arrays:
     z, h = _head_logits(header, arrays)
-    n, classes = z.shape
-    labels = _rows(arrays, "labels", "int64", n)
-    weight = _rows(arrays, "weight", "float32", n)
-    if n:
-        lo, hi = int(labels.min()), int(labels.max())
-        _expect(lo >= 0 and hi < classes, f"array 'labels': values in [{lo}, {hi}], expected "
-                f"class ids in [0, {classes})")
-    shifted = z - z.max(axis=1, keepdims=True) if n else z
-    logp = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-    rows = np.arange(n)
-    loss = -np.dot(weight.astype(np.float64), logp[rows, labels].astype(np.float64))
-    dz = np.exp(logp)
-    dz[rows, labels] -= 1.0
-    dz *= weight[:, None] / h
-    dx = np.tile(dz.astype(np.float32), (1, h))  # the mean over heads spreads it evenly
+    loss, dz = weighted_cross_entropy(z, arrays, "the output layer's width")
+    dx = np.tile(dz / np.float32(h), (1, h))  # the mean over heads spreads it evenly
     return {"loss": np.array([loss], dtype=np.float32), "db": dx.sum(0, dtype=np.float32),
             "dX": dx}
 

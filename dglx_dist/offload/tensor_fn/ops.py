@@ -26,7 +26,7 @@ import numpy as np
 
 from .payload import PayloadError
 
-__all__ = ["Op", "OPS", "dropout_mask", "output_size"]
+__all__ = ["Op", "OPS", "dropout_mask", "output_size", "weighted_cross_entropy"]
 
 Arrays = dict[str, np.ndarray]
 _ACTS = ("relu", "none")
@@ -180,25 +180,32 @@ def _linear_grads(header: dict, a: np.ndarray, w: np.ndarray, dz: np.ndarray) ->
     return out
 
 
-def _av_loss(header: dict, arrays: Arrays) -> Arrays:
-    a, w, b = _linear(arrays)
-    n, classes = a.shape[0], w.shape[1]
+def weighted_cross_entropy(z: np.ndarray, arrays: Arrays, classes_from: str
+                           ) -> tuple[float, np.ndarray]:
+    """``sum_i weight_i * CE(z_i, labels_i)`` over the rows of logits ``z`` and its gradient in
+    ``z`` (float64 loss, float32 gradient); ``labels`` and ``weight`` come from ``arrays``,
+    and ``classes_from`` names what fixes the class count (for the error message)."""
+    n, classes = z.shape
     labels = _rows(arrays, "labels", "int64", n)
     weight = _rows(arrays, "weight", "float32", n)
     if n:
         lo, hi = int(labels.min()), int(labels.max())
         _expect(lo >= 0 and hi < classes, f"array 'labels': values in [{lo}, {hi}], expected "
-                f"class ids in [0, {classes}) (columns of 'W')")
-    z = a @ w + b
+                f"class ids in [0, {classes}) ({classes_from})")
     shifted = z - z.max(axis=1, keepdims=True) if n else z
     logp = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
     rows = np.arange(n)
-    picked = logp[rows, labels]
-    loss = -np.dot(weight.astype(np.float64), picked.astype(np.float64))
+    loss = -np.dot(weight.astype(np.float64), logp[rows, labels].astype(np.float64))
     dz = np.exp(logp)
     dz[rows, labels] -= 1.0
     dz *= weight[:, None]
-    out = _linear_grads(header, a, w, dz.astype(np.float32, copy=False))
+    return float(loss), dz.astype(np.float32, copy=False)
+
+
+def _av_loss(header: dict, arrays: Arrays) -> Arrays:
+    a, w, b = _linear(arrays)
+    loss, dz = weighted_cross_entropy(a @ w + b, arrays, "columns of 'W'")
+    out = _linear_grads(header, a, w, dz)
     out["loss"] = np.array([loss], dtype=np.float32)
     return out
 
