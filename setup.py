@@ -42,5 +42,6 @@ setup(
         # Third-party plug-ins register here; see docs/partitioners.md.
         "dglx_dist.partitioners": [],
         "dglx_dist.executors": [],
+        "dglx_dist.dorylus_layers": [],
     },
 )
