@@ -1,7 +1,8 @@
 """Benchmark: dorylus async (S=0) vs dorylus sync ("pipe") vs the CPU-only variant.
 
-Every run is ``dglx train --strategy dorylus --model gcn`` under torchrun with 2 graph servers
-(2 ranks) on the same synthetic graph and METIS partitions (cached), same GCN, same seed:
+Every run is ``dglx train --strategy dorylus --model gcn`` (or ``--model gat``) under torchrun
+with 2 graph servers (2 ranks) on the same synthetic graph and METIS partitions (cached), same
+model, same seed:
 
 * ``async``: bounded asynchrony, staleness 0, ``local`` executor (separate worker processes);
 * ``sync``: a barrier at every layer (exact full-graph GCN), ``local`` executor;
@@ -60,9 +61,9 @@ def run(args, system: str, data: Path) -> dict[str, Any]:
                     f"latency_s={args.latency_ms / 1000:g}")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            "--master-port", str(free_local_port()), "-m", "dglx_dist", "train", "--strategy",
-           "dorylus", "--model", "gcn", "--data", str(data), "--epochs", str(args.epochs),
+           "dorylus", "--model", args.model, "--data", str(data), "--epochs", str(args.epochs),
            "--eval-every", "1", "--hidden", str(args.hidden), "--lr", str(args.lr),
-           "--dropout", "0.5", "--seed", "0", "--cache-dir", str(args.workdir / "parts"),
+           "--dropout", str(args.dropout), "--seed", "0", "--cache-dir", str(args.workdir / "parts"),
            "--no-progress", *[a for o in opts for a in ("--strategy-opt", o)]]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
            "DGLX_VIRTUAL_SERVERS": "2",  # one graph server per (virtual) server
@@ -137,7 +138,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
     p.add_argument("--systems", type=lambda s: s.split(","), default=list(SYSTEMS))
     p.add_argument("--epochs", type=int, help="epochs per run (default: the preset's)")
+    p.add_argument("--model", choices=("gcn", "gat"), default="gcn",
+                   help="gcn, or gat (4 heads of --hidden, attention tasks per edge)")
     p.add_argument("--hidden", type=int, default=16)
+    p.add_argument("--dropout", type=float, default=0.5)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--intervals", type=int, help="vertex intervals per server (preset: 16)")
     p.add_argument("--workers", type=int,
@@ -161,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
                                              seed=args.seed), args.workdir)
     rows = [run(args, system, data) for system in args.systems]
     add_derived(rows, args.target)
-    result = {"preset": args.preset, "graph_servers": 2, "cpus": os.cpu_count(),
+    result = {"preset": args.preset, "model": args.model, "graph_servers": 2,
+              "cpus": os.cpu_count(),
               "graph": {k: getattr(args, k) for k in ("num_nodes", "num_edges", "feat_dim")},
               "runs": rows, "checks": checks(rows)}
     emit_json(result, args.out)

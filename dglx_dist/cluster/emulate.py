@@ -225,7 +225,11 @@ def run_job(servers: int, nproc_per_server: int, link: LinkSpec, target: Sequenc
         timeout: seconds before every node still running is killed (the job then fails).
     """
     check_available(link)
-    previous = signal.signal(signal.SIGTERM, _sigterm)
+    # SIGTERM becomes SystemExit and SIGINT KeyboardInterrupt even where the launcher started
+    # us with them ignored (a background job of a non-interactive shell ignores SIGINT), so
+    # both always reach the clean-up below
+    previous = {sig: signal.signal(sig, handler) for sig, handler in (
+        (signal.SIGTERM, _sigterm), (signal.SIGINT, signal.default_int_handler))}
     procs: list[subprocess.Popen] = []
     try:
         with EmulatedCluster(servers, link) as cluster:
@@ -245,7 +249,8 @@ def run_job(servers: int, nproc_per_server: int, link: LinkSpec, target: Sequenc
     finally:
         for p in procs:
             _kill_group(p)
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _wait(procs: list[subprocess.Popen], timeout: float) -> list[NodeResult]:

@@ -3,13 +3,16 @@ the inter-server link rate-limited by tc; everything it created is gone afterwar
 machine cannot emulate (not root, no namespaces), the command must refuse and say why."""
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from dglx_dist.cluster.emulate import (EmulatedCluster, EmulationUnavailable, LinkSpec,
+from dglx_dist.cluster.emulate import (OWNERS, EmulatedCluster, EmulationUnavailable, LinkSpec,
                                        check_available)
 from dglx_dist.testing.procs import live_children
 
@@ -24,10 +27,6 @@ def _emulate(*args, prefix=()):
                           env=env, capture_output=True, text=True, timeout=300)
 
 
-def _ours(listing: str) -> list[str]:
-    return [line for line in listing.splitlines() if "dglx-" in line or "dxbr" in line]
-
-
 def test_two_emulated_servers_with_a_shaped_link():
     job = ("--servers", "2", "--nproc-per-server", "1", "--rate", f"{RATE_MBIT}mbit", "--",
            "-m", "dglx_dist", "commcheck", "--backend", "gloo", "--payload-mb", str(PAYLOAD_MB))
@@ -37,7 +36,6 @@ def test_two_emulated_servers_with_a_shaped_link():
         r = _emulate(*job)
         assert r.returncode == 3 and str(exc) in r.stderr, r.stderr[-2000:]
         return
-    before = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     r = _emulate(*job)
     assert r.returncode == 0, r.stderr[-3000:]
     rep = json.loads([ln for ln in r.stdout.splitlines() if ln.startswith("{")][-1])
@@ -47,10 +45,11 @@ def test_two_emulated_servers_with_a_shaped_link():
     floor = PAYLOAD_MB * 2**20 * 8 / (RATE_MBIT * 1e6)
     assert rep["payload_seconds"] >= 0.9 * floor, rep
     assert rep["bytes"][0]["sent_inter"] >= PAYLOAD_MB * 2**20
-    # nothing left behind: namespaces, bridge, veths, processes
+    # nothing of this cluster left behind: namespaces, bridge, veths, owner file, processes
+    token = re.search(r"emulated cluster ([0-9a-f]{6}):", r.stderr).group(1)
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    assert _ours(netns) == [] and _ours(links) == _ours(before)
+    assert token not in netns + links and not (OWNERS / token).exists()
     assert not live_children()
 
 
@@ -73,8 +72,6 @@ def test_bad_link_is_named():
 def test_interrupted_emulation_removes_everything(tmp_path, sig):
     """Ctrl-C (SIGINT) or SIGTERM while the job runs: the nodes are killed and the namespaces
     and bridge removed before the command exits."""
-    import signal
-
     try:
         check_available(LinkSpec())
     except EmulationUnavailable:  # covered by the refusal tests: nothing is created here
@@ -84,27 +81,39 @@ def test_interrupted_emulation_removes_everything(tmp_path, sig):
     script = tmp_path / "sleeper.py"
     script.write_text("import time\ntime.sleep(120)\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DGLX_", "RANK", "WORLD"))}
+    # started with SIGINT ignored, as a background job of a shell is: Ctrl-C must still work
     proc = subprocess.Popen([sys.executable, "-m", "dglx_dist", "emulate", "--nproc-per-server",
                              "1", "--", str(script)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # wait until the nodes run inside their namespaces
-        names = [n.split()[0] for n in _ours(subprocess.run(
-            ["ip", "netns", "list"], capture_output=True, text=True).stdout)]
-        if names and all(subprocess.run(["ip", "netns", "pids", n], capture_output=True,
-                                        text=True).stdout.strip() for n in names):
-            break
-        time.sleep(0.2)
-    else:
-        proc.kill()
-        pytest.fail("the emulated nodes did not start within 60 s")
-    proc.send_signal(getattr(signal, sig))
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode != 0
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        mine = _wait_for_nodes(proc)
+        proc.send_signal(getattr(signal, sig))
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err[-2000:]
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    assert _ours(netns) == [] and not [ln for ln in _ours(links) if "dxbr" in ln], err[-2000:]
+    assert not [ln for ln in (netns + links).splitlines() if mine in ln], err[-2000:]
     assert not live_children()
+
+
+def _wait_for_nodes(proc, seconds: float = 60.0) -> str:
+    """The token of the cluster ``proc`` (a ``dglx emulate``) made, once every one of its
+    namespaces has a process in it."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        names = [p.name for p in Path("/run/netns").glob("dglx-*")
+                 if (OWNERS / p.name.split("-")[1]).is_file()
+                 and (OWNERS / p.name.split("-")[1]).read_text() == str(proc.pid)]
+        if names and all(subprocess.run(["ip", "netns", "pids", n], capture_output=True,
+                                        text=True).stdout.strip() for n in names):
+            return names[0].split("-")[1]
+        time.sleep(0.2)
+    pytest.fail(f"the emulated nodes did not start within {seconds:g} s")
 
 
 def test_leftovers_of_a_killed_run_are_removed():
