@@ -39,29 +39,13 @@ import torch
 
 from dglx_dist.runtime.comm import Comm, Transfer
 from dglx_dist.strategies.dorylus_graph import GraphServer
-from dglx_dist.strategies.dorylus_layers import GcnLayers, LayerKind, Stage
+from dglx_dist.strategies.dorylus_layers import LayerKind, Stage
 
-__all__ = ["Stage", "Pipeline", "TensorSpec", "train_program", "forward_program",
-           "backward_program"]
+__all__ = ["Pipeline", "TensorSpec"]
 
 log = logging.getLogger(__name__)
 GRAPH_KINDS = ("GA", "SC", "BGA", "BSC")
 _DIRS = {"train": 0, "eval": 2}  # tag spaces: forward = base, backward = base + 1
-
-
-def train_program(num_layers: int) -> list[Stage]:
-    """GCN's: forward, the fused last layer (apply + loss + its backward), then the backward."""
-    return GcnLayers.train_program(num_layers)
-
-
-def forward_program(num_layers: int) -> list[Stage]:
-    """GCN's forward only, ending with the logits of every interval (AVO)."""
-    return GcnLayers.forward_program(num_layers)
-
-
-def backward_program(num_layers: int) -> list[Stage]:
-    """GCN's backward from given logit gradients (the last layer's ∇AV first)."""
-    return GcnLayers.backward_program(num_layers)
 
 
 @dataclasses.dataclass

@@ -6,10 +6,11 @@ import torch
 from dglx_dist.models import GAT, GCN
 from dglx_dist.registry import RegistryError
 from dglx_dist.strategies import STRATEGIES
-from dglx_dist.strategies.dorylus import ParamServers
-from dglx_dist.strategies.dorylus_layers import DORYLUS_LAYERS
-from dglx_dist.strategies.dorylus_pipeline import (backward_program, forward_program,
-                                                   train_program)
+from dglx_dist.strategies.dorylus_layers import DORYLUS_LAYERS, GcnLayers
+from dglx_dist.strategies.dorylus_params import ParamServers
+
+train_program, forward_program, backward_program = (
+    GcnLayers.train_program, GcnLayers.forward_program, GcnLayers.backward_program)
 
 
 def _names(program):
