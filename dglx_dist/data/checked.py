@@ -167,14 +167,15 @@ def check_finite(feat: np.ndarray, file: Path, mode: str, error_cls: type[Except
     logs how many there are."""
     if mode not in NONFINITE:
         raise ValueError(f"nonfinite={mode!r}; expected one of {list(NONFINITE)}")
-    finite = np.isfinite(feat)
-    if finite.all():
+    bad = ~np.isfinite(feat)
+    if not bad.any():
         return
-    row, col = (int(i[0]) for i in np.nonzero(~finite))
-    where = f"{file}: field {field!r} row {row} column {col} = {feat[row, col]}"
+    rows, cols = np.nonzero(bad)
+    row, col, count = int(rows[0]), int(cols[0]), rows.size
     if mode == "reject":
-        raise error_cls(f"{where}; expected finite values (NaN or Inf in {int((~finite).sum())} "
-                        f"cells; nonfinite='warn', or `dglx partition --nonfinite warn`, reads "
-                        f"them anyway)")
+        raise error_cls(f"{file}: field {field!r} row {row} column {col} = {feat[row, col]}; "
+                        f"expected finite values (NaN or Inf in {count} cells; "
+                        f"nonfinite='warn', or `dglx partition --nonfinite warn`, reads them "
+                        f"anyway)")
     log.warning("%s: %d cells are NaN or Inf (first: row %d column %d); read anyway "
-                "(nonfinite='warn')", file, int((~finite).sum()), row, col)
+                "(nonfinite='warn')", file, count, row, col)
