@@ -199,9 +199,8 @@ class DorylusStrategy(Strategy):
     def _controller(self) -> LambdaController:
         cfg = self.config
         start = cfg.lambdas or min(self.gs.num_intervals, 100)
-        ctl = LambdaController(self.executor, timeout_s=cfg.invocation_timeout,
-                               concurrency=min(start, self.executor.capacity))
-        return ctl
+        return LambdaController(self.executor, timeout_s=cfg.invocation_timeout,
+                                concurrency=min(start, self.executor.capacity))
 
     def _pipeline(self) -> Pipeline:
         layers = self.kind(self._plan, self.gs, self.feat, TensorSpec(self._dropout,
