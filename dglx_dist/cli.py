@@ -57,6 +57,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_train(args: argparse.Namespace) -> int:
     import torch
 
+    from dglx_dist.checkpoint import Checkpointing
     from dglx_dist.models import MODELS
     from dglx_dist.partition import PartitionDir
     from dglx_dist.prepare import ensure_partitions
@@ -74,10 +75,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
         model = MODELS[args.model](pdir.feat_dim, args.hidden, pdir.num_classes, layers,
                                   dropout=args.dropout, row_normalize=args.row_normalize)
         sink = _MetricsSink(sys.stdout, args.metrics_file if session.is_main else None)
+        checkpoint = (Checkpointing(args.checkpoint_dir, every=args.checkpoint_every)
+                      if args.checkpoint_dir else None)
         trainer = Trainer(model, pdir, strategy, session=session, lr=args.lr,
                           weight_decay=args.weight_decay, progress=not args.no_progress,
-                          metrics=sink if session.is_main else None)
+                          metrics=sink if session.is_main else None, checkpoint=checkpoint)
         try:
+            trainer.resume_or_start(args.resume)
             trainer.fit(args.epochs, eval_every=args.eval_every)
         finally:  # e.g. dorylus's executor processes go with the trainer, also on failure
             trainer.close()
@@ -129,6 +133,12 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default=None, help="gloo or nccl (default: nccl if CUDA)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--metrics-file", type=Path, help="also append the JSON lines to this file")
+    p.add_argument("--checkpoint-dir", type=Path, help="save checkpoints here (a directory every "
+                   "rank sees); a run restarted by torchrun --max-restarts resumes from it")
+    p.add_argument("--checkpoint-every", type=int, default=1, metavar="N",
+                   help="save after every N epochs and after the last (default 1)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the newest intact checkpoint in --checkpoint-dir")
     p.add_argument("--row-normalize", action="store_true",
                    help="divide each feature row by its sum (as DGL's Planetoid loaders do to "
                         "bag-of-words features such as Cora's); default: features as stored")

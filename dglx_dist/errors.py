@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 __all__ = ["DglxError", "DatasetFormatError", "PartitionFormatError", "PartitionError",
-           "InsufficientMemoryError"]
+           "InsufficientMemoryError", "CheckpointError"]
 
 
 class DglxError(Exception):
@@ -23,3 +23,7 @@ class PartitionError(DglxError, ValueError):
 
 class InsufficientMemoryError(DglxError, MemoryError):
     """The estimated peak memory of a step exceeds what the machine has available."""
+
+
+class CheckpointError(DglxError, ValueError):
+    """A checkpoint that is missing, damaged, of another format, or from another job shape."""

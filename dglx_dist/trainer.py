@@ -13,17 +13,30 @@ A DGL training script changes by a handful of lines::
 or, without a loop of one's own, ``trainer.fit(epochs)`` which also returns the per-epoch
 metrics records (wall time, steps, samples, bytes intra/inter-server, peak memory, loss,
 accuracy) and writes them as JSON lines.
+
+Checkpoints: ``trainer.save(dir)`` / ``trainer.resume(dir)`` (collective), or
+``Trainer(..., checkpoint=Checkpointing(dir, every=1))`` to save during ``fit``. A checkpoint
+holds every rank's model and optimizer state, the strategy's state between epochs, the epoch
+and step counters, the RNG states and the metrics history, plus the rows (and sparse optimizer
+state) of the ``embeddings`` the trainer was given, each part written by one rank of the server
+holding it. Resuming restores all of it; training continues at the epoch after the
+checkpoint's, so with every seed fixed the losses are those of an uninterrupted run.
 """
 from __future__ import annotations
 
 import json
 import logging
 import time
-from typing import Any, Callable, Iterator, TextIO
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence, TextIO
 
 import torch
 from tqdm.auto import tqdm
 
+from dglx_dist.checkpoint import Checkpointing, collective, list_checkpoints, rng
+from dglx_dist.checkpoint.files import decode, encode
+from dglx_dist.errors import CheckpointError
+from dglx_dist.kvstore.embedding import DistEmbedding
 from dglx_dist.measure import SavedBytes, peak_rss_bytes
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.session import Session, current_session
@@ -48,6 +61,9 @@ class Trainer:
         lr / weight_decay: for the default optimizer.
         metrics: a stream receiving one JSON line per epoch on rank 0 (e.g. ``sys.stdout``).
         progress: tqdm progress bars on rank 0.
+        checkpoint: when ``fit`` saves checkpoints (None: never).
+        embeddings: sparse embeddings trained alongside the model; checkpoints include their
+            rows and optimizer state.
         **options: the strategy's options (validated against its Config).
     """
 
@@ -55,7 +71,8 @@ class Trainer:
                  session: Session | None = None,
                  optimizer: Callable[[Any], torch.optim.Optimizer] | None = None,
                  lr: float = 0.01, weight_decay: float = 0.0, metrics: TextIO | None = None,
-                 progress: bool = True, **options: Any):
+                 progress: bool = True, checkpoint: Checkpointing | None = None,
+                 embeddings: Sequence[DistEmbedding] = (), **options: Any):
         if isinstance(strategy, Strategy):
             if options:
                 raise ValueError(f"options {sorted(options)} given with a built strategy; "
@@ -71,18 +88,22 @@ class Trainer:
         self.optimizer = (optimizer(params) if optimizer is not None else
                           torch.optim.Adam(params, lr=lr, weight_decay=weight_decay))
         self.metrics, self.progress = metrics, progress
-        self.epoch = 0
+        self.checkpoint, self.embeddings = checkpoint, list(embeddings)
+        self.epoch = 0  # epochs completed
+        self.steps = 0  # optimizer steps taken
         self.saved = SavedBytes()  # activation memory of the training forwards
         self.history: list[dict[str, Any]] = []
 
     def batches(self, epoch: int | None = None) -> Iterator[Batch]:
-        """One epoch of the strategy's batches (every rank gets the same number)."""
+        """One epoch of the strategy's batches (every rank gets the same number); once they
+        are all consumed, ``self.epoch`` is ``epoch + 1``."""
         epoch = self.epoch if epoch is None else epoch
         it = self.strategy.batches(epoch)
         if self.progress and self.session.is_main:
             it = tqdm(it, desc=f"epoch {epoch}", unit="step", leave=False)
         self.model.train()
         yield from it
+        self.epoch = epoch + 1
 
     def forward(self, batch: Batch) -> torch.Tensor:
         """Logits for ``batch`` (what the strategy does between layers included)."""
@@ -102,6 +123,7 @@ class Trainer:
             raise failure from exc
         self.strategy.after_backward()
         self.optimizer.step()
+        self.steps += 1
 
     def evaluate(self, split: str = "test") -> float:
         """Accuracy on ``split`` over all partitions (collective)."""
@@ -113,19 +135,22 @@ class Trainer:
 
     def fit(self, epochs: int, eval_every: int = 1,
             loss_fn: Callable = torch.nn.functional.cross_entropy) -> list[dict[str, Any]]:
-        """Trains ``epochs`` epochs; returns (and writes) one metrics record per epoch.
+        """Trains until ``epochs`` epochs are complete (after :meth:`resume`, the remaining
+        ones); returns (and writes) one metrics record per epoch, the resumed run's included.
 
         Validation accuracy is measured every ``eval_every`` epochs and test accuracy after the
-        last epoch (``test_acc`` in the last record).
+        last epoch (``test_acc`` in the last record). With ``checkpoint`` set, a checkpoint is
+        saved every ``checkpoint.every`` epochs and after the last one.
         """
         if self.strategy.owns_training:
             return self._fit_owned(epochs, eval_every)
-        for i in range(epochs):
+        while self.epoch < epochs:
+            epoch = self.epoch
             before = self.session.counter.snapshot()
             self.saved.reset()
             t0 = time.perf_counter()
             losses, steps, samples = 0.0, 0, 0
-            for batch in self.batches():
+            for batch in self.batches(epoch):
                 logits = self.forward(batch)
                 # a rank with no labelled rows in this step still runs backward (the strategy's
                 # exchanges are collective) with a loss of zero
@@ -135,46 +160,144 @@ class Trainer:
                 steps += 1
                 samples += batch.seeds.numel()
             wall = time.perf_counter() - t0
-            after = self.session.counter.snapshot()
-            record = self._record(wall, steps, samples, losses, before, after)
-            last = i == epochs - 1
-            if last or (eval_every and (i + 1) % eval_every == 0):
-                record["val_acc"] = round(self.evaluate("val"), 4)
-            if last:
-                record["test_acc"] = round(self.evaluate("test"), 4)
-            self._emit(record)
-            self.epoch += 1
+            record = self._record(epoch, wall, steps, samples, losses, before,
+                                  self.session.counter.snapshot())
+            self._epoch_done(record, epochs, eval_every)
         return self.history
 
     def _fit_owned(self, epochs: int, eval_every: int) -> list[dict[str, Any]]:
         """``fit`` for a strategy that runs its own training pipeline (epochs may overlap):
         the strategy calls back once per epoch, when that epoch's update is applied."""
         first, before = self.epoch, [self.session.counter.snapshot()]
-        bar = tqdm(total=epochs, desc="epochs", unit="epoch", leave=False,
+        if first >= epochs:
+            return self.history
+        bar = tqdm(total=epochs - first, desc="epochs", unit="epoch", leave=False,
                    disable=not (self.progress and self.session.is_main))
 
         def on_epoch(epoch: int, info: dict[str, Any]) -> None:
             after = self.session.counter.snapshot()
-            record = self._record(info.pop("wall"), 1, info.pop("samples", 0),
+            record = self._record(epoch, info.pop("wall"), 1, info.pop("samples", 0),
                                   info.pop("loss"), before[0], after)
             record.update(info)
-            i = epoch - first
-            if i == epochs - 1 or (eval_every and (i + 1) % eval_every == 0):
-                record["val_acc"] = round(self.evaluate("val"), 4)
-            if i == epochs - 1:
-                record["test_acc"] = round(self.evaluate("test"), 4)
-            self._emit(record)
             self.epoch = epoch + 1
+            self._epoch_done(record, epochs, eval_every)
             before[0] = self.session.counter.snapshot()
             bar.update(1)
 
         try:
-            self.strategy.fit_epochs(self.optimizer, first, epochs, on_epoch)
+            self.strategy.fit_epochs(self.optimizer, first, epochs - first, on_epoch)
         finally:
             bar.close()
         return self.history
 
-    def _record(self, wall: float, steps: int, samples: int, losses: float,
+    def _epoch_done(self, record: dict[str, Any], epochs: int, eval_every: int) -> None:
+        """Evaluates as due, emits the epoch's record, then saves a checkpoint as due."""
+        done, last = record["epoch"] + 1, record["epoch"] + 1 == epochs
+        if last or (eval_every and done % eval_every == 0):
+            record["val_acc"] = round(self.evaluate("val"), 4)
+        if last:
+            record["test_acc"] = round(self.evaluate("test"), 4)
+        self._emit(record)
+        if self.checkpoint is not None and (last or done % self.checkpoint.every == 0):
+            self.save(self.checkpoint.dir, keep=self.checkpoint.keep)
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def save(self, directory: str | Path, keep: int = 2) -> Path:
+        """Writes a checkpoint of the run as it stands (collective; see the module docstring)
+        into ``directory/epoch-NNNNNN`` and keeps the newest ``keep``. Call it between epochs:
+        a resumed run starts at the epoch after ``self.epoch``'s last completed one."""
+        rank = self.session.rank
+        state = {"epoch": self.epoch, "steps": self.steps, "model": self.model.state_dict(),
+                 "optimizer": self.optimizer.state_dict(), "strategy": self.strategy.state_dict(),
+                 "rng": rng.capture(), "history": self.history}
+        blobs = {_rank_file(rank): encode(state)}
+        for fname, name, part, rows in self._shards():
+            blobs[fname] = encode({"name": name, "part": part, "rows": rows})
+        meta = {"step": self.steps, "world_size": self.session.world_size,
+                "strategy": self.strategy.registered_name,
+                "servers": self.session.topology.num_servers}
+        return collective.save(self.session.world, Path(directory), self.epoch, meta, blobs, keep)
+
+    def resume(self, directory: str | Path) -> bool:
+        """Loads the newest intact checkpoint under ``directory`` (collective); False when there
+        is none. Raises :class:`~dglx_dist.errors.CheckpointError` on every rank when the
+        checkpoint is from another job shape or a rank cannot load its share."""
+        found = collective.find(self.session.world, Path(directory))
+        if found is None:
+            return False
+        path, manifest, read = found
+        expected = {"world_size": self.session.world_size,
+                    "strategy": self.strategy.registered_name}
+        for key, value in expected.items():
+            if manifest[key] != value:
+                raise CheckpointError(f"{path} was written with {key}={manifest[key]!r}; this "
+                                      f"job has {key}={value!r}")
+        error = ""
+        try:
+            self._load(decode(read(_rank_file(self.session.rank)), f"{path} (rank file)"), read)
+        except (CheckpointError, KeyError, RuntimeError, ValueError, TypeError) as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        flags = self.session.world.all_gather(torch.tensor([0 if error else 1]))
+        failed = [r for r, f in enumerate(flags) if not int(f)]
+        if failed:
+            raise CheckpointError(f"resuming from {path} failed on ranks {failed}"
+                                  + (f"; here: {error}" if error else " (see their errors)"))
+        if self.session.is_main:
+            log.info("resumed from %s: %d epochs, %d steps done", path, self.epoch, self.steps)
+        return True
+
+    def resume_or_start(self, resume: bool = False) -> bool:
+        """Resumes from ``checkpoint.dir`` when ``resume`` is set or the launcher restarted the
+        job (torchrun ``--max-restarts``); True when a checkpoint was loaded (collective).
+
+        Raises:
+            CheckpointError: neither applies but the directory holds checkpoints (of an
+                earlier run, which new ones would mix with).
+        """
+        if self.checkpoint is None:
+            if resume:
+                raise CheckpointError("resume asked for, but the trainer has no checkpoint "
+                                      "directory (Trainer(checkpoint=Checkpointing(dir)))")
+            return False
+        root = self.checkpoint.dir
+        if resume or self.session.env.restart_count > 0:
+            resumed = self.resume(root)
+            if not resumed and self.session.is_main:
+                log.warning("no checkpoint in %s yet: starting from epoch 0", root)
+            return resumed
+        existing = list_checkpoints(root)
+        if existing:
+            raise CheckpointError(f"{root} holds checkpoints of an earlier run (up to epoch "
+                                  f"{existing[-1][0]}); resume it (--resume) or choose an empty "
+                                  f"directory")
+        return False
+
+    def _load(self, state: dict[str, Any], read: Callable[[str], bytes]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.strategy.load_state_dict(state["strategy"])
+        for fname, name, part, rows in self._shards():
+            shard = decode(read(fname), fname)
+            if shard.get("name") != name or shard.get("part") != part or \
+                    tuple(shard["rows"].shape) != tuple(rows.shape):
+                raise CheckpointError(f"{fname} holds {shard.get('name')!r} part "
+                                      f"{shard.get('part')}; expected {name!r} part {part} of "
+                                      f"shape {tuple(rows.shape)}")
+            rows.copy_(shard["rows"])
+        self.epoch, self.steps = int(state["epoch"]), int(state["steps"])
+        self.history = list(state["history"])
+        rng.restore(state["rng"])
+
+    def _shards(self) -> Iterator[tuple[str, str, int, torch.Tensor]]:
+        """(file, tensor name, part, local rows) of the embedding parts this rank saves."""
+        for e, emb in enumerate(self.embeddings):
+            names = sorted(n for n in emb.store.names()
+                           if n == emb.name or n.startswith(emb.name + "/"))
+            for k, name in enumerate(names):
+                for part, rows in sorted(emb.store.checkpoint_parts(name).items()):
+                    yield f"emb{e}-{k}-part{part:05d}.pt", name, part, rows
+
+    def _record(self, epoch: int, wall: float, steps: int, samples: int, losses: float,
                 before: dict[str, int], after: dict[str, int]) -> dict[str, Any]:
         """The epoch's numbers summed (bytes, samples) or maxed (time, memory) over ranks."""
         world = self.session.world
@@ -185,7 +308,7 @@ class Trainer:
                              dtype=torch.float64)
         world.all_reduce(maxes, op="max")
         topo = self.session.topology
-        record = {"epoch": self.epoch, "strategy": self.strategy.registered_name,
+        record = {"epoch": epoch, "strategy": self.strategy.registered_name,
                   "world_size": self.session.world_size, "servers": topo.num_servers,
                   "epoch_time": round(float(maxes[0]), 4), "steps": steps,
                   "samples": int(sums[4]), "loss": round(float(sums[5]) / max(steps, 1)
@@ -202,3 +325,7 @@ class Trainer:
             if self.metrics is not None:
                 self.metrics.write(json.dumps(record) + "\n")
                 self.metrics.flush()
+
+
+def _rank_file(rank: int) -> str:
+    return f"rank-{rank:05d}.pt"

@@ -177,6 +177,15 @@ class KVStore(abc.ABC):
         with torch.no_grad():  # stored rows never join an autograd graph
             self._push(entry, push_op, ids.cpu(), values.detach().cpu())
 
+    def checkpoint_parts(self, name: str) -> dict[int, torch.Tensor]:
+        """The local tensors of the parts of ``name`` this process writes into a checkpoint and
+        restores from it (in place): every part is some one process's."""
+        entry = self._entry(name)
+        return {p: t for p, t in entry.parts.items() if self._checkpoints_part(p)}
+
+    def _checkpoints_part(self, part: int) -> bool:
+        return True
+
     def names(self) -> list[str]:
         """Registered names, in registration order."""
         return list(self._entries)

@@ -109,6 +109,10 @@ class DistKVStore(KVStore):
                              f"rank {self.session.rank} (server {self._server}) may only pass "
                              f"parts {[p for p, s in enumerate(servers) if s == self._server]}")
 
+    def _checkpoints_part(self, part: int) -> bool:
+        ranks = self.session.topology.server_ranks(self._server)  # spread over the server
+        return ranks[part % len(ranks)] == self.session.rank
+
     # -- init --------------------------------------------------------------------------------
     def _init_data(self, name: str, spec: InitSpec | None,
                    error: Exception | None) -> TensorEntry:

@@ -52,6 +52,8 @@ class DistEnv:
         backend: "gloo", "nccl" or None (choose by device).
         launcher: "torchrun", "slurm" or "single".
         malloc: the C allocator setting (:mod:`dglx_dist.runtime.allocator`).
+        restart_count: how often the launcher restarted the job's workers (torchrun's elastic
+            ``--max-restarts``, SLURM's requeue); > 0 means a restarted run.
     """
 
     rank: int = 0
@@ -67,6 +69,7 @@ class DistEnv:
     backend: str | None = None
     launcher: str = "single"
     malloc: str = "keep"
+    restart_count: int = 0
 
     def __post_init__(self):
         if not 0 <= self.rank < self.world_size:
@@ -142,7 +145,8 @@ def _from_torchrun(env: Mapping[str, str]) -> DistEnv:
                    local_world_size=local_world, node_rank=_int(env, "GROUP_RANK", 0),
                    num_nodes=world // max(local_world, 1), master_addr=env.get("MASTER_ADDR",
                    "127.0.0.1"), master_port=_int(env, "MASTER_PORT", DEFAULT_PORT),
-                   launcher="torchrun", **_common(env))
+                   launcher="torchrun", restart_count=_int(env, "TORCHELASTIC_RESTART_COUNT", 0),
+                   **_common(env))
 
 
 def _from_slurm(env: Mapping[str, str]) -> DistEnv:
@@ -154,7 +158,8 @@ def _from_slurm(env: Mapping[str, str]) -> DistEnv:
                    local_rank=_int(env, "SLURM_LOCALID", 0), local_world_size=world // nodes,
                    node_rank=_int(env, "SLURM_NODEID", 0), num_nodes=nodes,
                    master_addr=env.get("MASTER_ADDR") or expand_nodelist(nodelist)[0],
-                   master_port=port, launcher="slurm", **_common(env))
+                   master_port=port, launcher="slurm",
+                   restart_count=_int(env, "SLURM_RESTART_COUNT", 0), **_common(env))
 
 
 def read_env(environ: Mapping[str, str] | None = None) -> DistEnv:

@@ -140,6 +140,17 @@ class Strategy(abc.ABC):
         with ``info`` holding at least ``wall`` (seconds) and ``loss``."""
         raise NotImplementedError(f"strategy {self.registered_name!r} trains through batches()")
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint must hold of this rank's strategy between epochs besides the model
+        and optimizer (tensors, numbers, strings, lists and dicts only)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores :meth:`state_dict`'s result (on a strategy set up and wrapped as before)."""
+        if state:
+            raise ValueError(f"strategy {self.registered_name!r} keeps no state between epochs; "
+                             f"the checkpoint holds {sorted(state)}")
+
     def after_backward(self) -> None:
         """Called after every backward pass (e.g. to account traffic done by DDP)."""
 

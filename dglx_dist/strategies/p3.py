@@ -173,6 +173,19 @@ class P3Strategy(MiniBatchStrategy):
             p.grad.div_(self.session.world_size)
         self.session.world.account_all_reduce(self._grad_bytes)
 
+    def state_dict(self) -> dict:
+        """The pipeline's slice gradients that arrived after the epoch's last step (applied at
+        the next epoch's first step)."""
+        deferred = self._layer.deferred
+        return {"deferred": [g.clone() for g in deferred] if deferred is not None else []}
+
+    def load_state_dict(self, state: dict) -> None:
+        deferred = state["deferred"]
+        if deferred and len(deferred) != len(self._slices):
+            raise ValueError(f"the checkpoint holds {len(deferred)} deferred slice gradients; "
+                             f"this model's first layer has {len(self._slices)} slices")
+        self._layer.deferred = list(deferred) or None
+
     def batches(self, epoch: int) -> Iterator[Batch]:
         if not self.config.pipeline:
             yield from super().batches(epoch)

@@ -96,7 +96,7 @@ class P3FirstLayer(nn.Module):
         self._ahead: collections.deque[_InFlight] = collections.deque()  # launched
         self._trained: list[_InFlight] = []  # forward done, gradient not yet sent
         self._returning: list[_InFlight] = []  # gradient on its way back
-        self._deferred: list[torch.Tensor] | None = None  # slice gradients to apply
+        self.deferred: list[torch.Tensor] | None = None  # slice gradients to apply
 
     def _partials(self, block: dgl.DGLGraph, weights: list[torch.Tensor]):
         blocks = exchange_blocks(self.server, self.cross, block, self.id_dtype)
@@ -138,10 +138,10 @@ class P3FirstLayer(nn.Module):
                                                    else torch.zeros_like(entry.total))
             self._returning.append(entry)
         self._trained = []
-        if self._deferred is not None:
-            for w, g in zip(self.weights, self._deferred):
+        if self.deferred is not None:
+            for w, g in zip(self.weights, self.deferred):
                 w.grad = g if w.grad is None else w.grad + g
-            self._deferred = None
+            self.deferred = None
 
     def drain(self) -> None:
         """Finishes the gradient exchanges under way (collective); their slice gradients wait
@@ -149,8 +149,8 @@ class P3FirstLayer(nn.Module):
         for entry in self._returning:
             torch.autograd.backward(entry.flats, entry.plan.finish_backward(entry.back))
             grads = [w.grad for w in entry.stash]
-            if self._deferred is None:
-                self._deferred = grads
+            if self.deferred is None:
+                self.deferred = grads
             else:
-                self._deferred = [a + g for a, g in zip(self._deferred, grads)]
+                self.deferred = [a + g for a, g in zip(self.deferred, grads)]
         self._returning = []

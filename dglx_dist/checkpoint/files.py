@@ -1,0 +1,207 @@
+"""The on-disk checkpoint format: one directory per checkpoint, its manifest written last.
+
+A checkpoint root holds ``epoch-NNNNNN/`` directories (``NNNNNN``: epochs completed). Each is
+built under ``.epoch-NNNNNN.tmp`` and renamed into place once ``manifest.json`` (every file's
+size and SHA-256) is written and synced, so a crash at any point leaves either the complete
+new checkpoint or none of it, and the previous ones untouched. Files are ``torch.save``
+archives of tensors, numbers, strings, lists and dicts only, read back with
+``torch.load(weights_only=True)`` after their checksum matched: nothing is unpickled.
+
+Everything here is single-process; :mod:`dglx_dist.checkpoint.collective` runs it over ranks.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dglx_dist.errors import CheckpointError
+
+__all__ = ["FORMAT", "MANIFEST", "checkpoint_name", "staging_dir", "encode", "decode",
+           "write_file", "commit", "read_manifest", "read_file", "verify", "find_latest",
+           "list_checkpoints"]
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+MANIFEST = "manifest.json"
+MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists files: megabytes would already be absurd
+_DIR = re.compile(r"^epoch-(\d{6,9})$")
+_FILE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
+_SHA = re.compile(r"^[0-9a-f]{64}$")
+
+
+def checkpoint_name(epoch: int) -> str:
+    """The directory name of the checkpoint taken after ``epoch`` completed epochs."""
+    return f"epoch-{int(epoch):06d}"
+
+
+def staging_dir(root: Path, epoch: int) -> Path:
+    """Where the checkpoint of ``epoch`` is built before it is renamed into place."""
+    return Path(root) / f".{checkpoint_name(epoch)}.tmp"
+
+
+def encode(obj: Any) -> bytes:
+    """``obj`` (tensors, numbers, strings, lists, tuples, dicts) as a torch.save archive."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def decode(data: bytes, what: str) -> Any:
+    """The object of :func:`encode`'s archive ``data``; only plain data is accepted."""
+    try:
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as exc:  # the restricted unpickler raises many types
+        raise CheckpointError(f"{what}: not a checkpoint archive of plain data "
+                              f"({type(exc).__name__}: {exc})") from None
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_file(directory: Path, name: str, data: bytes) -> dict[str, Any]:
+    """Writes ``data`` to ``directory/name`` and syncs it; returns its manifest entry."""
+    if not _FILE.match(name):
+        raise ValueError(f"checkpoint file name {name!r}; expected letters, digits, '_.-'")
+    with open(Path(directory) / name, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def commit(root: Path, epoch: int, manifest: dict[str, Any], keep: int) -> Path:
+    """Writes the manifest into the staging directory of ``epoch`` and renames it into place;
+    then removes all but the newest ``keep`` checkpoints. Returns the checkpoint's path."""
+    root, staging = Path(root), staging_dir(root, epoch)
+    tmp = staging / (MANIFEST + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(tmp, staging / MANIFEST)
+    _fsync_dir(staging)
+    final = root / checkpoint_name(epoch)
+    if final.exists():  # an earlier run's checkpoint of the same epoch: replaced, never mixed
+        old = root / f".{final.name}.old"
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(final, old)
+        os.rename(staging, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(staging, final)
+    _fsync_dir(root)
+    for _, path in list_checkpoints(root)[:-keep] if keep > 0 else []:
+        shutil.rmtree(path, ignore_errors=True)
+    return final
+
+
+def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
+    """``(epoch, path)`` of the committed-looking checkpoint directories, oldest first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir()
+             if (m := _DIR.match(p.name)) and p.is_dir()]
+    return sorted(found)
+
+
+def _int(manifest: dict, key: str, low: int, high: int, where: Path) -> int:
+    value = manifest.get(key)
+    if type(value) is not int or not low <= value <= high:
+        raise CheckpointError(f"{where}: field {key!r} is {value!r}; expected an integer in "
+                              f"[{low}, {high}]")
+    return value
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """The validated manifest of the checkpoint directory ``path``."""
+    path = Path(path)
+    mpath = path / MANIFEST
+    try:
+        size = mpath.stat().st_size
+        if size > MAX_MANIFEST_BYTES:
+            raise CheckpointError(f"{mpath}: {size} bytes; a manifest is at most "
+                                  f"{MAX_MANIFEST_BYTES}")
+        manifest = json.loads(mpath.read_bytes())
+    except OSError as exc:
+        raise CheckpointError(f"{mpath}: cannot read the manifest ({exc.strerror or exc}); "
+                              f"the checkpoint is incomplete") from None
+    except (ValueError, RecursionError) as exc:
+        raise CheckpointError(f"{mpath}: not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise CheckpointError(f"{mpath}: expected a JSON object, got {type(manifest).__name__}")
+    if manifest.get("format") != FORMAT:
+        raise CheckpointError(f"{mpath}: format {manifest.get('format')!r}; this version reads "
+                              f"format {FORMAT}")
+    for key, high in (("epoch", 10**9), ("step", 2**62), ("world_size", 1 << 20)):
+        _int(manifest, key, 0 if key != "world_size" else 1, high, mpath)
+    if not isinstance(manifest.get("strategy"), str):
+        raise CheckpointError(f"{mpath}: field 'strategy' must be a string")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not files:
+        raise CheckpointError(f"{mpath}: field 'files' must be a non-empty object")
+    for name, entry in files.items():
+        if not _FILE.match(name):
+            raise CheckpointError(f"{mpath}: file name {name!r} is not a plain file name")
+        if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str) or \
+                not _SHA.match(entry["sha256"]):
+            raise CheckpointError(f"{mpath}: file {name!r} needs a hex 'sha256'")
+        _int(entry, "bytes", 0, 1 << 44, mpath)
+    return manifest
+
+
+def read_file(path: Path, manifest: dict[str, Any], name: str) -> bytes:
+    """The bytes of checkpoint file ``name``, after checking its size and SHA-256."""
+    entry = manifest["files"].get(name)
+    if entry is None:
+        raise CheckpointError(f"{path}: the manifest lists no file {name!r} (this job needs it; "
+                              f"was the checkpoint written by a job of another shape?)")
+    fpath = Path(path) / name
+    try:
+        size = fpath.stat().st_size
+        if size != entry["bytes"]:  # checked before reading: a declared size allocates nothing
+            raise CheckpointError(f"{fpath}: {size} bytes, the manifest says {entry['bytes']} "
+                                  f"(truncated or replaced)")
+        data = fpath.read_bytes()
+    except OSError as exc:
+        raise CheckpointError(f"{fpath}: cannot read ({exc.strerror or exc})") from None
+    if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        raise CheckpointError(f"{fpath}: SHA-256 differs from the manifest (damaged)")
+    return data
+
+
+def verify(path: Path, manifest: dict[str, Any]) -> None:
+    """Checks every file the manifest lists."""
+    for name in manifest["files"]:
+        read_file(path, manifest, name)
+
+
+def find_latest(root: Path, check_files: bool = True) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint under ``root`` whose manifest (and, with ``check_files``, every
+    file) is intact; damaged newer ones are skipped with a warning. None when there is none."""
+    for epoch, path in reversed(list_checkpoints(root)):
+        try:
+            manifest = read_manifest(path)
+            if manifest["epoch"] != epoch:
+                raise CheckpointError(f"{path}: the manifest says epoch {manifest['epoch']}")
+            if check_files:
+                verify(path, manifest)
+            return path, manifest
+        except CheckpointError as exc:
+            log.warning("skipping checkpoint %s: %s", path, exc)
+    return None
