@@ -19,6 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import dglx_dist
+from dglx_dist.checkpoint import Checkpointing
 from dglx_dist.config import parse_key_values
 from dglx_dist.partition import PartitionDir
 from dglx_dist.prepare import ensure_partitions
@@ -62,6 +63,9 @@ def main():
     parser.add_argument("--weight-decay", type=float, default=5e-4)
     parser.add_argument("--row-normalize", action="store_true",
                         help="divide each (non-negative) feature row by its sum")
+    parser.add_argument("--checkpoint-dir", help="save a checkpoint here after every epoch")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the newest checkpoint in --checkpoint-dir")
     args = parser.parse_args()
 
     session = dglx_dist.init()
@@ -70,13 +74,18 @@ def main():
     torch.manual_seed(0)
     model = SAGE(parts.feat_dim, args.hidden, parts.num_classes, args.dropout,
                  args.row_normalize, args.model)
+    checkpoint = Checkpointing(args.checkpoint_dir) if args.checkpoint_dir else None
     trainer = dglx_dist.Trainer(model, parts, strategy, lr=args.lr,
-                                weight_decay=args.weight_decay)
+                                weight_decay=args.weight_decay, checkpoint=checkpoint)
+    trainer.resume_or_start(args.resume)  # also after a torchrun --max-restarts restart
 
-    for epoch in range(args.epochs):
+    loss = torch.zeros(())
+    for epoch in range(trainer.epoch, args.epochs):
         for batch in trainer.batches(epoch):
             loss = F.cross_entropy(trainer.forward(batch), batch.y)
             trainer.step(loss)
+        if checkpoint is not None:
+            trainer.save(checkpoint.dir)
     test_acc = trainer.evaluate("test")
     if session.is_main:
         sys.stdout.write(json.dumps({"strategy": args.strategy, "epochs": args.epochs,

@@ -1,0 +1,126 @@
+"""The checkpoint format on disk: commit is all-or-nothing, damaged or half-written checkpoints
+are skipped for the newest intact one, hostile manifests and archives are refused with
+CheckpointError (fuzzed with hypothesis), and archives never unpickle code."""
+import collections
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dglx_dist.checkpoint import files
+from dglx_dist.errors import CheckpointError
+
+FUZZ = settings(max_examples=40, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.function_scoped_fixture])
+HOSTILE = st.one_of(st.none(), st.booleans(), st.text(max_size=8),
+                    st.integers(min_value=-2**70, max_value=2**70),
+                    st.floats(allow_nan=True, allow_infinity=True),
+                    st.lists(st.integers(-5, 5), max_size=3),
+                    st.dictionaries(st.text(max_size=3), st.integers()))
+
+
+def _checkpoint(root: Path, epoch: int, keep: int = 5) -> dict:
+    staging = files.staging_dir(root, epoch)
+    staging.mkdir(parents=True)
+    state = {"w": torch.full((3, 2), float(epoch)), "epoch": epoch, "names": ["a", "b"]}
+    entries = {"rank-00000.pt": files.write_file(staging, "rank-00000.pt", files.encode(state)),
+               "rank-00001.pt": files.write_file(staging, "rank-00001.pt", files.encode([epoch]))}
+    files.commit(root, epoch, {"format": files.FORMAT, "epoch": epoch, "step": 10 * epoch,
+                               "world_size": 2, "strategy": "distdgl", "files": entries}, keep)
+    return state
+
+
+def _load(root: Path):
+    found = files.find_latest(root)
+    if found is None:
+        return None
+    path, manifest = found
+    return manifest["epoch"], files.decode(files.read_file(path, manifest, "rank-00000.pt"), "x")
+
+
+def test_commit_find_and_prune(tmp_path):
+    for epoch in (1, 2, 3):
+        _checkpoint(tmp_path, epoch, keep=2)
+    assert [e for e, _ in files.list_checkpoints(tmp_path)] == [2, 3]
+    epoch, state = _load(tmp_path)
+    assert epoch == 3 and torch.equal(state["w"], torch.full((3, 2), 3.0))
+    _checkpoint(tmp_path, 3, keep=2)  # the same epoch again replaces it whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch-000002", "epoch-000003"]
+
+
+def test_a_save_cut_short_leaves_the_previous_one(tmp_path):
+    _checkpoint(tmp_path, 1)
+    staging = files.staging_dir(tmp_path, 2)  # crashed after writing a file, before commit
+    staging.mkdir()
+    files.write_file(staging, "rank-00000.pt", files.encode({"w": torch.zeros(1)}))
+    assert _load(tmp_path)[0] == 1
+    (tmp_path / "epoch-000003").mkdir()  # a directory without a manifest
+    assert _load(tmp_path)[0] == 1
+
+
+def test_damaged_newest_falls_back(tmp_path):
+    _checkpoint(tmp_path, 1)
+    _checkpoint(tmp_path, 2)
+    f = tmp_path / "epoch-000002" / "rank-00001.pt"
+    data = f.read_bytes()
+    f.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))
+    assert _load(tmp_path)[0] == 1
+    with pytest.raises(CheckpointError, match="SHA-256"):
+        files.verify(tmp_path / "epoch-000002", files.read_manifest(tmp_path / "epoch-000002"))
+
+
+@FUZZ
+@given(name=st.sampled_from(["manifest.json", "rank-00000.pt", "rank-00001.pt"]),
+       truncate=st.booleans(), where=st.floats(0, 1), junk=st.binary(min_size=1, max_size=16))
+def test_damaged_file(tmp_path, name, truncate, where, junk):
+    root = tmp_path / "c"
+    shutil.rmtree(root, ignore_errors=True)
+    _checkpoint(root, 1)
+    newest = _checkpoint(root, 2)
+    f = root / "epoch-000002" / name
+    data = f.read_bytes()
+    at = int(where * len(data))
+    f.write_bytes(data[:at] if truncate else data[:at] + junk + data[at + len(junk):])
+    epoch, state = _load(root)  # never any other exception
+    if epoch == 2:  # the damage left the checkpoint intact (e.g. JSON whitespace)
+        assert torch.equal(state["w"], newest["w"])
+
+
+@FUZZ
+@given(field=st.sampled_from(["format", "epoch", "step", "world_size", "strategy", "files",
+                              "files.bytes", "files.sha256", "files.name"]), value=HOSTILE)
+def test_hostile_manifest_field(tmp_path, field, value):
+    root = tmp_path / "c"
+    shutil.rmtree(root, ignore_errors=True)
+    _checkpoint(root, 1)
+    path = root / "epoch-000001"
+    doc = json.loads((path / files.MANIFEST).read_text())
+    if field == "files.name":
+        doc["files"][str(value)] = doc["files"].pop("rank-00001.pt")
+    elif field.startswith("files."):
+        doc["files"]["rank-00000.pt"][field[6:]] = value
+    else:
+        doc[field] = value
+    (path / files.MANIFEST).write_text(json.dumps(doc))
+    try:
+        manifest = files.read_manifest(path)
+        files.verify(path, manifest)
+    except CheckpointError:
+        assert files.find_latest(root) is None
+        return
+    assert _load(root)[0] == 1  # a harmless value (e.g. the same one) still loads
+
+
+class _Gadget:
+    def __reduce__(self):
+        return (shutil.rmtree, ("/nonexistent-dglx",))
+
+
+def test_archives_never_unpickle_code(tmp_path):
+    for obj in (_Gadget(), collections.Counter(a=1)):
+        with pytest.raises(CheckpointError, match="plain data"):
+            files.decode(files.encode(obj), "rank-00000.pt")
