@@ -24,6 +24,7 @@ checkpoint's, so with every seed fixed the losses are those of an uninterrupted 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -108,22 +109,30 @@ class Trainer:
     def forward(self, batch: Batch) -> torch.Tensor:
         """Logits for ``batch`` (what the strategy does between layers included)."""
         self.saved.start()
-        with torch.autograd.graph.saved_tensors_hooks(self.saved.pack, lambda t: t):
+        with torch.autograd.graph.saved_tensors_hooks(self.saved.pack, lambda t: t), \
+                self._peer_errors("forward (e.g. DDP's bucket broadcast)"):
             return self.strategy.forward(self.model, batch)
 
     def step(self, loss: torch.Tensor) -> None:
         """Backward and optimizer step (gradients are synchronised by the strategy)."""
         self.optimizer.zero_grad(set_to_none=True)
-        try:
+        with self._peer_errors("all_reduce (gradients)"):
             loss.backward()
-        except RuntimeError as exc:  # a gradient all-reduce failed: name the peer
-            failure = self.session.world.peer_failure("all_reduce (gradients)", exc)
-            if failure is None:
-                raise
-            raise failure from exc
         self.strategy.after_backward()
         self.optimizer.step()
         self.steps += 1
+
+    @contextlib.contextmanager
+    def _peer_errors(self, op: str) -> Iterator[None]:
+        """Turns a collective's raw failure inside torch (DDP's own calls, autograd's
+        all-reduces) into the comm layer's error naming the failed rank."""
+        try:
+            yield
+        except RuntimeError as exc:
+            failure = self.session.world.peer_failure(op, exc)
+            if failure is None:
+                raise
+            raise failure from exc
 
     def evaluate(self, split: str = "test") -> float:
         """Accuracy on ``split`` over all partitions (collective)."""
