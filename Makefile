@@ -1,4 +1,4 @@
-# The two commands a newcomer runs: `make demo` and `make test`.
+# The two commands a newcomer runs: `make demo` and `make test` (`make docs` builds the site).
 # Each installs what is missing first: into the active virtualenv if there is one, otherwise into
 # ./.venv (created with python3, which must be Python 3.11).
 PYTHON ?= python3
@@ -12,13 +12,17 @@ endif
 PY := $(ENV_DIR)/bin/python
 STAMP := $(ENV_DIR)/.dglx_dist-installed
 
-.PHONY: demo test install clean
+.PHONY: demo test docs install clean
 
 demo: $(STAMP)
 	$(PY) -m dglx_dist demo
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# the static site, into site/ (mkdocs.yml); the [test] extra the stamp installs includes [docs]
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict --site-dir site
 
 install: $(STAMP)
 
@@ -29,4 +33,4 @@ $(STAMP): setup.py
 	@touch $(STAMP)
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache
+	rm -rf $(VENV) *.egg-info .pytest_cache site

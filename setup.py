@@ -22,8 +22,14 @@ INSTALL_REQUIRES = [
     "tqdm",
 ]
 
+# The static site (`make docs`); tests/unit/test_docs.py builds it with --strict, so the test
+# extra carries the same pins.
+DOCS = ["mkdocs==1.6.1", "mkdocs-material==9.8.1", "mkdocstrings[python]==1.0.8",
+        "mkdocstrings-python==2.0.11", "griffelib==2.4.1"]
+
 EXTRAS = {
-    "test": ["pytest>=7", "pytest-timeout", "hypothesis", "boto3"],
+    "test": ["pytest>=7", "pytest-timeout", "hypothesis", "boto3", *DOCS],
+    "docs": DOCS,
     "aws": ["boto3"],
     "plot": ["matplotlib"],
 }

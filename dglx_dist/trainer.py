@@ -59,7 +59,8 @@ class Trainer:
             built with ``STRATEGIES.build`` (then ``options`` must be empty).
         session: the job's session (default: the current one, see ``dglx_dist.init``).
         optimizer: builds the optimizer from the wrapped model's parameters; default Adam.
-        lr / weight_decay: for the default optimizer.
+        lr: learning rate of the default optimizer.
+        weight_decay: weight decay of the default optimizer.
         metrics: a stream receiving one JSON line per epoch on rank 0 (e.g. ``sys.stdout``).
         progress: tqdm progress bars on rank 0.
         checkpoint: when ``fit`` saves checkpoints (None: never).

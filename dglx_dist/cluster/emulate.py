@@ -74,6 +74,7 @@ class LinkSpec:
 
 
 PRESETS = {"1g": LinkSpec("1gbit"), "10g": LinkSpec("10gbit")}
+"""The links ``dglx emulate --preset`` names: ``1g`` and ``10g``."""
 
 
 def _run(cmd: Sequence[str]) -> subprocess.CompletedProcess:
@@ -218,7 +219,8 @@ def run_job(servers: int, nproc_per_server: int, link: LinkSpec, target: Sequenc
     """Runs ``torchrun ... target`` as a ``servers``-node job on an emulated cluster.
 
     Args:
-        servers / nproc_per_server: torchrun nodes and processes per node.
+        servers: torchrun nodes (one per emulated server).
+        nproc_per_server: torchrun processes per node.
         link: the inter-server link.
         target: what torchrun runs, e.g. ``["-m", "dglx_dist", "commcheck"]``.
         env: the environment of the nodes (default: this process's).

@@ -183,7 +183,8 @@ class LambdaController:
             The number of results ready to be collected.
 
         Raises:
-            The errors of :meth:`poll`.
+            InvocationError: the function rejected a task's request (as :meth:`poll`).
+            TaskFailedError: a task failed ``max_attempts`` times (as :meth:`poll`).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:

@@ -28,6 +28,7 @@ from dglx_dist.registry import Registry
 __all__ = ["Executor", "EXECUTORS", "InvocationError", "WorkerLost", "ExecutorCounters"]
 
 EXECUTORS: Registry["Executor"] = Registry("executor", entry_point_group="dglx_dist.executors")
+"""The executor registry for Dorylus's tensor tasks (``local``, ``aws``, ``inline``)."""
 
 
 class InvocationError(DglxError, RuntimeError):

@@ -38,6 +38,7 @@ __all__ = ["Partitioner", "PartitionPlan", "PARTITIONERS", "dataset_bytes"]
 
 PARTITIONERS: Registry["Partitioner"] = Registry("partitioner",
                                                  entry_point_group="dglx_dist.partitioners")
+"""The partitioner registry: ``PARTITIONERS.names()``, ``PARTITIONERS.build(name, **options)``."""
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -18,7 +18,8 @@ def make_block(seeds: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
 
     Args:
         seeds: unique global ids of the destination nodes.
-        src / dst: global ids of the sampled edges; every ``dst`` is in ``seeds``.
+        src: global ids of the sampled edges' sources.
+        dst: global ids of the sampled edges' destinations; every one is in ``seeds``.
         num_nodes: nodes of the whole graph (every id is below it).
     """
     frontier = dgl.graph((src, dst), num_nodes=num_nodes)

@@ -37,6 +37,7 @@ from dglx_dist.runtime.topology import Topology
 __all__ = ["Strategy", "Batch", "PartitionSpec", "STRATEGIES"]
 
 STRATEGIES: Registry["Strategy"] = Registry("strategy", entry_point_group="dglx_dist.strategies")
+"""The strategy registry: ``STRATEGIES.names()``, ``STRATEGIES.build(name, **options)``."""
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -231,6 +231,7 @@ OPS: dict[str, Op] = {
                   row_inputs=("A", "labels", "weight"), row_outputs=("dA",),
                   sum_outputs=("loss", "dW", "db"), out_widths=_grad_widths),
 }
+"""The tasks a worker runs, by name: GCN's ``av``, ``av_grad``, ``av_loss``; GAT's ``gat_*``."""
 
 
 def output_size(op: Op, header: dict, arrays: Arrays) -> tuple[int, int]:
