@@ -1,12 +1,12 @@
 """Fault injection: a small training job run N times, a random rank (or executor worker) killed
-at a random moment of each, against one fault-free run.
+at a random moment of its training, against one fault-free run.
 
 Each run is ``dglx train`` under ``torchrun --standalone --max-restarts 3`` with
 ``--checkpoint-dir`` (a checkpoint per epoch). The script SIGKILLs one worker process while the
 job trains; torchrun's agent tears the group down and restarts it; the restarted ranks see
 ``TORCHELASTIC_RESTART_COUNT > 0`` and resume from the newest intact checkpoint. A kill can land
-anywhere, also during a checkpoint's save (the atomic commit is what keeps that safe) or before
-the first checkpoint (the run then starts over).
+anywhere after the first checkpoint, also during a later checkpoint's save (the atomic commit
+is what keeps that safe).
 
 Reported per run: the victim, when it was killed, the exit code, whether the job resumed from a
 checkpoint, wall time, time lost (wall minus the fault-free run's), and whether the final model
@@ -14,7 +14,7 @@ checkpoint, wall time, time lost (wall minus the fault-free run's), and whether 
 strategies re-seed sampling per epoch and checkpoints carry every RNG state, so with the same
 partitions the final models must be identical: ``differing_models`` must be 0.
 
-    python scripts/chaos.py --runs 5                       # distdgl on Cora, ~3 min
+    python scripts/chaos.py --runs 5                       # distdgl on Cora, ~4 min
     python scripts/chaos.py --runs 3 --strategy dorylus --model gcn --victim worker
     python scripts/chaos.py --runs 1 --kill-after-checkpoint 3    # the e2e test's mode
 
@@ -82,21 +82,22 @@ def same_models(a: dict, b: dict) -> bool:
         for f in a)
 
 
-def one_run(args, work: Path, i: int, clean_wall: float | None, rng: random.Random
+def one_run(args, work: Path, i: int, clean: dict[str, Any] | None, rng: random.Random
             ) -> dict[str, Any]:
+    """One job; with ``clean`` (the fault-free run's row) a worker is killed during it."""
     ckpt, out = work / f"ckpt-{i}", work / f"run-{i}.log"
-    faulty = clean_wall is not None
     env = dict(os.environ, DGLX_TIMEOUT=str(args.timeout))
+    row: dict[str, Any] = {"run": i if clean else "fault-free", "victim": "",
+                           "killed_at_s": None}
     t0 = time.monotonic()
     with open(out, "w") as log_file:
-        proc = subprocess.Popen(command(args, ckpt, work / "parts", 3 if faulty else 0),
+        proc = subprocess.Popen(command(args, ckpt, work / "parts", 3 if clean else 0),
                                 stdout=log_file, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
-        row: dict[str, Any] = {"run": i if faulty else "fault-free", "victim": "",
-                               "killed_at_s": None}
         try:
-            if faulty:
-                row.update(inject(args, proc, ckpt, clean_wall, rng, t0))
+            row["first_checkpoint_s"] = wait_first_checkpoint(proc, ckpt, t0)
+            if clean:
+                row.update(inject(args, proc, ckpt, clean, rng, t0))
             code = proc.wait(timeout=args.run_timeout)
         except subprocess.TimeoutExpired:
             code = "timeout"
@@ -107,21 +108,33 @@ def one_run(args, work: Path, i: int, clean_wall: float | None, rng: random.Rand
     wall = time.monotonic() - t0
     text = out.read_text(errors="replace")
     row.update(exit=code, resumed="resumed from" in text, wall_s=round(wall, 2),
-               lost_s=round(wall - clean_wall, 2) if faulty else 0.0)
+               lost_s=round(wall - clean["wall_s"], 2) if clean else 0.0)
     if code != 0:
         log.warning("run %s exited %s; its output: %s", row["run"], code, out)
     return row
 
 
-def inject(args, proc: subprocess.Popen, ckpt: Path, clean_wall: float, rng: random.Random,
-           t0: float) -> dict[str, Any]:
-    """Waits for the moment to strike, then SIGKILLs one worker; returns what was killed."""
+def wait_first_checkpoint(proc: subprocess.Popen, ckpt: Path, t0: float) -> float | None:
+    """Seconds until the job's first checkpoint appeared (training under way); None if the job
+    ended without one."""
+    while proc.poll() is None:
+        if any(p.name.startswith("epoch-") for p in ckpt.glob("epoch-*")):
+            return round(time.monotonic() - t0, 2)
+        time.sleep(0.05)
+    return None
+
+
+def inject(args, proc: subprocess.Popen, ckpt: Path, clean: dict[str, Any],
+           rng: random.Random, t0: float) -> dict[str, Any]:
+    """Waits for the moment to strike (a given checkpoint, or a random moment of the training
+    the fault-free run had left after its first checkpoint), then SIGKILLs one worker."""
     if args.kill_after_checkpoint is not None:
         target = ckpt / f"epoch-{args.kill_after_checkpoint:06d}"
         while not target.exists() and proc.poll() is None:
             time.sleep(0.05)
     else:
-        time.sleep(rng.uniform(0.2, 0.9) * clean_wall)
+        left = clean["wall_s"] - (clean["first_checkpoint_s"] or 0.0)
+        time.sleep(rng.uniform(0.0, 0.8) * max(left, 0.0))
     agent = psutil.Process(proc.pid)
     while proc.poll() is None:
         victims = workers(agent, args.victim)
@@ -145,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--strategy-opt", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--model", default="sage")
     p.add_argument("--data", default="cora")
-    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--epochs", type=int, default=60)
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--victim", choices=("rank", "worker"), default="rank",
                    help="kill a rank, or one of its executor workers (dorylus)")
@@ -169,21 +182,24 @@ def main(argv: list[str] | None = None) -> int:
     clean["model_equal"] = bool(reference)
     rows = [clean]
     for i in range(1, args.runs + 1):
-        row = one_run(args, work, i, clean["wall_s"], rng)
+        row = one_run(args, work, i, clean, rng)
         row["model_equal"] = same_models(final_models(work / f"ckpt-{i}"), reference)
         rows.append(row)
         log.info("run %d: %s", i, row)
     faulted = rows[1:]
-    summary = {"runs": len(faulted), "completed": sum(r["exit"] == 0 for r in faulted),
+    struck = [r for r in faulted if r["killed_at_s"] is not None]
+    summary = {"runs": len(faulted), "faults": len(struck),
+               "completed": sum(r["exit"] == 0 for r in faulted),
                "resumed": sum(r["resumed"] for r in faulted),
-               "max_lost_s": max((r["lost_s"] for r in faulted), default=0.0),
+               "max_lost_s": max((r["lost_s"] for r in struck), default=0.0),
                "differing_models": sum(not r["model_equal"] for r in faulted),
                "fault_free_wall_s": clean["wall_s"], "strategy": args.strategy,
                "epochs": args.epochs, "workdir": str(work)}
     print(json.dumps({"summary": summary, "rows": rows}))
     print(markdown_table(rows))
     print(markdown_table([summary]))
-    ok = summary["completed"] == summary["runs"] and summary["differing_models"] == 0
+    ok = (summary["completed"] == summary["runs"] == summary["faults"]
+          and summary["differing_models"] == 0)
     return 0 if ok else 1
 
 
