@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -86,6 +87,7 @@ def one_run(args, work: Path, i: int, clean: dict[str, Any] | None, rng: random.
             ) -> dict[str, Any]:
     """One job; with ``clean`` (the fault-free run's row) a worker is killed during it."""
     ckpt, out = work / f"ckpt-{i}", work / f"run-{i}.log"
+    shutil.rmtree(ckpt, ignore_errors=True)  # an earlier invocation's run of the same number
     env = dict(os.environ, DGLX_TIMEOUT=str(args.timeout))
     row: dict[str, Any] = {"run": i if clean else "fault-free", "victim": "",
                            "killed_at_s": None}
@@ -139,7 +141,8 @@ def inject(args, proc: subprocess.Popen, ckpt: Path, clean: dict[str, Any],
     while proc.poll() is None:
         victims = workers(agent, args.victim)
         if victims:
-            victim = rng.choice(victims)
+            # not rng.choice: after rng.uniform it picked the same rank in every run (seeds 0, 7)
+            victim = victims[rng.getrandbits(32) % len(victims)]
             try:
                 what = " ".join(victim.cmdline()[-2:]) if args.victim == "worker" else \
                     f"rank {victim.environ().get('RANK', '?')}"
