@@ -109,6 +109,8 @@ def one_run(args, work: Path, i: int, clean: dict[str, Any] | None, rng: random.
                 proc.wait()
     wall = time.monotonic() - t0
     text = out.read_text(errors="replace")
+    records = [json.loads(line) for line in text.splitlines() if line.startswith('{"epoch"')]
+    row["relaunches"] = sum(r.get("relaunches", 0) for r in records)  # executor tasks redone
     row.update(exit=code, resumed="resumed from" in text, wall_s=round(wall, 2),
                lost_s=round(wall - clean["wall_s"], 2) if clean else 0.0)
     if code != 0:
@@ -137,15 +139,19 @@ def inject(args, proc: subprocess.Popen, ckpt: Path, clean: dict[str, Any],
     else:
         left = clean["wall_s"] - (clean["first_checkpoint_s"] or 0.0)
         time.sleep(rng.uniform(0.0, 0.8) * max(left, 0.0))
-    agent = psutil.Process(proc.pid)
+    try:
+        agent = psutil.Process(proc.pid)
+    except psutil.NoSuchProcess:
+        return {"victim": "(job ended first)"}
     while proc.poll() is None:
         victims = workers(agent, args.victim)
         if victims:
             # not rng.choice: after rng.uniform it picked the same rank in every run (seeds 0, 7)
             victim = victims[rng.getrandbits(32) % len(victims)]
             try:
-                what = " ".join(victim.cmdline()[-2:]) if args.victim == "worker" else \
-                    f"rank {victim.environ().get('RANK', '?')}"
+                what = f"rank {victim.environ().get('RANK', '?')}"
+                if args.victim == "worker":
+                    what = f"a worker of {what}"
                 victim.send_signal(signal.SIGKILL)
             except psutil.Error:
                 continue

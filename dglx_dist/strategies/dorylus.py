@@ -52,7 +52,7 @@ from dglx_dist.runtime.topology import Topology
 from dglx_dist.strategies import dorylus_gat  # noqa: F401  (registers GATConv)
 from dglx_dist.strategies.base import STRATEGIES, Batch, PartitionSpec, Strategy
 from dglx_dist.strategies.dorylus_graph import GraphServer
-from dglx_dist.strategies.dorylus_layers import DORYLUS_LAYERS
+from dglx_dist.strategies.dorylus_layers import DORYLUS_LAYERS, summed_grads
 from dglx_dist.strategies.dorylus_params import ParamServers, WeightUpdates
 from dglx_dist.strategies.dorylus_pipeline import Pipeline, TensorSpec
 
@@ -308,7 +308,7 @@ class DorylusStrategy(Strategy):
     def param_grads(self, grads: dict | None) -> list[torch.Tensor]:
         """The parameters' gradients from the tasks' gradients by (layer, name) (zeros where
         no task contributed, e.g. a rank without intervals)."""
-        grads = grads or {}
+        grads = summed_grads(grads)
         return [to(grads[key]) if key in grads else torch.zeros_like(p)
                 for p, key, to in self._slots]
 

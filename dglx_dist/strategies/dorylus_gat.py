@@ -349,16 +349,16 @@ class GatLayers(LayerKind):
         elif st.kind in ("AVL", "BAVO"):
             if st.kind == "AVL":
                 acc["loss"][epoch] = acc["loss"].get(epoch, 0.0) + float(out["loss"][0])
-            add_grad(acc, epoch, (l, "b"), out["db"])
+            add_grad(acc, epoch, (l, "b"), out["db"], i)
             self.saved[("dout", l, i)] = get("dX")
         elif st.kind == "BAE":
             self.saved[("ds", l, i)] = get("DS")
             self.saved[("der", l, i)] = get("dER")
         else:  # BAV
             for name in ("W", "al", "ar"):
-                add_grad(acc, epoch, (l, name), out["d" + name])
+                add_grad(acc, epoch, (l, name), out["d" + name], i)
             if l:
-                add_grad(acc, epoch, (l - 1, "b"), out["dbprev"])
+                add_grad(acc, epoch, (l - 1, "b"), out["dbprev"], i)
                 self.saved[("dout", l - 1, i)] = get("dX")
 
 

@@ -28,7 +28,7 @@ from torch import nn
 from dglx_dist.registry import Registry
 from dglx_dist.strategies.dorylus_graph import GraphServer, Route
 
-__all__ = ["DORYLUS_LAYERS", "LayerKind", "GcnLayers", "Stage", "add_grad", "task_seed"]
+__all__ = ["DORYLUS_LAYERS", "LayerKind", "GcnLayers", "Stage", "add_grad", "summed_grads", "task_seed"]
 
 DORYLUS_LAYERS: Registry["LayerKind"] = Registry("dorylus layer kind",
                                                entry_point_group="dglx_dist.dorylus_layers")
@@ -52,11 +52,27 @@ class Stage:
     gate: tuple[bool, int] | None = None
 
 
-def add_grad(acc: dict, epoch: int, key: tuple[int, str], value: np.ndarray) -> None:
-    """Adds a task's gradient to the epoch's accumulator under (layer, name)."""
-    grads = acc["grads"].setdefault(epoch, {})
-    g = torch.from_numpy(np.array(value, dtype=np.float32))
-    grads[key] = g if key not in grads else grads[key] + g
+def add_grad(acc: dict, epoch: int, key: tuple[int, str], value: np.ndarray,
+             interval: int) -> None:
+    """Records a task's gradient for the epoch under (layer, name), by interval: tasks finish
+    in any order, and :func:`summed_grads` adds them up in interval order, so a run's weights
+    do not depend on which task came back first."""
+    per_interval = acc["grads"].setdefault(epoch, {}).setdefault(key, {})
+    per_interval.setdefault(interval, []).append(
+        torch.from_numpy(np.array(value, dtype=np.float32)))
+
+
+def summed_grads(grads: dict | None) -> dict[tuple[int, str], torch.Tensor]:
+    """An epoch's gradients by (layer, name): every interval's, summed in interval order (an
+    interval's own contributions in the order its program made them)."""
+    out = {}
+    for key, per_interval in (grads or {}).items():
+        parts = [g for i in sorted(per_interval) for g in per_interval[i]]
+        total = parts[0].clone()
+        for g in parts[1:]:
+            total += g
+        out[key] = total
+    return out
 
 
 def task_seed(seed: int, epoch: int, layer: int) -> int:
@@ -275,8 +291,8 @@ class GcnLayers(LayerKind):
         elif st.kind == "AVO":
             acc["logits"][rows] = torch.from_numpy(np.array(out["H"]))
         else:
-            add_grad(acc, epoch, (st.layer, "W"), out["dW"])
-            add_grad(acc, epoch, (st.layer, "b"), out["db"])
+            add_grad(acc, epoch, (st.layer, "W"), out["dW"], i)
+            add_grad(acc, epoch, (st.layer, "b"), out["db"], i)
             if st.kind == "AVL":
                 acc["loss"][epoch] = acc["loss"].get(epoch, 0.0) + float(out["loss"][0])
             if "dA" in out:
