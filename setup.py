@@ -23,7 +23,7 @@ INSTALL_REQUIRES = [
 ]
 
 EXTRAS = {
-    "test": ["pytest>=7", "pytest-timeout", "hypothesis", "boto3"],
+    "test": ["pytest>=7", "pytest-timeout", "hypothesis", "boto3", "matplotlib"],
     "aws": ["boto3"],
     "plot": ["matplotlib"],
 }
