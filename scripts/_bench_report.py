@@ -60,6 +60,12 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(text) + "\n"
 
 
+def _labels(values: list[Any], missing: str) -> list[str]:
+    """Bar labels: ``missing`` where there is no value (a bar of height 0)."""
+    return [missing if v is None else f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
+            for v in values]
+
+
 def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     """One figure: epoch time, time to accuracy, bytes per epoch, peak memory, accuracy."""
     import matplotlib
@@ -71,17 +77,21 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     names = [r["system"] for r in ok]
     xs = range(len(ok))
     fig, axes = plt.subplots(2, 3, figsize=(15, 8))
-    panels = ((axes[0][0], "epoch_time", "epoch time (s)"),
-              (axes[0][1], "time_to_accuracy", "time to accuracy (s; missing: not reached)"),
-              (axes[1][0], "peak_mem_mb", "peak memory of a rank (MB)"))
-    for ax, key, label in panels:
-        ax.bar(xs, [r.get(key) or 0 for r in ok], color="tab:blue")
+    panels = ((axes[0][0], "epoch_time", "epoch time (s)", "n/a"),
+              (axes[0][1], "time_to_accuracy", "time to accuracy (s; n/r: not reached)", "n/r"),
+              (axes[1][0], "peak_mem_mb", "peak memory of a rank (MB)", "n/a"))
+    for ax, key, label, missing in panels:
+        values = [r.get(key) for r in ok]
+        bars = ax.bar(xs, [v or 0 for v in values], color="tab:blue")
+        ax.bar_label(bars, labels=_labels(values, missing), fontsize=7)
         ax.set_title(label)
     ax = axes[0][2]
     for i, (key, label) in enumerate((("bytes_inter", "inter-server"),
                                       ("bytes_intra", "intra-server"))):
-        ax.bar([x + (i - 0.5) * 0.4 for x in xs], [(r.get(key) or 0) / 2**20 for r in ok],
-               0.4, label=label)
+        values = [None if r.get(key) is None else r[key] / 2**20 for r in ok]
+        bars = ax.bar([x + (i - 0.5) * 0.4 for x in xs], [v or 0 for v in values], 0.4,
+                      label=label)
+        ax.bar_label(bars, labels=_labels(values, "n/a"), fontsize=6)  # small counts too
     ax.set_title("MiB sent per epoch (all ranks)")
     ax.legend()
     ax = axes[1][1]
