@@ -47,14 +47,16 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     text = [f"# scripts/bench.py: {meta['command']}", "",
             f"dataset {meta['dataset']}; model {meta['setup']['model']} "
             f"({meta['setup']['layers']} layers, hidden {meta['setup']['hidden']}); "
-            f"{meta['setup']['servers']} servers x {meta['setup']['ranks_per_server']} ranks; "
+            f"{meta['setup']['servers']} servers x {meta['setup']['ranks_per_server']} "
+            f"rank(s) each; "
             f"{meta['setup']['epochs']} epochs; time-to-accuracy target: val_acc >= "
             f"{meta['target_acc']} ({meta['target_fraction']} x single-process DGL's final)",
             "", markdown_table([_cells(r, COLUMNS) for r in main], COLUMNS)]
     sweeps = [r for r in rows if "sweep" in r]
     for name in dict.fromkeys(r["sweep"] for r in sweeps):
         mine = [r for r in sweeps if r["sweep"] == name]
-        cols = SWEEP_COLUMNS.get(name) or tuple(k for k in mine[0] if k != "sweep")
+        cols = SWEEP_COLUMNS.get(name) or tuple(  # a checks table: its own keys
+            k for k in mine[0] if k not in ("sweep", "system", "network"))
         text += ["", f"## sweep {name}", "",
                  markdown_table([_cells(r, cols) for r in mine], cols)]
     return "\n".join(text) + "\n"
