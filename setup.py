@@ -28,7 +28,7 @@ DOCS = ["mkdocs==1.6.1", "mkdocs-material==9.8.1", "mkdocstrings[python]==1.0.8"
         "mkdocstrings-python==2.0.11", "griffelib==2.4.1"]
 
 EXTRAS = {
-    "test": ["pytest>=7", "pytest-timeout", "hypothesis", "boto3", *DOCS],
+    "test": ["pytest>=7", "pytest-timeout", "hypothesis", "boto3", "matplotlib", *DOCS],
     "docs": DOCS,
     "aws": ["boto3"],
     "plot": ["matplotlib"],

@@ -20,8 +20,8 @@ Two machines on one host need two things DGL does not do by itself:
 Subcommands: ``partition`` (``dgl.distributed.partition_graph`` with METIS), ``machine`` (one
 server + one trainer, in the caller's namespace), ``server`` and ``trainer`` (started by
 ``machine``). The trainer is DGL's examples/distributed/graphsage/node_classification.py loop
-with our SAGE model (the same class, the same seed, so the same initial weights), with its
-phases timed. ``ours-profile`` (under torchrun) times the same phases in our distdgl trainer.
+with our model (``--model``, default SAGE: the same class, the same seed, so the same initial
+weights), with its phases timed; ``--eval-val`` adds validation accuracy after every epoch. ``ours-profile`` (under torchrun) times the same phases in our distdgl trainer.
 """
 from __future__ import annotations
 
@@ -203,7 +203,7 @@ def _setup(args: argparse.Namespace):
                            f"{dist.get_rank()}, partition {g.get_partition_book().partid}")
     pb = g.get_partition_book()
     nids = {m: dgl.distributed.node_split(g.ndata[f"{m}_mask"], pb, force_even=True)
-            for m in ("train", "test")}
+            for m in MASKS}
     return g, nids
 
 
@@ -223,13 +223,14 @@ def trainer_main(args: argparse.Namespace) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from dglx_dist.models import SAGE
+    from dglx_dist.models import MODELS
 
     torch.set_num_threads(args.threads)
     g, nids = _setup(args)
     torch.manual_seed(args.seed)
-    model = SAGE(g.ndata["feat"].shape[1], args.hidden, args.num_classes, len(args.fanouts),
-                 dropout=args.dropout, row_normalize=args.row_normalize)
+    model = MODELS[args.model](g.ndata["feat"].shape[1], args.hidden, args.num_classes,
+                               len(args.fanouts), dropout=args.dropout,
+                               row_normalize=args.row_normalize)
     ddp = DistributedDataParallel(model)
     opt = torch.optim.Adam(ddp.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     dgl.seed(args.seed * 7919 + args.machine)
@@ -245,6 +246,10 @@ def trainer_main(args: argparse.Namespace) -> None:
         records.append({"epoch": epoch, "epoch_time": round(maxes[0], 4), "steps": int(maxes[1]),
                         "loss": round(mean_loss, 5),
                         "phases_max": {k: round(v, 4) for k, v in zip(names, maxes[2:])}})
+        if args.eval_val:  # after the epoch's clock stopped, as dglx train's val_acc
+            correct, total = _reduce(list(evaluate(g, model, nids["val"], args.eval_fanouts,
+                                                   args.eval_batch_size)), dist.ReduceOp.SUM)
+            records[-1]["val_acc"] = round(correct / max(total, 1), 4)
     peak_train = status_mb()
     correct, total = _reduce(list(evaluate(g, model, nids["test"], args.eval_fanouts,
                                            args.eval_batch_size)), dist.ReduceOp.SUM)
@@ -372,6 +377,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             ("--eval-fanouts", _int_list, [])):
         p.add_argument(flag, type=kind, default=default)
     p.add_argument("--row-normalize", action="store_true")
+    p.add_argument("--model", default="sage", help="trainer: dglx_dist.models name (sage, gcn)")
+    p.add_argument("--eval-val", action="store_true",
+                   help="trainer: validation accuracy after every epoch (not in epoch_time)")
     p.add_argument("--partitions", help="ours-profile: our partition directory")
     p.add_argument("--cprofile", help="ours-profile: also cProfile, stats to this file")
     return p.parse_args(argv)

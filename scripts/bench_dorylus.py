@@ -7,7 +7,8 @@ model, same seed:
 * ``async``: bounded asynchrony, staleness 0, ``local`` executor (separate worker processes);
 * ``sync``: a barrier at every layer (exact full-graph GCN), ``local`` executor;
 * ``cpu``: the same pipeline with every tensor task run on the graph server itself
-  (``inline`` executor: the paper's CPU-only variant; no invocations, no executor bytes).
+  (``inline`` executor: the paper's CPU-only variant; no invocations, no executor bytes);
+* ``async-s1`` (only when asked for, e.g. by ``scripts/bench.py --sweeps``): staleness 1.
 
 Per run: epoch time (mean without the first epoch), epochs until validation accuracy reaches
 ``--target`` x the best any run reached, invocations, relaunches and bytes to/from the executor
@@ -50,7 +51,9 @@ PRESETS = {
               **_LAMBDA},
 }
 SYSTEMS = {"async": ["mode=async", "staleness=0"], "sync": ["mode=sync"],
-           "cpu": ["mode=sync", "executor=inline"]}
+           "cpu": ["mode=sync", "executor=inline"],
+           "async-s1": ["mode=async", "staleness=1"]}  # scripts/bench.py's staleness sweep
+DEFAULT_SYSTEMS = ["async", "sync", "cpu"]
 
 
 def run(args, system: str, data: Path) -> dict[str, Any]:
@@ -136,7 +139,8 @@ def plot(rows: list[dict], path: Path) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
-    p.add_argument("--systems", type=lambda s: s.split(","), default=list(SYSTEMS))
+    p.add_argument("--systems", type=lambda s: s.split(","), default=DEFAULT_SYSTEMS,
+                   help=f"of {', '.join(SYSTEMS)} (async-s1: staleness 1)")
     p.add_argument("--epochs", type=int, help="epochs per run (default: the preset's)")
     p.add_argument("--model", choices=("gcn", "gat"), default="gcn",
                    help="gcn, or gat (4 heads of --hidden, attention tasks per edge)")

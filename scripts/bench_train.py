@@ -160,7 +160,9 @@ def hyper(args: argparse.Namespace, meta: dict[str, Any], row_norm: bool) -> lis
             "--dropout", str(args.dropout), "--weight-decay", str(args.weight_decay),
             "--seed", str(args.seed), "--batch-size", str(args.batch_size),
             "--fanouts", args.fanouts, "--num-classes", str(meta["num_classes"])] + (
-        ["--row-normalize"] if row_norm else [])
+        ["--row-normalize"] if row_norm else []) + (  # bench.py's options
+        ["--model", args.model] if getattr(args, "model", None) else []) + (
+        ["--eval-val"] if getattr(args, "eval_val", False) else [])
 
 
 def partitions(kind: str, data: Path, workdir: Path, env: dict[str, str]) -> Path:
@@ -275,6 +277,8 @@ def summarize(system: str, records: list[dict[str, Any]], wall: float, test_acc:
            "epoch_time_first": records[0]["epoch_time"], "steps": records[-1]["steps"],
            "test_acc": test_acc, "peak_mem_mb": peak, "run_wall_s": round(wall, 1),
            "epoch_times": [r["epoch_time"] for r in records], "loss": records[-1].get("loss")}
+    if any("val_acc" in r for r in records):
+        row["val_accs"] = [r.get("val_acc") for r in records]
     if "bytes_sent_inter" in records[-1]:
         row["bytes_sent_inter_per_epoch"] = int(sum(r["bytes_sent_inter"] for r in timed)
                                                 / len(timed))

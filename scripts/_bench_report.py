@@ -1,0 +1,125 @@
+"""Outputs of ``scripts/bench.py``: results.jsonl, the markdown table, the figure."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dglx_dist.measure import markdown_table
+
+COLUMNS = ("system", "network", "epoch_time", "time_to_accuracy", "bytes_inter", "bytes_intra",
+           "peak_mem_mb", "val_acc", "test_acc", "steps", "note")
+SWEEP_COLUMNS = {  # per sweep: the columns worth a table
+    "p3-feature": ("system", "feat_dim", "hidden", "epoch_time", "bytes_inter", "bytes_intra",
+                   "test_acc"),
+    "p3-hidden": ("system", "feat_dim", "hidden", "epoch_time", "bytes_inter", "bytes_intra",
+                  "test_acc"),
+    "granndis-depth": ("system", "depth", "epoch_time", "epoch_time_1gbit", "bytes_inter",
+                       "bytes_intra", "saved_mb", "time_to_acc", "test_acc"),
+    "dorylus-staleness": ("system", "epoch_time", "epochs_to_acc", "test_acc", "invocations",
+                          "mb_between_servers", "cost_usd", "value"),
+}
+
+
+def write_jsonl(rows: list[dict[str, Any]], path: Path) -> None:
+    """One JSON object per run (sweep rows carry a ``sweep`` key)."""
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+def _cells(r: dict[str, Any], columns) -> dict[str, Any]:
+    if "error" in r:
+        return {"system": r.get("system") or r.get("sweep"), "network": r.get("network"),
+                "note": r["error"].splitlines()[0][:160]}
+    out = {c: r.get(c) for c in columns}
+    for c in ("bytes_inter", "bytes_intra"):
+        if isinstance(out.get(c), int):
+            out[c] = f"{out[c]:,}"
+    if "time_to_accuracy" in out and out["time_to_accuracy"] is None and "target_acc" in r:
+        out["time_to_accuracy"] = "not reached"
+    return {c: "" if v is None else v for c, v in out.items()}
+
+
+def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    """The main table, its legend, and a table per sweep that ran."""
+    main = [r for r in rows if "sweep" not in r]
+    text = [f"# scripts/bench.py: {meta['command']}", "",
+            f"dataset {meta['dataset']}; model {meta['setup']['model']} "
+            f"({meta['setup']['layers']} layers, hidden {meta['setup']['hidden']}); "
+            f"{meta['setup']['servers']} servers x {meta['setup']['ranks_per_server']} "
+            f"rank(s) each; "
+            f"{meta['setup']['epochs']} epochs; time-to-accuracy target: val_acc >= "
+            f"{meta['target_acc']} ({meta['target_fraction']} x single-process DGL's final)",
+            "", markdown_table([_cells(r, COLUMNS) for r in main], COLUMNS)]
+    sweeps = [r for r in rows if "sweep" in r]
+    for name in dict.fromkeys(r["sweep"] for r in sweeps):
+        mine = [r for r in sweeps if r["sweep"] == name]
+        cols = SWEEP_COLUMNS.get(name) or tuple(  # a checks table: its own keys
+            k for k in mine[0] if k not in ("sweep", "system", "network"))
+        text += ["", f"## sweep {name}", "",
+                 markdown_table([_cells(r, cols) for r in mine], cols)]
+    return "\n".join(text) + "\n"
+
+
+def _labels(values: list[Any], missing: str) -> list[str]:
+    """Bar labels: ``missing`` where there is no value (a bar of height 0)."""
+    return [missing if v is None else f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
+            for v in values]
+
+
+def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
+    """One figure: epoch time, time to accuracy, bytes per epoch, peak memory, accuracy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in rows if "sweep" not in r and "error" not in r]
+    names = [r["system"] for r in ok]
+    xs = range(len(ok))
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    panels = ((axes[0][0], "epoch_time", "epoch time (s)", "n/a"),
+              (axes[0][1], "time_to_accuracy", "time to accuracy (s; n/r: not reached)", "n/r"),
+              (axes[1][0], "peak_mem_mb", "peak memory of a rank (MB)", "n/a"))
+    for ax, key, label, missing in panels:
+        values = [r.get(key) for r in ok]
+        bars = ax.bar(xs, [v or 0 for v in values], color="tab:blue")
+        ax.bar_label(bars, labels=_labels(values, missing), fontsize=7)
+        ax.set_title(label)
+    ax = axes[0][2]
+    for i, (key, label) in enumerate((("bytes_inter", "inter-server"),
+                                      ("bytes_intra", "intra-server"))):
+        values = [None if r.get(key) is None else r[key] / 2**20 for r in ok]
+        bars = ax.bar([x + (i - 0.5) * 0.4 for x in xs], [v or 0 for v in values], 0.4,
+                      label=label)
+        ax.bar_label(bars, labels=_labels(values, "n/a"), fontsize=6)  # small counts too
+    ax.set_title("MiB sent per epoch (all ranks)")
+    ax.legend()
+    ax = axes[1][1]
+    for i, key in enumerate(("val_acc", "test_acc")):
+        ax.bar([x + (i - 0.5) * 0.4 for x in xs], [r.get(key) or 0 for r in ok], 0.4, label=key)
+    ax.set_title("final accuracy")
+    ax.set_ylim(0, 1)
+    ax.legend()
+    ax = axes[1][2]
+    for r in ok:
+        t, acc, curve = 0.0, [], []
+        for dt, a in zip(r["epoch_times"], r["val_acc_per_epoch"]):
+            t += dt
+            if a is not None:
+                acc.append(a)
+                curve.append(t)
+        ax.plot(curve, acc, "o-", label=r["system"])
+    if ok and ok[0].get("target_acc"):
+        ax.axhline(ok[0]["target_acc"], color="grey", linestyle="--", label="target")
+    ax.set_xlabel("training time (s)")
+    ax.set_title("validation accuracy")
+    ax.legend(fontsize=7)
+    for ax in (axes[0][0], axes[0][1], axes[0][2], axes[1][0], axes[1][1]):
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

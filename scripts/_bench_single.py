@@ -1,0 +1,98 @@
+"""Single-process DGL baseline of ``scripts/bench.py``: plain DGL, one process, no dglx_dist
+runtime.
+
+The same model class from :mod:`dglx_dist.models` (same seed, so the same initial weights as
+every other system), the same fanouts through ``dgl.dataloading.NeighborSampler`` and
+``dgl.dataloading.DataLoader``, the same Adam. Validation accuracy after every epoch and test
+accuracy at the end use full neighbourhoods over the whole graph (as the strategies' evaluation
+does); evaluation is not inside ``epoch_time``. Prints one JSON line per epoch, in the shape of
+``dglx train``'s metrics records (``epoch_time``, ``steps``, ``loss``, ``val_acc``,
+``peak_mem_mb``; the last one also ``test_acc``).
+
+    python scripts/_bench_single.py --data DIR --model gcn --epochs 5 --fanouts 10,25 ...
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def _peak_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(ln.split()[1]) / 1024.0 for ln in f if ln.startswith("VmHWM:"))
+
+
+def _accuracy(model, g, nids) -> float:
+    import torch
+
+    model.eval()
+    with torch.no_grad():
+        pred = model([g] * len(model.layers), g.ndata["feat"]).argmax(1)
+    model.train()
+    return round(float((pred[nids] == g.ndata["label"][nids]).float().mean()), 4)
+
+
+def train(args: argparse.Namespace) -> None:
+    """Trains and prints the per-epoch records."""
+    import dgl
+    import torch
+    import torch.nn.functional as F
+
+    from dglx_dist.data import read_dataset, to_dgl
+    from dglx_dist.models import MODELS
+
+    torch.set_num_threads(args.threads)
+    ds = read_dataset(args.data)
+    g = to_dgl(ds)
+    fanouts = [int(x) for x in args.fanouts.split(",")]
+    torch.manual_seed(args.seed)
+    model = MODELS[args.model](ds.feat.shape[1], args.hidden, ds.num_classes, len(fanouts),
+                               dropout=args.dropout, row_normalize=args.row_normalize)
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    dgl.seed(args.seed)
+    ids = {m: torch.nonzero(g.ndata[f"{m}_mask"]).flatten() for m in ("train", "val", "test")}
+    loader = dgl.dataloading.DataLoader(g, ids["train"], dgl.dataloading.NeighborSampler(fanouts),
+                                        batch_size=args.batch_size, shuffle=True,
+                                        drop_last=False)
+    for epoch in range(args.epochs):
+        t0, steps, losses = time.perf_counter(), 0, 0.0
+        for _input_nodes, seeds, blocks in loader:
+            x = blocks[0].srcdata["feat"]
+            loss = F.cross_entropy(model(blocks, x), g.ndata["label"][seeds].long())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses += float(loss.detach())
+            steps += 1
+        record = {"epoch": epoch, "strategy": "dgl", "world_size": 1, "servers": 1,
+                  "epoch_time": round(time.perf_counter() - t0, 4), "steps": steps,
+                  "samples": int(ids["train"].numel()), "loss": round(losses / max(steps, 1), 5),
+                  "bytes_sent_intra": 0, "bytes_sent_inter": 0,
+                  "peak_mem_mb": round(_peak_mb(), 1), "val_acc": _accuracy(model, g, ids["val"])}
+        if epoch == args.epochs - 1:
+            record["test_acc"] = _accuracy(model, g, ids["test"])
+        print(json.dumps(record), flush=True)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", required=True, help="dataset directory")
+    p.add_argument("--model", default="gcn")
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--dropout", type=float, default=0.5)
+    p.add_argument("--weight-decay", type=float, default=5e-4)
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--batch-size", type=int, default=1000)
+    p.add_argument("--fanouts", default="10,25", help="per layer, input layer first")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--row-normalize", action="store_true")
+    return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    train(parse_args())
+    sys.exit(0)

@@ -1,0 +1,267 @@
+"""The systems ``scripts/bench.py`` compares, and how one run of each becomes a result row.
+
+* ``dgl``: single-process plain DGL (``scripts/_bench_single.py``), global batch matched;
+* ``dgl-distdgl``: DGL 2.1's own DistDGL, 2 machines x 1 trainer on loopback
+  (``bench_train.run_dgl`` + ``scripts/_dgl_distdgl_worker.py``);
+* every registered strategy (``STRATEGIES.names()``): ``dglx train`` under torchrun, on the
+  emulated cluster (``dglx_dist.cluster.emulate.run_job``) or on virtual servers.
+
+Strategy options come from the common setup (``fanouts``, ``batch_size``, ``num_layers`` are
+passed to every strategy whose Config declares them), then :data:`STRATEGY_OPTIONS`, then the
+command line. A strategy whose ``conv_types`` cannot run the common model gets a row saying so.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable
+
+from bench_train import run_dgl, run_group
+
+from dglx_dist.runtime.env import free_local_port
+
+log = logging.getLogger("bench")
+HERE = Path(__file__).resolve().parent
+# per-strategy option overrides (KEY=VALUE as for --strategy-opt); empty: every strategy runs
+# on the common setup with its own defaults (dorylus: async, staleness 0, local executor)
+STRATEGY_OPTIONS: dict[str, tuple[str, ...]] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """What every system shares: dataset, model, hyper-parameters, cluster shape, network."""
+
+    data: Path
+    num_classes: int
+    model: str = "gcn"
+    hidden: int = 64
+    lr: float = 0.01
+    dropout: float = 0.5
+    weight_decay: float = 5e-4
+    epochs: int = 5
+    batch_size: int = 500
+    """Seeds per trainer per step; the global batch is batch_size x world."""
+    fanouts: str = "10,25"
+    """Sampled neighbours per layer, input layer first (also the model's depth)."""
+    seed: int = 0
+    row_normalize: bool = False
+    servers: int = 2
+    ranks_per_server: int = 1
+    network: str = "virtual"
+    """``virtual`` (DGLX_VIRTUAL_SERVERS on loopback) or ``emulated-<preset>`` (1g, 10g)."""
+    timeout: float = 900.0
+    workdir: Path = Path("bench-out/work")
+
+    @property
+    def world(self) -> int:
+        return self.servers * self.ranks_per_server
+
+    @property
+    def layers(self) -> int:
+        return len(self.fanouts.split(","))
+
+    def public(self) -> dict[str, Any]:
+        """The setup as JSON (paths as strings)."""
+        return {k: str(v) if isinstance(v, Path) else v
+                for k, v in dataclasses.asdict(self).items() if k != "workdir"}
+
+
+def _env(setup: Setup) -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
+            "DGLX_TIMEOUT": str(int(setup.timeout))}
+
+
+def _records(stdout: str) -> list[dict[str, Any]]:
+    return [json.loads(ln) for ln in stdout.splitlines() if ln.startswith("{")]
+
+
+def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Row fields from per-epoch records (epoch time and bytes: mean without the first epoch)."""
+    timed = records[1:] or records
+    mean = lambda k: sum(r.get(k) or 0 for r in timed) / len(timed)  # noqa: E731
+    return {"epoch_time": round(mean("epoch_time"), 4),
+            "epoch_time_first": records[0]["epoch_time"],
+            "epoch_times": [r["epoch_time"] for r in records],
+            "bytes_inter": int(mean("bytes_sent_inter")),
+            "bytes_intra": int(mean("bytes_sent_intra")),
+            "peak_mem_mb": max(r.get("peak_mem_mb") or 0 for r in records),
+            "val_acc_per_epoch": [r.get("val_acc") for r in records],
+            "val_acc": records[-1].get("val_acc"), "test_acc": records[-1].get("test_acc"),
+            "steps": records[-1].get("steps"), "epochs": len(records)}
+
+
+def run_single(setup: Setup) -> dict[str, Any]:
+    """Plain DGL in one process; its batch is the distributed runs' global batch."""
+    cmd = [sys.executable, str(HERE / "_bench_single.py"), "--data", str(setup.data),
+           "--model", setup.model, "--hidden", str(setup.hidden), "--lr", str(setup.lr),
+           "--dropout", str(setup.dropout), "--weight-decay", str(setup.weight_decay),
+           "--epochs", str(setup.epochs), "--batch-size", str(setup.batch_size * setup.world),
+           "--fanouts", setup.fanouts, "--seed", str(setup.seed)] + (
+        ["--row-normalize"] if setup.row_normalize else [])
+    t0 = time.perf_counter()
+    (proc,), _ = run_group([cmd], _env(setup), setup.timeout, [None])
+    if proc.returncode:
+        raise RuntimeError(f"single-process DGL failed with exit code {proc.returncode}")
+    return summarize(_records(proc.stdout)) | {
+        "network": "none (1 process)", "run_wall_s": round(time.perf_counter() - t0, 1),
+        "note": f"batch {setup.batch_size * setup.world} (= the global batch)"}
+
+
+def run_dgl_distdgl(setup: Setup) -> dict[str, Any]:
+    """DGL's DistDGL: 2 simulated machines, one server + one trainer each, on loopback."""
+    machines = 2
+    args = SimpleNamespace(  # bench_train's option names; the global batch matched
+        timeout=setup.timeout, epochs=setup.epochs, hidden=setup.hidden, lr=setup.lr,
+        dropout=setup.dropout, weight_decay=setup.weight_decay, seed=setup.seed,
+        batch_size=setup.batch_size * setup.world // machines, fanouts=setup.fanouts,
+        model=setup.model, eval_val=True)
+    meta = {"num_classes": setup.num_classes}
+    t0 = time.perf_counter()
+    res = run_dgl(args, setup.data, meta, setup.row_normalize, setup.workdir, _env(setup))
+    records = [{"epoch_time": t, "val_acc": v} for t, v in
+               zip(res["epoch_times"], res.get("val_accs") or [None] * res["epochs"])]
+    row = summarize(records) | {"peak_mem_mb": res["peak_mem_mb"], "test_acc": res["test_acc"],
+                                "steps": res["steps"]}
+    row.update(bytes_inter=None, bytes_intra=None, network="loopback (not shaped)",
+               run_wall_s=round(time.perf_counter() - t0, 1),
+               note=f"{machines} machines x 1 trainer, batch {args.batch_size}; trainer peak "
+                    f"(+{res.get('server_peak_mb')} MB per server process); bytes not counted")
+    return row
+
+
+def strategy_options(name: str, setup: Setup, extra: dict[str, list[str]]) -> list[str]:
+    """``--strategy-opt`` values: the common ones the strategy declares, the table, ``extra``."""
+    from dglx_dist.strategies import STRATEGIES
+
+    fields = {f.name for f in dataclasses.fields(STRATEGIES.get(name).Config)}
+    common = {"fanouts": setup.fanouts, "batch_size": setup.batch_size,
+              "num_layers": setup.layers}
+    opts = [f"{k}={v}" for k, v in common.items() if k in fields]
+    return opts + list(STRATEGY_OPTIONS.get(name, ())) + extra.get(name, [])
+
+
+def model_mismatch(name: str, setup: Setup) -> str | None:
+    """Why strategy ``name`` cannot run the common model (its ``conv_types``), or None."""
+    from dglx_dist.models import MODELS
+    from dglx_dist.strategies import STRATEGIES
+
+    allowed = STRATEGIES.get(name).conv_types
+    model = MODELS[setup.model](4, 4, 2, setup.layers)
+    convs = {type(m).__name__ for m in model.modules() if type(m).__module__.startswith("dgl.nn")}
+    if allowed is None or convs <= set(allowed):
+        return None
+    return (f"not run: {name} runs {', '.join(allowed)}; the common model {setup.model!r} "
+            f"uses {', '.join(sorted(convs))} (choose --model gcn to include it)")
+
+
+def describe(name: str, options: list[str]) -> str:
+    """How the strategy batches under these options (from its capability flags)."""
+    from dglx_dist.strategies import STRATEGIES
+
+    strategy = STRATEGIES.build(name, **dict(o.split("=", 1) for o in options))
+    fields = {f.name for f in dataclasses.fields(strategy.config)}
+    if strategy.full_graph:
+        return "full-graph: full neighbourhoods, one step per epoch"
+    return "sampled mini-batches" if "fanouts" in fields else "its own batching"
+
+
+def run_strategy(name: str, setup: Setup, extra: dict[str, list[str]]) -> dict[str, Any]:
+    """``dglx train --strategy name`` on the emulated cluster or on virtual servers."""
+    options = strategy_options(name, setup, extra)
+    target = ["-m", "dglx_dist", "train", "--strategy", name, "--model", setup.model,
+              "--data", str(setup.data), "--epochs", str(setup.epochs), "--eval-every", "1",
+              "--hidden", str(setup.hidden), "--lr", str(setup.lr), "--dropout",
+              str(setup.dropout), "--weight-decay", str(setup.weight_decay), "--seed",
+              str(setup.seed), "--cache-dir", str(setup.workdir.resolve() / "parts"),
+              "--no-progress", *[a for o in options for a in ("--strategy-opt", o)]] + (
+        ["--row-normalize"] if setup.row_normalize else [])
+    t0 = time.perf_counter()
+    stdout = (_emulated if setup.network.startswith("emulated-") else _virtual)(setup, target)
+    return summarize(_records(stdout)) | {
+        "network": setup.network, "run_wall_s": round(time.perf_counter() - t0, 1),
+        "note": describe(name, options), "options": options}
+
+
+def _virtual(setup: Setup, target: list[str]) -> str:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(setup.world),
+           "--master-port", str(free_local_port()), *target]
+    env = {**_env(setup), "DGLX_VIRTUAL_SERVERS": str(setup.servers)}
+    (proc,), _ = run_group([cmd], env, setup.timeout, [None])
+    if proc.returncode:
+        raise RuntimeError(f"dglx train failed with exit code {proc.returncode}")
+    return proc.stdout
+
+
+def _emulated(setup: Setup, target: list[str]) -> str:
+    from dglx_dist.cluster.emulate import PRESETS, run_job
+
+    env = {k: v for k, v in _env(setup).items() if k != "DGLX_VIRTUAL_SERVERS"}
+    link = PRESETS[setup.network.removeprefix("emulated-")]
+    nodes = run_job(setup.servers, setup.ranks_per_server, link, target, env=env,
+                    timeout=setup.timeout)
+    failed = [n for n in nodes if n.returncode]
+    if failed:
+        tail = "\n".join(failed[0].stderr.splitlines()[-15:])
+        raise RuntimeError(f"node {failed[0].node} exited with {failed[0].returncode}:\n{tail}")
+    return nodes[0].stdout
+
+
+def systems(extra: dict[str, list[str]]) -> dict[str, Callable[[Setup], dict[str, Any]]]:
+    """Every system by name: the two DGL baselines, then each registered strategy."""
+    from dglx_dist.strategies import STRATEGIES
+
+    table: dict[str, Callable[[Setup], dict[str, Any]]] = {
+        "dgl": run_single, "dgl-distdgl": run_dgl_distdgl}
+    for name in STRATEGIES.names():
+        table[name] = lambda setup, name=name: run_strategy(name, setup, extra)
+    return table
+
+
+def run_system(name: str, runner: Callable[[Setup], dict[str, Any]],
+               setup: Setup) -> dict[str, Any]:
+    """One row: the runner's result, or why it did not run (never raises)."""
+    from dglx_dist.strategies import STRATEGIES
+
+    base = {"system": name, "strategy": name if name in STRATEGIES else None,
+            "network": setup.network if name in STRATEGIES else None,
+            "config": setup.public()}
+    why = model_mismatch(name, setup) if name in STRATEGIES else None
+    if why:
+        return base | {"error": why}
+    log.info("running %s", name)
+    try:
+        return base | runner(setup)
+    except Exception as exc:  # noqa: BLE001  (a failed system is a row, and the exit code)
+        log.error("%s failed: %s", name, exc)
+        return base | {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+
+
+def add_time_to_accuracy(rows: list[dict[str, Any]], fraction: float,
+                         reference: str = "dgl") -> float | None:
+    """Sets ``target_acc`` and ``time_to_accuracy`` on every row; returns the target.
+
+    The target is ``fraction`` x the final validation accuracy of the ``reference`` row
+    (single-process DGL), or of the best row where that did not run. ``time_to_accuracy`` is
+    the training time (summed epoch times, evaluation excluded) until ``val_acc`` first
+    reaches it; None when it never does.
+    """
+    ok = [r for r in rows if "error" not in r and r.get("val_acc") is not None]
+    ref = [r for r in ok if r["system"] == reference] or sorted(ok, key=lambda r: -r["val_acc"])
+    if not ref:
+        return None
+    target = round(fraction * ref[0]["val_acc"], 4)
+    for r in ok:
+        spent, r["time_to_accuracy"] = 0.0, None
+        for t, acc in zip(r["epoch_times"], r["val_acc_per_epoch"]):
+            spent += t
+            if acc is not None and acc >= target:
+                r["time_to_accuracy"] = round(spent, 3)
+                break
+        r["target_acc"] = target
+    return target
