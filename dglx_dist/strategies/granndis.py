@@ -179,6 +179,7 @@ class GraNNDisStrategy(Strategy):
         out_degree = torch.bincount(core_edges[0], minlength=pdir.num_nodes).to(torch.int32)
         session.world.all_reduce(out_degree)  # every node's out-degree in the whole graph
         gen = torch.Generator().manual_seed(self.config.seed * 7919 + session.rank)
+        dgl.seed(self.config.seed * 7919 + session.rank)  # EAS's sampling: the same on a restart
         own, nodes, edges = self._server_graph(pdir, part, core_edges, gen)
         self.plans = self._co_batches(part, core_edges, own, nodes, edges,
                                       out_degree.double(), gen)
