@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                "fault_free_wall_s": clean["wall_s"], "strategy": args.strategy,
                "epochs": args.epochs, "workdir": str(work)}
     print(json.dumps({"summary": summary, "rows": rows}))
-    print(markdown_table(rows))
+    print(markdown_table(rows) + "\n")
     print(markdown_table([summary]))
     ok = (summary["completed"] == summary["runs"] == summary["faults"]
           and summary["differing_models"] == 0)
