@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from dglx_dist.data.atomic import replace_directory
 from dglx_dist.errors import CheckpointError
 
 __all__ = ["FORMAT", "MANIFEST", "checkpoint_name", "staging_dir", "encode", "decode",
@@ -96,14 +97,7 @@ def commit(root: Path, epoch: int, manifest: dict[str, Any], keep: int) -> Path:
     os.rename(tmp, staging / MANIFEST)
     _fsync_dir(staging)
     final = root / checkpoint_name(epoch)
-    if final.exists():  # an earlier run's checkpoint of the same epoch: replaced, never mixed
-        old = root / f".{final.name}.old"
-        shutil.rmtree(old, ignore_errors=True)
-        os.rename(final, old)
-        os.rename(staging, final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(staging, final)
+    replace_directory(staging, final)  # an earlier run's checkpoint of this epoch: replaced whole
     _fsync_dir(root)
     for _, path in list_checkpoints(root)[:-keep] if keep > 0 else []:
         shutil.rmtree(path, ignore_errors=True)

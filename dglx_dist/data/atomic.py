@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["atomic_directory", "sha256_file"]
+__all__ = ["atomic_directory", "replace_directory", "sha256_file"]
 
 
 @contextlib.contextmanager
@@ -40,6 +40,13 @@ def atomic_directory(out: str | os.PathLike, overwrite: bool = False,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    replace_directory(tmp, out)
+
+
+def replace_directory(tmp: str | os.PathLike, out: str | os.PathLike) -> None:
+    """Renames the finished directory ``tmp`` to ``out`` (a sibling). An existing ``out`` is
+    moved aside first and removed after, so ``out`` is never a mix of old and new files."""
+    tmp, out = Path(tmp), Path(out)
     old = None
     if out.exists():
         old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))

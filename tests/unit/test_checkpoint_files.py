@@ -8,19 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from dglx_dist.checkpoint import files
 from dglx_dist.errors import CheckpointError
+from dglx_dist.testing.fuzz import FUZZ, HOSTILE
 
-FUZZ = settings(max_examples=40, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture])
-HOSTILE = st.one_of(st.none(), st.booleans(), st.text(max_size=8),
-                    st.integers(min_value=-2**70, max_value=2**70),
-                    st.floats(allow_nan=True, allow_infinity=True),
-                    st.lists(st.integers(-5, 5), max_size=3),
-                    st.dictionaries(st.text(max_size=3), st.integers()))
 
 
 def _checkpoint(root: Path, epoch: int, keep: int = 5) -> dict:

@@ -8,21 +8,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from dglx_dist.data import read_dataset, write_dataset
 from dglx_dist.errors import DatasetFormatError, PartitionFormatError
 from dglx_dist.partition import PartitionDir, partition_dataset
 from dglx_dist.testing import tiny_dataset
+from dglx_dist.testing.fuzz import FUZZ, HOSTILE
 
-HOSTILE = st.one_of(st.none(), st.booleans(), st.text(max_size=8),
-                    st.integers(min_value=-2**70, max_value=2**70),
-                    st.floats(allow_nan=True, allow_infinity=True),
-                    st.lists(st.integers(-5, 5), max_size=3), st.dictionaries(st.text(max_size=3),
-                                                                               st.integers()))
-FUZZ = settings(max_examples=40, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 @pytest.fixture(scope="module")
@@ -103,15 +97,6 @@ def test_damaged_dataset_file(pristine, tmp_path, name, how, where, junk):
 
 
 @FUZZ
-@given(pick=st.integers(0, 100), value=HOSTILE)
-def test_hostile_dataset_meta_field(pristine, tmp_path, pick, value):
-    root, ds = pristine
-    d = _copy(root / "data", tmp_path / "d")
-    _replace_field(d / "meta.json", pick, value)
-    _refused_or_unchanged(*_dataset_check(d, ds))
-
-
-@FUZZ
 @given(pick=st.integers(0, 100), how=st.sampled_from(["truncate", "overwrite"]),
        where=st.floats(0, 1), junk=st.binary(min_size=1, max_size=16))
 def test_damaged_partition_file(pristine, tmp_path, pick, how, where, junk):
@@ -122,13 +107,19 @@ def test_damaged_partition_file(pristine, tmp_path, pick, how, where, junk):
     _refused_or_unchanged(*_partition_check(d, root / "parts"))
 
 
+@pytest.mark.parametrize("kind", ["dataset", "partition"])
 @FUZZ
 @given(pick=st.integers(0, 100), value=HOSTILE)
-def test_hostile_partition_manifest_field(pristine, tmp_path, pick, value):
-    root, _ = pristine
-    d = _copy(root / "parts", tmp_path / "p")
-    _replace_field(d / "partition.json", pick, value)
-    _refused_or_unchanged(*_partition_check(d, root / "parts"))
+def test_hostile_manifest_field(pristine, tmp_path, kind, pick, value):
+    """A field of the dataset's meta.json or the partition manifest replaced."""
+    root, ds = pristine
+    src, manifest, check = {
+        "dataset": ("data", "meta.json", lambda d: _dataset_check(d, ds)),
+        "partition": ("parts", "partition.json", lambda d: _partition_check(d, root / "parts")),
+    }[kind]
+    d = _copy(root / src, tmp_path / "d")
+    _replace_field(d / manifest, pick, value)
+    _refused_or_unchanged(*check(d))
 
 
 def test_a_changed_feature_byte_is_refused(pristine, tmp_path):
