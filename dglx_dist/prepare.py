@@ -15,6 +15,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 from dglx_dist.data.builtin import builtin_names, builtin_path
 from dglx_dist.partition.driver import partition_dataset
@@ -22,7 +23,7 @@ from dglx_dist.partition.io import MANIFEST
 from dglx_dist.runtime.session import Session
 from dglx_dist.strategies.base import Strategy
 
-__all__ = ["resolve_dataset", "ensure_partitions"]
+__all__ = ["resolve_dataset", "ensure_partitions", "made_by_rank0"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,32 @@ def _key(data: Path, method: str, num_parts: int, options: dict) -> str:
     return f"{data.name}-{method}-{num_parts}-{h.hexdigest()[:12]}"
 
 
+def made_by_rank0(session: Session, out: Path, marker: str, make: Callable[[], Any],
+                  what: str, wait_timeout: float = 3600.0) -> Path:
+    """``out``, made by rank 0 with ``make()`` unless ``out/marker`` exists already; the other
+    ranks wait for that file (a filesystem poll with its own, long timeout: making it may take
+    longer than a collective may wait), and raise rank 0's error if it failed."""
+    failed = out.with_name(out.name + ".failed")
+    if session.is_main and not (out / marker).is_file():
+        failed.unlink(missing_ok=True)
+        log.info("%s -> %s", what, out)
+        try:
+            make()
+        except BaseException as exc:
+            failed.parent.mkdir(parents=True, exist_ok=True)
+            failed.write_text(f"{type(exc).__name__}: {exc}")
+            raise
+    deadline = time.monotonic() + wait_timeout
+    while not (out / marker).is_file():
+        if failed.is_file():
+            raise RuntimeError(f"rank 0 failed ({what}): {failed.read_text()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {wait_timeout:.0f}s for rank 0 to write {out}; is the "
+                               f"cache directory on a filesystem every node sees?")
+        time.sleep(0.2)
+    return out
+
+
 def ensure_partitions(data: str | os.PathLike, strategy: Strategy, session: Session,
                       cache_dir: str | os.PathLike = "dglx-partitions",
                       wait_timeout: float = 3600.0) -> Path:
@@ -54,24 +81,7 @@ def ensure_partitions(data: str | os.PathLike, strategy: Strategy, session: Sess
     data = resolve_dataset(data)
     spec = strategy.partition_spec(session.topology)
     out = Path(cache_dir) / _key(data, spec.method, spec.num_parts, spec.options)
-    failed = out.with_name(out.name + ".failed")
-    if session.is_main and not (out / MANIFEST).is_file():
-        failed.unlink(missing_ok=True)
-        log.info("partitioning %s with %s into %d parts -> %s", data, spec.method,
-                 spec.num_parts, out)
-        try:
-            partition_dataset(data, out, spec.method, spec.num_parts, spec.options,
-                              progress=True)
-        except BaseException as exc:
-            failed.parent.mkdir(parents=True, exist_ok=True)
-            failed.write_text(f"{type(exc).__name__}: {exc}")
-            raise
-    deadline = time.monotonic() + wait_timeout
-    while not (out / MANIFEST).is_file():
-        if failed.is_file():
-            raise RuntimeError(f"rank 0 failed to partition {data}: {failed.read_text()}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {wait_timeout:.0f}s for rank 0 to write {out}; is the "
-                               f"cache directory on a filesystem every node sees?")
-        time.sleep(0.2)
-    return out
+    make = lambda: partition_dataset(data, out, spec.method, spec.num_parts,  # noqa: E731
+                                     spec.options, progress=True)
+    return made_by_rank0(session, out, MANIFEST, make, f"partitioning {data} with "
+                         f"{spec.method} into {spec.num_parts} parts", wait_timeout)

@@ -24,7 +24,6 @@ checkpoint's, so with every seed fixed the losses are those of an uninterrupted 
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import time
@@ -111,29 +110,17 @@ class Trainer:
         """Logits for ``batch`` (what the strategy does between layers included)."""
         self.saved.start()
         with torch.autograd.graph.saved_tensors_hooks(self.saved.pack, lambda t: t), \
-                self._peer_errors("forward (e.g. DDP's bucket broadcast)"):
+                self.session.peer_errors("forward (e.g. DDP's bucket broadcast)"):
             return self.strategy.forward(self.model, batch)
 
     def step(self, loss: torch.Tensor) -> None:
         """Backward and optimizer step (gradients are synchronised by the strategy)."""
         self.optimizer.zero_grad(set_to_none=True)
-        with self._peer_errors("all_reduce (gradients)"):
+        with self.session.peer_errors("all_reduce (gradients)"):
             loss.backward()
         self.strategy.after_backward()
         self.optimizer.step()
         self.steps += 1
-
-    @contextlib.contextmanager
-    def _peer_errors(self, op: str) -> Iterator[None]:
-        """Turns a collective's raw failure inside torch (DDP's own calls, autograd's
-        all-reduces) into the comm layer's error naming the failed rank."""
-        try:
-            yield
-        except RuntimeError as exc:
-            failure = self.session.world.peer_failure(op, exc)
-            if failure is None:
-                raise
-            raise failure from exc
 
     def evaluate(self, split: str = "test") -> float:
         """Accuracy on ``split`` over all partitions (collective)."""

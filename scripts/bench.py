@@ -13,9 +13,9 @@ trainer with its server processes, on loopback), then every registered strategy
 (``dglx_dist.strategies.STRATEGIES``: distdgl, dorylus, fullgraph, granndis, p3) as ``dglx
 train`` under torchrun, ``servers x ranks_per_server`` processes.
 
-Common setup: a 2-layer GCN (``dglx_dist.models.GCN``, GraphConv), because it is the one model
-every strategy runs (dorylus runs GraphConv/GATConv only; ``--model sage`` gives dorylus a row
-saying it was not run). Sampled systems (dgl, dgl-distdgl, distdgl, p3) use the fanouts;
+Common setup: a 2-layer GCN (``dglx_dist.models.GCN``, GraphConv), which every strategy runs
+(dorylus runs GraphConv, SAGEConv (mean) and GATConv; a strategy whose ``conv_types`` do not
+cover ``--model``'s convs gets a row saying it was not run). Sampled systems (dgl, dgl-distdgl, distdgl, p3) use the fanouts;
 full-graph ones (fullgraph, granndis with R=1, dorylus) use full neighbourhoods and take one
 step per epoch, which their row's note says.
 

@@ -138,11 +138,16 @@ class KVStore(abc.ABC):
         self._ops[name] = PushOp(name, fn, combine)
 
     # -- access ------------------------------------------------------------------------------
-    def pull(self, name: str, ids: torch.Tensor, dedup: bool = True) -> torch.Tensor:
+    def pull(self, name: str, ids: torch.Tensor, dedup: bool = True, *,
+             collective: bool = True) -> torch.Tensor:
         """Rows ``ids`` of ``name`` in the order asked (duplicates allowed), on the CPU.
 
         ``dedup=False`` skips deduplicating ``ids``: faster when they are known to be unique
         (a block's input nodes); duplicates are then still answered, each fetched separately.
+
+        ``collective=True``: every rank of a distributed store calls it the same number of
+        times (the fast path of training steps); ``collective=False``: this rank alone, the
+        owners answer without taking part (see :mod:`dglx_dist.kvstore.dist`).
 
         Raises:
             KeyError: unknown name. ValueError: ids not 1-D int64 within ``[0, num_rows)``.
@@ -151,17 +156,22 @@ class KVStore(abc.ABC):
             entry = self._entry(name)
             self._check_ids(entry, ids, "pull")
         except (KeyError, ValueError):
-            self._pull_nothing()
+            if collective:
+                self._pull_nothing()
             raise
         with torch.no_grad():
-            return self._pull(entry, ids.cpu(), dedup)
+            if collective:
+                return self._pull(entry, ids.cpu(), dedup)
+            return self._pull_p2p(entry, ids.cpu(), dedup)
 
     def push(self, name: str, ids: torch.Tensor, values: torch.Tensor,
-             op: str = "assign") -> None:
+             op: str = "assign", *, collective: bool = True) -> None:
         """Applies ``op`` to rows ``ids`` of ``name`` with ``values`` (one row per id).
 
         "assign": duplicates resolve to their last occurrence; "add": duplicates are summed;
-        registered ops see pre-combined values.
+        registered ops see pre-combined values. ``collective`` as in :meth:`pull`; a
+        non-collective push returns once every owner has applied it, so a later pull from any
+        rank sees it.
 
         Raises:
             KeyError: unknown name or op. ValueError: bad ids, or values of the wrong dtype
@@ -172,10 +182,15 @@ class KVStore(abc.ABC):
             self._check_ids(entry, ids, "push")
             self._check_values(entry, ids, values)
         except (KeyError, ValueError):
-            self._push_nothing()
+            if collective:
+                self._push_nothing()
             raise
         with torch.no_grad():  # stored rows never join an autograd graph
-            self._push(entry, push_op, ids.cpu(), values.detach().cpu())
+            args = (entry, push_op, ids.cpu(), values.detach().cpu())
+            if collective:
+                self._push(*args)
+            else:
+                self._push_p2p(*args)
 
     def checkpoint_parts(self, name: str) -> dict[int, torch.Tensor]:
         """The local tensors of the parts of ``name`` this process writes into a checkpoint and
@@ -215,6 +230,15 @@ class KVStore(abc.ABC):
     @abc.abstractmethod
     def _push(self, entry: TensorEntry, op: PushOp, ids: torch.Tensor,
               values: torch.Tensor) -> None: ...
+
+    def _pull_p2p(self, entry: TensorEntry, ids: torch.Tensor, dedup: bool) -> torch.Tensor:
+        """A pull by this process alone (a single-process store: the same as ``_pull``)."""
+        return self._pull(entry, ids, dedup)
+
+    def _push_p2p(self, entry: TensorEntry, op: PushOp, ids: torch.Tensor,
+                  values: torch.Tensor) -> None:
+        """A push by this process alone (a single-process store: the same as ``_push``)."""
+        self._push(entry, op, ids, values)
 
     def _pull_nothing(self) -> None:
         """Takes part in a pull's collective steps without a request (bad arguments)."""

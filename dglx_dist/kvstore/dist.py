@@ -10,12 +10,27 @@ file under ``/dev/shm`` named by a per-job token and fills it; the server's othe
 same file; then it is unlinked (see :mod:`dglx_dist.kvstore.shm`). Rows of parts on the caller's
 own server are read straight from that memory: no comm call, no bytes counted.
 
-**What is collective.** ``DistKVStore(session)``, ``init_data``, ``pull`` and ``push`` are
-collective: every rank of the job calls them the same number of times in the same order. A rank
-with nothing to fetch or write passes empty ids; ranks may use *different* names (and ops) in
-the same step, because requests carry the name's (and op's) registration index, which is why
-names and ops must be registered in the same order everywhere. A rank whose arguments are bad
-still takes part with an empty request, then raises.
+**What is collective.** ``DistKVStore(session)``, ``init_data`` and ``close`` are collective;
+``pull`` and ``push`` are too by default (``collective=True``): every rank of the job calls them
+the same number of times in the same order (the fast path of training steps). A rank with
+nothing to fetch or write passes empty ids; ranks may use *different* names (and ops) in the
+same step, because requests carry the name's (and op's) registration index, which is why names
+and ops must be registered in the same order everywhere. A rank whose arguments are bad still
+takes part with an empty request, then raises.
+
+**Non-collective.** ``pull(..., collective=False)`` and ``push(..., collective=False)`` involve
+only the caller: every rank of a store built with ``serve=True`` (not the default: stores used
+only collectively need no thread; with more than one rank) runs a serving thread on a process group of the store's own, which answers
+requests for its server's rows from the shared memory (see :mod:`dglx_dist.kvstore.serve`). A
+pull sends each other server's ids to ONE rank there, the one with the caller's local index (as
+``cross`` does), as a header plus the raw ids, and gets the rows back as raw bytes; own-server
+rows are read locally meanwhile. A push goes to the rows' writers as below (rows this rank
+writes itself are applied at once), each writer applies it and acknowledges, so when the call
+returns a pull from any rank sees the values. The serving thread and the main thread of a rank
+never apply at the same time (a lock); a collective push and non-collective pushes of other
+ranks to the same rows are not ordered, and a pull may read rows while they are written (as in
+DistDGL). ``close()`` waits for every rank (a barrier), then stops the threads; a store nobody
+closed is stopped by the session's clean shutdown.
 
 **Pull.** The requested ids are deduplicated (``torch.unique``; ``dedup=False`` skips that for
 ids known to be unique, such as a block's input nodes, and writes rows straight into request
@@ -42,6 +57,7 @@ from __future__ import annotations
 import logging
 import math
 import secrets
+import threading
 import zlib
 from pathlib import Path
 from typing import Callable
@@ -51,8 +67,10 @@ import torch
 from dglx_dist.kvstore.base import InitSpec, KVStore, TensorEntry
 from dglx_dist.kvstore.ops import PushOp, combine_duplicates, init_part
 from dglx_dist.kvstore.policy import PartitionPolicy, Piece, rows_at, split_contiguous
+from dglx_dist.kvstore.serve import Channel, ServedStore
 from dglx_dist.kvstore.shm import (EMPTY_I64, EMPTY_U8, attach_shared, create_shared,
                                    default_shm_dir, from_bytes, to_bytes)
+from dglx_dist.runtime.comm import PeerError
 
 __all__ = ["DistKVStore"]
 
@@ -64,16 +82,21 @@ def _crc(value) -> int:
     return zlib.crc32(str(value).encode())
 
 
-class DistKVStore(KVStore):
-    """Named tensors sharded over the job's servers (collective: see the module docstring).
+class DistKVStore(ServedStore, KVStore):
+    """Named tensors sharded over the job's servers (see the module docstring for what is
+    collective).
 
     Args:
         session: the running session (communicators, topology, byte counters).
         seed: mixed into the seeds of callable initialisers.
         shm_dir: where shared tensors are created; default ``/dev/shm``.
+        serve: run a serving thread (on a process group of its own), so that
+            ``pull``/``push`` with ``collective=False`` work; a store only ever used
+            collectively may skip it.
     """
 
-    def __init__(self, session, *, seed: int = 0, shm_dir: str | Path | None = None):
+    def __init__(self, session, *, seed: int = 0, shm_dir: str | Path | None = None,
+                 serve: bool = False):
         super().__init__(seed)
         self.session = session
         topo = session.topology
@@ -82,8 +105,14 @@ class DistKVStore(KVStore):
         self._dir = Path(shm_dir) if shm_dir is not None else default_shm_dir()
         self._servers: dict[int, list[int]] = {}  # entry index -> server of each part
         self._by_index: list[TensorEntry] = []
+        self._registered = threading.Condition()  # the serving thread waits for entries
+        self._apply_lock = threading.Lock()  # one writer thread at a time in this process
         token = self._gather_rows(torch.tensor([secrets.randbits(62)]))[0, 0]  # rank 0's
         self.token = f"{int(token):016x}"
+        self._channel: Channel | None = None
+        if serve and session.world_size > 1:
+            self._channel = Channel(session, self._serve)
+            session.add_closer(self._channel.stop)
 
     # -- placement ---------------------------------------------------------------------------
     def part_servers(self, policy: PartitionPolicy) -> list[int]:
@@ -132,8 +161,10 @@ class DistKVStore(KVStore):
             for path in created:
                 path.unlink(missing_ok=True)
         self.session.server.barrier()  # no rank returns before its server's files are gone
-        self._servers[entry.index] = servers
-        self._by_index.append(entry)
+        with self._registered:
+            self._servers[entry.index] = servers
+            self._by_index.append(entry)
+            self._registered.notify_all()
         return entry
 
     def _agree(self, name: str, spec: InitSpec | None,
@@ -199,6 +230,20 @@ class DistKVStore(KVStore):
 
     # -- pull --------------------------------------------------------------------------------
     def _pull(self, entry: TensorEntry, ids: torch.Tensor, dedup: bool) -> torch.Tensor:
+        uniq, inverse, out, local, remote = self._plan_pull(entry, ids, dedup)
+        fill_local = lambda: self._fill_local(entry, out, local)  # noqa: E731
+        if self._num_servers > 1:  # own rows are read while the answers travel
+            replies = self._pull_exchange(entry, uniq, remote, fill_local)
+            for server, mine in remote.items():
+                for q, rows in self._unpack(entry, mine, replies[server]):
+                    q.take(out, rows)
+        else:
+            fill_local()
+        return out if inverse is None else rows_at(out, inverse)
+
+    def _plan_pull(self, entry: TensorEntry, ids: torch.Tensor, dedup: bool):
+        """(unique ids, inverse or None, output buffer, own-server pieces, other servers'
+        pieces by server) of a pull."""
         if dedup:
             uniq, inverse = torch.unique(ids, return_inverse=True)
             uniq, pieces, order = split_contiguous(entry.policy, uniq)
@@ -215,27 +260,28 @@ class DistKVStore(KVStore):
         for q in pieces:
             if servers[q.part] != self._server:
                 remote.setdefault(servers[q.part], []).append(q)
+        return uniq, inverse, out, local, remote
 
-        def fill_local() -> None:
-            if len(local) == 1 and local[0].cols is None and local[0].span() is None:
-                # one pass: gather every row of ``out`` from the part, rows of other servers
-                # from its row 0 (overwritten when their answers arrive); cheaper than a gather
-                # into a buffer plus a scatter of it
-                q, index = local[0], torch.zeros(out.shape[0], dtype=torch.int64)
-                index[q.pos] = q.local
-                torch.index_select(entry.parts[q.part], 0, index, out=out)
-                return
-            for q in local:
-                q.fill(out, entry.parts[q.part])
+    @staticmethod
+    def _fill_local(entry: TensorEntry, out: torch.Tensor, local: list[Piece]) -> None:
+        if len(local) == 1 and local[0].cols is None and local[0].span() is None:
+            # one pass: gather every row of ``out`` from the part, rows of other servers
+            # from its row 0 (overwritten when their answers arrive); cheaper than a gather
+            # into a buffer plus a scatter of it
+            q, index = local[0], torch.zeros(out.shape[0], dtype=torch.int64)
+            index[q.pos] = q.local
+            torch.index_select(entry.parts[q.part], 0, index, out=out)
+            return
+        for q in local:
+            q.fill(out, entry.parts[q.part])
 
-        if self._num_servers > 1:  # own rows are read while the answers travel
-            replies = self._pull_exchange(entry, uniq, remote, fill_local)
-            for server, mine in remote.items():
-                for q, rows in self._unpack(entry, mine, replies[server]):
-                    q.take(out, rows)
-        else:
-            fill_local()
-        return out if inverse is None else rows_at(out, inverse)
+    @staticmethod
+    def _request_pos(pieces: list[Piece]) -> torch.Tensor:
+        """Positions (in the unique ids) of the ids one server is asked for."""
+        pos = torch.cat([q.pos for q in pieces])
+        if len(pieces) > 1 and pieces[0].cols is not None:  # column pieces share rows
+            pos = torch.unique(pos)
+        return pos
 
     def _pull_nothing(self) -> None:
         if self._num_servers > 1:
@@ -247,9 +293,7 @@ class DistKVStore(KVStore):
         send = [EMPTY_I64] * self._num_servers
         expect = [0] * self._num_servers  # the answers' sizes are known: no count round
         for server, pieces in remote.items():
-            pos = torch.cat([q.pos for q in pieces])
-            if len(pieces) > 1 and pieces[0].cols is not None:  # column pieces share rows
-                pos = torch.unique(pos)
+            pos = self._request_pos(pieces)
             send[server] = torch.cat([torch.tensor([entry.index]), uniq.index_select(0, pos)])
             expect[server] = sum(self._piece_bytes(entry, q) for q in pieces)
         requests = self.session.cross.all_to_all_v(send)
@@ -284,28 +328,35 @@ class DistKVStore(KVStore):
     def _push(self, entry: TensorEntry, op: PushOp, ids: torch.Tensor,
               values: torch.Tensor) -> None:
         uniq, combined = combine_duplicates(ids, values, op.combine)
-        servers = self._servers[entry.index]
+        self._push_exchange(self._push_messages(entry, op, uniq, combined))
+
+    def _push_messages(self, entry: TensorEntry, op: PushOp, uniq: torch.Tensor,
+                       combined: torch.Tensor) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        """Per writer rank: ``[name index, op index, *ids]`` and the values' raw bytes."""
+        servers, op_index = self._servers[entry.index], self.ops().index(op.name)
         dest: dict[int, list[torch.Tensor]] = {}
         for q in entry.policy.split(uniq):
             writer = servers[q.part] * self._per_server + q.local % self._per_server
             for w in torch.unique(writer).tolist():
                 dest.setdefault(w, []).append(q.pos[writer == w])
-        routes = {w: torch.unique(torch.cat(pos)) for w, pos in dest.items()}
-        self._push_exchange(entry, self.ops().index(op.name), uniq, combined, routes)
-
-    def _push_nothing(self) -> None:
-        self._push_exchange(None, -1, EMPTY_I64, EMPTY_U8, {})
-
-    def _push_exchange(self, entry: TensorEntry | None, op_index: int, uniq: torch.Tensor,
-                       combined: torch.Tensor, routes: dict[int, torch.Tensor]) -> None:
-        world = self.session.world
-        heads, data = [EMPTY_I64] * world.size, [EMPTY_U8] * world.size
-        for writer, pos in routes.items():
+        messages = {}
+        for writer, pos in dest.items():
+            pos = torch.unique(torch.cat(pos))
             gids = uniq[pos]
-            heads[writer] = torch.cat([torch.tensor([entry.index, op_index]), gids])
             chunks = [to_bytes(combined[q.index(pos.index_select(0, q.pos))])
                       for q in self._pieces_on(entry, gids, writer // self._per_server)]
-            data[writer] = torch.cat(chunks) if chunks else EMPTY_U8
+            messages[writer] = (torch.cat([torch.tensor([entry.index, op_index]), gids]),
+                                torch.cat(chunks) if chunks else EMPTY_U8)
+        return messages
+
+    def _push_nothing(self) -> None:
+        self._push_exchange({})
+
+    def _push_exchange(self, messages: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> None:
+        world = self.session.world
+        heads, data = [EMPTY_I64] * world.size, [EMPTY_U8] * world.size
+        for writer, (head, buf) in messages.items():
+            heads[writer], data[writer] = head, buf
         if world.size > 1:
             heads, data = world.all_to_all_v(heads), world.all_to_all_v(data)
         try:
@@ -325,11 +376,12 @@ class DistKVStore(KVStore):
             for q, rows in self._unpack(entry, pieces, buf):
                 groups.setdefault((entry.index, op_index, q.part), []).append((q.local, rows))
         op_names = self.ops()
-        for (index, op_index, part), items in groups.items():
-            entry, op = self._by_index[index], self._ops[op_names[op_index]]
-            local, rows = (torch.cat(x) for x in zip(*items))
-            local, rows = combine_duplicates(local, rows, op.combine)
-            self._apply(entry, op, part, local, rows)
+        with self._apply_lock:  # the serving thread applies other ranks' pushes too
+            for (index, op_index, part), items in groups.items():
+                entry, op = self._by_index[index], self._ops[op_names[op_index]]
+                local, rows = (torch.cat(x) for x in zip(*items))
+                local, rows = combine_duplicates(local, rows, op.combine)
+                self._apply(entry, op, part, local, rows)
 
     # -- helpers -----------------------------------------------------------------------------
     def _pieces_on(self, entry: TensorEntry, gids: torch.Tensor, server: int) -> list:
@@ -365,6 +417,16 @@ class DistKVStore(KVStore):
         return self._by_index[index]
 
     def close(self) -> None:
-        """Drops this process's mappings (the files were unlinked at init)."""
+        """Stops the serving threads (collective when the store serves: every rank calls it,
+        after its last pull or push) and drops this process's mappings (the files were
+        unlinked at init). Idempotent."""
+        if self._channel is not None:
+            try:
+                self.session.world.barrier()  # nobody asks this rank for rows any more
+            except PeerError as exc:
+                log.warning("rank %d: kvstore close: %s", self.session.rank, exc)
+            self.session.remove_closer(self._channel.stop)
+            self._channel.stop()
+            self._channel = None
         for entry in self._by_index:
             entry.parts.clear()

@@ -39,7 +39,7 @@ from torch import nn
 
 from dglx_dist.registry import Registry
 
-__all__ = ["LAYERS", "ConvAdapter", "InputLinear", "adapter_for", "first_conv", "graph_convs"]
+__all__ = ["LAYERS", "ConvAdapter", "ConvWrapper", "InputLinear", "adapter_for", "first_conv", "graph_convs"]
 
 LAYERS: Registry["ConvAdapter"] = Registry("layer adapter", entry_point_group="dglx_dist.layers")
 
@@ -121,6 +121,20 @@ def adapter_for(module: nn.Module) -> ConvAdapter:
                      f"dglx_dist.models.layers.LAYERS)")
 
 
+class ConvWrapper(nn.Module):
+    """Base of the modules a strategy puts in a conv's place (``self.conv`` is the conv):
+    attributes it does not have are the conv's (e.g. ``_out_feats``), so code that reads
+    them from ``model.layers[i]`` keeps working."""
+
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == "conv":
+                raise
+            return getattr(self.conv, name)
+
+
 def graph_convs(model: nn.Module) -> list[tuple[nn.Module, str]]:
     """The model's graph convs (in registration order) and their dotted names.
 
@@ -195,7 +209,11 @@ class SAGEAdapter(ConvAdapter):
         kind = conv._aggre_type
         if kind == "pool":
             pooled = torch.relu(totals[0] + conv.fc_pool.bias)
-            rst = conv.fc_neigh(dgl.ops.copy_u_max(block, pooled)) + totals[1]
+            # dgl.ops' max leaves -inf on a node with no in-edges; update_all (the stock conv)
+            # gives it zeros
+            neigh = dgl.ops.copy_u_max(block, pooled)
+            neigh = neigh.masked_fill((block.in_degrees() == 0).unsqueeze(1), 0.0)
+            rst = conv.fc_neigh(neigh) + totals[1]
             bias = conv.fc_self.bias
         else:
             rst = totals[0]

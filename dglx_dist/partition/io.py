@@ -72,14 +72,17 @@ def _write_part(pc: Partition, folder: Path) -> dict[str, Any]:
             "num_halo": int(pc.halo_gid.size), "num_edges": int(pc.src.size), "files": files}
 
 
-def write_partitions(out: str | os.PathLike, header: dict[str, Any], parts,
+def write_partitions(out: str | os.PathLike,
+                     header: dict[str, Any] | Callable[[], dict[str, Any]], parts,
                      overwrite: bool = False, on_part: Callable[[Partition], None] | None = None
                      ) -> Path:
     """Writes every part from the iterable ``parts`` and then the manifest, atomically.
 
     Args:
         out: the partition directory to create.
-        header: manifest fields other than ``format``, ``version`` and ``parts``.
+        header: manifest fields other than ``format``, ``version`` and ``parts``, or a
+            callable returning them once every part is written (for fields known only then,
+            such as the ``num_classes`` of an import).
         parts: iterable of :class:`Partition`, consumed one at a time.
         overwrite: replace an existing ``out`` once the new one is complete.
         on_part: called after each part is written (progress, statistics).
@@ -90,7 +93,8 @@ def write_partitions(out: str | os.PathLike, header: dict[str, Any], parts,
             entries.append(_write_part(pc, tmp / part_dir_name(pc.part)))
             if on_part is not None:
                 on_part(pc)
-        manifest = {"format": FORMAT, "version": VERSION, **header, "parts": entries}
+        fields = header() if callable(header) else header
+        manifest = {"format": FORMAT, "version": VERSION, **fields, "parts": entries}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
     return Path(out)
 

@@ -16,7 +16,8 @@ from dglx_dist.data.atomic import sha256_file
 from dglx_dist.data.checked import check_range, column_numpy, read_checked, read_feat
 from dglx_dist.errors import PartitionFormatError
 from dglx_dist.partition.book import FeatureSlices, NodeBook, book_from_json
-from dglx_dist.partition.io import read_manifest
+from dglx_dist.partition.dgl_config import find_dgl_config
+from dglx_dist.partition.io import MANIFEST, read_manifest
 from dglx_dist.partition.layout import Partition
 
 __all__ = ["PartitionDir", "Partition"]
@@ -29,6 +30,13 @@ class PartitionDir:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
+        if not (self.path / MANIFEST).is_file():
+            dgl_json = find_dgl_config(self.path)
+            if dgl_json is not None:
+                raise _ERR(f"{self.path}: this is a DGL partition_graph output, not a dglx "
+                           f"partition directory; import it with `dglx partition --from-dgl "
+                           f"{dgl_json} OUT` (or dglx_dist.partition.import_dgl_partitions) "
+                           f"and open OUT")
         self.manifest: dict[str, Any] = read_manifest(self.path)
         m = self.manifest
         try:
@@ -46,6 +54,7 @@ class PartitionDir:
                        f"{m['feature_layout']!r} with slices {m['feature_slices']}; expected "
                        f"'rows' or 'columns' with slices ending at feat_dim = {m['feat_dim']}")
         self._orig_maps: dict[int, np.ndarray] = {}
+        self._verified: set[int] = set()
 
     num_parts = property(lambda self: self.manifest["num_parts"])
     num_nodes = property(lambda self: self.manifest["num_nodes"])
@@ -123,7 +132,14 @@ class PartitionDir:
                          cols["n.train"], cols["n.val"], cols["n.test"], feat, feat_cols)
 
     def verify_part(self, part: int) -> None:
-        """Checks part ``part``'s files against the manifest's sizes and checksums."""
+        """Checks part ``part``'s files against the manifest's sizes and checksums (once per
+        part: the graph, its store, its sampler and the strategy may each load a part)."""
+        if part in self._verified:
+            return
+        self._verify(part)
+        self._verified.add(part)
+
+    def _verify(self, part: int) -> None:
         for name, info in self._entry(part)["files"].items():
             file = self._file(part, name)
             if not file.is_file():

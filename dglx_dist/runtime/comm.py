@@ -60,7 +60,11 @@ class PeerError(RuntimeError):
 
 @dataclasses.dataclass
 class ByteCounter:
-    """Bytes this rank sent and received, intra- vs inter-server; ``control`` is metadata."""
+    """Bytes this rank sent and received, intra- vs inter-server; ``control`` is metadata.
+
+    Updates go through :meth:`add` / :meth:`add_control`, under a lock: a KVStore's serving
+    thread counts its answers while the main thread counts its own exchanges.
+    """
 
     sent_intra: int = 0
     sent_inter: int = 0
@@ -69,12 +73,33 @@ class ByteCounter:
     control_sent: int = 0
     calls: int = 0
 
+    def __post_init__(self):
+        self._lock = threading.Lock()  # not a field: snapshot() and reset() skip it
+
+    def add(self, intra: bool, sent: int, recv: int) -> None:
+        """Counts ``sent`` / ``recv`` payload bytes exchanged with one peer."""
+        with self._lock:
+            if intra:
+                self.sent_intra += sent
+                self.recv_intra += recv
+            else:
+                self.sent_inter += sent
+                self.recv_inter += recv
+
+    def add_control(self, sent: int, calls: int = 0) -> None:
+        """Counts ``sent`` metadata bytes and ``calls`` communication calls."""
+        with self._lock:
+            self.control_sent += sent
+            self.calls += calls
+
     def snapshot(self) -> dict[str, int]:
-        return dataclasses.asdict(self)
+        with self._lock:
+            return dataclasses.asdict(self)
 
     def reset(self) -> None:
-        for f in dataclasses.fields(self):
-            setattr(self, f.name, 0)
+        with self._lock:
+            for f in dataclasses.fields(self):
+                setattr(self, f.name, 0)
 
 
 class Comm:
@@ -146,7 +171,7 @@ class Comm:
             self._run("all_to_all_v(counts)",
                       lambda: dist.all_to_all_single(recv_counts, counts, group=self.group,
                                                      async_op=True))
-            self.counter.control_sent += 8 * (self.size - 1)
+            self.counter.add_control(8 * (self.size - 1))
         out = torch.empty((int(recv_counts.sum()), *trailing), dtype=dtype)
         full = [t for t in send if t.numel()]
         if len(full) == 1 and full[0].is_contiguous():  # one destination: send it as it is
@@ -282,17 +307,10 @@ class Comm:
 
     # -- plumbing ----------------------------------------------------------------------------
     def _count(self, sent: Sequence[int], recv: Sequence[int]) -> None:
-        c = self.counter
-        c.calls += 1
+        self.counter.add_control(0, calls=1)
         for i, (s, r) in enumerate(zip(sent, recv)):
-            if i == self.index:
-                continue
-            if self._intra[i]:
-                c.sent_intra += s
-                c.recv_intra += r
-            else:
-                c.sent_inter += s
-                c.recv_inter += r
+            if i != self.index and (s or r):
+                self.counter.add(self._intra[i], s, r)
 
     def _run(self, op: str, start: Callable[[], dist.Work | None]) -> None:
         """Issues a collective and waits for it with the timeout.

@@ -2,15 +2,23 @@
 
 ``dglx_dist.init()`` builds it from the launch environment and makes it the current session
 (a contextvar, not a global); ``session.shutdown()`` (or leaving the ``with`` block) stops the
-heartbeat and destroys the process groups, so nothing stays bound after a run.
+heartbeat and destroys the process groups, so nothing stays bound after a run. A session
+nobody shut down is shut down at interpreter exit (an ``atexit`` handler; SIGTERM exits
+through it too), with the uncaught exception the script died of, if any, so that peers name
+it; the order is the one that avoids gloo's teardown crash (see :meth:`Session.shutdown`).
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import contextvars
 import datetime
 import logging
+import signal
+import sys
+import threading
 import time
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -41,7 +49,8 @@ class Session:
             ranks with this rank's local index on every server.
     """
 
-    def __init__(self, env: DistEnv, backend: str, store, heartbeat: float = 0.5):
+    def __init__(self, env: DistEnv, backend: str, store, heartbeat: float = 0.5,
+                 adopt: bool = False):
         self.env, self.backend = env, backend
         self.rank, self.world_size = env.rank, env.world_size
         self.topology = Topology(env.num_servers, env.ranks_per_server)
@@ -51,11 +60,13 @@ class Session:
             torch.cuda.set_device(self.device)
         configure_malloc(env.malloc)
         timeout = datetime.timedelta(seconds=env.timeout)
-        dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=env.rank,
-                                world_size=env.world_size, timeout=timeout)
+        if not adopt:
+            dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=env.rank,
+                                    world_size=env.world_size, timeout=timeout)
         self.health = Health(store, env.rank, env.world_size, interval=heartbeat)
         self.counter = ByteCounter()
         self._store = store
+        self._closers: list[Callable[[], None]] = []
         topo = self.topology
         server_groups = [dist.new_group(topo.server_ranks(s), timeout=timeout)
                          for s in range(topo.num_servers)]
@@ -69,6 +80,7 @@ class Session:
         self.cross = make("cross", cross_groups[me_local], topo.cross_ranks(me_local))
         self.health.start()
         self._token: contextvars.Token | None = _CURRENT.set(self)
+        self._install_exit_handlers()
         log.debug("rank %d/%d up: server %d of %d, local %d, backend %s", self.rank,
                   self.world_size, me_server, topo.num_servers, me_local, backend)
 
@@ -95,6 +107,28 @@ class Session:
         return Comm(name, group, list(range(self.world_size)), self.rank, self.topology,
                     self.counter, self.health, self.env.timeout)
 
+    @contextlib.contextmanager
+    def peer_errors(self, op: str) -> Iterator[None]:
+        """Turns a collective's raw failure inside torch (DDP's own calls, autograd's
+        all-reduces) into the comm layer's error naming the failed rank."""
+        try:
+            yield
+        except RuntimeError as exc:
+            failure = self.world.peer_failure(op, exc)
+            if failure is None:
+                raise
+            raise failure from exc
+
+    def add_closer(self, fn: Callable[[], None]) -> None:
+        """Runs ``fn`` at a clean :meth:`shutdown`, after the last barrier and before the
+        process groups go (e.g. a KVStore's serving thread, when nobody closed the store)."""
+        self._closers.append(fn)
+
+    def remove_closer(self, fn: Callable[[], None]) -> None:
+        """Forgets a closer added with :meth:`add_closer` (it ran already or is not needed)."""
+        if fn in self._closers:
+            self._closers.remove(fn)
+
     def all_reduce_by_server(self, flat: torch.Tensor) -> torch.Tensor:
         """The sum of the 1-D ``flat`` over every rank, crossing servers once: reduce-scatter
         within the server, all-reduce of each rank's chunk with the same chunk on the other
@@ -108,6 +142,26 @@ class Session:
         total = torch.cat(self.server.all_gather(chunk)) if size > 1 else chunk
         return total[:n]
 
+    def _install_exit_handlers(self) -> None:
+        """Shut down at exit if nobody did; remember an uncaught exception for the peers."""
+        self._exit_error: BaseException | None = None
+        self._previous_hook = sys.excepthook
+
+        def excepthook(tp, value, tb):
+            self._exit_error = value
+            self._previous_hook(tp, value, tb)
+
+        sys.excepthook = self._excepthook = excepthook
+        atexit.register(self._at_exit)
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            # SystemExit unwinds the main thread, so the atexit handler runs
+            signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+    def _at_exit(self) -> None:
+        if self._store is not None:
+            self.shutdown(self._exit_error)
+
     def shutdown(self, error: BaseException | None = None) -> None:
         """Stops the heartbeat and destroys the process groups (idempotent).
 
@@ -117,7 +171,8 @@ class Session:
         """
         if self._store is not None:
             if error is None:
-                self._quiesce()
+                if self._quiesce():
+                    self._run_closers()
                 self.health.mark("exit")
             else:
                 self.health.record_crash(f"{type(error).__name__}: {error}")
@@ -131,6 +186,9 @@ class Session:
             time.sleep(0.1)
             dist.destroy_process_group()
         self._store = None
+        atexit.unregister(self._at_exit)
+        if sys.excepthook is self._excepthook:
+            sys.excepthook = self._previous_hook
         if self._token is not None:
             try:
                 _CURRENT.reset(self._token)
@@ -138,16 +196,27 @@ class Session:
                 _CURRENT.set(None)
             self._token = None
 
-    def _quiesce(self) -> None:
+    def _run_closers(self) -> None:
+        closers, self._closers = self._closers, []
+        for fn in reversed(closers):
+            try:
+                fn()
+            except Exception as exc:  # noqa: BLE001  (shutdown goes on; the cause is logged)
+                log.warning("rank %d: a closer failed at shutdown: %s", self.rank, exc)
+
+    def _quiesce(self) -> bool:
         """A last barrier of the healthy job, so that no rank tears its groups down while a
-        peer is still finishing its last collective (see the teardown note in shutdown)."""
+        peer is still finishing its last collective (see the teardown note in shutdown);
+        False when the job is not healthy."""
         groups = (self.world, self.server, self.cross)
         if any(c._broken is not None for c in groups):
-            return
+            return False
         try:
             self.world.barrier()
         except PeerError as exc:
             log.warning("rank %d: final barrier failed (%s); tearing down anyway", self.rank, exc)
+            return False
+        return True
 
     def __enter__(self) -> "Session":
         return self
@@ -177,16 +246,29 @@ def init(backend: str | None = None, env: DistEnv | None = None, store=None,
             master address (hosted by rank 0, or by torchrun's agent when it provides one).
         heartbeat: seconds between health heartbeats.
     """
-    if dist.is_initialized():
-        raise RuntimeError("a process group is already initialised in this process; call "
-                           "shutdown() on the previous session first")
+    if _CURRENT.get() is not None:
+        raise RuntimeError("a dglx_dist session is already running in this process; call "
+                           "shutdown() on it first")
     env = env or read_env()
+    if dist.is_initialized():  # the script's own init_process_group (a DistDGL script)
+        return _adopt(env, heartbeat)
     chosen = _pick_backend(env, backend)
     if store is None:
         url = f"tcp://{env.master_addr}:{env.master_port}"
         store, _, _ = next(dist.rendezvous(url, env.rank, env.world_size,
                                            timeout=datetime.timedelta(seconds=env.timeout)))
     return Session(env, chosen, store, heartbeat)
+
+
+def _adopt(env: DistEnv, heartbeat: float) -> Session:
+    """A session on the default process group the script initialised itself."""
+    if dist.get_world_size() != env.world_size or dist.get_rank() != env.rank:
+        raise RuntimeError(f"the process group the script initialised has rank "
+                           f"{dist.get_rank()} of {dist.get_world_size()}; the launcher says "
+                           f"{env.rank} of {env.world_size}")
+    store = dist.distributed_c10d._get_default_store()
+    log.debug("adopting the default process group (%s)", dist.get_backend())
+    return Session(env, dist.get_backend(), store, heartbeat, adopt=True)
 
 
 def current_session() -> Session:

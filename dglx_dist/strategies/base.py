@@ -31,8 +31,11 @@ import torch
 
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.registry import Registry
+from dglx_dist.runtime.autograd import scale_grad
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
+from dglx_dist.sampling import even_chunk
+from dglx_dist.strategies.steps import Blocks, LoaderPlan, LoaderSpec, Step
 
 __all__ = ["Strategy", "Batch", "PartitionSpec", "STRATEGIES"]
 
@@ -123,8 +126,15 @@ class Strategy(abc.ABC):
                              f"--parts {spec.num_parts}`")
 
     @abc.abstractmethod
-    def setup(self, session: Session, pdir: PartitionDir) -> None:
-        """Loads this rank's share of the partitions (collective)."""
+    def setup(self, session: Session, pdir: PartitionDir, store=None) -> None:
+        """Loads this rank's share of the partitions (collective).
+
+        Args:
+            store: a distributed KVStore already holding the node data by rows ("feat" when
+                the partitions store rows, "label", the masks; see
+                :func:`dglx_dist.api.graph.node_data_store`), to be used instead of building
+                one; None: the strategy builds what it needs.
+        """
 
     @abc.abstractmethod
     def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -157,7 +167,68 @@ class Strategy(abc.ABC):
 
     def forward(self, model: torch.nn.Module, batch: Batch) -> torch.Tensor:
         """Logits of ``batch``'s output nodes."""
-        return model(batch.blocks, batch.x)
+        return self.step_forward(model, batch.blocks, batch.x)
+
+    # -- the drop-in API (dglx_dist.api) ---------------------------------------------------------
+    def with_layers(self, num_layers: int, batches: int | None = None) -> "Strategy":
+        """This strategy for a model of ``num_layers`` graph convs: a copy with that depth when
+        its options name another one (called before :meth:`setup`); ``batches``: the first
+        loader's batches per rank, for options that default to it."""
+        if not hasattr(self.config, "num_layers") or self.config.num_layers == num_layers:
+            return self
+        clone = type(self)(dataclasses.replace(self.config, num_layers=num_layers))
+        clone.registered_name = self.registered_name
+        return clone
+
+    def split_ids(self, ids: torch.Tensor, pdir: PartitionDir, session: Session) -> torch.Tensor:
+        """This rank's share of ``ids`` (sorted, unique, the same on every rank), as DGL's
+        ``node_split``: by default DistDGL's two-level split (contiguous chunks of the
+        partitioned ids, sizes within one of each other, mostly on the rank's own server)."""
+        return even_chunk(ids, session.world_size, session.rank)
+
+    def serves(self, spec: LoaderSpec) -> bool:
+        """Whether :meth:`loader_plan` / :meth:`loader_epoch` build this strategy's own steps
+        for ``spec``; a loader it does not serve (a strategy without loader support, or a
+        layer-wise inference's one-layer sampler under a full-graph strategy) samples plain
+        blocks through the graph instead."""
+        return False
+
+    def loader_plan(self, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan:
+        """What a loader over this rank's ``ids`` keeps between epochs (collective: every rank
+        builds its loaders in the same order); called only when :meth:`serves` says so."""
+        raise NotImplementedError(f"strategy {self.registered_name!r} has no DataLoader support")
+
+    def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int) -> Iterator[Step]:
+        """One epoch of a loader's steps; every rank yields the same number (collective)."""
+        raise NotImplementedError(f"strategy {self.registered_name!r} has no DataLoader support")
+
+    def local_nodes(self) -> torch.Tensor:
+        """Global ids of the nodes whose outputs :meth:`full_graph_step` gives, in that order
+        (this rank's share of the graph)."""
+        raise NotImplementedError(f"strategy {self.registered_name!r} has no full-graph form")
+
+    def full_graph_step(self, num_layers: int) -> tuple[Blocks, Any]:
+        """Blocks and input rows of the full-graph form ``model(g, features)``: every layer's
+        full neighbourhood of :meth:`local_nodes` (collective)."""
+        raise NotImplementedError(f"strategy {self.registered_name!r} has no full-graph form")
+
+    def local_rows(self, name: str, ids: torch.Tensor) -> Any:
+        """Rows of node data ``name`` that this rank holds without asking the KVStore (e.g.
+        preloaded features), or None."""
+        return None
+
+    def step_forward(self, model: torch.nn.Module, blocks, x) -> torch.Tensor:
+        """The model's output rows of one step: the step's rows, with the gradient weight of
+        this rank's loss applied (see :class:`~dglx_dist.strategies.steps.StepState`)."""
+        out = model(blocks, x)
+        state = getattr(blocks, "state", None)
+        if state is None:
+            return out
+        if state.rows is not None:
+            out = out.index_select(0, state.rows)
+        if state.weight is not None and torch.is_grad_enabled():
+            out = scale_grad(out, state.weight)
+        return out
 
     @abc.abstractmethod
     def evaluate(self, model: torch.nn.Module, split: str) -> float:

@@ -47,16 +47,19 @@ class DistDGLStrategy(MiniBatchStrategy):
     def partition_spec(self, topology: Topology) -> PartitionSpec:
         return PartitionSpec("metis", topology.num_servers, {"balance": list(self.config.balance)})
 
-    def setup(self, session: Session, pdir: PartitionDir) -> None:
+    def setup(self, session: Session, pdir: PartitionDir,
+              store: DistKVStore | None = None) -> None:
         self.check_partitions(pdir, session.topology)
-        self.session = session
+        self.session, self.pdir, self.num_nodes = session, pdir, pdir.num_nodes
         server = session.server_id
         part = pdir.load_part(server)
-        self.store = DistKVStore(session)
-        policy = RowPolicy(pdir.book)
-        self.store.init_data("feat", policy, {server: torch.from_numpy(part.feat)})
-        self.store.init_data("label", policy, {server: torch.from_numpy(part.label)},
-                             dtype=torch.int64)
+        self._own_store = store is None
+        self.store = store if store is not None else DistKVStore(session)
+        if self._own_store:
+            policy = RowPolicy(pdir.book)
+            self.store.init_data("feat", policy, {server: torch.from_numpy(part.feat)})
+            self.store.init_data("label", policy, {server: torch.from_numpy(part.label)},
+                                 dtype=torch.int64)
         self.sampler = PartitionSampler(part, pdir.book, session.cross, server)
         self.ids, self.labels = {}, {}
         for split in ("train", "val", "test"):
@@ -78,10 +81,14 @@ class DistDGLStrategy(MiniBatchStrategy):
         self.session.world.account_all_reduce(self._grad_bytes)
 
     def close(self) -> None:
-        self.store.close()
+        if self._own_store:
+            self.store.close()
+
+    def _input_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.store.pull("feat", ids, dedup=False)  # unique ids
 
     def _batch(self, seeds: torch.Tensor, fanouts, split: str) -> Batch:
         blocks = self.sampler.sample_blocks(seeds, fanouts)
-        x = self.store.pull("feat", blocks[0].srcdata[dgl.NID], dedup=False)  # unique ids
+        x = self._input_rows(blocks[0].srcdata[dgl.NID])
         y = self._labels_of(seeds, split)
         return Batch(blocks, x, y, seeds)

@@ -1,4 +1,5 @@
-"""``dorylus``: full-graph GCN and GAT training with computation separation (Dorylus, OSDI'21).
+"""``dorylus``: full-graph GCN, GraphSAGE and GAT training with computation separation
+(Dorylus, OSDI'21).
 
 * **Graph servers** are the ranks: each owns a METIS edge-cut part with ghost buffers for remote
   in-neighbours and runs the graph tasks (:mod:`~dglx_dist.strategies.dorylus_graph`).
@@ -50,7 +51,10 @@ from dglx_dist.runtime.autograd import set_grads
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.strategies import dorylus_gat  # noqa: F401  (registers GATConv)
+from dglx_dist.strategies import dorylus_sage  # noqa: F401  (registers SAGEConv)
 from dglx_dist.strategies.base import STRATEGIES, Batch, PartitionSpec, Strategy
+from dglx_dist.strategies.steps import (Blocks, LoaderPlan, LoaderSpec, Step, StepState,
+                                        equal_step_sizes, sampled_plan)
 from dglx_dist.strategies.dorylus_graph import GraphServer
 from dglx_dist.strategies.dorylus_layers import DORYLUS_LAYERS, summed_grads
 from dglx_dist.strategies.dorylus_params import ParamServers, WeightUpdates
@@ -89,13 +93,13 @@ class DorylusStrategy(Strategy):
     full_graph = True
     collective_forward = True
     owns_training = True
-    conv_types = ("GraphConv", "GATConv")
+    conv_types = ("GraphConv", "SAGEConv", "GATConv")
 
     @dataclasses.dataclass(frozen=True)
     class Config:
         num_layers: int = dataclasses.field(
-            default=2, metadata={"help": "Graph conv layers (GraphConv or GATConv) of the "
-                                         "model."})
+            default=2, metadata={"help": "Graph conv layers (GraphConv, SAGEConv or "
+                                         "GATConv) of the model."})
         intervals: int = dataclasses.field(
             default=8, metadata={"help": "Vertex intervals per graph server (the pipeline's "
                                          "minibatches; one invocation each per task)."})
@@ -119,7 +123,8 @@ class DorylusStrategy(Strategy):
         param_servers: int = dataclasses.field(
             default=1, metadata={"help": "Parameter-server replicas per graph server."})
         dropout: float = dataclasses.field(
-            default=-1.0, metadata={"help": "GCN: dropout between layers; GAT: every conv's "
+            default=-1.0, metadata={"help": "GCN, SAGE: dropout between layers; GAT: every "
+                                            "conv's "
                                             "feature dropout; -1: the model's (its `dropout` "
                                             "module's, or its convs' `feat_drop`)."})
         seed: int = dataclasses.field(default=0, metadata={"help": "Dropout seed."})
@@ -162,9 +167,9 @@ class DorylusStrategy(Strategy):
         return PartitionSpec("metis", topology.world_size, {"balance": ["train", "edges"]})
 
     # -- setup ---------------------------------------------------------------------------------
-    def setup(self, session: Session, pdir: PartitionDir) -> None:
+    def setup(self, session: Session, pdir: PartitionDir, store=None) -> None:
         self.check_partitions(pdir, session.topology)
-        self.session, cfg = session, self.config
+        self.session, cfg, self._store = session, self.config, store
         part = pdir.load_part(session.rank)
         core = torch.from_numpy(part.core_gid)
         src = torch.from_numpy(part.local_gid)[torch.from_numpy(part.src)]
@@ -189,6 +194,8 @@ class DorylusStrategy(Strategy):
 
     def _preload(self, pdir: PartitionDir, part, ids: torch.Tensor) -> torch.Tensor:
         """Feature rows of the owned nodes and the ghosts (layer 0 never changes)."""
+        if self._store is not None:
+            return self._store.pull("feat", ids, dedup=False)
         store = DistKVStore(self.session)
         try:
             store.init_data("feat", RowPolicy(pdir.book), {part.part: torch.from_numpy(part.feat)})
@@ -232,7 +239,7 @@ class DorylusStrategy(Strategy):
         self._plan = self.kind.plan(self.gs, convs)
         self.ps = ParamServers([self.kind.tensors(conv) for conv, _ in convs],
                                self.config.param_servers)
-        self._model, self._step = model, 0
+        self._model = model
         return model
 
     # -- training: the pipeline ----------------------------------------------------------------
@@ -282,15 +289,57 @@ class DorylusStrategy(Strategy):
     # -- a loop of one's own: one batch per epoch ----------------------------------------------
     def batches(self, epoch: int) -> Iterator[Batch]:
         rows = torch.nonzero(self.masks["train"]).squeeze(1)
-        self._step = epoch
-        self.ps.refresh()  # the optimizer may have stepped since the last forward
-        yield Batch([], self.feat[:self.gs.n], self.labels[rows], self.gs.core[rows])
+        yield Batch(Blocks([], StepState(rows=rows, epoch=epoch)), self.feat[:self.gs.n],
+                    self.labels[rows], self.gs.core[rows])
 
-    def forward(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        rows = torch.searchsorted(self.gs.core, batch.seeds)
+    def step_forward(self, model: nn.Module, blocks, x) -> torch.Tensor:
+        """Layer-synchronous logits of the step's rows (``x`` is unused: the graph servers
+        hold the features)."""
+        state = getattr(blocks, "state", None) or StepState()
+        rows = state.rows if state.rows is not None else torch.arange(self.gs.n)
+        self.ps.refresh()  # the optimizer may have stepped since the last forward
         if torch.is_grad_enabled():
-            return _Logits.apply(self, self._step, rows, *self.params)
-        return self._forward_logits(self._step, train=model.training)[rows]
+            return _Logits.apply(self, state.epoch, rows, *self.params)
+        return self._forward_logits(state.epoch, train=model.training)[rows]
+
+    # -- the drop-in API -----------------------------------------------------------------------
+    def split_ids(self, ids: torch.Tensor, pdir: PartitionDir, session: Session) -> torch.Tensor:
+        """The ids this rank's graph server owns (their logits are computed there)."""
+        return ids[torch.as_tensor(pdir.book.owner(ids)) == session.rank]
+
+    def serves(self, spec: LoaderSpec) -> bool:
+        return self.config.num_layers == len(spec.fanouts)  # steps built for that depth
+
+    def loader_plan(self, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan:
+        """The output rows of this rank's ``ids``, trained ``batch_size`` at a time: every
+        step is a full-graph forward whose loss takes the step's rows (as many steps as the
+        loader has batches, the most of any rank)."""
+        rows = torch.searchsorted(self.gs.core, ids).clamp(max=max(self.gs.n - 1, 0))
+        if ids.numel() and (self.gs.n == 0 or not bool((self.gs.core[rows] == ids).all())):
+            raise ValueError(f"dorylus: the loader's ids include nodes of other graph servers "
+                             f"(rank {self.session.rank} computes its own nodes' logits only); "
+                             f"pass dglx_dist.node_split(ids, g) to the DataLoader")
+        return sampled_plan(self.session.world, rows, spec)
+
+    def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int) -> Iterator[Step]:
+        """Layer-synchronous full-graph steps (the bounded-asynchronous pipeline runs under
+        ``Trainer.fit``)."""
+        rows = plan.data
+        if spec.shuffle:
+            gen = torch.Generator().manual_seed(spec.seed * 1_000_003 + epoch * 7919 +
+                                                self.session.rank)
+            rows = rows[torch.randperm(rows.numel(), generator=gen)]
+        sizes = equal_step_sizes(rows.numel(), plan.steps, spec.batch_size, spec.drop_last)
+        for i, chunk in enumerate(torch.split(rows[:sum(sizes)], sizes)):
+            state = StepState(rows=chunk, epoch=epoch * plan.steps + i)  # seeds dropout
+            yield Step(self.gs.core, self.gs.core.index_select(0, chunk), Blocks([], state))
+
+    def local_nodes(self) -> torch.Tensor:
+        return self.gs.core
+
+    def full_graph_step(self, num_layers: int) -> tuple[Blocks, None]:
+        self._full_steps = getattr(self, "_full_steps", -1) + torch.is_grad_enabled()
+        return Blocks([], StepState(epoch=max(self._full_steps, 0))), None
 
     def _forward_logits(self, epoch: int, train: bool, pipe: Pipeline | None = None
                         ) -> torch.Tensor:
@@ -323,7 +372,7 @@ class DorylusStrategy(Strategy):
         if split not in self.masks:
             raise ValueError(f"split {split!r}; expected 'train', 'val' or 'test'")
         self.ps.refresh()
-        logits = self._forward_logits(self._step, train=False)
+        logits = self._forward_logits(0, train=False)
         mask = self.masks[split]
         pred = logits[mask].argmax(1)
         counts = torch.tensor([float((pred == self.labels[mask]).sum()), float(mask.sum())],

@@ -25,7 +25,7 @@ import torch
 
 from dglx_dist.runtime.comm import Comm
 
-__all__ = ["GraphServer", "Route"]
+__all__ = ["GraphServer", "Route", "csr"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +43,8 @@ class Route:
     rows: torch.Tensor
 
 
-def _csr(rows: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor, shape) -> torch.Tensor:
+def csr(rows: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor, shape) -> torch.Tensor:
+    """The sparse CSR matrix of the (row, column, value) entries; repeated entries are added."""
     order = torch.argsort(rows * shape[1] + cols)
     coo = torch.sparse_coo_tensor(torch.stack([rows[order], cols[order]]), vals[order],
                                   shape).coalesce()
@@ -97,7 +98,7 @@ class GraphServer:
         col[~local] = self.n + self._index_of(self.ghost_ids, ghost_owner, num_nodes,
                                               src[~local], src_owner[~local])
         self.num_ghosts = self.ghost_ids.numel()
-        self.a_in = _csr(dst_row, col, val, (self.n, self.n + self.num_ghosts))
+        self.a_in = csr(dst_row, col, val, (self.n, self.n + self.num_ghosts))
         # the in-edges one by one (a_in merges repeated edges), for per-edge layers (GAT)
         self.in_edges = (dst_row, col, src, src_owner)
         self._setup_forward_routes(num_nodes)
@@ -162,7 +163,7 @@ class GraphServer:
         rows = torch.cat([lrow, torch.searchsorted(self.core, torch.cat(got_src))])
         cols = torch.cat([dst_row[local], rcol])
         vals = torch.cat([val[local], torch.cat(got_val)])
-        self.a_out = _csr(rows, cols, vals, (self.n, self.n + self.num_rghosts))
+        self.a_out = csr(rows, cols, vals, (self.n, self.n + self.num_rghosts))
         key_iv = torch.empty(key.numel(), dtype=torch.int64)  # the interval of each on its owner
         key_iv[rcol - self.n] = torch.cat(got_iv)
         recv = {}
@@ -180,13 +181,14 @@ class GraphServer:
     # -- graph tasks ---------------------------------------------------------------------------
     def gather(self, i: int, h: torch.Tensor) -> torch.Tensor:
         """GA of interval ``i``: ``Â[rows] @ h`` (``h``: own rows then ghost rows)."""
-        return self._rows_mm(self.a_in, i, h)
+        return self.rows_mm(self.a_in, i, h)
 
     def gather_back(self, i: int, g: torch.Tensor) -> torch.Tensor:
         """∇GA of interval ``i``: ``Âᵀ[rows] @ g`` (``g``: own rows then reverse ghosts)."""
-        return self._rows_mm(self.a_out, i, g)
+        return self.rows_mm(self.a_out, i, g)
 
-    def _rows_mm(self, a: torch.Tensor, i: int, h: torch.Tensor) -> torch.Tensor:
+    def rows_mm(self, a: torch.Tensor, i: int, h: torch.Tensor) -> torch.Tensor:
+        """``a[rows of interval i] @ h`` for a CSR matrix ``a`` with a row per own node."""
         r = self.rows(i)
         crow = a.crow_indices()
         lo, hi = int(crow[r.start]), int(crow[r.stop])

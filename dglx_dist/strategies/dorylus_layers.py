@@ -13,7 +13,8 @@ of stages and moves messages; everything that depends on the layer's math lives 
   (:meth:`~LayerKind.pack` / :meth:`~LayerKind.unpack`), :meth:`~LayerKind.request` and
   :meth:`~LayerKind.result` of tensor tasks.
 
-``GraphConv`` (GCN) is here; ``GATConv`` in :mod:`~dglx_dist.strategies.dorylus_gat`.
+``GraphConv`` (GCN) is here; ``GATConv`` in :mod:`~dglx_dist.strategies.dorylus_gat`,
+``SAGEConv`` (mean) in :mod:`~dglx_dist.strategies.dorylus_sage`.
 """
 from __future__ import annotations
 
@@ -23,12 +24,14 @@ from typing import Callable
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from dglx_dist.registry import Registry
 from dglx_dist.strategies.dorylus_graph import GraphServer, Route
 
-__all__ = ["DORYLUS_LAYERS", "LayerKind", "GcnLayers", "Stage", "add_grad", "summed_grads", "task_seed"]
+__all__ = ["DORYLUS_LAYERS", "LayerKind", "GcnLayers", "GcnPlan", "Stage", "add_grad",
+           "activation_name", "summed_grads", "task_seed"]
 
 DORYLUS_LAYERS: Registry["LayerKind"] = Registry("dorylus layer kind",
                                                entry_point_group="dglx_dist.dorylus_layers")
@@ -73,6 +76,22 @@ def summed_grads(grads: dict | None) -> dict[tuple[int, str], torch.Tensor]:
             total += g
         out[key] = total
     return out
+
+
+def activation_name(activation, conv: str) -> str:
+    """What the tensor tasks call a conv's own ``activation``: "none" (None or
+    ``nn.Identity``) or "relu" (``F.relu``, ``torch.relu`` or an ``nn.ReLU``).
+
+    Raises:
+        ValueError: any other activation, naming it and the conv ``conv``.
+    """
+    if activation is None or isinstance(activation, nn.Identity):
+        return "none"
+    if activation in (F.relu, torch.relu) or isinstance(activation, nn.ReLU):
+        return "relu"
+    raise ValueError(f"dorylus cannot run {conv} with activation={activation!r}: the tensor "
+                     f"tasks apply ReLU (F.relu, torch.relu, nn.ReLU) or no activation "
+                     f"(None, nn.Identity)")
 
 
 def task_seed(seed: int, epoch: int, layer: int) -> int:
@@ -176,21 +195,35 @@ def _f32(t: torch.Tensor) -> np.ndarray:
     return np.ascontiguousarray(t.numpy(), dtype=np.float32)
 
 
+@dataclasses.dataclass(frozen=True)
+class GcnPlan:
+    """Per layer: (input, output) widths and the conv's own activation ("relu" or "none")."""
+
+    dims: tuple[tuple[int, int], ...]
+    acts: tuple[str, ...]
+
+    def act(self, layer: int) -> str:
+        """What the layer's apply ends with: ReLU between layers (the model's; a conv's own
+        ReLU before it changes nothing), the conv's own activation after the last."""
+        return self.acts[layer] if layer == len(self.dims) - 1 else "relu"
+
+
 @DORYLUS_LAYERS.register("GraphConv")
 class GcnLayers(LayerKind):
     """GCN (``GraphConv``, ``norm="both"``, ReLU and dropout between layers): gather, then
     apply (``A W + b``, ReLU, dropout) per interval; the last layer's apply fused with the loss.
+    A conv's own activation (``activation=F.relu``) is applied in its apply too.
 
     Buffers: ``H[l]`` the input rows of layer l (own then ghosts), ``G[l]`` the gradients of
     layer l's gathered rows (own then reverse ghosts).
     """
 
-    def __init__(self, plan, gs, feat, spec):
+    def __init__(self, plan: GcnPlan, gs, feat, spec):
         super().__init__(plan, gs, feat, spec)
-        self.dims, self.L = plan, len(plan)
+        self.dims, self.L = plan.dims, len(plan.dims)
         n = gs.n
-        self.H = [feat] + [torch.zeros(n + gs.num_ghosts, d[0]) for d in plan[1:]]
-        self.G = [None] + [torch.zeros(n + gs.num_rghosts, d[0]) for d in plan[1:]]
+        self.H = [feat] + [torch.zeros(n + gs.num_ghosts, d[0]) for d in self.dims[1:]]
+        self.G = [None] + [torch.zeros(n + gs.num_rghosts, d[0]) for d in self.dims[1:]]
         self.saved_a: dict[tuple[int, int], torch.Tensor] = {}  # (layer, interval) -> GA out
         self.saved_dh: dict[tuple[int, int], torch.Tensor] = {}  # (layer, interval) -> ∇GA
         self.ids = gs.core.numpy()
@@ -198,9 +231,10 @@ class GcnLayers(LayerKind):
     @classmethod
     def check(cls, convs):
         for conv, name in convs:
-            if conv._norm != "both" or conv._activation is not None or conv.weight is None:
-                raise ValueError(f"dorylus runs GraphConv layers with norm='both', a weight and "
-                                 f"no activation inside the conv; {name} is {conv!r}")
+            if conv._norm != "both" or conv.weight is None:
+                raise ValueError(f"dorylus runs GraphConv layers with norm='both' and a weight; "
+                                 f"{name} is {conv!r}")
+            activation_name(conv._activation, f"{name} (GraphConv)")
 
     @classmethod
     def tensors(cls, conv):
@@ -220,7 +254,8 @@ class GcnLayers(LayerKind):
 
     @classmethod
     def plan(cls, gs, convs):
-        return [(conv.weight.shape[0], conv.weight.shape[1]) for conv, _ in convs]
+        return GcnPlan(tuple((conv.weight.shape[0], conv.weight.shape[1]) for conv, _ in convs),
+                       tuple(activation_name(conv._activation, name) for conv, name in convs))
 
     @staticmethod
     def train_program(num_layers):
@@ -269,11 +304,11 @@ class GcnLayers(LayerKind):
         drop = self.spec.dropout[st.layer] if train else 0.0
         arrays = {"A": self.saved_a[(st.layer, i)].numpy(), "W": W, "b": b,
                   "ids": self.ids[rows]}
-        header = {"act": "none" if last else "relu", "dropout": drop,
+        header = {"act": self.plan.act(st.layer), "dropout": drop,
                   "seed": task_seed(self.spec.seed, epoch, st.layer),
                   "train": bool(train and drop > 0)}
         if st.kind == "AVL":
-            header = {"op": "av_loss", "need_dA": self.L > 1}
+            header = {"op": "av_loss", "act": header["act"], "need_dA": self.L > 1}
             arrays.pop("ids")
             arrays.update(extra["labels"](rows))
         elif st.kind == "BAV":

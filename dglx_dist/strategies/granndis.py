@@ -43,9 +43,9 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from dglx_dist.kvstore import DistKVStore, RowPolicy
-from dglx_dist.models.layers import adapter_for, graph_convs
+from dglx_dist.models.layers import ConvWrapper, adapter_for, graph_convs
 from dglx_dist.partition.load import PartitionDir
-from dglx_dist.runtime.autograd import halo_exchange, scale_grad, set_grads
+from dglx_dist.runtime.autograd import halo_exchange, set_grads
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
@@ -54,22 +54,15 @@ from dglx_dist.sampling.cobatch import (GroupNodes, LayerPlan, batch_edges, buil
                                         levels)
 from dglx_dist.sampling.eas import expand_external
 from dglx_dist.strategies.base import STRATEGIES, Batch, PartitionSpec, Strategy
+from dglx_dist.strategies.steps import Blocks, LoaderPlan, LoaderSpec, Step, StepState
 
-__all__ = ["GraNNDisStrategy", "CoBatch", "HaloConv"]
+__all__ = ["GraNNDisStrategy", "HaloConv"]
 
 log = logging.getLogger(__name__)
 _SCOPES = ("server", "world")
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class CoBatch(Batch):
-    """A rank's share of a cooperative batch. ``blocks`` / ``x``: its layers and input rows;
-    ``rows``: the model's output rows (this rank's targets) that ``y`` and ``seeds`` describe."""
-
-    rows: torch.Tensor
-
-
-class HaloConv(nn.Module):
+class HaloConv(ConvWrapper):
     """A graph conv that first completes its input with the rows other ranks hold.
 
     Args:
@@ -88,7 +81,9 @@ class HaloConv(nn.Module):
         self._scales: dict[int, torch.Tensor | None] = {}
 
     def forward(self, block, h, *args, **kwargs):
-        plan: LayerPlan = self._plan_of(block)
+        plan: LayerPlan | None = self._plan_of(block)
+        if plan is None:  # a block of the caller's own (e.g. layer-wise inference): its
+            return self.conv(block, h, *args, **kwargs)  # input rows are all given
         scale = self._degree_scale(plan)
 
         def complete(t: torch.Tensor) -> torch.Tensor:
@@ -127,8 +122,10 @@ class GraNNDisStrategy(Strategy):
             default=15, metadata={"help": "EAS k: external in-neighbours admitted per node "
                                           "and hop; -1: all."})
         co_batches: int = dataclasses.field(
-            default=1, metadata={"help": "R: cooperative batches per epoch (METIS clusters of "
-                                         "each rank's inner nodes); 1: full-graph training."})
+            default=-1, metadata={"help": "R: cooperative batches per epoch (METIS clusters of "
+                                          "each rank's inner nodes); 1: full-graph training; "
+                                          "-1: as many as the first dglx_dist.DataLoader's "
+                                          "batches per rank (1 without one)."})
         scope: str = dataclasses.field(
             default="server", metadata={"help": "Who shares preloading and swaps rows: "
                                                 "'server' (GraNNDis) or 'world' (the whole job, "
@@ -145,15 +142,23 @@ class GraNNDisStrategy(Strategy):
                     self.external_fanout < -1:
                 raise ValueError(f"external_max_hop {self.external_max_hop} / external_fanout "
                                  f"{self.external_fanout}: need m >= 0 (or -1) and k >= 1 (or -1)")
-            if self.co_batches < 1:
-                raise ValueError(f"co_batches {self.co_batches}: must be >= 1")
+            if self.co_batches < 1 and self.co_batches != -1:
+                raise ValueError(f"co_batches {self.co_batches}: must be >= 1 (or -1: auto)")
             if self.scope not in _SCOPES:
                 raise ValueError(f"scope {self.scope!r}; expected one of {_SCOPES}")
 
     def __init__(self, config):
         super().__init__(config)
-        self.full_graph = config.co_batches == 1
-        self._weight = 0.0  # this rank's share of the current step's labelled targets
+        self.co_batches = max(config.co_batches, 1)
+        self.full_graph = self.co_batches == 1
+
+    def with_layers(self, num_layers: int, batches: int | None = None) -> "GraNNDisStrategy":
+        """Also resolves ``co_batches=-1`` to ``batches`` (a loader's batches per rank)."""
+        clone = super().with_layers(num_layers, batches)
+        if self.config.co_batches == -1 and batches and batches > 1:
+            clone = type(self)(dataclasses.replace(clone.config, co_batches=batches))
+            clone.registered_name = self.registered_name
+        return clone
 
     def num_layers(self) -> int:
         return self.config.num_layers
@@ -168,9 +173,9 @@ class GraNNDisStrategy(Strategy):
                              {"balance": list(self.config.balance), "groups": groups})
 
     # -- setup ---------------------------------------------------------------------------------
-    def setup(self, session: Session, pdir: PartitionDir) -> None:
+    def setup(self, session: Session, pdir: PartitionDir, store=None) -> None:
         self.check_partitions(pdir, session.topology)
-        self.session = session
+        self.session, self._store = session, store
         self.group = session.server if self.config.scope == "server" else session.world
         part = pdir.load_part(session.rank)
         core = torch.from_numpy(part.core_gid)
@@ -188,6 +193,13 @@ class GraNNDisStrategy(Strategy):
         self._feat = self._preload(pdir, part, self.plans[0].nodes if self.full_graph else own)
         self._rows_in = [torch.searchsorted(own, p.nodes) for p in self.plans
                          if not self.full_graph]
+        self._own = own
+        if self.full_graph:  # row of each own node in the plan's order
+            first = self.plans[0].nodes
+            self._plan0_row = torch.full_like(own, -1)
+            pos = torch.searchsorted(own, first).clamp(max=own.numel() - 1)
+            held = own[pos] == first
+            self._plan0_row[pos[held]] = torch.arange(first.numel())[held]
         self._by_block = {id(lp.block): lp for plan in self.plans for lp in plan.layers}
         self._targets(part, core)
         log.info("%s rank %d: %d inner + %d external nodes (group of %d holds %d); rows per "
@@ -223,7 +235,7 @@ class GraNNDisStrategy(Strategy):
         is_core = torch.isin(own, core)
         cluster_of_own = torch.full((own.numel(),), -1, dtype=torch.int64)
         cluster_of_own[is_core] = cluster[torch.searchsorted(core, own[is_core])]
-        R, L, plans = self.config.co_batches, self.config.num_layers, []
+        R, L, plans = self.co_batches, self.config.num_layers, []
         for b in tqdm(range(R), desc="co-batches", disable=not self.session.is_main,
                       leave=False):
             targets, mine = cluster_of_own == b, edges
@@ -237,6 +249,8 @@ class GraNNDisStrategy(Strategy):
     def _preload(self, pdir: PartitionDir, part, ids: torch.Tensor) -> torch.Tensor:
         """Feature rows of ``ids`` (this rank's nodes), pulled once: external rows cross
         servers here and only here."""
+        if self._store is not None:
+            return self._store.pull("feat", ids, dedup=False)
         store = DistKVStore(self.session)
         try:
             store.init_data("feat", RowPolicy(pdir.book), {part.part: torch.from_numpy(part.feat)})
@@ -246,7 +260,7 @@ class GraNNDisStrategy(Strategy):
 
     def _clusters(self, part, core_edges) -> torch.Tensor:
         """Co-batch of every core node: METIS clusters of the rank's part (train balanced)."""
-        R, core = self.config.co_batches, torch.from_numpy(part.core_gid)
+        R, core = self.co_batches, torch.from_numpy(part.core_gid)
         if R == 1 or core.numel() <= R:
             return torch.arange(core.numel()) % R
         src, dst = core_edges
@@ -269,12 +283,9 @@ class GraNNDisStrategy(Strategy):
         total = self.session.world.all_reduce(mine.clone())
         self._weights = torch.where(total > 0, mine / total.clamp(min=1), torch.zeros_like(mine))
 
-    def _plan_of(self, block) -> LayerPlan:
-        plan = self._by_block.get(id(block))
-        if plan is None:
-            raise ValueError(f"{self.registered_name}: a graph conv got a graph that is not one "
-                             f"of the batch's blocks; call every conv on batch.blocks[i]")
-        return plan
+    def _plan_of(self, block) -> LayerPlan | None:
+        """The plan of one of the co-batches' blocks; None for any other graph."""
+        return self._by_block.get(id(block))
 
     # -- training ------------------------------------------------------------------------------
     def wrap_model(self, model: nn.Module) -> nn.Module:
@@ -296,14 +307,78 @@ class GraNNDisStrategy(Strategy):
     def batches(self, epoch: int) -> Iterator[Batch]:
         gen = torch.Generator().manual_seed(self.config.seed * 1_000_003 + epoch)
         for b in torch.randperm(len(self.plans), generator=gen).tolist():  # same on every rank
-            self._weight = float(self._weights[b])
-            yield self._batch(b, "train")
+            # gradients cross ranks through the exchanges, so this rank's share of the mean
+            # loss is weighted where its loss starts, not on its parameter gradients
+            yield self._batch(b, "train", float(self._weights[b]))
 
-    def forward(self, model: nn.Module, batch: CoBatch) -> torch.Tensor:
-        out = model(batch.blocks, batch.x).index_select(0, batch.rows)
-        # gradients cross ranks through the exchanges, so this rank's share of the mean loss
-        # is weighted where its loss starts, not on its parameter gradients
-        return scale_grad(out, self._weight) if torch.is_grad_enabled() else out
+    # -- the drop-in API -----------------------------------------------------------------------
+    def split_ids(self, ids: torch.Tensor, pdir: PartitionDir, session: Session) -> torch.Tensor:
+        """The ids this rank owns: a node's loss is computed where its rows are."""
+        return ids[torch.as_tensor(pdir.book.owner(ids)) == session.rank]
+
+    def serves(self, spec: LoaderSpec) -> bool:
+        return self.config.num_layers == len(spec.fanouts)  # steps built for that depth
+
+    def loader_plan(self, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan:
+        """Per co-batch, the output rows of this rank's ``ids`` among the co-batch's targets
+        (ids this rank does not own are refused: their outputs are computed elsewhere)."""
+        rows, found = [], 0
+        for plan in self.plans:
+            targets = plan.nodes[:plan.num_targets]
+            order = torch.argsort(targets)
+            at = torch.searchsorted(targets[order], ids).clamp(max=max(targets.numel() - 1, 0))
+            hit = targets[order][at] == ids if targets.numel() else torch.zeros_like(ids, bool)
+            rows.append(order[at[hit]].sort().values)
+            found += int(hit.sum())
+        if found != ids.numel():
+            raise ValueError(f"{self.registered_name}: {ids.numel() - found} of the loader's "
+                             f"ids are not this rank's nodes (rank {self.session.rank}); pass "
+                             f"dglx_dist.node_split(ids, g) to the DataLoader")
+        return LoaderPlan(len(self.plans), rows)
+
+    def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int) -> Iterator[Step]:
+        order = range(len(self.plans))
+        if spec.shuffle:  # the same order on every rank: the co-batch's convs exchange rows
+            gen = torch.Generator().manual_seed(spec.seed * 1_000_003 + epoch)
+            order = torch.randperm(len(self.plans), generator=gen).tolist()
+        weight = 1.0 / self.session.world_size  # DDP's mean of the ranks' mean losses
+        for b in order:
+            cob = self.plans[b]
+            rows = plan.data[b]
+            state = StepState(rows=rows, weight=weight, epoch=epoch, plan=b)
+            yield Step(cob.nodes, cob.nodes.index_select(0, rows),
+                       Blocks([lp.block for lp in cob.layers], state))
+
+    def local_nodes(self) -> torch.Tensor:
+        self._check_full_graph()
+        return self.plans[0].nodes[:self.plans[0].num_targets]
+
+    def full_graph_step(self, num_layers: int) -> tuple[Blocks, torch.Tensor]:
+        self._check_full_graph()
+        state = StepState(weight=1.0 / self.session.world_size)
+        return Blocks([lp.block for lp in self.plans[0].layers], state), self._feat
+
+    def _check_full_graph(self) -> None:
+        if not self.full_graph:
+            raise ValueError(f"{self.registered_name} with co_batches="
+                             f"{self.co_batches}: the full-graph form model(g, "
+                             f"features) needs co_batches=1; iterate a dglx_dist.DataLoader "
+                             f"instead (one step per co-batch)")
+
+    def local_rows(self, name: str, ids: torch.Tensor):
+        """Preloaded feature rows: a co-batch's (full-graph: every row, in the plan's order)."""
+        if name != "feat":
+            return None
+        if self.full_graph and ids is self.plans[0].nodes:
+            return self._feat
+        where = torch.searchsorted(self._own, ids).clamp(max=self._own.numel() - 1)
+        if not bool((self._own[where] == ids).all()):
+            return None
+        if self.full_graph:
+            where = self._plan0_row[where]
+            if bool((where < 0).any()):
+                return None
+        return self._feat.index_select(0, where)
 
     def after_backward(self) -> None:
         """Sums the gradients over the job (each rank's loss was weighted in forward: the
@@ -327,9 +402,9 @@ class GraNNDisStrategy(Strategy):
         self.session.world.all_reduce(correct)
         return float(correct[0] / correct[1]) if correct[1] > 0 else 0.0
 
-    def _batch(self, b: int, split: str) -> CoBatch:
+    def _batch(self, b: int, split: str, weight: float | None = None) -> Batch:
         plan = self.plans[b]
         rows = torch.nonzero(self.masks[b][split]).squeeze(1)
         x = self._feat if self.full_graph else self._feat.index_select(0, self._rows_in[b])
-        return CoBatch([lp.block for lp in plan.layers], x, self.labels[b][rows],
-                       plan.nodes.index_select(0, rows), rows)
+        blocks = Blocks([lp.block for lp in plan.layers], StepState(rows=rows, weight=weight))
+        return Batch(blocks, x, self.labels[b][rows], plan.nodes.index_select(0, rows))

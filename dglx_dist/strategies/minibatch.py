@@ -16,6 +16,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from dglx_dist.sampling import epoch_batches, steps_per_epoch
 from dglx_dist.strategies.base import Batch, Strategy
+from dglx_dist.strategies.steps import (Blocks, LoaderPlan, LoaderSpec, Step, sampled_epoch,
+                                        sampled_plan)
 
 __all__ = ["MiniBatchConfig", "MiniBatchStrategy"]
 
@@ -62,6 +64,33 @@ class MiniBatchStrategy(Strategy):
     @abc.abstractmethod
     def _batch(self, seeds: torch.Tensor, fanouts, split: str) -> Batch:
         """The batch of ``seeds`` (from this rank's ``split`` chunk), sampled with ``fanouts``."""
+
+    @abc.abstractmethod
+    def _input_rows(self, ids: torch.Tensor):
+        """What the model's first layer gets for input nodes ``ids`` (unique)."""
+
+    def _sampling_comm(self):
+        """The communicator whose ranks sample together."""
+        return self.session.world
+
+    def serves(self, spec: LoaderSpec) -> bool:
+        return True  # any fanouts: every step is sampled
+
+    def loader_plan(self, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan:
+        return sampled_plan(self.session.world, ids, spec)
+
+    def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int) -> Iterator[Step]:
+        return sampled_epoch(self.sampler, self.session.rank, plan, spec, epoch)
+
+    def local_nodes(self) -> torch.Tensor:
+        return self.split_ids(torch.arange(self.num_nodes), self.pdir, self.session)
+
+    def full_graph_step(self, num_layers: int) -> tuple[Blocks, object]:
+        cached = getattr(self, "_full_graph", None)
+        if cached is None or len(cached) != num_layers:
+            cached = self.sampler.sample_blocks(self.local_nodes(), (-1,) * num_layers)
+            self._full_graph = cached
+        return Blocks(cached), self._input_rows(cached[0].srcdata[dgl.NID])
 
     def _labels_of(self, seeds: torch.Tensor, split: str) -> torch.Tensor:
         return self.labels[split][torch.searchsorted(self.ids[split][0], seeds)]

@@ -46,8 +46,9 @@ from dglx_dist.sampling import (LocalSampler, PartitionSampler, owner_balanced_c
 from dglx_dist.strategies.p3_layer import P3FirstLayer
 from dglx_dist.strategies.base import STRATEGIES, Batch, PartitionSpec
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
+from dglx_dist.strategies.steps import Step
 
-__all__ = ["P3Strategy", "CachePlan", "plan_cache"]
+__all__ = ["P3Strategy", "CachePlan", "ColumnSlice", "plan_cache"]
 
 log = logging.getLogger(__name__)
 
@@ -104,9 +105,10 @@ class P3Strategy(MiniBatchStrategy):
     def partition_spec(self, topology: Topology) -> PartitionSpec:
         return PartitionSpec("feature_dim", topology.world_size, {"structure": "hash"})
 
-    def setup(self, session: Session, pdir: PartitionDir) -> None:
+    def setup(self, session: Session, pdir: PartitionDir, store=None) -> None:
         self.check_partitions(pdir, session.topology)
         self.session, rank, topo = session, session.rank, session.topology
+        self.pdir, self.num_nodes = pdir, pdir.num_nodes
         part = pdir.load_part(rank)
         self.cache = plan_cache(self.config.cache_mb * 2**20, pdir, topo)
         log.info("p3 caching: %s", self.cache)
@@ -200,8 +202,80 @@ class P3Strategy(MiniBatchStrategy):
             yield window.popleft()
         self._layer.drain()  # the last gradients arrive before anything else runs
 
+    def split_ids(self, ids: torch.Tensor, pdir: PartitionDir, session: Session) -> torch.Tensor:
+        """Each rank's own ids first, balanced so every rank has the same number (P3's seeds
+        are the owner's)."""
+        owner = torch.as_tensor(pdir.book.owner(ids))
+        owned = [ids[owner == r] for r in range(session.world_size)]
+        return owner_balanced_chunks(owned)[session.rank].sort().values
+
+    def local_rows(self, name: str, ids: torch.Tensor):
+        if name != "feat":
+            return None
+        return ColumnSlice(ids, rows_at(self.feat, ids))
+
+    def _input_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        return rows_at(self.feat, ids)  # this rank's columns only
+
+    def loader_epoch(self, plan, spec, epoch: int) -> Iterator[Step]:
+        if not self.config.pipeline:
+            yield from super().loader_epoch(plan, spec, epoch)
+            return
+        window: collections.deque[Step] = collections.deque()
+        last = None
+        for step in super().loader_epoch(plan, spec, epoch):  # launched 2 steps ahead
+            self._layer.launch(step.blocks[0])
+            window.append(step)
+            if len(window) == 3:
+                last = self._yield_checked(last)
+                yield (last := window.popleft())
+        while window:
+            last = self._yield_checked(last)
+            yield (last := window.popleft())
+        self._layer.drain()  # the last gradients arrive before anything else runs
+
+    def _yield_checked(self, last: Step | None) -> Step | None:
+        """Refuses to run ahead of the model: the pipeline launches layer 1 of a batch with
+        the weights of two steps before it trains, so batches must be trained as they come."""
+        if last is not None and self._layer.launched(last.blocks[0]):
+            raise RuntimeError("p3 with pipeline=true launches layer 1 of each batch two steps "
+                               "before it trains: train each batch before asking the loader "
+                               "for the next (no list(loader) or prefetching), or build the "
+                               "strategy with pipeline=false")
+        return last
+
     def _batch(self, seeds: torch.Tensor, fanouts, split: str) -> Batch:
         blocks = self.sampler.sample_blocks(seeds, fanouts)
-        x = rows_at(self.feat, blocks[0].srcdata[dgl.NID])  # this rank's columns only
+        x = self._input_rows(blocks[0].srcdata[dgl.NID])
         y = self._labels_of(seeds, split)
         return Batch(blocks, x, y, seeds)
+
+
+class ColumnSlice:
+    """What ``g.ndata["feat"][ids]`` gives under ``p3``: the rows' column slice held by this
+    rank, for the wrapped first conv, which computes layer 1 from every rank's slices.
+
+    The slice is not the rows: any tensor operation on it is refused (P3 never moves whole
+    feature rows; transform features before :func:`dglx_dist.distribute` instead, or after
+    the first conv). ``.to(...)`` and ``.float()`` keep it as it is.
+    """
+
+    def __init__(self, ids: torch.Tensor, columns: torch.Tensor):
+        self.ids, self.columns = ids, columns
+        self.shape = torch.Size([ids.numel(), columns.shape[1]])
+
+    def to(self, *args, **kwargs) -> "ColumnSlice":
+        return self
+
+    float = contiguous = to
+
+    def __len__(self) -> int:
+        return self.ids.numel()
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", str(func))
+        raise TypeError(f"p3: g.ndata['feat'][ids] is this rank's column slice of the rows, "
+                        f"consumed by the model's first graph conv; it cannot go through "
+                        f"{name}(). Transform the features before dglx_dist.distribute (or "
+                        f"after the first conv), or use a strategy that moves whole rows")

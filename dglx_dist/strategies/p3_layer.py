@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from dglx_dist.kvstore.policy import rows_at
-from dglx_dist.models.layers import ConvAdapter
+from dglx_dist.models.layers import ConvAdapter, ConvWrapper
 from dglx_dist.runtime.autograd import (OwnerReduce, Ready, flatten_partials,
                                         reduce_to_owners, unflatten)
 from dglx_dist.runtime.comm import Comm, Pending
@@ -69,7 +69,7 @@ class _InFlight:
     back: Pending | Ready | None = None  # the output gradient on its way back
 
 
-class P3FirstLayer(nn.Module):
+class P3FirstLayer(ConvWrapper):
     """A first conv split by input columns across the ranks (see the module docstring).
 
     Args:
@@ -103,7 +103,7 @@ class P3FirstLayer(nn.Module):
         return [self.adapter.partial(self.conv, weights, b,
                                      rows_at(self.feat, b.srcdata[dgl.NID])) for b in blocks]
 
-    def forward(self, block: dgl.DGLGraph, x: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, block: dgl.DGLGraph, x=None) -> torch.Tensor:
         if self._ahead and self._ahead[0].block is block:
             return self._forward_launched(self._ahead.popleft())
         totals = reduce_to_owners(self.server, self.cross, self._partials(block,
@@ -120,6 +120,10 @@ class P3FirstLayer(nn.Module):
         plan = OwnerReduce(self.server, self.cross, [f.numel() for f in flats])
         self._ahead.append(_InFlight(block, stash, flats, [t.shape for t in partials[plan.me]],
                                      plan, plan.start_forward(flats)))
+
+    def launched(self, block: dgl.DGLGraph) -> bool:
+        """Whether ``block``'s layer 1 was launched and its forward has not run yet."""
+        return any(entry.block is block for entry in self._ahead)
 
     def _forward_launched(self, entry: _InFlight) -> torch.Tensor:
         entry.total = entry.plan.finish_forward(entry.sums).requires_grad_(self.training)

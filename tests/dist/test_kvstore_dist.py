@@ -274,3 +274,131 @@ def test_bad_arguments_raise_on_the_caller_only(tmp_path):
         assert ("failed on ranks [2]" in out["elsewhere"] if r != 2
                 else "live on other servers" in out["elsewhere"]), out
     assert "[3]" in res[0]["disagree"] and "[0, 1, 2]" in res[3]["disagree"]
+
+
+# -- non-collective pull / push (collective=False): the owners' serving threads answer ---------
+FAST = {"DGLX_TIMEOUT": "8"}
+
+
+def _serving_threads():
+    import threading
+    return [t.name for t in threading.enumerate() if "kvserve" in t.name]
+
+
+def _everything(name):
+    return torch.arange(N).flip(0)
+
+
+def _alone(session, per, book):
+    """Rank 0 pulls every partition's rows while the others wait in a barrier; then every rank
+    pulls a different number of times; bad ids fail on the caller only."""
+    store, ref = DistKVStore(session, serve=True), LocalKVStore()
+    row, col = _policies(_num_parts(session, per), book)
+    _register(store, row, col)
+    _register(ref, row, col)
+    ok, errors = [], {}
+    if session.rank == 0:
+        for name in ("feat", "label", "cols"):
+            ok.append(_close(store.pull(name, _everything(name), collective=False),
+                             ref.pull(name, _everything(name))))
+            ids, _ = _request(7, 0, n=30)
+            for dedup in (True, False):
+                got = store.pull(name, ids, dedup=dedup, collective=False)
+                ok.append(_close(got, ref.pull(name, ids)))
+        try:
+            store.pull("feat", torch.tensor([N]), collective=False)
+        except ValueError as exc:
+            errors["range"] = str(exc)
+    session.world.barrier()
+    for step in range(2 * session.rank + 1):  # 1, 3, 5, 7 pulls
+        ids, _ = _request(step, session.rank, n=25)
+        name = ("feat", "label", "cols")[step % 3]
+        ok.append(_close(store.pull(name, ids, collective=False), ref.pull(name, ids)))
+    session.world.barrier()
+    before = _serving_threads()
+    store.close()
+    return {"ok": ok, "errors": errors, "before": before, "after": _serving_threads()}
+
+
+def _alone_all(session, configs):
+    return [_alone(session, *config) for config in configs]
+
+
+@pytest.mark.parametrize("world,env", [(2, TWO_SERVERS_1), (4, VIRTUAL_2x2)],
+                         ids=["2x1", "2x2"])
+def test_p2p_pull_from_one_rank(tmp_path, world, env):
+    configs = [("server", "range"), ("rank", "hash")]
+    res = run_workers(_alone_all, world, tmp_path, configs, env={**env, **FAST}, timeout=90)
+    for r, outs in res.items():
+        for out in outs:
+            assert out["ok"] and all(out["ok"]), (r, out["ok"])
+            assert len(out["before"]) == 1 and out["after"] == [], (r, out)
+            assert ("id 40 at position 0" in out["errors"].get("range", "")) == (r == 0), out
+    assert len(res[0][0]["ok"]) == 9 + 1 and len(res[world - 1][0]["ok"]) == 2 * world - 1
+
+
+def _push_alone(session):
+    """Rank 0 alone pushes (assign, add, a registered op); then every rank pulls the rows."""
+    store, ref = DistKVStore(session, serve=True), LocalKVStore()
+    row, col = _policies(session.world_size, "hash")  # a part per rank: writers everywhere
+    for s in (store, ref):
+        s.register_op("scale", lambda cur, vals, local, state: cur * vals)
+    _register(store, row, col)
+    _register(ref, row, col)
+    if session.rank == 0:
+        for step, op in enumerate(("assign", "add", "scale", "assign")):
+            ids, vals = _request(200 + step, 0, n=30)
+            name = ("feat", "cols")[step % 2]
+            store.push(name, ids, vals, op=op, collective=False)
+            ref.push(name, ids, vals, op=op)
+    else:
+        for step, op in enumerate(("assign", "add", "scale", "assign")):
+            ids, vals = _request(200 + step, 0, n=30)
+            ref.push(("feat", "cols")[step % 2], ids, vals, op=op)
+    session.world.barrier()  # rank 0's pushes were acknowledged before it got here
+    ok = []
+    for name in ("feat", "cols", "label"):
+        want = ref.pull(name, _everything(name))
+        ok.append(_close(store.pull(name, _everything(name), collective=False), want))
+        ok.append(_close(store.pull(name, _everything(name)), want))  # collective
+    # a store nobody closes: the session's shutdown stops its serving thread
+    DistKVStore(session, serve=True).init_data("left_open", row, trailing_shape=(2,))
+    store.close()
+    return ok
+
+
+def test_p2p_push_from_one_rank(tmp_path):
+    res = run_workers(_push_alone, 4, tmp_path, env={**VIRTUAL_2x2, **FAST}, timeout=90)
+    for r, ok in res.items():
+        assert all(ok), (r, ok)
+
+
+def _dead_owner(session):
+    import time
+    from dglx_dist.runtime.comm import PeerError
+
+    store = DistKVStore(session, serve=True)
+    row, col = _policies(session.topology.num_servers, "range")
+    _register(store, row, col)
+    session.world.barrier()
+    if session.rank == 1:
+        time.sleep(0.5)  # while rank 0 pulls
+        os._exit(3)
+    start, pulls = time.monotonic(), 0
+    try:
+        while time.monotonic() - start < 30:
+            store.pull("feat", torch.arange(N), collective=False)
+            pulls += 1
+    except PeerError as exc:
+        return {"ranks": exc.ranks, "message": str(exc), "after": time.monotonic() - start,
+                "pulls": pulls}
+    return {"ranks": None, "pulls": pulls}
+
+
+def test_p2p_dead_owner_is_named(tmp_path):
+    res = run_workers(_dead_owner, 2, tmp_path, env={**TWO_SERVERS_1, "DGLX_TIMEOUT": "5"},
+                      timeout=60, expect_failure=[1])
+    out = res[0]
+    assert out["ranks"] == [1], out
+    assert "rank 1" in out["message"] and out["pulls"] > 0, out
+    assert out["after"] < 0.5 + 5 + 5, out

@@ -24,24 +24,6 @@ def _json_lines(stdout):
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
-@pytest.mark.parametrize("strategy,opts", [("distdgl", []), ("p3", []),
-                                           ("p3", ["--strategy-opt", "pipeline=true"]),
-                                           ("granndis", []),
-                                           ("dorylus", ["--model", "gcn", "--epochs", "200"])],
-                         ids=["distdgl", "p3", "p3-pipeline", "granndis", "dorylus"])
-def test_example_reaches_cora_accuracy(tmp_path, strategy, opts):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-port", str(free_local_port()),
-           str(ROOT / "examples" / "train_node_classification.py"),
-           "--data", "cora", "--strategy", strategy, "--epochs", "60", "--row-normalize", *opts]
-    # dorylus takes one full-graph step per epoch: its opts say --epochs 200 (the last wins)
-    r = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr[-4000:]
-    result = _json_lines(r.stdout)[-1]
-    assert result["test_acc"] >= 0.78, result
-
-
 def test_dglx_train_writes_metrics_records(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            "--master-port", str(free_local_port()), "-m", "dglx_dist", "train", "--strategy", "distdgl",

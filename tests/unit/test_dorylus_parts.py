@@ -2,11 +2,13 @@
 import dgl.nn as dglnn
 import pytest
 import torch
+import torch.nn.functional as F
 
-from dglx_dist.models import GAT, GCN
+from dglx_dist.models import GAT, GCN, SAGE
+from dglx_dist.models.layers import graph_convs
 from dglx_dist.registry import RegistryError
 from dglx_dist.strategies import STRATEGIES
-from dglx_dist.strategies.dorylus_layers import DORYLUS_LAYERS, GcnLayers
+from dglx_dist.strategies.dorylus_layers import DORYLUS_LAYERS, GcnLayers, activation_name
 from dglx_dist.strategies.dorylus_params import ParamServers
 
 train_program, forward_program, backward_program = (
@@ -92,8 +94,31 @@ class _Mixed(torch.nn.Module):
         self.layers = torch.nn.ModuleList([dglnn.GATConv(10, 4, 2), dglnn.GraphConv(8, 3)])
 
 
+def _sage(aggregator="mean", **kw):
+    torch.manual_seed(0)
+    model = SAGE(10, 4, 3, 2, aggregator=aggregator, dropout=0.0)
+    for k, v in kw.items():
+        setattr(model.layers[1], k, v)
+    return model
+
+
+def _gcn(activation):
+    model = GCN(10, 4, 3, 2, dropout=0.0)
+    model.layers[0]._activation = activation
+    return model
+
+
 @pytest.mark.parametrize("build, message", [
     (lambda: _Mixed(), r"one conv type.*\['GATConv', 'GraphConv'\]"),
+    (lambda: _sage("gcn"), r"cannot run layers.0 .*aggregator 'gcn'.*SAGEConv with aggregator "
+                           r"'mean', norm=None, feat_drop=0 and activation None or ReLU"),
+    (lambda: _sage("pool"), r"layers.0 .*aggregator 'pool'"),
+    (lambda: _sage(norm=torch.nn.LayerNorm(3)), r"layers.1 .*norm=LayerNorm"),
+    (lambda: _sage(feat_drop=torch.nn.Dropout(0.5)), r"layers.1 .*feat_drop=0.5"),
+    (lambda: _sage(activation=torch.tanh), r"layers.1 .*activation=<built-in method tanh"),
+    (lambda: _gcn(F.elu), r"layers.0 .*activation=<function elu.*ReLU \(F.relu, torch.relu, "
+                          r"nn.ReLU\) or no activation"),
+    (lambda: _gcn(torch.nn.LeakyReLU()), r"activation=LeakyReLU"),
     (lambda: _gat(activation=torch.relu), r"an activation inside the conv"),
     (lambda: _gat(res_fc=torch.nn.Identity()), r"residual=True"),
     (lambda: _gat(leaky_relu=torch.nn.LeakyReLU(0.1)), r"negative_slope=0.1"),
@@ -102,3 +127,28 @@ class _Mixed(torch.nn.Module):
 def test_models_dorylus_cannot_run_are_named(build, message):
     with pytest.raises(ValueError, match=message):
         STRATEGIES.build("dorylus", num_layers=2).wrap_model(build())
+
+
+def test_relu_inside_a_conv_is_applied_by_the_last_apply_only():
+    """A conv's own ReLU: between layers the model's ReLU is applied anyway (ReLU twice is
+    ReLU), so only the last layer's apply takes the conv's activation."""
+    for act, name in ((None, "none"), (torch.nn.Identity(), "none"), (F.relu, "relu"),
+                      (torch.relu, "relu"), (torch.nn.ReLU(), "relu")):
+        assert activation_name(act, "conv") == name
+    model = GCN(10, 4, 3, 3, dropout=0.0)
+    model.layers[0]._activation = F.relu
+    model.layers[2]._activation = torch.nn.ReLU()
+    GcnLayers.check(graph_convs(model))
+    plan = GcnLayers.plan(None, graph_convs(model))
+    assert plan.acts == ("relu", "none", "relu")
+    assert [plan.act(l) for l in range(3)] == ["relu", "relu", "relu"]
+    model.layers[2]._activation = None
+    assert [GcnLayers.plan(None, graph_convs(model)).act(l) for l in range(3)] == \
+        ["relu", "relu", "none"]
+
+
+def test_sage_kind_is_registered_with_gcns_program():
+    kind = DORYLUS_LAYERS.get("SAGEConv")
+    assert "SAGEConv" in STRATEGIES.get("dorylus").conv_types
+    assert _names(kind.train_program(2)) == _names(train_program(2))
+    DORYLUS_LAYERS.get("SAGEConv").check(graph_convs(_sage(activation=F.relu)))

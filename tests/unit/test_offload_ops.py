@@ -93,17 +93,23 @@ def test_dropout_mask_is_a_function_of_seed_id_and_column():
     assert dropout_mask(7, ids, 50, 0.0).all()
 
 
-def test_av_loss_matches_weighted_cross_entropy():
+@pytest.mark.parametrize("act", [None, "none", "relu"])
+def test_av_loss_matches_weighted_cross_entropy(act):
+    """The fused last layer, with the conv's own activation on the logits (default none)."""
     arrays = _inputs(seed=2)
     del arrays["ids"]
     rng = np.random.default_rng(5)
     labels = rng.integers(0, FOUT, N).astype(np.int64)
     weight = (rng.random(N) < 0.6).astype(np.float32) * np.float32(1 / 14)
     a, w, b = (torch.tensor(arrays[k], requires_grad=True) for k in ("A", "W", "b"))
-    losses = F.cross_entropy(a @ w + b, torch.from_numpy(labels), reduction="none")
+    logits = torch.relu(a @ w + b) if act == "relu" else a @ w + b
+    if act == "relu":
+        assert (logits == 0).any()
+    losses = F.cross_entropy(logits, torch.from_numpy(labels), reduction="none")
     loss = (losses * torch.from_numpy(weight)).sum()
     loss.backward()
-    out = _run("av_loss", {"need_dA": True}, {**arrays, "labels": labels, "weight": weight})
+    header = {"need_dA": True} if act is None else {"act": act, "need_dA": True}
+    out = _run("av_loss", header, {**arrays, "labels": labels, "weight": weight})
     assert out["loss"].shape == (1,) and out["loss"].dtype == np.float32
     np.testing.assert_allclose(out["loss"][0], loss.item(), rtol=1e-5)
     for name, ref in (("dW", w.grad), ("db", b.grad), ("dA", a.grad)):

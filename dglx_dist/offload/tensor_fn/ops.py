@@ -9,13 +9,15 @@ a caller may split those rows into chunks, run each chunk, concatenate ``row_out
 and add up ``sum_outputs``. The dropout mask is a hash of (seed, global node id, column), so it
 does not depend on how the rows were chunked.
 
-GAT's tasks live in :mod:`.gat_ops` and are registered here too.
+GAT's tasks live in :mod:`.gat_ops`, GraphSAGE's in :mod:`.sage_ops`; both are registered
+here too.
 
 Header fields:
     av:       act ("relu" | "none", required), dropout (float in [0, 1), default 0.0),
               seed (int, default 0), train (bool, default False)
     av_grad:  act (required), dropout, seed as for av; need_dA (bool, default False)
-    av_loss:  need_dA (bool, default False)
+    av_loss:  act (default "none": the conv's own activation on the logits), need_dA (bool,
+              default False)
 """
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ import numpy as np
 
 from .payload import PayloadError
 
-__all__ = ["Op", "OPS", "dropout_mask", "output_size", "weighted_cross_entropy"]
+__all__ = ["Op", "OPS", "activate", "activate_grad", "activated_loss", "dropout_mask",
+           "output_size", "weighted_cross_entropy"]
 
 Arrays = dict[str, np.ndarray]
 _ACTS = ("relu", "none")
@@ -74,8 +77,8 @@ def _field(header: dict, name: str, kind: type, default: Any = _REQUIRED) -> Any
     return value
 
 
-def _act(header: dict) -> str:
-    act = _field(header, "act", str)
+def _act(header: dict, default: Any = _REQUIRED) -> str:
+    act = _field(header, "act", str, default)
     if act not in _ACTS:
         raise PayloadError(f"header field 'act': got {act!r}, expected one of {list(_ACTS)}")
     return act
@@ -116,10 +119,10 @@ def _linear(arrays: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return a, w, b
 
 
-def _rows(arrays: Arrays, name: str, dtype: str, n: int) -> np.ndarray:
+def _rows(arrays: Arrays, name: str, dtype: str, n: int, of: str = "A") -> np.ndarray:
     arr = _array(arrays, name, dtype, 1)
     _expect(arr.shape[0] == n, f"array {name!r} has {arr.shape[0]} entries, expected one per "
-            f"row of 'A' ({n})")
+            f"row of {of!r} ({n})")
     return arr
 
 
@@ -142,34 +145,47 @@ def dropout_mask(seed: int, ids: np.ndarray, cols: int, p: float) -> np.ndarray:
     return uniform >= p
 
 
-def _forward_parts(header: dict, arrays: Arrays):
+def _forward_parts(arrays: Arrays):
     a, w, b = _linear(arrays)
     ids = _rows(arrays, "ids", "int64", a.shape[0])
-    z = a @ w + b
-    return a, w, z, ids, _act(header)
+    return a, w, a @ w + b, ids
 
 
-def _av(header: dict, arrays: Arrays) -> Arrays:
-    _, w, z, ids, act = _forward_parts(header, arrays)
+def activate(header: dict, z: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """``z`` through the header's ``act``, then (``train`` and ``dropout`` > 0) the dropout of
+    :func:`dropout_mask` for rows ``ids``; may overwrite ``z``."""
+    act = _act(header)
     p, seed = _dropout(header)
     h = np.maximum(z, 0, out=z) if act == "relu" else z
     if _field(header, "train", bool, False) and p > 0:
-        h *= dropout_mask(seed, ids, w.shape[1], p) * np.float32(1.0 / (1.0 - p))
-    return {"H": h.astype(np.float32, copy=False)}
+        h *= dropout_mask(seed, ids, z.shape[1], p) * np.float32(1.0 / (1.0 - p))
+    return h.astype(np.float32, copy=False)
+
+
+def activate_grad(header: dict, z: np.ndarray, dh: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The gradient in ``z`` of :func:`activate` (in training) from the gradient ``dh`` of its
+    output: the dropout mask regenerated, the ReLU's recomputed from ``z``."""
+    act = _act(header)
+    p, seed = _dropout(header)
+    _expect(dh.shape == z.shape, f"array 'dH' has shape {dh.shape}, expected {z.shape} "
+            f"(the layer's rows x its output columns)")
+    dz = dh.copy()
+    if p > 0:
+        dz *= dropout_mask(seed, ids, z.shape[1], p) * np.float32(1.0 / (1.0 - p))
+    if act == "relu":
+        dz *= z > 0
+    return dz
+
+
+def _av(header: dict, arrays: Arrays) -> Arrays:
+    _, _, z, ids = _forward_parts(arrays)
+    return {"H": activate(header, z, ids)}
 
 
 def _av_grad(header: dict, arrays: Arrays) -> Arrays:
-    a, w, z, ids, act = _forward_parts(header, arrays)
-    p, seed = _dropout(header)
+    a, w, z, ids = _forward_parts(arrays)
     dh = _array(arrays, "dH", "float32", 2)
-    _expect(dh.shape == z.shape, f"array 'dH' has shape {dh.shape}, expected {z.shape} "
-            f"(rows of 'A' x columns of 'W')")
-    dz = dh.copy()
-    if p > 0:
-        dz *= dropout_mask(seed, ids, w.shape[1], p) * np.float32(1.0 / (1.0 - p))
-    if act == "relu":
-        dz *= z > 0
-    return _linear_grads(header, a, w, dz)
+    return _linear_grads(header, a, w, activate_grad(header, z, dh, ids))
 
 
 def _linear_grads(header: dict, a: np.ndarray, w: np.ndarray, dz: np.ndarray) -> Arrays:
@@ -202,9 +218,20 @@ def weighted_cross_entropy(z: np.ndarray, arrays: Arrays, classes_from: str
     return float(loss), dz.astype(np.float32, copy=False)
 
 
+def activated_loss(header: dict, z: np.ndarray, arrays: Arrays, classes_from: str
+                   ) -> tuple[float, np.ndarray]:
+    """:func:`weighted_cross_entropy` of the logits ``act(z)`` (the header's ``act``, default
+    "none": a last conv's own activation) and its gradient in ``z``."""
+    relu = _act(header, "none") == "relu"
+    loss, dh = weighted_cross_entropy(np.maximum(z, 0) if relu else z, arrays, classes_from)
+    if relu:
+        dh *= z > 0
+    return loss, dh
+
+
 def _av_loss(header: dict, arrays: Arrays) -> Arrays:
     a, w, b = _linear(arrays)
-    loss, dz = weighted_cross_entropy(a @ w + b, arrays, "columns of 'W'")
+    loss, dz = activated_loss(header, a @ w + b, arrays, "columns of 'W'")
     out = _linear_grads(header, a, w, dz)
     out["loss"] = np.array([loss], dtype=np.float32)
     return out
@@ -231,7 +258,8 @@ OPS: dict[str, Op] = {
                   row_inputs=("A", "labels", "weight"), row_outputs=("dA",),
                   sum_outputs=("loss", "dW", "db"), out_widths=_grad_widths),
 }
-"""The tasks a worker runs, by name: GCN's ``av``, ``av_grad``, ``av_loss``; GAT's ``gat_*``."""
+"""The tasks a worker runs, by name: GCN's ``av``, ``av_grad``, ``av_loss``; GAT's ``gat_*``;
+GraphSAGE's ``sage_*``."""
 
 
 def output_size(op: Op, header: dict, arrays: Arrays) -> tuple[int, int]:
@@ -242,9 +270,11 @@ def output_size(op: Op, header: dict, arrays: Arrays) -> tuple[int, int]:
     return per_row, fixed
 
 
-def _register_gat() -> None:
-    from .gat_ops import GAT_OPS  # imports this module's helpers, so only once they exist
+def _register_more() -> None:
+    from .gat_ops import GAT_OPS  # import this module's helpers, so only once they exist
+    from .sage_ops import SAGE_OPS
     OPS.update(GAT_OPS)
+    OPS.update(SAGE_OPS)
 
 
-_register_gat()
+_register_more()

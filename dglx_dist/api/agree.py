@@ -1,0 +1,46 @@
+"""Bad arguments raise on every rank, before any collective the others would wait in."""
+from __future__ import annotations
+
+from typing import Callable, TypeVar
+
+import torch
+
+from dglx_dist.runtime.session import Session
+
+__all__ = ["on_every_rank", "differing_ranks", "ids_digest"]
+
+T = TypeVar("T")
+_BAD_INPUT = (ValueError, TypeError, IndexError, KeyError)
+
+
+def on_every_rank(session: Session, what: str, check: Callable[[], T]) -> T:
+    """Runs the local ``check``; when it fails on any rank, every rank raises (the failing
+    rank its own error, the others one naming it), so nobody waits in a later collective.
+
+    Args:
+        what: the call being checked, for the message (e.g. "DataLoader").
+    """
+    try:
+        result, error = check(), None
+    except _BAD_INPUT as exc:
+        result, error = None, exc
+    flags = session.world.all_gather(torch.tensor([0 if error else 1]))
+    failed = [r for r, f in enumerate(flags) if not int(f)]
+    if error is not None:
+        raise error
+    if failed:
+        raise ValueError(f"{what}: the arguments of rank(s) {failed} were refused (see their "
+                         f"error); every rank stops here")
+    return result
+
+
+def differing_ranks(session: Session, value: torch.Tensor) -> list[int]:
+    """The ranks whose ``value`` (a small int64 tensor, the same shape everywhere) differs
+    from rank 0's (collective)."""
+    every = session.world.all_gather(value)
+    return [r for r, v in enumerate(every) if not torch.equal(v, every[0])]
+
+
+def ids_digest(ids: torch.Tensor) -> torch.Tensor:
+    """A cheap summary of a set of ids for :func:`differing_ranks` (count and sum)."""
+    return torch.tensor([ids.numel(), int(ids.sum()) if ids.numel() else 0])

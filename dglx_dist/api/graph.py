@@ -1,0 +1,265 @@
+"""The distributed graph of the drop-in API: DGL's ``DistGraph`` shape over our partitions.
+
+``distribute(g, strategy=...)`` takes the DGLGraph a script built (after its own transforms),
+partitions it once for the job's shape (rank 0; cached by a fingerprint of the graph's
+content; the other ranks wait for the files) and returns a :class:`DistGraph`;
+``DistGraph(partition_dir)`` opens partitions made by ``dglx partition``.
+
+Node ids are those of the graph ``distribute`` was given (of the dataset, for partitions
+made by ``dglx partition``), so ids a script computed before distributing stay valid;
+partitioners relabel nodes internally and the graph translates at its edges (two int64 arrays
+of one entry per node when the partitioner relabelled).
+
+``g.ndata[name]`` is a :class:`NodeDataView`: ``view[ids]`` gives the rows of ``ids`` in the
+order asked (from rows the strategy holds, else pulled through the KVStore, which is
+collective today: every rank pulls at the same step, as a loop over a
+:class:`~dglx_dist.api.DataLoader` does). A view used as an index (``logits[train_mask]``,
+``labels[train_mask]``) selects among the rows of this rank's nodes, ``g.local_nodes()``: the
+rows a full-graph forward ``model(g, features)`` returns. Given to any other torch function
+(``torch.nonzero(g.ndata["train_mask"])``), it is the whole tensor, one row per node.
+"""
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import itertools
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from dglx_dist.api.agree import differing_ranks
+from dglx_dist.api.ndata import MASKS, NodeData, NodeDataView
+from dglx_dist.data.convert import from_dgl
+from dglx_dist.data.format import write_dataset
+from dglx_dist.kvstore import DistKVStore, RowPolicy
+from dglx_dist.partition.load import PartitionDir
+from dglx_dist.prepare import ensure_partitions, made_by_rank0
+from dglx_dist.runtime.session import Session, current_session, init
+from dglx_dist.sampling import PartitionSampler
+from dglx_dist.strategies.base import STRATEGIES, Strategy
+
+__all__ = ["DistGraph", "NodeDataView", "distribute", "node_data_store", "current_graph"]
+
+log = logging.getLogger(__name__)
+# the graph DGL's DistTensor / DistEmbedding attach to when none is named, as DGL's own find
+# theirs through the client they were started with
+_CURRENT: contextvars.ContextVar["DistGraph | None"] = contextvars.ContextVar(
+    "dglx_dist_graph", default=None)
+
+
+def current_graph() -> "DistGraph":
+    """The DistGraph built last in this context."""
+    graph = _CURRENT.get()
+    if graph is None:
+        raise RuntimeError("no DistGraph yet: build one with dglx_dist.distribute(g) or "
+                           "dglx_dist.DistGraph(partition_dir) first")
+    return graph
+
+
+def _session(session: Session | None) -> Session:
+    if session is not None:
+        return session
+    try:
+        return current_session()
+    except RuntimeError:
+        return init()  # shut down at exit (see Session)
+
+
+def _build(strategy: str | Strategy, options: dict[str, Any]) -> Strategy:
+    if isinstance(strategy, Strategy):
+        if options:
+            raise ValueError(f"options {sorted(options)} given with a built strategy; pass "
+                             f"them to STRATEGIES.build instead")
+        return strategy
+    return STRATEGIES.build(strategy, **options)
+
+
+def _part_of(session: Session, pdir: PartitionDir) -> int:
+    """The part whose rows this rank passes to the KVStore (its server's or its own)."""
+    if pdir.num_parts == session.world_size:
+        return session.rank
+    if pdir.num_parts == session.topology.num_servers:
+        return session.server_id
+    raise ValueError(f"{pdir.path} has {pdir.num_parts} parts; a job of "
+                     f"{session.topology.num_servers} servers x "
+                     f"{session.topology.ranks_per_server} ranks needs one per server or one "
+                     f"per rank")
+
+
+def node_data_store(session: Session, pdir: PartitionDir) -> DistKVStore:
+    """A KVStore with the node data by rows: "feat" (when the partitions store rows), "label"
+    and the masks (collective)."""
+    part_id = _part_of(session, pdir)
+    part = pdir.load_part(part_id)
+    store, policy = DistKVStore(session), RowPolicy(pdir.book)
+    if pdir.feature_layout == "rows":
+        store.init_data("feat", policy, {part_id: torch.from_numpy(part.feat)})
+    store.init_data("label", policy, {part_id: torch.from_numpy(part.label.astype("int64"))})
+    for name, split in MASKS.items():
+        mask = torch.from_numpy(getattr(part, split).astype("uint8"))
+        store.init_data(name, policy, {part_id: mask})
+    return store
+
+
+class DistGraph:
+    """A partitioned graph trained by one strategy (collective to build).
+
+    Args:
+        partitions: a partition directory (``dglx partition`` or :func:`distribute`).
+        strategy: a registered strategy name or a built strategy.
+        session: the job's session (default: the current one, started if there is none).
+        **options: the strategy's options (defaults work; the depth of ``granndis`` and
+            ``dorylus`` comes from the model or the loader's sampler).
+    """
+
+    def __init__(self, partitions: str | os.PathLike | PartitionDir,
+                 strategy: str | Strategy = "distdgl", *, session: Session | None = None,
+                 **options: Any):
+        self.session = _session(session)
+        self.pdir = partitions if isinstance(partitions, PartitionDir) else \
+            PartitionDir(partitions)
+        self._template = _build(strategy, options)
+        self._template.check_partitions(self.pdir, self.session.topology)
+        self.store = node_data_store(self.session, self.pdir)
+        self.strategy: Strategy | None = None
+        self._orig: torch.Tensor | None = None  # partitioned id -> original id
+        self._part: torch.Tensor | None = None  # original id -> partitioned id
+        if self.pdir.manifest.get("relabeled"):
+            self._orig = torch.from_numpy(self.pdir.to_original(np.arange(self.num_nodes())))
+            self._part = torch.empty_like(self._orig)
+            self._part[self._orig] = torch.arange(self._orig.numel())
+        self._names = itertools.count()
+        self._sampler: PartitionSampler | None = None
+        self.ndata = NodeData(self)
+        _CURRENT.set(self)
+
+    def new_name(self, prefix: str) -> str:
+        """A fresh node-data name (the same on every rank: names are made in program order)."""
+        return f"{prefix}{next(self._names)}"
+
+    # -- DGL's DistGraph surface ---------------------------------------------------------------
+    def num_nodes(self, ntype: str | None = None) -> int:
+        return int(self.pdir.num_nodes)
+
+    def num_edges(self, etype: str | None = None) -> int:
+        return int(self.pdir.num_edges)
+
+    number_of_nodes, number_of_edges = num_nodes, num_edges
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.pdir.num_classes)
+
+    def rank(self) -> int:
+        """This trainer's rank (DGL's ``DistGraph.rank()``)."""
+        return self.session.rank
+
+    def barrier(self) -> None:
+        """Waits for every rank (DGL's ``DistGraph.barrier``)."""
+        self.session.world.barrier()
+
+    def get_partition_book(self) -> "DistGraph":
+        """What DGL's ``node_split(nodes, g.get_partition_book())`` expects: here the graph."""
+        return self
+
+    def part_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """The partitioned ids (what strategies and the KVStore use) of node ``ids``."""
+        return ids if self._part is None else self._part[ids]
+
+    def node_ids(self, part_ids: torch.Tensor) -> torch.Tensor:
+        """The node ids (the graph's own) of partitioned ids."""
+        return part_ids if self._orig is None else self._orig[part_ids]
+
+    def local_nodes(self) -> torch.Tensor:
+        """This rank's nodes, in the order of a full-graph forward's output rows."""
+        return self.node_ids(self.setup().local_nodes())
+
+    # -- the strategy ----------------------------------------------------------------------------
+    def setup(self, num_layers: int | None = None, batches: int | None = None) -> Strategy:
+        """The strategy, set up for a model of ``num_layers`` graph convs on first use
+        (collective: the first DataLoader or parallelize call of every rank sets it up; a
+        strategy whose depth is fixed then refuses a model of another depth)."""
+        if self.strategy is None:
+            n = num_layers or self._template.num_layers() or 2
+            self.strategy = self._template.with_layers(n, batches)
+            self.strategy.setup(self.session, self.pdir, self.store)
+        return self.strategy
+
+    def sampler(self) -> PartitionSampler:
+        """Distributed neighbour sampling over the partitions, for loaders the strategy does
+        not serve itself (built on first use)."""
+        if self._sampler is None:
+            part_id = _part_of(self.session, self.pdir)
+            comm = self.session.world if part_id == self.session.rank and \
+                self.pdir.num_parts == self.session.world_size else self.session.cross
+            self._sampler = PartitionSampler(self.pdir.load_part(part_id), self.pdir.book, comm,
+                                             part_id)
+        return self._sampler
+
+    def close(self) -> None:
+        """Releases the strategy's and the store's memory (the session stays up)."""
+        if self.strategy is not None:
+            self.strategy.close()
+            self.strategy = None
+        self.store.close()
+
+    def __repr__(self) -> str:
+        return (f"DistGraph(num_nodes={self.num_nodes()}, num_edges={self.num_edges()}, "
+                f"parts={self.pdir.num_parts}, strategy={self._template.registered_name!r})")
+
+
+def fingerprint(g) -> str:
+    """A digest of a DGLGraph's structure and node data (what its partitions depend on)."""
+    h = hashlib.sha256()
+    src, dst = g.edges()
+    parts = [("src", src), ("dst", dst)] + sorted(g.ndata.items())
+    for name, t in parts:
+        array = np.ascontiguousarray(t.detach().cpu().numpy())
+        h.update(f"{name}:{array.dtype}:{array.shape}".encode())
+        h.update(array.data)
+    h.update(f"nodes:{g.num_nodes()}".encode())
+    return h.hexdigest()[:16]
+
+
+def _same_everywhere(session: Session, key: str) -> None:
+    differ = differing_ranks(session, torch.tensor([int(key[:15], 16)]))
+    if differ:
+        raise ValueError(f"distribute: the graph differs between ranks (ranks {differ} differ "
+                         f"from rank 0); build it the same way on every rank (fixed seeds for "
+                         f"random transforms)")
+
+
+def distribute(g, strategy: str | Strategy = "distdgl", *,
+               cache_dir: str | os.PathLike = "dglx-partitions", session: Session | None = None,
+               wait_timeout: float = 3600.0, **options: Any) -> DistGraph:
+    """The distributed graph of ``g`` for ``strategy`` (collective).
+
+    Args:
+        g: a homogeneous DGLGraph with ndata ``feat`` and ``label`` (masks optional), built
+            the same way on every rank; or a partition directory (opened as it is).
+        strategy: a registered strategy name or a built strategy.
+        cache_dir: where the graph and its partitions are cached (shared by every node of a
+            multi-node job).
+        session: the job's session (default: the current one, started if there is none).
+        wait_timeout: seconds the other ranks wait for rank 0's partitions.
+        **options: the strategy's options.
+    """
+    session = _session(session)
+    if isinstance(g, (str, os.PathLike, PartitionDir)):
+        return DistGraph(g, strategy, session=session, **options)
+    built = _build(strategy, options)
+    if g.edata.keys():
+        log.warning("distribute: edge data %s is not carried into the partitions yet (node "
+                    "classification uses node data only)", sorted(g.edata.keys()))
+    key = fingerprint(g)
+    _same_everywhere(session, key)
+    data = Path(cache_dir) / f"graph-{key}"
+    made_by_rank0(session, data, "meta.json",
+                  lambda: write_dataset(from_dgl(g, source="dglx_dist.distribute"), data),
+                  "writing the graph given to distribute", wait_timeout)
+    parts = ensure_partitions(data, built, session, cache_dir, wait_timeout)
+    return DistGraph(parts, built, session=session)

@@ -1,0 +1,72 @@
+"""Inference through the strategy for any node ids, and its export in original ids."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from dglx_dist.api.graph import DistGraph
+from dglx_dist.api.loader import DataLoader
+from dglx_dist.api.parallel import DistModel
+from dglx_dist.api.split import node_split
+from dglx_dist.api.tensor import DistTensor
+
+__all__ = ["inference", "export_parquet"]
+
+
+@torch.no_grad()
+def inference(model: DistModel, g: DistGraph, nodes=None, batch_size: int = 4096,
+              key: str = "feat") -> DistTensor:
+    """The model's outputs (logits, or embeddings for a model that returns them) for
+    ``nodes`` with full neighbourhoods, in eval mode, through the strategy (collective).
+
+    Each rank computes its share (:func:`~dglx_dist.api.node_split`) and writes it into a
+    :class:`~dglx_dist.api.DistTensor` of one row per node (rows of other nodes stay zero), so
+    ``out[ids]`` then reads any node's output on any rank.
+
+    Args:
+        model: what :func:`~dglx_dist.api.parallelize` returned.
+        nodes: a boolean mask or ids, the same on every rank (default: every node).
+        batch_size: output nodes per step.
+        key: the input node data.
+    """
+    from dgl.dataloading import MultiLayerFullNeighborSampler
+
+    nodes = torch.arange(g.num_nodes()) if nodes is None else nodes
+    loader = DataLoader(g, node_split(nodes, g),
+                        MultiLayerFullNeighborSampler(model._num_layers), batch_size=batch_size)
+    was_training = model.training
+    model.eval()
+    out: DistTensor | None = None
+    for input_nodes, output_nodes, blocks in loader:
+        rows = model(blocks, g.ndata[key][input_nodes])
+        if out is None:  # every rank takes the same steps: the first one creates it
+            width = torch.tensor([rows.shape[1]])
+            g.session.world.all_reduce(width, op=torch.distributed.ReduceOp.MAX)
+            out = DistTensor((g.num_nodes(), int(width)), rows.dtype, graph=g)
+        out[output_nodes] = rows
+    model.train(was_training)
+    return out
+
+
+def export_parquet(directory: str | os.PathLike, tensor: DistTensor, nodes=None) -> Path:
+    """Writes this rank's share of ``nodes`` (default every node) of ``tensor`` to
+    ``directory/part-RRRRR.parquet`` (collective): ``node_id`` in the ids of the graph
+    :func:`~dglx_dist.api.distribute` was given, ``value`` each row as a float32 list."""
+    g = tensor._g
+    ids = node_split(torch.arange(g.num_nodes()) if nodes is None else nodes, g)
+    rows = tensor[ids].detach().cpu().to(torch.float32).reshape(ids.numel(), -1).numpy()
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    value = pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(rows).reshape(-1)),
+                                              rows.shape[1])
+    table = pa.table({"node_id": pa.array(ids.numpy()), "value": value})
+    path = out / f"part-{g.session.rank:05d}.parquet"
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)
+    return path

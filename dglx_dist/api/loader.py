@@ -1,0 +1,168 @@
+"""``DataLoader``: DGL's node data loader over a :class:`~dglx_dist.api.DistGraph`.
+
+``DataLoader(g, ids, sampler, batch_size=..., shuffle=..., drop_last=...)`` has the signature
+of ``dgl.dataloading.DataLoader`` (and ``dgl.distributed.DistNodeDataLoader``) and yields
+``(input_nodes, output_nodes, blocks)``. The fanouts come from DGL's own
+``NeighborSampler`` / ``MultiLayerFullNeighborSampler``; what a step holds is the strategy's
+(sampled blocks for ``distdgl`` and ``p3``; a co-batch for ``granndis``; the whole partition
+for ``dorylus``).
+
+Every rank takes the same number of steps per epoch (sampling and the gradient all-reduce
+are collective): a rank whose ids make fewer batches cuts them more finely (see
+:func:`~dglx_dist.strategies.steps.equal_step_sizes`), so DDP's ``join()`` is never needed
+(it is accepted). Ids that are the same on every rank (a single-machine script's whole
+training set) are split with :func:`~dglx_dist.api.node_split` first, as DGL's
+``use_ddp=True`` does; ids that differ are taken as this rank's share.
+"""
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Iterator
+
+import torch
+
+from dglx_dist.api.agree import differing_ranks, ids_digest, on_every_rank
+from dglx_dist.api.graph import DistGraph
+from dglx_dist.api.ndata import as_node_ids
+from dglx_dist.api.split import node_split
+from dglx_dist.strategies.steps import LoaderSpec, Step, sampled_epoch, sampled_plan
+
+__all__ = ["DataLoader", "DistNodeDataLoader", "sampler_fanouts"]
+
+log = logging.getLogger(__name__)
+_IGNORED = ("device", "use_uva", "num_workers", "use_prefetch_thread", "use_alternate_streams",
+            "pin_prefetcher", "gpu_cache", "persistent_workers", "pin_memory", "prefetch_factor")
+
+
+def sampler_fanouts(sampler) -> tuple[int, ...]:
+    """The fanouts (input layer first) of DGL's ``NeighborSampler`` or
+    ``MultiLayerFullNeighborSampler``.
+
+    Raises:
+        TypeError: another sampler type, or options this package cannot honour.
+    """
+    from dgl.dataloading import NeighborSampler
+
+    if not isinstance(sampler, NeighborSampler):
+        raise TypeError(f"DataLoader: sampler {type(sampler).__name__} is not supported; use "
+                        f"dgl.dataloading.NeighborSampler(fanouts) or "
+                        f"MultiLayerFullNeighborSampler(num_layers)")
+    unsupported = {"replace": getattr(sampler, "replace", False),
+                   "prob": getattr(sampler, "prob", None),
+                   "mask": getattr(sampler, "mask", None)}
+    bad = {k: v for k, v in unsupported.items() if v not in (False, None)}
+    if getattr(sampler, "edge_dir", "in") != "in":
+        bad["edge_dir"] = sampler.edge_dir
+    if bad:
+        raise TypeError(f"DataLoader: NeighborSampler options {sorted(bad)} are not supported "
+                        f"(uniform sampling of in-neighbours without replacement only)")
+    fanouts = []
+    for f in sampler.fanouts:
+        if isinstance(f, dict):
+            raise TypeError("DataLoader: per-edge-type fanouts need a heterogeneous graph; "
+                            "distributed graphs here are homogeneous")
+        fanouts.append(-1 if f is None or int(f) < 0 else int(f))
+    return tuple(fanouts)
+
+
+class DataLoader:
+    """Mini-batches of a distributed graph's nodes, as ``dgl.dataloading.DataLoader``.
+
+    Args:
+        graph: the :class:`~dglx_dist.api.DistGraph`.
+        indices: node ids to iterate (or a boolean mask): this rank's share (from
+            :func:`~dglx_dist.api.node_split`), or the same ids on every rank, split here.
+        graph_sampler: DGL's NeighborSampler or MultiLayerFullNeighborSampler.
+        batch_size: output nodes per batch.
+        shuffle: reshuffle every epoch.
+        drop_last: drop the last partial batch.
+        device: DGL's; accepted with a warning (the strategy places the batches).
+        use_ddp: split ``indices`` among the ranks (DGL's meaning); also done when they are
+            the same on every rank.
+        ddp_seed: the shuffling seed (also ``seed=``).
+        **kwargs: DGL's worker / UVA / prefetch-thread options, accepted with a warning.
+    """
+
+    def __init__(self, graph: DistGraph, indices, graph_sampler, device=None,
+                 use_ddp: bool = False, ddp_seed: int = 0, batch_size: int = 1,
+                 drop_last: bool = False, shuffle: bool = False, **kwargs):
+        if device is not None:
+            kwargs["device"] = device
+        seed = int(kwargs.pop("seed", ddp_seed))
+        if not isinstance(graph, DistGraph):
+            raise TypeError(f"dglx_dist.DataLoader needs the graph dglx_dist.distribute (or "
+                            f"DistGraph) returned; got {type(graph).__name__}")
+        ignored = sorted(k for k in kwargs if k in _IGNORED)
+        unknown = sorted(k for k in kwargs if k not in _IGNORED)
+        if unknown:
+            raise TypeError(f"DataLoader: unknown arguments {unknown}")
+        if ignored:
+            warnings.warn(f"dglx_dist.DataLoader: {ignored} have no meaning here (the strategy "
+                          f"decides where batches are built and where they live); ignored",
+                          stacklevel=2)
+        session = graph.session
+        self.graph, self.sampler = graph, graph_sampler
+        fanouts = on_every_rank(session, "DataLoader", lambda: self._check(
+            graph_sampler, batch_size))
+        self.spec = LoaderSpec(fanouts, int(batch_size), bool(shuffle), bool(drop_last), seed)
+        ids = self._own_ids(indices, use_ddp)
+        counts = session.world.all_gather(torch.tensor([ids.numel()]))
+        batches = -(-int(max(int(c) for c in counts)) // self.spec.batch_size)
+        self.strategy = graph.setup(len(fanouts), batches)
+        part_ids = graph.part_ids(ids).sort().values
+        self._own = self.strategy.serves(self.spec)
+        if self._own:
+            self.plan = on_every_rank(session, "DataLoader",
+                                      lambda: self.strategy.loader_plan(part_ids, self.spec))
+        else:
+            self.plan = sampled_plan(session.world, part_ids, self.spec)
+        self.indices, self.epoch = ids, 0
+
+    @staticmethod
+    def _check(sampler, batch_size) -> tuple[int, ...]:
+        if int(batch_size) < 1:
+            raise ValueError(f"DataLoader: batch_size {batch_size}; expected >= 1")
+        return sampler_fanouts(sampler)
+
+    def _own_ids(self, indices, use_ddp: bool) -> torch.Tensor:
+        g, session = self.graph, self.graph.session
+        ids = on_every_rank(session, "DataLoader",
+                            lambda: as_node_ids(indices, g.num_nodes(), "DataLoader"))
+        same = not differing_ranks(session, ids_digest(ids))
+        if use_ddp or (same and session.world_size > 1):
+            return node_split(ids, g)
+        return ids
+
+    def __len__(self) -> int:
+        return self.plan.steps
+
+    def __iter__(self) -> Iterator[tuple]:
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        to_ids = self.graph.node_ids
+        if self._own:
+            steps = self.strategy.loader_epoch(self.plan, self.spec, epoch)
+        else:
+            steps = sampled_epoch(self.graph.sampler(), self.graph.session.rank, self.plan,
+                                  self.spec, epoch)
+        for step in steps:
+            step = Step(to_ids(step.input_nodes), to_ids(step.output_nodes), step.blocks)
+            self._prefetch(step)
+            yield tuple(step)
+
+    def _prefetch(self, step: Step) -> None:
+        """DGL's ``prefetch_node_feats`` / ``prefetch_labels`` of the sampler: rows put on
+        the first block's sources and the last block's destinations."""
+        blocks, ndata = step.blocks, self.graph.ndata
+        if not blocks or blocks.state.rows is not None:  # a co-batch's shared structures
+            return
+        for key in getattr(self.sampler, "prefetch_node_feats", None) or []:
+            rows = ndata[key][step.input_nodes]
+            if isinstance(rows, torch.Tensor):
+                blocks[0].srcdata[key] = rows
+        for key in getattr(self.sampler, "prefetch_labels", None) or []:
+            blocks[-1].dstdata[key] = ndata[key][step.output_nodes]
+
+
+DistNodeDataLoader = DataLoader
+"""DGL's distributed name for the same loader."""

@@ -1,0 +1,153 @@
+"""``g.ndata``: one view per node-data name of a :class:`~dglx_dist.api.DistGraph` (see
+:mod:`dglx_dist.api.graph` for what a view means as an index and as a whole tensor)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterator
+
+import torch
+
+if TYPE_CHECKING:
+    from dglx_dist.api.graph import DistGraph
+
+__all__ = ["NodeData", "NodeDataView", "as_node_ids", "MASKS"]
+
+MASKS = {"train_mask": "train", "val_mask": "val", "test_mask": "test"}
+
+
+class NodeData:
+    """``g.ndata``: a view per node-data name."""
+
+    def __init__(self, graph: DistGraph):
+        self._g = graph
+
+    def keys(self) -> list[str]:
+        names = list(self._g.store.names())
+        return names if "feat" in names else ["feat", *names]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.keys()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def __getitem__(self, name: str) -> "NodeDataView":
+        if name not in self.keys():
+            raise KeyError(f"g.ndata[{name!r}]: no such node data; this graph has "
+                           f"{self.keys()}")
+        return NodeDataView(self._g, name)
+
+    def __repr__(self) -> str:
+        return f"NodeData({self.keys()})"
+
+
+class NodeDataView:
+    """One node-data name of a :class:`DistGraph` (see the module docstring)."""
+
+    def __init__(self, graph: DistGraph, name: str):
+        self._g, self.name = graph, name
+
+    @property
+    def shape(self) -> torch.Size:
+        if self.name in self._g.store.names():
+            return torch.Size(self._g.store.shape(self.name))
+        return torch.Size([self._g.num_nodes(), self._g.pdir.feat_dim])
+
+    def __len__(self) -> int:
+        return self._g.num_nodes()
+
+    def __getitem__(self, key) -> Any:
+        if isinstance(key, NodeDataView):  # a mask of the same graph: this rank's rows
+            return self.local()[key.local().bool()]
+        try:
+            ids = self._ids(key)
+        except IndexError:
+            self._take_part()
+            raise
+        return self.rows(self._g.part_ids(ids))
+
+    def _take_part(self) -> None:
+        """A rank whose ids are bad still takes its part in the (collective) pull the other
+        ranks make, with nothing to fetch, before it raises: nobody waits for it."""
+        if self.name in self._g.store.names():
+            self._g.store.pull(self.name, torch.zeros(0, dtype=torch.int64))
+
+    def __setitem__(self, key, values: torch.Tensor) -> None:
+        """Writes rows (collective, like a pull)."""
+        ids = self._g.part_ids(self._ids(key))
+        values = torch.as_tensor(values).to(self._g.store.dtype(self.name))
+        self._g.store.push(self.name, ids, values.reshape(ids.numel(), *self.shape[1:]),
+                           "assign")
+
+    def rows(self, ids: torch.Tensor) -> Any:
+        """Rows of partitioned ``ids``, in that order."""
+        strategy = self._g.strategy
+        held = strategy.local_rows(self.name, ids) if strategy is not None else None
+        if held is not None:
+            return held
+        if self.name not in self._g.store.names():
+            raise KeyError(f"g.ndata[{self.name!r}] is held by the strategy, which is set up "
+                           f"by the first DataLoader or parallelize call; read it after that")
+        out = self._g.store.pull(self.name, ids)
+        return out.bool() if self.name in MASKS else out
+
+    def local(self) -> Any:
+        """The rows of this rank's nodes (:meth:`DistGraph.local_nodes`)."""
+        return self.rows(self._g.setup().local_nodes())
+
+    def full(self) -> torch.Tensor:
+        """Every node's row, in node id order (collective; the whole tensor on every rank)."""
+        return self.rows(self._g.part_ids(torch.arange(self._g.num_nodes())))
+
+    def _ids(self, key) -> torch.Tensor:
+        if isinstance(key, slice):
+            return torch.arange(self._g.num_nodes())[key]
+        return as_node_ids(key, self._g.num_nodes(), f"g.ndata[{self.name!r}][...]")
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.__getitem__:
+            index = args[1][0] if isinstance(args[1], tuple) and len(args[1]) == 1 else args[1]
+            if isinstance(index, NodeDataView):  # an output's rows of this rank's nodes
+                return args[0][index.local().bool()]
+        return func(*_whole(args), **_whole(kwargs or {}))
+
+    def __repr__(self) -> str:
+        return f"NodeDataView({self.name!r}, shape={tuple(self.shape)})"
+
+
+def as_node_ids(key, num_nodes: int, what: str) -> torch.Tensor:
+    """Node ids from a boolean mask over every node or from integer ids (1-D, in range).
+
+    Raises:
+        IndexError: anything else, naming ``what`` and what was expected.
+    """
+    # a view is the whole tensor (torch.as_tensor would read it row by row, a pull each)
+    ids = key.full() if isinstance(key, NodeDataView) else torch.as_tensor(key)
+    if ids.dtype == torch.bool:
+        if ids.shape != (num_nodes,):
+            raise IndexError(f"{what}: a boolean mask needs one entry per node ({num_nodes}); "
+                             f"got shape {tuple(ids.shape)}")
+        return torch.nonzero(ids).squeeze(1)
+    if ids.is_floating_point() or ids.dim() > 1:
+        raise IndexError(f"{what}: expected a boolean mask or integer ids (a 1-D tensor or a "
+                         f"list); got {ids.dtype} of shape {tuple(ids.shape)}")
+    ids = ids.reshape(-1).long()
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_nodes):
+        bad = ids[(ids < 0) | (ids >= num_nodes)][:5].tolist()
+        raise IndexError(f"{what}: ids {bad} out of range; the graph has nodes "
+                         f"0..{num_nodes - 1}")
+    return ids
+
+
+def _whole(value):
+    """``value`` with every view (also inside tuples, lists and dicts) made a whole tensor."""
+    if isinstance(value, NodeDataView):
+        return value.full()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_whole(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    return value

@@ -1,0 +1,123 @@
+"""``parallelize``: the user's model as the strategy trains it, behind the model's own call.
+
+``model = dglx_dist.parallelize(model, g)`` returns a :class:`DistModel`. The user builds any
+optimizer on ``model.parameters()`` and calls ``loss.backward()`` and ``opt.step()`` as
+before; what the strategy must do after backward (P3's slice gradients, GraNNDis's and
+Dorylus's gradient all-reduce, byte accounting) runs in a callback queued on autograd's
+engine by a hook on the model's output, so it happens at the end of ``loss.backward()``.
+
+Two call forms, both the user's own:
+
+* ``model(blocks, x)`` with a step of :class:`~dglx_dist.api.DataLoader` (or any list of
+  blocks): the strategy's forward of that step (its per-step state travels on ``blocks``);
+* ``model(g, features)`` with the :class:`~dglx_dist.api.DistGraph` and ``g.ndata["feat"]``:
+  the full-graph form; the output rows are ``g.local_nodes()``'s. A model that calls every
+  conv as ``conv(g, h)`` gets each layer's block (a pre-hook on every graph conv picks it).
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from torch import nn
+
+from dglx_dist.api.graph import DistGraph, NodeDataView
+from dglx_dist.models.layers import graph_convs
+from dglx_dist.strategies.steps import Blocks
+
+__all__ = ["parallelize", "DistModel"]
+
+
+def _router(index: int):
+    """A forward pre-hook handing a conv its layer's block when it is given a whole step."""
+
+    def hook(module: nn.Module, args: tuple) -> tuple | None:
+        if args and isinstance(args[0], Blocks):
+            return (args[0][index], *args[1:])
+        return None
+
+    return hook
+
+
+def _check_convs(model: nn.Module, strategy) -> list[tuple[nn.Module, str]]:
+    convs = graph_convs(model)
+    if not convs:
+        raise ValueError(f"parallelize: {type(model).__name__} has no dgl.nn graph conv; "
+                         f"expected a model built from dgl.nn convs (SAGEConv, GraphConv, "
+                         f"GATConv)")
+    allowed = strategy.conv_types
+    bad = [f"{name}: {type(conv).__name__}" for conv, name in convs
+           if allowed is not None and type(conv).__name__ not in allowed]
+    if bad:
+        raise ValueError(f"parallelize: strategy {strategy.registered_name!r} runs "
+                         f"{', '.join(allowed)} convs; the model has {', '.join(bad)}")
+    return convs
+
+
+def parallelize(model: nn.Module, g: DistGraph) -> "DistModel":
+    """The model wrapped as ``g``'s strategy trains it (collective: sets the strategy up on
+    first use, broadcasts rank 0's weights)."""
+    if not isinstance(g, DistGraph):
+        raise TypeError(f"parallelize needs the graph dglx_dist.distribute returned; got "
+                        f"{type(g).__name__}")
+    convs = graph_convs(model)
+    strategy = g.setup(len(convs) or None)
+    convs = _check_convs(model, strategy)
+    names = [name for _, name in convs]
+    wrapped = strategy.wrap_model(model)
+    for i, name in enumerate(names):
+        model.get_submodule(name).register_forward_pre_hook(_router(i))
+    return DistModel(wrapped, g, len(convs))
+
+
+class DistModel(nn.Module):
+    """The model as the strategy trains it (see the module docstring).
+
+    Attributes:
+        wrapped: what the strategy made of it (DDP's wrapper, or the model itself).
+        module: the user's model (as DDP's ``.module``), its convs possibly wrapped by the
+            strategy; a layer-wise inference loop over ``model.module.layers`` runs on it.
+    """
+
+    def __init__(self, wrapped: nn.Module, graph: DistGraph, num_layers: int):
+        super().__init__()
+        self.wrapped = wrapped
+        self._graph, self._num_layers, self._queued = graph, num_layers, False
+
+    @property
+    def module(self) -> nn.Module:
+        inner = self.wrapped
+        return inner.module if isinstance(inner, nn.parallel.DistributedDataParallel) else inner
+
+    def forward(self, graph, x=None) -> torch.Tensor:
+        strategy = self._graph.strategy
+        if isinstance(graph, DistGraph):
+            if not (x is None or isinstance(x, NodeDataView)):
+                raise TypeError("model(g, features): in the full-graph form pass "
+                                "g.ndata[...] as the features (the strategy holds the rows)")
+            blocks, x = strategy.full_graph_step(self._num_layers)
+        else:
+            blocks = graph if isinstance(graph, Blocks) else Blocks(graph)
+        with self._graph.session.peer_errors("forward (e.g. DDP's bucket broadcast)"):
+            out = strategy.step_forward(self.wrapped, blocks, x)
+        if torch.is_grad_enabled() and out.requires_grad:
+            out.register_hook(self._on_output_grad)
+        return out
+
+    def _on_output_grad(self, grad: torch.Tensor) -> None:
+        if not self._queued:  # once per backward pass, however many outputs
+            self._queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._after_backward)
+
+    def _after_backward(self) -> None:
+        self._queued = False
+        with self._graph.session.peer_errors("after backward (gradient exchange)"):
+            self._graph.strategy.after_backward()
+
+    def join(self, *args: Any, **kwargs: Any):
+        """DDP's ``join()`` where the strategy uses DDP; otherwise nothing to do (every rank
+        takes the same number of steps)."""
+        if isinstance(self.wrapped, nn.parallel.DistributedDataParallel):
+            return self.wrapped.join(*args, **kwargs)
+        return contextlib.nullcontext()

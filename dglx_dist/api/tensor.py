@@ -1,0 +1,51 @@
+"""``DistTensor``: a tensor of one row per node, sharded like the node features.
+
+DGL's ``dgl.distributed.DistTensor(shape, dtype, name=None, init_func=None, ...)``: rows live
+with their node's owner in the KVStore; ``t[ids]`` reads rows in the order asked and
+``t[ids] = values`` writes them (both collective today, as every KVStore access: every rank
+reads or writes at the same step, as a layer-wise inference loop does).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from dglx_dist.api.graph import DistGraph, NodeDataView, current_graph
+from dglx_dist.kvstore import RowPolicy
+
+__all__ = ["DistTensor"]
+
+
+class DistTensor(NodeDataView):
+    """A node-sharded tensor of the current (or given) :class:`~dglx_dist.api.DistGraph`
+    (collective to create).
+
+    Args:
+        shape: ``(num_nodes, *row_shape)``.
+        dtype: element type.
+        name: a new name (default: generated, the same on every rank); also visible as
+            ``g.ndata[name]``.
+        init_func: ``init_func(shape, dtype) -> Tensor`` for the rows (default zeros).
+        part_policy: DGL's; accepted (rows always follow the node partitions).
+        persistent: DGL's; accepted.
+        is_gdata: DGL's; accepted.
+        attach: DGL's; accepted.
+        graph: the graph (default: the one built last).
+    """
+
+    def __init__(self, shape, dtype: torch.dtype, name: str | None = None,
+                 init_func: Callable | None = None, part_policy=None, persistent: bool = False,
+                 is_gdata: bool = True, attach: bool = True, graph: DistGraph | None = None):
+        g = graph or current_graph()
+        shape = tuple(int(d) for d in shape)
+        if not shape or shape[0] != g.num_nodes():
+            raise ValueError(f"DistTensor: shape {shape}; expected one row per node "
+                             f"({g.num_nodes()}, ...): tensors here are sharded like the nodes")
+        name = name or g.new_name("_dist_tensor_")
+        if name in g.store.names():
+            raise ValueError(f"DistTensor: name {name!r} exists already")
+        g.store.init_data(name, RowPolicy(g.pdir.book), {}, trailing_shape=shape[1:],
+                          dtype=dtype, init=init_func or "zeros")
+        super().__init__(g, name)
+        self.dtype = dtype

@@ -1,0 +1,98 @@
+"""``dgl.distributed``'s API over dglx_dist: a DistDGL script runs with its imports changed.
+
+``import dglx_dist.dgl as dgl`` (or ``import dglx_dist.distributed``) in place of DGL gives
+``initialize``, ``DistGraph(graph_name, part_config=...)``, ``node_split``, ``DistTensor``,
+``DistEmbedding`` and ``optim.SparseAdam`` / ``optim.SparseAdagrad`` with DGL's signatures,
+under torchrun: no ip_config, no servers, no SSH. Partitions written by DGL's
+``partition_graph`` are imported once (rank 0, cached by the JSON's content; see
+:func:`~dglx_dist.partition.import_dgl_partitions`), with no repartitioning.
+
+The script's own ``torch.distributed.init_process_group`` and ``DistributedDataParallel`` keep
+working: the session adopts the process group the script made, and the graph trains under
+``distdgl`` (DistDGL's own semantics). To swap strategy, pass ``strategy=`` to
+``DistGraph`` and wrap the model with :func:`dglx_dist.parallelize` instead of DDP.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+
+from dglx_dist.api import graph as _graph
+from dglx_dist.api.split import node_split
+from dglx_dist.api.tensor import DistTensor
+from dglx_dist.distributed import optim
+from dglx_dist.distributed.embedding import DistEmbedding
+from dglx_dist.prepare import made_by_rank0
+from dglx_dist.runtime.session import current_session, init
+
+__all__ = ["initialize", "DistGraph", "node_split", "DistTensor", "DistEmbedding", "optim",
+           "exit_client", "import_cached"]
+
+log = logging.getLogger(__name__)
+
+
+def initialize(ip_config: str | None = None, *args: Any, **kwargs: Any) -> None:
+    """DGL's ``initialize``: nothing to start here (torchrun started the processes; there are
+    no servers). The session starts with the first :class:`DistGraph`, after the script's own
+    ``init_process_group`` if it has one."""
+    if ip_config is not None:
+        log.info("dglx_dist.distributed.initialize: ip_config %s is not needed (torchrun)",
+                 ip_config)
+
+
+def exit_client() -> None:
+    """DGL's ``exit_client``: the session shuts down at interpreter exit by itself."""
+
+
+def _key(json_path: Path) -> str:
+    h = hashlib.sha256(json_path.read_bytes())
+    for p in sorted(json_path.parent.rglob("*.dgl")):
+        st = p.stat()
+        h.update(f"{p.relative_to(json_path.parent)}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:16]
+
+
+def import_cached(json_path: str | os.PathLike, session, cache_dir: str | os.PathLike,
+                  wait_timeout: float = 3600.0) -> Path:
+    """DGL's partitions as a dglx partition directory: imported by rank 0 into ``cache_dir``
+    the first time (the other ranks wait for the files), reused afterwards."""
+    from dglx_dist.partition import import_dgl_partitions
+    from dglx_dist.partition.io import MANIFEST
+
+    json_path = Path(json_path)
+    out = Path(cache_dir) / f"dgl-{json_path.stem}-{_key(json_path)}"
+    return made_by_rank0(session, out, MANIFEST, lambda: import_dgl_partitions(json_path, out),
+                         f"importing DGL partitions {json_path}", wait_timeout)
+
+
+def DistGraph(graph_name: str, gpb=None, part_config: str | os.PathLike | None = None, *,
+              strategy: str = "distdgl", cache_dir: str | os.PathLike = "dglx-partitions",
+              **options: Any) -> _graph.DistGraph:
+    """DGL's ``DistGraph(graph_name, part_config=...)``: the graph of DGL's partitions (a
+    ``partition_graph`` JSON) or of a dglx partition directory.
+
+    Args:
+        graph_name: DGL's graph name (kept for the log).
+        gpb: DGL's; accepted (the partition book comes from the partitions).
+        part_config: the JSON ``partition_graph`` wrote, or a dglx partition directory.
+        strategy: the strategy to train with (DistDGL's own by default).
+        cache_dir: where imported partitions are kept.
+        **options: the strategy's options.
+    """
+    if part_config is None:
+        raise ValueError(f"DistGraph({graph_name!r}): part_config is required (the JSON "
+                         f"dgl.distributed.partition_graph wrote, or a dglx partition "
+                         f"directory); standalone graphs without partitions are not supported")
+    try:
+        session = current_session()
+    except RuntimeError:
+        session = init()  # adopts a process group the script made itself
+    path = Path(part_config)
+    parts = import_cached(path, session, cache_dir) if path.suffix == ".json" else path
+    return _graph.DistGraph(parts, strategy, session=session, **options)
+
+

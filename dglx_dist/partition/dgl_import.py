@@ -1,0 +1,388 @@
+"""Importing the output of DGL's ``dgl.distributed.partition_graph`` without repartitioning.
+
+A DistDGL user's partitions (``graph_name.json`` plus ``part{i}/graph.dgl``, ``node_feat.dgl``,
+``edge_feat.dgl``, see :mod:`dglx_dist.partition.dgl_config`) become a dglx partition directory
+(:mod:`dglx_dist.partition.io`) with the same decisions:
+
+* ownership and ids: part ``p`` owns DGL's new node ids ``node_map[p]``; these stay the global
+  ids (what a DistGraph user sees), so ``node_map``'s ranges become the
+  :class:`~dglx_dist.partition.book.RangeBook` offsets;
+* structure: every edge whose destination is a core node (DGL's ``inner_node``) with its
+  sources, i.e. all in-edges of the core nodes; sources owned elsewhere are the HALO nodes. Edges
+  DGL keeps for deeper HALO hops (``num_hops > 1``) are left out, as our HALO rule has one hop;
+* node data: features, labels and train/val/test masks from ``node_feat.dgl`` (keys
+  ``NTYPE/NAME``, e.g. ``_N/feat``; the names are :class:`NodeDataKeys`);
+* original ids: DGL stores no map back to the input graph's ids; ``partition_graph(...,
+  return_mapping=True)`` returns it (``orig_nids``, ``orig_eids``) and the user may pass it
+  here. Without it, the original ids are DGL's new ids, and the manifest's ``dataset``
+  provenance says so.
+
+Our format has no place for edge data and for node data other than the five above: their names
+are recorded under ``not_imported`` in the provenance and logged, and nothing is refused.
+
+**Nothing is unpickled.** ``graph.dgl`` is read with ``dgl.load_graphs`` and the feature files
+with ``dgl.data.utils.load_tensors``; both are DGL's own binary format. In DGL's source,
+``load_tensors`` (``python/dgl/data/tensor_serialize.py``) calls the C function
+``_CAPI_LoadNDArrayDict`` (``src/graph/serialize/tensor_serialize.cc``), which checks a magic
+number and reads named NDArrays (dtype, shape, raw bytes) through a ``dmlc::Stream``;
+``load_graphs`` (``python/dgl/data/graph_serialize.py``) calls ``_CAPI_LoadGraphFiles_V2``
+(``src/graph/serialize/graph_serialize.cc`` and ``heterograph_serialize.cc``), which reads the
+graph's index arrays and its ndata/edata NDArrays the same way. No Python object is rebuilt
+from the bytes (pickle in ``dgl.data.utils`` serves only ``save_info``/``load_info``, not used
+here). Id maps given as files are read with ``np.load(allow_pickle=False)`` or
+``torch.load(weights_only=True)``.
+
+The directory is written into a temporary sibling and renamed into place
+(:func:`~dglx_dist.partition.io.write_partitions`); an existing output is replaced only with
+``overwrite`` and only when it is itself a dglx partition directory.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from dglx_dist.data.checked import check_finite, check_range, read_json_object
+from dglx_dist.errors import PartitionError, PartitionFormatError
+from dglx_dist.partition.book import RangeBook
+from dglx_dist.partition.dgl_config import DglConfig, read_dgl_config
+from dglx_dist.partition.io import FORMAT, MANIFEST, write_partitions
+from dglx_dist.partition.layout import Partition
+
+__all__ = ["import_dgl_partitions", "NodeDataKeys", "load_id_map"]
+
+log = logging.getLogger(__name__)
+_ERR = PartitionFormatError
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeDataKeys:
+    """Names of the node data in DGL's ``node_feat.dgl``, without DGL's ``NTYPE/`` prefix
+    (the defaults are the names DGL's node-classification datasets use)."""
+
+    feat: str = "feat"
+    label: str = "label"
+    train: str = "train_mask"
+    val: str = "val_mask"
+    test: str = "test_mask"
+
+
+def load_id_map(value, n: int, what: str) -> np.ndarray | None:
+    """An id map from ``partition_graph(..., return_mapping=True)``, checked to be a
+    permutation of ``[0, n)``.
+
+    Args:
+        value: None, an array or tensor, or a ``.npy`` / ``.pt`` file holding one.
+        n: its expected length.
+        what: its name in error messages (``orig_nids``, ``orig_eids``).
+
+    Raises:
+        PartitionError: the value is not a permutation of ``[0, n)`` (or the file is unreadable).
+    """
+    if value is None:
+        return None
+    where = what
+    if isinstance(value, (str, os.PathLike)):
+        where = f"{value} ({what})"
+        value = _read_id_file(Path(value), what)
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    arr = np.asarray(value)
+    if arr.ndim != 1 or arr.size != n or not np.issubdtype(arr.dtype, np.integer):
+        raise PartitionError(f"{where}: {arr.dtype} array of shape {arr.shape}; expected "
+                             f"{n} integers (partition_graph's return_mapping=True output)")
+    arr = arr.astype(np.int64)
+    if n and (arr.min() < 0 or arr.max() >= n
+              or np.any(np.bincount(arr, minlength=n) != 1)):
+        raise PartitionError(f"{where}: not a permutation of [0, {n}); expected each id once "
+                             f"(is it the map of another partitioning?)")
+    return arr
+
+
+def _read_id_file(file: Path, what: str):
+    if not file.is_file():
+        raise PartitionError(f"{file}: missing ({what})")
+    try:
+        if file.suffix == ".npy":
+            return np.load(file, allow_pickle=False)
+        if file.suffix in (".pt", ".pth"):
+            return torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any reader failure is a bad file for the user
+        raise PartitionError(f"{file}: could not be read as {what} ({exc})") from None
+    raise PartitionError(f"{file}: {what} must be a .npy file (np.save) or a .pt file holding "
+                         f"one tensor (torch.save)")
+
+
+def _keys(keys: NodeDataKeys | dict[str, str] | None) -> NodeDataKeys:
+    if not isinstance(keys, dict):
+        return keys or NodeDataKeys()
+    valid = [f.name for f in dataclasses.fields(NodeDataKeys)]
+    bad = sorted(set(keys) - set(valid))
+    if bad:
+        raise PartitionError(f"node data key(s) {bad} not understood; valid: {valid}")
+    return NodeDataKeys(**keys)
+
+
+def _check_out(out: Path, cfg: DglConfig, overwrite: bool) -> None:
+    """Refuses an output that holds the DGL input or is not ours to replace."""
+    target, source = out.resolve(), cfg.path.parent
+    if target == source or target in source.parents:
+        raise PartitionError(f"output directory {out} holds the DGL partitions being imported "
+                             f"({cfg.path}); choose another directory")
+    if not out.exists():
+        return
+    if not overwrite:
+        raise PartitionError(f"output directory {out} already exists; pass overwrite "
+                             f"(--overwrite) to replace it or choose another")
+    manifest = out / MANIFEST
+    fmt = read_json_object(manifest, _ERR).get("format") if manifest.is_file() else None
+    if fmt != FORMAT:
+        raise PartitionError(f"output directory {out} exists and is not a dglx partition "
+                             f"directory (no {MANIFEST} of format {FORMAT!r}); refusing to "
+                             f"replace it")
+
+
+def _load_graph(file: Path):
+    import dgl
+
+    try:
+        graphs, _ = dgl.load_graphs(str(file))
+    except (dgl.DGLError, OSError) as exc:
+        raise _ERR(f"{file}: not a readable DGL graph file ({exc})") from None
+    if len(graphs) != 1:
+        raise _ERR(f"{file}: holds {len(graphs)} graphs; expected one partition graph")
+    g = graphs[0]
+    if len(g.ntypes) != 1 or len(g.canonical_etypes) != 1:
+        raise _ERR(f"{file}: node types {g.ntypes}, edge types {g.canonical_etypes}; expected a "
+                   f"homogeneous graph (heterogeneous graphs are not imported)")
+    for data, key in ((g.ndata, "inner_node"), (g.ndata, "_ID"), (g.edata, "_ID")):
+        if key not in data:
+            kind = "ndata" if data is g.ndata else "edata"
+            raise _ERR(f"{file}: {kind}[{key!r}] is missing (found {sorted(data.keys())}); "
+                       f"expected a part graph written by dgl.distributed.partition_graph")
+    return g
+
+
+def _load_tensors(file: Path) -> dict[str, torch.Tensor]:
+    import dgl
+    from dgl.data.utils import load_tensors
+
+    try:
+        return load_tensors(str(file))
+    except (dgl.DGLError, OSError) as exc:
+        raise _ERR(f"{file}: not a readable DGL tensor file ({exc})") from None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Structure:
+    """One part's structure in our local ids. ``core_order`` sorts DGL's inner-node rows (the
+    rows of ``node_feat.dgl``) into our core order (increasing global id)."""
+
+    core_order: np.ndarray
+    halo_gid: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    eid: np.ndarray
+
+
+class _Importer:
+    """Turns DGL's parts into :class:`Partition` objects, one at a time, checking each."""
+
+    def __init__(self, cfg: DglConfig, keys: NodeDataKeys, orig_nids: np.ndarray | None,
+                 orig_eids: np.ndarray | None, nonfinite: str):
+        self.cfg, self.keys, self.nonfinite = cfg, keys, nonfinite
+        self.orig_nids, self.orig_eids = orig_nids, orig_eids
+        self.feat_dim: int | None = None
+        self.max_label = -1
+        self.edge_cut = 0
+        self.absent: set[str] = set()
+        self.not_imported: dict[str, set[str]] = {"node_data": set(), "edge_data": set()}
+
+    def part(self, p: int) -> Partition:
+        files = self.cfg.files[p]
+        s = self._structure(p, files["part_graph"])
+        nc = s.core_order.size
+        data = self._node_data(files["node_feats"], nc, s.core_order)
+        edge_keys = _load_tensors(files["edge_feats"]).keys()
+        self.not_imported["edge_data"].update(edge_keys)
+        core = np.arange(self.cfg.node_offsets[p], self.cfg.node_offsets[p + 1], dtype=np.int64)
+        return Partition(part=p, core_gid=core, core_orig=self._orig(core), halo_gid=s.halo_gid,
+                         halo_orig=self._orig(s.halo_gid), src=s.src, dst=s.dst, eid=s.eid,
+                         feat_cols=(0, data["feat"].shape[1]), **data)
+
+    def _orig(self, gids: np.ndarray) -> np.ndarray:
+        return gids.copy() if self.orig_nids is None else self.orig_nids[gids]
+
+    def _structure(self, p: int, file: Path) -> _Structure:
+        cfg, g = self.cfg, _load_graph(file)
+        lo, hi = (int(x) for x in cfg.node_offsets[p:p + 2])
+        inner = g.ndata["inner_node"].numpy().astype(bool)
+        gid = g.ndata["_ID"].numpy().astype(np.int64)
+        node_map = f"[{lo}, {hi}) that {cfg.path} gives it in field 'node_map'[{cfg.ntype!r}][{p}]"
+        core_rows = np.flatnonzero(inner)
+        order = np.argsort(gid[core_rows], kind="stable")
+        if core_rows.size != hi - lo or not np.array_equal(gid[core_rows][order],
+                                                            np.arange(lo, hi)):
+            raise _ERR(f"{file}: its {core_rows.size} inner nodes (ndata['inner_node']) do not "
+                       f"have the ids (ndata['_ID']) {node_map}; expected exactly those "
+                       f"{hi - lo} ids (the part does not belong to this JSON)")
+        check_range(gid[~inner], 0, cfg.num_nodes, file, "_ID", "node id of a HALO node", _ERR)
+        if np.any((gid[~inner] >= lo) & (gid[~inner] < hi)):
+            raise _ERR(f"{file}: a HALO node (inner_node = 0) has an id in the range "
+                       f"{node_map}; expected HALO nodes to be owned by other parts")
+        src, dst = (t.numpy().astype(np.int64) for t in g.edges())
+        keep = np.flatnonzero(inner[dst])  # the in-edges of core nodes
+        new_eid = g.edata["_ID"].numpy().astype(np.int64)[keep]
+        by_eid = np.argsort(new_eid, kind="stable")
+        keep, new_eid = keep[by_eid], new_eid[by_eid]
+        elo, ehi = (int(x) for x in cfg.edge_offsets[p:p + 2])
+        if not np.array_equal(new_eid, np.arange(elo, ehi)):
+            raise _ERR(f"{file}: its {keep.size} edges into inner nodes do not have the ids "
+                       f"(edata['_ID']) [{elo}, {ehi}) that {cfg.path} gives it in field "
+                       f"'edge_map'[{cfg.etype!r}][{p}]; expected each of those ids once")
+        src, dst = src[keep], dst[keep]
+        remote = ~inner[src]
+        halo_gid = np.unique(gid[src[remote]])
+        local = np.empty(g.num_nodes(), dtype=np.int64)
+        local[core_rows[order]] = np.arange(hi - lo, dtype=np.int64)
+        local_src = local[src]
+        local_src[remote] = (hi - lo) + np.searchsorted(halo_gid, gid[src[remote]])
+        self.edge_cut += int(np.count_nonzero(remote))
+        eid = new_eid if self.orig_eids is None else self.orig_eids[new_eid]
+        return _Structure(order, halo_gid, local_src, local[dst], eid)
+
+    def _node_data(self, file: Path, nc: int, order: np.ndarray) -> dict[str, np.ndarray]:
+        """Features, labels and masks of the core nodes, in our core order."""
+        tensors, prefix = _load_tensors(file), f"{self.cfg.ntype}/"
+        wanted = {f"{prefix}{k}": ours for ours, k in dataclasses.asdict(self.keys).items()}
+        self.not_imported["node_data"].update(k for k in tensors if k not in wanted)
+        out: dict[str, np.ndarray] = {}
+        for key, ours in wanted.items():
+            t = tensors.get(key)
+            if t is None and ours in ("feat", "label"):
+                raise _ERR(f"{file}: no {key!r} (the {ours} key; found {sorted(tensors)}); pass "
+                           f"the name the graph's ndata used (NodeDataKeys / --key {ours}=NAME)")
+            if t is None:
+                self.absent.add(key)
+                out[ours] = np.zeros(nc, dtype=bool)
+                continue
+            if t.shape[:1] != (nc,) or (ours != "feat" and t.dim() > 1 and t[0].numel() != 1):
+                raise _ERR(f"{file}: {key!r} has shape {tuple(t.shape)}; expected {nc} rows (the "
+                           f"part's inner nodes){'' if ours == 'feat' else ', one value each'}")
+            out[ours] = self._convert(ours, t.reshape(nc, -1).numpy()[order], file, key)
+        return out
+
+    def _convert(self, ours: str, a: np.ndarray, file: Path, key: str) -> np.ndarray:
+        if ours == "feat":
+            feat = np.ascontiguousarray(a, dtype=np.float32)
+            check_finite(feat, file, self.nonfinite, _ERR, key)
+            if self.feat_dim is not None and feat.shape[1] != self.feat_dim:
+                raise _ERR(f"{file}: {key!r} has {feat.shape[1]} columns; the parts before have "
+                           f"{self.feat_dim}")
+            self.feat_dim = feat.shape[1]
+            return feat
+        a = a.reshape(-1)
+        if ours != "label":
+            return a != 0
+        if not (np.issubdtype(a.dtype, np.integer) or a.dtype == bool):
+            raise _ERR(f"{file}: {key!r} has dtype {a.dtype}; expected integer class ids (one "
+                       f"class per node; convert the labels before partition_graph)")
+        label = a.astype(np.int64)
+        check_range(label, 0, np.iinfo(np.int64).max, file, key, "class id >= 0", _ERR)
+        self.max_label = max(self.max_label, int(label.max(initial=-1)))
+        return label
+
+    def header(self, num_classes: int | None) -> dict[str, Any]:
+        """The manifest fields, once every part has been read."""
+        cfg = self.cfg
+        if num_classes is None:
+            num_classes = max(self.max_label + 1, 1)
+        elif self.max_label >= num_classes:
+            raise _ERR(f"{cfg.path}: a part has label {self.max_label}; expected labels in "
+                       f"[0, num_classes = {num_classes})")
+        ident = np.arange(cfg.num_nodes, dtype=np.int64)
+        relabeled = self.orig_nids is not None and not np.array_equal(self.orig_nids, ident)
+        return {
+            "partitioner": {"name": "dgl", "options": {
+                "part_method": cfg.part_method, "halo_hops": cfg.halo_hops,
+                "graph_name": cfg.graph_name}},
+            "num_parts": cfg.num_parts, "num_nodes": cfg.num_nodes, "num_edges": cfg.num_edges,
+            "feat_dim": self.feat_dim, "num_classes": num_classes, "relabeled": relabeled,
+            "node_book": RangeBook(cfg.node_offsets).to_json(), "feature_layout": "rows",
+            "feature_slices": [0, self.feat_dim], "dataset": self.provenance(),
+        }
+
+    def provenance(self) -> dict[str, Any]:
+        cfg, given = self.cfg, "given (partition_graph's return_mapping=True output)"
+        dgl_ids = "DGL's relabelled ids: the input graph's ids were not given"
+        return {
+            "source": "dgl.distributed.partition_graph", "dgl_config": str(cfg.path),
+            "dgl_config_sha256": cfg.sha256, "name": cfg.graph_name,
+            "node_ids": given if self.orig_nids is not None else dgl_ids,
+            "edge_ids": given if self.orig_eids is not None else dgl_ids,
+            "node_data_keys": {k: f"{cfg.ntype}/{v}"
+                               for k, v in dataclasses.asdict(self.keys).items()},
+            "absent_masks_as_false": sorted(self.absent),
+            "not_imported": {k: sorted(v) for k, v in self.not_imported.items()},
+            "edge_cut": self.edge_cut,
+        }
+
+
+def import_dgl_partitions(json_path: str | os.PathLike, out_dir: str | os.PathLike,
+                          overwrite: bool = False, *, orig_nids=None, orig_eids=None,
+                          num_classes: int | None = None,
+                          keys: NodeDataKeys | dict[str, str] | None = None,
+                          nonfinite: str = "reject", progress: bool = False) -> Path:
+    """Turns DGL's ``partition_graph`` output into a dglx partition directory, keeping its
+    node-to-part assignment and node ids (no repartitioning).
+
+    Args:
+        json_path: the ``GRAPH_NAME.json`` file DGL wrote.
+        out_dir: the partition directory to create (atomically).
+        overwrite: replace ``out_dir`` if it is a dglx partition directory.
+        orig_nids: the input graph's id of each DGL node id (``partition_graph(...,
+            return_mapping=True)``'s first result; array, tensor, ``.npy`` or ``.pt`` file).
+            Default: DGL's ids are the original ids.
+        orig_eids: the same for edge ids (its second result); default DGL's edge ids.
+        num_classes: default: the largest label over all parts, plus one.
+        keys: the node data names in ``node_feat.dgl`` (:class:`NodeDataKeys` or a dict of
+            its fields); absent masks are imported as all-false.
+        nonfinite: NaN / Inf features: "reject" (an error) or "warn".
+        progress: show a progress bar over the parts.
+
+    Returns:
+        ``out_dir``, which :class:`~dglx_dist.partition.PartitionDir` opens.
+
+    Raises:
+        PartitionFormatError: DGL's files are incomplete or inconsistent, or the graph is
+            heterogeneous (the message names the file, the field and what was expected).
+        PartitionError: a bad argument or output directory, before anything is written.
+    """
+    cfg = read_dgl_config(json_path)
+    out = Path(out_dir)
+    _check_out(out, cfg, overwrite)
+    keys = _keys(keys)
+    importer = _Importer(cfg, keys, load_id_map(orig_nids, cfg.num_nodes, "orig_nids"),
+                         load_id_map(orig_eids, cfg.num_edges, "orig_eids"), nonfinite)
+    with tqdm(total=cfg.num_parts, desc="import DGL parts", disable=not progress,
+              unit="part") as bar:
+        def parts():
+            for p in range(cfg.num_parts):
+                yield importer.part(p)
+                bar.update()
+
+        write_partitions(out, lambda: importer.header(num_classes), parts(), overwrite=overwrite)
+    prov = importer.provenance()
+    log.info("imported %d DGL parts of %s into %s (edge cut %d of %d edges)", cfg.num_parts,
+             cfg.path, out, importer.edge_cut, cfg.num_edges)
+    for kind, names in prov["not_imported"].items():
+        if names:
+            log.warning("not imported (the dglx format has no place for them): %s %s", kind,
+                        names)
+    return out

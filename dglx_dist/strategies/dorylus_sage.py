@@ -1,0 +1,193 @@
+"""Dorylus for GraphSAGE (``dgl.nn.SAGEConv`` with the mean aggregator).
+
+A mean SAGEConv computes ``rst_v = x_v Ws + mean_{u -> v}(x_u) Wn + b``: the rows themselves
+(``fc_self``, with the bias) and the mean of their in-neighbours (``fc_neigh``). The program
+is GCN's (:class:`~dglx_dist.strategies.dorylus_layers.GcnLayers`), per layer l and vertex
+interval (tasks in :mod:`dglx_dist.offload.tensor_fn.sage_ops`)::
+
+    GA   (graph)  M = mean of each own row's in-neighbours in H[l] (own rows, then ghosts):
+                  the rows of D_in^-1 A (whole-graph in-degrees; 0 without in-edges, as DGL)
+    AV   (task)   H[l+1] = dropout(relu(X Ws + M Wn + b)) with X = the interval's own rows
+                  of H[l]; waits (sync) for every rank's SC of layer l-1 (through GA)
+    SC   (graph)  the new rows to the peers that hold them as ghosts
+    AVL  (task)   the last layer's apply (and the conv's own activation) fused with the loss
+
+and backward, from the gradient ``dH`` of a layer's output rows::
+
+    ∇AV  (task)   gradients of Ws, Wn, b; for layers after the first, of X (dX) and M (dM)
+    ∇SC  (graph)  dM rows to the peers that own in-neighbours of them (reverse ghosts)
+    ∇GA  (graph)  per own source u: dH_u = Σ_{u -> v} dM_v / in_deg(v) + dX_u, over its
+                  out-edges (own destinations and reverse ghosts)
+
+The self part never leaves its interval; only the mean's rows cross partitions, the same rows
+and routes as GCN's (so async mode reads possibly stale neighbour rows, never partial sums).
+
+Models: SAGEConv layers with aggregator "mean", no ``norm``, no ``feat_drop`` and ReLU or no
+activation inside the conv, with ReLU and dropout between layers (the model's ``dropout``
+module, or the strategy's ``dropout`` option), as :class:`dglx_dist.models.SAGE`.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from dglx_dist.strategies.dorylus_graph import GraphServer, csr
+from dglx_dist.strategies.dorylus_layers import (DORYLUS_LAYERS, GcnLayers, GcnPlan, add_grad,
+                                                 activation_name, task_seed)
+
+__all__ = ["SageLayers", "SagePlan", "build_means"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SagePlan(GcnPlan):
+    """GCN's plan plus the neighbour-mean matrices.
+
+    Attributes:
+        mean_in: own rows x (own rows, then ghosts): ``1 / in_deg(v)`` per in-edge ``u -> v``
+            (repeated edges add up, as DGL's mean counts them).
+        mean_out: own rows x (own rows, then reverse ghosts): its transpose over the
+            graph, ``mean_out[u, v] = mean_in[v, u]``.
+    """
+
+    mean_in: torch.Tensor
+    mean_out: torch.Tensor
+
+
+def build_means(gs: GraphServer) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(mean_in, mean_out)`` of :class:`SagePlan` (collective: every in-edge whose source
+    lives elsewhere goes, with its weight, to the source's owner)."""
+    dst_row, col, src, src_owner = gs.in_edges
+    n, size, me = gs.n, gs.comm.size, gs.comm.index
+    in_deg = torch.bincount(dst_row, minlength=n).double()
+    val = (1.0 / in_deg[dst_row]).float()  # every row here has its in-edges: exact degrees
+    mean_in = csr(dst_row, col, val, (n, n + gs.num_ghosts))
+    local = src_owner == me
+    cross = [(~local) & (src_owner == p) for p in range(size)]
+    got_src, got_dst, got_val = [gs.comm.all_to_all_v([t[c] for c in cross])
+                                 for t in (src, gs.core[dst_row], val)]
+    rkey = gs.rghost_owner * gs.num_nodes + gs.rghost_ids  # sorted: the reverse-ghost columns
+    rows = [torch.searchsorted(gs.core, src[local])]
+    rows += [torch.searchsorted(gs.core, t) for t in got_src]
+    cols = [dst_row[local]]
+    cols += [n + torch.searchsorted(rkey, p * gs.num_nodes + t) for p, t in enumerate(got_dst)]
+    mean_out = csr(torch.cat(rows), torch.cat(cols), torch.cat([val[local]] + got_val),
+                   (n, n + gs.num_rghosts))
+    return mean_in, mean_out
+
+
+def _f32(t: torch.Tensor | np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(t.numpy() if isinstance(t, torch.Tensor) else t,
+                                dtype=np.float32)
+
+
+_SUPPORTED = ("dorylus runs SAGEConv with aggregator 'mean', norm=None, feat_drop=0 and "
+              "activation None or ReLU (dropout between layers: the model's `dropout` module, "
+              "as in dglx_dist.models.SAGE)")
+
+
+@DORYLUS_LAYERS.register("SAGEConv")
+class SageLayers(GcnLayers):
+    """GraphSAGE-mean's stages (see the module docstring): GCN's program, buffers and
+    messages; the gathers use the mean matrices and the applies keep the rows' own part.
+
+    Buffers: GCN's ``H[l]`` and ``G[l]`` (here: the gradients of the neighbour means).
+    """
+
+    def __init__(self, plan: SagePlan, gs, feat, spec):
+        super().__init__(plan, gs, feat, spec)
+        self.saved_dx: dict[tuple[int, int], torch.Tensor] = {}  # (layer, interval) -> ∇X
+
+    # -- the model -----------------------------------------------------------------------------
+    @classmethod
+    def check(cls, convs):
+        for conv, name in convs:
+            problems = []
+            if conv._aggre_type != "mean":
+                problems.append(f"aggregator {conv._aggre_type!r}")
+            if conv.norm is not None:
+                problems.append(f"norm={conv.norm!r}")
+            drop = getattr(conv.feat_drop, "p", 0.0)
+            if drop:
+                problems.append(f"feat_drop={drop}")
+            if conv._in_src_feats != conv._in_dst_feats:
+                problems.append(f"separate source and destination input sizes "
+                                f"({conv._in_src_feats}, {conv._in_dst_feats})")
+            try:
+                activation_name(conv.activation, name)
+            except ValueError:
+                problems.append(f"activation={conv.activation!r}")
+            if problems:
+                raise ValueError(f"dorylus cannot run {name} (SAGEConv {conv._in_src_feats} -> "
+                                 f"{conv._out_feats}): it has {'; '.join(problems)}. "
+                                 f"{_SUPPORTED}")
+
+    @classmethod
+    def tensors(cls, conv):
+        return (conv.fc_self.weight, conv.fc_neigh.weight, conv.fc_self.bias)
+
+    @classmethod
+    def param_slots(cls, conv, layer):
+        out = [(conv.fc_self.weight, (layer, "Ws"), lambda g: g.t()),
+               (conv.fc_neigh.weight, (layer, "Wn"), lambda g: g.t())]
+        if conv.fc_self.bias is not None:
+            out.append((conv.fc_self.bias, (layer, "b"), lambda g: g))
+        return out
+
+    @classmethod
+    def plan(cls, gs, convs):
+        return SagePlan(tuple((c.fc_neigh.weight.shape[1], c.fc_neigh.weight.shape[0])
+                              for c, _ in convs),
+                        tuple(activation_name(c.activation, name) for c, name in convs),
+                        *build_means(gs))
+
+    # -- graph side ----------------------------------------------------------------------------
+    def graph_task(self, st, i):
+        l = st.layer
+        if st.kind == "GA":
+            self.saved_a[(l, i)] = self.gs.rows_mm(self.plan.mean_in, i, self.H[l])
+        elif st.kind == "BGA":
+            self.saved_dh[(l, i)] = self.gs.rows_mm(self.plan.mean_out, i, self.G[l]) + \
+                self.saved_dx.pop((l, i))
+
+    # -- tensor tasks --------------------------------------------------------------------------
+    def request(self, st, i, epoch, weights, train, extra):
+        l, rows = st.layer, self.gs.rows(i)
+        ws, wn, b = weights[l]
+        drop = self.spec.dropout[l] if train else 0.0
+        arrays = {"X": _f32(self.H[l][rows]), "M": _f32(self.saved_a[(l, i)]),
+                  "Ws": _f32(ws.T), "Wn": _f32(wn.T),
+                  "b": b if b is not None else np.zeros(ws.shape[0], dtype=np.float32),
+                  "ids": self.ids[rows]}
+        header = {"act": self.plan.act(l), "dropout": drop,
+                  "seed": task_seed(self.spec.seed, epoch, l), "train": bool(train and drop > 0)}
+        if st.kind == "AVL":
+            header = {"op": "sage_loss", "act": header["act"], "need_dX": self.L > 1}
+            arrays.pop("ids")
+            arrays.update(extra["labels"](rows))
+        elif st.kind == "BAV":
+            last = l == self.L - 1
+            dh = extra["dlogits"][rows] if last else self.saved_dh[(l + 1, i)]
+            header.update(op="sage_av_grad", need_dX=l >= 1)
+            arrays["dH"] = _f32(dh)
+        else:  # AV, AVO
+            header["op"] = "sage_av"
+        return header, arrays
+
+    def result(self, st, i, epoch, out, acc):
+        l, rows = st.layer, self.gs.rows(i)
+        get = lambda k: torch.from_numpy(np.array(out[k]))  # noqa: E731  (a writable copy)
+        if st.kind == "AV":
+            self.H[l + 1][rows] = get("H")
+        elif st.kind == "AVO":
+            acc["logits"][rows] = get("H")
+        else:  # AVL, BAV
+            for name in ("Ws", "Wn", "b"):
+                add_grad(acc, epoch, (l, name), out["d" + name], i)
+            if st.kind == "AVL":
+                acc["loss"][epoch] = acc["loss"].get(epoch, 0.0) + float(out["loss"][0])
+            if "dM" in out:
+                self.G[l][rows] = get("dM")
+                self.saved_dx[(l, i)] = get("dX")
+        self.saved_dh.pop((l + 1, i), None)

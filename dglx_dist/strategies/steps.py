@@ -1,0 +1,127 @@
+"""What a step of the drop-in API carries: the blocks, and the per-step state that travels with
+them to the wrapped model.
+
+:class:`~dglx_dist.api.DataLoader` asks the strategy for a loader plan once and for an epoch of
+:class:`Step` s each time it is iterated. A step's ``blocks`` is a :class:`Blocks`: a plain
+list of DGL blocks (a model zips its layers with it as usual) that also holds what the wrapped
+model must know about *this* step (which output rows are the step's, the weight of this
+rank's loss, Dorylus's epoch). Nothing of a step is kept on the strategy, so a user who
+prefetches batches (``list(loader)``) gets the same results as one who consumes them lazily.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Iterator, NamedTuple
+
+import dgl
+import torch
+
+__all__ = ["Blocks", "StepState", "Step", "LoaderSpec", "LoaderPlan", "equal_step_sizes",
+           "sampled_plan", "sampled_epoch"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StepState:
+    """Per-step state read by the strategy's forward.
+
+    Attributes:
+        rows: which rows of the model's output are this step's output nodes (None: all).
+        weight: the weight of this rank's (mean) loss in the job's gradient, applied to the
+            output's gradient by strategies whose gradients cross ranks inside the model
+            (None: none; DDP averages instead).
+        epoch: the epoch the step belongs to (seeds dropout masks computed off the model).
+        plan: strategy-specific handle of the step's static structures (e.g. a co-batch).
+    """
+
+    rows: torch.Tensor | None = None
+    weight: float | None = None
+    epoch: int = 0
+    plan: object = None
+
+
+class Blocks(list):
+    """The blocks of one step (input layer first), with its :class:`StepState`."""
+
+    def __init__(self, blocks=(), state: StepState | None = None):
+        super().__init__(blocks)
+        self.state = state or StepState()
+
+
+class Step(NamedTuple):
+    """One mini-batch as DGL's node loaders yield it."""
+
+    input_nodes: torch.Tensor
+    output_nodes: torch.Tensor
+    blocks: Blocks
+
+
+@dataclasses.dataclass(frozen=True)
+class LoaderSpec:
+    """What a :class:`~dglx_dist.api.DataLoader` was asked for.
+
+    Attributes:
+        fanouts: neighbours per layer, input layer first (-1: all), from the user's sampler.
+        batch_size: output nodes per batch.
+        shuffle: reshuffle the ids every epoch.
+        drop_last: drop the last, partial batch.
+        seed: the shuffling seed (mixed with the epoch and the rank).
+    """
+
+    fanouts: tuple[int, ...]
+    batch_size: int
+    shuffle: bool = False
+    drop_last: bool = False
+    seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LoaderPlan:
+    """What a loader keeps between epochs: its steps per epoch (the same on every rank) and
+    the strategy's own data (e.g. this rank's ids)."""
+
+    steps: int
+    data: object = None
+
+
+def equal_step_sizes(n: int, steps: int, batch_size: int, drop_last: bool) -> list[int]:
+    """Batch sizes that cut ``n`` ids into exactly ``steps`` batches of at most ``batch_size``.
+
+    Every rank takes the same number of steps (sampling and gradient all-reduce are
+    collective), so a rank whose ids make fewer batches than the longest rank's cuts them
+    more finely: DGL's batches (``batch_size`` each, the last partial) when they come out at
+    ``steps``, else ``n`` spread evenly over ``steps`` batches. Fewer ids than steps: some
+    batches are empty (0 rows). With ``drop_last`` only whole batches are taken (the caller
+    passes the smallest count over the ranks).
+    """
+    if drop_last:
+        return [batch_size] * steps
+    if math.ceil(n / batch_size) == steps:
+        return [batch_size] * (n // batch_size) + ([n % batch_size] if n % batch_size else [])
+    return [n // steps + (1 if i < n % steps else 0) for i in range(steps)]
+
+
+def sampled_plan(comm, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan:
+    """A sampled loader's plan: this rank's ids and the steps every rank takes, the most
+    batches any rank has (the fewest whole ones with ``drop_last``) (collective on
+    ``comm``, every rank)."""
+    n, size = ids.numel(), spec.batch_size
+    mine = n // size if spec.drop_last else math.ceil(n / size)
+    counts = [int(c) for c in comm.all_gather(torch.tensor([mine]))]
+    return LoaderPlan(min(counts) if spec.drop_last else max(counts), ids)
+
+
+def sampled_epoch(sampler, rank: int, plan: LoaderPlan, spec: LoaderSpec,
+                  epoch: int) -> Iterator[Step]:
+    """One epoch of sampled mini-batches over ``plan``'s ids (``sampler.sample_blocks`` is
+    collective: every rank takes ``plan.steps`` steps)."""
+    ids, steps = plan.data, plan.steps
+    seed = spec.seed * 1_000_003 + epoch * 7919 + rank
+    dgl.seed(seed)  # each epoch's sampling is reproducible on its own
+    order = ids
+    if spec.shuffle:
+        order = ids[torch.randperm(ids.numel(), generator=torch.Generator().manual_seed(seed))]
+    sizes = equal_step_sizes(ids.numel(), steps, spec.batch_size, spec.drop_last)
+    for seeds in torch.split(order[:sum(sizes)], sizes):
+        blocks = sampler.sample_blocks(seeds, spec.fanouts)
+        yield Step(blocks[0].srcdata[dgl.NID], seeds, Blocks(blocks, StepState(epoch=epoch)))

@@ -1,0 +1,108 @@
+"""Mini-batch GraphSAGE on Cora: a plain DGL script, one process.
+
+Its own model, optimizer, LR scheduler, gradient clipping, evaluation loop and layer-wise
+inference. ../sage_minibatch.py is the same script trained by dglx_dist; the difference is a
+few lines (tests/unit/test_example_diffs.py counts them).
+"""
+import argparse
+import json
+
+import dgl
+import dgl.nn as dglnn
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from dgl.dataloading import DataLoader, MultiLayerFullNeighborSampler, NeighborSampler
+
+from dglx_dist.data import CoraGraphDataset  # DGL's Cora, shipped: no download
+
+
+class SAGE(nn.Module):
+    def __init__(self, in_size, hid_size, out_size, dropout):
+        super().__init__()
+        self.layers = nn.ModuleList([dglnn.SAGEConv(in_size, hid_size, "mean"),
+                                     dglnn.SAGEConv(hid_size, out_size, "mean")])
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, blocks, x):
+        h = x
+        for i, (layer, block) in enumerate(zip(self.layers, blocks)):
+            h = layer(block, h)
+            if i != len(self.layers) - 1:
+                h = self.dropout(F.relu(h))
+        return h
+
+
+@torch.no_grad()
+def layerwise_inference(model, g, batch_size):
+    """Every node's logits, one layer at a time over full neighbourhoods."""
+    model.eval()
+    net = getattr(model, "module", model)
+    loader = DataLoader(g, torch.arange(g.num_nodes()), MultiLayerFullNeighborSampler(1),
+                        batch_size=batch_size)
+    feat = g.ndata["feat"]
+    for i, layer in enumerate(net.layers):
+        out = torch.zeros(g.num_nodes(), layer._out_feats)
+        for input_nodes, output_nodes, blocks in loader:
+            h = layer(blocks[0], feat[input_nodes])
+            out[output_nodes] = F.relu(h) if i != len(net.layers) - 1 else h
+        feat = out
+    return feat
+
+
+def evaluate(model, g, loader):
+    model.eval()
+    correct = total = 0
+    with torch.no_grad():
+        for input_nodes, output_nodes, blocks in loader:
+            logits = model(blocks, g.ndata["feat"][input_nodes])
+            correct += (logits.argmax(1) == g.ndata["label"][output_nodes]).sum().item()
+            total += len(output_nodes)
+    model.train()
+    return correct / max(total, 1)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=40)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=0.03)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    torch.manual_seed(args.seed)
+    dgl.seed(args.seed)
+    dataset = CoraGraphDataset()
+    g = dataset[0]
+    train_ids = torch.nonzero(g.ndata["train_mask"]).squeeze(1)
+    val_ids = torch.nonzero(g.ndata["val_mask"]).squeeze(1)
+    sampler = NeighborSampler([10, 10])
+    train_loader = DataLoader(g, train_ids, sampler, batch_size=args.batch_size, shuffle=True)
+    val_loader = DataLoader(g, val_ids, sampler, batch_size=1000)
+
+    model = SAGE(g.ndata["feat"].shape[1], 16, dataset.num_classes, 0.5)
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=5e-4)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=20, gamma=0.5)
+    for epoch in range(args.epochs):
+        model.train()
+        for input_nodes, output_nodes, blocks in train_loader:
+            x = g.ndata["feat"][input_nodes]
+            y = g.ndata["label"][output_nodes]
+            loss = F.cross_entropy(model(blocks, x), y)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            opt.step()
+        sched.step()
+        val_acc = evaluate(model, g, val_loader)
+        print(json.dumps({"epoch": epoch, "loss": round(loss.item(), 4),
+                          "val_acc": round(val_acc, 4)}))
+
+    logits = layerwise_inference(model, g, 1000)
+    test_ids = torch.nonzero(g.ndata["test_mask"]).squeeze(1)
+    test_acc = (logits[test_ids].argmax(1) == g.ndata["label"][test_ids]).float().mean().item()
+    print(json.dumps({"test_acc": round(test_acc, 4)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""Every ported example under every registered strategy, at 2 ranks and at 4 ranks (2 virtual
+servers), against its plain DGL script: test accuracy and wall time, as JSON lines and a
+markdown table (tests/e2e/test_examples.py runs a subset inside the suite's time budget).
+
+    .venv/bin/python scripts/check_examples.py [--ranks 2 4] [--out check-examples]
+    .venv/bin/python scripts/check_examples.py --exit-runs 20    # exit codes only
+
+``--exit-runs N`` instead runs each port N times in a row on 4 processes (2 epochs; no
+script calls a shutdown) and counts the exit codes: a session must shut down cleanly at
+interpreter exit, never with SIGABRT after training.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from dglx_dist.runtime.env import free_local_port  # noqa: E402
+from dglx_dist.strategies import STRATEGIES  # noqa: E402
+
+NAMES = ("sage_minibatch.py", "gcn_fullgraph.py")
+
+
+def _env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DGLX_")}
+    env.update({"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "DGLX_TIMEOUT": "120"},
+               **extra)
+    return env
+
+
+def _run(cmd, cwd, env) -> dict:
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    found = re.findall(r'\{"test_acc": [0-9.]+\}', r.stdout)
+    return {"exit": r.returncode, "wall_s": round(time.perf_counter() - t0, 1),
+            "test_acc": json.loads(found[-1])["test_acc"] if found else None}
+
+
+def exit_runs(n: int, out: Path) -> None:
+    """Each port ``n`` times on 4 processes (2 virtual servers), 2 epochs: the exit codes."""
+    for name in NAMES:
+        codes = []
+        for _ in range(n):
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4",
+                   "--master-port", str(free_local_port()), str(ROOT / "examples" / name),
+                   "--epochs", "2"]
+            codes.append(_run(cmd, out, _env(DGLX_VIRTUAL_SERVERS="2"))["exit"])
+        print(json.dumps({"example": name, "runs": n, "exit_0": codes.count(0),
+                          "codes": sorted(set(codes))}), flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--out", default="check-examples")
+    parser.add_argument("--exit-runs", type=int, default=0)
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(exist_ok=True)
+    if args.exit_runs:
+        exit_runs(args.exit_runs, out)
+        return
+    rows = []
+    for name in NAMES:
+        plain = _run([sys.executable, str(ROOT / "examples" / "dgl" / name)], out, _env())
+        rows.append({"example": name, "strategy": "plain DGL", "ranks": 1, **plain})
+        print(json.dumps(rows[-1]), flush=True)
+        for strategy in STRATEGIES.names():
+            for n in args.ranks:
+                cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n),
+                       "--master-port", str(free_local_port()), str(ROOT / "examples" / name),
+                       "--strategy", strategy]
+                res = _run(cmd, out, _env(**({"DGLX_VIRTUAL_SERVERS": "2"} if n == 4 else {})))
+                rows.append({"example": name, "strategy": strategy, "ranks": n, **res})
+                print(json.dumps(rows[-1]), flush=True)
+    lines = ["| example | strategy | ranks | test_acc | exit | wall_s |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['example']} | {r['strategy']} | {r['ranks']} | {r['test_acc']} | "
+              f"{r['exit']} | {r['wall_s']} |" for r in rows]
+    (out / "results.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+"""The drop-in API (distribute, node_split, DataLoader, parallelize) under every registered
+strategy: with full neighbourhoods, one step of the user's own loop and optimizer gives the
+parameters single-process DGL gives for the same math; prefetching the loader changes
+nothing (or is refused); bad arguments raise on every rank."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dglx_dist
+from dglx_dist.data import CoraGraphDataset
+from dglx_dist.models import GCN, SAGE
+from dglx_dist.models.layers import adapter_for, first_conv
+from dglx_dist.strategies import STRATEGIES
+from dglx_dist.testing import WorkerError, run_workers
+from dglx_dist.testing.models import seeded_model
+
+pytestmark = pytest.mark.dist
+LR = 0.5
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """One partition cache for the module: each strategy's partitions are made once."""
+    return str(tmp_path_factory.mktemp("cache"))
+
+
+def _model(feat_dim, classes, name):
+    """GraphSAGE, or GCN for a strategy that cannot run SAGEConv (dropout 0, biases set)."""
+    convs = STRATEGIES.get(name).conv_types
+    if convs is None or "SAGEConv" in convs:
+        return seeded_model(lambda: SAGE(feat_dim, 8, classes, 2, dropout=0.0))
+    return seeded_model(lambda: GCN(feat_dim, 8, classes, 2, dropout=0.0))
+
+
+def _graph():
+    return CoraGraphDataset()[0]
+
+
+def _one_step(session, name, cache):
+    dataset = CoraGraphDataset()
+    g = dglx_dist.distribute(dataset[0], STRATEGIES.build(name, **STRATEGIES.get(name)
+                                                          .exact_options(2)),
+                             cache_dir=cache, session=session)
+    loader = dglx_dist.DataLoader(g, g.ndata["train_mask"],
+                                  dglx_dist.MultiLayerFullNeighborSampler(2), batch_size=1000)
+    model = _model(g.ndata["feat"].shape[1], dataset.num_classes, name)
+    model = dglx_dist.parallelize(model, g)
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    outputs = []
+    for input_nodes, output_nodes, blocks in loader:
+        logits = model(blocks, g.ndata["feat"][input_nodes])
+        loss = F.cross_entropy(logits, g.ndata["label"][output_nodes])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        outputs.append(output_nodes.tolist())
+    params = {k: v.tolist() for k, v in model.module.state_dict().items()}
+    cols = None
+    if hasattr(g.strategy, "cols"):  # p3: this rank's input columns of the first conv
+        cols = g.strategy.cols.tolist()
+    return {"outputs": outputs, "params": params, "cols": cols}
+
+
+def _reference(name, outputs_per_rank):
+    """Single-process DGL: the mean over ranks of each rank's mean loss, one SGD step."""
+    dataset = CoraGraphDataset()
+    g = dataset[0]
+    model = _model(g.ndata["feat"].shape[1], dataset.num_classes, name)
+    logits = model([g, g], g.ndata["feat"])
+    losses = [F.cross_entropy(logits[ids], g.ndata["label"][ids])
+              for ids in (torch.tensor(o, dtype=torch.long) for o in outputs_per_rank)]
+    loss = torch.stack(losses).mean()
+    loss.backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= LR * p.grad
+    return model
+
+
+def _check_params(name, model, res):
+    want = model.state_dict()
+    conv, conv_name = first_conv(model)
+    sliced = {f"{conv_name}.{lin.path}": i
+              for i, lin in enumerate(adapter_for(conv).input_linears(conv))}
+    for key, value in res["params"].items():
+        got = torch.tensor(value)
+        if key.startswith(f"{conv_name}.weights."):  # p3's column slice of an input linear
+            path = next(k for k, i in sliced.items() if key.endswith(f".{i}"))
+            lin = adapter_for(conv).input_linears(conv)[sliced[path]]
+            ref = lin.columns(want[path], torch.tensor(res["cols"]))
+        elif key.startswith(f"{conv_name}.conv."):  # p3 keeps the rest of the conv
+            ref = want[conv_name + key[len(conv_name) + 5:]]
+        else:
+            ref = want[key.replace(".conv.", ".")]
+        np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-4, atol=1e-5,
+                                   err_msg=f"{name}: {key}")
+
+
+@pytest.mark.parametrize("name", STRATEGIES.names())
+def test_one_step_matches_single_process_dgl(tmp_path, cache, name):
+    res = run_workers(_one_step, 2, tmp_path / "run", name, cache,
+                      env={"DGLX_VIRTUAL_SERVERS": "2"})  # 2 servers of 1 rank
+    steps = {len(res[r]["outputs"]) for r in range(2)}
+    assert steps == {1}, steps
+    outputs = [res[r]["outputs"][0] for r in range(2)]
+    every = sorted(i for o in outputs for i in o)
+    train = torch.nonzero(_graph().ndata["train_mask"]).squeeze(1).tolist()
+    assert every == train  # each training node in exactly one rank's batch
+    reference = _reference(name, outputs)
+    for r in range(2):
+        _check_params(name, reference, res[r])
+
+
+def _train(g, loader, classes, prefetch):
+    torch.manual_seed(0)
+    model = dglx_dist.parallelize(SAGE(g.ndata["feat"].shape[1], 8, classes, 2, dropout=0.0),
+                                  g)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for _ in range(2):
+        steps = list(loader) if prefetch else loader
+        for input_nodes, output_nodes, blocks in steps:
+            loss = F.cross_entropy(model(blocks, g.ndata["feat"][input_nodes]),
+                                   g.ndata["label"][output_nodes])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return [p.detach().reshape(-1)[:50].tolist() for p in model.module.parameters()]
+
+
+def _prefetch(session, name, cache):
+    """The same training twice on one graph (a strategy's setup may differ between runs:
+    granndis's co-batches are METIS clusters): consuming batches lazily, then prefetched."""
+    dataset = CoraGraphDataset()
+    g = dglx_dist.distribute(dataset[0], name, cache_dir=cache, session=session)
+    ids = dglx_dist.node_split(g.ndata["train_mask"], g)
+    runs = []
+    for prefetch in (False, True):
+        loader = dglx_dist.DataLoader(g, ids, dglx_dist.NeighborSampler([5, 5]), batch_size=16,
+                                      shuffle=True)
+        runs.append(_train(g, loader, dataset.num_classes, prefetch))
+    return runs
+
+
+@pytest.mark.parametrize("name", ["distdgl", "granndis", "p3"])
+def test_prefetching_changes_nothing(tmp_path, cache, name):
+    res = run_workers(_prefetch, 2, tmp_path / "run", name, cache)
+    for r in range(2):
+        lazy, ahead = (np.concatenate(run) for run in res[r])
+        np.testing.assert_allclose(ahead, lazy, rtol=1e-5, atol=1e-6)
+
+
+def _pipeline_prefetch(session, cache):
+    dataset = CoraGraphDataset()
+    g = dglx_dist.distribute(dataset[0], STRATEGIES.build("p3", pipeline=True),
+                             cache_dir=cache, session=session)
+    loader = dglx_dist.DataLoader(g, g.ndata["train_mask"], dglx_dist.NeighborSampler([5, 5]),
+                                  batch_size=16)
+    dglx_dist.parallelize(SAGE(g.ndata["feat"].shape[1], 8, dataset.num_classes, 2), g)
+    try:
+        list(loader)
+    except RuntimeError as exc:
+        return str(exc)
+    return "no error"
+
+
+def test_p3_pipeline_refuses_prefetching(tmp_path, cache):
+    res = run_workers(_pipeline_prefetch, 2, tmp_path / "run", cache)
+    assert all("no list(loader)" in res[r] for r in range(2)), res
+
+
+def _bad_ids(session, cache):
+    g = dglx_dist.distribute(CoraGraphDataset()[0], "distdgl", cache_dir=cache,
+                             session=session)
+    ids = torch.tensor([5, 10**6]) if session.rank == 1 else torch.tensor([1, 2, 3])
+    dglx_dist.DataLoader(g, ids, dglx_dist.NeighborSampler([5]), batch_size=4)
+
+
+def test_bad_ids_raise_on_every_rank(tmp_path, cache):
+    with pytest.raises(WorkerError) as info:
+        run_workers(_bad_ids, 2, tmp_path / "run", cache)
+    text = str(info.value)
+    assert "out of range" in text and "rank(s) [1]" in text, text
+
+
+def _embedding(session, cache):
+    import dglx_dist.dgl as dgl
+
+    g = dglx_dist.distribute(CoraGraphDataset()[0], "distdgl", cache_dir=cache,
+                             session=session)
+    emb = dgl.distributed.DistEmbedding(g.num_nodes(), 4, "emb",
+                                        init_func=lambda shape, dtype: torch.ones(shape, dtype=dtype))
+    opt = dgl.distributed.optim.SparseAdagrad([emb], lr=0.1)
+    ids = torch.tensor([3, 2000]) if session.rank == 0 else torch.tensor([2000, 7])
+    rows = emb(ids)
+    rows.sum().backward()
+    opt.step()
+    g.barrier()
+    return emb(torch.tensor([2, 3, 7, 2000])).tolist()
+
+
+def test_dist_embedding_with_dgl_signatures(tmp_path, cache):
+    """DGL's DistEmbedding + SparseAdagrad over node ids: touched rows move (by the summed
+    gradient of every rank), untouched rows do not."""
+    res = run_workers(_embedding, 2, tmp_path / "run", cache,
+                      env={"DGLX_VIRTUAL_SERVERS": "2"})
+    for r in range(2):
+        node2, node3, node7, node2000 = (np.array(row) for row in res[r])
+        np.testing.assert_allclose(node2, 1.0)  # untouched
+        # Adagrad's first step moves a row by lr whatever its gradient's size
+        np.testing.assert_allclose(node3, 0.9, rtol=1e-5)
+        np.testing.assert_allclose(node7, 0.9, rtol=1e-5)
+        np.testing.assert_allclose(node2000, 0.9, rtol=1e-5)
+
+
+def _bad_pull(session, cache):
+    g = dglx_dist.distribute(CoraGraphDataset()[0], "distdgl", cache_dir=cache,
+                             session=session)
+    ids = torch.tensor([1, 99999]) if session.rank == 1 else torch.tensor([1, 2])
+    try:
+        rows = g.ndata["label"][ids]
+    except IndexError as exc:
+        return {"error": str(exc)}
+    return {"rows": rows.tolist()}
+
+
+def test_bad_ids_in_a_pull_leave_nobody_waiting(tmp_path, cache):
+    res = run_workers(_bad_pull, 2, tmp_path / "run", cache)
+    assert "out of range" in res[1]["error"] and "99999" in res[1]["error"], res
+    labels = CoraGraphDataset()[0].ndata["label"]
+    assert res[0]["rows"] == labels[[1, 2]].tolist()
