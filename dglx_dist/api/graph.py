@@ -11,9 +11,9 @@ partitioners relabel nodes internally and the graph translates at its edges (two
 of one entry per node when the partitioner relabelled).
 
 ``g.ndata[name]`` is a :class:`NodeDataView`: ``view[ids]`` gives the rows of ``ids`` in the
-order asked (from rows the strategy holds, else pulled through the KVStore, which is
-collective today: every rank pulls at the same step, as a loop over a
-:class:`~dglx_dist.api.DataLoader` does). A view used as an index (``logits[train_mask]``,
+order asked (from rows the strategy holds, else pulled through the KVStore by this rank
+alone: the owners' serving threads answer, so ranks need not read in step, as in DGL;
+writes are seen by other ranks after :meth:`DistGraph.barrier`). A view used as an index (``logits[train_mask]``,
 ``labels[train_mask]``) selects among the rows of this rank's nodes, ``g.local_nodes()``: the
 rows a full-graph forward ``model(g, features)`` returns. Given to any other torch function
 (``torch.nonzero(g.ndata["train_mask"])``), it is the whole tensor, one row per node.
@@ -35,7 +35,7 @@ from dglx_dist.api.agree import differing_ranks
 from dglx_dist.api.ndata import MASKS, NodeData, NodeDataView
 from dglx_dist.data.convert import from_dgl
 from dglx_dist.data.format import write_dataset
-from dglx_dist.kvstore import DistKVStore, RowPolicy
+from dglx_dist.kvstore import ColumnPolicy, DistKVStore, RowPolicy
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.prepare import ensure_partitions, made_by_rank0
 from dglx_dist.runtime.session import Session, current_session, init
@@ -92,12 +92,16 @@ def _part_of(session: Session, pdir: PartitionDir) -> int:
 
 def node_data_store(session: Session, pdir: PartitionDir) -> DistKVStore:
     """A KVStore with the node data by rows: "feat" (when the partitions store rows), "label"
-    and the masks (collective)."""
+    and the masks (collective). It serves rows to one rank at a time, so that ``g.ndata``
+    reads and writes need no other rank to take part."""
     part_id = _part_of(session, pdir)
     part = pdir.load_part(part_id)
-    store, policy = DistKVStore(session), RowPolicy(pdir.book)
+    store, policy = DistKVStore(session, serve=True), RowPolicy(pdir.book)
     if pdir.feature_layout == "rows":
         store.init_data("feat", policy, {part_id: torch.from_numpy(part.feat)})
+    else:  # P3's column slices, one per rank: its own training never pulls rows from here
+        store.init_data("feat", ColumnPolicy(pdir.feature_slices, pdir.num_nodes),
+                        {part_id: torch.from_numpy(part.feat)})
     store.init_data("label", policy, {part_id: torch.from_numpy(part.label.astype("int64"))})
     for name, split in MASKS.items():
         mask = torch.from_numpy(getattr(part, split).astype("uint8"))

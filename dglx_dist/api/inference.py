@@ -50,6 +50,7 @@ def inference(model: DistModel, g: DistGraph, nodes=None, batch_size: int = 4096
             out = DistTensor((g.num_nodes(), int(width)), rows.dtype, graph=g)
         out[output_nodes] = rows
     model.train(was_training)
+    g.barrier()  # every rank's rows are written before anyone reads them
     return out
 
 

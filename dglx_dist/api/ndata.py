@@ -61,28 +61,20 @@ class NodeDataView:
     def __getitem__(self, key) -> Any:
         if isinstance(key, NodeDataView):  # a mask of the same graph: this rank's rows
             return self.local()[key.local().bool()]
-        try:
-            ids = self._ids(key)
-        except IndexError:
-            self._take_part()
-            raise
-        return self.rows(self._g.part_ids(ids))
-
-    def _take_part(self) -> None:
-        """A rank whose ids are bad still takes its part in the (collective) pull the other
-        ranks make, with nothing to fetch, before it raises: nobody waits for it."""
-        if self.name in self._g.store.names():
-            self._g.store.pull(self.name, torch.zeros(0, dtype=torch.int64))
+        return self.rows(self._g.part_ids(self._ids(key)))
 
     def __setitem__(self, key, values: torch.Tensor) -> None:
-        """Writes rows (collective, like a pull)."""
+        """Writes rows (this rank alone; the owners apply them before it returns, and other
+        ranks see them after a :meth:`DistGraph.barrier`, as in DGL)."""
         ids = self._g.part_ids(self._ids(key))
         values = torch.as_tensor(values).to(self._g.store.dtype(self.name))
         self._g.store.push(self.name, ids, values.reshape(ids.numel(), *self.shape[1:]),
-                           "assign")
+                           "assign", collective=False)
 
-    def rows(self, ids: torch.Tensor) -> Any:
-        """Rows of partitioned ``ids``, in that order."""
+    def rows(self, ids: torch.Tensor, collective: bool = False) -> Any:
+        """Rows of partitioned ``ids``, in that order: this rank alone asks the owners, or,
+        with ``collective``, every rank at the same step (the faster path a loader takes,
+        since its ranks step together)."""
         strategy = self._g.strategy
         held = strategy.local_rows(self.name, ids) if strategy is not None else None
         if held is not None:
@@ -90,7 +82,7 @@ class NodeDataView:
         if self.name not in self._g.store.names():
             raise KeyError(f"g.ndata[{self.name!r}] is held by the strategy, which is set up "
                            f"by the first DataLoader or parallelize call; read it after that")
-        out = self._g.store.pull(self.name, ids)
+        out = self._g.store.pull(self.name, ids, collective=collective)
         return out.bool() if self.name in MASKS else out
 
     def local(self) -> Any:
@@ -98,7 +90,7 @@ class NodeDataView:
         return self.rows(self._g.setup().local_nodes())
 
     def full(self) -> torch.Tensor:
-        """Every node's row, in node id order (collective; the whole tensor on every rank)."""
+        """Every node's row, in node id order (the whole tensor)."""
         return self.rows(self._g.part_ids(torch.arange(self._g.num_nodes())))
 
     def _ids(self, key) -> torch.Tensor:

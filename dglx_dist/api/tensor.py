@@ -2,8 +2,8 @@
 
 DGL's ``dgl.distributed.DistTensor(shape, dtype, name=None, init_func=None, ...)``: rows live
 with their node's owner in the KVStore; ``t[ids]`` reads rows in the order asked and
-``t[ids] = values`` writes them (both collective today, as every KVStore access: every rank
-reads or writes at the same step, as a layer-wise inference loop does).
+``t[ids] = values`` writes them, each by this rank alone (the owners' serving threads answer);
+as in DGL, other ranks see a write after :meth:`~dglx_dist.api.DistGraph.barrier`.
 """
 from __future__ import annotations
 

@@ -43,12 +43,12 @@ from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import (LocalSampler, PartitionSampler, owner_balanced_chunks,
                                 whole_graph)
-from dglx_dist.strategies.p3_layer import P3FirstLayer
+from dglx_dist.strategies.p3_layer import ColumnSlice, P3FirstLayer
 from dglx_dist.strategies.base import STRATEGIES, Batch, PartitionSpec
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
 from dglx_dist.strategies.steps import Step
 
-__all__ = ["P3Strategy", "CachePlan", "ColumnSlice", "plan_cache"]
+__all__ = ["P3Strategy", "CachePlan", "plan_cache"]
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class P3Strategy(MiniBatchStrategy):
     def setup(self, session: Session, pdir: PartitionDir, store=None) -> None:
         self.check_partitions(pdir, session.topology)
         self.session, rank, topo = session, session.rank, session.topology
-        self.pdir, self.num_nodes = pdir, pdir.num_nodes
+        self.pdir, self.num_nodes, self.store = pdir, pdir.num_nodes, store
         part = pdir.load_part(rank)
         self.cache = plan_cache(self.config.cache_mb * 2**20, pdir, topo)
         log.info("p3 caching: %s", self.cache)
@@ -212,10 +212,16 @@ class P3Strategy(MiniBatchStrategy):
     def local_rows(self, name: str, ids: torch.Tensor):
         if name != "feat":
             return None
-        return ColumnSlice(ids, rows_at(self.feat, ids))
+        return self._input_rows(ids)
 
-    def _input_rows(self, ids: torch.Tensor) -> torch.Tensor:
-        return rows_at(self.feat, ids)  # this rank's columns only
+    def _input_rows(self, ids: torch.Tensor) -> ColumnSlice:
+        return ColumnSlice(ids, rows_at(self.feat, ids), self.pdir.feat_dim, self._pull_rows)
+
+    def _pull_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.store is None or "feat" not in self.store.names():
+            raise RuntimeError("p3: whole feature rows can only be pulled through the graph "
+                               "dglx_dist.distribute returns")
+        return self.store.pull("feat", ids, collective=False)
 
     def loader_epoch(self, plan, spec, epoch: int) -> Iterator[Step]:
         if not self.config.pipeline:
@@ -250,32 +256,3 @@ class P3Strategy(MiniBatchStrategy):
         y = self._labels_of(seeds, split)
         return Batch(blocks, x, y, seeds)
 
-
-class ColumnSlice:
-    """What ``g.ndata["feat"][ids]`` gives under ``p3``: the rows' column slice held by this
-    rank, for the wrapped first conv, which computes layer 1 from every rank's slices.
-
-    The slice is not the rows: any tensor operation on it is refused (P3 never moves whole
-    feature rows; transform features before :func:`dglx_dist.distribute` instead, or after
-    the first conv). ``.to(...)`` and ``.float()`` keep it as it is.
-    """
-
-    def __init__(self, ids: torch.Tensor, columns: torch.Tensor):
-        self.ids, self.columns = ids, columns
-        self.shape = torch.Size([ids.numel(), columns.shape[1]])
-
-    def to(self, *args, **kwargs) -> "ColumnSlice":
-        return self
-
-    float = contiguous = to
-
-    def __len__(self) -> int:
-        return self.ids.numel()
-
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        name = getattr(func, "__name__", str(func))
-        raise TypeError(f"p3: g.ndata['feat'][ids] is this rank's column slice of the rows, "
-                        f"consumed by the model's first graph conv; it cannot go through "
-                        f"{name}(). Transform the features before dglx_dist.distribute (or "
-                        f"after the first conv), or use a strategy that moves whole rows")

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import warnings
+from typing import Callable
 
 import dgl
 import torch
@@ -32,7 +34,7 @@ from dglx_dist.runtime.autograd import (OwnerReduce, Ready, flatten_partials,
 from dglx_dist.runtime.comm import Comm, Pending
 from dglx_dist.sampling import id_dtype, pack_block, unpack_block
 
-__all__ = ["P3FirstLayer", "exchange_blocks"]
+__all__ = ["ColumnSlice", "P3FirstLayer", "exchange_blocks"]
 
 
 def exchange_blocks(server: Comm, cross: Comm | None, block: dgl.DGLGraph,
@@ -104,6 +106,11 @@ class P3FirstLayer(ConvWrapper):
                                      rows_at(self.feat, b.srcdata[dgl.NID])) for b in blocks]
 
     def forward(self, block: dgl.DGLGraph, x=None) -> torch.Tensor:
+        if isinstance(x, torch.Tensor):
+            raise TypeError("p3: the model's first conv computes from the stored features, "
+                            "split by columns across the ranks; it takes "
+                            "g.ndata['feat'][input_nodes] unchanged, not a tensor made from "
+                            "it. Transform the features before dglx_dist.distribute")
         if self._ahead and self._ahead[0].block is block:
             return self._forward_launched(self._ahead.popleft())
         totals = reduce_to_owners(self.server, self.cross, self._partials(block,
@@ -158,3 +165,87 @@ class P3FirstLayer(ConvWrapper):
             else:
                 self.deferred = [a + g for a, g in zip(self.deferred, grads)]
         self._returning = []
+
+
+class ColumnSlice:
+    """What ``g.ndata["feat"][ids]`` gives under ``p3``: a handle on the rows of ``ids``
+    that :class:`P3FirstLayer` consumes, computing layer 1 from the column slice every rank
+    holds (P3 never moves whole feature rows).
+
+    ``shape`` is the rows' and ``.to(...)``, ``.float()``, ``.contiguous()`` keep the handle.
+    Any other use (a torch function, an operator, a tensor method) materialises the rows with a
+    warning: this rank then pulls every other rank's columns of them, the traffic P3 exists to
+    avoid, and the result is a plain tensor that the first layer refuses (it computes from the
+    stored features; transform them before :func:`dglx_dist.distribute` instead).
+
+    Args:
+        ids: the rows' node ids (partitioned).
+        columns: this rank's columns of those rows.
+        feat_dim: the rows' width.
+        pull: ``pull(ids) -> rows``, whole rows from every rank's columns (this rank alone).
+    """
+
+    def __init__(self, ids: torch.Tensor, columns: torch.Tensor, feat_dim: int,
+                 pull: Callable[[torch.Tensor], torch.Tensor]):
+        self.ids, self.columns, self._pull = ids, columns, pull
+        self.shape = torch.Size([ids.numel(), feat_dim])
+        self.dtype = columns.dtype
+
+    def to(self, *args, **kwargs) -> "ColumnSlice":
+        return self
+
+    float = contiguous = to
+
+    def __len__(self) -> int:
+        return self.ids.numel()
+
+    def size(self, dim: int | None = None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def materialise(self, why: str = "") -> torch.Tensor:
+        """The whole rows, pulled from every rank's columns (warns what that costs)."""
+        rows = self._pull(self.ids)
+        mib = rows.numel() * rows.element_size() / 2**20
+        warnings.warn(f"p3: {why or 'this use'} needs the whole feature rows of a batch, "
+                      f"pulled from every rank's column slices ({mib:.1f} MiB here); P3 "
+                      f"avoids moving rows, and "
+                      f"the model's first conv only takes the unchanged handle",
+                      stacklevel=3)
+        return rows
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        why = f"{getattr(func, '__name__', func)}()"
+
+        def whole(v):
+            if isinstance(v, ColumnSlice):
+                return v.materialise(why)
+            if isinstance(v, (tuple, list)):
+                return type(v)(whole(x) for x in v)
+            return v
+
+        return func(*whole(args), **{k: whole(v) for k, v in (kwargs or {}).items()})
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.materialise(f".{name}"), name)
+
+    def __getitem__(self, key):
+        return self.materialise("indexing")[key]
+
+    def __array__(self, dtype=None):
+        rows = self.materialise("numpy").numpy()
+        return rows if dtype is None else rows.astype(dtype)
+
+
+def _binary(name: str):
+    def op(self, other):
+        return getattr(self.materialise(f"operator {name}"), name)(other)
+    op.__name__ = name
+    return op
+
+
+for _op in ("add", "sub", "mul", "truediv", "matmul", "pow"):
+    for _name in (f"__{_op}__", f"__r{_op}__"):
+        setattr(ColumnSlice, _name, _binary(_name))

@@ -229,3 +229,69 @@ def test_bad_ids_in_a_pull_leave_nobody_waiting(tmp_path, cache):
     assert "out of range" in res[1]["error"] and "99999" in res[1]["error"], res
     labels = CoraGraphDataset()[0].ndata["label"]
     assert res[0]["rows"] == labels[[1, 2]].tolist()
+
+
+def _asymmetric(session, cache):
+    """Rank 0 alone reads every partition's rows while the others wait in a barrier; rank r
+    reads r + 1 batches; rank 0 alone writes a DistTensor the others read after a barrier."""
+    g = dglx_dist.distribute(CoraGraphDataset()[0], "distdgl", cache_dir=cache,
+                             session=session)
+    everything = torch.arange(g.num_nodes())
+    alone = g.ndata["feat"][everything].sum(1).tolist() if session.rank == 0 else None
+    g.barrier()
+    batches = [g.ndata["label"][torch.arange(b * 50, b * 50 + 50) + 7 * session.rank].tolist()
+               for b in range(session.rank + 1)]
+    t = dglx_dist.DistTensor((g.num_nodes(), 2), torch.float32, graph=g)
+    if session.rank == 0:
+        t[everything] = torch.stack([everything, -everything], 1).float()
+    g.barrier()
+    return {"alone": alone, "batches": batches,
+            "written": t[torch.tensor([0, 1000, g.num_nodes() - 1])].tolist()}
+
+
+@pytest.mark.parametrize("ranks,servers", [(2, "2"), (4, "2")])
+def test_ranks_read_and_write_out_of_step(tmp_path, cache, ranks, servers):
+    res = run_workers(_asymmetric, ranks, tmp_path / "run", cache,
+                      env={"DGLX_VIRTUAL_SERVERS": servers})
+    g = _graph()
+    np.testing.assert_allclose(res[0]["alone"], g.ndata["feat"].sum(1).numpy(), rtol=1e-5)
+    n = g.num_nodes()
+    for r in range(ranks):
+        want = [g.ndata["label"][torch.arange(b * 50, b * 50 + 50) + 7 * r].tolist()
+                for b in range(r + 1)]
+        assert res[r]["batches"] == want
+        assert res[r]["written"] == [[0.0, 0.0], [1000.0, -1000.0], [n - 1.0, 1.0 - n]]
+
+
+def _p3_rows(session, cache):
+    import warnings
+
+    dataset = CoraGraphDataset()
+    g = dglx_dist.distribute(dataset[0], "p3", cache_dir=cache, session=session)
+    model = dglx_dist.parallelize(SAGE(g.ndata["feat"].shape[1], 8, dataset.num_classes, 2), g)
+    loader = dglx_dist.DataLoader(g, g.ndata["train_mask"], dglx_dist.NeighborSampler([3, 3]),
+                                  batch_size=32)
+    input_nodes, _, blocks = next(iter(loader))
+    x = g.ndata["feat"][input_nodes]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        doubled = x * 2
+    try:
+        model(blocks, doubled)
+    except TypeError as exc:
+        refused = str(exc)
+    return {"ids": input_nodes.tolist(), "doubled": doubled.tolist(), "shape": list(x.shape),
+            "warning": [str(w.message) for w in caught], "refused": refused}
+
+
+def test_p3_rows_materialise_with_a_warning(tmp_path, cache):
+    """Under p3 a batch's features are a handle; using them as a tensor pulls the whole rows
+    (with a warning saying so), and the first conv refuses rows transformed from them."""
+    res = run_workers(_p3_rows, 2, tmp_path / "run", cache)
+    feat = _graph().ndata["feat"]
+    for r in range(2):
+        want = feat[torch.tensor(res[r]["ids"])] * 2
+        np.testing.assert_allclose(res[r]["doubled"], want.numpy(), rtol=1e-6)
+        assert res[r]["shape"] == list(want.shape)
+        assert any("whole feature rows" in w and "MiB" in w for w in res[r]["warning"]), res[r]
+        assert "takes g.ndata['feat'][input_nodes] unchanged" in res[r]["refused"]
