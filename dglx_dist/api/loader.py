@@ -26,6 +26,7 @@ from dglx_dist.api.agree import differing_ranks, ids_digest, on_every_rank
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.ndata import as_node_ids
 from dglx_dist.api.split import node_split
+from dglx_dist.strategies.base import Strategy
 from dglx_dist.strategies.steps import LoaderSpec, Step, sampled_epoch, sampled_plan
 
 __all__ = ["DataLoader", "DistNodeDataLoader", "sampler_fanouts"]
@@ -146,22 +147,24 @@ class DataLoader:
             steps = sampled_epoch(self.graph.sampler(), self.graph.session.rank, self.plan,
                                   self.spec, epoch)
         for step in steps:
-            step = Step(to_ids(step.input_nodes), to_ids(step.output_nodes), step.blocks)
             self._prefetch(step)
-            yield tuple(step)
+            yield to_ids(step.input_nodes), to_ids(step.output_nodes), step.blocks
 
     def _prefetch(self, step: Step) -> None:
         """DGL's ``prefetch_node_feats`` / ``prefetch_labels`` of the sampler: rows put on
-        the first block's sources and the last block's destinations."""
+        the first block's sources and the last block's destinations. Every rank is at the
+        same step here, so a strategy that holds no rows of its own pulls them collectively
+        (faster than each rank asking alone; docs/porting.md has the numbers)."""
         blocks, ndata = step.blocks, self.graph.ndata
         if not blocks or blocks.state.rows is not None:  # a co-batch's shared structures
             return
+        together = type(self.strategy).local_rows is Strategy.local_rows
         for key in getattr(self.sampler, "prefetch_node_feats", None) or []:
-            rows = ndata[key][step.input_nodes]
+            rows = ndata[key].rows(step.input_nodes, collective=together)
             if isinstance(rows, torch.Tensor):
                 blocks[0].srcdata[key] = rows
         for key in getattr(self.sampler, "prefetch_labels", None) or []:
-            blocks[-1].dstdata[key] = ndata[key][step.output_nodes]
+            blocks[-1].dstdata[key] = ndata[key].rows(step.output_nodes, collective=together)
 
 
 DistNodeDataLoader = DataLoader
