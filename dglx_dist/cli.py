@@ -178,7 +178,8 @@ def _add_train(p: argparse.ArgumentParser) -> None:
                    help="continue from the newest intact checkpoint in --checkpoint-dir")
     p.add_argument("--row-normalize", action="store_true",
                    help="divide each feature row by its sum (as DGL's Planetoid loaders do to "
-                        "bag-of-words features such as Cora's); default: features as stored")
+                        "bag-of-words features; the shipped Cora is stored so already); "
+                        "default: features as stored")
 
 
 def _cmd_commcheck(args: argparse.Namespace) -> int:

@@ -50,8 +50,7 @@ def training_demo(strategy: str = "distdgl", nproc: int = 2, epochs: int = 60,
     each); returns a markdown table of its metrics records and the records."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
            "--master-port", str(free_local_port()), "-m", "dglx_dist", "train",
-           "--strategy", strategy, "--data", dataset, "--epochs", str(epochs), "--no-progress",
-           "--row-normalize"]
+           "--strategy", strategy, "--data", dataset, "--epochs", str(epochs), "--no-progress"]
     env = {**os.environ, "DGLX_VIRTUAL_SERVERS": str(nproc), "OMP_NUM_THREADS": "1",
            "GLOO_SOCKET_IFNAME": "lo"}
     with tempfile.TemporaryDirectory(prefix="dglx-demo-train-") as tmp:
