@@ -13,8 +13,8 @@ from dglx_dist.data import (GraphDataset, builtin_path, from_dgl, read_dataset, 
 from dglx_dist.partition import PARTITIONERS, PartitionDir, partition_dataset  # noqa: E402
 from dglx_dist.registry import Registry  # noqa: E402
 from dglx_dist.runtime import PeerError, Session, current_session, init  # noqa: E402
-from dglx_dist.strategies import STRATEGIES, Batch, Strategy  # noqa: E402
-from dglx_dist.trainer import Trainer  # noqa: E402
+from dglx_dist.strategies import STRATEGIES, Strategy  # noqa: E402
+from dglx_dist.trainer import Batch, Trainer  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["GraphDataset", "read_dataset", "write_dataset", "to_dgl", "from_dgl", "builtin_path",

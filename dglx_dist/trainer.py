@@ -1,18 +1,23 @@
-"""The front door: one ``Trainer`` for every strategy.
+"""The front door without a loop of one's own: ``Trainer`` over the drop-in pieces.
 
-A DGL training script changes by a handful of lines::
+A ``Trainer`` is the drop-in API driven for you: it opens the partitions as a
+:class:`~dglx_dist.api.DistGraph`, iterates :class:`~dglx_dist.api.DataLoader` s over the
+training and evaluation masks (fanouts and batch sizes from the strategy's options:
+:meth:`~dglx_dist.strategies.base.Strategy.trainer_loaders`) and trains the
+:func:`~dglx_dist.api.parallelize` d model; there is no second code path::
 
     session = dglx_dist.init()                                   # from torchrun / srun
     trainer = Trainer(model, "cora-parts", strategy="distdgl", fanouts=(10, 25))
     for epoch in range(epochs):
-        for batch in trainer.batches(epoch):                     # the strategy's batches
+        for batch in trainer.batches(epoch):                     # the loader's steps
             loss = F.cross_entropy(trainer.forward(batch), batch.y)
             trainer.step(loss)
     test_acc = trainer.evaluate("test")
 
-or, without a loop of one's own, ``trainer.fit(epochs)`` which also returns the per-epoch
-metrics records (wall time, steps, samples, bytes intra/inter-server, peak memory, loss,
-accuracy) and writes them as JSON lines.
+or ``trainer.fit(epochs)``, which also returns the per-epoch metrics records (wall time,
+steps, samples, bytes intra/inter-server, peak memory, loss, accuracy) and writes them as JSON
+lines. A strategy that runs its own pipeline (``owns_training``: dorylus's bounded asynchrony)
+trains through it under ``fit``.
 
 Checkpoints: ``trainer.save(dir)`` / ``trainer.resume(dir)`` (collective), or
 ``Trainer(..., checkpoint=Checkpointing(dir, every=1))`` to save during ``fit``. A checkpoint
@@ -24,6 +29,7 @@ checkpoint's, so with every seed fixed the losses are those of an uninterrupted 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -31,21 +37,52 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, TextIO
 
 import torch
+import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from dglx_dist.api import DataLoader, DistGraph, parallelize
+from dglx_dist.api.metrics import accuracy
 from dglx_dist.checkpoint import Checkpointing, collective, list_checkpoints, rng
 from dglx_dist.checkpoint.files import decode, encode
 from dglx_dist.errors import CheckpointError
 from dglx_dist.kvstore.embedding import DistEmbedding
 from dglx_dist.measure import SavedBytes, peak_rss_bytes
-from dglx_dist.partition.load import PartitionDir
-from dglx_dist.runtime.session import Session, current_session
-from dglx_dist.strategies.base import STRATEGIES, Batch, Strategy
+from dglx_dist.models.layers import graph_convs
+from dglx_dist.runtime.session import Session
+from dglx_dist.strategies.base import Strategy
+from dglx_dist.strategies.steps import LoaderSpec
 
-__all__ = ["Trainer"]
+__all__ = ["Trainer", "Batch"]
 
 log = logging.getLogger(__name__)
 _BYTES = ("sent_intra", "sent_inter", "recv_intra", "recv_inter")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Batch:
+    """What one training step sees (a :class:`~dglx_dist.api.DataLoader` step with its rows).
+
+    Attributes:
+        blocks: the step's blocks, input layer first (the strategy's state on them).
+        x: input features of ``blocks[0]``'s source nodes (under ``p3`` a handle the first
+            conv consumes).
+        y: labels of the output nodes.
+        seeds: the output nodes' ids (the dataset's).
+    """
+
+    blocks: list
+    x: Any
+    y: torch.Tensor
+    seeds: torch.Tensor
+
+
+def _loader(graph: DistGraph, split: str, spec: LoaderSpec) -> DataLoader:
+    from dgl.dataloading import NeighborSampler
+
+    sampler = NeighborSampler(list(spec.fanouts), prefetch_node_feats=["feat"],
+                              prefetch_labels=["label"])
+    return DataLoader(graph, graph.ndata[f"{split}_mask"], sampler, batch_size=spec.batch_size,
+                      shuffle=spec.shuffle, drop_last=spec.drop_last, seed=spec.seed)
 
 
 class Trainer:
@@ -74,17 +111,17 @@ class Trainer:
                  lr: float = 0.01, weight_decay: float = 0.0, metrics: TextIO | None = None,
                  progress: bool = True, checkpoint: Checkpointing | None = None,
                  embeddings: Sequence[DistEmbedding] = (), **options: Any):
-        if isinstance(strategy, Strategy):
-            if options:
-                raise ValueError(f"options {sorted(options)} given with a built strategy; "
-                                 f"pass them to STRATEGIES.build instead")
-            self.strategy = strategy
-        else:
-            self.strategy = STRATEGIES.build(strategy, **options)
-        self.session = session or current_session()
-        pdir = partitions if isinstance(partitions, PartitionDir) else PartitionDir(partitions)
-        self.strategy.setup(self.session, pdir)
-        self.model = self.strategy.wrap_model(model)
+        if isinstance(strategy, Strategy) and options:
+            raise ValueError(f"options {sorted(options)} given with a built strategy; "
+                             f"pass them to STRATEGIES.build instead")
+        self.graph = DistGraph(partitions, strategy, session=session, **options)
+        self.session = self.graph.session
+        num_layers = len(graph_convs(model)) or None
+        train, self._eval_spec = self.graph.trainer_loaders(num_layers)
+        self.loader = _loader(self.graph, "train", train)
+        self.model = parallelize(model, self.graph)
+        self.strategy = self.graph.strategy
+        self._eval_loaders: dict[str, DataLoader] = {}
         params = self.model.parameters()
         self.optimizer = (optimizer(params) if optimizer is not None else
                           torch.optim.Adam(params, lr=lr, weight_decay=weight_decay))
@@ -95,51 +132,84 @@ class Trainer:
         self.saved = SavedBytes()  # activation memory of the training forwards
         self.history: list[dict[str, Any]] = []
 
-    def batches(self, epoch: int | None = None) -> Iterator[Batch]:
-        """One epoch of the strategy's batches (every rank gets the same number); once they
-        are all consumed, ``self.epoch`` is ``epoch + 1``."""
-        epoch = self.epoch if epoch is None else epoch
-        it = self.strategy.batches(epoch)
+    def _batches(self, loader: DataLoader, epoch: int, desc: str) -> Iterator[Batch]:
+        loader.epoch = epoch
+        steps = iter(loader)
         if self.progress and self.session.is_main:
-            it = tqdm(it, desc=f"epoch {epoch}", unit="step", leave=False)
+            steps = tqdm(steps, desc=desc, unit="step", leave=False, total=len(loader))
+        ndata = self.graph.ndata
+        for input_nodes, output_nodes, blocks in steps:
+            src = blocks[0].srcdata if blocks else {}
+            dst = blocks[-1].dstdata if blocks else {}
+            x = src["feat"] if "feat" in src else ndata["feat"][input_nodes]
+            y = dst["label"] if "label" in dst else ndata["label"][output_nodes]
+            yield Batch(blocks, x, y, output_nodes)
+
+    def batches(self, epoch: int | None = None) -> Iterator[Batch]:
+        """One epoch of the training loader's steps (every rank gets the same number); once
+        they are all consumed, ``self.epoch`` is ``epoch + 1``."""
+        epoch = self.epoch if epoch is None else epoch
         self.model.train()
-        yield from it
+        yield from self._batches(self.loader, epoch, f"epoch {epoch}")
         self.epoch = epoch + 1
 
     def forward(self, batch: Batch) -> torch.Tensor:
-        """Logits for ``batch`` (what the strategy does between layers included)."""
+        """Logits of ``batch``'s output nodes (what the strategy does between layers
+        included)."""
         self.saved.start()
-        with torch.autograd.graph.saved_tensors_hooks(self.saved.pack, lambda t: t), \
-                self.session.peer_errors("forward (e.g. DDP's bucket broadcast)"):
-            return self.strategy.forward(self.model, batch)
+        with torch.autograd.graph.saved_tensors_hooks(self.saved.pack, lambda t: t):
+            return self.model(batch.blocks, batch.x)
 
     def step(self, loss: torch.Tensor) -> None:
-        """Backward and optimizer step (gradients are synchronised by the strategy)."""
+        """Backward (the strategy's gradient exchange runs at its end) and optimizer step."""
         self.optimizer.zero_grad(set_to_none=True)
         with self.session.peer_errors("all_reduce (gradients)"):
             loss.backward()
-        self.strategy.after_backward()
         self.optimizer.step()
         self.steps += 1
 
+    @torch.no_grad()
     def evaluate(self, split: str = "test") -> float:
-        """Accuracy on ``split`` over all partitions (collective)."""
-        return self.strategy.evaluate(self.model, split)
+        """Accuracy on ``split`` ("train", "val" or "test") over all partitions (collective):
+        a loader over the split's mask with the strategy's evaluation fanouts."""
+        if split not in ("train", "val", "test"):
+            raise ValueError(f"split {split!r}; expected 'train', 'val' or 'test'")
+        if split not in self._eval_loaders:
+            self._eval_loaders[split] = _loader(self.graph, split, self._eval_spec)
+        was_training = self.model.training
+        self.model.eval()
+        preds, labels = [], []
+        for batch in self._batches(self._eval_loaders[split], 0, f"eval {split}"):
+            preds.append(self.forward(batch).argmax(1))  # every rank: forwards may exchange
+            labels.append(batch.y)
+        self.model.train(was_training)
+        return accuracy(torch.cat(preds), torch.cat(labels), session=self.session)
 
     def close(self) -> None:
-        """Releases what the strategy holds (KVStore memory); the session stays up."""
-        self.strategy.close()
+        """Releases what the graph and its strategy hold (KVStore memory); the session stays
+        up."""
+        self.graph.close()
 
     def fit(self, epochs: int, eval_every: int = 1,
-            loss_fn: Callable = torch.nn.functional.cross_entropy) -> list[dict[str, Any]]:
+            loss_fn: Callable = F.cross_entropy) -> list[dict[str, Any]]:
         """Trains until ``epochs`` epochs are complete (after :meth:`resume`, the remaining
         ones); returns (and writes) one metrics record per epoch, the resumed run's included.
 
         Validation accuracy is measured every ``eval_every`` epochs and test accuracy after the
         last epoch (``test_acc`` in the last record). With ``checkpoint`` set, a checkpoint is
         saved every ``checkpoint.every`` epochs and after the last one.
+
+        Raises:
+            ValueError: a ``loss_fn`` the strategy's own pipeline cannot honour (it computes
+                cross-entropy itself).
         """
         if self.strategy.owns_training:
+            if loss_fn is not F.cross_entropy:
+                raise ValueError(f"strategy {self.strategy.registered_name!r} trains through "
+                                 f"its own pipeline, which computes the cross-entropy loss "
+                                 f"itself; loss_fn={getattr(loss_fn, '__name__', loss_fn)} "
+                                 f"cannot be honoured (iterate trainer.batches() for a loss "
+                                 f"of your own)")
             return self._fit_owned(epochs, eval_every)
         while self.epoch < epochs:
             epoch = self.epoch

@@ -41,6 +41,7 @@ from dglx_dist.prepare import ensure_partitions, made_by_rank0
 from dglx_dist.runtime.session import Session, current_session, init
 from dglx_dist.sampling import PartitionSampler
 from dglx_dist.strategies.base import STRATEGIES, Strategy
+from dglx_dist.strategies.steps import LoaderSpec
 
 __all__ = ["DistGraph", "NodeDataView", "distribute", "node_data_store", "current_graph"]
 
@@ -192,6 +193,12 @@ class DistGraph:
             self.strategy = self._template.with_layers(n, batches)
             self.strategy.setup(self.session, self.pdir, self.store)
         return self.strategy
+
+    def trainer_loaders(self, num_layers: int | None = None) -> tuple[LoaderSpec, LoaderSpec]:
+        """The training and evaluation loaders the :class:`~dglx_dist.trainer.Trainer` uses
+        for a model of ``num_layers`` graph convs (from the strategy's options)."""
+        n = num_layers or self._template.num_layers() or 2
+        return self._template.trainer_loaders(n, self.num_nodes())
 
     def sampler(self) -> PartitionSampler:
         """Distributed neighbour sampling over the partitions, for loaders the strategy does

@@ -26,7 +26,6 @@ from dglx_dist.api.agree import differing_ranks, ids_digest, on_every_rank
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.ndata import as_node_ids
 from dglx_dist.api.split import node_split
-from dglx_dist.strategies.base import Strategy
 from dglx_dist.strategies.steps import LoaderSpec, Step, sampled_epoch, sampled_plan
 
 __all__ = ["DataLoader", "DistNodeDataLoader", "sampler_fanouts"]
@@ -153,18 +152,19 @@ class DataLoader:
     def _prefetch(self, step: Step) -> None:
         """DGL's ``prefetch_node_feats`` / ``prefetch_labels`` of the sampler: rows put on
         the first block's sources and the last block's destinations. Every rank is at the
-        same step here, so a strategy that holds no rows of its own pulls them collectively
+        same step here, so rows the strategy does not hold itself are pulled collectively
         (faster than each rank asking alone; docs/porting.md has the numbers)."""
         blocks, ndata = step.blocks, self.graph.ndata
         if not blocks or blocks.state.rows is not None:  # a co-batch's shared structures
             return
-        together = type(self.strategy).local_rows is Strategy.local_rows
+        held = self.strategy.held_rows  # rows a rank may hold itself: no collective
         for key in getattr(self.sampler, "prefetch_node_feats", None) or []:
-            rows = ndata[key].rows(step.input_nodes, collective=together)
+            rows = ndata[key].rows(step.input_nodes, collective=key not in held)
             if isinstance(rows, torch.Tensor):
                 blocks[0].srcdata[key] = rows
         for key in getattr(self.sampler, "prefetch_labels", None) or []:
-            blocks[-1].dstdata[key] = ndata[key].rows(step.output_nodes, collective=together)
+            blocks[-1].dstdata[key] = ndata[key].rows(step.output_nodes,
+                                                      collective=key not in held)
 
 
 DistNodeDataLoader = DataLoader

@@ -76,7 +76,8 @@ class NodeDataView:
         with ``collective``, every rank at the same step (the faster path a loader takes,
         since its ranks step together)."""
         strategy = self._g.strategy
-        held = strategy.local_rows(self.name, ids) if strategy is not None else None
+        held = (strategy.local_rows(self.name, ids)
+                if strategy is not None and self.name in strategy.held_rows else None)
         if held is not None:
             return held
         if self.name not in self._g.store.names():

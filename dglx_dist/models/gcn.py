@@ -10,7 +10,11 @@ __all__ = ["GCN", "ResGCN", "row_normalized"]
 
 def row_normalized(x: torch.Tensor) -> torch.Tensor:
     """Each row divided by its sum; rows whose sum is not positive stay as they are (what DGL's
-    Planetoid loaders do to non-negative bag-of-words features such as Cora's)."""
+    Planetoid loaders do to non-negative bag-of-words features such as Cora's). Anything but
+    a tensor (p3's feature handle: the strategy normalises the rows it stores when the model
+    asks for it) passes as it is."""
+    if not isinstance(x, torch.Tensor):
+        return x
     total = x.sum(1, keepdim=True)
     return torch.where(total > 0, x / total.clamp(min=1e-12), x)
 

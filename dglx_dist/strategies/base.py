@@ -37,27 +37,10 @@ from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import even_chunk
 from dglx_dist.strategies.steps import Blocks, LoaderPlan, LoaderSpec, Step
 
-__all__ = ["Strategy", "Batch", "PartitionSpec", "STRATEGIES"]
+__all__ = ["Strategy", "PartitionSpec", "STRATEGIES"]
 
 STRATEGIES: Registry["Strategy"] = Registry("strategy", entry_point_group="dglx_dist.strategies")
 """The strategy registry: ``STRATEGIES.names()``, ``STRATEGIES.build(name, **options)``."""
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Batch:
-    """What one training step sees.
-
-    Attributes:
-        blocks: DGL blocks (message flow graphs), input layer first.
-        x: input features of ``blocks[0]``'s source nodes.
-        y: labels of the output nodes.
-        seeds: global ids of the output nodes.
-    """
-
-    blocks: list
-    x: torch.Tensor
-    y: torch.Tensor
-    seeds: torch.Tensor
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,20 +60,20 @@ class Strategy(abc.ABC):
             slice of every node) when the strategy needs one of them; checked against the
             partition directory.
         full_graph: an epoch is one batch over the whole graph (no sampling).
-        collective_forward: the model's forward exchanges data between ranks, so every rank
-            runs it at every step, even on an empty batch.
         conv_types: the dgl.nn conv classes the strategy can run (None: any).
+        held_rows: node-data names whose rows :meth:`local_rows` may give (rows of other
+            names always come from the KVStore).
         owns_training: ``Trainer.fit`` hands the epochs to :meth:`fit_epochs` (a pipeline in
-            which epochs overlap) instead of stepping through :meth:`batches`.
+            which epochs overlap) instead of stepping through its loader.
     """
 
     Config: type
     registered_name: str = ""
     feature_layout: str | None = None
     full_graph: bool = False
-    collective_forward: bool = False
     owns_training: bool = False
     conv_types: tuple[str, ...] | None = None
+    held_rows: frozenset[str] = frozenset()
 
     def __init__(self, config: Any):
         self.config = config
@@ -140,16 +123,13 @@ class Strategy(abc.ABC):
     def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """The model as trained (e.g. in DDP)."""
 
-    @abc.abstractmethod
-    def batches(self, epoch: int) -> Iterator[Batch]:
-        """One epoch of batches; every rank yields the same number (collective)."""
-
     def fit_epochs(self, optimizer: torch.optim.Optimizer, first: int, epochs: int,
                    on_epoch) -> None:
         """Trains epochs ``first .. first+epochs-1`` (strategies with ``owns_training``);
         ``on_epoch(epoch, info)`` is called on every rank once an epoch's update is applied,
         with ``info`` holding at least ``wall`` (seconds) and ``loss``."""
-        raise NotImplementedError(f"strategy {self.registered_name!r} trains through batches()")
+        raise NotImplementedError(f"strategy {self.registered_name!r} trains through its "
+                                  f"loader's steps")
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint must hold of this rank's strategy between epochs besides the model
@@ -165,10 +145,6 @@ class Strategy(abc.ABC):
     def after_backward(self) -> None:
         """Called after every backward pass (e.g. to account traffic done by DDP)."""
 
-    def forward(self, model: torch.nn.Module, batch: Batch) -> torch.Tensor:
-        """Logits of ``batch``'s output nodes."""
-        return self.step_forward(model, batch.blocks, batch.x)
-
     # -- the drop-in API (dglx_dist.api) ---------------------------------------------------------
     def with_layers(self, num_layers: int, batches: int | None = None) -> "Strategy":
         """This strategy for a model of ``num_layers`` graph convs: a copy with that depth when
@@ -179,6 +155,15 @@ class Strategy(abc.ABC):
         clone = type(self)(dataclasses.replace(self.config, num_layers=num_layers))
         clone.registered_name = self.registered_name
         return clone
+
+    def trainer_loaders(self, num_layers: int, num_nodes: int) -> tuple[LoaderSpec, LoaderSpec]:
+        """The loaders :class:`~dglx_dist.trainer.Trainer` trains and evaluates with, from
+        this strategy's options: by default full neighbourhoods and one batch of every rank's
+        ids (full-graph training; a strategy with co-batches steps through them)."""
+        full = (-1,) * num_layers
+        seed = int(getattr(self.config, "seed", 0))
+        return (LoaderSpec(full, num_nodes, shuffle=True, seed=seed),
+                LoaderSpec(full, num_nodes, seed=seed))
 
     def split_ids(self, ids: torch.Tensor, pdir: PartitionDir, session: Session) -> torch.Tensor:
         """This rank's share of ``ids`` (sorted, unique, the same on every rank), as DGL's
@@ -213,8 +198,8 @@ class Strategy(abc.ABC):
         raise NotImplementedError(f"strategy {self.registered_name!r} has no full-graph form")
 
     def local_rows(self, name: str, ids: torch.Tensor) -> Any:
-        """Rows of node data ``name`` that this rank holds without asking the KVStore (e.g.
-        preloaded features), or None."""
+        """Rows of node data ``name`` (one of :attr:`held_rows`) that this rank holds without
+        asking the KVStore (e.g. preloaded features), or None."""
         return None
 
     def step_forward(self, model: torch.nn.Module, blocks, x) -> torch.Tensor:
@@ -229,10 +214,6 @@ class Strategy(abc.ABC):
         if state.weight is not None and torch.is_grad_enabled():
             out = scale_grad(out, state.weight)
         return out
-
-    @abc.abstractmethod
-    def evaluate(self, model: torch.nn.Module, split: str) -> float:
-        """Accuracy on ``split`` ("val" or "test") over all partitions (collective)."""
 
     def close(self) -> None:
         """Releases what setup acquired."""

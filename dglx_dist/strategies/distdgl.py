@@ -7,17 +7,17 @@
   local thanks to HALO nodes, deeper hops of remote nodes are sampled by their owners
   (:class:`~dglx_dist.sampling.PartitionSampler`).
 * Features are pulled from the KVStore: rows of the own server from shared memory, the rest
-  through the comm layer. Labels are pulled once at setup for the rank's own seed chunks (seeds
-  never leave them and labels never change), so steps pull features only.
+  through the comm layer (a loader whose sampler prefetches them pulls them at every step,
+  every rank together; ``g.ndata`` reads are served to one rank at a time).
 * Synchronous SGD: the model is wrapped in DDP (its C++ all-reduce overlaps with backward and
   waits at most the job's timeout); its bytes are accounted to the comm layer's counters.
-* Evaluation: every partition's val/test nodes, with full neighborhoods (or ``eval_fanouts``).
+* Evaluation (the Trainer's): every partition's val/test nodes, with full neighborhoods (or
+  ``eval_fanouts``).
 """
 from __future__ import annotations
 
 import dataclasses
 
-import dgl
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
@@ -25,8 +25,8 @@ from dglx_dist.kvstore import DistKVStore, RowPolicy
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
-from dglx_dist.sampling import PartitionSampler, even_chunk
-from dglx_dist.strategies.base import STRATEGIES, Batch, PartitionSpec
+from dglx_dist.sampling import PartitionSampler
+from dglx_dist.strategies.base import STRATEGIES, PartitionSpec
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
 
 __all__ = ["DistDGLStrategy"]
@@ -61,14 +61,6 @@ class DistDGLStrategy(MiniBatchStrategy):
             self.store.init_data("label", policy, {server: torch.from_numpy(part.label)},
                                  dtype=torch.int64)
         self.sampler = PartitionSampler(part, pdir.book, session.cross, server)
-        self.ids, self.labels = {}, {}
-        for split in ("train", "val", "test"):
-            owned = torch.from_numpy(part.core_gid[getattr(part, split)])
-            everyone = torch.cat(session.cross.all_gather_v(owned)).sort().values
-            chunk = even_chunk(everyone, session.world_size, session.rank)
-            self.ids[split] = (chunk, everyone.numel())
-            # seeds always come from this rank's chunk and labels never change: fetch once
-            self.labels[split] = self.store.pull("label", chunk)
 
     def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         # DDP's own C++ all-reduce (overlapped with backward, bounded by the group's timeout);
@@ -86,9 +78,3 @@ class DistDGLStrategy(MiniBatchStrategy):
 
     def _input_rows(self, ids: torch.Tensor) -> torch.Tensor:
         return self.store.pull("feat", ids, dedup=False)  # unique ids
-
-    def _batch(self, seeds: torch.Tensor, fanouts, split: str) -> Batch:
-        blocks = self.sampler.sample_blocks(seeds, fanouts)
-        x = self._input_rows(blocks[0].srcdata[dgl.NID])
-        y = self._labels_of(seeds, split)
-        return Batch(blocks, x, y, seeds)

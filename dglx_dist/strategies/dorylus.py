@@ -52,7 +52,7 @@ from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.strategies import dorylus_gat  # noqa: F401  (registers GATConv)
 from dglx_dist.strategies import dorylus_sage  # noqa: F401  (registers SAGEConv)
-from dglx_dist.strategies.base import STRATEGIES, Batch, PartitionSpec, Strategy
+from dglx_dist.strategies.base import STRATEGIES, PartitionSpec, Strategy
 from dglx_dist.strategies.steps import (Blocks, LoaderPlan, LoaderSpec, Step, StepState,
                                         equal_step_sizes, sampled_plan)
 from dglx_dist.strategies.dorylus_graph import GraphServer
@@ -91,7 +91,6 @@ class DorylusStrategy(Strategy):
 
     feature_layout = "rows"
     full_graph = True
-    collective_forward = True
     owns_training = True
     conv_types = ("GraphConv", "SAGEConv", "GATConv")
 
@@ -286,12 +285,6 @@ class DorylusStrategy(Strategy):
         out.update(cost_usd=round(cost, 8), value=round(1.0 / (wall * cost), 3) if cost else 0.0)
         return out
 
-    # -- a loop of one's own: one batch per epoch ----------------------------------------------
-    def batches(self, epoch: int) -> Iterator[Batch]:
-        rows = torch.nonzero(self.masks["train"]).squeeze(1)
-        yield Batch(Blocks([], StepState(rows=rows, epoch=epoch)), self.feat[:self.gs.n],
-                    self.labels[rows], self.gs.core[rows])
-
     def step_forward(self, model: nn.Module, blocks, x) -> torch.Tensor:
         """Layer-synchronous logits of the step's rows (``x`` is unused: the graph servers
         hold the features)."""
@@ -366,19 +359,6 @@ class DorylusStrategy(Strategy):
         as under DDP)."""
         flat = torch.cat([p.grad.reshape(-1) for p in self.params])
         set_grads(self.params, self.session.world.all_reduce(flat) / self.session.world_size)
-
-    @torch.no_grad()
-    def evaluate(self, model: nn.Module, split: str) -> float:
-        if split not in self.masks:
-            raise ValueError(f"split {split!r}; expected 'train', 'val' or 'test'")
-        self.ps.refresh()
-        logits = self._forward_logits(0, train=False)
-        mask = self.masks[split]
-        pred = logits[mask].argmax(1)
-        counts = torch.tensor([float((pred == self.labels[mask]).sum()), float(mask.sum())],
-                              dtype=torch.float64)
-        self.session.world.all_reduce(counts)
-        return float(counts[0] / counts[1]) if counts[1] > 0 else 0.0
 
     def close(self) -> None:
         executor = getattr(self, "executor", None)

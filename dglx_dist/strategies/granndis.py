@@ -53,7 +53,7 @@ from dglx_dist.sampling import PartitionSampler
 from dglx_dist.sampling.cobatch import (GroupNodes, LayerPlan, batch_edges, build_cobatch,
                                         levels)
 from dglx_dist.sampling.eas import expand_external
-from dglx_dist.strategies.base import STRATEGIES, Batch, PartitionSpec, Strategy
+from dglx_dist.strategies.base import STRATEGIES, PartitionSpec, Strategy
 from dglx_dist.strategies.steps import Blocks, LoaderPlan, LoaderSpec, Step, StepState
 
 __all__ = ["GraNNDisStrategy", "HaloConv"]
@@ -107,8 +107,8 @@ class HaloConv(ConvWrapper):
 class GraNNDisStrategy(Strategy):
     """Shared preloading + EAS + cooperative batching (or, as ``fullgraph``, none of them)."""
 
-    collective_forward = True
     feature_layout = "rows"
+    held_rows = frozenset({"feat"})
 
     @dataclasses.dataclass(frozen=True)
     class Config:
@@ -191,8 +191,6 @@ class GraNNDisStrategy(Strategy):
         # full-graph: the one batch's rows, in its order, kept; else every node's row and,
         # per co-batch, where its rows are (gathered for the step, dropped after it)
         self._feat = self._preload(pdir, part, self.plans[0].nodes if self.full_graph else own)
-        self._rows_in = [torch.searchsorted(own, p.nodes) for p in self.plans
-                         if not self.full_graph]
         self._own = own
         if self.full_graph:  # row of each own node in the plan's order
             first = self.plans[0].nodes
@@ -201,7 +199,6 @@ class GraNNDisStrategy(Strategy):
             held = own[pos] == first
             self._plan0_row[pos[held]] = torch.arange(first.numel())[held]
         self._by_block = {id(lp.block): lp for plan in self.plans for lp in plan.layers}
-        self._targets(part, core)
         log.info("%s rank %d: %d inner + %d external nodes (group of %d holds %d); rows per "
                  "co-batch %s", self.registered_name, session.rank, core.numel(),
                  self.preloaded.numel(), self.group.size, nodes.ids.numel(),
@@ -270,19 +267,6 @@ class GraNNDisStrategy(Strategy):
         balance = torch.from_numpy(part.train.astype("int64"))
         return dgl.metis_partition_assignment(g, R, balance_ntypes=balance, mode="k-way").long()
 
-    def _targets(self, part, core: torch.Tensor) -> None:
-        """Labels and split masks of every co-batch's targets on this rank; the weight of this
-        rank's training loss in each co-batch's gradient."""
-        self.labels, self.masks = [], []
-        for plan in self.plans:
-            at = torch.searchsorted(core, plan.nodes[:plan.num_targets]).numpy()
-            self.labels.append(torch.from_numpy(part.label[at].astype("int64")))
-            self.masks.append({s: torch.from_numpy(getattr(part, s)[at].copy())
-                               for s in ("train", "val", "test")})
-        mine = torch.tensor([float(m["train"].sum()) for m in self.masks], dtype=torch.float64)
-        total = self.session.world.all_reduce(mine.clone())
-        self._weights = torch.where(total > 0, mine / total.clamp(min=1), torch.zeros_like(mine))
-
     def _plan_of(self, block) -> LayerPlan | None:
         """The plan of one of the co-batches' blocks; None for any other graph."""
         return self._by_block.get(id(block))
@@ -303,13 +287,6 @@ class GraNNDisStrategy(Strategy):
             self.session.world.broadcast(t.data, 0)
         self._params = [p for p in model.parameters() if p.requires_grad]
         return model
-
-    def batches(self, epoch: int) -> Iterator[Batch]:
-        gen = torch.Generator().manual_seed(self.config.seed * 1_000_003 + epoch)
-        for b in torch.randperm(len(self.plans), generator=gen).tolist():  # same on every rank
-            # gradients cross ranks through the exchanges, so this rank's share of the mean
-            # loss is weighted where its loss starts, not on its parameter gradients
-            yield self._batch(b, "train", float(self._weights[b]))
 
     # -- the drop-in API -----------------------------------------------------------------------
     def split_ids(self, ids: torch.Tensor, pdir: PartitionDir, session: Session) -> torch.Tensor:
@@ -387,24 +364,3 @@ class GraNNDisStrategy(Strategy):
         flat = torch.cat([g.reshape(-1) for g in grads])
         set_grads(self._params, self.session.all_reduce_by_server(flat))
 
-    @torch.no_grad()
-    def evaluate(self, model: nn.Module, split: str) -> float:
-        if split not in ("train", "val", "test"):
-            raise ValueError(f"split {split!r}; expected 'train', 'val' or 'test'")
-        was_training = model.training
-        model.eval()
-        correct = torch.zeros(2, dtype=torch.float64)
-        for b in range(len(self.plans)):  # every rank runs every co-batch: the convs exchange
-            batch = self._batch(b, split)
-            pred = self.forward(model, batch).argmax(dim=1)
-            correct += torch.tensor([float((pred == batch.y).sum()), batch.y.numel()])
-        model.train(was_training)
-        self.session.world.all_reduce(correct)
-        return float(correct[0] / correct[1]) if correct[1] > 0 else 0.0
-
-    def _batch(self, b: int, split: str, weight: float | None = None) -> Batch:
-        plan = self.plans[b]
-        rows = torch.nonzero(self.masks[b][split]).squeeze(1)
-        x = self._feat if self.full_graph else self._feat.index_select(0, self._rows_in[b])
-        blocks = Blocks([lp.block for lp in plan.layers], StepState(rows=rows, weight=weight))
-        return Batch(blocks, x, self.labels[b][rows], plan.nodes.index_select(0, rows))

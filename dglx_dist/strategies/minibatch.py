@@ -1,8 +1,8 @@
-"""What the sampled mini-batch strategies share: options, seeds per rank, epochs, evaluation.
+"""What the sampled mini-batch strategies share: options, loaders, the full-graph form.
 
-A subclass fills ``self.ids[split] = (chunk, total)`` (this rank's seed ids, increasing, and
-the split's size over all ranks) and ``self.labels[split]`` (the chunk's labels, in chunk order) in
-``setup``, and builds a step's :class:`~dglx_dist.strategies.base.Batch` in :meth:`_batch`.
+A subclass sets ``self.sampler`` (its distributed sampler), ``self.session``, ``self.pdir`` and
+``self.num_nodes`` in ``setup`` and says what the first layer gets for a step's input nodes in
+:meth:`MiniBatchStrategy._input_rows`.
 """
 from __future__ import annotations
 
@@ -12,10 +12,8 @@ from typing import Iterator
 
 import dgl
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
-from dglx_dist.sampling import epoch_batches, steps_per_epoch
-from dglx_dist.strategies.base import Batch, Strategy
+from dglx_dist.strategies.base import Strategy
 from dglx_dist.strategies.steps import (Blocks, LoaderPlan, LoaderSpec, Step, sampled_epoch,
                                         sampled_plan)
 
@@ -51,9 +49,6 @@ class MiniBatchConfig:
 class MiniBatchStrategy(Strategy):
     """Base of the strategies that train on sampled mini-batches of seed nodes."""
 
-    ids: dict[str, tuple[torch.Tensor, int]]
-    labels: dict[str, torch.Tensor]
-
     def num_layers(self) -> int:
         return len(self.config.fanouts)
 
@@ -62,16 +57,14 @@ class MiniBatchStrategy(Strategy):
         return {"fanouts": (-1,) * num_layers}
 
     @abc.abstractmethod
-    def _batch(self, seeds: torch.Tensor, fanouts, split: str) -> Batch:
-        """The batch of ``seeds`` (from this rank's ``split`` chunk), sampled with ``fanouts``."""
-
-    @abc.abstractmethod
     def _input_rows(self, ids: torch.Tensor):
         """What the model's first layer gets for input nodes ``ids`` (unique)."""
 
-    def _sampling_comm(self):
-        """The communicator whose ranks sample together."""
-        return self.session.world
+    def trainer_loaders(self, num_layers: int, num_nodes: int) -> tuple[LoaderSpec, LoaderSpec]:
+        cfg = self.config
+        full = tuple(-1 for _ in cfg.fanouts)
+        return (LoaderSpec(tuple(cfg.fanouts), cfg.batch_size, shuffle=True, seed=cfg.seed),
+                LoaderSpec(tuple(cfg.eval_fanouts) or full, cfg.eval_batch_size, seed=cfg.seed))
 
     def serves(self, spec: LoaderSpec) -> bool:
         return True  # any fanouts: every step is sampled
@@ -91,37 +84,3 @@ class MiniBatchStrategy(Strategy):
             cached = self.sampler.sample_blocks(self.local_nodes(), (-1,) * num_layers)
             self._full_graph = cached
         return Blocks(cached), self._input_rows(cached[0].srcdata[dgl.NID])
-
-    def _labels_of(self, seeds: torch.Tensor, split: str) -> torch.Tensor:
-        return self.labels[split][torch.searchsorted(self.ids[split][0], seeds)]
-
-    def batches(self, epoch: int) -> Iterator[Batch]:
-        chunk, total = self.ids["train"]
-        steps = steps_per_epoch(total, self.session.world_size, self.config.batch_size)
-        seed = self.config.seed * 1_000_003 + epoch * 7919 + self.session.rank
-        gen = torch.Generator().manual_seed(seed)
-        dgl.seed(seed)  # each epoch's sampling is reproducible on its own
-        for seeds in epoch_batches(chunk, steps, self.config.batch_size, gen):
-            yield self._batch(seeds, self.config.fanouts, "train")
-
-    @torch.no_grad()
-    def evaluate(self, model: torch.nn.Module, split: str) -> float:
-        if split not in self.ids:
-            raise ValueError(f"split {split!r}; expected one of {sorted(self.ids)}")
-        module = model.module if isinstance(model, DistributedDataParallel) else model
-        chunk, total = self.ids[split]
-        size = self.config.eval_batch_size
-        steps = steps_per_epoch(total, self.session.world_size, size)
-        fanouts = self.config.eval_fanouts or tuple(-1 for _ in self.config.fanouts)
-        was_training = module.training
-        module.eval()
-        correct = torch.zeros(2, dtype=torch.float64)
-        for i in range(steps):  # every rank takes every step: sampling is collective
-            batch = self._batch(chunk[i * size:(i + 1) * size], fanouts, split)
-            if batch.seeds.numel() or self.collective_forward:
-                pred = self.forward(module, batch).argmax(dim=1)
-                correct[0] += (pred == batch.y).sum().item()
-                correct[1] += batch.seeds.numel()
-        module.train(was_training)
-        self.session.world.all_reduce(correct)
-        return float(correct[0] / correct[1]) if correct[1] > 0 else 0.0

@@ -31,7 +31,6 @@ import dataclasses
 import logging
 from typing import Iterator
 
-import dgl
 import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -44,7 +43,7 @@ from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import (LocalSampler, PartitionSampler, owner_balanced_chunks,
                                 whole_graph)
 from dglx_dist.strategies.p3_layer import ColumnSlice, P3FirstLayer
-from dglx_dist.strategies.base import STRATEGIES, Batch, PartitionSpec
+from dglx_dist.strategies.base import STRATEGIES, PartitionSpec
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
 from dglx_dist.strategies.steps import Step
 
@@ -86,8 +85,8 @@ def plan_cache(budget: float, pdir: PartitionDir, topology: Topology) -> CachePl
 class P3Strategy(MiniBatchStrategy):
     """Hash structure + feature-dimension slices; layer 1 model parallel, the rest DDP."""
 
-    collective_forward = True
     feature_layout = "columns"
+    held_rows = frozenset({"feat"})
 
     @dataclasses.dataclass(frozen=True)
     class Config(MiniBatchConfig):
@@ -123,19 +122,6 @@ class P3Strategy(MiniBatchStrategy):
         feats = [(part.feat, part.feat_cols) if p == rank else pdir.load_feat(p) for p in held]
         self.cols = torch.cat([torch.arange(*cols) for _, cols in feats])
         self.feat = torch.from_numpy(np.concatenate([f for f, _ in feats], axis=1))
-        self.ids, self.labels = {}, {}
-        for split in ("train", "val", "test"):
-            mask = getattr(part, split)
-            owned = torch.from_numpy(part.core_gid[mask])
-            labels = torch.from_numpy(part.label[mask].astype("int64"))
-            every_id = session.world.all_gather_v(owned)
-            every_label = torch.cat(session.world.all_gather_v(labels))
-            chunk = owner_balanced_chunks(every_id)[rank].sort().values
-            lookup = torch.cat(every_id)
-            order = torch.argsort(lookup)
-            where = order[torch.searchsorted(lookup[order], chunk)]
-            self.ids[split] = (chunk, int(lookup.numel()))
-            self.labels[split] = every_label[where]
 
     def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         conv, name = first_conv(model)
@@ -188,20 +174,6 @@ class P3Strategy(MiniBatchStrategy):
                              f"this model's first layer has {len(self._slices)} slices")
         self._layer.deferred = list(deferred) or None
 
-    def batches(self, epoch: int) -> Iterator[Batch]:
-        if not self.config.pipeline:
-            yield from super().batches(epoch)
-            return
-        window: collections.deque[Batch] = collections.deque()
-        for batch in super().batches(epoch):  # sampled in order, launched 2 steps ahead
-            self._layer.launch(batch.blocks[0])
-            window.append(batch)
-            if len(window) == 3:
-                yield window.popleft()
-        while window:
-            yield window.popleft()
-        self._layer.drain()  # the last gradients arrive before anything else runs
-
     def split_ids(self, ids: torch.Tensor, pdir: PartitionDir, session: Session) -> torch.Tensor:
         """Each rank's own ids first, balanced so every rank has the same number (P3's seeds
         are the owner's)."""
@@ -249,10 +221,3 @@ class P3Strategy(MiniBatchStrategy):
                                "for the next (no list(loader) or prefetching), or build the "
                                "strategy with pipeline=false")
         return last
-
-    def _batch(self, seeds: torch.Tensor, fanouts, split: str) -> Batch:
-        blocks = self.sampler.sample_blocks(seeds, fanouts)
-        x = self._input_rows(blocks[0].srcdata[dgl.NID])
-        y = self._labels_of(seeds, split)
-        return Batch(blocks, x, y, seeds)
-

@@ -33,7 +33,7 @@ def _first_batch(session, pdir_path, name):
     batch = next(iter(trainer.batches(0)))
     with torch.no_grad():
         logits = trainer.forward(batch)
-    return {"seeds": pdir.to_original(batch.seeds.numpy()).tolist(),
+    return {"seeds": batch.seeds.tolist(),
             "y": batch.y.tolist(), "logits": logits.numpy().tolist()}
 
 

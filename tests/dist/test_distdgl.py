@@ -5,10 +5,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import dglx_dist
+
 from dglx_dist.data import builtin_path, read_dataset, to_dgl
 from dglx_dist.models import SAGE
 from dglx_dist.partition import PartitionDir, partition_dataset
-from dglx_dist.strategies import STRATEGIES
 from dglx_dist.testing import run_workers
 from dglx_dist.trainer import Trainer
 
@@ -39,7 +40,7 @@ def _one_step(session, pdir_path, batch_size):
     trainer.step(loss)
     params = {k: v.detach().numpy().ravel().tolist()
               for k, v in trainer.model.module.state_dict().items()}
-    return {"seeds": pdir.to_original(batch.seeds.numpy()).tolist(), "loss": loss.item(),
+    return {"seeds": batch.seeds.tolist(), "loss": loss.item(),
             "params": params}
 
 
@@ -73,12 +74,13 @@ def test_one_step_matches_single_process_dgl(tmp_path, cora_parts, world):
 
 def _pull_bytes(session, pdir_path):
     pdir = PartitionDir(pdir_path)
-    strategy = STRATEGIES.build("distdgl", fanouts=(5, 5), batch_size=20)
-    strategy.setup(session, pdir)
-    batch = next(iter(strategy.batches(0)))
-    ids = batch.blocks[0].srcdata[dgl.NID]
+    g = dglx_dist.DistGraph(pdir, "distdgl", session=session)
+    loader = dglx_dist.DataLoader(g, g.ndata["train_mask"], dglx_dist.NeighborSampler([5, 5]),
+                                  batch_size=20)
+    _, _, blocks = next(iter(loader))
+    ids = blocks[0].srcdata[dgl.NID]
     before = session.counter.snapshot()
-    strategy.store.pull("feat", ids)
+    g.store.pull("feat", ids)
     after = session.counter.snapshot()
     owner = np.asarray(pdir.owner(ids.numpy()))
     remote = int(np.unique(ids.numpy()[owner != session.server_id]).size)

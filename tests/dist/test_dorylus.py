@@ -222,7 +222,7 @@ def _user_loop_step(session, pdir_path, bias, kind="gcn"):
         batch = next(iter(trainer.batches(0)))
         logits = trainer.forward(batch)
         trainer.step(F.cross_entropy(logits, batch.y))
-        return {"seeds": pdir.to_original(batch.seeds.numpy()).tolist(),
+        return {"seeds": batch.seeds.tolist(),
                 "logits": logits.detach().numpy().tolist(),
                 "grads": {n: p.grad.numpy().tolist() for n, p in trainer.model.named_parameters()}}
     finally:

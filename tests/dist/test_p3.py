@@ -68,7 +68,7 @@ def _one_step(session, pdir_path, kind, cache_mb=0.0):
     loss = F.cross_entropy(trainer.forward(batch), batch.y)
     trainer.step(loss)
     grads = {n: p.grad.numpy().tolist() for n, p in trainer.model.module.named_parameters()}
-    return {"seeds": pdir.to_original(batch.seeds.numpy()).tolist(), "loss": loss.item(),
+    return {"seeds": batch.seeds.tolist(), "loss": loss.item(),
             "grads": grads, "cols": trainer.strategy.cols.tolist()}
 
 
@@ -165,6 +165,19 @@ def _expected_step(res, me, hidden, per=2, servers=2):
 KEYS = ("sent_intra", "recv_intra", "sent_inter", "recv_inter")
 
 
+def _label_bytes(pdir, res, me, per=2):
+    """Inter-server bytes (sent, received) of rank ``me`` for its batch's labels, pulled by
+    every rank at once: for the seeds owned on the other server, a request of the name's
+    index and the ids (int64) and the labels back; the cross peer asks the same of it."""
+    def remote(r):
+        owners = np.asarray(pdir.owner(np.unique(res[r]["frontiers"][-1])))
+        return int((owners // per != r // per).sum())
+
+    asked, asked_me = remote(me), remote((me + per) % (2 * per))
+    return (8 * (asked + (asked > 0)) + 8 * asked_me,
+            8 * asked + 8 * (asked_me + (asked_me > 0)))
+
+
 def test_traffic_is_structure_partials_and_gradients_only(tmp_path, cora_p3):
     """Two virtual servers x 2 ranks: every byte of a step is accounted for by the sampled
     structure, the pushed blocks, the layer-1 partials and their gradients, and DDP; no
@@ -189,6 +202,9 @@ def test_traffic_is_structure_partials_and_gradients_only(tmp_path, cora_p3):
                 _add(sample, kind, 4 * asked.size + 4 * (asked_me.size
                                                          + int(indeg[asked_me].sum())),
                      4 * asked_me.size + 4 * (asked.size + int(indeg[asked].sum())))
+        sent, recv = _label_bytes(pdir, res, me)
+        sample["sent_inter"] += sent
+        sample["recv_inter"] += recv
         step = _expected_step(res, me, hidden)
         for k in KEYS:
             assert res[me]["sample"][k] == sample[k], (me, k, res[me]["sample"], sample)
@@ -235,12 +251,17 @@ def test_pipeline_applies_each_batch_slice_gradient_one_step_later(tmp_path, cor
 
 
 def test_caching_keeps_layer_one_and_sampling_off_the_inter_server_links(tmp_path, cora_p3):
-    """With structure and features replicated on both servers, sampling sends nothing and a
-    step's inter-server bytes are DDP's all-reduce plus the weight slices' all-reduce."""
+    """With structure and features replicated on both servers, sampling sends nothing (the
+    batch's labels alone cross servers) and a step's inter-server bytes are DDP's all-reduce
+    plus the weight slices' all-reduce."""
     res = run_workers(_traffic, 4, tmp_path, str(cora_p3[4]), 1e4,
                       env={"DGLX_VIRTUAL_SERVERS": "2"})
+    pdir = PartitionDir(cora_p3[4])
     for r, out in res.items():
-        assert all(v == 0 for k, v in out["sample"].items() if k in KEYS), (r, out["sample"])
+        sent, recv = _label_bytes(pdir, res, r)
+        assert out["sample"] == {**dict.fromkeys(KEYS, 0), "sent_inter": sent,
+                                 "recv_inter": recv} | {k: v for k, v in out["sample"].items()
+                                                        if k not in KEYS}, (r, out["sample"])
         ddp = 2 * out["grad_bytes"] // 4 * 2  # to the two ranks of the other server
         slices = 2 * out["slice_bytes"] // 2  # all-reduce over the cross pair
         assert out["step"]["sent_inter"] == ddp + slices, (r, out["step"])
