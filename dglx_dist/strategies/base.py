@@ -148,10 +148,19 @@ class Strategy(abc.ABC):
     # -- the drop-in API (dglx_dist.api) ---------------------------------------------------------
     def with_layers(self, num_layers: int, batches: int | None = None) -> "Strategy":
         """This strategy for a model of ``num_layers`` graph convs: a copy with that depth when
-        its options name another one (called before :meth:`setup`); ``batches``: the first
-        loader's batches per rank, for options that default to it."""
+        its options left the depth at its default (called before :meth:`setup`); ``batches``:
+        the first loader's batches per rank, for options that default to it.
+
+        Raises:
+            ValueError: the options asked for another depth.
+        """
         if not hasattr(self.config, "num_layers") or self.config.num_layers == num_layers:
             return self
+        default = {f.name: f.default for f in dataclasses.fields(self.config)}["num_layers"]
+        if self.config.num_layers != default:  # asked for explicitly
+            raise ValueError(f"strategy {self.registered_name!r} was built for num_layers="
+                             f"{self.config.num_layers}; the model has {num_layers} graph convs: "
+                             f"pass num_layers={num_layers} (or leave it out)")
         clone = type(self)(dataclasses.replace(self.config, num_layers=num_layers))
         clone.registered_name = self.registered_name
         return clone

@@ -40,36 +40,34 @@ def _exact_step(session, pdir_path, strategy, kind):
     batch = next(iter(trainer.batches(0)))
     logits = trainer.forward(batch)
     trainer.step(F.cross_entropy(logits, batch.y))
-    targets = trainer.strategy.plans[0]
-    with torch.no_grad():
-        out = trainer.model(batch.blocks, batch.x)
     grads = {n.replace(".conv.", "."): p.grad.numpy().tolist()
-             for n, p in trainer.model.named_parameters()}
-    return {"targets": pdir.to_original(targets.nodes[:targets.num_targets].numpy()).tolist(),
-            "out": out.numpy().tolist(), "grads": grads,
-            "bytes": trainer.session.counter.snapshot()}
+             for n, p in trainer.model.module.named_parameters()}
+    return {"seeds": batch.seeds.tolist(), "out": logits.detach().numpy().tolist(),
+            "grads": grads, "bytes": trainer.session.counter.snapshot()}
 
 
 @pytest.mark.parametrize("strategy", ["granndis", "fullgraph"])
 @pytest.mark.parametrize("kind", ["gcn", "resgcn"])
 def test_full_graph_step_matches_single_process_dgl(tmp_path, cora_parts, strategy, kind):
     """Exact shared preloading (m = L, k = -1), R = 1, 2 virtual servers x 2 ranks: every
-    target's output and every parameter gradient equal full-graph DGL's."""
+    training node's output (each on the rank that owns it) and every parameter gradient (of
+    the mean over ranks of each rank's mean loss, as under DDP) equal full-graph DGL's."""
     res = run_workers(_exact_step, 4, tmp_path, str(cora_parts[2]), strategy, kind, env=VS)
     ds = read_dataset(builtin_path("cora"))
     g = to_dgl(ds)
     model = _model(kind, ds.feat_dim, ds.num_classes)
     layers = 2 if kind == "gcn" else 4
     out = model([g] * layers, g.ndata["feat"])
-    train = torch.from_numpy(ds.train)
-    F.cross_entropy(out[train], g.ndata["label"][train]).backward()
     seen = np.zeros(ds.num_nodes, dtype=int)
+    loss = 0.0
     for r in range(4):
-        targets = np.array(res[r]["targets"])
-        seen[targets] += 1
-        np.testing.assert_allclose(res[r]["out"], out[targets].detach().numpy(), rtol=1e-4,
+        seeds = np.array(res[r]["seeds"])
+        seen[seeds] += 1
+        np.testing.assert_allclose(res[r]["out"], out[seeds].detach().numpy(), rtol=1e-4,
                                    atol=1e-5, err_msg=f"outputs on rank {r}")
-    assert (seen == 1).all(), "every node is the target of exactly one rank"
+        loss = loss + F.cross_entropy(out[seeds], g.ndata["label"][seeds]) / 4
+    loss.backward()
+    assert (seen == ds.train).all(), "every training node is the seed of exactly one rank"
     for name, p in model.named_parameters():
         for r in range(4):
             np.testing.assert_allclose(res[r]["grads"][name], p.grad.numpy(), rtol=1e-4,
@@ -168,4 +166,4 @@ def test_bad_options_and_models_are_named(tmp_path, cora_parts):
 def _wrong_depth(session, pdir_path):
     pdir = PartitionDir(pdir_path)
     Trainer(ResGCN(pdir.feat_dim, 8, pdir.num_classes, 4), pdir, "fullgraph", session=session,
-            progress=False)
+            progress=False, num_layers=3)
