@@ -1,9 +1,7 @@
 """Distributed neighbor sampling over partitions -> DGL blocks; training-set split."""
 from dglx_dist.sampling.blocks import id_dtype, make_block, pack_block, unpack_block
 from dglx_dist.sampling.sampler import LocalSampler, PartitionSampler, whole_graph
-from dglx_dist.sampling.split import (epoch_batches, even_chunk, owner_balanced_chunks,
-                                      steps_per_epoch)
+from dglx_dist.sampling.split import even_chunk, owner_balanced_chunks
 
 __all__ = ["LocalSampler", "PartitionSampler", "whole_graph", "id_dtype", "make_block",
-           "pack_block", "unpack_block", "even_chunk", "epoch_batches", "owner_balanced_chunks",
-           "steps_per_epoch"]
+           "pack_block", "unpack_block", "even_chunk", "owner_balanced_chunks"]
