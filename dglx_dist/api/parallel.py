@@ -108,6 +108,7 @@ class DistModel(nn.Module):
     def _on_output_grad(self, grad: torch.Tensor) -> None:
         if not self._queued:  # once per backward pass, however many outputs
             self._queued = True
+            self._graph.strategy.before_backward()
             torch.autograd.Variable._execution_engine.queue_callback(self._after_backward)
 
     def _after_backward(self) -> None:

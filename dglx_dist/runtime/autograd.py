@@ -26,14 +26,14 @@ needs a round of counts.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
 from dglx_dist.runtime.comm import Comm, Pending
 
-__all__ = ["OwnerReduce", "Ready", "flatten_partials", "halo_exchange", "reduce_to_owners",
-           "set_grads", "unflatten"]
+__all__ = ["GradientSync", "OwnerReduce", "Ready", "flatten_partials", "halo_exchange",
+           "reduce_to_owners", "set_grads", "unflatten"]
 
 
 def _sum(parts: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -148,6 +148,38 @@ def set_grads(params: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
     all-reduced vector), in the parameters' dtype."""
     for p, g in zip(params, unflatten(flat, [p.shape for p in params])):
         p.grad = g.to(p.dtype).clone()
+
+
+class GradientSync:
+    """Reduces over the ranks what ONE backward pass added to the parameters' ``.grad``, so
+    that several backward passes before one optimizer step (gradient accumulation) add up as
+    they do under DDP, however the user zeroes gradients.
+
+    :meth:`start` (when the backward pass begins) notes the gradients held so far;
+    :meth:`finish` (when it has ended) replaces the pass's local contribution by its reduction.
+
+    Args:
+        params: the parameters whose gradients are reduced.
+    """
+
+    def __init__(self, params: Sequence[torch.Tensor]):
+        self.params = list(params)
+        self._before: list[torch.Tensor | None] | None = None
+
+    def start(self) -> None:
+        self._before = [None if p.grad is None else p.grad.detach().clone() for p in self.params]
+
+    def finish(self, reduce: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """``reduce(flat)``: the flat local contribution reduced over the ranks (collective)."""
+        before, self._before = self._before or [None] * len(self.params), None
+        local = [(p.grad if p.grad is not None else torch.zeros_like(p)) -
+                 (b if b is not None else 0.0) for p, b in zip(self.params, before)]
+        reduced = unflatten(reduce(torch.cat([g.reshape(-1) for g in local])),
+                            [p.shape for p in self.params])
+        for p, b, r in zip(self.params, before, reduced):
+            if p.grad is None and b is None and not bool(r.any()):
+                continue  # no gradient anywhere: stays None (an optimizer then skips it)
+            p.grad = (r if b is None else b + r).to(p.dtype).clone()
 
 
 def reduce_to_owners(server: Comm, cross: Comm | None,

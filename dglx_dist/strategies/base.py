@@ -142,6 +142,9 @@ class Strategy(abc.ABC):
             raise ValueError(f"strategy {self.registered_name!r} keeps no state between epochs; "
                              f"the checkpoint holds {sorted(state)}")
 
+    def before_backward(self) -> None:
+        """Called when a backward pass through the model's output begins."""
+
     def after_backward(self) -> None:
         """Called after every backward pass (e.g. to account traffic done by DDP)."""
 

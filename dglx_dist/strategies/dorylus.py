@@ -47,7 +47,7 @@ from dglx_dist.models.gcn import row_normalized
 from dglx_dist.models.layers import graph_convs
 from dglx_dist.offload import EXECUTORS, LambdaController
 from dglx_dist.partition.load import PartitionDir
-from dglx_dist.runtime.autograd import set_grads
+from dglx_dist.runtime.autograd import GradientSync
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.strategies import dorylus_gat  # noqa: F401  (registers GATConv)
@@ -235,6 +235,7 @@ class DorylusStrategy(Strategy):
         self._slots = [s for l, (conv, _) in enumerate(convs)
                        for s in self.kind.param_slots(conv, l)]
         self.params = [p for p, _, _ in self._slots]
+        self._sync = GradientSync(self.params)
         self._plan = self.kind.plan(self.gs, convs)
         self.ps = ParamServers([self.kind.tensors(conv) for conv, _ in convs],
                                self.config.param_servers)
@@ -354,11 +355,14 @@ class DorylusStrategy(Strategy):
         return [to(grads[key]) if key in grads else torch.zeros_like(p)
                 for p, key, to in self._slots]
 
+    def before_backward(self) -> None:
+        self._sync.start()
+
     def after_backward(self) -> None:
-        """Averages the parameter gradients over the ranks (each rank's loss is its own mean,
-        as under DDP)."""
-        flat = torch.cat([p.grad.reshape(-1) for p in self.params])
-        set_grads(self.params, self.session.world.all_reduce(flat) / self.session.world_size)
+        """Averages the backward pass's parameter gradients over the ranks (each rank's loss
+        is its own mean, as under DDP)."""
+        world = self.session.world
+        self._sync.finish(lambda flat: world.all_reduce(flat) / world.size)
 
     def close(self) -> None:
         executor = getattr(self, "executor", None)

@@ -45,7 +45,7 @@ from tqdm.auto import tqdm
 from dglx_dist.kvstore import DistKVStore, RowPolicy
 from dglx_dist.models.layers import ConvWrapper, adapter_for, graph_convs
 from dglx_dist.partition.load import PartitionDir
-from dglx_dist.runtime.autograd import halo_exchange, set_grads
+from dglx_dist.runtime.autograd import GradientSync, halo_exchange
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
@@ -285,7 +285,7 @@ class GraNNDisStrategy(Strategy):
                     HaloConv(conv, self._plan_of, self.group))
         for t in list(model.parameters()) + list(model.buffers()):  # one model: rank 0's
             self.session.world.broadcast(t.data, 0)
-        self._params = [p for p in model.parameters() if p.requires_grad]
+        self._sync = GradientSync(p for p in model.parameters() if p.requires_grad)
         return model
 
     # -- the drop-in API -----------------------------------------------------------------------
@@ -357,10 +357,11 @@ class GraNNDisStrategy(Strategy):
                 return None
         return self._feat.index_select(0, where)
 
+    def before_backward(self) -> None:
+        self._sync.start()
+
     def after_backward(self) -> None:
-        """Sums the gradients over the job (each rank's loss was weighted in forward: the
-        result is the gradient of the mean loss over every rank's labelled targets)."""
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self._params]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        set_grads(self._params, self.session.all_reduce_by_server(flat))
+        """Sums the backward pass's gradients over the job (each rank's loss was weighted in
+        forward: 1 / world size, the mean of the ranks' mean losses)."""
+        self._sync.finish(self.session.all_reduce_by_server)
 

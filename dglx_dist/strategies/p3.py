@@ -38,13 +38,14 @@ from torch.nn.parallel import DistributedDataParallel
 from dglx_dist.kvstore.policy import rows_at
 from dglx_dist.models.layers import adapter_for, first_conv
 from dglx_dist.partition.load import PartitionDir
+from dglx_dist.runtime.autograd import GradientSync
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import (LocalSampler, PartitionSampler, owner_balanced_chunks,
                                 whole_graph)
-from dglx_dist.strategies.p3_layer import ColumnSlice, P3FirstLayer
 from dglx_dist.strategies.base import STRATEGIES, PartitionSpec
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
+from dglx_dist.strategies.p3_layer import ColumnSlice, P3FirstLayer
 from dglx_dist.strategies.steps import Step
 
 __all__ = ["P3Strategy", "CachePlan", "plan_cache"]
@@ -137,6 +138,7 @@ class P3Strategy(MiniBatchStrategy):
         parent, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, child, layer)
         self._layer, self._slices = layer, list(layer.weights)
+        self._sync = GradientSync(self._slices)
         ignored = [f"{name}.weights.{i}" for i in range(len(self._slices))]
         DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, ignored)
         self._grad_bytes = sum(p.numel() * p.element_size() for n, p in model.named_parameters()
@@ -151,15 +153,19 @@ class P3Strategy(MiniBatchStrategy):
         scale = torch.where(total > 0, 1.0 / total.clamp(min=1e-12), torch.ones_like(total))
         self.feat = (self.feat * scale.to(self.feat.dtype).unsqueeze(1)).contiguous()
 
+    def before_backward(self) -> None:
+        self._sync.start()
+
     def after_backward(self) -> None:
         self._layer.after_backward()  # pipelined slice gradients that arrived
-        for p in self._slices:  # DDP averages the other gradients over the ranks
-            if p.grad is None:
-                continue
-            if self.cache.features:  # the same columns on every server: sum their gradients
-                self.session.cross.all_reduce(p.grad)
-            p.grad.div_(self.session.world_size)
+        # DDP averages the other gradients over the ranks; the slices' are this pass's own
+        self._sync.finish(self._reduce_slices)
         self.session.world.account_all_reduce(self._grad_bytes)
+
+    def _reduce_slices(self, flat: torch.Tensor) -> torch.Tensor:
+        if self.cache.features:  # the same columns on every server: sum their gradients
+            self.session.cross.all_reduce(flat)
+        return flat / self.session.world_size
 
     def state_dict(self) -> dict:
         """The pipeline's slice gradients that arrived after the epoch's last step (applied at

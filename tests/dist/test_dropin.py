@@ -295,3 +295,33 @@ def test_p3_rows_materialise_with_a_warning(tmp_path, cache):
         assert res[r]["shape"] == list(want.shape)
         assert any("whole feature rows" in w and "MiB" in w for w in res[r]["warning"]), res[r]
         assert "takes g.ndata['feat'][input_nodes] unchanged" in res[r]["refused"]
+
+
+def _accumulate(session, name, cache):
+    """The gradients of one backward of a step's loss, then of two backwards of half of it."""
+    dataset = CoraGraphDataset()
+    g = dglx_dist.distribute(dataset[0], STRATEGIES.build(name, **STRATEGIES.get(name)
+                                                          .exact_options(2)),
+                             cache_dir=cache, session=session)
+    loader = dglx_dist.DataLoader(g, g.ndata["train_mask"],
+                                  dglx_dist.MultiLayerFullNeighborSampler(2), batch_size=1000)
+    model = dglx_dist.parallelize(_model(g.ndata["feat"].shape[1], dataset.num_classes, name), g)
+    grads = []
+    for input_nodes, output_nodes, blocks in loader:
+        for parts in (1, 2):
+            model.zero_grad(set_to_none=False)
+            for _ in range(parts):
+                logits = model(blocks, g.ndata["feat"][input_nodes])
+                (F.cross_entropy(logits, g.ndata["label"][output_nodes]) / parts).backward()
+            grads.append([p.grad.clone().reshape(-1) for p in model.parameters()])
+    return [[(a - b).abs().max().item() for a, b in zip(*grads[i:i + 2])]
+            for i in range(0, len(grads), 2)]
+
+
+@pytest.mark.parametrize("name", STRATEGIES.names())
+def test_gradient_accumulation_adds_up(tmp_path, cache, name):
+    """Two backward passes of half the loss before a step give the gradients of one pass of
+    the whole loss (as under DDP), under every strategy."""
+    res = run_workers(_accumulate, 2, tmp_path / "run", name, cache)
+    for r in range(2):
+        assert res[r] and max(max(step) for step in res[r]) < 1e-6, (name, r, res[r])
