@@ -116,6 +116,32 @@ class DistModel(nn.Module):
         with self._graph.session.peer_errors("after backward (gradient exchange)"):
             self._graph.strategy.after_backward()
 
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+        """Clips the gradients by their norm over the whole model (FSDP's method of this
+        name): a strategy that shards parameters across ranks (p3's first-layer slices) adds
+        every rank's shard, so all ranks clip by the same factor, as
+        ``torch.nn.utils.clip_grad_norm_`` does on one process. Returns the total norm."""
+        sharded, comm = self._graph.strategy.sharded_params()
+        ids = {id(p) for p in sharded}
+        grads = [p.grad for p in self.parameters() if p.grad is not None and id(p) not in ids]
+        shard_grads = [p.grad for p in sharded if p.grad is not None]
+        p = float(norm_type)
+        if p == float("inf"):
+            mine = torch.tensor([max((float(g.abs().max()) for g in shard_grads), default=0.)])
+            shards = comm.all_reduce(mine, op="max") if comm is not None else mine
+            total = torch.tensor(max([float(g.abs().max()) for g in grads] + [float(shards)]))
+        else:
+            mine = torch.tensor([sum(float(torch.linalg.vector_norm(g, p)) ** p
+                                     for g in shard_grads)], dtype=torch.float64)
+            shards = comm.all_reduce(mine) if comm is not None else mine
+            dense = sum(float(torch.linalg.vector_norm(g, p)) ** p for g in grads)
+            total = torch.tensor((dense + float(shards)) ** (1.0 / p))
+        coef = float(max_norm) / (float(total) + 1e-6)
+        if coef < 1.0:
+            for g in grads + shard_grads:
+                g.mul_(coef)
+        return total.to(torch.float32)
+
     def join(self, *args: Any, **kwargs: Any):
         """DDP's ``join()`` where the strategy uses DDP; otherwise nothing to do (every rank
         takes the same number of steps)."""

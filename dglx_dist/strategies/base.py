@@ -142,6 +142,11 @@ class Strategy(abc.ABC):
             raise ValueError(f"strategy {self.registered_name!r} keeps no state between epochs; "
                              f"the checkpoint holds {sorted(state)}")
 
+    def sharded_params(self) -> tuple[list[torch.Tensor], Any]:
+        """Parameters each rank holds a different shard of, and the communicator over whose
+        ranks the shards add up to the whole (``([], None)``: every parameter is replicated)."""
+        return [], None
+
     def before_backward(self) -> None:
         """Called when a backward pass through the model's output begins."""
 

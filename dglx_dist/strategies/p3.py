@@ -153,6 +153,11 @@ class P3Strategy(MiniBatchStrategy):
         scale = torch.where(total > 0, 1.0 / total.clamp(min=1e-12), torch.ones_like(total))
         self.feat = (self.feat * scale.to(self.feat.dtype).unsqueeze(1)).contiguous()
 
+    def sharded_params(self):
+        """The first layer's weight slices: every rank's columns (each server's, when every
+        server holds all columns)."""
+        return self._slices, (self.session.server if self.cache.features else self.session.world)
+
     def before_backward(self) -> None:
         self._sync.start()
 

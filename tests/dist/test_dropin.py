@@ -1,7 +1,7 @@
 """The drop-in API (distribute, node_split, DataLoader, parallelize) under every registered
-strategy: with full neighbourhoods, one step of the user's own loop and optimizer gives the
-parameters single-process DGL gives for the same math; prefetching the loader changes
-nothing (or is refused); bad arguments raise on every rank."""
+strategy: with full neighbourhoods, one step of the user's own loop, gradient clipping and
+optimizer gives the parameters single-process DGL gives for the same math; prefetching the
+loader changes nothing (or is refused); bad arguments raise on every rank."""
 import numpy as np
 import pytest
 import torch
@@ -17,6 +17,7 @@ from dglx_dist.testing.models import seeded_model
 
 pytestmark = pytest.mark.dist
 LR = 0.5
+CLIP = 0.1  # below the step's gradient norm: clipping changes the update
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +54,7 @@ def _one_step(session, name, cache):
         loss = F.cross_entropy(logits, g.ndata["label"][output_nodes])
         opt.zero_grad()
         loss.backward()
+        model.clip_grad_norm_(CLIP)  # the whole model's norm, p3's slices included
         opt.step()
         outputs.append(output_nodes.tolist())
     params = {k: v.tolist() for k, v in model.module.state_dict().items()}
@@ -72,6 +74,7 @@ def _reference(name, outputs_per_rank):
               for ids in (torch.tensor(o, dtype=torch.long) for o in outputs_per_rank)]
     loss = torch.stack(losses).mean()
     loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
     with torch.no_grad():
         for p in model.parameters():
             p -= LR * p.grad
