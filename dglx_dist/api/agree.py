@@ -26,11 +26,14 @@ def on_every_rank(session: Session, what: str, check: Callable[[], T]) -> T:
         result, error = None, exc
     flags = session.world.all_gather(torch.tensor([0 if error else 1]))
     failed = [r for r, f in enumerate(flags) if not int(f)]
+    if failed and error is None:
+        error = ValueError(f"{what}: the arguments of rank(s) {failed} were refused (see their "
+                           f"error); every rank stops here")
     if error is not None:
+        # uncaught, it is one line from the first refused rank, not a traceback per rank
+        # (see Session's excepthook)
+        error.dglx_failed_ranks = failed
         raise error
-    if failed:
-        raise ValueError(f"{what}: the arguments of rank(s) {failed} were refused (see their "
-                         f"error); every rank stops here")
     return result
 
 

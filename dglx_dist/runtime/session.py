@@ -149,7 +149,16 @@ class Session:
 
         def excepthook(tp, value, tb):
             self._exit_error = value
-            self._previous_hook(tp, value, tb)
+            failed = getattr(value, "dglx_failed_ranks", None)
+            if not failed:
+                self._previous_hook(tp, value, tb)
+                return
+            # bad input refused on every rank: one line, from the first rank that refused it
+            log.debug("rank %d: uncaught", self.rank, exc_info=(tp, value, tb))
+            if self.rank == failed[0]:
+                also = f" (refused on ranks {failed})" if len(failed) > 1 else ""
+                sys.stderr.write(f"dglx_dist error on rank {self.rank}: {tp.__name__}: "
+                                 f"{value}{also}\n")
 
         sys.excepthook = self._excepthook = excepthook
         atexit.register(self._at_exit)

@@ -101,3 +101,27 @@ def test_distdgl_script_runs_with_its_import_changed(tmp_path):
     assert port.returncode == 0, port.stderr[-4000:]
     assert _mean_acc(port.stdout) >= _mean_acc(plain.stdout) - 0.02, (port.stdout[-500:],
                                                                      plain.stdout[-500:])
+
+
+BAD_INPUT = """
+import dglx_dist
+from dglx_dist.data import CoraGraphDataset
+
+g = dglx_dist.distribute(CoraGraphDataset()[0], "distdgl")
+size = 0 if g.rank() == 1 else 8  # rank 1 alone passes a bad batch size
+dglx_dist.DataLoader(g, g.ndata["train_mask"], dglx_dist.NeighborSampler([2]), batch_size=size)
+"""
+
+
+def test_bad_input_is_one_line_not_a_traceback_per_rank(tmp_path):
+    script = tmp_path / "bad.py"
+    script.write_text(BAD_INPUT)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--master-port", str(free_local_port()), str(script)]
+    r = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode != 0
+    lines = [line for line in r.stderr.splitlines() if line.startswith("dglx_dist error")]
+    assert lines == ["dglx_dist error on rank 1: ValueError: DataLoader: batch_size 0; "
+                     "expected >= 1"], r.stderr[-3000:]
+    assert f'File "{script}"' not in r.stderr, r.stderr[-3000:]  # no rank's traceback
