@@ -239,9 +239,11 @@ def fingerprint(g) -> str:
 def _same_everywhere(session: Session, key: str) -> None:
     differ = differing_ranks(session, torch.tensor([int(key[:15], 16)]))
     if differ:
-        raise ValueError(f"distribute: the graph differs between ranks (ranks {differ} differ "
-                         f"from rank 0); build it the same way on every rank (fixed seeds for "
-                         f"random transforms)")
+        error = ValueError(f"distribute: the graph differs between ranks (ranks {differ} "
+                           f"differ from rank 0); build it the same way on every rank (fixed "
+                           f"seeds for random transforms)")
+        error.dglx_failed_ranks = [0]  # the same message everywhere: rank 0 says it
+        raise error
 
 
 def distribute(g, strategy: str | Strategy = "distdgl", *,

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from dglx_dist.api.agree import on_every_rank
 from dglx_dist.api.graph import DistGraph, NodeDataView
 from dglx_dist.models.layers import graph_convs
 from dglx_dist.strategies.steps import Blocks
@@ -63,7 +64,7 @@ def parallelize(model: nn.Module, g: DistGraph) -> "DistModel":
                         f"{type(g).__name__}")
     convs = graph_convs(model)
     strategy = g.setup(len(convs) or None)
-    convs = _check_convs(model, strategy)
+    convs = on_every_rank(g.session, "parallelize", lambda: _check_convs(model, strategy))
     names = [name for _, name in convs]
     wrapped = strategy.wrap_model(model)
     for i, name in enumerate(names):

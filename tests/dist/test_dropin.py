@@ -328,3 +328,27 @@ def test_gradient_accumulation_adds_up(tmp_path, cache, name):
     res = run_workers(_accumulate, 2, tmp_path / "run", name, cache)
     for r in range(2):
         assert res[r] and max(max(step) for step in res[r]) < 1e-6, (name, r, res[r])
+
+
+def _refused(session, cache, what):
+    import dgl.nn as dglnn
+
+    graph = CoraGraphDataset()[0]
+    if what == "graph" and session.rank == 1:
+        graph.ndata["feat"][0, 0] += 1.0  # one value differs on rank 1
+    g = dglx_dist.distribute(graph, "dorylus", cache_dir=cache, session=session)
+    gin = torch.nn.Module()
+    gin.layers = torch.nn.ModuleList([dglnn.GINConv(torch.nn.Linear(1433, 7), "mean")])
+    dglx_dist.parallelize(gin, g)
+
+
+@pytest.mark.parametrize("what,expected", [
+    ("graph", "the graph differs between ranks (ranks [1]"),
+    ("model", "strategy 'dorylus' runs GraphConv")])
+def test_refusals_reach_every_rank(tmp_path, cache, what, expected):
+    """A graph that differs between ranks, a model the strategy cannot run: every rank
+    raises (nobody waits), each naming what was wrong."""
+    with pytest.raises(WorkerError) as info:
+        run_workers(_refused, 2, tmp_path / "run", cache, what)
+    text = str(info.value)
+    assert text.count(expected) == 2, text
