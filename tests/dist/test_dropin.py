@@ -38,15 +38,21 @@ def _graph():
     return CoraGraphDataset()[0]
 
 
-def _one_step(session, name, cache):
+def _exact(session, name, cache):
+    """The graph under ``name``'s exact options, a full-neighbourhood loader over the
+    training nodes (one step) and the parallelized model."""
     dataset = CoraGraphDataset()
     g = dglx_dist.distribute(dataset[0], STRATEGIES.build(name, **STRATEGIES.get(name)
                                                           .exact_options(2)),
                              cache_dir=cache, session=session)
     loader = dglx_dist.DataLoader(g, g.ndata["train_mask"],
                                   dglx_dist.MultiLayerFullNeighborSampler(2), batch_size=1000)
-    model = _model(g.ndata["feat"].shape[1], dataset.num_classes, name)
-    model = dglx_dist.parallelize(model, g)
+    model = dglx_dist.parallelize(_model(g.ndata["feat"].shape[1], dataset.num_classes, name), g)
+    return g, loader, model
+
+
+def _one_step(session, name, cache):
+    g, loader, model = _exact(session, name, cache)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     outputs = []
     for input_nodes, output_nodes, blocks in loader:
@@ -302,13 +308,7 @@ def test_p3_rows_materialise_with_a_warning(tmp_path, cache):
 
 def _accumulate(session, name, cache):
     """The gradients of one backward of a step's loss, then of two backwards of half of it."""
-    dataset = CoraGraphDataset()
-    g = dglx_dist.distribute(dataset[0], STRATEGIES.build(name, **STRATEGIES.get(name)
-                                                          .exact_options(2)),
-                             cache_dir=cache, session=session)
-    loader = dglx_dist.DataLoader(g, g.ndata["train_mask"],
-                                  dglx_dist.MultiLayerFullNeighborSampler(2), batch_size=1000)
-    model = dglx_dist.parallelize(_model(g.ndata["feat"].shape[1], dataset.num_classes, name), g)
+    g, loader, model = _exact(session, name, cache)
     grads = []
     for input_nodes, output_nodes, blocks in loader:
         for parts in (1, 2):
