@@ -1,8 +1,8 @@
 """Every ported example under every registered strategy, at 2 ranks and at 4 ranks (2 virtual
-servers), against its plain DGL script: test accuracy and wall time, as JSON lines and a
-markdown table (tests/e2e/test_examples.py runs a subset inside the suite's time budget).
+servers), against its plain DGL script, one run per seed: the median test accuracy and its
+range, exit codes and wall time, as JSON lines and a markdown table (tests/e2e/test_examples.py runs a subset inside the suite's time budget).
 
-    .venv/bin/python scripts/check_examples.py [--ranks 2 4] [--out check-examples]
+    .venv/bin/python scripts/check_examples.py [--ranks 2 4] [--seeds 0 1 2] [--out DIR]
     .venv/bin/python scripts/check_examples.py --exit-runs 20    # exit codes only
 
 ``--exit-runs N`` instead runs each port N times in a row on 4 processes (2 epochs; no
@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -61,6 +62,8 @@ def main():
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--out", default="check-examples")
     parser.add_argument("--exit-runs", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
+                        help="one run per seed and cell (the same seeds for the plain script)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(exist_ok=True)
@@ -69,22 +72,39 @@ def main():
         return
     rows = []
     for name in NAMES:
-        plain = _run([sys.executable, str(ROOT / "examples" / "dgl" / name)], out, _env())
-        rows.append({"example": name, "strategy": "plain DGL", "ranks": 1, **plain})
-        print(json.dumps(rows[-1]), flush=True)
-        for strategy in STRATEGIES.names():
-            for n in args.ranks:
-                cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n),
-                       "--master-port", str(free_local_port()), str(ROOT / "examples" / name),
-                       "--strategy", strategy]
-                res = _run(cmd, out, _env(**({"DGLX_VIRTUAL_SERVERS": "2"} if n == 4 else {})))
-                rows.append({"example": name, "strategy": strategy, "ranks": n, **res})
-                print(json.dumps(rows[-1]), flush=True)
-    lines = ["| example | strategy | ranks | test_acc | exit | wall_s |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r['example']} | {r['strategy']} | {r['ranks']} | {r['test_acc']} | "
-              f"{r['exit']} | {r['wall_s']} |" for r in rows]
+        cells = [("plain DGL", 1)] + [(s, n) for s in STRATEGIES.names() for n in args.ranks]
+        for strategy, n in cells:
+            runs = [_run(_command(name, strategy, n, seed), out,
+                         _env(**({"DGLX_VIRTUAL_SERVERS": "2"} if n == 4 else {})))
+                    for seed in args.seeds]
+            rows.append(_summary(name, strategy, n, args.seeds, runs))
+            print(json.dumps(rows[-1]), flush=True)
+    lines = ["| example | strategy | ranks | test_acc median (min..max) | exits 0 | wall_s |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r['example']} | {r['strategy']} | {r['ranks']} | {r['test_acc']} "
+              f"({r['acc_min']}..{r['acc_max']}) | {r['exit_0']}/{len(r['seeds'])} | "
+              f"{r['wall_s']} |" for r in rows]
     (out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def _command(name: str, strategy: str, ranks: int, seed: int) -> list[str]:
+    if strategy == "plain DGL":
+        return [sys.executable, str(ROOT / "examples" / "dgl" / name), "--seed", str(seed)]
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
+            "--master-port", str(free_local_port()), str(ROOT / "examples" / name),
+            "--strategy", strategy, "--seed", str(seed)]
+
+
+def _summary(name: str, strategy: str, ranks: int, seeds: list[int], runs: list[dict]) -> dict:
+    """One cell: the median test accuracy over the seeds, its range, exits and wall time."""
+    accs = sorted(r["test_acc"] for r in runs if r["test_acc"] is not None)
+    return {"example": name, "strategy": strategy, "ranks": ranks, "seeds": seeds,
+            "test_acc": statistics.median(accs) if accs else None,
+            "acc_min": accs[0] if accs else None, "acc_max": accs[-1] if accs else None,
+            "accs": [r["test_acc"] for r in runs],
+            "exit_0": sum(r["exit"] == 0 for r in runs),
+            "wall_s": round(statistics.median(r["wall_s"] for r in runs), 1)}
 
 
 if __name__ == "__main__":
