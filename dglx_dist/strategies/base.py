@@ -2,8 +2,9 @@
 
 A strategy decides how the graph is partitioned, what a batch holds, how the model is wrapped
 and what happens between its layers; the user's ``forward(blocks, x)`` stays theirs. The
-:class:`~dglx_dist.trainer.Trainer` drives any strategy through this interface only: no code
-outside the registry compares strategy names. Differences are methods and capability flags.
+drop-in API (:mod:`dglx_dist.api`, and the :class:`~dglx_dist.trainer.Trainer` built on it)
+drives any strategy through this interface only: no code outside the registry compares
+strategy names. Differences are methods and capability flags.
 
 Register your own (or list it under the ``dglx_dist.strategies`` entry-point group)::
 

@@ -352,3 +352,24 @@ def test_refusals_reach_every_rank(tmp_path, cache, what, expected):
         run_workers(_refused, 2, tmp_path / "run", cache, what)
     text = str(info.value)
     assert text.count(expected) == 2, text
+
+
+def _written_in_a_loop(session, cache):
+    import time
+
+    g = dglx_dist.distribute(CoraGraphDataset()[0], "distdgl", cache_dir=cache,
+                             session=session)
+    loader = dglx_dist.DataLoader(g, torch.arange(g.num_nodes()),
+                                  dglx_dist.MultiLayerFullNeighborSampler(1), batch_size=500)
+    t = dglx_dist.DistTensor((g.num_nodes(), 1), torch.float32, graph=g)
+    for i, (_, output_nodes, _) in enumerate(loader):
+        if session.rank == 1 and i == len(loader) - 1:
+            time.sleep(1.0)  # rank 1 writes its last rows late
+        t[output_nodes] = output_nodes.float().unsqueeze(1) + 1
+    return t[torch.arange(g.num_nodes())].squeeze(1).tolist()
+
+
+def test_rows_written_in_a_loader_loop_are_read_everywhere_after_it(tmp_path, cache):
+    res = run_workers(_written_in_a_loop, 2, tmp_path / "run", cache)
+    want = (torch.arange(_graph().num_nodes()) + 1).float().tolist()
+    assert res[0] == want and res[1] == want
