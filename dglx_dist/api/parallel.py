@@ -19,26 +19,43 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import dgl
 import torch
 from torch import nn
 
 from dglx_dist.api.agree import on_every_rank
 from dglx_dist.api.graph import DistGraph, NodeDataView
-from dglx_dist.models.layers import graph_convs
-from dglx_dist.strategies.steps import Blocks
+from dglx_dist.models.layers import adapter_for, graph_convs
+from dglx_dist.strategies.steps import OUT_DEGREE, Blocks
 
 __all__ = ["parallelize", "DistModel"]
 
 
 def _router(index: int):
-    """A forward pre-hook handing a conv its layer's block when it is given a whole step."""
+    """A forward pre-hook handing a conv its layer's block when it is given a whole step (and,
+    where the step's blocks hold a share of their sources' out-edges, rows rescaled so that
+    the conv normalises by the sources' degrees in the whole graph)."""
 
     def hook(module: nn.Module, args: tuple) -> tuple | None:
-        if args and isinstance(args[0], Blocks):
-            return (args[0][index], *args[1:])
-        return None
+        if not args or not isinstance(args[0], dgl.DGLGraph | Blocks):
+            return None
+        block = args[0][index] if isinstance(args[0], Blocks) else args[0]
+        rest = args[1:]
+        if OUT_DEGREE in block.srcdata and rest and isinstance(rest[0], torch.Tensor):
+            scale = _source_scale(module, block, block.srcdata[OUT_DEGREE])
+            if scale is not None:
+                rest = (rest[0] * scale, *rest[1:])
+        return (block, *rest)
 
     return hook
+
+
+def _source_scale(conv: nn.Module, block, out_degree: torch.Tensor) -> torch.Tensor | None:
+    try:
+        adapter = adapter_for(conv)
+    except ValueError:  # no adapter: a conv that does not normalise by source degrees
+        return None
+    return adapter.degree_source_scale(conv, block, out_degree)
 
 
 def _check_convs(model: nn.Module, strategy) -> list[tuple[nn.Module, str]]:

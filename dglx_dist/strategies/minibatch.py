@@ -14,8 +14,8 @@ import dgl
 import torch
 
 from dglx_dist.strategies.base import Strategy
-from dglx_dist.strategies.steps import (Blocks, LoaderPlan, LoaderSpec, Step, sampled_epoch,
-                                        sampled_plan)
+from dglx_dist.strategies.steps import (OUT_DEGREE, Blocks, LoaderPlan, LoaderSpec, Step,
+                                        sampled_epoch, sampled_plan)
 
 __all__ = ["MiniBatchConfig", "MiniBatchStrategy"]
 
@@ -81,6 +81,18 @@ class MiniBatchStrategy(Strategy):
     def full_graph_step(self, num_layers: int) -> tuple[Blocks, object]:
         cached = getattr(self, "_full_graph", None)
         if cached is None or len(cached) != num_layers:
-            cached = self.sampler.sample_blocks(self.local_nodes(), (-1,) * num_layers)
+            cached = Blocks(self.sampler.sample_blocks(self.local_nodes(), (-1,) * num_layers))
+            deg = self.out_degree = self._out_degree()  # the blocks hold a share of them
+            for block in cached:
+                block.srcdata[OUT_DEGREE] = deg.index_select(0, block.srcdata[dgl.NID])
             self._full_graph = cached
-        return Blocks(cached), self._input_rows(cached[0].srcdata[dgl.NID])
+        return cached, self._input_rows(cached[0].srcdata[dgl.NID])
+
+    def _out_degree(self) -> torch.Tensor:
+        """Every node's out-degree in the whole graph (collective): each part's edges, which
+        are the in-edges of its own nodes, counted once."""
+        session, per_rank = self.session, self.pdir.num_parts == self.session.world_size
+        part = self.pdir.load_part(session.rank if per_rank else session.server_id)
+        src = torch.from_numpy(part.local_gid)[torch.from_numpy(part.src).long()]
+        deg = torch.bincount(src, minlength=self.num_nodes).double()
+        return (session.world if per_rank else session.cross).all_reduce(deg)

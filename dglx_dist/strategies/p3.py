@@ -192,6 +192,11 @@ class P3Strategy(MiniBatchStrategy):
         owned = [ids[owner == r] for r in range(session.world_size)]
         return owner_balanced_chunks(owned)[session.rank].sort().values
 
+    def full_graph_step(self, num_layers: int):
+        step = super().full_graph_step(num_layers)
+        self._layer.out_degree = self.out_degree  # layer 1 normalises by them too
+        return step
+
     def local_rows(self, name: str, ids: torch.Tensor):
         if name != "feat":
             return None

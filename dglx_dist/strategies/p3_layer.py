@@ -33,6 +33,7 @@ from dglx_dist.runtime.autograd import (OwnerReduce, Ready, flatten_partials,
                                         reduce_to_owners, unflatten)
 from dglx_dist.runtime.comm import Comm, Pending
 from dglx_dist.sampling import id_dtype, pack_block, unpack_block
+from dglx_dist.strategies.steps import OUT_DEGREE
 
 __all__ = ["ColumnSlice", "P3FirstLayer", "exchange_blocks"]
 
@@ -99,11 +100,24 @@ class P3FirstLayer(ConvWrapper):
         self._trained: list[_InFlight] = []  # forward done, gradient not yet sent
         self._returning: list[_InFlight] = []  # gradient on its way back
         self.deferred: list[torch.Tensor] | None = None  # slice gradients to apply
+        self.out_degree: torch.Tensor | None = None  # the whole graph's (full-graph form)
 
     def _partials(self, block: dgl.DGLGraph, weights: list[torch.Tensor]):
+        # the full-graph form (every rank at once): blocks hold a share of their sources'
+        # out-edges, so rows are rescaled to the sources' degrees in the whole graph
+        whole = OUT_DEGREE in block.srcdata
         blocks = exchange_blocks(self.server, self.cross, block, self.id_dtype)
-        return [self.adapter.partial(self.conv, weights, b,
-                                     rows_at(self.feat, b.srcdata[dgl.NID])) for b in blocks]
+        return [self.adapter.partial(self.conv, weights, b, self._rows(b, whole))
+                for b in blocks]
+
+    def _rows(self, block: dgl.DGLGraph, whole: bool) -> torch.Tensor:
+        ids = block.srcdata[dgl.NID]
+        rows = rows_at(self.feat, ids)
+        if whole:
+            scale = self.adapter.degree_source_scale(self.conv, block,
+                                                     self.out_degree.index_select(0, ids))
+            rows = rows if scale is None else rows * scale
+        return rows
 
     def forward(self, block: dgl.DGLGraph, x=None) -> torch.Tensor:
         if isinstance(x, torch.Tensor):

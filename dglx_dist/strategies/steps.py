@@ -18,7 +18,12 @@ import dgl
 import torch
 
 __all__ = ["Blocks", "StepState", "Step", "LoaderSpec", "LoaderPlan", "equal_step_sizes",
-           "sampled_plan", "sampled_epoch"]
+           "sampled_plan", "sampled_epoch", "OUT_DEGREE"]
+
+OUT_DEGREE = "_dglx_out_degree"
+"""``block.srcdata`` key of the sources' out-degrees in the whole graph, on blocks that hold
+only a share of their sources' out-edges (the full-graph form over a rank's nodes): a conv
+that normalises by source degrees is given rows rescaled to them."""
 
 
 @dataclasses.dataclass(frozen=True)

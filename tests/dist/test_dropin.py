@@ -373,3 +373,37 @@ def test_rows_written_in_a_loader_loop_are_read_everywhere_after_it(tmp_path, ca
     res = run_workers(_written_in_a_loop, 2, tmp_path / "run", cache)
     want = (torch.arange(_graph().num_nodes()) + 1).float().tolist()
     assert res[0] == want and res[1] == want
+
+
+def _full_graph_form(session, name, cache):
+    """``model(g, features)`` as a full-graph GCN script writes it: this rank's nodes' logits."""
+    dataset = CoraGraphDataset()
+    g = dglx_dist.distribute(dataset[0], STRATEGIES.build(name, **STRATEGIES.get(name)
+                                                          .exact_options(2)),
+                             cache_dir=cache, session=session)
+    model = dglx_dist.parallelize(seeded_model(lambda: GCN(g.ndata["feat"].shape[1], 8,
+                                                           dataset.num_classes, 2,
+                                                           dropout=0.0)), g)
+    model.eval()
+    with torch.no_grad():
+        logits = model(g, g.ndata["feat"])
+    return {"nodes": g.local_nodes().tolist(), "logits": logits.tolist()}
+
+
+@pytest.mark.parametrize("name", STRATEGIES.names())
+def test_full_graph_form_matches_single_process_dgl(tmp_path, cache, name):
+    """GraphConv normalises by its sources' out-degrees in the whole graph, although a rank's
+    blocks hold only its own nodes' in-edges (4 ranks, 2 virtual servers)."""
+    res = run_workers(_full_graph_form, 4, tmp_path / "run", name, cache,
+                      env={"DGLX_VIRTUAL_SERVERS": "2"})
+    graph = _graph()
+    model = seeded_model(lambda: GCN(graph.ndata["feat"].shape[1], 8, 7, 2, dropout=0.0))
+    with torch.no_grad():
+        want = model([graph, graph], graph.ndata["feat"])
+    seen = []
+    for r in range(4):
+        nodes = torch.tensor(res[r]["nodes"])
+        seen += res[r]["nodes"]
+        np.testing.assert_allclose(res[r]["logits"], want[nodes].numpy(), rtol=1e-4, atol=1e-5,
+                                   err_msg=f"{name} rank {r}")
+    assert sorted(seen) == list(range(graph.num_nodes()))
