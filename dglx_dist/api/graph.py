@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from dglx_dist.api.agree import differing_ranks
+from dglx_dist.api.edata import PREFIX as EDGE_PREFIX, EdgeData
 from dglx_dist.api.ndata import MASKS, NodeData, NodeDataView
 from dglx_dist.data.convert import from_dgl
 from dglx_dist.data.format import write_dataset
@@ -93,8 +94,9 @@ def _part_of(session: Session, pdir: PartitionDir) -> int:
 
 def node_data_store(session: Session, pdir: PartitionDir) -> DistKVStore:
     """A KVStore with the node data by rows: "feat" (when the partitions store rows), "label"
-    and the masks (collective). It serves rows to one rank at a time, so that ``g.ndata``
-    reads and writes need no other rank to take part."""
+    and the masks, and the edge data by edges (collective). It serves rows to one rank at a
+    time, so that ``g.ndata`` / ``g.edata`` reads and writes need no other rank to take
+    part."""
     part_id = _part_of(session, pdir)
     part = pdir.load_part(part_id)
     store, policy = DistKVStore(session, serve=True), RowPolicy(pdir.book)
@@ -107,6 +109,9 @@ def node_data_store(session: Session, pdir: PartitionDir) -> DistKVStore:
     for name, split in MASKS.items():
         mask = torch.from_numpy(getattr(part, split).astype("uint8"))
         store.init_data(name, policy, {part_id: mask})
+    edge_policy = RowPolicy(pdir.edge_book())
+    for name, values in pdir.load_edge_data(part_id).items():
+        store.init_data(EDGE_PREFIX + name, edge_policy, {part_id: torch.from_numpy(values)})
     return store
 
 
@@ -140,6 +145,7 @@ class DistGraph:
         self._names = itertools.count()
         self._sampler: PartitionSampler | None = None
         self.ndata = NodeData(self)
+        self.edata = EdgeData(self)
         _CURRENT.set(self)
 
     def new_name(self, prefix: str) -> str:
@@ -224,10 +230,11 @@ class DistGraph:
 
 
 def fingerprint(g) -> str:
-    """A digest of a DGLGraph's structure and node data (what its partitions depend on)."""
+    """A digest of a DGLGraph's structure, node and edge data (what its partitions hold)."""
     h = hashlib.sha256()
     src, dst = g.edges()
-    parts = [("src", src), ("dst", dst)] + sorted(g.ndata.items())
+    parts = [("src", src), ("dst", dst)] + sorted(g.ndata.items()) + \
+        [(f"edge:{name}", t) for name, t in sorted(g.edata.items())]
     for name, t in parts:
         array = np.ascontiguousarray(t.detach().cpu().numpy())
         h.update(f"{name}:{array.dtype}:{array.shape}".encode())
@@ -265,9 +272,6 @@ def distribute(g, strategy: str | Strategy = "distdgl", *,
     if isinstance(g, (str, os.PathLike, PartitionDir)):
         return DistGraph(g, strategy, session=session, **options)
     built = _build(strategy, options)
-    if g.edata.keys():
-        log.warning("distribute: edge data %s is not carried into the partitions yet (node "
-                    "classification uses node data only)", sorted(g.edata.keys()))
     key = fingerprint(g)
     _same_everywhere(session, key)
     data = Path(cache_dir) / f"graph-{key}"

@@ -9,20 +9,23 @@ import torch
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
 
-__all__ = ["NodeData", "NodeDataView", "as_node_ids", "MASKS"]
+__all__ = ["DataViews", "NodeData", "NodeDataView", "as_node_ids", "MASKS", "EDGE_PREFIX"]
 
 MASKS = {"train_mask": "train", "val_mask": "val", "test_mask": "test"}
+EDGE_PREFIX = "edata/"  # the store's names of edge data (g.edata), not node data
 
 
-class NodeData:
-    """``g.ndata``: a view per node-data name."""
+class DataViews:
+    """A read-only mapping of names to views (``g.ndata``, ``g.edata``): subclasses say which
+    names there are and how to view one."""
 
-    def __init__(self, graph: DistGraph):
-        self._g = graph
+    kind = ""  # "node" or "edge", for messages
 
     def keys(self) -> list[str]:
-        names = list(self._g.store.names())
-        return names if "feat" in names else ["feat", *names]
+        raise NotImplementedError
+
+    def view(self, name: str) -> Any:
+        raise NotImplementedError
 
     def __contains__(self, name: object) -> bool:
         return name in self.keys()
@@ -33,14 +36,30 @@ class NodeData:
     def __len__(self) -> int:
         return len(self.keys())
 
-    def __getitem__(self, name: str) -> "NodeDataView":
+    def __getitem__(self, name: str) -> Any:
         if name not in self.keys():
-            raise KeyError(f"g.ndata[{name!r}]: no such node data; this graph has "
-                           f"{self.keys()}")
-        return NodeDataView(self._g, name)
+            raise KeyError(f"g.{self.kind[0]}data[{name!r}]: no such {self.kind} data; this "
+                           f"graph has {self.keys()}")
+        return self.view(name)
 
     def __repr__(self) -> str:
-        return f"NodeData({self.keys()})"
+        return f"{type(self).__name__}({self.keys()})"
+
+
+class NodeData(DataViews):
+    """``g.ndata``: a view per node-data name."""
+
+    kind = "node"
+
+    def __init__(self, graph: DistGraph):
+        self._g = graph
+
+    def keys(self) -> list[str]:
+        names = [n for n in self._g.store.names() if not n.startswith(EDGE_PREFIX)]
+        return names if "feat" in names else ["feat", *names]
+
+    def view(self, name: str) -> "NodeDataView":
+        return NodeDataView(self._g, name)
 
 
 class NodeDataView:
@@ -111,8 +130,9 @@ class NodeDataView:
         return f"NodeDataView({self.name!r}, shape={tuple(self.shape)})"
 
 
-def as_node_ids(key, num_nodes: int, what: str) -> torch.Tensor:
-    """Node ids from a boolean mask over every node or from integer ids (1-D, in range).
+def as_node_ids(key, num_nodes: int, what: str, kind: str = "node") -> torch.Tensor:
+    """Node ids from a boolean mask over every node or from integer ids (1-D, in range);
+    ``kind="edge"`` says edges in the messages (the same rules for edge ids).
 
     Raises:
         IndexError: anything else, naming ``what`` and what was expected.
@@ -121,7 +141,7 @@ def as_node_ids(key, num_nodes: int, what: str) -> torch.Tensor:
     ids = key.full() if isinstance(key, NodeDataView) else torch.as_tensor(key)
     if ids.dtype == torch.bool:
         if ids.shape != (num_nodes,):
-            raise IndexError(f"{what}: a boolean mask needs one entry per node ({num_nodes}); "
+            raise IndexError(f"{what}: a boolean mask needs one entry per {kind} ({num_nodes}); "
                              f"got shape {tuple(ids.shape)}")
         return torch.nonzero(ids).squeeze(1)
     if ids.is_floating_point() or ids.dim() > 1:
@@ -130,7 +150,7 @@ def as_node_ids(key, num_nodes: int, what: str) -> torch.Tensor:
     ids = ids.reshape(-1).long()
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_nodes):
         bad = ids[(ids < 0) | (ids >= num_nodes)][:5].tolist()
-        raise IndexError(f"{what}: ids {bad} out of range; the graph has nodes "
+        raise IndexError(f"{what}: ids {bad} out of range; the graph has {kind}s "
                          f"0..{num_nodes - 1}")
     return ids
 

@@ -61,7 +61,8 @@ def _type_ok(t: pa.DataType, kind: str) -> bool:
 
 
 def read_checked(file: Path, fields: dict[str, str], rows: int | None,
-                 error_cls: type[Exception], read: tuple[str, ...] | None = None) -> pa.Table:
+                 error_cls: type[Exception], read: tuple[str, ...] | None = None,
+                 all_columns: bool = False) -> pa.Table:
     """Reads a Parquet file's columns after checking ``fields`` exist with the right kind.
 
     Args:
@@ -71,6 +72,7 @@ def read_checked(file: Path, fields: dict[str, str], rows: int | None,
         error_cls: exception class raised on any problem.
         read: the columns to read (default: all of ``fields``); checked-only columns are
             left for a streaming reader such as :func:`read_feat`.
+        all_columns: read every column of the file, ``fields`` and the others (edge data).
     """
     if not file.is_file():
         raise error_cls(f"{file}: missing")
@@ -87,7 +89,7 @@ def read_checked(file: Path, fields: dict[str, str], rows: int | None,
     if rows is not None and pf.metadata.num_rows != rows:
         raise error_cls(f"{file}: {pf.metadata.num_rows} rows; expected {rows}")
     try:
-        return pf.read(columns=list(fields if read is None else read))
+        return pf.read(columns=None if all_columns else list(fields if read is None else read))
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise error_cls(f"{file}: could not be read ({exc})") from None
 

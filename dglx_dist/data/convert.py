@@ -1,7 +1,8 @@
 """Conversion between :class:`GraphDataset` and a DGLGraph.
 
 The DGLGraph carries ndata ``feat``, ``label``, ``train_mask``, ``val_mask`` and ``test_mask``, the
-names DGL's own node-classification datasets use.
+names DGL's own node-classification datasets use, and its edge data as the dataset's ``edata``
+(numeric tensors of one value or one vector per edge).
 """
 from __future__ import annotations
 
@@ -27,7 +28,23 @@ def to_dgl(ds: GraphDataset):
     g.ndata["label"] = torch.from_numpy(ds.label)
     for ours, theirs in _MASK_KEYS.items():
         g.ndata[theirs] = torch.from_numpy(getattr(ds, ours))
+    for name, values in ds.edata.items():
+        g.edata[name] = torch.from_numpy(values)
     return g
+
+
+def _edge_data(g) -> dict:
+    """``g.edata`` as numpy arrays of one value or one vector per edge."""
+    out = {}
+    for name, t in g.edata.items():
+        if name in ("src", "dst", "eid") or t.dim() not in (1, 2) or t.is_complex():
+            raise DatasetFormatError(f"from_dgl: g.edata[{name!r}] has shape {tuple(t.shape)} "
+                                     f"and dtype {t.dtype}; expected one number or one vector "
+                                     f"per edge, under a name other than src, dst and eid")
+        if t.dtype == torch.bfloat16:
+            t = t.float()
+        out[name] = np.ascontiguousarray(t.detach().cpu().numpy())
+    return out
 
 
 def from_dgl(g, num_classes: int | None = None, **extra: Any) -> GraphDataset:
@@ -55,4 +72,4 @@ def from_dgl(g, num_classes: int | None = None, **extra: Any) -> GraphDataset:
     src, dst = (t.cpu().to(torch.int64).numpy() for t in g.edges())
     n_cls = int(label.max()) + 1 if num_classes is None and label.size else int(num_classes or 1)
     return GraphDataset(src, dst, np.ascontiguousarray(feat), label, masks["train"],
-                        masks["val"], masks["test"], n_cls, dict(extra))
+                        masks["val"], masks["test"], n_cls, dict(extra), _edge_data(g))

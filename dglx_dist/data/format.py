@@ -3,7 +3,8 @@
 A dataset directory holds three files::
 
     edges.parquet   src int64, dst int64           one row per directed edge (undirected graphs
-                                                    list both directions)
+                                                    list both directions); any other column
+                                                    is edge data (:mod:`~dglx_dist.data.edge_data`)
     nodes.parquet   label int64, train bool, val bool, test bool,
                     feat fixed_size_list<float32>[F]   one row per node, row i is node i
     meta.json       num_nodes, num_edges, feat_dim, num_classes (+ free-form provenance)
@@ -28,6 +29,7 @@ import pyarrow.parquet as pq
 from dglx_dist.data.atomic import atomic_directory
 from dglx_dist.data.checked import (WRITE_OPTIONS, check_finite, check_range, column_numpy,
                                    read_checked, read_feat, read_json_object)
+from dglx_dist.data.edge_data import edge_data_arrays, edge_data_columns, to_arrow
 from dglx_dist.errors import DatasetFormatError
 
 __all__ = ["GraphDataset", "DatasetMeta", "read_dataset", "read_meta", "write_dataset",
@@ -57,7 +59,8 @@ class DatasetMeta:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class GraphDataset:
-    """A node-classification graph held in numpy arrays (node i is row i)."""
+    """A node-classification graph held in numpy arrays (node i is row i; ``edata`` holds
+    edge data by name, row j for edge j)."""
 
     src: np.ndarray
     dst: np.ndarray
@@ -68,6 +71,7 @@ class GraphDataset:
     test: np.ndarray
     num_classes: int
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    edata: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
     @property
     def num_nodes(self) -> int:
@@ -104,11 +108,15 @@ def node_batch(label: np.ndarray, train: np.ndarray, val: np.ndarray, test: np.n
         schema=node_schema(feat.shape[1]))
 
 
-def edge_batch(src: np.ndarray, dst: np.ndarray) -> pa.RecordBatch:
-    """A record batch of edges.parquet rows."""
-    return pa.RecordBatch.from_arrays(
-        [pa.array(np.asarray(src, np.int64)), pa.array(np.asarray(dst, np.int64))],
-        schema=EDGE_SCHEMA)
+def edge_batch(src: np.ndarray, dst: np.ndarray,
+               edata: dict[str, np.ndarray] | None = None) -> pa.RecordBatch:
+    """A record batch of edges.parquet rows (``edata``: extra columns, one row per edge)."""
+    edata = edata or {}
+    arrays = [pa.array(np.asarray(src, np.int64)), pa.array(np.asarray(dst, np.int64))]
+    if not edata:
+        return pa.RecordBatch.from_arrays(arrays, schema=EDGE_SCHEMA)
+    return pa.RecordBatch.from_arrays(arrays + [to_arrow(a) for a in edata.values()],
+                                      names=["src", "dst", *edata])
 
 
 def read_meta(path: str | os.PathLike) -> DatasetMeta:
@@ -145,7 +153,9 @@ def read_dataset(path: str | os.PathLike, nonfinite: str = "reject") -> GraphDat
     meta = read_meta(path)
     err = DatasetFormatError
     ef, nf = path / EDGES_FILE, path / NODES_FILE
-    edges = read_checked(ef, {"src": "integer", "dst": "integer"}, meta.num_edges, err)
+    edges = read_checked(ef, {"src": "integer", "dst": "integer"}, meta.num_edges, err,
+                         all_columns=True)
+    edata = edge_data_arrays(edges, edge_data_columns(edges.schema, ef, err), ef, err)
     nodes = read_checked(nf, {"label": "integer", "train": "bool", "val": "bool",
                               "test": "bool", "feat": "float list"}, meta.num_nodes, err,
                          read=("label", "train", "val", "test"))
@@ -157,15 +167,18 @@ def read_dataset(path: str | os.PathLike, nonfinite: str = "reject") -> GraphDat
     masks = {m: column_numpy(nodes, m, nf, err) for m in _MASKS}
     feat = read_feat(nf, meta.num_nodes, meta.feat_dim, err)
     check_finite(feat, nf, nonfinite, err)
+    for name, values in edata.items():
+        if values.dtype.kind == "f":
+            check_finite(values.reshape(values.shape[0], -1), ef, nonfinite, err, field=name)
     return GraphDataset(src, dst, feat, label, masks["train"], masks["val"], masks["test"],
-                        meta.num_classes, meta.extra)
+                        meta.num_classes, meta.extra, edata)
 
 
 def write_dataset(ds: GraphDataset, path: str | os.PathLike, overwrite: bool = False,
                   rows_per_group: int = 65536) -> Path:
     """Writes ``ds`` as a dataset directory, atomically (temp dir + rename)."""
     with atomic_directory(path, overwrite) as tmp:
-        pq.write_table(pa.Table.from_batches([edge_batch(ds.src, ds.dst)]), tmp / EDGES_FILE,
+        pq.write_table(pa.Table.from_batches([edge_batch(ds.src, ds.dst, ds.edata)]), tmp / EDGES_FILE,
                        **WRITE_OPTIONS)
         with pq.ParquetWriter(tmp / NODES_FILE, node_schema(ds.feat_dim),
                               **WRITE_OPTIONS) as writer:

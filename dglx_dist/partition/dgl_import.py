@@ -17,8 +17,10 @@ A DistDGL user's partitions (``graph_name.json`` plus ``part{i}/graph.dgl``, ``n
   here. Without it, the original ids are DGL's new ids, and the manifest's ``dataset``
   provenance says so.
 
-Our format has no place for edge data and for node data other than the five above: their names
-are recorded under ``not_imported`` in the provenance and logged, and nothing is refused.
+Edge data (``edge_feat.dgl``) and node data other than the five above are not imported (our
+format holds edge data, but this importer does not yet map DGL's edge rows onto the edges it
+keeps): their names are recorded under ``not_imported`` in the provenance and logged, and
+nothing is refused.
 
 **Nothing is unpickled.** ``graph.dgl`` is read with ``dgl.load_graphs`` and the feature files
 with ``dgl.data.utils.load_tensors``; both are DGL's own binary format. In DGL's source,
@@ -383,6 +385,5 @@ def import_dgl_partitions(json_path: str | os.PathLike, out_dir: str | os.PathLi
              cfg.path, out, importer.edge_cut, cfg.num_edges)
     for kind, names in prov["not_imported"].items():
         if names:
-            log.warning("not imported (the dglx format has no place for them): %s %s", kind,
-                        names)
+            log.warning("not imported from the DGL partitions: %s %s", kind, names)
     return out

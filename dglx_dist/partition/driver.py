@@ -16,6 +16,7 @@ import numpy as np
 import psutil
 from tqdm.auto import tqdm
 
+from dglx_dist.data.edge_data import edge_data_spec
 from dglx_dist.data.format import GraphDataset, read_dataset, read_meta
 from dglx_dist.errors import InsufficientMemoryError, PartitionError
 from dglx_dist.measure import PeakRSS
@@ -111,4 +112,5 @@ def _header(partitioner: Partitioner, method: str, ds: GraphDataset,
         "relabeled": plan.orig_ids is not None, "node_book": plan.book.to_json(),
         "feature_layout": "rows" if plan.feature_slices is None else "columns",
         "feature_slices": slices.to_json(), "dataset": ds.extra,
+        **({"edge_data": edge_data_spec(ds.edata)} if ds.edata else {}),
     }

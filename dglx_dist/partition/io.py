@@ -8,7 +8,8 @@ Layout (format ``dglx-partition``, version 1)::
                                                                       row i = local id i)
     OUT/part-00000/halo.parquet     HALO nodes: gid, orig_id int64  (row i = local id num_core+i)
     OUT/part-00000/edges.parquet    src, dst int64 local ids; eid int64 (row in the dataset's
-                                    edges.parquet)
+                                    edges.parquet); the dataset's edge data columns, if any
+                                    (:mod:`~dglx_dist.data.edge_data`)
     OUT/part-00000/feat.parquet     feat fixed_size_list<float32>[W]: core rows when
                                     feature_layout is "rows" (W = feat_dim); every node's column
                                     slice in global-id order when it is "columns"
@@ -17,7 +18,8 @@ Manifest fields: ``format``, ``version``, ``partitioner`` {name, options}, ``num
 ``num_nodes``, ``num_edges``, ``feat_dim``, ``num_classes``, ``relabeled`` (global ids differ
 from the dataset's), ``node_book`` (``{"kind": "range", "offsets": [...]}`` or
 ``{"kind": "hash", "seed": s, ...}``), ``feature_layout``, ``feature_slices`` (column bounds, one
-slice per part), ``dataset`` (the dataset's provenance) and ``parts``: per part its ``dir``,
+slice per part), ``dataset`` (the dataset's provenance), ``edge_data`` (optional: name ->
+``{"dtype", "shape"}`` of one edge's row) and ``parts``: per part its ``dir``,
 ``num_core``, ``num_halo``, ``num_edges`` and ``files`` {name: {bytes, sha256}}.
 
 The whole directory is built under a temporary name and renamed into place when complete, so an
@@ -37,6 +39,7 @@ import pyarrow.parquet as pq
 
 from dglx_dist.data.atomic import atomic_directory, sha256_file
 from dglx_dist.data.checked import WRITE_OPTIONS, read_json_object
+from dglx_dist.data.edge_data import to_arrow
 from dglx_dist.errors import PartitionFormatError
 from dglx_dist.partition.layout import Partition
 
@@ -58,7 +61,8 @@ def _write_part(pc: Partition, folder: Path) -> dict[str, Any]:
                                    "label": pc.label, "train": pc.train, "val": pc.val,
                                    "test": pc.test}),
         "halo.parquet": pa.table({"gid": pc.halo_gid, "orig_id": pc.halo_orig}),
-        "edges.parquet": pa.table({"src": pc.src, "dst": pc.dst, "eid": pc.eid}),
+        "edges.parquet": pa.table({"src": pc.src, "dst": pc.dst, "eid": pc.eid,
+                                   **{n: to_arrow(a) for n, a in pc.edata.items()}}),
     }
     for name, table in tables.items():
         pq.write_table(table, folder / name, **WRITE_OPTIONS)

@@ -35,6 +35,8 @@ class Partition:
         feat: core rows (row layout) or every node's columns ``feat_cols`` in global-id order
             (column layout).
         feat_cols: the half-open column range stored in ``feat``.
+        edata: edge data by name, row j for the part's edge j (empty when the dataset has
+            none, and when a part is loaded: :meth:`PartitionDir.load_edge_data` reads it).
     """
 
     part: int
@@ -51,6 +53,7 @@ class Partition:
     test: np.ndarray
     feat: np.ndarray
     feat_cols: tuple[int, int]
+    edata: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
     @property
     def num_core(self) -> int:
@@ -175,4 +178,5 @@ class Layout:
             part=p, core_gid=core, core_orig=core_orig, halo_gid=halo, halo_orig=self.orig(halo),
             src=local_src, dst=self.local[dst], eid=idx.astype(np.int64),
             label=ds.label[core_orig], train=ds.train[core_orig], val=ds.val[core_orig],
-            test=ds.test[core_orig], feat=feat, feat_cols=cols)
+            test=ds.test[core_orig], feat=feat, feat_cols=cols,
+            edata={name: values[idx] for name, values in ds.edata.items()})

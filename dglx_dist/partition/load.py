@@ -3,6 +3,11 @@
 ``PartitionDir(path)`` reads only the manifest. ``load_part(p)`` reads part ``p``'s files (and
 no other part's), checking sizes and SHA-256 checksums against the manifest and every id
 against the part's ranges before returning.
+
+Edge data (the manifest's ``edge_data``) is read apart, by ``load_edge_data(p)``. Its rows are
+sharded like the edges: part ``p`` holds its edges' rows, so an edge's *partitioned id* is
+``edge_offsets[p] + j`` for the part's edge ``j`` (a range book over edges, whatever the
+partitioner); ``edge_part_ids()`` maps the dataset's edge ids to them.
 """
 from __future__ import annotations
 
@@ -14,8 +19,9 @@ import numpy as np
 
 from dglx_dist.data.atomic import sha256_file
 from dglx_dist.data.checked import check_range, column_numpy, read_checked, read_feat
+from dglx_dist.data.edge_data import edge_data_arrays
 from dglx_dist.errors import PartitionFormatError
-from dglx_dist.partition.book import FeatureSlices, NodeBook, book_from_json
+from dglx_dist.partition.book import FeatureSlices, NodeBook, RangeBook, book_from_json
 from dglx_dist.partition.dgl_config import find_dgl_config
 from dglx_dist.partition.io import MANIFEST, read_manifest
 from dglx_dist.partition.layout import Partition
@@ -23,6 +29,18 @@ from dglx_dist.partition.layout import Partition
 __all__ = ["PartitionDir", "Partition"]
 
 _ERR = PartitionFormatError
+
+
+def _edge_data_spec(path: Path, manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The manifest's ``edge_data``, checked ({} when absent)."""
+    spec = manifest.get("edge_data", {})
+    ok = isinstance(spec, dict) and all(
+        isinstance(v, dict) and isinstance(v.get("dtype"), str) and isinstance(v.get("shape"), list)
+        for v in spec.values())
+    if not ok:
+        raise _ERR(f"{path / 'partition.json'}: field 'edge_data' = {spec!r:.80}; expected "
+                   f"{{name: {{\"dtype\": str, \"shape\": [...]}}}}")
+    return spec
 
 
 class PartitionDir:
@@ -53,6 +71,7 @@ class PartitionDir:
             raise _ERR(f"{self.path / 'partition.json'}: feature_layout "
                        f"{m['feature_layout']!r} with slices {m['feature_slices']}; expected "
                        f"'rows' or 'columns' with slices ending at feat_dim = {m['feat_dim']}")
+        self.edge_data: dict[str, dict[str, Any]] = _edge_data_spec(self.path, m)
         self._orig_maps: dict[int, np.ndarray] = {}
         self._verified: set[int] = set()
 
@@ -93,6 +112,48 @@ class PartitionDir:
         for p in np.unique(owner):
             sel = owner == p
             out[sel] = self._orig_map(int(p))[np.asarray(self.book.to_local(ids[sel]))]
+        return out
+
+    @property
+    def edge_offsets(self) -> np.ndarray:
+        """Part ``p`` holds the partitioned edge ids ``[edge_offsets[p], edge_offsets[p+1])``."""
+        sizes = [entry["num_edges"] for entry in self.manifest["parts"]]
+        return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+    def edge_book(self) -> RangeBook:
+        """Where each partitioned edge id's row lives (a range book over the edges)."""
+        return RangeBook(self.edge_offsets)
+
+    def edge_part_ids(self) -> np.ndarray:
+        """The partitioned id of every edge, indexed by the dataset's edge id (reads every
+        part's ``eid`` column: one int64 per edge)."""
+        out = np.full(self.num_edges, -1, dtype=np.int64)
+        for p, lo in enumerate(self.edge_offsets[:-1]):
+            file = self._file(p, "edges.parquet")
+            table = read_checked(file, {"eid": "integer"}, self._entry(p)["num_edges"], _ERR)
+            eid = column_numpy(table, "eid", file, _ERR)
+            check_range(eid, 0, self.num_edges, file, "eid", "edge id", _ERR)
+            out[eid] = lo + np.arange(eid.size, dtype=np.int64)
+        if (out < 0).any():
+            raise _ERR(f"{self.path}: edges {np.flatnonzero(out < 0)[:5].tolist()} are in no "
+                       f"part; every edge must be stored once")
+        return out
+
+    def load_edge_data(self, part: int) -> dict[str, np.ndarray]:
+        """Part ``part``'s edge data (the manifest's ``edge_data``), row j for its edge j."""
+        self._check_part(part)
+        if not self.edge_data:
+            return {}
+        self.verify_part(part)
+        file = self._file(part, "edges.parquet")
+        spec = self.edge_data
+        table = read_checked(file, {}, self._entry(part)["num_edges"], _ERR, read=tuple(spec))
+        out = edge_data_arrays(table, list(spec), file, _ERR)
+        for name, values in out.items():
+            want = (str(values.dtype), list(values.shape[1:]))
+            if want != (spec[name]["dtype"], spec[name]["shape"]):
+                raise _ERR(f"{file}: edge data {name!r} is {want[0]} of row shape {want[1]}; "
+                           f"the manifest says {spec[name]['dtype']} of {spec[name]['shape']}")
         return out
 
     def load_feat(self, part: int, verify: bool = True) -> tuple[np.ndarray, tuple[int, int]]:

@@ -407,3 +407,44 @@ def test_full_graph_form_matches_single_process_dgl(tmp_path, cache, name):
         np.testing.assert_allclose(res[r]["logits"], want[nodes].numpy(), rtol=1e-4, atol=1e-5,
                                    err_msg=f"{name} rank {r}")
     assert sorted(seen) == list(range(graph.num_nodes()))
+
+
+def _graph_with_edge_data():
+    g = _graph()
+    gen = torch.Generator().manual_seed(5)
+    g.edata["w"] = torch.rand(g.num_edges(), generator=gen, dtype=torch.float64)
+    g.edata["pair"] = torch.randint(0, 100, (g.num_edges(), 2), generator=gen)
+    return g
+
+
+def _edge_data(session, name, cache):
+    """Rank 0 alone reads every edge's rows; each rank reads its own ids; rank 1 writes rows
+    every rank reads after a barrier."""
+    g = dglx_dist.distribute(_graph_with_edge_data(), name, cache_dir=cache, session=session)
+    every = torch.arange(g.num_edges())
+    alone = g.edata["w"][every].tolist() if session.rank == 0 else None
+    mine = torch.arange(session.rank, g.num_edges(), 97)
+    pairs = g.edata["pair"][mine.flip(0)].tolist()
+    g.barrier()
+    if session.rank == 1:
+        g.edata["w"][torch.tensor([0, 5, 10])] = torch.tensor([-1.0, -2.0, -3.0])
+    g.barrier()
+    return {"alone": alone, "pairs": pairs, "written": g.edata["w"][torch.tensor([0, 5, 10])]
+            .tolist(), "keys": sorted(g.edata.keys()), "ndata": sorted(g.ndata.keys()),
+            "dtype": str(g.edata["w"].dtype), "shape": list(g.edata["pair"].shape)}
+
+
+@pytest.mark.parametrize("name,ranks", [("distdgl", 4), ("p3", 2)])
+def test_edge_data_is_kept_and_read_by_edge_id(tmp_path, cache, name, ranks):
+    """``g.edata`` of the graph given to distribute, in its own edge ids, whichever rank asks
+    (metis relabels nodes, hash does not; 4 ranks = 2 virtual servers)."""
+    res = run_workers(_edge_data, ranks, tmp_path / "run", name, cache,
+                      env={"DGLX_VIRTUAL_SERVERS": "2"})
+    g = _graph_with_edge_data()
+    assert res[0]["alone"] == g.edata["w"].tolist()
+    for r in range(ranks):
+        assert res[r]["pairs"] == g.edata["pair"][torch.arange(r, g.num_edges(), 97).flip(0)] \
+            .tolist()
+        assert res[r]["written"] == [-1.0, -2.0, -3.0]
+        assert res[r]["keys"] == ["pair", "w"] and "w" not in res[r]["ndata"]
+        assert res[r]["dtype"] == "torch.float64" and res[r]["shape"] == [g.num_edges(), 2]

@@ -118,3 +118,34 @@ def test_nonfinite_features_are_refused_or_warned(tiny, tmp_path, caplog, bad):
     np.testing.assert_array_equal(got.feat, feat)
     with pytest.raises(ValueError, match=r"nonfinite='ignore'; expected one of"):
         read_dataset(out, nonfinite="ignore")
+
+
+def _with_edge_data(ds):
+    rng = np.random.default_rng(3)
+    edata = {"w": rng.random(ds.num_edges).astype(np.float64),
+             "kind": rng.integers(0, 5, (ds.num_edges, 2)),
+             "seen": rng.random(ds.num_edges) < 0.5}
+    return dataclasses.replace(ds, edata=edata)
+
+
+def test_edge_data_survives_the_directory_and_dgl(tiny, tmp_path):
+    ds = _with_edge_data(tiny)
+    write_dataset(ds, tmp_path / "d")
+    back = read_dataset(tmp_path / "d")
+    g = to_dgl(back)
+    for name, values in ds.edata.items():
+        assert back.edata[name].dtype == values.dtype and np.array_equal(back.edata[name], values)
+        assert torch.equal(g.edata[name], torch.from_numpy(values))
+        assert np.array_equal(from_dgl(g).edata[name], values)
+
+
+def test_edge_data_that_is_not_per_edge_numbers_is_named(tiny, tmp_path):
+    g = to_dgl(tiny)
+    g.edata["cube"] = torch.zeros(g.num_edges(), 2, 2)
+    with pytest.raises(DatasetFormatError, match=r"g.edata\['cube'\] has shape"):
+        from_dgl(g)
+    ds = _with_edge_data(tiny)
+    ds.edata["w"][3] = np.nan
+    write_dataset(ds, tmp_path / "d")
+    with pytest.raises(DatasetFormatError, match=r"field 'w' row 3"):
+        read_dataset(tmp_path / "d")

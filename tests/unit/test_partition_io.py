@@ -164,3 +164,32 @@ def test_nonfinite_features_stop_partitioning_unless_warned(tiny, tmp_path):
     assert not (tmp_path / "parts").exists()
     partition_dataset(data, tmp_path / "parts", "hash", 2, nonfinite="warn")
     assert PartitionDir(tmp_path / "parts").num_parts == 2
+
+
+@pytest.mark.parametrize("method", ["metis", "hash", "feature_dim"])
+def test_edge_data_is_stored_with_its_edge(tiny, tmp_path, method):
+    """Every edge's row lands in the part that stores the edge, and the partitioned edge ids
+    lead back to it."""
+    import dataclasses
+
+    rng = np.random.default_rng(0)
+    edata = {"w": rng.random(tiny.num_edges).astype(np.float32),
+             "pair": rng.integers(0, 9, (tiny.num_edges, 2))}
+    partition_dataset(dataclasses.replace(tiny, edata=edata), tmp_path / "p", method, 3)
+    pdir = PartitionDir(tmp_path / "p")
+    assert pdir.edge_data == {"w": {"dtype": "float32", "shape": []},
+                              "pair": {"dtype": "int64", "shape": [2]}}
+    stored = {name: np.concatenate([pdir.load_edge_data(p)[name] for p in range(3)])
+              for name in edata}
+    part_ids = pdir.edge_part_ids()
+    for p in range(3):
+        lo, hi = pdir.edge_offsets[p], pdir.edge_offsets[p + 1]
+        assert np.array_equal(np.sort(part_ids[pdir.load_part(p).eid]), np.arange(lo, hi))
+    for name, values in edata.items():
+        assert np.array_equal(stored[name][part_ids], values)
+
+
+def test_partitions_without_edge_data_have_none(pdir_path):
+    pdir = PartitionDir(pdir_path)
+    assert pdir.edge_data == {} and pdir.load_edge_data(0) == {}
+    assert "edge_data" not in json.loads((pdir_path / pio.MANIFEST).read_text())

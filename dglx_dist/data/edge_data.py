@@ -1,0 +1,73 @@
+"""Edge data as Parquet columns: the convention shared by datasets and partitions.
+
+Every column of an edges file other than the structure (``src``, ``dst``, and ``eid`` in a
+partition) is edge data under its own name, one row per edge in the file's edge order:
+
+* a scalar per edge: any integer, floating or bool column (``w`` float32, ``etype`` int64);
+* a vector per edge: ``fixed_size_list<T>[k]`` with T integer, floating or bool; read as a
+  ``(num_edges, k)`` array.
+
+Nulls are refused. The dtype is kept as written (a float64 weight stays float64), so what a
+script put in ``g.edata`` comes back with the same dtype and shape.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["edge_data_columns", "edge_data_arrays", "edge_data_spec", "to_arrow", "STRUCTURE"]
+
+STRUCTURE = ("src", "dst", "eid")  # edges-file columns that are not edge data
+
+
+def _value_ok(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+
+
+def edge_data_columns(schema: pa.Schema, file: Path, error_cls: type[Exception]) -> list[str]:
+    """The edge-data column names of an edges file, checked for a supported type."""
+    names = [n for n in schema.names if n not in STRUCTURE]
+    for name in names:
+        t = schema.field(name).type
+        if not (_value_ok(t) or (pa.types.is_fixed_size_list(t) and _value_ok(t.value_type))):
+            raise error_cls(f"{file}: edge data field {name!r} has type {t}; expected an "
+                            f"integer, floating or bool column, or a fixed_size_list of one")
+    return names
+
+
+def edge_data_arrays(table: pa.Table, names: list[str], file: Path,
+                     error_cls: type[Exception]) -> dict[str, np.ndarray]:
+    """The edge-data columns ``names`` of ``table`` as numpy arrays (vectors as 2-D)."""
+    out = {}
+    for name in names:
+        col = table.column(name).combine_chunks()
+        if col.null_count or (pa.types.is_fixed_size_list(col.type)
+                               and col.flatten().null_count):
+            raise error_cls(f"{file}: edge data field {name!r} has nulls; expected a value "
+                            f"for every edge")
+        if pa.types.is_fixed_size_list(col.type):
+            flat = col.flatten().to_numpy(zero_copy_only=False)
+            out[name] = flat.reshape(len(col), col.type.list_size).copy()
+        else:
+            out[name] = col.to_numpy(zero_copy_only=False).copy()
+    return out
+
+
+def to_arrow(values: np.ndarray) -> pa.Array:
+    """One edge-data array as an Arrow column (2-D as a fixed-size list, no copy)."""
+    values = np.ascontiguousarray(values)
+    if values.ndim == 1:
+        return pa.array(values)
+    if values.ndim != 2:
+        raise ValueError(f"edge data of shape {values.shape}: expected one value or one "
+                         f"vector per edge")
+    return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), values.shape[1])
+
+
+def edge_data_spec(edata: Mapping[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+    """``{name: {"dtype": ..., "shape": [...]}}`` (the row shape) for a manifest."""
+    return {name: {"dtype": str(a.dtype), "shape": list(a.shape[1:])}
+            for name, a in edata.items()}
