@@ -13,9 +13,12 @@ import hashlib
 import json
 import logging
 import os
+import secrets
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+import torch
 
 from dglx_dist.data.builtin import builtin_names, builtin_path
 from dglx_dist.partition.driver import partition_dataset
@@ -48,25 +51,50 @@ def _key(data: Path, method: str, num_parts: int, options: dict) -> str:
     return f"{data.name}-{method}-{num_parts}-{h.hexdigest()[:12]}"
 
 
+def _attempt(session: Session) -> str:
+    """An id of this call, the same on every rank (rank 0's random number)."""
+    token = torch.tensor([secrets.randbits(62) if session.is_main else 0])
+    return f"{int(session.world.broadcast(token)[0]):016x}"
+
+
+def _failure(failed: Path, attempt: str) -> str | None:
+    """Rank 0's error if ``failed`` records one of this attempt (a marker left by an earlier
+    run, or one being replaced, is not)."""
+    try:
+        text = failed.read_text()
+    except OSError:
+        return None
+    head, _, message = text.partition("\n")
+    return message if head == attempt else None
+
+
 def made_by_rank0(session: Session, out: Path, marker: str, make: Callable[[], Any],
                   what: str, wait_timeout: float = 3600.0) -> Path:
     """``out``, made by rank 0 with ``make()`` unless ``out/marker`` exists already; the other
     ranks wait for that file (a filesystem poll with its own, long timeout: making it may take
-    longer than a collective may wait), and raise rank 0's error if it failed."""
+    longer than a collective may wait), and raise rank 0's error if it failed.
+
+    Rank 0 reports a failure in the sibling file ``NAME.failed``, headed by an id of this
+    attempt that every rank learned first, so a marker an earlier run left is never taken
+    for this run's (whichever rank reads it first)."""
     failed = out.with_name(out.name + ".failed")
+    attempt = _attempt(session)
     if session.is_main and not (out / marker).is_file():
-        failed.unlink(missing_ok=True)
         log.info("%s -> %s", what, out)
         try:
             make()
         except BaseException as exc:
             failed.parent.mkdir(parents=True, exist_ok=True)
-            failed.write_text(f"{type(exc).__name__}: {exc}")
+            tmp = failed.with_name(f"{failed.name}.{attempt}")
+            tmp.write_text(f"{attempt}\n{type(exc).__name__}: {exc}")
+            os.replace(tmp, failed)
             raise
+        failed.unlink(missing_ok=True)  # an earlier run's (no waiter takes it for this one's)
     deadline = time.monotonic() + wait_timeout
     while not (out / marker).is_file():
-        if failed.is_file():
-            raise RuntimeError(f"rank 0 failed ({what}): {failed.read_text()}")
+        error = _failure(failed, attempt)
+        if error is not None:
+            raise RuntimeError(f"rank 0 failed ({what}): {error}")
         if time.monotonic() > deadline:
             raise TimeoutError(f"waited {wait_timeout:.0f}s for rank 0 to write {out}; is the "
                                f"cache directory on a filesystem every node sees?")

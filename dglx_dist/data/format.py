@@ -26,18 +26,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dglx_dist.data.atomic import atomic_directory
+from dglx_dist.data.atomic import DirKind, atomic_directory
 from dglx_dist.data.checked import (WRITE_OPTIONS, check_finite, check_range, column_numpy,
                                    read_checked, read_feat, read_json_object)
 from dglx_dist.data.edge_data import edge_data_arrays, edge_data_columns, to_arrow
 from dglx_dist.errors import DatasetFormatError
 
 __all__ = ["GraphDataset", "DatasetMeta", "read_dataset", "read_meta", "write_dataset",
-           "node_schema", "node_batch", "edge_batch", "EDGE_SCHEMA"]
+           "node_schema", "node_batch", "edge_batch", "EDGE_SCHEMA", "DATASET_DIR"]
 
 EDGES_FILE, NODES_FILE, META_FILE = "edges.parquet", "nodes.parquet", "meta.json"
 EDGE_SCHEMA = pa.schema([("src", pa.int64()), ("dst", pa.int64())])
 _META_INTS = ("num_nodes", "num_edges", "feat_dim", "num_classes")
+DATASET_DIR = DirKind("a dglx dataset directory", META_FILE)  # what overwrite may replace
 _MASKS = ("train", "val", "test")
 
 
@@ -176,8 +177,9 @@ def read_dataset(path: str | os.PathLike, nonfinite: str = "reject") -> GraphDat
 
 def write_dataset(ds: GraphDataset, path: str | os.PathLike, overwrite: bool = False,
                   rows_per_group: int = 65536) -> Path:
-    """Writes ``ds`` as a dataset directory, atomically (temp dir + rename)."""
-    with atomic_directory(path, overwrite) as tmp:
+    """Writes ``ds`` as a dataset directory, atomically (temp dir + rename); ``overwrite``
+    replaces only a dataset directory."""
+    with atomic_directory(path, overwrite, kind=DATASET_DIR) as tmp:
         pq.write_table(pa.Table.from_batches([edge_batch(ds.src, ds.dst, ds.edata)]), tmp / EDGES_FILE,
                        **WRITE_OPTIONS)
         with pq.ParquetWriter(tmp / NODES_FILE, node_schema(ds.feat_dim),

@@ -45,7 +45,7 @@ from tqdm import tqdm
 
 from dglx_dist.data.atomic import atomic_directory
 from dglx_dist.data.checked import WRITE_OPTIONS
-from dglx_dist.data.format import (EDGE_SCHEMA, EDGES_FILE, META_FILE, NODES_FILE,
+from dglx_dist.data.format import (DATASET_DIR, EDGE_SCHEMA, EDGES_FILE, META_FILE, NODES_FILE,
                                    DatasetMeta, GraphDataset, edge_batch, node_batch, node_schema)
 
 __all__ = ["SyntheticConfig", "generate_synthetic", "write_synthetic", "CENTROID_DISTANCE"]
@@ -294,7 +294,8 @@ def write_synthetic(config: SyntheticConfig, out_dir: str | os.PathLike, overwri
     Args:
         config: the generator parameters.
         out_dir: the dataset directory to create.
-        overwrite: replace an existing ``out_dir`` (only once the new one is complete).
+        overwrite: replace an existing ``out_dir`` (only once the new one is complete, and
+            only a dataset directory).
         rows_per_chunk: node rows per generated chunk and Parquet row group.
         progress: show a tqdm progress bar over the node rows.
 
@@ -302,12 +303,13 @@ def write_synthetic(config: SyntheticConfig, out_dir: str | os.PathLike, overwri
         The meta.json contents; ``num_edges`` is the real (even) count written.
 
     Raises:
-        FileExistsError: ``out_dir`` exists and ``overwrite`` is false.
+        FileExistsError: ``out_dir`` exists and ``overwrite`` is false, or it is not a
+            dataset directory.
         ValueError: ``rows_per_chunk`` < 1.
     """
     _check("rows_per_chunk", rows_per_chunk, 1, None, integer=True)
     n = config.num_nodes
-    with atomic_directory(out_dir, overwrite) as tmp:
+    with atomic_directory(out_dir, overwrite, kind=DATASET_DIR) as tmp:
         log.info("synthetic graph: %d nodes, generating ~%d edges", n, config.num_edges)
         nodes = _nodes(config)
         src, dst = _edges(config, nodes.label)

@@ -50,11 +50,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from dglx_dist.data.checked import check_finite, check_range, read_json_object
+from dglx_dist.data.atomic import check_target
+from dglx_dist.data.checked import check_finite, check_range
 from dglx_dist.errors import PartitionError, PartitionFormatError
 from dglx_dist.partition.book import RangeBook
 from dglx_dist.partition.dgl_config import DglConfig, read_dgl_config
-from dglx_dist.partition.io import FORMAT, MANIFEST, write_partitions
+from dglx_dist.partition.io import PARTITION_DIR, write_partitions
 from dglx_dist.partition.layout import Partition
 
 __all__ = ["import_dgl_partitions", "NodeDataKeys", "load_id_map"]
@@ -131,23 +132,6 @@ def _keys(keys: NodeDataKeys | dict[str, str] | None) -> NodeDataKeys:
     return NodeDataKeys(**keys)
 
 
-def _check_out(out: Path, cfg: DglConfig, overwrite: bool) -> None:
-    """Refuses an output that holds the DGL input or is not ours to replace."""
-    target, source = out.resolve(), cfg.path.parent
-    if target == source or target in source.parents:
-        raise PartitionError(f"output directory {out} holds the DGL partitions being imported "
-                             f"({cfg.path}); choose another directory")
-    if not out.exists():
-        return
-    if not overwrite:
-        raise PartitionError(f"output directory {out} already exists; pass overwrite "
-                             f"(--overwrite) to replace it or choose another")
-    manifest = out / MANIFEST
-    fmt = read_json_object(manifest, _ERR).get("format") if manifest.is_file() else None
-    if fmt != FORMAT:
-        raise PartitionError(f"output directory {out} exists and is not a dglx partition "
-                             f"directory (no {MANIFEST} of format {FORMAT!r}); refusing to "
-                             f"replace it")
 
 
 def _load_graph(file: Path):
@@ -368,7 +352,7 @@ def import_dgl_partitions(json_path: str | os.PathLike, out_dir: str | os.PathLi
     """
     cfg = read_dgl_config(json_path)
     out = Path(out_dir)
-    _check_out(out, cfg, overwrite)
+    check_target(out, overwrite, PARTITION_DIR, (cfg.path.parent,), PartitionError)
     keys = _keys(keys)
     importer = _Importer(cfg, keys, load_id_map(orig_nids, cfg.num_nodes, "orig_nids"),
                          load_id_map(orig_eids, cfg.num_edges, "orig_eids"), nonfinite)
@@ -379,7 +363,8 @@ def import_dgl_partitions(json_path: str | os.PathLike, out_dir: str | os.PathLi
                 yield importer.part(p)
                 bar.update()
 
-        write_partitions(out, lambda: importer.header(num_classes), parts(), overwrite=overwrite)
+        write_partitions(out, lambda: importer.header(num_classes), parts(), overwrite=overwrite,
+                         inputs=(cfg.path.parent,))
     prov = importer.provenance()
     log.info("imported %d DGL parts of %s into %s (edge cut %d of %d edges)", cfg.num_parts,
              cfg.path, out, importer.edge_cut, cfg.num_edges)

@@ -9,20 +9,20 @@ from __future__ import annotations
 import logging
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psutil
 from tqdm.auto import tqdm
 
+from dglx_dist.data.atomic import check_target
 from dglx_dist.data.edge_data import edge_data_spec
 from dglx_dist.data.format import GraphDataset, read_dataset, read_meta
 from dglx_dist.errors import InsufficientMemoryError, PartitionError
 from dglx_dist.measure import PeakRSS
 from dglx_dist.partition.base import PARTITIONERS, Partitioner, PartitionPlan
 from dglx_dist.partition.book import FeatureSlices
-from dglx_dist.partition.io import write_partitions
+from dglx_dist.partition.io import PARTITION_DIR, write_partitions
 from dglx_dist.partition.layout import Layout, Partition
 from dglx_dist.partition.quality import QualityReport
 
@@ -60,7 +60,8 @@ def partition_dataset(data: str | os.PathLike | GraphDataset, out: str | os.Path
         method: a registered partitioner name (``dglx_dist.partition.PARTITIONERS.names()``).
         num_parts: number of parts.
         options: the partitioner's options (strings are coerced to the option's type).
-        overwrite: replace ``out`` if it exists (only once the new one is complete).
+        overwrite: replace ``out`` if it exists (only once the new one is complete, and only
+            a partition directory that does not hold ``data``).
         progress: show a tqdm progress bar.
         memory_limit: bytes allowed for the estimated peak; default the available memory.
         nonfinite: NaN / Inf features in a dataset directory: "reject" (an error) or "warn".
@@ -71,9 +72,8 @@ def partition_dataset(data: str | os.PathLike | GraphDataset, out: str | os.Path
     partitioner = PARTITIONERS.build(method, **(options or {}))
     meta = data.meta if isinstance(data, GraphDataset) else read_meta(data)
     partitioner.validate(meta, num_parts)
-    if Path(out).exists() and not overwrite:
-        raise PartitionError(f"output directory {out} already exists; pass overwrite "
-                             f"(--overwrite) to replace it or choose another")
+    inputs = () if isinstance(data, GraphDataset) else (data,)
+    check_target(out, overwrite, PARTITION_DIR, inputs, PartitionError)
     estimate = partitioner.estimate_peak_bytes(meta, num_parts)
     check_memory(estimate, memory_limit)
     bar = tqdm(total=num_parts + 2, desc=f"{method} x{num_parts}", disable=not progress,
@@ -94,7 +94,7 @@ def partition_dataset(data: str | os.PathLike | GraphDataset, out: str | os.Path
             bar.update()
 
         write_partitions(out, _header(partitioner, method, ds, plan), layout.parts(),
-                         overwrite=overwrite, on_part=on_part)
+                         overwrite=overwrite, on_part=on_part, inputs=inputs)
         report = QualityReport.from_layout(method, layout, halos)
     report = report.with_cost(rss.seconds, plan_seconds, rss.peak, estimate)
     log.info("partitioned %s into %d parts with %s in %.2fs (edge cut %.2f%%)", out, num_parts,

@@ -37,16 +37,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dglx_dist.data.atomic import atomic_directory, sha256_file
+from dglx_dist.data.atomic import DirKind, atomic_directory, sha256_file
 from dglx_dist.data.checked import WRITE_OPTIONS, read_json_object
 from dglx_dist.data.edge_data import to_arrow
 from dglx_dist.errors import PartitionFormatError
 from dglx_dist.partition.layout import Partition
 
 __all__ = ["write_partitions", "read_manifest", "MANIFEST", "FORMAT", "VERSION", "PART_FILES",
-           "part_dir_name"]
+           "PARTITION_DIR", "part_dir_name"]
 
 MANIFEST, FORMAT, VERSION = "partition.json", "dglx-partition", 1
+PARTITION_DIR = DirKind("a dglx partition directory", MANIFEST, FORMAT)  # what overwrite replaces
 PART_FILES = ("nodes.parquet", "halo.parquet", "edges.parquet", "feat.parquet")
 
 
@@ -78,8 +79,8 @@ def _write_part(pc: Partition, folder: Path) -> dict[str, Any]:
 
 def write_partitions(out: str | os.PathLike,
                      header: dict[str, Any] | Callable[[], dict[str, Any]], parts,
-                     overwrite: bool = False, on_part: Callable[[Partition], None] | None = None
-                     ) -> Path:
+                     overwrite: bool = False, on_part: Callable[[Partition], None] | None = None,
+                     inputs: tuple = ()) -> Path:
     """Writes every part from the iterable ``parts`` and then the manifest, atomically.
 
     Args:
@@ -88,10 +89,13 @@ def write_partitions(out: str | os.PathLike,
             callable returning them once every part is written (for fields known only then,
             such as the ``num_classes`` of an import).
         parts: iterable of :class:`Partition`, consumed one at a time.
-        overwrite: replace an existing ``out`` once the new one is complete.
+        overwrite: replace an existing ``out`` once the new one is complete (only a partition
+            directory).
         on_part: called after each part is written (progress, statistics).
+        inputs: what the parts are made from; ``out`` may not hold any of it.
     """
-    with atomic_directory(out, overwrite, error_cls=FileExistsError) as tmp:
+    with atomic_directory(out, overwrite, error_cls=FileExistsError, kind=PARTITION_DIR,
+                          inputs=inputs) as tmp:
         entries = []
         for pc in parts:
             entries.append(_write_part(pc, tmp / part_dir_name(pc.part)))

@@ -62,3 +62,37 @@ def test_survivors_name_the_dead_rank(name, tmp_path):
     while _token_processes(token) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _token_processes(token) == []
+
+
+def _made_with_a_stale_marker(session, tmp, fail):
+    """Rank 0 makes a directory slowly (or fails) while an earlier run's ``.failed`` marker
+    sits beside it; every rank reports what it got."""
+    from pathlib import Path
+
+    from dglx_dist.prepare import made_by_rank0
+
+    out = Path(tmp) / "made"
+
+    def make():
+        time.sleep(1.0)  # the other rank polls meanwhile, with the old marker in place
+        if fail:
+            raise ValueError("this run's own failure")
+        out.mkdir()
+        (out / "done").write_text("x")
+
+    try:
+        made_by_rank0(session, out, "done", make, "making it", wait_timeout=30)
+    except (RuntimeError, ValueError) as exc:
+        return str(exc)
+    return "ok"
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_an_earlier_runs_failure_marker_is_not_this_runs(tmp_path, fail):
+    (tmp_path / "made.failed").write_text("OSError: [Errno 28] No space left on device")
+    res = run_workers(_made_with_a_stale_marker, 2, tmp_path / "run", str(tmp_path), fail)
+    if fail:
+        assert res[0] == "this run's own failure"
+        assert "this run's own failure" in res[1] and "No space" not in res[1], res
+    else:
+        assert res == {0: "ok", 1: "ok"} and not (tmp_path / "made.failed").exists()

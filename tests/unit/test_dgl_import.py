@@ -178,7 +178,7 @@ def test_bad_arguments_are_refused(dgl_parts, tmp_path, kwargs, error, message):
 
 def test_output_directory_is_checked_before_anything_is_replaced(dgl_parts, tmp_path):
     js = dgl_parts["metis2"][0]
-    with pytest.raises(PartitionError, match="holds the DGL partitions being imported"):
+    with pytest.raises(PartitionError, match="would hold the input"):
         import_dgl_partitions(js, js.parent, overwrite=True)
     assert (js.parent / "part0" / "graph.dgl").is_file()
     other = tmp_path / "mine"

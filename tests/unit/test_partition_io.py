@@ -193,3 +193,46 @@ def test_partitions_without_edge_data_have_none(pdir_path):
     pdir = PartitionDir(pdir_path)
     assert pdir.edge_data == {} and pdir.load_edge_data(0) == {}
     assert "edge_data" not in json.loads((pdir_path / pio.MANIFEST).read_text())
+
+
+def test_overwrite_replaces_only_partitions_that_do_not_hold_the_input(tiny, tmp_path):
+    """`dglx partition DATA OUT --overwrite` never deletes the input or a directory that is
+    not a partition directory; it does replace an earlier partition directory."""
+    from dglx_dist.data import write_dataset
+
+    data = write_dataset(tiny, tmp_path / "data")
+    for out in (data, tmp_path):  # the input itself, the input's parent
+        with pytest.raises(PartitionError, match="would hold the input"):
+            partition_dataset(data, out, "hash", 2, overwrite=True)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    with pytest.raises(PartitionError, match="is not a dglx partition directory"):
+        partition_dataset(data, mine, "hash", 2, overwrite=True)
+    with pytest.raises(FileExistsError, match="is not a dglx dataset directory"):
+        write_dataset(tiny, mine, overwrite=True)
+    assert (mine / "notes.txt").read_text() == "keep"
+    assert sorted(p.name for p in data.iterdir()) == ["edges.parquet", "meta.json",
+                                                       "nodes.parquet"]
+    partition_dataset(data, tmp_path / "parts", "hash", 2)
+    partition_dataset(data, tmp_path / "parts", "metis", 3, overwrite=True)
+    assert PartitionDir(tmp_path / "parts").num_parts == 3
+
+
+def test_stale_temporaries_of_dead_writers_are_removed(tiny, tmp_path):
+    """A partitioning killed with SIGKILL leaves its temporary; the next run into the same
+    directory removes it, but not one whose writer still runs or ran on another host."""
+    import os
+    import socket
+    import subprocess
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid that no longer runs
+    host = socket.gethostname()
+    dead = tmp_path / f".parts.tmp-{gone.pid}@{host}.x1"
+    live = tmp_path / f".parts.tmp-{os.getpid()}@{host}.x2"
+    remote = tmp_path / f".parts.old-{gone.pid}@elsewhere.x3"
+    for d in (dead, live, remote):
+        (d / "part-00000").mkdir(parents=True)
+    partition_dataset(tiny, tmp_path / "parts", "hash", 2)
+    assert not dead.exists() and live.exists() and remote.exists()
