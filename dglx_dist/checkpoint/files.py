@@ -97,10 +97,15 @@ def commit(root: Path, epoch: int, manifest: dict[str, Any], keep: int) -> Path:
     os.rename(tmp, staging / MANIFEST)
     _fsync_dir(staging)
     final = root / checkpoint_name(epoch)
+    if final.exists() and not (final / MANIFEST).is_file():
+        raise CheckpointError(f"{final} exists and is not a checkpoint (no {MANIFEST}); "
+                              f"refusing to replace it: move it or choose another "
+                              f"--checkpoint-dir")
     replace_directory(staging, final)  # an earlier run's checkpoint of this epoch: replaced whole
     _fsync_dir(root)
     for _, path in list_checkpoints(root)[:-keep] if keep > 0 else []:
-        shutil.rmtree(path, ignore_errors=True)
+        if (path / MANIFEST).is_file():  # only what a checkpoint commit made
+            shutil.rmtree(path, ignore_errors=True)
     return final
 
 

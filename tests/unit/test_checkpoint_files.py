@@ -46,6 +46,20 @@ def test_commit_find_and_prune(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch-000002", "epoch-000003"]
 
 
+def test_commit_and_pruning_leave_what_they_did_not_write(tmp_path):
+    """A directory named like a checkpoint but without a manifest is the user's: pruning keeps
+    it, and a commit of that epoch refuses to replace it."""
+    mine = tmp_path / "epoch-000001"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    for epoch in (2, 3, 4):
+        _checkpoint(tmp_path, epoch, keep=1)
+    with pytest.raises(CheckpointError, match="is not a checkpoint"):
+        _checkpoint(tmp_path, 1, keep=1)
+    assert (mine / "notes.txt").read_text() == "keep"
+    assert [e for e, _ in files.list_checkpoints(tmp_path)] == [1, 4]
+
+
 def test_a_save_cut_short_leaves_the_previous_one(tmp_path):
     _checkpoint(tmp_path, 1)
     staging = files.staging_dir(tmp_path, 2)  # crashed after writing a file, before commit
