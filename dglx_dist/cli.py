@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from dglx_dist.config import add_dataclass_arguments, dataclass_from_args, parse_key_values
+from dglx_dist.config import add_dataclass_arguments, dataclass_from_args, number, parse_key_values
 from dglx_dist.errors import DglxError
 from dglx_dist.registry import RegistryError
 
@@ -97,15 +97,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from dglx_dist.checkpoint import Checkpointing
     from dglx_dist.models import MODELS
     from dglx_dist.partition import PartitionDir
-    from dglx_dist.prepare import ensure_partitions
+    from dglx_dist.prepare import check_partitions_of, ensure_partitions
     from dglx_dist.runtime import init
     from dglx_dist.strategies import STRATEGIES
     from dglx_dist.trainer import Trainer
 
     strategy = STRATEGIES.build(args.strategy, **parse_key_values(args.strategy_opt,
                                                                   "--strategy-opt"))
+    if args.partitions is not None and args.data is not None:
+        check_partitions_of(args.partitions, args.data)
     with init(backend=args.backend) as session:
-        parts = args.partitions or ensure_partitions(args.data, strategy, session, args.cache_dir)
+        parts = args.partitions or ensure_partitions(args.data or "cora", strategy, session,
+                                                     args.cache_dir)
         pdir = PartitionDir(parts)
         torch.manual_seed(args.seed)
         layers = strategy.num_layers() or args.layers
@@ -116,7 +119,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
                       if args.checkpoint_dir else None)
         trainer = Trainer(model, pdir, strategy, session=session, lr=args.lr,
                           weight_decay=args.weight_decay, progress=not args.no_progress,
-                          metrics=sink if session.is_main else None, checkpoint=checkpoint)
+                          metrics=sink if session.is_main else None, checkpoint=checkpoint,
+                          nonfinite_loss=args.nonfinite_loss)
         try:
             trainer.resume_or_start(args.resume)
             trainer.fit(args.epochs, eval_every=args.eval_every)
@@ -152,28 +156,33 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategy", default="distdgl", help="registered strategy (default distdgl)")
     p.add_argument("--strategy-opt", action="append", metavar="KEY=VALUE",
                    help="strategy option, repeatable (see docs/strategies)")
-    p.add_argument("--data", default="cora", help="dataset directory or built-in name")
+    p.add_argument("--data", help="dataset directory or built-in name (default: cora); with "
+                   "--partitions, checked to be the dataset they were made from")
     p.add_argument("--partitions", type=Path, help="partition directory from `dglx partition` "
                    "(default: partition --data for the strategy, cached in --cache-dir)")
     p.add_argument("--cache-dir", type=Path, default=Path("dglx-partitions"))
-    p.add_argument("--epochs", type=int, default=50)
-    p.add_argument("--eval-every", type=int, default=10, help="validate every N epochs")
+    p.add_argument("--epochs", type=number(int, 1), default=50)
+    p.add_argument("--eval-every", type=number(int, 0), default=10,
+                   help="validate every N epochs (0: only after the last)")
     p.add_argument("--model", default="sage", choices=("sage", "gcn", "gat", "resgcn"),
                    help="reference model: GraphSAGE, GCN, GAT (4 heads of --hidden), or the "
                         "deep residual ResGCN+ (dglx_dist.models; default sage)")
-    p.add_argument("--hidden", type=int, default=16)
-    p.add_argument("--layers", type=int, default=2, help="when the strategy does not imply it")
-    p.add_argument("--dropout", type=float, default=0.5)
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--weight-decay", type=float, default=5e-4)
+    p.add_argument("--hidden", type=number(int, 1), default=16)
+    p.add_argument("--layers", type=number(int, 1), default=2, help="when the strategy does not imply it")
+    p.add_argument("--dropout", type=number(float, 0, 1, high_open=True), default=0.5)
+    p.add_argument("--lr", type=number(float, 0, low_open=True), default=0.01)
+    p.add_argument("--weight-decay", type=number(float, 0), default=5e-4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", default=None, help="gloo or nccl (default: nccl if CUDA)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--metrics-file", type=Path, help="also append the JSON lines to this file")
     p.add_argument("--checkpoint-dir", type=Path, help="save checkpoints here (a directory every "
                    "rank sees); a run restarted by torchrun --max-restarts resumes from it")
-    p.add_argument("--checkpoint-every", type=int, default=1, metavar="N",
+    p.add_argument("--checkpoint-every", type=number(int, 1), default=1, metavar="N",
                    help="save after every N epochs and after the last (default 1)")
+    p.add_argument("--nonfinite-loss", choices=("raise", "warn"), default="raise",
+                   help="an epoch whose loss is NaN or Inf stops the run with an error naming "
+                        "the epoch and step (default), or is logged and training goes on")
     p.add_argument("--resume", action="store_true",
                    help="continue from the newest intact checkpoint in --checkpoint-dir")
     p.add_argument("--row-normalize", action="store_true",

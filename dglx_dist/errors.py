@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 __all__ = ["DglxError", "DatasetFormatError", "PartitionFormatError", "PartitionError",
-           "InsufficientMemoryError", "CheckpointError"]
+           "InsufficientMemoryError", "CheckpointError", "NonFiniteLossError"]
 
 
 class DglxError(Exception):
@@ -27,3 +27,7 @@ class InsufficientMemoryError(DglxError, MemoryError):
 
 class CheckpointError(DglxError, ValueError):
     """A checkpoint that is missing, damaged, of another format, or from another job shape."""
+
+
+class NonFiniteLossError(DglxError, FloatingPointError):
+    """Training produced a NaN or infinite loss (the run stops unless told to go on)."""

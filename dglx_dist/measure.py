@@ -1,13 +1,15 @@
 """Small measurement and reporting helpers shared by the CLI, reports and benchmarks."""
 from __future__ import annotations
 
+import json
+import math
 import threading
 import time
 from typing import Any, Iterable, Sequence
 
 import psutil
 
-__all__ = ["PeakRSS", "SavedBytes", "markdown_table", "peak_rss_bytes"]
+__all__ = ["PeakRSS", "SavedBytes", "json_record", "markdown_table", "peak_rss_bytes"]
 
 
 def peak_rss_bytes() -> int:
@@ -107,6 +109,15 @@ class PeakRSS:
             self._thread.join()
         self._sample()
         self.seconds = time.perf_counter() - self._t0
+
+
+def json_record(record: dict[str, Any]) -> str:
+    """``record`` as one line of valid JSON: a NaN or infinite number becomes null, and the
+    keys so replaced are listed under ``"nonfinite"``."""
+    bad = [k for k, v in record.items() if isinstance(v, float) and not math.isfinite(v)]
+    if bad:
+        record = {**{k: None if k in bad else v for k, v in record.items()}, "nonfinite": bad}
+    return json.dumps(record, allow_nan=False)
 
 
 def _cell(v: Any) -> str:

@@ -21,12 +21,14 @@ from typing import Any, Callable
 import torch
 
 from dglx_dist.data.builtin import builtin_names, builtin_path
+from dglx_dist.data.format import read_meta
+from dglx_dist.errors import PartitionError
 from dglx_dist.partition.driver import partition_dataset
-from dglx_dist.partition.io import MANIFEST
+from dglx_dist.partition.io import MANIFEST, read_manifest
 from dglx_dist.runtime.session import Session
 from dglx_dist.strategies.base import Strategy
 
-__all__ = ["resolve_dataset", "ensure_partitions", "made_by_rank0"]
+__all__ = ["resolve_dataset", "ensure_partitions", "made_by_rank0", "check_partitions_of"]
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,26 @@ def resolve_dataset(data: str | os.PathLike) -> Path:
         return builtin_path(str(data))
     raise FileNotFoundError(f"dataset {data!r} is neither a directory nor a built-in dataset "
                             f"({', '.join(builtin_names())})")
+
+
+def check_partitions_of(partitions: str | os.PathLike, data: str | os.PathLike) -> None:
+    """Refuses partitions that were not made from the dataset ``data``: the manifest's sizes
+    and provenance (what the dataset's meta.json said) must be the dataset's.
+
+    Raises:
+        PartitionError: naming both directories and the first field that differs.
+    """
+    manifest = read_manifest(partitions)
+    meta = read_meta(resolve_dataset(data))
+    theirs = {k: manifest[k] for k in ("num_nodes", "num_edges", "feat_dim", "num_classes")}
+    theirs["provenance"] = manifest.get("dataset", {})
+    ours = {**{k: v for k, v in meta.to_json().items() if k in theirs}, "provenance": meta.extra}
+    for field in theirs:
+        if theirs[field] != ours[field]:
+            raise PartitionError(
+                f"--partitions {partitions} was not made from --data {data}: its {field} is "
+                f"{theirs[field]!r:.120}, the dataset's {ours[field]!r:.120}; pass the dataset "
+                f"it was made from, or only --partitions")
 
 
 def _key(data: Path, method: str, num_parts: int, options: dict) -> str:

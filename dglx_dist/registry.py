@@ -12,14 +12,16 @@ with a decorator; the same class may sit behind several names with different bou
             seed: int = field(default=0, metadata={"help": "hash seed"})
 
 ``build(name, **options)`` validates the options against the Config (unknown names and options
-fail listing the valid ones; strings from the command line are coerced to the field's type) and
-returns ``cls(config)``. Third parties add plug-ins through the entry-point group; they are loaded
+fail listing the valid ones; strings from the command line are coerced to the field's type; a
+float must be finite, and a field's metadata may bound it: ``"min"`` inclusive, ``"above"``
+exclusive) and returns ``cls(config)``. Third parties add plug-ins through the entry-point group; they are loaded
 the first time a name is looked up.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import typing
 from importlib import metadata
 from typing import Any, Callable, Generic, TypeVar
@@ -90,6 +92,8 @@ def coerce_option(value: Any, annotation: Any, where: str) -> Any:
                 f"{where}: expected {annotation.__name__}, got {value!r}") from None
         if annotation is int and isinstance(value, float) and out != value:
             raise RegistryError(f"{where}: expected an integer, got {value!r}")
+        if annotation is float and not math.isfinite(out):
+            raise RegistryError(f"{where}: expected a finite number, got {value!r}")
         return out
     return value
 
@@ -188,7 +192,8 @@ class Registry(Generic[T]):
         hints = typing.get_type_hints(config_cls)
         values = dict(entry.bound)
         for key, value in options.items():
-            values[key] = coerce_option(value, hints[key], f"{self.kind} {name!r} option {key!r}")
+            where = f"{self.kind} {name!r} option {key!r}"
+            values[key] = _bounded(coerce_option(value, hints[key], where), fields[key], where)
         try:
             return config_cls(**values)
         except (TypeError, ValueError) as exc:
@@ -224,6 +229,17 @@ class Registry(Generic[T]):
                 log.warning("could not load %s plug-in %s=%s: %s", self.kind, ep.name, ep.value, exc)
                 continue
             self.add(ep.name, cls)
+
+
+def _bounded(value: Any, field: dataclasses.Field, where: str) -> Any:
+    """``value`` if it meets the field's ``"min"`` / ``"above"`` metadata bounds."""
+    low, above = field.metadata.get("min"), field.metadata.get("above")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if low is not None and value < low:
+            raise RegistryError(f"{where}: {value!r}; expected a value >= {low}")
+        if above is not None and value <= above:
+            raise RegistryError(f"{where}: {value!r}; expected a value > {above}")
+    return value
 
 
 def _type_name(annotation: Any) -> str:

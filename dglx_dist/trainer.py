@@ -30,8 +30,8 @@ checkpoint's, so with every seed fixed the losses are those of an uninterrupted 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, TextIO
@@ -44,9 +44,9 @@ from dglx_dist.api import DataLoader, DistGraph, parallelize
 from dglx_dist.api.metrics import accuracy
 from dglx_dist.checkpoint import Checkpointing, collective, list_checkpoints, rng
 from dglx_dist.checkpoint.files import decode, encode
-from dglx_dist.errors import CheckpointError
+from dglx_dist.errors import CheckpointError, DatasetFormatError, NonFiniteLossError
 from dglx_dist.kvstore.embedding import DistEmbedding
-from dglx_dist.measure import SavedBytes, peak_rss_bytes
+from dglx_dist.measure import SavedBytes, json_record, peak_rss_bytes
 from dglx_dist.models.layers import graph_convs
 from dglx_dist.runtime.session import Session
 from dglx_dist.strategies.base import Strategy
@@ -102,6 +102,9 @@ class Trainer:
         checkpoint: when ``fit`` saves checkpoints (None: never).
         embeddings: sparse embeddings trained alongside the model; checkpoints include their
             rows and optimizer state.
+        nonfinite_loss: what ``fit`` does when an epoch's loss is NaN or infinite: "raise"
+            (:class:`~dglx_dist.errors.NonFiniteLossError` naming the epoch and the first such
+            step, after writing the epoch's record) or "warn" (log it and go on).
         **options: the strategy's options (validated against its Config).
     """
 
@@ -110,12 +113,18 @@ class Trainer:
                  optimizer: Callable[[Any], torch.optim.Optimizer] | None = None,
                  lr: float = 0.01, weight_decay: float = 0.0, metrics: TextIO | None = None,
                  progress: bool = True, checkpoint: Checkpointing | None = None,
-                 embeddings: Sequence[DistEmbedding] = (), **options: Any):
+                 embeddings: Sequence[DistEmbedding] = (), nonfinite_loss: str = "raise",
+                 **options: Any):
         if isinstance(strategy, Strategy) and options:
             raise ValueError(f"options {sorted(options)} given with a built strategy; "
                              f"pass them to STRATEGIES.build instead")
+        if nonfinite_loss not in ("raise", "warn"):
+            raise ValueError(f"nonfinite_loss={nonfinite_loss!r}; expected 'raise' or 'warn'")
         self.graph = DistGraph(partitions, strategy, session=session, **options)
-        self.session = self.graph.session
+        self.session, self.nonfinite_loss = self.graph.session, nonfinite_loss
+        if not bool(self.graph.ndata["train_mask"].full().any()):
+            raise DatasetFormatError(f"{self.graph.pdir.path}: no training nodes (train is "
+                                     f"false for every node); nothing to train on")
         num_layers = len(graph_convs(model)) or None
         train, self._eval_spec = self.graph.trainer_loaders(num_layers)
         self.loader = _loader(self.graph, "train", train)
@@ -216,7 +225,7 @@ class Trainer:
             before = self.session.counter.snapshot()
             self.saved.reset()
             t0 = time.perf_counter()
-            losses, steps, samples = 0.0, 0, 0
+            losses, steps, samples, bad_step = 0.0, 0, 0, math.inf
             for batch in self.batches(epoch):
                 logits = self.forward(batch)
                 # a rank with no labelled rows in this step still runs backward (the strategy's
@@ -224,11 +233,13 @@ class Trainer:
                 loss = loss_fn(logits, batch.y) if batch.y.numel() else logits.sum() * 0.0
                 self.step(loss)
                 losses += float(loss.detach())
+                if bad_step == math.inf and not math.isfinite(losses):
+                    bad_step = steps
                 steps += 1
                 samples += batch.seeds.numel()
             wall = time.perf_counter() - t0
             record = self._record(epoch, wall, steps, samples, losses, before,
-                                  self.session.counter.snapshot())
+                                  self.session.counter.snapshot(), bad_step)
             self._epoch_done(record, epochs, eval_every)
         return self.history
 
@@ -258,7 +269,18 @@ class Trainer:
         return self.history
 
     def _epoch_done(self, record: dict[str, Any], epochs: int, eval_every: int) -> None:
-        """Evaluates as due, emits the epoch's record, then saves a checkpoint as due."""
+        """Evaluates as due, emits the epoch's record, then saves a checkpoint as due; stops
+        the run (every rank: the record is the same everywhere) on a non-finite loss."""
+        if not math.isfinite(record["loss"]):
+            step = record.pop("first_nonfinite_step", None)
+            message = (f"epoch {record['epoch']}: the loss is {record['loss']} (first non-finite "
+                       f"at step {'?' if step is None else step} of the epoch, on some rank)")
+            if self.nonfinite_loss == "raise":
+                self._emit(record)
+                raise NonFiniteLossError(f"{message}; lower the learning rate, check the "
+                                         f"features for NaN/Inf, or pass nonfinite_loss='warn'")
+            log.warning("%s; going on (nonfinite_loss='warn')", message)
+        record.pop("first_nonfinite_step", None)
         done, last = record["epoch"] + 1, record["epoch"] + 1 == epochs
         if last or (eval_every and done % eval_every == 0):
             record["val_acc"] = round(self.evaluate("val"), 4)
@@ -365,13 +387,15 @@ class Trainer:
                     yield f"emb{e}-{k}-part{part:05d}.pt", name, part, rows
 
     def _record(self, epoch: int, wall: float, steps: int, samples: int, losses: float,
-                before: dict[str, int], after: dict[str, int]) -> dict[str, Any]:
-        """The epoch's numbers summed (bytes, samples) or maxed (time, memory) over ranks."""
+                before: dict[str, int], after: dict[str, int],
+                bad_step: float = math.inf) -> dict[str, Any]:
+        """The epoch's numbers summed (bytes, samples) or maxed (time, memory) over ranks;
+        ``bad_step``: this rank's first step with a non-finite loss (inf: none)."""
         world = self.session.world
         sums = torch.tensor([after[k] - before[k] for k in _BYTES] + [samples, losses],
                             dtype=torch.float64)
         world.all_reduce(sums)
-        maxes = torch.tensor([wall, float(peak_rss_bytes()), float(self.saved.peak)],
+        maxes = torch.tensor([wall, float(peak_rss_bytes()), float(self.saved.peak), -bad_step],
                              dtype=torch.float64)
         world.all_reduce(maxes, op="max")
         topo = self.session.topology
@@ -383,6 +407,8 @@ class Trainer:
         record.update({f"bytes_{k}": int(v) for k, v in zip(_BYTES, sums[:4])})
         record["peak_mem_mb"] = round(float(maxes[1]) / (1 << 20), 1)
         record["peak_saved_mb"] = round(float(maxes[2]) / (1 << 20), 2)
+        if math.isfinite(float(maxes[3])):  # the earliest over ranks
+            record["first_nonfinite_step"] = int(-maxes[3])
         return record
 
     def _emit(self, record: dict[str, Any]) -> None:
@@ -390,7 +416,7 @@ class Trainer:
         if self.session.is_main:
             log.info("epoch %d: %s", record["epoch"], record)
             if self.metrics is not None:
-                self.metrics.write(json.dumps(record) + "\n")
+                self.metrics.write(json_record(record) + "\n")
                 self.metrics.flush()
 
 

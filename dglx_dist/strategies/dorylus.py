@@ -116,9 +116,10 @@ class DorylusStrategy(Strategy):
                                           "workers=4, endpoint_url=...)."})
         lambdas: int = dataclasses.field(
             default=0, metadata={"help": "Concurrent invocations to start with; 0: "
-                                         "min(intervals, 100), then autotuned."})
+                                         "min(intervals, 100), then autotuned.", "min": 0})
         invocation_timeout: float = dataclasses.field(
-            default=60.0, metadata={"help": "Seconds before an invocation is relaunched."})
+            default=60.0, metadata={"help": "Seconds before an invocation is relaunched.",
+                                    "above": 0})
         param_servers: int = dataclasses.field(
             default=1, metadata={"help": "Parameter-server replicas per graph server."})
         dropout: float = dataclasses.field(
@@ -128,11 +129,13 @@ class DorylusStrategy(Strategy):
                                             "module's, or its convs' `feat_drop`)."})
         seed: int = dataclasses.field(default=0, metadata={"help": "Dropout seed."})
         server_usd_per_hour: float = dataclasses.field(
-            default=0.34, metadata={"help": "Price of one graph server (cost estimate)."})
+            default=0.34, metadata={"help": "Price of one graph server (cost estimate).",
+                                    "min": 0})
         lambda_usd_per_gb_s: float = dataclasses.field(
-            default=0.0000166667, metadata={"help": "Lambda compute price per GB-second."})
+            default=0.0000166667, metadata={"help": "Lambda compute price per GB-second.",
+                                            "min": 0})
         lambda_usd_per_request: float = dataclasses.field(
-            default=0.0000002, metadata={"help": "Lambda price per invocation."})
+            default=0.0000002, metadata={"help": "Lambda price per invocation.", "min": 0})
 
         def __post_init__(self):
             if self.num_layers < 1 or self.intervals < 1 or self.param_servers < 1:

@@ -95,7 +95,7 @@ class P3Strategy(MiniBatchStrategy):
             default=0.0, metadata={"help": "Per-server memory (MiB) for replicas (P3's "
                                            "caching): the smaller of structure and features "
                                            "is copied onto every server if it fits, then the "
-                                           "other; 0: no caching."})
+                                           "other; 0: no caching.", "min": 0})
         pipeline: bool = dataclasses.field(
             default=False, metadata={"help": "P3's pipeline: layer 1 of the next two batches "
                                              "runs and travels while one trains (3 in flight); "

@@ -96,3 +96,78 @@ def test_an_earlier_runs_failure_marker_is_not_this_runs(tmp_path, fail):
         assert "this run's own failure" in res[1] and "No space" not in res[1], res
     else:
         assert res == {0: "ok", 1: "ok"} and not (tmp_path / "made.failed").exists()
+
+
+def _nan_loss(session, tmp, warn):
+    """distdgl trains 3 epochs; rank 1's loss is NaN at step 1 of epoch 1."""
+    import io
+    import json
+
+    import torch.nn.functional as F
+
+    from dglx_dist.errors import NonFiniteLossError
+
+    trainer = _trainer(session, "distdgl", f"{tmp}/parts")
+    trainer.nonfinite_loss = "warn" if warn else "raise"
+    trainer.metrics = io.StringIO()
+    calls = []
+
+    def loss_fn(logits, y):
+        calls.append(trainer.epoch)
+        nan = session.rank == 1 and trainer.epoch == 1 and calls.count(1) == 2
+        return F.cross_entropy(logits, y) * (float("nan") if nan else 1.0)
+
+    try:
+        trainer.fit(3, eval_every=0, loss_fn=loss_fn)
+        error = None
+    except NonFiniteLossError as exc:
+        error = str(exc)
+    finally:
+        trainer.close()
+    return {"error": error, "lines": [json.loads(line) for line in
+                                      trainer.metrics.getvalue().splitlines()]}
+
+
+@pytest.mark.parametrize("warn", [False, True])
+def test_a_nan_loss_stops_the_run_with_valid_json(tmp_path, warn):
+    res = run_workers(_nan_loss, 2, tmp_path / "run", str(tmp_path), warn)
+    lines = res[0]["lines"]
+    assert lines[1]["loss"] is None and lines[1]["nonfinite"] == ["loss"]
+    assert lines[0]["loss"] > 0 and "nonfinite" not in lines[0]
+    if warn:
+        assert res[0]["error"] is None and len(lines) == 3
+    else:
+        for r in (0, 1):
+            assert "epoch 1: the loss is nan (first non-finite at step 1" in res[r]["error"]
+        assert len(lines) == 2
+
+
+def _no_training_nodes(session, tmp):
+    import dataclasses
+
+    from dglx_dist.data import write_dataset
+    from dglx_dist.errors import DatasetFormatError
+    from dglx_dist.models import SAGE
+    from dglx_dist.testing import tiny_dataset
+    from dglx_dist.trainer import Trainer
+
+    ds = tiny_dataset()
+    data = f"{tmp}/data"
+    if session.is_main:
+        write_dataset(dataclasses.replace(ds, train=ds.train & False), data)
+    session.world.barrier()
+    from dglx_dist.prepare import ensure_partitions
+    from dglx_dist.strategies import STRATEGIES
+
+    strategy = STRATEGIES.build("distdgl")
+    parts = ensure_partitions(data, strategy, session, f"{tmp}/cache")
+    try:
+        Trainer(SAGE(ds.feat_dim, 8, ds.num_classes, 2), parts, strategy, session=session)
+    except DatasetFormatError as exc:
+        return str(exc)
+    return None
+
+
+def test_a_dataset_without_training_nodes_is_refused(tmp_path):
+    res = run_workers(_no_training_nodes, 2, tmp_path / "run", str(tmp_path))
+    assert all("no training nodes" in res[r] for r in (0, 1)), res

@@ -1,0 +1,48 @@
+"""`dglx train` refuses bad arguments before any process group or partitioning work: one line
+naming the flag or directory and what was expected, exit status 2."""
+import dataclasses
+
+import pytest
+
+from dglx_dist.cli import main
+from dglx_dist.data import write_dataset
+from dglx_dist.partition import partition_dataset
+
+
+@pytest.mark.parametrize("flag,value,expected", [
+    ("--epochs", "-3", "a finite int >= 1"),
+    ("--hidden", "0", "a finite int >= 1"),
+    ("--lr", "nan", "a finite float > 0"),
+    ("--lr", "1e400", "a finite float > 0"),
+    ("--dropout", "2", "a finite float >= 0 and < 1"),
+    ("--weight-decay", "-1", "a finite float >= 0"),
+    ("--eval-every", "-1", "a finite int >= 0"),
+])
+def test_numbers_out_of_range_are_refused(capsys, flag, value, expected):
+    with pytest.raises(SystemExit) as exc:
+        main(["train", flag, value])
+    assert exc.value.code == 2
+    assert f"argument {flag}: '{value}': expected {expected}" in capsys.readouterr().err
+
+
+def test_partitions_of_another_dataset_are_refused(tiny, tmp_path, caplog):
+    data = write_dataset(tiny, tmp_path / "data")
+    other = write_dataset(dataclasses.replace(tiny, extra={"name": "other"}), tmp_path / "other")
+    partition_dataset(data, tmp_path / "parts", "hash", 2)
+    assert main(["train", "--partitions", str(tmp_path / "parts"), "--data", str(other)]) == 2
+    assert "was not made from --data" in caplog.text and "provenance" in caplog.text
+    assert main(["train", "--partitions", str(tmp_path / "parts"), "--data", "cora"]) == 2
+    assert "num_nodes is 60, the dataset's 2708" in caplog.text
+
+
+@pytest.mark.parametrize("name,option,value,expected", [
+    ("p3", "cache_mb", "-1", "option 'cache_mb': -1.0; expected a value >= 0"),
+    ("p3", "cache_mb", "inf", "option 'cache_mb': expected a finite number, got 'inf'"),
+    ("dorylus", "invocation_timeout", "0", "option 'invocation_timeout': 0.0; expected a "
+                                          "value > 0"),
+    ("dorylus", "invocation_timeout", "nan", "expected a finite number, got 'nan'"),
+])
+def test_strategy_options_out_of_range_are_refused(caplog, name, option, value, expected):
+    """Checked when the strategy is built, before any process group exists."""
+    assert main(["train", "--strategy", name, "--strategy-opt", f"{option}={value}"]) == 2
+    assert expected in caplog.text
