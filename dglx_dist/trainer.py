@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 from dglx_dist.api import DataLoader, DistGraph, parallelize
 from dglx_dist.api.metrics import accuracy
 from dglx_dist.checkpoint import Checkpointing, collective, list_checkpoints, rng
-from dglx_dist.checkpoint.files import decode, encode
+from dglx_dist.checkpoint.files import decode, describe_unusable, encode
 from dglx_dist.errors import CheckpointError, DatasetFormatError, NonFiniteLossError
 from dglx_dist.kvstore.embedding import DistEmbedding
 from dglx_dist.measure import SavedBytes, json_record, peak_rss_bytes
@@ -296,7 +296,8 @@ class Trainer:
         into ``directory/epoch-NNNNNN`` and keeps the newest ``keep``. Call it between epochs:
         a resumed run starts at the epoch after ``self.epoch``'s last completed one."""
         rank = self.session.rank
-        state = {"epoch": self.epoch, "steps": self.steps, "model": self.model.state_dict(),
+        state = {"rank": rank, "epoch": self.epoch, "steps": self.steps,
+                 "model": self.model.state_dict(),
                  "optimizer": self.optimizer.state_dict(), "strategy": self.strategy.state_dict(),
                  "rng": rng.capture(), "history": self.history}
         blobs = {_rank_file(rank): encode(state)}
@@ -340,8 +341,9 @@ class Trainer:
         job (torchrun ``--max-restarts``); True when a checkpoint was loaded (collective).
 
         Raises:
-            CheckpointError: neither applies but the directory holds checkpoints (of an
-                earlier run, which new ones would mix with).
+            CheckpointError: ``resume`` but no checkpoint could be loaded (the message names
+                the damaged ones); or neither applies but the directory holds checkpoints (of
+                an earlier run, which new ones would mix with).
         """
         if self.checkpoint is None:
             if resume:
@@ -351,7 +353,10 @@ class Trainer:
         root = self.checkpoint.dir
         if resume or self.session.env.restart_count > 0:
             resumed = self.resume(root)
-            if not resumed and self.session.is_main:
+            if not resumed and resume:
+                raise CheckpointError(f"--resume: no usable checkpoint in {root}"
+                                      f"{describe_unusable(root)}")
+            if not resumed and self.session.is_main:  # restarted before the first save
                 log.warning("no checkpoint in %s yet: starting from epoch 0", root)
             return resumed
         existing = list_checkpoints(root)
@@ -362,6 +367,10 @@ class Trainer:
         return False
 
     def _load(self, state: dict[str, Any], read: Callable[[str], bytes]) -> None:
+        rank = self.session.rank
+        if state.get("rank", rank) != rank:  # older checkpoints record none
+            raise CheckpointError(f"{_rank_file(rank)} was written by rank {state['rank']}; "
+                                  f"this is rank {rank} (were the rank files swapped?)")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.strategy.load_state_dict(state["strategy"])

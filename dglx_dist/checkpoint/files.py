@@ -28,7 +28,7 @@ from dglx_dist.errors import CheckpointError
 
 __all__ = ["FORMAT", "MANIFEST", "checkpoint_name", "staging_dir", "encode", "decode",
            "write_file", "commit", "read_manifest", "read_file", "verify", "find_latest",
-           "list_checkpoints"]
+           "list_checkpoints", "describe_unusable"]
 
 log = logging.getLogger(__name__)
 
@@ -190,17 +190,38 @@ def verify(path: Path, manifest: dict[str, Any]) -> None:
         read_file(path, manifest, name)
 
 
+def _check(path: Path, epoch: int, check_files: bool) -> dict[str, Any]:
+    manifest = read_manifest(path)
+    if manifest["epoch"] != epoch:
+        raise CheckpointError(f"{path}: the manifest says epoch {manifest['epoch']}")
+    if check_files:
+        verify(path, manifest)
+    return manifest
+
+
+def describe_unusable(root: Path) -> str:
+    """Why ``root`` yields no checkpoint, for a message: it is missing, holds none, or each
+    one's first problem."""
+    root = Path(root)
+    if not root.is_dir():
+        return " (the directory does not exist)"
+    problems = []
+    for epoch, path in list_checkpoints(root):
+        try:
+            _check(path, epoch, True)
+        except CheckpointError as exc:
+            problems.append(str(exc))
+    if not problems:
+        return " (it holds no epoch-NNNNNN checkpoint)"
+    return "; every checkpoint is damaged: " + "; ".join(problems)
+
+
 def find_latest(root: Path, check_files: bool = True) -> tuple[Path, dict[str, Any]] | None:
     """The newest checkpoint under ``root`` whose manifest (and, with ``check_files``, every
     file) is intact; damaged newer ones are skipped with a warning. None when there is none."""
     for epoch, path in reversed(list_checkpoints(root)):
         try:
-            manifest = read_manifest(path)
-            if manifest["epoch"] != epoch:
-                raise CheckpointError(f"{path}: the manifest says epoch {manifest['epoch']}")
-            if check_files:
-                verify(path, manifest)
-            return path, manifest
+            return path, _check(path, epoch, check_files)
         except CheckpointError as exc:
             log.warning("skipping checkpoint %s: %s", path, exc)
     return None

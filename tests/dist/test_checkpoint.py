@@ -140,3 +140,57 @@ def test_embedding_shards_and_failed_save(tmp_path):
         assert "rank 1" in res[r]["failure"] and "No space left" in res[r]["failure"]
         assert res[r]["equal"] and res[r]["epoch"] == 0  # the epoch-0 checkpoint came back
         assert res[r]["leftovers"] == ["epoch-000000"]  # no staging directory left behind
+
+
+def _resume_refusals(session, tmp):
+    """--resume with no usable checkpoint is an error on every rank; a checkpoint whose rank
+    files were swapped (manifest consistent) is refused by the rank that reads the other's."""
+    import json
+    import shutil
+
+    cache, ckpt = f"{tmp}/parts", Path(f"{tmp}/ckpt")
+    out = {}
+    for case in ("missing", "damaged", "swapped"):
+        trainer = _trainer(session, "distdgl", cache, Checkpointing(str(ckpt), every=1))
+        try:
+            trainer.resume_or_start(resume=True)
+            out[case] = None
+        except CheckpointError as exc:
+            out[case] = str(exc)
+        session.world.barrier()  # every rank has read the directory before it changes
+        if case == "missing":
+            trainer.fit(1, eval_every=0)  # writes epoch-000001
+            session.world.barrier()
+            if session.is_main:  # damage its only checkpoint
+                (ckpt / "epoch-000001" / "rank-00001.pt").write_bytes(b"junk")
+        elif case == "damaged" and session.is_main:  # a fresh checkpoint, files swapped
+            shutil.rmtree(ckpt)
+        if case == "damaged":
+            session.world.barrier()
+            trainer.fit(1, eval_every=0)
+            session.world.barrier()
+            if session.is_main:
+                path = ckpt / "epoch-000001"
+                manifest = json.loads((path / "manifest.json").read_text())
+                a, b = path / "rank-00000.pt", path / "rank-00001.pt"
+                a.rename(path / "tmp")
+                b.rename(a)
+                (path / "tmp").rename(b)
+                files = manifest["files"]
+                files["rank-00000.pt"], files["rank-00001.pt"] = \
+                    files["rank-00001.pt"], files["rank-00000.pt"]
+                (path / "manifest.json").write_text(json.dumps(manifest))
+        session.world.barrier()
+        trainer.close()
+    return out
+
+
+def test_resume_refuses_what_it_cannot_use(tmp_path):
+    res = run_workers(_resume_refusals, 2, tmp_path / "run", str(tmp_path), timeout=180)
+    for r in (0, 1):
+        assert "no usable checkpoint" in res[r]["missing"] and "does not exist" in \
+            res[r]["missing"], res[r]
+        assert "every checkpoint is damaged" in res[r]["damaged"] and "rank-00001.pt" in \
+            res[r]["damaged"], res[r]
+        assert "failed on ranks [0, 1]" in res[r]["swapped"], res[r]
+    assert "written by rank 1; this is rank 0" in res[0]["swapped"]
