@@ -2,7 +2,8 @@
 
 ``dglx_dist.init()`` builds it from the launch environment and makes it the current session
 (a contextvar, not a global); ``session.shutdown()`` (or leaving the ``with`` block) stops the
-heartbeat and destroys the process groups, so nothing stays bound after a run. A session
+heartbeat and destroys the process groups, so nothing stays bound after a run. A rank whose
+launcher dies exits within a second, with its workers (:mod:`dglx_dist.runtime.orphan`). A session
 nobody shut down is shut down at interpreter exit (an ``atexit`` handler; SIGTERM exits
 through it too), with the uncaught exception the script died of, if any, so that peers name
 it; the order is the one that avoids gloo's teardown crash (see :meth:`Session.shutdown`).
@@ -27,6 +28,7 @@ from dglx_dist.runtime.allocator import configure_malloc
 from dglx_dist.runtime.comm import ByteCounter, Comm, PeerError
 from dglx_dist.runtime.env import DistEnv, read_env
 from dglx_dist.runtime.health import Health
+from dglx_dist.runtime.orphan import LauncherWatch
 from dglx_dist.runtime.topology import Topology
 
 __all__ = ["Session", "init", "current_session"]
@@ -79,6 +81,7 @@ class Session:
         self.server = make("server", server_groups[me_server], topo.server_ranks(me_server))
         self.cross = make("cross", cross_groups[me_local], topo.cross_ranks(me_local))
         self.health.start()
+        self._launcher = LauncherWatch(self.rank)  # the agent SIGKILLed: exit, not linger
         self._token: contextvars.Token | None = _CURRENT.set(self)
         self._install_exit_handlers()
         log.debug("rank %d/%d up: server %d of %d, local %d, backend %s", self.rank,
@@ -186,6 +189,7 @@ class Session:
             else:
                 self.health.record_crash(f"{type(error).__name__}: {error}")
         self.health.stop()
+        self._launcher.stop()
         if dist.is_initialized():
             # torch 2.2 + gloo: destroy_process_group holds the GIL while joining gloo's worker
             # threads, and a worker dropping a finished collective's Python-owned tensors needs

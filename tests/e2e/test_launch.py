@@ -92,3 +92,39 @@ def test_failed_run_leaves_nothing_behind():
     assert "rank 1: failing on purpose" in r.stderr
     assert not _listening(port)
     assert not live_children()
+
+
+@pytest.mark.parametrize("strategy", ["distdgl", "dorylus"])
+def test_ranks_exit_when_their_launcher_is_killed(tmp_path, strategy):
+    """SIGKILL of torchrun's agent mid-training: its ranks (and dorylus's executor workers)
+    notice within seconds and exit, instead of running on with no parent."""
+    import signal
+    import time
+
+    port = free_local_port()
+    metrics = tmp_path / "metrics.jsonl"
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+         "--master-port", str(port), "-m", "dglx_dist", "train", "--strategy", strategy,
+         "--model", "gcn", "--epochs", "100000", "--eval-every", "1", "--no-progress",
+         "--metrics-file", str(metrics), "--cache-dir", str(tmp_path / "cache")],
+        env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (metrics.is_file() and metrics.read_text().strip()):
+            assert agent.poll() is None and time.monotonic() < deadline, agent.stderr.read()
+            time.sleep(0.2)
+        started = psutil.Process(agent.pid).children(recursive=True)
+        assert len(started) >= 2
+        agent.send_signal(signal.SIGKILL)
+        t0 = time.monotonic()
+        gone, alive = psutil.wait_procs(started, timeout=15)
+        seconds = time.monotonic() - t0
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    for p in alive:
+        p.kill()
+    assert not alive, [p.cmdline()[:4] for p in alive]
+    assert seconds < 10, seconds
+    assert "its launcher" in agent.stderr.read()

@@ -1,0 +1,68 @@
+"""A rank whose launcher is gone exits, with what it started.
+
+torchrun's agent (or srun's step daemon) starts the ranks and, normally, stops them. When the
+agent itself is killed outright (SIGKILL, the OOM killer), its ranks are re-parented and would
+keep running, holding ports, GPU memory and Dorylus's executor workers, until the job ended on
+its own. :class:`LauncherWatch` notices: a daemon thread compares the parent pid with the one
+at start-up every ``interval`` seconds, and when it changed it logs one line, stops this
+process's own children (executor workers) and ends the process at once. It does not touch the
+job's store or process groups: the store may have lived in the dead agent, and a wait on it is
+what would hang. Peers on other machines learn of the exit through their own timeouts.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+
+import psutil
+
+__all__ = ["LauncherWatch", "EXIT_ORPHANED"]
+
+log = logging.getLogger(__name__)
+EXIT_ORPHANED = 129  # 128 + SIGHUP: what a terminal's death would have given
+
+
+class LauncherWatch:
+    """Watches this process's parent (started at construction; :meth:`stop` ends it).
+
+    Args:
+        rank: this rank, for the message.
+        interval: seconds between checks.
+    """
+
+    def __init__(self, rank: int, interval: float = 0.5):
+        self.rank, self.interval = rank, interval
+        self._parent = os.getppid()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dglx-launcher-watch",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            if os.getppid() != self._parent:
+                self._orphaned()
+                return
+
+    def _orphaned(self) -> None:
+        sys.stderr.write(f"dglx_dist: rank {self.rank}: its launcher (pid {self._parent}) is "
+                         f"gone; exiting and stopping its workers\n")
+        sys.stderr.flush()
+        children = psutil.Process().children(recursive=True)
+        for child in children:
+            try:
+                child.terminate()
+            except psutil.Error:
+                continue
+        _, alive = psutil.wait_procs(children, timeout=2.0)
+        for child in alive:
+            try:
+                child.kill()
+            except psutil.Error:
+                continue
+        os._exit(EXIT_ORPHANED)
+
+    def stop(self) -> None:
+        self._stop.set()
