@@ -94,9 +94,8 @@ def test_failed_run_leaves_nothing_behind():
     assert not live_children()
 
 
-@pytest.mark.parametrize("strategy", ["distdgl", "dorylus"])
-def test_ranks_exit_when_their_launcher_is_killed(tmp_path, strategy):
-    """SIGKILL of torchrun's agent mid-training: its ranks (and dorylus's executor workers)
+def test_ranks_exit_when_their_launcher_is_killed(tmp_path, strategy="dorylus"):
+    """SIGKILL of torchrun's agent mid-training: its ranks and dorylus's executor workers
     notice within seconds and exit, instead of running on with no parent."""
     import signal
     import time
