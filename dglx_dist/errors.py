@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 __all__ = ["DglxError", "DatasetFormatError", "PartitionFormatError", "PartitionError",
-           "InsufficientMemoryError", "CheckpointError", "NonFiniteLossError"]
+           "InsufficientMemoryError", "CheckpointError", "NonFiniteLossError", "DiskFullError"]
 
 
 class DglxError(Exception):
@@ -31,3 +31,7 @@ class CheckpointError(DglxError, ValueError):
 
 class NonFiniteLossError(DglxError, FloatingPointError):
     """Training produced a NaN or infinite loss (the run stops unless told to go on)."""
+
+
+class DiskFullError(DglxError, OSError):
+    """A directory could not be written for lack of disk space (the message names where)."""

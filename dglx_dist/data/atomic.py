@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import glob
 import hashlib
 import json
@@ -29,10 +30,13 @@ from typing import Iterator, Sequence
 
 import psutil
 
+from dglx_dist.errors import DiskFullError
+
 __all__ = ["DirKind", "atomic_directory", "check_target", "replace_directory",
            "remove_stale_temporaries", "sha256_file"]
 
 log = logging.getLogger(__name__)
+_MB = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +129,8 @@ def remove_stale_temporaries(out: str | os.PathLike) -> list[Path]:
 @contextlib.contextmanager
 def atomic_directory(out: str | os.PathLike, overwrite: bool = False,
                      error_cls: type[Exception] = FileExistsError, kind: DirKind | None = None,
-                     inputs: Sequence[str | os.PathLike] = ()) -> Iterator[Path]:
+                     inputs: Sequence[str | os.PathLike] = (),
+                     expected_bytes: int | None = None) -> Iterator[Path]:
     """Yields a fresh temporary directory that becomes ``out`` when the block exits cleanly.
 
     Args:
@@ -135,9 +140,12 @@ def atomic_directory(out: str | os.PathLike, overwrite: bool = False,
         error_cls: exception raised when ``out`` may not be written (:func:`check_target`).
         kind: what an existing ``out`` must be to be replaced.
         inputs: what the writer reads; ``out`` may not hold any of it.
+        expected_bytes: about how much the writer writes (for the message of a full disk).
 
     Raises:
         error_cls: checked before anything is written.
+        DiskFullError: the disk filled up (naming the directory, what was written, what was
+            needed and what is free); the partial output is removed.
     """
     out = Path(out)
     check_target(out, overwrite, kind, inputs, error_cls)
@@ -146,10 +154,26 @@ def atomic_directory(out: str | os.PathLike, overwrite: bool = False,
     tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(out, "tmp"), dir=out.parent))
     try:
         yield tmp
+    except OSError as exc:
+        written = _tree_bytes(tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+        if exc.errno != errno.ENOSPC:
+            raise
+        free = shutil.disk_usage(out.parent).free
+        need = f"; it needs about {expected_bytes / _MB:,.0f} MiB" if expected_bytes else ""
+        raise DiskFullError(errno.ENOSPC, f"no space left on the device of {out.parent} while "
+                            f"writing {out}: {written / _MB:,.1f} MiB were written before it "
+                            f"ran out{need} and {free / _MB:,.0f} MiB are free now (the "
+                            f"partial output was removed); free space there or choose a "
+                            f"directory on another disk") from exc
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     replace_directory(tmp, out)
+
+
+def _tree_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
 def replace_directory(tmp: str | os.PathLike, out: str | os.PathLike) -> None:

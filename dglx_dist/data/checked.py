@@ -17,11 +17,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 __all__ = ["read_checked", "column_numpy", "read_feat", "feat_to_numpy", "check_range",
-           "check_finite", "read_json_object", "WRITE_OPTIONS", "NONFINITE"]
+           "check_finite", "check_plausible", "read_json_object", "WRITE_OPTIONS", "NONFINITE",
+           "PLAUSIBLE"]
 
 NONFINITE = ("reject", "warn")  # what a loader does with NaN / Inf features
 
 log = logging.getLogger(__name__)
+
+# the largest sizes a graph file may declare: far beyond any graph trained today (the largest
+# public ones have ~10^10 edges), yet small enough that a declared size never reaches an
+# allocation that fails with a raw numpy or torch error
+PLAUSIBLE = {"num_nodes": 1 << 36, "num_edges": 1 << 40, "feat_dim": 1 << 20,
+             "num_classes": 1 << 24}
 
 # every Parquet file we write carries a CRC per data page, checked whenever it is read, so a
 # damaged byte is an error instead of different data (files written elsewhere may have none)
@@ -49,6 +56,16 @@ def read_json_object(file: Path, error_cls: type[Exception], max_bytes: int = 64
     if not isinstance(value, dict):
         raise error_cls(f"{file}: expected a JSON object, got {type(value).__name__}")
     return value
+
+
+def check_plausible(values: dict, file: Path, error_cls: type[Exception]) -> None:
+    """Refuses a declared size (``num_nodes``, ``num_edges``, ``feat_dim``, ``num_classes``)
+    above :data:`PLAUSIBLE`, naming the field, before anything is sized by it."""
+    for key, limit in PLAUSIBLE.items():
+        value = values.get(key)
+        if isinstance(value, int) and value > limit:
+            raise error_cls(f"{file}: field {key!r} = {value} is implausible (at most {limit} "
+                            f"is accepted); the file is damaged or was written wrong")
 
 
 def _type_ok(t: pa.DataType, kind: str) -> bool:

@@ -27,8 +27,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dglx_dist.data.atomic import DirKind, atomic_directory
-from dglx_dist.data.checked import (WRITE_OPTIONS, check_finite, check_range, column_numpy,
-                                   read_checked, read_feat, read_json_object)
+from dglx_dist.data.checked import (WRITE_OPTIONS, check_finite, check_plausible, check_range,
+                                   column_numpy, read_checked, read_feat, read_json_object)
 from dglx_dist.data.edge_data import edge_data_arrays, edge_data_columns, to_arrow
 from dglx_dist.errors import DatasetFormatError
 
@@ -133,6 +133,7 @@ def read_meta(path: str | os.PathLike) -> DatasetMeta:
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise DatasetFormatError(f"{file}: field {key!r} = {v!r}; expected an integer >= 0")
         values[key] = v
+    check_plausible(values, file, DatasetFormatError)
     if values["num_classes"] < 1 or values["feat_dim"] < 1:
         raise DatasetFormatError(f"{file}: num_classes and feat_dim must be >= 1, got "
                                  f"{values['num_classes']} and {values['feat_dim']}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -94,12 +95,22 @@ def partition_dataset(data: str | os.PathLike | GraphDataset, out: str | os.Path
             bar.update()
 
         write_partitions(out, _header(partitioner, method, ds, plan), layout.parts(),
-                         overwrite=overwrite, on_part=on_part, inputs=inputs)
+                         overwrite=overwrite, on_part=on_part, inputs=inputs,
+                         expected_bytes=_dataset_bytes(data, ds))
         report = QualityReport.from_layout(method, layout, halos)
     report = report.with_cost(rss.seconds, plan_seconds, rss.peak, estimate)
     log.info("partitioned %s into %d parts with %s in %.2fs (edge cut %.2f%%)", out, num_parts,
              method, rss.seconds, 100 * report.edge_cut_frac)
     return report
+
+
+def _dataset_bytes(data, ds: GraphDataset) -> int:
+    """About what a partition directory of ``ds`` takes on disk: its dataset's files (the
+    parts hold every row once, plus ids), or its arrays' size for an in-memory dataset."""
+    if isinstance(data, GraphDataset):
+        arrays = [ds.src, ds.dst, ds.feat, ds.label, *ds.edata.values()]
+        return int(sum(a.nbytes for a in arrays))
+    return int(sum(f.stat().st_size for f in Path(data).iterdir() if f.is_file()))
 
 
 def _header(partitioner: Partitioner, method: str, ds: GraphDataset,

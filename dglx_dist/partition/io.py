@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dglx_dist.data.atomic import DirKind, atomic_directory, sha256_file
-from dglx_dist.data.checked import WRITE_OPTIONS, read_json_object
+from dglx_dist.data.checked import WRITE_OPTIONS, check_plausible, read_json_object
 from dglx_dist.data.edge_data import to_arrow
 from dglx_dist.errors import PartitionFormatError
 from dglx_dist.partition.layout import Partition
@@ -80,7 +80,7 @@ def _write_part(pc: Partition, folder: Path) -> dict[str, Any]:
 def write_partitions(out: str | os.PathLike,
                      header: dict[str, Any] | Callable[[], dict[str, Any]], parts,
                      overwrite: bool = False, on_part: Callable[[Partition], None] | None = None,
-                     inputs: tuple = ()) -> Path:
+                     inputs: tuple = (), expected_bytes: int | None = None) -> Path:
     """Writes every part from the iterable ``parts`` and then the manifest, atomically.
 
     Args:
@@ -93,9 +93,10 @@ def write_partitions(out: str | os.PathLike,
             directory).
         on_part: called after each part is written (progress, statistics).
         inputs: what the parts are made from; ``out`` may not hold any of it.
+        expected_bytes: about how much is written (named if the disk fills up).
     """
     with atomic_directory(out, overwrite, error_cls=FileExistsError, kind=PARTITION_DIR,
-                          inputs=inputs) as tmp:
+                          inputs=inputs, expected_bytes=expected_bytes) as tmp:
         entries = []
         for pc in parts:
             entries.append(_write_part(pc, tmp / part_dir_name(pc.part)))
@@ -135,6 +136,7 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
         if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
             raise PartitionFormatError(f"{file}: field {key!r} = {value!r:.80}; expected "
                                        f"{getattr(typ, '__name__', typ)}")
+    check_plausible(m, file, PartitionFormatError)
     if len(m["parts"]) != m["num_parts"] or m["num_parts"] < 1:
         raise PartitionFormatError(f"{file}: {len(m['parts'])} part entries for num_parts = "
                                    f"{m['num_parts']}; expected them equal and >= 1")

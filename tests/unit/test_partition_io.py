@@ -236,3 +236,41 @@ def test_stale_temporaries_of_dead_writers_are_removed(tiny, tmp_path):
         (d / "part-00000").mkdir(parents=True)
     partition_dataset(tiny, tmp_path / "parts", "hash", 2)
     assert not dead.exists() and live.exists() and remote.exists()
+
+
+def test_a_full_disk_names_the_directory_and_leaves_nothing(tiny, tmp_path, monkeypatch):
+    import errno
+
+    from dglx_dist.errors import DiskFullError
+
+    real = pio._write_part
+
+    def fills_the_disk(pc, folder):
+        if pc.part == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(pc, folder)
+
+    monkeypatch.setattr(pio, "_write_part", fills_the_disk)
+    with pytest.raises(DiskFullError, match=r"no space left on the device of .* while writing "
+                                            r".*parts: .* MiB were written .* it needs about"):
+        partition_dataset(tiny, tmp_path / "parts", "hash", 3)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("field,value", [("num_nodes", 10**15), ("num_classes", 10**12)])
+def test_implausible_declared_sizes_are_named(pdir_path, tiny, tmp_path, field, value):
+    from dglx_dist.data import write_dataset
+    from dglx_dist.data.format import read_meta
+    from dglx_dist.errors import DatasetFormatError
+
+    manifest = json.loads((pdir_path / pio.MANIFEST).read_text())
+    manifest[field] = value
+    (pdir_path / pio.MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(PartitionFormatError, match=f"field '{field}' = {value} is implausible"):
+        PartitionDir(pdir_path)
+    data = write_dataset(tiny, tmp_path / "data")
+    meta = json.loads((data / "meta.json").read_text())
+    meta[field] = value
+    (data / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(DatasetFormatError, match=f"field '{field}' = {value} is implausible"):
+        read_meta(data)
