@@ -421,12 +421,14 @@ class DistKVStore(ServedStore, KVStore):
         after its last pull or push) and drops this process's mappings (the files were
         unlinked at init). Idempotent."""
         if self._channel is not None:
+            failed = False
             try:
                 self.session.world.barrier()  # nobody asks this rank for rows any more
             except PeerError as exc:
                 log.warning("rank %d: kvstore close: %s", self.session.rank, exc)
+                failed = True
             self.session.remove_closer(self._channel.stop)
-            self._channel.stop()
+            self._channel.stop(job_failed=failed)
             self._channel = None
         for entry in self._by_index:
             entry.parts.clear()

@@ -220,10 +220,15 @@ class Channel:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def stop(self) -> None:
+    def stop(self, job_failed: bool = False) -> None:
         """Stops the next rank's serving thread and waits for this rank's to stop (collective:
-        call it on every rank once nobody sends requests any more; idempotent)."""
+        call it on every rank once nobody sends requests any more; idempotent). With
+        ``job_failed`` (a peer is dead or stuck), the thread, a daemon waiting on a dead job,
+        is left behind instead of waited for."""
         if self._thread is None:
+            return
+        if job_failed or self.comm._broken is not None:
+            self._thread = None
             return
         stop = torch.tensor([STOP] + [0] * (HEAD_LEN - 1), dtype=torch.int64)
         nxt = (self.rank + 1) % self.size

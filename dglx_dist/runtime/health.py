@@ -6,6 +6,11 @@ host and pid. When a collective fails or times out, :meth:`Health.diagnose` name
 ranks on this host whose process is gone, ranks whose heartbeat went stale (dead or frozen
 machine), and ranks still behind in the collective sequence (alive but stuck elsewhere). If the
 store itself is gone, the rank hosting it (rank 0) is named.
+
+A store whose host is frozen (SIGSTOP, a hung machine) does not refuse calls: it never answers
+them. So every store call on the failure path (marking this rank failed or crashed, the
+diagnosis) runs with its own deadline, ``store_timeout``, and a store that misses it counts as
+gone: the survivor names rank 0 instead of waiting for ever.
 """
 from __future__ import annotations
 
@@ -31,10 +36,14 @@ class Health:
             lacks ``check`` in torch 2.2, so the prefix is applied here).
         rank / world_size: this process and the job size.
         interval: seconds between heartbeats.
+        store_timeout: seconds a store call on the failure path may take.
     """
 
-    def __init__(self, store, rank: int, world_size: int, interval: float = 0.5):
+    def __init__(self, store, rank: int, world_size: int, interval: float = 0.5,
+                 store_timeout: float = 5.0):
         self._store, self.rank, self.world_size, self.interval = store, rank, world_size, interval
+        self.store_timeout = store_timeout
+        self._unanswered = False  # a call missed its deadline: later ones do not wait again
         self.op_seqs: dict[str, int] = {}  # per communicator: the collective this rank is in
         self._host = socket.gethostname()
         self._stop = threading.Event()
@@ -64,18 +73,44 @@ class Health:
         """Records that this rank saw a failure ("failed") or is leaving cleanly ("exit"), so
         that peers diagnosing later do not take its exit for the cause."""
         try:
-            self._flag(f"{state}/{self.rank}")
-        except RuntimeError:  # store gone: nothing to tell
+            self._within(self._flag, f"{state}/{self.rank}")
+        except (RuntimeError, TimeoutError):  # store gone or frozen: nothing to tell
             pass
 
     def record_crash(self, message: str) -> None:
         """Records that this rank is leaving because of an exception (peers name it, quoting
         ``message``)."""
-        try:
+        def record():
             self._set(f"crash_msg/{self.rank}", message[:500])
             self._flag(f"crashed/{self.rank}")
-        except RuntimeError:  # store gone: nothing to tell
+
+        try:
+            self._within(record)
+        except (RuntimeError, TimeoutError):  # store gone or frozen: nothing to tell
             pass
+
+    def _within(self, fn, *args):
+        """``fn(*args)``, or TimeoutError when the store has not answered in
+        ``store_timeout`` seconds (the call is left behind in a daemon thread)."""
+        if self._unanswered:
+            raise TimeoutError("the store did not answer an earlier call")
+        outcome: dict = {}
+
+        def call():
+            try:
+                outcome["value"] = fn(*args)
+            except BaseException as exc:  # noqa: BLE001  (re-raised in the caller)
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=call, name="dglx-store-call", daemon=True)
+        thread.start()
+        thread.join(self.store_timeout)
+        if thread.is_alive():
+            self._unanswered = True
+            raise TimeoutError(f"the store did not answer within {self.store_timeout:.0f}s")
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome.get("value")
 
     def stop(self) -> None:
         self._stop.set()
@@ -103,8 +138,8 @@ class Health:
         start = time.monotonic()
         while True:
             try:
-                hard, behind = self._suspects(group, members)
-            except RuntimeError as exc:  # c10d store errors: the store's host is gone
+                hard, behind = self._within(self._suspects, group, members)
+            except (RuntimeError, TimeoutError) as exc:  # the store's host is gone or frozen
                 return [0], f"the job's store (hosted by rank 0) is unreachable ({exc})"
             waited = time.monotonic() - start
             # "behind" needs fresh heartbeats (> 2 intervals) before it counts as evidence

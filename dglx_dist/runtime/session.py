@@ -65,7 +65,8 @@ class Session:
         if not adopt:
             dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=env.rank,
                                     world_size=env.world_size, timeout=timeout)
-        self.health = Health(store, env.rank, env.world_size, interval=heartbeat)
+        self.health = Health(store, env.rank, env.world_size, interval=heartbeat,
+                             store_timeout=min(10.0, env.timeout / 2))
         self.counter = ByteCounter()
         self._store = store
         self._closers: list[Callable[[], None]] = []
