@@ -225,6 +225,20 @@ def _cmd_commcheck(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_rdzvcheck(args: argparse.Namespace) -> int:
+    from dglx_dist.runtime.preflight import check_rendezvous_endpoint
+
+    print(check_rendezvous_endpoint(args.endpoint, args.timeout))
+    return 0
+
+
+def _add_rdzvcheck(p: argparse.ArgumentParser) -> None:
+    p.add_argument("endpoint", metavar="HOST:PORT", help="the --rdzv-endpoint (or "
+                   "--master-addr:--master-port) the job will use")
+    p.add_argument("--timeout", type=number(float, 0, low_open=True), default=5.0,
+                   help="seconds to wait for an answer (default 5)")
+
+
 def _add_commcheck(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default=None, help="gloo or nccl (default: nccl if CUDA)")
     p.add_argument("--fail-rank", type=int, default=-1,
@@ -350,6 +364,9 @@ _COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
              "processes", _add_demo, _cmd_demo),
     "commcheck": ("under torchrun/srun: exchange test tensors, print topology and bytes",
                   _add_commcheck, _cmd_commcheck),
+    "rdzvcheck": ("before a launch: is HOST:PORT free, or a torch.distributed store, or held "
+                  "by something else (on which torchrun would hang)?", _add_rdzvcheck,
+                  _cmd_rdzvcheck),
     "emulate": ("root, Linux: run a torchrun job on servers emulated by network namespaces "
                 "joined by rate-limited links", _add_emulate, _cmd_emulate),
 }

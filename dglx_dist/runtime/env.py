@@ -26,6 +26,7 @@ import re
 import socket
 from typing import Mapping
 
+from dglx_dist.errors import DglxError
 from dglx_dist.runtime.allocator import MALLOC_MODES
 
 __all__ = ["DistEnv", "read_env", "expand_nodelist", "EnvError", "free_local_port"]
@@ -34,7 +35,7 @@ DEFAULT_TIMEOUT = 120.0
 DEFAULT_PORT = 29500
 
 
-class EnvError(RuntimeError):
+class EnvError(DglxError, RuntimeError):
     """The launch environment is inconsistent or incomplete."""
 
 

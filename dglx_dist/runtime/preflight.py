@@ -1,0 +1,80 @@
+"""Checks before a launch, for what would otherwise hang before dglx_dist's own code runs.
+
+A c10d rendezvous endpoint (``torchrun --rdzv-endpoint HOST:PORT``) or a static master port
+held by a process that is not a torch.distributed store makes torchrun wait at its rendezvous
+with no message: the connection succeeds, and the answer never comes. ``dglx rdzvcheck
+HOST:PORT`` tells the three cases apart before the job starts: nothing listens (free), a store
+answers (a job or its agent is up there), or something else holds the port (an error naming
+the process when it is on this machine).
+"""
+from __future__ import annotations
+
+import datetime
+import socket
+import threading
+
+import psutil
+
+from dglx_dist.runtime.env import EnvError
+
+__all__ = ["check_rendezvous_endpoint"]
+
+
+def _split(endpoint: str) -> tuple[str, int]:
+    host, _, port = endpoint.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise EnvError(f"endpoint {endpoint!r}: expected HOST:PORT with a port in 1..65535")
+    return host.strip("[]"), int(port)
+
+
+def _answers_as_store(host: str, port: int, timeout: float) -> bool:
+    """Whether a TCPStore client gets an answer from ``host:port`` within ``timeout``."""
+    import torch.distributed as dist
+
+    answered = threading.Event()
+
+    def ask():
+        try:
+            store = dist.TCPStore(host, port, None, False,
+                                  timeout=datetime.timedelta(seconds=timeout))
+            store.add("dglx/rdzvcheck", 0)
+            answered.set()
+        except Exception:  # noqa: BLE001  (no answer as a store is the finding)
+            pass
+
+    threading.Thread(target=ask, name="dglx-rdzvcheck", daemon=True).start()
+    return answered.wait(timeout)
+
+
+def _local_holder(port: int) -> str:
+    """The process listening on ``port`` on this machine, when it can be seen."""
+    try:
+        for conn in psutil.net_connections("tcp"):
+            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN \
+                    and conn.pid:
+                proc = psutil.Process(conn.pid)
+                return f" (on this machine: pid {conn.pid}, {' '.join(proc.cmdline())[:80]})"
+    except (psutil.Error, OSError):
+        pass
+    return ""
+
+
+def check_rendezvous_endpoint(endpoint: str, timeout: float = 5.0) -> str:
+    """What listens on ``endpoint`` (a sentence), or :class:`EnvError` when it is something
+    a rendezvous would hang on."""
+    host, port = _split(endpoint)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except ConnectionRefusedError:
+        return (f"{endpoint}: free (nothing listens; torchrun's agent on {host} will start "
+                f"the rendezvous store there)")
+    except OSError as exc:
+        raise EnvError(f"{endpoint}: cannot be reached ({exc}); check the host name and that "
+                       f"the port is open between the machines") from None
+    if _answers_as_store(host, port, timeout):
+        return (f"{endpoint}: a torch.distributed store answers (another job, or this job's "
+                f"agent, is using it)")
+    raise EnvError(f"{endpoint}: something that is not a torch.distributed store listens "
+                   f"there{_local_holder(port)}: it did not answer as a store within "
+                   f"{timeout:g}s, and torchrun would wait at its rendezvous with no message; "
+                   f"choose another port or stop that process")
