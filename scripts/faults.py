@@ -1,0 +1,176 @@
+"""Faults that must end a job cleanly: a frozen store host, a killed launcher, a killed
+partitioning. Each kind runs ``--runs`` times; per kind it reports runs, clean ends (the
+survivors out within DGLX_TIMEOUT + 30 s, nothing left running, the master port free, and for
+partitioning, the next run into the same directory succeeding with no temporary left), the
+processes left behind and the seconds to the end, as JSON lines and a markdown table.
+
+    python scripts/faults.py --runs 2 --timeout 20
+
+Kinds:
+  freeze-standalone  torchrun --standalone, 2 ranks training Cora; SIGSTOP the rank that hosts
+                     the job's store (rank 0). seconds: SIGSTOP -> rank 1 exited.
+  freeze-c10d        the same with a c10d rendezvous endpoint.
+  kill-launcher      SIGKILL torchrun's agent mid-training (dorylus: ranks plus executor
+                     workers). seconds: SIGKILL -> every process it started exited.
+  kill-partition     SIGKILL `dglx partition` while it writes a synthetic graph's parts, then
+                     partition into the same directory again. seconds: the second run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from dglx_dist.measure import markdown_table
+from dglx_dist.runtime.env import free_local_port
+
+KINDS = ("freeze-standalone", "freeze-c10d", "kill-launcher", "kill-partition")
+
+
+def _env(timeout: float) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DGLX_", "RANK", "WORLD"))}
+    env.update({"DGLX_TIMEOUT": str(timeout), "OMP_NUM_THREADS": "1"})
+    return env
+
+
+def _train(work: Path, launch: list[str], strategy: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", *launch, "--nproc-per-node", "2",
+            "-m", "dglx_dist", "train", "--strategy", strategy, "--model", "gcn", "--epochs",
+            "100000", "--eval-every", "1", "--no-progress", "--metrics-file",
+            str(work / "metrics.jsonl"), "--cache-dir", str(work / "cache")]
+
+
+def _started(agent: subprocess.Popen, metrics: Path, limit: float = 180) -> list[psutil.Process]:
+    """The agent's processes once training has written its first record."""
+    deadline = time.monotonic() + limit
+    while not (metrics.is_file() and metrics.read_text().strip()):
+        if agent.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the job did not start (exit {agent.poll()})")
+        time.sleep(0.2)
+    return psutil.Process(agent.pid).children(recursive=True)
+
+
+def _left(procs: list[psutil.Process]) -> list[psutil.Process]:
+    out = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+def _listening(port: int) -> bool:
+    return any(c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
+               for c in psutil.net_connections("tcp"))
+
+
+def _freeze(work: Path, timeout: float, rdzv: str) -> dict[str, Any]:
+    port = free_local_port()
+    launch = (["--standalone"] if rdzv == "standalone" else
+              ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--nnodes", "1"])
+    with open(work / "stderr.log", "w") as err:
+        agent = subprocess.Popen(_train(work, launch, "distdgl"), env=_env(timeout),
+                                 stdout=subprocess.DEVNULL, stderr=err)
+        procs = _started(agent, work / "metrics.jsonl")
+        ranks = {int(p.environ().get("RANK", -1)): p for p in procs}
+        ranks[0].suspend()
+        t0 = time.monotonic()
+        psutil.wait_procs([ranks[1]], timeout=timeout + 60)
+        survivor_s = time.monotonic() - t0
+        try:
+            agent.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            pass
+        job_s = time.monotonic() - t0
+    left = _left(procs + [psutil.Process(agent.pid)] if agent.poll() is None else procs)
+    text = (work / "stderr.log").read_text()
+    named = "PeerError" in text and "rank 0" in text.split("PeerError", 1)[1][:400]
+    for p in left:
+        p.kill()
+    return {"seconds": round(survivor_s, 1), "job_seconds": round(job_s, 1),
+            "clean": survivor_s <= timeout + 30 and not left and named, "left": len(left)}
+
+
+def _kill_launcher(work: Path, timeout: float) -> dict[str, Any]:
+    port = free_local_port()
+    agent = subprocess.Popen(_train(work, ["--master-port", str(port)], "dorylus"),
+                             env=_env(timeout), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    procs = _started(agent, work / "metrics.jsonl")
+    agent.send_signal(signal.SIGKILL)
+    t0 = time.monotonic()
+    _, alive = psutil.wait_procs(procs, timeout=timeout + 30)
+    seconds = time.monotonic() - t0
+    agent.wait()
+    busy = _listening(port)
+    for p in alive:
+        p.kill()
+    return {"seconds": round(seconds, 1), "job_seconds": round(seconds, 1),
+            "clean": not alive and not busy, "left": len(alive)}
+
+
+def _kill_partition(work: Path, timeout: float) -> dict[str, Any]:
+    data, out = work / "graph", work / "parts"
+    subprocess.run([sys.executable, "-m", "dglx_dist", "datagen", str(data), "--num-nodes",
+                    "300000", "--num-edges", "3000000", "--feat-dim", "64"], check=True,
+                   capture_output=True)
+    cmd = [sys.executable, "-m", "dglx_dist", "partition", str(data), str(out), "--method",
+           "hash", "--parts", "4"]
+    first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while not list(work.glob(".parts.tmp-*/part-00001")) and first.poll() is None:
+        time.sleep(0.05)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    stale = len(list(work.glob(".parts.tmp-*")))
+    t0 = time.monotonic()
+    second = subprocess.run(cmd, capture_output=True, text=True)
+    seconds = time.monotonic() - t0
+    left = len(list(work.glob(".parts.*")))
+    ok = second.returncode == 0 and (out / "partition.json").is_file() and (data / "meta.json"
+                                                                           ).is_file()
+    return {"seconds": round(seconds, 1), "job_seconds": round(seconds, 1),
+            "clean": ok and stale == 1 and left == 0, "left": left}
+
+
+RUNNERS = {"freeze-standalone": lambda w, t: _freeze(w, t, "standalone"),
+           "freeze-c10d": lambda w, t: _freeze(w, t, "c10d"),
+           "kill-launcher": _kill_launcher, "kill-partition": _kill_partition}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=2)
+    p.add_argument("--timeout", type=float, default=20.0, help="DGLX_TIMEOUT of the jobs")
+    p.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
+    args = p.parse_args(argv)
+    rows = []
+    for kind in args.kinds:
+        results = []
+        for i in range(args.runs):
+            with tempfile.TemporaryDirectory(prefix=f"dglx-faults-{kind}-") as tmp:
+                res = RUNNERS[kind](Path(tmp), args.timeout)
+            print(json.dumps({"kind": kind, "run": i, **res}), flush=True)
+            results.append(res)
+        secs = sorted(r["seconds"] for r in results)
+        rows.append({"kind": kind, "runs": len(results),
+                     "clean": sum(r["clean"] for r in results),
+                     "left_behind": sum(r["left"] for r in results),
+                     "seconds_median": secs[len(secs) // 2], "seconds_max": secs[-1],
+                     "job_seconds_max": max(r["job_seconds"] for r in results)})
+    print(markdown_table(rows))
+    return 0 if all(r["clean"] == r["runs"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
