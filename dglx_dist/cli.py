@@ -97,7 +97,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from dglx_dist.checkpoint import Checkpointing
     from dglx_dist.models import MODELS
     from dglx_dist.partition import PartitionDir
-    from dglx_dist.prepare import check_partitions_of, ensure_partitions
+    from dglx_dist.prepare import check_partitions_of, ensure_partitions, resolve_dataset
     from dglx_dist.runtime import init
     from dglx_dist.strategies import STRATEGIES
     from dglx_dist.trainer import Trainer
@@ -106,6 +106,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
                                                                   "--strategy-opt"))
     if args.partitions is not None and args.data is not None:
         check_partitions_of(args.partitions, args.data)
+    elif args.partitions is None:
+        resolve_dataset(args.data or "cora")  # a missing dataset before any process group
     with init(backend=args.backend) as session:
         parts = args.partitions or ensure_partitions(args.data or "cora", strategy, session,
                                                      args.cache_dir)

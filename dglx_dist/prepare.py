@@ -22,7 +22,7 @@ import torch
 
 from dglx_dist.data.builtin import builtin_names, builtin_path
 from dglx_dist.data.format import read_meta
-from dglx_dist.errors import PartitionError
+from dglx_dist.errors import DatasetFormatError, PartitionError
 from dglx_dist.partition.driver import partition_dataset
 from dglx_dist.partition.io import MANIFEST, read_manifest
 from dglx_dist.runtime.session import Session
@@ -40,8 +40,8 @@ def resolve_dataset(data: str | os.PathLike) -> Path:
         return path
     if str(data) in builtin_names():
         return builtin_path(str(data))
-    raise FileNotFoundError(f"dataset {data!r} is neither a directory nor a built-in dataset "
-                            f"({', '.join(builtin_names())})")
+    raise DatasetFormatError(f"dataset {data!r} is neither a directory nor a built-in dataset "
+                             f"({', '.join(builtin_names())})")
 
 
 def check_partitions_of(partitions: str | os.PathLike, data: str | os.PathLike) -> None:

@@ -32,6 +32,7 @@ from dglx_dist.runtime.allocator import MALLOC_MODES
 __all__ = ["DistEnv", "read_env", "expand_nodelist", "EnvError", "free_local_port"]
 
 DEFAULT_TIMEOUT = 120.0
+MAX_TIMEOUT = 1e6  # seconds (11 days): beyond it, torch's timeouts overflow
 DEFAULT_PORT = 29500
 
 
@@ -85,8 +86,9 @@ class DistEnv:
         if self.virtual_servers < 1 or self.local_world_size % self.virtual_servers:
             raise EnvError(f"DGLX_VIRTUAL_SERVERS={self.virtual_servers} must divide the "
                            f"{self.local_world_size} ranks of a machine")
-        if self.timeout <= 0:
-            raise EnvError(f"DGLX_TIMEOUT={self.timeout}; expected seconds > 0")
+        if not 0 < self.timeout <= MAX_TIMEOUT:  # NaN fails this too
+            raise EnvError(f"DGLX_TIMEOUT={self.timeout}; expected seconds > 0 and at most "
+                           f"{MAX_TIMEOUT:g}")
         if self.backend not in (None, "gloo", "nccl"):
             raise EnvError(f"DGLX_BACKEND={self.backend!r}; expected 'gloo' or 'nccl'")
         if self.malloc not in MALLOC_MODES:

@@ -46,3 +46,19 @@ def test_strategy_options_out_of_range_are_refused(caplog, name, option, value, 
     """Checked when the strategy is built, before any process group exists."""
     assert main(["train", "--strategy", name, "--strategy-opt", f"{option}={value}"]) == 2
     assert expected in caplog.text
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e300", "0"])
+def test_a_timeout_that_is_not_a_number_of_seconds_is_refused(value):
+    from dglx_dist.errors import DglxError
+    from dglx_dist.runtime.env import read_env
+
+    import re
+
+    with pytest.raises(DglxError, match=re.escape(f"DGLX_TIMEOUT={float(value)}; expected")):
+        read_env({"DGLX_TIMEOUT": value})
+
+
+def test_an_unknown_dataset_is_refused_before_anything_starts(caplog):
+    assert main(["train", "--data", "no-such-graph"]) == 2
+    assert "'no-such-graph' is neither a directory nor a built-in dataset (cora" in caplog.text
