@@ -34,7 +34,8 @@ class Health:
     Args:
         store: the job's torch.distributed Store (keys go under ``dglx/health/``; PrefixStore
             lacks ``check`` in torch 2.2, so the prefix is applied here).
-        rank / world_size: this process and the job size.
+        rank: this process's rank.
+        world_size: the job size.
         interval: seconds between heartbeats.
         store_timeout: seconds a store call on the failure path may take.
     """

@@ -64,42 +64,45 @@ def test_survivors_name_the_dead_rank(name, tmp_path):
     assert _token_processes(token) == []
 
 
-def _made_with_a_stale_marker(session, tmp, fail):
-    """Rank 0 makes a directory slowly (or fails) while an earlier run's ``.failed`` marker
-    sits beside it; every rank reports what it got."""
+def _made_with_a_stale_marker(session, tmp):
+    """Rank 0 makes a directory slowly, then fails to make another, each time with an earlier
+    run's ``.failed`` marker beside it; every rank reports what it got."""
     from pathlib import Path
 
     from dglx_dist.prepare import made_by_rank0
 
-    out = Path(tmp) / "made"
+    got = {}
+    for fail in (False, True):
+        out = Path(tmp) / f"made{int(fail)}"
 
-    def make():
-        time.sleep(1.0)  # the other rank polls meanwhile, with the old marker in place
-        if fail:
-            raise ValueError("this run's own failure")
-        out.mkdir()
-        (out / "done").write_text("x")
+        def make():
+            time.sleep(1.0)  # the other rank polls meanwhile, with the old marker in place
+            if fail:
+                raise ValueError("this run's own failure")
+            out.mkdir()
+            (out / "done").write_text("x")
 
-    try:
-        made_by_rank0(session, out, "done", make, "making it", wait_timeout=30)
-    except (RuntimeError, ValueError) as exc:
-        return str(exc)
-    return "ok"
-
-
-@pytest.mark.parametrize("fail", [False, True])
-def test_an_earlier_runs_failure_marker_is_not_this_runs(tmp_path, fail):
-    (tmp_path / "made.failed").write_text("OSError: [Errno 28] No space left on device")
-    res = run_workers(_made_with_a_stale_marker, 2, tmp_path / "run", str(tmp_path), fail)
-    if fail:
-        assert res[0] == "this run's own failure"
-        assert "this run's own failure" in res[1] and "No space" not in res[1], res
-    else:
-        assert res == {0: "ok", 1: "ok"} and not (tmp_path / "made.failed").exists()
+        try:
+            made_by_rank0(session, out, "done", make, "making it", wait_timeout=30)
+            got[fail] = "ok"
+        except (RuntimeError, ValueError) as exc:
+            got[fail] = str(exc)
+    return got
 
 
-def _nan_loss(session, tmp, warn):
-    """distdgl trains 3 epochs; rank 1's loss is NaN at step 1 of epoch 1."""
+def test_an_earlier_runs_failure_marker_is_not_this_runs(tmp_path):
+    for n in (0, 1):
+        (tmp_path / f"made{n}.failed").write_text("OSError: [Errno 28] No space left on device")
+    res = run_workers(_made_with_a_stale_marker, 2, tmp_path / "run", str(tmp_path))
+    for r in (0, 1):
+        assert res[r]["false"] == "ok", res
+        assert "this run's own failure" in res[r]["true"] and "No space" not in res[r]["true"]
+    assert not (tmp_path / "made0.failed").exists()
+
+
+def _nan_loss(session, tmp):
+    """distdgl trains 3 epochs, rank 1's loss NaN at step 1 of epoch 1: once with
+    nonfinite_loss="warn", once with "raise"."""
     import io
     import json
 
@@ -107,39 +110,39 @@ def _nan_loss(session, tmp, warn):
 
     from dglx_dist.errors import NonFiniteLossError
 
-    trainer = _trainer(session, "distdgl", f"{tmp}/parts")
-    trainer.nonfinite_loss = "warn" if warn else "raise"
-    trainer.metrics = io.StringIO()
-    calls = []
+    out = {}
+    for mode in ("warn", "raise"):
+        trainer = _trainer(session, "distdgl", f"{tmp}/parts")
+        trainer.nonfinite_loss, trainer.metrics = mode, io.StringIO()
+        calls = []
 
-    def loss_fn(logits, y):
-        calls.append(trainer.epoch)
-        nan = session.rank == 1 and trainer.epoch == 1 and calls.count(1) == 2
-        return F.cross_entropy(logits, y) * (float("nan") if nan else 1.0)
+        def loss_fn(logits, y):
+            calls.append(trainer.epoch)
+            nan = session.rank == 1 and trainer.epoch == 1 and calls.count(1) == 2
+            return F.cross_entropy(logits, y) * (float("nan") if nan else 1.0)
 
-    try:
-        trainer.fit(3, eval_every=0, loss_fn=loss_fn)
-        error = None
-    except NonFiniteLossError as exc:
-        error = str(exc)
-    finally:
-        trainer.close()
-    return {"error": error, "lines": [json.loads(line) for line in
-                                      trainer.metrics.getvalue().splitlines()]}
+        try:
+            trainer.fit(3, eval_every=0, loss_fn=loss_fn)
+            error = None
+        except NonFiniteLossError as exc:
+            error = str(exc)
+        finally:
+            trainer.close()
+        out[mode] = {"error": error, "lines": [json.loads(line) for line in
+                                               trainer.metrics.getvalue().splitlines()]}
+    return out
 
 
-@pytest.mark.parametrize("warn", [False, True])
-def test_a_nan_loss_stops_the_run_with_valid_json(tmp_path, warn):
-    res = run_workers(_nan_loss, 2, tmp_path / "run", str(tmp_path), warn)
-    lines = res[0]["lines"]
-    assert lines[1]["loss"] is None and lines[1]["nonfinite"] == ["loss"]
-    assert lines[0]["loss"] > 0 and "nonfinite" not in lines[0]
-    if warn:
-        assert res[0]["error"] is None and len(lines) == 3
-    else:
-        for r in (0, 1):
-            assert "epoch 1: the loss is nan (first non-finite at step 1" in res[r]["error"]
-        assert len(lines) == 2
+def test_a_nan_loss_stops_the_run_with_valid_json(tmp_path):
+    res = run_workers(_nan_loss, 2, tmp_path / "run", str(tmp_path))
+    for mode in ("warn", "raise"):
+        lines = res[0][mode]["lines"]
+        assert lines[1]["loss"] is None and lines[1]["nonfinite"] == ["loss"]
+        assert lines[0]["loss"] > 0 and "nonfinite" not in lines[0]
+    assert res[0]["warn"]["error"] is None and len(res[0]["warn"]["lines"]) == 3
+    for r in (0, 1):
+        assert "epoch 1: the loss is nan (first non-finite at step 1" in res[r]["raise"]["error"]
+    assert len(res[0]["raise"]["lines"]) == 2
 
 
 def _no_training_nodes(session, tmp):
