@@ -170,7 +170,8 @@ def _add_train(p: argparse.ArgumentParser) -> None:
                    help="reference model: GraphSAGE, GCN, GAT (4 heads of --hidden), or the "
                         "deep residual ResGCN+ (dglx_dist.models; default sage)")
     p.add_argument("--hidden", type=number(int, 1), default=16)
-    p.add_argument("--layers", type=number(int, 1), default=2, help="when the strategy does not imply it")
+    p.add_argument("--layers", type=number(int, 1), default=2,
+                   help="when the strategy does not imply it")
     p.add_argument("--dropout", type=number(float, 0, 1, high_open=True), default=0.5)
     p.add_argument("--lr", type=number(float, 0, low_open=True), default=0.01)
     p.add_argument("--weight-decay", type=number(float, 0), default=5e-4)

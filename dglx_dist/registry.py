@@ -14,8 +14,8 @@ with a decorator; the same class may sit behind several names with different bou
 ``build(name, **options)`` validates the options against the Config (unknown names and options
 fail listing the valid ones; strings from the command line are coerced to the field's type; a
 float must be finite, and a field's metadata may bound it: ``"min"`` inclusive, ``"above"``
-exclusive) and returns ``cls(config)``. Third parties add plug-ins through the entry-point group; they are loaded
-the first time a name is looked up.
+exclusive) and returns ``cls(config)``. Third parties add plug-ins through the entry-point
+group; they are loaded the first time a name is looked up.
 """
 from __future__ import annotations
 

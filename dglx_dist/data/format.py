@@ -181,8 +181,8 @@ def write_dataset(ds: GraphDataset, path: str | os.PathLike, overwrite: bool = F
     """Writes ``ds`` as a dataset directory, atomically (temp dir + rename); ``overwrite``
     replaces only a dataset directory."""
     with atomic_directory(path, overwrite, kind=DATASET_DIR) as tmp:
-        pq.write_table(pa.Table.from_batches([edge_batch(ds.src, ds.dst, ds.edata)]), tmp / EDGES_FILE,
-                       **WRITE_OPTIONS)
+        edges = pa.Table.from_batches([edge_batch(ds.src, ds.dst, ds.edata)])
+        pq.write_table(edges, tmp / EDGES_FILE, **WRITE_OPTIONS)
         with pq.ParquetWriter(tmp / NODES_FILE, node_schema(ds.feat_dim),
                               **WRITE_OPTIONS) as writer:
             for lo in range(0, max(ds.num_nodes, 1), rows_per_group):
