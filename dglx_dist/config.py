@@ -6,7 +6,7 @@ import dataclasses
 import typing
 from typing import Any, Iterable
 
-from dglx_dist.registry import coerce_option
+from dglx_dist.registry import Bounds, coerce_option
 
 __all__ = ["parse_key_values", "add_dataclass_arguments", "dataclass_from_args", "number"]
 
@@ -15,20 +15,15 @@ def number(kind: type, low: float | None = None, high: float | None = None, *,
            high_open: bool = False, low_open: bool = False):
     """An argparse ``type=`` for a finite ``kind`` (int or float) in ``[low, high]`` (either
     end open on request); anything else is refused naming the value and the range."""
-    lo = "" if low is None else f"{'>' if low_open else '>='} {low}"
-    hi = "" if high is None else f"{'<' if high_open else '<='} {high}"
-    bounds = " and ".join(x for x in (lo, hi) if x)
-    expected = f"a finite {kind.__name__}" + (f" {bounds}" if bounds else "")
+    bounds = Bounds(low, high, low_open, high_open)
+    expected = bounds.describe(f"a finite {kind.__name__}")
 
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}") from None
-        bad = (value != value or value in (float("inf"), float("-inf"))
-               or (low is not None and (value <= low if low_open else value < low))
-               or (high is not None and (value >= high if high_open else value > high)))
-        if bad:
+        if not bounds.holds(value):
             raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}")
         return value
 

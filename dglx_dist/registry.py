@@ -26,7 +26,7 @@ import typing
 from importlib import metadata
 from typing import Any, Callable, Generic, TypeVar
 
-__all__ = ["Registry", "RegistryError", "OptionInfo", "coerce_option"]
+__all__ = ["Registry", "RegistryError", "OptionInfo", "Bounds", "coerce_option"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -231,14 +231,40 @@ class Registry(Generic[T]):
             self.add(ep.name, cls)
 
 
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+    """A range of finite numbers, either end open or absent (for options and flags)."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def holds(self, value: float) -> bool:
+        """Whether ``value`` is finite and in the range."""
+        return (math.isfinite(value)
+                and (self.low is None or (value > self.low if self.low_open else
+                                          value >= self.low))
+                and (self.high is None or (value < self.high if self.high_open else
+                                           value <= self.high)))
+
+    def describe(self, noun: str) -> str:
+        """``noun`` with the range, e.g. "a value >= 0 and < 1"."""
+        ends = [f"{op} {end}" for op, end in ((">" if self.low_open else ">=", self.low),
+                                              ("<" if self.high_open else "<=", self.high))
+                if end is not None]
+        return " ".join([noun, " and ".join(ends)]) if ends else noun
+
+
 def _bounded(value: Any, field: dataclasses.Field, where: str) -> Any:
-    """``value`` if it meets the field's ``"min"`` / ``"above"`` metadata bounds."""
-    low, above = field.metadata.get("min"), field.metadata.get("above")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if low is not None and value < low:
-            raise RegistryError(f"{where}: {value!r}; expected a value >= {low}")
-        if above is not None and value <= above:
-            raise RegistryError(f"{where}: {value!r}; expected a value > {above}")
+    """``value`` if it meets the field's ``"min"`` (inclusive) / ``"above"`` (exclusive)
+    metadata bound."""
+    above = field.metadata.get("above")
+    bounds = Bounds(above if above is not None else field.metadata.get("min"),
+                    low_open=above is not None)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and \
+            not bounds.holds(value):
+        raise RegistryError(f"{where}: {value!r}; expected {bounds.describe('a value')}")
     return value
 
 

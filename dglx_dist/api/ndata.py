@@ -2,6 +2,7 @@
 :mod:`dglx_dist.api.graph` for what a view means as an index and as a whole tensor)."""
 from __future__ import annotations
 
+import abc
 from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
@@ -15,17 +16,19 @@ MASKS = {"train_mask": "train", "val_mask": "val", "test_mask": "test"}
 EDGE_PREFIX = "edata/"  # the store's names of edge data (g.edata), not node data
 
 
-class DataViews:
+class DataViews(abc.ABC):
     """A read-only mapping of names to views (``g.ndata``, ``g.edata``): subclasses say which
     names there are and how to view one."""
 
     kind = ""  # "node" or "edge", for messages
 
+    @abc.abstractmethod
     def keys(self) -> list[str]:
-        raise NotImplementedError
+        """The names there are."""
 
+    @abc.abstractmethod
     def view(self, name: str) -> Any:
-        raise NotImplementedError
+        """The view of ``name`` (an existing name)."""
 
     def __contains__(self, name: object) -> bool:
         return name in self.keys()

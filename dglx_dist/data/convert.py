@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from dglx_dist.data.edge_data import STRUCTURE
 from dglx_dist.data.format import GraphDataset
 from dglx_dist.errors import DatasetFormatError
 
@@ -37,10 +38,10 @@ def _edge_data(g) -> dict:
     """``g.edata`` as numpy arrays of one value or one vector per edge."""
     out = {}
     for name, t in g.edata.items():
-        if name in ("src", "dst", "eid") or t.dim() not in (1, 2) or t.is_complex():
+        if name in STRUCTURE or t.dim() not in (1, 2) or t.is_complex():
             raise DatasetFormatError(f"from_dgl: g.edata[{name!r}] has shape {tuple(t.shape)} "
                                      f"and dtype {t.dtype}; expected one number or one vector "
-                                     f"per edge, under a name other than src, dst and eid")
+                                     f"per edge, under a name other than {', '.join(STRUCTURE)}")
         if t.dtype == torch.bfloat16:
             t = t.float()
         out[name] = np.ascontiguousarray(t.detach().cpu().numpy())

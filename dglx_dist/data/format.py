@@ -113,11 +113,9 @@ def edge_batch(src: np.ndarray, dst: np.ndarray,
                edata: dict[str, np.ndarray] | None = None) -> pa.RecordBatch:
     """A record batch of edges.parquet rows (``edata``: extra columns, one row per edge)."""
     edata = edata or {}
-    arrays = [pa.array(np.asarray(src, np.int64)), pa.array(np.asarray(dst, np.int64))]
-    if not edata:
-        return pa.RecordBatch.from_arrays(arrays, schema=EDGE_SCHEMA)
-    return pa.RecordBatch.from_arrays(arrays + [to_arrow(a) for a in edata.values()],
-                                      names=["src", "dst", *edata])
+    arrays = [pa.array(np.asarray(src, np.int64)), pa.array(np.asarray(dst, np.int64)),
+              *(to_arrow(a) for a in edata.values())]
+    return pa.RecordBatch.from_arrays(arrays, names=[*EDGE_SCHEMA.names, *edata])
 
 
 def read_meta(path: str | os.PathLike) -> DatasetMeta:

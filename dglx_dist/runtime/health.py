@@ -22,7 +22,7 @@ import time
 
 import psutil
 
-__all__ = ["Health"]
+__all__ = ["Health", "call_within"]
 
 log = logging.getLogger(__name__)
 _PREFIX = "dglx/health/"
@@ -95,23 +95,12 @@ class Health:
         ``store_timeout`` seconds (the call is left behind in a daemon thread)."""
         if self._unanswered:
             raise TimeoutError("the store did not answer an earlier call")
-        outcome: dict = {}
-
-        def call():
-            try:
-                outcome["value"] = fn(*args)
-            except BaseException as exc:  # noqa: BLE001  (re-raised in the caller)
-                outcome["error"] = exc
-
-        thread = threading.Thread(target=call, name="dglx-store-call", daemon=True)
-        thread.start()
-        thread.join(self.store_timeout)
-        if thread.is_alive():
+        try:
+            return call_within(self.store_timeout, fn, *args)
+        except TimeoutError:
             self._unanswered = True
-            raise TimeoutError(f"the store did not answer within {self.store_timeout:.0f}s")
-        if "error" in outcome:
-            raise outcome["error"]
-        return outcome.get("value")
+            raise TimeoutError(f"the store did not answer within {self.store_timeout:.0f}s") \
+                from None
 
     def stop(self) -> None:
         self._stop.set()
@@ -179,6 +168,28 @@ class Health:
             elif seq < mine:
                 behind[r] = f"has not reached {group} collective #{mine} (it is at #{seq})"
         return found, behind
+
+
+def call_within(seconds: float, fn, *args):
+    """``fn(*args)`` run on a daemon thread; TimeoutError when it has not returned within
+    ``seconds`` (the call is left behind: for peers that never answer, such as a frozen
+    store host)."""
+    outcome: dict = {}
+
+    def call():
+        try:
+            outcome["value"] = fn(*args)
+        except BaseException as exc:  # noqa: BLE001  (re-raised in the caller)
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=call, name="dglx-call-within", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise TimeoutError(f"no answer within {seconds:g}s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
 
 
 def _pid() -> int:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import datetime
 import socket
-import threading
 
 import psutil
 
 from dglx_dist.runtime.env import EnvError
+from dglx_dist.runtime.health import call_within
 
 __all__ = ["check_rendezvous_endpoint"]
 
@@ -31,19 +31,15 @@ def _answers_as_store(host: str, port: int, timeout: float) -> bool:
     """Whether a TCPStore client gets an answer from ``host:port`` within ``timeout``."""
     import torch.distributed as dist
 
-    answered = threading.Event()
-
     def ask():
-        try:
-            store = dist.TCPStore(host, port, None, False,
-                                  timeout=datetime.timedelta(seconds=timeout))
-            store.add("dglx/rdzvcheck", 0)
-            answered.set()
-        except Exception:  # noqa: BLE001  (no answer as a store is the finding)
-            pass
+        store = dist.TCPStore(host, port, None, False, timeout=datetime.timedelta(seconds=timeout))
+        store.add("dglx/rdzvcheck", 0)
 
-    threading.Thread(target=ask, name="dglx-rdzvcheck", daemon=True).start()
-    return answered.wait(timeout)
+    try:
+        call_within(timeout, ask)
+    except Exception:  # noqa: BLE001  (no answer as a store, or a refusal, is the finding)
+        return False
+    return True
 
 
 def _local_holder(port: int) -> str:
