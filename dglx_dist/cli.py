@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from dglx_dist.config import add_dataclass_arguments, dataclass_from_args, number, parse_key_values
-from dglx_dist.errors import DglxError
+from dglx_dist.errors import DglxError, InvalidValueError
 from dglx_dist.registry import RegistryError
 
 __all__ = ["main", "build_parser"]
@@ -70,8 +70,7 @@ _PARTITION_SOURCES: dict[str, Callable[[argparse.Namespace], int]] = {
 def _refuse_options(args: argparse.Namespace, names: Sequence[str], why: str) -> None:
     given = [f"--{n.replace('_', '-')}" for n in names if getattr(args, n) is not None]
     if given:
-        raise argparse.ArgumentTypeError(f"dglx partition: {', '.join(given)} not accepted "
-                                         f"({why})")
+        raise InvalidValueError(f"dglx partition: {', '.join(given)} not accepted ({why})")
 
 
 def _cmd_partition(args: argparse.Namespace) -> int:
@@ -259,14 +258,11 @@ def _cmd_emulate(args: argparse.Namespace) -> int:
         return 0
     target = args.target[1:] if args.target[:1] == ["--"] else args.target
     if not target:
-        raise argparse.ArgumentTypeError("dglx emulate: give what torchrun runs after --, e.g. "
-                                         "`dglx emulate -- -m dglx_dist commcheck`")
+        raise InvalidValueError("dglx emulate: give what torchrun runs after --, e.g. "
+                                "`dglx emulate -- -m dglx_dist commcheck`")
     base = PRESETS[args.preset]
-    try:
-        link = LinkSpec(args.rate or base.rate,
-                        base.delay_ms if args.delay_ms is None else args.delay_ms)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    link = LinkSpec(args.rate or base.rate,
+                    base.delay_ms if args.delay_ms is None else args.delay_ms)
     try:
         nodes = run_job(args.servers, args.nproc_per_server, link, target,
                         timeout=args.timeout)

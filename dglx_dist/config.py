@@ -6,6 +6,7 @@ import dataclasses
 import typing
 from typing import Any, Iterable
 
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.registry import Bounds, coerce_option
 
 __all__ = ["parse_key_values", "add_dataclass_arguments", "dataclass_from_args", "number"]
@@ -35,16 +36,16 @@ def parse_key_values(pairs: Iterable[str] | None, flag: str = "--opt") -> dict[s
     """Turns ``["k=v", ...]`` into a dict; values stay strings (the registry coerces them).
 
     Raises:
-        argparse.ArgumentTypeError: a pair without '=' or with an empty key, or a repeated key.
+        InvalidValueError: a pair without '=' or with an empty key, or a repeated key.
     """
     out: dict[str, str] = {}
     for pair in pairs or ():
         key, sep, value = pair.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or not key:
-            raise argparse.ArgumentTypeError(f"{flag} {pair!r}: expected KEY=VALUE")
+            raise InvalidValueError(f"{flag} {pair!r}: expected KEY=VALUE")
         if key in out:
-            raise argparse.ArgumentTypeError(f"{flag} {key} given twice")
+            raise InvalidValueError(f"{flag} {key} given twice")
         out[key] = value
     return out
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dglx_dist.data.builtin import builtin_path
+from dglx_dist.errors import StateError
 from dglx_dist.measure import markdown_table
 from dglx_dist.partition import PARTITIONERS, PartitionDir, partition_dataset
 from dglx_dist.runtime.env import free_local_port
@@ -58,8 +59,8 @@ def training_demo(strategy: str = "distdgl", nproc: int = 2, epochs: int = 60,
         log.info("running: %s", " ".join(cmd))
         proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, timeout=timeout, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"training run failed with exit code {proc.returncode} "
-                           f"(its log is above)")
+        raise StateError(f"training run failed with exit code {proc.returncode} "
+                         f"(its log is above)")
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     shown = [r for r in records if "val_acc" in r or "test_acc" in r]
     return markdown_table(shown, [c for c in _COLUMNS]), records

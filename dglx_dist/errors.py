@@ -1,12 +1,71 @@
-"""Exception types. Each message names what was wrong (file, field, value) and what was expected."""
+"""Exception types. Each message names what was wrong (file, field, value) and what was expected.
+
+Every exception dglx_dist raises is a :class:`DglxError`. Each also subclasses the builtin a
+Python or DGL user would catch for it (a bad value is a ``ValueError``, an unknown name a
+``KeyError``), so ``except ValueError`` keeps working. The command line turns any of them into
+one line on one rank (see :mod:`dglx_dist.runtime.failure`).
+"""
 from __future__ import annotations
 
-__all__ = ["DglxError", "DatasetFormatError", "PartitionFormatError", "PartitionError",
-           "InsufficientMemoryError", "CheckpointError", "NonFiniteLossError", "DiskFullError"]
+__all__ = ["DglxError", "InvalidValueError", "InvalidTypeError", "IdOutOfRangeError",
+           "UnknownNameError", "StateError", "ProtocolError", "NotSupportedError",
+           "DeadlineError", "StreamEndedError", "MissingDependencyError", "InternalError",
+           "DatasetFormatError", "PartitionFormatError", "PartitionError",
+           "InsufficientMemoryError", "CheckpointError", "NonFiniteLossError", "OutputExistsError",
+           "DiskFullError"]
 
 
 class DglxError(Exception):
     """Base class of every error raised on purpose by dglx_dist."""
+
+
+class InvalidValueError(DglxError, ValueError):
+    """An argument, option or tensor outside what is accepted (the message says what is)."""
+
+
+class InvalidTypeError(DglxError, TypeError):
+    """An argument of a type the call does not take."""
+
+
+class IdOutOfRangeError(DglxError, IndexError):
+    """Node, edge, row or part ids outside the range the graph or tensor has."""
+
+
+class UnknownNameError(DglxError, KeyError):
+    """A name nothing is registered under (a tensor, dataset, ndata key, op); the message
+    lists the known ones."""
+
+    __str__ = Exception.__str__  # the message itself, not KeyError's quoted repr
+
+
+class StateError(DglxError, RuntimeError):
+    """A call made in the wrong state: no session yet, one already running, a closed
+    executor, a step taken out of order."""
+
+
+class ProtocolError(DglxError, RuntimeError):
+    """A peer, worker or file answered something the protocol does not allow (sizes that
+    disagree, a request for rows the receiver does not hold)."""
+
+
+class NotSupportedError(DglxError, NotImplementedError):
+    """The chosen strategy or executor has no support for what was asked."""
+
+
+class DeadlineError(DglxError, TimeoutError):
+    """Something the job waited for did not come within its deadline."""
+
+
+class StreamEndedError(DglxError, EOFError):
+    """A byte stream (a worker's pipe) ended inside a frame."""
+
+
+class MissingDependencyError(DglxError, ImportError):
+    """An optional dependency is not installed (the message names the extra to install)."""
+
+
+class InternalError(DglxError, AssertionError):
+    """An invariant of dglx_dist itself does not hold: a bug to report, not bad input."""
 
 
 class DatasetFormatError(DglxError, ValueError):
@@ -31,6 +90,10 @@ class CheckpointError(DglxError, ValueError):
 
 class NonFiniteLossError(DglxError, FloatingPointError):
     """Training produced a NaN or infinite loss (the run stops unless told to go on)."""
+
+
+class OutputExistsError(DglxError, FileExistsError):
+    """An output directory exists and may not be replaced (the message says why)."""
 
 
 class DiskFullError(DglxError, OSError):

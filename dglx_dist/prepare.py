@@ -22,7 +22,7 @@ import torch
 
 from dglx_dist.data.builtin import builtin_names, builtin_path
 from dglx_dist.data.format import read_meta
-from dglx_dist.errors import DatasetFormatError, PartitionError
+from dglx_dist.errors import DatasetFormatError, DeadlineError, PartitionError, StateError
 from dglx_dist.partition.driver import partition_dataset
 from dglx_dist.partition.io import MANIFEST, read_manifest
 from dglx_dist.runtime.session import Session
@@ -116,10 +116,10 @@ def made_by_rank0(session: Session, out: Path, marker: str, make: Callable[[], A
     while not (out / marker).is_file():
         error = _failure(failed, attempt)
         if error is not None:
-            raise RuntimeError(f"rank 0 failed ({what}): {error}")
+            raise StateError(f"rank 0 failed ({what}): {error}")
         if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {wait_timeout:.0f}s for rank 0 to write {out}; is the "
-                               f"cache directory on a filesystem every node sees?")
+            raise DeadlineError(f"waited {wait_timeout:.0f}s for rank 0 to write {out}; is the "
+                                f"cache directory on a filesystem every node sees?")
         time.sleep(0.2)
     return out
 

@@ -26,6 +26,8 @@ import typing
 from importlib import metadata
 from typing import Any, Callable, Generic, TypeVar
 
+from dglx_dist.errors import DglxError
+
 __all__ = ["Registry", "RegistryError", "OptionInfo", "Bounds", "coerce_option"]
 
 log = logging.getLogger(__name__)
@@ -35,7 +37,7 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
 
-class RegistryError(ValueError):
+class RegistryError(DglxError, ValueError):
     """An unknown plug-in name or an invalid option for a plug-in."""
 
 

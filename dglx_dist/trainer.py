@@ -44,7 +44,8 @@ from dglx_dist.api import DataLoader, DistGraph, parallelize
 from dglx_dist.api.metrics import accuracy
 from dglx_dist.checkpoint import Checkpointing, collective, list_checkpoints, rng
 from dglx_dist.checkpoint.files import decode, describe_unusable, encode
-from dglx_dist.errors import CheckpointError, DatasetFormatError, NonFiniteLossError
+from dglx_dist.errors import (CheckpointError, DatasetFormatError, InvalidValueError,
+                               NonFiniteLossError)
 from dglx_dist.kvstore.embedding import DistEmbedding
 from dglx_dist.measure import SavedBytes, json_record, peak_rss_bytes
 from dglx_dist.models.layers import graph_convs
@@ -116,10 +117,11 @@ class Trainer:
                  embeddings: Sequence[DistEmbedding] = (), nonfinite_loss: str = "raise",
                  **options: Any):
         if isinstance(strategy, Strategy) and options:
-            raise ValueError(f"options {sorted(options)} given with a built strategy; "
-                             f"pass them to STRATEGIES.build instead")
+            raise InvalidValueError(f"options {sorted(options)} given with a built strategy; "
+                                    f"pass them to STRATEGIES.build instead")
         if nonfinite_loss not in ("raise", "warn"):
-            raise ValueError(f"nonfinite_loss={nonfinite_loss!r}; expected 'raise' or 'warn'")
+            raise InvalidValueError(f"nonfinite_loss={nonfinite_loss!r}; expected 'raise' or "
+                                    "'warn'")
         self.graph = DistGraph(partitions, strategy, session=session, **options)
         self.session, self.nonfinite_loss = self.graph.session, nonfinite_loss
         if not bool(self.graph.ndata["train_mask"].full().any()):
@@ -182,7 +184,7 @@ class Trainer:
         """Accuracy on ``split`` ("train", "val" or "test") over all partitions (collective):
         a loader over the split's mask with the strategy's evaluation fanouts."""
         if split not in ("train", "val", "test"):
-            raise ValueError(f"split {split!r}; expected 'train', 'val' or 'test'")
+            raise InvalidValueError(f"split {split!r}; expected 'train', 'val' or 'test'")
         if split not in self._eval_loaders:
             self._eval_loaders[split] = _loader(self.graph, split, self._eval_spec)
         was_training = self.model.training
@@ -214,11 +216,12 @@ class Trainer:
         """
         if self.strategy.owns_training:
             if loss_fn is not F.cross_entropy:
-                raise ValueError(f"strategy {self.strategy.registered_name!r} trains through "
-                                 f"its own pipeline, which computes the cross-entropy loss "
-                                 f"itself; loss_fn={getattr(loss_fn, '__name__', loss_fn)} "
-                                 f"cannot be honoured (iterate trainer.batches() for a loss "
-                                 f"of your own)")
+                raise InvalidValueError(f"strategy {self.strategy.registered_name!r} trains "
+                                        "through its own pipeline, which computes the "
+                                        "cross-entropy loss itself; "
+                                        f"loss_fn={getattr(loss_fn, '__name__', loss_fn)} cannot "
+                                        "be honoured (iterate trainer.batches() for a loss of your "
+                                        "own)")
             return self._fit_owned(epochs, eval_every)
         while self.epoch < epochs:
             epoch = self.epoch

@@ -5,6 +5,7 @@ from typing import Callable, TypeVar
 
 import torch
 
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.runtime.session import Session
 
 __all__ = ["on_every_rank", "differing_ranks", "ids_digest"]
@@ -27,8 +28,8 @@ def on_every_rank(session: Session, what: str, check: Callable[[], T]) -> T:
     flags = session.world.all_gather(torch.tensor([0 if error else 1]))
     failed = [r for r, f in enumerate(flags) if not int(f)]
     if failed and error is None:
-        error = ValueError(f"{what}: the arguments of rank(s) {failed} were refused (see their "
-                           f"error); every rank stops here")
+        error = InvalidValueError(f"{what}: the arguments of rank(s) {failed} were refused (see "
+                                  "their error); every rank stops here")
     if error is not None:
         # uncaught, it is one line from the first refused rank, not a traceback per rank
         # (see Session's excepthook)

@@ -36,6 +36,7 @@ from dglx_dist.api.edata import PREFIX as EDGE_PREFIX, EdgeData
 from dglx_dist.api.ndata import MASKS, NodeData, NodeDataView
 from dglx_dist.data.convert import from_dgl
 from dglx_dist.data.format import write_dataset
+from dglx_dist.errors import InvalidValueError, StateError
 from dglx_dist.kvstore import ColumnPolicy, DistKVStore, RowPolicy
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.prepare import ensure_partitions, made_by_rank0
@@ -57,8 +58,8 @@ def current_graph() -> "DistGraph":
     """The DistGraph built last in this context."""
     graph = _CURRENT.get()
     if graph is None:
-        raise RuntimeError("no DistGraph yet: build one with dglx_dist.distribute(g) or "
-                           "dglx_dist.DistGraph(partition_dir) first")
+        raise StateError("no DistGraph yet: build one with dglx_dist.distribute(g) or "
+                         "dglx_dist.DistGraph(partition_dir) first")
     return graph
 
 
@@ -74,8 +75,8 @@ def _session(session: Session | None) -> Session:
 def _build(strategy: str | Strategy, options: dict[str, Any]) -> Strategy:
     if isinstance(strategy, Strategy):
         if options:
-            raise ValueError(f"options {sorted(options)} given with a built strategy; pass "
-                             f"them to STRATEGIES.build instead")
+            raise InvalidValueError(f"options {sorted(options)} given with a built strategy; pass "
+                                    f"them to STRATEGIES.build instead")
         return strategy
     return STRATEGIES.build(strategy, **options)
 
@@ -86,10 +87,10 @@ def _part_of(session: Session, pdir: PartitionDir) -> int:
         return session.rank
     if pdir.num_parts == session.topology.num_servers:
         return session.server_id
-    raise ValueError(f"{pdir.path} has {pdir.num_parts} parts; a job of "
-                     f"{session.topology.num_servers} servers x "
-                     f"{session.topology.ranks_per_server} ranks needs one per server or one "
-                     f"per rank")
+    raise InvalidValueError(f"{pdir.path} has {pdir.num_parts} parts; a job of "
+                            f"{session.topology.num_servers} servers x "
+                            f"{session.topology.ranks_per_server} ranks needs one per server or "
+                            "one per rank")
 
 
 def node_data_store(session: Session, pdir: PartitionDir) -> DistKVStore:
@@ -246,9 +247,9 @@ def fingerprint(g) -> str:
 def _same_everywhere(session: Session, key: str) -> None:
     differ = differing_ranks(session, torch.tensor([int(key[:15], 16)]))
     if differ:
-        error = ValueError(f"distribute: the graph differs between ranks (ranks {differ} "
-                           f"differ from rank 0); build it the same way on every rank (fixed "
-                           f"seeds for random transforms)")
+        error = InvalidValueError(f"distribute: the graph differs between ranks (ranks {differ} "
+                                  "differ from rank 0); build it the same way on every rank (fixed "
+                                  "seeds for random transforms)")
         error.dglx_failed_ranks = [0]  # the same message everywhere: rank 0 says it
         raise error
 

@@ -26,6 +26,7 @@ from dglx_dist.api.agree import differing_ranks, ids_digest, on_every_rank
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.ndata import as_node_ids
 from dglx_dist.api.split import node_split
+from dglx_dist.errors import InvalidTypeError, InvalidValueError
 from dglx_dist.strategies.steps import LoaderSpec, Step, sampled_epoch, sampled_plan
 
 __all__ = ["DataLoader", "DistNodeDataLoader", "sampler_fanouts"]
@@ -45,9 +46,9 @@ def sampler_fanouts(sampler) -> tuple[int, ...]:
     from dgl.dataloading import NeighborSampler
 
     if not isinstance(sampler, NeighborSampler):
-        raise TypeError(f"DataLoader: sampler {type(sampler).__name__} is not supported; use "
-                        f"dgl.dataloading.NeighborSampler(fanouts) or "
-                        f"MultiLayerFullNeighborSampler(num_layers)")
+        raise InvalidTypeError(f"DataLoader: sampler {type(sampler).__name__} is not supported; "
+                               "use dgl.dataloading.NeighborSampler(fanouts) or "
+                               "MultiLayerFullNeighborSampler(num_layers)")
     unsupported = {"replace": getattr(sampler, "replace", False),
                    "prob": getattr(sampler, "prob", None),
                    "mask": getattr(sampler, "mask", None)}
@@ -55,13 +56,14 @@ def sampler_fanouts(sampler) -> tuple[int, ...]:
     if getattr(sampler, "edge_dir", "in") != "in":
         bad["edge_dir"] = sampler.edge_dir
     if bad:
-        raise TypeError(f"DataLoader: NeighborSampler options {sorted(bad)} are not supported "
-                        f"(uniform sampling of in-neighbours without replacement only)")
+        raise InvalidTypeError(f"DataLoader: NeighborSampler options {sorted(bad)} are not "
+                               "supported (uniform sampling of in-neighbours without replacement "
+                               "only)")
     fanouts = []
     for f in sampler.fanouts:
         if isinstance(f, dict):
-            raise TypeError("DataLoader: per-edge-type fanouts need a heterogeneous graph; "
-                            "distributed graphs here are homogeneous")
+            raise InvalidTypeError("DataLoader: per-edge-type fanouts need a heterogeneous graph; "
+                                   "distributed graphs here are homogeneous")
         fanouts.append(-1 if f is None or int(f) < 0 else int(f))
     return tuple(fanouts)
 
@@ -91,12 +93,12 @@ class DataLoader:
             kwargs["device"] = device
         seed = int(kwargs.pop("seed", ddp_seed))
         if not isinstance(graph, DistGraph):
-            raise TypeError(f"dglx_dist.DataLoader needs the graph dglx_dist.distribute (or "
-                            f"DistGraph) returned; got {type(graph).__name__}")
+            raise InvalidTypeError(f"dglx_dist.DataLoader needs the graph dglx_dist.distribute (or "
+                                   f"DistGraph) returned; got {type(graph).__name__}")
         ignored = sorted(k for k in kwargs if k in _IGNORED)
         unknown = sorted(k for k in kwargs if k not in _IGNORED)
         if unknown:
-            raise TypeError(f"DataLoader: unknown arguments {unknown}")
+            raise InvalidTypeError(f"DataLoader: unknown arguments {unknown}")
         if ignored:
             warnings.warn(f"dglx_dist.DataLoader: {ignored} have no meaning here (the strategy "
                           f"decides where batches are built and where they live); ignored",
@@ -122,7 +124,7 @@ class DataLoader:
     @staticmethod
     def _check(sampler, batch_size) -> tuple[int, ...]:
         if int(batch_size) < 1:
-            raise ValueError(f"DataLoader: batch_size {batch_size}; expected >= 1")
+            raise InvalidValueError(f"DataLoader: batch_size {batch_size}; expected >= 1")
         return sampler_fanouts(sampler)
 
     def _own_ids(self, indices, use_ddp: bool) -> torch.Tensor:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.runtime.session import Session, current_session
 
 __all__ = ["all_reduce", "accuracy"]
@@ -21,7 +22,7 @@ def all_reduce(value, op: str = "sum", session: Session | None = None) -> torch.
         every = torch.stack(session.world.all_gather(t))
         t = every.max(0).values if op == "max" else every.min(0).values
     else:
-        raise ValueError(f"all_reduce: op {op!r}; expected 'sum', 'mean', 'max' or 'min'")
+        raise InvalidValueError(f"all_reduce: op {op!r}; expected 'sum', 'mean', 'max' or 'min'")
     return t.reshape(torch.as_tensor(value).shape)
 
 

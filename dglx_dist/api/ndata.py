@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
+from dglx_dist.errors import IdOutOfRangeError, UnknownNameError
+
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
 
@@ -41,8 +43,8 @@ class DataViews(abc.ABC):
 
     def __getitem__(self, name: str) -> Any:
         if name not in self.keys():
-            raise KeyError(f"g.{self.kind[0]}data[{name!r}]: no such {self.kind} data; this "
-                           f"graph has {self.keys()}")
+            raise UnknownNameError(f"g.{self.kind[0]}data[{name!r}]: no such {self.kind} data; "
+                                   f"this graph has {self.keys()}")
         return self.view(name)
 
     def __repr__(self) -> str:
@@ -103,8 +105,9 @@ class NodeDataView:
         if held is not None:
             return held
         if self.name not in self._g.store.names():
-            raise KeyError(f"g.ndata[{self.name!r}] is held by the strategy, which is set up "
-                           f"by the first DataLoader or parallelize call; read it after that")
+            raise UnknownNameError(f"g.ndata[{self.name!r}] is held by the strategy, which is set "
+                                   "up by the first DataLoader or parallelize call; read it after "
+                                   "that")
         out = self._g.store.pull(self.name, ids, collective=collective)
         return out.bool() if self.name in MASKS else out
 
@@ -144,17 +147,17 @@ def as_node_ids(key, num_nodes: int, what: str, kind: str = "node") -> torch.Ten
     ids = key.full() if isinstance(key, NodeDataView) else torch.as_tensor(key)
     if ids.dtype == torch.bool:
         if ids.shape != (num_nodes,):
-            raise IndexError(f"{what}: a boolean mask needs one entry per {kind} ({num_nodes}); "
-                             f"got shape {tuple(ids.shape)}")
+            raise IdOutOfRangeError(f"{what}: a boolean mask needs one entry per {kind} "
+                                    f"({num_nodes}); got shape {tuple(ids.shape)}")
         return torch.nonzero(ids).squeeze(1)
     if ids.is_floating_point() or ids.dim() > 1:
-        raise IndexError(f"{what}: expected a boolean mask or integer ids (a 1-D tensor or a "
-                         f"list); got {ids.dtype} of shape {tuple(ids.shape)}")
+        raise IdOutOfRangeError(f"{what}: expected a boolean mask or integer ids (a 1-D tensor or "
+                                f"a list); got {ids.dtype} of shape {tuple(ids.shape)}")
     ids = ids.reshape(-1).long()
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_nodes):
         bad = ids[(ids < 0) | (ids >= num_nodes)][:5].tolist()
-        raise IndexError(f"{what}: ids {bad} out of range; the graph has {kind}s "
-                         f"0..{num_nodes - 1}")
+        raise IdOutOfRangeError(f"{what}: ids {bad} out of range; the graph has {kind}s "
+                                f"0..{num_nodes - 1}")
     return ids
 
 

@@ -25,6 +25,7 @@ from torch import nn
 
 from dglx_dist.api.agree import on_every_rank
 from dglx_dist.api.graph import DistGraph, NodeDataView
+from dglx_dist.errors import InvalidTypeError, InvalidValueError
 from dglx_dist.models.layers import adapter_for, graph_convs
 from dglx_dist.strategies.steps import OUT_DEGREE, Blocks
 
@@ -61,15 +62,15 @@ def _source_scale(conv: nn.Module, block, out_degree: torch.Tensor) -> torch.Ten
 def _check_convs(model: nn.Module, strategy) -> list[tuple[nn.Module, str]]:
     convs = graph_convs(model)
     if not convs:
-        raise ValueError(f"parallelize: {type(model).__name__} has no dgl.nn graph conv; "
-                         f"expected a model built from dgl.nn convs (SAGEConv, GraphConv, "
-                         f"GATConv)")
+        raise InvalidValueError(f"parallelize: {type(model).__name__} has no dgl.nn graph conv; "
+                                f"expected a model built from dgl.nn convs (SAGEConv, GraphConv, "
+                                f"GATConv)")
     allowed = strategy.conv_types
     bad = [f"{name}: {type(conv).__name__}" for conv, name in convs
            if allowed is not None and type(conv).__name__ not in allowed]
     if bad:
-        raise ValueError(f"parallelize: strategy {strategy.registered_name!r} runs "
-                         f"{', '.join(allowed)} convs; the model has {', '.join(bad)}")
+        raise InvalidValueError(f"parallelize: strategy {strategy.registered_name!r} runs "
+                                f"{', '.join(allowed)} convs; the model has {', '.join(bad)}")
     return convs
 
 
@@ -77,8 +78,8 @@ def parallelize(model: nn.Module, g: DistGraph) -> "DistModel":
     """The model wrapped as ``g``'s strategy trains it (collective: sets the strategy up on
     first use, broadcasts rank 0's weights)."""
     if not isinstance(g, DistGraph):
-        raise TypeError(f"parallelize needs the graph dglx_dist.distribute returned; got "
-                        f"{type(g).__name__}")
+        raise InvalidTypeError(f"parallelize needs the graph dglx_dist.distribute returned; got "
+                               f"{type(g).__name__}")
     convs = graph_convs(model)
     strategy = g.setup(len(convs) or None)
     convs = on_every_rank(g.session, "parallelize", lambda: _check_convs(model, strategy))
@@ -112,8 +113,8 @@ class DistModel(nn.Module):
         strategy = self._graph.strategy
         if isinstance(graph, DistGraph):
             if not (x is None or isinstance(x, NodeDataView)):
-                raise TypeError("model(g, features): in the full-graph form pass "
-                                "g.ndata[...] as the features (the strategy holds the rows)")
+                raise InvalidTypeError("model(g, features): in the full-graph form pass "
+                                       "g.ndata[...] as the features (the strategy holds the rows)")
             blocks, x = strategy.full_graph_step(self._num_layers)
         else:
             blocks = graph if isinstance(graph, Blocks) else Blocks(graph)

@@ -6,6 +6,7 @@ import torch
 from dglx_dist.api.agree import differing_ranks, ids_digest, on_every_rank
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.ndata import NodeDataView, as_node_ids
+from dglx_dist.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["node_split"]
 
@@ -13,7 +14,7 @@ __all__ = ["node_split"]
 def _all_ids(nodes, graph: DistGraph) -> torch.Tensor:
     if isinstance(nodes, NodeDataView):
         if nodes._g is not graph:
-            raise ValueError("node_split: the mask belongs to another DistGraph")
+            raise InvalidValueError("node_split: the mask belongs to another DistGraph")
         return torch.nonzero(nodes.full().bool()).squeeze(1)
     return nodes
 
@@ -43,16 +44,16 @@ def node_split(nodes, partition_book: DistGraph | None = None, ntype: str = "_N"
     """
     graph = partition_book if partition_book is not None else getattr(nodes, "_g", None)
     if not isinstance(graph, DistGraph):
-        raise TypeError(f"node_split needs the DistGraph (node_split(mask, g)); got "
-                        f"{type(graph).__name__}")
+        raise InvalidTypeError(f"node_split needs the DistGraph (node_split(mask, g)); got "
+                               f"{type(graph).__name__}")
     session = graph.session
     if rank is not None and rank != session.rank:
-        raise ValueError(f"node_split: rank={rank} but this process is rank {session.rank}")
+        raise InvalidValueError(f"node_split: rank={rank} but this process is rank {session.rank}")
     ids = _all_ids(nodes, graph)
     ids = on_every_rank(session, "node_split", lambda: _check(ids, graph))
     differ = differing_ranks(session, ids_digest(ids))
     if differ:
-        raise ValueError(f"node_split: ranks {differ} passed other nodes than rank 0; pass "
-                         f"every rank the same mask or ids (each gets its share back)")
+        raise InvalidValueError(f"node_split: ranks {differ} passed other nodes than rank 0; pass "
+                                f"every rank the same mask or ids (each gets its share back)")
     mine = graph._template.split_ids(graph.part_ids(ids).sort().values, graph.pdir, session)
     return graph.node_ids(mine)

@@ -12,6 +12,7 @@ from typing import Callable
 import torch
 
 from dglx_dist.api.graph import DistGraph, NodeDataView, current_graph
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.kvstore import RowPolicy
 
 __all__ = ["DistTensor"]
@@ -40,11 +41,12 @@ class DistTensor(NodeDataView):
         g = graph or current_graph()
         shape = tuple(int(d) for d in shape)
         if not shape or shape[0] != g.num_nodes():
-            raise ValueError(f"DistTensor: shape {shape}; expected one row per node "
-                             f"({g.num_nodes()}, ...): tensors here are sharded like the nodes")
+            raise InvalidValueError(f"DistTensor: shape {shape}; expected one row per node "
+                                    f"({g.num_nodes()}, ...): tensors here are sharded like the "
+                                    "nodes")
         name = name or g.new_name("_dist_tensor_")
         if name in g.store.names():
-            raise ValueError(f"DistTensor: name {name!r} exists already")
+            raise InvalidValueError(f"DistTensor: name {name!r} exists already")
         g.store.init_data(name, RowPolicy(g.pdir.book), {}, trailing_shape=shape[1:],
                           dtype=dtype, init=init_func or "zeros")
         super().__init__(g, name)

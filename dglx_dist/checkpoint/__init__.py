@@ -12,7 +12,7 @@ import dataclasses
 from pathlib import Path
 
 from dglx_dist.checkpoint.files import find_latest, list_checkpoints, read_manifest
-from dglx_dist.errors import CheckpointError
+from dglx_dist.errors import CheckpointError, InvalidValueError
 
 __all__ = ["Checkpointing", "CheckpointError", "find_latest", "list_checkpoints",
            "read_manifest"]
@@ -37,6 +37,6 @@ class Checkpointing:
     def __post_init__(self):
         object.__setattr__(self, "dir", Path(self.dir))
         if self.every < 1:
-            raise ValueError(f"Checkpointing.every={self.every}; expected >= 1 epochs")
+            raise InvalidValueError(f"Checkpointing.every={self.every}; expected >= 1 epochs")
         if self.keep < 1:
-            raise ValueError(f"Checkpointing.keep={self.keep}; expected >= 1")
+            raise InvalidValueError(f"Checkpointing.keep={self.keep}; expected >= 1")

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from dglx_dist.data.atomic import replace_directory
-from dglx_dist.errors import CheckpointError
+from dglx_dist.errors import CheckpointError, InvalidValueError
 
 __all__ = ["FORMAT", "MANIFEST", "checkpoint_name", "staging_dir", "encode", "decode",
            "write_file", "commit", "read_manifest", "read_file", "verify", "find_latest",
@@ -77,7 +77,7 @@ def _fsync_dir(path: Path) -> None:
 def write_file(directory: Path, name: str, data: bytes) -> dict[str, Any]:
     """Writes ``data`` to ``directory/name`` and syncs it; returns its manifest entry."""
     if not _FILE.match(name):
-        raise ValueError(f"checkpoint file name {name!r}; expected letters, digits, '_.-'")
+        raise InvalidValueError(f"checkpoint file name {name!r}; expected letters, digits, '_.-'")
     with open(Path(directory) / name, "wb") as f:
         f.write(data)
         f.flush()

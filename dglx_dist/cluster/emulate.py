@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from dglx_dist.errors import DglxError, InvalidValueError
+
 __all__ = ["LinkSpec", "PRESETS", "EmulationUnavailable", "EmulatedCluster", "NodeResult",
            "check_available", "run_job", "leftovers", "remove_leftovers"]
 
@@ -49,7 +51,7 @@ _NS_RE = re.compile(r"^dglx-([0-9a-f]{6})-s\d+$")
 _RATE_RE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit)$")
 
 
-class EmulationUnavailable(RuntimeError):
+class EmulationUnavailable(DglxError, RuntimeError):
     """Namespaces or the requested link shaping cannot be set up on this machine."""
 
 
@@ -62,10 +64,10 @@ class LinkSpec:
 
     def __post_init__(self):
         if not _RATE_RE.match(self.rate):
-            raise ValueError(f"link rate {self.rate!r}; expected a number with bit, kbit, mbit "
-                             f"or gbit (e.g. 1gbit)")
+            raise InvalidValueError(f"link rate {self.rate!r}; expected a number with bit, kbit, "
+                                    "mbit or gbit (e.g. 1gbit)")
         if not 0 <= self.delay_ms <= 10_000:
-            raise ValueError(f"link delay {self.delay_ms} ms; expected 0 to 10000")
+            raise InvalidValueError(f"link delay {self.delay_ms} ms; expected 0 to 10000")
 
     @property
     def bits_per_s(self) -> float:
@@ -120,9 +122,10 @@ class EmulatedCluster:
 
     def __init__(self, servers: int, link: LinkSpec):
         if servers < 1:
-            raise ValueError(f"servers = {servers}; expected at least 1")
+            raise InvalidValueError(f"servers = {servers}; expected at least 1")
         if servers > 250:
-            raise ValueError(f"servers = {servers}; at most 250 fit the emulated /24 network")
+            raise InvalidValueError(f"servers = {servers}; at most 250 fit the emulated /24 "
+                                    "network")
         self.servers, self.link = servers, link
         self.token = secrets.token_hex(3)
         net = int(self.token[:4], 16)

@@ -30,7 +30,7 @@ from typing import Iterator, Sequence
 
 import psutil
 
-from dglx_dist.errors import DiskFullError
+from dglx_dist.errors import DiskFullError, OutputExistsError
 
 __all__ = ["DirKind", "atomic_directory", "check_target", "replace_directory",
            "remove_stale_temporaries", "sha256_file"]
@@ -69,7 +69,7 @@ class DirKind:
 
 def check_target(out: str | os.PathLike, overwrite: bool, kind: DirKind | None = None,
                  inputs: Sequence[str | os.PathLike] = (),
-                 error_cls: type[Exception] = FileExistsError) -> None:
+                 error_cls: type[Exception] = OutputExistsError) -> None:
     """Refuses an output directory that would lose something (checked before any work).
 
     Args:
@@ -128,7 +128,7 @@ def remove_stale_temporaries(out: str | os.PathLike) -> list[Path]:
 
 @contextlib.contextmanager
 def atomic_directory(out: str | os.PathLike, overwrite: bool = False,
-                     error_cls: type[Exception] = FileExistsError, kind: DirKind | None = None,
+                     error_cls: type[Exception] = OutputExistsError, kind: DirKind | None = None,
                      inputs: Sequence[str | os.PathLike] = (),
                      expected_bytes: int | None = None) -> Iterator[Path]:
     """Yields a fresh temporary directory that becomes ``out`` when the block exits cleanly.

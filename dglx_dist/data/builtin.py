@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dglx_dist.errors import UnknownNameError
+
 __all__ = ["builtin_names", "builtin_path"]
 
 _ROOT = Path(__file__).resolve().parent / "builtin"
@@ -17,5 +19,5 @@ def builtin_path(name: str = "cora") -> Path:
     """The dataset directory of a shipped dataset (Cora: 2708 nodes, Planetoid split)."""
     path = _ROOT / name
     if not (path / "meta.json").is_file():
-        raise KeyError(f"no built-in dataset {name!r}; available: {builtin_names()}")
+        raise UnknownNameError(f"no built-in dataset {name!r}; available: {builtin_names()}")
     return path

@@ -16,6 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dglx_dist.errors import InvalidValueError
+
 __all__ = ["read_checked", "column_numpy", "read_feat", "feat_to_numpy", "check_range",
            "check_finite", "check_plausible", "read_json_object", "WRITE_OPTIONS", "NONFINITE",
            "PLAUSIBLE"]
@@ -185,7 +187,7 @@ def check_finite(feat: np.ndarray, file: Path, mode: str, error_cls: type[Except
     """NaN / Inf in ``feat``: ``mode="reject"`` raises naming the first such cell, ``"warn"``
     logs how many there are."""
     if mode not in NONFINITE:
-        raise ValueError(f"nonfinite={mode!r}; expected one of {list(NONFINITE)}")
+        raise InvalidValueError(f"nonfinite={mode!r}; expected one of {list(NONFINITE)}")
     bad = ~np.isfinite(feat)
     if not bad.any():
         return

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dglx_dist.data.builtin import builtin_path
 from dglx_dist.data.convert import to_dgl
 from dglx_dist.data.format import read_dataset
+from dglx_dist.errors import IdOutOfRangeError
 
 __all__ = ["CoraGraphDataset"]
 
@@ -36,5 +37,5 @@ class CoraGraphDataset:
 
     def __getitem__(self, index: int):
         if index != 0:
-            raise IndexError(f"{self.name} holds one graph; got index {index}")
+            raise IdOutOfRangeError(f"{self.name} holds one graph; got index {index}")
         return self._graph

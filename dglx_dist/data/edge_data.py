@@ -18,6 +18,8 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 
+from dglx_dist.errors import InvalidValueError
+
 __all__ = ["edge_data_columns", "edge_data_arrays", "edge_data_spec", "to_arrow", "STRUCTURE"]
 
 STRUCTURE = ("src", "dst", "eid")  # edges-file columns that are not edge data
@@ -62,8 +64,8 @@ def to_arrow(values: np.ndarray) -> pa.Array:
     if values.ndim == 1:
         return pa.array(values)
     if values.ndim != 2:
-        raise ValueError(f"edge data of shape {values.shape}: expected one value or one "
-                         f"vector per edge")
+        raise InvalidValueError(f"edge data of shape {values.shape}: expected one value or one "
+                                f"vector per edge")
     return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), values.shape[1])
 
 

@@ -47,6 +47,7 @@ from dglx_dist.data.atomic import atomic_directory
 from dglx_dist.data.checked import WRITE_OPTIONS
 from dglx_dist.data.format import (DATASET_DIR, EDGE_SCHEMA, EDGES_FILE, META_FILE, NODES_FILE,
                                    DatasetMeta, GraphDataset, edge_batch, node_batch, node_schema)
+from dglx_dist.errors import InvalidValueError
 
 __all__ = ["SyntheticConfig", "generate_synthetic", "write_synthetic", "CENTROID_DISTANCE"]
 
@@ -96,12 +97,12 @@ class SyntheticConfig:
         self._set("homophily", 0, 1)
         self._set("feature_noise", 0, None)
         if self._set("degree_exponent", 0, None) != 0 and self.degree_exponent <= 1:
-            raise ValueError(f"degree_exponent = {self.degree_exponent!r}; expected 0 (uniform "
-                             f"degrees) or a number > 1")
+            raise InvalidValueError(f"degree_exponent = {self.degree_exponent!r}; expected 0 "
+                                    "(uniform degrees) or a number > 1")
         fracs = [self._set(f, 0, 1) for f in ("train_frac", "val_frac", "test_frac")]
         if sum(fracs) > 1 + 1e-9:
-            raise ValueError(f"train_frac + val_frac + test_frac = {sum(fracs)!r}; expected a "
-                             f"sum in [0, 1]")
+            raise InvalidValueError(f"train_frac + val_frac + test_frac = {sum(fracs)!r}; expected "
+                                    "a sum in [0, 1]")
 
     def _set(self, name: str, lo: float, hi: float | None, integer: bool = False) -> float:
         """Validates field ``name`` and stores it as a plain int/float (JSON-friendly)."""
@@ -117,7 +118,7 @@ def _check(name: str, value: Any, lo: float, hi: float | None, integer: bool = F
     if not ok or value < lo or (hi is not None and value > hi):
         allowed = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
         what = "an integer" if integer else "a finite number"
-        raise ValueError(f"{name} = {value!r}; expected {what} {allowed}")
+        raise InvalidValueError(f"{name} = {value!r}; expected {what} {allowed}")
     return int(value) if integer else float(value)
 
 

@@ -26,6 +26,7 @@ from dglx_dist.api.split import node_split
 from dglx_dist.api.tensor import DistTensor
 from dglx_dist.distributed import optim
 from dglx_dist.distributed.embedding import DistEmbedding
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.prepare import made_by_rank0
 from dglx_dist.runtime.session import current_session, init
 
@@ -84,9 +85,10 @@ def DistGraph(graph_name: str, gpb=None, part_config: str | os.PathLike | None =
         **options: the strategy's options.
     """
     if part_config is None:
-        raise ValueError(f"DistGraph({graph_name!r}): part_config is required (the JSON "
-                         f"dgl.distributed.partition_graph wrote, or a dglx partition "
-                         f"directory); standalone graphs without partitions are not supported")
+        raise InvalidValueError(f"DistGraph({graph_name!r}): part_config is required (the JSON "
+                                "dgl.distributed.partition_graph wrote, or a dglx partition "
+                                "directory); standalone graphs without partitions are not "
+                                "supported")
     try:
         session = current_session()
     except RuntimeError:

@@ -6,6 +6,7 @@ from typing import Callable
 import torch
 
 from dglx_dist.api.graph import DistGraph, current_graph
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.kvstore import RowPolicy
 from dglx_dist.kvstore.embedding import DistEmbedding as _StoreEmbedding
 
@@ -30,8 +31,8 @@ class DistEmbedding:
                  graph: DistGraph | None = None):
         g = graph or current_graph()
         if int(num_embeddings) != g.num_nodes():
-            raise ValueError(f"DistEmbedding: num_embeddings={num_embeddings}; node embeddings "
-                             f"need one row per node ({g.num_nodes()})")
+            raise InvalidValueError(f"DistEmbedding: num_embeddings={num_embeddings}; node "
+                                    f"embeddings need one row per node ({g.num_nodes()})")
         self.graph = g
         self.name = name or g.new_name("_dist_embedding_")
         self.inner = _StoreEmbedding(g.store, self.name, int(num_embeddings), int(embedding_dim),

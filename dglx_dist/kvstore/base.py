@@ -15,6 +15,7 @@ from typing import Mapping
 import numpy as np
 import torch
 
+from dglx_dist.errors import InvalidTypeError, InvalidValueError, ProtocolError, UnknownNameError
 from dglx_dist.kvstore.ops import BUILTIN_OPS, COMBINE_RULES, INITS, Init, OpHandler, PushOp
 from dglx_dist.kvstore.policy import PartitionPolicy
 
@@ -128,13 +129,13 @@ class KVStore(abc.ABC):
             combine: how duplicate ids' values are combined first: "sum" or "last".
         """
         if not isinstance(name, str) or not name or name in self._ops:
-            raise ValueError(f"op name {name!r} is empty or already registered; registered: "
-                             f"{sorted(self._ops)}")
+            raise InvalidValueError(f"op name {name!r} is empty or already registered; registered: "
+                                    f"{sorted(self._ops)}")
         if not callable(fn):
-            raise TypeError(f"op {name!r}: handler {fn!r} is not callable")
+            raise InvalidTypeError(f"op {name!r}: handler {fn!r} is not callable")
         if combine not in COMBINE_RULES:
-            raise ValueError(f"op {name!r}: combine {combine!r}; expected one of "
-                             f"{sorted(COMBINE_RULES)}")
+            raise InvalidValueError(f"op {name!r}: combine {combine!r}; expected one of "
+                                    f"{sorted(COMBINE_RULES)}")
         self._ops[name] = PushOp(name, fn, combine)
 
     # -- access ------------------------------------------------------------------------------
@@ -258,19 +259,20 @@ class KVStore(abc.ABC):
         state = {"name": entry.name, "part": part, "tensors": tensors}
         new = op.fn(tensor[local], values, local, state)
         if tuple(new.shape) != (local.numel(), *tensor.shape[1:]):
-            raise RuntimeError(f"op {op.name!r} returned shape {tuple(new.shape)} for "
-                               f"{entry.name!r} part {part}; expected "
-                               f"{(local.numel(), *tensor.shape[1:])}")
+            raise ProtocolError(f"op {op.name!r} returned shape {tuple(new.shape)} for "
+                                f"{entry.name!r} part {part}; expected "
+                                f"{(local.numel(), *tensor.shape[1:])}")
         tensor[local] = new.to(tensor.dtype)
 
     def _entry(self, name: str) -> TensorEntry:
         if name not in self._entries:
-            raise KeyError(f"unknown tensor name {name!r}; registered names: {self.names()}")
+            raise UnknownNameError(f"unknown tensor name {name!r}; registered names: "
+                                   f"{self.names()}")
         return self._entries[name]
 
     def _op(self, op: str) -> PushOp:
         if op not in self._ops:
-            raise KeyError(f"unknown push op {op!r}; registered ops: {self.ops()}")
+            raise UnknownNameError(f"unknown push op {op!r}; registered ops: {self.ops()}")
         return self._ops[op]
 
     # -- validation --------------------------------------------------------------------------
@@ -279,40 +281,40 @@ class KVStore(abc.ABC):
         if not isinstance(ids, torch.Tensor) or ids.dtype != torch.int64 or ids.dim() != 1:
             got = (f"{ids.dtype} tensor of shape {tuple(ids.shape)}"
                    if isinstance(ids, torch.Tensor) else type(ids).__name__)
-            raise ValueError(f"{what} {entry.name!r}: ids must be a 1-D torch.int64 tensor; "
-                             f"got {got}")
+            raise InvalidValueError(f"{what} {entry.name!r}: ids must be a 1-D torch.int64 tensor; "
+                                    f"got {got}")
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= entry.policy.num_rows):
             bad_pos = int(torch.nonzero((ids < 0) | (ids >= entry.policy.num_rows))[0])
-            raise ValueError(f"{what} {entry.name!r}: id {int(ids[bad_pos])} at position "
-                             f"{bad_pos} is outside [0, {entry.policy.num_rows})")
+            raise InvalidValueError(f"{what} {entry.name!r}: id {int(ids[bad_pos])} at position "
+                                    f"{bad_pos} is outside [0, {entry.policy.num_rows})")
 
     @staticmethod
     def _check_values(entry: TensorEntry, ids: torch.Tensor, values: torch.Tensor) -> None:
         want = (ids.numel(), *entry.trailing)
         if not isinstance(values, torch.Tensor):
-            raise ValueError(f"push {entry.name!r}: values must be a torch.Tensor of shape "
-                             f"{want}; got {type(values).__name__}")
+            raise InvalidValueError(f"push {entry.name!r}: values must be a torch.Tensor of shape "
+                                    f"{want}; got {type(values).__name__}")
         if values.dtype != entry.dtype or tuple(values.shape) != want:
-            raise ValueError(f"push {entry.name!r}: values are {values.dtype} of shape "
-                             f"{tuple(values.shape)}; expected {entry.dtype} of shape {want} "
-                             f"(one row of shape {entry.trailing} per id)")
+            raise InvalidValueError(f"push {entry.name!r}: values are {values.dtype} of shape "
+                                    f"{tuple(values.shape)}; expected {entry.dtype} of shape "
+                                    f"{want} (one row of shape {entry.trailing} per id)")
 
     def _check_init(self, name, policy, part_data, trailing_shape, dtype, init) -> InitSpec:
         if not isinstance(name, str) or not name or name in self._entries:
-            raise ValueError(f"init_data: name {name!r} is empty or already registered; "
-                             f"registered names: {self.names()}")
+            raise InvalidValueError(f"init_data: name {name!r} is empty or already registered; "
+                                    f"registered names: {self.names()}")
         if not isinstance(policy, PartitionPolicy):
-            raise TypeError(f"init_data {name!r}: policy must be a PartitionPolicy; got "
-                            f"{type(policy).__name__}")
+            raise InvalidTypeError(f"init_data {name!r}: policy must be a PartitionPolicy; got "
+                                   f"{type(policy).__name__}")
         if not (callable(init) or (isinstance(init, str) and init in INITS)):
-            raise KeyError(f"init_data {name!r}: unknown init {init!r}; expected one of "
-                           f"{sorted(INITS)} or a callable init(shape, dtype)")
+            raise UnknownNameError(f"init_data {name!r}: unknown init {init!r}; expected one of "
+                                   f"{sorted(INITS)} or a callable init(shape, dtype)")
         data = {}
         for key, rows in dict(part_data or {}).items():
             part = _part_index(key)
             if part is None or not 0 <= part < policy.num_parts:
-                raise ValueError(f"init_data {name!r}: part_data key {key!r} is not a part "
-                                 f"in [0, {policy.num_parts})")
+                raise InvalidValueError(f"init_data {name!r}: part_data key {key!r} is not a part "
+                                        f"in [0, {policy.num_parts})")
             data[part] = torch.as_tensor(rows)
         self._check_parts_held(policy, sorted(data))
         first = min(data) if data else None
@@ -320,14 +322,15 @@ class KVStore(abc.ABC):
             dtype = data[first].dtype if data else torch.float32
         if trailing_shape is None:
             if not data:
-                raise ValueError(f"init_data {name!r}: give trailing_shape (the shape of one "
-                                 f"row) or part_data to infer it from")
+                raise InvalidValueError(f"init_data {name!r}: give trailing_shape (the shape of "
+                                        "one row) or part_data to infer it from")
             trailing_shape = policy.infer_trailing(first, tuple(data[first].shape))
         trailing = tuple(int(t) for t in trailing_shape)
         for part in range(policy.num_parts):
             want = policy.part_shape(part, trailing)  # also checks the policy accepts trailing
             rows = data.get(part)
             if rows is not None and (tuple(rows.shape) != want or rows.dtype != dtype):
-                raise ValueError(f"init_data {name!r}: part_data[{part}] is {rows.dtype} of "
-                                 f"shape {tuple(rows.shape)}; expected {dtype} of shape {want}")
+                raise InvalidValueError(f"init_data {name!r}: part_data[{part}] is {rows.dtype} of "
+                                        f"shape {tuple(rows.shape)}; expected {dtype} of shape "
+                                        f"{want}")
         return InitSpec(name, policy, trailing, dtype, init, data)

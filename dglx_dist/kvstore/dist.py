@@ -64,6 +64,7 @@ from typing import Callable
 
 import torch
 
+from dglx_dist.errors import InvalidValueError, ProtocolError, StateError
 from dglx_dist.kvstore.base import InitSpec, KVStore, TensorEntry
 from dglx_dist.kvstore.ops import PushOp, combine_duplicates, init_part
 from dglx_dist.kvstore.policy import PartitionPolicy, Piece, rows_at, split_contiguous
@@ -126,17 +127,18 @@ class DistKVStore(ServedStore, KVStore):
             return list(range(n))
         if n == world:
             return [p // self._per_server for p in range(n)]
-        raise ValueError(f"the policy has {n} parts; a job with {servers} servers x "
-                         f"{self._per_server} ranks needs {servers} parts (one per server) or "
-                         f"{world} (one per rank)")
+        raise InvalidValueError(f"the policy has {n} parts; a job with {servers} servers x "
+                                f"{self._per_server} ranks needs {servers} parts (one per server) "
+                                f"or {world} (one per rank)")
 
     def _check_parts_held(self, policy: PartitionPolicy, parts: list[int]) -> None:
         servers = self.part_servers(policy)
         elsewhere = [p for p in parts if servers[p] != self._server]
         if elsewhere:
-            raise ValueError(f"part_data holds parts {elsewhere}, which live on other servers; "
-                             f"rank {self.session.rank} (server {self._server}) may only pass "
-                             f"parts {[p for p, s in enumerate(servers) if s == self._server]}")
+            raise InvalidValueError(f"part_data holds parts {elsewhere}, which live on other "
+                                    f"servers; rank {self.session.rank} (server {self._server}) "
+                                    "may only pass parts "
+                                    f"{[p for p, s in enumerate(servers) if s == self._server]}")
 
     def _checkpoints_part(self, part: int) -> bool:
         ranks = self.session.topology.server_ranks(self._server)  # spread over the server
@@ -181,15 +183,16 @@ class DistKVStore(ServedStore, KVStore):
         if error is not None:
             raise error
         if failed:
-            raise ValueError(f"init_data {name!r} failed on ranks {failed} (see their errors); "
-                             f"every rank must pass valid arguments")
+            raise InvalidValueError(f"init_data {name!r} failed on ranks {failed} (see their "
+                                    "errors); every rank must pass valid arguments")
         for i, field in enumerate(_SIGNATURE[1:], start=1):
             differ = [r for r, g in enumerate(got) if g[i] != sig[i]]
             if differ:
-                raise ValueError(f"init_data {name!r}: ranks {differ} disagree with rank "
-                                 f"{self.session.rank} on {field} (this rank: {spec.policy}, "
-                                 f"{spec.dtype}, row shape {spec.trailing}); call init_data "
-                                 f"in the same order with the same arguments on every rank")
+                raise InvalidValueError(f"init_data {name!r}: ranks {differ} disagree with rank "
+                                        f"{self.session.rank} on {field} (this rank: "
+                                        f"{spec.policy}, {spec.dtype}, row shape {spec.trailing}); "
+                                        "call init_data in the same order with the same arguments "
+                                        "on every rank")
         has = torch.tensor([p in spec.part_data for p in range(spec.policy.num_parts)])
         return self._gather_rows(has.long()).bool().tolist()
 
@@ -221,8 +224,8 @@ class DistKVStore(ServedStore, KVStore):
         flags = self._gather_rows(torch.tensor([int(ok)]))[:, 0].tolist()
         bad = [r for r, f in enumerate(flags) if not f]
         if bad:
-            raise RuntimeError(f"init_data {name!r}: ranks {bad} {what} in {self._dir} (see "
-                               f"their logs)")
+            raise StateError(f"init_data {name!r}: ranks {bad} {what} in {self._dir} (see "
+                             f"their logs)")
 
     def _gather_rows(self, row: torch.Tensor) -> torch.Tensor:
         """Every rank's ``row`` (the same length everywhere), stacked by rank."""
@@ -404,16 +407,16 @@ class DistKVStore(ServedStore, KVStore):
                                 entry.dtype)
             offset += size
         if offset != buf.numel():
-            raise RuntimeError(f"{entry.name!r}: a message for parts "
-                               f"{[q.part for q in pieces]} carried {buf.numel()} bytes; "
-                               f"expected {offset} (do all ranks register the same names in "
-                               f"the same order?)")
+            raise ProtocolError(f"{entry.name!r}: a message for parts "
+                                f"{[q.part for q in pieces]} carried {buf.numel()} bytes; "
+                                f"expected {offset} (do all ranks register the same names in "
+                                f"the same order?)")
 
     def _entry_at(self, index: int, source: str) -> TensorEntry:
         if not 0 <= index < len(self._by_index):
-            raise RuntimeError(f"{source} referred to tensor #{index}, but rank "
-                               f"{self.session.rank} has {len(self._by_index)} registered: "
-                               f"init_data must run in the same order on every rank")
+            raise ProtocolError(f"{source} referred to tensor #{index}, but rank "
+                                f"{self.session.rank} has {len(self._by_index)} registered: "
+                                f"init_data must run in the same order on every rank")
         return self._by_index[index]
 
     def close(self) -> None:

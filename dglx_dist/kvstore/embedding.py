@@ -26,6 +26,7 @@ from typing import Sequence
 
 import torch
 
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.kvstore.base import KVStore
 from dglx_dist.kvstore.ops import Init
 from dglx_dist.kvstore.policy import PartitionPolicy
@@ -50,8 +51,8 @@ class DistEmbedding:
                  policy: PartitionPolicy, init: Init = "zeros",
                  dtype: torch.dtype = torch.float32):
         if policy.num_rows != num_embeddings:
-            raise ValueError(f"DistEmbedding {name!r}: num_embeddings={num_embeddings} but the "
-                             f"policy covers {policy.num_rows} rows")
+            raise InvalidValueError(f"DistEmbedding {name!r}: num_embeddings={num_embeddings} but "
+                                    f"the policy covers {policy.num_rows} rows")
         store.init_data(name, policy, trailing_shape=(int(dim),), dtype=dtype, init=init)
         self.store, self.name, self.policy = store, name, policy
         self.num_embeddings, self.dim, self.dtype = int(num_embeddings), int(dim), dtype
@@ -106,7 +107,7 @@ class SparseOptimizer(abc.ABC):
 
     def __init__(self, embeddings: Sequence[DistEmbedding], lr: float):
         if lr <= 0:
-            raise ValueError(f"{type(self).__name__}: lr={lr}; expected > 0")
+            raise InvalidValueError(f"{type(self).__name__}: lr={lr}; expected > 0")
         self.embeddings, self.lr = list(embeddings), float(lr)
         for emb in self.embeddings:
             for suffix, trailing in self._state(emb).items():
@@ -186,10 +187,10 @@ class SparseAdam(SparseOptimizer):
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
         for emb in embeddings:
             if emb.policy.splits_columns:
-                raise ValueError(f"SparseAdam keeps a per-row step count, which needs a "
-                                 f"row-sharded policy; {emb!r} splits columns")
+                raise InvalidValueError(f"SparseAdam keeps a per-row step count, which needs a "
+                                        f"row-sharded policy; {emb!r} splits columns")
         if not all(0.0 <= b < 1.0 for b in betas):
-            raise ValueError(f"SparseAdam: betas={betas}; expected two values in [0, 1)")
+            raise InvalidValueError(f"SparseAdam: betas={betas}; expected two values in [0, 1)")
         self.betas, self.eps = (float(betas[0]), float(betas[1])), float(eps)
         super().__init__(embeddings, lr)
 

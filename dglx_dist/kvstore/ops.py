@@ -18,6 +18,8 @@ from typing import Callable, Union
 
 import torch
 
+from dglx_dist.errors import InvalidValueError, UnknownNameError
+
 __all__ = ["PushOp", "OpHandler", "Init", "BUILTIN_OPS", "COMBINE_RULES", "INITS",
            "combine_duplicates", "init_part"]
 
@@ -104,14 +106,14 @@ def init_part(init: Init, shape: tuple, dtype: torch.dtype, seed: int, name: str
     """
     if isinstance(init, str):
         if init not in INITS:
-            raise KeyError(f"unknown initialiser {init!r}; expected one of {sorted(INITS)} or a "
-                           f"callable init(shape, dtype)")
+            raise UnknownNameError(f"unknown initialiser {init!r}; expected one of {sorted(INITS)} "
+                                   "or a callable init(shape, dtype)")
         return INITS[init](shape, dtype)
     part_seed = zlib.crc32(f"{seed}/{name}/{part}".encode())
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(part_seed)
         rows = torch.as_tensor(init(shape, dtype))
     if tuple(rows.shape) != tuple(shape):
-        raise ValueError(f"init for {name!r} part {part} returned shape {tuple(rows.shape)}; "
-                         f"expected {tuple(shape)}")
+        raise InvalidValueError(f"init for {name!r} part {part} returned shape "
+                                f"{tuple(rows.shape)}; expected {tuple(shape)}")
     return rows.to(dtype)

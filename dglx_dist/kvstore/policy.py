@@ -19,6 +19,7 @@ import dataclasses
 
 import torch
 
+from dglx_dist.errors import IdOutOfRangeError, InvalidValueError
 from dglx_dist.partition.book import FeatureSlices, NodeBook
 
 __all__ = ["PartitionPolicy", "RowPolicy", "ColumnPolicy", "Piece", "rows_at", "split_contiguous"]
@@ -126,7 +127,7 @@ class PartitionPolicy(abc.ABC):
 
     def __init__(self, num_rows: int, num_parts: int):
         if num_parts < 1:
-            raise ValueError(f"a partition policy needs >= 1 part, got {num_parts}")
+            raise InvalidValueError(f"a partition policy needs >= 1 part, got {num_parts}")
         self.num_rows, self.num_parts = int(num_rows), int(num_parts)
 
     @abc.abstractmethod
@@ -163,7 +164,7 @@ class PartitionPolicy(abc.ABC):
 
     def _check_part(self, part: int) -> None:
         if not 0 <= part < self.num_parts:
-            raise IndexError(f"part {part} is outside [0, {self.num_parts})")
+            raise IdOutOfRangeError(f"part {part} is outside [0, {self.num_parts})")
 
 
 class RowPolicy(PartitionPolicy):
@@ -233,8 +234,9 @@ class ColumnPolicy(PartitionPolicy):
         self.slices = slices
 
     def part_of(self, ids: torch.Tensor) -> torch.Tensor:
-        raise ValueError("a ColumnPolicy stores a column slice of every row in every part, so "
-                         "a row has no single part; use split(ids) to get one piece per part")
+        raise InvalidValueError("a ColumnPolicy stores a column slice of every row in every part, "
+                                "so a row has no single part; use split(ids) to get one piece per "
+                                "part")
 
     def to_local(self, ids: torch.Tensor) -> torch.Tensor:
         return ids.clone()
@@ -246,9 +248,9 @@ class ColumnPolicy(PartitionPolicy):
     def part_shape(self, part: int, trailing: tuple[int, ...]) -> tuple[int, ...]:
         self._check_part(part)
         if not trailing or trailing[0] != self.slices.feat_dim:
-            raise ValueError(f"a ColumnPolicy over {self.slices.feat_dim} columns needs a "
-                             f"trailing shape starting with {self.slices.feat_dim}; got "
-                             f"{tuple(trailing)}")
+            raise InvalidValueError(f"a ColumnPolicy over {self.slices.feat_dim} columns needs a "
+                                    f"trailing shape starting with {self.slices.feat_dim}; got "
+                                    f"{tuple(trailing)}")
         cols = self.slices.slice(part)
         return (self.num_rows, cols.stop - cols.start, *trailing[1:])
 

@@ -40,6 +40,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from dglx_dist.errors import InvalidValueError, ProtocolError, StateError
 from dglx_dist.kvstore.base import TensorEntry
 from dglx_dist.kvstore.ops import PushOp, combine_duplicates
 from dglx_dist.kvstore.policy import rows_at
@@ -170,10 +171,10 @@ class Channel:
         if status != 0:
             text = bytes(answer[STATUS_BYTES:STATUS_BYTES + length].tolist()).decode(
                 "utf-8", "replace")
-            raise RuntimeError(f"rank {request.peer} could not answer a kvstore request: {text}")
+            raise ProtocolError(f"rank {request.peer} could not answer a kvstore request: {text}")
         if length != request.payload:
-            raise RuntimeError(f"rank {request.peer} answered {length} bytes; expected "
-                               f"{request.payload}")
+            raise ProtocolError(f"rank {request.peer} answered {length} bytes; expected "
+                                f"{request.payload}")
         return answer[STATUS_BYTES:STATUS_BYTES + length] if length else EMPTY_U8
 
     # -- serving side ------------------------------------------------------------------------
@@ -292,9 +293,9 @@ class ServedStore:
 
     def _need_channel(self, what: str) -> Channel:
         if self._channel is None:
-            raise RuntimeError(f"{what} with collective=False needs the serving threads: build "
-                               f"the store with serve=True and do not close it "
-                               f"first")
+            raise StateError(f"{what} with collective=False needs the serving threads: build "
+                             f"the store with serve=True and do not close it "
+                             f"first")
         return self._channel
 
     def _serve(self, fields: list[int], body: torch.Tensor, out: torch.Tensor) -> int:
@@ -305,18 +306,18 @@ class ServedStore:
         entry = self._wait_entry(index)
         ids = from_bytes(body[:8 * num_ids], (num_ids,), torch.int64)
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= entry.policy.num_rows):
-            raise ValueError(f"{entry.name!r}: ids outside [0, {entry.policy.num_rows})")
+            raise InvalidValueError(f"{entry.name!r}: ids outside [0, {entry.policy.num_rows})")
         if kind == PUSH:
             head = torch.cat([torch.tensor([index, op_index]), ids])
             self._apply_received([head], [body[8 * num_ids:]])
             return 0
         if kind != PULL:
-            raise ValueError(f"unknown request kind {kind}")
+            raise InvalidValueError(f"unknown request kind {kind}")
         pieces = self._pieces_on(entry, ids, self._server)
         size = sum(self._piece_bytes(entry, q) for q in pieces)
         if size != payload or size > out.numel():
-            raise ValueError(f"{entry.name!r}: the rows asked for are {size} bytes on server "
-                             f"{self._server}; the request expects {payload}")
+            raise InvalidValueError(f"{entry.name!r}: the rows asked for are {size} bytes on "
+                                    f"server {self._server}; the request expects {payload}")
         for q, rows in self._unpack(entry, pieces, out[:size]):
             torch.index_select(entry.parts[q.part], 0, q.local, out=rows)
         return size

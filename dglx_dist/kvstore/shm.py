@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from dglx_dist.errors import ProtocolError
+
 __all__ = ["default_shm_dir", "create_shared", "attach_shared", "to_bytes", "from_bytes",
            "EMPTY_I64", "EMPTY_U8"]
 
@@ -78,8 +80,8 @@ def attach_shared(path: Path, shape: tuple[int, ...], dtype: torch.dtype) -> tor
     try:
         size = os.fstat(fd).st_size
         if size != _nbytes(shape, dtype):
-            raise RuntimeError(f"shared tensor {path} has {size} bytes; expected "
-                               f"{_nbytes(shape, dtype)} for {dtype} of shape {shape}")
+            raise ProtocolError(f"shared tensor {path} has {size} bytes; expected "
+                                f"{_nbytes(shape, dtype)} for {dtype} of shape {shape}")
         return _map(fd, shape, dtype)
     finally:
         os.close(fd)
@@ -93,8 +95,8 @@ def to_bytes(rows: torch.Tensor) -> torch.Tensor:
 def from_bytes(buf: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """Reinterprets a flat uint8 tensor as ``dtype`` of ``shape`` (copies when misaligned)."""
     if buf.numel() != _nbytes(shape, dtype):
-        raise RuntimeError(f"received {buf.numel()} bytes; expected {_nbytes(shape, dtype)} "
-                           f"for {dtype} of shape {shape}")
+        raise ProtocolError(f"received {buf.numel()} bytes; expected {_nbytes(shape, dtype)} "
+                            f"for {dtype} of shape {shape}")
     if buf.storage_offset() % dtype.itemsize:
         buf = buf.clone()
     return buf.view(dtype).view(shape)

@@ -5,6 +5,8 @@ import dgl.nn as dglnn
 import torch
 from torch import nn
 
+from dglx_dist.errors import InvalidValueError
+
 __all__ = ["GCN", "ResGCN", "row_normalized"]
 
 
@@ -66,7 +68,7 @@ class ResGCN(nn.Module):
                  dropout: float = 0.5, conv: str = "gcn", row_normalize: bool = False):
         super().__init__()
         if conv not in ("gcn", "sage"):
-            raise ValueError(f"conv {conv!r}; expected 'gcn' or 'sage'")
+            raise InvalidValueError(f"conv {conv!r}; expected 'gcn' or 'sage'")
         self.row_normalize = row_normalize
         self.encoder = nn.Linear(in_feats, hidden)
         make = ((lambda: dglnn.GraphConv(hidden, hidden, allow_zero_in_degree=True))

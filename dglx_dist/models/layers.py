@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.registry import Registry
 
 __all__ = ["LAYERS", "ConvAdapter", "ConvWrapper", "InputLinear", "adapter_for", "first_conv", "graph_convs"]
@@ -116,9 +117,9 @@ def adapter_for(module: nn.Module) -> ConvAdapter:
     for cls in type(module).__mro__:
         if cls.__name__ in LAYERS:
             return LAYERS.build(cls.__name__)
-    raise ValueError(f"no layer adapter for {type(module).__name__}; supported first layers: "
-                     f"{', '.join(LAYERS.names())} (register one in "
-                     f"dglx_dist.models.layers.LAYERS)")
+    raise InvalidValueError(f"no layer adapter for {type(module).__name__}; supported first "
+                            f"layers: {', '.join(LAYERS.names())} (register one in "
+                            "dglx_dist.models.layers.LAYERS)")
 
 
 class ConvWrapper(nn.Module):
@@ -160,8 +161,8 @@ def first_conv(model: nn.Module) -> tuple[nn.Module, str]:
     """
     convs = graph_convs(model)
     if not convs:
-        raise ValueError(f"{type(model).__name__} has no dgl.nn conv layer; expected a model "
-                         f"whose first layer is one of {', '.join(LAYERS.names())}")
+        raise InvalidValueError(f"{type(model).__name__} has no dgl.nn conv layer; expected a "
+                                f"model whose first layer is one of {', '.join(LAYERS.names())}")
     return convs[0]
 
 
@@ -176,9 +177,9 @@ class SAGEAdapter(ConvAdapter):
 
     def check_column_split(self, conv: nn.Module) -> None:
         if conv._aggre_type == "lstm":
-            raise ValueError("SAGEConv with aggregator 'lstm' cannot be split by feature columns "
-                             "(the LSTM is not linear in its input); use 'mean', 'gcn' or "
-                             "'pool' for the first layer")
+            raise InvalidValueError("SAGEConv with aggregator 'lstm' cannot be split by feature "
+                                    "columns (the LSTM is not linear in its input); use 'mean', "
+                                    "'gcn' or 'pool' for the first layer")
 
     def input_linears(self, conv: nn.Module) -> list[InputLinear]:
         kind = conv._aggre_type
@@ -233,17 +234,17 @@ class GraphConvAdapter(ConvAdapter):
 
     def check_column_split(self, conv: nn.Module) -> None:
         if conv.weight is None:
-            raise ValueError("GraphConv built with weight=False takes its weight as a forward "
-                             "argument and cannot be split by feature columns; build it with "
-                             "weight=True for the first layer")
+            raise InvalidValueError("GraphConv built with weight=False takes its weight as a "
+                                    "forward argument and cannot be split by feature columns; "
+                                    "build it with weight=True for the first layer")
 
     def input_linears(self, conv: nn.Module) -> list[InputLinear]:
         return [InputLinear("weight", 0)]
 
     def partial(self, conv, weights, block, x):
         if not conv._allow_zero_in_degree and bool((block.in_degrees() == 0).any()):
-            raise ValueError("GraphConv: the block has 0-in-degree nodes (add self-loops or "
-                             "build the layer with allow_zero_in_degree=True)")
+            raise InvalidValueError("GraphConv: the block has 0-in-degree nodes (add self-loops or "
+                                    "build the layer with allow_zero_in_degree=True)")
         w, norm = weights[0], conv._norm
         if norm in ("left", "both"):
             deg = block.out_degrees().to(x).clamp(min=1)
@@ -277,12 +278,13 @@ class GATAdapter(ConvAdapter):
 
     def check_column_split(self, conv: nn.Module) -> None:
         if hasattr(conv, "fc_src"):
-            raise ValueError("GATConv built with (src, dst) input sizes has two projections; "
-                             "the first layer needs one shared fc (an int in_feats)")
+            raise InvalidValueError("GATConv built with (src, dst) input sizes has two "
+                                    "projections; the first layer needs one shared fc (an int "
+                                    "in_feats)")
         if conv.res_fc is not None:
-            raise ValueError("GATConv with residual=True adds the unprojected input (or its own "
-                             "projection) to the output; build the first layer with "
-                             "residual=False")
+            raise InvalidValueError("GATConv with residual=True adds the unprojected input (or its "
+                                    "own projection) to the output; build the first layer with "
+                                    "residual=False")
 
     def input_linears(self, conv: nn.Module) -> list[InputLinear]:
         return [InputLinear("fc.weight", 1)]

@@ -26,6 +26,7 @@ import time
 
 import numpy as np
 
+from dglx_dist.errors import InvalidTypeError, InvalidValueError, MissingDependencyError, StateError
 from dglx_dist.offload.executor import EXECUTORS, Executor, InvocationError, WorkerLost
 from dglx_dist.offload.tensor_fn.ops import OPS, Op, output_size
 from dglx_dist.offload.tensor_fn.payload import PayloadError, decode, encode
@@ -145,12 +146,12 @@ class AwsExecutor(Executor):
 
         def __post_init__(self):
             if self.concurrency < 1:
-                raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+                raise InvalidValueError(f"concurrency must be >= 1, got {self.concurrency}")
             if self.max_payload_bytes <= _ENVELOPE + 64:
-                raise ValueError(f"max_payload_bytes={self.max_payload_bytes} leaves no room "
-                                 f"for a payload; expected well above {_ENVELOPE + 64}")
+                raise InvalidValueError(f"max_payload_bytes={self.max_payload_bytes} leaves no "
+                                        f"room for a payload; expected well above {_ENVELOPE + 64}")
             if self.timeout_s <= 0 or self.connect_timeout_s <= 0:
-                raise ValueError("timeout_s and connect_timeout_s must be > 0")
+                raise InvalidValueError("timeout_s and connect_timeout_s must be > 0")
 
     def __init__(self, config: Config):
         super().__init__(config)
@@ -168,7 +169,7 @@ class AwsExecutor(Executor):
     def start(self) -> None:
         with self._lock:
             if self._closed:
-                raise RuntimeError("AwsExecutor is closed; build a new one")
+                raise StateError("AwsExecutor is closed; build a new one")
             if self._client is not None:
                 return
             self._client = self._make_client()
@@ -181,7 +182,8 @@ class AwsExecutor(Executor):
             from botocore.config import Config as BotoConfig
             from botocore.exceptions import BotoCoreError, ClientError
         except ImportError as exc:
-            raise ImportError("the 'aws' executor needs boto3: pip install 'dglx_dist[aws]'") \
+            raise MissingDependencyError("the 'aws' executor needs boto3: pip install "
+                                         "'dglx_dist[aws]'") \
                 from exc
         cfg = self.config
         self._errors = (ClientError, BotoCoreError)
@@ -195,7 +197,7 @@ class AwsExecutor(Executor):
 
     def invoke(self, request: bytes) -> concurrent.futures.Future:
         if not isinstance(request, (bytes, bytearray, memoryview)):
-            raise TypeError(f"request: expected bytes, got {type(request).__name__}")
+            raise InvalidTypeError(f"request: expected bytes, got {type(request).__name__}")
         self.start()
         outer: concurrent.futures.Future = concurrent.futures.Future()
         outer.set_running_or_notify_cancel()
@@ -207,7 +209,7 @@ class AwsExecutor(Executor):
         call = _Call(outer, op, [], [None] * len(chunks))
         with self._lock:
             if self._closed:
-                raise RuntimeError("AwsExecutor is closed; build a new one")
+                raise StateError("AwsExecutor is closed; build a new one")
             self._calls[outer] = call
             call.parts = [self._pool.submit(self._invoke_one, c) for c in chunks]
         for index, part in enumerate(call.parts):

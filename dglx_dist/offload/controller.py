@@ -40,7 +40,7 @@ from typing import Any, Hashable
 
 import numpy as np
 
-from dglx_dist.errors import DglxError
+from dglx_dist.errors import DeadlineError, DglxError, InvalidValueError
 from dglx_dist.offload.executor import Executor, InvocationError, WorkerLost
 from dglx_dist.offload.tensor_fn.ops import OPS
 from dglx_dist.offload.tensor_fn.payload import PayloadError, decode, encode
@@ -89,12 +89,12 @@ class LambdaController:
                  concurrency: int | None = None, *, autotune_window: int = 4,
                  shrink_ratio: float = 0.5):
         if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+            raise InvalidValueError(f"timeout_s must be > 0, got {timeout_s}")
         if max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+            raise InvalidValueError(f"max_attempts must be >= 1, got {max_attempts}")
         if autotune_window < 2 or not 0 < shrink_ratio < 1:
-            raise ValueError(f"autotune_window must be >= 2 and shrink_ratio in (0, 1), got "
-                             f"{autotune_window} and {shrink_ratio}")
+            raise InvalidValueError(f"autotune_window must be >= 2 and shrink_ratio in (0, 1), got "
+                                    f"{autotune_window} and {shrink_ratio}")
         self.executor = executor
         self.timeout_s = float(timeout_s)
         self.max_attempts = max_attempts
@@ -152,8 +152,8 @@ class LambdaController:
             PayloadError: an unknown ``header["op"]`` or arrays that cannot be encoded.
         """
         if key in self._pending or any(k == key for k, _, _ in self._ready):
-            raise ValueError(f"task {key!r} is already pending; collect its result before "
-                             f"submitting it again")
+            raise InvalidValueError(f"task {key!r} is already pending; collect its result before "
+                                    f"submitting it again")
         if header.get("op") not in OPS:
             raise PayloadError(f"task {key!r}: header field 'op' is {header.get('op')!r}, "
                                f"expected one of {sorted(OPS)}")
@@ -217,8 +217,8 @@ class LambdaController:
                     return out
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    raise TimeoutError(f"{len(self._pending)} task(s) still pending after "
-                                       f"{timeout}s: {list(self._pending)[:5]}")
+                    raise DeadlineError(f"{len(self._pending)} task(s) still pending after "
+                                        f"{timeout}s: {list(self._pending)[:5]}")
                 self.wait_any(left)
         except BaseException:
             self._ready = out + self._ready  # nothing collected is lost
@@ -228,7 +228,7 @@ class LambdaController:
         """Records the graph server's task-queue length and adjusts concurrency (see the
         module docstring for the rule)."""
         if not isinstance(length, (int, np.integer)) or length < 0:
-            raise ValueError(f"queue length must be an int >= 0, got {length!r}")
+            raise InvalidValueError(f"queue length must be an int >= 0, got {length!r}")
         self._observed.append(int(length))
         if len(self._observed) < self._window:
             return

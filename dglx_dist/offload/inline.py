@@ -11,6 +11,7 @@ import concurrent.futures
 import dataclasses
 import time
 
+from dglx_dist.errors import StateError
 from dglx_dist.offload.executor import EXECUTORS, Executor, InvocationError
 from dglx_dist.offload.tensor_fn import handler
 from dglx_dist.offload.tensor_fn.payload import PayloadError
@@ -41,7 +42,7 @@ class InlineExecutor(Executor):
 
     def invoke(self, request: bytes) -> concurrent.futures.Future:
         if self._closed:
-            raise RuntimeError("the inline executor is closed")
+            raise StateError("the inline executor is closed")
         future: concurrent.futures.Future = concurrent.futures.Future()
         t0 = time.perf_counter()
         try:

@@ -23,6 +23,7 @@ import threading
 import time
 from pathlib import Path
 
+from dglx_dist.errors import InvalidTypeError, InvalidValueError, StateError
 from dglx_dist.offload.executor import EXECUTORS, Executor, InvocationError, WorkerLost
 from dglx_dist.offload.tensor_fn.payload import PayloadError, decode_header, replace_header
 from dglx_dist.offload.tensor_fn.worker import STATUS_OK, read_frame, write_frame
@@ -77,10 +78,10 @@ class LocalExecutor(Executor):
 
         def __post_init__(self):
             if self.workers < 1:
-                raise ValueError(f"workers must be >= 1, got {self.workers}")
+                raise InvalidValueError(f"workers must be >= 1, got {self.workers}")
             for name in ("cold_start_s", "latency_s", "hang_s"):
                 if getattr(self, name) < 0:
-                    raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+                    raise InvalidValueError(f"{name} must be >= 0, got {getattr(self, name)}")
 
     def __init__(self, config: Config):
         super().__init__(config)
@@ -99,7 +100,7 @@ class LocalExecutor(Executor):
     def start(self) -> None:
         with self._lock:
             if self._closed:
-                raise RuntimeError("LocalExecutor is closed; build a new one")
+                raise StateError("LocalExecutor is closed; build a new one")
             if self._started:
                 return
             self._started = True
@@ -117,11 +118,11 @@ class LocalExecutor(Executor):
 
     def invoke(self, request: bytes) -> concurrent.futures.Future:
         if not isinstance(request, (bytes, bytearray, memoryview)):
-            raise TypeError(f"request: expected bytes, got {type(request).__name__}")
+            raise InvalidTypeError(f"request: expected bytes, got {type(request).__name__}")
         self.start()
         with self._lock:
             if self._closed:
-                raise RuntimeError("LocalExecutor is closed; build a new one")
+                raise StateError("LocalExecutor is closed; build a new one")
             job = _Job(self._seq, bytes(request), concurrent.futures.Future())
             self._seq += 1
             self._jobs[job.future] = job

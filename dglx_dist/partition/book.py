@@ -20,6 +20,8 @@ from typing import Any, Sequence, Union
 import numpy as np
 import torch
 
+from dglx_dist.errors import IdOutOfRangeError, InvalidValueError
+
 __all__ = ["NodeBook", "RangeBook", "HashBook", "FeatureSlices", "hash_ids", "book_from_json"]
 
 Ids = Union[np.ndarray, torch.Tensor]
@@ -92,11 +94,11 @@ class NodeBook(abc.ABC):
     def _check(self, ids: np.ndarray) -> None:
         if ids.size and (ids.min() < 0 or ids.max() >= self.num_nodes):
             bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
-            raise IndexError(f"node id {bad} is outside [0, {self.num_nodes})")
+            raise IdOutOfRangeError(f"node id {bad} is outside [0, {self.num_nodes})")
 
     def _check_part(self, part: int) -> None:
         if not 0 <= part < self.num_parts:
-            raise IndexError(f"part {part} is outside [0, {self.num_parts})")
+            raise IdOutOfRangeError(f"part {part} is outside [0, {self.num_parts})")
 
 
 class RangeBook(NodeBook):
@@ -107,7 +109,8 @@ class RangeBook(NodeBook):
     def __init__(self, offsets: Sequence[int] | np.ndarray):
         offsets = np.asarray(offsets, dtype=np.int64)
         if offsets.ndim != 1 or offsets.size < 2 or offsets[0] != 0 or np.any(np.diff(offsets) < 0):
-            raise ValueError(f"range offsets must start at 0 and not decrease; got {offsets[:8]}")
+            raise InvalidValueError("range offsets must start at 0 and not decrease; got "
+                                    f"{offsets[:8]}")
         super().__init__(int(offsets[-1]), offsets.size - 1)
         self.offsets = offsets
 
@@ -138,7 +141,7 @@ class HashBook(NodeBook):
 
     def __init__(self, num_nodes: int, num_parts: int, seed: int):
         if num_parts < 1:
-            raise ValueError(f"num_parts must be >= 1, got {num_parts}")
+            raise InvalidValueError(f"num_parts must be >= 1, got {num_parts}")
         super().__init__(num_nodes, num_parts)
         self.seed = int(seed)
         self._cores: dict[int, np.ndarray] = {}
@@ -179,15 +182,16 @@ class FeatureSlices:
     def __init__(self, bounds: Sequence[int] | np.ndarray):
         bounds = np.asarray(bounds, dtype=np.int64)
         if bounds.ndim != 1 or bounds.size < 2 or bounds[0] != 0 or np.any(np.diff(bounds) < 0):
-            raise ValueError(f"feature slice bounds must start at 0 and not decrease; got {bounds}")
+            raise InvalidValueError("feature slice bounds must start at 0 and not decrease; got "
+                                    f"{bounds}")
         self.bounds = bounds
 
     @classmethod
     def even(cls, feat_dim: int, num_parts: int) -> "FeatureSlices":
         """Splits ``feat_dim`` columns into ``num_parts`` slices differing by at most one column."""
         if not 1 <= num_parts <= feat_dim:
-            raise ValueError(f"cannot split {feat_dim} feature columns into {num_parts} slices; "
-                             f"expected 1 <= parts <= {feat_dim}")
+            raise InvalidValueError(f"cannot split {feat_dim} feature columns into {num_parts} "
+                                    f"slices; expected 1 <= parts <= {feat_dim}")
         base, extra = divmod(feat_dim, num_parts)
         widths = [base + (1 if p < extra else 0) for p in range(num_parts)]
         return cls(np.concatenate([[0], np.cumsum(widths)]))
@@ -223,8 +227,10 @@ def book_from_json(d: dict[str, Any]) -> NodeBook:
     """
     kind = d.get("kind") if isinstance(d, dict) else None
     if kind not in _BOOK_KINDS:
-        raise ValueError(f"unknown node book kind {kind!r}; expected one of {sorted(_BOOK_KINDS)}")
+        raise InvalidValueError(f"unknown node book kind {kind!r}; expected one of "
+                                f"{sorted(_BOOK_KINDS)}")
     try:
         return _BOOK_KINDS[kind].from_json(d)
     except (KeyError, TypeError) as exc:
-        raise ValueError(f"node book of kind {kind!r} is missing or has a bad field: {exc}") from None
+        raise InvalidValueError(f"node book of kind {kind!r} is missing or has a bad field: "
+                                f"{exc}") from None

@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 from dglx_dist.data.atomic import DirKind, atomic_directory, sha256_file
 from dglx_dist.data.checked import WRITE_OPTIONS, check_plausible, read_json_object
 from dglx_dist.data.edge_data import to_arrow
-from dglx_dist.errors import PartitionFormatError
+from dglx_dist.errors import OutputExistsError, PartitionFormatError
 from dglx_dist.partition.layout import Partition
 
 __all__ = ["write_partitions", "read_manifest", "MANIFEST", "FORMAT", "VERSION", "PART_FILES",
@@ -95,7 +95,7 @@ def write_partitions(out: str | os.PathLike,
         inputs: what the parts are made from; ``out`` may not hold any of it.
         expected_bytes: about how much is written (named if the disk fills up).
     """
-    with atomic_directory(out, overwrite, error_cls=FileExistsError, kind=PARTITION_DIR,
+    with atomic_directory(out, overwrite, error_cls=OutputExistsError, kind=PARTITION_DIR,
                           inputs=inputs, expected_bytes=expected_bytes) as tmp:
         entries = []
         for pc in parts:

@@ -20,7 +20,7 @@ import numpy as np
 from dglx_dist.data.atomic import sha256_file
 from dglx_dist.data.checked import check_range, column_numpy, read_checked, read_feat
 from dglx_dist.data.edge_data import edge_data_arrays
-from dglx_dist.errors import PartitionFormatError
+from dglx_dist.errors import IdOutOfRangeError, PartitionFormatError
 from dglx_dist.partition.book import FeatureSlices, NodeBook, RangeBook, book_from_json
 from dglx_dist.partition.dgl_config import find_dgl_config
 from dglx_dist.partition.io import MANIFEST, read_manifest
@@ -238,4 +238,4 @@ class PartitionDir:
 
     def _check_part(self, part: int) -> None:
         if not 0 <= part < self.num_parts:
-            raise IndexError(f"part {part} is outside [0, {self.num_parts}) for {self.path}")
+            raise IdOutOfRangeError(f"part {part} is outside [0, {self.num_parts}) for {self.path}")

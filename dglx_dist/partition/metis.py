@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from dglx_dist.data.format import DatasetMeta, GraphDataset
-from dglx_dist.errors import PartitionError
+from dglx_dist.errors import InvalidValueError, PartitionError
 from dglx_dist.partition.base import PARTITIONERS, Partitioner, PartitionPlan
 from dglx_dist.partition.book import RangeBook
 
@@ -61,16 +61,18 @@ class MetisPartitioner(Partitioner):
         def __post_init__(self):
             bad = [b for b in self.balance if b not in BALANCE_CHOICES]
             if bad:
-                raise ValueError(f"balance {bad} not understood; choose from {BALANCE_CHOICES}")
+                raise InvalidValueError(f"balance {bad} not understood; choose from "
+                                        f"{BALANCE_CHOICES}")
             if self.objective not in _OBJECTIVES:
-                raise ValueError(f"objective {self.objective!r}; expected one of {_OBJECTIVES}")
+                raise InvalidValueError(f"objective {self.objective!r}; expected one of "
+                                        f"{_OBJECTIVES}")
             if self.backend not in _BACKENDS:
-                raise ValueError(f"backend {self.backend!r}; expected one of {_BACKENDS}")
+                raise InvalidValueError(f"backend {self.backend!r}; expected one of {_BACKENDS}")
             if self.backend == "pymetis" and self.balance:
-                raise ValueError(f"backend 'pymetis' balances one constraint only; it cannot "
-                                 f"balance {self.balance} (use backend 'dgl' or balance '')")
+                raise InvalidValueError("backend 'pymetis' balances one constraint only; it cannot "
+                                        f"balance {self.balance} (use backend 'dgl' or balance '')")
             if self.groups < 1:
-                raise ValueError(f"groups {self.groups}: must be >= 1")
+                raise InvalidValueError(f"groups {self.groups}: must be >= 1")
 
     def validate(self, meta: DatasetMeta, num_parts: int) -> None:
         super().validate(meta, num_parts)

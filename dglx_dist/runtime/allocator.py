@@ -18,6 +18,8 @@ from __future__ import annotations
 import ctypes
 import logging
 
+from dglx_dist.errors import InvalidValueError
+
 __all__ = ["MALLOC_MODES", "configure_malloc"]
 
 log = logging.getLogger(__name__)
@@ -30,7 +32,7 @@ def configure_malloc(mode: str) -> bool:
     """Applies ``mode`` (one of :data:`MALLOC_MODES`) to this process's C allocator; returns
     whether the allocator was changed."""
     if mode not in MALLOC_MODES:
-        raise ValueError(f"DGLX_MALLOC={mode!r}; expected one of {list(MALLOC_MODES)}")
+        raise InvalidValueError(f"DGLX_MALLOC={mode!r}; expected one of {list(MALLOC_MODES)}")
     if mode == "system":
         return False
     mallopt = getattr(ctypes.CDLL(None), "mallopt", None)

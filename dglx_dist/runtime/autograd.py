@@ -30,6 +30,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.runtime.comm import Comm, Pending
 
 __all__ = ["GradientSync", "OwnerReduce", "Ready", "flatten_partials", "halo_exchange",
@@ -200,8 +201,8 @@ def reduce_to_owners(server: Comm, cross: Comm | None,
     """
     plan_ranks = server.size * (cross.size if cross is not None else 1)
     if len(partials) != plan_ranks:
-        raise ValueError(f"reduce_to_owners needs one list of partials per rank "
-                         f"({plan_ranks}), got {len(partials)}")
+        raise InvalidValueError(f"reduce_to_owners needs one list of partials per rank "
+                                f"({plan_ranks}), got {len(partials)}")
     me = server.rank if cross is not None else server.index
     total = _ReduceToOwners.apply(server, cross, *flatten_partials(partials))
     return unflatten(total, [t.shape for t in partials[me]])

@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
+from dglx_dist.errors import DglxError, InvalidValueError
 from dglx_dist.runtime.health import Health
 from dglx_dist.runtime.topology import Topology
 
@@ -45,7 +46,7 @@ def _is_peer_failure(exc: Exception) -> bool:
     return any(sign in text for sign in _PEER_SIGNS)
 
 
-class PeerError(RuntimeError):
+class PeerError(DglxError, RuntimeError):
     """A collective failed because a peer died, hung or is unreachable.
 
     Attributes:
@@ -153,18 +154,18 @@ class Comm:
         before this returns. Every rank must start its exchanges on this group in the same
         order (and each started one must be waited for)."""
         if len(send) != self.size:
-            raise ValueError(f"all_to_all_v on {self.name} needs {self.size} tensors, "
-                             f"got {len(send)}")
+            raise InvalidValueError(f"all_to_all_v on {self.name} needs {self.size} tensors, "
+                                    f"got {len(send)}")
         trailing, dtype = send[0].shape[1:], send[0].dtype
         for i, t in enumerate(send):
             if t.shape[1:] != trailing or t.dtype != dtype:
-                raise ValueError(f"all_to_all_v: tensor {i} is {t.dtype}{tuple(t.shape)}; "
-                                 f"expected {dtype} with trailing shape {tuple(trailing)}")
+                raise InvalidValueError(f"all_to_all_v: tensor {i} is {t.dtype}{tuple(t.shape)}; "
+                                        f"expected {dtype} with trailing shape {tuple(trailing)}")
         counts = torch.tensor([t.shape[0] for t in send], dtype=torch.int64)
         if recv_rows is not None:
             if len(recv_rows) != self.size:
-                raise ValueError(f"all_to_all_v: recv_rows has {len(recv_rows)} entries for "
-                                 f"{self.size} members")
+                raise InvalidValueError(f"all_to_all_v: recv_rows has {len(recv_rows)} entries for "
+                                        f"{self.size} members")
             recv_counts = torch.tensor(list(recv_rows), dtype=torch.int64)
         else:
             recv_counts = torch.empty_like(counts)
@@ -209,7 +210,7 @@ class Comm:
     def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
         """Reduces ``tensor`` in place across members (op: sum, max, min, product)."""
         if op not in _OPS:
-            raise ValueError(f"all_reduce op {op!r}; expected one of {sorted(_OPS)}")
+            raise InvalidValueError(f"all_reduce op {op!r}; expected one of {sorted(_OPS)}")
         self._run("all_reduce", lambda: dist.all_reduce(tensor, _OPS[op], group=self.group,
                                                         async_op=True))
         share = 2 * tensor.nbytes // self.size
@@ -221,7 +222,7 @@ class Comm:
         result finishes it. Every rank must start its collectives on this group in the same
         order."""
         if op not in _OPS:
-            raise ValueError(f"all_reduce op {op!r}; expected one of {sorted(_OPS)}")
+            raise InvalidValueError(f"all_reduce op {op!r}; expected one of {sorted(_OPS)}")
         work = self._start("all_reduce", lambda: dist.all_reduce(tensor, _OPS[op],
                                                                  group=self.group,
                                                                  async_op=True))
@@ -254,8 +255,8 @@ class Comm:
     def reduce_scatter(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
         """Sums ``tensor`` (``size`` equal chunks along dim 0) and returns this member's chunk."""
         if tensor.shape[0] % self.size:
-            raise ValueError(f"reduce_scatter: {tensor.shape[0]} rows do not split into "
-                             f"{self.size} equal chunks")
+            raise InvalidValueError(f"reduce_scatter: {tensor.shape[0]} rows do not split into "
+                                    f"{self.size} equal chunks")
         out = torch.empty((tensor.shape[0] // self.size, *tensor.shape[1:]), dtype=tensor.dtype)
         # gloo runs reduce_scatter_tensor only synchronously (bounded by the group's timeout)
         self._run("reduce_scatter", lambda: dist.reduce_scatter_tensor(
@@ -294,8 +295,8 @@ class Comm:
     def _p2p(self, kind: str, fn: Callable, tensor: torch.Tensor, peer: int,
              tag: int) -> "Transfer":
         if not 0 <= peer < self.size or peer == self.index:
-            raise ValueError(f"{kind} on {self.name}: peer {peer}; expected another member "
-                             f"in [0, {self.size})")
+            raise InvalidValueError(f"{kind} on {self.name}: peer {peer}; expected another member "
+                                    f"in [0, {self.size})")
         op = f"{kind} (tag {tag}) {'to' if kind == 'send' else 'from'} rank {self.members[peer]}"
         self._check_usable(op)
         work = self._guard(op, lambda: fn(tensor, self.members[peer], group=self.group,

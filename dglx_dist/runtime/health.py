@@ -22,6 +22,8 @@ import time
 
 import psutil
 
+from dglx_dist.errors import DeadlineError
+
 __all__ = ["Health", "call_within"]
 
 log = logging.getLogger(__name__)
@@ -94,12 +96,12 @@ class Health:
         """``fn(*args)``, or TimeoutError when the store has not answered in
         ``store_timeout`` seconds (the call is left behind in a daemon thread)."""
         if self._unanswered:
-            raise TimeoutError("the store did not answer an earlier call")
+            raise DeadlineError("the store did not answer an earlier call")
         try:
             return call_within(self.store_timeout, fn, *args)
         except TimeoutError:
             self._unanswered = True
-            raise TimeoutError(f"the store did not answer within {self.store_timeout:.0f}s") \
+            raise DeadlineError(f"the store did not answer within {self.store_timeout:.0f}s") \
                 from None
 
     def stop(self) -> None:
@@ -186,7 +188,7 @@ def call_within(seconds: float, fn, *args):
     thread.start()
     thread.join(seconds)
     if thread.is_alive():
-        raise TimeoutError(f"no answer within {seconds:g}s")
+        raise DeadlineError(f"no answer within {seconds:g}s")
     if "error" in outcome:
         raise outcome["error"]
     return outcome.get("value")

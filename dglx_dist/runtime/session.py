@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.distributed as dist
 
+from dglx_dist.errors import InvalidValueError, StateError
 from dglx_dist.runtime.allocator import configure_malloc
 from dglx_dist.runtime.comm import ByteCounter, Comm, PeerError
 from dglx_dist.runtime.env import DistEnv, read_env
@@ -242,9 +243,9 @@ class Session:
 def _pick_backend(env: DistEnv, backend: str | None) -> str:
     chosen = backend or env.backend or ("nccl" if torch.cuda.is_available() else "gloo")
     if chosen not in ("gloo", "nccl"):
-        raise ValueError(f"backend {chosen!r}; expected 'gloo' or 'nccl'")
+        raise InvalidValueError(f"backend {chosen!r}; expected 'gloo' or 'nccl'")
     if chosen == "nccl" and not torch.cuda.is_available():
-        raise ValueError("backend 'nccl' needs CUDA, which is not available; use 'gloo'")
+        raise InvalidValueError("backend 'nccl' needs CUDA, which is not available; use 'gloo'")
     return chosen
 
 
@@ -261,8 +262,8 @@ def init(backend: str | None = None, env: DistEnv | None = None, store=None,
         heartbeat: seconds between health heartbeats.
     """
     if _CURRENT.get() is not None:
-        raise RuntimeError("a dglx_dist session is already running in this process; call "
-                           "shutdown() on it first")
+        raise StateError("a dglx_dist session is already running in this process; call "
+                         "shutdown() on it first")
     env = env or read_env()
     if dist.is_initialized():  # the script's own init_process_group (a DistDGL script)
         return _adopt(env, heartbeat)
@@ -277,9 +278,9 @@ def init(backend: str | None = None, env: DistEnv | None = None, store=None,
 def _adopt(env: DistEnv, heartbeat: float) -> Session:
     """A session on the default process group the script initialised itself."""
     if dist.get_world_size() != env.world_size or dist.get_rank() != env.rank:
-        raise RuntimeError(f"the process group the script initialised has rank "
-                           f"{dist.get_rank()} of {dist.get_world_size()}; the launcher says "
-                           f"{env.rank} of {env.world_size}")
+        raise StateError(f"the process group the script initialised has rank "
+                         f"{dist.get_rank()} of {dist.get_world_size()}; the launcher says "
+                         f"{env.rank} of {env.world_size}")
     store = dist.distributed_c10d._get_default_store()
     log.debug("adopting the default process group (%s)", dist.get_backend())
     return Session(env, dist.get_backend(), store, heartbeat, adopt=True)
@@ -289,5 +290,5 @@ def current_session() -> Session:
     """The session :func:`init` made current in this context."""
     session = _CURRENT.get()
     if session is None:
-        raise RuntimeError("no dglx_dist session: call dglx_dist.init() first")
+        raise StateError("no dglx_dist session: call dglx_dist.init() first")
     return session

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from dglx_dist.errors import IdOutOfRangeError, InvalidValueError
+
 __all__ = ["Topology"]
 
 
@@ -20,8 +22,8 @@ class Topology:
 
     def __post_init__(self):
         if self.num_servers < 1 or self.ranks_per_server < 1:
-            raise ValueError(f"topology needs >= 1 server and >= 1 rank per server, got "
-                             f"{self.num_servers} x {self.ranks_per_server}")
+            raise InvalidValueError(f"topology needs >= 1 server and >= 1 rank per server, got "
+                                    f"{self.num_servers} x {self.ranks_per_server}")
 
     @property
     def world_size(self) -> int:
@@ -40,13 +42,14 @@ class Topology:
     def server_ranks(self, server: int) -> list[int]:
         """Ranks of ``server``, in order."""
         if not 0 <= server < self.num_servers:
-            raise IndexError(f"server {server} is outside [0, {self.num_servers})")
+            raise IdOutOfRangeError(f"server {server} is outside [0, {self.num_servers})")
         return list(range(server * self.ranks_per_server, (server + 1) * self.ranks_per_server))
 
     def cross_ranks(self, local_rank: int) -> list[int]:
         """The ranks with local index ``local_rank`` on every server, by server."""
         if not 0 <= local_rank < self.ranks_per_server:
-            raise IndexError(f"local rank {local_rank} is outside [0, {self.ranks_per_server})")
+            raise IdOutOfRangeError(f"local rank {local_rank} is outside [0, "
+                                    f"{self.ranks_per_server})")
         return [s * self.ranks_per_server + local_rank for s in range(self.num_servers)]
 
     def same_server(self, a: int, b: int) -> bool:
@@ -55,4 +58,4 @@ class Topology:
 
     def _check(self, rank: int) -> None:
         if not 0 <= rank < self.world_size:
-            raise IndexError(f"rank {rank} is outside [0, {self.world_size})")
+            raise IdOutOfRangeError(f"rank {rank} is outside [0, {self.world_size})")

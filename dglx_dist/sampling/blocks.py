@@ -5,6 +5,8 @@ from __future__ import annotations
 import dgl
 import torch
 
+from dglx_dist.errors import InvalidValueError
+
 __all__ = ["id_dtype", "make_block", "pack_block", "unpack_block"]
 
 
@@ -40,7 +42,8 @@ def pack_block(block: dgl.DGLGraph, dtype: torch.dtype) -> torch.Tensor:
     indptr, indices, _ = block.adj_tensors("csc")
     head = torch.tensor([block.num_src_nodes(), block.num_dst_nodes(), indices.numel()])
     if int(head.max()) > torch.iinfo(dtype).max:
-        raise ValueError(f"a block with {head.tolist()} (src, dst, edges) does not fit {dtype}")
+        raise InvalidValueError(f"a block with {head.tolist()} (src, dst, edges) does not fit "
+                                f"{dtype}")
     return torch.cat([head, block.srcdata[dgl.NID], indptr, indices]).to(dtype)
 
 

@@ -19,6 +19,7 @@ from typing import Sequence
 import dgl
 import torch
 
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.partition.book import NodeBook
 from dglx_dist.partition.layout import Partition
 from dglx_dist.runtime.comm import Comm
@@ -63,8 +64,8 @@ class PartitionSampler(BlockSampler):
 
     def __init__(self, part: Partition, book: NodeBook, comm: Comm, member: int):
         if book.num_parts != comm.size:
-            raise ValueError(f"sampling needs one part per member of {comm.name}: the "
-                             f"partition has {book.num_parts} parts for {comm.size} members")
+            raise InvalidValueError(f"sampling needs one part per member of {comm.name}: the "
+                                    f"partition has {book.num_parts} parts for {comm.size} members")
         self.book, self.comm, self.member = book, comm, member
         self.graph = part.local_graph()
         self.local_gid = self.graph.ndata["_ID"]

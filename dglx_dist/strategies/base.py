@@ -30,6 +30,7 @@ from typing import Any, Iterator
 
 import torch
 
+from dglx_dist.errors import InvalidValueError, NotSupportedError
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.registry import Registry
 from dglx_dist.runtime.autograd import scale_grad
@@ -98,16 +99,16 @@ class Strategy(abc.ABC):
         """Refuses a partition directory that does not fit this strategy and topology."""
         spec = self.partition_spec(topology)
         if pdir.num_parts != spec.num_parts:
-            raise ValueError(f"{pdir.path} has {pdir.num_parts} parts; strategy "
-                             f"{self.registered_name!r} on {topology.num_servers} servers x "
-                             f"{topology.ranks_per_server} ranks needs {spec.num_parts} "
-                             f"(partition with `dglx partition --method {spec.method} --parts "
-                             f"{spec.num_parts}`)")
+            raise InvalidValueError(f"{pdir.path} has {pdir.num_parts} parts; strategy "
+                                    f"{self.registered_name!r} on {topology.num_servers} servers x "
+                                    f"{topology.ranks_per_server} ranks needs {spec.num_parts} "
+                                    f"(partition with `dglx partition --method {spec.method} "
+                                    f"--parts {spec.num_parts}`)")
         if self.feature_layout and pdir.feature_layout != self.feature_layout:
-            raise ValueError(f"{pdir.path} stores features as {pdir.feature_layout} (partitioner "
-                             f"{pdir.partitioner!r}); strategy {self.registered_name!r} needs "
-                             f"{self.feature_layout}: `dglx partition --method {spec.method} "
-                             f"--parts {spec.num_parts}`")
+            raise InvalidValueError(f"{pdir.path} stores features as {pdir.feature_layout} "
+                                    f"(partitioner {pdir.partitioner!r}); strategy "
+                                    f"{self.registered_name!r} needs {self.feature_layout}: `dglx "
+                                    f"partition --method {spec.method} --parts {spec.num_parts}`")
 
     @abc.abstractmethod
     def setup(self, session: Session, pdir: PartitionDir, store=None) -> None:
@@ -129,7 +130,7 @@ class Strategy(abc.ABC):
         """Trains epochs ``first .. first+epochs-1`` (strategies with ``owns_training``);
         ``on_epoch(epoch, info)`` is called on every rank once an epoch's update is applied,
         with ``info`` holding at least ``wall`` (seconds) and ``loss``."""
-        raise NotImplementedError(f"strategy {self.registered_name!r} trains through its "
+        raise NotSupportedError(f"strategy {self.registered_name!r} trains through its "
                                   f"loader's steps")
 
     def state_dict(self) -> dict[str, Any]:
@@ -140,8 +141,8 @@ class Strategy(abc.ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores :meth:`state_dict`'s result (on a strategy set up and wrapped as before)."""
         if state:
-            raise ValueError(f"strategy {self.registered_name!r} keeps no state between epochs; "
-                             f"the checkpoint holds {sorted(state)}")
+            raise InvalidValueError(f"strategy {self.registered_name!r} keeps no state between "
+                                    f"epochs; the checkpoint holds {sorted(state)}")
 
     def sharded_params(self) -> tuple[list[torch.Tensor], Any]:
         """Parameters each rank holds a different shard of, and the communicator over whose
@@ -167,9 +168,9 @@ class Strategy(abc.ABC):
             return self
         default = {f.name: f.default for f in dataclasses.fields(self.config)}["num_layers"]
         if self.config.num_layers != default:  # asked for explicitly
-            raise ValueError(f"strategy {self.registered_name!r} was built for num_layers="
-                             f"{self.config.num_layers}; the model has {num_layers} graph convs: "
-                             f"pass num_layers={num_layers} (or leave it out)")
+            raise InvalidValueError(f"strategy {self.registered_name!r} was built for num_layers="
+                                    f"{self.config.num_layers}; the model has {num_layers} graph "
+                                    f"convs: pass num_layers={num_layers} (or leave it out)")
         clone = type(self)(dataclasses.replace(self.config, num_layers=num_layers))
         clone.registered_name = self.registered_name
         return clone
@@ -199,21 +200,21 @@ class Strategy(abc.ABC):
     def loader_plan(self, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan:
         """What a loader over this rank's ``ids`` keeps between epochs (collective: every rank
         builds its loaders in the same order); called only when :meth:`serves` says so."""
-        raise NotImplementedError(f"strategy {self.registered_name!r} has no DataLoader support")
+        raise NotSupportedError(f"strategy {self.registered_name!r} has no DataLoader support")
 
     def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int) -> Iterator[Step]:
         """One epoch of a loader's steps; every rank yields the same number (collective)."""
-        raise NotImplementedError(f"strategy {self.registered_name!r} has no DataLoader support")
+        raise NotSupportedError(f"strategy {self.registered_name!r} has no DataLoader support")
 
     def local_nodes(self) -> torch.Tensor:
         """Global ids of the nodes whose outputs :meth:`full_graph_step` gives, in that order
         (this rank's share of the graph)."""
-        raise NotImplementedError(f"strategy {self.registered_name!r} has no full-graph form")
+        raise NotSupportedError(f"strategy {self.registered_name!r} has no full-graph form")
 
     def full_graph_step(self, num_layers: int) -> tuple[Blocks, Any]:
         """Blocks and input rows of the full-graph form ``model(g, features)``: every layer's
         full neighbourhood of :meth:`local_nodes` (collective)."""
-        raise NotImplementedError(f"strategy {self.registered_name!r} has no full-graph form")
+        raise NotSupportedError(f"strategy {self.registered_name!r} has no full-graph form")
 
     def local_rows(self, name: str, ids: torch.Tensor) -> Any:
         """Rows of node data ``name`` (one of :attr:`held_rows`) that this rank holds without

@@ -13,6 +13,7 @@ from typing import Iterator
 import dgl
 import torch
 
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.strategies.base import Strategy
 from dglx_dist.strategies.steps import (OUT_DEGREE, Blocks, LoaderPlan, LoaderSpec, Step,
                                         sampled_epoch, sampled_plan)
@@ -37,13 +38,13 @@ class MiniBatchConfig:
 
     def __post_init__(self):
         if not self.fanouts or any(f == 0 or f < -1 for f in self.fanouts):
-            raise ValueError(f"fanouts {self.fanouts}: need one entry per layer, each a "
-                             f"positive count or -1")
+            raise InvalidValueError(f"fanouts {self.fanouts}: need one entry per layer, each a "
+                                    f"positive count or -1")
         if self.eval_fanouts and len(self.eval_fanouts) != len(self.fanouts):
-            raise ValueError(f"eval_fanouts {self.eval_fanouts} must have one entry per "
-                             f"layer ({len(self.fanouts)})")
+            raise InvalidValueError(f"eval_fanouts {self.eval_fanouts} must have one entry per "
+                                    f"layer ({len(self.fanouts)})")
         if self.batch_size < 1 or self.eval_batch_size < 1:
-            raise ValueError("batch_size and eval_batch_size must be >= 1")
+            raise InvalidValueError("batch_size and eval_batch_size must be >= 1")
 
 
 class MiniBatchStrategy(Strategy):

@@ -19,6 +19,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from dglx_dist.errors import DglxError
+
 __all__ = ["run_workers", "WorkerError", "forkserver_pid"]
 
 PRELOAD = ("torch", "torch.distributed", "dgl", "dglx_dist.trainer", "dglx_dist.strategies",
@@ -32,7 +34,7 @@ def forkserver_pid() -> int | None:
     return getattr(forkserver._forkserver, "_forkserver_pid", None)
 
 
-class WorkerError(AssertionError):
+class WorkerError(DglxError, AssertionError):
     """A worker failed; the message carries its traceback. ``results`` has what others returned."""
 
     def __init__(self, message: str, results: dict[int, Any], exitcodes: list[int | None]):
