@@ -13,7 +13,8 @@ from typing import Callable, Sequence
 
 from dglx_dist.config import add_dataclass_arguments, dataclass_from_args, number, parse_key_values
 from dglx_dist.errors import DglxError, InvalidValueError
-from dglx_dist.registry import RegistryError
+from dglx_dist.runtime.env import launch_position
+from dglx_dist.runtime.failure import one_line, report, tell_launcher
 
 __all__ = ["main", "build_parser"]
 
@@ -98,16 +99,23 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from dglx_dist.partition import PartitionDir
     from dglx_dist.prepare import check_partitions_of, ensure_partitions, resolve_dataset
     from dglx_dist.runtime import init
+    from dglx_dist.runtime.env import read_env
+    from dglx_dist.runtime.topology import Topology
     from dglx_dist.strategies import STRATEGIES
     from dglx_dist.trainer import Trainer
 
+    # every refusal of the arguments comes before any process group or partitioning work
     strategy = STRATEGIES.build(args.strategy, **parse_key_values(args.strategy_opt,
                                                                   "--strategy-opt"))
-    if args.partitions is not None and args.data is not None:
-        check_partitions_of(args.partitions, args.data)
-    elif args.partitions is None:
-        resolve_dataset(args.data or "cora")  # a missing dataset before any process group
-    with init(backend=args.backend) as session:
+    env = read_env()
+    if args.partitions is not None:
+        if args.data is not None:
+            check_partitions_of(args.partitions, args.data)
+        strategy.check_partitions(PartitionDir(args.partitions),
+                                  Topology(env.num_servers, env.ranks_per_server))
+    else:
+        resolve_dataset(args.data or "cora")
+    with init(backend=args.backend, env=env) as session:
         parts = args.partitions or ensure_partitions(args.data or "cora", strategy, session,
                                                      args.cache_dir)
         pdir = PartitionDir(parts)
@@ -371,26 +379,60 @@ _COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors rank 0 alone prints: under torchrun every rank parses the
+    same command line, and N copies of one usage message help nobody."""
+
+    def error(self, message: str):
+        rank, _, error_file = launch_position()
+        tell_launcher(error_file, f"{self.prog}: error: {message}")
+        if rank == 0:
+            self.print_usage(sys.stderr)
+            self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2)
+
+
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def _add_logging(p: argparse.ArgumentParser, default) -> None:
+    """The logging flags, on the command and on each subcommand (``dglx train --debug``)."""
+    p.add_argument("-v", "--verbose", "--debug", dest="log_level", action="store_const",
+                   const="DEBUG", default=default,
+                   help="debug logging, with tracebacks of errors (= --log-level DEBUG)")
+    p.add_argument("--log-level", choices=_LOG_LEVELS, type=str.upper, default=default,
+                   help="logging level (default INFO)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dglx", description=__doc__.splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser = _Parser(prog="dglx", description=__doc__.splitlines()[0])
+    _add_logging(parser, "INFO")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_text, add_args, run) in _COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         add_args(p)
+        _add_logging(p, argparse.SUPPRESS)  # a subcommand's flag overrides, its absence not
         p.set_defaults(run=run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
+    """Runs one ``dglx`` command. Any error of dglx_dist's own is one ERROR line from one rank
+    (:mod:`dglx_dist.runtime.failure`; the traceback too at ``--debug``) and exit status 2;
+    the other ranks exit with 2 quietly."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return args.run(args)
-    except (DglxError, RegistryError, argparse.ArgumentTypeError, FileExistsError) as exc:
-        log.error("%s", exc)
+    except DglxError as exc:
+        rank, world_size, error_file = launch_position()
+        line = report(exc, rank, world_size, error_file)
+        debug = exc if log.isEnabledFor(logging.DEBUG) else None
+        if line is not None:
+            log.error("%s", line, exc_info=debug)
+        else:
+            log.debug("rank %d: %s", rank, one_line(exc), exc_info=debug)
         return 2
 
 

@@ -29,7 +29,8 @@ from typing import Mapping
 from dglx_dist.errors import DglxError
 from dglx_dist.runtime.allocator import MALLOC_MODES
 
-__all__ = ["DistEnv", "read_env", "expand_nodelist", "EnvError", "free_local_port"]
+__all__ = ["DistEnv", "read_env", "expand_nodelist", "EnvError", "free_local_port",
+           "launch_position"]
 
 DEFAULT_TIMEOUT = 120.0
 MAX_TIMEOUT = 1e6  # seconds (11 days): beyond it, torch's timeouts overflow
@@ -56,6 +57,8 @@ class DistEnv:
         malloc: the C allocator setting (:mod:`dglx_dist.runtime.allocator`).
         restart_count: how often the launcher restarted the job's workers (torchrun's elastic
             ``--max-restarts``, SLURM's requeue); > 0 means a restarted run.
+        error_file: where torchrun's failure summary reads this rank's error
+            (``TORCHELASTIC_ERROR_FILE``; see :mod:`dglx_dist.runtime.failure`).
     """
 
     rank: int = 0
@@ -72,6 +75,7 @@ class DistEnv:
     launcher: str = "single"
     malloc: str = "keep"
     restart_count: int = 0
+    error_file: str | None = None
 
     def __post_init__(self):
         if not 0 <= self.rank < self.world_size:
@@ -149,7 +153,7 @@ def _from_torchrun(env: Mapping[str, str]) -> DistEnv:
                    num_nodes=world // max(local_world, 1), master_addr=env.get("MASTER_ADDR",
                    "127.0.0.1"), master_port=_int(env, "MASTER_PORT", DEFAULT_PORT),
                    launcher="torchrun", restart_count=_int(env, "TORCHELASTIC_RESTART_COUNT", 0),
-                   **_common(env))
+                   error_file=env.get("TORCHELASTIC_ERROR_FILE") or None, **_common(env))
 
 
 def _from_slurm(env: Mapping[str, str]) -> DistEnv:
@@ -173,6 +177,20 @@ def read_env(environ: Mapping[str, str] | None = None) -> DistEnv:
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
         return _from_slurm(env)
     return DistEnv(launcher="single", **_common(env))
+
+
+def launch_position(environ: Mapping[str, str] | None = None) -> tuple[int, int, str | None]:
+    """``(rank, world_size, error_file)`` as the launcher set them, read without checking the
+    rest (a failure report needs them also when the environment itself is what failed);
+    ``error_file`` is torchrun's ``TORCHELASTIC_ERROR_FILE``. ``(0, 1, None)`` without one."""
+    env = os.environ if environ is None else environ
+    for rank_key, world_key in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+        try:
+            rank, world = int(env[rank_key]), int(env[world_key].split("(")[0])
+        except (KeyError, ValueError):
+            continue
+        return rank, world, env.get("TORCHELASTIC_ERROR_FILE") or None
+    return 0, 1, None
 
 
 def free_local_port() -> int:

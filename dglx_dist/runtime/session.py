@@ -24,10 +24,11 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.distributed as dist
 
-from dglx_dist.errors import InvalidValueError, StateError
+from dglx_dist.errors import DglxError, InvalidValueError, StateError
 from dglx_dist.runtime.allocator import configure_malloc
 from dglx_dist.runtime.comm import ByteCounter, Comm, PeerError
 from dglx_dist.runtime.env import DistEnv, read_env
+from dglx_dist.runtime.failure import mark_in_session, report
 from dglx_dist.runtime.health import Health
 from dglx_dist.runtime.orphan import LauncherWatch
 from dglx_dist.runtime.topology import Topology
@@ -154,16 +155,16 @@ class Session:
 
         def excepthook(tp, value, tb):
             self._exit_error = value
-            failed = getattr(value, "dglx_failed_ranks", None)
-            if not failed:
+            if not isinstance(value, DglxError):  # the script's own bug: its traceback
                 self._previous_hook(tp, value, tb)
                 return
-            # bad input refused on every rank: one line, from the first rank that refused it
+            # one line from one rank, not a traceback per rank (runtime.failure)
+            mark_in_session(value)
             log.debug("rank %d: uncaught", self.rank, exc_info=(tp, value, tb))
-            if self.rank == failed[0]:
-                also = f" (refused on ranks {failed})" if len(failed) > 1 else ""
-                sys.stderr.write(f"dglx_dist error on rank {self.rank}: {tp.__name__}: "
-                                 f"{value}{also}\n")
+            line = report(value, self.rank, self.world_size, self.env.error_file,
+                          prefix=f"dglx_dist error on rank {self.rank}: ")
+            if line is not None:
+                sys.stderr.write(line + "\n")
 
         sys.excepthook = self._excepthook = excepthook
         atexit.register(self._at_exit)
@@ -189,6 +190,7 @@ class Session:
                     self._run_closers()
                 self.health.mark("exit")
             else:
+                mark_in_session(error)
                 self.health.record_crash(f"{type(error).__name__}: {error}")
         self.health.stop()
         self._launcher.stop()

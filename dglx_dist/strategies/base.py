@@ -30,7 +30,7 @@ from typing import Any, Iterator
 
 import torch
 
-from dglx_dist.errors import InvalidValueError, NotSupportedError
+from dglx_dist.errors import InvalidValueError, NotSupportedError, PartitionError
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.registry import Registry
 from dglx_dist.runtime.autograd import scale_grad
@@ -99,16 +99,16 @@ class Strategy(abc.ABC):
         """Refuses a partition directory that does not fit this strategy and topology."""
         spec = self.partition_spec(topology)
         if pdir.num_parts != spec.num_parts:
-            raise InvalidValueError(f"{pdir.path} has {pdir.num_parts} parts; strategy "
-                                    f"{self.registered_name!r} on {topology.num_servers} servers x "
-                                    f"{topology.ranks_per_server} ranks needs {spec.num_parts} "
-                                    f"(partition with `dglx partition --method {spec.method} "
-                                    f"--parts {spec.num_parts}`)")
+            raise PartitionError(f"{pdir.path} has {pdir.num_parts} parts; strategy "
+                                 f"{self.registered_name!r} on {topology.num_servers} servers x "
+                                 f"{topology.ranks_per_server} ranks needs {spec.num_parts} "
+                                 f"(partition with `dglx partition --method {spec.method} "
+                                 f"--parts {spec.num_parts}`)")
         if self.feature_layout and pdir.feature_layout != self.feature_layout:
-            raise InvalidValueError(f"{pdir.path} stores features as {pdir.feature_layout} "
-                                    f"(partitioner {pdir.partitioner!r}); strategy "
-                                    f"{self.registered_name!r} needs {self.feature_layout}: `dglx "
-                                    f"partition --method {spec.method} --parts {spec.num_parts}`")
+            raise PartitionError(f"{pdir.path} stores features as {pdir.feature_layout} "
+                                 f"(partitioner {pdir.partitioner!r}); strategy "
+                                 f"{self.registered_name!r} needs {self.feature_layout}: `dglx "
+                                 f"partition --method {spec.method} --parts {spec.num_parts}`")
 
     @abc.abstractmethod
     def setup(self, session: Session, pdir: PartitionDir, store=None) -> None:

@@ -1,0 +1,96 @@
+"""One line per failure: which rank tells the user, and what the launcher is told.
+
+A job of N ranks that fails would otherwise print N tracebacks. Here a
+:class:`~dglx_dist.errors.DglxError` becomes one ``ERROR`` line from one rank, the *reporting
+rank* (:func:`reporting_rank`):
+
+* bad input that every rank refused together (``dglx_failed_ranks``, set by
+  :func:`dglx_dist.api.agree.on_every_rank`): the first rank that refused it;
+* a dead or frozen peer (:class:`~dglx_dist.runtime.comm.PeerError`): the lowest rank the error
+  does not name, so a dead rank 0 is still reported;
+* anything else raised before the job's process group existed (arguments, environment, data
+  checks: every rank reads the same ones): rank 0;
+* anything raised inside a running session on some rank only: that rank.
+
+Every failing rank also writes the line to torchrun's error file (``TORCHELASTIC_ERROR_FILE``),
+so torchrun's closing summary quotes it instead of pointing at its ``@record`` docs, also for a
+failure only a quiet rank saw. torchrun still prints that summary (its own traceback and
+``ChildFailedError`` banner): the launcher's output is not ours to change.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sysconfig
+import time
+import traceback
+from types import TracebackType
+
+__all__ = ["reporting_rank", "one_line", "report", "tell_launcher", "mark_in_session"]
+
+_IN_SESSION = "dglx_in_session"
+# dglx_dist itself, the standard library and installed packages: not the user's script
+_NOT_USER_CODE = tuple({os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        *(sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib"))})
+
+
+def mark_in_session(exc: BaseException) -> None:
+    """Notes that ``exc`` ended a running session (it may be this rank's alone)."""
+    try:
+        setattr(exc, _IN_SESSION, True)
+    except AttributeError:  # an exception type without a __dict__: reported as in-session
+        pass
+
+
+def reporting_rank(exc: BaseException, rank: int, world_size: int) -> int:
+    """The rank that prints ``exc`` (see the module docstring); ``rank`` is the asking rank."""
+    failed = getattr(exc, "dglx_failed_ranks", None)
+    if failed:
+        return failed[0]
+    dead = getattr(exc, "ranks", None)
+    if dead is not None and getattr(exc, "op", None) is not None:  # a PeerError
+        alive = [r for r in range(world_size) if r not in set(dead)]
+        return alive[0] if alive else rank
+    if getattr(exc, _IN_SESSION, False):
+        return rank
+    return 0
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: message``, with where in the user's own code it was raised when that is known
+    (the innermost frame outside dglx_dist)."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    failed = getattr(exc, "dglx_failed_ranks", None) or []
+    if len(failed) > 1:
+        text += f" (refused on ranks {failed})"
+    where = _user_frame(exc.__traceback__)
+    return f"{text} (at {where})" if where else text
+
+
+def _user_frame(tb: TracebackType | None) -> str | None:
+    frames = traceback.extract_tb(tb) if tb is not None else []
+    outside = [f for f in frames if not f.filename.startswith("<") and
+               not os.path.abspath(f.filename).startswith(_NOT_USER_CODE)]
+    if not outside:
+        return None
+    return f"{os.path.basename(outside[-1].filename)}:{outside[-1].lineno}"
+
+
+def report(exc: BaseException, rank: int, world_size: int, error_file: str | None,
+           prefix: str = "") -> str | None:
+    """Writes ``exc`` as one line to the launcher's ``error_file`` (every rank) and returns
+    that line where this rank is the reporting rank, None where another rank prints it."""
+    line = prefix + one_line(exc)
+    tell_launcher(error_file, line)
+    return line if reporting_rank(exc, rank, world_size) == rank else None
+
+
+def tell_launcher(error_file: str | None, message: str) -> None:
+    """Writes ``message`` where torchrun's failure summary reads it (nothing without one)."""
+    if not error_file:
+        return
+    try:
+        with open(error_file, "w") as fp:  # torchrun reads {"message": str, "timestamp": int}
+            json.dump({"message": message, "timestamp": int(time.time())}, fp)
+    except OSError:  # the launcher's directory is gone: nothing left to tell it
+        pass
