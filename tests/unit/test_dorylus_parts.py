@@ -8,8 +8,8 @@ from dglx_dist.models import GAT, GCN, SAGE
 from dglx_dist.models.layers import graph_convs
 from dglx_dist.registry import RegistryError
 from dglx_dist.strategies import STRATEGIES
-from dglx_dist.strategies.dorylus_layers import DORYLUS_LAYERS, GcnLayers, activation_name
-from dglx_dist.strategies.dorylus_params import ParamServers
+from dglx_dist.strategies.dorylus.layers import DORYLUS_LAYERS, GcnLayers, activation_name
+from dglx_dist.strategies.dorylus.params import ParamServers
 
 train_program, forward_program, backward_program = (
     GcnLayers.train_program, GcnLayers.forward_program, GcnLayers.backward_program)

@@ -1,7 +1,7 @@
 """EAS's per-node cap on sampled in-edges (no processes)."""
 import torch
 
-from dglx_dist.sampling.eas import capped
+from dglx_dist.strategies.granndis.eas import capped
 
 
 def _edges():

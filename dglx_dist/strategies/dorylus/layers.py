@@ -1,6 +1,6 @@
 """What Dorylus does per conv type: the programs, buffers, graph tasks and tensor-task requests.
 
-The pipeline (:mod:`~dglx_dist.strategies.dorylus_pipeline`) walks intervals through a program
+The pipeline (:mod:`~dglx_dist.strategies.dorylus.pipeline`) walks intervals through a program
 of stages and moves messages; everything that depends on the layer's math lives in a
 :class:`LayerKind` registered under the dgl.nn conv class name in :data:`DORYLUS_LAYERS`:
 
@@ -13,8 +13,8 @@ of stages and moves messages; everything that depends on the layer's math lives 
   (:meth:`~LayerKind.pack` / :meth:`~LayerKind.unpack`), :meth:`~LayerKind.request` and
   :meth:`~LayerKind.result` of tensor tasks.
 
-``GraphConv`` (GCN) is here; ``GATConv`` in :mod:`~dglx_dist.strategies.dorylus_gat`,
-``SAGEConv`` (mean) in :mod:`~dglx_dist.strategies.dorylus_sage`.
+``GraphConv`` (GCN) is here; ``GATConv`` in :mod:`~dglx_dist.strategies.dorylus.gat`,
+``SAGEConv`` (mean) in :mod:`~dglx_dist.strategies.dorylus.sage`.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dglx_dist.registry import Registry
-from dglx_dist.strategies.dorylus_graph import GraphServer, Route
+from dglx_dist.strategies.dorylus.graph import GraphServer, Route
 
 __all__ = ["DORYLUS_LAYERS", "LayerKind", "GcnLayers", "GcnPlan", "Stage", "add_grad",
            "activation_name", "summed_grads", "task_seed"]

@@ -1,7 +1,7 @@
 """Dorylus's interval pipeline on one graph server (bounded pipeline asynchronous computation).
 
 The rank's nodes are cut into vertex intervals; each interval walks a *program* of stages,
-independently of the others. GCN's (GAT's: :mod:`~dglx_dist.strategies.dorylus_gat`):
+independently of the others. GCN's (GAT's: :mod:`~dglx_dist.strategies.dorylus.gat`):
 
     GA0 AV0 SC0 ... GA(L-1) AVL | ∇SC(L-1) ∇GA(L-1) ∇AV(L-2) ∇SC(L-2) ... ∇AV0
 
@@ -9,7 +9,7 @@ Graph stages (GA, SC, ∇GA, ∇SC) run here, on the graph server; tensor stages
 fused last layer AVL = apply + loss + its backward, ∇AE, ∇AV) are invocations of the
 serverless executor through the :class:`~dglx_dist.offload.controller.LambdaController`. What
 each stage computes, which buffers hold what and what a message carries is the conv type's
-:class:`~dglx_dist.strategies.dorylus_layers.LayerKind`; this module walks the programs,
+:class:`~dglx_dist.strategies.dorylus.layers.LayerKind`; this module walks the programs,
 gates stages and moves the messages. Scatters are point-to-point messages per (peer,
 interval, layer, direction), received into ghost buffers whenever they arrive.
 
@@ -26,7 +26,7 @@ interval, layer, direction), received into ghost buffers whenever they arrive.
 
 The weight update of an epoch (WU) is the sum of every interval's gradients over the job
 (an all-reduce on a group of its own, started when this rank's intervals are done, finished
-whenever it completes); :class:`~dglx_dist.strategies.dorylus_params.WeightUpdates` then
+whenever it completes); :class:`~dglx_dist.strategies.dorylus.params.WeightUpdates` then
 steps the optimizer.
 """
 from __future__ import annotations
@@ -38,8 +38,8 @@ import time
 import torch
 
 from dglx_dist.runtime.comm import Comm, Transfer
-from dglx_dist.strategies.dorylus_graph import GraphServer
-from dglx_dist.strategies.dorylus_layers import LayerKind, Stage
+from dglx_dist.strategies.dorylus.graph import GraphServer
+from dglx_dist.strategies.dorylus.layers import LayerKind, Stage
 
 __all__ = ["Pipeline", "TensorSpec"]
 
@@ -75,7 +75,7 @@ class Pipeline:
         controller: the Lambda controller for tensor tasks.
         comm: the group the scatters go through.
         layers: the conv type's buffers, graph tasks, messages and requests
-            (:class:`~dglx_dist.strategies.dorylus_layers.LayerKind`).
+            (:class:`~dglx_dist.strategies.dorylus.layers.LayerKind`).
         num_layers: layers of the model.
         ps: the parameter servers (weights by version, stashes, :meth:`checkout`).
         timeout: seconds without progress before the run fails naming what it waits for.

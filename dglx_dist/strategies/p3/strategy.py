@@ -45,7 +45,7 @@ from dglx_dist.sampling import (LocalSampler, PartitionSampler, owner_balanced_c
                                 whole_graph)
 from dglx_dist.strategies.base import STRATEGIES, PartitionSpec
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
-from dglx_dist.strategies.p3_layer import ColumnSlice, P3FirstLayer
+from dglx_dist.strategies.p3.layer import ColumnSlice, P3FirstLayer
 from dglx_dist.strategies.steps import Step
 
 __all__ = ["P3Strategy", "CachePlan", "plan_cache"]

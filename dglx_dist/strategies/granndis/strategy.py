@@ -4,14 +4,14 @@
 * Partitioning: METIS across servers, then within each server across its ranks (``metis`` with
   ``groups`` = servers; one part per rank). A server's *inner* nodes are its ranks' parts.
 * Shared preloading: each server adds the external nodes its inner nodes depend on, bounded by
-  expansion-aware sampling (:mod:`dglx_dist.sampling.eas`: ``external_max_hop`` m,
+  expansion-aware sampling (:mod:`dglx_dist.strategies.granndis.eas`: ``external_max_hop`` m,
   ``external_fanout`` k; m = L, k = -1 is plain preloading). Their feature rows are pulled
   from the KVStore once, at setup: the only feature rows that ever cross servers. External
   nodes are then computed redundantly on every server that holds them, from their in-edges
   inside the server's node set (all of them: internal dependencies are never sampled).
 * Training is layer-wise over the server's node set split among its ranks
-  (:mod:`dglx_dist.sampling.cobatch`): every rank holds its nodes' rows; before each graph
-  conv, ranks of a server swap the boundary rows the conv reads
+  (:mod:`dglx_dist.strategies.granndis.cobatch`): every rank holds its nodes' rows; before each
+  graph conv, ranks of a server swap the boundary rows the conv reads
   (:func:`~dglx_dist.runtime.autograd.halo_exchange`, intra-server only, autograd through
   it). Parameter gradients are summed over the job crossing servers once
   (:meth:`~dglx_dist.runtime.session.Session.all_reduce_by_server`): the gradient of the
@@ -50,10 +50,10 @@ from dglx_dist.runtime.comm import Comm
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import PartitionSampler
-from dglx_dist.sampling.cobatch import (GroupNodes, LayerPlan, batch_edges, build_cobatch,
-                                        levels)
-from dglx_dist.sampling.eas import expand_external
 from dglx_dist.strategies.base import STRATEGIES, PartitionSpec, Strategy
+from dglx_dist.strategies.granndis.cobatch import (GroupNodes, LayerPlan, batch_edges,
+                                                   build_cobatch, levels)
+from dglx_dist.strategies.granndis.eas import expand_external
 from dglx_dist.strategies.steps import Blocks, LoaderPlan, LoaderSpec, Step, StepState
 
 __all__ = ["GraNNDisStrategy", "HaloConv"]
@@ -67,7 +67,7 @@ class HaloConv(ConvWrapper):
 
     Args:
         conv: the user's dgl.nn conv (kept as ``self.conv``).
-        plan_of: the :class:`~dglx_dist.sampling.cobatch.LayerPlan` of a block.
+        plan_of: the :class:`~dglx_dist.strategies.granndis.cobatch.LayerPlan` of a block.
         comm: the ranks exchanging rows.
     """
 

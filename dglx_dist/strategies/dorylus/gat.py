@@ -40,8 +40,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from dglx_dist.strategies.dorylus_graph import GraphServer
-from dglx_dist.strategies.dorylus_layers import (DORYLUS_LAYERS, LayerKind, Stage, add_grad,
+from dglx_dist.strategies.dorylus.graph import GraphServer
+from dglx_dist.strategies.dorylus.layers import (DORYLUS_LAYERS, LayerKind, Stage, add_grad,
                                                  task_seed)
 
 __all__ = ["GatEdges", "GatLayers"]

@@ -25,7 +25,7 @@ import dgl
 import torch
 
 from dglx_dist.runtime.comm import Comm
-from dglx_dist.sampling.eas import capped, gather_with_members
+from dglx_dist.strategies.granndis.eas import capped, gather_with_members
 
 __all__ = ["GroupNodes", "LayerPlan", "CoBatchPlan", "levels", "batch_edges", "build_cobatch"]
 

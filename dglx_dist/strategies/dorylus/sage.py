@@ -2,7 +2,7 @@
 
 A mean SAGEConv computes ``rst_v = x_v Ws + mean_{u -> v}(x_u) Wn + b``: the rows themselves
 (``fc_self``, with the bias) and the mean of their in-neighbours (``fc_neigh``). The program
-is GCN's (:class:`~dglx_dist.strategies.dorylus_layers.GcnLayers`), per layer l and vertex
+is GCN's (:class:`~dglx_dist.strategies.dorylus.layers.GcnLayers`), per layer l and vertex
 interval (tasks in :mod:`dglx_dist.offload.tensor_fn.sage_ops`)::
 
     GA   (graph)  M = mean of each own row's in-neighbours in H[l] (own rows, then ghosts):
@@ -33,8 +33,8 @@ import dataclasses
 import numpy as np
 import torch
 
-from dglx_dist.strategies.dorylus_graph import GraphServer, csr
-from dglx_dist.strategies.dorylus_layers import (DORYLUS_LAYERS, GcnLayers, GcnPlan, add_grad,
+from dglx_dist.strategies.dorylus.graph import GraphServer, csr
+from dglx_dist.strategies.dorylus.layers import (DORYLUS_LAYERS, GcnLayers, GcnPlan, add_grad,
                                                  activation_name, task_seed)
 
 __all__ = ["SageLayers", "SagePlan", "build_means"]

@@ -2,7 +2,7 @@
 (Dorylus, OSDI'21).
 
 * **Graph servers** are the ranks: each owns a METIS edge-cut part with ghost buffers for remote
-  in-neighbours and runs the graph tasks (:mod:`~dglx_dist.strategies.dorylus_graph`).
+  in-neighbours and runs the graph tasks (:mod:`~dglx_dist.strategies.dorylus.graph`).
 * **Tensor tasks** (apply-vertex, GAT's apply-edge for attention, their backward; the last
   layer's apply fused with the loss and its backward) go to a serverless executor
   (:mod:`dglx_dist.offload`: ``local`` worker processes by default, ``aws`` Lambda through
@@ -10,17 +10,17 @@
   invocation per vertex interval, through a
   :class:`~dglx_dist.offload.controller.LambdaController` (timeouts, relaunches, autotuned
   concurrency).
-* **Parameter servers** (:class:`~dglx_dist.strategies.dorylus_params.ParamServers`) hold the
+* **Parameter servers** (:class:`~dglx_dist.strategies.dorylus.params.ParamServers`) hold the
   weights: every one a full replica; an interval's weight version is stashed on the
   least-loaded one when its epoch starts and used for its whole pass (weight stashing). The
   weight update of an epoch sums every interval's gradients over the job and steps the
   trainer's optimizer (SGD, Adam, ...).
-* **Pipeline** (:mod:`~dglx_dist.strategies.dorylus_pipeline`): intervals flow through the
+* **Pipeline** (:mod:`~dglx_dist.strategies.dorylus.pipeline`): intervals flow through the
   stages independently; ``mode="sync"`` puts a barrier at every layer (exact full-graph
   training), ``mode="async"`` lets Gathers read stale rows, bounded by ``staleness`` epochs.
-* **Layer kinds** (:mod:`~dglx_dist.strategies.dorylus_layers`, registered per conv type):
+* **Layer kinds** (:mod:`~dglx_dist.strategies.dorylus.layers`, registered per conv type):
   what the stages compute for ``GraphConv`` and for ``GATConv``
-  (:mod:`~dglx_dist.strategies.dorylus_gat`).
+  (:mod:`~dglx_dist.strategies.dorylus.gat`).
 
 Models: a stack of one conv type. ``dgl.nn.GraphConv`` (``norm="both"``, no activation inside
 the conv) with ReLU and dropout between layers, as :class:`dglx_dist.models.GCN`: dropout is
@@ -50,17 +50,17 @@ from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.autograd import GradientSync
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
-from dglx_dist.strategies import dorylus_gat  # noqa: F401  (registers GATConv)
-from dglx_dist.strategies import dorylus_sage  # noqa: F401  (registers SAGEConv)
 from dglx_dist.strategies.base import STRATEGIES, PartitionSpec, Strategy
+from dglx_dist.strategies.dorylus import gat  # noqa: F401  (registers GATConv)
+from dglx_dist.strategies.dorylus import sage  # noqa: F401  (registers SAGEConv)
+from dglx_dist.strategies.dorylus.graph import GraphServer
+from dglx_dist.strategies.dorylus.layers import DORYLUS_LAYERS, summed_grads
+from dglx_dist.strategies.dorylus.params import ParamServers, WeightUpdates
+from dglx_dist.strategies.dorylus.pipeline import Pipeline, TensorSpec
 from dglx_dist.strategies.steps import (Blocks, LoaderPlan, LoaderSpec, Step, StepState,
                                         equal_step_sizes, sampled_plan)
-from dglx_dist.strategies.dorylus_graph import GraphServer
-from dglx_dist.strategies.dorylus_layers import DORYLUS_LAYERS, summed_grads
-from dglx_dist.strategies.dorylus_params import ParamServers, WeightUpdates
-from dglx_dist.strategies.dorylus_pipeline import Pipeline, TensorSpec
 
-__all__ = ["DorylusStrategy", "ParamServers"]  # ParamServers: dorylus_params
+__all__ = ["DorylusStrategy", "ParamServers"]  # ParamServers: params
 
 log = logging.getLogger(__name__)
 _MODES = ("async", "sync")

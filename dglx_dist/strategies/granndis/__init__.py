@@ -1,0 +1,12 @@
+"""``granndis`` and ``fullgraph``: GraNNDis (2023), its paper's terms and where they live.
+
+* Shared preloading (each server holds its inner nodes' L-hop dependency subgraph, pulled once
+  at setup), unified full-graph / mini-batch training, the ``fullgraph`` baseline:
+  :mod:`.strategy` (:class:`GraNNDisStrategy`, :class:`HaloConv`).
+* Expansion-aware sampling (EAS: external max_hop m, external fanout k): :mod:`.eas`.
+* Cooperative batching (fetch-then-split: server-level co-batches split over the server's
+  ranks, rows swapped between layers): :mod:`.cobatch`.
+"""
+from dglx_dist.strategies.granndis.strategy import GraNNDisStrategy, HaloConv
+
+__all__ = ["GraNNDisStrategy", "HaloConv"]
