@@ -428,7 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DglxError as exc:
         rank, world_size, error_file = launch_position()
         line = report(exc, rank, world_size, error_file)
-        debug = exc if log.isEnabledFor(logging.DEBUG) else None
+        debug = exc if args.log_level == "DEBUG" else None
         if line is not None:
             log.error("%s", line, exc_info=debug)
         else:

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.strategies.dorylus.graph import GraphServer
 from dglx_dist.strategies.dorylus.layers import (DORYLUS_LAYERS, LayerKind, Stage, add_grad,
                                                  task_seed)
@@ -168,7 +169,8 @@ class GatLayers(LayerKind):
                 problems.append(f"negative_slope={conv.leaky_relu.negative_slope} (the tasks "
                                 f"use GATConv's default 0.2)")
             if problems:
-                raise ValueError(f"dorylus cannot run {name} ({conv!r}): " + "; ".join(problems))
+                raise InvalidValueError(f"dorylus cannot run {name} ({conv!r}): "
+                                        + "; ".join(problems))
 
     @classmethod
     def tensors(cls, conv):

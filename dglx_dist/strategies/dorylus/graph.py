@@ -23,6 +23,7 @@ import warnings
 
 import torch
 
+from dglx_dist.errors import ProtocolError
 from dglx_dist.runtime.comm import Comm
 
 __all__ = ["GraphServer", "Route", "csr"]
@@ -128,8 +129,8 @@ class GraphServer:
         for p, ids in enumerate(asked):
             rows = torch.searchsorted(self.core, ids)
             if ids.numel() and not torch.equal(self.core[rows.clamp(max=self.n - 1)], ids):
-                raise RuntimeError(f"rank {self.comm.rank}: peer {p} asked for nodes it "
-                                   f"does not own here (partition book mismatch)")
+                raise ProtocolError(f"rank {self.comm.rank}: peer {p} asked for nodes it "
+                                    f"does not own here (partition book mismatch)")
             answers.append(self.interval_of(rows))
             if ids.numel():
                 send[p] = (rows, answers[-1])

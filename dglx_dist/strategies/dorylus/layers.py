@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.registry import Registry
 from dglx_dist.strategies.dorylus.graph import GraphServer, Route
 
@@ -89,9 +90,9 @@ def activation_name(activation, conv: str) -> str:
         return "none"
     if activation in (F.relu, torch.relu) or isinstance(activation, nn.ReLU):
         return "relu"
-    raise ValueError(f"dorylus cannot run {conv} with activation={activation!r}: the tensor "
-                     f"tasks apply ReLU (F.relu, torch.relu, nn.ReLU) or no activation "
-                     f"(None, nn.Identity)")
+    raise InvalidValueError(f"dorylus cannot run {conv} with activation={activation!r}: the tensor "
+                            f"tasks apply ReLU (F.relu, torch.relu, nn.ReLU) or no activation "
+                            f"(None, nn.Identity)")
 
 
 def task_seed(seed: int, epoch: int, layer: int) -> int:
@@ -232,8 +233,8 @@ class GcnLayers(LayerKind):
     def check(cls, convs):
         for conv, name in convs:
             if conv._norm != "both" or conv.weight is None:
-                raise ValueError(f"dorylus runs GraphConv layers with norm='both' and a weight; "
-                                 f"{name} is {conv!r}")
+                raise InvalidValueError("dorylus runs GraphConv layers with norm='both' and a "
+                                        f"weight; {name} is {conv!r}")
             activation_name(conv._activation, f"{name} (GraphConv)")
 
     @classmethod

@@ -14,6 +14,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from dglx_dist.errors import StateError
 from dglx_dist.runtime.autograd import set_grads
 
 __all__ = ["ParamServers", "WeightUpdates"]
@@ -60,8 +61,8 @@ class ParamServers:
         try:
             return self._stash[ps][version]
         except KeyError:
-            raise RuntimeError(f"parameter server {ps} holds no stash of version {version} "
-                               f"(held: {sorted(self._stash[ps])})") from None
+            raise StateError(f"parameter server {ps} holds no stash of version {version} "
+                             f"(held: {sorted(self._stash[ps])})") from None
 
     def release(self, ps: int, version: int) -> None:
         key = (ps, version)

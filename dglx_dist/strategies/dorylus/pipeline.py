@@ -37,6 +37,7 @@ import time
 
 import torch
 
+from dglx_dist.errors import DeadlineError
 from dglx_dist.runtime.comm import Comm, Transfer
 from dglx_dist.strategies.dorylus.graph import GraphServer
 from dglx_dist.strategies.dorylus.layers import LayerKind, Stage
@@ -239,8 +240,8 @@ class Pipeline:
         pending = [t for t in self._sends if not t.done()]
         if pending:
             raise pending[0].fail(waited)
-        raise RuntimeError(f"dorylus pipeline on rank {self.comm.rank}: no progress for "
-                           f"{waited:.0f}s with {self.ctl.in_flight} invocations in flight")
+        raise DeadlineError(f"dorylus pipeline on rank {self.comm.rank}: no progress for "
+                            f"{waited:.0f}s with {self.ctl.in_flight} invocations in flight")
 
     def _drain(self) -> None:
         deadline = time.monotonic() + self.timeout

@@ -33,6 +33,7 @@ import dataclasses
 import numpy as np
 import torch
 
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.strategies.dorylus.graph import GraphServer, csr
 from dglx_dist.strategies.dorylus.layers import (DORYLUS_LAYERS, GcnLayers, GcnPlan, add_grad,
                                                  activation_name, task_seed)
@@ -119,9 +120,9 @@ class SageLayers(GcnLayers):
             except ValueError:
                 problems.append(f"activation={conv.activation!r}")
             if problems:
-                raise ValueError(f"dorylus cannot run {name} (SAGEConv {conv._in_src_feats} -> "
-                                 f"{conv._out_feats}): it has {'; '.join(problems)}. "
-                                 f"{_SUPPORTED}")
+                raise InvalidValueError(f"dorylus cannot run {name} (SAGEConv {conv._in_src_feats} "
+                                        f"-> {conv._out_feats}): it has {'; '.join(problems)}. "
+                                        f"{_SUPPORTED}")
 
     @classmethod
     def tensors(cls, conv):

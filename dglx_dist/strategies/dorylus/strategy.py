@@ -42,6 +42,7 @@ from typing import Callable, Iterator
 import torch
 from torch import nn
 
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.kvstore import DistKVStore, RowPolicy
 from dglx_dist.models.gcn import row_normalized
 from dglx_dist.models.layers import graph_convs
@@ -139,20 +140,21 @@ class DorylusStrategy(Strategy):
 
         def __post_init__(self):
             if self.num_layers < 1 or self.intervals < 1 or self.param_servers < 1:
-                raise ValueError(f"num_layers {self.num_layers}, intervals {self.intervals}, "
-                                 f"param_servers {self.param_servers}: each must be >= 1")
+                raise InvalidValueError(f"num_layers {self.num_layers}, intervals "
+                                        f"{self.intervals}, param_servers {self.param_servers}: "
+                                        "each must be >= 1")
             if self.mode not in _MODES:
-                raise ValueError(f"mode {self.mode!r}; expected one of {_MODES}")
+                raise InvalidValueError(f"mode {self.mode!r}; expected one of {_MODES}")
             if self.staleness not in (0, 1):
-                raise ValueError(f"staleness {self.staleness}: expected 0 or 1")
+                raise InvalidValueError(f"staleness {self.staleness}: expected 0 or 1")
             if self.dropout != -1.0 and not 0.0 <= self.dropout < 1.0:
-                raise ValueError(f"dropout {self.dropout}: expected -1 or a value in [0, 1)")
+                raise InvalidValueError(f"dropout {self.dropout}: expected -1 or a value in [0, 1)")
             for kv in self.executor_options:
                 if "=" not in kv:
-                    raise ValueError(f"executor option {kv!r}: expected key=value")
+                    raise InvalidValueError(f"executor option {kv!r}: expected key=value")
             if self.executor not in EXECUTORS:
-                raise ValueError(f"executor {self.executor!r}; expected one of "
-                                 f"{EXECUTORS.names()}")
+                raise InvalidValueError(f"executor {self.executor!r}; expected one of "
+                                        f"{EXECUTORS.names()}")
             EXECUTORS.make_config(self.executor, **self.executor_kwargs())  # checks them
 
         def executor_kwargs(self) -> dict[str, str]:
@@ -221,13 +223,13 @@ class DorylusStrategy(Strategy):
     def wrap_model(self, model: nn.Module) -> nn.Module:
         convs = graph_convs(model)
         if len(convs) != self.config.num_layers:
-            raise ValueError(f"the model has {len(convs)} graph convs; the strategy was built "
-                             f"for num_layers={self.config.num_layers}")
+            raise InvalidValueError(f"the model has {len(convs)} graph convs; the strategy was "
+                                    f"built for num_layers={self.config.num_layers}")
         types = sorted({type(conv).__name__ for conv, _ in convs})
         if len(types) != 1 or types[0] not in self.conv_types:
-            raise ValueError(f"dorylus runs a stack of one conv type, one of {self.conv_types}; "
-                             f"the model's convs are {types} "
-                             f"({', '.join(f'{n}: {type(c).__name__}' for c, n in convs)})")
+            raise InvalidValueError("dorylus runs a stack of one conv type, one of "
+                                    f"{self.conv_types}; the model's convs are {types} "
+                                    f"({', '.join(f'{n}: {type(c).__name__}' for c, n in convs)})")
         self.kind = DORYLUS_LAYERS.get(types[0])
         self.kind.check(convs)
         for t in list(model.parameters()) + list(model.buffers()):  # one model: rank 0's
@@ -313,9 +315,10 @@ class DorylusStrategy(Strategy):
         loader has batches, the most of any rank)."""
         rows = torch.searchsorted(self.gs.core, ids).clamp(max=max(self.gs.n - 1, 0))
         if ids.numel() and (self.gs.n == 0 or not bool((self.gs.core[rows] == ids).all())):
-            raise ValueError(f"dorylus: the loader's ids include nodes of other graph servers "
-                             f"(rank {self.session.rank} computes its own nodes' logits only); "
-                             f"pass dglx_dist.node_split(ids, g) to the DataLoader")
+            raise InvalidValueError("dorylus: the loader's ids include nodes of other graph "
+                                    f"servers (rank {self.session.rank} computes its own nodes' "
+                                    "logits only); pass dglx_dist.node_split(ids, g) to the "
+                                    "DataLoader")
         return sampled_plan(self.session.world, rows, spec)
 
     def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int) -> Iterator[Step]:

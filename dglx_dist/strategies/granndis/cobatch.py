@@ -24,6 +24,7 @@ import dataclasses
 import dgl
 import torch
 
+from dglx_dist.errors import InternalError
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.strategies.granndis.eas import capped, gather_with_members
 
@@ -198,7 +199,7 @@ def _layer(rows: _Rows, num_dst: int, num_in: int, nodes: GroupNodes, group: Com
     es, ed, esr = rows.src[sel], rows.dst_row[sel], rows.src_row[sel]
     local = esr >= 0
     if bool((esr[local] >= num_in).any()):
-        raise AssertionError("a layer reads an own row the previous layer did not produce")
+        raise InternalError("a layer reads an own row the previous layer did not produce")
     remote, inverse = torch.unique(es[~local], return_inverse=True)
     holder = nodes.holder_of(remote)
     by_holder = torch.argsort(holder, stable=True)
@@ -215,6 +216,6 @@ def _layer(rows: _Rows, num_dst: int, num_in: int, nodes: GroupNodes, group: Com
     asks = [remote[holder == m] for m in range(group.size)]
     send_idx = [rows.rows_of(ids) for ids in group.all_to_all_v(asks)]
     if any(bool((idx < 0).any() or (idx >= num_in).any()) for idx in send_idx):
-        raise AssertionError("a peer asked for a row this rank does not hold at that layer")
+        raise InternalError("a peer asked for a row this rank does not hold at that layer")
     return LayerPlan(block, send_idx, [a.numel() for a in asks],
                      out_degree.index_select(0, src_ids))

@@ -42,6 +42,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.kvstore import DistKVStore, RowPolicy
 from dglx_dist.models.layers import ConvWrapper, adapter_for, graph_convs
 from dglx_dist.partition.load import PartitionDir
@@ -137,15 +138,16 @@ class GraNNDisStrategy(Strategy):
 
         def __post_init__(self):
             if self.num_layers < 1:
-                raise ValueError(f"num_layers {self.num_layers}: must be >= 1")
+                raise InvalidValueError(f"num_layers {self.num_layers}: must be >= 1")
             if self.external_max_hop < -1 or self.external_fanout == 0 or \
                     self.external_fanout < -1:
-                raise ValueError(f"external_max_hop {self.external_max_hop} / external_fanout "
-                                 f"{self.external_fanout}: need m >= 0 (or -1) and k >= 1 (or -1)")
+                raise InvalidValueError(f"external_max_hop {self.external_max_hop} / "
+                                        f"external_fanout {self.external_fanout}: need m >= 0 (or "
+                                        "-1) and k >= 1 (or -1)")
             if self.co_batches < 1 and self.co_batches != -1:
-                raise ValueError(f"co_batches {self.co_batches}: must be >= 1 (or -1: auto)")
+                raise InvalidValueError(f"co_batches {self.co_batches}: must be >= 1 (or -1: auto)")
             if self.scope not in _SCOPES:
-                raise ValueError(f"scope {self.scope!r}; expected one of {_SCOPES}")
+                raise InvalidValueError(f"scope {self.scope!r}; expected one of {_SCOPES}")
 
     def __init__(self, config):
         super().__init__(config)
@@ -275,10 +277,10 @@ class GraNNDisStrategy(Strategy):
     def wrap_model(self, model: nn.Module) -> nn.Module:
         convs = graph_convs(model)
         if len(convs) != self.config.num_layers:
-            raise ValueError(f"the model has {len(convs)} graph convs "
-                             f"({', '.join(n for _, n in convs)}); the strategy was built for "
-                             f"num_layers={self.config.num_layers}: pass num_layers="
-                             f"{len(convs)}")
+            raise InvalidValueError(f"the model has {len(convs)} graph convs "
+                                    f"({', '.join(n for _, n in convs)}); the strategy was built "
+                                    f"for num_layers={self.config.num_layers}: pass num_layers="
+                                    f"{len(convs)}")
         for conv, name in convs:
             parent, _, child = name.rpartition(".")
             setattr(model.get_submodule(parent) if parent else model, child,
@@ -308,9 +310,10 @@ class GraNNDisStrategy(Strategy):
             rows.append(order[at[hit]].sort().values)
             found += int(hit.sum())
         if found != ids.numel():
-            raise ValueError(f"{self.registered_name}: {ids.numel() - found} of the loader's "
-                             f"ids are not this rank's nodes (rank {self.session.rank}); pass "
-                             f"dglx_dist.node_split(ids, g) to the DataLoader")
+            raise InvalidValueError(f"{self.registered_name}: {ids.numel() - found} of the "
+                                    "loader's ids are not this rank's nodes (rank "
+                                    f"{self.session.rank}); pass dglx_dist.node_split(ids, g) to "
+                                    "the DataLoader")
         return LoaderPlan(len(self.plans), rows)
 
     def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int) -> Iterator[Step]:
@@ -337,10 +340,10 @@ class GraNNDisStrategy(Strategy):
 
     def _check_full_graph(self) -> None:
         if not self.full_graph:
-            raise ValueError(f"{self.registered_name} with co_batches="
-                             f"{self.co_batches}: the full-graph form model(g, "
-                             f"features) needs co_batches=1; iterate a dglx_dist.DataLoader "
-                             f"instead (one step per co-batch)")
+            raise InvalidValueError(f"{self.registered_name} with co_batches="
+                                    f"{self.co_batches}: the full-graph form model(g, "
+                                    f"features) needs co_batches=1; iterate a dglx_dist.DataLoader "
+                                    f"instead (one step per co-batch)")
 
     def local_rows(self, name: str, ids: torch.Tensor):
         """Preloaded feature rows: a co-batch's (full-graph: every row, in the plan's order)."""

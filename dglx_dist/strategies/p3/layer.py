@@ -27,6 +27,7 @@ import dgl
 import torch
 from torch import nn
 
+from dglx_dist.errors import InvalidTypeError
 from dglx_dist.kvstore.policy import rows_at
 from dglx_dist.models.layers import ConvAdapter, ConvWrapper
 from dglx_dist.runtime.autograd import (OwnerReduce, Ready, flatten_partials,
@@ -121,10 +122,10 @@ class P3FirstLayer(ConvWrapper):
 
     def forward(self, block: dgl.DGLGraph, x=None) -> torch.Tensor:
         if isinstance(x, torch.Tensor):
-            raise TypeError("p3: the model's first conv computes from the stored features, "
-                            "split by columns across the ranks; it takes "
-                            "g.ndata['feat'][input_nodes] unchanged, not a tensor made from "
-                            "it. Transform the features before dglx_dist.distribute")
+            raise InvalidTypeError("p3: the model's first conv computes from the stored features, "
+                                   "split by columns across the ranks; it takes "
+                                   "g.ndata['feat'][input_nodes] unchanged, not a tensor made from "
+                                   "it. Transform the features before dglx_dist.distribute")
         if self._ahead and self._ahead[0].block is block:
             return self._forward_launched(self._ahead.popleft())
         totals = reduce_to_owners(self.server, self.cross, self._partials(block,

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from dglx_dist.errors import InvalidValueError, StateError
 from dglx_dist.kvstore.policy import rows_at
 from dglx_dist.models.layers import adapter_for, first_conv
 from dglx_dist.partition.load import PartitionDir
@@ -181,8 +182,9 @@ class P3Strategy(MiniBatchStrategy):
     def load_state_dict(self, state: dict) -> None:
         deferred = state["deferred"]
         if deferred and len(deferred) != len(self._slices):
-            raise ValueError(f"the checkpoint holds {len(deferred)} deferred slice gradients; "
-                             f"this model's first layer has {len(self._slices)} slices")
+            raise InvalidValueError(f"the checkpoint holds {len(deferred)} deferred slice "
+                                    f"gradients; this model's first layer has {len(self._slices)} "
+                                    "slices")
         self._layer.deferred = list(deferred) or None
 
     def split_ids(self, ids: torch.Tensor, pdir: PartitionDir, session: Session) -> torch.Tensor:
@@ -207,8 +209,8 @@ class P3Strategy(MiniBatchStrategy):
 
     def _pull_rows(self, ids: torch.Tensor) -> torch.Tensor:
         if self.store is None or "feat" not in self.store.names():
-            raise RuntimeError("p3: whole feature rows can only be pulled through the graph "
-                               "dglx_dist.distribute returns")
+            raise StateError("p3: whole feature rows can only be pulled through the graph "
+                             "dglx_dist.distribute returns")
         return self.store.pull("feat", ids, collective=False)
 
     def loader_epoch(self, plan, spec, epoch: int) -> Iterator[Step]:
@@ -232,8 +234,8 @@ class P3Strategy(MiniBatchStrategy):
         """Refuses to run ahead of the model: the pipeline launches layer 1 of a batch with
         the weights of two steps before it trains, so batches must be trained as they come."""
         if last is not None and self._layer.launched(last.blocks[0]):
-            raise RuntimeError("p3 with pipeline=true launches layer 1 of each batch two steps "
-                               "before it trains: train each batch before asking the loader "
-                               "for the next (no list(loader) or prefetching), or build the "
-                               "strategy with pipeline=false")
+            raise StateError("p3 with pipeline=true launches layer 1 of each batch two steps "
+                             "before it trains: train each batch before asking the loader "
+                             "for the next (no list(loader) or prefetching), or build the "
+                             "strategy with pipeline=false")
         return last
