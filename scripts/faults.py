@@ -10,6 +10,12 @@ Kinds:
   freeze-standalone  torchrun --standalone, 2 ranks training Cora; SIGSTOP the rank that hosts
                      the job's store (rank 0). seconds: SIGSTOP -> rank 1 exited.
   freeze-c10d        the same with a c10d rendezvous endpoint.
+  freeze-2node       docs/launching.md's multi-node launch on one machine: two torchrun agents
+                     (--nnodes 2, one rank each) meeting at a c10d endpoint; SIGSTOP rank 0,
+                     which hosts the job's store. seconds: SIGSTOP -> the other node's rank
+                     exited; clean also needs that node's agent gone and the line naming rank 0
+                     printed there. The frozen node stands for a frozen machine: its processes
+                     are killed afterwards and not counted.
   kill-launcher      SIGKILL torchrun's agent mid-training (dorylus: ranks plus executor
                      workers). seconds: SIGKILL -> every process it started exited.
   kill-partition     SIGKILL `dglx partition` while it writes a synthetic graph's parts, then
@@ -18,6 +24,7 @@ Kinds:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -33,7 +40,7 @@ import psutil
 from dglx_dist.measure import markdown_table
 from dglx_dist.runtime.env import free_local_port
 
-KINDS = ("freeze-standalone", "freeze-c10d", "kill-launcher", "kill-partition")
+KINDS = ("freeze-standalone", "freeze-c10d", "freeze-2node", "kill-launcher", "kill-partition")
 
 
 def _env(timeout: float) -> dict[str, str]:
@@ -42,8 +49,8 @@ def _env(timeout: float) -> dict[str, str]:
     return env
 
 
-def _train(work: Path, launch: list[str], strategy: str) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", *launch, "--nproc-per-node", "2",
+def _train(work: Path, launch: list[str], strategy: str, nproc: int = 2) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", *launch, "--nproc-per-node", str(nproc),
             "-m", "dglx_dist", "train", "--strategy", strategy, "--model", "gcn", "--epochs",
             "100000", "--eval-every", "1", "--no-progress", "--metrics-file",
             str(work / "metrics.jsonl"), "--cache-dir", str(work / "cache")]
@@ -57,6 +64,12 @@ def _started(agent: subprocess.Popen, metrics: Path, limit: float = 180) -> list
             raise RuntimeError(f"the job did not start (exit {agent.poll()})")
         time.sleep(0.2)
     return psutil.Process(agent.pid).children(recursive=True)
+
+
+def _names_rank0(log: Path) -> bool:
+    """The survivor's output has the PeerError line, and it names rank 0."""
+    text = log.read_text()
+    return "PeerError" in text and "rank 0" in text.split("PeerError", 1)[1][:400]
 
 
 def _left(procs: list[psutil.Process]) -> list[psutil.Process]:
@@ -94,10 +107,50 @@ def _freeze(work: Path, timeout: float, rdzv: str) -> dict[str, Any]:
             pass
         job_s = time.monotonic() - t0
     left = _left(procs + [psutil.Process(agent.pid)] if agent.poll() is None else procs)
-    text = (work / "stderr.log").read_text()
-    named = "PeerError" in text and "rank 0" in text.split("PeerError", 1)[1][:400]
+    named = _names_rank0(work / "stderr.log")
     for p in left:
         p.kill()
+    return {"seconds": round(survivor_s, 1), "job_seconds": round(job_s, 1),
+            "clean": survivor_s <= timeout + 30 and not left and named, "left": len(left)}
+
+
+def _freeze_two_nodes(work: Path, timeout: float) -> dict[str, Any]:
+    port = free_local_port()
+    agents, logs = [], [work / f"node{n}.log" for n in (0, 1)]
+    for node, log in enumerate(logs):
+        launch = ["--nnodes", "2", "--node-rank", str(node), "--rdzv-backend", "c10d",
+                  "--rdzv-id", "faults", "--rdzv-endpoint", f"127.0.0.1:{port}"]
+        with open(log, "w") as err:
+            agents.append(subprocess.Popen(_train(work, launch, "distdgl", nproc=1),
+                                           env=_env(timeout), stdout=subprocess.DEVNULL,
+                                           stderr=err))
+    try:
+        _started(agents[0], work / "metrics.jsonl")
+        procs = {a.pid: psutil.Process(a.pid).children(recursive=True) for a in agents}
+        rank_of = {p: int(p.environ().get("RANK", -1)) for ps in procs.values() for p in ps}
+        frozen = next(p for p, r in rank_of.items() if r == 0)
+        survivor = next(p for p, r in rank_of.items() if r == 1)
+        live = next(a for a in agents if survivor in procs[a.pid])
+        frozen.suspend()
+        t0 = time.monotonic()
+        psutil.wait_procs([survivor], timeout=timeout + 60)
+        survivor_s = time.monotonic() - t0
+        try:
+            live.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            pass
+        job_s = time.monotonic() - t0
+        left = _left(procs[live.pid] + [psutil.Process(live.pid)] if live.poll() is None
+                     else procs[live.pid])
+        named = _names_rank0(logs[agents.index(live)])
+    finally:
+        for a in agents:  # the frozen node (and anything else still up) goes now
+            if a.poll() is None:
+                agent = psutil.Process(a.pid)
+                for p in agent.children(recursive=True) + [agent]:
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        p.kill()
+            a.wait()
     return {"seconds": round(survivor_s, 1), "job_seconds": round(job_s, 1),
             "clean": survivor_s <= timeout + 30 and not left and named, "left": len(left)}
 
@@ -145,6 +198,7 @@ def _kill_partition(work: Path, timeout: float) -> dict[str, Any]:
 
 RUNNERS = {"freeze-standalone": lambda w, t: _freeze(w, t, "standalone"),
            "freeze-c10d": lambda w, t: _freeze(w, t, "c10d"),
+           "freeze-2node": _freeze_two_nodes,
            "kill-launcher": _kill_launcher, "kill-partition": _kill_partition}
 
 
