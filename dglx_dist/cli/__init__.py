@@ -1,0 +1,88 @@
+"""The ``dglx`` command: datagen, partition, partitioners, train, demo, commcheck, rdzvcheck,
+emulate (one module per group of subcommands: :mod:`~dglx_dist.cli.data`,
+:mod:`~dglx_dist.cli.train`, :mod:`~dglx_dist.cli.cluster`).
+
+Results go to stdout (a markdown table and a JSON line); logs and progress bars to stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Callable, Sequence
+
+from dglx_dist.cli import cluster, data, train
+from dglx_dist.errors import DglxError
+from dglx_dist.runtime.env import launch_position
+from dglx_dist.runtime.failure import one_line, report, tell_launcher
+
+__all__ = ["main", "build_parser"]
+
+log = logging.getLogger("dglx_dist.cli")
+
+
+# name: (help, add the arguments, run), in the order `dglx --help` lists them
+_COMMANDS: dict[str, tuple[str, Callable, Callable]] = {**data.COMMANDS, **train.COMMANDS,
+                                                        **cluster.COMMANDS}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors rank 0 alone prints: under torchrun every rank parses the
+    same command line, and N copies of one usage message help nobody."""
+
+    def error(self, message: str):
+        rank, _, error_file = launch_position()
+        tell_launcher(error_file, f"{self.prog}: error: {message}")
+        if rank == 0:
+            self.print_usage(sys.stderr)
+            self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2)
+
+
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def _add_logging(p: argparse.ArgumentParser, default) -> None:
+    """The logging flags, on the command and on each subcommand (``dglx train --debug``)."""
+    p.add_argument("-v", "--verbose", "--debug", dest="log_level", action="store_const",
+                   const="DEBUG", default=default,
+                   help="debug logging, with tracebacks of errors (= --log-level DEBUG)")
+    p.add_argument("--log-level", choices=_LOG_LEVELS, type=str.upper, default=default,
+                   help="logging level (default INFO)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="dglx", description="datasets, partitions and distributed GNN "
+                     "training for DGL users (`dglx COMMAND --help` for each command)")
+    _add_logging(parser, "INFO")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (help_text, add_args, run) in _COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        add_args(p)
+        _add_logging(p, argparse.SUPPRESS)  # a subcommand's flag overrides, its absence not
+        p.set_defaults(run=run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs one ``dglx`` command. Any error of dglx_dist's own is one ERROR line from one rank
+    (:mod:`dglx_dist.runtime.failure`; the traceback too at ``--debug``) and exit status 2;
+    the other ranks exit with 2 quietly."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return args.run(args)
+    except DglxError as exc:
+        rank, world_size, error_file = launch_position()
+        line = report(exc, rank, world_size, error_file)
+        debug = exc if args.log_level == "DEBUG" else None
+        if line is not None:
+            log.error("%s", line, exc_info=debug)
+        else:
+            log.debug("rank %d: %s", rank, one_line(exc), exc_info=debug)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""``dglx datagen | partition | partitioners | demo``: datasets and partitions."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Callable, Sequence
+
+from dglx_dist.config import add_dataclass_arguments, dataclass_from_args, parse_key_values
+from dglx_dist.errors import InvalidValueError
+
+__all__ = ["COMMANDS"]
+
+
+def _cmd_datagen(args: argparse.Namespace) -> int:
+    from dglx_dist.data.synthetic import SyntheticConfig, write_synthetic
+
+    config = dataclass_from_args(SyntheticConfig, args)
+    meta = write_synthetic(config, args.out, overwrite=args.overwrite, progress=True)
+    print(json.dumps({"out": str(args.out), **meta.to_json()}))
+    return 0
+
+
+def _partition_dataset(args: argparse.Namespace) -> int:
+    from dglx_dist.partition import partition_dataset
+
+    _refuse_options(args, _IMPORT_ONLY, "only with --from-dgl")
+    report = partition_dataset(args.data, args.out, args.method or "metis",
+                               2 if args.parts is None else args.parts,
+                               parse_key_values(args.opt), overwrite=args.overwrite,
+                               progress=True, memory_limit=args.memory_limit,
+                               nonfinite=args.nonfinite)
+    print(report.to_markdown())
+    print(json.dumps(report.to_json()))
+    return 0
+
+
+def _import_dgl(args: argparse.Namespace) -> int:
+    from dglx_dist.partition import PartitionDir, import_dgl_partitions
+
+    _refuse_options(args, _DATASET_ONLY, "--from-dgl keeps DGL's parts as they are")
+    out = import_dgl_partitions(args.data, args.out, args.overwrite, orig_nids=args.orig_nids,
+                                orig_eids=args.orig_eids, num_classes=args.num_classes,
+                                keys=parse_key_values(args.key, "--key"),
+                                nonfinite=args.nonfinite, progress=True)
+    m = PartitionDir(out).manifest
+    print(json.dumps({"out": str(out), **{k: m[k] for k in (
+        "num_parts", "num_nodes", "num_edges", "feat_dim", "num_classes", "relabeled")},
+        "core_per_part": [e["num_core"] for e in m["parts"]],
+        "halo_per_part": [e["num_halo"] for e in m["parts"]],
+        "edges_per_part": [e["num_edges"] for e in m["parts"]],
+        "edge_cut": m["dataset"]["edge_cut"], "not_imported": m["dataset"]["not_imported"]}))
+    return 0
+
+
+_DATASET_ONLY = ("method", "parts", "opt", "memory_limit")
+
+
+_IMPORT_ONLY = ("orig_nids", "orig_eids", "num_classes", "key")
+
+
+_PARTITION_SOURCES: dict[str, Callable[[argparse.Namespace], int]] = {
+    "dataset": _partition_dataset, "dgl": _import_dgl}
+
+
+def _refuse_options(args: argparse.Namespace, names: Sequence[str], why: str) -> None:
+    given = [f"--{n.replace('_', '-')}" for n in names if getattr(args, n) is not None]
+    if given:
+        raise InvalidValueError(f"dglx partition: {', '.join(given)} not accepted ({why})")
+
+
+def _cmd_partition(args: argparse.Namespace) -> int:
+    return _PARTITION_SOURCES[args.source](args)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from dglx_dist.demo import partition_demo, training_demo
+
+    print(partition_demo(args.dataset, args.parts), flush=True)
+    if args.no_train:
+        return 0
+    table, records = training_demo("distdgl", args.nproc, args.epochs, args.dataset)
+    print(f"\n## distdgl training on {args.nproc} local processes (torchrun, gloo)\n")
+    print(table)
+    print(f"\ntest accuracy: {records[-1]['test_acc']:.4f}")
+    return 0
+
+
+def _add_datagen(p: argparse.ArgumentParser) -> None:
+    from dglx_dist.data.synthetic import SyntheticConfig
+
+    p.add_argument("out", type=Path, help="dataset directory to create")
+    add_dataclass_arguments(p, SyntheticConfig)
+    p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+
+
+def _add_partition(p: argparse.ArgumentParser) -> None:
+    p.add_argument("data", type=Path, help="dataset directory (see docs/dataset_format.md); with "
+                   "--from-dgl, the GRAPH_NAME.json written by dgl.distributed.partition_graph")
+    p.add_argument("out", type=Path, help="partition directory to create")
+    p.add_argument("--from-dgl", dest="source", action="store_const", const="dgl",
+                   default="dataset", help="import DGL's partitions as they are (same parts, "
+                   "same node ids; no repartitioning); see docs/partition_format.md")
+    p.add_argument("--method", help="registered partitioner (default: metis)")
+    p.add_argument("--parts", type=int, help="number of parts (default: 2)")
+    p.add_argument("--opt", action="append", metavar="KEY=VALUE",
+                   help="partitioner option, repeatable (see `dglx partitioners`)")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT once the new one is done")
+    p.add_argument("--memory-limit", type=int, default=None, metavar="BYTES",
+                   help="refuse when the estimated peak exceeds this (default: available memory)")
+    p.add_argument("--nonfinite", choices=("reject", "warn"), default="reject",
+                   help="NaN / Inf features: refuse the dataset (default) or warn and go on")
+    g = p.add_argument_group("with --from-dgl")
+    g.add_argument("--orig-nids", type=Path, metavar="FILE", help="the input graph's id of each "
+                   "DGL node id: partition_graph(..., return_mapping=True)'s first result saved "
+                   "with np.save (.npy) or torch.save (.pt); default: DGL's ids are kept as the "
+                   "original ids")
+    g.add_argument("--orig-eids", type=Path, metavar="FILE", help="the same for edge ids (its "
+                   "second result)")
+    g.add_argument("--num-classes", type=int, help="default: the largest label plus one")
+    g.add_argument("--key", action="append", metavar="OURS=NAME", help="name of a node data "
+                   "field in node_feat.dgl, without DGL's NTYPE/ prefix, repeatable; OURS is "
+                   "feat, label, train, val or test (defaults: feat, label, train_mask, "
+                   "val_mask, test_mask)")
+
+
+def _add_demo(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dataset", default="cora", help="built-in dataset (default: cora)")
+    p.add_argument("--parts", type=int, default=4, help="parts for the partition reports")
+    p.add_argument("--nproc", type=int, default=2, help="training processes (default: 2)")
+    p.add_argument("--epochs", type=int, default=60, help="training epochs (default: 60)")
+    p.add_argument("--no-train", action="store_true", help="partition reports only")
+
+
+def _cmd_partitioners(args: argparse.Namespace) -> int:
+    from dglx_dist.partition import PARTITIONERS
+
+    print(PARTITIONERS.options_markdown())
+    return 0
+
+
+# name: (help, add the arguments, run)
+COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
+    "datagen": ("write a synthetic community graph as a dataset directory", _add_datagen,
+                _cmd_datagen),
+    "partition": ("partition a dataset directory and print the quality report, or import the "
+                  "partitions of DGL's partition_graph (--from-dgl)", _add_partition,
+                  _cmd_partition),
+    "partitioners": ("list registered partitioners and their options", lambda p: None,
+                     _cmd_partitioners),
+    "demo": ("partition the built-in Cora with every partitioner, then train on 2 local "
+             "processes", _add_demo, _cmd_demo),
+}
