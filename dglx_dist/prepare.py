@@ -116,7 +116,9 @@ def made_by_rank0(session: Session, out: Path, marker: str, make: Callable[[], A
     while not (out / marker).is_file():
         error = _failure(failed, attempt)
         if error is not None:
-            raise StateError(f"rank 0 failed ({what}): {error}")
+            waiter = StateError(f"rank 0 failed ({what}): {error}")
+            waiter.dglx_failed_ranks = [0]  # rank 0 reports its own error (runtime.failure)
+            raise waiter
         if time.monotonic() > deadline:
             raise DeadlineError(f"waited {wait_timeout:.0f}s for rank 0 to write {out}; is the "
                                 f"cache directory on a filesystem every node sees?")

@@ -49,6 +49,7 @@ from dglx_dist.errors import (CheckpointError, DatasetFormatError, InvalidValueE
 from dglx_dist.kvstore.embedding import DistEmbedding
 from dglx_dist.measure import SavedBytes, json_record, peak_rss_bytes
 from dglx_dist.models.layers import graph_convs
+from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.runtime.session import Session
 from dglx_dist.strategies.base import Strategy
 from dglx_dist.strategies.steps import LoaderSpec
@@ -125,8 +126,9 @@ class Trainer:
         self.graph = DistGraph(partitions, strategy, session=session, **options)
         self.session, self.nonfinite_loss = self.graph.session, nonfinite_loss
         if not bool(self.graph.ndata["train_mask"].full().any()):
-            raise DatasetFormatError(f"{self.graph.pdir.path}: no training nodes (train is "
-                                     f"false for every node); nothing to train on")
+            raise same_on_every_rank(DatasetFormatError(
+                f"{self.graph.pdir.path}: no training nodes (train is false for every node); "
+                "nothing to train on"))
         num_layers = len(graph_convs(model)) or None
         train, self._eval_spec = self.graph.trainer_loaders(num_layers)
         self.loader = _loader(self.graph, "train", train)

@@ -9,7 +9,7 @@ rank* (:func:`reporting_rank`):
 * a dead or frozen peer (:class:`~dglx_dist.runtime.comm.PeerError`): the lowest rank the error
   does not name, so a dead rank 0 is still reported;
 * anything else raised before the job's process group existed (arguments, environment, data
-  checks: every rank reads the same ones): rank 0;
+  checks: every rank reads the same ones), or marked :func:`same_on_every_rank`: rank 0;
 * anything raised inside a running session on some rank only: that rank.
 
 Every failing rank also writes the line to torchrun's error file (``TORCHELASTIC_ERROR_FILE``),
@@ -25,10 +25,15 @@ import sysconfig
 import time
 import traceback
 from types import TracebackType
+from typing import TypeVar
 
-__all__ = ["reporting_rank", "one_line", "report", "tell_launcher", "mark_in_session"]
+from dglx_dist.runtime.comm import PeerError
 
-_IN_SESSION = "dglx_in_session"
+__all__ = ["reporting_rank", "one_line", "report", "tell_launcher", "mark_in_session",
+           "same_on_every_rank"]
+
+_IN_SESSION, _EVERYWHERE = "dglx_in_session", "dglx_same_on_every_rank"
+E = TypeVar("E", bound=BaseException)
 # dglx_dist itself, the standard library and installed packages: not the user's script
 _NOT_USER_CODE = tuple({os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         *(sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib"))})
@@ -42,16 +47,22 @@ def mark_in_session(exc: BaseException) -> None:
         pass
 
 
+def same_on_every_rank(exc: E) -> E:
+    """Marks ``exc`` as raised alike on every rank (a check of data every rank reads the
+    same), so rank 0 alone reports it also inside a running session; returns ``exc``."""
+    setattr(exc, _EVERYWHERE, True)
+    return exc
+
+
 def reporting_rank(exc: BaseException, rank: int, world_size: int) -> int:
     """The rank that prints ``exc`` (see the module docstring); ``rank`` is the asking rank."""
     failed = getattr(exc, "dglx_failed_ranks", None)
     if failed:
         return failed[0]
-    dead = getattr(exc, "ranks", None)
-    if dead is not None and getattr(exc, "op", None) is not None:  # a PeerError
-        alive = [r for r in range(world_size) if r not in set(dead)]
+    if isinstance(exc, PeerError):
+        alive = [r for r in range(world_size) if r not in set(exc.ranks)]
         return alive[0] if alive else rank
-    if getattr(exc, _IN_SESSION, False):
+    if getattr(exc, _IN_SESSION, False) and not getattr(exc, _EVERYWHERE, False):
         return rank
     return 0
 

@@ -18,7 +18,8 @@ from dglx_dist.cli import main
 from dglx_dist.errors import DglxError, InvalidValueError, UnknownNameError
 from dglx_dist.runtime.comm import PeerError
 from dglx_dist.runtime.env import launch_position
-from dglx_dist.runtime.failure import mark_in_session, one_line, report, reporting_rank
+from dglx_dist.runtime.failure import (mark_in_session, one_line, report, reporting_rank,
+                                       same_on_every_rank)
 
 PACKAGE = pathlib.Path(dglx_dist.__file__).parent
 # The numpy-only code a Lambda runs (its errors reach the job wrapped in InvocationError, a
@@ -92,6 +93,12 @@ def test_an_error_inside_a_session_is_reported_where_it_happened():
     exc = InvalidValueError("rank-local")
     mark_in_session(exc)
     assert [reporting_rank(exc, r, 4) for r in range(4)] == [0, 1, 2, 3]
+
+
+def test_an_error_every_rank_raises_alike_is_reported_by_rank_0():
+    exc = same_on_every_rank(InvalidValueError("no training nodes"))
+    mark_in_session(exc)
+    assert [reporting_rank(exc, r, 4) for r in range(4)] == [0, 0, 0, 0]
 
 
 def _raise_here():
