@@ -28,7 +28,9 @@ def peak_rss_bytes() -> int:
 class SavedBytes:
     """Bytes autograd keeps for the backward pass of one forward (its activations): use
     ``pack`` as the pack hook of ``torch.autograd.graph.saved_tensors_hooks``. Each storage
-    counts once per forward; ``peak`` is the largest forward seen since the last reset."""
+    counts once per forward; ``peak`` is the largest forward seen since the last reset.
+    ``Trainer(..., measure_saved_bytes=True)`` reports it as ``peak_saved_mb`` (the hook runs
+    on every saved tensor, so the trainer installs it only when asked)."""
 
     def __init__(self):
         self.peak = 0

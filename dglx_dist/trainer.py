@@ -16,8 +16,10 @@ training and evaluation masks (fanouts and batch sizes from the strategy's optio
 
 or ``trainer.fit(epochs)``, which also returns the per-epoch metrics records (wall time,
 steps, samples, bytes intra/inter-server, peak memory, loss, accuracy) and writes them as JSON
-lines. A strategy that runs its own pipeline (``owns_training``: dorylus's bounded asynchrony)
-trains through it under ``fit``.
+lines. ``fit`` has one loop for every strategy: its epochs come from
+:meth:`Strategy.train_epochs <dglx_dist.strategies.base.Strategy.train_epochs>`, the loader's
+steps by default, or a pipeline of the strategy's own (dorylus's bounded asynchrony, which
+steps the optimizer through :meth:`Trainer.optimizer_step`).
 
 Checkpoints: ``trainer.save(dir)`` / ``trainer.resume(dir)`` (collective), or
 ``Trainer(..., checkpoint=Checkpointing(dir, every=1))`` to save during ``fit``. A checkpoint
@@ -30,6 +32,7 @@ checkpoint's, so with every seed fixed the losses are those of an uninterrupted 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import time
@@ -41,23 +44,24 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from dglx_dist.api import DataLoader, DistGraph, parallelize
-from dglx_dist.api.metrics import accuracy
+from dglx_dist.api.metrics import accuracy, epoch_record
 from dglx_dist.checkpoint import Checkpointing, collective, list_checkpoints, rng
 from dglx_dist.checkpoint.files import decode, describe_unusable, encode
+from dglx_dist.checkpoint.layout import encode_shards, rank_file, restore_shards
 from dglx_dist.errors import (CheckpointError, DatasetFormatError, InvalidValueError,
                                NonFiniteLossError)
 from dglx_dist.kvstore.embedding import DistEmbedding
-from dglx_dist.measure import SavedBytes, json_record, peak_rss_bytes
+from dglx_dist.measure import SavedBytes, json_record
 from dglx_dist.models.layers import graph_convs
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.runtime.session import Session
 from dglx_dist.strategies.base import Strategy
+from dglx_dist.strategies.epochs import EpochResult, TrainHooks
 from dglx_dist.strategies.steps import LoaderSpec
 
 __all__ = ["Trainer", "Batch"]
 
 log = logging.getLogger(__name__)
-_BYTES = ("sent_intra", "sent_inter", "recv_intra", "recv_inter")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -107,6 +111,8 @@ class Trainer:
         nonfinite_loss: what ``fit`` does when an epoch's loss is NaN or infinite: "raise"
             (:class:`~dglx_dist.errors.NonFiniteLossError` naming the epoch and the first such
             step, after writing the epoch's record) or "warn" (log it and go on).
+        measure_saved_bytes: count the bytes every training forward keeps for its backward
+            (a saved-tensor hook on each of them) and report the largest as ``peak_saved_mb``.
         **options: the strategy's options (validated against its Config).
     """
 
@@ -116,7 +122,7 @@ class Trainer:
                  lr: float = 0.01, weight_decay: float = 0.0, metrics: TextIO | None = None,
                  progress: bool = True, checkpoint: Checkpointing | None = None,
                  embeddings: Sequence[DistEmbedding] = (), nonfinite_loss: str = "raise",
-                 **options: Any):
+                 measure_saved_bytes: bool = False, **options: Any):
         if isinstance(strategy, Strategy) and options:
             raise InvalidValueError(f"options {sorted(options)} given with a built strategy; "
                                     f"pass them to STRATEGIES.build instead")
@@ -142,7 +148,8 @@ class Trainer:
         self.checkpoint, self.embeddings = checkpoint, list(embeddings)
         self.epoch = 0  # epochs completed
         self.steps = 0  # optimizer steps taken
-        self.saved = SavedBytes()  # activation memory of the training forwards
+        # activation memory of the training forwards: a hook on every tensor autograd saves
+        self.saved = SavedBytes() if measure_saved_bytes else None
         self.history: list[dict[str, Any]] = []
 
     def _batches(self, loader: DataLoader, epoch: int, desc: str) -> Iterator[Batch]:
@@ -168,7 +175,10 @@ class Trainer:
 
     def forward(self, batch: Batch) -> torch.Tensor:
         """Logits of ``batch``'s output nodes (what the strategy does between layers
-        included)."""
+        included); with ``measure_saved_bytes``, the bytes autograd keeps for its backward
+        are counted."""
+        if self.saved is None:
+            return self.model(batch.blocks, batch.x)
         self.saved.start()
         with torch.autograd.graph.saved_tensors_hooks(self.saved.pack, lambda t: t):
             return self.model(batch.blocks, batch.x)
@@ -178,6 +188,11 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         with self.session.peer_errors("all_reduce (gradients)"):
             loss.backward()
+        self.optimizer_step()
+
+    def optimizer_step(self) -> None:
+        """Steps the optimizer on the gradients the parameters hold and counts the step (the
+        hook a strategy that computes the gradients itself calls)."""
         self.optimizer.step()
         self.steps += 1
 
@@ -208,70 +223,53 @@ class Trainer:
         """Trains until ``epochs`` epochs are complete (after :meth:`resume`, the remaining
         ones); returns (and writes) one metrics record per epoch, the resumed run's included.
 
-        Validation accuracy is measured every ``eval_every`` epochs and test accuracy after the
-        last epoch (``test_acc`` in the last record). With ``checkpoint`` set, a checkpoint is
-        saved every ``checkpoint.every`` epochs and after the last one.
+        The epochs come from the strategy's
+        :meth:`~dglx_dist.strategies.base.Strategy.train_epochs`: by default the loader's
+        steps, or a pipeline of the strategy's own (dorylus). Validation accuracy is measured
+        every ``eval_every`` epochs and test accuracy after the last epoch (``test_acc`` in the
+        last record). With ``checkpoint`` set, a checkpoint is saved every
+        ``checkpoint.every`` epochs and after the last one.
 
         Raises:
             ValueError: a ``loss_fn`` the strategy's own pipeline cannot honour (it computes
                 cross-entropy itself).
         """
-        if self.strategy.owns_training:
-            if loss_fn is not F.cross_entropy:
-                raise InvalidValueError(f"strategy {self.strategy.registered_name!r} trains "
-                                        "through its own pipeline, which computes the "
-                                        "cross-entropy loss itself; "
-                                        f"loss_fn={getattr(loss_fn, '__name__', loss_fn)} cannot "
-                                        "be honoured (iterate trainer.batches() for a loss of your "
-                                        "own)")
-            return self._fit_owned(epochs, eval_every)
-        while self.epoch < epochs:
-            epoch = self.epoch
-            before = self.session.counter.snapshot()
-            self.saved.reset()
-            t0 = time.perf_counter()
-            losses, steps, samples, bad_step = 0.0, 0, 0, math.inf
-            for batch in self.batches(epoch):
-                logits = self.forward(batch)
-                # a rank with no labelled rows in this step still runs backward (the strategy's
-                # exchanges are collective) with a loss of zero
-                loss = loss_fn(logits, batch.y) if batch.y.numel() else logits.sum() * 0.0
-                self.step(loss)
-                losses += float(loss.detach())
-                if bad_step == math.inf and not math.isfinite(losses):
-                    bad_step = steps
-                steps += 1
-                samples += batch.seeds.numel()
-            wall = time.perf_counter() - t0
-            record = self._record(epoch, wall, steps, samples, losses, before,
-                                  self.session.counter.snapshot(), bad_step)
-            self._epoch_done(record, epochs, eval_every)
-        return self.history
-
-    def _fit_owned(self, epochs: int, eval_every: int) -> list[dict[str, Any]]:
-        """``fit`` for a strategy that runs its own training pipeline (epochs may overlap):
-        the strategy calls back once per epoch, when that epoch's update is applied."""
-        first, before = self.epoch, [self.session.counter.snapshot()]
-        if first >= epochs:
-            return self.history
-        bar = tqdm(total=epochs - first, desc="epochs", unit="epoch", leave=False,
+        hooks = TrainHooks(functools.partial(self._loader_epoch, loss_fn=loss_fn),
+                           self.optimizer_step, loss_fn)
+        bar = tqdm(total=max(epochs - self.epoch, 0), desc="epochs", unit="epoch", leave=False,
                    disable=not (self.progress and self.session.is_main))
-
-        def on_epoch(epoch: int, info: dict[str, Any]) -> None:
-            after = self.session.counter.snapshot()
-            record = self._record(epoch, info.pop("wall"), 1, info.pop("samples", 0),
-                                  info.pop("loss"), before[0], after)
-            record.update(info)
-            self.epoch = epoch + 1
-            self._epoch_done(record, epochs, eval_every)
-            before[0] = self.session.counter.snapshot()
-            bar.update(1)
-
         try:
-            self.strategy.fit_epochs(self.optimizer, first, epochs - first, on_epoch)
+            before = self.session.counter.snapshot()
+            for result in self.strategy.train_epochs(range(self.epoch, epochs), hooks):
+                peak = self.saved.peak if self.saved is not None else None
+                record = epoch_record(result, before, self.session.counter.snapshot(),
+                                      self.strategy.registered_name, peak, self.session)
+                self.epoch = result.epoch + 1
+                self._epoch_done(record, epochs, eval_every)
+                before = self.session.counter.snapshot()
+                bar.update(1)
         finally:
             bar.close()
         return self.history
+
+    def _loader_epoch(self, epoch: int, loss_fn: Callable) -> EpochResult:
+        """One epoch of :meth:`batches`: forward, ``loss_fn``, :meth:`step`."""
+        if self.saved is not None:
+            self.saved.reset()
+        t0 = time.perf_counter()
+        losses, steps, samples, bad_step = 0.0, 0, 0, None
+        for batch in self.batches(epoch):
+            logits = self.forward(batch)
+            # a rank with no labelled rows in this step still runs backward (the strategy's
+            # exchanges are collective) with a loss of zero
+            loss = loss_fn(logits, batch.y) if batch.y.numel() else logits.sum() * 0.0
+            self.step(loss)
+            losses += float(loss.detach())
+            if bad_step is None and not math.isfinite(losses):
+                bad_step = steps
+            steps += 1
+            samples += batch.seeds.numel()
+        return EpochResult(epoch, time.perf_counter() - t0, steps, samples, losses, bad_step)
 
     def _epoch_done(self, record: dict[str, Any], epochs: int, eval_every: int) -> None:
         """Evaluates as due, emits the epoch's record, then saves a checkpoint as due; stops
@@ -305,9 +303,7 @@ class Trainer:
                  "model": self.model.state_dict(),
                  "optimizer": self.optimizer.state_dict(), "strategy": self.strategy.state_dict(),
                  "rng": rng.capture(), "history": self.history}
-        blobs = {_rank_file(rank): encode(state)}
-        for fname, name, part, rows in self._shards():
-            blobs[fname] = encode({"name": name, "part": part, "rows": rows})
+        blobs = {rank_file(rank): encode(state), **encode_shards(self.embeddings)}
         meta = {"step": self.steps, "world_size": self.session.world_size,
                 "strategy": self.strategy.registered_name,
                 "servers": self.session.topology.num_servers}
@@ -329,7 +325,7 @@ class Trainer:
                                       f"job has {key}={value!r}")
         error = ""
         try:
-            self._load(decode(read(_rank_file(self.session.rank)), f"{path} (rank file)"), read)
+            self._load(decode(read(rank_file(self.session.rank)), f"{path} (rank file)"), read)
         except (CheckpointError, KeyError, RuntimeError, ValueError, TypeError) as exc:
             error = f"{type(exc).__name__}: {exc}"
         flags = self.session.world.all_gather(torch.tensor([0 if error else 1]))
@@ -374,56 +370,15 @@ class Trainer:
     def _load(self, state: dict[str, Any], read: Callable[[str], bytes]) -> None:
         rank = self.session.rank
         if state.get("rank", rank) != rank:  # older checkpoints record none
-            raise CheckpointError(f"{_rank_file(rank)} was written by rank {state['rank']}; "
+            raise CheckpointError(f"{rank_file(rank)} was written by rank {state['rank']}; "
                                   f"this is rank {rank} (were the rank files swapped?)")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.strategy.load_state_dict(state["strategy"])
-        for fname, name, part, rows in self._shards():
-            shard = decode(read(fname), fname)
-            if shard.get("name") != name or shard.get("part") != part or \
-                    tuple(shard["rows"].shape) != tuple(rows.shape):
-                raise CheckpointError(f"{fname} holds {shard.get('name')!r} part "
-                                      f"{shard.get('part')}; expected {name!r} part {part} of "
-                                      f"shape {tuple(rows.shape)}")
-            rows.copy_(shard["rows"])
+        restore_shards(self.embeddings, read)
         self.epoch, self.steps = int(state["epoch"]), int(state["steps"])
         self.history = list(state["history"])
         rng.restore(state["rng"])
-
-    def _shards(self) -> Iterator[tuple[str, str, int, torch.Tensor]]:
-        """(file, tensor name, part, local rows) of the embedding parts this rank saves."""
-        for e, emb in enumerate(self.embeddings):
-            names = sorted(n for n in emb.store.names()
-                           if n == emb.name or n.startswith(emb.name + "/"))
-            for k, name in enumerate(names):
-                for part, rows in sorted(emb.store.checkpoint_parts(name).items()):
-                    yield f"emb{e}-{k}-part{part:05d}.pt", name, part, rows
-
-    def _record(self, epoch: int, wall: float, steps: int, samples: int, losses: float,
-                before: dict[str, int], after: dict[str, int],
-                bad_step: float = math.inf) -> dict[str, Any]:
-        """The epoch's numbers summed (bytes, samples) or maxed (time, memory) over ranks;
-        ``bad_step``: this rank's first step with a non-finite loss (inf: none)."""
-        world = self.session.world
-        sums = torch.tensor([after[k] - before[k] for k in _BYTES] + [samples, losses],
-                            dtype=torch.float64)
-        world.all_reduce(sums)
-        maxes = torch.tensor([wall, float(peak_rss_bytes()), float(self.saved.peak), -bad_step],
-                             dtype=torch.float64)
-        world.all_reduce(maxes, op="max")
-        topo = self.session.topology
-        record = {"epoch": epoch, "strategy": self.strategy.registered_name,
-                  "world_size": self.session.world_size, "servers": topo.num_servers,
-                  "epoch_time": round(float(maxes[0]), 4), "steps": steps,
-                  "samples": int(sums[4]), "loss": round(float(sums[5]) / max(steps, 1)
-                                                         / self.session.world_size, 5)}
-        record.update({f"bytes_{k}": int(v) for k, v in zip(_BYTES, sums[:4])})
-        record["peak_mem_mb"] = round(float(maxes[1]) / (1 << 20), 1)
-        record["peak_saved_mb"] = round(float(maxes[2]) / (1 << 20), 2)
-        if math.isfinite(float(maxes[3])):  # the earliest over ranks
-            record["first_nonfinite_step"] = int(-maxes[3])
-        return record
 
     def _emit(self, record: dict[str, Any]) -> None:
         self.history.append(record)
@@ -433,6 +388,3 @@ class Trainer:
                 self.metrics.write(json_record(record) + "\n")
                 self.metrics.flush()
 
-
-def _rank_file(rank: int) -> str:
-    return f"rank-{rank:05d}.pt"

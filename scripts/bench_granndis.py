@@ -81,6 +81,7 @@ def run(args, system: str, data: Path, depth: int, epochs: int) -> dict[str, Any
            system.split("/")[0], "--model", "resgcn", "--data", str(data), "--epochs",
            str(epochs), "--eval-every", "1", "--hidden", str(args.hidden), "--lr", "0.003",
            "--seed", "0", "--cache-dir", str(args.workdir / "parts"), "--no-progress",
+           "--measure-saved-bytes",
            *strategy_opts(system, depth, args)]
     env = {**os.environ, "DGLX_VIRTUAL_SERVERS": "2", "OMP_NUM_THREADS": "1",
            "GLOO_SOCKET_IFNAME": "lo", "DGLX_TIMEOUT": str(int(args.timeout))}

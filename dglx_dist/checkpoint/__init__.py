@@ -3,7 +3,8 @@
 :meth:`Trainer.save <dglx_dist.trainer.Trainer.save>` and
 :meth:`Trainer.resume <dglx_dist.trainer.Trainer.resume>` use it; ``Trainer(...,
 checkpoint=Checkpointing("ckpt", every=1))`` saves during ``fit``. The format is in
-:mod:`dglx_dist.checkpoint.files`, the protocol over ranks in
+:mod:`dglx_dist.checkpoint.files`, the files a training run writes into it (rank files,
+embedding shards) in :mod:`dglx_dist.checkpoint.layout`, the protocol over ranks in
 :mod:`dglx_dist.checkpoint.collective`.
 """
 from __future__ import annotations

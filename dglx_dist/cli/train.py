@@ -49,7 +49,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         trainer = Trainer(model, pdir, strategy, session=session, lr=args.lr,
                           weight_decay=args.weight_decay, progress=not args.no_progress,
                           metrics=sink if session.is_main else None, checkpoint=checkpoint,
-                          nonfinite_loss=args.nonfinite_loss)
+                          nonfinite_loss=args.nonfinite_loss,
+                          measure_saved_bytes=args.measure_saved_bytes)
         try:
             trainer.resume_or_start(args.resume)
             trainer.fit(args.epochs, eval_every=args.eval_every)
@@ -113,6 +114,9 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nonfinite-loss", choices=("raise", "warn"), default="raise",
                    help="an epoch whose loss is NaN or Inf stops the run with an error naming "
                         "the epoch and step (default), or is logged and training goes on")
+    p.add_argument("--measure-saved-bytes", action="store_true",
+                   help="report peak_saved_mb, the activation memory of a training forward "
+                        "(a saved-tensor hook on every forward; off by default)")
     p.add_argument("--resume", action="store_true",
                    help="continue from the newest intact checkpoint in --checkpoint-dir")
     p.add_argument("--row-normalize", action="store_true",

@@ -37,6 +37,7 @@ from dglx_dist.runtime.autograd import scale_grad
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import even_chunk
+from dglx_dist.strategies.epochs import EpochResult, TrainHooks
 from dglx_dist.strategies.steps import Blocks, LoaderPlan, LoaderSpec, Step
 
 __all__ = ["Strategy", "PartitionSpec", "STRATEGIES"]
@@ -65,15 +66,12 @@ class Strategy(abc.ABC):
         conv_types: the dgl.nn conv classes the strategy can run (None: any).
         held_rows: node-data names whose rows :meth:`local_rows` may give (rows of other
             names always come from the KVStore).
-        owns_training: ``Trainer.fit`` hands the epochs to :meth:`fit_epochs` (a pipeline in
-            which epochs overlap) instead of stepping through its loader.
     """
 
     Config: type
     registered_name: str = ""
     feature_layout: str | None = None
     full_graph: bool = False
-    owns_training: bool = False
     conv_types: tuple[str, ...] | None = None
     held_rows: frozenset[str] = frozenset()
 
@@ -125,13 +123,15 @@ class Strategy(abc.ABC):
     def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """The model as trained (e.g. in DDP)."""
 
-    def fit_epochs(self, optimizer: torch.optim.Optimizer, first: int, epochs: int,
-                   on_epoch) -> None:
-        """Trains epochs ``first .. first+epochs-1`` (strategies with ``owns_training``);
-        ``on_epoch(epoch, info)`` is called on every rank once an epoch's update is applied,
-        with ``info`` holding at least ``wall`` (seconds) and ``loss``."""
-        raise NotSupportedError(f"strategy {self.registered_name!r} trains through its "
-                                  f"loader's steps")
+    def train_epochs(self, epochs: range, hooks: TrainHooks) -> Iterator[EpochResult]:
+        """The epochs ``epochs`` of ``Trainer.fit``, one :class:`EpochResult` each, in order,
+        yielded on every rank once the epoch's update is applied; the trainer records,
+        evaluates and checkpoints before asking for the next (collectives allowed). By
+        default each epoch is ``hooks.loader_epoch``: the trainer's loader steps. A strategy
+        whose epochs overlap in a pipeline of its own overrides it (see
+        :mod:`dglx_dist.strategies.epochs`)."""
+        for epoch in epochs:
+            yield hooks.loader_epoch(epoch)
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint must hold of this rank's strategy between epochs besides the model

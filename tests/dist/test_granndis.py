@@ -131,7 +131,7 @@ def _cora_runs(session, pdir_path):
         torch.manual_seed(0)
         model = GCN(pdir.feat_dim, 16, pdir.num_classes, 2, dropout=0.5, row_normalize=True)
         trainer = Trainer(model, pdir, "granndis", session=session, progress=False, lr=0.01,
-                          weight_decay=5e-4, **opts)
+                          weight_decay=5e-4, measure_saved_bytes=True, **opts)
         records = trainer.fit(200, eval_every=0)
         out[name] = {"acc": records[-1]["test_acc"], "saved": records[-1]["peak_saved_mb"],
                      "steps": records[-1]["steps"], "rows": [p.num_rows() for p in

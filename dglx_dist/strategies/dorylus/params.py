@@ -4,12 +4,13 @@
   weight version is stashed on the least-loaded replica when its epoch starts and used for its
   whole pass.
 * :class:`WeightUpdates`: the update of an epoch sums every interval's gradients over the job
-  (one all-reduce on a group of its own), then steps the trainer's optimizer.
+  (one all-reduce on a group of its own), then steps the trainer's optimizer (through the
+  trainer's ``optimizer_step`` hook: the strategy holds no optimizer).
 """
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -17,7 +18,7 @@ import torch
 from dglx_dist.errors import StateError
 from dglx_dist.runtime.autograd import set_grads
 
-__all__ = ["ParamServers", "WeightUpdates"]
+__all__ = ["ParamServers", "WeightUpdates", "Applied"]
 
 
 def _snapshot(t: torch.Tensor | None) -> np.ndarray | None:
@@ -76,20 +77,34 @@ class ParamServers:
         return sum(len(s) for s in self._stash)
 
 
+class Applied(NamedTuple):
+    """An epoch's weight update, applied: the epoch, the job's training loss in it, and the
+    seconds since the previous update was applied (or the run began) on this rank."""
+
+    epoch: int
+    loss: float
+    wall: float
+
+
 class WeightUpdates:
-    """Weight updates of a training run: one all-reduce per epoch on a group of its own, the
-    optimizer step once it completes, then the trainer's per-epoch callback.
+    """Weight updates of a training run: one all-reduce per epoch on a group of its own, then
+    the optimizer step once it completes.
 
     Args:
         strategy: gives ``param_grads(acc_grads)``, ``params``, ``wu_comm`` and ``ps``.
-        optimizer: stepped once per epoch.
+        optimizer_step: steps the trainer's optimizer on the parameters' gradients (the
+            trainer's hook, :attr:`~dglx_dist.strategies.epochs.TrainHooks.optimizer_step`).
         first: the run's first epoch.
-        on_epoch: ``(epoch, {"loss", "wall"})`` once an epoch's update is applied.
     """
 
-    def __init__(self, strategy, optimizer, first: int, on_epoch: Callable[[int, dict], None]):
-        self.s, self.optimizer, self.on_epoch = strategy, optimizer, on_epoch
+    def __init__(self, strategy, optimizer_step: Callable[[], None], first: int):
+        self.s, self.optimizer_step = strategy, optimizer_step
         self.applied, self._queue = first - 1, []
+        self.restart_clock()
+
+    def restart_clock(self) -> None:
+        """The next update's ``wall`` counts from now (what the caller did with the last one,
+        e.g. an evaluation, is not the next epoch's)."""
         self._t0 = time.perf_counter()
 
     def epoch_done(self, epoch: int, acc: dict) -> None:
@@ -98,19 +113,17 @@ class WeightUpdates:
                          [torch.tensor([acc["loss"].pop(epoch, 0.0)])]).double()
         self._queue.append((epoch, self.s.wu_comm.start_all_reduce(flat)))
 
-    def poll(self) -> bool:
+    def poll(self) -> Applied | None:
+        """Applies the oldest update if its all-reduce completed; returns it (None: none)."""
         if not self._queue or not self._queue[0][1].done():
-            return False
+            return None
         epoch, pending = self._queue.pop(0)
         flat = pending.wait()
         set_grads(self.s.params, flat[:-1])
-        self.optimizer.step()
+        self.optimizer_step()
         self.s.ps.refresh()
         self.applied = epoch
-        wall = time.perf_counter() - self._t0
-        self.on_epoch(epoch, {"loss": float(flat[-1]), "wall": wall})
-        self._t0 = time.perf_counter()  # the callback's evaluation is not the next epoch's
-        return True
+        return Applied(epoch, float(flat[-1]), time.perf_counter() - self._t0)
 
     def applied_through(self) -> int:
         return self.applied

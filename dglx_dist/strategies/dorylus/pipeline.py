@@ -27,13 +27,14 @@ interval, layer, direction), received into ghost buffers whenever they arrive.
 The weight update of an epoch (WU) is the sum of every interval's gradients over the job
 (an all-reduce on a group of its own, started when this rank's intervals are done, finished
 whenever it completes); :class:`~dglx_dist.strategies.dorylus.params.WeightUpdates` then
-steps the optimizer.
+steps the optimizer through the trainer's hook, and :meth:`Pipeline.train` yields the epoch.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
 import time
+from typing import Iterator
 
 import torch
 
@@ -41,6 +42,7 @@ from dglx_dist.errors import DeadlineError
 from dglx_dist.runtime.comm import Comm, Transfer
 from dglx_dist.strategies.dorylus.graph import GraphServer
 from dglx_dist.strategies.dorylus.layers import LayerKind, Stage
+from dglx_dist.strategies.dorylus.params import Applied, WeightUpdates
 
 __all__ = ["Pipeline", "TensorSpec"]
 
@@ -150,19 +152,36 @@ class Pipeline:
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self, program: list[Stage], epochs: range, *, train: bool, sync: bool,
-            staleness: int = 0, extra: dict | None = None, updates=None) -> dict:
-        """Runs ``program`` for every interval and epoch in ``epochs``; returns the
-        accumulators: ``grads`` and ``loss`` per epoch, ``logits``.
+            extra: dict | None = None) -> dict:
+        """Runs ``program`` for every interval and epoch in ``epochs`` (no weight updates in
+        between); returns the accumulators: ``grads`` and ``loss`` per epoch, ``logits``."""
+        acc = self._accumulators()
+        for _ in self._walk(program, epochs, acc, train, sync, 0, extra or {}, None):
+            pass  # yields only applied weight updates, of which there are none
+        return acc
 
-        ``updates`` (training): ``epoch_done(e, acc)`` is called once every interval here
-        finished epoch e (it starts the weight update), ``poll()`` advances updates under way
-        and ``applied_through()`` is the last epoch whose update is applied; intervals start
-        epoch e only once epoch e-1-S is applied, and the run ends once the last is.
+    def train(self, program: list[Stage], epochs: range, updates: WeightUpdates, *,
+              sync: bool, staleness: int, extra: dict) -> Iterator[Applied]:
+        """Runs the training ``program`` for every interval and epoch in ``epochs``, yielding
+        each epoch's :class:`~dglx_dist.strategies.dorylus.params.Applied` update once it is
+        applied (the pipeline is suspended until the caller asks for more).
+
+        ``updates``: ``epoch_done(e, acc)`` is called once every interval here finished epoch
+        e (it starts the weight update), ``poll()`` advances updates under way and returns one
+        once applied, and ``applied_through()`` is the last epoch whose update is applied;
+        intervals start epoch e only once epoch e-1-S is applied, and the run ends once the
+        last is.
         """
-        extra = extra or {}
+        yield from self._walk(program, epochs, self._accumulators(), True, sync, staleness,
+                              extra, updates)
+
+    def _accumulators(self) -> dict:
+        return {"grads": {}, "loss": {},
+                "logits": torch.zeros(self.gs.n, self.layers.logits_width)}
+
+    def _walk(self, program: list[Stage], epochs: range, acc: dict, train: bool, sync: bool,
+              staleness: int, extra: dict, updates: WeightUpdates | None) -> Iterator[Applied]:
         space = _DIRS["train" if train else "eval"]
-        acc = {"grads": {}, "loss": {},
-               "logits": torch.zeros(self.gs.n, self.layers.logits_width)}
         its = [_Interval(i) for i in range(self.gs.num_intervals)]
         counts: dict[int, dict] = {}
         posted: set[int] = set()
@@ -170,8 +189,10 @@ class Pipeline:
         last_progress = last_tune = time.monotonic()
         while True:
             progressed = self._poll_recvs()
-            if updates is not None:
-                progressed |= bool(updates.poll())
+            applied = updates.poll() if updates is not None else None
+            if applied is not None:
+                progressed = True
+                yield applied
             for key, _, out in self.ctl.poll():
                 it = its[key[2]]
                 self.layers.result(program[key[3]], it.index, it.epoch, out, acc)
@@ -225,7 +246,6 @@ class Pipeline:
             else:
                 self.ctl.wait_any(0.002)
         self._drain()
-        return acc
 
     def _graph_task(self, space: int, st: Stage, it: _Interval, cnt: dict) -> None:
         self.layers.graph_task(st, it.index)

@@ -14,7 +14,7 @@
   weights: every one a full replica; an interval's weight version is stashed on the
   least-loaded one when its epoch starts and used for its whole pass (weight stashing). The
   weight update of an epoch sums every interval's gradients over the job and steps the
-  trainer's optimizer (SGD, Adam, ...).
+  trainer's optimizer (SGD, Adam, ...) through the trainer's ``optimizer_step`` hook.
 * **Pipeline** (:mod:`~dglx_dist.strategies.dorylus.pipeline`): intervals flow through the
   stages independently; ``mode="sync"`` puts a barrier at every layer (exact full-graph
   training), ``mode="async"`` lets Gathers read stale rows, bounded by ``staleness`` epochs.
@@ -29,7 +29,8 @@ with ELU and flattened heads between layers and the output heads averaged, as
 :class:`dglx_dist.models.GAT`: dropout is each conv's ``feat_drop`` (and ``attn_drop`` on the
 attention). The
 ``dropout`` option replaces the model's; a model whose ``row_normalize`` is set gets
-row-normalised features. ``Trainer.fit`` runs the pipeline; a loop of one's own gets one
+row-normalised features. ``Trainer.fit`` runs the pipeline (:meth:`DorylusStrategy.train_epochs`
+yields its epochs to the trainer's loop); a loop of one's own gets one
 batch per epoch (the rank's labelled training nodes) whose forward and backward run the same
 tasks layer-synchronously.
 """
@@ -37,9 +38,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Callable, Iterator
+from typing import Iterator
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from dglx_dist.errors import InvalidValueError
@@ -58,6 +60,7 @@ from dglx_dist.strategies.dorylus.graph import GraphServer
 from dglx_dist.strategies.dorylus.layers import DORYLUS_LAYERS, summed_grads
 from dglx_dist.strategies.dorylus.params import ParamServers, WeightUpdates
 from dglx_dist.strategies.dorylus.pipeline import Pipeline, TensorSpec
+from dglx_dist.strategies.epochs import EpochResult, TrainHooks
 from dglx_dist.strategies.steps import (Blocks, LoaderPlan, LoaderSpec, Step, StepState,
                                         equal_step_sizes, sampled_plan)
 
@@ -92,7 +95,6 @@ class DorylusStrategy(Strategy):
 
     feature_layout = "rows"
     full_graph = True
-    owns_training = True
     conv_types = ("GraphConv", "SAGEConv", "GATConv")
 
     @dataclasses.dataclass(frozen=True)
@@ -248,30 +250,36 @@ class DorylusStrategy(Strategy):
         return model
 
     # -- training: the pipeline ----------------------------------------------------------------
-    def fit_epochs(self, optimizer, first: int, epochs: int,
-                   on_epoch: Callable[[int, dict], None]) -> None:
-        """Trains epochs ``first .. first+epochs-1`` through the pipeline; ``on_epoch(e, info)``
-        runs on every rank once epoch e's weight update is applied (collectives allowed)."""
+    def train_epochs(self, epochs: range, hooks: TrainHooks) -> Iterator[EpochResult]:
+        """Trains ``epochs`` through the pipeline (epochs overlap under ``mode="async"``),
+        yielding each on every rank once its weight update is applied: one step over the
+        rank's training nodes, with the executor's counters of the epoch as extra fields."""
+        if hooks.loss_fn is not F.cross_entropy:
+            raise InvalidValueError(f"strategy {self.registered_name!r} trains through its own "
+                                    "pipeline, which computes the cross-entropy loss itself; "
+                                    f"loss_fn={getattr(hooks.loss_fn, '__name__', hooks.loss_fn)} "
+                                    "cannot be honoured (iterate trainer.batches() for a loss of "
+                                    "your own)")
+        if not epochs:
+            return
         cfg = self.config
         self.ps.refresh()
         pipe = self._pipeline()
         labels = lambda rows: {"labels": self.labels[rows].numpy(),  # noqa: E731
                                "weight": self._loss_weight[rows].numpy()}
-
-        seen = {}  # the controller's counters at the previous update
-
-        def report(epoch: int, info: dict) -> None:
+        updates = WeightUpdates(self, hooks.optimizer_step, epochs.start)
+        samples = int(self.masks["train"].sum())
+        seen = None  # the controller's counters at the previous update
+        for applied in pipe.train(self.kind.train_program(cfg.num_layers), epochs, updates,
+                                  sync=cfg.mode == "sync", staleness=cfg.staleness,
+                                  extra={"labels": labels}):
             now = pipe.ctl.stats()
-            info.update(self._executor_stats(now, seen or {k: 0 for k in now}, info["wall"]),
-                        samples=int(self.masks["train"].sum()),
-                        concurrency=pipe.ctl.concurrency)
-            seen.update(now)
-            on_epoch(epoch, info)
-
-        updates = WeightUpdates(self, optimizer, first, report)
-        pipe.run(self.kind.train_program(cfg.num_layers), range(first, first + epochs), train=True,
-                 sync=cfg.mode == "sync", staleness=cfg.staleness,
-                 extra={"labels": labels}, updates=updates)
+            extra = self._executor_stats(now, seen or {k: 0 for k in now}, applied.wall)
+            extra["concurrency"] = pipe.ctl.concurrency
+            seen = now
+            yield EpochResult(applied.epoch, applied.wall, 1, samples, applied.loss,
+                              extra=extra)
+            updates.restart_clock()
 
     def _executor_stats(self, now: dict, before: dict, wall: float) -> dict:
         """Invocations, bytes and cost between two snapshots of the controller's counters

@@ -1,0 +1,62 @@
+"""What an epoch of ``Trainer.fit`` yields, and the hooks the trainer lends a strategy for it.
+
+:meth:`Trainer.fit <dglx_dist.trainer.Trainer.fit>` has one loop for every strategy: it
+iterates :meth:`Strategy.train_epochs <dglx_dist.strategies.base.Strategy.train_epochs>` and,
+for every :class:`EpochResult`, builds the epoch's metrics record, evaluates, emits the record
+and saves a checkpoint as due, before asking for the next epoch. By default a strategy's
+epochs are :attr:`TrainHooks.loader_epoch`: the trainer's loader steps (forward, loss,
+backward, :attr:`TrainHooks.optimizer_step`). A strategy whose epochs overlap in a pipeline of
+its own (dorylus's bounded asynchrony) yields each epoch once its weight update is applied,
+stepping the trainer's optimizer through :attr:`TrainHooks.optimizer_step`; it is suspended
+while the trainer records, evaluates and checkpoints, so those see the weights of that epoch.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping
+
+__all__ = ["EpochResult", "TrainHooks"]
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochResult:
+    """One epoch's training on this rank, as its metrics record needs it.
+
+    Attributes:
+        epoch: the epoch's index (from 0).
+        wall: seconds this rank spent training the epoch (evaluation excluded).
+        steps: training steps of the epoch (the same on every rank).
+        samples: output nodes trained on, on this rank.
+        loss_sum: this rank's per-step losses summed (the record's ``loss`` is their mean over
+            steps and ranks).
+        first_nonfinite_step: this rank's first step whose loss was NaN or infinite (None:
+            none).
+        extra: fields the strategy adds to the record (numbers already reduced over the ranks,
+            the same on every rank), in the order they are written.
+    """
+
+    epoch: int
+    wall: float
+    steps: int
+    samples: int
+    loss_sum: float
+    first_nonfinite_step: int | None = None
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainHooks:
+    """What ``Trainer.fit`` lends :meth:`~dglx_dist.strategies.base.Strategy.train_epochs`.
+
+    Attributes:
+        loader_epoch: trains epoch ``e`` through the trainer's loader steps (forward, the loss,
+            backward, the optimizer step) and returns its result (collective).
+        optimizer_step: steps the trainer's optimizer on the gradients the parameters hold
+            (and counts the step); for a strategy that computes them itself.
+        loss_fn: the loss the caller asked for (``loss_fn(logits, labels)``); a strategy that
+            computes its own loss refuses another one.
+    """
+
+    loader_epoch: Callable[[int], EpochResult]
+    optimizer_step: Callable[[], None]
+    loss_fn: Callable
