@@ -143,6 +143,8 @@ def _freeze_two_nodes(work: Path, timeout: float) -> dict[str, Any]:
         left = _left(procs[live.pid] + [psutil.Process(live.pid)] if live.poll() is None
                      else procs[live.pid])
         named = _names_rank0(logs[agents.index(live)])
+        said = [line for line in logs[agents.index(live)].read_text().splitlines()
+                if "ERROR dglx_dist" in line]
     finally:
         for a in agents:  # the frozen node (and anything else still up) goes now
             if a.poll() is None:
@@ -152,7 +154,8 @@ def _freeze_two_nodes(work: Path, timeout: float) -> dict[str, Any]:
                         p.kill()
             a.wait()
     return {"seconds": round(survivor_s, 1), "job_seconds": round(job_s, 1),
-            "clean": survivor_s <= timeout + 30 and not left and named, "left": len(left)}
+            "clean": survivor_s <= timeout + 30 and not left and named, "left": len(left),
+            "said": said[-1][-300:] if said else None}
 
 
 def _kill_launcher(work: Path, timeout: float) -> dict[str, Any]:

@@ -424,9 +424,10 @@ class DistKVStore(ServedStore, KVStore):
         after its last pull or push) and drops this process's mappings (the files were
         unlinked at init). Idempotent."""
         if self._channel is not None:
-            failed = False
+            failed = self.session.failure is not None  # then a barrier would only time out
             try:
-                self.session.world.barrier()  # nobody asks this rank for rows any more
+                if not failed:
+                    self.session.world.barrier()  # nobody asks this rank for rows any more
             except PeerError as exc:
                 log.warning("rank %d: kvstore close: %s", self.session.rank, exc)
                 failed = True

@@ -228,7 +228,7 @@ class Channel:
         is left behind instead of waited for."""
         if self._thread is None:
             return
-        if job_failed or self.comm._broken is not None:
+        if job_failed or self.comm.failure is not None:
             self._thread = None
             return
         stop = torch.tensor([STOP] + [0] * (HEAD_LEN - 1), dtype=torch.int64)

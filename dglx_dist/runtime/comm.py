@@ -131,6 +131,12 @@ class Comm:
     def size(self) -> int:
         return len(self.members)
 
+    @property
+    def failure(self) -> PeerError | None:
+        """Why this group failed, or None while it works (a failed group fails every later
+        call at once)."""
+        return self._broken
+
     # -- collectives -------------------------------------------------------------------------
     def all_to_all_v(self, send: Sequence[torch.Tensor],
                      recv_rows: Sequence[int] | None = None) -> list[torch.Tensor]:

@@ -100,8 +100,12 @@ def tell_launcher(error_file: str | None, message: str) -> None:
     """Writes ``message`` where torchrun's failure summary reads it (nothing without one)."""
     if not error_file:
         return
+    # the layout torch's own ErrorHandler.record_exception writes; the summary shows
+    # py_callstack, which here is the line itself
+    record = {"message": {"message": message, "extraInfo": {
+        "py_callstack": message, "timestamp": str(int(time.time()))}}}
     try:
-        with open(error_file, "w") as fp:  # torchrun reads {"message": str, "timestamp": int}
-            json.dump({"message": message, "timestamp": int(time.time())}, fp)
+        with open(error_file, "w") as fp:
+            json.dump(record, fp)
     except OSError:  # the launcher's directory is gone: nothing left to tell it
         pass

@@ -83,6 +83,7 @@ class Session:
         self.world = make("world", None, list(range(env.world_size)))
         self.server = make("server", server_groups[me_server], topo.server_ranks(me_server))
         self.cross = make("cross", cross_groups[me_local], topo.cross_ranks(me_local))
+        self._comms = [self.world, self.server, self.cross]
         self.health.start()
         self._launcher = LauncherWatch(self.rank)  # the agent SIGKILLed: exit, not linger
         self._token: contextvars.Token | None = _CURRENT.set(self)
@@ -110,8 +111,16 @@ class Session:
         every rank)."""
         group = dist.new_group(list(range(self.world_size)),
                                timeout=datetime.timedelta(seconds=self.env.timeout))
-        return Comm(name, group, list(range(self.world_size)), self.rank, self.topology,
+        comm = Comm(name, group, list(range(self.world_size)), self.rank, self.topology,
                     self.counter, self.health, self.env.timeout)
+        self._comms.append(comm)
+        return comm
+
+    @property
+    def failure(self) -> PeerError | None:
+        """The first failure of any of this session's communicators, None while the job is
+        healthy: a job that failed on one group does not wait out a timeout on another."""
+        return next((c.failure for c in self._comms if c.failure is not None), None)
 
     @contextlib.contextmanager
     def peer_errors(self, op: str) -> Iterator[None]:
@@ -225,8 +234,7 @@ class Session:
         """A last barrier of the healthy job, so that no rank tears its groups down while a
         peer is still finishing its last collective (see the teardown note in shutdown);
         False when the job is not healthy."""
-        groups = (self.world, self.server, self.cross)
-        if any(c._broken is not None for c in groups):
+        if self.failure is not None:
             return False
         try:
             self.world.barrier()

@@ -3,13 +3,16 @@ naming the dead rank and the operation it waited in (feature pulls and sampling 
 KVStore, DDP's all-reduce, P3's layer-1 exchange, Dorylus's graph server), and nothing the dead
 rank started (Dorylus's executor workers) is left running."""
 import os
+import signal
 import time
 import uuid
 
 import psutil
 import pytest
+import torch
 import torch.nn.functional as F
 
+from dglx_dist.kvstore import DistKVStore
 from dglx_dist.runtime.comm import PeerError
 from dglx_dist.testing import run_workers
 from tests.dist.test_checkpoint import _trainer
@@ -174,3 +177,29 @@ def _no_training_nodes(session, tmp):
 def test_a_dataset_without_training_nodes_is_refused(tmp_path):
     res = run_workers(_no_training_nodes, 2, tmp_path / "run", str(tmp_path))
     assert all("no training nodes" in res[r] for r in (0, 1)), res
+
+
+def _frozen_peer_then_close(session):
+    """Rank 1 freezes; rank 0's collective on the cross group times out, then closing its
+    serving KVStore must not wait out another timeout on the world group."""
+    store = DistKVStore(session, serve=True)
+    pids = session.world.all_gather(torch.tensor([os.getpid()]))
+    if session.rank == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)  # frozen, alive: its sockets stay open
+    try:
+        session.cross.all_reduce(torch.ones(1))
+    except PeerError as exc:
+        failed_on = exc.op
+    t0 = time.monotonic()
+    store.close()
+    closed_s = time.monotonic() - t0
+    os.kill(int(pids[1]), signal.SIGKILL)
+    return {"failed_on": failed_on, "close_seconds": closed_s,
+            "session_failure": session.failure is not None}
+
+
+def test_a_failed_job_closes_its_kvstore_without_waiting_again(tmp_path):
+    res = run_workers(_frozen_peer_then_close, 2, tmp_path, expect_failure=[1],
+                      env={"DGLX_TIMEOUT": "6", "DGLX_VIRTUAL_SERVERS": "2"}, timeout=60)
+    assert res[0]["session_failure"] and "all_reduce" in res[0]["failed_on"], res[0]
+    assert res[0]["close_seconds"] < 3, res[0]  # a world barrier would wait its 6 s

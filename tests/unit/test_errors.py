@@ -11,7 +11,7 @@ import pathlib
 import pkgutil
 
 import pytest
-from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
 import dglx_dist
 from dglx_dist.cli import main
@@ -119,8 +119,8 @@ def test_torchruns_summary_reads_the_error_file(tmp_path):
     line = report(InvalidValueError("bad"), 1, 2, str(error_file))
     assert line is None  # rank 0 prints it
     failure = ProcessFailure(local_rank=1, pid=1, exitcode=2, error_file=str(error_file))
-    assert failure.message == "InvalidValueError: bad"
-    assert json.loads(error_file.read_text())["message"] == "InvalidValueError: bad"
+    summary = ChildFailedError("job", {1: failure}).format_msg()
+    assert "traceback : InvalidValueError: bad\n" in summary, summary
 
 
 def test_launch_position_reads_leniently():
@@ -147,7 +147,7 @@ def test_cli_usage_error_is_printed_by_rank_0_only(monkeypatch, tmp_path, capsys
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert ("argument --hidden: '0'" in err) == (rank == 0), err
-    assert "argument --hidden" in json.loads(error_file.read_text())["message"]
+    assert "argument --hidden" in json.loads(error_file.read_text())["message"]["message"]
 
 
 @pytest.mark.parametrize("rank", [0, 1])
@@ -160,7 +160,7 @@ def test_cli_error_is_one_line_on_rank_0_only(monkeypatch, tmp_path, caplog, ran
         ["DatasetFormatError: dataset 'nosuch' is neither a directory nor a built-in dataset "
          "(cora)"] if rank == 0 else [])
     assert all(r.exc_info is None for r in errors)  # the traceback only with --debug
-    assert "nosuch" in json.loads(error_file.read_text())["message"]
+    assert "nosuch" in json.loads(error_file.read_text())["message"]["message"]
 
 
 def test_cli_debug_adds_the_traceback(caplog):
