@@ -31,6 +31,7 @@ from typing import Any, Iterator
 import torch
 
 from dglx_dist.errors import InvalidValueError, NotSupportedError, PartitionError
+from dglx_dist.kvstore import DistKVStore, RowPolicy
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.registry import Registry
 from dglx_dist.runtime.autograd import scale_grad
@@ -236,3 +237,19 @@ class Strategy(abc.ABC):
 
     def close(self) -> None:
         """Releases what setup acquired."""
+
+
+def pull_features_once(session: Session, store, pdir: PartitionDir, part,
+                       ids: torch.Tensor) -> torch.Tensor:
+    """Feature rows of ``ids``, pulled once at setup (layer 0's rows never change): through
+    the graph's KVStore ``store`` when there is one, else through a store that lives for this
+    pull alone (collective)."""
+    if store is not None:
+        return store.pull("feat", ids, dedup=False)
+    own = DistKVStore(session)
+    try:
+        own.init_data("feat", RowPolicy(pdir.book), {part.part: torch.from_numpy(part.feat)})
+        return own.pull("feat", ids, dedup=False)
+    finally:
+        own.close()
+

@@ -45,7 +45,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.kvstore import DistKVStore, RowPolicy
 from dglx_dist.models.gcn import row_normalized
 from dglx_dist.models.layers import graph_convs
 from dglx_dist.offload import EXECUTORS, LambdaController
@@ -53,7 +52,8 @@ from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.autograd import GradientSync
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
-from dglx_dist.strategies.base import STRATEGIES, PartitionSpec, Strategy
+from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, Strategy,
+                                       pull_features_once)
 from dglx_dist.strategies.dorylus import gat  # noqa: F401  (registers GATConv)
 from dglx_dist.strategies.dorylus import sage  # noqa: F401  (registers SAGEConv)
 from dglx_dist.strategies.dorylus.graph import GraphServer
@@ -187,7 +187,8 @@ class DorylusStrategy(Strategy):
         self.gs = GraphServer(session.world, core, src, dst, pdir.book.owner, pdir.num_nodes,
                               intervals)
         self.wu_comm = session.new_world_comm("dorylus-wu")
-        self.feat = self._preload(pdir, part, torch.cat([core, self.gs.ghost_ids]))
+        self.feat = pull_features_once(self.session, self._store, pdir, part,
+                                       torch.cat([core, self.gs.ghost_ids]))
         self.labels = torch.from_numpy(part.label.astype("int64"))
         self.masks = {s: torch.from_numpy(getattr(part, s).copy()) for s in ("train", "val",
                                                                               "test")}
@@ -197,17 +198,6 @@ class DorylusStrategy(Strategy):
         self.executor.start()
         log.info("dorylus rank %d: %d nodes, %d ghosts, %d reverse ghosts, %d intervals",
                  session.rank, self.gs.n, self.gs.num_ghosts, self.gs.num_rghosts, intervals)
-
-    def _preload(self, pdir: PartitionDir, part, ids: torch.Tensor) -> torch.Tensor:
-        """Feature rows of the owned nodes and the ghosts (layer 0 never changes)."""
-        if self._store is not None:
-            return self._store.pull("feat", ids, dedup=False)
-        store = DistKVStore(self.session)
-        try:
-            store.init_data("feat", RowPolicy(pdir.book), {part.part: torch.from_numpy(part.feat)})
-            return store.pull("feat", ids, dedup=False)
-        finally:
-            store.close()
 
     def _controller(self) -> LambdaController:
         cfg = self.config

@@ -43,7 +43,6 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.kvstore import DistKVStore, RowPolicy
 from dglx_dist.models.layers import ConvWrapper, adapter_for, graph_convs
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.autograd import GradientSync, halo_exchange
@@ -51,7 +50,8 @@ from dglx_dist.runtime.comm import Comm
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import PartitionSampler
-from dglx_dist.strategies.base import STRATEGIES, PartitionSpec, Strategy
+from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, Strategy,
+                                       pull_features_once)
 from dglx_dist.strategies.granndis.cobatch import (GroupNodes, LayerPlan, batch_edges,
                                                    build_cobatch, levels)
 from dglx_dist.strategies.granndis.eas import expand_external
@@ -192,7 +192,8 @@ class GraNNDisStrategy(Strategy):
                                       out_degree.double(), gen)
         # full-graph: the one batch's rows, in its order, kept; else every node's row and,
         # per co-batch, where its rows are (gathered for the step, dropped after it)
-        self._feat = self._preload(pdir, part, self.plans[0].nodes if self.full_graph else own)
+        self._feat = pull_features_once(self.session, self._store, pdir, part,
+                                        self.plans[0].nodes if self.full_graph else own)
         self._own = own
         if self.full_graph:  # row of each own node in the plan's order
             first = self.plans[0].nodes
@@ -244,18 +245,6 @@ class GraNNDisStrategy(Strategy):
             level = levels(own, mine, targets, L, nodes, self.group)
             plans.append(build_cobatch(own, level, mine, L, nodes, self.group, out_degree))
         return plans
-
-    def _preload(self, pdir: PartitionDir, part, ids: torch.Tensor) -> torch.Tensor:
-        """Feature rows of ``ids`` (this rank's nodes), pulled once: external rows cross
-        servers here and only here."""
-        if self._store is not None:
-            return self._store.pull("feat", ids, dedup=False)
-        store = DistKVStore(self.session)
-        try:
-            store.init_data("feat", RowPolicy(pdir.book), {part.part: torch.from_numpy(part.feat)})
-            return store.pull("feat", ids, dedup=False)
-        finally:
-            store.close()
 
     def _clusters(self, part, core_edges) -> torch.Tensor:
         """Co-batch of every core node: METIS clusters of the rank's part (train balanced)."""
