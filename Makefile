@@ -1,8 +1,12 @@
 # The two commands a newcomer runs: `make demo` and `make test` (`make docs` builds the site).
 # Each installs what is missing first: into the active virtualenv if there is one, otherwise into
-# ./.venv (created with python3, which must be Python 3.11).
+# ./.venv (created with python3), with the checked stack's exact versions (CONSTRAINTS, which
+# needs Python 3.11). `make install CONSTRAINTS=` installs from setup.py's ranges alone.
+# `make test-core` runs the DGL-free layers' tests in ./.venv-core: newest torch and numpy, no DGL.
+# docs/install.md has the matrix.
 PYTHON ?= python3
 VENV ?= .venv
+CONSTRAINTS ?= constraints/cpu-py311.txt
 
 ifdef VIRTUAL_ENV
   ENV_DIR := $(VIRTUAL_ENV)
@@ -11,8 +15,25 @@ else
 endif
 PY := $(ENV_DIR)/bin/python
 STAMP := $(ENV_DIR)/.dglx_dist-installed
+PIP := -m pip install --disable-pip-version-check -q
 
-.PHONY: demo test docs install clean
+# The second virtualenv: setup.py's CORE_REQUIRES and TEST_REQUIRES, newest on the index, no DGL.
+CORE_VENV ?= .venv-core
+CORE_PY := $(CORE_VENV)/bin/python
+CORE_STAMP := $(CORE_VENV)/.dglx_dist-core-installed
+# The tests of the DGL-free layers (data, partition, runtime, comm, health, KVStore, autograd
+# exchanges, checkpoint files, offload tasks); tests marked `dgl` in them are left out.
+CORE_TESTS := tests/unit/test_import_boundary.py tests/unit/test_book.py \
+	tests/unit/test_checkpoint_files.py tests/unit/test_data.py tests/unit/test_errors.py \
+	tests/unit/test_fuzz_loaders.py tests/unit/test_health.py tests/unit/test_kvstore.py \
+	tests/unit/test_measure.py tests/unit/test_no_unpickling.py \
+	tests/unit/test_offload_executors.py tests/unit/test_offload_ops.py \
+	tests/unit/test_offload_payload.py tests/unit/test_partition.py \
+	tests/unit/test_partition_io.py tests/unit/test_preflight.py tests/unit/test_registry.py \
+	tests/unit/test_runtime_env.py tests/unit/test_synthetic.py \
+	tests/dist/test_comm.py tests/dist/test_exchanges.py tests/dist/test_kvstore_dist.py
+
+.PHONY: demo test test-core docs install clean
 
 demo: $(STAMP)
 	$(PY) -m dglx_dist demo
@@ -26,11 +47,28 @@ docs: $(STAMP)
 
 install: $(STAMP)
 
-$(STAMP): setup.py
+$(STAMP): setup.py $(CONSTRAINTS)
 	@test -x $(PY) || $(PYTHON) -m venv $(ENV_DIR)
-	@$(PY) -c 'import sys; assert sys.version_info[:2] == (3, 11), "dglx_dist needs Python 3.11 (DGL 2.1 wheels); got " + sys.version'
-	$(PY) -m pip install --disable-pip-version-check -q -e ".[test]"
+ifneq ($(strip $(CONSTRAINTS)),)
+	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "$(CONSTRAINTS) is the checked stack for Python 3.11 (DGL 2.1, the only DGL on the package index, has CPU wheels up to 3.11 with torch 2.2); this is Python " + sys.version.split()[0] + ". Use Python 3.11 (PYTHON=python3.11), or install from the ranges without it: make install CONSTRAINTS= (DGL 2.1-2.4 with a matching torch, Python 3.10-3.12; see docs/install.md)")'
+	$(PY) $(PIP) -c $(CONSTRAINTS) -e ".[test]"
+else
+	$(PY) $(PIP) -e ".[test]"
+endif
 	@touch $(STAMP)
 
+test-core: $(CORE_STAMP)
+	@$(CORE_PY) -c 'import platform, numpy, pyarrow, torch; print("test-core: Python", platform.python_version(), "torch", torch.__version__, "numpy", numpy.__version__, "pyarrow", pyarrow.__version__, "(no DGL)")'
+	$(CORE_PY) -m pytest -p no:cacheprovider -m "not dgl" $(CORE_TESTS)
+
+# Refreshed only when setup.py changes; `rm -rf .venv-core` picks up newer releases.
+$(CORE_STAMP): setup.py scripts/core_requirements.py
+	@test -x $(CORE_PY) || $(PYTHON) -m venv $(CORE_VENV)
+	$(PYTHON) scripts/core_requirements.py > $(CORE_VENV)/core-requirements.txt
+	$(CORE_PY) $(PIP) --upgrade -r $(CORE_VENV)/core-requirements.txt
+	$(CORE_PY) $(PIP) --no-deps -e .
+	@$(CORE_PY) -c 'import importlib.util, sys; sys.exit("dgl is installed in $(CORE_VENV); test-core needs an environment without it" if importlib.util.find_spec("dgl") else 0)'
+	@touch $(CORE_STAMP)
+
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache site
+	rm -rf $(VENV) $(CORE_VENV) *.egg-info .pytest_cache site

@@ -1,34 +1,48 @@
 """Packaging for dglx_dist.
 
-The pins are the combination checked to import and run DGL 2.1 (its METIS, samplers and
-dgl.distributed) on Python 3.11; see docs/install.md for why each one is there.
+install_requires holds ranges: lower bounds from the oldest supported DGL/torch builds or the
+oldest checked release, upper bounds only where a break is known for every combination. Bounds
+that hold only for some DGL/torch pairs (numpy<2 with torch<2.3, torchdata<0.8 and
+setuptools<70 with DGL 2.1) cannot be said in install_requires; they live in the constraints
+file of the checked stack (constraints/cpu-py311.txt), which `make` installs with. The matrix
+(tested, checked, expected) is in docs/install.md.
 """
 from setuptools import find_packages, setup
 
-INSTALL_REQUIRES = [
-    "torch==2.2.1",
-    "dgl==2.1.0",
-    "torchdata==0.7.1",
-    "numpy<2",
-    "scipy<1.15",
-    "pandas<3",
-    "pyarrow<20",
-    "pymetis",
-    "setuptools<70",
-    # DGL's own imports need these.
-    "pydantic",
-    "pyyaml",
+# What the DGL-free layers import (data, partition, runtime, kvstore, checkpoint, offload):
+# `make test-core` installs these, newest, without DGL.
+CORE_REQUIRES = [
+    "torch>=2.0",  # DGL 2.1 supports torch 2.0-2.2, DGL 2.4 up to 2.4; the core runs on newer
+    "numpy>=1.26",  # numpy 2 too, except with torch < 2.3 (the constraints file pins < 2)
+    "pyarrow>=19",
+    "scipy>=1.14",
+    "pymetis>=2025.1",
     "psutil",
     "tqdm",
 ]
 
-# The static site (`make docs`); tests/unit/test_docs.py builds it with --strict, so the test
-# extra carries the same pins.
-DOCS = ["mkdocs==1.6.1", "mkdocs-material==9.8.1", "mkdocstrings[python]==1.0.8",
-        "mkdocstrings-python==2.0.11", "griffelib==2.4.1"]
+INSTALL_REQUIRES = [
+    *CORE_REQUIRES,
+    # DGL 2.1 is the newest on the package index (CPU); DGL 2.2-2.4 come from DGL's wheel site,
+    # one build per torch version. DGL declares none of the torch pairing.
+    "dgl>=2.1",
+    # DGL's own undeclared imports (graphbolt, dgl.data, dgl.utils in DGL 2.1).
+    "pydantic",
+    "pyyaml",
+    "pandas",
+    "setuptools",
+]
+
+# The static site (`make docs`); tests/unit/test_docs.py builds it with --strict, so a newer
+# release can fail a test by a new warning: the versions checked are in the constraints file.
+DOCS = ["mkdocs>=1.6.1", "mkdocs-material>=9.8", "mkdocstrings[python]>=1.0.8",
+        "mkdocstrings-python>=2.0.11", "griffelib>=2.4"]
+
+# What the tests need besides the package (`make test-core` installs these with CORE_REQUIRES).
+TEST_REQUIRES = ["pytest>=7", "pytest-timeout", "hypothesis", "boto3"]
 
 EXTRAS = {
-    "test": ["pytest>=7", "pytest-timeout", "hypothesis", "boto3", "matplotlib", *DOCS],
+    "test": [*TEST_REQUIRES, "matplotlib", *DOCS],
     "docs": DOCS,
     "aws": ["boto3"],
     "plot": ["matplotlib"],
@@ -38,7 +52,7 @@ setup(
     name="dglx_dist",
     version="0.1.0",
     description="Distributed GNN training strategies (DistDGL, P3, GraNNDis, Dorylus) for DGL",
-    python_requires=">=3.11,<3.12",
+    python_requires=">=3.10,<3.13",  # DGL has no wheels for Python 3.13
     packages=find_packages(include=["dglx_dist", "dglx_dist.*"]),
     package_data={"dglx_dist.data": ["builtin/*/*.parquet", "builtin/*/*.json"]},
     install_requires=INSTALL_REQUIRES,

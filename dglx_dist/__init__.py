@@ -1,25 +1,72 @@
-"""dglx_dist: distributed GNN training strategies for DGL, chosen with one flag."""
+"""dglx_dist: distributed GNN training strategies for DGL, chosen with one flag.
+
+The public names below are imported on first use (PEP 562), so that the layers that need no DGL
+(data, partition, runtime, kvstore, checkpoint, offload, errors, registry) import without DGL
+installed: ``import dglx_dist.runtime`` does not pull in ``dglx_dist.api``, which needs DGL.
+``tests/unit/test_import_boundary.py`` keeps it that way.
+"""
+import importlib as _importlib
 import os as _os
+import typing as _typing
 
 # DGL asks for a backend on first import and writes ~/.dgl/config.json otherwise.
 _os.environ.setdefault("DGLBACKEND", "pytorch")
 
-from dglx_dist.api import (DataLoader, DistGraph, DistModel, DistNodeDataLoader,  # noqa: E402
-                           DistTensor, NeighborSampler, MultiLayerFullNeighborSampler,
-                           accuracy, all_reduce, distribute, export_parquet, inference,
-                           node_split, parallelize)
-from dglx_dist.data import (GraphDataset, builtin_path, from_dgl, read_dataset,  # noqa: E402
-                            to_dgl, write_dataset)
-from dglx_dist.partition import PARTITIONERS, PartitionDir, partition_dataset  # noqa: E402
-from dglx_dist.registry import Registry  # noqa: E402
-from dglx_dist.runtime import PeerError, Session, current_session, init  # noqa: E402
-from dglx_dist.strategies import STRATEGIES, Strategy  # noqa: E402
-from dglx_dist.trainer import Batch, Trainer  # noqa: E402
+# public name -> the module that defines it
+_EXPORTS = {
+    **dict.fromkeys(["DataLoader", "DistGraph", "DistModel", "DistNodeDataLoader", "DistTensor",
+                     "NeighborSampler", "MultiLayerFullNeighborSampler", "accuracy",
+                     "all_reduce", "distribute", "export_parquet", "inference", "node_split",
+                     "parallelize"], "dglx_dist.api"),
+    **dict.fromkeys(["GraphDataset", "builtin_path", "from_dgl", "read_dataset", "to_dgl",
+                     "write_dataset"], "dglx_dist.data"),
+    **dict.fromkeys(["PARTITIONERS", "PartitionDir", "partition_dataset"],
+                    "dglx_dist.partition"),
+    "Registry": "dglx_dist.registry",
+    **dict.fromkeys(["PeerError", "Session", "current_session", "init"], "dglx_dist.runtime"),
+    **dict.fromkeys(["STRATEGIES", "Strategy"], "dglx_dist.strategies"),
+    **dict.fromkeys(["Batch", "Trainer"], "dglx_dist.trainer"),
+}
+
+if _typing.TYPE_CHECKING:  # what type checkers and the API docs see; at run time, __getattr__ below
+    from dglx_dist.api import (DataLoader, DistGraph, DistModel, DistNodeDataLoader,
+                               DistTensor, MultiLayerFullNeighborSampler, NeighborSampler,
+                               accuracy, all_reduce, distribute, export_parquet, inference,
+                               node_split, parallelize)
+    from dglx_dist.data import (GraphDataset, builtin_path, from_dgl, read_dataset, to_dgl,
+                                write_dataset)
+    from dglx_dist.partition import PARTITIONERS, PartitionDir, partition_dataset
+    from dglx_dist.registry import Registry
+    from dglx_dist.runtime import PeerError, Session, current_session, init
+    from dglx_dist.strategies import STRATEGIES, Strategy
+    from dglx_dist.trainer import Batch, Trainer
 
 __version__ = "0.1.0"
 __all__ = ["GraphDataset", "read_dataset", "write_dataset", "to_dgl", "from_dgl", "builtin_path",
            "PARTITIONERS", "partition_dataset", "PartitionDir", "Registry", "init",
            "current_session", "Session", "PeerError", "STRATEGIES", "Strategy", "Batch",
            "Trainer", "distribute", "DistGraph", "node_split", "DataLoader", "DistNodeDataLoader",
-           "parallelize", "DistModel", "accuracy", "all_reduce", "inference", "export_parquet", "DistTensor", "NeighborSampler",
-           "MultiLayerFullNeighborSampler", "__version__"]
+           "parallelize", "DistModel", "accuracy", "all_reduce", "inference", "export_parquet",
+           "DistTensor", "NeighborSampler", "MultiLayerFullNeighborSampler", "__version__"]
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is not None:
+        value = getattr(_importlib.import_module(module), name)
+    elif name.startswith("__"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    else:
+        # subpackages as attributes (``dglx_dist.strategies`` after a bare ``import dglx_dist``)
+        try:
+            value = _importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

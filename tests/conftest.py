@@ -14,11 +14,16 @@ from dglx_dist.testing import tiny_dataset  # noqa: E402
 from dglx_dist.testing.procs import live_children  # noqa: E402
 
 
+# Set by the process's first import of torch._dynamo (newer torch: the first optimizer built),
+# whichever test that happens in; torch's own one-time setting, not a test's leak.
+_NOT_LEAKS = {"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR"}
+
+
 @pytest.fixture(autouse=True)
 def _no_leaks():
-    env_before = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    env_before = {k: v for k, v in os.environ.items() if k not in _NOT_LEAKS}
     yield
-    env_after = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    env_after = {k: v for k, v in os.environ.items() if k not in _NOT_LEAKS}
     leaked = {k for k in set(env_after) ^ set(env_before)}
     leaked |= {k for k in env_before if k in env_after and env_after[k] != env_before[k]}
     assert not leaked, f"test leaked environment variables: {sorted(leaked)}"

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from dglx_dist.data.format import DatasetMeta, GraphDataset
-from dglx_dist.errors import InvalidValueError, PartitionError
+from dglx_dist.errors import InvalidValueError, MissingDependencyError, PartitionError
 from dglx_dist.partition.base import PARTITIONERS, Partitioner, PartitionPlan
 from dglx_dist.partition.book import RangeBook
 
@@ -125,7 +125,13 @@ class MetisPartitioner(Partitioner):
 
     def _dgl_assignment(self, src: np.ndarray, dst: np.ndarray,
                         split_masks: dict[str, np.ndarray], num_parts: int) -> np.ndarray:
-        import dgl
+        try:
+            import dgl
+        except ImportError as e:  # a DGL-free install (docs/install.md: the core layers)
+            raise MissingDependencyError(
+                f"metis balancing {list(self.config.balance)} runs DGL's METIS, and dgl does "
+                f"not import ({e}); install dgl (docs/install.md), or balance the node count "
+                "only with pymetis: --opt balance=") from e
 
         num_nodes = split_masks["train"].size
         g = dgl.graph((torch.from_numpy(src), torch.from_numpy(dst)), num_nodes=num_nodes)

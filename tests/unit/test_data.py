@@ -24,6 +24,7 @@ def _same(a, b):
     assert a.num_classes == b.num_classes
 
 
+@pytest.mark.dgl
 def test_round_trip_directory_and_dgl(tiny, tmp_path):
     write_dataset(tiny, tmp_path / "d")
     back = read_dataset(tmp_path / "d")
@@ -128,6 +129,7 @@ def _with_edge_data(ds):
     return dataclasses.replace(ds, edata=edata)
 
 
+@pytest.mark.dgl
 def test_edge_data_survives_the_directory_and_dgl(tiny, tmp_path):
     ds = _with_edge_data(tiny)
     write_dataset(ds, tmp_path / "d")
@@ -139,6 +141,7 @@ def test_edge_data_survives_the_directory_and_dgl(tiny, tmp_path):
         assert np.array_equal(from_dgl(g).edata[name], values)
 
 
+@pytest.mark.dgl
 def test_edge_data_that_is_not_per_edge_numbers_is_named(tiny, tmp_path):
     g = to_dgl(tiny)
     g.edata["cube"] = torch.zeros(g.num_edges(), 2, 2)

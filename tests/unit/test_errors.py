@@ -47,6 +47,7 @@ def test_the_package_raises_no_builtin_error():
     assert found == []
 
 
+@pytest.mark.dgl
 def test_every_exception_class_of_the_package_is_a_dglx_error():
     classes = []
     for info in pkgutil.walk_packages([str(PACKAGE)], "dglx_dist."):
@@ -150,6 +151,7 @@ def test_cli_usage_error_is_printed_by_rank_0_only(monkeypatch, tmp_path, capsys
     assert "argument --hidden" in json.loads(error_file.read_text())["message"]["message"]
 
 
+@pytest.mark.dgl
 @pytest.mark.parametrize("rank", [0, 1])
 def test_cli_error_is_one_line_on_rank_0_only(monkeypatch, tmp_path, caplog, rank):
     error_file = _as_rank(monkeypatch, tmp_path, rank)
@@ -163,6 +165,7 @@ def test_cli_error_is_one_line_on_rank_0_only(monkeypatch, tmp_path, caplog, ran
     assert "nosuch" in json.loads(error_file.read_text())["message"]["message"]
 
 
+@pytest.mark.dgl
 def test_cli_debug_adds_the_traceback(caplog):
     assert main(["train", "--data", "nosuch", "--debug"]) == 2
     [record] = [r for r in caplog.records if r.levelno >= logging.ERROR]

@@ -6,7 +6,9 @@ from dglx_dist.partition import PARTITIONERS, PartitionDir, partition_dataset
 from dglx_dist.partition.book import HashBook
 from dglx_dist.testing import tiny_dataset
 
-ALL = PARTITIONERS.names()
+# metis balances several constraints by default, through DGL's METIS
+ALL = [pytest.param(m, marks=pytest.mark.dgl) if m == "metis" else m
+       for m in PARTITIONERS.names()]
 
 
 def _partition(ds, tmp_path, method, parts, **options):
@@ -67,6 +69,7 @@ def _check_features(ds, pdir, loaded):
     assert np.all(covered == expected)
 
 
+@pytest.mark.dgl
 def test_local_graph_matches_part(tiny, tmp_path):
     _, pdir = _partition(tiny, tmp_path, "metis", 2)
     p = pdir.load_part(1)
@@ -76,6 +79,7 @@ def test_local_graph_matches_part(tiny, tmp_path):
     assert g.ndata["_ID"].tolist() == p.local_gid.tolist()
 
 
+@pytest.mark.dgl
 def test_metis_relabels_contiguous_and_balances(cora, tmp_path):
     report, pdir = _partition(cora, tmp_path, "metis", 4)
     offsets = np.asarray(pdir.manifest["node_book"]["offsets"])
@@ -89,6 +93,7 @@ def test_metis_relabels_contiguous_and_balances(cora, tmp_path):
     assert report.edge_cut_frac < 0.25
 
 
+@pytest.mark.dgl
 def test_metis_multi_constraint_beats_nodes_only_on_skewed_train_set(tmp_path):
     ds = tiny_dataset(num_nodes=1200, avg_degree=6, seed=3, isolated=0)
     # put every training node into one community, as a clustered labelled region would be
@@ -115,6 +120,7 @@ def test_hash_owner_is_computable_without_lookup(tiny, tmp_path):
     assert not pdir.manifest["relabeled"]
 
 
+@pytest.mark.dgl
 def test_feature_dim_composes_with_structure(cora, tmp_path):
     _, pdir = _partition(cora, tmp_path, "feature_dim", 4)
     assert pdir.feature_layout == "columns"
@@ -134,6 +140,7 @@ def _group_cut(pdir, ds):
                                                       minlength=4)
 
 
+@pytest.mark.dgl
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_metis_groups_split_servers_first_then_their_ranks(tmp_path, seed):
     """groups=2, 4 parts on a graph of 2 communities (80% of edges inside one): parts {0,1} and

@@ -1,0 +1,82 @@
+"""The layers that need no DGL import without it (docs/install.md, "The DGL-free core").
+
+Each check runs in a fresh interpreter in which ``import dgl`` (and ``dgl.*``) raises
+ImportError, as on a machine without DGL. A core module may still use DGL inside a function
+(``to_dgl``, ``Partition.local_graph``, METIS with several constraints), never at import.
+"""
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Packages imported with every module under them, and single modules.
+CORE_PACKAGES = ["dglx_dist.data", "dglx_dist.partition", "dglx_dist.runtime",
+                 "dglx_dist.kvstore", "dglx_dist.checkpoint", "dglx_dist.offload"]
+CORE_MODULES = ["dglx_dist", "dglx_dist.errors", "dglx_dist.registry", "dglx_dist.config",
+                "dglx_dist.measure", "dglx_dist.testing"]
+# What needs DGL at import; the control below checks that the block really bites.
+DGL_MODULES = ["dglx_dist.api", "dglx_dist.models", "dglx_dist.sampling", "dglx_dist.strategies",
+               "dglx_dist.trainer"]
+
+_BLOCK = textwrap.dedent("""
+    import importlib, importlib.abc, pkgutil, sys
+
+    class NoDgl(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "dgl" or name.startswith("dgl."):
+                raise ModuleNotFoundError(f"No module named {name!r} (blocked)", name=name)
+
+    sys.meta_path.insert(0, NoDgl())
+    for name in [m for m in sys.modules if m == "dgl" or m.startswith("dgl.")]:
+        del sys.modules[name]
+""")
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", _BLOCK + textwrap.dedent(code)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_core_modules_import_without_dgl():
+    proc = _run(f"""
+        names = list({CORE_MODULES!r})
+        for pkg in {CORE_PACKAGES!r}:
+            mod = importlib.import_module(pkg)
+            names.append(pkg)
+            names += [info.name for info in pkgutil.walk_packages(mod.__path__, pkg + ".")]
+        failed = []
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except Exception as e:
+                failed.append(f"{{name}}: {{type(e).__name__}}: {{e}}")
+        assert "dgl" not in sys.modules
+        print(len(names), "modules")
+        print("\\n".join(failed))
+        sys.exit(1 if failed else 0)
+    """)
+    assert proc.returncode == 0, f"core modules that need DGL at import:\n{proc.stdout}{proc.stderr}"
+    assert int(proc.stdout.split()[0]) > 50  # the walk found the subpackages' modules
+
+
+def test_public_names_of_the_core_resolve_without_dgl():
+    proc = _run("""
+        import dglx_dist
+        for name in ["read_dataset", "write_dataset", "PARTITIONERS", "partition_dataset",
+                     "PartitionDir", "Registry", "init", "current_session", "Session",
+                     "PeerError"]:
+            getattr(dglx_dist, name)
+        assert "dgl" not in sys.modules
+    """)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("name", DGL_MODULES)
+def test_the_block_bites(name):
+    """Control: the modules that build on DGL fail to import under the same block."""
+    proc = _run(f"importlib.import_module({name!r})")
+    assert proc.returncode != 0 and "(blocked)" in proc.stderr, proc.stderr
