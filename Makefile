@@ -50,7 +50,7 @@ install: $(STAMP)
 $(STAMP): setup.py $(CONSTRAINTS)
 	@test -x $(PY) || $(PYTHON) -m venv $(ENV_DIR)
 ifneq ($(strip $(CONSTRAINTS)),)
-	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "$(CONSTRAINTS) is the checked stack for Python 3.11 (DGL 2.1, the only DGL on the package index, has CPU wheels up to 3.11 with torch 2.2); this is Python " + sys.version.split()[0] + ". Use Python 3.11 (PYTHON=python3.11), or install from the ranges without it: make install CONSTRAINTS= (DGL 2.1-2.4 with a matching torch, Python 3.10-3.12; see docs/install.md)")'
+	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "$(CONSTRAINTS) is the stack checked on Python 3.11 (DGL 2.1 with torch 2.2.1, on CPU), exact versions checked there only; this is Python " + sys.version.split()[0] + ". Use Python 3.11 (PYTHON=python3.11), or install from the ranges without it: make install CONSTRAINTS= (DGL 2.1-2.4 with a matching torch, Python 3.10-3.12; see docs/install.md)")'
 	$(PY) $(PIP) -c $(CONSTRAINTS) -e ".[test]"
 else
 	$(PY) $(PIP) -e ".[test]"
