@@ -22,15 +22,15 @@ CORE_VENV ?= .venv-core
 CORE_PY := $(CORE_VENV)/bin/python
 CORE_STAMP := $(CORE_VENV)/.dglx_dist-core-installed
 # The tests of the DGL-free layers (data, partition, runtime, comm, health, KVStore, autograd
-# exchanges, checkpoint files, offload tasks); tests marked `dgl` in them are left out.
+# exchanges, checkpoint files and layout, offload tasks); tests marked `dgl` in them are left out.
 CORE_TESTS := tests/unit/test_import_boundary.py tests/unit/test_book.py \
-	tests/unit/test_checkpoint_files.py tests/unit/test_data.py tests/unit/test_errors.py \
-	tests/unit/test_fuzz_loaders.py tests/unit/test_health.py tests/unit/test_kvstore.py \
-	tests/unit/test_measure.py tests/unit/test_no_unpickling.py \
-	tests/unit/test_offload_executors.py tests/unit/test_offload_ops.py \
-	tests/unit/test_offload_payload.py tests/unit/test_partition.py \
-	tests/unit/test_partition_io.py tests/unit/test_preflight.py tests/unit/test_registry.py \
-	tests/unit/test_runtime_env.py tests/unit/test_synthetic.py \
+	tests/unit/test_checkpoint_files.py tests/unit/test_checkpoint_layout.py \
+	tests/unit/test_data.py tests/unit/test_errors.py tests/unit/test_fuzz_loaders.py \
+	tests/unit/test_health.py tests/unit/test_kvstore.py tests/unit/test_measure.py \
+	tests/unit/test_no_unpickling.py tests/unit/test_offload_executors.py \
+	tests/unit/test_offload_ops.py tests/unit/test_offload_payload.py \
+	tests/unit/test_partition.py tests/unit/test_partition_io.py tests/unit/test_preflight.py \
+	tests/unit/test_registry.py tests/unit/test_runtime_env.py tests/unit/test_synthetic.py \
 	tests/dist/test_comm.py tests/dist/test_exchanges.py tests/dist/test_kvstore_dist.py
 
 .PHONY: demo test test-core docs install clean
