@@ -61,37 +61,24 @@ def test_bad_arguments_fail_before_writing(tmp_path, args, message):
 
 
 def test_bad_train_input_under_torchrun_is_one_line(tmp_path):
-    """Refusals of `dglx train` under torchrun: one ERROR line from rank 0 and no traceback
-    from any rank; torchrun's own summary quotes the line (each rank's error file). Two kinds
-    here (an option before the process group, the partitions' fit); tests/unit/test_errors.py
-    has the rank rules and the usage errors."""
+    """A refusal of `dglx train` under torchrun (a strategy option, before the process group):
+    one ERROR line from rank 0 and no traceback from any rank; torchrun's own summary quotes
+    the line (each rank's error file). tests/unit/test_errors.py has the rank rules and the
+    usage errors."""
     import os
 
     from dglx_dist.runtime.env import free_local_port
 
-    metis = tmp_path / "metis"
-    assert dglx("partition", builtin_path(), metis, "--parts", "2").returncode == 0
-    cases = {  # name: (arguments, environment, the words the one line must hold)
-        "option": (["--strategy", "dorylus", "--strategy-opt", "invocation_timeout=0"], {},
-                   "option 'invocation_timeout': 0.0; expected a value > 0"),
-        "layout": (["--strategy", "p3", "--partitions", metis], {},
-                   "stores features as rows (partitioner 'metis'); strategy 'p3' needs columns"),
-    }
-    procs = {}
-    for name, (args, extra, _) in cases.items():  # at once: each is mostly start-up time
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DGLX_")}
-        env.update({"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}, **extra)
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-               "--master-port", str(free_local_port()), "-m", "dglx_dist", "train",
-               "--epochs", "1", *map(str, args)]
-        procs[name] = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                                       stderr=subprocess.PIPE, text=True)
-    for name, proc in procs.items():
-        _, err = proc.communicate(timeout=300)
-        words = cases[name][2]
-        assert proc.returncode != 0, (name, err[-2000:])
-        said = [line for line in err.splitlines() if words in line]
-        summary = [line for line in said if line.lstrip().startswith("traceback :")]
-        assert len(said) - len(summary) == 1 and summary, (name, err[-3000:])
-        assert "dglx_dist/" not in err.replace(str(metis), ""), (name, err[-3000:])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DGLX_")}
+    env.update({"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"})
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--master-port", str(free_local_port()), "-m", "dglx_dist", "train", "--epochs", "1",
+           "--strategy", "dorylus", "--strategy-opt", "invocation_timeout=0"]
+    r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0, r.stderr[-2000:]
+    said = [line for line in r.stderr.splitlines()
+            if "option 'invocation_timeout': 0.0; expected a value > 0" in line]
+    summary = [line for line in said if line.lstrip().startswith("traceback :")]
+    assert len(said) - len(summary) == 1 and summary, r.stderr[-3000:]
+    assert "dglx_dist/" not in r.stderr, r.stderr[-3000:]
     assert not (tmp_path / "dglx-partitions").exists()  # refused before partitioning

@@ -62,3 +62,12 @@ def test_a_timeout_that_is_not_a_number_of_seconds_is_refused(value):
 def test_an_unknown_dataset_is_refused_before_anything_starts(caplog):
     assert main(["train", "--data", "no-such-graph"]) == 2
     assert "'no-such-graph' is neither a directory nor a built-in dataset (cora" in caplog.text
+
+
+def test_partitions_that_do_not_fit_the_strategy_are_refused(tiny, tmp_path, caplog):
+    data = write_dataset(tiny, tmp_path / "data")
+    partition_dataset(data, tmp_path / "parts", "hash", 1)  # rows; p3 needs column slices
+    assert main(["train", "--strategy", "p3", "--partitions", str(tmp_path / "parts")]) == 2
+    assert "stores features as rows (partitioner 'hash'); strategy 'p3' needs columns" \
+        in caplog.text
+
