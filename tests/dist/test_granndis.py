@@ -23,10 +23,15 @@ def _model(kind, feat_dim, classes):
 
 @pytest.fixture(scope="module")
 def cora_parts(tmp_path_factory):
+    """METIS parts balanced on the node count only: pymetis gives the same parts in every run.
+    DGL's METIS with balance constraints (the default balance) does not: the same input gave
+    different parts in different processes, and R=4's accuracy below moved with them (0.77 to
+    0.795 seen, once 2.7 points under exact preloading)."""
     out = {}
     for groups in (1, 2):
         out[groups] = tmp_path_factory.mktemp("parts") / f"cora-metis-4-{groups}"
-        partition_dataset(builtin_path("cora"), out[groups], "metis", 4, {"groups": groups})
+        partition_dataset(builtin_path("cora"), out[groups], "metis", 4,
+                          {"groups": groups, "balance": ()})
     return out
 
 
@@ -143,8 +148,9 @@ def _cora_runs(session, pdir_path):
 def test_cora_accuracy_eas_and_cooperative_batches(tmp_path, cora_parts):
     """GCN on Cora, 2 servers x 2 ranks, 200 epochs: EAS (m=1, k=15) within 1.5 points of
     exact shared preloading; R=4 co-batches train to within 2 points of it in 4 steps per
-    epoch with less activation memory per rank than R=1. (R=4's accuracy moves with the METIS
-    clusters, which vary between runs: 0.778 to 0.795 seen.)"""
+    epoch with less activation memory per rank than R=1. (R=4's co-batch clusters come from
+    DGL's METIS balancing training nodes, which varies between processes: 0.797 to 0.814 seen
+    on these parts, exact 0.800.)"""
     res = run_workers(_cora_runs, 4, tmp_path, str(cora_parts[2]), env=VS)[0]
     assert res["exact"]["acc"] >= 0.78 and res["eas"]["acc"] >= 0.78, res
     assert abs(res["eas"]["acc"] - res["exact"]["acc"]) <= 0.015, res
