@@ -10,7 +10,7 @@ whose estimated response) would exceed ``max_payload_bytes`` is split along the 
 into chunks that fit; the chunks run concurrently and their responses are merged (row outputs
 concatenated in order, sum outputs added), so the caller sees one response either way.
 
-boto3's own retries are off: :class:`~dglx_dist.offload.controller.LambdaController` retries.
+boto3's own retries are off: :class:`~dglx_dist.offload.controller.TaskController` retries.
 Throttling, 5xx answers and connection failures become ``WorkerLost``; function errors and
 refused requests become ``InvocationError``.
 """
