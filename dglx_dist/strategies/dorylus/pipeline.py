@@ -260,7 +260,7 @@ class Pipeline:
         pending = [t for t in self._sends if not t.done()]
         if pending:
             raise pending[0].fail(waited)
-        raise DeadlineError(f"dorylus pipeline on rank {self.comm.rank}: no progress for "
+        raise DeadlineError(f"dorylus pipeline on rank {self.comm.global_rank}: no progress for "
                             f"{waited:.0f}s with {self.ctl.in_flight} invocations in flight")
 
     def _drain(self) -> None:
