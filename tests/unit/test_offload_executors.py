@@ -160,6 +160,18 @@ def test_bad_payload_is_an_invocation_error_and_the_worker_survives():
             ctl.submit("x", {"op": "nope"}, {})
 
 
+def test_fault_fields_of_a_request_do_nothing_without_fault_options(monkeypatch):
+    """_crash / _delay_s act only in workers of an executor built with fault options; the
+    executor removes an inherited DGLX_TEST_FAULTS from its workers otherwise."""
+    monkeypatch.setenv("DGLX_TEST_FAULTS", "1")
+    _, header, arrays = _tasks(1)[0]
+    request = encode({**header, "_crash": True, "_delay_s": 60}, arrays)
+    with EXECUTORS.build("local", workers=1) as ex:
+        pids = ex.worker_pids()
+        _assert_same(ex.invoke(request).result(timeout=30), handle(request))
+        assert ex.worker_pids() == pids and ex.stats()["worker_restarts"] == 0
+
+
 def test_close_fails_pending_work_and_leaves_no_process():
     ex = EXECUTORS.build("local", workers=1, hang_on=(0,), hang_s=60)
     ex.start()
