@@ -7,7 +7,6 @@
   executors.
 * :mod:`.controller`: :class:`TaskController`, which times, relaunches and autotunes
   invocations for a graph server.
-* :mod:`.invoke_api`: a local stand-in for Lambda's Invoke API, for tests.
 """
 from dglx_dist.offload.aws import AwsExecutor
 from dglx_dist.offload.controller import TaskController, TaskFailedError

@@ -12,7 +12,7 @@ import pytest
 
 from dglx_dist.offload import (EXECUTORS, InvocationError, TaskController, TaskFailedError,
                                WorkerLost)
-from dglx_dist.offload.invoke_api import serve_in_subprocess
+from dglx_dist.testing.invoke_api import serve_in_subprocess
 from dglx_dist.offload.tensor_fn.handler import handle
 from dglx_dist.offload.tensor_fn.payload import PayloadError, decode, encode
 from dglx_dist.testing.procs import live_children
