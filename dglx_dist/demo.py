@@ -17,8 +17,8 @@ from typing import Any
 
 from dglx_dist.data.builtin import builtin_path
 from dglx_dist.errors import StateError
-from dglx_dist.measure import markdown_table
 from dglx_dist.partition import PARTITIONERS, PartitionDir, partition_dataset
+from dglx_dist.report import markdown_table
 from dglx_dist.runtime.env import free_local_port
 
 __all__ = ["partition_demo", "training_demo"]

@@ -174,7 +174,7 @@ class Registry(Generic[T]):
     def options_markdown(self, names: list[str] | None = None) -> str:
         """A markdown table of the options of ``names`` (default: every name); the docs'
         options tables come from here."""
-        from dglx_dist.measure import markdown_table
+        from dglx_dist.report import markdown_table
 
         rows = [{self.kind: f"`{name}`", "option": f"`{o.name}`", "type": o.type,
                  "default": f"`{o.default}`", "help": o.help}

@@ -51,8 +51,9 @@ from dglx_dist.checkpoint.layout import encode_shards, rank_file, restore_shards
 from dglx_dist.errors import (CheckpointError, DatasetFormatError, InvalidValueError,
                                NonFiniteLossError)
 from dglx_dist.kvstore.embedding import DistEmbedding
-from dglx_dist.measure import SavedBytes, json_record
+from dglx_dist.memory import SavedBytes
 from dglx_dist.models.layers import graph_convs
+from dglx_dist.report import json_record
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.runtime.session import Session
 from dglx_dist.strategies.base import Strategy

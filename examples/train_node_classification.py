@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 import dglx_dist
 from dglx_dist.checkpoint import Checkpointing
-from dglx_dist.config import parse_key_values
+from dglx_dist.cli_flags import parse_key_values
 from dglx_dist.partition import PartitionDir
 from dglx_dist.prepare import ensure_partitions
 from dglx_dist.strategies import STRATEGIES

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dglx_dist.measure import markdown_table
+from dglx_dist.report import markdown_table
 
 COLUMNS = ("system", "network", "epoch_time", "time_to_accuracy", "bytes_inter", "bytes_intra",
            "peak_mem_mb", "val_acc", "test_acc", "steps", "note")

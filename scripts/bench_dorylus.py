@@ -38,7 +38,7 @@ from typing import Any
 from bench_common import add_common, emit_json, parse_with_preset
 from bench_train import run_group, synthetic_dataset
 
-from dglx_dist.measure import markdown_table
+from dglx_dist.report import markdown_table
 from dglx_dist.runtime.env import free_local_port
 
 log = logging.getLogger("bench_dorylus")

@@ -35,8 +35,8 @@ from pathlib import Path
 import torch
 
 from dglx_dist.kvstore import DistKVStore, RowPolicy
-from dglx_dist.measure import markdown_table
 from dglx_dist.partition.book import HashBook
+from dglx_dist.report import markdown_table
 from dglx_dist.testing import run_workers
 
 log = logging.getLogger("bench_kvstore")

@@ -37,8 +37,8 @@ import pyarrow.parquet as pq
 
 from dglx_dist.data.convert import to_dgl
 from dglx_dist.data.format import read_dataset
-from dglx_dist.measure import markdown_table
 from dglx_dist.partition import PARTITIONERS, partition_dataset
+from dglx_dist.report import markdown_table
 
 log = logging.getLogger("bench_partition")
 

@@ -38,8 +38,8 @@ import torch.nn.functional as F
 import dglx_dist
 from dglx_dist.api.ndata import NodeDataView
 from dglx_dist.data import CoraGraphDataset
-from dglx_dist.measure import markdown_table
 from dglx_dist.models import SAGE
+from dglx_dist.report import markdown_table
 from dglx_dist.testing import run_workers
 
 log = logging.getLogger("bench_reads")

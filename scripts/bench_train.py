@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dglx_dist.measure import markdown_table
+from dglx_dist.report import markdown_table
 from dglx_dist.runtime.env import free_local_port
 
 log = logging.getLogger("bench_train")

@@ -44,7 +44,7 @@ import torch
 
 from dglx_dist.checkpoint import find_latest
 from dglx_dist.checkpoint.files import decode, read_file
-from dglx_dist.measure import markdown_table
+from dglx_dist.report import markdown_table
 
 log = logging.getLogger("chaos")
 

@@ -37,7 +37,7 @@ from typing import Any
 
 import psutil
 
-from dglx_dist.measure import markdown_table
+from dglx_dist.report import markdown_table
 from dglx_dist.runtime.env import free_local_port
 
 KINDS = ("freeze-standalone", "freeze-c10d", "freeze-2node", "kill-launcher", "kill-partition")

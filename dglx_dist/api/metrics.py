@@ -7,7 +7,7 @@ from typing import Any, Mapping
 import torch
 
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.measure import peak_rss_bytes
+from dglx_dist.memory import peak_rss_bytes
 from dglx_dist.runtime.session import Session, current_session
 from dglx_dist.strategies.epochs import EpochResult
 

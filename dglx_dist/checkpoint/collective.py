@@ -47,7 +47,7 @@ def save(world: Comm, root: Path, epoch: int, meta: dict[str, Any], blobs: dict[
     """Writes this rank's ``blobs`` (file name -> bytes) into the checkpoint of ``epoch`` under
     ``root``; ``meta`` (epoch, step, world_size, strategy, ...) goes into the manifest (rank
     0's). Returns the checkpoint's directory (collective)."""
-    root, rank = Path(root), world.rank
+    root, rank = Path(root), world.global_rank
     staging = files.staging_dir(root, epoch)
     error = ""
     if rank == 0:
@@ -103,7 +103,7 @@ def find(world: Comm, root: Path) -> tuple[Path, dict[str, Any], Callable[[str],
     (collective)."""
     root = Path(root)
     epoch = -1
-    if world.rank == 0:
+    if world.global_rank == 0:
         found = files.find_latest(root)
         epoch = found[1]["epoch"] if found is not None else -1
     epoch = int(world.broadcast(torch.tensor([epoch], dtype=torch.int64), 0)[0])

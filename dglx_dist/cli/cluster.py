@@ -7,7 +7,7 @@ import logging
 import sys
 from typing import Callable
 
-from dglx_dist.config import number
+from dglx_dist.cli_flags import number
 from dglx_dist.errors import InvalidValueError
 
 __all__ = ["COMMANDS"]

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 from typing import Callable, Sequence
 
-from dglx_dist.config import add_dataclass_arguments, dataclass_from_args, parse_key_values
+from dglx_dist.cli_flags import (add_dataclass_arguments, dataclass_from_args,
+                                 parse_key_values)
 from dglx_dist.errors import InvalidValueError
 
 __all__ = ["COMMANDS"]

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from dglx_dist.config import number, parse_key_values
+from dglx_dist.cli_flags import number, parse_key_values
 
 __all__ = ["COMMANDS"]
 

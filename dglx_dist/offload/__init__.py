@@ -5,12 +5,11 @@
 * :mod:`.executor`: the :class:`Executor` interface and the :data:`EXECUTORS` registry, with
   the "local" (worker processes), "aws" (boto3) and "inline" (in the calling thread)
   executors.
-* :mod:`.controller`: :class:`LambdaController`, which times, relaunches and autotunes
+* :mod:`.controller`: :class:`TaskController`, which times, relaunches and autotunes
   invocations for a graph server.
-* :mod:`.invoke_api`: a local stand-in for Lambda's Invoke API, for tests.
 """
 from dglx_dist.offload.aws import AwsExecutor
-from dglx_dist.offload.controller import LambdaController, TaskFailedError
+from dglx_dist.offload.controller import TaskController, TaskFailedError
 from dglx_dist.offload.executor import EXECUTORS, Executor, InvocationError, WorkerLost
 from dglx_dist.offload.inline import InlineExecutor
 from dglx_dist.offload.local import LocalExecutor
@@ -18,5 +17,5 @@ from dglx_dist.offload.tensor_fn.ops import OPS
 from dglx_dist.offload.tensor_fn.payload import PayloadError, decode, encode
 
 __all__ = ["EXECUTORS", "Executor", "InvocationError", "WorkerLost", "LocalExecutor",
-           "AwsExecutor", "InlineExecutor", "LambdaController", "TaskFailedError", "OPS",
+           "AwsExecutor", "InlineExecutor", "TaskController", "TaskFailedError", "OPS",
            "PayloadError", "encode", "decode"]

@@ -2,7 +2,7 @@
 
 The function is the ``tensor_fn`` package (``scripts/package_lambda.py`` builds and explains how
 to deploy it); ``endpoint_url`` points boto3 elsewhere, e.g. at
-:func:`dglx_dist.offload.invoke_api.serve_in_subprocess` in tests. Each invocation sends
+:func:`dglx_dist.testing.invoke_api.serve_in_subprocess` in tests. Each invocation sends
 ``{"payload": base64(request)}`` and reads the same shape back.
 
 Lambda caps a synchronous request and response at about 6 MB. A request whose encoding (or
@@ -10,7 +10,7 @@ whose estimated response) would exceed ``max_payload_bytes`` is split along the 
 into chunks that fit; the chunks run concurrently and their responses are merged (row outputs
 concatenated in order, sum outputs added), so the caller sees one response either way.
 
-boto3's own retries are off: :class:`~dglx_dist.offload.controller.LambdaController` retries.
+boto3's own retries are off: :class:`~dglx_dist.offload.controller.TaskController` retries.
 Throttling, 5xx answers and connection failures become ``WorkerLost``; function errors and
 refused requests become ``InvocationError``.
 """
@@ -28,7 +28,8 @@ import numpy as np
 
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, MissingDependencyError, StateError
 from dglx_dist.offload.executor import EXECUTORS, Executor, InvocationError, WorkerLost
-from dglx_dist.offload.tensor_fn.ops import OPS, Op, output_size
+from dglx_dist.offload.tensor_fn.common import Op, output_size
+from dglx_dist.offload.tensor_fn.ops import OPS
 from dglx_dist.offload.tensor_fn.payload import PayloadError, decode, encode
 
 __all__ = ["AwsExecutor", "split_request", "merge_responses"]

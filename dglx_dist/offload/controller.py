@@ -1,10 +1,13 @@
-"""The Lambda controller of a graph server: launches, times, relaunches and autotunes.
+"""The task controller of a graph server: launches, times, relaunches and autotunes.
+
+Dorylus calls it the Lambda controller; it drives every executor (local worker processes,
+AWS Lambda, inline), not only Lambda.
 
 A graph server submits tensor tasks under keys of its choosing (e.g. ``(layer, interval)``) and
 collects their results as they finish; the controller keeps up to ``concurrency`` invocations in
 flight on an :class:`~dglx_dist.offload.executor.Executor`::
 
-    ctl = LambdaController(executor, timeout_s=30, concurrency=min(num_intervals, 100))
+    ctl = TaskController(executor, timeout_s=30, concurrency=min(num_intervals, 100))
     for i in range(num_intervals):
         ctl.submit(("av", 0, i), {"op": "av", "act": "relu"}, {"A": ..., "W": ..., ...})
     while ctl.pending:
@@ -45,7 +48,7 @@ from dglx_dist.offload.executor import Executor, InvocationError, WorkerLost
 from dglx_dist.offload.tensor_fn.ops import OPS
 from dglx_dist.offload.tensor_fn.payload import PayloadError, decode, encode
 
-__all__ = ["LambdaController", "TaskFailedError", "Result"]
+__all__ = ["TaskController", "TaskFailedError", "Result"]
 
 log = logging.getLogger(__name__)
 Result = tuple[Hashable, dict, dict[str, np.ndarray]]
@@ -71,7 +74,7 @@ class _Attempt:
     finished: float | None = None
 
 
-class LambdaController:
+class TaskController:
     """Runs keyed tensor tasks on an executor with timeouts, relaunches and autotuning.
 
     Args:
@@ -247,7 +250,7 @@ class LambdaController:
         self._queue.clear()
         self._pending.clear()
 
-    def __enter__(self) -> "LambdaController":
+    def __enter__(self) -> "TaskController":
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -1,7 +1,7 @@
 """Executors run tensor-task payloads somewhere else: local worker processes or AWS Lambda.
 
 An executor turns a request payload (``tensor_fn.payload``) into a future of the response
-payload. It does not retry: :class:`~dglx_dist.offload.controller.LambdaController` times,
+payload. It does not retry: :class:`~dglx_dist.offload.controller.TaskController` times,
 aborts and relaunches invocations. Executors are plug-ins in :data:`EXECUTORS`::
 
     with EXECUTORS.build("local", workers=4) as ex:

@@ -7,8 +7,11 @@ account's concurrency limit. A worker that dies fails its invocation with
 :class:`~dglx_dist.offload.executor.WorkerLost` and is replaced (a cold start).
 
 The fault-injection options (``latency_s``, ``crash_on``, ``hang_on``) make the failure modes of
-serverless workers reproducible in tests and benchmarks: they are written into the request
-header and acted on by the worker.
+serverless workers reproducible in tests and benchmarks (never in production): they are written
+into the request header, and the worker acts on them only because the executor then starts it
+with ``DGLX_TEST_FAULTS=1`` (:data:`~dglx_dist.offload.tensor_fn.worker.FAULTS_VAR`). Without
+these options the variable is removed from the workers' environment, so a request carrying the
+fault fields runs as any other.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from pathlib import Path
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, StateError
 from dglx_dist.offload.executor import EXECUTORS, Executor, InvocationError, WorkerLost
 from dglx_dist.offload.tensor_fn.payload import PayloadError, decode_header, replace_header
-from dglx_dist.offload.tensor_fn.worker import STATUS_OK, read_frame, write_frame
+from dglx_dist.offload.tensor_fn.worker import FAULTS_VAR, STATUS_OK, read_frame, write_frame
 
 __all__ = ["LocalExecutor"]
 
@@ -67,14 +70,15 @@ class LocalExecutor(Executor):
         cold_start_s: float = dataclasses.field(default=0.0, metadata={
             "help": "seconds a (re)started worker sleeps before serving"})
         latency_s: float = dataclasses.field(default=0.0, metadata={
-            "help": "delay injected into every invocation"})
+            "help": "fault injection (tests, benchmarks): delay added to every invocation"})
         crash_on: tuple[int, ...] = dataclasses.field(default=(), metadata={
-            "help": "invocation numbers (0-based, counting every invoke() call) whose worker "
-                    "dies mid-invocation"})
+            "help": "fault injection (tests): invocation numbers (0-based, counting every "
+                    "invoke() call) whose worker dies mid-invocation"})
         hang_on: tuple[int, ...] = dataclasses.field(default=(), metadata={
-            "help": "invocation numbers that stall for hang_s before computing"})
+            "help": "fault injection (tests): invocation numbers that stall for hang_s "
+                    "before computing"})
         hang_s: float = dataclasses.field(default=30.0, metadata={
-            "help": "how long a hang_on invocation stalls"})
+            "help": "fault injection (tests): how long a hang_on invocation stalls"})
 
         def __post_init__(self):
             if self.workers < 1:
@@ -82,6 +86,11 @@ class LocalExecutor(Executor):
             for name in ("cold_start_s", "latency_s", "hang_s"):
                 if getattr(self, name) < 0:
                     raise InvalidValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+        @property
+        def injects_faults(self) -> bool:
+            """Whether any fault-injection option is set (the workers then honour them)."""
+            return bool(self.latency_s > 0 or self.crash_on or self.hang_on)
 
     def __init__(self, config: Config):
         super().__init__(config)
@@ -176,6 +185,9 @@ class LocalExecutor(Executor):
     def _spawn(self) -> subprocess.Popen:
         env = dict(os.environ)
         env.update({var: "1" for var in _THREAD_VARS})
+        env.pop(FAULTS_VAR, None)  # the fault fields are honoured only when asked for here
+        if self.config.injects_faults:
+            env[FAULTS_VAR] = "1"
         return subprocess.Popen(
             [sys.executable, "-c", _BOOT, "--cold-start", repr(self.config.cold_start_s)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)

@@ -20,7 +20,7 @@ from dglx_dist.data.atomic import check_target
 from dglx_dist.data.edge_data import edge_data_spec
 from dglx_dist.data.format import GraphDataset, read_dataset, read_meta
 from dglx_dist.errors import InsufficientMemoryError, PartitionError
-from dglx_dist.measure import PeakRSS
+from dglx_dist.memory import PeakRSS
 from dglx_dist.partition.base import PARTITIONERS, Partitioner, PartitionPlan
 from dglx_dist.partition.book import FeatureSlices
 from dglx_dist.partition.io import PARTITION_DIR, write_partitions

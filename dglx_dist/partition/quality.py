@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from dglx_dist.measure import markdown_table
 from dglx_dist.partition.layout import Layout
+from dglx_dist.report import markdown_table
 
 __all__ = ["QualityReport", "imbalance"]
 

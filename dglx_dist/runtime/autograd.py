@@ -69,7 +69,7 @@ class OwnerReduce:
     def __init__(self, server: Comm, cross: Comm | None, sizes: Sequence[int]):
         self.server, self.cross, self.sizes = server, cross, list(sizes)
         self.num_servers = cross.size if cross is not None else 1
-        self.me = server.rank if cross is not None else server.index  # index into sizes
+        self.me = server.global_rank if cross is not None else server.group_rank  # into sizes
 
     def _owner(self, s: int, l: int) -> int:
         return s * self.server.size + l
@@ -85,7 +85,7 @@ class OwnerReduce:
         server, cross = self.server, self.cross
         send = [torch.cat([flats[self._owner(s, l)].detach() for s in range(self.num_servers)])
                 for l in range(server.size)]
-        mine = self._across(server.index)
+        mine = self._across(server.group_rank)
         got = server.all_to_all_v(send, recv_rows=[sum(mine)] * server.size)
         sums = list(torch.split(_sum(got), mine))
         if cross is None:
@@ -103,7 +103,7 @@ class OwnerReduce:
         if self.cross is None:
             return Ready([grad.contiguous()])
         return self.cross.start_all_to_all_v([grad.contiguous()] * self.cross.size,
-                                             recv_rows=self._across(self.server.index))
+                                             recv_rows=self._across(self.server.group_rank))
 
     def finish_backward(self, pending: Pending | Ready) -> list[torch.Tensor]:
         """Stage 2 (hand the gradients to every rank of the server) done; returns, per rank
@@ -203,7 +203,7 @@ def reduce_to_owners(server: Comm, cross: Comm | None,
     if len(partials) != plan_ranks:
         raise InvalidValueError(f"reduce_to_owners needs one list of partials per rank "
                                 f"({plan_ranks}), got {len(partials)}")
-    me = server.rank if cross is not None else server.index
+    me = server.global_rank if cross is not None else server.group_rank
     total = _ReduceToOwners.apply(server, cross, *flatten_partials(partials))
     return unflatten(total, [t.shape for t in partials[me]])
 

@@ -110,20 +110,25 @@ class Comm:
         name: the group's name in errors and diagnostics ("world", "server", "cross").
         group: the torch.distributed group (None: the default group).
         members: global ranks of the group, in group-rank order.
-        rank: this process's global rank.
+        global_rank: this process's global rank.
         topology: servers x local ranks, to classify peers.
         counter: the byte counter shared by the session's communicators.
         health: heartbeats used to name failed ranks (None: no diagnosis).
         timeout: seconds any call may wait.
+
+    Attributes:
+        global_rank: this process's rank in the whole job (torch.distributed's global rank).
+        group_rank: this process's position in ``members`` (torch.distributed's rank within
+            the group); peers, ``src`` and send/recv lists are indexed by group rank.
     """
 
-    def __init__(self, name: str, group, members: Sequence[int], rank: int, topology: Topology,
-                 counter: ByteCounter, health: Health | None, timeout: float):
+    def __init__(self, name: str, group, members: Sequence[int], global_rank: int,
+                 topology: Topology, counter: ByteCounter, health: Health | None, timeout: float):
         self.name, self.group, self.members = name, group, list(members)
-        self.rank, self.topology, self.counter = rank, topology, counter
+        self.global_rank, self.topology, self.counter = global_rank, topology, counter
         self.health, self.timeout = health, datetime.timedelta(seconds=timeout)
-        self.index = self.members.index(rank)
-        self._intra = [topology.same_server(rank, m) for m in self.members]
+        self.group_rank = self.members.index(global_rank)
+        self._intra = [topology.same_server(global_rank, m) for m in self.members]
         self._seq = 0
         self._broken: PeerError | None = None
 
@@ -274,7 +279,7 @@ class Comm:
         """Copies member ``src``'s ``tensor`` into every member's ``tensor`` (in place)."""
         self._run("broadcast", lambda: dist.broadcast(tensor, self.members[src],
                                                       group=self.group, async_op=True))
-        if self.index == src:
+        if self.group_rank == src:
             self._count([tensor.nbytes] * self.size, [0] * self.size)
         else:
             self._count([0] * self.size, [tensor.nbytes if i == src else 0
@@ -300,7 +305,7 @@ class Comm:
 
     def _p2p(self, kind: str, fn: Callable, tensor: torch.Tensor, peer: int,
              tag: int) -> "Transfer":
-        if not 0 <= peer < self.size or peer == self.index:
+        if not 0 <= peer < self.size or peer == self.group_rank:
             raise InvalidValueError(f"{kind} on {self.name}: peer {peer}; expected another member "
                                     f"in [0, {self.size})")
         op = f"{kind} (tag {tag}) {'to' if kind == 'send' else 'from'} rank {self.members[peer]}"
@@ -316,7 +321,7 @@ class Comm:
     def _count(self, sent: Sequence[int], recv: Sequence[int]) -> None:
         self.counter.add_control(0, calls=1)
         for i, (s, r) in enumerate(zip(sent, recv)):
-            if i != self.index and (s or r):
+            if i != self.group_rank and (s or r):
                 self.counter.add(self._intra[i], s, r)
 
     def _run(self, op: str, start: Callable[[], dist.Work | None]) -> None:
@@ -365,7 +370,7 @@ class Comm:
         cause = (f"timed out after {self.timeout.total_seconds():g}s" if timed_out
                  else f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
         who = why or "no failed rank could be identified"
-        return PeerError(f"{op} on the {self.name} group failed on rank {self.rank}: {who} "
+        return PeerError(f"{op} on the {self.name} group failed on rank {self.global_rank}: {who} "
                          f"[{cause}]", ranks, op)
 
 

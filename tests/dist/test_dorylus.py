@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from dglx_dist.data import builtin_path, read_dataset, to_dgl
 from dglx_dist.models import GAT, GCN, SAGE
-from dglx_dist.offload.invoke_api import serve_in_subprocess
+from dglx_dist.testing.invoke_api import serve_in_subprocess
 from dglx_dist.partition import PartitionDir, partition_dataset
 from dglx_dist.testing import run_workers, seeded_model
 from dglx_dist.trainer import Trainer
@@ -181,7 +181,7 @@ def test_sync_gat_with_dropout_matches_dgl_with_the_same_masks(tmp_path, cora_pa
     """Feature dropout 0.3 and attention dropout 0.4 in sync mode: the losses and weights of
     3 epochs equal DGL's GATConv whose feat_drop / attn_drop apply the tasks' hash masks
     (node id and column; edge key and head; per epoch and layer)."""
-    from dglx_dist.offload.tensor_fn.ops import dropout_mask
+    from dglx_dist.offload.tensor_fn.common import dropout_mask
     from dglx_dist.strategies.dorylus.layers import task_seed
 
     epochs, pf, pa = 3, 0.3, 0.4

@@ -18,7 +18,7 @@ def _owner_sums(session, cross):
     (j + 1) * sum(output)."""
     comm_cross = session.cross if cross else None
     owners = session.world_size if cross else session.server.size
-    me = session.rank if cross else session.server.index
+    me = session.rank if cross else session.server.group_rank
     members = session.world.members if cross else session.server.members
     a = torch.full((2, 3), float(session.rank + 1), requires_grad=True)
     out = reduce_to_owners(session.server, comm_cross,

@@ -1,4 +1,4 @@
-"""Executors ("local" worker processes, "aws" through boto3) and the Lambda controller."""
+"""Executors ("local" worker processes, "aws" through boto3) and the task controller."""
 import concurrent.futures
 import os
 import subprocess
@@ -10,9 +10,9 @@ import numpy as np
 import psutil
 import pytest
 
-from dglx_dist.offload import (EXECUTORS, InvocationError, LambdaController, TaskFailedError,
+from dglx_dist.offload import (EXECUTORS, InvocationError, TaskController, TaskFailedError,
                                WorkerLost)
-from dglx_dist.offload.invoke_api import serve_in_subprocess
+from dglx_dist.testing.invoke_api import serve_in_subprocess
 from dglx_dist.offload.tensor_fn.handler import handle
 from dglx_dist.offload.tensor_fn.payload import PayloadError, decode, encode
 from dglx_dist.testing.procs import live_children
@@ -60,7 +60,7 @@ def _wait_for(condition, timeout=10.0):
 
 
 def _run_controller(executor, tasks, **kwargs):
-    ctl = LambdaController(executor, **{"timeout_s": 20.0, **kwargs})
+    ctl = TaskController(executor, **{"timeout_s": 20.0, **kwargs})
     for key, header, arrays in tasks:
         ctl.submit(key, header, arrays)
     results = ctl.drain(timeout=30)
@@ -132,7 +132,7 @@ def test_hung_invocation_is_aborted_and_relaunched():
 
 def test_too_many_failures_name_the_key():
     with EXECUTORS.build("local", workers=1, crash_on=(0, 1)) as ex:
-        ctl = LambdaController(ex, timeout_s=20, max_attempts=2)
+        ctl = TaskController(ex, timeout_s=20, max_attempts=2)
         key, header, arrays = _tasks(1)[0]
         ctl.submit(key, header, arrays)
         with pytest.raises(TaskFailedError, match=r"task \('av', 0\) failed all 2 attempts: "
@@ -152,12 +152,24 @@ def test_bad_payload_is_an_invocation_error_and_the_worker_survives():
         ex.invoke(encode(header, arrays)).result(timeout=30)
         assert ex.worker_pids() == pids and ex.stats()["errors"] == 2
 
-        ctl = LambdaController(ex, timeout_s=20)
+        ctl = TaskController(ex, timeout_s=20)
         ctl.submit("bad", {"op": "av", "act": "relu"}, {"A": np.zeros((2, 3), np.float32)})
         with pytest.raises(InvocationError, match=r"task 'bad' \(attempt 1\)"):
             ctl.drain(timeout=30)
         with pytest.raises(PayloadError, match="expected one of"):
             ctl.submit("x", {"op": "nope"}, {})
+
+
+def test_fault_fields_of_a_request_do_nothing_without_fault_options(monkeypatch):
+    """_crash / _delay_s act only in workers of an executor built with fault options; the
+    executor removes an inherited DGLX_TEST_FAULTS from its workers otherwise."""
+    monkeypatch.setenv("DGLX_TEST_FAULTS", "1")
+    _, header, arrays = _tasks(1)[0]
+    request = encode({**header, "_crash": True, "_delay_s": 60}, arrays)
+    with EXECUTORS.build("local", workers=1) as ex:
+        pids = ex.worker_pids()
+        _assert_same(ex.invoke(request).result(timeout=30), handle(request))
+        assert ex.worker_pids() == pids and ex.stats()["worker_restarts"] == 0
 
 
 def test_close_fails_pending_work_and_leaves_no_process():
@@ -215,7 +227,7 @@ class _ManualExecutor:
 def test_late_answer_of_a_superseded_attempt_is_dropped():
     ex = _ManualExecutor(capacity=4)
     key, header, arrays = _tasks(1)[0]
-    ctl = LambdaController(ex, timeout_s=0.05)
+    ctl = TaskController(ex, timeout_s=0.05)
     ctl.submit(key, header, arrays)
     time.sleep(0.1)
     assert ctl.poll() == [] and ctl.stats()["timeouts"] == 1 and len(ex.futures) == 2
@@ -237,7 +249,7 @@ def test_late_answer_of_a_superseded_attempt_is_dropped():
 
 def test_concurrency_cap_and_autotuner():
     ex = _ManualExecutor(capacity=6)
-    ctl = LambdaController(ex, timeout_s=60, concurrency=3)
+    ctl = TaskController(ex, timeout_s=60, concurrency=3)
     for key, header, arrays in _tasks(8):
         ctl.submit(key, header, arrays)
     assert (ctl.in_flight, ctl.queued, ctl.concurrency) == (3, 5, 3)
@@ -257,7 +269,7 @@ def test_concurrency_cap_and_autotuner():
             ctl.observe_queue(length)
     assert ctl.concurrency == 1
     assert ctl.stats()["concurrency_changes"] == 1 + 1 + 3 + 5
-    assert LambdaController(ex, timeout_s=1, concurrency=500).concurrency == 6
+    assert TaskController(ex, timeout_s=1, concurrency=500).concurrency == 6
     with pytest.raises(ValueError, match="queue length"):
         ctl.observe_queue(-1)
     ctl.close()

@@ -4,8 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from dglx_dist.offload.tensor_fn.common import dropout_mask
 from dglx_dist.offload.tensor_fn.handler import handle, lambda_handler
-from dglx_dist.offload.tensor_fn.ops import OPS, dropout_mask
+from dglx_dist.offload.tensor_fn.ops import OPS
 from dglx_dist.offload.tensor_fn.payload import PayloadError, decode, encode
 
 N, FIN, FOUT = 23, 7, 5

@@ -3,7 +3,7 @@ from typing import Optional
 
 import pytest
 
-from dglx_dist.config import parse_key_values
+from dglx_dist.cli_flags import parse_key_values
 from dglx_dist.partition import PARTITIONERS
 from dglx_dist.registry import Registry, RegistryError, coerce_option
 

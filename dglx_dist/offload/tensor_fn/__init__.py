@@ -7,7 +7,10 @@ import ``dglx_dist`` or torch from here.
 
 Modules:
     payload: the binary request/response format (a JSON header plus raw arrays).
-    ops: the tensor tasks (``OPS``) with the metadata callers need to split rows.
+    common: what every task shares (``Op``, the metadata callers need to split rows; checks,
+        dropout, activation, loss).
+    gcn_ops, gat_ops, sage_ops: the tasks of one layer kind each.
+    ops: every task by name (``OPS``).
     handler: ``handle(bytes) -> bytes`` and the AWS Lambda entry point.
     worker: the stdin/stdout loop of a local worker process.
 

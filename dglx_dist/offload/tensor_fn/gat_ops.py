@@ -23,7 +23,7 @@ Edges arrive grouped by destination: ``ptr`` (int64, ``n + 1`` entries, ``ptr[0]
 non-decreasing, ``ptr[n] = E``) says which rows of the per-edge arrays belong to destination
 row v (``ptr[v]:ptr[v+1]``); a destination without in-edges gets no attention and ``der = 0``.
 The per-edge tasks cannot be split by rows alone (their edge arrays would need re-cutting at
-``ptr``), so their :class:`~.ops.Op` says ``chunkable=False``; the vertex tasks chunk by rows
+``ptr``), so their :class:`~.common.Op` says ``chunkable=False``; the vertex tasks chunk by rows
 like the GCN ones (the dropout mask hashes (seed, node id, column)).
 
 Header fields: ``heads`` (int, required by the vertex tasks), ``prev`` ("none" | "elu",
@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ops import (Arrays, Op, _array, _dropout, _expect, _field, _rows, dropout_mask,
-                  weighted_cross_entropy)
+from .common import (Arrays, Op, _array, _dropout, _expect, _field, _rows, dropout_mask,
+                     weighted_cross_entropy)
 from .payload import PayloadError
 
 __all__ = ["GAT_OPS", "segment_softmax"]

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ops import (Arrays, Op, _array, _expect, _field, _rows, activate, activate_grad,
-                  activated_loss)
+from .common import (Arrays, Op, _array, _expect, _field, _rows, activate, activate_grad,
+                     activated_loss)
 
 __all__ = ["SAGE_OPS"]
 

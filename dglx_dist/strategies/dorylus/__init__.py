@@ -5,8 +5,8 @@
 * Tensor tasks ApplyVertex (AV), ApplyEdge (AE), their backward and the fused last layer:
   what each layer kind asks for, :mod:`.layers` (GCN, the :class:`LayerKind` registry),
   :mod:`.sage` (GraphSAGE), :mod:`.gat` (GAT); they run in :mod:`dglx_dist.offload`
-  (``tensor_fn/``), launched by the Lambda controller
-  (:class:`~dglx_dist.offload.controller.LambdaController`: timeouts, relaunches, autotuned
+  (``tensor_fn/``), launched by the task controller
+  (:class:`~dglx_dist.offload.controller.TaskController`: timeouts, relaunches, autotuned
   number of Lambdas).
 * Vertex intervals and bounded pipeline asynchronous computation (staleness S at Gather,
   ``mode``/``staleness``): :mod:`.pipeline` (:class:`Pipeline`).

@@ -91,7 +91,7 @@ def build_edges(gs: GraphServer, heads: tuple[int, ...], feats: tuple[int, ...],
                 attn_drop: tuple[float, ...]) -> GatEdges:
     """The plan (collective: exchanges the cross-partition edges with their sources' owners)."""
     dst_row, col, src, src_owner = gs.in_edges
-    n, size, me = gs.n, gs.comm.size, gs.comm.index
+    n, size, me = gs.n, gs.comm.size, gs.comm.group_rank
     order = torch.argsort(dst_row * (n + gs.num_ghosts + 1) + col, stable=True)
     at = torch.empty_like(order)
     at[order] = torch.arange(order.numel())  # original edge index -> sorted position

@@ -85,7 +85,7 @@ class GraphServer:
                in_deg[torch.searchsorted(core, dst)].clamp(min=1) ** -0.5).float()
         self.bounds = torch.linspace(0, self.n, intervals + 1).round().long()
         self.num_intervals = intervals
-        me = comm.index
+        me = comm.group_rank
         src_owner = torch.as_tensor(owner(src.numpy())).long()
         dst_row = torch.searchsorted(core, dst)
         local = src_owner == me
@@ -129,7 +129,7 @@ class GraphServer:
         for p, ids in enumerate(asked):
             rows = torch.searchsorted(self.core, ids)
             if ids.numel() and not torch.equal(self.core[rows.clamp(max=self.n - 1)], ids):
-                raise ProtocolError(f"rank {self.comm.rank}: peer {p} asked for nodes it "
+                raise ProtocolError(f"rank {self.comm.global_rank}: peer {p} asked for nodes it "
                                     f"does not own here (partition book mismatch)")
             answers.append(self.interval_of(rows))
             if ids.numel():
@@ -145,7 +145,7 @@ class GraphServer:
     def _setup_backward(self, src, dst_row, src_owner, local, val, num_nodes: int) -> None:
         """Out-edges of my nodes: local ones from my in-edges, remote ones from the peers that
         own their destinations (which also tell each destination's interval)."""
-        size, me = self.comm.size, self.comm.index
+        size, me = self.comm.size, self.comm.group_rank
         dst_g, dst_iv = self.core[dst_row], self.interval_of(dst_row)
         cross = [(~local) & (src_owner == p) for p in range(size)]
         got_src = self._exchange([src[c] for c in cross])

@@ -7,7 +7,7 @@ independently of the others. GCN's (GAT's: :mod:`~dglx_dist.strategies.dorylus.g
 
 Graph stages (GA, SC, ∇GA, ∇SC) run here, on the graph server; tensor stages (AV, AE, the
 fused last layer AVL = apply + loss + its backward, ∇AE, ∇AV) are invocations of the
-serverless executor through the :class:`~dglx_dist.offload.controller.LambdaController`. What
+serverless executor through the :class:`~dglx_dist.offload.controller.TaskController`. What
 each stage computes, which buffers hold what and what a message carries is the conv type's
 :class:`~dglx_dist.strategies.dorylus.layers.LayerKind`; this module walks the programs,
 gates stages and moves the messages. Scatters are point-to-point messages per (peer,
@@ -75,7 +75,7 @@ class Pipeline:
 
     Args:
         gs: the graph server (partition, routes, graph tasks).
-        controller: the Lambda controller for tensor tasks.
+        controller: the task controller for tensor tasks.
         comm: the group the scatters go through.
         layers: the conv type's buffers, graph tasks, messages and requests
             (:class:`~dglx_dist.strategies.dorylus.layers.LayerKind`).
@@ -260,7 +260,7 @@ class Pipeline:
         pending = [t for t in self._sends if not t.done()]
         if pending:
             raise pending[0].fail(waited)
-        raise DeadlineError(f"dorylus pipeline on rank {self.comm.rank}: no progress for "
+        raise DeadlineError(f"dorylus pipeline on rank {self.comm.global_rank}: no progress for "
                             f"{waited:.0f}s with {self.ctl.in_flight} invocations in flight")
 
     def _drain(self) -> None:

@@ -60,7 +60,7 @@ def build_means(gs: GraphServer) -> tuple[torch.Tensor, torch.Tensor]:
     """``(mean_in, mean_out)`` of :class:`SagePlan` (collective: every in-edge whose source
     lives elsewhere goes, with its weight, to the source's owner)."""
     dst_row, col, src, src_owner = gs.in_edges
-    n, size, me = gs.n, gs.comm.size, gs.comm.index
+    n, size, me = gs.n, gs.comm.size, gs.comm.group_rank
     in_deg = torch.bincount(dst_row, minlength=n).double()
     val = (1.0 / in_deg[dst_row]).float()  # every row here has its in-edges: exact degrees
     mean_in = csr(dst_row, col, val, (n, n + gs.num_ghosts))

@@ -8,7 +8,7 @@
   (:mod:`dglx_dist.offload`: ``local`` worker processes by default, ``aws`` Lambda through
   boto3, ``inline`` on the graph server itself, the paper's CPU-only variant), one stateless
   invocation per vertex interval, through a
-  :class:`~dglx_dist.offload.controller.LambdaController` (timeouts, relaunches, autotuned
+  :class:`~dglx_dist.offload.controller.TaskController` (timeouts, relaunches, autotuned
   concurrency).
 * **Parameter servers** (:class:`~dglx_dist.strategies.dorylus.params.ParamServers`) hold the
   weights: every one a full replica; an interval's weight version is stashed on the
@@ -47,7 +47,7 @@ from torch import nn
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.models.gcn import row_normalized
 from dglx_dist.models.layers import graph_convs
-from dglx_dist.offload import EXECUTORS, LambdaController
+from dglx_dist.offload import EXECUTORS, TaskController
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.autograd import GradientSync
 from dglx_dist.runtime.session import Session
@@ -199,10 +199,10 @@ class DorylusStrategy(Strategy):
         log.info("dorylus rank %d: %d nodes, %d ghosts, %d reverse ghosts, %d intervals",
                  session.rank, self.gs.n, self.gs.num_ghosts, self.gs.num_rghosts, intervals)
 
-    def _controller(self) -> LambdaController:
+    def _controller(self) -> TaskController:
         cfg = self.config
         start = cfg.lambdas or min(self.gs.num_intervals, 100)
-        return LambdaController(self.executor, timeout_s=cfg.invocation_timeout,
+        return TaskController(self.executor, timeout_s=cfg.invocation_timeout,
                                 concurrency=min(start, self.executor.capacity))
 
     def _pipeline(self) -> Pipeline:

@@ -177,7 +177,7 @@ def build_cobatch(own: torch.Tensor, level: torch.Tensor,
     deepest = int(group.all_reduce(torch.tensor([int(level[inside].max()) if inside.numel()
                                                  else 0]), op="max"))
     src, dst = edges
-    mine = nodes.holder_of(src) == group.index
+    mine = nodes.holder_of(src) == group.group_rank
     src_row = torch.full_like(src, -1)
     src_row[mine] = row[torch.searchsorted(own, src[mine])]
     rows = _Rows(own, row, own[order], src, src_row, row[torch.searchsorted(own, dst)])

@@ -59,7 +59,7 @@ def claim(group: Comm, proposed: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     uniq, inverse = torch.unique(every, return_inverse=True)
     first = torch.full((uniq.numel(),), group.size, dtype=torch.int64)
     first = first.scatter_reduce(0, inverse, who, "amin")
-    return uniq[first == group.index], uniq
+    return uniq[first == group.group_rank], uniq
 
 
 def expand_external(core_edges: tuple[torch.Tensor, torch.Tensor],

@@ -49,7 +49,8 @@ def exchange_blocks(server: Comm, cross: Comm | None, block: dgl.DGLGraph,
     across = cross.all_gather_v(mine) if cross is not None else [mine]
     lengths = torch.tensor([m.numel() for m in across], dtype=dtype)
     shared = server.all_gather_v(torch.cat([lengths, *across]))
-    num_servers, me = len(across), server.rank if cross is not None else server.index
+    num_servers = len(across)
+    me = server.global_rank if cross is not None else server.group_rank
     out: list[dgl.DGLGraph | None] = [None] * (server.size * num_servers)
     for l, msg in enumerate(shared):  # msg: local rank l's blocks of every server
         sizes = msg[:num_servers].tolist()

@@ -1,15 +1,14 @@
-"""Small measurement and reporting helpers shared by the CLI, reports and benchmarks."""
+"""Memory measurement: a process's peak resident memory and the bytes autograd saves for
+backward (reported as ``peak_rss_mb`` and ``peak_saved_mb``)."""
 from __future__ import annotations
 
-import json
-import math
 import threading
 import time
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import psutil
 
-__all__ = ["PeakRSS", "SavedBytes", "json_record", "markdown_table", "peak_rss_bytes"]
+__all__ = ["PeakRSS", "SavedBytes", "peak_rss_bytes"]
 
 
 def peak_rss_bytes() -> int:
@@ -57,7 +56,7 @@ class SavedBytes:
 
 def _footprint(tensor) -> tuple[int, int]:
     """An identity for the memory behind ``tensor`` and its size in bytes."""
-    import torch  # here, not at the top: the CLI's table printing imports this module too
+    import torch  # here: only SavedBytes needs torch, importing this module does not
 
     if tensor.layout == torch.strided:
         storage = tensor.untyped_storage()
@@ -111,31 +110,3 @@ class PeakRSS:
             self._thread.join()
         self._sample()
         self.seconds = time.perf_counter() - self._t0
-
-
-def json_record(record: dict[str, Any]) -> str:
-    """``record`` as one line of valid JSON: a NaN or infinite number becomes null, and the
-    keys so replaced are listed under ``"nonfinite"``."""
-    bad = [k for k, v in record.items() if isinstance(v, float) and not math.isfinite(v)]
-    if bad:
-        record = {**{k: None if k in bad else v for k, v in record.items()}, "nonfinite": bad}
-    return json.dumps(record, allow_nan=False)
-
-
-def _cell(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    if isinstance(v, (list, tuple)):
-        return " ".join(_cell(x) for x in v)
-    return str(v)
-
-
-def markdown_table(rows: Iterable[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
-    """A GitHub-markdown table of ``rows`` (dicts); columns default to the first row's keys."""
-    rows = list(rows)
-    if not rows:
-        return ""
-    cols = list(columns) if columns is not None else list(rows[0])
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    lines += ["| " + " | ".join(_cell(r.get(c, "")) for c in cols) + " |" for r in rows]
-    return "\n".join(lines)

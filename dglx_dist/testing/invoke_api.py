@@ -7,12 +7,14 @@ Lambda, a handler that raises is still a 200, with the header ``X-Amz-Function-E
 and ``{"errorMessage", "errorType", "stackTrace"}`` as the body; an unknown function is a 404
 ``ResourceNotFoundException``.
 
+Test support: the "aws" executor's tests run against it; nothing in the package uses it.
+
 Run it as a separate process (prints ``listening http://127.0.0.1:PORT`` and serves until
 SIGTERM)::
 
-    python -m dglx_dist.offload.invoke_api --port 0 --function dglx-tensor-fn
+    python -m dglx_dist.testing.invoke_api --port 0 --function dglx-tensor-fn
 
-Run as a script (``python dglx_dist/offload/invoke_api.py``), which is what
+Run as a script (``python dglx_dist/testing/invoke_api.py``), which is what
 :func:`serve_in_subprocess` does, it imports only the numpy-only ``tensor_fn`` package, exactly
 as a Lambda would, and starts in a fraction of a second.
 """
@@ -34,9 +36,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable, Iterator
 
-try:  # imported as dglx_dist.offload.invoke_api
-    from .tensor_fn.handler import lambda_handler
-except ImportError:  # run as a script: dglx_dist/offload is sys.path[0]
+if __package__:  # imported as dglx_dist.testing.invoke_api (or run with -m)
+    from dglx_dist.offload.tensor_fn.handler import lambda_handler
+else:  # run as a script: the numpy-only tensor_fn package alone, as in a Lambda
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "offload"))
     from tensor_fn.handler import lambda_handler
 
 __all__ = ["make_server", "serve_in_subprocess", "main"]

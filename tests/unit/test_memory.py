@@ -1,7 +1,7 @@
 """SavedBytes: the activation memory the Trainer reports as peak_saved_mb."""
 import torch
 
-from dglx_dist.measure import SavedBytes
+from dglx_dist.memory import SavedBytes
 
 
 def test_saved_bytes_counts_each_saved_storage_once_and_keeps_the_peak():

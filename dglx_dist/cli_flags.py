@@ -1,4 +1,9 @@
-"""Typed option plumbing for the command line: ``--opt key=value`` pairs and dataclass flags."""
+"""Typed option plumbing for the command line: ``--opt key=value`` pairs and dataclass flags.
+
+Used by the ``dglx`` command (:mod:`dglx_dist.cli`) and by training scripts of one's own (e.g.
+``examples/train_node_classification.py``); it stays outside :mod:`dglx_dist.cli` so that such a
+script does not import the command (and torch) to parse its flags.
+"""
 from __future__ import annotations
 
 import argparse
