@@ -59,8 +59,11 @@ setup(
     extras_require=EXTRAS,
     entry_points={
         "console_scripts": ["dglx=dglx_dist.cli:main"],
-        # Third-party plug-ins register here; see docs/partitioners.md.
+        # Third-party plug-ins register in these groups (docs/architecture.md, "Adding your
+        # own"; tests/plugins/ has one of each but dorylus's layer kinds).
+        "dglx_dist.strategies": [],
         "dglx_dist.partitioners": [],
+        "dglx_dist.layers": [],
         "dglx_dist.executors": [],
         "dglx_dist.dorylus_layers": [],
     },

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# page -> (registry, names whose options it lists; None: all)
+# page -> (registry, names whose options it lists; None: every one the package ships)
 PAGES = {"docs/partitioners.md": ("partitioners", None),
          "docs/strategies/distdgl.md": ("strategies", ["distdgl"]),
          "docs/strategies/p3.md": ("strategies", ["p3"]),
@@ -26,6 +26,15 @@ def registries():
     return {"partitioners": PARTITIONERS, "strategies": STRATEGIES}
 
 
+def table(key: str, names: list[str] | None) -> str:
+    """The options table of ``names`` in registry ``key``; None: the package's own plug-ins
+    (a plug-in installed from elsewhere, e.g. the tests', documents itself)."""
+    reg = registries()[key]
+    if names is None:
+        names = [n for n in reg.names() if reg.get(n).__module__.startswith("dglx_dist.")]
+    return reg.options_markdown(names)
+
+
 def render(text: str, key: str, table: str) -> str:
     pattern = re.compile(rf"(<!-- options:{key}:begin -->\n).*?(<!-- options:{key}:end -->)", re.S)
     if not pattern.search(text):
@@ -34,10 +43,9 @@ def render(text: str, key: str, table: str) -> str:
 
 
 def main() -> int:
-    regs = registries()
     for page, (key, names) in PAGES.items():
         path = ROOT / page
-        path.write_text(render(path.read_text(), key, regs[key].options_markdown(names)))
+        path.write_text(render(path.read_text(), key, table(key, names)))
     return 0
 
 

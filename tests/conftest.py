@@ -2,10 +2,19 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# The test plug-ins (tests/plugins/dglx_test_plugins): their dist-info registers one plug-in
+# per extension point, found through entry points here and in every process the tests start.
+_PLUGINS = str(Path(__file__).resolve().parent / "plugins")
+sys.path.insert(0, _PLUGINS)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (_PLUGINS, os.environ.get("PYTHONPATH")) if p)
 
 import pytest  # noqa: E402
 

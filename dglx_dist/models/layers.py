@@ -72,6 +72,11 @@ class ConvAdapter(abc.ABC):
     def __init__(self, config=None):
         self.config = config
 
+    @abc.abstractmethod
+    def example(self, in_feats: int, out_feats: int) -> nn.Module:
+        """A stock conv of this type that can be split: the layer contract test
+        (tests/unit/test_layers.py) checks every registered adapter on its example."""
+
     def check_column_split(self, conv: nn.Module) -> None:
         """Raises ValueError when this conv's configuration cannot be split by columns."""
 
@@ -175,6 +180,9 @@ def _dropout(conv: nn.Module, x: torch.Tensor) -> torch.Tensor:
 class SAGEAdapter(ConvAdapter):
     """SAGEConv with the mean, gcn or pool aggregator."""
 
+    def example(self, in_feats, out_feats):
+        return dgl.nn.SAGEConv(in_feats, out_feats, "mean", activation=torch.relu)
+
     def check_column_split(self, conv: nn.Module) -> None:
         if conv._aggre_type == "lstm":
             raise InvalidValueError("SAGEConv with aggregator 'lstm' cannot be split by feature "
@@ -232,6 +240,9 @@ class SAGEAdapter(ConvAdapter):
 class GraphConvAdapter(ConvAdapter):
     """GraphConv (any ``norm``) with its own weight."""
 
+    def example(self, in_feats, out_feats):
+        return dgl.nn.GraphConv(in_feats, out_feats, allow_zero_in_degree=True)
+
     def check_column_split(self, conv: nn.Module) -> None:
         if conv.weight is None:
             raise InvalidValueError("GraphConv built with weight=False takes its weight as a "
@@ -275,6 +286,9 @@ class GraphConvAdapter(ConvAdapter):
 @LAYERS.register("GATConv")
 class GATAdapter(ConvAdapter):
     """GATConv without residual and with one shared ``fc``: project, sum, then attention."""
+
+    def example(self, in_feats, out_feats):
+        return dgl.nn.GATConv(in_feats, out_feats, 2, allow_zero_in_degree=True)
 
     def check_column_split(self, conv: nn.Module) -> None:
         if hasattr(conv, "fc_src"):

@@ -56,7 +56,11 @@ RUNS = [("sage_minibatch.py", "distdgl", 4), ("sage_minibatch.py", "p3", 4),
 
 
 def test_runs_cover_every_strategy():
-    assert {s for _, s, _ in RUNS} == set(STRATEGIES.names())
+    """Every strategy the package ships (plug-ins from elsewhere, such as the tests', are not
+    ported here)."""
+    shipped = {n for n in STRATEGIES.names()
+               if STRATEGIES.get(n).__module__.startswith("dglx_dist.")}
+    assert {s for _, s, _ in RUNS} == shipped
 
 
 @pytest.mark.parametrize("name,strategy,ranks", RUNS)

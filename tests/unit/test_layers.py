@@ -1,5 +1,6 @@
 """The layer protocol: column-split adapters reproduce the stock dgl.nn convs."""
 import copy
+import re
 
 import dgl
 import dgl.nn as dglnn
@@ -8,7 +9,7 @@ import torch
 from torch import nn
 
 from dglx_dist.models import SAGE
-from dglx_dist.models.layers import adapter_for, first_conv
+from dglx_dist.models.layers import LAYERS, adapter_for, first_conv
 
 CONVS = {
     "sage-mean-shrink": lambda: dglnn.SAGEConv(12, 5, "mean"),
@@ -32,10 +33,8 @@ def _block():
     return dgl.to_block(dgl.in_subgraph(g, seeds), seeds)
 
 
-@pytest.mark.parametrize("name", sorted(CONVS))
-def test_partials_over_column_slices_sum_to_the_stock_conv(name):
-    torch.manual_seed(1)
-    conv = CONVS[name]()
+def _check_column_split(conv):
+    """The adapter's partials over three column slices sum to ``conv``'s output."""
     for pname, p in conv.named_parameters():
         if "bias" in pname:
             nn.init.normal_(p)
@@ -57,6 +56,21 @@ def test_partials_over_column_slices_sum_to_the_stock_conv(name):
     torch.testing.assert_close(adapter.finish(rest, block, totals), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("name", sorted(CONVS))
+def test_partials_over_column_slices_sum_to_the_stock_conv(name):
+    torch.manual_seed(1)
+    _check_column_split(CONVS[name]())
+
+
+@pytest.mark.parametrize("name", LAYERS.names())
+def test_every_registered_adapter_splits_its_example(name):
+    """The contract of the layer protocol, for every adapter (entry-point plug-ins too)."""
+    torch.manual_seed(2)
+    conv = LAYERS.build(name).example(12, 5)
+    assert any(c.__name__ == name for c in type(conv).__mro__), type(conv)
+    _check_column_split(conv)
+
+
 @pytest.mark.parametrize("conv,message", [
     (dglnn.SAGEConv(4, 3, "lstm"), "aggregator 'lstm' cannot be split"),
     (dglnn.GATConv(4, 3, 2, residual=True), "residual=True"),
@@ -69,9 +83,10 @@ def test_layers_that_cannot_be_split_say_what_is_needed(conv, message):
 
 
 def test_unknown_first_layers_list_the_supported_ones():
-    with pytest.raises(ValueError, match="no layer adapter for GINConv; supported first layers: "
-                                         "GATConv, GraphConv, SAGEConv"):
-        adapter_for(dglnn.GINConv(nn.Linear(4, 4)))
+    assert {"GATConv", "GraphConv", "SAGEConv"} <= set(LAYERS.names())
+    with pytest.raises(ValueError, match="no layer adapter for TAGConv; supported first layers: "
+                                         + re.escape(", ".join(LAYERS.names()))):
+        adapter_for(dglnn.TAGConv(4, 4))
     with pytest.raises(ValueError, match="has no dgl.nn conv layer"):
         first_conv(nn.Sequential(nn.Linear(3, 3)))
     conv, name = first_conv(SAGE(8, 4, 2))

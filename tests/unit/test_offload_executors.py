@@ -1,5 +1,6 @@
 """Executors ("local" worker processes, "aws" through boto3) and the task controller."""
 import concurrent.futures
+import contextlib
 import os
 import subprocess
 import sys
@@ -70,6 +71,34 @@ def _run_controller(executor, tasks, **kwargs):
     for key, header, arrays in tasks:
         _assert_same(by_key[key], handle(encode(header, arrays)))
     return ctl
+
+
+def _built(name, stack):
+    """Executor ``name`` with its default options; "aws" against the fake Invoke API."""
+    if name == "aws":
+        return _aws(stack.enter_context(serve_in_subprocess("dglx-tensor-fn")))
+    return EXECUTORS.build(name)
+
+
+@pytest.mark.parametrize("name", EXECUTORS.names())
+def test_every_executor_keeps_the_contract(name):
+    """What the controller relies on, for every executor (entry-point plug-ins too): results
+    equal the in-process handler's, a rejected request is an InvocationError, stats carry the
+    counters, close is idempotent and a closed executor refuses work."""
+    tasks = _tasks(6)
+    with contextlib.ExitStack() as stack:
+        ex = stack.enter_context(_built(name, stack))
+        assert ex.capacity >= 1
+        _run_controller(ex, tasks).close()
+        with pytest.raises(InvocationError, match="magic"):
+            ex.invoke(b"garbage!" * 4).result(timeout=30)
+        stats = ex.stats()
+        assert stats["invocations"] >= len(tasks) and stats["errors"] >= 1
+        assert stats["capacity"] == ex.capacity and stats["gb_s"] >= 0
+        ex.close()
+    ex.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        ex.invoke(encode(*tasks[0][1:]))
 
 
 def test_local_results_equal_in_process_handle():

@@ -1,0 +1,18 @@
+"""One trivial plug-in per extension point of dglx_dist, defined outside the package.
+
+The directory above this one holds ``dglx_test_plugins-0.1.dist-info``, the metadata pip writes
+when it installs a distribution: its ``entry_points.txt`` registers each plug-in in the group
+its registry scans. tests/conftest.py puts that directory on ``sys.path`` (and on
+``PYTHONPATH`` for the ranks and commands the tests start), so ``importlib.metadata`` finds the
+entry points the way it finds an installed package's, and the contract tests, which loop over
+the registries' names, cover these plug-ins with no edit to the package or to the tests:
+
+* :mod:`.partitioner`: ``range``, contiguous id ranges (``dglx_dist.partitioners``);
+* :mod:`.strategy`: ``range_distdgl``, DistDGL's training on ``range`` parts
+  (``dglx_dist.strategies``);
+* :mod:`.conv`: the column split of ``dgl.nn.GINConv`` (``dglx_dist.layers``);
+* :mod:`.executor`: ``threads``, tensor tasks in a thread pool (``dglx_dist.executors``).
+
+Each module imports only what its registry's package needs, so loading one group never pulls in
+another's dependencies (the partitioner and the executor load without DGL).
+"""
