@@ -1,9 +1,11 @@
 """The contract every registered strategy keeps (a new plug-in is covered automatically): with
 its exact options, the logits a rank computes for its batch's seeds are single-process
 full-graph DGL's for those nodes, and the batch's labels are theirs."""
+import dgl.nn as dglnn
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from dglx_dist.data import builtin_path, read_dataset, to_dgl
 from dglx_dist.models import GCN, SAGE
@@ -16,20 +18,38 @@ from dglx_dist.trainer import Trainer
 pytestmark = pytest.mark.dist
 
 
-def _model(feat_dim, classes, name):
-    """GraphSAGE, or GCN for a strategy that cannot run SAGEConv."""
+class GIN(nn.Module):
+    """Two GINConv layers with linear apply functions: the tests' conv plug-in
+    (tests/plugins/dglx_test_plugins/conv.py) splits the first one."""
+
+    def __init__(self, feat_dim, hidden, classes):
+        super().__init__()
+        self.layers = nn.ModuleList(dglnn.GINConv(nn.Linear(a, b), "mean", init_eps=0.5)
+                                    for a, b in ((feat_dim, hidden), (hidden, classes)))
+
+    def forward(self, blocks, x):
+        for i, (layer, block) in enumerate(zip(self.layers, blocks)):
+            x = layer(block, x)
+            x = torch.relu(x) if i == 0 else x
+        return x
+
+
+def _model(feat_dim, classes, name, gin=False):
+    """GraphSAGE, or GCN for a strategy that cannot run SAGEConv; GIN when asked."""
     torch.manual_seed(0)
+    if gin:
+        return GIN(feat_dim, 8, classes)
     convs = STRATEGIES.get(name).conv_types
     if convs is None or "SAGEConv" in convs:
         return SAGE(feat_dim, 8, classes, 2, dropout=0.0)
     return GCN(feat_dim, 8, classes, 2, dropout=0.0)
 
 
-def _first_batch(session, pdir_path, name):
+def _first_batch(session, pdir_path, name, gin=False):
     pdir = PartitionDir(pdir_path)
     options = STRATEGIES.get(name).exact_options(2)
-    trainer = Trainer(_model(pdir.feat_dim, pdir.num_classes, name), pdir, name, session=session,
-                      progress=False, **options)
+    trainer = Trainer(_model(pdir.feat_dim, pdir.num_classes, name, gin), pdir, name,
+                      session=session, progress=False, **options)
     batch = next(iter(trainer.batches(0)))
     with torch.no_grad():
         logits = trainer.forward(batch)
@@ -39,15 +59,25 @@ def _first_batch(session, pdir_path, name):
 
 @pytest.mark.parametrize("name", STRATEGIES.names())
 def test_strategy_matches_full_graph_dgl(tmp_path, name):
+    _check_first_batches(tmp_path, name)
+
+
+def test_a_conv_plugin_splits_under_p3(tmp_path):
+    """p3 cuts its first layer by feature columns through the layer adapter; GINConv's comes
+    from an entry point outside the package."""
+    _check_first_batches(tmp_path, "p3", gin=True)
+
+
+def _check_first_batches(tmp_path, name, gin=False):
     spec = STRATEGIES.build(name).partition_spec(Topology(2, 2))
     parts = tmp_path / "parts"
     partition_dataset(builtin_path("cora"), parts, spec.method, spec.num_parts, spec.options)
-    res = run_workers(_first_batch, 4, tmp_path / "run", str(parts), name,
+    res = run_workers(_first_batch, 4, tmp_path / "run", str(parts), name, gin,
                       env={"DGLX_VIRTUAL_SERVERS": "2"})
     ds = read_dataset(builtin_path("cora"))
     g = to_dgl(ds)
     with torch.no_grad():
-        want = _model(ds.feat_dim, ds.num_classes, name)([g, g], g.ndata["feat"]).numpy()
+        want = _model(ds.feat_dim, ds.num_classes, name, gin)([g, g], g.ndata["feat"]).numpy()
     seen = 0
     for r in range(4):
         seeds = np.array(res[r]["seeds"], dtype=np.int64)
