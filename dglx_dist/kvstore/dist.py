@@ -7,8 +7,9 @@ server's ranks (DistDGL); a policy with one part per rank puts part ``p`` on ran
 **Shared memory.** For every part a server holds, one rank of the server (the lowest local rank
 that passed the part's rows to ``init_data``, else local rank 0) creates the part's tensor in a
 file under ``/dev/shm`` named by a per-job token and fills it; the server's other ranks map the
-same file; then it is unlinked (see :mod:`dglx_dist.kvstore.shm`). Rows of parts on the caller's
-own server are read straight from that memory: no comm call, no bytes counted.
+same file; then it is unlinked (see :mod:`dglx_dist.kvstore.shm`; the code is in
+:mod:`dglx_dist.kvstore.dist_init`). Rows of parts on the caller's own server are read straight
+from that memory: no comm call, no bytes counted.
 
 **What is collective.** ``DistKVStore(session)``, ``init_data`` and ``close`` are collective;
 ``pull`` and ``push`` are too by default (``collective=True``): every rank of the job calls them
@@ -58,32 +59,26 @@ import logging
 import math
 import secrets
 import threading
-import zlib
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from dglx_dist.errors import InvalidValueError, ProtocolError, StateError
-from dglx_dist.kvstore.base import InitSpec, KVStore, TensorEntry
-from dglx_dist.kvstore.ops import PushOp, combine_duplicates, init_part
+from dglx_dist.errors import InvalidValueError, ProtocolError
+from dglx_dist.kvstore.base import KVStore, TensorEntry
+from dglx_dist.kvstore.dist_init import DistInit
+from dglx_dist.kvstore.ops import PushOp, combine_duplicates
 from dglx_dist.kvstore.policy import PartitionPolicy, Piece, rows_at, split_contiguous
 from dglx_dist.kvstore.serve import Channel, ServedStore
-from dglx_dist.kvstore.shm import (EMPTY_I64, EMPTY_U8, attach_shared, create_shared,
-                                   default_shm_dir, from_bytes, to_bytes)
+from dglx_dist.kvstore.shm import EMPTY_I64, EMPTY_U8, default_shm_dir, from_bytes, to_bytes
 from dglx_dist.runtime.comm import PeerError
 
 __all__ = ["DistKVStore"]
 
 log = logging.getLogger(__name__)
-_SIGNATURE = ("ok", "name", "index", "num_rows", "num_parts", "dtype", "trailing", "policy")
 
 
-def _crc(value) -> int:
-    return zlib.crc32(str(value).encode())
-
-
-class DistKVStore(ServedStore, KVStore):
+class DistKVStore(ServedStore, DistInit, KVStore):
     """Named tensors sharded over the job's servers (see the module docstring for what is
     collective).
 
@@ -143,93 +138,6 @@ class DistKVStore(ServedStore, KVStore):
     def _checkpoints_part(self, part: int) -> bool:
         ranks = self.session.topology.server_ranks(self._server)  # spread over the server
         return ranks[part % len(ranks)] == self.session.rank
-
-    # -- init --------------------------------------------------------------------------------
-    def _init_data(self, name: str, spec: InitSpec | None,
-                   error: Exception | None) -> TensorEntry:
-        has = self._agree(name, spec, error)
-        entry = TensorEntry.from_spec(spec, len(self._by_index))
-        servers = self.part_servers(spec.policy)
-        ranks = self.session.topology.server_ranks(self._server)
-        mine = [p for p, s in enumerate(servers) if s == self._server]
-        writers = {p: next((r for r in ranks if has[r][p]), ranks[0]) for p in mine}
-        created: list[Path] = []
-        try:
-            ok = self._fill_parts(entry, spec, writers, created, create=True)
-            self._all_ok(ok, name, "could not create its shared-memory parts")
-            ok = self._fill_parts(entry, spec, writers, created, create=False)
-            self._all_ok(ok, name, "could not map its server's shared-memory parts")
-        finally:
-            for path in created:
-                path.unlink(missing_ok=True)
-        self.session.server.barrier()  # no rank returns before its server's files are gone
-        with self._registered:
-            self._servers[entry.index] = servers
-            self._by_index.append(entry)
-            self._registered.notify_all()
-        return entry
-
-    def _agree(self, name: str, spec: InitSpec | None,
-               error: Exception | None) -> list[list[bool]]:
-        """Checks every rank validated the same request; returns who passed which part's rows."""
-        if spec is None:
-            sig = [0, _crc(name), len(self._by_index)] + [0] * (len(_SIGNATURE) - 3)
-        else:
-            pol = spec.policy
-            sig = [1, _crc(name), len(self._by_index), pol.num_rows, pol.num_parts,
-                   _crc(spec.dtype), _crc(spec.trailing), _crc(repr(pol))]
-        got = self._gather_rows(torch.tensor(sig)).tolist()
-        failed = [r for r, g in enumerate(got) if g[0] == 0]
-        if error is not None:
-            raise error
-        if failed:
-            raise InvalidValueError(f"init_data {name!r} failed on ranks {failed} (see their "
-                                    "errors); every rank must pass valid arguments")
-        for i, field in enumerate(_SIGNATURE[1:], start=1):
-            differ = [r for r, g in enumerate(got) if g[i] != sig[i]]
-            if differ:
-                raise InvalidValueError(f"init_data {name!r}: ranks {differ} disagree with rank "
-                                        f"{self.session.rank} on {field} (this rank: "
-                                        f"{spec.policy}, {spec.dtype}, row shape {spec.trailing}); "
-                                        "call init_data in the same order with the same arguments "
-                                        "on every rank")
-        has = torch.tensor([p in spec.part_data for p in range(spec.policy.num_parts)])
-        return self._gather_rows(has.long()).bool().tolist()
-
-    def _fill_parts(self, entry: TensorEntry, spec: InitSpec, writers: dict[int, int],
-                    created: list[Path], create: bool) -> bool:
-        """Creates (the writers) or maps (the others) this server's parts; False on failure."""
-        me = self.session.rank
-        try:
-            for part, writer in writers.items():
-                if (writer == me) != create:
-                    continue
-                path = self._dir / f"dglx-kv-{self.token}-{entry.index}-{part}"
-                shape = spec.policy.part_shape(part, spec.trailing)
-                if create:
-                    rows = spec.part_data.get(part)
-                    if rows is None:
-                        rows = init_part(spec.init, shape, spec.dtype, self.seed, entry.name,
-                                         part)
-                    entry.parts[part] = create_shared(path, rows)
-                    created.append(path)
-                else:
-                    entry.parts[part] = attach_shared(path, shape, spec.dtype)
-        except (OSError, RuntimeError, ValueError, KeyError) as exc:
-            log.error("init_data %r on rank %d: %s", entry.name, me, exc)
-            return False
-        return True
-
-    def _all_ok(self, ok: bool, name: str, what: str) -> None:
-        flags = self._gather_rows(torch.tensor([int(ok)]))[:, 0].tolist()
-        bad = [r for r, f in enumerate(flags) if not f]
-        if bad:
-            raise StateError(f"init_data {name!r}: ranks {bad} {what} in {self._dir} (see "
-                             f"their logs)")
-
-    def _gather_rows(self, row: torch.Tensor) -> torch.Tensor:
-        """Every rank's ``row`` (the same length everywhere), stacked by rank."""
-        return torch.stack(self.session.world.all_gather(row.contiguous()))
 
     # -- pull --------------------------------------------------------------------------------
     def _pull(self, entry: TensorEntry, ids: torch.Tensor, dedup: bool) -> torch.Tensor:

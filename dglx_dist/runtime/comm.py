@@ -18,16 +18,16 @@ failed ranks (see :mod:`dglx_dist.runtime.health`), raised on every survivor.
 """
 from __future__ import annotations
 
-import dataclasses
 import datetime
-import threading
 from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
 
 from dglx_dist.errors import DglxError, InvalidValueError
+from dglx_dist.runtime.counters import ByteCounter
 from dglx_dist.runtime.health import Health
+from dglx_dist.runtime.pending import Pending, Transfer
 from dglx_dist.runtime.topology import Topology
 
 __all__ = ["Comm", "ByteCounter", "Pending", "PeerError", "Transfer"]
@@ -57,50 +57,6 @@ class PeerError(DglxError, RuntimeError):
     def __init__(self, message: str, ranks: Sequence[int], op: str):
         super().__init__(message)
         self.ranks, self.op = list(ranks), op
-
-
-@dataclasses.dataclass
-class ByteCounter:
-    """Bytes this rank sent and received, intra- vs inter-server; ``control`` is metadata.
-
-    Updates go through :meth:`add` / :meth:`add_control`, under a lock: a KVStore's serving
-    thread counts its answers while the main thread counts its own exchanges.
-    """
-
-    sent_intra: int = 0
-    sent_inter: int = 0
-    recv_intra: int = 0
-    recv_inter: int = 0
-    control_sent: int = 0
-    calls: int = 0
-
-    def __post_init__(self):
-        self._lock = threading.Lock()  # not a field: snapshot() and reset() skip it
-
-    def add(self, intra: bool, sent: int, recv: int) -> None:
-        """Counts ``sent`` / ``recv`` payload bytes exchanged with one peer."""
-        with self._lock:
-            if intra:
-                self.sent_intra += sent
-                self.recv_intra += recv
-            else:
-                self.sent_inter += sent
-                self.recv_inter += recv
-
-    def add_control(self, sent: int, calls: int = 0) -> None:
-        """Counts ``sent`` metadata bytes and ``calls`` communication calls."""
-        with self._lock:
-            self.control_sent += sent
-            self.calls += calls
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return dataclasses.asdict(self)
-
-    def reset(self) -> None:
-        with self._lock:
-            for f in dataclasses.fields(self):
-                setattr(self, f.name, 0)
 
 
 class Comm:
@@ -373,87 +329,8 @@ class Comm:
         return PeerError(f"{op} on the {self.name} group failed on rank {self.global_rank}: {who} "
                          f"[{cause}]", ranks, op)
 
-
-class Pending:
-    """A collective under way (see :meth:`Comm.start_all_to_all_v`).
-
-    ``wait()`` waits with the group's timeout (a dead peer becomes a :class:`PeerError`)
-    and returns the result; later calls return the same result.
-    """
-
-    def __init__(self, comm: Comm, op: str, work: dist.Work | None,
-                 finish: Callable[[], Any], keep: Any = None):
-        self._comm, self._op, self._work, self._finish = comm, op, work, finish
-        self._keep = keep  # the send buffer must outlive the transfer
-        self._done, self._result = False, None
-
-    def done(self) -> bool:
-        """True once finished (without blocking; finishing it when the transfer is over)."""
-        if not self._done and (self._work is None or
-                               self._comm._guard(self._op, self._work.is_completed)):
-            self.wait()
-        return self._done
-
-    def wait(self) -> Any:
-        if not self._done:
-            self._comm._wait(self._op, self._work)
-            self._result, self._done, self._keep = self._finish(), True, None
-        return self._result
-
-
-class Transfer:
-    """A point-to-point message under way (see :meth:`Comm.start_send`).
-
-    gloo completes a point-to-point transfer only inside ``wait()`` (``is_completed`` stays
-    False until then, and a wait that times out closes the connection), so a daemon thread
-    waits for it, with the group's timeout; ``done()`` polls that thread without blocking and
-    ``wait()`` blocks on it. Bytes are counted once, when the transfer is seen complete. A
-    transfer that never completes (its peer died or never sends) becomes a
-    :class:`PeerError` naming the peer in ``done()``/``wait()``, or in :meth:`fail`, which a
-    caller polling several transfers uses when its own deadline passes.
-    """
-
-    def __init__(self, comm: Comm, op: str, work: dist.Work, count: Callable[[], None],
-                 tensor: torch.Tensor, peer: int):
-        self._comm, self.op, self._work, self._count = comm, op, work, count
-        self.tensor, self.peer = tensor, peer  # the buffer must outlive the transfer
-        self._done, self._error = False, None
-        self._finished = threading.Event()
-        threading.Thread(target=self._wait_in_background, daemon=True,
-                         name=f"dglx-{op}").start()
-
-    def _wait_in_background(self) -> None:
-        try:
-            self._work.wait(timeout=self._comm.timeout)
-        except RuntimeError as exc:
-            self._error = exc
-        self._finished.set()
-
-    def done(self) -> bool:
-        if not self._done and self._finished.is_set():
-            self._finish()
-        return self._done
-
-    def wait(self) -> torch.Tensor:
-        if not self._done:
-            self._finished.wait(self._comm.timeout.total_seconds() + 5)
-            if not self._finished.is_set():
-                raise self.fail(self._comm.timeout.total_seconds())
-            self._finish()
-        return self.tensor
-
-    def _finish(self) -> None:
-        if self._error is not None:
-            error, self._error = self._error, None
-
-            def reraise():
-                raise error
-
-            self._comm._guard(self.op, reraise)  # a PeerError naming the failed rank
-        self._done = True
-        self._count()
-
-    def fail(self, waited: float) -> PeerError:
-        """The error for a transfer still pending after ``waited`` seconds."""
-        return PeerError(f"{self.op} on the {self._comm.name} group: nothing for {waited:.0f}s "
-                         f"(rank {self.peer} dead or stuck?)", [self.peer], self.op)
+    def _silent_peer(self, op: str, peer: int, waited: float) -> PeerError:
+        """The error for point-to-point ``op`` with global rank ``peer``, still pending after
+        ``waited`` seconds (:meth:`Transfer.fail`)."""
+        return PeerError(f"{op} on the {self.name} group: nothing for {waited:.0f}s "
+                         f"(rank {peer} dead or stuck?)", [peer], op)

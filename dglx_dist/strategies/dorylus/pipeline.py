@@ -193,30 +193,17 @@ class Pipeline:
             if applied is not None:
                 progressed = True
                 yield applied
-            for key, _, out in self.ctl.poll():
-                it = its[key[2]]
-                self.layers.result(program[key[3]], it.index, it.epoch, out, acc)
-                it.busy, it.stage, progressed = False, it.stage + 1, True
+            progressed = self._take_results(its, program, acc) or progressed
             for it in sorted(its, key=lambda t: (t.epoch, t.stage)):
                 if it.busy:
                     continue
                 if it.stage == len(program) and not it.finished:
-                    it.finished, progressed = True, True
-                    cnt = counts.setdefault(it.epoch, {})
-                    cnt["end"] = cnt.get("end", 0) + 1
-                    self.ps.release(it.ps, it.version)
-                    if cnt["end"] == len(its) and updates is not None:
-                        updates.epoch_done(it.epoch, acc)
+                    self._end_epoch(it, counts.setdefault(it.epoch, {}), len(its), acc, updates)
+                    progressed = True
                 if it.finished:
-                    nxt = epochs.start if it.epoch < 0 else it.epoch + 1
-                    if nxt >= epochs.stop or (updates is not None and nxt > epochs.start and
-                                              updates.applied_through() < nxt - 1 - bound):
+                    if not self._begin_epoch(it, program, epochs, space, bound, posted, updates):
                         continue
-                    if nxt not in posted:
-                        self._post_recvs(space, nxt, program)
-                        posted.add(nxt)
-                    it.epoch, it.stage, it.finished, progressed = nxt, 0, False, True
-                    it.ps, it.version = self.ps.checkout()
+                    progressed = True
                 st, cnt = program[it.stage], counts.setdefault(it.epoch, {})
                 if st.gate is not None and (sync or it.epoch == epochs.start):
                     back, need = st.gate
@@ -235,9 +222,7 @@ class Pipeline:
                 break
             now = time.monotonic()
             if now - last_tune > 0.05:
-                self.ctl.observe_queue(sum(1 for it in its if not it.busy and not it.finished
-                                           and it.stage < len(program)
-                                           and program[it.stage].kind in GRAPH_KINDS))
+                self.ctl.observe_queue(self._graph_ready(its, program))
                 last_tune = now
             if progressed:
                 last_progress = now
@@ -246,6 +231,45 @@ class Pipeline:
             else:
                 self.ctl.wait_any(0.002)
         self._drain()
+
+    def _take_results(self, its: list[_Interval], program: list[Stage], acc: dict) -> bool:
+        """Hands finished tensor tasks to the layers and moves their intervals on; True if any."""
+        progressed = False
+        for key, _, out in self.ctl.poll():
+            it = its[key[2]]
+            self.layers.result(program[key[3]], it.index, it.epoch, out, acc)
+            it.busy, it.stage, progressed = False, it.stage + 1, True
+        return progressed
+
+    def _end_epoch(self, it: _Interval, cnt: dict, num_intervals: int, acc: dict,
+                   updates: WeightUpdates | None) -> None:
+        """``it`` ran the whole program for its epoch; the last interval starts the update."""
+        it.finished = True
+        cnt["end"] = cnt.get("end", 0) + 1
+        self.ps.release(it.ps, it.version)
+        if cnt["end"] == num_intervals and updates is not None:
+            updates.epoch_done(it.epoch, acc)
+
+    def _begin_epoch(self, it: _Interval, program: list[Stage], epochs: range, space: int,
+                     bound: int, posted: set[int], updates: WeightUpdates | None) -> bool:
+        """Starts ``it``'s next epoch (posting that epoch's receives once); False when there is
+        none or the staleness bound holds it back."""
+        nxt = epochs.start if it.epoch < 0 else it.epoch + 1
+        if nxt >= epochs.stop or (updates is not None and nxt > epochs.start and
+                                  updates.applied_through() < nxt - 1 - bound):
+            return False
+        if nxt not in posted:
+            self._post_recvs(space, nxt, program)
+            posted.add(nxt)
+        it.epoch, it.stage, it.finished = nxt, 0, False
+        it.ps, it.version = self.ps.checkout()
+        return True
+
+    @staticmethod
+    def _graph_ready(its: list[_Interval], program: list[Stage]) -> int:
+        """Intervals whose next stage is a graph task they could run now."""
+        return sum(1 for it in its if not it.busy and not it.finished
+                   and it.stage < len(program) and program[it.stage].kind in GRAPH_KINDS)
 
     def _graph_task(self, space: int, st: Stage, it: _Interval, cnt: dict) -> None:
         self.layers.graph_task(st, it.index)
