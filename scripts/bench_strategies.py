@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from bench_common import add_common, emit_json, parse_with_preset
-from bench_train import run_group, synthetic_dataset
 
+from dglx_dist.bench.datasets import synthetic_dataset
+from dglx_dist.bench.procs import run_group
 from dglx_dist.report import markdown_table
 from dglx_dist.runtime.env import free_local_port
 

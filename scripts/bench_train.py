@@ -5,8 +5,9 @@ partitions (train/val/test and edges balanced) with 2 trainers and the same fano
 size, epochs and optimizer. Ours: ``dglx partition --method metis --parts 2``, then ``torchrun
 --nproc-per-node 2 -m dglx_dist train --strategy distdgl`` with ``DGLX_VIRTUAL_SERVERS=2``.
 DGL: ``dgl.distributed.partition_graph``, then per simulated machine one DGL server and one
-trainer running DGL's example loop (``scripts/_dgl_distdgl_worker.py``; each machine gets a
-private /dev/shm through ``unshare --mount``, see that module's docstring).
+trainer running DGL's example loop (:mod:`dglx_dist.bench.dgl_distdgl`, the runner ``dglx bench``
+uses too, and its worker; each machine gets a private /dev/shm through ``unshare --mount``, see
+the worker's docstring).
 
 Partitioning is not in the epoch time. Per system: mean epoch time without the first epoch
 (with ``--repeat N``: N runs per system, alternating ours/DGL, and the median of the runs'
@@ -33,24 +34,23 @@ to stderr via ``logging``. The exit code is 0 unless a run crashed.
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import hashlib
 import json
 import logging
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from dglx_dist.bench.datasets import nonnegative_features, synthetic_dataset
+from dglx_dist.bench.dgl_distdgl import WORKER, hyper, partitions, run_dgl, summarize_run
+from dglx_dist.bench.dgl_distdgl_worker import PHASES
+from dglx_dist.bench.procs import run_group
 from dglx_dist.report import markdown_table
 from dglx_dist.runtime.env import free_local_port
 
 log = logging.getLogger("bench_train")
-WORKER = Path(__file__).resolve().parent / "_dgl_distdgl_worker.py"
 PRESETS = {
     "tiny": {"data": "cora", "epochs": 30, "hidden": 16, "lr": 0.01},
     "small": {"synthetic": {"num_nodes": 200_000, "num_edges": 4_000_000, "feat_dim": 128,
@@ -58,7 +58,6 @@ PRESETS = {
 }
 COLUMNS = ("system", "epochs", "epoch_time", "epoch_time_first", "steps", "test_acc",
            "peak_mem_mb", "server_peak_mb", "bytes_sent_inter_per_epoch", "run_wall_s")
-PHASES = ("sample", "pull", "forward", "backward+allreduce", "allreduce", "optimizer", "other")
 
 
 def dataset_dir(args: argparse.Namespace, workdir: Path) -> Path:
@@ -73,112 +72,6 @@ def dataset_dir(args: argparse.Namespace, workdir: Path) -> Path:
     return synthetic_dataset(SyntheticConfig(**preset["synthetic"], seed=args.seed), workdir)
 
 
-def synthetic_dataset(config, workdir: Path) -> Path:
-    """The synthetic dataset of ``config`` in ``workdir`` (generated once, keyed by config)."""
-    from dglx_dist.data.synthetic import write_synthetic
-
-    key = hashlib.sha1(json.dumps(dataclasses.asdict(config), sort_keys=True).encode())
-    path = workdir / f"synthetic-{key.hexdigest()[:12]}"
-    if not (path / "meta.json").is_file():
-        log.info("generating synthetic dataset %s: %s", path, config)
-        write_synthetic(config, path, progress=True)
-    return path
-
-
-def data_key(data: Path) -> str:
-    """A cache key for partitions of ``data`` (its files' sizes and modification times)."""
-    h = hashlib.sha1(str(data.resolve()).encode())
-    for name in ("meta.json", "edges.parquet", "nodes.parquet"):
-        st = (data / name).stat()
-        h.update(f"{name}:{st.st_size}:{st.st_mtime_ns}".encode())
-    return f"{data.name}-{h.hexdigest()[:12]}"
-
-
-def nonnegative_features(data: Path) -> bool:
-    """Whether every feature is >= 0 (then rows can be normalised by their sums)."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    col = pq.read_table(data / "nodes.parquet", columns=["feat"]).column("feat")
-    return pc.min(pc.list_flatten(col)).as_py() >= 0
-
-
-def run_group(cmds: list[list[str]], env: dict[str, str], timeout: float,
-              logs: list[Path | None]) -> tuple[list[subprocess.CompletedProcess], int]:
-    """Runs commands concurrently, each in its own process group; kills the groups on timeout.
-
-    Returns one CompletedProcess per command (stdout text where its log is None) and the
-    number of processes found left over in those groups afterwards (and killed).
-    """
-    files = [open(lg, "w") if lg else None for lg in logs]
-    procs = [subprocess.Popen(c, env=env, start_new_session=True, text=True,
-                              stdout=f or subprocess.PIPE, stderr=f and subprocess.STDOUT)
-             for c, f in zip(cmds, files)]
-    deadline, outs = time.monotonic() + timeout, []
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=max(deadline - time.monotonic(), 1))
-            outs.append(subprocess.CompletedProcess(p.args, p.returncode, out or ""))
-    except subprocess.TimeoutExpired:
-        log.error("timed out after %.0fs; killing the process groups", timeout)
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
-        raise
-    finally:
-        left = reap_groups([p.pid for p in procs])
-        for f in files:
-            f and f.close()
-    return outs, left
-
-
-def reap_groups(pgids: list[int]) -> int:
-    """Kills (and counts) the processes still left in the process groups we started."""
-    import psutil
-
-    left = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        try:
-            if os.getpgid(proc.pid) in pgids and proc.pid != os.getpid():
-                left.append(proc)
-        except (ProcessLookupError, psutil.Error):
-            continue
-    for proc in left:
-        log.warning("left-over process %d (%s); killing it", proc.pid,
-                    " ".join(proc.info["cmdline"] or [])[:120])
-        proc.kill()
-    psutil.wait_procs(left, timeout=10)
-    return len(left)
-
-
-def hyper(args: argparse.Namespace, meta: dict[str, Any], row_norm: bool) -> list[str]:
-    """The shared hyper-parameters as worker options."""
-    return ["--epochs", str(args.epochs), "--hidden", str(args.hidden), "--lr", str(args.lr),
-            "--dropout", str(args.dropout), "--weight-decay", str(args.weight_decay),
-            "--seed", str(args.seed), "--batch-size", str(args.batch_size),
-            "--fanouts", args.fanouts, "--num-classes", str(meta["num_classes"])] + (
-        ["--row-normalize"] if row_norm else []) + (  # bench.py's options
-        ["--model", args.model] if getattr(args, "model", None) else []) + (
-        ["--eval-val"] if getattr(args, "eval_val", False) else [])
-
-
-def partitions(kind: str, data: Path, workdir: Path, env: dict[str, str]) -> Path:
-    """Our (``dglx partition --method metis --parts 2``) or DGL's (``partition_graph`` with
-    METIS and the same balance constraints) partitions of ``data``, cached in ``workdir``."""
-    out = workdir / f"{kind}-parts-{data_key(data)}"
-    done = out / ("partition.json" if kind == "ours" else "bench_partition_done.json")
-    if not done.is_file():
-        log.info("%s: partitioning %s -> %s", kind, data, out)
-        cmd = ([sys.executable, "-m", "dglx_dist", "partition", str(data), str(out), "--method",
-                "metis", "--parts", "2", "--overwrite"] if kind == "ours" else
-               [sys.executable, str(WORKER), "partition", "--data", str(data), "--out", str(out)])
-        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
-    return out if kind == "ours" else out / "bench.json"
-
-
 def run_ours(args, data: Path, meta: dict[str, Any], row_norm: bool, workdir: Path,
              env: dict[str, str], profile: bool = False,
              system: str = "ours (dglx distdgl)") -> dict[str, Any]:
@@ -187,7 +80,7 @@ def run_ours(args, data: Path, meta: dict[str, Any], row_norm: bool, workdir: Pa
     run = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            "--master-port", str(free_local_port())]
     if profile:
-        cmd = run + [str(WORKER), "ours-profile", "--partitions", str(parts)] + hyper(
+        cmd = run + WORKER[1:] + ["ours-profile", "--partitions", str(parts)] + hyper(
             args, meta, row_norm) + (["--cprofile", str(workdir / "ours.pstats")]
                                      if args.cprofile else [])
     else:
@@ -209,80 +102,8 @@ def run_ours(args, data: Path, meta: dict[str, Any], row_norm: bool, workdir: Pa
     records = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if profile:
         return records[-1]
-    return summarize(system, records, wall, test_acc=records[-1]["test_acc"],
+    return summarize_run(system, records, wall, test_acc=records[-1]["test_acc"],
                      peak=max(r["peak_mem_mb"] for r in records)) | {"leftover_procs": left}
-
-
-def shm_wrapper() -> list[str]:
-    """The ``unshare`` prefix giving a command a private /dev/shm (root, else a user ns)."""
-    mount = ["sh", "-c", 'mount -t tmpfs tmpfs /dev/shm && exec "$@"', "sh"]
-    for flags in (["--mount"], ["--user", "--map-root-user", "--mount"]):
-        cmd = ["unshare", *flags, "--propagation", "private"] + mount
-        if subprocess.run(cmd + ["true"], capture_output=True).returncode == 0:
-            return cmd
-    raise RuntimeError("cannot give each simulated machine its own /dev/shm: `unshare --mount` "
-                       "and `unshare --user --mount` both failed; DGL servers on one host "
-                       "would share (and overwrite) each other's shared-memory tensors")
-
-
-def run_dgl(args, data: Path, meta: dict[str, Any], row_norm: bool, workdir: Path,
-            env: dict[str, str]) -> dict[str, Any]:
-    """DGL's DistDGL: 2 simulated machines, each one server + one trainer."""
-    part_config = partitions("dgl", data, workdir, env)
-    run_dir = workdir / "dgl-run"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    for f in run_dir.glob("*.json"):
-        f.unlink()
-    ip_config = run_dir / "ip_config.txt"
-    ip_config.write_text("".join(f"127.0.0.1 {free_local_port()}\n" for _ in range(2)))
-    common = ["--machines", "2", "--ip-config", str(ip_config), "--part-config",
-              str(part_config), "--result-dir", str(run_dir),
-              "--master-port", str(free_local_port()),
-              "--timeout", str(args.timeout)] + hyper(args, meta, row_norm)
-    cmds = [shm_wrapper() + [sys.executable, str(WORKER), "machine", "--machine", str(m)]
-            + common for m in range(2)]
-    logs = [run_dir / f"machine{m}.log" for m in range(2)]
-    log.info("dgl: %s", " ".join(cmds[0]))
-    t0 = time.perf_counter()
-    procs, left = run_group(cmds, env, args.timeout + 120, logs)
-    wall = time.perf_counter() - t0
-    if any(p.returncode for p in procs) or not (run_dir / "trainer.json").is_file():
-        tails = {str(lg): lg.read_text().splitlines()[-15:] for lg in logs}
-        raise RuntimeError(f"DGL run failed (exit codes {[p.returncode for p in procs]}); "
-                           f"log tails: {json.dumps(tails, indent=1)}")
-    res = json.loads((run_dir / "trainer.json").read_text())
-    servers = [json.loads((run_dir / f"server{m}.json").read_text())["peak_mb"]
-               for m in range(2) if (run_dir / f"server{m}.json").is_file()]
-    row = summarize("DGL DistDGL 2.1", res["records"], wall, test_acc=res["test_acc"],
-                    peak=max(res["peak_mem_mb_train"]))
-    row.update(server_peak_mb=max(servers) if servers else None, test_nodes=res["test_nodes"],
-               peak_mem_mb_after_eval=max(res["peak_mem_mb_end"]), leftover_procs=left)
-    row["phases"] = mean_phases([r["phases_max"] for r in res["records"][1:]])
-    return row
-
-
-def mean_phases(per_epoch: list[dict[str, float]]) -> dict[str, float]:
-    """Phase seconds per epoch, averaged over the given epochs."""
-    keys = sorted({k for p in per_epoch for k in p})
-    return {k: round(sum(p.get(k, 0.0) for p in per_epoch) / max(len(per_epoch), 1), 4)
-            for k in keys}
-
-
-def summarize(system: str, records: list[dict[str, Any]], wall: float, test_acc: float,
-              peak: float) -> dict[str, Any]:
-    """One table row from per-epoch records (the first epoch is warm-up)."""
-    timed = records[1:] or records
-    row = {"system": system, "epochs": len(records),
-           "epoch_time": round(sum(r["epoch_time"] for r in timed) / len(timed), 4),
-           "epoch_time_first": records[0]["epoch_time"], "steps": records[-1]["steps"],
-           "test_acc": test_acc, "peak_mem_mb": peak, "run_wall_s": round(wall, 1),
-           "epoch_times": [r["epoch_time"] for r in records], "loss": records[-1].get("loss")}
-    if any("val_acc" in r for r in records):
-        row["val_accs"] = [r.get("val_acc") for r in records]
-    if "bytes_sent_inter" in records[-1]:
-        row["bytes_sent_inter_per_epoch"] = int(sum(r["bytes_sent_inter"] for r in timed)
-                                                / len(timed))
-    return row
 
 
 def combine_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:

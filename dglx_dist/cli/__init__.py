@@ -1,6 +1,6 @@
 """The ``dglx`` command: datagen, partition, partitioners, train, demo, commcheck, rdzvcheck,
-emulate (one module per group of subcommands: :mod:`~dglx_dist.cli.data`,
-:mod:`~dglx_dist.cli.train`, :mod:`~dglx_dist.cli.cluster`).
+emulate, bench (one module per group of subcommands: :mod:`~dglx_dist.cli.data`,
+:mod:`~dglx_dist.cli.train`, :mod:`~dglx_dist.cli.cluster`, :mod:`~dglx_dist.cli.bench`).
 
 Results go to stdout (a markdown table and a JSON line); logs and progress bars to stderr.
 """
@@ -11,7 +11,7 @@ import logging
 import sys
 from typing import Callable, Sequence
 
-from dglx_dist.cli import cluster, data, train
+from dglx_dist.cli import bench, cluster, data, train
 from dglx_dist.errors import DglxError
 from dglx_dist.runtime.env import launch_position
 from dglx_dist.runtime.failure import one_line, report, tell_launcher
@@ -23,7 +23,7 @@ log = logging.getLogger("dglx_dist.cli")
 
 # name: (help, add the arguments, run), in the order `dglx --help` lists them
 _COMMANDS: dict[str, tuple[str, Callable, Callable]] = {**data.COMMANDS, **train.COMMANDS,
-                                                        **cluster.COMMANDS}
+                                                        **cluster.COMMANDS, **bench.COMMANDS}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -68,7 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Runs one ``dglx`` command. Any error of dglx_dist's own is one ERROR line from one rank
     (:mod:`dglx_dist.runtime.failure`; the traceback too at ``--debug``) and exit status 2;
     the other ranks exit with 2 quietly."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # `dglx bench` records its command line
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -1,4 +1,4 @@
-"""scripts/bench.py end to end: the tiny preset restricted to two systems, on virtual servers."""
+"""``dglx bench`` end to end: the tiny preset restricted to two systems, on virtual servers."""
 import json
 import os
 import subprocess
@@ -15,8 +15,9 @@ def test_bench_tiny_two_systems(tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if not k.startswith("DGLX_")}
-    env.update({"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"})
-    cmd = [sys.executable, str(ROOT / "scripts" / "bench.py"), "--preset", "tiny", "--systems",
+    path = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)  # this tree's
+    env.update({"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "PYTHONPATH": path})
+    cmd = [sys.executable, "-m", "dglx_dist", "bench", "--preset", "tiny", "--systems",
            "dgl,distdgl", "--network", "virtual", "--epochs", "2", "--timeout", "120",
            "--out", str(out)]
     r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

@@ -1,8 +1,8 @@
-"""The systems ``scripts/bench.py`` compares, and how one run of each becomes a result row.
+"""The systems ``dglx bench`` compares, and how one run of each becomes a result row.
 
-* ``dgl``: single-process plain DGL (``scripts/_bench_single.py``), global batch matched;
+* ``dgl``: single-process plain DGL (:mod:`dglx_dist.bench.single`), global batch matched;
 * ``dgl-distdgl``: DGL 2.1's own DistDGL, 2 machines x 1 trainer on loopback
-  (``bench_train.run_dgl`` + ``scripts/_dgl_distdgl_worker.py``);
+  (:func:`dglx_dist.bench.dgl_distdgl.run_dgl` and its worker);
 * every registered strategy (``STRATEGIES.names()``): ``dglx train`` under torchrun, on the
   emulated cluster (``dglx_dist.cluster.emulate.run_job``) or on virtual servers.
 
@@ -22,12 +22,14 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from bench_train import run_dgl, run_group
-
+from dglx_dist.bench.dgl_distdgl import run_dgl
+from dglx_dist.bench.procs import run_group
 from dglx_dist.runtime.env import free_local_port
 
-log = logging.getLogger("bench")
-HERE = Path(__file__).resolve().parent
+__all__ = ["STRATEGY_OPTIONS", "Setup", "add_time_to_accuracy", "parse_records", "run_system",
+           "summarize", "systems"]
+
+log = logging.getLogger("dglx_dist.bench")
 # per-strategy option overrides (KEY=VALUE as for --strategy-opt); empty: every strategy runs
 # on the common setup with its own defaults (dorylus: async, staleness 0, local executor)
 STRATEGY_OPTIONS: dict[str, tuple[str, ...]] = {}
@@ -77,7 +79,8 @@ def _env(setup: Setup) -> dict[str, str]:
             "DGLX_TIMEOUT": str(int(setup.timeout))}
 
 
-def _records(stdout: str) -> list[dict[str, Any]]:
+def parse_records(stdout: str) -> list[dict[str, Any]]:
+    """The JSON lines of a rank's stdout (its metrics records)."""
     return [json.loads(ln) for ln in stdout.splitlines() if ln.startswith("{")]
 
 
@@ -98,7 +101,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run_single(setup: Setup) -> dict[str, Any]:
     """Plain DGL in one process; its batch is the distributed runs' global batch."""
-    cmd = [sys.executable, str(HERE / "_bench_single.py"), "--data", str(setup.data),
+    cmd = [sys.executable, "-m", "dglx_dist.bench.single", "--data", str(setup.data),
            "--model", setup.model, "--hidden", str(setup.hidden), "--lr", str(setup.lr),
            "--dropout", str(setup.dropout), "--weight-decay", str(setup.weight_decay),
            "--epochs", str(setup.epochs), "--batch-size", str(setup.batch_size * setup.world),
@@ -108,7 +111,7 @@ def run_single(setup: Setup) -> dict[str, Any]:
     (proc,), _ = run_group([cmd], _env(setup), setup.timeout, [None])
     if proc.returncode:
         raise RuntimeError(f"single-process DGL failed with exit code {proc.returncode}")
-    return summarize(_records(proc.stdout)) | {
+    return summarize(parse_records(proc.stdout)) | {
         "network": "none (1 process)", "run_wall_s": round(time.perf_counter() - t0, 1),
         "note": f"batch {setup.batch_size * setup.world} (= the global batch)"}
 
@@ -183,7 +186,7 @@ def run_strategy(name: str, setup: Setup, extra: dict[str, list[str]]) -> dict[s
         ["--row-normalize"] if setup.row_normalize else [])
     t0 = time.perf_counter()
     stdout = (_emulated if setup.network.startswith("emulated-") else _virtual)(setup, target)
-    return summarize(_records(stdout)) | {
+    return summarize(parse_records(stdout)) | {
         "network": setup.network, "run_wall_s": round(time.perf_counter() - t0, 1),
         "note": describe(name, options), "options": options}
 

@@ -1,4 +1,5 @@
-"""DGL's own DistDGL, launched by hand on one host (the helper of ``scripts/bench_train.py``).
+"""DGL's own DistDGL, launched by hand on one host (the worker of
+:mod:`dglx_dist.bench.dgl_distdgl`, run as ``python -m dglx_dist.bench.dgl_distdgl_worker``).
 
 DGL 2.1 ships no launcher in the wheel (``tools/launch.py`` lives in its source tree), so this
 module does what that launcher does: one graph server and one trainer per "machine", with the
@@ -10,7 +11,7 @@ Two machines on one host need two things DGL does not do by itself:
 * **A private /dev/shm per machine.** A DGL server puts its partition's graph and KVStore
   tensors in POSIX shared memory under names that do not include the partition id
   (``<graph_name>``, ``node~_N~feat-kvdata-``); two servers on one host would open the same
-  segments and overwrite each other's features. The launcher in ``bench_train.py`` runs each
+  segments and overwrite each other's features. The launcher (``dgl_distdgl.run_dgl``) runs each
   ``machine`` command under ``unshare --mount`` with a fresh tmpfs on /dev/shm, so each
   machine's server and trainer share memory with each other only, as on a real cluster.
 * **The machine id.** A client finds its machine by matching the ip_config addresses against
@@ -21,13 +22,16 @@ Subcommands: ``partition`` (``dgl.distributed.partition_graph`` with METIS), ``m
 server + one trainer, in the caller's namespace), ``server`` and ``trainer`` (started by
 ``machine``). The trainer is DGL's examples/distributed/graphsage/node_classification.py loop
 with our model (``--model``, default SAGE: the same class, the same seed, so the same initial
-weights), with its phases timed; ``--eval-val`` adds validation accuracy after every epoch. ``ours-profile`` (under torchrun) times the same phases in our distdgl trainer.
+weights), with its phases timed; ``--eval-val`` adds validation accuracy after every epoch.
+``ours-profile`` (under torchrun; :mod:`dglx_dist.bench.ours_profile`) times the same phases in
+our distdgl trainer.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -37,15 +41,20 @@ from typing import Any
 
 import numpy as np
 
+from dglx_dist.memory import peak_rss_bytes
+
+__all__ = ["PHASES", "main"]
+
+log = logging.getLogger("dglx_dist.bench")
+MODULE = "dglx_dist.bench.dgl_distdgl_worker"
 GRAPH_NAME = "bench"
 MASKS = ("train", "val", "test")
 PHASES = ("sample", "pull", "forward", "backward+allreduce", "allreduce", "optimizer", "other")
 
 
-def status_mb(key: str = "VmHWM") -> float:
-    """This process's peak (``VmHWM``) or current (``VmRSS``) resident memory in MiB."""
-    with open("/proc/self/status") as f:
-        return next(int(ln.split()[1]) / 1024.0 for ln in f if ln.startswith(key + ":"))
+def status_mb() -> float:
+    """This process's peak resident memory (``VmHWM``) in MiB."""
+    return peak_rss_bytes() / 2**20
 
 
 def partition_main(args: argparse.Namespace) -> None:
@@ -83,7 +92,7 @@ def machine_main(args: argparse.Namespace, options: list[str]) -> int:
         args: the parsed options.
         options: the command line after ``machine``, handed on to the server and the trainer.
     """
-    me = [sys.executable, str(Path(__file__).resolve())]
+    me = [sys.executable, "-m", MODULE]
     server_env = {**_dgl_env(args), "DGL_ROLE": "server", "DGL_SERVER_ID": str(args.machine)}
     trainer_env = {**_dgl_env(args), "DGL_ROLE": "client", "DGL_DIST_MODE": "distributed",
                    "DGL_GROUP_ID": "0", "MASTER_ADDR": "127.0.0.1",
@@ -94,14 +103,14 @@ def machine_main(args: argparse.Namespace, options: list[str]) -> int:
     try:
         rc = trainer.wait(timeout=args.timeout)
     except subprocess.TimeoutExpired:
-        print(f"machine {args.machine}: trainer still running after {args.timeout}s; killing",
-              file=sys.stderr)
+        log.warning("machine %d: trainer still running after %ss; killing", args.machine,
+                    args.timeout)
         trainer.kill()
         rc = trainer.wait()
     try:  # the servers leave once the last client has said goodbye
         server.wait(timeout=60 if rc == 0 else 5)
     except subprocess.TimeoutExpired:
-        print(f"machine {args.machine}: server did not exit; killing", file=sys.stderr)
+        log.warning("machine %d: server did not exit; killing", args.machine)
         server.kill()
         server.wait()
     return rc or server.returncode
@@ -267,94 +276,6 @@ def trainer_main(args: argparse.Namespace) -> None:
     # DGL's atexit hook (exit_client) then tells the servers to shut down.
 
 
-def _timed(obj: Any, name: str, phase: str, acc: dict[str, float]) -> None:
-    """Replaces ``obj.name`` by a wrapper adding its wall time to ``acc[phase]``."""
-    fn = getattr(obj, name)
-
-    def wrapper(*a, **kw):
-        t0 = time.perf_counter()
-        try:
-            return fn(*a, **kw)
-        finally:
-            acc[phase] = acc.get(phase, 0.0) + time.perf_counter() - t0
-
-    setattr(obj, name, wrapper)
-
-
-def _our_trainer(args: argparse.Namespace, session, acc: dict[str, float]):
-    """Our distdgl ``Trainer`` as ``dglx train`` builds it, with its phases timed into ``acc``."""
-    import torch
-
-    from dglx_dist.models import SAGE
-    from dglx_dist.partition import PartitionDir
-    from dglx_dist.strategies import STRATEGIES
-    from dglx_dist.trainer import Trainer
-
-    strategy = STRATEGIES.build("distdgl", fanouts=tuple(args.fanouts),
-                                batch_size=args.batch_size)
-    pdir = PartitionDir(args.partitions)
-    torch.manual_seed(args.seed)
-    model = SAGE(pdir.feat_dim, args.hidden, pdir.num_classes, len(args.fanouts),
-                 dropout=args.dropout, row_normalize=args.row_normalize)
-    trainer = Trainer(model, pdir, strategy, session=session, lr=args.lr,
-                      weight_decay=args.weight_decay, progress=False)
-    for obj, name, phase in ((strategy.sampler, "sample_blocks", "sample"),
-                             (strategy.store, "pull", "pull"), (trainer, "forward", "forward"),
-                             (session.world, "all_reduce", "allreduce"),
-                             (trainer.optimizer, "step", "optimizer"), (trainer, "step", "step")):
-        _timed(obj, name, phase, acc)
-    return trainer
-
-
-def ours_profile_main(args: argparse.Namespace) -> None:
-    """Under torchrun: ``Trainer.fit``'s loop of our distdgl, phase by phase (rank 0 prints)."""
-    import cProfile
-    import pstats
-
-    import torch
-    import torch.nn.functional as F
-
-    from dglx_dist.runtime import init
-
-    acc: dict[str, float] = {}
-    with init() as session:
-        trainer = _our_trainer(args, session, acc)
-        prof, per_epoch = cProfile.Profile() if args.cprofile else None, []
-        for epoch in range(args.epochs):
-            acc.clear()
-            if prof:
-                prof.enable()
-            t0 = time.perf_counter()
-            for batch in trainer.batches(epoch):
-                loss = F.cross_entropy(trainer.forward(batch), batch.y)
-                trainer.step(loss)
-                float(loss.detach())
-                acc["input_rows"] = acc.get("input_rows", 0) + batch.x.shape[0]
-            wall = time.perf_counter() - t0
-            if prof:
-                prof.disable()
-            ph = {**acc, "backward+allreduce": acc.get("step", 0.0) - acc.get("optimizer", 0.0)}
-            ph["other"] = wall - sum(ph.get(k, 0.0) for k in PHASES if k != "allreduce")
-            vec = torch.tensor([wall] + [ph.get(k, 0.0) for k in PHASES + ("input_rows",)],
-                               dtype=torch.float64)
-            session.world.all_reduce(vec, op="max")
-            per_epoch.append(vec.tolist())
-        if not session.is_main:
-            return
-        timed = per_epoch[1:] or per_epoch
-        mean = [sum(v[i] for v in timed) / len(timed) for i in range(len(PHASES) + 2)]
-        out = {"epoch_time": round(mean[0], 4),
-               "phases": {k: round(v, 4) for k, v in zip(PHASES + ("input_rows",), mean[1:])}}
-        if prof:
-            stats = pstats.Stats(prof)
-            stats.dump_stats(args.cprofile)
-            top = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:25]
-            out["cprofile_top"] = [{"function": f"{Path(f).name}:{ln}:{fn}", "calls": nc,
-                                    "tottime": round(tt, 4), "cumtime": round(ct, 4)}
-                                   for (f, ln, fn), (_, nc, tt, ct, _) in top]
-        print(json.dumps(out), flush=True)
-
-
 def _int_list(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
@@ -398,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "trainer":
         trainer_main(args)
     else:
+        from dglx_dist.bench.ours_profile import ours_profile_main
+
         ours_profile_main(args)
     return 0
 

@@ -1,4 +1,4 @@
-"""Single-process DGL baseline of ``scripts/bench.py``: plain DGL, one process, no dglx_dist
+"""The single-process DGL baseline of ``dglx bench``: plain DGL, one process, no dglx_dist
 runtime.
 
 The same model class from :mod:`dglx_dist.models` (same seed, so the same initial weights as
@@ -7,21 +7,20 @@ every other system), the same fanouts through ``dgl.dataloading.NeighborSampler`
 accuracy at the end use full neighbourhoods over the whole graph (as the strategies' evaluation
 does); evaluation is not inside ``epoch_time``. Prints one JSON line per epoch, in the shape of
 ``dglx train``'s metrics records (``epoch_time``, ``steps``, ``loss``, ``val_acc``,
-``peak_mem_mb``; the last one also ``test_acc``).
+``peak_mem_mb``; the last one also ``test_acc``). The harness runs it as a child process::
 
-    python scripts/_bench_single.py --data DIR --model gcn --epochs 5 --fanouts 10,25 ...
+    python -m dglx_dist.bench.single --data DIR --model gcn --epochs 5 --fanouts 10,25 ...
 """
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
+from dglx_dist.memory import peak_rss_bytes
+from dglx_dist.report import json_record
 
-def _peak_mb() -> float:
-    with open("/proc/self/status") as f:
-        return next(int(ln.split()[1]) / 1024.0 for ln in f if ln.startswith("VmHWM:"))
+__all__ = ["main", "train"]
 
 
 def _accuracy(model, g, nids) -> float:
@@ -34,11 +33,26 @@ def _accuracy(model, g, nids) -> float:
     return round(float((pred[nids] == g.ndata["label"][nids]).float().mean()), 4)
 
 
+def _epoch(model, opt, loader, labels) -> tuple[float, int, float]:
+    """One epoch; returns its wall time, steps and mean loss."""
+    import torch.nn.functional as F
+
+    t0, steps, losses = time.perf_counter(), 0, 0.0
+    for _input_nodes, seeds, blocks in loader:
+        x = blocks[0].srcdata["feat"]
+        loss = F.cross_entropy(model(blocks, x), labels[seeds].long())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses += float(loss.detach())
+        steps += 1
+    return time.perf_counter() - t0, steps, losses / max(steps, 1)
+
+
 def train(args: argparse.Namespace) -> None:
     """Trains and prints the per-epoch records."""
     import dgl
     import torch
-    import torch.nn.functional as F
 
     from dglx_dist.data import read_dataset, to_dgl
     from dglx_dist.models import MODELS
@@ -57,23 +71,17 @@ def train(args: argparse.Namespace) -> None:
                                         batch_size=args.batch_size, shuffle=True,
                                         drop_last=False)
     for epoch in range(args.epochs):
-        t0, steps, losses = time.perf_counter(), 0, 0.0
-        for _input_nodes, seeds, blocks in loader:
-            x = blocks[0].srcdata["feat"]
-            loss = F.cross_entropy(model(blocks, x), g.ndata["label"][seeds].long())
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses += float(loss.detach())
-            steps += 1
+        wall, steps, loss = _epoch(model, opt, loader, g.ndata["label"])
         record = {"epoch": epoch, "strategy": "dgl", "world_size": 1, "servers": 1,
-                  "epoch_time": round(time.perf_counter() - t0, 4), "steps": steps,
-                  "samples": int(ids["train"].numel()), "loss": round(losses / max(steps, 1), 5),
+                  "epoch_time": round(wall, 4), "steps": steps,
+                  "samples": int(ids["train"].numel()), "loss": round(loss, 5),
                   "bytes_sent_intra": 0, "bytes_sent_inter": 0,
-                  "peak_mem_mb": round(_peak_mb(), 1), "val_acc": _accuracy(model, g, ids["val"])}
+                  "peak_mem_mb": round(peak_rss_bytes() / 2**20, 1),
+                  "val_acc": _accuracy(model, g, ids["val"])}
         if epoch == args.epochs - 1:
             record["test_acc"] = _accuracy(model, g, ids["test"])
-        print(json.dumps(record), flush=True)
+        sys.stdout.write(json_record(record) + "\n")  # the harness reads these lines
+        sys.stdout.flush()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -93,6 +101,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def main(argv: list[str] | None = None) -> int:
+    """Trains with the options of ``argv``; returns the exit code."""
+    train(parse_args(argv))
+    return 0
+
+
 if __name__ == "__main__":
-    train(parse_args())
-    sys.exit(0)
+    sys.exit(main())

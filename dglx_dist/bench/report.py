@@ -1,11 +1,14 @@
-"""Outputs of ``scripts/bench.py``: results.jsonl, the markdown table, the figure."""
+"""Outputs of ``dglx bench``: results.jsonl, the markdown table, the figure (matplotlib, the
+``plot`` extra, imported only to draw it)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from dglx_dist.report import markdown_table
+from dglx_dist.errors import DglxError
+from dglx_dist.report import json_record, markdown_table
+
+__all__ = ["COLUMNS", "SWEEP_COLUMNS", "PlotUnavailable", "markdown", "plot", "write_jsonl"]
 
 COLUMNS = ("system", "network", "epoch_time", "time_to_accuracy", "bytes_inter", "bytes_intra",
            "peak_mem_mb", "val_acc", "test_acc", "steps", "note")
@@ -25,7 +28,7 @@ def write_jsonl(rows: list[dict[str, Any]], path: Path) -> None:
     """One JSON object per run (sweep rows carry a ``sweep`` key)."""
     with open(path, "w") as f:
         for r in rows:
-            f.write(json.dumps(r) + "\n")
+            f.write(json_record(r) + "\n")
 
 
 def _cells(r: dict[str, Any], columns) -> dict[str, Any]:
@@ -44,7 +47,7 @@ def _cells(r: dict[str, Any], columns) -> dict[str, Any]:
 def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     """The main table, its legend, and a table per sweep that ran."""
     main = [r for r in rows if "sweep" not in r]
-    text = [f"# scripts/bench.py: {meta['command']}", "",
+    text = [f"# benchmark: {meta['command']}", "",
             f"dataset {meta['dataset']}; model {meta['setup']['model']} "
             f"({meta['setup']['layers']} layers, hidden {meta['setup']['hidden']}); "
             f"{meta['setup']['servers']} servers x {meta['setup']['ranks_per_server']} "
@@ -68,26 +71,32 @@ def _labels(values: list[Any], missing: str) -> list[str]:
             for v in values]
 
 
-def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
-    """One figure: epoch time, time to accuracy, bytes per epoch, peak memory, accuracy."""
-    import matplotlib
+class PlotUnavailable(DglxError, ImportError):
+    """matplotlib is not installed."""
 
+
+def _pyplot():
+    """matplotlib's pyplot on the Agg backend, or one line naming the extra to install."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlotUnavailable("the figure needs matplotlib: pip install 'dglx_dist[plot]' "
+                              "(or pass --no-plot)") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ok = [r for r in rows if "sweep" not in r and "error" not in r]
-    names = [r["system"] for r in ok]
+    return plt
+
+
+def _bars(ax, ok: list[dict[str, Any]], key: str, label: str, missing: str) -> None:
+    values = [r.get(key) for r in ok]
+    bars = ax.bar(range(len(ok)), [v or 0 for v in values], color="tab:blue")
+    ax.bar_label(bars, labels=_labels(values, missing), fontsize=7)
+    ax.set_title(label)
+
+
+def _bytes(ax, ok: list[dict[str, Any]]) -> None:
     xs = range(len(ok))
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
-    panels = ((axes[0][0], "epoch_time", "epoch time (s)", "n/a"),
-              (axes[0][1], "time_to_accuracy", "time to accuracy (s; n/r: not reached)", "n/r"),
-              (axes[1][0], "peak_mem_mb", "peak memory of a rank (MB)", "n/a"))
-    for ax, key, label, missing in panels:
-        values = [r.get(key) for r in ok]
-        bars = ax.bar(xs, [v or 0 for v in values], color="tab:blue")
-        ax.bar_label(bars, labels=_labels(values, missing), fontsize=7)
-        ax.set_title(label)
-    ax = axes[0][2]
     for i, (key, label) in enumerate((("bytes_inter", "inter-server"),
                                       ("bytes_intra", "intra-server"))):
         values = [None if r.get(key) is None else r[key] / 2**20 for r in ok]
@@ -96,13 +105,18 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         ax.bar_label(bars, labels=_labels(values, "n/a"), fontsize=6)  # small counts too
     ax.set_title("MiB sent per epoch (all ranks)")
     ax.legend()
-    ax = axes[1][1]
+
+
+def _accuracy(ax, ok: list[dict[str, Any]]) -> None:
+    xs = range(len(ok))
     for i, key in enumerate(("val_acc", "test_acc")):
         ax.bar([x + (i - 0.5) * 0.4 for x in xs], [r.get(key) or 0 for r in ok], 0.4, label=key)
     ax.set_title("final accuracy")
     ax.set_ylim(0, 1)
     ax.legend()
-    ax = axes[1][2]
+
+
+def _curves(ax, ok: list[dict[str, Any]]) -> None:
     for r in ok:
         t, acc, curve = 0.0, [], []
         for dt, a in zip(r["epoch_times"], r["val_acc_per_epoch"]):
@@ -116,9 +130,26 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     ax.set_xlabel("training time (s)")
     ax.set_title("validation accuracy")
     ax.legend(fontsize=7)
+
+
+def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
+    """One figure: epoch time, time to accuracy, bytes per epoch, peak memory, accuracy.
+
+    Raises:
+        PlotUnavailable: matplotlib is not installed.
+    """
+    plt = _pyplot()
+    ok = [r for r in rows if "sweep" not in r and "error" not in r]
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    _bars(axes[0][0], ok, "epoch_time", "epoch time (s)", "n/a")
+    _bars(axes[0][1], ok, "time_to_accuracy", "time to accuracy (s; n/r: not reached)", "n/r")
+    _bars(axes[1][0], ok, "peak_mem_mb", "peak memory of a rank (MB)", "n/a")
+    _bytes(axes[0][2], ok)
+    _accuracy(axes[1][1], ok)
+    _curves(axes[1][2], ok)
     for ax in (axes[0][0], axes[0][1], axes[0][2], axes[1][0], axes[1][1]):
-        ax.set_xticks(list(xs))
-        ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
+        ax.set_xticks(list(range(len(ok))))
+        ax.set_xticklabels([r["system"] for r in ok], rotation=30, ha="right", fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

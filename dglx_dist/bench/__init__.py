@@ -1,0 +1,33 @@
+"""``dglx bench``: every system on the same dataset, model and hyper-parameters, in one
+command (docs/benchmarks.md).
+
+The pieces, in the order a run uses them:
+
+* :mod:`~dglx_dist.bench.presets`: the presets (:class:`Preset`, a frozen dataclass) and the
+  network the strategies run on (emulated cluster or virtual servers);
+* :mod:`~dglx_dist.bench.datasets`: the presets' synthetic graphs, cached; partition cache keys;
+* :mod:`~dglx_dist.bench.suite`: one benchmark from the parsed options: setup, every system,
+  time to accuracy, the outputs in ``--out``;
+* :mod:`~dglx_dist.bench.harness`: the systems (single-process DGL, DGL's DistDGL, every
+  registered strategy as ``dglx train`` under torchrun), one run of each -> a result row,
+  a rank's JSON lines summarised, time to accuracy;
+* :mod:`~dglx_dist.bench.single`: the single-process DGL baseline (a child process,
+  ``python -m dglx_dist.bench.single``);
+* :mod:`~dglx_dist.bench.dgl_distdgl`: DGL's own DistDGL on one host (partitions, 2 simulated
+  machines), with its worker :mod:`~dglx_dist.bench.dgl_distdgl_worker` (``python -m
+  dglx_dist.bench.dgl_distdgl_worker``: partition, machine, server, trainer) and
+  :mod:`~dglx_dist.bench.ours_profile` (the worker's ``ours-profile``, our trainer timed phase
+  by phase for ``scripts/bench_train.py --profile``);
+* :mod:`~dglx_dist.bench.procs`: process groups run together, killed on timeout, reaped;
+* :mod:`~dglx_dist.bench.report`: results.jsonl, the markdown table, the figure (matplotlib,
+  the ``plot`` extra).
+
+Nothing here imports DGL or torch at import time; the systems import them in their own
+processes.
+"""
+from dglx_dist.bench.harness import Setup, add_time_to_accuracy, summarize
+from dglx_dist.bench.presets import PRESETS, Preset
+from dglx_dist.bench.suite import replot, run_bench
+
+__all__ = ["PRESETS", "Preset", "Setup", "add_time_to_accuracy", "replot", "run_bench",
+           "summarize"]

@@ -1,0 +1,131 @@
+"""DGL's own DistDGL, run on one host: partitions (DGL's, and ours made the same way) and a
+job of 2 simulated machines, each one DGL server and one trainer in its own mount namespace
+(:mod:`dglx_dist.bench.dgl_distdgl_worker`, started as ``python -m``; its docstring says why
+each machine needs a private /dev/shm).
+
+The result row (:func:`summarize_run`) has the per-epoch records, mean epoch time without the
+first, test accuracy, the trainers' and servers' peak memory and the phase times of DGL's loop.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from dglx_dist.bench.datasets import data_key
+from dglx_dist.bench.procs import run_group
+from dglx_dist.runtime.env import free_local_port
+
+__all__ = ["WORKER", "hyper", "mean_phases", "partitions", "run_dgl", "shm_wrapper",
+           "summarize_run"]
+
+log = logging.getLogger("dglx_dist.bench")
+# not imported: ``python -m`` of a module the package has already imported warns (runpy)
+WORKER = [sys.executable, "-m", "dglx_dist.bench.dgl_distdgl_worker"]
+"""The worker's command line (subcommand and options follow)."""
+
+
+def hyper(args, meta: dict[str, Any], row_norm: bool) -> list[str]:
+    """The shared hyper-parameters of ``args`` as worker options."""
+    return ["--epochs", str(args.epochs), "--hidden", str(args.hidden), "--lr", str(args.lr),
+            "--dropout", str(args.dropout), "--weight-decay", str(args.weight_decay),
+            "--seed", str(args.seed), "--batch-size", str(args.batch_size),
+            "--fanouts", args.fanouts, "--num-classes", str(meta["num_classes"])] + (
+        ["--row-normalize"] if row_norm else []) + (  # dglx bench's options
+        ["--model", args.model] if getattr(args, "model", None) else []) + (
+        ["--eval-val"] if getattr(args, "eval_val", False) else [])
+
+
+def partitions(kind: str, data: Path, workdir: Path, env: dict[str, str]) -> Path:
+    """Our (``dglx partition --method metis --parts 2``) or DGL's (``partition_graph`` with
+    METIS and the same balance constraints) partitions of ``data``, cached in ``workdir``."""
+    out = workdir / f"{kind}-parts-{data_key(data)}"
+    done = out / ("partition.json" if kind == "ours" else "bench_partition_done.json")
+    if not done.is_file():
+        log.info("%s: partitioning %s -> %s", kind, data, out)
+        cmd = ([sys.executable, "-m", "dglx_dist", "partition", str(data), str(out), "--method",
+                "metis", "--parts", "2", "--overwrite"] if kind == "ours" else
+               WORKER + ["partition", "--data", str(data), "--out", str(out)])
+        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+    return out if kind == "ours" else out / "bench.json"
+
+
+def shm_wrapper() -> list[str]:
+    """The ``unshare`` prefix giving a command a private /dev/shm (root, else a user ns)."""
+    mount = ["sh", "-c", 'mount -t tmpfs tmpfs /dev/shm && exec "$@"', "sh"]
+    for flags in (["--mount"], ["--user", "--map-root-user", "--mount"]):
+        cmd = ["unshare", *flags, "--propagation", "private"] + mount
+        if subprocess.run(cmd + ["true"], capture_output=True).returncode == 0:
+            return cmd
+    raise RuntimeError("cannot give each simulated machine its own /dev/shm: `unshare --mount` "
+                       "and `unshare --user --mount` both failed; DGL servers on one host "
+                       "would share (and overwrite) each other's shared-memory tensors")
+
+
+def _commands(args, part_config: Path, run_dir: Path, hyper_opts: list[str]) -> list[list[str]]:
+    """One ``machine`` command per simulated machine, each under :func:`shm_wrapper`."""
+    ip_config = run_dir / "ip_config.txt"
+    ip_config.write_text("".join(f"127.0.0.1 {free_local_port()}\n" for _ in range(2)))
+    common = ["--machines", "2", "--ip-config", str(ip_config), "--part-config",
+              str(part_config), "--result-dir", str(run_dir),
+              "--master-port", str(free_local_port()),
+              "--timeout", str(args.timeout)] + hyper_opts
+    return [shm_wrapper() + WORKER + ["machine", "--machine", str(m)] + common
+            for m in range(2)]
+
+
+def run_dgl(args, data: Path, meta: dict[str, Any], row_norm: bool, workdir: Path,
+            env: dict[str, str]) -> dict[str, Any]:
+    """DGL's DistDGL: 2 simulated machines, each one server + one trainer."""
+    part_config = partitions("dgl", data, workdir, env)
+    run_dir = workdir / "dgl-run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for f in run_dir.glob("*.json"):
+        f.unlink()
+    cmds = _commands(args, part_config, run_dir, hyper(args, meta, row_norm))
+    logs = [run_dir / f"machine{m}.log" for m in range(2)]
+    log.info("dgl: %s", " ".join(cmds[0]))
+    t0 = time.perf_counter()
+    procs, left = run_group(cmds, env, args.timeout + 120, logs)
+    wall = time.perf_counter() - t0
+    if any(p.returncode for p in procs) or not (run_dir / "trainer.json").is_file():
+        tails = {str(lg): lg.read_text().splitlines()[-15:] for lg in logs}
+        raise RuntimeError(f"DGL run failed (exit codes {[p.returncode for p in procs]}); "
+                           f"log tails: {json.dumps(tails, indent=1)}")
+    res = json.loads((run_dir / "trainer.json").read_text())
+    servers = [json.loads((run_dir / f"server{m}.json").read_text())["peak_mb"]
+               for m in range(2) if (run_dir / f"server{m}.json").is_file()]
+    row = summarize_run("DGL DistDGL 2.1", res["records"], wall, test_acc=res["test_acc"],
+                        peak=max(res["peak_mem_mb_train"]))
+    row.update(server_peak_mb=max(servers) if servers else None, test_nodes=res["test_nodes"],
+               peak_mem_mb_after_eval=max(res["peak_mem_mb_end"]), leftover_procs=left)
+    row["phases"] = mean_phases([r["phases_max"] for r in res["records"][1:]])
+    return row
+
+
+def mean_phases(per_epoch: list[dict[str, float]]) -> dict[str, float]:
+    """Phase seconds per epoch, averaged over the given epochs."""
+    keys = sorted({k for p in per_epoch for k in p})
+    return {k: round(sum(p.get(k, 0.0) for p in per_epoch) / max(len(per_epoch), 1), 4)
+            for k in keys}
+
+
+def summarize_run(system: str, records: list[dict[str, Any]], wall: float, test_acc: float,
+                  peak: float) -> dict[str, Any]:
+    """One table row from per-epoch records (the first epoch is warm-up)."""
+    timed = records[1:] or records
+    row = {"system": system, "epochs": len(records),
+           "epoch_time": round(sum(r["epoch_time"] for r in timed) / len(timed), 4),
+           "epoch_time_first": records[0]["epoch_time"], "steps": records[-1]["steps"],
+           "test_acc": test_acc, "peak_mem_mb": peak, "run_wall_s": round(wall, 1),
+           "epoch_times": [r["epoch_time"] for r in records], "loss": records[-1].get("loss")}
+    if any("val_acc" in r for r in records):
+        row["val_accs"] = [r.get("val_acc") for r in records]
+    if "bytes_sent_inter" in records[-1]:
+        row["bytes_sent_inter_per_epoch"] = int(sum(r["bytes_sent_inter"] for r in timed)
+                                                / len(timed))
+    return row

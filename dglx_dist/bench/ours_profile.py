@@ -1,0 +1,121 @@
+"""``ours-profile``, the worker's subcommand that times our distdgl trainer phase by phase
+(sampling, KVStore pull, forward, backward, all-reduce, optimizer) like the DGL trainer of
+:mod:`dglx_dist.bench.dgl_distdgl_worker`, under torchrun::
+
+    torchrun --nproc-per-node 2 -m dglx_dist.bench.dgl_distdgl_worker ours-profile \
+        --partitions DIR [--cprofile FILE] ...
+
+Rank 0 prints one JSON object: the mean epoch time and phase seconds without the first epoch
+(max over ranks) and, with ``--cprofile``, the top functions of rank 0.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from dglx_dist.bench.dgl_distdgl_worker import PHASES
+
+__all__ = ["ours_profile_main"]
+
+
+def _timed(obj: Any, name: str, phase: str, acc: dict[str, float]) -> None:
+    """Replaces ``obj.name`` by a wrapper adding its wall time to ``acc[phase]``."""
+    fn = getattr(obj, name)
+
+    def wrapper(*a, **kw):
+        t0 = time.perf_counter()
+        try:
+            return fn(*a, **kw)
+        finally:
+            acc[phase] = acc.get(phase, 0.0) + time.perf_counter() - t0
+
+    setattr(obj, name, wrapper)
+
+
+def _our_trainer(args: argparse.Namespace, session, acc: dict[str, float]):
+    """Our distdgl ``Trainer`` as ``dglx train`` builds it, with its phases timed into ``acc``."""
+    import torch
+
+    from dglx_dist.models import SAGE
+    from dglx_dist.partition import PartitionDir
+    from dglx_dist.strategies import STRATEGIES
+    from dglx_dist.trainer import Trainer
+
+    strategy = STRATEGIES.build("distdgl", fanouts=tuple(args.fanouts),
+                                batch_size=args.batch_size)
+    pdir = PartitionDir(args.partitions)
+    torch.manual_seed(args.seed)
+    model = SAGE(pdir.feat_dim, args.hidden, pdir.num_classes, len(args.fanouts),
+                 dropout=args.dropout, row_normalize=args.row_normalize)
+    trainer = Trainer(model, pdir, strategy, session=session, lr=args.lr,
+                      weight_decay=args.weight_decay, progress=False)
+    for obj, name, phase in ((strategy.sampler, "sample_blocks", "sample"),
+                             (strategy.store, "pull", "pull"), (trainer, "forward", "forward"),
+                             (session.world, "all_reduce", "allreduce"),
+                             (trainer.optimizer, "step", "optimizer"), (trainer, "step", "step")):
+        _timed(obj, name, phase, acc)
+    return trainer
+
+
+def _epoch(trainer, session, epoch: int, acc: dict[str, float], prof) -> list[float]:
+    """One epoch of ``Trainer.fit``'s loop; returns [wall, phase seconds..., input rows], the
+    max over ranks."""
+    import torch
+    import torch.nn.functional as F
+
+    acc.clear()
+    if prof:
+        prof.enable()
+    t0 = time.perf_counter()
+    for batch in trainer.batches(epoch):
+        loss = F.cross_entropy(trainer.forward(batch), batch.y)
+        trainer.step(loss)
+        float(loss.detach())
+        acc["input_rows"] = acc.get("input_rows", 0) + batch.x.shape[0]
+    wall = time.perf_counter() - t0
+    if prof:
+        prof.disable()
+    ph = {**acc, "backward+allreduce": acc.get("step", 0.0) - acc.get("optimizer", 0.0)}
+    ph["other"] = wall - sum(ph.get(k, 0.0) for k in PHASES if k != "allreduce")
+    vec = torch.tensor([wall] + [ph.get(k, 0.0) for k in PHASES + ("input_rows",)],
+                       dtype=torch.float64)
+    session.world.all_reduce(vec, op="max")
+    return vec.tolist()
+
+
+def _cprofile_top(prof, path: str) -> list[dict[str, Any]]:
+    """Dumps the stats to ``path``; returns the 25 functions of most cumulative time."""
+    import pstats
+
+    stats = pstats.Stats(prof)
+    stats.dump_stats(path)
+    top = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:25]
+    return [{"function": f"{Path(f).name}:{ln}:{fn}", "calls": nc, "tottime": round(tt, 4),
+             "cumtime": round(ct, 4)} for (f, ln, fn), (_, nc, tt, ct, _) in top]
+
+
+def ours_profile_main(args: argparse.Namespace) -> None:
+    """Under torchrun: ``Trainer.fit``'s loop of our distdgl, phase by phase (rank 0 prints)."""
+    import cProfile
+
+    from dglx_dist.runtime import init
+
+    acc: dict[str, float] = {}
+    with init() as session:
+        trainer = _our_trainer(args, session, acc)
+        prof = cProfile.Profile() if args.cprofile else None
+        per_epoch = [_epoch(trainer, session, epoch, acc, prof) for epoch in range(args.epochs)]
+        if not session.is_main:
+            return
+        timed = per_epoch[1:] or per_epoch
+        mean = [sum(v[i] for v in timed) / len(timed) for i in range(len(PHASES) + 2)]
+        out = {"epoch_time": round(mean[0], 4),
+               "phases": {k: round(v, 4) for k, v in zip(PHASES + ("input_rows",), mean[1:])}}
+        if prof:
+            out["cprofile_top"] = _cprofile_top(prof, args.cprofile)
+        sys.stdout.write(json.dumps(out) + "\n")  # what bench_train reads
+        sys.stdout.flush()

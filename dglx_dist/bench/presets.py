@@ -1,0 +1,85 @@
+"""The benchmark's presets (dataset shape, epochs, model width, cluster shape) and the choice
+of network the strategies run on."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from dglx_dist.errors import InvalidValueError
+
+__all__ = ["NETWORKS", "PRESETS", "Preset", "choose_network"]
+
+log = logging.getLogger("dglx_dist.bench")
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """One preset: the synthetic graph it generates and the options it fills in."""
+
+    num_nodes: int
+    num_edges: int
+    feat_dim: int
+    num_classes: int
+    epochs: int
+    hidden: int
+    lr: float
+    batch_size: int
+    """Seeds per trainer per step."""
+    servers: int
+    ranks_per_server: int
+
+    def __post_init__(self) -> None:
+        small = [f.name for f in dataclasses.fields(self) if getattr(self, f.name) <= 0]
+        if small:
+            raise InvalidValueError(f"Preset: {', '.join(small)} must be > 0")
+        if self.epochs < 2:
+            raise InvalidValueError("Preset: epochs must be >= 2 (the first epoch is warm-up "
+                                    "and not averaged)")
+
+    def synthetic(self, seed: int):
+        """The :class:`~dglx_dist.data.synthetic.SyntheticConfig` of its graph."""
+        from dglx_dist.data.synthetic import SyntheticConfig
+
+        return SyntheticConfig(num_nodes=self.num_nodes, num_edges=self.num_edges,
+                               feat_dim=self.feat_dim, num_classes=self.num_classes, seed=seed)
+
+    def options(self) -> dict[str, Any]:
+        """The command-line options it fills where none was given."""
+        return {k: getattr(self, k) for k in ("epochs", "hidden", "lr", "batch_size", "servers",
+                                              "ranks_per_server")}
+
+
+PRESETS: dict[str, Preset] = {
+    # a few minutes on 2 cores: 7 runs of ~20-40 s, most of it start-up and partitioning
+    "tiny": Preset(num_nodes=20_000, num_edges=300_000, feat_dim=128, num_classes=16, epochs=6,
+                   hidden=64, lr=0.01, batch_size=250, servers=2, ranks_per_server=1),
+    # ~6 minutes on 2 cores (5.5 min measured)
+    "small": Preset(num_nodes=200_000, num_edges=2_000_000, feat_dim=128, num_classes=16,
+                    epochs=10, hidden=64, lr=0.01, batch_size=1000, servers=2,
+                    ranks_per_server=2),
+    # for a big machine (ogbn-products' shape: 2.45M nodes, 124M directed edges, 100
+    # features, 47 classes); not run on the development machines
+    "large": Preset(num_nodes=2_449_029, num_edges=123_718_280, feat_dim=100, num_classes=47,
+                    epochs=5, hidden=256, lr=0.003, batch_size=1000, servers=4,
+                    ranks_per_server=4),
+}
+NETWORKS = {"1g": "emulated-1g", "10g": "emulated-10g", "virtual": "virtual"}
+
+
+def choose_network(choice: str, link_preset: str = "1g") -> str:
+    """``emulated-<preset>`` where namespaces work (``auto``) or were asked for, else
+    ``virtual``; an explicit emulated choice that cannot run is an error."""
+    if choice == "virtual":
+        return "virtual"
+    from dglx_dist.cluster.emulate import PRESETS as LINKS, EmulationUnavailable, check_available
+
+    preset = link_preset if choice == "auto" else choice
+    try:
+        check_available(LINKS[preset])
+    except EmulationUnavailable as exc:
+        if choice != "auto":
+            raise
+        log.warning("no emulated cluster here (%s); using virtual servers", exc)
+        return "virtual"
+    return NETWORKS[preset]

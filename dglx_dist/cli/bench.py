@@ -1,0 +1,137 @@
+"""``dglx bench``: every system (single-process DGL, DGL's DistDGL, each registered strategy)
+on the same dataset and model, one after the other; the table on stdout, the results, table
+and figure in ``--out`` (:mod:`dglx_dist.bench`, docs/benchmarks.md)."""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import shlex
+import sys
+from pathlib import Path
+from typing import Callable
+
+from dglx_dist.cli_flags import number
+from dglx_dist.errors import InvalidValueError
+
+__all__ = ["COMMANDS", "add_arguments", "run"]
+
+_SWEEPS_NEED_CHECKOUT = ("dglx bench --sweeps: the sweeps run scripts/bench_strategies.py, "
+                         "bench_granndis.py and bench_dorylus.py, which only a source checkout "
+                         "has: run `python scripts/bench.py --sweeps` there")
+
+
+def _names(text: str) -> list[str]:
+    return [x for x in text.split(",") if x]
+
+
+def _fanouts(text: str) -> str:
+    parts = text.split(",")
+    if not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected positive integers separated by "
+                                         f"commas, input layer first, e.g. 10,25")
+    return text
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """``dglx bench``'s options (``scripts/bench.py`` adds nothing but a working --sweeps)."""
+    from dglx_dist.bench.presets import PRESETS
+
+    p.add_argument("--preset", choices=sorted(PRESETS), default="tiny",
+                   help="tiny: 20k nodes, minutes; small: 200k nodes / 2M edges, ~6 min on 2 "
+                        "cores; large: ogbn-products' shape, for a big machine")
+    p.add_argument("--data", help="a dataset directory or built-in name (instead of the "
+                                  "preset's synthetic graph)")
+    p.add_argument("--systems", type=_names,
+                   help="comma-separated (default: dgl, dgl-distdgl and every strategy)")
+    p.add_argument("--network", choices=("auto", "virtual", "1g", "10g"), default="auto")
+    p.add_argument("--out", type=Path, default=Path("bench-out"))
+    p.add_argument("--sweeps", nargs="?", const="p3,granndis,dorylus", default="",
+                   help="also run the strategy sweeps (default all: p3,granndis,dorylus; "
+                        "only `python scripts/bench.py` of a source checkout runs them)")
+    p.add_argument("--strategy-opt", action="append", default=[], metavar="NAME:KEY=VALUE",
+                   help="an option for one strategy, repeatable (e.g. granndis:co_batches=4)")
+    p.add_argument("--model", default="gcn", help="dglx_dist.models name (default gcn)")
+    p.add_argument("--epochs", type=number(int, 2), help="at least 2: the first is warm-up")
+    p.add_argument("--hidden", type=number(int, 1))
+    p.add_argument("--lr", type=number(float, 0, low_open=True))
+    p.add_argument("--batch-size", type=number(int, 1), help="seeds per trainer per step")
+    p.add_argument("--servers", type=number(int, 1))
+    p.add_argument("--ranks-per-server", type=number(int, 1))
+    p.add_argument("--dropout", type=number(float, 0, 1, high_open=True), default=0.5)
+    p.add_argument("--weight-decay", type=number(float, 0), default=5e-4)
+    p.add_argument("--fanouts", type=_fanouts, default="10,25",
+                   help="per layer, input layer first")
+    p.add_argument("--row-normalize", choices=("auto", "on", "off"), default="auto",
+                   help="divide input rows by their sums (auto: if no feature is negative)")
+    p.add_argument("--target", type=number(float, 0, 1, low_open=True), default=0.95,
+                   help="time to accuracy: val_acc >= target x single-process DGL's final")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=number(float, 0, low_open=True), default=900.0,
+                   help="seconds per run")
+    p.add_argument("--no-plot", action="store_true", help="skip the PNGs (no matplotlib)")
+    p.add_argument("--replot", action="store_true",
+                   help="run nothing: rewrite results.md and bench.png from --out's results")
+
+
+def _check(args: argparse.Namespace, sweeps) -> None:
+    """Fills the preset's values in; refuses what cannot run, before any work starts."""
+    from dglx_dist.bench.presets import PRESETS
+    from dglx_dist.bench.suite import extra_options
+
+    for key, value in PRESETS[args.preset].options().items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    if args.sweeps and sweeps is None:
+        raise InvalidValueError(_SWEEPS_NEED_CHECKOUT)
+    if not args.no_plot and importlib.util.find_spec("matplotlib") is None:
+        raise InvalidValueError("dglx bench: the figure needs matplotlib: pip install "
+                                "'dglx_dist[plot]', or pass --no-plot")
+    if args.replot:
+        if not (args.out / "results.jsonl").is_file():
+            raise InvalidValueError(f"dglx bench --replot: no results.jsonl in {args.out} "
+                                    f"(--out names a directory of an earlier run)")
+        return
+    from dglx_dist.bench.harness import systems
+    from dglx_dist.models import MODELS
+
+    if args.model not in MODELS:
+        raise InvalidValueError(f"--model {args.model!r}: choose from {', '.join(MODELS)}")
+    table = systems(extra_options(args.strategy_opt))
+    unknown = [s for s in args.systems or () if s not in table]
+    if unknown:
+        raise InvalidValueError(f"--systems: unknown {', '.join(unknown)}; choose from "
+                                f"{', '.join(table)}")
+
+
+def run(args: argparse.Namespace, command: str, sweeps=None) -> int:
+    """Runs the benchmark (or, with ``--replot``, redraws it) and prints the table.
+
+    Args:
+        args: the options of :func:`add_arguments`.
+        command: the command line, for meta.json and the report's title.
+        sweeps: ``scripts/bench.py``'s sweeps (rows after the systems'), run for ``--sweeps``.
+
+    Returns:
+        0 when every selected system ran, else 1.
+    """
+    from dglx_dist.bench.suite import replot, run_bench
+
+    _check(args, sweeps)
+    if args.replot:
+        sys.stdout.write(replot(args.out, not args.no_plot))
+        return 0
+    rows, text = run_bench(args, command, sweeps if args.sweeps else None)
+    sys.stdout.write(text)
+    return 0 if all("error" not in r for r in rows) else 1
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    return run(args, "dglx " + shlex.join(args.argv))
+
+
+# name: (help, add the arguments, run)
+COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
+    "bench": ("compare single-process DGL, DGL's DistDGL and every strategy on one dataset and "
+              "model: epoch time, time to accuracy, bytes, memory, accuracy", add_arguments,
+              _cmd_bench),
+}

@@ -1,0 +1,134 @@
+"""The pure parts of ``dglx bench`` (:mod:`dglx_dist.bench`): records summarised, time to
+accuracy, presets, the report's cells, and the command's refusals."""
+import dataclasses
+import json
+
+import pytest
+
+from dglx_dist.bench import PRESETS, Preset, add_time_to_accuracy, summarize
+from dglx_dist.bench.harness import parse_records
+from dglx_dist.bench.report import COLUMNS, markdown
+from dglx_dist.bench.suite import extra_options
+from dglx_dist.cli import main
+from dglx_dist.errors import InvalidValueError
+
+
+def _record(epoch_time, val_acc=None, **extra):
+    return {"epoch_time": epoch_time, "val_acc": val_acc, "bytes_sent_inter": 0,
+            "bytes_sent_intra": 0, "peak_mem_mb": 10.0, "steps": 4, **extra}
+
+
+def test_summarize_averages_without_the_first_epoch():
+    records = [_record(5.0, 0.2, bytes_sent_inter=1000, peak_mem_mb=50.0),
+               _record(1.0, 0.5, bytes_sent_inter=30, bytes_sent_intra=7),
+               _record(3.0, 0.7, bytes_sent_inter=10, bytes_sent_intra=3, test_acc=0.6)]
+    row = summarize(records)
+    assert row["epoch_time"] == 2.0 and row["epoch_time_first"] == 5.0
+    assert row["epoch_times"] == [5.0, 1.0, 3.0] and row["epochs"] == 3
+    assert row["bytes_inter"] == 20 and row["bytes_intra"] == 5
+    assert row["peak_mem_mb"] == 50.0  # the largest, first epoch included
+    assert row["val_acc_per_epoch"] == [0.2, 0.5, 0.7]
+    assert (row["val_acc"], row["test_acc"], row["steps"]) == (0.7, 0.6, 4)
+
+
+def test_summarize_one_epoch_and_missing_counters():
+    row = summarize([{"epoch_time": 2.0, "steps": 1}])
+    assert row["epoch_time"] == 2.0 and row["bytes_inter"] == 0 and row["peak_mem_mb"] == 0
+
+
+def test_parse_records_keeps_the_json_lines():
+    out = 'starting\n{"epoch": 0, "epoch_time": 1.5}\nnoise {\n{"epoch": 1, "epoch_time": 1}\n'
+    assert [r["epoch"] for r in parse_records(out)] == [0, 1]
+
+
+def _row(system, times, accs, **extra):
+    return {"system": system, "epoch_times": times, "val_acc_per_epoch": accs,
+            "val_acc": accs[-1], **extra}
+
+
+def test_time_to_accuracy_against_single_process_dgl():
+    rows = [_row("dgl", [1.0, 1.0, 1.0], [0.5, 0.8, 0.9]),
+            _row("p3", [2.0, 2.0, 2.0], [0.3, None, 0.86]),
+            _row("slow", [1.0, 1.0], [0.1, 0.2]),
+            {"system": "broken", "error": "RuntimeError: boom"}]
+    target = add_time_to_accuracy(rows, 0.95)
+    assert target == round(0.95 * 0.9, 4)
+    assert rows[0]["time_to_accuracy"] == 3.0  # 0.8 < 0.855 <= 0.9
+    assert rows[1]["time_to_accuracy"] == 6.0  # an epoch not evaluated still costs its time
+    assert rows[2]["time_to_accuracy"] is None and rows[2]["target_acc"] == target
+    assert "time_to_accuracy" not in rows[3]
+
+
+def test_time_to_accuracy_without_the_reference_uses_the_best_row():
+    rows = [_row("a", [1.0], [0.4]), _row("b", [1.0, 1.0], [0.5, 0.6])]
+    assert add_time_to_accuracy(rows, 0.5) == 0.3
+    assert rows[0]["time_to_accuracy"] == 1.0
+    assert add_time_to_accuracy([{"system": "x", "error": "e"}], 0.9) is None
+
+
+def test_markdown_says_not_reached_and_formats_bytes():
+    rows = [_row("dgl", [1.0], [0.9], time_to_accuracy=None, target_acc=0.8,
+                 bytes_inter=1234567, network="none (1 process)"),
+            {"system": "p3", "network": "virtual", "error": "RuntimeError: boom\nmore"}]
+    meta = {"command": "dglx bench", "dataset": "d", "target_acc": 0.8, "target_fraction": 0.95,
+            "setup": {"model": "gcn", "layers": 2, "hidden": 64, "servers": 2,
+                      "ranks_per_server": 1, "epochs": 2}}
+    text = markdown(rows, meta)
+    assert "| " + " | ".join(COLUMNS) + " |" in text
+    assert "not reached" in text and "1,234,567" in text
+    assert "| p3 | virtual |" in text and "RuntimeError: boom" in text and "more" not in text
+
+
+def test_presets_are_frozen_and_checked():
+    tiny = PRESETS["tiny"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        tiny.epochs = 3
+    assert tiny.options()["batch_size"] == 250 and tiny.synthetic(7).seed == 7
+    with pytest.raises(InvalidValueError, match="epochs must be >= 2"):
+        dataclasses.replace(tiny, epochs=1)
+    with pytest.raises(InvalidValueError, match="num_nodes, hidden must be > 0"):
+        dataclasses.replace(tiny, num_nodes=0, hidden=-1)
+    assert isinstance(tiny, Preset)
+
+
+def test_strategy_opt_needs_a_strategy_name():
+    assert extra_options(["p3:pipeline=true", "p3:x=1", "granndis:co_batches=4"]) == {
+        "p3": ["pipeline=true", "x=1"], "granndis": ["co_batches=4"]}
+    with pytest.raises(InvalidValueError, match="expected NAME:KEY=VALUE"):
+        extra_options(["pipeline=true"])
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--sweeps"], "python scripts/bench.py --sweeps"),
+    (["--systems", "dgl,nosuch"], "unknown nosuch; choose from dgl, dgl-distdgl"),
+    (["--strategy-opt", "p3"], "expected NAME:KEY=VALUE"),
+    (["--model", "nosuch"], "--model 'nosuch': choose from"),
+    (["--replot"], "no results.jsonl in"),
+])
+def test_bench_refuses_in_one_line(argv, words, tmp_path, caplog):
+    assert main(["bench", "--no-plot", "--out", str(tmp_path / "none"), *argv]) == 2
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and words in errors[0] and "\n" not in errors[0]
+    assert not (tmp_path / "none").exists()  # refused before any work
+
+
+@pytest.mark.parametrize("flag, value", [("--epochs", "1"), ("--lr", "0"), ("--fanouts", "10,x"),
+                                         ("--preset", "huge"), ("--target", "1.5")])
+def test_bench_flags_are_checked_by_the_parser(flag, value, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", flag, value])
+    assert exc.value.code == 2
+    assert f"argument {flag}" in capsys.readouterr().err
+
+
+def test_replot_rewrites_the_table(tmp_path, capsys):
+    rows = [_row("dgl", [1.0, 1.0], [0.5, 0.9], network="none (1 process)")]
+    meta = {"command": "dglx bench --preset tiny", "dataset": "d", "target_acc": None,
+            "target_fraction": 0.95, "setup": {"model": "gcn", "layers": 2, "hidden": 64,
+                                               "servers": 2, "ranks_per_server": 1,
+                                               "epochs": 2}}
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
+    assert main(["bench", "--replot", "--no-plot", "--out", str(tmp_path)]) == 0
+    assert "| dgl | none (1 process) |" in (tmp_path / "results.md").read_text()
+    assert "# benchmark: dglx bench --preset tiny" in capsys.readouterr().out
