@@ -44,8 +44,11 @@ def _model(feat_dim, classes, dropout=0.0, row_normalize=False, kind="gcn"):
 
 @pytest.fixture(scope="module")
 def cora_parts(tmp_path_factory):
+    """METIS without balance constraints (pymetis): the same parts in every run. With
+    constraints DGL's METIS returns different parts for the same input from run to run, and
+    the accuracy tests' numbers moved with them (S=1 ranged 0.777 to 0.807 over six runs)."""
     out = tmp_path_factory.mktemp("parts") / "cora-metis-2"
-    partition_dataset(builtin_path("cora"), out, "metis", 2, {"balance": ["train", "edges"]})
+    partition_dataset(builtin_path("cora"), out, "metis", 2, {"balance": ()})
     return out
 
 
@@ -310,9 +313,9 @@ def test_async_reaches_sync_accuracy_on_cora(tmp_path, cora_parts):
     pipeline, and at least 78% (S=0) / 77% (S=1) test accuracy. The tensor tasks run inline on
     the graph servers here (the same handler and pipeline; worker processes are exercised by
     the exactness and fault tests and the example's end-to-end run), which makes 300 epochs
-    cheap. S=1 trains on one-update-stale weights most of the time and converges more slowly:
-    over six runs (fresh METIS partitions each) sync gave 0.792 to 0.801 and S=1 0.777 to 0.807,
-    two of them below 0.78."""
+    cheap. S=1 trains on one-update-stale weights most of the time and converges more slowly.
+    On the fixture's fixed parts, four runs: sync 0.792 every time, S=0 0.788 to 0.792, S=1
+    0.782 to 0.785 (which update a step sees stale still depends on timing)."""
     acc = {}
     for mode, staleness in (("sync", 0), ("async", 0), ("async", 1)):
         opts = {"mode": mode, "staleness": staleness, "intervals": 4, "model_dropout": 0.5,
