@@ -12,7 +12,7 @@ __all__ = ["DglxError", "InvalidValueError", "InvalidTypeError", "IdOutOfRangeEr
            "DeadlineError", "StreamEndedError", "MissingDependencyError", "InternalError",
            "DatasetFormatError", "PartitionFormatError", "PartitionError",
            "InsufficientMemoryError", "CheckpointError", "NonFiniteLossError", "OutputExistsError",
-           "DiskFullError"]
+           "DiskFullError", "RunFailedError"]
 
 
 class DglxError(Exception):
@@ -98,3 +98,8 @@ class OutputExistsError(DglxError, FileExistsError):
 
 class DiskFullError(DglxError, OSError):
     """A directory could not be written for lack of disk space (the message names where)."""
+
+
+class RunFailedError(DglxError, RuntimeError):
+    """A process this one started and waited for (a benchmark's run of a system) failed; the
+    message has its exit code and the end of its output where there is one."""

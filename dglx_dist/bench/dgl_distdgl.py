@@ -18,6 +18,7 @@ from typing import Any
 
 from dglx_dist.bench.datasets import data_key
 from dglx_dist.bench.procs import run_group
+from dglx_dist.errors import NotSupportedError, RunFailedError
 from dglx_dist.runtime.env import free_local_port
 
 __all__ = ["WORKER", "hyper", "mean_phases", "partitions", "run_dgl", "shm_wrapper",
@@ -61,9 +62,10 @@ def shm_wrapper() -> list[str]:
         cmd = ["unshare", *flags, "--propagation", "private"] + mount
         if subprocess.run(cmd + ["true"], capture_output=True).returncode == 0:
             return cmd
-    raise RuntimeError("cannot give each simulated machine its own /dev/shm: `unshare --mount` "
-                       "and `unshare --user --mount` both failed; DGL servers on one host "
-                       "would share (and overwrite) each other's shared-memory tensors")
+    raise NotSupportedError("cannot give each simulated machine its own /dev/shm: `unshare "
+                            "--mount` and `unshare --user --mount` both failed; DGL servers "
+                            "on one host would share (and overwrite) each other's "
+                            "shared-memory tensors")
 
 
 def _commands(args, part_config: Path, run_dir: Path, hyper_opts: list[str]) -> list[list[str]]:
@@ -94,8 +96,8 @@ def run_dgl(args, data: Path, meta: dict[str, Any], row_norm: bool, workdir: Pat
     wall = time.perf_counter() - t0
     if any(p.returncode for p in procs) or not (run_dir / "trainer.json").is_file():
         tails = {str(lg): lg.read_text().splitlines()[-15:] for lg in logs}
-        raise RuntimeError(f"DGL run failed (exit codes {[p.returncode for p in procs]}); "
-                           f"log tails: {json.dumps(tails, indent=1)}")
+        raise RunFailedError(f"DGL run failed (exit codes {[p.returncode for p in procs]}); "
+                             f"log tails: {json.dumps(tails, indent=1)}")
     res = json.loads((run_dir / "trainer.json").read_text())
     servers = [json.loads((run_dir / f"server{m}.json").read_text())["peak_mb"]
                for m in range(2) if (run_dir / f"server{m}.json").is_file()]

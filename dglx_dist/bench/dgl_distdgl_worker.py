@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from dglx_dist.errors import InternalError
 from dglx_dist.memory import peak_rss_bytes
 
 __all__ = ["PHASES", "main"]
@@ -208,8 +209,8 @@ def _setup(args: argparse.Namespace):
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.pg_timeout))
     g = dgl.distributed.DistGraph(GRAPH_NAME, part_config=args.part_config)
     if g.rank() != dist.get_rank() or g.get_partition_book().partid != args.machine:
-        raise RuntimeError(f"machine {args.machine}: DGL trainer rank {g.rank()}, torch rank "
-                           f"{dist.get_rank()}, partition {g.get_partition_book().partid}")
+        raise InternalError(f"machine {args.machine}: DGL trainer rank {g.rank()}, torch rank "
+                            f"{dist.get_rank()}, partition {g.get_partition_book().partid}")
     pb = g.get_partition_book()
     nids = {m: dgl.distributed.node_split(g.ndata[f"{m}_mask"], pb, force_even=True)
             for m in MASKS}

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from dglx_dist.bench.dgl_distdgl import run_dgl
 from dglx_dist.bench.procs import run_group
+from dglx_dist.errors import RunFailedError
 from dglx_dist.runtime.env import free_local_port
 
 __all__ = ["STRATEGY_OPTIONS", "Setup", "add_time_to_accuracy", "parse_records", "run_system",
@@ -110,7 +111,7 @@ def run_single(setup: Setup) -> dict[str, Any]:
     t0 = time.perf_counter()
     (proc,), _ = run_group([cmd], _env(setup), setup.timeout, [None])
     if proc.returncode:
-        raise RuntimeError(f"single-process DGL failed with exit code {proc.returncode}")
+        raise RunFailedError(f"single-process DGL failed with exit code {proc.returncode}")
     return summarize(parse_records(proc.stdout)) | {
         "network": "none (1 process)", "run_wall_s": round(time.perf_counter() - t0, 1),
         "note": f"batch {setup.batch_size * setup.world} (= the global batch)"}
@@ -197,7 +198,7 @@ def _virtual(setup: Setup, target: list[str]) -> str:
     env = {**_env(setup), "DGLX_VIRTUAL_SERVERS": str(setup.servers)}
     (proc,), _ = run_group([cmd], env, setup.timeout, [None])
     if proc.returncode:
-        raise RuntimeError(f"dglx train failed with exit code {proc.returncode}")
+        raise RunFailedError(f"dglx train failed with exit code {proc.returncode}")
     return proc.stdout
 
 
@@ -211,7 +212,7 @@ def _emulated(setup: Setup, target: list[str]) -> str:
     failed = [n for n in nodes if n.returncode]
     if failed:
         tail = "\n".join(failed[0].stderr.splitlines()[-15:])
-        raise RuntimeError(f"node {failed[0].node} exited with {failed[0].returncode}:\n{tail}")
+        raise RunFailedError(f"node {failed[0].node} exited with {failed[0].returncode}:\n{tail}")
     return nodes[0].stdout
 
 
