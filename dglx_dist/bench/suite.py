@@ -83,6 +83,11 @@ def run_all(args: argparse.Namespace, setup: Setup) -> list[dict[str, Any]]:
 def _write(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any], figure: bool) -> str:
     write_jsonl(rows, out / "results.jsonl")
     (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return _render(out, rows, meta, figure)
+
+
+def _render(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any], figure: bool) -> str:
+    """Writes results.md (and bench.png) from the rows and meta; returns the markdown."""
     text = markdown(rows, meta)
     (out / "results.md").write_text(text)
     if figure:
@@ -123,8 +128,4 @@ def replot(out: Path, figure: bool = True) -> str:
     the markdown."""
     rows = [json.loads(ln) for ln in (out / "results.jsonl").read_text().splitlines() if ln]
     meta = json.loads((out / "meta.json").read_text())
-    text = markdown(rows, meta)
-    (out / "results.md").write_text(text)
-    if figure:
-        plot(rows, out / "bench.png", meta["command"])
-    return text
+    return _render(out, rows, meta, figure)
