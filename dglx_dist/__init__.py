@@ -14,9 +14,11 @@ _os.environ.setdefault("DGLBACKEND", "pytorch")
 
 # public name -> the module that defines it
 _EXPORTS = {
-    **dict.fromkeys(["DataLoader", "DistGraph", "DistModel", "DistNodeDataLoader", "DistTensor",
-                     "NeighborSampler", "MultiLayerFullNeighborSampler", "accuracy",
-                     "all_reduce", "distribute", "export_parquet", "inference", "node_split",
+    **dict.fromkeys(["DataLoader", "DistGraph", "DistModel", "DistNodeDataLoader",
+                     "DistEdgeDataLoader", "DistTensor", "NeighborSampler",
+                     "MultiLayerFullNeighborSampler", "as_edge_prediction_sampler",
+                     "negative_sampler", "accuracy", "ranking_metrics", "all_reduce",
+                     "distribute", "export_parquet", "inference", "node_split", "edge_split",
                      "parallelize"], "dglx_dist.api"),
     **dict.fromkeys(["GraphDataset", "builtin_path", "from_dgl", "read_dataset", "to_dgl",
                      "write_dataset"], "dglx_dist.data"),
@@ -29,10 +31,11 @@ _EXPORTS = {
 }
 
 if _typing.TYPE_CHECKING:  # what type checkers and the API docs see; at run time, __getattr__ below
-    from dglx_dist.api import (DataLoader, DistGraph, DistModel, DistNodeDataLoader,
-                               DistTensor, MultiLayerFullNeighborSampler, NeighborSampler,
-                               accuracy, all_reduce, distribute, export_parquet, inference,
-                               node_split, parallelize)
+    from dglx_dist.api import (DataLoader, DistEdgeDataLoader, DistGraph, DistModel,
+                               DistNodeDataLoader, DistTensor, MultiLayerFullNeighborSampler,
+                               NeighborSampler, accuracy, all_reduce, as_edge_prediction_sampler,
+                               distribute, edge_split, export_parquet, inference,
+                               negative_sampler, node_split, parallelize, ranking_metrics)
     from dglx_dist.data import (GraphDataset, builtin_path, from_dgl, read_dataset, to_dgl,
                                 write_dataset)
     from dglx_dist.partition import PARTITIONERS, PartitionDir, partition_dataset
@@ -45,9 +48,11 @@ __version__ = "0.1.0"
 __all__ = ["GraphDataset", "read_dataset", "write_dataset", "to_dgl", "from_dgl", "builtin_path",
            "PARTITIONERS", "partition_dataset", "PartitionDir", "Registry", "init",
            "current_session", "Session", "PeerError", "STRATEGIES", "Strategy", "Batch",
-           "Trainer", "distribute", "DistGraph", "node_split", "DataLoader", "DistNodeDataLoader",
-           "parallelize", "DistModel", "accuracy", "all_reduce", "inference", "export_parquet",
-           "DistTensor", "NeighborSampler", "MultiLayerFullNeighborSampler", "__version__"]
+           "Trainer", "distribute", "DistGraph", "node_split", "edge_split", "DataLoader",
+           "DistNodeDataLoader", "DistEdgeDataLoader", "parallelize", "DistModel", "accuracy",
+           "ranking_metrics", "all_reduce", "inference", "export_parquet", "DistTensor",
+           "NeighborSampler", "MultiLayerFullNeighborSampler", "as_edge_prediction_sampler",
+           "negative_sampler", "__version__"]
 
 
 def __getattr__(name: str):

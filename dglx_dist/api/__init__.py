@@ -14,17 +14,21 @@ build the graph, the loader and the model::
         loss = F.cross_entropy(model(blocks, x), y)
         opt.zero_grad(); loss.backward(); opt.step()
 """
-from dgl.dataloading import MultiLayerFullNeighborSampler, NeighborSampler  # DGL's own
+from dgl.dataloading import (MultiLayerFullNeighborSampler, NeighborSampler,  # DGL's own
+                             as_edge_prediction_sampler, negative_sampler)
 
 from dglx_dist.api.graph import DistGraph, NodeDataView, distribute
 from dglx_dist.api.inference import export_parquet, inference
-from dglx_dist.api.loader import DataLoader, DistNodeDataLoader, sampler_fanouts
-from dglx_dist.api.metrics import accuracy, all_reduce
+from dglx_dist.api.link import edge_split
+from dglx_dist.api.loader import (DataLoader, DistEdgeDataLoader, DistNodeDataLoader,
+                                  sampler_fanouts)
+from dglx_dist.api.metrics import accuracy, all_reduce, ranking_metrics
 from dglx_dist.api.parallel import DistModel, parallelize
 from dglx_dist.api.split import node_split
 from dglx_dist.api.tensor import DistTensor
 
-__all__ = ["DistGraph", "NodeDataView", "distribute", "node_split", "DataLoader",
-           "DistNodeDataLoader", "sampler_fanouts", "parallelize", "DistModel", "accuracy",
-           "all_reduce", "inference", "export_parquet", "DistTensor", "NeighborSampler",
-           "MultiLayerFullNeighborSampler"]
+__all__ = ["DistGraph", "NodeDataView", "distribute", "node_split", "edge_split", "DataLoader",
+           "DistNodeDataLoader", "DistEdgeDataLoader", "sampler_fanouts", "parallelize",
+           "DistModel", "accuracy", "ranking_metrics", "all_reduce", "inference",
+           "export_parquet", "DistTensor", "NeighborSampler", "MultiLayerFullNeighborSampler",
+           "as_edge_prediction_sampler", "negative_sampler"]

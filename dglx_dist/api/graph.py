@@ -34,6 +34,7 @@ import torch
 from dglx_dist.api.agree import differing_ranks
 from dglx_dist.api.edata import PREFIX as EDGE_PREFIX, EdgeData
 from dglx_dist.api.ndata import MASKS, NodeData, NodeDataView
+from dglx_dist.api.structure import EdgeStructure, store_edge_ends
 from dglx_dist.data.convert import from_dgl
 from dglx_dist.data.format import write_dataset
 from dglx_dist.errors import InvalidValueError, StateError
@@ -95,7 +96,7 @@ def _part_of(session: Session, pdir: PartitionDir) -> int:
 
 def node_data_store(session: Session, pdir: PartitionDir) -> DistKVStore:
     """A KVStore with the node data by rows: "feat" (when the partitions store rows), "label"
-    and the masks, and the edge data by edges (collective). It serves rows to one rank at a
+    and the masks, and the edge data and endpoints by edges (collective). It serves rows to one rank at a
     time, so that ``g.ndata`` / ``g.edata`` reads and writes need no other rank to take
     part."""
     part_id = _part_of(session, pdir)
@@ -113,10 +114,11 @@ def node_data_store(session: Session, pdir: PartitionDir) -> DistKVStore:
     edge_policy = RowPolicy(pdir.edge_book())
     for name, values in pdir.load_edge_data(part_id).items():
         store.init_data(EDGE_PREFIX + name, edge_policy, {part_id: torch.from_numpy(values)})
+    store_edge_ends(store, pdir, part_id, part)
     return store
 
 
-class DistGraph:
+class DistGraph(EdgeStructure):
     """A partitioned graph trained by one strategy (collective to build).
 
     Args:
@@ -215,7 +217,7 @@ class DistGraph:
             comm = self.session.world if part_id == self.session.rank and \
                 self.pdir.num_parts == self.session.world_size else self.session.cross
             self._sampler = PartitionSampler(self.pdir.load_part(part_id), self.pdir.book, comm,
-                                             part_id)
+                                             part_id, self.pdir.edge_book())
         return self._sampler
 
     def close(self) -> None:

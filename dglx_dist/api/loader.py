@@ -7,6 +7,11 @@ of ``dgl.dataloading.DataLoader`` (and ``dgl.distributed.DistNodeDataLoader``) a
 (sampled blocks for ``distdgl`` and ``p3``; a co-batch for ``granndis``; the whole partition
 for ``dorylus``).
 
+Given DGL's ``as_edge_prediction_sampler(...)`` and edge ids, it is DGL's link-prediction
+loader (DistDGL's ``DistEdgeDataLoader``) and yields ``(input_nodes, pair_graph,
+neg_pair_graph, blocks)`` (see :mod:`dglx_dist.api.link`), under the strategies that train on
+sampled mini-batches (``distdgl``, ``p3``).
+
 Every rank takes the same number of steps per epoch (sampling and the gradient all-reduce
 are collective): a rank whose ids make fewer batches cuts them more finely (see
 :func:`~dglx_dist.strategies.steps.equal_step_sizes`), so DDP's ``join()`` is never needed
@@ -20,16 +25,18 @@ import logging
 import warnings
 from typing import Iterator
 
+import dgl
 import torch
 
 from dglx_dist.api.agree import differing_ranks, ids_digest, on_every_rank
 from dglx_dist.api.graph import DistGraph
+from dglx_dist.api.link import EdgePairs, is_edge_sampler, own_edge_ids
 from dglx_dist.api.ndata import as_node_ids
 from dglx_dist.api.split import node_split
-from dglx_dist.errors import InvalidTypeError, InvalidValueError
-from dglx_dist.strategies.steps import LoaderSpec, Step, sampled_epoch, sampled_plan
+from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
+from dglx_dist.strategies.steps import EdgeStep, LoaderSpec, Step, sampled_epoch, sampled_plan
 
-__all__ = ["DataLoader", "DistNodeDataLoader", "sampler_fanouts"]
+__all__ = ["DataLoader", "DistNodeDataLoader", "DistEdgeDataLoader", "sampler_fanouts"]
 
 log = logging.getLogger(__name__)
 _IGNORED = ("device", "use_uva", "num_workers", "use_prefetch_thread", "use_alternate_streams",
@@ -74,9 +81,12 @@ class DataLoader:
     Args:
         graph: the :class:`~dglx_dist.api.DistGraph`.
         indices: node ids to iterate (or a boolean mask): this rank's share (from
-            :func:`~dglx_dist.api.node_split`), or the same ids on every rank, split here.
-        graph_sampler: DGL's NeighborSampler or MultiLayerFullNeighborSampler.
-        batch_size: output nodes per batch.
+            :func:`~dglx_dist.api.node_split`), or the same ids on every rank, split here;
+            edge ids (or an edge mask) with an edge-prediction sampler
+            (:func:`~dglx_dist.api.edge_split`).
+        graph_sampler: DGL's NeighborSampler or MultiLayerFullNeighborSampler, or DGL's
+            ``as_edge_prediction_sampler`` of one.
+        batch_size: output nodes (edges) per batch.
         shuffle: reshuffle every epoch.
         drop_last: drop the last partial batch.
         device: DGL's; accepted with a warning (the strategy places the batches).
@@ -105,14 +115,17 @@ class DataLoader:
                           stacklevel=2)
         session = graph.session
         self.graph, self.sampler = graph, graph_sampler
-        fanouts = on_every_rank(session, "DataLoader", lambda: self._check(
-            graph_sampler, batch_size))
-        self.spec = LoaderSpec(fanouts, int(batch_size), bool(shuffle), bool(drop_last), seed)
-        ids = self._own_ids(indices, use_ddp)
+        fanouts, pairs = on_every_rank(session, "DataLoader", lambda: self._check(
+            graph, graph_sampler, batch_size))
+        self.spec = LoaderSpec(fanouts, int(batch_size), bool(shuffle), bool(drop_last), seed,
+                               pairs)
+        ids = own_edge_ids(graph, indices, use_ddp) if pairs else self._own_ids(indices, use_ddp)
         counts = session.world.all_gather(torch.tensor([ids.numel()]))
         batches = -(-int(max(int(c) for c in counts)) // self.spec.batch_size)
         self.strategy = graph.setup(len(fanouts), batches)
-        part_ids = graph.part_ids(ids).sort().values
+        part_ids = ids if pairs else graph.part_ids(ids).sort().values
+        if pairs:
+            on_every_rank(session, "DataLoader", self._check_link)
         self._own = self.strategy.serves(self.spec)
         if self._own:
             self.plan = on_every_rank(session, "DataLoader",
@@ -122,10 +135,18 @@ class DataLoader:
         self.indices, self.epoch = ids, 0
 
     @staticmethod
-    def _check(sampler, batch_size) -> tuple[int, ...]:
+    def _check(graph, sampler, batch_size) -> tuple[tuple[int, ...], EdgePairs | None]:
         if int(batch_size) < 1:
             raise InvalidValueError(f"DataLoader: batch_size {batch_size}; expected >= 1")
-        return sampler_fanouts(sampler)
+        if is_edge_sampler(sampler):
+            return sampler_fanouts(sampler.sampler), EdgePairs(graph, sampler)
+        return sampler_fanouts(sampler), None
+
+    def _check_link(self) -> None:
+        if not self.strategy.link_prediction:
+            raise NotSupportedError(f"DataLoader: strategy {self.strategy.registered_name!r} "
+                                    "does not train link prediction (edge loaders run under the "
+                                    "mini-batch strategies: distdgl, p3; docs/link_prediction.md)")
 
     def _own_ids(self, indices, use_ddp: bool) -> torch.Tensor:
         g, session = self.graph, self.graph.session
@@ -149,29 +170,44 @@ class DataLoader:
                                   self.spec, epoch)
         for step in steps:
             self._prefetch(step)
-            yield to_ids(step.input_nodes), to_ids(step.output_nodes), step.blocks
+            if isinstance(step, EdgeStep):
+                pairs = (step.pair_graph,) if step.neg_pair_graph is None else \
+                    (step.pair_graph, step.neg_pair_graph)
+                yield to_ids(step.input_nodes), *pairs, step.blocks
+            else:
+                yield to_ids(step.input_nodes), to_ids(step.output_nodes), step.blocks
         # every rank takes the same steps: once all have finished the loop body of the last
         # one, what they wrote during the epoch (a layer-wise inference's DistTensor rows) is
         # where every rank reads it
         self.graph.barrier()
 
-    def _prefetch(self, step: Step) -> None:
+    def _prefetch(self, step: Step | EdgeStep) -> None:
         """DGL's ``prefetch_node_feats`` / ``prefetch_labels`` of the sampler: rows put on
-        the first block's sources and the last block's destinations. Every rank is at the
-        same step here, so rows the strategy does not hold itself are pulled collectively
-        (faster than each rank asking alone; docs/porting.md has the numbers)."""
+        the first block's sources and the last block's destinations (edge labels: on the
+        pair graph's edges). Every rank is at the same step here, so rows the strategy does
+        not hold itself are pulled collectively (faster than each rank asking alone;
+        docs/porting.md has the numbers)."""
         blocks, ndata = step.blocks, self.graph.ndata
         if not blocks or blocks.state.rows is not None:  # a co-batch's shared structures
             return
         held = self.strategy.held_rows  # rows a rank may hold itself: no collective
-        for key in getattr(self.sampler, "prefetch_node_feats", None) or []:
+        edge = isinstance(step, EdgeStep)
+        node_sampler = self.sampler.sampler if edge else self.sampler
+        for key in getattr(node_sampler, "prefetch_node_feats", None) or []:
             rows = ndata[key].rows(step.input_nodes, collective=key not in held)
             if isinstance(rows, torch.Tensor):
                 blocks[0].srcdata[key] = rows
         for key in getattr(self.sampler, "prefetch_labels", None) or []:
-            blocks[-1].dstdata[key] = ndata[key].rows(step.output_nodes,
-                                                      collective=key not in held)
+            if edge:
+                pair = step.pair_graph
+                pair.edata[key] = self.graph.edata[key][pair.edata[dgl.EID]]
+            else:
+                blocks[-1].dstdata[key] = ndata[key].rows(step.output_nodes,
+                                                          collective=key not in held)
 
 
 DistNodeDataLoader = DataLoader
 """DGL's distributed name for the same loader."""
+
+DistEdgeDataLoader = DataLoader
+"""DGL's distributed name of the link-prediction loader (an edge-prediction sampler)."""

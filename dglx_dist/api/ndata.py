@@ -12,10 +12,12 @@ from dglx_dist.errors import IdOutOfRangeError, UnknownNameError
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
 
-__all__ = ["DataViews", "NodeData", "NodeDataView", "as_node_ids", "MASKS", "EDGE_PREFIX"]
+__all__ = ["DataViews", "NodeData", "NodeDataView", "as_node_ids", "MASKS", "EDGE_PREFIX",
+           "INTERNAL_PREFIX"]
 
 MASKS = {"train_mask": "train", "val_mask": "val", "test_mask": "test"}
 EDGE_PREFIX = "edata/"  # the store's names of edge data (g.edata), not node data
+INTERNAL_PREFIX = "_dglx/"  # the store's names of the package's own data (neither)
 
 
 class DataViews(abc.ABC):
@@ -60,7 +62,7 @@ class NodeData(DataViews):
         self._g = graph
 
     def keys(self) -> list[str]:
-        names = [n for n in self._g.store.names() if not n.startswith(EDGE_PREFIX)]
+        names = [n for n in self._g.store.names() if not n.startswith((EDGE_PREFIX, INTERNAL_PREFIX))]
         return names if "feat" in names else ["feat", *names]
 
     def view(self, name: str) -> "NodeDataView":

@@ -9,6 +9,11 @@ each owner samples and answers with the sources (see :meth:`PartitionSampler.sam
 Own frontier nodes are sampled while the requests travel. Sampling is therefore
 *collective*: every member calls :meth:`PartitionSampler.sample_blocks` the same number of
 times (with the same number of layers); members with nothing to sample pass empty seeds.
+
+Link prediction's loaders exclude edges from the sampled neighbourhoods (DGL's ``exclude``:
+a batch's positive edges and their reverses): ``sample_blocks(seeds, fanouts, exclude)``
+takes partitioned edge ids; each goes once, with the requests of the step, to the member
+that stores the edge, which leaves it out of every layer it samples for this requester.
 """
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ import dgl
 import torch
 
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.partition.book import NodeBook
+from dglx_dist.partition.book import NodeBook, RangeBook
 from dglx_dist.partition.layout import Partition
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.sampling.blocks import id_dtype, make_block
@@ -36,16 +41,25 @@ class BlockSampler(abc.ABC):
     num_nodes: int
 
     @abc.abstractmethod
-    def sample_layer(self, nodes: torch.Tensor, fanout: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sampled in-edges ``(src, dst)`` of ``nodes`` (global ids)."""
+    def sample_layer(self, nodes: torch.Tensor, fanout: int,
+                     exclude=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sampled in-edges ``(src, dst)`` of ``nodes`` (global ids), leaving out the edges
+        ``exclude`` (what :meth:`_exclusions` made of the ids given to sample_blocks)."""
 
-    def sample_blocks(self, seeds: torch.Tensor, fanouts: Sequence[int]) -> list[dgl.DGLGraph]:
+    def _exclusions(self, exclude: torch.Tensor):
+        """What :meth:`sample_layer` gets for the partitioned edge ids ``exclude``."""
+        return exclude
+
+    def sample_blocks(self, seeds: torch.Tensor, fanouts: Sequence[int],
+                      exclude: torch.Tensor | None = None) -> list[dgl.DGLGraph]:
         """Blocks for a GNN with ``len(fanouts)`` layers; ``fanouts[i]`` is layer i's fanout
-        (input layer first, as in DGL's NeighborSampler); -1 takes every in-neighbor."""
+        (input layer first, as in DGL's NeighborSampler); -1 takes every in-neighbor.
+        ``exclude``: partitioned edge ids no layer may sample (DGL's ``exclude_eids``)."""
         blocks: list[dgl.DGLGraph] = []
         frontier = seeds
+        routed = self._exclusions(exclude) if exclude is not None else None
         for fanout in reversed(fanouts):
-            src, dst = self.sample_layer(frontier, fanout)
+            src, dst = self.sample_layer(frontier, fanout, routed)
             block = make_block(frontier, src, dst, self.num_nodes)
             blocks.insert(0, block)
             frontier = block.srcdata[dgl.NID]
@@ -60,19 +74,65 @@ class PartitionSampler(BlockSampler):
         book: the node book (one part per member: part ``p`` is held by member ``p``).
         comm: the members, in part order.
         member: this rank's index in ``comm`` (the part it holds).
+        edge_book: where each partitioned edge id is stored (``PartitionDir.edge_book()``);
+            needed to exclude edges.
     """
 
-    def __init__(self, part: Partition, book: NodeBook, comm: Comm, member: int):
+    def __init__(self, part: Partition, book: NodeBook, comm: Comm, member: int,
+                 edge_book: RangeBook | None = None):
         if book.num_parts != comm.size:
             raise InvalidValueError(f"sampling needs one part per member of {comm.name}: the "
                                     f"partition has {book.num_parts} parts for {comm.size} members")
-        self.book, self.comm, self.member = book, comm, member
+        self.book, self.comm, self.member, self.edge_book = book, comm, member, edge_book
         self.graph = part.local_graph()
         self.local_gid = self.graph.ndata["_ID"]
+        self.num_core = part.num_core
         self.id_dtype, self.num_nodes = id_dtype(book.num_nodes), book.num_nodes
         self._slot = torch.empty(self.graph.num_nodes(), dtype=torch.int64)  # local id -> row
 
-    def sample_layer(self, nodes: torch.Tensor, fanout: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _exclusions(self, exclude: torch.Tensor) -> list[torch.Tensor]:
+        """Per member, the local ids of this part's edges that member excludes (collective:
+        each excluded edge is sent to the member that stores it)."""
+        if self.edge_book is None:
+            raise InvalidValueError("excluding edges needs the partitions' edge book "
+                                    "(PartitionSampler(..., edge_book=pdir.edge_book()))")
+        exclude = torch.as_tensor(exclude, dtype=torch.int64)
+        owner = torch.as_tensor(self.edge_book.owner(exclude))
+        local = torch.as_tensor(self.edge_book.to_local(exclude))
+        return self.comm.all_to_all_v([local[owner == s] for s in range(self.comm.size)])
+
+    def has_edges(self, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+        """Whether each edge ``src[i] -> dst[i]`` (global ids) is in the graph (collective:
+        every pair is asked of its destination's owner, which stores all its in-edges)."""
+        owner = torch.as_tensor(self.book.owner(dst))
+        pairs = torch.stack([src, dst], 1).to(self.id_dtype)
+        picks = [torch.nonzero(owner == s).squeeze(1) for s in range(self.comm.size)]
+        received = self.comm.all_to_all_v([pairs.index_select(0, p) for p in picks])
+        answers = [self._has_local(r[:, 0].long(), r[:, 1].long()).to(torch.int8)
+                   for r in received]
+        out = torch.zeros(src.numel(), dtype=torch.bool)
+        for pick, got in zip(picks, self.comm.all_to_all_v(
+                answers, recv_rows=[p.numel() for p in picks])):
+            out[pick] = got.bool()
+        return out
+
+    def _has_local(self, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+        """:meth:`has_edges` for destinations this part owns."""
+        halo = self.local_gid[self.num_core:]  # increasing global ids
+        pos = torch.searchsorted(halo, src).clamp(max=max(halo.numel() - 1, 0))
+        is_halo = halo[pos] == src if halo.numel() else torch.zeros_like(src, dtype=torch.bool)
+        is_core = torch.as_tensor(self.book.owner(src)) == self.member
+        u = torch.where(is_core, torch.as_tensor(self.book.to_local(src)), pos + self.num_core)
+        known = is_core | is_halo  # a source not here has no edge into this part
+        out = torch.zeros(src.numel(), dtype=torch.bool)
+        if bool(known.any()):
+            v = torch.as_tensor(self.book.to_local(dst[known]))
+            out[known] = self.graph.has_edges_between(u[known], v)
+        return out
+
+    def sample_layer(self, nodes: torch.Tensor, fanout: int,
+                     exclude: list[torch.Tensor] | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Sampled in-edges ``(src, dst)`` of ``nodes`` (global ids), wherever they are owned.
 
         A request is the node ids (``id_dtype``); own nodes are sampled while it travels. With
@@ -85,22 +145,23 @@ class PartitionSampler(BlockSampler):
         mine = nodes[owner == self.member]
         requests = [nodes[owner == s].to(self.id_dtype) if s != self.member else
                     torch.zeros(0, dtype=self.id_dtype) for s in range(self.comm.size)]
+        skip = exclude or [None] * self.comm.size
         pending = self.comm.start_all_to_all_v(requests)
         try:
-            _, u, v = self._sample_local(mine, fanout)
+            _, u, v = self._sample_local(mine, fanout, skip[self.member])
         finally:
             received = pending.wait()
         srcs = [self.local_gid.index_select(0, u)]
         dsts = [self.local_gid.index_select(0, v)]
         if fanout < 0:
-            answers = [torch.cat(self._grouped(r.long(), fanout)).to(self.id_dtype)
-                       for r in received]
+            answers = [torch.cat(self._grouped(r.long(), fanout, x)).to(self.id_dtype)
+                       for r, x in zip(received, skip)]
             for asked, got in zip(requests, self.comm.all_to_all_v(answers)):
                 counts, src = got[:asked.numel()].long(), got[asked.numel():].long()
                 srcs.append(src)
                 dsts.append(torch.repeat_interleave(asked.long(), counts))
         else:
-            answers = [self._padded(r.long(), fanout) for r in received]
+            answers = [self._padded(r.long(), fanout, x) for r, x in zip(received, skip)]
             returned = self.comm.all_to_all_v(answers, recv_rows=[r.numel() for r in requests])
             for asked, got in zip(requests, returned):
                 kept = got >= 0
@@ -108,19 +169,23 @@ class PartitionSampler(BlockSampler):
                 dsts.append(torch.repeat_interleave(asked.long(), kept.sum(1)))
         return torch.cat(srcs), torch.cat(dsts)
 
-    def _sample_local(self, gids: torch.Tensor, fanout: int):
-        """Sampled in-edges ``(u, v)`` (local ids) of the owned nodes ``gids``, and their local
-        ids."""
+    def _sample_local(self, gids: torch.Tensor, fanout: int,
+                      exclude: torch.Tensor | None = None):
+        """Sampled in-edges ``(u, v)`` (local ids) of the owned nodes ``gids`` but the local
+        edges ``exclude``, and the nodes' local ids."""
         local = torch.as_tensor(self.book.to_local(gids))
         if local.numel() == 0:
             return local, EMPTY, EMPTY
-        u, v = dgl.sampling.sample_neighbors(self.graph, local, fanout, edge_dir="in").edges()
+        skip = exclude if exclude is not None and exclude.numel() else None
+        u, v = dgl.sampling.sample_neighbors(self.graph, local, fanout, edge_dir="in",
+                                             exclude_edges=skip).edges()
         return local, u, v
 
-    def _grouped(self, gids: torch.Tensor, fanout: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _grouped(self, gids: torch.Tensor, fanout: int,
+                 exclude: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Per owned node in ``gids`` (unique), its number of sampled in-edges, and their
         sources' global ids grouped by node in ``gids`` order."""
-        local, u, v = self._sample_local(gids, fanout)
+        local, u, v = self._sample_local(gids, fanout, exclude)
         self._slot[local] = torch.arange(local.numel())
         pos = self._slot.index_select(0, v)
         if pos.numel() > 1 and not bool((pos[1:] >= pos[:-1]).all()):
@@ -129,10 +194,11 @@ class PartitionSampler(BlockSampler):
         counts = torch.bincount(pos, minlength=gids.numel())
         return counts, self.local_gid.index_select(0, u)
 
-    def _padded(self, gids: torch.Tensor, fanout: int) -> torch.Tensor:
+    def _padded(self, gids: torch.Tensor, fanout: int,
+                exclude: torch.Tensor | None = None) -> torch.Tensor:
         """The sampled sources of each owned node in ``gids``: one row of ``fanout`` per node,
         -1 where it has fewer in-edges."""
-        counts, src = self._grouped(gids, fanout)
+        counts, src = self._grouped(gids, fanout, exclude)
         out = torch.full((gids.numel(), fanout), -1, dtype=self.id_dtype)
         starts = torch.cumsum(counts, 0) - counts
         rows = torch.repeat_interleave(torch.arange(gids.numel()), counts)
@@ -143,7 +209,7 @@ class PartitionSampler(BlockSampler):
 
 def whole_graph(parts: Sequence[Partition], num_nodes: int) -> dgl.DGLGraph:
     """The whole structure in global ids from every part (each edge is stored once, with its
-    destination's owner)."""
+    destination's owner), edges in partitioned edge id order (part by part)."""
     src, dst = [], []
     for part in parts:
         gid = torch.from_numpy(part.local_gid)
@@ -157,11 +223,19 @@ class LocalSampler(BlockSampler):
     so unlike :class:`PartitionSampler` it is not collective.
 
     Args:
-        graph: the whole graph, in the partitioned graph's global ids.
+        graph: the whole graph, in the partitioned graph's global ids, its edges in partitioned
+            edge id order (:func:`whole_graph`).
     """
 
     def __init__(self, graph: dgl.DGLGraph):
         self.graph, self.num_nodes = graph, graph.num_nodes()
 
-    def sample_layer(self, nodes: torch.Tensor, fanout: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return dgl.sampling.sample_neighbors(self.graph, nodes, fanout, edge_dir="in").edges()
+    def sample_layer(self, nodes: torch.Tensor, fanout: int,
+                     exclude: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        skip = exclude if exclude is not None and exclude.numel() else None
+        return dgl.sampling.sample_neighbors(self.graph, nodes, fanout, edge_dir="in",
+                                             exclude_edges=skip).edges()
+
+    def has_edges(self, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+        """Whether each edge ``src[i] -> dst[i]`` (global ids) is in the graph."""
+        return self.graph.has_edges_between(src, dst)

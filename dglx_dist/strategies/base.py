@@ -67,6 +67,7 @@ class Strategy(abc.ABC):
         conv_types: the dgl.nn conv classes the strategy can run (None: any).
         held_rows: node-data names whose rows :meth:`local_rows` may give (rows of other
             names always come from the KVStore).
+        link_prediction: edge loaders (link prediction) run under it.
     """
 
     Config: type
@@ -75,6 +76,7 @@ class Strategy(abc.ABC):
     full_graph: bool = False
     conv_types: tuple[str, ...] | None = None
     held_rows: frozenset[str] = frozenset()
+    link_prediction: bool = False
 
     def __init__(self, config: Any):
         self.config = config

@@ -60,7 +60,8 @@ class DistDGLStrategy(MiniBatchStrategy):
             self.store.init_data("feat", policy, {server: torch.from_numpy(part.feat)})
             self.store.init_data("label", policy, {server: torch.from_numpy(part.label)},
                                  dtype=torch.int64)
-        self.sampler = PartitionSampler(part, pdir.book, session.cross, server)
+        self.sampler = PartitionSampler(part, pdir.book, session.cross, server,
+                                        pdir.edge_book())
 
     def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         # DDP's own C++ all-reduce (overlapped with backward, bounded by the group's timeout);

@@ -50,6 +50,8 @@ class MiniBatchConfig:
 class MiniBatchStrategy(Strategy):
     """Base of the strategies that train on sampled mini-batches of seed nodes."""
 
+    link_prediction = True  # an edge loader's batches are sampled like node batches
+
     def num_layers(self) -> int:
         return len(self.config.fanouts)
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Iterator, NamedTuple
+from typing import Callable, Iterator, NamedTuple
 
 import dgl
 import torch
 
-__all__ = ["Blocks", "StepState", "Step", "LoaderSpec", "LoaderPlan", "equal_step_sizes",
-           "sampled_plan", "sampled_epoch", "OUT_DEGREE"]
+__all__ = ["Blocks", "StepState", "Step", "EdgeStep", "EdgeBatch", "LoaderSpec", "LoaderPlan",
+           "equal_step_sizes", "sampled_plan", "sampled_epoch", "OUT_DEGREE"]
 
 OUT_DEGREE = "_dglx_out_degree"
 """``block.srcdata`` key of the sources' out-degrees in the whole graph, on blocks that hold
@@ -61,6 +61,31 @@ class Step(NamedTuple):
     blocks: Blocks
 
 
+class EdgeStep(NamedTuple):
+    """One mini-batch as DGL's link-prediction loaders yield it (``neg_pair_graph``: None
+    without a negative sampler)."""
+
+    input_nodes: torch.Tensor
+    pair_graph: dgl.DGLGraph
+    neg_pair_graph: dgl.DGLGraph | None
+    blocks: Blocks
+
+
+class EdgeBatch(NamedTuple):
+    """What an edge loader's batch of edge ids becomes before its blocks are sampled.
+
+    Attributes:
+        nodes: the pair graphs' nodes (partitioned ids, unique): the blocks' seeds.
+        pair_graph / neg_pair_graph: the positive and negative pairs over ``nodes``.
+        exclude: partitioned edge ids the blocks must not hold (None: no exclusion).
+    """
+
+    nodes: torch.Tensor
+    pair_graph: dgl.DGLGraph
+    neg_pair_graph: dgl.DGLGraph | None
+    exclude: torch.Tensor | None
+
+
 @dataclasses.dataclass(frozen=True)
 class LoaderSpec:
     """What a :class:`~dglx_dist.api.DataLoader` was asked for.
@@ -71,6 +96,8 @@ class LoaderSpec:
         shuffle: reshuffle the ids every epoch.
         drop_last: drop the last, partial batch.
         seed: the shuffling seed (mixed with the epoch and the rank).
+        pairs: for a link-prediction loader over edge ids, what makes a batch of them an
+            :class:`EdgeBatch` (collective; None: a node loader).
     """
 
     fanouts: tuple[int, ...]
@@ -78,6 +105,7 @@ class LoaderSpec:
     shuffle: bool = False
     drop_last: bool = False
     seed: int = 0
+    pairs: Callable[[torch.Tensor], EdgeBatch] | None = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -117,9 +145,10 @@ def sampled_plan(comm, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan:
 
 
 def sampled_epoch(sampler, rank: int, plan: LoaderPlan, spec: LoaderSpec,
-                  epoch: int) -> Iterator[Step]:
-    """One epoch of sampled mini-batches over ``plan``'s ids (``sampler.sample_blocks`` is
-    collective: every rank takes ``plan.steps`` steps)."""
+                  epoch: int) -> Iterator[Step | EdgeStep]:
+    """One epoch of sampled mini-batches over ``plan``'s ids, nodes or (with
+    ``spec.pairs``) edges (``sampler.sample_blocks`` is collective: every rank takes
+    ``plan.steps`` steps)."""
     ids, steps = plan.data, plan.steps
     seed = spec.seed * 1_000_003 + epoch * 7919 + rank
     dgl.seed(seed)  # each epoch's sampling is reproducible on its own
@@ -128,5 +157,11 @@ def sampled_epoch(sampler, rank: int, plan: LoaderPlan, spec: LoaderSpec,
         order = ids[torch.randperm(ids.numel(), generator=torch.Generator().manual_seed(seed))]
     sizes = equal_step_sizes(ids.numel(), steps, spec.batch_size, spec.drop_last)
     for seeds in torch.split(order[:sum(sizes)], sizes):
-        blocks = sampler.sample_blocks(seeds, spec.fanouts)
-        yield Step(blocks[0].srcdata[dgl.NID], seeds, Blocks(blocks, StepState(epoch=epoch)))
+        if spec.pairs is None:
+            blocks = sampler.sample_blocks(seeds, spec.fanouts)
+            yield Step(blocks[0].srcdata[dgl.NID], seeds, Blocks(blocks, StepState(epoch=epoch)))
+            continue
+        batch = spec.pairs(seeds)
+        blocks = sampler.sample_blocks(batch.nodes, spec.fanouts, batch.exclude)
+        yield EdgeStep(blocks[0].srcdata[dgl.NID], batch.pair_graph, batch.neg_pair_graph,
+                       Blocks(blocks, StepState(epoch=epoch)))

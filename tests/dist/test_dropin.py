@@ -10,10 +10,9 @@ import torch.nn.functional as F
 import dglx_dist
 from dglx_dist.data import CoraGraphDataset
 from dglx_dist.models import GCN, SAGE
-from dglx_dist.models.layers import adapter_for, first_conv
 from dglx_dist.strategies import STRATEGIES
 from dglx_dist.testing import WorkerError, run_workers
-from dglx_dist.testing.models import seeded_model
+from dglx_dist.testing.models import assert_same_params, seeded_model
 
 pytestmark = pytest.mark.dist
 LR = 0.5
@@ -87,25 +86,6 @@ def _reference(name, outputs_per_rank):
     return model
 
 
-def _check_params(name, model, res):
-    want = model.state_dict()
-    conv, conv_name = first_conv(model)
-    sliced = {f"{conv_name}.{lin.path}": i
-              for i, lin in enumerate(adapter_for(conv).input_linears(conv))}
-    for key, value in res["params"].items():
-        got = torch.tensor(value)
-        if key.startswith(f"{conv_name}.weights."):  # p3's column slice of an input linear
-            path = next(k for k, i in sliced.items() if key.endswith(f".{i}"))
-            lin = adapter_for(conv).input_linears(conv)[sliced[path]]
-            ref = lin.columns(want[path], torch.tensor(res["cols"]))
-        elif key.startswith(f"{conv_name}.conv."):  # p3 keeps the rest of the conv
-            ref = want[conv_name + key[len(conv_name) + 5:]]
-        else:
-            ref = want[key.replace(".conv.", ".")]
-        np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-4, atol=1e-5,
-                                   err_msg=f"{name}: {key}")
-
-
 @pytest.mark.parametrize("name", STRATEGIES.names())
 def test_one_step_matches_single_process_dgl(tmp_path, cache, name):
     res = run_workers(_one_step, 2, tmp_path / "run", name, cache,
@@ -118,7 +98,7 @@ def test_one_step_matches_single_process_dgl(tmp_path, cache, name):
     assert every == train  # each training node in exactly one rank's batch
     reference = _reference(name, outputs)
     for r in range(2):
-        _check_params(name, reference, res[r])
+        assert_same_params(name, reference, res[r]["params"], res[r]["cols"])
 
 
 def _train(g, loader, classes, prefetch):

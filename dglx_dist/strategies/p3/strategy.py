@@ -117,7 +117,8 @@ class P3Strategy(MiniBatchStrategy):
             parts = [part if p == rank else pdir.load_part(p) for p in range(pdir.num_parts)]
             self.sampler = LocalSampler(whole_graph(parts, pdir.num_nodes))
         else:
-            self.sampler = PartitionSampler(part, pdir.book, session.world, rank)
+            self.sampler = PartitionSampler(part, pdir.book, session.world, rank,
+                                            pdir.edge_book())
         # without feature caching a rank holds its slice; with it, each server holds every
         # column: local rank l the slices of the ranks with local index l on every server
         held = topo.cross_ranks(session.local_rank) if self.cache.features else [rank]

@@ -1,0 +1,145 @@
+"""Link prediction's batches: DGL's ``as_edge_prediction_sampler`` over a DistGraph.
+
+``DataLoader(g, train_eids, as_edge_prediction_sampler(NeighborSampler(...),
+negative_sampler=Uniform(k), exclude="reverse_id", reverse_eids=...), batch_size=...)``
+yields ``(input_nodes, pair_graph, neg_pair_graph, blocks)`` as DGL's does. A batch of edge
+ids becomes, here (:class:`EdgePairs`):
+
+1. the edges' endpoints (``g.find_edges``, pulled from the edges' owners);
+2. the negative pairs, from the user's negative sampler called on the DistGraph itself
+   (DGL's ``Uniform`` draws destinations from all nodes of all parts; ``GlobalUniform`` asks
+   the owners which drawn pairs are edges);
+3. both pair graphs over one compacted node set (``pair_graph.ndata[dgl.NID]``, the node
+   ids; ``pair_graph.edata[dgl.EID]``, the edge ids), whose nodes are the seeds of the
+   blocks: output row i of the model is pair-graph node i;
+4. the edges to leave out of the blocks (``exclude``: None, ``"self"``, ``"reverse_id"``
+   with ``reverse_eids``, or a callable on the batch's edge ids), excluded by the members
+   that store them, in every layer.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import dgl
+import torch
+
+from dglx_dist.api.agree import differing_ranks, ids_digest, on_every_rank
+from dglx_dist.api.graph import DistGraph
+from dglx_dist.api.ndata import as_node_ids
+from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
+from dglx_dist.sampling import even_chunk
+from dglx_dist.strategies.steps import EdgeBatch
+
+__all__ = ["EdgePairs", "edge_split", "is_edge_sampler", "own_edge_ids"]
+
+_EXCLUDE = (None, "self", "reverse_id")
+
+
+def is_edge_sampler(sampler) -> bool:
+    """Whether ``sampler`` is DGL's ``as_edge_prediction_sampler(...)``."""
+    from dgl.dataloading import EdgePredictionSampler
+
+    return isinstance(sampler, EdgePredictionSampler)
+
+
+def edge_split(edges, partition_book: DistGraph, etype: str | None = None,
+               rank: int | None = None, force_even: bool = True,
+               edge_trainer_ids=None) -> torch.Tensor:
+    """This rank's share of ``edges`` (a boolean mask over all edges or edge ids, the same
+    on every rank), as DGL's ``dgl.distributed.edge_split`` (collective): disjoint, together
+    all of them, sizes within one, each mostly of edges its server stores."""
+    graph = partition_book
+    if not isinstance(graph, DistGraph):
+        raise InvalidTypeError(f"edge_split needs the DistGraph (edge_split(mask, g)); got "
+                               f"{type(graph).__name__}")
+    session = graph.session
+    if rank is not None and rank != session.rank:
+        raise InvalidValueError(f"edge_split: rank={rank} but this process is rank {session.rank}")
+    ids = on_every_rank(session, "edge_split", lambda: torch.unique(
+        as_node_ids(edges, graph.num_edges(), "edge_split", kind="edge")))
+    if differing_ranks(session, ids_digest(ids)):
+        raise InvalidValueError("edge_split: ranks passed other edges than rank 0; pass every "
+                                "rank the same mask or ids (each gets its share back)")
+    return _split(ids, graph)
+
+
+def _split(ids: torch.Tensor, graph: DistGraph) -> torch.Tensor:
+    """Contiguous chunks of the edges in stored order (each part's edges together)."""
+    part = graph.edata.part_ids(ids)
+    order = torch.argsort(part)
+    session = graph.session
+    return even_chunk(ids[order], session.world_size, session.rank).sort().values
+
+
+def own_edge_ids(graph: DistGraph, indices, use_ddp: bool) -> torch.Tensor:
+    """The edge loader's ids on this rank: its share when every rank passed the same ids
+    (or ``use_ddp``), else the ids as given (collective)."""
+    session = graph.session
+    ids = on_every_rank(session, "DataLoader", lambda: as_node_ids(
+        indices, graph.num_edges(), "DataLoader", kind="edge"))
+    same = not differing_ranks(session, ids_digest(ids))
+    if use_ddp or (same and session.world_size > 1):
+        return _split(torch.unique(ids), graph)
+    return ids
+
+
+class EdgePairs:
+    """Builds a batch's pair graphs and exclusions from its edge ids (see the module
+    docstring); collective when the negative sampler is (``GlobalUniform``)."""
+
+    def __init__(self, graph: DistGraph, sampler):
+        self.graph, self.negative_sampler = graph, sampler.negative_sampler
+        self._exclude = self._exclusion(graph, sampler.exclude, sampler.reverse_eids,
+                                        sampler.reverse_etypes)
+
+    @staticmethod
+    def _exclusion(graph: DistGraph, exclude, reverse_eids, reverse_etypes
+                   ) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        if callable(exclude):
+            return lambda eids: as_node_ids(exclude(eids), graph.num_edges(),
+                                            "the exclude callable's result", kind="edge")
+        if exclude not in _EXCLUDE:
+            raise NotSupportedError(f"as_edge_prediction_sampler: exclude={exclude!r}; expected "
+                                    f"None, 'self', 'reverse_id' or a callable (graphs here are "
+                                    f"homogeneous: no 'reverse_types')")
+        if exclude == "self":
+            return lambda eids: eids
+        if exclude == "reverse_id":
+            if reverse_eids is None or isinstance(reverse_eids, dict):
+                raise InvalidValueError("as_edge_prediction_sampler: exclude='reverse_id' needs "
+                                        "reverse_eids, a tensor giving each edge id its reverse "
+                                        "edge's id")
+            reverse = torch.as_tensor(reverse_eids)
+            if reverse.shape != (graph.num_edges(),):
+                raise InvalidValueError(f"as_edge_prediction_sampler: reverse_eids has shape "
+                                        f"{tuple(reverse.shape)}; expected one reverse edge id "
+                                        f"per edge ({graph.num_edges()},)")
+            reverse = as_node_ids(reverse, graph.num_edges(), "reverse_eids", kind="edge")
+            return lambda eids: torch.cat([eids, reverse[eids]])
+        if reverse_etypes is not None:
+            raise NotSupportedError("as_edge_prediction_sampler: reverse_etypes needs a "
+                                    "heterogeneous graph; graphs here are homogeneous")
+        return None
+
+    def __call__(self, eids: torch.Tensor) -> EdgeBatch:
+        g = self.graph
+        src, dst = g.find_edges(eids)
+        ends = [src, dst]
+        if self.negative_sampler is not None:
+            neg = self.negative_sampler(g, eids)
+            ends += [as_node_ids(t, g.num_nodes(), f"the negative sampler's {what}")
+                     for t, what in zip(neg, ("sources", "destinations"))]
+        sizes = [t.numel() for t in ends]
+        nodes, local = torch.unique(g.part_ids(torch.cat(ends)), return_inverse=True)
+        pieces = torch.split(local, sizes)
+        node_ids = g.node_ids(nodes)
+        pair = dgl.graph((pieces[0], pieces[1]), num_nodes=nodes.numel())
+        pair.ndata[dgl.NID], pair.edata[dgl.EID] = node_ids, eids
+        neg_pair = None
+        if self.negative_sampler is not None:
+            neg_pair = dgl.graph((pieces[2], pieces[3]), num_nodes=nodes.numel())
+            neg_pair.ndata[dgl.NID] = node_ids
+        exclude = None
+        if self._exclude is not None:
+            exclude = g.edata.part_ids(self._exclude(eids))
+        return EdgeBatch(nodes, pair, neg_pair, exclude)

@@ -1,0 +1,107 @@
+"""What DGL's graph methods give a link-prediction script about the edges of a DistGraph.
+
+DGL's negative samplers and edge loaders ask the graph for its edges' endpoints
+(``g.find_edges(eids)``), its node count and, for ``GlobalUniform``, pairs that are not
+edges (``g.global_uniform_negative_sampling``). :class:`EdgeStructure` gives a
+:class:`~dglx_dist.api.DistGraph` those methods, so DGL's own samplers (and a user's, written
+against the same methods) run on it unchanged:
+
+* every edge's endpoints live in the KVStore as one row per edge, sharded like the edge data
+  (with the edge's destination's owner), so ``find_edges`` is a pull by this rank alone;
+* negative pairs are drawn uniformly over all nodes of all parts and checked against the
+  structure by the destinations' owners (collective: every rank draws at the same time, as
+  the edge loader's steps do).
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from dglx_dist.api.ndata import INTERNAL_PREFIX, as_node_ids
+from dglx_dist.errors import InvalidValueError
+
+if TYPE_CHECKING:
+    from dglx_dist.kvstore import DistKVStore
+    from dglx_dist.partition.layout import Partition
+    from dglx_dist.partition.load import PartitionDir
+
+__all__ = ["EdgeStructure", "ENDS", "store_edge_ends"]
+
+ENDS = INTERNAL_PREFIX + "edge_ends"
+"""The KVStore name of every edge's ``(src, dst)`` in partitioned node ids, by partitioned
+edge id (internal: not listed in ``g.ndata`` or ``g.edata``)."""
+ETYPE = ("_N", "_E", "_N")  # DGL's names for the one node and edge type of a homogeneous graph
+
+
+def store_edge_ends(store: "DistKVStore", pdir: "PartitionDir", part_id: int,
+                    part: "Partition") -> None:
+    """Puts part ``part_id``'s edges' endpoints into ``store`` (collective)."""
+    from dglx_dist.kvstore import RowPolicy
+    from dglx_dist.sampling.blocks import id_dtype
+
+    gid = part.local_gid
+    dtype = np.int32 if id_dtype(pdir.num_nodes) == torch.int32 else np.int64
+    ends = np.stack([gid[part.src], gid[part.dst]], 1).astype(dtype)
+    store.init_data(ENDS, RowPolicy(pdir.edge_book()), {part_id: torch.from_numpy(ends)})
+
+
+class EdgeStructure:
+    """DGL's edge-structure methods of a homogeneous graph, for :class:`DistGraph`."""
+
+    ntypes = ["_N"]
+    etypes = ["_E"]
+    canonical_etypes = [ETYPE]
+    idtype = torch.int64
+    device = torch.device("cpu")
+
+    def to_canonical_etype(self, etype) -> tuple[str, str, str]:
+        """DGL's: the one edge type's canonical name."""
+        if etype not in (None, "_E", ETYPE):
+            raise InvalidValueError(f"edge type {etype!r}: the graph is homogeneous (edge type "
+                                    "'_E')")
+        return ETYPE
+
+    def find_edges(self, eids, etype=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The source and destination node ids of edges ``eids`` (the graph's own ids), as
+        DGL's ``find_edges``; pulled through the KVStore by this rank alone."""
+        self.to_canonical_etype(etype)
+        ids = as_node_ids(eids, self.num_edges(), "find_edges", kind="edge")
+        ends = self.store.pull(ENDS, self.edata.part_ids(ids), collective=False).long()
+        return self.node_ids(ends[:, 0]), self.node_ids(ends[:, 1])
+
+    def _has_edges(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Whether each ``u[i] -> v[i]`` is an edge (node ids; collective: every rank asks at
+        once, each pair answered by its destination's owner)."""
+        sampler = getattr(self.strategy, "sampler", None)
+        if not hasattr(sampler, "has_edges"):
+            sampler = self.sampler()
+        return sampler.has_edges(self.part_ids(u), self.part_ids(v))
+
+    def global_uniform_negative_sampling(self, num_samples: int,
+                                         exclude_self_loops: bool = True,
+                                         replace: bool = False, etype=None,
+                                         redundancy: float | None = None
+                                         ) -> tuple[torch.Tensor, torch.Tensor]:
+        """At most ``num_samples`` pairs ``(u, v)`` drawn uniformly from all nodes that are not
+        edges (nor self-loops, with ``exclude_self_loops``; distinct, unless ``replace``), as
+        DGL's method of this name (what ``negative_sampler.GlobalUniform`` calls). Collective:
+        every rank calls it at the same step (the edge loader does)."""
+        self.to_canonical_etype(etype)
+        n = self.num_nodes()
+        draws = math.ceil(num_samples * (1.0 + (1.3 if redundancy is None else redundancy)))
+        u = torch.randint(0, n, (draws,))
+        v = torch.randint(0, n, (draws,))
+        keep = ~self._has_edges(u, v)
+        if exclude_self_loops:
+            keep &= u != v
+        u, v = u[keep], v[keep]
+        if not replace:  # the first draw of each pair, in draw order
+            _, inverse = torch.unique(u * n + v, return_inverse=True)
+            first = torch.full((int(inverse.max()) + 1 if inverse.numel() else 0,), u.numel())
+            first.scatter_reduce_(0, inverse, torch.arange(u.numel()), "amin")
+            order = first.sort().values
+            u, v = u[order], v[order]
+        return u[:num_samples], v[:num_samples]

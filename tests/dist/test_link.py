@@ -1,0 +1,243 @@
+"""Link prediction through the drop-in API (DGL's as_edge_prediction_sampler over a DistGraph).
+
+One job per strategy (2 ranks, 2 virtual servers) runs every check, and the tests read its
+results: one step with full neighbourhoods, fixed negatives and exclude="reverse_id" gives
+single-process DGL's parameters on the same pairs with the same edges removed; sampled
+batches never hold a positive edge or its reverse; GlobalUniform draws from every part in
+proportion to its nodes, and never an edge; the ranking metrics over ranks are those of all
+the scores on one process.
+"""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dgl
+import dglx_dist
+from dglx_dist.data import CoraGraphDataset
+from dglx_dist.models import SAGE
+from dglx_dist.strategies import STRATEGIES
+from dglx_dist.testing import run_workers
+from dglx_dist.testing.models import assert_same_params, seeded_model
+
+pytestmark = pytest.mark.dist
+LR = 0.5
+K = 2  # negatives per positive
+SEEDS = 160  # positive edges of the exact step (every rank passes the same; each takes half)
+STRATEGIES_WITH_LINKS = ("distdgl", "p3")
+
+
+def _graph():
+    """Cora with each undirected edge stored as u->v (id e) and v->u (id e + E): the reverse
+    of edge e is (e + E) mod 2E."""
+    g = CoraGraphDataset()[0]
+    src, dst = g.edges()
+    keep = src < dst
+    u, v = src[keep], dst[keep]
+    out = dgl.graph((torch.cat([u, v]), torch.cat([v, u])), num_nodes=g.num_nodes())
+    for key in ("feat", "label", "train_mask", "val_mask", "test_mask"):
+        out.ndata[key] = g.ndata[key]
+    e = u.numel()
+    return out, torch.cat([torch.arange(e) + e, torch.arange(e)])
+
+
+class FixedNegatives:
+    """k negatives per edge, a function of the edge id alone (the same on one process)."""
+
+    def __init__(self, k):
+        self.k = k
+
+    def __call__(self, g, eids):
+        src, _ = g.find_edges(eids)
+        step = torch.arange(self.k).repeat(eids.numel())
+        return src.repeat_interleave(self.k), (eids.repeat_interleave(self.k) * 7 + step * 13
+                                               + 3) % g.num_nodes()
+
+
+def _model(g):
+    return seeded_model(lambda: SAGE(g.ndata["feat"].shape[1], 8, 8, 2, dropout=0.0))
+
+
+def _score(pair, h):
+    with pair.local_scope():
+        pair.ndata["h"] = h
+        pair.apply_edges(dgl.function.u_dot_v("h", "h", "s"))
+        return pair.edata["s"].squeeze(1)
+
+
+def _loss(pos, neg):
+    scores = torch.cat([pos, neg])
+    labels = torch.cat([torch.ones_like(pos), torch.zeros_like(neg)])
+    return F.binary_cross_entropy_with_logits(scores, labels)
+
+
+def _exact_step(g, reverse):
+    """One SGD step of the user's loop; the batch's pairs (node ids) and the parameters."""
+    sampler = dglx_dist.as_edge_prediction_sampler(
+        dglx_dist.MultiLayerFullNeighborSampler(2), exclude="reverse_id", reverse_eids=reverse,
+        negative_sampler=FixedNegatives(K))
+    loader = dglx_dist.DataLoader(g, torch.arange(SEEDS) * 37, sampler, batch_size=SEEDS)
+    model = dglx_dist.parallelize(_model(g), g)
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    batches = []
+    for input_nodes, pair, neg, blocks in loader:
+        h = model(blocks, g.ndata["feat"][input_nodes])
+        loss = _loss(_score(pair, h), _score(neg, h))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        nid = pair.ndata[dgl.NID]
+        batches.append({"eids": pair.edata[dgl.EID].tolist(),
+                        "pos": [nid[t].tolist() for t in pair.edges()],
+                        "neg": [nid[t].tolist() for t in neg.edges()]})
+    cols = g.strategy.cols.tolist() if hasattr(g.strategy, "cols") else None  # p3's columns
+    return batches, {k: v.tolist() for k, v in model.module.state_dict().items()}, cols
+
+
+def _leaks(g, reverse):
+    """Positive edges (or reverses) found in sampled blocks, over an epoch of small batches."""
+    sampler = dglx_dist.as_edge_prediction_sampler(
+        dglx_dist.NeighborSampler([4, 4]), exclude="reverse_id", reverse_eids=reverse,
+        negative_sampler=dglx_dist.negative_sampler.Uniform(3))
+    train = torch.arange(0, g.num_edges(), 3)
+    loader = dglx_dist.DataLoader(g, train, sampler, batch_size=64, shuffle=True)
+    leaks = batches = negatives = 0
+    for _, pair, neg, blocks in loader:
+        nid = pair.ndata[dgl.NID]
+        u, v = (nid[t] for t in pair.edges())
+        banned = set(zip(u.tolist(), v.tolist())) | set(zip(v.tolist(), u.tolist()))
+        for block in blocks:
+            s, d = block.edges()
+            s = g.node_ids(block.srcdata[dgl.NID][s])
+            d = g.node_ids(block.dstdata[dgl.NID][d])
+            leaks += len(banned & set(zip(s.tolist(), d.tolist())))
+        batches += 1
+        negatives += neg.num_edges()
+        assert neg.num_edges() == 3 * pair.num_edges()
+    return {"leaks": leaks, "batches": batches, "negatives": negatives,
+            "steps": len(loader), "mine": loader.indices.numel()}
+
+
+def _global_uniform(g):
+    torch.manual_seed(100 + g.rank())
+    u, v = g.global_uniform_negative_sampling(4000)
+    return {"u": u.tolist(), "v": v.tolist(), "owner": g.pdir.book.owner(
+        g.part_ids(torch.cat([u, v])).numpy()).tolist(),
+        "part_sizes": [int(s) for s in np.bincount(g.pdir.book.owner(
+            np.arange(g.num_nodes())), minlength=g.pdir.num_parts)]}
+
+
+def _metrics(g):
+    gen = torch.Generator().manual_seed(7 + g.rank())
+    n = 30 + 20 * g.rank()
+    pos = torch.randn(n, generator=gen)
+    neg = torch.round(torch.randn(n, 5, generator=gen) * 2) / 2  # ties with each other
+    pos[:3] = neg[:3, 0]  # and with a positive
+    return {"pos": pos.tolist(), "neg": neg.tolist(),
+            "got": dglx_dist.ranking_metrics(pos, neg, ks=(1, 3))}
+
+
+def _job(session, name, cache):
+    full, reverse = _graph()
+    options = STRATEGIES.get(name).exact_options(2)
+    g = dglx_dist.distribute(full, STRATEGIES.build(name, **options), cache_dir=cache,
+                             session=session)
+    exact = _exact_step(g, reverse)
+    return {"exact": exact, "leaks": _leaks(g, reverse), "global": _global_uniform(g),
+            "metrics": _metrics(g)}
+
+
+@pytest.fixture(scope="module", params=STRATEGIES_WITH_LINKS)
+def job(request, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp(f"link-{request.param}")
+    res = run_workers(_job, 2, tmp / "run", request.param, str(tmp / "cache"),
+                      env={"DGLX_VIRTUAL_SERVERS": "2"}, timeout=240)
+    return request.param, res
+
+
+def _reference(batches_per_rank):
+    """Single-process DGL: each rank's loss on the whole graph without that rank's batch
+    edges and their reverses, averaged over the ranks (DDP), one SGD step."""
+    full, reverse = _graph()
+    model = _model(full)
+    losses = []
+    for batch in batches_per_rank:
+        eids = torch.tensor(batch["eids"], dtype=torch.long)
+        g = dgl.remove_edges(full, torch.unique(torch.cat([eids, reverse[eids]])))
+        h = model([g, g], g.ndata["feat"])
+        pos = (h[batch["pos"][0]] * h[batch["pos"][1]]).sum(1)
+        neg = (h[batch["neg"][0]] * h[batch["neg"][1]]).sum(1)
+        losses.append(_loss(pos, neg))
+    torch.stack(losses).mean().backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= LR * p.grad
+    return model
+
+
+def test_one_step_matches_single_process_dgl(job):
+    name, res = job
+    full, reverse = _graph()
+    batches = [res[r]["exact"][0] for r in range(2)]
+    assert all(len(b) == 1 for b in batches), name
+    batches = [b[0] for b in batches]
+    every = sorted(e for b in batches for e in b["eids"])
+    assert every == sorted((torch.arange(SEEDS) * 37).tolist())  # each seed edge once
+    src, dst = full.find_edges(torch.tensor(batches[0]["eids"]))
+    assert batches[0]["pos"] == [src.tolist(), dst.tolist()]  # pairs in the batch's order
+    want = _reference(batches)
+    for r in range(2):
+        _, params, cols = res[r]["exact"]
+        assert_same_params(f"{name} rank {r}", want, params, cols)
+
+
+def test_no_positive_edge_or_its_reverse_in_the_blocks(job):
+    name, res = job
+    for r in range(2):
+        got = res[r]["leaks"]
+        assert got["batches"] == got["steps"] > 1, (name, got)
+        assert got["leaks"] == 0, (name, got)
+    # the two ranks' shares are the training edges, each once
+    assert sum(res[r]["leaks"]["mine"] for r in range(2)) == len(range(0, 10556, 3))
+
+
+def test_global_uniform_draws_every_part_in_proportion_and_no_edge(job):
+    name, res = job
+    full, _ = _graph()
+    got = [res[r]["global"] for r in range(2)]
+    u = torch.tensor(sum((x["u"] for x in got), []))
+    v = torch.tensor(sum((x["v"] for x in got), []))
+    assert 7000 <= u.numel() <= 8000  # what a rank asked for, minus the rare edge or repeat
+    assert not bool(full.has_edges_between(u, v).any())
+    assert not bool((u == v).any())
+    pairs = set(zip(u.tolist()[:u.numel() // 2], v.tolist()[:u.numel() // 2]))
+    assert len(pairs) == u.numel() // 2 or len(got[0]["u"]) != u.numel() // 2
+    owner = np.array(sum((x["owner"] for x in got), []))
+    sizes = np.array(got[0]["part_sizes"])
+    share = np.bincount(owner, minlength=sizes.size) / owner.size
+    # 2 x ~7500 endpoints: a part's share is within 2 points of its share of the nodes (the
+    # binomial's standard deviation is about 0.4 points)
+    np.testing.assert_allclose(share, sizes / sizes.sum(), atol=0.02, err_msg=name)
+
+
+def _metrics_reference(pos, neg, ks):
+    ranks = [1 + sum(n > p for n in row) + 0.5 * sum(n == p for n in row)
+             for p, row in zip(pos, neg)]
+    out = {"mrr": float(np.mean([1 / r for r in ranks]))}
+    out.update({f"hits@{k}": float(np.mean([r <= k for r in ranks])) for k in ks})
+    negs = [n for row in neg for n in row]
+    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in negs)
+    out["auc"] = wins / (len(pos) * len(negs))
+    return out
+
+
+def test_ranking_metrics_over_ranks_are_those_of_all_scores(job):
+    name, res = job
+    pos = sum((res[r]["metrics"]["pos"] for r in range(2)), [])
+    neg = sum((res[r]["metrics"]["neg"] for r in range(2)), [])
+    want = _metrics_reference(pos, neg, (1, 3))
+    for r in range(2):
+        got = res[r]["metrics"]["got"]
+        assert got.keys() == want.keys()
+        for key in want:
+            assert got[key] == pytest.approx(want[key], rel=1e-9), (name, key)
