@@ -262,7 +262,7 @@ def distribute(g, strategy: str | Strategy = "distdgl", *,
     """The distributed graph of ``g`` for ``strategy`` (collective).
 
     Args:
-        g: a homogeneous DGLGraph with ndata ``feat`` and ``label`` (masks optional), built
+        g: a homogeneous DGLGraph with ndata ``feat`` (``label`` and masks optional), built
             the same way on every rank; or a partition directory (opened as it is).
         strategy: a registered strategy name or a built strategy.
         cache_dir: where the graph and its partitions are cached (shared by every node of a

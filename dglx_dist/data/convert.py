@@ -52,19 +52,20 @@ def from_dgl(g, num_classes: int | None = None, **extra: Any) -> GraphDataset:
     """A dataset from a homogeneous DGLGraph with ndata feat/label/train_mask/val_mask/test_mask.
 
     Args:
-        g: the graph. Missing masks are taken as all-false.
+        g: the graph. Missing masks are taken as all-false; a missing label (a graph for
+            link prediction) as class 0 for every node.
         num_classes: defaults to ``label.max() + 1``.
         **extra: free-form provenance stored in meta.json (e.g. ``name="cora"``).
     """
     if len(g.ntypes) != 1 or len(g.etypes) != 1:
         raise DatasetFormatError(f"from_dgl needs a homogeneous graph; got node types {g.ntypes} "
                                  f"and edge types {g.etypes} (use dgl.to_homogeneous first)")
-    for key in ("feat", "label"):
-        if key not in g.ndata:
-            raise DatasetFormatError(f"from_dgl: g.ndata[{key!r}] is missing; "
-                                     f"found {sorted(g.ndata.keys())}")
+    if "feat" not in g.ndata:
+        raise DatasetFormatError(f"from_dgl: g.ndata['feat'] is missing; "
+                                 f"found {sorted(g.ndata.keys())}")
     feat = g.ndata["feat"].detach().cpu().to(torch.float32).reshape(g.num_nodes(), -1).numpy()
-    label = g.ndata["label"].detach().cpu().to(torch.int64).reshape(-1).numpy()
+    label = np.zeros(g.num_nodes(), np.int64) if "label" not in g.ndata else \
+        g.ndata["label"].detach().cpu().to(torch.int64).reshape(-1).numpy()
     masks = {}
     for ours, theirs in _MASK_KEYS.items():
         m = g.ndata.get(theirs)

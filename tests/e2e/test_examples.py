@@ -76,6 +76,38 @@ def test_port_reaches_plain_accuracy(tmp_path, plain_acc, name, strategy, ranks)
     assert acc >= plain_acc[name] - 0.02, (name, strategy, acc, plain_acc[name])
 
 
+def _ranking(stdout: str) -> dict:
+    """The last test metrics the link-prediction script printed."""
+    found = re.findall(r'\{"test_mrr": .*\}', stdout)
+    assert found, stdout[-2000:]
+    return json.loads(found[-1])
+
+
+@pytest.fixture(scope="module")
+def plain_link(tmp_path_factory):
+    r = subprocess.run([sys.executable, str(EXAMPLES / "dgl" / "link_prediction.py")],
+                       env=_env(), cwd=tmp_path_factory.mktemp("plain"), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return _ranking(r.stdout)
+
+
+# the plain script's batch of 1024 edges, as the global batch: each rank takes its share
+@pytest.mark.parametrize("strategy,ranks", [("distdgl", 4), ("p3", 2)])
+def test_link_port_reaches_plain_ranking(tmp_path, plain_link, strategy, ranks):
+    """Link prediction (examples/link_prediction.py): MRR and AUC of the held-out edges within
+    2 points of the plain DGL script's on the same split."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
+           "--master-port", str(free_local_port()), str(EXAMPLES / "link_prediction.py"),
+           "--strategy", strategy, "--batch-size", str(1024 // ranks)]
+    env = _env(**({"DGLX_VIRTUAL_SERVERS": "2"} if ranks == 4 else {}))
+    r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stderr[-4000:]
+    got = _ranking(r.stdout)
+    for key in ("test_mrr", "test_auc"):
+        assert got[key] >= plain_link[key] - 0.02, (strategy, key, got, plain_link)
+
+
 def _mean_acc(stdout: str) -> float:
     """Every rank's accuracy on its share of the test nodes, weighted by the share."""
     found = [json.loads(m) for m in re.findall(r'\{"test_acc": [0-9.]+, "test_nodes": \d+\}',

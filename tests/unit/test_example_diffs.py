@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-BUDGET = {"sage_minibatch.py": 10, "gcn_fullgraph.py": 10, "distdgl_sage.py": 6}
+BUDGET = {"sage_minibatch.py": 10, "gcn_fullgraph.py": 10, "distdgl_sage.py": 6,
+          "link_prediction.py": 10}
 HELPERS = {"partition_cora.py"}  # data preparation shared by both versions
 
 
