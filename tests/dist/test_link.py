@@ -137,6 +137,38 @@ def _metrics(g):
             "got": dglx_dist.ranking_metrics(pos, neg, ks=(1, 3))}
 
 
+class OutOfRange:
+    def __call__(self, g, eids):
+        return eids, eids + g.num_nodes()
+
+
+def _refused(g, reverse):
+    """The one-line message of each bad argument (raised on every rank)."""
+    full = dglx_dist.MultiLayerFullNeighborSampler(2)
+    bad = {
+        "eids": lambda: dglx_dist.DataLoader(
+            g, torch.tensor([0, g.num_edges()]),
+            dglx_dist.as_edge_prediction_sampler(full), batch_size=4),
+        "reverse": lambda: dglx_dist.DataLoader(
+            g, torch.arange(8), dglx_dist.as_edge_prediction_sampler(
+                full, exclude="reverse_id", reverse_eids=reverse[:-1]), batch_size=4),
+        "mode": lambda: dglx_dist.DataLoader(
+            g, torch.arange(8), dglx_dist.as_edge_prediction_sampler(
+                full, exclude="reverse_types", reverse_etypes={"_E": "_E"}), batch_size=4),
+        "negatives": lambda: next(iter(dglx_dist.DataLoader(
+            g, torch.arange(8), dglx_dist.as_edge_prediction_sampler(
+                full, negative_sampler=OutOfRange()), batch_size=4))),
+    }
+    out = {}
+    for key, call in bad.items():
+        try:
+            call()
+            out[key] = None
+        except Exception as e:  # noqa: BLE001 - the message is what is checked
+            out[key] = f"{type(e).__name__}: {e}"
+    return out
+
+
 def _job(session, name, cache):
     full, reverse = _graph()
     options = STRATEGIES.get(name).exact_options(2)
@@ -144,7 +176,7 @@ def _job(session, name, cache):
                              session=session)
     exact = _exact_step(g, reverse)
     return {"exact": exact, "leaks": _leaks(g, reverse), "global": _global_uniform(g),
-            "metrics": _metrics(g)}
+            "metrics": _metrics(g), "refused": _refused(g, reverse)}
 
 
 @pytest.fixture(scope="module", params=STRATEGIES_WITH_LINKS)
@@ -241,3 +273,37 @@ def test_ranking_metrics_over_ranks_are_those_of_all_scores(job):
         assert got.keys() == want.keys()
         for key in want:
             assert got[key] == pytest.approx(want[key], rel=1e-9), (name, key)
+
+
+def test_bad_arguments_are_one_clear_error(job):
+    name, res = job
+    for r in range(2):
+        got = res[r]["refused"]
+        assert got["eids"].startswith("IdOutOfRangeError: DataLoader: ids [10556] out of "
+                                      "range; the graph has edges 0..10555"), got
+        assert got["reverse"].startswith("InvalidValueError: as_edge_prediction_sampler: "
+                                         "reverse_eids has shape (10555,); expected one "
+                                         "reverse edge id per edge (10556,)"), got
+        assert got["mode"].startswith("NotSupportedError: as_edge_prediction_sampler: "
+                                      "exclude='reverse_types'"), got
+        assert got["negatives"].startswith("IdOutOfRangeError: the negative sampler's "
+                                           "destinations: ids ["), got
+
+
+def _granndis(session, cache):
+    full, _ = _graph()
+    g = dglx_dist.distribute(full, "granndis", cache_dir=cache, session=session)
+    try:
+        dglx_dist.DataLoader(g, torch.arange(8), dglx_dist.as_edge_prediction_sampler(
+            dglx_dist.MultiLayerFullNeighborSampler(2)), batch_size=4)
+    except Exception as e:  # noqa: BLE001 - the message is what is checked
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def test_a_strategy_without_link_prediction_refuses_the_edge_loader(tmp_path):
+    res = run_workers(_granndis, 2, tmp_path / "run", str(tmp_path / "cache"))
+    for r in range(2):
+        assert res[r] == ("NotSupportedError: DataLoader: strategy 'granndis' does not train "
+                          "link prediction (edge loaders run under the mini-batch strategies: "
+                          "distdgl, p3; docs/link_prediction.md)"), res[r]
