@@ -91,6 +91,7 @@ class EdgePairs:
         self.graph, self.negative_sampler = graph, sampler.negative_sampler
         self._exclude = self._exclusion(graph, sampler.exclude, sampler.reverse_eids,
                                         sampler.reverse_etypes)
+        self.excludes = self._exclude is not None
 
     @staticmethod
     def _exclusion(graph: DistGraph, exclude, reverse_eids, reverse_etypes

@@ -122,7 +122,8 @@ class DataLoader:
         ids = own_edge_ids(graph, indices, use_ddp) if pairs else self._own_ids(indices, use_ddp)
         counts = session.world.all_gather(torch.tensor([ids.numel()]))
         batches = -(-int(max(int(c) for c in counts)) // self.spec.batch_size)
-        self.strategy = graph.setup(len(fanouts), batches)
+        # an edge loader's batches say nothing of how a strategy should cut the nodes
+        self.strategy = graph.setup(len(fanouts), None if pairs else batches)
         part_ids = ids if pairs else graph.part_ids(ids).sort().values
         if pairs:
             on_every_rank(session, "DataLoader", self._check_link)
@@ -145,8 +146,9 @@ class DataLoader:
     def _check_link(self) -> None:
         if not self.strategy.link_prediction:
             raise NotSupportedError(f"DataLoader: strategy {self.strategy.registered_name!r} "
-                                    "does not train link prediction (edge loaders run under the "
-                                    "mini-batch strategies: distdgl, p3; docs/link_prediction.md)")
+                                    "does not train link prediction (edge loaders run under "
+                                    "distdgl, p3, granndis and fullgraph; "
+                                    "docs/link_prediction.md)")
 
     def _own_ids(self, indices, use_ddp: bool) -> torch.Tensor:
         g, session = self.graph, self.graph.session

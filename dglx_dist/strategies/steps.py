@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Iterator, NamedTuple
+from typing import Iterator, NamedTuple, Protocol
 
 import dgl
 import torch
 
-__all__ = ["Blocks", "StepState", "Step", "EdgeStep", "EdgeBatch", "LoaderSpec", "LoaderPlan",
-           "equal_step_sizes", "sampled_plan", "sampled_epoch", "OUT_DEGREE"]
+__all__ = ["Blocks", "StepState", "Step", "EdgeStep", "EdgeBatch", "PairMaker", "LoaderSpec",
+           "LoaderPlan", "equal_step_sizes", "sampled_plan", "epoch_batches", "sampled_epoch",
+           "OUT_DEGREE"]
 
 OUT_DEGREE = "_dglx_out_degree"
 """``block.srcdata`` key of the sources' out-degrees in the whole graph, on blocks that hold
@@ -86,6 +87,19 @@ class EdgeBatch(NamedTuple):
     exclude: torch.Tensor | None
 
 
+class PairMaker(Protocol):
+    """What an edge loader's batch of edge ids becomes (:class:`~dglx_dist.api.link.EdgePairs`).
+
+    Attributes:
+        excludes: whether its batches exclude edges from the blocks (DGL's ``exclude``).
+    """
+
+    excludes: bool
+
+    def __call__(self, eids: torch.Tensor) -> EdgeBatch:
+        """The batch of edge ids ``eids`` (collective)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class LoaderSpec:
     """What a :class:`~dglx_dist.api.DataLoader` was asked for.
@@ -97,7 +111,7 @@ class LoaderSpec:
         drop_last: drop the last, partial batch.
         seed: the shuffling seed (mixed with the epoch and the rank).
         pairs: for a link-prediction loader over edge ids, what makes a batch of them an
-            :class:`EdgeBatch` (collective; None: a node loader).
+            :class:`EdgeBatch` (collective; None: a node loader; see :class:`PairMaker`).
     """
 
     fanouts: tuple[int, ...]
@@ -105,7 +119,7 @@ class LoaderSpec:
     shuffle: bool = False
     drop_last: bool = False
     seed: int = 0
-    pairs: Callable[[torch.Tensor], EdgeBatch] | None = None
+    pairs: "PairMaker | None" = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -144,11 +158,10 @@ def sampled_plan(comm, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan:
     return LoaderPlan(min(counts) if spec.drop_last else max(counts), ids)
 
 
-def sampled_epoch(sampler, rank: int, plan: LoaderPlan, spec: LoaderSpec,
-                  epoch: int) -> Iterator[Step | EdgeStep]:
-    """One epoch of sampled mini-batches over ``plan``'s ids, nodes or (with
-    ``spec.pairs``) edges (``sampler.sample_blocks`` is collective: every rank takes
-    ``plan.steps`` steps)."""
+def epoch_batches(rank: int, plan: LoaderPlan, spec: LoaderSpec,
+                  epoch: int) -> Iterator[torch.Tensor]:
+    """The ids of each of the epoch's ``plan.steps`` batches over ``plan``'s ids (shuffled
+    with a seed of the epoch and rank when ``spec.shuffle``; DGL's sampling seeded too)."""
     ids, steps = plan.data, plan.steps
     seed = spec.seed * 1_000_003 + epoch * 7919 + rank
     dgl.seed(seed)  # each epoch's sampling is reproducible on its own
@@ -156,7 +169,15 @@ def sampled_epoch(sampler, rank: int, plan: LoaderPlan, spec: LoaderSpec,
     if spec.shuffle:
         order = ids[torch.randperm(ids.numel(), generator=torch.Generator().manual_seed(seed))]
     sizes = equal_step_sizes(ids.numel(), steps, spec.batch_size, spec.drop_last)
-    for seeds in torch.split(order[:sum(sizes)], sizes):
+    yield from torch.split(order[:sum(sizes)], sizes)
+
+
+def sampled_epoch(sampler, rank: int, plan: LoaderPlan, spec: LoaderSpec,
+                  epoch: int) -> Iterator[Step | EdgeStep]:
+    """One epoch of sampled mini-batches over ``plan``'s ids, nodes or (with
+    ``spec.pairs``) edges (``sampler.sample_blocks`` is collective: every rank takes
+    ``plan.steps`` steps)."""
+    for seeds in epoch_batches(rank, plan, spec, epoch):
         if spec.pairs is None:
             blocks = sampler.sample_blocks(seeds, spec.fanouts)
             yield Step(blocks[0].srcdata[dgl.NID], seeds, Blocks(blocks, StepState(epoch=epoch)))

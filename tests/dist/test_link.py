@@ -2,7 +2,8 @@
 
 One job per strategy (2 ranks, 2 virtual servers) runs every check, and the tests read its
 results: one step with full neighbourhoods, fixed negatives and exclude="reverse_id" gives
-single-process DGL's parameters on the same pairs with the same edges removed; sampled
+single-process DGL's parameters on the same pairs with the same edges removed (the
+full-graph strategies: without exclusion, which they refuse); sampled
 batches never hold a positive edge or its reverse; GlobalUniform draws from every part in
 proportion to its nodes, and never an edge; the ranking metrics over ranks are those of all
 the scores on one process.
@@ -24,7 +25,8 @@ pytestmark = pytest.mark.dist
 LR = 0.5
 K = 2  # negatives per positive
 SEEDS = 160  # positive edges of the exact step (every rank passes the same; each takes half)
-STRATEGIES_WITH_LINKS = ("distdgl", "p3")
+# the exclusion each strategy runs: the full-graph ones pass messages over the whole graph
+EXCLUDE = {"distdgl": "reverse_id", "p3": "reverse_id", "granndis": None, "fullgraph": None}
 
 
 def _graph():
@@ -71,10 +73,10 @@ def _loss(pos, neg):
     return F.binary_cross_entropy_with_logits(scores, labels)
 
 
-def _exact_step(g, reverse):
+def _exact_step(g, reverse, exclude):
     """One SGD step of the user's loop; the batch's pairs (node ids) and the parameters."""
     sampler = dglx_dist.as_edge_prediction_sampler(
-        dglx_dist.MultiLayerFullNeighborSampler(2), exclude="reverse_id", reverse_eids=reverse,
+        dglx_dist.MultiLayerFullNeighborSampler(2), exclude=exclude, reverse_eids=reverse,
         negative_sampler=FixedNegatives(K))
     loader = dglx_dist.DataLoader(g, torch.arange(SEEDS) * 37, sampler, batch_size=SEEDS)
     model = dglx_dist.parallelize(_model(g), g)
@@ -95,12 +97,16 @@ def _exact_step(g, reverse):
 
 
 def _leaks(g, reverse):
-    """Positive edges (or reverses) found in sampled blocks, over an epoch of small batches."""
+    """Positive edges (or reverses) found in sampled blocks, over an epoch of small batches
+    (the error where the strategy cannot exclude edges)."""
     sampler = dglx_dist.as_edge_prediction_sampler(
         dglx_dist.NeighborSampler([4, 4]), exclude="reverse_id", reverse_eids=reverse,
         negative_sampler=dglx_dist.negative_sampler.Uniform(3))
     train = torch.arange(0, g.num_edges(), 3)
-    loader = dglx_dist.DataLoader(g, train, sampler, batch_size=64, shuffle=True)
+    try:
+        loader = dglx_dist.DataLoader(g, train, sampler, batch_size=64, shuffle=True)
+    except Exception as e:  # noqa: BLE001 - the message is what is checked
+        return f"{type(e).__name__}: {e}"
     leaks = batches = negatives = 0
     for _, pair, neg, blocks in loader:
         nid = pair.ndata[dgl.NID]
@@ -174,12 +180,12 @@ def _job(session, name, cache):
     options = STRATEGIES.get(name).exact_options(2)
     g = dglx_dist.distribute(full, STRATEGIES.build(name, **options), cache_dir=cache,
                              session=session)
-    exact = _exact_step(g, reverse)
+    exact = _exact_step(g, reverse, EXCLUDE[name])
     return {"exact": exact, "leaks": _leaks(g, reverse), "global": _global_uniform(g),
             "metrics": _metrics(g), "refused": _refused(g, reverse)}
 
 
-@pytest.fixture(scope="module", params=STRATEGIES_WITH_LINKS)
+@pytest.fixture(scope="module", params=sorted(EXCLUDE))
 def job(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(f"link-{request.param}")
     res = run_workers(_job, 2, tmp / "run", request.param, str(tmp / "cache"),
@@ -187,15 +193,18 @@ def job(request, tmp_path_factory):
     return request.param, res
 
 
-def _reference(batches_per_rank):
-    """Single-process DGL: each rank's loss on the whole graph without that rank's batch
-    edges and their reverses, averaged over the ranks (DDP), one SGD step."""
+def _reference(batches_per_rank, exclude):
+    """Single-process DGL: each rank's loss on the whole graph (without that rank's batch
+    edges and their reverses, with exclude="reverse_id"), averaged over the ranks (DDP), one
+    SGD step."""
     full, reverse = _graph()
     model = _model(full)
     losses = []
     for batch in batches_per_rank:
         eids = torch.tensor(batch["eids"], dtype=torch.long)
-        g = dgl.remove_edges(full, torch.unique(torch.cat([eids, reverse[eids]])))
+        g = full
+        if exclude == "reverse_id":
+            g = dgl.remove_edges(full, torch.unique(torch.cat([eids, reverse[eids]])))
         h = model([g, g], g.ndata["feat"])
         pos = (h[batch["pos"][0]] * h[batch["pos"][1]]).sum(1)
         neg = (h[batch["neg"][0]] * h[batch["neg"][1]]).sum(1)
@@ -217,7 +226,7 @@ def test_one_step_matches_single_process_dgl(job):
     assert every == sorted((torch.arange(SEEDS) * 37).tolist())  # each seed edge once
     src, dst = full.find_edges(torch.tensor(batches[0]["eids"]))
     assert batches[0]["pos"] == [src.tolist(), dst.tolist()]  # pairs in the batch's order
-    want = _reference(batches)
+    want = _reference(batches, EXCLUDE[name])
     for r in range(2):
         _, params, cols = res[r]["exact"]
         assert_same_params(f"{name} rank {r}", want, params, cols)
@@ -225,6 +234,13 @@ def test_one_step_matches_single_process_dgl(job):
 
 def test_no_positive_edge_or_its_reverse_in_the_blocks(job):
     name, res = job
+    if EXCLUDE[name] is None:  # full-graph steps: exclusion refused, with what to do instead
+        for r in range(2):
+            assert res[r]["leaks"] == (
+                f"NotSupportedError: {name}: exclude= cannot be honoured (every step passes "
+                "messages over the whole graph); pass exclude=None and remove held-out edges "
+                "from the graph before distribute"), res[r]["leaks"]
+        return
     for r in range(2):
         got = res[r]["leaks"]
         assert got["batches"] == got["steps"] > 1, (name, got)
@@ -290,9 +306,9 @@ def test_bad_arguments_are_one_clear_error(job):
                                            "destinations: ids ["), got
 
 
-def _granndis(session, cache):
+def _dorylus(session, cache):
     full, _ = _graph()
-    g = dglx_dist.distribute(full, "granndis", cache_dir=cache, session=session)
+    g = dglx_dist.distribute(full, "dorylus", cache_dir=cache, session=session)
     try:
         dglx_dist.DataLoader(g, torch.arange(8), dglx_dist.as_edge_prediction_sampler(
             dglx_dist.MultiLayerFullNeighborSampler(2)), batch_size=4)
@@ -302,8 +318,8 @@ def _granndis(session, cache):
 
 
 def test_a_strategy_without_link_prediction_refuses_the_edge_loader(tmp_path):
-    res = run_workers(_granndis, 2, tmp_path / "run", str(tmp_path / "cache"))
+    res = run_workers(_dorylus, 2, tmp_path / "run", str(tmp_path / "cache"))
     for r in range(2):
-        assert res[r] == ("NotSupportedError: DataLoader: strategy 'granndis' does not train "
-                          "link prediction (edge loaders run under the mini-batch strategies: "
-                          "distdgl, p3; docs/link_prediction.md)"), res[r]
+        assert res[r] == ("NotSupportedError: DataLoader: strategy 'dorylus' does not train "
+                          "link prediction (edge loaders run under distdgl, p3, granndis and "
+                          "fullgraph; docs/link_prediction.md)"), res[r]

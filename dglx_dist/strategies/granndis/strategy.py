@@ -27,6 +27,8 @@
   once and kept.
 * ``fullgraph`` is the same machinery with the whole job as one group and nothing preloaded:
   each layer exchanges boundary rows with every rank, across servers too.
+* Link prediction: full-graph steps whose pair nodes' rows are fetched from their owners
+  (:mod:`dglx_dist.strategies.granndis.pairs`).
 
 The model keeps its ``forward(blocks, x)``: every dgl.nn conv is wrapped (:class:`HaloConv`);
 ``x`` holds the rank's own rows only, so anything before the first conv must be per row.
@@ -45,7 +47,7 @@ from tqdm.auto import tqdm
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.models.layers import ConvWrapper, adapter_for, graph_convs
 from dglx_dist.partition.load import PartitionDir
-from dglx_dist.runtime.autograd import GradientSync, halo_exchange
+from dglx_dist.runtime.autograd import GradientSync, halo_exchange, scale_grad
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
@@ -55,6 +57,7 @@ from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, Strategy,
 from dglx_dist.strategies.granndis.cobatch import (GroupNodes, LayerPlan, batch_edges,
                                                    build_cobatch, levels)
 from dglx_dist.strategies.granndis.eas import expand_external
+from dglx_dist.strategies.granndis.pairs import PairGather, pair_epoch, pair_plan
 from dglx_dist.strategies.steps import Blocks, LoaderPlan, LoaderSpec, Step, StepState
 
 __all__ = ["GraNNDisStrategy", "HaloConv"]
@@ -110,6 +113,7 @@ class GraNNDisStrategy(Strategy):
 
     feature_layout = "rows"
     held_rows = frozenset({"feat"})
+    link_prediction = True
 
     @dataclasses.dataclass(frozen=True)
     class Config:
@@ -177,7 +181,7 @@ class GraNNDisStrategy(Strategy):
     # -- setup ---------------------------------------------------------------------------------
     def setup(self, session: Session, pdir: PartitionDir, store=None) -> None:
         self.check_partitions(pdir, session.topology)
-        self.session, self._store = session, store
+        self.session, self._store, self.pdir = session, store, pdir
         self.group = session.server if self.config.scope == "server" else session.world
         part = pdir.load_part(session.rank)
         core = torch.from_numpy(part.core_gid)
@@ -289,7 +293,10 @@ class GraNNDisStrategy(Strategy):
 
     def loader_plan(self, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan:
         """Per co-batch, the output rows of this rank's ``ids`` among the co-batch's targets
-        (ids this rank does not own are refused: their outputs are computed elsewhere)."""
+        (ids this rank does not own are refused: their outputs are computed elsewhere); an
+        edge loader's ids are edges (see :mod:`~dglx_dist.strategies.granndis.pairs`)."""
+        if spec.pairs is not None:
+            return pair_plan(self, ids, spec)
         rows, found = [], 0
         for plan in self.plans:
             targets = plan.nodes[:plan.num_targets]
@@ -306,6 +313,9 @@ class GraNNDisStrategy(Strategy):
         return LoaderPlan(len(self.plans), rows)
 
     def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int) -> Iterator[Step]:
+        if spec.pairs is not None:
+            yield from pair_epoch(self, plan, spec, epoch)
+            return
         order = range(len(self.plans))
         if spec.shuffle:  # the same order on every rank: the co-batch's convs exchange rows
             gen = torch.Generator().manual_seed(spec.seed * 1_000_003 + epoch)
@@ -317,6 +327,15 @@ class GraNNDisStrategy(Strategy):
             state = StepState(rows=rows, weight=weight, epoch=epoch, plan=b)
             yield Step(cob.nodes, cob.nodes.index_select(0, rows),
                        Blocks([lp.block for lp in cob.layers], state))
+
+    def step_forward(self, model: nn.Module, blocks, x) -> torch.Tensor:
+        """An edge loader's step: the rows of its pair nodes, fetched from the ranks that
+        computed them; any other step as every strategy's."""
+        state = getattr(blocks, "state", None)
+        if state is None or not isinstance(state.plan, PairGather):
+            return super().step_forward(model, blocks, x)
+        out = state.plan.rows(self.session.world, model(blocks, x))
+        return scale_grad(out, state.weight) if torch.is_grad_enabled() else out
 
     def local_nodes(self) -> torch.Tensor:
         self._check_full_graph()
