@@ -18,7 +18,7 @@ ids becomes, here (:class:`EdgePairs`):
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import dgl
 import torch
@@ -26,11 +26,11 @@ import torch
 from dglx_dist.api.agree import differing_ranks, ids_digest, on_every_rank
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.ndata import as_node_ids
-from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
-from dglx_dist.sampling import even_chunk
+from dglx_dist.errors import InvalidValueError, NotSupportedError
+from dglx_dist.api.split import edge_share
 from dglx_dist.strategies.steps import EdgeBatch
 
-__all__ = ["EdgePairs", "edge_split", "is_edge_sampler", "own_edge_ids"]
+__all__ = ["EdgePairs", "is_edge_sampler", "own_edge_ids"]
 
 _EXCLUDE = (None, "self", "reverse_id")
 
@@ -42,35 +42,6 @@ def is_edge_sampler(sampler) -> bool:
     return isinstance(sampler, EdgePredictionSampler)
 
 
-def edge_split(edges, partition_book: DistGraph, etype: str | None = None,
-               rank: int | None = None, force_even: bool = True,
-               edge_trainer_ids=None) -> torch.Tensor:
-    """This rank's share of ``edges`` (a boolean mask over all edges or edge ids, the same
-    on every rank), as DGL's ``dgl.distributed.edge_split`` (collective): disjoint, together
-    all of them, sizes within one, each mostly of edges its server stores."""
-    graph = partition_book
-    if not isinstance(graph, DistGraph):
-        raise InvalidTypeError(f"edge_split needs the DistGraph (edge_split(mask, g)); got "
-                               f"{type(graph).__name__}")
-    session = graph.session
-    if rank is not None and rank != session.rank:
-        raise InvalidValueError(f"edge_split: rank={rank} but this process is rank {session.rank}")
-    ids = on_every_rank(session, "edge_split", lambda: torch.unique(
-        as_node_ids(edges, graph.num_edges(), "edge_split", kind="edge")))
-    if differing_ranks(session, ids_digest(ids)):
-        raise InvalidValueError("edge_split: ranks passed other edges than rank 0; pass every "
-                                "rank the same mask or ids (each gets its share back)")
-    return _split(ids, graph)
-
-
-def _split(ids: torch.Tensor, graph: DistGraph) -> torch.Tensor:
-    """Contiguous chunks of the edges in stored order (each part's edges together)."""
-    part = graph.edata.part_ids(ids)
-    order = torch.argsort(part)
-    session = graph.session
-    return even_chunk(ids[order], session.world_size, session.rank).sort().values
-
-
 def own_edge_ids(graph: DistGraph, indices, use_ddp: bool) -> torch.Tensor:
     """The edge loader's ids on this rank: its share when every rank passed the same ids
     (or ``use_ddp``), else the ids as given (collective)."""
@@ -79,7 +50,7 @@ def own_edge_ids(graph: DistGraph, indices, use_ddp: bool) -> torch.Tensor:
         indices, graph.num_edges(), "DataLoader", kind="edge"))
     same = not differing_ranks(session, ids_digest(ids))
     if use_ddp or (same and session.world_size > 1):
-        return _split(torch.unique(ids), graph)
+        return edge_share(torch.unique(ids), graph)
     return ids
 
 

@@ -1,4 +1,5 @@
-"""``node_split``: each rank's share of a set of nodes, as DGL's ``dgl.distributed.node_split``."""
+"""``node_split`` / ``edge_split``: each rank's share of a set of nodes or edges, as DGL's
+``dgl.distributed.node_split`` and ``edge_split``."""
 from __future__ import annotations
 
 import torch
@@ -7,8 +8,9 @@ from dglx_dist.api.agree import differing_ranks, ids_digest, on_every_rank
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.ndata import NodeDataView, as_node_ids
 from dglx_dist.errors import InvalidTypeError, InvalidValueError
+from dglx_dist.sampling import even_chunk
 
-__all__ = ["node_split"]
+__all__ = ["node_split", "edge_split", "edge_share"]
 
 
 def _all_ids(nodes, graph: DistGraph) -> torch.Tensor:
@@ -43,17 +45,50 @@ def node_split(nodes, partition_book: DistGraph | None = None, ntype: str = "_N"
         rank: must be this process's rank when given.
     """
     graph = partition_book if partition_book is not None else getattr(nodes, "_g", None)
-    if not isinstance(graph, DistGraph):
-        raise InvalidTypeError(f"node_split needs the DistGraph (node_split(mask, g)); got "
-                               f"{type(graph).__name__}")
-    session = graph.session
-    if rank is not None and rank != session.rank:
-        raise InvalidValueError(f"node_split: rank={rank} but this process is rank {session.rank}")
-    ids = _all_ids(nodes, graph)
-    ids = on_every_rank(session, "node_split", lambda: _check(ids, graph))
-    differ = differing_ranks(session, ids_digest(ids))
-    if differ:
-        raise InvalidValueError(f"node_split: ranks {differ} passed other nodes than rank 0; pass "
-                                f"every rank the same mask or ids (each gets its share back)")
-    mine = graph._template.split_ids(graph.part_ids(ids).sort().values, graph.pdir, session)
+    ids = _all_ids(nodes, _checked(graph, rank, "node_split"))
+    ids = _same_everywhere(graph, "node_split", "node", lambda: _check(ids, graph))
+    mine = graph._template.split_ids(graph.part_ids(ids).sort().values, graph.pdir,
+                                     graph.session)
     return graph.node_ids(mine)
+
+
+def edge_split(edges, partition_book: DistGraph, etype: str | None = None,
+               rank: int | None = None, force_even: bool = True,
+               edge_trainer_ids=None) -> torch.Tensor:
+    """This rank's share of ``edges`` (a boolean mask over all edges or edge ids, the same
+    on every rank), as DGL's ``dgl.distributed.edge_split`` (collective): disjoint, together
+    all of them, sizes within one, each mostly of edges its server stores (see
+    :func:`edge_share`). ``etype``, ``force_even`` and ``edge_trainer_ids`` are DGL's,
+    accepted."""
+    graph = _checked(partition_book, rank, "edge_split")
+    ids = _same_everywhere(graph, "edge_split", "edge", lambda: torch.unique(
+        as_node_ids(edges, graph.num_edges(), "edge_split", kind="edge")))
+    return edge_share(ids, graph)
+
+
+def edge_share(ids: torch.Tensor, graph: DistGraph) -> torch.Tensor:
+    """This rank's contiguous chunk of edge ids ``ids`` (unique, the same on every rank) in
+    stored order, where each part's edges are together."""
+    order = torch.argsort(graph.edata.part_ids(ids))
+    session = graph.session
+    return even_chunk(ids[order], session.world_size, session.rank).sort().values
+
+
+def _checked(graph, rank: int | None, what: str) -> DistGraph:
+    if not isinstance(graph, DistGraph):
+        raise InvalidTypeError(f"{what} needs the DistGraph ({what}(mask, g)); got "
+                               f"{type(graph).__name__}")
+    if rank is not None and rank != graph.session.rank:
+        raise InvalidValueError(f"{what}: rank={rank} but this process is rank "
+                                f"{graph.session.rank}")
+    return graph
+
+
+def _same_everywhere(graph: DistGraph, what: str, kind: str, ids_of) -> torch.Tensor:
+    """The ids ``ids_of()`` gives, checked on every rank and refused when ranks differ."""
+    ids = on_every_rank(graph.session, what, ids_of)
+    differ = differing_ranks(graph.session, ids_digest(ids))
+    if differ:
+        raise InvalidValueError(f"{what}: ranks {differ} passed other {kind}s than rank 0; pass "
+                                f"every rank the same mask or ids (each gets its share back)")
+    return ids
