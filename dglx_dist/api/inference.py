@@ -46,7 +46,7 @@ def inference(model: DistModel, g: DistGraph, nodes=None, batch_size: int = 4096
         rows = model(blocks, g.ndata[key][input_nodes])
         if out is None:  # every rank takes the same steps: the first one creates it
             width = torch.tensor([rows.shape[1]])
-            g.session.world.all_reduce(width, op=torch.distributed.ReduceOp.MAX)
+            g.session.world.all_reduce(width, op="max")
             out = DistTensor((g.num_nodes(), int(width)), rows.dtype, graph=g)
         out[output_nodes] = rows
     model.train(was_training)

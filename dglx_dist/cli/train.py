@@ -12,6 +12,8 @@ __all__ = ["COMMANDS"]
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    if args.task == "link":
+        return _cmd_train_link(args)
     import torch
 
     from dglx_dist.checkpoint import Checkpointing
@@ -60,6 +62,45 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_train_link(args: argparse.Namespace) -> int:
+    """``--task link``: dglx_dist.tasks.link on the dataset's edges."""
+    import torch
+
+    from dglx_dist.data import read_dataset, to_dgl
+    from dglx_dist.errors import InvalidValueError
+    from dglx_dist.models import MODELS
+    from dglx_dist.prepare import resolve_dataset
+    from dglx_dist.runtime import init
+    from dglx_dist.strategies import STRATEGIES
+    from dglx_dist.tasks.link import LinkConfig, train_link
+
+    for flag, value in (("--partitions", args.partitions), ("--checkpoint-dir",
+                                                             args.checkpoint_dir)):
+        if value is not None:
+            raise InvalidValueError(f"{flag} is not supported with --task link (it partitions "
+                                    "the training graph it splits off --data, and keeps no "
+                                    "checkpoints)")
+    strategy = STRATEGIES.build(args.strategy, **parse_key_values(args.strategy_opt,
+                                                                  "--strategy-opt"))
+    graph = to_dgl(read_dataset(resolve_dataset(args.data or "cora")))
+    config = LinkConfig(args.epochs, args.edge_batch_size, args.lr, args.weight_decay,
+                        args.negatives, eval_every=args.eval_every, seed=args.seed,
+                        progress=not args.no_progress)
+    with init(backend=args.backend) as session:
+        torch.manual_seed(args.seed)
+        layers = strategy.num_layers() or args.layers
+        model = MODELS[args.model](graph.ndata["feat"].shape[1], args.hidden, args.hidden,
+                                   layers, dropout=args.dropout,
+                                   row_normalize=args.row_normalize)
+        sink = _MetricsSink(sys.stdout, args.metrics_file) if session.is_main else None
+        try:
+            train_link(graph, strategy, model, config, sink, args.cache_dir)
+        finally:
+            if sink is not None:
+                sink.close()
+    return 0
+
+
 class _MetricsSink:
     """Writes metrics lines to stdout and, optionally, appends them to a file."""
 
@@ -83,6 +124,13 @@ class _MetricsSink:
 
 
 def _add_train(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", choices=("node", "link"), default="node",
+                   help="node classification (the Trainer), or link prediction on the "
+                        "dataset's edges (docs/link_prediction.md)")
+    p.add_argument("--edge-batch-size", type=number(int, 1), default=1024,
+                   help="--task link: training edges per rank per step")
+    p.add_argument("--negatives", type=number(int, 1), default=1,
+                   help="--task link: uniform negatives per training edge")
     p.add_argument("--strategy", default="distdgl", help="registered strategy (default distdgl)")
     p.add_argument("--strategy-opt", action="append", metavar="KEY=VALUE",
                    help="strategy option, repeatable (see docs/strategies)")

@@ -24,6 +24,7 @@ from dglx_dist.testing.models import assert_same_params, seeded_model
 pytestmark = pytest.mark.dist
 LR = 0.5
 K = 2  # negatives per positive
+PROBE = torch.arange(0, 2708, 97)  # nodes whose embeddings dglx_dist.inference gives
 SEEDS = 160  # positive edges of the exact step (every rank passes the same; each takes half)
 # the exclusion each strategy runs: the full-graph ones pass messages over the whole graph
 EXCLUDE = {"distdgl": "reverse_id", "p3": "reverse_id", "granndis": None, "fullgraph": None}
@@ -93,7 +94,9 @@ def _exact_step(g, reverse, exclude):
                         "pos": [nid[t].tolist() for t in pair.edges()],
                         "neg": [nid[t].tolist() for t in neg.edges()]})
     cols = g.strategy.cols.tolist() if hasattr(g.strategy, "cols") else None  # p3's columns
-    return batches, {k: v.tolist() for k, v in model.module.state_dict().items()}, cols
+    embeddings = dglx_dist.inference(model, g)[PROBE].tolist()  # after the step
+    return batches, {k: v.tolist() for k, v in model.module.state_dict().items()}, cols, \
+        embeddings
 
 
 def _leaks(g, reverse):
@@ -227,9 +230,13 @@ def test_one_step_matches_single_process_dgl(job):
     src, dst = full.find_edges(torch.tensor(batches[0]["eids"]))
     assert batches[0]["pos"] == [src.tolist(), dst.tolist()]  # pairs in the batch's order
     want = _reference(batches, EXCLUDE[name])
+    with torch.no_grad():
+        embeddings = want([full, full], full.ndata["feat"])[PROBE]
     for r in range(2):
-        _, params, cols = res[r]["exact"]
+        _, params, cols, got = res[r]["exact"]
         assert_same_params(f"{name} rank {r}", want, params, cols)
+        np.testing.assert_allclose(np.array(got), embeddings.numpy(), rtol=1e-4, atol=1e-5,
+                                   err_msg=f"{name} rank {r}: dglx_dist.inference")
 
 
 def test_no_positive_edge_or_its_reverse_in_the_blocks(job):
