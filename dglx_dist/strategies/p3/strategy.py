@@ -35,9 +35,9 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from dglx_dist.convs import adapter_for, first_conv
 from dglx_dist.errors import InvalidValueError, StateError
 from dglx_dist.kvstore.policy import rows_at
-from dglx_dist.models.layers import adapter_for, first_conv
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.autograd import GradientSync
 from dglx_dist.runtime.session import Session

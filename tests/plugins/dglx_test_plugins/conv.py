@@ -11,8 +11,8 @@ import dgl
 import torch.nn.functional as F
 from torch import nn
 
+from dglx_dist.convs import ConvAdapter, InputLinear
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.models.layers import ConvAdapter, InputLinear
 
 
 class GINAdapter(ConvAdapter):
