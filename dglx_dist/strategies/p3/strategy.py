@@ -8,7 +8,7 @@
   sampled by their owners, :class:`~dglx_dist.sampling.PartitionSampler`).
 * Layer 1, model parallel ("1M"): every rank's first block is pushed to every rank; each rank
   computes, from its own column slice, the partial layer-1 result of every rank's batch with its
-  slice of the layer-1 input weights (:mod:`dglx_dist.models.layers` says how for SAGEConv,
+  slice of the layer-1 input weights (:mod:`dglx_dist.convs` says how for SAGEConv,
   GraphConv and GATConv); the partials are summed at the batch's owner
   (:func:`~dglx_dist.runtime.autograd.reduce_to_owners`).
 * The owner finishes layer 1 (bias, attention, activation, normalisation: "1D") and runs
