@@ -8,7 +8,6 @@ import torch
 import torch.nn.functional as F
 
 import dglx_dist
-from dglx_dist.convs import adapter_for, first_conv
 from dglx_dist.data import CoraGraphDataset
 from dglx_dist.models import GCN, SAGE
 from dglx_dist.strategies import STRATEGIES
