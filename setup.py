@@ -60,11 +60,11 @@ setup(
     entry_points={
         "console_scripts": ["dglx=dglx_dist.cli:main"],
         # Third-party plug-ins register in these groups (docs/architecture.md, "Adding your
-        # own"; tests/plugins/ has one of each but dorylus's layer kinds).
+        # own"; tests/plugins/ has one of each). A conv type's adapter (dglx_dist.layers) also
+        # says how dorylus runs it.
         "dglx_dist.strategies": [],
         "dglx_dist.partitioners": [],
         "dglx_dist.layers": [],
         "dglx_dist.executors": [],
-        "dglx_dist.dorylus_layers": [],
     },
 )

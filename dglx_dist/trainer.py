@@ -48,11 +48,11 @@ from dglx_dist.api.metrics import accuracy, epoch_record
 from dglx_dist.checkpoint import Checkpointing, collective, list_checkpoints, rng
 from dglx_dist.checkpoint.files import decode, describe_unusable, encode
 from dglx_dist.checkpoint.layout import encode_shards, rank_file, restore_shards
+from dglx_dist.convs import graph_convs
 from dglx_dist.errors import (CheckpointError, DatasetFormatError, InvalidValueError,
                                NonFiniteLossError)
 from dglx_dist.kvstore.embedding import DistEmbedding
 from dglx_dist.memory import SavedBytes
-from dglx_dist.models.layers import graph_convs
 from dglx_dist.report import json_record
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.runtime.session import Session

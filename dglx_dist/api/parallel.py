@@ -25,8 +25,8 @@ from torch import nn
 
 from dglx_dist.api.agree import on_every_rank
 from dglx_dist.api.graph import DistGraph, NodeDataView
+from dglx_dist.convs import adapter_for, graph_convs
 from dglx_dist.errors import InvalidTypeError, InvalidValueError
-from dglx_dist.models.layers import adapter_for, graph_convs
 from dglx_dist.strategies.steps import OUT_DEGREE, Blocks
 
 __all__ = ["parallelize", "DistModel"]

@@ -27,7 +27,7 @@ def assert_same_params(what: str, reference: nn.Module, params: dict[str, list],
     ``reference`` model's. p3 keeps its first conv's input linears as column slices
     (``<conv>.weights.<i>``, this rank's input columns ``cols``) and the rest of that conv
     under ``<conv>.conv.``: those are compared with the matching part of the reference."""
-    from dglx_dist.models.layers import adapter_for, first_conv
+    from dglx_dist.convs import adapter_for, first_conv
 
     want = reference.state_dict()
     conv, conv_name = first_conv(reference)

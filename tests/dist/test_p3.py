@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dglx_dist.convs import adapter_for
 from dglx_dist.data import builtin_path, read_dataset, to_dgl
 from dglx_dist.models import SAGE
-from dglx_dist.models.layers import adapter_for
 from dglx_dist.partition import PartitionDir, partition_dataset
 from dglx_dist.testing import run_workers, seeded_model
 from dglx_dist.trainer import Trainer

@@ -1,15 +1,20 @@
 """dorylus's pieces that need no process group: programs, parameter servers, options."""
+from types import SimpleNamespace
+
 import dgl.nn as dglnn
 import pytest
 import torch
 import torch.nn.functional as F
 
+from dglx_dist.convs import LAYERS, graph_convs
+from dglx_dist.errors import InternalError
 from dglx_dist.models import GAT, GCN, SAGE
-from dglx_dist.models.layers import graph_convs
 from dglx_dist.registry import RegistryError
 from dglx_dist.strategies import STRATEGIES
-from dglx_dist.strategies.dorylus.layers import DORYLUS_LAYERS, GcnLayers, activation_name
+from dglx_dist.strategies.dorylus.layers import (GcnLayers, LayerKind, Stage, activation_name,
+                                                 layer_kind)
 from dglx_dist.strategies.dorylus.params import ParamServers
+from dglx_dist.strategies.dorylus.pipeline import Pipeline, TensorSpec
 
 train_program, forward_program, backward_program = (
     GcnLayers.train_program, GcnLayers.forward_program, GcnLayers.backward_program)
@@ -71,7 +76,7 @@ def _names_gat(program):
 def test_gat_programs_gate_attention_and_backward_gathers():
     """GAT: AV SC AE GA per layer (AE waits for the layer's scatter), the fused loss, then
     ∇AE ∇SC ∇GA ∇AV per layer (∇GA waits for the layer's backward scatter)."""
-    kind = DORYLUS_LAYERS.get("GATConv")
+    kind, _ = layer_kind("GATConv")
     assert _names_gat(kind.train_program(2)) == [
         "AV0", "SC0", "AE0*", "GA0", "AV1", "SC1", "AE1*", "GA1", "AVL1",
         "BAE1", "BSC1", "BGA1*", "BAV1", "BAE0", "BSC0", "BGA0*", "BAV0"]
@@ -148,7 +153,34 @@ def test_relu_inside_a_conv_is_applied_by_the_last_apply_only():
 
 
 def test_sage_kind_is_registered_with_gcns_program():
-    kind = DORYLUS_LAYERS.get("SAGEConv")
+    kind, _ = layer_kind("SAGEConv")
     assert "SAGEConv" in STRATEGIES.get("dorylus").conv_types
     assert _names(kind.train_program(2)) == _names(train_program(2))
-    DORYLUS_LAYERS.get("SAGEConv").check(graph_convs(_sage(activation=F.relu)))
+    kind.check(graph_convs(_sage(activation=F.relu)))
+
+
+def test_conv_types_are_the_convs_whose_adapter_has_a_dorylus_kind():
+    """The test plug-in's GINConv adapter has no dorylus kind: registered, but not run."""
+    assert "GINConv" in LAYERS.names()
+    assert STRATEGIES.get("dorylus").conv_types == ("GATConv", "GraphConv", "SAGEConv")
+    for name in STRATEGIES.get("dorylus").conv_types:
+        kind, support = layer_kind(name)
+        assert issubclass(kind, LayerKind) and support is LAYERS.get(name).dorylus
+    with pytest.raises(ValueError, match="dorylus cannot run GINConv; it runs GATConv, "
+                                         "GraphConv, SAGEConv"):
+        layer_kind("GINConv")
+
+
+def test_the_pipeline_submits_only_the_conv_types_tasks():
+    submitted = []
+    pipe = Pipeline.__new__(Pipeline)  # _submit needs no graph server
+    pipe.ps = SimpleNamespace(weights=lambda ps, version: None)
+    pipe.ctl = SimpleNamespace(submit=lambda *args: submitted.append(args))
+    pipe.layers = SimpleNamespace(spec=TensorSpec((0.0,), 0, frozenset({"av"})),
+                                  request=lambda st, *args: ({"op": st.kind.lower()}, {}))
+    interval = SimpleNamespace(index=0, epoch=0, ps=0, version=0)
+    pipe._submit("k", Stage("AV", 0), interval, True, {})
+    assert [args[1]["op"] for args in submitted] == ["av"]
+    with pytest.raises(InternalError, match=r"task 'ae' for stage AE0; its conv type's tasks "
+                                            r"are \['av'\]"):
+        pipe._submit("k", Stage("AE", 0), interval, True, {})

@@ -20,8 +20,8 @@ CORE_MODULES = ["dglx_dist", "dglx_dist.errors", "dglx_dist.registry", "dglx_dis
                 "dglx_dist.memory", "dglx_dist.report", "dglx_dist.testing",
                 "dglx_dist.testing.invoke_api"]
 # What needs DGL at import; the control below checks that the block really bites.
-DGL_MODULES = ["dglx_dist.api", "dglx_dist.models", "dglx_dist.sampling", "dglx_dist.strategies",
-               "dglx_dist.trainer"]
+DGL_MODULES = ["dglx_dist.api", "dglx_dist.convs", "dglx_dist.models", "dglx_dist.sampling",
+               "dglx_dist.strategies", "dglx_dist.trainer"]
 
 _BLOCK = textwrap.dedent("""
     import importlib, importlib.abc, pkgutil, sys

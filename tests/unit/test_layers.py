@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
+from dglx_dist.convs import LAYERS, adapter_for, first_conv
 from dglx_dist.models import SAGE
-from dglx_dist.models.layers import LAYERS, adapter_for, first_conv
 
 CONVS = {
     "sage-mean-shrink": lambda: dglnn.SAGEConv(12, 5, "mean"),
@@ -91,3 +91,13 @@ def test_unknown_first_layers_list_the_supported_ones():
         first_conv(nn.Sequential(nn.Linear(3, 3)))
     conv, name = first_conv(SAGE(8, 4, 2))
     assert name == "layers.0" and isinstance(conv, dglnn.SAGEConv)
+
+
+def test_every_tensor_task_belongs_to_one_conv():
+    """The conv modules name the tensor tasks of their dorylus kinds: together, every task a
+    worker runs, each once."""
+    from dglx_dist.offload.tensor_fn.ops import OPS
+
+    claimed = [task for name in LAYERS.names() if LAYERS.get(name).dorylus is not None
+               for task in LAYERS.get(name).dorylus.tasks]
+    assert sorted(claimed) == sorted(OPS)

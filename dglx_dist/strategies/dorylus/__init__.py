@@ -3,8 +3,10 @@
 * Graph servers and their graph tasks Gather (GA) and Scatter (SC), ghost buffers:
   :mod:`.graph` (:class:`GraphServer`).
 * Tensor tasks ApplyVertex (AV), ApplyEdge (AE), their backward and the fused last layer:
-  what each layer kind asks for, :mod:`.layers` (GCN, the :class:`LayerKind` registry),
-  :mod:`.sage` (GraphSAGE), :mod:`.gat` (GAT); they run in :mod:`dglx_dist.offload`
+  what each layer kind asks for, :mod:`.layers` (GCN, the :class:`LayerKind` base),
+  :mod:`.sage` (GraphSAGE), :mod:`.gat` (GAT); which kind runs a conv type and which tasks
+  belong to it is said by the conv's module in :mod:`dglx_dist.convs` (its adapter's
+  ``dorylus``). They run in :mod:`dglx_dist.offload`
   (``tensor_fn/``), launched by the task controller
   (:class:`~dglx_dist.offload.controller.TaskController`: timeouts, relaunches, autotuned
   number of Lambdas).
@@ -16,10 +18,10 @@
   metrics): :mod:`.strategy` (:class:`DorylusStrategy`).
 """
 from dglx_dist.strategies.dorylus.graph import GraphServer
-from dglx_dist.strategies.dorylus.layers import DORYLUS_LAYERS, LayerKind, Stage
+from dglx_dist.strategies.dorylus.layers import LayerKind, Stage, layer_kind
 from dglx_dist.strategies.dorylus.params import ParamServers, WeightUpdates
 from dglx_dist.strategies.dorylus.pipeline import Pipeline
 from dglx_dist.strategies.dorylus.strategy import DorylusStrategy
 
 __all__ = ["DorylusStrategy", "GraphServer", "Pipeline", "ParamServers", "WeightUpdates",
-           "DORYLUS_LAYERS", "LayerKind", "Stage"]
+           "LayerKind", "Stage", "layer_kind"]

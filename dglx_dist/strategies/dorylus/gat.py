@@ -40,10 +40,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from dglx_dist.convs.gat import projection_problems
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.strategies.dorylus.graph import GraphServer
-from dglx_dist.strategies.dorylus.layers import (DORYLUS_LAYERS, LayerKind, Stage, add_grad,
-                                                 task_seed)
+from dglx_dist.strategies.dorylus.layers import LayerKind, Stage, add_grad, task_seed
 
 __all__ = ["GatEdges", "GatLayers"]
 
@@ -130,7 +130,6 @@ def _f32(t: torch.Tensor) -> np.ndarray:
     return np.ascontiguousarray(t.numpy(), dtype=np.float32)
 
 
-@DORYLUS_LAYERS.register("GATConv")
 class GatLayers(LayerKind):
     """GAT's stages (see the module docstring).
 
@@ -156,12 +155,7 @@ class GatLayers(LayerKind):
     @classmethod
     def check(cls, convs):
         for conv, name in convs:
-            problems = []
-            if not hasattr(conv, "fc"):
-                problems.append("separate source and destination projections (fc_src/fc_dst: "
-                                "build it with one in_feats)")
-            if getattr(conv, "res_fc", None) is not None:
-                problems.append("residual=True (expected False)")
+            problems = projection_problems(conv)
             if conv.activation is not None:
                 problems.append("an activation inside the conv (expected None: apply ELU in "
                                 "the model)")

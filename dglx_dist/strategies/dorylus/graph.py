@@ -23,6 +23,7 @@ import warnings
 
 import torch
 
+from dglx_dist.convs.graphconv import degree_factor, norm_powers
 from dglx_dist.errors import ProtocolError
 from dglx_dist.runtime.comm import Comm
 
@@ -81,8 +82,9 @@ class GraphServer:
         out_deg = torch.bincount(src, minlength=num_nodes).to(torch.float64)
         comm.all_reduce(out_deg)  # every node's out-degree in the whole graph
         in_deg = torch.bincount(torch.searchsorted(core, dst), minlength=self.n).double()
-        val = (out_deg[src].clamp(min=1) ** -0.5 *
-               in_deg[torch.searchsorted(core, dst)].clamp(min=1) ** -0.5).float()
+        p_src, p_dst = norm_powers("both")  # GraphConv's normalisation, the paper's GCN
+        val = (degree_factor(out_deg[src], p_src) *
+               degree_factor(in_deg[torch.searchsorted(core, dst)], p_dst)).float()
         self.bounds = torch.linspace(0, self.n, intervals + 1).round().long()
         self.num_intervals = intervals
         me = comm.group_rank

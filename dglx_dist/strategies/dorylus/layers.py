@@ -2,7 +2,11 @@
 
 The pipeline (:mod:`~dglx_dist.strategies.dorylus.pipeline`) walks intervals through a program
 of stages and moves messages; everything that depends on the layer's math lives in a
-:class:`LayerKind` registered under the dgl.nn conv class name in :data:`DORYLUS_LAYERS`:
+:class:`LayerKind`. Which kind runs a conv type is said by the conv's own module in
+:mod:`dglx_dist.convs`: its adapter's ``dorylus`` (a
+:class:`~dglx_dist.convs.base.DorylusSupport`: the kind, by import path or class, and the
+tensor tasks it may submit). :func:`layer_kind` resolves it, :func:`dorylus_conv_types` lists
+the conv types that have one (``DorylusStrategy.conv_types``). A kind says:
 
 * class level (the strategy, once per model): :meth:`~LayerKind.check` the convs,
   :meth:`~LayerKind.tensors` a parameter server snapshots per layer,
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import importlib
 from typing import Callable
 
 import numpy as np
@@ -27,15 +32,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dglx_dist.errors import InvalidValueError
-from dglx_dist.registry import Registry
+from dglx_dist.convs import LAYERS
+from dglx_dist.convs.base import DorylusSupport
+from dglx_dist.convs.graphconv import weight_problem
+from dglx_dist.errors import InvalidTypeError, InvalidValueError
 from dglx_dist.strategies.dorylus.graph import GraphServer, Route
 
-__all__ = ["DORYLUS_LAYERS", "LayerKind", "GcnLayers", "GcnPlan", "Stage", "add_grad",
-           "activation_name", "summed_grads", "task_seed"]
+__all__ = ["LayerKind", "GcnLayers", "GcnPlan", "Stage", "add_grad", "activation_name",
+           "dorylus_conv_types", "layer_kind", "summed_grads", "task_seed"]
 
-DORYLUS_LAYERS: Registry["LayerKind"] = Registry("dorylus layer kind",
-                                               entry_point_group="dglx_dist.dorylus_layers")
 #: (parameter, (layer, gradient name), gradient -> the parameter's shape)
 Slot = tuple[nn.Parameter, tuple[int, str], Callable[[torch.Tensor], torch.Tensor]]
 
@@ -100,6 +105,35 @@ def task_seed(seed: int, epoch: int, layer: int) -> int:
     return (seed * 1_000_003 + epoch * 131 + layer) % (1 << 62)
 
 
+def dorylus_conv_types() -> tuple[str, ...]:
+    """The conv class names dorylus runs: those whose adapter in
+    :data:`~dglx_dist.convs.LAYERS` has dorylus support (entry-point plug-ins too)."""
+    return tuple(name for name in LAYERS.names() if LAYERS.get(name).dorylus is not None)
+
+
+def layer_kind(conv_type: str) -> tuple[type["LayerKind"], DorylusSupport]:
+    """The :class:`LayerKind` that runs conv class ``conv_type`` and its support record.
+
+    Raises:
+        InvalidValueError: dorylus has no layer kind for it (naming the ones it has).
+        InvalidTypeError: the adapter's ``dorylus.kind`` is not a LayerKind.
+    """
+    support = LAYERS.get(conv_type).dorylus if conv_type in LAYERS else None
+    if support is None:
+        raise InvalidValueError(f"dorylus cannot run {conv_type}; it runs "
+                                f"{', '.join(dorylus_conv_types())}")
+    kind = support.kind
+    if isinstance(kind, str):
+        module, _, qualname = kind.partition(":")
+        kind = importlib.import_module(module)
+        for part in qualname.split("."):
+            kind = getattr(kind, part)
+    if not (isinstance(kind, type) and issubclass(kind, LayerKind)):
+        raise InvalidTypeError(f"the {conv_type} adapter's dorylus kind {support.kind!r} is not "
+                               "a dglx_dist.strategies.dorylus.layers.LayerKind subclass")
+    return kind, support
+
+
 class LayerKind(abc.ABC):
     """One conv type's share of the pipeline (see the module docstring).
 
@@ -109,10 +143,6 @@ class LayerKind(abc.ABC):
         feat: layer-0 rows (own then ghosts).
         spec: per-layer dropout and the seed.
     """
-
-    @dataclasses.dataclass(frozen=True)
-    class Config:
-        pass
 
     def __init__(self, plan, gs: GraphServer, feat: torch.Tensor, spec):
         self.plan, self.gs, self.feat, self.spec = plan, gs, feat, spec
@@ -209,7 +239,6 @@ class GcnPlan:
         return self.acts[layer] if layer == len(self.dims) - 1 else "relu"
 
 
-@DORYLUS_LAYERS.register("GraphConv")
 class GcnLayers(LayerKind):
     """GCN (``GraphConv``, ``norm="both"``, ReLU and dropout between layers): gather, then
     apply (``A W + b``, ReLU, dropout) per interval; the last layer's apply fused with the loss.
@@ -232,9 +261,11 @@ class GcnLayers(LayerKind):
     @classmethod
     def check(cls, convs):
         for conv, name in convs:
-            if conv._norm != "both" or conv.weight is None:
-                raise InvalidValueError("dorylus runs GraphConv layers with norm='both' and a "
-                                        f"weight; {name} is {conv!r}")
+            problems = [] if conv._norm == "both" else [f"norm={conv._norm!r} (expected 'both')"]
+            problems += [p for p in [weight_problem(conv)] if p]
+            if problems:
+                raise InvalidValueError(f"dorylus cannot run {name} (GraphConv): "
+                                        f"{'; '.join(problems)}")
             activation_name(conv._activation, f"{name} (GraphConv)")
 
     @classmethod

@@ -38,7 +38,7 @@ from typing import Iterator
 
 import torch
 
-from dglx_dist.errors import DeadlineError
+from dglx_dist.errors import DeadlineError, InternalError
 from dglx_dist.runtime.comm import Comm, Transfer
 from dglx_dist.strategies.dorylus.graph import GraphServer
 from dglx_dist.strategies.dorylus.layers import LayerKind, Stage
@@ -64,10 +64,12 @@ class _Interval:
 
 @dataclasses.dataclass(frozen=True)
 class TensorSpec:
-    """What the tensor tasks need besides weights: dropout per layer and its seed."""
+    """What the tensor tasks need besides weights: dropout per layer and its seed; and the
+    tasks the conv type's kind may submit (its adapter's ``dorylus.tasks``; empty: any)."""
 
     dropout: tuple[float, ...]
     seed: int
+    tasks: frozenset[str] = frozenset()
 
 
 class Pipeline:
@@ -148,6 +150,11 @@ class Pipeline:
     def _submit(self, key, st: Stage, it: _Interval, train: bool, extra: dict) -> None:
         weights = self.ps.weights(it.ps, it.version)
         header, arrays = self.layers.request(st, it.index, it.epoch, weights, train, extra)
+        tasks = self.layers.spec.tasks
+        if tasks and header.get("op") not in tasks:
+            raise InternalError(f"{type(self.layers).__name__} submitted tensor task "
+                                f"{header.get('op')!r} for stage {st.kind}{st.layer}; its conv "
+                                f"type's tasks are {sorted(tasks)} (dglx_dist.convs)")
         self.ctl.submit(key, header, arrays)
 
     # -- the loop ------------------------------------------------------------------------------

@@ -35,8 +35,8 @@ import torch
 
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.strategies.dorylus.graph import GraphServer, csr
-from dglx_dist.strategies.dorylus.layers import (DORYLUS_LAYERS, GcnLayers, GcnPlan, add_grad,
-                                                 activation_name, task_seed)
+from dglx_dist.strategies.dorylus.layers import (GcnLayers, GcnPlan, add_grad, activation_name,
+                                                 task_seed)
 
 __all__ = ["SageLayers", "SagePlan", "build_means"]
 
@@ -88,7 +88,6 @@ _SUPPORTED = ("dorylus runs SAGEConv with aggregator 'mean', norm=None, feat_dro
               "as in dglx_dist.models.SAGE)")
 
 
-@DORYLUS_LAYERS.register("SAGEConv")
 class SageLayers(GcnLayers):
     """GraphSAGE-mean's stages (see the module docstring): GCN's program, buffers and
     messages; the gathers use the mean matrices and the applies keep the rows' own part.

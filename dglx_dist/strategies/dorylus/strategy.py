@@ -18,9 +18,11 @@
 * **Pipeline** (:mod:`~dglx_dist.strategies.dorylus.pipeline`): intervals flow through the
   stages independently; ``mode="sync"`` puts a barrier at every layer (exact full-graph
   training), ``mode="async"`` lets Gathers read stale rows, bounded by ``staleness`` epochs.
-* **Layer kinds** (:mod:`~dglx_dist.strategies.dorylus.layers`, registered per conv type):
-  what the stages compute for ``GraphConv`` and for ``GATConv``
-  (:mod:`~dglx_dist.strategies.dorylus.gat`).
+* **Layer kinds** (:mod:`~dglx_dist.strategies.dorylus.layers`): what the stages compute for
+  ``GraphConv``, ``SAGEConv`` (:mod:`~dglx_dist.strategies.dorylus.sage`) and ``GATConv``
+  (:mod:`~dglx_dist.strategies.dorylus.gat`). The conv's adapter in :mod:`dglx_dist.convs`
+  names its kind and its tensor tasks; :attr:`DorylusStrategy.conv_types` is the conv types
+  whose adapter does.
 
 Models: a stack of one conv type. ``dgl.nn.GraphConv`` (``norm="both"``, no activation inside
 the conv) with ReLU and dropout between layers, as :class:`dglx_dist.models.GCN`: dropout is
@@ -44,9 +46,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dglx_dist.convs import graph_convs
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.models.gcn import row_normalized
-from dglx_dist.models.layers import graph_convs
 from dglx_dist.offload import EXECUTORS, TaskController
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.autograd import GradientSync
@@ -54,10 +56,8 @@ from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, Strategy,
                                        pull_features_once)
-from dglx_dist.strategies.dorylus import gat  # noqa: F401  (registers GATConv)
-from dglx_dist.strategies.dorylus import sage  # noqa: F401  (registers SAGEConv)
 from dglx_dist.strategies.dorylus.graph import GraphServer
-from dglx_dist.strategies.dorylus.layers import DORYLUS_LAYERS, summed_grads
+from dglx_dist.strategies.dorylus.layers import dorylus_conv_types, layer_kind, summed_grads
 from dglx_dist.strategies.dorylus.params import ParamServers, WeightUpdates
 from dglx_dist.strategies.dorylus.pipeline import Pipeline, TensorSpec
 from dglx_dist.strategies.epochs import EpochResult, TrainHooks
@@ -68,6 +68,14 @@ __all__ = ["DorylusStrategy", "ParamServers"]  # ParamServers: params
 
 log = logging.getLogger(__name__)
 _MODES = ("async", "sync")
+
+
+class _ConvTypes:
+    """``conv_types`` computed on every access, on the class too: the registry may gain
+    entry-point plug-ins (:func:`~dglx_dist.strategies.dorylus.layers.dorylus_conv_types`)."""
+
+    def __get__(self, obj, owner=None) -> tuple[str, ...]:
+        return dorylus_conv_types()
 
 
 class _Logits(torch.autograd.Function):
@@ -95,7 +103,7 @@ class DorylusStrategy(Strategy):
 
     feature_layout = "rows"
     full_graph = True
-    conv_types = ("GraphConv", "SAGEConv", "GATConv")
+    conv_types = _ConvTypes()  # the convs whose adapter (dglx_dist.convs) has dorylus support
 
     @dataclasses.dataclass(frozen=True)
     class Config:
@@ -206,8 +214,8 @@ class DorylusStrategy(Strategy):
                                 concurrency=min(start, self.executor.capacity))
 
     def _pipeline(self) -> Pipeline:
-        layers = self.kind(self._plan, self.gs, self.feat, TensorSpec(self._dropout,
-                                                                        self.config.seed))
+        layers = self.kind(self._plan, self.gs, self.feat,
+                           TensorSpec(self._dropout, self.config.seed, self._tasks))
         return Pipeline(self.gs, self._controller(), self.session.world, layers,
                         self.config.num_layers, self.ps, self.session.env.timeout)
 
@@ -222,7 +230,8 @@ class DorylusStrategy(Strategy):
             raise InvalidValueError("dorylus runs a stack of one conv type, one of "
                                     f"{self.conv_types}; the model's convs are {types} "
                                     f"({', '.join(f'{n}: {type(c).__name__}' for c, n in convs)})")
-        self.kind = DORYLUS_LAYERS.get(types[0])
+        self.kind, support = layer_kind(types[0])
+        self._tasks = frozenset(support.tasks)
         self.kind.check(convs)
         for t in list(model.parameters()) + list(model.buffers()):  # one model: rank 0's
             self.session.world.broadcast(t.data, 0)

@@ -44,8 +44,8 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from dglx_dist.convs import ConvWrapper, adapter_for, graph_convs
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.models.layers import ConvWrapper, adapter_for, graph_convs
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.autograd import GradientSync, halo_exchange, scale_grad
 from dglx_dist.runtime.comm import Comm

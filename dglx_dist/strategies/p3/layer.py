@@ -27,9 +27,9 @@ import dgl
 import torch
 from torch import nn
 
+from dglx_dist.convs import ConvAdapter, ConvWrapper
 from dglx_dist.errors import InvalidTypeError
 from dglx_dist.kvstore.policy import rows_at
-from dglx_dist.models.layers import ConvAdapter, ConvWrapper
 from dglx_dist.runtime.autograd import (OwnerReduce, Ready, flatten_partials,
                                         reduce_to_owners, unflatten)
 from dglx_dist.runtime.comm import Comm, Pending

@@ -8,7 +8,7 @@
   sampled by their owners, :class:`~dglx_dist.sampling.PartitionSampler`).
 * Layer 1, model parallel ("1M"): every rank's first block is pushed to every rank; each rank
   computes, from its own column slice, the partial layer-1 result of every rank's batch with its
-  slice of the layer-1 input weights (:mod:`dglx_dist.models.layers` says how for SAGEConv,
+  slice of the layer-1 input weights (:mod:`dglx_dist.convs` says how for SAGEConv,
   GraphConv and GATConv); the partials are summed at the batch's owner
   (:func:`~dglx_dist.runtime.autograd.reduce_to_owners`).
 * The owner finishes layer 1 (bias, attention, activation, normalisation: "1D") and runs
@@ -35,9 +35,9 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from dglx_dist.convs import adapter_for, first_conv
 from dglx_dist.errors import InvalidValueError, StateError
 from dglx_dist.kvstore.policy import rows_at
-from dglx_dist.models.layers import adapter_for, first_conv
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.autograd import GradientSync
 from dglx_dist.runtime.session import Session

@@ -4,6 +4,9 @@ GIN computes ``apply_func((1 + eps) * x_dst + aggregate(x_src))``. With a linear
 ``apply_func`` and a sum or mean aggregation every step before the bias is linear in the input
 columns, so a column slice's partial is ``((1 + eps) * x_dst + aggregate(x_src)) @ W_cols.T``
 and the rest (bias, activation) runs on the sum. A max aggregation is not linear and is refused.
+
+The adapter leaves ``dorylus`` at None: dorylus refuses GINConv, and its ``conv_types`` leave it
+out (tests/unit/test_dorylus_parts.py checks both).
 """
 from __future__ import annotations
 
@@ -11,8 +14,8 @@ import dgl
 import torch.nn.functional as F
 from torch import nn
 
+from dglx_dist.convs import ConvAdapter, InputLinear
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.models.layers import ConvAdapter, InputLinear
 
 
 class GINAdapter(ConvAdapter):

@@ -1,0 +1,204 @@
+"""The layer protocol: what the strategies need to know about one dgl.nn conv type.
+
+Every supported conv type has one module in :mod:`dglx_dist.convs` (``sage.py``,
+``graphconv.py``, ``gat.py``) holding one :class:`ConvAdapter` subclass, registered under the
+conv's class name in :data:`LAYERS` (entry-point group ``dglx_dist.layers`` for plug-ins).
+An adapter says:
+
+* **P3, the column split.** A conv layer = linear maps applied to its input features (its
+  *input linears*) + the rest (aggregation over the block's edges, bias, attention,
+  activation, normalisation). Because the input linears are linear, a layer's input can be
+  cut into column slices: each slice's holder computes a *partial* from its columns with the
+  matching columns of the input linears, the partials are summed, and the rest runs on the
+  sum (P3's model-parallel first layer, "1M", followed by the owner's "1D" part):
+  :meth:`ConvAdapter.input_linears`, :meth:`~ConvAdapter.partial`,
+  :meth:`~ConvAdapter.finish`.
+* **GraNNDis and the full-graph form, degree scaling.** How a conv normalises by its sources'
+  out-degrees (:meth:`ConvAdapter.degree_source_scale`): on a block holding only part of a
+  source's out-edges (a rank's share of a full-graph layer) the block's own out-degree is too
+  small, and the adapter turns the graph's true out-degrees into a per-row factor that
+  restores the full-graph normalisation.
+* **Dorylus.** :attr:`ConvAdapter.dorylus` (a :class:`DorylusSupport`, None when dorylus
+  cannot run the conv): which ``LayerKind`` runs its stages, and which tensor tasks (names in
+  ``dglx_dist.offload.tensor_fn.ops.OPS``) belong to it. ``DorylusStrategy.conv_types`` is the
+  names whose adapter has one.
+
+Direction of imports: the strategies import this package, never the other way. A dorylus
+layer kind builds on the strategy's own machinery (``strategies/dorylus/``: stages, graph
+server, pipeline), so the built-in kinds live there, and a conv module names its kind by its
+import path (``"module:Class"``, resolved by the strategy when it runs the conv); a plug-in
+outside the package may give the class itself. The tensor tasks are numpy-only code that a
+serverless worker imports without dglx_dist, torch or DGL, so they stay in
+``dglx_dist/offload/tensor_fn/`` (one ``*_ops.py`` per conv); the conv module is the one place
+that names the tasks its kind may submit (the pipeline refuses any other).
+
+:func:`adapter_for` finds the adapter for a module, :func:`graph_convs` a model's convs.
+"""
+from __future__ import annotations
+
+import abc
+import dataclasses
+
+import dgl
+import torch
+from torch import nn
+
+from dglx_dist.errors import InvalidValueError
+from dglx_dist.registry import Registry
+
+__all__ = ["LAYERS", "ConvAdapter", "ConvWrapper", "DorylusSupport", "InputLinear", "adapter_for",
+           "feat_dropout", "first_conv", "graph_convs"]
+
+LAYERS: Registry["ConvAdapter"] = Registry("layer adapter", entry_point_group="dglx_dist.layers")
+
+
+@dataclasses.dataclass(frozen=True)
+class InputLinear:
+    """A weight applied to the layer's input features.
+
+    Attributes:
+        path: the parameter's dotted path inside the conv (e.g. ``"fc_neigh.weight"``).
+        in_axis: the weight's axis that runs over input feature columns.
+    """
+
+    path: str
+    in_axis: int
+
+    def columns(self, weight: torch.Tensor, cols: slice | torch.Tensor) -> torch.Tensor:
+        """The part of ``weight`` that multiplies input columns ``cols`` (a slice or indices)."""
+        return weight[:, cols] if self.in_axis == 1 else weight[cols]
+
+
+@dataclasses.dataclass(frozen=True)
+class DorylusSupport:
+    """How dorylus runs a conv type.
+
+    Attributes:
+        kind: the ``LayerKind`` subclass (``dglx_dist.strategies.dorylus.layers``) that runs
+            its stages, or its import path ``"package.module:Class"`` (see the module
+            docstring for why the built-in convs name it by path).
+        tasks: the tensor tasks (names in ``dglx_dist.offload.tensor_fn.ops.OPS``) the kind
+            submits; no other conv's kind submits them.
+    """
+
+    kind: str | type
+    tasks: tuple[str, ...]
+
+
+class ConvAdapter(abc.ABC):
+    """What the strategies need to know about one dgl.nn conv type (see the module
+    docstring): its column split, its source-degree normalisation, its dorylus support."""
+
+    #: How dorylus runs this conv type; None: dorylus refuses it.
+    dorylus: DorylusSupport | None = None
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        pass
+
+    def __init__(self, config=None):
+        self.config = config
+
+    @abc.abstractmethod
+    def example(self, in_feats: int, out_feats: int) -> nn.Module:
+        """A stock conv of this type that can be split: the layer contract test
+        (tests/unit/test_layers.py) checks every registered adapter on its example."""
+
+    def check_column_split(self, conv: nn.Module) -> None:
+        """Raises ValueError when this conv's configuration cannot be split by columns."""
+
+    @abc.abstractmethod
+    def input_linears(self, conv: nn.Module) -> list[InputLinear]:
+        """The weights applied to the input features, in the order :meth:`partial` takes."""
+
+    @abc.abstractmethod
+    def partial(self, conv: nn.Module, weights: list[torch.Tensor], block: dgl.DGLGraph,
+                x: torch.Tensor) -> list[torch.Tensor]:
+        """This column slice's share of the layer: ``x`` holds the slice's columns of the
+        block's source nodes, ``weights`` the input linears' matching columns. Shapes depend
+        only on the block and the conv, so every slice's partials can be summed."""
+
+    @abc.abstractmethod
+    def finish(self, conv: nn.Module, block: dgl.DGLGraph,
+               totals: list[torch.Tensor]) -> torch.Tensor:
+        """The layer's output from the sums of every slice's partials."""
+
+    def degree_source_scale(self, conv: nn.Module, block: dgl.DGLGraph,
+                            out_degree: torch.Tensor) -> torch.Tensor | None:
+        """A factor per source row of ``block`` such that ``conv`` on the scaled rows
+        normalises by ``out_degree`` (each source node's out-degree in the whole graph) instead
+        of the block's out-degrees; None when the conv does not use source degrees."""
+        return None
+
+    def strip(self, conv: nn.Module) -> None:
+        """Removes the input linears' weights from ``conv`` (their column slices live
+        elsewhere now); what stays are the parameters :meth:`finish` uses."""
+        for lin in self.input_linears(conv):
+            owner, _, name = lin.path.rpartition(".")
+            module = conv.get_submodule(owner) if owner else conv
+            delattr(module, name)
+            module.register_parameter(name, None)
+
+
+def adapter_for(module: nn.Module) -> ConvAdapter:
+    """The adapter registered for ``module``'s class (or its nearest registered base).
+
+    Raises:
+        ValueError: no adapter for this type; the message lists the supported ones.
+    """
+    for cls in type(module).__mro__:
+        if cls.__name__ in LAYERS:
+            return LAYERS.build(cls.__name__)
+    raise InvalidValueError(f"no layer adapter for {type(module).__name__}; supported first "
+                            f"layers: {', '.join(LAYERS.names())} (register one in "
+                            "dglx_dist.convs.LAYERS)")
+
+
+class ConvWrapper(nn.Module):
+    """Base of the modules a strategy puts in a conv's place (``self.conv`` is the conv):
+    attributes it does not have are the conv's (e.g. ``_out_feats``), so code that reads
+    them from ``model.layers[i]`` keeps working."""
+
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == "conv":
+                raise
+            return getattr(self.conv, name)
+
+
+def graph_convs(model: nn.Module) -> list[tuple[nn.Module, str]]:
+    """The model's graph convs (in registration order) and their dotted names.
+
+    A module counts as a conv when an adapter is registered for it or it comes from
+    ``dgl.nn``; modules inside a conv are part of it.
+    """
+    found: list[tuple[nn.Module, str]] = []
+    for name, module in model.named_modules():
+        if module is model or any(name.startswith(f"{outer}.") for _, outer in found):
+            continue
+        if any(c.__name__ in LAYERS for c in type(module).__mro__) or \
+                type(module).__module__.startswith("dgl.nn"):
+            found.append((module, name))
+    return found
+
+
+def first_conv(model: nn.Module) -> tuple[nn.Module, str]:
+    """The model's first graph conv (see :func:`graph_convs`): what its first block goes
+    through.
+
+    Raises:
+        ValueError: the model has no dgl.nn conv.
+    """
+    convs = graph_convs(model)
+    if not convs:
+        raise InvalidValueError(f"{type(model).__name__} has no dgl.nn conv layer; expected a "
+                                f"model whose first layer is one of {', '.join(LAYERS.names())}")
+    return convs[0]
+
+
+def feat_dropout(conv: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``x`` through the conv's ``feat_drop`` (unchanged when it has none)."""
+    drop = getattr(conv, "feat_drop", None)
+    return drop(x) if drop is not None else x

@@ -1,0 +1,90 @@
+"""``dgl.nn.SAGEConv``: what the strategies need to know about it.
+
+* P3's column split (mean, gcn or pool aggregator; LSTM is refused):
+
+  * mean / gcn: partial = ``fc_neigh(aggregate(x)) + fc_self(x_dst)`` on the slice
+    (aggregation and projection commute), ``(dst, out)``; finish adds the bias, activation,
+    norm.
+  * pool: the pool projection comes before a ReLU and a max, so the partial is
+    ``[fc_pool(x_src) | fc_self(x_dst)]`` (rows of both stacked); finish does the rest. Costs
+    ``src x in_feats`` per exchange: correct, but pulling features would often be cheaper.
+
+* GraNNDis: no source-degree normalisation (the mean divides by in-degrees).
+* Dorylus: the mean aggregator, as GCN's program with the rows' own part kept
+  (:class:`~dglx_dist.strategies.dorylus.sage.SageLayers`; tasks ``sage_*`` in
+  ``offload/tensor_fn/sage_ops.py``).
+"""
+from __future__ import annotations
+
+import dgl
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dglx_dist.convs.base import LAYERS, ConvAdapter, DorylusSupport, InputLinear, feat_dropout
+from dglx_dist.errors import InvalidValueError
+
+__all__ = ["SAGEAdapter"]
+
+
+@LAYERS.register("SAGEConv")
+class SAGEAdapter(ConvAdapter):
+    """SAGEConv with the mean, gcn or pool aggregator."""
+
+    dorylus = DorylusSupport("dglx_dist.strategies.dorylus.sage:SageLayers",
+                             ("sage_av", "sage_av_grad", "sage_loss"))
+
+    def example(self, in_feats, out_feats):
+        return dgl.nn.SAGEConv(in_feats, out_feats, "mean", activation=torch.relu)
+
+    def check_column_split(self, conv: nn.Module) -> None:
+        if conv._aggre_type == "lstm":
+            raise InvalidValueError("SAGEConv with aggregator 'lstm' cannot be split by feature "
+                                    "columns (the LSTM is not linear in its input); use 'mean', "
+                                    "'gcn' or 'pool' for the first layer")
+
+    def input_linears(self, conv: nn.Module) -> list[InputLinear]:
+        kind = conv._aggre_type
+        lins = [InputLinear("fc_pool.weight" if kind == "pool" else "fc_neigh.weight", 1)]
+        if kind != "gcn":
+            lins.append(InputLinear("fc_self.weight", 1))
+        return lins
+
+    def partial(self, conv, weights, block, x):
+        x = feat_dropout(conv, x)
+        num_dst, kind = block.num_dst_nodes(), conv._aggre_type
+        if kind == "pool":
+            return [F.linear(x, weights[0]), F.linear(x[:num_dst], weights[1])]
+        w_neigh = weights[0]
+        lin_first = x.shape[1] > w_neigh.shape[0]  # project first when it shrinks the rows
+        h = F.linear(x, w_neigh) if lin_first else x
+        if kind == "mean":
+            neigh = dgl.ops.copy_u_mean(block, h)
+        else:  # gcn: the neighbours and the node itself, averaged
+            deg = block.in_degrees().to(h).unsqueeze(1)
+            neigh = (dgl.ops.copy_u_sum(block, h) + h[:num_dst]) / (deg + 1)
+        out = neigh if lin_first else F.linear(neigh, w_neigh)
+        if kind == "mean":
+            out = out + F.linear(x[:num_dst], weights[1])
+        return [out]
+
+    def finish(self, conv, block, totals):
+        kind = conv._aggre_type
+        if kind == "pool":
+            pooled = torch.relu(totals[0] + conv.fc_pool.bias)
+            # dgl.ops' max leaves -inf on a node with no in-edges; update_all (the stock conv)
+            # gives it zeros
+            neigh = dgl.ops.copy_u_max(block, pooled)
+            neigh = neigh.masked_fill((block.in_degrees() == 0).unsqueeze(1), 0.0)
+            rst = conv.fc_neigh(neigh) + totals[1]
+            bias = conv.fc_self.bias
+        else:
+            rst = totals[0]
+            bias = conv.bias if kind == "gcn" else conv.fc_self.bias
+        if bias is not None:
+            rst = rst + bias
+        if conv.activation is not None:
+            rst = conv.activation(rst)
+        if conv.norm is not None:
+            rst = conv.norm(rst)
+        return rst
