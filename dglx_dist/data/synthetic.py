@@ -20,6 +20,10 @@ The model is a degree-corrected stochastic block model (DC-SBM):
 * **Features**: class centroids about ``CENTROID_DISTANCE`` apart, plus ``feature_noise`` times
   standard Gaussian noise: separable, but not trivially at the default noise.
 * **Split**: disjoint random train/val/test masks of ``floor(frac * num_nodes)`` nodes each.
+* **Edge features** (``edge_feat_dim`` > 0, edge data ``feat``): whether the edge joins two
+  nodes of one community, as ``+-CENTROID_DISTANCE / 2`` along one fixed random direction,
+  plus ``feature_noise`` times standard Gaussian noise: the signal a model that reads edge
+  features (or an edge classifier) can learn.
 
 Every draw has its own ``np.random.SeedSequence(seed, spawn_key=(purpose, ...))`` (per purpose,
 per edge round and chunk, per fixed-size feature block), so the in-memory
@@ -45,7 +49,7 @@ from tqdm import tqdm
 
 from dglx_dist.data.atomic import atomic_directory
 from dglx_dist.data.checked import WRITE_OPTIONS
-from dglx_dist.data.format import (DATASET_DIR, EDGE_SCHEMA, EDGES_FILE, META_FILE, NODES_FILE,
+from dglx_dist.data.format import (DATASET_DIR, EDGES_FILE, META_FILE, NODES_FILE,
                                    DatasetMeta, GraphDataset, edge_batch, node_batch, node_schema)
 from dglx_dist.errors import InvalidValueError
 
@@ -56,7 +60,7 @@ log = logging.getLogger(__name__)
 CENTROID_DISTANCE = 3.0
 """Typical distance between two class centroids, in units of unit-variance noise."""
 
-_LABELS, _SPLIT, _THETA, _CENTROIDS, _FEATURES, _EDGES, _SUBSET, _SHUFFLE = range(8)
+_LABELS, _SPLIT, _THETA, _CENTROIDS, _FEATURES, _EDGES, _SUBSET, _SHUFFLE, _EDGE_FEAT = range(9)
 _FEAT_BLOCK = 4096  # rows per feature RNG block: fixed, so output is independent of chunking
 _EDGE_CHUNK = 1 << 20  # candidate edges per edge RNG chunk
 _MAX_ROUNDS = 12
@@ -87,12 +91,16 @@ class SyntheticConfig:
     val_frac: float = field(default=0.1, metadata={"help": "fraction of nodes in val"})
     test_frac: float = field(default=0.2, metadata={"help": "fraction of nodes in test"})
     seed: int = field(default=0, metadata={"help": "random seed (>= 0)"})
+    edge_feat_dim: int = field(default=0, metadata={
+        "help": "width of the edge feature 'feat' (0: no edge data); it says, with noise, "
+                "whether an edge stays inside a community"})
 
     def __post_init__(self) -> None:
         n = self._set("num_nodes", 2, _MAX_NODES, integer=True)
         self._set("num_edges", 0, n * (n - 1), integer=True)
         self._set("num_classes", 2, n, integer=True)
         self._set("feat_dim", 1, None, integer=True)
+        self._set("edge_feat_dim", 0, None, integer=True)
         self._set("seed", 0, None, integer=True)
         self._set("homophily", 0, 1)
         self._set("feature_noise", 0, None)
@@ -263,6 +271,24 @@ def _distinct_pairs(sampler: _Sampler, inside: bool, target: int) -> np.ndarray:
     return keys
 
 
+def _edge_features(config: SyntheticConfig, label: np.ndarray, src: np.ndarray,
+                   dst: np.ndarray) -> dict[str, np.ndarray]:
+    """The edge data (``feat`` when ``edge_feat_dim`` > 0): the community signal along one
+    random direction plus noise, drawn in fixed blocks of edges."""
+    d = config.edge_feat_dim
+    if d == 0:
+        return {}
+    direction = _rng(config, _EDGE_FEAT).standard_normal(d)
+    direction *= CENTROID_DISTANCE / 2 / max(float(np.linalg.norm(direction)), 1e-12)
+    sign = np.where(label[src] == label[dst], 1.0, -1.0)
+    out = np.empty((src.size, d), dtype=np.float32)
+    for block, lo in enumerate(range(0, src.size, _EDGE_CHUNK)):
+        hi = min(lo + _EDGE_CHUNK, src.size)
+        noise = _rng(config, _EDGE_FEAT, block + 1).standard_normal((hi - lo, d))
+        out[lo:hi] = sign[lo:hi, None] * direction + config.feature_noise * noise
+    return {"feat": out}
+
+
 def _provenance(config: SyntheticConfig) -> dict[str, Any]:
     return {"generator": "dcsbm", "seed": config.seed, "config": dataclasses.asdict(config)}
 
@@ -281,7 +307,8 @@ def generate_synthetic(config: SyntheticConfig) -> GraphDataset:
     src, dst = _edges(config, nodes.label)
     feat = _feature_rows(config, nodes, 0, config.num_nodes)
     return GraphDataset(src, dst, feat, nodes.label, nodes.train, nodes.val, nodes.test,
-                        config.num_classes, _provenance(config))
+                        config.num_classes, _provenance(config),
+                        _edge_features(config, nodes.label, src, dst))
 
 
 def write_synthetic(config: SyntheticConfig, out_dir: str | os.PathLike, overwrite: bool = False,
@@ -315,9 +342,10 @@ def write_synthetic(config: SyntheticConfig, out_dir: str | os.PathLike, overwri
         nodes = _nodes(config)
         src, dst = _edges(config, nodes.label)
         num_edges = int(src.size)
-        pq.write_table(pa.Table.from_batches([edge_batch(src, dst)], schema=EDGE_SCHEMA),
+        edata = _edge_features(config, nodes.label, src, dst)
+        pq.write_table(pa.Table.from_batches([edge_batch(src, dst, edata)]),
                        tmp / EDGES_FILE, **WRITE_OPTIONS)
-        del src, dst
+        del src, dst, edata
         with pq.ParquetWriter(tmp / NODES_FILE, node_schema(config.feat_dim),
                               **WRITE_OPTIONS) as writer, \
                 tqdm(total=n, unit="node", desc="nodes", disable=not progress) as bar:
