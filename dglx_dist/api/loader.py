@@ -9,8 +9,8 @@ for ``dorylus``).
 
 Given DGL's ``as_edge_prediction_sampler(...)`` and edge ids, it is DGL's link-prediction
 loader (DistDGL's ``DistEdgeDataLoader``) and yields ``(input_nodes, pair_graph,
-neg_pair_graph, blocks)`` (see :mod:`dglx_dist.api.link`), under the strategies that train on
-sampled mini-batches (``distdgl``, ``p3``).
+neg_pair_graph, blocks)`` (see :mod:`dglx_dist.api.link`): sampled blocks under ``distdgl``
+and ``p3``, full-graph steps under ``granndis`` and ``fullgraph``.
 
 Every rank takes the same number of steps per epoch (sampling and the gradient all-reduce
 are collective): a rank whose ids make fewer batches cuts them more finely (see

@@ -40,6 +40,7 @@ def _graph():
     out = dgl.graph((torch.cat([u, v]), torch.cat([v, u])), num_nodes=g.num_nodes())
     for key in ("feat", "label", "train_mask", "val_mask", "test_mask"):
         out.ndata[key] = g.ndata[key]
+    out.edata["w"] = torch.arange(out.num_edges(), dtype=torch.float32)  # = the edge id
     e = u.numel()
     return out, torch.cat([torch.arange(e) + e, torch.arange(e)])
 
@@ -103,15 +104,20 @@ def _leaks(g, reverse):
     """Positive edges (or reverses) found in sampled blocks, over an epoch of small batches
     (the error where the strategy cannot exclude edges)."""
     sampler = dglx_dist.as_edge_prediction_sampler(
-        dglx_dist.NeighborSampler([4, 4]), exclude="reverse_id", reverse_eids=reverse,
-        negative_sampler=dglx_dist.negative_sampler.Uniform(3))
+        dglx_dist.NeighborSampler([4, 4], prefetch_node_feats=["feat"]), exclude="reverse_id",
+        reverse_eids=reverse, negative_sampler=dglx_dist.negative_sampler.Uniform(3),
+        prefetch_labels=["w"])
     train = torch.arange(0, g.num_edges(), 3)
     try:
         loader = dglx_dist.DataLoader(g, train, sampler, batch_size=64, shuffle=True)
     except Exception as e:  # noqa: BLE001 - the message is what is checked
         return f"{type(e).__name__}: {e}"
-    leaks = batches = negatives = 0
-    for _, pair, neg, blocks in loader:
+    leaks = batches = negatives = prefetched = 0
+    for input_nodes, pair, neg, blocks in loader:
+        assert torch.equal(pair.edata["w"], pair.edata[dgl.EID].float())  # prefetch_labels
+        if "feat" in blocks[0].srcdata:  # prefetch_node_feats (p3 keeps column slices)
+            assert torch.equal(blocks[0].srcdata["feat"], g.ndata["feat"][input_nodes])
+            prefetched += 1
         nid = pair.ndata[dgl.NID]
         u, v = (nid[t] for t in pair.edges())
         banned = set(zip(u.tolist(), v.tolist())) | set(zip(v.tolist(), u.tolist()))
@@ -124,7 +130,7 @@ def _leaks(g, reverse):
         negatives += neg.num_edges()
         assert neg.num_edges() == 3 * pair.num_edges()
     return {"leaks": leaks, "batches": batches, "negatives": negatives,
-            "steps": len(loader), "mine": loader.indices.numel()}
+            "steps": len(loader), "mine": loader.indices.numel(), "prefetched": prefetched}
 
 
 def _global_uniform(g):
@@ -252,6 +258,7 @@ def test_no_positive_edge_or_its_reverse_in_the_blocks(job):
         got = res[r]["leaks"]
         assert got["batches"] == got["steps"] > 1, (name, got)
         assert got["leaks"] == 0, (name, got)
+        assert got["prefetched"] == (0 if name == "p3" else got["batches"]), (name, got)
     # the two ranks' shares are the training edges, each once
     assert sum(res[r]["leaks"]["mine"] for r in range(2)) == len(range(0, 10556, 3))
 
