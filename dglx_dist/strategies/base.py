@@ -153,7 +153,8 @@ class Strategy(abc.ABC):
         return [], None
 
     def before_backward(self) -> None:
-        """Called when a backward pass through the model's output begins."""
+        """Called at each forward with gradients enabled, before any gradient of the backward
+        pass that follows it accumulates (e.g. to note the gradients held so far)."""
 
     def after_backward(self) -> None:
         """Called after every backward pass (e.g. to account traffic done by DDP)."""

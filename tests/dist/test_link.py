@@ -58,15 +58,23 @@ class FixedNegatives:
                                                + 3) % g.num_nodes()
 
 
+class ScoredSAGE(SAGE):
+    """GraphSAGE with a scorer that has parameters (called outside forward, on the pairs)."""
+
+    def __init__(self, in_feats):
+        super().__init__(in_feats, 8, 8, 2, dropout=0.0)
+        self.predictor = torch.nn.Linear(8, 1)
+
+
 def _model(g):
-    return seeded_model(lambda: SAGE(g.ndata["feat"].shape[1], 8, 8, 2, dropout=0.0))
+    return seeded_model(lambda: ScoredSAGE(g.ndata["feat"].shape[1]))
 
 
-def _score(pair, h):
+def _score(pair, h, predictor):
     with pair.local_scope():
         pair.ndata["h"] = h
-        pair.apply_edges(dgl.function.u_dot_v("h", "h", "s"))
-        return pair.edata["s"].squeeze(1)
+        pair.apply_edges(dgl.function.u_mul_v("h", "h", "m"))
+        return predictor(pair.edata["m"]).squeeze(1)
 
 
 def _loss(pos, neg):
@@ -86,7 +94,8 @@ def _exact_step(g, reverse, exclude):
     batches = []
     for input_nodes, pair, neg, blocks in loader:
         h = model(blocks, g.ndata["feat"][input_nodes])
-        loss = _loss(_score(pair, h), _score(neg, h))
+        predictor = model.module.predictor  # inside the parallelized model: synchronised
+        loss = _loss(_score(pair, h, predictor), _score(neg, h, predictor))
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -215,8 +224,8 @@ def _reference(batches_per_rank, exclude):
         if exclude == "reverse_id":
             g = dgl.remove_edges(full, torch.unique(torch.cat([eids, reverse[eids]])))
         h = model([g, g], g.ndata["feat"])
-        pos = (h[batch["pos"][0]] * h[batch["pos"][1]]).sum(1)
-        neg = (h[batch["neg"][0]] * h[batch["neg"][1]]).sum(1)
+        pos = model.predictor(h[batch["pos"][0]] * h[batch["pos"][1]]).squeeze(1)
+        neg = model.predictor(h[batch["neg"][0]] * h[batch["neg"][1]]).squeeze(1)
         losses.append(_loss(pos, neg))
     torch.stack(losses).mean().backward()
     with torch.no_grad():

@@ -5,7 +5,9 @@ rows of its own nodes, as for node classification. The batch's positive and nega
 touch nodes of any rank, so their rows are fetched once per step from the ranks that computed
 them (:class:`PairGather`: one request round for the ids, then one differentiable exchange of
 the rows, whose gradients go back to their owners in backward). The step's gather plan
-travels with the batch (``StepState.plan``).
+travels with the batch (``StepState.plan``). The loss may reach parameters that are not
+upstream of the rows (a scorer with weights), so the pass's gradients are averaged over the
+ranks after backward, as DDP does, rather than weighted on the rows.
 
 The message-passing graph is the whole graph at every step, so DGL's ``exclude`` (leaving a
 batch's edges out of its blocks) cannot be honoured and is refused: remove held-out edges
@@ -89,11 +91,10 @@ def pair_epoch(strategy: "GraNNDisStrategy", plan: LoaderPlan, spec: LoaderSpec,
     plan (collective: every rank takes ``plan.steps`` steps)."""
     session, first = strategy.session, strategy.plans[0]
     targets = first.nodes[:first.num_targets]
-    weight = 1.0 / session.world_size  # DDP's mean of the ranks' mean losses
     for eids in epoch_batches(session.rank, plan, spec, epoch):
         batch = spec.pairs(eids)
         owner = torch.as_tensor(strategy.pdir.book.owner(batch.nodes))
         gather = gather_plan(session.world, batch.nodes, owner, targets)
-        state = StepState(weight=weight, epoch=epoch, plan=gather)
+        state = StepState(epoch=epoch, plan=gather)
         yield EdgeStep(first.nodes, batch.pair_graph, batch.neg_pair_graph,
                        Blocks([lp.block for lp in first.layers], state))

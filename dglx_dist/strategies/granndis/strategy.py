@@ -47,7 +47,7 @@ from tqdm.auto import tqdm
 from dglx_dist.convs import ConvWrapper, adapter_for, graph_convs
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.partition.load import PartitionDir
-from dglx_dist.runtime.autograd import GradientSync, halo_exchange, scale_grad
+from dglx_dist.runtime.autograd import GradientSync, halo_exchange
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
@@ -157,6 +157,7 @@ class GraNNDisStrategy(Strategy):
         super().__init__(config)
         self.co_batches = max(config.co_batches, 1)
         self.full_graph = self.co_batches == 1
+        self._mean_pass = False  # set by a pair step's output in backward, read after it
 
     def with_layers(self, num_layers: int, batches: int | None = None) -> "GraNNDisStrategy":
         """Also resolves ``co_batches=-1`` to ``batches`` (a loader's batches per rank)."""
@@ -330,12 +331,19 @@ class GraNNDisStrategy(Strategy):
 
     def step_forward(self, model: nn.Module, blocks, x) -> torch.Tensor:
         """An edge loader's step: the rows of its pair nodes, fetched from the ranks that
-        computed them; any other step as every strategy's."""
+        computed them; any other step as every strategy's. A pair step's loss may reach
+        parameters that are not upstream of these rows (a scorer's), so its backward pass is
+        averaged over the ranks afterwards (as DDP does) instead of weighting the rows."""
         state = getattr(blocks, "state", None)
         if state is None or not isinstance(state.plan, PairGather):
             return super().step_forward(model, blocks, x)
         out = state.plan.rows(self.session.world, model(blocks, x))
-        return scale_grad(out, state.weight) if torch.is_grad_enabled() else out
+        if torch.is_grad_enabled() and out.requires_grad:
+            out.register_hook(self._average_pass)
+        return out
+
+    def _average_pass(self, grad: torch.Tensor) -> None:
+        self._mean_pass = True  # read when this backward pass ends (after_backward)
 
     def local_nodes(self) -> torch.Tensor:
         self._check_full_graph()
@@ -373,6 +381,13 @@ class GraNNDisStrategy(Strategy):
 
     def after_backward(self) -> None:
         """Sums the backward pass's gradients over the job (each rank's loss was weighted in
-        forward: 1 / world size, the mean of the ranks' mean losses)."""
-        self._sync.finish(self.session.all_reduce_by_server)
+        forward: 1 / world size, the mean of the ranks' mean losses), or averages them after
+        a pair step's pass."""
+        reduce = self.session.all_reduce_by_server
+        if self._mean_pass:
+            self._mean_pass = False
+            world = self.session.world_size
+            self._sync.finish(lambda flat: reduce(flat) / world)
+            return
+        self._sync.finish(reduce)
 
