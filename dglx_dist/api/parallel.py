@@ -4,10 +4,7 @@
 optimizer on ``model.parameters()`` and calls ``loss.backward()`` and ``opt.step()`` as
 before; what the strategy must do after backward (P3's slice gradients, GraNNDis's and
 Dorylus's gradient all-reduce, byte accounting) runs in a callback queued on autograd's
-engine by a hook on the model's output, so it happens at the end of ``loss.backward()``;
-what it needs to know of the gradients before the pass (``before_backward``) is noted at the
-forward, before any of the pass's gradients accumulate (a scorer's parameters after the
-model's output get theirs first).
+engine by a hook on the model's output, so it happens at the end of ``loss.backward()``.
 
 Two call forms, both the user's own:
 
@@ -121,10 +118,6 @@ class DistModel(nn.Module):
             blocks, x = strategy.full_graph_step(self._num_layers)
         else:
             blocks = graph if isinstance(graph, Blocks) else Blocks(graph)
-        if torch.is_grad_enabled():
-            # before any gradient of the coming backward pass accumulates: parameters after
-            # the model's output (a scorer's) get theirs before the output's hook runs
-            strategy.before_backward()
         with self._graph.session.peer_errors("forward (e.g. DDP's bucket broadcast)"):
             out = strategy.step_forward(self.wrapped, blocks, x)
         if torch.is_grad_enabled() and out.requires_grad:
@@ -134,6 +127,7 @@ class DistModel(nn.Module):
     def _on_output_grad(self, grad: torch.Tensor) -> None:
         if not self._queued:  # once per backward pass, however many outputs
             self._queued = True
+            self._graph.strategy.before_backward()
             torch.autograd.Variable._execution_engine.queue_callback(self._after_backward)
 
     def _after_backward(self) -> None:

@@ -156,8 +156,11 @@ class GradientSync:
     that several backward passes before one optimizer step (gradient accumulation) add up as
     they do under DDP, however the user zeroes gradients.
 
-    :meth:`start` (when the backward pass begins) notes the gradients held so far;
-    :meth:`finish` (when it has ended) replaces the pass's local contribution by its reduction.
+    :meth:`start` notes the gradients held before the pass, once per pass: a hook on every
+    parameter calls it before the pass's first gradient accumulates (parameters after the
+    model's output, a scorer's, get theirs before the output's gradient is known), and the
+    strategy may call it too; :meth:`finish` (when the pass has ended) replaces the pass's
+    local contribution by its reduction.
 
     Args:
         params: the parameters whose gradients are reduced.
@@ -166,9 +169,25 @@ class GradientSync:
     def __init__(self, params: Sequence[torch.Tensor]):
         self.params = list(params)
         self._before: list[torch.Tensor | None] | None = None
+        self._in_pass = False
+        for p in self.params:
+            p.register_hook(self._on_grad)
+
+    def _on_grad(self, grad: torch.Tensor) -> torch.Tensor:
+        self.start()
+        return grad
 
     def start(self) -> None:
+        """Notes the gradients held so far, unless this backward pass already did (called
+        during a backward pass)."""
+        if self._in_pass:
+            return
+        self._in_pass = True
         self._before = [None if p.grad is None else p.grad.detach().clone() for p in self.params]
+        torch.autograd.Variable._execution_engine.queue_callback(self._pass_ended)
+
+    def _pass_ended(self) -> None:
+        self._in_pass = False
 
     def finish(self, reduce: Callable[[torch.Tensor], torch.Tensor]) -> None:
         """``reduce(flat)``: the flat local contribution reduced over the ranks (collective)."""

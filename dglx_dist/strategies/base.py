@@ -153,8 +153,9 @@ class Strategy(abc.ABC):
         return [], None
 
     def before_backward(self) -> None:
-        """Called at each forward with gradients enabled, before any gradient of the backward
-        pass that follows it accumulates (e.g. to note the gradients held so far)."""
+        """Called when a backward pass reaches the model's output (parameters after it, a
+        scorer's, may have their gradients already: see
+        :class:`~dglx_dist.runtime.autograd.GradientSync`)."""
 
     def after_backward(self) -> None:
         """Called after every backward pass (e.g. to account traffic done by DDP)."""

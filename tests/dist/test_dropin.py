@@ -324,7 +324,8 @@ def _refused(session, cache, what):
 
 @pytest.mark.parametrize("what,expected", [
     ("graph", "the graph differs between ranks (ranks [1]"),
-    ("model", "strategy 'dorylus' runs GraphConv")])
+    ("model", "strategy 'dorylus' runs GATConv, GraphConv, SAGEConv convs; the model has "
+              "layers.0: GINConv")])
 def test_refusals_reach_every_rank(tmp_path, cache, what, expected):
     """A graph that differs between ranks, a model the strategy cannot run: every rank
     raises (nobody waits), each naming what was wrong."""
