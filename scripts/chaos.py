@@ -43,6 +43,7 @@ import psutil
 import torch
 
 from dglx_dist.checkpoint import find_latest
+from dglx_dist.cluster.procs import kill_group
 from dglx_dist.checkpoint.files import decode, read_file
 from dglx_dist.report import markdown_table
 
@@ -107,9 +108,7 @@ def one_run(args, work: Path, i: int, clean: dict[str, Any] | None, rng: random.
         except subprocess.TimeoutExpired:
             code = "timeout"
         finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            kill_group(proc)
     wall = time.monotonic() - t0
     text = out.read_text(errors="replace")
     records = [json.loads(line) for line in text.splitlines() if line.startswith('{"epoch"')]

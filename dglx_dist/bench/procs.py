@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import subprocess
 import time
 from pathlib import Path
+
+from dglx_dist.cluster.procs import kill_group
 
 __all__ = ["reap_groups", "run_group"]
 
@@ -33,11 +34,7 @@ def run_group(cmds: list[list[str]], env: dict[str, str], timeout: float,
     except subprocess.TimeoutExpired:
         log.error("timed out after %.0fs; killing the process groups", timeout)
         for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
+            kill_group(p)
         raise
     finally:
         left = reap_groups([p.pid for p in procs])

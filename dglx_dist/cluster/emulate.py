@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from dglx_dist.cluster.procs import kill_group
 from dglx_dist.errors import DglxError, InvalidValueError
 
 __all__ = ["LinkSpec", "PRESETS", "EmulationUnavailable", "EmulatedCluster", "NodeResult",
@@ -253,7 +254,7 @@ def run_job(servers: int, nproc_per_server: int, link: LinkSpec, target: Sequenc
             return _wait(procs, timeout)
     finally:
         for p in procs:
-            _kill_group(p)
+            kill_group(p)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
@@ -265,20 +266,11 @@ def _wait(procs: list[subprocess.Popen], timeout: float) -> list[NodeResult]:
         try:
             stdout, stderr = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            _kill_group(p)
+            kill_group(p)
             stdout, stderr = p.communicate()
             stderr += f"\n[dglx emulate] node {node} killed after the {timeout:g}s timeout"
         out.append(NodeResult(node, p.returncode, stdout, stderr))
     return out
-
-
-def _kill_group(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        p.wait()
 
 
 def leftovers() -> list[str]:
