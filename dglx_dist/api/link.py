@@ -23,14 +23,12 @@ from typing import Callable
 import dgl
 import torch
 
-from dglx_dist.api.agree import differing_ranks, ids_digest, on_every_rank
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.ndata import as_node_ids
 from dglx_dist.errors import InvalidValueError, NotSupportedError
-from dglx_dist.api.split import edge_share
 from dglx_dist.strategies.steps import EdgeBatch
 
-__all__ = ["EdgePairs", "is_edge_sampler", "own_edge_ids"]
+__all__ = ["EdgePairs", "is_edge_sampler"]
 
 _EXCLUDE = (None, "self", "reverse_id")
 
@@ -42,18 +40,6 @@ def is_edge_sampler(sampler) -> bool:
     return isinstance(sampler, EdgePredictionSampler)
 
 
-def own_edge_ids(graph: DistGraph, indices, use_ddp: bool) -> torch.Tensor:
-    """The edge loader's ids on this rank: its share when every rank passed the same ids
-    (or ``use_ddp``), else the ids as given (collective)."""
-    session = graph.session
-    ids = on_every_rank(session, "DataLoader", lambda: as_node_ids(
-        indices, graph.num_edges(), "DataLoader", kind="edge"))
-    same = not differing_ranks(session, ids_digest(ids))
-    if use_ddp or (same and session.world_size > 1):
-        return edge_share(torch.unique(ids), graph)
-    return ids
-
-
 class EdgePairs:
     """Builds a batch's pair graphs and exclusions from its edge ids (see the module
     docstring); collective when the negative sampler is (``GlobalUniform``)."""
@@ -62,7 +48,11 @@ class EdgePairs:
         self.graph, self.negative_sampler = graph, sampler.negative_sampler
         self._exclude = self._exclusion(graph, sampler.exclude, sampler.reverse_eids,
                                         sampler.reverse_etypes)
-        self.excludes = self._exclude is not None
+
+    @property
+    def excludes(self) -> bool:
+        """Whether the batches exclude edges from their blocks."""
+        return self._exclude is not None
 
     @staticmethod
     def _exclusion(graph: DistGraph, exclude, reverse_eids, reverse_etypes

@@ -30,9 +30,9 @@ import torch
 
 from dglx_dist.api.agree import differing_ranks, ids_digest, on_every_rank
 from dglx_dist.api.graph import DistGraph
-from dglx_dist.api.link import EdgePairs, is_edge_sampler, own_edge_ids
+from dglx_dist.api.link import EdgePairs, is_edge_sampler
 from dglx_dist.api.ndata import as_node_ids
-from dglx_dist.api.split import node_split
+from dglx_dist.api.split import edge_share, node_split
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 from dglx_dist.strategies.steps import EdgeStep, LoaderSpec, Step, sampled_epoch, sampled_plan
 
@@ -119,7 +119,7 @@ class DataLoader:
             graph, graph_sampler, batch_size))
         self.spec = LoaderSpec(fanouts, int(batch_size), bool(shuffle), bool(drop_last), seed,
                                pairs)
-        ids = own_edge_ids(graph, indices, use_ddp) if pairs else self._own_ids(indices, use_ddp)
+        ids = self._own_ids(indices, use_ddp, edges=pairs is not None)
         counts = session.world.all_gather(torch.tensor([ids.numel()]))
         batches = -(-int(max(int(c) for c in counts)) // self.spec.batch_size)
         # an edge loader's batches say nothing of how a strategy should cut the nodes
@@ -150,13 +150,16 @@ class DataLoader:
                                     "distdgl, p3, granndis and fullgraph; "
                                     "docs/link_prediction.md)")
 
-    def _own_ids(self, indices, use_ddp: bool) -> torch.Tensor:
+    def _own_ids(self, indices, use_ddp: bool, edges: bool) -> torch.Tensor:
+        """This rank's node (edge) ids: its share when every rank passed the same ids (or
+        ``use_ddp``), else the ids as given (collective)."""
         g, session = self.graph, self.graph.session
+        count, kind = (g.num_edges(), "edge") if edges else (g.num_nodes(), "node")
         ids = on_every_rank(session, "DataLoader",
-                            lambda: as_node_ids(indices, g.num_nodes(), "DataLoader"))
+                            lambda: as_node_ids(indices, count, "DataLoader", kind=kind))
         same = not differing_ranks(session, ids_digest(ids))
         if use_ddp or (same and session.world_size > 1):
-            return node_split(ids, g)
+            return edge_share(torch.unique(ids), g) if edges else node_split(ids, g)
         return ids
 
     def __len__(self) -> int:
