@@ -75,24 +75,29 @@ def test_collectives(tmp_path):
         assert out["server_max"] == float(2 * (r // 2) + 1)
 
 
-def _dies(session, victim, hang):
+def _dies(session, victim, hang, gave_up):
     session.world.all_reduce(torch.ones(1))
     if session.rank == victim:
-        if hang:
-            time.sleep(12)  # alive but stuck past the others' 4 s timeout
+        if hang:  # alive but stuck past the others' 4 s timeout: until both have given up
+            deadline = time.monotonic() + 12
+            while len(os.listdir(gave_up)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
         os._exit(3)
     t0 = time.monotonic()
     try:
         session.world.all_reduce(torch.ones(8))
     except PeerError as exc:
-        return {"ranks": exc.ranks, "message": str(exc), "seconds": time.monotonic() - t0}
+        out = {"ranks": exc.ranks, "message": str(exc), "seconds": time.monotonic() - t0}
+        open(os.path.join(gave_up, str(session.rank)), "w").close()
+        return out
     return {"ranks": None}
 
 
 @pytest.mark.parametrize("hang", [False, True], ids=["killed", "hung"])
 def test_failed_rank_is_named_on_every_survivor(tmp_path, hang):
-    res = run_workers(_dies, 3, tmp_path, 1, hang, env={"DGLX_TIMEOUT": "4"},
-                      expect_failure=[1], timeout=40)
+    (tmp_path / "gave-up").mkdir()
+    res = run_workers(_dies, 3, tmp_path / "run", 1, hang, str(tmp_path / "gave-up"),
+                      env={"DGLX_TIMEOUT": "4"}, expect_failure=[1], timeout=40)
     for r in (0, 2):
         assert res[r]["ranks"] == [1], res[r]
         assert "rank 1" in res[r]["message"]

@@ -85,6 +85,13 @@ def _fit(session, pdir_path, epochs, options, weight_decay=0.0):
         trainer.close()
 
 
+def _test_accs(session, pdir_path, epochs, runs, weight_decay):
+    """:func:`_fit` with each options dict of ``runs`` in turn, on the same ranks (one process
+    start for all); the test accuracy each ended with."""
+    return [_fit(session, pdir_path, epochs, dict(options), weight_decay)["history"][-1]
+            ["test_acc"] for options in runs]
+
+
 def _reference(epochs, kind="gcn", eps=1e-8):
     """Single-process full-graph DGL: the loss before each Adam step, and the final weights."""
     ds = read_dataset(builtin_path("cora"))
@@ -316,13 +323,11 @@ def test_async_reaches_sync_accuracy_on_cora(tmp_path, cora_parts):
     cheap. S=1 trains on one-update-stale weights most of the time and converges more slowly.
     On the fixture's fixed parts, four runs: sync 0.792 every time, S=0 0.788 to 0.792, S=1
     0.782 to 0.785 (which update a step sees stale still depends on timing)."""
-    acc = {}
-    for mode, staleness in (("sync", 0), ("async", 0), ("async", 1)):
-        opts = {"mode": mode, "staleness": staleness, "intervals": 4, "model_dropout": 0.5,
-                "row_normalize": True, "executor": "inline"}
-        res = run_workers(_fit, 2, tmp_path / f"{mode}{staleness}", str(cora_parts), 300, opts,
-                          5e-4)
-        acc[(mode, staleness)] = res[0]["history"][-1]["test_acc"]
+    modes = (("sync", 0), ("async", 0), ("async", 1))
+    runs = [{"mode": mode, "staleness": staleness, "intervals": 4, "model_dropout": 0.5,
+             "row_normalize": True, "executor": "inline"} for mode, staleness in modes]
+    res = run_workers(_test_accs, 2, tmp_path, str(cora_parts), 300, runs, 5e-4, timeout=300)
+    acc = dict(zip(modes, res[0]))
     sync = acc[("sync", 0)]
     for key, floor in ((("async", 0), 0.78), (("async", 1), 0.77)):
         assert acc[key] >= floor, acc
@@ -336,13 +341,12 @@ def test_async_gat_reaches_sync_accuracy_on_cora(tmp_path, cora_raw_parts):
     0.798, S=0 0.794-0.802, S=1 0.805-0.811. (With row-normalised features 30 epochs are too
     few: sync ended between 0.759 and 0.792 depending on the partition, whose node ids seed
     the dropout masks.)"""
-    acc = {}
-    for mode, staleness in (("sync", 0), ("async", 0), ("async", 1)):
-        opts = {"mode": mode, "staleness": staleness, "intervals": 4, "model": "gat",
-                "model_dropout": 0.6, "executor": "inline"}
-        res = run_workers(_fit, 2, tmp_path / f"{mode}{staleness}", str(cora_raw_parts), 30,
-                          opts, 5e-4)
-        acc[(mode, staleness)] = res[0]["history"][-1]["test_acc"]
+    modes = (("sync", 0), ("async", 0), ("async", 1))
+    runs = [{"mode": mode, "staleness": staleness, "intervals": 4, "model": "gat",
+             "model_dropout": 0.6, "executor": "inline"} for mode, staleness in modes]
+    res = run_workers(_test_accs, 2, tmp_path, str(cora_raw_parts), 30, runs, 5e-4,
+                      timeout=300)
+    acc = dict(zip(modes, res[0]))
     sync = acc[("sync", 0)]
     assert sync >= 0.77, acc
     for key in (("async", 0), ("async", 1)):
@@ -355,12 +359,12 @@ def test_async_sage_reaches_sync_accuracy_on_cora(tmp_path, cora_parts):
     100 epochs in sync mode and with bounded asynchrony S=0, tasks inline: >= 78% test
     accuracy and within 2 points of sync. Measured over 3 runs (2+ METIS partitions): sync
     0.795-0.798, S=0 0.793-0.796 (S=1, not tested here: 0.776-0.787)."""
-    acc = {}
-    for mode in ("sync", "async"):
-        opts = {"mode": mode, "staleness": 0, "intervals": 4, "model": "sage",
-                "model_dropout": 0.5, "row_normalize": True, "executor": "inline"}
-        res = run_workers(_fit, 2, tmp_path / mode, str(cora_parts), 100, opts, 5e-4)
-        acc[mode] = res[0]["history"][-1]["test_acc"]
+    modes = ("sync", "async")
+    runs = [{"mode": mode, "staleness": 0, "intervals": 4, "model": "sage",
+             "model_dropout": 0.5, "row_normalize": True, "executor": "inline"}
+            for mode in modes]
+    res = run_workers(_test_accs, 2, tmp_path, str(cora_parts), 100, runs, 5e-4, timeout=300)
+    acc = dict(zip(modes, res[0]))
     assert acc["sync"] >= 0.78 and acc["async"] >= 0.78, acc
     assert abs(acc["async"] - acc["sync"]) <= 0.02, acc
 

@@ -37,8 +37,11 @@ def test_datagen_then_partition(tmp_path):
 
 
 def test_demo_partitions_cora_with_every_partitioner():
-    r = dglx("demo")
+    """Then its training run (2 epochs here: its accuracy is the examples' and train tests')
+    prints its table and test accuracy."""
+    r = dglx("demo", "--epochs", 2)
     assert r.returncode == 0, r.stderr
+    assert "## distdgl training on 2 local processes" in r.stdout and "test accuracy: " in r.stdout
     table = r.stdout.split("every registered partitioner")[-1]
     for name in PARTITIONERS.names():
         assert f"| {name} | 4 |" in table

@@ -235,8 +235,10 @@ class Pipeline:
                 last_progress = now
             elif now - last_progress > self.timeout:
                 self._stalled(now - last_progress)
-            else:
+            elif self.ctl.in_flight:
                 self.ctl.wait_any(0.002)
+            else:  # waiting on peers' messages or the weight update: yield the core to them
+                time.sleep(0.0005)
         self._drain()
 
     def _take_results(self, its: list[_Interval], program: list[Stage], acc: dict) -> bool:
