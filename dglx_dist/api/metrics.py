@@ -11,7 +11,8 @@ from dglx_dist.memory import peak_rss_bytes
 from dglx_dist.runtime.session import Session, current_session
 from dglx_dist.strategies.epochs import EpochResult
 
-__all__ = ["all_reduce", "accuracy", "ranking_metrics", "epoch_record"]
+__all__ = ["all_reduce", "accuracy", "ranking_metrics", "ranking_from_scores",
+           "epoch_record"]
 
 _BYTES = ("sent_intra", "sent_inter", "recv_intra", "recv_inter")
 
@@ -47,43 +48,55 @@ def ranking_metrics(pos_score: torch.Tensor, neg_score: torch.Tensor,
                     ks: tuple[int, ...] = (1, 10, 50),
                     session: Session | None = None) -> dict[str, float]:
     """Link prediction's ranking metrics over every rank's positives (collective; ranks may
-    pass different numbers of rows, none included).
-
-    Each positive ``pos_score[i]`` is ranked against its own negatives ``neg_score[i]`` (K
-    per positive, the protocol of OGB's link-prediction datasets): rank = 1 + the negatives
-    scored above it + half of those tied with it. Returns ``mrr`` (mean of 1/rank),
-    ``hits@k`` (share with rank <= k) for each k in ``ks``, and ``auc``: the probability that
-    a positive outscores a negative (ties count half), over all positives and negatives of
-    all ranks (the ROC AUC).
+    pass different numbers of rows, none included): :func:`ranking_from_scores` of all
+    ranks' scores together.
 
     Args:
         pos_score: (N,) scores of the positive pairs.
         neg_score: (N, K) scores of each positive's negatives.
     """
     session = session or current_session()
+    pos, neg = _checked_scores(pos_score, neg_score)
+    every_pos = torch.cat(session.world.all_gather_v(pos))
+    every_neg = torch.cat(session.world.all_gather_v(neg))
+    return ranking_from_scores(every_pos, every_neg, ks)
+
+
+def _checked_scores(pos_score: torch.Tensor,
+                    neg_score: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     pos = pos_score.detach().reshape(-1).double()
     neg = neg_score.detach().double()
     if neg.dim() != 2 or neg.shape[0] != pos.numel():
         raise InvalidValueError(f"ranking_metrics: neg_score has shape {tuple(neg.shape)}; "
                                 f"expected ({pos.numel()}, K): K negatives per positive")
+    return pos, neg
+
+
+def ranking_from_scores(pos_score: torch.Tensor, neg_score: torch.Tensor,
+                        ks: tuple[int, ...] = (1, 10, 50)) -> dict[str, float]:
+    """The ranking metrics of scores held by one process (no communication).
+
+    Each positive ``pos_score[i]`` is ranked against its own negatives ``neg_score[i]`` (K
+    per positive, the protocol of OGB's link-prediction datasets): rank = 1 + the negatives
+    scored above it + half of those tied with it. Returns ``mrr`` (mean of 1/rank),
+    ``hits@k`` (share with rank <= k) for each k in ``ks``, and ``auc``: the probability that
+    a positive outscores a negative (ties count half), over all positives and negatives (the
+    ROC AUC).
+    """
+    pos, neg = _checked_scores(pos_score, neg_score)
+    n = pos.numel()
     above = (neg > pos[:, None]).sum(1).double()
     tied = (neg == pos[:, None]).sum(1).double()
     rank = 1.0 + above + tied / 2
-    sums = [float((1.0 / rank).sum())] + [float((rank <= k).sum()) for k in ks]
-    totals = all_reduce(torch.tensor(sums + [float(pos.numel())], dtype=torch.float64),
-                        session=session)
-    n = float(totals[-1])
-    out = {"mrr": float(totals[0]) / n if n else 0.0}
-    out.update({f"hits@{k}": float(t) / n if n else 0.0 for k, t in zip(ks, totals[1:-1])})
-    out["auc"] = _auc(session, pos, neg.reshape(-1))
+    out = {"mrr": float((1.0 / rank).mean()) if n else 0.0}
+    out.update({f"hits@{k}": float((rank <= k).double().mean()) if n else 0.0 for k in ks})
+    out["auc"] = _auc(pos, neg.reshape(-1))
     return out
 
 
-def _auc(session: Session, pos: torch.Tensor, neg: torch.Tensor) -> float:
-    """ROC AUC of all ranks' positive and negative scores (the Mann-Whitney statistic, with
-    tied scores given their average rank)."""
-    pos = torch.cat(session.world.all_gather_v(pos))
-    neg = torch.cat(session.world.all_gather_v(neg))
+def _auc(pos: torch.Tensor, neg: torch.Tensor) -> float:
+    """ROC AUC of positive and negative scores (the Mann-Whitney statistic, with tied scores
+    given their average rank)."""
     if not pos.numel() or not neg.numel():
         return 0.0
     scores = torch.cat([pos, neg])

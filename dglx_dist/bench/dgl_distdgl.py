@@ -38,19 +38,31 @@ def hyper(args, meta: dict[str, Any], row_norm: bool) -> list[str]:
             "--fanouts", args.fanouts, "--num-classes", str(meta["num_classes"])] + (
         ["--row-normalize"] if row_norm else []) + (  # dglx bench's options
         ["--model", args.model] if getattr(args, "model", None) else []) + (
-        ["--eval-val"] if getattr(args, "eval_val", False) else [])
+        ["--eval-val"] if getattr(args, "eval_val", False) else []) + _link_options(args)
 
 
-def partitions(kind: str, data: Path, workdir: Path, env: dict[str, str]) -> Path:
+def _link_options(args) -> list[str]:
+    if getattr(args, "task", "node") != "link":
+        return []
+    return ["--task", "link", "--negatives", str(args.negatives)] + (
+        ["--train-edges", str(args.train_edges)] if args.train_edges else [])
+
+
+def partitions(kind: str, data: Path, workdir: Path, env: dict[str, str],
+               link_seed: int | None = None) -> Path:
     """Our (``dglx partition --method metis --parts 2``) or DGL's (``partition_graph`` with
-    METIS and the same balance constraints) partitions of ``data``, cached in ``workdir``."""
-    out = workdir / f"{kind}-parts-{data_key(data)}"
+    METIS and the same balance constraints) partitions of ``data``, cached in ``workdir``;
+    with ``link_seed``, DGL's partitions of the link task's training graph split off ``data``
+    with that seed (:mod:`dglx_dist.bench.dgl_distdgl_link`)."""
+    task = "" if link_seed is None else f"link{link_seed}-"
+    out = workdir / f"{kind}-{task}parts-{data_key(data)}"
     done = out / ("partition.json" if kind == "ours" else "bench_partition_done.json")
     if not done.is_file():
         log.info("%s: partitioning %s -> %s", kind, data, out)
+        link = [] if link_seed is None else ["--task", "link", "--seed", str(link_seed)]
         cmd = ([sys.executable, "-m", "dglx_dist", "partition", str(data), str(out), "--method",
                 "metis", "--parts", "2", "--overwrite"] if kind == "ours" else
-               WORKER + ["partition", "--data", str(data), "--out", str(out)])
+               WORKER + ["partition", "--data", str(data), "--out", str(out)] + link)
         subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
     return out if kind == "ours" else out / "bench.json"
 
@@ -83,7 +95,8 @@ def _commands(args, part_config: Path, run_dir: Path, hyper_opts: list[str]) -> 
 def run_dgl(args, data: Path, meta: dict[str, Any], row_norm: bool, workdir: Path,
             env: dict[str, str]) -> dict[str, Any]:
     """DGL's DistDGL: 2 simulated machines, each one server + one trainer."""
-    part_config = partitions("dgl", data, workdir, env)
+    link = getattr(args, "task", "node") == "link"
+    part_config = partitions("dgl", data, workdir, env, args.seed if link else None)
     run_dir = workdir / "dgl-run"
     run_dir.mkdir(parents=True, exist_ok=True)
     for f in run_dir.glob("*.json"):
@@ -101,6 +114,10 @@ def run_dgl(args, data: Path, meta: dict[str, Any], row_norm: bool, workdir: Pat
     res = json.loads((run_dir / "trainer.json").read_text())
     servers = [json.loads((run_dir / f"server{m}.json").read_text())["peak_mb"]
                for m in range(2) if (run_dir / f"server{m}.json").is_file()]
+    if link:  # the records as they are (dglx train's fields), for the harness to summarise
+        return {"records": res["records"], "test": res["test"], "leftover_procs": left,
+                "peak_mem_mb": max(res["peak_mem_mb_train"]),
+                "server_peak_mb": max(servers) if servers else None}
     row = summarize_run("DGL DistDGL 2.1", res["records"], wall, test_acc=res["test_acc"],
                         peak=max(res["peak_mem_mb_train"]))
     row.update(server_peak_mb=max(servers) if servers else None, test_nodes=res["test_nodes"],

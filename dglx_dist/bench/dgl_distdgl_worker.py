@@ -66,6 +66,11 @@ def partition_main(args: argparse.Namespace) -> None:
     from dglx_dist.data import read_dataset, to_dgl
 
     t0 = time.perf_counter()
+    if args.task == "link":
+        from dglx_dist.bench.dgl_distdgl_link import partition_link
+
+        partition_link(args, GRAPH_NAME)
+        return _partitioned(args, t0)
     ds = read_dataset(args.data)
     g = to_dgl(ds)
     category = np.zeros(ds.num_nodes, dtype=np.int64)
@@ -74,6 +79,10 @@ def partition_main(args: argparse.Namespace) -> None:
     dgl.distributed.partition_graph(g, GRAPH_NAME, args.parts, args.out, part_method="metis",
                                     balance_ntypes=torch.from_numpy(category),
                                     balance_edges=True)
+    _partitioned(args, t0)
+
+
+def _partitioned(args: argparse.Namespace, t0: float) -> None:
     meta = {"seconds": round(time.perf_counter() - t0, 2), "peak_mb": round(status_mb(), 1)}
     Path(args.out, "bench_partition_done.json").write_text(json.dumps(meta))
 
@@ -237,6 +246,8 @@ def trainer_main(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(args.threads)
     g, nids = _setup(args)
+    if args.task == "link":
+        return _link_trainer(args, g)
     torch.manual_seed(args.seed)
     model = MODELS[args.model](g.ndata["feat"].shape[1], args.hidden, args.num_classes,
                                len(args.fanouts), dropout=args.dropout,
@@ -277,6 +288,23 @@ def trainer_main(args: argparse.Namespace) -> None:
     # DGL's atexit hook (exit_client) then tells the servers to shut down.
 
 
+def _link_trainer(args: argparse.Namespace, g) -> None:
+    """``--task link``: :func:`dglx_dist.bench.dgl_distdgl_link.train_link_dgl`; rank 0
+    writes its records, test metrics and the trainers' peak memory."""
+    import torch.distributed as dist
+
+    from dglx_dist.bench.dgl_distdgl_link import train_link_dgl
+
+    out = train_link_dgl(args, g, _reduce)
+    peaks = [0.0] * args.machines
+    peaks[args.machine] = status_mb()
+    out["peak_mem_mb_train"] = [round(p, 1) for p in _reduce(peaks, dist.ReduceOp.SUM)]
+    if dist.get_rank() == 0:
+        Path(args.result_dir, "trainer.json").write_text(json.dumps(out))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def _int_list(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
@@ -299,6 +327,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             ("--eval-fanouts", _int_list, [])):
         p.add_argument(flag, type=kind, default=default)
     p.add_argument("--row-normalize", action="store_true")
+    p.add_argument("--task", choices=("node", "link"), default="node",
+                   help="partition, trainer: node classification or link prediction "
+                        "(dglx_dist.bench.dgl_distdgl_link)")
+    p.add_argument("--negatives", type=int, default=1, help="--task link: per training edge")
+    p.add_argument("--train-edges", type=int, default=None,
+                   help="--task link: train on this many edges (default all)")
     p.add_argument("--model", default="sage", help="trainer: dglx_dist.models name (sage, gcn)")
     p.add_argument("--eval-val", action="store_true",
                    help="trainer: validation accuracy after every epoch (not in epoch_time)")

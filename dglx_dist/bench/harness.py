@@ -60,6 +60,13 @@ class Setup:
     """``virtual`` (DGLX_VIRTUAL_SERVERS on loopback) or ``emulated-<preset>`` (1g, 10g)."""
     timeout: float = 900.0
     workdir: Path = Path("bench-out/work")
+    task: str = "node"
+    """``node`` (classification) or ``link`` (prediction: ``batch_size`` is then training
+    edges per trainer per step)."""
+    negatives: int = 1
+    """``link``: uniform negatives per training edge."""
+    train_edges: int | None = None
+    """``link``: training edges per epoch (a seeded choice; None: all)."""
 
     @property
     def world(self) -> int:
@@ -86,7 +93,10 @@ def parse_records(stdout: str) -> list[dict[str, Any]]:
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Row fields from per-epoch records (epoch time and bytes: mean without the first epoch)."""
+    """Row fields from per-epoch records (epoch time and bytes: mean without the first epoch)
+    and the link task's closing record of test metrics (``test_*``), if any."""
+    final = {k: v for r in records if "epoch_time" not in r for k, v in r.items()}
+    records = [r for r in records if "epoch_time" in r]
     timed = records[1:] or records
     mean = lambda k: sum(r.get(k) or 0 for r in timed) / len(timed)  # noqa: E731
     return {"epoch_time": round(mean("epoch_time"), 4),
@@ -97,7 +107,16 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
             "peak_mem_mb": max(r.get("peak_mem_mb") or 0 for r in records),
             "val_acc_per_epoch": [r.get("val_acc") for r in records],
             "val_acc": records[-1].get("val_acc"), "test_acc": records[-1].get("test_acc"),
-            "steps": records[-1].get("steps"), "epochs": len(records)}
+            "steps": records[-1].get("steps"), "epochs": len(records)} | _ranking(records, final)
+
+
+def _ranking(records: list[dict[str, Any]], final: dict[str, Any]) -> dict[str, Any]:
+    """The link task's metrics: validation MRR per epoch and last, AUC last, and the tests'."""
+    if "val_mrr" not in records[-1] and not final:
+        return {}
+    return {"val_mrr_per_epoch": [r.get("val_mrr") for r in records],
+            "val_mrr": records[-1].get("val_mrr"), "val_auc": records[-1].get("val_auc"),
+            **final}
 
 
 def run_single(setup: Setup) -> dict[str, Any]:
@@ -124,18 +143,25 @@ def run_dgl_distdgl(setup: Setup) -> dict[str, Any]:
         timeout=setup.timeout, epochs=setup.epochs, hidden=setup.hidden, lr=setup.lr,
         dropout=setup.dropout, weight_decay=setup.weight_decay, seed=setup.seed,
         batch_size=setup.batch_size * setup.world // machines, fanouts=setup.fanouts,
-        model=setup.model, eval_val=True)
+        model=setup.model, eval_val=True, task=setup.task, negatives=setup.negatives,
+        train_edges=setup.train_edges)
     meta = {"num_classes": setup.num_classes}
     t0 = time.perf_counter()
     res = run_dgl(args, setup.data, meta, setup.row_normalize, setup.workdir, _env(setup))
+    note = (f"{machines} machines x 1 trainer, batch {args.batch_size}; trainer peak "
+            f"(+{res.get('server_peak_mb')} MB per server process); bytes not counted")
+    if setup.task == "link":
+        return summarize(res["records"] + [res["test"]]) | {
+            "peak_mem_mb": res["peak_mem_mb"], "bytes_inter": None, "bytes_intra": None,
+            "network": "loopback (not shaped)", "run_wall_s": round(time.perf_counter() - t0, 1),
+            "note": note + "; DGL 2.1's DistGraph ignores exclude_edges (blocks keep the "
+                           "batch's edges)"}
     records = [{"epoch_time": t, "val_acc": v} for t, v in
                zip(res["epoch_times"], res.get("val_accs") or [None] * res["epochs"])]
     row = summarize(records) | {"peak_mem_mb": res["peak_mem_mb"], "test_acc": res["test_acc"],
                                 "steps": res["steps"]}
     row.update(bytes_inter=None, bytes_intra=None, network="loopback (not shaped)",
-               run_wall_s=round(time.perf_counter() - t0, 1),
-               note=f"{machines} machines x 1 trainer, batch {args.batch_size}; trainer peak "
-                    f"(+{res.get('server_peak_mb')} MB per server process); bytes not counted")
+               run_wall_s=round(time.perf_counter() - t0, 1), note=note)
     return row
 
 
@@ -184,12 +210,20 @@ def run_strategy(name: str, setup: Setup, extra: dict[str, list[str]]) -> dict[s
               str(setup.dropout), "--weight-decay", str(setup.weight_decay), "--seed",
               str(setup.seed), "--cache-dir", str(setup.workdir.resolve() / "parts"),
               "--no-progress", *[a for o in options for a in ("--strategy-opt", o)]] + (
-        ["--row-normalize"] if setup.row_normalize else [])
+        ["--row-normalize"] if setup.row_normalize else []) + _link_flags(setup)
     t0 = time.perf_counter()
     stdout = (_emulated if setup.network.startswith("emulated-") else _virtual)(setup, target)
     return summarize(parse_records(stdout)) | {
         "network": setup.network, "run_wall_s": round(time.perf_counter() - t0, 1),
         "note": describe(name, options), "options": options}
+
+
+def _link_flags(setup: Setup) -> list[str]:
+    if setup.task != "link":
+        return []
+    return ["--task", "link", "--edge-batch-size", str(setup.batch_size), "--negatives",
+            str(setup.negatives)] + (
+        ["--train-edges", str(setup.train_edges)] if setup.train_edges else [])
 
 
 def _virtual(setup: Setup, target: list[str]) -> str:
@@ -216,13 +250,19 @@ def _emulated(setup: Setup, target: list[str]) -> str:
     return nodes[0].stdout
 
 
-def systems(extra: dict[str, list[str]]) -> dict[str, Callable[[Setup], dict[str, Any]]]:
-    """Every system by name: the two DGL baselines, then each registered strategy."""
+def systems(extra: dict[str, list[str]],
+            task: str = "node") -> dict[str, Callable[[Setup], dict[str, Any]]]:
+    """Every system by name that runs ``task``: the DGL baselines (``link``: DGL's DistDGL
+    alone), then each registered strategy (``link``: those whose ``link_prediction`` is set)."""
     from dglx_dist.strategies import STRATEGIES
 
     table: dict[str, Callable[[Setup], dict[str, Any]]] = {
         "dgl": run_single, "dgl-distdgl": run_dgl_distdgl}
+    if task == "link":
+        del table["dgl"]
     for name in STRATEGIES.names():
+        if task == "link" and not STRATEGIES.get(name).link_prediction:
+            continue
         table[name] = lambda setup, name=name: run_strategy(name, setup, extra)
     return table
 

@@ -28,6 +28,8 @@ class Preset:
     """Seeds per trainer per step."""
     servers: int
     ranks_per_server: int
+    train_edges: int
+    """``--task link``: training edges per epoch (a seeded choice of the training graph's)."""
 
     def __post_init__(self) -> None:
         small = [f.name for f in dataclasses.fields(self) if getattr(self, f.name) <= 0]
@@ -47,22 +49,23 @@ class Preset:
     def options(self) -> dict[str, Any]:
         """The command-line options it fills where none was given."""
         return {k: getattr(self, k) for k in ("epochs", "hidden", "lr", "batch_size", "servers",
-                                              "ranks_per_server")}
+                                              "ranks_per_server", "train_edges")}
 
 
 PRESETS: dict[str, Preset] = {
     # a few minutes on 2 cores: 7 runs of ~20-40 s, most of it start-up and partitioning
     "tiny": Preset(num_nodes=20_000, num_edges=300_000, feat_dim=128, num_classes=16, epochs=6,
-                   hidden=64, lr=0.01, batch_size=250, servers=2, ranks_per_server=1),
+                   hidden=64, lr=0.01, batch_size=250, servers=2, ranks_per_server=1,
+                   train_edges=16_000),
     # ~6 minutes on 2 cores (5.5 min measured)
     "small": Preset(num_nodes=200_000, num_edges=2_000_000, feat_dim=128, num_classes=16,
                     epochs=10, hidden=64, lr=0.01, batch_size=1000, servers=2,
-                    ranks_per_server=2),
+                    ranks_per_server=2, train_edges=48_000),
     # for a big machine (ogbn-products' shape: 2.45M nodes, 124M directed edges, 100
     # features, 47 classes); not run on the development machines
     "large": Preset(num_nodes=2_449_029, num_edges=123_718_280, feat_dim=100, num_classes=47,
                     epochs=5, hidden=256, lr=0.003, batch_size=1000, servers=4,
-                    ranks_per_server=4),
+                    ranks_per_server=4, train_edges=1_000_000),
 }
 NETWORKS = {"1g": "emulated-1g", "10g": "emulated-10g", "virtual": "virtual"}
 

@@ -8,10 +8,13 @@ from typing import Any
 from dglx_dist.errors import DglxError
 from dglx_dist.report import json_record, markdown_table
 
-__all__ = ["COLUMNS", "SWEEP_COLUMNS", "PlotUnavailable", "markdown", "plot", "write_jsonl"]
+__all__ = ["COLUMNS", "LINK_COLUMNS", "SWEEP_COLUMNS", "PlotUnavailable", "markdown", "plot", "write_jsonl"]
 
 COLUMNS = ("system", "network", "epoch_time", "time_to_accuracy", "bytes_inter", "bytes_intra",
            "peak_mem_mb", "val_acc", "test_acc", "steps", "note")
+LINK_COLUMNS = ("system", "network", "epoch_time", "bytes_inter", "bytes_intra", "peak_mem_mb",
+                "val_mrr", "test_mrr", "test_hits@10", "test_auc", "steps", "note")
+"""``--task link``'s table: ranking metrics instead of accuracy and time to accuracy."""
 SWEEP_COLUMNS = {  # per sweep: the columns worth a table
     "p3-feature": ("system", "feat_dim", "hidden", "epoch_time", "bytes_inter", "bytes_intra",
                    "test_acc"),
@@ -47,14 +50,20 @@ def _cells(r: dict[str, Any], columns) -> dict[str, Any]:
 def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     """The main table, its legend, and a table per sweep that ran."""
     main = [r for r in rows if "sweep" not in r]
+    setup = meta["setup"]
+    link = setup.get("task") == "link"
+    goal = (f"link prediction: {setup['train_edges']} training edges per epoch, "
+            f"{setup['negatives']} uniform negative(s) each; MRR, Hits@10 and AUC against 100 "
+            f"uniform negatives per held-out edge" if link else
+            f"time-to-accuracy target: val_acc >= {meta['target_acc']} "
+            f"({meta['target_fraction']} x single-process DGL's final)")
+    columns = LINK_COLUMNS if link else COLUMNS
     text = [f"# benchmark: {meta['command']}", "",
-            f"dataset {meta['dataset']}; model {meta['setup']['model']} "
-            f"({meta['setup']['layers']} layers, hidden {meta['setup']['hidden']}); "
-            f"{meta['setup']['servers']} servers x {meta['setup']['ranks_per_server']} "
-            f"rank(s) each; "
-            f"{meta['setup']['epochs']} epochs; time-to-accuracy target: val_acc >= "
-            f"{meta['target_acc']} ({meta['target_fraction']} x single-process DGL's final)",
-            "", markdown_table([_cells(r, COLUMNS) for r in main], COLUMNS)]
+            f"dataset {meta['dataset']}; model {setup['model']} "
+            f"({setup['layers']} layers, hidden {setup['hidden']}); "
+            f"{setup['servers']} servers x {setup['ranks_per_server']} rank(s) each; "
+            f"{setup['epochs']} epochs; {goal}",
+            "", markdown_table([_cells(r, columns) for r in main], columns)]
     sweeps = [r for r in rows if "sweep" in r]
     for name in dict.fromkeys(r["sweep"] for r in sweeps):
         mine = [r for r in sweeps if r["sweep"] == name]
@@ -107,19 +116,19 @@ def _bytes(ax, ok: list[dict[str, Any]]) -> None:
     ax.legend()
 
 
-def _accuracy(ax, ok: list[dict[str, Any]]) -> None:
+def _accuracy(ax, ok: list[dict[str, Any]], metric: str) -> None:
     xs = range(len(ok))
-    for i, key in enumerate(("val_acc", "test_acc")):
+    for i, key in enumerate((f"val_{metric}", f"test_{metric}")):
         ax.bar([x + (i - 0.5) * 0.4 for x in xs], [r.get(key) or 0 for r in ok], 0.4, label=key)
-    ax.set_title("final accuracy")
+    ax.set_title(f"final {metric}")
     ax.set_ylim(0, 1)
     ax.legend()
 
 
-def _curves(ax, ok: list[dict[str, Any]]) -> None:
+def _curves(ax, ok: list[dict[str, Any]], metric: str) -> None:
     for r in ok:
         t, acc, curve = 0.0, [], []
-        for dt, a in zip(r["epoch_times"], r["val_acc_per_epoch"]):
+        for dt, a in zip(r["epoch_times"], r[f"val_{metric}_per_epoch"]):
             t += dt
             if a is not None:
                 acc.append(a)
@@ -128,25 +137,31 @@ def _curves(ax, ok: list[dict[str, Any]]) -> None:
     if ok and ok[0].get("target_acc"):
         ax.axhline(ok[0]["target_acc"], color="grey", linestyle="--", label="target")
     ax.set_xlabel("training time (s)")
-    ax.set_title("validation accuracy")
+    ax.set_title(f"validation {metric}")
     ax.legend(fontsize=7)
 
 
 def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
-    """One figure: epoch time, time to accuracy, bytes per epoch, peak memory, accuracy.
+    """One figure: epoch time, time to accuracy (link: test AUC), bytes per epoch, peak
+    memory, accuracy (link: MRR).
 
     Raises:
         PlotUnavailable: matplotlib is not installed.
     """
     plt = _pyplot()
     ok = [r for r in rows if "sweep" not in r and "error" not in r]
+    metric = "mrr" if any("val_mrr" in r for r in ok) else "acc"
     fig, axes = plt.subplots(2, 3, figsize=(15, 8))
     _bars(axes[0][0], ok, "epoch_time", "epoch time (s)", "n/a")
-    _bars(axes[0][1], ok, "time_to_accuracy", "time to accuracy (s; n/r: not reached)", "n/r")
+    if metric == "mrr":  # the link task has no time-to-accuracy target
+        _bars(axes[0][1], ok, "test_auc", "test AUC", "n/a")
+    else:
+        _bars(axes[0][1], ok, "time_to_accuracy", "time to accuracy (s; n/r: not reached)",
+              "n/r")
     _bars(axes[1][0], ok, "peak_mem_mb", "peak memory of a rank (MB)", "n/a")
     _bytes(axes[0][2], ok)
-    _accuracy(axes[1][1], ok)
-    _curves(axes[1][2], ok)
+    _accuracy(axes[1][1], ok, metric)
+    _curves(axes[1][2], ok, metric)
     for ax in (axes[0][0], axes[0][1], axes[0][2], axes[1][0], axes[1][1]):
         ax.set_xticks(list(range(len(ok))))
         ax.set_xticklabels([r["system"] for r in ok], rotation=30, ha="right", fontsize=8)

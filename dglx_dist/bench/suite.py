@@ -45,7 +45,8 @@ def make_setup(args: argparse.Namespace, data: Path, network: str) -> Setup:
                  weight_decay=args.weight_decay, epochs=args.epochs, batch_size=args.batch_size,
                  fanouts=args.fanouts, seed=args.seed, row_normalize=row_norm,
                  servers=args.servers, ranks_per_server=args.ranks_per_server, network=network,
-                 timeout=args.timeout, workdir=args.out / "work")
+                 timeout=args.timeout, workdir=args.out / "work", task=args.task,
+                 negatives=args.negatives, train_edges=args.train_edges)
 
 
 def extra_options(items: list[str]) -> dict[str, list[str]]:
@@ -68,7 +69,7 @@ def run_all(args: argparse.Namespace, setup: Setup) -> list[dict[str, Any]]:
     """Runs the selected systems one after the other (tqdm over the runs)."""
     from tqdm import tqdm
 
-    table = systems(extra_options(args.strategy_opt))
+    table = systems(extra_options(args.strategy_opt), args.task)
     rows = []
     bar = tqdm(args.systems or list(table), desc="bench runs", unit="run")
     for name in bar:

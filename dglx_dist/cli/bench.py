@@ -54,7 +54,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=number(int, 2), help="at least 2: the first is warm-up")
     p.add_argument("--hidden", type=number(int, 1))
     p.add_argument("--lr", type=number(float, 0, low_open=True))
-    p.add_argument("--batch-size", type=number(int, 1), help="seeds per trainer per step")
+    p.add_argument("--task", choices=("node", "link"), default="node",
+                   help="node classification, or link prediction on the dataset's edges "
+                        "(DGL's DistDGL and the strategies that train it)")
+    p.add_argument("--batch-size", type=number(int, 1),
+                   help="seeds (--task link: training edges) per trainer per step")
+    p.add_argument("--negatives", type=number(int, 1), default=1,
+                   help="--task link: uniform negatives per training edge")
+    p.add_argument("--train-edges", type=number(int, 1),
+                   help="--task link: training edges per epoch (a seeded choice)")
     p.add_argument("--servers", type=number(int, 1))
     p.add_argument("--ranks-per-server", type=number(int, 1))
     p.add_argument("--dropout", type=number(float, 0, 1, high_open=True), default=0.5)
@@ -96,10 +104,12 @@ def _check(args: argparse.Namespace, sweeps) -> None:
 
     if args.model not in MODELS:
         raise InvalidValueError(f"--model {args.model!r}: choose from {', '.join(MODELS)}")
-    table = systems(extra_options(args.strategy_opt))
+    table = systems(extra_options(args.strategy_opt), args.task)
     unknown = [s for s in args.systems or () if s not in table]
     if unknown:
-        raise InvalidValueError(f"--systems: unknown {', '.join(unknown)}; choose from "
+        what = ("unknown" if args.task == "node" or set(unknown) - set(systems({}))
+                else "not for --task link (their strategies do not train it):")
+        raise InvalidValueError(f"--systems: {what} {', '.join(unknown)}; choose from "
                                 f"{', '.join(table)}")
 
 

@@ -85,7 +85,7 @@ def _cmd_train_link(args: argparse.Namespace) -> int:
     graph = to_dgl(read_dataset(resolve_dataset(args.data or "cora")))
     config = LinkConfig(args.epochs, args.edge_batch_size, args.lr, args.weight_decay,
                         args.negatives, eval_every=args.eval_every, seed=args.seed,
-                        progress=not args.no_progress)
+                        progress=not args.no_progress, train_edges=args.train_edges)
     with init(backend=args.backend) as session:
         torch.manual_seed(args.seed)
         layers = strategy.num_layers() or args.layers
@@ -131,6 +131,9 @@ def _add_train(p: argparse.ArgumentParser) -> None:
                    help="--task link: training edges per rank per step")
     p.add_argument("--negatives", type=number(int, 1), default=1,
                    help="--task link: uniform negatives per training edge")
+    p.add_argument("--train-edges", type=number(int, 1), metavar="N",
+                   help="--task link: train on N of the training edges (a seeded random "
+                        "choice, the same every epoch; default all)")
     p.add_argument("--strategy", default="distdgl", help="registered strategy (default distdgl)")
     p.add_argument("--strategy-opt", action="append", metavar="KEY=VALUE",
                    help="strategy option, repeatable (see docs/strategies)")

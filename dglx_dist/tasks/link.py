@@ -4,8 +4,9 @@
   dropped) and cut 85/5/10 by the seed into training, validation and test pairs. The
   training graph holds both directions of each training pair (edge e's reverse is e + E, mod
   2E), so held-out pairs never pass messages.
-* Training: a step scores a batch of training edges and ``negatives`` uniform negatives per
-  edge by the dot product of the model's embeddings (binary cross-entropy). Where the strategy
+* Training: a step scores a batch of training edges (all of them each epoch, or a seeded
+  random ``train_edges`` of them, the same every epoch) and ``negatives`` uniform negatives
+  per edge by the dot product of the model's embeddings (binary cross-entropy). Where the strategy
   samples blocks (distdgl, p3) the batch's edges and their reverses are left out of them
   (DGL's ``exclude="reverse_id"``); the full-graph strategies pass messages over the whole
   training graph.
@@ -13,8 +14,9 @@
   each rank scoring its share of the pairs from the shared embeddings;
   :func:`~dglx_dist.api.ranking_metrics` gives MRR, Hits@K and AUC over every rank.
 
-One JSON line per epoch (``task``, ``epoch``, ``loss``, ``epoch_time``, ``steps``, and the
-validation metrics when evaluated) and one with the test metrics at the end.
+One JSON line per epoch (``task`` and the fields of node classification's records from
+:func:`~dglx_dist.api.metrics.epoch_record`: ``epoch_time``, ``steps``, ``loss``, bytes,
+memory; then the validation metrics when evaluated) and one with the test metrics at the end.
 """
 from __future__ import annotations
 
@@ -28,7 +30,10 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-__all__ = ["LinkConfig", "split_pairs", "train_link"]
+from dglx_dist.api.metrics import epoch_record
+from dglx_dist.strategies.epochs import EpochResult
+
+__all__ = ["LinkConfig", "split_pairs", "train_edge_ids", "train_link"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +49,9 @@ class LinkConfig:
     eval_every: int = 1
     seed: int = 0
     progress: bool = True
+    train_edges: int | None = None
+    """Train on this many of the training graph's edges (a seeded random choice, the same
+    every epoch); None: all of them."""
 
 
 def split_pairs(g: dgl.DGLGraph, seed: int):
@@ -90,10 +98,19 @@ def _evaluate(model, g, pairs, k: int, seed: int) -> dict[str, float]:
     return ranking_metrics(pos, negative, ks=(1, 10, 50))
 
 
-def _epoch(model, g, loader, opt, desc: str, progress: bool) -> tuple[float, int]:
-    """One epoch of training steps: the sum of the step losses and the steps taken."""
-    total, steps = 0.0, 0
-    for input_nodes, pair, neg, blocks in tqdm(loader, desc=desc, leave=False,
+def train_edge_ids(num_edges: int, config: LinkConfig) -> torch.Tensor:
+    """The training graph's edges an epoch trains on (:attr:`LinkConfig.train_edges`)."""
+    if config.train_edges is None or config.train_edges >= num_edges:
+        return torch.arange(num_edges)
+    gen = torch.Generator().manual_seed(config.seed + 3)
+    return torch.randperm(num_edges, generator=gen)[:config.train_edges].sort().values
+
+
+def _epoch(model, g, loader, opt, epoch: int, progress: bool) -> EpochResult:
+    """One epoch of training steps on this rank."""
+    start = time.perf_counter()
+    total, steps, samples = 0.0, 0, 0
+    for input_nodes, pair, neg, blocks in tqdm(loader, desc=f"epoch {epoch}", leave=False,
                                                disable=not progress):
         h = model(blocks, g.ndata["feat"][input_nodes])
         pos, negative = _scores(pair, h), _scores(neg, h)
@@ -103,8 +120,8 @@ def _epoch(model, g, loader, opt, desc: str, progress: bool) -> tuple[float, int
         opt.zero_grad()
         loss.backward()
         opt.step()
-        total, steps = total + float(loss), steps + 1
-    return total, steps
+        total, steps, samples = total + float(loss), steps + 1, samples + pair.num_edges()
+    return EpochResult(epoch, time.perf_counter() - start, steps, samples, total)
 
 
 def train_link(graph: dgl.DGLGraph, strategy, model: torch.nn.Module, config: LinkConfig,
@@ -125,18 +142,15 @@ def train_link(graph: dgl.DGLGraph, strategy, model: torch.nn.Module, config: Li
     sampler = dglx_dist.as_edge_prediction_sampler(
         node_sampler, exclude=exclude, reverse_eids=reverse if exclude else None,
         negative_sampler=dglx_dist.negative_sampler.Uniform(config.negatives))
-    loader = dglx_dist.DataLoader(g, torch.arange(g.num_edges()), sampler,
+    loader = dglx_dist.DataLoader(g, train_edge_ids(g.num_edges(), config), sampler,
                                   batch_size=config.batch_size, shuffle=True, seed=config.seed)
     opt = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    main = g.session.is_main
+    session = g.session
     for epoch in range(config.epochs):
-        start = time.perf_counter()
-        total, steps = _epoch(model, g, loader, opt, f"epoch {epoch}", config.progress and main)
-        wall = dglx_dist.all_reduce(time.perf_counter() - start, op="max")
-        loss = dglx_dist.all_reduce(total / max(steps, 1), op="mean")
-        record = {"task": "link", "epoch": epoch, "strategy": g.strategy.registered_name,
-                  "world_size": g.session.world_size, "steps": steps,
-                  "loss": round(float(loss), 5), "epoch_time": round(float(wall), 4)}
+        before = session.counter.snapshot()
+        result = _epoch(model, g, loader, opt, epoch, config.progress and session.is_main)
+        record = {"task": "link", **epoch_record(result, before, session.counter.snapshot(),
+                                                 g.strategy.registered_name, session=session)}
         last = epoch == config.epochs - 1
         if config.eval_every and ((epoch + 1) % config.eval_every == 0 or last):
             metrics = _evaluate(model, g, val, config.eval_negatives, config.seed + 1)

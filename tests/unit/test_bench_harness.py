@@ -101,6 +101,8 @@ def test_strategy_opt_needs_a_strategy_name():
 @pytest.mark.parametrize("argv, words", [
     (["--sweeps"], "python scripts/bench.py --sweeps"),
     (["--systems", "dgl,nosuch"], "unknown nosuch; choose from dgl, dgl-distdgl"),
+    (["--task", "link", "--systems", "dorylus"],
+     "not for --task link (their strategies do not train it): dorylus; choose from dgl-"),
     (["--strategy-opt", "p3"], "expected NAME:KEY=VALUE"),
     (["--model", "nosuch"], "--model 'nosuch': choose from"),
     (["--replot"], "no results.jsonl in"),
@@ -132,3 +134,39 @@ def test_replot_rewrites_the_table(tmp_path, capsys):
     assert main(["bench", "--replot", "--no-plot", "--out", str(tmp_path)]) == 0
     assert "| dgl | none (1 process) |" in (tmp_path / "results.md").read_text()
     assert "# benchmark: dglx bench --preset tiny" in capsys.readouterr().out
+
+
+def test_summarize_link_records_keeps_ranking_metrics():
+    records = [_record(4.0, val_mrr=0.2, val_auc=0.7), _record(2.0, val_mrr=0.3, val_auc=0.8),
+               {"test_mrr": 0.31, "test_hits@10": 0.6, "test_auc": 0.81}]
+    row = summarize(records)
+    assert row["epochs"] == 2 and row["epoch_time"] == 2.0  # the test record is no epoch
+    assert row["val_mrr_per_epoch"] == [0.2, 0.3] and row["val_mrr"] == 0.3
+    assert (row["val_auc"], row["test_mrr"], row["test_auc"]) == (0.8, 0.31, 0.81)
+    assert "val_mrr" not in summarize([_record(1.0, 0.5)])  # node records: no ranking fields
+
+
+def test_link_systems_are_those_that_train_it():
+    from dglx_dist.bench.harness import systems
+    from dglx_dist.strategies import STRATEGIES
+
+    node, link = systems({}), systems({}, "link")
+    assert "dgl" in node and "dorylus" in node
+    assert set(link) == {"dgl-distdgl"} | {n for n in STRATEGIES.names()
+                                           if STRATEGIES.get(n).link_prediction}
+    assert {"distdgl", "p3", "granndis"} <= set(link) and "dorylus" not in link
+
+
+def test_markdown_of_a_link_run_shows_ranking_columns():
+    from dglx_dist.bench.report import LINK_COLUMNS
+
+    rows = [{"system": "distdgl", "network": "virtual", "epoch_time": 1.0, "val_mrr": 0.3,
+             "test_mrr": 0.31, "test_hits@10": 0.6, "test_auc": 0.81, "bytes_inter": 2048}]
+    meta = {"command": "dglx bench --task link", "dataset": "d", "target_acc": None,
+            "target_fraction": 0.95, "setup": {"model": "gcn", "layers": 2, "hidden": 64,
+                                               "servers": 2, "ranks_per_server": 1,
+                                               "epochs": 2, "task": "link",
+                                               "train_edges": 100, "negatives": 1}}
+    text = markdown(rows, meta)
+    assert "| " + " | ".join(LINK_COLUMNS) + " |" in text and "time-to-accuracy" not in text
+    assert "| distdgl | virtual | 1 | 2,048 |  |  | 0.3 | 0.31 | 0.6 | 0.81 |" in text

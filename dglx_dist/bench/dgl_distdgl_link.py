@@ -1,0 +1,204 @@
+"""DGL's own DistDGL training link prediction (``--task link`` of the worker,
+:mod:`dglx_dist.bench.dgl_distdgl_worker`): the same split, model, negatives and ranking
+protocol as ``dglx train --task link`` (:mod:`dglx_dist.tasks.link`), run through DGL's
+``DistEdgeDataLoader`` as DGL's distributed link-prediction example does.
+
+* ``partition``: :func:`~dglx_dist.tasks.link.split_pairs` of the dataset, then DGL's
+  ``partition_graph`` of the training graph (METIS, edges balanced). DGL renumbers nodes and
+  edges; the maps from original to DGL ids, the reverse edge ids in DGL's numbering, and the
+  held-out pairs (original ids) are saved beside the partitions as ``.npy`` files.
+* ``trainer``: ``DistEdgeDataLoader`` over the trainer's share of the training edges
+  (``edge_split``) with ``NeighborSampler``, ``Uniform(negatives)`` and
+  ``exclude="reverse_id"``; DDP; binary cross-entropy on dot products. DGL 2.1's
+  ``DistGraph.sample_neighbors`` takes ``exclude_edges`` and ignores it
+  (``dgl/distributed/dist_graph.py``), so DGL's blocks keep the batch's edges; ours leave
+  them out.
+* evaluation: every trainer computes its nodes' embeddings with full neighbourhoods into a
+  ``DistTensor``; each scores its share of the held-out pairs against the same negatives
+  ``dglx train`` draws (original ids, mapped to DGL's), and every trainer's scores are
+  gathered for :func:`~dglx_dist.api.metrics.ranking_from_scores`.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ARRAYS", "link_config", "partition_link", "train_link_dgl"]
+
+ARRAYS = ("new_nid", "new_eid", "reverse", "val_u", "val_v", "test_u", "test_v")
+"""The ``.npy`` files ``partition`` writes beside DGL's partitions (``link_<name>.npy``)."""
+
+
+def link_config(args: argparse.Namespace):
+    """The :class:`~dglx_dist.tasks.link.LinkConfig` of the worker's options."""
+    from dglx_dist.tasks.link import LinkConfig
+
+    return LinkConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+                      weight_decay=args.weight_decay, negatives=args.negatives,
+                      seed=args.seed, progress=False, train_edges=args.train_edges)
+
+
+def partition_link(args: argparse.Namespace, graph_name: str) -> None:
+    """Splits the dataset's edges as ``dglx train --task link`` does and partitions the
+    training graph with DGL; writes the id maps and held-out pairs."""
+    import dgl
+    import torch
+
+    from dglx_dist.data import read_dataset, to_dgl
+    from dglx_dist.tasks.link import split_pairs
+
+    train_g, reverse, val, test = split_pairs(to_dgl(read_dataset(args.data)), args.seed)
+    orig_nid, orig_eid = dgl.distributed.partition_graph(
+        train_g, graph_name, args.parts, args.out, part_method="metis", balance_edges=True,
+        return_mapping=True)
+    new_nid, new_eid = _inverse(orig_nid), _inverse(orig_eid)
+    arrays = {"new_nid": new_nid, "new_eid": new_eid,
+              "reverse": new_eid[reverse[orig_eid]],  # DGL edge e's reverse, in DGL's ids
+              "val_u": val[0], "val_v": val[1], "test_u": test[0], "test_v": test[1]}
+    for name, value in arrays.items():
+        np.save(Path(args.out, f"link_{name}.npy"), torch.as_tensor(value).numpy())
+
+
+def _inverse(perm):
+    import torch
+
+    out = torch.empty_like(perm)
+    out[perm] = torch.arange(perm.numel(), dtype=perm.dtype)
+    return out
+
+
+def _arrays(part_config: str) -> dict[str, Any]:
+    import torch
+
+    root = Path(part_config).parent
+    return {n: torch.from_numpy(np.load(root / f"link_{n}.npy")) for n in ARRAYS}
+
+
+def _scores(pair, h):
+    import dgl
+
+    with pair.local_scope():
+        pair.ndata["h"] = h
+        pair.apply_edges(dgl.function.u_dot_v("h", "h", "s"))
+        return pair.edata["s"].squeeze(1)
+
+
+def _epoch(g, loader, model, opt) -> tuple[float, int, float]:
+    """One epoch of DGL's link-prediction loop: wall time, steps, mean loss."""
+    import torch
+    import torch.nn.functional as F
+
+    t0, steps, total = time.perf_counter(), 0, 0.0
+    with model.join():
+        for input_nodes, pair, neg, blocks in loader:
+            h = model(blocks, g.ndata["feat"][input_nodes])
+            pos, negative = _scores(pair, h), _scores(neg, h)
+            labels = torch.cat([torch.ones_like(pos), torch.zeros_like(negative)])
+            loss = F.binary_cross_entropy_with_logits(torch.cat([pos, negative]), labels)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total, steps = total + float(loss), steps + 1
+    return time.perf_counter() - t0, steps, total / max(steps, 1)
+
+
+def _embeddings(g, model, layers: int, hidden: int, name: str):
+    """Every node's output row with full neighbourhoods, in a DistTensor (collective)."""
+    import dgl
+    import torch
+    import torch.distributed as dist
+
+    emb = dgl.distributed.DistTensor((g.num_nodes(), hidden), torch.float32, name=name)
+    mine = dgl.distributed.node_split(torch.ones(g.num_nodes(), dtype=torch.bool),
+                                      g.get_partition_book(), force_even=True)
+    loader = dgl.dataloading.DistNodeDataLoader(
+        g, mine, dgl.dataloading.MultiLayerFullNeighborSampler(layers), batch_size=4096,
+        shuffle=False, drop_last=False)
+    model.eval()
+    with torch.no_grad():
+        for input_nodes, seeds, blocks in loader:
+            emb[seeds] = model(blocks, g.ndata["feat"][input_nodes])
+    model.train()
+    dist.barrier()
+    return emb
+
+
+def _evaluate(g, model, arrays, which: str, config, seed: int, layers: int, hidden: int,
+              epoch: int) -> dict[str, float]:
+    """Ranking metrics of the held-out pairs ``which`` (val, test) against the negatives
+    ``dglx train --task link`` draws for them (after ``epoch``)."""
+    import torch
+    import torch.distributed as dist
+
+    from dglx_dist.api.metrics import ranking_from_scores
+    from dglx_dist.sampling import even_chunk
+
+    emb = _embeddings(g, model, layers, hidden, f"link_emb_{which}_{epoch}")
+    u, v = arrays[f"{which}_u"], arrays[f"{which}_v"]
+    gen = torch.Generator().manual_seed(seed)  # as tasks.link._evaluate, in original ids
+    neg = torch.randint(0, g.num_nodes(), (u.numel(), config.eval_negatives), generator=gen)
+    mine = even_chunk(torch.arange(u.numel()), dist.get_world_size(), dist.get_rank())
+    to_dgl = arrays["new_nid"]
+    hu, hv = emb[to_dgl[u[mine]]], emb[to_dgl[v[mine]]]
+    hn = emb[to_dgl[neg[mine].reshape(-1)]].reshape(mine.numel(), config.eval_negatives, -1)
+    pos, negative = (hu * hv).sum(1), (hu.unsqueeze(1) * hn).sum(2)
+    return ranking_from_scores(_gather(pos), _gather(negative), ks=(1, 10, 50))
+
+
+def _gather(t):
+    """Every trainer's rows of ``t``, in rank order (rows may differ by trainer)."""
+    import torch
+    import torch.distributed as dist
+
+    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size())]
+    dist.all_gather(sizes, torch.tensor([t.shape[0]]))
+    padded = torch.zeros((int(max(sizes)), *t.shape[1:]), dtype=t.dtype)
+    padded[:t.shape[0]] = t
+    every = [torch.empty_like(padded) for _ in sizes]
+    dist.all_gather(every, padded)
+    return torch.cat([e[:int(n)] for e, n in zip(every, sizes)])
+
+
+def train_link_dgl(args: argparse.Namespace, g, reduce) -> dict[str, Any]:
+    """DGL's DistDGL link-prediction loop on ``g`` (a DistGraph); returns the per-epoch
+    records and the test metrics (every trainer). ``reduce(values, op)``: all-reduce."""
+    import dgl
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from dglx_dist.models import MODELS
+    from dglx_dist.tasks.link import train_edge_ids
+
+    config, arrays, layers = link_config(args), _arrays(args.part_config), len(args.fanouts)
+    torch.manual_seed(args.seed)
+    model = MODELS[args.model](g.ndata["feat"].shape[1], args.hidden, args.hidden, layers,
+                               dropout=args.dropout, row_normalize=args.row_normalize)
+    ddp = DistributedDataParallel(model)
+    opt = torch.optim.Adam(ddp.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    dgl.seed(args.seed * 7919 + args.machine)
+    chosen = torch.zeros(g.num_edges(), dtype=torch.bool)
+    chosen[arrays["new_eid"][train_edge_ids(g.num_edges(), config)]] = True
+    sampler = dgl.dataloading.NeighborSampler(args.fanouts)
+    loader = dgl.dataloading.DistEdgeDataLoader(
+        g, dgl.distributed.edge_split(chosen, g.get_partition_book(), force_even=True),
+        sampler, exclude="reverse_id", reverse_eids=arrays["reverse"],
+        negative_sampler=dgl.dataloading.negative_sampler.Uniform(config.negatives),
+        batch_size=config.batch_size, shuffle=True, drop_last=False)
+    records = []
+    for epoch in range(config.epochs):
+        wall, steps, loss = _epoch(g, loader, ddp, opt)
+        maxes = reduce([wall, steps], dist.ReduceOp.MAX)
+        records.append({"epoch": epoch, "epoch_time": round(maxes[0], 4),
+                        "steps": int(maxes[1]),
+                        "loss": round(reduce([loss], dist.ReduceOp.SUM)[0] / args.machines, 5)})
+        metrics = _evaluate(g, model, arrays, "val", config, config.seed + 1, layers,
+                            args.hidden, epoch)
+        records[-1].update({f"val_{k}": round(m, 4) for k, m in metrics.items()})
+    test = _evaluate(g, model, arrays, "test", config, config.seed + 2, layers, args.hidden,
+                     config.epochs)
+    return {"records": records, "test": {f"test_{k}": round(m, 4) for k, m in test.items()}}
