@@ -170,6 +170,7 @@ def test_bad_input_is_one_line_not_a_traceback_per_rank(tmp_path):
     lines = [line for line in r.stderr.splitlines() if line.startswith("dglx_dist error")]
     assert lines == ["dglx_dist error on rank 1: InvalidValueError: DataLoader: batch_size 0; "
                      "expected >= 1 (at bad.py:7)"], r.stderr[-3000:]
-    # torchrun's closing summary quotes each rank's line (its error file), not its @record hint
-    assert "traceback : dglx_dist error on rank 1: InvalidValueError" in r.stderr
+    # torchrun's closing summary quotes a rank's line (its error file), not its @record hint;
+    # which rank's it calls the root cause depends on which the agent saw exit first
+    assert "traceback : dglx_dist error on rank " in r.stderr
     assert f'File "{script}"' not in r.stderr, r.stderr[-3000:]  # no rank's traceback
