@@ -190,14 +190,15 @@ def model_mismatch(name: str, setup: Setup) -> str | None:
             f"uses {', '.join(sorted(convs))} (choose --model gcn to include it)")
 
 
-def describe(name: str, options: list[str]) -> str:
+def describe(name: str, options: list[str], task: str = "node") -> str:
     """How the strategy batches under these options (from its capability flags)."""
     from dglx_dist.strategies import STRATEGIES
 
     strategy = STRATEGIES.build(name, **dict(o.split("=", 1) for o in options))
     fields = {f.name for f in dataclasses.fields(strategy.config)}
     if strategy.full_graph:
-        return "full-graph: full neighbourhoods, one step per epoch"
+        return ("full-graph: full neighbourhoods, one step per epoch" if task == "node" else
+                "full-graph: every node's embedding each step, the batch's pairs scored")
     return "sampled mini-batches" if "fanouts" in fields else "its own batching"
 
 
@@ -215,7 +216,7 @@ def run_strategy(name: str, setup: Setup, extra: dict[str, list[str]]) -> dict[s
     stdout = (_emulated if setup.network.startswith("emulated-") else _virtual)(setup, target)
     return summarize(parse_records(stdout)) | {
         "network": setup.network, "run_wall_s": round(time.perf_counter() - t0, 1),
-        "note": describe(name, options), "options": options}
+        "note": describe(name, options, setup.task), "options": options}
 
 
 def _link_flags(setup: Setup) -> list[str]:
