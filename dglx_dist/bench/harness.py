@@ -28,8 +28,8 @@ from dglx_dist.errors import RunFailedError
 from dglx_dist.runtime.env import free_local_port
 
 __all__ = ["REDUCERS", "STRATEGY_OPTIONS", "Setup", "add_time_to_accuracy", "attempt",
-           "first_reached", "launch", "parse_records", "reduce_records", "run_strategy",
-           "run_system", "summarize", "systems"]
+           "first_reached", "launch", "parse_records", "reduce_records", "run_env",
+           "run_strategy", "run_system", "summarize", "systems"]
 
 log = logging.getLogger("dglx_dist.bench")
 # per-strategy option overrides (KEY=VALUE as for --strategy-opt); empty: every strategy runs
@@ -192,7 +192,8 @@ def run_strategy(name: str, setup: Setup, extra: dict[str, list[str]],
     records made a row by ``summary``."""
     options = strategy_options(name, setup, extra)
     target = ["-m", "dglx_dist", "train", "--strategy", name, "--model", setup.model,
-              "--data", str(setup.data), "--epochs", str(setup.epochs), "--eval-every", str(setup.eval_every),
+              "--data", str(setup.data), "--epochs", str(setup.epochs),
+              "--eval-every", str(setup.eval_every),
               "--hidden", str(setup.hidden), "--lr", str(setup.lr), "--dropout",
               str(setup.dropout), "--weight-decay", str(setup.weight_decay), "--seed",
               str(setup.seed), "--cache-dir", str(setup.workdir.resolve() / "parts"),
@@ -215,11 +216,15 @@ def launch(setup: Setup, target: list[str]) -> str:
     return (_emulated if setup.network.startswith("emulated-") else _virtual)(setup, target)
 
 
+def run_env(setup: Setup) -> dict[str, str]:
+    """The environment of the setup's processes on virtual servers."""
+    return {**_env(setup), "DGLX_VIRTUAL_SERVERS": str(setup.servers)}
+
+
 def _virtual(setup: Setup, target: list[str]) -> str:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(setup.world),
            "--master-port", str(free_local_port()), *target]
-    env = {**_env(setup), "DGLX_VIRTUAL_SERVERS": str(setup.servers)}
-    (proc,), _ = run_group([cmd], env, setup.timeout, [None])
+    (proc,), _ = run_group([cmd], run_env(setup), setup.timeout, [None])
     if proc.returncode:
         raise RunFailedError(f"dglx train failed with exit code {proc.returncode}")
     return proc.stdout

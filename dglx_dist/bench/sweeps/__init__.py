@@ -64,7 +64,8 @@ def granndis_sweep(argv: list[str], workdir: Path, out: Path) -> list[dict[str, 
     from dglx_dist.bench.sweeps import granndis
 
     args = granndis.parse_args(argv + ["--workdir", str(workdir / "sweep-granndis")])
-    rows = granndis.depth_sweep(args, sweep_dataset(args, args.feat_dim))
+    rows = granndis.depth_sweep(args, sweep_dataset(granndis.PRESETS, args,
+                                                              args.feat_dim))
     granndis.plot(rows, [], args, out / "sweep_granndis.png")
     return _tag(rows, "granndis-depth", "system") + _tag(granndis.checks(rows, [], args),
                                                          "granndis-checks", "check")
@@ -75,7 +76,7 @@ def dorylus_sweep(argv: list[str], workdir: Path, out: Path) -> list[dict[str, A
     from dglx_dist.bench.sweeps import dorylus
 
     args = dorylus.parse_args(argv + ["--workdir", str(workdir / "sweep-dorylus")])
-    data = sweep_dataset(args, args.feat_dim)
+    data = sweep_dataset(dorylus.PRESETS, args, args.feat_dim)
     rows = [dorylus.run(args, system, data) for system in args.systems]
     dorylus.add_derived(rows, args.target)
     dorylus.plot(rows, out / "sweep_dorylus.png")

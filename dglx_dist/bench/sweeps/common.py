@@ -1,10 +1,10 @@
-"""What the strategy sweeps share: their command lines' common options, a preset filling
-what was not given, the synthetic graph of a run, the :class:`~dglx_dist.bench.harness.Setup`
-of a run, and the JSON result."""
+"""What the strategy sweeps share: their command lines' common options, the preset (a
+:class:`~dglx_dist.bench.presets.ScriptPreset`) filling what was not given, the synthetic graph
+of a run, the :class:`~dglx_dist.bench.harness.Setup` of a run, the JSON result and the
+scripts' entry point."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import sys
@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from dglx_dist.bench.harness import Setup
+from dglx_dist.bench.presets import ScriptPreset
 
 __all__ = ["add_common", "emit_json", "emit_text", "parse_with_preset", "run_script",
-           "sweep_dataset", "sweep_setup"]
+           "sweep_dataset", "sweep_presets", "sweep_setup"]
 
 NUM_CLASSES = 16
 """Classes of every sweep's synthetic graph."""
@@ -31,26 +32,30 @@ def add_common(p: argparse.ArgumentParser, workdir: str,
 
 
 def parse_with_preset(p: argparse.ArgumentParser, argv: list[str] | None,
-                      presets: dict[str, Any]) -> argparse.Namespace:
-    """Parses ``argv``; the fields of the chosen ``--preset`` (a frozen dataclass) fill every
-    option left unset; makes the work directory."""
+                      presets: dict[str, ScriptPreset]) -> argparse.Namespace:
+    """Parses ``argv``; the chosen ``--preset`` fills every option left unset; makes the work
+    directory."""
     args = p.parse_args(argv)
-    for key, value in dataclasses.asdict(presets[args.preset]).items():
-        if getattr(args, key, None) is None:
-            setattr(args, key, value)
+    presets[args.preset].fill(args)
     args.workdir.mkdir(parents=True, exist_ok=True)
     return args
 
 
-def sweep_dataset(args: argparse.Namespace, feat_dim: int) -> Path:
-    """The synthetic DC-SBM graph of ``args`` (``num_nodes``, ``num_edges``, ``seed``) with
-    ``feat_dim`` features, generated once and cached in ``args.workdir``."""
-    from dglx_dist.bench.datasets import synthetic_dataset
+def sweep_presets(feat_dim: int, **sizes: tuple[int, int, int]) -> dict[str, ScriptPreset]:
+    """A sweep's presets by name: ``(num_nodes, num_edges, epochs)`` each, the synthetic
+    graphs ``feat_dim`` wide with :data:`NUM_CLASSES` classes."""
     from dglx_dist.data.synthetic import SyntheticConfig
 
-    return synthetic_dataset(SyntheticConfig(num_nodes=args.num_nodes, num_edges=args.num_edges,
-                                             feat_dim=feat_dim, num_classes=NUM_CLASSES,
-                                             seed=args.seed), args.workdir)
+    return {name: ScriptPreset(SyntheticConfig(num_nodes=n, num_edges=e, feat_dim=feat_dim,
+                                               num_classes=NUM_CLASSES), epochs=epochs)
+            for name, (n, e, epochs) in sizes.items()}
+
+
+def sweep_dataset(presets: dict[str, ScriptPreset], args: argparse.Namespace,
+                  feat_dim: int) -> Path:
+    """The synthetic graph of ``args``' preset (``NUM_CLASSES`` classes, ``--seed``) with
+    ``feat_dim`` features, generated once and cached in ``args.workdir``."""
+    return presets[args.preset].dataset(args.seed, args.workdir, feat_dim=feat_dim)
 
 
 def sweep_setup(args: argparse.Namespace, data: Path, **fields: Any) -> Setup:

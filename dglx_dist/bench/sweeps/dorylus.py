@@ -6,7 +6,6 @@ servers x 1 rank)."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
 from pathlib import Path
@@ -16,33 +15,15 @@ from dglx_dist.bench.harness import (add_time_to_accuracy, attempt, first_reache
                                      reduce_records, run_strategy, summarize)
 from dglx_dist.bench.report import Panel, Series, draw
 from dglx_dist.bench.sweeps.common import (add_common, emit_json, emit_text, parse_with_preset,
-                                           sweep_dataset, sweep_setup)
+                                           sweep_dataset, sweep_presets, sweep_setup)
 from dglx_dist.report import markdown_table
 
-__all__ = ["DEFAULT_SYSTEMS", "PRESETS", "SYSTEMS", "DorylusPreset", "add_derived", "checks",
-           "main", "parse_args", "plot", "run"]
+__all__ = ["DEFAULT_SYSTEMS", "PRESETS", "SYSTEMS", "add_derived", "checks", "main", "parse_args",
+           "plot", "run"]
 
 log = logging.getLogger("dglx_dist.bench")
-
-
-@dataclasses.dataclass(frozen=True)
-class DorylusPreset:
-    """The synthetic graph, the epochs, and the executor's emulated Lambda: every invocation
-    pays a round trip (``latency_ms``), ``workers`` concurrent invocations per graph server,
-    ``intervals`` vertex intervals each."""
-
-    num_nodes: int
-    num_edges: int
-    feat_dim: int
-    epochs: int
-    latency_ms: float = 50.0  # invoke overhead plus moving a ~1.4 MB request
-    workers: int = 8
-    intervals: int = 16
-
-
-PRESETS = {"tiny": DorylusPreset(num_nodes=20_000, num_edges=300_000, feat_dim=64, epochs=20),
-           "small": DorylusPreset(num_nodes=200_000, num_edges=2_000_000, feat_dim=64,
-                                  epochs=10)}
+# (num_nodes, num_edges, epochs)
+PRESETS = sweep_presets(64, tiny=(20_000, 300_000, 20), small=(200_000, 2_000_000, 10))
 SYSTEMS = {"async": ["mode=async", "staleness=0"], "sync": ["mode=sync"],
            "cpu": ["mode=sync", "executor=inline"],
            "async-s1": ["mode=async", "staleness=1"]}  # scripts/bench.py's staleness sweep
@@ -132,12 +113,16 @@ def parse_args(argv: list[str] | None = None, description: str = "") -> argparse
     p.add_argument("--hidden", type=int, default=16)
     p.add_argument("--dropout", type=float, default=0.5)
     p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--intervals", type=int, help="vertex intervals per server (preset: 16)")
-    p.add_argument("--workers", type=int,
-                   help="local executor processes per server (preset: 8)")
-    p.add_argument("--latency-ms", type=float,
+    # the executor emulates Lambda (every preset alike): every invocation pays a round trip
+    # (50 ms: invoke overhead plus moving a ~1.4 MB request), 8 concurrent invocations per
+    # graph server, 16 intervals each
+    p.add_argument("--intervals", type=int, default=16,
+                   help="vertex intervals per server (default 16)")
+    p.add_argument("--workers", type=int, default=8,
+                   help="local executor processes per server (default 8)")
+    p.add_argument("--latency-ms", type=float, default=50.0,
                    help="latency injected into every invocation, a Lambda round trip "
-                        "(preset: 50; 0 for bare worker processes)")
+                        "(default 50; 0 for bare worker processes)")
     p.add_argument("--target", type=float, default=0.95,
                    help="epochs to accuracy: val_acc >= target x the best of any run")
     add_common(p, "bench_out/dorylus")
@@ -147,7 +132,7 @@ def parse_args(argv: list[str] | None = None, description: str = "") -> argparse
 def main(argv: list[str] | None = None, description: str = "") -> int:
     """Runs the systems; writes the JSON result and the markdown tables to stdout."""
     args = parse_args(argv, description)
-    data = sweep_dataset(args, args.feat_dim)
+    data = sweep_dataset(PRESETS, args, args.feat_dim)
     rows = [run(args, system, data) for system in args.systems]
     add_derived(rows, args.target)
     result = {"preset": args.preset, "model": args.model, "graph_servers": 2,

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
 from pathlib import Path
@@ -16,28 +15,15 @@ from dglx_dist.bench.harness import (add_time_to_accuracy, attempt, reduce_recor
                                      run_strategy, summarize)
 from dglx_dist.bench.report import Panel, Series, draw
 from dglx_dist.bench.sweeps.common import (add_common, emit_json, emit_text, parse_with_preset,
-                                           sweep_dataset, sweep_setup)
+                                           sweep_dataset, sweep_presets, sweep_setup)
 from dglx_dist.report import markdown_table
 
-__all__ = ["PRESETS", "SYSTEMS", "GranndisPreset", "add_derived", "checks", "main",
-           "memory_sweep", "parse_args", "plot", "run"]
+__all__ = ["PRESETS", "SYSTEMS", "add_derived", "checks", "depth_sweep", "main", "memory_sweep",
+           "parse_args", "plot", "run"]
 
 log = logging.getLogger("dglx_dist.bench")
-
-
-@dataclasses.dataclass(frozen=True)
-class GranndisPreset:
-    """The synthetic graph and the epochs of every run of the depth sweep."""
-
-    num_nodes: int
-    num_edges: int
-    feat_dim: int
-    epochs: int
-
-
-PRESETS = {"tiny": GranndisPreset(num_nodes=20_000, num_edges=300_000, feat_dim=128, epochs=5),
-           "small": GranndisPreset(num_nodes=200_000, num_edges=4_000_000, feat_dim=128,
-                                   epochs=4)}
+# (num_nodes, num_edges, epochs)
+PRESETS = sweep_presets(128, tiny=(20_000, 300_000, 5), small=(200_000, 4_000_000, 4))
 SYSTEMS = ("granndis", "fullgraph", "distdgl")
 
 
@@ -205,7 +191,7 @@ def depth_sweep(args: argparse.Namespace, data: Path) -> list[dict]:
 def main(argv: list[str] | None = None, description: str = "") -> int:
     """Runs the depth and memory sweeps; writes the JSON result and the tables to stdout."""
     args = parse_args(argv, description)
-    data = sweep_dataset(args, args.feat_dim)
+    data = sweep_dataset(PRESETS, args, args.feat_dim)
     rows = depth_sweep(args, data)
     mem = memory_sweep(args, data) if args.mem_depths else []
     result = {"preset": args.preset, "ranks": "2 virtual servers x 2", "cpus": os.cpu_count(),

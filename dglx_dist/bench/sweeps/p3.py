@@ -5,7 +5,6 @@ servers x 2 ranks."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
 from pathlib import Path
@@ -14,25 +13,16 @@ from typing import Any
 from dglx_dist.bench.harness import run_strategy
 from dglx_dist.bench.report import Panel, Series, draw
 from dglx_dist.bench.sweeps.common import (add_common, emit_json, emit_text, parse_with_preset,
-                                           sweep_dataset, sweep_setup)
+                                           sweep_dataset, sweep_presets, sweep_setup)
 from dglx_dist.report import markdown_table
 
-__all__ = ["PRESETS", "P3Preset", "checks", "main", "parse_args", "plot", "run", "sweeps"]
+__all__ = ["PRESETS", "checks", "main", "parse_args", "plot", "run", "sweeps"]
 
 log = logging.getLogger("dglx_dist.bench")
+# (num_nodes, num_edges, epochs)  # feat_dim: each run's own
+PRESETS = sweep_presets(64, tiny=(20_000, 300_000, 3), small=(100_000, 1_500_000, 3))
 
 
-@dataclasses.dataclass(frozen=True)
-class P3Preset:
-    """The synthetic graph's size and the epochs of every run."""
-
-    num_nodes: int
-    num_edges: int
-    epochs: int
-
-
-PRESETS = {"tiny": P3Preset(num_nodes=20_000, num_edges=300_000, epochs=3),
-           "small": P3Preset(num_nodes=100_000, num_edges=1_500_000, epochs=3)}
 
 
 def run(args: argparse.Namespace, strategy: str, data: Path, hidden: int) -> dict[str, Any]:
@@ -53,10 +43,10 @@ def sweeps(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
     """The feature sweep's rows and the hidden sweep's (a run both need is made once)."""
     by_feature, by_hidden = [], []
     for feat in args.features:
-        data = sweep_dataset(args, feat)
+        data = sweep_dataset(PRESETS, args, feat)
         for strategy in args.strategies:
             by_feature.append({"feat_dim": feat} | run(args, strategy, data, args.hidden))
-    data = sweep_dataset(args, args.sweep_feat)
+    data = sweep_dataset(PRESETS, args, args.sweep_feat)
     for hidden in args.hiddens:
         for strategy in args.strategies:
             done = [r for r in by_feature if r["feat_dim"] == args.sweep_feat
