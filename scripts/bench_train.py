@@ -49,7 +49,7 @@ from dglx_dist.bench.datasets import nonnegative_features
 from dglx_dist.bench.dgl_distdgl import WORKER, hyper, partitions, run_dgl, summarize_run
 from dglx_dist.bench.dgl_distdgl_worker import PHASES
 from dglx_dist.bench.harness import Setup, attempt, launch, parse_records, run_env, run_strategy
-from dglx_dist.bench.presets import ScriptPreset
+from dglx_dist.bench.presets import ScriptPreset, script_parser
 from dglx_dist.data.synthetic import SyntheticConfig
 from dglx_dist.report import markdown_table
 
@@ -205,10 +205,8 @@ def report(result: dict[str, Any]) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options; preset values fill whatever was not given."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", choices=sorted(PRESETS), default="small",
-                   help="tiny: Cora; small: synthetic 200k nodes / 4M edges / feat 128")
+    p = script_parser(__doc__, PRESETS, "small",
+                      "tiny: Cora; small: synthetic 200k nodes / 4M edges / feat 128")
     p.add_argument("--data", help="a dataset directory or built-in name (overrides the preset's)")
     p.add_argument("--mode", choices=("ours", "dgl", "both", "all"), default="both",
                    help="all: also ours with glibc's default allocator (DGLX_MALLOC=system)")

@@ -13,7 +13,7 @@ from dglx_dist.errors import InvalidValueError
 if TYPE_CHECKING:
     from dglx_dist.data.synthetic import SyntheticConfig
 
-__all__ = ["NETWORKS", "PRESETS", "Preset", "ScriptPreset", "choose_network"]
+__all__ = ["NETWORKS", "PRESETS", "Preset", "ScriptPreset", "choose_network", "script_parser"]
 
 log = logging.getLogger("dglx_dist.bench")
 
@@ -101,6 +101,16 @@ class ScriptPreset:
         if isinstance(self.graph, str):
             return resolve_dataset(self.graph)
         return synthetic_dataset(dataclasses.replace(self.graph, seed=seed, **changes), workdir)
+
+
+def script_parser(doc: str, presets: dict[str, Any], default: str,
+                  preset_help: str) -> argparse.ArgumentParser:
+    """A benchmark script's parser: the first paragraph of its docstring as the description
+    (the rest shown as written), and ``--preset`` of ``presets``."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", choices=sorted(presets), default=default, help=preset_help)
+    return p
 
 
 NETWORKS = {"1g": "emulated-1g", "10g": "emulated-10g", "virtual": "virtual"}
