@@ -282,12 +282,9 @@ def attempt(name: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 REDUCERS: dict[str, Callable[[list[dict[str, Any]], str], Any]] = {
     "mean": lambda recs, k: sum(r.get(k) or 0 for r in recs[1:] or recs) / len(recs[1:] or recs),
     "max": lambda recs, k: max(r.get(k) or 0 for r in recs),
-    "last": lambda recs, k: recs[-1].get(k),
-    "per_epoch": lambda recs, k: [r.get(k) for r in recs],
 }
 """How :func:`reduce_records` makes one value of a record key: ``mean`` without the first
-epoch (as :func:`summarize` averages), ``max`` over every epoch, the ``last`` epoch's, or the
-list of every epoch's."""
+epoch (as :func:`summarize` averages bytes), ``max`` over every epoch (as it takes peaks)."""
 
 
 def reduce_records(records: list[dict[str, Any]], how: dict[str, str]) -> dict[str, Any]:
