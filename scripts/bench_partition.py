@@ -33,10 +33,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import pyarrow.parquet as pq
 
+from dglx_dist.bench.presets import script_parser
 from dglx_dist.data.convert import to_dgl
 from dglx_dist.data.format import read_dataset
+from dglx_dist.memory import peak_rss_bytes
 from dglx_dist.partition import PARTITIONERS, partition_dataset
 from dglx_dist.report import markdown_table
 
@@ -57,15 +60,10 @@ COLUMNS = ("method", "parts", "seconds", "seconds_median", "assign_seconds", "pe
            "edge_cut", "cut_frac", "imb_nodes", "imb_edges", "imb_train", "imb_val", "imb_test")
 
 
-def _status_mb(key: str = "VmHWM") -> float:
-    """``VmHWM`` (peak resident memory) or ``VmRSS`` (now) of this process, in MiB.
-
-    Not ``ru_maxrss``: Linux carries the parent's RSS high-water mark into an exec'd child's
-    ``ru_maxrss``, so a child would report at least its parent's peak. VmHWM belongs to the
-    child's own address space.
-    """
-    with open("/proc/self/status") as f:
-        return next(int(ln.split()[1]) / 1024.0 for ln in f if ln.startswith(key + ":"))
+def _peak_mb() -> float:
+    """This process's peak resident memory in MiB (``VmHWM``: a fresh child's own, where an
+    exec'd child's ``ru_maxrss`` would start at its parent's high-water mark)."""
+    return peak_rss_bytes() / 2**20
 
 
 def quality(src: np.ndarray, dst: np.ndarray, owner: np.ndarray, masks: dict[str, np.ndarray],
@@ -128,7 +126,7 @@ def _work_ours(method: str, data: Path, parts: int, out: Path) -> dict[str, Any]
     """Runs our partitioner; returns its timing, peak and quality (computed after the peak)."""
     t0 = time.perf_counter()
     report = partition_dataset(data, out, method=method, num_parts=parts, progress=True)
-    seconds, peak = time.perf_counter() - t0, _status_mb()
+    seconds, peak = time.perf_counter() - t0, _peak_mb()
     src, dst, masks = _read_graph_arrays(data)
     q = quality(src, dst, _our_owner(out, masks["train"].size), masks, parts)
     ours = {"edge_cut": report.edge_cut, **{f"imb_{k}": v for k, v in report.imbalance.items()}}
@@ -153,7 +151,7 @@ def _work_dgl(data: Path, parts: int, out: Path) -> dict[str, Any]:
         g, "bench", parts, str(out), part_method="metis",
         balance_ntypes=torch.from_numpy(_category(masks)), balance_edges=True,
         return_mapping=True)
-    seconds, peak = time.perf_counter() - t0, _status_mb()
+    seconds, peak = time.perf_counter() - t0, _peak_mb()
     # the METIS step alone, the same call partition_graph makes (after the peak was read)
     t1 = time.perf_counter()
     dgl.metis_partition_assignment(g, parts, balance_ntypes=torch.from_numpy(_category(masks)),
@@ -185,7 +183,8 @@ def _work_profile(data: Path, parts: int, out: Path) -> dict[str, Any]:
         nonlocal t
         now = time.perf_counter()
         phases.append({"phase": name, "seconds": round(now - t, 3),
-                       "rss_mb": round(_status_mb("VmRSS")), "peak_mb": round(_status_mb())})
+                       "rss_mb": round(psutil.Process().memory_info().rss / 2**20),
+                       "peak_mb": round(_peak_mb())})
         log.info("profile: %s", phases[-1])
         t = now
 
@@ -210,7 +209,7 @@ def worker_main(args: argparse.Namespace) -> None:
 
     data, out = Path(args.data), Path(args.part_out)
     if args.worker == "baseline":
-        result: dict[str, Any] = {"peak_mb": _status_mb()}
+        result: dict[str, Any] = {"peak_mb": _peak_mb()}
     elif args.worker == "dgl":
         result = _work_dgl(data, args.parts, out)
     elif args.worker == "profile":
@@ -346,10 +345,8 @@ def report(result: dict[str, Any]) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options (``--worker``, ``--part-out``, ``--result`` are internal)."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", choices=sorted(PRESETS), default="small",
-                   help="small: 100k nodes / 2M edges / feat 64; full: 1M / 20M / 128")
+    p = script_parser(__doc__, PRESETS, "small",
+                      "small: 100k nodes / 2M edges / feat 64; full: 1M / 20M / 128")
     p.add_argument("--nodes", type=int, help="override the preset's node count")
     p.add_argument("--edges", type=int, help="override the preset's directed edge count")
     p.add_argument("--feat-dim", type=int, help="override the preset's feature width")

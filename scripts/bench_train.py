@@ -7,7 +7,9 @@ size, epochs and optimizer. Ours: ``dglx partition --method metis --parts 2``, t
 DGL: ``dgl.distributed.partition_graph``, then per simulated machine one DGL server and one
 trainer running DGL's example loop (:mod:`dglx_dist.bench.dgl_distdgl`, the runner ``dglx bench``
 uses too, and its worker; each machine gets a private /dev/shm through ``unshare --mount``, see
-the worker's docstring).
+the worker's docstring). Our runs go through the benchmark harness
+(:func:`dglx_dist.bench.harness.run_strategy`, and :func:`~dglx_dist.bench.harness.launch`
+for ``--profile``).
 
 Partitioning is not in the epoch time. Per system: mean epoch time without the first epoch
 (with ``--repeat N``: N runs per system, alternating ours/DGL, and the median of the runs'
@@ -34,76 +36,75 @@ to stderr via ``logging``. The exit code is 0 unless a run crashed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from dglx_dist.bench.datasets import nonnegative_features, synthetic_dataset
+from dglx_dist.bench.datasets import nonnegative_features
 from dglx_dist.bench.dgl_distdgl import WORKER, hyper, partitions, run_dgl, summarize_run
 from dglx_dist.bench.dgl_distdgl_worker import PHASES
-from dglx_dist.bench.procs import run_group
+from dglx_dist.bench.harness import Setup, attempt, launch, parse_records, run_env, run_strategy
+from dglx_dist.bench.presets import ScriptPreset, script_parser
+from dglx_dist.data.synthetic import SyntheticConfig
 from dglx_dist.report import markdown_table
-from dglx_dist.runtime.env import free_local_port
 
 log = logging.getLogger("bench_train")
+
+
 PRESETS = {
-    "tiny": {"data": "cora", "epochs": 30, "hidden": 16, "lr": 0.01},
-    "small": {"synthetic": {"num_nodes": 200_000, "num_edges": 4_000_000, "feat_dim": 128,
-                            "num_classes": 16}, "epochs": 5, "hidden": 64, "lr": 0.003},
+    "tiny": ScriptPreset("cora", epochs=30, hidden=16, lr=0.01),
+    "small": ScriptPreset(SyntheticConfig(num_nodes=200_000, num_edges=4_000_000, feat_dim=128,
+                                          num_classes=16), epochs=5, hidden=64, lr=0.003),
 }
 COLUMNS = ("system", "epochs", "epoch_time", "epoch_time_first", "steps", "test_acc",
            "peak_mem_mb", "server_peak_mb", "bytes_sent_inter_per_epoch", "run_wall_s")
 
 
 def dataset_dir(args: argparse.Namespace, workdir: Path) -> Path:
-    """``--data``, the preset's built-in dataset, or its synthetic one (generated, cached)."""
+    """``--data``, else the preset's built-in dataset or synthetic graph (generated, cached)."""
     from dglx_dist.prepare import resolve_dataset
 
-    preset = PRESETS[args.preset]
-    if args.data or "data" in preset:
-        return resolve_dataset(args.data or preset["data"])
-    from dglx_dist.data.synthetic import SyntheticConfig
-
-    return synthetic_dataset(SyntheticConfig(**preset["synthetic"], seed=args.seed), workdir)
+    if args.data:
+        return resolve_dataset(args.data)
+    return PRESETS[args.preset].dataset(args.seed, workdir)
 
 
-def run_ours(args, data: Path, meta: dict[str, Any], row_norm: bool, workdir: Path,
-             env: dict[str, str], profile: bool = False,
-             system: str = "ours (dglx distdgl)") -> dict[str, Any]:
-    """Our distdgl under torchrun (or, with ``profile``, the instrumented loop)."""
-    parts = partitions("ours", data, workdir, env)
-    run = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-port", str(free_local_port())]
-    if profile:
-        cmd = run + WORKER[1:] + ["ours-profile", "--partitions", str(parts)] + hyper(
-            args, meta, row_norm) + (["--cprofile", str(workdir / "ours.pstats")]
-                                     if args.cprofile else [])
-    else:
-        cmd = run + ["-m", "dglx_dist", "train", "--strategy", "distdgl", "--data", str(data),
-                     "--partitions", str(parts), "--epochs", str(args.epochs), "--eval-every",
-                     str(args.epochs), "--strategy-opt", f"fanouts={args.fanouts}",
-                     "--strategy-opt", f"batch_size={args.batch_size}", "--hidden",
-                     str(args.hidden), "--lr", str(args.lr), "--dropout", str(args.dropout),
-                     "--weight-decay", str(args.weight_decay), "--seed", str(args.seed),
-                     "--cache-dir", str(workdir / "cache"), "--no-progress"] + (
-            ["--row-normalize"] if row_norm else []) + [
-            a for opt in args.ours_opt for a in ("--strategy-opt", opt)]
-    log.info("ours: %s", " ".join(cmd))
-    t0 = time.perf_counter()
-    (proc,), left = run_group([cmd], env, args.timeout, [None])
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"our run failed with exit code {proc.returncode} (log above)")
-    records = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if profile:
-        return records[-1]
-    return summarize_run(system, records, wall, test_acc=records[-1]["test_acc"],
-                     peak=max(r["peak_mem_mb"] for r in records)) | {"leftover_procs": left}
+def our_setup(args, data: Path, meta: dict[str, Any], row_norm: bool,
+              workdir: Path) -> Setup:
+    """Our distdgl's run: 2 virtual servers x 1 trainer, evaluated after the last epoch."""
+    return Setup(data=data, num_classes=meta["num_classes"], model="sage", hidden=args.hidden,
+                 lr=args.lr, dropout=args.dropout, weight_decay=args.weight_decay,
+                 epochs=args.epochs, batch_size=args.batch_size, fanouts=args.fanouts,
+                 seed=args.seed, row_normalize=row_norm, timeout=args.timeout,
+                 workdir=workdir, eval_every=args.epochs)
+
+
+def _our_parts(setup: Setup) -> Path:
+    """Our METIS partitions of the setup's dataset (``dglx partition``, cached)."""
+    return partitions("ours", setup.data, setup.workdir, run_env(setup))
+
+
+def run_ours(args, setup: Setup, system: str = "ours (dglx distdgl)") -> dict[str, Any]:
+    """Our distdgl: ``dglx train`` under torchrun (:func:`run_strategy`), as a table row."""
+    summary = lambda recs: summarize_run(  # noqa: E731  (the wall time: run_strategy's)
+        system, recs, 0.0, test_acc=recs[-1]["test_acc"],
+        peak=max(r["peak_mem_mb"] for r in recs))
+    setup = dataclasses.replace(setup, train_flags=("--partitions", str(_our_parts(setup))))
+    row = run_strategy("distdgl", setup, {"distdgl": args.ours_opt}, summary)
+    return {k: v for k, v in row.items() if k not in ("network", "note", "options")}
+
+
+def run_profile(args, setup: Setup, meta: dict[str, Any]) -> dict[str, Any]:
+    """Our trainer's loop instrumented phase by phase (the worker's ``ours-profile``)."""
+    target = WORKER[1:] + ["ours-profile", "--partitions", str(_our_parts(setup))] + hyper(
+        args, meta, setup.row_normalize) + (
+        ["--cprofile", str(setup.workdir / "ours.pstats")] if args.cprofile else [])
+    return parse_records(launch(setup, target))[-1]
 
 
 def combine_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -152,23 +153,18 @@ def bench(args: argparse.Namespace, workdir: Path) -> tuple[dict[str, Any], bool
     log.info("dataset %s: %d nodes, %d edges, feat %d, %d classes; row-normalise: %s", data,
              meta["num_nodes"], meta["num_edges"], meta["feat_dim"], meta["num_classes"],
              row_norm)
-    env = {**os.environ, "DGLX_VIRTUAL_SERVERS": "2", "OMP_NUM_THREADS": "1",
-           "GLOO_SOCKET_IFNAME": "lo"}
-    runs: dict[str, list[dict[str, Any]]] = {}
-    runners = {"ours": lambda: run_ours(args, data, meta, row_norm, workdir, env),
+    ours = our_setup(args, data, meta, row_norm, workdir)
+    runners = {"ours": lambda: run_ours(args, ours),
                "ours_system_malloc": lambda: run_ours(
-                   args, data, meta, row_norm, workdir, {**env, "DGLX_MALLOC": "system"},
+                   args, dataclasses.replace(ours, env=(("DGLX_MALLOC", "system"),)),
                    system="ours, DGLX_MALLOC=system"),
-               "dgl": lambda: run_dgl(args, data, meta, row_norm, workdir, env)}
+               "dgl": lambda: run_dgl(args, data, meta, row_norm, workdir, run_env(ours))}
     order = {"both": ["ours", "dgl"], "all": ["ours", "ours_system_malloc", "dgl"]}
+    runs: dict[str, list[dict[str, Any]]] = {}
     for rep in range(args.repeat):  # alternating, so slow spells of the machine hit both
         for name in order.get(args.mode, [args.mode]):
-            try:
-                row = runners[name]()
-                log.info("%s (run %d): %s", name, rep + 1, {k: row.get(k) for k in COLUMNS})
-            except Exception as exc:  # reported in the output, and the exit code says so
-                log.error("%s failed: %s", name, exc)
-                row = {"system": name, "error": f"{type(exc).__name__}: {exc}"}
+            row = {"system": name} | attempt(name, runners[name])  # an error: in the output
+            log.info("%s (run %d): %s", name, rep + 1, {k: row.get(k) for k in COLUMNS})
             runs.setdefault(name, []).append(row)
     rows = {name: combine_runs(rs) for name, rs in runs.items()}
     result = {"dataset": {"path": str(data), **{k: meta[k] for k in (
@@ -179,7 +175,7 @@ def bench(args: argparse.Namespace, workdir: Path) -> tuple[dict[str, Any], bool
         "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
         "rows": list(rows.values()), "checks": checks(rows)}
     if args.profile and "ours" in rows and "error" not in rows["ours"]:
-        prof = run_ours(args, data, meta, row_norm, workdir, env, profile=True)
+        prof = run_profile(args, ours, meta)
         result["profile"] = profile_rows(prof, rows.get("dgl", {}))
         result["cprofile_top"] = prof.get("cprofile_top")
     return result, all("error" not in r for r in rows.values())
@@ -209,10 +205,8 @@ def report(result: dict[str, Any]) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options; preset values fill whatever was not given."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", choices=sorted(PRESETS), default="small",
-                   help="tiny: Cora; small: synthetic 200k nodes / 4M edges / feat 128")
+    p = script_parser(__doc__, PRESETS, "small",
+                      "tiny: Cora; small: synthetic 200k nodes / 4M edges / feat 128")
     p.add_argument("--data", help="a dataset directory or built-in name (overrides the preset's)")
     p.add_argument("--mode", choices=("ours", "dgl", "both", "all"), default="both",
                    help="all: also ours with glibc's default allocator (DGLX_MALLOC=system)")
@@ -238,9 +232,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", help="also write the JSON result to this file")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     args = p.parse_args(argv)
-    for key in ("epochs", "hidden", "lr"):
-        if getattr(args, key) is None:
-            setattr(args, key, PRESETS[args.preset][key])
+    PRESETS[args.preset].fill(args)
     if args.epochs < 2:
         p.error("--epochs must be >= 2 (the first epoch is warm-up and not averaged)")
     return args

@@ -3,14 +3,15 @@ command (docs/benchmarks.md).
 
 The pieces, in the order a run uses them:
 
-* :mod:`~dglx_dist.bench.presets`: the presets (:class:`Preset`, a frozen dataclass) and the
-  network the strategies run on (emulated cluster or virtual servers);
+* :mod:`~dglx_dist.bench.presets`: the presets (:class:`Preset`, a frozen dataclass; the
+  benchmark scripts' ``ScriptPreset``) and the network the strategies run on (emulated
+  cluster or virtual servers);
 * :mod:`~dglx_dist.bench.datasets`: the presets' synthetic graphs, cached; partition cache keys;
 * :mod:`~dglx_dist.bench.suite`: one benchmark from the parsed options: setup, every system,
   time to accuracy, the outputs in ``--out``;
 * :mod:`~dglx_dist.bench.harness`: the systems (single-process DGL, DGL's DistDGL, every
   registered strategy as ``dglx train`` under torchrun), one run of each -> a result row,
-  a rank's JSON lines summarised, time to accuracy;
+  a rank's JSON lines summarised, time to accuracy; the benchmark scripts run through it too;
 * :mod:`~dglx_dist.bench.single`: the single-process DGL baseline (a child process,
   ``python -m dglx_dist.bench.single``);
 * :mod:`~dglx_dist.bench.dgl_distdgl`: DGL's own DistDGL on one host (partitions, 2 simulated
@@ -20,7 +21,10 @@ The pieces, in the order a run uses them:
   by phase for ``scripts/bench_train.py --profile``);
 * :mod:`~dglx_dist.bench.procs`: process groups run together, killed on timeout, reaped;
 * :mod:`~dglx_dist.bench.report`: results.jsonl, the markdown table, the figure (matplotlib,
-  the ``plot`` extra).
+  the ``plot`` extra), drawn as panels (``draw``) like every benchmark script's figure;
+* :mod:`~dglx_dist.bench.sweeps`: the P3, GraNNDis and Dorylus sweeps
+  (``scripts/bench_strategies.py``, ``bench_granndis.py``, ``bench_dorylus.py``, and
+  ``scripts/bench.py --sweeps``).
 
 Nothing here imports DGL or torch at import time; the systems import them in their own
 processes.

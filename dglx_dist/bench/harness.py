@@ -27,8 +27,9 @@ from dglx_dist.bench.procs import run_group
 from dglx_dist.errors import RunFailedError
 from dglx_dist.runtime.env import free_local_port
 
-__all__ = ["STRATEGY_OPTIONS", "Setup", "add_time_to_accuracy", "parse_records", "run_system",
-           "summarize", "systems"]
+__all__ = ["REDUCERS", "STRATEGY_OPTIONS", "Setup", "add_time_to_accuracy", "attempt",
+           "first_reached", "launch", "parse_records", "reduce_records", "run_env",
+           "run_strategy", "run_system", "summarize", "systems"]
 
 log = logging.getLogger("dglx_dist.bench")
 # per-strategy option overrides (KEY=VALUE as for --strategy-opt); empty: every strategy runs
@@ -67,6 +68,12 @@ class Setup:
     """``link``: uniform negatives per training edge."""
     train_edges: int | None = None
     """``link``: training edges per epoch (a seeded choice; None: all)."""
+    eval_every: int = 1
+    """``dglx train --eval-every`` (validation accuracy every N epochs; the last always)."""
+    train_flags: tuple[str, ...] = ()
+    """More ``dglx train`` arguments (e.g. ``--measure-saved-bytes``, ``--partitions DIR``)."""
+    env: tuple[tuple[str, str], ...] = ()
+    """More environment variables of the run's processes (e.g. ``DGLX_MALLOC=system``)."""
 
     @property
     def world(self) -> int:
@@ -79,12 +86,15 @@ class Setup:
     def public(self) -> dict[str, Any]:
         """The setup as JSON (paths as strings)."""
         return {k: str(v) if isinstance(v, Path) else v
-                for k, v in dataclasses.asdict(self).items() if k != "workdir"}
+                for k, v in dataclasses.asdict(self).items() if k not in _RUN_ONLY}
+
+
+_RUN_ONLY = ("workdir", "eval_every", "train_flags", "env")  # how a run is made, not what
 
 
 def _env(setup: Setup) -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
-            "DGLX_TIMEOUT": str(int(setup.timeout))}
+            "DGLX_TIMEOUT": str(int(setup.timeout)), **dict(setup.env)}
 
 
 def parse_records(stdout: str) -> list[dict[str, Any]]:
@@ -202,19 +212,24 @@ def describe(name: str, options: list[str], task: str = "node") -> str:
     return "sampled mini-batches" if "fanouts" in fields else "its own batching"
 
 
-def run_strategy(name: str, setup: Setup, extra: dict[str, list[str]]) -> dict[str, Any]:
-    """``dglx train --strategy name`` on the emulated cluster or on virtual servers."""
+def run_strategy(name: str, setup: Setup, extra: dict[str, list[str]],
+                 summary: Callable[[list[dict[str, Any]]], dict[str, Any]] = summarize
+                 ) -> dict[str, Any]:
+    """``dglx train --strategy name`` on the emulated cluster or on virtual servers; its
+    records made a row by ``summary``."""
     options = strategy_options(name, setup, extra)
     target = ["-m", "dglx_dist", "train", "--strategy", name, "--model", setup.model,
-              "--data", str(setup.data), "--epochs", str(setup.epochs), "--eval-every", "1",
+              "--data", str(setup.data), "--epochs", str(setup.epochs),
+              "--eval-every", str(setup.eval_every),
               "--hidden", str(setup.hidden), "--lr", str(setup.lr), "--dropout",
               str(setup.dropout), "--weight-decay", str(setup.weight_decay), "--seed",
               str(setup.seed), "--cache-dir", str(setup.workdir.resolve() / "parts"),
               "--no-progress", *[a for o in options for a in ("--strategy-opt", o)]] + (
-        ["--row-normalize"] if setup.row_normalize else []) + _link_flags(setup)
+        ["--row-normalize"] if setup.row_normalize else []) + _link_flags(setup) + list(
+        setup.train_flags)
     t0 = time.perf_counter()
-    stdout = (_emulated if setup.network.startswith("emulated-") else _virtual)(setup, target)
-    return summarize(parse_records(stdout)) | {
+    stdout = launch(setup, target)
+    return summary(parse_records(stdout)) | {
         "network": setup.network, "run_wall_s": round(time.perf_counter() - t0, 1),
         "note": describe(name, options, setup.task), "options": options}
 
@@ -227,11 +242,25 @@ def _link_flags(setup: Setup) -> list[str]:
         ["--train-edges", str(setup.train_edges)] if setup.train_edges else [])
 
 
+def launch(setup: Setup, target: list[str]) -> str:
+    """Rank 0's stdout of ``python TARGET`` (e.g. ``-m module args``) under torchrun, on the
+    setup's network, with its environment.
+
+    Raises:
+        RunFailedError: a process exited with an error.
+    """
+    return (_emulated if setup.network.startswith("emulated-") else _virtual)(setup, target)
+
+
+def run_env(setup: Setup) -> dict[str, str]:
+    """The environment of the setup's processes on virtual servers."""
+    return {**_env(setup), "DGLX_VIRTUAL_SERVERS": str(setup.servers)}
+
+
 def _virtual(setup: Setup, target: list[str]) -> str:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(setup.world),
            "--master-port", str(free_local_port()), *target]
-    env = {**_env(setup), "DGLX_VIRTUAL_SERVERS": str(setup.servers)}
-    (proc,), _ = run_group([cmd], env, setup.timeout, [None])
+    (proc,), _ = run_group([cmd], run_env(setup), setup.timeout, [None])
     if proc.returncode:
         raise RunFailedError(f"dglx train failed with exit code {proc.returncode}")
     return proc.stdout
@@ -280,33 +309,61 @@ def run_system(name: str, runner: Callable[[Setup], dict[str, Any]],
     if why:
         return base | {"error": why}
     log.info("running %s", name)
+    return base | attempt(name, lambda: runner(setup))
+
+
+def attempt(name: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``run()``'s row, or ``{"error": ...}`` saying why it failed (logged; never raises)."""
     try:
-        return base | runner(setup)
-    except Exception as exc:  # noqa: BLE001  (a failed system is a row, and the exit code)
+        return run()
+    except Exception as exc:  # noqa: BLE001  (a failed run is a row, and the exit code)
         log.error("%s failed: %s", name, exc)
-        return base | {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+        return {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+
+
+REDUCERS: dict[str, Callable[[list[dict[str, Any]], str], Any]] = {
+    "mean": lambda recs, k: sum(r.get(k) or 0 for r in recs[1:] or recs) / len(recs[1:] or recs),
+    "max": lambda recs, k: max(r.get(k) or 0 for r in recs),
+}
+"""How :func:`reduce_records` makes one value of a record key: ``mean`` without the first
+epoch (as :func:`summarize` averages bytes), ``max`` over every epoch (as it takes peaks)."""
+
+
+def reduce_records(records: list[dict[str, Any]], how: dict[str, str]) -> dict[str, Any]:
+    """Record keys beyond :func:`summarize`'s, each reduced by its :data:`REDUCERS` name."""
+    return {key: REDUCERS[reducer](records, key) for key, reducer in how.items()}
 
 
 def add_time_to_accuracy(rows: list[dict[str, Any]], fraction: float,
-                         reference: str = "dgl") -> float | None:
+                         reference: str = "dgl", best_epoch: bool = False) -> float | None:
     """Sets ``target_acc`` and ``time_to_accuracy`` on every row; returns the target.
 
     The target is ``fraction`` x the final validation accuracy of the ``reference`` row
-    (single-process DGL), or of the best row where that did not run. ``time_to_accuracy`` is
-    the training time (summed epoch times, evaluation excluded) until ``val_acc`` first
-    reaches it; None when it never does.
+    (single-process DGL), or of the best row where that did not run; with ``best_epoch``,
+    ``fraction`` x the best validation accuracy any row reached in any epoch.
+    ``time_to_accuracy`` is the training time (summed epoch times, evaluation excluded) until
+    ``val_acc`` first reaches it; None when it never does.
     """
     ok = [r for r in rows if "error" not in r and r.get("val_acc") is not None]
     ref = [r for r in ok if r["system"] == reference] or sorted(ok, key=lambda r: -r["val_acc"])
     if not ref:
         return None
-    target = round(fraction * ref[0]["val_acc"], 4)
+    best = max((a for r in ok for a in r["val_acc_per_epoch"] if a is not None), default=0.0)
+    target = round(fraction * (best if best_epoch else ref[0]["val_acc"]), 4)
     for r in ok:
-        spent, r["time_to_accuracy"] = 0.0, None
-        for t, acc in zip(r["epoch_times"], r["val_acc_per_epoch"]):
-            spent += t
-            if acc is not None and acc >= target:
-                r["time_to_accuracy"] = round(spent, 3)
-                break
+        reached = first_reached(r["epoch_times"], r["val_acc_per_epoch"], target)
+        r["time_to_accuracy"] = reached and round(reached[0], 3)
         r["target_acc"] = target
     return target
+
+
+def first_reached(epoch_times: list[float], accs: list[float | None],
+                  target: float) -> tuple[float, int] | None:
+    """(training seconds, epochs) until an accuracy first reaches ``target`` (an epoch not
+    evaluated still costs its time); None when none does."""
+    spent = 0.0
+    for epoch, (t, acc) in enumerate(zip(epoch_times, accs), 1):
+        spent += t
+        if acc is not None and acc >= target:
+            return spent, epoch
+    return None

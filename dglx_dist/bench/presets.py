@@ -2,13 +2,18 @@
 of network the strategies run on."""
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import logging
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from dglx_dist.errors import InvalidValueError
 
-__all__ = ["NETWORKS", "PRESETS", "Preset", "choose_network"]
+if TYPE_CHECKING:
+    from dglx_dist.data.synthetic import SyntheticConfig
+
+__all__ = ["NETWORKS", "PRESETS", "Preset", "ScriptPreset", "choose_network", "script_parser"]
 
 log = logging.getLogger("dglx_dist.bench")
 
@@ -67,6 +72,50 @@ PRESETS: dict[str, Preset] = {
                     epochs=5, hidden=256, lr=0.003, batch_size=1000, servers=4,
                     ranks_per_server=4, train_edges=1_000_000),
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class ScriptPreset:
+    """A benchmark script's preset: its dataset, and the options it fills where none was given
+    (``scripts/bench_train.py`` and the strategy sweeps)."""
+
+    graph: SyntheticConfig | str
+    """A synthetic graph (its seed replaced by ``--seed``), or a built-in dataset's name."""
+    epochs: int
+    hidden: int | None = None
+    lr: float | None = None
+
+    def fill(self, args: argparse.Namespace) -> None:
+        """Sets the options of ``args`` left unset (None or absent): epochs, hidden, lr and a
+        synthetic graph's num_nodes, num_edges and feat_dim."""
+        values = {"epochs": self.epochs, "hidden": self.hidden, "lr": self.lr}
+        if not isinstance(self.graph, str):
+            values |= {k: getattr(self.graph, k) for k in ("num_nodes", "num_edges", "feat_dim")}
+        for key, value in values.items():
+            if value is not None and getattr(args, key, None) is None:
+                setattr(args, key, value)
+
+    def dataset(self, seed: int, workdir: Path, **changes: Any) -> Path:
+        """The built-in dataset, or the synthetic graph with ``seed`` and ``changes`` (e.g.
+        ``feat_dim``), generated once and cached in ``workdir``."""
+        from dglx_dist.bench.datasets import synthetic_dataset
+        from dglx_dist.prepare import resolve_dataset
+
+        if isinstance(self.graph, str):
+            return resolve_dataset(self.graph)
+        return synthetic_dataset(dataclasses.replace(self.graph, seed=seed, **changes), workdir)
+
+
+def script_parser(doc: str, presets: dict[str, Any], default: str,
+                  preset_help: str) -> argparse.ArgumentParser:
+    """A benchmark script's parser: the first paragraph of its docstring as the description
+    (the rest shown as written), and ``--preset`` of ``presets``."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", choices=sorted(presets), default=default, help=preset_help)
+    return p
+
+
 NETWORKS = {"1g": "emulated-1g", "10g": "emulated-10g", "virtual": "virtual"}
 
 

@@ -1,14 +1,17 @@
 """Outputs of ``dglx bench``: results.jsonl, the markdown table, the figure (matplotlib, the
-``plot`` extra, imported only to draw it)."""
+``plot`` extra, imported only to draw it); :func:`draw`, the figure of panels every benchmark
+script draws its plots with."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from dglx_dist.errors import DglxError
 from dglx_dist.report import json_record, markdown_table
 
-__all__ = ["COLUMNS", "LINK_COLUMNS", "SWEEP_COLUMNS", "PlotUnavailable", "markdown", "plot", "write_jsonl"]
+__all__ = ["COLUMNS", "LINK_COLUMNS", "PANEL_KINDS", "SWEEP_COLUMNS", "Panel", "PlotUnavailable", "Series",
+           "draw", "markdown", "plot", "write_jsonl"]
 
 COLUMNS = ("system", "network", "epoch_time", "time_to_accuracy", "bytes_inter", "bytes_intra",
            "peak_mem_mb", "val_acc", "test_acc", "steps", "note")
@@ -97,48 +100,102 @@ def _pyplot():
     return plt
 
 
-def _bars(ax, ok: list[dict[str, Any]], key: str, label: str, missing: str) -> None:
-    values = [r.get(key) for r in ok]
-    bars = ax.bar(range(len(ok)), [v or 0 for v in values], color="tab:blue")
-    ax.bar_label(bars, labels=_labels(values, missing), fontsize=7)
-    ax.set_title(label)
+@dataclasses.dataclass(frozen=True)
+class Series:
+    """One line, or one colour of bars: a value (None: none, a bar of height 0) per x."""
+
+    label: str
+    x: tuple
+    y: tuple
 
 
-def _bytes(ax, ok: list[dict[str, Any]]) -> None:
-    xs = range(len(ok))
-    for i, (key, label) in enumerate((("bytes_inter", "inter-server"),
-                                      ("bytes_intra", "intra-server"))):
-        values = [None if r.get(key) is None else r[key] / 2**20 for r in ok]
-        bars = ax.bar([x + (i - 0.5) * 0.4 for x in xs], [v or 0 for v in values], 0.4,
-                      label=label)
-        ax.bar_label(bars, labels=_labels(values, "n/a"), fontsize=6)  # small counts too
-    ax.set_title("MiB sent per epoch (all ranks)")
-    ax.legend()
+@dataclasses.dataclass(frozen=True)
+class Panel:
+    """One plot of a figure (:func:`draw`)."""
+
+    title: str
+    series: tuple[Series, ...]
+    kind: str = "bars"
+    """``bars`` (x: categories; several series side by side) or ``lines`` (x: numbers)."""
+    xlabel: str = ""
+    ylabel: str = ""
+    values: str | None = None
+    """bars: label each with its value, and with this where there is none."""
+    log2x: bool = False
+    logy: bool = False
+    hline: tuple[str, float] | None = None
+    """A dashed grey line at this height, with this legend label."""
+    ylim: tuple[float, float] | None = None
 
 
-def _accuracy(ax, ok: list[dict[str, Any]], metric: str) -> None:
-    xs = range(len(ok))
-    for i, key in enumerate((f"val_{metric}", f"test_{metric}")):
-        ax.bar([x + (i - 0.5) * 0.4 for x in xs], [r.get(key) or 0 for r in ok], 0.4, label=key)
-    ax.set_title(f"final {metric}")
-    ax.set_ylim(0, 1)
-    ax.legend()
+def _draw_bars(ax, panel: Panel) -> None:
+    n, xs = len(panel.series), range(len(panel.series[0].x) if panel.series else 0)
+    width = 0.8 / max(n, 1)
+    for i, s in enumerate(panel.series):
+        bars = ax.bar([x + (i - (n - 1) / 2) * width for x in xs], [v or 0 for v in s.y],
+                      width, label=s.label)
+        if panel.values is not None:
+            ax.bar_label(bars, labels=_labels(list(s.y), panel.values),
+                         fontsize=7 if n == 1 else 6)
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([str(x) for x in panel.series[0].x] if panel.series else [],
+                       rotation=30, ha="right", fontsize=8)
 
 
-def _curves(ax, ok: list[dict[str, Any]], metric: str) -> None:
-    for r in ok:
-        t, acc, curve = 0.0, [], []
-        for dt, a in zip(r["epoch_times"], r[f"val_{metric}_per_epoch"]):
-            t += dt
-            if a is not None:
-                acc.append(a)
-                curve.append(t)
-        ax.plot(curve, acc, "o-", label=r["system"])
-    if ok and ok[0].get("target_acc"):
-        ax.axhline(ok[0]["target_acc"], color="grey", linestyle="--", label="target")
-    ax.set_xlabel("training time (s)")
-    ax.set_title(f"validation {metric}")
-    ax.legend(fontsize=7)
+def _draw_lines(ax, panel: Panel) -> None:
+    for s in panel.series:
+        pts = [(x, y) for x, y in zip(s.x, s.y) if y is not None]
+        if pts:
+            ax.plot(*zip(*pts), "o-", label=s.label)
+    if panel.log2x:
+        ax.set_xscale("log", base=2)
+
+
+PANEL_KINDS = {"bars": _draw_bars, "lines": _draw_lines}
+"""How each :attr:`Panel.kind` is drawn."""
+
+
+def draw(panels: list[Panel], path: Path, title: str = "", columns: int = 3) -> None:
+    """One figure of ``panels``, ``columns`` a row, written to ``path`` (PNG).
+
+    Raises:
+        PlotUnavailable: matplotlib is not installed.
+    """
+    plt = _pyplot()
+    rows = -(-len(panels) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 4 * rows), squeeze=False)
+    for ax, panel in zip(axes.flat, panels):
+        PANEL_KINDS[panel.kind](ax, panel)
+        if panel.hline:
+            ax.axhline(panel.hline[1], color="grey", linestyle="--", label=panel.hline[0])
+        if panel.logy:
+            ax.set_yscale("log")
+        if panel.ylim:
+            ax.set_ylim(*panel.ylim)
+        ax.set_title(panel.title)
+        ax.set_xlabel(panel.xlabel)
+        ax.set_ylabel(panel.ylabel)
+        if len(panel.series) > 1 or panel.hline or panel.kind == "lines":
+            ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _curve(r: dict[str, Any], metric: str) -> Series:
+    """Validation ``metric`` (acc, mrr) against the training time spent so far (evaluated
+    epochs)."""
+    t, pts = 0.0, []
+    for dt, a in zip(r["epoch_times"], r[f"val_{metric}_per_epoch"]):
+        t += dt
+        if a is not None:
+            pts.append((t, a))
+    return Series(r["system"], *(tuple(v) for v in zip(*pts))) if pts else Series(
+        r["system"], (), ())
 
 
 def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
@@ -148,24 +205,23 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     Raises:
         PlotUnavailable: matplotlib is not installed.
     """
-    plt = _pyplot()
     ok = [r for r in rows if "sweep" not in r and "error" not in r]
     metric = "mrr" if any("val_mrr" in r for r in ok) else "acc"
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
-    _bars(axes[0][0], ok, "epoch_time", "epoch time (s)", "n/a")
-    if metric == "mrr":  # the link task has no time-to-accuracy target
-        _bars(axes[0][1], ok, "test_auc", "test AUC", "n/a")
-    else:
-        _bars(axes[0][1], ok, "time_to_accuracy", "time to accuracy (s; n/r: not reached)",
-              "n/r")
-    _bars(axes[1][0], ok, "peak_mem_mb", "peak memory of a rank (MB)", "n/a")
-    _bytes(axes[0][2], ok)
-    _accuracy(axes[1][1], ok, metric)
-    _curves(axes[1][2], ok, metric)
-    for ax in (axes[0][0], axes[0][1], axes[0][2], axes[1][0], axes[1][1]):
-        ax.set_xticks(list(range(len(ok))))
-        ax.set_xticklabels([r["system"] for r in ok], rotation=30, ha="right", fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    names = tuple(r["system"] for r in ok)
+    col = lambda key, scale=1: tuple(  # noqa: E731
+        None if r.get(key) is None else r[key] / scale for r in ok)
+    bars = lambda t, key, missing: Panel(t, (Series("", names, col(key)),),  # noqa: E731
+                                         values=missing)
+    target = ok[0].get("target_acc") if ok else None
+    draw([bars("epoch time (s)", "epoch_time", "n/a"),
+          bars("test AUC", "test_auc", "n/a") if metric == "mrr" else  # no target
+          bars("time to accuracy (s; n/r: not reached)", "time_to_accuracy", "n/r"),
+          Panel("MiB sent per epoch (all ranks)", (
+              Series("inter-server", names, col("bytes_inter", 2**20)),
+              Series("intra-server", names, col("bytes_intra", 2**20))), values="n/a"),
+          bars("peak memory of a rank (MB)", "peak_mem_mb", "n/a"),
+          Panel(f"final {metric}", tuple(Series(k, names, col(k)) for k in (
+              f"val_{metric}", f"test_{metric}")), ylim=(0, 1)),
+          Panel(f"validation {metric}", tuple(_curve(r, metric) for r in ok), kind="lines",
+                xlabel="training time (s)",
+                hline=("target", target) if target else None)], path, title)

@@ -15,9 +15,9 @@ from dglx_dist.errors import InvalidValueError
 
 __all__ = ["COMMANDS", "add_arguments", "run"]
 
-_SWEEPS_NEED_CHECKOUT = ("dglx bench --sweeps: the sweeps run scripts/bench_strategies.py, "
-                         "bench_granndis.py and bench_dorylus.py, which only a source checkout "
-                         "has: run `python scripts/bench.py --sweeps` there")
+_SWEEPS_NEED_CHECKOUT = ("dglx bench --sweeps: the strategy sweeps (dglx_dist.bench.sweeps) run "
+                         "from a source checkout's scripts: run `python scripts/bench.py "
+                         "--sweeps` there")
 
 
 def _names(text: str) -> list[str]:

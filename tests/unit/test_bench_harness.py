@@ -1,12 +1,14 @@
 """The pure parts of ``dglx bench`` (:mod:`dglx_dist.bench`): records summarised, time to
 accuracy, presets, the report's cells, and the command's refusals."""
+import argparse
 import dataclasses
 import json
 
 import pytest
 
-from dglx_dist.bench import PRESETS, Preset, add_time_to_accuracy, summarize
-from dglx_dist.bench.harness import parse_records
+from dglx_dist.bench import PRESETS, Preset, Setup, add_time_to_accuracy, summarize
+from dglx_dist.bench.harness import first_reached, parse_records, reduce_records
+from dglx_dist.bench.presets import ScriptPreset
 from dglx_dist.bench.report import COLUMNS, markdown
 from dglx_dist.bench.suite import extra_options
 from dglx_dist.cli import main
@@ -170,3 +172,38 @@ def test_markdown_of_a_link_run_shows_ranking_columns():
     text = markdown(rows, meta)
     assert "| " + " | ".join(LINK_COLUMNS) + " |" in text and "time-to-accuracy" not in text
     assert "| distdgl | virtual | 1 | 2,048 |  |  | 0.3 | 0.31 | 0.6 | 0.81 |" in text
+
+
+def test_time_to_accuracy_against_the_best_any_row_reached():
+    rows = [_row("granndis", [1.0, 1.0, 1.0], [0.5, 0.9, 0.7]), _row("distdgl", [2.0], [0.8])]
+    assert add_time_to_accuracy(rows, 0.8, best_epoch=True) == 0.72  # 0.8 x 0.9 (epoch 2)
+    assert rows[0]["time_to_accuracy"] == 2.0 and rows[1]["time_to_accuracy"] == 2.0
+    assert first_reached([1.0, 2.0, 4.0], [0.1, None, 0.9], 0.5) == (7.0, 3)
+    assert first_reached([1.0], [0.1], 0.5) is None
+
+
+def test_reduce_records_means_without_the_first_epoch_and_peaks_over_all():
+    records = [{"invocations": 90, "peak_saved_mb": 7.0}, {"invocations": 10},
+               {"invocations": 30, "peak_saved_mb": 3.0}]
+    assert reduce_records(records, {"invocations": "mean", "peak_saved_mb": "max"}) == {
+        "invocations": 20.0, "peak_saved_mb": 7.0}
+
+
+def test_setup_public_leaves_out_how_a_run_is_made(tmp_path):
+    setup = Setup(data=tmp_path, num_classes=4, eval_every=3, train_flags=("--x",),
+                  env=(("A", "1"),))
+    assert not {"workdir", "eval_every", "train_flags", "env"} & set(setup.public())
+    assert setup.public()["data"] == str(tmp_path)
+
+
+def test_script_preset_fills_what_was_not_given(tmp_path):
+    from dglx_dist.data.synthetic import SyntheticConfig
+
+    preset = ScriptPreset(SyntheticConfig(num_nodes=100, num_edges=400, feat_dim=8),
+                          epochs=3, lr=0.1)
+    args = argparse.Namespace(epochs=None, hidden=32, lr=None)
+    preset.fill(args)
+    assert (args.epochs, args.hidden, args.lr, args.num_nodes, args.feat_dim) == (
+        3, 32, 0.1, 100, 8)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        preset.epochs = 4
