@@ -8,7 +8,7 @@ model, same seed:
 * ``sync``: a barrier at every layer (exact full-graph GCN), ``local`` executor;
 * ``cpu``: the same pipeline with every tensor task run on the graph server itself
   (``inline`` executor: the paper's CPU-only variant; no invocations, no executor bytes);
-* ``async-s1`` (only when asked for, e.g. by ``scripts/bench.py --sweeps``): staleness 1.
+* ``async-s1`` (only when asked for, e.g. by ``dglx bench --sweeps``): staleness 1.
 
 Per run: epoch time (mean without the first epoch), epochs until validation accuracy reaches
 ``--target`` x the best any run reached, invocations, relaunches and bytes to/from the executor

@@ -24,7 +24,7 @@ The pieces, in the order a run uses them:
   the ``plot`` extra), drawn as panels (``draw``) like every benchmark script's figure;
 * :mod:`~dglx_dist.bench.sweeps`: the P3, GraNNDis and Dorylus sweeps
   (``scripts/bench_strategies.py``, ``bench_granndis.py``, ``bench_dorylus.py``, and
-  ``scripts/bench.py --sweeps``).
+  ``dglx bench --sweeps``).
 
 Nothing here imports DGL or torch at import time; the systems import them in their own
 processes.

@@ -1,5 +1,5 @@
 """One benchmark run from the parsed options of ``dglx bench``: dataset, common setup, every
-selected system, time to accuracy, optional extra rows (``scripts/bench.py``'s sweeps), and
+selected system, time to accuracy, optional extra rows (``--sweeps``), and
 the outputs in ``--out`` (results.jsonl, meta.json, results.md, bench.png)."""
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def run_bench(args: argparse.Namespace, command: str,
     Args:
         args: ``dglx bench``'s options, presets filled in.
         command: the command line, for meta.json and the report's title.
-        sweeps: adds rows after the systems' (``scripts/bench.py --sweeps``).
+        sweeps: adds rows after the systems' (``--sweeps``).
     """
     t0 = time.perf_counter()
     (args.out / "work").mkdir(parents=True, exist_ok=True)

@@ -15,10 +15,6 @@ from dglx_dist.errors import InvalidValueError
 
 __all__ = ["COMMANDS", "add_arguments", "run"]
 
-_SWEEPS_NEED_CHECKOUT = ("dglx bench --sweeps: the strategy sweeps (dglx_dist.bench.sweeps) run "
-                         "from a source checkout's scripts: run `python scripts/bench.py "
-                         "--sweeps` there")
-
 
 def _names(text: str) -> list[str]:
     return [x for x in text.split(",") if x]
@@ -33,7 +29,7 @@ def _fanouts(text: str) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """``dglx bench``'s options (``scripts/bench.py`` adds nothing but a working --sweeps)."""
+    """``dglx bench``'s options."""
     from dglx_dist.bench.presets import PRESETS
 
     p.add_argument("--preset", choices=sorted(PRESETS), default="tiny",
@@ -46,8 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--network", choices=("auto", "virtual", "1g", "10g"), default="auto")
     p.add_argument("--out", type=Path, default=Path("bench-out"))
     p.add_argument("--sweeps", nargs="?", const="p3,granndis,dorylus", default="",
-                   help="also run the strategy sweeps (default all: p3,granndis,dorylus; "
-                        "only `python scripts/bench.py` of a source checkout runs them)")
+                   help="also run the strategy papers' sweeps, comma-separated (default "
+                        "all: p3,granndis,dorylus; dglx_dist.bench.sweeps)")
     p.add_argument("--strategy-opt", action="append", default=[], metavar="NAME:KEY=VALUE",
                    help="an option for one strategy, repeatable (e.g. granndis:co_batches=4)")
     p.add_argument("--model", default="gcn", help="dglx_dist.models name (default gcn)")
@@ -81,7 +77,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run nothing: rewrite results.md and bench.png from --out's results")
 
 
-def _check(args: argparse.Namespace, sweeps) -> None:
+def _check(args: argparse.Namespace) -> None:
     """Fills the preset's values in; refuses what cannot run, before any work starts."""
     from dglx_dist.bench.presets import PRESETS
     from dglx_dist.bench.suite import extra_options
@@ -89,8 +85,7 @@ def _check(args: argparse.Namespace, sweeps) -> None:
     for key, value in PRESETS[args.preset].options().items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
-    if args.sweeps and sweeps is None:
-        raise InvalidValueError(_SWEEPS_NEED_CHECKOUT)
+    _check_sweeps(args)
     if not args.no_plot and importlib.util.find_spec("matplotlib") is None:
         raise InvalidValueError("dglx bench: the figure needs matplotlib: pip install "
                                 "'dglx_dist[plot]', or pass --no-plot")
@@ -113,24 +108,36 @@ def _check(args: argparse.Namespace, sweeps) -> None:
                                 f"{', '.join(table)}")
 
 
-def run(args: argparse.Namespace, command: str, sweeps=None) -> int:
+def _check_sweeps(args: argparse.Namespace) -> None:
+    from dglx_dist.bench.sweeps import SWEEPS
+
+    unknown = [s for s in _names(args.sweeps) if s not in SWEEPS]
+    if unknown:
+        raise InvalidValueError(f"--sweeps: unknown {', '.join(unknown)}; choose from "
+                                f"{', '.join(SWEEPS)}")
+    if args.sweeps and args.task != "node":
+        raise InvalidValueError("--sweeps: the strategy sweeps train node classification; run "
+                                "them without --task link")
+
+
+def run(args: argparse.Namespace, command: str) -> int:
     """Runs the benchmark (or, with ``--replot``, redraws it) and prints the table.
 
     Args:
         args: the options of :func:`add_arguments`.
         command: the command line, for meta.json and the report's title.
-        sweeps: ``scripts/bench.py``'s sweeps (rows after the systems'), run for ``--sweeps``.
 
     Returns:
         0 when every selected system ran, else 1.
     """
     from dglx_dist.bench.suite import replot, run_bench
+    from dglx_dist.bench.sweeps import run_sweeps
 
-    _check(args, sweeps)
+    _check(args)
     if args.replot:
         sys.stdout.write(replot(args.out, not args.no_plot))
         return 0
-    rows, text = run_bench(args, command, sweeps if args.sweeps else None)
+    rows, text = run_bench(args, command, run_sweeps if args.sweeps else None)
     sys.stdout.write(text)
     return 0 if all("error" not in r for r in rows) else 1
 

@@ -101,7 +101,8 @@ def test_strategy_opt_needs_a_strategy_name():
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["--sweeps"], "python scripts/bench.py --sweeps"),
+    (["--sweeps", "p3,nosuch"], "--sweeps: unknown nosuch; choose from p3, granndis, dorylus"),
+    (["--sweeps", "--task", "link"], "the strategy sweeps train node classification"),
     (["--systems", "dgl,nosuch"], "unknown nosuch; choose from dgl, dgl-distdgl"),
     (["--task", "link", "--systems", "dorylus"],
      "not for --task link (their strategies do not train it): dorylus; choose from dgl-"),

@@ -8,7 +8,7 @@
   (``scripts/bench_dorylus.py``);
 * :mod:`~dglx_dist.bench.sweeps.common`: what their command lines and runs share.
 
-:func:`run_sweeps` runs them for ``scripts/bench.py --sweeps``: each parses its script's own
+:func:`run_sweeps` runs them for ``dglx bench --sweeps``: each parses its script's own
 command line (:data:`SWEEP_ARGS` for the chosen preset) and returns its rows tagged with the
 sweep's name, plus its own figure in ``--out``. They run on virtual servers, so every sweep row
 has ``"network": "virtual"``.

@@ -1,5 +1,5 @@
 """Dorylus's sweep, async (staleness 0 or 1) against sync and the CPU-only variant
-(``scripts/bench_dorylus.py``, whose docstring says what is measured; ``scripts/bench.py
+(``scripts/bench_dorylus.py``, whose docstring says what is measured; ``dglx bench
 --sweeps dorylus`` runs async, async-s1 and sync). Every run is
 :func:`~dglx_dist.bench.harness.run_strategy` of ``dorylus`` with 2 graph servers (2 virtual
 servers x 1 rank)."""
@@ -26,7 +26,7 @@ log = logging.getLogger("dglx_dist.bench")
 PRESETS = sweep_presets(64, tiny=(20_000, 300_000, 20), small=(200_000, 2_000_000, 10))
 SYSTEMS = {"async": ["mode=async", "staleness=0"], "sync": ["mode=sync"],
            "cpu": ["mode=sync", "executor=inline"],
-           "async-s1": ["mode=async", "staleness=1"]}  # scripts/bench.py's staleness sweep
+           "async-s1": ["mode=async", "staleness=1"]}  # dglx bench --sweeps's staleness sweep
 DEFAULT_SYSTEMS = ["async", "sync", "cpu"]
 _PER_EPOCH = ("invocations", "relaunches", "bytes_to_executor", "bytes_from_executor",
               "cost_usd", "value")

@@ -1,5 +1,5 @@
 """GraNNDis's sweeps, granndis against the full-graph baseline and distdgl on deep ResGCN+
-(``scripts/bench_granndis.py``, whose docstring says what is measured; ``scripts/bench.py
+(``scripts/bench_granndis.py``, whose docstring says what is measured; ``dglx bench
 --sweeps granndis`` runs the depth sweep). Every run is
 :func:`~dglx_dist.bench.harness.run_strategy` on 2 virtual servers x 2 ranks with
 ``--measure-saved-bytes``."""

@@ -1,5 +1,5 @@
 """P3's sweeps, distdgl against p3 as the feature width and the hidden width grow
-(``scripts/bench_strategies.py``, whose docstring says what is measured; ``scripts/bench.py
+(``scripts/bench_strategies.py``, whose docstring says what is measured; ``dglx bench
 --sweeps p3``). Every run is :func:`~dglx_dist.bench.harness.run_strategy` on 2 virtual
 servers x 2 ranks."""
 from __future__ import annotations
