@@ -13,6 +13,7 @@ import json
 
 import dgl
 import dgl.nn as dglnn
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -108,6 +109,7 @@ def main():
 
     torch.manual_seed(args.seed)
     dgl.seed(args.seed)
+    np.random.seed(args.seed)  # DGL's DataLoader shuffles with numpy's generator
     dataset = CoraGraphDataset()
     train_g, reverse_eids, val_pairs, test_pairs = split_edges(dataset[0], args.seed)
     g = dglx_dist.distribute(train_g, strategy=args.strategy)

@@ -11,6 +11,7 @@ import json
 
 import dgl
 import dgl.nn as dglnn
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -104,6 +105,7 @@ def main():
 
     torch.manual_seed(args.seed)
     dgl.seed(args.seed)
+    np.random.seed(args.seed)  # DGL's DataLoader shuffles with numpy's generator
     dataset = CoraGraphDataset()
     train_g, reverse_eids, val_pairs, test_pairs = split_edges(dataset[0], args.seed)
     g = train_g

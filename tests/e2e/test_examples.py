@@ -111,10 +111,10 @@ def plain_link(tmp_path_factory):
 # the plain script's batch of 1024 edges, as the global batch: each rank takes its share
 @pytest.mark.parametrize("strategy,ranks", [("distdgl", 4), ("p3", 2)])
 def test_link_port_reaches_plain_ranking(tmp_path, plain_link, strategy, ranks):
-    """Link prediction (examples/link_prediction.py): AUC of the held-out edges within 2 points
-    of the plain DGL script's on the same split, MRR within 3. The plain script is not
-    deterministic at a fixed seed (test MRR 0.408 and 0.419 in two suite runs, while the port
-    gave 0.399 both times), so one run of each cannot hold MRR to 2 points (issue 21)."""
+    """Link prediction (examples/link_prediction.py): MRR and AUC of the held-out edges within
+    2 points of the plain DGL script's on the same split. (Both scripts seed numpy too: DGL's
+    DataLoader shuffles with numpy's generator, and unseeded the plain script's test MRR
+    ranged over 0.366-0.419 between runs.)"""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
            "--master-port", str(free_local_port()), str(EXAMPLES / "link_prediction.py"),
            "--strategy", strategy, "--batch-size", str(1024 // ranks)]
@@ -122,8 +122,8 @@ def test_link_port_reaches_plain_ranking(tmp_path, plain_link, strategy, ranks):
     r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
     assert r.returncode == 0, r.stderr[-4000:]
     got = _ranking(r.stdout)
-    for key, points in (("test_mrr", 0.03), ("test_auc", 0.02)):
-        assert got[key] >= plain_link[key] - points, (strategy, key, got, plain_link)
+    for key in ("test_mrr", "test_auc"):
+        assert got[key] >= plain_link[key] - 0.02, (strategy, key, got, plain_link)
 
 
 def _mean_acc(stdout: str) -> float:
