@@ -78,27 +78,14 @@ def _arrays(part_config: str) -> dict[str, Any]:
     return {n: torch.from_numpy(np.load(root / f"link_{n}.npy")) for n in ARRAYS}
 
 
-def _scores(pair, h):
-    import dgl
-
-    with pair.local_scope():
-        pair.ndata["h"] = h
-        pair.apply_edges(dgl.function.u_dot_v("h", "h", "s"))
-        return pair.edata["s"].squeeze(1)
-
-
 def _epoch(g, loader, model, opt) -> tuple[float, int, float]:
     """One epoch of DGL's link-prediction loop: wall time, steps, mean loss."""
-    import torch
-    import torch.nn.functional as F
+    from dglx_dist.tasks.link import link_loss
 
     t0, steps, total = time.perf_counter(), 0, 0.0
     with model.join():
         for input_nodes, pair, neg, blocks in loader:
-            h = model(blocks, g.ndata["feat"][input_nodes])
-            pos, negative = _scores(pair, h), _scores(neg, h)
-            labels = torch.cat([torch.ones_like(pos), torch.zeros_like(negative)])
-            loss = F.binary_cross_entropy_with_logits(torch.cat([pos, negative]), labels)
+            loss = link_loss(pair, neg, model(blocks, g.ndata["feat"][input_nodes]))
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -136,16 +123,14 @@ def _evaluate(g, model, arrays, which: str, config, seed: int, layers: int, hidd
 
     from dglx_dist.api.metrics import ranking_from_scores
     from dglx_dist.sampling import even_chunk
+    from dglx_dist.tasks.link import eval_negatives, heldout_scores
 
     emb = _embeddings(g, model, layers, hidden, f"link_emb_{which}_{epoch}")
     u, v = arrays[f"{which}_u"], arrays[f"{which}_v"]
-    gen = torch.Generator().manual_seed(seed)  # as tasks.link._evaluate, in original ids
-    neg = torch.randint(0, g.num_nodes(), (u.numel(), config.eval_negatives), generator=gen)
+    neg = eval_negatives(u.numel(), g.num_nodes(), config.eval_negatives, seed)  # original ids
     mine = even_chunk(torch.arange(u.numel()), dist.get_world_size(), dist.get_rank())
     to_dgl = arrays["new_nid"]
-    hu, hv = emb[to_dgl[u[mine]]], emb[to_dgl[v[mine]]]
-    hn = emb[to_dgl[neg[mine].reshape(-1)]].reshape(mine.numel(), config.eval_negatives, -1)
-    pos, negative = (hu * hv).sum(1), (hu.unsqueeze(1) * hn).sum(2)
+    pos, negative = heldout_scores(emb, to_dgl[u[mine]], to_dgl[v[mine]], to_dgl[neg[mine]])
     return ranking_from_scores(_gather(pos), _gather(negative), ks=(1, 10, 50))
 
 

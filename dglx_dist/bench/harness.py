@@ -107,14 +107,13 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     and the link task's closing record of test metrics (``test_*``), if any."""
     final = {k: v for r in records if "epoch_time" not in r for k, v in r.items()}
     records = [r for r in records if "epoch_time" in r]
-    timed = records[1:] or records
-    mean = lambda k: sum(r.get(k) or 0 for r in timed) / len(timed)  # noqa: E731
+    mean = lambda k: REDUCERS["mean"](records, k)  # noqa: E731
     return {"epoch_time": round(mean("epoch_time"), 4),
             "epoch_time_first": records[0]["epoch_time"],
             "epoch_times": [r["epoch_time"] for r in records],
             "bytes_inter": int(mean("bytes_sent_inter")),
             "bytes_intra": int(mean("bytes_sent_intra")),
-            "peak_mem_mb": max(r.get("peak_mem_mb") or 0 for r in records),
+            "peak_mem_mb": REDUCERS["max"](records, "peak_mem_mb"),
             "val_acc_per_epoch": [r.get("val_acc") for r in records],
             "val_acc": records[-1].get("val_acc"), "test_acc": records[-1].get("test_acc"),
             "steps": records[-1].get("steps"), "epochs": len(records)} | _ranking(records, final)

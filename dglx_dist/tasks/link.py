@@ -33,7 +33,8 @@ from tqdm.auto import tqdm
 from dglx_dist.api.metrics import epoch_record
 from dglx_dist.strategies.epochs import EpochResult
 
-__all__ = ["LinkConfig", "split_pairs", "train_edge_ids", "train_link"]
+__all__ = ["LinkConfig", "eval_negatives", "heldout_scores", "link_loss", "split_pairs",
+           "train_edge_ids", "train_link"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +82,30 @@ def _scores(pair: dgl.DGLGraph, h: torch.Tensor) -> torch.Tensor:
         return pair.edata["s"].squeeze(1)
 
 
+def link_loss(pair: dgl.DGLGraph, neg: dgl.DGLGraph, h: torch.Tensor) -> torch.Tensor:
+    """Binary cross-entropy of the positive pairs' dot products (label 1) and the negatives'
+    (label 0)."""
+    pos, negative = _scores(pair, h), _scores(neg, h)
+    labels = torch.cat([torch.ones_like(pos), torch.zeros_like(negative)])
+    return F.binary_cross_entropy_with_logits(torch.cat([pos, negative]), labels)
+
+
+def eval_negatives(num_pairs: int, num_nodes: int, k: int, seed: int) -> torch.Tensor:
+    """(num_pairs, k) uniform negative destinations for held-out pairs, a function of the
+    seed alone (the same on every rank and in every system compared)."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, num_nodes, (num_pairs, k), generator=gen)
+
+
+def heldout_scores(emb, u: torch.Tensor, v: torch.Tensor,
+                   neg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dot-product scores of pairs ``(u, v)`` and of each ``u`` with its negatives ``neg``
+    (N, K), from ``emb`` (any row-indexable table of embeddings)."""
+    hu = emb[u]
+    negative = (hu.unsqueeze(1) * emb[neg.reshape(-1)].reshape(u.numel(), neg.shape[1], -1))
+    return (hu * emb[v]).sum(1), negative.sum(2)
+
+
 def _evaluate(model, g, pairs, k: int, seed: int) -> dict[str, float]:
     """Ranking metrics of this rank's share of ``pairs`` against ``k`` negatives each."""
     from dglx_dist.api import inference, ranking_metrics
@@ -88,13 +113,9 @@ def _evaluate(model, g, pairs, k: int, seed: int) -> dict[str, float]:
 
     h = inference(model, g)
     session = g.session
-    gen = torch.Generator().manual_seed(seed)  # the same negatives on every rank
-    neg = torch.randint(0, g.num_nodes(), (pairs[0].numel(), k), generator=gen)
+    neg = eval_negatives(pairs[0].numel(), g.num_nodes(), k, seed)
     mine = even_chunk(torch.arange(pairs[0].numel()), session.world_size, session.rank)
-    u, v, neg = pairs[0][mine], pairs[1][mine], neg[mine]
-    hu = h[u]
-    pos = (hu * h[v]).sum(1)
-    negative = (hu.unsqueeze(1) * h[neg.reshape(-1)].reshape(u.numel(), k, -1)).sum(2)
+    pos, negative = heldout_scores(h, pairs[0][mine], pairs[1][mine], neg[mine])
     return ranking_metrics(pos, negative, ks=(1, 10, 50))
 
 
@@ -112,11 +133,7 @@ def _epoch(model, g, loader, opt, epoch: int, progress: bool) -> EpochResult:
     total, steps, samples = 0.0, 0, 0
     for input_nodes, pair, neg, blocks in tqdm(loader, desc=f"epoch {epoch}", leave=False,
                                                disable=not progress):
-        h = model(blocks, g.ndata["feat"][input_nodes])
-        pos, negative = _scores(pair, h), _scores(neg, h)
-        scores = torch.cat([pos, negative])
-        labels = torch.cat([torch.ones_like(pos), torch.zeros_like(negative)])
-        loss = F.binary_cross_entropy_with_logits(scores, labels)
+        loss = link_loss(pair, neg, model(blocks, g.ndata["feat"][input_nodes]))
         opt.zero_grad()
         loss.backward()
         opt.step()
