@@ -1,5 +1,10 @@
 """Typed option plumbing for the command line: ``--opt key=value`` pairs and dataclass flags.
 
+A typed config declares its flags once, in its fields (:func:`flag_field`): a parser gets them
+from :func:`add_config_flags`, the config comes back from :func:`config_from_args`, and a
+launcher renders it as the same flags with :func:`config_argv` (``dglx bench`` starting
+``dglx train``, :class:`~dglx_dist.train_config.TrainConfig`).
+
 Used by the ``dglx`` command (:mod:`dglx_dist.cli`) and by training scripts of one's own (e.g.
 ``examples/train_node_classification.py``); it stays outside :mod:`dglx_dist.cli` so that such a
 script does not import the command (and torch) to parse its flags.
@@ -14,14 +19,18 @@ from typing import Any, Iterable
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.registry import Bounds, coerce_option
 
-__all__ = ["parse_key_values", "add_dataclass_arguments", "dataclass_from_args", "number"]
+__all__ = ["parse_key_values", "add_dataclass_arguments", "dataclass_from_args", "number",
+           "flag_field", "add_config_flags", "config_from_args", "config_argv"]
 
 
 def number(kind: type, low: float | None = None, high: float | None = None, *,
            high_open: bool = False, low_open: bool = False):
     """An argparse ``type=`` for a finite ``kind`` (int or float) in ``[low, high]`` (either
     end open on request); anything else is refused naming the value and the range."""
-    bounds = Bounds(low, high, low_open, high_open)
+    return _number(kind, Bounds(low, high, low_open, high_open))
+
+
+def _number(kind: type, bounds: Bounds):
     expected = bounds.describe(f"a finite {kind.__name__}")
 
     def parse(text: str):
@@ -74,3 +83,69 @@ def dataclass_from_args(cls: type, args: argparse.Namespace) -> Any:
         if raw is not None:
             values[f.name] = coerce_option(raw, hints[f.name], f"--{f.name.replace('_', '-')}")
     return cls(**values)
+
+
+def flag_field(default: Any, help: str, *, bounds: Bounds | None = None,
+               choices: tuple[str, ...] | None = None) -> Any:
+    """A field of a typed config that is also a command-line flag: ``--name-with-dashes``,
+    parsed as the field's type, refused outside ``bounds`` or ``choices`` (a bool field is a
+    switch and defaults to False)."""
+    if isinstance(default, bool) and default:
+        raise InvalidValueError("a bool flag_field is a store_true switch: its default is False")
+    return dataclasses.field(default=default, metadata={"help": help, "bounds": bounds,
+                                                         "choices": choices})
+
+
+def _flag_fields(cls: type, names: Iterable[str] | None) -> list[dataclasses.Field]:
+    wanted = None if names is None else set(names)
+    return [f for f in dataclasses.fields(cls) if "bounds" in f.metadata
+            and (wanted is None or f.name in wanted)]
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_config_flags(parser: argparse.ArgumentParser, cls: type,
+                     names: Iterable[str] | None = None, **changes: dict[str, Any]) -> None:
+    """Adds the flags of config ``cls``'s :func:`flag_field` s (only ``names``, if given).
+
+    ``changes``, by field name, are ``add_argument`` keywords that differ for this command:
+    e.g. ``epochs={"default": None}`` where a preset fills it in later.
+    """
+    hints = typing.get_type_hints(cls)
+    for f in _flag_fields(cls, names):
+        kind = next(a for a in (typing.get_args(hints[f.name]) or (hints[f.name],))
+                    if a is not type(None))  # X of ``X | None``
+        if kind is bool:
+            kwargs = {"action": "store_true", "help": f.metadata["help"]}
+        else:
+            kwargs = {"type": (_number(kind, f.metadata["bounds"] or Bounds())
+                               if kind in (int, float) else kind),
+                      "default": f.default, "choices": f.metadata["choices"],
+                      "help": f.metadata["help"]}
+        kwargs |= changes.get(f.name, {})
+        if kwargs.get("default") is not None:
+            kwargs["help"] += " (default: %(default)s)"
+        parser.add_argument(_flag(f.name), dest=f.name, **kwargs)
+
+
+def config_from_args(cls: type, args: argparse.Namespace, **overrides: Any) -> Any:
+    """Config ``cls`` from the flags :func:`add_config_flags` added (fields without a flag on
+    ``args`` keep their defaults), then ``overrides``."""
+    given = {f.name: getattr(args, f.name) for f in _flag_fields(cls, None)
+             if hasattr(args, f.name) and f.name not in overrides}
+    return cls(**given, **overrides)
+
+
+def config_argv(config: Any, names: Iterable[str] | None = None) -> list[str]:
+    """``config`` as the flags :func:`add_config_flags` reads back (only ``names``, if given;
+    None values and unset switches are left out)."""
+    out: list[str] = []
+    for f in _flag_fields(type(config), names):
+        value = getattr(config, f.name)
+        if value is True:
+            out.append(_flag(f.name))
+        elif value is not None and value is not False:
+            out += [_flag(f.name), str(value)]
+    return out

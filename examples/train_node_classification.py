@@ -20,10 +20,11 @@ import torch.nn.functional as F
 
 import dglx_dist
 from dglx_dist.checkpoint import Checkpointing
-from dglx_dist.cli_flags import parse_key_values
+from dglx_dist.cli_flags import add_config_flags, config_from_args, parse_key_values
 from dglx_dist.partition import PartitionDir
 from dglx_dist.prepare import ensure_partitions
 from dglx_dist.strategies import STRATEGIES
+from dglx_dist.train_config import TrainConfig
 
 
 class SAGE(nn.Module):
@@ -51,36 +52,33 @@ class SAGE(nn.Module):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # the model and its optimisation: dglx train's flags (dglx_dist.train_config.TrainConfig)
+    add_config_flags(parser, TrainConfig, ("model", "epochs", "hidden", "dropout", "lr",
+                                           "weight_decay", "row_normalize", "seed"),
+                     epochs={"default": 60}, model={"choices": ("sage", "gcn")})
     parser.add_argument("--data", default="cora", help="dataset directory or built-in name")
     parser.add_argument("--partitions", help="partition directory (default: made for --data)")
     parser.add_argument("--strategy", default="distdgl", choices=STRATEGIES.names())
     parser.add_argument("--strategy-opt", action="append", metavar="KEY=VALUE")
-    parser.add_argument("--model", default="sage", choices=("sage", "gcn"))
-    parser.add_argument("--epochs", type=int, default=60)
-    parser.add_argument("--hidden", type=int, default=16)
-    parser.add_argument("--dropout", type=float, default=0.5)
-    parser.add_argument("--lr", type=float, default=0.01)
-    parser.add_argument("--weight-decay", type=float, default=5e-4)
-    parser.add_argument("--row-normalize", action="store_true",
-                        help="divide each (non-negative) feature row by its sum")
     parser.add_argument("--checkpoint-dir", help="save a checkpoint here after every epoch")
     parser.add_argument("--resume", action="store_true",
                         help="continue from the newest checkpoint in --checkpoint-dir")
     args = parser.parse_args()
+    config = config_from_args(TrainConfig, args)
 
     session = dglx_dist.init()
     strategy = STRATEGIES.build(args.strategy, **parse_key_values(args.strategy_opt))
     parts = PartitionDir(args.partitions or ensure_partitions(args.data, strategy, session))
-    torch.manual_seed(0)
-    model = SAGE(parts.feat_dim, args.hidden, parts.num_classes, args.dropout,
-                 args.row_normalize, args.model)
+    torch.manual_seed(config.seed)
+    model = SAGE(parts.feat_dim, config.hidden, parts.num_classes, config.dropout,
+                 config.row_normalize, config.model)
     checkpoint = Checkpointing(args.checkpoint_dir) if args.checkpoint_dir else None
-    trainer = dglx_dist.Trainer(model, parts, strategy, lr=args.lr,
-                                weight_decay=args.weight_decay, checkpoint=checkpoint)
+    trainer = dglx_dist.Trainer(model, parts, strategy, lr=config.lr,
+                                weight_decay=config.weight_decay, checkpoint=checkpoint)
     trainer.resume_or_start(args.resume)  # also after a torchrun --max-restarts restart
 
     loss = torch.zeros(())
-    for epoch in range(trainer.epoch, args.epochs):
+    for epoch in range(trainer.epoch, config.epochs):
         for batch in trainer.batches(epoch):
             loss = F.cross_entropy(trainer.forward(batch), batch.y)
             trainer.step(loss)
@@ -88,7 +86,7 @@ def main():
             trainer.save(checkpoint.dir)
     test_acc = trainer.evaluate("test")
     if session.is_main:
-        sys.stdout.write(json.dumps({"strategy": args.strategy, "epochs": args.epochs,
+        sys.stdout.write(json.dumps({"strategy": args.strategy, "epochs": config.epochs,
                                      "loss": round(loss.item(), 4),
                                      "test_acc": round(test_acc, 4)}) + "\n")
     trainer.close()

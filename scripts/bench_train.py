@@ -50,8 +50,10 @@ from dglx_dist.bench.dgl_distdgl import WORKER, hyper, partitions, run_dgl, summ
 from dglx_dist.bench.dgl_distdgl_worker import PHASES
 from dglx_dist.bench.harness import Setup, attempt, launch, parse_records, run_env, run_strategy
 from dglx_dist.bench.presets import ScriptPreset, script_parser
+from dglx_dist.cli_flags import add_config_flags, config_from_args
 from dglx_dist.data.synthetic import SyntheticConfig
 from dglx_dist.report import markdown_table
+from dglx_dist.train_config import TrainConfig
 
 log = logging.getLogger("bench_train")
 
@@ -76,12 +78,13 @@ def dataset_dir(args: argparse.Namespace, workdir: Path) -> Path:
 
 def our_setup(args, data: Path, meta: dict[str, Any], row_norm: bool,
               workdir: Path) -> Setup:
-    """Our distdgl's run: 2 virtual servers x 1 trainer, evaluated after the last epoch."""
-    return Setup(data=data, num_classes=meta["num_classes"], model="sage", hidden=args.hidden,
-                 lr=args.lr, dropout=args.dropout, weight_decay=args.weight_decay,
-                 epochs=args.epochs, batch_size=args.batch_size, fanouts=args.fanouts,
-                 seed=args.seed, row_normalize=row_norm, timeout=args.timeout,
-                 workdir=workdir, eval_every=args.epochs)
+    """The common run (ours: 2 virtual servers x 1 trainer; DGL's: 2 machines), GraphSAGE
+    evaluated after the last epoch."""
+    train = config_from_args(TrainConfig, args, model="sage", row_normalize=row_norm,
+                             eval_every=args.epochs)
+    return Setup(data=data, num_classes=meta["num_classes"], train=train,
+                 batch_size=args.batch_size, fanouts=args.fanouts, timeout=args.timeout,
+                 workdir=workdir)
 
 
 def _our_parts(setup: Setup) -> Path:
@@ -99,10 +102,10 @@ def run_ours(args, setup: Setup, system: str = "ours (dglx distdgl)") -> dict[st
     return {k: v for k, v in row.items() if k not in ("network", "note", "options")}
 
 
-def run_profile(args, setup: Setup, meta: dict[str, Any]) -> dict[str, Any]:
+def run_profile(args, setup: Setup) -> dict[str, Any]:
     """Our trainer's loop instrumented phase by phase (the worker's ``ours-profile``)."""
     target = WORKER[1:] + ["ours-profile", "--partitions", str(_our_parts(setup))] + hyper(
-        args, meta, setup.row_normalize) + (
+        setup) + (
         ["--cprofile", str(setup.workdir / "ours.pstats")] if args.cprofile else [])
     return parse_records(launch(setup, target))[-1]
 
@@ -158,7 +161,7 @@ def bench(args: argparse.Namespace, workdir: Path) -> tuple[dict[str, Any], bool
                "ours_system_malloc": lambda: run_ours(
                    args, dataclasses.replace(ours, env=(("DGLX_MALLOC", "system"),)),
                    system="ours, DGLX_MALLOC=system"),
-               "dgl": lambda: run_dgl(args, data, meta, row_norm, workdir, run_env(ours))}
+               "dgl": lambda: run_dgl(ours, run_env(ours))}
     order = {"both": ["ours", "dgl"], "all": ["ours", "ours_system_malloc", "dgl"]}
     runs: dict[str, list[dict[str, Any]]] = {}
     for rep in range(args.repeat):  # alternating, so slow spells of the machine hit both
@@ -175,7 +178,7 @@ def bench(args: argparse.Namespace, workdir: Path) -> tuple[dict[str, Any], bool
         "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
         "rows": list(rows.values()), "checks": checks(rows)}
     if args.profile and "ours" in rows and "error" not in rows["ours"]:
-        prof = run_profile(args, ours, meta)
+        prof = run_profile(args, ours)
         result["profile"] = profile_rows(prof, rows.get("dgl", {}))
         result["cprofile_top"] = prof.get("cprofile_top")
     return result, all("error" not in r for r in rows.values())
@@ -214,14 +217,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="runs per system, alternating; epoch_time is the median run's")
     p.add_argument("--ours-opt", action="append", default=[], metavar="KEY=VALUE",
                    help="extra distdgl option for our run (repeatable), e.g. fanouts=5,10")
-    p.add_argument("--epochs", type=int, help="epochs (default: preset; tiny 30, small 5)")
-    p.add_argument("--hidden", type=int, help="hidden width (default: preset; tiny 16, small 64)")
-    p.add_argument("--lr", type=float, help="Adam learning rate (default: preset)")
-    p.add_argument("--dropout", type=float, default=0.5)
-    p.add_argument("--weight-decay", type=float, default=5e-4)
+    # the training config (dglx train's flags); epochs, hidden and lr default to the preset's
+    add_config_flags(p, TrainConfig, ("epochs", "hidden", "lr", "dropout", "weight_decay",
+                                      "seed"), epochs={"default": None},
+                     hidden={"default": None}, lr={"default": None})
     p.add_argument("--batch-size", type=int, default=1000, help="seeds per trainer per step")
     p.add_argument("--fanouts", default="10,25", help="per layer, input layer first")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--row-normalize", choices=("auto", "on", "off"), default="auto",
                    help="divide input rows by their sums (auto: if no feature is negative)")
     p.add_argument("--workdir", default="bench_out/train", help="datasets, partitions, logs")

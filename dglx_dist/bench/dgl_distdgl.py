@@ -14,38 +14,43 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dglx_dist.bench.datasets import data_key
 from dglx_dist.bench.procs import run_group
+from dglx_dist.cli_flags import config_argv
 from dglx_dist.errors import NotSupportedError, RunFailedError
 from dglx_dist.runtime.env import free_local_port
 
-__all__ = ["WORKER", "hyper", "mean_phases", "partitions", "run_dgl", "shm_wrapper",
+if TYPE_CHECKING:
+    from dglx_dist.bench.harness import Setup
+
+__all__ = ["MACHINES", "WORKER", "WORKER_FLAGS", "dgl_batch", "hyper", "mean_phases", "partitions", "run_dgl", "shm_wrapper",
            "summarize_run"]
 
 log = logging.getLogger("dglx_dist.bench")
 # not imported: ``python -m`` of a module the package has already imported warns (runpy)
 WORKER = [sys.executable, "-m", "dglx_dist.bench.dgl_distdgl_worker"]
 """The worker's command line (subcommand and options follow)."""
+WORKER_FLAGS = ("task", "model", "hidden", "dropout", "lr", "weight_decay", "epochs", "seed",
+                "row_normalize", "negatives", "train_edges")
+"""The :class:`~dglx_dist.train_config.TrainConfig` fields the worker takes as flags."""
+MACHINES = 2
+"""Simulated machines, each one DGL server and one trainer."""
 
 
-def hyper(args, meta: dict[str, Any], row_norm: bool) -> list[str]:
-    """The shared hyper-parameters of ``args`` as worker options."""
-    return ["--epochs", str(args.epochs), "--hidden", str(args.hidden), "--lr", str(args.lr),
-            "--dropout", str(args.dropout), "--weight-decay", str(args.weight_decay),
-            "--seed", str(args.seed), "--batch-size", str(args.batch_size),
-            "--fanouts", args.fanouts, "--num-classes", str(meta["num_classes"])] + (
-        ["--row-normalize"] if row_norm else []) + (  # dglx bench's options
-        ["--model", args.model] if getattr(args, "model", None) else []) + (
-        ["--eval-val"] if getattr(args, "eval_val", False) else []) + _link_options(args)
+def dgl_batch(setup: Setup) -> int:
+    """Seeds (link: training edges) per DGL trainer per step: the setup's global batch over
+    the 2 simulated machines."""
+    return setup.batch_size * setup.world // MACHINES
 
 
-def _link_options(args) -> list[str]:
-    if getattr(args, "task", "node") != "link":
-        return []
-    return ["--task", "link", "--negatives", str(args.negatives)] + (
-        ["--train-edges", str(args.train_edges)] if args.train_edges else [])
+def hyper(setup: Setup) -> list[str]:
+    """The setup's training config, batch and fanouts as worker options (validation accuracy
+    after every epoch where the setup evaluates every epoch)."""
+    return [*config_argv(setup.train, WORKER_FLAGS), "--batch-size", str(dgl_batch(setup)),
+            "--fanouts", setup.fanouts, "--num-classes", str(setup.num_classes)] + (
+        ["--eval-val"] if setup.train.eval_every == 1 else [])
 
 
 def partitions(kind: str, data: Path, workdir: Path, env: dict[str, str],
@@ -80,32 +85,33 @@ def shm_wrapper() -> list[str]:
                             "shared-memory tensors")
 
 
-def _commands(args, part_config: Path, run_dir: Path, hyper_opts: list[str]) -> list[list[str]]:
+def _commands(setup: Setup, part_config: Path, run_dir: Path) -> list[list[str]]:
     """One ``machine`` command per simulated machine, each under :func:`shm_wrapper`."""
     ip_config = run_dir / "ip_config.txt"
-    ip_config.write_text("".join(f"127.0.0.1 {free_local_port()}\n" for _ in range(2)))
-    common = ["--machines", "2", "--ip-config", str(ip_config), "--part-config",
+    ip_config.write_text("".join(f"127.0.0.1 {free_local_port()}\n" for _ in range(MACHINES)))
+    common = ["--machines", str(MACHINES), "--ip-config", str(ip_config), "--part-config",
               str(part_config), "--result-dir", str(run_dir),
               "--master-port", str(free_local_port()),
-              "--timeout", str(args.timeout)] + hyper_opts
+              "--timeout", str(setup.timeout)] + hyper(setup)
     return [shm_wrapper() + WORKER + ["machine", "--machine", str(m)] + common
-            for m in range(2)]
+            for m in range(MACHINES)]
 
 
-def run_dgl(args, data: Path, meta: dict[str, Any], row_norm: bool, workdir: Path,
-            env: dict[str, str]) -> dict[str, Any]:
-    """DGL's DistDGL: 2 simulated machines, each one server + one trainer."""
-    link = getattr(args, "task", "node") == "link"
-    part_config = partitions("dgl", data, workdir, env, args.seed if link else None)
-    run_dir = workdir / "dgl-run"
+def run_dgl(setup: Setup, env: dict[str, str]) -> dict[str, Any]:
+    """DGL's DistDGL on the setup's data, training config, global batch and fanouts: 2
+    simulated machines, each one server + one trainer, with environment ``env``."""
+    link = setup.train.task == "link"
+    part_config = partitions("dgl", setup.data, setup.workdir, env,
+                             setup.train.seed if link else None)
+    run_dir = setup.workdir / "dgl-run"
     run_dir.mkdir(parents=True, exist_ok=True)
     for f in run_dir.glob("*.json"):
         f.unlink()
-    cmds = _commands(args, part_config, run_dir, hyper(args, meta, row_norm))
-    logs = [run_dir / f"machine{m}.log" for m in range(2)]
+    cmds = _commands(setup, part_config, run_dir)
+    logs = [run_dir / f"machine{m}.log" for m in range(MACHINES)]
     log.info("dgl: %s", " ".join(cmds[0]))
     t0 = time.perf_counter()
-    procs, left = run_group(cmds, env, args.timeout + 120, logs)
+    procs, left = run_group(cmds, env, setup.timeout + 120, logs)
     wall = time.perf_counter() - t0
     if any(p.returncode for p in procs) or not (run_dir / "trainer.json").is_file():
         tails = {str(lg): lg.read_text().splitlines()[-15:] for lg in logs}
@@ -113,7 +119,7 @@ def run_dgl(args, data: Path, meta: dict[str, Any], row_norm: bool, workdir: Pat
                              f"log tails: {json.dumps(tails, indent=1)}")
     res = json.loads((run_dir / "trainer.json").read_text())
     servers = [json.loads((run_dir / f"server{m}.json").read_text())["peak_mb"]
-               for m in range(2) if (run_dir / f"server{m}.json").is_file()]
+               for m in range(MACHINES) if (run_dir / f"server{m}.json").is_file()]
     if link:  # the records as they are (dglx train's fields), for the harness to summarise
         return {"records": res["records"], "test": res["test"], "leftover_procs": left,
                 "peak_mem_mb": max(res["peak_mem_mb_train"]),

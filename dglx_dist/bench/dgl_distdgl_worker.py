@@ -41,8 +41,11 @@ from typing import Any
 
 import numpy as np
 
+from dglx_dist.bench.dgl_distdgl import WORKER_FLAGS
+from dglx_dist.cli_flags import add_config_flags
 from dglx_dist.errors import InternalError
 from dglx_dist.memory import peak_rss_bytes
+from dglx_dist.train_config import TrainConfig
 
 __all__ = ["PHASES", "main"]
 
@@ -320,20 +323,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             ("--ip-config", str, None), ("--part-config", str, None), ("--result-dir", str, None),
             ("--parts", int, 2), ("--machine", int, 0), ("--machines", int, 2),
             ("--master-port", int, 29500), ("--threads", int, 1), ("--timeout", float, 3600.0),
-            ("--pg-timeout", float, 600.0), ("--epochs", int, 5), ("--batch-size", int, 1000),
-            ("--eval-batch-size", int, 4096), ("--hidden", int, 64), ("--num-classes", int, 0),
-            ("--dropout", float, 0.5), ("--lr", float, 0.003), ("--weight-decay", float, 5e-4),
-            ("--seed", int, 0), ("--fanouts", _int_list, [10, 25]),
-            ("--eval-fanouts", _int_list, [])):
+            ("--pg-timeout", float, 600.0), ("--batch-size", int, 1000),
+            ("--eval-batch-size", int, 4096), ("--num-classes", int, 0),
+            ("--fanouts", _int_list, [10, 25]), ("--eval-fanouts", _int_list, [])):
         p.add_argument(flag, type=kind, default=default)
-    p.add_argument("--row-normalize", action="store_true")
-    p.add_argument("--task", choices=("node", "link"), default="node",
-                   help="partition, trainer: node classification or link prediction "
-                        "(dglx_dist.bench.dgl_distdgl_link)")
-    p.add_argument("--negatives", type=int, default=1, help="--task link: per training edge")
-    p.add_argument("--train-edges", type=int, default=None,
-                   help="--task link: train on this many edges (default all)")
-    p.add_argument("--model", default="sage", help="trainer: dglx_dist.models name (sage, gcn)")
+    # the training config: dglx train's flags (partition: --task and --seed split link edges)
+    add_config_flags(p, TrainConfig, WORKER_FLAGS, epochs={"default": 5},
+                     hidden={"default": 64}, lr={"default": 0.003})
     p.add_argument("--eval-val", action="store_true",
                    help="trainer: validation accuracy after every epoch (not in epoch_time)")
     p.add_argument("--partitions", help="ours-profile: our partition directory")

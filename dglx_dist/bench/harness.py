@@ -19,17 +19,19 @@ import os
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Callable
 
-from dglx_dist.bench.dgl_distdgl import run_dgl
+from dglx_dist.bench.dgl_distdgl import MACHINES, dgl_batch, run_dgl
 from dglx_dist.bench.procs import run_group
+from dglx_dist.bench.single import FLAGS as SINGLE_FLAGS
 from dglx_dist.errors import RunFailedError
+from dglx_dist.cli_flags import config_argv
 from dglx_dist.runtime.env import free_local_port
+from dglx_dist.train_config import TrainConfig
 
-__all__ = ["REDUCERS", "STRATEGY_OPTIONS", "Setup", "add_time_to_accuracy", "attempt",
+__all__ = ["BENCH_TRAINING", "REDUCERS", "STRATEGY_OPTIONS", "Setup", "add_time_to_accuracy", "attempt",
            "first_reached", "launch", "parse_records", "reduce_records", "run_env",
-           "run_strategy", "run_system", "summarize", "systems"]
+           "run_strategy", "run_system", "summarize", "systems", "train_command"]
 
 log = logging.getLogger("dglx_dist.bench")
 # per-strategy option overrides (KEY=VALUE as for --strategy-opt); empty: every strategy runs
@@ -37,39 +39,31 @@ log = logging.getLogger("dglx_dist.bench")
 STRATEGY_OPTIONS: dict[str, tuple[str, ...]] = {}
 
 
+BENCH_TRAINING = TrainConfig(model="gcn", hidden=64, epochs=5, eval_every=1)
+"""The common run's model and optimisation unless told otherwise (``eval_every`` 1: the time
+to accuracy needs every epoch's validation accuracy)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Setup:
-    """What every system shares: dataset, model, hyper-parameters, cluster shape, network."""
+    """What every system shares: dataset, training config, batching, cluster shape, network."""
 
     data: Path
     num_classes: int
-    model: str = "gcn"
-    hidden: int = 64
-    lr: float = 0.01
-    dropout: float = 0.5
-    weight_decay: float = 5e-4
-    epochs: int = 5
+    train: TrainConfig = BENCH_TRAINING
+    """The model, its optimisation and the task, as ``dglx train`` takes them (its ``layers``
+    and ``edge_batch_size`` come from ``fanouts`` and ``batch_size``: :meth:`training`)."""
     batch_size: int = 500
-    """Seeds per trainer per step; the global batch is batch_size x world."""
+    """Seeds per trainer per step; the global batch is batch_size x world (``link``: training
+    edges per trainer per step)."""
     fanouts: str = "10,25"
     """Sampled neighbours per layer, input layer first (also the model's depth)."""
-    seed: int = 0
-    row_normalize: bool = False
     servers: int = 2
     ranks_per_server: int = 1
     network: str = "virtual"
     """``virtual`` (DGLX_VIRTUAL_SERVERS on loopback) or ``emulated-<preset>`` (1g, 10g)."""
     timeout: float = 900.0
     workdir: Path = Path("bench-out/work")
-    task: str = "node"
-    """``node`` (classification) or ``link`` (prediction: ``batch_size`` is then training
-    edges per trainer per step)."""
-    negatives: int = 1
-    """``link``: uniform negatives per training edge."""
-    train_edges: int | None = None
-    """``link``: training edges per epoch (a seeded choice; None: all)."""
-    eval_every: int = 1
-    """``dglx train --eval-every`` (validation accuracy every N epochs; the last always)."""
     train_flags: tuple[str, ...] = ()
     """More ``dglx train`` arguments (e.g. ``--measure-saved-bytes``, ``--partitions DIR``)."""
     env: tuple[tuple[str, str], ...] = ()
@@ -83,13 +77,19 @@ class Setup:
     def layers(self) -> int:
         return len(self.fanouts.split(","))
 
+    def training(self) -> TrainConfig:
+        """The training config of a run: :attr:`train` with the depth of ``fanouts`` and, for
+        the link task, ``batch_size`` training edges per step."""
+        return dataclasses.replace(self.train, layers=self.layers,
+                                   edge_batch_size=self.batch_size)
+
     def public(self) -> dict[str, Any]:
-        """The setup as JSON (paths as strings)."""
-        return {k: str(v) if isinstance(v, Path) else v
-                for k, v in dataclasses.asdict(self).items() if k not in _RUN_ONLY}
-
-
-_RUN_ONLY = ("workdir", "eval_every", "train_flags", "env")  # how a run is made, not what
+        """The setup as flat JSON (paths as strings), without how a run is made."""
+        train = {k: v for k, v in dataclasses.asdict(self.train).items()
+                 if k not in ("layers", "edge_batch_size", "eval_every")}
+        rest = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in ("train", "workdir", "train_flags", "env")}
+        return {k: str(v) if isinstance(v, Path) else v for k, v in (train | rest).items()}
 
 
 def _env(setup: Setup) -> dict[str, str]:
@@ -131,11 +131,8 @@ def _ranking(records: list[dict[str, Any]], final: dict[str, Any]) -> dict[str, 
 def run_single(setup: Setup) -> dict[str, Any]:
     """Plain DGL in one process; its batch is the distributed runs' global batch."""
     cmd = [sys.executable, "-m", "dglx_dist.bench.single", "--data", str(setup.data),
-           "--model", setup.model, "--hidden", str(setup.hidden), "--lr", str(setup.lr),
-           "--dropout", str(setup.dropout), "--weight-decay", str(setup.weight_decay),
-           "--epochs", str(setup.epochs), "--batch-size", str(setup.batch_size * setup.world),
-           "--fanouts", setup.fanouts, "--seed", str(setup.seed)] + (
-        ["--row-normalize"] if setup.row_normalize else [])
+           *config_argv(setup.train, SINGLE_FLAGS), "--fanouts", setup.fanouts,
+           "--batch-size", str(setup.batch_size * setup.world)]
     t0 = time.perf_counter()
     (proc,), _ = run_group([cmd], _env(setup), setup.timeout, [None])
     if proc.returncode:
@@ -147,19 +144,11 @@ def run_single(setup: Setup) -> dict[str, Any]:
 
 def run_dgl_distdgl(setup: Setup) -> dict[str, Any]:
     """DGL's DistDGL: 2 simulated machines, one server + one trainer each, on loopback."""
-    machines = 2
-    args = SimpleNamespace(  # bench_train's option names; the global batch matched
-        timeout=setup.timeout, epochs=setup.epochs, hidden=setup.hidden, lr=setup.lr,
-        dropout=setup.dropout, weight_decay=setup.weight_decay, seed=setup.seed,
-        batch_size=setup.batch_size * setup.world // machines, fanouts=setup.fanouts,
-        model=setup.model, eval_val=True, task=setup.task, negatives=setup.negatives,
-        train_edges=setup.train_edges)
-    meta = {"num_classes": setup.num_classes}
     t0 = time.perf_counter()
-    res = run_dgl(args, setup.data, meta, setup.row_normalize, setup.workdir, _env(setup))
-    note = (f"{machines} machines x 1 trainer, batch {args.batch_size}; trainer peak "
+    res = run_dgl(setup, _env(setup))
+    note = (f"{MACHINES} machines x 1 trainer, batch {dgl_batch(setup)}; trainer peak "
             f"(+{res.get('server_peak_mb')} MB per server process); bytes not counted")
-    if setup.task == "link":
+    if setup.train.task == "link":
         return summarize(res["records"] + [res["test"]]) | {
             "peak_mem_mb": res["peak_mem_mb"], "bytes_inter": None, "bytes_intra": None,
             "network": "loopback (not shaped)", "run_wall_s": round(time.perf_counter() - t0, 1),
@@ -191,11 +180,11 @@ def model_mismatch(name: str, setup: Setup) -> str | None:
     from dglx_dist.strategies import STRATEGIES
 
     allowed = STRATEGIES.get(name).conv_types
-    model = MODELS[setup.model](4, 4, 2, setup.layers)
+    model = MODELS[setup.train.model](4, 4, 2, setup.layers)
     convs = {type(m).__name__ for m in model.modules() if type(m).__module__.startswith("dgl.nn")}
     if allowed is None or convs <= set(allowed):
         return None
-    return (f"not run: {name} runs {', '.join(allowed)}; the common model {setup.model!r} "
+    return (f"not run: {name} runs {', '.join(allowed)}; the common model {setup.train.model!r} "
             f"uses {', '.join(sorted(convs))} (choose --model gcn to include it)")
 
 
@@ -217,28 +206,20 @@ def run_strategy(name: str, setup: Setup, extra: dict[str, list[str]],
     """``dglx train --strategy name`` on the emulated cluster or on virtual servers; its
     records made a row by ``summary``."""
     options = strategy_options(name, setup, extra)
-    target = ["-m", "dglx_dist", "train", "--strategy", name, "--model", setup.model,
-              "--data", str(setup.data), "--epochs", str(setup.epochs),
-              "--eval-every", str(setup.eval_every),
-              "--hidden", str(setup.hidden), "--lr", str(setup.lr), "--dropout",
-              str(setup.dropout), "--weight-decay", str(setup.weight_decay), "--seed",
-              str(setup.seed), "--cache-dir", str(setup.workdir.resolve() / "parts"),
-              "--no-progress", *[a for o in options for a in ("--strategy-opt", o)]] + (
-        ["--row-normalize"] if setup.row_normalize else []) + _link_flags(setup) + list(
-        setup.train_flags)
     t0 = time.perf_counter()
-    stdout = launch(setup, target)
+    stdout = launch(setup, ["-m", "dglx_dist", *train_command(name, setup, options)])
     return summary(parse_records(stdout)) | {
         "network": setup.network, "run_wall_s": round(time.perf_counter() - t0, 1),
-        "note": describe(name, options, setup.task), "options": options}
+        "note": describe(name, options, setup.train.task), "options": options}
 
 
-def _link_flags(setup: Setup) -> list[str]:
-    if setup.task != "link":
-        return []
-    return ["--task", "link", "--edge-batch-size", str(setup.batch_size), "--negatives",
-            str(setup.negatives)] + (
-        ["--train-edges", str(setup.train_edges)] if setup.train_edges else [])
+def train_command(name: str, setup: Setup, options: list[str]) -> list[str]:
+    """``dglx train``'s arguments for strategy ``name`` with ``--strategy-opt`` ``options``:
+    the setup's :meth:`~Setup.training` config as its flags, the data, the partition cache."""
+    return ["train", "--strategy", name, "--data", str(setup.data),
+            *config_argv(setup.training()), "--cache-dir",
+            str(setup.workdir.resolve() / "parts"), "--no-progress",
+            *[a for o in options for a in ("--strategy-opt", o)], *setup.train_flags]
 
 
 def launch(setup: Setup, target: list[str]) -> str:

@@ -17,10 +17,16 @@ import argparse
 import sys
 import time
 
+from dglx_dist.cli_flags import add_config_flags, config_from_args
 from dglx_dist.memory import peak_rss_bytes
 from dglx_dist.report import json_record
+from dglx_dist.train_config import TrainConfig
 
-__all__ = ["main", "train"]
+__all__ = ["FLAGS", "main", "train"]
+
+FLAGS = ("model", "hidden", "lr", "dropout", "weight_decay", "epochs", "seed", "row_normalize")
+"""The :class:`~dglx_dist.train_config.TrainConfig` fields it takes (node classification,
+the depth from ``--fanouts``)."""
 
 
 def _accuracy(model, g, nids) -> float:
@@ -50,7 +56,7 @@ def _epoch(model, opt, loader, labels) -> tuple[float, int, float]:
 
 
 def train(args: argparse.Namespace) -> None:
-    """Trains and prints the per-epoch records."""
+    """Trains and prints the per-epoch records (``args``: :func:`parse_args`')."""
     import dgl
     import torch
 
@@ -61,16 +67,17 @@ def train(args: argparse.Namespace) -> None:
     ds = read_dataset(args.data)
     g = to_dgl(ds)
     fanouts = [int(x) for x in args.fanouts.split(",")]
-    torch.manual_seed(args.seed)
-    model = MODELS[args.model](ds.feat.shape[1], args.hidden, ds.num_classes, len(fanouts),
-                               dropout=args.dropout, row_normalize=args.row_normalize)
-    opt = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    dgl.seed(args.seed)
+    config = config_from_args(TrainConfig, args)
+    torch.manual_seed(config.seed)
+    model = MODELS[config.model](ds.feat.shape[1], config.hidden, ds.num_classes, len(fanouts),
+                                 dropout=config.dropout, row_normalize=config.row_normalize)
+    opt = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    dgl.seed(config.seed)
     ids = {m: torch.nonzero(g.ndata[f"{m}_mask"]).flatten() for m in ("train", "val", "test")}
     loader = dgl.dataloading.DataLoader(g, ids["train"], dgl.dataloading.NeighborSampler(fanouts),
                                         batch_size=args.batch_size, shuffle=True,
                                         drop_last=False)
-    for epoch in range(args.epochs):
+    for epoch in range(config.epochs):
         wall, steps, loss = _epoch(model, opt, loader, g.ndata["label"])
         record = {"epoch": epoch, "strategy": "dgl", "world_size": 1, "servers": 1,
                   "epoch_time": round(wall, 4), "steps": steps,
@@ -78,7 +85,7 @@ def train(args: argparse.Namespace) -> None:
                   "bytes_sent_intra": 0, "bytes_sent_inter": 0,
                   "peak_mem_mb": round(peak_rss_bytes() / 2**20, 1),
                   "val_acc": _accuracy(model, g, ids["val"])}
-        if epoch == args.epochs - 1:
+        if epoch == config.epochs - 1:
             record["test_acc"] = _accuracy(model, g, ids["test"])
         sys.stdout.write(json_record(record) + "\n")  # the harness reads these lines
         sys.stdout.flush()
@@ -87,17 +94,10 @@ def train(args: argparse.Namespace) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="dataset directory")
-    p.add_argument("--model", default="gcn")
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--dropout", type=float, default=0.5)
-    p.add_argument("--weight-decay", type=float, default=5e-4)
-    p.add_argument("--epochs", type=int, default=5)
+    add_config_flags(p, TrainConfig, FLAGS)
     p.add_argument("--batch-size", type=int, default=1000)
     p.add_argument("--fanouts", default="10,25", help="per layer, input layer first")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--row-normalize", action="store_true")
     return p.parse_args(argv)
 
 

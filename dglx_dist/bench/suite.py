@@ -11,10 +11,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from dglx_dist.bench.harness import Setup, add_time_to_accuracy, run_system, systems
+from dglx_dist.bench.harness import (BENCH_TRAINING, Setup, add_time_to_accuracy, run_system,
+                                     systems)
 from dglx_dist.bench.presets import PRESETS, choose_network
 from dglx_dist.bench.report import markdown, plot, write_jsonl
+from dglx_dist.cli_flags import config_from_args
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.train_config import TrainConfig
 
 __all__ = ["Sweeps", "extra_options", "replot", "run_bench"]
 
@@ -40,13 +43,12 @@ def make_setup(args: argparse.Namespace, data: Path, network: str) -> Setup:
     meta = json.loads((data / "meta.json").read_text())
     row_norm = (nonnegative_features(data) if args.row_normalize == "auto"
                 else args.row_normalize == "on")
-    return Setup(data=data.resolve(), num_classes=meta["num_classes"], model=args.model,
-                 hidden=args.hidden, lr=args.lr, dropout=args.dropout,
-                 weight_decay=args.weight_decay, epochs=args.epochs, batch_size=args.batch_size,
-                 fanouts=args.fanouts, seed=args.seed, row_normalize=row_norm,
-                 servers=args.servers, ranks_per_server=args.ranks_per_server, network=network,
-                 timeout=args.timeout, workdir=args.out / "work", task=args.task,
-                 negatives=args.negatives, train_edges=args.train_edges)
+    train = config_from_args(TrainConfig, args, row_normalize=row_norm,
+                             eval_every=BENCH_TRAINING.eval_every)
+    return Setup(data=data.resolve(), num_classes=meta["num_classes"], train=train,
+                 batch_size=args.batch_size, fanouts=args.fanouts, servers=args.servers,
+                 ranks_per_server=args.ranks_per_server, network=network,
+                 timeout=args.timeout, workdir=args.out / "work")
 
 
 def extra_options(items: list[str]) -> dict[str, list[str]]:

@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from dglx_dist.cli_flags import number
+from dglx_dist.cli_flags import add_config_flags, number
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.train_config import TrainConfig
 
 __all__ = ["COMMANDS", "add_arguments", "run"]
 
@@ -30,6 +31,7 @@ def _fanouts(text: str) -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """``dglx bench``'s options."""
+    from dglx_dist.bench.harness import BENCH_TRAINING
     from dglx_dist.bench.presets import PRESETS
 
     p.add_argument("--preset", choices=sorted(PRESETS), default="tiny",
@@ -46,30 +48,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "all: p3,granndis,dorylus; dglx_dist.bench.sweeps)")
     p.add_argument("--strategy-opt", action="append", default=[], metavar="NAME:KEY=VALUE",
                    help="an option for one strategy, repeatable (e.g. granndis:co_batches=4)")
-    p.add_argument("--model", default="gcn", help="dglx_dist.models name (default gcn)")
-    p.add_argument("--epochs", type=number(int, 2), help="at least 2: the first is warm-up")
-    p.add_argument("--hidden", type=number(int, 1))
-    p.add_argument("--lr", type=number(float, 0, low_open=True))
-    p.add_argument("--task", choices=("node", "link"), default="node",
-                   help="node classification, or link prediction on the dataset's edges "
-                        "(DGL's DistDGL and the strategies that train it)")
+    # the training config: dglx train's flags; the preset fills epochs, hidden, lr, train_edges
+    add_config_flags(p, TrainConfig, ("task", "model", "hidden", "dropout", "lr",
+                                      "weight_decay", "epochs", "seed", "negatives",
+                                      "train_edges"),
+                     model={"default": BENCH_TRAINING.model, "choices": None},
+                     epochs={"default": None, "type": number(int, 2),
+                             "help": "at least 2: the first is warm-up"},
+                     hidden={"default": None, "help": "hidden width (default: the preset's)"},
+                     lr={"default": None, "help": "Adam's learning rate (default: the preset's)"},
+                     train_edges={"help": "--task link: training edges per epoch (a seeded "
+                                          "choice; default: the preset's)"})
     p.add_argument("--batch-size", type=number(int, 1),
                    help="seeds (--task link: training edges) per trainer per step")
-    p.add_argument("--negatives", type=number(int, 1), default=1,
-                   help="--task link: uniform negatives per training edge")
-    p.add_argument("--train-edges", type=number(int, 1),
-                   help="--task link: training edges per epoch (a seeded choice)")
     p.add_argument("--servers", type=number(int, 1))
     p.add_argument("--ranks-per-server", type=number(int, 1))
-    p.add_argument("--dropout", type=number(float, 0, 1, high_open=True), default=0.5)
-    p.add_argument("--weight-decay", type=number(float, 0), default=5e-4)
     p.add_argument("--fanouts", type=_fanouts, default="10,25",
                    help="per layer, input layer first")
     p.add_argument("--row-normalize", choices=("auto", "on", "off"), default="auto",
                    help="divide input rows by their sums (auto: if no feature is negative)")
     p.add_argument("--target", type=number(float, 0, 1, low_open=True), default=0.95,
                    help="time to accuracy: val_acc >= target x single-process DGL's final")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=number(float, 0, low_open=True), default=900.0,
                    help="seconds per run")
     p.add_argument("--no-plot", action="store_true", help="skip the PNGs (no matplotlib)")

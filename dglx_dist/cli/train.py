@@ -6,14 +6,17 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from dglx_dist.cli_flags import number, parse_key_values
+from dglx_dist.cli_flags import (add_config_flags, config_from_args, number,
+                                 parse_key_values)
+from dglx_dist.train_config import TrainConfig
 
 __all__ = ["COMMANDS"]
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    if args.task == "link":
-        return _cmd_train_link(args)
+    config = config_from_args(TrainConfig, args)
+    if config.task == "link":
+        return _cmd_train_link(args, config)
     import torch
 
     from dglx_dist.checkpoint import Checkpointing
@@ -41,28 +44,28 @@ def _cmd_train(args: argparse.Namespace) -> int:
         parts = args.partitions or ensure_partitions(args.data or "cora", strategy, session,
                                                      args.cache_dir)
         pdir = PartitionDir(parts)
-        torch.manual_seed(args.seed)
-        layers = strategy.num_layers() or args.layers
-        model = MODELS[args.model](pdir.feat_dim, args.hidden, pdir.num_classes, layers,
-                                  dropout=args.dropout, row_normalize=args.row_normalize)
+        torch.manual_seed(config.seed)
+        layers = strategy.num_layers() or config.layers
+        model = MODELS[config.model](pdir.feat_dim, config.hidden, pdir.num_classes, layers,
+                                    dropout=config.dropout, row_normalize=config.row_normalize)
         sink = _MetricsSink(sys.stdout, args.metrics_file if session.is_main else None)
         checkpoint = (Checkpointing(args.checkpoint_dir, every=args.checkpoint_every)
                       if args.checkpoint_dir else None)
-        trainer = Trainer(model, pdir, strategy, session=session, lr=args.lr,
-                          weight_decay=args.weight_decay, progress=not args.no_progress,
+        trainer = Trainer(model, pdir, strategy, session=session, lr=config.lr,
+                          weight_decay=config.weight_decay, progress=not args.no_progress,
                           metrics=sink if session.is_main else None, checkpoint=checkpoint,
                           nonfinite_loss=args.nonfinite_loss,
                           measure_saved_bytes=args.measure_saved_bytes)
         try:
             trainer.resume_or_start(args.resume)
-            trainer.fit(args.epochs, eval_every=args.eval_every)
+            trainer.fit(config.epochs, eval_every=config.eval_every)
         finally:  # e.g. dorylus's executor processes go with the trainer, also on failure
             trainer.close()
             sink.close()
     return 0
 
 
-def _cmd_train_link(args: argparse.Namespace) -> int:
+def _cmd_train_link(args: argparse.Namespace, train: TrainConfig) -> int:
     """``--task link``: dglx_dist.tasks.link on the dataset's edges."""
     import torch
 
@@ -83,15 +86,15 @@ def _cmd_train_link(args: argparse.Namespace) -> int:
     strategy = STRATEGIES.build(args.strategy, **parse_key_values(args.strategy_opt,
                                                                   "--strategy-opt"))
     graph = to_dgl(read_dataset(resolve_dataset(args.data or "cora")))
-    config = LinkConfig(args.epochs, args.edge_batch_size, args.lr, args.weight_decay,
-                        args.negatives, eval_every=args.eval_every, seed=args.seed,
-                        progress=not args.no_progress, train_edges=args.train_edges)
+    config = LinkConfig(train.epochs, train.edge_batch_size, train.lr, train.weight_decay,
+                        train.negatives, eval_every=train.eval_every, seed=train.seed,
+                        progress=not args.no_progress, train_edges=train.train_edges)
     with init(backend=args.backend) as session:
-        torch.manual_seed(args.seed)
-        layers = strategy.num_layers() or args.layers
-        model = MODELS[args.model](graph.ndata["feat"].shape[1], args.hidden, args.hidden,
-                                   layers, dropout=args.dropout,
-                                   row_normalize=args.row_normalize)
+        torch.manual_seed(train.seed)
+        layers = strategy.num_layers() or train.layers
+        model = MODELS[train.model](graph.ndata["feat"].shape[1], train.hidden, train.hidden,
+                                    layers, dropout=train.dropout,
+                                    row_normalize=train.row_normalize)
         sink = _MetricsSink(sys.stdout, args.metrics_file) if session.is_main else None
         try:
             train_link(graph, strategy, model, config, sink, args.cache_dir)
@@ -124,16 +127,7 @@ class _MetricsSink:
 
 
 def _add_train(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--task", choices=("node", "link"), default="node",
-                   help="node classification (the Trainer), or link prediction on the "
-                        "dataset's edges (docs/link_prediction.md)")
-    p.add_argument("--edge-batch-size", type=number(int, 1), default=1024,
-                   help="--task link: training edges per rank per step")
-    p.add_argument("--negatives", type=number(int, 1), default=1,
-                   help="--task link: uniform negatives per training edge")
-    p.add_argument("--train-edges", type=number(int, 1), metavar="N",
-                   help="--task link: train on N of the training edges (a seeded random "
-                        "choice, the same every epoch; default all)")
+    add_config_flags(p, TrainConfig)
     p.add_argument("--strategy", default="distdgl", help="registered strategy (default distdgl)")
     p.add_argument("--strategy-opt", action="append", metavar="KEY=VALUE",
                    help="strategy option, repeatable (see docs/strategies)")
@@ -142,19 +136,6 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--partitions", type=Path, help="partition directory from `dglx partition` "
                    "(default: partition --data for the strategy, cached in --cache-dir)")
     p.add_argument("--cache-dir", type=Path, default=Path("dglx-partitions"))
-    p.add_argument("--epochs", type=number(int, 1), default=50)
-    p.add_argument("--eval-every", type=number(int, 0), default=10,
-                   help="validate every N epochs (0: only after the last)")
-    p.add_argument("--model", default="sage", choices=("sage", "gcn", "gat", "resgcn"),
-                   help="reference model: GraphSAGE, GCN, GAT (4 heads of --hidden), or the "
-                        "deep residual ResGCN+ (dglx_dist.models; default sage)")
-    p.add_argument("--hidden", type=number(int, 1), default=16)
-    p.add_argument("--layers", type=number(int, 1), default=2,
-                   help="when the strategy does not imply it")
-    p.add_argument("--dropout", type=number(float, 0, 1, high_open=True), default=0.5)
-    p.add_argument("--lr", type=number(float, 0, low_open=True), default=0.01)
-    p.add_argument("--weight-decay", type=number(float, 0), default=5e-4)
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", default=None, help="gloo or nccl (default: nccl if CUDA)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--metrics-file", type=Path, help="also append the JSON lines to this file")
@@ -170,10 +151,6 @@ def _add_train(p: argparse.ArgumentParser) -> None:
                         "(a saved-tensor hook on every forward; off by default)")
     p.add_argument("--resume", action="store_true",
                    help="continue from the newest intact checkpoint in --checkpoint-dir")
-    p.add_argument("--row-normalize", action="store_true",
-                   help="divide each feature row by its sum (as DGL's Planetoid loaders do to "
-                        "bag-of-words features; the shipped Cora is stored so already); "
-                        "default: features as stored")
 
 
 # name: (help, add the arguments, run)

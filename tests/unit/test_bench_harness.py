@@ -13,6 +13,7 @@ from dglx_dist.bench.report import COLUMNS, markdown
 from dglx_dist.bench.suite import extra_options
 from dglx_dist.cli import main
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.train_config import TrainConfig
 
 
 def _record(epoch_time, val_acc=None, **extra):
@@ -191,10 +192,11 @@ def test_reduce_records_means_without_the_first_epoch_and_peaks_over_all():
 
 
 def test_setup_public_leaves_out_how_a_run_is_made(tmp_path):
-    setup = Setup(data=tmp_path, num_classes=4, eval_every=3, train_flags=("--x",),
-                  env=(("A", "1"),))
-    assert not {"workdir", "eval_every", "train_flags", "env"} & set(setup.public())
+    setup = Setup(data=tmp_path, num_classes=4, train=TrainConfig(eval_every=3, hidden=8),
+                  train_flags=("--x",), env=(("A", "1"),))
+    assert not {"workdir", "eval_every", "train_flags", "env", "train"} & set(setup.public())
     assert setup.public()["data"] == str(tmp_path)
+    assert setup.public()["hidden"] == 8  # the training config's fields, flat
 
 
 def test_script_preset_fills_what_was_not_given(tmp_path):

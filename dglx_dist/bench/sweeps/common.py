@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from dglx_dist.bench.harness import Setup
 from dglx_dist.bench.presets import ScriptPreset
+from dglx_dist.train_config import TrainConfig
 
 __all__ = ["add_common", "emit_json", "emit_text", "parse_with_preset", "run_script",
            "sweep_dataset", "sweep_presets", "sweep_setup"]
@@ -58,10 +59,13 @@ def sweep_dataset(presets: dict[str, ScriptPreset], args: argparse.Namespace,
     return presets[args.preset].dataset(args.seed, args.workdir, feat_dim=feat_dim)
 
 
-def sweep_setup(args: argparse.Namespace, data: Path, **fields: Any) -> Setup:
-    """A run of a sweep: ``data`` on virtual servers, seed 0, ``args``' work directory and
-    timeout, ``fields`` for the rest."""
-    return Setup(data=data, num_classes=NUM_CLASSES, seed=0, network="virtual",
+def sweep_setup(args: argparse.Namespace, data: Path, train: dict[str, Any],
+                **fields: Any) -> Setup:
+    """A run of a sweep: ``data`` on virtual servers, ``args``' work directory and timeout,
+    the training config of ``train`` (seed 0, validated every epoch unless it says otherwise),
+    ``fields`` for the rest of the setup."""
+    config = TrainConfig(**{"seed": 0, "eval_every": 1} | train)
+    return Setup(data=data, num_classes=NUM_CLASSES, train=config, network="virtual",
                  timeout=args.timeout, workdir=args.workdir, **fields)
 
 

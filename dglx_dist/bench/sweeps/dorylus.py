@@ -42,9 +42,10 @@ def run(args, system: str, data: Path) -> dict[str, Any]:
     if system != "cpu":  # the local executor's processes, with the emulated Lambda latency
         opts.append(f"executor_options=workers={args.workers},"
                     f"latency_s={args.latency_ms / 1000:g}")
-    setup = sweep_setup(args, data, model=args.model, hidden=args.hidden, lr=args.lr,
-                        dropout=args.dropout, epochs=args.epochs, servers=2,
-                        ranks_per_server=1)  # one graph server per (virtual) server
+    setup = sweep_setup(args, data, {"model": args.model, "hidden": args.hidden,
+                                     "lr": args.lr, "dropout": args.dropout,
+                                     "epochs": args.epochs},
+                        servers=2, ranks_per_server=1)  # one graph server per (virtual) server
     log.info("%s: %s", system, " ".join(opts))
     row = attempt(system, lambda: run_strategy("dorylus", setup, {"dorylus": opts}, _summary))
     if "error" in row:

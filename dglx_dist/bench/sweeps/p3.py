@@ -28,9 +28,9 @@ PRESETS = sweep_presets(64, tiny=(20_000, 300_000, 3), small=(100_000, 1_500_000
 def run(args: argparse.Namespace, strategy: str, data: Path, hidden: int) -> dict[str, Any]:
     """One ``dglx train`` run (GraphSAGE, fanouts 10,25, batch 1000 per rank, lr 0.003,
     evaluated once at the end); its metrics summarised."""
-    setup = sweep_setup(args, data, model="sage", hidden=hidden, lr=0.003, epochs=args.epochs,
-                        eval_every=args.epochs, batch_size=1000, fanouts="10,25", servers=2,
-                        ranks_per_server=2)
+    setup = sweep_setup(args, data, {"model": "sage", "hidden": hidden, "lr": 0.003,
+                                     "epochs": args.epochs, "eval_every": args.epochs},
+                        batch_size=1000, fanouts="10,25", servers=2, ranks_per_server=2)
     log.info("%s, hidden %d, %s", strategy, hidden, data.name)
     row = run_strategy(strategy, setup, {})
     return {"strategy": strategy, "hidden": hidden, "epoch_time": round(row["epoch_time"], 3),
