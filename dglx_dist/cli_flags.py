@@ -69,7 +69,7 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         default = f.default if f.default is not dataclasses.MISSING else None
-        parser.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=None,
+        parser.add_argument(_flag(f.name), dest=f.name, default=None,
                             metavar=getattr(hints[f.name], "__name__", "VALUE").upper(),
                             help=f"{f.metadata.get('help', '')} (default: {default})")
 
@@ -81,7 +81,7 @@ def dataclass_from_args(cls: type, args: argparse.Namespace) -> Any:
     for f in dataclasses.fields(cls):
         raw = getattr(args, f.name, None)
         if raw is not None:
-            values[f.name] = coerce_option(raw, hints[f.name], f"--{f.name.replace('_', '-')}")
+            values[f.name] = coerce_option(raw, hints[f.name], _flag(f.name))
     return cls(**values)
 
 
@@ -114,7 +114,12 @@ def add_config_flags(parser: argparse.ArgumentParser, cls: type,
     e.g. ``epochs={"default": None}`` where a preset fills it in later.
     """
     hints = typing.get_type_hints(cls)
-    for f in _flag_fields(cls, names):
+    fields = _flag_fields(cls, names)
+    unknown = set(changes) - {f.name for f in fields}
+    if unknown:
+        raise InvalidValueError(f"changes to flags {sorted(unknown)} that {cls.__name__} does "
+                                f"not add here")
+    for f in fields:
         kind = next(a for a in (typing.get_args(hints[f.name]) or (hints[f.name],))
                     if a is not type(None))  # X of ``X | None``
         if kind is bool:

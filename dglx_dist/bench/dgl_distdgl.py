@@ -25,7 +25,8 @@ from dglx_dist.runtime.env import free_local_port
 if TYPE_CHECKING:
     from dglx_dist.bench.harness import Setup
 
-__all__ = ["MACHINES", "WORKER", "WORKER_FLAGS", "dgl_batch", "hyper", "mean_phases", "partitions", "run_dgl", "shm_wrapper",
+__all__ = ["MACHINES", "WORKER", "WORKER_FLAGS", "dgl_batch", "epoch_bytes", "hyper",
+           "mean_phases", "partitions", "run_dgl", "sent_bytes", "shm_wrapper",
            "summarize_run"]
 
 log = logging.getLogger("dglx_dist.bench")
@@ -51,6 +52,27 @@ def hyper(setup: Setup) -> list[str]:
     return [*config_argv(setup.train, WORKER_FLAGS), "--batch-size", str(dgl_batch(setup)),
             "--fanouts", setup.fanouts, "--num-classes", str(setup.num_classes)] + (
         ["--eval-val"] if setup.train.eval_every == 1 else [])
+
+
+def sent_bytes(ifname: str) -> int | None:
+    """(In a DGL machine's process) what the machine, its server and trainer, has sent to the
+    others so far: interface ``ifname``'s counter in its network namespace; None on loopback,
+    which carries the machine's traffic with itself too."""
+    from dglx_dist.cluster.emulate import tx_bytes
+
+    return None if ifname == "lo" else tx_bytes(ifname)
+
+
+def epoch_bytes(ifname: str, before: int | None, reduce) -> dict[str, int]:
+    """``bytes_sent_inter``: every machine's bytes sent since its ``before`` (:func:`sent_bytes`;
+    collective through ``reduce(values, op)``), summed as ``dglx train`` sums its ranks';
+    empty where not counted."""
+    import torch.distributed as dist
+
+    if before is None:
+        return {}
+    return {"bytes_sent_inter": int(reduce([sent_bytes(ifname) - before],
+                                           dist.ReduceOp.SUM)[0])}
 
 
 def partitions(kind: str, data: Path, workdir: Path, env: dict[str, str],
@@ -85,21 +107,40 @@ def shm_wrapper() -> list[str]:
                             "shared-memory tensors")
 
 
-def _commands(setup: Setup, part_config: Path, run_dir: Path) -> list[list[str]]:
-    """One ``machine`` command per simulated machine, each under :func:`shm_wrapper`."""
+def _commands(setup: Setup, part_config: Path, run_dir: Path, addresses: list[str],
+              ifname: str) -> list[list[str]]:
+    """One ``machine`` command per simulated machine at ``addresses`` (its trainers' gloo on
+    ``ifname``), each under :func:`shm_wrapper`."""
     ip_config = run_dir / "ip_config.txt"
-    ip_config.write_text("".join(f"127.0.0.1 {free_local_port()}\n" for _ in range(MACHINES)))
+    ip_config.write_text("".join(f"{a} {free_local_port()}\n" for a in addresses))
     common = ["--machines", str(MACHINES), "--ip-config", str(ip_config), "--part-config",
-              str(part_config), "--result-dir", str(run_dir),
-              "--master-port", str(free_local_port()),
+              str(part_config), "--result-dir", str(run_dir), "--master-addr", addresses[0],
+              "--master-port", str(free_local_port()), "--ifname", ifname,
               "--timeout", str(setup.timeout)] + hyper(setup)
     return [shm_wrapper() + WORKER + ["machine", "--machine", str(m)] + common
             for m in range(MACHINES)]
 
 
+def _run_machines(setup: Setup, part_config: Path, run_dir: Path, env: dict[str, str],
+                  logs: list[Path]) -> tuple[list[subprocess.CompletedProcess], int]:
+    """The machines on loopback, or each in its server's namespace of an emulated cluster
+    (``setup.network`` ``emulated-<preset>``, the link our strategies get)."""
+    if not setup.network.startswith("emulated-"):
+        cmds = _commands(setup, part_config, run_dir, ["127.0.0.1"] * MACHINES, "lo")
+        log.info("dgl: %s", " ".join(cmds[0]))
+        return run_group(cmds, env, setup.timeout + 120, logs)
+    from dglx_dist.cluster.emulate import IFNAME, PRESETS, emulated
+
+    with emulated(MACHINES, PRESETS[setup.network.removeprefix("emulated-")]) as cluster:
+        cmds = [cluster.command(m, cmd) for m, cmd in enumerate(
+            _commands(setup, part_config, run_dir, cluster.addresses, IFNAME))]
+        log.info("dgl: %s", " ".join(cmds[0]))
+        return run_group(cmds, env, setup.timeout + 120, logs)
+
+
 def run_dgl(setup: Setup, env: dict[str, str]) -> dict[str, Any]:
-    """DGL's DistDGL on the setup's data, training config, global batch and fanouts: 2
-    simulated machines, each one server + one trainer, with environment ``env``."""
+    """DGL's DistDGL on the setup's data, training config, global batch, fanouts and network:
+    2 simulated machines, each one server + one trainer, with environment ``env``."""
     link = setup.train.task == "link"
     part_config = partitions("dgl", setup.data, setup.workdir, env,
                              setup.train.seed if link else None)
@@ -107,11 +148,9 @@ def run_dgl(setup: Setup, env: dict[str, str]) -> dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=True)
     for f in run_dir.glob("*.json"):
         f.unlink()
-    cmds = _commands(setup, part_config, run_dir)
     logs = [run_dir / f"machine{m}.log" for m in range(MACHINES)]
-    log.info("dgl: %s", " ".join(cmds[0]))
     t0 = time.perf_counter()
-    procs, left = run_group(cmds, env, setup.timeout + 120, logs)
+    procs, left = _run_machines(setup, part_config, run_dir, env, logs)
     wall = time.perf_counter() - t0
     if any(p.returncode for p in procs) or not (run_dir / "trainer.json").is_file():
         tails = {str(lg): lg.read_text().splitlines()[-15:] for lg in logs}

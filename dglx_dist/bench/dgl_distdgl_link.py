@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from dglx_dist.bench.dgl_distdgl import epoch_bytes, sent_bytes
+
 __all__ = ["ARRAYS", "link_config", "partition_link", "train_link_dgl"]
 
 ARRAYS = ("new_nid", "new_eid", "reverse", "val_u", "val_v", "test_u", "test_v")
@@ -176,11 +178,13 @@ def train_link_dgl(args: argparse.Namespace, g, reduce) -> dict[str, Any]:
         batch_size=config.batch_size, shuffle=True, drop_last=False)
     records = []
     for epoch in range(config.epochs):
+        sent = sent_bytes(args.ifname)
         wall, steps, loss = _epoch(g, loader, ddp, opt)
         maxes = reduce([wall, steps], dist.ReduceOp.MAX)
         records.append({"epoch": epoch, "epoch_time": round(maxes[0], 4),
                         "steps": int(maxes[1]),
-                        "loss": round(reduce([loss], dist.ReduceOp.SUM)[0] / args.machines, 5)})
+                        "loss": round(reduce([loss], dist.ReduceOp.SUM)[0] / args.machines, 5),
+                        **epoch_bytes(args.ifname, sent, reduce)})
         metrics = _evaluate(g, model, arrays, "val", config, config.seed + 1, layers,
                             args.hidden, epoch)
         records[-1].update({f"val_{k}": round(m, 4) for k, m in metrics.items()})

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from dglx_dist.bench.dgl_distdgl import WORKER_FLAGS
+from dglx_dist.bench.dgl_distdgl import WORKER_FLAGS, epoch_bytes, sent_bytes
 from dglx_dist.cli_flags import add_config_flags
 from dglx_dist.errors import InternalError
 from dglx_dist.memory import peak_rss_bytes
@@ -95,7 +95,7 @@ def _dgl_env(args: argparse.Namespace) -> dict[str, str]:
     return {**os.environ, "DGL_NUM_SAMPLER": "0", "OMP_NUM_THREADS": str(args.threads),
             "DGL_NUM_CLIENT": str(args.machines), "DGL_CONF_PATH": args.part_config,
             "DGL_IP_CONFIG": args.ip_config, "DGL_NUM_SERVER": "1",
-            "DGL_GRAPH_FORMAT": "csc", "GLOO_SOCKET_IFNAME": "lo"}
+            "DGL_GRAPH_FORMAT": "csc", "GLOO_SOCKET_IFNAME": args.ifname}
 
 
 def machine_main(args: argparse.Namespace, options: list[str]) -> int:
@@ -108,7 +108,7 @@ def machine_main(args: argparse.Namespace, options: list[str]) -> int:
     me = [sys.executable, "-m", MODULE]
     server_env = {**_dgl_env(args), "DGL_ROLE": "server", "DGL_SERVER_ID": str(args.machine)}
     trainer_env = {**_dgl_env(args), "DGL_ROLE": "client", "DGL_DIST_MODE": "distributed",
-                   "DGL_GROUP_ID": "0", "MASTER_ADDR": "127.0.0.1",
+                   "DGL_GROUP_ID": "0", "MASTER_ADDR": args.master_addr,
                    "MASTER_PORT": str(args.master_port), "RANK": str(args.machine),
                    "WORLD_SIZE": str(args.machines), "LOCAL_RANK": "0"}
     server = subprocess.Popen(me + ["server"] + options, env=server_env)
@@ -263,13 +263,15 @@ def trainer_main(args: argparse.Namespace) -> None:
         batch_size=args.batch_size, shuffle=True, drop_last=False)
     records: list[dict[str, Any]] = []
     for epoch in range(args.epochs):
+        sent = sent_bytes(args.ifname)
         wall, steps, loss, phases = train_epoch(g, loader, ddp, opt)
         names = sorted(phases)
         maxes = _reduce([wall, steps] + [phases[k] for k in names], dist.ReduceOp.MAX)
         mean_loss = _reduce([loss], dist.ReduceOp.SUM)[0] / args.machines
         records.append({"epoch": epoch, "epoch_time": round(maxes[0], 4), "steps": int(maxes[1]),
                         "loss": round(mean_loss, 5),
-                        "phases_max": {k: round(v, 4) for k, v in zip(names, maxes[2:])}})
+                        "phases_max": {k: round(v, 4) for k, v in zip(names, maxes[2:])},
+                        **epoch_bytes(args.ifname, sent, _reduce)})
         if args.eval_val:  # after the epoch's clock stopped, as dglx train's val_acc
             correct, total = _reduce(list(evaluate(g, model, nids["val"], args.eval_fanouts,
                                                    args.eval_batch_size)), dist.ReduceOp.SUM)
@@ -319,8 +321,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                         "ours-profile"))
     p.add_argument("--data", help="partition: dataset directory")
     p.add_argument("--out", help="partition: output directory")
+    p.add_argument("--ifname", default="lo", help="the interface between machines: gloo's, and "
+                   "(other than lo) the one whose sent bytes the trainer counts per epoch")
     for flag, kind, default in (  # paths; then numbers (the trainer's are bench_train's)
-            ("--ip-config", str, None), ("--part-config", str, None), ("--result-dir", str, None),
+            ("--ip-config", str, None), ("--master-addr", str, "127.0.0.1"), ("--part-config", str, None), ("--result-dir", str, None),
             ("--parts", int, 2), ("--machine", int, 0), ("--machines", int, 2),
             ("--master-port", int, 29500), ("--threads", int, 1), ("--timeout", float, 3600.0),
             ("--pg-timeout", float, 600.0), ("--batch-size", int, 1000),

@@ -24,21 +24,19 @@ from typing import Any, Callable
 from dglx_dist.bench.dgl_distdgl import MACHINES, dgl_batch, run_dgl
 from dglx_dist.bench.procs import run_group
 from dglx_dist.bench.single import FLAGS as SINGLE_FLAGS
-from dglx_dist.errors import RunFailedError
 from dglx_dist.cli_flags import config_argv
+from dglx_dist.errors import RunFailedError
 from dglx_dist.runtime.env import free_local_port
 from dglx_dist.train_config import TrainConfig
 
-__all__ = ["BENCH_TRAINING", "REDUCERS", "STRATEGY_OPTIONS", "Setup", "add_time_to_accuracy", "attempt",
-           "first_reached", "launch", "parse_records", "reduce_records", "run_env",
+__all__ = ["BENCH_TRAINING", "REDUCERS", "STRATEGY_OPTIONS", "Setup", "add_time_to_accuracy",
+           "attempt", "first_reached", "launch", "parse_records", "reduce_records", "run_env",
            "run_strategy", "run_system", "summarize", "systems", "train_command"]
 
 log = logging.getLogger("dglx_dist.bench")
 # per-strategy option overrides (KEY=VALUE as for --strategy-opt); empty: every strategy runs
 # on the common setup with its own defaults (dorylus: async, staleness 0, local executor)
 STRATEGY_OPTIONS: dict[str, tuple[str, ...]] = {}
-
-
 BENCH_TRAINING = TrainConfig(model="gcn", hidden=64, epochs=5, eval_every=1)
 """The common run's model and optimisation unless told otherwise (``eval_every`` 1: the time
 to accuracy needs every epoch's validation accuracy)."""
@@ -143,24 +141,31 @@ def run_single(setup: Setup) -> dict[str, Any]:
 
 
 def run_dgl_distdgl(setup: Setup) -> dict[str, Any]:
-    """DGL's DistDGL: 2 simulated machines, one server + one trainer each, on loopback."""
+    """DGL's DistDGL: 2 simulated machines, one server + one trainer each, on the setup's
+    emulated network (each machine in a server's namespace; bytes from the interface
+    counters) or, on virtual servers, on loopback (not shaped; bytes not counted)."""
     t0 = time.perf_counter()
     res = run_dgl(setup, _env(setup))
+    emulated = setup.network.startswith("emulated-")
     note = (f"{MACHINES} machines x 1 trainer, batch {dgl_batch(setup)}; trainer peak "
-            f"(+{res.get('server_peak_mb')} MB per server process); bytes not counted")
+            f"(+{res.get('server_peak_mb')} MB per server process); " + (
+                "bytes: the machines' interface counters (payload and TCP/IP headers)"
+                if emulated else "bytes not counted"))
+    common = {"network": setup.network if emulated else "loopback (not shaped)",
+              "bytes_intra": None, "peak_mem_mb": res["peak_mem_mb"]}
     if setup.train.task == "link":
-        return summarize(res["records"] + [res["test"]]) | {
-            "peak_mem_mb": res["peak_mem_mb"], "bytes_inter": None, "bytes_intra": None,
-            "network": "loopback (not shaped)", "run_wall_s": round(time.perf_counter() - t0, 1),
+        row = summarize(res["records"] + [res["test"]])
+        return row | common | {
+            "bytes_inter": row["bytes_inter"] if emulated else None,
+            "run_wall_s": round(time.perf_counter() - t0, 1),
             "note": note + "; DGL 2.1's DistGraph ignores exclude_edges (blocks keep the "
                            "batch's edges)"}
     records = [{"epoch_time": t, "val_acc": v} for t, v in
                zip(res["epoch_times"], res.get("val_accs") or [None] * res["epochs"])]
-    row = summarize(records) | {"peak_mem_mb": res["peak_mem_mb"], "test_acc": res["test_acc"],
-                                "steps": res["steps"]}
-    row.update(bytes_inter=None, bytes_intra=None, network="loopback (not shaped)",
-               run_wall_s=round(time.perf_counter() - t0, 1), note=note)
-    return row
+    return summarize(records) | common | {
+        "test_acc": res["test_acc"], "steps": res["steps"],
+        "bytes_inter": res.get("bytes_sent_inter_per_epoch"),
+        "run_wall_s": round(time.perf_counter() - t0, 1), "note": note}
 
 
 def strategy_options(name: str, setup: Setup, extra: dict[str, list[str]]) -> list[str]:

@@ -19,13 +19,18 @@ into SystemExit). :func:`leftovers` lists namespaces and bridges of runs whose p
 
 :func:`run_job` starts ``torchrun --nnodes N --node-rank i`` in every namespace against a c10d
 rendezvous on server 0's address, with ``GLOO_SOCKET_IFNAME=dxnet`` so gloo binds to the
-emulated network, waits for every node (with a timeout) and returns their outputs.
+emulated network, waits for every node (with a timeout) and returns their outputs;
+:func:`emulated` gives a ``with`` block a cluster to start processes of its own in (DGL's
+DistDGL machines: :mod:`dglx_dist.bench.dgl_distdgl`). :func:`tx_bytes`, read by a process
+inside a namespace, is what that server has sent to the others so far (its ``dxnet``
+interface counter: payload plus TCP/IP headers).
 
 :func:`check_available` refuses, with the reason, where namespaces cannot be made (not root, no
 ``ip``/``tc``, no permission) or where a delay is asked for and the kernel has no ``netem``.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -37,13 +42,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from dglx_dist.cluster.procs import kill_group
 from dglx_dist.errors import DglxError, InvalidValueError
 
 __all__ = ["LinkSpec", "PRESETS", "EmulationUnavailable", "EmulatedCluster", "NodeResult",
-           "check_available", "run_job", "leftovers", "remove_leftovers"]
+           "check_available", "emulated", "run_job", "leftovers", "remove_leftovers",
+           "tx_bytes"]
 
 log = logging.getLogger(__name__)
 IFNAME = "dxnet"
@@ -218,6 +224,26 @@ def _sigterm(signum, frame):
     raise SystemExit(128 + signum)
 
 
+@contextlib.contextmanager
+def emulated(servers: int, link: LinkSpec) -> Iterator[EmulatedCluster]:
+    """An :class:`EmulatedCluster` for the ``with`` block, removed afterwards also on SIGTERM
+    (made SystemExit) and SIGINT, even where the launcher started us with them ignored (a
+    background job of a non-interactive shell ignores SIGINT).
+
+    Raises:
+        EmulationUnavailable: this machine cannot make it (:func:`check_available`).
+    """
+    check_available(link)
+    previous = {sig: signal.signal(sig, handler) for sig, handler in (
+        (signal.SIGTERM, _sigterm), (signal.SIGINT, signal.default_int_handler))}
+    try:
+        with EmulatedCluster(servers, link) as cluster:
+            yield cluster
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def run_job(servers: int, nproc_per_server: int, link: LinkSpec, target: Sequence[str],
             env: dict[str, str] | None = None, timeout: float = 600.0) -> list[NodeResult]:
     """Runs ``torchrun ... target`` as a ``servers``-node job on an emulated cluster.
@@ -230,15 +256,9 @@ def run_job(servers: int, nproc_per_server: int, link: LinkSpec, target: Sequenc
         env: the environment of the nodes (default: this process's).
         timeout: seconds before every node still running is killed (the job then fails).
     """
-    check_available(link)
-    # SIGTERM becomes SystemExit and SIGINT KeyboardInterrupt even where the launcher started
-    # us with them ignored (a background job of a non-interactive shell ignores SIGINT), so
-    # both always reach the clean-up below
-    previous = {sig: signal.signal(sig, handler) for sig, handler in (
-        (signal.SIGTERM, _sigterm), (signal.SIGINT, signal.default_int_handler))}
     procs: list[subprocess.Popen] = []
-    try:
-        with EmulatedCluster(servers, link) as cluster:
+    with emulated(servers, link) as cluster:
+        try:
             base = {**(env if env is not None else os.environ), "GLOO_SOCKET_IFNAME": IFNAME}
             endpoint = f"{cluster.addresses[0]}:29400"
             for node in range(servers):
@@ -252,11 +272,9 @@ def run_job(servers: int, nproc_per_server: int, link: LinkSpec, target: Sequenc
                     cluster.command(node, cmd), env=base, stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE, text=True, start_new_session=True))
             return _wait(procs, timeout)
-    finally:
-        for p in procs:
-            kill_group(p)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        finally:
+            for p in procs:
+                kill_group(p)
 
 
 def _wait(procs: list[subprocess.Popen], timeout: float) -> list[NodeResult]:
@@ -305,3 +323,13 @@ def remove_leftovers() -> list[str]:
         _run(["ip", "netns", "del", name] if name.startswith("dglx-") else
              ["ip", "link", "del", name])
     return names
+
+
+def tx_bytes(ifname: str = IFNAME) -> int | None:
+    """Bytes sent so far through interface ``ifname`` of this process's network namespace
+    (``/proc/net/dev``); None where it has no such interface."""
+    for line in Path("/proc/net/dev").read_text().splitlines()[2:]:
+        name, _, counters = line.partition(":")
+        if name.strip() == ifname:
+            return int(counters.split()[8])
+    return None
