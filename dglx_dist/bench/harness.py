@@ -151,6 +151,9 @@ def run_dgl_distdgl(setup: Setup) -> dict[str, Any]:
             f"(+{res.get('server_peak_mb')} MB per server process); " + (
                 "bytes: the machines' interface counters (payload and TCP/IP headers)"
                 if emulated else "bytes not counted"))
+    if res.get("shutdown_killed"):
+        note += (f"; machine(s) {res['shutdown_killed']} killed in DGL's shutdown after "
+                 f"finishing")
     common = {"network": setup.network if emulated else "loopback (not shaped)",
               "bytes_intra": None, "peak_mem_mb": res["peak_mem_mb"]}
     if setup.train.task == "link":

@@ -210,3 +210,25 @@ def test_script_preset_fills_what_was_not_given(tmp_path):
         3, 32, 0.1, 100, 8)
     with pytest.raises(dataclasses.FrozenInstanceError):
         preset.epochs = 4
+
+
+@pytest.mark.parametrize("done, expected", [(True, (0, True)), (False, (-9, False))])
+def test_a_dgl_trainer_stuck_after_finishing_is_killed_as_done(done, expected, tmp_path,
+                                                                monkeypatch):
+    """DGL's exit_client sometimes never returns: a trainer that marked its training done gets
+    a grace period and then counts as finished; one that did not is killed as failed."""
+    import subprocess
+    import sys
+    import time
+
+    from dglx_dist.bench import dgl_distdgl_worker as worker
+
+    monkeypatch.setattr(worker, "SHUTDOWN_GRACE_S", 0.5)
+    args = argparse.Namespace(result_dir=str(tmp_path), machine=1, timeout=3.0)
+    if done:
+        (tmp_path / "done1.json").write_text("")
+    stuck = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    t0 = time.monotonic()
+    assert worker._wait_trainer(args, stuck) == expected
+    assert stuck.poll() is not None  # killed, not left behind
+    assert time.monotonic() - t0 < (2.0 if done else 5.0)
