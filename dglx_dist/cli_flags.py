@@ -74,15 +74,16 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
                             help=f"{f.metadata.get('help', '')} (default: {default})")
 
 
-def dataclass_from_args(cls: type, args: argparse.Namespace) -> Any:
-    """Builds ``cls`` from the flags :func:`add_dataclass_arguments` added (unset -> default)."""
+def dataclass_from_args(cls: type, args: argparse.Namespace, base: Any = None) -> Any:
+    """Builds ``cls`` from the flags :func:`add_dataclass_arguments` added (unset: ``base``'s
+    value, or the default)."""
     hints = typing.get_type_hints(cls)
     values = {}
     for f in dataclasses.fields(cls):
         raw = getattr(args, f.name, None)
         if raw is not None:
             values[f.name] = coerce_option(raw, hints[f.name], _flag(f.name))
-    return cls(**values)
+    return cls(**values) if base is None else dataclasses.replace(base, **values)
 
 
 def flag_field(default: Any, help: str, *, bounds: Bounds | None = None,

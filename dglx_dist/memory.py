@@ -1,5 +1,6 @@
 """Memory measurement: a process's peak resident memory and the bytes autograd saves for
-backward (reported as ``peak_rss_mb`` and ``peak_saved_mb``)."""
+backward (reported as ``peak_rss_mb`` and ``peak_saved_mb``), and the up-front refusal of work
+whose estimated peak does not fit (:func:`check_memory`)."""
 from __future__ import annotations
 
 import threading
@@ -8,7 +9,27 @@ from typing import Any
 
 import psutil
 
-__all__ = ["PeakRSS", "SavedBytes", "peak_rss_bytes"]
+from dglx_dist.errors import InsufficientMemoryError
+
+__all__ = ["PeakRSS", "SavedBytes", "check_memory", "peak_rss_bytes"]
+
+_MB = 1 << 20
+
+
+def check_memory(estimate: int, limit: int | None = None, what: str = "partitioning",
+                 advice: str = "use a machine with more memory, more parts on a bigger "
+                               "machine, or a cheaper partitioner (hash)") -> None:
+    """Refuses work whose estimated peak exceeds ``limit`` (default: memory available now).
+
+    Raises:
+        InsufficientMemoryError: with the estimate, the limit and ``advice`` in the message.
+    """
+    available = psutil.virtual_memory().available if limit is None else int(limit)
+    if estimate > available:
+        raise InsufficientMemoryError(
+            f"{what} needs about {estimate / _MB:,.0f} MiB at its peak but only "
+            f"{available / _MB:,.0f} MiB {'is available' if limit is None else 'is allowed'}; "
+            f"{advice}")
 
 
 def peak_rss_bytes() -> int:

@@ -14,10 +14,11 @@ __all__ = ["COMMANDS"]
 
 
 def _cmd_datagen(args: argparse.Namespace) -> int:
-    from dglx_dist.data.synthetic import SyntheticConfig, write_synthetic
+    from dglx_dist.data.synthetic import SYNTHETIC_PRESETS, SyntheticConfig, write_synthetic
 
-    config = dataclass_from_args(SyntheticConfig, args)
-    meta = write_synthetic(config, args.out, overwrite=args.overwrite, progress=True)
+    config = dataclass_from_args(SyntheticConfig, args, SYNTHETIC_PRESETS.get(args.preset))
+    meta = write_synthetic(config, args.out, overwrite=args.overwrite, progress=True,
+                           memory_limit=args.memory_limit)
     print(json.dumps({"out": str(args.out), **meta.to_json()}))
     return 0
 
@@ -88,11 +89,16 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _add_datagen(p: argparse.ArgumentParser) -> None:
-    from dglx_dist.data.synthetic import SyntheticConfig
+    from dglx_dist.data.synthetic import SYNTHETIC_PRESETS, SyntheticConfig
 
     p.add_argument("out", type=Path, help="dataset directory to create")
+    p.add_argument("--preset", choices=sorted(SYNTHETIC_PRESETS),
+                   help="a graph shaped like ogbn-products or ogbn-papers100M (nodes, edges, "
+                        "features, classes, split); the flags below change it")
     add_dataclass_arguments(p, SyntheticConfig)
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    p.add_argument("--memory-limit", type=int, default=None, metavar="BYTES",
+                   help="refuse when the estimated peak exceeds this (default: available memory)")
 
 
 def _add_partition(p: argparse.ArgumentParser) -> None:

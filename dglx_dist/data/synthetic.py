@@ -52,8 +52,10 @@ from dglx_dist.data.checked import WRITE_OPTIONS
 from dglx_dist.data.format import (DATASET_DIR, EDGES_FILE, META_FILE, NODES_FILE,
                                    DatasetMeta, GraphDataset, edge_batch, node_batch, node_schema)
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.memory import check_memory
 
-__all__ = ["SyntheticConfig", "generate_synthetic", "write_synthetic", "CENTROID_DISTANCE"]
+__all__ = ["SyntheticConfig", "SYNTHETIC_PRESETS", "estimate_peak_bytes", "generate_synthetic",
+           "write_synthetic", "CENTROID_DISTANCE"]
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +130,33 @@ def _check(name: str, value: Any, lo: float, hi: float | None, integer: bool = F
         what = "an integer" if integer else "a finite number"
         raise InvalidValueError(f"{name} = {value!r}; expected {what} {allowed}")
     return int(value) if integer else float(value)
+
+
+SYNTHETIC_PRESETS: dict[str, SyntheticConfig] = {
+    # ogbn-products' nodes, features, classes and split (8% / 1.6% / 88.4%) with 61.9M directed
+    # edges (OGB's count of its edges; DGL lists both directions, 123.7M: --num-edges 123718280)
+    "products": SyntheticConfig(num_nodes=2_449_029, num_edges=61_859_140, num_classes=47,
+                                feat_dim=100, train_frac=0.08, val_frac=0.016,
+                                test_frac=0.884),
+    # ogbn-papers100M's shape (1.1% / 0.11% / 0.19% labelled), for the cluster model: about
+    # 50 GB to generate, which a 24 GB machine refuses up front
+    "papers": SyntheticConfig(num_nodes=111_059_956, num_edges=1_615_685_872,
+                              num_classes=172, feat_dim=128, train_frac=0.0109,
+                              val_frac=0.0011, test_frac=0.0019),
+}
+"""Graphs shaped like the benchmarks users quote: ``dglx datagen --preset NAME``."""
+
+# write_synthetic's peak resident memory, fitted to three `dglx datagen` runs (250k nodes /
+# 6.2M edges: 605 MiB; 1M / 25M: 1,133 MiB; 2.45M / 61.9M: 2,138 MiB; F = 100) and rounded up
+# by about 15%: the edge arrays and their sorting and shuffling dominate (29 bytes per edge)
+_BASE_BYTES, _BYTES_PER_EDGE, _BYTES_PER_NODE = 500 << 20, 32, 40
+
+
+def estimate_peak_bytes(config: SyntheticConfig) -> int:
+    """About the peak resident memory of :func:`write_synthetic` for ``config`` (measured
+    constants; node features are streamed, so they do not count)."""
+    per_edge = _BYTES_PER_EDGE + 4 * config.edge_feat_dim
+    return _BASE_BYTES + per_edge * config.num_edges + _BYTES_PER_NODE * config.num_nodes
 
 
 def _rng(config: SyntheticConfig, *key: int) -> np.random.Generator:
@@ -312,7 +341,8 @@ def generate_synthetic(config: SyntheticConfig) -> GraphDataset:
 
 
 def write_synthetic(config: SyntheticConfig, out_dir: str | os.PathLike, overwrite: bool = False,
-                    rows_per_chunk: int = 65536, progress: bool = False) -> DatasetMeta:
+                    rows_per_chunk: int = 65536, progress: bool = False,
+                    memory_limit: int | None = None) -> DatasetMeta:
     """Generates the synthetic graph straight into a dataset directory, atomically.
 
     Node rows are generated and written ``rows_per_chunk`` at a time, so memory holds the
@@ -326,6 +356,8 @@ def write_synthetic(config: SyntheticConfig, out_dir: str | os.PathLike, overwri
             only a dataset directory).
         rows_per_chunk: node rows per generated chunk and Parquet row group.
         progress: show a tqdm progress bar over the node rows.
+        memory_limit: refuse when :func:`estimate_peak_bytes` exceeds it (default: the
+            memory available now).
 
     Returns:
         The meta.json contents; ``num_edges`` is the real (even) count written.
@@ -334,8 +366,11 @@ def write_synthetic(config: SyntheticConfig, out_dir: str | os.PathLike, overwri
         FileExistsError: ``out_dir`` exists and ``overwrite`` is false, or it is not a
             dataset directory.
         ValueError: ``rows_per_chunk`` < 1.
+        InsufficientMemoryError: the estimated peak does not fit, before anything is written.
     """
     _check("rows_per_chunk", rows_per_chunk, 1, None, integer=True)
+    check_memory(estimate_peak_bytes(config), memory_limit, "generating this graph",
+                 "use a machine with more memory, or fewer edges (--num-edges)")
     n = config.num_nodes
     with atomic_directory(out_dir, overwrite, kind=DATASET_DIR) as tmp:
         log.info("synthetic graph: %d nodes, generating ~%d edges", n, config.num_edges)

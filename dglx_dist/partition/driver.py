@@ -13,14 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
 from tqdm.auto import tqdm
 
 from dglx_dist.data.atomic import check_target
 from dglx_dist.data.edge_data import edge_data_spec
 from dglx_dist.data.format import GraphDataset, read_dataset, read_meta
-from dglx_dist.errors import InsufficientMemoryError, PartitionError
-from dglx_dist.memory import PeakRSS
+from dglx_dist.errors import PartitionError
+from dglx_dist.memory import PeakRSS, check_memory
 from dglx_dist.partition.base import PARTITIONERS, Partitioner, PartitionPlan
 from dglx_dist.partition.book import FeatureSlices
 from dglx_dist.partition.io import PARTITION_DIR, write_partitions
@@ -30,22 +29,6 @@ from dglx_dist.partition.quality import QualityReport
 __all__ = ["partition_dataset", "check_memory"]
 
 log = logging.getLogger(__name__)
-_MB = 1 << 20
-
-
-def check_memory(estimate: int, limit: int | None = None, what: str = "partitioning") -> None:
-    """Refuses work whose estimated peak exceeds ``limit`` (default: memory available now).
-
-    Raises:
-        InsufficientMemoryError: with the estimate and the limit in the message.
-    """
-    available = psutil.virtual_memory().available if limit is None else int(limit)
-    if estimate > available:
-        raise InsufficientMemoryError(
-            f"{what} needs about {estimate / _MB:,.0f} MiB at its peak but only "
-            f"{available / _MB:,.0f} MiB {'is available' if limit is None else 'is allowed'}; "
-            f"use a machine with more memory, more parts on a bigger machine, or a cheaper "
-            f"partitioner (hash)")
 
 
 def partition_dataset(data: str | os.PathLike | GraphDataset, out: str | os.PathLike,

@@ -159,3 +159,48 @@ def test_edge_features_carry_the_community_signal(small, tmp_path):
     predicted = efeat[~half] @ direction > threshold
     accuracy = float((predicted == inside[~half]).mean())
     assert accuracy > 0.9, accuracy  # chance: the share of the larger class, about 0.8
+
+
+def test_presets_have_the_shapes_users_quote():
+    from dglx_dist.data.synthetic import SYNTHETIC_PRESETS
+
+    products, papers = SYNTHETIC_PRESETS["products"], SYNTHETIC_PRESETS["papers"]
+    assert (products.num_nodes, products.num_edges, products.feat_dim, products.num_classes) == (
+        2_449_029, 61_859_140, 100, 47)
+    assert (papers.num_nodes, papers.feat_dim, papers.num_classes) == (111_059_956, 128, 172)
+    assert round(products.train_frac * products.num_nodes) == 195_922  # OGB's: 196,615
+
+
+def test_datagen_preset_with_changes_and_a_refusal_that_writes_nothing(tmp_path, caplog):
+    from dglx_dist.cli import main
+
+    out = tmp_path / "g"
+    assert main(["datagen", str(out), "--preset", "products", "--num-nodes", "3000",
+                 "--num-edges", "20000"]) == 0
+    meta = json.loads((out / "meta.json").read_text())
+    assert (meta["num_nodes"], meta["feat_dim"], meta["num_classes"]) == (3000, 100, 47)
+    assert meta["config"]["test_frac"] == 0.884  # the rest is the preset's
+    refused = tmp_path / "big"
+    assert main(["datagen", str(refused), "--preset", "products",
+                 "--memory-limit", str(1 << 30)]) == 2
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "needs about 2," in errors[0] and "1,024 MiB" in errors[0]
+    assert not refused.exists()
+
+
+def test_the_memory_estimate_bounds_a_measured_run(tmp_path):
+    """write_synthetic's estimate is above the peak a real run reaches, and not far above."""
+    import subprocess
+    import sys
+
+    from dglx_dist.data.synthetic import estimate_peak_bytes
+
+    config = SyntheticConfig(num_nodes=200_000, num_edges=5_000_000, feat_dim=100)
+    code = ("import json, sys; from dglx_dist.data.synthetic import SyntheticConfig, "
+            "write_synthetic; from dglx_dist.memory import peak_rss_bytes; "
+            f"write_synthetic(SyntheticConfig(**{dataclasses.asdict(config)!r}), sys.argv[1]); "
+            "print(peak_rss_bytes())")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "g")], capture_output=True,
+                       text=True, timeout=120, check=True)
+    peak = int(r.stdout.split()[-1])
+    assert peak < estimate_peak_bytes(config) < 1.6 * peak, (peak, estimate_peak_bytes(config))
