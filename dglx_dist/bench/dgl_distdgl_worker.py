@@ -356,7 +356,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ifname", default="lo", help="the interface between machines: gloo's, and "
                    "(other than lo) the one whose sent bytes the trainer counts per epoch")
     for flag, kind, default in (  # paths; then numbers (the trainer's are bench_train's)
-            ("--ip-config", str, None), ("--master-addr", str, "127.0.0.1"), ("--part-config", str, None), ("--result-dir", str, None),
+            ("--ip-config", str, None), ("--master-addr", str, "127.0.0.1"),
+            ("--part-config", str, None), ("--result-dir", str, None),
             ("--parts", int, 2), ("--machine", int, 0), ("--machines", int, 2),
             ("--master-port", int, 29500), ("--threads", int, 1), ("--timeout", float, 3600.0),
             ("--pg-timeout", float, 600.0), ("--batch-size", int, 1000),
