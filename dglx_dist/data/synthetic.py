@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
@@ -139,24 +140,28 @@ SYNTHETIC_PRESETS: dict[str, SyntheticConfig] = {
                                 feat_dim=100, train_frac=0.08, val_frac=0.016,
                                 test_frac=0.884),
     # ogbn-papers100M's shape (1.1% / 0.11% / 0.19% labelled), for the cluster model: about
-    # 50 GB to generate, which a 24 GB machine refuses up front
+    # 60 GB to generate (estimate_peak_bytes), which a 24 GB machine refuses up front
     "papers": SyntheticConfig(num_nodes=111_059_956, num_edges=1_615_685_872,
                               num_classes=172, feat_dim=128, train_frac=0.0109,
                               val_frac=0.0011, test_frac=0.0019),
 }
 """Graphs shaped like the benchmarks users quote: ``dglx datagen --preset NAME``."""
 
-# write_synthetic's peak resident memory, fitted to three `dglx datagen` runs (250k nodes /
-# 6.2M edges: 605 MiB; 1M / 25M: 1,133 MiB; 2.45M / 61.9M: 2,138 MiB; F = 100) and rounded up
-# by about 15%: the edge arrays and their sorting and shuffling dominate (29 bytes per edge)
-_BASE_BYTES, _BYTES_PER_EDGE, _BYTES_PER_NODE = 500 << 20, 32, 40
+# write_synthetic's peak above the resident memory it starts from: the edge arrays and their
+# sorting and shuffling (29 bytes per directed edge with numpy 1.26 and pyarrow 19, 33 with
+# numpy 2.4 and pyarrow 26) plus about 50-100 MiB of fixed buffers, measured at 200k-2.45M
+# nodes; rounded up
+_FIXED_BYTES, _BYTES_PER_EDGE, _BYTES_PER_NODE = 160 << 20, 36, 40
 
 
-def estimate_peak_bytes(config: SyntheticConfig) -> int:
-    """About the peak resident memory of :func:`write_synthetic` for ``config`` (measured
-    constants; node features are streamed, so they do not count)."""
+def estimate_peak_bytes(config: SyntheticConfig, start: int | None = None) -> int:
+    """About the peak resident memory of :func:`write_synthetic` for ``config`` in a process
+    whose resident memory is ``start`` (default: this process's now); node features are
+    streamed, so they do not count."""
+    start = psutil.Process().memory_info().rss if start is None else start
     per_edge = _BYTES_PER_EDGE + 4 * config.edge_feat_dim
-    return _BASE_BYTES + per_edge * config.num_edges + _BYTES_PER_NODE * config.num_nodes
+    return (start + _FIXED_BYTES + per_edge * config.num_edges
+            + _BYTES_PER_NODE * config.num_nodes)
 
 
 def _rng(config: SyntheticConfig, *key: int) -> np.random.Generator:
