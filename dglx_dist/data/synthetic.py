@@ -139,18 +139,15 @@ SYNTHETIC_PRESETS: dict[str, SyntheticConfig] = {
     "products": SyntheticConfig(num_nodes=2_449_029, num_edges=61_859_140, num_classes=47,
                                 feat_dim=100, train_frac=0.08, val_frac=0.016,
                                 test_frac=0.884),
-    # ogbn-papers100M's shape (1.1% / 0.11% / 0.19% labelled), for the cluster model: about
-    # 60 GB to generate (estimate_peak_bytes), which a 24 GB machine refuses up front
+    # ogbn-papers100M's shape, for the cluster model: about 60 GB to generate, refused here
     "papers": SyntheticConfig(num_nodes=111_059_956, num_edges=1_615_685_872,
                               num_classes=172, feat_dim=128, train_frac=0.0109,
                               val_frac=0.0011, test_frac=0.0019),
 }
 """Graphs shaped like the benchmarks users quote: ``dglx datagen --preset NAME``."""
 
-# write_synthetic's peak above the resident memory it starts from: the edge arrays and their
-# sorting and shuffling (29 bytes per directed edge with numpy 1.26 and pyarrow 19, 33 with
-# numpy 2.4 and pyarrow 26) plus about 50-100 MiB of fixed buffers, measured at 200k-2.45M
-# nodes; rounded up
+# write_synthetic's peak above its starting memory, measured at 200k-2.45M nodes, rounded up:
+# the edge arrays (29 B per edge with numpy 1.26, 33 with 2.4) and 50-100 MiB of buffers
 _FIXED_BYTES, _BYTES_PER_EDGE, _BYTES_PER_NODE = 160 << 20, 36, 40
 
 
