@@ -16,10 +16,9 @@ __all__ = ["PeakRSS", "SavedBytes", "check_memory", "peak_rss_bytes"]
 _MB = 1 << 20
 
 
-def check_memory(estimate: int, limit: int | None = None, what: str = "partitioning",
-                 advice: str = "use a machine with more memory, more parts on a bigger "
-                               "machine, or a cheaper partitioner (hash)") -> None:
-    """Refuses work whose estimated peak exceeds ``limit`` (default: memory available now).
+def check_memory(estimate: int, limit: int | None, what: str, advice: str) -> None:
+    """Refuses ``what`` when its estimated peak exceeds ``limit`` (None: the memory available
+    now), naming both and what to do instead (``advice``).
 
     Raises:
         InsufficientMemoryError: with the estimate, the limit and ``advice`` in the message.

@@ -8,6 +8,7 @@ first, test accuracy, the trainers' and servers' peak memory and the phase times
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import subprocess
@@ -125,15 +126,15 @@ def _run_machines(setup: Setup, part_config: Path, run_dir: Path, env: dict[str,
                   logs: list[Path]) -> tuple[list[subprocess.CompletedProcess], int]:
     """The machines on loopback, or each in its server's namespace of an emulated cluster
     (``setup.network`` ``emulated-<preset>``, the link our strategies get)."""
-    if not setup.network.startswith("emulated-"):
-        cmds = _commands(setup, part_config, run_dir, ["127.0.0.1"] * MACHINES, "lo")
-        log.info("dgl: %s", " ".join(cmds[0]))
-        return run_group(cmds, env, setup.timeout + 120, logs)
     from dglx_dist.cluster.emulate import IFNAME, PRESETS, emulated
 
-    with emulated(MACHINES, PRESETS[setup.network.removeprefix("emulated-")]) as cluster:
-        cmds = [cluster.command(m, cmd) for m, cmd in enumerate(
-            _commands(setup, part_config, run_dir, cluster.addresses, IFNAME))]
+    link = setup.network.removeprefix("emulated-")
+    with (emulated(MACHINES, PRESETS[link]) if link in PRESETS
+          else contextlib.nullcontext()) as cluster:
+        where = (cluster.addresses, IFNAME) if cluster else (["127.0.0.1"] * MACHINES, "lo")
+        cmds = _commands(setup, part_config, run_dir, *where)
+        if cluster:
+            cmds = [cluster.command(m, cmd) for m, cmd in enumerate(cmds)]
         log.info("dgl: %s", " ".join(cmds[0]))
         return run_group(cmds, env, setup.timeout + 120, logs)
 

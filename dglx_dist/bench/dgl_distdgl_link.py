@@ -36,12 +36,14 @@ ARRAYS = ("new_nid", "new_eid", "reverse", "val_u", "val_v", "test_u", "test_v")
 
 
 def link_config(args: argparse.Namespace):
-    """The :class:`~dglx_dist.tasks.link.LinkConfig` of the worker's options."""
+    """The :class:`~dglx_dist.tasks.link.LinkConfig` of the worker's options (its training
+    config, and its ``--batch-size`` training edges per step)."""
+    from dglx_dist.cli_flags import config_from_args
     from dglx_dist.tasks.link import LinkConfig
+    from dglx_dist.train_config import TrainConfig
 
-    return LinkConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-                      weight_decay=args.weight_decay, negatives=args.negatives,
-                      seed=args.seed, progress=False, train_edges=args.train_edges)
+    return LinkConfig.of(config_from_args(TrainConfig, args), batch_size=args.batch_size,
+                         eval_every=1, progress=False)
 
 
 def partition_link(args: argparse.Namespace, graph_name: str) -> None:

@@ -86,9 +86,7 @@ def _cmd_train_link(args: argparse.Namespace, train: TrainConfig) -> int:
     strategy = STRATEGIES.build(args.strategy, **parse_key_values(args.strategy_opt,
                                                                   "--strategy-opt"))
     graph = to_dgl(read_dataset(resolve_dataset(args.data or "cora")))
-    config = LinkConfig(train.epochs, train.edge_batch_size, train.lr, train.weight_decay,
-                        train.negatives, eval_every=train.eval_every, seed=train.seed,
-                        progress=not args.no_progress, train_edges=train.train_edges)
+    config = LinkConfig.of(train, progress=not args.no_progress)
     with init(backend=args.backend) as session:
         torch.manual_seed(train.seed)
         layers = strategy.num_layers() or train.layers

@@ -59,7 +59,9 @@ def partition_dataset(data: str | os.PathLike | GraphDataset, out: str | os.Path
     inputs = () if isinstance(data, GraphDataset) else (data,)
     check_target(out, overwrite, PARTITION_DIR, inputs, PartitionError)
     estimate = partitioner.estimate_peak_bytes(meta, num_parts)
-    check_memory(estimate, memory_limit)
+    check_memory(estimate, memory_limit, "partitioning",
+                 "use a machine with more memory, more parts on a bigger machine, or a "
+                 "cheaper partitioner (hash)")
     bar = tqdm(total=num_parts + 2, desc=f"{method} x{num_parts}", disable=not progress,
                unit="step")
     with PeakRSS() as rss, bar:

@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 
 from dglx_dist.api.metrics import epoch_record
 from dglx_dist.strategies.epochs import EpochResult
+from dglx_dist.train_config import TrainConfig
 
 __all__ = ["LinkConfig", "eval_negatives", "heldout_scores", "link_loss", "split_pairs",
            "train_edge_ids", "train_link"]
@@ -53,6 +54,15 @@ class LinkConfig:
     train_edges: int | None = None
     """Train on this many of the training graph's edges (a seeded random choice, the same
     every epoch); None: all of them."""
+
+    @classmethod
+    def of(cls, train: TrainConfig, **changes) -> LinkConfig:
+        """The link task's part of a run's training config, then ``changes``."""
+        return dataclasses.replace(cls(
+            epochs=train.epochs, batch_size=train.edge_batch_size, lr=train.lr,
+            weight_decay=train.weight_decay, negatives=train.negatives,
+            eval_every=train.eval_every, seed=train.seed, train_edges=train.train_edges),
+            **changes)
 
 
 def split_pairs(g: dgl.DGLGraph, seed: int):
