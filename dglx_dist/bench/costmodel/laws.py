@@ -1,0 +1,257 @@
+"""What each strategy does in one epoch, counted from the shapes alone (:class:`Work`): sampled
+edges, gathered bytes, message passing, dense FLOPs per rank, and the bytes every rank sends
+inside and across servers. One law per strategy in :data:`LAWS`; each follows the strategy's
+own description (``dglx_dist.strategies``) and the paper's.
+
+The counts use expected values over the degree distribution: a seed (a uniform training node)
+keeps ``min(degree, fanout)`` in-edges, a sampled node (reached by an edge, so chosen in
+proportion to its degree) keeps the degree-weighted mean of it; ``e`` draws of sampled nodes
+hit ``sum_i 1 - exp(-e * d_i / edges)`` distinct nodes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+import numpy as np
+
+from dglx_dist.bench.costmodel.shapes import WEIGHTS, Cluster, GraphShape, Workload
+
+__all__ = ["LAWS", "Block", "Work", "expansion", "halo_rows"]
+
+F32 = 4
+ID = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    """One sampled block: source and destination nodes, edges; how many of the sources are
+    new at this hop."""
+
+    src: float
+    dst: float
+    edges: float
+    new: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """One epoch of a strategy: per-rank work and all ranks' bytes."""
+
+    steps: int
+    sample_edges: float = 0.0
+    gather_bytes: float = 0.0
+    spmm_edge_dims: float = 0.0
+    """Forward message passing (backward is counted as twice the forward)."""
+    flops: float = 0.0
+    """Forward dense FLOPs (backward: twice)."""
+    inter_bytes: float = 0.0
+    intra_bytes: float = 0.0
+    offload_bytes: float = 0.0
+    """Rows to tensor-task executors and back (Dorylus; not in the comm layer's counters)."""
+
+
+def _kept(deg: np.ndarray, fanout: int, weighted: bool) -> float:
+    kept = np.minimum(deg, fanout)
+    return float((deg * kept).sum() / deg.sum() if weighted else kept.mean())
+
+
+def _distinct(graph: GraphShape, draws: float, pool: float | None = None) -> float:
+    """Distinct nodes among ``draws`` degree-biased draws (from ``pool`` nodes, default all)."""
+    pool = graph.nodes if pool is None else pool
+    q = np.asarray(graph.rel_degrees)
+    return float(pool * np.mean(1 - np.exp(-draws * q / graph.nodes)))
+
+
+def expansion(graph: GraphShape, work: Workload, seeds: float) -> list[Block]:
+    """The sampled blocks of ``seeds`` seeds, input layer first (as DGL's
+    ``sample_neighbors`` + ``to_block`` build them: sources include the destinations)."""
+    deg = graph.degrees()
+    uniform, biased = float(seeds), 0.0  # destination nodes chosen uniformly / by degree
+    blocks: list[Block] = []
+    for fanout in reversed(work.fanouts):
+        dst = uniform + biased
+        edges = uniform * _kept(deg, fanout, False) + biased * _kept(deg, fanout, True)
+        new = _distinct(graph, edges) * (1 - dst / graph.nodes)
+        blocks.append(Block(src=dst + new, dst=dst, edges=edges, new=new))
+        biased += new
+    return blocks[::-1]
+
+
+def halo_rows(graph: GraphShape, parts: int, cut: float, nodes: float | None = None) -> float:
+    """Rows all ``parts`` parts read from the others (a node counted once per part its
+    out-edges reach), with ``cut`` of the edges between parts, over ``nodes`` nodes."""
+    if parts <= 1 or cut <= 0:
+        return 0.0
+    deg = graph.degrees()
+    per_node = (parts - 1) * (1 - (1 - cut / (parts - 1)) ** deg)
+    return float((graph.nodes if nodes is None else nodes) * per_node.mean())
+
+
+def _compute(work: Workload, dims: list[int], blocks: list[Block]) -> tuple[float, float]:
+    """(message passing edge-dims, dense FLOPs) of a forward over ``blocks``: GraphConv
+    multiplies first where that narrows the rows (DGL's order), SAGE likewise per weight."""
+    spmm = flops = 0.0
+    for b, d_in, d_out in zip(blocks, dims, dims[1:]):
+        spmm += b.edges * min(d_in, d_out)
+        rows = b.src if d_in > d_out else b.dst
+        flops += 2 * WEIGHTS[work.model] * rows * d_in * d_out
+    return spmm, flops
+
+
+def _allreduce(graph: GraphShape, work: Workload, cluster: Cluster, steps: int,
+               params: int | None = None) -> tuple[float, float]:
+    """(inter, intra) bytes of ring all-reduces of the parameters, ``steps`` of them: each rank
+    sends 2 (W-1)/W of them to its neighbour, ``servers`` of the W hops cross servers."""
+    w, s = cluster.world, cluster.servers
+    if w == 1:
+        return 0.0, 0.0
+    per_hop = 2 * (w - 1) / w * (params or work.params(graph)) * F32 * steps
+    return (s if s > 1 else 0) * per_hop, (w - (s if s > 1 else 0)) * per_hop
+
+
+def _split(total: float, inter_frac: float) -> tuple[float, float]:
+    return total * inter_frac, total * (1 - inter_frac)
+
+
+LAWS: dict[str, Callable[[GraphShape, Workload, Cluster], Work]] = {}
+"""The law of each strategy the model knows, by strategy name."""
+
+
+def law(name: str):
+    def register(fn):
+        LAWS[name] = fn
+        return fn
+    return register
+
+
+def _steps(graph: GraphShape, work: Workload, cluster: Cluster) -> int:
+    return max(1, math.ceil(graph.nodes * graph.train_frac / (work.batch_size * cluster.world)))
+
+
+def _sampled(graph: GraphShape, work: Workload, steps: int) -> tuple[list[Block], Work]:
+    """Blocks of one step and the per-rank compute of an epoch of sampled mini-batches."""
+    blocks = expansion(graph, work, work.batch_size)
+    spmm, flops = _compute(work, work.dims(graph), blocks)
+    return blocks, Work(steps=steps, sample_edges=steps * sum(b.edges for b in blocks),
+                        gather_bytes=steps * blocks[0].src * graph.feat_dim * F32,
+                        spmm_edge_dims=steps * spmm, flops=steps * flops)
+
+
+@law("distdgl")
+def distdgl(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
+    """Owner-compute seeds; a node h hops out is on another server with probability
+    ``1 - (1 - cut(S)) ** h``; remote feature rows are pulled, remote frontier nodes are
+    sampled by their owners (ids out, edges back); DDP all-reduces the gradients."""
+    steps = _steps(graph, work, cluster)
+    blocks, base = _sampled(graph, work, steps)
+    cut = graph.cut(cluster.servers)
+    deg = graph.degrees()
+    pull = sample = 0.0
+    for hop, b in enumerate(reversed(blocks), 1):
+        remote = b.new * (1 - (1 - cut) ** hop)
+        pull += remote * (graph.feat_dim * F32 + ID)
+        if hop < len(blocks):  # these nodes are the next block's destinations
+            fanout = work.fanouts[len(blocks) - hop - 1]
+            sample += remote * (ID + 2 * ID * _kept(deg, fanout, True))
+    inter, intra = _allreduce(graph, work, cluster, steps)
+    return dataclasses.replace(base, inter_bytes=inter + steps * cluster.world * (pull + sample),
+                               intra_bytes=intra)
+
+
+@law("p3")
+def p3(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
+    """One hash part and one feature slice per rank: the first block's structure goes to every
+    rank, every rank's partial layer-1 rows of each batch are summed at its owner and the
+    gradients go back, both in two stages (once across servers, then inside each); remote
+    frontier nodes are sampled by their owners; the layers above the first are all-reduced."""
+    steps = _steps(graph, work, cluster)
+    blocks, base = _sampled(graph, work, steps)
+    w, s, g, deg = cluster.world, cluster.servers, cluster.ranks_per_server, graph.degrees()
+    first = blocks[0]
+    ids = 4 if graph.nodes < 2**31 else ID  # the packed block's id type
+    block = (first.edges + first.src + first.dst) * ids
+    partials = 2 * first.dst * work.hidden * F32  # this rank's partials out, gradients back
+    # both go in two stages: across servers once per server, then inside every server
+    staged = steps * w * (block + partials)
+    sample = steps * w * sum(b.new * (w - 1) / w * (ID + 2 * ID * _kept(deg, f, True))
+                             for b, f in zip(blocks[1:], work.fanouts))
+    inter_frac = (w - g) / (w - 1) if w > 1 else 0.0
+    sample_inter, sample_intra = _split(sample, inter_frac)
+    inter, intra = staged * (s - 1) + sample_inter, staged * s * (g - 1) + sample_intra
+    upper = work.params(graph) - WEIGHTS[work.model] * graph.feat_dim * work.hidden
+    ar_inter, ar_intra = _allreduce(graph, work, cluster, steps, upper)
+    return dataclasses.replace(base, inter_bytes=inter + ar_inter, intra_bytes=intra + ar_intra)
+
+
+def _full_compute(graph: GraphShape, work: Workload, nodes: float, halo: float,
+                  edges: float) -> Work:
+    """One full-graph step per epoch over ``nodes`` own nodes, ``halo`` rows read, ``edges``."""
+    dims = work.dims(graph)
+    blocks = [Block(src=nodes + halo, dst=nodes, edges=edges, new=halo)] * work.layers
+    spmm, flops = _compute(work, dims, blocks)
+    return Work(steps=1, gather_bytes=nodes * graph.feat_dim * F32, spmm_edge_dims=spmm,
+                flops=flops)
+
+
+def _exchange_dims(graph: GraphShape, work: Workload) -> int:
+    """Columns a halo row carries per epoch: every conv's input forward, its gradient backward
+    except for the features."""
+    dims = work.dims(graph)[:-1]
+    return dims[0] + 2 * sum(dims[1:])
+
+
+@law("fullgraph")
+def fullgraph(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
+    """One METIS part per rank; before each conv every rank reads its halo rows from their
+    owners (their gradients go back), across servers too."""
+    w = cluster.world
+    total = halo_rows(graph, w, graph.cut(w))
+    base = _full_compute(graph, work, graph.nodes / w, total / w, graph.edges / w)
+    inter_frac = graph.cut(cluster.servers) / graph.cut(w) if w > 1 else 0.0
+    inter, intra = _split(total * _exchange_dims(graph, work) * F32, inter_frac)
+    ar_inter, ar_intra = _allreduce(graph, work, cluster, 1)
+    return dataclasses.replace(base, inter_bytes=inter + ar_inter, intra_bytes=intra + ar_intra)
+
+
+def _closure(graph: GraphShape, inner: float, hops: int, cut: float) -> float:
+    """Nodes outside a part of ``inner`` nodes within ``hops`` hops of it."""
+    known, outside, draws = inner, 0.0, cut * graph.edges * inner / graph.nodes
+    for _ in range(hops):
+        new = _distinct(graph, draws, graph.nodes - known) if known < graph.nodes else 0.0
+        outside, known = outside + new, known + new
+        draws = new * graph.mean_degree * (1 - known / graph.nodes)
+    return outside
+
+
+@law("granndis")
+def granndis(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
+    """Each server preloads its part's L-hop closure once (at setup, not per epoch) and trains
+    it full-graph, its ranks swapping halo rows inside the server; gradients cross servers once
+    per step (all-reduce by server)."""
+    s, g = cluster.servers, cluster.ranks_per_server
+    inner = graph.nodes / s
+    held = inner + _closure(graph, inner, work.layers, graph.cut(s))
+    halo = halo_rows(graph, g, graph.cut(g), held)
+    base = _full_compute(graph, work, held / g, halo / g, graph.edges * held / graph.nodes / g)
+    params = work.params(graph)
+    inter = 2 * (s - 1) / s * params * F32 * s if s > 1 else 0.0
+    intra = s * halo * _exchange_dims(graph, work) * F32
+    return dataclasses.replace(base, inter_bytes=inter, intra_bytes=intra)
+
+
+@law("dorylus")
+def dorylus(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
+    """Each rank is a graph server of one METIS part with ghost rows: after every layer but the
+    last its scatter sends the new rows to the ghosts that read them (gradients back);
+    tensor tasks ship each interval's rows to the executor and back (inside the server)."""
+    w = cluster.world
+    total = halo_rows(graph, w, graph.cut(w))
+    base = _full_compute(graph, work, graph.nodes / w, total / w, graph.edges / w)
+    dims = work.dims(graph)
+    ghosts = total * 2 * sum(dims[1:-1]) * F32
+    inter_frac = graph.cut(cluster.servers) / graph.cut(w) if w > 1 else 0.0
+    inter, intra = _split(ghosts, inter_frac)
+    tasks = graph.nodes * 2 * sum(a + b for a, b in zip(dims, dims[1:])) * F32
+    return dataclasses.replace(base, inter_bytes=inter, intra_bytes=intra, offload_bytes=tasks)

@@ -1,0 +1,202 @@
+"""``scripts/cluster_model.py``: ``validate`` measures, calibrates and checks the cluster model
+on this machine; ``predict`` uses its calibration for a cluster and a graph beyond it
+(docs/cluster_model.md)."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from dglx_dist.bench.costmodel.laws import LAWS
+from dglx_dist.bench.costmodel.predict import Calibration, predict
+from dglx_dist.bench.costmodel.shapes import Cluster, GraphShape, Units, Workload
+from dglx_dist.bench.costmodel.validate import compare, measured_rows, parse_shape
+from dglx_dist.bench.report import Panel, Series, draw
+from dglx_dist.bench.sweeps.common import emit_json, emit_text
+from dglx_dist.cli_flags import number
+from dglx_dist.errors import InvalidValueError
+from dglx_dist.report import markdown_table
+
+__all__ = ["main"]
+
+VALIDATION_GRAPH = {"num_nodes": 100_000, "num_edges": 1_500_000, "feat_dim": 128,
+                    "num_classes": 16}
+"""``validate``'s default graph: large enough that compute is not all per-step overhead, each
+run under a minute here."""
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected positive integers separated by "
+                                         f"commas")
+    return values
+
+
+def _parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    sub = p.add_subparsers(dest="command", required=True)
+    v = sub.add_parser("validate", help="measure here, calibrate, predict the measured runs")
+    v.add_argument("--data", type=Path, help="a dataset directory (default: a synthetic "
+                   "100k-node, 1.5M-edge graph, generated in --workdir)")
+    v.add_argument("--shapes", default="2x1,2x2,4x1,4x2,2x1@10g",
+                   type=lambda t: [parse_shape(s) for s in t.split(",")],
+                   help="cluster shapes SERVERSxRANKS[@LINK] to measure (links 1g, 10g)")
+    v.add_argument("--calibrate-on", type=parse_shape, default=parse_shape("2x1"))
+    v.add_argument("--systems", default=",".join(LAWS))
+    v.add_argument("--epochs", type=number(int, 2), default=4)
+    v.add_argument("--batch-size", type=number(int, 1), default=500)
+    v.add_argument("--hidden", type=number(int, 1), default=64)
+    v.add_argument("--fanouts", type=_ints, default=(10, 25))
+    v.add_argument("--workdir", type=Path, default=Path("cluster-model"))
+    v.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
+    q = sub.add_parser("predict", help="epoch time and bytes on a cluster beyond this machine")
+    q.add_argument("--calibration", type=Path, default=Path("cluster-model/calibration.json"),
+                   help="validate's output")
+    q.add_argument("--graph", default="papers", help="papers or products (a synthetic preset's "
+                   "shape, with the calibration graph's degrees and cut), or a dataset dir")
+    q.add_argument("--edge-cut2", type=number(float, 0, 1), help="METIS 2-way cut fraction")
+    q.add_argument("--servers", type=_ints, default=(1, 2, 4, 8, 16, 32, 64))
+    q.add_argument("--ranks-per-server", type=number(int, 1), default=1)
+    q.add_argument("--link-gbit", type=number(float, 0, low_open=True), default=10.0)
+    q.add_argument("--compute-speedup", type=number(float, 0, low_open=True), default=1.0,
+                   help="a rank's compute speed over one core here (a GPU: ~50-100)")
+    q.add_argument("--batch-size", type=number(int, 1), default=1000)
+    for sp in (v, q):
+        sp.add_argument("--out", type=Path, help="also write the JSON here")
+        sp.add_argument("--plot", type=Path, help="write a PNG here")
+    return p
+
+
+def _validation_data(args: argparse.Namespace) -> Path:
+    from dglx_dist.bench.datasets import synthetic_dataset
+    from dglx_dist.data.synthetic import SyntheticConfig
+
+    if args.data:
+        return args.data
+    return synthetic_dataset(SyntheticConfig(**VALIDATION_GRAPH), args.workdir)
+
+
+def validate(args: argparse.Namespace) -> dict[str, Any]:
+    """Measures the units, the graph and every shape's runs; calibrates on one; compares."""
+    from dglx_dist.bench.costmodel.measure import measure_graph, measure_units
+
+    if args.calibrate_on not in args.shapes:
+        raise InvalidValueError(f"--calibrate-on {args.calibrate_on.name}: not among --shapes")
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    data = _validation_data(args)
+    work = Workload("gcn", args.hidden, args.fanouts, args.batch_size)
+    systems = [s for s in args.systems.split(",") if s]
+    unknown = sorted(set(systems) - set(LAWS))
+    if unknown:
+        raise InvalidValueError(f"--systems: no law for {', '.join(unknown)}; choose from "
+                                f"{', '.join(LAWS)}")
+    runs = {shape: measured_rows(shape, data, systems, work, args.epochs,
+                                 args.workdir / shape.name, args.timeout)
+            for shape in args.shapes}
+    units, graph = measure_units(), measure_graph(data)
+    rows, calibs = compare(graph, work, units, runs, args.calibrate_on)
+    result = {"graph": dataclasses.asdict(graph), "workload": dataclasses.asdict(work),
+              "units": units.public(), "calibrated_on": args.calibrate_on.name,
+              "calibrations": {k: c.public() for k, c in calibs.items()},
+              "cores": os.cpu_count(), "rows": rows}
+    (args.workdir / "calibration.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+def _graph(args: argparse.Namespace, base: GraphShape) -> GraphShape:
+    from dglx_dist.data.synthetic import SYNTHETIC_PRESETS
+
+    if args.graph in SYNTHETIC_PRESETS:
+        c = SYNTHETIC_PRESETS[args.graph]
+        graph = dataclasses.replace(base, nodes=c.num_nodes, edges=c.num_edges,
+                                    feat_dim=c.feat_dim, num_classes=c.num_classes,
+                                    train_frac=c.train_frac)
+    elif Path(args.graph).is_dir():
+        from dglx_dist.bench.costmodel.measure import measure_graph
+
+        graph = measure_graph(args.graph)
+    else:
+        raise InvalidValueError(f"--graph {args.graph!r}: expected papers, products or a "
+                                f"dataset directory")
+    return dataclasses.replace(graph, edge_cut2=args.edge_cut2) if args.edge_cut2 else graph
+
+
+def predict_cluster(args: argparse.Namespace) -> dict[str, Any]:
+    """Every calibrated strategy at every ``--servers`` count on the chosen graph."""
+    if not args.calibration.is_file():
+        raise InvalidValueError(f"--calibration {args.calibration}: no such file (run "
+                                f"scripts/cluster_model.py validate first)")
+    cal = json.loads(args.calibration.read_text())
+    base = GraphShape(**{**cal["graph"], "rel_degrees": tuple(cal["graph"]["rel_degrees"])})
+    graph = _graph(args, base)
+    work = dataclasses.replace(Workload(**{**cal["workload"],
+                                           "fanouts": tuple(cal["workload"]["fanouts"])}),
+                               batch_size=args.batch_size)
+    units = Units(**cal["units"])
+    rows = []
+    for name, c in cal["calibrations"].items():
+        for servers in args.servers:
+            cluster = Cluster(servers, args.ranks_per_server, args.link_gbit,
+                              compute_speedup=args.compute_speedup)
+            p = predict(name, graph, work, cluster, units, Calibration(**c))
+            rows.append({"strategy": name, "servers": servers, "world": cluster.world,
+                         "epoch_s": round(p["epoch_time"], 2), "steps": p["steps"],
+                         "inter_gb": round(p["bytes_inter"] / 1e9, 2),
+                         **{f"{k}_s": round(v, 2) for k, v in p["phases"].items()}})
+    return {"graph": graph.public(), "workload": dataclasses.asdict(work),
+            "link_gbit": args.link_gbit, "ranks_per_server": args.ranks_per_server,
+            "compute_speedup": args.compute_speedup, "rows": rows}
+
+
+def _plot_validation(result: dict[str, Any], path: Path) -> None:
+    ok = [r for r in result["rows"] if "error" not in r]
+    x = tuple(f"{r['strategy']} {r['shape']}" for r in ok)
+    panels = [Panel(title, (Series("measured", x, tuple(r[f"{key}_measured"] for r in ok)),
+                            Series("predicted", x, tuple(r[f"{key}_predicted"] for r in ok))),
+                    ylabel=unit)
+              for title, key, unit in (("epoch time", "epoch", "s"),
+                                       ("inter-server bytes per epoch", "inter_mb", "MB"))]
+    draw(panels, path, f"cluster model vs measured (calibrated on {result['calibrated_on']})",
+         columns=1)
+
+
+def _plot_prediction(result: dict[str, Any], path: Path) -> None:
+    names = sorted({r["strategy"] for r in result["rows"]})
+    series = lambda key: tuple(Series(n, tuple(r["servers"] for r in result["rows"]  # noqa
+                                               if r["strategy"] == n),
+                                      tuple(r[key] for r in result["rows"]
+                                            if r["strategy"] == n)) for n in names)
+    panels = [Panel("epoch time", series("epoch_s"), kind="lines", xlabel="servers",
+                    ylabel="s", log2x=True, logy=True),
+              Panel("inter-server bytes per epoch", series("inter_gb"), kind="lines",
+                    xlabel="servers", ylabel="GB", log2x=True)]
+    g = result["graph"]
+    draw(panels, path, f"predicted: {g['nodes']:,} nodes, {g['edges']:,} edges, "
+         f"{result['link_gbit']} Gbit/s links", columns=2)
+
+
+VALIDATION_COLUMNS = ("strategy", "shape", "epoch_measured", "epoch_predicted",
+                      "epoch_error_pct", "inter_mb_measured", "inter_mb_predicted",
+                      "inter_error_pct", "intra_mb_measured", "intra_mb_predicted", "error")
+PREDICTION_COLUMNS = ("strategy", "servers", "world", "epoch_s", "steps", "inter_gb",
+                      "sample_s", "gather_s", "compute_s", "inter_s", "intra_s", "overhead_s")
+
+
+def main(argv: list[str] | None, description: str) -> int:
+    args = _parser(description).parse_args(argv)
+    if args.command == "validate":
+        result, columns, plot = validate(args), VALIDATION_COLUMNS, _plot_validation
+    else:
+        result, columns, plot = predict_cluster(args), PREDICTION_COLUMNS, _plot_prediction
+    emit_json(result, args.out)
+    emit_text(markdown_table(result["rows"], columns))
+    if args.plot:
+        plot(result, args.plot)
+    return 0

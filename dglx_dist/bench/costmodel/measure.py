@@ -1,0 +1,112 @@
+"""What the cluster model measures here: one rank's
+:class:`~dglx_dist.bench.costmodel.shapes.Units` (DGL's neighbour sampling and ``to_block``, a
+feature-row gather, DGL's ``copy_u_sum``, a dense ``torch.mm``, TCP over loopback; each on one
+thread, the median of ``repeat`` timings) and a dataset's
+:class:`~dglx_dist.bench.costmodel.shapes.GraphShape` (its degrees and METIS's 2-way cut)."""
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import threading
+import time
+from typing import Callable
+
+import numpy as np
+
+from dglx_dist.bench.costmodel.shapes import GraphShape, Units, degree_quantiles
+from dglx_dist.data.format import GraphDataset
+
+__all__ = ["measure_graph", "measure_units", "metis_cut"]
+
+
+def metis_cut(ds: GraphDataset, parts: int) -> float:
+    """Fraction of ``ds``'s edges between different parts of our ``metis`` into ``parts``."""
+    from dglx_dist.partition import PARTITIONERS
+
+    plan = PARTITIONERS.build("metis").plan(ds, parts)
+    owner = np.asarray(plan.book.owner(np.arange(ds.num_nodes, dtype=np.int64)))
+    if plan.orig_ids is not None:  # owner is by relabelled id; the edges use original ids
+        by_orig = np.empty_like(owner)
+        by_orig[plan.orig_ids] = owner
+        owner = by_orig
+    return float(np.mean(owner[ds.src] != owner[ds.dst]))
+
+
+def measure_graph(data: str | os.PathLike | GraphDataset) -> GraphShape:
+    """The shape of a dataset (a directory or in memory), its 2-way cut from our ``metis``."""
+    from dglx_dist.data.format import read_dataset
+
+    ds = data if isinstance(data, GraphDataset) else read_dataset(data)
+    cut = metis_cut(ds, 2)
+    degrees = np.bincount(ds.dst, minlength=ds.num_nodes)
+    return GraphShape(nodes=ds.num_nodes, edges=int(ds.src.size), feat_dim=ds.feat.shape[1],
+                      num_classes=int(ds.label.max()) + 1,
+                      train_frac=float(np.count_nonzero(ds.train)) / ds.num_nodes,
+                      edge_cut2=round(cut, 5), rel_degrees=degree_quantiles(degrees))
+
+
+def _median_s(fn: Callable[[], None], repeat: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _loopback_s_per_byte(total: int, repeat: int) -> float:
+    """Seconds per byte sent from one thread to another over a TCP loopback connection."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        peer, _ = server.accept()
+    chunk = b"\0" * min(total, 1 << 20)
+    total -= total % len(chunk)  # whole chunks
+
+    def drain() -> None:
+        left = total
+        while left:
+            left -= len(peer.recv(min(left, 1 << 20)))
+
+    def once() -> None:
+        reader = threading.Thread(target=drain)
+        reader.start()
+        for _ in range(total // len(chunk)):
+            client.sendall(chunk)
+        reader.join()
+
+    try:
+        return _median_s(once, repeat) / total
+    finally:
+        client.close()
+        peer.close()
+
+
+def measure_units(nodes: int = 200_000, edges: int = 2_000_000, repeat: int = 5,
+                  seed: int = 0, loopback_bytes: int = 64 << 20) -> Units:
+    """The unit costs on a random graph of ``nodes`` and ``edges`` (one thread)."""
+    import dgl
+    import torch
+
+    torch.manual_seed(seed)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        g = dgl.rand_graph(nodes, edges)
+        seeds = torch.randperm(nodes)[:min(nodes, 2000)]
+        counted = dgl.sampling.sample_neighbors(g, seeds, 10).num_edges()
+        sample = _median_s(lambda: dgl.to_block(dgl.sampling.sample_neighbors(g, seeds, 10),
+                                                seeds), repeat) / counted
+        table = torch.randn(nodes, 128)
+        rows = torch.randint(0, nodes, (min(nodes, 50_000),))
+        gather = _median_s(lambda: table.index_select(0, rows), repeat) / (rows.numel() * 512)
+        x = torch.randn(nodes, 64)
+        spmm = _median_s(lambda: dgl.ops.copy_u_sum(g, x), repeat) / (edges * 64)
+        a, b = torch.randn(20_000, 128), torch.randn(128, 64)
+        dense = _median_s(lambda: torch.mm(a, b), repeat) / (2 * a.shape[0] * 128 * 64)
+    finally:
+        torch.set_num_threads(threads)
+    return Units(sample_s_per_edge=sample, gather_s_per_byte=gather,
+                 spmm_s_per_edge_dim=spmm, dense_s_per_flop=dense,
+                 intra_s_per_byte=_loopback_s_per_byte(loopback_bytes, repeat))

@@ -1,0 +1,139 @@
+"""The cluster model's inputs: the shape of a graph, the training workload, the cluster, and the
+unit costs of one rank. All are frozen dataclasses; none imports torch or DGL."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from dglx_dist.errors import InvalidValueError
+
+__all__ = ["Cluster", "GraphShape", "Units", "Workload", "degree_quantiles"]
+
+QUANTILES = 512
+"""Points of a degree distribution a :class:`GraphShape` keeps."""
+
+
+def degree_quantiles(degrees: np.ndarray, points: int = QUANTILES) -> tuple[float, ...]:
+    """``points`` evenly spaced quantiles of ``degrees`` divided by their mean (so the tuple
+    averages about 1): the shape of a degree distribution, apart from its scale."""
+    deg = np.asarray(degrees, dtype=np.float64)
+    if deg.size == 0 or deg.mean() <= 0:
+        raise InvalidValueError("degree_quantiles: expected degrees with a positive mean")
+    q = np.quantile(deg, (np.arange(points) + 0.5) / points) / deg.mean()
+    return tuple(round(float(x), 6) for x in q)
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphShape:
+    """A graph as the model sees it: sizes, split, the METIS cut and the degree distribution."""
+
+    nodes: int
+    edges: int
+    """Directed edges (both directions of an undirected edge count)."""
+    feat_dim: int
+    num_classes: int
+    train_frac: float
+    edge_cut2: float
+    """Fraction of edges METIS cuts into 2 parts; k parts cut ``1 - (1 - c2) ** log2(k)`` (each
+    level of recursive bisection cuts the same fraction of what is left)."""
+    rel_degrees: tuple[float, ...] = (1.0,)
+    """In-degree quantiles over the mean (:func:`degree_quantiles`); ``(1.0,)``: all equal."""
+
+    def __post_init__(self) -> None:
+        bad = [n for n in ("nodes", "edges", "feat_dim", "num_classes") if getattr(self, n) < 1]
+        bad += [n for n in ("train_frac", "edge_cut2") if not 0 <= getattr(self, n) <= 1]
+        if bad:
+            raise InvalidValueError(f"GraphShape: {', '.join(bad)} out of range (sizes >= 1, "
+                                    f"fractions in [0, 1])")
+
+    @property
+    def mean_degree(self) -> float:
+        return self.edges / self.nodes
+
+    def degrees(self) -> np.ndarray:
+        """The degree quantiles at this graph's mean degree."""
+        return np.asarray(self.rel_degrees) * self.mean_degree
+
+    def cut(self, parts: int) -> float:
+        """Fraction of edges between different parts of a METIS partition into ``parts``."""
+        return 0.0 if parts <= 1 else 1 - (1 - self.edge_cut2) ** math.log2(parts)
+
+    def public(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "rel_degrees"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """The model and its batching: GCN or GraphSAGE-mean, ``fanouts`` input layer first."""
+
+    model: str = "gcn"
+    hidden: int = 64
+    fanouts: tuple[int, ...] = (10, 25)
+    batch_size: int = 1000
+    """Seeds per rank per step (sampled strategies)."""
+
+    def __post_init__(self) -> None:
+        if self.model not in WEIGHTS:
+            raise InvalidValueError(f"Workload: model {self.model!r}; the cluster model knows "
+                                    f"{', '.join(WEIGHTS)}")
+
+    @property
+    def layers(self) -> int:
+        return len(self.fanouts)
+
+    def dims(self, graph: GraphShape) -> list[int]:
+        """Widths of the layers' inputs and of the output: F, hidden..., classes."""
+        return [graph.feat_dim] + [self.hidden] * (self.layers - 1) + [graph.num_classes]
+
+    def params(self, graph: GraphShape) -> int:
+        dims = self.dims(graph)
+        return sum(WEIGHTS[self.model] * a * b + b for a, b in zip(dims, dims[1:]))
+
+
+WEIGHTS = {"gcn": 1, "sage": 2}
+"""Weight matrices per layer of each model the cluster model knows (SAGE: self and neighbour)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """``servers`` x ``ranks_per_server`` ranks; servers joined by ``link_gbit`` links."""
+
+    servers: int
+    ranks_per_server: int
+    link_gbit: float = 1.0
+    shared_cores: int | None = None
+    """All ranks share this many cores (one machine emulating the cluster, as in validation);
+    None: every rank has its own."""
+    compute_speedup: float = 1.0
+    """How much faster a rank computes than one core of the machine the units were measured
+    on (e.g. a GPU; only the model's compute is divided by it)."""
+
+    @property
+    def world(self) -> int:
+        return self.servers * self.ranks_per_server
+
+    def contention(self) -> float:
+        """How many ranks share each core (1 where each has its own)."""
+        return 1.0 if self.shared_cores is None else max(1.0, self.world / self.shared_cores)
+
+
+@dataclasses.dataclass(frozen=True)
+class Units:
+    """One rank's unit costs, measured (:mod:`dglx_dist.bench.costmodel.units`)."""
+
+    sample_s_per_edge: float
+    """Neighbour sampling and block building, per sampled edge."""
+    gather_s_per_byte: float
+    """Gathering feature rows from a local table, per byte."""
+    spmm_s_per_edge_dim: float
+    """Message passing (sum over in-edges), per edge and feature column."""
+    dense_s_per_flop: float
+    """Dense matrix products, per floating-point operation."""
+    intra_s_per_byte: float
+    """Sending to another process of the same server (TCP over loopback), per byte."""
+
+    def public(self) -> dict[str, float]:
+        return {k: float(f"{v:.4g}") for k, v in dataclasses.asdict(self).items()}

@@ -1,0 +1,154 @@
+"""The cluster model (dglx_dist.bench.costmodel): its counts against DGL's own sampling and a
+real METIS partition, its calibration, the laws' shape, the measured units and the predict
+command."""
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+
+from dglx_dist.bench.costmodel import (LAWS, Calibration, Cluster, GraphShape, Units, Workload,
+                                       calibrate, expansion, halo_rows, predict)
+from dglx_dist.data.synthetic import SyntheticConfig, generate_synthetic
+from dglx_dist.errors import InvalidValueError
+
+pytestmark = pytest.mark.dgl
+UNITS = Units(sample_s_per_edge=3e-7, gather_s_per_byte=7e-10, spmm_s_per_edge_dim=1.7e-9,
+              dense_s_per_flop=1.6e-11, intra_s_per_byte=2.3e-10)
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    return generate_synthetic(SyntheticConfig(num_nodes=20_000, num_edges=300_000,
+                                              feat_dim=16, num_classes=8))
+
+
+@pytest.fixture(scope="module")
+def shape(dataset):
+    from dglx_dist.bench.costmodel.measure import measure_graph
+
+    return measure_graph(dataset)
+
+
+def test_the_expansion_matches_dgls_sampled_blocks(dataset, shape):
+    """Edges and source nodes per block, expected from the degree distribution, against DGL's
+    sample_neighbors + to_block from training seeds (means of 8 batches)."""
+    import dgl
+    import torch
+
+    from dglx_dist.data.convert import to_dgl
+
+    g, work = to_dgl(dataset), Workload(fanouts=(10, 25), batch_size=250)
+    torch.manual_seed(0)
+    train = torch.from_numpy(np.flatnonzero(dataset.train))
+    got = np.zeros((2, 2))
+    for _ in range(8):
+        seeds = train[torch.randperm(train.numel())[:250]]
+        for i, fanout in enumerate(reversed(work.fanouts)):
+            block = dgl.to_block(dgl.sampling.sample_neighbors(g, seeds, fanout), seeds)
+            got[i] += (block.num_edges(), block.num_src_nodes())
+            seeds = block.srcdata[dgl.NID]
+    got /= 8
+    want = [(b.edges, b.src) for b in reversed(expansion(shape, work, 250))]
+    np.testing.assert_allclose(want, got, rtol=0.15)
+
+
+def test_halo_rows_match_a_real_metis_partition(dataset, shape):
+    """Rows 4 METIS parts read from each other (distinct remote sources of their in-edges),
+    against the count from the degrees and that partition's cut."""
+    from dglx_dist.partition import PARTITIONERS
+
+    plan = PARTITIONERS.build("metis").plan(dataset, 4)
+    owner = np.empty(dataset.num_nodes, dtype=np.int64)
+    owner[plan.orig_ids if plan.orig_ids is not None else np.arange(dataset.num_nodes)] = \
+        np.asarray(plan.book.owner(np.arange(dataset.num_nodes, dtype=np.int64)))
+    src_owner, dst_owner = owner[dataset.src], owner[dataset.dst]
+    remote = src_owner != dst_owner
+    pairs = np.unique(dataset.src[remote] * 4 + dst_owner[remote])
+    cut = float(remote.mean())
+    assert halo_rows(shape, 4, cut) == pytest.approx(pairs.size, rel=0.2)
+    assert shape.cut(4) == pytest.approx(cut, rel=0.35)  # recursive bisection's law
+
+
+@pytest.mark.parametrize("strategy", sorted(LAWS))
+@pytest.mark.parametrize("slow", [1.5, 0.2], ids=["overhead", "compute-factor"])
+def test_a_calibration_gives_its_run_back(shape, strategy, slow):
+    """Calibrated on a run, the model predicts that run's time and bytes exactly (whether the
+    units undershoot it, leaving a per-step overhead, or overshoot it)."""
+    work, cluster = Workload(batch_size=250), Cluster(2, 2, 1.0, shared_cores=2)
+    plain = predict(strategy, shape, work, cluster, UNITS)
+    comm = predict(strategy, shape, work, cluster, UNITS,
+                   Calibration(inter_factor=1.3, intra_factor=0.8))["phases"]
+    compute = sum(v for k, v in plain["phases"].items() if k not in ("inter", "intra"))
+    measured = {"epoch_time": comm["inter"] + comm["intra"] + slow * compute,
+                "bytes_inter": plain["bytes_inter"] * 1.3,
+                "bytes_intra": plain["bytes_intra"] * 0.8}
+    calib = calibrate(strategy, shape, work, cluster, UNITS, measured)
+    got = predict(strategy, shape, work, cluster, UNITS, calib)
+    assert got["epoch_time"] == pytest.approx(measured["epoch_time"], rel=1e-9)
+    if plain["bytes_inter"]:
+        assert got["bytes_inter"] == pytest.approx(measured["bytes_inter"], rel=1e-9)
+    assert (calib.overhead_s_per_step > 0) == (slow > 1)
+    assert (calib.compute_factor < 1) == (slow < 1)
+
+
+def test_the_laws_follow_each_strategys_design(shape):
+    """One server sends nothing across servers; P3's cross-server bytes do not grow with the
+    feature width while distdgl's do (P3's premise); GraNNDis sends only gradients across;
+    every strategy's epoch gets faster on faster links."""
+    work = Workload(batch_size=250)
+    for name, law in LAWS.items():
+        assert law(shape, work, Cluster(1, 4)).inter_bytes == 0, name
+        slow = predict(name, shape, work, Cluster(4, 1, 0.1), UNITS)["epoch_time"]
+        assert predict(name, shape, work, Cluster(4, 1, 10.0), UNITS)["epoch_time"] < slow
+    wide = dataclasses.replace(shape, feat_dim=shape.feat_dim * 8)
+    grow = {n: LAWS[n](wide, work, Cluster(4, 1)).inter_bytes /
+            LAWS[n](shape, work, Cluster(4, 1)).inter_bytes for n in ("p3", "distdgl")}
+    assert grow["p3"] == pytest.approx(1.0) and grow["distdgl"] > 5
+    params = work.params(shape)
+    assert LAWS["granndis"](shape, work, Cluster(4, 2)).inter_bytes <= 8 * params * 4
+
+
+def test_graph_shapes_and_cluster_shapes_refuse_bad_values():
+    from dglx_dist.bench.costmodel.validate import parse_shape
+
+    with pytest.raises(InvalidValueError, match="SERVERSxRANKS"):
+        parse_shape("4by2")
+    with pytest.raises(InvalidValueError, match="SERVERSxRANKS"):
+        parse_shape("4x2@5g")
+    assert parse_shape("4x2@10g").name == "4x2@10g"
+    with pytest.raises(InvalidValueError, match="edge_cut2"):
+        GraphShape(nodes=10, edges=10, feat_dim=1, num_classes=2, train_frac=0.1,
+                   edge_cut2=1.5)
+    with pytest.raises(InvalidValueError, match="model"):
+        Workload(model="gat")
+
+
+def test_measured_units_are_positive_and_finite():
+    from dglx_dist.bench.costmodel.measure import measure_units
+
+    units = measure_units(nodes=5_000, edges=50_000, repeat=1, loopback_bytes=1 << 20)
+    for name, value in dataclasses.asdict(units).items():
+        assert math.isfinite(value) and 0 < value < 1e-3, name
+
+
+def test_predict_command_extrapolates_a_calibration(tmp_path, shape, capsys):
+    """scripts/cluster_model.py predict on the papers100M shape from a calibration file:
+    every strategy at every server count, with more servers less time per epoch for
+    distdgl's compute."""
+    from dglx_dist.bench.costmodel.main import main
+
+    cal = {"graph": dataclasses.asdict(shape), "workload": dataclasses.asdict(Workload()),
+           "units": dataclasses.asdict(UNITS),
+           "calibrations": {n: Calibration(overhead_s_per_step=0.01).public() for n in LAWS}}
+    (tmp_path / "cal.json").write_text(json.dumps(cal))
+    assert main(["predict", "--calibration", str(tmp_path / "cal.json"), "--servers", "2,8",
+                 "--out", str(tmp_path / "p.json")], "") == 0
+    result = json.loads((tmp_path / "p.json").read_text())
+    assert result["graph"]["nodes"] == 111_059_956
+    assert {(r["strategy"], r["servers"]) for r in result["rows"]} == {
+        (n, s) for n in LAWS for s in (2, 8)}
+    compute = {r["servers"]: r["compute_s"] for r in result["rows"] if r["strategy"] == "distdgl"}
+    assert compute[8] < compute[2]
+    assert "| distdgl | 2 |" in capsys.readouterr().out
