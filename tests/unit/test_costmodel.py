@@ -68,7 +68,16 @@ def test_halo_rows_match_a_real_metis_partition(dataset, shape):
     pairs = np.unique(dataset.src[remote] * 4 + dst_owner[remote])
     cut = float(remote.mean())
     assert halo_rows(shape, 4, cut) == pytest.approx(pairs.size, rel=0.2)
-    assert shape.cut(4) == pytest.approx(cut, rel=0.35)  # recursive bisection's law
+
+
+def test_cuts_beyond_the_measured_go_on_in_log_parts_and_stay_below_random(shape):
+    assert [shape.cut(2 ** i) for i in (1, 2, 3)] == pytest.approx(shape.edge_cuts)
+    more = [shape.cut(2 ** i) for i in range(3, 12)]
+    assert more == sorted(more) and more[-1] <= 1 - 1 / 2 ** 11
+    step = shape.edge_cuts[2] - shape.edge_cuts[1]
+    assert shape.cut(16) == pytest.approx(min(shape.edge_cuts[2] + step, 1 - 1 / 16))
+    one = dataclasses.replace(shape, edge_cuts=(0.1,))
+    assert one.cut(4) == pytest.approx(1 - 0.9 ** 2)  # recursive bisection
 
 
 @pytest.mark.parametrize("strategy", sorted(LAWS))
@@ -118,9 +127,9 @@ def test_graph_shapes_and_cluster_shapes_refuse_bad_values():
     with pytest.raises(InvalidValueError, match="SERVERSxRANKS"):
         parse_shape("4x2@5g")
     assert parse_shape("4x2@10g").name == "4x2@10g"
-    with pytest.raises(InvalidValueError, match="edge_cut2"):
+    with pytest.raises(InvalidValueError, match="edge_cuts"):
         GraphShape(nodes=10, edges=10, feat_dim=1, num_classes=2, train_frac=0.1,
-                   edge_cut2=1.5)
+                   edge_cuts=(1.5,))
     with pytest.raises(InvalidValueError, match="model"):
         Workload(model="gat")
 

@@ -13,7 +13,7 @@ from typing import Any
 from dglx_dist.bench.costmodel.laws import LAWS
 from dglx_dist.bench.costmodel.predict import Calibration, predict
 from dglx_dist.bench.costmodel.shapes import Cluster, GraphShape, Units, Workload
-from dglx_dist.bench.costmodel.validate import compare, measured_rows, parse_shape
+from dglx_dist.bench.costmodel.validate import accuracy, compare, measured_rows, parse_shape
 from dglx_dist.bench.report import Panel, Series, draw
 from dglx_dist.bench.sweeps.common import emit_json, emit_text
 from dglx_dist.cli_flags import number
@@ -48,7 +48,9 @@ def _parser(description: str) -> argparse.ArgumentParser:
     v.add_argument("--shapes", default="2x1,2x2,4x1,4x2,2x1@10g",
                    type=lambda t: [parse_shape(s) for s in t.split(",")],
                    help="cluster shapes SERVERSxRANKS[@LINK] to measure (links 1g, 10g)")
-    v.add_argument("--calibrate-on", type=parse_shape, default=parse_shape("2x1"))
+    v.add_argument("--calibrate-on", type=parse_shape, default=parse_shape("2x2"),
+                   help="the shape every strategy is calibrated on (one with both inter- and "
+                        "intra-server traffic)")
     v.add_argument("--systems", default=",".join(LAWS))
     v.add_argument("--epochs", type=number(int, 2), default=4)
     v.add_argument("--batch-size", type=number(int, 1), default=500)
@@ -60,13 +62,22 @@ def _parser(description: str) -> argparse.ArgumentParser:
     q.add_argument("--calibration", type=Path, default=Path("cluster-model/calibration.json"),
                    help="validate's output")
     q.add_argument("--graph", default="papers", help="papers or products (a synthetic preset's "
-                   "shape, with the calibration graph's degrees and cut), or a dataset dir")
-    q.add_argument("--edge-cut2", type=number(float, 0, 1), help="METIS 2-way cut fraction")
+                   "shape, with the calibration graph's degrees and cuts), or a dataset dir")
     q.add_argument("--servers", type=_ints, default=(1, 2, 4, 8, 16, 32, 64))
     q.add_argument("--ranks-per-server", type=number(int, 1), default=1)
     q.add_argument("--link-gbit", type=number(float, 0, low_open=True), default=10.0)
     q.add_argument("--compute-speedup", type=number(float, 0, low_open=True), default=1.0,
-                   help="a rank's compute speed over one core here (a GPU: ~50-100)")
+                   help="a rank's speed at the model's math over one core here (its threads, "
+                        "or a GPU)")
+    q.add_argument("--sample-speedup", type=number(float, 0, low_open=True), default=1.0,
+                   help="the same for sampling and gathering rows")
+    q.add_argument("--num-edges", type=number(int, 1), help="change the graph's edge count "
+                   "(e.g. 3231371744: papers100M with both directions, as DistDGL counts)")
+    q.add_argument("--feat-dim", type=number(int, 1), help="change the graph's feature width")
+    q.add_argument("--model", choices=("gcn", "sage"), help="default: the calibration's")
+    q.add_argument("--hidden", type=number(int, 1), help="default: the calibration's")
+    q.add_argument("--fanouts", type=_ints, help="input layer first (default: the "
+                   "calibration's)")
     q.add_argument("--batch-size", type=number(int, 1), default=1000)
     for sp in (v, q):
         sp.add_argument("--out", type=Path, help="also write the JSON here")
@@ -105,7 +116,7 @@ def validate(args: argparse.Namespace) -> dict[str, Any]:
     result = {"graph": dataclasses.asdict(graph), "workload": dataclasses.asdict(work),
               "units": units.public(), "calibrated_on": args.calibrate_on.name,
               "calibrations": {k: c.public() for k, c in calibs.items()},
-              "cores": os.cpu_count(), "rows": rows}
+              "cores": os.cpu_count(), "accuracy": accuracy(rows), "rows": rows}
     (args.workdir / "calibration.json").write_text(json.dumps(result, indent=2))
     return result
 
@@ -125,7 +136,8 @@ def _graph(args: argparse.Namespace, base: GraphShape) -> GraphShape:
     else:
         raise InvalidValueError(f"--graph {args.graph!r}: expected papers, products or a "
                                 f"dataset directory")
-    return dataclasses.replace(graph, edge_cut2=args.edge_cut2) if args.edge_cut2 else graph
+    changes = {"edges": args.num_edges, "feat_dim": args.feat_dim}
+    return dataclasses.replace(graph, **{k: v for k, v in changes.items() if v is not None})
 
 
 def predict_cluster(args: argparse.Namespace) -> dict[str, Any]:
@@ -134,17 +146,19 @@ def predict_cluster(args: argparse.Namespace) -> dict[str, Any]:
         raise InvalidValueError(f"--calibration {args.calibration}: no such file (run "
                                 f"scripts/cluster_model.py validate first)")
     cal = json.loads(args.calibration.read_text())
-    base = GraphShape(**{**cal["graph"], "rel_degrees": tuple(cal["graph"]["rel_degrees"])})
+    base = GraphShape(**{**cal["graph"], "rel_degrees": tuple(cal["graph"]["rel_degrees"]),
+                         "edge_cuts": tuple(cal["graph"]["edge_cuts"])})
     graph = _graph(args, base)
-    work = dataclasses.replace(Workload(**{**cal["workload"],
-                                           "fanouts": tuple(cal["workload"]["fanouts"])}),
-                               batch_size=args.batch_size)
+    changes = {k: getattr(args, k) for k in ("model", "hidden", "fanouts", "batch_size")}
+    work = Workload(**{**cal["workload"], "fanouts": tuple(cal["workload"]["fanouts"]),
+                       **{k: v for k, v in changes.items() if v is not None}})
     units = Units(**cal["units"])
     rows = []
     for name, c in cal["calibrations"].items():
         for servers in args.servers:
             cluster = Cluster(servers, args.ranks_per_server, args.link_gbit,
-                              compute_speedup=args.compute_speedup)
+                              compute_speedup=args.compute_speedup,
+                              sample_speedup=args.sample_speedup)
             p = predict(name, graph, work, cluster, units, Calibration(**c))
             rows.append({"strategy": name, "servers": servers, "world": cluster.world,
                          "epoch_s": round(p["epoch_time"], 2), "steps": p["steps"],
@@ -152,19 +166,25 @@ def predict_cluster(args: argparse.Namespace) -> dict[str, Any]:
                          **{f"{k}_s": round(v, 2) for k, v in p["phases"].items()}})
     return {"graph": graph.public(), "workload": dataclasses.asdict(work),
             "link_gbit": args.link_gbit, "ranks_per_server": args.ranks_per_server,
-            "compute_speedup": args.compute_speedup, "rows": rows}
+            "compute_speedup": args.compute_speedup, "sample_speedup": args.sample_speedup,
+            "rows": rows}
 
 
 def _plot_validation(result: dict[str, Any], path: Path) -> None:
+    """Per strategy, bars of measured and predicted epoch time, then of inter-server bytes,
+    at every shape."""
     ok = [r for r in result["rows"] if "error" not in r]
-    x = tuple(f"{r['strategy']} {r['shape']}" for r in ok)
-    panels = [Panel(title, (Series("measured", x, tuple(r[f"{key}_measured"] for r in ok)),
-                            Series("predicted", x, tuple(r[f"{key}_predicted"] for r in ok))),
-                    ylabel=unit)
-              for title, key, unit in (("epoch time", "epoch", "s"),
-                                       ("inter-server bytes per epoch", "inter_mb", "MB"))]
+    names = list(dict.fromkeys(r["strategy"] for r in ok))
+    panels = []
+    for key, what, unit in (("epoch", "epoch time", "s"), ("inter_mb", "inter-server", "MB")):
+        for name in names:
+            mine = [r for r in ok if r["strategy"] == name]
+            x = tuple(r["shape"] for r in mine)
+            panels.append(Panel(f"{name}: {what}", tuple(
+                Series(kind, x, tuple(r[f"{key}_{kind}"] for r in mine))
+                for kind in ("measured", "predicted")), ylabel=unit))
     draw(panels, path, f"cluster model vs measured (calibrated on {result['calibrated_on']})",
-         columns=1)
+         columns=len(names))
 
 
 def _plot_prediction(result: dict[str, Any], path: Path) -> None:
@@ -197,6 +217,8 @@ def main(argv: list[str] | None, description: str) -> int:
         result, columns, plot = predict_cluster(args), PREDICTION_COLUMNS, _plot_prediction
     emit_json(result, args.out)
     emit_text(markdown_table(result["rows"], columns))
+    if "accuracy" in result:
+        emit_text(markdown_table(result["accuracy"]))
     if args.plot:
         plot(result, args.plot)
     return 0

@@ -5,6 +5,7 @@ thread, the median of ``repeat`` timings) and a dataset's
 :class:`~dglx_dist.bench.costmodel.shapes.GraphShape` (its degrees and METIS's 2-way cut)."""
 from __future__ import annotations
 
+import math
 import os
 import socket
 import statistics
@@ -33,17 +34,18 @@ def metis_cut(ds: GraphDataset, parts: int) -> float:
     return float(np.mean(owner[ds.src] != owner[ds.dst]))
 
 
-def measure_graph(data: str | os.PathLike | GraphDataset) -> GraphShape:
-    """The shape of a dataset (a directory or in memory), its 2-way cut from our ``metis``."""
+def measure_graph(data: str | os.PathLike | GraphDataset, parts: int = 8) -> GraphShape:
+    """The shape of a dataset (a directory or in memory), with our ``metis``'s cuts into 2, 4,
+    ... ``parts`` parts."""
     from dglx_dist.data.format import read_dataset
 
     ds = data if isinstance(data, GraphDataset) else read_dataset(data)
-    cut = metis_cut(ds, 2)
+    cuts = tuple(round(metis_cut(ds, 2 ** i), 5) for i in range(1, int(math.log2(parts)) + 1))
     degrees = np.bincount(ds.dst, minlength=ds.num_nodes)
     return GraphShape(nodes=ds.num_nodes, edges=int(ds.src.size), feat_dim=ds.feat.shape[1],
                       num_classes=int(ds.label.max()) + 1,
                       train_frac=float(np.count_nonzero(ds.train)) / ds.num_nodes,
-                      edge_cut2=round(cut, 5), rel_degrees=degree_quantiles(degrees))
+                      edge_cuts=cuts, rel_degrees=degree_quantiles(degrees))
 
 
 def _median_s(fn: Callable[[], None], repeat: int) -> float:

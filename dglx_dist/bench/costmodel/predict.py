@@ -4,9 +4,10 @@ strategy from one measured run.
 
 The time of an epoch is the sum of its phases, nothing overlapped::
 
-    sample + gather + 3 x (message passing + dense)     (x ranks per core, / compute speedup)
+    (sample + gather) / sample speedup + 3 x (message passing + dense) / compute speedup
+                                                         (all x ranks per core where shared)
     + inter-server bytes / servers / link rate + intra-server bytes / ranks x s per byte
-    + steps x the strategy's per-step overhead
+    + steps x the strategy's per-step overhead (CPU time: x ranks per core where shared)
 
 A calibration fits, from one measured run, the per-step overhead (what the units do not cover:
 Python, the framework, waiting) and a factor per byte count (headers, ids and what the law
@@ -48,16 +49,17 @@ def _work(strategy: str, graph: GraphShape, work: Workload, cluster: Cluster) ->
 def phases(w: Work, units: Units, cluster: Cluster, calib: Calibration) -> dict[str, float]:
     """Seconds of each phase of one epoch (``overhead``: the calibrated per-step part)."""
     share = cluster.contention()
+    cpu = share * calib.compute_factor / cluster.sample_speedup
     compute = 3 * (w.spmm_edge_dims * units.spmm_s_per_edge_dim +
                    w.flops * units.dense_s_per_flop) / cluster.compute_speedup
     link_bytes_per_s = cluster.link_gbit * 1e9 / 8
-    return {"sample": share * calib.compute_factor * w.sample_edges * units.sample_s_per_edge,
-            "gather": share * calib.compute_factor * w.gather_bytes * units.gather_s_per_byte,
+    return {"sample": cpu * w.sample_edges * units.sample_s_per_edge,
+            "gather": cpu * w.gather_bytes * units.gather_s_per_byte,
             "compute": share * calib.compute_factor * compute,
             "inter": calib.inter_factor * w.inter_bytes / cluster.servers / link_bytes_per_s,
             "intra": (calib.intra_factor * w.intra_bytes + w.offload_bytes) / cluster.world *
             units.intra_s_per_byte,
-            "overhead": w.steps * calib.overhead_s_per_step}
+            "overhead": share * w.steps * calib.overhead_s_per_step}
 
 
 def predict(strategy: str, graph: GraphShape, work: Workload, cluster: Cluster, units: Units,
@@ -82,7 +84,8 @@ def calibrate(strategy: str, graph: GraphShape, work: Workload, cluster: Cluster
     comm = ph["inter"] + ph["intra"]
     compute = ph["sample"] + ph["gather"] + ph["compute"]
     residual = measured["epoch_time"] - comm - compute
-    if residual >= 0:
-        return dataclasses.replace(calib, overhead_s_per_step=residual / w.steps)
+    if residual >= 0:  # CPU time, shared like the rest
+        return dataclasses.replace(calib, overhead_s_per_step=residual / w.steps /
+                                   cluster.contention())
     left = max(measured["epoch_time"] - comm, 0.0)
     return dataclasses.replace(calib, compute_factor=left / compute if compute else 1.0)

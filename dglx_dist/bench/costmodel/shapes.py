@@ -36,15 +36,17 @@ class GraphShape:
     feat_dim: int
     num_classes: int
     train_frac: float
-    edge_cut2: float
-    """Fraction of edges METIS cuts into 2 parts; k parts cut ``1 - (1 - c2) ** log2(k)`` (each
-    level of recursive bisection cuts the same fraction of what is left)."""
+    edge_cuts: tuple[float, ...]
+    """Fractions of edges METIS cuts into 2, 4, 8, ... parts (measured; :meth:`cut` goes on
+    from the last two, linear in log2 of the parts)."""
     rel_degrees: tuple[float, ...] = (1.0,)
     """In-degree quantiles over the mean (:func:`degree_quantiles`); ``(1.0,)``: all equal."""
 
     def __post_init__(self) -> None:
         bad = [n for n in ("nodes", "edges", "feat_dim", "num_classes") if getattr(self, n) < 1]
-        bad += [n for n in ("train_frac", "edge_cut2") if not 0 <= getattr(self, n) <= 1]
+        bad += [n for n in ("train_frac",) if not 0 <= getattr(self, n) <= 1]
+        if not self.edge_cuts or not all(0 <= c <= 1 for c in self.edge_cuts):
+            bad.append("edge_cuts")
         if bad:
             raise InvalidValueError(f"GraphShape: {', '.join(bad)} out of range (sizes >= 1, "
                                     f"fractions in [0, 1])")
@@ -58,8 +60,20 @@ class GraphShape:
         return np.asarray(self.rel_degrees) * self.mean_degree
 
     def cut(self, parts: int) -> float:
-        """Fraction of edges between different parts of a METIS partition into ``parts``."""
-        return 0.0 if parts <= 1 else 1 - (1 - self.edge_cut2) ** math.log2(parts)
+        """Fraction of edges between different parts of a METIS partition into ``parts``:
+        the measured cuts, interpolated and extrapolated linearly in log2(parts), at most a
+        random partition's ``1 - 1 / parts``."""
+        if parts <= 1:
+            return 0.0
+        xs = np.arange(1, len(self.edge_cuts) + 1, dtype=np.float64)
+        x, ys = math.log2(parts), np.asarray(self.edge_cuts)
+        if len(ys) == 1 or x <= xs[-1]:
+            value = float(np.interp(x, xs, ys)) if x >= 1 else ys[0] * x
+            if len(ys) == 1 and x > 1:  # one point: recursive bisection, same fraction a level
+                value = 1 - (1 - ys[0]) ** x
+        else:
+            value = ys[-1] + (ys[-1] - ys[-2]) * (x - xs[-1])
+        return float(min(max(value, 0.0), 1 - 1 / parts))
 
     def public(self) -> dict[str, Any]:
         return {k: v for k, v in dataclasses.asdict(self).items() if k != "rel_degrees"}
@@ -108,8 +122,10 @@ class Cluster:
     """All ranks share this many cores (one machine emulating the cluster, as in validation);
     None: every rank has its own."""
     compute_speedup: float = 1.0
-    """How much faster a rank computes than one core of the machine the units were measured
-    on (e.g. a GPU; only the model's compute is divided by it)."""
+    """How much faster a rank runs the model's math than one core of the machine the units
+    were measured on (a GPU, or the threads of a many-core server)."""
+    sample_speedup: float = 1.0
+    """The same for sampling and gathering rows (sampler processes, threads)."""
 
     @property
     def world(self) -> int:

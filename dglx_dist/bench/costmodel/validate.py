@@ -8,6 +8,7 @@ import dataclasses
 import json
 import logging
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ from dglx_dist.bench.costmodel.predict import Calibration, calibrate, predict
 from dglx_dist.bench.costmodel.shapes import Cluster, GraphShape, Units, Workload
 from dglx_dist.errors import InvalidValueError, RunFailedError
 
-__all__ = ["RunShape", "compare", "measured_rows", "parse_shape"]
+__all__ = ["RunShape", "accuracy", "compare", "measured_rows", "parse_shape"]
 
 log = logging.getLogger("dglx_dist.bench")
 LINK_GBIT = {"1g": 1.0, "10g": 10.0}
@@ -104,3 +105,19 @@ def compare(graph: GraphShape, work: Workload, units: Units,
                          "intra_mb_predicted": round(pred["bytes_intra"] / 1e6, 2),
                          "phases": {k: round(v, 4) for k, v in pred["phases"].items()}})
     return rows, calibs
+
+
+def accuracy(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per strategy, over the runs it was not calibrated on: the median and the largest
+    absolute error of the predicted epoch time and inter-server bytes (percent)."""
+    out = []
+    for name in dict.fromkeys(r["strategy"] for r in rows):
+        mine = [r for r in rows if r["strategy"] == name and "error" not in r
+                and not r["calibration"]]
+        stats = {"strategy": name, "runs": len(mine)}
+        for key in ("epoch", "inter"):
+            errs = [abs(r[f"{key}_error_pct"]) for r in mine if r[f"{key}_error_pct"] is not None]
+            stats |= {f"{key}_median_abs_pct": statistics.median(errs) if errs else None,
+                      f"{key}_max_abs_pct": max(errs, default=None)}
+        out.append(stats)
+    return out
