@@ -10,7 +10,7 @@ products-shaped graph on 1..64 servers.
 
 Usage::
 
-    python scripts/cluster_model.py validate --plot model_check.png     # ~6 min here
+    python scripts/cluster_model.py validate --plot model_check.png     # ~11 min here
     python scripts/cluster_model.py predict --graph papers --link-gbit 10 --plot papers.png
 
 Prints one JSON object and a markdown table.

@@ -119,6 +119,14 @@ def test_the_laws_follow_each_strategys_design(shape):
     assert LAWS["granndis"](shape, work, Cluster(4, 2)).inter_bytes <= 8 * params * 4
 
 
+def test_the_granndis_law_uses_the_strategys_eas_defaults():
+    from dglx_dist.bench.costmodel.laws import GRANNDIS_EAS
+    from dglx_dist.strategies import STRATEGIES
+
+    config = STRATEGIES.get("granndis").Config()
+    assert GRANNDIS_EAS == (config.external_max_hop, config.external_fanout)
+
+
 def test_graph_shapes_and_cluster_shapes_refuse_bad_values():
     from dglx_dist.bench.costmodel.validate import parse_shape
 

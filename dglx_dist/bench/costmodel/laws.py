@@ -18,7 +18,7 @@ import numpy as np
 
 from dglx_dist.bench.costmodel.shapes import WEIGHTS, Cluster, GraphShape, Workload
 
-__all__ = ["LAWS", "Block", "Work", "expansion", "halo_rows"]
+__all__ = ["GRANNDIS_EAS", "LAWS", "Block", "Work", "expansion", "halo_rows"]
 
 F32 = 4
 ID = 8
@@ -215,24 +215,34 @@ def fullgraph(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
     return dataclasses.replace(base, inter_bytes=inter + ar_inter, intra_bytes=intra + ar_intra)
 
 
-def _closure(graph: GraphShape, inner: float, hops: int, cut: float) -> float:
-    """Nodes outside a part of ``inner`` nodes within ``hops`` hops of it."""
-    known, outside, draws = inner, 0.0, cut * graph.edges * inner / graph.nodes
+GRANNDIS_EAS = (1, 15)
+"""GraNNDis's expansion-aware sampling defaults, (m, k): external nodes up to m hops from a
+server's inner nodes, k external in-neighbours admitted per node and hop (-1: all)."""
+
+
+def _closure(graph: GraphShape, inner: float, cut: float, hops: int, fanout: int) -> float:
+    """External nodes a server of ``inner`` nodes preloads: up to ``hops`` hops out, at most
+    ``fanout`` (-1: all) external in-neighbours of a node per hop."""
+    deg = graph.degrees()
+    cap = np.inf if fanout < 0 else fanout
+    known, outside = inner, 0.0
+    draws = inner * float(np.minimum(deg * cut, cap).mean())
     for _ in range(hops):
         new = _distinct(graph, draws, graph.nodes - known) if known < graph.nodes else 0.0
         outside, known = outside + new, known + new
-        draws = new * graph.mean_degree * (1 - known / graph.nodes)
+        weighted = float((deg * np.minimum(deg, cap)).sum() / deg.sum())
+        draws = new * weighted * (1 - known / graph.nodes)
     return outside
 
 
 @law("granndis")
 def granndis(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
-    """Each server preloads its part's L-hop closure once (at setup, not per epoch) and trains
-    it full-graph, its ranks swapping halo rows inside the server; gradients cross servers once
-    per step (all-reduce by server)."""
+    """Each server preloads its part and the external nodes EAS admits (:data:`GRANNDIS_EAS`)
+    once, at setup, and trains them full-graph, its ranks swapping halo rows inside the
+    server; gradients cross servers once per step (all-reduce by server)."""
     s, g = cluster.servers, cluster.ranks_per_server
     inner = graph.nodes / s
-    held = inner + _closure(graph, inner, work.layers, graph.cut(s))
+    held = inner + _closure(graph, inner, graph.cut(s), *GRANNDIS_EAS)
     halo = halo_rows(graph, g, graph.cut(g), held)
     base = _full_compute(graph, work, held / g, halo / g, graph.edges * held / graph.nodes / g)
     params = work.params(graph)

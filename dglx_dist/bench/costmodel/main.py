@@ -66,6 +66,9 @@ def _parser(description: str) -> argparse.ArgumentParser:
     q.add_argument("--servers", type=_ints, default=(1, 2, 4, 8, 16, 32, 64))
     q.add_argument("--ranks-per-server", type=number(int, 1), default=1)
     q.add_argument("--link-gbit", type=number(float, 0, low_open=True), default=10.0)
+    q.add_argument("--intra-gbit", type=number(float, 0, low_open=True),
+                   help="bandwidth between ranks of a server (default: loopback as measured "
+                        "here; PCIe 4.0 is about 200)")
     q.add_argument("--compute-speedup", type=number(float, 0, low_open=True), default=1.0,
                    help="a rank's speed at the model's math over one core here (its threads, "
                         "or a GPU)")
@@ -153,6 +156,8 @@ def predict_cluster(args: argparse.Namespace) -> dict[str, Any]:
     work = Workload(**{**cal["workload"], "fanouts": tuple(cal["workload"]["fanouts"]),
                        **{k: v for k, v in changes.items() if v is not None}})
     units = Units(**cal["units"])
+    if args.intra_gbit:
+        units = dataclasses.replace(units, intra_s_per_byte=8 / (args.intra_gbit * 1e9))
     rows = []
     for name, c in cal["calibrations"].items():
         for servers in args.servers:
