@@ -6,12 +6,14 @@ loopback bytes), the graph's degrees and METIS cut, and ``dglx bench`` on the em
 at several shapes (default 2x1, 2x2, 4x1, 4x2 on 1 Gbit/s links and 2x1 on 10 Gbit/s); it
 calibrates each strategy on one run (per-step overhead, byte factors), predicts all of them and
 prints predicted vs measured. ``predict`` uses that calibration for a papers100M- or
-products-shaped graph on 1..64 servers.
+products-shaped graph on 1..64 servers. ``memory`` runs every strategy at 3 graph sizes and
+fits each one's peak memory per rank per node and per edge (the largest graph that fits here).
 
 Usage::
 
     python scripts/cluster_model.py validate --plot model_check.png     # ~11 min here
     python scripts/cluster_model.py predict --graph papers --link-gbit 10 --plot papers.png
+    python scripts/cluster_model.py memory --plot memory.png
 
 Prints one JSON object and a markdown table.
 """

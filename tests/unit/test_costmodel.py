@@ -169,3 +169,19 @@ def test_predict_command_extrapolates_a_calibration(tmp_path, shape, capsys):
     compute = {r["servers"]: r["compute_s"] for r in result["rows"] if r["strategy"] == "distdgl"}
     assert compute[8] < compute[2]
     assert "| distdgl | 2 |" in capsys.readouterr().out
+
+
+def test_the_memory_fit_recovers_per_node_and_per_edge_bytes():
+    """Peaks made from known coefficients (at three sizes of different degree) give them back;
+    the largest graph that fits a budget is where the fitted peak meets it."""
+    from dglx_dist.bench.costmodel.memory import fit_memory, parse_sizes
+
+    sizes = parse_sizes("100000:1500000,300000:9000000,1000000:20000000")
+    base, per_node, per_edge = 900e6, 700.0, 40.0
+    fit = fit_memory([(n / 2, e / 2, base + per_node * n / 2 + per_edge * e / 2)
+                      for n, e in sizes])
+    assert (fit.base, fit.per_node, fit.per_edge) == pytest.approx((base, per_node, per_edge))
+    n = fit.largest_nodes(degree=25.0, budget=24e9, world=2)
+    assert 2 * fit.peak(n, 25.0 * n, 2) == pytest.approx(24e9, rel=1e-6)
+    with pytest.raises(InvalidValueError, match="at least 3 NODES:EDGES"):
+        parse_sizes("100000:1500000,300000")

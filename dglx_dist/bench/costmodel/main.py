@@ -1,6 +1,6 @@
 """``scripts/cluster_model.py``: ``validate`` measures, calibrates and checks the cluster model
-on this machine; ``predict`` uses its calibration for a cluster and a graph beyond it
-(docs/cluster_model.md)."""
+on this machine; ``predict`` uses its calibration for a cluster and a graph beyond it;
+``memory`` fits each strategy's memory per rank to graph size (docs/cluster_model.md)."""
 from __future__ import annotations
 
 import argparse
@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from dglx_dist.bench.costmodel.laws import LAWS
+from dglx_dist.bench.costmodel.memory import MB, fit_memory, parse_sizes
 from dglx_dist.bench.costmodel.predict import Calibration, predict
 from dglx_dist.bench.costmodel.shapes import Cluster, GraphShape, Units, Workload
-from dglx_dist.bench.costmodel.validate import accuracy, compare, measured_rows, parse_shape
+from dglx_dist.bench.costmodel.validate import (RunShape, accuracy, compare, measured_rows,
+                                                parse_shape)
 from dglx_dist.bench.report import Panel, Series, draw
 from dglx_dist.bench.sweeps.common import emit_json, emit_text
 from dglx_dist.cli_flags import number
@@ -82,10 +84,31 @@ def _parser(description: str) -> argparse.ArgumentParser:
     q.add_argument("--fanouts", type=_ints, help="input layer first (default: the "
                    "calibration's)")
     q.add_argument("--batch-size", type=number(int, 1), default=1000)
-    for sp in (v, q):
+    m = _memory_parser(sub)
+    for sp in (v, q, m):
         sp.add_argument("--out", type=Path, help="also write the JSON here")
         sp.add_argument("--plot", type=Path, help="write a PNG here")
     return p
+
+
+def _memory_parser(sub) -> argparse.ArgumentParser:
+    m = sub.add_parser("memory", help="each strategy's peak memory per rank at several graph "
+                                      "sizes, fitted per node and per edge")
+    m.add_argument("--sizes", type=parse_sizes,
+                   default=parse_sizes("100000:1500000,300000:9000000,600000:6000000"),
+                   help="NODES:EDGES of the synthetic graphs (F=128, 16 classes), at least 3")
+    m.add_argument("--servers", type=number(int, 1), default=2)
+    m.add_argument("--ranks-per-server", type=number(int, 1), default=1)
+    m.add_argument("--systems", default=",".join(LAWS))
+    m.add_argument("--epochs", type=number(int, 2), default=2)
+    m.add_argument("--batch-size", type=number(int, 1), default=1000)
+    m.add_argument("--hidden", type=number(int, 1), default=64)
+    m.add_argument("--fanouts", type=_ints, default=(10, 25))
+    m.add_argument("--degree", type=number(float, 0, low_open=True), default=61_859_140 / 2_449_029,
+                   help="edges per node of the graph asked about (default: ogbn-products')")
+    m.add_argument("--workdir", type=Path, default=Path("cluster-model"))
+    m.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
+    return m
 
 
 def _validation_data(args: argparse.Namespace) -> Path:
@@ -106,11 +129,7 @@ def validate(args: argparse.Namespace) -> dict[str, Any]:
     args.workdir.mkdir(parents=True, exist_ok=True)
     data = _validation_data(args)
     work = Workload("gcn", args.hidden, args.fanouts, args.batch_size)
-    systems = [s for s in args.systems.split(",") if s]
-    unknown = sorted(set(systems) - set(LAWS))
-    if unknown:
-        raise InvalidValueError(f"--systems: no law for {', '.join(unknown)}; choose from "
-                                f"{', '.join(LAWS)}")
+    systems = _systems(args.systems)
     runs = {shape: measured_rows(shape, data, systems, work, args.epochs,
                                  args.workdir / shape.name, args.timeout)
             for shape in args.shapes}
@@ -122,6 +141,50 @@ def validate(args: argparse.Namespace) -> dict[str, Any]:
               "cores": os.cpu_count(), "accuracy": accuracy(rows), "rows": rows}
     (args.workdir / "calibration.json").write_text(json.dumps(result, indent=2))
     return result
+
+
+def memory(args: argparse.Namespace) -> dict[str, Any]:
+    """Every strategy at every ``--sizes`` graph (``dglx bench`` on 10 Gbit/s emulated links:
+    memory does not depend on the link); per strategy, the fit of its peak per rank and the
+    largest graph of ``--degree`` that all its ranks fit into this machine's memory."""
+    from dglx_dist.bench.datasets import synthetic_dataset
+    from dglx_dist.data.synthetic import SyntheticConfig
+
+    shape = RunShape(args.servers, args.ranks_per_server, "10g")
+    work = Workload("gcn", args.hidden, args.fanouts, args.batch_size)
+    systems = _systems(args.systems)
+    runs = {}
+    for nodes, edges in args.sizes:
+        data = synthetic_dataset(SyntheticConfig(**{**VALIDATION_GRAPH, "num_nodes": nodes,
+                                                    "num_edges": edges}), args.workdir)
+        runs[nodes, edges] = measured_rows(shape, data, systems, work, args.epochs,
+                                           args.workdir / f"memory-{nodes}-{edges}",
+                                           args.timeout)
+    budget = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    world, rows = shape.servers * shape.ranks, []
+    for name in systems:
+        peaks = {size: r["peak_mem_mb"] for size, got in runs.items()
+                 if "error" not in (r := got.get(name, {"error": "not run"}))}
+        row = {"strategy": name, **{f"peak_mb_{n // 1000}k": peaks.get((n, e))
+                                    for n, e in args.sizes}}
+        if len(peaks) < 3:
+            rows.append(row | {"error": f"ran at {len(peaks)} of the sizes; a fit needs 3"})
+            continue
+        fit = fit_memory([(n / world, e / world, mb * MB) for (n, e), mb in peaks.items()])
+        rows.append(row | fit.public() | {
+            "largest_nodes": fit.largest_nodes(args.degree, budget, world)})
+    return {"cluster": shape.name, "world": world, "sizes": args.sizes,
+            "degree": round(args.degree, 2), "machine_gb": round(budget / 2**30, 1),
+            "rows": rows}
+
+
+def _systems(text: str) -> list[str]:
+    systems = [s for s in text.split(",") if s]
+    unknown = sorted(set(systems) - set(LAWS))
+    if unknown:
+        raise InvalidValueError(f"--systems: no law for {', '.join(unknown)}; choose from "
+                                f"{', '.join(LAWS)}")
+    return systems
 
 
 def _graph(args: argparse.Namespace, base: GraphShape) -> GraphShape:
@@ -214,12 +277,25 @@ PREDICTION_COLUMNS = ("strategy", "servers", "world", "epoch_s", "steps", "inter
                       "sample_s", "gather_s", "compute_s", "inter_s", "intra_s", "overhead_s")
 
 
+def _plot_memory(result: dict[str, Any], path: Path) -> None:
+    sizes = result["sizes"]
+    series = tuple(Series(r["strategy"], tuple(n for n, _ in sizes),
+                          tuple(r[f"peak_mb_{n // 1000}k"] for n, _ in sizes))
+                   for r in result["rows"])
+    draw([Panel("peak memory per rank", series, kind="lines", xlabel="nodes (graph)",
+                ylabel="MB")], path, f"{result['cluster']}, {result['world']} ranks", columns=1)
+
+
+COMMANDS = {"validate": (validate, VALIDATION_COLUMNS, _plot_validation),
+            "predict": (predict_cluster, PREDICTION_COLUMNS, _plot_prediction),
+            "memory": (memory, None, _plot_memory)}
+"""Each subcommand: what it runs, its table's columns (None: every key), its figure."""
+
+
 def main(argv: list[str] | None, description: str) -> int:
     args = _parser(description).parse_args(argv)
-    if args.command == "validate":
-        result, columns, plot = validate(args), VALIDATION_COLUMNS, _plot_validation
-    else:
-        result, columns, plot = predict_cluster(args), PREDICTION_COLUMNS, _plot_prediction
+    run, columns, plot = COMMANDS[args.command]
+    result = run(args)
     emit_json(result, args.out)
     emit_text(markdown_table(result["rows"], columns))
     if "accuracy" in result:

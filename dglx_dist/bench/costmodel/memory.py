@@ -1,0 +1,60 @@
+"""How a rank's memory grows with the graph: each strategy's peak resident memory per rank,
+measured at several graph sizes, fitted as ``base + a x nodes per rank + b x edges per rank``,
+and the largest graph of a given degree that fits a machine (``scripts/cluster_model.py
+memory``)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from dglx_dist.errors import InvalidValueError
+
+__all__ = ["MemoryFit", "fit_memory", "parse_sizes"]
+
+MB = 1 << 20
+
+
+def parse_sizes(text: str) -> list[tuple[int, int]]:
+    """``NODES:EDGES,...`` (at least 3, for a fit of three coefficients)."""
+    try:
+        sizes = [tuple(int(x) for x in item.split(":")) for item in text.split(",")]
+    except ValueError:
+        sizes = []
+    if len(sizes) < 3 or any(len(s) != 2 or min(s) < 1 for s in sizes):
+        raise InvalidValueError(f"--sizes {text!r}: expected at least 3 NODES:EDGES pairs, e.g. "
+                                f"100000:1500000,300000:9000000,1000000:20000000")
+    return sizes
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryFit:
+    """Peak resident bytes of one rank: ``base + per_node x nodes/W + per_edge x edges/W``."""
+
+    base: float
+    per_node: float
+    per_edge: float
+
+    def peak(self, nodes: float, edges: float, world: int) -> float:
+        return self.base + (self.per_node * nodes + self.per_edge * edges) / world
+
+    def largest_nodes(self, degree: float, budget: float, world: int) -> int | None:
+        """Nodes of the largest graph with ``degree`` edges per node whose ``world`` ranks fit
+        in ``budget`` bytes together; None when it does not grow with the graph."""
+        slope = self.per_node + self.per_edge * degree
+        if slope <= 0:
+            return None
+        return max(0, int((budget / world - self.base) * world / slope))
+
+    def public(self) -> dict[str, Any]:
+        return {"base_mb": round(self.base / MB), "bytes_per_node": round(self.per_node),
+                "bytes_per_edge": round(self.per_edge, 1)}
+
+
+def fit_memory(points: list[tuple[float, float, float]]) -> MemoryFit:
+    """The least-squares fit of ``(nodes per rank, edges per rank, peak bytes)`` points."""
+    a = np.array([[1.0, n, e] for n, e, _ in points])
+    y = np.array([p for _, _, p in points])
+    (base, per_node, per_edge), *_ = np.linalg.lstsq(a, y, rcond=None)
+    return MemoryFit(float(base), float(per_node), float(per_edge))
