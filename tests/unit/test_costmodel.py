@@ -183,5 +183,8 @@ def test_the_memory_fit_recovers_per_node_and_per_edge_bytes():
     assert (fit.base, fit.per_node, fit.per_edge) == pytest.approx((base, per_node, per_edge))
     n = fit.largest_nodes(degree=25.0, budget=24e9, world=2)
     assert 2 * fit.peak(n, 25.0 * n, 2) == pytest.approx(24e9, rel=1e-6)
+    noisy = fit_memory([(50_000, 750_000, 1.10e9), (150_000, 4.5e6, 2.5e9),
+                        (300_000, 3e6, 1.9e9)])  # an exact solve would cost a node < 0 bytes
+    assert min(noisy.base, noisy.per_node, noisy.per_edge) >= 0
     with pytest.raises(InvalidValueError, match="at least 3 NODES:EDGES"):
         parse_sizes("100000:1500000,300000")

@@ -282,7 +282,8 @@ def _plot_memory(result: dict[str, Any], path: Path) -> None:
     series = tuple(Series(r["strategy"], tuple(n for n, _ in sizes),
                           tuple(r[f"peak_mb_{n // 1000}k"] for n, _ in sizes))
                    for r in result["rows"])
-    draw([Panel("peak memory per rank", series, kind="lines", xlabel="nodes (graph)",
+    edges = ", ".join(f"{e / 1e6:g}M" for _, e in sizes)
+    draw([Panel("peak memory per rank", series, kind="lines", xlabel=f"nodes (edges: {edges})",
                 ylabel="MB")], path, f"{result['cluster']}, {result['world']} ranks", columns=1)
 
 

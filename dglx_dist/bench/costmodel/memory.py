@@ -53,8 +53,14 @@ class MemoryFit:
 
 
 def fit_memory(points: list[tuple[float, float, float]]) -> MemoryFit:
-    """The least-squares fit of ``(nodes per rank, edges per rank, peak bytes)`` points."""
+    """The least-squares fit of ``(nodes per rank, edges per rank, peak bytes)`` points, every
+    coefficient at least 0 (scipy's non-negative least squares: noise in a few measured peaks
+    must not make a node cost negative bytes). Columns are scaled to unit size for the solver."""
+    from scipy.optimize import nnls
+
     a = np.array([[1.0, n, e] for n, e, _ in points])
     y = np.array([p for _, _, p in points])
-    (base, per_node, per_edge), *_ = np.linalg.lstsq(a, y, rcond=None)
+    scale = np.abs(a).max(axis=0)
+    coef, _ = nnls(a / scale, y)
+    base, per_node, per_edge = coef / scale
     return MemoryFit(float(base), float(per_node), float(per_edge))
