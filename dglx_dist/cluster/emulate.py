@@ -109,12 +109,12 @@ def check_available(link: LinkSpec) -> None:
     """Raises :class:`EmulationUnavailable` naming why this machine cannot emulate ``link``."""
     if sys.platform != "linux":
         raise EmulationUnavailable(f"network namespaces need Linux; this is {sys.platform}")
+    if os.geteuid() != 0:  # first: a user's PATH often lacks /usr/sbin, where tc lives
+        raise EmulationUnavailable("creating network namespaces needs root (run as root, or "
+                                   "use plain virtual servers: DGLX_VIRTUAL_SERVERS)")
     missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
     if missing:
         raise EmulationUnavailable(f"{' and '.join(missing)} not found (install iproute2)")
-    if os.geteuid() != 0:
-        raise EmulationUnavailable("creating network namespaces needs root (run as root, or "
-                                   "use plain virtual servers: DGLX_VIRTUAL_SERVERS)")
     if not _qdisc_ok("tbf"):
         raise EmulationUnavailable("cannot create a network namespace with a shaped veth pair "
                                    "here (no CAP_NET_ADMIN, or the kernel lacks veth/tbf)")
