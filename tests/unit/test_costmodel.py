@@ -57,15 +57,11 @@ def test_the_expansion_matches_dgls_sampled_blocks(dataset, shape):
 def test_halo_rows_match_a_real_metis_partition(dataset, shape):
     """Rows 4 METIS parts read from each other (distinct remote sources of their in-edges),
     against the count from the degrees and that partition's cut."""
-    from dglx_dist.partition import PARTITIONERS
+    from dglx_dist.bench.costmodel.measure import metis_layout
 
-    plan = PARTITIONERS.build("metis").plan(dataset, 4)
-    owner = np.empty(dataset.num_nodes, dtype=np.int64)
-    owner[plan.orig_ids if plan.orig_ids is not None else np.arange(dataset.num_nodes)] = \
-        np.asarray(plan.book.owner(np.arange(dataset.num_nodes, dtype=np.int64)))
-    src_owner, dst_owner = owner[dataset.src], owner[dataset.dst]
-    remote = src_owner != dst_owner
-    pairs = np.unique(dataset.src[remote] * 4 + dst_owner[remote])
+    layout = metis_layout(dataset, 4)
+    remote = layout.src_owner != layout.dst_owner
+    pairs = np.unique(layout.src[remote] * 4 + layout.dst_owner[remote])
     cut = float(remote.mean())
     assert halo_rows(shape, 4, cut) == pytest.approx(pairs.size, rel=0.2)
 

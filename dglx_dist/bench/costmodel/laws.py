@@ -245,8 +245,7 @@ def granndis(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
     held = inner + _closure(graph, inner, graph.cut(s), *GRANNDIS_EAS)
     halo = halo_rows(graph, g, graph.cut(g), held)
     base = _full_compute(graph, work, held / g, halo / g, graph.edges * held / graph.nodes / g)
-    params = work.params(graph)
-    inter = 2 * (s - 1) / s * params * F32 * s if s > 1 else 0.0
+    inter, _ = _allreduce(graph, work, Cluster(s, 1), 1)  # one rank of each server
     intra = s * halo * _exchange_dims(graph, work) * F32
     return dataclasses.replace(base, inter_bytes=inter, intra_bytes=intra)
 

@@ -161,7 +161,7 @@ def memory(args: argparse.Namespace) -> dict[str, Any]:
                                            args.workdir / f"memory-{nodes}-{edges}",
                                            args.timeout)
     budget = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    world, rows = shape.servers * shape.ranks, []
+    world, rows = shape.cluster(None).world, []
     for name in systems:
         peaks = {size: r["peak_mem_mb"] for size, got in runs.items()
                  if "error" not in (r := got.get(name, {"error": "not run"}))}

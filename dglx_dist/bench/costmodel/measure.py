@@ -18,20 +18,16 @@ import numpy as np
 from dglx_dist.bench.costmodel.shapes import GraphShape, Units, degree_quantiles
 from dglx_dist.data.format import GraphDataset
 
-__all__ = ["measure_graph", "measure_units", "metis_cut"]
+__all__ = ["measure_graph", "measure_units", "metis_layout"]
 
 
-def metis_cut(ds: GraphDataset, parts: int) -> float:
-    """Fraction of ``ds``'s edges between different parts of our ``metis`` into ``parts``."""
+def metis_layout(ds: GraphDataset, parts: int):
+    """The :class:`~dglx_dist.partition.layout.Layout` of our ``metis`` into ``parts`` (every
+    edge's owners; nothing written)."""
     from dglx_dist.partition import PARTITIONERS
+    from dglx_dist.partition.layout import Layout
 
-    plan = PARTITIONERS.build("metis").plan(ds, parts)
-    owner = np.asarray(plan.book.owner(np.arange(ds.num_nodes, dtype=np.int64)))
-    if plan.orig_ids is not None:  # owner is by relabelled id; the edges use original ids
-        by_orig = np.empty_like(owner)
-        by_orig[plan.orig_ids] = owner
-        owner = by_orig
-    return float(np.mean(owner[ds.src] != owner[ds.dst]))
+    return Layout(ds, PARTITIONERS.build("metis").plan(ds, parts))
 
 
 def measure_graph(data: str | os.PathLike | GraphDataset, parts: int = 8) -> GraphShape:
@@ -40,7 +36,8 @@ def measure_graph(data: str | os.PathLike | GraphDataset, parts: int = 8) -> Gra
     from dglx_dist.data.format import read_dataset
 
     ds = data if isinstance(data, GraphDataset) else read_dataset(data)
-    cuts = tuple(round(metis_cut(ds, 2 ** i), 5) for i in range(1, int(math.log2(parts)) + 1))
+    cuts = tuple(round(metis_layout(ds, 2 ** i).edge_cut() / ds.num_edges, 5)
+                 for i in range(1, int(math.log2(parts)) + 1))
     degrees = np.bincount(ds.dst, minlength=ds.num_nodes)
     return GraphShape(nodes=ds.num_nodes, edges=int(ds.src.size), feat_dim=ds.feat.shape[1],
                       num_classes=int(ds.label.max()) + 1,

@@ -21,7 +21,6 @@ from dglx_dist.errors import InvalidValueError, RunFailedError
 __all__ = ["RunShape", "accuracy", "compare", "measured_rows", "parse_shape"]
 
 log = logging.getLogger("dglx_dist.bench")
-LINK_GBIT = {"1g": 1.0, "10g": 10.0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,17 +36,22 @@ class RunShape:
         return f"{self.servers}x{self.ranks}@{self.link}"
 
     def cluster(self, shared_cores: int | None) -> Cluster:
-        return Cluster(self.servers, self.ranks, LINK_GBIT[self.link], shared_cores)
+        from dglx_dist.cluster.emulate import PRESETS
+
+        return Cluster(self.servers, self.ranks, PRESETS[self.link].bits_per_s / 1e9,
+                       shared_cores)
 
 
 def parse_shape(text: str) -> RunShape:
-    """``SxG`` or ``SxG@LINK`` (e.g. ``4x2@10g``)."""
+    """``SxG`` or ``SxG@LINK`` (e.g. ``4x2@10g``; the links of ``dglx emulate --preset``)."""
+    from dglx_dist.cluster.emulate import PRESETS
+
     shape, _, link = text.partition("@")
     parts = shape.split("x")
     if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts) or (
-            link and link not in LINK_GBIT):
+            link and link not in PRESETS):
         raise InvalidValueError(f"cluster shape {text!r}: expected SERVERSxRANKS[@LINK], e.g. "
-                                f"4x2@10g (links: {', '.join(LINK_GBIT)})")
+                                f"4x2@10g (links: {', '.join(PRESETS)})")
     return RunShape(int(parts[0]), int(parts[1]), link or "1g")
 
 
