@@ -27,7 +27,7 @@ import torch.distributed as dist
 from dglx_dist.errors import DglxError, InvalidValueError
 from dglx_dist.runtime.counters import ByteCounter
 from dglx_dist.runtime.health import Health
-from dglx_dist.runtime.pending import Pending, Transfer
+from dglx_dist.runtime.pending import Pending, Transfer, Works
 from dglx_dist.runtime.topology import Topology
 
 __all__ = ["Comm", "ByteCounter", "Pending", "PeerError", "Transfer"]
@@ -35,6 +35,10 @@ __all__ = ["Comm", "ByteCounter", "Pending", "PeerError", "Transfer"]
 _OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
         "product": dist.ReduceOp.PRODUCT}
 
+
+EXCHANGE_TAG = 2**31 - 2
+"""The point-to-point tag of :meth:`Comm.all_to_all_v`'s messages on gloo (tags of
+:meth:`Comm.start_send` must differ from it)."""
 
 _PEER_SIGNS = ("timed out", "connection", "read error", "write error", "closed", "reset by peer",
                "broken pipe", "socket", "unreachable", "nccl error", "aborted")
@@ -85,7 +89,7 @@ class Comm:
         self.health, self.timeout = health, datetime.timedelta(seconds=timeout)
         self.group_rank = self.members.index(global_rank)
         self._intra = [topology.same_server(global_rank, m) for m in self.members]
-        self._seq = 0
+        self._seq, self._p2p_exchange = 0, None
         self._broken: PeerError | None = None
 
     @property
@@ -141,21 +145,49 @@ class Comm:
                                                      async_op=True))
             self.counter.add_control(8 * (self.size - 1))
         out = torch.empty((int(recv_counts.sum()), *trailing), dtype=dtype)
-        full = [t for t in send if t.numel()]
-        if len(full) == 1 and full[0].is_contiguous():  # one destination: send it as it is
-            flat = full[0].reshape(-1, *trailing)
+        recv = list(torch.split(out, recv_counts.tolist()))
+        if self._exchange_p2p():
+            keep = [t.contiguous() for t in send]
+            work = self._start("all_to_all_v", lambda: self._post_exchange(keep, recv))
         else:
-            flat = torch.cat([t.contiguous() for t in send]) if send else out
-        work = self._start("all_to_all_v", lambda: dist.all_to_all_single(
-            out, flat, output_split_sizes=recv_counts.tolist(),
-            input_split_sizes=counts.tolist(), group=self.group, async_op=True))
+            full = [t for t in send if t.numel()]
+            if len(full) == 1 and full[0].is_contiguous():  # one destination: send it as it is
+                keep = full[0].reshape(-1, *trailing)
+            else:
+                keep = torch.cat([t.contiguous() for t in send]) if send else out
+            work = self._start("all_to_all_v", lambda: dist.all_to_all_single(
+                out, keep, output_split_sizes=recv_counts.tolist(),
+                input_split_sizes=counts.tolist(), group=self.group, async_op=True))
 
         def finish() -> list[torch.Tensor]:
-            recv = list(torch.split(out, recv_counts.tolist()))
             self._count([t.nbytes for t in send], [t.nbytes for t in recv])
             return recv
 
-        return Pending(self, "all_to_all_v", work, finish, keep=flat)
+        return Pending(self, "all_to_all_v", work, finish, keep=keep)
+
+    def _exchange_p2p(self) -> bool:
+        """Whether all_to_all_v posts one send and one receive per peer instead of calling
+        the backend's all-to-all: on gloo, whose all-to-all moves half the bytes per second
+        of concurrent sends and receives when both directions of a link carry data
+        (measured on the emulated 1 Gbit/s link: 11 MB each way in 166 ms vs 97 ms)."""
+        if self._p2p_exchange is None:
+            self._p2p_exchange = dist.get_backend(self.group) == "gloo"
+        return self._p2p_exchange
+
+    def _post_exchange(self, send: list[torch.Tensor], recv: list[torch.Tensor]) -> Works:
+        """Every non-empty message of an exchange posted at once (rows to oneself copied)."""
+        works = []
+        for peer, (s, r) in enumerate(zip(send, recv)):
+            if peer == self.group_rank:
+                r.copy_(s)
+                continue
+            if r.numel():
+                works.append(dist.irecv(r, self.members[peer], group=self.group,
+                                        tag=EXCHANGE_TAG))
+            if s.numel():
+                works.append(dist.isend(s, self.members[peer], group=self.group,
+                                        tag=EXCHANGE_TAG))
+        return Works(works)
 
     def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
         """Every member's ``tensor`` (same shape everywhere), in member order."""

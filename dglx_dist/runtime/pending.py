@@ -5,7 +5,9 @@ its :class:`~dglx_dist.runtime.comm.PeerError`.
 """
 from __future__ import annotations
 
+import datetime
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -14,7 +16,7 @@ import torch.distributed as dist
 if TYPE_CHECKING:  # annotations only: comm imports this module
     from dglx_dist.runtime.comm import Comm, PeerError
 
-__all__ = ["Pending", "Transfer"]
+__all__ = ["Pending", "Transfer", "Works"]
 
 
 class Pending:
@@ -42,6 +44,26 @@ class Pending:
             self._comm._wait(self._op, self._work)
             self._result, self._done, self._keep = self._finish(), True, None
         return self._result
+
+
+class Works:
+    """The backend works of one exchange made of point-to-point messages, waited for as one
+    work (the whole exchange within ``timeout``). gloo reports a message complete only once
+    it is waited for, so ``is_completed`` stays False until :meth:`wait` returned."""
+
+    def __init__(self, works: list[dist.Work]):
+        self._works, self._waited = works, False
+
+    def wait(self, timeout: datetime.timedelta) -> bool:
+        deadline = time.monotonic() + timeout.total_seconds()
+        for work in self._works:
+            left = max(deadline - time.monotonic(), 0.001)
+            work.wait(timeout=datetime.timedelta(seconds=left))
+        self._waited = True
+        return True
+
+    def is_completed(self) -> bool:
+        return self._waited or not self._works
 
 
 class Transfer:
