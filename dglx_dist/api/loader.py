@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from typing import Iterator
+from typing import Callable, Iterator
 
 import dgl
 import torch
@@ -39,8 +39,7 @@ from dglx_dist.strategies.steps import EdgeStep, LoaderSpec, Step, sampled_epoch
 __all__ = ["DataLoader", "DistNodeDataLoader", "DistEdgeDataLoader", "sampler_fanouts"]
 
 log = logging.getLogger(__name__)
-_IGNORED = ("device", "use_uva", "num_workers", "use_prefetch_thread", "use_alternate_streams",
-            "pin_prefetcher", "gpu_cache", "persistent_workers", "pin_memory", "prefetch_factor")
+_IGNORED = ("device", "use_uva", "num_workers", "use_alternate_streams", "pin_prefetcher", "gpu_cache", "persistent_workers", "pin_memory", "prefetch_factor")
 
 
 def sampler_fanouts(sampler) -> tuple[int, ...]:
@@ -93,12 +92,19 @@ class DataLoader:
         use_ddp: split ``indices`` among the ranks (DGL's meaning); also done when they are
             the same on every rank.
         ddp_seed: the shuffling seed (also ``seed=``).
-        **kwargs: DGL's worker / UVA / prefetch-thread options, accepted with a warning.
+        use_prefetch_thread: False: a batch's rows are pulled when it is asked for. By
+            default the next batch is sampled and its rows are on their way before a batch
+            is handed over (as DGL's prefetch thread fetches ahead; unless the strategy needs
+            each batch trained before the next, as P3's pipeline), so they travel while the
+            caller computes; a loop that writes rows it reads later in the same epoch sees
+            the next batch's rows as they were before this batch's writes.
+        **kwargs: DGL's worker / UVA / stream options, accepted with a warning.
     """
 
     def __init__(self, graph: DistGraph, indices, graph_sampler, device=None,
                  use_ddp: bool = False, ddp_seed: int = 0, batch_size: int = 1,
-                 drop_last: bool = False, shuffle: bool = False, **kwargs):
+                 drop_last: bool = False, shuffle: bool = False,
+                 use_prefetch_thread: bool | None = None, **kwargs):
         if device is not None:
             kwargs["device"] = device
         seed = int(kwargs.pop("seed", ddp_seed))
@@ -134,6 +140,7 @@ class DataLoader:
         else:
             self.plan = sampled_plan(session.world, part_ids, self.spec)
         self.indices, self.epoch = ids, 0
+        self.lookahead = use_prefetch_thread is not False
 
     @staticmethod
     def _check(graph, sampler, batch_size) -> tuple[tuple[int, ...], EdgePairs | None]:
@@ -173,8 +180,8 @@ class DataLoader:
         else:
             steps = sampled_epoch(self.graph.sampler(), self.graph.session.rank, self.plan,
                                   self.spec, epoch)
-        for step in steps:
-            self._prefetch(step)
+        ahead = self.lookahead and self.strategy.lookahead
+        for step in self._ahead(steps) if ahead else self._in_turn(steps):
             if isinstance(step, EdgeStep):
                 pairs = (step.pair_graph,) if step.neg_pair_graph is None else \
                     (step.pair_graph, step.neg_pair_graph)
@@ -186,29 +193,60 @@ class DataLoader:
         # where every rank reads it
         self.graph.barrier()
 
-    def _prefetch(self, step: Step | EdgeStep) -> None:
-        """DGL's ``prefetch_node_feats`` / ``prefetch_labels`` of the sampler: rows put on
-        the first block's sources and the last block's destinations (edge labels: on the
-        pair graph's edges). Every rank is at the same step here, so rows the strategy does
-        not hold itself are pulled collectively (faster than each rank asking alone;
-        docs/porting.md has the numbers)."""
+    def _in_turn(self, steps: Iterator[Step | EdgeStep]) -> Iterator[Step | EdgeStep]:
+        """Each step with its rows, sampled and pulled when the previous one is done."""
+        for step in steps:
+            self._start_prefetch(step)()
+            yield step
+
+    def _ahead(self, steps: Iterator[Step | EdgeStep]) -> Iterator[Step | EdgeStep]:
+        """Each step with its rows; before a step is handed over, the next one is sampled and
+        its rows are on their way, so they travel while the caller computes this one."""
+        step = next(steps, None)
+        finish = self._start_prefetch(step) if step is not None else None
+        while step is not None:
+            finish()
+            following = next(steps, None)
+            finish = self._start_prefetch(following) if following is not None else None
+            try:
+                yield step
+            except GeneratorExit:  # the caller left the loop: the rows under way still arrive
+                if finish is not None:
+                    finish()
+                raise
+            step = following
+
+    def _start_prefetch(self, step: Step | EdgeStep) -> Callable[[], None]:
+        """DGL's ``prefetch_labels`` / ``prefetch_node_feats`` of the sampler, started: rows
+        put on the last block's destinations (edge labels: on the pair graph's edges) and on
+        the first block's sources when the returned callable is called. Every rank is at the
+        same step here, so rows the strategy does not hold itself are pulled collectively
+        (faster than each rank asking alone; docs/porting.md has the numbers); rows the
+        strategy holds itself are read at once."""
         blocks, ndata = step.blocks, self.graph.ndata
         if not blocks or blocks.state.rows is not None:  # a co-batch's shared structures
-            return
-        held = self.strategy.held_rows  # rows a rank may hold itself: no collective
+            return lambda: None
         edge = isinstance(step, EdgeStep)
         node_sampler = self.sampler.sampler if edge else self.sampler
-        for key in getattr(node_sampler, "prefetch_node_feats", None) or []:
-            rows = ndata[key].rows(step.input_nodes, collective=key not in held)
-            if isinstance(rows, torch.Tensor):
-                blocks[0].srcdata[key] = rows
+        put = []  # (where, key, rows under way); labels first: their bytes are few
         for key in getattr(self.sampler, "prefetch_labels", None) or []:
             if edge:
                 pair = step.pair_graph
                 pair.edata[key] = self.graph.edata[key][pair.edata[dgl.EID]]
             else:
-                blocks[-1].dstdata[key] = ndata[key].rows(step.output_nodes,
-                                                          collective=key not in held)
+                put.append((blocks[-1].dstdata, key,
+                            ndata[key].start_rows(step.output_nodes, unique=True)))
+        for key in getattr(node_sampler, "prefetch_node_feats", None) or []:
+            rows = ndata[key].start_rows(step.input_nodes, unique=True)
+            put.append((blocks[0].srcdata, key, rows))
+
+        def finish() -> None:
+            for where, key, rows in put:
+                value = rows.wait()
+                if isinstance(value, torch.Tensor):
+                    where[key] = value
+
+        return finish
 
 
 DistNodeDataLoader = DataLoader

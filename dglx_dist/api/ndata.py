@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import torch
 
 from dglx_dist.errors import IdOutOfRangeError, UnknownNameError
+from dglx_dist.kvstore import PullUnderWay
 
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
@@ -101,17 +102,40 @@ class NodeDataView:
         """Rows of partitioned ``ids``, in that order: this rank alone asks the owners, or,
         with ``collective``, every rank at the same step (the faster path a loader takes,
         since its ranks step together)."""
-        strategy = self._g.strategy
-        held = (strategy.local_rows(self.name, ids)
-                if strategy is not None and self.name in strategy.held_rows else None)
+        if collective:
+            return self.start_rows(ids).wait()
+        held = self._held(ids)
         if held is not None:
             return held
+        return self._typed(self._stored().pull(self.name, ids, collective=False))
+
+    def start_rows(self, ids: torch.Tensor, unique: bool = False) -> PullUnderWay:
+        """:meth:`rows` with ``collective``, returned while the rows of other servers travel;
+        ``wait()`` on the result gives them (``unique``: ``ids`` has no duplicates, e.g. a
+        block's input nodes, so they are not deduplicated first)."""
+        held = self._held(ids)
+        if held is not None:
+            return PullUnderWay(lambda: held)
+        pending = self._stored().start_pull(self.name, ids, dedup=not unique)
+        return PullUnderWay(lambda: self._typed(pending.wait()))
+
+    def _held(self, ids: torch.Tensor) -> Any:
+        """The rows the strategy holds itself (None: the store has them)."""
+        strategy = self._g.strategy
+        if strategy is not None and self.name in strategy.held_rows:
+            return strategy.local_rows(self.name, ids)
+        return None
+
+    def _stored(self):
+        """The store that holds this name."""
         if self.name not in self._g.store.names():
             raise UnknownNameError(f"g.ndata[{self.name!r}] is held by the strategy, which is set "
                                    "up by the first DataLoader or parallelize call; read it after "
                                    "that")
-        out = self._g.store.pull(self.name, ids, collective=collective)
-        return out.bool() if self.name in MASKS else out
+        return self._g.store
+
+    def _typed(self, rows: torch.Tensor) -> torch.Tensor:
+        return rows.bool() if self.name in MASKS else rows
 
     def local(self) -> Any:
         """The rows of this rank's nodes (:meth:`DistGraph.local_nodes`)."""

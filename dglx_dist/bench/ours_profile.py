@@ -34,6 +34,14 @@ def _timed(obj: Any, name: str, phase: str, acc: dict[str, float]) -> None:
             acc[phase] = acc.get(phase, 0.0) + time.perf_counter() - t0
 
     setattr(obj, name, wrapper)
+    if name == "start_pull":  # the wait for the rest of a pull is the pull's too (what the
+        # loader's lookahead left of it after the previous step's compute)
+        def started(*a, **kw):
+            handle = wrapper(*a, **kw)
+            _timed(handle, "wait", phase, acc)
+            return handle
+
+        setattr(obj, name, started)
 
 
 def _our_trainer(args: argparse.Namespace, session, acc: dict[str, float]):
@@ -54,7 +62,8 @@ def _our_trainer(args: argparse.Namespace, session, acc: dict[str, float]):
     trainer = Trainer(model, pdir, strategy, session=session, lr=args.lr,
                       weight_decay=args.weight_decay, progress=False)
     for obj, name, phase in ((strategy.sampler, "sample_blocks", "sample"),
-                             (strategy.store, "pull", "pull"), (trainer, "forward", "forward"),
+                             (strategy.store, "start_pull", "pull"),
+                             (trainer, "forward", "forward"),
                              (session.world, "all_reduce", "allreduce"),
                              (trainer.optimizer, "step", "optimizer"), (trainer, "step", "step")):
         _timed(obj, name, phase, acc)

@@ -8,13 +8,13 @@
 * :class:`DistEmbedding` with :class:`SparseAdagrad` / :class:`SparseAdam`: sparse learnable
   embeddings updated on their owners.
 """
-from dglx_dist.kvstore.base import KVStore, TensorEntry
+from dglx_dist.kvstore.base import KVStore, PullUnderWay, TensorEntry
 from dglx_dist.kvstore.dist import DistKVStore
 from dglx_dist.kvstore.embedding import DistEmbedding, SparseAdagrad, SparseAdam, SparseOptimizer
 from dglx_dist.kvstore.local import LocalKVStore
 from dglx_dist.kvstore.ops import PushOp
 from dglx_dist.kvstore.policy import ColumnPolicy, PartitionPolicy, Piece, RowPolicy
 
-__all__ = ["KVStore", "LocalKVStore", "DistKVStore", "TensorEntry", "PartitionPolicy",
-           "RowPolicy", "ColumnPolicy", "Piece", "PushOp", "DistEmbedding", "SparseOptimizer",
-           "SparseAdagrad", "SparseAdam"]
+__all__ = ["KVStore", "LocalKVStore", "DistKVStore", "PullUnderWay", "TensorEntry",
+           "PartitionPolicy", "RowPolicy", "ColumnPolicy", "Piece", "PushOp", "DistEmbedding",
+           "SparseOptimizer", "SparseAdagrad", "SparseAdam"]

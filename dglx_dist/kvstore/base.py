@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import operator
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 import torch
@@ -19,7 +19,22 @@ from dglx_dist.errors import InvalidTypeError, InvalidValueError, ProtocolError,
 from dglx_dist.kvstore.ops import BUILTIN_OPS, COMBINE_RULES, INITS, Init, OpHandler, PushOp
 from dglx_dist.kvstore.policy import PartitionPolicy
 
-__all__ = ["KVStore", "TensorEntry", "InitSpec"]
+__all__ = ["KVStore", "PullUnderWay", "TensorEntry", "InitSpec"]
+
+
+class PullUnderWay:
+    """A collective pull under way (:meth:`KVStore.start_pull`): ``wait()`` gives the rows
+    (later calls the same rows)."""
+
+    def __init__(self, finish: Callable[[], torch.Tensor]):
+        self._finish, self._rows = finish, None
+
+    def wait(self) -> torch.Tensor:
+        if self._finish is not None:
+            with torch.no_grad():
+                self._rows = self._finish()
+            self._finish = None
+        return self._rows
 
 
 @dataclasses.dataclass(eq=False)
@@ -153,17 +168,30 @@ class KVStore(abc.ABC):
         Raises:
             KeyError: unknown name. ValueError: ids not 1-D int64 within ``[0, num_rows)``.
         """
+        if collective:
+            return self.start_pull(name, ids, dedup).wait()
+        entry = self._entry(name)
+        self._check_ids(entry, ids, "pull")
+        with torch.no_grad():
+            return self._pull_p2p(entry, ids.cpu(), dedup)
+
+    def start_pull(self, name: str, ids: torch.Tensor, dedup: bool = True) -> "PullUnderWay":
+        """A collective :meth:`pull`, returned while the rows of other servers travel (to
+        overlap them with other work, e.g. the previous batch's compute); ``wait()`` on the
+        result gives the rows. Own-server rows are read before it returns. Until it is waited
+        for, the store's other collective calls queue behind its bytes on the same links.
+
+        Raises:
+            KeyError: unknown name. ValueError: ids not 1-D int64 within ``[0, num_rows)``.
+        """
         try:
             entry = self._entry(name)
             self._check_ids(entry, ids, "pull")
         except (KeyError, ValueError):
-            if collective:
-                self._pull_nothing()
+            self._pull_nothing()
             raise
         with torch.no_grad():
-            if collective:
-                return self._pull(entry, ids.cpu(), dedup)
-            return self._pull_p2p(entry, ids.cpu(), dedup)
+            return PullUnderWay(self._start_pull(entry, ids.cpu(), dedup))
 
     def push(self, name: str, ids: torch.Tensor, values: torch.Tensor,
              op: str = "assign", *, collective: bool = True) -> None:
@@ -227,6 +255,12 @@ class KVStore(abc.ABC):
 
     @abc.abstractmethod
     def _pull(self, entry: TensorEntry, ids: torch.Tensor, dedup: bool) -> torch.Tensor: ...
+
+    def _start_pull(self, entry: TensorEntry, ids: torch.Tensor,
+                    dedup: bool) -> Callable[[], torch.Tensor]:
+        """A collective pull started; returns what finishes it (here: at once)."""
+        rows = self._pull(entry, ids, dedup)
+        return lambda: rows
 
     @abc.abstractmethod
     def _push(self, entry: TensorEntry, op: PushOp, ids: torch.Tensor,

@@ -141,16 +141,28 @@ class DistKVStore(ServedStore, DistInit, KVStore):
 
     # -- pull --------------------------------------------------------------------------------
     def _pull(self, entry: TensorEntry, ids: torch.Tensor, dedup: bool) -> torch.Tensor:
+        return self._start_pull(entry, ids, dedup)()
+
+    def _start_pull(self, entry: TensorEntry, ids: torch.Tensor,
+                    dedup: bool) -> Callable[[], torch.Tensor]:
         uniq, inverse, out, local, remote = self._plan_pull(entry, ids, dedup)
-        fill_local = lambda: self._fill_local(entry, out, local)  # noqa: E731
-        if self._num_servers > 1:  # own rows are read while the answers travel
-            replies = self._pull_exchange(entry, uniq, remote, fill_local)
-            for server, mine in remote.items():
-                for q, rows in self._unpack(entry, mine, replies[server]):
-                    q.take(out, rows)
-        else:
-            fill_local()
-        return out if inverse is None else rows_at(out, inverse)
+        answers = self._start_exchange(entry, uniq, remote) if self._num_servers > 1 else None
+        try:  # own rows are read while the answers travel
+            self._fill_local(entry, out, local)
+        except BaseException:
+            if answers is not None:
+                answers()  # the peers' answers are still received
+            raise
+
+        def finish() -> torch.Tensor:
+            if answers is not None:
+                replies = answers()
+                for server, mine in remote.items():
+                    for q, rows in self._unpack(entry, mine, replies[server]):
+                        q.take(out, rows)
+            return out if inverse is None else rows_at(out, inverse)
+
+        return finish
 
     def _plan_pull(self, entry: TensorEntry, ids: torch.Tensor, dedup: bool):
         """(unique ids, inverse or None, output buffer, own-server pieces, other servers'
@@ -196,11 +208,13 @@ class DistKVStore(ServedStore, DistInit, KVStore):
 
     def _pull_nothing(self) -> None:
         if self._num_servers > 1:
-            self._pull_exchange(None, EMPTY_I64, {})  # nothing to read locally either
+            self._start_exchange(None, EMPTY_I64, {})()  # nothing to read locally either
 
-    def _pull_exchange(self, entry: TensorEntry | None, uniq: torch.Tensor,
-                       remote: dict[int, list[Piece]],
-                       meanwhile: Callable[[], None] | None = None) -> list[torch.Tensor]:
+    def _start_exchange(self, entry: TensorEntry | None, uniq: torch.Tensor,
+                        remote: dict[int, list[Piece]]) -> Callable[[], list[torch.Tensor]]:
+        """Sends the requests, answers the peers' and starts sending the answers; returns what
+        waits for the answers to this rank's requests (and raises what answering failed
+        with, once the exchange is over: a failed rank answers nothing, then fails too)."""
         send = [EMPTY_I64] * self._num_servers
         expect = [0] * self._num_servers  # the answers' sizes are known: no count round
         for server, pieces in remote.items():
@@ -216,14 +230,14 @@ class DistKVStore(ServedStore, DistInit, KVStore):
                 answers.append(EMPTY_U8)
                 failure = exc
         pending = self.session.cross.start_all_to_all_v(answers, recv_rows=expect)
-        try:
-            if meanwhile is not None:
-                meanwhile()
-        finally:
+
+        def wait() -> list[torch.Tensor]:
             replies = pending.wait()
-        if failure is not None:
-            raise failure
-        return replies
+            if failure is not None:
+                raise failure
+            return replies
+
+        return wait
 
     def _answer_pull(self, request: torch.Tensor, source: int) -> torch.Tensor:
         if request.numel() == 0:

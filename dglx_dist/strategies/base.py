@@ -68,6 +68,9 @@ class Strategy(abc.ABC):
         held_rows: node-data names whose rows :meth:`local_rows` may give (rows of other
             names always come from the KVStore).
         link_prediction: edge loaders (link prediction) run under it.
+        lookahead: its loaders may sample the next step and start pulling its rows before
+            handing over a step (False: each step must be trained before the next is asked
+            for, e.g. P3's pipeline, which launches its own work ahead).
     """
 
     Config: type
@@ -77,6 +80,7 @@ class Strategy(abc.ABC):
     conv_types: tuple[str, ...] | None = None
     held_rows: frozenset[str] = frozenset()
     link_prediction: bool = False
+    lookahead: bool = True
 
     def __init__(self, config: Any):
         self.config = config

@@ -109,34 +109,53 @@ def _train(g, loader, classes, prefetch):
     for _ in range(2):
         steps = list(loader) if prefetch else loader
         for input_nodes, output_nodes, blocks in steps:
-            loss = F.cross_entropy(model(blocks, g.ndata["feat"][input_nodes]),
-                                   g.ndata["label"][output_nodes])
+            src, dst = blocks[0].srcdata, blocks[-1].dstdata  # the sampler's prefetched rows
+            x = src["feat"] if "feat" in src else g.ndata["feat"][input_nodes]
+            y = dst["label"] if "label" in dst else g.ndata["label"][output_nodes]
+            loss = F.cross_entropy(model(blocks, x), y)
             opt.zero_grad()
             loss.backward()
             opt.step()
     return [p.detach().reshape(-1)[:50].tolist() for p in model.module.parameters()]
 
 
+def _left_early(g, loader) -> bool:
+    """A loop left after one step (the next step's rows under way), then a whole epoch: every
+    step's prefetched rows are the graph's."""
+    for _ in loader:
+        break
+    return all(bool(torch.equal(blocks[0].srcdata["feat"], g.ndata["feat"][input_nodes]))
+               for input_nodes, _, blocks in loader if "feat" in blocks[0].srcdata)
+
+
 def _prefetch(session, name, cache):
-    """The same training twice on one graph (a strategy's setup may differ between runs:
-    granndis's co-batches are METIS clusters): consuming batches lazily, then prefetched."""
+    """The same training on one graph (a strategy's setup may differ between runs:
+    granndis's co-batches are METIS clusters): consuming batches lazily and reading rows
+    through g.ndata; prefetched with list(loader); with the sampler's prefetched rows, pulled
+    ahead (the default lookahead) and in turn (use_prefetch_thread=False)."""
     dataset = CoraGraphDataset()
     g = dglx_dist.distribute(dataset[0], name, cache_dir=cache, session=session)
     ids = dglx_dist.node_split(g.ndata["train_mask"], g)
-    runs = []
-    for prefetch in (False, True):
-        loader = dglx_dist.DataLoader(g, ids, dglx_dist.NeighborSampler([5, 5]), batch_size=16,
-                                      shuffle=True)
-        runs.append(_train(g, loader, dataset.num_classes, prefetch))
-    return runs
+    sampler = dglx_dist.NeighborSampler([5, 5], prefetch_node_feats=["feat"],
+                                        prefetch_labels=["label"])
+    runs, loaders = [], []
+    for prefetch, rows, in_turn in ((False, False, True), (True, False, True),
+                                    (False, True, False), (False, True, True)):
+        loaders.append(dglx_dist.DataLoader(
+            g, ids, sampler if rows else dglx_dist.NeighborSampler([5, 5]), batch_size=16,
+            shuffle=True, use_prefetch_thread=not in_turn))
+        runs.append(_train(g, loaders[-1], dataset.num_classes, prefetch))
+    return {"runs": runs, "left_early": _left_early(g, loaders[2])}
 
 
 @pytest.mark.parametrize("name", ["distdgl", "granndis", "p3"])
 def test_prefetching_changes_nothing(tmp_path, cache, name):
     res = run_workers(_prefetch, 2, tmp_path / "run", name, cache)
     for r in range(2):
-        lazy, ahead = (np.concatenate(run) for run in res[r])
-        np.testing.assert_allclose(ahead, lazy, rtol=1e-5, atol=1e-6)
+        lazy, *others = (np.concatenate(run) for run in res[r]["runs"])
+        for other in others:
+            np.testing.assert_allclose(other, lazy, rtol=1e-5, atol=1e-6)
+        assert res[r]["left_early"]
 
 
 def _pipeline_prefetch(session, cache):

@@ -84,6 +84,10 @@ def _round_trip(session, per, book, only_local):
         ids, _ = _request(step, session.rank)
         # odd steps skip deduplication (the ids do have duplicates: still answered)
         ok.append(_close(store.pull(name, ids, dedup=step % 2 == 0), ref.pull(name, ids)))
+        # a pull started before the pushes reads the rows as they were when it started, and
+        # its answers travel while the pushes run their own collectives
+        ahead = store.start_pull("cols", ids, dedup=step % 2 == 1)
+        want_ahead = ref.pull("cols", ids)
         op = "add" if step % 2 else "assign"
         for r in range(w):  # replay every rank's push on the reference, in rank order
             rid, vals = _request(100 + step, r)
@@ -91,6 +95,7 @@ def _round_trip(session, per, book, only_local):
             if r == session.rank:
                 store.push(rname, rid, vals, op=op)
             ref.push(rname, rid, vals, op=op)
+        ok.append(_close(ahead.wait(), want_ahead) and ahead.wait() is ahead.wait())
         for name in names:
             everything = torch.arange(N).flip(0)
             got = store.pull(name, everything, dedup=step % 2 == 1)

@@ -89,6 +89,7 @@ class P3Strategy(MiniBatchStrategy):
 
     feature_layout = "columns"
     held_rows = frozenset({"feat"})
+    lookahead = False  # the pipeline runs layer 1 ahead itself and needs steps in turn
 
     @dataclasses.dataclass(frozen=True)
     class Config(MiniBatchConfig):
