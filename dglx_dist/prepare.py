@@ -26,9 +26,11 @@ from dglx_dist.errors import DatasetFormatError, DeadlineError, PartitionError, 
 from dglx_dist.partition.driver import partition_dataset
 from dglx_dist.partition.io import MANIFEST, read_manifest
 from dglx_dist.runtime.session import Session
+from dglx_dist.runtime.topology import Topology
 from dglx_dist.strategies.base import Strategy
 
-__all__ = ["resolve_dataset", "ensure_partitions", "made_by_rank0", "check_partitions_of"]
+__all__ = ["resolve_dataset", "cached_partitions", "ensure_partitions", "partition_ahead",
+           "made_by_rank0", "check_partitions_of"]
 
 log = logging.getLogger(__name__)
 
@@ -126,14 +128,36 @@ def made_by_rank0(session: Session, out: Path, marker: str, make: Callable[[], A
     return out
 
 
+def cached_partitions(data: str | os.PathLike, strategy: Strategy, topology: Topology,
+                      cache_dir: str | os.PathLike) -> tuple[Path, Callable[[], Any], str]:
+    """Where the cache keeps ``strategy``'s partitions of ``data`` for ``topology``, what
+    makes them, and what making them is called in logs."""
+    data = resolve_dataset(data)
+    spec = strategy.partition_spec(topology)
+    out = Path(cache_dir) / _key(data, spec.method, spec.num_parts, spec.options)
+    make = lambda: partition_dataset(data, out, spec.method, spec.num_parts,  # noqa: E731
+                                     spec.options, progress=True)
+    return out, make, f"partitioning {data} with {spec.method} into {spec.num_parts} parts"
+
+
 def ensure_partitions(data: str | os.PathLike, strategy: Strategy, session: Session,
                       cache_dir: str | os.PathLike = "dglx-partitions",
                       wait_timeout: float = 3600.0) -> Path:
     """The partition directory for ``strategy`` on this job, made by rank 0 if not cached."""
-    data = resolve_dataset(data)
-    spec = strategy.partition_spec(session.topology)
-    out = Path(cache_dir) / _key(data, spec.method, spec.num_parts, spec.options)
-    make = lambda: partition_dataset(data, out, spec.method, spec.num_parts,  # noqa: E731
-                                     spec.options, progress=True)
-    return made_by_rank0(session, out, MANIFEST, make, f"partitioning {data} with "
-                         f"{spec.method} into {spec.num_parts} parts", wait_timeout)
+    out, make, what = cached_partitions(data, strategy, session.topology, cache_dir)
+    return made_by_rank0(session, out, MANIFEST, make, what, wait_timeout)
+
+
+def partition_ahead(data: str, strategy: str, options: dict[str, str], topology: Topology,
+                    cache_dir: str) -> str:
+    """What ``dglx train --strategy STRATEGY --strategy-opt ... --cache-dir CACHE_DIR`` would
+    partition, made by this process (no session) unless cached: a launcher's step before it
+    starts the job (the benchmarks', so that a run's start-up is the job's own)."""
+    from dglx_dist.strategies import STRATEGIES
+
+    out, make, what = cached_partitions(data, STRATEGIES.build(strategy, **options), topology,
+                                        cache_dir)
+    if not (out / MANIFEST).is_file():
+        log.info("%s -> %s", what, out)
+        make()
+    return str(out)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, Mapping
 
 import torch
@@ -117,16 +118,18 @@ def epoch_record(result: EpochResult, before: Mapping[str, int], after: Mapping[
     extra fields (collective). ``saved_peak``: this rank's largest activation bytes of a
     forward, reported as ``peak_saved_mb`` (None: not measured, no such field)."""
     session = session or current_session()
+    started = time.time() - result.wall
     world, steps = session.world, result.steps
     sums = torch.tensor([after[k] - before[k] for k in _BYTES] +
                         [result.samples, result.loss_sum], dtype=torch.float64)
     world.all_reduce(sums)
     bad = result.first_nonfinite_step
     maxes = torch.tensor([result.wall, float(peak_rss_bytes()), float(saved_peak or 0),
-                          -math.inf if bad is None else -bad], dtype=torch.float64)
+                          -math.inf if bad is None else -bad, -started], dtype=torch.float64)
     world.all_reduce(maxes, op="max")
     record = {"epoch": result.epoch, "strategy": strategy, "world_size": session.world_size,
               "servers": session.topology.num_servers,
+              "started_at": round(-float(maxes[4]), 3),
               "epoch_time": round(float(maxes[0]), 4), "steps": steps,
               "samples": int(sums[4]),
               "loss": round(float(sums[5]) / max(steps, 1) / session.world_size, 5)}

@@ -150,7 +150,7 @@ def run_dgl(setup: Setup, env: dict[str, str]) -> dict[str, Any]:
     for f in run_dir.glob("*.json"):
         f.unlink()
     logs = [run_dir / f"machine{m}.log" for m in range(MACHINES)]
-    t0 = time.perf_counter()
+    t0, launched = time.perf_counter(), time.time()
     procs, left = _run_machines(setup, part_config, run_dir, env, logs)
     wall = time.perf_counter() - t0
     if any(p.returncode for p in procs) or not (run_dir / "trainer.json").is_file():
@@ -174,7 +174,15 @@ def run_dgl(setup: Setup, env: dict[str, str]) -> dict[str, Any]:
                peak_mem_mb_after_eval=max(res["peak_mem_mb_end"]), leftover_procs=left,
                shutdown_killed=res.get("shutdown_killed"))
     row["phases"] = mean_phases([r["phases_max"] for r in res["records"][1:]])
-    return row
+    return row | startup(res["records"], launched)
+
+
+def startup(records: list[dict[str, Any]], launched: float) -> dict[str, Any]:
+    """``startup_s``: seconds from a run's launch (``time.time()`` just before it) to the
+    start of its first epoch's training (the first record's ``started_at``); nothing
+    without one."""
+    first = next((r for r in records if "started_at" in r), None)
+    return {} if first is None else {"startup_s": round(first["started_at"] - launched, 2)}
 
 
 def mean_phases(per_epoch: list[dict[str, float]]) -> dict[str, float]:

@@ -285,14 +285,15 @@ def trainer_main(args: argparse.Namespace) -> None:
         batch_size=args.batch_size, shuffle=True, drop_last=False)
     records: list[dict[str, Any]] = []
     for epoch in range(args.epochs):
-        sent = sent_bytes(args.ifname)
+        sent, started = sent_bytes(args.ifname), time.time()
         wall, steps, loss, phases = train_epoch(g, loader, ddp, opt)
         names = sorted(phases)
-        maxes = _reduce([wall, steps] + [phases[k] for k in names], dist.ReduceOp.MAX)
+        maxes = _reduce([wall, steps, -started] + [phases[k] for k in names], dist.ReduceOp.MAX)
         mean_loss = _reduce([loss], dist.ReduceOp.SUM)[0] / args.machines
-        records.append({"epoch": epoch, "epoch_time": round(maxes[0], 4), "steps": int(maxes[1]),
+        records.append({"epoch": epoch, "started_at": round(-maxes[2], 3),
+                        "epoch_time": round(maxes[0], 4), "steps": int(maxes[1]),
                         "loss": round(mean_loss, 5),
-                        "phases_max": {k: round(v, 4) for k, v in zip(names, maxes[2:])},
+                        "phases_max": {k: round(v, 4) for k, v in zip(names, maxes[3:])},
                         **epoch_bytes(args.ifname, sent, _reduce)})
         if args.eval_val:  # after the epoch's clock stopped, as dglx train's val_acc
             correct, total = _reduce(list(evaluate(g, model, nids["val"], args.eval_fanouts,

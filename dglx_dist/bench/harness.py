@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from dglx_dist.bench.dgl_distdgl import MACHINES, dgl_batch, run_dgl
+from dglx_dist.bench.dgl_distdgl import MACHINES, dgl_batch, run_dgl, startup
 from dglx_dist.bench.procs import run_group
 from dglx_dist.bench.single import FLAGS as SINGLE_FLAGS
 from dglx_dist.cli_flags import config_argv
@@ -166,7 +166,7 @@ def run_dgl_distdgl(setup: Setup) -> dict[str, Any]:
     records = [{"epoch_time": t, "val_acc": v} for t, v in
                zip(res["epoch_times"], res.get("val_accs") or [None] * res["epochs"])]
     return summarize(records) | common | {
-        "test_acc": res["test_acc"], "steps": res["steps"],
+        "startup_s": res.get("startup_s"), "test_acc": res["test_acc"], "steps": res["steps"],
         "bytes_inter": res.get("bytes_sent_inter_per_epoch"),
         "run_wall_s": round(time.perf_counter() - t0, 1), "note": note}
 
@@ -214,11 +214,29 @@ def run_strategy(name: str, setup: Setup, extra: dict[str, list[str]],
     """``dglx train --strategy name`` on the emulated cluster or on virtual servers; its
     records made a row by ``summary``."""
     options = strategy_options(name, setup, extra)
-    t0 = time.perf_counter()
+    partition_first(name, setup, options)
+    t0, launched = time.perf_counter(), time.time()
     stdout = launch(setup, ["-m", "dglx_dist", *train_command(name, setup, options)])
-    return summary(parse_records(stdout)) | {
+    records = parse_records(stdout)
+    return summary(records) | startup(records, launched) | {
         "network": setup.network, "run_wall_s": round(time.perf_counter() - t0, 1),
         "note": describe(name, options, setup.train.task), "options": options}
+
+
+def partition_first(name: str, setup: Setup, options: list[str]) -> None:
+    """Makes the partitions ``dglx train`` will find in the setup's cache (in a child process,
+    whose memory is gone when the run starts), so that a run's start-up is the job's own, as
+    DGL's partitioning comes before its run."""
+    import multiprocessing
+
+    from dglx_dist.cli_flags import parse_key_values
+    from dglx_dist.prepare import partition_ahead
+    from dglx_dist.runtime.topology import Topology
+
+    topology = Topology(setup.servers, setup.ranks_per_server)
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        pool.apply(partition_ahead, (str(setup.data), name, parse_key_values(options),
+                                     topology, str(setup.workdir.resolve() / "parts")))
 
 
 def train_command(name: str, setup: Setup, options: list[str]) -> list[str]:

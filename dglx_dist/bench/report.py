@@ -13,8 +13,8 @@ from dglx_dist.report import json_record, markdown_table
 __all__ = ["COLUMNS", "LINK_COLUMNS", "PANEL_KINDS", "SWEEP_COLUMNS", "Panel", "PlotUnavailable", "Series",
            "draw", "markdown", "plot", "write_jsonl"]
 
-COLUMNS = ("system", "network", "epoch_time", "time_to_accuracy", "bytes_inter", "bytes_intra",
-           "peak_mem_mb", "val_acc", "test_acc", "steps", "note")
+COLUMNS = ("system", "network", "startup_s", "epoch_time", "time_to_accuracy", "bytes_inter",
+           "bytes_intra", "peak_mem_mb", "val_acc", "test_acc", "steps", "note")
 LINK_COLUMNS = ("system", "network", "epoch_time", "bytes_inter", "bytes_intra", "peak_mem_mb",
                 "val_mrr", "test_mrr", "test_hits@10", "test_auc", "steps", "note")
 """``--task link``'s table: ranking metrics instead of accuracy and time to accuracy."""
