@@ -201,12 +201,14 @@ class DataLoader:
 
     def _ahead(self, steps: Iterator[Step | EdgeStep]) -> Iterator[Step | EdgeStep]:
         """Each step with its rows; before a step is handed over, the next one is sampled and
-        its rows are on their way, so they travel while the caller computes this one."""
+        its rows are on their way, so they travel while the caller computes this one and
+        while the step after is sampled (the store's pulls have groups of their own, so the
+        sampler's exchanges do not wait for them)."""
         step = next(steps, None)
         finish = self._start_prefetch(step) if step is not None else None
         while step is not None:
-            finish()
             following = next(steps, None)
+            finish()
             finish = self._start_prefetch(following) if following is not None else None
             try:
                 yield step

@@ -37,14 +37,16 @@ closed is stopped by the session's clean shutdown.
 ids known to be unique, such as a block's input nodes, and writes rows straight into request
 order instead of gathering them from a deduplicated buffer at the end); ids held by the own
 server are read from shared memory (while the answers from other servers travel); the others
-are grouped by owning server and sent through ``session.cross`` (the ranks with this rank's
-local index on every server) with
-``all_to_all_v``: per non-empty destination one int64 tensor ``[name_index, *ids]`` (so a
-request costs ``8 * (1 + unique ids)`` bytes). The peer reads its shared memory and answers with
-the rows as raw bytes (uint8), so row widths may differ per peer; the caller scatters them back
-into request order. A pull costs two ``all_to_all_v`` calls on ``cross`` whenever the job has more
-than one server; the answers' exchange skips the round of counts, since every caller knows how
-many bytes it asked for.
+are grouped by owning server and sent to the ranks with this rank's local index on every
+server (``session.cross``'s members, on process groups of the store's own, so that other
+exchanges on ``cross`` do not queue behind rows under way) with ``all_to_all_v``: per
+non-empty destination one int64 tensor ``[name_index, *ids]`` (so a request costs
+``8 * (1 + unique ids)`` bytes). The peer reads its shared memory and answers with the rows
+as raw bytes (uint8), so row widths may differ per peer; the caller scatters them back into
+request order. A pull costs two ``all_to_all_v`` calls whenever the job has more than one
+server; the answers' exchange skips the round of counts, since every caller knows how many
+bytes it asked for. ``start_pull`` returns once the answers are on their way (own rows
+read); waiting for it scatters them.
 
 **Push.** Values of duplicate ids are combined first (the op's rule). Each row then goes to ONE
 writer on its owning server, the server's local rank ``local_row % ranks_per_server``, through
@@ -103,6 +105,9 @@ class DistKVStore(ServedStore, DistInit, KVStore):
         self._by_index: list[TensorEntry] = []
         self._registered = threading.Condition()  # the serving thread waits for entries
         self._apply_lock = threading.Lock()  # one writer thread at a time in this process
+        # the pulls' own groups: a sampler's exchanges on ``cross`` need not wait for rows
+        # still travelling from a pull started earlier
+        self._cross = session.new_cross_comm("kvstore") if self._num_servers > 1 else None
         token = self._gather_rows(torch.tensor([secrets.randbits(62)]))[0, 0]  # rank 0's
         self.token = f"{int(token):016x}"
         self._channel: Channel | None = None
@@ -221,7 +226,7 @@ class DistKVStore(ServedStore, DistInit, KVStore):
             pos = self._request_pos(pieces)
             send[server] = torch.cat([torch.tensor([entry.index]), uniq.index_select(0, pos)])
             expect[server] = sum(self._piece_bytes(entry, q) for q in pieces)
-        requests = self.session.cross.all_to_all_v(send)
+        requests = self._cross.all_to_all_v(send)
         answers, failure = [], None
         for source, request in enumerate(requests):
             try:
@@ -229,7 +234,7 @@ class DistKVStore(ServedStore, DistInit, KVStore):
             except RuntimeError as exc:  # answer nothing (the peer then fails too), no hang
                 answers.append(EMPTY_U8)
                 failure = exc
-        pending = self.session.cross.start_all_to_all_v(answers, recv_rows=expect)
+        pending = self._cross.start_all_to_all_v(answers, recv_rows=expect)
 
         def wait() -> list[torch.Tensor]:
             replies = pending.wait()

@@ -116,6 +116,20 @@ class Session:
         self._comms.append(comm)
         return comm
 
+    def new_cross_comm(self, name: str) -> Comm:
+        """A communicator over this rank's ``cross`` ranks (the ranks with its local index on
+        every server) on process groups of its own (collective, as :meth:`new_world_comm`):
+        its exchanges do not queue behind another communicator's bytes on the same links
+        (e.g. the sampler's requests behind the KVStore's rows under way)."""
+        topo, timeout = self.topology, datetime.timedelta(seconds=self.env.timeout)
+        groups = [dist.new_group(topo.cross_ranks(l), timeout=timeout)
+                  for l in range(topo.ranks_per_server)]
+        me = topo.local_rank_of(self.rank)
+        comm = Comm(name, groups[me], topo.cross_ranks(me), self.rank, topo, self.counter,
+                    self.health, self.env.timeout)
+        self._comms.append(comm)
+        return comm
+
     @property
     def failure(self) -> PeerError | None:
         """The first failure of any of this session's communicators, None while the job is
