@@ -163,8 +163,10 @@ class PartitionDir:
             self.verify_part(part)
         return self._load_feat(part, self._entry(part)["num_core"])
 
-    def load_part(self, part: int, verify: bool = True) -> Partition:
-        """Reads part ``part``; with ``verify``, checks file sizes and checksums first."""
+    def load_part(self, part: int, verify: bool = True, features: bool = True) -> Partition:
+        """Reads part ``part``; with ``verify``, checks file sizes and checksums first;
+        without ``features``, its ``feat`` is an empty array of no columns (for a reader that
+        needs the structure and node data only: the features are the largest file)."""
         self._check_part(part)
         if verify:
             self.verify_part(part)
@@ -187,7 +189,8 @@ class PartitionDir:
         if not np.array_equal(cols["n.gid"], self.book.core_ids(part)):
             raise _ERR(f"{nf}: field 'gid' does not list the core ids the node book gives part "
                        f"{part}; the part does not belong to this manifest")
-        feat, feat_cols = self._load_feat(part, nc)
+        feat, feat_cols = (self._load_feat(part, nc) if features else
+                           (np.empty((0, 0), dtype=np.float32), (0, 0)))
         return Partition(part, cols["n.gid"], cols["n.orig_id"], cols["h.gid"], cols["h.orig_id"],
                          cols["e.src"], cols["e.dst"], cols["e.eid"], cols["n.label"],
                          cols["n.train"], cols["n.val"], cols["n.test"], feat, feat_cols)

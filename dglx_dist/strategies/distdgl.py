@@ -52,8 +52,8 @@ class DistDGLStrategy(MiniBatchStrategy):
         self.check_partitions(pdir, session.topology)
         self.session, self.pdir, self.num_nodes = session, pdir, pdir.num_nodes
         server = session.server_id
-        part = pdir.load_part(server)
         self._own_store = store is None
+        part = pdir.load_part(server, features=self._own_store)  # else the store has them
         self.store = store if store is not None else DistKVStore(session)
         if self._own_store:
             policy = RowPolicy(pdir.book)

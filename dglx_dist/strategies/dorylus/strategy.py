@@ -184,7 +184,7 @@ class DorylusStrategy(Strategy):
     def setup(self, session: Session, pdir: PartitionDir, store=None) -> None:
         self.check_partitions(pdir, session.topology)
         self.session, cfg, self._store = session, self.config, store
-        part = pdir.load_part(session.rank)
+        part = pdir.load_part(session.rank, features=store is None)  # else the store has them
         core = torch.from_numpy(part.core_gid)
         src = torch.from_numpy(part.local_gid)[torch.from_numpy(part.src)]
         dst = core[torch.from_numpy(part.dst)]

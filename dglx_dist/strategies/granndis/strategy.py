@@ -184,7 +184,7 @@ class GraNNDisStrategy(Strategy):
         self.check_partitions(pdir, session.topology)
         self.session, self._store, self.pdir = session, store, pdir
         self.group = session.server if self.config.scope == "server" else session.world
-        part = pdir.load_part(session.rank)
+        part = pdir.load_part(session.rank, features=store is None)  # else the store has them
         core = torch.from_numpy(part.core_gid)
         core_edges = (torch.from_numpy(part.local_gid)[torch.from_numpy(part.src)],
                       core[torch.from_numpy(part.dst)])
