@@ -214,7 +214,8 @@ def run_strategy(name: str, setup: Setup, extra: dict[str, list[str]],
     """``dglx train --strategy name`` on the emulated cluster or on virtual servers; its
     records made a row by ``summary``."""
     options = strategy_options(name, setup, extra)
-    partition_first(name, setup, options)
+    if "--partitions" not in setup.train_flags:
+        partition_first(name, setup, options)
     t0, launched = time.perf_counter(), time.time()
     stdout = launch(setup, ["-m", "dglx_dist", *train_command(name, setup, options)])
     records = parse_records(stdout)
