@@ -1,34 +1,91 @@
 """Memory measurement: a process's peak resident memory and the bytes autograd saves for
-backward (reported as ``peak_rss_mb`` and ``peak_saved_mb``), and the up-front refusal of work
-whose estimated peak does not fit (:func:`check_memory`)."""
+backward (reported as ``peak_rss_mb`` and ``peak_saved_mb``); the up-front refusal of work
+whose estimated peak does not fit (:func:`check_memory`); and the measured model of a rank's
+peak as the graph grows (:class:`MemoryModel`)."""
 from __future__ import annotations
 
+import dataclasses
+import math
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import psutil
 
-from dglx_dist.errors import InsufficientMemoryError
+from dglx_dist.errors import InsufficientMemoryError, InvalidValueError
 
-__all__ = ["PeakRSS", "SavedBytes", "check_memory", "peak_rss_bytes"]
+__all__ = ["MemoryModel", "PeakRSS", "SavedBytes", "check_memory", "peak_rss_bytes"]
 
 _MB = 1 << 20
 
 
-def check_memory(estimate: int, limit: int | None, what: str, advice: str) -> None:
+def check_memory(estimate: int, limit: int | None, what: str,
+                 advice: str | Callable[[int], str]) -> None:
     """Refuses ``what`` when its estimated peak exceeds ``limit`` (None: the memory available
-    now), naming both and what to do instead (``advice``).
+    now), naming both and what to do instead: ``advice``, or what ``advice(limit_bytes)``
+    returns (called only when refusing, for advice that takes work to find).
 
     Raises:
-        InsufficientMemoryError: with the estimate, the limit and ``advice`` in the message.
+        InsufficientMemoryError: with the estimate, the limit and the advice in the message.
     """
     available = psutil.virtual_memory().available if limit is None else int(limit)
     if estimate > available:
         raise InsufficientMemoryError(
             f"{what} needs about {estimate / _MB:,.0f} MiB at its peak but only "
             f"{available / _MB:,.0f} MiB {'is available' if limit is None else 'is allowed'}; "
-            f"{advice}")
+            f"{advice if isinstance(advice, str) else advice(available)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryModel:
+    """A rank's peak resident bytes as the graph grows, fitted to measured peaks: ``base +
+    per_node x nodes/W + per_edge x edges/W`` for a graph of ``nodes`` and ``edges`` trained by
+    ``W`` ranks (``scripts/cluster_model.py memory`` measures and fits it; the strategies'
+    fits are their ``memory_model``). It knows the graph's size only: not the feature width,
+    the model or the batch it was measured with.
+
+    Attributes:
+        base: bytes a rank holds whatever the graph (Python, torch, DGL, buffers).
+        per_node: bytes per node of the rank's share of the graph.
+        per_edge: bytes per edge of the rank's share.
+    """
+
+    base: float
+    per_node: float
+    per_edge: float
+
+    def __post_init__(self):
+        values = (self.base, self.per_node, self.per_edge)
+        if not all(math.isfinite(v) and v >= 0 for v in values):
+            raise InvalidValueError(f"MemoryModel{values}: base, per_node and per_edge must be "
+                                    "finite numbers >= 0")
+
+    def peak(self, nodes: float, edges: float, world: int) -> float:
+        """Peak bytes of one of ``world`` ranks training a graph of ``nodes`` and ``edges``."""
+        return self.base + (self.per_node * nodes + self.per_edge * edges) / world
+
+    def largest_nodes(self, degree: float, budget: float, world: int) -> int | None:
+        """Nodes of the largest graph with ``degree`` edges per node whose ``world`` ranks fit
+        in ``budget`` bytes together; None when it does not grow with the graph."""
+        slope = self.per_node + self.per_edge * degree
+        if slope <= 0:
+            return None
+        return max(0, int((budget / world - self.base) * world / slope))
+
+    def fewest_servers(self, nodes: float, edges: float, ranks: int,
+                       budget: float) -> int | None:
+        """The fewest servers of ``ranks`` ranks each whose ranks fit together in ``budget``
+        bytes on every server, training a graph of ``nodes`` and ``edges``; None when the
+        ranks' base alone does not fit."""
+        room = budget - ranks * self.base
+        if room <= 0:
+            return None
+        return max(1, math.ceil((self.per_node * nodes + self.per_edge * edges) / room))
+
+    def public(self) -> dict[str, Any]:
+        """The fit as the docs' tables show it (MiB, bytes per node, bytes per edge)."""
+        return {"base_mb": round(self.base / _MB), "bytes_per_node": round(self.per_node),
+                "bytes_per_edge": round(self.per_edge, 1)}
 
 
 def peak_rss_bytes() -> int:

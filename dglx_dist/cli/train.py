@@ -22,10 +22,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from dglx_dist.checkpoint import Checkpointing
     from dglx_dist.models import MODELS
     from dglx_dist.partition import PartitionDir
-    from dglx_dist.prepare import check_partitions_of, ensure_partitions, resolve_dataset
+    from dglx_dist.prepare import ensure_partitions
     from dglx_dist.runtime import init
     from dglx_dist.runtime.env import read_env
-    from dglx_dist.runtime.topology import Topology
     from dglx_dist.strategies import STRATEGIES
     from dglx_dist.trainer import Trainer
 
@@ -33,13 +32,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     strategy = STRATEGIES.build(args.strategy, **parse_key_values(args.strategy_opt,
                                                                   "--strategy-opt"))
     env = read_env()
-    if args.partitions is not None:
-        if args.data is not None:
-            check_partitions_of(args.partitions, args.data)
-        strategy.check_partitions(PartitionDir(args.partitions),
-                                  Topology(env.num_servers, env.ranks_per_server))
-    else:
-        resolve_dataset(args.data or "cora")
+    _check_before_start(args, strategy, env)
     with init(backend=args.backend, env=env) as session:
         parts = args.partitions or ensure_partitions(args.data or "cora", strategy, session,
                                                      args.cache_dir)
@@ -65,6 +58,28 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_before_start(args: argparse.Namespace, strategy, env) -> None:
+    """The refusals of a node-task run that need the strategy and the launch environment:
+    partitions that do not fit them, and a job whose memory estimate does not fit this
+    machine (:func:`~dglx_dist.strategies.footprint.check_job_memory`)."""
+    from dglx_dist.data import read_meta
+    from dglx_dist.partition import PartitionDir
+    from dglx_dist.prepare import check_partitions_of, resolve_dataset
+    from dglx_dist.runtime.topology import Topology
+    from dglx_dist.strategies.footprint import JobSize, check_job_memory
+
+    if args.partitions is not None:
+        if args.data is not None:
+            check_partitions_of(args.partitions, args.data)
+        graph = PartitionDir(args.partitions)
+        strategy.check_partitions(graph, Topology(env.num_servers, env.ranks_per_server))
+    else:
+        graph = read_meta(resolve_dataset(args.data or "cora"))
+    check_job_memory(strategy, JobSize(graph.num_nodes, graph.num_edges, env.world_size,
+                                       env.local_world_size),
+                     args.memory_limit, override="--memory-limit BYTES")
+
+
 def _cmd_train_link(args: argparse.Namespace, train: TrainConfig) -> int:
     """``--task link``: dglx_dist.tasks.link on the dataset's edges."""
     import torch
@@ -77,12 +92,14 @@ def _cmd_train_link(args: argparse.Namespace, train: TrainConfig) -> int:
     from dglx_dist.strategies import STRATEGIES
     from dglx_dist.tasks.link import LinkConfig, train_link
 
-    for flag, value in (("--partitions", args.partitions), ("--checkpoint-dir",
-                                                             args.checkpoint_dir)):
+    for flag, value, why in (
+            ("--partitions", args.partitions, "it partitions the training graph it splits off "
+                                              "--data"),
+            ("--checkpoint-dir", args.checkpoint_dir, "it keeps no checkpoints"),
+            ("--memory-limit", args.memory_limit, "its memory is not estimated: the strategies' "
+                                                  "memory fits were measured on node training")):
         if value is not None:
-            raise InvalidValueError(f"{flag} is not supported with --task link (it partitions "
-                                    "the training graph it splits off --data, and keeps no "
-                                    "checkpoints)")
+            raise InvalidValueError(f"{flag} is not supported with --task link ({why})")
     strategy = STRATEGIES.build(args.strategy, **parse_key_values(args.strategy_opt,
                                                                   "--strategy-opt"))
     graph = to_dgl(read_dataset(resolve_dataset(args.data or "cora")))
@@ -149,6 +166,10 @@ def _add_train(p: argparse.ArgumentParser) -> None:
                         "(a saved-tensor hook on every forward; off by default)")
     p.add_argument("--resume", action="store_true",
                    help="continue from the newest intact checkpoint in --checkpoint-dir")
+    p.add_argument("--memory-limit", type=number(int, 1), default=None, metavar="BYTES",
+                   help="refuse before starting when the strategy's estimated peak for this "
+                        "machine's ranks exceeds this (default: the memory available now; "
+                        "node task only)")
 
 
 # name: (help, add the arguments, run)

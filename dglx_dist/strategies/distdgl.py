@@ -22,6 +22,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from dglx_dist.kvstore import DistKVStore, RowPolicy
+from dglx_dist.memory import MemoryModel
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
@@ -37,6 +38,9 @@ class DistDGLStrategy(MiniBatchStrategy):
     """METIS partitions + HALO, distributed sampling, KVStore features, DDP."""
 
     feature_layout = "rows"
+    # peak RSS per rank fitted at 3 graph sizes, docs/cluster_model.md "Memory per rank":
+    # 2 servers x 1 rank, F=128, GCN hidden 64, fanouts 10,25, batch 1000 (2026-11-24)
+    memory_model = MemoryModel(base=826 * 2**20, per_node=2780, per_edge=273.1)
 
     @dataclasses.dataclass(frozen=True)
     class Config(MiniBatchConfig):

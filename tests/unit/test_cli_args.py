@@ -1,6 +1,7 @@
 """`dglx train` refuses bad arguments before any process group or partitioning work: one line
 naming the flag or directory and what was expected, exit status 2."""
 import dataclasses
+import re
 
 import pytest
 
@@ -71,3 +72,22 @@ def test_partitions_that_do_not_fit_the_strategy_are_refused(tiny, tmp_path, cap
     assert "stores features as rows (partitioner 'hash'); strategy 'p3' needs columns" \
         in caplog.text
 
+
+
+def test_a_job_whose_memory_estimate_does_not_fit_is_refused_before_it_starts(tmp_path, caplog,
+                                                                            capsys):
+    """`--memory-limit 1000000` (1 MB) is below any strategy's base: one ERROR line with the
+    estimate and the limit, exit status 2, nothing partitioned and no metrics (the default
+    limit, the memory available, trains Cora: tests/e2e/test_train.py)."""
+    cache = tmp_path / "cache"
+    assert main(["train", "--data", "cora", "--memory-limit", "1000000",
+                 "--cache-dir", str(cache)]) == 2
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "\n" not in errors[0], errors
+    assert re.search(r"InsufficientMemoryError: training with strategy 'distdgl' on 2,708 "
+                     r"nodes and 10,556 edges \(about [\d,]+ MiB a rank .* x 1 rank on this "
+                     r"machine\) needs about [\d,]+ MiB at its peak but only 1 MiB is allowed; "
+                     r".*or set --memory-limit BYTES", errors[0]), errors[0]
+    assert not cache.exists() and capsys.readouterr().out == ""
+    assert main(["train", "--task", "link", "--memory-limit", "1000000"]) == 2
+    assert "--memory-limit is not supported with --task link" in caplog.text

@@ -1,17 +1,16 @@
 """How a rank's memory grows with the graph: each strategy's peak resident memory per rank,
 measured at several graph sizes, fitted as ``base + a x nodes per rank + b x edges per rank``,
 and the largest graph of a given degree that fits a machine (``scripts/cluster_model.py
-memory``)."""
+memory``). The fit is a :class:`dglx_dist.memory.MemoryModel`, the form in which each strategy
+carries its own measured fit (``Strategy.memory_model``) for ``dglx train``'s refusal."""
 from __future__ import annotations
-
-import dataclasses
-from typing import Any
 
 import numpy as np
 
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.memory import MemoryModel
 
-__all__ = ["MemoryFit", "fit_memory", "parse_sizes"]
+__all__ = ["fit_memory", "parse_sizes"]
 
 MB = 1 << 20
 
@@ -28,31 +27,7 @@ def parse_sizes(text: str) -> list[tuple[int, int]]:
     return sizes
 
 
-@dataclasses.dataclass(frozen=True)
-class MemoryFit:
-    """Peak resident bytes of one rank: ``base + per_node x nodes/W + per_edge x edges/W``."""
-
-    base: float
-    per_node: float
-    per_edge: float
-
-    def peak(self, nodes: float, edges: float, world: int) -> float:
-        return self.base + (self.per_node * nodes + self.per_edge * edges) / world
-
-    def largest_nodes(self, degree: float, budget: float, world: int) -> int | None:
-        """Nodes of the largest graph with ``degree`` edges per node whose ``world`` ranks fit
-        in ``budget`` bytes together; None when it does not grow with the graph."""
-        slope = self.per_node + self.per_edge * degree
-        if slope <= 0:
-            return None
-        return max(0, int((budget / world - self.base) * world / slope))
-
-    def public(self) -> dict[str, Any]:
-        return {"base_mb": round(self.base / MB), "bytes_per_node": round(self.per_node),
-                "bytes_per_edge": round(self.per_edge, 1)}
-
-
-def fit_memory(points: list[tuple[float, float, float]]) -> MemoryFit:
+def fit_memory(points: list[tuple[float, float, float]]) -> MemoryModel:
     """The least-squares fit of ``(nodes per rank, edges per rank, peak bytes)`` points, every
     coefficient at least 0 (scipy's non-negative least squares: noise in a few measured peaks
     must not make a node cost negative bytes). Columns are scaled to unit size for the solver."""
@@ -63,4 +38,4 @@ def fit_memory(points: list[tuple[float, float, float]]) -> MemoryFit:
     scale = np.abs(a).max(axis=0)
     coef, _ = nnls(a / scale, y)
     base, per_node, per_edge = coef / scale
-    return MemoryFit(float(base), float(per_node), float(per_edge))
+    return MemoryModel(float(base), float(per_node), float(per_edge))

@@ -46,6 +46,7 @@ from tqdm.auto import tqdm
 
 from dglx_dist.convs import ConvWrapper, adapter_for, graph_convs
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.memory import MemoryModel
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.autograd import GradientSync, halo_exchange
 from dglx_dist.runtime.comm import Comm
@@ -64,6 +65,9 @@ __all__ = ["GraNNDisStrategy", "HaloConv"]
 
 log = logging.getLogger(__name__)
 _SCOPES = ("server", "world")
+# peak RSS per rank by scope, docs/cluster_model.md "Memory per rank" (2x1 ranks, F=128, GCN 64)
+_FITS = {"server": MemoryModel(base=872 * 2**20, per_node=12313, per_edge=162.3),  # granndis
+         "world": MemoryModel(base=759 * 2**20, per_node=7242, per_edge=169.2)}  # fullgraph
 
 
 class HaloConv(ConvWrapper):
@@ -114,6 +118,7 @@ class GraNNDisStrategy(Strategy):
     feature_layout = "rows"
     held_rows = frozenset({"feat"})
     link_prediction = True
+    memory_model = _FITS["server"]  # scope 'world' (fullgraph: nothing preloaded) in __init__
 
     @dataclasses.dataclass(frozen=True)
     class Config:
@@ -157,6 +162,7 @@ class GraNNDisStrategy(Strategy):
         super().__init__(config)
         self.co_batches = max(config.co_batches, 1)
         self.full_graph = self.co_batches == 1
+        self.memory_model = _FITS[config.scope]
         self._mean_pass = False  # set by a pair step's output in backward, read after it
 
     def with_layers(self, num_layers: int, batches: int | None = None) -> "GraNNDisStrategy":

@@ -38,6 +38,7 @@ from torch.nn.parallel import DistributedDataParallel
 from dglx_dist.convs import adapter_for, first_conv
 from dglx_dist.errors import InvalidValueError, StateError
 from dglx_dist.kvstore.policy import rows_at
+from dglx_dist.memory import MemoryModel
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.autograd import GradientSync
 from dglx_dist.runtime.session import Session
@@ -90,6 +91,9 @@ class P3Strategy(MiniBatchStrategy):
     feature_layout = "columns"
     held_rows = frozenset({"feat"})
     lookahead = False  # the pipeline runs layer 1 ahead itself and needs steps in turn
+    # peak RSS per rank fitted at 3 graph sizes, docs/cluster_model.md "Memory per rank":
+    # 2 servers x 1 rank, F=128, GCN hidden 64, fanouts 10,25, batch 1000 (2026-11-24)
+    memory_model = MemoryModel(base=858 * 2**20, per_node=0, per_edge=410.5)
 
     @dataclasses.dataclass(frozen=True)
     class Config(MiniBatchConfig):

@@ -1,0 +1,128 @@
+"""Whether a training job fits in memory, asked before it starts: the strategy's measured
+per-rank model (``Strategy.memory_model``, a :class:`~dglx_dist.memory.MemoryModel`) applied
+to the job's graph and ranks, summed over the ranks that share this machine's memory.
+
+The built-in fits were measured at one feature width (F = 128), one model (a 2-layer GCN of
+hidden 64) and each strategy's default options; they know the graph's size only, and one size
+up they were from 8% under to 41% over the measured peaks (docs/cluster_model.md, "Memory per
+rank"). A refusal is therefore an estimate, and ``dglx train --memory-limit`` overrides it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from dglx_dist.errors import DglxError, InvalidValueError
+from dglx_dist.memory import MemoryModel, check_memory
+from dglx_dist.strategies.base import STRATEGIES, Strategy
+
+__all__ = ["JobSize", "check_job_memory", "peak_per_rank"]
+
+log = logging.getLogger(__name__)
+_MB = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSize:
+    """What a training job's memory estimate needs to know of it.
+
+    Attributes:
+        nodes: nodes of the graph.
+        edges: edges of the graph (directed, as the dataset lists them).
+        world: ranks in the job (servers x ranks per server).
+        ranks_here: ranks on this machine, which share its memory.
+    """
+
+    nodes: int
+    edges: int
+    world: int
+    ranks_here: int
+
+    def __post_init__(self):
+        if min(self.nodes, self.edges) < 0 or not 1 <= self.ranks_here <= self.world:
+            raise InvalidValueError(f"JobSize(nodes={self.nodes}, edges={self.edges}, world="
+                                    f"{self.world}, ranks_here={self.ranks_here}): expected "
+                                    "nodes, edges >= 0 and 1 <= ranks_here <= world")
+
+
+def peak_per_rank(strategy: Strategy, job: JobSize) -> float | None:
+    """The estimated peak resident bytes of one of ``job``'s ranks under ``strategy``; None
+    when the strategy has no ``memory_model``."""
+    model: MemoryModel | None = strategy.memory_model
+    return None if model is None else model.peak(job.nodes, job.edges, job.world)
+
+
+def check_job_memory(strategy: Strategy, job: JobSize, limit: int | None,
+                     override: str = "a larger limit") -> None:
+    """Refuses to train ``strategy`` on ``job`` when the estimated peak of this machine's ranks
+    together exceeds ``limit`` bytes (None: the memory available now). A strategy without a
+    memory model is not checked.
+
+    Args:
+        override: how the caller's user sets the limit, for the advice (``dglx train``:
+            ``--memory-limit BYTES``).
+
+    Raises:
+        InsufficientMemoryError: one line naming the strategy, the estimate per rank and for
+            this machine's ranks, the graph, the limit, and what to do: more servers (how
+            many, when the fit says), the registered strategy with the smallest estimate,
+            or ``override``.
+    """
+    per_rank = peak_per_rank(strategy, job)
+    name = _name(strategy)
+    if per_rank is None:
+        log.debug("strategy %r has no memory model: its memory is not checked", name)
+        return
+    here = job.ranks_here
+    what = (f"training with strategy {name!r} on {job.nodes:,} nodes and {job.edges:,} edges "
+            f"(about {per_rank / _MB:,.0f} MiB a rank by its fit measured at F=128, x "
+            f"{_ranks(here)} on this machine)")
+    check_memory(round(per_rank * here), limit, what,
+                 lambda budget: _advice(strategy, job, budget, per_rank, override))
+
+
+def _advice(strategy: Strategy, job: JobSize, budget: int, per_rank: float,
+            override: str) -> str:
+    """What to do instead: how many servers would do, the strategy that needs the least and
+    whether it fits, or the override."""
+    model, here = strategy.memory_model, job.ranks_here
+    servers = model.fewest_servers(job.nodes, job.edges, here, budget)
+    if servers is None:
+        tips = [f"more servers do not help (a rank's base alone is about "
+                f"{model.base / _MB:,.0f} MiB)"]
+    else:
+        tips = [f"use more servers (by this estimate {servers} machines of {_ranks(here)} "
+                f"each would fit)"]
+    least = _least(job)
+    if least is None or least[1] >= per_rank:
+        tips.append(f"no registered strategy needs less than {_name(strategy)!r} here")
+    else:
+        name, peak = least
+        total = "" if here == 1 else f", {peak * here / _MB:,.0f} MiB for the {_ranks(here)} here"
+        fits = "fits" if peak * here <= budget else "does not fit either"
+        tips.append(f"or a strategy that needs less (the least is {name!r}: about "
+                    f"{peak / _MB:,.0f} MiB a rank{total}, which {fits})")
+    return "; ".join([*tips, f"or set {override} if you know the job fits"])
+
+
+def _least(job: JobSize) -> tuple[str, float] | None:
+    """The registered strategy (built with its defaults) whose estimate for ``job`` is the
+    smallest, with that estimate; None when none has a model."""
+    best = None
+    for name in STRATEGIES.names():
+        try:
+            other = STRATEGIES.build(name)
+        except DglxError:  # a plug-in that needs options to be built: not a candidate
+            continue
+        peak = peak_per_rank(other, job)
+        if peak is not None and (best is None or peak < best[1]):
+            best = (name, peak)
+    return best
+
+
+def _name(strategy: Strategy) -> str:
+    return strategy.registered_name or type(strategy).__name__
+
+
+def _ranks(count: int) -> str:
+    return f"{count} rank{'s' if count != 1 else ''}"

@@ -1,0 +1,86 @@
+"""The memory estimate `dglx train` checks before it starts: each strategy's measured
+per-rank model (the numbers of docs/cluster_model.md) and the one-line refusal."""
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from dglx_dist.errors import InsufficientMemoryError, InvalidValueError
+from dglx_dist.memory import MemoryModel
+from dglx_dist.strategies import STRATEGIES
+from dglx_dist.strategies.footprint import JobSize, check_job_memory, peak_per_rank
+
+ROOT = Path(__file__).resolve().parents[2]
+PRODUCTS = dict(nodes=2_449_029, edges=61_859_140)  # ogbn-products' size
+MB = 1 << 20
+
+
+def _docs_fits() -> dict[str, dict]:
+    """The fits table of docs/cluster_model.md's "Memory per rank", by strategy."""
+    text = (ROOT / "docs" / "cluster_model.md").read_text()
+    section = text.split("## Memory per rank")[1].split("\n## ")[0]
+    rows = [line.strip("|").split("|") for line in section.splitlines()
+            if line.startswith("| ") and not line.startswith("| strategy")]
+    return {cells[0].strip(): {"base_mb": int(cells[4]), "bytes_per_node": int(cells[5]),
+                               "bytes_per_edge": float(cells[6])} for cells in rows}
+
+
+def test_every_builtin_strategy_carries_the_measured_fit_of_the_docs():
+    fits = _docs_fits()
+    assert set(fits) == {"distdgl", "p3", "fullgraph", "granndis", "dorylus"}
+    for name, fit in fits.items():
+        assert STRATEGIES.build(name).memory_model.public() == fit, name
+    # granndis's class carries its own; an instance with the whole job as one group is
+    # fullgraph, whatever name built it
+    assert STRATEGIES.get("granndis").memory_model.public() == fits["granndis"]
+    assert STRATEGIES.build("granndis", scope="world").memory_model.public() == \
+        fits["fullgraph"]
+
+
+def test_the_estimate_is_the_fit_at_the_jobs_share_of_the_graph():
+    job = JobSize(**PRODUCTS, world=2, ranks_here=2)
+    expected = 872 * MB + (12313 * PRODUCTS["nodes"] + 162.3 * PRODUCTS["edges"]) / 2
+    assert peak_per_rank(STRATEGIES.build("granndis"), job) == pytest.approx(expected)
+    model = MemoryModel(base=800 * MB, per_node=1000, per_edge=100)
+    servers = model.fewest_servers(1e6, 2e7, ranks=2, budget=4e9)
+    fits = [2 * model.peak(1e6, 2e7, 2 * s) <= 4e9 for s in (servers - 1, servers)]
+    assert fits == [False, True]
+    assert model.fewest_servers(1e6, 2e7, ranks=8, budget=4e9) is None  # 8 bases exceed it
+    with pytest.raises(InvalidValueError, match="must be finite numbers >= 0"):
+        MemoryModel(base=-1, per_node=0, per_edge=math.nan)
+
+
+def test_a_job_over_the_limit_is_refused_in_one_line_with_the_numbers():
+    """Products under granndis, 2 ranks on one server, a 20 GB limit: the estimate per rank
+    and for the server's ranks, the graph, the limit, and what to do instead."""
+    job = JobSize(**PRODUCTS, world=2, ranks_here=2)
+    with pytest.raises(InsufficientMemoryError) as exc:
+        check_job_memory(STRATEGIES.build("granndis"), job, 20_000_000_000,
+                         override="--memory-limit BYTES")
+    text = str(exc.value)
+    assert "\n" not in text
+    for part in ("strategy 'granndis' on 2,449,029 nodes and 61,859,140 edges",
+                 "about 20,038 MiB a rank", "x 2 ranks on this machine",
+                 "needs about 40,077 MiB at its peak but only 19,073 MiB is allowed",
+                 "3 machines of 2 ranks each would fit",
+                 "the least is 'dorylus': about 11,660 MiB a rank, 23,320 MiB for the 2 ranks "
+                 "here, which does not fit either",
+                 "or set --memory-limit BYTES if you know the job fits"):
+        assert part in text, text
+
+
+def test_a_small_graph_fits_and_a_strategy_without_a_model_is_not_checked():
+    cora = JobSize(nodes=2708, edges=10556, world=2, ranks_here=2)
+    for name in STRATEGIES.names():
+        check_job_memory(STRATEGIES.build(name), cora, 4 * 2**30)
+    unmeasured = STRATEGIES.build("distdgl")
+    unmeasured.memory_model = None
+    check_job_memory(unmeasured, cora, 1)
+    least = min(STRATEGIES.names(), key=lambda n: peak_per_rank(STRATEGIES.build(n), cora))
+    with pytest.raises(InsufficientMemoryError, match=re.escape(
+            "more servers do not help (a rank's base alone is about ")) as exc:
+        check_job_memory(STRATEGIES.build(least), cora, 1)
+    assert f"no registered strategy needs less than {least!r} here" in str(exc.value)
+    with pytest.raises(InvalidValueError, match="1 <= ranks_here <= world"):
+        JobSize(nodes=10, edges=10, world=2, ranks_here=4)
