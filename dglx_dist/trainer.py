@@ -84,12 +84,16 @@ class Batch:
 
 
 def _loader(graph: DistGraph, split: str, spec: LoaderSpec) -> DataLoader:
+    """The loader of ``split``'s nodes. Training looks one batch ahead (its rows travel while
+    the previous batch computes); evaluation, whose full neighbourhoods can reach most of
+    the graph in one batch, pulls one batch at a time, so its peak memory is one batch's."""
     from dgl.dataloading import NeighborSampler
 
     sampler = NeighborSampler(list(spec.fanouts), prefetch_node_feats=["feat"],
                               prefetch_labels=["label"])
     return DataLoader(graph, graph.ndata[f"{split}_mask"], sampler, batch_size=spec.batch_size,
-                      shuffle=spec.shuffle, drop_last=spec.drop_last, seed=spec.seed)
+                      shuffle=spec.shuffle, drop_last=spec.drop_last, seed=spec.seed,
+                      use_prefetch_thread=split == "train")
 
 
 class Trainer:
