@@ -214,7 +214,7 @@ def run_strategy(name: str, setup: Setup, extra: dict[str, list[str]],
     """``dglx train --strategy name`` on the emulated cluster or on virtual servers; its
     records made a row by ``summary``."""
     options = strategy_options(name, setup, extra)
-    if "--partitions" not in setup.train_flags:
+    if setup.train.task == "node" and "--partitions" not in setup.train_flags:
         partition_first(name, setup, options)
     t0, launched = time.perf_counter(), time.time()
     stdout = launch(setup, ["-m", "dglx_dist", *train_command(name, setup, options)])
@@ -225,19 +225,16 @@ def run_strategy(name: str, setup: Setup, extra: dict[str, list[str]],
 
 
 def partition_first(name: str, setup: Setup, options: list[str]) -> None:
-    """Makes the partitions ``dglx train`` will find in the setup's cache (in a child process,
-    whose memory is gone when the run starts), so that a run's start-up is the job's own, as
-    DGL's partitioning comes before its run."""
-    import multiprocessing
-
+    """Makes the partitions ``dglx train`` will find in the setup's cache, so that a run's
+    start-up is the job's own, as DGL's partitioning comes before its run (node task; a link
+    run partitions the training graph it splits off itself)."""
     from dglx_dist.cli_flags import parse_key_values
     from dglx_dist.prepare import partition_ahead
     from dglx_dist.runtime.topology import Topology
 
-    topology = Topology(setup.servers, setup.ranks_per_server)
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        pool.apply(partition_ahead, (str(setup.data), name, parse_key_values(options),
-                                     topology, str(setup.workdir.resolve() / "parts")))
+    partition_ahead(str(setup.data), name, parse_key_values(options),
+                    Topology(setup.servers, setup.ranks_per_server),
+                    str(setup.workdir.resolve() / "parts"))
 
 
 def train_command(name: str, setup: Setup, options: list[str]) -> list[str]:
