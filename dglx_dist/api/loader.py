@@ -39,7 +39,8 @@ from dglx_dist.strategies.steps import EdgeStep, LoaderSpec, Step, sampled_epoch
 __all__ = ["DataLoader", "DistNodeDataLoader", "DistEdgeDataLoader", "sampler_fanouts"]
 
 log = logging.getLogger(__name__)
-_IGNORED = ("device", "use_uva", "num_workers", "use_alternate_streams", "pin_prefetcher", "gpu_cache", "persistent_workers", "pin_memory", "prefetch_factor")
+_IGNORED = ("device", "use_uva", "num_workers", "use_alternate_streams", "pin_prefetcher",
+            "gpu_cache", "persistent_workers", "pin_memory", "prefetch_factor")
 
 
 def sampler_fanouts(sampler) -> tuple[int, ...]:

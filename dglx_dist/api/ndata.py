@@ -104,27 +104,27 @@ class NodeDataView:
         since its ranks step together)."""
         if collective:
             return self.start_rows(ids).wait()
-        held = self._held(ids)
-        if held is not None:
-            return held
+        if self._held_by_strategy():
+            held = self._g.strategy.local_rows(self.name, ids)
+            if held is not None:
+                return held
         return self._typed(self._stored().pull(self.name, ids, collective=False))
 
     def start_rows(self, ids: torch.Tensor, unique: bool = False) -> PullUnderWay:
         """:meth:`rows` with ``collective``, returned while the rows of other servers travel;
         ``wait()`` on the result gives them (``unique``: ``ids`` has no duplicates, e.g. a
-        block's input nodes, so they are not deduplicated first)."""
-        held = self._held(ids)
-        if held is not None:
-            return PullUnderWay(lambda: held)
+        block's input nodes, so they are not deduplicated first). A name the strategy may
+        hold itself is read by this rank alone, at once: ranks may differ in which of its
+        rows they hold, so no collective could be agreed on."""
+        if self._held_by_strategy():
+            rows = self.rows(ids)
+            return PullUnderWay(lambda: rows)
         pending = self._stored().start_pull(self.name, ids, dedup=not unique)
         return PullUnderWay(lambda: self._typed(pending.wait()))
 
-    def _held(self, ids: torch.Tensor) -> Any:
-        """The rows the strategy holds itself (None: the store has them)."""
+    def _held_by_strategy(self) -> bool:
         strategy = self._g.strategy
-        if strategy is not None and self.name in strategy.held_rows:
-            return strategy.local_rows(self.name, ids)
-        return None
+        return strategy is not None and self.name in strategy.held_rows
 
     def _stored(self):
         """The store that holds this name."""
