@@ -34,14 +34,21 @@ def _timed(obj: Any, name: str, phase: str, acc: dict[str, float]) -> None:
             acc[phase] = acc.get(phase, 0.0) + time.perf_counter() - t0
 
     setattr(obj, name, wrapper)
-    if name == "start_pull":  # the wait for the rest of a pull is the pull's too (what the
-        # loader's lookahead left of it after the previous step's compute)
-        def started(*a, **kw):
-            handle = wrapper(*a, **kw)
-            _timed(handle, "wait", phase, acc)
-            return handle
 
-        setattr(obj, name, started)
+
+def _timed_pull(store: Any, acc: dict[str, float]) -> None:
+    """Times ``store.start_pull`` and the wait of each pull it starts into ``acc["pull"]``
+    (the wait: what the loader's lookahead left of the transfer after the previous step's
+    compute)."""
+    _timed(store, "start_pull", "pull", acc)
+    start = store.start_pull
+
+    def started(*a, **kw):
+        handle = start(*a, **kw)
+        _timed(handle, "wait", "pull", acc)
+        return handle
+
+    store.start_pull = started
 
 
 def _our_trainer(args: argparse.Namespace, session, acc: dict[str, float]):
@@ -61,8 +68,8 @@ def _our_trainer(args: argparse.Namespace, session, acc: dict[str, float]):
                  dropout=args.dropout, row_normalize=args.row_normalize)
     trainer = Trainer(model, pdir, strategy, session=session, lr=args.lr,
                       weight_decay=args.weight_decay, progress=False)
+    _timed_pull(strategy.store, acc)
     for obj, name, phase in ((strategy.sampler, "sample_blocks", "sample"),
-                             (strategy.store, "start_pull", "pull"),
                              (trainer, "forward", "forward"),
                              (session.world, "all_reduce", "allreduce"),
                              (trainer.optimizer, "step", "optimizer"), (trainer, "step", "step")):

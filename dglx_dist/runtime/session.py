@@ -73,23 +73,18 @@ class Session:
         self._store = store
         self._closers: list[Callable[[], None]] = []
         topo = self.topology
-        server_groups = [dist.new_group(topo.server_ranks(s), timeout=timeout)
-                         for s in range(topo.num_servers)]
-        cross_groups = [dist.new_group(topo.cross_ranks(l), timeout=timeout)
-                        for l in range(topo.ranks_per_server)]
-        me_server, me_local = topo.server_of(self.rank), topo.local_rank_of(self.rank)
-        make = lambda name, group, members: Comm(name, group, members, self.rank, topo,  # noqa
-                                                 self.counter, self.health, env.timeout)
-        self.world = make("world", None, list(range(env.world_size)))
-        self.server = make("server", server_groups[me_server], topo.server_ranks(me_server))
-        self.cross = make("cross", cross_groups[me_local], topo.cross_ranks(me_local))
-        self._comms = [self.world, self.server, self.cross]
+        self.world = Comm("world", None, list(range(env.world_size)), self.rank, topo,
+                          self.counter, self.health, env.timeout)
+        self._comms = [self.world]
+        self.server = self._new_comm("server", topo.server_ranks, topo.num_servers,
+                                     topo.server_of(self.rank))
+        self.cross = self.new_cross_comm("cross")
         self.health.start()
         self._launcher = LauncherWatch(self.rank)  # the agent SIGKILLed: exit, not linger
         self._token: contextvars.Token | None = _CURRENT.set(self)
         self._install_exit_handlers()
         log.debug("rank %d/%d up: server %d of %d, local %d, backend %s", self.rank,
-                  self.world_size, me_server, topo.num_servers, me_local, backend)
+                  self.world_size, self.server_id, topo.num_servers, self.local_rank, backend)
 
     @property
     def server_id(self) -> int:
@@ -109,23 +104,25 @@ class Session:
         rank creates its groups in the same order), for collectives that run while other
         exchanges are under way on ``world`` (their order on each group stays the same on
         every rank)."""
-        group = dist.new_group(list(range(self.world_size)),
-                               timeout=datetime.timedelta(seconds=self.env.timeout))
-        comm = Comm(name, group, list(range(self.world_size)), self.rank, self.topology,
-                    self.counter, self.health, self.env.timeout)
-        self._comms.append(comm)
-        return comm
+        return self._new_comm(name, lambda _: list(range(self.world_size)), 1, 0)
 
     def new_cross_comm(self, name: str) -> Comm:
         """A communicator over this rank's ``cross`` ranks (the ranks with its local index on
         every server) on process groups of its own (collective, as :meth:`new_world_comm`):
         its exchanges do not queue behind another communicator's bytes on the same links
         (e.g. the sampler's requests behind the KVStore's rows under way)."""
-        topo, timeout = self.topology, datetime.timedelta(seconds=self.env.timeout)
-        groups = [dist.new_group(topo.cross_ranks(l), timeout=timeout)
-                  for l in range(topo.ranks_per_server)]
-        me = topo.local_rank_of(self.rank)
-        comm = Comm(name, groups[me], topo.cross_ranks(me), self.rank, topo, self.counter,
+        topo = self.topology
+        return self._new_comm(name, topo.cross_ranks, topo.ranks_per_server,
+                              topo.local_rank_of(self.rank))
+
+    def _new_comm(self, name: str, ranks_of: Callable[[int], list[int]], count: int,
+                  mine: int) -> Comm:
+        """A communicator over ``ranks_of(mine)``: one new process group per ``ranks_of(i)``,
+        ``i < count``, created by every rank in the same order (collective); one of the
+        communicators whose first failure is the session's :attr:`failure`."""
+        timeout = datetime.timedelta(seconds=self.env.timeout)
+        groups = [dist.new_group(ranks_of(i), timeout=timeout) for i in range(count)]
+        comm = Comm(name, groups[mine], ranks_of(mine), self.rank, self.topology, self.counter,
                     self.health, self.env.timeout)
         self._comms.append(comm)
         return comm
