@@ -230,11 +230,13 @@ def partition_first(name: str, setup: Setup, options: list[str]) -> None:
     run partitions the training graph it splits off itself)."""
     from dglx_dist.cli_flags import parse_key_values
     from dglx_dist.prepare import partition_ahead
+    from dglx_dist.runtime.allocator import release_free_memory
     from dglx_dist.runtime.topology import Topology
 
     partition_ahead(str(setup.data), name, parse_key_values(options),
                     Topology(setup.servers, setup.ranks_per_server),
                     str(setup.workdir.resolve() / "parts"))
+    release_free_memory()  # what partitioning freed would stay in this process's heap (GBs)
 
 
 def train_command(name: str, setup: Setup, options: list[str]) -> list[str]:

@@ -20,7 +20,7 @@ import logging
 
 from dglx_dist.errors import InvalidValueError
 
-__all__ = ["MALLOC_MODES", "configure_malloc"]
+__all__ = ["MALLOC_MODES", "configure_malloc", "release_free_memory"]
 
 log = logging.getLogger(__name__)
 MALLOC_MODES = ("keep", "system")
@@ -44,3 +44,14 @@ def configure_malloc(mode: str) -> bool:
     if not ok:
         log.warning("DGLX_MALLOC=keep: mallopt refused the setting; allocator left as it is")
     return ok
+
+
+def release_free_memory() -> bool:
+    """Hands the C heap's free pages back to the system (glibc's ``malloc_trim``), for a
+    process that goes on running after a large transient job (a launcher that partitioned a
+    graph before starting its trainers); returns whether any memory was released."""
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    if trim is None:
+        return False
+    trim.argtypes, trim.restype = (ctypes.c_size_t,), ctypes.c_int
+    return trim(0) == 1

@@ -106,3 +106,31 @@ def test_malloc_keep_reuses_freed_memory(mode):
         assert changed and faults < pages // 20, faults
     else:
         assert not changed and faults > pages // 2, faults
+
+
+_TRIM = """
+import ctypes, sys
+from dglx_dist.runtime.allocator import release_free_memory
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+malloc, free = ctypes.CDLL(None).malloc, ctypes.CDLL(None).free
+malloc.restype, malloc.argtypes, free.argtypes = ctypes.c_void_p, (ctypes.c_size_t,), (ctypes.c_void_p,)
+blocks = [malloc(64 * 1024) for _ in range(4096)]  # 256 MiB of heap, below the mmap threshold
+for b in blocks:
+    ctypes.memset(b, 1, 64 * 1024)
+for b in blocks[:-1]:  # the last block pins the heap's top: free() alone cannot shrink it
+    free(b)
+before = rss()
+released = release_free_memory()
+print(released, before, rss())
+"""
+
+
+def test_release_free_memory_returns_the_heap():
+    """What a launcher freed after partitioning stays resident in glibc's heap (a live block
+    above it keeps the top from shrinking); releasing hands those pages back."""
+    out = subprocess.run([sys.executable, "-c", _TRIM], capture_output=True, text=True,
+                         check=True).stdout.split()
+    released, before, after = out[0] == "True", int(out[1]), int(out[2])
+    assert released and before - after > 200 * 2**20, (before, after)

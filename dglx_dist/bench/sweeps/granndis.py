@@ -23,7 +23,8 @@ __all__ = ["PRESETS", "SYSTEMS", "add_derived", "checks", "depth_sweep", "main",
 
 log = logging.getLogger("dglx_dist.bench")
 # (num_nodes, num_edges, epochs)
-PRESETS = sweep_presets(128, tiny=(20_000, 300_000, 5), small=(200_000, 4_000_000, 4))
+PRESETS = sweep_presets(128, tiny=(20_000, 300_000, 5), small=(200_000, 4_000_000, 4),
+                        **{"1m": (1_000_000, 20_000_000, 2)})
 SYSTEMS = ("granndis", "fullgraph", "distdgl")
 
 

@@ -20,9 +20,8 @@ __all__ = ["PRESETS", "checks", "main", "parse_args", "plot", "run", "sweeps"]
 
 log = logging.getLogger("dglx_dist.bench")
 # (num_nodes, num_edges, epochs)  # feat_dim: each run's own
-PRESETS = sweep_presets(64, tiny=(20_000, 300_000, 3), small=(100_000, 1_500_000, 3))
-
-
+PRESETS = sweep_presets(64, tiny=(20_000, 300_000, 3), small=(100_000, 1_500_000, 3),
+                        **{"1m": (1_000_000, 20_000_000, 2)})
 
 
 def run(args: argparse.Namespace, strategy: str, data: Path, hidden: int) -> dict[str, Any]:
