@@ -1,6 +1,7 @@
 """Benchmark: granndis against the full-graph baseline and distdgl (GraNNDis's evaluation shape).
 
-Every run is ``dglx train`` under torchrun with 4 processes as 2 virtual servers x 2 ranks,
+Every run is ``dglx train`` under torchrun with 4 processes as 2 servers x 2 ranks (virtual
+servers on loopback, or ``--network 1g|10g``: the emulated cluster's links),
 training ResGCN+ (GraphConv, hidden ``--hidden``, dropout 0.5, Adam) on a synthetic DC-SBM
 graph; each strategy partitions it its own way (cached):
 

@@ -1,6 +1,7 @@
 """Benchmark: strategies side by side on the same synthetic graphs (P3's evaluation shape).
 
-Every run is ``dglx train`` under torchrun with 4 processes as 2 virtual servers x 2 ranks, the
+Every run is ``dglx train`` under torchrun with 4 processes as 2 servers x 2 ranks (virtual
+servers on loopback, or ``--network 1g|10g``: the emulated cluster's links), the
 same 2-layer GraphSAGE (mean), fanouts 10,25 (25 neighbours of a seed, then 10 of each: P3's
 "(25,10)"), batch 1000 per rank, Adam; each strategy partitions the dataset its own way
 (cached). Two sweeps:

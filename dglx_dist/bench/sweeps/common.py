@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from dglx_dist.bench.harness import Setup
-from dglx_dist.bench.presets import ScriptPreset
+from dglx_dist.bench.presets import ScriptPreset, choose_network
 from dglx_dist.train_config import TrainConfig
 
 __all__ = ["add_common", "emit_json", "emit_text", "parse_with_preset", "run_script",
@@ -24,11 +24,13 @@ NUM_CLASSES = 16
 
 def add_common(p: argparse.ArgumentParser, workdir: str,
                plot_help: str = "write a PNG here") -> None:
-    """``--workdir --out --plot --timeout --seed``."""
+    """``--workdir --out --plot --timeout --network --seed``."""
     p.add_argument("--workdir", type=Path, default=Path(workdir))
     p.add_argument("--out", type=Path, help="also write the JSON here")
     p.add_argument("--plot", type=Path, help=plot_help)
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
+    p.add_argument("--network", choices=("virtual", "1g", "10g"), default="virtual",
+                   help="virtual servers on loopback, or the emulated cluster's links")
     p.add_argument("--seed", type=int, default=0)
 
 
@@ -61,11 +63,13 @@ def sweep_dataset(presets: dict[str, ScriptPreset], args: argparse.Namespace,
 
 def sweep_setup(args: argparse.Namespace, data: Path, train: dict[str, Any],
                 **fields: Any) -> Setup:
-    """A run of a sweep: ``data`` on virtual servers, ``args``' work directory and timeout,
+    """A run of a sweep: ``data`` on ``args``' network (virtual servers unless it says an
+    emulated link), its work directory and timeout,
     the training config of ``train`` (seed 0, validated every epoch unless it says otherwise),
     ``fields`` for the rest of the setup."""
     config = TrainConfig(**{"seed": 0, "eval_every": 1} | train)
-    return Setup(data=data, num_classes=NUM_CLASSES, train=config, network="virtual",
+    return Setup(data=data, num_classes=NUM_CLASSES, train=config,
+                 network=choose_network(args.network),
                  timeout=args.timeout, workdir=args.workdir, **fields)
 
 

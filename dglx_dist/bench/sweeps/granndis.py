@@ -1,8 +1,8 @@
 """GraNNDis's sweeps, granndis against the full-graph baseline and distdgl on deep ResGCN+
 (``scripts/bench_granndis.py``, whose docstring says what is measured; ``dglx bench
 --sweeps granndis`` runs the depth sweep). Every run is
-:func:`~dglx_dist.bench.harness.run_strategy` on 2 virtual servers x 2 ranks with
-``--measure-saved-bytes``."""
+:func:`~dglx_dist.bench.harness.run_strategy` on 2 servers x 2 ranks (virtual,
+or the emulated cluster with ``--network``) with ``--measure-saved-bytes``."""
 from __future__ import annotations
 
 import argparse
@@ -195,7 +195,8 @@ def main(argv: list[str] | None = None, description: str = "") -> int:
     data = sweep_dataset(PRESETS, args, args.feat_dim)
     rows = depth_sweep(args, data)
     mem = memory_sweep(args, data) if args.mem_depths else []
-    result = {"preset": args.preset, "ranks": "2 virtual servers x 2", "cpus": os.cpu_count(),
+    result = {"preset": args.preset, "ranks": "2 servers x 2", "network": args.network,
+              "cpus": os.cpu_count(),
               "graph": {k: getattr(args, k) for k in ("num_nodes", "num_edges", "feat_dim")},
               "runs": rows, "memory": mem, "checks": checks(rows, mem, args)}
     emit_json(result, args.out)

@@ -1,7 +1,7 @@
 """P3's sweeps, distdgl against p3 as the feature width and the hidden width grow
 (``scripts/bench_strategies.py``, whose docstring says what is measured; ``dglx bench
---sweeps p3``). Every run is :func:`~dglx_dist.bench.harness.run_strategy` on 2 virtual
-servers x 2 ranks."""
+--sweeps p3``). Every run is :func:`~dglx_dist.bench.harness.run_strategy` on 2 servers x 2
+ranks (virtual, or the emulated cluster with ``--network``)."""
 from __future__ import annotations
 
 import argparse
@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None, description: str = "") -> int:
     """Runs both sweeps; writes the JSON result and the markdown tables to stdout."""
     args = parse_args(argv, description)
     by_feature, by_hidden = sweeps(args)
-    result = {"preset": args.preset, "ranks": "2 virtual servers x 2", "cpus": os.cpu_count(),
+    result = {"preset": args.preset, "ranks": "2 servers x 2", "network": args.network,
+              "cpus": os.cpu_count(),
               "by_feature": by_feature, "by_hidden": by_hidden,
               "checks": checks(by_feature, by_hidden, args)}
     emit_json(result, args.out)
