@@ -46,12 +46,15 @@ def configure_malloc(mode: str) -> bool:
     return ok
 
 
-def release_free_memory() -> bool:
-    """Hands the C heap's free pages back to the system (glibc's ``malloc_trim``), for a
-    process that goes on running after a large transient job (a launcher that partitioned a
-    graph before starting its trainers); returns whether any memory was released."""
+def release_free_memory() -> None:
+    """Hands freed memory back to the system, for a process that goes on running after a
+    large transient job (a launcher that partitioned a graph before starting its trainers):
+    pyarrow's memory pool keeps what Parquet reads and writes freed, and glibc's heap what
+    numpy and torch freed (``malloc_trim``)."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
     trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
-    if trim is None:
-        return False
-    trim.argtypes, trim.restype = (ctypes.c_size_t,), ctypes.c_int
-    return trim(0) == 1
+    if trim is not None:
+        trim.argtypes, trim.restype = (ctypes.c_size_t,), ctypes.c_int
+        trim(0)

@@ -122,15 +122,16 @@ for b in blocks:
 for b in blocks[:-1]:  # the last block pins the heap's top: free() alone cannot shrink it
     free(b)
 before = rss()
-released = release_free_memory()
-print(released, before, rss())
+release_free_memory()
+print(before, rss())
 """
 
 
 def test_release_free_memory_returns_the_heap():
     """What a launcher freed after partitioning stays resident in glibc's heap (a live block
-    above it keeps the top from shrinking); releasing hands those pages back."""
+    above it keeps the top from shrinking); releasing hands those pages back. (pyarrow's pool
+    is released by the same call; it is pyarrow's own ``release_unused``.)"""
     out = subprocess.run([sys.executable, "-c", _TRIM], capture_output=True, text=True,
                          check=True).stdout.split()
-    released, before, after = out[0] == "True", int(out[1]), int(out[2])
-    assert released and before - after > 200 * 2**20, (before, after)
+    before, after = int(out[0]), int(out[1])
+    assert before - after > 200 * 2**20, (before, after)
