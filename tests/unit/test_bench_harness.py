@@ -212,6 +212,19 @@ def test_script_preset_fills_what_was_not_given(tmp_path):
         preset.epochs = 4
 
 
+def test_sweeps_take_the_1m_preset_and_a_network(tmp_path):
+    from dglx_dist.bench.sweeps import granndis, p3
+    from dglx_dist.bench.sweeps.common import sweep_setup
+
+    for sweep in (p3, granndis):
+        args = sweep.parse_args(["--preset", "1m", "--workdir", str(tmp_path)])
+        assert (args.num_nodes, args.num_edges, args.epochs, args.network) == (
+            1_000_000, 20_000_000, 2, "virtual")
+        assert sweep_setup(args, tmp_path, {"model": "sage"}).network == "virtual"
+    with pytest.raises(SystemExit):
+        p3.parse_args(["--network", "100g", "--workdir", str(tmp_path)])
+
+
 @pytest.mark.parametrize("done, expected", [(True, (0, True)), (False, (-9, False))])
 def test_a_dgl_trainer_stuck_after_finishing_is_killed_as_done(done, expected, tmp_path,
                                                                 monkeypatch):
