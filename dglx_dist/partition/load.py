@@ -23,7 +23,7 @@ from dglx_dist.data.edge_data import edge_data_arrays
 from dglx_dist.errors import IdOutOfRangeError, PartitionFormatError
 from dglx_dist.partition.book import FeatureSlices, NodeBook, RangeBook, book_from_json
 from dglx_dist.partition.dgl_config import find_dgl_config
-from dglx_dist.partition.io import MANIFEST, read_manifest
+from dglx_dist.partition.io import MANIFEST, part_file_name, read_manifest
 from dglx_dist.partition.layout import Partition
 
 __all__ = ["PartitionDir", "Partition"]
@@ -98,7 +98,7 @@ class PartitionDir:
     def halo_ids(self, part: int) -> np.ndarray:
         """Global ids of the HALO nodes of ``part`` (reads that part's halo file only)."""
         self._check_part(part)
-        file = self._file(part, "halo.parquet")
+        file = self._file(part, "halo")
         table = read_checked(file, {"gid": "integer"}, self._entry(part)["num_halo"], _ERR)
         return column_numpy(table, "gid", file, _ERR)
 
@@ -129,7 +129,7 @@ class PartitionDir:
         part's ``eid`` column: one int64 per edge)."""
         out = np.full(self.num_edges, -1, dtype=np.int64)
         for p, lo in enumerate(self.edge_offsets[:-1]):
-            file = self._file(p, "edges.parquet")
+            file = self._file(p, "edges")
             table = read_checked(file, {"eid": "integer"}, self._entry(p)["num_edges"], _ERR)
             eid = column_numpy(table, "eid", file, _ERR)
             check_range(eid, 0, self.num_edges, file, "eid", "edge id", _ERR)
@@ -145,7 +145,7 @@ class PartitionDir:
         if not self.edge_data:
             return {}
         self.verify_part(part)
-        file = self._file(part, "edges.parquet")
+        file = self._file(part, "edges")
         spec = self.edge_data
         table = read_checked(file, {}, self._entry(part)["num_edges"], _ERR, read=tuple(spec))
         out = edge_data_arrays(table, list(spec), file, _ERR)
@@ -172,8 +172,7 @@ class PartitionDir:
             self.verify_part(part)
         entry = self._entry(part)
         nc, nh, ne = entry["num_core"], entry["num_halo"], entry["num_edges"]
-        nf, hf, ef = (self._file(part, n) for n in ("nodes.parquet", "halo.parquet",
-                                                    "edges.parquet"))
+        nf, hf, ef = (self._file(part, n) for n in ("nodes", "halo", "edges"))
         nodes = read_checked(nf, {"gid": "integer", "orig_id": "integer", "label": "integer",
                                   "train": "bool", "val": "bool", "test": "bool"}, nc, _ERR)
         halo = read_checked(hf, {"gid": "integer", "orig_id": "integer"}, nh, _ERR)
@@ -205,7 +204,7 @@ class PartitionDir:
 
     def _verify(self, part: int) -> None:
         for name, info in self._entry(part)["files"].items():
-            file = self._file(part, name)
+            file = self.path / self._entry(part)["dir"] / name
             if not file.is_file():
                 raise _ERR(f"{file}: missing (listed in the manifest)")
             size = file.stat().st_size
@@ -222,13 +221,13 @@ class PartitionDir:
         else:
             sl = self.feature_slices.slice(part)
             cols, rows = (sl.start, sl.stop), self.num_nodes
-        file = self._file(part, "feat.parquet")
+        file = self._file(part, "feat")
         read_checked(file, {"feat": "float list"}, rows, _ERR, read=())
         return read_feat(file, rows, cols[1] - cols[0], _ERR), cols
 
     def _orig_map(self, part: int) -> np.ndarray:
         if part not in self._orig_maps:
-            file = self._file(part, "nodes.parquet")
+            file = self._file(part, "nodes")
             table = read_checked(file, {"orig_id": "integer"}, self._entry(part)["num_core"], _ERR)
             self._orig_maps[part] = column_numpy(table, "orig_id", file, _ERR)
         return self._orig_maps[part]
@@ -236,8 +235,9 @@ class PartitionDir:
     def _entry(self, part: int) -> dict[str, Any]:
         return self.manifest["parts"][part]
 
-    def _file(self, part: int, name: str) -> Path:
-        return self.path / self._entry(part)["dir"] / name
+    def _file(self, part: int, table: str) -> Path:
+        return (self.path / self._entry(part)["dir"]
+                / part_file_name(table, self.manifest["version"]))
 
     def _check_part(self, part: int) -> None:
         if not 0 <= part < self.num_parts:

@@ -69,18 +69,18 @@ def test_estimate_grows_with_graph():
 
 
 def test_damaged_part_is_detected_and_others_still_load(pdir_path):
-    victim = pdir_path / "part-00001" / "edges.parquet"
+    victim = pdir_path / "part-00001" / "edges.arrow"
     data = bytearray(victim.read_bytes())
     data[len(data) // 2] ^= 0xFF
     victim.write_bytes(bytes(data))
     pdir = PartitionDir(pdir_path)
-    with pytest.raises(PartitionFormatError, match=r"edges\.parquet: sha256 .* does not match"):
+    with pytest.raises(PartitionFormatError, match=r"edges\.arrow: sha256 .* does not match"):
         pdir.load_part(1)
     # loading one part never reads another's files
     for name in pio.PART_FILES:
         (pdir_path / "part-00002" / name).unlink()
     assert pdir.load_part(0).num_core > 0
-    with pytest.raises(PartitionFormatError, match=r"part-00002/nodes\.parquet: missing"):
+    with pytest.raises(PartitionFormatError, match=r"part-00002/nodes\.arrow: missing"):
         pdir.load_part(2)
 
 
@@ -91,13 +91,14 @@ def _edit_manifest(path, fn):
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda m: m.update(version=2), r"version 2; this dglx_dist reads version 1"),
-    (lambda m: m.update(version=0), r"version 0; this dglx_dist reads version 1"),
+    (lambda m: m.update(version=3), r"version 3; this dglx_dist reads versions 1 and 2"),
+    (lambda m: m.update(version=0), r"version 0; this dglx_dist reads versions 1 and 2"),
+    (lambda m: m.update(version=1), r"parts\[0\]\.files lists .*nodes\.parquet"),
     (lambda m: m.update(format="dgl"), r"format 'dgl'; expected 'dglx-partition'"),
     (lambda m: m.pop("node_book"), r"field 'node_book' = None; expected dict"),
     (lambda m: m.update(num_parts=5), r"3 part entries for num_parts = 5"),
     (lambda m: m["parts"][0].update(num_core=-3), r"parts\[0\]\.num_core = -3"),
-    (lambda m: m["parts"][1]["files"].pop("feat.parquet"), r"parts\[1\]\.files lists"),
+    (lambda m: m["parts"][1]["files"].pop("feat.arrow"), r"parts\[1\]\.files lists"),
     (lambda m: m["node_book"].update(offsets=[0, 5, 10]), r"node_book covers 10 nodes in 2"),
     (lambda m: m.update(feature_slices=[0, 3]), r"slices ending at feat_dim = 8"),
     (lambda m: m["node_book"].update(kind="grid"), r"unknown node book kind 'grid'"),
@@ -130,17 +131,51 @@ def test_part_from_another_partitioning_is_rejected(tiny, tmp_path):
 
 def test_out_of_range_local_ids_are_rejected(pdir_path):
     import pyarrow as pa
-    import pyarrow.parquet as pq
     from dglx_dist.data.atomic import sha256_file
-    f = pdir_path / "part-00000" / "edges.parquet"
-    t = pq.read_table(f)
+    from dglx_dist.data.checked import write_arrow
+    f = pdir_path / "part-00000" / "edges.arrow"
+    t = pa.ipc.open_file(f).read_all()
     src = t.column("src").to_numpy().copy()
     src[0] = 10**6
-    pq.write_table(t.set_column(0, "src", pa.array(src)), f)
-    _edit_manifest(pdir_path, lambda m: m["parts"][0]["files"]["edges.parquet"].update(
+    write_arrow(t.set_column(0, "src", pa.array(src)), f)
+    _edit_manifest(pdir_path, lambda m: m["parts"][0]["files"]["edges.arrow"].update(
         bytes=f.stat().st_size, sha256=sha256_file(f)))
     with pytest.raises(PartitionFormatError, match=r"field 'src' row 0 = 1000000"):
         PartitionDir(pdir_path).load_part(0)
+
+
+def test_version_1_parquet_parts_still_load(pdir_path, tmp_path):
+    """Directories written before the parts became Arrow IPC files (format version 1, the
+    same tables as Parquet) load unchanged: nothing a user partitioned has to be redone."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from dglx_dist.data.atomic import sha256_file
+    from dglx_dist.data.checked import WRITE_OPTIONS
+
+    old = tmp_path / "v1"
+    shutil.copytree(pdir_path, old)
+    m = json.loads((old / pio.MANIFEST).read_text())
+    for entry in m["parts"]:
+        files = {}
+        for table in pio.PART_TABLES:
+            arrow = old / entry["dir"] / pio.part_file_name(table)
+            parquet = old / entry["dir"] / pio.part_file_name(table, 1)
+            pq.write_table(pa.ipc.open_file(arrow).read_all(), parquet, **WRITE_OPTIONS)
+            arrow.unlink()
+            files[parquet.name] = {"bytes": parquet.stat().st_size,
+                                   "sha256": sha256_file(parquet)}
+        entry["files"] = files
+    m["version"] = 1
+    (old / pio.MANIFEST).write_text(json.dumps(m))
+    new_dir, old_dir = PartitionDir(pdir_path), PartitionDir(old)
+    for p in range(new_dir.num_parts):
+        a, b = new_dir.load_part(p), old_dir.load_part(p)
+        for field in ("core_gid", "halo_gid", "src", "dst", "eid", "label", "train", "feat"):
+            assert np.array_equal(getattr(a, field), getattr(b, field)), field
+        assert np.array_equal(new_dir.halo_ids(p), old_dir.halo_ids(p))
+    assert np.array_equal(new_dir.edge_part_ids(), old_dir.edge_part_ids())
 
 
 def test_to_original_round_trip(pdir_path, tiny):
