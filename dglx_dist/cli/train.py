@@ -76,7 +76,7 @@ def _check_before_start(args: argparse.Namespace, strategy, env) -> None:
     else:
         graph = read_meta(resolve_dataset(args.data or "cora"))
     check_job_memory(strategy, JobSize(graph.num_nodes, graph.num_edges, env.world_size,
-                                       env.local_world_size),
+                                       env.ranks_on_host),
                      args.memory_limit, override="--memory-limit BYTES")
 
 

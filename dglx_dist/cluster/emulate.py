@@ -259,7 +259,8 @@ def run_job(servers: int, nproc_per_server: int, link: LinkSpec, target: Sequenc
     procs: list[subprocess.Popen] = []
     with emulated(servers, link) as cluster:
         try:
-            base = {**(env if env is not None else os.environ), "GLOO_SOCKET_IFNAME": IFNAME}
+            base = {**(env if env is not None else os.environ), "GLOO_SOCKET_IFNAME": IFNAME,
+                    "DGLX_HOST_RANKS": str(servers * nproc_per_server)}  # one machine's memory
             endpoint = f"{cluster.addresses[0]}:29400"
             for node in range(servers):
                 cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(servers),

@@ -17,6 +17,9 @@ dglx_dist's own variables:
 * ``DGLX_TIMEOUT``: seconds any collective may wait before the job fails (default 120).
 * ``DGLX_BACKEND``: force ``gloo`` or ``nccl`` (default: nccl when CUDA is available).
 * ``DGLX_MALLOC``: ``keep`` (default) or ``system``, see :mod:`dglx_dist.runtime.allocator`.
+* ``DGLX_HOST_RANKS``: the ranks that share this machine's memory, where several launcher
+  nodes run on one machine (``dglx emulate`` sets it; default: this node's ranks). The up-front
+  memory check counts them.
 """
 from __future__ import annotations
 
@@ -55,6 +58,8 @@ class DistEnv:
         backend: "gloo", "nccl" or None (choose by device).
         launcher: "torchrun", "slurm" or "single".
         malloc: the C allocator setting (:mod:`dglx_dist.runtime.allocator`).
+        host_ranks: the ranks sharing this machine's memory when more than this node's
+            (``DGLX_HOST_RANKS``); None: this node's (see :attr:`ranks_on_host`).
         restart_count: how often the launcher restarted the job's workers (torchrun's elastic
             ``--max-restarts``, SLURM's requeue); > 0 means a restarted run.
         error_file: where torchrun's failure summary reads this rank's error
@@ -74,6 +79,7 @@ class DistEnv:
     backend: str | None = None
     launcher: str = "single"
     malloc: str = "keep"
+    host_ranks: int | None = None
     restart_count: int = 0
     error_file: str | None = None
 
@@ -97,6 +103,16 @@ class DistEnv:
             raise EnvError(f"DGLX_BACKEND={self.backend!r}; expected 'gloo' or 'nccl'")
         if self.malloc not in MALLOC_MODES:
             raise EnvError(f"DGLX_MALLOC={self.malloc!r}; expected one of {list(MALLOC_MODES)}")
+        if self.host_ranks is not None and not (
+                self.local_world_size <= self.host_ranks <= self.world_size):
+            raise EnvError(f"DGLX_HOST_RANKS={self.host_ranks}; expected the ranks on this "
+                           f"machine, from this node's {self.local_world_size} to the job's "
+                           f"{self.world_size}")
+
+    @property
+    def ranks_on_host(self) -> int:
+        """The ranks sharing this machine's memory (``DGLX_HOST_RANKS``, else this node's)."""
+        return self.local_world_size if self.host_ranks is None else self.host_ranks
 
     @property
     def num_servers(self) -> int:
@@ -142,7 +158,8 @@ def _common(env: Mapping[str, str]) -> dict:
         raise EnvError(f"DGLX_TIMEOUT={timeout!r}; expected seconds") from None
     return {"virtual_servers": _int(env, "DGLX_VIRTUAL_SERVERS", 1), "timeout": timeout_s,
             "backend": env.get("DGLX_BACKEND") or None,
-            "malloc": env.get("DGLX_MALLOC") or "keep"}
+            "malloc": env.get("DGLX_MALLOC") or "keep",
+            "host_ranks": _int(env, "DGLX_HOST_RANKS") if env.get("DGLX_HOST_RANKS") else None}
 
 
 def _from_torchrun(env: Mapping[str, str]) -> DistEnv:

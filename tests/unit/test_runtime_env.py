@@ -50,10 +50,20 @@ def test_expand_nodelist(nodelist, hosts):
     ({"DGLX_BACKEND": "mpi"}, r"DGLX_BACKEND='mpi'; expected 'gloo' or 'nccl'"),
     ({"DGLX_MALLOC": "jemalloc"}, r"DGLX_MALLOC='jemalloc'; expected one of \['keep', 'system'\]"),
     ({"RANK": "0", "WORLD_SIZE": "3", "LOCAL_WORLD_SIZE": "2"}, r"same number of processes"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1", "DGLX_HOST_RANKS": "3"},
+     r"DGLX_HOST_RANKS=3; expected the ranks on this machine, from this node's 1 to the job's 2"),
 ])
 def test_bad_environment_is_named(environ, message):
     with pytest.raises(EnvError, match=message):
         read_env(environ)
+
+
+def test_host_ranks_count_the_nodes_sharing_a_machine():
+    """Two launcher nodes of one rank on one machine (``dglx emulate``): the memory check
+    counts both ranks, not the node's one."""
+    node = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "1"}
+    assert read_env(node).ranks_on_host == 1
+    assert read_env(node | {"DGLX_HOST_RANKS": "2"}).ranks_on_host == 2
 
 
 def test_topology_groups():
