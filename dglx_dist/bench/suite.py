@@ -48,7 +48,9 @@ def make_setup(args: argparse.Namespace, data: Path, network: str) -> Setup:
     return Setup(data=data.resolve(), num_classes=meta["num_classes"], train=train,
                  batch_size=args.batch_size, fanouts=args.fanouts, servers=args.servers,
                  ranks_per_server=args.ranks_per_server, network=network,
-                 timeout=args.timeout, workdir=args.out / "work")
+                 timeout=args.timeout, workdir=args.out / "work",
+                 train_flags=() if args.memory_limit is None else (
+                     "--memory-limit", str(args.memory_limit)))
 
 
 def extra_options(items: list[str]) -> dict[str, list[str]]:

@@ -71,6 +71,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="time to accuracy: val_acc >= target x single-process DGL's final")
     p.add_argument("--timeout", type=number(float, 0, low_open=True), default=900.0,
                    help="seconds per run")
+    p.add_argument("--memory-limit", type=number(int, 1), metavar="BYTES",
+                   help="dglx train's up-front memory check for our strategies' runs "
+                        "(default: the memory available when a run starts)")
     p.add_argument("--no-plot", action="store_true", help="skip the PNGs (no matplotlib)")
     p.add_argument("--replot", action="store_true",
                    help="run nothing: rewrite results.md and bench.png from --out's results")
@@ -117,6 +120,9 @@ def _check_sweeps(args: argparse.Namespace) -> None:
     if args.sweeps and args.task != "node":
         raise InvalidValueError("--sweeps: the strategy sweeps train node classification; run "
                                 "them without --task link")
+    if args.memory_limit is not None and args.task != "node":
+        raise InvalidValueError("--memory-limit: only node classification runs are checked "
+                                "for memory; leave it out with --task link")
 
 
 def run(args: argparse.Namespace, command: str) -> int:

@@ -110,6 +110,7 @@ def test_strategy_opt_needs_a_strategy_name():
     (["--strategy-opt", "p3"], "expected NAME:KEY=VALUE"),
     (["--model", "nosuch"], "--model 'nosuch': choose from"),
     (["--replot"], "no results.jsonl in"),
+    (["--task", "link", "--memory-limit", "1000"], "--memory-limit: only node classification"),
 ])
 def test_bench_refuses_in_one_line(argv, words, tmp_path, caplog):
     assert main(["bench", "--no-plot", "--out", str(tmp_path / "none"), *argv]) == 2

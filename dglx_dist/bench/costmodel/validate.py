@@ -56,9 +56,10 @@ def parse_shape(text: str) -> RunShape:
 
 
 def measured_rows(shape: RunShape, data: Path, systems: list[str], work: Workload,
-                  epochs: int, out: Path, timeout: float) -> dict[str, dict[str, Any]]:
-    """``dglx bench`` of ``systems`` at ``shape`` (its results kept in ``out``; a complete
-    earlier run there is reused); the rows by system."""
+                  epochs: int, out: Path, timeout: float,
+                  bench_flags: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
+    """``dglx bench`` of ``systems`` at ``shape`` with ``bench_flags`` (its results kept in
+    ``out``; a complete earlier run there is reused); the rows by system."""
     results = out / "results.jsonl"
     if not results.is_file():
         cmd = [sys.executable, "-m", "dglx_dist", "bench", "--data", str(data), "--systems",
@@ -66,7 +67,7 @@ def measured_rows(shape: RunShape, data: Path, systems: list[str], work: Workloa
                str(shape.ranks), "--network", shape.link, "--epochs", str(epochs),
                "--batch-size", str(work.batch_size), "--model", work.model, "--hidden",
                str(work.hidden), "--fanouts", ",".join(map(str, work.fanouts)), "--timeout",
-               str(timeout), "--out", str(out), "--no-plot"]
+               str(timeout), "--out", str(out), "--no-plot", *bench_flags]
         log.info("measuring %s: %s", shape.name, " ".join(cmd))
         proc = subprocess.run(cmd, stdout=subprocess.DEVNULL)
         if not results.is_file():
