@@ -42,9 +42,11 @@ def store_edge_ends(store: "DistKVStore", pdir: "PartitionDir", part_id: int,
     from dglx_dist.kvstore import RowPolicy
     from dglx_dist.sampling.blocks import id_dtype
 
-    gid = part.local_gid
     dtype = np.int32 if id_dtype(pdir.num_nodes) == torch.int32 else np.int64
-    ends = np.stack([gid[part.src], gid[part.dst]], 1).astype(dtype)
+    gid = part.local_gid.astype(dtype)
+    ends = np.empty((part.src.size, 2), dtype=dtype)  # gathered in place: no temporaries
+    np.take(gid, part.src, out=ends[:, 0])
+    np.take(gid, part.dst, out=ends[:, 1])
     store.init_data(ENDS, RowPolicy(pdir.edge_book()), {part_id: torch.from_numpy(ends)})
 
 
