@@ -47,7 +47,8 @@ from dglx_dist.errors import OutputExistsError, PartitionFormatError
 from dglx_dist.partition.layout import Partition
 
 __all__ = ["write_partitions", "read_manifest", "MANIFEST", "FORMAT", "VERSION", "PART_FILES",
-           "PARTITION_DIR", "part_dir_name", "part_file_name"]
+           "PARTITION_DIR", "VERIFIED", "part_dir_name", "part_file_name", "still_verified",
+           "record_verified"]
 
 MANIFEST, FORMAT, VERSION = "partition.json", "dglx-partition", 2
 PARTITION_DIR = DirKind("a dglx partition directory", MANIFEST, FORMAT)  # what overwrite replaces
@@ -63,8 +64,39 @@ def part_file_name(table: str, version: int = VERSION) -> str:
 PART_FILES = tuple(part_file_name(t) for t in PART_TABLES)  # what this version writes
 
 
+VERIFIED = ".verified.json"  # in a part's folder: its files as they were when last checked
+
+
 def part_dir_name(p: int) -> str:
     return f"part-{p:05d}"
+
+
+def _identity(file: Path) -> list[int]:
+    st = file.stat()
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def record_verified(folder: Path, names) -> None:
+    """Records that the files ``names`` of a part's ``folder``, as they are now (device,
+    inode, size, modification time), match the manifest's checksums; where the folder cannot
+    be written, nothing is recorded and the next load checks them again."""
+    tmp = folder / f"{VERIFIED}.{os.getpid()}"
+    try:
+        tmp.write_text(json.dumps({n: _identity(folder / n) for n in names}))
+        os.replace(tmp, folder / VERIFIED)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def still_verified(folder: Path, names) -> bool:
+    """Whether ``folder``'s record says every one of ``names`` was checked as it is now (a
+    copied, replaced or rewritten file has another identity; a missing or unreadable record
+    is no record)."""
+    try:
+        record = json.loads((folder / VERIFIED).read_text())
+        return all(record.get(n) == _identity(folder / n) for n in names)
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _write_part(pc: Partition, folder: Path) -> dict[str, Any]:
@@ -83,6 +115,7 @@ def _write_part(pc: Partition, folder: Path) -> dict[str, Any]:
         write_arrow(table, folder / part_file_name(name), 1 << 16 if name == "feat" else None)
     files = {n: {"bytes": (folder / n).stat().st_size, "sha256": sha256_file(folder / n)}
              for n in PART_FILES}
+    record_verified(folder, PART_FILES)  # hashed just now: a load on this machine need not
     return {"dir": folder.name, "num_core": int(pc.core_gid.size),
             "num_halo": int(pc.halo_gid.size), "num_edges": int(pc.src.size), "files": files}
 

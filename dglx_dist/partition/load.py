@@ -23,7 +23,8 @@ from dglx_dist.data.edge_data import edge_data_arrays
 from dglx_dist.errors import IdOutOfRangeError, PartitionFormatError
 from dglx_dist.partition.book import FeatureSlices, NodeBook, RangeBook, book_from_json
 from dglx_dist.partition.dgl_config import find_dgl_config
-from dglx_dist.partition.io import MANIFEST, part_file_name, read_manifest
+from dglx_dist.partition.io import (MANIFEST, part_file_name, read_manifest, record_verified,
+                                    still_verified)
 from dglx_dist.partition.layout import Partition
 
 __all__ = ["PartitionDir", "Partition"]
@@ -196,10 +197,16 @@ class PartitionDir:
 
     def verify_part(self, part: int) -> None:
         """Checks part ``part``'s files against the manifest's sizes and checksums (once per
-        part: the graph, its store, its sampler and the strategy may each load a part)."""
+        part: the graph, its store, its sampler and the strategy may each load a part). Files
+        checked before as they are now (the part's ``.verified.json``: the writer's hashing,
+        or an earlier load's) are not hashed again; any copy, replacement or rewrite of a file
+        makes it checked again."""
         if part in self._verified:
             return
-        self._verify(part)
+        folder, files = self.path / self._entry(part)["dir"], self._entry(part)["files"]
+        if not still_verified(folder, files):
+            self._verify(part)
+            record_verified(folder, files)
         self._verified.add(part)
 
     def _verify(self, part: int) -> None:

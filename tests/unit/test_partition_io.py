@@ -84,6 +84,27 @@ def test_damaged_part_is_detected_and_others_still_load(pdir_path):
         pdir.load_part(2)
 
 
+def test_checksums_are_not_recomputed_for_files_checked_as_they_are(pdir_path, tmp_path,
+                                                                   monkeypatch):
+    """The writer hashed the parts: loading them here hashes nothing. A copy (new inodes,
+    even with the times kept) is hashed once, then recorded."""
+    import shutil
+
+    from dglx_dist.partition import load
+
+    hashed = []
+    real = load.sha256_file
+    monkeypatch.setattr(load, "sha256_file", lambda f: hashed.append(f) or real(f))
+    PartitionDir(pdir_path).load_part(0)
+    assert hashed == []
+    copy = tmp_path / "copy"
+    shutil.copytree(pdir_path, copy)  # copy2: the modification times are kept
+    PartitionDir(copy).load_part(0)
+    assert sorted(f.name for f in hashed) == sorted(pio.PART_FILES)
+    PartitionDir(copy).load_part(0)  # a new reader: the record stands
+    assert len(hashed) == len(pio.PART_FILES)
+
+
 def _edit_manifest(path, fn):
     m = json.loads((path / pio.MANIFEST).read_text())
     fn(m)
