@@ -38,9 +38,9 @@ class DistDGLStrategy(MiniBatchStrategy):
     """METIS partitions + HALO, distributed sampling, KVStore features, DDP."""
 
     feature_layout = "rows"
-    # peak RSS per rank fitted at 3 graph sizes, docs/cluster_model.md "Memory per rank":
-    # 2 servers x 1 rank, F=128, GCN hidden 64, fanouts 10,25, batch 1000 (2026-11-24)
-    memory_model = MemoryModel(base=826 * 2**20, per_node=2780, per_edge=273.1)
+    # peak RSS per rank fitted at 3 graph sizes (0.3M-1.2M nodes), docs/cluster_model.md
+    # "Memory per rank": 2 servers x 1 rank, F=128, GCN hidden 64, fanouts 10,25, batch 1000
+    memory_model = MemoryModel(base=1250 * 2**20, per_node=0, per_edge=272.8)
 
     @dataclasses.dataclass(frozen=True)
     class Config(MiniBatchConfig):

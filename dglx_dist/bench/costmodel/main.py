@@ -95,7 +95,7 @@ def _memory_parser(sub) -> argparse.ArgumentParser:
     m = sub.add_parser("memory", help="each strategy's peak memory per rank at several graph "
                                       "sizes, fitted per node and per edge")
     m.add_argument("--sizes", type=parse_sizes,
-                   default=parse_sizes("100000:1500000,300000:9000000,600000:6000000"),
+                   default=parse_sizes("300000:9000000,600000:6000000,1200000:30000000"),
                    help="NODES:EDGES of the synthetic graphs (F=128, 16 classes), at least 3")
     m.add_argument("--servers", type=number(int, 1), default=2)
     m.add_argument("--ranks-per-server", type=number(int, 1), default=1)

@@ -105,9 +105,9 @@ class DorylusStrategy(Strategy):
     feature_layout = "rows"
     full_graph = True
     conv_types = _ConvTypes()  # the convs whose adapter (dglx_dist.convs) has dorylus support
-    # peak RSS per rank fitted at 3 graph sizes, docs/cluster_model.md "Memory per rank":
-    # 2 servers x 1 rank, F=128, GCN hidden 64, fanouts 10,25, batch 1000 (2026-11-24)
-    memory_model = MemoryModel(base=769 * 2**20, per_node=5267, per_edge=160.7)
+    # peak RSS per rank fitted at 3 graph sizes (0.3M-1.2M nodes), docs/cluster_model.md
+    # "Memory per rank": 2 servers x 1 rank, F=128, GCN hidden 64, fanouts 10,25, batch 1000
+    memory_model = MemoryModel(base=631 * 2**20, per_node=5880, per_edge=122.1)
 
     @dataclasses.dataclass(frozen=True)
     class Config:

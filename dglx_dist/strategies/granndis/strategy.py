@@ -65,9 +65,10 @@ __all__ = ["GraNNDisStrategy", "HaloConv"]
 
 log = logging.getLogger(__name__)
 _SCOPES = ("server", "world")
-# peak RSS per rank by scope, docs/cluster_model.md "Memory per rank" (2x1 ranks, F=128, GCN 64)
-_FITS = {"server": MemoryModel(base=872 * 2**20, per_node=12313, per_edge=162.3),  # granndis
-         "world": MemoryModel(base=759 * 2**20, per_node=7242, per_edge=169.2)}  # fullgraph
+# peak RSS per rank by scope, docs/cluster_model.md "Memory per rank" (2x1 ranks, F=128, GCN 64,
+# fitted at 0.3M-1.2M nodes)
+_FITS = {"server": MemoryModel(base=1508 * 2**20, per_node=9921, per_edge=167.8),  # granndis
+         "world": MemoryModel(base=716 * 2**20, per_node=8358, per_edge=122.2)}  # fullgraph
 
 
 class HaloConv(ConvWrapper):

@@ -91,9 +91,9 @@ class P3Strategy(MiniBatchStrategy):
     feature_layout = "columns"
     held_rows = frozenset({"feat"})
     lookahead = False  # the pipeline runs layer 1 ahead itself and needs steps in turn
-    # peak RSS per rank fitted at 3 graph sizes, docs/cluster_model.md "Memory per rank":
-    # 2 servers x 1 rank, F=128, GCN hidden 64, fanouts 10,25, batch 1000 (2026-11-24)
-    memory_model = MemoryModel(base=858 * 2**20, per_node=0, per_edge=410.5)
+    # peak RSS per rank fitted at 3 graph sizes (0.3M-1.2M nodes), docs/cluster_model.md
+    # "Memory per rank": 2 servers x 1 rank, F=128, GCN hidden 64, fanouts 10,25, batch 1000
+    memory_model = MemoryModel(base=1126 * 2**20, per_node=0, per_edge=303.3)
 
     @dataclasses.dataclass(frozen=True)
     class Config(MiniBatchConfig):
