@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dglx_dist.bench.harness import run_strategy
+from dglx_dist.bench.harness import attempt, run_strategy
 from dglx_dist.bench.report import Panel, Series, draw
 from dglx_dist.bench.sweeps.common import (add_common, emit_json, emit_text, parse_with_preset,
                                            sweep_dataset, sweep_presets, sweep_setup)
@@ -26,12 +26,16 @@ PRESETS = sweep_presets(64, tiny=(20_000, 300_000, 3), small=(100_000, 1_500_000
 
 def run(args: argparse.Namespace, strategy: str, data: Path, hidden: int) -> dict[str, Any]:
     """One ``dglx train`` run (GraphSAGE, fanouts 10,25, batch 1000 per rank, lr 0.003,
-    evaluated once at the end); its metrics summarised."""
+    evaluated once at the end with ``--eval-fanouts``); its metrics summarised, or the
+    error (a run that fails, e.g. out of memory, is a row saying so)."""
     setup = sweep_setup(args, data, {"model": "sage", "hidden": hidden, "lr": 0.003,
                                      "epochs": args.epochs, "eval_every": args.epochs},
                         batch_size=1000, fanouts="10,25", servers=2, ranks_per_server=2)
     log.info("%s, hidden %d, %s", strategy, hidden, data.name)
-    row = run_strategy(strategy, setup, {})
+    options = [f"eval_fanouts={args.eval_fanouts}"] if args.eval_fanouts else []
+    row = attempt(strategy, lambda: run_strategy(strategy, setup, {strategy: options}))
+    if "error" in row:
+        return {"strategy": strategy, "hidden": hidden, "error": row["error"].splitlines()[0]}
     return {"strategy": strategy, "hidden": hidden, "epoch_time": round(row["epoch_time"], 3),
             "bytes_inter": row["bytes_inter"], "bytes_intra": row["bytes_intra"],
             "test_acc": row["test_acc"], "steps": row["steps"],
@@ -60,7 +64,7 @@ def checks(by_feature: list[dict], by_hidden: list[dict], args) -> list[dict]:
     """P3's bytes against distdgl's at the largest F, their growth with F, and where p3 stops
     paying off as the hidden width grows."""
     def row(rows, strategy, **key):
-        found = [r for r in rows if r["strategy"] == strategy
+        found = [r for r in rows if r["strategy"] == strategy and "error" not in r
                  and all(r[k] == v for k, v in key.items())]
         return found[0] if found else None
 
@@ -77,7 +81,7 @@ def checks(by_feature: list[dict], by_hidden: list[dict], args) -> list[dict]:
         out.append({"check": f"p3 inter bytes F={top} / F={low}", "value": v,
                     "target": "<= 1.25", "status": "PASS" if v <= 1.25 else "FAIL"})
     for key, what in (("bytes_inter", "inter bytes"), ("epoch_time", "epoch time")):
-        cross = [r["hidden"] for r in by_hidden if r["strategy"] == "p3"
+        cross = [r["hidden"] for r in by_hidden if r["strategy"] == "p3" and "error" not in r
                  and (d := row(by_hidden, "distdgl", hidden=r["hidden"])) and r[key] >= d[key]]
         out.append({"check": f"smallest hidden where p3 {what} >= distdgl's (F="
                              f"{args.sweep_feat})", "value": min(cross) if cross else "none",
@@ -88,6 +92,7 @@ def checks(by_feature: list[dict], by_hidden: list[dict], args) -> list[dict]:
 def plot(by_feature: list[dict], by_hidden: list[dict], path: Path) -> None:
     """Inter-server bytes (top) and epoch time (bottom) against F and the hidden width."""
     def lines(rows, x, key, scale, ylabel, xlabel):
+        rows = [r for r in rows if "error" not in r]
         return Panel(f"{ylabel} by {xlabel}", tuple(
             Series(s, tuple(r[x] for r in rows if r["strategy"] == s),
                    tuple(r[key] / scale for r in rows if r["strategy"] == s))
@@ -110,6 +115,9 @@ def parse_args(argv: list[str] | None = None, description: str = "") -> argparse
     p.add_argument("--hidden", type=int, default=32, help="hidden width of the feature sweep")
     p.add_argument("--hiddens", type=ints, default=[32, 64, 128, 256, 512])
     p.add_argument("--sweep-feat", type=int, default=256, help="F of the hidden sweep")
+    p.add_argument("--eval-fanouts", default="",
+                   help="fanouts of the final evaluation, e.g. 10,25 (default: full "
+                        "neighbourhoods, whose batches reach most of a large graph)")
     p.add_argument("--strategies", type=lambda s: s.split(","), default=["distdgl", "p3"])
     add_common(p, "bench-strategies-work", "write a PNG of both sweeps here")
     return parse_with_preset(p, argv, PRESETS)
@@ -125,8 +133,8 @@ def main(argv: list[str] | None = None, description: str = "") -> int:
               "checks": checks(by_feature, by_hidden, args)}
     emit_json(result, args.out)
     cols = ("strategy", "feat_dim", "hidden", "epoch_time", "bytes_inter", "bytes_intra",
-            "test_acc", "steps")
-    text = [f"\n{title}\n\n" + markdown_table([{c: r[c] for c in cols} for r in rows])
+            "test_acc", "steps", "error")
+    text = [f"\n{title}\n\n" + markdown_table([{c: r.get(c, "") for c in cols} for r in rows])
             for title, rows in (("feature sweep", by_feature), ("hidden sweep", by_hidden))]
     emit_text("\n".join(text) + "\n\n" + markdown_table(result["checks"]))
     if args.plot:
