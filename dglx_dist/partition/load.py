@@ -1,8 +1,9 @@
 """Loading a partition directory: the book for everyone, one part's arrays for its owner.
 
 ``PartitionDir(path)`` reads only the manifest. ``load_part(p)`` reads part ``p``'s files (and
-no other part's), checking sizes and SHA-256 checksums against the manifest and every id
-against the part's ranges before returning.
+no other part's), checking sizes and SHA-256 checksums against the manifest (every read of a
+part's files does, once per copy of the files: see :meth:`PartitionDir.verify_part`) and every
+id against the part's ranges before returning.
 
 Edge data (the manifest's ``edge_data``) is read apart, by ``load_edge_data(p)``. Its rows are
 sharded like the edges: part ``p`` holds its edges' rows, so an edge's *partitioned id* is
@@ -99,6 +100,7 @@ class PartitionDir:
     def halo_ids(self, part: int) -> np.ndarray:
         """Global ids of the HALO nodes of ``part`` (reads that part's halo file only)."""
         self._check_part(part)
+        self.verify_part(part)
         file = self._file(part, "halo")
         table = read_checked(file, {"gid": "integer"}, self._entry(part)["num_halo"], _ERR)
         return column_numpy(table, "gid", file, _ERR)
@@ -130,6 +132,7 @@ class PartitionDir:
         part's ``eid`` column: one int64 per edge)."""
         out = np.full(self.num_edges, -1, dtype=np.int64)
         for p, lo in enumerate(self.edge_offsets[:-1]):
+            self.verify_part(p)
             file = self._file(p, "edges")
             table = read_checked(file, {"eid": "integer"}, self._entry(p)["num_edges"], _ERR)
             eid = column_numpy(table, "eid", file, _ERR)
@@ -234,6 +237,7 @@ class PartitionDir:
 
     def _orig_map(self, part: int) -> np.ndarray:
         if part not in self._orig_maps:
+            self.verify_part(part)
             file = self._file(part, "nodes")
             table = read_checked(file, {"orig_id": "integer"}, self._entry(part)["num_core"], _ERR)
             self._orig_maps[part] = column_numpy(table, "orig_id", file, _ERR)
