@@ -143,7 +143,9 @@ class Trainer:
         num_layers = len(graph_convs(model)) or None
         train, self._eval_spec = self.graph.trainer_loaders(num_layers)
         self.loader = _loader(self.graph, "train", train)
-        self.model = parallelize(model, self.graph)
+        # the strategy's device (the rank's GPU in a GPU job), as Lightning's Trainer places it
+        self.device = self.graph.strategy.compute_device(self.session)
+        self.model = parallelize(model.to(self.device), self.graph)
         self.strategy = self.graph.strategy
         self._eval_loaders: dict[str, DataLoader] = {}
         params = self.model.parameters()
@@ -168,7 +170,9 @@ class Trainer:
             dst = blocks[-1].dstdata if blocks else {}
             x = src["feat"] if "feat" in src else ndata["feat"][input_nodes]
             y = dst["label"] if "label" in dst else ndata["label"][output_nodes]
-            yield Batch(blocks, x, y, output_nodes)
+            if isinstance(x, torch.Tensor):  # rows read through g.ndata are on the host
+                x = x.to(self.device)
+            yield Batch(blocks, x, y.to(self.device), output_nodes)
 
     def batches(self, epoch: int | None = None) -> Iterator[Batch]:
         """One epoch of the training loader's steps (every rank gets the same number); once

@@ -43,7 +43,8 @@ def inference(model: DistModel, g: DistGraph, nodes=None, batch_size: int = 4096
     model.eval()
     out: DistTensor | None = None
     for input_nodes, output_nodes, blocks in loader:
-        rows = model(blocks, g.ndata[key][input_nodes])
+        x = g.ndata[key][input_nodes]  # read on the host, as in DistDGL
+        rows = model(blocks, x.to(loader.device) if isinstance(x, torch.Tensor) else x)
         if out is None:  # every rank takes the same steps: the first one creates it
             width = torch.tensor([rows.shape[1]])
             g.session.world.all_reduce(width, op="max")

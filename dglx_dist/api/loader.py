@@ -34,9 +34,11 @@ from dglx_dist.api.link import EdgePairs, is_edge_sampler
 from dglx_dist.api.ndata import as_node_ids
 from dglx_dist.api.split import edge_share, node_split
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
+from dglx_dist.runtime.transfer import DeviceCopies
 from dglx_dist.strategies.steps import EdgeStep, LoaderSpec, Step, sampled_epoch, sampled_plan
 
-__all__ = ["DataLoader", "DistNodeDataLoader", "DistEdgeDataLoader", "sampler_fanouts"]
+__all__ = ["DataLoader", "DistNodeDataLoader", "DistEdgeDataLoader", "sampler_fanouts",
+           "place_step"]
 
 log = logging.getLogger(__name__)
 _IGNORED = ("device", "use_uva", "num_workers", "use_alternate_streams", "pin_prefetcher",
@@ -89,7 +91,9 @@ class DataLoader:
         batch_size: output nodes (edges) per batch.
         shuffle: reshuffle every epoch.
         drop_last: drop the last partial batch.
-        device: DGL's; accepted with a warning (the strategy places the batches).
+        device: DGL's; accepted with a warning: the steps' blocks and prefetched rows are
+            on the strategy's device (the rank's GPU in a GPU job, see
+            :meth:`~dglx_dist.strategies.base.Strategy.compute_device`); ids stay on the host.
         use_ddp: split ``indices`` among the ranks (DGL's meaning); also done when they are
             the same on every rank.
         ddp_seed: the shuffling seed (also ``seed=``).
@@ -142,6 +146,8 @@ class DataLoader:
             self.plan = sampled_plan(session.world, part_ids, self.spec)
         self.indices, self.epoch = ids, 0
         self.lookahead = use_prefetch_thread is not False
+        self.device = self.strategy.compute_device(session)
+        self._copies = DeviceCopies(self.device)
 
     @staticmethod
     def _check(graph, sampler, batch_size) -> tuple[tuple[int, ...], EdgePairs | None]:
@@ -197,8 +203,7 @@ class DataLoader:
     def _in_turn(self, steps: Iterator[Step | EdgeStep]) -> Iterator[Step | EdgeStep]:
         """Each step with its rows, sampled and pulled when the previous one is done."""
         for step in steps:
-            self._start_prefetch(step)()
-            yield step
+            yield self._start_prefetch(step)()
 
     def _ahead(self, steps: Iterator[Step | EdgeStep]) -> Iterator[Step | EdgeStep]:
         """Each step with its rows; before a step is handed over, the next one is sampled and
@@ -207,49 +212,67 @@ class DataLoader:
         sampler's exchanges do not wait for them)."""
         step = next(steps, None)
         finish = self._start_prefetch(step) if step is not None else None
-        while step is not None:
+        while finish is not None:
             following = next(steps, None)
-            finish()
+            ready = finish()
             finish = self._start_prefetch(following) if following is not None else None
             try:
-                yield step
+                yield ready
             except GeneratorExit:  # the caller left the loop: the rows under way still arrive
                 if finish is not None:
                     finish()
                 raise
-            step = following
 
-    def _start_prefetch(self, step: Step | EdgeStep) -> Callable[[], None]:
-        """DGL's ``prefetch_labels`` / ``prefetch_node_feats`` of the sampler, started: rows
-        put on the last block's destinations (edge labels: on the pair graph's edges) and on
-        the first block's sources when the returned callable is called. Every rank is at the
-        same step here, so rows the strategy does not hold itself are pulled collectively
-        (faster than each rank asking alone; docs/porting.md has the numbers); rows the
-        strategy holds itself are read at once."""
+    def _start_prefetch(self, step: Step | EdgeStep) -> Callable[[], Step | EdgeStep]:
+        """DGL's ``prefetch_labels`` / ``prefetch_node_feats`` of the sampler, started; the
+        returned callable gives the step on the strategy's device with those rows on its
+        last block's destinations (edge labels: on the pair graph's edges) and its first
+        block's sources. Every rank is at the same step here, so rows the strategy does not
+        hold itself are pulled collectively (faster than each rank asking alone;
+        docs/porting.md has the numbers); rows the strategy holds itself are read at once."""
         blocks, ndata = step.blocks, self.graph.ndata
         if not blocks or blocks.state.rows is not None:  # a co-batch's shared structures
-            return lambda: None
+            return lambda: place_step(step, self.device)
         edge = isinstance(step, EdgeStep)
         node_sampler = self.sampler.sampler if edge else self.sampler
-        put = []  # (where, key, rows under way); labels first: their bytes are few
+        put = []  # (block, "src" or "dst", key, rows under way); labels first: few bytes
         for key in getattr(self.sampler, "prefetch_labels", None) or []:
             if edge:
                 pair = step.pair_graph
                 pair.edata[key] = self.graph.edata[key][pair.edata[dgl.EID]]
             else:
-                put.append((blocks[-1].dstdata, key,
-                            ndata[key].start_rows(step.output_nodes, unique=True)))
+                put.append((-1, "dst", key, ndata[key].start_rows(step.output_nodes,
+                                                                  unique=True)))
         for key in getattr(node_sampler, "prefetch_node_feats", None) or []:
-            rows = ndata[key].start_rows(step.input_nodes, unique=True)
-            put.append((blocks[0].srcdata, key, rows))
+            put.append((0, "src", key, ndata[key].start_rows(step.input_nodes, unique=True)))
 
-        def finish() -> None:
-            for where, key, rows in put:
+        def finish() -> Step | EdgeStep:
+            # the rows' copies to the device start first, then the structure follows them
+            copies = []
+            for layer, side, key, rows in put:
                 value = rows.wait()
                 if isinstance(value, torch.Tensor):
-                    where[key] = value
+                    copies.append((layer, side, key, self._copies.start(value)))
+            placed = place_step(step, self.device)
+            for layer, side, key, ready in copies:
+                block = placed.blocks[layer]
+                (block.srcdata if side == "src" else block.dstdata)[key] = ready()
+            return placed
 
         return finish
+
+
+def place_step(step: Step | EdgeStep, device: torch.device) -> Step | EdgeStep:
+    """``step`` with its blocks (in place: they carry the step's state) and pair graphs on
+    ``device``; the step itself on the CPU."""
+    if device.type == "cpu":
+        return step
+    step.blocks[:] = [b.to(device) for b in step.blocks]
+    if isinstance(step, EdgeStep):
+        neg = step.neg_pair_graph
+        return step._replace(pair_graph=step.pair_graph.to(device),
+                             neg_pair_graph=None if neg is None else neg.to(device))
+    return step
 
 
 DistNodeDataLoader = DataLoader

@@ -17,6 +17,7 @@ Two call forms, both the user's own:
 from __future__ import annotations
 
 import contextlib
+import itertools
 from typing import Any
 
 import dgl
@@ -27,6 +28,7 @@ from dglx_dist.api.agree import on_every_rank
 from dglx_dist.api.graph import DistGraph, NodeDataView
 from dglx_dist.convs import adapter_for, graph_convs
 from dglx_dist.errors import InvalidTypeError, InvalidValueError
+from dglx_dist.runtime.device import module_devices
 from dglx_dist.strategies.steps import OUT_DEGREE, Blocks
 
 __all__ = ["parallelize", "DistModel"]
@@ -74,15 +76,33 @@ def _check_convs(model: nn.Module, strategy) -> list[tuple[nn.Module, str]]:
     return convs
 
 
+def _check_device(model: nn.Module, strategy, session) -> None:
+    device = strategy.compute_device(session)
+    wrong = module_devices(itertools.chain(model.named_parameters(), model.named_buffers()),
+                           device)
+    if not wrong:
+        return
+    more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
+    why = "" if device == session.device else (
+        f" (strategy {strategy.registered_name!r} computes on the host; the job's device is "
+        f"{session.device})")
+    raise InvalidValueError(f"parallelize on rank {session.rank}: the model's {wrong[0]}{more}; "
+                            f"expected every parameter on {device}{why}: call model.to("
+                            f"'{device}') before parallelize")
+
+
 def parallelize(model: nn.Module, g: DistGraph) -> "DistModel":
     """The model wrapped as ``g``'s strategy trains it (collective: sets the strategy up on
-    first use, broadcasts rank 0's weights)."""
+    first use, broadcasts rank 0's weights). The model must be on the strategy's device
+    (:meth:`~dglx_dist.strategies.base.Strategy.compute_device`: the rank's GPU in a GPU job,
+    ``dglx_dist.current_session().device``), as DDP's is."""
     if not isinstance(g, DistGraph):
         raise InvalidTypeError(f"parallelize needs the graph dglx_dist.distribute returned; got "
                                f"{type(g).__name__}")
     convs = graph_convs(model)
     strategy = g.setup(len(convs) or None)
-    convs = on_every_rank(g.session, "parallelize", lambda: _check_convs(model, strategy))
+    convs = on_every_rank(g.session, "parallelize", lambda: (
+        _check_device(model, strategy, g.session), _check_convs(model, strategy))[1])
     names = [name for _, name in convs]
     wrapped = strategy.wrap_model(model)
     for i, name in enumerate(names):
@@ -115,14 +135,37 @@ class DistModel(nn.Module):
             if not (x is None or isinstance(x, NodeDataView)):
                 raise InvalidTypeError("model(g, features): in the full-graph form pass "
                                        "g.ndata[...] as the features (the strategy holds the rows)")
-            blocks, x = strategy.full_graph_step(self._num_layers)
+            blocks, x = self._on_device(*strategy.full_graph_step(self._num_layers))
         else:
             blocks = graph if isinstance(graph, Blocks) else Blocks(graph)
+            self._check_inputs(blocks, x)
         with self._graph.session.peer_errors("forward (e.g. DDP's bucket broadcast)"):
             out = strategy.step_forward(self.wrapped, blocks, x)
         if torch.is_grad_enabled() and out.requires_grad:
             out.register_hook(self._on_output_grad)
         return out
+
+    def _on_device(self, blocks: Blocks, x) -> tuple[Blocks, Any]:
+        """The full-graph form's blocks and rows on the strategy's device."""
+        device = self._graph.strategy.compute_device(self._graph.session)
+        if device.type == "cpu":
+            return blocks, x
+        moved = Blocks([b.to(device) for b in blocks], blocks.state)
+        return moved, x.to(device) if isinstance(x, torch.Tensor) else x
+
+    def _check_inputs(self, blocks: Blocks, x) -> None:
+        """A step's blocks and rows must be where the model is (a clear line, not a device
+        mismatch deep inside a conv)."""
+        session = self._graph.session
+        device = self._graph.strategy.compute_device(session)
+        found = [(what, t.device) for what, t in (("blocks", blocks[0] if blocks else None),
+                                                  ("input features", x))
+                 if isinstance(t, torch.Tensor | dgl.DGLGraph) and t.device != device]
+        if found:
+            what, where = found[0]
+            raise InvalidValueError(f"rank {session.rank}: the step's {what} are on {where}; the "
+                                    f"model is on {device}: move them with .to('{device}') "
+                                    f"(the DataLoader's blocks and prefetched rows already are)")
 
     def _on_output_grad(self, grad: torch.Tensor) -> None:
         if not self._queued:  # once per backward pass, however many outputs

@@ -22,19 +22,24 @@ def _cmd_commcheck(args: argparse.Namespace) -> int:
 
     from dglx_dist.runtime import init
 
-    with init(backend=args.backend) as s:
+    with init(backend=args.backend, device=args.device) as s:
         if s.rank == args.fail_rank:
             raise SystemExit(f"rank {s.rank}: failing on purpose (--fail-rank)")
-        rows = [torch.full((s.rank + 1, 4), float(s.rank)) for _ in range(s.world_size)]
-        got = s.world.all_to_all_v(rows)
-        ok = all(bool((g == j).all()) and g.shape[0] == j + 1 for j, g in enumerate(got))
-        total = s.world.all_reduce(torch.tensor([float(ok)]))
+        ok = True
+        for device in dict.fromkeys([torch.device("cpu"), s.device]):  # host, then device
+            rows = [torch.full((s.rank + 1, 4), float(s.rank), device=device)
+                    for _ in range(s.world_size)]
+            got = s.world.all_to_all_v(rows)
+            ok = ok and all(bool((g == j).all()) and g.shape[0] == j + 1 and g.device == device
+                            for j, g in enumerate(got))
+        total = s.world.all_reduce(torch.tensor([float(ok)], device=s.device))
         seconds = None
         if args.payload_mb > 0:  # every rank sends payload_mb to each other rank, timed
             rows = int(args.payload_mb * 2**20 // 4)
             s.world.barrier()
             t0 = time.perf_counter()
-            s.world.all_to_all_v([torch.ones(rows) for _ in range(s.world_size)])
+            s.world.all_to_all_v([torch.ones(rows, device=s.device)
+                                  for _ in range(s.world_size)])
             s.world.barrier()
             seconds = round(time.perf_counter() - t0, 4)
         counts = s.world.all_gather(torch.tensor(list(s.counter.snapshot().values())))
@@ -42,7 +47,8 @@ def _cmd_commcheck(args: argparse.Namespace) -> int:
             keys = list(s.counter.snapshot())
             print(json.dumps({"world_size": s.world_size, "servers": s.topology.num_servers,
                               "ranks_per_server": s.topology.ranks_per_server,
-                              "backend": s.backend, "launcher": s.env.launcher,
+                              "backend": s.backend, "device": str(s.device),
+                              "launcher": s.env.launcher,
                               "exchange_ok": int(total.item()) == s.world_size,
                               "payload_mb": args.payload_mb, "payload_seconds": seconds,
                               "bytes": [dict(zip(keys, c.tolist())) for c in counts]}))
@@ -64,7 +70,10 @@ def _add_rdzvcheck(p: argparse.ArgumentParser) -> None:
 
 
 def _add_commcheck(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", default=None, help="gloo or nccl (default: nccl if CUDA)")
+    p.add_argument("--backend", default=None, help="gloo or nccl, the backend of the device "
+                   "collectives (default: nccl on GPUs; host traffic is always gloo's)")
+    p.add_argument("--device", default=None, help="auto, cpu, cuda or cuda:N (default auto: "
+                   "local rank i on GPU i when CUDA is available, else the CPU)")
     p.add_argument("--fail-rank", type=int, default=-1,
                    help="this rank exits right after start-up (to see how a job fails)")
     p.add_argument("--payload-mb", type=float, default=0.0,

@@ -33,7 +33,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                                                                   "--strategy-opt"))
     env = read_env()
     _check_before_start(args, strategy, env)
-    with init(backend=args.backend, env=env) as session:
+    with init(backend=args.backend, env=env, device=args.device) as session:
         parts = args.partitions or ensure_partitions(args.data or "cora", strategy, session,
                                                      args.cache_dir)
         pdir = PartitionDir(parts)
@@ -104,7 +104,7 @@ def _cmd_train_link(args: argparse.Namespace, train: TrainConfig) -> int:
                                                                   "--strategy-opt"))
     graph = to_dgl(read_dataset(resolve_dataset(args.data or "cora")))
     config = LinkConfig.of(train, progress=not args.no_progress)
-    with init(backend=args.backend) as session:
+    with init(backend=args.backend, device=args.device) as session:
         torch.manual_seed(train.seed)
         layers = strategy.num_layers() or train.layers
         model = MODELS[train.model](graph.ndata["feat"].shape[1], train.hidden, train.hidden,
@@ -151,7 +151,10 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--partitions", type=Path, help="partition directory from `dglx partition` "
                    "(default: partition --data for the strategy, cached in --cache-dir)")
     p.add_argument("--cache-dir", type=Path, default=Path("dglx-partitions"))
-    p.add_argument("--backend", default=None, help="gloo or nccl (default: nccl if CUDA)")
+    p.add_argument("--backend", default=None, help="gloo or nccl, the backend of the device "
+                   "collectives (default: nccl on GPUs; host traffic is always gloo's)")
+    p.add_argument("--device", default=None, help="auto, cpu, cuda or cuda:N (default auto: "
+                   "local rank i on GPU i when CUDA is available, else the CPU)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--metrics-file", type=Path, help="also append the JSON lines to this file")
     p.add_argument("--checkpoint-dir", type=Path, help="save checkpoints here (a directory every "

@@ -100,6 +100,8 @@ class DistKVStore(ServedStore, DistInit, KVStore):
         topo = session.topology
         self._num_servers, self._per_server = topo.num_servers, topo.ranks_per_server
         self._server = session.server_id
+        # pulled rows go to a GPU from page-locked memory (runtime.transfer)
+        self._pin = session.device.type == "cuda"
         self._dir = Path(shm_dir) if shm_dir is not None else default_shm_dir()
         self._servers: dict[int, list[int]] = {}  # entry index -> server of each part
         self._by_index: list[TensorEntry] = []
@@ -181,7 +183,8 @@ class DistKVStore(ServedStore, DistInit, KVStore):
                 inverse = where.index_select(0, inverse)
         else:  # rows go straight to their places in the request
             uniq, inverse, pieces = ids, None, entry.policy.split(ids)
-        out = torch.empty((uniq.numel(), *entry.trailing), dtype=entry.dtype)
+        out = torch.empty((uniq.numel(), *entry.trailing), dtype=entry.dtype,
+                          pin_memory=self._pin)
         servers = self._servers[entry.index]
         local = [q for q in pieces if servers[q.part] == self._server]
         remote: dict[int, list[Piece]] = {}

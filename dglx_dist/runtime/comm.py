@@ -12,6 +12,12 @@ Every strategy sends through a :class:`Comm`, so byte counts cannot be forgotten
 Wire bytes of gloo's or NCCL's algorithms differ (rings, trees); the model makes counts
 deterministic and comparable across strategies. Bytes to oneself are not counted.
 
+Device tensors: a group made under NCCL carries CUDA tensors itself (torch.distributed's
+``"cpu:gloo,cuda:nccl"``: host tensors over gloo, device tensors over NCCL); on a group of
+gloo alone a device tensor goes through host memory (copied to the host, exchanged, copied
+back), so ranks sharing a GPU over gloo compute on it all the same. Results are on the
+input's device either way, and bytes are counted the same way.
+
 Every call waits at most ``timeout`` seconds. When a collective fails (a peer died: gloo
 notices at once; or the wait timed out), the error is a :class:`PeerError` that names the
 failed ranks (see :mod:`dglx_dist.runtime.health`), raised on every survivor.
@@ -24,9 +30,10 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
-from dglx_dist.errors import DglxError, InvalidValueError
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.runtime.counters import ByteCounter
 from dglx_dist.runtime.health import Health
+from dglx_dist.runtime.peer import PeerError, is_peer_failure
 from dglx_dist.runtime.pending import Pending, Transfer, Works
 from dglx_dist.runtime.topology import Topology
 
@@ -40,29 +47,6 @@ EXCHANGE_TAG = 2**31 - 2
 """The point-to-point tag of :meth:`Comm.all_to_all_v`'s messages on gloo (tags of
 :meth:`Comm.start_send` must differ from it)."""
 
-_PEER_SIGNS = ("timed out", "connection", "read error", "write error", "closed", "reset by peer",
-               "broken pipe", "socket", "unreachable", "nccl error", "aborted")
-
-
-def _is_peer_failure(exc: Exception) -> bool:
-    """Whether a backend error means a peer or the network failed (not a local misuse)."""
-    text = str(exc).lower()
-    return any(sign in text for sign in _PEER_SIGNS)
-
-
-class PeerError(DglxError, RuntimeError):
-    """A collective failed because a peer died, hung or is unreachable.
-
-    Attributes:
-        ranks: global ranks identified as failed (may be empty when none could be named).
-        op: the collective that failed.
-    """
-
-    def __init__(self, message: str, ranks: Sequence[int], op: str):
-        super().__init__(message)
-        self.ranks, self.op = list(ranks), op
-
-
 class Comm:
     """A communicator: one process group, its members, and the job's counters and health.
 
@@ -75,6 +59,8 @@ class Comm:
         counter: the byte counter shared by the session's communicators.
         health: heartbeats used to name failed ranks (None: no diagnosis).
         timeout: seconds any call may wait.
+        native: the device types the group carries itself ("cpu" over gloo; "cuda" too under
+            NCCL); tensors on other devices go through host memory.
 
     Attributes:
         global_rank: this process's rank in the whole job (torch.distributed's global rank).
@@ -83,13 +69,15 @@ class Comm:
     """
 
     def __init__(self, name: str, group, members: Sequence[int], global_rank: int,
-                 topology: Topology, counter: ByteCounter, health: Health | None, timeout: float):
+                 topology: Topology, counter: ByteCounter, health: Health | None, timeout: float,
+                 native: Sequence[str] = ("cpu",)):
         self.name, self.group, self.members = name, group, list(members)
+        self.native = frozenset(native)
         self.global_rank, self.topology, self.counter = global_rank, topology, counter
         self.health, self.timeout = health, datetime.timedelta(seconds=timeout)
         self.group_rank = self.members.index(global_rank)
         self._intra = [topology.same_server(global_rank, m) for m in self.members]
-        self._seq, self._p2p_exchange = 0, None
+        self._seq = 0
         self._broken: PeerError | None = None
 
     @property
@@ -127,11 +115,19 @@ class Comm:
         if len(send) != self.size:
             raise InvalidValueError(f"all_to_all_v on {self.name} needs {self.size} tensors, "
                                     f"got {len(send)}")
-        trailing, dtype = send[0].shape[1:], send[0].dtype
+        trailing, dtype, device = send[0].shape[1:], send[0].dtype, send[0].device
         for i, t in enumerate(send):
-            if t.shape[1:] != trailing or t.dtype != dtype:
-                raise InvalidValueError(f"all_to_all_v: tensor {i} is {t.dtype}{tuple(t.shape)}; "
-                                        f"expected {dtype} with trailing shape {tuple(trailing)}")
+            if t.shape[1:] != trailing or t.dtype != dtype or t.device != device:
+                raise InvalidValueError(f"all_to_all_v: tensor {i} is {t.dtype}{tuple(t.shape)} "
+                                        f"on {t.device}; expected {dtype} with trailing shape "
+                                        f"{tuple(trailing)} on {device}")
+        if self._staged(device):
+            pending = self._start_exchange([_host(t) for t in send], recv_rows, trailing, dtype)
+            return pending.map(lambda recv: [r.to(device) for r in recv])
+        return self._start_exchange(send, recv_rows, trailing, dtype)
+
+    def _start_exchange(self, send: Sequence[torch.Tensor], recv_rows: Sequence[int] | None,
+                        trailing: torch.Size, dtype: torch.dtype) -> "Pending":
         counts = torch.tensor([t.shape[0] for t in send], dtype=torch.int64)
         if recv_rows is not None:
             if len(recv_rows) != self.size:
@@ -144,12 +140,15 @@ class Comm:
                       lambda: dist.all_to_all_single(recv_counts, counts, group=self.group,
                                                      async_op=True))
             self.counter.add_control(8 * (self.size - 1))
-        out = torch.empty((int(recv_counts.sum()), *trailing), dtype=dtype)
+        out = send[0].new_empty((int(recv_counts.sum()), *trailing), dtype=dtype)
         recv = list(torch.split(out, recv_counts.tolist()))
-        if self._exchange_p2p():
+        # host tensors (gloo): one send and one receive per peer instead of gloo's all-to-all,
+        # which moves half the bytes per second of concurrent sends and receives when both
+        # directions of a link carry data (emulated 1 Gbit/s: 11 MB each way, 166 vs 97 ms)
+        if out.device.type == "cpu":
             keep = [t.contiguous() for t in send]
             work = self._start("all_to_all_v", lambda: self._post_exchange(keep, recv))
-        else:
+        else:  # NCCL's all-to-all
             full = [t for t in send if t.numel()]
             if len(full) == 1 and full[0].is_contiguous():  # one destination: send it as it is
                 keep = full[0].reshape(-1, *trailing)
@@ -165,14 +164,10 @@ class Comm:
 
         return Pending(self, "all_to_all_v", work, finish, keep=keep)
 
-    def _exchange_p2p(self) -> bool:
-        """Whether all_to_all_v posts one send and one receive per peer instead of calling
-        the backend's all-to-all: on gloo, whose all-to-all moves half the bytes per second
-        of concurrent sends and receives when both directions of a link carry data
-        (measured on the emulated 1 Gbit/s link: 11 MB each way in 166 ms vs 97 ms)."""
-        if self._p2p_exchange is None:
-            self._p2p_exchange = dist.get_backend(self.group) == "gloo"
-        return self._p2p_exchange
+    def _staged(self, device: torch.device) -> bool:
+        """Whether tensors on ``device`` go through host memory on this group (see the module
+        docstring)."""
+        return device.type not in self.native
 
     def _post_exchange(self, send: list[torch.Tensor], recv: list[torch.Tensor]) -> Works:
         """Every non-empty message of an exchange posted at once (rows to oneself copied)."""
@@ -189,32 +184,36 @@ class Comm:
                                         tag=EXCHANGE_TAG))
         return Works(works)
 
-    def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
-        """Every member's ``tensor`` (same shape everywhere), in member order."""
+    def all_gather(self, tensor: torch.Tensor, count: bool = True) -> list[torch.Tensor]:
+        """Every member's ``tensor`` (same shape everywhere), in member order.
+
+        Args:
+            count: False for the session's own bookkeeping (not the job's traffic).
+        """
+        if self._staged(tensor.device):
+            return [t.to(tensor.device) for t in self._all_gather(_host(tensor), count)]
+        return self._all_gather(tensor, count)
+
+    def _all_gather(self, tensor: torch.Tensor, count: bool) -> list[torch.Tensor]:
         out = [torch.empty_like(tensor) for _ in range(self.size)]
         self._run("all_gather", lambda: dist.all_gather(out, tensor.contiguous(),
                                                         group=self.group, async_op=True))
-        self._count([tensor.nbytes] * self.size, [t.nbytes for t in out])
+        if count:
+            self._count([tensor.nbytes] * self.size, [t.nbytes for t in out])
         return out
 
     def all_gather_v(self, tensor: torch.Tensor) -> list[torch.Tensor]:
         """Every member's ``tensor``; the first dimension may differ between members."""
         rows = self.all_gather(torch.tensor([tensor.shape[0]], dtype=torch.int64))
         sizes = [int(r) for r in rows]
-        padded = torch.zeros((max(sizes), *tensor.shape[1:]), dtype=tensor.dtype)
+        padded = tensor.new_zeros((max(sizes), *tensor.shape[1:]))
         padded[: tensor.shape[0]] = tensor
         gathered = self.all_gather(padded)
         return [g[:n] for g, n in zip(gathered, sizes)]
 
     def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
         """Reduces ``tensor`` in place across members (op: sum, max, min, product)."""
-        if op not in _OPS:
-            raise InvalidValueError(f"all_reduce op {op!r}; expected one of {sorted(_OPS)}")
-        self._run("all_reduce", lambda: dist.all_reduce(tensor, _OPS[op], group=self.group,
-                                                        async_op=True))
-        share = 2 * tensor.nbytes // self.size
-        self._count([share] * self.size, [share] * self.size)
-        return tensor
+        return self.start_all_reduce(tensor, op).wait()
 
     def start_all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> "Pending":
         """:meth:`all_reduce`, returned while under way; ``wait()`` (or ``done()``) on the
@@ -222,6 +221,11 @@ class Comm:
         order."""
         if op not in _OPS:
             raise InvalidValueError(f"all_reduce op {op!r}; expected one of {sorted(_OPS)}")
+        if self._staged(tensor.device):
+            return self._start_all_reduce(_host(tensor), op).map(tensor.copy_)
+        return self._start_all_reduce(tensor, op)
+
+    def _start_all_reduce(self, tensor: torch.Tensor, op: str) -> "Pending":
         work = self._start("all_reduce", lambda: dist.all_reduce(tensor, _OPS[op],
                                                                  group=self.group,
                                                                  async_op=True))
@@ -245,7 +249,7 @@ class Comm:
         DDP's all-reduce in backward), or None when ``exc`` is not a peer failure."""
         if isinstance(exc, PeerError):
             return exc
-        if not isinstance(exc, RuntimeError) or not _is_peer_failure(exc):
+        if not isinstance(exc, RuntimeError) or not is_peer_failure(exc):
             return None
         if self._broken is None:
             self._broken = self._failure(op, exc)
@@ -256,7 +260,12 @@ class Comm:
         if tensor.shape[0] % self.size:
             raise InvalidValueError(f"reduce_scatter: {tensor.shape[0]} rows do not split into "
                                     f"{self.size} equal chunks")
-        out = torch.empty((tensor.shape[0] // self.size, *tensor.shape[1:]), dtype=tensor.dtype)
+        if self._staged(tensor.device):
+            return self._reduce_scatter(_host(tensor), op).to(tensor.device)
+        return self._reduce_scatter(tensor, op)
+
+    def _reduce_scatter(self, tensor: torch.Tensor, op: str) -> torch.Tensor:
+        out = tensor.new_empty((tensor.shape[0] // self.size, *tensor.shape[1:]))
         # gloo runs reduce_scatter_tensor only synchronously (bounded by the group's timeout)
         self._run("reduce_scatter", lambda: dist.reduce_scatter_tensor(
             out, tensor.contiguous(), _OPS[op], group=self.group))
@@ -265,6 +274,11 @@ class Comm:
 
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
         """Copies member ``src``'s ``tensor`` into every member's ``tensor`` (in place)."""
+        if self._staged(tensor.device):
+            return tensor.copy_(self._broadcast(_host(tensor), src))
+        return self._broadcast(tensor, src)
+
+    def _broadcast(self, tensor: torch.Tensor, src: int) -> torch.Tensor:
         self._run("broadcast", lambda: dist.broadcast(tensor, self.members[src],
                                                       group=self.group, async_op=True))
         if self.group_rank == src:
@@ -284,15 +298,19 @@ class Comm:
         exchanges whose order is not the same on every rank, e.g. Dorylus's asynchronous
         scatters); the receiver posts :meth:`start_recv` with the same tag and a tensor of the
         same shape. Returns at once; poll ``done()`` or ``wait()``."""
+        if self._staged(tensor.device):
+            return self._p2p("send", dist.isend, _host(tensor), peer, tag)
         return self._p2p("send", dist.isend, tensor.contiguous(), peer, tag)
 
     def start_recv(self, tensor: torch.Tensor, peer: int, tag: int) -> "Transfer":
         """Starts receiving member ``peer``'s message ``tag`` into ``tensor`` (see
         :meth:`start_send`)."""
+        if self._staged(tensor.device):  # into host memory, then into ``tensor``
+            return self._p2p("recv", dist.irecv, _host(tensor), peer, tag, into=tensor)
         return self._p2p("recv", dist.irecv, tensor, peer, tag)
 
     def _p2p(self, kind: str, fn: Callable, tensor: torch.Tensor, peer: int,
-             tag: int) -> "Transfer":
+             tag: int, into: torch.Tensor | None = None) -> "Transfer":
         if not 0 <= peer < self.size or peer == self.group_rank:
             raise InvalidValueError(f"{kind} on {self.name}: peer {peer}; expected another member "
                                     f"in [0, {self.size})")
@@ -301,9 +319,15 @@ class Comm:
         work = self._guard(op, lambda: fn(tensor, self.members[peer], group=self.group,
                                           tag=tag))
         sizes = [tensor.nbytes if i == peer else 0 for i in range(self.size)]
-        count = ((lambda: self._count(sizes, [0] * self.size)) if kind == "send" else
-                 (lambda: self._count([0] * self.size, sizes)))
-        return Transfer(self, op, work, count, tensor, self.members[peer])
+        nothing = [0] * self.size
+
+        def done() -> None:
+            self._count(*((sizes, nothing) if kind == "send" else (nothing, sizes)))
+            if into is not None:
+                into.copy_(tensor)
+
+        return Transfer(self, op, work, done, tensor if into is None else into,
+                        self.members[peer], keep=tensor)
 
     # -- plumbing ----------------------------------------------------------------------------
     def _count(self, sent: Sequence[int], recv: Sequence[int]) -> None:
@@ -334,7 +358,7 @@ class Comm:
         try:
             return fn()
         except RuntimeError as exc:
-            if not _is_peer_failure(exc):
+            if not is_peer_failure(exc):
                 raise
             self._broken = self._failure(op, exc)
             raise self._broken from exc
@@ -366,3 +390,9 @@ class Comm:
         ``waited`` seconds (:meth:`Transfer.fail`)."""
         return PeerError(f"{op} on the {self.name} group: nothing for {waited:.0f}s "
                          f"(rank {peer} dead or stuck?)", [peer], op)
+
+
+def _host(tensor: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of ``tensor`` in host memory, for a group that does not carry its
+    device (always a copy: the caller writes the result back where it belongs)."""
+    return tensor.to("cpu", copy=True, memory_format=torch.contiguous_format)

@@ -15,7 +15,9 @@ dglx_dist's own variables:
 * ``DGLX_VIRTUAL_SERVERS=N``: split the ranks of each machine into N virtual servers, so one
   machine stands in for a cluster (intra- vs inter-server traffic is then counted for real).
 * ``DGLX_TIMEOUT``: seconds any collective may wait before the job fails (default 120).
-* ``DGLX_BACKEND``: force ``gloo`` or ``nccl`` (default: nccl when CUDA is available).
+* ``DGLX_BACKEND``: force ``gloo`` or ``nccl`` (default: nccl when the device is a GPU).
+* ``DGLX_DEVICE``: ``auto`` (default: the rank's GPU when CUDA is available, else the CPU),
+  ``cpu``, ``cuda`` or ``cuda:N`` (see :mod:`dglx_dist.runtime.device`).
 * ``DGLX_MALLOC``: ``keep`` (default) or ``system``, see :mod:`dglx_dist.runtime.allocator`.
 * ``DGLX_HOST_RANKS``: the ranks that share this machine's memory, where several launcher
   nodes run on one machine (``dglx emulate`` sets it; default: this node's ranks). The up-front
@@ -56,6 +58,7 @@ class DistEnv:
         virtual_servers: virtual servers per machine (1: a machine is one server).
         timeout: seconds any collective may wait.
         backend: "gloo", "nccl" or None (choose by device).
+        device: "auto", "cpu", "cuda", "cuda:N" or None (auto; :mod:`dglx_dist.runtime.device`).
         launcher: "torchrun", "slurm" or "single".
         malloc: the C allocator setting (:mod:`dglx_dist.runtime.allocator`).
         host_ranks: the ranks sharing this machine's memory when more than this node's
@@ -77,6 +80,7 @@ class DistEnv:
     virtual_servers: int = 1
     timeout: float = DEFAULT_TIMEOUT
     backend: str | None = None
+    device: str | None = None
     launcher: str = "single"
     malloc: str = "keep"
     host_ranks: int | None = None
@@ -101,6 +105,9 @@ class DistEnv:
                            f"{MAX_TIMEOUT:g}")
         if self.backend not in (None, "gloo", "nccl"):
             raise EnvError(f"DGLX_BACKEND={self.backend!r}; expected 'gloo' or 'nccl'")
+        if self.device is not None and not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
+            raise EnvError(f"DGLX_DEVICE={self.device!r}; expected 'auto', 'cpu', 'cuda' or "
+                           f"'cuda:N'")
         if self.malloc not in MALLOC_MODES:
             raise EnvError(f"DGLX_MALLOC={self.malloc!r}; expected one of {list(MALLOC_MODES)}")
         if self.host_ranks is not None and not (
@@ -157,7 +164,7 @@ def _common(env: Mapping[str, str]) -> dict:
     except ValueError:
         raise EnvError(f"DGLX_TIMEOUT={timeout!r}; expected seconds") from None
     return {"virtual_servers": _int(env, "DGLX_VIRTUAL_SERVERS", 1), "timeout": timeout_s,
-            "backend": env.get("DGLX_BACKEND") or None,
+            "backend": env.get("DGLX_BACKEND") or None, "device": env.get("DGLX_DEVICE") or None,
             "malloc": env.get("DGLX_MALLOC") or "keep",
             "host_ranks": _int(env, "DGLX_HOST_RANKS") if env.get("DGLX_HOST_RANKS") else None}
 

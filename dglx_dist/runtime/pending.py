@@ -32,6 +32,13 @@ class Pending:
         self._keep = keep  # the send buffer must outlive the transfer
         self._done, self._result = False, None
 
+    def map(self, fn: Callable[[Any], Any]) -> "Pending":
+        """This pending, its result passed through ``fn`` when it finishes (e.g. copied back
+        to the device it came from); returns itself."""
+        finish = self._finish
+        self._finish = lambda: fn(finish())
+        return self
+
     def done(self) -> bool:
         """True once finished (without blocking; finishing it when the transfer is over)."""
         if not self._done and (self._work is None or
@@ -79,9 +86,10 @@ class Transfer:
     """
 
     def __init__(self, comm: Comm, op: str, work: dist.Work, count: Callable[[], None],
-                 tensor: torch.Tensor, peer: int):
+                 tensor: torch.Tensor, peer: int, keep: torch.Tensor | None = None):
         self._comm, self.op, self._work, self._count = comm, op, work, count
-        self.tensor, self.peer = tensor, peer  # the buffer must outlive the transfer
+        self.tensor, self.peer = tensor, peer  # what wait() returns
+        self._keep = keep  # the buffer on the wire, which must outlive the transfer
         self._done, self._error = False, None
         self._finished = threading.Event()
         threading.Thread(target=self._wait_in_background, daemon=True,

@@ -15,6 +15,7 @@ import contextlib
 import contextvars
 import datetime
 import logging
+import os
 import signal
 import sys
 import threading
@@ -27,8 +28,10 @@ import torch.distributed as dist
 from dglx_dist.errors import DglxError, InvalidValueError, StateError
 from dglx_dist.runtime.allocator import configure_malloc
 from dglx_dist.runtime.comm import ByteCounter, Comm, PeerError
+from dglx_dist.runtime.device import (Placement, choose_placement, group_backend, mixed_devices,
+                                      nccl_environment)
 from dglx_dist.runtime.env import DistEnv, read_env
-from dglx_dist.runtime.failure import mark_in_session, report
+from dglx_dist.runtime.failure import mark_in_session, report, same_on_every_rank
 from dglx_dist.runtime.health import Health
 from dglx_dist.runtime.orphan import LauncherWatch
 from dglx_dist.runtime.topology import Topology
@@ -46,35 +49,43 @@ class Session:
     Attributes:
         env: the launch environment.
         topology: servers x local ranks.
-        backend: "gloo" or "nccl".
-        device: this rank's torch device.
+        backend: "gloo" or "nccl": the backend of the device collectives (host traffic is
+            always gloo's; :mod:`dglx_dist.runtime.device`).
+        device: this rank's torch device: the model, blocks, features and labels live on it
+            (the graph structure, the KVStore and sampling stay in host memory).
         counter: bytes sent/received through any of the communicators.
         world / server / cross: communicators over all ranks, this rank's server, and the
             ranks with this rank's local index on every server.
     """
 
-    def __init__(self, env: DistEnv, backend: str, store, heartbeat: float = 0.5,
+    def __init__(self, env: DistEnv, placement: Placement, store, heartbeat: float = 0.5,
                  adopt: bool = False):
-        self.env, self.backend = env, backend
+        self.env, self.backend, self.device = env, placement.backend, placement.device
         self.rank, self.world_size = env.rank, env.world_size
         self.topology = Topology(env.num_servers, env.ranks_per_server)
-        self.device = (torch.device("cuda", env.local_rank) if backend == "nccl"
-                       else torch.device("cpu"))
-        if backend == "nccl":
+        if placement.on_gpu:
             torch.cuda.set_device(self.device)
         configure_malloc(env.malloc)
         timeout = datetime.timedelta(seconds=env.timeout)
+        self._pg_backend = group_backend(self.backend)
+        self._native = ("cpu", "cuda") if self.backend == "nccl" else ("cpu",)
         if not adopt:
-            dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=env.rank,
-                                    world_size=env.world_size, timeout=timeout)
+            if self.backend == "nccl":
+                os.environ.update(nccl_environment(os.environ, env.timeout))
+            dist.init_process_group(self._pg_backend, store=dist.PrefixStore("pg", store),
+                                    rank=env.rank, world_size=env.world_size, timeout=timeout)
         self.health = Health(store, env.rank, env.world_size, interval=heartbeat,
                              store_timeout=min(10.0, env.timeout / 2))
         self.counter = ByteCounter()
         self._store = store
         self._closers: list[Callable[[], None]] = []
         topo = self.topology
-        self.world = Comm("world", None, list(range(env.world_size)), self.rank, topo,
-                          self.counter, self.health, env.timeout)
+        # a script's own default group without gloo (plain NCCL) cannot carry host tensors
+        world_group = (None if dist.get_backend() == self._pg_backend else
+                       dist.new_group(list(range(env.world_size)), timeout=timeout,
+                                      backend=self._pg_backend))
+        self.world = Comm("world", world_group, list(range(env.world_size)), self.rank, topo,
+                          self.counter, self.health, env.timeout, native=self._native)
         self._comms = [self.world]
         self.server = self._new_comm("server", topo.server_ranks, topo.num_servers,
                                      topo.server_of(self.rank))
@@ -83,8 +94,20 @@ class Session:
         self._launcher = LauncherWatch(self.rank)  # the agent SIGKILLed: exit, not linger
         self._token: contextvars.Token | None = _CURRENT.set(self)
         self._install_exit_handlers()
-        log.debug("rank %d/%d up: server %d of %d, local %d, backend %s", self.rank,
-                  self.world_size, self.server_id, topo.num_servers, self.local_rank, backend)
+        log.debug("rank %d/%d up: server %d of %d, local %d, backend %s, device %s", self.rank,
+                  self.world_size, self.server_id, topo.num_servers, self.local_rank,
+                  self.backend, self.device)
+
+    def check_devices(self) -> None:
+        """Refuses a job whose ranks compute on different kinds of device (collective; every
+        rank raises the same one line, rank 0 reports it)."""
+        mine = torch.tensor([1 if self.device.type == "cuda" else 0,
+                             -1 if self.device.index is None else self.device.index])
+        names = [("cuda:%d" % int(t[1])) if int(t[0]) else "cpu"
+                 for t in self.world.all_gather(mine, count=False)]
+        problem = mixed_devices(names)
+        if problem is not None:
+            raise same_on_every_rank(InvalidValueError(problem))
 
     @property
     def server_id(self) -> int:
@@ -121,9 +144,10 @@ class Session:
         ``i < count``, created by every rank in the same order (collective); one of the
         communicators whose first failure is the session's :attr:`failure`."""
         timeout = datetime.timedelta(seconds=self.env.timeout)
-        groups = [dist.new_group(ranks_of(i), timeout=timeout) for i in range(count)]
+        groups = [dist.new_group(ranks_of(i), timeout=timeout, backend=self._pg_backend)
+                  for i in range(count)]
         comm = Comm(name, groups[mine], ranks_of(mine), self.rank, self.topology, self.counter,
-                    self.health, self.env.timeout)
+                    self.health, self.env.timeout, native=self._native)
         self._comms.append(comm)
         return comm
 
@@ -261,50 +285,63 @@ class Session:
         self.shutdown(exc)
 
 
-def _pick_backend(env: DistEnv, backend: str | None) -> str:
-    chosen = backend or env.backend or ("nccl" if torch.cuda.is_available() else "gloo")
-    if chosen not in ("gloo", "nccl"):
-        raise InvalidValueError(f"backend {chosen!r}; expected 'gloo' or 'nccl'")
-    if chosen == "nccl" and not torch.cuda.is_available():
-        raise InvalidValueError("backend 'nccl' needs CUDA, which is not available; use 'gloo'")
-    return chosen
-
-
 def init(backend: str | None = None, env: DistEnv | None = None, store=None,
-         heartbeat: float = 0.5) -> Session:
+         heartbeat: float = 0.5, device: str | None = None) -> Session:
     """Starts this process's part of the job and makes the session current.
 
     Args:
-        backend: "gloo" or "nccl"; default NCCL when CUDA is available (``DGLX_BACKEND``
-            overrides the default).
+        backend: "gloo" or "nccl", the backend of the device collectives; default NCCL when
+            the device is a GPU (``DGLX_BACKEND`` overrides the default).
         env: the launch environment; default :func:`~dglx_dist.runtime.env.read_env`.
         store: a torch.distributed Store to meet in; default a TCPStore at the environment's
             master address (hosted by rank 0, or by torchrun's agent when it provides one).
         heartbeat: seconds between health heartbeats.
+        device: "auto" (default: the rank's GPU when CUDA is available), "cpu", "cuda" or
+            "cuda:N" (``DGLX_DEVICE`` overrides the default; :mod:`dglx_dist.runtime.device`).
+
+    Raises:
+        InvalidValueError: a device or backend this machine cannot give (before any process
+            group), or ranks on different kinds of device (once the groups are up).
     """
     if _CURRENT.get() is not None:
         raise StateError("a dglx_dist session is already running in this process; call "
                          "shutdown() on it first")
     env = env or read_env()
     if dist.is_initialized():  # the script's own init_process_group (a DistDGL script)
-        return _adopt(env, heartbeat)
-    chosen = _pick_backend(env, backend)
+        return _adopt(env, heartbeat, device)
+    cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    placement = choose_placement(env.rank, env.local_rank, env.local_world_size,
+                                 backend or env.backend, device or env.device, cuda_count)
     if store is None:
         url = f"tcp://{env.master_addr}:{env.master_port}"
         store, _, _ = next(dist.rendezvous(url, env.rank, env.world_size,
                                            timeout=datetime.timedelta(seconds=env.timeout)))
-    return Session(env, chosen, store, heartbeat)
+    return _checked(Session(env, placement, store, heartbeat))
 
 
-def _adopt(env: DistEnv, heartbeat: float) -> Session:
-    """A session on the default process group the script initialised itself."""
+def _checked(session: Session) -> Session:
+    try:
+        session.check_devices()
+    except DglxError as exc:
+        session.shutdown(exc)
+        raise
+    return session
+
+
+def _adopt(env: DistEnv, heartbeat: float, device: str | None) -> Session:
+    """A session on the default process group the script initialised itself (its backend is
+    the device collectives'; the device as :func:`init` chooses it)."""
     if dist.get_world_size() != env.world_size or dist.get_rank() != env.rank:
         raise StateError(f"the process group the script initialised has rank "
                          f"{dist.get_rank()} of {dist.get_world_size()}; the launcher says "
                          f"{env.rank} of {env.world_size}")
     store = dist.distributed_c10d._get_default_store()
+    backend = "nccl" if "nccl" in dist.get_backend() else "gloo"
     log.debug("adopting the default process group (%s)", dist.get_backend())
-    return Session(env, dist.get_backend(), store, heartbeat, adopt=True)
+    cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    placement = choose_placement(env.rank, env.local_rank, env.local_world_size, backend,
+                                 device or env.device, cuda_count)
+    return _checked(Session(env, placement, store, heartbeat, adopt=True))
 
 
 def current_session() -> Session:

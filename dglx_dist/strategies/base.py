@@ -69,6 +69,10 @@ class Strategy(abc.ABC):
         held_rows: node-data names whose rows :meth:`local_rows` may give (rows of other
             names always come from the KVStore).
         link_prediction: edge loaders (link prediction) run under it.
+        runs_on_device: its batches, model and exchanges of model tensors may live on the
+            session's device (a GPU; :mod:`dglx_dist.runtime.device`); False: the strategy
+            computes on the host even when the job has GPUs (dorylus by design: its tensor
+            work goes to serverless workers), see :meth:`compute_device`.
         lookahead: its loaders may sample the next step and start pulling its rows before
             handing over a step (False: each step must be trained before the next is asked
             for, e.g. P3's pipeline, which launches its own work ahead).
@@ -90,6 +94,7 @@ class Strategy(abc.ABC):
     conv_types: tuple[str, ...] | None = None
     held_rows: frozenset[str] = frozenset()
     link_prediction: bool = False
+    runs_on_device: bool = False
     lookahead: bool = True
     memory_model: MemoryModel | None = None
 
@@ -99,6 +104,11 @@ class Strategy(abc.ABC):
     @abc.abstractmethod
     def partition_spec(self, topology: Topology) -> PartitionSpec:
         """The partitioning this strategy needs on ``topology``."""
+
+    def compute_device(self, session: Session) -> torch.device:
+        """Where this strategy's model, blocks and input rows live on ``session``: the
+        session's device when :attr:`runs_on_device`, else the CPU."""
+        return session.device if self.runs_on_device else torch.device("cpu")
 
     def num_layers(self) -> int | None:
         """GNN layers the strategy's options imply (e.g. one fanout per layer), or None."""
@@ -249,7 +259,7 @@ class Strategy(abc.ABC):
         if state is None:
             return out
         if state.rows is not None:
-            out = out.index_select(0, state.rows)
+            out = out.index_select(0, state.rows.to(out.device))
         if state.weight is not None and torch.is_grad_enabled():
             out = scale_grad(out, state.weight)
         return out

@@ -11,6 +11,10 @@
   every rank together; ``g.ndata`` reads are served to one rank at a time).
 * Synchronous SGD: the model is wrapped in DDP (its C++ all-reduce overlaps with backward and
   waits at most the job's timeout); its bytes are accounted to the comm layer's counters.
+* On GPUs (``runs_on_device``): the model (DDP with the rank's device), the steps' blocks and
+  their prefetched rows live on the rank's GPU; the structure, the sampler and the KVStore stay
+  in host memory, whose rows reach the GPU through pinned buffers
+  (:mod:`dglx_dist.runtime.transfer`).
 * Evaluation (the Trainer's): every partition's val/test nodes, with full neighborhoods (or
   ``eval_fanouts``).
 """
@@ -38,6 +42,7 @@ class DistDGLStrategy(MiniBatchStrategy):
     """METIS partitions + HALO, distributed sampling, KVStore features, DDP."""
 
     feature_layout = "rows"
+    runs_on_device = True
     # peak RSS per rank fitted at 3 graph sizes (0.3M-1.2M nodes), docs/cluster_model.md
     # "Memory per rank": 2 servers x 1 rank, F=128, GCN hidden 64, fanouts 10,25, batch 1000
     memory_model = MemoryModel(base=1250 * 2**20, per_node=0, per_edge=272.8)
@@ -72,7 +77,9 @@ class DistDGLStrategy(MiniBatchStrategy):
         # its bytes are accounted to the comm layer after each backward
         self._grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters()
                                if p.requires_grad)
-        return DistributedDataParallel(model)
+        device = self.compute_device(self.session)
+        return DistributedDataParallel(model, device_ids=[device.index]
+                                       if device.type == "cuda" else None)
 
     def after_backward(self) -> None:
         self.session.world.account_all_reduce(self._grad_bytes)

@@ -143,7 +143,9 @@ def _epoch(model, g, loader, opt, epoch: int, progress: bool) -> EpochResult:
     total, steps, samples = 0.0, 0, 0
     for input_nodes, pair, neg, blocks in tqdm(loader, desc=f"epoch {epoch}", leave=False,
                                                disable=not progress):
-        loss = link_loss(pair, neg, model(blocks, g.ndata["feat"][input_nodes]))
+        x = g.ndata["feat"][input_nodes]  # read on the host, as in DistDGL
+        loss = link_loss(pair, neg, model(blocks, x.to(loader.device)
+                                          if isinstance(x, torch.Tensor) else x))
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -161,7 +163,7 @@ def train_link(graph: dgl.DGLGraph, strategy, model: torch.nn.Module, config: Li
     torch.manual_seed(config.seed)
     train_g, reverse, val, test = split_pairs(graph, config.seed)
     g = dglx_dist.distribute(train_g, strategy, cache_dir=cache_dir)
-    model = dglx_dist.parallelize(model, g)
+    model = dglx_dist.parallelize(model.to(strategy.compute_device(g.session)), g)
     fanouts = getattr(strategy.config, "fanouts", None)  # the sampled strategies' own
     node_sampler = dglx_dist.NeighborSampler(list(fanouts)) if fanouts else \
         dglx_dist.MultiLayerFullNeighborSampler(model._num_layers)

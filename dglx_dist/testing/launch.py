@@ -56,6 +56,7 @@ def _child(fn: Callable, rank: int, world_size: int, tmp: str, args: tuple,
         torch.set_num_threads(1)
         import torch.distributed as dist
 
+        from dglx_dist.runtime.device import choose_placement
         from dglx_dist.runtime.env import read_env
         from dglx_dist.runtime.session import Session
 
@@ -65,7 +66,13 @@ def _child(fn: Callable, rank: int, world_size: int, tmp: str, args: tuple,
         denv = read_env({**{k: str(v) for k, v in launch.items()},
                          **{k: v for k, v in os.environ.items() if k.startswith("DGLX_")}})
         store = dist.FileStore(str(Path(tmp) / "store"), world_size)
-        with Session(denv, "gloo", store, heartbeat=heartbeat) as session:
+        # the device set explicitly (the CPU unless DGLX_DEVICE says otherwise), so that the
+        # tests run the device path as a GPU job does
+        cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        placement = choose_placement(rank, denv.local_rank, local, "gloo", denv.device or "cpu",
+                                     cuda)
+        with Session(denv, placement, store, heartbeat=heartbeat) as session:
+            session.check_devices()
             result = fn(session, *args)
         out.write_text(json.dumps({"ok": result}))
     except BaseException as exc:  # noqa: BLE001  (reported to the parent, then exit non-zero)

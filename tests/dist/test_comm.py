@@ -202,3 +202,72 @@ def test_receive_from_a_dead_peer_names_it(tmp_path):
                       expect_failure=[1], timeout=40)
     assert res[0]["ranks"] == [1] and "rank 1" in res[0]["message"], res[0]
     assert res[0]["seconds"] < 4 + 5, res[0]
+
+
+def _through_host_and_native(session):
+    """The same collectives on the world group as it is and through a communicator that
+    carries no device itself (native=()), so every tensor goes through host memory the way
+    a CUDA tensor does on a group of gloo alone: the results and counted bytes must agree."""
+    from dglx_dist.runtime.comm import ByteCounter, Comm
+
+    r, w = session.rank, session.world_size
+    staged = Comm("staged", session.world.group, session.world.members, r, session.topology,
+                  ByteCounter(), session.health, session.env.timeout, native=())
+    out = {}
+    for name, comm in (("native", session.world), ("staged", staged)):
+        before = comm.counter.snapshot()
+        got = {"a2a": [t.tolist() for t in comm.all_to_all_v(
+            [torch.full((r + j, 2), float(10 * r + j)) for j in range(w)])]}
+        got["a2a_known"] = [t.tolist() for t in comm.start_all_to_all_v(
+            [torch.full((1, 2), float(r)) for _ in range(w)], recv_rows=[1] * w).wait()]
+        got["gather_v"] = [t.tolist() for t in comm.all_gather_v(torch.arange(r + 1.0))]
+        t = torch.full((3,), float(r + 1))
+        same = comm.all_reduce(t) is t  # in place: the caller's tensor holds the sum
+        pending = comm.start_all_reduce(u := torch.full((2,), float(r)), op="max")
+        got["reduce"] = [t.tolist(), same, pending.wait() is u, u.tolist()]
+        got["reduce_scatter"] = comm.reduce_scatter(torch.arange(2.0 * w) * (r + 1)).tolist()
+        b = torch.full((2,), float(r))
+        got["broadcast"] = [comm.broadcast(b, src=1) is b, b.tolist()]
+        into = torch.zeros(3)
+        if r == 0:
+            comm.start_send(torch.arange(3.0) + 7, peer=1, tag=5).wait()
+        elif r == 1:
+            got["recv_is_into"] = comm.start_recv(into, peer=0, tag=5).wait() is into
+        got["recv"] = into.tolist()
+        after = comm.counter.snapshot()
+        got["bytes"] = {k: after[k] - before[k] for k in after if k != "calls"}
+        out[name] = got
+    return out
+
+
+def test_tensors_through_host_memory_match_the_native_group(tmp_path):
+    res = run_workers(_through_host_and_native, 3, tmp_path, env={"DGLX_TIMEOUT": "20"})
+    for r, out in res.items():
+        native, staged = out["native"], out["staged"]
+        assert staged == native, r
+        assert native["reduce"] == [[6.0] * 3, True, True, [2.0, 2.0]]
+        assert native["broadcast"] == [True, [1.0, 1.0]]
+        assert native["recv"] == ([7.0, 8.0, 9.0] if r == 1 else [0.0] * 3)
+        assert native["a2a"] == [[[float(10 * j + r)] * 2] * (j + r) for j in range(3)]
+        assert native["bytes"]["sent_intra"] + native["bytes"]["sent_inter"] > 0
+
+
+def _mixed_kinds(session):
+    from dglx_dist.errors import InvalidValueError
+
+    session.check_devices()  # all on the CPU: accepted
+    if session.rank == 1:  # as a rank on a machine with CUDA would be (none here)
+        session.device = torch.device("cuda", 0)
+    try:
+        session.check_devices()
+    except InvalidValueError as exc:
+        return str(exc)
+    return None
+
+
+def test_ranks_on_different_kinds_of_device_are_refused_on_every_rank(tmp_path):
+    res = run_workers(_mixed_kinds, 3, tmp_path)
+    lines = set(res.values())
+    assert lines == {"mixed devices among ranks: rank(s) 0, 2 on cpu; rank(s) 1 on cuda; "
+                     "expected every rank on the same kind of device (the same --device, and "
+                     "CUDA on every machine of a GPU job)"}
