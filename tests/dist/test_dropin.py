@@ -448,3 +448,34 @@ def test_edge_data_is_kept_and_read_by_edge_id(tmp_path, cache, name, ranks):
         assert res[r]["written"] == [-1.0, -2.0, -3.0]
         assert res[r]["keys"] == ["pair", "w"] and "w" not in res[r]["ndata"]
         assert res[r]["dtype"] == "torch.float64" and res[r]["shape"] == [g.num_edges(), 2]
+
+
+def _placed(session, name, cache):
+    """Where a step's pieces are (the device set explicitly: the CPU here), and the one line
+    a forward with features on another device gives."""
+    g, loader, model = _exact(session, name, cache)
+    device = g.strategy.compute_device(session)
+    input_nodes, _, blocks = next(iter(loader))
+    x = g.ndata["feat"][input_nodes]
+    placed = {"session": str(session.device), "loader": str(loader.device),
+              "model": sorted({str(p.device) for p in model.parameters()}),
+              "blocks": sorted({str(b.device) for b in blocks}), "x": str(x.device),
+              "out": str(model(blocks, x).device)}
+    try:
+        model(blocks, x.to("meta"))  # meta stands in for a device the model is not on
+    except ValueError as exc:
+        placed["refused"] = str(exc)
+    return {**placed, "expected": str(device)}
+
+
+@pytest.mark.parametrize("name", ["distdgl", "dorylus"])
+def test_steps_are_on_the_strategys_device(tmp_path, cache, name):
+    res = run_workers(_placed, 2, tmp_path, name, cache, env={"DGLX_DEVICE": "cpu"})
+    for r, out in res.items():
+        dev = out["expected"]
+        assert out["session"] == out["loader"] == dev == "cpu", out
+        assert out["model"] == [dev] and out["x"] == out["out"] == dev, out
+        assert set(out["blocks"]) <= {dev}, out  # a dorylus step's blocks are its own
+        assert out["refused"] == (f"rank {r}: the step's input features are on meta; the model "
+                                  f"is on cpu: move them with .to('cpu') (the DataLoader's "
+                                  f"blocks and prefetched rows already are)"), out

@@ -32,3 +32,49 @@ def test_every_strategy_names_the_partition_it_needs(parts, name):
     bigger = strategy.partition_spec(Topology(4, 1)).num_parts
     with pytest.raises(ValueError, match=f"has 2 parts.*needs {bigger}"):
         strategy.check_partitions(fits, Topology(4, 1))
+
+
+# A GPU job's session, as parallelize reads it (device and rank): no CUDA exists here, so the
+# device is named, not used.
+GPU_JOB = {"device": "cuda:1", "rank": 3}
+
+
+def _gpu_session():
+    import types
+
+    import torch
+
+    return types.SimpleNamespace(device=torch.device(GPU_JOB["device"]), rank=GPU_JOB["rank"])
+
+
+def test_which_strategies_compute_on_the_jobs_device():
+    import torch
+
+    session = _gpu_session()
+    built_in = ("distdgl", "p3", "granndis", "fullgraph", "dorylus")
+    on_gpu = {name for name in built_in
+              if STRATEGIES.build(name).compute_device(session) == session.device}
+    assert on_gpu == {"distdgl"}  # the others train on the host (docs/launching.md, GPUs)
+    assert all(STRATEGIES.build(name).compute_device(session) == torch.device("cpu")
+               for name in set(built_in) - on_gpu)
+
+
+def test_parallelize_refuses_a_model_off_the_strategys_device():
+    from dglx_dist.api.parallel import _check_device
+    from dglx_dist.errors import InvalidValueError
+    from dglx_dist.models import SAGE
+
+    session, model = _gpu_session(), SAGE(5, 4, 3, 2)
+    first = next(model.named_parameters())[0]
+    count = len(list(model.parameters())) + len(list(model.buffers()))
+    with pytest.raises(InvalidValueError) as err:
+        _check_device(model, STRATEGIES.build("distdgl"), session)
+    assert str(err.value) == (
+        f"parallelize on rank 3: the model's {first} on cpu (and {count - 1} more); expected "
+        f"every parameter on cuda:1: call model.to('cuda:1') before parallelize")
+    # dorylus computes on the host by design: a CPU model is what it needs in a GPU job
+    _check_device(model, STRATEGIES.build("dorylus"), session)
+    with pytest.raises(InvalidValueError, match=f"model's {first} on meta .*expected every "
+                       "parameter on cpu \\(strategy 'dorylus' computes on the host; the job's "
+                       "device is cuda:1\\)"):
+        _check_device(model.to("meta"), STRATEGIES.build("dorylus"), session)
