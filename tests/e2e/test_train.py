@@ -28,7 +28,8 @@ def test_dglx_train_writes_metrics_records(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            "--master-port", str(free_local_port()), "-m", "dglx_dist", "train", "--strategy", "distdgl",
            "--data", "cora", "--epochs", "3", "--eval-every", "2", "--no-progress",
-           "--strategy-opt", "fanouts=5,5", "--cache-dir", str(tmp_path / "cache")]
+           "--strategy-opt", "fanouts=5,5", "--cache-dir", str(tmp_path / "cache"),
+           "--device", "cpu", "--backend", "gloo"]  # the device path, set explicitly
     r = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
@@ -94,7 +95,7 @@ def test_dglx_train_task_link(tmp_path):
            "--master-port", str(free_local_port()), "-m", "dglx_dist", "train", "--task", "link",
            "--strategy", "distdgl", "--epochs", "4", "--eval-every", "2", "--hidden", "64",
            "--dropout", "0", "--weight-decay", "0", "--edge-batch-size", "512", "--no-progress",
-           "--cache-dir", str(tmp_path / "cache")]
+           "--cache-dir", str(tmp_path / "cache"), "--device", "cpu"]
     r = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
