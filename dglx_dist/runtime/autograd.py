@@ -112,7 +112,7 @@ class OwnerReduce:
         mine = torch.cat(pending.wait())
         got = server.all_to_all_v([mine] * server.size,
                                   recv_rows=[sum(self._across(l)) for l in range(server.size)])
-        grads: list[torch.Tensor] = [torch.zeros(0)] * len(self.sizes)
+        grads: list[torch.Tensor] = [mine.new_zeros(0)] * len(self.sizes)
         for l, buf in enumerate(got):
             for s, piece in enumerate(torch.split(buf, self._across(l))):
                 grads[self._owner(s, l)] = piece
@@ -133,8 +133,10 @@ class _ReduceToOwners(torch.autograd.Function):
 
 
 def flatten_partials(partials: Sequence[Sequence[torch.Tensor]]) -> list[torch.Tensor]:
-    """One flat tensor per rank from its list of partials (differentiable)."""
-    return [torch.cat([t.reshape(-1) for t in ts]) if ts else torch.zeros(0)
+    """One flat tensor per rank from its list of partials (differentiable; a rank without
+    partials gets an empty one of the others' dtype and device)."""
+    like = next((t for ts in partials for t in ts), torch.zeros(0))
+    return [torch.cat([t.reshape(-1) for t in ts]) if ts else like.new_zeros(0)
             for ts in partials]
 
 
@@ -233,6 +235,7 @@ class _HaloExchange(torch.autograd.Function):
     @staticmethod
     def forward(ctx, comm: Comm, send_idx: Sequence[torch.Tensor], recv_rows: Sequence[int],
                 h: torch.Tensor) -> torch.Tensor:
+        send_idx = [idx.to(h.device) for idx in send_idx]  # plans live on the host
         ctx.comm, ctx.send_idx, ctx.recv_rows, ctx.rows = comm, send_idx, recv_rows, h.shape[0]
         got = comm.all_to_all_v([h.index_select(0, idx) for idx in send_idx],
                                 recv_rows=recv_rows)
