@@ -34,7 +34,7 @@ CORE_TESTS := tests/unit/test_import_boundary.py tests/unit/test_book.py \
 	tests/unit/test_registry.py tests/unit/test_runtime_env.py tests/unit/test_synthetic.py \
 	tests/dist/test_comm.py tests/dist/test_exchanges.py tests/dist/test_kvstore_dist.py
 
-.PHONY: demo test test-core docs install clean
+.PHONY: demo test test-core test-core-here docs install clean
 
 demo: $(STAMP)
 	$(PY) -m dglx_dist demo
@@ -61,6 +61,12 @@ endif
 test-core: $(CORE_STAMP)
 	@$(CORE_PY) -c 'import platform, numpy, pyarrow, torch; print("test-core: Python", platform.python_version(), "torch", torch.__version__, "numpy", numpy.__version__, "pyarrow", pyarrow.__version__, "(no DGL)")'
 	$(CORE_PY) -m pytest -p no:cacheprovider -m "not dgl" $(CORE_TESTS)
+
+# The same tests with the Python at hand and what it has installed (a machine with no package
+# index, e.g. a GPU machine with torch, numpy, pyarrow and pytest): where CUDA exists, the
+# comm, exchange and KVStore tests also run their ranks on the GPU.
+test-core-here:
+	$(PYTHON) -m pytest -p no:cacheprovider -m "not dgl" $(CORE_TESTS)
 
 # Refreshed only when setup.py changes; `rm -rf .venv-core` picks up newer releases.
 $(CORE_STAMP): setup.py scripts/core_requirements.py

@@ -210,41 +210,50 @@ def _through_host_and_native(session):
     a CUDA tensor does on a group of gloo alone: the results and counted bytes must agree."""
     from dglx_dist.runtime.comm import ByteCounter, Comm
 
-    r, w = session.rank, session.world_size
+    r, w, dev = session.rank, session.world_size, session.device
     staged = Comm("staged", session.world.group, session.world.members, r, session.topology,
                   ByteCounter(), session.health, session.env.timeout, native=())
     out = {}
     for name, comm in (("native", session.world), ("staged", staged)):
         before = comm.counter.snapshot()
         got = {"a2a": [t.tolist() for t in comm.all_to_all_v(
-            [torch.full((r + j, 2), float(10 * r + j)) for j in range(w)])]}
+            [torch.full((r + j, 2), float(10 * r + j), device=dev) for j in range(w)])]}
         got["a2a_known"] = [t.tolist() for t in comm.start_all_to_all_v(
-            [torch.full((1, 2), float(r)) for _ in range(w)], recv_rows=[1] * w).wait()]
-        got["gather_v"] = [t.tolist() for t in comm.all_gather_v(torch.arange(r + 1.0))]
-        t = torch.full((3,), float(r + 1))
+            [torch.full((1, 2), float(r), device=dev) for _ in range(w)],
+            recv_rows=[1] * w).wait()]
+        gathered = comm.all_gather_v(torch.arange(r + 1.0, device=dev))
+        got["gather_v"] = [t.tolist() for t in gathered]
+        t = torch.full((3,), float(r + 1), device=dev)
         same = comm.all_reduce(t) is t  # in place: the caller's tensor holds the sum
-        pending = comm.start_all_reduce(u := torch.full((2,), float(r)), op="max")
+        pending = comm.start_all_reduce(u := torch.full((2,), float(r), device=dev), op="max")
         got["reduce"] = [t.tolist(), same, pending.wait() is u, u.tolist()]
-        got["reduce_scatter"] = comm.reduce_scatter(torch.arange(2.0 * w) * (r + 1)).tolist()
-        b = torch.full((2,), float(r))
+        scattered = comm.reduce_scatter(torch.arange(2.0 * w, device=dev) * (r + 1))
+        got["reduce_scatter"] = scattered.tolist()
+        b = torch.full((2,), float(r), device=dev)
         got["broadcast"] = [comm.broadcast(b, src=1) is b, b.tolist()]
-        into = torch.zeros(3)
+        into = torch.zeros(3, device=dev)
         if r == 0:
-            comm.start_send(torch.arange(3.0) + 7, peer=1, tag=5).wait()
+            comm.start_send(torch.arange(3.0, device=dev) + 7, peer=1, tag=5).wait()
         elif r == 1:
             got["recv_is_into"] = comm.start_recv(into, peer=0, tag=5).wait() is into
         got["recv"] = into.tolist()
+        got["devices"] = sorted({str(x.device) for x in [*gathered, t, u, scattered, b, into]})
         after = comm.counter.snapshot()
         got["bytes"] = {k: after[k] - before[k] for k in after if k != "calls"}
         out[name] = got
     return out
 
 
-def test_tensors_through_host_memory_match_the_native_group(tmp_path):
-    res = run_workers(_through_host_and_native, 3, tmp_path, env={"DGLX_TIMEOUT": "20"})
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+def test_tensors_through_host_memory_match_the_native_group(tmp_path, device):
+    """Where CUDA exists (the GPU check of `make test-core`), the ranks share the GPU over
+    gloo and both communicators move its tensors through host memory."""
+    res = run_workers(_through_host_and_native, 3, tmp_path,
+                      env={"DGLX_TIMEOUT": "20", "DGLX_DEVICE": device})
     for r, out in res.items():
         native, staged = out["native"], out["staged"]
         assert staged == native, r
+        assert [d.split(":")[0] for d in native["devices"]] == [device], r
         assert native["reduce"] == [[6.0] * 3, True, True, [2.0, 2.0]]
         assert native["broadcast"] == [True, [1.0, 1.0]]
         assert native["recv"] == ([7.0, 8.0, 9.0] if r == 1 else [0.0] * 3)

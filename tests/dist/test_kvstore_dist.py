@@ -100,6 +100,9 @@ def _round_trip(session, per, book, only_local):
             everything = torch.arange(N).flip(0)
             got = store.pull(name, everything, dedup=step % 2 == 1)
             ok.append(_close(got, ref.pull(name, everything)))
+    # rows pulled for a GPU job land in page-locked memory, ready for a non-blocking copy
+    pulled = store.pull("feat", torch.arange(N), dedup=False)
+    ok.append(pulled.is_pinned() == (session.device.type == "cuda"))
     store.close()
     return {"ok": ok, "token": store.token, "leftovers": leftovers}
 
@@ -108,10 +111,13 @@ def _round_trips(session, configs):
     return [_round_trip(session, *config) for config in configs]
 
 
-def test_round_trip_2x2(tmp_path):
-    """2 servers x 2 ranks: a part per server (rows given by both or one local rank), per rank."""
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+def test_round_trip_2x2(tmp_path, device):
+    """2 servers x 2 ranks: a part per server (rows given by both or one local rank), per rank;
+    where CUDA exists (`make test-core` on a GPU machine) also for ranks computing on it."""
     configs = [("server", "range", None), ("server", "hash", 1), ("rank", "hash", None)]
-    _check_round_trips(run_workers(_round_trips, 4, tmp_path, configs, env=VIRTUAL_2x2))
+    _check_round_trips(run_workers(_round_trips, 4, tmp_path, configs,
+                                   env={**VIRTUAL_2x2, "DGLX_DEVICE": device}))
 
 
 @pytest.mark.parametrize("env", [ONE_SERVER_2, TWO_SERVERS_1], ids=["1x2", "2x1"])
