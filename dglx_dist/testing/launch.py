@@ -66,11 +66,11 @@ def _child(fn: Callable, rank: int, world_size: int, tmp: str, args: tuple,
         denv = read_env({**{k: str(v) for k, v in launch.items()},
                          **{k: v for k, v in os.environ.items() if k.startswith("DGLX_")}})
         store = dist.FileStore(str(Path(tmp) / "store"), world_size)
-        # the device set explicitly (the CPU unless DGLX_DEVICE says otherwise), so that the
-        # tests run the device path as a GPU job does
+        # the device set explicitly (the CPU over gloo unless DGLX_DEVICE and DGLX_BACKEND say
+        # otherwise), so that the tests run the device path as a GPU job does
         cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        placement = choose_placement(rank, denv.local_rank, local, "gloo", denv.device or "cpu",
-                                     cuda)
+        placement = choose_placement(rank, denv.local_rank, local, denv.backend or "gloo",
+                                     denv.device or "cpu", cuda)
         with Session(denv, placement, store, heartbeat=heartbeat) as session:
             session.check_devices()
             result = fn(session, *args)

@@ -280,3 +280,40 @@ def test_ranks_on_different_kinds_of_device_are_refused_on_every_rank(tmp_path):
     assert lines == {"mixed devices among ranks: rank(s) 0, 2 on cpu; rank(s) 1 on cuda; "
                      "expected every rank on the same kind of device (the same --device, and "
                      "CUDA on every machine of a GPU job)"}
+
+
+def _nccl_job(session):
+    """One rank per GPU under NCCL: device tensors through the comm layer, the KVStore's rows
+    (host, pinned) to the device, and a DDP step on the device."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from dglx_dist.kvstore import DistKVStore, RowPolicy
+    from dglx_dist.partition.book import RangeBook
+    from dglx_dist.runtime.transfer import DeviceCopies
+
+    dev, w, r = session.device, session.world_size, session.rank
+    got = session.world.all_to_all_v([torch.full((j + 1, 2), float(r), device=dev)
+                                      for j in range(w)])
+    total = session.world.all_reduce(torch.ones(3, device=dev))
+    store = DistKVStore(session)
+    table = torch.arange(40.0).view(20, 2)
+    store.init_data("feat", RowPolicy(RangeBook([0, 20])), {0: table} if r == 0 else {})
+    rows = store.pull("feat", torch.tensor([3, 1, 7]), dedup=False)
+    on_device = DeviceCopies(dev).start(rows)()
+    model = DistributedDataParallel(torch.nn.Linear(2, 1).to(dev), device_ids=[dev.index])
+    model(on_device).sum().backward()
+    store.close()
+    return {"a2a": [g.device.type == "cuda" and bool((g == j).all()) for j, g in enumerate(got)],
+            "total": total.tolist(), "pinned": rows.is_pinned(),
+            "rows": on_device.cpu().tolist(), "grad_on": str(model.module.weight.grad.device)}
+
+
+if torch.cuda.is_available():  # defined where CUDA exists (a GPU machine's make test-core-here)
+    def test_one_rank_per_gpu_under_nccl(tmp_path):
+        gpus = torch.cuda.device_count()
+        res = run_workers(_nccl_job, gpus, tmp_path, env={"DGLX_BACKEND": "nccl",
+                                                           "DGLX_DEVICE": "cuda"})
+        for r, out in res.items():
+            assert out["a2a"] == [True] * gpus and out["total"] == [float(gpus)] * 3, out
+            assert out["pinned"] and out["rows"] == [[6.0, 7.0], [2.0, 3.0], [14.0, 15.0]]
+            assert out["grad_on"] == f"cuda:{r}", out
