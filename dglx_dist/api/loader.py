@@ -235,7 +235,7 @@ class DataLoader:
             return lambda: place_step(step, self.device)
         edge = isinstance(step, EdgeStep)
         node_sampler = self.sampler.sampler if edge else self.sampler
-        put = []  # (block, "src" or "dst", key, rows under way); labels first: few bytes
+        put = []  # (layer, "src" or "dst", key, rows under way); labels first: few bytes
         for key in getattr(self.sampler, "prefetch_labels", None) or []:
             if edge:
                 pair = step.pair_graph

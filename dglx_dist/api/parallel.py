@@ -91,6 +91,11 @@ def _check_device(model: nn.Module, strategy, session) -> None:
                             f"'{device}') before parallelize")
 
 
+def _checked(model: nn.Module, strategy, session) -> list[tuple[nn.Module, str]]:
+    _check_device(model, strategy, session)
+    return _check_convs(model, strategy)
+
+
 def parallelize(model: nn.Module, g: DistGraph) -> "DistModel":
     """The model wrapped as ``g``'s strategy trains it (collective: sets the strategy up on
     first use, broadcasts rank 0's weights). The model must be on the strategy's device
@@ -101,8 +106,7 @@ def parallelize(model: nn.Module, g: DistGraph) -> "DistModel":
                                f"{type(g).__name__}")
     convs = graph_convs(model)
     strategy = g.setup(len(convs) or None)
-    convs = on_every_rank(g.session, "parallelize", lambda: (
-        _check_device(model, strategy, g.session), _check_convs(model, strategy))[1])
+    convs = on_every_rank(g.session, "parallelize", lambda: _checked(model, strategy, g.session))
     names = [name for _, name in convs]
     wrapped = strategy.wrap_model(model)
     for i, name in enumerate(names):
