@@ -167,7 +167,7 @@ class DistKVStore(ServedStore, DistInit, KVStore):
                 for server, mine in remote.items():
                     for q, rows in self._unpack(entry, mine, replies[server]):
                         q.take(out, rows)
-            return out if inverse is None else rows_at(out, inverse)
+            return out if inverse is None else rows_at(out, inverse, self._pin)
 
         return finish
 

@@ -251,6 +251,7 @@ class ServedStore:
     uses the store's pull planning, message building and apply steps)."""
 
     _channel: Channel | None
+    _pin: bool  # pulled rows for a GPU go to page-locked memory
 
     def _pull_p2p(self, entry: TensorEntry, ids: torch.Tensor, dedup: bool) -> torch.Tensor:
         uniq, inverse, out, local, remote = self._plan_pull(entry, ids, dedup)
@@ -269,7 +270,7 @@ class ServedStore:
                     q.take(out, rows)
         else:
             fill_local()
-        return out if inverse is None else rows_at(out, inverse)
+        return out if inverse is None else rows_at(out, inverse, self._pin)
 
 
     def _push_p2p(self, entry: TensorEntry, op: PushOp, ids: torch.Tensor,
