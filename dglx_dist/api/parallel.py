@@ -91,9 +91,30 @@ def _check_device(model: nn.Module, strategy, session) -> None:
                             f"'{device}') before parallelize")
 
 
+def _check_dtype(model: nn.Module, strategy) -> None:
+    if not strategy.float32_only:
+        return
+    other = [(name, p.dtype) for name, p in model.named_parameters()
+             if p.is_floating_point() and p.dtype != torch.float32]
+    if other:
+        name, dtype = other[0]
+        raise InvalidValueError(f"parallelize: strategy {strategy.registered_name!r} trains "
+                                f"float32 models only; the model's {name} is {dtype}: "
+                                f"expected model.float() (distdgl, p3, granndis and fullgraph "
+                                f"train bfloat16 models)")
+
+
 def _checked(model: nn.Module, strategy, session) -> list[tuple[nn.Module, str]]:
     _check_device(model, strategy, session)
+    _check_dtype(model, strategy)
     return _check_convs(model, strategy)
+
+
+def _autocast_on() -> bool:
+    try:
+        return any(torch.is_autocast_enabled(kind) for kind in ("cpu", "cuda"))
+    except TypeError:  # torch < 2.4 takes no device type
+        return torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled()
 
 
 def parallelize(model: nn.Module, g: DistGraph) -> "DistModel":
@@ -143,6 +164,11 @@ class DistModel(nn.Module):
         else:
             blocks = graph if isinstance(graph, Blocks) else Blocks(graph)
             self._check_inputs(blocks, x)
+        if strategy.float32_only and _autocast_on():
+            raise InvalidValueError(f"strategy {strategy.registered_name!r} runs float32 alone "
+                                    f"(its tensor tasks are float32 arrays); expected its forward "
+                                    f"outside torch.autocast (distdgl, p3, granndis and "
+                                    f"fullgraph run under autocast)")
         with self._graph.session.peer_errors("forward (e.g. DDP's bucket broadcast)"):
             out = strategy.step_forward(self.wrapped, blocks, x)
         if torch.is_grad_enabled() and out.requires_grad:

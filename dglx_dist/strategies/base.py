@@ -73,6 +73,10 @@ class Strategy(abc.ABC):
             session's device (a GPU; :mod:`dglx_dist.runtime.device`); False: the strategy
             computes on the host even when the job has GPUs (dorylus by design: its tensor
             work goes to serverless workers), see :meth:`compute_device`.
+        float32_only: its math runs in float32 alone (dorylus: its tensor tasks travel to
+            serverless workers as float32 arrays); ``parallelize`` refuses a model with
+            parameters of another floating dtype and the forward refuses ``torch.autocast``.
+            The others run bfloat16 models and autocast.
         lookahead: its loaders may sample the next step and start pulling its rows before
             handing over a step (False: each step must be trained before the next is asked
             for, e.g. P3's pipeline, which launches its own work ahead).
@@ -95,6 +99,7 @@ class Strategy(abc.ABC):
     held_rows: frozenset[str] = frozenset()
     link_prediction: bool = False
     runs_on_device: bool = False
+    float32_only: bool = False
     lookahead: bool = True
     memory_model: MemoryModel | None = None
 

@@ -22,7 +22,7 @@ def seeded_model(build: Callable[[], nn.Module], seed: int = 0) -> nn.Module:
 
 
 def assert_same_params(what: str, reference: nn.Module, params: dict[str, list],
-                       cols: list[int] | None) -> None:
+                       cols: list[int] | None, rtol: float = 1e-4, atol: float = 1e-5) -> None:
     """Asserts that a rank's ``params`` (its wrapped model's state dict, as lists) equal the
     ``reference`` model's. p3 keeps its first conv's input linears as column slices
     (``<conv>.weights.<i>``, this rank's input columns ``cols``) and the rest of that conv
@@ -41,5 +41,5 @@ def assert_same_params(what: str, reference: nn.Module, params: dict[str, list],
             ref = want[conv_name + key[len(conv_name) + 5:]]
         else:
             ref = want[key.replace(".conv.", ".")]
-        np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-4, atol=1e-5,
+        np.testing.assert_allclose(got.numpy(), ref.float().numpy(), rtol=rtol, atol=atol,
                                    err_msg=f"{what}: {key}")

@@ -104,6 +104,7 @@ class DorylusStrategy(Strategy):
 
     feature_layout = "rows"
     full_graph = True
+    float32_only = True  # tensor tasks travel to the executors as float32 arrays
     conv_types = _ConvTypes()  # the convs whose adapter (dglx_dist.convs) has dorylus support
     # peak RSS per rank fitted at 3 graph sizes (0.3M-1.2M nodes), docs/cluster_model.md
     # "Memory per rank": 2 servers x 1 rank, F=128, GCN hidden 64, fanouts 10,25, batch 1000

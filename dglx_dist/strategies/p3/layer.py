@@ -109,7 +109,9 @@ class P3FirstLayer(ConvWrapper):
         # out-edges, so rows are rescaled to the sources' degrees in the whole graph
         whole = OUT_DEGREE in block.srcdata
         blocks = exchange_blocks(self.server, self.cross, block, self.id_dtype)
-        return [self.adapter.partial(self.conv, weights, b, self._rows(b, whole))
+        # the stored features in the weights' dtype (a bfloat16 model's layer 1 is bfloat16)
+        return [self.adapter.partial(self.conv, weights, b,
+                                     self._rows(b, whole).to(weights[0].dtype))
                 for b in blocks]
 
     def _rows(self, block: dgl.DGLGraph, whole: bool) -> torch.Tensor:
