@@ -86,9 +86,10 @@ def _check_device(model: nn.Module, strategy, session) -> None:
     why = "" if device == session.device else (
         f" (strategy {strategy.registered_name!r} computes on the host; the job's device is "
         f"{session.device})")
+    cpu = "" if device.type == "cpu" else " (or set DGLX_DEVICE=cpu to train on the CPU)"
     raise InvalidValueError(f"parallelize on rank {session.rank}: the model's {wrong[0]}{more}; "
                             f"expected every parameter on {device}{why}: call model.to("
-                            f"'{device}') before parallelize")
+                            f"'{device}') before parallelize{cpu}")
 
 
 def _check_dtype(model: nn.Module, strategy) -> None:

@@ -71,7 +71,8 @@ def test_parallelize_refuses_a_model_off_the_strategys_device():
         _check_device(model, STRATEGIES.build("distdgl"), session)
     assert str(err.value) == (
         f"parallelize on rank 3: the model's {first} on cpu (and {count - 1} more); expected "
-        f"every parameter on cuda:1: call model.to('cuda:1') before parallelize")
+        f"every parameter on cuda:1: call model.to('cuda:1') before parallelize (or set "
+        f"DGLX_DEVICE=cpu to train on the CPU)")
     # dorylus computes on the host by design: a CPU model is what it needs in a GPU job
     _check_device(model, STRATEGIES.build("dorylus"), session)
     with pytest.raises(InvalidValueError, match=f"model's {first} on meta .*expected every "
