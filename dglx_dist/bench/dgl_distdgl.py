@@ -147,13 +147,21 @@ def run_dgl(setup: Setup, env: dict[str, str]) -> dict[str, Any]:
                              setup.train.seed if link else None)
     run_dir = setup.workdir / "dgl-run"
     run_dir.mkdir(parents=True, exist_ok=True)
-    for f in run_dir.glob("*.json"):
-        f.unlink()
     logs = [run_dir / f"machine{m}.log" for m in range(MACHINES)]
-    t0, launched = time.perf_counter(), time.time()
-    procs, left = _run_machines(setup, part_config, run_dir, env, logs)
-    wall = time.perf_counter() - t0
-    if any(p.returncode for p in procs) or not (run_dir / "trainer.json").is_file():
+    for attempt in (1, 2):
+        for f in run_dir.glob("*.json"):
+            f.unlink()
+        t0, launched = time.perf_counter(), time.time()
+        procs, left = _run_machines(setup, part_config, run_dir, env, logs)
+        wall = time.perf_counter() - t0
+        failed = any(p.returncode for p in procs) or not (run_dir / "trainer.json").is_file()
+        # DGL's own trainer now and then hangs in its RPC (no step after connecting; the link
+        # test's DGL row, twice in two sessions' runs): run it once more, and say so in the row
+        if not (failed and attempt == 1 and
+                any("still running after" in lg.read_text() for lg in logs)):
+            break
+        log.warning("dgl: a DGL trainer hung (DGL's RPC); running DGL's DistDGL once more")
+    if failed:
         tails = {str(lg): lg.read_text().splitlines()[-15:] for lg in logs}
         raise RunFailedError(f"DGL run failed (exit codes {[p.returncode for p in procs]}); "
                              f"log tails: {json.dumps(tails, indent=1)}")
@@ -161,18 +169,19 @@ def run_dgl(setup: Setup, env: dict[str, str]) -> dict[str, Any]:
     hung = [m for m, lg in enumerate(logs) if "stuck in DGL's shutdown" in lg.read_text()]
     if hung:  # the results are complete; the row says what happened
         res["shutdown_killed"] = hung
+    res["hung_runs"] = attempt - 1
     servers = [json.loads((run_dir / f"server{m}.json").read_text())["peak_mb"]
                for m in range(MACHINES) if (run_dir / f"server{m}.json").is_file()]
     if link:  # the records as they are (dglx train's fields), for the harness to summarise
         return {"records": res["records"], "test": res["test"], "leftover_procs": left,
-                "shutdown_killed": res.get("shutdown_killed"),
+                "shutdown_killed": res.get("shutdown_killed"), "hung_runs": res["hung_runs"],
                 "peak_mem_mb": max(res["peak_mem_mb_train"]),
                 "server_peak_mb": max(servers) if servers else None}
     row = summarize_run("DGL DistDGL 2.1", res["records"], wall, test_acc=res["test_acc"],
                         peak=max(res["peak_mem_mb_train"]))
     row.update(server_peak_mb=max(servers) if servers else None, test_nodes=res["test_nodes"],
                peak_mem_mb_after_eval=max(res["peak_mem_mb_end"]), leftover_procs=left,
-               shutdown_killed=res.get("shutdown_killed"))
+               shutdown_killed=res.get("shutdown_killed"), hung_runs=res["hung_runs"])
     row["phases"] = mean_phases([r["phases_max"] for r in res["records"][1:]])
     return row | startup(res["records"], launched)
 

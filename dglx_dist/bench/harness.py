@@ -154,6 +154,8 @@ def run_dgl_distdgl(setup: Setup) -> dict[str, Any]:
     if res.get("shutdown_killed"):
         note += (f"; machine(s) {res['shutdown_killed']} killed in DGL's shutdown after "
                  f"finishing")
+    if res.get("hung_runs"):
+        note += "; run again after a DGL trainer hung in its RPC"
     common = {"network": setup.network if emulated else "loopback (not shaped)",
               "bytes_intra": None, "peak_mem_mb": res["peak_mem_mb"]}
     if setup.train.task == "link":
