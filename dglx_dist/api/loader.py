@@ -35,10 +35,10 @@ from dglx_dist.api.ndata import as_node_ids
 from dglx_dist.api.split import edge_share, node_split
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 from dglx_dist.runtime.transfer import DeviceCopies
-from dglx_dist.strategies.steps import EdgeStep, LoaderSpec, Step, sampled_epoch, sampled_plan
+from dglx_dist.strategies.steps import (EdgeStep, LoaderSpec, Step, place_step, sampled_epoch,
+                                        sampled_plan)
 
-__all__ = ["DataLoader", "DistNodeDataLoader", "DistEdgeDataLoader", "sampler_fanouts",
-           "place_step"]
+__all__ = ["DataLoader", "DistNodeDataLoader", "DistEdgeDataLoader", "sampler_fanouts"]
 
 log = logging.getLogger(__name__)
 _IGNORED = ("device", "use_uva", "num_workers", "use_alternate_streams", "pin_prefetcher",
@@ -260,19 +260,6 @@ class DataLoader:
             return placed
 
         return finish
-
-
-def place_step(step: Step | EdgeStep, device: torch.device) -> Step | EdgeStep:
-    """``step`` with its blocks (in place: they carry the step's state) and pair graphs on
-    ``device``; the step itself on the CPU."""
-    if device.type == "cpu":
-        return step
-    step.blocks[:] = [b.to(device) for b in step.blocks]
-    if isinstance(step, EdgeStep):
-        neg = step.neg_pair_graph
-        return step._replace(pair_graph=step.pair_graph.to(device),
-                             neg_pair_graph=None if neg is None else neg.to(device))
-    return step
 
 
 DistNodeDataLoader = DataLoader

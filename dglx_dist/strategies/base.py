@@ -29,6 +29,7 @@ import dataclasses
 from typing import Any, Iterator
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
 from dglx_dist.errors import InvalidValueError, NotSupportedError, PartitionError
 from dglx_dist.kvstore import DistKVStore, RowPolicy
@@ -114,6 +115,12 @@ class Strategy(abc.ABC):
         """Where this strategy's model, blocks and input rows live on ``session``: the
         session's device when :attr:`runs_on_device`, else the CPU."""
         return session.device if self.runs_on_device else torch.device("cpu")
+
+    def ddp(self, model: torch.nn.Module, session: Session) -> torch.nn.Module:
+        """``model`` in DDP on this strategy's device (DDP's ``device_ids`` on a GPU)."""
+        device = self.compute_device(session)
+        return DistributedDataParallel(model, device_ids=[device.index]
+                                       if device.type == "cuda" else None)
 
     def num_layers(self) -> int | None:
         """GNN layers the strategy's options imply (e.g. one fanout per layer), or None."""

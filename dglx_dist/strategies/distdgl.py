@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
 from dglx_dist.kvstore import DistKVStore, RowPolicy
 from dglx_dist.memory import MemoryModel
@@ -77,9 +76,7 @@ class DistDGLStrategy(MiniBatchStrategy):
         # its bytes are accounted to the comm layer after each backward
         self._grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters()
                                if p.requires_grad)
-        device = self.compute_device(self.session)
-        return DistributedDataParallel(model, device_ids=[device.index]
-                                       if device.type == "cuda" else None)
+        return self.ddp(model, self.session)
 
     def after_backward(self) -> None:
         self.session.world.account_all_reduce(self._grad_bytes)

@@ -19,7 +19,7 @@ import torch
 
 __all__ = ["Blocks", "StepState", "Step", "EdgeStep", "EdgeBatch", "PairMaker", "LoaderSpec",
            "LoaderPlan", "equal_step_sizes", "sampled_plan", "epoch_batches", "sampled_epoch",
-           "OUT_DEGREE"]
+           "place_step", "OUT_DEGREE"]
 
 OUT_DEGREE = "_dglx_out_degree"
 """``block.srcdata`` key of the sources' out-degrees in the whole graph, on blocks that hold
@@ -186,3 +186,16 @@ def sampled_epoch(sampler, rank: int, plan: LoaderPlan, spec: LoaderSpec,
         blocks = sampler.sample_blocks(batch.nodes, spec.fanouts, batch.exclude)
         yield EdgeStep(blocks[0].srcdata[dgl.NID], batch.pair_graph, batch.neg_pair_graph,
                        Blocks(blocks, StepState(epoch=epoch)))
+
+
+def place_step(step: Step | EdgeStep, device: torch.device) -> Step | EdgeStep:
+    """``step`` with its blocks (in place: they carry the step's state) and pair graphs on
+    ``device``; the step itself on the CPU."""
+    if device.type == "cpu":
+        return step
+    step.blocks[:] = [b.to(device) for b in step.blocks]
+    if isinstance(step, EdgeStep):
+        neg = step.neg_pair_graph
+        return step._replace(pair_graph=step.pair_graph.to(device),
+                             neg_pair_graph=None if neg is None else neg.to(device))
+    return step

@@ -2,11 +2,13 @@
 
 * Shared preloading (each server holds its inner nodes' L-hop dependency subgraph, pulled once
   at setup), unified full-graph / mini-batch training, the ``fullgraph`` baseline:
-  :mod:`.strategy` (:class:`GraNNDisStrategy`, :class:`HaloConv`).
+  :mod:`.strategy` (:class:`GraNNDisStrategy`); the convs' row exchange: :mod:`.halo`
+  (:class:`HaloConv`).
 * Expansion-aware sampling (EAS: external max_hop m, external fanout k): :mod:`.eas`.
 * Cooperative batching (fetch-then-split: server-level co-batches split over the server's
   ranks, rows swapped between layers): :mod:`.cobatch`.
 """
-from dglx_dist.strategies.granndis.strategy import GraNNDisStrategy, HaloConv
+from dglx_dist.strategies.granndis.halo import HaloConv
+from dglx_dist.strategies.granndis.strategy import GraNNDisStrategy
 
 __all__ = ["GraNNDisStrategy", "HaloConv"]

@@ -44,7 +44,8 @@ class PairGather:
 
     def rows(self, world: Comm, out: torch.Tensor) -> torch.Tensor:
         """The pair nodes' rows of this rank's output ``out`` (collective, differentiable)."""
-        return halo_exchange(world, out, self.send_idx, self.recv_rows).index_select(0, self.index)
+        full = halo_exchange(world, out, self.send_idx, self.recv_rows)
+        return full.index_select(0, self.index.to(full.device))
 
 
 def gather_plan(world: Comm, nodes: torch.Tensor, owner: torch.Tensor,

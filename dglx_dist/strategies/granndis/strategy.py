@@ -25,6 +25,10 @@
   server's ranks as they are held (fetch-then-split); their feature rows are gathered for the
   step and dropped after it. R = 1 is full-graph training over the whole preloaded set, built
   once and kept.
+* On GPUs (``runs_on_device``): the preloaded rows, every co-batch's blocks and exchange
+  plans (built once, on the host, then copied) and the model live on the rank's GPU; the
+  halo rows and the parameter gradients travel over NCCL under ``--backend nccl``. Building
+  the co-batches (EAS, METIS clusters, levels) stays on the host.
 * ``fullgraph`` is the same machinery with the whole job as one group and nothing preloaded:
   each layer exchanges boundary rows with every rank, across servers too.
 * Link prediction: full-graph steps whose pair nodes' rows are fetched from their owners
@@ -44,12 +48,11 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from dglx_dist.convs import ConvWrapper, adapter_for, graph_convs
+from dglx_dist.convs import graph_convs
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.memory import MemoryModel
 from dglx_dist.partition.load import PartitionDir
-from dglx_dist.runtime.autograd import GradientSync, halo_exchange
-from dglx_dist.runtime.comm import Comm
+from dglx_dist.runtime.autograd import GradientSync
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import PartitionSampler
@@ -58,10 +61,11 @@ from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, Strategy,
 from dglx_dist.strategies.granndis.cobatch import (GroupNodes, LayerPlan, batch_edges,
                                                    build_cobatch, levels)
 from dglx_dist.strategies.granndis.eas import expand_external
+from dglx_dist.strategies.granndis.halo import HaloConv
 from dglx_dist.strategies.granndis.pairs import PairGather, pair_epoch, pair_plan
 from dglx_dist.strategies.steps import Blocks, LoaderPlan, LoaderSpec, Step, StepState
 
-__all__ = ["GraNNDisStrategy", "HaloConv"]
+__all__ = ["GraNNDisStrategy"]
 
 log = logging.getLogger(__name__)
 _SCOPES = ("server", "world")
@@ -69,46 +73,6 @@ _SCOPES = ("server", "world")
 # fitted at 0.3M-1.2M nodes)
 _FITS = {"server": MemoryModel(base=1508 * 2**20, per_node=9921, per_edge=167.8),  # granndis
          "world": MemoryModel(base=716 * 2**20, per_node=8358, per_edge=122.2)}  # fullgraph
-
-
-class HaloConv(ConvWrapper):
-    """A graph conv that first completes its input with the rows other ranks hold.
-
-    Args:
-        conv: the user's dgl.nn conv (kept as ``self.conv``).
-        plan_of: the :class:`~dglx_dist.strategies.granndis.cobatch.LayerPlan` of a block.
-        comm: the ranks exchanging rows.
-    """
-
-    def __init__(self, conv: nn.Module, plan_of, comm: Comm):
-        super().__init__()
-        self.conv, self._plan_of, self._comm = conv, plan_of, comm
-        try:
-            self._adapter = adapter_for(conv)
-        except ValueError:  # no adapter: a conv that does not normalise by source degrees
-            self._adapter = None
-        self._scales: dict[int, torch.Tensor | None] = {}
-
-    def forward(self, block, h, *args, **kwargs):
-        plan: LayerPlan | None = self._plan_of(block)
-        if plan is None:  # a block of the caller's own (e.g. layer-wise inference): its
-            return self.conv(block, h, *args, **kwargs)  # input rows are all given
-        scale = self._degree_scale(plan)
-
-        def complete(t: torch.Tensor) -> torch.Tensor:
-            full = halo_exchange(self._comm, t, plan.send_idx, plan.recv_rows)
-            return full if scale is None else full * scale
-
-        h = (complete(h[0]), h[1]) if isinstance(h, tuple) else complete(h)
-        return self.conv(block, h, *args, **kwargs)
-
-    def _degree_scale(self, plan: LayerPlan) -> torch.Tensor | None:
-        if self._adapter is None:
-            return None
-        if id(plan) not in self._scales:
-            self._scales[id(plan)] = self._adapter.degree_source_scale(self.conv, plan.block,
-                                                                       plan.out_degree)
-        return self._scales[id(plan)]
 
 
 @STRATEGIES.register("fullgraph", scope="world", external_max_hop=0)
@@ -119,6 +83,7 @@ class GraNNDisStrategy(Strategy):
     feature_layout = "rows"
     held_rows = frozenset({"feat"})
     link_prediction = True
+    runs_on_device = True
     memory_model = _FITS["server"]  # scope 'world' (fullgraph: nothing preloaded) in __init__
 
     @dataclasses.dataclass(frozen=True)
@@ -200,12 +165,14 @@ class GraNNDisStrategy(Strategy):
         gen = torch.Generator().manual_seed(self.config.seed * 7919 + session.rank)
         dgl.seed(self.config.seed * 7919 + session.rank)  # EAS's sampling: the same on a restart
         own, nodes, edges = self._server_graph(pdir, part, core_edges, gen)
-        self.plans = self._co_batches(part, core_edges, own, nodes, edges,
-                                      out_degree.double(), gen)
+        device = self.compute_device(session)  # the blocks, plans and rows live there
+        self.plans = [plan.to(device) for plan in self._co_batches(
+            part, core_edges, own, nodes, edges, out_degree.double(), gen)]
         # full-graph: the one batch's rows, in its order, kept; else every node's row and,
         # per co-batch, where its rows are (gathered for the step, dropped after it)
         self._feat = pull_features_once(self.session, self._store, pdir, part,
-                                        self.plans[0].nodes if self.full_graph else own)
+                                        self.plans[0].nodes if self.full_graph else own
+                                        ).to(device)
         self._own = own
         if self.full_graph:  # row of each own node in the plan's order
             first = self.plans[0].nodes
@@ -381,7 +348,7 @@ class GraNNDisStrategy(Strategy):
             where = self._plan0_row[where]
             if bool((where < 0).any()):
                 return None
-        return self._feat.index_select(0, where)
+        return self._feat.index_select(0, where.to(self._feat.device))
 
     def before_backward(self) -> None:
         self._sync.start()

@@ -104,24 +104,31 @@ class P3FirstLayer(ConvWrapper):
         self.deferred: list[torch.Tensor] | None = None  # slice gradients to apply
         self.out_degree: torch.Tensor | None = None  # the whole graph's (full-graph form)
 
-    def _partials(self, block: dgl.DGLGraph, weights: list[torch.Tensor]):
+    def _partials(self, block: dgl.DGLGraph, weights: list[torch.Tensor],
+                  host: dgl.DGLGraph | None = None):
+        """Every rank's partial of layer 1 from this rank's columns, on the weights' device.
+        The structure travels and the rows are gathered in host memory (``host``: ``block``
+        there, when the caller has it; else it is copied back), then copied to the device."""
+        device = weights[0].device
+        host = host if host is not None else block.cpu()
         # the full-graph form (every rank at once): blocks hold a share of their sources'
         # out-edges, so rows are rescaled to the sources' degrees in the whole graph
-        whole = OUT_DEGREE in block.srcdata
-        blocks = exchange_blocks(self.server, self.cross, block, self.id_dtype)
+        whole = OUT_DEGREE in host.srcdata
+        blocks = exchange_blocks(self.server, self.cross, host, self.id_dtype)
         # the stored features in the weights' dtype (a bfloat16 model's layer 1 is bfloat16)
-        return [self.adapter.partial(self.conv, weights, b,
-                                     self._rows(b, whole).to(weights[0].dtype))
+        return [self.adapter.partial(self.conv, weights, block if b is host else b.to(device),
+                                     self._rows(b, whole, device).to(weights[0].dtype))
                 for b in blocks]
 
-    def _rows(self, block: dgl.DGLGraph, whole: bool) -> torch.Tensor:
+    def _rows(self, block: dgl.DGLGraph, whole: bool, device: torch.device) -> torch.Tensor:
+        """This rank's columns of ``block``'s (on the host) source rows, on ``device``."""
         ids = block.srcdata[dgl.NID]
-        rows = rows_at(self.feat, ids)
+        rows = rows_at(self.feat, ids, pin=device.type == "cuda")
         if whole:
             scale = self.adapter.degree_source_scale(self.conv, block,
                                                      self.out_degree.index_select(0, ids))
             rows = rows if scale is None else rows * scale
-        return rows
+        return rows.to(device, non_blocking=True)
 
     def forward(self, block: dgl.DGLGraph, x=None) -> torch.Tensor:
         if isinstance(x, torch.Tensor):
@@ -136,11 +143,12 @@ class P3FirstLayer(ConvWrapper):
         return self.adapter.finish(self.conv, block, totals)
 
     # -- pipelined mode ---------------------------------------------------------------------
-    def launch(self, block: dgl.DGLGraph) -> None:
-        """Starts layer 1 of a training batch that a later forward will use (collective)."""
+    def launch(self, block: dgl.DGLGraph, host: dgl.DGLGraph | None = None) -> None:
+        """Starts layer 1 of a training batch that a later forward will use (collective);
+        ``block`` is the one the forward will get, ``host`` the same block in host memory."""
         stash = [w.detach().clone().requires_grad_() for w in self.weights]
         with torch.enable_grad():
-            partials = self._partials(block, stash)
+            partials = self._partials(block, stash, host)
             flats = flatten_partials(partials)
         plan = OwnerReduce(self.server, self.cross, [f.numel() for f in flats])
         self._ahead.append(_InFlight(block, stash, flats, [t.shape for t in partials[plan.me]],

@@ -16,6 +16,11 @@
   pushed to every rank, which updates only its weight slice (no all-reduce for those); DDP
   all-reduces the rest. Slice gradients are divided by the world size, as DDP averages.
 * Evaluation: every rank's share of the val/test nodes, full neighbourhoods by default.
+* On GPUs (``runs_on_device``): the model (DDP with the rank's device), the steps' blocks and
+  the layer-1 partials, sums and their gradients live on the rank's GPU (NCCL under
+  ``--backend nccl``); the structure, the sampler and the column slices stay in host memory:
+  each block's structure is pushed from the host, and this rank's columns of its rows are
+  gathered into pinned buffers and copied to the GPU.
 
 The model keeps its ``forward(blocks, x)``: its first dgl.nn conv is replaced by
 :class:`P3FirstLayer`, which ignores the ``x`` it is given (the batch's ``x`` is this rank's
@@ -48,7 +53,7 @@ from dglx_dist.sampling import (LocalSampler, PartitionSampler, owner_balanced_c
 from dglx_dist.strategies.base import STRATEGIES, PartitionSpec
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
 from dglx_dist.strategies.p3.layer import ColumnSlice, P3FirstLayer
-from dglx_dist.strategies.steps import Step
+from dglx_dist.strategies.steps import Step, place_step
 
 __all__ = ["P3Strategy", "CachePlan", "plan_cache"]
 
@@ -90,6 +95,7 @@ class P3Strategy(MiniBatchStrategy):
 
     feature_layout = "columns"
     held_rows = frozenset({"feat"})
+    runs_on_device = True
     lookahead = False  # the pipeline runs layer 1 ahead itself and needs steps in turn
     # peak RSS per rank fitted at 3 graph sizes (0.3M-1.2M nodes), docs/cluster_model.md
     # "Memory per rank": 2 servers x 1 rank, F=128, GCN hidden 64, fanouts 10,25, batch 1000
@@ -150,7 +156,7 @@ class P3Strategy(MiniBatchStrategy):
         DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, ignored)
         self._grad_bytes = sum(p.numel() * p.element_size() for n, p in model.named_parameters()
                                if p.requires_grad and n not in ignored)
-        return DistributedDataParallel(model)
+        return self.ddp(model, self.session)
 
     def _row_normalize(self) -> None:
         """Divides every row by its sum over all columns (rows summing to <= 0 stay)."""
@@ -191,7 +197,8 @@ class P3Strategy(MiniBatchStrategy):
             raise InvalidValueError(f"the checkpoint holds {len(deferred)} deferred slice "
                                     f"gradients; this model's first layer has {len(self._slices)} "
                                     "slices")
-        self._layer.deferred = list(deferred) or None
+        # checkpoints load on the CPU; the slices may be on a GPU
+        self._layer.deferred = [g.to(w.device) for g, w in zip(deferred, self._slices)] or None
 
     def split_ids(self, ids: torch.Tensor, pdir: PartitionDir, session: Session) -> torch.Tensor:
         """Each rank's own ids first, balanced so every rank has the same number (P3's seeds
@@ -225,8 +232,10 @@ class P3Strategy(MiniBatchStrategy):
             return
         window: collections.deque[Step] = collections.deque()
         last = None
+        device = self.compute_device(self.session)
         for step in super().loader_epoch(plan, spec, epoch):  # launched 2 steps ahead
-            self._layer.launch(step.blocks[0])
+            host = step.blocks[0]  # the forward gets the block on the device
+            self._layer.launch(place_step(step, device).blocks[0], host)
             window.append(step)
             if len(window) == 3:
                 last = self._yield_checked(last)

@@ -1,0 +1,53 @@
+"""The graph conv of ``granndis`` and ``fullgraph``: its input completed with the boundary rows
+other ranks hold, before the user's conv runs (see :mod:`dglx_dist.strategies.granndis`)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from dglx_dist.convs import ConvWrapper, adapter_for
+from dglx_dist.runtime.autograd import halo_exchange
+from dglx_dist.runtime.comm import Comm
+from dglx_dist.strategies.granndis.cobatch import LayerPlan
+
+__all__ = ["HaloConv"]
+
+
+class HaloConv(ConvWrapper):
+    """A graph conv that first completes its input with the rows other ranks hold.
+
+    Args:
+        conv: the user's dgl.nn conv (kept as ``self.conv``).
+        plan_of: the :class:`~dglx_dist.strategies.granndis.cobatch.LayerPlan` of a block.
+        comm: the ranks exchanging rows.
+    """
+
+    def __init__(self, conv: nn.Module, plan_of, comm: Comm):
+        super().__init__()
+        self.conv, self._plan_of, self._comm = conv, plan_of, comm
+        try:
+            self._adapter = adapter_for(conv)
+        except ValueError:  # no adapter: a conv that does not normalise by source degrees
+            self._adapter = None
+        self._scales: dict[int, torch.Tensor | None] = {}
+
+    def forward(self, block, h, *args, **kwargs):
+        plan: LayerPlan | None = self._plan_of(block)
+        if plan is None:  # a block of the caller's own (e.g. layer-wise inference): its
+            return self.conv(block, h, *args, **kwargs)  # input rows are all given
+        scale = self._degree_scale(plan)
+
+        def complete(t: torch.Tensor) -> torch.Tensor:
+            full = halo_exchange(self._comm, t, plan.send_idx, plan.recv_rows)
+            return full if scale is None else full * scale
+
+        h = (complete(h[0]), h[1]) if isinstance(h, tuple) else complete(h)
+        return self.conv(block, h, *args, **kwargs)
+
+    def _degree_scale(self, plan: LayerPlan) -> torch.Tensor | None:
+        if self._adapter is None:
+            return None
+        if id(plan) not in self._scales:
+            self._scales[id(plan)] = self._adapter.degree_source_scale(self.conv, plan.block,
+                                                                       plan.out_degree)
+        return self._scales[id(plan)]
