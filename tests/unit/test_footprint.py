@@ -9,7 +9,7 @@ import pytest
 from dglx_dist.errors import InsufficientMemoryError, InvalidValueError
 from dglx_dist.memory import MemoryModel
 from dglx_dist.strategies import STRATEGIES
-from dglx_dist.strategies.footprint import JobSize, check_job_memory, peak_per_rank
+from dglx_dist.strategies.footprint import MARGIN, JobSize, check_job_memory, peak_per_rank
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCTS = dict(nodes=2_449_029, edges=61_859_140)  # ogbn-products' size
@@ -52,22 +52,35 @@ def test_the_estimate_is_the_fit_at_the_jobs_share_of_the_graph():
 
 
 def test_a_job_over_the_limit_is_refused_in_one_line_with_the_numbers():
-    """Products under granndis, 2 ranks on one server, a 20 GB limit: the estimate per rank
-    and for the server's ranks, the graph, the limit, and what to do instead."""
+    """Products under granndis, 2 ranks on one server, a 22 GB limit: the estimate per rank
+    (the fit's 18,043 MiB plus the margin) and for the server's ranks, the graph, the limit,
+    and what to do instead."""
     job = JobSize(**PRODUCTS, world=2, ranks_here=2)
     with pytest.raises(InsufficientMemoryError) as exc:
-        check_job_memory(STRATEGIES.build("granndis"), job, 20_000_000_000,
+        check_job_memory(STRATEGIES.build("granndis"), job, 22_000_000_000,
                          override="--memory-limit BYTES")
     text = str(exc.value)
-    assert "\n" not in text
+    assert "\n" not in text and MARGIN == 0.08
     for part in ("strategy 'granndis' on 2,449,029 nodes and 61,859,140 edges",
-                 "about 18,043 MiB a rank", "x 2 ranks on this machine",
-                 "needs about 36,086 MiB at its peak but only 19,073 MiB is allowed",
+                 "about 19,487 MiB a rank by its fit measured at F=128 plus 8%",
+                 "x 2 ranks on this machine",
+                 "needs about 38,973 MiB at its peak but only 20,981 MiB is allowed",
                  "3 machines of 2 ranks each would fit",
-                 "the least is 'distdgl': about 9,297 MiB a rank, 18,593 MiB for the 2 ranks "
+                 "the least is 'distdgl': about 10,040 MiB a rank, 20,081 MiB for the 2 ranks "
                  "here, which fits",
                  "or set --memory-limit BYTES if you know the job fits"):
         assert part in text, text
+
+
+def test_dorylus_at_products_size_is_refused_on_this_machine_and_distdgl_and_p3_are_not():
+    """The run that was killed: dorylus on products, 2 ranks, the idle machine's 22,890 MiB
+    (2 x its fit is just under it; the margin refuses it); distdgl and p3 trained there."""
+    job, idle = JobSize(**PRODUCTS, world=2, ranks_here=2), 22_890 * MB
+    with pytest.raises(InsufficientMemoryError, match="needs about 23,974 MiB at its peak"):
+        check_job_memory(STRATEGIES.build("dorylus"), job, idle)
+    assert 2 * peak_per_rank(STRATEGIES.build("dorylus"), job) < idle  # not without it
+    for name in ("distdgl", "p3"):
+        check_job_memory(STRATEGIES.build(name), job, idle)
 
 
 def test_a_small_graph_fits_and_a_strategy_without_a_model_is_not_checked():
