@@ -18,7 +18,7 @@ Partitioning is not in the epoch time, nor in the start-up (launch to the first 
 training: ``startup_s``). Per system: mean epoch time without the first epoch
 (with ``--repeat N``: N runs per system, alternating ours/DGL, and the median of the runs'
 means; this machine's speed drifts by 20-30% between runs), steps per epoch, test accuracy
-(all test nodes, full neighborhoods), peak memory per trainer and our inter-server bytes per
+(all test nodes, full neighborhoods unless ``--eval-fanouts``), peak memory per trainer and our inter-server bytes per
 epoch. ``--profile`` adds an instrumented run of ours to
 compare phase by phase (sampling, KVStore pull, forward, backward, all-reduce, optimizer) with
 the same phases timed in DGL's loop.
@@ -92,7 +92,7 @@ def our_setup(args, data: Path, meta: dict[str, Any], row_norm: bool,
     network = "virtual" if args.network == "virtual" else f"emulated-{args.network}"
     return Setup(data=data, num_classes=meta["num_classes"], train=train,
                  batch_size=args.batch_size, fanouts=args.fanouts, timeout=args.timeout,
-                 workdir=workdir, network=network)
+                 workdir=workdir, network=network, eval_fanouts=args.eval_fanouts)
 
 
 def _our_parts(setup: Setup) -> Path:
@@ -185,7 +185,7 @@ def bench(args: argparse.Namespace, workdir: Path) -> tuple[dict[str, Any], bool
         "num_nodes", "num_edges", "feat_dim", "num_classes")}}, "parts": 2, "trainers": 2,
         "hyper": {k: getattr(args, k) for k in ("epochs", "hidden", "lr", "dropout",
                                                  "weight_decay", "batch_size", "fanouts",
-                                                 "seed")} | {"row_normalize": row_norm},
+                                                 "eval_fanouts", "seed")} | {"row_normalize": row_norm},
         "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
         "rows": list(rows.values()), "checks": checks(rows)}
     if args.profile and "ours" in rows and "error" not in rows["ours"]:
@@ -237,6 +237,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                      hidden={"default": None}, lr={"default": None})
     p.add_argument("--batch-size", type=int, default=1000, help="seeds per trainer per step")
     p.add_argument("--fanouts", default="10,25", help="per layer, input layer first")
+    p.add_argument("--eval-fanouts", default="",
+                   help="the test evaluation's fanouts for both systems (default: full "
+                        "neighbourhoods; sampled ones at ogbn-products' size, where a full "
+                        "2-hop neighbourhood per batch takes most of the graph)")
     p.add_argument("--row-normalize", choices=("auto", "on", "off"), default="auto",
                    help="divide input rows by their sums (auto: if no feature is negative)")
     p.add_argument("--workdir", default="bench_out/train", help="datasets, partitions, logs")
@@ -248,6 +252,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     args = p.parse_args(argv)
     PRESETS[args.preset].fill(args)
+    if args.eval_fanouts:
+        args.ours_opt.append(f"eval_fanouts={args.eval_fanouts}")
     if args.epochs < 2:
         p.error("--epochs must be >= 2 (the first epoch is warm-up and not averaged)")
     return args

@@ -52,7 +52,8 @@ def hyper(setup: Setup) -> list[str]:
     after every epoch where the setup evaluates every epoch)."""
     return [*config_argv(setup.train, WORKER_FLAGS), "--batch-size", str(dgl_batch(setup)),
             "--fanouts", setup.fanouts, "--num-classes", str(setup.num_classes)] + (
-        ["--eval-val"] if setup.train.eval_every == 1 else [])
+        ["--eval-val"] if setup.train.eval_every == 1 else []) + (
+        ["--eval-fanouts", setup.eval_fanouts] if setup.eval_fanouts else [])
 
 
 def sent_bytes(ifname: str) -> int | None:

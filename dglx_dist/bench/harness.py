@@ -56,6 +56,9 @@ class Setup:
     edges per trainer per step)."""
     fanouts: str = "10,25"
     """Sampled neighbours per layer, input layer first (also the model's depth)."""
+    eval_fanouts: str = ""
+    """DGL's DistDGL's evaluation fanouts (empty: full neighbourhoods); our strategies take
+    theirs as options."""
     servers: int = 2
     ranks_per_server: int = 1
     network: str = "virtual"
