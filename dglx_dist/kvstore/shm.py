@@ -8,9 +8,11 @@ is freed when the last process unmaps it.
 """
 from __future__ import annotations
 
+import errno
 import math
 import mmap
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -49,15 +51,20 @@ def create_shared(path: Path, rows: torch.Tensor) -> torch.Tensor:
     Empty tensors need no file: a plain empty tensor is returned and nothing is created. On
     failure the file is removed again.
 
+    The file's pages are reserved before they are written: on a full tmpfs (a container's
+    64 MB ``/dev/shm``) writing into a mapping past its free space would kill the process with
+    SIGBUS, where reserving fails with an ``OSError`` that says how much was needed.
+
     Raises:
         FileExistsError: ``path`` exists (another job's or a stale file: never overwritten).
+        OSError: the file system cannot hold the tensor.
     """
     shape, dtype = tuple(rows.shape), rows.dtype
     if _nbytes(shape, dtype) == 0:
         return torch.empty(shape, dtype=dtype)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        os.ftruncate(fd, _nbytes(shape, dtype))
+        _reserve(fd, path, _nbytes(shape, dtype))
         tensor = _map(fd, shape, dtype)
         tensor.copy_(rows)
     except BaseException:
@@ -66,6 +73,20 @@ def create_shared(path: Path, rows: torch.Tensor) -> torch.Tensor:
     finally:
         os.close(fd)
     return tensor
+
+
+def _reserve(fd: int, path: Path, nbytes: int) -> None:
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):  # a file system without fallocate
+            os.ftruncate(fd, nbytes)
+            return
+        free = shutil.disk_usage(path.parent).free
+        raise OSError(exc.errno, f"cannot hold {nbytes / 2**20:,.1f} MiB of shared tensor in "
+                      f"{path.parent} ({free / 2**20:,.1f} MiB free: {exc.strerror}); expected "
+                      f"room for this server's parts: enlarge it (docker run --shm-size) or "
+                      f"free it") from None
 
 
 def attach_shared(path: Path, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:

@@ -1,4 +1,8 @@
 """KVStore without processes: policies, LocalKVStore semantics, validation, sparse optimizers."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -346,3 +350,30 @@ def test_shared_files_map_the_same_memory(tmp_path):
         attach_shared(tmp_path / "again", (2,), torch.float32)
     assert create_shared(tmp_path / "empty", torch.zeros(0, 3)).shape == (0, 3)
     assert not (tmp_path / "empty").exists()
+
+
+FILL_SMALL_TMPFS = """
+import sys, torch
+from pathlib import Path
+from dglx_dist.kvstore.shm import create_shared
+try:
+    create_shared(Path(sys.argv[1]) / "part", torch.ones(2**20))  # 4 MiB into a 1 MiB tmpfs
+except OSError as exc:
+    print("refused:", exc)
+    print("left:", sorted(p.name for p in Path(sys.argv[1]).iterdir()))
+"""
+
+
+def test_a_full_shm_is_an_error_not_sigbus(tmp_path):
+    """A tmpfs too small for a part (a container's 64 MB /dev/shm, here 1 MiB of a private
+    mount): writing the mapping would kill the process with SIGBUS; the store refuses instead."""
+    unshare = ["unshare", "--mount", "--propagation", "private"]
+    if os.geteuid() != 0:
+        unshare.insert(1, "--map-root-user")
+    script = f'mount -t tmpfs -o size=1m tmpfs "$1" && exec {sys.executable} -c "$2" "$1"'
+    r = subprocess.run([*unshare, "sh", "-c", script, "sh", str(tmp_path), FILL_SMALL_TMPFS],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert "cannot hold 4.0 MiB of shared tensor in" in r.stdout, r.stdout
+    assert "enlarge it (docker run --shm-size)" in r.stdout
+    assert "left: []" in r.stdout  # the half-made file is removed
