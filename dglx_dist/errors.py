@@ -97,7 +97,8 @@ class OutputExistsError(DglxError, FileExistsError):
 
 
 class DiskFullError(DglxError, OSError):
-    """A directory could not be written for lack of disk space (the message names where)."""
+    """A directory (or a shared-memory file system) could not be written for lack of space
+    (the message names where)."""
 
 
 class RunFailedError(DglxError, RuntimeError):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from dglx_dist.errors import ProtocolError
+from dglx_dist.errors import DiskFullError, ProtocolError
 
 __all__ = ["default_shm_dir", "create_shared", "attach_shared", "to_bytes", "from_bytes",
            "EMPTY_I64", "EMPTY_U8"]
@@ -57,7 +57,7 @@ def create_shared(path: Path, rows: torch.Tensor) -> torch.Tensor:
 
     Raises:
         FileExistsError: ``path`` exists (another job's or a stale file: never overwritten).
-        OSError: the file system cannot hold the tensor.
+        DiskFullError: the file system cannot hold the tensor (an ``OSError``).
     """
     shape, dtype = tuple(rows.shape), rows.dtype
     if _nbytes(shape, dtype) == 0:
@@ -83,7 +83,7 @@ def _reserve(fd: int, path: Path, nbytes: int) -> None:
             os.ftruncate(fd, nbytes)
             return
         free = shutil.disk_usage(path.parent).free
-        raise OSError(exc.errno, f"cannot hold {nbytes / 2**20:,.1f} MiB of shared tensor in "
+        raise DiskFullError(exc.errno, f"cannot hold {nbytes / 2**20:,.1f} MiB of shared tensor in "
                       f"{path.parent} ({free / 2**20:,.1f} MiB free: {exc.strerror}); expected "
                       f"room for this server's parts: enlarge it (docker run --shm-size) or "
                       f"free it") from None
