@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import secrets
 import time
 from pathlib import Path
@@ -22,7 +23,9 @@ import torch
 
 from dglx_dist.data.builtin import builtin_names, builtin_path
 from dglx_dist.data.format import read_meta
-from dglx_dist.errors import DatasetFormatError, DeadlineError, PartitionError, StateError
+from dglx_dist.data.owned import describe_unproven, read_record
+from dglx_dist.errors import (DatasetFormatError, DeadlineError, OutputExistsError,
+                              PartitionError, StateError)
 from dglx_dist.partition.driver import partition_dataset
 from dglx_dist.partition.io import MANIFEST, read_manifest
 from dglx_dist.runtime.session import Session
@@ -30,7 +33,7 @@ from dglx_dist.runtime.topology import Topology
 from dglx_dist.strategies.base import Strategy
 
 __all__ = ["resolve_dataset", "cached_partitions", "ensure_partitions", "partition_ahead",
-           "made_by_rank0", "check_partitions_of"]
+           "made_by_rank0", "check_partitions_of", "check_cache_dir"]
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +95,33 @@ def _failure(failed: Path, attempt: str) -> str | None:
     return message if head == attempt else None
 
 
+# what a cache directory holds besides recorded directories: rank 0's failure reports and
+# their temporaries, writers' temporaries, and what a replacement kept of a user's files
+_CACHE_NAMES = re.compile(r"^(.+\.failed(\.[0-9a-f]{16})?|\..+\.(tmp|old)-.+|.+\.kept-.+)$")
+
+
+def check_cache_dir(cache_dir: str | os.PathLike) -> None:
+    """Refuses a cache directory that is a file or holds anything dglx did not put there
+    (it adds directories to it and, with ``dglx cache clear``, removes them).
+
+    Raises:
+        OutputExistsError: naming the directory and what it holds.
+    """
+    cache = Path(cache_dir)
+    if cache.exists() and not cache.is_dir():
+        raise OutputExistsError(f"--cache-dir {cache} is a file; expected a directory (dglx "
+                                f"keeps partitions and graphs there)")
+    if not cache.is_dir():
+        return
+    foreign = sorted(p.name for p in cache.iterdir()
+                     if not (_CACHE_NAMES.match(p.name) or (p.is_dir() and not p.is_symlink()
+                                                            and read_record(p) is not None)))
+    if foreign:
+        raise OutputExistsError(f"--cache-dir {cache} holds {describe_unproven(foreign)}, "
+                                f"which dglx did not write; choose an empty or new directory "
+                                f"for the cache")
+
+
 def made_by_rank0(session: Session, out: Path, marker: str, make: Callable[[], Any],
                   what: str, wait_timeout: float = 3600.0) -> Path:
     """``out``, made by rank 0 with ``make()`` unless ``out/marker`` exists already; the other
@@ -101,6 +131,7 @@ def made_by_rank0(session: Session, out: Path, marker: str, make: Callable[[], A
     Rank 0 reports a failure in the sibling file ``NAME.failed``, headed by an id of this
     attempt that every rank learned first, so a marker an earlier run left is never taken
     for this run's (whichever rank reads it first)."""
+    check_cache_dir(out.parent)
     failed = out.with_name(out.name + ".failed")
     attempt = _attempt(session)
     if session.is_main and not (out / marker).is_file():
@@ -158,6 +189,7 @@ def partition_ahead(data: str, strategy: str, options: dict[str, str], topology:
     out, make, what = cached_partitions(data, STRATEGIES.build(strategy, **options), topology,
                                         cache_dir)
     if not (out / MANIFEST).is_file():
+        check_cache_dir(cache_dir)
         log.info("%s -> %s", what, out)
         make()
     return str(out)

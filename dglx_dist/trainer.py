@@ -44,9 +44,10 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from dglx_dist.api import DataLoader, DistGraph, parallelize
+from dglx_dist.api.agree import on_every_rank
 from dglx_dist.api.metrics import accuracy, epoch_record
 from dglx_dist.checkpoint import Checkpointing, collective, list_checkpoints, rng
-from dglx_dist.checkpoint.files import decode, describe_unusable, encode
+from dglx_dist.checkpoint.files import check_root, decode, describe_unusable, encode
 from dglx_dist.checkpoint.layout import encode_shards, rank_file, restore_shards
 from dglx_dist.convs import graph_convs
 from dglx_dist.errors import (CheckpointError, DatasetFormatError, InvalidValueError,
@@ -314,7 +315,7 @@ class Trainer:
                  "rng": rng.capture(), "history": self.history}
         blobs = {rank_file(rank): encode(state), **encode_shards(self.embeddings)}
         meta = {"step": self.steps, "world_size": self.session.world_size,
-                "strategy": self.strategy.registered_name,
+                "strategy": self.strategy.registered_name, "data": self.graph.pdir.fingerprint(),
                 "servers": self.session.topology.num_servers}
         return collective.save(self.session.world, Path(directory), self.epoch, meta, blobs, keep)
 
@@ -361,6 +362,7 @@ class Trainer:
                                       "directory (Trainer(checkpoint=Checkpointing(dir)))")
             return False
         root = self.checkpoint.dir
+        on_every_rank(self.session, "checkpoint directory", lambda: check_root(root))
         if resume or self.session.env.restart_count > 0:
             resumed = self.resume(root)
             if not resumed and resume:

@@ -17,18 +17,18 @@ import json
 import logging
 import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from dglx_dist.data.atomic import replace_directory
+from dglx_dist.data.owned import Record, describe_unproven, remove_recorded, unproven
 from dglx_dist.errors import CheckpointError, InvalidValueError
 
 __all__ = ["FORMAT", "MANIFEST", "checkpoint_name", "staging_dir", "encode", "decode",
            "write_file", "commit", "read_manifest", "read_file", "verify", "find_latest",
-           "list_checkpoints", "describe_unusable"]
+           "list_checkpoints", "describe_unusable", "checkpoint_record", "check_root"]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,10 @@ MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists files: megabytes would already
 _DIR = re.compile(r"^epoch-(\d{6,9})$")
 _FILE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
 _SHA = re.compile(r"^[0-9a-f]{64}$")
+# what a checkpoint root may hold: checkpoints, their staging and replaced directories
+# (atomic's temporaries), and what a replacement kept of files no manifest listed
+_OURS = re.compile(r"^(epoch-\d{6,9}|\.epoch-\d{6,9}\.(tmp|old-.*|tmp-.*)|"
+                   r"epoch-\d{6,9}\.kept-.*|\.write-probe-\d+)$")
 
 
 def checkpoint_name(epoch: int) -> str:
@@ -97,16 +101,50 @@ def commit(root: Path, epoch: int, manifest: dict[str, Any], keep: int) -> Path:
     os.rename(tmp, staging / MANIFEST)
     _fsync_dir(staging)
     final = root / checkpoint_name(epoch)
-    if final.exists() and not (final / MANIFEST).is_file():
-        raise CheckpointError(f"{final} exists and is not a checkpoint (no {MANIFEST}); "
-                              f"refusing to replace it: move it or choose another "
-                              f"--checkpoint-dir")
-    replace_directory(staging, final)  # an earlier run's checkpoint of this epoch: replaced whole
+    if final.exists():  # an earlier run's checkpoint of this epoch: replaced if provably one
+        bad = unproven(final, checkpoint_record(final))
+        if bad:
+            raise CheckpointError(f"{final} holds {describe_unproven(bad)}, which no checkpoint "
+                                  f"manifest lists; refusing to replace it: move it or choose "
+                                  f"another --checkpoint-dir")
+    replace_directory(staging, final, record_of=checkpoint_record)
     _fsync_dir(root)
     for _, path in list_checkpoints(root)[:-keep] if keep > 0 else []:
-        if (path / MANIFEST).is_file():  # only what a checkpoint commit made
-            shutil.rmtree(path, ignore_errors=True)
+        left = remove_recorded(path, checkpoint_record(path))
+        if left:
+            log.warning("kept %s: it holds %s, which its manifest does not list", path,
+                        describe_unproven(left))
     return final
+
+
+def checkpoint_record(path: Path) -> Record | None:
+    """What the checkpoint directory ``path`` provably holds: its manifest's files (None when
+    the manifest is missing or damaged: then nothing in it is provably a checkpoint's)."""
+    try:
+        return Record("checkpoint", read_manifest(path)["files"], name=MANIFEST)
+    except CheckpointError:
+        return None
+
+
+def check_root(root: Path) -> None:
+    """Refuses a checkpoint root that is not a directory, cannot be written, or holds
+    anything but checkpoints (before the first epoch: pruning works in it)."""
+    root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise CheckpointError(f"--checkpoint-dir {root} is a file; expected a directory")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".write-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise CheckpointError(f"--checkpoint-dir {root} cannot be written "
+                              f"({exc.strerror or exc}); choose a writable directory") from None
+    foreign = sorted(p.name for p in root.iterdir() if not _OURS.match(p.name))
+    if foreign:
+        raise CheckpointError(f"--checkpoint-dir {root} holds {describe_unproven(foreign)}, "
+                              f"which are not checkpoints; choose an empty or new directory "
+                              f"(old checkpoints are pruned there)")
 
 
 def list_checkpoints(root: Path) -> list[tuple[int, Path]]:

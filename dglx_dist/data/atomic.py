@@ -4,13 +4,16 @@ Writers build the directory under a temporary sibling name and rename it into pl
 so an interrupted write never leaves a directory that loads as if complete, and an existing
 directory is only replaced once its successor is fully written.
 
-Replacing is guarded: a writer names the :class:`DirKind` it makes, and ``overwrite`` replaces
-only a directory of that kind (its marker file says so) that does not hold the writer's
-input; anything else is refused with the reason, so nothing a user had is deleted by a
-mistyped path. Temporaries are named ``.NAME.tmp-PID@HOST.*`` (and ``.NAME.old-...`` while
-an old directory is being replaced), so the next writer into the same ``NAME`` removes those
-whose creating process on this host is gone (a run killed with SIGKILL leaves its temporary
-behind).
+Replacing is guarded: a writer names the :class:`DirKind` it makes, the finished directory
+ends with a record of every file in it (:mod:`~dglx_dist.data.owned`), and ``overwrite``
+replaces only a directory of that kind whose record proves dglx wrote every file in it and
+that does not hold the writer's input; anything else is refused with the reason, before any
+work, so nothing a user had is deleted by a mistyped path. A missing or empty directory is
+written without ``overwrite``. Temporaries are named ``.NAME.tmp-PID@HOST.*`` (and
+``.NAME.old-...`` while an old directory is being replaced), so the next writer into the same
+``NAME`` removes those whose creating process on this host is gone (a run killed with SIGKILL
+leaves its temporary behind); an old directory's files go only as far as its record proves
+them ours.
 """
 from __future__ import annotations
 
@@ -18,22 +21,22 @@ import contextlib
 import dataclasses
 import errno
 import glob
-import hashlib
-import json
 import logging
 import os
 import shutil
 import socket
 import tempfile
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import psutil
 
+from dglx_dist.data.owned import (RECORD, Record, describe_unproven, read_record,
+                                  remove_recorded, sha256_file, unproven, write_record)
 from dglx_dist.errors import DiskFullError, OutputExistsError
 
-__all__ = ["DirKind", "atomic_directory", "check_target", "replace_directory",
-           "remove_stale_temporaries", "sha256_file"]
+__all__ = ["DirKind", "atomic_directory", "check_target", "check_replaceable",
+           "replace_directory", "remove_stale_temporaries", "sha256_file"]
 
 log = logging.getLogger(__name__)
 _MB = 1 << 20
@@ -41,30 +44,18 @@ _MB = 1 << 20
 
 @dataclasses.dataclass(frozen=True)
 class DirKind:
-    """A kind of directory a writer makes, recognised by a marker file in it.
+    """A kind of directory a writer makes, recognised by its record
+    (:mod:`~dglx_dist.data.owned`).
 
     Attributes:
+        name: the record's ``kind``.
         what: how messages name it ("a dglx dataset directory").
-        marker: the file every such directory holds.
-        fmt: when set, the marker is a JSON object whose ``format`` field has this value.
+        derived: patterns of files dglx's readers add to such a directory later.
     """
 
+    name: str
     what: str
-    marker: str
-    fmt: str | None = None
-
-    def holds(self, path: Path) -> bool:
-        """Whether ``path`` is a directory of this kind."""
-        marker = Path(path) / self.marker
-        if not marker.is_file():
-            return False
-        if self.fmt is None:
-            return True
-        try:
-            value = json.loads(marker.read_text())
-        except (OSError, ValueError):
-            return False
-        return isinstance(value, dict) and value.get("format") == self.fmt
+    derived: tuple[str, ...] = ()
 
 
 def check_target(out: str | os.PathLike, overwrite: bool, kind: DirKind | None = None,
@@ -72,10 +63,13 @@ def check_target(out: str | os.PathLike, overwrite: bool, kind: DirKind | None =
                  error_cls: type[Exception] = OutputExistsError) -> None:
     """Refuses an output directory that would lose something (checked before any work).
 
+    A missing or empty ``out`` is written; an existing one only with ``overwrite``, and only
+    when its record proves that dglx wrote every file in it (a ``kind`` directory).
+
     Args:
         out: the directory to write.
         overwrite: whether an existing ``out`` may be replaced.
-        kind: what ``out`` must already be for ``overwrite`` to replace it (None: anything).
+        kind: what ``out`` must already be for ``overwrite`` to replace it (None: any kind).
         inputs: paths the writer reads; ``out`` may be none of them nor hold one.
         error_cls: the exception raised.
     """
@@ -88,15 +82,34 @@ def check_target(out: str | os.PathLike, overwrite: bool, kind: DirKind | None =
                             f"choose a directory outside it")
     if not out.exists() and not out.is_symlink():
         return
-    if not overwrite:
-        raise error_cls(f"{out} already exists; choose another directory or pass overwrite "
-                        f"(--overwrite) to replace it")
     if not out.is_dir() or out.is_symlink():
         raise error_cls(f"{out} exists and is not a directory; refusing to replace it")
-    if kind is not None and not kind.holds(out):
-        fmt = f" of format {kind.fmt!r}" if kind.fmt else ""
-        raise error_cls(f"{out} exists and is not {kind.what} (no {kind.marker}{fmt} in it); "
-                        f"refusing to replace it: overwrite only replaces {kind.what}")
+    if not any(out.iterdir()):
+        return  # an empty directory loses nothing
+    if not overwrite:
+        raise error_cls(f"{out} already exists and is not empty; choose another directory or "
+                        f"pass overwrite (--overwrite) to replace what dglx wrote there")
+    check_replaceable(out, kind, error_cls)
+
+
+def check_replaceable(out: Path, kind: DirKind | None,
+                      error_cls: type[Exception] = OutputExistsError) -> None:
+    """Refuses ``out`` unless its record proves dglx wrote every file in it."""
+    record = read_record(out)
+    if record is None:
+        listed = describe_unproven(sorted(p.name for p in out.iterdir()))
+        raise error_cls(f"{out} holds files no dglx command recorded writing ({listed}; no "
+                        f"{RECORD}); refusing to replace it: overwrite only removes what dglx "
+                        f"wrote (a directory written before dglx kept records has none: "
+                        f"remove it yourself or choose another directory)")
+    if kind is not None and record.kind != kind.name:
+        raise error_cls(f"{out} is a dglx {record.kind} directory, not {kind.what}; refusing "
+                        f"to replace it")
+    bad = unproven(out, record)
+    if bad:
+        raise error_cls(f"{out} holds {len(bad)} file(s) dglx did not write or that changed "
+                        f"since ({describe_unproven(bad)}); refusing to replace it: move them "
+                        f"out or choose another directory")
 
 
 def _temp_prefix(out: Path, role: str) -> str:
@@ -118,7 +131,10 @@ def remove_stale_temporaries(out: str | os.PathLike) -> list[Path]:
                 continue  # another host's, or named by an older version: not ours to judge
             if psutil.pid_exists(int(pid)):
                 continue
-            shutil.rmtree(path, ignore_errors=True)
+            if role == "tmp":  # a writer's own mkdtemp: everything in it is the writer's
+                shutil.rmtree(path, ignore_errors=True)
+            else:  # an old directory being replaced: only what its record proves
+                _dispose(path, out)
             removed.append(path)
     if removed:
         log.warning("removed %d temporaries of %s left by processes that are gone: %s",
@@ -128,17 +144,19 @@ def remove_stale_temporaries(out: str | os.PathLike) -> list[Path]:
 
 @contextlib.contextmanager
 def atomic_directory(out: str | os.PathLike, overwrite: bool = False,
-                     error_cls: type[Exception] = OutputExistsError, kind: DirKind | None = None,
+                     error_cls: type[Exception] = OutputExistsError, *, kind: DirKind,
                      inputs: Sequence[str | os.PathLike] = (),
                      expected_bytes: int | None = None) -> Iterator[Path]:
-    """Yields a fresh temporary directory that becomes ``out`` when the block exits cleanly.
+    """Yields a fresh temporary directory that becomes ``out`` when the block exits cleanly,
+    recorded as written by dglx (:mod:`~dglx_dist.data.owned`; a writer that knows its
+    files' checksums may write the record itself first).
 
     Args:
         out: the final directory.
         overwrite: replace an existing ``out`` (only after the new one is complete, and only
-            when it is of ``kind``).
+            what the old one's record proves dglx wrote, in a ``kind`` directory).
         error_cls: exception raised when ``out`` may not be written (:func:`check_target`).
-        kind: what an existing ``out`` must be to be replaced.
+        kind: what the directory is.
         inputs: what the writer reads; ``out`` may not hold any of it.
         expected_bytes: about how much the writer writes (for the message of a full disk).
 
@@ -154,31 +172,40 @@ def atomic_directory(out: str | os.PathLike, overwrite: bool = False,
     tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(out, "tmp"), dir=out.parent))
     try:
         yield tmp
+        if read_record(tmp) is None:
+            write_record(tmp, kind.name, derived=kind.derived)
     except OSError as exc:
         written = _tree_bytes(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
         if exc.errno != errno.ENOSPC:
             raise
         free = shutil.disk_usage(out.parent).free
-        need = f"; it needs about {expected_bytes / _MB:,.0f} MiB" if expected_bytes else ""
+        need = f"; it needs about {_mib(expected_bytes)}" if expected_bytes else ""
         raise DiskFullError(errno.ENOSPC, f"no space left on the device of {out.parent} while "
-                            f"writing {out}: {written / _MB:,.1f} MiB were written before it "
-                            f"ran out{need} and {free / _MB:,.0f} MiB are free now (the "
-                            f"partial output was removed); free space there or choose a "
-                            f"directory on another disk") from exc
+                            f"writing {out}: {_mib(written)} were written before it ran "
+                            f"out{need} and {_mib(free)} are free now (the partial output "
+                            f"was removed); free space there or choose a directory on another "
+                            f"disk") from exc
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     replace_directory(tmp, out)
 
 
+def _mib(n: int) -> str:
+    return f"{n / _MB:,.1f} MiB" if n < 100 * _MB else f"{n / _MB:,.0f} MiB"
+
+
 def _tree_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def replace_directory(tmp: str | os.PathLike, out: str | os.PathLike) -> None:
+def replace_directory(tmp: str | os.PathLike, out: str | os.PathLike,
+                      record_of: Callable[[Path], Record | None] = read_record) -> None:
     """Renames the finished directory ``tmp`` to ``out`` (a sibling). An existing ``out`` is
-    moved aside first and removed after, so ``out`` is never a mix of old and new files."""
+    moved aside first, so ``out`` is never a mix of old and new files; then what its record
+    (``record_of(dir)``) proves dglx wrote is removed, and anything else is kept in a visible
+    sibling ``NAME.kept-...`` (with a warning)."""
     tmp, out = Path(tmp), Path(out)
     old = None
     if out.exists():
@@ -186,13 +213,20 @@ def replace_directory(tmp: str | os.PathLike, out: str | os.PathLike) -> None:
         os.rename(out, old / "d")
     os.rename(tmp, out)
     if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        _dispose(old, out, record_of)
 
 
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
-    """Hex SHA-256 of a file, read in chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+def _dispose(old: Path, out: Path,
+             record_of: Callable[[Path], Record | None] = read_record) -> None:
+    """Removes the moved-aside directory ``old/d`` of ``out`` as far as its record proves it
+    ours; what is left moves to a visible sibling of ``out``."""
+    inner = old / "d"
+    if inner.is_dir():
+        left = remove_recorded(inner, record_of(inner))
+        if left:
+            keep = Path(tempfile.mkdtemp(prefix=f"{out.name}.kept-", dir=out.parent))
+            os.rename(inner, keep / out.name)
+            log.warning("%s held %d file(s) dglx did not write (%s): kept in %s", out,
+                        len(left), describe_unproven(left), keep)
+    with contextlib.suppress(OSError):
+        os.rmdir(old)

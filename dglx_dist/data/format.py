@@ -38,7 +38,7 @@ __all__ = ["GraphDataset", "DatasetMeta", "read_dataset", "read_meta", "write_da
 EDGES_FILE, NODES_FILE, META_FILE = "edges.parquet", "nodes.parquet", "meta.json"
 EDGE_SCHEMA = pa.schema([("src", pa.int64()), ("dst", pa.int64())])
 _META_INTS = ("num_nodes", "num_edges", "feat_dim", "num_classes")
-DATASET_DIR = DirKind("a dglx dataset directory", META_FILE)  # what overwrite may replace
+DATASET_DIR = DirKind("dataset", "a dglx dataset directory")
 _MASKS = ("train", "val", "test")
 
 

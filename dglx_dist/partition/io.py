@@ -34,13 +34,15 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
 
-from dglx_dist.data.atomic import DirKind, atomic_directory, sha256_file
+from dglx_dist.data.atomic import DirKind, atomic_directory
+from dglx_dist.data.owned import sha256_file, write_record
 from dglx_dist.data.checked import check_plausible, read_json_object, write_arrow
 from dglx_dist.data.edge_data import to_arrow
 from dglx_dist.errors import OutputExistsError, PartitionFormatError
@@ -51,7 +53,6 @@ __all__ = ["write_partitions", "read_manifest", "MANIFEST", "FORMAT", "VERSION",
            "record_verified"]
 
 MANIFEST, FORMAT, VERSION = "partition.json", "dglx-partition", 2
-PARTITION_DIR = DirKind("a dglx partition directory", MANIFEST, FORMAT)  # what overwrite replaces
 PART_TABLES = ("nodes", "halo", "edges", "feat")
 _SUFFIX = {1: ".parquet", 2: ".arrow"}  # the versions this code reads: their part files' type
 
@@ -65,6 +66,8 @@ PART_FILES = tuple(part_file_name(t) for t in PART_TABLES)  # what this version 
 
 
 VERIFIED = ".verified.json"  # in a part's folder: its files as they were when last checked
+PARTITION_DIR = DirKind("partition", "a dglx partition directory",
+                        derived=(f"part-*/{VERIFIED}",))
 
 
 def part_dir_name(p: int) -> str:
@@ -76,26 +79,38 @@ def _identity(file: Path) -> list[int]:
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
 
 
+def _stamps(folder: Path) -> dict[str, Any]:
+    try:
+        stamps = json.loads((folder / VERIFIED).read_text())
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return stamps if isinstance(stamps, dict) else {}
+
+
 def record_verified(folder: Path, names) -> None:
-    """Records that the files ``names`` of a part's ``folder``, as they are now (device,
-    inode, size, modification time), match the manifest's checksums; where the folder cannot
-    be written, nothing is recorded and the next load checks them again."""
+    """Records that this host hashed the files ``names`` of a part's ``folder`` in full and
+    found the manifest's checksums, as the files are now (device, inode, size, modification
+    time); other hosts' stamps are kept. Where the folder cannot be written, nothing is
+    recorded and the next load hashes them again."""
+    stamps = _stamps(folder)
+    stamps[socket.gethostname()] = {n: _identity(folder / n) for n in names}
     tmp = folder / f"{VERIFIED}.{os.getpid()}"
     try:
-        tmp.write_text(json.dumps({n: _identity(folder / n) for n in names}))
+        tmp.write_text(json.dumps(stamps))
         os.replace(tmp, folder / VERIFIED)
     except OSError:
         tmp.unlink(missing_ok=True)
 
 
 def still_verified(folder: Path, names) -> bool:
-    """Whether ``folder``'s record says every one of ``names`` was checked as it is now (a
-    copied, replaced or rewritten file has another identity; a missing or unreadable record
-    is no record)."""
+    """Whether this host hashed every one of ``names`` in full since it was last written (a
+    copied, replaced or rewritten file has another identity; a missing or unreadable stamp,
+    or another host's, is no stamp). Writing a part is not verifying it."""
+    record = _stamps(folder).get(socket.gethostname())
     try:
-        record = json.loads((folder / VERIFIED).read_text())
-        return all(record.get(n) == _identity(folder / n) for n in names)
-    except (OSError, ValueError, AttributeError):
+        return isinstance(record, dict) and all(record.get(n) == _identity(folder / n)
+                                                for n in names)
+    except OSError:
         return False
 
 
@@ -115,7 +130,6 @@ def _write_part(pc: Partition, folder: Path) -> dict[str, Any]:
         write_arrow(table, folder / part_file_name(name), 1 << 16 if name == "feat" else None)
     files = {n: {"bytes": (folder / n).stat().st_size, "sha256": sha256_file(folder / n)}
              for n in PART_FILES}
-    record_verified(folder, PART_FILES)  # hashed just now: a load on this machine need not
     return {"dir": folder.name, "num_core": int(pc.core_gid.size),
             "num_halo": int(pc.halo_gid.size), "num_edges": int(pc.src.size), "files": files}
 
@@ -148,6 +162,8 @@ def write_partitions(out: str | os.PathLike,
         fields = header() if callable(header) else header
         manifest = {"format": FORMAT, "version": VERSION, **fields, "parts": entries}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        write_record(tmp, PARTITION_DIR.name, derived=PARTITION_DIR.derived, known={
+            f"{e['dir']}/{name}": info for e in entries for name, info in e["files"].items()})
     return Path(out)
 
 

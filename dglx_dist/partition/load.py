@@ -12,6 +12,8 @@ partitioner); ``edge_part_ids()`` maps the dataset's edge ids to them.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -84,6 +86,12 @@ class PartitionDir:
     num_classes = property(lambda self: self.manifest["num_classes"])
     feature_layout = property(lambda self: self.manifest["feature_layout"])
     partitioner = property(lambda self: self.manifest["partitioner"]["name"])
+
+    def fingerprint(self) -> str:
+        """An id of the partitions' content (every part file's checksum, from the manifest):
+        equal for a copy, different for other data or another partitioning of it."""
+        files = [sorted(e["files"].items()) for e in self.manifest["parts"]]
+        return hashlib.sha256(json.dumps(files).encode()).hexdigest()[:16]
 
     def owner(self, ids):
         """The part owning each global id (see :class:`~dglx_dist.partition.book.NodeBook`)."""

@@ -53,10 +53,39 @@ def test_commit_and_pruning_leave_what_they_did_not_write(tmp_path):
     (mine / "notes.txt").write_text("keep")
     for epoch in (2, 3, 4):
         _checkpoint(tmp_path, epoch, keep=1)
-    with pytest.raises(CheckpointError, match="is not a checkpoint"):
+    with pytest.raises(CheckpointError, match="holds notes.txt, which no checkpoint manifest "
+                                              "lists"):
         _checkpoint(tmp_path, 1, keep=1)
     assert (mine / "notes.txt").read_text() == "keep"
     assert [e for e, _ in files.list_checkpoints(tmp_path)] == [1, 4]
+
+
+def test_pruning_removes_only_the_files_a_manifest_lists(tmp_path):
+    """A user's file inside a checkpoint, or a checkpoint file changed since, survives the
+    pruning of its checkpoint (issue 40: only files provably written are deleted)."""
+    _checkpoint(tmp_path, 1)
+    _checkpoint(tmp_path, 2)
+    (tmp_path / "epoch-000001" / "notes.txt").write_text("keep")
+    with open(tmp_path / "epoch-000002" / "rank-00000.pt", "ab") as f:
+        f.write(b"edited")
+    _checkpoint(tmp_path, 3, keep=1)
+    _checkpoint(tmp_path, 4, keep=1)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")
+                  if p.is_file() and "epoch-000004" not in p.parts) == [
+        "epoch-000001/notes.txt", "epoch-000002/rank-00000.pt"]
+
+
+def test_the_root_is_checked_before_the_first_epoch(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(CheckpointError, match="is a file; expected a directory"):
+        files.check_root(tmp_path / "file")
+    _checkpoint(tmp_path / "ok", 1)
+    files.check_root(tmp_path / "ok")
+    (tmp_path / "ok" / "thesis.tex").write_text("x")
+    with pytest.raises(CheckpointError, match="holds thesis.tex, which are not checkpoints"):
+        files.check_root(tmp_path / "ok")
+    with pytest.raises(CheckpointError, match="cannot be written"):  # under a file
+        files.check_root(tmp_path / "file" / "ckpt")
 
 
 def test_a_save_cut_short_leaves_the_previous_one(tmp_path):

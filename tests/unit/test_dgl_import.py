@@ -184,7 +184,7 @@ def test_output_directory_is_checked_before_anything_is_replaced(dgl_parts, tmp_
     other = tmp_path / "mine"
     other.mkdir()
     (other / "keep.txt").write_text("x")
-    with pytest.raises(PartitionError, match="is not a dglx partition directory"):
+    with pytest.raises(PartitionError, match="holds files no dglx command recorded writing"):
         import_dgl_partitions(js, other, overwrite=True)
     assert (other / "keep.txt").read_text() == "x"
     out = import_dgl_partitions(js, tmp_path / "out")

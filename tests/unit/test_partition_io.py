@@ -84,10 +84,10 @@ def test_damaged_part_is_detected_and_others_still_load(pdir_path):
         pdir.load_part(2)
 
 
-def test_checksums_are_not_recomputed_for_files_checked_as_they_are(pdir_path, tmp_path,
-                                                                   monkeypatch):
-    """The writer hashed the parts: loading them here hashes nothing. A copy (new inodes,
-    even with the times kept) is hashed once, then recorded."""
+def test_each_host_hashes_a_partition_in_full_once(pdir_path, tmp_path, monkeypatch):
+    """Writing is not verifying: the first load on a host hashes the part's files, later
+    loads of the same files do not; a copy (new inodes, times kept) is hashed again, and so
+    is a part another host verified (issue 40, case 5)."""
     import shutil
 
     from dglx_dist.partition import load
@@ -96,13 +96,31 @@ def test_checksums_are_not_recomputed_for_files_checked_as_they_are(pdir_path, t
     real = load.sha256_file
     monkeypatch.setattr(load, "sha256_file", lambda f: hashed.append(f) or real(f))
     PartitionDir(pdir_path).load_part(0)
-    assert hashed == []
+    assert sorted(f.name for f in hashed) == sorted(pio.PART_FILES)
+    PartitionDir(pdir_path).load_part(0)  # a new reader: this host's stamp stands
+    assert len(hashed) == len(pio.PART_FILES)
     copy = tmp_path / "copy"
     shutil.copytree(pdir_path, copy)  # copy2: the modification times are kept
     PartitionDir(copy).load_part(0)
-    assert sorted(f.name for f in hashed) == sorted(pio.PART_FILES)
-    PartitionDir(copy).load_part(0)  # a new reader: the record stands
-    assert len(hashed) == len(pio.PART_FILES)
+    assert len(hashed) == 2 * len(pio.PART_FILES)
+    monkeypatch.setattr(pio.socket, "gethostname", lambda: "another-host")
+    PartitionDir(copy).load_part(0)
+    assert len(hashed) == 3 * len(pio.PART_FILES)
+
+
+def test_damage_in_place_with_the_times_kept_is_caught(pdir_path):
+    """Bit rot or a bad copy: same size, inode and modification time; never loaded since it
+    was written, so the load hashes it and refuses it."""
+    import os
+
+    feat = pdir_path / "part-00001" / "feat.arrow"
+    st = feat.stat()
+    with open(feat, "r+b") as f:
+        f.seek(st.st_size // 2)
+        f.write(bytes(64))
+    os.utime(feat, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(PartitionFormatError, match="does not match the manifest"):
+        PartitionDir(pdir_path).load_part(1)
 
 
 def _edit_manifest(path, fn):
@@ -266,13 +284,16 @@ def test_overwrite_replaces_only_partitions_that_do_not_hold_the_input(tiny, tmp
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("keep")
-    with pytest.raises(PartitionError, match="is not a dglx partition directory"):
+    with pytest.raises(PartitionError, match="holds files no dglx command recorded writing"):
         partition_dataset(data, mine, "hash", 2, overwrite=True)
-    with pytest.raises(FileExistsError, match="is not a dglx dataset directory"):
+    with pytest.raises(FileExistsError, match="holds files no dglx command recorded writing"):
         write_dataset(tiny, mine, overwrite=True)
     assert (mine / "notes.txt").read_text() == "keep"
-    assert sorted(p.name for p in data.iterdir()) == ["edges.parquet", "meta.json",
-                                                       "nodes.parquet"]
+    assert sorted(p.name for p in data.iterdir()) == [".dglx-written.json", "edges.parquet",
+                                                       "meta.json", "nodes.parquet"]
+    with pytest.raises(PartitionError, match="is a dglx dataset directory, not a dglx "
+                                             "partition directory"):
+        partition_dataset(tiny, data, "hash", 2, overwrite=True)
     partition_dataset(data, tmp_path / "parts", "hash", 2)
     partition_dataset(data, tmp_path / "parts", "metis", 3, {"balance": ""}, overwrite=True)
     assert PartitionDir(tmp_path / "parts").num_parts == 3

@@ -1,0 +1,184 @@
+"""What a dglx command can prove it wrote: the record every output directory ends with.
+
+A directory made by ``dglx datagen``, ``dglx partition`` (and its DGL import), ``dglx bench``
+or :func:`~dglx_dist.api.export_parquet` holds ``.dglx-written.json``: the kind of directory
+and every file the command wrote, with its size and SHA-256. Replacing or removing such a
+directory (``--overwrite``, a cache's pruning) removes the files the record lists whose bytes
+still hash to it, and nothing else: a file the user added or edited is not provably ours, so
+a directory holding one is refused before any work, and one that appears during the work is
+kept (the directory is moved aside under a visible ``.kept-`` name instead of removed).
+
+A subdirectory with a record of its own (a dataset cached inside a benchmark's outputs) is
+judged by its own record; checkpoints carry the same information in their ``manifest.json``
+(:func:`Record` with ``name="manifest.json"``). Derived files that readers add later (a
+partition's verification stamps) are named by patterns in the record and count as ours.
+
+Directories written before this record existed have none and are refused by ``--overwrite``:
+nothing proves which of their files dglx wrote.
+"""
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+__all__ = ["RECORD", "Record", "sha256_file", "write_record", "read_record", "unproven",
+           "remove_recorded", "describe_unproven"]
+
+log = logging.getLogger(__name__)
+
+RECORD = ".dglx-written.json"
+_FORMAT = "dglx-written"
+_MAX_RECORD_BYTES = 64 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """The files a dglx command wrote in one directory.
+
+    Attributes:
+        kind: what the directory is ("dataset", "partition", "bench", "export", "checkpoint").
+        files: relative POSIX path -> ``{"bytes": int, "sha256": hex}``.
+        derived: ``fnmatch`` patterns (relative paths) of files dglx's readers add later.
+        name: the file holding the record itself (also ours).
+    """
+
+    kind: str
+    files: Mapping[str, Mapping[str, Any]]
+    derived: tuple[str, ...] = ()
+    name: str = RECORD
+
+    def is_derived(self, rel: str) -> bool:
+        """Whether ``rel`` is a derived file, or a temporary of one (``NAME.PID``)."""
+        return any(fnmatch.fnmatchcase(rel, p) or fnmatch.fnmatchcase(rel, p + ".*")
+                   for p in self.derived)
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
+    """Hex SHA-256 of a file, read in chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _walk(top: Path) -> Iterator[tuple[str, Path, Record | None]]:
+    """``(relative path, path, nested record)`` of every entry under ``top`` that is not a
+    directory, without following links; a subdirectory holding its own record is one entry
+    (its path, its record) and is not entered."""
+    for dirpath, dirnames, filenames in os.walk(top):
+        here = Path(dirpath)
+        for d in list(dirnames):
+            sub = here / d
+            nested = None if sub.is_symlink() else read_record(sub)
+            if sub.is_symlink() or nested is not None:
+                dirnames.remove(d)
+                yield sub.relative_to(top).as_posix(), sub, nested
+        for f in filenames:
+            path = here / f
+            yield path.relative_to(top).as_posix(), path, None
+
+
+def write_record(directory: str | os.PathLike, kind: str,
+                 known: Mapping[str, Mapping[str, Any]] | None = None,
+                 derived: tuple[str, ...] = ()) -> Record:
+    """Records every file now under ``directory`` as written by dglx (hashing those not in
+    ``known``); subdirectories with a record of their own are left to it. Written atomically.
+    """
+    directory, known = Path(directory), dict(known or {})
+    files: dict[str, dict[str, Any]] = {}
+    record = Record(kind, files, tuple(derived))
+    for rel, path, nested in _walk(directory):
+        if nested is not None or rel == RECORD or record.is_derived(rel) or path.is_symlink():
+            continue
+        size = path.stat().st_size
+        entry = known.get(rel)
+        if entry is None or entry.get("bytes") != size:
+            entry = {"bytes": size, "sha256": sha256_file(path)}
+        files[rel] = {"bytes": int(entry["bytes"]), "sha256": str(entry["sha256"])}
+    body = {"format": _FORMAT, "kind": kind, "derived": list(derived), "files": files}
+    tmp = directory / f"{RECORD}.{os.getpid()}"
+    tmp.write_text(json.dumps(body, indent=1, sort_keys=True))
+    os.replace(tmp, directory / RECORD)
+    return record
+
+
+def read_record(directory: str | os.PathLike) -> Record | None:
+    """``directory``'s record, or None when it has none (or one that does not parse: nothing
+    is proven by a damaged record)."""
+    path = Path(directory) / RECORD
+    try:
+        if not path.is_file() or path.stat().st_size > _MAX_RECORD_BYTES:
+            return None
+        body = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(body, dict) or body.get("format") != _FORMAT:
+        return None
+    files, derived, kind = body.get("files"), body.get("derived", []), body.get("kind")
+    if not (isinstance(files, dict) and isinstance(kind, str) and isinstance(derived, list)
+            and all(isinstance(p, str) for p in derived)):
+        return None
+    return Record(kind, files, tuple(derived))
+
+
+def _matches(path: Path, entry: Any) -> bool:
+    if not isinstance(entry, Mapping) or path.is_symlink() or not path.is_file():
+        return False
+    try:
+        return (path.stat().st_size == entry.get("bytes")
+                and sha256_file(path) == entry.get("sha256"))
+    except OSError:
+        return False
+
+
+def unproven(directory: str | os.PathLike, record: Record | None) -> list[str]:
+    """The entries under ``directory`` that no record proves dglx wrote (sorted relative
+    paths): unlisted, changed since, links, or under a nested directory's own record."""
+    directory = Path(directory)
+    bad = []
+    for rel, path, nested in _walk(directory):
+        if nested is not None:
+            bad += [f"{rel}/{r}" for r in unproven(path, nested)]
+        elif record is None or not (rel == record.name or record.is_derived(rel)
+                                    or _matches(path, record.files.get(rel))):
+            bad.append(rel)
+    return sorted(bad)
+
+
+def describe_unproven(bad: list[str], limit: int = 3) -> str:
+    """``a, b, c and 4 more`` for a message."""
+    head = ", ".join(bad[:limit])
+    return head + (f" and {len(bad) - limit} more" if len(bad) > limit else "")
+
+
+def remove_recorded(directory: str | os.PathLike, record: Record | None) -> list[str]:
+    """Removes what ``record`` proves dglx wrote under ``directory`` (files whose bytes still
+    match it, the record, derived files; nested records likewise), then the directories left
+    empty, ``directory`` included. Returns what is left, as :func:`unproven` names it."""
+    directory = Path(directory)
+    left, last = [], None
+    for rel, path, nested in _walk(directory):
+        if nested is not None:
+            left += [f"{rel}/{r}" for r in remove_recorded(path, nested)]
+        elif record is not None and rel == record.name:
+            last = path  # removed last: an interrupted removal can be proven and resumed
+        elif record is not None and (record.is_derived(rel)
+                                     or _matches(path, record.files.get(rel))):
+            path.unlink()
+        else:
+            left.append(rel)
+    if last is not None:
+        last.unlink()
+    for dirpath, _, _ in sorted(os.walk(directory), key=lambda t: -len(t[0])):
+        try:
+            os.rmdir(dirpath)  # only empty ones go
+        except OSError:
+            pass
+    return sorted(left)
