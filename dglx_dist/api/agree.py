@@ -5,13 +5,13 @@ from typing import Callable, TypeVar
 
 import torch
 
-from dglx_dist.errors import InvalidValueError
+from dglx_dist.errors import InvalidValueError, OutputExistsError
 from dglx_dist.runtime.session import Session
 
 __all__ = ["on_every_rank", "differing_ranks", "ids_digest"]
 
 T = TypeVar("T")
-_BAD_INPUT = (ValueError, TypeError, IndexError, KeyError)
+_BAD_INPUT = (ValueError, TypeError, IndexError, KeyError, OutputExistsError)
 
 
 def on_every_rank(session: Session, what: str, check: Callable[[], T]) -> T:

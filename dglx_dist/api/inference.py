@@ -9,11 +9,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from dglx_dist.api.agree import on_every_rank
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.loader import DataLoader
 from dglx_dist.api.parallel import DistModel
 from dglx_dist.api.split import node_split
 from dglx_dist.api.tensor import DistTensor
+from dglx_dist.data.atomic import DirKind, check_target
+from dglx_dist.data.owned import read_record, remove_recorded, write_record
 
 __all__ = ["inference", "export_parquet"]
 
@@ -54,14 +57,30 @@ def inference(model: DistModel, g: DistGraph, nodes=None, batch_size: int = 4096
     return out  # the loop ended in a barrier: every rank's rows are written
 
 
-def export_parquet(directory: str | os.PathLike, tensor: DistTensor, nodes=None) -> Path:
+EXPORT_DIR = DirKind("export", "a directory of dglx_dist.export_parquet")
+
+
+def export_parquet(directory: str | os.PathLike, tensor: DistTensor, nodes=None,
+                   overwrite: bool = False) -> Path:
     """Writes this rank's share of ``nodes`` (default every node) of ``tensor`` to
     ``directory/part-RRRRR.parquet`` (collective): ``node_id`` in the ids of the graph
-    :func:`~dglx_dist.api.distribute` was given, ``value`` each row as a float32 list."""
+    :func:`~dglx_dist.api.distribute` was given, ``value`` each row as a float32 list.
+
+    ``directory`` must be new or empty, or, with ``overwrite``, an earlier export whose files
+    are as it wrote them (they are replaced; nothing else is touched). Returns this rank's file.
+    """
     g = tensor._g
+    out = Path(directory)
+
+    def check() -> None:  # rank 0 judges the directory; every rank learns the outcome
+        if g.session.is_main:
+            check_target(out, overwrite, EXPORT_DIR)
+            if out.is_dir() and read_record(out) is not None:
+                remove_recorded(out, read_record(out))
+
+    on_every_rank(g.session, "export_parquet", check)
     ids = node_split(torch.arange(g.num_nodes()) if nodes is None else nodes, g)
     rows = tensor[ids].detach().cpu().to(torch.float32).reshape(ids.numel(), -1).numpy()
-    out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     value = pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(rows).reshape(-1)),
                                               rows.shape[1])
@@ -70,4 +89,8 @@ def export_parquet(directory: str | os.PathLike, tensor: DistTensor, nodes=None)
     tmp = path.with_name(path.name + ".tmp")
     pq.write_table(table, tmp)
     tmp.replace(path)
+    g.session.world.barrier()
+    if g.session.is_main:  # every rank's file is in place: rank 0 records them
+        write_record(out, EXPORT_DIR.name)
+    g.session.world.barrier()
     return path

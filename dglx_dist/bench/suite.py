@@ -16,10 +16,15 @@ from dglx_dist.bench.harness import (BENCH_TRAINING, Setup, add_time_to_accuracy
 from dglx_dist.bench.presets import PRESETS, choose_network
 from dglx_dist.bench.report import markdown, plot, write_jsonl
 from dglx_dist.cli_flags import config_from_args
+from dglx_dist.data.atomic import DirKind, check_replaceable, check_target
+from dglx_dist.data.owned import read_record, write_record
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.train_config import TrainConfig
 
-__all__ = ["Sweeps", "extra_options", "replot", "run_bench"]
+__all__ = ["Sweeps", "BENCH_DIR", "check_out", "extra_options", "replot", "run_bench"]
+
+BENCH_DIR = DirKind("bench", "a dglx bench output directory")
+RESULTS = ("results.jsonl", "meta.json", "results.md", "bench.png")
 
 log = logging.getLogger("dglx_dist.bench")
 Sweeps = Callable[[argparse.Namespace], list[dict[str, Any]]]
@@ -69,6 +74,29 @@ def extra_options(items: list[str]) -> dict[str, list[str]]:
     return out
 
 
+def check_out(out: Path, overwrite: bool, replot: bool) -> None:
+    """Refuses an ``--out`` that would lose something, before any work: a file, a directory
+    holding anything but an earlier benchmark's recorded outputs, or (without
+    ``--overwrite``) an earlier benchmark's; ``--replot`` rewrites only an earlier
+    benchmark's (:mod:`~dglx_dist.data.owned`)."""
+    if not replot:
+        check_target(out, overwrite, BENCH_DIR)
+    elif not (out / "results.jsonl").is_file():
+        raise InvalidValueError(f"dglx bench --replot: no results.jsonl in {out} (--out names "
+                                f"a directory of an earlier run)")
+    else:
+        check_replaceable(out, BENCH_DIR)
+
+
+def _clear_results(out: Path) -> None:
+    """Removes an earlier run's results (checked by :func:`check_out`); its cached datasets
+    and partitions under ``work/`` stay for this run."""
+    record = read_record(out)
+    for name in RESULTS if record is not None else ():
+        if name in record.files:
+            (out / name).unlink(missing_ok=True)
+
+
 def run_all(args: argparse.Namespace, setup: Setup) -> list[dict[str, Any]]:
     """Runs the selected systems one after the other (tqdm over the runs)."""
     from tqdm import tqdm
@@ -97,6 +125,7 @@ def _render(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any], figure:
     (out / "results.md").write_text(text)
     if figure:
         plot(rows, out / "bench.png", meta["command"])
+    write_record(out, BENCH_DIR.name)
     return text
 
 
@@ -110,6 +139,7 @@ def run_bench(args: argparse.Namespace, command: str,
         sweeps: adds rows after the systems' (``--sweeps``).
     """
     t0 = time.perf_counter()
+    _clear_results(args.out)
     (args.out / "work").mkdir(parents=True, exist_ok=True)
     data = dataset(args, args.out / "work")
     setup = make_setup(args, data, choose_network(args.network))
@@ -130,7 +160,26 @@ def run_bench(args: argparse.Namespace, command: str,
 
 def replot(out: Path, figure: bool = True) -> str:
     """Rewrites results.md and bench.png from ``out``'s results.jsonl and meta.json; returns
-    the markdown."""
-    rows = [json.loads(ln) for ln in (out / "results.jsonl").read_text().splitlines() if ln]
-    meta = json.loads((out / "meta.json").read_text())
+    the markdown.
+
+    Raises:
+        InvalidValueError: either file is not what ``dglx bench`` writes (naming the line)."""
+    rows = []
+    for n, line in enumerate((out / "results.jsonl").read_text(errors="replace").splitlines()):
+        try:
+            row = json.loads(line) if line.strip() else None
+        except ValueError:
+            row = line
+        if row is not None and not (isinstance(row, dict) and "system" in row):
+            raise InvalidValueError(f"{out / 'results.jsonl'} line {n + 1}: not a result row of "
+                                    f"dglx bench (truncated or another file?); run the "
+                                    f"benchmark again")
+        rows += [row] if row is not None else []
+    try:
+        meta = json.loads((out / "meta.json").read_text())
+        if not isinstance(meta, dict) or "command" not in meta:
+            raise ValueError("no command")
+    except (OSError, ValueError) as exc:
+        raise InvalidValueError(f"{out / 'meta.json'}: not the meta.json of dglx bench "
+                                f"({exc}); run the benchmark again") from None
     return _render(out, rows, meta, figure)

@@ -42,7 +42,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--systems", type=_names,
                    help="comma-separated (default: dgl, dgl-distdgl and every strategy)")
     p.add_argument("--network", choices=("auto", "virtual", "1g", "10g"), default="auto")
-    p.add_argument("--out", type=Path, default=Path("bench-out"))
+    p.add_argument("--out", type=Path, default=Path("bench-out"),
+                   help="a new or empty directory for the results (cached datasets in work/)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an earlier benchmark's results in --out (only files dglx "
+                        "bench recorded writing; its work/ caches are reused)")
     p.add_argument("--sweeps", nargs="?", const="p3,granndis,dorylus", default="",
                    help="also run the strategy papers' sweeps, comma-separated (default "
                         "all: p3,granndis,dorylus; dglx_dist.bench.sweeps)")
@@ -82,7 +86,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _check(args: argparse.Namespace) -> None:
     """Fills the preset's values in; refuses what cannot run, before any work starts."""
     from dglx_dist.bench.presets import PRESETS
-    from dglx_dist.bench.suite import extra_options
+    from dglx_dist.bench.suite import check_out, extra_options
 
     for key, value in PRESETS[args.preset].options().items():
         if getattr(args, key, None) is None:
@@ -91,10 +95,8 @@ def _check(args: argparse.Namespace) -> None:
     if not args.no_plot and importlib.util.find_spec("matplotlib") is None:
         raise InvalidValueError("dglx bench: the figure needs matplotlib: pip install "
                                 "'dglx_dist[plot]', or pass --no-plot")
+    check_out(args.out, args.overwrite, args.replot)
     if args.replot:
-        if not (args.out / "results.jsonl").is_file():
-            raise InvalidValueError(f"dglx bench --replot: no results.jsonl in {args.out} "
-                                    f"(--out names a directory of an earlier run)")
         return
     from dglx_dist.bench.harness import systems
     from dglx_dist.models import MODELS

@@ -483,3 +483,42 @@ def test_steps_are_on_the_strategys_device(tmp_path, cache, name):
         assert out["refused"] == (f"rank {r}: the step's input features are on meta; the model "
                                   f"is on cpu: move them with .to('cpu') (the DataLoader's "
                                   f"blocks and prefetched rows already are)"), out
+
+
+def _export(session, cache, out):
+    from dglx_dist.errors import DglxError
+
+    g = dglx_dist.distribute(CoraGraphDataset()[0], "distdgl", cache_dir=cache,
+                             session=session)
+    t = dglx_dist.DistTensor((g.num_nodes(), 2), torch.float32, graph=g)
+    mine = dglx_dist.node_split(torch.arange(g.num_nodes()), g)
+    t[mine] = torch.stack([mine, 2 * mine], 1).float()
+    g.barrier()
+    dglx_dist.export_parquet(out, t)
+    refusals = []
+    for overwrite in (False, True):
+        try:
+            dglx_dist.export_parquet(out, t, overwrite=overwrite)
+        except DglxError as exc:  # rank 0's reason, or the others' naming rank 0
+            refusals.append(str(exc))
+        if session.rank == 0 and not overwrite:
+            with open(f"{out}/mine.txt", "w") as f:  # the user's file: never replaced
+                f.write("keep")
+        g.barrier()
+    return refusals
+
+
+def test_export_parquet_replaces_only_an_earlier_export(tmp_path, cache):
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "export"
+    res = run_workers(_export, 2, tmp_path / "run", cache, str(out))
+    for r in range(2):  # every rank refused twice: an export without overwrite, a user's file
+        assert len(res[r]) == 2, res
+    assert "already exists" in res[0][0] and "holds 1 file(s) dglx did not write" in res[0][1]
+    assert "rank(s) [0] were refused" in res[1][0] and "rank(s) [0]" in res[1][1]
+    assert (out / "mine.txt").read_text() == "keep"
+    table = pq.read_table(sorted(out.glob("part-*.parquet")))
+    ids, values = table["node_id"].to_numpy(), np.stack(table["value"].to_numpy(False))
+    assert sorted(ids.tolist()) == list(range(2708))
+    np.testing.assert_array_equal(values, np.stack([ids, 2 * ids], 1))

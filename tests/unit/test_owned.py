@@ -1,17 +1,18 @@
 """Nothing a user had is deleted: writers replace or remove only the files their record
 proves they wrote (issue 40, cases 1-3 and the rule for every command that writes)."""
 import json
-import os
 import socket
 import subprocess
+import sys
 
 import pytest
 
+from dglx_dist.bench.suite import _clear_results, check_out, replot
 from dglx_dist.data import write_dataset
 from dglx_dist.data.atomic import atomic_directory, remove_stale_temporaries
 from dglx_dist.data.format import DATASET_DIR
 from dglx_dist.data.owned import RECORD, read_record, remove_recorded, unproven, write_record
-from dglx_dist.errors import OutputExistsError, PartitionError
+from dglx_dist.errors import InvalidValueError, OutputExistsError, PartitionError
 from dglx_dist.partition import PartitionDir, partition_dataset
 
 
@@ -126,10 +127,50 @@ def test_datagen_overwrite_on_a_users_directory_is_one_line(tmp_path):
     mine.mkdir()
     (mine / "meta.json").write_text('{"mine":1}\n')
     (mine / "thesis.txt").write_text("thesis\n")
-    r = subprocess.run(["dglx", "datagen", str(mine), "--num-nodes", "1000", "--num-edges",
-                        "5000", "--overwrite"], capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "PATH": os.path.dirname(os.sys.executable) + ":" +
-                            os.environ["PATH"]})
+    r = _dglx("datagen", mine, "--num-nodes", "1000", "--num-edges", "5000", "--overwrite")
     assert r.returncode == 2, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "refusing to replace it" in r.stderr
     assert _tree(mine) == {"meta.json": b'{"mine":1}\n', "thesis.txt": b"thesis\n"}
+
+
+def _dglx(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "dglx_dist", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_bench_out_holding_results_is_refused(tmp_path):
+    """Case 3: `dglx bench --out B` on the user's (or an earlier run's) results.jsonl and
+    meta.json: refused in one line, with and without --overwrite, nothing changed."""
+    out = tmp_path / "B"
+    out.mkdir()
+    (out / "results.jsonl").write_text('{"mine": 1}\n')
+    (out / "meta.json").write_text('{"mine": 2}\n')
+    before = _tree(out)
+    for extra in ((), ("--overwrite",)):
+        r = _dglx("bench", "--no-plot", "--out", out, *extra)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "refusing to replace it" in r.stderr or "already exists" in r.stderr
+    assert _tree(out) == before
+
+
+def test_bench_out_of_an_earlier_run(tiny, tmp_path):
+    out = tmp_path / "B"
+    cached = out / "work" / "synthetic-x"
+    write_dataset(tiny, cached)
+    (out / "results.jsonl").write_text(json.dumps({"system": "dgl", "epoch_time": 1.0}) + "\n")
+    (out / "meta.json").write_text(json.dumps({"command": "dglx bench", "setup": {}}))
+    write_record(out, "bench")
+    with pytest.raises(OutputExistsError, match="already exists"):
+        check_out(out, False, False)
+    check_out(out, True, False)
+    check_out(out, False, True)  # --replot rewrites an earlier run's outputs
+    _clear_results(out)
+    assert sorted(p.name for p in out.iterdir()) == [RECORD, "work"]
+    assert (cached / "meta.json").is_file()  # the cache stays for the new run
+    (out / "results.jsonl").write_text('{"system": "dgl"}\n{"syst')  # truncated
+    (out / "meta.json").write_text(json.dumps({"command": "dglx bench", "setup": {}}))
+    with pytest.raises(InvalidValueError, match=r"results.jsonl line 2: not a result row"):
+        replot(out, figure=False)
+    (tmp_path / "F").write_text("x")
+    with pytest.raises(OutputExistsError, match="exists and is not a directory"):
+        check_out(tmp_path / "F", True, False)
