@@ -28,6 +28,7 @@ from dglx_dist.errors import (DatasetFormatError, DeadlineError, OutputExistsErr
                               PartitionError, StateError)
 from dglx_dist.partition.driver import partition_dataset
 from dglx_dist.partition.io import MANIFEST, read_manifest
+from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.strategies.base import Strategy
@@ -131,7 +132,10 @@ def made_by_rank0(session: Session, out: Path, marker: str, make: Callable[[], A
     Rank 0 reports a failure in the sibling file ``NAME.failed``, headed by an id of this
     attempt that every rank learned first, so a marker an earlier run left is never taken
     for this run's (whichever rank reads it first)."""
-    check_cache_dir(out.parent)
+    try:
+        check_cache_dir(out.parent)
+    except OutputExistsError as exc:  # every rank sees the same directory: rank 0 says it
+        raise same_on_every_rank(exc) from None
     failed = out.with_name(out.name + ".failed")
     attempt = _attempt(session)
     if session.is_main and not (out / marker).is_file():

@@ -8,6 +8,7 @@ from typing import Callable
 
 from dglx_dist.cli_flags import (add_config_flags, config_from_args, number,
                                  parse_key_values)
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.train_config import TrainConfig
 
 __all__ = ["COMMANDS"]
@@ -19,6 +20,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return _cmd_train_link(args, config)
     import torch
 
+    from dglx_dist.api.agree import on_every_rank
     from dglx_dist.checkpoint import Checkpointing
     from dglx_dist.models import MODELS
     from dglx_dist.partition import PartitionDir
@@ -41,7 +43,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         layers = strategy.num_layers() or config.layers
         model = MODELS[config.model](pdir.feat_dim, config.hidden, pdir.num_classes, layers,
                                     dropout=config.dropout, row_normalize=config.row_normalize)
-        sink = _MetricsSink(sys.stdout, args.metrics_file if session.is_main else None)
+        sink = on_every_rank(session, "--metrics-file", lambda: _MetricsSink(
+            sys.stdout, args.metrics_file if session.is_main else None))
         checkpoint = (Checkpointing(args.checkpoint_dir, every=args.checkpoint_every)
                       if args.checkpoint_dir else None)
         trainer = Trainer(model, pdir, strategy, session=session, lr=config.lr,
@@ -85,7 +88,7 @@ def _cmd_train_link(args: argparse.Namespace, train: TrainConfig) -> int:
     import torch
 
     from dglx_dist.data import read_dataset, to_dgl
-    from dglx_dist.errors import InvalidValueError
+    from dglx_dist.api.agree import on_every_rank
     from dglx_dist.models import MODELS
     from dglx_dist.prepare import resolve_dataset
     from dglx_dist.runtime import init
@@ -110,7 +113,8 @@ def _cmd_train_link(args: argparse.Namespace, train: TrainConfig) -> int:
         model = MODELS[train.model](graph.ndata["feat"].shape[1], train.hidden, train.hidden,
                                     layers, dropout=train.dropout,
                                     row_normalize=train.row_normalize)
-        sink = _MetricsSink(sys.stdout, args.metrics_file) if session.is_main else None
+        sink = on_every_rank(session, "--metrics-file", lambda: _MetricsSink(
+            sys.stdout, args.metrics_file) if session.is_main else None)
         try:
             train_link(graph, strategy, model, config, sink, args.cache_dir)
         finally:
@@ -124,7 +128,12 @@ class _MetricsSink:
 
     def __init__(self, stream, path: Path | None):
         self.stream = stream
-        self.file = open(path, "a") if path is not None else None
+        try:  # opened before the first epoch: a bad path is refused before any training
+            self.file = open(path, "a") if path is not None else None
+        except OSError as exc:
+            raise InvalidValueError(f"--metrics-file {path}: cannot be opened for appending "
+                                    f"({exc.strerror or exc}); expected a file in an existing, "
+                                    f"writable directory") from None
 
     def write(self, text: str) -> None:
         self.stream.write(text)

@@ -63,25 +63,45 @@ def test_bad_arguments_fail_before_writing(tmp_path, args, message):
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
-def test_bad_train_input_under_torchrun_is_one_line(tmp_path):
-    """A refusal of `dglx train` under torchrun (a strategy option, before the process group):
-    one ERROR line from rank 0 and no traceback from any rank; torchrun's own summary quotes
-    the line (each rank's error file). tests/unit/test_errors.py has the rank rules and the
-    usage errors."""
+def _user_files(tmp_path):
+    (tmp_path / "cache-file").write_text("not a directory")
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "thesis.tex").write_text("mine")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--strategy", "dorylus", "--strategy-opt", "invocation_timeout=0"],
+     "option 'invocation_timeout': 0.0; expected a value > 0"),
+    (["--cache-dir", "cache-file"], "--cache-dir cache-file is a file; expected a directory"),
+    (["--metrics-file", "no/such/dir/m.jsonl"], "--metrics-file no/such/dir/m.jsonl: cannot be "
+                                                "opened for appending (No such file or"),
+    (["--checkpoint-dir", "ckpt"], "--checkpoint-dir ckpt holds thesis.tex, which are not "
+                                   "checkpoints"),
+])
+def test_bad_train_input_under_torchrun_is_one_line(tmp_path, args, message):
+    """A refusal of `dglx train` under torchrun (a strategy option before the process group;
+    the cache, metrics file and checkpoint directory before the first epoch, issue 40 case
+    11): one ERROR line from rank 0 and no traceback from any rank; torchrun's own summary
+    quotes the line (each rank's error file). tests/unit/test_errors.py has the rank rules and
+    the usage errors."""
     import os
 
     from dglx_dist.runtime.env import free_local_port
 
+    _user_files(tmp_path)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     env = {k: v for k, v in os.environ.items() if not k.startswith("DGLX_")}
     env.update({"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"})
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            "--master-port", str(free_local_port()), "-m", "dglx_dist", "train", "--epochs", "1",
-           "--strategy", "dorylus", "--strategy-opt", "invocation_timeout=0"]
+           "--no-progress", *args]
     r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode != 0, r.stderr[-2000:]
-    said = [line for line in r.stderr.splitlines()
-            if "option 'invocation_timeout': 0.0; expected a value > 0" in line]
+    said = [line for line in r.stderr.splitlines() if message in line]
     summary = [line for line in said if line.lstrip().startswith("traceback :")]
     assert len(said) - len(summary) == 1 and summary, r.stderr[-3000:]
-    assert "dglx_dist/" not in r.stderr, r.stderr[-3000:]
-    assert not (tmp_path / "dglx-partitions").exists()  # refused before partitioning
+    frames = [ln for ln in r.stderr.splitlines() if 'File "' in ln and "/dglx_dist/" in ln]
+    assert not frames, r.stderr[-3000:]  # torchrun's own traceback has none of ours
+    assert {p: p.read_bytes() for p in before} == before
+    if "--strategy" in args:
+        assert not (tmp_path / "dglx-partitions").exists()  # refused before partitioning
