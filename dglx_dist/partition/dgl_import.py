@@ -160,9 +160,21 @@ def _load_tensors(file: Path) -> dict[str, torch.Tensor]:
     from dgl.data.utils import load_tensors
 
     try:
-        return load_tensors(str(file))
+        tensors = load_tensors(str(file))
     except (dgl.DGLError, OSError) as exc:
         raise _ERR(f"{file}: not a readable DGL tensor file ({exc})") from None
+    # DGL's reader fills a tensor cut short with zeros: the file must hold every byte its
+    # headers declare (magic, reserved, count; per tensor its name, NDArray header, shape,
+    # byte count and data: the layout of save_tensors, checked on DGL 2.1)
+    declared = 24 + sum(44 + len(name.encode()) + 8 * t.dim() + t.numel() * t.element_size()
+                        for name, t in tensors.items())
+    size = file.stat().st_size
+    if size < declared:
+        shapes = ", ".join(f"{n} {tuple(t.shape)} {str(t.dtype).replace('torch.', '')}"
+                           for n, t in tensors.items())
+        raise _ERR(f"{file}: {size:,} bytes, but its headers declare {declared:,} ({shapes}): "
+                   f"the file is truncated; copy the partition again")
+    return tensors
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

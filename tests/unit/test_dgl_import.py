@@ -212,3 +212,20 @@ def test_cli_imports_and_refuses_partitioner_options(dgl_parts, tmp_path, capsys
     assert main(["partition", "--from-dgl", str(js), str(tmp_path / "o2"), "--parts", "3"]) == 2
     assert main(["partition", str(js.parent), str(tmp_path / "o3"), "--num-classes", "7"]) == 2
     assert not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()
+
+
+def test_a_truncated_feature_file_is_refused(dgl_parts, tmp_path):
+    """DGL's load_tensors reads a cut-short node_feat.dgl as zeros; the import checks every
+    tensor's bytes against its header (issue 40, case 4)."""
+    import shutil
+
+    js = dgl_parts["metis2"][0]
+    copy = tmp_path / "dgl"
+    shutil.copytree(js.parent, copy)
+    feat = copy / "part0" / "node_feat.dgl"
+    data = feat.read_bytes()
+    feat.write_bytes(data[:len(data) // 8])
+    with pytest.raises(PartitionFormatError, match=r"node_feat.dgl: [\d,]+ bytes, but its "
+                                                   r"headers declare .* truncated"):
+        import_dgl_partitions(copy / js.name, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
