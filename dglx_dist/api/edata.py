@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from dglx_dist.api.ndata import EDGE_PREFIX as PREFIX, DataViews, as_node_ids
+from dglx_dist.api.ndata import EDGE_PREFIX as PREFIX, DataViews, as_node_ids, fit_rows
 
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
@@ -66,7 +66,8 @@ class EdgeDataView:
 
     def __setitem__(self, key, values: torch.Tensor) -> None:
         ids = self._ids(key)
-        values = torch.as_tensor(values).to(self.dtype).reshape(ids.numel(), *self.shape[1:])
+        values = fit_rows(values, (ids.numel(), *self.shape[1:]), self.dtype,
+                          f"g.edata[{self.name!r}]")
         self._store.push(PREFIX + self.name, ids, values, "assign", collective=False)
 
     def _ids(self, key) -> torch.Tensor:

@@ -22,6 +22,7 @@ training set) are split with :func:`~dglx_dist.api.node_split` first, as DGL's
 from __future__ import annotations
 
 import logging
+import operator
 import warnings
 from typing import Callable, Iterator
 
@@ -151,8 +152,13 @@ class DataLoader:
 
     @staticmethod
     def _check(graph, sampler, batch_size) -> tuple[tuple[int, ...], EdgePairs | None]:
-        if int(batch_size) < 1:
-            raise InvalidValueError(f"DataLoader: batch_size {batch_size}; expected >= 1")
+        try:  # an integer of any kind (numpy's, a 0-d tensor's), not 2.5 rounded down
+            whole = operator.index(batch_size) if not isinstance(batch_size, bool) else 0
+        except TypeError:
+            whole = 0
+        if whole < 1:
+            raise InvalidValueError(f"DataLoader: batch_size {batch_size!r}; expected an "
+                                    f"integer >= 1")
         if is_edge_sampler(sampler):
             return sampler_fanouts(sampler.sampler), EdgePairs(graph, sampler)
         return sampler_fanouts(sampler), None

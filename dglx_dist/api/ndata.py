@@ -7,18 +7,41 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
-from dglx_dist.errors import IdOutOfRangeError, UnknownNameError
+from dglx_dist.errors import IdOutOfRangeError, InvalidValueError, UnknownNameError
 from dglx_dist.kvstore import PullUnderWay
 
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
 
-__all__ = ["DataViews", "NodeData", "NodeDataView", "as_node_ids", "MASKS", "EDGE_PREFIX",
+__all__ = ["fit_rows", "DataViews", "NodeData", "NodeDataView", "as_node_ids", "MASKS", "EDGE_PREFIX",
            "INTERNAL_PREFIX"]
 
 MASKS = {"train_mask": "train", "val_mask": "val", "test_mask": "test"}
 EDGE_PREFIX = "edata/"  # the store's names of edge data (g.edata), not node data
 INTERNAL_PREFIX = "_dglx/"  # the store's names of the package's own data (neither)
+
+
+def fit_rows(values, shape: tuple[int, ...], dtype: torch.dtype, what: str) -> torch.Tensor:
+    """``values`` written as rows of ``shape`` and ``dtype``: the shape must be that or
+    broadcast to it (torch's rules, as DGL's), and a cast may not overflow the dtype.
+
+    Raises:
+        InvalidValueError: naming ``what``, the shapes, or the largest value."""
+    values = torch.as_tensor(values)
+    where = f"{what}[ids] = values"
+    try:
+        values = values.broadcast_to(shape)
+    except RuntimeError:
+        raise InvalidValueError(f"{where}: values of shape {tuple(values.shape)} for "
+                                f"{shape[0]} rows of shape {tuple(shape[1:])}; expected "
+                                f"{shape} (or a shape that broadcasts to it)") from None
+    cast = values.to(dtype)
+    if cast.is_floating_point() and values.is_floating_point() and \
+            bool((torch.isinf(cast) & ~torch.isinf(values)).any()):
+        raise InvalidValueError(f"{where}: values outside {dtype}'s range (largest "
+                                f"{values.abs().max().item():.3g}) would become inf; scale "
+                                f"them or store a wider dtype")
+    return cast.contiguous()
 
 
 class DataViews(abc.ABC):
@@ -94,9 +117,9 @@ class NodeDataView:
         """Writes rows (this rank alone; the owners apply them before it returns, and other
         ranks see them after a :meth:`DistGraph.barrier`, as in DGL)."""
         ids = self._g.part_ids(self._ids(key))
-        values = torch.as_tensor(values).to(self._g.store.dtype(self.name))
-        self._g.store.push(self.name, ids, values.reshape(ids.numel(), *self.shape[1:]),
-                           "assign", collective=False)
+        values = fit_rows(values, (ids.numel(), *self.shape[1:]),
+                          self._g.store.dtype(self.name), f"g.ndata[{self.name!r}]")
+        self._g.store.push(self.name, ids, values, "assign", collective=False)
 
     def rows(self, ids: torch.Tensor, collective: bool = False) -> Any:
         """Rows of partitioned ``ids``, in that order: this rank alone asks the owners, or,

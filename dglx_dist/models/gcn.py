@@ -1,6 +1,8 @@
 """GCN and the deep residual ResGCN+ over blocks (or one whole graph per layer)."""
 from __future__ import annotations
 
+import warnings
+
 import dgl.nn as dglnn
 import torch
 from torch import nn
@@ -17,6 +19,10 @@ def row_normalized(x: torch.Tensor) -> torch.Tensor:
     asks for it) passes as it is."""
     if not isinstance(x, torch.Tensor):
         return x
+    if bool((x < 0).any()):  # shown once per place (Python's warning filter)
+        warnings.warn("row_normalize: the features have negative values, so row sums can be "
+                      "near zero and the divided rows huge (DGL normalises non-negative "
+                      "bag-of-words rows only); train without --row-normalize", stacklevel=2)
     total = x.sum(1, keepdim=True)
     return torch.where(total > 0, x / total.clamp(min=1e-12), x)
 

@@ -31,6 +31,8 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from dglx_dist.api.metrics import epoch_record
+from dglx_dist.errors import InvalidValueError
+from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.strategies.epochs import EpochResult
 from dglx_dist.train_config import TrainConfig
 
@@ -131,7 +133,11 @@ def _evaluate(model, g, pairs, k: int, seed: int) -> dict[str, float]:
 
 def train_edge_ids(num_edges: int, config: LinkConfig) -> torch.Tensor:
     """The training graph's edges an epoch trains on (:attr:`LinkConfig.train_edges`)."""
-    if config.train_edges is None or config.train_edges >= num_edges:
+    if config.train_edges is not None and config.train_edges > num_edges:
+        raise same_on_every_rank(InvalidValueError(
+            f"--train-edges {config.train_edges}: the training graph has only {num_edges} "
+            f"edges; pass at most that, or leave it out to train on every edge"))
+    if config.train_edges is None or config.train_edges == num_edges:
         return torch.arange(num_edges)
     gen = torch.Generator().manual_seed(config.seed + 3)
     return torch.randperm(num_edges, generator=gen)[:config.train_edges].sort().values

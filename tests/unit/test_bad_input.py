@@ -1,0 +1,55 @@
+"""Wrong input is refused (or warned about) instead of trained on (issue 40, cases 7-8):
+row writes of another shape, values a cast would turn into inf, a fractional batch size,
+more training edges than the graph has, row normalisation of signed features."""
+import pytest
+import torch
+
+from dglx_dist.api.loader import DataLoader
+from dglx_dist.api.ndata import fit_rows
+from dglx_dist.errors import InvalidValueError
+from dglx_dist.models.gcn import row_normalized
+from dglx_dist.tasks.link import LinkConfig, train_edge_ids
+
+
+def test_rows_must_have_the_rows_shape_or_broadcast_to_it():
+    with pytest.raises(InvalidValueError, match=r"values of shape \(8, 10\) for 10 rows of "
+                                                r"shape \(8,\); expected \(10, 8\)"):
+        fit_rows(torch.ones(8, 10), (10, 8), torch.float32, "g.ndata['x']")
+    with pytest.raises(InvalidValueError, match="for 3 rows"):
+        fit_rows(torch.ones(4, 2), (3, 2), torch.float32, "g.ndata['x']")
+    row = torch.arange(8.0)
+    assert torch.equal(fit_rows(row, (10, 8), torch.float32, "x"), row.expand(10, 8))
+    assert fit_rows(torch.ones(10, 8, dtype=torch.float64), (10, 8), torch.float32,
+                    "x").dtype == torch.float32
+
+
+def test_a_cast_that_overflows_is_refused():
+    with pytest.raises(InvalidValueError, match=r"outside torch.float32's range \(largest "
+                                                r"1e\+40\) would become inf"):
+        fit_rows(torch.tensor([[1e40]], dtype=torch.float64), (1, 1), torch.float32, "t")
+    inf = torch.tensor([[float("inf")]], dtype=torch.float64)  # inf stays inf: not a cast's
+    assert torch.isinf(fit_rows(inf, (1, 1), torch.float32, "t")).all()
+
+
+@pytest.mark.parametrize("size", [2.5, 0, True, "4"])
+def test_batch_size_must_be_a_positive_integer(size):
+    with pytest.raises(InvalidValueError, match="expected an integer >= 1"):
+        DataLoader._check(None, None, size)
+
+
+def test_more_training_edges_than_the_graph_has_are_refused():
+    with pytest.raises(InvalidValueError, match=r"--train-edges 1000000000000: the training "
+                                                r"graph has only 50 edges"):
+        train_edge_ids(50, LinkConfig(train_edges=10**12))
+    assert train_edge_ids(50, LinkConfig(train_edges=50)).tolist() == list(range(50))
+    assert len(train_edge_ids(50, LinkConfig(train_edges=7))) == 7
+
+
+def test_row_normalising_signed_features_warns():
+    with pytest.warns(UserWarning, match="features have negative values"):
+        row_normalized(torch.tensor([[1.0, -1.0], [2.0, 2.0]]))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.allclose(row_normalized(torch.tensor([[1.0, 3.0]])),
+                              torch.tensor([[0.25, 0.75]]))
