@@ -47,7 +47,8 @@ from dglx_dist.api import DataLoader, DistGraph, parallelize
 from dglx_dist.api.agree import on_every_rank
 from dglx_dist.api.metrics import accuracy, epoch_record
 from dglx_dist.checkpoint import Checkpointing, collective, list_checkpoints, rng
-from dglx_dist.checkpoint.files import check_root, decode, describe_unusable, encode
+from dglx_dist.checkpoint.files import (check_matches, check_root, decode, describe_unusable,
+                                       encode)
 from dglx_dist.checkpoint.layout import encode_shards, rank_file, restore_shards
 from dglx_dist.convs import graph_convs
 from dglx_dist.errors import (CheckpointError, DatasetFormatError, InvalidValueError,
@@ -327,12 +328,9 @@ class Trainer:
         if found is None:
             return False
         path, manifest, read = found
-        expected = {"world_size": self.session.world_size,
-                    "strategy": self.strategy.registered_name}
-        for key, value in expected.items():
-            if manifest[key] != value:
-                raise CheckpointError(f"{path} was written with {key}={manifest[key]!r}; this "
-                                      f"job has {key}={value!r}")
+        check_matches(path, manifest, {"world_size": self.session.world_size,
+                                       "strategy": self.strategy.registered_name,
+                                       "data": self.graph.pdir.fingerprint()})
         error = ""
         try:
             self._load(decode(read(rank_file(self.session.rank)), f"{path} (rank file)"), read)
@@ -361,8 +359,8 @@ class Trainer:
                 raise CheckpointError("resume asked for, but the trainer has no checkpoint "
                                       "directory (Trainer(checkpoint=Checkpointing(dir)))")
             return False
-        root = self.checkpoint.dir
-        on_every_rank(self.session, "checkpoint directory", lambda: check_root(root))
+        root = on_every_rank(self.session, "checkpoint directory", lambda: check_root(
+            self.checkpoint.dir) if self.session.is_main else self.checkpoint.dir)
         if resume or self.session.env.restart_count > 0:
             resumed = self.resume(root)
             if not resumed and resume:

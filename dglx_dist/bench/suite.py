@@ -16,15 +16,16 @@ from dglx_dist.bench.harness import (BENCH_TRAINING, Setup, add_time_to_accuracy
 from dglx_dist.bench.presets import PRESETS, choose_network
 from dglx_dist.bench.report import markdown, plot, write_jsonl
 from dglx_dist.cli_flags import config_from_args
-from dglx_dist.data.atomic import DirKind, check_replaceable, check_target
+from dglx_dist.data.atomic import DirKind, check_target
 from dglx_dist.data.owned import read_record, write_record
-from dglx_dist.errors import InvalidValueError
+from dglx_dist.errors import InvalidValueError, OutputExistsError
 from dglx_dist.train_config import TrainConfig
 
 __all__ = ["Sweeps", "BENCH_DIR", "check_out", "extra_options", "replot", "run_bench"]
 
 BENCH_DIR = DirKind("bench", "a dglx bench output directory")
-RESULTS = ("results.jsonl", "meta.json", "results.md", "bench.png")
+_RENDERED = ("results.md", "bench.png")
+RESULTS = ("results.jsonl", "meta.json", *_RENDERED)
 
 log = logging.getLogger("dglx_dist.bench")
 Sweeps = Callable[[argparse.Namespace], list[dict[str, Any]]]
@@ -84,8 +85,14 @@ def check_out(out: Path, overwrite: bool, replot: bool) -> None:
     elif not (out / "results.jsonl").is_file():
         raise InvalidValueError(f"dglx bench --replot: no results.jsonl in {out} (--out names "
                                 f"a directory of an earlier run)")
-    else:
-        check_replaceable(out, BENCH_DIR)
+    else:  # it reads results.jsonl and meta.json, and replaces results.md and bench.png
+        record = read_record(out)
+        mine = [n for n in _RENDERED if (out / n).exists() and
+                (record is None or not record.proves(out, n))]
+        if mine:
+            raise OutputExistsError(f"dglx bench --replot: {out} holds {', '.join(mine)}, "
+                                    f"which dglx bench did not write or which changed since; "
+                                    f"refusing to replace them: move them out first")
 
 
 def _clear_results(out: Path) -> None:
@@ -116,7 +123,9 @@ def run_all(args: argparse.Namespace, setup: Setup) -> list[dict[str, Any]]:
 def _write(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any], figure: bool) -> str:
     write_jsonl(rows, out / "results.jsonl")
     (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-    return _render(out, rows, meta, figure)
+    text = _render(out, rows, meta, figure)
+    write_record(out, BENCH_DIR.name)  # the run's every file, its work/ caches included
+    return text
 
 
 def _render(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any], figure: bool) -> str:
@@ -125,7 +134,7 @@ def _render(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any], figure:
     (out / "results.md").write_text(text)
     if figure:
         plot(rows, out / "bench.png", meta["command"])
-    write_record(out, BENCH_DIR.name)
+    write_record(out, BENCH_DIR.name, only=_RENDERED)
     return text
 
 
@@ -177,9 +186,9 @@ def replot(out: Path, figure: bool = True) -> str:
         rows += [row] if row is not None else []
     try:
         meta = json.loads((out / "meta.json").read_text())
-        if not isinstance(meta, dict) or "command" not in meta:
-            raise ValueError("no command")
     except (OSError, ValueError) as exc:
+        meta = f"{type(exc).__name__}: {exc}"
+    if not isinstance(meta, dict) or "command" not in meta:
         raise InvalidValueError(f"{out / 'meta.json'}: not the meta.json of dglx bench "
-                                f"({exc}); run the benchmark again") from None
+                                f"({str(meta):.80}); run the benchmark again")
     return _render(out, rows, meta, figure)

@@ -28,7 +28,8 @@ from dglx_dist.errors import CheckpointError, InvalidValueError
 
 __all__ = ["FORMAT", "MANIFEST", "checkpoint_name", "staging_dir", "encode", "decode",
            "write_file", "commit", "read_manifest", "read_file", "verify", "find_latest",
-           "list_checkpoints", "describe_unusable", "checkpoint_record", "check_root"]
+           "list_checkpoints", "describe_unusable", "checkpoint_record", "check_root",
+           "check_matches"]
 
 log = logging.getLogger(__name__)
 
@@ -126,25 +127,41 @@ def checkpoint_record(path: Path) -> Record | None:
         return None
 
 
-def check_root(root: Path) -> None:
+def check_matches(path: Path, manifest: dict[str, Any], expected: dict[str, Any]) -> None:
+    """Refuses the checkpoint at ``path`` when its manifest records another value for a key
+    of ``expected`` (the job's world size, strategy, and ``data``: the partitions' content
+    fingerprint, which checkpoints before it recorded none)."""
+    for key, value in expected.items():
+        if manifest.get(key, value) != value:
+            what = " (another dataset or partitioning)" if key == "data" else ""
+            raise CheckpointError(f"{path} was written with {key}={manifest[key]!r}; this job "
+                                  f"has {key}={value!r}{what}")
+
+
+def check_root(root: Path) -> Path:
     """Refuses a checkpoint root that is not a directory, cannot be written, or holds
-    anything but checkpoints (before the first epoch: pruning works in it)."""
+    anything but checkpoints (before the first epoch: pruning works in it); returns it."""
     root = Path(root)
     if root.exists() and not root.is_dir():
         raise CheckpointError(f"--checkpoint-dir {root} is a file; expected a directory")
+    made = [p for p in (root, *root.parents) if not p.exists()]  # what the probe creates
     try:
         root.mkdir(parents=True, exist_ok=True)
         probe = root / f".write-probe-{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()
+        for path in made:  # left as it was: the first save makes them
+            path.rmdir()
     except OSError as exc:
         raise CheckpointError(f"--checkpoint-dir {root} cannot be written "
                               f"({exc.strerror or exc}); choose a writable directory") from None
-    foreign = sorted(p.name for p in root.iterdir() if not _OURS.match(p.name))
+    foreign = sorted(p.name for p in root.iterdir() if not _OURS.match(p.name)) if \
+        root.is_dir() else []
     if foreign:
         raise CheckpointError(f"--checkpoint-dir {root} holds {describe_unproven(foreign)}, "
                               f"which are not checkpoints; choose an empty or new directory "
                               f"(old checkpoints are pruned there)")
+    return root
 
 
 def list_checkpoints(root: Path) -> list[tuple[int, Path]]:

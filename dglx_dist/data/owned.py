@@ -58,6 +58,12 @@ class Record:
         return any(fnmatch.fnmatchcase(rel, p) or fnmatch.fnmatchcase(rel, p + ".*")
                    for p in self.derived)
 
+    def proves(self, directory: Path, rel: str) -> bool:
+        """Whether the file ``directory/rel`` is provably dglx's: the record itself, a
+        derived file, or a listed one whose size and SHA-256 still match."""
+        return (rel == self.name or self.is_derived(rel)
+                or _matches(Path(directory) / rel, self.files.get(rel)))
+
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
     """Hex SHA-256 of a file, read in chunks."""
@@ -87,15 +93,17 @@ def _walk(top: Path) -> Iterator[tuple[str, Path, Record | None]]:
 
 def write_record(directory: str | os.PathLike, kind: str,
                  known: Mapping[str, Mapping[str, Any]] | None = None,
-                 derived: tuple[str, ...] = ()) -> Record:
+                 derived: tuple[str, ...] = (), only: tuple[str, ...] | None = None) -> Record:
     """Records every file now under ``directory`` as written by dglx (hashing those not in
-    ``known``); subdirectories with a record of their own are left to it. Written atomically.
-    """
+    ``known``), or with ``only``, adds just those files (relative paths) to the record there
+    is; subdirectories with a record of their own are left to it. Written atomically."""
     directory, known = Path(directory), dict(known or {})
-    files: dict[str, dict[str, Any]] = {}
+    old = read_record(directory) if only is not None else None
+    files: dict[str, dict[str, Any]] = dict(old.files) if old is not None else {}
     record = Record(kind, files, tuple(derived))
     for rel, path, nested in _walk(directory):
-        if nested is not None or rel == RECORD or record.is_derived(rel) or path.is_symlink():
+        if nested is not None or rel == RECORD or record.is_derived(rel) or path.is_symlink() \
+                or (only is not None and rel not in only):
             continue
         size = path.stat().st_size
         entry = known.get(rel)
@@ -146,8 +154,7 @@ def unproven(directory: str | os.PathLike, record: Record | None) -> list[str]:
     for rel, path, nested in _walk(directory):
         if nested is not None:
             bad += [f"{rel}/{r}" for r in unproven(path, nested)]
-        elif record is None or not (rel == record.name or record.is_derived(rel)
-                                    or _matches(path, record.files.get(rel))):
+        elif record is None or not record.proves(directory, rel):
             bad.append(rel)
     return sorted(bad)
 
@@ -169,8 +176,7 @@ def remove_recorded(directory: str | os.PathLike, record: Record | None) -> list
             left += [f"{rel}/{r}" for r in remove_recorded(path, nested)]
         elif record is not None and rel == record.name:
             last = path  # removed last: an interrupted removal can be proven and resumed
-        elif record is not None and (record.is_derived(rel)
-                                     or _matches(path, record.files.get(rel))):
+        elif record is not None and record.proves(directory, rel):
             path.unlink()
         else:
             left.append(rel)

@@ -10,7 +10,7 @@ import torch
 
 from dglx_dist.checkpoint import Checkpointing, list_checkpoints
 from dglx_dist.checkpoint import files as ckfiles
-from dglx_dist.data import builtin_path
+from dglx_dist.data import builtin_path, read_dataset, write_dataset
 from dglx_dist.errors import CheckpointError
 from dglx_dist.kvstore import DistEmbedding, DistKVStore, RowPolicy, SparseAdam
 from dglx_dist.models import MODELS
@@ -37,10 +37,11 @@ def _seed_everything():
     random.seed(0)
 
 
-def _trainer(session, name, cache, checkpoint=None):
+def _trainer(session, name, cache, checkpoint=None, data=None):
     model_kind, options = CASES[name]
     strategy = STRATEGIES.build(name, **options)
-    pdir = PartitionDir(ensure_partitions(builtin_path("cora"), strategy, session, cache))
+    pdir = PartitionDir(ensure_partitions(data or builtin_path("cora"), strategy, session,
+                                          cache))
     _seed_everything()
     model = MODELS[model_kind](pdir.feat_dim, 16, pdir.num_classes, 2, dropout=0.5,
                                row_normalize=True)
@@ -182,6 +183,17 @@ def _resume_refusals(session, tmp):
                 (path / "manifest.json").write_text(json.dumps(manifest))
         session.world.barrier()
         trainer.close()
+    if session.is_main:  # the same shape, one feature changed: another dataset
+        ds = read_dataset(builtin_path("cora"))
+        ds.feat[0, 0] += 1.0
+        write_dataset(ds, f"{tmp}/other")
+    session.world.barrier()
+    trainer = _trainer(session, "distdgl", cache, Checkpointing(str(ckpt)), f"{tmp}/other")
+    try:
+        trainer.resume_or_start(resume=True)
+    except CheckpointError as exc:
+        out["other data"] = str(exc)
+    trainer.close()
     return out
 
 
@@ -194,3 +206,6 @@ def test_resume_refuses_what_it_cannot_use(tmp_path):
             res[r]["damaged"], res[r]
         assert "failed on ranks [0, 1]" in res[r]["swapped"], res[r]
     assert "written by rank 1; this is rank 0" in res[0]["swapped"]
+    for r in (0, 1):  # issue 40, case 6: checkpoints record their data
+        assert "was written with data=" in res[r]["other data"] and \
+            "another dataset or partitioning" in res[r]["other data"], res[r]
