@@ -1,6 +1,7 @@
-"""The ``dglx`` command: datagen, partition, partitioners, train, demo, commcheck, rdzvcheck,
-emulate, bench (one module per group of subcommands: :mod:`~dglx_dist.cli.data`,
-:mod:`~dglx_dist.cli.train`, :mod:`~dglx_dist.cli.cluster`, :mod:`~dglx_dist.cli.bench`).
+"""The ``dglx`` command: datagen, partition, partitioners, demo, verify, train, commcheck,
+rdzvcheck, emulate, bench (one module per group of subcommands: :mod:`~dglx_dist.cli.data`,
+:mod:`~dglx_dist.cli.verify`, :mod:`~dglx_dist.cli.train`, :mod:`~dglx_dist.cli.cluster`,
+:mod:`~dglx_dist.cli.bench`).
 
 Results go to stdout (a markdown table and a JSON line); logs and progress bars to stderr.
 """
@@ -11,7 +12,7 @@ import logging
 import sys
 from typing import Callable, Sequence
 
-from dglx_dist.cli import bench, cluster, data, train
+from dglx_dist.cli import bench, cluster, data, train, verify
 from dglx_dist.errors import DglxError
 from dglx_dist.runtime.env import launch_position
 from dglx_dist.runtime.failure import one_line, report, tell_launcher
@@ -22,8 +23,8 @@ log = logging.getLogger("dglx_dist.cli")
 
 
 # name: (help, add the arguments, run), in the order `dglx --help` lists them
-_COMMANDS: dict[str, tuple[str, Callable, Callable]] = {**data.COMMANDS, **train.COMMANDS,
-                                                        **cluster.COMMANDS, **bench.COMMANDS}
+_COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
+    **data.COMMANDS, **verify.COMMANDS, **train.COMMANDS, **cluster.COMMANDS, **bench.COMMANDS}
 
 
 class _Parser(argparse.ArgumentParser):

@@ -206,16 +206,16 @@ class PartitionDir:
                          cols["e.src"], cols["e.dst"], cols["e.eid"], cols["n.label"],
                          cols["n.train"], cols["n.val"], cols["n.test"], feat, feat_cols)
 
-    def verify_part(self, part: int) -> None:
+    def verify_part(self, part: int, full: bool = False) -> None:
         """Checks part ``part``'s files against the manifest's sizes and checksums (once per
         part: the graph, its store, its sampler and the strategy may each load a part). Files
-        checked before as they are now (the part's ``.verified.json``: the writer's hashing,
-        or an earlier load's) are not hashed again; any copy, replacement or rewrite of a file
-        makes it checked again."""
-        if part in self._verified:
+        this host hashed in full before, as they are now (the part's ``.verified.json``), are
+        not hashed again unless ``full``; any copy, replacement or rewrite of a file, and
+        writing the part, make it hashed at the next load."""
+        if part in self._verified and not full:
             return
         folder, files = self.path / self._entry(part)["dir"], self._entry(part)["files"]
-        if not still_verified(folder, files):
+        if full or not still_verified(folder, files):
             self._verify(part)
             record_verified(folder, files)
         self._verified.add(part)

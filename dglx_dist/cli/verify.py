@@ -1,0 +1,98 @@
+"""``dglx verify PATH...``: every file of a partition directory, checkpoint or other directory
+dglx wrote, hashed in full against its manifest or record (streaming; a partition's loads
+trust a host's earlier full check, this does not), one JSON line per path."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from dglx_dist.errors import CheckpointError, InvalidValueError, PartitionFormatError
+
+__all__ = ["COMMANDS", "verify_path"]
+
+
+def _partitions(path: Path) -> dict[str, Any]:
+    from dglx_dist.partition import PartitionDir
+
+    pdir = PartitionDir(path)
+    for part in range(pdir.num_parts):
+        pdir.verify_part(part, full=True)
+    files = [f for e in pdir.manifest["parts"] for f in e["files"].values()]
+    return {"kind": "partition", "files": len(files), "bytes": sum(f["bytes"] for f in files)}
+
+
+def _checkpoints(path: Path) -> dict[str, Any]:
+    from dglx_dist.checkpoint import files
+
+    found = files.list_checkpoints(path) or [(None, path)]
+    sizes = []
+    for _, ckpt in found:
+        manifest = files.read_manifest(ckpt)
+        files.verify(ckpt, manifest)
+        sizes += [f["bytes"] for f in manifest["files"].values()]
+    return {"kind": "checkpoint", "checkpoints": len(found), "files": len(sizes),
+            "bytes": sum(sizes)}
+
+
+def _recorded(path: Path) -> dict[str, Any]:
+    from dglx_dist.data.owned import describe_unproven, read_record, unproven
+
+    record = read_record(path)
+    if record is None:
+        raise InvalidValueError(f"{path}: nothing to verify against (no partition.json, "
+                                f"checkpoint manifest or .dglx-written.json record)")
+    bad = unproven(path, record)
+    missing = sorted(n for n in record.files if not (path / n).is_file())
+    if bad or missing:
+        raise InvalidValueError(f"{path}: {len(bad)} file(s) changed or not written by dglx "
+                                f"({describe_unproven(bad)}), {len(missing)} missing "
+                                f"({describe_unproven(missing)})")
+    return {"kind": record.kind, "files": len(record.files),
+            "bytes": sum(int(f["bytes"]) for f in record.files.values())}
+
+
+# what a path is, in the order asked: (is it one?, verify it)
+_KINDS: tuple[tuple[Callable[[Path], bool], Callable[[Path], dict[str, Any]]], ...] = (
+    (lambda p: (p / "partition.json").is_file(), _partitions),
+    (lambda p: (p / "manifest.json").is_file() or any(p.glob("epoch-*/manifest.json")),
+     _checkpoints),
+    (lambda p: True, _recorded),
+)
+
+
+def verify_path(path: Path) -> dict[str, Any]:
+    """Verifies ``path`` in full; returns what was checked.
+
+    Raises:
+        PartitionFormatError / CheckpointError / InvalidValueError: naming the first damaged
+            file (or what is missing)."""
+    if not path.is_dir():
+        raise InvalidValueError(f"{path}: not a directory; expected a partition directory, "
+                                f"a checkpoint (or their root), or another directory dglx wrote")
+    verify = next(fn for is_kind, fn in _KINDS if is_kind(path))
+    return {"path": str(path), **verify(path), "ok": True}
+
+
+def _add_verify(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", type=Path, nargs="+", metavar="PATH",
+                   help="a partition directory, a checkpoint directory or root, a dataset or "
+                        "another directory dglx wrote")
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    for path in args.paths:
+        try:
+            print(json.dumps(verify_path(path)), flush=True)
+        except (PartitionFormatError, CheckpointError) as exc:
+            raise type(exc)(f"dglx verify: {exc}") from None
+    return 0
+
+
+# name: (help, add the arguments, run)
+COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
+    "verify": ("hash every file of partitions, checkpoints or another directory dglx wrote "
+               "against its manifest (exit 2 naming the first damaged file)", _add_verify,
+               _cmd_verify),
+}
