@@ -193,6 +193,8 @@ def atomic_directory(out: str | os.PathLike, overwrite: bool = False,
 
 
 def _mib(n: int) -> str:
+    if n < _MB:
+        return f"{n / 1024:,.0f} KiB"
     return f"{n / _MB:,.1f} MiB" if n < 100 * _MB else f"{n / _MB:,.0f} MiB"
 
 
