@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from typing import Callable, Sequence
 
@@ -74,8 +75,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv = argv  # `dglx bench` records its command line
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):  # unwind: temporaries go
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         return args.run(args)
+    except KeyboardInterrupt:  # Ctrl-C reaches every rank: one line, from rank 0
+        rank, _, error_file = launch_position()
+        tell_launcher(error_file, "interrupted (SIGINT)")
+        if rank == 0:
+            log.error("interrupted (SIGINT); what was being written was removed")
+        return 130
     except DglxError as exc:
         rank, world_size, error_file = launch_position()
         line = report(exc, rank, world_size, error_file)

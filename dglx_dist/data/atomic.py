@@ -35,7 +35,7 @@ from dglx_dist.data.owned import (RECORD, Record, describe_unproven, read_record
                                   remove_recorded, sha256_file, unproven, write_record)
 from dglx_dist.errors import DiskFullError, OutputExistsError
 
-__all__ = ["DirKind", "atomic_directory", "check_target", "check_replaceable",
+__all__ = ["DirKind", "atomic_directory", "check_disk", "check_target", "check_replaceable",
            "replace_directory", "remove_stale_temporaries", "sha256_file"]
 
 log = logging.getLogger(__name__)
@@ -190,6 +190,20 @@ def atomic_directory(out: str | os.PathLike, overwrite: bool = False,
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     replace_directory(tmp, out)
+
+
+def check_disk(needed: int, out: str | os.PathLike, what: str) -> None:
+    """Refuses to write about ``needed`` bytes into ``out`` when its disk has less free,
+    before anything is written.
+
+    Raises:
+        DiskFullError: naming both sizes and the device's directory."""
+    parent = next(p for p in (Path(out).absolute(), *Path(out).absolute().parents) if p.exists())
+    free = shutil.disk_usage(parent).free
+    if needed > free:
+        raise DiskFullError(errno.ENOSPC, f"{what}: {out} needs about {_mib(needed)} on disk "
+                            f"but {_mib(free)} are free on the device of {parent}; free space "
+                            f"there, choose a directory on another disk, or make it smaller")
 
 
 def _mib(n: int) -> str:

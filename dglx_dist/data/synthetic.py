@@ -48,15 +48,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from dglx_dist.data.atomic import atomic_directory
+from dglx_dist.data.atomic import atomic_directory, check_disk
 from dglx_dist.data.checked import WRITE_OPTIONS
 from dglx_dist.data.format import (DATASET_DIR, EDGES_FILE, META_FILE, NODES_FILE,
                                    DatasetMeta, GraphDataset, edge_batch, node_batch, node_schema)
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.memory import check_memory
 
-__all__ = ["SyntheticConfig", "SYNTHETIC_PRESETS", "estimate_peak_bytes", "generate_synthetic",
-           "write_synthetic", "CENTROID_DISTANCE"]
+__all__ = ["SyntheticConfig", "SYNTHETIC_PRESETS", "estimate_peak_bytes", "estimate_disk_bytes",
+           "generate_synthetic", "write_synthetic", "CENTROID_DISTANCE"]
 
 log = logging.getLogger(__name__)
 
@@ -151,14 +151,26 @@ SYNTHETIC_PRESETS: dict[str, SyntheticConfig] = {
 _FIXED_BYTES, _BYTES_PER_EDGE, _BYTES_PER_NODE = 160 << 20, 36, 40
 
 
-def estimate_peak_bytes(config: SyntheticConfig, start: int | None = None) -> int:
+def estimate_peak_bytes(config: SyntheticConfig, start: int | None = None,
+                        rows_per_chunk: int = 65536) -> int:
     """About the peak resident memory of :func:`write_synthetic` for ``config`` in a process
-    whose resident memory is ``start`` (default: this process's now); node features are
-    streamed, so they do not count."""
+    whose resident memory is ``start`` (default: this process's now). Node features are
+    streamed: what counts of them is the class centroids (float64 and float32) and one chunk
+    of rows in flight (its RNG blocks, the rows, the Arrow batch and the writer's buffer)."""
     start = psutil.Process().memory_info().rss if start is None else start
     per_edge = _BYTES_PER_EDGE + 4 * config.edge_feat_dim
+    chunk = min(rows_per_chunk, config.num_nodes)
+    features = config.feat_dim * (12 * config.num_classes + 4 * (_FEAT_BLOCK + 3 * chunk))
     return (start + _FIXED_BYTES + per_edge * config.num_edges
-            + _BYTES_PER_NODE * config.num_nodes)
+            + _BYTES_PER_NODE * config.num_nodes + features)
+
+
+def estimate_disk_bytes(config: SyntheticConfig) -> int:
+    """About the dataset directory's size: the float32 features do not compress (Gaussian
+    noise), the edges' int64 pairs to about 10 bytes, the per-node scalars to 5."""
+    raw = (4 * config.num_nodes * config.feat_dim + 4 * config.num_edges * config.edge_feat_dim
+           + 12 * config.num_edges + 5 * config.num_nodes)
+    return int(1.03 * raw) + (1 << 20)  # Parquet's pages and footers
 
 
 def _rng(config: SyntheticConfig, *key: int) -> np.random.Generator:
@@ -371,8 +383,10 @@ def write_synthetic(config: SyntheticConfig, out_dir: str | os.PathLike, overwri
         InsufficientMemoryError: the estimated peak does not fit, before anything is written.
     """
     _check("rows_per_chunk", rows_per_chunk, 1, None, integer=True)
-    check_memory(estimate_peak_bytes(config), memory_limit, "generating this graph",
-                 "use a machine with more memory, or fewer edges (--num-edges)")
+    check_memory(estimate_peak_bytes(config, rows_per_chunk=rows_per_chunk), memory_limit,
+                 "generating this graph", "use a machine with more memory, or fewer edges "
+                 "(--num-edges) or features (--feat-dim)")
+    check_disk(estimate_disk_bytes(config), out_dir, "dglx datagen")
     n = config.num_nodes
     with atomic_directory(out_dir, overwrite, kind=DATASET_DIR) as tmp:
         log.info("synthetic graph: %d nodes, generating ~%d edges", n, config.num_edges)

@@ -188,13 +188,18 @@ def test_datagen_preset_with_changes_and_a_refusal_that_writes_nothing(tmp_path,
     assert not refused.exists()
 
 
-def test_the_memory_estimate_bounds_a_measured_run(tmp_path):
-    """write_synthetic's estimate, made where it runs, is above the peak the run reaches, and
-    not far above."""
+@pytest.mark.parametrize("config", [
+    SyntheticConfig(num_nodes=200_000, num_edges=5_000_000, feat_dim=100),
+    SyntheticConfig(num_nodes=60_000, num_edges=200_000, feat_dim=500)])  # features dominate
+def test_the_memory_estimate_bounds_a_measured_run(tmp_path, config):
+    """write_synthetic's estimates, made where it runs, are above the peak the run reaches
+    and the disk it takes, and not far above (issue 40, case 12: wide features once counted
+    for nothing)."""
     import subprocess
     import sys
 
-    config = SyntheticConfig(num_nodes=200_000, num_edges=5_000_000, feat_dim=100)
+    from dglx_dist.data.synthetic import estimate_disk_bytes
+
     code = ("import sys; from dglx_dist.data.synthetic import SyntheticConfig, "
             "estimate_peak_bytes, write_synthetic; from dglx_dist.memory import peak_rss_bytes; "
             f"config = SyntheticConfig(**{dataclasses.asdict(config)!r}); "
@@ -204,3 +209,31 @@ def test_the_memory_estimate_bounds_a_measured_run(tmp_path):
                        text=True, timeout=120, check=True)
     estimate, peak = map(int, r.stdout.split()[-2:])
     assert peak < estimate < 1.6 * peak, (peak, estimate)
+    disk = sum(f.stat().st_size for f in (tmp_path / "g").iterdir())
+    assert disk < estimate_disk_bytes(config) < 1.3 * disk + (2 << 20), disk
+
+
+def test_datagen_refuses_what_the_disk_cannot_hold_and_cleans_up_on_sigterm(tmp_path):
+    """Both before writing anything; a SIGTERM mid-write removes the temporary."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from dglx_dist.errors import DiskFullError
+
+    huge = SyntheticConfig(num_nodes=10**9, num_edges=10, feat_dim=10**6)
+    with pytest.raises(DiskFullError, match=r"needs about [\d,]+ MiB on disk but"):
+        write_synthetic(huge, tmp_path / "huge", memory_limit=1 << 62)
+    assert list(tmp_path.iterdir()) == []
+    p = subprocess.Popen([sys.executable, "-m", "dglx_dist", "datagen", str(tmp_path / "g"),
+                          "--num-nodes", "3000000", "--num-edges", "1000", "--feat-dim", "64"],
+                         stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".g.tmp-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(60) == 128 + signal.SIGTERM, p.stderr.read()[-2000:]
+    p.stderr.close()
+    assert list(tmp_path.iterdir()) == []
