@@ -35,12 +35,13 @@ from dglx_dist.api.agree import differing_ranks
 from dglx_dist.api.edata import PREFIX as EDGE_PREFIX, EdgeData
 from dglx_dist.api.ndata import MASKS, NodeData, NodeDataView
 from dglx_dist.api.structure import EdgeStructure, store_edge_ends
-from dglx_dist.data.convert import from_dgl
+from dglx_dist.data.convert import check_convertible, from_dgl
 from dglx_dist.data.format import write_dataset
-from dglx_dist.errors import InvalidValueError, StateError
+from dglx_dist.errors import DatasetFormatError, InvalidValueError, StateError
 from dglx_dist.kvstore import ColumnPolicy, DistKVStore, RowPolicy
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.prepare import ensure_partitions, made_by_rank0
+from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.runtime.session import Session, current_session, init
 from dglx_dist.sampling import PartitionSampler
 from dglx_dist.strategies.base import STRATEGIES, Strategy
@@ -275,6 +276,10 @@ def distribute(g, strategy: str | Strategy = "distdgl", *,
     if isinstance(g, (str, os.PathLike, PartitionDir)):
         return DistGraph(g, strategy, session=session, **options)
     built = _build(strategy, options)
+    try:  # every rank holds its own copy of the same graph: one line, from rank 0
+        check_convertible(g, "distribute")
+    except DatasetFormatError as exc:
+        raise same_on_every_rank(exc) from None
     key = fingerprint(g)
     _same_everywhere(session, key)
     data = Path(cache_dir) / f"graph-{key}"

@@ -15,7 +15,7 @@ from dglx_dist.data.edge_data import STRUCTURE
 from dglx_dist.data.format import GraphDataset
 from dglx_dist.errors import DatasetFormatError
 
-__all__ = ["to_dgl", "from_dgl"]
+__all__ = ["to_dgl", "from_dgl", "check_convertible"]
 
 _MASK_KEYS = {"train": "train_mask", "val": "val_mask", "test": "test_mask"}
 
@@ -48,6 +48,22 @@ def _edge_data(g) -> dict:
     return out
 
 
+def check_convertible(g, what: str) -> None:
+    """Refuses a DGLGraph :func:`from_dgl` cannot take: several node or edge types, no nodes,
+    no ``ndata['feat']``.
+
+    Raises:
+        DatasetFormatError: naming ``what`` and the reason."""
+    if len(g.ntypes) != 1 or len(g.etypes) != 1:
+        raise DatasetFormatError(f"{what} needs a homogeneous graph; got node types {g.ntypes} "
+                                 f"and edge types {g.etypes} (use dgl.to_homogeneous first)")
+    if g.num_nodes() == 0:
+        raise DatasetFormatError(f"{what}: the graph has no nodes; expected at least one")
+    if "feat" not in g.ndata:
+        raise DatasetFormatError(f"{what}: g.ndata['feat'] is missing; "
+                                 f"found {sorted(g.ndata.keys())}")
+
+
 def from_dgl(g, num_classes: int | None = None, **extra: Any) -> GraphDataset:
     """A dataset from a homogeneous DGLGraph with ndata feat/label/train_mask/val_mask/test_mask.
 
@@ -57,12 +73,7 @@ def from_dgl(g, num_classes: int | None = None, **extra: Any) -> GraphDataset:
         num_classes: defaults to ``label.max() + 1``.
         **extra: free-form provenance stored in meta.json (e.g. ``name="cora"``).
     """
-    if len(g.ntypes) != 1 or len(g.etypes) != 1:
-        raise DatasetFormatError(f"from_dgl needs a homogeneous graph; got node types {g.ntypes} "
-                                 f"and edge types {g.etypes} (use dgl.to_homogeneous first)")
-    if "feat" not in g.ndata:
-        raise DatasetFormatError(f"from_dgl: g.ndata['feat'] is missing; "
-                                 f"found {sorted(g.ndata.keys())}")
+    check_convertible(g, "from_dgl")
     feat = g.ndata["feat"].detach().cpu().to(torch.float32).reshape(g.num_nodes(), -1).numpy()
     label = np.zeros(g.num_nodes(), np.int64) if "label" not in g.ndata else \
         g.ndata["label"].detach().cpu().to(torch.int64).reshape(-1).numpy()
