@@ -13,7 +13,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import secrets
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ import torch
 
 from dglx_dist.data.builtin import builtin_names, builtin_path
 from dglx_dist.data.format import read_meta
-from dglx_dist.data.owned import describe_unproven, read_record
+from dglx_dist.cache import CacheLimits, check_cache_dir, prune, touch
 from dglx_dist.errors import (DatasetFormatError, DeadlineError, OutputExistsError,
                               PartitionError, StateError)
 from dglx_dist.partition.driver import partition_dataset
@@ -34,7 +33,7 @@ from dglx_dist.runtime.topology import Topology
 from dglx_dist.strategies.base import Strategy
 
 __all__ = ["resolve_dataset", "cached_partitions", "ensure_partitions", "partition_ahead",
-           "made_by_rank0", "check_partitions_of", "check_cache_dir"]
+           "made_by_rank0", "check_partitions_of"]
 
 log = logging.getLogger(__name__)
 
@@ -96,33 +95,6 @@ def _failure(failed: Path, attempt: str) -> str | None:
     return message if head == attempt else None
 
 
-# what a cache directory holds besides recorded directories: rank 0's failure reports and
-# their temporaries, writers' temporaries, and what a replacement kept of a user's files
-_CACHE_NAMES = re.compile(r"^(.+\.failed(\.[0-9a-f]{16})?|\..+\.(tmp|old)-.+|.+\.kept-.+)$")
-
-
-def check_cache_dir(cache_dir: str | os.PathLike) -> None:
-    """Refuses a cache directory that is a file or holds anything dglx did not put there
-    (it adds directories to it and, with ``dglx cache clear``, removes them).
-
-    Raises:
-        OutputExistsError: naming the directory and what it holds.
-    """
-    cache = Path(cache_dir)
-    if cache.exists() and not cache.is_dir():
-        raise OutputExistsError(f"--cache-dir {cache} is a file; expected a directory (dglx "
-                                f"keeps partitions and graphs there)")
-    if not cache.is_dir():
-        return
-    foreign = sorted(p.name for p in cache.iterdir()
-                     if not (_CACHE_NAMES.match(p.name) or (p.is_dir() and not p.is_symlink()
-                                                            and read_record(p) is not None)))
-    if foreign:
-        raise OutputExistsError(f"--cache-dir {cache} holds {describe_unproven(foreign)}, "
-                                f"which dglx did not write; choose an empty or new directory "
-                                f"for the cache")
-
-
 def made_by_rank0(session: Session, out: Path, marker: str, make: Callable[[], Any],
                   what: str, wait_timeout: float = 3600.0) -> Path:
     """``out``, made by rank 0 with ``make()`` unless ``out/marker`` exists already; the other
@@ -149,6 +121,9 @@ def made_by_rank0(session: Session, out: Path, marker: str, make: Callable[[], A
             os.replace(tmp, failed)
             raise
         failed.unlink(missing_ok=True)  # an earlier run's (no waiter takes it for this one's)
+        prune(out.parent, CacheLimits.from_env(), keep=(out,))
+    elif session.is_main:
+        touch(out)
     deadline = time.monotonic() + wait_timeout
     while not (out / marker).is_file():
         error = _failure(failed, attempt)
@@ -192,8 +167,10 @@ def partition_ahead(data: str, strategy: str, options: dict[str, str], topology:
 
     out, make, what = cached_partitions(data, STRATEGIES.build(strategy, **options), topology,
                                         cache_dir)
+    check_cache_dir(cache_dir)
     if not (out / MANIFEST).is_file():
-        check_cache_dir(cache_dir)
         log.info("%s -> %s", what, out)
         make()
+        prune(cache_dir, CacheLimits.from_env(), keep=(out,))
+    touch(out)
     return str(out)

@@ -7,7 +7,7 @@ import torch
 
 from dglx_dist.checkpoint import files as ckfiles
 from dglx_dist.cli import main
-from dglx_dist.cli.verify import verify_path
+from dglx_dist.cli.files import verify_path
 from dglx_dist.data import write_dataset
 from dglx_dist.errors import CheckpointError, InvalidValueError, PartitionFormatError
 from dglx_dist.partition import PartitionDir, partition_dataset

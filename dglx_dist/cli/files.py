@@ -1,6 +1,9 @@
-"""``dglx verify PATH...``: every file of a partition directory, checkpoint or other directory
-dglx wrote, hashed in full against its manifest or record (streaming; a partition's loads
-trust a host's earlier full check, this does not), one JSON line per path."""
+"""``dglx verify`` and ``dglx cache``: the files dglx wrote.
+
+``dglx verify PATH...`` hashes every file of a partition directory, checkpoint or other
+directory dglx wrote in full against its manifest or record (streaming; a partition's loads
+trust a host's earlier full check, this does not), one JSON line per path. ``dglx cache ls``
+lists the partition cache, ``dglx cache clear`` empties it (:mod:`dglx_dist.cache`)."""
 from __future__ import annotations
 
 import argparse
@@ -11,6 +14,8 @@ from typing import Any, Callable
 from dglx_dist.errors import CheckpointError, InvalidValueError, PartitionFormatError
 
 __all__ = ["COMMANDS", "verify_path"]
+
+_GIB = 1 << 30
 
 
 def _partitions(path: Path) -> dict[str, Any]:
@@ -90,9 +95,41 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_cache(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=("ls", "clear"), help="ls: list the entries, least "
+                   "recently used first; clear: remove them")
+    p.add_argument("--cache-dir", type=Path, default=Path("dglx-partitions"),
+                   help="the cache (dglx train's and distribute's; default dglx-partitions)")
+    p.add_argument("--older-than-days", type=float, default=0.0, metavar="DAYS",
+                   help="clear: only entries unused for longer (default: every entry)")
+
+
+def _cmd_cache(args: argparse.Namespace) -> int:
+    import time
+
+    from dglx_dist.cache import check_cache_dir, clear, entries
+
+    check_cache_dir(args.cache_dir)
+    if args.action == "clear":
+        removed = clear(args.cache_dir, args.older_than_days * 86400.0)
+        print(json.dumps({"cache_dir": str(args.cache_dir), "removed": [p.name for p in removed],
+                          "left": len(entries(args.cache_dir))}))
+        return 0
+    now = time.time()
+    found = entries(args.cache_dir)
+    print("| entry | kind | GiB | unused for (days) |\n|---|---|---|---|")
+    for e in found:
+        print(f"| {e.path.name} | {e.kind} | {e.bytes / _GIB:.3f} | "
+              f"{(now - e.last_used) / 86400:.1f} |")
+    print(f"\n{len(found)} entries, {sum(e.bytes for e in found) / _GIB:.3f} GiB")
+    return 0
+
+
 # name: (help, add the arguments, run)
 COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
     "verify": ("hash every file of partitions, checkpoints or another directory dglx wrote "
                "against its manifest (exit 2 naming the first damaged file)", _add_verify,
                _cmd_verify),
+    "cache": ("list (ls) or empty (clear) the partition cache of dglx train and distribute",
+              _add_cache, _cmd_cache),
 }

@@ -1,0 +1,158 @@
+"""The partition cache (``--cache-dir``, default ``./dglx-partitions``): what it may hold, what
+is in it, and keeping it bounded.
+
+It holds recorded directories only (:mod:`~dglx_dist.data.owned`): the graphs
+:func:`~dglx_dist.api.distribute` was given, written as datasets, and the partitions made for
+runs; besides them rank 0's failure reports and writers' temporaries. A run that reuses an
+entry touches it (its directory's modification time is its last use). After rank 0 adds an
+entry, the least recently used others go while the cache is above its size limit
+(``DGLX_CACHE_MAX_GB``, default 20) or unused for longer than its age limit
+(``DGLX_CACHE_MAX_DAYS``, default 30); an entry used within the last hour is never removed (a
+job may be reading it). An entry goes whole, or not at all when it holds anything its record
+does not prove dglx wrote (a warning names it).
+``dglx cache ls`` and ``dglx cache clear`` show and empty it by hand.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+import time
+from pathlib import Path
+
+from dglx_dist.data.owned import describe_unproven, read_record, remove_recorded, unproven
+from dglx_dist.errors import InvalidValueError, OutputExistsError
+
+__all__ = ["CacheEntry", "CacheLimits", "check_cache_dir", "entries", "touch", "prune", "clear"]
+
+log = logging.getLogger(__name__)
+
+# what a cache directory holds besides recorded directories: rank 0's failure reports and
+# their temporaries, writers' temporaries, and what a replacement kept of a user's files
+_CACHE_NAMES = re.compile(r"^(.+\.failed(\.[0-9a-f]{16})?|\..+\.(tmp|old)-.+|.+\.kept-.+)$")
+_IN_USE_S = 3600.0  # an entry used this recently may be open in a running job
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheEntry:
+    """One recorded directory of the cache."""
+
+    path: Path
+    kind: str
+    bytes: int
+    last_used: float  # seconds since the epoch
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheLimits:
+    """When :func:`prune` removes entries.
+
+    Attributes:
+        max_bytes: the cache's size above which the least recently used entries go.
+        max_age_s: entries unused for longer go.
+    """
+
+    max_bytes: int = 20 << 30
+    max_age_s: float = 30 * 86400.0
+
+    @classmethod
+    def from_env(cls, environ: os._Environ | dict = os.environ) -> "CacheLimits":
+        """``DGLX_CACHE_MAX_GB`` and ``DGLX_CACHE_MAX_DAYS`` over the defaults."""
+        values = {}
+        for var, field, scale in (("DGLX_CACHE_MAX_GB", "max_bytes", 1 << 30),
+                                  ("DGLX_CACHE_MAX_DAYS", "max_age_s", 86400.0)):
+            text = environ.get(var)
+            if text is None:
+                continue
+            try:
+                value = float(text)
+            except ValueError:
+                value = -1.0
+            if not value >= 0:
+                raise InvalidValueError(f"{var}={text!r}; expected a number >= 0")
+            values[field] = type(getattr(cls, field))(value * scale)
+        return cls(**values)
+
+
+def check_cache_dir(cache_dir: str | os.PathLike) -> None:
+    """Refuses a cache directory that is a file or holds anything dglx did not put there.
+
+    Raises:
+        OutputExistsError: naming the directory and what it holds.
+    """
+    cache = Path(cache_dir)
+    if cache.exists() and not cache.is_dir():
+        raise OutputExistsError(f"--cache-dir {cache} is a file; expected a directory (dglx "
+                                f"keeps partitions and graphs there)")
+    if not cache.is_dir():
+        return
+    foreign = sorted(p.name for p in cache.iterdir()
+                     if not (_CACHE_NAMES.match(p.name) or (p.is_dir() and not p.is_symlink()
+                                                            and read_record(p) is not None)))
+    if foreign:
+        raise OutputExistsError(f"--cache-dir {cache} holds {describe_unproven(foreign)}, "
+                                f"which dglx did not write; choose an empty or new directory "
+                                f"for the cache")
+
+
+def entries(cache_dir: str | os.PathLike) -> list[CacheEntry]:
+    """The cache's recorded directories, least recently used first."""
+    cache = Path(cache_dir)
+    found = []
+    for path in sorted(cache.iterdir()) if cache.is_dir() else ():
+        record = None if path.is_symlink() or not path.is_dir() else read_record(path)
+        if record is not None:
+            size = sum(int(f.get("bytes", 0)) for f in record.files.values())
+            found.append(CacheEntry(path, record.kind, size, path.stat().st_mtime))
+    return sorted(found, key=lambda e: e.last_used)
+
+
+def touch(entry: str | os.PathLike) -> None:
+    """Marks ``entry`` as used now (its directory's modification time)."""
+    try:
+        os.utime(entry)
+    except OSError:  # a read-only cache: its entries age, nothing is removed on their account
+        pass
+
+
+def _remove(entry: CacheEntry) -> bool:
+    """Removes ``entry`` whole, or (when anything in it is not provably dglx's) not at all."""
+    record = read_record(entry.path)
+    left = unproven(entry.path, record) or remove_recorded(entry.path, record)
+    if left:
+        log.warning("cache: kept %s: it holds %s, which its record does not list", entry.path,
+                    describe_unproven(left))
+    return not left
+
+
+def prune(cache_dir: str | os.PathLike, limits: CacheLimits, keep: tuple[Path, ...] = (),
+          now: float | None = None) -> list[Path]:
+    """Removes the least recently used entries while the cache is over ``limits.max_bytes``,
+    and every entry unused for longer than ``limits.max_age_s``; never ``keep`` nor one used
+    within the last hour. Returns what was removed."""
+    now = time.time() if now is None else now
+    found = entries(cache_dir)
+    total = sum(e.bytes for e in found)
+    keep = {Path(k).resolve() for k in keep}
+    removed = []
+    for entry in found:  # least recently used first
+        idle = now - entry.last_used
+        if entry.path.resolve() in keep or idle < _IN_USE_S:
+            continue
+        if (total > limits.max_bytes or idle > limits.max_age_s) and _remove(entry):
+            total -= entry.bytes
+            removed.append(entry.path)
+    if removed:
+        log.info("cache %s: removed %d entries unused longest (%s); %.1f GiB left", cache_dir,
+                 len(removed), ", ".join(p.name for p in removed), total / (1 << 30))
+    return removed
+
+
+def clear(cache_dir: str | os.PathLike, older_than_s: float = 0.0,
+          now: float | None = None) -> list[Path]:
+    """Removes every entry unused for longer than ``older_than_s`` (all by default), as far as
+    its record proves it dglx's. Returns what was removed."""
+    now = time.time() if now is None else now
+    return [e.path for e in entries(cache_dir)
+            if now - e.last_used >= older_than_s and _remove(e)]

@@ -1,0 +1,67 @@
+"""The partition cache stays bounded and removes only what it recorded (issue 40, case 14)."""
+import os
+import time
+
+import pytest
+
+from dglx_dist.cache import CacheLimits, check_cache_dir, clear, entries, prune
+from dglx_dist.cli import main
+from dglx_dist.errors import InvalidValueError, OutputExistsError
+from dglx_dist.partition import partition_dataset
+
+DAY = 86400.0
+
+
+@pytest.fixture
+def cache(tiny, tmp_path):
+    """Four entries last used 40, 10, 5 days and a minute ago."""
+    root = tmp_path / "cache"
+    now = time.time()
+    for name, age in (("a", 40), ("b", 10), ("c", 5), ("d", 1 / 1440)):
+        partition_dataset(tiny, root / name, "hash", 2)
+        os.utime(root / name, (now - age * DAY, now - age * DAY))
+    return root
+
+
+def _names(root):
+    return [e.path.name for e in entries(root)]
+
+
+def test_least_recently_used_entries_go_first_and_recent_ones_never(cache):
+    assert _names(cache) == ["a", "b", "c", "d"]
+    size = entries(cache)[0].bytes
+    limits = CacheLimits(max_bytes=2 * size, max_age_s=1000 * DAY)
+    assert [p.name for p in prune(cache, limits, keep=(cache / "b",))] == ["a", "c"]
+    assert _names(cache) == ["b", "d"]
+    assert prune(cache, CacheLimits(max_bytes=0, max_age_s=0)) == [cache / "b"]  # d: in use
+
+
+def test_old_entries_go_and_unrecorded_files_stay(cache):
+    before = {p.name for p in (cache / "a").rglob("*")}
+    (cache / "a" / "notes.txt").write_text("mine")
+    old = time.time() - 40 * DAY
+    os.utime(cache / "a", (old, old))
+    removed = prune(cache, CacheLimits(max_bytes=1 << 40, max_age_s=7 * DAY))
+    assert [p.name for p in removed] == ["b"]  # a holds the user's file: kept whole
+    assert {p.name for p in (cache / "a").rglob("*")} == before | {"notes.txt"}
+    check_cache_dir(cache)
+    (cache / "mine.txt").write_text("x")
+    with pytest.raises(OutputExistsError, match="holds mine.txt, which dglx did not write"):
+        check_cache_dir(cache)
+
+
+def test_clear_by_age_and_the_command(cache, capsys):
+    assert [p.name for p in clear(cache, older_than_s=7 * DAY)] == ["a", "b"]
+    assert main(["cache", "ls", "--cache-dir", str(cache)]) == 0
+    assert "| c | partition |" in capsys.readouterr().out
+    assert main(["cache", "clear", "--cache-dir", str(cache)]) == 0
+    assert entries(cache) == [] and list(cache.iterdir()) == []
+
+
+def test_limits_from_the_environment():
+    limits = CacheLimits.from_env({"DGLX_CACHE_MAX_GB": "1.5", "DGLX_CACHE_MAX_DAYS": "2"})
+    assert limits == CacheLimits(max_bytes=int(1.5 * (1 << 30)), max_age_s=2 * DAY)
+    assert CacheLimits.from_env({}) == CacheLimits()
+    for bad in ("-1", "nan", "lots"):
+        with pytest.raises(InvalidValueError, match="DGLX_CACHE_MAX_GB"):
+            CacheLimits.from_env({"DGLX_CACHE_MAX_GB": bad})
