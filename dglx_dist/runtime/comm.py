@@ -244,15 +244,17 @@ class Comm:
         share = 2 * nbytes // self.size
         self._count([share] * self.size, [share] * self.size)
 
-    def peer_failure(self, op: str, exc: BaseException) -> PeerError | None:
+    def peer_failure(self, op: str, exc: BaseException,
+                     seqs: str | None = None) -> PeerError | None:
         """The :class:`PeerError` behind a backend error raised outside this class (e.g. by
-        DDP's all-reduce in backward), or None when ``exc`` is not a peer failure."""
+        DDP's all-reduce in backward), or None when ``exc`` is not a peer failure; ``seqs``
+        names the health record's count of such collectives (default: this group's)."""
         if isinstance(exc, PeerError):
             return exc
         if not isinstance(exc, RuntimeError) or not is_peer_failure(exc):
             return None
         if self._broken is None:
-            self._broken = self._failure(op, exc)
+            self._broken = self._failure(op, exc, seqs)
         return self._broken
 
     def reduce_scatter(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
@@ -373,11 +375,11 @@ class Comm:
         if self.health is not None:
             self.health.op_seqs[self.name] = self._seq
 
-    def _failure(self, op: str, exc: Exception) -> PeerError:
+    def _failure(self, op: str, exc: Exception, seqs: str | None = None) -> PeerError:
         ranks, why = [], ""
         if self.health is not None:
             self.health.mark("failed")
-            ranks, why = self.health.diagnose(self.name, self.members)
+            ranks, why = self.health.diagnose(seqs or self.name, self.members)
         timed_out = "timed out" in str(exc).lower()
         cause = (f"timed out after {self.timeout.total_seconds():g}s" if timed_out
                  else f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")

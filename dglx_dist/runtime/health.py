@@ -24,7 +24,11 @@ import psutil
 
 from dglx_dist.errors import DeadlineError
 
-__all__ = ["Health", "call_within"]
+__all__ = ["Health", "call_within", "DDP_GROUP"]
+
+# the pseudo-group of DDP's gradient all-reduces, which torch runs itself: each rank counts
+# the one its next backward joins (Strategy.ddp), so a rank that never reaches it is "behind"
+DDP_GROUP = "ddp"
 
 log = logging.getLogger(__name__)
 _PREFIX = "dglx/health/"

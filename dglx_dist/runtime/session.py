@@ -31,8 +31,9 @@ from dglx_dist.runtime.comm import ByteCounter, Comm, PeerError
 from dglx_dist.runtime.device import (Placement, choose_placement, group_backend, mixed_devices,
                                       nccl_environment)
 from dglx_dist.runtime.env import DistEnv, read_env
-from dglx_dist.runtime.failure import mark_in_session, report, same_on_every_rank
-from dglx_dist.runtime.health import Health
+from dglx_dist.runtime.failure import (mark_in_session, one_line, report, same_on_every_rank,
+                                      tell_launcher)
+from dglx_dist.runtime.health import DDP_GROUP, Health
 from dglx_dist.runtime.orphan import LauncherWatch
 from dglx_dist.runtime.topology import Topology
 
@@ -199,7 +200,15 @@ class Session:
 
         def excepthook(tp, value, tb):
             self._exit_error = value
-            if not isinstance(value, DglxError):  # the script's own bug: its traceback
+            # a collective torch ran itself (DDP's all-reduce in the user's backward) that a
+            # dead or frozen peer broke: the comm layer's error naming that peer instead
+            failure = self.world.peer_failure(
+                "DDP's gradient all-reduce", value, DDP_GROUP) if self._store is not None \
+                else None
+            if failure is not None:
+                value, tp, tb = failure, type(failure), None
+            elif not isinstance(value, DglxError):  # the script's own bug: its traceback,
+                tell_launcher(self.env.error_file, one_line(value))  # torchrun's root cause
                 self._previous_hook(tp, value, tb)
                 return
             # one line from one rank, not a traceback per rank (runtime.failure)

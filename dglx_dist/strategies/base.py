@@ -37,6 +37,7 @@ from dglx_dist.memory import MemoryModel
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.registry import Registry
 from dglx_dist.runtime.autograd import scale_grad
+from dglx_dist.runtime.health import DDP_GROUP
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import even_chunk
@@ -117,10 +118,20 @@ class Strategy(abc.ABC):
         return session.device if self.runs_on_device else torch.device("cpu")
 
     def ddp(self, model: torch.nn.Module, session: Session) -> torch.nn.Module:
-        """``model`` in DDP on this strategy's device (DDP's ``device_ids`` on a GPU)."""
+        """``model`` in DDP on this strategy's device (DDP's ``device_ids`` on a GPU). Each
+        training forward counts, in the job's health record, the gradient all-reduce its
+        backward joins (:data:`DDP_GROUP`), so a peer that never reaches it is named."""
         device = self.compute_device(session)
-        return DistributedDataParallel(model, device_ids=[device.index]
-                                       if device.type == "cuda" else None)
+        wrapped = DistributedDataParallel(model, device_ids=[device.index]
+                                          if device.type == "cuda" else None)
+        seqs = session.health.op_seqs
+
+        def count(module, args):
+            if module.training and torch.is_grad_enabled():
+                seqs[DDP_GROUP] = seqs.get(DDP_GROUP, 0) + 1
+
+        wrapped.register_forward_pre_hook(count)
+        return wrapped
 
     def num_layers(self) -> int | None:
         """GNN layers the strategy's options imply (e.g. one fanout per layer), or None."""

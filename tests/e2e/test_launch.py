@@ -127,3 +127,54 @@ def test_ranks_exit_when_their_launcher_is_killed(tmp_path, strategy="dorylus"):
     assert not alive, [p.cmdline()[:4] for p in alive]
     assert seconds < 10, seconds
     assert "its launcher" in agent.stderr.read()
+
+
+_FAILING_SCRIPT = '''
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+import dglx_dist
+from dglx_dist.data import CoraGraphDataset
+from dglx_dist.models import SAGE
+
+how = sys.argv[1]
+g = dglx_dist.distribute(CoraGraphDataset()[0], cache_dir=sys.argv[2])
+loader = dglx_dist.DataLoader(g, torch.nonzero(g.ndata["train_mask"]).squeeze(1),
+                              dglx_dist.NeighborSampler([5, 5]), batch_size=8)
+model = dglx_dist.parallelize(SAGE(1433, 8, 7, 2), g)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step, (input_nodes, output_nodes, blocks) in enumerate(loader):
+    if step == 2 and g.session.rank == 1:
+        if how == "raises":
+            raise RuntimeError("boom")
+        time.sleep(600)  # stalls
+    loss = F.cross_entropy(model(blocks, g.ndata["feat"][input_nodes]),
+                           g.ndata["label"][output_nodes])
+    opt.zero_grad()
+    loss.backward()  # DDP's all-reduce: where the healthy rank meets the failure
+    opt.step()
+'''
+
+
+@pytest.mark.parametrize("how", ["raises", "stalls"])
+def test_a_peer_failing_in_a_users_ddp_loop_is_named(tmp_path, how):
+    """Issue 40, case 10: under distdgl (DDP) in a user's own script, the healthy rank's
+    gloo error in backward becomes the comm layer's one line naming the peer (and quoting its
+    error), and torchrun's root cause is the failing rank's own error."""
+    script = tmp_path / "train.py"
+    script.write_text(_FAILING_SCRIPT)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--master-port", str(free_local_port()), str(script), how, str(tmp_path / "cache")]
+    r = subprocess.run(cmd, env=_env(DGLX_TIMEOUT="15"), capture_output=True, text=True,
+                       timeout=240, cwd=tmp_path)
+    assert r.returncode != 0
+    said = [ln for ln in r.stderr.splitlines() if ln.startswith("dglx_dist error on rank 0")]
+    assert len(said) == 1 and "PeerError" in said[0] and "rank 1" in said[0], r.stderr[-4000:]
+    if how == "raises":
+        assert "rank 1 raised RuntimeError: boom" in said[0], said
+        root = r.stderr.split("Root Cause")[-1]
+        assert "rank      : 1" in root and "RuntimeError: boom" in root, root
+    assert not live_children()
