@@ -33,7 +33,7 @@ from dglx_dist.runtime.topology import Topology
 from dglx_dist.strategies.base import Strategy
 
 __all__ = ["resolve_dataset", "cached_partitions", "ensure_partitions", "partition_ahead",
-           "made_by_rank0", "check_partitions_of"]
+           "made_by_rank0", "check_partitions_of", "checked_cache"]
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,16 @@ def _failure(failed: Path, attempt: str) -> str | None:
     return message if head == attempt else None
 
 
+def checked_cache(cache_dir: str | os.PathLike) -> Path:
+    """``cache_dir``, refused (:func:`~dglx_dist.cache.check_cache_dir`) with one line from
+    rank 0 when it is not a cache: every rank sees the same directory."""
+    try:
+        check_cache_dir(cache_dir)
+    except OutputExistsError as exc:
+        raise same_on_every_rank(exc) from None
+    return Path(cache_dir)
+
+
 def made_by_rank0(session: Session, out: Path, marker: str, make: Callable[[], Any],
                   what: str, wait_timeout: float = 3600.0) -> Path:
     """``out``, made by rank 0 with ``make()`` unless ``out/marker`` exists already; the other
@@ -104,10 +114,6 @@ def made_by_rank0(session: Session, out: Path, marker: str, make: Callable[[], A
     Rank 0 reports a failure in the sibling file ``NAME.failed``, headed by an id of this
     attempt that every rank learned first, so a marker an earlier run left is never taken
     for this run's (whichever rank reads it first)."""
-    try:
-        check_cache_dir(out.parent)
-    except OutputExistsError as exc:  # every rank sees the same directory: rank 0 says it
-        raise same_on_every_rank(exc) from None
     failed = out.with_name(out.name + ".failed")
     attempt = _attempt(session)
     if session.is_main and not (out / marker).is_file():
@@ -154,7 +160,8 @@ def ensure_partitions(data: str | os.PathLike, strategy: Strategy, session: Sess
                       cache_dir: str | os.PathLike = "dglx-partitions",
                       wait_timeout: float = 3600.0) -> Path:
     """The partition directory for ``strategy`` on this job, made by rank 0 if not cached."""
-    out, make, what = cached_partitions(data, strategy, session.topology, cache_dir)
+    out, make, what = cached_partitions(data, strategy, session.topology,
+                                        checked_cache(cache_dir))
     return made_by_rank0(session, out, MANIFEST, make, what, wait_timeout)
 
 

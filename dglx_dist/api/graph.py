@@ -25,7 +25,6 @@ import hashlib
 import itertools
 import logging
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,7 +39,7 @@ from dglx_dist.data.format import write_dataset
 from dglx_dist.errors import DatasetFormatError, InvalidValueError, StateError
 from dglx_dist.kvstore import ColumnPolicy, DistKVStore, RowPolicy
 from dglx_dist.partition.load import PartitionDir
-from dglx_dist.prepare import ensure_partitions, made_by_rank0
+from dglx_dist.prepare import checked_cache, ensure_partitions, made_by_rank0
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.runtime.session import Session, current_session, init
 from dglx_dist.sampling import PartitionSampler
@@ -282,7 +281,7 @@ def distribute(g, strategy: str | Strategy = "distdgl", *,
         raise same_on_every_rank(exc) from None
     key = fingerprint(g)
     _same_everywhere(session, key)
-    data = Path(cache_dir) / f"graph-{key}"
+    data = checked_cache(cache_dir) / f"graph-{key}"
     made_by_rank0(session, data, "meta.json",
                   lambda: write_dataset(from_dgl(g, source="dglx_dist.distribute"), data),
                   "writing the graph given to distribute", wait_timeout)

@@ -49,6 +49,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from dglx_dist.data.atomic import atomic_directory, check_disk
+from dglx_dist.data.dcsbm import EDGE_CHUNK, Stream, edges as _edges, rng as _rng
 from dglx_dist.data.checked import WRITE_OPTIONS
 from dglx_dist.data.format import (DATASET_DIR, EDGES_FILE, META_FILE, NODES_FILE,
                                    DatasetMeta, GraphDataset, edge_batch, node_batch, node_schema)
@@ -63,10 +64,7 @@ log = logging.getLogger(__name__)
 CENTROID_DISTANCE = 3.0
 """Typical distance between two class centroids, in units of unit-variance noise."""
 
-_LABELS, _SPLIT, _THETA, _CENTROIDS, _FEATURES, _EDGES, _SUBSET, _SHUFFLE, _EDGE_FEAT = range(9)
 _FEAT_BLOCK = 4096  # rows per feature RNG block: fixed, so output is independent of chunking
-_EDGE_CHUNK = 1 << 20  # candidate edges per edge RNG chunk
-_MAX_ROUNDS = 12
 _MAX_NODES = 2**31 - 1  # keeps the (min * N + max) pair key inside int64
 
 
@@ -173,11 +171,6 @@ def estimate_disk_bytes(config: SyntheticConfig) -> int:
     return int(1.03 * raw) + (1 << 20)  # Parquet's pages and footers
 
 
-def _rng(config: SyntheticConfig, *key: int) -> np.random.Generator:
-    """The generator for one purpose (and chunk): independent of every other draw."""
-    return np.random.default_rng(np.random.SeedSequence(config.seed, spawn_key=key))
-
-
 _Nodes = collections.namedtuple("_Nodes", "label train val test centroids")
 """Per-node arrays (labels, split masks) and the (num_classes, feat_dim) class centroids."""
 
@@ -185,8 +178,9 @@ _Nodes = collections.namedtuple("_Nodes", "label train val test centroids")
 def _nodes(config: SyntheticConfig) -> _Nodes:
     """Labels (balanced communities), the split masks and the class centroids."""
     n = config.num_nodes
-    label = _rng(config, _LABELS).permutation(np.arange(n, dtype=np.int64) % config.num_classes)
-    perm = _rng(config, _SPLIT).permutation(n)
+    classes = np.arange(n, dtype=np.int64) % config.num_classes
+    label = _rng(config, Stream.LABELS).permutation(classes)
+    perm = _rng(config, Stream.SPLIT).permutation(n)
     sizes = [int(math.floor(f * n + 1e-9))
              for f in (config.train_frac, config.val_frac, config.test_frac)]
     bounds = np.cumsum([0] + sizes)
@@ -194,7 +188,8 @@ def _nodes(config: SyntheticConfig) -> _Nodes:
     for mask, lo, hi in zip(masks, bounds[:-1], bounds[1:]):
         mask[perm[lo:hi]] = True
     scale = CENTROID_DISTANCE / math.sqrt(2 * config.feat_dim)
-    centroids = _rng(config, _CENTROIDS).standard_normal((config.num_classes, config.feat_dim))
+    centroids = _rng(config, Stream.CENTROIDS).standard_normal((config.num_classes,
+                                                                config.feat_dim))
     return _Nodes(label, *masks, (centroids * scale).astype(np.float32))
 
 
@@ -205,7 +200,7 @@ def _feature_rows(config: SyntheticConfig, nodes: _Nodes, lo: int, hi: int) -> n
     noise = np.float32(config.feature_noise)
     for b in range(b0, b1):
         start, stop = b * _FEAT_BLOCK, min((b + 1) * _FEAT_BLOCK, config.num_nodes)
-        block = _rng(config, _FEATURES, b).standard_normal(
+        block = _rng(config, Stream.FEATURES, b).standard_normal(
             (stop - start, config.feat_dim), dtype=np.float32)
         s, e = max(start, lo), min(stop, hi)
         rows = block[s - start:e - start]
@@ -215,105 +210,6 @@ def _feature_rows(config: SyntheticConfig, nodes: _Nodes, lo: int, hi: int) -> n
     return out
 
 
-def _theta(config: SyntheticConfig) -> np.ndarray:
-    """Degree propensities: capped Pareto with density ~ x**-degree_exponent, or all ones."""
-    n, gamma = config.num_nodes, config.degree_exponent
-    if gamma == 0:
-        return np.ones(n)
-    u = _rng(config, _THETA).random(n)
-    theta = (1.0 - u) ** (-1.0 / (gamma - 1.0))
-    mean_degree = max(config.num_edges / n, 1.0)
-    ratio = max(1.0, min(math.sqrt(n / mean_degree), (n - 1) / mean_degree))
-    for _ in range(4):  # cap relative to the capped mean (converges quickly)
-        np.minimum(theta, ratio * theta.mean(), out=theta)
-    return theta
-
-
-class _Sampler:
-    """Draws candidate undirected pairs from the DC-SBM as sorted unique int64 keys."""
-
-    def __init__(self, config: SyntheticConfig, label: np.ndarray):
-        self.config, n = config, config.num_nodes
-        self.order = np.argsort(label, kind="stable")
-        self.comm = label[self.order]
-        self.cum = np.cumsum(_theta(config)[self.order])
-        sizes = np.bincount(label, minlength=config.num_classes)
-        self.first = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-        self.last = self.first + sizes - 1
-        self.mass_lo = np.where(self.first > 0, self.cum[self.first - 1], 0.0)
-        self.mass = self.cum[self.last] - self.mass_lo
-        self.total = float(self.cum[-1])
-        self.n = n
-
-    def keys(self, inside: bool, rnd: int, count: int) -> np.ndarray:
-        """``count`` intra- (or inter-) community candidates of round ``rnd``, in chunks."""
-        parts = [self._chunk(inside, rnd, c, min(_EDGE_CHUNK, count - c * _EDGE_CHUNK))
-                 for c in range(-(-count // _EDGE_CHUNK))]
-        return np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
-
-    def _chunk(self, inside: bool, rnd: int, chunk: int, size: int) -> np.ndarray:
-        rng, last = _rng(self.config, _EDGES, int(inside), rnd, chunk), self.n - 1
-        u = rng.random(size) * self.total
-        s_pos = np.minimum(np.searchsorted(self.cum, u, "right"), last)
-        c = self.comm[s_pos]
-        lo, mass = self.mass_lo[c], self.mass[c]
-        x = rng.random(size)
-        if inside:  # proportional to theta inside the community's mass interval
-            x = lo + x * mass
-        else:  # proportional to theta over the rest: skip over the community's interval
-            x *= self.total - mass
-            x += (x >= lo) * mass
-        d_pos = np.minimum(np.searchsorted(self.cum, x, "right"), last)
-        if inside:
-            d_pos = np.clip(d_pos, self.first[c], self.last[c])
-        src, dst = self.order[s_pos], self.order[d_pos]
-        keep = src != dst
-        src, dst = src[keep], dst[keep]
-        return np.minimum(src, dst) * self.n + np.maximum(src, dst)
-
-
-def _edges(config: SyntheticConfig, label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Both directions of ``num_edges // 2`` distinct undirected pairs, in shuffled order."""
-    target = config.num_edges // 2
-    if target == 0:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    sampler = _Sampler(config, label)
-    n_in = int(round(config.homophily * target))
-    keys = np.concatenate([_distinct_pairs(sampler, True, n_in),
-                           _distinct_pairs(sampler, False, target - n_in)])
-    if keys.size < target:
-        log.warning("synthetic graph: only %d distinct undirected pairs of the %d requested "
-                    "(dense request); writing %d directed edges", keys.size, target, 2 * keys.size)
-    both = np.concatenate(np.divmod(keys, config.num_nodes))  # [a, b]: reverse is a roll by m
-    m = keys.size
-    del keys
-    perm = np.arange(2 * m, dtype=np.int32 if 2 * m < 2**31 else np.int64)
-    _rng(config, _SHUFFLE).shuffle(perm)
-    src = both[perm]
-    perm += m
-    perm[perm >= 2 * m] -= 2 * m
-    return src, both[perm]
-
-
-def _distinct_pairs(sampler: _Sampler, inside: bool, target: int) -> np.ndarray:
-    """``target`` distinct pair keys (fewer if the model cannot give that many), topping up the
-    deficit left by self loops and repeats round by round and trimming any surplus at random."""
-    keys, drawn = np.empty(0, np.int64), 0
-    for rnd in range(_MAX_ROUNDS):
-        deficit = target - keys.size
-        if deficit <= 0:
-            break
-        rate = max(keys.size / drawn if drawn else 1.0, 0.05)
-        count = min(int(deficit / rate * 1.05) + 64, 4 * deficit + 1024)
-        keys = np.union1d(keys, sampler.keys(inside, rnd, count))
-        drawn += count
-        log.debug("%s-community round %d: drew %d, %d of %d distinct pairs",
-                  "intra" if inside else "inter", rnd, count, keys.size, target)
-    if keys.size > target:
-        keys = keys[_rng(sampler.config, _SUBSET, int(inside)).permutation(keys.size)[:target]]
-    return keys
-
-
 def _edge_features(config: SyntheticConfig, label: np.ndarray, src: np.ndarray,
                    dst: np.ndarray) -> dict[str, np.ndarray]:
     """The edge data (``feat`` when ``edge_feat_dim`` > 0): the community signal along one
@@ -321,13 +217,13 @@ def _edge_features(config: SyntheticConfig, label: np.ndarray, src: np.ndarray,
     d = config.edge_feat_dim
     if d == 0:
         return {}
-    direction = _rng(config, _EDGE_FEAT).standard_normal(d)
+    direction = _rng(config, Stream.EDGE_FEAT).standard_normal(d)
     direction *= CENTROID_DISTANCE / 2 / max(float(np.linalg.norm(direction)), 1e-12)
     sign = np.where(label[src] == label[dst], 1.0, -1.0)
     out = np.empty((src.size, d), dtype=np.float32)
-    for block, lo in enumerate(range(0, src.size, _EDGE_CHUNK)):
-        hi = min(lo + _EDGE_CHUNK, src.size)
-        noise = _rng(config, _EDGE_FEAT, block + 1).standard_normal((hi - lo, d))
+    for block, lo in enumerate(range(0, src.size, EDGE_CHUNK)):
+        hi = min(lo + EDGE_CHUNK, src.size)
+        noise = _rng(config, Stream.EDGE_FEAT, block + 1).standard_normal((hi - lo, d))
         out[lo:hi] = sign[lo:hi, None] * direction + config.feature_noise * noise
     return {"feat": out}
 

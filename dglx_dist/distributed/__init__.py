@@ -27,7 +27,7 @@ from dglx_dist.api.tensor import DistTensor
 from dglx_dist.distributed import optim
 from dglx_dist.distributed.embedding import DistEmbedding
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.prepare import made_by_rank0
+from dglx_dist.prepare import checked_cache, made_by_rank0
 from dglx_dist.runtime.session import current_session, init
 
 __all__ = ["initialize", "DistGraph", "node_split", "DistTensor", "DistEmbedding", "optim",
@@ -65,7 +65,7 @@ def import_cached(json_path: str | os.PathLike, session, cache_dir: str | os.Pat
     from dglx_dist.partition.io import MANIFEST
 
     json_path = Path(json_path)
-    out = Path(cache_dir) / f"dgl-{json_path.stem}-{_key(json_path)}"
+    out = checked_cache(cache_dir) / f"dgl-{json_path.stem}-{_key(json_path)}"
     return made_by_rank0(session, out, MANIFEST, lambda: import_dgl_partitions(json_path, out),
                          f"importing DGL partitions {json_path}", wait_timeout)
 

@@ -244,8 +244,7 @@ class Comm:
         share = 2 * nbytes // self.size
         self._count([share] * self.size, [share] * self.size)
 
-    def peer_failure(self, op: str, exc: BaseException,
-                     seqs: str | None = None) -> PeerError | None:
+    def peer_failure(self, op: str, exc: BaseException, seqs: str = "") -> PeerError | None:
         """The :class:`PeerError` behind a backend error raised outside this class (e.g. by
         DDP's all-reduce in backward), or None when ``exc`` is not a peer failure; ``seqs``
         names the health record's count of such collectives (default: this group's)."""
@@ -375,11 +374,12 @@ class Comm:
         if self.health is not None:
             self.health.op_seqs[self.name] = self._seq
 
-    def _failure(self, op: str, exc: Exception, seqs: str | None = None) -> PeerError:
+    def _failure(self, op: str, exc: Exception, seqs: str = "") -> PeerError:
         ranks, why = [], ""
         if self.health is not None:
             self.health.mark("failed")
             ranks, why = self.health.diagnose(seqs or self.name, self.members)
+            self.health.end_frozen()
         timed_out = "timed out" in str(exc).lower()
         cause = (f"timed out after {self.timeout.total_seconds():g}s" if timed_out
                  else f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")

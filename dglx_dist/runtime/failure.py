@@ -92,18 +92,23 @@ def report(exc: BaseException, rank: int, world_size: int, error_file: str | Non
     """Writes ``exc`` as one line to the launcher's ``error_file`` (every rank) and returns
     that line where this rank is the reporting rank, None where another rank prints it."""
     line = prefix + one_line(exc)
-    tell_launcher(error_file, line)
-    return line if reporting_rank(exc, rank, world_size) == rank else None
+    speaks = reporting_rank(exc, rank, world_size) == rank
+    # the rank that failed first is torchrun's root cause (the earliest record): a rank that
+    # only saw another's failure dates its record a second later
+    tell_launcher(error_file, line, later=isinstance(exc, PeerError) or not speaks)
+    return line if speaks else None
 
 
-def tell_launcher(error_file: str | None, message: str) -> None:
-    """Writes ``message`` where torchrun's failure summary reads it (nothing without one)."""
+def tell_launcher(error_file: str | None, message: str, later: bool = False) -> None:
+    """Writes ``message`` where torchrun's failure summary reads it (nothing without one);
+    ``later``: dated a second after now, so that torchrun, which takes the earliest record
+    for the root cause, takes another rank's own failure instead."""
     if not error_file:
         return
     # the layout torch's own ErrorHandler.record_exception writes; the summary shows
     # py_callstack, which here is the line itself
     record = {"message": {"message": message, "extraInfo": {
-        "py_callstack": message, "timestamp": str(int(time.time()))}}}
+        "py_callstack": message, "timestamp": str(int(time.time()) + int(later))}}}
     try:
         with open(error_file, "w") as fp:
             json.dump(record, fp)

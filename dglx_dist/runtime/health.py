@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 import threading
 import time
@@ -29,6 +30,7 @@ __all__ = ["Health", "call_within", "DDP_GROUP"]
 # the pseudo-group of DDP's gradient all-reduces, which torch runs itself: each rank counts
 # the one its next backward joins (Strategy.ddp), so a rank that never reaches it is "behind"
 DDP_GROUP = "ddp"
+_SILENT = "sent no heartbeat"
 
 log = logging.getLogger(__name__)
 _PREFIX = "dglx/health/"
@@ -55,6 +57,7 @@ class Health:
         self._host = socket.gethostname()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.frozen: set[int] = set()  # ranks the last diagnosis found frozen
 
     def _set(self, key: str, value: str) -> None:
         self._store.set(_PREFIX + key, value)
@@ -108,6 +111,29 @@ class Health:
             raise DeadlineError(f"the store did not answer within {self.store_timeout:.0f}s") \
                 from None
 
+    def end_frozen(self) -> list[int]:
+        """Ends (SIGKILL, with their children) the processes of the ranks found frozen that
+        run beside this one under the same launcher: a stopped process cannot take the
+        launcher's SIGTERM, whose grace would add 30 s to the job's end. Returns those ranks."""
+        ended = []
+        try:
+            siblings = psutil.Process(os.getppid()).children()
+        except psutil.Error:
+            return ended
+        for proc in siblings:
+            try:
+                rank = int(proc.environ().get("RANK", "-1"))
+                if proc.pid == os.getpid() or rank not in self.frozen:
+                    continue
+                for p in [*proc.children(recursive=True), proc]:
+                    p.kill()
+                ended.append(rank)
+            except (psutil.Error, ValueError):
+                continue
+        if ended:
+            log.warning("ended frozen rank(s) %s on this host (SIGKILL)", sorted(ended))
+        return ended
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
@@ -136,12 +162,15 @@ class Health:
             try:
                 hard, behind = self._within(self._suspects, group, members)
             except (RuntimeError, TimeoutError) as exc:  # the store's host is gone or frozen
+                self.frozen = {0}
                 return [0], f"the job's store (hosted by rank 0) is unreachable ({exc})"
             waited = time.monotonic() - start
             # "behind" needs fresh heartbeats (> 2 intervals) before it counts as evidence
             found = hard or (behind if waited > 2 * self.interval else {})
             if found or waited >= settle:
-                return sorted(found), "; ".join(f"rank {r} {why}" for r, why in sorted(found.items()))
+                self.frozen = {r for r, why in found.items() if why.startswith(_SILENT)}
+                return sorted(found), "; ".join(f"rank {r} {why}"
+                                                for r, why in sorted(found.items()))
             time.sleep(self.interval / 2)
 
     def _suspects(self, group: str, members: list[int]) -> tuple[dict[int, str], dict[int, str]]:
@@ -170,7 +199,7 @@ class Health:
             stamp, seqs = json.loads(self._get(f"beat/{r}"))
             seq = seqs.get(group, 0)
             if now - stamp > 3 * self.interval:
-                found[r] = f"sent no heartbeat for {now - stamp:.1f}s"
+                found[r] = f"{_SILENT} for {now - stamp:.1f}s"
             elif seq < mine:
                 behind[r] = f"has not reached {group} collective #{mine} (it is at #{seq})"
         return found, behind

@@ -1,0 +1,128 @@
+"""The edges of the synthetic graph: a degree-corrected stochastic block model (DC-SBM) over
+the communities (labels), sampled in fixed RNG chunks so the output depends only on the
+config (:mod:`dglx_dist.data.synthetic`, whose module docstring has the model)."""
+from __future__ import annotations
+
+import enum
+import logging
+import math
+
+import numpy as np
+
+__all__ = ["Stream", "EDGE_CHUNK", "edges", "rng"]
+
+log = logging.getLogger("dglx_dist.data.synthetic")
+
+class Stream(enum.IntEnum):
+    """The purposes of the generator's independent RNG streams (their values are part of the
+    output: changing one changes every graph)."""
+
+    LABELS, SPLIT, THETA, CENTROIDS, FEATURES, EDGES, SUBSET, SHUFFLE, EDGE_FEAT = range(9)
+
+
+EDGE_CHUNK = 1 << 20  # candidate edges per edge RNG chunk
+_MAX_ROUNDS = 12
+
+
+def rng(config, *key: int) -> np.random.Generator:
+    """The generator for one purpose (and chunk): independent of every other draw."""
+    return np.random.default_rng(np.random.SeedSequence(config.seed, spawn_key=key))
+
+
+def _theta(config) -> np.ndarray:
+    """Degree propensities: capped Pareto with density ~ x**-degree_exponent, or all ones."""
+    n, gamma = config.num_nodes, config.degree_exponent
+    if gamma == 0:
+        return np.ones(n)
+    u = rng(config, Stream.THETA).random(n)
+    theta = (1.0 - u) ** (-1.0 / (gamma - 1.0))
+    mean_degree = max(config.num_edges / n, 1.0)
+    ratio = max(1.0, min(math.sqrt(n / mean_degree), (n - 1) / mean_degree))
+    for _ in range(4):  # cap relative to the capped mean (converges quickly)
+        np.minimum(theta, ratio * theta.mean(), out=theta)
+    return theta
+
+
+class _Sampler:
+    """Draws candidate undirected pairs from the DC-SBM as sorted unique int64 keys."""
+
+    def __init__(self, config, label: np.ndarray):
+        self.config, n = config, config.num_nodes
+        self.order = np.argsort(label, kind="stable")
+        self.comm = label[self.order]
+        self.cum = np.cumsum(_theta(config)[self.order])
+        sizes = np.bincount(label, minlength=config.num_classes)
+        self.first = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        self.last = self.first + sizes - 1
+        self.mass_lo = np.where(self.first > 0, self.cum[self.first - 1], 0.0)
+        self.mass = self.cum[self.last] - self.mass_lo
+        self.total = float(self.cum[-1])
+        self.n = n
+
+    def keys(self, inside: bool, rnd: int, count: int) -> np.ndarray:
+        """``count`` intra- (or inter-) community candidates of round ``rnd``, in chunks."""
+        parts = [self._chunk(inside, rnd, c, min(EDGE_CHUNK, count - c * EDGE_CHUNK))
+                 for c in range(-(-count // EDGE_CHUNK))]
+        return np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
+
+    def _chunk(self, inside: bool, rnd: int, chunk: int, size: int) -> np.ndarray:
+        gen, last = rng(self.config, Stream.EDGES, int(inside), rnd, chunk), self.n - 1
+        u = gen.random(size) * self.total
+        s_pos = np.minimum(np.searchsorted(self.cum, u, "right"), last)
+        c = self.comm[s_pos]
+        lo, mass = self.mass_lo[c], self.mass[c]
+        x = gen.random(size)
+        if inside:  # proportional to theta inside the community's mass interval
+            x = lo + x * mass
+        else:  # proportional to theta over the rest: skip over the community's interval
+            x *= self.total - mass
+            x += (x >= lo) * mass
+        d_pos = np.minimum(np.searchsorted(self.cum, x, "right"), last)
+        if inside:
+            d_pos = np.clip(d_pos, self.first[c], self.last[c])
+        src, dst = self.order[s_pos], self.order[d_pos]
+        keep = src != dst
+        src, dst = src[keep], dst[keep]
+        return np.minimum(src, dst) * self.n + np.maximum(src, dst)
+
+
+def edges(config, label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both directions of ``num_edges // 2`` distinct undirected pairs, in shuffled order."""
+    target = config.num_edges // 2
+    if target == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    sampler = _Sampler(config, label)
+    n_in = int(round(config.homophily * target))
+    keys = np.concatenate([_distinct_pairs(sampler, True, n_in),
+                           _distinct_pairs(sampler, False, target - n_in)])
+    if keys.size < target:
+        log.warning("synthetic graph: only %d distinct undirected pairs of the %d requested "
+                    "(dense request); writing %d directed edges", keys.size, target, 2 * keys.size)
+    both = np.concatenate(np.divmod(keys, config.num_nodes))  # [a, b]: reverse is a roll by m
+    m = keys.size
+    del keys
+    perm = np.arange(2 * m, dtype=np.int32 if 2 * m < 2**31 else np.int64)
+    rng(config, Stream.SHUFFLE).shuffle(perm)
+    src = both[perm]
+    perm += m
+    perm[perm >= 2 * m] -= 2 * m
+    return src, both[perm]
+
+
+def _distinct_pairs(sampler: _Sampler, inside: bool, target: int) -> np.ndarray:
+    """``target`` distinct pair keys (fewer if the model cannot give that many), topping up the
+    deficit left by self loops and repeats round by round and trimming any surplus at random."""
+    keys, drawn = np.empty(0, np.int64), 0
+    for rnd in range(_MAX_ROUNDS):
+        deficit = target - keys.size
+        if deficit <= 0:
+            break
+        rate = max(keys.size / drawn if drawn else 1.0, 0.05)
+        count = min(int(deficit / rate * 1.05) + 64, 4 * deficit + 1024)
+        keys = np.union1d(keys, sampler.keys(inside, rnd, count))
+        drawn += count
+        log.debug("%s-community round %d: drew %d, %d of %d distinct pairs",
+                  "intra" if inside else "inter", rnd, count, keys.size, target)
+    if keys.size > target:
+        keys = keys[rng(sampler.config, Stream.SUBSET, int(inside)).permutation(keys.size)[:target]]
+    return keys
