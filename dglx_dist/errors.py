@@ -12,7 +12,7 @@ __all__ = ["DglxError", "InvalidValueError", "InvalidTypeError", "IdOutOfRangeEr
            "DeadlineError", "StreamEndedError", "MissingDependencyError", "InternalError",
            "DatasetFormatError", "PartitionFormatError", "PartitionError",
            "InsufficientMemoryError", "CheckpointError", "NonFiniteLossError", "OutputExistsError",
-           "DiskFullError", "RunFailedError"]
+           "DiskFullError", "RunFailedError", "LearnedNothingError"]
 
 
 class DglxError(Exception):
@@ -104,3 +104,8 @@ class DiskFullError(DglxError, OSError):
 class RunFailedError(DglxError, RuntimeError):
     """A process this one started and waited for (a benchmark's run of a system) failed; the
     message has its exit code and the end of its output where there is one."""
+
+
+class LearnedNothingError(DglxError, RuntimeError):
+    """A run ended with its test metric at chance level, and was asked to fail on that
+    (``--fail-on-collapse``)."""

@@ -55,10 +55,21 @@ def _cmd_train(args: argparse.Namespace) -> int:
         try:
             trainer.resume_or_start(args.resume)
             trainer.fit(config.epochs, eval_every=config.eval_every)
+            _check_learned(trainer, config.epochs, args.fail_on_collapse)
         finally:  # e.g. dorylus's executor processes go with the trainer, also on failure
             trainer.close()
             sink.close()
     return 0
+
+
+def _check_learned(trainer, epochs: int, fail: bool) -> None:
+    """Warns (or, with ``fail``, raises) when the run's test accuracy is at chance."""
+    from dglx_dist.tasks.collapse import act_on, majority_rate, node_verdict
+
+    ndata = trainer.graph.ndata
+    labels = ndata["label"].full()[ndata["test_mask"].full().bool()]
+    act_on(node_verdict(trainer.history[-1].get("test_acc"), majority_rate(labels), epochs),
+           fail)
 
 
 def _check_before_start(args: argparse.Namespace, strategy, env) -> None:
@@ -93,6 +104,7 @@ def _cmd_train_link(args: argparse.Namespace, train: TrainConfig) -> int:
     from dglx_dist.prepare import resolve_dataset
     from dglx_dist.runtime import init
     from dglx_dist.strategies import STRATEGIES
+    from dglx_dist.tasks.collapse import act_on, link_verdict
     from dglx_dist.tasks.link import LinkConfig, train_link
 
     for flag, value, why in (
@@ -116,7 +128,8 @@ def _cmd_train_link(args: argparse.Namespace, train: TrainConfig) -> int:
         sink = on_every_rank(session, "--metrics-file", lambda: _MetricsSink(
             sys.stdout, args.metrics_file) if session.is_main else None)
         try:
-            train_link(graph, strategy, model, config, sink, args.cache_dir)
+            test = train_link(graph, strategy, model, config, sink, args.cache_dir)
+            act_on(link_verdict(test.get("auc"), train.epochs), args.fail_on_collapse)
         finally:
             if sink is not None:
                 sink.close()
@@ -173,6 +186,9 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nonfinite-loss", choices=("raise", "warn"), default="raise",
                    help="an epoch whose loss is NaN or Inf stops the run with an error naming "
                         "the epoch and step (default), or is logged and training goes on")
+    p.add_argument("--fail-on-collapse", action="store_true",
+                   help="exit 2 when the test accuracy (AUC for --task link) ends at chance "
+                        "level, instead of the warning")
     p.add_argument("--measure-saved-bytes", action="store_true",
                    help="report peak_saved_mb, the activation memory of a training forward "
                         "(a saved-tensor hook on every forward; off by default)")

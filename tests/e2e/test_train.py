@@ -118,3 +118,28 @@ def test_dglx_train_task_link_refuses_partitions(tmp_path):
     assert r.returncode != 0
     assert "--partitions is not supported with --task link" in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr
+
+
+def test_a_run_that_learns_nothing_is_not_a_silent_success(tmp_path):
+    """Issue 40, case 9: random features and edges (8 classes) train to chance; `dglx train`
+    says so in a warning, and with --fail-on-collapse exits 2 in one line (node and link)."""
+    from dglx_dist.data.synthetic import SyntheticConfig, write_synthetic
+
+    write_synthetic(SyntheticConfig(num_nodes=2000, num_edges=20000, homophily=0.125,
+                                    feature_noise=1000.0), tmp_path / "R")
+
+    def train(*args):
+        return subprocess.run([sys.executable, "-m", "dglx_dist", "train", "--data", "R",
+                               "--no-progress", "--cache-dir", "cache", *args], cwd=tmp_path,
+                              env=_env(DGLX_VIRTUAL_SERVERS="1"), capture_output=True,
+                              text=True, timeout=300)
+
+    r = train("--epochs", "5")
+    assert r.returncode == 0 and "WARNING" in r.stderr and "learned nothing" in r.stderr
+    r = train("--epochs", "5", "--fail-on-collapse")
+    errors = [ln for ln in r.stderr.splitlines() if " ERROR " in ln]
+    assert r.returncode == 2 and len(errors) == 1, r.stderr[-3000:]
+    assert "LearnedNothingError: after 5 epochs the test accuracy" in errors[0], errors
+    r = train("--task", "link", "--epochs", "2", "--train-edges", "2000", "--fail-on-collapse")
+    assert r.returncode == 2 and "the test AUC" in r.stderr and "is at chance (0.5)" in \
+        r.stderr, r.stderr[-3000:]
