@@ -14,7 +14,7 @@ __all__ = ["PeerError", "is_peer_failure"]
 
 _PEER_SIGNS = ("timed out", "timing out", "connection", "read error", "write error", "closed",
                "reset by peer", "broken pipe", "socket", "unreachable", "nccl error", "aborted",
-               "watchdog")
+               "watchdog", "wait timeout")  # the last: the store, waiting for a new group's peers
 
 
 def is_peer_failure(exc: Exception) -> bool:

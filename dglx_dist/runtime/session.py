@@ -145,8 +145,9 @@ class Session:
         ``i < count``, created by every rank in the same order (collective); one of the
         communicators whose first failure is the session's :attr:`failure`."""
         timeout = datetime.timedelta(seconds=self.env.timeout)
-        groups = [dist.new_group(ranks_of(i), timeout=timeout, backend=self._pg_backend)
-                  for i in range(count)]
+        with self.peer_errors(f"creating the {name} process groups"):  # a peer gone: named
+            groups = [dist.new_group(ranks_of(i), timeout=timeout, backend=self._pg_backend)
+                      for i in range(count)]
         comm = Comm(name, groups[mine], ranks_of(mine), self.rank, self.topology, self.counter,
                     self.health, self.env.timeout, native=self._native)
         self._comms.append(comm)
@@ -200,6 +201,11 @@ class Session:
 
         def excepthook(tp, value, tb):
             self._exit_error = value
+            if isinstance(value, KeyboardInterrupt):  # Ctrl-C reaches every rank: one line
+                tell_launcher(self.env.error_file, "interrupted (SIGINT)")
+                if self.rank == 0:
+                    sys.stderr.write("dglx_dist: interrupted (SIGINT)\n")
+                return
             # a collective torch ran itself (DDP's all-reduce in the user's backward) that a
             # dead or frozen peer broke: the comm layer's error naming that peer instead
             failure = self.world.peer_failure(

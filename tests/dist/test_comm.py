@@ -138,6 +138,26 @@ def test_crashed_rank_is_named_with_its_error(tmp_path):
         assert "rank 1 raised ValueError: bad batch 17" in res[r]["message"]
 
 
+def _raises_while_others_make_groups(session):
+    if session.rank == 0:  # e.g. a damaged part file only rank 0 reads
+        session.__exit__(ValueError, ValueError("part-00000/feat.arrow: damaged"), None)
+        os._exit(4)
+    try:
+        session.new_world_comm("late")
+    except PeerError as exc:
+        return {"ranks": exc.ranks, "message": str(exc)}
+    return {"ranks": None}
+
+
+def test_a_rank_that_fails_before_new_groups_is_named(tmp_path):
+    """Issue 40, case 11: torch's new_group, which rank 1 called while rank 0 failed, used
+    to end rank 1 with "Connection reset by peer"."""
+    res = run_workers(_raises_while_others_make_groups, 2, tmp_path,
+                      env={"DGLX_TIMEOUT": "5"}, expect_failure=[0], timeout=40)
+    assert res[1]["ranks"] == [0], res[1]
+    assert "rank 0 raised ValueError: part-00000/feat.arrow: damaged" in res[1]["message"]
+
+
 def _known_sizes(session):
     r, w = session.rank, session.world_size
     send = [torch.full((j + 1, 2), float(r)) for j in range(w)]

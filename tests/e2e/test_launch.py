@@ -178,3 +178,32 @@ def test_a_peer_failing_in_a_users_ddp_loop_is_named(tmp_path, how):
         root = r.stderr.split("Root Cause")[-1]
         assert "rank      : 1" in root and "RuntimeError: boom" in root, root
     assert not live_children()
+
+
+def test_ctrl_c_in_a_users_script_is_one_line(tmp_path):
+    """Issue 40, case 11: SIGINT to the whole job (a terminal's Ctrl-C) gave a
+    KeyboardInterrupt traceback from every rank; now one line from rank 0."""
+    import signal
+    import time
+
+    script = tmp_path / "loop.py"
+    script.write_text("import time\nimport dglx_dist\n"
+                      "from dglx_dist.data import CoraGraphDataset\n"
+                      "g = dglx_dist.distribute(CoraGraphDataset()[0], cache_dir='cache')\n"
+                      "print('ready', flush=True)\n"
+                      "while True:\n    g.barrier()\n    time.sleep(0.05)\n")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--master-port", str(free_local_port()), str(script)]
+    p = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while p.stdout.readline().strip() != "ready" and time.monotonic() < deadline:
+        pass
+    time.sleep(1)
+    os.killpg(p.pid, signal.SIGINT)  # what a terminal does: the whole foreground group
+    _, err = p.communicate(timeout=120)
+    p.stdout.close()
+    assert p.returncode != 0
+    assert err.count("dglx_dist: interrupted (SIGINT)") == 1, err[-3000:]
+    assert "KeyboardInterrupt" not in err.replace("interrupted (SIGINT)", ""), err[-3000:]
+    assert not live_children()
