@@ -145,8 +145,9 @@ SYNTHETIC_PRESETS: dict[str, SyntheticConfig] = {
 """Graphs shaped like the benchmarks users quote: ``dglx datagen --preset NAME``."""
 
 # write_synthetic's peak above its starting memory, measured at 200k-2.45M nodes, rounded up:
-# the edge arrays (29 B per edge with numpy 1.26, 33 with 2.4) and 50-100 MiB of buffers
-_FIXED_BYTES, _BYTES_PER_EDGE, _BYTES_PER_NODE = 160 << 20, 36, 40
+# the edge arrays (29 B per edge with numpy 1.26, 33 with 2.4) and 50-100 MiB of buffers; per
+# node 39.7 B measured at 20M nodes (with 40 the estimate was 1.5% above the peak: 48 for room)
+_FIXED_BYTES, _BYTES_PER_EDGE, _BYTES_PER_NODE = 160 << 20, 36, 48
 
 
 def estimate_peak_bytes(config: SyntheticConfig, start: int | None = None,
