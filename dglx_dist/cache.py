@@ -20,6 +20,7 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import Mapping
 
 from dglx_dist.data.owned import describe_unproven, read_record, remove_recorded, unproven
 from dglx_dist.errors import InvalidValueError, OutputExistsError
@@ -57,7 +58,7 @@ class CacheLimits:
     max_age_s: float = 30 * 86400.0
 
     @classmethod
-    def from_env(cls, environ: os._Environ | dict = os.environ) -> "CacheLimits":
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> "CacheLimits":
         """``DGLX_CACHE_MAX_GB`` and ``DGLX_CACHE_MAX_DAYS`` over the defaults."""
         values = {}
         for var, field, scale in (("DGLX_CACHE_MAX_GB", "max_bytes", 1 << 30),

@@ -10,7 +10,7 @@ kept (the directory is moved aside under a visible ``.kept-`` name instead of re
 
 A subdirectory with a record of its own (a dataset cached inside a benchmark's outputs) is
 judged by its own record; checkpoints carry the same information in their ``manifest.json``
-(:func:`Record` with ``name="manifest.json"``). Derived files that readers add later (a
+(a :class:`Record` whose ``name`` is ``manifest.json``). Derived files that readers add later (a
 partition's verification stamps) are named by patterns in the record and count as ours.
 
 Directories written before this record existed have none and are refused by ``--overwrite``:
@@ -22,15 +22,12 @@ import dataclasses
 import fnmatch
 import hashlib
 import json
-import logging
 import os
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 __all__ = ["RECORD", "Record", "sha256_file", "write_record", "read_record", "unproven",
            "remove_recorded", "describe_unproven"]
-
-log = logging.getLogger(__name__)
 
 RECORD = ".dglx-written.json"
 _FORMAT = "dglx-written"

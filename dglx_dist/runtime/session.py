@@ -208,9 +208,9 @@ class Session:
                 return
             # a collective torch ran itself (DDP's all-reduce in the user's backward) that a
             # dead or frozen peer broke: the comm layer's error naming that peer instead
-            failure = self.world.peer_failure(
-                "DDP's gradient all-reduce", value, DDP_GROUP) if self._store is not None \
-                else None
+            from_backend = any(b in str(value).lower() for b in ("gloo", "nccl"))
+            failure = self.world.peer_failure("DDP's gradient all-reduce", value, DDP_GROUP) \
+                if self._store is not None and from_backend else None
             if failure is not None:
                 value, tp, tb = failure, type(failure), None
             elif not isinstance(value, DglxError):  # the script's own bug: its traceback,
