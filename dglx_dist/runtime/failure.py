@@ -33,6 +33,7 @@ __all__ = ["reporting_rank", "one_line", "report", "tell_launcher", "mark_in_ses
            "same_on_every_rank"]
 
 _IN_SESSION, _EVERYWHERE = "dglx_in_session", "dglx_same_on_every_rank"
+LATER_S = 10  # how much later a rank that saw another's failure dates its error file
 E = TypeVar("E", bound=BaseException)
 # dglx_dist itself, the standard library and installed packages: not the user's script
 _NOT_USER_CODE = tuple({os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -94,21 +95,22 @@ def report(exc: BaseException, rank: int, world_size: int, error_file: str | Non
     line = prefix + one_line(exc)
     speaks = reporting_rank(exc, rank, world_size) == rank
     # the rank that failed first is torchrun's root cause (the earliest record): a rank that
-    # only saw another's failure dates its record a second later
+    # only saw another's failure dates its record later (the failing rank may write its own
+    # a second after: whole seconds, and it may be the slower one)
     tell_launcher(error_file, line, later=isinstance(exc, PeerError) or not speaks)
     return line if speaks else None
 
 
 def tell_launcher(error_file: str | None, message: str, later: bool = False) -> None:
     """Writes ``message`` where torchrun's failure summary reads it (nothing without one);
-    ``later``: dated a second after now, so that torchrun, which takes the earliest record
-    for the root cause, takes another rank's own failure instead."""
+    ``later``: dated :data:`LATER_S` seconds after now, so that torchrun, which takes the
+    earliest record (whole seconds) for the root cause, takes another rank's own failure."""
     if not error_file:
         return
     # the layout torch's own ErrorHandler.record_exception writes; the summary shows
     # py_callstack, which here is the line itself
     record = {"message": {"message": message, "extraInfo": {
-        "py_callstack": message, "timestamp": str(int(time.time()) + int(later))}}}
+        "py_callstack": message, "timestamp": str(int(time.time()) + LATER_S * later)}}}
     try:
         with open(error_file, "w") as fp:
             json.dump(record, fp)

@@ -224,6 +224,8 @@ class Session:
                           prefix=f"dglx_dist error on rank {self.rank}: ")
             if line is not None:
                 sys.stderr.write(line + "\n")
+            else:  # the rank that speaks exits first: torchrun's root cause (its first exit)
+                time.sleep(1.0)
 
         sys.excepthook = self._excepthook = excepthook
         atexit.register(self._at_exit)

@@ -190,19 +190,26 @@ def test_ctrl_c_in_a_users_script_is_one_line(tmp_path):
     script.write_text("import time\nimport dglx_dist\n"
                       "from dglx_dist.data import CoraGraphDataset\n"
                       "g = dglx_dist.distribute(CoraGraphDataset()[0], cache_dir='cache')\n"
-                      "print('ready', flush=True)\n"
+                      "open(f'ready{g.session.rank}', 'w').close()\n"
                       "while True:\n    g.barrier()\n    time.sleep(0.05)\n")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            "--master-port", str(free_local_port()), str(script)]
-    p = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 120
-    while p.stdout.readline().strip() != "ready" and time.monotonic() < deadline:
-        pass
-    time.sleep(1)
-    os.killpg(p.pid, signal.SIGINT)  # what a terminal does: the whole foreground group
-    _, err = p.communicate(timeout=120)
-    p.stdout.close()
+    with open(tmp_path / "stderr", "w") as stderr:
+        p = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL,
+                             stderr=stderr, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not all((tmp_path / f"ready{r}").exists() for r in (0, 1)):
+            assert p.poll() is None and time.monotonic() < deadline, "the job did not start"
+            time.sleep(0.1)
+        time.sleep(1)
+        os.killpg(p.pid, signal.SIGINT)  # what a terminal does: the whole foreground group
+        p.wait(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    err = (tmp_path / "stderr").read_text()
     assert p.returncode != 0
     assert err.count("dglx_dist: interrupted (SIGINT)") == 1, err[-3000:]
     assert "KeyboardInterrupt" not in err.replace("interrupted (SIGINT)", ""), err[-3000:]
