@@ -188,8 +188,15 @@ class Health:
             if self._has(f"crashed/{r}"):
                 found[r] = f"raised {self._get(f'crash_msg/{r}')}"
                 continue
-            if self._has(f"failed/{r}") or self._has(f"exit/{r}"):
-                continue  # a survivor that saw the failure too, or a clean exit
+            failed, left = self._has(f"failed/{r}"), self._has(f"exit/{r}")
+            if failed or left:  # a survivor that saw the failure too, or a clean exit: the
+                seq = json.loads(self._get(f"beat/{r}"))[1].get(group, 0)  # cause only if
+                if seq < mine:  # it never reached this collective (its loop ended early)
+                    (behind if failed else found)[r] = (
+                        f"{'failed in' if failed else 'left the job from'} another collective "
+                        f"at {group} collective #{seq}, while this rank is at #{mine} (did "
+                        f"its loop end early?)")
+                continue
             who = json.loads(self._get(f"who/{r}"))
             if who["host"] == self._host and not _alive(who["pid"]):
                 if self._has(f"failed/{r}") or self._has(f"exit/{r}"):

@@ -150,6 +150,8 @@ for step, (input_nodes, output_nodes, blocks) in enumerate(loader):
     if step == 2 and g.session.rank == 1:
         if how == "raises":
             raise RuntimeError("boom")
+        if how == "leaves":  # its loop ends early: the script ends
+            break
         time.sleep(600)  # stalls
     loss = F.cross_entropy(model(blocks, g.ndata["feat"][input_nodes]),
                            g.ndata["label"][output_nodes])
@@ -159,7 +161,7 @@ for step, (input_nodes, output_nodes, blocks) in enumerate(loader):
 '''
 
 
-@pytest.mark.parametrize("how", ["raises", "stalls"])
+@pytest.mark.parametrize("how", ["raises", "stalls", "leaves"])
 def test_a_peer_failing_in_a_users_ddp_loop_is_named(tmp_path, how):
     """Issue 40, case 10: under distdgl (DDP) in a user's own script, the healthy rank's
     gloo error in backward becomes the comm layer's one line naming the peer (and quoting its
@@ -173,6 +175,8 @@ def test_a_peer_failing_in_a_users_ddp_loop_is_named(tmp_path, how):
     assert r.returncode != 0
     said = [ln for ln in r.stderr.splitlines() if ln.startswith("dglx_dist error on rank 0")]
     assert len(said) == 1 and "PeerError" in said[0] and "rank 1" in said[0], r.stderr[-4000:]
+    if how == "leaves":
+        assert "rank 1 failed in another collective at ddp collective #2" in said[0], said
     if how == "raises":
         assert "rank 1 raised RuntimeError: boom" in said[0], said
         root = r.stderr.split("Root Cause")[-1]
