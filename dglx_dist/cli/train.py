@@ -66,10 +66,12 @@ def _check_learned(trainer, epochs: int, fail: bool) -> None:
     """Warns (or, with ``fail``, raises) when the run's test accuracy is at chance."""
     from dglx_dist.tasks.collapse import act_on, majority_rate, node_verdict
 
+    test_acc = trainer.history[-1].get("test_acc") if trainer.history else None
+    if test_acc is None:  # nothing trained in this run (a resumed, finished one)
+        return
     ndata = trainer.graph.ndata
     labels = ndata["label"].full()[ndata["test_mask"].full().bool()]
-    act_on(node_verdict(trainer.history[-1].get("test_acc"), majority_rate(labels), epochs),
-           fail)
+    act_on(node_verdict(test_acc, majority_rate(labels), epochs), fail)
 
 
 def _check_before_start(args: argparse.Namespace, strategy, env) -> None:
