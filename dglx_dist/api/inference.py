@@ -75,8 +75,9 @@ def export_parquet(directory: str | os.PathLike, tensor: DistTensor, nodes=None,
     def check() -> None:  # rank 0 judges the directory; every rank learns the outcome
         if g.session.is_main:
             check_target(out, overwrite, EXPORT_DIR)
-            if out.is_dir() and read_record(out) is not None:
-                remove_recorded(out, read_record(out))
+            record = read_record(out) if out.is_dir() else None
+            if record is not None:  # an earlier export's files (checked: all of them)
+                remove_recorded(out, record)
 
     on_every_rank(g.session, "export_parquet", check)
     ids = node_split(torch.arange(g.num_nodes()) if nodes is None else nodes, g)

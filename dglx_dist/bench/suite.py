@@ -134,7 +134,6 @@ def _render(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any], figure:
     (out / "results.md").write_text(text)
     if figure:
         plot(rows, out / "bench.png", meta["command"])
-    write_record(out, BENCH_DIR.name, only=_RENDERED)
     return text
 
 
@@ -191,4 +190,6 @@ def replot(out: Path, figure: bool = True) -> str:
     if not isinstance(meta, dict) or "command" not in meta:
         raise InvalidValueError(f"{out / 'meta.json'}: not the meta.json of dglx bench "
                                 f"({str(meta):.80}); run the benchmark again")
-    return _render(out, rows, meta, figure)
+    text = _render(out, rows, meta, figure)
+    write_record(out, BENCH_DIR.name, only=_RENDERED)  # what --replot rewrote, and no more
+    return text

@@ -45,20 +45,20 @@ def _cmd_commcheck(args: argparse.Namespace) -> int:
         counts = s.world.all_gather(torch.tensor(list(s.counter.snapshot().values())))
         if s.is_main:
             keys = list(s.counter.snapshot())
-            print(json.dumps({"world_size": s.world_size, "servers": s.topology.num_servers,
-                              "ranks_per_server": s.topology.ranks_per_server,
-                              "backend": s.backend, "device": str(s.device),
-                              "launcher": s.env.launcher,
-                              "exchange_ok": int(total.item()) == s.world_size,
-                              "payload_mb": args.payload_mb, "payload_seconds": seconds,
-                              "bytes": [dict(zip(keys, c.tolist())) for c in counts]}))
+            report = {"world_size": s.world_size, "servers": s.topology.num_servers,
+                      "ranks_per_server": s.topology.ranks_per_server, "backend": s.backend,
+                      "device": str(s.device), "launcher": s.env.launcher,
+                      "exchange_ok": int(total.item()) == s.world_size,
+                      "payload_mb": args.payload_mb, "payload_seconds": seconds,
+                      "bytes": [dict(zip(keys, c.tolist())) for c in counts]}
+            sys.stdout.write(json.dumps(report) + "\n")
     return 0
 
 
 def _cmd_rdzvcheck(args: argparse.Namespace) -> int:
     from dglx_dist.runtime.preflight import check_rendezvous_endpoint
 
-    print(check_rendezvous_endpoint(args.endpoint, args.timeout))
+    sys.stdout.write(f"{check_rendezvous_endpoint(args.endpoint, args.timeout)}\n")
     return 0
 
 
@@ -85,7 +85,7 @@ def _cmd_emulate(args: argparse.Namespace) -> int:
                                            remove_leftovers, run_job)
 
     if args.remove_leftovers:
-        print(json.dumps({"removed": remove_leftovers()}))
+        sys.stdout.write(json.dumps({"removed": remove_leftovers()}) + "\n")
         return 0
     target = args.target[1:] if args.target[:1] == ["--"] else args.target
     if not target:

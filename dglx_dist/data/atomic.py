@@ -32,11 +32,11 @@ from typing import Callable, Iterator, Sequence
 import psutil
 
 from dglx_dist.data.owned import (RECORD, Record, describe_unproven, read_record,
-                                  remove_recorded, sha256_file, unproven, write_record)
+                                  remove_recorded, unproven, write_record)
 from dglx_dist.errors import DiskFullError, OutputExistsError
 
-__all__ = ["DirKind", "atomic_directory", "check_disk", "check_target", "check_replaceable",
-           "replace_directory", "remove_stale_temporaries", "sha256_file"]
+__all__ = ["DirKind", "atomic_directory", "check_disk", "check_target", "replace_directory",
+           "remove_stale_temporaries"]
 
 log = logging.getLogger(__name__)
 _MB = 1 << 20
@@ -89,10 +89,10 @@ def check_target(out: str | os.PathLike, overwrite: bool, kind: DirKind | None =
     if not overwrite:
         raise error_cls(f"{out} already exists and is not empty; choose another directory or "
                         f"pass overwrite (--overwrite) to replace what dglx wrote there")
-    check_replaceable(out, kind, error_cls)
+    _check_replaceable(out, kind, error_cls)
 
 
-def check_replaceable(out: Path, kind: DirKind | None,
+def _check_replaceable(out: Path, kind: DirKind | None,
                       error_cls: type[Exception] = OutputExistsError) -> None:
     """Refuses ``out`` unless its record proves dglx wrote every file in it."""
     record = read_record(out)

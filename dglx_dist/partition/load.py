@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from dglx_dist.data.atomic import sha256_file
+from dglx_dist.data.owned import sha256_file
 from dglx_dist.data.checked import check_range, column_numpy, read_checked, read_feat
 from dglx_dist.data.edge_data import edge_data_arrays
 from dglx_dist.errors import IdOutOfRangeError, PartitionFormatError

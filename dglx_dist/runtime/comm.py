@@ -378,8 +378,8 @@ class Comm:
         ranks, why = [], ""
         if self.health is not None:
             self.health.mark("failed")
-            ranks, why = self.health.diagnose(seqs or self.name, self.members)
-            self.health.end_frozen()
+            ranks, why, frozen = self.health.diagnose(seqs or self.name, self.members)
+            self.health.end_frozen(frozen)
         timed_out = "timed out" in str(exc).lower()
         cause = (f"timed out after {self.timeout.total_seconds():g}s" if timed_out
                  else f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")

@@ -57,7 +57,6 @@ class Health:
         self._host = socket.gethostname()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.frozen: set[int] = set()  # ranks the last diagnosis found frozen
 
     def _set(self, key: str, value: str) -> None:
         self._store.set(_PREFIX + key, value)
@@ -111,8 +110,8 @@ class Health:
             raise DeadlineError(f"the store did not answer within {self.store_timeout:.0f}s") \
                 from None
 
-    def end_frozen(self) -> list[int]:
-        """Ends (SIGKILL, with their children) the processes of the ranks found frozen that
+    def end_frozen(self, frozen: set[int]) -> list[int]:
+        """Ends (SIGKILL, with their children) the processes of the ``frozen`` ranks that
         run beside this one under the same launcher: a stopped process cannot take the
         launcher's SIGTERM, whose grace would add 30 s to the job's end. Returns those ranks."""
         ended = []
@@ -123,7 +122,7 @@ class Health:
         for proc in siblings:
             try:
                 rank = int(proc.environ().get("RANK", "-1"))
-                if proc.pid == os.getpid() or rank not in self.frozen:
+                if proc.pid == os.getpid() or rank not in frozen:
                     continue
                 for p in [*proc.children(recursive=True), proc]:
                     p.kill()
@@ -151,8 +150,9 @@ class Health:
                 return
 
     def diagnose(self, group: str, members: list[int],
-                 settle: float | None = None) -> tuple[list[int], str]:
-        """Members of ``group`` that look failed, and why.
+                 settle: float | None = None) -> tuple[list[int], str, set[int]]:
+        """Members of ``group`` that look failed, why, and which of them look frozen (for
+        :meth:`end_frozen`).
 
         Waits up to ``settle`` seconds (default four heartbeats) for evidence to appear.
         """
@@ -162,15 +162,14 @@ class Health:
             try:
                 hard, behind = self._within(self._suspects, group, members)
             except (RuntimeError, TimeoutError) as exc:  # the store's host is gone or frozen
-                self.frozen = {0}
-                return [0], f"the job's store (hosted by rank 0) is unreachable ({exc})"
+                return [0], f"the job's store (hosted by rank 0) is unreachable ({exc})", {0}
             waited = time.monotonic() - start
             # "behind" needs fresh heartbeats (> 2 intervals) before it counts as evidence
             found = hard or (behind if waited > 2 * self.interval else {})
             if found or waited >= settle:
-                self.frozen = {r for r, why in found.items() if why.startswith(_SILENT)}
+                frozen = {r for r, why in found.items() if why.startswith(_SILENT)}
                 return sorted(found), "; ".join(f"rank {r} {why}"
-                                                for r, why in sorted(found.items()))
+                                                for r, why in sorted(found.items())), frozen
             time.sleep(self.interval / 2)
 
     def _suspects(self, group: str, members: list[int]) -> tuple[dict[int, str], dict[int, str]]:

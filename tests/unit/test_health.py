@@ -43,8 +43,9 @@ def frozen_store():
 def test_a_frozen_store_host_is_named_within_the_deadline(frozen_store):
     t0 = time.monotonic()
     frozen_store.mark("failed")
-    ranks, why = frozen_store.diagnose("world", [0, 1])
+    ranks, why, frozen = frozen_store.diagnose("world", [0, 1])
     frozen_store.record_crash("PeerError: ...")
     assert time.monotonic() - t0 < 3.0  # one missed deadline; later calls do not wait again
     assert ranks == [0] and "store (hosted by rank 0) is unreachable" in why
+    assert frozen == {0}  # what a survivor beside it under the same launcher ends
     frozen_store.stop()

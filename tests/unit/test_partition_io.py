@@ -170,7 +170,7 @@ def test_part_from_another_partitioning_is_rejected(tiny, tmp_path):
 
 def test_out_of_range_local_ids_are_rejected(pdir_path):
     import pyarrow as pa
-    from dglx_dist.data.atomic import sha256_file
+    from dglx_dist.data.owned import sha256_file
     from dglx_dist.data.checked import write_arrow
     f = pdir_path / "part-00000" / "edges.arrow"
     t = pa.ipc.open_file(f).read_all()
@@ -190,7 +190,7 @@ def test_version_1_parquet_parts_still_load(pdir_path, tmp_path):
 
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from dglx_dist.data.atomic import sha256_file
+    from dglx_dist.data.owned import sha256_file
     from dglx_dist.data.checked import WRITE_OPTIONS
 
     old = tmp_path / "v1"
