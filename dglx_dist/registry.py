@@ -14,7 +14,8 @@ with a decorator; the same class may sit behind several names with different bou
 ``build(name, **options)`` validates the options against the Config (unknown names and options
 fail listing the valid ones; strings from the command line are coerced to the field's type; a
 float must be finite, and a field's metadata may bound it: ``"min"`` inclusive, ``"above"``
-exclusive) and returns ``cls(config)``. Third parties add plug-ins through the entry-point
+exclusive) and returns ``cls(config, name=name)``: the instance knows the name it was built
+under as ``registered_name`` (the plug-in bases take it in their constructor). Third parties add plug-ins through the entry-point
 group; they are loaded the first time a name is looked up.
 """
 from __future__ import annotations
@@ -204,9 +205,7 @@ class Registry(Generic[T]):
     def build(self, name: str, **options: Any) -> T:
         """Instantiates the plug-in ``name`` with validated ``options``."""
         config = self.make_config(name, **options)
-        instance = self._entry(name).cls(config)
-        setattr(instance, "registered_name", name)
-        return instance
+        return self._entry(name).cls(config, name=name)
 
     def _entry(self, name: str) -> _Entry:
         self._load_entry_points()

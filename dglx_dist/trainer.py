@@ -3,7 +3,7 @@
 A ``Trainer`` is the drop-in API driven for you: it opens the partitions as a
 :class:`~dglx_dist.api.DistGraph`, iterates :class:`~dglx_dist.api.DataLoader` s over the
 training and evaluation masks (fanouts and batch sizes from the strategy's options:
-:meth:`~dglx_dist.strategies.base.Strategy.trainer_loaders`) and trains the
+:func:`~dglx_dist.strategies.base.trainer_loaders`) and trains the
 :func:`~dglx_dist.api.parallelize` d model; there is no second code path::
 
     session = dglx_dist.init()                                   # from torchrun / srun
@@ -16,10 +16,9 @@ training and evaluation masks (fanouts and batch sizes from the strategy's optio
 
 or ``trainer.fit(epochs)``, which also returns the per-epoch metrics records (wall time,
 steps, samples, bytes intra/inter-server, peak memory, loss, accuracy) and writes them as JSON
-lines. ``fit`` has one loop for every strategy: its epochs come from
-:meth:`Strategy.train_epochs <dglx_dist.strategies.base.Strategy.train_epochs>`, the loader's
-steps by default, or a pipeline of the strategy's own (dorylus's bounded asynchrony, which
-steps the optimizer through :meth:`Trainer.optimizer_step`).
+lines. ``fit`` has one loop for every strategy: its epochs are the loader's steps, or a
+pipeline of the strategy's own (:class:`~dglx_dist.strategies.abilities.OwnEpochs`: dorylus's
+bounded asynchrony, which steps the optimizer through :meth:`Trainer.optimizer_step`).
 
 Checkpoints: ``trainer.save(dir)`` / ``trainer.resume(dir)`` (collective), or
 ``Trainer(..., checkpoint=Checkpointing(dir, every=1))`` to save during ``fit``. A checkpoint
@@ -58,6 +57,7 @@ from dglx_dist.memory import SavedBytes
 from dglx_dist.report import json_record
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.runtime.session import Session
+from dglx_dist.strategies.abilities import epochs_of, load_state, state_of
 from dglx_dist.strategies.base import Strategy
 from dglx_dist.strategies.epochs import EpochResult, TrainHooks
 from dglx_dist.strategies.steps import LoaderSpec
@@ -162,7 +162,7 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
 
     def _batches(self, loader: DataLoader, epoch: int, desc: str) -> Iterator[Batch]:
-        loader.epoch = epoch
+        loader.set_epoch(epoch)
         steps = iter(loader)
         if self.progress and self.session.is_main:
             steps = tqdm(steps, desc=desc, unit="step", leave=False, total=len(loader))
@@ -251,7 +251,7 @@ class Trainer:
                    disable=not (self.progress and self.session.is_main))
         try:
             before = self.session.counter.snapshot()
-            for result in self.strategy.train_epochs(range(self.epoch, epochs), hooks):
+            for result in epochs_of(self.strategy, range(self.epoch, epochs), hooks):
                 peak = self.saved.peak if self.saved is not None else None
                 record = epoch_record(result, before, self.session.counter.snapshot(),
                                       self.strategy.registered_name, peak, self.session)
@@ -312,7 +312,7 @@ class Trainer:
         rank = self.session.rank
         state = {"rank": rank, "epoch": self.epoch, "steps": self.steps,
                  "model": self.model.state_dict(),
-                 "optimizer": self.optimizer.state_dict(), "strategy": self.strategy.state_dict(),
+                 "optimizer": self.optimizer.state_dict(), "strategy": state_of(self.strategy),
                  "rng": rng.capture(), "history": self.history}
         blobs = {rank_file(rank): encode(state), **encode_shards(self.embeddings)}
         meta = {"step": self.steps, "world_size": self.session.world_size,
@@ -383,7 +383,7 @@ class Trainer:
                                   f"this is rank {rank} (were the rank files swapped?)")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.strategy.load_state_dict(state["strategy"])
+        load_state(self.strategy, state["strategy"])
         restore_shards(self.embeddings, read)
         self.epoch, self.steps = int(state["epoch"]), int(state["steps"])
         self.history = list(state["history"])
@@ -396,4 +396,5 @@ class Trainer:
             if self.metrics is not None:
                 self.metrics.write(json_record(record) + "\n")
                 self.metrics.flush()
+
 

@@ -8,7 +8,7 @@ import torch
 from dglx_dist.errors import InvalidValueError, OutputExistsError
 from dglx_dist.runtime.session import Session
 
-__all__ = ["on_every_rank", "differing_ranks", "ids_digest"]
+__all__ = ["on_every_rank", "same_call", "differing_ranks", "ids_digest"]
 
 T = TypeVar("T")
 _BAD_INPUT = (ValueError, TypeError, IndexError, KeyError, OutputExistsError)
@@ -36,6 +36,30 @@ def on_every_rank(session: Session, what: str, check: Callable[[], T]) -> T:
         error.dglx_failed_ranks = failed
         raise error
     return result
+
+
+_CALL_BYTES = 240
+
+
+def same_call(session: Session, call: str) -> None:
+    """Checks that every rank is making the same collective call ``call`` (its signature, e.g.
+    a loader's arguments) before the collectives inside it start: ranks that build loaders
+    in different orders get an error naming both calls instead of waiting in mismatched
+    collectives (collective: one all-gather of a fixed-size buffer)."""
+    raw = call.encode()[:_CALL_BYTES]
+    mine = torch.zeros(_CALL_BYTES + 1, dtype=torch.uint8)
+    mine[0] = len(raw)
+    mine[1:1 + len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+    every = session.world.all_gather(mine)
+    calls = [bytes(v[1:1 + int(v[0])].tolist()).decode(errors="replace") for v in every]
+    other = next((r for r, c in enumerate(calls) if c != calls[0]), None)
+    if other is None:
+        return
+    error = InvalidValueError(f"ranks make different calls at the same point: rank 0 {calls[0]}, "
+                              f"rank {other} {calls[other]}; every rank must build its loaders "
+                              "(and other collective objects) in the same order")
+    error.dglx_failed_ranks = [0]  # the same message everywhere: rank 0 says it
+    raise error
 
 
 def differing_ranks(session: Session, value: torch.Tensor) -> list[int]:

@@ -36,14 +36,16 @@ from dglx_dist.api.ndata import MASKS, NodeData, NodeDataView
 from dglx_dist.api.structure import EdgeStructure, store_edge_ends
 from dglx_dist.data.convert import check_convertible, from_dgl
 from dglx_dist.data.format import write_dataset
-from dglx_dist.errors import DatasetFormatError, InvalidValueError, StateError
+from dglx_dist.errors import DatasetFormatError, InvalidValueError, NotSupportedError, StateError
 from dglx_dist.kvstore import ColumnPolicy, DistKVStore, RowPolicy
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.prepare import checked_cache, ensure_partitions, made_by_rank0
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.runtime.session import Session, current_session, init
 from dglx_dist.sampling import PartitionSampler
-from dglx_dist.strategies.base import STRATEGIES, Strategy
+from dglx_dist.strategies.abilities import FullGraphForm
+from dglx_dist.strategies.base import (STRATEGIES, SetupRequest, Strategy, check_partitions,
+                                       implied_layers, trainer_loaders)
 from dglx_dist.strategies.steps import LoaderSpec
 
 __all__ = ["DistGraph", "NodeDataView", "distribute", "node_data_store", "current_graph"]
@@ -135,10 +137,10 @@ class DistGraph(EdgeStructure):
         self.session = _session(session)
         self.pdir = partitions if isinstance(partitions, PartitionDir) else \
             PartitionDir(partitions)
-        self._template = _build(strategy, options)
-        self._template.check_partitions(self.pdir, self.session.topology)
+        self.strategy = _build(strategy, options)
+        check_partitions(self.strategy, self.pdir, self.session.topology)
         self.store = node_data_store(self.session, self.pdir)
-        self.strategy: Strategy | None = None
+        self._setup: SetupRequest | None = None  # what the strategy was set up for
         self._orig: torch.Tensor | None = None  # partitioned id -> original id
         self._part: torch.Tensor | None = None  # original id -> partitioned id
         if self.pdir.manifest.get("relabeled"):
@@ -190,24 +192,37 @@ class DistGraph(EdgeStructure):
 
     def local_nodes(self) -> torch.Tensor:
         """This rank's nodes, in the order of a full-graph forward's output rows."""
-        return self.node_ids(self.setup().local_nodes())
+        return self.node_ids(self.full_graph_form("g.local_nodes()").local_nodes())
 
     # -- the strategy ----------------------------------------------------------------------------
-    def setup(self, num_layers: int | None = None, batches: int | None = None) -> Strategy:
-        """The strategy, set up for a model of ``num_layers`` graph convs on first use
-        (collective: the first DataLoader or parallelize call of every rank sets it up; a
-        strategy whose depth is fixed then refuses a model of another depth)."""
-        if self.strategy is None:
-            n = num_layers or self._template.num_layers() or 2
-            self.strategy = self._template.with_layers(n, batches)
-            self.strategy.setup(self.session, self.pdir, self.store)
+    @property
+    def is_set_up(self) -> bool:
+        return self._setup is not None
+
+    def setup(self, request: SetupRequest) -> Strategy:
+        """The strategy, set up for ``request`` by the first call that needs it (collective:
+        the first DataLoader, parallelize or full-graph read of every rank; later requests
+        find it set up)."""
+        if self._setup is None:
+            self.strategy.setup(self.session, self.pdir, self.store, request)
+            self._setup = request
+        return self.strategy
+
+    def full_graph_form(self, by: str) -> FullGraphForm:
+        """The strategy, set up, for the full-graph form (``by``: the call, for messages)."""
+        if not isinstance(self.strategy, FullGraphForm):
+            raise NotSupportedError(f"{by}: strategy {self.strategy.registered_name!r} has no "
+                                    "full-graph form; iterate a dglx_dist.DataLoader instead")
+        layers = implied_layers(self.strategy) or 2
+        self.setup(SetupRequest(layers if self._setup is None else self._setup.num_layers,
+                                by=by))
         return self.strategy
 
     def trainer_loaders(self, num_layers: int | None = None) -> tuple[LoaderSpec, LoaderSpec]:
         """The training and evaluation loaders the :class:`~dglx_dist.trainer.Trainer` uses
         for a model of ``num_layers`` graph convs (from the strategy's options)."""
-        n = num_layers or self._template.num_layers() or 2
-        return self._template.trainer_loaders(n, self.num_nodes())
+        n = num_layers or implied_layers(self.strategy) or 2
+        return trainer_loaders(self.strategy, n, self.num_nodes())
 
     def sampler(self) -> PartitionSampler:
         """Distributed neighbour sampling over the partitions, for loaders the strategy does
@@ -222,14 +237,14 @@ class DistGraph(EdgeStructure):
 
     def close(self) -> None:
         """Releases the strategy's and the store's memory (the session stays up)."""
-        if self.strategy is not None:
+        if self._setup is not None:
             self.strategy.close()
-            self.strategy = None
+            self._setup = None
         self.store.close()
 
     def __repr__(self) -> str:
         return (f"DistGraph(num_nodes={self.num_nodes()}, num_edges={self.num_edges()}, "
-                f"parts={self.pdir.num_parts}, strategy={self._template.registered_name!r})")
+                f"parts={self.pdir.num_parts}, strategy={self.strategy.registered_name!r})")
 
 
 def fingerprint(g) -> str:

@@ -29,13 +29,15 @@ from typing import Callable, Iterator
 import dgl
 import torch
 
-from dglx_dist.api.agree import differing_ranks, ids_digest, on_every_rank
+from dglx_dist.api.agree import differing_ranks, ids_digest, on_every_rank, same_call
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.link import EdgePairs, is_edge_sampler
 from dglx_dist.api.ndata import as_node_ids
 from dglx_dist.api.split import edge_share, node_split
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 from dglx_dist.runtime.transfer import DeviceCopies
+from dglx_dist.strategies.abilities import LinkPrediction, StepsInTurn
+from dglx_dist.strategies.base import SetupRequest
 from dglx_dist.strategies.steps import (EdgeStep, LoaderSpec, Step, place_step, sampled_epoch,
                                         sampled_plan)
 
@@ -131,24 +133,27 @@ class DataLoader:
             graph, graph_sampler, batch_size))
         self.spec = LoaderSpec(fanouts, int(batch_size), bool(shuffle), bool(drop_last), seed,
                                pairs)
+        call = (f"DataLoader({'edge' if pairs else 'node'} ids, fanouts={list(fanouts)}, "
+                f"batch_size={self.spec.batch_size}, shuffle={self.spec.shuffle})")
+        same_call(session, call)
         ids = self._own_ids(indices, use_ddp, edges=pairs is not None)
-        counts = session.world.all_gather(torch.tensor([ids.numel()]))
-        batches = -(-int(max(int(c) for c in counts)) // self.spec.batch_size)
-        # an edge loader's batches say nothing of how a strategy should cut the nodes
-        self.strategy = graph.setup(len(fanouts), None if pairs else batches)
+        self.strategy = graph.setup(SetupRequest(len(fanouts), by=call))
         part_ids = ids if pairs else graph.part_ids(ids).sort().values
         if pairs:
             on_every_rank(session, "DataLoader", self._check_link)
-        self._own = self.strategy.serves(self.spec)
-        if self._own:
-            self.plan = on_every_rank(session, "DataLoader",
-                                      lambda: self.strategy.loader_plan(part_ids, self.spec))
-        else:
-            self.plan = sampled_plan(session.world, part_ids, self.spec)
+        plan = on_every_rank(session, "DataLoader",
+                             lambda: self.strategy.loader_plan(part_ids, self.spec))
+        self._own = plan is not None
+        self.plan = plan if self._own else sampled_plan(session.world, part_ids, self.spec)
         self.indices, self.epoch = ids, 0
         self.lookahead = use_prefetch_thread is not False
         self.device = self.strategy.compute_device(session)
         self._copies = DeviceCopies(self.device)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the next iteration is (DGL's ``set_epoch``: it seeds the shuffling and
+        sampling); by default each iteration is the one after the last."""
+        self.epoch = int(epoch)
 
     @staticmethod
     def _check(graph, sampler, batch_size) -> tuple[tuple[int, ...], EdgePairs | None]:
@@ -164,7 +169,7 @@ class DataLoader:
         return sampler_fanouts(sampler), None
 
     def _check_link(self) -> None:
-        if not self.strategy.link_prediction:
+        if not isinstance(self.strategy, LinkPrediction):
             raise NotSupportedError(f"DataLoader: strategy {self.strategy.registered_name!r} "
                                     "does not train link prediction (edge loaders run under "
                                     "distdgl, p3, granndis and fullgraph; "
@@ -193,7 +198,7 @@ class DataLoader:
         else:
             steps = sampled_epoch(self.graph.sampler(), self.graph.session.rank, self.plan,
                                   self.spec, epoch)
-        ahead = self.lookahead and self.strategy.lookahead
+        ahead = self.lookahead and not isinstance(self.strategy, StepsInTurn)
         for step in self._ahead(steps) if ahead else self._in_turn(steps):
             if isinstance(step, EdgeStep):
                 pairs = (step.pair_graph,) if step.neg_pair_graph is None else \

@@ -9,6 +9,7 @@ import torch
 
 from dglx_dist.errors import IdOutOfRangeError, InvalidValueError, UnknownNameError
 from dglx_dist.kvstore import PullUnderWay
+from dglx_dist.strategies.abilities import HoldsRows
 
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
@@ -147,7 +148,8 @@ class NodeDataView:
 
     def _held_by_strategy(self) -> bool:
         strategy = self._g.strategy
-        return strategy is not None and self.name in strategy.held_rows
+        return self._g.is_set_up and isinstance(strategy, HoldsRows) and \
+            self.name in strategy.held_rows
 
     def _stored(self):
         """The store that holds this name."""
@@ -162,7 +164,7 @@ class NodeDataView:
 
     def local(self) -> Any:
         """The rows of this rank's nodes (:meth:`DistGraph.local_nodes`)."""
-        return self.rows(self._g.setup().local_nodes())
+        return self.rows(self._g.full_graph_form(f"g.ndata[{self.name!r}].local()").local_nodes())
 
     def full(self) -> torch.Tensor:
         """Every node's row, in node id order (the whole tensor)."""

@@ -29,6 +29,8 @@ from dglx_dist.api.graph import DistGraph, NodeDataView
 from dglx_dist.convs import adapter_for, graph_convs
 from dglx_dist.errors import InvalidTypeError, InvalidValueError
 from dglx_dist.runtime.device import module_devices
+from dglx_dist.strategies.abilities import ConvTypes, Float32Only, OverlapsBackward, ShardedParams
+from dglx_dist.strategies.base import SetupRequest, implied_layers
 from dglx_dist.strategies.steps import OUT_DEGREE, Blocks
 
 __all__ = ["parallelize", "DistModel"]
@@ -67,7 +69,7 @@ def _check_convs(model: nn.Module, strategy) -> list[tuple[nn.Module, str]]:
         raise InvalidValueError(f"parallelize: {type(model).__name__} has no dgl.nn graph conv; "
                                 f"expected a model built from dgl.nn convs (SAGEConv, GraphConv, "
                                 f"GATConv)")
-    allowed = strategy.conv_types
+    allowed = strategy.conv_types if isinstance(strategy, ConvTypes) else None
     bad = [f"{name}: {type(conv).__name__}" for conv, name in convs
            if allowed is not None and type(conv).__name__ not in allowed]
     if bad:
@@ -93,7 +95,7 @@ def _check_device(model: nn.Module, strategy, session) -> None:
 
 
 def _check_dtype(model: nn.Module, strategy) -> None:
-    if not strategy.float32_only:
+    if not isinstance(strategy, Float32Only):
         return
     other = [(name, p.dtype) for name, p in model.named_parameters()
              if p.is_floating_point() and p.dtype != torch.float32]
@@ -127,7 +129,8 @@ def parallelize(model: nn.Module, g: DistGraph) -> "DistModel":
         raise InvalidTypeError(f"parallelize needs the graph dglx_dist.distribute returned; got "
                                f"{type(g).__name__}")
     convs = graph_convs(model)
-    strategy = g.setup(len(convs) or None)
+    strategy = g.setup(SetupRequest(len(convs) or implied_layers(g.strategy) or 2,
+                                    by="parallelize"))
     convs = on_every_rank(g.session, "parallelize", lambda: _checked(model, strategy, g.session))
     names = [name for _, name in convs]
     wrapped = strategy.wrap_model(model)
@@ -161,11 +164,12 @@ class DistModel(nn.Module):
             if not (x is None or isinstance(x, NodeDataView)):
                 raise InvalidTypeError("model(g, features): in the full-graph form pass "
                                        "g.ndata[...] as the features (the strategy holds the rows)")
-            blocks, x = self._on_device(*strategy.full_graph_step(self._num_layers))
+            form = self._graph.full_graph_form("model(g, features)")
+            blocks, x = self._on_device(*form.full_graph_step(self._num_layers))
         else:
             blocks = graph if isinstance(graph, Blocks) else Blocks(graph)
             self._check_inputs(blocks, x)
-        if strategy.float32_only and _autocast_on():
+        if isinstance(strategy, Float32Only) and _autocast_on():
             raise InvalidValueError(f"strategy {strategy.registered_name!r} runs float32 alone "
                                     f"(its tensor tasks are float32 arrays); expected its forward "
                                     f"outside torch.autocast (distdgl, p3, granndis and "
@@ -201,7 +205,9 @@ class DistModel(nn.Module):
     def _on_output_grad(self, grad: torch.Tensor) -> None:
         if not self._queued:  # once per backward pass, however many outputs
             self._queued = True
-            self._graph.strategy.before_backward()
+            strategy = self._graph.strategy
+            if isinstance(strategy, OverlapsBackward):
+                strategy.before_backward()
             torch.autograd.Variable._execution_engine.queue_callback(self._after_backward)
 
     def _after_backward(self) -> None:
@@ -214,7 +220,9 @@ class DistModel(nn.Module):
         name): a strategy that shards parameters across ranks (p3's first-layer slices) adds
         every rank's shard, so all ranks clip by the same factor, as
         ``torch.nn.utils.clip_grad_norm_`` does on one process. Returns the total norm."""
-        sharded, comm = self._graph.strategy.sharded_params()
+        strategy = self._graph.strategy
+        sharded, comm = strategy.sharded_params() if isinstance(strategy, ShardedParams) else \
+            ([], None)
         ids = {id(p) for p in sharded}
         grads = [p.grad for p in self.parameters() if p.grad is not None and id(p) not in ids]
         shard_grads = [p.grad for p in sharded if p.grad is not None]

@@ -9,6 +9,7 @@ from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.ndata import NodeDataView, as_node_ids
 from dglx_dist.errors import InvalidTypeError, InvalidValueError
 from dglx_dist.sampling import even_chunk
+from dglx_dist.strategies.base import split_ids
 
 __all__ = ["node_split", "edge_split", "edge_share"]
 
@@ -47,8 +48,8 @@ def node_split(nodes, partition_book: DistGraph | None = None, ntype: str = "_N"
     graph = partition_book if partition_book is not None else getattr(nodes, "_g", None)
     ids = _all_ids(nodes, _checked(graph, rank, "node_split"))
     ids = _same_everywhere(graph, "node_split", "node", lambda: _check(ids, graph))
-    mine = graph._template.split_ids(graph.part_ids(ids).sort().values, graph.pdir,
-                                     graph.session)
+    mine = split_ids(graph.strategy, graph.part_ids(ids).sort().values, graph.pdir,
+                     graph.session)
     return graph.node_ids(mine)
 
 

@@ -191,8 +191,10 @@ def model_mismatch(name: str, setup: Setup) -> str | None:
     """Why strategy ``name`` cannot run the common model (its ``conv_types``), or None."""
     from dglx_dist.models import MODELS
     from dglx_dist.strategies import STRATEGIES
+    from dglx_dist.strategies.abilities import ConvTypes
 
-    allowed = STRATEGIES.get(name).conv_types
+    cls = STRATEGIES.get(name)
+    allowed = cls.conv_types if issubclass(cls, ConvTypes) else None
     model = MODELS[setup.train.model](4, 4, 2, setup.layers)
     convs = {type(m).__name__ for m in model.modules() if type(m).__module__.startswith("dgl.nn")}
     if allowed is None or convs <= set(allowed):
@@ -202,15 +204,17 @@ def model_mismatch(name: str, setup: Setup) -> str | None:
 
 
 def describe(name: str, options: list[str], task: str = "node") -> str:
-    """How the strategy batches under these options (from its capability flags)."""
+    """How the strategy batches under these options: sampled when it has fanouts, else the
+    Trainer's full-graph loaders (one step, unless it cuts them into co-batches)."""
     from dglx_dist.strategies import STRATEGIES
 
-    strategy = STRATEGIES.build(name, **dict(o.split("=", 1) for o in options))
-    fields = {f.name for f in dataclasses.fields(strategy.config)}
-    if strategy.full_graph:
+    config = STRATEGIES.make_config(name, **dict(o.split("=", 1) for o in options))
+    if hasattr(config, "fanouts"):
+        return "sampled mini-batches"
+    if getattr(config, "co_batches", 1) in (1, -1):
         return ("full-graph: full neighbourhoods, one step per epoch" if task == "node" else
                 "full-graph: every node's embedding each step, the batch's pairs scored")
-    return "sampled mini-batches" if "fanouts" in fields else "its own batching"
+    return "its own batching"
 
 
 def run_strategy(name: str, setup: Setup, extra: dict[str, list[str]],
@@ -294,15 +298,16 @@ def _emulated(setup: Setup, target: list[str]) -> str:
 def systems(extra: dict[str, list[str]],
             task: str = "node") -> dict[str, Callable[[Setup], dict[str, Any]]]:
     """Every system by name that runs ``task``: the DGL baselines (``link``: DGL's DistDGL
-    alone), then each registered strategy (``link``: those whose ``link_prediction`` is set)."""
+    alone), then each registered strategy (``link``: those with the ``LinkPrediction`` ability)."""
     from dglx_dist.strategies import STRATEGIES
+    from dglx_dist.strategies.abilities import LinkPrediction
 
     table: dict[str, Callable[[Setup], dict[str, Any]]] = {
         "dgl": run_single, "dgl-distdgl": run_dgl_distdgl}
     if task == "link":
         del table["dgl"]
     for name in STRATEGIES.names():
-        if task == "link" and not STRATEGIES.get(name).link_prediction:
+        if task == "link" and not issubclass(STRATEGIES.get(name), LinkPrediction):
             continue
         table[name] = lambda setup, name=name: run_strategy(name, setup, extra)
     return table

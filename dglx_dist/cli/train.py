@@ -28,6 +28,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from dglx_dist.runtime import init
     from dglx_dist.runtime.env import read_env
     from dglx_dist.strategies import STRATEGIES
+    from dglx_dist.strategies.base import implied_layers
     from dglx_dist.trainer import Trainer
 
     # every refusal of the arguments comes before any process group or partitioning work
@@ -40,7 +41,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                                                      args.cache_dir)
         pdir = PartitionDir(parts)
         torch.manual_seed(config.seed)
-        layers = strategy.num_layers() or config.layers
+        layers = implied_layers(strategy) or config.layers
         model = MODELS[config.model](pdir.feat_dim, config.hidden, pdir.num_classes, layers,
                                     dropout=config.dropout, row_normalize=config.row_normalize)
         sink = on_every_rank(session, "--metrics-file", lambda: _MetricsSink(
@@ -82,13 +83,14 @@ def _check_before_start(args: argparse.Namespace, strategy, env) -> None:
     from dglx_dist.partition import PartitionDir
     from dglx_dist.prepare import check_partitions_of, resolve_dataset
     from dglx_dist.runtime.topology import Topology
+    from dglx_dist.strategies.base import check_partitions
     from dglx_dist.strategies.footprint import JobSize, check_job_memory
 
     if args.partitions is not None:
         if args.data is not None:
             check_partitions_of(args.partitions, args.data)
         graph = PartitionDir(args.partitions)
-        strategy.check_partitions(graph, Topology(env.num_servers, env.ranks_per_server))
+        check_partitions(strategy, graph, Topology(env.num_servers, env.ranks_per_server))
     else:
         graph = read_meta(resolve_dataset(args.data or "cora"))
     check_job_memory(strategy, JobSize(graph.num_nodes, graph.num_edges, env.world_size,
@@ -106,6 +108,7 @@ def _cmd_train_link(args: argparse.Namespace, train: TrainConfig) -> int:
     from dglx_dist.prepare import resolve_dataset
     from dglx_dist.runtime import init
     from dglx_dist.strategies import STRATEGIES
+    from dglx_dist.strategies.base import implied_layers
     from dglx_dist.tasks.collapse import act_on, link_verdict
     from dglx_dist.tasks.link import LinkConfig, train_link
 
@@ -123,7 +126,7 @@ def _cmd_train_link(args: argparse.Namespace, train: TrainConfig) -> int:
     config = LinkConfig.of(train, progress=not args.no_progress)
     with init(backend=args.backend, device=args.device) as session:
         torch.manual_seed(train.seed)
-        layers = strategy.num_layers() or train.layers
+        layers = implied_layers(strategy) or train.layers
         model = MODELS[train.model](graph.ndata["feat"].shape[1], train.hidden, train.hidden,
                                     layers, dropout=train.dropout,
                                     row_normalize=train.row_normalize)

@@ -96,8 +96,8 @@ class ConvAdapter(abc.ABC):
     class Config:
         pass
 
-    def __init__(self, config=None):
-        self.config = config
+    def __init__(self, config=None, name: str = ""):
+        self.config, self.registered_name = config, name
 
     @abc.abstractmethod
     def example(self, in_feats: int, out_feats: int) -> nn.Module:

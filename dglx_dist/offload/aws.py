@@ -154,8 +154,8 @@ class AwsExecutor(Executor):
             if self.timeout_s <= 0 or self.connect_timeout_s <= 0:
                 raise InvalidValueError("timeout_s and connect_timeout_s must be > 0")
 
-    def __init__(self, config: Config):
-        super().__init__(config)
+    def __init__(self, config: Config, name: str = ""):
+        super().__init__(config, name)
         self._lock = threading.Lock()
         self._calls: dict[concurrent.futures.Future, _Call] = {}
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None

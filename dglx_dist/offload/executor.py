@@ -75,10 +75,8 @@ class Executor(abc.ABC):
     """
 
     Config: type
-    registered_name: str = ""
-
-    def __init__(self, config: Any):
-        self.config = config
+    def __init__(self, config: Any, name: str = ""):
+        self.config, self.registered_name = config, name
         self.counters = ExecutorCounters()
 
     @property

@@ -92,8 +92,8 @@ class LocalExecutor(Executor):
             """Whether any fault-injection option is set (the workers then honour them)."""
             return bool(self.latency_s > 0 or self.crash_on or self.hang_on)
 
-    def __init__(self, config: Config):
-        super().__init__(config)
+    def __init__(self, config: Config, name: str = ""):
+        super().__init__(config, name)
         self._lock = threading.Lock()
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._slots: list[_Slot] = []

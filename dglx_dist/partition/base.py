@@ -75,10 +75,8 @@ class Partitioner(abc.ABC):
     """Base class: a registered partitioner with a frozen nested ``Config``."""
 
     Config: type
-    registered_name: str = ""
-
-    def __init__(self, config: Any):
-        self.config = config
+    def __init__(self, config: Any, name: str = ""):
+        self.config, self.registered_name = config, name
 
     @abc.abstractmethod
     def plan(self, ds: GraphDataset, num_parts: int) -> PartitionPlan:

@@ -11,7 +11,7 @@
   every rank together; ``g.ndata`` reads are served to one rank at a time).
 * Synchronous SGD: the model is wrapped in DDP (its C++ all-reduce overlaps with backward and
   waits at most the job's timeout); its bytes are accounted to the comm layer's counters.
-* On GPUs (``runs_on_device``): the model (DDP with the rank's device), the steps' blocks and
+* On GPUs: the model (DDP with the rank's device), the steps' blocks and
   their prefetched rows live on the rank's GPU; the structure, the sampler and the KVStore stay
   in host memory, whose rows reach the GPU through pinned buffers
   (:mod:`dglx_dist.runtime.transfer`).
@@ -30,18 +30,18 @@ from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import PartitionSampler
-from dglx_dist.strategies.base import STRATEGIES, PartitionSpec
+from dglx_dist.strategies.abilities import MemoryModelled
+from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, check_partitions,
+                                       ddp)
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
 
 __all__ = ["DistDGLStrategy"]
 
 
 @STRATEGIES.register("distdgl")
-class DistDGLStrategy(MiniBatchStrategy):
+class DistDGLStrategy(MiniBatchStrategy, MemoryModelled):
     """METIS partitions + HALO, distributed sampling, KVStore features, DDP."""
 
-    feature_layout = "rows"
-    runs_on_device = True
     # peak RSS per rank fitted at 3 graph sizes (0.3M-1.2M nodes), docs/cluster_model.md
     # "Memory per rank": 2 servers x 1 rank, F=128, GCN hidden 64, fanouts 10,25, batch 1000
     memory_model = MemoryModel(base=1250 * 2**20, per_node=0, per_edge=272.8)
@@ -53,11 +53,12 @@ class DistDGLStrategy(MiniBatchStrategy):
             metadata={"help": "METIS constraints when dglx partitions for this strategy."})
 
     def partition_spec(self, topology: Topology) -> PartitionSpec:
-        return PartitionSpec("metis", topology.num_servers, {"balance": list(self.config.balance)})
+        return PartitionSpec("metis", topology.num_servers, {"balance": list(self.config.balance)},
+                             feature_layout="rows")
 
-    def setup(self, session: Session, pdir: PartitionDir,
-              store: DistKVStore | None = None) -> None:
-        self.check_partitions(pdir, session.topology)
+    def setup(self, session: Session, pdir: PartitionDir, store: DistKVStore | None,
+              request: SetupRequest) -> None:
+        check_partitions(self, pdir, session.topology)
         self.session, self.pdir, self.num_nodes = session, pdir, pdir.num_nodes
         server = session.server_id
         self._own_store = store is None
@@ -76,7 +77,7 @@ class DistDGLStrategy(MiniBatchStrategy):
         # its bytes are accounted to the comm layer after each backward
         self._grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters()
                                if p.requires_grad)
-        return self.ddp(model, self.session)
+        return ddp(model, self.session, self.compute_device(self.session))
 
     def after_backward(self) -> None:
         self.session.world.account_all_reduce(self._grad_bytes)

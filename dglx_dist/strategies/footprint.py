@@ -1,6 +1,7 @@
 """Whether a training job fits in memory, asked before it starts: the strategy's measured
-per-rank model (``Strategy.memory_model``, a :class:`~dglx_dist.memory.MemoryModel`) applied
-to the job's graph and ranks, summed over the ranks that share this machine's memory.
+per-rank model (a :class:`~dglx_dist.strategies.abilities.MemoryModelled` strategy's
+``memory_model``, a :class:`~dglx_dist.memory.MemoryModel`) applied to the job's graph and
+ranks, summed over the ranks that share this machine's memory.
 
 The built-in fits were measured at one feature width (F = 128), one model (a 2-layer GCN of
 hidden 64) and each strategy's default options; they know the graph's size only, and one size
@@ -15,7 +16,8 @@ import dataclasses
 import logging
 
 from dglx_dist.errors import DglxError, InvalidValueError
-from dglx_dist.memory import MemoryModel, check_memory
+from dglx_dist.memory import check_memory
+from dglx_dist.strategies.abilities import MemoryModelled
 from dglx_dist.strategies.base import STRATEGIES, Strategy
 
 __all__ = ["JobSize", "check_job_memory", "peak_per_rank", "MARGIN"]
@@ -53,7 +55,7 @@ class JobSize:
 def peak_per_rank(strategy: Strategy, job: JobSize) -> float | None:
     """The estimated peak resident bytes of one of ``job``'s ranks under ``strategy``; None
     when the strategy has no ``memory_model``."""
-    model: MemoryModel | None = strategy.memory_model
+    model = strategy.memory_model if isinstance(strategy, MemoryModelled) else None
     return None if model is None else model.peak(job.nodes, job.edges, job.world)
 
 

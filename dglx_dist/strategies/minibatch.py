@@ -14,7 +14,9 @@ import dgl
 import torch
 
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.strategies.base import Strategy
+from dglx_dist.strategies.abilities import (Approximate, FullGraphForm, LinkPrediction,
+                                            ShapedByOptions)
+from dglx_dist.strategies.base import Strategy, split_ids
 from dglx_dist.strategies.steps import (OUT_DEGREE, Blocks, LoaderPlan, LoaderSpec, Step,
                                         sampled_epoch, sampled_plan)
 
@@ -47,10 +49,10 @@ class MiniBatchConfig:
             raise InvalidValueError("batch_size and eval_batch_size must be >= 1")
 
 
-class MiniBatchStrategy(Strategy):
-    """Base of the strategies that train on sampled mini-batches of seed nodes."""
-
-    link_prediction = True  # an edge loader's batches are sampled like node batches
+class MiniBatchStrategy(Strategy, FullGraphForm, LinkPrediction, Approximate,
+                        ShapedByOptions):
+    """Base of the strategies that train on sampled mini-batches of seed nodes (an edge
+    loader's batches are sampled like node batches)."""
 
     def num_layers(self) -> int:
         return len(self.config.fanouts)
@@ -69,9 +71,6 @@ class MiniBatchStrategy(Strategy):
         return (LoaderSpec(tuple(cfg.fanouts), cfg.batch_size, shuffle=True, seed=cfg.seed),
                 LoaderSpec(tuple(cfg.eval_fanouts) or full, cfg.eval_batch_size, seed=cfg.seed))
 
-    def serves(self, spec: LoaderSpec) -> bool:
-        return True  # any fanouts: every step is sampled
-
     def loader_plan(self, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan:
         return sampled_plan(self.session.world, ids, spec)
 
@@ -79,7 +78,7 @@ class MiniBatchStrategy(Strategy):
         return sampled_epoch(self.sampler, self.session.rank, plan, spec, epoch)
 
     def local_nodes(self) -> torch.Tensor:
-        return self.split_ids(torch.arange(self.num_nodes), self.pdir, self.session)
+        return split_ids(self, torch.arange(self.num_nodes), self.pdir, self.session)
 
     def full_graph_step(self, num_layers: int) -> tuple[Blocks, object]:
         cached = getattr(self, "_full_graph", None)

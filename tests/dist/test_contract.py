@@ -12,6 +12,7 @@ from dglx_dist.models import GCN, SAGE
 from dglx_dist.partition import PartitionDir, partition_dataset
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.strategies import STRATEGIES
+from dglx_dist.strategies.abilities import exact_options
 from dglx_dist.testing import run_workers
 from dglx_dist.trainer import Trainer
 
@@ -39,7 +40,7 @@ def _model(feat_dim, classes, name, gin=False):
     torch.manual_seed(0)
     if gin:
         return GIN(feat_dim, 8, classes)
-    convs = STRATEGIES.get(name).conv_types
+    convs = getattr(STRATEGIES.get(name), "conv_types", None)
     if convs is None or "SAGEConv" in convs:
         return SAGE(feat_dim, 8, classes, 2, dropout=0.0)
     return GCN(feat_dim, 8, classes, 2, dropout=0.0)
@@ -47,7 +48,7 @@ def _model(feat_dim, classes, name, gin=False):
 
 def _first_batch(session, pdir_path, name, gin=False):
     pdir = PartitionDir(pdir_path)
-    options = STRATEGIES.get(name).exact_options(2)
+    options = exact_options(STRATEGIES.get(name), 2)
     trainer = Trainer(_model(pdir.feat_dim, pdir.num_classes, name, gin), pdir, name,
                       session=session, progress=False, **options)
     batch = next(iter(trainer.batches(0)))

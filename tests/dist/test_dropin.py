@@ -11,6 +11,7 @@ import dglx_dist
 from dglx_dist.data import CoraGraphDataset
 from dglx_dist.models import GCN, SAGE
 from dglx_dist.strategies import STRATEGIES
+from dglx_dist.strategies.abilities import FullGraphForm, exact_options
 from dglx_dist.testing import WorkerError, run_workers
 from dglx_dist.testing.models import assert_same_params, seeded_model
 
@@ -27,7 +28,7 @@ def cache(tmp_path_factory):
 
 def _model(feat_dim, classes, name):
     """GraphSAGE, or GCN for a strategy that cannot run SAGEConv (dropout 0, biases set)."""
-    convs = STRATEGIES.get(name).conv_types
+    convs = getattr(STRATEGIES.get(name), "conv_types", None)
     if convs is None or "SAGEConv" in convs:
         return seeded_model(lambda: SAGE(feat_dim, 8, classes, 2, dropout=0.0))
     return seeded_model(lambda: GCN(feat_dim, 8, classes, 2, dropout=0.0))
@@ -41,9 +42,9 @@ def _exact(session, name, cache):
     """The graph under ``name``'s exact options, a full-neighbourhood loader over the
     training nodes (one step) and the parallelized model."""
     dataset = CoraGraphDataset()
-    g = dglx_dist.distribute(dataset[0], STRATEGIES.build(name, **STRATEGIES.get(name)
-                                                          .exact_options(2)),
-                             cache_dir=cache, session=session)
+    exact = exact_options(STRATEGIES.get(name), 2)
+    g = dglx_dist.distribute(dataset[0], STRATEGIES.build(name, **exact), cache_dir=cache,
+                             session=session)
     loader = dglx_dist.DataLoader(g, g.ndata["train_mask"],
                                   dglx_dist.MultiLayerFullNeighborSampler(2), batch_size=1000)
     model = dglx_dist.parallelize(_model(g.ndata["feat"].shape[1], dataset.num_classes, name), g)
@@ -378,9 +379,9 @@ def test_rows_written_in_a_loader_loop_are_read_everywhere_after_it(tmp_path, ca
 def _full_graph_form(session, name, cache):
     """``model(g, features)`` as a full-graph GCN script writes it: this rank's nodes' logits."""
     dataset = CoraGraphDataset()
-    g = dglx_dist.distribute(dataset[0], STRATEGIES.build(name, **STRATEGIES.get(name)
-                                                          .exact_options(2)),
-                             cache_dir=cache, session=session)
+    exact = exact_options(STRATEGIES.get(name), 2)
+    g = dglx_dist.distribute(dataset[0], STRATEGIES.build(name, **exact), cache_dir=cache,
+                             session=session)
     model = dglx_dist.parallelize(seeded_model(lambda: GCN(g.ndata["feat"].shape[1], 8,
                                                            dataset.num_classes, 2,
                                                            dropout=0.0)), g)
@@ -390,7 +391,22 @@ def _full_graph_form(session, name, cache):
     return {"nodes": g.local_nodes().tolist(), "logits": logits.tolist()}
 
 
-@pytest.mark.parametrize("name", STRATEGIES.names())
+def _no_full_graph_form(session, name, cache):
+    g = dglx_dist.distribute(_graph(), name, cache_dir=cache, session=session)
+    g.local_nodes()
+
+
+@pytest.mark.parametrize("name", [n for n in STRATEGIES.names()
+                                  if not issubclass(STRATEGIES.get(n), FullGraphForm)])
+def test_a_strategy_without_the_full_graph_form_refuses_it(tmp_path, cache, name):
+    with pytest.raises(WorkerError) as info:
+        run_workers(_no_full_graph_form, 2, tmp_path / "run", name, cache)
+    assert str(info.value).count(f"g.local_nodes(): strategy {name!r} has no full-graph "
+                                 "form") == 2, str(info.value)
+
+
+@pytest.mark.parametrize("name", [n for n in STRATEGIES.names()
+                                  if issubclass(STRATEGIES.get(n), FullGraphForm)])
 def test_full_graph_form_matches_single_process_dgl(tmp_path, cache, name):
     """GraphConv normalises by its sources' out-degrees in the whole graph, although a rank's
     blocks hold only its own nodes' in-edges (4 ranks, 2 virtual servers)."""

@@ -9,6 +9,7 @@ from dglx_dist.models import GCN, ResGCN
 from dglx_dist.partition import PartitionDir, partition_dataset
 from dglx_dist.registry import RegistryError
 from dglx_dist.strategies import STRATEGIES
+from dglx_dist.strategies.base import SetupRequest
 from dglx_dist.testing import WorkerError, run_workers, seeded_model
 from dglx_dist.trainer import Trainer
 
@@ -82,7 +83,7 @@ def test_full_graph_step_matches_single_process_dgl(tmp_path, cora_parts, strate
 def _preloaded(session, pdir_path, hops, fanout):
     pdir = PartitionDir(pdir_path)
     strategy = STRATEGIES.build("granndis", external_max_hop=hops, external_fanout=fanout)
-    strategy.setup(session, pdir)
+    strategy.setup(session, pdir, None, SetupRequest(2, by="the test"))
     try:
         return {"core": pdir.core_ids(session.rank).tolist(),
                 "external": strategy.preloaded.tolist()}

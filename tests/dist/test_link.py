@@ -18,6 +18,7 @@ import dglx_dist
 from dglx_dist.data import CoraGraphDataset
 from dglx_dist.models import SAGE
 from dglx_dist.strategies import STRATEGIES
+from dglx_dist.strategies.abilities import exact_options
 from dglx_dist.testing import run_workers
 from dglx_dist.testing.models import assert_same_params, seeded_model
 
@@ -195,7 +196,7 @@ def _refused(g, reverse):
 
 def _job(session, name, cache):
     full, reverse = _graph()
-    options = STRATEGIES.get(name).exact_options(2)
+    options = exact_options(STRATEGIES.get(name), 2)
     g = dglx_dist.distribute(full, STRATEGIES.build(name, **options), cache_dir=cache,
                              session=session)
     exact = _exact_step(g, reverse, EXCLUDE[name])

@@ -14,6 +14,7 @@ import dglx_dist
 from dglx_dist.data import CoraGraphDataset
 from dglx_dist.models import SAGE
 from dglx_dist.strategies import STRATEGIES
+from dglx_dist.strategies.abilities import exact_options
 from dglx_dist.testing import WorkerError, run_workers
 from dglx_dist.testing.models import assert_same_params, seeded_model
 
@@ -45,7 +46,7 @@ def _step(model, forward, labels_of, batches):
 
 def _one_step(session, name, cache, mode):
     g = dglx_dist.distribute(CoraGraphDataset()[0], STRATEGIES.build(
-        name, **STRATEGIES.get(name).exact_options(2)), cache_dir=cache, session=session)
+        name, **exact_options(STRATEGIES.get(name), 2)), cache_dir=cache, session=session)
     loader = dglx_dist.DataLoader(g, g.ndata["train_mask"],
                                   dglx_dist.MultiLayerFullNeighborSampler(2), batch_size=1000)
     model = dglx_dist.parallelize(_model(mode), g)

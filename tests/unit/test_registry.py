@@ -25,8 +25,8 @@ def _make():
                 if self.size < 0:
                     raise ValueError(f"size must be >= 0, got {self.size}")
 
-        def __init__(self, config):
-            self.config = config
+        def __init__(self, config, name=""):
+            self.config, self.registered_name = config, name
 
     return reg, Widget
 

@@ -4,6 +4,7 @@ import pytest
 from dglx_dist.partition import PartitionDir, partition_dataset
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.strategies import STRATEGIES
+from dglx_dist.strategies.base import check_partitions
 from dglx_dist.testing import tiny_dataset
 
 
@@ -23,15 +24,15 @@ def test_every_strategy_names_the_partition_it_needs(parts, name):
     topo = Topology(2, 1)
     spec = strategy.partition_spec(topo)
     fits = parts["feature_dim" if spec.method == "feature_dim" else "metis"]
-    strategy.check_partitions(fits, topo)
+    check_partitions(strategy, fits, topo)
     wrong = parts["metis" if spec.method == "feature_dim" else "feature_dim"]
-    if strategy.feature_layout:
-        with pytest.raises(ValueError, match=f"needs {strategy.feature_layout}.*--method "
+    if spec.feature_layout:
+        with pytest.raises(ValueError, match=f"needs {spec.feature_layout}.*--method "
                                              f"{spec.method}"):
-            strategy.check_partitions(wrong, topo)
+            check_partitions(strategy, wrong, topo)
     bigger = strategy.partition_spec(Topology(4, 1)).num_parts
     with pytest.raises(ValueError, match=f"has 2 parts.*needs {bigger}"):
-        strategy.check_partitions(fits, Topology(4, 1))
+        check_partitions(strategy, fits, Topology(4, 1))
 
 
 # A GPU job's session, as parallelize reads it (device and rank): no CUDA exists here, so the

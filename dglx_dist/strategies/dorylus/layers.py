@@ -39,7 +39,8 @@ from dglx_dist.errors import InvalidTypeError, InvalidValueError
 from dglx_dist.strategies.dorylus.graph import GraphServer, Route
 
 __all__ = ["LayerKind", "GcnLayers", "GcnPlan", "Stage", "add_grad", "activation_name",
-           "dorylus_conv_types", "layer_kind", "summed_grads", "task_seed"]
+           "dorylus_conv_types", "ConvTypesOfAdapters", "layer_kind", "summed_grads",
+           "task_seed"]
 
 #: (parameter, (layer, gradient name), gradient -> the parameter's shape)
 Slot = tuple[nn.Parameter, tuple[int, str], Callable[[torch.Tensor], torch.Tensor]]
@@ -103,6 +104,14 @@ def activation_name(activation, conv: str) -> str:
 def task_seed(seed: int, epoch: int, layer: int) -> int:
     """The dropout seed of a layer in an epoch (forward and backward tasks agree on it)."""
     return (seed * 1_000_003 + epoch * 131 + layer) % (1 << 62)
+
+
+class ConvTypesOfAdapters:
+    """``conv_types`` computed on every access, on the class too: the registry may gain
+    entry-point plug-ins (:func:`dorylus_conv_types`)."""
+
+    def __get__(self, obj, owner=None) -> tuple[str, ...]:
+        return dorylus_conv_types()
 
 
 def dorylus_conv_types() -> tuple[str, ...]:

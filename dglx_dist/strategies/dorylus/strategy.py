@@ -55,10 +55,14 @@ from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.autograd import GradientSync
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
-from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, Strategy,
-                                       pull_features_once)
+from dglx_dist.strategies.abilities import (Approximate, ConvTypes, Float32Only, FullGraphForm,
+                                            MemoryModelled, OverlapsBackward, OwnEpochs, OwnSplit,
+                                            ShapedByOptions)
+from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, Strategy,
+                                       check_partitions, full_graph_loaders, pull_features_once,
+                                       with_depth)
 from dglx_dist.strategies.dorylus.graph import GraphServer
-from dglx_dist.strategies.dorylus.layers import dorylus_conv_types, layer_kind, summed_grads
+from dglx_dist.strategies.dorylus.layers import ConvTypesOfAdapters, layer_kind, summed_grads
 from dglx_dist.strategies.dorylus.params import ParamServers, WeightUpdates
 from dglx_dist.strategies.dorylus.pipeline import Pipeline, TensorSpec
 from dglx_dist.strategies.epochs import EpochResult, TrainHooks
@@ -69,14 +73,6 @@ __all__ = ["DorylusStrategy", "ParamServers"]  # ParamServers: params
 
 log = logging.getLogger(__name__)
 _MODES = ("async", "sync")
-
-
-class _ConvTypes:
-    """``conv_types`` computed on every access, on the class too: the registry may gain
-    entry-point plug-ins (:func:`~dglx_dist.strategies.dorylus.layers.dorylus_conv_types`)."""
-
-    def __get__(self, obj, owner=None) -> tuple[str, ...]:
-        return dorylus_conv_types()
 
 
 class _Logits(torch.autograd.Function):
@@ -99,13 +95,12 @@ class _Logits(torch.autograd.Function):
 
 
 @STRATEGIES.register("dorylus")
-class DorylusStrategy(Strategy):
-    """Graph servers + serverless tensor tasks + bounded asynchrony (see module docstring)."""
+class DorylusStrategy(Strategy, OwnEpochs, FullGraphForm, MemoryModelled, Float32Only, ConvTypes,
+                      Approximate, OverlapsBackward, OwnSplit, ShapedByOptions):
+    """Graph servers + serverless tensor tasks + bounded asynchrony (see module docstring):
+    float32 alone (tensor tasks travel to the executors as float32 arrays), on the host."""
 
-    feature_layout = "rows"
-    full_graph = True
-    float32_only = True  # tensor tasks travel to the executors as float32 arrays
-    conv_types = _ConvTypes()  # the convs whose adapter (dglx_dist.convs) has dorylus support
+    conv_types = ConvTypesOfAdapters()  # the convs whose adapter (dglx_dist.convs) has dorylus support
     # peak RSS per rank fitted at 3 graph sizes (0.3M-1.2M nodes), docs/cluster_model.md
     # "Memory per rank": 2 servers x 1 rank, F=128, GCN hidden 64, fanouts 10,25, batch 1000
     memory_model = MemoryModel(base=631 * 2**20, per_node=5880, per_edge=122.1)
@@ -178,16 +173,25 @@ class DorylusStrategy(Strategy):
     def num_layers(self) -> int:
         return self.config.num_layers
 
+    def trainer_loaders(self, num_layers: int, num_nodes: int) -> tuple[LoaderSpec, LoaderSpec]:
+        return full_graph_loaders(num_layers, num_nodes, self.config.seed)
+
+    def compute_device(self, session: Session) -> torch.device:
+        """The host, even in a GPU job: the tensor work goes to serverless workers."""
+        return torch.device("cpu")
+
     @classmethod
     def exact_options(cls, num_layers: int) -> dict:
         return {"num_layers": num_layers, "mode": "sync"}
 
     def partition_spec(self, topology: Topology) -> PartitionSpec:
-        return PartitionSpec("metis", topology.world_size, {"balance": ["train", "edges"]})
+        return PartitionSpec("metis", topology.world_size, {"balance": ["train", "edges"]},
+                             feature_layout="rows")
 
     # -- setup ---------------------------------------------------------------------------------
-    def setup(self, session: Session, pdir: PartitionDir, store=None) -> None:
-        self.check_partitions(pdir, session.topology)
+    def setup(self, session: Session, pdir: PartitionDir, store, request: SetupRequest) -> None:
+        check_partitions(self, pdir, session.topology)
+        self.config = with_depth(self, request.num_layers)
         self.session, cfg, self._store = session, self.config, store
         part = pdir.load_part(session.rank, features=store is None)  # else the store has them
         core = torch.from_numpy(part.core_gid)
@@ -318,13 +322,13 @@ class DorylusStrategy(Strategy):
         """The ids this rank's graph server owns (their logits are computed there)."""
         return ids[torch.as_tensor(pdir.book.owner(ids)) == session.rank]
 
-    def serves(self, spec: LoaderSpec) -> bool:
-        return self.config.num_layers == len(spec.fanouts)  # steps built for that depth
-
-    def loader_plan(self, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan:
+    def loader_plan(self, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan | None:
         """The output rows of this rank's ``ids``, trained ``batch_size`` at a time: every
         step is a full-graph forward whose loss takes the step's rows (as many steps as the
-        loader has batches, the most of any rank)."""
+        loader has batches, the most of any rank). A loader of another depth (a layer-wise
+        inference's) samples plain blocks (None)."""
+        if self.config.num_layers != len(spec.fanouts):
+            return None
         rows = torch.searchsorted(self.gs.core, ids).clamp(max=max(self.gs.n - 1, 0))
         if ids.numel() and (self.gs.n == 0 or not bool((self.gs.core[rows] == ids).all())):
             raise InvalidValueError("dorylus: the loader's ids include nodes of other graph "

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import torch
 
-from dglx_dist.errors import InvalidValueError, NotSupportedError
+from dglx_dist.errors import NotSupportedError
 from dglx_dist.runtime.autograd import halo_exchange
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.strategies.steps import (Blocks, EdgeStep, LoaderPlan, LoaderSpec, StepState,
@@ -76,9 +76,7 @@ def pair_plan(strategy: "GraNNDisStrategy", ids: torch.Tensor, spec: LoaderSpec)
     """An edge loader's plan: this rank's edge ids (collective); refuses what a full-graph
     step cannot do."""
     name = strategy.registered_name
-    if not strategy.full_graph:
-        raise InvalidValueError(f"{name}: link prediction computes every node's embedding at "
-                                f"each step and needs co_batches=1 (got {strategy.co_batches})")
+    strategy.whole_graph("link prediction (every node's embedding at each step)")
     if spec.pairs.excludes:
         raise NotSupportedError(f"{name}: exclude= cannot be honoured (every step passes "
                                 "messages over the whole graph); pass exclude=None and remove "
@@ -90,7 +88,7 @@ def pair_epoch(strategy: "GraNNDisStrategy", plan: LoaderPlan, spec: LoaderSpec,
                epoch: int) -> Iterator[EdgeStep]:
     """An epoch of an edge loader: per batch, the full-graph blocks and the pairs' gather
     plan (collective: every rank takes ``plan.steps`` steps)."""
-    session, first = strategy.session, strategy.plans[0]
+    session, first = strategy.session, strategy.whole_graph("an edge loader").plans[0]
     targets = first.nodes[:first.num_targets]
     for eids in epoch_batches(session.rank, plan, spec, epoch):
         batch = spec.pairs(eids)

@@ -25,7 +25,7 @@
   server's ranks as they are held (fetch-then-split); their feature rows are gathered for the
   step and dropped after it. R = 1 is full-graph training over the whole preloaded set, built
   once and kept.
-* On GPUs (``runs_on_device``): the preloaded rows, every co-batch's blocks and exchange
+* On GPUs: the preloaded rows, every co-batch's blocks and exchange
   plans (built once, on the host, then copied) and the model live on the rank's GPU; the
   halo rows and the parameter gradients travel over NCCL under ``--backend nccl``. Building
   the co-batches (EAS, METIS clusters, levels) stays on the host.
@@ -46,20 +46,23 @@ from typing import Iterator
 import dgl
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from dglx_dist.convs import graph_convs
-from dglx_dist.errors import InvalidValueError
+from dglx_dist.errors import InvalidValueError, StateError
 from dglx_dist.memory import MemoryModel
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.autograd import GradientSync
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import PartitionSampler
-from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, Strategy,
-                                       pull_features_once)
-from dglx_dist.strategies.granndis.cobatch import (GroupNodes, LayerPlan, batch_edges,
-                                                   build_cobatch, levels)
+from dglx_dist.strategies.abilities import (Approximate, FullGraphForm, HoldsRows, LinkPrediction,
+                                            MemoryModelled, OverlapsBackward, OwnSplit,
+                                            ShapedByOptions)
+from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, Strategy,
+                                       check_partitions, full_graph_loaders, pull_features_once,
+                                       with_depth)
+from dglx_dist.strategies.granndis.batching import Batching, ServerGraph, cobatch_plans
+from dglx_dist.strategies.granndis.cobatch import GroupNodes, LayerPlan
 from dglx_dist.strategies.granndis.eas import expand_external
 from dglx_dist.strategies.granndis.halo import HaloConv
 from dglx_dist.strategies.granndis.pairs import PairGather, pair_epoch, pair_plan
@@ -77,14 +80,12 @@ _FITS = {"server": MemoryModel(base=1508 * 2**20, per_node=9921, per_edge=167.8)
 
 @STRATEGIES.register("fullgraph", scope="world", external_max_hop=0)
 @STRATEGIES.register("granndis")
-class GraNNDisStrategy(Strategy):
+class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, HoldsRows,
+                       Approximate, OverlapsBackward, OwnSplit, ShapedByOptions):
     """Shared preloading + EAS + cooperative batching (or, as ``fullgraph``, none of them)."""
 
-    feature_layout = "rows"
     held_rows = frozenset({"feat"})
-    link_prediction = True
-    runs_on_device = True
-    memory_model = _FITS["server"]  # scope 'world' (fullgraph: nothing preloaded) in __init__
+    memory_model = _FITS["server"]  # an instance of scope 'world' (fullgraph) has its own
 
     @dataclasses.dataclass(frozen=True)
     class Config:
@@ -101,7 +102,8 @@ class GraNNDisStrategy(Strategy):
             default=-1, metadata={"help": "R: cooperative batches per epoch (METIS clusters of "
                                           "each rank's inner nodes); 1: full-graph training; "
                                           "-1: as many as the first dglx_dist.DataLoader's "
-                                          "batches per rank (1 without one)."})
+                                          "batches per rank (1 when an edge loader or the "
+                                          "full-graph form asks first)."})
         scope: str = dataclasses.field(
             default="server", metadata={"help": "Who shares preloading and swaps rows: "
                                                 "'server' (GraNNDis) or 'world' (the whole job, "
@@ -124,23 +126,17 @@ class GraNNDisStrategy(Strategy):
             if self.scope not in _SCOPES:
                 raise InvalidValueError(f"scope {self.scope!r}; expected one of {_SCOPES}")
 
-    def __init__(self, config):
-        super().__init__(config)
-        self.co_batches = max(config.co_batches, 1)
-        self.full_graph = self.co_batches == 1
-        self.memory_model = _FITS[config.scope]
+    def __init__(self, config, name: str = ""):
+        super().__init__(config, name)
+        self.memory_model = _FITS[config.scope]  # 'world': nothing preloaded
+        self._batching: Batching | None = None
         self._mean_pass = False  # set by a pair step's output in backward, read after it
-
-    def with_layers(self, num_layers: int, batches: int | None = None) -> "GraNNDisStrategy":
-        """Also resolves ``co_batches=-1`` to ``batches`` (a loader's batches per rank)."""
-        clone = super().with_layers(num_layers, batches)
-        if self.config.co_batches == -1 and batches and batches > 1:
-            clone = type(self)(dataclasses.replace(clone.config, co_batches=batches))
-            clone.registered_name = self.registered_name
-        return clone
 
     def num_layers(self) -> int:
         return self.config.num_layers
+
+    def trainer_loaders(self, num_layers: int, num_nodes: int) -> tuple[LoaderSpec, LoaderSpec]:
+        return full_graph_loaders(num_layers, num_nodes, self.config.seed)
 
     @classmethod
     def exact_options(cls, num_layers: int) -> dict:
@@ -149,12 +145,18 @@ class GraNNDisStrategy(Strategy):
     def partition_spec(self, topology: Topology) -> PartitionSpec:
         groups = topology.num_servers if self.config.scope == "server" else 1
         return PartitionSpec("metis", topology.world_size,
-                             {"balance": list(self.config.balance), "groups": groups})
+                             {"balance": list(self.config.balance), "groups": groups},
+                             feature_layout="rows")
 
     # -- setup ---------------------------------------------------------------------------------
-    def setup(self, session: Session, pdir: PartitionDir, store=None) -> None:
-        self.check_partitions(pdir, session.topology)
+    def setup(self, session: Session, pdir: PartitionDir, store, request: SetupRequest) -> None:
+        """Preloads the server's dependency subgraph (EAS); the co-batches follow once their
+        count is known (:meth:`batching`), so setting up from ``parallelize`` first gives
+        the same co-batches as from the ``DataLoader`` first."""
+        check_partitions(self, pdir, session.topology)
+        self.config = with_depth(self, request.num_layers)
         self.session, self._store, self.pdir = session, store, pdir
+        self._set_up_by = request.by
         self.group = session.server if self.config.scope == "server" else session.world
         part = pdir.load_part(session.rank, features=store is None)  # else the store has them
         core = torch.from_numpy(part.core_gid)
@@ -165,26 +167,51 @@ class GraNNDisStrategy(Strategy):
         gen = torch.Generator().manual_seed(self.config.seed * 7919 + session.rank)
         dgl.seed(self.config.seed * 7919 + session.rank)  # EAS's sampling: the same on a restart
         own, nodes, edges = self._server_graph(pdir, part, core_edges, gen)
-        device = self.compute_device(session)  # the blocks, plans and rows live there
-        self.plans = [plan.to(device) for plan in self._co_batches(
-            part, core_edges, own, nodes, edges, out_degree.double(), gen)]
-        # full-graph: the one batch's rows, in its order, kept; else every node's row and,
-        # per co-batch, where its rows are (gathered for the step, dropped after it)
-        self._feat = pull_features_once(self.session, self._store, pdir, part,
-                                        self.plans[0].nodes if self.full_graph else own
-                                        ).to(device)
         self._own = own
-        if self.full_graph:  # row of each own node in the plan's order
-            first = self.plans[0].nodes
-            self._plan0_row = torch.full_like(own, -1)
+        self._server = ServerGraph(part, core_edges, own, nodes, edges, out_degree.double(), gen)
+        self._by_block: dict = {}
+        log.info("%s rank %d: %d inner + %d external nodes (group of %d holds %d)",
+                 self.registered_name, session.rank, core.numel(), self.preloaded.numel(),
+                 self.group.size, nodes.ids.numel())
+        if self.config.co_batches != -1:
+            self.batching(self.config.co_batches, f"co_batches={self.config.co_batches}")
+
+    @property
+    def plans(self) -> list:
+        """The co-batches' plans, once built."""
+        if self._batching is None:
+            raise StateError(f"{self.registered_name}: no co-batches yet (they are built for "
+                             "the first DataLoader or full-graph use)")
+        return self._batching.plans
+
+    def batching(self, count: int, by: str) -> Batching:
+        """The co-batches, built the first time they are asked for (collective): ``count`` of
+        them unless the options fixed it; ``by``: the call asking, for messages."""
+        if self._batching is not None:
+            return self._batching
+        server, cfg = self._server, self.config
+        own, device = self._own, self.compute_device(self.session)  # blocks and rows live there
+        plans = [plan.to(device) for plan in cobatch_plans(
+            server, count, cfg.num_layers, self.group, self._max_hop(), cfg.external_fanout,
+            progress=self.session.is_main)]
+        # one co-batch: its rows, in its order, kept; else every node's row and, per
+        # co-batch, where its rows are (gathered for the step, dropped after it)
+        single = len(plans) == 1
+        feat = pull_features_once(self.session, self._store, self.pdir, server.part,
+                                  plans[0].nodes if single else own).to(device)
+        plan0_row = None
+        if single:  # row of each own node in the plan's order
+            first = plans[0].nodes
+            plan0_row = torch.full_like(own, -1)
             pos = torch.searchsorted(own, first).clamp(max=own.numel() - 1)
             held = own[pos] == first
-            self._plan0_row[pos[held]] = torch.arange(first.numel())[held]
-        self._by_block = {id(lp.block): lp for plan in self.plans for lp in plan.layers}
-        log.info("%s rank %d: %d inner + %d external nodes (group of %d holds %d); rows per "
-                 "co-batch %s", self.registered_name, session.rank, core.numel(),
-                 self.preloaded.numel(), self.group.size, nodes.ids.numel(),
-                 [p.num_rows() for p in self.plans])
+            plan0_row[pos[held]] = torch.arange(first.numel())[held]
+        self._by_block = {id(lp.block): lp for plan in plans for lp in plan.layers}
+        self._batching = Batching(plans, feat, by, plan0_row)
+        del self._server
+        log.info("%s rank %d: %d co-batches (%s); rows per co-batch %s", self.registered_name,
+                 self.session.rank, len(plans), by, [p.num_rows() for p in plans])
+        return self._batching
 
     def _max_hop(self) -> int:
         m = self.config.external_max_hop
@@ -207,36 +234,6 @@ class GraNNDisStrategy(Strategy):
         keep = nodes.contains(src)
         return own, nodes, (src[keep], dst[keep])
 
-    def _co_batches(self, part, core_edges, own, nodes, edges, out_degree, gen) -> list:
-        """Every co-batch's plan on this rank (collective)."""
-        core = torch.from_numpy(part.core_gid)
-        cluster = self._clusters(part, core_edges)
-        is_core = torch.isin(own, core)
-        cluster_of_own = torch.full((own.numel(),), -1, dtype=torch.int64)
-        cluster_of_own[is_core] = cluster[torch.searchsorted(core, own[is_core])]
-        R, L, plans = self.co_batches, self.config.num_layers, []
-        for b in tqdm(range(R), desc="co-batches", disable=not self.session.is_main,
-                      leave=False):
-            targets, mine = cluster_of_own == b, edges
-            if R > 1:  # the co-batch's own EAS neighbourhood inside the server's set
-                mine = batch_edges(own, edges, targets, nodes, self.group, self._max_hop(),
-                                   self.config.external_fanout, gen)
-            level = levels(own, mine, targets, L, nodes, self.group)
-            plans.append(build_cobatch(own, level, mine, L, nodes, self.group, out_degree))
-        return plans
-
-    def _clusters(self, part, core_edges) -> torch.Tensor:
-        """Co-batch of every core node: METIS clusters of the rank's part (train balanced)."""
-        R, core = self.co_batches, torch.from_numpy(part.core_gid)
-        if R == 1 or core.numel() <= R:
-            return torch.arange(core.numel()) % R
-        src, dst = core_edges
-        inner = torch.isin(src, core)
-        g = dgl.graph((torch.searchsorted(core, src[inner]), torch.searchsorted(core, dst[inner])),
-                      num_nodes=core.numel())
-        balance = torch.from_numpy(part.train.astype("int64"))
-        return dgl.metis_partition_assignment(g, R, balance_ntypes=balance, mode="k-way").long()
-
     def _plan_of(self, block) -> LayerPlan | None:
         """The plan of one of the co-batches' blocks; None for any other graph."""
         return self._by_block.get(id(block))
@@ -246,9 +243,9 @@ class GraNNDisStrategy(Strategy):
         convs = graph_convs(model)
         if len(convs) != self.config.num_layers:
             raise InvalidValueError(f"the model has {len(convs)} graph convs "
-                                    f"({', '.join(n for _, n in convs)}); the strategy was built "
-                                    f"for num_layers={self.config.num_layers}: pass num_layers="
-                                    f"{len(convs)}")
+                                    f"({', '.join(n for _, n in convs)}); the strategy was set up "
+                                    f"for num_layers={self.config.num_layers} by {self._set_up_by}"
+                                    f": pass num_layers={len(convs)}, or call parallelize first")
         for conv, name in convs:
             parent, _, child = name.rpartition(".")
             setattr(model.get_submodule(parent) if parent else model, child,
@@ -263,17 +260,26 @@ class GraNNDisStrategy(Strategy):
         """The ids this rank owns: a node's loss is computed where its rows are."""
         return ids[torch.as_tensor(pdir.book.owner(ids)) == session.rank]
 
-    def serves(self, spec: LoaderSpec) -> bool:
-        return self.config.num_layers == len(spec.fanouts)  # steps built for that depth
-
-    def loader_plan(self, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan:
+    def loader_plan(self, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan | None:
         """Per co-batch, the output rows of this rank's ``ids`` among the co-batch's targets
         (ids this rank does not own are refused: their outputs are computed elsewhere); an
-        edge loader's ids are edges (see :mod:`~dglx_dist.strategies.granndis.pairs`)."""
+        edge loader's ids are edges (see :mod:`~dglx_dist.strategies.granndis.pairs`). A
+        loader of another depth (a layer-wise inference's) samples plain blocks (None)."""
+        if self.config.num_layers != len(spec.fanouts):
+            return None
         if spec.pairs is not None:
             return pair_plan(self, ids, spec)
+        by = f"a DataLoader(batch_size={spec.batch_size})"
+        counts = self.session.world.all_gather(torch.tensor([ids.numel()]))
+        batches = -(-int(max(int(c) for c in counts)) // spec.batch_size)
+        batching = self.batching(batches, by)
+        if batches > 1 and batching.single and self.config.co_batches == -1:
+            raise InvalidValueError(f"{self.registered_name} with co_batches=-1 built one "
+                                    f"co-batch for {batching.by}; {by} makes {batches} batches "
+                                    "per rank: build this DataLoader before that call, or pass "
+                                    f"co_batches={batches}")
         rows, found = [], 0
-        for plan in self.plans:
+        for plan in batching.plans:
             targets = plan.nodes[:plan.num_targets]
             order = torch.argsort(targets)
             at = torch.searchsorted(targets[order], ids).clamp(max=max(targets.numel() - 1, 0))
@@ -285,19 +291,20 @@ class GraNNDisStrategy(Strategy):
                                     "loader's ids are not this rank's nodes (rank "
                                     f"{self.session.rank}); pass dglx_dist.node_split(ids, g) to "
                                     "the DataLoader")
-        return LoaderPlan(len(self.plans), rows)
+        return LoaderPlan(len(batching.plans), rows)
 
     def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int) -> Iterator[Step]:
         if spec.pairs is not None:
             yield from pair_epoch(self, plan, spec, epoch)
             return
-        order = range(len(self.plans))
+        plans = self._batching.plans
+        order = range(len(plans))
         if spec.shuffle:  # the same order on every rank: the co-batch's convs exchange rows
             gen = torch.Generator().manual_seed(spec.seed * 1_000_003 + epoch)
-            order = torch.randperm(len(self.plans), generator=gen).tolist()
+            order = torch.randperm(len(plans), generator=gen).tolist()
         weight = 1.0 / self.session.world_size  # DDP's mean of the ranks' mean losses
         for b in order:
-            cob = self.plans[b]
+            cob = plans[b]
             rows = plan.data[b]
             state = StepState(rows=rows, weight=weight, epoch=epoch, plan=b)
             yield Step(cob.nodes, cob.nodes.index_select(0, rows),
@@ -320,35 +327,41 @@ class GraNNDisStrategy(Strategy):
         self._mean_pass = True  # read when this backward pass ends (after_backward)
 
     def local_nodes(self) -> torch.Tensor:
-        self._check_full_graph()
-        return self.plans[0].nodes[:self.plans[0].num_targets]
+        first = self.whole_graph("the full-graph form (g.local_nodes())").plans[0]
+        return first.nodes[:first.num_targets]
 
     def full_graph_step(self, num_layers: int) -> tuple[Blocks, torch.Tensor]:
-        self._check_full_graph()
+        batching = self.whole_graph("the full-graph form model(g, features)")
         state = StepState(weight=1.0 / self.session.world_size)
-        return Blocks([lp.block for lp in self.plans[0].layers], state), self._feat
+        return Blocks([lp.block for lp in batching.plans[0].layers], state), batching.feat
 
-    def _check_full_graph(self) -> None:
-        if not self.full_graph:
-            raise InvalidValueError(f"{self.registered_name} with co_batches="
-                                    f"{self.co_batches}: the full-graph form model(g, "
-                                    f"features) needs co_batches=1; iterate a dglx_dist.DataLoader "
-                                    f"instead (one step per co-batch)")
+    def whole_graph(self, by: str) -> Batching:
+        """The one co-batch over the whole graph (collective when it is built here)."""
+        batching = self.batching(1, by)
+        if not batching.single:
+            raise InvalidValueError(f"{self.registered_name} with {len(batching.plans)} "
+                                    f"co-batches (for {batching.by}): {by} needs co_batches=1; "
+                                    f"iterate a dglx_dist.DataLoader instead (one step per "
+                                    f"co-batch)")
+        return batching
 
     def local_rows(self, name: str, ids: torch.Tensor):
-        """Preloaded feature rows: a co-batch's (full-graph: every row, in the plan's order)."""
-        if name != "feat":
+        """Preloaded feature rows: a co-batch's (one co-batch: every row, in the plan's order);
+        None before the co-batches are built."""
+        batching = self._batching
+        if name != "feat" or batching is None:
             return None
-        if self.full_graph and ids is self.plans[0].nodes:
-            return self._feat
+        first = batching.plans[0].nodes
+        if batching.single and ids.numel() == first.numel() and torch.equal(ids, first):
+            return batching.feat
         where = torch.searchsorted(self._own, ids).clamp(max=self._own.numel() - 1)
         if not bool((self._own[where] == ids).all()):
             return None
-        if self.full_graph:
-            where = self._plan0_row[where]
+        if batching.single:
+            where = batching.plan0_row[where]
             if bool((where < 0).any()):
                 return None
-        return self._feat.index_select(0, where.to(self._feat.device))
+        return batching.feat.index_select(0, where.to(batching.feat.device))
 
     def before_backward(self) -> None:
         self._sync.start()

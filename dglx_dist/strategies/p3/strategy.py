@@ -16,7 +16,7 @@
   pushed to every rank, which updates only its weight slice (no all-reduce for those); DDP
   all-reduces the rest. Slice gradients are divided by the world size, as DDP averages.
 * Evaluation: every rank's share of the val/test nodes, full neighbourhoods by default.
-* On GPUs (``runs_on_device``): the model (DDP with the rank's device), the steps' blocks and
+* On GPUs: the model (DDP with the rank's device), the steps' blocks and
   the layer-1 partials, sums and their gradients live on the rank's GPU (NCCL under
   ``--backend nccl``); the structure, the sampler and the column slices stay in host memory:
   each block's structure is pushed from the host, and this rank's columns of its rows are
@@ -50,7 +50,10 @@ from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import (LocalSampler, PartitionSampler, owner_balanced_chunks,
                                 whole_graph)
-from dglx_dist.strategies.base import STRATEGIES, PartitionSpec
+from dglx_dist.strategies.abilities import (HoldsRows, MemoryModelled, OverlapsBackward, OwnSplit,
+                                            ShardedParams, StepsInTurn)
+from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, check_partitions,
+                                       ddp)
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
 from dglx_dist.strategies.p3.layer import ColumnSlice, P3FirstLayer
 from dglx_dist.strategies.steps import Step, place_step
@@ -90,13 +93,13 @@ def plan_cache(budget: float, pdir: PartitionDir, topology: Topology) -> CachePl
 
 
 @STRATEGIES.register("p3")
-class P3Strategy(MiniBatchStrategy):
-    """Hash structure + feature-dimension slices; layer 1 model parallel, the rest DDP."""
+class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, StepsInTurn, ShardedParams,
+                 OverlapsBackward, OwnSplit):
+    """Hash structure + feature-dimension slices; layer 1 model parallel, the rest DDP (its
+    pipeline runs layer 1 ahead itself and needs steps in turn). Its state between epochs
+    (:meth:`state_dict`) is the pipeline's deferred slice gradients."""
 
-    feature_layout = "columns"
     held_rows = frozenset({"feat"})
-    runs_on_device = True
-    lookahead = False  # the pipeline runs layer 1 ahead itself and needs steps in turn
     # peak RSS per rank fitted at 3 graph sizes (0.3M-1.2M nodes), docs/cluster_model.md
     # "Memory per rank": 2 servers x 1 rank, F=128, GCN hidden 64, fanouts 10,25, batch 1000
     memory_model = MemoryModel(base=1126 * 2**20, per_node=0, per_edge=303.3)
@@ -115,10 +118,11 @@ class P3Strategy(MiniBatchStrategy):
                                              "stale, stashed per batch."})
 
     def partition_spec(self, topology: Topology) -> PartitionSpec:
-        return PartitionSpec("feature_dim", topology.world_size, {"structure": "hash"})
+        return PartitionSpec("feature_dim", topology.world_size, {"structure": "hash"},
+                             feature_layout="columns")
 
-    def setup(self, session: Session, pdir: PartitionDir, store=None) -> None:
-        self.check_partitions(pdir, session.topology)
+    def setup(self, session: Session, pdir: PartitionDir, store, request: SetupRequest) -> None:
+        check_partitions(self, pdir, session.topology)
         self.session, rank, topo = session, session.rank, session.topology
         self.pdir, self.num_nodes, self.store = pdir, pdir.num_nodes, store
         part = pdir.load_part(rank)
@@ -156,7 +160,7 @@ class P3Strategy(MiniBatchStrategy):
         DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, ignored)
         self._grad_bytes = sum(p.numel() * p.element_size() for n, p in model.named_parameters()
                                if p.requires_grad and n not in ignored)
-        return self.ddp(model, self.session)
+        return ddp(model, self.session, self.compute_device(self.session))
 
     def _row_normalize(self) -> None:
         """Divides every row by its sum over all columns (rows summing to <= 0 stay)."""

@@ -8,8 +8,8 @@ entry points the way it finds an installed package's, and the contract tests, wh
 the registries' names, cover these plug-ins with no edit to the package or to the tests:
 
 * :mod:`.partitioner`: ``range``, contiguous id ranges (``dglx_dist.partitioners``);
-* :mod:`.strategy`: ``range_distdgl``, DistDGL's training on ``range`` parts
-  (``dglx_dist.strategies``);
+* :mod:`.strategy`: ``range_distdgl``, DistDGL-style training on ``range`` parts, written
+  against the strategy core alone (``dglx_dist.strategies``);
 * :mod:`.conv`: the column split of ``dgl.nn.GINConv`` (``dglx_dist.layers``);
 * :mod:`.executor`: ``threads``, tensor tasks in a thread pool (``dglx_dist.executors``).
 

@@ -25,8 +25,8 @@ class ThreadExecutor(Executor):
         workers: int = dataclasses.field(default=2, metadata={"help": "Threads.", "min": 1})
         memory_mb: int = dataclasses.field(default=0, metadata={"help": "Billed memory."})
 
-    def __init__(self, config):
-        super().__init__(config)
+    def __init__(self, config, name: str = ""):
+        super().__init__(config, name)
         self._lock = threading.Lock()
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pending: set[concurrent.futures.Future] = set()

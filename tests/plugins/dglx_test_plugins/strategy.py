@@ -1,24 +1,45 @@
-"""``range_distdgl``: DistDGL's mini-batch training on ``range`` parts.
+"""``range_distdgl``: DistDGL-style mini-batch training on ``range`` parts, written against the
+strategy core alone (:class:`~dglx_dist.strategies.base.Strategy`, no optional ability).
 
-A strategy plug-in names the partitions it needs (:meth:`partition_spec`) and inherits the
-rest; here it asks for another plug-in's partitioner by its registered name.
+It shows what a new strategy must think about: the partitions it needs (here another
+plug-in's partitioner, by its registered name), what setup loads, how the model is wrapped,
+and a loader's plan and steps. Everything else has the core's default: the full-graph form and
+edge loaders are refused, features are read through the graph's KVStore, every parameter is
+replicated, and the contract test runs it with its default options as exact.
 """
 from __future__ import annotations
 
 import dataclasses
 
-from dglx_dist.runtime.topology import Topology
-from dglx_dist.strategies.base import PartitionSpec
-from dglx_dist.strategies.distdgl import DistDGLStrategy
-from dglx_dist.strategies.minibatch import MiniBatchConfig
+import torch
+
+from dglx_dist.sampling import PartitionSampler
+from dglx_dist.strategies.base import PartitionSpec, Strategy, check_partitions, ddp
+from dglx_dist.strategies.steps import sampled_epoch, sampled_plan
 
 
-class RangeDistDGLStrategy(DistDGLStrategy):
-    """DistDGL (sampling, KVStore, DDP) with one contiguous id range per server."""
+class RangeDistDGLStrategy(Strategy):
+    """Sampled blocks over one contiguous id range per server, rows from the KVStore, DDP."""
 
     @dataclasses.dataclass(frozen=True)
-    class Config(MiniBatchConfig):
-        """DistDGL's options without METIS's balance constraints."""
+    class Config:
+        """No options: the loader's sampler decides the fanouts."""
 
-    def partition_spec(self, topology: Topology) -> PartitionSpec:
-        return PartitionSpec("range", topology.num_servers, {})
+    def partition_spec(self, topology):
+        return PartitionSpec("range", topology.num_servers, {}, feature_layout="rows")
+
+    def setup(self, session, pdir, store, request):
+        check_partitions(self, pdir, session.topology)
+        self.session = session
+        part = pdir.load_part(session.server_id, features=False)  # rows: the graph's store
+        self.sampler = PartitionSampler(part, pdir.book, session.cross, session.server_id,
+                                        pdir.edge_book())
+
+    def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        return ddp(model, self.session, self.compute_device(self.session))
+
+    def loader_plan(self, ids, spec):
+        return sampled_plan(self.session.world, ids, spec)
+
+    def loader_epoch(self, plan, spec, epoch):
+        return sampled_epoch(self.sampler, self.session.rank, plan, spec, epoch)

@@ -1,0 +1,204 @@
+"""The optional abilities of a strategy, each its own small ABC, checked with ``isinstance``.
+
+A strategy implements :class:`~dglx_dist.strategies.base.Strategy`'s core and inherits the
+abilities it has (as Lightning's fabric strategies add theirs): the drop-in API, the Trainer
+and ``dglx bench`` ask ``isinstance(strategy, Ability)``, never a flag that repeats it. A
+strategy without an ability gets the documented default of each row:
+
+======================  =====================================================  ===============
+ability                 what it adds                                           without it
+======================  =====================================================  ===============
+:class:`FullGraphForm`  ``model(g, g.ndata["feat"])``: the full-graph form     refused
+:class:`OwnEpochs`      ``Trainer.fit``'s epochs from a pipeline of its own    the loader's
+:class:`LinkPrediction` edge loaders (``as_edge_prediction_sampler``)          refused
+:class:`ShardedParams`  parameters sharded over ranks (``clip_grad_norm_``)    all replicated
+:class:`Stateful`       state between epochs in checkpoints                    none kept
+:class:`MemoryModelled` its peak memory per rank, checked before a run         not checked
+:class:`HoldsRows`      rows of node data it holds without the KVStore         KVStore reads
+:class:`Float32Only`    float32 math alone (no bfloat16, no autocast)          any dtype
+:class:`ConvTypes`      the dgl.nn convs it can run                            any conv
+:class:`StepsInTurn`    each step trained before the loader samples the next   look-ahead
+:class:`Approximate`    options that turn its approximations off (contract)    exact defaults
+:class:`OverlapsBackward`  a hook when backward reaches the model's output      none
+:class:`OwnSplit`       its own ``node_split`` of ids among ranks              DistDGL's split
+:class:`ShapedByOptions`  depth and the Trainer's loaders from its options     the model's; full
+======================  =====================================================  ===============
+"""
+from __future__ import annotations
+
+import abc
+from typing import Any, Iterator
+
+import torch
+from torch.distributed.checkpoint.stateful import Stateful
+
+from dglx_dist.errors import CheckpointError
+from dglx_dist.memory import MemoryModel
+from dglx_dist.partition.load import PartitionDir
+from dglx_dist.runtime.session import Session
+from dglx_dist.strategies.epochs import EpochResult, TrainHooks
+from dglx_dist.strategies.steps import Blocks, LoaderSpec
+
+__all__ = ["FullGraphForm", "OwnEpochs", "LinkPrediction", "ShardedParams", "Stateful",
+           "MemoryModelled", "HoldsRows", "Float32Only", "ConvTypes", "StepsInTurn",
+           "Approximate", "OverlapsBackward", "OwnSplit", "ShapedByOptions", "ABILITIES",
+           "exact_options", "epochs_of", "state_of", "load_state"]
+
+
+class FullGraphForm(abc.ABC):
+    """The full-graph form ``model(g, features)``: every layer's full neighbourhood of this
+    rank's nodes in one step."""
+
+    @abc.abstractmethod
+    def local_nodes(self) -> torch.Tensor:
+        """Global ids of the nodes whose outputs :meth:`full_graph_step` gives, in that order
+        (this rank's share of the graph)."""
+
+    @abc.abstractmethod
+    def full_graph_step(self, num_layers: int) -> tuple[Blocks, Any]:
+        """Blocks and input rows of the full-graph form (collective)."""
+
+
+class OwnEpochs(abc.ABC):
+    """``Trainer.fit``'s epochs come from a pipeline of the strategy's own (epochs that
+    overlap; see :mod:`dglx_dist.strategies.epochs`)."""
+
+    @abc.abstractmethod
+    def train_epochs(self, epochs: range, hooks: TrainHooks) -> Iterator[EpochResult]:
+        """The epochs ``epochs``, one :class:`EpochResult` each, in order, yielded on every rank
+        once the epoch's update is applied (the trainer records, evaluates and checkpoints
+        before asking for the next)."""
+
+
+class LinkPrediction(abc.ABC):
+    """Edge loaders (link prediction) run under it: its :meth:`loader_plan` takes a spec with
+    ``pairs``."""
+
+
+class ShardedParams(abc.ABC):
+    """Some parameters are held as a different shard on each rank."""
+
+    @abc.abstractmethod
+    def sharded_params(self) -> tuple[list[torch.Tensor], Any]:
+        """The sharded parameters and the communicator over whose ranks the shards add up to
+        the whole."""
+
+
+class MemoryModelled(abc.ABC):
+    """Its measured peak resident memory per rank as the graph grows, which ``dglx train``
+    checks before it starts (:func:`~dglx_dist.strategies.footprint.check_job_memory`).
+
+    Attributes:
+        memory_model: the fit (the built-in ones at F = 128, a 2-layer GCN of hidden 64 and
+            the default options; docs/cluster_model.md, "Memory per rank").
+    """
+
+    memory_model: MemoryModel
+
+
+class HoldsRows(abc.ABC):
+    """Rows of some node data the strategy holds itself (e.g. preloaded features).
+
+    Attributes:
+        held_rows: the node-data names :meth:`local_rows` may give.
+    """
+
+    held_rows: frozenset[str]
+
+    @abc.abstractmethod
+    def local_rows(self, name: str, ids: torch.Tensor) -> Any:
+        """Rows of ``name`` for ``ids`` this rank holds, or None (then read from the KVStore)."""
+
+
+class Float32Only(abc.ABC):
+    """Its math runs in float32 alone (dorylus: tensor tasks travel as float32 arrays):
+    ``parallelize`` refuses other floating parameters, the forward refuses autocast."""
+
+
+class ConvTypes(abc.ABC):
+    """It runs only some dgl.nn convs.
+
+    Attributes:
+        conv_types: their class names (readable on the class: ``dglx bench`` checks a model
+            before it builds the strategy).
+    """
+
+    conv_types: tuple[str, ...]
+
+
+class StepsInTurn(abc.ABC):
+    """Each step must be trained before the loader asks for the next (P3's pipeline launches
+    its own work ahead), so loaders never sample ahead."""
+
+
+class Approximate(abc.ABC):
+    """Its default options approximate the full-graph math (sampling, staleness)."""
+
+    @classmethod
+    @abc.abstractmethod
+    def exact_options(cls, num_layers: int) -> dict[str, Any]:
+        """Options under which it does single-process full-graph DGL's math for a model of
+        ``num_layers`` graph convs (tests/dist/test_contract.py builds it with them)."""
+
+
+class OverlapsBackward(abc.ABC):
+    """Work that starts when backward reaches the model's output (e.g. a gradient exchange
+    started early; see :class:`~dglx_dist.runtime.autograd.GradientSync`)."""
+
+    @abc.abstractmethod
+    def before_backward(self) -> None:
+        """Called when a backward pass reaches the model's output."""
+
+
+class OwnSplit(abc.ABC):
+    """Its own share of ids per rank (DGL's ``node_split``), e.g. a node's loss where its rows
+    are."""
+
+    @abc.abstractmethod
+    def split_ids(self, ids: torch.Tensor, pdir: PartitionDir, session: Session) -> torch.Tensor:
+        """This rank's share of ``ids`` (sorted, unique, the same on every rank)."""
+
+
+class ShapedByOptions(abc.ABC):
+    """Its options imply the model's depth and the loaders the Trainer uses."""
+
+    @abc.abstractmethod
+    def num_layers(self) -> int:
+        """Graph convs its options imply (e.g. one fanout per layer)."""
+
+    @abc.abstractmethod
+    def trainer_loaders(self, num_layers: int, num_nodes: int) -> tuple[LoaderSpec, LoaderSpec]:
+        """The loaders the :class:`~dglx_dist.trainer.Trainer` trains and evaluates with."""
+
+
+ABILITIES: tuple[type, ...] = (FullGraphForm, OwnEpochs, LinkPrediction, ShardedParams, Stateful,
+                               MemoryModelled, HoldsRows, Float32Only, ConvTypes, StepsInTurn,
+                               Approximate, OverlapsBackward, OwnSplit, ShapedByOptions)
+"""Every optional ability, for the contract tests to iterate."""
+
+
+def exact_options(cls: type, num_layers: int) -> dict[str, Any]:
+    """The options under which strategy class ``cls`` does full-graph DGL's math (its
+    defaults, unless it is :class:`Approximate`)."""
+    return cls.exact_options(num_layers) if issubclass(cls, Approximate) else {}
+
+
+def epochs_of(strategy: object, epochs: range, hooks: TrainHooks) -> Iterator[EpochResult]:
+    """The strategy's own epochs, or the trainer's loader steps epoch by epoch."""
+    if isinstance(strategy, OwnEpochs):
+        return strategy.train_epochs(epochs, hooks)
+    return (hooks.loader_epoch(epoch) for epoch in epochs)
+
+
+def state_of(strategy: object) -> dict[str, Any]:
+    """What a checkpoint holds of the strategy between epochs (``{}``: nothing)."""
+    return strategy.state_dict() if isinstance(strategy, Stateful) else {}
+
+
+def load_state(strategy: object, state: dict[str, Any]) -> None:
+    """Restores :func:`state_of`'s result; refuses state for a strategy that keeps none."""
+    if isinstance(strategy, Stateful):
+        strategy.load_state_dict(state)
+    elif state:
+        raise CheckpointError(f"strategy {getattr(strategy, 'registered_name', '')!r} keeps no "
+                              f"state between epochs; the checkpoint holds {sorted(state)}")

@@ -1,0 +1,99 @@
+"""A rank's co-batches: how the server's preloaded subgraph is cut into cooperative batches
+(METIS clusters of the rank's inner nodes, each with its own EAS neighbourhood), and the rows
+kept for them.
+
+:class:`~dglx_dist.strategies.granndis.strategy.GraNNDisStrategy` builds them once their count
+is known: from its ``co_batches`` option at setup, else from the first loader (its batches per
+rank) or full-graph use (one).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import dgl
+import torch
+from tqdm.auto import tqdm
+
+from dglx_dist.runtime.comm import Comm
+from dglx_dist.strategies.granndis.cobatch import (CoBatchPlan, GroupNodes, batch_edges,
+                                                   build_cobatch, levels)
+
+__all__ = ["ServerGraph", "Batching", "clusters", "cobatch_plans"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerGraph:
+    """What setup leaves for the co-batches.
+
+    Attributes:
+        part: this rank's partition; ``core_edges`` its inner nodes' in-edges (global ids).
+        own: this rank's nodes (inner and its share of the preloaded external ones), sorted.
+        nodes: the group's node set; ``edges`` the in-edges of ``own`` inside it.
+        out_degree: every node's out-degree in the whole graph.
+        gen: the EAS sampling generator (seeded at setup).
+    """
+
+    part: Any
+    core_edges: tuple[torch.Tensor, torch.Tensor]
+    own: torch.Tensor
+    nodes: GroupNodes
+    edges: tuple[torch.Tensor, torch.Tensor]
+    out_degree: torch.Tensor
+    gen: torch.Generator
+
+
+@dataclasses.dataclass(frozen=True)
+class Batching:
+    """The co-batches of a rank.
+
+    Attributes:
+        plans: every co-batch's plan (the first is the whole graph when there is one).
+        feat: preloaded feature rows: the one co-batch's, in its order, or every own node's.
+        by: the call whose batch count decided them, for messages.
+        plan0_row: with one co-batch, the row in ``feat`` of each own node (-1: none).
+    """
+
+    plans: list[CoBatchPlan]
+    feat: torch.Tensor
+    by: str
+    plan0_row: torch.Tensor | None = None
+
+    @property
+    def single(self) -> bool:
+        return len(self.plans) == 1
+
+
+def clusters(server: ServerGraph, R: int) -> torch.Tensor:
+    """Co-batch of every core node: METIS clusters of the rank's part (train balanced)."""
+    core = torch.from_numpy(server.part.core_gid)
+    if R == 1 or core.numel() <= R:
+        return torch.arange(core.numel()) % R
+    src, dst = server.core_edges
+    inner = torch.isin(src, core)
+    g = dgl.graph((torch.searchsorted(core, src[inner]), torch.searchsorted(core, dst[inner])),
+                  num_nodes=core.numel())
+    balance = torch.from_numpy(server.part.train.astype("int64"))
+    return dgl.metis_partition_assignment(g, R, balance_ntypes=balance, mode="k-way").long()
+
+
+def cobatch_plans(server: ServerGraph, R: int, num_layers: int, group: Comm, max_hop: int,
+                  fanout: int, progress: bool = False) -> list[CoBatchPlan]:
+    """Every one of the ``R`` co-batches' plans on this rank (collective over ``group``);
+    with ``R > 1`` each has its own EAS neighbourhood (``max_hop``, ``fanout``) inside the
+    group's set."""
+    own, core = server.own, torch.from_numpy(server.part.core_gid)
+    cluster = clusters(server, R)
+    is_core = torch.isin(own, core)
+    cluster_of_own = torch.full((own.numel(),), -1, dtype=torch.int64)
+    cluster_of_own[is_core] = cluster[torch.searchsorted(core, own[is_core])]
+    plans = []
+    for b in tqdm(range(R), desc="co-batches", disable=not progress, leave=False):
+        targets, mine = cluster_of_own == b, server.edges
+        if R > 1:
+            mine = batch_edges(own, server.edges, targets, server.nodes, group, max_hop, fanout,
+                               server.gen)
+        level = levels(own, mine, targets, num_layers, server.nodes, group)
+        plans.append(build_cobatch(own, level, mine, num_layers, server.nodes, group,
+                                   server.out_degree))
+    return plans
