@@ -1,6 +1,6 @@
 """Dorylus's sweep, async (staleness 0 or 1) against sync and the CPU-only variant
-(``scripts/bench_dorylus.py``, whose docstring says what is measured; ``dglx bench
---sweeps dorylus`` runs async, async-s1 and sync). Every run is
+(``benchmarks/bench_dorylus.py``, whose docstring says what is measured; ``python -m
+benchmarks.sweeps`` runs async, async-s1 and sync). Every run is
 :func:`~dglx_dist.bench.harness.run_strategy` of ``dorylus`` with 2 graph servers (2 virtual
 servers x 1 rank)."""
 from __future__ import annotations
@@ -11,11 +11,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from benchmarks.sweeps.common import (add_common, emit_json, emit_text, parse_with_preset,
+                                      sweep_dataset, sweep_presets, sweep_setup)
 from dglx_dist.bench.harness import (add_time_to_accuracy, attempt, first_reached,
                                      reduce_records, run_strategy, summarize)
 from dglx_dist.bench.report import Panel, Series, draw
-from dglx_dist.bench.sweeps.common import (add_common, emit_json, emit_text, parse_with_preset,
-                                           sweep_dataset, sweep_presets, sweep_setup)
 from dglx_dist.report import markdown_table
 
 __all__ = ["DEFAULT_SYSTEMS", "PRESETS", "SYSTEMS", "add_derived", "checks", "main", "parse_args",
@@ -26,7 +26,7 @@ log = logging.getLogger("dglx_dist.bench")
 PRESETS = sweep_presets(64, tiny=(20_000, 300_000, 20), small=(200_000, 2_000_000, 10))
 SYSTEMS = {"async": ["mode=async", "staleness=0"], "sync": ["mode=sync"],
            "cpu": ["mode=sync", "executor=inline"],
-           "async-s1": ["mode=async", "staleness=1"]}  # dglx bench --sweeps's staleness sweep
+           "async-s1": ["mode=async", "staleness=1"]}  # benchmarks.sweeps's staleness sweep
 DEFAULT_SYSTEMS = ["async", "sync", "cpu"]
 _PER_EPOCH = ("invocations", "relaunches", "bytes_to_executor", "bytes_from_executor",
               "cost_usd", "value")
@@ -103,7 +103,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def parse_args(argv: list[str] | None = None, description: str = "") -> argparse.Namespace:
-    """``scripts/bench_dorylus.py``'s options; the preset fills the graph, epochs, Lambda."""
+    """``benchmarks/bench_dorylus.py``'s options; the preset fills the graph, epochs, Lambda."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
     p.add_argument("--systems", type=lambda s: s.split(","), default=DEFAULT_SYSTEMS,
