@@ -8,10 +8,10 @@ import torch.nn.functional as F
 
 from dglx_dist.data import builtin_path, read_dataset, to_dgl
 from dglx_dist.models import GAT, GCN, SAGE
-from dglx_dist.testing.invoke_api import serve_in_subprocess
 from dglx_dist.partition import PartitionDir, partition_dataset
 from dglx_dist.testing import run_workers, seeded_model
 from dglx_dist.trainer import Trainer
+from tests.doubles.invoke_api import serve_in_subprocess
 
 pytestmark = pytest.mark.dist
 EPOCHS = 5

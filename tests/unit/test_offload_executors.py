@@ -13,10 +13,10 @@ import pytest
 
 from dglx_dist.offload import (EXECUTORS, InvocationError, TaskController, TaskFailedError,
                                WorkerLost)
-from dglx_dist.testing.invoke_api import serve_in_subprocess
 from dglx_dist.offload.tensor_fn.handler import handle
 from dglx_dist.offload.tensor_fn.payload import PayloadError, decode, encode
 from dglx_dist.testing.procs import live_children
+from tests.doubles.invoke_api import serve_in_subprocess
 
 ROOT = Path(__file__).resolve().parents[2]
 
