@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from dglx_dist.bench.report import Panel, Series, draw
 from dglx_dist.report import markdown_table
 
 __all__ = ["DEFAULT_SYSTEMS", "PRESETS", "SYSTEMS", "add_derived", "checks", "main", "parse_args",
-           "plot", "run"]
+           "plot", "run", "use_faulty_local"]
 
 log = logging.getLogger("dglx_dist.bench")
 # (num_nodes, num_edges, epochs)
@@ -36,16 +37,38 @@ def _summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     return summarize(records) | reduce_records(records, dict.fromkeys(_PER_EPOCH, "mean"))
 
 
+def use_faulty_local() -> tuple[tuple[str, str], ...]:
+    """Makes the test plug-ins' ``faulty-local`` executor (tests/plugins: the ``local`` one
+    with a delay added to every invocation, emulating Lambda's latency; one implementation
+    serves the fault tests and this sweep) known here, where the harness builds the strategy
+    to partition ahead, and returns the runs' environment that makes it known to their ranks."""
+    from dglx_dist.offload import EXECUTORS
+
+    plugins = str(Path(__file__).resolve().parents[2] / "tests" / "plugins")
+    if plugins not in sys.path:
+        sys.path.insert(0, plugins)
+    if "faulty-local" not in EXECUTORS:  # its entry points were read before the path was there
+        from dglx_test_plugins.faulty import FaultyLocalExecutor
+
+        EXECUTORS.add("faulty-local", FaultyLocalExecutor)
+    return (("PYTHONPATH", os.pathsep.join(
+        p for p in (plugins, os.environ.get("PYTHONPATH")) if p)),)
+
+
 def run(args, system: str, data: Path) -> dict[str, Any]:
     """One ``dglx train --strategy dorylus`` run; its metrics summarised, or the error."""
     opts = SYSTEMS[system] + [f"intervals={args.intervals}"]
-    if system != "cpu":  # the local executor's processes, with the emulated Lambda latency
-        opts.append(f"executor_options=workers={args.workers},"
-                    f"latency_s={args.latency_ms / 1000:g}")
+    env: tuple[tuple[str, str], ...] = ()
+    if system != "cpu" and args.latency_ms > 0:  # local worker processes + Lambda's latency
+        opts += ["executor=faulty-local", f"executor_options=workers={args.workers},"
+                 f"latency_s={args.latency_ms / 1000:g}"]
+        env = use_faulty_local()
+    elif system != "cpu":  # the bare local executor
+        opts.append(f"executor_options=workers={args.workers}")
     setup = sweep_setup(args, data, {"model": args.model, "hidden": args.hidden,
                                      "lr": args.lr, "dropout": args.dropout,
                                      "epochs": args.epochs},
-                        servers=2, ranks_per_server=1)  # one graph server per (virtual) server
+                        servers=2, ranks_per_server=1, env=env)  # a graph server per server
     log.info("%s: %s", system, " ".join(opts))
     row = attempt(system, lambda: run_strategy("dorylus", setup, {"dorylus": opts}, _summary))
     if "error" in row:

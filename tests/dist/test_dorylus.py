@@ -289,8 +289,10 @@ def test_own_loop_step_matches_single_process_dgl(tmp_path, cora_parts, kind, bi
 
 def test_relaunched_faults_give_the_same_result(tmp_path, cora_parts):
     """A worker killed mid-invocation and an invocation that hangs past its timeout are
-    relaunched; the sync run's losses and weights are the fault-free ones."""
+    relaunched; the sync run's losses and weights are the fault-free ones (the faults: the
+    test plug-ins' faulty-local executor)."""
     opts = {"mode": "sync", "intervals": 4, "invocation_timeout": 2.0,
+            "executor": "faulty-local",
             "executor_options": ("crash_on=3,17", "hang_on=9", "hang_s=30")}
     res = run_workers(_fit, 2, tmp_path, str(cora_parts), 3, opts)
     _check_exact(res, 3)
