@@ -40,7 +40,7 @@ def check_memory(estimate: int, limit: int | None, what: str,
 class MemoryModel:
     """A rank's peak resident bytes as the graph grows, fitted to measured peaks: ``base +
     per_node x nodes/W + per_edge x edges/W`` for a graph of ``nodes`` and ``edges`` trained by
-    ``W`` ranks (``scripts/cluster_model.py memory`` measures and fits it; the strategies'
+    ``W`` ranks (``benchmarks/cluster_model.py memory`` measures and fits it; the strategies'
     fits are their ``memory_model``). It knows the graph's size only: not the feature width,
     the model or the batch it was measured with.
 

@@ -19,7 +19,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 # torchrun's agent looks at its workers every --monitor-interval seconds (default 5), so each
 # job the tests start would end 2.5 s after its ranks on average; its ``PET_`` variable sets
 # the default for every torchrun started below (the CLI's, the examples', bench's, emulate's).
-# A command line that passes --monitor-interval (scripts/chaos.py: 0.5) still decides.
+# A command line that passes --monitor-interval (benchmarks/chaos.py: 0.5) still decides.
 os.environ.setdefault("PET_MONITOR_INTERVAL", "0.5")
 
 import pytest  # noqa: E402

@@ -16,15 +16,14 @@ The pieces, in the order a run uses them:
   ``python -m dglx_dist.bench.single``);
 * :mod:`~dglx_dist.bench.dgl_distdgl`: DGL's own DistDGL on one host (partitions, 2 simulated
   machines), with its worker :mod:`~dglx_dist.bench.dgl_distdgl_worker` (``python -m
-  dglx_dist.bench.dgl_distdgl_worker``: partition, machine, server, trainer) and
-  :mod:`~dglx_dist.bench.ours_profile` (the worker's ``ours-profile``, our trainer timed phase
-  by phase for ``scripts/bench_train.py --profile``);
+  dglx_dist.bench.dgl_distdgl_worker``: partition, machine, server, trainer);
 * :mod:`~dglx_dist.bench.procs`: process groups run together, killed on timeout, reaped;
 * :mod:`~dglx_dist.bench.report`: results.jsonl, the markdown table, the figure (matplotlib,
-  the ``plot`` extra), drawn as panels (``draw``) like every benchmark script's figure;
-* :mod:`~dglx_dist.bench.sweeps`: the P3, GraNNDis and Dorylus sweeps
-  (``scripts/bench_strategies.py``, ``bench_granndis.py``, ``bench_dorylus.py``, and
-  ``dglx bench --sweeps``).
+  the ``plot`` extra), drawn as panels (``draw``) like every benchmark script's figure.
+
+The research tooling built on this harness (the strategy papers' sweeps, the cluster model,
+our trainer profiled phase by phase, fault measurements) is not in the package: it lives in
+the source tree's ``benchmarks/`` and runs from the repository root (docs/benchmarks.md).
 
 Nothing here imports DGL or torch at import time; the systems import them in their own
 processes.

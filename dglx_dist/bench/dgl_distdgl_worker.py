@@ -22,9 +22,8 @@ Subcommands: ``partition`` (``dgl.distributed.partition_graph`` with METIS), ``m
 server + one trainer, in the caller's namespace), ``server`` and ``trainer`` (started by
 ``machine``). The trainer is DGL's examples/distributed/graphsage/node_classification.py loop
 with our model (``--model``, default SAGE: the same class, the same seed, so the same initial
-weights), with its phases timed; ``--eval-val`` adds validation accuracy after every epoch.
-``ours-profile`` (under torchrun; :mod:`dglx_dist.bench.ours_profile`) times the same phases in
-our distdgl trainer.
+weights), with its phases timed (:data:`PHASES`); ``--eval-val`` adds validation accuracy
+after every epoch.
 """
 from __future__ import annotations
 
@@ -350,8 +349,7 @@ def _int_list(text: str) -> list[int]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The subcommand and its options."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("command", choices=("partition", "machine", "server", "trainer",
-                                        "ours-profile"))
+    p.add_argument("command", choices=("partition", "machine", "server", "trainer"))
     p.add_argument("--data", help="partition: dataset directory")
     p.add_argument("--out", help="partition: output directory")
     p.add_argument("--ifname", default="lo", help="the interface between machines: gloo's, and "
@@ -370,8 +368,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                      hidden={"default": 64}, lr={"default": 0.003})
     p.add_argument("--eval-val", action="store_true",
                    help="trainer: validation accuracy after every epoch (not in epoch_time)")
-    p.add_argument("--partitions", help="ours-profile: our partition directory")
-    p.add_argument("--cprofile", help="ours-profile: also cProfile, stats to this file")
     return p.parse_args(argv)
 
 
@@ -385,12 +381,8 @@ def main(argv: list[str] | None = None) -> int:
         return machine_main(args, argv[1:])
     elif args.command == "server":
         server_main(args)
-    elif args.command == "trainer":
-        trainer_main(args)
     else:
-        from dglx_dist.bench.ours_profile import ours_profile_main
-
-        ours_profile_main(args)
+        trainer_main(args)
     return 0
 
 

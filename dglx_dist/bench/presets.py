@@ -77,7 +77,7 @@ PRESETS: dict[str, Preset] = {
 @dataclasses.dataclass(frozen=True)
 class ScriptPreset:
     """A benchmark script's preset: its dataset, and the options it fills where none was given
-    (``scripts/bench_train.py`` and the strategy sweeps)."""
+    (``benchmarks/bench_train.py`` and the strategy sweeps)."""
 
     graph: SyntheticConfig | str
     """A synthetic graph (its seed replaced by ``--seed``), or a built-in dataset's name."""

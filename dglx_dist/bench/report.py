@@ -10,7 +10,7 @@ from typing import Any
 from dglx_dist.errors import DglxError
 from dglx_dist.report import json_record, markdown_table
 
-__all__ = ["COLUMNS", "LINK_COLUMNS", "PANEL_KINDS", "SWEEP_COLUMNS", "Panel", "PlotUnavailable", "Series",
+__all__ = ["COLUMNS", "LINK_COLUMNS", "PANEL_KINDS", "Panel", "PlotUnavailable", "Series",
            "draw", "markdown", "plot", "write_jsonl"]
 
 COLUMNS = ("system", "network", "startup_s", "epoch_time", "time_to_accuracy", "bytes_inter",
@@ -18,20 +18,10 @@ COLUMNS = ("system", "network", "startup_s", "epoch_time", "time_to_accuracy", "
 LINK_COLUMNS = ("system", "network", "epoch_time", "bytes_inter", "bytes_intra", "peak_mem_mb",
                 "val_mrr", "test_mrr", "test_hits@10", "test_auc", "steps", "note")
 """``--task link``'s table: ranking metrics instead of accuracy and time to accuracy."""
-SWEEP_COLUMNS = {  # per sweep: the columns worth a table
-    "p3-feature": ("system", "feat_dim", "hidden", "epoch_time", "bytes_inter", "bytes_intra",
-                   "test_acc"),
-    "p3-hidden": ("system", "feat_dim", "hidden", "epoch_time", "bytes_inter", "bytes_intra",
-                  "test_acc"),
-    "granndis-depth": ("system", "depth", "epoch_time", "epoch_time_1gbit", "bytes_inter",
-                       "bytes_intra", "saved_mb", "time_to_acc", "test_acc"),
-    "dorylus-staleness": ("system", "epoch_time", "epochs_to_acc", "test_acc", "invocations",
-                          "mb_between_servers", "cost_usd", "value"),
-}
 
 
 def write_jsonl(rows: list[dict[str, Any]], path: Path) -> None:
-    """One JSON object per run (sweep rows carry a ``sweep`` key)."""
+    """One JSON object per run."""
     with open(path, "w") as f:
         for r in rows:
             f.write(json_record(r) + "\n")
@@ -39,7 +29,7 @@ def write_jsonl(rows: list[dict[str, Any]], path: Path) -> None:
 
 def _cells(r: dict[str, Any], columns) -> dict[str, Any]:
     if "error" in r:
-        return {"system": r.get("system") or r.get("sweep"), "network": r.get("network"),
+        return {"system": r.get("system"), "network": r.get("network"),
                 "note": r["error"].splitlines()[0][:160]}
     out = {c: r.get(c) for c in columns}
     for c in ("bytes_inter", "bytes_intra"):
@@ -51,7 +41,8 @@ def _cells(r: dict[str, Any], columns) -> dict[str, Any]:
 
 
 def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
-    """The main table, its legend, and a table per sweep that ran."""
+    """The table and its legend (rows of the strategy sweeps, which ``dglx bench --sweeps``
+    wrote here before they moved to benchmarks/, are left out)."""
     main = [r for r in rows if "sweep" not in r]
     setup = meta["setup"]
     link = setup.get("task") == "link"
@@ -67,13 +58,6 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"{setup['servers']} servers x {setup['ranks_per_server']} rank(s) each; "
             f"{setup['epochs']} epochs; {goal}",
             "", markdown_table([_cells(r, columns) for r in main], columns)]
-    sweeps = [r for r in rows if "sweep" in r]
-    for name in dict.fromkeys(r["sweep"] for r in sweeps):
-        mine = [r for r in sweeps if r["sweep"] == name]
-        cols = SWEEP_COLUMNS.get(name) or tuple(  # a checks table: its own keys
-            k for k in mine[0] if k not in ("sweep", "system", "network"))
-        text += ["", f"## sweep {name}", "",
-                 markdown_table([_cells(r, cols) for r in mine], cols)]
     return "\n".join(text) + "\n"
 
 

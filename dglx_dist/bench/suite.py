@@ -1,6 +1,6 @@
 """One benchmark run from the parsed options of ``dglx bench``: dataset, common setup, every
-selected system, time to accuracy, optional extra rows (``--sweeps``), and
-the outputs in ``--out`` (results.jsonl, meta.json, results.md, bench.png)."""
+selected system, time to accuracy, and the outputs in ``--out`` (results.jsonl, meta.json,
+results.md, bench.png)."""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +9,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from dglx_dist.bench.harness import (BENCH_TRAINING, Setup, add_time_to_accuracy, run_system,
                                      systems)
@@ -21,15 +21,13 @@ from dglx_dist.data.owned import read_record, write_record
 from dglx_dist.errors import InvalidValueError, OutputExistsError
 from dglx_dist.train_config import TrainConfig
 
-__all__ = ["Sweeps", "BENCH_DIR", "check_out", "extra_options", "replot", "run_bench"]
+__all__ = ["BENCH_DIR", "check_out", "extra_options", "replot", "run_bench"]
 
 BENCH_DIR = DirKind("bench", "a dglx bench output directory")
 _RENDERED = ("results.md", "bench.png")
 RESULTS = ("results.jsonl", "meta.json", *_RENDERED)
 
 log = logging.getLogger("dglx_dist.bench")
-Sweeps = Callable[[argparse.Namespace], list[dict[str, Any]]]
-"""Extra rows after the systems' (called with the options; each row carries a ``sweep``)."""
 
 
 def dataset(args: argparse.Namespace, workdir: Path) -> Path:
@@ -137,14 +135,12 @@ def _render(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any], figure:
     return text
 
 
-def run_bench(args: argparse.Namespace, command: str,
-              sweeps: Sweeps | None = None) -> tuple[list[dict[str, Any]], str]:
+def run_bench(args: argparse.Namespace, command: str) -> tuple[list[dict[str, Any]], str]:
     """Runs the benchmark the options describe; returns its rows and the markdown report.
 
     Args:
         args: ``dglx bench``'s options, presets filled in.
         command: the command line, for meta.json and the report's title.
-        sweeps: adds rows after the systems' (``--sweeps``).
     """
     t0 = time.perf_counter()
     _clear_results(args.out)
@@ -154,8 +150,6 @@ def run_bench(args: argparse.Namespace, command: str,
     log.info("setup: %s", setup.public())
     rows = run_all(args, setup)
     target = add_time_to_accuracy(rows, args.target)
-    if sweeps is not None:
-        rows += sweeps(args)
     meta = {"command": command, "dataset": str(data),
             "setup": {**setup.public(), "layers": setup.layers},
             "target_fraction": args.target, "target_acc": target, "cpus": os.cpu_count(),

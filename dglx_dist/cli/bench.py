@@ -47,9 +47,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="replace an earlier benchmark's results in --out (only files dglx "
                         "bench recorded writing; its work/ caches are reused)")
-    p.add_argument("--sweeps", nargs="?", const="p3,granndis,dorylus", default="",
-                   help="also run the strategy papers' sweeps, comma-separated (default "
-                        "all: p3,granndis,dorylus; dglx_dist.bench.sweeps)")
     p.add_argument("--strategy-opt", action="append", default=[], metavar="NAME:KEY=VALUE",
                    help="an option for one strategy, repeatable (e.g. granndis:co_batches=4)")
     # the training config: dglx train's flags; the preset fills epochs, hidden, lr, train_edges
@@ -91,7 +88,7 @@ def _check(args: argparse.Namespace) -> None:
     for key, value in PRESETS[args.preset].options().items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
-    _check_sweeps(args)
+    _check_memory_limit(args)
     if not args.no_plot and importlib.util.find_spec("matplotlib") is None:
         raise InvalidValueError("dglx bench: the figure needs matplotlib: pip install "
                                 "'dglx_dist[plot]', or pass --no-plot")
@@ -112,16 +109,7 @@ def _check(args: argparse.Namespace) -> None:
                                 f"{', '.join(table)}")
 
 
-def _check_sweeps(args: argparse.Namespace) -> None:
-    from dglx_dist.bench.sweeps import SWEEPS
-
-    unknown = [s for s in _names(args.sweeps) if s not in SWEEPS]
-    if unknown:
-        raise InvalidValueError(f"--sweeps: unknown {', '.join(unknown)}; choose from "
-                                f"{', '.join(SWEEPS)}")
-    if args.sweeps and args.task != "node":
-        raise InvalidValueError("--sweeps: the strategy sweeps train node classification; run "
-                                "them without --task link")
+def _check_memory_limit(args: argparse.Namespace) -> None:
     if args.memory_limit is not None and args.task != "node":
         raise InvalidValueError("--memory-limit: only node classification runs are checked "
                                 "for memory; leave it out with --task link")
@@ -138,13 +126,12 @@ def run(args: argparse.Namespace, command: str) -> int:
         0 when every selected system ran, else 1.
     """
     from dglx_dist.bench.suite import replot, run_bench
-    from dglx_dist.bench.sweeps import run_sweeps
 
     _check(args)
     if args.replot:
         sys.stdout.write(replot(args.out, not args.no_plot))
         return 0
-    rows, text = run_bench(args, command, run_sweeps if args.sweeps else None)
+    rows, text = run_bench(args, command)
     sys.stdout.write(text)
     return 0 if all("error" not in r for r in rows) else 1
 

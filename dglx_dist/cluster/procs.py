@@ -1,7 +1,7 @@
 """Process groups: a command started with ``start_new_session=True`` leads a process group
 that holds everything it starts (torchrun's agent and its ranks, a rank's executor workers),
 and :func:`kill_group` ends all of them at once. Used by the emulated cluster's nodes, the
-benchmark's runs (:mod:`dglx_dist.bench.procs`) and ``scripts/chaos.py``'s jobs."""
+benchmark's runs (:mod:`dglx_dist.bench.procs`) and ``benchmarks/chaos.py``'s jobs."""
 from __future__ import annotations
 
 import os

@@ -2,7 +2,7 @@
 
 The function is the ``tensor_fn`` package (``scripts/package_lambda.py`` builds and explains how
 to deploy it); ``endpoint_url`` points boto3 elsewhere, e.g. at
-:func:`dglx_dist.testing.invoke_api.serve_in_subprocess` in tests. Each invocation sends
+``serve_in_subprocess`` of tests/doubles/invoke_api.py in tests. Each invocation sends
 ``{"payload": base64(request)}`` and reads the same shape back.
 
 Lambda caps a synchronous request and response at about 6 MB. A request whose encoding (or

@@ -6,12 +6,10 @@ Requests wait in one shared queue, so ``workers`` is the concurrency cap, like a
 account's concurrency limit. A worker that dies fails its invocation with
 :class:`~dglx_dist.offload.executor.WorkerLost` and is replaced (a cold start).
 
-The fault-injection options (``latency_s``, ``crash_on``, ``hang_on``) make the failure modes of
-serverless workers reproducible in tests and benchmarks (never in production): they are written
-into the request header, and the worker acts on them only because the executor then starts it
-with ``DGLX_TEST_FAULTS=1`` (:data:`~dglx_dist.offload.tensor_fn.worker.FAULTS_VAR`). Without
-these options the variable is removed from the workers' environment, so a request carrying the
-fault fields runs as any other.
+:meth:`LocalExecutor.worker_command` is the one seam for subclasses: the command that starts a
+worker. A subclass may start another module that speaks the same framed protocol, e.g. the
+tests' ``faulty-local`` executor (tests/plugins/dglx_test_plugins), whose worker injects
+latency, crashes and hangs before it calls this worker's handler.
 """
 from __future__ import annotations
 
@@ -28,8 +26,7 @@ from pathlib import Path
 
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, StateError
 from dglx_dist.offload.executor import EXECUTORS, Executor, InvocationError, WorkerLost
-from dglx_dist.offload.tensor_fn.payload import PayloadError, decode_header, replace_header
-from dglx_dist.offload.tensor_fn.worker import FAULTS_VAR, STATUS_OK, read_frame, write_frame
+from dglx_dist.offload.tensor_fn.worker import STATUS_OK, read_frame, write_frame
 
 __all__ = ["LocalExecutor"]
 
@@ -69,28 +66,12 @@ class LocalExecutor(Executor):
             "help": "memory per worker assumed for GB-second cost estimates (not enforced)"})
         cold_start_s: float = dataclasses.field(default=0.0, metadata={
             "help": "seconds a (re)started worker sleeps before serving"})
-        latency_s: float = dataclasses.field(default=0.0, metadata={
-            "help": "fault injection (tests, benchmarks): delay added to every invocation"})
-        crash_on: tuple[int, ...] = dataclasses.field(default=(), metadata={
-            "help": "fault injection (tests): invocation numbers (0-based, counting every "
-                    "invoke() call) whose worker dies mid-invocation"})
-        hang_on: tuple[int, ...] = dataclasses.field(default=(), metadata={
-            "help": "fault injection (tests): invocation numbers that stall for hang_s "
-                    "before computing"})
-        hang_s: float = dataclasses.field(default=30.0, metadata={
-            "help": "fault injection (tests): how long a hang_on invocation stalls"})
 
         def __post_init__(self):
             if self.workers < 1:
                 raise InvalidValueError(f"workers must be >= 1, got {self.workers}")
-            for name in ("cold_start_s", "latency_s", "hang_s"):
-                if getattr(self, name) < 0:
-                    raise InvalidValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-
-        @property
-        def injects_faults(self) -> bool:
-            """Whether any fault-injection option is set (the workers then honour them)."""
-            return bool(self.latency_s > 0 or self.crash_on or self.hang_on)
+            if self.cold_start_s < 0:
+                raise InvalidValueError(f"cold_start_s must be >= 0, got {self.cold_start_s}")
 
     def __init__(self, config: Config, name: str = ""):
         super().__init__(config, name)
@@ -182,15 +163,19 @@ class LocalExecutor(Executor):
 
     # -- worker side ---------------------------------------------------------------------
 
+    def worker_command(self) -> list[str]:
+        """The command that starts one worker: ``tensor_fn.worker`` alone (numpy only), with
+        the configured cold start. It reads request frames on stdin and answers each on stdout
+        (:mod:`~dglx_dist.offload.tensor_fn.worker`); its environment limits it to one compute
+        thread. The one seam for subclasses: a command starting another module that speaks the
+        same protocol changes nothing else (module docstring)."""
+        return [sys.executable, "-c", _BOOT, "--cold-start", repr(self.config.cold_start_s)]
+
     def _spawn(self) -> subprocess.Popen:
         env = dict(os.environ)
         env.update({var: "1" for var in _THREAD_VARS})
-        env.pop(FAULTS_VAR, None)  # the fault fields are honoured only when asked for here
-        if self.config.injects_faults:
-            env[FAULTS_VAR] = "1"
-        return subprocess.Popen(
-            [sys.executable, "-c", _BOOT, "--cold-start", repr(self.config.cold_start_s)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)
+        return subprocess.Popen(self.worker_command(), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, env=env, close_fds=True)
 
     @staticmethod
     def _reap(proc: subprocess.Popen) -> int | None:
@@ -248,22 +233,8 @@ class LocalExecutor(Executor):
                 continue
             self._run(slot, proc, job)
 
-    def _inject(self, job: _Job) -> bytes:
-        cfg, updates = self.config, {}
-        delay = cfg.latency_s + (cfg.hang_s if job.seq in cfg.hang_on else 0.0)
-        if delay > 0:
-            updates["_delay_s"] = delay
-        if job.seq in cfg.crash_on:
-            updates["_crash"] = True
-        if not updates:
-            return job.request
-        try:
-            return replace_header(job.request, {**decode_header(job.request), **updates})
-        except PayloadError:  # the worker will report what is wrong with it
-            return job.request
-
     def _run(self, slot: _Slot, proc: subprocess.Popen, job: _Job) -> None:
-        request = self._inject(job)
+        request = job.request
         start = time.monotonic()
         try:
             write_frame(proc.stdin, request)

@@ -8,10 +8,10 @@ import torch.nn.functional as F
 
 from dglx_dist.data import builtin_path, read_dataset, to_dgl
 from dglx_dist.models import GAT, GCN, SAGE
-from dglx_dist.testing.invoke_api import serve_in_subprocess
 from dglx_dist.partition import PartitionDir, partition_dataset
 from dglx_dist.testing import run_workers, seeded_model
 from dglx_dist.trainer import Trainer
+from tests.doubles.invoke_api import serve_in_subprocess
 
 pytestmark = pytest.mark.dist
 EPOCHS = 5
@@ -289,8 +289,10 @@ def test_own_loop_step_matches_single_process_dgl(tmp_path, cora_parts, kind, bi
 
 def test_relaunched_faults_give_the_same_result(tmp_path, cora_parts):
     """A worker killed mid-invocation and an invocation that hangs past its timeout are
-    relaunched; the sync run's losses and weights are the fault-free ones."""
+    relaunched; the sync run's losses and weights are the fault-free ones (the faults: the
+    test plug-ins' faulty-local executor)."""
     opts = {"mode": "sync", "intervals": 4, "invocation_timeout": 2.0,
+            "executor": "faulty-local",
             "executor_options": ("crash_on=3,17", "hang_on=9", "hang_s=30")}
     res = run_workers(_fit, 2, tmp_path, str(cora_parts), 3, opts)
     _check_exact(res, 3)

@@ -1,5 +1,5 @@
 """A rank killed mid-training under torchrun --max-restarts: the job restarts, resumes from its
-newest checkpoint and ends with the fault-free run's model (scripts/chaos.py's one-run mode);
+newest checkpoint and ends with the fault-free run's model (benchmarks/chaos.py's one-run mode);
 the CLI refuses to start a fresh run into a directory holding another run's checkpoints."""
 import json
 import os
@@ -22,9 +22,10 @@ def _env():
 
 
 def test_killed_rank_resumes_to_the_same_model(tmp_path):
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "chaos.py"), "--runs", "1",
+    r = subprocess.run([sys.executable, "-m", "benchmarks.chaos", "--runs", "1",
                         "--epochs", "8", "--kill-after-checkpoint", "2", "--workdir",
-                        str(tmp_path)], capture_output=True, text=True, timeout=300, env=_env())
+                        str(tmp_path)], capture_output=True, text=True, timeout=300, env=_env(),
+                       cwd=ROOT)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     report = json.loads(next(line for line in r.stdout.splitlines() if line.startswith("{")))
     summary, run = report["summary"], report["rows"][1]

@@ -102,8 +102,6 @@ def test_strategy_opt_needs_a_strategy_name():
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["--sweeps", "p3,nosuch"], "--sweeps: unknown nosuch; choose from p3, granndis, dorylus"),
-    (["--sweeps", "--task", "link"], "the strategy sweeps train node classification"),
     (["--systems", "dgl,nosuch"], "unknown nosuch; choose from dgl, dgl-distdgl"),
     (["--task", "link", "--systems", "dorylus"],
      "not for --task link (their strategies do not train it): dorylus; choose from dgl-"),
@@ -215,8 +213,8 @@ def test_script_preset_fills_what_was_not_given(tmp_path):
 
 
 def test_sweeps_take_the_1m_preset_and_a_network(tmp_path):
-    from dglx_dist.bench.sweeps import granndis, p3
-    from dglx_dist.bench.sweeps.common import sweep_setup
+    from benchmarks.sweeps import granndis, p3
+    from benchmarks.sweeps.common import sweep_setup
 
     for sweep in (p3, granndis):
         args = sweep.parse_args(["--preset", "1m", "--workdir", str(tmp_path)])
@@ -225,6 +223,25 @@ def test_sweeps_take_the_1m_preset_and_a_network(tmp_path):
         assert sweep_setup(args, tmp_path, {"model": "sage"}).network == "virtual"
     with pytest.raises(SystemExit):
         p3.parse_args(["--network", "100g", "--workdir", str(tmp_path)])
+
+
+def test_the_sweeps_run_from_benchmarks_not_dglx_bench(tmp_path, capsys):
+    """``python -m benchmarks.sweeps`` names the sweeps it knows; ``dglx bench`` has no
+    ``--sweeps`` (the sweeps are research tooling, outside the wheel); a failed sweep is a row
+    of its table."""
+    from benchmarks.sweeps.__main__ import markdown, parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--sweeps", "p3,nosuch"])
+    assert "unknown nosuch; choose from p3, granndis, dorylus" in capsys.readouterr().err
+    assert parse_args(["--preset", "small", "--out", str(tmp_path)]).sweeps == (
+        "p3,granndis,dorylus")
+    with pytest.raises(SystemExit):
+        main(["bench", "--sweeps", "p3", "--out", str(tmp_path / "none")])
+    text = markdown([{"sweep": "p3-feature", "system": "p3", "feat_dim": 64, "bytes_inter": 2048},
+                     {"sweep": "dorylus", "error": "RunFailedError: boom\nmore"}], "x")
+    assert "## sweep p3-feature" in text and "2,048" in text
+    assert "## sweep dorylus" in text and "RunFailedError: boom" in text and "more" not in text
 
 
 @pytest.mark.parametrize("done, expected", [(True, (0, True)), (False, (-9, False))])

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from dglx_dist.checkpoint import files
 from dglx_dist.errors import CheckpointError
-from dglx_dist.testing.fuzz import FUZZ, HOSTILE
+from tests.doubles.fuzz import FUZZ, HOSTILE
 
 
 

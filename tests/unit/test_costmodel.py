@@ -1,4 +1,4 @@
-"""The cluster model (dglx_dist.bench.costmodel): its counts against DGL's own sampling and a
+"""The cluster model (benchmarks.costmodel): its counts against DGL's own sampling and a
 real METIS partition, its calibration, the laws' shape, the measured units and the predict
 command."""
 import dataclasses
@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from dglx_dist.bench.costmodel import (LAWS, Calibration, Cluster, GraphShape, Units, Workload,
-                                       calibrate, expansion, halo_rows, predict)
+from benchmarks.costmodel import (LAWS, Calibration, Cluster, GraphShape, Units, Workload,
+                                  calibrate, expansion, halo_rows, predict)
 from dglx_dist.data.synthetic import SyntheticConfig, generate_synthetic
 from dglx_dist.errors import InvalidValueError
 
@@ -26,7 +26,7 @@ def dataset():
 
 @pytest.fixture(scope="module")
 def shape(dataset):
-    from dglx_dist.bench.costmodel.measure import measure_graph
+    from benchmarks.costmodel.measure import measure_graph
 
     return measure_graph(dataset)
 
@@ -57,7 +57,7 @@ def test_the_expansion_matches_dgls_sampled_blocks(dataset, shape):
 def test_halo_rows_match_a_real_metis_partition(dataset, shape):
     """Rows 4 METIS parts read from each other (distinct remote sources of their in-edges),
     against the count from the degrees and that partition's cut."""
-    from dglx_dist.bench.costmodel.measure import metis_layout
+    from benchmarks.costmodel.measure import metis_layout
 
     layout = metis_layout(dataset, 4)
     remote = layout.src_owner != layout.dst_owner
@@ -116,7 +116,7 @@ def test_the_laws_follow_each_strategys_design(shape):
 
 
 def test_the_granndis_law_uses_the_strategys_eas_defaults():
-    from dglx_dist.bench.costmodel.laws import GRANNDIS_EAS
+    from benchmarks.costmodel.laws import GRANNDIS_EAS
     from dglx_dist.strategies import STRATEGIES
 
     config = STRATEGIES.get("granndis").Config()
@@ -124,7 +124,7 @@ def test_the_granndis_law_uses_the_strategys_eas_defaults():
 
 
 def test_graph_shapes_and_cluster_shapes_refuse_bad_values():
-    from dglx_dist.bench.costmodel.validate import parse_shape
+    from benchmarks.costmodel.validate import parse_shape
 
     with pytest.raises(InvalidValueError, match="SERVERSxRANKS"):
         parse_shape("4by2")
@@ -139,7 +139,7 @@ def test_graph_shapes_and_cluster_shapes_refuse_bad_values():
 
 
 def test_measured_units_are_positive_and_finite():
-    from dglx_dist.bench.costmodel.measure import measure_units
+    from benchmarks.costmodel.measure import measure_units
 
     units = measure_units(nodes=5_000, edges=50_000, repeat=1, loopback_bytes=1 << 20)
     for name, value in dataclasses.asdict(units).items():
@@ -147,10 +147,10 @@ def test_measured_units_are_positive_and_finite():
 
 
 def test_predict_command_extrapolates_a_calibration(tmp_path, shape, capsys):
-    """scripts/cluster_model.py predict on the papers100M shape from a calibration file:
+    """benchmarks/cluster_model.py predict on the papers100M shape from a calibration file:
     every strategy at every server count, with more servers less time per epoch for
     distdgl's compute."""
-    from dglx_dist.bench.costmodel.main import main
+    from benchmarks.costmodel.main import main
 
     cal = {"graph": dataclasses.asdict(shape), "workload": dataclasses.asdict(Workload()),
            "units": dataclasses.asdict(UNITS),
@@ -170,7 +170,7 @@ def test_predict_command_extrapolates_a_calibration(tmp_path, shape, capsys):
 def test_the_memory_fit_recovers_per_node_and_per_edge_bytes():
     """Peaks made from known coefficients (at three sizes of different degree) give them back;
     the largest graph that fits a budget is where the fitted peak meets it."""
-    from dglx_dist.bench.costmodel.memory import fit_memory, parse_sizes
+    from benchmarks.costmodel.memory import fit_memory, parse_sizes
 
     sizes = parse_sizes("100000:1500000,300000:9000000,1000000:20000000")
     base, per_node, per_edge = 900e6, 700.0, 40.0

@@ -23,8 +23,8 @@ from dglx_dist.runtime.failure import (mark_in_session, one_line, report, report
 
 PACKAGE = pathlib.Path(dglx_dist.__file__).parent
 # The numpy-only code a Lambda runs (its errors reach the job wrapped in InvocationError, a
-# DglxError) and the local stand-in for Lambda's Invoke API keep builtin errors.
-OWN_RULES = ("offload/tensor_fn/", "testing/invoke_api.py")
+# DglxError) keeps builtin errors.
+OWN_RULES = ("offload/tensor_fn/",)
 BUILTIN_ERRORS = {name for name, obj in vars(builtins).items()
                   if inspect.isclass(obj) and issubclass(obj, Exception)}
 
@@ -51,8 +51,7 @@ def test_the_package_raises_no_builtin_error():
 def test_every_exception_class_of_the_package_is_a_dglx_error():
     classes = []
     for info in pkgutil.walk_packages([str(PACKAGE)], "dglx_dist."):
-        if info.name.startswith(("dglx_dist.offload.tensor_fn", "dglx_dist.testing.invoke_api",
-                                 "dglx_dist.__main__")):
+        if info.name.startswith(("dglx_dist.offload.tensor_fn", "dglx_dist.__main__")):
             continue
         module = importlib.import_module(info.name)
         classes += [obj for obj in vars(module).values() if inspect.isclass(obj)

@@ -15,7 +15,7 @@ from dglx_dist.data import read_dataset, write_dataset
 from dglx_dist.errors import DatasetFormatError, PartitionFormatError
 from dglx_dist.partition import PartitionDir, partition_dataset
 from dglx_dist.testing import tiny_dataset
-from dglx_dist.testing.fuzz import FUZZ, HOSTILE
+from tests.doubles.fuzz import FUZZ, HOSTILE
 
 
 

@@ -13,10 +13,10 @@ import pytest
 
 from dglx_dist.offload import (EXECUTORS, InvocationError, TaskController, TaskFailedError,
                                WorkerLost)
-from dglx_dist.testing.invoke_api import serve_in_subprocess
 from dglx_dist.offload.tensor_fn.handler import handle
 from dglx_dist.offload.tensor_fn.payload import PayloadError, decode, encode
 from dglx_dist.testing.procs import live_children
+from tests.doubles.invoke_api import serve_in_subprocess
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -132,7 +132,7 @@ def test_local_workers_are_numpy_only_single_thread_processes():
 
 def test_crash_is_worker_lost_and_the_controller_relaunches():
     tasks = _tasks(3)
-    with EXECUTORS.build("local", workers=2, crash_on="0") as ex:
+    with EXECUTORS.build("faulty-local", workers=2, crash_on="0") as ex:
         lost = ex.invoke(encode(*tasks[0][1:]))
         with pytest.raises(WorkerLost, match="died mid-invocation"):
             lost.result(timeout=30)
@@ -140,7 +140,7 @@ def test_crash_is_worker_lost_and_the_controller_relaunches():
         assert ex.stats()["worker_restarts"] == 1
     assert ctl.stats()["relaunches"] == 0  # invocation #0 was the direct one above
 
-    with EXECUTORS.build("local", workers=2, crash_on=(0, 2)) as ex:
+    with EXECUTORS.build("faulty-local", workers=2, crash_on=(0, 2)) as ex:
         ctl = _run_controller(ex, tasks)
         stats = ctl.stats()
         assert stats["worker_lost"] == 2 and stats["relaunches"] == 2
@@ -150,7 +150,7 @@ def test_crash_is_worker_lost_and_the_controller_relaunches():
 
 def test_hung_invocation_is_aborted_and_relaunched():
     tasks = _tasks(2)
-    with EXECUTORS.build("local", workers=2, hang_on=(1,), hang_s=60) as ex:
+    with EXECUTORS.build("faulty-local", workers=2, hang_on=(1,), hang_s=60) as ex:
         start = time.monotonic()
         ctl = _run_controller(ex, tasks, timeout_s=1.0)
         assert time.monotonic() - start < 20
@@ -159,8 +159,29 @@ def test_hung_invocation_is_aborted_and_relaunched():
         _wait_for(lambda: ex.stats()["worker_restarts"] == 1)  # the killed one is replaced
 
 
+def test_faulty_local_is_the_local_executor_with_its_own_workers():
+    """The test plug-in (tests/plugins) subclasses the local executor through its one seam,
+    the worker command; its options are checked like any plug-in's."""
+    from dglx_test_plugins.faulty import FaultyLocalExecutor
+
+    from dglx_dist.offload.local import LocalExecutor
+
+    assert issubclass(EXECUTORS.get("faulty-local"), LocalExecutor)
+    assert EXECUTORS.get("faulty-local") is FaultyLocalExecutor
+    with pytest.raises(ValueError, match="latency_s must be >= 0"):
+        EXECUTORS.build("faulty-local", latency_s=-1)
+    with pytest.raises(ValueError, match="unknown option"):
+        EXECUTORS.build("local", crash_on=(0,))
+    with EXECUTORS.build("faulty-local", workers=1, latency_s=0.3) as ex:
+        assert "faulty_worker" in ex.worker_command()[2]
+        _, header, arrays = _tasks(1)[0]
+        start = time.monotonic()
+        ex.invoke(encode(header, arrays)).result(timeout=30)
+        assert time.monotonic() - start >= 0.3
+
+
 def test_too_many_failures_name_the_key():
-    with EXECUTORS.build("local", workers=1, crash_on=(0, 1)) as ex:
+    with EXECUTORS.build("faulty-local", workers=1, crash_on=(0, 1)) as ex:
         ctl = TaskController(ex, timeout_s=20, max_attempts=2)
         key, header, arrays = _tasks(1)[0]
         ctl.submit(key, header, arrays)
@@ -189,10 +210,9 @@ def test_bad_payload_is_an_invocation_error_and_the_worker_survives():
             ctl.submit("x", {"op": "nope"}, {})
 
 
-def test_fault_fields_of_a_request_do_nothing_without_fault_options(monkeypatch):
-    """_crash / _delay_s act only in workers of an executor built with fault options; the
-    executor removes an inherited DGLX_TEST_FAULTS from its workers otherwise."""
-    monkeypatch.setenv("DGLX_TEST_FAULTS", "1")
+def test_fault_fields_of_a_request_do_nothing_in_the_local_executor():
+    """The production worker has no fault injection: a request carrying the fields the test
+    plug-ins' faulty-local executor acts on (_crash, _delay_s) runs as any other."""
     _, header, arrays = _tasks(1)[0]
     request = encode({**header, "_crash": True, "_delay_s": 60}, arrays)
     with EXECUTORS.build("local", workers=1) as ex:
@@ -202,7 +222,7 @@ def test_fault_fields_of_a_request_do_nothing_without_fault_options(monkeypatch)
 
 
 def test_close_fails_pending_work_and_leaves_no_process():
-    ex = EXECUTORS.build("local", workers=1, hang_on=(0,), hang_s=60)
+    ex = EXECUTORS.build("faulty-local", workers=1, hang_on=(0,), hang_s=60)
     ex.start()
     _, header, arrays = _tasks(1)[0]
     running = ex.invoke(encode(header, arrays))
@@ -223,7 +243,7 @@ def test_close_fails_pending_work_and_leaves_no_process():
 
 
 def test_abort_of_a_queued_invocation():
-    with EXECUTORS.build("local", workers=1, hang_on=(0,), hang_s=60) as ex:
+    with EXECUTORS.build("faulty-local", workers=1, hang_on=(0,), hang_s=60) as ex:
         _, header, arrays = _tasks(1)[0]
         first = ex.invoke(encode(header, arrays))
         second = ex.invoke(encode(header, arrays))

@@ -5,13 +5,6 @@ by that many bytes of request payload. Each request is answered by one frame of 
 whose body starts with a status byte: 0 and the response payload, or 1 and a UTF-8 error
 message. An error leaves the worker serving; it exits when stdin ends.
 
-Fault injection, for tests and benchmarks only: honoured only when the worker's environment has
-``DGLX_TEST_FAULTS=1`` (:data:`FAULTS_VAR`), which the "local" executor sets for its workers
-when it is built with fault options (``latency_s``, ``crash_on``, ``hang_on``) and never
-otherwise. Without it these request-header fields are ignored:
-    ``_delay_s``: sleep this many seconds before computing (latency, or a hung invocation).
-    ``_crash``: exit at once with status 17 after reading the request (killed mid-invocation).
-
 Cold start: ``--cold-start S`` (or the environment variable ``DGLX_WORKER_COLD_START_S``)
 sleeps S seconds before serving. The worker uses one compute thread, like a Lambda.
 """
@@ -22,13 +15,10 @@ import struct
 import sys
 import time
 
-__all__ = ["main", "STATUS_OK", "STATUS_ERROR", "CRASH_EXIT_CODE", "FAULTS_VAR", "read_frame",
-           "write_frame"]
+__all__ = ["main", "STATUS_OK", "STATUS_ERROR", "read_frame", "write_frame"]
 
 STATUS_OK = 0
 STATUS_ERROR = 1
-CRASH_EXIT_CODE = 17
-FAULTS_VAR = "DGLX_TEST_FAULTS"  # =1: act on _delay_s / _crash (tests and benchmarks only)
 _LEN = struct.Struct("<Q")
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -83,21 +73,8 @@ def _cold_start(argv: list[str]) -> float:
         raise SystemExit(f"--cold-start: expected seconds, got {seconds!r}") from None
 
 
-def _inject_faults(header: dict) -> None:
-    """Acts on the test-only fault fields of a request header (only called when
-    :data:`FAULTS_VAR` is set)."""
-    if header.get("_crash"):
-        os._exit(CRASH_EXIT_CODE)
-    delay = header.get("_delay_s", 0)
-    if isinstance(delay, (int, float)) and delay > 0:
-        time.sleep(delay)
-
-
-def _serve_one(request: bytes, handle, decode_header, error_type,
-               faults: bool = False) -> tuple[int, bytes]:
+def _serve_one(request: bytes, handle, error_type) -> tuple[int, bytes]:
     try:
-        if faults:
-            _inject_faults(decode_header(request))
         return STATUS_OK, handle(request)
     except error_type as exc:
         return STATUS_ERROR, str(exc).encode("utf-8")
@@ -110,9 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     for var in _THREAD_VARS:
         os.environ[var] = "1"
     cold = _cold_start(sys.argv[1:] if argv is None else argv)
-    faults = os.environ.get(FAULTS_VAR) == "1"
     from .handler import handle  # numpy is first imported here, after the thread limits
-    from .payload import PayloadError, decode_header
+    from .payload import PayloadError
 
     if cold > 0:
         time.sleep(cold)
@@ -124,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if request is None:
             return 0
-        status, body = _serve_one(request, handle, decode_header, PayloadError, faults)
+        status, body = _serve_one(request, handle, PayloadError)
         try:
             write_frame(stdout, bytes([status]), body)
         except BrokenPipeError:

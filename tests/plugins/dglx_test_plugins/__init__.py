@@ -11,7 +11,10 @@ the registries' names, cover these plug-ins with no edit to the package or to th
 * :mod:`.strategy`: ``range_distdgl``, DistDGL-style training on ``range`` parts, written
   against the strategy core alone (``dglx_dist.strategies``);
 * :mod:`.conv`: the column split of ``dgl.nn.GINConv`` (``dglx_dist.layers``);
-* :mod:`.executor`: ``threads``, tensor tasks in a thread pool (``dglx_dist.executors``).
+* :mod:`.executor`: ``threads``, tensor tasks in a thread pool (``dglx_dist.executors``);
+* :mod:`.faulty`: ``faulty-local``, the ``local`` executor with latency, crashes and hangs
+  injected (its worker: :mod:`.faulty_worker`), for the fault tests and the Dorylus sweep's
+  emulated Lambda latency (``dglx_dist.executors``).
 
 Each module imports only what its registry's package needs, so loading one group never pulls in
 another's dependencies (the partitioner and the executor load without DGL).

@@ -1,9 +1,9 @@
-"""``ours-profile``, the worker's subcommand that times our distdgl trainer phase by phase
-(sampling, KVStore pull, forward, backward, all-reduce, optimizer) like the DGL trainer of
-:mod:`dglx_dist.bench.dgl_distdgl_worker`, under torchrun::
+"""Our distdgl trainer timed phase by phase (sampling, KVStore pull, forward, backward,
+all-reduce, optimizer) like the DGL trainer of :mod:`dglx_dist.bench.dgl_distdgl_worker`, for
+``python -m benchmarks.bench_train --profile``; under torchrun, from the repository root::
 
-    torchrun --nproc-per-node 2 -m dglx_dist.bench.dgl_distdgl_worker ours-profile \
-        --partitions DIR [--cprofile FILE] ...
+    torchrun --nproc-per-node 2 -m benchmarks.ours_profile --partitions DIR \
+        [--cprofile FILE] [the DGL trainer's options: --fanouts, --batch-size, --hidden, ...]
 
 Rank 0 prints one JSON object: the mean epoch time and phase seconds without the first epoch
 (max over ranks) and, with ``--cprofile``, the top functions of rank 0.
@@ -17,9 +17,22 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dglx_dist.bench import dgl_distdgl_worker
 from dglx_dist.bench.dgl_distdgl_worker import PHASES
 
-__all__ = ["ours_profile_main"]
+__all__ = ["main", "ours_profile_main", "parse_args"]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """``--partitions`` and ``--cprofile``; the rest are the DGL trainer's options (the same
+    model, batch and fanouts as its run)."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--partitions", required=True, help="our partition directory")
+    p.add_argument("--cprofile", help="also cProfile rank 0, stats to this file")
+    own, rest = p.parse_known_args(argv)
+    args = dgl_distdgl_worker.parse_args(["trainer", *rest])
+    args.partitions, args.cprofile = own.partitions, own.cprofile
+    return args
 
 
 def _timed(obj: Any, name: str, phase: str, acc: dict[str, float]) -> None:
@@ -135,3 +148,13 @@ def ours_profile_main(args: argparse.Namespace) -> None:
             out["cprofile_top"] = _cprofile_top(prof, args.cprofile)
         sys.stdout.write(json.dumps(out) + "\n")  # what bench_train reads
         sys.stdout.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parses the options and runs :func:`ours_profile_main`."""
+    ours_profile_main(parse_args(argv))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

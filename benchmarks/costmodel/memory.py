@@ -1,6 +1,6 @@
 """How a rank's memory grows with the graph: each strategy's peak resident memory per rank,
 measured at several graph sizes, fitted as ``base + a x nodes per rank + b x edges per rank``,
-and the largest graph of a given degree that fits a machine (``scripts/cluster_model.py
+and the largest graph of a given degree that fits a machine (``benchmarks/cluster_model.py
 memory``). The fit is a :class:`dglx_dist.memory.MemoryModel`, the form in which each strategy
 carries its own measured fit (``Strategy.memory_model``) for ``dglx train``'s refusal."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """P3's sweeps, distdgl against p3 as the feature width and the hidden width grow
-(``scripts/bench_strategies.py``, whose docstring says what is measured; ``dglx bench
---sweeps p3``). Every run is :func:`~dglx_dist.bench.harness.run_strategy` on 2 servers x 2
-ranks (virtual, or the emulated cluster with ``--network``)."""
+(``benchmarks/bench_strategies.py``, whose docstring says what is measured; ``python -m
+benchmarks.sweeps --sweeps p3``). Every run is :func:`~dglx_dist.bench.harness.run_strategy`
+on 2 servers x 2 ranks (virtual, or the emulated cluster with ``--network``)."""
 from __future__ import annotations
 
 import argparse
@@ -10,10 +10,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from benchmarks.sweeps.common import (add_common, emit_json, emit_text, parse_with_preset,
+                                      sweep_dataset, sweep_presets, sweep_setup)
 from dglx_dist.bench.harness import attempt, run_strategy
 from dglx_dist.bench.report import Panel, Series, draw
-from dglx_dist.bench.sweeps.common import (add_common, emit_json, emit_text, parse_with_preset,
-                                           sweep_dataset, sweep_presets, sweep_setup)
 from dglx_dist.report import markdown_table
 
 __all__ = ["PRESETS", "checks", "main", "parse_args", "plot", "run", "sweeps"]
@@ -107,7 +107,7 @@ def plot(by_feature: list[dict], by_hidden: list[dict], path: Path) -> None:
 
 
 def parse_args(argv: list[str] | None = None, description: str = "") -> argparse.Namespace:
-    """``scripts/bench_strategies.py``'s options; the preset fills the graph and epochs."""
+    """``benchmarks/bench_strategies.py``'s options; the preset fills the graph and epochs."""
     ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--preset", choices=sorted(PRESETS), default="tiny")

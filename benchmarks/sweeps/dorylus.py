@@ -1,6 +1,6 @@
 """Dorylus's sweep, async (staleness 0 or 1) against sync and the CPU-only variant
-(``scripts/bench_dorylus.py``, whose docstring says what is measured; ``dglx bench
---sweeps dorylus`` runs async, async-s1 and sync). Every run is
+(``benchmarks/bench_dorylus.py``, whose docstring says what is measured; ``python -m
+benchmarks.sweeps`` runs async, async-s1 and sync). Every run is
 :func:`~dglx_dist.bench.harness.run_strategy` of ``dorylus`` with 2 graph servers (2 virtual
 servers x 1 rank)."""
 from __future__ import annotations
@@ -8,25 +8,26 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.sweeps.common import (add_common, emit_json, emit_text, parse_with_preset,
+                                      sweep_dataset, sweep_presets, sweep_setup)
 from dglx_dist.bench.harness import (add_time_to_accuracy, attempt, first_reached,
                                      reduce_records, run_strategy, summarize)
 from dglx_dist.bench.report import Panel, Series, draw
-from dglx_dist.bench.sweeps.common import (add_common, emit_json, emit_text, parse_with_preset,
-                                           sweep_dataset, sweep_presets, sweep_setup)
 from dglx_dist.report import markdown_table
 
 __all__ = ["DEFAULT_SYSTEMS", "PRESETS", "SYSTEMS", "add_derived", "checks", "main", "parse_args",
-           "plot", "run"]
+           "plot", "run", "use_faulty_local"]
 
 log = logging.getLogger("dglx_dist.bench")
 # (num_nodes, num_edges, epochs)
 PRESETS = sweep_presets(64, tiny=(20_000, 300_000, 20), small=(200_000, 2_000_000, 10))
 SYSTEMS = {"async": ["mode=async", "staleness=0"], "sync": ["mode=sync"],
            "cpu": ["mode=sync", "executor=inline"],
-           "async-s1": ["mode=async", "staleness=1"]}  # dglx bench --sweeps's staleness sweep
+           "async-s1": ["mode=async", "staleness=1"]}  # benchmarks.sweeps's staleness sweep
 DEFAULT_SYSTEMS = ["async", "sync", "cpu"]
 _PER_EPOCH = ("invocations", "relaunches", "bytes_to_executor", "bytes_from_executor",
               "cost_usd", "value")
@@ -36,16 +37,38 @@ def _summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     return summarize(records) | reduce_records(records, dict.fromkeys(_PER_EPOCH, "mean"))
 
 
+def use_faulty_local() -> tuple[tuple[str, str], ...]:
+    """Makes the test plug-ins' ``faulty-local`` executor (tests/plugins: the ``local`` one
+    with a delay added to every invocation, emulating Lambda's latency; one implementation
+    serves the fault tests and this sweep) known here, where the harness builds the strategy
+    to partition ahead, and returns the runs' environment that makes it known to their ranks."""
+    from dglx_dist.offload import EXECUTORS
+
+    plugins = str(Path(__file__).resolve().parents[2] / "tests" / "plugins")
+    if plugins not in sys.path:
+        sys.path.insert(0, plugins)
+    if "faulty-local" not in EXECUTORS:  # its entry points were read before the path was there
+        from dglx_test_plugins.faulty import FaultyLocalExecutor
+
+        EXECUTORS.add("faulty-local", FaultyLocalExecutor)
+    return (("PYTHONPATH", os.pathsep.join(
+        p for p in (plugins, os.environ.get("PYTHONPATH")) if p)),)
+
+
 def run(args, system: str, data: Path) -> dict[str, Any]:
     """One ``dglx train --strategy dorylus`` run; its metrics summarised, or the error."""
     opts = SYSTEMS[system] + [f"intervals={args.intervals}"]
-    if system != "cpu":  # the local executor's processes, with the emulated Lambda latency
-        opts.append(f"executor_options=workers={args.workers},"
-                    f"latency_s={args.latency_ms / 1000:g}")
+    env: tuple[tuple[str, str], ...] = ()
+    if system != "cpu" and args.latency_ms > 0:  # local worker processes + Lambda's latency
+        opts += ["executor=faulty-local", f"executor_options=workers={args.workers},"
+                 f"latency_s={args.latency_ms / 1000:g}"]
+        env = use_faulty_local()
+    elif system != "cpu":  # the bare local executor
+        opts.append(f"executor_options=workers={args.workers}")
     setup = sweep_setup(args, data, {"model": args.model, "hidden": args.hidden,
                                      "lr": args.lr, "dropout": args.dropout,
                                      "epochs": args.epochs},
-                        servers=2, ranks_per_server=1)  # one graph server per (virtual) server
+                        servers=2, ranks_per_server=1, env=env)  # a graph server per server
     log.info("%s: %s", system, " ".join(opts))
     row = attempt(system, lambda: run_strategy("dorylus", setup, {"dorylus": opts}, _summary))
     if "error" in row:
@@ -103,7 +126,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def parse_args(argv: list[str] | None = None, description: str = "") -> argparse.Namespace:
-    """``scripts/bench_dorylus.py``'s options; the preset fills the graph, epochs, Lambda."""
+    """``benchmarks/bench_dorylus.py``'s options; the preset fills the graph, epochs, Lambda."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
     p.add_argument("--systems", type=lambda s: s.split(","), default=DEFAULT_SYSTEMS,

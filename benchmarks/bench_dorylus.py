@@ -8,7 +8,7 @@ model, same seed:
 * ``sync``: a barrier at every layer (exact full-graph GCN), ``local`` executor;
 * ``cpu``: the same pipeline with every tensor task run on the graph server itself
   (``inline`` executor: the paper's CPU-only variant; no invocations, no executor bytes);
-* ``async-s1`` (only when asked for, e.g. by ``dglx bench --sweeps``): staleness 1.
+* ``async-s1`` (only when asked for, e.g. by ``python -m benchmarks.sweeps``): staleness 1.
 
 Per run: epoch time (mean without the first epoch), epochs until validation accuracy reaches
 ``--target`` x the best any run reached, invocations, relaunches and bytes to/from the executor
@@ -19,15 +19,15 @@ so times are this machine's, not a cluster's.
 
 Usage::
 
-    python scripts/bench_dorylus.py --preset tiny            # a few minutes
-    python scripts/bench_dorylus.py --preset small --out r.json --plot r.png
+    python -m benchmarks.bench_dorylus --preset tiny            # a few minutes
+    python -m benchmarks.bench_dorylus --preset small --out r.json --plot r.png
 
 Prints one JSON object and markdown tables; ``--plot`` draws epoch time and accuracy per epoch.
 """
 import sys
 
-from dglx_dist.bench.sweeps import dorylus
-from dglx_dist.bench.sweeps.common import run_script
+from benchmarks.sweeps import dorylus
+from benchmarks.sweeps.common import run_script
 
 if __name__ == "__main__":
     sys.exit(run_script(dorylus.main, __doc__))

@@ -138,7 +138,7 @@ class Cluster:
 
 @dataclasses.dataclass(frozen=True)
 class Units:
-    """One rank's unit costs, measured (:mod:`dglx_dist.bench.costmodel.units`)."""
+    """One rank's unit costs, measured (:mod:`benchmarks.costmodel.units`)."""
 
     sample_s_per_edge: float
     """Neighbour sampling and block building, per sampled edge."""

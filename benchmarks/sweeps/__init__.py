@@ -1,17 +1,17 @@
 """The strategy sweeps: each strategy paper's own comparison, beside ``dglx bench``'s.
 
-* :mod:`~dglx_dist.bench.sweeps.p3`: distdgl vs p3 as feature and hidden width grow
-  (``scripts/bench_strategies.py``);
-* :mod:`~dglx_dist.bench.sweeps.granndis`: granndis vs fullgraph vs distdgl on deep ResGCN+,
-  and a memory sweep (``scripts/bench_granndis.py``);
-* :mod:`~dglx_dist.bench.sweeps.dorylus`: dorylus async vs sync vs CPU-only
-  (``scripts/bench_dorylus.py``);
-* :mod:`~dglx_dist.bench.sweeps.common`: what their command lines and runs share.
+* :mod:`~benchmarks.sweeps.p3`: distdgl vs p3 as feature and hidden width grow
+  (``benchmarks/bench_strategies.py``);
+* :mod:`~benchmarks.sweeps.granndis`: granndis vs fullgraph vs distdgl on deep ResGCN+,
+  and a memory sweep (``benchmarks/bench_granndis.py``);
+* :mod:`~benchmarks.sweeps.dorylus`: dorylus async vs sync vs CPU-only
+  (``benchmarks/bench_dorylus.py``);
+* :mod:`~benchmarks.sweeps.common`: what their command lines and runs share.
 
-:func:`run_sweeps` runs them for ``dglx bench --sweeps``: each parses its script's own
-command line (:data:`SWEEP_ARGS` for the chosen preset) and returns its rows tagged with the
-sweep's name, plus its own figure in ``--out``. They run on virtual servers, so every sweep row
-has ``"network": "virtual"``.
+:func:`run_sweeps` runs them for ``python -m benchmarks.sweeps`` at one of ``dglx bench``'s
+presets: each parses its script's own command line (:data:`SWEEP_ARGS` for the chosen preset)
+and returns its rows tagged with the sweep's name, plus its own figure in ``--out``. They run
+on virtual servers, so every sweep row has ``"network": "virtual"``.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import logging
 from pathlib import Path
 from typing import Any, Callable
 
-from dglx_dist.bench.sweeps.common import sweep_dataset
+from benchmarks.sweeps.common import sweep_dataset
 
 __all__ = ["SWEEPS", "SWEEP_ARGS", "dorylus_sweep", "granndis_sweep", "p3_sweeps", "run_sweeps"]
 
@@ -49,7 +49,7 @@ def _tag(rows: list[dict], sweep: str, system_key: str) -> list[dict[str, Any]]:
 
 def p3_sweeps(argv: list[str], workdir: Path, out: Path) -> list[dict[str, Any]]:
     """P3's feature- and hidden-width sweeps."""
-    from dglx_dist.bench.sweeps import p3
+    from benchmarks.sweeps import p3
 
     args = p3.parse_args(argv + ["--workdir", str(workdir / "sweep-p3")])
     by_feature, by_hidden = p3.sweeps(args)
@@ -60,8 +60,8 @@ def p3_sweeps(argv: list[str], workdir: Path, out: Path) -> list[dict[str, Any]]
 
 
 def granndis_sweep(argv: list[str], workdir: Path, out: Path) -> list[dict[str, Any]]:
-    """GraNNDis's depth sweep (the memory sweep left to ``scripts/bench_granndis.py``)."""
-    from dglx_dist.bench.sweeps import granndis
+    """GraNNDis's depth sweep (the memory sweep left to ``benchmarks/bench_granndis.py``)."""
+    from benchmarks.sweeps import granndis
 
     args = granndis.parse_args(argv + ["--workdir", str(workdir / "sweep-granndis")])
     rows = granndis.depth_sweep(args, sweep_dataset(granndis.PRESETS, args,
@@ -73,7 +73,7 @@ def granndis_sweep(argv: list[str], workdir: Path, out: Path) -> list[dict[str, 
 
 def dorylus_sweep(argv: list[str], workdir: Path, out: Path) -> list[dict[str, Any]]:
     """Dorylus's staleness sweep (async S=0 and S=1 against sync)."""
-    from dglx_dist.bench.sweeps import dorylus
+    from benchmarks.sweeps import dorylus
 
     args = dorylus.parse_args(argv + ["--workdir", str(workdir / "sweep-dorylus")])
     data = sweep_dataset(dorylus.PRESETS, args, args.feat_dim)
@@ -89,8 +89,8 @@ SWEEPS: dict[str, Callable[[list[str], Path, Path], list[dict[str, Any]]]] = {
 
 
 def run_sweeps(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Runs the sweeps ``--sweeps`` names (all of :data:`SWEEPS` by default) into ``--out``;
-    a failed one is a row."""
+    """Runs the sweeps ``args.sweeps`` names (comma-separated, from :data:`SWEEPS`) at preset
+    ``args.preset`` into ``args.out``; a failed one is a row."""
     from tqdm import tqdm
 
     preset, workdir, out = args.preset, args.out / "work", args.out

@@ -7,16 +7,17 @@ Lambda, a handler that raises is still a 200, with the header ``X-Amz-Function-E
 and ``{"errorMessage", "errorType", "stackTrace"}`` as the body; an unknown function is a 404
 ``ResourceNotFoundException``.
 
-Test support: the "aws" executor's tests run against it; nothing in the package uses it.
+A test double: the "aws" executor's tests run against it; nothing in the package uses it.
 
 Run it as a separate process (prints ``listening http://127.0.0.1:PORT`` and serves until
-SIGTERM)::
+SIGTERM), from the repository root::
 
-    python -m dglx_dist.testing.invoke_api --port 0 --function dglx-tensor-fn
+    python -m tests.doubles.invoke_api --port 0 --function dglx-tensor-fn
 
-Run as a script (``python dglx_dist/testing/invoke_api.py``), which is what
-:func:`serve_in_subprocess` does, it imports only the numpy-only ``tensor_fn`` package, exactly
-as a Lambda would, and starts in a fraction of a second.
+Run as a script (``python tests/doubles/invoke_api.py``), which is what
+:func:`serve_in_subprocess` does, it imports only the numpy-only ``tensor_fn`` package of the
+installed dglx_dist (found without importing dglx_dist), exactly as a Lambda would, and starts
+in a fraction of a second.
 """
 from __future__ import annotations
 
@@ -36,10 +37,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable, Iterator
 
-if __package__:  # imported as dglx_dist.testing.invoke_api (or run with -m)
+if __package__:  # imported as tests.doubles.invoke_api (or run with -m)
     from dglx_dist.offload.tensor_fn.handler import lambda_handler
 else:  # run as a script: the numpy-only tensor_fn package alone, as in a Lambda
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "offload"))
+    import importlib.util
+
+    _PACKAGE = importlib.util.find_spec("dglx_dist").submodule_search_locations[0]
+    sys.path.insert(0, str(Path(_PACKAGE) / "offload"))
     from tensor_fn.handler import lambda_handler
 
 __all__ = ["make_server", "serve_in_subprocess", "main"]

@@ -1,5 +1,5 @@
-"""Epoch time and bytes from a strategy's :class:`~dglx_dist.bench.costmodel.laws.Work` and a
-rank's measured :class:`~dglx_dist.bench.costmodel.shapes.Units`, and the calibration of one
+"""Epoch time and bytes from a strategy's :class:`~benchmarks.costmodel.laws.Work` and a
+rank's measured :class:`~benchmarks.costmodel.shapes.Units`, and the calibration of one
 strategy from one measured run.
 
 The time of an epoch is the sum of its phases, nothing overlapped::
@@ -19,8 +19,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from dglx_dist.bench.costmodel.laws import LAWS, Work
-from dglx_dist.bench.costmodel.shapes import Cluster, GraphShape, Units, Workload
+from benchmarks.costmodel.laws import LAWS, Work
+from benchmarks.costmodel.shapes import Cluster, GraphShape, Units, Workload
 from dglx_dist.errors import InvalidValueError
 
 __all__ = ["Calibration", "calibrate", "phases", "predict"]

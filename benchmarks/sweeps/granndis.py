@@ -1,6 +1,6 @@
 """GraNNDis's sweeps, granndis against the full-graph baseline and distdgl on deep ResGCN+
-(``scripts/bench_granndis.py``, whose docstring says what is measured; ``dglx bench
---sweeps granndis`` runs the depth sweep). Every run is
+(``benchmarks/bench_granndis.py``, whose docstring says what is measured; ``python -m
+benchmarks.sweeps`` runs the depth sweep). Every run is
 :func:`~dglx_dist.bench.harness.run_strategy` on 2 servers x 2 ranks (virtual,
 or the emulated cluster with ``--network``) with ``--measure-saved-bytes``."""
 from __future__ import annotations
@@ -11,11 +11,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from benchmarks.sweeps.common import (add_common, emit_json, emit_text, parse_with_preset,
+                                      sweep_dataset, sweep_presets, sweep_setup)
 from dglx_dist.bench.harness import (add_time_to_accuracy, attempt, reduce_records,
                                      run_strategy, summarize)
 from dglx_dist.bench.report import Panel, Series, draw
-from dglx_dist.bench.sweeps.common import (add_common, emit_json, emit_text, parse_with_preset,
-                                           sweep_dataset, sweep_presets, sweep_setup)
 from dglx_dist.report import markdown_table
 
 __all__ = ["PRESETS", "SYSTEMS", "add_derived", "checks", "depth_sweep", "main", "memory_sweep",
@@ -158,7 +158,7 @@ def plot(rows: list[dict], mem: list[dict], args, path: Path) -> None:
 
 
 def parse_args(argv: list[str] | None = None, description: str = "") -> argparse.Namespace:
-    """``scripts/bench_granndis.py``'s options; the preset fills the graph and epochs."""
+    """``benchmarks/bench_granndis.py``'s options; the preset fills the graph and epochs."""
     ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--preset", choices=sorted(PRESETS), default="tiny")

@@ -1,7 +1,7 @@
 """Checking the cluster model where it can be checked: ``dglx bench`` on this machine at several
 cluster shapes and link speeds, every strategy calibrated on one of them
-(:func:`~dglx_dist.bench.costmodel.predict.calibrate`) and predicted on all, side by side with
-what was measured (``scripts/cluster_model.py validate``)."""
+(:func:`~benchmarks.costmodel.predict.calibrate`) and predicted on all, side by side with
+what was measured (``benchmarks/cluster_model.py validate``)."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dglx_dist.bench.costmodel.predict import Calibration, calibrate, predict
-from dglx_dist.bench.costmodel.shapes import Cluster, GraphShape, Units, Workload
+from benchmarks.costmodel.predict import Calibration, calibrate, predict
+from benchmarks.costmodel.shapes import Cluster, GraphShape, Units, Workload
 from dglx_dist.errors import InvalidValueError, RunFailedError
 
 __all__ = ["RunShape", "accuracy", "compare", "measured_rows", "parse_shape"]

@@ -15,10 +15,10 @@ strategies re-seed sampling per epoch and checkpoints carry every RNG state, so 
 partitions the final models must be identical: ``differing_models`` must be 0 (for dorylus in
 ``mode=sync``; its async mode is not deterministic even without faults).
 
-    python scripts/chaos.py --runs 5                       # distdgl on Cora, ~4 min
-    python scripts/chaos.py --runs 3 --strategy dorylus --model gcn --strategy-opt mode=sync \
+    python -m benchmarks.chaos --runs 5                       # distdgl on Cora, ~4 min
+    python -m benchmarks.chaos --runs 3 --strategy dorylus --model gcn --strategy-opt mode=sync \
         --victim worker --epochs 100
-    python scripts/chaos.py --runs 1 --kill-after-checkpoint 3    # the e2e test's mode
+    python -m benchmarks.chaos --runs 1 --kill-after-checkpoint 3    # the e2e test's mode
 
 Prints one JSON object, a markdown table of the runs and one of the summary; exits 1 unless
 every run was struck, completed and ended with the fault-free model.

@@ -21,15 +21,15 @@ means; this machine's speed drifts by 20-30% between runs), steps per epoch, tes
 (all test nodes, full neighborhoods unless ``--eval-fanouts``), peak memory per trainer and our inter-server bytes per
 epoch. ``--profile`` adds an instrumented run of ours to
 compare phase by phase (sampling, KVStore pull, forward, backward, all-reduce, optimizer) with
-the same phases timed in DGL's loop.
+the same phases timed in DGL's loop (:mod:`benchmarks.ours_profile`).
 
 Usage::
 
-    python scripts/bench_train.py --preset tiny           # Cora, quick
-    python scripts/bench_train.py --preset small --repeat 3 --profile --out results.json
-    python scripts/bench_train.py --data DIR --mode ours --epochs 3
-    python scripts/bench_train.py --preset small --mode all --repeat 3  # + ours, glibc malloc
-    python scripts/bench_train.py --data g1m --network 1g --epochs 3 --hidden 32 \
+    python -m benchmarks.bench_train --preset tiny           # Cora, quick
+    python -m benchmarks.bench_train --preset small --repeat 3 --profile --out results.json
+    python -m benchmarks.bench_train --data DIR --mode ours --epochs 3
+    python -m benchmarks.bench_train --preset small --mode all --repeat 3  # + ours, glibc malloc
+    python -m benchmarks.bench_train --data g1m --network 1g --epochs 3 --hidden 32 \
         --lr 0.01 --repeat 3 --profile       # both on the emulated 1 Gbit/s links (root)
 
 ``--mode all`` adds a third system, ours with ``DGLX_MALLOC=system`` (glibc's default allocator
@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from dglx_dist.bench.datasets import nonnegative_features
-from dglx_dist.bench.dgl_distdgl import WORKER, hyper, partitions, run_dgl, summarize_run
+from dglx_dist.bench.dgl_distdgl import hyper, partitions, run_dgl, summarize_run
 from dglx_dist.bench.dgl_distdgl_worker import PHASES
 from dglx_dist.bench.harness import Setup, attempt, launch, parse_records, run_env, run_strategy
 from dglx_dist.bench.presets import ScriptPreset, script_parser
@@ -111,8 +111,9 @@ def run_ours(args, setup: Setup, system: str = "ours (dglx distdgl)") -> dict[st
 
 
 def run_profile(args, setup: Setup) -> dict[str, Any]:
-    """Our trainer's loop instrumented phase by phase (the worker's ``ours-profile``)."""
-    target = WORKER[1:] + ["ours-profile", "--partitions", str(_our_parts(setup))] + hyper(
+    """Our trainer's loop instrumented phase by phase (:mod:`benchmarks.ours_profile`, under
+    torchrun; its ranks find ``benchmarks`` in the working directory, the repository root)."""
+    target = ["-m", "benchmarks.ours_profile", "--partitions", str(_our_parts(setup))] + hyper(
         setup) + (
         ["--cprofile", str(setup.workdir / "ours.pstats")] if args.cprofile else [])
     return parse_records(launch(setup, target))[-1]

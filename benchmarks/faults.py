@@ -4,7 +4,7 @@ survivors out within DGLX_TIMEOUT + 30 s, nothing left running, the master port 
 partitioning, the next run into the same directory succeeding with no temporary left), the
 processes left behind and the seconds to the end, as JSON lines and a markdown table.
 
-    python scripts/faults.py --runs 2 --timeout 20
+    python -m benchmarks.faults --runs 2 --timeout 20
 
 Kinds:
   freeze-standalone  torchrun --standalone, 2 ranks training Cora; SIGSTOP the rank that hosts

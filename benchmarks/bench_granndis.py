@@ -25,15 +25,15 @@ any ``--mem-r`` co-batch count, which is the point of cooperative batching).
 
 Usage::
 
-    python scripts/bench_granndis.py --preset tiny                    # a few minutes
-    python scripts/bench_granndis.py --preset small --plot out.png
+    python -m benchmarks.bench_granndis --preset tiny                    # a few minutes
+    python -m benchmarks.bench_granndis --preset small --plot out.png
 
 Prints one JSON object and markdown tables; ``--plot`` draws bytes, time and memory.
 """
 import sys
 
-from dglx_dist.bench.sweeps import granndis
-from dglx_dist.bench.sweeps.common import run_script
+from benchmarks.sweeps import granndis
+from benchmarks.sweeps.common import run_script
 
 if __name__ == "__main__":
     sys.exit(run_script(granndis.main, __doc__))

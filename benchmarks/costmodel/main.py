@@ -1,4 +1,4 @@
-"""``scripts/cluster_model.py``: ``validate`` measures, calibrates and checks the cluster model
+"""``benchmarks/cluster_model.py``: ``validate`` measures, calibrates and checks the cluster model
 on this machine; ``predict`` uses its calibration for a cluster and a graph beyond it;
 ``memory`` fits each strategy's memory per rank to graph size (docs/cluster_model.md)."""
 from __future__ import annotations
@@ -10,14 +10,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dglx_dist.bench.costmodel.laws import LAWS
-from dglx_dist.bench.costmodel.memory import MB, fit_memory, parse_sizes
-from dglx_dist.bench.costmodel.predict import Calibration, predict
-from dglx_dist.bench.costmodel.shapes import Cluster, GraphShape, Units, Workload
-from dglx_dist.bench.costmodel.validate import (RunShape, accuracy, compare, measured_rows,
-                                                parse_shape)
+from benchmarks.costmodel.laws import LAWS
+from benchmarks.costmodel.memory import MB, fit_memory, parse_sizes
+from benchmarks.costmodel.predict import Calibration, predict
+from benchmarks.costmodel.shapes import Cluster, GraphShape, Units, Workload
+from benchmarks.costmodel.validate import (RunShape, accuracy, compare, measured_rows,
+                                           parse_shape)
+from benchmarks.sweeps.common import emit_json, emit_text
 from dglx_dist.bench.report import Panel, Series, draw
-from dglx_dist.bench.sweeps.common import emit_json, emit_text
 from dglx_dist.cli_flags import number
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.report import markdown_table
@@ -122,7 +122,7 @@ def _validation_data(args: argparse.Namespace) -> Path:
 
 def validate(args: argparse.Namespace) -> dict[str, Any]:
     """Measures the units, the graph and every shape's runs; calibrates on one; compares."""
-    from dglx_dist.bench.costmodel.measure import measure_graph, measure_units
+    from benchmarks.costmodel.measure import measure_graph, measure_units
 
     if args.calibrate_on not in args.shapes:
         raise InvalidValueError(f"--calibrate-on {args.calibrate_on.name}: not among --shapes")
@@ -197,7 +197,7 @@ def _graph(args: argparse.Namespace, base: GraphShape) -> GraphShape:
                                     feat_dim=c.feat_dim, num_classes=c.num_classes,
                                     train_frac=c.train_frac)
     elif Path(args.graph).is_dir():
-        from dglx_dist.bench.costmodel.measure import measure_graph
+        from benchmarks.costmodel.measure import measure_graph
 
         graph = measure_graph(args.graph)
     else:
@@ -211,7 +211,7 @@ def predict_cluster(args: argparse.Namespace) -> dict[str, Any]:
     """Every calibrated strategy at every ``--servers`` count on the chosen graph."""
     if not args.calibration.is_file():
         raise InvalidValueError(f"--calibration {args.calibration}: no such file (run "
-                                f"scripts/cluster_model.py validate first)")
+                                f"benchmarks/cluster_model.py validate first)")
     cal = json.loads(args.calibration.read_text())
     base = GraphShape(**{**cal["graph"], "rel_degrees": tuple(cal["graph"]["rel_degrees"]),
                          "edge_cuts": tuple(cal["graph"]["edge_cuts"])})

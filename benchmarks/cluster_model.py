@@ -11,16 +11,16 @@ fits each one's peak memory per rank per node and per edge (the largest graph th
 
 Usage::
 
-    python scripts/cluster_model.py validate --plot model_check.png     # ~11 min here
-    python scripts/cluster_model.py predict --graph papers --link-gbit 10 --plot papers.png
-    python scripts/cluster_model.py memory --plot memory.png
+    python -m benchmarks.cluster_model validate --plot model_check.png     # ~11 min here
+    python -m benchmarks.cluster_model predict --graph papers --link-gbit 10 --plot papers.png
+    python -m benchmarks.cluster_model memory --plot memory.png
 
 Prints one JSON object and a markdown table.
 """
 import sys
 
-from dglx_dist.bench.costmodel.main import main
-from dglx_dist.bench.sweeps.common import run_script
+from benchmarks.costmodel.main import main
+from benchmarks.sweeps.common import run_script
 
 if __name__ == "__main__":
     sys.exit(run_script(main, __doc__))

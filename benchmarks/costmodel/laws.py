@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from dglx_dist.bench.costmodel.shapes import WEIGHTS, Cluster, GraphShape, Workload
+from benchmarks.costmodel.shapes import WEIGHTS, Cluster, GraphShape, Workload
 
 __all__ = ["GRANNDIS_EAS", "LAWS", "Block", "Work", "expansion", "halo_rows"]
 

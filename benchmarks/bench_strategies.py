@@ -16,15 +16,15 @@ most 1/8 of distdgl's; P3's bytes grow by at most 25% from the smallest to the l
 
 Usage::
 
-    python scripts/bench_strategies.py --preset tiny                  # ~3 min
-    python scripts/bench_strategies.py --preset small --plot out.png  # ~10 min
+    python -m benchmarks.bench_strategies --preset tiny                  # ~3 min
+    python -m benchmarks.bench_strategies --preset small --plot out.png  # ~10 min
 
 Prints one JSON object and markdown tables; ``--plot`` draws bytes and epoch time per sweep.
 """
 import sys
 
-from dglx_dist.bench.sweeps import p3
-from dglx_dist.bench.sweeps.common import run_script
+from benchmarks.sweeps import p3
+from benchmarks.sweeps.common import run_script
 
 if __name__ == "__main__":
     sys.exit(run_script(p3.main, __doc__))
