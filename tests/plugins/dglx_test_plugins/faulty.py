@@ -48,8 +48,8 @@ class FaultyLocalExecutor(local.LocalExecutor):
                 if getattr(self, name) < 0:
                     raise InvalidValueError(f"{name} must be >= 0, got {getattr(self, name)}")
 
-    def __init__(self, config: Config):
-        super().__init__(config)
+    def __init__(self, config: Config, name: str = ""):
+        super().__init__(config, name)
         self._count_lock = threading.Lock()
         self._count = 0
 
