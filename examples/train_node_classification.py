@@ -24,6 +24,7 @@ from dglx_dist.cli_flags import add_flags, from_args
 from dglx_dist.config import RunConfig
 from dglx_dist.partition import PartitionDir
 from dglx_dist.prepare import ensure_partitions
+from dglx_dist.strategies import STRATEGIES
 
 # dglx train's flags for what this script uses (dglx_dist.config.RunConfig): its model has two
 # layers and it validates nothing per epoch, so --layers and --eval-every are not offered
@@ -57,7 +58,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_flags(parser, RunConfig, sections=SECTIONS, skip=SKIP,
               base=RunConfig().updated(loop={"epochs": 60}),
-              changes={"model": {"choices": ("sage", "gcn")}})
+              changes={"model": {"choices": ("sage", "gcn")},
+                       "strategy": {"choices": STRATEGIES.names()}})
     parser.add_argument("--data", default="cora", help="dataset directory or built-in name")
     parser.add_argument("--partitions", help="partition directory (default: made for --data)")
     parser.add_argument("--checkpoint-dir", help="save a checkpoint here after every epoch")
