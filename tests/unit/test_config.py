@@ -136,3 +136,16 @@ def test_the_model_names_are_the_reference_models():
     from dglx_dist.models import MODELS
 
     assert set(MODEL_NAMES) == set(MODELS)
+
+
+def test_bench_flags_lie_over_the_preset_and_its_base(tmp_path):
+    from dglx_dist.bench.suite import bench_run
+
+    args = build_parser().parse_args(["bench", "--preset", "small", "--hidden", "8",
+                                      "--task", "link"])
+    run = bench_run(args)
+    # given: hidden, task; the preset's: epochs, lr, train_edges; the bench's own: model gcn
+    assert (run.model.hidden, run.task.name, run.loop.epochs, run.optimizer.lr,
+            run.task.train_edges, run.model.name, run.loop.eval_every) == (
+        8, "link", 10, 0.01, 48_000, "gcn", 1)
+    assert not hasattr(args, "epochs")  # nothing written into the namespace
