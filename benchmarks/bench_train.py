@@ -56,10 +56,10 @@ from dglx_dist.bench.dgl_distdgl import hyper, partitions, run_dgl, summarize_ru
 from dglx_dist.bench.dgl_distdgl_worker import PHASES
 from dglx_dist.bench.harness import Setup, attempt, launch, parse_records, run_env, run_strategy
 from dglx_dist.bench.presets import ScriptPreset, script_parser
-from dglx_dist.cli_flags import add_config_flags, config_from_args
+from dglx_dist.cli_flags import add_flags, from_args, parse_key_values, tuple_of
+from dglx_dist.config import RunConfig
 from dglx_dist.data.synthetic import SyntheticConfig
 from dglx_dist.report import markdown_table
-from dglx_dist.train_config import TrainConfig
 
 log = logging.getLogger("bench_train")
 
@@ -69,9 +69,22 @@ PRESETS = {
     "small": ScriptPreset(SyntheticConfig(num_nodes=200_000, num_edges=4_000_000, feat_dim=128,
                                           num_classes=16), epochs=5, hidden=64, lr=0.003),
 }
+BASE = RunConfig().updated(model={"name": "sage"})
+"""Both systems train GraphSAGE; the preset and the flags give the rest."""
+SECTIONS, SKIP = ("model", "optimizer", "loop"), ("model", "layers", "row_normalize",
+                                                  "eval_every")
+"""The run config's flags this script takes: the model is GraphSAGE, its depth the fanouts',
+its row normalisation ``--row-normalize auto|on|off``'s, and it evaluates after the last
+epoch."""
 COLUMNS = ("system", "epochs", "startup_s", "epoch_time", "epoch_time_first", "steps",
            "test_acc", "peak_mem_mb", "server_peak_mb", "bytes_sent_inter_per_epoch",
            "run_wall_s")
+
+
+def run_config(args: argparse.Namespace) -> RunConfig:
+    """GraphSAGE with the preset's epochs, width and learning rate under the flags given."""
+    return from_args(RunConfig, args, base=PRESETS[args.preset].run(BASE), sections=SECTIONS,
+                     skip=SKIP)
 
 
 def dataset_dir(args: argparse.Namespace, workdir: Path) -> Path:
@@ -80,17 +93,17 @@ def dataset_dir(args: argparse.Namespace, workdir: Path) -> Path:
 
     if args.data:
         return resolve_dataset(args.data)
-    return PRESETS[args.preset].dataset(args.seed, workdir)
+    return PRESETS[args.preset].dataset(run_config(args).loop.seed, workdir)
 
 
 def our_setup(args, data: Path, meta: dict[str, Any], row_norm: bool,
               workdir: Path) -> Setup:
     """The common run (ours: 2 virtual servers x 1 trainer; DGL's: 2 machines), GraphSAGE
     evaluated after the last epoch."""
-    train = config_from_args(TrainConfig, args, model="sage", row_normalize=row_norm,
-                             eval_every=args.epochs)
+    run = run_config(args)
+    run = run.updated(model={"row_normalize": row_norm}, loop={"eval_every": run.loop.epochs})
     network = "virtual" if args.network == "virtual" else f"emulated-{args.network}"
-    return Setup(data=data, num_classes=meta["num_classes"], train=train,
+    return Setup(data=data, num_classes=meta["num_classes"], run=run,
                  batch_size=args.batch_size, fanouts=args.fanouts, timeout=args.timeout,
                  workdir=workdir, network=network, eval_fanouts=args.eval_fanouts)
 
@@ -105,8 +118,12 @@ def run_ours(args, setup: Setup, system: str = "ours (dglx distdgl)") -> dict[st
     summary = lambda recs: summarize_run(  # noqa: E731  (the wall time: run_strategy's)
         system, recs, 0.0, test_acc=recs[-1]["test_acc"],
         peak=max(r["peak_mem_mb"] for r in recs))
-    setup = dataclasses.replace(setup, train_flags=("--partitions", str(_our_parts(setup))))
-    row = run_strategy("distdgl", setup, {"distdgl": args.ours_opt}, summary)
+    setup = dataclasses.replace(setup, run=setup.run.updated(
+        data={"partitions": _our_parts(setup)}))
+    options = parse_key_values(args.ours_opt, "--ours-opt")
+    if args.eval_fanouts:
+        options["eval_fanouts"] = args.eval_fanouts
+    row = run_strategy("distdgl", setup, {"distdgl": options}, summary)
     return {k: v for k, v in row.items() if k not in ("network", "note", "options")}
 
 
@@ -184,9 +201,13 @@ def bench(args: argparse.Namespace, workdir: Path) -> tuple[dict[str, Any], bool
     rows = {name: combine_runs(rs) for name, rs in runs.items()}
     result = {"dataset": {"path": str(data), **{k: meta[k] for k in (
         "num_nodes", "num_edges", "feat_dim", "num_classes")}}, "parts": 2, "trainers": 2,
-        "hyper": {k: getattr(args, k) for k in ("epochs", "hidden", "lr", "dropout",
-                                                 "weight_decay", "batch_size", "fanouts",
-                                                 "eval_fanouts", "seed")} | {"row_normalize": row_norm},
+        "hyper": {"epochs": ours.run.loop.epochs, "hidden": ours.run.model.hidden,
+                  "lr": ours.run.optimizer.lr, "dropout": ours.run.model.dropout,
+                  "weight_decay": ours.run.optimizer.weight_decay,
+                  "batch_size": args.batch_size, "fanouts": ",".join(map(str, args.fanouts)),
+                  "eval_fanouts": ",".join(map(str, args.eval_fanouts)),
+                  "seed": ours.run.loop.seed,
+                  "row_normalize": row_norm},
         "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
         "rows": list(rows.values()), "checks": checks(rows)}
     if args.profile and "ours" in rows and "error" not in rows["ours"]:
@@ -232,13 +253,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="runs per system, alternating; epoch_time is the median run's")
     p.add_argument("--ours-opt", action="append", default=[], metavar="KEY=VALUE",
                    help="extra distdgl option for our run (repeatable), e.g. fanouts=5,10")
-    # the training config (dglx train's flags); epochs, hidden and lr default to the preset's
-    add_config_flags(p, TrainConfig, ("epochs", "hidden", "lr", "dropout", "weight_decay",
-                                      "seed"), epochs={"default": None},
-                     hidden={"default": None}, lr={"default": None})
+    # the run config (dglx train's flags) over the preset's epochs, hidden and lr
+    add_flags(p, RunConfig, sections=SECTIONS, skip=SKIP, base=BASE, overlay=True, changes={
+        k: {"help": f"{what} (default: the preset's)"} for k, what in (
+            ("epochs", "epochs"), ("hidden", "hidden width"), ("lr", "Adam's learning rate"))})
     p.add_argument("--batch-size", type=int, default=1000, help="seeds per trainer per step")
-    p.add_argument("--fanouts", default="10,25", help="per layer, input layer first")
-    p.add_argument("--eval-fanouts", default="",
+    p.add_argument("--fanouts", type=tuple_of(int), default=(10, 25),
+                   help="per layer, input layer first (default: 10,25)")
+    p.add_argument("--eval-fanouts", type=tuple_of(int), default=(),
                    help="the test evaluation's fanouts for both systems (default: full "
                         "neighbourhoods; sampled ones at ogbn-products' size, where a full "
                         "2-hop neighbourhood per batch takes most of the graph)")
@@ -252,10 +274,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", help="also write the JSON result to this file")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     args = p.parse_args(argv)
-    PRESETS[args.preset].fill(args)
-    if args.eval_fanouts:
-        args.ours_opt.append(f"eval_fanouts={args.eval_fanouts}")
-    if args.epochs < 2:
+    if run_config(args).loop.epochs < 2:
         p.error("--epochs must be >= 2 (the first epoch is warm-up and not averaged)")
     return args
 

@@ -1,26 +1,226 @@
-"""Typed option plumbing for the command line: ``--opt key=value`` pairs and dataclass flags.
+"""Typed configs as command-line flags: the one path from a frozen dataclass to argparse and back.
 
-A typed config declares its flags once, in its fields (:func:`flag_field`): a parser gets them
-from :func:`add_config_flags`, the config comes back from :func:`config_from_args`, and a
-launcher renders it as the same flags with :func:`config_argv` (``dglx bench`` starting
-``dglx train``, :class:`~dglx_dist.train_config.TrainConfig`).
+A config declares its flags in its fields (:func:`option`: help, range as a
+:class:`~dglx_dist.registry.Bounds`, choices, the flag's name when it is not ``--field-name``);
+nested dataclass fields are sections whose fields are flags too (the run config,
+:class:`~dglx_dist.config.RunConfig`). A parser gets the flags from :func:`add_flags`, the
+config comes back from :func:`from_args`, and a launcher renders a config as the same flags
+with :func:`to_argv` (``dglx bench`` starting ``dglx train`` and its baselines). A flag's
+``dest`` is its name without the dashes (``--model`` -> ``args.model``), so a namespace stays
+flat whatever the nesting.
 
-Used by the ``dglx`` command (:mod:`dglx_dist.cli`) and by training scripts of one's own (e.g.
-``examples/train_node_classification.py``); it stays outside :mod:`dglx_dist.cli` so that such a
-script does not import the command (and torch) to parse its flags.
+Plain dataclasses work too (:class:`~dglx_dist.data.synthetic.SyntheticConfig`, ``dglx
+datagen``): a field's ``metadata["help"]`` is its help. Imports neither torch nor DGL, so a
+script parses its flags before either loads.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import types
 import typing
-from typing import Any, Iterable
+from pathlib import Path
+from typing import Any, Iterable, Iterator
 
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.registry import Bounds, coerce_option
+from dglx_dist.registry import Bounds
 
-__all__ = ["parse_key_values", "add_dataclass_arguments", "dataclass_from_args", "number",
-           "flag_field", "add_config_flags", "config_from_args", "config_argv"]
+__all__ = ["option", "check_fields", "add_flags", "from_args", "to_argv", "flag_names",
+           "parse_key_values", "number", "tuple_of"]
+
+
+def option(default: Any = None, help: str = "", *, flag: str | None = None,
+           bounds: Bounds | None = None, choices: tuple[str, ...] | None = None,
+           metavar: str | None = None, cli: bool = True, repeat: bool = False) -> Any:
+    """A config field that is also a command-line flag.
+
+    Args:
+        default: the one default (a bool is a switch: ``--name`` when False, and a True one
+            needs a ``flag`` such as ``--no-progress``).
+        help: the flag's help and the field's documentation.
+        flag: the flag when not ``--field-name`` (e.g. ``--model`` for ``model.name``).
+        bounds: the range of a number; refused outside it, on the command line and in Python.
+        choices: the values a string may take.
+        metavar: the value's name in the usage line.
+        cli: False: no flag (set from Python only).
+        repeat: a repeatable ``KEY=VALUE`` flag; the section's ``from_flags`` reads the pairs.
+    """
+    if isinstance(default, bool) and default and not flag:
+        raise InvalidValueError("a bool option that defaults to True needs its --no-... flag")
+    return dataclasses.field(default=default, metadata={
+        "help": help, "flag": flag, "bounds": bounds, "choices": choices, "metavar": metavar,
+        "cli": cli, "repeat": repeat})
+
+
+def check_fields(config: Any) -> None:
+    """Refuses a field of ``config`` outside its ``bounds`` or ``choices`` (a section's
+    ``__post_init__``), naming the field and what was expected.
+
+    Raises:
+        InvalidValueError: the first field that does not fit.
+    """
+    for f in dataclasses.fields(config):
+        value, bounds, choices = (getattr(config, f.name), f.metadata.get("bounds"),
+                                  f.metadata.get("choices"))
+        flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+        where = f"{flag} {value!r}"
+        field = f"({type(config).__name__}.{f.name})"
+        if bounds is not None and value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float))
+                or not bounds.holds(value)):
+            raise InvalidValueError(f"{where}: expected {bounds.describe('a finite number')} "
+                                    f"{field}")
+        if choices and value not in choices:
+            raise InvalidValueError(f"{where}: choose from {', '.join(choices)} {field}")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Flag:
+    path: tuple[str, ...]  # field names from the top config down
+    field: dataclasses.Field
+    kind: Any  # the field's type, ``X`` of ``X | None``
+
+    @property
+    def name(self) -> str:
+        return self.field.metadata.get("flag") or "--" + self.path[-1].replace("_", "-")
+
+    @property
+    def dest(self) -> str:
+        return self.name.lstrip("-").replace("-", "_")
+
+
+def _is_section(kind: Any) -> bool:
+    return isinstance(kind, type) and dataclasses.is_dataclass(kind)
+
+
+def _walk(cls: type, path: tuple[str, ...] = ()) -> Iterator[_Flag]:
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        kind = hints[f.name]
+        if typing.get_origin(kind) in (typing.Union, types.UnionType):  # X of ``X | None``
+            kind = next(a for a in typing.get_args(kind) if a is not type(None))
+        if _is_section(kind):
+            yield from _walk(kind, path + (f.name,))
+        elif f.metadata.get("cli", True):
+            yield _Flag(path + (f.name,), f, kind)
+
+
+def _flags(cls: type, sections: Iterable[str] | None, skip: Iterable[str]) -> list[_Flag]:
+    wanted, skipped = None if sections is None else set(sections), set(skip)
+    return [f for f in _walk(cls) if f.dest not in skipped
+            and (wanted is None or len(f.path) < 2 or f.path[0] in wanted)]
+
+
+def flag_names(cls: type, sections: Iterable[str] | None = None) -> list[str]:
+    """The ``dest`` of every flag of ``cls`` (of ``sections`` only, if given)."""
+    return [f.dest for f in _flags(cls, sections, ())]
+
+
+def _get(config: Any, path: tuple[str, ...]) -> Any:
+    for name in path:
+        config = getattr(config, name)
+    return config
+
+
+def _default(f: _Flag, base: Any) -> Any:
+    if base is not None:
+        return _get(base, f.path)
+    if f.field.default is not dataclasses.MISSING:
+        return f.field.default
+    return None
+
+
+def _argument(f: _Flag, default: Any, overlay: bool) -> dict[str, Any]:
+    meta, help = f.field.metadata, f.field.metadata.get("help", "")
+    if f.kind is bool:
+        return {"action": "store_false" if f.field.default else "store_true", "help": help,
+                **({"default": argparse.SUPPRESS} if overlay else {})}
+    if meta.get("repeat"):
+        return {"action": "append", "metavar": meta.get("metavar") or "KEY=VALUE",
+                "help": help, **({"default": argparse.SUPPRESS} if overlay else {})}
+    if f.kind in (int, float):
+        kind = _number(f.kind, meta.get("bounds") or Bounds())
+    elif typing.get_origin(f.kind) is tuple:
+        kind = tuple_of(typing.get_args(f.kind)[0])
+        default = ",".join(map(str, default)) if default is not None else None
+    else:
+        kind = f.kind if f.kind in (str, Path) else str
+    out = {"type": kind, "choices": meta.get("choices"), "help": help,
+           "metavar": meta.get("metavar")}
+    if default is not None:
+        out["help"] += f" (default: {default})".replace("%", "%%")
+    out["default"] = argparse.SUPPRESS if overlay else default
+    return out
+
+
+def add_flags(parser: argparse.ArgumentParser, cls: type, *,
+              sections: Iterable[str] | None = None, skip: Iterable[str] = (),
+              base: Any = None, overlay: bool = False,
+              changes: dict[str, dict[str, Any]] | None = None) -> None:
+    """Adds a flag per field of config ``cls`` (nested sections included).
+
+    Args:
+        parser: where the flags go.
+        cls: the config class.
+        sections: only these top-level sections' flags (None: all).
+        skip: flags (by ``dest``) this command sets itself.
+        base: a config whose values are the flags' defaults (None: the fields' own).
+        overlay: a flag not given stays off the namespace, so that :func:`from_args` takes
+            it from a base chosen after parsing (a preset).
+        changes: per ``dest``, ``add_argument`` keywords that differ for this command.
+    """
+    flags = _flags(cls, sections, skip)
+    unknown = set(changes or ()) - {f.dest for f in flags}
+    if unknown:
+        raise InvalidValueError(f"changes to flags {sorted(unknown)} that {cls.__name__} "
+                                f"does not add here")
+    for f in flags:
+        kwargs = _argument(f, _default(f, base), overlay) | (changes or {}).get(f.dest, {})
+        parser.add_argument(f.name, dest=f.dest, **kwargs)
+
+
+def from_args(cls: type, args: argparse.Namespace, base: Any = None,
+              sections: Iterable[str] | None = None, skip: Iterable[str] = ()) -> Any:
+    """Config ``cls`` from the flags :func:`add_flags` added: each flag on ``args`` (of
+    ``sections`` only, if given; not those in ``skip``) replaces its field of ``base``
+    (default: ``cls()``). A section with a ``from_flags(base, **values)`` classmethod builds
+    itself from its flags' values (the strategy's options)."""
+    return _build(cls, args, cls() if base is None else base, sections, set(skip))
+
+
+def _build(cls: type, args: argparse.Namespace, base: Any,
+           sections: Iterable[str] | None = None, skip: set[str] = frozenset()) -> Any:
+    changes = {}
+    for f in _flags(cls, None, skip):
+        if len(f.path) == 1 and hasattr(args, f.dest):
+            changes[f.path[0]] = getattr(args, f.dest)
+    hints = typing.get_type_hints(cls)
+    for field in dataclasses.fields(cls):
+        if _is_section(hints[field.name]) and (sections is None or field.name in sections):
+            section = getattr(base, field.name)
+            changes[field.name] = _build(hints[field.name], args, section, None, skip)
+    if hasattr(cls, "from_flags"):
+        return cls.from_flags(base, **changes)
+    return dataclasses.replace(base, **changes) if changes else base
+
+
+def to_argv(config: Any, *, sections: Iterable[str] | None = None,
+            skip: Iterable[str] = ()) -> list[str]:
+    """``config`` as the flags :func:`add_flags` reads back (None values, switches left at
+    their default, and fields without a flag are left out)."""
+    out: list[str] = []
+    for f in _flags(type(config), sections, skip):
+        value = _get(config, f.path)
+        if f.kind is bool:
+            out += [f.name] if value != f.field.default else []
+        elif f.field.metadata.get("repeat"):
+            section = _get(config, f.path[:-1])
+            out += [a for pair in section.flag_pairs() for a in (f.name, pair)]
+        elif isinstance(value, tuple):
+            out += [f.name, ",".join(map(str, value))]
+        elif value is not None:
+            out += [f.name, str(value)]
+    return out
 
 
 def number(kind: type, low: float | None = None, high: float | None = None, *,
@@ -46,6 +246,21 @@ def _number(kind: type, bounds: Bounds):
     return parse
 
 
+def tuple_of(item: type):
+    """An argparse ``type=`` for comma-separated ``item`` s (e.g. fanouts ``10,25``)."""
+
+    def parse(text: str) -> tuple:
+        try:
+            values = tuple(item(p) for p in text.split(",") if p.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: expected {item.__name__}s separated by commas") from None
+        return values
+
+    parse.__name__ = f"list of {item.__name__}"
+    return parse
+
+
 def parse_key_values(pairs: Iterable[str] | None, flag: str = "--opt") -> dict[str, str]:
     """Turns ``["k=v", ...]`` into a dict; values stay strings (the registry coerces them).
 
@@ -61,97 +276,4 @@ def parse_key_values(pairs: Iterable[str] | None, flag: str = "--opt") -> dict[s
         if key in out:
             raise InvalidValueError(f"{flag} {key} given twice")
         out[key] = value
-    return out
-
-
-def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
-    """Adds one ``--field-name`` flag per field of dataclass ``cls`` (help from its metadata)."""
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        default = f.default if f.default is not dataclasses.MISSING else None
-        parser.add_argument(_flag(f.name), dest=f.name, default=None,
-                            metavar=getattr(hints[f.name], "__name__", "VALUE").upper(),
-                            help=f"{f.metadata.get('help', '')} (default: {default})")
-
-
-def dataclass_from_args(cls: type, args: argparse.Namespace, base: Any = None) -> Any:
-    """Builds ``cls`` from the flags :func:`add_dataclass_arguments` added (unset: ``base``'s
-    value, or the default)."""
-    hints = typing.get_type_hints(cls)
-    values = {}
-    for f in dataclasses.fields(cls):
-        raw = getattr(args, f.name, None)
-        if raw is not None:
-            values[f.name] = coerce_option(raw, hints[f.name], _flag(f.name))
-    return cls(**values) if base is None else dataclasses.replace(base, **values)
-
-
-def flag_field(default: Any, help: str, *, bounds: Bounds | None = None,
-               choices: tuple[str, ...] | None = None) -> Any:
-    """A field of a typed config that is also a command-line flag: ``--name-with-dashes``,
-    parsed as the field's type, refused outside ``bounds`` or ``choices`` (a bool field is a
-    switch and defaults to False)."""
-    if isinstance(default, bool) and default:
-        raise InvalidValueError("a bool flag_field is a store_true switch: its default is False")
-    return dataclasses.field(default=default, metadata={"help": help, "bounds": bounds,
-                                                         "choices": choices})
-
-
-def _flag_fields(cls: type, names: Iterable[str] | None) -> list[dataclasses.Field]:
-    wanted = None if names is None else set(names)
-    return [f for f in dataclasses.fields(cls) if "bounds" in f.metadata
-            and (wanted is None or f.name in wanted)]
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def add_config_flags(parser: argparse.ArgumentParser, cls: type,
-                     names: Iterable[str] | None = None, **changes: dict[str, Any]) -> None:
-    """Adds the flags of config ``cls``'s :func:`flag_field` s (only ``names``, if given).
-
-    ``changes``, by field name, are ``add_argument`` keywords that differ for this command:
-    e.g. ``epochs={"default": None}`` where a preset fills it in later.
-    """
-    hints = typing.get_type_hints(cls)
-    fields = _flag_fields(cls, names)
-    unknown = set(changes) - {f.name for f in fields}
-    if unknown:
-        raise InvalidValueError(f"changes to flags {sorted(unknown)} that {cls.__name__} does "
-                                f"not add here")
-    for f in fields:
-        kind = next(a for a in (typing.get_args(hints[f.name]) or (hints[f.name],))
-                    if a is not type(None))  # X of ``X | None``
-        if kind is bool:
-            kwargs = {"action": "store_true", "help": f.metadata["help"]}
-        else:
-            kwargs = {"type": (_number(kind, f.metadata["bounds"] or Bounds())
-                               if kind in (int, float) else kind),
-                      "default": f.default, "choices": f.metadata["choices"],
-                      "help": f.metadata["help"]}
-        kwargs |= changes.get(f.name, {})
-        if kwargs.get("default") is not None:
-            kwargs["help"] += " (default: %(default)s)"
-        parser.add_argument(_flag(f.name), dest=f.name, **kwargs)
-
-
-def config_from_args(cls: type, args: argparse.Namespace, **overrides: Any) -> Any:
-    """Config ``cls`` from the flags :func:`add_config_flags` added (fields without a flag on
-    ``args`` keep their defaults), then ``overrides``."""
-    given = {f.name: getattr(args, f.name) for f in _flag_fields(cls, None)
-             if hasattr(args, f.name) and f.name not in overrides}
-    return cls(**given, **overrides)
-
-
-def config_argv(config: Any, names: Iterable[str] | None = None) -> list[str]:
-    """``config`` as the flags :func:`add_config_flags` reads back (only ``names``, if given;
-    None values and unset switches are left out)."""
-    out: list[str] = []
-    for f in _flag_fields(type(config), names):
-        value = getattr(config, f.name)
-        if value is True:
-            out.append(_flag(f.name))
-        elif value is not None and value is not False:
-            out += [_flag(f.name), str(value)]
     return out

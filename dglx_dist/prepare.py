@@ -165,15 +165,12 @@ def ensure_partitions(data: str | os.PathLike, strategy: Strategy, session: Sess
     return made_by_rank0(session, out, MANIFEST, make, what, wait_timeout)
 
 
-def partition_ahead(data: str, strategy: str, options: dict[str, str], topology: Topology,
-                    cache_dir: str) -> str:
+def partition_ahead(data: str, strategy, topology: Topology, cache_dir: str) -> str:
     """What ``dglx train --strategy STRATEGY --strategy-opt ... --cache-dir CACHE_DIR`` would
-    partition, made by this process (no session) unless cached: a launcher's step before it
-    starts the job (the benchmarks', so that a run's start-up is the job's own)."""
-    from dglx_dist.strategies import STRATEGIES
-
-    out, make, what = cached_partitions(data, STRATEGIES.build(strategy, **options), topology,
-                                        cache_dir)
+    partition for the built ``strategy``, made by this process (no session) unless cached: a
+    launcher's step before it starts the job (the benchmarks', so that a run's start-up is the
+    job's own)."""
+    out, make, what = cached_partitions(data, strategy, topology, cache_dir)
     check_cache_dir(cache_dir)
     if not (out / MANIFEST).is_file():
         log.info("%s -> %s", what, out)

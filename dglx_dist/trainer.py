@@ -49,6 +49,7 @@ from dglx_dist.checkpoint import Checkpointing, collective, list_checkpoints, rn
 from dglx_dist.checkpoint.files import (check_matches, check_root, decode, describe_unusable,
                                        encode)
 from dglx_dist.checkpoint.layout import encode_shards, rank_file, restore_shards
+from dglx_dist.config import TRAINER_OPTIMIZER, OptimizerConfig
 from dglx_dist.convs import graph_convs
 from dglx_dist.errors import (CheckpointError, DatasetFormatError, InvalidValueError,
                                NonFiniteLossError)
@@ -108,8 +109,9 @@ class Trainer:
             built with ``STRATEGIES.build`` (then ``options`` must be empty).
         session: the job's session (default: the current one, see ``dglx_dist.init``).
         optimizer: builds the optimizer from the wrapped model's parameters; default Adam.
-        lr: learning rate of the default optimizer.
-        weight_decay: weight decay of the default optimizer.
+        optim: Adam's settings (default :data:`~dglx_dist.config.TRAINER_OPTIMIZER`).
+        lr: replaces ``optim``'s learning rate (a DGL-style keyword).
+        weight_decay: replaces ``optim``'s weight decay (a DGL-style keyword).
         metrics: a stream receiving one JSON line per epoch on rank 0 (e.g. ``sys.stdout``).
         progress: tqdm progress bars on rank 0.
         checkpoint: when ``fit`` saves checkpoints (None: never).
@@ -124,12 +126,12 @@ class Trainer:
     """
 
     def __init__(self, model: torch.nn.Module, partitions, strategy: str | Strategy = "distdgl", *,
-                 session: Session | None = None,
+                 session: Session | None = None, optim: OptimizerConfig | None = None,
                  optimizer: Callable[[Any], torch.optim.Optimizer] | None = None,
-                 lr: float = 0.01, weight_decay: float = 0.0, metrics: TextIO | None = None,
-                 progress: bool = True, checkpoint: Checkpointing | None = None,
-                 embeddings: Sequence[DistEmbedding] = (), nonfinite_loss: str = "raise",
-                 measure_saved_bytes: bool = False, **options: Any):
+                 lr: float | None = None, weight_decay: float | None = None,
+                 metrics: TextIO | None = None, progress: bool = True,
+                 checkpoint: Checkpointing | None = None, embeddings: Sequence[DistEmbedding] = (),
+                 nonfinite_loss: str = "raise", measure_saved_bytes: bool = False, **options: Any):
         if isinstance(strategy, Strategy) and options:
             raise InvalidValueError(f"options {sorted(options)} given with a built strategy; "
                                     f"pass them to STRATEGIES.build instead")
@@ -150,13 +152,12 @@ class Trainer:
         self.model = parallelize(model.to(self.device), self.graph)
         self.strategy = self.graph.strategy
         self._eval_loaders: dict[str, DataLoader] = {}
-        params = self.model.parameters()
-        self.optimizer = (optimizer(params) if optimizer is not None else
-                          torch.optim.Adam(params, lr=lr, weight_decay=weight_decay))
+        self.optim = (optim or TRAINER_OPTIMIZER).with_changes(lr, weight_decay)
+        self.optimizer = (optimizer(self.model.parameters()) if optimizer is not None else
+                          self.optim.adam(self.model.parameters()))
         self.metrics, self.progress = metrics, progress
         self.checkpoint, self.embeddings = checkpoint, list(embeddings)
-        self.epoch = 0  # epochs completed
-        self.steps = 0  # optimizer steps taken
+        self.epoch, self.steps = 0, 0  # epochs completed, optimizer steps taken
         # activation memory of the training forwards: a hook on every tensor autograd saves
         self.saved = SavedBytes() if measure_saved_bytes else None
         self.history: list[dict[str, Any]] = []

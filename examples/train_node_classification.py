@@ -20,11 +20,15 @@ import torch.nn.functional as F
 
 import dglx_dist
 from dglx_dist.checkpoint import Checkpointing
-from dglx_dist.cli_flags import add_config_flags, config_from_args, parse_key_values
+from dglx_dist.cli_flags import add_flags, from_args
+from dglx_dist.config import RunConfig
 from dglx_dist.partition import PartitionDir
 from dglx_dist.prepare import ensure_partitions
 from dglx_dist.strategies import STRATEGIES
-from dglx_dist.train_config import TrainConfig
+
+# dglx train's flags for what this script uses (dglx_dist.config.RunConfig): its model has two
+# layers and it validates nothing per epoch, so --layers and --eval-every are not offered
+SECTIONS, SKIP = ("model", "optimizer", "loop", "strategy"), ("layers", "eval_every")
 
 
 class SAGE(nn.Module):
@@ -52,33 +56,31 @@ class SAGE(nn.Module):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    # the model and its optimisation: dglx train's flags (dglx_dist.train_config.TrainConfig)
-    add_config_flags(parser, TrainConfig, ("model", "epochs", "hidden", "dropout", "lr",
-                                           "weight_decay", "row_normalize", "seed"),
-                     epochs={"default": 60}, model={"choices": ("sage", "gcn")})
+    add_flags(parser, RunConfig, sections=SECTIONS, skip=SKIP,
+              base=RunConfig().updated(loop={"epochs": 60}),
+              changes={"model": {"choices": ("sage", "gcn")},
+                       "strategy": {"choices": STRATEGIES.names()}})
     parser.add_argument("--data", default="cora", help="dataset directory or built-in name")
     parser.add_argument("--partitions", help="partition directory (default: made for --data)")
-    parser.add_argument("--strategy", default="distdgl", choices=STRATEGIES.names())
-    parser.add_argument("--strategy-opt", action="append", metavar="KEY=VALUE")
     parser.add_argument("--checkpoint-dir", help="save a checkpoint here after every epoch")
     parser.add_argument("--resume", action="store_true",
                         help="continue from the newest checkpoint in --checkpoint-dir")
     args = parser.parse_args()
-    config = config_from_args(TrainConfig, args)
+    config = from_args(RunConfig, args, sections=SECTIONS, skip=SKIP)
 
     session = dglx_dist.init()
-    strategy = STRATEGIES.build(args.strategy, **parse_key_values(args.strategy_opt))
+    strategy = config.strategy.build()
     parts = PartitionDir(args.partitions or ensure_partitions(args.data, strategy, session))
-    torch.manual_seed(config.seed)
-    model = SAGE(parts.feat_dim, config.hidden, parts.num_classes, config.dropout,
-                 config.row_normalize, config.model)
+    m = config.model
+    torch.manual_seed(config.loop.seed)
+    model = SAGE(parts.feat_dim, m.hidden, parts.num_classes, m.dropout, m.row_normalize, m.name)
     checkpoint = Checkpointing(args.checkpoint_dir) if args.checkpoint_dir else None
-    trainer = dglx_dist.Trainer(model, parts, strategy, lr=config.lr,
-                                weight_decay=config.weight_decay, checkpoint=checkpoint)
+    trainer = dglx_dist.Trainer(model, parts, strategy, optim=config.optimizer,
+                                checkpoint=checkpoint)
     trainer.resume_or_start(args.resume)  # also after a torchrun --max-restarts restart
 
     loss = torch.zeros(())
-    for epoch in range(trainer.epoch, config.epochs):
+    for epoch in range(trainer.epoch, config.loop.epochs):
         for batch in trainer.batches(epoch):
             loss = F.cross_entropy(trainer.forward(batch), batch.y)
             trainer.step(loss)
@@ -86,7 +88,8 @@ def main():
             trainer.save(checkpoint.dir)
     test_acc = trainer.evaluate("test")
     if session.is_main:
-        sys.stdout.write(json.dumps({"strategy": args.strategy, "epochs": config.epochs,
+        sys.stdout.write(json.dumps({"strategy": config.strategy.name,
+                                     "epochs": config.loop.epochs,
                                      "loss": round(loss.item(), 4),
                                      "test_acc": round(test_acc, 4)}) + "\n")
     trainer.close()

@@ -32,9 +32,9 @@ Usage::
 Run it from the repository root with the package installed (or ``PYTHONPATH=.``). Prints
 one JSON object (one line) and a markdown table. Imports no DGL.
 """
-from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import shutil
@@ -47,10 +47,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from dglx_dist.cli_flags import add_flags, check_fields, from_args, option
 from dglx_dist.errors import DglxError
 from dglx_dist.kvstore import DistKVStore, RowPolicy
 from dglx_dist.kvstore.shm import default_shm_dir
 from dglx_dist.partition.book import RangeBook
+from dglx_dist.registry import Bounds
 from dglx_dist.report import json_record, markdown_table
 from dglx_dist.runtime.device import choose_placement
 from dglx_dist.runtime.env import read_env
@@ -58,8 +60,31 @@ from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.transfer import DeviceCopies
 
 log = logging.getLogger("bench_h2d")
-PRESETS = {"default": {"rows": 600_000, "feat": 128, "batch": [10_000, 100_000], "warmup": 3},
-           "tiny": {"rows": 2_000, "feat": 16, "batch": [256], "warmup": 1}}
+
+
+@dataclasses.dataclass(frozen=True)
+class H2DConfig:
+    """One measurement; its fields are the flags (a preset's values under those given)."""
+
+    device: str = option("auto", "where the rows go", choices=("auto", "cpu", "cuda"))
+    rows: int = option(600_000, "table rows N", bounds=Bounds(1))
+    feat: int = option(128, "float32 features per row F", bounds=Bounds(1))
+    batch: tuple[int, ...] = option((10_000, 100_000), "batch rows B, one or more")
+    repeat: int = option(20, "timed pairs per batch size", bounds=Bounds(1))
+    warmup: int = option(3, "untimed pairs first", bounds=Bounds(0))
+    shm_dir: Path | None = option(None, "where the store's table is mapped from")
+    dedup: bool = option(False, "pull with dedup=True")
+    threads: int | None = option(None, "torch's CPU threads (default: torch's)",
+                                 bounds=Bounds(1))
+    seed: int = option(0, "seed of the table and the batches' ids", bounds=Bounds(0))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "batch", tuple(self.batch))  # argparse's nargs gives a list
+        check_fields(self)
+
+
+PRESETS = {"default": H2DConfig(),
+           "tiny": H2DConfig(rows=2_000, feat=16, batch=(256,), warmup=1)}
 SHM_MARGIN = 1.1  # room wanted in the shared-memory directory, over the table's bytes
 CPU_NOTE = ("device is the CPU: no device copy happens; 'torch' times a .to() that returns its "
             "input and the ratios compare a gather against nothing")
@@ -67,29 +92,18 @@ COLUMNS = ("B", "MB", "torch_GBps", "ours_GBps", "ratio", "gather_ms", "copy_ms"
            "ours_copy_GBps", "copy_ratio", "index_select_ms", "torch_ms")
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None) -> H2DConfig:
+    """The measurement: ``--preset``'s values under the flags given."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     ap.add_argument("--preset", default="default", choices=sorted(PRESETS))
-    ap.add_argument("--rows", type=int, help="table rows N (default: the preset's)")
-    ap.add_argument("--feat", type=int, help="float32 features per row F (preset's)")
-    ap.add_argument("--batch", type=int, nargs="+", help="batch rows B, one or more (preset's)")
-    ap.add_argument("--repeat", type=int, default=20, help="timed pairs per batch size")
-    ap.add_argument("--warmup", type=int, help="untimed pairs first (preset's)")
-    ap.add_argument("--shm-dir", type=Path, help="where the store's table is mapped from")
-    ap.add_argument("--dedup", action="store_true", help="pull with dedup=True")
-    ap.add_argument("--threads", type=int, help="torch's CPU threads (default: torch's)")
-    ap.add_argument("--seed", type=int, default=0)
+    add_flags(ap, H2DConfig, base=PRESETS["default"], overlay=True,
+              changes={"batch": {"type": int, "nargs": "+"}})
     args = ap.parse_args(argv)
-    for key, value in PRESETS[args.preset].items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    bad = [f"--batch {b}" for b in args.batch if not 0 < b <= args.rows]
-    if args.rows < 1 or args.feat < 1 or args.repeat < 1 or args.warmup < 0 or bad:
-        ap.error(f"expected --rows, --feat, --repeat >= 1, --warmup >= 0 and every batch in "
-                 f"[1, rows={args.rows}]; got rows={args.rows} feat={args.feat} "
-                 f"repeat={args.repeat} warmup={args.warmup} {' '.join(bad)}")
-    return args
+    config = from_args(H2DConfig, args, base=PRESETS[args.preset])
+    bad = [f"--batch {b}" for b in config.batch if not 0 < b <= config.rows]
+    if bad:
+        ap.error(f"expected every batch in [1, rows={config.rows}]; got {' '.join(bad)}")
+    return config
 
 
 def shm_dir(requested: Path | None, nbytes: int) -> Path:
@@ -157,7 +171,8 @@ def time_index_select(full: torch.Tensor, ids: torch.Tensor, buf: torch.Tensor) 
     return time.perf_counter() - start
 
 
-def measure(store, full: torch.Tensor, batch: int, args, device: torch.device) -> dict:
+def measure(store, full: torch.Tensor, batch: int, args: H2DConfig,
+            device: torch.device) -> dict:
     """Raw times of one batch size: ``--warmup`` untimed then ``--repeat`` timed rounds."""
     sync, copies = synchronizer(device), DeviceCopies(device)
     gen = torch.Generator().manual_seed(args.seed * 1_000_003 + batch)
@@ -206,7 +221,7 @@ def summarise(batch: int, feat: int, raw: dict) -> dict:
             "rows_ok": raw["rows_ok"], "rows_pinned": raw["rows_pinned"]}
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: H2DConfig) -> dict:
     """Builds the session and the store, measures every batch size, returns the record."""
     where = shm_dir(args.shm_dir, args.rows * args.feat * 4)  # float32
     session = start_session(args.device)

@@ -19,14 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 from dglx_dist.bench.datasets import data_key
 from dglx_dist.bench.procs import run_group
-from dglx_dist.cli_flags import config_argv
+from dglx_dist.cli_flags import to_argv
+from dglx_dist.config import TRAINING
 from dglx_dist.errors import NotSupportedError, RunFailedError
 from dglx_dist.runtime.env import free_local_port
 
 if TYPE_CHECKING:
     from dglx_dist.bench.harness import Setup
 
-__all__ = ["MACHINES", "WORKER", "WORKER_FLAGS", "dgl_batch", "epoch_bytes", "hyper",
+__all__ = ["MACHINES", "WORKER", "dgl_batch", "epoch_bytes", "hyper",
            "mean_phases", "partitions", "run_dgl", "sent_bytes", "shm_wrapper",
            "summarize_run"]
 
@@ -34,9 +35,6 @@ log = logging.getLogger("dglx_dist.bench")
 # not imported: ``python -m`` of a module the package has already imported warns (runpy)
 WORKER = [sys.executable, "-m", "dglx_dist.bench.dgl_distdgl_worker"]
 """The worker's command line (subcommand and options follow)."""
-WORKER_FLAGS = ("task", "model", "hidden", "dropout", "lr", "weight_decay", "epochs", "seed",
-                "row_normalize", "negatives", "train_edges")
-"""The :class:`~dglx_dist.train_config.TrainConfig` fields the worker takes as flags."""
 MACHINES = 2
 """Simulated machines, each one DGL server and one trainer."""
 
@@ -48,12 +46,14 @@ def dgl_batch(setup: Setup) -> int:
 
 
 def hyper(setup: Setup) -> list[str]:
-    """The setup's training config, batch and fanouts as worker options (validation accuracy
-    after every epoch where the setup evaluates every epoch)."""
-    return [*config_argv(setup.train, WORKER_FLAGS), "--batch-size", str(dgl_batch(setup)),
-            "--fanouts", setup.fanouts, "--num-classes", str(setup.num_classes)] + (
-        ["--eval-val"] if setup.train.eval_every == 1 else []) + (
-        ["--eval-fanouts", setup.eval_fanouts] if setup.eval_fanouts else [])
+    """The setup's run config (its :data:`~dglx_dist.config.TRAINING` sections), batch and
+    fanouts as worker options (validation accuracy after every epoch where the setup
+    evaluates every epoch: ``--eval-every 1``)."""
+    return [*to_argv(setup.training(), sections=TRAINING), "--batch-size",
+            str(dgl_batch(setup)), "--fanouts", ",".join(map(str, setup.fanouts)),
+            "--num-classes", str(setup.num_classes)] + (
+        ["--eval-fanouts", ",".join(map(str, setup.eval_fanouts))] if setup.eval_fanouts
+        else [])
 
 
 def sent_bytes(ifname: str) -> int | None:
@@ -143,9 +143,9 @@ def _run_machines(setup: Setup, part_config: Path, run_dir: Path, env: dict[str,
 def run_dgl(setup: Setup, env: dict[str, str]) -> dict[str, Any]:
     """DGL's DistDGL on the setup's data, training config, global batch, fanouts and network:
     2 simulated machines, each one server + one trainer, with environment ``env``."""
-    link = setup.train.task == "link"
+    link = setup.run.task.name == "link"
     part_config = partitions("dgl", setup.data, setup.workdir, env,
-                             setup.train.seed if link else None)
+                             setup.run.loop.seed if link else None)
     run_dir = setup.workdir / "dgl-run"
     run_dir.mkdir(parents=True, exist_ok=True)
     logs = [run_dir / f"machine{m}.log" for m in range(MACHINES)]

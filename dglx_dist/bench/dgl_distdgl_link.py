@@ -36,14 +36,14 @@ ARRAYS = ("new_nid", "new_eid", "reverse", "val_u", "val_v", "test_u", "test_v")
 
 
 def link_config(args: argparse.Namespace):
-    """The :class:`~dglx_dist.tasks.link.LinkConfig` of the worker's options (its training
-    config, and its ``--batch-size`` training edges per step)."""
-    from dglx_dist.cli_flags import config_from_args
-    from dglx_dist.tasks.link import LinkConfig
-    from dglx_dist.train_config import TrainConfig
+    """The :class:`~dglx_dist.config.RunConfig` of the worker's options (its
+    :data:`~dglx_dist.config.TRAINING` flags, and its ``--batch-size`` training edges per
+    step)."""
+    from dglx_dist.cli_flags import from_args
+    from dglx_dist.config import TRAINING, RunConfig
 
-    return LinkConfig.of(config_from_args(TrainConfig, args), batch_size=args.batch_size,
-                         eval_every=1, progress=False)
+    return from_args(RunConfig, args, sections=TRAINING).updated(
+        task={"edge_batch_size": args.batch_size})
 
 
 def partition_link(args: argparse.Namespace, graph_name: str) -> None:
@@ -131,7 +131,7 @@ def _evaluate(g, model, arrays, which: str, config, seed: int, layers: int, hidd
 
     emb = _embeddings(g, model, layers, hidden, f"link_emb_{which}_{epoch}")
     u, v = arrays[f"{which}_u"], arrays[f"{which}_v"]
-    neg = eval_negatives(u.numel(), g.num_nodes(), config.eval_negatives, seed)  # original ids
+    neg = eval_negatives(u.numel(), g.num_nodes(), config.task.eval_negatives, seed)  # original ids
     mine = even_chunk(torch.arange(u.numel()), dist.get_world_size(), dist.get_rank())
     to_dgl = arrays["new_nid"]
     pos, negative = heldout_scores(emb, to_dgl[u[mine]], to_dgl[v[mine]], to_dgl[neg[mine]])
@@ -171,15 +171,15 @@ def train_link_dgl(args: argparse.Namespace, g, reduce) -> dict[str, Any]:
     opt = torch.optim.Adam(ddp.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     dgl.seed(args.seed * 7919 + args.machine)
     chosen = torch.zeros(g.num_edges(), dtype=torch.bool)
-    chosen[arrays["new_eid"][train_edge_ids(g.num_edges(), config)]] = True
+    chosen[arrays["new_eid"][train_edge_ids(g.num_edges(), config.task, config.loop.seed)]] = True
     sampler = dgl.dataloading.NeighborSampler(args.fanouts)
     loader = dgl.dataloading.DistEdgeDataLoader(
         g, dgl.distributed.edge_split(chosen, g.get_partition_book(), force_even=True),
         sampler, exclude="reverse_id", reverse_eids=arrays["reverse"],
-        negative_sampler=dgl.dataloading.negative_sampler.Uniform(config.negatives),
-        batch_size=config.batch_size, shuffle=True, drop_last=False)
+        negative_sampler=dgl.dataloading.negative_sampler.Uniform(config.task.negatives),
+        batch_size=config.task.edge_batch_size, shuffle=True, drop_last=False)
     records = []
-    for epoch in range(config.epochs):
+    for epoch in range(config.loop.epochs):
         sent = sent_bytes(args.ifname)
         wall, steps, loss = _epoch(g, loader, ddp, opt)
         maxes = reduce([wall, steps], dist.ReduceOp.MAX)
@@ -187,9 +187,9 @@ def train_link_dgl(args: argparse.Namespace, g, reduce) -> dict[str, Any]:
                         "steps": int(maxes[1]),
                         "loss": round(reduce([loss], dist.ReduceOp.SUM)[0] / args.machines, 5),
                         **epoch_bytes(args.ifname, sent, reduce)})
-        metrics = _evaluate(g, model, arrays, "val", config, config.seed + 1, layers,
+        metrics = _evaluate(g, model, arrays, "val", config, config.loop.seed + 1, layers,
                             args.hidden, epoch)
         records[-1].update({f"val_{k}": round(m, 4) for k, m in metrics.items()})
-    test = _evaluate(g, model, arrays, "test", config, config.seed + 2, layers, args.hidden,
-                     config.epochs)
+    test = _evaluate(g, model, arrays, "test", config, config.loop.seed + 2, layers, args.hidden,
+                     config.loop.epochs)
     return {"records": records, "test": {f"test_{k}": round(m, 4) for k, m in test.items()}}

@@ -22,7 +22,7 @@ Subcommands: ``partition`` (``dgl.distributed.partition_graph`` with METIS), ``m
 server + one trainer, in the caller's namespace), ``server`` and ``trainer`` (started by
 ``machine``). The trainer is DGL's examples/distributed/graphsage/node_classification.py loop
 with our model (``--model``, default SAGE: the same class, the same seed, so the same initial
-weights), with its phases timed (:data:`PHASES`); ``--eval-val`` adds validation accuracy
+weights), with its phases timed (:data:`PHASES`); ``--eval-every 1`` adds validation accuracy
 after every epoch.
 """
 from __future__ import annotations
@@ -40,11 +40,11 @@ from typing import Any
 
 import numpy as np
 
-from dglx_dist.bench.dgl_distdgl import WORKER_FLAGS, epoch_bytes, sent_bytes
-from dglx_dist.cli_flags import add_config_flags
+from dglx_dist.bench.dgl_distdgl import epoch_bytes, sent_bytes
+from dglx_dist.cli_flags import add_flags
+from dglx_dist.config import TRAINING, RunConfig
 from dglx_dist.errors import InternalError
 from dglx_dist.memory import peak_rss_bytes
-from dglx_dist.train_config import TrainConfig
 
 __all__ = ["PHASES", "main"]
 
@@ -294,7 +294,7 @@ def trainer_main(args: argparse.Namespace) -> None:
                         "loss": round(mean_loss, 5),
                         "phases_max": {k: round(v, 4) for k, v in zip(names, maxes[3:])},
                         **epoch_bytes(args.ifname, sent, _reduce)})
-        if args.eval_val:  # after the epoch's clock stopped, as dglx train's val_acc
+        if args.eval_every == 1:  # after the epoch's clock stopped, as dglx train's val_acc
             correct, total = _reduce(list(evaluate(g, model, nids["val"], args.eval_fanouts,
                                                    args.eval_batch_size)), dist.ReduceOp.SUM)
             records[-1]["val_acc"] = round(correct / max(total, 1), 4)
@@ -363,11 +363,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             ("--eval-batch-size", int, 4096), ("--num-classes", int, 0),
             ("--fanouts", _int_list, [10, 25]), ("--eval-fanouts", _int_list, [])):
         p.add_argument(flag, type=kind, default=default)
-    # the training config: dglx train's flags (partition: --task and --seed split link edges)
-    add_config_flags(p, TrainConfig, WORKER_FLAGS, epochs={"default": 5},
-                     hidden={"default": 64}, lr={"default": 0.003})
-    p.add_argument("--eval-val", action="store_true",
-                   help="trainer: validation accuracy after every epoch (not in epoch_time)")
+    # the run config's training sections: dglx train's flags (partition: --task and --seed
+    # split link edges; trainer: --eval-every 1 adds validation accuracy after every epoch)
+    add_flags(p, RunConfig, sections=TRAINING, base=RunConfig().updated(
+        model={"hidden": 64}, optimizer={"lr": 0.003}, loop={"epochs": 5, "eval_every": 0}))
     return p.parse_args(argv)
 
 

@@ -7,8 +7,10 @@
   emulated cluster (``dglx_dist.cluster.emulate.run_job``) or on virtual servers.
 
 Strategy options come from the common setup (``fanouts``, ``batch_size``, ``num_layers`` are
-passed to every strategy whose Config declares them), then :data:`STRATEGY_OPTIONS`, then the
-command line. A strategy whose ``conv_types`` cannot run the common model gets a row saying so.
+given to every strategy whose Config declares them), then :data:`STRATEGY_OPTIONS`, then the
+command line, and are checked by the strategy registry (:meth:`StrategyConfig.of
+<dglx_dist.config.StrategyConfig.of>`). A strategy whose ``conv_types`` cannot run the common
+model gets a row saying so.
 """
 from __future__ import annotations
 
@@ -19,44 +21,45 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 from dglx_dist.bench.dgl_distdgl import MACHINES, dgl_batch, run_dgl, startup
+from dglx_dist.bench.presets import BENCH_RUN
 from dglx_dist.bench.procs import run_group
-from dglx_dist.bench.single import FLAGS as SINGLE_FLAGS
-from dglx_dist.cli_flags import config_argv
+from dglx_dist.cli_flags import parse_key_values, to_argv
+from dglx_dist.config import TRAINING, RunConfig, StrategyConfig
 from dglx_dist.errors import RunFailedError
+from dglx_dist.registry import coerce_option
 from dglx_dist.runtime.env import free_local_port
-from dglx_dist.train_config import TrainConfig
 
-__all__ = ["BENCH_TRAINING", "REDUCERS", "STRATEGY_OPTIONS", "Setup", "add_time_to_accuracy",
-           "attempt", "first_reached", "launch", "parse_records", "reduce_records", "run_env",
-           "run_strategy", "run_system", "summarize", "systems", "train_command"]
+__all__ = ["REDUCERS", "STRATEGY_OPTIONS", "Setup",
+           "add_time_to_accuracy", "attempt", "first_reached", "launch", "parse_records", "reduce_records", "run_env",
+           "run_strategy", "run_system", "strategy_config", "summarize", "systems",
+           "train_command"]
 
 log = logging.getLogger("dglx_dist.bench")
-# per-strategy option overrides (KEY=VALUE as for --strategy-opt); empty: every strategy runs
-# on the common setup with its own defaults (dorylus: async, staleness 0, local executor)
-STRATEGY_OPTIONS: dict[str, tuple[str, ...]] = {}
-BENCH_TRAINING = TrainConfig(model="gcn", hidden=64, epochs=5, eval_every=1)
-"""The common run's model and optimisation unless told otherwise (``eval_every`` 1: the time
-to accuracy needs every epoch's validation accuracy)."""
+Options = Mapping[str, Mapping[str, Any] | Sequence[str]]
+"""Strategy options by strategy name: keywords, or (the sweeps' older form) ``KEY=VALUE``s."""
+STRATEGY_OPTIONS: dict[str, dict[str, Any]] = {}
+"""Per-strategy option overrides; empty: every strategy runs on the common setup with its own
+defaults (dorylus: async, staleness 0, local executor)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Setup:
-    """What every system shares: dataset, training config, batching, cluster shape, network."""
+    """What every system shares: dataset, run config, batching, cluster shape, network."""
 
     data: Path
     num_classes: int
-    train: TrainConfig = BENCH_TRAINING
-    """The model, its optimisation and the task, as ``dglx train`` takes them (its ``layers``
-    and ``edge_batch_size`` come from ``fanouts`` and ``batch_size``: :meth:`training`)."""
+    run: RunConfig = BENCH_RUN
+    """The model, its optimisation, loop and task, as ``dglx train`` takes them (the depth,
+    the link task's batch, the data and the strategy are the setup's: :meth:`training`)."""
     batch_size: int = 500
     """Seeds per trainer per step; the global batch is batch_size x world (``link``: training
     edges per trainer per step)."""
-    fanouts: str = "10,25"
+    fanouts: tuple[int, ...] = (10, 25)
     """Sampled neighbours per layer, input layer first (also the model's depth)."""
-    eval_fanouts: str = ""
+    eval_fanouts: tuple[int, ...] = ()
     """DGL's DistDGL's evaluation fanouts (empty: full neighbourhoods); our strategies take
     theirs as options."""
     servers: int = 2
@@ -66,9 +69,18 @@ class Setup:
     timeout: float = 900.0
     workdir: Path = Path("bench-out/work")
     train_flags: tuple[str, ...] = ()
-    """More ``dglx train`` arguments (e.g. ``--measure-saved-bytes``, ``--partitions DIR``)."""
+    """More ``dglx train`` arguments (the sweeps' ``--measure-saved-bytes``; prefer ``run``)."""
     env: tuple[tuple[str, str], ...] = ()
     """More environment variables of the run's processes (e.g. ``DGLX_MALLOC=system``)."""
+    train: dataclasses.InitVar[RunConfig | None] = None
+    """The old name of ``run`` (``bench/sweeps/common.py`` passes it)."""
+
+    def __post_init__(self, train: RunConfig | None) -> None:
+        if train is not None:
+            object.__setattr__(self, "run", train)
+        for name in ("fanouts", "eval_fanouts"):  # "10,25" from older callers
+            value = coerce_option(getattr(self, name), tuple[int, ...], f"Setup.{name}")
+            object.__setattr__(self, name, value)
 
     @property
     def world(self) -> int:
@@ -76,21 +88,29 @@ class Setup:
 
     @property
     def layers(self) -> int:
-        return len(self.fanouts.split(","))
+        return len(self.fanouts)
 
-    def training(self) -> TrainConfig:
-        """The training config of a run: :attr:`train` with the depth of ``fanouts`` and, for
-        the link task, ``batch_size`` training edges per step."""
-        return dataclasses.replace(self.train, layers=self.layers,
-                                   edge_batch_size=self.batch_size)
+    def training(self, strategy: StrategyConfig | None = None) -> RunConfig:
+        """The run config of a run: :attr:`run` with the depth of ``fanouts``, ``batch_size``
+        training edges per step (link task), the setup's data and partition cache, no progress
+        bars, and ``strategy``."""
+        run = self.run.updated(
+            model={"layers": self.layers}, task={"edge_batch_size": self.batch_size},
+            data={"data": str(self.data), "cache_dir": self.workdir.resolve() / "parts"},
+            job={"progress": False})
+        return run if strategy is None else dataclasses.replace(run, strategy=strategy)
 
     def public(self) -> dict[str, Any]:
         """The setup as flat JSON (paths as strings), without how a run is made."""
-        train = {k: v for k, v in dataclasses.asdict(self.train).items()
-                 if k not in ("layers", "edge_batch_size", "eval_every")}
+        run = {k: v for section in TRAINING for k, v in dataclasses.asdict(
+            getattr(self.run, section)).items()
+            if k not in ("layers", "edge_batch_size", "eval_every", "eval_negatives", "name")}
+        run |= {"model": self.run.model.name, "task": self.run.task.name}
         rest = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name not in ("train", "workdir", "train_flags", "env")}
-        return {k: str(v) if isinstance(v, Path) else v for k, v in (train | rest).items()}
+                if f.name not in ("run", "workdir", "train_flags", "env")}
+        out = run | rest
+        return {k: str(v) if isinstance(v, Path) else
+                ",".join(map(str, v)) if k.endswith("fanouts") else v for k, v in out.items()}
 
 
 def _env(setup: Setup) -> dict[str, str]:
@@ -132,7 +152,8 @@ def _ranking(records: list[dict[str, Any]], final: dict[str, Any]) -> dict[str, 
 def run_single(setup: Setup) -> dict[str, Any]:
     """Plain DGL in one process; its batch is the distributed runs' global batch."""
     cmd = [sys.executable, "-m", "dglx_dist.bench.single", "--data", str(setup.data),
-           *config_argv(setup.train, SINGLE_FLAGS), "--fanouts", setup.fanouts,
+           *to_argv(setup.training(), sections=TRAINING),
+           "--fanouts", ",".join(map(str, setup.fanouts)),
            "--batch-size", str(setup.batch_size * setup.world)]
     t0 = time.perf_counter()
     (proc,), _ = run_group([cmd], _env(setup), setup.timeout, [None])
@@ -161,7 +182,7 @@ def run_dgl_distdgl(setup: Setup) -> dict[str, Any]:
         note += "; run again after a DGL trainer hung in its RPC"
     common = {"network": setup.network if emulated else "loopback (not shaped)",
               "bytes_intra": None, "peak_mem_mb": res["peak_mem_mb"]}
-    if setup.train.task == "link":
+    if setup.run.task.name == "link":
         row = summarize(res["records"] + [res["test"]])
         return row | common | {
             "bytes_inter": row["bytes_inter"] if emulated else None,
@@ -176,15 +197,19 @@ def run_dgl_distdgl(setup: Setup) -> dict[str, Any]:
         "run_wall_s": round(time.perf_counter() - t0, 1), "note": note}
 
 
-def strategy_options(name: str, setup: Setup, extra: dict[str, list[str]]) -> list[str]:
-    """``--strategy-opt`` values: the common ones the strategy declares, the table, ``extra``."""
+def strategy_config(name: str, setup: Setup, extra: Options) -> StrategyConfig:
+    """Strategy ``name``'s typed options: the common ones it declares, the table, ``extra``'s
+    (keywords, or ``KEY=VALUE`` strings as the sweeps give them)."""
     from dglx_dist.strategies import STRATEGIES
 
     fields = {f.name for f in dataclasses.fields(STRATEGIES.get(name).Config)}
     common = {"fanouts": setup.fanouts, "batch_size": setup.batch_size,
               "num_layers": setup.layers}
-    opts = [f"{k}={v}" for k, v in common.items() if k in fields]
-    return opts + list(STRATEGY_OPTIONS.get(name, ())) + extra.get(name, [])
+    given = extra.get(name, {})
+    if not isinstance(given, Mapping):
+        given = parse_key_values(given, "--strategy-opt")
+    return StrategyConfig.of(name, **{k: v for k, v in common.items() if k in fields},
+                             **STRATEGY_OPTIONS.get(name, {}) | dict(given))
 
 
 def model_mismatch(name: str, setup: Setup) -> str | None:
@@ -195,20 +220,20 @@ def model_mismatch(name: str, setup: Setup) -> str | None:
 
     cls = STRATEGIES.get(name)
     allowed = cls.conv_types if issubclass(cls, ConvTypes) else None
-    model = MODELS[setup.train.model](4, 4, 2, setup.layers)
+    model = MODELS[setup.run.model.name](4, 4, 2, setup.layers)
     convs = {type(m).__name__ for m in model.modules() if type(m).__module__.startswith("dgl.nn")}
     if allowed is None or convs <= set(allowed):
         return None
-    return (f"not run: {name} runs {', '.join(allowed)}; the common model {setup.train.model!r} "
-            f"uses {', '.join(sorted(convs))} (choose --model gcn to include it)")
+    return (f"not run: {name} runs {', '.join(allowed)}; the common model "
+            f"{setup.run.model.name!r} uses {', '.join(sorted(convs))} (choose --model gcn to "
+            f"include it)")
 
 
-def describe(name: str, options: list[str], task: str = "node") -> str:
+def describe(strategy: StrategyConfig, task: str = "node") -> str:
     """How the strategy batches under these options: sampled when it has fanouts, else the
     Trainer's full-graph loaders (one step, unless it cuts them into co-batches)."""
-    from dglx_dist.strategies import STRATEGIES
-
-    config = STRATEGIES.make_config(name, **dict(o.split("=", 1) for o in options))
+    config = strategy.options if strategy.options is not None else \
+        StrategyConfig.of(strategy.name).options
     if hasattr(config, "fanouts"):
         return "sampled mini-batches"
     if getattr(config, "co_batches", 1) in (1, -1):
@@ -217,44 +242,41 @@ def describe(name: str, options: list[str], task: str = "node") -> str:
     return "its own batching"
 
 
-def run_strategy(name: str, setup: Setup, extra: dict[str, list[str]],
+def run_strategy(name: str, setup: Setup, extra: Options,
                  summary: Callable[[list[dict[str, Any]]], dict[str, Any]] = summarize
                  ) -> dict[str, Any]:
     """``dglx train --strategy name`` on the emulated cluster or on virtual servers; its
     records made a row by ``summary``."""
-    options = strategy_options(name, setup, extra)
-    if setup.train.task == "node" and "--partitions" not in setup.train_flags:
-        partition_first(name, setup, options)
+    strategy = strategy_config(name, setup, extra)
+    if (setup.run.task.name == "node" and setup.run.data.partitions is None
+            and "--partitions" not in setup.train_flags):
+        partition_first(strategy, setup)
     t0, launched = time.perf_counter(), time.time()
-    stdout = launch(setup, ["-m", "dglx_dist", *train_command(name, setup, options)])
+    stdout = launch(setup, ["-m", "dglx_dist", *train_command(setup, strategy)])
     records = parse_records(stdout)
     return summary(records) | startup(records, launched) | {
         "network": setup.network, "run_wall_s": round(time.perf_counter() - t0, 1),
-        "note": describe(name, options, setup.train.task), "options": options}
+        "note": describe(strategy, setup.run.task.name), "options": strategy.flag_pairs()}
 
 
-def partition_first(name: str, setup: Setup, options: list[str]) -> None:
+def partition_first(strategy: StrategyConfig, setup: Setup) -> None:
     """Makes the partitions ``dglx train`` will find in the setup's cache, so that a run's
     start-up is the job's own, as DGL's partitioning comes before its run (node task; a link
     run partitions the training graph it splits off itself)."""
-    from dglx_dist.cli_flags import parse_key_values
     from dglx_dist.prepare import partition_ahead
     from dglx_dist.runtime.allocator import release_free_memory
     from dglx_dist.runtime.topology import Topology
 
-    partition_ahead(str(setup.data), name, parse_key_values(options),
+    partition_ahead(str(setup.data), strategy.build(),
                     Topology(setup.servers, setup.ranks_per_server),
                     str(setup.workdir.resolve() / "parts"))
     release_free_memory()  # what partitioning freed would stay in this process's heap (GBs)
 
 
-def train_command(name: str, setup: Setup, options: list[str]) -> list[str]:
-    """``dglx train``'s arguments for strategy ``name`` with ``--strategy-opt`` ``options``:
-    the setup's :meth:`~Setup.training` config as its flags, the data, the partition cache."""
-    return ["train", "--strategy", name, "--data", str(setup.data),
-            *config_argv(setup.training()), "--cache-dir",
-            str(setup.workdir.resolve() / "parts"), "--no-progress",
-            *[a for o in options for a in ("--strategy-opt", o)], *setup.train_flags]
+def train_command(setup: Setup, strategy: StrategyConfig) -> list[str]:
+    """``dglx train``'s arguments for ``strategy``: the setup's :meth:`~Setup.training`
+    config as its flags."""
+    return ["train", *to_argv(setup.training(strategy)), *setup.train_flags]
 
 
 def launch(setup: Setup, target: list[str]) -> str:
@@ -295,7 +317,7 @@ def _emulated(setup: Setup, target: list[str]) -> str:
     return nodes[0].stdout
 
 
-def systems(extra: dict[str, list[str]],
+def systems(extra: Options,
             task: str = "node") -> dict[str, Callable[[Setup], dict[str, Any]]]:
     """Every system by name that runs ``task``: the DGL baselines (``link``: DGL's DistDGL
     alone), then each registered strategy (``link``: those with the ``LinkPrediction`` ability)."""

@@ -1,5 +1,7 @@
 """The benchmark's presets (dataset shape, epochs, model width, cluster shape) and the choice
-of network the strategies run on."""
+of network the strategies run on. A preset is a frozen value; what it sets in a run is the
+:class:`~dglx_dist.config.RunConfig` it returns (:meth:`Preset.run`, :meth:`ScriptPreset.run`),
+under the flags given on the command line (``cli_flags.add_flags(..., overlay=True)``)."""
 from __future__ import annotations
 
 import argparse
@@ -8,19 +10,30 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dglx_dist.config import RunConfig
 from dglx_dist.errors import InvalidValueError
 
 if TYPE_CHECKING:
     from dglx_dist.data.synthetic import SyntheticConfig
 
-__all__ = ["NETWORKS", "PRESETS", "Preset", "ScriptPreset", "choose_network", "script_parser"]
+__all__ = ["BENCH_RUN", "NETWORKS", "PRESETS", "Preset", "SET_BY_SETUP", "ScriptPreset",
+           "choose_network", "script_parser"]
 
 log = logging.getLogger("dglx_dist.bench")
+BENCH_RUN = RunConfig().updated(model={"name": "gcn", "hidden": 64},
+                                loop={"epochs": 5, "eval_every": 1})
+"""The common run's model and optimisation unless told otherwise (``eval_every`` 1: the time
+to accuracy needs every epoch's validation accuracy)."""
+SET_BY_SETUP = ("layers", "edge_batch_size", "eval_every", "row_normalize")
+"""Run config flags a benchmark sets itself rather than passing on: the depth from the
+fanouts and the link batch from the batch (:meth:`~dglx_dist.bench.harness.Setup.training`), validation every epoch,
+and row normalisation chosen by the dataset (``--row-normalize auto|on|off``)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Preset:
-    """One preset: the synthetic graph it generates and the options it fills in."""
+    """One preset of ``dglx bench``: the synthetic graph it generates, the run config it
+    starts from (:meth:`run`) and the setup's batch and cluster shape."""
 
     num_nodes: int
     num_edges: int
@@ -51,10 +64,11 @@ class Preset:
         return SyntheticConfig(num_nodes=self.num_nodes, num_edges=self.num_edges,
                                feat_dim=self.feat_dim, num_classes=self.num_classes, seed=seed)
 
-    def options(self) -> dict[str, Any]:
-        """The command-line options it fills where none was given."""
-        return {k: getattr(self, k) for k in ("epochs", "hidden", "lr", "batch_size", "servers",
-                                              "ranks_per_server", "train_edges")}
+    def run(self, base: RunConfig) -> RunConfig:
+        """``base`` with the preset's epochs, hidden width, learning rate and training edges."""
+        return base.updated(model={"hidden": self.hidden}, optimizer={"lr": self.lr},
+                            loop={"epochs": self.epochs},
+                            task={"train_edges": self.train_edges})
 
 
 PRESETS: dict[str, Preset] = {
@@ -76,7 +90,7 @@ PRESETS: dict[str, Preset] = {
 
 @dataclasses.dataclass(frozen=True)
 class ScriptPreset:
-    """A benchmark script's preset: its dataset, and the options it fills where none was given
+    """A benchmark script's preset: its dataset, and the run config it starts from
     (``benchmarks/bench_train.py`` and the strategy sweeps)."""
 
     graph: SyntheticConfig | str
@@ -85,9 +99,17 @@ class ScriptPreset:
     hidden: int | None = None
     lr: float | None = None
 
+    def run(self, base: RunConfig) -> RunConfig:
+        """``base`` with the preset's epochs, and its hidden width and learning rate where it
+        has them."""
+        return base.updated(loop={"epochs": self.epochs}, **(
+            {"model": {"hidden": self.hidden}} if self.hidden is not None else {}), **(
+            {"optimizer": {"lr": self.lr}} if self.lr is not None else {}))
+
     def fill(self, args: argparse.Namespace) -> None:
-        """Sets the options of ``args`` left unset (None or absent): epochs, hidden, lr and a
-        synthetic graph's num_nodes, num_edges and feat_dim."""
+        """Deprecated (``bench/sweeps/common.py`` until it uses :meth:`run`): sets the
+        options of ``args`` left unset (None or absent): epochs, hidden, lr and a synthetic
+        graph's num_nodes, num_edges and feat_dim."""
         values = {"epochs": self.epochs, "hidden": self.hidden, "lr": self.lr}
         if not isinstance(self.graph, str):
             values |= {k: getattr(self.graph, k) for k in ("num_nodes", "num_edges", "feat_dim")}

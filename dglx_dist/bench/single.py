@@ -3,9 +3,11 @@ runtime.
 
 The same model class from :mod:`dglx_dist.models` (same seed, so the same initial weights as
 every other system), the same fanouts through ``dgl.dataloading.NeighborSampler`` and
-``dgl.dataloading.DataLoader``, the same Adam. Validation accuracy after every epoch and test
+``dgl.dataloading.DataLoader``, the same Adam. Validation accuracy and test
 accuracy at the end use full neighbourhoods over the whole graph (as the strategies' evaluation
-does); evaluation is not inside ``epoch_time``. Prints one JSON line per epoch, in the shape of
+does); evaluation is not inside ``epoch_time``. It takes the run config's
+:data:`~dglx_dist.config.TRAINING` flags, as ``dglx train`` does (validation every
+``--eval-every`` epochs and after the last). Prints one JSON line per epoch, in the shape of
 ``dglx train``'s metrics records (``epoch_time``, ``steps``, ``loss``, ``val_acc``,
 ``peak_mem_mb``; the last one also ``test_acc``). The harness runs it as a child process::
 
@@ -17,16 +19,13 @@ import argparse
 import sys
 import time
 
-from dglx_dist.cli_flags import add_config_flags, config_from_args
+from dglx_dist.cli_flags import add_flags, from_args
+from dglx_dist.config import TRAINING, RunConfig
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.memory import peak_rss_bytes
 from dglx_dist.report import json_record
-from dglx_dist.train_config import TrainConfig
 
-__all__ = ["FLAGS", "main", "train"]
-
-FLAGS = ("model", "hidden", "lr", "dropout", "weight_decay", "epochs", "seed", "row_normalize")
-"""The :class:`~dglx_dist.train_config.TrainConfig` fields it takes (node classification,
-the depth from ``--fanouts``)."""
+__all__ = ["main", "train"]
 
 
 def _accuracy(model, g, nids) -> float:
@@ -64,28 +63,35 @@ def train(args: argparse.Namespace) -> None:
     from dglx_dist.models import MODELS
 
     torch.set_num_threads(args.threads)
+    config = from_args(RunConfig, args, sections=TRAINING)
+    fanouts = [int(x) for x in args.fanouts.split(",")]
+    if config.task.name != "node" or len(fanouts) != config.model.layers:
+        raise InvalidValueError(f"single-process DGL trains node classification with one "
+                                f"fanout per layer; got --task {config.task.name}, --layers "
+                                f"{config.model.layers} and --fanouts {args.fanouts}")
     ds = read_dataset(args.data)
     g = to_dgl(ds)
-    fanouts = [int(x) for x in args.fanouts.split(",")]
-    config = config_from_args(TrainConfig, args)
-    torch.manual_seed(config.seed)
-    model = MODELS[config.model](ds.feat.shape[1], config.hidden, ds.num_classes, len(fanouts),
-                                 dropout=config.dropout, row_normalize=config.row_normalize)
-    opt = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    dgl.seed(config.seed)
+    m, loop = config.model, config.loop
+    torch.manual_seed(loop.seed)
+    model = MODELS[m.name](ds.feat.shape[1], m.hidden, ds.num_classes, m.layers,
+                           dropout=m.dropout, row_normalize=m.row_normalize)
+    opt = config.optimizer.adam(model.parameters())
+    dgl.seed(loop.seed)
     ids = {m: torch.nonzero(g.ndata[f"{m}_mask"]).flatten() for m in ("train", "val", "test")}
     loader = dgl.dataloading.DataLoader(g, ids["train"], dgl.dataloading.NeighborSampler(fanouts),
                                         batch_size=args.batch_size, shuffle=True,
                                         drop_last=False)
-    for epoch in range(config.epochs):
+    for epoch in range(loop.epochs):
         wall, steps, loss = _epoch(model, opt, loader, g.ndata["label"])
         record = {"epoch": epoch, "strategy": "dgl", "world_size": 1, "servers": 1,
                   "epoch_time": round(wall, 4), "steps": steps,
                   "samples": int(ids["train"].numel()), "loss": round(loss, 5),
                   "bytes_sent_intra": 0, "bytes_sent_inter": 0,
-                  "peak_mem_mb": round(peak_rss_bytes() / 2**20, 1),
-                  "val_acc": _accuracy(model, g, ids["val"])}
-        if epoch == config.epochs - 1:
+                  "peak_mem_mb": round(peak_rss_bytes() / 2**20, 1)}
+        last = epoch == loop.epochs - 1
+        if last or (loop.eval_every and (epoch + 1) % loop.eval_every == 0):
+            record["val_acc"] = _accuracy(model, g, ids["val"])
+        if last:
             record["test_acc"] = _accuracy(model, g, ids["test"])
         sys.stdout.write(json_record(record) + "\n")  # the harness reads these lines
         sys.stdout.flush()
@@ -94,7 +100,7 @@ def train(args: argparse.Namespace) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="dataset directory")
-    add_config_flags(p, TrainConfig, FLAGS)
+    add_flags(p, RunConfig, sections=TRAINING)  # node classification; --layers fanouts
     p.add_argument("--batch-size", type=int, default=1000)
     p.add_argument("--fanouts", default="10,25", help="per layer, input layer first")
     p.add_argument("--threads", type=int, default=1)

@@ -11,23 +11,29 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dglx_dist.bench.harness import (BENCH_TRAINING, Setup, add_time_to_accuracy, run_system,
-                                     systems)
-from dglx_dist.bench.presets import PRESETS, choose_network
+from dglx_dist.bench.harness import Setup, add_time_to_accuracy, run_system, systems
+from dglx_dist.bench.presets import BENCH_RUN, PRESETS, SET_BY_SETUP, choose_network
 from dglx_dist.bench.report import markdown, plot, write_jsonl
-from dglx_dist.cli_flags import config_from_args
+from dglx_dist.cli_flags import from_args, parse_key_values
+from dglx_dist.config import TRAINING, RunConfig
 from dglx_dist.data.atomic import DirKind, check_target
 from dglx_dist.data.owned import read_record, write_record
 from dglx_dist.errors import InvalidValueError, OutputExistsError
-from dglx_dist.train_config import TrainConfig
 
-__all__ = ["BENCH_DIR", "check_out", "extra_options", "replot", "run_bench"]
+__all__ = ["BENCH_DIR", "bench_run", "check_out", "extra_options", "replot", "run_bench"]
 
 BENCH_DIR = DirKind("bench", "a dglx bench output directory")
 _RENDERED = ("results.md", "bench.png")
 RESULTS = ("results.jsonl", "meta.json", *_RENDERED)
 
 log = logging.getLogger("dglx_dist.bench")
+
+
+def bench_run(args: argparse.Namespace) -> RunConfig:
+    """The common run config: :data:`~dglx_dist.bench.presets.BENCH_RUN` with the preset's
+    values, then the training flags given (``dglx bench`` adds them as an overlay)."""
+    return from_args(RunConfig, args, base=PRESETS[args.preset].run(BENCH_RUN),
+                     sections=TRAINING, skip=SET_BY_SETUP)
 
 
 def dataset(args: argparse.Namespace, workdir: Path) -> Path:
@@ -37,7 +43,8 @@ def dataset(args: argparse.Namespace, workdir: Path) -> Path:
 
     if args.data:
         return resolve_dataset(args.data)
-    return synthetic_dataset(PRESETS[args.preset].synthetic(args.seed), workdir)
+    seed = bench_run(args).loop.seed
+    return synthetic_dataset(PRESETS[args.preset].synthetic(seed), workdir)
 
 
 def make_setup(args: argparse.Namespace, data: Path, network: str) -> Setup:
@@ -47,30 +54,33 @@ def make_setup(args: argparse.Namespace, data: Path, network: str) -> Setup:
     meta = json.loads((data / "meta.json").read_text())
     row_norm = (nonnegative_features(data) if args.row_normalize == "auto"
                 else args.row_normalize == "on")
-    train = config_from_args(TrainConfig, args, row_normalize=row_norm,
-                             eval_every=BENCH_TRAINING.eval_every)
-    return Setup(data=data.resolve(), num_classes=meta["num_classes"], train=train,
-                 batch_size=args.batch_size, fanouts=args.fanouts, servers=args.servers,
-                 ranks_per_server=args.ranks_per_server, network=network,
-                 timeout=args.timeout, workdir=args.out / "work",
-                 train_flags=() if args.memory_limit is None else (
-                     "--memory-limit", str(args.memory_limit)))
+    preset = PRESETS[args.preset]
+    run = bench_run(args).updated(model={"row_normalize": row_norm},
+                                  job={"memory_limit": args.memory_limit})
+    given = lambda value, default: default if value is None else value  # noqa: E731
+    return Setup(data=data.resolve(), num_classes=meta["num_classes"], run=run,
+                 batch_size=given(args.batch_size, preset.batch_size), fanouts=args.fanouts,
+                 servers=given(args.servers, preset.servers),
+                 ranks_per_server=given(args.ranks_per_server, preset.ranks_per_server),
+                 network=network, timeout=args.timeout, workdir=args.out / "work")
 
 
-def extra_options(items: list[str]) -> dict[str, list[str]]:
-    """``--strategy-opt NAME:KEY=VALUE`` values by strategy.
+def extra_options(items: list[str]) -> dict[str, dict[str, str]]:
+    """``--strategy-opt NAME:KEY=VALUE`` values by strategy (strings; the strategy registry
+    types and checks them).
 
     Raises:
-        InvalidValueError: an item not of that shape.
+        InvalidValueError: an item not of that shape, or a key given twice.
     """
-    out: dict[str, list[str]] = {}
+    pairs: dict[str, list[str]] = {}
     for item in items:
         name, sep, opt = item.partition(":")
         if not sep or "=" not in opt:
             raise InvalidValueError(f"--strategy-opt {item!r}: expected NAME:KEY=VALUE, e.g. "
                                     f"p3:pipeline=true")
-        out.setdefault(name, []).append(opt)
-    return out
+        pairs.setdefault(name, []).append(opt)
+    return {name: parse_key_values(opts, f"--strategy-opt {name}:")
+            for name, opts in pairs.items()}
 
 
 def check_out(out: Path, overwrite: bool, replot: bool) -> None:
@@ -106,7 +116,7 @@ def run_all(args: argparse.Namespace, setup: Setup) -> list[dict[str, Any]]:
     """Runs the selected systems one after the other (tqdm over the runs)."""
     from tqdm import tqdm
 
-    table = systems(extra_options(args.strategy_opt), args.task)
+    table = systems(extra_options(args.strategy_opt), setup.run.task.name)
     rows = []
     bar = tqdm(args.systems or list(table), desc="bench runs", unit="run")
     for name in bar:

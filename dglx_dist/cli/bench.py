@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from dglx_dist.cli_flags import add_config_flags, number
+from dglx_dist.cli_flags import add_flags, number
+from dglx_dist.config import TRAINING, RunConfig
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.train_config import TrainConfig
 
 __all__ = ["COMMANDS", "add_arguments", "run"]
 
@@ -21,18 +21,18 @@ def _names(text: str) -> list[str]:
     return [x for x in text.split(",") if x]
 
 
-def _fanouts(text: str) -> str:
+def _fanouts(text: str) -> tuple[int, ...]:
     parts = text.split(",")
     if not all(p.strip().isdigit() and int(p) > 0 for p in parts):
         raise argparse.ArgumentTypeError(f"{text!r}: expected positive integers separated by "
                                          f"commas, input layer first, e.g. 10,25")
-    return text
+    return tuple(int(p) for p in parts)
+
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """``dglx bench``'s options."""
-    from dglx_dist.bench.harness import BENCH_TRAINING
-    from dglx_dist.bench.presets import PRESETS
+    from dglx_dist.bench.presets import BENCH_RUN, PRESETS, SET_BY_SETUP
 
     p.add_argument("--preset", choices=sorted(PRESETS), default="tiny",
                    help="tiny: 20k nodes, minutes; small: 200k nodes / 2M edges, ~6 min on 2 "
@@ -49,23 +49,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "bench recorded writing; its work/ caches are reused)")
     p.add_argument("--strategy-opt", action="append", default=[], metavar="NAME:KEY=VALUE",
                    help="an option for one strategy, repeatable (e.g. granndis:co_batches=4)")
-    # the training config: dglx train's flags; the preset fills epochs, hidden, lr, train_edges
-    add_config_flags(p, TrainConfig, ("task", "model", "hidden", "dropout", "lr",
-                                      "weight_decay", "epochs", "seed", "negatives",
-                                      "train_edges"),
-                     model={"default": BENCH_TRAINING.model, "choices": None},
-                     epochs={"default": None, "type": number(int, 2),
-                             "help": "at least 2: the first is warm-up"},
-                     hidden={"default": None, "help": "hidden width (default: the preset's)"},
-                     lr={"default": None, "help": "Adam's learning rate (default: the preset's)"},
-                     train_edges={"help": "--task link: training edges per epoch (a seeded "
-                                          "choice; default: the preset's)"})
+    # the run config's training sections: dglx train's flags, over BENCH_RUN and the preset
+    # (epochs, hidden, lr, train_edges): a flag not given stays off args (suite.bench_run)
+    add_flags(p, RunConfig, sections=TRAINING, skip=SET_BY_SETUP, base=BENCH_RUN,
+              overlay=True, changes={
+                  "model": {"choices": None},
+                  "epochs": {"type": number(int, 2), "help": "at least 2: the first is warm-up "
+                                                             "(default: the preset's)"},
+                  "hidden": {"help": "hidden width (default: the preset's)"},
+                  "lr": {"help": "Adam's learning rate (default: the preset's)"},
+                  "train_edges": {"help": "--task link: training edges per epoch (a seeded "
+                                          "choice; default: the preset's)"}})
     p.add_argument("--batch-size", type=number(int, 1),
                    help="seeds (--task link: training edges) per trainer per step")
     p.add_argument("--servers", type=number(int, 1))
     p.add_argument("--ranks-per-server", type=number(int, 1))
-    p.add_argument("--fanouts", type=_fanouts, default="10,25",
-                   help="per layer, input layer first")
+    p.add_argument("--fanouts", type=_fanouts, default=(10, 25),
+                   help="per layer, input layer first (default: 10,25)")
     p.add_argument("--row-normalize", choices=("auto", "on", "off"), default="auto",
                    help="divide input rows by their sums (auto: if no feature is negative)")
     p.add_argument("--target", type=number(float, 0, 1, low_open=True), default=0.95,
@@ -81,14 +81,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace) -> None:
-    """Fills the preset's values in; refuses what cannot run, before any work starts."""
-    from dglx_dist.bench.presets import PRESETS
-    from dglx_dist.bench.suite import check_out, extra_options
+    """Refuses what cannot run, before any work starts."""
+    from dglx_dist.bench.suite import bench_run, check_out, extra_options
 
-    for key, value in PRESETS[args.preset].options().items():
-        if getattr(args, key, None) is None:
-            setattr(args, key, value)
-    _check_memory_limit(args)
+    run = bench_run(args)
+    _check_memory_limit(args, run.task.name)
     if not args.no_plot and importlib.util.find_spec("matplotlib") is None:
         raise InvalidValueError("dglx bench: the figure needs matplotlib: pip install "
                                 "'dglx_dist[plot]', or pass --no-plot")
@@ -96,21 +93,18 @@ def _check(args: argparse.Namespace) -> None:
     if args.replot:
         return
     from dglx_dist.bench.harness import systems
-    from dglx_dist.models import MODELS
 
-    if args.model not in MODELS:
-        raise InvalidValueError(f"--model {args.model!r}: choose from {', '.join(MODELS)}")
-    table = systems(extra_options(args.strategy_opt), args.task)
+    table = systems(extra_options(args.strategy_opt), run.task.name)
     unknown = [s for s in args.systems or () if s not in table]
     if unknown:
-        what = ("unknown" if args.task == "node" or set(unknown) - set(systems({}))
+        what = ("unknown" if run.task.name == "node" or set(unknown) - set(systems({}))
                 else "not for --task link (their strategies do not train it):")
         raise InvalidValueError(f"--systems: {what} {', '.join(unknown)}; choose from "
                                 f"{', '.join(table)}")
 
 
-def _check_memory_limit(args: argparse.Namespace) -> None:
-    if args.memory_limit is not None and args.task != "node":
+def _check_memory_limit(args: argparse.Namespace, task: str) -> None:
+    if args.memory_limit is not None and task != "node":
         raise InvalidValueError("--memory-limit: only node classification runs are checked "
                                 "for memory; leave it out with --task link")
 

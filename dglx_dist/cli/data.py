@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 from typing import Callable, Sequence
 
-from dglx_dist.cli_flags import (add_dataclass_arguments, dataclass_from_args,
-                                 parse_key_values)
+from dglx_dist.cli_flags import add_flags, from_args, parse_key_values
 from dglx_dist.errors import InvalidValueError
 
 __all__ = ["COMMANDS"]
@@ -16,7 +15,7 @@ __all__ = ["COMMANDS"]
 def _cmd_datagen(args: argparse.Namespace) -> int:
     from dglx_dist.data.synthetic import SYNTHETIC_PRESETS, SyntheticConfig, write_synthetic
 
-    config = dataclass_from_args(SyntheticConfig, args, SYNTHETIC_PRESETS.get(args.preset))
+    config = from_args(SyntheticConfig, args, SYNTHETIC_PRESETS.get(args.preset))
     meta = write_synthetic(config, args.out, overwrite=args.overwrite, progress=True,
                            memory_limit=args.memory_limit)
     print(json.dumps({"out": str(args.out), **meta.to_json()}))
@@ -95,7 +94,7 @@ def _add_datagen(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", choices=sorted(SYNTHETIC_PRESETS),
                    help="a graph shaped like ogbn-products or ogbn-papers100M (nodes, edges, "
                         "features, classes, split); the flags below change it")
-    add_dataclass_arguments(p, SyntheticConfig)
+    add_flags(p, SyntheticConfig, overlay=True)  # over --preset's values
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     p.add_argument("--memory-limit", type=int, default=None, metavar="BYTES",
                    help="refuse when the estimated peak exceeds this (default: available memory)")

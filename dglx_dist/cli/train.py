@@ -6,61 +6,63 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from dglx_dist.cli_flags import (add_config_flags, config_from_args, number,
-                                 parse_key_values)
+from dglx_dist.cli_flags import add_flags, from_args
+from dglx_dist.config import RunConfig
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.train_config import TrainConfig
 
 __all__ = ["COMMANDS"]
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    config = config_from_args(TrainConfig, args)
-    if config.task == "link":
-        return _cmd_train_link(args, config)
-    import torch
-
+    # every refusal of the arguments comes before any process group or partitioning work
+    config = from_args(RunConfig, args)  # the strategy's options: checked by its registry
+    if config.task.name == "link":
+        return _cmd_train_link(config)
     from dglx_dist.api.agree import on_every_rank
     from dglx_dist.checkpoint import Checkpointing
-    from dglx_dist.models import MODELS
     from dglx_dist.partition import PartitionDir
     from dglx_dist.prepare import ensure_partitions
     from dglx_dist.runtime import init
     from dglx_dist.runtime.env import read_env
-    from dglx_dist.strategies import STRATEGIES
-    from dglx_dist.strategies.base import implied_layers
     from dglx_dist.trainer import Trainer
 
-    # every refusal of the arguments comes before any process group or partitioning work
-    strategy = STRATEGIES.build(args.strategy, **parse_key_values(args.strategy_opt,
-                                                                  "--strategy-opt"))
+    strategy, data, job = config.strategy.build(), config.data, config.job
     env = read_env()
-    _check_before_start(args, strategy, env)
-    with init(backend=args.backend, env=env, device=args.device) as session:
-        parts = args.partitions or ensure_partitions(args.data or "cora", strategy, session,
-                                                     args.cache_dir)
+    _check_before_start(config, strategy, env)
+    with init(backend=job.backend, env=env, device=job.device) as session:
+        parts = data.partitions or ensure_partitions(data.data or "cora", strategy, session,
+                                                     data.cache_dir)
         pdir = PartitionDir(parts)
-        torch.manual_seed(config.seed)
-        layers = implied_layers(strategy) or config.layers
-        model = MODELS[config.model](pdir.feat_dim, config.hidden, pdir.num_classes, layers,
-                                    dropout=config.dropout, row_normalize=config.row_normalize)
+        model = _model(config, strategy, pdir.feat_dim, pdir.num_classes)
         sink = on_every_rank(session, "--metrics-file", lambda: _MetricsSink(
-            sys.stdout, args.metrics_file if session.is_main else None))
-        checkpoint = (Checkpointing(args.checkpoint_dir, every=args.checkpoint_every)
-                      if args.checkpoint_dir else None)
-        trainer = Trainer(model, pdir, strategy, session=session, lr=config.lr,
-                          weight_decay=config.weight_decay, progress=not args.no_progress,
-                          metrics=sink if session.is_main else None, checkpoint=checkpoint,
-                          nonfinite_loss=args.nonfinite_loss,
-                          measure_saved_bytes=args.measure_saved_bytes)
+            sys.stdout, job.metrics_file if session.is_main else None))
+        checkpoint = (Checkpointing(job.checkpoint_dir, every=job.checkpoint_every)
+                      if job.checkpoint_dir else None)
+        trainer = Trainer(model, pdir, strategy, session=session, optim=config.optimizer,
+                          progress=job.progress, metrics=sink if session.is_main else None,
+                          checkpoint=checkpoint, nonfinite_loss=job.nonfinite_loss,
+                          measure_saved_bytes=job.measure_saved_bytes)
         try:
-            trainer.resume_or_start(args.resume)
-            trainer.fit(config.epochs, eval_every=config.eval_every)
-            _check_learned(trainer, config.epochs, args.fail_on_collapse)
+            trainer.resume_or_start(job.resume)
+            trainer.fit(config.loop.epochs, eval_every=config.loop.eval_every)
+            _check_learned(trainer, config.loop.epochs, job.fail_on_collapse)
         finally:  # e.g. dorylus's executor processes go with the trainer, also on failure
             trainer.close()
             sink.close()
     return 0
+
+
+def _model(config: RunConfig, strategy, in_feats: int, out_feats: int):
+    """The run's reference model, seeded (its depth: the strategy's, else ``--layers``)."""
+    import torch
+
+    from dglx_dist.models import MODELS
+    from dglx_dist.strategies.base import implied_layers
+
+    m = config.model
+    torch.manual_seed(config.loop.seed)
+    return MODELS[m.name](in_feats, m.hidden, out_feats, implied_layers(strategy) or m.layers,
+                          dropout=m.dropout, row_normalize=m.row_normalize)
 
 
 def _check_learned(trainer, epochs: int, fail: bool) -> None:
@@ -75,7 +77,7 @@ def _check_learned(trainer, epochs: int, fail: bool) -> None:
     act_on(node_verdict(test_acc, majority_rate(labels), epochs), fail)
 
 
-def _check_before_start(args: argparse.Namespace, strategy, env) -> None:
+def _check_before_start(config: RunConfig, strategy, env) -> None:
     """The refusals of a node-task run that need the strategy and the launch environment:
     partitions that do not fit them, and a job whose memory estimate does not fit this
     machine (:func:`~dglx_dist.strategies.footprint.check_job_memory`)."""
@@ -86,55 +88,47 @@ def _check_before_start(args: argparse.Namespace, strategy, env) -> None:
     from dglx_dist.strategies.base import check_partitions
     from dglx_dist.strategies.footprint import JobSize, check_job_memory
 
-    if args.partitions is not None:
-        if args.data is not None:
-            check_partitions_of(args.partitions, args.data)
-        graph = PartitionDir(args.partitions)
+    data = config.data
+    if data.partitions is not None:
+        if data.data is not None:
+            check_partitions_of(data.partitions, data.data)
+        graph = PartitionDir(data.partitions)
         check_partitions(strategy, graph, Topology(env.num_servers, env.ranks_per_server))
     else:
-        graph = read_meta(resolve_dataset(args.data or "cora"))
+        graph = read_meta(resolve_dataset(data.data or "cora"))
     check_job_memory(strategy, JobSize(graph.num_nodes, graph.num_edges, env.world_size,
                                        env.ranks_on_host),
-                     args.memory_limit, override="--memory-limit BYTES")
+                     config.job.memory_limit, override="--memory-limit BYTES")
 
 
-def _cmd_train_link(args: argparse.Namespace, train: TrainConfig) -> int:
+def _cmd_train_link(config: RunConfig) -> int:
     """``--task link``: dglx_dist.tasks.link on the dataset's edges."""
-    import torch
-
     from dglx_dist.data import read_dataset, to_dgl
     from dglx_dist.api.agree import on_every_rank
-    from dglx_dist.models import MODELS
     from dglx_dist.prepare import resolve_dataset
     from dglx_dist.runtime import init
-    from dglx_dist.strategies import STRATEGIES
-    from dglx_dist.strategies.base import implied_layers
     from dglx_dist.tasks.collapse import act_on, link_verdict
-    from dglx_dist.tasks.link import LinkConfig, train_link
+    from dglx_dist.tasks.link import train_link
 
+    job = config.job
     for flag, value, why in (
-            ("--partitions", args.partitions, "it partitions the training graph it splits off "
-                                              "--data"),
-            ("--checkpoint-dir", args.checkpoint_dir, "it keeps no checkpoints"),
-            ("--memory-limit", args.memory_limit, "its memory is not estimated: the strategies' "
-                                                  "memory fits were measured on node training")):
+            ("--partitions", config.data.partitions, "it partitions the training graph it "
+                                                     "splits off --data"),
+            ("--checkpoint-dir", job.checkpoint_dir, "it keeps no checkpoints"),
+            ("--memory-limit", job.memory_limit, "its memory is not estimated: the strategies' "
+                                                 "memory fits were measured on node training")):
         if value is not None:
             raise InvalidValueError(f"{flag} is not supported with --task link ({why})")
-    strategy = STRATEGIES.build(args.strategy, **parse_key_values(args.strategy_opt,
-                                                                  "--strategy-opt"))
-    graph = to_dgl(read_dataset(resolve_dataset(args.data or "cora")))
-    config = LinkConfig.of(train, progress=not args.no_progress)
-    with init(backend=args.backend, device=args.device) as session:
-        torch.manual_seed(train.seed)
-        layers = implied_layers(strategy) or train.layers
-        model = MODELS[train.model](graph.ndata["feat"].shape[1], train.hidden, train.hidden,
-                                    layers, dropout=train.dropout,
-                                    row_normalize=train.row_normalize)
+    strategy = config.strategy.build()
+    graph = to_dgl(read_dataset(resolve_dataset(config.data.data or "cora")))
+    with init(backend=job.backend, device=job.device) as session:
+        hidden = config.model.hidden  # embeddings as wide as the hidden layers
+        model = _model(config, strategy, graph.ndata["feat"].shape[1], hidden)
         sink = on_every_rank(session, "--metrics-file", lambda: _MetricsSink(
-            sys.stdout, args.metrics_file) if session.is_main else None)
+            sys.stdout, job.metrics_file) if session.is_main else None)
         try:
-            test = train_link(graph, strategy, model, config, sink, args.cache_dir)
-            act_on(link_verdict(test.get("auc"), train.epochs), args.fail_on_collapse)
+            test = train_link(graph, strategy, model, config, sink)
+            act_on(link_verdict(test.get("auc"), config.loop.epochs), job.fail_on_collapse)
         finally:
             if sink is not None:
                 sink.close()
@@ -169,40 +163,7 @@ class _MetricsSink:
 
 
 def _add_train(p: argparse.ArgumentParser) -> None:
-    add_config_flags(p, TrainConfig)
-    p.add_argument("--strategy", default="distdgl", help="registered strategy (default distdgl)")
-    p.add_argument("--strategy-opt", action="append", metavar="KEY=VALUE",
-                   help="strategy option, repeatable (see docs/strategies)")
-    p.add_argument("--data", help="dataset directory or built-in name (default: cora); with "
-                   "--partitions, checked to be the dataset they were made from")
-    p.add_argument("--partitions", type=Path, help="partition directory from `dglx partition` "
-                   "(default: partition --data for the strategy, cached in --cache-dir)")
-    p.add_argument("--cache-dir", type=Path, default=Path("dglx-partitions"))
-    p.add_argument("--backend", default=None, help="gloo or nccl, the backend of the device "
-                   "collectives (default: nccl on GPUs; host traffic is always gloo's)")
-    p.add_argument("--device", default=None, help="auto, cpu, cuda or cuda:N (default auto: "
-                   "local rank i on GPU i when CUDA is available, else the CPU)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--metrics-file", type=Path, help="also append the JSON lines to this file")
-    p.add_argument("--checkpoint-dir", type=Path, help="save checkpoints here (a directory every "
-                   "rank sees); a run restarted by torchrun --max-restarts resumes from it")
-    p.add_argument("--checkpoint-every", type=number(int, 1), default=1, metavar="N",
-                   help="save after every N epochs and after the last (default 1)")
-    p.add_argument("--nonfinite-loss", choices=("raise", "warn"), default="raise",
-                   help="an epoch whose loss is NaN or Inf stops the run with an error naming "
-                        "the epoch and step (default), or is logged and training goes on")
-    p.add_argument("--fail-on-collapse", action="store_true",
-                   help="exit 2 when the test accuracy (AUC for --task link) ends at chance "
-                        "level, instead of the warning")
-    p.add_argument("--measure-saved-bytes", action="store_true",
-                   help="report peak_saved_mb, the activation memory of a training forward "
-                        "(a saved-tensor hook on every forward; off by default)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue from the newest intact checkpoint in --checkpoint-dir")
-    p.add_argument("--memory-limit", type=number(int, 1), default=None, metavar="BYTES",
-                   help="refuse before starting when the strategy's estimated peak for this "
-                        "machine's ranks exceeds this (default: the memory available now; "
-                        "node task only)")
+    add_flags(p, RunConfig)  # every section of the run config (dglx_dist.config)
 
 
 # name: (help, add the arguments, run)

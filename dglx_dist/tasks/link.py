@@ -5,7 +5,8 @@
   training graph holds both directions of each training pair (edge e's reverse is e + E, mod
   2E), so held-out pairs never pass messages.
 * Training: a step scores a batch of training edges (all of them each epoch, or a seeded
-  random ``train_edges`` of them, the same every epoch) and ``negatives`` uniform negatives
+  random ``train_edges`` of them, the same every epoch; the settings are the run config's
+  :class:`~dglx_dist.config.TaskConfig`) and ``negatives`` uniform negatives
   per edge by the dot product of the model's embeddings (binary cross-entropy). Where the strategy
   samples blocks (distdgl, p3) the batch's edges and their reverses are left out of them
   (DGL's ``exclude="reverse_id"``); the full-graph strategies pass messages over the whole
@@ -20,7 +21,6 @@ memory; then the validation metrics when evaluated) and one with the test metric
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from typing import TextIO
@@ -31,40 +31,13 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from dglx_dist.api.metrics import epoch_record
+from dglx_dist.config import RunConfig, TaskConfig
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.strategies.epochs import EpochResult
-from dglx_dist.train_config import TrainConfig
 
-__all__ = ["LinkConfig", "eval_negatives", "heldout_scores", "link_loss", "split_pairs",
-           "train_edge_ids", "train_link"]
-
-
-@dataclasses.dataclass(frozen=True)
-class LinkConfig:
-    """What ``dglx train --task link`` trains with."""
-
-    epochs: int = 10
-    batch_size: int = 1024
-    lr: float = 0.01
-    weight_decay: float = 0.0
-    negatives: int = 1
-    eval_negatives: int = 100
-    eval_every: int = 1
-    seed: int = 0
-    progress: bool = True
-    train_edges: int | None = None
-    """Train on this many of the training graph's edges (a seeded random choice, the same
-    every epoch); None: all of them."""
-
-    @classmethod
-    def of(cls, train: TrainConfig, **changes) -> LinkConfig:
-        """The link task's part of a run's training config, then ``changes``."""
-        return dataclasses.replace(cls(
-            epochs=train.epochs, batch_size=train.edge_batch_size, lr=train.lr,
-            weight_decay=train.weight_decay, negatives=train.negatives,
-            eval_every=train.eval_every, seed=train.seed, train_edges=train.train_edges),
-            **changes)
+__all__ = ["eval_negatives", "heldout_scores", "link_loss", "split_pairs", "train_edge_ids",
+           "train_link"]
 
 
 def split_pairs(g: dgl.DGLGraph, seed: int):
@@ -131,16 +104,17 @@ def _evaluate(model, g, pairs, k: int, seed: int) -> dict[str, float]:
     return ranking_metrics(pos, negative, ks=(1, 10, 50))
 
 
-def train_edge_ids(num_edges: int, config: LinkConfig) -> torch.Tensor:
-    """The training graph's edges an epoch trains on (:attr:`LinkConfig.train_edges`)."""
-    if config.train_edges is not None and config.train_edges > num_edges:
+def train_edge_ids(num_edges: int, task: TaskConfig, seed: int) -> torch.Tensor:
+    """The training graph's edges an epoch trains on (:attr:`TaskConfig.train_edges
+    <dglx_dist.config.TaskConfig.train_edges>`, chosen by ``seed``)."""
+    if task.train_edges is not None and task.train_edges > num_edges:
         raise same_on_every_rank(InvalidValueError(
-            f"--train-edges {config.train_edges}: the training graph has only {num_edges} "
+            f"--train-edges {task.train_edges}: the training graph has only {num_edges} "
             f"edges; pass at most that, or leave it out to train on every edge"))
-    if config.train_edges is None or config.train_edges == num_edges:
+    if task.train_edges is None or task.train_edges == num_edges:
         return torch.arange(num_edges)
-    gen = torch.Generator().manual_seed(config.seed + 3)
-    return torch.randperm(num_edges, generator=gen)[:config.train_edges].sort().values
+    gen = torch.Generator().manual_seed(seed + 3)
+    return torch.randperm(num_edges, generator=gen)[:task.train_edges].sort().values
 
 
 def _epoch(model, g, loader, opt, epoch: int, progress: bool) -> EpochResult:
@@ -159,16 +133,18 @@ def _epoch(model, g, loader, opt, epoch: int, progress: bool) -> EpochResult:
     return EpochResult(epoch, time.perf_counter() - start, steps, samples, total)
 
 
-def train_link(graph: dgl.DGLGraph, strategy, model: torch.nn.Module, config: LinkConfig,
-               out: TextIO, cache_dir) -> dict[str, float]:
+def train_link(graph: dgl.DGLGraph, strategy, model: torch.nn.Module, config: RunConfig,
+               out: TextIO) -> dict[str, float]:
     """Trains ``model`` (an encoder whose output rows are embeddings) for link prediction on
-    ``graph``'s edges under ``strategy`` (collective); writes the JSON lines to ``out`` (rank
-    0's; None elsewhere) and returns the test metrics."""
+    ``graph``'s edges under ``strategy`` (collective) as ``config`` says (its task, optimizer
+    and loop; the partition cache of its data; progress bars from its job); writes the JSON
+    lines to ``out`` (rank 0's; None elsewhere) and returns the test metrics."""
     import dglx_dist
 
-    torch.manual_seed(config.seed)
-    train_g, reverse, val, test = split_pairs(graph, config.seed)
-    g = dglx_dist.distribute(train_g, strategy, cache_dir=cache_dir)
+    task, loop = config.task, config.loop
+    torch.manual_seed(loop.seed)
+    train_g, reverse, val, test = split_pairs(graph, loop.seed)
+    g = dglx_dist.distribute(train_g, strategy, cache_dir=config.data.cache_dir)
     model = dglx_dist.parallelize(model.to(strategy.compute_device(g.session)), g)
     fanouts = getattr(strategy.config, "fanouts", None)  # the sampled strategies' own
     node_sampler = dglx_dist.NeighborSampler(list(fanouts)) if fanouts else \
@@ -176,22 +152,22 @@ def train_link(graph: dgl.DGLGraph, strategy, model: torch.nn.Module, config: Li
     exclude = "reverse_id" if fanouts else None  # full-graph steps cannot exclude
     sampler = dglx_dist.as_edge_prediction_sampler(
         node_sampler, exclude=exclude, reverse_eids=reverse if exclude else None,
-        negative_sampler=dglx_dist.negative_sampler.Uniform(config.negatives))
-    loader = dglx_dist.DataLoader(g, train_edge_ids(g.num_edges(), config), sampler,
-                                  batch_size=config.batch_size, shuffle=True, seed=config.seed)
-    opt = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        negative_sampler=dglx_dist.negative_sampler.Uniform(task.negatives))
+    loader = dglx_dist.DataLoader(g, train_edge_ids(g.num_edges(), task, loop.seed), sampler,
+                                  batch_size=task.edge_batch_size, shuffle=True, seed=loop.seed)
+    opt = config.optimizer.adam(model.parameters())
     session = g.session
-    for epoch in range(config.epochs):
+    for epoch in range(loop.epochs):
         before = session.counter.snapshot()
-        result = _epoch(model, g, loader, opt, epoch, config.progress and session.is_main)
+        result = _epoch(model, g, loader, opt, epoch, config.job.progress and session.is_main)
         record = {"task": "link", **epoch_record(result, before, session.counter.snapshot(),
                                                  g.strategy.registered_name, session=session)}
-        last = epoch == config.epochs - 1
-        if config.eval_every and ((epoch + 1) % config.eval_every == 0 or last):
-            metrics = _evaluate(model, g, val, config.eval_negatives, config.seed + 1)
+        last = epoch == loop.epochs - 1
+        if loop.eval_every and ((epoch + 1) % loop.eval_every == 0 or last):
+            metrics = _evaluate(model, g, val, task.eval_negatives, loop.seed + 1)
             record.update({f"val_{k}": round(m, 4) for k, m in metrics.items()})
         _write(out, record)
-    test_metrics = _evaluate(model, g, test, config.eval_negatives, config.seed + 2)
+    test_metrics = _evaluate(model, g, test, task.eval_negatives, loop.seed + 2)
     _write(out, {f"test_{k}": round(m, 4) for k, m in test_metrics.items()})
     return test_metrics
 

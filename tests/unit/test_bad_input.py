@@ -8,7 +8,8 @@ from dglx_dist.api.loader import DataLoader
 from dglx_dist.api.ndata import fit_rows
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.models.gcn import row_normalized
-from dglx_dist.tasks.link import LinkConfig, train_edge_ids
+from dglx_dist.config import TaskConfig
+from dglx_dist.tasks.link import train_edge_ids
 
 
 def test_rows_must_have_the_rows_shape_or_broadcast_to_it():
@@ -40,9 +41,9 @@ def test_batch_size_must_be_a_positive_integer(size):
 def test_more_training_edges_than_the_graph_has_are_refused():
     with pytest.raises(InvalidValueError, match=r"--train-edges 1000000000000: the training "
                                                 r"graph has only 50 edges"):
-        train_edge_ids(50, LinkConfig(train_edges=10**12))
-    assert train_edge_ids(50, LinkConfig(train_edges=50)).tolist() == list(range(50))
-    assert len(train_edge_ids(50, LinkConfig(train_edges=7))) == 7
+        train_edge_ids(50, TaskConfig(train_edges=10**12), 0)
+    assert train_edge_ids(50, TaskConfig(train_edges=50), 0).tolist() == list(range(50))
+    assert len(train_edge_ids(50, TaskConfig(train_edges=7), 0)) == 7
 
 
 def test_row_normalising_signed_features_warns():

@@ -13,7 +13,7 @@ from dglx_dist.bench.report import COLUMNS, markdown
 from dglx_dist.bench.suite import extra_options
 from dglx_dist.cli import main
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.train_config import TrainConfig
+from dglx_dist.config import RunConfig
 
 
 def _record(epoch_time, val_acc=None, **extra):
@@ -86,7 +86,10 @@ def test_presets_are_frozen_and_checked():
     tiny = PRESETS["tiny"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         tiny.epochs = 3
-    assert tiny.options()["batch_size"] == 250 and tiny.synthetic(7).seed == 7
+    assert tiny.batch_size == 250 and tiny.synthetic(7).seed == 7
+    run = tiny.run(RunConfig())
+    assert (run.loop.epochs, run.model.hidden, run.optimizer.lr, run.task.train_edges) == (
+        6, 64, 0.01, 16_000)
     with pytest.raises(InvalidValueError, match="epochs must be >= 2"):
         dataclasses.replace(tiny, epochs=1)
     with pytest.raises(InvalidValueError, match="num_nodes, hidden must be > 0"):
@@ -96,7 +99,7 @@ def test_presets_are_frozen_and_checked():
 
 def test_strategy_opt_needs_a_strategy_name():
     assert extra_options(["p3:pipeline=true", "p3:x=1", "granndis:co_batches=4"]) == {
-        "p3": ["pipeline=true", "x=1"], "granndis": ["co_batches=4"]}
+        "p3": {"pipeline": "true", "x": "1"}, "granndis": {"co_batches": "4"}}
     with pytest.raises(InvalidValueError, match="expected NAME:KEY=VALUE"):
         extra_options(["pipeline=true"])
 
@@ -192,11 +195,13 @@ def test_reduce_records_means_without_the_first_epoch_and_peaks_over_all():
 
 
 def test_setup_public_leaves_out_how_a_run_is_made(tmp_path):
-    setup = Setup(data=tmp_path, num_classes=4, train=TrainConfig(eval_every=3, hidden=8),
+    setup = Setup(data=tmp_path, num_classes=4,
+                  run=RunConfig().updated(loop={"eval_every": 3}, model={"hidden": 8}),
                   train_flags=("--x",), env=(("A", "1"),))
-    assert not {"workdir", "eval_every", "train_flags", "env", "train"} & set(setup.public())
+    assert not {"workdir", "eval_every", "train_flags", "env", "run"} & set(setup.public())
     assert setup.public()["data"] == str(tmp_path)
-    assert setup.public()["hidden"] == 8  # the training config's fields, flat
+    assert setup.public()["hidden"] == 8  # the run config's training fields, flat
+    assert (setup.public()["model"], setup.public()["fanouts"]) == ("sage", "10,25")
 
 
 def test_script_preset_fills_what_was_not_given(tmp_path):

@@ -1,0 +1,249 @@
+"""What a run is, declared once: :class:`RunConfig`, one nested, frozen, typed config.
+
+::
+
+    RunConfig
+      model      ModelConfig      --model --hidden --layers --dropout --row-normalize
+      optimizer  OptimizerConfig  --lr --weight-decay
+      loop       LoopConfig       --epochs --eval-every --seed
+      task       TaskConfig       --task --edge-batch-size --negatives --train-edges
+      strategy   StrategyConfig   --strategy --strategy-opt KEY=VALUE (the strategy's own Config)
+      data       DataConfig       --data --partitions --cache-dir
+      job        JobConfig        --backend --device --no-progress --metrics-file --checkpoint-*
+                                  --resume --nonfinite-loss --fail-on-collapse
+                                  --measure-saved-bytes --memory-limit
+
+Every default lives here, once. The fields are the flags (:func:`~dglx_dist.cli_flags.option`;
+:func:`~dglx_dist.cli_flags.add_flags` / :func:`~dglx_dist.cli_flags.from_args` /
+:func:`~dglx_dist.cli_flags.to_argv`): ``dglx train`` takes all of them; ``dglx bench``, the
+single-process baseline and DGL's DistDGL worker take the :data:`TRAINING` sections; the
+example script takes what it uses. The :class:`~dglx_dist.trainer.Trainer` takes an
+:class:`OptimizerConfig`, the link task (:mod:`dglx_dist.tasks.link`) reads a whole
+``RunConfig``, and the benchmark harness holds one per run (``Setup.run``).
+
+Imports neither torch nor DGL, so a script parses its flags before either loads; a strategy's
+typed options are made by the strategy registry (:meth:`StrategyConfig.of`), which loads
+them when they are first needed.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from dglx_dist.cli_flags import check_fields, option, parse_key_values
+from dglx_dist.registry import Bounds
+
+__all__ = ["MODEL_NAMES", "TRAINING", "TRAINER_OPTIMIZER", "DataConfig", "JobConfig",
+           "LoopConfig", "ModelConfig", "OptimizerConfig", "RunConfig", "StrategyConfig",
+           "TaskConfig"]
+
+MODEL_NAMES = ("sage", "gcn", "gat", "resgcn")
+"""The reference models of :data:`dglx_dist.models.MODELS` (a test keeps the two equal)."""
+
+TRAINING = ("model", "optimizer", "loop", "task")
+"""The sections that say what is computed (not where, nor by which strategy): what the
+benchmark's baselines take as flags, and what ``dglx bench`` passes to every system."""
+
+_POSITIVE = Bounds(1)
+
+
+class _Section:
+    """A section refuses a field outside its bounds or choices, from Python too."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig(_Section):
+    """The reference model (:data:`dglx_dist.models.MODELS`)."""
+
+    name: str = option("sage", "reference model: GraphSAGE, GCN, GAT (4 heads of --hidden), "
+                               "or the deep residual ResGCN+ (dglx_dist.models)",
+                       flag="--model", choices=MODEL_NAMES)
+    hidden: int = option(16, "hidden width", bounds=_POSITIVE)
+    layers: int = option(2, "layers, when the strategy does not imply them", bounds=_POSITIVE)
+    dropout: float = option(0.5, "dropout between layers", bounds=Bounds(0, 1, high_open=True))
+    row_normalize: bool = option(False, "divide each feature row by its sum (as DGL's "
+                                        "Planetoid loaders do to bag-of-words features; the "
+                                        "shipped Cora is stored so already); default: "
+                                        "features as stored")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig(_Section):
+    """Adam's settings."""
+
+    lr: float = option(0.01, "Adam's learning rate", bounds=Bounds(0, low_open=True))
+    weight_decay: float = option(5e-4, "Adam's weight decay", bounds=Bounds(0))
+
+    def with_changes(self, lr: float | None = None,
+                     weight_decay: float | None = None) -> OptimizerConfig:
+        """This config with the keyword arguments that were given (not None) in place."""
+        given = {k: v for k, v in (("lr", lr), ("weight_decay", weight_decay)) if v is not None}
+        return dataclasses.replace(self, **given) if given else self
+
+    def adam(self, params):
+        """``torch.optim.Adam`` over ``params`` with these settings."""
+        import torch
+
+        return torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay)
+
+
+TRAINER_OPTIMIZER = OptimizerConfig(weight_decay=0.0)
+"""What a :class:`~dglx_dist.trainer.Trainer` given no optimizer settings uses: Adam without
+weight decay, as torch's Adam and the Trainer always have (a run's recipe, ``dglx train``'s,
+is :class:`OptimizerConfig`'s own defaults)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopConfig(_Section):
+    """How long to train and when to evaluate."""
+
+    epochs: int = option(50, "epochs", bounds=_POSITIVE)
+    eval_every: int = option(10, "validate every N epochs (0: only after the last)",
+                             bounds=Bounds(0))
+    seed: int = option(0, "torch's (and the link task's numpy) seed", bounds=Bounds())
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskConfig(_Section):
+    """What is learnt: node classification, or link prediction on the dataset's edges."""
+
+    name: str = option("node", "node classification (the Trainer), or link prediction on the "
+                               "dataset's edges (docs/link_prediction.md)",
+                       flag="--task", choices=("node", "link"))
+    edge_batch_size: int = option(1024, "--task link: training edges per rank per step",
+                                  bounds=_POSITIVE)
+    negatives: int = option(1, "--task link: uniform negatives per training edge",
+                            bounds=_POSITIVE)
+    train_edges: int | None = option(None, "--task link: train on N of the training edges (a "
+                                           "seeded random choice, the same every epoch; "
+                                           "default all)", bounds=_POSITIVE)
+    eval_negatives: int = option(100, "--task link: uniform negatives each held-out pair is "
+                                      "ranked against", bounds=_POSITIVE, cli=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class StrategyConfig:
+    """The strategy: a registered name and that strategy's own typed options (its registered
+    ``Config``, made and checked by ``STRATEGIES.make_config``; None: its defaults)."""
+
+    name: str = option("distdgl", "registered strategy", flag="--strategy")
+    options: Any = option(None, "strategy option, repeatable (see docs/strategies)",
+                          flag="--strategy-opt", repeat=True)
+
+    @classmethod
+    def of(cls, name: str, **options: Any) -> StrategyConfig:
+        """``name`` with ``options`` (strings from the command line are coerced), checked by
+        the strategy registry.
+
+        Raises:
+            RegistryError: an unknown strategy or option, or a value of the wrong type.
+        """
+        from dglx_dist.strategies import STRATEGIES
+
+        return cls(name, STRATEGIES.make_config(name, **options))
+
+    @classmethod
+    def from_flags(cls, base: StrategyConfig, name: str | None = None,
+                   options: list[str] | None = None) -> StrategyConfig:
+        """From ``--strategy`` and ``--strategy-opt`` (``base``'s where not given)."""
+        if name is None and options is None:
+            return base
+        if options is None:  # another strategy: base's options may not be its
+            return cls(name) if name != base.name else base
+        return cls.of(name or base.name, **parse_key_values(options, "--strategy-opt"))
+
+    def values(self) -> dict[str, Any]:
+        """The options as keywords (empty: the strategy's defaults)."""
+        if self.options is None:
+            return {}
+        return {f.name: getattr(self.options, f.name) for f in dataclasses.fields(self.options)}
+
+    def flag_pairs(self) -> list[str]:
+        """The options that differ from the strategy's defaults, as ``KEY=VALUE``."""
+        if self.options is None:
+            return []
+        default = StrategyConfig.of(self.name).values()
+        return [f"{k}={_text(v)}" for k, v in self.values().items() if v != default[k]]
+
+    def build(self):
+        """The strategy instance (``STRATEGIES.build``)."""
+        from dglx_dist.strategies import STRATEGIES
+
+        return STRATEGIES.build(self.name, **self.values())
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return str(value).lower() if isinstance(value, bool) or value is None else str(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig(_Section):
+    """Where the dataset and its partitions are."""
+
+    data: str | None = option(None, "dataset directory or built-in name (default: cora); with "
+                                    "--partitions, checked to be the dataset they were made "
+                                    "from")
+    partitions: Path | None = option(None, "partition directory from `dglx partition` "
+                                           "(default: partition --data for the strategy, cached "
+                                           "in --cache-dir)")
+    cache_dir: Path = option(Path("dglx-partitions"), "where partitions made for a run are "
+                                                      "cached")
+
+
+@dataclasses.dataclass(frozen=True)
+class JobConfig(_Section):
+    """How the job runs and reports: devices, output, checkpoints, refusals."""
+
+    backend: str | None = option(None, "gloo or nccl, the backend of the device collectives "
+                                       "(default: nccl on GPUs; host traffic is always gloo's)")
+    device: str | None = option(None, "auto, cpu, cuda or cuda:N (default auto: local rank i "
+                                      "on GPU i when CUDA is available, else the CPU)")
+    progress: bool = option(True, "no progress bars", flag="--no-progress")
+    metrics_file: Path | None = option(None, "also append the JSON lines to this file")
+    checkpoint_dir: Path | None = option(None, "save checkpoints here (a directory every rank "
+                                               "sees); a run restarted by torchrun "
+                                               "--max-restarts resumes from it")
+    checkpoint_every: int = option(1, "save after every N epochs and after the last",
+                                   bounds=_POSITIVE, metavar="N")
+    nonfinite_loss: str = option("raise", "an epoch whose loss is NaN or Inf stops the run with "
+                                          "an error naming the epoch and step (default), or is "
+                                          "logged and training goes on",
+                                 choices=("raise", "warn"))
+    fail_on_collapse: bool = option(False, "exit 2 when the test accuracy (AUC for --task "
+                                           "link) ends at chance level, instead of the warning")
+    measure_saved_bytes: bool = option(False, "report peak_saved_mb, the activation memory of a "
+                                              "training forward (a saved-tensor hook on every "
+                                              "forward; off by default)")
+    resume: bool = option(False, "continue from the newest intact checkpoint in "
+                                 "--checkpoint-dir")
+    memory_limit: int | None = option(None, "refuse before starting when the strategy's "
+                                            "estimated peak for this machine's ranks exceeds "
+                                            "this (default: the memory available now; node "
+                                            "task only)", bounds=_POSITIVE, metavar="BYTES")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """One run: the model, its optimisation, the loop, the task, the strategy, the data and
+    the job (the defaults are ``dglx train``'s)."""
+
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
+    loop: LoopConfig = dataclasses.field(default_factory=LoopConfig)
+    task: TaskConfig = dataclasses.field(default_factory=TaskConfig)
+    strategy: StrategyConfig = dataclasses.field(default_factory=StrategyConfig)
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    job: JobConfig = dataclasses.field(default_factory=JobConfig)
+
+    def updated(self, **sections: dict[str, Any]) -> RunConfig:
+        """This config with fields of its sections replaced, e.g.
+        ``updated(model={"hidden": 64}, loop={"epochs": 5})``."""
+        return dataclasses.replace(self, **{
+            name: dataclasses.replace(getattr(self, name), **changes)
+            for name, changes in sections.items()})
