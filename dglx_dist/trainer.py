@@ -117,9 +117,8 @@ class Trainer:
         checkpoint: when ``fit`` saves checkpoints (None: never).
         embeddings: sparse embeddings trained alongside the model; checkpoints include their
             rows and optimizer state.
-        nonfinite_loss: what ``fit`` does when an epoch's loss is NaN or infinite: "raise"
-            (:class:`~dglx_dist.errors.NonFiniteLossError` naming the epoch and the first such
-            step, after writing the epoch's record) or "warn" (log it and go on).
+        nonfinite_loss: when an epoch's loss is NaN or infinite, "raise" (after its record:
+            :class:`~dglx_dist.errors.NonFiniteLossError`) or "warn" (log it and go on).
         measure_saved_bytes: count the bytes every training forward keeps for its backward
             (a saved-tensor hook on each of them) and report the largest as ``peak_saved_mb``.
         **options: the strategy's options (validated against its Config).

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from dglx_dist.bench.harness import Setup
 from dglx_dist.bench.presets import ScriptPreset, choose_network
-from dglx_dist.train_config import TrainConfig
+from dglx_dist.bench.presets import BENCH_RUN
 
 __all__ = ["add_common", "emit_json", "emit_text", "parse_with_preset", "run_script",
            "sweep_dataset", "sweep_presets", "sweep_setup"]
@@ -36,10 +36,11 @@ def add_common(p: argparse.ArgumentParser, workdir: str,
 
 def parse_with_preset(p: argparse.ArgumentParser, argv: list[str] | None,
                       presets: dict[str, ScriptPreset]) -> argparse.Namespace:
-    """Parses ``argv``; the chosen ``--preset`` fills every option left unset; makes the work
-    directory."""
+    """Parses ``argv`` with the chosen ``--preset``'s values as the defaults of the options
+    not given; makes the work directory."""
+    chosen, _ = p.parse_known_args(argv)
+    p.set_defaults(**presets[chosen.preset].defaults())
     args = p.parse_args(argv)
-    presets[args.preset].fill(args)
     args.workdir.mkdir(parents=True, exist_ok=True)
     return args
 
@@ -61,14 +62,14 @@ def sweep_dataset(presets: dict[str, ScriptPreset], args: argparse.Namespace,
     return presets[args.preset].dataset(args.seed, args.workdir, feat_dim=feat_dim)
 
 
-def sweep_setup(args: argparse.Namespace, data: Path, train: dict[str, Any],
+def sweep_setup(args: argparse.Namespace, data: Path, run: dict[str, dict[str, Any]],
                 **fields: Any) -> Setup:
     """A run of a sweep: ``data`` on ``args``' network (virtual servers unless it says an
-    emulated link), its work directory and timeout,
-    the training config of ``train`` (seed 0, validated every epoch unless it says otherwise),
+    emulated link), its work directory and timeout, the benchmark's run config with the
+    sections' fields of ``run`` (seed 0, validated every epoch unless it says otherwise),
     ``fields`` for the rest of the setup."""
-    config = TrainConfig(**{"seed": 0, "eval_every": 1} | train)
-    return Setup(data=data, num_classes=NUM_CLASSES, train=config,
+    config = BENCH_RUN.updated(loop={"seed": 0, "eval_every": 1}).updated(**run)
+    return Setup(data=data, num_classes=NUM_CLASSES, run=config,
                  network=choose_network(args.network),
                  timeout=args.timeout, workdir=args.workdir, **fields)
 

@@ -65,9 +65,10 @@ def run(args, system: str, data: Path) -> dict[str, Any]:
         env = use_faulty_local()
     elif system != "cpu":  # the bare local executor
         opts.append(f"executor_options=workers={args.workers}")
-    setup = sweep_setup(args, data, {"model": args.model, "hidden": args.hidden,
-                                     "lr": args.lr, "dropout": args.dropout,
-                                     "epochs": args.epochs},
+    setup = sweep_setup(args, data, {"model": {"name": args.model, "hidden": args.hidden,
+                                               "dropout": args.dropout},
+                                     "optimizer": {"lr": args.lr},
+                                     "loop": {"epochs": args.epochs}},
                         servers=2, ranks_per_server=1, env=env)  # a graph server per server
     log.info("%s: %s", system, " ".join(opts))
     row = attempt(system, lambda: run_strategy("dorylus", setup, {"dorylus": opts}, _summary))

@@ -37,9 +37,9 @@ def run(args, system: str, data: Path, depth: int, epochs: int) -> dict[str, Any
     ``depth`` layers; its metrics summarised, or the error."""
     strategy, _, r = system.partition("/R=")
     # fanouts: distdgl's; the others get num_layers=depth from them; batch: distdgl's
-    setup = sweep_setup(args, data, {"model": "resgcn", "hidden": args.hidden, "lr": 0.003,
-                                     "epochs": epochs}, batch_size=1000,
-                        fanouts=",".join([str(args.fanout)] * depth), servers=2,
+    setup = sweep_setup(args, data, {"model": {"name": "resgcn", "hidden": args.hidden},
+                                     "optimizer": {"lr": 0.003}, "loop": {"epochs": epochs}},
+                        batch_size=1000, fanouts=(args.fanout,) * depth, servers=2,
                         ranks_per_server=2, train_flags=("--measure-saved-bytes",))
     log.info("%s, %d layers, %s", system, depth, data.name)
     row = attempt(system, lambda: run_strategy(

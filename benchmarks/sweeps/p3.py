@@ -28,9 +28,10 @@ def run(args: argparse.Namespace, strategy: str, data: Path, hidden: int) -> dic
     """One ``dglx train`` run (GraphSAGE, fanouts 10,25, batch 1000 per rank, lr 0.003,
     evaluated once at the end with ``--eval-fanouts``); its metrics summarised, or the
     error (a run that fails, e.g. out of memory, is a row saying so)."""
-    setup = sweep_setup(args, data, {"model": "sage", "hidden": hidden, "lr": 0.003,
-                                     "epochs": args.epochs, "eval_every": args.epochs},
-                        batch_size=1000, fanouts="10,25", servers=2, ranks_per_server=2)
+    setup = sweep_setup(args, data, {"model": {"name": "sage", "hidden": hidden},
+                                     "optimizer": {"lr": 0.003},
+                                     "loop": {"epochs": args.epochs, "eval_every": args.epochs}},
+                        batch_size=1000, fanouts=(10, 25), servers=2, ranks_per_server=2)
     log.info("%s, hidden %d, %s", strategy, hidden, data.name)
     options = [f"eval_fanouts={args.eval_fanouts}"] if args.eval_fanouts else []
     row = attempt(strategy, lambda: run_strategy(strategy, setup, {strategy: options}))

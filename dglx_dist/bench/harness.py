@@ -29,7 +29,6 @@ from dglx_dist.bench.procs import run_group
 from dglx_dist.cli_flags import parse_key_values, to_argv
 from dglx_dist.config import TRAINING, RunConfig, StrategyConfig
 from dglx_dist.errors import RunFailedError
-from dglx_dist.registry import coerce_option
 from dglx_dist.runtime.env import free_local_port
 
 __all__ = ["REDUCERS", "STRATEGY_OPTIONS", "Setup",
@@ -72,15 +71,6 @@ class Setup:
     """More ``dglx train`` arguments (the sweeps' ``--measure-saved-bytes``; prefer ``run``)."""
     env: tuple[tuple[str, str], ...] = ()
     """More environment variables of the run's processes (e.g. ``DGLX_MALLOC=system``)."""
-    train: dataclasses.InitVar[RunConfig | None] = None
-    """The old name of ``run`` (``bench/sweeps/common.py`` passes it)."""
-
-    def __post_init__(self, train: RunConfig | None) -> None:
-        if train is not None:
-            object.__setattr__(self, "run", train)
-        for name in ("fanouts", "eval_fanouts"):  # "10,25" from older callers
-            value = coerce_option(getattr(self, name), tuple[int, ...], f"Setup.{name}")
-            object.__setattr__(self, name, value)
 
     @property
     def world(self) -> int:

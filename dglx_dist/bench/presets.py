@@ -106,16 +106,13 @@ class ScriptPreset:
             {"model": {"hidden": self.hidden}} if self.hidden is not None else {}), **(
             {"optimizer": {"lr": self.lr}} if self.lr is not None else {}))
 
-    def fill(self, args: argparse.Namespace) -> None:
-        """Deprecated (``bench/sweeps/common.py`` until it uses :meth:`run`): sets the
-        options of ``args`` left unset (None or absent): epochs, hidden, lr and a synthetic
-        graph's num_nodes, num_edges and feat_dim."""
+    def defaults(self) -> dict[str, Any]:
+        """A sweep script's option defaults from the preset (``set_defaults``): epochs, hidden,
+        lr where it has them, and a synthetic graph's num_nodes, num_edges and feat_dim."""
         values = {"epochs": self.epochs, "hidden": self.hidden, "lr": self.lr}
         if not isinstance(self.graph, str):
             values |= {k: getattr(self.graph, k) for k in ("num_nodes", "num_edges", "feat_dim")}
-        for key, value in values.items():
-            if value is not None and getattr(args, key, None) is None:
-                setattr(args, key, value)
+        return {k: v for k, v in values.items() if v is not None}
 
     def dataset(self, seed: int, workdir: Path, **changes: Any) -> Path:
         """The built-in dataset, or the synthetic graph with ``seed`` and ``changes`` (e.g.

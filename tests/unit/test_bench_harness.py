@@ -3,6 +3,7 @@ accuracy, presets, the report's cells, and the command's refusals."""
 import argparse
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -205,14 +206,20 @@ def test_setup_public_leaves_out_how_a_run_is_made(tmp_path):
 
 
 def test_script_preset_fills_what_was_not_given(tmp_path):
+    from benchmarks.sweeps.common import parse_with_preset
     from dglx_dist.data.synthetic import SyntheticConfig
 
     preset = ScriptPreset(SyntheticConfig(num_nodes=100, num_edges=400, feat_dim=8),
                           epochs=3, lr=0.1)
-    args = argparse.Namespace(epochs=None, hidden=32, lr=None)
-    preset.fill(args)
+    p = argparse.ArgumentParser()
+    p.add_argument("--preset", default="x")
+    p.add_argument("--workdir", type=Path, default=tmp_path / "w")
+    for flag, kind in (("--epochs", int), ("--hidden", int), ("--lr", float)):
+        p.add_argument(flag, type=kind)
+    args = parse_with_preset(p, ["--hidden", "32"], {"x": preset})
     assert (args.epochs, args.hidden, args.lr, args.num_nodes, args.feat_dim) == (
         3, 32, 0.1, 100, 8)
+    assert parse_with_preset(p, ["--epochs", "7"], {"x": preset}).epochs == 7
     with pytest.raises(dataclasses.FrozenInstanceError):
         preset.epochs = 4
 
@@ -225,7 +232,7 @@ def test_sweeps_take_the_1m_preset_and_a_network(tmp_path):
         args = sweep.parse_args(["--preset", "1m", "--workdir", str(tmp_path)])
         assert (args.num_nodes, args.num_edges, args.epochs, args.network) == (
             1_000_000, 20_000_000, 2, "virtual")
-        assert sweep_setup(args, tmp_path, {"model": "sage"}).network == "virtual"
+        assert sweep_setup(args, tmp_path, {"model": {"name": "sage"}}).network == "virtual"
     with pytest.raises(SystemExit):
         p3.parse_args(["--network", "100g", "--workdir", str(tmp_path)])
 

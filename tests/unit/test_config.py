@@ -84,16 +84,6 @@ def test_dglx_train_reads_back_what_the_bench_harness_launches(tmp_path):
                         job={"progress": False}), strategy=strategy)
 
 
-def test_the_sweeps_old_setup_still_builds(tmp_path):
-    from dglx_dist.train_config import TrainConfig
-
-    setup = Setup(data=tmp_path, num_classes=3, train=TrainConfig(hidden=8, eval_every=1),
-                  fanouts="4,6")
-    assert (setup.run.model.hidden, setup.run.loop.eval_every, setup.fanouts) == (8, 1, (4, 6))
-    with pytest.raises(TypeError, match="unknown field"):
-        TrainConfig(hiden=8)
-
-
 def test_the_baselines_read_back_their_part_of_the_config(tmp_path):
     run = CHANGED.updated(model={"name": "gcn", "layers": 2}, task={"name": "node"},
                           loop={"eval_every": 1})

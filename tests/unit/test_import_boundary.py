@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CORE_PACKAGES = ["dglx_dist.data", "dglx_dist.partition", "dglx_dist.runtime",
                  "dglx_dist.kvstore", "dglx_dist.checkpoint", "dglx_dist.offload"]
 CORE_MODULES = ["dglx_dist", "dglx_dist.errors", "dglx_dist.registry", "dglx_dist.cli_flags",
-                "dglx_dist.config", "dglx_dist.train_config", "dglx_dist.memory",
+                "dglx_dist.config", "dglx_dist.memory",
                 "dglx_dist.report", "dglx_dist.testing", "tests.doubles.invoke_api"]
 # What needs DGL at import; the control below checks that the block really bites.
 DGL_MODULES = ["dglx_dist.api", "dglx_dist.convs", "dglx_dist.models", "dglx_dist.sampling",
