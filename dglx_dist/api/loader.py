@@ -18,6 +18,12 @@ are collective): a rank whose ids make fewer batches cuts them more finely (see
 (it is accepted). Ids that are the same on every rank (a single-machine script's whole
 training set) are split with :func:`~dglx_dist.api.node_split` first, as DGL's
 ``use_ddp=True`` does; ids that differ are taken as this rank's share.
+
+Building a loader is collective, as in DGL: every rank builds its loaders in the same order.
+Its first exchanges check the arguments and compare the call's signature (sampler depth,
+batch size, shuffling, node or edge ids), so ranks that build different loaders at the same
+point get an error naming both calls instead of waiting in mismatched collectives. Then come
+the ids' check, the strategy's setup (the first loader) and the loader's plan.
 """
 from __future__ import annotations
 
@@ -33,7 +39,7 @@ from dglx_dist.api.agree import differing_ranks, ids_digest, on_every_rank, same
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.link import EdgePairs, is_edge_sampler
 from dglx_dist.api.ndata import as_node_ids
-from dglx_dist.api.split import edge_share, node_split
+from dglx_dist.api.split import edge_share, node_share
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 from dglx_dist.runtime.transfer import DeviceCopies
 from dglx_dist.strategies.abilities import LinkPrediction, StepsInTurn
@@ -129,7 +135,10 @@ class DataLoader:
                           stacklevel=2)
         session = graph.session
         self.graph, self.sampler = graph, graph_sampler
-        fanouts, pairs = on_every_rank(session, "DataLoader", lambda: self._check(
+        # collective, in this order: the arguments' check, the call's signature (ranks building
+        # other loaders here stop, naming both), the ids' check and whether they are the same
+        # on every rank, the strategy's setup (the first loader), and the loader's plan
+        fanouts, pairs = on_every_rank(session, "DataLoader", lambda: _checked(
             graph, graph_sampler, batch_size))
         self.spec = LoaderSpec(fanouts, int(batch_size), bool(shuffle), bool(drop_last), seed,
                                pairs)
@@ -139,8 +148,6 @@ class DataLoader:
         ids = self._own_ids(indices, use_ddp, edges=pairs is not None)
         self.strategy = graph.setup(SetupRequest(len(fanouts), by=call))
         part_ids = ids if pairs else graph.part_ids(ids).sort().values
-        if pairs:
-            on_every_rank(session, "DataLoader", self._check_link)
         plan = on_every_rank(session, "DataLoader",
                              lambda: self.strategy.loader_plan(part_ids, self.spec))
         self._own = plan is not None
@@ -155,26 +162,6 @@ class DataLoader:
         sampling); by default each iteration is the one after the last."""
         self.epoch = int(epoch)
 
-    @staticmethod
-    def _check(graph, sampler, batch_size) -> tuple[tuple[int, ...], EdgePairs | None]:
-        try:  # an integer of any kind (numpy's, a 0-d tensor's), not 2.5 rounded down
-            whole = operator.index(batch_size) if not isinstance(batch_size, bool) else 0
-        except TypeError:
-            whole = 0
-        if whole < 1:
-            raise InvalidValueError(f"DataLoader: batch_size {batch_size!r}; expected an "
-                                    f"integer >= 1")
-        if is_edge_sampler(sampler):
-            return sampler_fanouts(sampler.sampler), EdgePairs(graph, sampler)
-        return sampler_fanouts(sampler), None
-
-    def _check_link(self) -> None:
-        if not isinstance(self.strategy, LinkPrediction):
-            raise NotSupportedError(f"DataLoader: strategy {self.strategy.registered_name!r} "
-                                    "does not train link prediction (edge loaders run under "
-                                    "distdgl, p3, granndis and fullgraph; "
-                                    "docs/link_prediction.md)")
-
     def _own_ids(self, indices, use_ddp: bool, edges: bool) -> torch.Tensor:
         """This rank's node (edge) ids: its share when every rank passed the same ids (or
         ``use_ddp``), else the ids as given (collective)."""
@@ -184,7 +171,7 @@ class DataLoader:
                             lambda: as_node_ids(indices, count, "DataLoader", kind=kind))
         same = not differing_ranks(session, ids_digest(ids))
         if use_ddp or (same and session.world_size > 1):
-            return edge_share(torch.unique(ids), g) if edges else node_split(ids, g)
+            return (edge_share if edges else node_share)(torch.unique(ids), g)
         return ids
 
     def __len__(self) -> int:
@@ -271,6 +258,24 @@ class DataLoader:
             return placed
 
         return finish
+
+
+def _checked(graph: DistGraph, sampler, batch_size) -> tuple[tuple[int, ...], EdgePairs | None]:
+    """The loader's fanouts and, for an edge loader, its pairs; refuses bad arguments."""
+    try:  # an integer of any kind (numpy's, a 0-d tensor's), not 2.5 rounded down
+        whole = operator.index(batch_size) if not isinstance(batch_size, bool) else 0
+    except TypeError:
+        whole = 0
+    if whole < 1:
+        raise InvalidValueError(f"DataLoader: batch_size {batch_size!r}; expected an "
+                                f"integer >= 1")
+    if not is_edge_sampler(sampler):
+        return sampler_fanouts(sampler), None
+    if not isinstance(graph.strategy, LinkPrediction):
+        raise NotSupportedError(f"DataLoader: strategy {graph.strategy.registered_name!r} "
+                                "does not train link prediction (edge loaders run under "
+                                "distdgl, p3, granndis and fullgraph; docs/link_prediction.md)")
+    return sampler_fanouts(sampler.sampler), EdgePairs(graph, sampler)
 
 
 DistNodeDataLoader = DataLoader

@@ -17,6 +17,7 @@ Two call forms, both the user's own:
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 from typing import Any
 
@@ -31,7 +32,7 @@ from dglx_dist.errors import InvalidTypeError, InvalidValueError
 from dglx_dist.runtime.device import module_devices
 from dglx_dist.strategies.abilities import ConvTypes, Float32Only, OverlapsBackward, ShardedParams
 from dglx_dist.strategies.base import SetupRequest, implied_layers
-from dglx_dist.strategies.steps import OUT_DEGREE, Blocks
+from dglx_dist.strategies.steps import OUT_DEGREE, Blocks, StepState
 
 __all__ = ["parallelize", "DistModel"]
 
@@ -151,7 +152,9 @@ class DistModel(nn.Module):
     def __init__(self, wrapped: nn.Module, graph: DistGraph, num_layers: int):
         super().__init__()
         self.wrapped = wrapped
-        self._graph, self._num_layers, self._queued = graph, num_layers, False
+        self._graph, self._num_layers = graph, num_layers
+        self._full_steps = 0  # training full-graph forwards so far (they seed dropout)
+        self._pass: list[StepState] | None = None  # the states a pending backward reached
 
     @property
     def module(self) -> nn.Module:
@@ -165,7 +168,10 @@ class DistModel(nn.Module):
                 raise InvalidTypeError("model(g, features): in the full-graph form pass "
                                        "g.ndata[...] as the features (the strategy holds the rows)")
             form = self._graph.full_graph_form("model(g, features)")
-            blocks, x = self._on_device(*form.full_graph_step(self._num_layers))
+            training = torch.is_grad_enabled()  # evaluation: the last training step's index
+            index = self._full_steps if training else max(self._full_steps - 1, 0)
+            blocks, x = self._on_device(*form.full_graph_step(self._num_layers, index))
+            self._full_steps += training
         else:
             blocks = graph if isinstance(graph, Blocks) else Blocks(graph)
             self._check_inputs(blocks, x)
@@ -177,7 +183,7 @@ class DistModel(nn.Module):
         with self._graph.session.peer_errors("forward (e.g. DDP's bucket broadcast)"):
             out = strategy.step_forward(self.wrapped, blocks, x)
         if torch.is_grad_enabled() and out.requires_grad:
-            out.register_hook(self._on_output_grad)
+            out.register_hook(functools.partial(self._on_output_grad, blocks.state))
         return out
 
     def _on_device(self, blocks: Blocks, x) -> tuple[Blocks, Any]:
@@ -202,18 +208,20 @@ class DistModel(nn.Module):
                                     f"model is on {device}: move them with .to('{device}') "
                                     f"(the DataLoader's blocks and prefetched rows already are)")
 
-    def _on_output_grad(self, grad: torch.Tensor) -> None:
-        if not self._queued:  # once per backward pass, however many outputs
-            self._queued = True
-            strategy = self._graph.strategy
-            if isinstance(strategy, OverlapsBackward):
-                strategy.before_backward()
-            torch.autograd.Variable._execution_engine.queue_callback(self._after_backward)
+    def _on_output_grad(self, state: StepState, grad: torch.Tensor) -> None:
+        if self._pass is not None:  # the pass's callback is queued already
+            self._pass.append(state)
+            return
+        self._pass = [state]  # once per backward pass, however many outputs
+        strategy = self._graph.strategy
+        if isinstance(strategy, OverlapsBackward):
+            strategy.before_backward()
+        torch.autograd.Variable._execution_engine.queue_callback(self._after_backward)
 
     def _after_backward(self) -> None:
-        self._queued = False
+        steps, self._pass = self._pass, None
         with self._graph.session.peer_errors("after backward (gradient exchange)"):
-            self._graph.strategy.after_backward()
+            self._graph.strategy.after_backward(steps)
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
         """Clips the gradients by their norm over the whole model (FSDP's method of this

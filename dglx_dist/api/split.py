@@ -11,7 +11,7 @@ from dglx_dist.errors import InvalidTypeError, InvalidValueError
 from dglx_dist.sampling import even_chunk
 from dglx_dist.strategies.base import split_ids
 
-__all__ = ["node_split", "edge_split", "edge_share"]
+__all__ = ["node_split", "edge_split", "node_share", "edge_share"]
 
 
 def _all_ids(nodes, graph: DistGraph) -> torch.Tensor:
@@ -48,6 +48,12 @@ def node_split(nodes, partition_book: DistGraph | None = None, ntype: str = "_N"
     graph = partition_book if partition_book is not None else getattr(nodes, "_g", None)
     ids = _all_ids(nodes, _checked(graph, rank, "node_split"))
     ids = _same_everywhere(graph, "node_split", "node", lambda: _check(ids, graph))
+    return node_share(ids, graph)
+
+
+def node_share(ids: torch.Tensor, graph: DistGraph) -> torch.Tensor:
+    """This rank's share of node ids ``ids`` (unique, the same on every rank): the strategy's
+    split of their partitioned ids, in the graph's ids."""
     mine = split_ids(graph.strategy, graph.part_ids(ids).sort().values, graph.pdir,
                      graph.session)
     return graph.node_ids(mine)

@@ -55,8 +55,10 @@ class FullGraphForm(abc.ABC):
         (this rank's share of the graph)."""
 
     @abc.abstractmethod
-    def full_graph_step(self, num_layers: int) -> tuple[Blocks, Any]:
-        """Blocks and input rows of the full-graph form (collective)."""
+    def full_graph_step(self, num_layers: int, index: int) -> tuple[Blocks, Any]:
+        """Blocks and input rows of the full-graph form (collective); ``index``: how many
+        training full-graph forwards the model took before this one (seeds what varies per
+        step, e.g. dropout computed off the model)."""
 
 
 class OwnEpochs(abc.ABC):

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -46,7 +46,7 @@ from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import even_chunk
 from dglx_dist.strategies.abilities import OwnSplit, ShapedByOptions
-from dglx_dist.strategies.steps import LoaderPlan, LoaderSpec, Step
+from dglx_dist.strategies.steps import LoaderPlan, LoaderSpec, Step, StepState
 
 __all__ = ["Strategy", "PartitionSpec", "SetupRequest", "STRATEGIES", "check_partitions",
            "implied_layers", "full_graph_loaders", "trainer_loaders", "split_ids", "with_depth",
@@ -141,8 +141,9 @@ class Strategy(abc.ABC):
             out = scale_grad(out, state.weight)
         return out
 
-    def after_backward(self) -> None:
-        """Called after every backward pass (e.g. to account traffic done by DDP)."""
+    def after_backward(self, steps: Sequence[StepState]) -> None:
+        """Called after every backward pass (e.g. to account traffic done by DDP), with the
+        states of the steps whose outputs it reached."""
 
     def compute_device(self, session: Session) -> torch.device:
         """Where its model, blocks and input rows live: the session's device (a GPU; see

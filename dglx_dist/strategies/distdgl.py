@@ -79,7 +79,7 @@ class DistDGLStrategy(MiniBatchStrategy, MemoryModelled):
                                if p.requires_grad)
         return ddp(model, self.session, self.compute_device(self.session))
 
-    def after_backward(self) -> None:
+    def after_backward(self, steps) -> None:
         self.session.world.account_all_reduce(self._grad_bytes)
 
     def close(self) -> None:

@@ -80,7 +80,7 @@ class MiniBatchStrategy(Strategy, FullGraphForm, LinkPrediction, Approximate,
     def local_nodes(self) -> torch.Tensor:
         return split_ids(self, torch.arange(self.num_nodes), self.pdir, self.session)
 
-    def full_graph_step(self, num_layers: int) -> tuple[Blocks, object]:
+    def full_graph_step(self, num_layers: int, index: int) -> tuple[Blocks, object]:
         cached = getattr(self, "_full_graph", None)
         if cached is None or len(cached) != num_layers:
             cached = Blocks(self.sampler.sample_blocks(self.local_nodes(), (-1,) * num_layers))

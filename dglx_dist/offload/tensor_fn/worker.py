@@ -82,12 +82,19 @@ def _serve_one(request: bytes, handle, error_type) -> tuple[int, bytes]:
         return STATUS_ERROR, f"internal error: {type(exc).__name__}: {exc}".encode("utf-8")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Serves framed requests from stdin until it ends; returns the exit status."""
+def main(argv: list[str] | None = None, handle=None) -> int:
+    """Serves framed requests from stdin until it ends; returns the exit status.
+
+    Args:
+        handle: the request handler, bytes to bytes (default: the tensor tasks'
+            :func:`~dglx_dist.offload.tensor_fn.handler.handle`, imported once the thread
+            limits are set; a test's worker passes one that acts on a request first).
+    """
     for var in _THREAD_VARS:
         os.environ[var] = "1"
     cold = _cold_start(sys.argv[1:] if argv is None else argv)
-    from .handler import handle  # numpy is first imported here, after the thread limits
+    if handle is None:
+        from .handler import handle  # numpy is first imported here, after the thread limits
     from .payload import PayloadError
 
     if cold > 0:

@@ -353,9 +353,8 @@ class DorylusStrategy(Strategy, OwnEpochs, FullGraphForm, MemoryModelled, Float3
     def local_nodes(self) -> torch.Tensor:
         return self.gs.core
 
-    def full_graph_step(self, num_layers: int) -> tuple[Blocks, None]:
-        self._full_steps = getattr(self, "_full_steps", -1) + torch.is_grad_enabled()
-        return Blocks([], StepState(epoch=max(self._full_steps, 0))), None
+    def full_graph_step(self, num_layers: int, index: int) -> tuple[Blocks, None]:
+        return Blocks([], StepState(epoch=index)), None
 
     def _forward_logits(self, epoch: int, train: bool, pipe: Pipeline | None = None
                         ) -> torch.Tensor:
@@ -380,7 +379,7 @@ class DorylusStrategy(Strategy, OwnEpochs, FullGraphForm, MemoryModelled, Float3
     def before_backward(self) -> None:
         self._sync.start()
 
-    def after_backward(self) -> None:
+    def after_backward(self, steps) -> None:
         """Averages the backward pass's parameter gradients over the ranks (each rank's loss
         is its own mean, as under DDP)."""
         world = self.session.world

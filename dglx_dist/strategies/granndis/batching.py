@@ -58,6 +58,13 @@ class Batching:
     feat: torch.Tensor
     by: str
     plan0_row: torch.Tensor | None = None
+    by_block: dict = dataclasses.field(init=False, repr=False)
+    """Each co-batch's layer plan, by its block (the block object itself: a conv given any
+    other graph finds none)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_block", {lp.block: lp for plan in self.plans
+                                              for lp in plan.layers})
 
     @property
     def single(self) -> bool:

@@ -130,7 +130,6 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         super().__init__(config, name)
         self.memory_model = _FITS[config.scope]  # 'world': nothing preloaded
         self._batching: Batching | None = None
-        self._mean_pass = False  # set by a pair step's output in backward, read after it
 
     def num_layers(self) -> int:
         return self.config.num_layers
@@ -169,7 +168,6 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         own, nodes, edges = self._server_graph(pdir, part, core_edges, gen)
         self._own = own
         self._server = ServerGraph(part, core_edges, own, nodes, edges, out_degree.double(), gen)
-        self._by_block: dict = {}
         log.info("%s rank %d: %d inner + %d external nodes (group of %d holds %d)",
                  self.registered_name, session.rank, core.numel(), self.preloaded.numel(),
                  self.group.size, nodes.ids.numel())
@@ -206,7 +204,6 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
             pos = torch.searchsorted(own, first).clamp(max=own.numel() - 1)
             held = own[pos] == first
             plan0_row[pos[held]] = torch.arange(first.numel())[held]
-        self._by_block = {id(lp.block): lp for plan in plans for lp in plan.layers}
         self._batching = Batching(plans, feat, by, plan0_row)
         del self._server
         log.info("%s rank %d: %d co-batches (%s); rows per co-batch %s", self.registered_name,
@@ -236,7 +233,7 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
 
     def _plan_of(self, block) -> LayerPlan | None:
         """The plan of one of the co-batches' blocks; None for any other graph."""
-        return self._by_block.get(id(block))
+        return None if self._batching is None else self._batching.by_block.get(block)
 
     # -- training ------------------------------------------------------------------------------
     def wrap_model(self, model: nn.Module) -> nn.Module:
@@ -318,19 +315,13 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         state = getattr(blocks, "state", None)
         if state is None or not isinstance(state.plan, PairGather):
             return super().step_forward(model, blocks, x)
-        out = state.plan.rows(self.session.world, model(blocks, x))
-        if torch.is_grad_enabled() and out.requires_grad:
-            out.register_hook(self._average_pass)
-        return out
-
-    def _average_pass(self, grad: torch.Tensor) -> None:
-        self._mean_pass = True  # read when this backward pass ends (after_backward)
+        return state.plan.rows(self.session.world, model(blocks, x))
 
     def local_nodes(self) -> torch.Tensor:
         first = self.whole_graph("the full-graph form (g.local_nodes())").plans[0]
         return first.nodes[:first.num_targets]
 
-    def full_graph_step(self, num_layers: int) -> tuple[Blocks, torch.Tensor]:
+    def full_graph_step(self, num_layers: int, index: int) -> tuple[Blocks, torch.Tensor]:
         batching = self.whole_graph("the full-graph form model(g, features)")
         state = StepState(weight=1.0 / self.session.world_size)
         return Blocks([lp.block for lp in batching.plans[0].layers], state), batching.feat
@@ -366,13 +357,12 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
     def before_backward(self) -> None:
         self._sync.start()
 
-    def after_backward(self) -> None:
+    def after_backward(self, steps) -> None:
         """Sums the backward pass's gradients over the job (each rank's loss was weighted in
         forward: 1 / world size, the mean of the ranks' mean losses), or averages them after
-        a pair step's pass."""
+        a pass that reached a pair step."""
         reduce = self.session.all_reduce_by_server
-        if self._mean_pass:
-            self._mean_pass = False
+        if any(isinstance(step.plan, PairGather) for step in steps):
             world = self.session.world_size
             self._sync.finish(lambda flat: reduce(flat) / world)
             return

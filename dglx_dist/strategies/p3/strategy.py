@@ -178,7 +178,7 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, StepsInTurn, Shar
     def before_backward(self) -> None:
         self._sync.start()
 
-    def after_backward(self) -> None:
+    def after_backward(self, steps) -> None:
         self._layer.after_backward()  # pipelined slice gradients that arrived
         # DDP averages the other gradients over the ranks; the slices' are this pass's own
         self._sync.finish(self._reduce_slices)
@@ -211,8 +211,8 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, StepsInTurn, Shar
         owned = [ids[owner == r] for r in range(session.world_size)]
         return owner_balanced_chunks(owned)[session.rank].sort().values
 
-    def full_graph_step(self, num_layers: int):
-        step = super().full_graph_step(num_layers)
+    def full_graph_step(self, num_layers: int, index: int):
+        step = super().full_graph_step(num_layers, index)
         self._layer.out_degree = self.out_degree  # layer 1 normalises by them too
         return step
 

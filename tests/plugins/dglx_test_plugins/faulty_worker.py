@@ -10,11 +10,9 @@ It imports the numpy-only ``tensor_fn`` package alone, as the ``local`` worker d
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 CRASH_EXIT_CODE = 17
-_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def act_on_faults(header: dict) -> None:
@@ -26,33 +24,18 @@ def act_on_faults(header: dict) -> None:
         time.sleep(delay)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Serves framed requests from stdin until it ends; returns the exit status."""
-    argv = sys.argv[1:] if argv is None else argv
-    cold = float(argv[argv.index("--cold-start") + 1]) if "--cold-start" in argv else 0.0
-    for var in _THREAD_VARS:
-        os.environ[var] = "1"
-    from tensor_fn.handler import handle  # numpy is first imported here
-    from tensor_fn.payload import PayloadError, decode_header
-    from tensor_fn.worker import STATUS_ERROR, STATUS_OK, read_frame, write_frame
+def handle(request: bytes) -> bytes:
+    """The tensor tasks' handler, after the request's faults (imported at the first request:
+    the worker has set its thread limits by then)."""
+    from tensor_fn.handler import handle as compute
+    from tensor_fn.payload import decode_header
 
-    time.sleep(cold)
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    while True:
-        try:
-            request = read_frame(stdin)
-        except EOFError:
-            return 1
-        if request is None:
-            return 0
-        try:
-            act_on_faults(decode_header(request))
-            status, body = STATUS_OK, handle(request)
-        except PayloadError as exc:
-            status, body = STATUS_ERROR, str(exc).encode("utf-8")
-        except Exception as exc:  # noqa: BLE001  (as the local worker: it keeps serving)
-            status, body = STATUS_ERROR, f"internal error: {type(exc).__name__}: {exc}".encode()
-        try:
-            write_frame(stdout, bytes([status]), body)
-        except BrokenPipeError:
-            return 1
+    act_on_faults(decode_header(request))
+    return compute(request)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``local`` worker's loop (:func:`tensor_fn.worker.main`) with :func:`handle`."""
+    from tensor_fn.worker import main as serve
+
+    return serve(argv, handle)
