@@ -13,10 +13,11 @@ with a decorator; the same class may sit behind several names with different bou
 
 ``build(name, **options)`` validates the options against the Config (unknown names and options
 fail listing the valid ones; strings from the command line are coerced to the field's type; a
-float must be finite, and a field's metadata may bound it: ``"min"`` inclusive, ``"above"``
-exclusive) and returns ``cls(config, name=name)``: the instance knows the name it was built
-under as ``registered_name`` (the plug-in bases take it in their constructor). Third parties add plug-ins through the entry-point
-group; they are loaded the first time a name is looked up.
+float must be finite, and a field's ``"bounds"`` metadata, a :class:`Bounds`, may bound it,
+as it bounds a :mod:`~dglx_dist.config` field's flag) and returns ``cls(config,
+name=name)``: the instance knows the name it was built under as ``registered_name`` (the
+plug-in bases take it in their constructor). Third parties add plug-ins through the
+entry-point group; they are loaded the first time a name is looked up.
 """
 from __future__ import annotations
 
@@ -258,13 +259,10 @@ class Bounds:
 
 
 def _bounded(value: Any, field: dataclasses.Field, where: str) -> Any:
-    """``value`` if it meets the field's ``"min"`` (inclusive) / ``"above"`` (exclusive)
-    metadata bound."""
-    above = field.metadata.get("above")
-    bounds = Bounds(above if above is not None else field.metadata.get("min"),
-                    low_open=above is not None)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and \
-            not bounds.holds(value):
+    """``value`` if it is in the field's ``"bounds"`` metadata (a :class:`Bounds`)."""
+    bounds = field.metadata.get("bounds")
+    if bounds is not None and isinstance(value, (int, float)) and \
+            not isinstance(value, bool) and not bounds.holds(value):
         raise RegistryError(f"{where}: {value!r}; expected {bounds.describe('a value')}")
     return value
 

@@ -5,7 +5,7 @@ import pytest
 
 from dglx_dist.cli_flags import parse_key_values
 from dglx_dist.partition import PARTITIONERS
-from dglx_dist.registry import Registry, RegistryError, coerce_option
+from dglx_dist.registry import Bounds, Registry, RegistryError, coerce_option
 
 
 def _make():
@@ -18,7 +18,8 @@ def _make():
         class Config:
             size: int = dataclasses.field(default=1, metadata={"help": "how big"})
             names: tuple[str, ...] = ()
-            ratio: Optional[float] = None
+            ratio: Optional[float] = dataclasses.field(
+                default=None, metadata={"bounds": Bounds(0, 1, low_open=True)})
             flag: bool = False
 
             def __post_init__(self):
@@ -57,6 +58,8 @@ def test_unknown_name_lists_valid_names():
     ({"size": 1.5}, r"expected an integer"),
     ({"flag": "maybe"}, r"expected true/false"),
     ({"size": -1}, r"size must be >= 0, got -1"),
+    ({"ratio": "0"}, r"option 'ratio': 0.0; expected a value > 0 and <= 1"),
+    ({"ratio": 1.5}, r"option 'ratio': 1.5; expected a value > 0 and <= 1"),
 ])
 def test_bad_options_are_named(options, message):
     reg, _ = _make()

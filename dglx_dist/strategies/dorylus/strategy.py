@@ -52,6 +52,7 @@ from dglx_dist.memory import MemoryModel
 from dglx_dist.models.gcn import row_normalized
 from dglx_dist.offload import EXECUTORS, TaskController
 from dglx_dist.partition.load import PartitionDir
+from dglx_dist.registry import Bounds
 from dglx_dist.runtime.autograd import GradientSync
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
@@ -127,10 +128,11 @@ class DorylusStrategy(Strategy, OwnEpochs, FullGraphForm, MemoryModelled, Float3
                                           "workers=4, endpoint_url=...)."})
         lambdas: int = dataclasses.field(
             default=0, metadata={"help": "Concurrent invocations to start with; 0: "
-                                         "min(intervals, 100), then autotuned.", "min": 0})
+                                         "min(intervals, 100), then autotuned.",
+                                 "bounds": Bounds(0)})
         invocation_timeout: float = dataclasses.field(
             default=60.0, metadata={"help": "Seconds before an invocation is relaunched.",
-                                    "above": 0})
+                                    "bounds": Bounds(0, low_open=True)})
         param_servers: int = dataclasses.field(
             default=1, metadata={"help": "Parameter-server replicas per graph server."})
         dropout: float = dataclasses.field(
@@ -141,12 +143,13 @@ class DorylusStrategy(Strategy, OwnEpochs, FullGraphForm, MemoryModelled, Float3
         seed: int = dataclasses.field(default=0, metadata={"help": "Dropout seed."})
         server_usd_per_hour: float = dataclasses.field(
             default=0.34, metadata={"help": "Price of one graph server (cost estimate).",
-                                    "min": 0})
+                                    "bounds": Bounds(0)})
         lambda_usd_per_gb_s: float = dataclasses.field(
             default=0.0000166667, metadata={"help": "Lambda compute price per GB-second.",
-                                            "min": 0})
+                                            "bounds": Bounds(0)})
         lambda_usd_per_request: float = dataclasses.field(
-            default=0.0000002, metadata={"help": "Lambda price per invocation.", "min": 0})
+            default=0.0000002, metadata={"help": "Lambda price per invocation.",
+                                         "bounds": Bounds(0)})
 
         def __post_init__(self):
             if self.num_layers < 1 or self.intervals < 1 or self.param_servers < 1:

@@ -45,6 +45,7 @@ from dglx_dist.errors import InvalidValueError, StateError
 from dglx_dist.kvstore.policy import rows_at
 from dglx_dist.memory import MemoryModel
 from dglx_dist.partition.load import PartitionDir
+from dglx_dist.registry import Bounds
 from dglx_dist.runtime.autograd import GradientSync
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
@@ -110,7 +111,7 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, StepsInTurn, Shar
             default=0.0, metadata={"help": "Per-server memory (MiB) for replicas (P3's "
                                            "caching): the smaller of structure and features "
                                            "is copied onto every server if it fits, then the "
-                                           "other; 0: no caching.", "min": 0})
+                                           "other; 0: no caching.", "bounds": Bounds(0)})
         pipeline: bool = dataclasses.field(
             default=False, metadata={"help": "P3's pipeline: layer 1 of the next two batches "
                                              "runs and travels while one trains (3 in flight); "

@@ -15,6 +15,7 @@ from dglx_dist.errors import StateError
 from dglx_dist.offload import Executor, InvocationError, WorkerLost
 from dglx_dist.offload.tensor_fn import handler
 from dglx_dist.offload.tensor_fn.payload import PayloadError
+from dglx_dist.registry import Bounds
 
 
 class ThreadExecutor(Executor):
@@ -22,7 +23,8 @@ class ThreadExecutor(Executor):
 
     @dataclasses.dataclass(frozen=True)
     class Config:
-        workers: int = dataclasses.field(default=2, metadata={"help": "Threads.", "min": 1})
+        workers: int = dataclasses.field(default=2, metadata={"help": "Threads.",
+                                                               "bounds": Bounds(1)})
         memory_mb: int = dataclasses.field(default=0, metadata={"help": "Billed memory."})
 
     def __init__(self, config, name: str = ""):
