@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from dglx_dist.kvstore.base import InitSpec, KVStore, TensorEntry
+from dglx_dist.kvstore.base import InitSpec, KVStore, TensorEntry, apply_op
 from dglx_dist.kvstore.ops import PushOp, combine_duplicates, init_part
 
 __all__ = ["LocalKVStore"]
@@ -44,4 +44,5 @@ class LocalKVStore(KVStore):
               values: torch.Tensor) -> None:
         uniq, combined = combine_duplicates(ids, values, op.combine)
         for piece in entry.policy.split(uniq):
-            self._apply(entry, op, piece.part, piece.local, combined[piece.index()])
+            apply_op(self._entries.values(), entry, op, piece.part, piece.local,
+                     combined[piece.index()])

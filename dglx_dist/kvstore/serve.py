@@ -1,9 +1,10 @@
 """Serving a distributed store's rows to one rank at a time: point-to-point, no collective.
 
-Every rank of a serving :class:`~dglx_dist.kvstore.dist.DistKVStore` runs one thread that
-answers requests for the rows its server holds, on a process group of the store's own
-(created collectively with the store), so a rank can pull or push while its peers do something
-else entirely (DistDGL's servers, without separate server processes).
+Every rank of a serving :class:`~dglx_dist.kvstore.dist.DistKVStore` holds a :class:`Server`:
+one thread that answers requests for the rows its server holds, on a process group of the
+store's own (created collectively with the store), so a rank can pull or push while its peers
+do something else entirely (DistDGL's servers, without separate server processes). The same
+object sends this rank's own non-collective pulls and pushes.
 
 **Messages** (raw bytes with explicit sizes, never pickled):
 
@@ -26,7 +27,7 @@ failure becomes a :class:`~dglx_dist.runtime.comm.PeerError` naming the owner (o
 heartbeats blame). The serving thread waits without a deadline for the next header (gloo closes
 every connection of a group when a receive times out, so an idle wait must not time out), and
 with the timeout for everything else. It stops when the previous rank sends it a stop header
-(:meth:`Channel.stop`, after a barrier: nobody is asking any more); gloo cannot send to itself.
+(:meth:`Server.stop`, after a barrier: nobody is asking any more); gloo cannot send to itself.
 """
 from __future__ import annotations
 
@@ -40,14 +41,12 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from dglx_dist.errors import InvalidValueError, ProtocolError, StateError
-from dglx_dist.kvstore.base import TensorEntry
-from dglx_dist.kvstore.ops import PushOp, combine_duplicates
-from dglx_dist.kvstore.policy import rows_at
+from dglx_dist.errors import InvalidValueError, ProtocolError
+from dglx_dist.kvstore.shards import Message, PullPlan, Shards
 from dglx_dist.kvstore.shm import EMPTY_U8, from_bytes, to_bytes
 from dglx_dist.runtime.comm import PeerError
 
-__all__ = ["Channel", "Request", "ServedStore", "PULL", "PUSH", "STOP", "MIN_ANSWER"]
+__all__ = ["Server", "Request", "PULL", "PUSH", "STOP", "MIN_ANSWER"]
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +56,6 @@ HEAD_LEN = 8  # int64 fields of a request header
 STATUS_BYTES = 16  # int64 [status, length] in front of every answer
 MIN_ANSWER = 256  # bytes: room for an error text
 _FOREVER = datetime.timedelta(days=3650)
-
-# handler(header, body, out) -> payload bytes written into ``out`` (raises on a bad request)
-Handler = Callable[[list[int], torch.Tensor, torch.Tensor], int]
-
 
 @dataclasses.dataclass
 class Request:
@@ -94,29 +89,53 @@ def answer_bytes(payload: int) -> int:
     return STATUS_BYTES + max(payload, MIN_ANSWER - STATUS_BYTES)
 
 
-class Channel:
-    """The store's serving thread and this rank's requests, on a group of their own.
+class Server:
+    """This rank's serving thread and its non-collective requests, on a group of their own.
 
     Building it is collective (every rank creates the group, in the same order as its other
     groups); :meth:`stop` is too (every rank stops the next rank's thread).
 
     Args:
-        session: the running session (its counter, health and timeout are used).
-        handler: answers one request (see :data:`Handler`); runs on the serving thread.
+        session: the running session (its communicators, counter, health, timeout, ranks).
+        shards: the store's tensors: requests are cut by them and answered from them.
         name: the communicator's name in errors.
     """
 
-    def __init__(self, session, handler: Handler, name: str = "kvserve"):
-        self.comm = session.new_world_comm(name)
-        self.rank, self.size = session.rank, session.world_size
+    def __init__(self, session, shards: Shards, name: str = "kvserve"):
+        self.comm, self.shards = session.new_world_comm(name), shards
+        self.rank, self.size, self.local_rank = session.rank, session.world_size, \
+            session.local_rank
         self.timeout = float(session.env.timeout)
-        self._handler = handler
         self._lock = threading.Lock()  # one outgoing exchange at a time (tags are per sender)
         self._thread: threading.Thread | None = threading.Thread(
             target=self._serve, name=f"dglx-kvserve-{name}-r{self.rank}", daemon=True)
         self._thread.start()
 
     # -- requester side ------------------------------------------------------------------------
+    def pull(self, plan: PullPlan) -> torch.Tensor:
+        """The rows of ``plan``: other servers' from their rank with this rank's local index,
+        own-server rows read meanwhile."""
+        asked, per = plan.requests(), self.shards.per_server
+        requests = [Request(server * per + self.local_rank, PULL, plan.entry.index, -1,
+                            gids.numel(), to_bytes(gids), nbytes)
+                    for server, (gids, nbytes) in asked.items()]
+        for server, answer in zip(asked, self.exchange(requests, plan.fill_local)):
+            plan.take(server, answer)
+        return plan.rows()
+
+    def push(self, messages: dict[int, Message], own: Message | None = None) -> None:
+        """Sends push ``messages`` to their writer ranks (``own``, this rank's, is applied
+        meanwhile); returns once every writer acknowledged."""
+        requests = [Request(writer, PUSH, int(head[0]), int(head[1]), head.numel() - 2,
+                            torch.cat([to_bytes(head[2:]), data]), 0)
+                    for writer, (head, data) in messages.items()]
+
+        def apply_own() -> None:  # rows this rank writes itself: no message
+            if own is not None:
+                self.shards.apply({self.rank: own})
+
+        self.exchange(requests, apply_own)
+
     def exchange(self, requests: list[Request],
                  meanwhile: Callable[[], None] | None = None) -> list[torch.Tensor]:
         """Sends ``requests`` (to distinct peers) and returns each answer's payload (uint8).
@@ -128,7 +147,10 @@ class Channel:
             RuntimeError: an owner refused the request (its error text is quoted).
         """
         with self._lock:
-            self.comm._check_usable("kvstore request")
+            if self.comm.failure is not None:
+                raise PeerError(f"kvstore request on the {self.comm.name} group: the group "
+                                f"already failed ({self.comm.failure})",
+                                self.comm.failure.ranks, "kvstore request")
             deadline = time.monotonic() + self.timeout
             answers = [torch.empty(answer_bytes(r.payload), dtype=torch.uint8) for r in requests]
             recvs = [self._post(dist.irecv, a, r.peer, TAG_ANSWER)
@@ -148,15 +170,25 @@ class Channel:
                 out.append(self._payload(r, answer))
             return out
 
+    def _guard(self, op: str, fn: Callable):
+        """``fn()``, a failed peer turned into the group's :class:`PeerError`."""
+        try:
+            return fn()
+        except RuntimeError as exc:
+            failure = self.comm.peer_failure(op, exc)
+            if failure is None:
+                raise
+            raise failure from exc
+
     def _post(self, fn: Callable, tensor: torch.Tensor, peer: int, tag: int) -> dist.Work:
-        return self.comm._guard(f"kvstore {fn.__name__} (rank {peer})",
-                                lambda: fn(tensor, peer, group=self.comm.group, tag=tag))
+        return self._guard(f"kvstore {fn.__name__} (rank {peer})",
+                           lambda: fn(tensor, peer, group=self.comm.group, tag=tag))
 
     def _finish(self, work: dist.Work, peer: int, what: str, deadline: float) -> None:
         op = f"kvstore {what} rank {peer}"
         left = datetime.timedelta(seconds=max(deadline - time.monotonic(), 0.001))
         try:
-            self.comm._guard(op, lambda: work.wait(timeout=left))
+            self._guard(op, lambda: work.wait(timeout=left))
         except PeerError as exc:
             if exc.ranks:
                 raise
@@ -203,7 +235,7 @@ class Channel:
             dist.irecv(body, source, group=self.comm.group, tag=TAG_BODY).wait(timeout=timeout)
         answer = torch.zeros(fields[5], dtype=torch.uint8)
         try:
-            length = self._handler(fields, body, answer[STATUS_BYTES:])
+            length = self._handle(source, fields, body, answer[STATUS_BYTES:])
             status = 0
         except Exception as exc:  # noqa: BLE001  (any refusal goes back to the requester)
             text = f"{type(exc).__name__}: {exc}".encode()[:answer.numel() - STATUS_BYTES]
@@ -215,6 +247,24 @@ class Channel:
         intra = self.comm.topology.same_server(self.rank, source)
         self.comm.counter.add(intra, length if status == 0 else 0, body.numel())
         self.comm.counter.add_control(STATUS_BYTES, calls=1)
+
+    def _handle(self, source: int, fields: list[int], body: torch.Tensor,
+                out: torch.Tensor) -> int:
+        """Answers one request of rank ``source``: a pull's rows gathered into ``out``; a push
+        applied. Returns the payload bytes written."""
+        kind, index, op_index, num_ids, payload = (fields[i] for i in (0, 1, 2, 3, 6))
+        entry = self.shards.wait_entry(index, "a kvstore request", self.timeout)
+        ids = from_bytes(body[:8 * num_ids], (num_ids,), torch.int64)
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= entry.policy.num_rows):
+            raise InvalidValueError(f"{entry.name!r}: ids outside [0, {entry.policy.num_rows})")
+        if kind == PUSH:
+            head = torch.cat([torch.tensor([index, op_index]), ids])
+            self.shards.apply({source: (head, body[8 * num_ids:])})
+            return 0
+        if kind != PULL or payload > out.numel():
+            raise InvalidValueError(f"a request of kind {kind} for {payload} bytes in an answer "
+                                    f"of {out.numel()}")
+        return self.shards.read(entry, ids, out[:payload]).numel()
 
     # -- stop --------------------------------------------------------------------------------
     @property
@@ -244,90 +294,3 @@ class Channel:
             log.warning("rank %d: the kvstore serving thread did not stop within %gs",
                         self.rank, self.timeout)
         self._thread = None
-
-
-class ServedStore:
-    """The non-collective half of :class:`~dglx_dist.kvstore.dist.DistKVStore` (a mixin: it
-    uses the store's pull planning, message building and apply steps)."""
-
-    _channel: Channel | None
-    _pin: bool  # pulled rows for a GPU go to page-locked memory
-
-    def _pull_p2p(self, entry: TensorEntry, ids: torch.Tensor, dedup: bool) -> torch.Tensor:
-        uniq, inverse, out, local, remote = self._plan_pull(entry, ids, dedup)
-        fill_local = lambda: self._fill_local(entry, out, local)  # noqa: E731
-        if remote:
-            me = self.session.local_rank  # the same local index as the collective path
-            requests = []
-            for server, mine in remote.items():
-                gids = uniq.index_select(0, self._request_pos(mine))
-                requests.append(Request(server * self._per_server + me, PULL, entry.index, -1,
-                                        gids.numel(), to_bytes(gids),
-                                        sum(self._piece_bytes(entry, q) for q in mine)))
-            answers = self._need_channel("pull").exchange(requests, fill_local)
-            for mine, buf in zip(remote.values(), answers):
-                for q, rows in self._unpack(entry, mine, buf):
-                    q.take(out, rows)
-        else:
-            fill_local()
-        return out if inverse is None else rows_at(out, inverse, self._pin)
-
-
-    def _push_p2p(self, entry: TensorEntry, op: PushOp, ids: torch.Tensor,
-                  values: torch.Tensor) -> None:
-        uniq, combined = combine_duplicates(ids, values, op.combine)
-        messages = self._push_messages(entry, op, uniq, combined)
-        own = messages.pop(self.session.rank, None)
-
-        def apply_own() -> None:  # rows this rank writes itself: no message
-            if own is not None:
-                self._apply_received([own[0]], [own[1]])
-
-        if not messages:
-            apply_own()
-            return
-        requests = [Request(writer, PUSH, int(head[0]), int(head[1]), head.numel() - 2,
-                            torch.cat([to_bytes(head[2:]), data]), 0)
-                    for writer, (head, data) in messages.items()]
-        self._need_channel("push").exchange(requests, apply_own)
-
-
-    def _need_channel(self, what: str) -> Channel:
-        if self._channel is None:
-            raise StateError(f"{what} with collective=False needs the serving threads: build "
-                             f"the store with serve=True and do not close it "
-                             f"first")
-        return self._channel
-
-    def _serve(self, fields: list[int], body: torch.Tensor, out: torch.Tensor) -> int:
-        """Answers one request of another rank (on the serving thread): a pull's rows
-        gathered into ``out``; a push applied. Returns the payload bytes written."""
-        kind, index, op_index, num_ids, payload = fields[0], fields[1], fields[2], fields[3], \
-            fields[6]
-        entry = self._wait_entry(index)
-        ids = from_bytes(body[:8 * num_ids], (num_ids,), torch.int64)
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= entry.policy.num_rows):
-            raise InvalidValueError(f"{entry.name!r}: ids outside [0, {entry.policy.num_rows})")
-        if kind == PUSH:
-            head = torch.cat([torch.tensor([index, op_index]), ids])
-            self._apply_received([head], [body[8 * num_ids:]])
-            return 0
-        if kind != PULL:
-            raise InvalidValueError(f"unknown request kind {kind}")
-        pieces = self._pieces_on(entry, ids, self._server)
-        size = sum(self._piece_bytes(entry, q) for q in pieces)
-        if size != payload or size > out.numel():
-            raise InvalidValueError(f"{entry.name!r}: the rows asked for are {size} bytes on "
-                                    f"server {self._server}; the request expects {payload}")
-        for q, rows in self._unpack(entry, pieces, out[:size]):
-            torch.index_select(entry.parts[q.part], 0, q.local, out=rows)
-        return size
-
-    def _wait_entry(self, index: int) -> TensorEntry:
-        """Entry ``index``, waiting for this rank's ``init_data`` to register it (a peer may
-        leave the collective ``init_data`` and ask for rows before this rank has)."""
-        deadline = time.monotonic() + float(self.session.env.timeout)
-        with self._registered:
-            while index >= len(self._by_index) and time.monotonic() < deadline:
-                self._registered.wait(max(deadline - time.monotonic(), 0.0))
-        return self._entry_at(index, "a kvstore request")
