@@ -1,58 +1,21 @@
 """The distributed store: parts in shared memory on their servers, remote rows via the comm layer.
 
-**Placement.** A policy with one part per server puts part ``p`` on server ``p``, shared by the
-server's ranks (DistDGL); a policy with one part per rank puts part ``p`` on rank ``p``'s server
-(a server then holds ``ranks_per_server`` parts). Any other part count is an error.
+docs/kvstore.md ("How it works") describes the placement, the shared memory, the pull and
+push messages and what is collective; details it leaves out:
 
-**Shared memory.** For every part a server holds, one rank of the server (the lowest local rank
-that passed the part's rows to ``init_data``, else local rank 0) creates the part's tensor in a
-file under ``/dev/shm`` named by a per-job token and fills it; the server's other ranks map the
-same file; then it is unlinked (:class:`~dglx_dist.kvstore.shm.SharedParts`). Rows of parts on the caller's own server are read straight
-from that memory: no comm call, no bytes counted.
-
-**What is collective.** ``DistKVStore(session)``, ``init_data`` and ``close`` are collective;
-``pull`` and ``push`` are too by default (``collective=True``): every rank of the job calls them
-the same number of times in the same order (the fast path of training steps). A rank with
-nothing to fetch or write passes empty ids; ranks may use *different* names (and ops) in the
-same step, because requests carry the name's (and op's) registration index, which is why names
-and ops must be registered in the same order everywhere. A rank whose arguments are bad still
-takes part with an empty request, then raises.
-
-**Non-collective.** ``pull(..., collective=False)`` and ``push(..., collective=False)`` involve
-only the caller: every rank of a store built with ``serve=True`` (not the default: stores used
-only collectively need no thread; with more than one rank) runs a serving thread on a process group of the store's own, which answers
-requests for its server's rows from the shared memory (a :class:`~dglx_dist.kvstore.serve.Server`). A
-pull sends each other server's ids to ONE rank there, the one with the caller's local index (as
-``cross`` does), as a header plus the raw ids, and gets the rows back as raw bytes; own-server
-rows are read locally meanwhile. A push goes to the rows' writers as below (rows this rank
-writes itself are applied at once), each writer applies it and acknowledges, so when the call
-returns a pull from any rank sees the values. The serving thread and the main thread of a rank
-never apply at the same time (a lock); a collective push and non-collective pushes of other
-ranks to the same rows are not ordered, and a pull may read rows while they are written (as in
-DistDGL). ``close()`` waits for every rank (a barrier), then stops the threads; a store nobody
-closed is stopped by the session's clean shutdown.
-
-**Pull.** The requested ids are deduplicated (``torch.unique``; ``dedup=False`` skips that for
-ids known to be unique, such as a block's input nodes, and writes rows straight into request
-order instead of gathering them from a deduplicated buffer at the end); ids held by the own
-server are read from shared memory (while the answers from other servers travel); the others
-are grouped by owning server and sent to the ranks with this rank's local index on every
-server (``session.cross``'s members, on process groups of the store's own, so that other
-exchanges on ``cross`` do not queue behind rows under way) with ``all_to_all_v``: per
-non-empty destination one int64 tensor ``[name_index, *ids]`` (so a request costs
-``8 * (1 + unique ids)`` bytes). The peer reads its shared memory and answers with the rows
-as raw bytes (uint8), so row widths may differ per peer; the caller scatters them back into
-request order. A pull costs two ``all_to_all_v`` calls whenever the job has more than one
-server; the answers' exchange skips the round of counts, since every caller knows how many
-bytes it asked for. ``start_pull`` returns once the answers are on their way (own rows
-read); waiting for it scatters them.
-
-**Push.** Values of duplicate ids are combined first (the op's rule). Each row then goes to ONE
-writer on its owning server, the server's local rank ``local_row % ranks_per_server``, through
-``session.world.all_to_all_v`` (``[name_index, op_index, *ids]`` plus the values as raw bytes);
-the writer combines what all sources sent (in rank order), applies the op to the shared rows,
-and every rank finishes with ``session.server.barrier()``, so a following pull sees the writes.
-Concurrent writes therefore never touch the same row.
+* A part's file is created by the lowest local rank of its server that passed the part's rows
+  to ``init_data`` (else local rank 0); :class:`~dglx_dist.kvstore.shm.SharedParts`.
+* Requests carry a name's (and op's) registration index, so ranks may use different names in
+  one step and must register names and ops in the same order. A rank whose arguments are bad
+  takes part with an empty request, then raises; one that cannot answer a request answers
+  nothing (its peer then fails too) rather than leaving it hanging.
+* A pull's answers skip the round of counts (every caller knows what it asked for) and row
+  widths may differ per peer (raw bytes). A push's writer combines what all sources sent in
+  rank order, and every rank ends with ``session.server.barrier()``.
+* ``collective=False`` sends the same messages point-to-point to the owners' serving threads
+  (:mod:`~dglx_dist.kvstore.serve`). A serving thread and its rank's main thread never apply
+  at the same time (a lock); a collective push and other ranks' non-collective ones to the same
+  rows are not ordered, and a pull may read rows while they are written (as in DistDGL).
 """
 from __future__ import annotations
 
@@ -62,7 +25,7 @@ from typing import Callable
 
 import torch
 
-from dglx_dist.errors import StateError
+from dglx_dist.errors import InvalidValueError, StateError
 from dglx_dist.kvstore.base import InitSpec, KVStore, TensorEntry
 from dglx_dist.kvstore.ops import PushOp
 from dglx_dist.kvstore.policy import PartitionPolicy
@@ -77,23 +40,19 @@ log = logging.getLogger(__name__)
 
 
 class DistKVStore(KVStore):
-    """Named tensors sharded over the job's servers (see the module docstring for what is
-    collective).
-
-    It holds a :class:`~dglx_dist.kvstore.shards.Shards` (the registered tensors, their
-    placement and this server's parts), a :class:`~dglx_dist.kvstore.shm.SharedParts` (which
-    creates the parts) and, when serving, a :class:`~dglx_dist.kvstore.serve.Server`.
+    """Named tensors sharded over the job's servers. It holds a
+    :class:`~dglx_dist.kvstore.shards.Shards` (the tensors, their placement, this server's
+    parts), a :class:`~dglx_dist.kvstore.shm.SharedParts` (which creates the parts) and, when
+    serving, a :class:`~dglx_dist.kvstore.serve.Server`.
 
     Args:
         session: the running session (communicators, topology, byte counters).
         seed: mixed into the seeds of callable initialisers.
-        shm_dir: where shared tensors are created; default ``/dev/shm``.
+        shm_dir: where shared tensors are created (attribute ``shm_dir``, their names carry
+            ``token``); default ``/dev/shm``.
         serve: run a serving thread (on a process group of its own), so that
             ``pull``/``push`` with ``collective=False`` work; a store only ever used
             collectively may skip it.
-
-    Attributes:
-        shm_dir: where shared tensors are created; token: the job's token in their names.
     """
 
     def __init__(self, session, *, seed: int = 0, shm_dir: str | Path | None = None,
@@ -116,24 +75,27 @@ class DistKVStore(KVStore):
             session.add_closer(self._server.stop)
 
     def part_servers(self, policy: PartitionPolicy) -> list[int]:
-        """The server holding each part of ``policy``.
-
-        Raises:
-            ValueError: the part count is neither the number of servers nor the world size.
-        """
+        """The server holding each part of ``policy`` (ValueError: the part count is neither
+        the number of servers nor the world size)."""
         return self._shards.part_servers(policy)
 
     def _check_parts_held(self, policy: PartitionPolicy, parts: list[int]) -> None:
-        self._shards.check_parts_held(policy, parts)
+        servers, me = self.part_servers(policy), self.session.server_id
+        elsewhere = [p for p in parts if servers[p] != me]
+        if elsewhere:
+            raise InvalidValueError(f"part_data holds parts {elsewhere}, which live on other "
+                                    f"servers; rank {self.session.rank} (server {me}) may only "
+                                    f"pass parts {[p for p, s in enumerate(servers) if s == me]}")
 
     def _checkpoints_part(self, part: int) -> bool:
-        return self._shards.checkpoints(part)
+        ranks = self.session.topology.server_ranks(self.session.server_id)  # spread over it
+        return ranks[part % len(ranks)] == self.session.rank
 
     def _init_data(self, name: str, spec: InitSpec | None,
                    error: Exception | None) -> TensorEntry:
         return self._parts.create(self._shards, name, spec, error)
 
-    # -- collective pull ---------------------------------------------------------------------
+    # -- collective --------------------------------------------------------------------------
     def _pull(self, entry: TensorEntry, ids: torch.Tensor, dedup: bool) -> torch.Tensor:
         return self._start_pull(entry, ids, dedup)()
 
@@ -165,16 +127,15 @@ class DistKVStore(KVStore):
         """Sends the requests, answers the peers' and starts sending the answers; returns what
         waits for the answers to this rank's requests (and raises what answering failed
         with, once the exchange is over: a failed rank answers nothing, then fails too)."""
-        send = [EMPTY_I64] * self._cross.size
-        expect = [0] * self._cross.size  # the answers' sizes are known: no count round
+        send, expect = [EMPTY_I64] * self._cross.size, [0] * self._cross.size
         for server, (gids, nbytes) in (plan.requests() if plan else {}).items():
             send[server] = torch.cat([torch.tensor([plan.entry.index]), gids])
-            expect[server] = nbytes
-        requests = self._cross.all_to_all_v(send)
+            expect[server] = nbytes  # the answers' sizes are known: no count round
         answers, failure = [], None
-        for source, request in enumerate(requests):
+        for source, request in enumerate(self._cross.all_to_all_v(send)):
             try:
-                answers.append(self._answer_pull(request, source))
+                answers.append(EMPTY_U8 if request.numel() == 0 else self._shards.read(
+                    self._shards.entry_at(int(request[0]), f"server {source}"), request[1:]))
             except RuntimeError as exc:  # answer nothing (the peer then fails too), no hang
                 answers.append(EMPTY_U8)
                 failure = exc
@@ -188,13 +149,6 @@ class DistKVStore(KVStore):
 
         return wait
 
-    def _answer_pull(self, request: torch.Tensor, source: int) -> torch.Tensor:
-        if request.numel() == 0:
-            return EMPTY_U8
-        entry = self._shards.entry_at(int(request[0]), f"server {source}")
-        return self._shards.read(entry, request[1:])
-
-    # -- collective push ---------------------------------------------------------------------
     def _push(self, entry: TensorEntry, op: PushOp, ids: torch.Tensor,
               values: torch.Tensor) -> None:
         self._push_exchange(self._shards.push_messages(entry, op, ids, values))
@@ -252,4 +206,5 @@ class DistKVStore(KVStore):
             self.session.remove_closer(self._server.stop)
             self._server.stop(job_failed=failed)
             self._server = None
-        self._shards.release()
+        for entry in self._entries.values():
+            entry.parts.clear()

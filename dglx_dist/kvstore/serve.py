@@ -57,18 +57,11 @@ STATUS_BYTES = 16  # int64 [status, length] in front of every answer
 MIN_ANSWER = 256  # bytes: room for an error text
 _FOREVER = datetime.timedelta(days=3650)
 
+
 @dataclasses.dataclass
 class Request:
-    """One request to one rank.
-
-    Attributes:
-        peer: the global rank that answers.
-        kind: :data:`PULL` or :data:`PUSH`.
-        index: the tensor's registration index; op_index: the push op's (-1 for a pull).
-        num_ids: ids at the front of ``body``.
-        body: the raw bytes sent after the header (uint8, may be empty).
-        payload: the bytes the answer carries (a pull's rows; 0 for a push).
-    """
+    """One request to rank ``peer``: the header's fields, the ``body`` sent after it (uint8: the
+    ``num_ids`` ids, then a push's values) and the ``payload`` bytes its answer carries."""
 
     peer: int
     kind: int
@@ -138,9 +131,8 @@ class Server:
 
     def exchange(self, requests: list[Request],
                  meanwhile: Callable[[], None] | None = None) -> list[torch.Tensor]:
-        """Sends ``requests`` (to distinct peers) and returns each answer's payload (uint8).
-
-        ``meanwhile`` runs while the answers travel.
+        """Sends ``requests`` (to distinct peers), runs ``meanwhile`` while the answers travel
+        and returns each answer's payload (uint8).
 
         Raises:
             PeerError: an owner did not answer within the timeout (dead, stuck, unreachable).
@@ -170,29 +162,26 @@ class Server:
                 out.append(self._payload(r, answer))
             return out
 
-    def _guard(self, op: str, fn: Callable):
-        """``fn()``, a failed peer turned into the group's :class:`PeerError`."""
+    def _guard(self, op: str, peer: int, fn: Callable):
+        """``fn()``; a failed peer becomes the group's :class:`PeerError` (naming ``peer`` when
+        the heartbeats blame nobody)."""
         try:
             return fn()
         except RuntimeError as exc:
             failure = self.comm.peer_failure(op, exc)
             if failure is None:
                 raise
-            raise failure from exc
+            if failure.ranks:
+                raise failure from exc
+            raise PeerError(f"{failure} (rank {peer} dead or stuck?)", [peer], op) from exc
 
     def _post(self, fn: Callable, tensor: torch.Tensor, peer: int, tag: int) -> dist.Work:
-        return self._guard(f"kvstore {fn.__name__} (rank {peer})",
+        return self._guard(f"kvstore {fn.__name__} (rank {peer})", peer,
                            lambda: fn(tensor, peer, group=self.comm.group, tag=tag))
 
     def _finish(self, work: dist.Work, peer: int, what: str, deadline: float) -> None:
-        op = f"kvstore {what} rank {peer}"
         left = datetime.timedelta(seconds=max(deadline - time.monotonic(), 0.001))
-        try:
-            self._guard(op, lambda: work.wait(timeout=left))
-        except PeerError as exc:
-            if exc.ranks:
-                raise
-            raise PeerError(f"{exc} (rank {peer} dead or stuck?)", [peer], op) from exc
+        self._guard(f"kvstore {what} rank {peer}", peer, lambda: work.wait(timeout=left))
 
     def _payload(self, request: Request, answer: torch.Tensor) -> torch.Tensor:
         status, length = from_bytes(answer[:STATUS_BYTES], (2,), torch.int64).tolist()
@@ -253,7 +242,7 @@ class Server:
         """Answers one request of rank ``source``: a pull's rows gathered into ``out``; a push
         applied. Returns the payload bytes written."""
         kind, index, op_index, num_ids, payload = (fields[i] for i in (0, 1, 2, 3, 6))
-        entry = self.shards.wait_entry(index, "a kvstore request", self.timeout)
+        entry = self.shards.entry_at(index, "a kvstore request", wait=self.timeout)
         ids = from_bytes(body[:8 * num_ids], (num_ids,), torch.int64)
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= entry.policy.num_rows):
             raise InvalidValueError(f"{entry.name!r}: ids outside [0, {entry.policy.num_rows})")
@@ -267,10 +256,6 @@ class Server:
         return self.shards.read(entry, ids, out[:payload]).numel()
 
     # -- stop --------------------------------------------------------------------------------
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
     def stop(self, job_failed: bool = False) -> None:
         """Stops the next rank's serving thread and waits for this rank's to stop (collective:
         call it on every rank once nobody sends requests any more; idempotent). With

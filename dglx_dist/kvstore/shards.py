@@ -1,7 +1,6 @@
-"""A distributed store's tensors as this rank sees them: where each one's parts live, the parts
-its server holds, and the byte layout of the messages about them. The collective path
-(:mod:`~dglx_dist.kvstore.dist`) and the serving threads (:mod:`~dglx_dist.kvstore.serve`)
-both cut requests, read rows and apply pushes through a :class:`Shards`."""
+"""A distributed store's tensors as one rank sees them (:class:`Shards`): both the collective path
+(:mod:`~dglx_dist.kvstore.dist`) and the serving threads (:mod:`~dglx_dist.kvstore.serve`) cut
+requests, read rows and apply pushes through it."""
 from __future__ import annotations
 
 import dataclasses
@@ -18,7 +17,7 @@ from dglx_dist.kvstore.ops import PushOp, combine_duplicates
 from dglx_dist.kvstore.policy import PartitionPolicy, Piece, rows_at, split_contiguous
 from dglx_dist.kvstore.shm import EMPTY_U8, from_bytes, to_bytes
 
-__all__ = ["Shards", "PullPlan", "Message", "piece_bytes", "unpack"]
+__all__ = ["Shards", "PullPlan", "Message"]
 
 Message = tuple[torch.Tensor, torch.Tensor]
 """A push message: int64 ``[name index, op index, *ids]`` and the values' raw bytes."""
@@ -28,17 +27,16 @@ def _piece_shape(entry: TensorEntry, q: Piece) -> tuple[int, ...]:
     return (q.local.numel(), *entry.part_trailing[q.part])
 
 
-def piece_bytes(entry: TensorEntry, q: Piece) -> int:
-    """The bytes of piece ``q``'s rows of ``entry`` in a message."""
+def _piece_bytes(entry: TensorEntry, q: Piece) -> int:
     return math.prod(_piece_shape(entry, q)) * entry.dtype.itemsize
 
 
-def unpack(entry: TensorEntry, pieces: list[Piece],
+def _unpack(entry: TensorEntry, pieces: list[Piece],
            buf: torch.Tensor) -> Iterator[tuple[Piece, torch.Tensor]]:
     """Yields (piece, rows): ``buf`` cut into the pieces' rows (views, in order)."""
     offset = 0
     for q in pieces:
-        size = piece_bytes(entry, q)
+        size = _piece_bytes(entry, q)
         yield q, from_bytes(buf[offset:offset + size], _piece_shape(entry, q), entry.dtype)
         offset += size
     if offset != buf.numel():
@@ -49,16 +47,9 @@ def unpack(entry: TensorEntry, pieces: list[Piece],
 
 @dataclasses.dataclass(eq=False)
 class PullPlan:
-    """One pull, cut by where its rows live (:meth:`Shards.plan_pull`).
-
-    Attributes:
-        entry: the tensor pulled.
-        uniq: the ids fetched (deduplicated unless the pull said not to).
-        inverse: row of ``out`` for each requested id (None: ``out`` is in request order).
-        out: the fetched rows, one per id of ``uniq``.
-        local: the own server's pieces; remote: the other servers' pieces, by server.
-        pin: the rows go on to a GPU (page-locked memory).
-    """
+    """One pull cut by where its rows live (:meth:`Shards.plan_pull`): ``out`` gets a row per
+    id of ``uniq`` (``inverse``: the row of each requested id; None: ``out`` is in request
+    order) from the own server's pieces (``local``) and the other servers' (``remote``)."""
 
     entry: TensorEntry
     uniq: torch.Tensor
@@ -76,7 +67,7 @@ class PullPlan:
             if len(pieces) > 1 and pieces[0].cols is not None:  # column pieces share rows
                 pos = torch.unique(pos)
             asked[server] = (self.uniq.index_select(0, pos),
-                             sum(piece_bytes(self.entry, q) for q in pieces))
+                             sum(_piece_bytes(self.entry, q) for q in pieces))
         return asked
 
     def fill_local(self) -> None:
@@ -95,7 +86,7 @@ class PullPlan:
 
     def take(self, server: int, answer: torch.Tensor) -> None:
         """Writes ``server``'s answer (raw bytes) into place."""
-        for q, rows in unpack(self.entry, self.remote[server], answer):
+        for q, rows in _unpack(self.entry, self.remote[server], answer):
             q.take(self.out, rows)
 
     def rows(self) -> torch.Tensor:
@@ -104,16 +95,14 @@ class PullPlan:
 
 
 class Shards:
-    """The registered tensors of a distributed store, their placement and this server's parts.
-
-    Registration and the applying of pushes are thread-safe (a serving thread reads and
-    writes the parts too).
+    """A distributed store's registered tensors, their placement and this server's parts
+    (thread-safe where a serving thread reads and writes them too).
 
     Args:
         topology: the job's servers x ranks.
         rank: this process's global rank.
-        ops: the store's push ops by name, in registration order (read, never written: ops
-            registered later are seen).
+        ops: the store's push ops by name, in registration order (ops registered later are
+            seen; never written).
         pin: pulled rows go to page-locked memory (they travel on to a GPU).
     """
 
@@ -130,11 +119,8 @@ class Shards:
 
     # -- placement ---------------------------------------------------------------------------
     def part_servers(self, policy: PartitionPolicy) -> list[int]:
-        """The server holding each part of ``policy`` (see the ``dist`` module docstring).
-
-        Raises:
-            ValueError: the part count is neither the number of servers nor the world size.
-        """
+        """The server holding each part of ``policy`` (ValueError: the part count is neither the
+        number of servers nor the world size)."""
         n, servers, per = policy.num_parts, self.topology.num_servers, self.per_server
         if n == servers:
             return list(range(n))
@@ -144,21 +130,6 @@ class Shards:
                                 f"ranks needs {servers} parts (one per server) or {servers * per} "
                                 "(one per rank)")
 
-    def check_parts_held(self, policy: PartitionPolicy, parts: list[int]) -> None:
-        """Raises ValueError when some of ``parts`` live on other servers."""
-        servers = self.part_servers(policy)
-        elsewhere = [p for p in parts if servers[p] != self.server]
-        if elsewhere:
-            raise InvalidValueError(f"part_data holds parts {elsewhere}, which live on other "
-                                    f"servers; rank {self.rank} (server {self.server}) may only "
-                                    f"pass parts "
-                                    f"{[p for p, s in enumerate(servers) if s == self.server]}")
-
-    def checkpoints(self, part: int) -> bool:
-        """Whether this rank writes the own server's part ``part`` into checkpoints."""
-        ranks = self.topology.server_ranks(self.server)  # spread over the server
-        return ranks[part % len(ranks)] == self.rank
-
     # -- registry ----------------------------------------------------------------------------
     def add(self, entry: TensorEntry, servers: list[int]) -> None:
         """Registers ``entry`` (index ``len(self)``) whose part ``p`` is on ``servers[p]``."""
@@ -167,32 +138,19 @@ class Shards:
             self._entries.append(entry)
             self._registered.notify_all()
 
-    def entry_at(self, index: int, source: str) -> TensorEntry:
-        """Entry ``index``, which ``source`` referred to.
-
-        Raises:
-            ProtocolError: no such entry (the ranks registered different tensors).
-        """
+    def entry_at(self, index: int, source: str, wait: float = 0.0) -> TensorEntry:
+        """Entry ``index``, which ``source`` referred to, waiting up to ``wait`` seconds for this
+        rank's ``init_data`` to register it (a peer may leave the collective ``init_data`` and
+        ask for rows before this rank has). ProtocolError when there is none."""
+        deadline = time.monotonic() + wait
+        with self._registered:
+            while index >= len(self._entries) and time.monotonic() < deadline:
+                self._registered.wait(max(deadline - time.monotonic(), 0.0))
         if not 0 <= index < len(self._entries):
             raise ProtocolError(f"{source} referred to tensor #{index}, but rank {self.rank} has "
                                 f"{len(self._entries)} registered: init_data must run in the "
                                 "same order on every rank")
         return self._entries[index]
-
-    def wait_entry(self, index: int, source: str, timeout: float) -> TensorEntry:
-        """:meth:`entry_at`, waiting up to ``timeout`` seconds for this rank's ``init_data`` to
-        register it (a peer may leave the collective ``init_data`` and ask for rows before this
-        rank has)."""
-        deadline = time.monotonic() + timeout
-        with self._registered:
-            while index >= len(self._entries) and time.monotonic() < deadline:
-                self._registered.wait(max(deadline - time.monotonic(), 0.0))
-        return self.entry_at(index, source)
-
-    def release(self) -> None:
-        """Drops this process's mappings of the parts."""
-        for entry in self._entries:
-            entry.parts.clear()
 
     # -- messages ----------------------------------------------------------------------------
     def pieces_on(self, entry: TensorEntry, gids: torch.Tensor, server: int) -> list[Piece]:
@@ -222,19 +180,15 @@ class Shards:
 
     def read(self, entry: TensorEntry, ids: torch.Tensor,
              out: torch.Tensor | None = None) -> torch.Tensor:
-        """The raw bytes of the rows ``ids`` this server holds (the answer to a pull), gathered
-        into ``out`` when given.
-
-        Raises:
-            ValueError: ``out`` does not have the rows' size.
-        """
+        """The raw bytes of the rows ``ids`` this server holds (a pull's answer), gathered into
+        ``out`` when given (ValueError when it does not have their size)."""
         pieces = self.pieces_on(entry, ids, self.server)
-        size = sum(piece_bytes(entry, q) for q in pieces)
+        size = sum(_piece_bytes(entry, q) for q in pieces)
         if out is not None and out.numel() != size:
             raise InvalidValueError(f"{entry.name!r}: the rows asked for are {size} bytes on "
                                     f"server {self.server}; the request expects {out.numel()}")
         buf = torch.empty(size, dtype=torch.uint8) if out is None else out
-        for q, rows in unpack(entry, pieces, buf):  # gather straight into the message
+        for q, rows in _unpack(entry, pieces, buf):  # gather straight into the message
             torch.index_select(entry.parts[q.part], 0, q.local, out=rows)
         return buf
 
@@ -268,7 +222,7 @@ class Shards:
                 continue
             entry = self.entry_at(int(head[0]), f"rank {source}")
             pieces = self.pieces_on(entry, head[2:], self.server)
-            for q, rows in unpack(entry, pieces, buf):
+            for q, rows in _unpack(entry, pieces, buf):
                 groups.setdefault((entry.index, int(head[1]), q.part), []).append((q.local, rows))
         ops = list(self.ops.values())
         with self._apply_lock:  # a serving thread applies other ranks' pushes too

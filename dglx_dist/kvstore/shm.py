@@ -137,16 +137,13 @@ def from_bytes(buf: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) ->
 
 
 class SharedParts:
-    """Creates a distributed store's parts in shared memory, collectively (the ``dist``
-    module docstring says how): the ranks agree on the ``init_data`` request, one rank per part
-    creates and fills the part's file, the server's other ranks map it, then it is unlinked.
-
-    Building it is collective: the ranks agree on a per-job token (rank 0's) naming the files.
+    """A distributed store's collective ``init_data``: the ranks agree on the request, one rank
+    per part creates and fills the part's file in ``shm_dir``, the server's other ranks map it,
+    then it is unlinked. Building it is collective (the files' per-job ``token`` is rank 0's).
 
     Args:
-        world: the job's communicator; server: the server's.
-        shm_dir: where the files are created.
-        seed: mixed into the seeds of callable initialisers.
+        world, server: the job's and the server's communicators.
+        shm_dir: where the files are created; seed: mixed into callable initialisers' seeds.
     """
 
     def __init__(self, world, server, shm_dir: Path, seed: int):
@@ -155,12 +152,11 @@ class SharedParts:
 
     def create(self, shards, name: str, spec: InitSpec | None,
                error: Exception | None) -> TensorEntry:
-        """The entry of a validated request (``spec``; None when this rank's validation failed
-        with ``error``), its parts mapped, registered with ``shards`` (a
-        :class:`~dglx_dist.kvstore.shards.Shards`).
+        """The entry of request ``spec`` (None: this rank's failed with ``error``), its parts
+        mapped, registered with ``shards`` (a :class:`~dglx_dist.kvstore.shards.Shards`).
 
         Raises:
-            ValueError: this or another rank's request was bad, or the ranks' requests differ.
+            ValueError: a rank's request was bad, or the ranks' requests differ.
             StateError: a rank could not create or map its parts.
         """
         has = self._agree(name, spec, error, len(shards))
