@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, ProtocolError, UnknownNameError
-from dglx_dist.kvstore.ops import BUILTIN_OPS, COMBINE_RULES, INITS, Init, OpHandler, PushOp
+from dglx_dist.kvstore.ops import (BUILTIN_OPS, COMBINE_RULES, INITS, Init, OpHandler, PushOp,
+                                   init_part)
 from dglx_dist.kvstore.policy import PartitionPolicy
 
 __all__ = ["KVStore", "PullUnderWay", "TensorEntry", "InitSpec", "apply_op"]
@@ -79,6 +80,13 @@ class InitSpec:
     dtype: torch.dtype
     init: Init
     part_data: dict[int, torch.Tensor]
+
+    def initial_rows(self, part: int, seed: int) -> torch.Tensor:
+        """Part ``part``'s rows as passed, else built by ``init`` (seeded per seed, name, part)."""
+        if part in self.part_data:
+            return self.part_data[part]
+        shape = self.policy.part_shape(part, self.trailing)
+        return init_part(self.init, shape, self.dtype, seed, self.name, part)
 
 
 def apply_op(entries: Iterable[TensorEntry], entry: TensorEntry, op: PushOp, part: int,

@@ -40,10 +40,9 @@ log = logging.getLogger(__name__)
 
 
 class DistKVStore(KVStore):
-    """Named tensors sharded over the job's servers. It holds a
-    :class:`~dglx_dist.kvstore.shards.Shards` (the tensors, their placement, this server's
-    parts), a :class:`~dglx_dist.kvstore.shm.SharedParts` (which creates the parts) and, when
-    serving, a :class:`~dglx_dist.kvstore.serve.Server`.
+    """Named tensors sharded over the job's servers: a :class:`~dglx_dist.kvstore.shards.Shards`
+    (the tensors, their placement, this server's parts), the :class:`SharedParts` that creates
+    the parts and, when serving, a :class:`~dglx_dist.kvstore.serve.Server`.
 
     Args:
         session: the running session (communicators, topology, byte counters).

@@ -1,10 +1,9 @@
 """Serving a distributed store's rows to one rank at a time: point-to-point, no collective.
 
 Every rank of a serving :class:`~dglx_dist.kvstore.dist.DistKVStore` holds a :class:`Server`:
-one thread that answers requests for the rows its server holds, on a process group of the
-store's own (created collectively with the store), so a rank can pull or push while its peers
-do something else entirely (DistDGL's servers, without separate server processes). The same
-object sends this rank's own non-collective pulls and pushes.
+a thread answering requests for its server's rows, and this rank's own requests, on a process
+group of the store's own, so a rank can pull or push while its peers do something else
+entirely (DistDGL's servers, without separate server processes).
 
 **Messages** (raw bytes with explicit sizes, never pickled):
 
@@ -60,21 +59,18 @@ _FOREVER = datetime.timedelta(days=3650)
 
 @dataclasses.dataclass
 class Request:
-    """One request to rank ``peer``: the header's fields, the ``body`` sent after it (uint8: the
-    ``num_ids`` ids, then a push's values) and the ``payload`` bytes its answer carries."""
+    """One request to rank ``peer``: its header's ``[kind, tensor index, op index, ids]``, the
+    ``body`` sent after the header (uint8: the ids, then a push's values) and the ``payload``
+    bytes its answer carries."""
 
     peer: int
-    kind: int
-    index: int
-    op_index: int
-    num_ids: int
+    fields: list[int]
     body: torch.Tensor
     payload: int
 
     def header(self) -> torch.Tensor:
-        return torch.tensor([self.kind, self.index, self.op_index, self.num_ids,
-                             self.body.numel(), answer_bytes(self.payload), self.payload, 0],
-                            dtype=torch.int64)
+        return torch.tensor([*self.fields, self.body.numel(), answer_bytes(self.payload),
+                             self.payload, 0], dtype=torch.int64)
 
 
 def answer_bytes(payload: int) -> int:
@@ -84,9 +80,7 @@ def answer_bytes(payload: int) -> int:
 
 class Server:
     """This rank's serving thread and its non-collective requests, on a group of their own.
-
-    Building it is collective (every rank creates the group, in the same order as its other
-    groups); :meth:`stop` is too (every rank stops the next rank's thread).
+    Building it is collective (the group), and so is :meth:`stop`.
 
     Args:
         session: the running session (its communicators, counter, health, timeout, ranks).
@@ -96,8 +90,7 @@ class Server:
 
     def __init__(self, session, shards: Shards, name: str = "kvserve"):
         self.comm, self.shards = session.new_world_comm(name), shards
-        self.rank, self.size, self.local_rank = session.rank, session.world_size, \
-            session.local_rank
+        self.rank, self.size, self.local_rank = session.rank, session.world_size, session.local_rank
         self.timeout = float(session.env.timeout)
         self._lock = threading.Lock()  # one outgoing exchange at a time (tags are per sender)
         self._thread: threading.Thread | None = threading.Thread(
@@ -109,8 +102,8 @@ class Server:
         """The rows of ``plan``: other servers' from their rank with this rank's local index,
         own-server rows read meanwhile."""
         asked, per = plan.requests(), self.shards.per_server
-        requests = [Request(server * per + self.local_rank, PULL, plan.entry.index, -1,
-                            gids.numel(), to_bytes(gids), nbytes)
+        requests = [Request(server * per + self.local_rank,
+                            [PULL, plan.entry.index, -1, gids.numel()], to_bytes(gids), nbytes)
                     for server, (gids, nbytes) in asked.items()]
         for server, answer in zip(asked, self.exchange(requests, plan.fill_local)):
             plan.take(server, answer)
@@ -119,7 +112,7 @@ class Server:
     def push(self, messages: dict[int, Message], own: Message | None = None) -> None:
         """Sends push ``messages`` to their writer ranks (``own``, this rank's, is applied
         meanwhile); returns once every writer acknowledged."""
-        requests = [Request(writer, PUSH, int(head[0]), int(head[1]), head.numel() - 2,
+        requests = [Request(writer, [PUSH, int(head[0]), int(head[1]), head.numel() - 2],
                             torch.cat([to_bytes(head[2:]), data]), 0)
                     for writer, (head, data) in messages.items()]
 
@@ -130,7 +123,7 @@ class Server:
         self.exchange(requests, apply_own)
 
     def exchange(self, requests: list[Request],
-                 meanwhile: Callable[[], None] | None = None) -> list[torch.Tensor]:
+                 meanwhile: Callable[[], None]) -> list[torch.Tensor]:
         """Sends ``requests`` (to distinct peers), runs ``meanwhile`` while the answers travel
         and returns each answer's payload (uint8).
 
@@ -152,8 +145,7 @@ class Server:
                 sends.append((r.peer, self._post(dist.isend, r.header(), r.peer, TAG_HEAD)))
                 if r.body.numel():
                     sends.append((r.peer, self._post(dist.isend, r.body, r.peer, TAG_BODY)))
-            if meanwhile is not None:
-                meanwhile()
+            meanwhile()
             for peer, work in sends:
                 self._finish(work, peer, "request to", deadline)
             out = []
@@ -261,10 +253,8 @@ class Server:
         call it on every rank once nobody sends requests any more; idempotent). With
         ``job_failed`` (a peer is dead or stuck), the thread, a daemon waiting on a dead job,
         is left behind instead of waited for."""
-        if self._thread is None:
-            return
-        if job_failed or self.comm.failure is not None:
-            self._thread = None
+        thread, self._thread = self._thread, None
+        if thread is None or job_failed or self.comm.failure is not None:
             return
         stop = torch.tensor([STOP] + [0] * (HEAD_LEN - 1), dtype=torch.int64)
         nxt = (self.rank + 1) % self.size
@@ -274,8 +264,7 @@ class Server:
         except RuntimeError as exc:
             log.warning("rank %d: could not stop rank %d's kvstore serving thread: %s",
                         self.rank, nxt, exc)
-        self._thread.join(self.timeout)
-        if self._thread.is_alive():
+        thread.join(self.timeout)
+        if thread.is_alive():
             log.warning("rank %d: the kvstore serving thread did not stop within %gs",
                         self.rank, self.timeout)
-        self._thread = None

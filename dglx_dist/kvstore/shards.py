@@ -1,6 +1,5 @@
-"""A distributed store's tensors as one rank sees them (:class:`Shards`): both the collective path
-(:mod:`~dglx_dist.kvstore.dist`) and the serving threads (:mod:`~dglx_dist.kvstore.serve`) cut
-requests, read rows and apply pushes through it."""
+"""A distributed store's tensors as one rank sees them; the collective path and the serving
+threads cut requests, read rows and apply pushes through a :class:`Shards`."""
 from __future__ import annotations
 
 import dataclasses

@@ -24,7 +24,6 @@ import torch
 
 from dglx_dist.errors import DiskFullError, InvalidValueError, ProtocolError, StateError
 from dglx_dist.kvstore.base import InitSpec, TensorEntry
-from dglx_dist.kvstore.ops import init_part
 
 __all__ = ["default_shm_dir", "create_shared", "attach_shared", "to_bytes", "from_bytes",
            "SharedParts", "EMPTY_I64", "EMPTY_U8"]
@@ -213,16 +212,12 @@ class SharedParts:
                 if (writer == me) != create:
                     continue
                 path = self.dir / f"dglx-kv-{self.token}-{entry.index}-{part}"
-                shape = spec.policy.part_shape(part, spec.trailing)
                 if create:
-                    rows = spec.part_data.get(part)
-                    if rows is None:
-                        rows = init_part(spec.init, shape, spec.dtype, self.seed, entry.name,
-                                         part)
-                    entry.parts[part] = create_shared(path, rows)
+                    entry.parts[part] = create_shared(path, spec.initial_rows(part, self.seed))
                     created.append(path)
                 else:
-                    entry.parts[part] = attach_shared(path, shape, spec.dtype)
+                    entry.parts[part] = attach_shared(
+                        path, spec.policy.part_shape(part, spec.trailing), spec.dtype)
         except (OSError, RuntimeError, ValueError, KeyError) as exc:
             log.error("init_data %r on rank %d: %s", entry.name, me, exc)
             return False
