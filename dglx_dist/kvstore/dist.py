@@ -47,11 +47,10 @@ class DistKVStore(KVStore):
     Args:
         session: the running session (communicators, topology, byte counters).
         seed: mixed into the seeds of callable initialisers.
-        shm_dir: where shared tensors are created (attribute ``shm_dir``, their names carry
+        shm_dir: where shared tensors are created (attribute ``shm_dir``; their names carry
             ``token``); default ``/dev/shm``.
-        serve: run a serving thread (on a process group of its own), so that
-            ``pull``/``push`` with ``collective=False`` work; a store only ever used
-            collectively may skip it.
+        serve: run a serving thread (on a process group of its own), so that ``pull``/``push``
+            with ``collective=False`` work; a store only ever used collectively may skip it.
     """
 
     def __init__(self, session, *, seed: int = 0, shm_dir: str | Path | None = None,

@@ -177,10 +177,9 @@ class Server:
 
     def _payload(self, request: Request, answer: torch.Tensor) -> torch.Tensor:
         status, length = from_bytes(answer[:STATUS_BYTES], (2,), torch.int64).tolist()
-        counter, intra = self.comm.counter, self.comm.topology.same_server(self.rank,
-                                                                          request.peer)
-        counter.add(intra, request.body.numel(), length if status == 0 else 0)
-        counter.add_control(8 * HEAD_LEN, calls=1)
+        intra = self.comm.topology.same_server(self.rank, request.peer)
+        self.comm.counter.add(intra, request.body.numel(), length if status == 0 else 0)
+        self.comm.counter.add_control(8 * HEAD_LEN, calls=1)
         if status != 0:
             text = bytes(answer[STATUS_BYTES:STATUS_BYTES + length].tolist()).decode(
                 "utf-8", "replace")
@@ -220,8 +219,7 @@ class Server:
             status = 0
         except Exception as exc:  # noqa: BLE001  (any refusal goes back to the requester)
             text = f"{type(exc).__name__}: {exc}".encode()[:answer.numel() - STATUS_BYTES]
-            answer[STATUS_BYTES:STATUS_BYTES + len(text)] = torch.tensor(list(text),
-                                                                        dtype=torch.uint8)
+            answer[STATUS_BYTES:STATUS_BYTES + len(text)] = torch.tensor(list(text))
             status, length = 1, len(text)
         answer[:STATUS_BYTES].view(torch.int64)[:] = torch.tensor([status, length])
         dist.isend(answer, source, group=self.comm.group, tag=TAG_ANSWER).wait(timeout=timeout)
@@ -247,7 +245,6 @@ class Server:
                                     f"of {out.numel()}")
         return self.shards.read(entry, ids, out[:payload]).numel()
 
-    # -- stop --------------------------------------------------------------------------------
     def stop(self, job_failed: bool = False) -> None:
         """Stops the next rank's serving thread and waits for this rank's to stop (collective:
         call it on every rank once nobody sends requests any more; idempotent). With

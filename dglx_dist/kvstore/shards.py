@@ -98,8 +98,7 @@ class Shards:
     (thread-safe where a serving thread reads and writes them too).
 
     Args:
-        topology: the job's servers x ranks.
-        rank: this process's global rank.
+        topology, rank: the job's servers x ranks, and this process's global rank.
         ops: the store's push ops by name, in registration order (ops registered later are
             seen; never written).
         pin: pulled rows go to page-locked memory (they travel on to a GPU).
@@ -116,7 +115,6 @@ class Shards:
     def __len__(self) -> int:
         return len(self._entries)
 
-    # -- placement ---------------------------------------------------------------------------
     def part_servers(self, policy: PartitionPolicy) -> list[int]:
         """The server holding each part of ``policy`` (ValueError: the part count is neither the
         number of servers nor the world size)."""
@@ -129,7 +127,6 @@ class Shards:
                                 f"ranks needs {servers} parts (one per server) or {servers * per} "
                                 "(one per rank)")
 
-    # -- registry ----------------------------------------------------------------------------
     def add(self, entry: TensorEntry, servers: list[int]) -> None:
         """Registers ``entry`` (index ``len(self)``) whose part ``p`` is on ``servers[p]``."""
         with self._registered:
@@ -151,7 +148,6 @@ class Shards:
                                 "same order on every rank")
         return self._entries[index]
 
-    # -- messages ----------------------------------------------------------------------------
     def pieces_on(self, entry: TensorEntry, gids: torch.Tensor, server: int) -> list[Piece]:
         servers = self._servers[entry.index]
         return [q for q in entry.policy.split(gids) if servers[q.part] == server]

@@ -153,11 +153,8 @@ class SharedParts:
                error: Exception | None) -> TensorEntry:
         """The entry of request ``spec`` (None: this rank's failed with ``error``), its parts
         mapped, registered with ``shards`` (a :class:`~dglx_dist.kvstore.shards.Shards`).
-
-        Raises:
-            ValueError: a rank's request was bad, or the ranks' requests differ.
-            StateError: a rank could not create or map its parts.
-        """
+        ValueError: a rank's request was bad, or the ranks' differ; StateError: a rank could not
+        create or map its parts."""
         has = self._agree(name, spec, error, len(shards))
         entry = TensorEntry.from_spec(spec, len(shards))
         servers = shards.part_servers(spec.policy)
