@@ -148,7 +148,7 @@ class Shards:
                                 "same order on every rank")
         return self._entries[index]
 
-    def pieces_on(self, entry: TensorEntry, gids: torch.Tensor, server: int) -> list[Piece]:
+    def _pieces_on(self, entry: TensorEntry, gids: torch.Tensor, server: int) -> list[Piece]:
         servers = self._servers[entry.index]
         return [q for q in entry.policy.split(gids) if servers[q.part] == server]
 
@@ -177,7 +177,7 @@ class Shards:
              out: torch.Tensor | None = None) -> torch.Tensor:
         """The raw bytes of the rows ``ids`` this server holds (a pull's answer), gathered into
         ``out`` when given (ValueError when it does not have their size)."""
-        pieces = self.pieces_on(entry, ids, self.server)
+        pieces = self._pieces_on(entry, ids, self.server)
         size = sum(_piece_bytes(entry, q) for q in pieces)
         if out is not None and out.numel() != size:
             raise InvalidValueError(f"{entry.name!r}: the rows asked for are {size} bytes on "
@@ -202,7 +202,7 @@ class Shards:
             pos = torch.unique(torch.cat(pos))
             gids = uniq[pos]
             chunks = [to_bytes(combined[q.index(pos.index_select(0, q.pos))])
-                      for q in self.pieces_on(entry, gids, writer // self.per_server)]
+                      for q in self._pieces_on(entry, gids, writer // self.per_server)]
             messages[writer] = (torch.cat([torch.tensor([entry.index, op_index]), gids]),
                                 torch.cat(chunks) if chunks else EMPTY_U8)
         return messages
@@ -216,7 +216,7 @@ class Shards:
             if head.numel() == 0:
                 continue
             entry = self.entry_at(int(head[0]), f"rank {source}")
-            pieces = self.pieces_on(entry, head[2:], self.server)
+            pieces = self._pieces_on(entry, head[2:], self.server)
             for q, rows in _unpack(entry, pieces, buf):
                 groups.setdefault((entry.index, int(head[1]), q.part), []).append((q.local, rows))
         ops = list(self.ops.values())
