@@ -10,16 +10,17 @@ from __future__ import annotations
 import abc
 import dataclasses
 import operator
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 import torch
 
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, ProtocolError, UnknownNameError
-from dglx_dist.kvstore.ops import BUILTIN_OPS, COMBINE_RULES, INITS, Init, OpHandler, PushOp
+from dglx_dist.kvstore.ops import (BUILTIN_OPS, COMBINE_RULES, INITS, Init, OpHandler, PushOp,
+                                   init_part)
 from dglx_dist.kvstore.policy import PartitionPolicy
 
-__all__ = ["KVStore", "PullUnderWay", "TensorEntry", "InitSpec"]
+__all__ = ["KVStore", "PullUnderWay", "TensorEntry", "InitSpec", "apply_op"]
 
 
 class PullUnderWay:
@@ -79,6 +80,29 @@ class InitSpec:
     dtype: torch.dtype
     init: Init
     part_data: dict[int, torch.Tensor]
+
+    def initial_rows(self, part: int, seed: int) -> torch.Tensor:
+        """Part ``part``'s rows as passed, else built by ``init`` (seeded per seed, name, part)."""
+        if part in self.part_data:
+            return self.part_data[part]
+        shape = self.policy.part_shape(part, self.trailing)
+        return init_part(self.init, shape, self.dtype, seed, self.name, part)
+
+
+def apply_op(entries: Iterable[TensorEntry], entry: TensorEntry, op: PushOp, part: int,
+             local: torch.Tensor, values: torch.Tensor) -> None:
+    """Applies ``op`` to local rows ``local`` (unique) of ``entry``'s part ``part``; ``entries``
+    are every registered tensor of the process (the op's ``state["tensors"]``)."""
+    tensor = entry.parts[part]
+    tensors = {e.name: e.parts[part] for e in entries if part in e.parts}
+    tensors[entry.name] = tensor
+    state = {"name": entry.name, "part": part, "tensors": tensors}
+    new = op.fn(tensor[local], values, local, state)
+    if tuple(new.shape) != (local.numel(), *tensor.shape[1:]):
+        raise ProtocolError(f"op {op.name!r} returned shape {tuple(new.shape)} for "
+                            f"{entry.name!r} part {part}; expected "
+                            f"{(local.numel(), *tensor.shape[1:])}")
+    tensor[local] = new.to(tensor.dtype)
 
 
 def _part_index(key) -> int | None:
@@ -283,20 +307,6 @@ class KVStore(abc.ABC):
 
     def _check_parts_held(self, policy: PartitionPolicy, parts: list[int]) -> None:
         """Raises ValueError when this process cannot hold the given parts of ``policy``."""
-
-    def _apply(self, entry: TensorEntry, op: PushOp, part: int, local: torch.Tensor,
-               values: torch.Tensor) -> None:
-        """Applies ``op`` to local rows ``local`` (unique) of ``entry``'s part ``part``."""
-        tensor = entry.parts[part]
-        tensors = {e.name: e.parts[part] for e in self._entries.values() if part in e.parts}
-        tensors[entry.name] = tensor
-        state = {"name": entry.name, "part": part, "tensors": tensors}
-        new = op.fn(tensor[local], values, local, state)
-        if tuple(new.shape) != (local.numel(), *tensor.shape[1:]):
-            raise ProtocolError(f"op {op.name!r} returned shape {tuple(new.shape)} for "
-                                f"{entry.name!r} part {part}; expected "
-                                f"{(local.numel(), *tensor.shape[1:])}")
-        tensor[local] = new.to(tensor.dtype)
 
     def _entry(self, name: str) -> TensorEntry:
         if name not in self._entries:

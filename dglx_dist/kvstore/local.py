@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from dglx_dist.kvstore.base import InitSpec, KVStore, TensorEntry
-from dglx_dist.kvstore.ops import PushOp, combine_duplicates, init_part
+from dglx_dist.kvstore.base import InitSpec, KVStore, TensorEntry, apply_op
+from dglx_dist.kvstore.ops import PushOp, combine_duplicates
 
 __all__ = ["LocalKVStore"]
 
@@ -27,11 +27,7 @@ class LocalKVStore(KVStore):
             raise error
         entry = TensorEntry.from_spec(spec, len(self._entries))
         for part in range(spec.policy.num_parts):
-            shape = spec.policy.part_shape(part, spec.trailing)
-            rows = spec.part_data.get(part)
-            if rows is None:
-                rows = init_part(spec.init, shape, spec.dtype, self.seed, name, part)
-            entry.parts[part] = rows.detach().clone().contiguous()
+            entry.parts[part] = spec.initial_rows(part, self.seed).detach().clone().contiguous()
         return entry
 
     def _pull(self, entry: TensorEntry, ids: torch.Tensor, dedup: bool) -> torch.Tensor:
@@ -44,4 +40,5 @@ class LocalKVStore(KVStore):
               values: torch.Tensor) -> None:
         uniq, combined = combine_duplicates(ids, values, op.combine)
         for piece in entry.policy.split(uniq):
-            self._apply(entry, op, piece.part, piece.local, combined[piece.index()])
+            apply_op(self._entries.values(), entry, op, piece.part, piece.local,
+                     combined[piece.index()])

@@ -69,10 +69,6 @@ class Piece:
         first, last = int(self.pos[0]), int(self.pos[-1])
         return slice(first, last + 1) if last - first + 1 == n else None
 
-    def gather(self, part_rows: torch.Tensor) -> torch.Tensor:
-        """This piece's rows of its part's local tensor ``part_rows``."""
-        return rows_at(part_rows, self.local)
-
     def fill(self, out: torch.Tensor, part_rows: torch.Tensor) -> None:
         """Writes this piece's rows of ``part_rows`` into its cells of ``out`` (one pass when
         its cells are whole consecutive rows)."""
@@ -80,7 +76,7 @@ class Piece:
         if span is not None and self.cols is None:
             torch.index_select(part_rows, 0, self.local, out=out[span])
         else:
-            self.take(out, self.gather(part_rows))
+            self.take(out, rows_at(part_rows, self.local))
 
     def take(self, out: torch.Tensor, rows: torch.Tensor) -> None:
         """Writes ``rows`` (this piece's rows, in ``pos`` order) into its cells of ``out``.

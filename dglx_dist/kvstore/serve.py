@@ -1,9 +1,9 @@
 """Serving a distributed store's rows to one rank at a time: point-to-point, no collective.
 
-Every rank of a serving :class:`~dglx_dist.kvstore.dist.DistKVStore` runs one thread that
-answers requests for the rows its server holds, on a process group of the store's own
-(created collectively with the store), so a rank can pull or push while its peers do something
-else entirely (DistDGL's servers, without separate server processes).
+Every rank of a serving :class:`~dglx_dist.kvstore.dist.DistKVStore` holds a :class:`Server`:
+a thread answering requests for its server's rows, and this rank's own requests, on a process
+group of the store's own, so a rank can pull or push while its peers do something else
+entirely (DistDGL's servers, without separate server processes).
 
 **Messages** (raw bytes with explicit sizes, never pickled):
 
@@ -26,7 +26,7 @@ failure becomes a :class:`~dglx_dist.runtime.comm.PeerError` naming the owner (o
 heartbeats blame). The serving thread waits without a deadline for the next header (gloo closes
 every connection of a group when a receive times out, so an idle wait must not time out), and
 with the timeout for everything else. It stops when the previous rank sends it a stop header
-(:meth:`Channel.stop`, after a barrier: nobody is asking any more); gloo cannot send to itself.
+(:meth:`Server.stop`, after a barrier: nobody is asking any more); gloo cannot send to itself.
 """
 from __future__ import annotations
 
@@ -40,14 +40,12 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from dglx_dist.errors import InvalidValueError, ProtocolError, StateError
-from dglx_dist.kvstore.base import TensorEntry
-from dglx_dist.kvstore.ops import PushOp, combine_duplicates
-from dglx_dist.kvstore.policy import rows_at
+from dglx_dist.errors import InvalidValueError, ProtocolError
+from dglx_dist.kvstore.shards import Message, PullPlan, Shards
 from dglx_dist.kvstore.shm import EMPTY_U8, from_bytes, to_bytes
 from dglx_dist.runtime.comm import PeerError
 
-__all__ = ["Channel", "Request", "ServedStore", "PULL", "PUSH", "STOP", "MIN_ANSWER"]
+__all__ = ["Server", "Request", "PULL", "PUSH", "STOP", "MIN_ANSWER"]
 
 log = logging.getLogger(__name__)
 
@@ -58,35 +56,21 @@ STATUS_BYTES = 16  # int64 [status, length] in front of every answer
 MIN_ANSWER = 256  # bytes: room for an error text
 _FOREVER = datetime.timedelta(days=3650)
 
-# handler(header, body, out) -> payload bytes written into ``out`` (raises on a bad request)
-Handler = Callable[[list[int], torch.Tensor, torch.Tensor], int]
-
 
 @dataclasses.dataclass
 class Request:
-    """One request to one rank.
-
-    Attributes:
-        peer: the global rank that answers.
-        kind: :data:`PULL` or :data:`PUSH`.
-        index: the tensor's registration index; op_index: the push op's (-1 for a pull).
-        num_ids: ids at the front of ``body``.
-        body: the raw bytes sent after the header (uint8, may be empty).
-        payload: the bytes the answer carries (a pull's rows; 0 for a push).
-    """
+    """One request to rank ``peer``: its header's ``[kind, tensor index, op index, ids]``, the
+    ``body`` sent after the header (uint8: the ids, then a push's values) and the ``payload``
+    bytes its answer carries."""
 
     peer: int
-    kind: int
-    index: int
-    op_index: int
-    num_ids: int
+    fields: list[int]
     body: torch.Tensor
     payload: int
 
     def header(self) -> torch.Tensor:
-        return torch.tensor([self.kind, self.index, self.op_index, self.num_ids,
-                             self.body.numel(), answer_bytes(self.payload), self.payload, 0],
-                            dtype=torch.int64)
+        return torch.tensor([*self.fields, self.body.numel(), answer_bytes(self.payload),
+                             self.payload, 0], dtype=torch.int64)
 
 
 def answer_bytes(payload: int) -> int:
@@ -94,41 +78,64 @@ def answer_bytes(payload: int) -> int:
     return STATUS_BYTES + max(payload, MIN_ANSWER - STATUS_BYTES)
 
 
-class Channel:
-    """The store's serving thread and this rank's requests, on a group of their own.
-
-    Building it is collective (every rank creates the group, in the same order as its other
-    groups); :meth:`stop` is too (every rank stops the next rank's thread).
+class Server:
+    """This rank's serving thread and its non-collective requests, on a group of their own.
+    Building it is collective (the group), and so is :meth:`stop`.
 
     Args:
-        session: the running session (its counter, health and timeout are used).
-        handler: answers one request (see :data:`Handler`); runs on the serving thread.
+        session: the running session (its communicators, counter, health, timeout, ranks).
+        shards: the store's tensors: requests are cut by them and answered from them.
         name: the communicator's name in errors.
     """
 
-    def __init__(self, session, handler: Handler, name: str = "kvserve"):
-        self.comm = session.new_world_comm(name)
-        self.rank, self.size = session.rank, session.world_size
+    def __init__(self, session, shards: Shards, name: str = "kvserve"):
+        self.comm, self.shards = session.new_world_comm(name), shards
+        self.rank, self.size, self.local_rank = session.rank, session.world_size, session.local_rank
         self.timeout = float(session.env.timeout)
-        self._handler = handler
         self._lock = threading.Lock()  # one outgoing exchange at a time (tags are per sender)
         self._thread: threading.Thread | None = threading.Thread(
             target=self._serve, name=f"dglx-kvserve-{name}-r{self.rank}", daemon=True)
         self._thread.start()
 
     # -- requester side ------------------------------------------------------------------------
-    def exchange(self, requests: list[Request],
-                 meanwhile: Callable[[], None] | None = None) -> list[torch.Tensor]:
-        """Sends ``requests`` (to distinct peers) and returns each answer's payload (uint8).
+    def pull(self, plan: PullPlan) -> torch.Tensor:
+        """The rows of ``plan``: other servers' from their rank with this rank's local index,
+        own-server rows read meanwhile."""
+        asked, per = plan.requests(), self.shards.per_server
+        requests = [Request(server * per + self.local_rank,
+                            [PULL, plan.entry.index, -1, gids.numel()], to_bytes(gids), nbytes)
+                    for server, (gids, nbytes) in asked.items()]
+        for server, answer in zip(asked, self.exchange(requests, plan.fill_local)):
+            plan.take(server, answer)
+        return plan.rows()
 
-        ``meanwhile`` runs while the answers travel.
+    def push(self, messages: dict[int, Message], own: Message | None = None) -> None:
+        """Sends push ``messages`` to their writer ranks (``own``, this rank's, is applied
+        meanwhile); returns once every writer acknowledged."""
+        requests = [Request(writer, [PUSH, int(head[0]), int(head[1]), head.numel() - 2],
+                            torch.cat([to_bytes(head[2:]), data]), 0)
+                    for writer, (head, data) in messages.items()]
+
+        def apply_own() -> None:  # rows this rank writes itself: no message
+            if own is not None:
+                self.shards.apply({self.rank: own})
+
+        self.exchange(requests, apply_own)
+
+    def exchange(self, requests: list[Request],
+                 meanwhile: Callable[[], None]) -> list[torch.Tensor]:
+        """Sends ``requests`` (to distinct peers), runs ``meanwhile`` while the answers travel
+        and returns each answer's payload (uint8).
 
         Raises:
             PeerError: an owner did not answer within the timeout (dead, stuck, unreachable).
             RuntimeError: an owner refused the request (its error text is quoted).
         """
         with self._lock:
-            self.comm._check_usable("kvstore request")
+            if self.comm.failure is not None:
+                raise PeerError(f"kvstore request on the {self.comm.name} group: the group "
+                                f"already failed ({self.comm.failure})",
+                                self.comm.failure.ranks, "kvstore request")
             deadline = time.monotonic() + self.timeout
             answers = [torch.empty(answer_bytes(r.payload), dtype=torch.uint8) for r in requests]
             recvs = [self._post(dist.irecv, a, r.peer, TAG_ANSWER)
@@ -138,8 +145,7 @@ class Channel:
                 sends.append((r.peer, self._post(dist.isend, r.header(), r.peer, TAG_HEAD)))
                 if r.body.numel():
                     sends.append((r.peer, self._post(dist.isend, r.body, r.peer, TAG_BODY)))
-            if meanwhile is not None:
-                meanwhile()
+            meanwhile()
             for peer, work in sends:
                 self._finish(work, peer, "request to", deadline)
             out = []
@@ -148,26 +154,32 @@ class Channel:
                 out.append(self._payload(r, answer))
             return out
 
+    def _guard(self, op: str, peer: int, fn: Callable):
+        """``fn()``; a failed peer becomes the group's :class:`PeerError` (naming ``peer`` when
+        the heartbeats blame nobody)."""
+        try:
+            return fn()
+        except RuntimeError as exc:
+            failure = self.comm.peer_failure(op, exc)
+            if failure is None:
+                raise
+            if failure.ranks:
+                raise failure from exc
+            raise PeerError(f"{failure} (rank {peer} dead or stuck?)", [peer], op) from exc
+
     def _post(self, fn: Callable, tensor: torch.Tensor, peer: int, tag: int) -> dist.Work:
-        return self.comm._guard(f"kvstore {fn.__name__} (rank {peer})",
-                                lambda: fn(tensor, peer, group=self.comm.group, tag=tag))
+        return self._guard(f"kvstore {fn.__name__} (rank {peer})", peer,
+                           lambda: fn(tensor, peer, group=self.comm.group, tag=tag))
 
     def _finish(self, work: dist.Work, peer: int, what: str, deadline: float) -> None:
-        op = f"kvstore {what} rank {peer}"
         left = datetime.timedelta(seconds=max(deadline - time.monotonic(), 0.001))
-        try:
-            self.comm._guard(op, lambda: work.wait(timeout=left))
-        except PeerError as exc:
-            if exc.ranks:
-                raise
-            raise PeerError(f"{exc} (rank {peer} dead or stuck?)", [peer], op) from exc
+        self._guard(f"kvstore {what} rank {peer}", peer, lambda: work.wait(timeout=left))
 
     def _payload(self, request: Request, answer: torch.Tensor) -> torch.Tensor:
         status, length = from_bytes(answer[:STATUS_BYTES], (2,), torch.int64).tolist()
-        counter, intra = self.comm.counter, self.comm.topology.same_server(self.rank,
-                                                                          request.peer)
-        counter.add(intra, request.body.numel(), length if status == 0 else 0)
-        counter.add_control(8 * HEAD_LEN, calls=1)
+        intra = self.comm.topology.same_server(self.rank, request.peer)
+        self.comm.counter.add(intra, request.body.numel(), length if status == 0 else 0)
+        self.comm.counter.add_control(8 * HEAD_LEN, calls=1)
         if status != 0:
             text = bytes(answer[STATUS_BYTES:STATUS_BYTES + length].tolist()).decode(
                 "utf-8", "replace")
@@ -203,12 +215,11 @@ class Channel:
             dist.irecv(body, source, group=self.comm.group, tag=TAG_BODY).wait(timeout=timeout)
         answer = torch.zeros(fields[5], dtype=torch.uint8)
         try:
-            length = self._handler(fields, body, answer[STATUS_BYTES:])
+            length = self._handle(source, fields, body, answer[STATUS_BYTES:])
             status = 0
         except Exception as exc:  # noqa: BLE001  (any refusal goes back to the requester)
             text = f"{type(exc).__name__}: {exc}".encode()[:answer.numel() - STATUS_BYTES]
-            answer[STATUS_BYTES:STATUS_BYTES + len(text)] = torch.tensor(list(text),
-                                                                        dtype=torch.uint8)
+            answer[STATUS_BYTES:STATUS_BYTES + len(text)] = torch.tensor(list(text))
             status, length = 1, len(text)
         answer[:STATUS_BYTES].view(torch.int64)[:] = torch.tensor([status, length])
         dist.isend(answer, source, group=self.comm.group, tag=TAG_ANSWER).wait(timeout=timeout)
@@ -216,20 +227,31 @@ class Channel:
         self.comm.counter.add(intra, length if status == 0 else 0, body.numel())
         self.comm.counter.add_control(STATUS_BYTES, calls=1)
 
-    # -- stop --------------------------------------------------------------------------------
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+    def _handle(self, source: int, fields: list[int], body: torch.Tensor,
+                out: torch.Tensor) -> int:
+        """Answers one request of rank ``source``: a pull's rows gathered into ``out``; a push
+        applied. Returns the payload bytes written."""
+        kind, index, op_index, num_ids, payload = (fields[i] for i in (0, 1, 2, 3, 6))
+        entry = self.shards.entry_at(index, "a kvstore request", wait=self.timeout)
+        ids = from_bytes(body[:8 * num_ids], (num_ids,), torch.int64)
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= entry.policy.num_rows):
+            raise InvalidValueError(f"{entry.name!r}: ids outside [0, {entry.policy.num_rows})")
+        if kind == PUSH:
+            head = torch.cat([torch.tensor([index, op_index]), ids])
+            self.shards.apply({source: (head, body[8 * num_ids:])})
+            return 0
+        if kind != PULL or payload > out.numel():
+            raise InvalidValueError(f"a request of kind {kind} for {payload} bytes in an answer "
+                                    f"of {out.numel()}")
+        return self.shards.read(entry, ids, out[:payload]).numel()
 
     def stop(self, job_failed: bool = False) -> None:
         """Stops the next rank's serving thread and waits for this rank's to stop (collective:
         call it on every rank once nobody sends requests any more; idempotent). With
         ``job_failed`` (a peer is dead or stuck), the thread, a daemon waiting on a dead job,
         is left behind instead of waited for."""
-        if self._thread is None:
-            return
-        if job_failed or self.comm.failure is not None:
-            self._thread = None
+        thread, self._thread = self._thread, None
+        if thread is None or job_failed or self.comm.failure is not None:
             return
         stop = torch.tensor([STOP] + [0] * (HEAD_LEN - 1), dtype=torch.int64)
         nxt = (self.rank + 1) % self.size
@@ -239,95 +261,7 @@ class Channel:
         except RuntimeError as exc:
             log.warning("rank %d: could not stop rank %d's kvstore serving thread: %s",
                         self.rank, nxt, exc)
-        self._thread.join(self.timeout)
-        if self._thread.is_alive():
+        thread.join(self.timeout)
+        if thread.is_alive():
             log.warning("rank %d: the kvstore serving thread did not stop within %gs",
                         self.rank, self.timeout)
-        self._thread = None
-
-
-class ServedStore:
-    """The non-collective half of :class:`~dglx_dist.kvstore.dist.DistKVStore` (a mixin: it
-    uses the store's pull planning, message building and apply steps)."""
-
-    _channel: Channel | None
-    _pin: bool  # pulled rows for a GPU go to page-locked memory
-
-    def _pull_p2p(self, entry: TensorEntry, ids: torch.Tensor, dedup: bool) -> torch.Tensor:
-        uniq, inverse, out, local, remote = self._plan_pull(entry, ids, dedup)
-        fill_local = lambda: self._fill_local(entry, out, local)  # noqa: E731
-        if remote:
-            me = self.session.local_rank  # the same local index as the collective path
-            requests = []
-            for server, mine in remote.items():
-                gids = uniq.index_select(0, self._request_pos(mine))
-                requests.append(Request(server * self._per_server + me, PULL, entry.index, -1,
-                                        gids.numel(), to_bytes(gids),
-                                        sum(self._piece_bytes(entry, q) for q in mine)))
-            answers = self._need_channel("pull").exchange(requests, fill_local)
-            for mine, buf in zip(remote.values(), answers):
-                for q, rows in self._unpack(entry, mine, buf):
-                    q.take(out, rows)
-        else:
-            fill_local()
-        return out if inverse is None else rows_at(out, inverse, self._pin)
-
-
-    def _push_p2p(self, entry: TensorEntry, op: PushOp, ids: torch.Tensor,
-                  values: torch.Tensor) -> None:
-        uniq, combined = combine_duplicates(ids, values, op.combine)
-        messages = self._push_messages(entry, op, uniq, combined)
-        own = messages.pop(self.session.rank, None)
-
-        def apply_own() -> None:  # rows this rank writes itself: no message
-            if own is not None:
-                self._apply_received([own[0]], [own[1]])
-
-        if not messages:
-            apply_own()
-            return
-        requests = [Request(writer, PUSH, int(head[0]), int(head[1]), head.numel() - 2,
-                            torch.cat([to_bytes(head[2:]), data]), 0)
-                    for writer, (head, data) in messages.items()]
-        self._need_channel("push").exchange(requests, apply_own)
-
-
-    def _need_channel(self, what: str) -> Channel:
-        if self._channel is None:
-            raise StateError(f"{what} with collective=False needs the serving threads: build "
-                             f"the store with serve=True and do not close it "
-                             f"first")
-        return self._channel
-
-    def _serve(self, fields: list[int], body: torch.Tensor, out: torch.Tensor) -> int:
-        """Answers one request of another rank (on the serving thread): a pull's rows
-        gathered into ``out``; a push applied. Returns the payload bytes written."""
-        kind, index, op_index, num_ids, payload = fields[0], fields[1], fields[2], fields[3], \
-            fields[6]
-        entry = self._wait_entry(index)
-        ids = from_bytes(body[:8 * num_ids], (num_ids,), torch.int64)
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= entry.policy.num_rows):
-            raise InvalidValueError(f"{entry.name!r}: ids outside [0, {entry.policy.num_rows})")
-        if kind == PUSH:
-            head = torch.cat([torch.tensor([index, op_index]), ids])
-            self._apply_received([head], [body[8 * num_ids:]])
-            return 0
-        if kind != PULL:
-            raise InvalidValueError(f"unknown request kind {kind}")
-        pieces = self._pieces_on(entry, ids, self._server)
-        size = sum(self._piece_bytes(entry, q) for q in pieces)
-        if size != payload or size > out.numel():
-            raise InvalidValueError(f"{entry.name!r}: the rows asked for are {size} bytes on "
-                                    f"server {self._server}; the request expects {payload}")
-        for q, rows in self._unpack(entry, pieces, out[:size]):
-            torch.index_select(entry.parts[q.part], 0, q.local, out=rows)
-        return size
-
-    def _wait_entry(self, index: int) -> TensorEntry:
-        """Entry ``index``, waiting for this rank's ``init_data`` to register it (a peer may
-        leave the collective ``init_data`` and ask for rows before this rank has)."""
-        deadline = time.monotonic() + float(self.session.env.timeout)
-        with self._registered:
-            while index >= len(self._by_index) and time.monotonic() < deadline:
-                self._registered.wait(max(deadline - time.monotonic(), 0.0))
-        return self._entry_at(index, "a kvstore request")

@@ -4,24 +4,32 @@ A part's tensor lives in a file under ``/dev/shm`` (or the system temp directory
 none) named by a per-job token. One rank creates and fills it; the other ranks of the server map
 the same file (``mmap``, no pickling, no handle objects); once every rank has mapped it, the
 creator unlinks the file, so nothing is left behind even if the job is killed later: the memory
-is freed when the last process unmaps it.
+is freed when the last process unmaps it. :class:`SharedParts` does that for a distributed
+store's ``init_data``, collectively.
 """
 from __future__ import annotations
 
 import errno
+import logging
 import math
 import mmap
 import os
+import secrets
 import shutil
 import tempfile
+import zlib
 from pathlib import Path
 
 import torch
 
-from dglx_dist.errors import DiskFullError, ProtocolError
+from dglx_dist.errors import DiskFullError, InvalidValueError, ProtocolError, StateError
+from dglx_dist.kvstore.base import InitSpec, TensorEntry
 
 __all__ = ["default_shm_dir", "create_shared", "attach_shared", "to_bytes", "from_bytes",
-           "EMPTY_I64", "EMPTY_U8"]
+           "SharedParts", "EMPTY_I64", "EMPTY_U8"]
+
+log = logging.getLogger(__name__)
+_SIGNATURE = ("ok", "name", "index", "num_rows", "num_parts", "dtype", "trailing", "policy")
 
 EMPTY_I64 = torch.zeros(0, dtype=torch.int64)
 EMPTY_U8 = torch.zeros(0, dtype=torch.uint8)
@@ -33,6 +41,10 @@ def default_shm_dir() -> Path:
     if shm.is_dir() and os.access(shm, os.W_OK):
         return shm
     return Path(tempfile.gettempdir())
+
+
+def _crc(value) -> int:
+    return zlib.crc32(str(value).encode())
 
 
 def _nbytes(shape: tuple[int, ...], dtype: torch.dtype) -> int:
@@ -121,3 +133,100 @@ def from_bytes(buf: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) ->
     if buf.storage_offset() % dtype.itemsize:
         buf = buf.clone()
     return buf.view(dtype).view(shape)
+
+
+class SharedParts:
+    """A distributed store's collective ``init_data``: the ranks agree on the request, one rank
+    per part creates and fills the part's file in ``shm_dir``, the server's other ranks map it,
+    then it is unlinked. Building it is collective (the files' per-job ``token`` is rank 0's).
+
+    Args:
+        world, server: the job's and the server's communicators.
+        shm_dir: where the files are created; seed: mixed into callable initialisers' seeds.
+    """
+
+    def __init__(self, world, server, shm_dir: Path, seed: int):
+        self.world, self.server, self.dir, self.seed = world, server, Path(shm_dir), seed
+        self.token = f"{int(self._gather(torch.tensor([secrets.randbits(62)]))[0, 0]):016x}"
+
+    def create(self, shards, name: str, spec: InitSpec | None,
+               error: Exception | None) -> TensorEntry:
+        """The entry of request ``spec`` (None: this rank's failed with ``error``), its parts
+        mapped, registered with ``shards`` (a :class:`~dglx_dist.kvstore.shards.Shards`).
+        ValueError: a rank's request was bad, or the ranks' differ; StateError: a rank could not
+        create or map its parts."""
+        has = self._agree(name, spec, error, len(shards))
+        entry = TensorEntry.from_spec(spec, len(shards))
+        servers = shards.part_servers(spec.policy)
+        ranks = shards.topology.server_ranks(shards.server)
+        mine = [p for p, s in enumerate(servers) if s == shards.server]
+        writers = {p: next((r for r in ranks if has[r][p]), ranks[0]) for p in mine}
+        created: list[Path] = []
+        try:
+            for create, what in ((True, "could not create its shared-memory parts"),
+                                 (False, "could not map its server's shared-memory parts")):
+                ok = self._fill_parts(entry, spec, writers, shards.rank, created, create)
+                self._all_ok(ok, name, what)
+        finally:
+            for path in created:
+                path.unlink(missing_ok=True)
+        self.server.barrier()  # no rank returns before its server's files are gone
+        shards.add(entry, servers)
+        return entry
+
+    def _agree(self, name: str, spec: InitSpec | None, error: Exception | None,
+               index: int) -> list[list[bool]]:
+        """Checks every rank validated the same request; returns who passed which part's rows."""
+        if spec is None:
+            sig = [0, _crc(name), index] + [0] * (len(_SIGNATURE) - 3)
+        else:
+            pol = spec.policy
+            sig = [1, _crc(name), index, pol.num_rows, pol.num_parts, _crc(spec.dtype),
+                   _crc(spec.trailing), _crc(repr(pol))]
+        got = self._gather(torch.tensor(sig)).tolist()
+        failed = [r for r, g in enumerate(got) if g[0] == 0]
+        if error is not None:
+            raise error
+        if failed:
+            raise InvalidValueError(f"init_data {name!r} failed on ranks {failed} (see their "
+                                    "errors); every rank must pass valid arguments")
+        for i, field in enumerate(_SIGNATURE[1:], start=1):
+            differ = [r for r, g in enumerate(got) if g[i] != sig[i]]
+            if differ:
+                raise InvalidValueError(f"init_data {name!r}: ranks {differ} disagree with rank "
+                                        f"{self.world.global_rank} on {field} (this rank: "
+                                        f"{spec.policy}, {spec.dtype}, row shape {spec.trailing}); "
+                                        "call init_data in the same order with the same arguments "
+                                        "on every rank")
+        has = torch.tensor([p in spec.part_data for p in range(spec.policy.num_parts)])
+        return self._gather(has.long()).bool().tolist()
+
+    def _fill_parts(self, entry: TensorEntry, spec: InitSpec, writers: dict[int, int], me: int,
+                    created: list[Path], create: bool) -> bool:
+        """Creates (the writers) or maps (the others) this server's parts; False on failure."""
+        try:
+            for part, writer in writers.items():
+                if (writer == me) != create:
+                    continue
+                path = self.dir / f"dglx-kv-{self.token}-{entry.index}-{part}"
+                if create:
+                    entry.parts[part] = create_shared(path, spec.initial_rows(part, self.seed))
+                    created.append(path)
+                else:
+                    entry.parts[part] = attach_shared(
+                        path, spec.policy.part_shape(part, spec.trailing), spec.dtype)
+        except (OSError, RuntimeError, ValueError, KeyError) as exc:
+            log.error("init_data %r on rank %d: %s", entry.name, me, exc)
+            return False
+        return True
+
+    def _all_ok(self, ok: bool, name: str, what: str) -> None:
+        flags = self._gather(torch.tensor([int(ok)]))[:, 0].tolist()
+        bad = [r for r, f in enumerate(flags) if not f]
+        if bad:
+            raise StateError(f"init_data {name!r}: ranks {bad} {what} in {self.dir} (see "
+                             f"their logs)")
+
+    def _gather(self, row: torch.Tensor) -> torch.Tensor:
+        """Every rank's ``row`` (the same length everywhere), stacked by rank."""
+        return torch.stack(self.world.all_gather(row.contiguous()))

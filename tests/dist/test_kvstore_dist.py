@@ -77,7 +77,7 @@ def _round_trip(session, per, book, only_local):
     _register(store, row, col, only_local)
     _register(ref, row, col)
     session.world.barrier()  # virtual servers share /dev/shm: wait for every server's unlink
-    leftovers = [f for f in os.listdir(store._dir) if store.token in f]
+    leftovers = [f for f in os.listdir(store.shm_dir) if store.token in f]
     names, w, ok = ["feat", "label", "cols"], session.world_size, []
     for step in range(6):
         name = names[(step + session.rank) % 3]  # ranks pull different names in one step

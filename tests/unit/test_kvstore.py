@@ -377,3 +377,25 @@ def test_a_full_shm_is_an_error_not_sigbus(tmp_path):
     assert "cannot hold 4.0 MiB of shared tensor in" in r.stdout, r.stdout
     assert "enlarge it (docker run --shm-size)" in r.stdout
     assert "left: []" in r.stdout  # the half-made file is removed
+
+
+# -- the distributed store's pieces, without processes --------------------------------------
+def test_shards_place_parts_and_wait_for_entries():
+    import threading
+
+    from dglx_dist.errors import ProtocolError
+    from dglx_dist.kvstore.base import TensorEntry
+    from dglx_dist.kvstore.shards import Shards
+    from dglx_dist.runtime.topology import Topology
+
+    shards = Shards(Topology(2, 2), rank=3, ops={})
+    assert shards.server == 1 and len(shards) == 0
+    assert shards.part_servers(RowPolicy(RangeBook([0, 9, N]))) == [0, 1]  # a part per server
+    assert shards.part_servers(RowPolicy(HashBook(N, 4, seed=1))) == [0, 0, 1, 1]  # per rank
+    with pytest.raises(ValueError, match="needs 2 parts .* or 4"):
+        shards.part_servers(POLICIES["hash"]())
+    with pytest.raises(ProtocolError, match="same order on every rank"):
+        shards.entry_at(0, "rank 0")
+    entry = TensorEntry("x", 0, POLICIES["range"](), (D,), torch.float32)
+    threading.Timer(0.2, shards.add, (entry, [0, 0, 1, 1])).start()  # a late init_data
+    assert shards.entry_at(0, "rank 0", wait=10.0) is entry and len(shards) == 1

@@ -1,0 +1,228 @@
+"""A distributed store's tensors as one rank sees them; the collective path and the serving
+threads cut requests, read rows and apply pushes through a :class:`Shards`."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import time
+from typing import Iterator, Mapping
+
+import torch
+
+from dglx_dist.errors import InvalidValueError, ProtocolError
+from dglx_dist.kvstore.base import TensorEntry, apply_op
+from dglx_dist.kvstore.ops import PushOp, combine_duplicates
+from dglx_dist.kvstore.policy import PartitionPolicy, Piece, rows_at, split_contiguous
+from dglx_dist.kvstore.shm import EMPTY_U8, from_bytes, to_bytes
+
+__all__ = ["Shards", "PullPlan", "Message"]
+
+Message = tuple[torch.Tensor, torch.Tensor]
+"""A push message: int64 ``[name index, op index, *ids]`` and the values' raw bytes."""
+
+
+def _piece_shape(entry: TensorEntry, q: Piece) -> tuple[int, ...]:
+    return (q.local.numel(), *entry.part_trailing[q.part])
+
+
+def _piece_bytes(entry: TensorEntry, q: Piece) -> int:
+    return math.prod(_piece_shape(entry, q)) * entry.dtype.itemsize
+
+
+def _unpack(entry: TensorEntry, pieces: list[Piece],
+           buf: torch.Tensor) -> Iterator[tuple[Piece, torch.Tensor]]:
+    """Yields (piece, rows): ``buf`` cut into the pieces' rows (views, in order)."""
+    offset = 0
+    for q in pieces:
+        size = _piece_bytes(entry, q)
+        yield q, from_bytes(buf[offset:offset + size], _piece_shape(entry, q), entry.dtype)
+        offset += size
+    if offset != buf.numel():
+        raise ProtocolError(f"{entry.name!r}: a message for parts {[q.part for q in pieces]} "
+                            f"carried {buf.numel()} bytes; expected {offset} (do all ranks "
+                            f"register the same names in the same order?)")
+
+
+@dataclasses.dataclass(eq=False)
+class PullPlan:
+    """One pull cut by where its rows live (:meth:`Shards.plan_pull`): ``out`` gets a row per
+    id of ``uniq`` (``inverse``: the row of each requested id; None: ``out`` is in request
+    order) from the own server's pieces (``local``) and the other servers' (``remote``)."""
+
+    entry: TensorEntry
+    uniq: torch.Tensor
+    inverse: torch.Tensor | None
+    out: torch.Tensor
+    local: list[Piece]
+    remote: dict[int, list[Piece]]
+    pin: bool
+
+    def requests(self) -> dict[int, tuple[torch.Tensor, int]]:
+        """Per other server: the ids it is asked for and the bytes of its answer."""
+        asked = {}
+        for server, pieces in self.remote.items():
+            pos = torch.cat([q.pos for q in pieces])
+            if len(pieces) > 1 and pieces[0].cols is not None:  # column pieces share rows
+                pos = torch.unique(pos)
+            asked[server] = (self.uniq.index_select(0, pos),
+                             sum(_piece_bytes(self.entry, q) for q in pieces))
+        return asked
+
+    def fill_local(self) -> None:
+        """Reads the own server's rows (from its shared memory)."""
+        parts, out = self.entry.parts, self.out
+        if len(self.local) == 1 and self.local[0].cols is None and self.local[0].span() is None:
+            # one pass: gather every row of ``out`` from the part, rows of other servers
+            # from its row 0 (overwritten when their answers arrive); cheaper than a gather
+            # into a buffer plus a scatter of it
+            q, index = self.local[0], torch.zeros(out.shape[0], dtype=torch.int64)
+            index[q.pos] = q.local
+            torch.index_select(parts[q.part], 0, index, out=out)
+            return
+        for q in self.local:
+            q.fill(out, parts[q.part])
+
+    def take(self, server: int, answer: torch.Tensor) -> None:
+        """Writes ``server``'s answer (raw bytes) into place."""
+        for q, rows in _unpack(self.entry, self.remote[server], answer):
+            q.take(self.out, rows)
+
+    def rows(self) -> torch.Tensor:
+        """The rows in request order (once every answer is taken)."""
+        return self.out if self.inverse is None else rows_at(self.out, self.inverse, self.pin)
+
+
+class Shards:
+    """A distributed store's registered tensors, their placement and this server's parts
+    (thread-safe where a serving thread reads and writes them too).
+
+    Args:
+        topology, rank: the job's servers x ranks, and this process's global rank.
+        ops: the store's push ops by name, in registration order (ops registered later are
+            seen; never written).
+        pin: pulled rows go to page-locked memory (they travel on to a GPU).
+    """
+
+    def __init__(self, topology, rank: int, ops: Mapping[str, PushOp], pin: bool = False):
+        self.topology, self.rank, self.ops, self.pin = topology, rank, ops, pin
+        self.server, self.per_server = topology.server_of(rank), topology.ranks_per_server
+        self._entries: list[TensorEntry] = []  # by registration index
+        self._servers: list[list[int]] = []  # the server of each part, by registration index
+        self._registered = threading.Condition()  # a serving thread may wait for an entry
+        self._apply_lock = threading.Lock()  # one writer thread at a time in this process
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def part_servers(self, policy: PartitionPolicy) -> list[int]:
+        """The server holding each part of ``policy`` (ValueError: the part count is neither the
+        number of servers nor the world size)."""
+        n, servers, per = policy.num_parts, self.topology.num_servers, self.per_server
+        if n == servers:
+            return list(range(n))
+        if n == servers * per:
+            return [p // per for p in range(n)]
+        raise InvalidValueError(f"the policy has {n} parts; a job with {servers} servers x {per} "
+                                f"ranks needs {servers} parts (one per server) or {servers * per} "
+                                "(one per rank)")
+
+    def add(self, entry: TensorEntry, servers: list[int]) -> None:
+        """Registers ``entry`` (index ``len(self)``) whose part ``p`` is on ``servers[p]``."""
+        with self._registered:
+            self._servers.append(servers)
+            self._entries.append(entry)
+            self._registered.notify_all()
+
+    def entry_at(self, index: int, source: str, wait: float = 0.0) -> TensorEntry:
+        """Entry ``index``, which ``source`` referred to, waiting up to ``wait`` seconds for this
+        rank's ``init_data`` to register it (a peer may leave the collective ``init_data`` and
+        ask for rows before this rank has). ProtocolError when there is none."""
+        deadline = time.monotonic() + wait
+        with self._registered:
+            while index >= len(self._entries) and time.monotonic() < deadline:
+                self._registered.wait(max(deadline - time.monotonic(), 0.0))
+        if not 0 <= index < len(self._entries):
+            raise ProtocolError(f"{source} referred to tensor #{index}, but rank {self.rank} has "
+                                f"{len(self._entries)} registered: init_data must run in the "
+                                "same order on every rank")
+        return self._entries[index]
+
+    def _pieces_on(self, entry: TensorEntry, gids: torch.Tensor, server: int) -> list[Piece]:
+        servers = self._servers[entry.index]
+        return [q for q in entry.policy.split(gids) if servers[q.part] == server]
+
+    def plan_pull(self, entry: TensorEntry, ids: torch.Tensor, dedup: bool) -> PullPlan:
+        """Cuts a pull of ``ids`` into the own server's and the other servers' pieces."""
+        if dedup:
+            uniq, inverse = torch.unique(ids, return_inverse=True)
+            uniq, pieces, order = split_contiguous(entry.policy, uniq)
+            if order is not None:  # uniq was regrouped: row i of ``out`` now answers uniq[i]
+                where = torch.empty_like(order)
+                where[order] = torch.arange(order.numel())
+                inverse = where.index_select(0, inverse)
+        else:  # rows go straight to their places in the request
+            uniq, inverse, pieces = ids, None, entry.policy.split(ids)
+        out = torch.empty((uniq.numel(), *entry.trailing), dtype=entry.dtype,
+                          pin_memory=self.pin)
+        servers = self._servers[entry.index]
+        remote: dict[int, list[Piece]] = {}
+        for q in pieces:
+            if servers[q.part] != self.server:
+                remote.setdefault(servers[q.part], []).append(q)
+        local = [q for q in pieces if servers[q.part] == self.server]
+        return PullPlan(entry, uniq, inverse, out, local, remote, self.pin)
+
+    def read(self, entry: TensorEntry, ids: torch.Tensor,
+             out: torch.Tensor | None = None) -> torch.Tensor:
+        """The raw bytes of the rows ``ids`` this server holds (a pull's answer), gathered into
+        ``out`` when given (ValueError when it does not have their size)."""
+        pieces = self._pieces_on(entry, ids, self.server)
+        size = sum(_piece_bytes(entry, q) for q in pieces)
+        if out is not None and out.numel() != size:
+            raise InvalidValueError(f"{entry.name!r}: the rows asked for are {size} bytes on "
+                                    f"server {self.server}; the request expects {out.numel()}")
+        buf = torch.empty(size, dtype=torch.uint8) if out is None else out
+        for q, rows in _unpack(entry, pieces, buf):  # gather straight into the message
+            torch.index_select(entry.parts[q.part], 0, q.local, out=rows)
+        return buf
+
+    def push_messages(self, entry: TensorEntry, op: PushOp, ids: torch.Tensor,
+                      values: torch.Tensor) -> dict[int, Message]:
+        """A push's messages by writer rank (values of duplicate ids combined first)."""
+        uniq, combined = combine_duplicates(ids, values, op.combine)
+        servers, op_index = self._servers[entry.index], list(self.ops).index(op.name)
+        dest: dict[int, list[torch.Tensor]] = {}
+        for q in entry.policy.split(uniq):
+            writer = servers[q.part] * self.per_server + q.local % self.per_server
+            for w in torch.unique(writer).tolist():
+                dest.setdefault(w, []).append(q.pos[writer == w])
+        messages = {}
+        for writer, pos in dest.items():
+            pos = torch.unique(torch.cat(pos))
+            gids = uniq[pos]
+            chunks = [to_bytes(combined[q.index(pos.index_select(0, q.pos))])
+                      for q in self._pieces_on(entry, gids, writer // self.per_server)]
+            messages[writer] = (torch.cat([torch.tensor([entry.index, op_index]), gids]),
+                                torch.cat(chunks) if chunks else EMPTY_U8)
+        return messages
+
+    def apply(self, messages: Mapping[int, Message]) -> None:
+        """Applies push messages by source rank: what every source sent is combined (in rank
+        order) per (name, op, part), then applied."""
+        groups: dict[tuple[int, int, int], list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        for source in sorted(messages):
+            head, buf = messages[source]
+            if head.numel() == 0:
+                continue
+            entry = self.entry_at(int(head[0]), f"rank {source}")
+            pieces = self._pieces_on(entry, head[2:], self.server)
+            for q, rows in _unpack(entry, pieces, buf):
+                groups.setdefault((entry.index, int(head[1]), q.part), []).append((q.local, rows))
+        ops = list(self.ops.values())
+        with self._apply_lock:  # a serving thread applies other ranks' pushes too
+            for (index, op_index, part), items in groups.items():
+                entry, op = self._entries[index], ops[op_index]
+                local, rows = (torch.cat(x) for x in zip(*items))
+                local, rows = combine_duplicates(local, rows, op.combine)
+                apply_op(self._entries, entry, op, part, local, rows)
