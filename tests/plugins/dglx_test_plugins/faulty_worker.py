@@ -5,7 +5,8 @@ request's fault fields before the tensor-task handler computes it:
 * ``_crash``: exit at once with status :data:`CRASH_EXIT_CODE` (killed mid-invocation);
 * ``_delay_s``: sleep this many seconds first (latency, or a hung invocation).
 
-It imports the numpy-only ``tensor_fn`` package alone, as the ``local`` worker does.
+It imports the numpy-only ``dglx_dist.offload.tensor_fn`` and the tasks alone, as the
+``local`` worker does.
 """
 from __future__ import annotations
 
@@ -32,9 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     cold = float(argv[argv.index("--cold-start") + 1]) if "--cold-start" in argv else 0.0
     for var in _THREAD_VARS:
         os.environ[var] = "1"
-    from tensor_fn.handler import handle  # numpy is first imported here
-    from tensor_fn.payload import PayloadError, decode_header
-    from tensor_fn.worker import STATUS_ERROR, STATUS_OK, read_frame, write_frame
+    from dglx_dist.offload.tensor_fn.handler import handle
+    from dglx_dist.offload.tensor_fn.payload import PayloadError, decode_header
+    from dglx_dist.offload.tensor_fn.worker import STATUS_ERROR, STATUS_OK, read_frame, write_frame
 
     time.sleep(cold)
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
