@@ -1,7 +1,7 @@
-"""``dgl.nn.GATConv``: what the strategies need to know about it.
+"""``dgl.nn.GATConv``: its adapter: what the strategies need to know about it.
 
 Both P3's column split and dorylus need one projection ``fc`` applied to the input alone:
-:func:`projection_problems` says, once, what keeps a GATConv from having it.
+:func:`~.projection.projection_problems` says, once, what keeps a GATConv from having it.
 
 * P3's column split: the projection ``fc(x_src)`` is the partial (``src x heads*out``);
   finish is GATConv's own forward with ``fc`` replaced by the identity (attention needs the

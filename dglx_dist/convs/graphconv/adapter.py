@@ -1,4 +1,4 @@
-"""``dgl.nn.GraphConv``: what the strategies need to know about it.
+"""``dgl.nn.GraphConv``: its adapter: what the strategies need to know about it.
 
 GraphConv's degree normalisation is said once in :mod:`.norm` (:func:`~.norm.norm_powers`,
 :func:`~.norm.degree_factor`): a source row is multiplied by ``out_deg^-p_src`` before the sum over
@@ -17,7 +17,6 @@ conv's ``norm``. The column split, the GraNNDis source scaling and dorylus's gra
 from __future__ import annotations
 
 import dgl
-import torch
 from torch import nn
 
 from dglx_dist.convs.base import LAYERS, ConvAdapter, DorylusSupport, InputLinear
