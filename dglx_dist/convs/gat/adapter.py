@@ -1,4 +1,4 @@
-"""``dgl.nn.GATConv``: its adapter: what the strategies need to know about it.
+"""``dgl.nn.GATConv``'s adapter: what the strategies need to know about it.
 
 Both P3's column split and dorylus need one projection ``fc`` applied to the input alone:
 :func:`~.projection.projection_problems` says, once, what keeps a GATConv from having it.

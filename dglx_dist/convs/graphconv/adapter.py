@@ -1,4 +1,4 @@
-"""``dgl.nn.GraphConv``: its adapter: what the strategies need to know about it.
+"""``dgl.nn.GraphConv``'s adapter: what the strategies need to know about it.
 
 GraphConv's degree normalisation is said once in :mod:`.norm` (:func:`~.norm.norm_powers`,
 :func:`~.norm.degree_factor`): a source row is multiplied by ``out_deg^-p_src`` before the sum over

@@ -1,4 +1,4 @@
-"""``dgl.nn.SAGEConv``: its adapter: what the strategies need to know about it.
+"""``dgl.nn.SAGEConv``'s adapter: what the strategies need to know about it.
 
 * P3's column split (mean, gcn or pool aggregator; LSTM is refused):
 
