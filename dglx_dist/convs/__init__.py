@@ -1,17 +1,49 @@
-"""The conv types the strategies can run, one module each, behind one registry.
+"""The conv types the strategies can run, one folder each, behind one registry.
 
-:mod:`.base` is the protocol (:class:`ConvAdapter`, :data:`LAYERS`, entry-point group
-``dglx_dist.layers``) and says what a strategy asks of a conv; :mod:`.sage` (``SAGEConv``),
-:mod:`.graphconv` (``GraphConv``) and :mod:`.gat` (``GATConv``) answer it for one conv type
-each. Adding a conv type is one new module with one registered adapter (imported below, or
-an entry point for a plug-in).
+Each folder holds everything about one dgl.nn conv type: ``sage/`` (``SAGEConv``),
+``graphconv/`` (``GraphConv``), ``gat/`` (``GATConv``), each with
+
+* ``adapter.py``: its :class:`~dglx_dist.convs.base.ConvAdapter`, registered under the conv's
+  class name in :data:`LAYERS` (P3's column split, the degree rescaling of the full-graph
+  forms), whose ``dorylus`` names the two below as objects;
+* ``dorylus.py``: its dorylus stages (a :class:`~dglx_dist.convs.dorylus_base.LayerKind`);
+* ``ops.py``: its numpy tensor tasks (``TASKS``, :class:`~dglx_dist.convs.ops_base.Op`
+  records), run by serverless workers.
+
+:mod:`.base` is the adapter protocol (:class:`ConvAdapter`, :data:`LAYERS`, entry-point group
+``dglx_dist.layers``), :mod:`.dorylus_base` the stage classes' base (the seam with
+``strategies/dorylus``), :mod:`.ops_base` what the numpy tasks share. Adding a conv type is one
+new folder and its adapter's import below; a plug-in is one module with its adapter, through
+the entry point.
+
+The public names are imported on first use (PEP 562), as in :mod:`dglx_dist`: importing this
+package, a conv folder, or a folder's ``ops.py`` imports neither torch nor DGL, so a worker
+process or the Lambda zip loads the numpy tasks alone (``dglx_dist.offload.tensor_fn``).
 """
-from dglx_dist.convs.base import (LAYERS, ConvAdapter, ConvWrapper, DorylusSupport, InputLinear,
-                                  adapter_for, feat_dropout, first_conv, graph_convs)
-from dglx_dist.convs.gat import GATAdapter
-from dglx_dist.convs.graphconv import GraphConvAdapter
-from dglx_dist.convs.sage import SAGEAdapter
+import typing as _typing
+
+if _typing.TYPE_CHECKING:  # what type checkers see; at run time, __getattr__ below
+    from dglx_dist.convs.base import (LAYERS, ConvAdapter, ConvWrapper, DorylusSupport,
+                                      InputLinear, adapter_for, feat_dropout, first_conv,
+                                      graph_convs)
+    from dglx_dist.convs.gat.adapter import GATAdapter
+    from dglx_dist.convs.graphconv.adapter import GraphConvAdapter
+    from dglx_dist.convs.sage.adapter import SAGEAdapter
 
 __all__ = ["LAYERS", "ConvAdapter", "ConvWrapper", "DorylusSupport", "InputLinear",
            "adapter_for", "feat_dropout", "first_conv", "graph_convs", "GATAdapter",
            "GraphConvAdapter", "SAGEAdapter"]
+
+
+def __getattr__(name: str):
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from dglx_dist.convs import base
+    # the built-in conv types: importing an adapter registers it in LAYERS
+    from dglx_dist.convs.gat.adapter import GATAdapter
+    from dglx_dist.convs.graphconv.adapter import GraphConvAdapter
+    from dglx_dist.convs.sage.adapter import SAGEAdapter
+
+    builtin = {"GATAdapter": GATAdapter, "GraphConvAdapter": GraphConvAdapter,
+               "SAGEAdapter": SAGEAdapter}
+    return builtin[name] if name in builtin else getattr(base, name)

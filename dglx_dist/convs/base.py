@@ -1,9 +1,10 @@
 """The layer protocol: what the strategies need to know about one dgl.nn conv type.
 
-Every supported conv type has one module in :mod:`dglx_dist.convs` (``sage.py``,
-``graphconv.py``, ``gat.py``) holding one :class:`ConvAdapter` subclass, registered under the
-conv's class name in :data:`LAYERS` (entry-point group ``dglx_dist.layers`` for plug-ins).
-An adapter says:
+Every supported conv type has one folder in :mod:`dglx_dist.convs` (``sage/``,
+``graphconv/``, ``gat/``) holding everything about it: ``adapter.py``, one
+:class:`ConvAdapter` subclass registered under the conv's class name in :data:`LAYERS`
+(entry-point group ``dglx_dist.layers`` for plug-ins); ``dorylus.py``, its dorylus stages;
+``ops.py``, its numpy tensor tasks. An adapter says:
 
 * **P3, the column split.** A conv layer = linear maps applied to its input features (its
   *input linears*) + the rest (aggregation over the block's edges, bias, attention,
@@ -19,18 +20,16 @@ An adapter says:
   small, and the adapter turns the graph's true out-degrees into a per-row factor that
   restores the full-graph normalisation.
 * **Dorylus.** :attr:`ConvAdapter.dorylus` (a :class:`DorylusSupport`, None when dorylus
-  cannot run the conv): which ``LayerKind`` runs its stages, and which tensor tasks (names in
-  ``dglx_dist.offload.tensor_fn.ops.OPS``) belong to it. ``DorylusStrategy.conv_types`` is the
-  names whose adapter has one.
+  cannot run the conv): the :class:`~dglx_dist.convs.dorylus_base.LayerKind` subclass that
+  runs its stages and its tensor tasks, both as objects from the conv's own folder.
+  ``DorylusStrategy.conv_types`` is the names whose adapter has one.
 
-Direction of imports: the strategies import this package, never the other way. A dorylus
-layer kind builds on the strategy's own machinery (``strategies/dorylus/``: stages, graph
-server, pipeline), so the built-in kinds live there, and a conv module names its kind by its
-import path (``"module:Class"``, resolved by the strategy when it runs the conv); a plug-in
-outside the package may give the class itself. The tensor tasks are numpy-only code that a
-serverless worker imports without dglx_dist, torch or DGL, so they stay in
-``dglx_dist/offload/tensor_fn/`` (one ``*_ops.py`` per conv); the conv module is the one place
-that names the tasks its kind may submit (the pipeline refuses any other).
+Direction of imports: the strategies import this package, never the other way; the stage
+classes build on :mod:`dglx_dist.convs.dorylus_base` (the seam: the strategy hands them its
+graph server as an argument). The numpy tasks (``ops.py``, built on
+:mod:`dglx_dist.convs.ops_base`) import neither torch nor DGL, and ``dglx_dist.convs`` and the
+conv folders' ``__init__`` import nothing at import time, so a worker process or a Lambda loads
+them alone; ``dglx_dist.offload.tensor_fn.ops.OPS`` gathers them from the folders.
 
 :func:`adapter_for` finds the adapter for a module, :func:`graph_convs` a model's convs.
 """
@@ -38,11 +37,13 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+from typing import Mapping
 
 import dgl
 import torch
 from torch import nn
 
+from dglx_dist.convs.ops_base import Op
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.registry import Registry
 
@@ -74,15 +75,15 @@ class DorylusSupport:
     """How dorylus runs a conv type.
 
     Attributes:
-        kind: the ``LayerKind`` subclass (``dglx_dist.strategies.dorylus.layers``) that runs
-            its stages, or its import path ``"package.module:Class"`` (see the module
-            docstring for why the built-in convs name it by path).
-        tasks: the tensor tasks (names in ``dglx_dist.offload.tensor_fn.ops.OPS``) the kind
-            submits; no other conv's kind submits them.
+        kind: the :class:`~dglx_dist.convs.dorylus_base.LayerKind` subclass that runs its
+            stages (the conv folder's ``dorylus.py``).
+        tasks: the tensor tasks the kind submits, by name (the conv folder's ``ops.TASKS``:
+            :class:`~dglx_dist.convs.ops_base.Op` records); no other conv's kind submits
+            them, and the pipeline refuses any other.
     """
 
-    kind: str | type
-    tasks: tuple[str, ...]
+    kind: type
+    tasks: Mapping[str, Op]
 
 
 class ConvAdapter(abc.ABC):

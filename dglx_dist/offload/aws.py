@@ -26,9 +26,9 @@ import time
 
 import numpy as np
 
+from dglx_dist.convs.ops_base import Op, output_size
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, MissingDependencyError, StateError
 from dglx_dist.offload.executor import EXECUTORS, Executor, InvocationError, WorkerLost
-from dglx_dist.offload.tensor_fn.common import Op, output_size
 from dglx_dist.offload.tensor_fn.ops import OPS
 from dglx_dist.offload.tensor_fn.payload import PayloadError, decode, encode
 

@@ -31,9 +31,9 @@ from dglx_dist.offload.tensor_fn.worker import STATUS_OK, read_frame, write_fram
 __all__ = ["LocalExecutor"]
 
 log = logging.getLogger(__name__)
-_OFFLOAD_DIR = str(Path(__file__).resolve().parent)
-_BOOT = (f"import sys; sys.path.insert(0, {_OFFLOAD_DIR!r}); "
-         "from tensor_fn.worker import main; sys.exit(main())")
+_ROOT = str(Path(__file__).resolve().parents[2])  # the directory that holds dglx_dist
+_BOOT = (f"import sys; sys.path.insert(0, {_ROOT!r}); "
+         "from dglx_dist.offload.tensor_fn.worker import main; sys.exit(main())")
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 

@@ -191,8 +191,8 @@ def test_sync_gat_with_dropout_matches_dgl_with_the_same_masks(tmp_path, cora_pa
     """Feature dropout 0.3 and attention dropout 0.4 in sync mode: the losses and weights of
     3 epochs equal DGL's GATConv whose feat_drop / attn_drop apply the tasks' hash masks
     (node id and column; edge key and head; per epoch and layer)."""
-    from dglx_dist.offload.tensor_fn.common import dropout_mask
-    from dglx_dist.strategies.dorylus.layers import task_seed
+    from dglx_dist.convs.ops_base import dropout_mask
+    from dglx_dist.convs.dorylus_base import task_seed
 
     epochs, pf, pa = 3, 0.3, 0.4
     res = run_workers(_fit_with_ids, 2, tmp_path, str(cora_parts), epochs,

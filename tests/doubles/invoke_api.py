@@ -2,10 +2,10 @@
 
 boto3 pointed at it (``endpoint_url``) behaves as with real Lambda for what the "aws" executor
 uses: ``POST /2015-03-31/functions/{FunctionName}/invocations`` runs
-``tensor_fn.handler.lambda_handler`` on the JSON body and answers 200 with its JSON result. Like
-Lambda, a handler that raises is still a 200, with the header ``X-Amz-Function-Error: Unhandled``
-and ``{"errorMessage", "errorType", "stackTrace"}`` as the body; an unknown function is a 404
-``ResourceNotFoundException``.
+``dglx_dist.offload.tensor_fn.handler.lambda_handler`` on the JSON body and answers 200 with
+its JSON result. Like Lambda, a handler that raises is still a 200, with the header
+``X-Amz-Function-Error: Unhandled`` and ``{"errorMessage", "errorType", "stackTrace"}`` as the
+body; an unknown function is a 404 ``ResourceNotFoundException``.
 
 A test double: the "aws" executor's tests run against it; nothing in the package uses it.
 
@@ -15,9 +15,9 @@ SIGTERM), from the repository root::
     python -m tests.doubles.invoke_api --port 0 --function dglx-tensor-fn
 
 Run as a script (``python tests/doubles/invoke_api.py``), which is what
-:func:`serve_in_subprocess` does, it imports only the numpy-only ``tensor_fn`` package of the
-installed dglx_dist (found without importing dglx_dist), exactly as a Lambda would, and starts
-in a fraction of a second.
+:func:`serve_in_subprocess` does, it imports only the numpy-only tensor tasks of the installed
+dglx_dist (``dglx_dist.offload.tensor_fn`` and the conv folders' ``ops.py``; no torch, no DGL),
+as a Lambda would, and starts in a fraction of a second.
 """
 from __future__ import annotations
 
@@ -37,14 +37,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable, Iterator
 
-if __package__:  # imported as tests.doubles.invoke_api (or run with -m)
-    from dglx_dist.offload.tensor_fn.handler import lambda_handler
-else:  # run as a script: the numpy-only tensor_fn package alone, as in a Lambda
-    import importlib.util
-
-    _PACKAGE = importlib.util.find_spec("dglx_dist").submodule_search_locations[0]
-    sys.path.insert(0, str(Path(_PACKAGE) / "offload"))
-    from tensor_fn.handler import lambda_handler
+# run as a script too, this imports only the numpy-only tensor_fn package and the conv folders'
+# tasks (dglx_dist, dglx_dist.offload and dglx_dist.convs import neither torch nor DGL)
+from dglx_dist.offload.tensor_fn.handler import lambda_handler
 
 __all__ = ["make_server", "serve_in_subprocess", "main"]
 

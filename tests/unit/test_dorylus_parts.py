@@ -11,8 +11,9 @@ from dglx_dist.errors import InternalError
 from dglx_dist.models import GAT, GCN, SAGE
 from dglx_dist.registry import RegistryError
 from dglx_dist.strategies import STRATEGIES
-from dglx_dist.strategies.dorylus.layers import (GcnLayers, LayerKind, Stage, activation_name,
-                                                 layer_kind)
+from dglx_dist.convs.dorylus_base import LayerKind, Stage, activation_name
+from dglx_dist.convs.graphconv.dorylus import GcnLayers
+from dglx_dist.strategies.dorylus.layers import layer_kind
 from dglx_dist.strategies.dorylus.params import ParamServers
 from dglx_dist.strategies.dorylus.pipeline import Pipeline, TensorSpec
 

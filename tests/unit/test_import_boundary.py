@@ -19,9 +19,16 @@ CORE_PACKAGES = ["dglx_dist.data", "dglx_dist.partition", "dglx_dist.runtime",
 CORE_MODULES = ["dglx_dist", "dglx_dist.errors", "dglx_dist.registry", "dglx_dist.cli_flags",
                 "dglx_dist.config", "dglx_dist.memory",
                 "dglx_dist.report", "dglx_dist.testing", "tests.doubles.invoke_api"]
+# The numpy tensor tasks in the conv folders (and the packages above them): a worker process
+# and the Lambda zip import them without torch or DGL (test_tensor_tasks_import_alone).
+CONV_FOLDERS = ["dglx_dist.convs.gat", "dglx_dist.convs.graphconv", "dglx_dist.convs.sage"]
+TASK_MODULES = ["dglx_dist.convs", "dglx_dist.convs.ops_base",
+                *CONV_FOLDERS, *[f"{folder}.ops" for folder in CONV_FOLDERS],
+                "dglx_dist.offload.tensor_fn.handler", "dglx_dist.offload.tensor_fn.worker"]
 # What needs DGL at import; the control below checks that the block really bites.
-DGL_MODULES = ["dglx_dist.api", "dglx_dist.convs", "dglx_dist.models", "dglx_dist.sampling",
-               "dglx_dist.strategies", "dglx_dist.trainer"]
+DGL_MODULES = ["dglx_dist.api", "dglx_dist.convs.base", "dglx_dist.convs.sage.adapter",
+               "dglx_dist.models", "dglx_dist.sampling", "dglx_dist.strategies",
+               "dglx_dist.trainer"]
 
 _BLOCK = textwrap.dedent("""
     import importlib, importlib.abc, pkgutil, sys
@@ -44,7 +51,7 @@ def _run(code: str) -> subprocess.CompletedProcess:
 
 def test_core_modules_import_without_dgl():
     proc = _run(f"""
-        names = list({CORE_MODULES!r})
+        names = list({CORE_MODULES + TASK_MODULES!r})
         for pkg in {CORE_PACKAGES!r}:
             mod = importlib.import_module(pkg)
             names.append(pkg)
@@ -72,6 +79,26 @@ def test_public_names_of_the_core_resolve_without_dgl():
                      "PeerError"]:
             getattr(dglx_dist, name)
         assert "dgl" not in sys.modules
+    """)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_tensor_tasks_import_alone():
+    """The conv folders' numpy tasks, their table and the worker: no torch, no DGL; and the
+    table holds every folder's tasks."""
+    proc = _run(f"""
+        class NoTorch(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name == "torch" or name.startswith("torch."):
+                    raise ModuleNotFoundError(f"No module named {{name!r}} (blocked)", name=name)
+
+        sys.meta_path.insert(0, NoTorch())
+        for name in {TASK_MODULES!r}:
+            importlib.import_module(name)
+        from dglx_dist.offload.tensor_fn.ops import OPS, task_modules
+        assert task_modules() == [f"{{f}}.ops" for f in {CONV_FOLDERS!r}], task_modules()
+        assert {{"av", "gat_ae", "sage_av"}} <= set(OPS), sorted(OPS)
+        assert "torch" not in sys.modules and "dgl" not in sys.modules
     """)
     assert proc.returncode == 0, proc.stderr
 

@@ -94,10 +94,11 @@ def test_unknown_first_layers_list_the_supported_ones():
 
 
 def test_every_tensor_task_belongs_to_one_conv():
-    """The conv modules name the tensor tasks of their dorylus kinds: together, every task a
-    worker runs, each once."""
+    """The adapters hold the tensor tasks of their dorylus kinds as objects: together, every
+    task a worker runs (the same objects), each once."""
     from dglx_dist.offload.tensor_fn.ops import OPS
 
-    claimed = [task for name in LAYERS.names() if LAYERS.get(name).dorylus is not None
-               for task in LAYERS.get(name).dorylus.tasks]
-    assert sorted(claimed) == sorted(OPS)
+    claimed = [(task, op) for name in LAYERS.names() if LAYERS.get(name).dorylus is not None
+               for task, op in LAYERS.get(name).dorylus.tasks.items()]
+    assert sorted(task for task, _ in claimed) == sorted(OPS)
+    assert all(OPS[task] is op for task, op in claimed)

@@ -14,6 +14,7 @@ import pytest
 from dglx_dist.offload import (EXECUTORS, InvocationError, TaskController, TaskFailedError,
                                WorkerLost)
 from dglx_dist.offload.tensor_fn.handler import handle
+from dglx_dist.offload.tensor_fn.ops import OPS
 from dglx_dist.offload.tensor_fn.payload import PayloadError, decode, encode
 from dglx_dist.testing.procs import live_children
 from tests.doubles.invoke_api import serve_in_subprocess
@@ -375,14 +376,20 @@ def test_lambda_zip_runs_without_dglx_dist(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "package_lambda.py"),
                           "--out", str(zip_path)], capture_output=True, text=True, check=True)
     assert str(zip_path) in out.stdout and "aws lambda create-function" in out.stdout
-    assert "--handler tensor_fn.handler.lambda_handler" in out.stdout
+    assert "--handler dglx_dist.offload.tensor_fn.handler.lambda_handler" in out.stdout
     _, header, arrays = _tasks(1)[0]
     request = encode(header, arrays)
     code = ("import sys, base64; sys.path.insert(0, sys.argv[1]); "
-            "from tensor_fn.handler import lambda_handler; "
+            "from dglx_dist.offload.tensor_fn.handler import lambda_handler; "
             "r = lambda_handler({'payload': base64.b64encode(sys.stdin.buffer.read()).decode()},"
-            " None); assert 'dglx_dist' not in sys.modules and 'torch' not in sys.modules; "
+            " None); assert sys.modules['dglx_dist'].__file__.startswith(sys.argv[1]); "
+            "assert 'torch' not in sys.modules and 'dgl' not in sys.modules; "
             "sys.stdout.buffer.write(base64.b64decode(r['payload']))")
     run = subprocess.run([sys.executable, "-I", "-c", code, str(zip_path)], input=request,
                          capture_output=True, check=True, cwd=tmp_path)
     _assert_same(run.stdout, handle(request))
+    listing = ("import sys; sys.path.insert(0, sys.argv[1]); "
+               "from dglx_dist.offload.tensor_fn.ops import OPS; print(*sorted(OPS))")
+    tasks = subprocess.run([sys.executable, "-I", "-c", listing, str(zip_path)],
+                           capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert tasks.stdout.split() == sorted(OPS)  # every conv folder's tasks made it into the zip

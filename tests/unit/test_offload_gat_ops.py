@@ -10,7 +10,7 @@ from dgl.ops import edge_softmax
 
 from dglx_dist.offload.aws import split_request
 from dglx_dist.offload.executor import InvocationError
-from dglx_dist.offload.tensor_fn.common import dropout_mask
+from dglx_dist.convs.ops_base import dropout_mask
 from dglx_dist.offload.tensor_fn.handler import handle
 from dglx_dist.offload.tensor_fn.ops import OPS
 from dglx_dist.offload.tensor_fn.payload import PayloadError, decode, encode

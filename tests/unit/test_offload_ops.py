@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dglx_dist.offload.tensor_fn.common import dropout_mask
+from dglx_dist.convs.ops_base import dropout_mask
 from dglx_dist.offload.tensor_fn.handler import handle, lambda_handler
 from dglx_dist.offload.tensor_fn.ops import OPS
 from dglx_dist.offload.tensor_fn.payload import PayloadError, decode, encode

@@ -1,20 +1,19 @@
-"""Stateless tensor tasks for serverless workers (Dorylus' Lambdas).
+"""Stateless tensor tasks for serverless workers (Dorylus' Lambdas): how they are called.
 
-This package depends on numpy and the standard library only: it is zipped as the top-level
-package ``tensor_fn`` for AWS Lambda (``scripts/package_lambda.py``), and local worker
-processes import it with ``dglx_dist/offload`` on ``sys.path``. Keep imports relative and never
-import ``dglx_dist`` or torch from here.
+The tasks themselves live with their conv types (``dglx_dist/convs/<conv>/ops.py``, built on
+``dglx_dist/convs/ops_base.py``); this package is the numpy-only machinery around them. It
+and the tasks depend on numpy and the standard library only: ``dglx_dist``,
+``dglx_dist.offload`` and ``dglx_dist.convs`` import neither torch nor DGL at import time, so
+a local worker process imports ``dglx_dist.offload.tensor_fn.worker`` with the directory that
+holds ``dglx_dist`` on ``sys.path``, and the Lambda zip (``scripts/package_lambda.py``) holds
+these files and the tasks' under the same names. Never import torch or DGL from here.
 
 Modules:
     payload: the binary request/response format (a JSON header plus raw arrays).
-    common: what every task shares (``Op``, the metadata callers need to split rows; checks,
-        dropout, activation, loss).
-    gcn_ops, gat_ops, sage_ops: the tasks of one layer kind each.
-    ops: every task by name (``OPS``).
+    ops: every task by name (``OPS``), gathered from the conv folders.
     handler: ``handle(bytes) -> bytes`` and the AWS Lambda entry point.
     worker: the stdin/stdout loop of a local worker process.
 
-Nothing is imported here on purpose: the worker sets its thread-count environment variables
-before numpy is first imported.
+Nothing is imported here on purpose.
 """
 __all__: list[str] = []

@@ -39,7 +39,7 @@ def handle(request: bytes | bytearray | memoryview) -> bytes:
 
 
 def lambda_handler(event: dict, context: object) -> dict:
-    """AWS Lambda entry point (``tensor_fn.handler.lambda_handler``).
+    """AWS Lambda entry point (``dglx_dist.offload.tensor_fn.handler.lambda_handler``).
 
     Args:
         event: ``{"payload": base64 of the request payload}``.

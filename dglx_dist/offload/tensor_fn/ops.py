@@ -1,21 +1,52 @@
-"""The tensor tasks a worker runs, by name (:data:`OPS`), gathered from one module per layer
-kind: GCN's in :mod:`.gcn_ops`, GAT's in :mod:`.gat_ops`, GraphSAGE's in :mod:`.sage_ops`. What
-they share (the :class:`~.common.Op` record, checks, dropout, the loss) is in :mod:`.common`,
-which imports none of them. Which conv type a task belongs to is said by that conv's module in
-``dglx_dist/convs/`` (its adapter's ``dorylus.tasks``; this package cannot import it).
+"""The tensor tasks a worker runs, by name (:data:`OPS`), gathered from the conv folders.
 
-Each task is a pure function of a header and float32 arrays; see :mod:`.common` for how callers
-may split a task's rows into chunks.
+Each conv type's folder in :mod:`dglx_dist.convs` holds its numpy tasks in ``ops.py``
+(``TASKS``: name -> :class:`~dglx_dist.convs.ops_base.Op`), the same objects its adapter's
+``dorylus.tasks`` names; :data:`OPS` is every folder's, found by the layout (a folder with an
+``ops.py``), so no list of conv types is kept here. A task name defined by two folders fails
+the import. What the tasks share (the ``Op`` record, checks, dropout, the loss) is
+:mod:`dglx_dist.convs.ops_base`.
+
+Numpy only: ``dglx_dist.convs``, a conv folder and its ``ops.py`` import neither torch nor
+DGL, so local worker processes and the Lambda zip (``scripts/package_lambda.py``, which copies
+the same files) load them alone. Each task is a pure function of a header and float32 arrays;
+see :mod:`~dglx_dist.convs.ops_base` for how callers may split a task's rows into chunks.
 """
 from __future__ import annotations
 
-from .common import Op
-from .gat_ops import GAT_OPS
-from .gcn_ops import GCN_OPS
-from .sage_ops import SAGE_OPS
+import importlib
+import importlib.util
+import pkgutil
 
-__all__ = ["OPS"]
+import dglx_dist.convs as convs
+from dglx_dist.convs.ops_base import Op
 
-OPS: dict[str, Op] = {**GCN_OPS, **GAT_OPS, **SAGE_OPS}
-"""The tasks a worker runs, by name: GCN's ``av``, ``av_grad``, ``av_loss``; GAT's ``gat_*``;
-GraphSAGE's ``sage_*``."""
+__all__ = ["OPS", "task_modules"]
+
+
+def task_modules() -> list[str]:
+    """The module names of the conv folders' ``ops.py``, in folder order (found on disk or in
+    the Lambda zip alike: ``pkgutil`` lists the folders, ``find_spec`` their ``ops``)."""
+    names = []
+    for info in pkgutil.iter_modules(convs.__path__, f"{convs.__name__}."):
+        if info.ispkg and importlib.util.find_spec(f"{info.name}.ops") is not None:
+            names.append(f"{info.name}.ops")
+    return sorted(names)
+
+
+def _gather() -> dict[str, Op]:
+    ops: dict[str, Op] = {}
+    where: dict[str, str] = {}
+    for module_name in task_modules():
+        for name, op in importlib.import_module(module_name).TASKS.items():
+            if name in ops:
+                raise RuntimeError(f"tensor task {name!r} is defined in {where[name]} and in "
+                                   f"{module_name}; a task belongs to one conv type")
+            ops[name], where[name] = op, module_name
+    return ops
+
+
+OPS: dict[str, Op] = _gather()
+"""The tasks a worker runs, by name: GCN's ``av``, ``av_grad``, ``av_loss``
+(``convs/graphconv/ops.py``); GAT's ``gat_*`` (``convs/gat/ops.py``); GraphSAGE's ``sage_*``
+(``convs/sage/ops.py``)."""

@@ -31,6 +31,8 @@ import struct
 
 import numpy as np
 
+from dglx_dist.convs.ops_base import PayloadError
+
 __all__ = ["PayloadError", "encode", "decode", "decode_header", "replace_header",
            "MAGIC", "VERSION", "DTYPES", "MAX_NDIM"]
 
@@ -47,11 +49,6 @@ _PREFIX = struct.Struct("<4sHI")
 _U8 = struct.Struct("<B")
 _U16 = struct.Struct("<H")
 _U64 = struct.Struct("<Q")
-
-
-class PayloadError(ValueError):
-    """A payload (or a tensor task's inputs) that does not follow the format; the message
-    names the field, what it was and what was expected."""
 
 
 def _check_header(header: object) -> dict:

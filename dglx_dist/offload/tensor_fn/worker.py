@@ -94,7 +94,9 @@ def main(argv: list[str] | None = None, handle=None) -> int:
         os.environ[var] = "1"
     cold = _cold_start(sys.argv[1:] if argv is None else argv)
     if handle is None:
-        from .handler import handle  # numpy is first imported here, after the thread limits
+        # the tasks load after the thread limits; the local executor also sets them in the
+        # worker's environment, which is what counts once ``dglx_dist.offload`` imported numpy
+        from .handler import handle
     from .payload import PayloadError
 
     if cold > 0:

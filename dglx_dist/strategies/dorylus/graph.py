@@ -19,15 +19,15 @@ layer, direction), with sizes known to both sides from this plan.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 import torch
 
-from dglx_dist.convs.graphconv import degree_factor, norm_powers
+from dglx_dist.convs.dorylus_base import csr
+from dglx_dist.convs.graphconv.norm import degree_factor, norm_powers
 from dglx_dist.errors import ProtocolError
 from dglx_dist.runtime.comm import Comm
 
-__all__ = ["GraphServer", "Route", "csr"]
+__all__ = ["GraphServer", "Route"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,16 +43,6 @@ class Route:
     peer: int
     interval: int
     rows: torch.Tensor
-
-
-def csr(rows: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor, shape) -> torch.Tensor:
-    """The sparse CSR matrix of the (row, column, value) entries; repeated entries are added."""
-    order = torch.argsort(rows * shape[1] + cols)
-    coo = torch.sparse_coo_tensor(torch.stack([rows[order], cols[order]]), vals[order],
-                                  shape).coalesce()
-    with warnings.catch_warnings():  # "sparse CSR support is in beta": the ops used here work
-        warnings.simplefilter("ignore", UserWarning)
-        return coo.to_sparse_csr()
 
 
 def _routes(by_peer: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> list[Route]:

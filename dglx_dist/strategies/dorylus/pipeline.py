@@ -1,7 +1,7 @@
 """Dorylus's interval pipeline on one graph server (bounded pipeline asynchronous computation).
 
 The rank's nodes are cut into vertex intervals; each interval walks a *program* of stages,
-independently of the others. GCN's (GAT's: :mod:`~dglx_dist.strategies.dorylus.gat`):
+independently of the others. GCN's (GAT's: :mod:`~dglx_dist.convs.gat.dorylus`):
 
     GA0 AV0 SC0 ... GA(L-1) AVL | ∇SC(L-1) ∇GA(L-1) ∇AV(L-2) ∇SC(L-2) ... ∇AV0
 
@@ -9,7 +9,7 @@ Graph stages (GA, SC, ∇GA, ∇SC) run here, on the graph server; tensor stages
 fused last layer AVL = apply + loss + its backward, ∇AE, ∇AV) are invocations of the
 serverless executor through the :class:`~dglx_dist.offload.controller.TaskController`. What
 each stage computes, which buffers hold what and what a message carries is the conv type's
-:class:`~dglx_dist.strategies.dorylus.layers.LayerKind`; this module walks the programs,
+:class:`~dglx_dist.convs.dorylus_base.LayerKind`; this module walks the programs,
 gates stages and moves the messages. Scatters are point-to-point messages per (peer,
 interval, layer, direction), received into ghost buffers whenever they arrive.
 
@@ -41,7 +41,7 @@ import torch
 from dglx_dist.errors import DeadlineError, InternalError
 from dglx_dist.runtime.comm import Comm, Transfer
 from dglx_dist.strategies.dorylus.graph import GraphServer
-from dglx_dist.strategies.dorylus.layers import LayerKind, Stage
+from dglx_dist.convs.dorylus_base import LayerKind, Stage
 from dglx_dist.strategies.dorylus.params import Applied, WeightUpdates
 
 __all__ = ["Pipeline", "TensorSpec"]
@@ -80,7 +80,7 @@ class Pipeline:
         controller: the task controller for tensor tasks.
         comm: the group the scatters go through.
         layers: the conv type's buffers, graph tasks, messages and requests
-            (:class:`~dglx_dist.strategies.dorylus.layers.LayerKind`).
+            (:class:`~dglx_dist.convs.dorylus_base.LayerKind`).
         num_layers: layers of the model.
         ps: the parameter servers (weights by version, stashes, :meth:`checkout`).
         timeout: seconds without progress before the run fails naming what it waits for.

@@ -18,11 +18,12 @@
 * **Pipeline** (:mod:`~dglx_dist.strategies.dorylus.pipeline`): intervals flow through the
   stages independently; ``mode="sync"`` puts a barrier at every layer (exact full-graph
   training), ``mode="async"`` lets Gathers read stale rows, bounded by ``staleness`` epochs.
-* **Layer kinds** (:mod:`~dglx_dist.strategies.dorylus.layers`): what the stages compute for
-  ``GraphConv``, ``SAGEConv`` (:mod:`~dglx_dist.strategies.dorylus.sage`) and ``GATConv``
-  (:mod:`~dglx_dist.strategies.dorylus.gat`). The conv's adapter in :mod:`dglx_dist.convs`
-  names its kind and its tensor tasks; :attr:`DorylusStrategy.conv_types` is the conv types
-  whose adapter does.
+* **Layer kinds** (found by :mod:`~dglx_dist.strategies.dorylus.layers`): what the stages
+  compute for a conv type, in its folder in :mod:`dglx_dist.convs` (``GraphConv``:
+  :mod:`~dglx_dist.convs.graphconv.dorylus`, ``SAGEConv``: :mod:`~dglx_dist.convs.sage.dorylus`,
+  ``GATConv``: :mod:`~dglx_dist.convs.gat.dorylus`), on the base
+  :mod:`~dglx_dist.convs.dorylus_base`. The conv's adapter names its kind and its tensor tasks
+  as objects; :attr:`DorylusStrategy.conv_types` is the conv types whose adapter does.
 
 Models: a stack of one conv type. ``dgl.nn.GraphConv`` (``norm="both"``, no activation inside
 the conv) with ReLU and dropout between layers, as :class:`dglx_dist.models.GCN`: dropout is
@@ -63,7 +64,8 @@ from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, 
                                        check_partitions, full_graph_loaders, pull_features_once,
                                        with_depth)
 from dglx_dist.strategies.dorylus.graph import GraphServer
-from dglx_dist.strategies.dorylus.layers import ConvTypesOfAdapters, layer_kind, summed_grads
+from dglx_dist.convs.dorylus_base import summed_grads
+from dglx_dist.strategies.dorylus.layers import ConvTypesOfAdapters, layer_kind
 from dglx_dist.strategies.dorylus.params import ParamServers, WeightUpdates
 from dglx_dist.strategies.dorylus.pipeline import Pipeline, TensorSpec
 from dglx_dist.strategies.epochs import EpochResult, TrainHooks

@@ -21,8 +21,9 @@ from dglx_dist.errors import InvalidValueError
 from dglx_dist.offload import local
 from dglx_dist.offload.tensor_fn.payload import PayloadError, decode_header, replace_header
 
-# the numpy-only tensor_fn package and this plug-in's package: the worker imports nothing else
-_PATHS = [str(Path(local.__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+# the directory holding dglx_dist (its numpy-only tensor_fn and the conv folders' tasks) and
+# this plug-in's package: the worker imports nothing else
+_PATHS = [str(Path(local.__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[1])]
 _BOOT = (f"import sys; sys.path[:0] = {_PATHS!r}; "
          "from dglx_test_plugins.faulty_worker import main; sys.exit(main())")
 

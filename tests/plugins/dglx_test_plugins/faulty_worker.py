@@ -5,7 +5,8 @@ request's fault fields before the tensor-task handler computes it:
 * ``_crash``: exit at once with status :data:`CRASH_EXIT_CODE` (killed mid-invocation);
 * ``_delay_s``: sleep this many seconds first (latency, or a hung invocation).
 
-It imports the numpy-only ``tensor_fn`` package alone, as the ``local`` worker does.
+It imports the numpy-only ``dglx_dist.offload.tensor_fn`` and the tasks alone, as the
+``local`` worker does.
 """
 from __future__ import annotations
 
@@ -27,15 +28,16 @@ def act_on_faults(header: dict) -> None:
 def handle(request: bytes) -> bytes:
     """The tensor tasks' handler, after the request's faults (imported at the first request:
     the worker has set its thread limits by then)."""
-    from tensor_fn.handler import handle as compute
-    from tensor_fn.payload import decode_header
+    from dglx_dist.offload.tensor_fn.handler import handle as compute
+    from dglx_dist.offload.tensor_fn.payload import decode_header
 
     act_on_faults(decode_header(request))
     return compute(request)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The ``local`` worker's loop (:func:`tensor_fn.worker.main`) with :func:`handle`."""
-    from tensor_fn.worker import main as serve
+    """The ``local`` worker's loop (:func:`dglx_dist.offload.tensor_fn.worker.main`) with
+    :func:`handle`."""
+    from dglx_dist.offload.tensor_fn.worker import main as serve
 
     return serve(argv, handle)

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import (Arrays, Op, _array, _expect, _field, _rows, activate, activate_grad,
-                     activated_loss)
+from dglx_dist.convs.ops_base import (Arrays, Op, _array, _expect, _field, _rows, activate,
+                                      activate_grad, activated_loss)
 
-__all__ = ["SAGE_OPS"]
+__all__ = ["TASKS"]
 
 
 def _inputs(arrays: Arrays) -> tuple[np.ndarray, ...]:
@@ -99,7 +99,7 @@ def _grad_widths(header: dict, arrays: Arrays) -> dict[str, int]:
     return out
 
 
-SAGE_OPS: dict[str, Op] = {
+TASKS: dict[str, Op] = {
     "sage_av": Op(_sage_av, inputs=("X", "M", "Ws", "Wn", "b", "ids"),
                   row_inputs=("X", "M", "ids"), row_outputs=("H",), sum_outputs=(),
                   out_widths=_av_widths),

@@ -1,7 +1,7 @@
 """Dorylus for GAT (``dgl.nn.GATConv``): attention as ApplyEdge tasks, sums over edges on the
 graph servers.
 
-Per layer l and vertex interval (tasks in :mod:`dglx_dist.offload.tensor_fn.gat_ops`)::
+Per layer l and vertex interval (tasks in :mod:`.ops`)::
 
     AV  (task)   previous bias + ELU + feature dropout, then z = xW, el, er of the rows
     SC           [z | el] rows to the peers that hold them as ghosts
@@ -40,10 +40,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from dglx_dist.convs.gat import projection_problems
+from dglx_dist.convs.dorylus_base import LayerKind, Stage, add_grad, task_seed
+from dglx_dist.convs.gat.projection import projection_problems
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.strategies.dorylus.graph import GraphServer
-from dglx_dist.strategies.dorylus.layers import LayerKind, Stage, add_grad, task_seed
 
 __all__ = ["GatEdges", "GatLayers"]
 
@@ -87,7 +86,7 @@ def _ptr(rows: torch.Tensor, n: int) -> torch.Tensor:
                       torch.cumsum(torch.bincount(rows, minlength=n), 0)])
 
 
-def build_edges(gs: GraphServer, heads: tuple[int, ...], feats: tuple[int, ...],
+def build_edges(gs, heads: tuple[int, ...], feats: tuple[int, ...],
                 attn_drop: tuple[float, ...]) -> GatEdges:
     """The plan (collective: exchanges the cross-partition edges with their sources' owners)."""
     dst_row, col, src, src_owner = gs.in_edges

@@ -23,8 +23,8 @@ Edges arrive grouped by destination: ``ptr`` (int64, ``n + 1`` entries, ``ptr[0]
 non-decreasing, ``ptr[n] = E``) says which rows of the per-edge arrays belong to destination
 row v (``ptr[v]:ptr[v+1]``); a destination without in-edges gets no attention and ``der = 0``.
 The per-edge tasks cannot be split by rows alone (their edge arrays would need re-cutting at
-``ptr``), so their :class:`~.common.Op` says ``chunkable=False``; the vertex tasks chunk by rows
-like the GCN ones (the dropout mask hashes (seed, node id, column)).
+``ptr``), so their :class:`~dglx_dist.convs.ops_base.Op` says ``chunkable=False``; the vertex
+tasks chunk by rows like the GCN ones (the dropout mask hashes (seed, node id, column)).
 
 Header fields: ``heads`` (int, required by the vertex tasks), ``prev`` ("none" | "elu",
 default "none"), ``dropout``/``seed``/``train`` as for ``av`` (feature dropout in the vertex
@@ -35,11 +35,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import (Arrays, Op, _array, _dropout, _expect, _field, _rows, dropout_mask,
-                     weighted_cross_entropy)
-from .payload import PayloadError
+from dglx_dist.convs.ops_base import (Arrays, Op, PayloadError, _array, _dropout, _expect, _field,
+                                      _rows, dropout_mask, weighted_cross_entropy)
 
-__all__ = ["GAT_OPS", "segment_softmax"]
+__all__ = ["TASKS", "segment_softmax"]
 
 _SLOPE = np.float32(0.2)  # GATConv's default negative_slope
 _PREVS = ("none", "elu")
@@ -274,7 +273,7 @@ def _out_grad_widths(header: dict, arrays: Arrays) -> dict[str, int]:
     return {"db": width, "dX": width}
 
 
-GAT_OPS: dict[str, Op] = {
+TASKS: dict[str, Op] = {
     "gat_av": Op(_gat_av, inputs=("X", "W", "al", "ar", "ids"), row_inputs=("X", "ids"),
                  row_outputs=("Z", "EL", "ER"), sum_outputs=(), out_widths=_av_widths),
     "gat_ae": Op(_gat_ae, inputs=("EL", "ER", "ptr"), row_inputs=(), row_outputs=(),

@@ -3,7 +3,7 @@
 Tasks keep nothing between invocations: the backward task recomputes ``Z = A @ W + b`` and the
 dropout mask from its inputs (tensor rematerialisation), and the last layer's forward and
 backward run as one task (task fusion). Every task works row by row, so callers may chunk the
-rows (see :mod:`.common`).
+rows (see :mod:`dglx_dist.convs.ops_base`).
 
 Header fields:
     av:       act ("relu" | "none", required), dropout (float in [0, 1), default 0.0),
@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import (Arrays, Op, _array, _expect, _field, _rows, activate, activate_grad,
-                     activated_loss)
+from dglx_dist.convs.ops_base import (Arrays, Op, _array, _expect, _field, _rows, activate,
+                                      activate_grad, activated_loss)
 
-__all__ = ["GCN_OPS"]
+__all__ = ["TASKS"]
 
 
 def _linear(arrays: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -79,7 +79,7 @@ def _grad_widths(header: dict, arrays: Arrays) -> dict[str, int]:
     return out
 
 
-GCN_OPS: dict[str, Op] = {
+TASKS: dict[str, Op] = {
     "av": Op(_av, inputs=("A", "W", "b", "ids"), row_inputs=("A", "ids"),
              row_outputs=("H",), sum_outputs=(), out_widths=_av_widths),
     "av_grad": Op(_av_grad, inputs=("A", "W", "b", "ids", "dH"), row_inputs=("A", "ids", "dH"),

@@ -7,8 +7,12 @@ lets a caller split those rows into chunks, run each chunk, concatenate ``row_ou
 order and add up ``sum_outputs``. The dropout mask is a hash of (seed, global node id, column),
 so it does not depend on how the rows were chunked.
 
-Errors are :class:`~.payload.PayloadError` (a ValueError): this package is numpy-only and
-keeps builtin exception kinds.
+Errors are :class:`PayloadError` (a ValueError): the tasks are numpy-only and keep builtin
+exception kinds.
+
+Numpy and the standard library only, like every conv folder's ``ops.py`` built on it: a local
+worker process and the Lambda zip import them without torch or DGL
+(``dglx_dist.offload.tensor_fn``).
 """
 from __future__ import annotations
 
@@ -17,12 +21,18 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .payload import PayloadError
-
-__all__ = ["Arrays", "Op", "activate", "activate_grad", "activated_loss", "dropout_mask",
-           "output_size", "weighted_cross_entropy"]
+__all__ = ["Arrays", "Op", "PayloadError", "activate", "activate_grad", "activated_loss",
+           "dropout_mask", "output_size", "weighted_cross_entropy"]
 
 Arrays = dict[str, np.ndarray]
+
+
+class PayloadError(ValueError):
+    """A payload (or a tensor task's inputs) that does not follow the format; the message
+    names the field, what it was and what was expected. Defined here, where the tasks are,
+    and raised by the wire format too (:mod:`dglx_dist.offload.tensor_fn.payload`)."""
+
+
 _ACTS = ("relu", "none")
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _REQUIRED = object()

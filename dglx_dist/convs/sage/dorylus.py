@@ -2,8 +2,8 @@
 
 A mean SAGEConv computes ``rst_v = x_v Ws + mean_{u -> v}(x_u) Wn + b``: the rows themselves
 (``fc_self``, with the bias) and the mean of their in-neighbours (``fc_neigh``). The program
-is GCN's (:class:`~dglx_dist.strategies.dorylus.layers.GcnLayers`), per layer l and vertex
-interval (tasks in :mod:`dglx_dist.offload.tensor_fn.sage_ops`)::
+is GCN's (:class:`~dglx_dist.convs.graphconv.dorylus.GcnLayers`), per layer l and vertex
+interval (tasks in :mod:`.ops`)::
 
     GA   (graph)  M = mean of each own row's in-neighbours in H[l] (own rows, then ghosts):
                   the rows of D_in^-1 A (whole-graph in-degrees; 0 without in-edges, as DGL)
@@ -33,10 +33,9 @@ import dataclasses
 import numpy as np
 import torch
 
+from dglx_dist.convs.dorylus_base import activation_name, add_grad, csr, task_seed
+from dglx_dist.convs.graphconv.dorylus import GcnLayers, GcnPlan
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.strategies.dorylus.graph import GraphServer, csr
-from dglx_dist.strategies.dorylus.layers import (GcnLayers, GcnPlan, add_grad, activation_name,
-                                                 task_seed)
 
 __all__ = ["SageLayers", "SagePlan", "build_means"]
 
@@ -56,7 +55,7 @@ class SagePlan(GcnPlan):
     mean_out: torch.Tensor
 
 
-def build_means(gs: GraphServer) -> tuple[torch.Tensor, torch.Tensor]:
+def build_means(gs) -> tuple[torch.Tensor, torch.Tensor]:
     """``(mean_in, mean_out)`` of :class:`SagePlan` (collective: every in-edge whose source
     lives elsewhere goes, with its weight, to the source's owner)."""
     dst_row, col, src, src_owner = gs.in_edges

@@ -1,15 +1,15 @@
-"""``dgl.nn.GATConv``: what the strategies need to know about it.
+"""``dgl.nn.GATConv``'s adapter: what the strategies need to know about it.
 
 Both P3's column split and dorylus need one projection ``fc`` applied to the input alone:
-:func:`projection_problems` says, once, what keeps a GATConv from having it.
+:func:`~.projection.projection_problems` says, once, what keeps a GATConv from having it.
 
 * P3's column split: the projection ``fc(x_src)`` is the partial (``src x heads*out``);
   finish is GATConv's own forward with ``fc`` replaced by the identity (attention needs the
   full sum: P3's "sync" in P-TAGS).
 * GraNNDis: no source-degree normalisation (softmax over each destination's in-edges).
 * Dorylus: attention as ApplyEdge tasks, the sums over edges on the graph servers
-  (:class:`~dglx_dist.strategies.dorylus.gat.GatLayers`; tasks ``gat_*`` in
-  ``offload/tensor_fn/gat_ops.py``, the numpy forward and backward a serverless worker runs).
+  (:class:`~dglx_dist.convs.gat.dorylus.GatLayers`; tasks ``gat_*`` in :mod:`.ops`, the
+  numpy forward and backward a serverless worker runs).
 """
 from __future__ import annotations
 
@@ -18,31 +18,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from dglx_dist.convs.base import LAYERS, ConvAdapter, DorylusSupport, InputLinear, feat_dropout
+from dglx_dist.convs.gat.dorylus import GatLayers
+from dglx_dist.convs.gat.ops import TASKS
+from dglx_dist.convs.gat.projection import projection_problems
 from dglx_dist.errors import InvalidValueError
 
-__all__ = ["GATAdapter", "projection_problems"]
-
-
-def projection_problems(conv: nn.Module) -> list[str]:
-    """What keeps ``conv`` from being one shared projection ``fc`` of its input (empty: it
-    is one)."""
-    problems = []
-    if not hasattr(conv, "fc"):
-        problems.append("(src, dst) input sizes: two projections fc_src/fc_dst (build it with "
-                        "one int in_feats)")
-    if getattr(conv, "res_fc", None) is not None:
-        problems.append("residual=True: it adds the input or its own projection of it to the "
-                        "output (build it with residual=False)")
-    return problems
+__all__ = ["GATAdapter"]
 
 
 @LAYERS.register("GATConv")
 class GATAdapter(ConvAdapter):
     """GATConv without residual and with one shared ``fc``: project, sum, then attention."""
 
-    dorylus = DorylusSupport("dglx_dist.strategies.dorylus.gat:GatLayers",
-                             ("gat_av", "gat_ae", "gat_ae_grad", "gat_av_grad", "gat_loss",
-                              "gat_out", "gat_out_grad"))
+    dorylus = DorylusSupport(GatLayers, TASKS)
 
     def example(self, in_feats, out_feats):
         return dgl.nn.GATConv(in_feats, out_feats, 2, allow_zero_in_degree=True)

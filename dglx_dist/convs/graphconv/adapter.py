@@ -1,7 +1,7 @@
-"""``dgl.nn.GraphConv``: what the strategies need to know about it.
+"""``dgl.nn.GraphConv``'s adapter: what the strategies need to know about it.
 
-GraphConv's degree normalisation is said once here (:func:`norm_powers`,
-:func:`degree_factor`): a source row is multiplied by ``out_deg^-p_src`` before the sum over
+GraphConv's degree normalisation is said once in :mod:`.norm` (:func:`~.norm.norm_powers`,
+:func:`~.norm.degree_factor`): a source row is multiplied by ``out_deg^-p_src`` before the sum over
 in-edges and a destination row by ``in_deg^-p_dst`` after it, with ``(p_src, p_dst)`` from the
 conv's ``norm``. The column split, the GraNNDis source scaling and dorylus's graph server
 (``Â = out_deg^-1/2 in_deg^-1/2`` of the whole graph) all use it.
@@ -11,47 +11,27 @@ conv's ``norm``. The column split, the GraNNDis source scaling and dorylus's gra
 * GraNNDis: ``norm`` "left" or "both" normalises by the sources' out-degrees; rows pre-scaled
   by ``(block_deg / true_deg)^p_src`` come out normalised by the whole graph's degrees.
 * Dorylus: ``norm="both"``, the paper's GCN
-  (:class:`~dglx_dist.strategies.dorylus.layers.GcnLayers`; tasks ``av``, ``av_grad``,
-  ``av_loss`` in ``offload/tensor_fn/gcn_ops.py``).
+  (:class:`~dglx_dist.convs.graphconv.dorylus.GcnLayers`; tasks ``av``, ``av_grad``,
+  ``av_loss`` in :mod:`.ops`).
 """
 from __future__ import annotations
 
 import dgl
-import torch
 from torch import nn
 
 from dglx_dist.convs.base import LAYERS, ConvAdapter, DorylusSupport, InputLinear
+from dglx_dist.convs.graphconv.dorylus import GcnLayers
+from dglx_dist.convs.graphconv.norm import degree_factor, norm_powers, weight_problem
+from dglx_dist.convs.graphconv.ops import TASKS
 from dglx_dist.errors import InvalidValueError
 
-__all__ = ["GraphConvAdapter", "degree_factor", "norm_powers", "weight_problem"]
-
-_POWERS = {"both": (0.5, 0.5), "left": (1.0, 0.0), "right": (0.0, 1.0), "none": (0.0, 0.0)}
-
-
-def norm_powers(norm: str) -> tuple[float, float]:
-    """GraphConv's degree exponents ``(p_src, p_dst)`` for its ``norm``."""
-    return _POWERS[norm]
-
-
-def degree_factor(deg: torch.Tensor, power: float) -> torch.Tensor:
-    """``deg^-power`` per node, a degree of 0 counting as 1 (as GraphConv does)."""
-    return deg.clamp(min=1).pow(-power)
-
-
-def weight_problem(conv: nn.Module) -> str | None:
-    """What keeps a GraphConv from having its weight as a parameter, or None."""
-    if conv.weight is None:
-        return ("weight=False (its weight is a forward argument, not a parameter: build it "
-                "with weight=True)")
-    return None
-
+__all__ = ["GraphConvAdapter"]
 
 @LAYERS.register("GraphConv")
 class GraphConvAdapter(ConvAdapter):
     """GraphConv (any ``norm``) with its own weight."""
 
-    dorylus = DorylusSupport("dglx_dist.strategies.dorylus.layers:GcnLayers",
-                             ("av", "av_grad", "av_loss"))
+    dorylus = DorylusSupport(GcnLayers, TASKS)
 
     def example(self, in_feats, out_feats):
         return dgl.nn.GraphConv(in_feats, out_feats, allow_zero_in_degree=True)

@@ -1,4 +1,4 @@
-"""``dgl.nn.SAGEConv``: what the strategies need to know about it.
+"""``dgl.nn.SAGEConv``'s adapter: what the strategies need to know about it.
 
 * P3's column split (mean, gcn or pool aggregator; LSTM is refused):
 
@@ -11,8 +11,7 @@
 
 * GraNNDis: no source-degree normalisation (the mean divides by in-degrees).
 * Dorylus: the mean aggregator, as GCN's program with the rows' own part kept
-  (:class:`~dglx_dist.strategies.dorylus.sage.SageLayers`; tasks ``sage_*`` in
-  ``offload/tensor_fn/sage_ops.py``).
+  (:class:`~dglx_dist.convs.sage.dorylus.SageLayers`; tasks ``sage_*`` in :mod:`.ops`).
 """
 from __future__ import annotations
 
@@ -22,6 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from dglx_dist.convs.base import LAYERS, ConvAdapter, DorylusSupport, InputLinear, feat_dropout
+from dglx_dist.convs.sage.dorylus import SageLayers
+from dglx_dist.convs.sage.ops import TASKS
 from dglx_dist.errors import InvalidValueError
 
 __all__ = ["SAGEAdapter"]
@@ -31,8 +32,7 @@ __all__ = ["SAGEAdapter"]
 class SAGEAdapter(ConvAdapter):
     """SAGEConv with the mean, gcn or pool aggregator."""
 
-    dorylus = DorylusSupport("dglx_dist.strategies.dorylus.sage:SageLayers",
-                             ("sage_av", "sage_av_grad", "sage_loss"))
+    dorylus = DorylusSupport(SageLayers, TASKS)
 
     def example(self, in_feats, out_feats):
         return dgl.nn.SAGEConv(in_feats, out_feats, "mean", activation=torch.relu)

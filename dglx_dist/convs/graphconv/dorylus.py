@@ -1,0 +1,187 @@
+"""Dorylus for GCN (``dgl.nn.GraphConv``, ``norm="both"``): :class:`GcnLayers`, the stages
+of the paper's own model (tasks ``av``, ``av_grad``, ``av_loss`` in :mod:`.ops`).
+
+Per layer l and vertex interval: GA (graph) gathers ``Â H[l]`` over own rows and ghosts, AV
+(task) applies ``A W + b``, ReLU and dropout, SC (graph) sends the new rows to the peers that
+hold them as ghosts; the last layer's apply is fused with the loss (AVL). Backward: BAV
+(task) the gradients of W, b and of the gathered rows, BSC/BGA (graph) those rows back to
+their sources' owners and summed there. :class:`~dglx_dist.convs.sage.dorylus.SageLayers`
+reuses this program.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+from torch import nn
+
+from dglx_dist.convs.dorylus_base import LayerKind, Stage, activation_name, add_grad, task_seed
+from dglx_dist.convs.graphconv.norm import weight_problem
+from dglx_dist.errors import InvalidValueError
+
+__all__ = ["GcnLayers", "GcnPlan"]
+
+
+def _f32(t: torch.Tensor) -> np.ndarray:
+    return np.ascontiguousarray(t.numpy(), dtype=np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class GcnPlan:
+    """Per layer: (input, output) widths and the conv's own activation ("relu" or "none")."""
+
+    dims: tuple[tuple[int, int], ...]
+    acts: tuple[str, ...]
+
+    def act(self, layer: int) -> str:
+        """What the layer's apply ends with: ReLU between layers (the model's; a conv's own
+        ReLU before it changes nothing), the conv's own activation after the last."""
+        return self.acts[layer] if layer == len(self.dims) - 1 else "relu"
+
+
+class GcnLayers(LayerKind):
+    """GCN (``GraphConv``, ``norm="both"``, ReLU and dropout between layers): gather, then
+    apply (``A W + b``, ReLU, dropout) per interval; the last layer's apply fused with the loss.
+    A conv's own activation (``activation=F.relu``) is applied in its apply too.
+
+    Buffers: ``H[l]`` the input rows of layer l (own then ghosts), ``G[l]`` the gradients of
+    layer l's gathered rows (own then reverse ghosts).
+    """
+
+    def __init__(self, plan: GcnPlan, gs, feat, spec):
+        super().__init__(plan, gs, feat, spec)
+        self.dims, self.L = plan.dims, len(plan.dims)
+        n = gs.n
+        self.H = [feat] + [torch.zeros(n + gs.num_ghosts, d[0]) for d in self.dims[1:]]
+        self.G = [None] + [torch.zeros(n + gs.num_rghosts, d[0]) for d in self.dims[1:]]
+        self.saved_a: dict[tuple[int, int], torch.Tensor] = {}  # (layer, interval) -> GA out
+        self.saved_dh: dict[tuple[int, int], torch.Tensor] = {}  # (layer, interval) -> ∇GA
+        self.ids = gs.core.numpy()
+
+    @classmethod
+    def check(cls, convs):
+        for conv, name in convs:
+            problems = [] if conv._norm == "both" else [f"norm={conv._norm!r} (expected 'both')"]
+            problems += [p for p in [weight_problem(conv)] if p]
+            if problems:
+                raise InvalidValueError(f"dorylus cannot run {name} (GraphConv): "
+                                        f"{'; '.join(problems)}")
+            activation_name(conv._activation, f"{name} (GraphConv)")
+
+    @classmethod
+    def tensors(cls, conv):
+        return (conv.weight, conv.bias)
+
+    @classmethod
+    def param_slots(cls, conv, layer):
+        same = lambda g: g  # noqa: E731
+        return [(p, (layer, key), same) for p, key in ((conv.weight, "W"), (conv.bias, "b"))
+                if p is not None]
+
+    @classmethod
+    def dropouts(cls, model, convs, override):
+        drop = getattr(model, "dropout", None)
+        p = override if override >= 0 else (drop.p if isinstance(drop, nn.Dropout) else 0.0)
+        return tuple([p] * (len(convs) - 1) + [0.0])  # after every layer but the last
+
+    @classmethod
+    def plan(cls, gs, convs):
+        return GcnPlan(tuple((conv.weight.shape[0], conv.weight.shape[1]) for conv, _ in convs),
+                       tuple(activation_name(conv._activation, name) for conv, name in convs))
+
+    @staticmethod
+    def train_program(num_layers):
+        return _gcn_forward_to_last(num_layers) + [Stage("AVL", num_layers - 1)] + \
+            _gcn_backward_from(num_layers - 1)
+
+    @staticmethod
+    def forward_program(num_layers):
+        return _gcn_forward_to_last(num_layers) + [Stage("AVO", num_layers - 1)]
+
+    @staticmethod
+    def backward_program(num_layers):
+        return [Stage("BAV", num_layers - 1)] + _gcn_backward_from(num_layers - 1)
+
+    @property
+    def logits_width(self):
+        return self.dims[-1][1]
+
+    # -- graph side ----------------------------------------------------------------------------
+    def graph_task(self, st, i):
+        if st.kind == "GA":
+            self.saved_a[(st.layer, i)] = self.gs.gather(i, self.H[st.layer])
+        elif st.kind == "BGA":
+            self.saved_dh[(st.layer, i)] = self.gs.gather_back(i, self.G[st.layer])
+
+    def _buffer(self, back, layer):
+        return self.G[layer] if back else self.H[layer + 1]
+
+    def pack(self, back, layer, route):
+        return self._buffer(back, layer)[route.rows].reshape(-1)
+
+    def recv_numel(self, back, layer, route):
+        return route.rows.numel() * self._buffer(back, layer).shape[1]
+
+    def unpack(self, back, layer, route, msg):
+        buf = self._buffer(back, layer)
+        buf[route.rows] = msg.view(-1, buf.shape[1])
+
+    # -- tensor tasks --------------------------------------------------------------------------
+    def request(self, st, i, epoch, weights, train, extra):
+        rows = self.gs.rows(i)
+        W, b = weights[st.layer]
+        if b is None:
+            b = np.zeros(W.shape[1], dtype=np.float32)
+        last = st.layer == self.L - 1
+        drop = self.spec.dropout[st.layer] if train else 0.0
+        arrays = {"A": self.saved_a[(st.layer, i)].numpy(), "W": W, "b": b,
+                  "ids": self.ids[rows]}
+        header = {"act": self.plan.act(st.layer), "dropout": drop,
+                  "seed": task_seed(self.spec.seed, epoch, st.layer),
+                  "train": bool(train and drop > 0)}
+        if st.kind == "AVL":
+            header = {"op": "av_loss", "act": header["act"], "need_dA": self.L > 1}
+            arrays.pop("ids")
+            arrays.update(extra["labels"](rows))
+        elif st.kind == "BAV":
+            dh = (extra["dlogits"][rows] if last else self.saved_dh[(st.layer + 1, i)])
+            header.update(op="av_grad", need_dA=st.layer >= 1)
+            arrays["dH"] = _f32(dh)
+        else:
+            header["op"] = "av"
+        return header, arrays
+
+    def result(self, st, i, epoch, out, acc):
+        rows = self.gs.rows(i)
+        if st.kind == "AV":
+            self.H[st.layer + 1][rows] = torch.from_numpy(np.array(out["H"]))
+        elif st.kind == "AVO":
+            acc["logits"][rows] = torch.from_numpy(np.array(out["H"]))
+        else:
+            add_grad(acc, epoch, (st.layer, "W"), out["dW"], i)
+            add_grad(acc, epoch, (st.layer, "b"), out["db"], i)
+            if st.kind == "AVL":
+                acc["loss"][epoch] = acc["loss"].get(epoch, 0.0) + float(out["loss"][0])
+            if "dA" in out:
+                self.G[st.layer][rows] = torch.from_numpy(np.array(out["dA"]))
+        self.saved_dh.pop((st.layer + 1, i), None)
+
+
+def _gcn_backward_from(layer: int) -> list[Stage]:
+    out = []
+    for l in range(layer, -1, -1):
+        if l != layer:
+            out.append(Stage("BAV", l))
+        if l >= 1:
+            out += [Stage("BSC", l), Stage("BGA", l, gate=(True, l))]
+    return out
+
+
+def _gcn_forward_to_last(num_layers: int) -> list[Stage]:
+    out = []
+    for l in range(num_layers - 1):
+        out += [Stage("GA", l, gate=(False, l - 1) if l else None), Stage("AV", l),
+                Stage("SC", l)]
+    last = num_layers - 1
+    return out + [Stage("GA", last, gate=(False, last - 1) if last else None)]
