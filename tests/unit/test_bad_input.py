@@ -4,7 +4,7 @@ more training edges than the graph has, row normalisation of signed features."""
 import pytest
 import torch
 
-from dglx_dist.api.loader import DataLoader
+from dglx_dist.api.loader import _checked
 from dglx_dist.api.ndata import fit_rows
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.models.gcn import row_normalized
@@ -35,7 +35,7 @@ def test_a_cast_that_overflows_is_refused():
 @pytest.mark.parametrize("size", [2.5, 0, True, "4"])
 def test_batch_size_must_be_a_positive_integer(size):
     with pytest.raises(InvalidValueError, match="expected an integer >= 1"):
-        DataLoader._check(None, None, size)
+        _checked(None, None, size)
 
 
 def test_more_training_edges_than_the_graph_has_are_refused():
