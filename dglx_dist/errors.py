@@ -16,7 +16,21 @@ __all__ = ["DglxError", "InvalidValueError", "InvalidTypeError", "IdOutOfRangeEr
 
 
 class DglxError(Exception):
-    """Base class of every error raised on purpose by dglx_dist."""
+    """Base class of every error raised on purpose by dglx_dist.
+
+    Attributes:
+        refused_on: the ranks that refused the same input together (set by the collective
+            argument checks, :mod:`dglx_dist.api.agree`); the first of them reports it.
+        everywhere: raised alike on every rank (a check of data every rank reads the same):
+            rank 0 reports it.
+        in_session: raised while this rank's session was running (it may be this rank's
+            alone): this rank reports it. :func:`dglx_dist.runtime.failure.reporting_rank`
+            has the whole rule.
+    """
+
+    refused_on: tuple[int, ...] = ()
+    everywhere: bool = False
+    in_session: bool = False
 
 
 class InvalidValueError(DglxError, ValueError):

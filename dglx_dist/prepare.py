@@ -135,7 +135,7 @@ def made_by_rank0(session: Session, out: Path, marker: str, make: Callable[[], A
         error = _failure(failed, attempt)
         if error is not None:
             waiter = StateError(f"rank 0 failed ({what}): {error}")
-            waiter.dglx_failed_ranks = [0]  # rank 0 reports its own error (runtime.failure)
+            waiter.refused_on = (0,)  # rank 0 reports its own error (runtime.failure)
             raise waiter
         if time.monotonic() > deadline:
             raise DeadlineError(f"waited {wait_timeout:.0f}s for rank 0 to write {out}; is the "

@@ -5,7 +5,8 @@ from typing import Callable, TypeVar
 
 import torch
 
-from dglx_dist.errors import InvalidValueError, OutputExistsError
+from dglx_dist.errors import DglxError, InvalidValueError, OutputExistsError
+from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.runtime.session import Session
 
 __all__ = ["on_every_rank", "same_call", "differing_ranks", "ids_digest"]
@@ -32,8 +33,9 @@ def on_every_rank(session: Session, what: str, check: Callable[[], T]) -> T:
                                   "their error); every rank stops here")
     if error is not None:
         # uncaught, it is one line from the first refused rank, not a traceback per rank
-        # (see Session's excepthook)
-        error.dglx_failed_ranks = failed
+        # (see Session's excepthook); a builtin error is the caller's own bug: its traceback
+        if isinstance(error, DglxError):
+            error.refused_on = tuple(failed)
         raise error
     return result
 
@@ -58,8 +60,7 @@ def same_call(session: Session, call: str) -> None:
     error = InvalidValueError(f"ranks make different calls at the same point: rank 0 {calls[0]}, "
                               f"rank {other} {calls[other]}; every rank must build its loaders "
                               "(and other collective objects) in the same order")
-    error.dglx_failed_ranks = [0]  # the same message everywhere: rank 0 says it
-    raise error
+    raise same_on_every_rank(error)  # the same message everywhere: rank 0 says it
 
 
 def differing_ranks(session: Session, value: torch.Tensor) -> list[int]:

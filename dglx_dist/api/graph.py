@@ -267,8 +267,7 @@ def _same_everywhere(session: Session, key: str) -> None:
         error = InvalidValueError(f"distribute: the graph differs between ranks (ranks {differ} "
                                   "differ from rank 0); build it the same way on every rank (fixed "
                                   "seeds for random transforms)")
-        error.dglx_failed_ranks = [0]  # the same message everywhere: rank 0 says it
-        raise error
+        raise same_on_every_rank(error)  # the same message everywhere: rank 0 says it
 
 
 def distribute(g, strategy: str | Strategy = "distdgl", *,

@@ -4,7 +4,7 @@ A job of N ranks that fails would otherwise print N tracebacks. Here a
 :class:`~dglx_dist.errors.DglxError` becomes one ``ERROR`` line from one rank, the *reporting
 rank* (:func:`reporting_rank`):
 
-* bad input that every rank refused together (``dglx_failed_ranks``, set by
+* bad input that every rank refused together (its ``refused_on``, set by
   :func:`dglx_dist.api.agree.on_every_rank`): the first rank that refused it;
 * a dead or frozen peer (:class:`~dglx_dist.runtime.comm.PeerError`): the lowest rank the error
   does not name, so a dead rank 0 is still reported;
@@ -27,52 +27,50 @@ import traceback
 from types import TracebackType
 from typing import TypeVar
 
+from dglx_dist.errors import DglxError
 from dglx_dist.runtime.comm import PeerError
 
 __all__ = ["reporting_rank", "one_line", "report", "tell_launcher", "mark_in_session",
            "same_on_every_rank"]
 
-_IN_SESSION, _EVERYWHERE = "dglx_in_session", "dglx_same_on_every_rank"
 LATER_S = 10  # how much later a rank that saw another's failure dates its error file
-E = TypeVar("E", bound=BaseException)
+D = TypeVar("D", bound=DglxError)
 # dglx_dist itself, the standard library and installed packages: not the user's script
 _NOT_USER_CODE = tuple({os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         *(sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib"))})
 
 
 def mark_in_session(exc: BaseException) -> None:
-    """Notes that ``exc`` ended a running session (it may be this rank's alone)."""
-    try:
-        setattr(exc, _IN_SESSION, True)
-    except AttributeError:  # an exception type without a __dict__: reported as in-session
-        pass
+    """Notes that ``exc`` ended a running session (it may be this rank's alone); only a
+    :class:`~dglx_dist.errors.DglxError` is reported in one line, so only one is noted."""
+    if isinstance(exc, DglxError):
+        exc.in_session = True
 
 
-def same_on_every_rank(exc: E) -> E:
+def same_on_every_rank(exc: D) -> D:
     """Marks ``exc`` as raised alike on every rank (a check of data every rank reads the
     same), so rank 0 alone reports it also inside a running session; returns ``exc``."""
-    setattr(exc, _EVERYWHERE, True)
+    exc.everywhere = True
     return exc
 
 
 def reporting_rank(exc: BaseException, rank: int, world_size: int) -> int:
     """The rank that prints ``exc`` (see the module docstring); ``rank`` is the asking rank."""
-    failed = getattr(exc, "dglx_failed_ranks", None)
-    if failed:
-        return failed[0]
+    if not isinstance(exc, DglxError):
+        return 0
+    if exc.refused_on:
+        return exc.refused_on[0]
     if isinstance(exc, PeerError):
         alive = [r for r in range(world_size) if r not in set(exc.ranks)]
         return alive[0] if alive else rank
-    if getattr(exc, _IN_SESSION, False) and not getattr(exc, _EVERYWHERE, False):
-        return rank
-    return 0
+    return rank if exc.in_session and not exc.everywhere else 0
 
 
 def one_line(exc: BaseException) -> str:
     """``Type: message``, with where in the user's own code it was raised when that is known
     (the innermost frame outside dglx_dist)."""
     text = " ".join(f"{type(exc).__name__}: {exc}".split())
-    failed = getattr(exc, "dglx_failed_ranks", None) or []
+    failed = list(getattr(exc, "refused_on", ()))
     if len(failed) > 1:
         text += f" (refused on ranks {failed})"
     where = _user_frame(exc.__traceback__)

@@ -90,7 +90,7 @@ def test_reporting_rank(exc, rank, expected):
 
 def test_refused_input_is_reported_by_the_first_refusing_rank():
     exc = InvalidValueError("batch_size 0")
-    exc.dglx_failed_ranks = [2, 3]
+    exc.refused_on = (2, 3)
     assert reporting_rank(exc, 0, 4) == 2
     assert one_line(exc).endswith("(refused on ranks [2, 3])")
 

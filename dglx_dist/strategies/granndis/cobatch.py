@@ -92,17 +92,14 @@ class CoBatchPlan:
         GPU job's), layers that share a plan still sharing one; its node ids stay here."""
         if device.type == "cpu":
             return self
-        moved: dict[int, LayerPlan] = {}
-        for lp in self.layers:
-            if id(lp) not in moved:
-                moved[id(lp)] = LayerPlan(lp.block.to(device),
-                                          [idx.to(device) for idx in lp.send_idx],
-                                          lp.recv_rows, lp.out_degree.to(device))
-        return dataclasses.replace(self, layers=[moved[id(lp)] for lp in self.layers])
+        moved = {lp: LayerPlan(lp.block.to(device), [idx.to(device) for idx in lp.send_idx],
+                               lp.recv_rows, lp.out_degree.to(device))
+                 for lp in dict.fromkeys(self.layers)}  # plans hash by identity (eq=False)
+        return dataclasses.replace(self, layers=[moved[lp] for lp in self.layers])
 
     def num_rows(self) -> int:
         """Rows over all distinct blocks (sources), a measure of the batch's size."""
-        return sum(p.block.num_src_nodes() for p in {id(p): p for p in self.layers}.values())
+        return sum(p.block.num_src_nodes() for p in dict.fromkeys(self.layers))
 
 
 def levels(own: torch.Tensor, edges: tuple[torch.Tensor, torch.Tensor], targets: torch.Tensor,

@@ -29,7 +29,7 @@ class HaloConv(ConvWrapper):
             self._adapter = adapter_for(conv)
         except ValueError:  # no adapter: a conv that does not normalise by source degrees
             self._adapter = None
-        self._scales: dict[int, torch.Tensor | None] = {}
+        self._scales: dict[LayerPlan, torch.Tensor | None] = {}  # plans hash by identity
 
     def forward(self, block, h, *args, **kwargs):
         plan: LayerPlan | None = self._plan_of(block)
@@ -47,7 +47,7 @@ class HaloConv(ConvWrapper):
     def _degree_scale(self, plan: LayerPlan) -> torch.Tensor | None:
         if self._adapter is None:
             return None
-        if id(plan) not in self._scales:
-            self._scales[id(plan)] = self._adapter.degree_source_scale(self.conv, plan.block,
-                                                                       plan.out_degree)
-        return self._scales[id(plan)]
+        if plan not in self._scales:
+            self._scales[plan] = self._adapter.degree_source_scale(self.conv, plan.block,
+                                                                   plan.out_degree)
+        return self._scales[plan]
