@@ -317,7 +317,7 @@ class Comm:
                                     f"in [0, {self.size})")
         op = f"{kind} (tag {tag}) {'to' if kind == 'send' else 'from'} rank {self.members[peer]}"
         self._check_usable(op)
-        work = self._guard(op, lambda: fn(tensor, self.members[peer], group=self.group,
+        work = self.guard(op, lambda: fn(tensor, self.members[peer], group=self.group,
                                           tag=tag))
         sizes = [tensor.nbytes if i == peer else 0 for i in range(self.size)]
         nothing = [0] * self.size
@@ -338,24 +338,23 @@ class Comm:
                 self.counter.add(self._intra[i], s, r)
 
     def _run(self, op: str, start: Callable[[], dist.Work | None]) -> None:
-        """Issues a collective and waits for it with the timeout.
-
-        Errors raised while issuing (bad arguments, unsupported op) propagate unchanged; errors
-        while waiting mean a peer failed and become a :class:`PeerError`. ``start`` returns
-        None for ops gloo only runs synchronously; the process group's timeout bounds those.
-        """
-        self._wait(op, self._start(op, start))
+        """Issues a collective and waits for it with the timeout: errors while issuing (bad
+        arguments) propagate, errors while waiting (a peer failed) become a :class:`PeerError`;
+        ``start`` gives None for ops gloo runs synchronously (the group's timeout bounds them)."""
+        self.wait_work(op, self._start(op, start))
 
     def _start(self, op: str, start: Callable[[], dist.Work | None]) -> dist.Work | None:
         self._check_usable(op)
         self._next_seq()
-        return self._guard(op, start)
+        return self.guard(op, start)
 
-    def _wait(self, op: str, work: dist.Work | None) -> None:
+    def wait_work(self, op: str, work: dist.Work | None) -> None:
+        """Waits for ``work`` of ``op`` (None: done already) with the timeout, as :meth:`guard`."""
         if work is not None:
-            self._guard(op, lambda: work.wait(timeout=self.timeout))
+            self.guard(op, lambda: work.wait(timeout=self.timeout))
 
-    def _guard(self, op: str, fn: Callable[[], Any]) -> Any:
+    def guard(self, op: str, fn: Callable[[], Any]) -> Any:
+        """``fn()``; a peer's failure in it breaks this group with a :class:`PeerError`."""
         try:
             return fn()
         except RuntimeError as exc:
@@ -387,7 +386,7 @@ class Comm:
         return PeerError(f"{op} on the {self.name} group failed on rank {self.global_rank}: {who} "
                          f"[{cause}]", ranks, op)
 
-    def _silent_peer(self, op: str, peer: int, waited: float) -> PeerError:
+    def silent_peer(self, op: str, peer: int, waited: float) -> PeerError:
         """The error for point-to-point ``op`` with global rank ``peer``, still pending after
         ``waited`` seconds (:meth:`Transfer.fail`)."""
         return PeerError(f"{op} on the {self.name} group: nothing for {waited:.0f}s "

@@ -42,13 +42,13 @@ class Pending:
     def done(self) -> bool:
         """True once finished (without blocking; finishing it when the transfer is over)."""
         if not self._done and (self._work is None or
-                               self._comm._guard(self._op, self._work.is_completed)):
+                               self._comm.guard(self._op, self._work.is_completed)):
             self.wait()
         return self._done
 
     def wait(self) -> Any:
         if not self._done:
-            self._comm._wait(self._op, self._work)
+            self._comm.wait_work(self._op, self._work)
             self._result, self._done, self._keep = self._finish(), True, None
         return self._result
 
@@ -122,10 +122,10 @@ class Transfer:
             def reraise():
                 raise error
 
-            self._comm._guard(self.op, reraise)  # a PeerError naming the failed rank
+            self._comm.guard(self.op, reraise)  # a PeerError naming the failed rank
         self._done = True
         self._count()
 
     def fail(self, waited: float) -> PeerError:
         """The error for a transfer still pending after ``waited`` seconds."""
-        return self._comm._silent_peer(self.op, self.peer, waited)
+        return self._comm.silent_peer(self.op, self.peer, waited)
