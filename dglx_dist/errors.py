@@ -20,7 +20,7 @@ class DglxError(Exception):
 
     Attributes:
         refused_on: the ranks that refused the same input together (set by the collective
-            argument checks, :mod:`dglx_dist.api.agree`); the first of them reports it.
+            argument checks, :mod:`dglx_dist.runtime.agree`); the first of them reports it.
         everywhere: raised alike on every rank (a check of data every rank reads the same):
             rank 0 reports it.
         in_session: raised while this rank's session was running (it may be this rank's

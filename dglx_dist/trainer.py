@@ -43,22 +43,18 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from dglx_dist.api import DataLoader, DistGraph, parallelize
-from dglx_dist.api.agree import on_every_rank
 from dglx_dist.api.metrics import accuracy, epoch_record
-from dglx_dist.checkpoint import Checkpointing, collective, list_checkpoints, rng
-from dglx_dist.checkpoint.files import (check_matches, check_root, decode, describe_unusable,
-                                       encode)
-from dglx_dist.checkpoint.layout import encode_shards, rank_file, restore_shards
+from dglx_dist.checkpoint import Checkpointing
+from dglx_dist.checkpoint.manager import CheckpointManager, RandomState
 from dglx_dist.config import TRAINER_OPTIMIZER, OptimizerConfig
 from dglx_dist.convs import graph_convs
-from dglx_dist.errors import (CheckpointError, DatasetFormatError, InvalidValueError,
-                               NonFiniteLossError)
+from dglx_dist.errors import DatasetFormatError, InvalidValueError, NonFiniteLossError
 from dglx_dist.kvstore.embedding import DistEmbedding
 from dglx_dist.memory import SavedBytes
 from dglx_dist.report import json_record
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.runtime.session import Session
-from dglx_dist.strategies.abilities import epochs_of, load_state, state_of
+from dglx_dist.strategies.abilities import StrategyState, epochs_of
 from dglx_dist.strategies.base import Strategy
 from dglx_dist.strategies.epochs import EpochResult, TrainHooks
 from dglx_dist.strategies.steps import LoaderSpec
@@ -155,11 +151,19 @@ class Trainer:
         self.optimizer = (optimizer(self.model.parameters()) if optimizer is not None else
                           self.optim.adam(self.model.parameters()))
         self.metrics, self.progress = metrics, progress
-        self.checkpoint, self.embeddings = checkpoint, list(embeddings)
+        self.checkpoint = checkpoint
         self.epoch, self.steps = 0, 0  # epochs completed, optimizer steps taken
         # activation memory of the training forwards: a hook on every tensor autograd saves
         self.saved = SavedBytes() if measure_saved_bytes else None
         self.history: list[dict[str, Any]] = []
+        self._checkpoints = CheckpointManager(
+            self.session, {"model": self.model, "optimizer": self.optimizer,
+                           "strategy": StrategyState(self.strategy), "rng": RandomState()},
+            progress=self, embeddings=embeddings,
+            identity={"world_size": self.session.world_size,
+                      "strategy": self.strategy.registered_name,
+                      "data": self.graph.pdir.fingerprint()},
+            meta={"servers": self.session.topology.num_servers})
 
     def _batches(self, loader: DataLoader, epoch: int, desc: str) -> Iterator[Batch]:
         loader.set_epoch(epoch)
@@ -304,90 +308,33 @@ class Trainer:
         if self.checkpoint is not None and (last or done % self.checkpoint.every == 0):
             self.save(self.checkpoint.dir, keep=self.checkpoint.keep)
 
-    # -- checkpoints -----------------------------------------------------------------------------
+    # -- checkpoints (dglx_dist.checkpoint.manager names the files) ------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The run's progress: epochs completed, optimizer steps, the metrics history."""
+        return {"epoch": self.epoch, "steps": self.steps, "history": list(self.history)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch, self.steps = int(state["epoch"]), int(state["steps"])
+        self.history = list(state["history"])
+
     def save(self, directory: str | Path, keep: int = 2) -> Path:
         """Writes a checkpoint of the run as it stands (collective; see the module docstring)
         into ``directory/epoch-NNNNNN`` and keeps the newest ``keep``. Call it between epochs:
         a resumed run starts at the epoch after ``self.epoch``'s last completed one."""
-        rank = self.session.rank
-        state = {"rank": rank, "epoch": self.epoch, "steps": self.steps,
-                 "model": self.model.state_dict(),
-                 "optimizer": self.optimizer.state_dict(), "strategy": state_of(self.strategy),
-                 "rng": rng.capture(), "history": self.history}
-        blobs = {rank_file(rank): encode(state), **encode_shards(self.embeddings)}
-        meta = {"step": self.steps, "world_size": self.session.world_size,
-                "strategy": self.strategy.registered_name, "data": self.graph.pdir.fingerprint(),
-                "servers": self.session.topology.num_servers}
-        return collective.save(self.session.world, Path(directory), self.epoch, meta, blobs, keep)
+        return self._checkpoints.save(directory, keep)
 
     def resume(self, directory: str | Path) -> bool:
         """Loads the newest intact checkpoint under ``directory`` (collective); False when there
         is none. Raises :class:`~dglx_dist.errors.CheckpointError` on every rank when the
         checkpoint is from another job shape or a rank cannot load its share."""
-        found = collective.find(self.session.world, Path(directory))
-        if found is None:
-            return False
-        path, manifest, read = found
-        check_matches(path, manifest, {"world_size": self.session.world_size,
-                                       "strategy": self.strategy.registered_name,
-                                       "data": self.graph.pdir.fingerprint()})
-        error = ""
-        try:
-            self._load(decode(read(rank_file(self.session.rank)), f"{path} (rank file)"), read)
-        except (CheckpointError, KeyError, RuntimeError, ValueError, TypeError) as exc:
-            error = f"{type(exc).__name__}: {exc}"
-        flags = self.session.world.all_gather(torch.tensor([0 if error else 1]))
-        failed = [r for r, f in enumerate(flags) if not int(f)]
-        if failed:
-            raise CheckpointError(f"resuming from {path} failed on ranks {failed}"
-                                  + (f"; here: {error}" if error else " (see their errors)"))
-        if self.session.is_main:
-            log.info("resumed from %s: %d epochs, %d steps done", path, self.epoch, self.steps)
-        return True
+        return self._checkpoints.resume(directory)
 
     def resume_or_start(self, resume: bool = False) -> bool:
         """Resumes from ``checkpoint.dir`` when ``resume`` is set or the launcher restarted the
-        job (torchrun ``--max-restarts``); True when a checkpoint was loaded (collective).
-
-        Raises:
-            CheckpointError: ``resume`` but no checkpoint could be loaded (the message names
-                the damaged ones); or neither applies but the directory holds checkpoints (of
-                an earlier run, which new ones would mix with).
-        """
-        if self.checkpoint is None:
-            if resume:
-                raise CheckpointError("resume asked for, but the trainer has no checkpoint "
-                                      "directory (Trainer(checkpoint=Checkpointing(dir)))")
-            return False
-        root = on_every_rank(self.session, "checkpoint directory", lambda: check_root(
-            self.checkpoint.dir) if self.session.is_main else self.checkpoint.dir)
-        if resume or self.session.env.restart_count > 0:
-            resumed = self.resume(root)
-            if not resumed and resume:
-                raise CheckpointError(f"--resume: no usable checkpoint in {root}"
-                                      f"{describe_unusable(root)}")
-            if not resumed and self.session.is_main:  # restarted before the first save
-                log.warning("no checkpoint in %s yet: starting from epoch 0", root)
-            return resumed
-        existing = list_checkpoints(root)
-        if existing:
-            raise CheckpointError(f"{root} holds checkpoints of an earlier run (up to epoch "
-                                  f"{existing[-1][0]}); resume it (--resume) or choose an empty "
-                                  f"directory")
-        return False
-
-    def _load(self, state: dict[str, Any], read: Callable[[str], bytes]) -> None:
-        rank = self.session.rank
-        if state.get("rank", rank) != rank:  # older checkpoints record none
-            raise CheckpointError(f"{rank_file(rank)} was written by rank {state['rank']}; "
-                                  f"this is rank {rank} (were the rank files swapped?)")
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        load_state(self.strategy, state["strategy"])
-        restore_shards(self.embeddings, read)
-        self.epoch, self.steps = int(state["epoch"]), int(state["steps"])
-        self.history = list(state["history"])
-        rng.restore(state["rng"])
+        job (torchrun ``--max-restarts``); True when a checkpoint was loaded (collective; see
+        :meth:`CheckpointManager.resume_or_start
+        <dglx_dist.checkpoint.manager.CheckpointManager.resume_or_start>`)."""
+        return self._checkpoints.resume_or_start(self.checkpoint, resume)
 
     def _emit(self, record: dict[str, Any]) -> None:
         self.history.append(record)

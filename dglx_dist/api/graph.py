@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dglx_dist.api.agree import differing_ranks
+from dglx_dist.runtime.agree import differing_ranks
 from dglx_dist.api.edata import PREFIX as EDGE_PREFIX, EdgeData
 from dglx_dist.api.ndata import MASKS, NodeData, NodeDataView
 from dglx_dist.api.structure import EdgeStructure, store_edge_ends

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from dglx_dist.api.agree import on_every_rank
+from dglx_dist.runtime.agree import on_every_rank
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.loader import DataLoader
 from dglx_dist.api.parallel import DistModel

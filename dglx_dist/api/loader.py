@@ -35,7 +35,7 @@ from typing import Callable, Iterator
 import dgl
 import torch
 
-from dglx_dist.api.agree import differing_ranks, ids_digest, on_every_rank, same_call
+from dglx_dist.runtime.agree import differing_ranks, ids_digest, on_every_rank, same_call
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.link import EdgePairs, is_edge_sampler
 from dglx_dist.api.ndata import as_node_ids

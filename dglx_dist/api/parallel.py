@@ -25,7 +25,7 @@ import dgl
 import torch
 from torch import nn
 
-from dglx_dist.api.agree import on_every_rank
+from dglx_dist.runtime.agree import on_every_rank
 from dglx_dist.api.graph import DistGraph, NodeDataView
 from dglx_dist.convs import adapter_for, graph_convs
 from dglx_dist.errors import InvalidTypeError, InvalidValueError

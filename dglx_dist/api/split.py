@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from dglx_dist.api.agree import differing_ranks, ids_digest, on_every_rank
+from dglx_dist.runtime.agree import differing_ranks, ids_digest, on_every_rank
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.ndata import NodeDataView, as_node_ids
 from dglx_dist.errors import InvalidTypeError, InvalidValueError

@@ -1,8 +1,10 @@
 """Checkpoints of a training run: every rank's state, written atomically, found after a crash.
 
 :meth:`Trainer.save <dglx_dist.trainer.Trainer.save>` and
-:meth:`Trainer.resume <dglx_dist.trainer.Trainer.resume>` use it; ``Trainer(...,
-checkpoint=Checkpointing("ckpt", every=1))`` saves during ``fit``. The format is in
+:meth:`Trainer.resume <dglx_dist.trainer.Trainer.resume>` use it through
+:class:`~dglx_dist.checkpoint.manager.CheckpointManager`, which is given the run's stateful
+parts and names the files; ``Trainer(..., checkpoint=Checkpointing("ckpt", every=1))`` saves
+during ``fit``. The format is in
 :mod:`dglx_dist.checkpoint.files`, the files a training run writes into it (rank files,
 embedding shards) in :mod:`dglx_dist.checkpoint.layout`, the protocol over ranks in
 :mod:`dglx_dist.checkpoint.collective`.

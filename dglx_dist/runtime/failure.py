@@ -5,7 +5,7 @@ A job of N ranks that fails would otherwise print N tracebacks. Here a
 rank* (:func:`reporting_rank`):
 
 * bad input that every rank refused together (its ``refused_on``, set by
-  :func:`dglx_dist.api.agree.on_every_rank`): the first rank that refused it;
+  :func:`dglx_dist.runtime.agree.on_every_rank`): the first rank that refused it;
 * a dead or frozen peer (:class:`~dglx_dist.runtime.comm.PeerError`): the lowest rank the error
   does not name, so a dead rank 0 is still reported;
 * anything else raised before the job's process group existed (arguments, environment, data

@@ -42,7 +42,7 @@ from dglx_dist.strategies.steps import Blocks, LoaderSpec
 __all__ = ["FullGraphForm", "OwnEpochs", "LinkPrediction", "ShardedParams", "Stateful",
            "MemoryModelled", "HoldsRows", "Float32Only", "ConvTypes", "StepsInTurn",
            "Approximate", "OverlapsBackward", "OwnSplit", "ShapedByOptions", "ABILITIES",
-           "exact_options", "epochs_of", "state_of", "load_state"]
+           "exact_options", "epochs_of", "StrategyState"]
 
 
 class FullGraphForm(abc.ABC):
@@ -192,15 +192,20 @@ def epochs_of(strategy: object, epochs: range, hooks: TrainHooks) -> Iterator[Ep
     return (hooks.loader_epoch(epoch) for epoch in epochs)
 
 
-def state_of(strategy: object) -> dict[str, Any]:
-    """What a checkpoint holds of the strategy between epochs (``{}``: nothing)."""
-    return strategy.state_dict() if isinstance(strategy, Stateful) else {}
+class StrategyState:
+    """A strategy's state between epochs as a checkpoint part (torch's ``Stateful``): its own
+    when it is :class:`Stateful`, else nothing (and a checkpoint holding some is refused)."""
 
+    def __init__(self, strategy: object):
+        self.strategy = strategy
 
-def load_state(strategy: object, state: dict[str, Any]) -> None:
-    """Restores :func:`state_of`'s result; refuses state for a strategy that keeps none."""
-    if isinstance(strategy, Stateful):
-        strategy.load_state_dict(state)
-    elif state:
-        raise CheckpointError(f"strategy {getattr(strategy, 'registered_name', '')!r} keeps no "
-                              f"state between epochs; the checkpoint holds {sorted(state)}")
+    def state_dict(self) -> dict[str, Any]:
+        return self.strategy.state_dict() if isinstance(self.strategy, Stateful) else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if isinstance(self.strategy, Stateful):
+            self.strategy.load_state_dict(state)
+        elif state:
+            name = getattr(self.strategy, "registered_name", "")
+            raise CheckpointError(f"strategy {name!r} keeps no state between epochs; the "
+                                  f"checkpoint holds {sorted(state)}")

@@ -37,7 +37,7 @@ def _seed_everything():
     random.seed(0)
 
 
-def _trainer(session, name, cache, checkpoint=None, data=None):
+def _trainer(session, name, cache, checkpoint=None, data=None, embeddings=()):
     model_kind, options = CASES[name]
     strategy = STRATEGIES.build(name, **options)
     pdir = PartitionDir(ensure_partitions(data or builtin_path("cora"), strategy, session,
@@ -46,7 +46,7 @@ def _trainer(session, name, cache, checkpoint=None, data=None):
     model = MODELS[model_kind](pdir.feat_dim, 16, pdir.num_classes, 2, dropout=0.5,
                                row_normalize=True)
     return Trainer(model, pdir, strategy, session=session, progress=False, lr=0.01,
-                   checkpoint=checkpoint)
+                   checkpoint=checkpoint, embeddings=embeddings)
 
 
 def _params(trainer):
@@ -104,8 +104,7 @@ def _embeddings(session, tmp, fail_rank):
         emb(ids).pow(2).sum().backward()
         opt.step()
     _seed_everything()
-    trainer = _trainer(session, "distdgl", f"{tmp}/parts")
-    trainer.embeddings = [emb]
+    trainer = _trainer(session, "distdgl", f"{tmp}/parts", embeddings=[emb])
     trainer.save(f"{tmp}/ckpt")
     saved = {n: store.pull(n, torch.arange(40)).clone() for n in store.names()
              if n.startswith("emb")}
