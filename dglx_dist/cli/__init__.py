@@ -71,8 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     (:mod:`dglx_dist.runtime.failure`; the traceback too at ``--debug``) and exit status 2;
     the other ranks exit with 2 quietly."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    args.argv = argv  # `dglx bench` records its command line
+    parser = build_parser()
+    parser.set_defaults(argv=argv)  # `dglx bench` records its command line
+    args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):  # unwind: temporaries go
