@@ -238,9 +238,8 @@ class Trainer:
         """Trains until ``epochs`` epochs are complete (after :meth:`resume`, the remaining
         ones); returns (and writes) one metrics record per epoch, the resumed run's included.
 
-        The epochs come from the strategy's
-        :meth:`~dglx_dist.strategies.base.Strategy.train_epochs`: by default the loader's
-        steps, or a pipeline of the strategy's own (dorylus). Validation accuracy is measured
+        The epochs are the loader's steps, or a pipeline of the strategy's own (an
+        :class:`~dglx_dist.strategies.abilities.OwnEpochs` strategy: dorylus). Validation accuracy is measured
         every ``eval_every`` epochs and test accuracy after the last epoch (``test_acc`` in the
         last record). With ``checkpoint`` set, a checkpoint is saved every
         ``checkpoint.every`` epochs and after the last one.

@@ -28,7 +28,7 @@ from dglx_dist.errors import DeadlineError
 __all__ = ["Health", "call_within", "DDP_GROUP"]
 
 # the pseudo-group of DDP's gradient all-reduces, which torch runs itself: each rank counts
-# the one its next backward joins (Strategy.ddp), so a rank that never reaches it is "behind"
+# the one its next backward joins (strategies.base.ddp), so a rank that never reaches it is "behind"
 DDP_GROUP = "ddp"
 _SILENT = "sent no heartbeat"
 

@@ -1,8 +1,8 @@
 """What an epoch of ``Trainer.fit`` yields, and the hooks the trainer lends a strategy for it.
 
-:meth:`Trainer.fit <dglx_dist.trainer.Trainer.fit>` has one loop for every strategy: it
-iterates :meth:`Strategy.train_epochs <dglx_dist.strategies.base.Strategy.train_epochs>` and,
-for every :class:`EpochResult`, builds the epoch's metrics record, evaluates, emits the record
+:meth:`Trainer.fit <dglx_dist.trainer.Trainer.fit>` has one loop for every strategy: it iterates
+the epochs (an :class:`~dglx_dist.strategies.abilities.OwnEpochs` strategy's own) and, for
+every :class:`EpochResult`, builds the epoch's metrics record, evaluates, emits the record
 and saves a checkpoint as due, before asking for the next epoch. By default a strategy's
 epochs are :attr:`TrainHooks.loader_epoch`: the trainer's loader steps (forward, loss,
 backward, :attr:`TrainHooks.optimizer_step`). A strategy whose epochs overlap in a pipeline of
@@ -46,7 +46,7 @@ class EpochResult:
 
 @dataclasses.dataclass(frozen=True)
 class TrainHooks:
-    """What ``Trainer.fit`` lends :meth:`~dglx_dist.strategies.base.Strategy.train_epochs`.
+    """What ``Trainer.fit`` lends :meth:`~dglx_dist.strategies.abilities.OwnEpochs.train_epochs`.
 
     Attributes:
         loader_epoch: trains epoch ``e`` through the trainer's loader steps (forward, the loss,
