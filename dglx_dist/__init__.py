@@ -25,6 +25,7 @@ _EXPORTS = {
     **dict.fromkeys(["PARTITIONERS", "PartitionDir", "partition_dataset"],
                     "dglx_dist.partition"),
     "Registry": "dglx_dist.registry",
+    **dict.fromkeys(["RunConfig", "OptimizerConfig"], "dglx_dist.config"),
     **dict.fromkeys(["PeerError", "Session", "current_session", "init"], "dglx_dist.runtime"),
     **dict.fromkeys(["STRATEGIES", "Strategy"], "dglx_dist.strategies"),
     **dict.fromkeys(["Batch", "Trainer"], "dglx_dist.trainer"),
@@ -39,6 +40,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and the API docs see; at run tim
     from dglx_dist.data import (GraphDataset, builtin_path, from_dgl, read_dataset, to_dgl,
                                 write_dataset)
     from dglx_dist.partition import PARTITIONERS, PartitionDir, partition_dataset
+    from dglx_dist.config import OptimizerConfig, RunConfig
     from dglx_dist.registry import Registry
     from dglx_dist.runtime import PeerError, Session, current_session, init
     from dglx_dist.strategies import STRATEGIES, Strategy
@@ -46,7 +48,8 @@ if _typing.TYPE_CHECKING:  # what type checkers and the API docs see; at run tim
 
 __version__ = "0.1.0"
 __all__ = ["GraphDataset", "read_dataset", "write_dataset", "to_dgl", "from_dgl", "builtin_path",
-           "PARTITIONERS", "partition_dataset", "PartitionDir", "Registry", "init",
+           "PARTITIONERS", "partition_dataset", "PartitionDir", "Registry", "RunConfig",
+           "OptimizerConfig", "init",
            "current_session", "Session", "PeerError", "STRATEGIES", "Strategy", "Batch",
            "Trainer", "distribute", "DistGraph", "node_split", "edge_split", "DataLoader",
            "DistNodeDataLoader", "DistEdgeDataLoader", "parallelize", "DistModel", "accuracy",
