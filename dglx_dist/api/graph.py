@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from dglx_dist.runtime.agree import differing_ranks
 from dglx_dist.api.edata import PREFIX as EDGE_PREFIX, EdgeData
 from dglx_dist.api.ndata import MASKS, NodeData, NodeDataView
 from dglx_dist.api.structure import EdgeStructure, store_edge_ends
@@ -40,6 +39,7 @@ from dglx_dist.errors import DatasetFormatError, InvalidValueError, NotSupported
 from dglx_dist.kvstore import ColumnPolicy, DistKVStore, RowPolicy
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.prepare import checked_cache, ensure_partitions, made_by_rank0
+from dglx_dist.runtime.agree import differing_ranks
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.runtime.session import Session, current_session, init
 from dglx_dist.sampling import PartitionSampler
@@ -213,9 +213,7 @@ class DistGraph(EdgeStructure):
         if not isinstance(self.strategy, FullGraphForm):
             raise NotSupportedError(f"{by}: strategy {self.strategy.registered_name!r} has no "
                                     "full-graph form; iterate a dglx_dist.DataLoader instead")
-        layers = implied_layers(self.strategy) or 2
-        self.setup(SetupRequest(layers if self._setup is None else self._setup.num_layers,
-                                by=by))
+        self.setup(SetupRequest(implied_layers(self.strategy) or 2, by=by))
         return self.strategy
 
     def trainer_loaders(self, num_layers: int | None = None) -> tuple[LoaderSpec, LoaderSpec]:

@@ -9,7 +9,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from dglx_dist.runtime.agree import on_every_rank
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.loader import DataLoader
 from dglx_dist.api.parallel import DistModel
@@ -17,6 +16,7 @@ from dglx_dist.api.split import node_split
 from dglx_dist.api.tensor import DistTensor
 from dglx_dist.data.atomic import DirKind, check_target
 from dglx_dist.data.owned import read_record, remove_recorded, write_record
+from dglx_dist.runtime.agree import on_every_rank
 
 __all__ = ["inference", "export_parquet"]
 

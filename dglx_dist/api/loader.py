@@ -35,12 +35,12 @@ from typing import Callable, Iterator
 import dgl
 import torch
 
-from dglx_dist.runtime.agree import differing_ranks, ids_digest, on_every_rank, same_call
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.link import EdgePairs, is_edge_sampler
 from dglx_dist.api.ndata import as_node_ids
 from dglx_dist.api.split import edge_share, node_share
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
+from dglx_dist.runtime.agree import differing_ranks, ids_digest, on_every_rank, same_call
 from dglx_dist.runtime.transfer import DeviceCopies
 from dglx_dist.strategies.abilities import LinkPrediction, StepsInTurn
 from dglx_dist.strategies.base import SetupRequest

@@ -25,10 +25,10 @@ import dgl
 import torch
 from torch import nn
 
-from dglx_dist.runtime.agree import on_every_rank
 from dglx_dist.api.graph import DistGraph, NodeDataView
 from dglx_dist.convs import adapter_for, graph_convs
 from dglx_dist.errors import InvalidTypeError, InvalidValueError
+from dglx_dist.runtime.agree import on_every_rank
 from dglx_dist.runtime.device import module_devices
 from dglx_dist.strategies.abilities import ConvTypes, Float32Only, OverlapsBackward, ShardedParams
 from dglx_dist.strategies.base import SetupRequest, implied_layers

@@ -17,12 +17,12 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch.distributed.checkpoint.stateful import Stateful
 
-from dglx_dist.runtime.agree import on_every_rank
 from dglx_dist.checkpoint import Checkpointing, collective, rng
 from dglx_dist.checkpoint.files import (check_matches, check_root, decode, describe_unusable,
                                         encode, list_checkpoints)
 from dglx_dist.checkpoint.layout import encode_shards, rank_file, restore_shards
 from dglx_dist.errors import CheckpointError
+from dglx_dist.runtime.agree import on_every_rank
 from dglx_dist.runtime.session import Session
 
 __all__ = ["CheckpointManager", "RandomState"]

@@ -18,11 +18,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
     config = from_args(RunConfig, args)  # the strategy's options: checked by its registry
     if config.task.name == "link":
         return _cmd_train_link(config)
-    from dglx_dist.runtime.agree import on_every_rank
     from dglx_dist.checkpoint import Checkpointing
     from dglx_dist.partition import PartitionDir
     from dglx_dist.prepare import ensure_partitions
     from dglx_dist.runtime import init
+    from dglx_dist.runtime.agree import on_every_rank
     from dglx_dist.runtime.env import read_env
     from dglx_dist.trainer import Trainer
 
@@ -104,9 +104,9 @@ def _check_before_start(config: RunConfig, strategy, env) -> None:
 def _cmd_train_link(config: RunConfig) -> int:
     """``--task link``: dglx_dist.tasks.link on the dataset's edges."""
     from dglx_dist.data import read_dataset, to_dgl
-    from dglx_dist.runtime.agree import on_every_rank
     from dglx_dist.prepare import resolve_dataset
     from dglx_dist.runtime import init
+    from dglx_dist.runtime.agree import on_every_rank
     from dglx_dist.tasks.collapse import act_on, link_verdict
     from dglx_dist.tasks.link import train_link
 

@@ -37,11 +37,11 @@ from dglx_dist.memory import MemoryModel
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.session import Session
 from dglx_dist.strategies.epochs import EpochResult, TrainHooks
-from dglx_dist.strategies.steps import Blocks, LoaderSpec
+from dglx_dist.strategies.steps import Blocks, LoaderSpec, full_graph_loaders
 
 __all__ = ["FullGraphForm", "OwnEpochs", "LinkPrediction", "ShardedParams", "Stateful",
            "MemoryModelled", "HoldsRows", "Float32Only", "ConvTypes", "StepsInTurn",
-           "Approximate", "OverlapsBackward", "OwnSplit", "ShapedByOptions", "ABILITIES",
+           "Approximate", "OverlapsBackward", "OwnSplit", "ShapedByOptions",
            "exact_options", "epochs_of", "StrategyState"]
 
 
@@ -162,21 +162,16 @@ class OwnSplit(abc.ABC):
 
 
 class ShapedByOptions(abc.ABC):
-    """Its options imply the model's depth and the loaders the Trainer uses."""
+    """Its options imply the model's depth, and may say the loaders the Trainer uses."""
 
     @abc.abstractmethod
     def num_layers(self) -> int:
         """Graph convs its options imply (e.g. one fanout per layer)."""
 
-    @abc.abstractmethod
     def trainer_loaders(self, num_layers: int, num_nodes: int) -> tuple[LoaderSpec, LoaderSpec]:
-        """The loaders the :class:`~dglx_dist.trainer.Trainer` trains and evaluates with."""
-
-
-ABILITIES: tuple[type, ...] = (FullGraphForm, OwnEpochs, LinkPrediction, ShardedParams, Stateful,
-                               MemoryModelled, HoldsRows, Float32Only, ConvTypes, StepsInTurn,
-                               Approximate, OverlapsBackward, OwnSplit, ShapedByOptions)
-"""Every optional ability, for the contract tests to iterate."""
+        """The loaders the :class:`~dglx_dist.trainer.Trainer` trains and evaluates with: by
+        default full-graph ones (:func:`~dglx_dist.strategies.steps.full_graph_loaders`)."""
+        return full_graph_loaders(num_layers, num_nodes, int(getattr(self.config, "seed", 0)))
 
 
 def exact_options(cls: type, num_layers: int) -> dict[str, Any]:

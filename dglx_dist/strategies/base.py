@@ -46,10 +46,11 @@ from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import even_chunk
 from dglx_dist.strategies.abilities import OwnSplit, ShapedByOptions
-from dglx_dist.strategies.steps import LoaderPlan, LoaderSpec, Step, StepState
+from dglx_dist.strategies.steps import (LoaderPlan, LoaderSpec, Step, StepState,
+                                        full_graph_loaders)
 
 __all__ = ["Strategy", "PartitionSpec", "SetupRequest", "STRATEGIES", "check_partitions",
-           "implied_layers", "full_graph_loaders", "trainer_loaders", "split_ids", "with_depth",
+           "implied_layers", "trainer_loaders", "split_ids", "with_depth",
            "ddp", "pull_features_once"]
 
 STRATEGIES: Registry["Strategy"] = Registry("strategy", entry_point_group="dglx_dist.strategies")
@@ -171,15 +172,6 @@ def check_partitions(strategy: Strategy, pdir: PartitionDir, topology: Topology)
 def implied_layers(strategy: Strategy) -> int | None:
     """The depth ``strategy``'s options imply, or None."""
     return strategy.num_layers() if isinstance(strategy, ShapedByOptions) else None
-
-
-def full_graph_loaders(num_layers: int, num_nodes: int,
-                       seed: int = 0) -> tuple[LoaderSpec, LoaderSpec]:
-    """The Trainer's loaders of full-graph training: full neighbourhoods, one batch of every
-    rank's ids (a strategy with co-batches steps through them)."""
-    full = (-1,) * num_layers
-    return (LoaderSpec(full, num_nodes, shuffle=True, seed=seed),
-            LoaderSpec(full, num_nodes, seed=seed))
 
 
 def trainer_loaders(strategy: Strategy, num_layers: int,

@@ -18,7 +18,7 @@ import dgl
 import torch
 
 __all__ = ["Blocks", "StepState", "Step", "EdgeStep", "EdgeBatch", "PairMaker", "LoaderSpec",
-           "LoaderPlan", "equal_step_sizes", "sampled_plan", "epoch_batches", "sampled_epoch",
+           "LoaderPlan", "full_graph_loaders", "equal_step_sizes", "sampled_plan", "epoch_batches", "sampled_epoch",
            "place_step", "OUT_DEGREE"]
 
 OUT_DEGREE = "_dglx_out_degree"
@@ -129,6 +129,15 @@ class LoaderPlan:
 
     steps: int
     data: object = None
+
+
+def full_graph_loaders(num_layers: int, num_nodes: int,
+                       seed: int = 0) -> tuple[LoaderSpec, LoaderSpec]:
+    """The Trainer's loaders of full-graph training: full neighbourhoods, one batch of every
+    rank's ids (a strategy with co-batches steps through them)."""
+    full = (-1,) * num_layers
+    return (LoaderSpec(full, num_nodes, shuffle=True, seed=seed),
+            LoaderSpec(full, num_nodes, seed=seed))
 
 
 def equal_step_sizes(n: int, steps: int, batch_size: int, drop_last: bool) -> list[int]:

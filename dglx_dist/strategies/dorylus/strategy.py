@@ -61,7 +61,7 @@ from dglx_dist.strategies.abilities import (Approximate, ConvTypes, Float32Only,
                                             MemoryModelled, OverlapsBackward, OwnEpochs, OwnSplit,
                                             ShapedByOptions)
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, Strategy,
-                                       check_partitions, full_graph_loaders, pull_features_once,
+                                       check_partitions, pull_features_once,
                                        with_depth)
 from dglx_dist.strategies.dorylus.graph import GraphServer
 from dglx_dist.convs.dorylus_base import summed_grads
@@ -177,9 +177,6 @@ class DorylusStrategy(Strategy, OwnEpochs, FullGraphForm, MemoryModelled, Float3
 
     def num_layers(self) -> int:
         return self.config.num_layers
-
-    def trainer_loaders(self, num_layers: int, num_nodes: int) -> tuple[LoaderSpec, LoaderSpec]:
-        return full_graph_loaders(num_layers, num_nodes, self.config.seed)
 
     def compute_device(self, session: Session) -> torch.device:
         """The host, even in a GPU job: the tensor work goes to serverless workers."""

@@ -59,7 +59,7 @@ from dglx_dist.strategies.abilities import (Approximate, FullGraphForm, HoldsRow
                                             MemoryModelled, OverlapsBackward, OwnSplit,
                                             ShapedByOptions)
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, Strategy,
-                                       check_partitions, full_graph_loaders, pull_features_once,
+                                       check_partitions, pull_features_once,
                                        with_depth)
 from dglx_dist.strategies.granndis.batching import Batching, ServerGraph, cobatch_plans
 from dglx_dist.strategies.granndis.cobatch import GroupNodes, LayerPlan
@@ -133,9 +133,6 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
 
     def num_layers(self) -> int:
         return self.config.num_layers
-
-    def trainer_loaders(self, num_layers: int, num_nodes: int) -> tuple[LoaderSpec, LoaderSpec]:
-        return full_graph_loaders(num_layers, num_nodes, self.config.seed)
 
     @classmethod
     def exact_options(cls, num_layers: int) -> dict:
