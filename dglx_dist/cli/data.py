@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -12,13 +13,19 @@ from dglx_dist.errors import InvalidValueError
 __all__ = ["COMMANDS"]
 
 
+def _out(text: str) -> None:
+    """A command's result on stdout (JSON lines and tables; logs go to stderr)."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
 def _cmd_datagen(args: argparse.Namespace) -> int:
     from dglx_dist.data.synthetic import SYNTHETIC_PRESETS, SyntheticConfig, write_synthetic
 
     config = from_args(SyntheticConfig, args, SYNTHETIC_PRESETS.get(args.preset))
     meta = write_synthetic(config, args.out, overwrite=args.overwrite, progress=True,
                            memory_limit=args.memory_limit)
-    print(json.dumps({"out": str(args.out), **meta.to_json()}))
+    _out(json.dumps({"out": str(args.out), **meta.to_json()}))
     return 0
 
 
@@ -31,8 +38,8 @@ def _partition_dataset(args: argparse.Namespace) -> int:
                                parse_key_values(args.opt), overwrite=args.overwrite,
                                progress=True, memory_limit=args.memory_limit,
                                nonfinite=args.nonfinite)
-    print(report.to_markdown())
-    print(json.dumps(report.to_json()))
+    _out(report.to_markdown())
+    _out(json.dumps(report.to_json()))
     return 0
 
 
@@ -45,7 +52,7 @@ def _import_dgl(args: argparse.Namespace) -> int:
                                 keys=parse_key_values(args.key, "--key"),
                                 nonfinite=args.nonfinite, progress=True)
     m = PartitionDir(out).manifest
-    print(json.dumps({"out": str(out), **{k: m[k] for k in (
+    _out(json.dumps({"out": str(out), **{k: m[k] for k in (
         "num_parts", "num_nodes", "num_edges", "feat_dim", "num_classes", "relabeled")},
         "core_per_part": [e["num_core"] for e in m["parts"]],
         "halo_per_part": [e["num_halo"] for e in m["parts"]],
@@ -77,13 +84,13 @@ def _cmd_partition(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from dglx_dist.demo import partition_demo, training_demo
 
-    print(partition_demo(args.dataset, args.parts), flush=True)
+    _out(partition_demo(args.dataset, args.parts))
     if args.no_train:
         return 0
     table, records = training_demo("distdgl", args.nproc, args.epochs, args.dataset)
-    print(f"\n## distdgl training on {args.nproc} local processes (torchrun, gloo)\n")
-    print(table)
-    print(f"\ntest accuracy: {records[-1]['test_acc']:.4f}")
+    _out(f"\n## distdgl training on {args.nproc} local processes (torchrun, gloo)\n")
+    _out(table)
+    _out(f"\ntest accuracy: {records[-1]['test_acc']:.4f}")
     return 0
 
 
@@ -141,7 +148,7 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
 def _cmd_partitioners(args: argparse.Namespace) -> int:
     from dglx_dist.partition import PARTITIONERS
 
-    print(PARTITIONERS.options_markdown())
+    _out(PARTITIONERS.options_markdown())
     return 0
 
 
