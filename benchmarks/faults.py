@@ -88,6 +88,17 @@ def _listening(port: int) -> bool:
                for c in psutil.net_connections("tcp"))
 
 
+def _suspend(frozen, survivor, agent: subprocess.Popen, timeout: float) -> tuple[float, float]:
+    """Freezes ``frozen``; seconds until ``survivor`` exits, and until its ``agent`` does."""
+    frozen.suspend()
+    t0 = time.monotonic()
+    psutil.wait_procs([survivor], timeout=timeout + 60)
+    survivor_s = time.monotonic() - t0
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        agent.wait(timeout=120)
+    return survivor_s, time.monotonic() - t0
+
+
 def _freeze(work: Path, timeout: float, rdzv: str) -> dict[str, Any]:
     port = free_local_port()
     launch = (["--standalone"] if rdzv == "standalone" else
@@ -97,15 +108,7 @@ def _freeze(work: Path, timeout: float, rdzv: str) -> dict[str, Any]:
                                  stdout=subprocess.DEVNULL, stderr=err)
         procs = _started(agent, work / "metrics.jsonl")
         ranks = {int(p.environ().get("RANK", -1)): p for p in procs}
-        ranks[0].suspend()
-        t0 = time.monotonic()
-        psutil.wait_procs([ranks[1]], timeout=timeout + 60)
-        survivor_s = time.monotonic() - t0
-        try:
-            agent.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            pass
-        job_s = time.monotonic() - t0
+        survivor_s, job_s = _suspend(ranks[0], ranks[1], agent, timeout)
     left = _left(procs + [psutil.Process(agent.pid)] if agent.poll() is None else procs)
     named = _names_rank0(work / "stderr.log")
     for p in left:
@@ -131,15 +134,7 @@ def _freeze_two_nodes(work: Path, timeout: float) -> dict[str, Any]:
         frozen = next(p for p, r in rank_of.items() if r == 0)
         survivor = next(p for p, r in rank_of.items() if r == 1)
         live = next(a for a in agents if survivor in procs[a.pid])
-        frozen.suspend()
-        t0 = time.monotonic()
-        psutil.wait_procs([survivor], timeout=timeout + 60)
-        survivor_s = time.monotonic() - t0
-        try:
-            live.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            pass
-        job_s = time.monotonic() - t0
+        survivor_s, job_s = _suspend(frozen, survivor, live, timeout)
         left = _left(procs[live.pid] + [psutil.Process(live.pid)] if live.poll() is None
                      else procs[live.pid])
         named = _names_rank0(logs[agents.index(live)])
