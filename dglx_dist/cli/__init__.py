@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 from dglx_dist.cli import bench, cluster, data, files, train
 from dglx_dist.errors import DglxError
 from dglx_dist.runtime.env import launch_position
-from dglx_dist.runtime.failure import one_line, report, tell_launcher
+from dglx_dist.runtime.failure import one_line, report, step_aside, tell_launcher
 
 __all__ = ["main", "build_parser"]
 
@@ -94,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.error("%s", line, exc_info=debug)
         else:
             log.debug("rank %d: %s", rank, one_line(exc), exc_info=debug)
+            step_aside()
         return 2
 
 

@@ -31,7 +31,7 @@ from dglx_dist.errors import DglxError
 from dglx_dist.runtime.comm import PeerError
 
 __all__ = ["reporting_rank", "one_line", "report", "tell_launcher", "mark_in_session",
-           "same_on_every_rank"]
+           "same_on_every_rank", "step_aside"]
 
 LATER_S = 10  # how much later a rank that saw another's failure dates its error file
 D = TypeVar("D", bound=DglxError)
@@ -97,6 +97,13 @@ def report(exc: BaseException, rank: int, world_size: int, error_file: str | Non
     # a second after: whole seconds, and it may be the slower one)
     tell_launcher(error_file, line, later=isinstance(exc, PeerError) or not speaks)
     return line if speaks else None
+
+
+def step_aside() -> None:
+    """Called by a rank that does not report a failure before it exits: the reporting rank
+    exits first, so torchrun (whose root cause is the first failed process it observes)
+    names it."""
+    time.sleep(1.0)
 
 
 def tell_launcher(error_file: str | None, message: str, later: bool = False) -> None:

@@ -32,7 +32,7 @@ from dglx_dist.runtime.device import (Placement, choose_placement, group_backend
                                       nccl_environment)
 from dglx_dist.runtime.env import DistEnv, read_env
 from dglx_dist.runtime.failure import (mark_in_session, one_line, report, same_on_every_rank,
-                                      tell_launcher)
+                                      step_aside, tell_launcher)
 from dglx_dist.runtime.health import DDP_GROUP, Health
 from dglx_dist.runtime.orphan import LauncherWatch
 from dglx_dist.runtime.topology import Topology
@@ -224,8 +224,8 @@ class Session:
                           prefix=f"dglx_dist error on rank {self.rank}: ")
             if line is not None:
                 sys.stderr.write(line + "\n")
-            else:  # the rank that speaks exits first: torchrun's root cause (its first exit)
-                time.sleep(1.0)
+            else:
+                step_aside()
 
         sys.excepthook = self._excepthook = excepthook
         atexit.register(self._at_exit)
