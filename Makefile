@@ -15,9 +15,14 @@ else
 endif
 PY := $(ENV_DIR)/bin/python
 STAMP := $(ENV_DIR)/.dglx_dist-installed
-PIP := -m pip install --disable-pip-version-check -q
+# no pip cache: a fresh clone's CI fills no disk with a second copy of the wheels
+PIP := -m pip install --disable-pip-version-check --no-cache-dir -q
 
 # The second virtualenv: setup.py's CORE_REQUIRES and TEST_REQUIRES, newest on the index, no DGL.
+# torch is CORE_TORCH: 2.13.0, whose CPU build these machines keep in pip's find-links (about
+# 1 GB installed); the index's newest is a CUDA build (5.8 GB), and CI's disk did not hold it
+# beside ./.venv's. `make test-core CORE_TORCH=torch` (after `rm -rf .venv-core`) takes the newest.
+CORE_TORCH ?= torch==2.13.0
 CORE_VENV ?= .venv-core
 CORE_PY := $(CORE_VENV)/bin/python
 CORE_STAMP := $(CORE_VENV)/.dglx_dist-core-installed
@@ -73,7 +78,7 @@ test-core-here:
 $(CORE_STAMP): setup.py scripts/core_requirements.py
 	@test -x $(CORE_PY) || $(PYTHON) -m venv $(CORE_VENV)
 	$(PYTHON) scripts/core_requirements.py > $(CORE_VENV)/core-requirements.txt
-	$(CORE_PY) $(PIP) --upgrade -r $(CORE_VENV)/core-requirements.txt
+	$(CORE_PY) $(PIP) --upgrade -r $(CORE_VENV)/core-requirements.txt "$(CORE_TORCH)"
 	$(CORE_PY) $(PIP) --no-deps -e .
 	@$(CORE_PY) -c 'import importlib.util, sys; sys.exit("dgl is installed in $(CORE_VENV); test-core needs an environment without it" if importlib.util.find_spec("dgl") else 0)'
 	@touch $(CORE_STAMP)
