@@ -1,8 +1,10 @@
-"""Conversion between :class:`GraphDataset` and a DGLGraph.
+"""Conversion between datasets and DGLGraphs.
 
-The DGLGraph carries ndata ``feat``, ``label``, ``train_mask``, ``val_mask`` and ``test_mask``, the
-names DGL's own node-classification datasets use, and its edge data as the dataset's ``edata``
-(numeric tensors of one value or one vector per edge).
+A homogeneous graph is a :class:`GraphDataset`, a graph with several node or edge types a
+:class:`~dglx_dist.data.hetero.HeteroDataset`. The DGLGraph carries node data ``feat``,
+``label``, ``train_mask``, ``val_mask`` and ``test_mask`` (per node type on a heterograph:
+``g.nodes[ntype].data``), the names DGL's own node-classification datasets use, and its edge
+data as the dataset's edge data (numeric tensors of one value or one vector per edge).
 """
 from __future__ import annotations
 
@@ -13,17 +15,25 @@ import torch
 
 from dglx_dist.data.edge_data import STRUCTURE
 from dglx_dist.data.format import GraphDataset
+from dglx_dist.data.hetero import EdgeTable, HeteroDataset, NodeTable
 from dglx_dist.errors import DatasetFormatError
 
-__all__ = ["to_dgl", "from_dgl", "check_convertible"]
+__all__ = ["to_dgl", "from_dgl", "check_convertible", "is_heterograph"]
 
 _MASK_KEYS = {"train": "train_mask", "val": "val_mask", "test": "test_mask"}
 
 
-def to_dgl(ds: GraphDataset):
+def is_heterograph(g) -> bool:
+    """Whether a DGLGraph has several node or edge types (DGL's own test)."""
+    return len(g.ntypes) != 1 or len(g.canonical_etypes) != 1
+
+
+def to_dgl(ds: GraphDataset | HeteroDataset):
     """A DGLGraph with the dataset's edges (in file order) and node data."""
     import dgl
 
+    if isinstance(ds, HeteroDataset):
+        return _hetero_to_dgl(ds)
     g = dgl.graph((torch.from_numpy(ds.src), torch.from_numpy(ds.dst)), num_nodes=ds.num_nodes)
     g.ndata["feat"] = torch.from_numpy(ds.feat)
     g.ndata["label"] = torch.from_numpy(ds.label)
@@ -34,10 +44,31 @@ def to_dgl(ds: GraphDataset):
     return g
 
 
-def _edge_data(g) -> dict:
-    """``g.edata`` as numpy arrays of one value or one vector per edge."""
+def _hetero_to_dgl(ds: HeteroDataset):
+    import dgl
+
+    g = dgl.heterograph({et: (torch.from_numpy(e.src), torch.from_numpy(e.dst))
+                         for et, e in ds.edges.items()},
+                        num_nodes_dict={t: n.num_nodes for t, n in ds.nodes.items()})
+    for ntype, n in ds.nodes.items():
+        data = g.nodes[ntype].data
+        if n.feat is not None:
+            data["feat"] = torch.from_numpy(n.feat)
+        if n.labeled:
+            data["label"] = torch.from_numpy(n.label)
+            for ours, values in n.masks().items():
+                data[_MASK_KEYS[ours]] = torch.from_numpy(values)
+    for etype, e in ds.edges.items():
+        for name, values in e.edata.items():
+            g.edges[etype].data[name] = torch.from_numpy(values)
+    return g
+
+
+def _edge_data(g, edata=None) -> dict:
+    """``g.edata`` (or one edge type's ``edata``) as numpy arrays of one value or one vector
+    per edge."""
     out = {}
-    for name, t in g.edata.items():
+    for name, t in (g.edata if edata is None else edata).items():
         if name in STRUCTURE or t.dim() not in (1, 2) or t.is_complex():
             raise DatasetFormatError(f"from_dgl: g.edata[{name!r}] has shape {tuple(t.shape)} "
                                      f"and dtype {t.dtype}; expected one number or one vector "
@@ -54,9 +85,10 @@ def check_convertible(g, what: str) -> None:
 
     Raises:
         DatasetFormatError: naming ``what`` and the reason."""
-    if len(g.ntypes) != 1 or len(g.etypes) != 1:
-        raise DatasetFormatError(f"{what} needs a homogeneous graph; got node types {g.ntypes} "
-                                 f"and edge types {g.etypes} (use dgl.to_homogeneous first)")
+    if is_heterograph(g):
+        raise DatasetFormatError(f"{what} takes a homogeneous graph so far; got node types "
+                                 f"{g.ntypes} and edge types {g.canonical_etypes} (partition it "
+                                 "with `dglx partition`, or use dgl.to_homogeneous first)")
     if g.num_nodes() == 0:
         raise DatasetFormatError(f"{what}: the graph has no nodes; expected at least one")
     if "feat" not in g.ndata:
@@ -64,15 +96,19 @@ def check_convertible(g, what: str) -> None:
                                  f"found {sorted(g.ndata.keys())}")
 
 
-def from_dgl(g, num_classes: int | None = None, **extra: Any) -> GraphDataset:
-    """A dataset from a homogeneous DGLGraph with ndata feat/label/train_mask/val_mask/test_mask.
+def from_dgl(g, num_classes: int | None = None, **extra: Any) -> GraphDataset | HeteroDataset:
+    """A dataset from a DGLGraph with node data feat/label/train_mask/val_mask/test_mask.
 
     Args:
-        g: the graph. Missing masks are taken as all-false; a missing label (a graph for
-            link prediction) as class 0 for every node.
-        num_classes: defaults to ``label.max() + 1``.
+        g: the graph. Homogeneous: missing masks are taken as all-false; a missing label (a
+            graph for link prediction) as class 0 for every node. With several node or edge
+            types: a :class:`HeteroDataset`; each type keeps what it has (a type may have no
+            features, and no labels; masks need labels).
+        num_classes: defaults to the largest label + 1.
         **extra: free-form provenance stored in meta.json (e.g. ``name="cora"``).
     """
+    if is_heterograph(g):
+        return _hetero_from_dgl(g, num_classes, extra)
     check_convertible(g, "from_dgl")
     feat = g.ndata["feat"].detach().cpu().to(torch.float32).reshape(g.num_nodes(), -1).numpy()
     label = np.zeros(g.num_nodes(), np.int64) if "label" not in g.ndata else \
@@ -86,3 +122,29 @@ def from_dgl(g, num_classes: int | None = None, **extra: Any) -> GraphDataset:
     n_cls = int(label.max()) + 1 if num_classes is None and label.size else int(num_classes or 1)
     return GraphDataset(src, dst, np.ascontiguousarray(feat), label, masks["train"],
                         masks["val"], masks["test"], n_cls, dict(extra), _edge_data(g))
+
+
+def _numpy(t: torch.Tensor, dtype: torch.dtype) -> np.ndarray:
+    return np.ascontiguousarray(t.detach().cpu().to(dtype).numpy())
+
+
+def _node_table(g, ntype: str) -> NodeTable:
+    data, n = g.nodes[ntype].data, g.num_nodes(ntype)
+    feat = _numpy(data["feat"], torch.float32).reshape(n, -1) if "feat" in data else None
+    if "label" not in data:
+        return NodeTable(n, feat)
+    masks = {ours: (_numpy(data[theirs], torch.bool).reshape(-1) if theirs in data
+                    else np.zeros(n, bool)) for ours, theirs in _MASK_KEYS.items()}
+    return NodeTable(n, feat, _numpy(data["label"], torch.int64).reshape(-1), **masks)
+
+
+def _hetero_from_dgl(g, num_classes: int | None, extra: dict[str, Any]) -> HeteroDataset:
+    nodes = {t: _node_table(g, t) for t in g.ntypes}
+    edges = {}
+    for et in g.canonical_etypes:
+        src, dst = (_numpy(t, torch.int64) for t in g.edges(etype=et))
+        edges[et] = EdgeTable(src, dst, _edge_data(g, g.edges[et].data))
+    if num_classes is None:
+        tops = [int(n.label.max()) + 1 for n in nodes.values() if n.labeled and n.label.size]
+        num_classes = max(tops, default=1)
+    return HeteroDataset(nodes, edges, int(num_classes), extra=dict(extra))

@@ -125,6 +125,10 @@ def read_meta(path: str | os.PathLike) -> DatasetMeta:
         raise DatasetFormatError(f"{file}: missing; a dataset directory needs {META_FILE}, "
                                  f"{EDGES_FILE} and {NODES_FILE}")
     raw = read_json_object(file, DatasetFormatError)
+    if "ntypes" in raw:
+        raise DatasetFormatError(f"{path} holds a heterogeneous dataset (node types "
+                                 f"{sorted(raw['ntypes'])}); this step takes a homogeneous "
+                                 "one (read_hetero_dataset reads it)")
     values = {}
     for key in _META_INTS:
         v = raw.get(key)
