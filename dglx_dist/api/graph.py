@@ -31,10 +31,12 @@ import numpy as np
 import torch
 
 from dglx_dist.api.edata import PREFIX as EDGE_PREFIX, EdgeData
-from dglx_dist.api.ndata import MASKS, NodeData, NodeDataView
+from dglx_dist.api.ndata import DEFAULT_NTYPE, MASKS, NodeData, NodeDataView, NodeSpace
 from dglx_dist.api.structure import EdgeStructure, store_edge_ends
-from dglx_dist.data.convert import check_convertible, from_dgl
+from dglx_dist.api.types import NodeTypeView, store_typed_node_data, typed_spaces
+from dglx_dist.data.convert import check_convertible, from_dgl, is_heterograph
 from dglx_dist.data.format import write_dataset
+from dglx_dist.data.hetero_format import write_hetero_dataset
 from dglx_dist.errors import DatasetFormatError, InvalidValueError, NotSupportedError, StateError
 from dglx_dist.kvstore import ColumnPolicy, DistKVStore, RowPolicy
 from dglx_dist.partition.load import PartitionDir
@@ -96,23 +98,28 @@ def _part_of(session: Session, pdir: PartitionDir) -> int:
                             "one per rank")
 
 
-def node_data_store(session: Session, pdir: PartitionDir) -> DistKVStore:
+def node_data_store(session: Session, pdir: PartitionDir,
+                    spaces: dict[str, NodeSpace] | None = None) -> DistKVStore:
     """A KVStore with the node data by rows: "feat" (when the partitions store rows), "label"
-    and the masks, and the edge data and endpoints by edges (collective). It serves rows to one rank at a
-    time, so that ``g.ndata`` / ``g.edata`` reads and writes need no other rank to take
-    part."""
+    and the masks (per node type, in ``spaces``, for a typed partitioning), and the edge data
+    and endpoints by edges (collective). It serves rows to one rank at a time, so that
+    ``g.ndata`` / ``g.edata`` reads and writes need no other rank to take part."""
     part_id = _part_of(session, pdir)
     part = pdir.load_part(part_id)
     store, policy = DistKVStore(session, serve=True), RowPolicy(pdir.book)
-    if pdir.feature_layout == "rows":
+    if spaces:
+        store_typed_node_data(store, pdir, part_id, part, spaces)
+    elif pdir.feature_layout == "rows":
         store.init_data("feat", policy, {part_id: torch.from_numpy(part.feat)})
     else:  # P3's column slices, one per rank: its own training never pulls rows from here
         store.init_data("feat", ColumnPolicy(pdir.feature_slices, pdir.num_nodes),
                         {part_id: torch.from_numpy(part.feat)})
-    store.init_data("label", policy, {part_id: torch.from_numpy(part.label.astype("int64"))})
-    for name, split in MASKS.items():
-        mask = torch.from_numpy(getattr(part, split).astype("uint8"))
-        store.init_data(name, policy, {part_id: mask})
+    if not spaces:
+        store.init_data("label", policy,
+                        {part_id: torch.from_numpy(part.label.astype("int64"))})
+        for name, split in MASKS.items():
+            mask = torch.from_numpy(getattr(part, split).astype("uint8"))
+            store.init_data(name, policy, {part_id: mask})
     edge_policy = RowPolicy(pdir.edge_book())
     for name, values in pdir.load_edge_data(part_id).items():
         store.init_data(EDGE_PREFIX + name, edge_policy, {part_id: torch.from_numpy(values)})
@@ -139,7 +146,8 @@ class DistGraph(EdgeStructure):
             PartitionDir(partitions)
         self.strategy = _build(strategy, options)
         check_partitions(self.strategy, self.pdir, self.session.topology)
-        self.store = node_data_store(self.session, self.pdir)
+        self.spaces = typed_spaces(self.pdir) if self.pdir.types is not None else {}
+        self.store = node_data_store(self.session, self.pdir, self.spaces)
         self._setup: SetupRequest | None = None  # what the strategy was set up for
         self._orig: torch.Tensor | None = None  # partitioned id -> original id
         self._part: torch.Tensor | None = None  # original id -> partitioned id
@@ -147,6 +155,8 @@ class DistGraph(EdgeStructure):
             self._orig = torch.from_numpy(self.pdir.to_original(np.arange(self.num_nodes())))
             self._part = torch.empty_like(self._orig)
             self._part[self._orig] = torch.arange(self._orig.numel())
+        self.node_space = NodeSpace(DEFAULT_NTYPE, RowPolicy(self.pdir.book),
+                                    int(self.pdir.num_nodes), self._part)
         self._names = itertools.count()
         self._sampler: PartitionSampler | None = None
         self.ndata = NodeData(self)
@@ -158,10 +168,59 @@ class DistGraph(EdgeStructure):
         return f"{prefix}{next(self._names)}"
 
     # -- DGL's DistGraph surface ---------------------------------------------------------------
+    @property
+    def is_typed(self) -> bool:
+        """Whether the graph has node or edge types (a typed partitioning)."""
+        return bool(self.spaces)
+
+    @property
+    def ntypes(self) -> list[str]:
+        return list(self.spaces) if self.spaces else [DEFAULT_NTYPE]
+
+    @property
+    def canonical_etypes(self) -> list[tuple[str, str, str]]:
+        if self.spaces:
+            return [tuple(e) for e in self.pdir.types.canonical_etypes]
+        return [(DEFAULT_NTYPE, "_E", DEFAULT_NTYPE)]
+
+    @property
+    def etypes(self) -> list[str]:
+        return [rel for _, rel, _ in self.canonical_etypes]
+
+    def get_ntype_id(self, ntype: str) -> int:
+        """The index of ``ntype`` in :attr:`ntypes` (DGL's)."""
+        return self.ntypes.index(self.space(ntype).ntype) if self.spaces else 0
+
+    def space(self, ntype: str | None) -> NodeSpace:
+        """Node type ``ntype``'s rows (a typed graph; one line naming the types otherwise)."""
+        if not self.spaces:
+            raise NotSupportedError(f"node type {ntype!r}: this graph has no node types; "
+                                    "use g.ndata")
+        if ntype not in self.spaces:
+            raise InvalidValueError(f"node type {ntype!r} is not one of this graph's node types "
+                                    f"{self.ntypes}")
+        return self.spaces[ntype]
+
+    def get_node_partition_policy(self, ntype: str) -> NodeSpace:
+        """Where node type ``ntype``'s rows live: give it to ``DistTensor`` or
+        ``DistEmbedding`` as ``part_policy`` (DGL's)."""
+        return self.space(ntype)
+
+    @property
+    def nodes(self) -> dict[str, NodeTypeView]:
+        """``g.nodes[ntype].data[name]``: node data by type (DGL's)."""
+        return {t: NodeTypeView(self, s) for t, s in self.spaces.items()} if self.spaces \
+            else {}
+
     def num_nodes(self, ntype: str | None = None) -> int:
+        if ntype is not None and self.spaces:
+            return self.space(ntype).num_nodes
         return int(self.pdir.num_nodes)
 
-    def num_edges(self, etype: str | None = None) -> int:
+    def num_edges(self, etype: str | tuple[str, str, str] | None = None) -> int:
+        if etype is not None and self.spaces:
+            t, offsets = self.pdir.types.etype_index(etype), self.pdir.types.etype_offsets
+            return int(offsets[t + 1] - offsets[t])
         return int(self.pdir.num_edges)
 
     number_of_nodes, number_of_edges = num_nodes, num_edges
@@ -184,7 +243,7 @@ class DistGraph(EdgeStructure):
 
     def part_ids(self, ids: torch.Tensor) -> torch.Tensor:
         """The partitioned ids (what strategies and the KVStore use) of node ``ids``."""
-        return ids if self._part is None else self._part[ids]
+        return self.node_space.rows(ids)
 
     def node_ids(self, part_ids: torch.Tensor) -> torch.Tensor:
         """The node ids (the graph's own) of partitioned ids."""
@@ -210,6 +269,9 @@ class DistGraph(EdgeStructure):
 
     def full_graph_form(self, by: str) -> FullGraphForm:
         """The strategy, set up, for the full-graph form (``by``: the call, for messages)."""
+        if self.is_typed:
+            raise NotSupportedError(f"{by}: a graph with node types {self.ntypes} has no "
+                                    "full-graph form yet; iterate a dglx_dist.DataLoader")
         if not isinstance(self.strategy, FullGraphForm):
             raise NotSupportedError(f"{by}: strategy {self.strategy.registered_name!r} has no "
                                     "full-graph form; iterate a dglx_dist.DataLoader instead")
@@ -245,12 +307,30 @@ class DistGraph(EdgeStructure):
                 f"parts={self.pdir.num_parts}, strategy={self.strategy.registered_name!r})")
 
 
+def _typed_parts(g) -> list[tuple[str, torch.Tensor]]:
+    """A heterograph's arrays by a name each: every edge type's ends and data, every node
+    type's data and size."""
+    parts = []
+    for et in g.canonical_etypes:
+        key = ":".join(et)
+        src, dst = g.edges(etype=et)
+        parts += [(f"src@{key}", src), (f"dst@{key}", dst)] + \
+            [(f"edge:{name}@{key}", t) for name, t in sorted(g.edges[et].data.items())]
+    for nt in g.ntypes:
+        parts += [(f"{name}@{nt}", t) for name, t in sorted(g.nodes[nt].data.items())]
+        parts.append((f"nodes@{nt}", torch.tensor([g.num_nodes(nt)])))
+    return parts
+
+
 def fingerprint(g) -> str:
     """A digest of a DGLGraph's structure, node and edge data (what its partitions hold)."""
     h = hashlib.sha256()
-    src, dst = g.edges()
-    parts = [("src", src), ("dst", dst)] + sorted(g.ndata.items()) + \
-        [(f"edge:{name}", t) for name, t in sorted(g.edata.items())]
+    if is_heterograph(g):
+        parts = _typed_parts(g)
+    else:
+        src, dst = g.edges()
+        parts = [("src", src), ("dst", dst)] + sorted(g.ndata.items()) + \
+            [(f"edge:{name}", t) for name, t in sorted(g.edata.items())]
     for name, t in parts:
         array = np.ascontiguousarray(t.detach().cpu().numpy())
         h.update(f"{name}:{array.dtype}:{array.shape}".encode())
@@ -274,8 +354,9 @@ def distribute(g, strategy: str | Strategy = "distdgl", *,
     """The distributed graph of ``g`` for ``strategy`` (collective).
 
     Args:
-        g: a homogeneous DGLGraph with ndata ``feat`` (``label`` and masks optional), built
-            the same way on every rank; or a partition directory (opened as it is).
+        g: a DGLGraph with ndata ``feat`` (``label`` and masks optional), or a heterograph
+            with node data by type (a type may have none), built the same way on every rank;
+            or a partition directory (opened as it is).
         strategy: a registered strategy name or a built strategy.
         cache_dir: where the graph and its partitions are cached (shared by every node of a
             multi-node job).
@@ -287,15 +368,19 @@ def distribute(g, strategy: str | Strategy = "distdgl", *,
     if isinstance(g, (str, os.PathLike, PartitionDir)):
         return DistGraph(g, strategy, session=session, **options)
     built = _build(strategy, options)
+    typed = is_heterograph(g)
     try:  # every rank holds its own copy of the same graph: one line, from rank 0
-        check_convertible(g, "distribute")
+        dataset = from_dgl(g, source="dglx_dist.distribute") if typed else None
+        if not typed:
+            check_convertible(g, "distribute")
     except DatasetFormatError as exc:
         raise same_on_every_rank(exc) from None
     key = fingerprint(g)
     _same_everywhere(session, key)
     data = checked_cache(cache_dir) / f"graph-{key}"
-    made_by_rank0(session, data, "meta.json",
-                  lambda: write_dataset(from_dgl(g, source="dglx_dist.distribute"), data),
-                  "writing the graph given to distribute", wait_timeout)
+    write = (lambda: write_hetero_dataset(dataset, data)) if typed else \
+        (lambda: write_dataset(from_dgl(g, source="dglx_dist.distribute"), data))
+    made_by_rank0(session, data, "meta.json", write, "writing the graph given to distribute",
+                  wait_timeout)
     parts = ensure_partitions(data, built, session, cache_dir, wait_timeout)
     return DistGraph(parts, built, session=session)

@@ -39,9 +39,11 @@ from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.link import EdgePairs, is_edge_sampler
 from dglx_dist.api.ndata import as_node_ids
 from dglx_dist.api.split import edge_share, node_share
+from dglx_dist.api.types import typed_prefetch
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 from dglx_dist.runtime.agree import differing_ranks, ids_digest, on_every_rank, same_call
 from dglx_dist.runtime.transfer import DeviceCopies
+from dglx_dist.sampling.typed import typed_fanouts
 from dglx_dist.strategies.abilities import LinkPrediction, StepsInTurn
 from dglx_dist.strategies.base import SetupRequest
 from dglx_dist.strategies.steps import (EdgeStep, LoaderSpec, Step, place_step, sampled_epoch,
@@ -54,9 +56,10 @@ _IGNORED = ("device", "use_uva", "num_workers", "use_alternate_streams", "pin_pr
             "gpu_cache", "persistent_workers", "pin_memory", "prefetch_factor")
 
 
-def sampler_fanouts(sampler) -> tuple[int, ...]:
+def sampler_fanouts(sampler, types=None) -> tuple:
     """The fanouts (input layer first) of DGL's ``NeighborSampler`` or
-    ``MultiLayerFullNeighborSampler``.
+    ``MultiLayerFullNeighborSampler``; with the ``types`` of a typed partitioning, per
+    layer one fanout per edge type (:func:`~dglx_dist.sampling.typed.typed_fanouts`).
 
     Raises:
         TypeError: another sampler type, or options this package cannot honour.
@@ -77,11 +80,13 @@ def sampler_fanouts(sampler) -> tuple[int, ...]:
         raise InvalidTypeError(f"DataLoader: NeighborSampler options {sorted(bad)} are not "
                                "supported (uniform sampling of in-neighbours without replacement "
                                "only)")
+    if types is not None:
+        return typed_fanouts(sampler.fanouts, types)
     fanouts = []
     for f in sampler.fanouts:
         if isinstance(f, dict):
-            raise InvalidTypeError("DataLoader: per-edge-type fanouts need a heterogeneous graph; "
-                                   "distributed graphs here are homogeneous")
+            raise InvalidTypeError("DataLoader: per-edge-type fanouts need a graph with edge "
+                                   "types; this one has none")
         fanouts.append(-1 if f is None or int(f) < 0 else int(f))
     return tuple(fanouts)
 
@@ -167,8 +172,9 @@ class DataLoader:
         ``use_ddp``), else the ids as given (collective)."""
         g, session = self.graph, self.graph.session
         count, kind = (g.num_edges(), "edge") if edges else (g.num_nodes(), "node")
-        ids = on_every_rank(session, "DataLoader",
-                            lambda: as_node_ids(indices, count, "DataLoader", kind=kind))
+        read = (lambda: typed_ids(g, indices)) if g.is_typed and not edges else \
+            (lambda: as_node_ids(indices, count, "DataLoader", kind=kind))
+        ids = on_every_rank(session, "DataLoader", read)
         same = not differing_ranks(session, ids_digest(ids))
         if use_ddp or (same and session.world_size > 1):
             return (edge_share if edges else node_share)(torch.unique(ids), g)
@@ -179,7 +185,7 @@ class DataLoader:
 
     def __iter__(self) -> Iterator[tuple]:
         epoch, self.epoch = self.epoch, self.epoch + 1
-        to_ids = self.graph.node_ids
+        to_ids = _same if self.graph.is_typed else self.graph.node_ids  # typed: per-type ids
         if self._own:
             steps = self.strategy.loader_epoch(self.plan, self.spec, epoch)
         else:
@@ -231,6 +237,8 @@ class DataLoader:
         blocks, ndata = step.blocks, self.graph.ndata
         if not blocks or blocks.state.rows is not None:  # a co-batch's shared structures
             return lambda: place_step(step, self.device)
+        if self.graph.is_typed:
+            return typed_prefetch(self.graph, self.sampler, step, self._copies, self.device)
         edge = isinstance(step, EdgeStep)
         node_sampler = self.sampler.sampler if edge else self.sampler
         put = []  # (layer, "src" or "dst", key, rows under way); labels first: few bytes
@@ -260,6 +268,26 @@ class DataLoader:
         return finish
 
 
+def _same(ids):
+    return ids
+
+
+def typed_ids(graph: DistGraph, indices) -> torch.Tensor:
+    """The original homogeneous ids of a typed graph's per-type ``indices`` (DGL's dict of
+    node type -> ids or boolean mask; a graph with one node type may take ids alone)."""
+    if not isinstance(indices, dict):
+        if len(graph.ntypes) != 1:
+            raise InvalidTypeError(f"DataLoader: this graph has node types {graph.ntypes}; pass "
+                                   "the ids as a dict {node type: ids}, e.g. "
+                                   f"{{{graph.ntypes[-1]!r}: train_ids}}")
+        indices = {graph.ntypes[0]: indices}
+    out = [torch.zeros(0, dtype=torch.int64)]
+    for ntype, ids in indices.items():
+        space = graph.space(ntype)
+        out.append(space.check(ids, "DataLoader") + space.hom_offset)
+    return torch.cat(out)
+
+
 def _checked(graph: DistGraph, sampler, batch_size) -> tuple[tuple[int, ...], EdgePairs | None]:
     """The loader's fanouts and, for an edge loader, its pairs; refuses bad arguments."""
     try:  # an integer of any kind (numpy's, a 0-d tensor's), not 2.5 rounded down
@@ -270,7 +298,7 @@ def _checked(graph: DistGraph, sampler, batch_size) -> tuple[tuple[int, ...], Ed
         raise InvalidValueError(f"DataLoader: batch_size {batch_size!r}; expected an "
                                 f"integer >= 1")
     if not is_edge_sampler(sampler):
-        return sampler_fanouts(sampler), None
+        return sampler_fanouts(sampler, graph.pdir.types if graph.is_typed else None), None
     if not isinstance(graph.strategy, LinkPrediction):
         raise NotSupportedError(f"DataLoader: strategy {graph.strategy.registered_name!r} "
                                 "does not train link prediction (edge loaders run under "

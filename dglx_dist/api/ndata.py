@@ -3,23 +3,78 @@
 from __future__ import annotations
 
 import abc
+import dataclasses
 from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
-from dglx_dist.errors import IdOutOfRangeError, InvalidValueError, UnknownNameError
-from dglx_dist.kvstore import PullUnderWay
+from dglx_dist.errors import (IdOutOfRangeError, InvalidValueError, NotSupportedError,
+                              UnknownNameError)
+from dglx_dist.kvstore import PullUnderWay, RowPolicy
 from dglx_dist.strategies.abilities import HoldsRows
 
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
 
-__all__ = ["fit_rows", "DataViews", "NodeData", "NodeDataView", "as_node_ids", "MASKS", "EDGE_PREFIX",
-           "INTERNAL_PREFIX"]
+__all__ = ["fit_rows", "DataViews", "NodeData", "NodeDataView", "NodeSpace", "as_node_ids",
+           "MASKS", "EDGE_PREFIX", "INTERNAL_PREFIX", "DEFAULT_NTYPE"]
 
 MASKS = {"train_mask": "train", "val_mask": "val", "test_mask": "test"}
 EDGE_PREFIX = "edata/"  # the store's names of edge data (g.edata), not node data
 INTERNAL_PREFIX = "_dglx/"  # the store's names of the package's own data (neither)
+DEFAULT_NTYPE = "_N"  # DGL's name of the one node type of a graph without types
+_TYPED_PREFIX = INTERNAL_PREFIX + "ntype/"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class NodeSpace:
+    """The rows of one node type (DGL's node partition policy of that type), or of every
+    node of a graph without types.
+
+    Attributes:
+        ntype: the type's name (:data:`DEFAULT_NTYPE` for a graph without types).
+        policy: where the rows live, over row ids.
+        num_nodes: nodes of the type.
+        to_rows: ``to_rows[i]`` is the row id of node ``i`` (None: the same).
+        hom_offset: the type's first id among the partitioning's original homogeneous ids.
+        typed: whether this is one type of a graph with types.
+    """
+
+    ntype: str
+    policy: RowPolicy
+    num_nodes: int
+    to_rows: torch.Tensor | None = None
+    hom_offset: int = 0
+    typed: bool = False
+
+    @property
+    def policy_str(self) -> str:
+        return f"node~{self.ntype}"  # DGL's name of a node policy
+
+    @property
+    def type_name(self) -> str:
+        return self.ntype
+
+    def get_size(self) -> int:
+        """Rows of the type (DGL's ``PartitionPolicy.get_size``)."""
+        return self.num_nodes
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """The row ids of node ids ``ids``."""
+        return ids if self.to_rows is None else self.to_rows[ids]
+
+    def key(self, name: str) -> str:
+        """The store's name of node data ``name`` of this type."""
+        return f"{_TYPED_PREFIX}{self.ntype}/{name}" if self.typed else name
+
+    def what(self, name: str) -> str:
+        """How a message names node data ``name`` of this type."""
+        return f"g.nodes[{self.ntype!r}].data[{name!r}]" if self.typed else f"g.ndata[{name!r}]"
+
+    def check(self, key, what: str) -> torch.Tensor:
+        """Node ids of this type from a mask or ids (one line naming the type otherwise)."""
+        where = f"{what} (node type {self.ntype!r})" if self.typed else what
+        return as_node_ids(key, self.num_nodes, where)
 
 
 def fit_rows(values, shape: tuple[int, ...], dtype: torch.dtype, what: str) -> torch.Tensor:
@@ -87,18 +142,29 @@ class NodeData(DataViews):
         self._g = graph
 
     def keys(self) -> list[str]:
+        if self._g.is_typed:
+            return []
         names = [n for n in self._g.store.names() if not n.startswith((EDGE_PREFIX, INTERNAL_PREFIX))]
         return names if "feat" in names else ["feat", *names]
+
+    def __getitem__(self, name: str) -> Any:
+        if self._g.is_typed:  # DGL's rule: g.ndata is for a graph of one node type
+            raise UnknownNameError(f"g.ndata[{name!r}]: this graph has node types "
+                                   f"{self._g.ntypes}; use g.nodes[ntype].data[{name!r}]")
+        return super().__getitem__(name)
 
     def view(self, name: str) -> "NodeDataView":
         return NodeDataView(self._g, name)
 
 
 class NodeDataView:
-    """One node-data name of a :class:`DistGraph` (see the module docstring)."""
+    """One node-data name of a :class:`DistGraph`, of one node type on a graph with types
+    (see the module docstring)."""
 
-    def __init__(self, graph: DistGraph, name: str):
-        self._g, self.name = graph, name
+    def __init__(self, graph: DistGraph, name: str, space: NodeSpace | None = None):
+        self._g, self.space = graph, space or graph.node_space
+        self.key, self.name = name, self.space.key(name)  # the user's name, the store's
+        self.what = self.space.what(name)
 
     @property
     def shape(self) -> torch.Size:
@@ -107,19 +173,19 @@ class NodeDataView:
         return torch.Size([self._g.num_nodes(), self._g.pdir.feat_dim])
 
     def __len__(self) -> int:
-        return self._g.num_nodes()
+        return self.space.num_nodes
 
     def __getitem__(self, key) -> Any:
-        if isinstance(key, NodeDataView):  # a mask of the same graph: this rank's rows
-            return self.local()[key.local().bool()]
-        return self.rows(self._g.part_ids(self._ids(key)))
+        if isinstance(key, NodeDataView) and not self.space.typed:
+            return self.local()[key.local().bool()]  # a mask of the same graph: this rank's rows
+        return self.rows(self.space.rows(self._ids(key)))
 
     def __setitem__(self, key, values: torch.Tensor) -> None:
         """Writes rows (this rank alone; the owners apply them before it returns, and other
         ranks see them after a :meth:`DistGraph.barrier`, as in DGL)."""
-        ids = self._g.part_ids(self._ids(key))
+        ids = self.space.rows(self._ids(key))
         values = fit_rows(values, (ids.numel(), *self.shape[1:]),
-                          self._g.store.dtype(self.name), f"g.ndata[{self.name!r}]")
+                          self._g.store.dtype(self.name), self.what)
         self._g.store.push(self.name, ids, values, "assign", collective=False)
 
     def rows(self, ids: torch.Tensor, collective: bool = False) -> Any:
@@ -160,20 +226,26 @@ class NodeDataView:
         return self._g.store
 
     def _typed(self, rows: torch.Tensor) -> torch.Tensor:
-        return rows.bool() if self.name in MASKS else rows
+        return rows.bool() if self.key in MASKS else rows
 
     def local(self) -> Any:
         """The rows of this rank's nodes (:meth:`DistGraph.local_nodes`)."""
-        return self.rows(self._g.full_graph_form(f"g.ndata[{self.name!r}].local()").local_nodes())
+        if self.space.typed:
+            raise NotSupportedError(f"{self.what}: a graph with node types has no full-graph "
+                                    "rows; index it with node ids of its type")
+        return self.rows(self._g.full_graph_form(f"{self.what}.local()").local_nodes())
 
     def full(self) -> torch.Tensor:
         """Every node's row, in node id order (the whole tensor)."""
-        return self.rows(self._g.part_ids(torch.arange(self._g.num_nodes())))
+        return self.rows(self.space.rows(torch.arange(self.space.num_nodes)))
 
     def _ids(self, key) -> torch.Tensor:
         if isinstance(key, slice):
-            return torch.arange(self._g.num_nodes())[key]
-        return as_node_ids(key, self._g.num_nodes(), f"g.ndata[{self.name!r}][...]")
+            return torch.arange(self.space.num_nodes)[key]
+        if isinstance(key, NodeDataView) and key.space is not self.space:
+            raise InvalidValueError(f"{self.what}[{key.what}]: a mask of node type "
+                                    f"{key.space.ntype!r} used on type {self.space.ntype!r}")
+        return self.space.check(key, f"{self.what}[...]")
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -184,7 +256,8 @@ class NodeDataView:
         return func(*_whole(args), **_whole(kwargs or {}))
 
     def __repr__(self) -> str:
-        return f"NodeDataView({self.name!r}, shape={tuple(self.shape)})"
+        typed = f"{self.space.ntype!r}, " if self.space.typed else ""
+        return f"NodeDataView({typed}{self.key!r}, shape={tuple(self.shape)})"
 
 
 def as_node_ids(key, num_nodes: int, what: str, kind: str = "node") -> torch.Tensor:

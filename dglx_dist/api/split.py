@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from dglx_dist.api.graph import DistGraph
-from dglx_dist.api.ndata import NodeDataView, as_node_ids
+from dglx_dist.api.ndata import DEFAULT_NTYPE, NodeDataView, as_node_ids
 from dglx_dist.errors import InvalidTypeError, InvalidValueError
 from dglx_dist.runtime.agree import differing_ranks, ids_digest, on_every_rank
 from dglx_dist.sampling import even_chunk
@@ -22,8 +22,29 @@ def _all_ids(nodes, graph: DistGraph) -> torch.Tensor:
     return nodes
 
 
-def _check(nodes, graph: DistGraph) -> torch.Tensor:
-    return torch.unique(as_node_ids(nodes, graph.num_nodes(), "node_split"))
+def _check(nodes, graph: DistGraph, ntype: str | None) -> torch.Tensor:
+    if ntype is None:
+        return torch.unique(as_node_ids(nodes, graph.num_nodes(), "node_split"))
+    return torch.unique(graph.space(ntype).check(nodes, "node_split"))
+
+
+def _node_type(nodes, graph: DistGraph, ntype: str) -> str | None:
+    """The node type ``node_split`` splits (None: a graph without types)."""
+    if not graph.is_typed:
+        if ntype != DEFAULT_NTYPE:
+            graph.space(ntype)  # refuses, naming the type
+        return None
+    typed_view = isinstance(nodes, NodeDataView) and nodes.space.typed
+    if typed_view and ntype == DEFAULT_NTYPE:
+        return nodes.space.ntype  # DGL asks for ntype; the view says it
+    if ntype == DEFAULT_NTYPE:
+        raise InvalidValueError(f"node_split: this graph has node types {graph.ntypes}; pass "
+                                "ntype= naming the type of the nodes")
+    space = graph.space(ntype)
+    if typed_view and nodes.space is not space:
+        raise InvalidValueError(f"node_split: {nodes.what} is a mask of node type "
+                                f"{nodes.space.ntype!r}, not of ntype={ntype!r}")
+    return space.ntype
 
 
 def node_split(nodes, partition_book: DistGraph | None = None, ntype: str = "_N",
@@ -40,23 +61,27 @@ def node_split(nodes, partition_book: DistGraph | None = None, ntype: str = "_N"
         nodes: boolean mask or node ids.
         partition_book: the :class:`~dglx_dist.api.DistGraph` (or its
             ``get_partition_book()``); may be left out when ``nodes`` is one of its views.
-        ntype: DGL's; accepted (graphs here are homogeneous).
+        ntype: the node type of ``nodes`` on a graph with node types (per-type ids come
+            back); DGL's default ``"_N"`` on a graph without.
         force_even: DGL's; accepted (the split is always balanced).
         node_trainer_ids: DGL's; accepted.
         rank: must be this process's rank when given.
     """
     graph = partition_book if partition_book is not None else getattr(nodes, "_g", None)
     ids = _all_ids(nodes, _checked(graph, rank, "node_split"))
-    ids = _same_everywhere(graph, "node_split", "node", lambda: _check(ids, graph))
-    return node_share(ids, graph)
+    kind = on_every_rank(graph.session, "node_split", lambda: _node_type(nodes, graph, ntype))
+    ids = _same_everywhere(graph, "node_split", "node", lambda: _check(ids, graph, kind))
+    return node_share(ids, graph, kind)
 
 
-def node_share(ids: torch.Tensor, graph: DistGraph) -> torch.Tensor:
-    """This rank's share of node ids ``ids`` (unique, the same on every rank): the strategy's
-    split of their partitioned ids, in the graph's ids."""
-    mine = split_ids(graph.strategy, graph.part_ids(ids).sort().values, graph.pdir,
+def node_share(ids: torch.Tensor, graph: DistGraph, ntype: str | None = None) -> torch.Tensor:
+    """This rank's share of node ids ``ids`` (unique, the same on every rank; per-type ids of
+    ``ntype`` on a graph with types): the strategy's split of their partitioned ids, in the
+    graph's ids."""
+    offset = 0 if ntype is None else graph.space(ntype).hom_offset
+    mine = split_ids(graph.strategy, graph.part_ids(ids + offset).sort().values, graph.pdir,
                      graph.session)
-    return graph.node_ids(mine)
+    return graph.node_ids(mine) - offset
 
 
 def edge_split(edges, partition_book: DistGraph, etype: str | None = None,

@@ -13,7 +13,7 @@ import torch
 
 from dglx_dist.api.graph import DistGraph, NodeDataView, current_graph
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.kvstore import RowPolicy
+from dglx_dist.api.types import space_for
 
 __all__ = ["DistTensor"]
 
@@ -23,12 +23,13 @@ class DistTensor(NodeDataView):
     (collective to create).
 
     Args:
-        shape: ``(num_nodes, *row_shape)``.
+        shape: ``(num_nodes, *row_shape)`` (the nodes of one type on a graph with types).
         dtype: element type.
         name: a new name (default: generated, the same on every rank); also visible as
             ``g.ndata[name]``.
         init_func: ``init_func(shape, dtype) -> Tensor`` for the rows (default zeros).
-        part_policy: DGL's; accepted (rows always follow the node partitions).
+        part_policy: ``g.get_node_partition_policy(ntype)``: one row per node of that type
+            (default: the type with ``shape[0]`` nodes, as in DGL).
         persistent: DGL's; accepted.
         is_gdata: DGL's; accepted.
         attach: DGL's; accepted.
@@ -40,14 +41,11 @@ class DistTensor(NodeDataView):
                  is_gdata: bool = True, attach: bool = True, graph: DistGraph | None = None):
         g = graph or current_graph()
         shape = tuple(int(d) for d in shape)
-        if not shape or shape[0] != g.num_nodes():
-            raise InvalidValueError(f"DistTensor: shape {shape}; expected one row per node "
-                                    f"({g.num_nodes()}, ...): tensors here are sharded like the "
-                                    "nodes")
+        space = space_for(g, shape[0] if shape else -1, part_policy, f"DistTensor {shape}")
         name = name or g.new_name("_dist_tensor_")
-        if name in g.store.names():
+        if space.key(name) in g.store.names():
             raise InvalidValueError(f"DistTensor: name {name!r} exists already")
-        g.store.init_data(name, RowPolicy(g.pdir.book), {}, trailing_shape=shape[1:],
+        g.store.init_data(space.key(name), space.policy, {}, trailing_shape=shape[1:],
                           dtype=dtype, init=init_func or "zeros")
-        super().__init__(g, name)
+        super().__init__(g, name, space)
         self.dtype = dtype

@@ -6,8 +6,7 @@ from typing import Callable
 import torch
 
 from dglx_dist.api.graph import DistGraph, current_graph
-from dglx_dist.errors import InvalidValueError
-from dglx_dist.kvstore import RowPolicy
+from dglx_dist.api.types import space_for
 from dglx_dist.kvstore.embedding import DistEmbedding as _StoreEmbedding
 
 __all__ = ["DistEmbedding"]
@@ -18,11 +17,12 @@ class DistEmbedding:
     to create; calling it is a pull: every rank calls at the same step).
 
     Args:
-        num_embeddings: rows; must be the graph's node count.
+        num_embeddings: rows: the graph's node count (of one node type on a graph with types).
         embedding_dim: width of a row.
         name: a new name (default: generated, the same on every rank).
         init_func: ``init_func(shape, dtype) -> Tensor`` (default zeros).
-        part_policy: DGL's; accepted (rows follow the node partitions).
+        part_policy: ``g.get_node_partition_policy(ntype)``: one row per node of that type
+            (default: the type with ``num_embeddings`` nodes, as in DGL).
         graph: the graph (default: the one built last).
     """
 
@@ -30,17 +30,17 @@ class DistEmbedding:
                  init_func: Callable | None = None, part_policy=None,
                  graph: DistGraph | None = None):
         g = graph or current_graph()
-        if int(num_embeddings) != g.num_nodes():
-            raise InvalidValueError(f"DistEmbedding: num_embeddings={num_embeddings}; node "
-                                    f"embeddings need one row per node ({g.num_nodes()})")
+        self.space = space_for(g, int(num_embeddings), part_policy,
+                               f"DistEmbedding({num_embeddings}, {embedding_dim})")
         self.graph = g
-        self.name = name or g.new_name("_dist_embedding_")
+        self.name = self.space.key(name or g.new_name("_dist_embedding_"))
         self.inner = _StoreEmbedding(g.store, self.name, int(num_embeddings), int(embedding_dim),
-                                     RowPolicy(g.pdir.book), init=init_func or "zeros")
+                                     self.space.policy, init=init_func or "zeros")
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
 
     def __call__(self, ids: torch.Tensor, device=None) -> torch.Tensor:
-        return self.inner(self.graph.part_ids(torch.as_tensor(ids).long()), device)
+        ids = self.space.check(torch.as_tensor(ids), repr(self))
+        return self.inner(self.space.rows(ids), device)
 
     def __repr__(self) -> str:
         return f"DistEmbedding({self.name!r}, {self.num_embeddings}, {self.embedding_dim})"

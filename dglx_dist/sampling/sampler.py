@@ -30,7 +30,7 @@ from dglx_dist.partition.layout import Partition
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.sampling.blocks import id_dtype, make_block
 
-__all__ = ["BlockSampler", "PartitionSampler", "LocalSampler", "whole_graph"]
+__all__ = ["BlockSampler", "PartitionSampler", "LocalSampler", "whole_graph", "edges_by_type"]
 
 EMPTY = torch.zeros(0, dtype=torch.int64)
 
@@ -79,7 +79,7 @@ class PartitionSampler(BlockSampler):
     """
 
     def __init__(self, part: Partition, book: NodeBook, comm: Comm, member: int,
-                 edge_book: RangeBook | None = None):
+                 edge_book: RangeBook | None = None, etype_offsets=None):
         if book.num_parts != comm.size:
             raise InvalidValueError(f"sampling needs one part per member of {comm.name}: the "
                                     f"partition has {book.num_parts} parts for {comm.size} members")
@@ -89,6 +89,9 @@ class PartitionSampler(BlockSampler):
         self.num_core = part.num_core
         self.id_dtype, self.num_nodes = id_dtype(book.num_nodes), book.num_nodes
         self._slot = torch.empty(self.graph.num_nodes(), dtype=torch.int64)  # local id -> row
+        # a typed partitioning: the part's edges of each edge type as a graph of their own
+        self.by_etype = None if etype_offsets is None else \
+            edges_by_type(self.graph, torch.as_tensor(etype_offsets))
 
     def _exclusions(self, exclude: torch.Tensor) -> list[torch.Tensor]:
         """Per member, the local ids of this part's edges that member excludes (collective:
@@ -169,6 +172,55 @@ class PartitionSampler(BlockSampler):
                 dsts.append(torch.repeat_interleave(asked.long(), kept.sum(1)))
         return torch.cat(srcs), torch.cat(dsts)
 
+    def sample_typed_layer(self, nodes: torch.Tensor, fanouts: Sequence[int]
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`sample_layer` on a typed partitioning: ``fanouts[e]`` in-edges of edge type
+        ``e`` per node (-1: all; 0: none), and each sampled edge's type. A request is the
+        node ids; the answer, per requested node in request order, its number of sampled
+        edges, then their sources, then their edge types."""
+        if self.by_etype is None:
+            raise InvalidValueError("typed sampling needs a typed partitioning's edge types "
+                                    "(PartitionSampler(..., etype_offsets=...))")
+        owner = torch.as_tensor(self.book.owner(nodes))
+        mine = nodes[owner == self.member]
+        requests = [nodes[owner == s].to(self.id_dtype) if s != self.member else
+                    torch.zeros(0, dtype=self.id_dtype) for s in range(self.comm.size)]
+        pending = self.comm.start_all_to_all_v(requests)
+        try:
+            got = [(mine, *self._typed_grouped(mine, fanouts))]
+        finally:
+            received = pending.wait()
+        answers = [torch.cat(self._typed_grouped(r.long(), fanouts)).to(self.id_dtype)
+                   for r in received]
+        for asked, answer in zip(requests, self.comm.all_to_all_v(answers)):
+            n = asked.numel()
+            counts = answer[:n].long()
+            total = int(counts.sum())
+            got.append((asked.long(), counts, answer[n:n + total].long(),
+                        answer[n + total:].long()))
+        dst = torch.cat([torch.repeat_interleave(asked, counts) for asked, counts, _, _ in got])
+        return torch.cat([g[2] for g in got]), dst, torch.cat([g[3] for g in got])
+
+    def _typed_grouped(self, gids: torch.Tensor, fanouts: Sequence[int]):
+        """Per owned node in ``gids`` (unique), its number of sampled in-edges, their sources'
+        global ids and their edge types, grouped by node in ``gids`` order."""
+        local = torch.as_tensor(self.book.to_local(gids))
+        us, vs, ets = [EMPTY], [EMPTY], [EMPTY]
+        for etype, (graph, fanout) in enumerate(zip(self.by_etype, fanouts)):
+            if fanout == 0 or local.numel() == 0:
+                continue
+            u, v = dgl.sampling.sample_neighbors(graph, local, fanout, edge_dir="in").edges()
+            us.append(u)
+            vs.append(v)
+            ets.append(torch.full_like(u, etype))
+        u, v, et = torch.cat(us), torch.cat(vs), torch.cat(ets)
+        self._slot[local] = torch.arange(local.numel())
+        pos = self._slot.index_select(0, v)
+        order = torch.argsort(pos, stable=True)
+        counts = torch.bincount(pos, minlength=gids.numel())
+        return counts, self.local_gid.index_select(0, u.index_select(0, order)), \
+            et.index_select(0, order)
+
     def _sample_local(self, gids: torch.Tensor, fanout: int,
                       exclude: torch.Tensor | None = None):
         """Sampled in-edges ``(u, v)`` (local ids) of the owned nodes ``gids`` but the local
@@ -205,6 +257,18 @@ class PartitionSampler(BlockSampler):
         cols = torch.arange(src.numel()) - starts.index_select(0, rows)
         out[rows, cols] = src.to(self.id_dtype)
         return out
+
+
+def edges_by_type(graph: dgl.DGLGraph, etype_offsets: torch.Tensor) -> list[dgl.DGLGraph]:
+    """``graph``'s edges split by edge type (read off each edge's homogeneous id,
+    ``edata["_ID"]``, against ``etype_offsets``), one graph over all its nodes per type."""
+    u, v = graph.edges()
+    etype = torch.searchsorted(etype_offsets, graph.edata["_ID"], right=True) - 1
+    out = []
+    for e in range(etype_offsets.numel() - 1):
+        keep = etype == e
+        out.append(dgl.graph((u[keep], v[keep]), num_nodes=graph.num_nodes()))
+    return out
 
 
 def whole_graph(parts: Sequence[Partition], num_nodes: int) -> dgl.DGLGraph:

@@ -22,6 +22,7 @@ ability                 what it adds                                           w
 :class:`OverlapsBackward`  a hook when backward reaches the model's output      none
 :class:`OwnSplit`       its own ``node_split`` of ids among ranks              DistDGL's split
 :class:`ShapedByOptions`  depth and the Trainer's loaders from its options     the model's; full
+:class:`TypedGraphs`    graphs with node and edge types (heterographs)         refused
 ======================  =====================================================  ===============
 """
 from __future__ import annotations
@@ -126,6 +127,11 @@ class ConvTypes(abc.ABC):
     """
 
     conv_types: tuple[str, ...]
+
+
+class TypedGraphs(abc.ABC):
+    """It trains graphs with node and edge types (a typed partitioning): its loaders yield
+    DGL's heterogeneous blocks, with node ids by type."""
 
 
 class StepsInTurn(abc.ABC):

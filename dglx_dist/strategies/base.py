@@ -36,7 +36,7 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from dglx_dist.errors import InvalidValueError, PartitionError
+from dglx_dist.errors import InvalidValueError, NotSupportedError, PartitionError
 from dglx_dist.kvstore import DistKVStore, RowPolicy
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.registry import Registry
@@ -45,7 +45,7 @@ from dglx_dist.runtime.health import DDP_GROUP
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import even_chunk
-from dglx_dist.strategies.abilities import OwnSplit, ShapedByOptions
+from dglx_dist.strategies.abilities import OwnSplit, ShapedByOptions, TypedGraphs
 from dglx_dist.strategies.steps import (LoaderPlan, LoaderSpec, Step, StepState,
                                         full_graph_loaders)
 
@@ -163,6 +163,10 @@ def check_partitions(strategy: Strategy, pdir: PartitionDir, topology: Topology)
         raise PartitionError(f"{pdir.path} has {pdir.num_parts} parts; strategy {name!r} on "
                              f"{topology.num_servers} servers x {topology.ranks_per_server} "
                              f"ranks needs {spec.num_parts} (partition with {redo})")
+    if pdir.types is not None and not isinstance(strategy, TypedGraphs):
+        raise NotSupportedError(f"{pdir.path} holds a graph with node types "
+                                f"{pdir.types.ntypes}; strategy {name!r} trains graphs without "
+                                "types only so far (distdgl trains typed graphs)")
     if spec.feature_layout and pdir.feature_layout != spec.feature_layout:
         raise PartitionError(f"{pdir.path} stores features as {pdir.feature_layout} "
                              f"(partitioner {pdir.partitioner!r}); strategy {name!r} needs "

@@ -24,13 +24,15 @@ import dataclasses
 
 import torch
 
+from dglx_dist.errors import NotSupportedError
 from dglx_dist.kvstore import DistKVStore, RowPolicy
 from dglx_dist.memory import MemoryModel
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import PartitionSampler
-from dglx_dist.strategies.abilities import MemoryModelled
+from dglx_dist.sampling.typed import TypedBlockSampler, TypeIds
+from dglx_dist.strategies.abilities import MemoryModelled, TypedGraphs
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, check_partitions,
                                        ddp)
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
@@ -39,7 +41,7 @@ __all__ = ["DistDGLStrategy"]
 
 
 @STRATEGIES.register("distdgl")
-class DistDGLStrategy(MiniBatchStrategy, MemoryModelled):
+class DistDGLStrategy(MiniBatchStrategy, MemoryModelled, TypedGraphs):
     """METIS partitions + HALO, distributed sampling, KVStore features, DDP."""
 
     # peak RSS per rank fitted at 3 graph sizes (0.3M-1.2M nodes), docs/cluster_model.md
@@ -62,6 +64,10 @@ class DistDGLStrategy(MiniBatchStrategy, MemoryModelled):
         self.session, self.pdir, self.num_nodes = session, pdir, pdir.num_nodes
         server = session.server_id
         self._own_store = store is None
+        if self._own_store and pdir.types is not None:
+            raise NotSupportedError(f"{pdir.path} holds a graph with node types; the Trainer "
+                                    "and `dglx train` take graphs without types so far: train "
+                                    "it with dglx_dist.DistGraph and DataLoader")
         part = pdir.load_part(server, features=self._own_store)  # else the store has them
         self.store = store if store is not None else DistKVStore(session)
         if self._own_store:
@@ -69,8 +75,14 @@ class DistDGLStrategy(MiniBatchStrategy, MemoryModelled):
             self.store.init_data("feat", policy, {server: torch.from_numpy(part.feat)})
             self.store.init_data("label", policy, {server: torch.from_numpy(part.label)},
                                  dtype=torch.int64)
-        self.sampler = PartitionSampler(part, pdir.book, session.cross, server,
-                                        pdir.edge_book())
+        if pdir.types is None:
+            self.sampler = PartitionSampler(part, pdir.book, session.cross, server,
+                                            pdir.edge_book())
+        else:  # DGL's heterogeneous blocks, per-type ids
+            self.sampler = TypedBlockSampler(
+                PartitionSampler(part, pdir.book, session.cross, server, pdir.edge_book(),
+                                 etype_offsets=pdir.types.etype_offsets),
+                TypeIds.of(pdir), pdir.types.canonical_etypes)
 
     def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         # DDP's own C++ all-reduce (overlapped with backward, bounded by the group's timeout);

@@ -105,7 +105,8 @@ class LoaderSpec:
     """What a :class:`~dglx_dist.api.DataLoader` was asked for.
 
     Attributes:
-        fanouts: neighbours per layer, input layer first (-1: all), from the user's sampler.
+        fanouts: neighbours per layer, input layer first (-1: all), from the user's sampler;
+            on a graph with types, per layer one fanout per edge type.
         batch_size: output nodes per batch.
         shuffle: reshuffle the ids every epoch.
         drop_last: drop the last, partial batch.
@@ -114,7 +115,7 @@ class LoaderSpec:
             :class:`EdgeBatch` (collective; None: a node loader; see :class:`PairMaker`).
     """
 
-    fanouts: tuple[int, ...]
+    fanouts: tuple[int, ...] | tuple[tuple[int, ...], ...]
     batch_size: int
     shuffle: bool = False
     drop_last: bool = False
@@ -188,8 +189,9 @@ def sampled_epoch(sampler, rank: int, plan: LoaderPlan, spec: LoaderSpec,
     ``plan.steps`` steps)."""
     for seeds in epoch_batches(rank, plan, spec, epoch):
         if spec.pairs is None:
-            blocks = sampler.sample_blocks(seeds, spec.fanouts)
-            yield Step(blocks[0].srcdata[dgl.NID], seeds, Blocks(blocks, StepState(epoch=epoch)))
+            blocks = sampler.sample_blocks(seeds, spec.fanouts)  # dst: seeds (by type)
+            yield Step(blocks[0].srcdata[dgl.NID], blocks[-1].dstdata[dgl.NID],
+                       Blocks(blocks, StepState(epoch=epoch)))
             continue
         batch = spec.pairs(seeds)
         blocks = sampler.sample_blocks(batch.nodes, spec.fanouts, batch.exclude)

@@ -1,0 +1,165 @@
+"""Node types of a :class:`~dglx_dist.api.DistGraph`: DGL's heterograph names over our partitions.
+
+A typed partitioning numbers every node once, in one homogeneous id space
+(:mod:`dglx_dist.partition.types`); users keep their per-type ids. Each node type gets its own
+row space, as DistDGL's per-type partition policies do: a type's rows are ordered by part and,
+inside a part, by local id, so part ``p`` holds one contiguous range of them (a
+:class:`~dglx_dist.partition.book.RangeBook` per type). A :class:`NodeSpace` maps a type's
+per-type ids to those rows; ``g.nodes[ntype].data[name]`` reads and writes through it, and
+``g.get_node_partition_policy(ntype)`` hands it to ``DistTensor`` and ``DistEmbedding``.
+
+A graph without types has one space, every node, under DGL's default type name ``"_N"``.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+import torch
+
+from dglx_dist.api.ndata import MASKS, NodeDataView, NodeSpace
+from dglx_dist.errors import InvalidValueError, UnknownNameError
+from dglx_dist.kvstore import RowPolicy
+from dglx_dist.partition.book import RangeBook
+from dglx_dist.strategies.steps import place_step
+
+if TYPE_CHECKING:
+    from dglx_dist.api.graph import DistGraph
+    from dglx_dist.partition.load import PartitionDir
+
+__all__ = ["typed_spaces", "NodeTypeView", "store_typed_node_data", "space_for",
+           "typed_prefetch"]
+
+
+def typed_spaces(pdir: PartitionDir) -> dict[str, NodeSpace]:
+    """One :class:`NodeSpace` per node type of a typed partition directory."""
+    types = pdir.types
+    counts = np.stack([np.asarray(pdir.ntype_counts(p), np.int64)
+                       for p in range(pdir.num_parts)])  # (parts, types)
+    starts = np.cumsum(counts, axis=1) - counts  # each type's first local id, per part
+    spaces = {}
+    for t, ntype in enumerate(types.ntypes):
+        offsets = np.concatenate([[0], np.cumsum(counts[:, t])]).astype(np.int64)
+        lo, hi = int(types.ntype_offsets[t]), int(types.ntype_offsets[t + 1])
+        to_rows = np.full(hi - lo, -1, np.int64)
+        for p in range(pdir.num_parts):
+            gids = pdir.book.core_ids(p)[starts[p, t]:starts[p, t] + counts[p, t]]
+            to_rows[pdir.to_original(gids) - lo] = np.arange(offsets[p], offsets[p + 1])
+        if (to_rows < 0).any():  # every node is some part's core node, once
+            raise InvalidValueError(f"{pdir.path}: node type {ntype!r} has nodes no part owns")
+        spaces[ntype] = NodeSpace(ntype, RowPolicy(RangeBook(offsets)), hi - lo,
+                                  torch.from_numpy(to_rows), lo, typed=True)
+    return spaces
+
+
+class NodeTypeView:
+    """``g.nodes[ntype]``: DGL's node-type view; ``.data[name]`` is one typed data view."""
+
+    def __init__(self, graph: DistGraph, space: NodeSpace):
+        self._g, self.space = graph, space
+
+    @property
+    def data(self) -> "TypedNodeData":
+        return TypedNodeData(self._g, self.space)
+
+    def __repr__(self) -> str:
+        return f"NodeTypeView({self.space.ntype!r}, num_nodes={self.space.num_nodes})"
+
+
+class TypedNodeData:
+    """``g.nodes[ntype].data``: the names node type ``ntype`` has."""
+
+    def __init__(self, graph: DistGraph, space: NodeSpace):
+        self._g, self._space = graph, space
+
+    def keys(self) -> list[str]:
+        prefix = self._space.key("")
+        return [n[len(prefix):] for n in self._g.store.names() if n.startswith(prefix)]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.keys()
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def __getitem__(self, name: str) -> NodeDataView:
+        if name not in self.keys():
+            raise UnknownNameError(f"g.nodes[{self._space.ntype!r}].data[{name!r}]: node type "
+                                   f"{self._space.ntype!r} has no such data; it has "
+                                   f"{self.keys()}")
+        return NodeDataView(self._g, name, self._space)
+
+    def __repr__(self) -> str:
+        return f"TypedNodeData({self._space.ntype!r}, {self.keys()})"
+
+
+def store_typed_node_data(store, pdir: PartitionDir, part_id: int, part,
+                          spaces: dict[str, NodeSpace]) -> None:
+    """Puts part ``part_id``'s rows of every node type into ``store`` (collective): the
+    features of each type that has them, the labels and masks of each labeled type."""
+    types = pdir.types
+    counts = np.asarray(pdir.ntype_counts(part_id), np.int64)
+    starts = np.cumsum(counts) - counts
+    for t, ntype in enumerate(types.ntypes):
+        space, run = spaces[ntype], slice(int(starts[t]), int(starts[t] + counts[t]))
+        if types.feat_dims.get(ntype, 0):
+            feat = pdir.load_type_feat(part_id, ntype)
+            store.init_data(space.key("feat"), space.policy, {part_id: torch.from_numpy(feat)})
+        if ntype in types.labeled:
+            label = part.label[run].astype("int64")
+            store.init_data(space.key("label"), space.policy, {part_id: torch.from_numpy(label)})
+            for name, split in MASKS.items():
+                mask = getattr(part, split)[run].astype("uint8")
+                store.init_data(space.key(name), space.policy, {part_id: torch.from_numpy(mask)})
+
+
+def space_for(graph: DistGraph, rows: int, part_policy, what: str) -> NodeSpace:
+    """The node rows a tensor of ``rows`` rows follows: ``part_policy`` when given (from
+    ``g.get_node_partition_policy``), else, as DGL does, the one node type with that many
+    nodes. One line saying what would fit otherwise."""
+    if part_policy is not None and not isinstance(part_policy, NodeSpace):
+        raise InvalidValueError(f"{what}: part_policy={part_policy!r}; expected "
+                                "g.get_node_partition_policy(ntype)")
+    spaces = [part_policy] if part_policy is not None else \
+        [s for s in (graph.spaces.values() if graph.is_typed else [graph.node_space])
+         if s.num_nodes == rows]
+    if len(spaces) == 1 and spaces[0].num_nodes == rows:
+        return spaces[0]
+    sizes = {s.ntype: s.num_nodes for s in (graph.spaces.values() if graph.is_typed
+                                             else [graph.node_space])}
+    if len(spaces) > 1:
+        raise InvalidValueError(f"{what}: {rows} rows fit node types "
+                                f"{[s.ntype for s in spaces]}; pass "
+                                "part_policy=g.get_node_partition_policy(ntype)")
+    raise InvalidValueError(f"{what}: {rows} rows; tensors here have one row per node of a "
+                            f"type ({sizes})")
+
+
+def typed_prefetch(graph: DistGraph, sampler, step, copies, device) -> Callable:
+    """A loader's prefetch of a typed step (DGL's ``prefetch_labels`` and
+    ``prefetch_node_feats`` of the sampler, for the node types that have the name), started;
+    the returned callable gives the step on ``device`` with the rows on its last block's
+    destinations (labels) and its first block's sources (features)."""
+    put = []  # (layer, side, node type, name, rows under way)
+    wanted = [(-1, "dst", step.output_nodes, getattr(sampler, "prefetch_labels", None)),
+              (0, "src", step.input_nodes, getattr(sampler, "prefetch_node_feats", None))]
+    for layer, side, nodes, names in wanted:
+        for name in names or []:
+            for ntype, ids in nodes.items():
+                data = graph.nodes[ntype].data
+                if name in data and ids.numel():
+                    view = data[name]
+                    put.append((layer, side, ntype, name,
+                                view.start_rows(view.space.rows(ids), unique=True)))
+
+    def finish():
+        ready = [(layer, side, ntype, name, copies.start(rows.wait()))
+                 for layer, side, ntype, name, rows in put]
+        placed = place_step(step, device)
+        for layer, side, ntype, name, value in ready:
+            block = placed.blocks[layer]
+            frame = block.srcnodes[ntype] if side == "src" else block.dstnodes[ntype]
+            frame.data[name] = value()
+        return placed
+
+    return finish

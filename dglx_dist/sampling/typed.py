@@ -1,0 +1,143 @@
+"""Mini-batches of a typed graph: DGL's heterogeneous blocks, sampled over a typed partitioning.
+
+A typed partitioning numbers nodes once (partitioned ids, what parts and the node book speak);
+users speak per-type ids. :class:`TypeIds` translates: a node type's per-type ids to
+partitioned ids and back. :class:`TypedBlockSampler` samples layer by layer as DistDGL does
+for heterographs: the frontier's partitioned ids go to their owners, which sample each edge
+type's in-edges with that type's fanout (:meth:`PartitionSampler.sample_typed_layer`); the
+sampled edges, back in per-type ids, make a heterogeneous frontier that ``dgl.to_block`` turns
+into a block whose ``srcdata[dgl.NID]`` / ``dstdata[dgl.NID]`` hold per-type ids, as the
+blocks of DGL's own ``NeighborSampler`` on a heterograph do.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import dgl
+import numpy as np
+import torch
+
+from dglx_dist.errors import InvalidValueError, NotSupportedError, UnknownNameError
+
+__all__ = ["TypeIds", "TypedBlockSampler", "typed_fanouts"]
+
+Etype = tuple[str, str, str]
+EMPTY = torch.zeros(0, dtype=torch.int64)
+
+
+class TypeIds:
+    """Per-type ids <-> partitioned ids of a typed partitioning.
+
+    Args:
+        ntypes: the node types, in order.
+        ntype_offsets: each type's first original homogeneous id (and the total, last).
+        orig: ``orig[gid]`` is the original homogeneous id of partitioned id ``gid`` (None:
+            the same).
+        part: the inverse of ``orig`` (None: the same).
+    """
+
+    def __init__(self, ntypes: Sequence[str], ntype_offsets, orig: torch.Tensor | None,
+                 part: torch.Tensor | None):
+        self.ntypes = list(ntypes)
+        self.offsets = torch.as_tensor(np.asarray(ntype_offsets, np.int64))
+        self.orig, self.part = orig, part
+        self.sizes = {t: int(self.offsets[i + 1] - self.offsets[i])
+                      for i, t in enumerate(self.ntypes)}
+
+    @classmethod
+    def of(cls, pdir) -> "TypeIds":
+        """The translation of a typed partition directory."""
+        orig = part = None
+        if pdir.manifest.get("relabeled"):
+            orig = torch.from_numpy(pdir.to_original(np.arange(pdir.num_nodes)))
+            part = torch.empty_like(orig)
+            part[orig] = torch.arange(orig.numel())
+        return cls(pdir.types.ntypes, pdir.types.ntype_offsets, orig, part)
+
+    def to_gids(self, ntype: str, ids: torch.Tensor) -> torch.Tensor:
+        hom = ids.long() + self.offsets[self.ntypes.index(ntype)]
+        return hom if self.part is None else self.part[hom]
+
+    def of_gids(self, gids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each partitioned id's type index and per-type id."""
+        hom = gids.long() if self.orig is None else self.orig[gids.long()]
+        t = torch.searchsorted(self.offsets, hom, right=True) - 1
+        return t, hom - self.offsets[t]
+
+    def join(self, by_type: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The partitioned ids of per-type ids, types in order."""
+        return torch.cat([EMPTY] + [self.to_gids(t, by_type[t]) for t in self.ntypes
+                                    if t in by_type])
+
+    def split(self, gids: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Partitioned ids as per-type ids, by type (order kept within a type)."""
+        t, ids = self.of_gids(gids)
+        return {name: ids[t == i] for i, name in enumerate(self.ntypes)}
+
+
+def typed_fanouts(fanouts: Sequence, types) -> tuple[tuple[int, ...], ...]:
+    """Per layer (input first), the fanout of each edge type in order (-1: all), from DGL's
+    per-layer fanouts: one number for every edge type, or a dict naming every edge type (by
+    canonical type, or relation name when unique); ``types``: the partitioning's
+    :class:`~dglx_dist.partition.types.GraphTypes`."""
+    etypes, out = list(types.canonical_etypes), []
+    for layer, f in enumerate(fanouts):
+        where = f"NeighborSampler fanouts[{layer}]"
+        if not isinstance(f, dict):
+            k = -1 if f is None or int(f) < 0 else int(f)
+            out.append((k,) * len(etypes))
+            continue
+        per = {}
+        for key, k in f.items():
+            try:
+                index = types.etype_index(key)
+            except UnknownNameError as exc:
+                raise InvalidValueError(f"{where}: {exc}") from None
+            per[index] = -1 if k is None or int(k) < 0 else int(k)
+        missing = [etypes[i] for i in range(len(etypes)) if i not in per]
+        if missing:
+            raise InvalidValueError(f"{where}: no fanout for edge types {missing}; give every "
+                                    "edge type one (0 samples none)")
+        out.append(tuple(per[i] for i in range(len(etypes))))
+    return tuple(out)
+
+
+class TypedBlockSampler:
+    """Heterogeneous blocks over a typed partitioning (collective, as the sampler it drives).
+
+    Args:
+        sampler: the partition sampler, built with the partitioning's edge type offsets.
+        ids: the partitioning's :class:`TypeIds`.
+        etypes: the canonical edge types, in order.
+    """
+
+    def __init__(self, sampler, ids: TypeIds, etypes: Sequence[Etype]):
+        self.sampler, self.ids, self.etypes = sampler, ids, [tuple(e) for e in etypes]
+
+    def sample_blocks(self, seeds: torch.Tensor, fanouts: Sequence[Sequence[int]],
+                      exclude: torch.Tensor | None = None) -> list[dgl.DGLGraph]:
+        """Blocks for ``len(fanouts)`` layers whose last destinations are the nodes of
+        partitioned ids ``seeds``, by type; ``fanouts[i][e]``: layer i's fanout of edge type
+        e. Their ``srcdata`` / ``dstdata[dgl.NID]`` are per-type ids."""
+        if exclude is not None:
+            raise NotSupportedError("excluding edges from a typed graph's blocks (link "
+                                    "prediction on a heterograph) is not supported yet")
+        frontier = self.ids.split(seeds)
+        blocks: list[dgl.DGLGraph] = []
+        for fanout in reversed(fanouts):
+            src, dst, etype = self.sampler.sample_typed_layer(self.ids.join(frontier), fanout)
+            block = self._block(frontier, src, dst, etype)
+            blocks.insert(0, block)
+            frontier = {t: block.srcnodes[t].data[dgl.NID] for t in self.ids.ntypes}
+        return blocks
+
+    def _block(self, frontier: dict[str, torch.Tensor], src: torch.Tensor, dst: torch.Tensor,
+               etype: torch.Tensor) -> dgl.DGLGraph:
+        _, s = self.ids.of_gids(src)
+        _, d = self.ids.of_gids(dst)
+        edges = {et: (s[etype == e], d[etype == e]) for e, et in enumerate(self.etypes)}
+        graph = dgl.heterograph(edges, num_nodes_dict=self.ids.sizes)
+        block = dgl.to_block(graph, dst_nodes=frontier)
+        for et in block.canonical_etypes:  # ids of the throwaway frontier's edges
+            block.edges[et].data.pop(dgl.EID, None)
+        return block

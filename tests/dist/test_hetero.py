@@ -1,0 +1,137 @@
+"""Graphs with node and edge types through the drop-in API: distribute a DGL heterograph,
+read node data by type, split ids by type, and one R-GCN step through DataLoader +
+parallelize gives single-process DGL's logits and gradients (the featureless type's
+embedding rows included), at 2 ranks and at 4 ranks as 2 servers."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dglx_dist
+from dglx_dist.testing import WorkerError, run_workers
+
+pytestmark = pytest.mark.dist
+HID, CLASSES = 5, 3
+
+
+def typed_graph():
+    """Papers (6-d features, labels), authors (no features), fields (4-d features); writes,
+    cites and has_topic with the reverse relations."""
+    import dgl
+
+    rng = np.random.default_rng(7)
+    n = {"paper": 40, "author": 30, "field": 8}
+    writes = (rng.integers(0, 30, 90), rng.integers(0, 40, 90))
+    cites = (rng.integers(0, 40, 70), rng.integers(0, 40, 70))
+    topic = (rng.integers(0, 40, 50), rng.integers(0, 8, 50))
+    g = dgl.heterograph({
+        ("author", "writes", "paper"): writes, ("paper", "rev-writes", "author"): writes[::-1],
+        ("paper", "cites", "paper"): cites, ("paper", "has_topic", "field"): topic,
+        ("field", "rev-has_topic", "paper"): topic[::-1]}, num_nodes_dict=n)
+    g.nodes["paper"].data["feat"] = torch.from_numpy(rng.normal(size=(40, 6)).astype("float32"))
+    g.nodes["field"].data["feat"] = torch.from_numpy(rng.normal(size=(8, 4)).astype("float32"))
+    g.nodes["paper"].data["label"] = torch.from_numpy(rng.integers(0, CLASSES, 40))
+    g.nodes["paper"].data["train_mask"] = torch.arange(40) < 24
+    return g
+
+
+class RGCN(torch.nn.Module):
+    """Two HeteroGraphConv layers of GraphConv per relation over typed inputs: a projection
+    of each featured type, the given rows of the others."""
+
+    def __init__(self, rels, dims):
+        import dgl.nn as dglnn
+
+        super().__init__()
+        torch.manual_seed(0)
+        self.proj = torch.nn.ModuleDict({t: torch.nn.Linear(d, HID) for t, d in dims.items()})
+        self.convs = torch.nn.ModuleList([
+            dglnn.HeteroGraphConv({r: dglnn.GraphConv(HID, out, norm="right",
+                                                      allow_zero_in_degree=True)
+                                   for r in rels}, aggregate="sum")
+            for out in (HID, CLASSES)])
+
+    def forward(self, blocks, x):
+        h = {t: self.proj[t](v) if t in self.proj else v for t, v in x.items()}
+        h = {t: F.relu(v) for t, v in self.convs[0](blocks[0], h).items()}
+        return self.convs[1](blocks[1], h)["paper"]
+
+
+def _emb_init(shape, dtype):
+    return torch.full(shape, 0.5, dtype=dtype)
+
+
+def _one_step(session, cache):
+    import dglx_dist.dgl as dgl
+
+    g = dglx_dist.distribute(typed_graph(), "distdgl", cache_dir=cache, session=session)
+    emb = dgl.distributed.DistEmbedding(g.num_nodes("author"), HID, "author_emb", _emb_init,
+                                        g.get_node_partition_policy("author"))
+    train = dglx_dist.node_split(g.nodes["paper"].data["train_mask"], g.get_partition_book(),
+                                 ntype="paper")
+    loader = dglx_dist.DataLoader(g, {"paper": train},
+                                  dgl.dataloading.MultiLayerFullNeighborSampler(2),
+                                  batch_size=100)
+    model = dglx_dist.parallelize(RGCN(g.etypes, {"paper": 6, "field": 4}), g)
+    out = {"ntypes": g.ntypes, "etypes": g.canonical_etypes, "papers": g.num_nodes("paper"),
+           "train": train.tolist()}
+    for input_nodes, output_nodes, blocks in loader:
+        x = {t: g.nodes[t].data["feat"][ids] for t, ids in input_nodes.items()
+             if t != "author"}
+        x["author"] = emb(input_nodes["author"])
+        logits = model(blocks, x)
+        loss = F.cross_entropy(logits, g.nodes["paper"].data["label"][output_nodes["paper"]])
+        loss.backward()
+        ids, grads = emb.inner.gradients()
+        out.update(outputs=output_nodes["paper"].tolist(), logits=logits.tolist(),
+                   grads={k: v.grad.tolist() for k, v in model.module.named_parameters()},
+                   emb_ids=input_nodes["author"].tolist(), emb_rows=ids.tolist(),
+                   emb_grads=grads.tolist(),
+                   authors=g.get_node_partition_policy("author").to_rows.tolist())
+    return out
+
+
+def _reference(outputs):
+    """Single-process DGL on the whole graph: each rank's logits and loss; the gradient of
+    every rank's loss (DDP averages the model's; the embedding's rows get each rank's)."""
+    import dgl
+
+    g = typed_graph()
+    model = RGCN(g.etypes, {"paper": 6, "field": 4})
+    authors = torch.full((g.num_nodes("author"), HID), 0.5, requires_grad=True)
+    x = {"paper": g.nodes["paper"].data["feat"], "field": g.nodes["field"].data["feat"],
+         "author": authors}
+    out = []
+    for ids in outputs:
+        model.zero_grad()
+        authors.grad = None
+        logits = model([g, g], x)[ids]
+        F.cross_entropy(logits, g.nodes["paper"].data["label"][ids]).backward()
+        out.append((logits.detach(), {k: v.grad.clone() for k, v in model.named_parameters()},
+                    authors.grad.clone()))
+    del dgl
+    return out
+
+
+@pytest.mark.parametrize("ranks, servers", [(2, 2), (4, 2)])
+def test_one_rgcn_step_matches_single_process_dgl(tmp_path, ranks, servers):
+    res = run_workers(_one_step, ranks, tmp_path / "run", str(tmp_path / "cache"),
+                      env={"DGLX_VIRTUAL_SERVERS": str(servers)})
+    g = typed_graph()
+    assert res[0]["ntypes"] == ["author", "field", "paper"]
+    assert [tuple(e) for e in res[0]["etypes"]] == g.canonical_etypes
+    every = sorted(i for r in range(ranks) for i in res[r]["train"])
+    assert every == list(range(24))  # node_split by type: each training paper once
+    ref = _reference([torch.tensor(res[r]["outputs"]) for r in range(ranks)])
+    for r in range(ranks):
+        assert sorted(res[r]["outputs"]) == sorted(res[r]["train"])
+        logits, grads, author_grad = ref[r]
+        np.testing.assert_allclose(res[r]["logits"], logits.numpy(), rtol=1e-4, atol=1e-5)
+        for name, grad in res[r]["grads"].items():  # DDP: the mean over ranks
+            mean = torch.stack([ref[q][1][name] for q in range(ranks)]).mean(0)
+            np.testing.assert_allclose(grad, mean.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
+        to_rows = torch.tensor(res[r]["authors"])
+        rows = torch.tensor(res[r]["emb_rows"])
+        got = torch.zeros_like(author_grad).index_add_(
+            0, torch.argsort(to_rows)[rows], torch.tensor(res[r]["emb_grads"]))
+        np.testing.assert_allclose(got.numpy(), author_grad.numpy(), rtol=1e-4, atol=1e-6)
