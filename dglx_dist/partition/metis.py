@@ -140,10 +140,12 @@ class MetisPartitioner(Partitioner):
         try:
             import dgl
         except ImportError as e:  # a DGL-free install (docs/install.md: the core layers)
+            typed = "ntype" in split_masks
             raise MissingDependencyError(
-                f"metis balancing {list(self.config.balance)} runs DGL's METIS, and dgl does "
-                f"not import ({e}); install dgl (docs/install.md), or balance the node count "
-                "only with pymetis: --opt balance=") from e
+                f"metis balancing {list(self.config.balance) + ['node types'] * typed} runs "
+                f"DGL's METIS, and dgl does not import ({e}); install dgl (docs/install.md), "
+                + ("or partition the typed dataset with hash" if typed else
+                   "or balance the node count only with pymetis: --opt balance=")) from e
 
         num_nodes = split_masks["train"].size
         g = dgl.graph((torch.from_numpy(src), torch.from_numpy(dst)), num_nodes=num_nodes)

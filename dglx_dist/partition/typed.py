@@ -75,10 +75,8 @@ def graph_types(ntypes: Mapping[str, tuple[int, int, bool]], etypes: Sequence[Et
     the canonical edge types with their edge counts; put in DGL's (sorted) order."""
     names = sorted(ntypes)
     pairs = sorted(zip(map(tuple, etypes), num_edges))
-    offsets = [np.concatenate([[0], np.cumsum(c, dtype=np.int64)]).astype(np.int64)
+    offsets = [np.concatenate([[0], np.cumsum(c, dtype=np.int64)])
                for c in ([ntypes[t][0] for t in names], [n for _, n in pairs])]
-    for arr in offsets:
-        arr.flags.writeable = False
     return GraphTypes(tuple(names), offsets[0], tuple(e for e, _ in pairs), offsets[1],
                       {t: ntypes[t][1] for t in names},
                       tuple(t for t in names if ntypes[t][2]), category)

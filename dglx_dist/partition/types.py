@@ -33,7 +33,6 @@ def _offsets(values: Any, count: int, field: str, where: str) -> np.ndarray:
         raise PartitionFormatError(f"{where}: field 'types.{field}' = {values!r:.80}; expected "
                                    f"{count + 1} non-decreasing integers from 0, one more "
                                    f"than there are types")
-    arr.flags.writeable = False
     return arr
 
 
@@ -66,6 +65,13 @@ class GraphTypes:
     feat_dims: Mapping[str, int]
     labeled: tuple[str, ...]
     category: str | None = None
+
+    def __post_init__(self) -> None:  # frozen all the way down: shared by every reader
+        for name in ("ntype_offsets", "etype_offsets"):
+            arr = np.array(getattr(self, name), dtype=np.int64)
+            arr.flags.writeable = False
+            object.__setattr__(self, name, arr)
+        object.__setattr__(self, "feat_dims", _pytypes.MappingProxyType(dict(self.feat_dims)))
 
     @property
     def num_nodes(self) -> int:
@@ -170,7 +176,7 @@ def _feat_dims(d: Any, ntypes: tuple[str, ...], where: str) -> Mapping[str, int]
     if not ok:
         raise PartitionFormatError(f"{where}: field 'types.feat_dims' = {d!r:.80}; expected "
                                    f"a width >= 0 (0: no features) for each of {list(ntypes)}")
-    return _pytypes.MappingProxyType({t: d[t] for t in ntypes})
+    return {t: d[t] for t in ntypes}
 
 
 def _labeled(values: Any, ntypes: tuple[str, ...], where: str) -> tuple[str, ...]:

@@ -150,6 +150,18 @@ def test_feature_dim_refuses_a_typed_dataset(tmp_path):
     assert not (tmp_path / "p").exists()
 
 
+def test_a_plan_that_reorders_nodes_within_a_part_is_refused():
+    from dglx_dist.partition import PartitionPlan, RangeBook
+    from dglx_dist.partition.typed import TypedLayout, typed_graph
+
+    view = typed_graph(_toy())
+    reverse = np.arange(view.num_nodes)[::-1].copy()  # new id -> original id, types reversed
+    layout = TypedLayout(view, PartitionPlan(RangeBook([0, view.num_nodes]), orig_ids=reverse))
+    with pytest.raises(PartitionError, match=r"part 0: core node 240 is of type 'field' after "
+                                             r"one of type 'paper'; typed partitions need"):
+        layout.part(0)
+
+
 def test_types_map_ids_both_ways_and_name_what_is_wrong(tmp_path):
     _, pdir = _partition(_toy(), tmp_path, "hash", 2)
     types = pdir.types
