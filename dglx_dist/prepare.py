@@ -22,6 +22,7 @@ import torch
 
 from dglx_dist.data.builtin import builtin_names, builtin_path
 from dglx_dist.data.format import read_meta
+from dglx_dist.data.hetero_format import is_hetero
 from dglx_dist.cache import CacheLimits, check_cache_dir, prune, touch
 from dglx_dist.errors import (DatasetFormatError, DeadlineError, OutputExistsError,
                               PartitionError, StateError)
@@ -69,13 +70,29 @@ def check_partitions_of(partitions: str | os.PathLike, data: str | os.PathLike) 
                 f"it was made from, or only --partitions")
 
 
+def _dataset_files(data: Path) -> tuple[list[str], str]:
+    """The files whose identity keys a dataset's cached partitions, and a tag for the entry's
+    name: a typed dataset's are its meta.json and every table under nodes/ and edges/ (so
+    its key differs from any homogeneous dataset's, whose file names it never has)."""
+    if not is_hetero(data):
+        return ["meta.json", "edges.parquet", "nodes.parquet"], ""
+    tables = sorted(p.relative_to(data).as_posix() for sub in ("nodes", "edges")
+                    for p in (data / sub).glob("*.parquet"))
+    return ["meta.json", *tables], "typed-"
+
+
 def _key(data: Path, method: str, num_parts: int, options: dict) -> str:
     h = hashlib.sha256()
-    for name in ("meta.json", "edges.parquet", "nodes.parquet"):
-        st = (data / name).stat()
+    names, tag = _dataset_files(data)
+    for name in names:
+        try:
+            st = (data / name).stat()
+        except OSError as exc:
+            raise DatasetFormatError(f"{data / name}: {exc.strerror or exc}; a dataset "
+                                     f"directory's files must be readable") from None
         h.update(f"{name}:{st.st_size}:{st.st_mtime_ns}".encode())
     h.update(json.dumps([method, num_parts, options], sort_keys=True).encode())
-    return f"{data.name}-{method}-{num_parts}-{h.hexdigest()[:12]}"
+    return f"{data.name}-{tag}{method}-{num_parts}-{h.hexdigest()[:12]}"
 
 
 def _attempt(session: Session) -> str:

@@ -3,6 +3,9 @@
 The feature columns are split into ``num_parts`` contiguous slices; part ``p`` stores slice
 ``p`` of *every* node's features, independent of which nodes it owns. Nodes, edges, labels and
 masks are partitioned by the ``structure`` partitioner (``hash`` by default, as in P3).
+
+Typed datasets are refused: their node types' features have widths of their own, and column
+slices per type are not written yet.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from dglx_dist.data.format import DatasetMeta, GraphDataset
 from dglx_dist.errors import PartitionError
 from dglx_dist.partition.base import PARTITIONERS, Partitioner, PartitionPlan
 from dglx_dist.partition.book import FeatureSlices
+from dglx_dist.partition.typed import TypedMeta
 
 __all__ = ["FeatureDimPartitioner"]
 
@@ -37,6 +41,11 @@ class FeatureDimPartitioner(Partitioner):
         return PARTITIONERS.build(self.config.structure, **opts)
 
     def validate(self, meta: DatasetMeta, num_parts: int) -> None:
+        if isinstance(meta, TypedMeta):
+            raise PartitionError(
+                f"feature_dim splits one feature matrix by columns; this typed dataset has "
+                f"features per node type (widths {dict(meta.types.feat_dims)}), which are not "
+                f"sliced yet: partition it with metis or hash")
         super().validate(meta, num_parts)
         if num_parts > meta.feat_dim:
             raise PartitionError(f"feature_dim: num_parts = {num_parts} but the features have "

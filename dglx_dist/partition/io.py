@@ -26,6 +26,13 @@ slice per part), ``dataset`` (the dataset's provenance), ``edge_data`` (optional
 ``{"dtype", "shape"}`` of one edge's row) and ``parts``: per part its ``dir``,
 ``num_core``, ``num_halo``, ``num_edges`` and ``files`` {name: {bytes, sha256}}.
 
+A typed partitioning (of a :class:`~dglx_dist.data.hetero.HeteroDataset`, over its original
+homogeneous ids: :mod:`~dglx_dist.partition.types`) adds ``types`` (the
+:class:`~dglx_dist.partition.types.GraphTypes` JSON) and per part ``ntype_counts``; its
+``feat_dim`` is 0 with ``feature_layout`` "rows", and instead of ``feat.arrow`` each part has
+``feat-<type index>.arrow`` for every node type with features (the part's core nodes of that
+type, in local order). Homogeneous manifests carry none of these fields.
+
 The whole directory is built under a temporary name and renamed into place when complete, so an
 interrupted partitioning never leaves a directory that loads. Loading part ``p`` reads the
 manifest and that part's files only, verifying their sizes and checksums.
@@ -47,10 +54,11 @@ from dglx_dist.data.checked import check_plausible, read_json_object, write_arro
 from dglx_dist.data.edge_data import to_arrow
 from dglx_dist.errors import OutputExistsError, PartitionFormatError
 from dglx_dist.partition.layout import Partition
+from dglx_dist.partition.types import GraphTypes
 
 __all__ = ["write_partitions", "read_manifest", "MANIFEST", "FORMAT", "VERSION", "PART_FILES",
            "PARTITION_DIR", "VERIFIED", "part_dir_name", "part_file_name", "still_verified",
-           "record_verified"]
+           "record_verified", "part_tables", "type_feat_table"]
 
 MANIFEST, FORMAT, VERSION = "partition.json", "dglx-partition", 2
 PART_TABLES = ("nodes", "halo", "edges", "feat")
@@ -114,24 +122,38 @@ def still_verified(folder: Path, names) -> bool:
         return False
 
 
+def _feat_table(feat: np.ndarray) -> pa.Table:
+    flat = pa.array(np.ascontiguousarray(feat, dtype=np.float32).reshape(-1))
+    return pa.table({"feat": pa.FixedSizeListArray.from_arrays(flat, feat.shape[1])})
+
+
+def type_feat_table(index: int) -> str:
+    """The table of node type ``index``'s features in a typed part (``feat-<index>``)."""
+    return f"feat-{index}"
+
+
 def _write_part(pc: Partition, folder: Path) -> dict[str, Any]:
     folder.mkdir()
-    width = pc.feat.shape[1]
-    flat = pa.array(np.ascontiguousarray(pc.feat, dtype=np.float32).reshape(-1))
     tables = {
         "nodes": pa.table({"gid": pc.core_gid, "orig_id": pc.core_orig, "label": pc.label,
                            "train": pc.train, "val": pc.val, "test": pc.test}),
         "halo": pa.table({"gid": pc.halo_gid, "orig_id": pc.halo_orig}),
         "edges": pa.table({"src": pc.src, "dst": pc.dst, "eid": pc.eid,
                            **{n: to_arrow(a) for n, a in pc.edata.items()}}),
-        "feat": pa.table({"feat": pa.FixedSizeListArray.from_arrays(flat, width)}),
     }
+    feats = ({"feat": pc.feat} if pc.ntype_counts is None else
+             {type_feat_table(i): f for i, f in sorted(pc.type_feat.items())})
+    tables.update({name: _feat_table(f) for name, f in feats.items()})
     for name, table in tables.items():  # features in blocks: a reader's peak is one block
-        write_arrow(table, folder / part_file_name(name), 1 << 16 if name == "feat" else None)
+        write_arrow(table, folder / part_file_name(name), None if name in PART_TABLES[:3]
+                    else 1 << 16)
     files = {n: {"bytes": (folder / n).stat().st_size, "sha256": sha256_file(folder / n)}
-             for n in PART_FILES}
-    return {"dir": folder.name, "num_core": int(pc.core_gid.size),
-            "num_halo": int(pc.halo_gid.size), "num_edges": int(pc.src.size), "files": files}
+             for n in map(part_file_name, tables)}
+    entry = {"dir": folder.name, "num_core": int(pc.core_gid.size),
+             "num_halo": int(pc.halo_gid.size), "num_edges": int(pc.src.size), "files": files}
+    if pc.ntype_counts is not None:
+        entry["ntype_counts"] = [int(c) for c in pc.ntype_counts]
+    return entry
 
 
 def write_partitions(out: str | os.PathLike,
@@ -200,12 +222,52 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
     if len(m["parts"]) != m["num_parts"] or m["num_parts"] < 1:
         raise PartitionFormatError(f"{file}: {len(m['parts'])} part entries for num_parts = "
                                    f"{m['num_parts']}; expected them equal and >= 1")
+    types = _check_types(file, m) if "types" in m else None
     for p, entry in enumerate(m["parts"]):
-        _check_part_entry(file, p, entry, m["version"])
+        _check_part_entry(file, p, entry, m["version"], part_tables(types))
+        if types is not None:
+            _check_ntype_counts(f"{file}: parts[{p}]", entry, len(types.ntypes))
     return m
 
 
-def _check_part_entry(file: Path, p: int, entry: Any, version: int) -> None:
+def part_tables(types: GraphTypes | None) -> tuple[str, ...]:
+    """The tables of each part: :data:`PART_TABLES`, or for a typed partitioning one
+    features table per node type that has features instead of ``feat``."""
+    if types is None:
+        return PART_TABLES
+    return (*PART_TABLES[:3], *(type_feat_table(i) for i, t in enumerate(types.ntypes)
+                                if types.feat_dims[t]))
+
+
+def _check_types(file: Path, m: dict[str, Any]) -> GraphTypes:
+    """The typed manifest's ``types``, checked against the manifest's sizes."""
+    types = GraphTypes.from_json(m["types"], str(file))
+    for field, last, total in (("ntype_offsets", types.num_nodes, "num_nodes"),
+                               ("etype_offsets", types.num_edges, "num_edges")):
+        if last != m[total]:
+            raise PartitionFormatError(f"{file}: field 'types.{field}' ends at {last}; "
+                                       f"expected {total} = {m[total]}")
+    if m["version"] != VERSION or m["feat_dim"] != 0 or m["feature_layout"] != "rows":
+        raise PartitionFormatError(
+            f"{file}: a typed manifest (field 'types') with version {m['version']}, feat_dim "
+            f"{m['feat_dim']} and feature_layout {m['feature_layout']!r}; expected version "
+            f"{VERSION}, feat_dim 0 and 'rows' (typed features are stored per node type)")
+    return types
+
+
+def _check_ntype_counts(where: str, entry: dict[str, Any], num_types: int) -> None:
+    counts = entry.get("ntype_counts")
+    if not (isinstance(counts, list) and len(counts) == num_types and all(
+            isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts)):
+        raise PartitionFormatError(f"{where}.ntype_counts = {counts!r:.80}; expected "
+                                   f"{num_types} counts >= 0, one per node type")
+    if sum(counts) != entry["num_core"]:
+        raise PartitionFormatError(f"{where}.ntype_counts sum to {sum(counts)}; expected "
+                                   f"num_core = {entry['num_core']}")
+
+
+def _check_part_entry(file: Path, p: int, entry: Any, version: int,
+                      tables: tuple[str, ...]) -> None:
     where = f"{file}: parts[{p}]"
     if not isinstance(entry, dict) or entry.get("dir") != part_dir_name(p):
         raise PartitionFormatError(f"{where}: expected an object with dir {part_dir_name(p)!r}")
@@ -214,7 +276,7 @@ def _check_part_entry(file: Path, p: int, entry: Any, version: int) -> None:
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise PartitionFormatError(f"{where}.{key} = {v!r}; expected an integer >= 0")
     files = entry.get("files")
-    expected = sorted(part_file_name(t, version) for t in PART_TABLES)
+    expected = sorted(part_file_name(t, version) for t in tables)
     if not isinstance(files, dict) or sorted(files) != expected:
         raise PartitionFormatError(f"{where}.files lists {sorted(files or {})}; "
                                    f"expected {expected}")

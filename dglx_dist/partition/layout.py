@@ -37,6 +37,11 @@ class Partition:
         feat_cols: the half-open column range stored in ``feat``.
         edata: edge data by name, row j for the part's edge j (empty when the dataset has
             none, and when a part is loaded: :meth:`PartitionDir.load_edge_data` reads it).
+        ntype_counts: typed partitions only (else None): core nodes per node type, in type
+            order; each type's core nodes are one run of local ids, the types' runs in order.
+        type_feat: typed partitions only: the features of each node type that has them, by
+            type index, rows = the part's core nodes of that type in local order (empty when
+            a part is loaded: :meth:`PartitionDir.load_type_feat` reads them).
     """
 
     part: int
@@ -54,6 +59,8 @@ class Partition:
     feat: np.ndarray
     feat_cols: tuple[int, int]
     edata: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    ntype_counts: np.ndarray | None = None
+    type_feat: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)
 
     @property
     def num_core(self) -> int:

@@ -9,6 +9,12 @@ Edge data (the manifest's ``edge_data``) is read apart, by ``load_edge_data(p)``
 sharded like the edges: part ``p`` holds its edges' rows, so an edge's *partitioned id* is
 ``edge_offsets[p] + j`` for the part's edge ``j`` (a range book over edges, whatever the
 partitioner); ``edge_part_ids()`` maps the dataset's edge ids to them.
+
+A typed partitioning (:mod:`~dglx_dist.partition.typed`) has ``types`` (a
+:class:`~dglx_dist.partition.types.GraphTypes`: the node and edge types and the id maps
+between original homogeneous and per-type ids; None for a homogeneous one),
+``ntype_counts(p)`` (part ``p``'s core nodes per type: each type's are one run of local ids,
+in type order) and ``load_type_feat(p, ntype)``; its parts' ``feat`` has no columns.
 """
 from __future__ import annotations
 
@@ -23,12 +29,13 @@ import numpy as np
 from dglx_dist.data.owned import sha256_file
 from dglx_dist.data.checked import check_range, column_numpy, read_checked, read_feat
 from dglx_dist.data.edge_data import edge_data_arrays
-from dglx_dist.errors import IdOutOfRangeError, PartitionFormatError
+from dglx_dist.errors import IdOutOfRangeError, InvalidValueError, PartitionFormatError
 from dglx_dist.partition.book import FeatureSlices, NodeBook, RangeBook, book_from_json
 from dglx_dist.partition.dgl_config import find_dgl_config
 from dglx_dist.partition.io import (MANIFEST, part_file_name, read_manifest, record_verified,
-                                    still_verified)
+                                    still_verified, type_feat_table)
 from dglx_dist.partition.layout import Partition
+from dglx_dist.partition.types import GraphTypes
 
 __all__ = ["PartitionDir", "Partition"]
 
@@ -76,6 +83,8 @@ class PartitionDir:
                        f"{m['feature_layout']!r} with slices {m['feature_slices']}; expected "
                        f"'rows' or 'columns' with slices ending at feat_dim = {m['feat_dim']}")
         self.edge_data: dict[str, dict[str, Any]] = _edge_data_spec(self.path, m)
+        self.types: GraphTypes | None = (GraphTypes.from_json(m["types"], str(self.path / MANIFEST))
+                                         if "types" in m else None)
         self._orig_maps: dict[int, np.ndarray] = {}
         self._verified: set[int] = set()
 
@@ -196,7 +205,10 @@ class PartitionDir:
         for key, hi, file in (("n.gid", n, nf), ("n.orig_id", n, nf), ("h.gid", n, hf),
                               ("h.orig_id", n, hf), ("n.label", N, nf), ("e.src", nc + nh, ef),
                               ("e.dst", nc, ef), ("e.eid", self.manifest["num_edges"], ef)):
-            check_range(cols[key], 0, hi, file, key[2:], "value", _ERR)
+            if key != "n.label" or self.types is None:
+                check_range(cols[key], 0, hi, file, key[2:], "value", _ERR)
+        if self.types is not None:
+            self._check_typed_nodes(part, cols, nf)
         if not np.array_equal(cols["n.gid"], self.book.core_ids(part)):
             raise _ERR(f"{nf}: field 'gid' does not list the core ids the node book gives part "
                        f"{part}; the part does not belong to this manifest")
@@ -204,7 +216,67 @@ class PartitionDir:
                            (np.empty((0, 0), dtype=np.float32), (0, 0)))
         return Partition(part, cols["n.gid"], cols["n.orig_id"], cols["h.gid"], cols["h.orig_id"],
                          cols["e.src"], cols["e.dst"], cols["e.eid"], cols["n.label"],
-                         cols["n.train"], cols["n.val"], cols["n.test"], feat, feat_cols)
+                         cols["n.train"], cols["n.val"], cols["n.test"], feat, feat_cols,
+                         ntype_counts=None if self.types is None else self.ntype_counts(part))
+
+    def ntype_counts(self, part: int) -> np.ndarray:
+        """Core nodes of each node type in part ``part`` (typed partitionings), in type order:
+        type ``i``'s core nodes are the local ids ``[sum(counts[:i]), sum(counts[:i+1]))``,
+        so a node's row among its type's (:meth:`load_type_feat`) is its local id minus the
+        start of that run."""
+        self._check_part(part)
+        self._typed()
+        return np.asarray(self._entry(part)["ntype_counts"], dtype=np.int64)
+
+    def load_type_feat(self, part: int, ntype: str, verify: bool = True) -> np.ndarray:
+        """The features (float32, one row per core node of type ``ntype`` of part ``part``,
+        in local order) of a typed partitioning."""
+        self._check_part(part)
+        types = self._typed()
+        i, width = types.ntype_index(ntype), types.feat_dims.get(ntype, 0)
+        if not width:
+            raise InvalidValueError(f"node type {ntype!r} of {self.path} has no features; the "
+                                    f"types with features: "
+                                    f"{[t for t in types.ntypes if types.feat_dims[t]]}")
+        if verify:
+            self.verify_part(part)
+        rows, file = int(self.ntype_counts(part)[i]), self._file(part, type_feat_table(i))
+        read_checked(file, {"feat": "float list"}, rows, _ERR, read=())
+        return read_feat(file, rows, width, _ERR)
+
+    def _typed(self) -> GraphTypes:
+        if self.types is None:
+            raise InvalidValueError(f"{self.path} is a homogeneous partitioning: it has no "
+                                    f"node types (its types is None)")
+        return self.types
+
+    def _check_typed_nodes(self, part: int, cols: dict[str, np.ndarray], file: Path) -> None:
+        """Each core node's type, by ``ntype_counts``, against its ``orig_id``, label and
+        masks: -1 and false for the types without labels, a class for the others."""
+        types, num_classes = self.types, self.manifest["num_classes"]
+        counts = self.ntype_counts(part)
+        index = np.repeat(np.arange(counts.size), counts)
+        orig, label = cols["n.orig_id"], cols["n.label"]
+        labeled = np.isin(np.asarray(types.ntypes), types.labeled)[index]
+        checks = {
+            "orig_id": (orig < types.ntype_offsets[index])
+            | (orig >= types.ntype_offsets[index + 1]),
+            "label": np.where(labeled, (label < 0) | (label >= num_classes), label != -1),
+            "train/val/test": ~labeled & (cols["n.train"] | cols["n.val"] | cols["n.test"])}
+        for field, bad in checks.items():
+            if not bad.any():
+                continue
+            r = int(np.argmax(bad))
+            t, lo, hi = (types.ntypes[index[r]], int(types.ntype_offsets[index[r]]),
+                         int(types.ntype_offsets[index[r] + 1]))
+            expected = {
+                "orig_id": f"an id in [{lo}, {hi}) of node type {t!r}, where the part's "
+                           f"ntype_counts put row {r}",
+                "label": (f"a class in [0, {num_classes})" if labeled[r] else
+                          f"-1 (node type {t!r} has no labels)"),
+                "train/val/test": f"false (node type {t!r} has no labels)"}[field]
+            value = f" = {cols['n.' + field][r]}" if field != "train/val/test" else " is true"
+            raise _ERR(f"{file}: field {field!r} row {r}{value}; expected {expected}")
 
     def verify_part(self, part: int, full: bool = False) -> None:
         """Checks part ``part``'s files against the manifest's sizes and checksums (once per
@@ -234,6 +306,8 @@ class PartitionDir:
                            f"{info['sha256'][:16]}...; the file is damaged or was replaced")
 
     def _load_feat(self, part: int, num_core: int) -> tuple[np.ndarray, tuple[int, int]]:
+        if self.types is not None:  # features per node type: load_type_feat
+            return np.zeros((num_core, 0), dtype=np.float32), (0, 0)
         if self.feature_layout == "rows":
             cols, rows = (0, self.feat_dim), num_core
         else:

@@ -9,6 +9,12 @@ cuts the graph into ``G`` groups (servers), then each group's induced subgraph i
 ``num_parts / G`` parts (its ranks), with the same constraints; parts ``g*P/G .. (g+1)*P/G - 1``
 belong to group ``g``.
 
+On a typed dataset (its homogeneous view, :mod:`~dglx_dist.partition.typed`) each node type
+is balanced too, as DistDGL's ``partition_graph`` does: a node's METIS category is its node
+type crossed with its split (train, val, test or none of them, for the splits in
+``balance``), so every type's count, and every type's share of each split, is spread evenly;
+with ``edges``, each category's in-degree sum as well. That always runs DGL's METIS.
+
 After METIS, node ids are relabeled so that part ``p``'s core nodes are the contiguous range
 ``[offsets[p], offsets[p+1])`` (original order kept inside a part); the map back to the
 dataset's ids is stored with each part.
@@ -25,6 +31,7 @@ from dglx_dist.data.format import DatasetMeta, GraphDataset
 from dglx_dist.errors import InvalidValueError, MissingDependencyError, PartitionError
 from dglx_dist.partition.base import PARTITIONERS, Partitioner, PartitionPlan
 from dglx_dist.partition.book import RangeBook
+from dglx_dist.partition.typed import TypedGraph, TypedMeta
 
 __all__ = ["MetisPartitioner", "BALANCE_CHOICES"]
 
@@ -76,6 +83,10 @@ class MetisPartitioner(Partitioner):
 
     def validate(self, meta: DatasetMeta, num_parts: int) -> None:
         super().validate(meta, num_parts)
+        if isinstance(meta, TypedMeta) and self.config.backend == "pymetis":
+            raise PartitionError(f"metis backend 'pymetis' balances one constraint; a typed "
+                                 f"dataset balances each node type's count "
+                                 f"({list(meta.types.ntypes)}): use backend 'dgl' or 'auto'")
         if num_parts % self.config.groups:
             raise PartitionError(f"metis with groups={self.config.groups}: {num_parts} parts do "
                                  f"not split evenly into the groups; use a multiple of "
@@ -105,13 +116,14 @@ class MetisPartitioner(Partitioner):
     def estimate_peak_bytes(self, meta: DatasetMeta, num_parts: int) -> int:
         # DGL builds the graph, a bidirected copy and METIS's CSR plus its coarsening levels.
         ncon = 1 + len([b for b in self.config.balance if b != "edges"])
+        ncon *= len(meta.types.ntypes) if isinstance(meta, TypedMeta) else 1
         ncon *= 2 if "edges" in self.config.balance else 1
         metis = meta.num_edges * 8 * 12 + meta.num_nodes * 8 * (ncon * 3 + 10)
         return super().estimate_peak_bytes(meta, num_parts) + metis
 
-    def _use_pymetis(self) -> bool:
+    def _use_pymetis(self, typed: bool) -> bool:
         return self.config.backend == "pymetis" or (
-            self.config.backend == "auto" and not self.config.balance)
+            self.config.backend == "auto" and not self.config.balance and not typed)
 
     def _assign(self, src: np.ndarray, dst: np.ndarray, masks: dict[str, np.ndarray],
                 num_parts: int) -> np.ndarray:
@@ -119,7 +131,7 @@ class MetisPartitioner(Partitioner):
         num_nodes = masks["train"].size
         if num_parts == 1:
             return np.zeros(num_nodes, dtype=np.int64)
-        if self._use_pymetis():
+        if self._use_pymetis("ntype" in masks):
             return _pymetis_assignment(src, dst, num_nodes, num_parts, self.config.objective)
         return self._dgl_assignment(src, dst, masks, num_parts)
 
@@ -128,21 +140,18 @@ class MetisPartitioner(Partitioner):
         try:
             import dgl
         except ImportError as e:  # a DGL-free install (docs/install.md: the core layers)
+            typed = "ntype" in split_masks
             raise MissingDependencyError(
-                f"metis balancing {list(self.config.balance)} runs DGL's METIS, and dgl does "
-                f"not import ({e}); install dgl (docs/install.md), or balance the node count "
-                "only with pymetis: --opt balance=") from e
+                f"metis balancing {list(self.config.balance) + ['node types'] * typed} runs "
+                f"DGL's METIS, and dgl does not import ({e}); install dgl (docs/install.md), "
+                + ("or partition the typed dataset with hash" if typed else
+                   "or balance the node count only with pymetis: --opt balance=")) from e
 
         num_nodes = split_masks["train"].size
         g = dgl.graph((torch.from_numpy(src), torch.from_numpy(dst)), num_nodes=num_nodes)
-        masks = [split_masks[m] for m in ("train", "val", "test") if m in self.config.balance]
-        categories = None
-        if masks:
-            cat = np.zeros(num_nodes, dtype=np.int64)
-            for i, mask in enumerate(masks, start=1):
-                cat[mask & (cat == 0)] = i
-            categories = torch.from_numpy(cat)
-        log.info("METIS (DGL) into %d parts, balancing nodes%s", num_parts,
+        categories = _categories(split_masks, self.config.balance)
+        log.info("METIS (DGL) into %d parts, balancing nodes%s%s", num_parts,
+                 " per node type" if "ntype" in split_masks else "",
                  "".join(f", {b}" for b in self.config.balance))
         parts = dgl.metis_partition_assignment(
             g, num_parts, balance_ntypes=categories,
@@ -152,7 +161,26 @@ class MetisPartitioner(Partitioner):
 
 
 def _masks(ds: GraphDataset) -> dict[str, np.ndarray]:
-    return {"train": ds.train, "val": ds.val, "test": ds.test}
+    """The per-node arrays METIS balances: the splits, and the node type of a typed graph."""
+    masks = {"train": ds.train, "val": ds.val, "test": ds.test}
+    if isinstance(ds, TypedGraph):
+        masks["ntype"] = ds.node_type
+    return masks
+
+
+def _categories(split_masks: dict[str, np.ndarray],
+                balance: tuple[str, ...]) -> torch.Tensor | None:
+    """DGL's ``balance_ntypes``: each node's category, its first split among those balanced
+    (0: none), crossed with its node type on a typed graph; None when there is only one."""
+    masks = [split_masks[m] for m in ("train", "val", "test") if m in balance]
+    if not masks and "ntype" not in split_masks:
+        return None
+    cat = np.zeros(split_masks["train"].size, dtype=np.int64)
+    for i, mask in enumerate(masks, start=1):
+        cat[mask & (cat == 0)] = i
+    if "ntype" in split_masks:
+        cat += split_masks["ntype"] * (len(masks) + 1)
+    return torch.from_numpy(cat)
 
 
 def _pymetis_assignment(src: np.ndarray, dst: np.ndarray, n: int, num_parts: int,

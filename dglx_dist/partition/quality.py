@@ -25,7 +25,11 @@ class QualityReport:
     """Edge cut, per-constraint imbalance (max/mean), HALO counts, time and memory.
 
     ``seconds`` covers reading, partitioning and writing; ``plan_seconds`` only the
-    partitioner's decision (METIS, the hash, ...).
+    partitioner's decision (METIS, the hash, ...). ``per_type`` (typed datasets only, else
+    None and left out of the JSON) holds ``ntypes``: {node type: {core_per_part, imbalance}}
+    and ``etypes``: {"src:rel:dst": {edges, edge_cut, edge_cut_frac, halo_per_part}}, where a
+    type's HALO nodes of a part are the distinct sources owned elsewhere of its edges of that
+    type (a node can count under several edge types).
     """
 
     method: str
@@ -42,6 +46,7 @@ class QualityReport:
     plan_seconds: float = 0.0
     peak_rss_mb: float = 0.0
     estimated_peak_mb: float = 0.0
+    per_type: dict[str, Any] | None = None
 
     @classmethod
     def from_layout(cls, method: str, layout: Layout, halo_per_part: list[int]) -> "QualityReport":
@@ -68,7 +73,10 @@ class QualityReport:
                                    estimated_peak_mb=round(estimated_bytes / _MB, 1))
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if self.per_type is None:
+            del out["per_type"]
+        return out
 
     def summary_row(self) -> dict[str, Any]:
         """One flat row for side-by-side tables."""
@@ -82,4 +90,14 @@ class QualityReport:
     def to_markdown(self) -> str:
         parts = [{"part": p, "core": c, "halo": h, "edges": e} for p, (c, h, e) in
                  enumerate(zip(self.core_per_part, self.halo_per_part, self.edges_per_part))]
-        return markdown_table([self.summary_row()]) + "\n\n" + markdown_table(parts)
+        tables = [markdown_table([self.summary_row()]), markdown_table(parts)]
+        if self.per_type is not None:
+            tables += [markdown_table([{"node type": t, "imbalance": v["imbalance"],
+                                        "core per part": " ".join(map(str, v["core_per_part"]))}
+                                       for t, v in self.per_type["ntypes"].items()]),
+                       markdown_table([{"edge type": et, "edges": v["edges"],
+                                        "edge_cut": v["edge_cut"],
+                                        "cut_frac": round(v["edge_cut_frac"], 4),
+                                        "halo per part": " ".join(map(str, v["halo_per_part"]))}
+                                       for et, v in self.per_type["etypes"].items()])]
+        return "\n\n".join(tables)

@@ -158,6 +158,10 @@ class Strategy(abc.ABC):
 def check_partitions(strategy: Strategy, pdir: PartitionDir, topology: Topology) -> None:
     """Refuses a partition directory that does not fit ``strategy`` on ``topology``."""
     spec, name = strategy.partition_spec(topology), strategy.registered_name
+    if pdir.types is not None:
+        raise NotSupportedError(f"{pdir.path} holds typed partitions (node types "
+                                f"{list(pdir.types.ntypes)}); strategy {name!r} trains on "
+                                f"homogeneous ones so far")
     redo = f"`dglx partition --method {spec.method} --parts {spec.num_parts}`"
     if pdir.num_parts != spec.num_parts:
         raise PartitionError(f"{pdir.path} has {pdir.num_parts} parts; strategy {name!r} on "

@@ -1,0 +1,219 @@
+"""Typed datasets in the partitioner: the homogeneous view partitioners plan on, and what a
+typed part adds to a homogeneous one.
+
+A :class:`~dglx_dist.data.hetero.HeteroDataset` is partitioned as the :class:`TypedGraph` it
+flattens to: a :class:`~dglx_dist.data.format.GraphDataset` over the original homogeneous ids
+(:mod:`dglx_dist.partition.types`), so every partitioner plans it unchanged. Labels of node
+types without labels are -1 (masks false); the features stay per type, because the types'
+widths differ: the view's ``feat`` has no columns, and :class:`TypedLayout` cuts each part's
+rows of every type out of the type's own matrix.
+
+Because every partitioner keeps the original order within a part (``hash`` does not relabel,
+``metis`` relabels by a stable sort by part), a part's core nodes of one type form one run,
+the types' runs in type order; :class:`TypedLayout` checks it, and records each part's
+``ntype_counts`` so that a node's per-type row in its part is its local id minus the start
+of its type's run.
+
+Edge data goes into the parts' edges files only when every edge type has the same columns
+(name, dtype and row shape): then it is one homogeneous column in edge order. Edge data that
+differs between edge types is refused (per-type edge data files are future work).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from dglx_dist.data.edge_data import edge_data_columns
+from dglx_dist.data.format import DatasetMeta, GraphDataset
+from dglx_dist.data.hetero import Etype, HeteroDataset, etype_key
+from dglx_dist.data.hetero_format import HeteroMeta, edge_file, read_hetero_dataset, \
+    read_hetero_meta
+from dglx_dist.errors import DatasetFormatError, PartitionError
+from dglx_dist.partition.layout import Layout, Partition
+from dglx_dist.partition.quality import imbalance
+from dglx_dist.partition.types import GraphTypes
+
+__all__ = ["TypedMeta", "TypedGraph", "TypedLayout", "TypeTally", "open_typed", "graph_types"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TypedMeta(DatasetMeta):
+    """A typed dataset's sizes, what partitioners validate and estimate from: nodes and edges
+    of every type; ``feat_dim`` the mean feature width over all nodes (what the memory
+    estimate sizes features by: the per-type matrices hold ``sum(n_t * F_t)`` floats)."""
+
+    types: GraphTypes | None = None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TypedGraph(GraphDataset):
+    """The homogeneous view of a typed dataset (see the module docstring).
+
+    Attributes:
+        types: the types and their offsets.
+        node_type: every node's type index, by original homogeneous id.
+        type_feat: the features of each node type that has them, by type index
+            (row = per-type id).
+    """
+
+    types: GraphTypes | None = None
+    node_type: np.ndarray | None = None
+    type_feat: Mapping[int, np.ndarray] = dataclasses.field(default_factory=dict)
+
+    def type_feat_bytes(self) -> int:
+        return int(sum(f.nbytes for f in self.type_feat.values()))
+
+
+def graph_types(ntypes: Mapping[str, tuple[int, int, bool]], etypes: Sequence[Etype],
+                num_edges: Sequence[int], category: str | None) -> GraphTypes:
+    """The types of a typed dataset: ``ntypes`` {name: (num_nodes, feat_dim, labeled)},
+    the canonical edge types with their edge counts; put in DGL's (sorted) order."""
+    names = sorted(ntypes)
+    pairs = sorted(zip(map(tuple, etypes), num_edges))
+    offsets = [np.concatenate([[0], np.cumsum(c, dtype=np.int64)])
+               for c in ([ntypes[t][0] for t in names], [n for _, n in pairs])]
+    return GraphTypes(tuple(names), offsets[0], tuple(e for e, _ in pairs), offsets[1],
+                      {t: ntypes[t][1] for t in names},
+                      tuple(t for t in names if ntypes[t][2]), category)
+
+
+def _types_of(ds: HeteroDataset) -> GraphTypes:
+    return graph_types({t: (n.num_nodes, n.feat_dim, n.labeled) for t, n in ds.nodes.items()},
+                       ds.canonical_etypes, [e.num_edges for e in ds.edges.values()],
+                       ds.category)
+
+
+def _typed_meta(types: GraphTypes, num_classes: int, extra: dict) -> TypedMeta:
+    floats = sum((int(types.ntype_offsets[i + 1] - types.ntype_offsets[i])) * types.feat_dims[t]
+                 for i, t in enumerate(types.ntypes))
+    return TypedMeta(types.num_nodes, types.num_edges, -(-floats // max(types.num_nodes, 1)),
+                     num_classes, dict(extra), types=types)
+
+
+def _check_shared(specs: dict[Etype, dict[str, str]], where: str) -> None:
+    """Refuses edge data that is not the same columns in every edge type."""
+    if not specs:
+        return
+    first, want = next(iter(specs.items()))
+    for etype, spec in specs.items():
+        if spec != want:
+            raise PartitionError(
+                f"{where}: edge type {etype_key(etype)} has edge data {spec or 'none'}, "
+                f"{etype_key(first)} has {want or 'none'}; typed partitions store edge data "
+                f"only when every edge type has the same columns (name, dtype, shape): give "
+                f"them all the same columns or drop them")
+
+
+def _hetero_meta_types(meta: HeteroMeta) -> GraphTypes:
+    return graph_types({t: (s["num_nodes"], s["feat_dim"], s["labeled"])
+                        for t, s in meta.ntypes.items()}, meta.etypes, meta.num_edges,
+                       meta.category)
+
+
+def open_typed(data: str | os.PathLike | HeteroDataset,
+               nonfinite: str) -> tuple[TypedMeta, Callable[[], TypedGraph]]:
+    """A typed dataset (directory or in memory): its sizes, read and checked without loading
+    it (edge data that differs between edge types is refused here), and what loads its
+    homogeneous view."""
+    if isinstance(data, HeteroDataset):
+        _check_shared({et: {k: f"{v.dtype}{list(v.shape[1:])}" for k, v in e.edata.items()}
+                       for et, e in data.edges.items()}, "the dataset")
+        return (_typed_meta(_types_of(data), data.num_classes, data.extra),
+                lambda: typed_graph(data))
+    path = Path(data)
+    meta = read_hetero_meta(path)
+    specs = {}
+    for i, etype in enumerate(meta.etypes):
+        file = path / edge_file(i, etype)
+        try:
+            schema = pq.read_schema(file)
+        except (OSError, ValueError) as exc:
+            raise DatasetFormatError(f"{file}: not a readable Parquet file ({exc})") from None
+        specs[etype] = {n: str(schema.field(n).type)
+                        for n in edge_data_columns(schema, file, DatasetFormatError)}
+    _check_shared(specs, str(path))
+    return (_typed_meta(_hetero_meta_types(meta), meta.num_classes, meta.extra),
+            lambda: typed_graph(read_hetero_dataset(path, nonfinite)))
+
+
+def typed_graph(ds: HeteroDataset) -> TypedGraph:
+    """The homogeneous view of ``ds`` (edges and node data in original homogeneous ids)."""
+    src, dst = ds.homogeneous_edges()
+    nodes = list(ds.nodes.values())
+    label = np.concatenate([np.full(n.num_nodes, -1, np.int64) if n.label is None
+                            else np.asarray(n.label, np.int64) for n in nodes])
+    masks = {m: np.concatenate([np.asarray(n.masks()[m], bool) for n in nodes])
+             for m in ("train", "val", "test")}
+    names = list(next(iter(ds.edges.values())).edata) if ds.edges else []
+    edata = {k: np.concatenate([e.edata[k] for e in ds.edges.values()]) for k in names}
+    return TypedGraph(src.astype(np.int64), dst.astype(np.int64),
+                      np.zeros((label.size, 0), np.float32), label, masks["train"],
+                      masks["val"], masks["test"], ds.num_classes, dict(ds.extra), edata,
+                      types=_types_of(ds), node_type=ds.node_types(),
+                      type_feat={i: np.asarray(n.feat, np.float32) for i, n in enumerate(nodes)
+                                 if n.feat is not None})
+
+
+class TypedLayout(Layout):
+    """A :class:`Layout` whose parts also carry ``ntype_counts`` and per-type features."""
+
+    ds: TypedGraph
+
+    def part(self, p: int) -> Partition:
+        pc = super().part(p)
+        types, node_type = self.ds.types, self.ds.node_type[pc.core_orig]
+        after = np.flatnonzero(np.diff(node_type) < 0)
+        if after.size:  # a plan that reordered nodes within a part
+            i = int(after[0])
+            raise PartitionError(
+                f"part {p}: core node {i + 1} is of type {types.ntypes[node_type[i + 1]]!r} "
+                f"after one of type {types.ntypes[node_type[i]]!r}; typed partitions need "
+                f"each part's core nodes in original-id order (a partitioner that relabels "
+                f"must keep the order within a part, as a stable sort by part does)")
+        counts = np.bincount(node_type, minlength=len(types.ntypes)).astype(np.int64)
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        feats = {i: f[pc.core_orig[starts[i]:starts[i + 1]] - types.ntype_offsets[i]]
+                 for i, f in self.ds.type_feat.items()}
+        return dataclasses.replace(pc, ntype_counts=counts, type_feat=feats)
+
+
+class TypeTally:
+    """The per-type part of a typed partitioning's quality report, tallied part by part:
+    core nodes per node type, and per canonical edge type its edges, edge cut (edges whose
+    source is owned by another part than the one storing them) and HALO nodes per part
+    (distinct sources owned elsewhere of the part's edges of that type)."""
+
+    def __init__(self, types: GraphTypes):
+        self.types = types
+        k = len(types.canonical_etypes)
+        self.cut = np.zeros(k, np.int64)
+        self.counts: list[np.ndarray] = []
+        self.halo: list[np.ndarray] = []
+
+    def add(self, pc: Partition) -> None:
+        k = len(self.types.canonical_etypes)
+        etype, _ = self.types.etype_of(pc.eid)
+        remote = pc.src >= pc.num_core
+        self.cut += np.bincount(etype[remote], minlength=k)
+        pairs = np.unique(etype[remote] * (pc.num_core + pc.num_halo) + pc.src[remote])
+        self.halo.append(np.bincount(pairs // max(pc.num_core + pc.num_halo, 1), minlength=k))
+        self.counts.append(pc.ntype_counts)
+
+    def to_json(self) -> dict:
+        types, counts = self.types, np.array(self.counts).reshape(len(self.counts), -1)
+        halo = np.array(self.halo).reshape(len(self.halo), -1)
+        ntypes = {t: {"core_per_part": [int(c) for c in counts[:, i]],
+                      "imbalance": round(imbalance(counts[:, i]), 4)}
+                  for i, t in enumerate(types.ntypes)}
+        etypes = {}
+        for i, et in enumerate(types.canonical_etypes):
+            n = int(types.etype_offsets[i + 1] - types.etype_offsets[i])
+            etypes[etype_key(et)] = {"edges": n, "edge_cut": int(self.cut[i]),
+                                     "edge_cut_frac": int(self.cut[i]) / max(n, 1),
+                                     "halo_per_part": [int(h) for h in halo[:, i]]}
+        return {"ntypes": ntypes, "etypes": etypes}
