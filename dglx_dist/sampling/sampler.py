@@ -91,7 +91,7 @@ class PartitionSampler(BlockSampler):
         self._slot = torch.empty(self.graph.num_nodes(), dtype=torch.int64)  # local id -> row
         # a typed partitioning: the part's edges of each edge type as a graph of their own
         self.by_etype = None if etype_offsets is None else \
-            edges_by_type(self.graph, torch.as_tensor(etype_offsets))
+            edges_by_type(self.graph, torch.tensor([int(o) for o in etype_offsets]))
 
     def _exclusions(self, exclude: torch.Tensor) -> list[torch.Tensor]:
         """Per member, the local ids of this part's edges that member excludes (collective:

@@ -39,7 +39,7 @@ class TypeIds:
     def __init__(self, ntypes: Sequence[str], ntype_offsets, orig: torch.Tensor | None,
                  part: torch.Tensor | None):
         self.ntypes = list(ntypes)
-        self.offsets = torch.as_tensor(np.asarray(ntype_offsets, np.int64))
+        self.offsets = torch.tensor([int(o) for o in ntype_offsets])
         self.orig, self.part = orig, part
         self.sizes = {t: int(self.offsets[i + 1] - self.offsets[i])
                       for i, t in enumerate(self.ntypes)}

@@ -158,10 +158,6 @@ class Strategy(abc.ABC):
 def check_partitions(strategy: Strategy, pdir: PartitionDir, topology: Topology) -> None:
     """Refuses a partition directory that does not fit ``strategy`` on ``topology``."""
     spec, name = strategy.partition_spec(topology), strategy.registered_name
-    if pdir.types is not None:
-        raise NotSupportedError(f"{pdir.path} holds typed partitions (node types "
-                                f"{list(pdir.types.ntypes)}); strategy {name!r} trains on "
-                                f"homogeneous ones so far")
     redo = f"`dglx partition --method {spec.method} --parts {spec.num_parts}`"
     if pdir.num_parts != spec.num_parts:
         raise PartitionError(f"{pdir.path} has {pdir.num_parts} parts; strategy {name!r} on "
@@ -169,7 +165,7 @@ def check_partitions(strategy: Strategy, pdir: PartitionDir, topology: Topology)
                              f"ranks needs {spec.num_parts} (partition with {redo})")
     if pdir.types is not None and not isinstance(strategy, TypedGraphs):
         raise NotSupportedError(f"{pdir.path} holds a graph with node types "
-                                f"{pdir.types.ntypes}; strategy {name!r} trains graphs without "
+                                f"{list(pdir.types.ntypes)}; strategy {name!r} trains graphs without "
                                 "types only so far (distdgl trains typed graphs)")
     if spec.feature_layout and pdir.feature_layout != spec.feature_layout:
         raise PartitionError(f"{pdir.path} stores features as {pdir.feature_layout} "
@@ -218,12 +214,16 @@ def with_depth(strategy: Strategy, num_layers: int) -> Any:
     return dataclasses.replace(config, num_layers=num_layers)
 
 
-def ddp(model: torch.nn.Module, session: Session, device: torch.device) -> torch.nn.Module:
+def ddp(model: torch.nn.Module, session: Session, device: torch.device,
+        find_unused: bool = False) -> torch.nn.Module:
     """``model`` in DDP on ``device`` (DDP's ``device_ids`` on a GPU). Each training forward
     counts, in the job's health record, the gradient all-reduce its backward joins
-    (:data:`DDP_GROUP`), so a peer that never reaches it is named."""
+    (:data:`DDP_GROUP`), so a peer that never reaches it is named. ``find_unused``: a step
+    may leave parameters unused (a relation's weights when no edge of that relation is in
+    the step's blocks, as in a heterograph's last layer), so DDP looks for them."""
     wrapped = DistributedDataParallel(model, device_ids=[device.index]
-                                      if device.type == "cuda" else None)
+                                      if device.type == "cuda" else None,
+                                      find_unused_parameters=find_unused)
     seqs = session.health.op_seqs
 
     def count(module, args):

@@ -89,7 +89,8 @@ class DistDGLStrategy(MiniBatchStrategy, MemoryModelled, TypedGraphs):
         # its bytes are accounted to the comm layer after each backward
         self._grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters()
                                if p.requires_grad)
-        return ddp(model, self.session, self.compute_device(self.session))
+        return ddp(model, self.session, self.compute_device(self.session),
+                   find_unused=self.pdir.types is not None)
 
     def after_backward(self, steps) -> None:
         self.session.world.account_all_reduce(self._grad_bytes)

@@ -61,6 +61,12 @@ def _emb_init(shape, dtype):
     return torch.full(shape, 0.5, dtype=dtype)
 
 
+def _grad(p):
+    """A parameter's gradient; zeros for one no edge of the step reached (a relation into
+    a type the last layer does not output)."""
+    return (torch.zeros_like(p) if p.grad is None else p.grad).tolist()
+
+
 def _one_step(session, cache):
     import dglx_dist.dgl as dgl
 
@@ -84,7 +90,7 @@ def _one_step(session, cache):
         loss.backward()
         ids, grads = emb.inner.gradients()
         out.update(outputs=output_nodes["paper"].tolist(), logits=logits.tolist(),
-                   grads={k: v.grad.tolist() for k, v in model.module.named_parameters()},
+                   grads={k: _grad(v) for k, v in model.module.named_parameters()},
                    emb_ids=input_nodes["author"].tolist(), emb_rows=ids.tolist(),
                    emb_grads=grads.tolist(),
                    authors=g.get_node_partition_policy("author").to_rows.tolist())
@@ -107,7 +113,7 @@ def _reference(outputs):
         authors.grad = None
         logits = model([g, g], x)[ids]
         F.cross_entropy(logits, g.nodes["paper"].data["label"][ids]).backward()
-        out.append((logits.detach(), {k: v.grad.clone() for k, v in model.named_parameters()},
+        out.append((logits.detach(), {k: torch.tensor(_grad(v)) for k, v in model.named_parameters()},
                     authors.grad.clone()))
     del dgl
     return out
