@@ -48,7 +48,8 @@ from dglx_dist.checkpoint import Checkpointing
 from dglx_dist.checkpoint.manager import CheckpointManager, RandomState
 from dglx_dist.config import TRAINER_OPTIMIZER, OptimizerConfig
 from dglx_dist.convs import graph_convs
-from dglx_dist.errors import DatasetFormatError, InvalidValueError, NonFiniteLossError
+from dglx_dist.errors import (DatasetFormatError, InvalidValueError, NonFiniteLossError,
+                              NotSupportedError)
 from dglx_dist.kvstore.embedding import DistEmbedding
 from dglx_dist.memory import SavedBytes
 from dglx_dist.report import json_record
@@ -62,6 +63,9 @@ from dglx_dist.strategies.steps import LoaderSpec
 __all__ = ["Trainer", "Batch"]
 
 log = logging.getLogger(__name__)
+TYPED_TRAINER = ("{} holds a graph with node types; the Trainer and `dglx train` take graphs "
+                 "without types so far: train it with dglx_dist.DistGraph and DataLoader "
+                 "(docs/heterographs.md)")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -135,6 +139,9 @@ class Trainer:
                                     "'warn'")
         self.graph = DistGraph(partitions, strategy, session=session, **options)
         self.session, self.nonfinite_loss = self.graph.session, nonfinite_loss
+        if self.graph.is_typed:
+            raise same_on_every_rank(NotSupportedError(TYPED_TRAINER.format(
+                self.graph.pdir.path)))
         if not bool(self.graph.ndata["train_mask"].full().any()):
             raise same_on_every_rank(DatasetFormatError(
                 f"{self.graph.pdir.path}: no training nodes (train is false for every node); "

@@ -85,14 +85,18 @@ def _check_before_start(config: RunConfig, strategy, env) -> None:
     from dglx_dist.partition import PartitionDir
     from dglx_dist.prepare import check_partitions_of, resolve_dataset
     from dglx_dist.runtime.topology import Topology
+    from dglx_dist.errors import NotSupportedError
     from dglx_dist.strategies.base import check_partitions
     from dglx_dist.strategies.footprint import JobSize, check_job_memory
+    from dglx_dist.trainer import TYPED_TRAINER
 
     data = config.data
     if data.partitions is not None:
         if data.data is not None:
             check_partitions_of(data.partitions, data.data)
         graph = PartitionDir(data.partitions)
+        if graph.types is not None:
+            raise NotSupportedError(TYPED_TRAINER.format(graph.path))
         check_partitions(strategy, graph, Topology(env.num_servers, env.ranks_per_server))
     else:
         graph = read_meta(resolve_dataset(data.data or "cora"))

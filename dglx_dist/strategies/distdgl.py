@@ -64,10 +64,9 @@ class DistDGLStrategy(MiniBatchStrategy, MemoryModelled, TypedGraphs):
         self.session, self.pdir, self.num_nodes = session, pdir, pdir.num_nodes
         server = session.server_id
         self._own_store = store is None
-        if self._own_store and pdir.types is not None:
-            raise NotSupportedError(f"{pdir.path} holds a graph with node types; the Trainer "
-                                    "and `dglx train` take graphs without types so far: train "
-                                    "it with dglx_dist.DistGraph and DataLoader")
+        if self._own_store and pdir.types is not None:  # typed rows live in the graph's store
+            raise NotSupportedError(f"{pdir.path} holds a graph with node types; distdgl "
+                                    "trains it through dglx_dist.DistGraph")
         part = pdir.load_part(server, features=self._own_store)  # else the store has them
         self.store = store if store is not None else DistKVStore(session)
         if self._own_store:

@@ -364,17 +364,22 @@ def test_the_partition_cache_keys_a_typed_dataset_by_its_tables(tmp_path):
 
 
 @pytest.mark.dgl
-def test_training_refuses_typed_partitions_in_one_line(typed_dir, caplog):
-    from dglx_dist.cli import main
+@pytest.mark.parametrize("name", ["p3", "granndis", "dorylus", "fullgraph"])
+def test_strategies_without_types_refuse_typed_partitions_in_one_line(typed_dir, name):
     from dglx_dist.errors import NotSupportedError
     from dglx_dist.runtime.topology import Topology
     from dglx_dist.strategies import STRATEGIES
     from dglx_dist.strategies.base import check_partitions
 
-    with pytest.raises(NotSupportedError, match=r"holds typed partitions \(node types "
-                                                r"\['author', 'field', 'paper'\]\)"):
-        check_partitions(STRATEGIES.build("distdgl"), PartitionDir(typed_dir), Topology(2, 1))
+    with pytest.raises(NotSupportedError, match=r"holds a graph with node types \['author', "
+                       rf"'field', 'paper'\]; strategy '{name}' trains graphs without types"):
+        check_partitions(STRATEGIES.build(name), PartitionDir(typed_dir), Topology(2, 1))
+
+
+def test_dglx_train_refuses_typed_partitions_in_one_line(typed_dir, caplog):
+    from dglx_dist.cli import main
+
     assert main(["train", "--strategy", "distdgl", "--partitions", str(typed_dir)]) == 2
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and errors[0].exc_info is None
-    assert "holds typed partitions" in errors[0].getMessage()
+    assert "the Trainer and `dglx train` take graphs without types" in errors[0].getMessage()
