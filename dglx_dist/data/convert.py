@@ -80,15 +80,11 @@ def _edge_data(g, edata=None) -> dict:
 
 
 def check_convertible(g, what: str) -> None:
-    """Refuses a DGLGraph :func:`from_dgl` cannot take: several node or edge types, no nodes,
-    no ``ndata['feat']``.
+    """Refuses a homogeneous DGLGraph :func:`from_dgl` cannot take: no nodes, no
+    ``ndata['feat']``.
 
     Raises:
         DatasetFormatError: naming ``what`` and the reason."""
-    if is_heterograph(g):
-        raise DatasetFormatError(f"{what} takes a homogeneous graph so far; got node types "
-                                 f"{g.ntypes} and edge types {g.canonical_etypes} (partition it "
-                                 "with `dglx partition`, or use dgl.to_homogeneous first)")
     if g.num_nodes() == 0:
         raise DatasetFormatError(f"{what}: the graph has no nodes; expected at least one")
     if "feat" not in g.ndata:
@@ -139,6 +135,9 @@ def _node_table(g, ntype: str) -> NodeTable:
 
 
 def _hetero_from_dgl(g, num_classes: int | None, extra: dict[str, Any]) -> HeteroDataset:
+    if g.num_nodes() == 0:
+        raise DatasetFormatError(f"from_dgl: the graph has no nodes (node types {g.ntypes}); "
+                                 "expected at least one")
     nodes = {t: _node_table(g, t) for t in g.ntypes}
     edges = {}
     for et in g.canonical_etypes:

@@ -2,6 +2,8 @@
 read node data by type, split ids by type, and one R-GCN step through DataLoader +
 parallelize gives single-process DGL's logits and gradients (the featureless type's
 embedding rows included), at 2 ranks and at 4 ranks as 2 servers."""
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -141,3 +143,84 @@ def test_one_rgcn_step_matches_single_process_dgl(tmp_path, ranks, servers):
         got = torch.zeros_like(author_grad).index_add_(
             0, torch.argsort(to_rows)[rows], torch.tensor(res[r]["emb_grads"]))
         np.testing.assert_allclose(got.numpy(), author_grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def _refused(fn) -> str:
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - the test reads the message
+        return f"{type(exc).__name__}: {exc}"
+    return "not refused"
+
+
+def _surface(session, cache):
+    import dglx_dist.dgl as dgl
+
+    g = dglx_dist.distribute(typed_graph(), "distdgl", cache_dir=cache, session=session)
+    ids = torch.tensor([39, 0, 17, 17])
+    out = {"feat": g.nodes["paper"].data["feat"][ids].tolist(),
+           "field": g.nodes["field"].data["feat"][torch.tensor([7, 1])].tolist(),
+           "label": g.nodes["paper"].data["label"][ids].tolist(),
+           "mask": g.nodes["paper"].data["train_mask"][ids].tolist(),
+           "counts": [g.num_nodes(t) for t in g.ntypes] + [g.num_nodes()],
+           "edges": [g.num_edges("cites"), g.num_edges(("paper", "has_topic", "field")),
+                     g.num_edges()],
+           "keys": {t: sorted(g.nodes[t].data.keys()) for t in g.ntypes}}
+    year = dgl.distributed.DistTensor((g.num_nodes("author"), 2), torch.float32, "year",
+                                      part_policy=g.get_node_partition_policy("author"))
+    mine = torch.tensor([session.rank, 29 - session.rank])
+    year[mine] = torch.stack([mine.float(), -mine.float()], 1)
+    g.barrier()
+    out["year"] = g.nodes["author"].data["year"][torch.arange(4)].tolist()
+    sampler = dgl.dataloading.NeighborSampler([{"cites": 2}, 3])
+    out["refused"] = [
+        _refused(lambda: g.nodes["author"].data["feat"]),
+        _refused(lambda: g.ndata["feat"]),
+        _refused(lambda: dglx_dist.DataLoader(g, {"venue": torch.arange(3)},
+                                              dgl.dataloading.NeighborSampler([2, 2]))),
+        _refused(lambda: dglx_dist.DataLoader(g, {"paper": torch.arange(3)}, sampler)),
+        _refused(lambda: dglx_dist.DataLoader(g, torch.arange(3),
+                                              dgl.dataloading.NeighborSampler([2, 2]))),
+        _refused(lambda: year[torch.tensor([30])]),
+        _refused(lambda: year[g.nodes["paper"].data["train_mask"]]),
+        _refused(lambda: dglx_dist.node_split(torch.ones(40, dtype=torch.bool), g)),
+        _refused(lambda: dgl.distributed.DistTensor((50, 1), torch.float32, "x")),
+        _refused(lambda: g.local_nodes()),
+    ]
+    return out
+
+
+def test_typed_data_reads_by_type_and_bad_input_is_one_line(tmp_path):
+    res = run_workers(_surface, 2, tmp_path / "run", str(tmp_path / "cache"),
+                      env={"DGLX_VIRTUAL_SERVERS": "2"})
+    g = typed_graph()
+    ids = [39, 0, 17, 17]
+    for r in range(2):
+        out = res[r]
+        np.testing.assert_array_equal(out["feat"], g.nodes["paper"].data["feat"][ids].numpy())
+        np.testing.assert_array_equal(out["field"], g.nodes["field"].data["feat"][[7, 1]].numpy())
+        assert out["label"] == g.nodes["paper"].data["label"][ids].tolist()
+        assert out["mask"] == [False, True, True, True]
+        assert out["counts"] == [30, 8, 40, 78]
+        assert out["edges"] == [70, 50, 90 * 2 + 70 + 50 * 2]
+        assert out["keys"] == {"author": [], "field": ["feat"],
+                               "paper": ["feat", "label", "test_mask", "train_mask", "val_mask"]}
+        assert out["year"] == [[0, 0], [1, -1], [0, 0], [0, 0]]  # rank 1 wrote author 1
+        expected = [
+            r"UnknownNameError: g.nodes\['author'\].data\['feat'\]: node type 'author' has no "
+            r"such data",
+            r"UnknownNameError: g.ndata\['feat'\]: this graph has node types \['author', "
+            r"'field', 'paper'\]; use g.nodes\[ntype\].data\['feat'\]",
+            r"node type 'venue' is not one of this graph's node types",
+            r"NeighborSampler fanouts\[0\]: no fanout for edge types \[\('author', 'writes'",
+            r"InvalidTypeError: DataLoader: this graph has node types .*; pass the ids as a "
+            r"dict \{node type: ids\}",
+            r"ids \[30\] out of range; the graph has nodes 0..29",
+            r"a mask of node type 'paper' used on type 'author'",
+            r"node_split: this graph has node types .*; pass ntype= naming the type",
+            r"DistTensor \(50, 1\): 50 rows; tensors here have one row per node of a type",
+            r"has no full-graph form yet; iterate a dglx_dist.DataLoader",
+        ]
+        assert len(out["refused"]) == len(expected)
+        for got, pattern in zip(out["refused"], expected):
+            assert re.search(pattern, got), (pattern, got)

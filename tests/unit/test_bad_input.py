@@ -57,17 +57,18 @@ def test_row_normalising_signed_features_warns():
 
 
 def test_graphs_distribute_cannot_take_are_named():
-    """An empty graph and a heterograph: one line each (issue 40, case 11), where DGL's own
-    errors came from the graph fingerprint before."""
+    """An empty graph, with or without types: one line each (issue 40, case 11), where DGL's
+    own errors came from the graph fingerprint before."""
     import dgl
 
-    from dglx_dist.data.convert import check_convertible
+    from dglx_dist.data.convert import check_convertible, from_dgl
     from dglx_dist.errors import DatasetFormatError
 
     empty = dgl.graph(([], []), num_nodes=0)
     empty.ndata["feat"] = torch.zeros(0, 4)
     with pytest.raises(DatasetFormatError, match="distribute: the graph has no nodes"):
         check_convertible(empty, "distribute")
-    hetero = dgl.heterograph({("user", "buys", "item"): ([0], [1])})
-    with pytest.raises(DatasetFormatError, match="distribute needs a homogeneous graph"):
-        check_convertible(hetero, "distribute")
+    hetero = dgl.heterograph({("user", "buys", "item"): ([], [])})  # types, but no nodes
+    with pytest.raises(DatasetFormatError, match=r"from_dgl: the graph has no nodes \(node "
+                                                 r"types \['item', 'user'\]\)"):
+        from_dgl(hetero)
