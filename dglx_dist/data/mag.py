@@ -43,6 +43,7 @@ import dataclasses
 import enum
 import logging
 import math
+import numbers
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +55,7 @@ from dglx_dist.cli_flags import check_fields, option
 from dglx_dist.data.atomic import check_disk
 from dglx_dist.data.hetero import EdgeTable, Etype, HeteroDataset, NodeTable
 from dglx_dist.data.hetero_format import hetero_meta, write_hetero_dataset
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.memory import check_memory
 from dglx_dist.registry import Bounds
 
@@ -118,12 +120,18 @@ class MagConfig:
                                 bounds=Bounds(0, 1))
 
     def __post_init__(self) -> None:
+        for name in ("seed", "feat_dim", "num_classes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise InvalidValueError(f"--{name.replace('_', '-')} {value!r}: expected an "
+                                        f"integer (MagConfig.{name})")
+            object.__setattr__(self, name, int(value))  # numpy integers too: JSON-friendly
         check_fields(self)
 
 
 MAG_PRESETS: dict[str, MagConfig] = {
     "mag": MagConfig(),
-    "mag-small": MagConfig(scale=1 / 256),  # 2,876 papers, 4,432 authors: well under a second
+    "mag-small": MagConfig(scale=1 / 256),  # 2,877 papers, 4,432 authors: well under a second
 }
 """Typed graphs shaped like ogbn-mag: ``dglx datagen --preset NAME``."""
 

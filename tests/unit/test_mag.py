@@ -148,6 +148,7 @@ def test_authors_and_fields_lean_to_their_papers_classes(small, etype, least):
     ("homophily", 1.5, "--homophily 1.5: expected a finite number >= 0 and <= 1"),
     ("feat_dim", 0, "--feat-dim 0: expected a finite number >= 1"),
     ("num_classes", 1, "--num-classes 1: expected a finite number >= 2"),
+    ("feat_dim", 16.5, "--feat-dim 16.5: expected an integer"),
 ])
 def test_bad_config_values_are_one_line(field, value, expected):
     with pytest.raises(InvalidValueError, match=expected.replace(".", r"\.")):
