@@ -1,6 +1,6 @@
-"""The benchmarks' datasets: synthetic graphs generated once and cached by their config, a
-cache key for partitions of a dataset directory, and whether its features can be
-row-normalised."""
+"""The benchmarks' datasets: synthetic graphs (with or without node types) generated once and
+cached by their config, a cache key for partitions of a dataset directory, and whether its
+features can be row-normalised."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,7 +9,7 @@ import json
 import logging
 from pathlib import Path
 
-__all__ = ["data_key", "nonnegative_features", "synthetic_dataset"]
+__all__ = ["data_key", "mag_dataset_dir", "nonnegative_features", "synthetic_dataset"]
 
 log = logging.getLogger("dglx_dist.bench")
 
@@ -20,27 +20,59 @@ def synthetic_dataset(config, workdir: Path) -> Path:
     keyed by the config."""
     from dglx_dist.data.synthetic import write_synthetic
 
-    key = hashlib.sha1(json.dumps(dataclasses.asdict(config), sort_keys=True).encode())
-    path = workdir / f"synthetic-{key.hexdigest()[:12]}"
+    path = workdir / f"synthetic-{_config_key(config)}"
     if not (path / "meta.json").is_file():
         log.info("generating synthetic dataset %s: %s", path, config)
         write_synthetic(config, path, progress=True)
     return path
 
 
+def mag_dataset_dir(config, workdir: Path) -> Path:
+    """The typed ogbn-mag-shaped dataset of ``config`` (a
+    :class:`~dglx_dist.data.mag.MagConfig`) in ``workdir``, generated once and keyed by the
+    config."""
+    from dglx_dist.data.mag import write_mag
+
+    path = workdir / f"mag-{_config_key(config)}"
+    if not (path / "meta.json").is_file():
+        log.info("generating typed dataset %s: %s", path, config)
+        write_mag(config, path)
+    return path
+
+
+def _config_key(config) -> str:
+    key = hashlib.sha1(json.dumps(dataclasses.asdict(config), sort_keys=True).encode())
+    return key.hexdigest()[:12]
+
+
 def data_key(data: Path) -> str:
-    """A cache key for partitions of ``data`` (its files' sizes and modification times)."""
+    """A cache key for partitions of ``data`` (its files' sizes and modification times; a
+    typed dataset's are its meta.json and every table under nodes/ and edges/)."""
+    from dglx_dist.data.hetero_format import is_hetero
+
     h = hashlib.sha1(str(data.resolve()).encode())
-    for name in ("meta.json", "edges.parquet", "nodes.parquet"):
+    tables = (sorted(p.relative_to(data).as_posix() for sub in ("nodes", "edges")
+                     for p in (data / sub).glob("*.parquet")) if is_hetero(data)
+              else ["edges.parquet", "nodes.parquet"])
+    for name in ["meta.json", *tables]:
         st = (data / name).stat()
         h.update(f"{name}:{st.st_size}:{st.st_mtime_ns}".encode())
     return f"{data.name}-{h.hexdigest()[:12]}"
 
 
 def nonnegative_features(data: Path) -> bool:
-    """Whether every feature is >= 0 (then rows can be normalised by their sums)."""
+    """Whether every feature is >= 0 (then rows can be normalised by their sums); of a typed
+    dataset, every feature of every type that has them."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    col = pq.read_table(data / "nodes.parquet", columns=["feat"]).column("feat")
-    return pc.min(pc.list_flatten(col)).as_py() >= 0
+    from dglx_dist.data.hetero_format import is_hetero
+
+    tables = sorted((data / "nodes").glob("*.parquet")) if is_hetero(data) else \
+        [data / "nodes.parquet"]
+    for table in tables:
+        if "feat" in pq.read_schema(table).names:
+            col = pq.read_table(table, columns=["feat"]).column("feat")
+            if pc.min(pc.list_flatten(col)).as_py() < 0:
+                return False
+    return True

@@ -23,7 +23,8 @@ server + one trainer, in the caller's namespace), ``server`` and ``trainer`` (st
 ``machine``). The trainer is DGL's examples/distributed/graphsage/node_classification.py loop
 with our model (``--model``, default SAGE: the same class, the same seed, so the same initial
 weights), with its phases timed (:data:`PHASES`); ``--eval-every 1`` adds validation accuracy
-after every epoch.
+after every epoch. On a typed dataset the same loop trains the R-GCN of
+:mod:`dglx_dist.bench.dgl_distdgl_typed` (partitioned and built there).
 """
 from __future__ import annotations
 
@@ -40,7 +41,6 @@ from typing import Any
 
 import numpy as np
 
-from dglx_dist.bench.dgl_distdgl import epoch_bytes, sent_bytes
 from dglx_dist.cli_flags import add_flags
 from dglx_dist.config import TRAINING, RunConfig
 from dglx_dist.errors import InternalError
@@ -68,12 +68,18 @@ def partition_main(args: argparse.Namespace) -> None:
     import torch
 
     from dglx_dist.data import read_dataset, to_dgl
+    from dglx_dist.data.hetero_format import is_hetero
 
     t0 = time.perf_counter()
     if args.task == "link":
         from dglx_dist.bench.dgl_distdgl_link import partition_link
 
         partition_link(args, GRAPH_NAME)
+        return _partitioned(args, t0)
+    if is_hetero(args.data):
+        from dglx_dist.bench.dgl_distdgl_typed import partition_typed
+
+        partition_typed(args, GRAPH_NAME)
         return _partitioned(args, t0)
     ds = read_dataset(args.data)
     g = to_dgl(ds)
@@ -169,71 +175,8 @@ def _patch_machine_id(machine: int) -> None:
     rpc_client.get_local_machine_id = lambda _namebook: machine
 
 
-class _Timer:
-    """Accumulates wall time per phase of the training step."""
-
-    def __init__(self) -> None:
-        self.t: dict[str, float] = {}
-        self._last = time.perf_counter()
-
-    def lap(self, name: str) -> None:
-        now = time.perf_counter()
-        self.t[name] = self.t.get(name, 0.0) + now - self._last
-        self._last = now
-
-
-def train_epoch(g, loader, model, opt) -> tuple[float, int, float, dict[str, float]]:
-    """One epoch of DGL's example loop; returns wall time, steps, mean loss and phase times."""
-    import torch.nn.functional as F
-
-    t0 = time.perf_counter()
-    timer, steps, losses, rows = _Timer(), 0, 0.0, 0
-    with model.join():
-        for input_nodes, seeds, blocks in loader:
-            timer.lap("sample")
-            x = g.ndata["feat"][input_nodes]
-            y = g.ndata["label"][seeds].long()
-            timer.lap("pull")
-            loss = F.cross_entropy(model(blocks, x), y)
-            timer.lap("forward")
-            opt.zero_grad()
-            loss.backward()
-            timer.lap("backward+allreduce")
-            opt.step()
-            timer.lap("optimizer")
-            losses += float(loss)
-            steps += 1
-            rows += input_nodes.numel()
-            timer._last = time.perf_counter()
-    wall = time.perf_counter() - t0
-    timer.t["other"] = wall - sum(timer.t.values())
-    timer.t["input_rows"] = rows
-    return wall, steps, losses / max(steps, 1), timer.t
-
-
-def evaluate(g, model, nids, fanouts, batch_size: int) -> tuple[int, int]:
-    """Correct predictions and count on ``nids`` (full neighborhoods unless ``fanouts``)."""
-    import dgl
-    import torch
-
-    layers = len(model.layers)
-    sampler = (dgl.dataloading.NeighborSampler(fanouts) if fanouts else
-               dgl.dataloading.MultiLayerFullNeighborSampler(layers))
-    loader = dgl.dataloading.DistNodeDataLoader(g, nids, sampler, batch_size=batch_size,
-                                                shuffle=False, drop_last=False)
-    model.eval()
-    correct = total = 0
-    with torch.no_grad():
-        for input_nodes, seeds, blocks in loader:
-            pred = model(blocks, g.ndata["feat"][input_nodes]).argmax(1)
-            correct += int((pred == g.ndata["label"][seeds].long()).sum())
-            total += seeds.numel()
-    model.train()
-    return correct, total
-
-
 def _setup(args: argparse.Namespace):
-    """Initialises DGL and torch.distributed; returns the graph and this trainer's node ids."""
+    """Initialises DGL and torch.distributed; returns the graph."""
     import dgl
     import torch.distributed as dist
 
@@ -244,10 +187,12 @@ def _setup(args: argparse.Namespace):
     if g.rank() != dist.get_rank() or g.get_partition_book().partid != args.machine:
         raise InternalError(f"machine {args.machine}: DGL trainer rank {g.rank()}, torch rank "
                             f"{dist.get_rank()}, partition {g.get_partition_book().partid}")
-    pb = g.get_partition_book()
-    nids = {m: dgl.distributed.node_split(g.ndata[f"{m}_mask"], pb, force_even=True)
-            for m in MASKS}
-    return g, nids
+    return g
+
+
+def _typed(g) -> bool:
+    """Whether DGL's ``DistGraph`` ``g`` has node or edge types of its own."""
+    return g.ntypes != ["_N"] or len(g.etypes) != 1
 
 
 def _reduce(values: list[float], op) -> list[float]:
@@ -260,54 +205,32 @@ def _reduce(values: list[float], op) -> list[float]:
 
 
 def trainer_main(args: argparse.Namespace) -> None:
-    """DGL's DistDGL GraphSAGE training loop; rank 0 writes the per-epoch records."""
-    import dgl
+    """DGL's DistDGL training loop (node classification: GraphSAGE's example, or the R-GCN
+    on a typed graph; link prediction); rank 0 writes the per-epoch records."""
     import torch
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
-
-    from dglx_dist.models import MODELS
 
     torch.set_num_threads(args.threads)
-    g, nids = _setup(args)
+    g = _setup(args)
     if args.task == "link":
         return _link_trainer(args, g)
-    torch.manual_seed(args.seed)
-    model = MODELS[args.model](g.ndata["feat"].shape[1], args.hidden, args.num_classes,
-                               len(args.fanouts), dropout=args.dropout,
-                               row_normalize=args.row_normalize)
-    ddp = DistributedDataParallel(model)
-    opt = torch.optim.Adam(ddp.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    dgl.seed(args.seed * 7919 + args.machine)
-    loader = dgl.dataloading.DistNodeDataLoader(
-        g, nids["train"], dgl.dataloading.NeighborSampler(args.fanouts),
-        batch_size=args.batch_size, shuffle=True, drop_last=False)
-    records: list[dict[str, Any]] = []
-    for epoch in range(args.epochs):
-        sent, started = sent_bytes(args.ifname), time.time()
-        wall, steps, loss, phases = train_epoch(g, loader, ddp, opt)
-        names = sorted(phases)
-        maxes = _reduce([wall, steps, -started] + [phases[k] for k in names], dist.ReduceOp.MAX)
-        mean_loss = _reduce([loss], dist.ReduceOp.SUM)[0] / args.machines
-        records.append({"epoch": epoch, "started_at": round(-maxes[2], 3),
-                        "epoch_time": round(maxes[0], 4), "steps": int(maxes[1]),
-                        "loss": round(mean_loss, 5),
-                        "phases_max": {k: round(v, 4) for k, v in zip(names, maxes[3:])},
-                        **epoch_bytes(args.ifname, sent, _reduce)})
-        if args.eval_every == 1:  # after the epoch's clock stopped, as dglx train's val_acc
-            correct, total = _reduce(list(evaluate(g, model, nids["val"], args.eval_fanouts,
-                                                   args.eval_batch_size)), dist.ReduceOp.SUM)
-            records[-1]["val_acc"] = round(correct / max(total, 1), 4)
-    peak_train = status_mb()
-    correct, total = _reduce(list(evaluate(g, model, nids["test"], args.eval_fanouts,
-                                           args.eval_batch_size)), dist.ReduceOp.SUM)
+    return _node_trainer(args, g)
+
+
+def _node_trainer(args: argparse.Namespace, g) -> None:
+    """Node classification: :func:`dglx_dist.bench.dgl_distdgl_nodes.train_nodes` of our
+    reference model, or of the R-GCN on a typed graph; rank 0 writes its records, test
+    accuracy and the trainers' peak memory (after training, and at the end)."""
+    import torch.distributed as dist
+
+    from dglx_dist.bench import dgl_distdgl_nodes, dgl_distdgl_typed
+
+    make = dgl_distdgl_typed.node_job if _typed(g) else dgl_distdgl_nodes.node_job
+    out, peak_train = dgl_distdgl_nodes.train_nodes(args, g, make(args, g, MASKS), _reduce)
     peaks = [0.0] * (2 * args.machines)
     peaks[2 * args.machine:2 * args.machine + 2] = [peak_train, status_mb()]
     peaks = _reduce(peaks, dist.ReduceOp.SUM)
-    out = {"records": records, "test_acc": round(correct / max(total, 1), 4),
-           "test_nodes": int(total), "train_nodes_per_trainer": int(nids["train"].numel()),
-           "peak_mem_mb_train": [round(p, 1) for p in peaks[0::2]],
-           "peak_mem_mb_end": [round(p, 1) for p in peaks[1::2]]}
+    out.update(peak_mem_mb_train=[round(p, 1) for p in peaks[0::2]],
+               peak_mem_mb_end=[round(p, 1) for p in peaks[1::2]])
     _finish(args, out if dist.get_rank() == 0 else None)
 
 

@@ -17,17 +17,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
+import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from dglx_dist.bench.dgl_distdgl import MACHINES, dgl_batch, run_dgl, startup
-from dglx_dist.bench.presets import BENCH_RUN
 from dglx_dist.bench.procs import run_group
+from dglx_dist.bench.shared import Setup, process_env as _env
 from dglx_dist.cli_flags import parse_key_values, to_argv
-from dglx_dist.config import TRAINING, RunConfig, StrategyConfig
+from dglx_dist.config import TRAINING, StrategyConfig
 from dglx_dist.errors import RunFailedError
 from dglx_dist.runtime.env import free_local_port
 
@@ -44,82 +43,22 @@ STRATEGY_OPTIONS: dict[str, dict[str, Any]] = {}
 defaults (dorylus: async, staleness 0, local executor)."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Setup:
-    """What every system shares: dataset, run config, batching, cluster shape, network."""
-
-    data: Path
-    num_classes: int
-    run: RunConfig = BENCH_RUN
-    """The model, its optimisation, loop and task, as ``dglx train`` takes them (the depth,
-    the link task's batch, the data and the strategy are the setup's: :meth:`training`)."""
-    batch_size: int = 500
-    """Seeds per trainer per step; the global batch is batch_size x world (``link``: training
-    edges per trainer per step)."""
-    fanouts: tuple[int, ...] = (10, 25)
-    """Sampled neighbours per layer, input layer first (also the model's depth)."""
-    eval_fanouts: tuple[int, ...] = ()
-    """DGL's DistDGL's evaluation fanouts (empty: full neighbourhoods); our strategies take
-    theirs as options."""
-    servers: int = 2
-    ranks_per_server: int = 1
-    network: str = "virtual"
-    """``virtual`` (DGLX_VIRTUAL_SERVERS on loopback) or ``emulated-<preset>`` (1g, 10g)."""
-    timeout: float = 900.0
-    workdir: Path = Path("bench-out/work")
-    train_flags: tuple[str, ...] = ()
-    """More ``dglx train`` arguments (the sweeps' ``--measure-saved-bytes``; prefer ``run``)."""
-    env: tuple[tuple[str, str], ...] = ()
-    """More environment variables of the run's processes (e.g. ``DGLX_MALLOC=system``)."""
-
-    @property
-    def world(self) -> int:
-        return self.servers * self.ranks_per_server
-
-    @property
-    def layers(self) -> int:
-        return len(self.fanouts)
-
-    def training(self, strategy: StrategyConfig | None = None) -> RunConfig:
-        """The run config of a run: :attr:`run` with the depth of ``fanouts``, ``batch_size``
-        training edges per step (link task), the setup's data and partition cache, no progress
-        bars, and ``strategy``."""
-        run = self.run.updated(
-            model={"layers": self.layers}, task={"edge_batch_size": self.batch_size},
-            data={"data": str(self.data), "cache_dir": self.workdir.resolve() / "parts"},
-            job={"progress": False})
-        return run if strategy is None else dataclasses.replace(run, strategy=strategy)
-
-    def public(self) -> dict[str, Any]:
-        """The setup as flat JSON (paths as strings), without how a run is made."""
-        run = {k: v for section in TRAINING for k, v in dataclasses.asdict(
-            getattr(self.run, section)).items()
-            if k not in ("layers", "edge_batch_size", "eval_every", "eval_negatives", "name")}
-        run |= {"model": self.run.model.name, "task": self.run.task.name}
-        rest = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name not in ("run", "workdir", "train_flags", "env")}
-        out = run | rest
-        return {k: str(v) if isinstance(v, Path) else
-                ",".join(map(str, v)) if k.endswith("fanouts") else v for k, v in out.items()}
-
-
-def _env(setup: Setup) -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
-            "DGLX_TIMEOUT": str(int(setup.timeout)), **dict(setup.env)}
-
-
 def parse_records(stdout: str) -> list[dict[str, Any]]:
     """The JSON lines of a rank's stdout (its metrics records)."""
     return [json.loads(ln) for ln in stdout.splitlines() if ln.startswith("{")]
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Row fields from per-epoch records (epoch time and bytes: mean without the first epoch)
-    and the link task's closing record of test metrics (``test_*``), if any."""
+    """Row fields from per-epoch records (epoch time and bytes: mean without the first epoch;
+    also the epoch times' median and their range, without the first) and the link task's
+    closing record of test metrics (``test_*``), if any."""
     final = {k: v for r in records if "epoch_time" not in r for k, v in r.items()}
     records = [r for r in records if "epoch_time" in r]
     mean = lambda k: REDUCERS["mean"](records, k)  # noqa: E731
+    timed = [r["epoch_time"] for r in records[1:] or records]
     return {"epoch_time": round(mean("epoch_time"), 4),
+            "epoch_time_median": round(statistics.median(timed), 4),
+            "epoch_time_spread": [min(timed), max(timed)],
             "epoch_time_first": records[0]["epoch_time"],
             "epoch_times": [r["epoch_time"] for r in records],
             "bytes_inter": int(mean("bytes_sent_inter")),
@@ -249,18 +188,19 @@ def run_strategy(name: str, setup: Setup, extra: Options,
         "note": describe(strategy, setup.run.task.name), "options": strategy.flag_pairs()}
 
 
-def partition_first(strategy: StrategyConfig, setup: Setup) -> None:
+def partition_first(strategy: StrategyConfig, setup: Setup) -> str:
     """Makes the partitions ``dglx train`` will find in the setup's cache, so that a run's
     start-up is the job's own, as DGL's partitioning comes before its run (node task; a link
-    run partitions the training graph it splits off itself)."""
+    run partitions the training graph it splits off itself); returns their directory."""
     from dglx_dist.prepare import partition_ahead
     from dglx_dist.runtime.allocator import release_free_memory
     from dglx_dist.runtime.topology import Topology
 
-    partition_ahead(str(setup.data), strategy.build(),
-                    Topology(setup.servers, setup.ranks_per_server),
-                    str(setup.workdir.resolve() / "parts"))
+    parts = partition_ahead(str(setup.data), strategy.build(),
+                            Topology(setup.servers, setup.ranks_per_server),
+                            str(setup.workdir.resolve() / "parts"))
     release_free_memory()  # what partitioning freed would stay in this process's heap (GBs)
+    return parts
 
 
 def train_command(setup: Setup, strategy: StrategyConfig) -> list[str]:

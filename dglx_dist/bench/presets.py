@@ -1,14 +1,17 @@
 """The benchmark's presets (dataset shape, epochs, model width, cluster shape) and the choice
 of network the strategies run on. A preset is a frozen value; what it sets in a run is the
-:class:`~dglx_dist.config.RunConfig` it returns (:meth:`Preset.run`, :meth:`ScriptPreset.run`),
-under the flags given on the command line (``cli_flags.add_flags(..., overlay=True)``)."""
+:class:`~dglx_dist.config.RunConfig` it returns (:meth:`Preset.run`, :meth:`TypedPreset.run`,
+:meth:`ScriptPreset.run`), under the flags given on the command line
+(``cli_flags.add_flags(..., overlay=True)``). Its :attr:`~Preset.kind` says which kind of
+dataset it generates (a graph without types, or one with node and edge types), which chooses
+the systems that run (:data:`dglx_dist.bench.kinds.KINDS`)."""
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dglx_dist.config import RunConfig
 from dglx_dist.errors import InvalidValueError
@@ -17,7 +20,7 @@ if TYPE_CHECKING:
     from dglx_dist.data.synthetic import SyntheticConfig
 
 __all__ = ["BENCH_RUN", "NETWORKS", "PRESETS", "Preset", "SET_BY_SETUP", "ScriptPreset",
-           "choose_network", "script_parser"]
+           "TypedPreset", "choose_network", "script_parser"]
 
 log = logging.getLogger("dglx_dist.bench")
 BENCH_RUN = RunConfig().updated(model={"name": "gcn", "hidden": 64},
@@ -33,7 +36,10 @@ and row normalisation chosen by the dataset (``--row-normalize auto|on|off``).""
 @dataclasses.dataclass(frozen=True)
 class Preset:
     """One preset of ``dglx bench``: the synthetic graph it generates, the run config it
-    starts from (:meth:`run`) and the setup's batch and cluster shape."""
+    starts from (:meth:`run`) and the setup's batch, fanouts and cluster shape."""
+
+    kind: ClassVar[str] = "graph"
+    """The kind of dataset it generates (:data:`dglx_dist.bench.kinds.KINDS`)."""
 
     num_nodes: int
     num_edges: int
@@ -48,9 +54,12 @@ class Preset:
     ranks_per_server: int
     train_edges: int
     """``--task link``: training edges per epoch (a seeded choice of the training graph's)."""
+    fanouts: tuple[int, ...] = (10, 25)
+    """Sampled neighbours per layer, input layer first, unless ``--fanouts`` says."""
 
     def __post_init__(self) -> None:
-        small = [f.name for f in dataclasses.fields(self) if getattr(self, f.name) <= 0]
+        small = [f.name for f in dataclasses.fields(self)
+                 if isinstance(getattr(self, f.name), (int, float)) and getattr(self, f.name) <= 0]
         if small:
             raise InvalidValueError(f"Preset: {', '.join(small)} must be > 0")
         if self.epochs < 2:
@@ -64,6 +73,12 @@ class Preset:
         return SyntheticConfig(num_nodes=self.num_nodes, num_edges=self.num_edges,
                                feat_dim=self.feat_dim, num_classes=self.num_classes, seed=seed)
 
+    def dataset(self, seed: int, workdir: Path) -> Path:
+        """Its synthetic graph with ``seed``, generated once and cached in ``workdir``."""
+        from dglx_dist.bench.datasets import synthetic_dataset
+
+        return synthetic_dataset(self.synthetic(seed), workdir)
+
     def run(self, base: RunConfig) -> RunConfig:
         """``base`` with the preset's epochs, hidden width, learning rate and training edges."""
         return base.updated(model={"hidden": self.hidden}, optimizer={"lr": self.lr},
@@ -71,7 +86,52 @@ class Preset:
                             task={"train_edges": self.train_edges})
 
 
-PRESETS: dict[str, Preset] = {
+@dataclasses.dataclass(frozen=True)
+class TypedPreset:
+    """A preset of ``dglx bench`` on a graph with node and edge types: an ogbn-mag-shaped graph
+    (:data:`~dglx_dist.data.mag.MAG_PRESETS`), the R-GCN's run config (:meth:`run`) and the
+    setup's batch, fanouts and cluster shape (the defaults of examples/rgcn_hetero.py)."""
+
+    kind: ClassVar[str] = "typed"
+    """The kind of dataset it generates (:data:`dglx_dist.bench.kinds.KINDS`)."""
+
+    graph: str
+    """A :data:`~dglx_dist.data.mag.MAG_PRESETS` name (its seed replaced by the run's)."""
+    epochs: int
+    hidden: int
+    lr: float
+    batch_size: int
+    """Seeds of the labeled type per trainer per step."""
+    servers: int
+    ranks_per_server: int
+    fanouts: tuple[int, ...] = (10, 10)
+    """Sampled neighbours of every edge type per layer, input layer first."""
+
+    def __post_init__(self) -> None:
+        from dglx_dist.data.mag import MAG_PRESETS
+
+        if self.graph not in MAG_PRESETS:
+            raise InvalidValueError(f"TypedPreset: graph {self.graph!r}; choose from "
+                                    f"{', '.join(MAG_PRESETS)}")
+        if self.epochs < 2:
+            raise InvalidValueError("TypedPreset: epochs must be >= 2 (the first epoch is "
+                                    "warm-up and not timed)")
+
+    def dataset(self, seed: int, workdir: Path) -> Path:
+        """Its typed graph with ``seed``, generated once and cached in ``workdir``."""
+        from dglx_dist.bench.datasets import mag_dataset_dir
+        from dglx_dist.data.mag import MAG_PRESETS
+
+        return mag_dataset_dir(dataclasses.replace(MAG_PRESETS[self.graph], seed=seed), workdir)
+
+    def run(self, base: RunConfig) -> RunConfig:
+        """``base`` with the preset's epochs, hidden width and learning rate, and Adam without
+        weight decay (the R-GCN examples' optimizer)."""
+        return base.updated(model={"hidden": self.hidden}, loop={"epochs": self.epochs},
+                            optimizer={"lr": self.lr, "weight_decay": 0.0})
+
+
+PRESETS: dict[str, Preset | TypedPreset] = {
     # a few minutes on 2 cores: 7 runs of ~20-40 s, most of it start-up and partitioning
     "tiny": Preset(num_nodes=20_000, num_edges=300_000, feat_dim=128, num_classes=16, epochs=6,
                    hidden=64, lr=0.01, batch_size=250, servers=2, ranks_per_server=1,
@@ -85,6 +145,10 @@ PRESETS: dict[str, Preset] = {
     "large": Preset(num_nodes=2_449_029, num_edges=123_718_280, feat_dim=100, num_classes=47,
                     epochs=5, hidden=256, lr=0.003, batch_size=1000, servers=4,
                     ranks_per_server=4, train_edges=1_000_000),
+    # ogbn-mag's shape at 1/256 (2,877 papers, 7,577 nodes, 164,930 edges with the reverses);
+    # the R-GCN of examples/rgcn_hetero.py, DGL's DistDGL and distdgl: about a minute each
+    "mag-small": TypedPreset(graph="mag-small", epochs=10, hidden=64, lr=0.01, batch_size=128,
+                             servers=2, ranks_per_server=1),
 }
 
 

@@ -4,6 +4,7 @@ script draws its plots with."""
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -11,13 +12,25 @@ from dglx_dist.errors import DglxError
 from dglx_dist.report import json_record, markdown_table
 
 __all__ = ["COLUMNS", "LINK_COLUMNS", "PANEL_KINDS", "Panel", "PlotUnavailable", "Series",
-           "draw", "markdown", "plot", "write_jsonl"]
+           "TABLES", "TYPED_COLUMNS", "TYPED_TARGETS", "draw", "markdown", "plot",
+           "versus_dgl", "write_jsonl"]
 
 COLUMNS = ("system", "network", "startup_s", "epoch_time", "time_to_accuracy", "bytes_inter",
            "bytes_intra", "peak_mem_mb", "val_acc", "test_acc", "steps", "note")
 LINK_COLUMNS = ("system", "network", "epoch_time", "bytes_inter", "bytes_intra", "peak_mem_mb",
                 "val_mrr", "test_mrr", "test_hits@10", "test_auc", "steps", "note")
 """``--task link``'s table: ranking metrics instead of accuracy and time to accuracy."""
+TYPED_COLUMNS = ("system", "network", "startup_s", "epoch_time_median",
+                 "epoch_time_spread", "bytes_inter", "bytes_intra", "peak_mem_mb", "val_acc",
+                 "test_acc", "steps", "note")
+"""A typed dataset's table: the epoch time's median and range (without the first epoch)."""
+TABLES = {"node": COLUMNS, "link": LINK_COLUMNS, "typed": TYPED_COLUMNS}
+"""The columns of each table (``meta["table"]``, else the task's); ``run`` (which of
+``--repeat``'s runs) comes first where rows have it."""
+TYPED_TARGETS = {"epoch_time": 0.8, "test_acc_points": 1.0}
+"""Issue 34's targets for a strategy against DGL's DistDGL in the same run: median epoch time
+at most 0.8x DGL's, test accuracy within 1 point."""
+REFERENCE = "dgl-distdgl"
 
 
 def write_jsonl(rows: list[dict[str, Any]], path: Path) -> None:
@@ -29,12 +42,14 @@ def write_jsonl(rows: list[dict[str, Any]], path: Path) -> None:
 
 def _cells(r: dict[str, Any], columns) -> dict[str, Any]:
     if "error" in r:
-        return {"system": r.get("system"), "network": r.get("network"),
+        return {"run": r.get("run", ""), "system": r.get("system"), "network": r.get("network"),
                 "note": r["error"].splitlines()[0][:160]}
     out = {c: r.get(c) for c in columns}
     for c in ("bytes_inter", "bytes_intra"):
         if isinstance(out.get(c), int):
             out[c] = f"{out[c]:,}"
+    if isinstance(out.get("epoch_time_spread"), list):
+        out["epoch_time_spread"] = "..".join(map(str, out["epoch_time_spread"]))
     if "time_to_accuracy" in out and out["time_to_accuracy"] is None and "target_acc" in r:
         out["time_to_accuracy"] = "not reached"
     return {c: "" if v is None else v for c, v in out.items()}
@@ -45,20 +60,79 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     wrote here before they moved to benchmarks/, are left out)."""
     main = [r for r in rows if "sweep" not in r]
     setup = meta["setup"]
-    link = setup.get("task") == "link"
-    goal = (f"link prediction: {setup['train_edges']} training edges per epoch, "
-            f"{setup['negatives']} uniform negative(s) each; MRR, Hits@10 and AUC against 100 "
-            f"uniform negatives per held-out edge" if link else
-            f"time-to-accuracy target: val_acc >= {meta['target_acc']} "
-            f"({meta['target_fraction']} x single-process DGL's final)")
-    columns = LINK_COLUMNS if link else COLUMNS
+    table = meta.get("table") or setup.get("task", "node")
+    goal = {"link": f"link prediction: {setup.get('train_edges')} training edges per epoch, "
+                    f"{setup.get('negatives')} uniform negative(s) each; MRR, Hits@10 and AUC "
+                    f"against 100 uniform negatives per held-out edge",
+            "typed": f"fanouts {setup.get('fanouts')} per edge type, batch "
+                     f"{setup.get('batch_size')} per rank; epoch time: median (and range) "
+                     f"without the first epoch"}.get(table, (
+                f"time-to-accuracy target: val_acc >= {meta['target_acc']} "
+                f"({meta['target_fraction']} x single-process DGL's final)"))
+    columns = ["run"] * any("run" in r for r in main) + list(TABLES[table])
     text = [f"# benchmark: {meta['command']}", "",
             f"dataset {meta['dataset']}; model {setup['model']} "
             f"({setup['layers']} layers, hidden {setup['hidden']}); "
             f"{setup['servers']} servers x {setup['ranks_per_server']} rank(s) each; "
             f"{setup['epochs']} epochs; {goal}",
             "", markdown_table([_cells(r, columns) for r in main], columns)]
+    if table == "typed":
+        text += ["", versus_dgl(main)]
     return "\n".join(text) + "\n"
+
+
+_VERSUS = ("epoch_time_vs_dgl", "test_acc_points_vs_dgl", "bytes_inter_vs_dgl",
+           "peak_mem_vs_dgl")
+
+
+def _meets(values: dict[str, Any]) -> str:
+    time, points = values.get("epoch_time_vs_dgl"), values.get("test_acc_points_vs_dgl")
+    return "yes" if (time is not None and points is not None
+                     and time <= TYPED_TARGETS["epoch_time"]
+                     and abs(points) <= TYPED_TARGETS["test_acc_points"]) else "no"
+
+
+def _versus(row: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
+    """``row``'s ratios to DGL's DistDGL's row ``ref``, its test accuracy's difference in
+    points, and whether it meets the targets."""
+    ratio = lambda key: (round(row[key] / ref[key], 3)  # noqa: E731
+                         if row.get(key) and ref.get(key) else None)
+    points = (None if row.get("test_acc") is None or ref.get("test_acc") is None
+              else round(100 * (row["test_acc"] - ref["test_acc"]), 1))
+    out = {"epoch_time_vs_dgl": ratio("epoch_time_median"), "test_acc_points_vs_dgl": points,
+           "bytes_inter_vs_dgl": ratio("bytes_inter"), "peak_mem_vs_dgl": ratio("peak_mem_mb")}
+    return out | {"meets_targets": _meets(out)}
+
+
+def _medians(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per system, the median of each ratio over the runs."""
+    out = []
+    for name in dict.fromkeys(p["system"] for p in pairs):
+        mine = [p for p in pairs if p["system"] == name]
+        med = {k: round(statistics.median(v), 3) for k in _VERSUS
+               if (v := [p[k] for p in mine if p[k] is not None])}
+        out.append({"run": "median", "system": name} | med | {"meets_targets": _meets(med)})
+    return out
+
+
+def versus_dgl(rows: list[dict[str, Any]]) -> str:
+    """Each strategy's row against DGL's DistDGL's of the same run (``run``), as ratios (and
+    the test accuracy's difference in points), with whether it meets :data:`TYPED_TARGETS`;
+    with several runs, also the medians over runs. Empty without DGL's row."""
+    ok = [r for r in rows if "error" not in r]
+    refs = {r.get("run"): r for r in ok if r["system"] == REFERENCE}
+    pairs = [{"run": r.get("run"), "system": r["system"]} | _versus(r, refs[r.get("run")])
+             for r in ok if r["system"] != REFERENCE and r.get("run") in refs]
+    if not pairs:
+        return ""
+    several = len(refs) > 1
+    columns = ["run"] * several + ["system", *_VERSUS, "meets_targets"]
+    shown = pairs + (_medians(pairs) if several else [])
+    return (f"Against DGL's DistDGL in the same run (targets: epoch time <= "
+            f"{TYPED_TARGETS['epoch_time']}x, test accuracy within "
+            f"{TYPED_TARGETS['test_acc_points']:g} point):\n\n"
+            + markdown_table([{c: "" if p.get(c) is None else p[c] for c in columns}
+                              for p in shown], columns))
 
 
 def _labels(values: list[Any], missing: str) -> list[str]:
@@ -178,26 +252,32 @@ def _curve(r: dict[str, Any], metric: str) -> Series:
         t += dt
         if a is not None:
             pts.append((t, a))
-    return Series(r["system"], *(tuple(v) for v in zip(*pts))) if pts else Series(
-        r["system"], (), ())
+    return Series(_name(r), *(tuple(v) for v in zip(*pts))) if pts else Series(
+        _name(r), (), ())
 
 
-def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
-    """One figure: epoch time, time to accuracy (link: test AUC), bytes per epoch, peak
-    memory, accuracy (link: MRR).
+def _name(r: dict[str, Any]) -> str:
+    return f"{r['system']} #{r['run']}" if "run" in r else r["system"]
+
+
+def plot(rows: list[dict[str, Any]], path: Path, title: str, table: str = "node") -> None:
+    """One figure: epoch time (a typed dataset's ``table``: its median), time to accuracy
+    (link: test AUC), bytes per epoch, peak memory, accuracy (link: MRR).
 
     Raises:
         PlotUnavailable: matplotlib is not installed.
     """
     ok = [r for r in rows if "sweep" not in r and "error" not in r]
     metric = "mrr" if any("val_mrr" in r for r in ok) else "acc"
-    names = tuple(r["system"] for r in ok)
+    names = tuple(_name(r) for r in ok)
+    median = table == "typed"
     col = lambda key, scale=1: tuple(  # noqa: E731
         None if r.get(key) is None else r[key] / scale for r in ok)
     bars = lambda t, key, missing: Panel(t, (Series("", names, col(key)),),  # noqa: E731
                                          values=missing)
     target = ok[0].get("target_acc") if ok else None
-    draw([bars("epoch time (s)", "epoch_time", "n/a"),
+    draw([bars("epoch time (s, median)", "epoch_time_median", "n/a") if median else
+          bars("epoch time (s)", "epoch_time", "n/a"),
           bars("test AUC", "test_auc", "n/a") if metric == "mrr" else  # no target
           bars("time to accuracy (s; n/r: not reached)", "time_to_accuracy", "n/r"),
           Panel("MiB sent per epoch (all ranks)", (

@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dglx_dist.bench.harness import Setup, add_time_to_accuracy, run_system, systems
+from dglx_dist.bench.harness import Setup, add_time_to_accuracy, run_system
+from dglx_dist.bench.kinds import KINDS, DataKind, kind_of
 from dglx_dist.bench.presets import BENCH_RUN, PRESETS, SET_BY_SETUP, choose_network
 from dglx_dist.bench.report import markdown, plot, write_jsonl
 from dglx_dist.cli_flags import from_args, parse_key_values
@@ -20,7 +21,8 @@ from dglx_dist.data.atomic import DirKind, check_target
 from dglx_dist.data.owned import read_record, write_record
 from dglx_dist.errors import InvalidValueError, OutputExistsError
 
-__all__ = ["BENCH_DIR", "bench_run", "check_out", "extra_options", "replot", "run_bench"]
+__all__ = ["BENCH_DIR", "bench_run", "check_out", "data_kind", "extra_options", "replot",
+           "run_bench"]
 
 BENCH_DIR = DirKind("bench", "a dglx bench output directory")
 _RENDERED = ("results.md", "bench.png")
@@ -38,31 +40,40 @@ def bench_run(args: argparse.Namespace) -> RunConfig:
 
 def dataset(args: argparse.Namespace, workdir: Path) -> Path:
     """``--data`` (a directory or built-in name), else the preset's synthetic graph (cached)."""
-    from dglx_dist.bench.datasets import synthetic_dataset
     from dglx_dist.prepare import resolve_dataset
 
     if args.data:
         return resolve_dataset(args.data)
-    seed = bench_run(args).loop.seed
-    return synthetic_dataset(PRESETS[args.preset].synthetic(seed), workdir)
+    return PRESETS[args.preset].dataset(bench_run(args).loop.seed, workdir)
 
 
-def make_setup(args: argparse.Namespace, data: Path, network: str) -> Setup:
+def data_kind(args: argparse.Namespace) -> DataKind:
+    """The kind of the benchmark's dataset: ``--data``'s, else the preset's (read before any
+    work: the dataset is not generated for it)."""
+    from dglx_dist.prepare import resolve_dataset
+
+    return KINDS[kind_of(resolve_dataset(args.data)) if args.data else PRESETS[args.preset].kind]
+
+
+def make_setup(args: argparse.Namespace, data: Path, network: str,
+               kind: DataKind = KINDS["graph"]) -> Setup:
     """The common setup from the preset and the options given."""
     from dglx_dist.bench.datasets import nonnegative_features
 
     meta = json.loads((data / "meta.json").read_text())
     row_norm = (nonnegative_features(data) if args.row_normalize == "auto"
-                else args.row_normalize == "on")
+                else args.row_normalize == "on") and kind.model is None  # else: as stored
     preset = PRESETS[args.preset]
     run = bench_run(args).updated(model={"row_normalize": row_norm},
                                   job={"memory_limit": args.memory_limit})
     given = lambda value, default: default if value is None else value  # noqa: E731
     return Setup(data=data.resolve(), num_classes=meta["num_classes"], run=run,
-                 batch_size=given(args.batch_size, preset.batch_size), fanouts=args.fanouts,
+                 batch_size=given(args.batch_size, preset.batch_size),
+                 fanouts=given(args.fanouts, preset.fanouts),
                  servers=given(args.servers, preset.servers),
                  ranks_per_server=given(args.ranks_per_server, preset.ranks_per_server),
-                 network=network, timeout=args.timeout, workdir=args.out / "work")
+                 network=network, timeout=args.timeout, workdir=args.out / "work",
+                 model=kind.model)
 
 
 def extra_options(items: list[str]) -> dict[str, dict[str, str]]:
@@ -112,17 +123,19 @@ def _clear_results(out: Path) -> None:
             (out / name).unlink(missing_ok=True)
 
 
-def run_all(args: argparse.Namespace, setup: Setup) -> list[dict[str, Any]]:
-    """Runs the selected systems one after the other (tqdm over the runs)."""
+def run_all(args: argparse.Namespace, setup: Setup, kind: DataKind) -> list[dict[str, Any]]:
+    """Runs the selected systems one after the other, ``--repeat`` times in turn (tqdm over
+    the runs); with repeats, each row's ``run`` says which."""
     from tqdm import tqdm
 
-    table = systems(extra_options(args.strategy_opt), setup.run.task.name)
+    table = kind.systems(extra_options(args.strategy_opt), setup.run.task.name)
     rows = []
-    bar = tqdm(args.systems or list(table), desc="bench runs", unit="run")
-    for name in bar:
+    bar = tqdm([(run, name) for run in range(1, args.repeat + 1)
+                for name in args.systems or list(table)], desc="bench runs", unit="run")
+    for run, name in bar:
         bar.set_postfix_str(name)
-        rows.append(run_system(name, table[name], setup))
-        row = rows[-1]
+        row = run_system(name, table[name], setup)
+        rows.append({"run": run} | row if args.repeat > 1 else row)
         log.info("%s: %s", name, row.get("error") or {k: row.get(k) for k in (
             "epoch_time", "bytes_inter", "peak_mem_mb", "val_acc", "test_acc", "run_wall_s")})
     return rows
@@ -141,7 +154,8 @@ def _render(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any], figure:
     text = markdown(rows, meta)
     (out / "results.md").write_text(text)
     if figure:
-        plot(rows, out / "bench.png", meta["command"])
+        plot(rows, out / "bench.png", meta["command"],
+             meta.get("table") or meta["setup"].get("task", "node"))
     return text
 
 
@@ -156,11 +170,13 @@ def run_bench(args: argparse.Namespace, command: str) -> tuple[list[dict[str, An
     _clear_results(args.out)
     (args.out / "work").mkdir(parents=True, exist_ok=True)
     data = dataset(args, args.out / "work")
-    setup = make_setup(args, data, choose_network(args.network))
+    kind = KINDS[kind_of(data)]
+    setup = make_setup(args, data, choose_network(args.network), kind)
     log.info("setup: %s", setup.public())
-    rows = run_all(args, setup)
+    rows = run_all(args, setup, kind)
     target = add_time_to_accuracy(rows, args.target)
-    meta = {"command": command, "dataset": str(data),
+    meta = {"command": command, "dataset": str(data), "kind": kind_of(data),
+            "table": kind.table or setup.run.task.name,
             "setup": {**setup.public(), "layers": setup.layers},
             "target_fraction": args.target, "target_acc": target, "cpus": os.cpu_count(),
             "load_avg_1m": round(os.getloadavg()[0], 2),

@@ -36,11 +36,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--preset", choices=sorted(PRESETS), default="tiny",
                    help="tiny: 20k nodes, minutes; small: 200k nodes / 2M edges, ~6 min on 2 "
-                        "cores; large: ogbn-products' shape, for a big machine")
-    p.add_argument("--data", help="a dataset directory or built-in name (instead of the "
-                                  "preset's synthetic graph)")
+                        "cores; large: ogbn-products' shape, for a big machine; mag-small: a "
+                        "typed graph shaped like ogbn-mag, the R-GCN, ~2 min")
+    p.add_argument("--data", help="a dataset directory (typed too) or built-in name (instead "
+                                  "of the preset's synthetic graph)")
     p.add_argument("--systems", type=_names,
-                   help="comma-separated (default: dgl, dgl-distdgl and every strategy)")
+                   help="comma-separated (default: dgl, dgl-distdgl and every strategy; on a "
+                        "typed dataset, dgl-distdgl and every strategy that trains one)")
+    p.add_argument("--repeat", type=number(int, 1), default=1,
+                   help="run the systems this many times, in turn (rows say which run)")
     p.add_argument("--network", choices=("auto", "virtual", "1g", "10g"), default="auto")
     p.add_argument("--out", type=Path, default=Path("bench-out"),
                    help="a new or empty directory for the results (cached datasets in work/)")
@@ -64,8 +68,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seeds (--task link: training edges) per trainer per step")
     p.add_argument("--servers", type=number(int, 1))
     p.add_argument("--ranks-per-server", type=number(int, 1))
-    p.add_argument("--fanouts", type=_fanouts, default=(10, 25),
-                   help="per layer, input layer first (default: 10,25)")
+    p.add_argument("--fanouts", type=_fanouts,
+                   help="per layer, input layer first (default: the preset's: 10,25; "
+                        "mag-small 10,10 for every edge type)")
     p.add_argument("--row-normalize", choices=("auto", "on", "off"), default="auto",
                    help="divide input rows by their sums (auto: if no feature is negative)")
     p.add_argument("--target", type=number(float, 0, 1, low_open=True), default=0.95,
@@ -82,22 +87,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _check(args: argparse.Namespace) -> None:
     """Refuses what cannot run, before any work starts."""
-    from dglx_dist.bench.suite import bench_run, check_out, extra_options
+    from dglx_dist.bench.suite import bench_run, check_out, data_kind, extra_options
 
     run = bench_run(args)
     _check_memory_limit(args, run.task.name)
+    kind = data_kind(args) if not args.replot else None
+    if kind is not None:
+        kind.check(args)
     if not args.no_plot and importlib.util.find_spec("matplotlib") is None:
         raise InvalidValueError("dglx bench: the figure needs matplotlib: pip install "
                                 "'dglx_dist[plot]', or pass --no-plot")
     check_out(args.out, args.overwrite, args.replot)
     if args.replot:
         return
-    from dglx_dist.bench.harness import systems
-
-    table = systems(extra_options(args.strategy_opt), run.task.name)
+    table = kind.systems(extra_options(args.strategy_opt), run.task.name)
     unknown = [s for s in args.systems or () if s not in table]
     if unknown:
-        what = ("unknown" if run.task.name == "node" or set(unknown) - set(systems({}))
+        node = kind.systems({}, "node")
+        what = ("unknown" if run.task.name == "node" or set(unknown) - set(node)
                 else "not for --task link (their strategies do not train it):")
         raise InvalidValueError(f"--systems: {what} {', '.join(unknown)}; choose from "
                                 f"{', '.join(table)}")
