@@ -15,20 +15,25 @@ from typing import Any, Callable
 from dglx_dist.bench.dgl_distdgl import epoch_bytes, sent_bytes
 from dglx_dist.memory import peak_rss_bytes
 
-__all__ = ["NodeJob", "evaluate", "node_job", "train_epoch", "train_nodes"]
+__all__ = ["NodeJob", "PhaseTimer", "evaluate", "node_job", "train_epoch", "train_nodes"]
 
 
-class _Timer:
-    """Accumulates wall time per phase of the training step."""
+class PhaseTimer:
+    """Accumulates wall time per phase of the training step (``t``: seconds by phase)."""
 
     def __init__(self) -> None:
         self.t: dict[str, float] = {}
         self._last = time.perf_counter()
 
     def lap(self, name: str) -> None:
+        """Counts the time since the last lap (or :meth:`restart`) as phase ``name``'s."""
         now = time.perf_counter()
         self.t[name] = self.t.get(name, 0.0) + now - self._last
         self._last = now
+
+    def restart(self) -> None:
+        """Counts the time since the last lap as no phase's (it ends up in ``other``)."""
+        self._last = time.perf_counter()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +69,7 @@ def train_epoch(job: NodeJob) -> tuple[float, int, float, dict[str, float]]:
     import torch.nn.functional as F
 
     t0 = time.perf_counter()
-    timer, steps, losses, rows = _Timer(), 0, 0.0, 0
+    timer, steps, losses, rows = PhaseTimer(), 0, 0.0, 0
     with job.ddp.join():
         for input_nodes, seeds, blocks in job.loader:
             timer.lap("sample")
@@ -82,7 +87,7 @@ def train_epoch(job: NodeJob) -> tuple[float, int, float, dict[str, float]]:
             losses += float(loss)
             steps += 1
             rows += _count(input_nodes)
-            timer._last = time.perf_counter()
+            timer.restart()
     wall = time.perf_counter() - t0
     timer.t["other"] = wall - sum(timer.t.values())
     timer.t["input_rows"] = rows

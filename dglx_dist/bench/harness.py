@@ -122,7 +122,7 @@ def run_dgl_distdgl(setup: Setup) -> dict[str, Any]:
                zip(res["epoch_times"], res.get("val_accs") or [None] * res["epochs"])]
     return summarize(records) | common | {
         "startup_s": res.get("startup_s"), "test_acc": res["test_acc"], "steps": res["steps"],
-        "bytes_inter": res.get("bytes_sent_inter_per_epoch"),
+        "bytes_inter": res.get("bytes_sent_inter_per_epoch"), "phases": res.get("phases"),
         "run_wall_s": round(time.perf_counter() - t0, 1), "note": note}
 
 

@@ -12,8 +12,8 @@ from dglx_dist.errors import DglxError
 from dglx_dist.report import json_record, markdown_table
 
 __all__ = ["COLUMNS", "LINK_COLUMNS", "PANEL_KINDS", "Panel", "PlotUnavailable", "Series",
-           "TABLES", "TYPED_COLUMNS", "TYPED_TARGETS", "draw", "markdown", "plot",
-           "versus_dgl", "write_jsonl"]
+           "PHASES", "TABLES", "TYPED_COLUMNS", "TYPED_TARGETS", "draw", "markdown",
+           "phases_table", "plot", "versus_dgl", "write_jsonl"]
 
 COLUMNS = ("system", "network", "startup_s", "epoch_time", "time_to_accuracy", "bytes_inter",
            "bytes_intra", "peak_mem_mb", "val_acc", "test_acc", "steps", "note")
@@ -77,8 +77,25 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"{setup['epochs']} epochs; {goal}",
             "", markdown_table([_cells(r, columns) for r in main], columns)]
     if table == "typed":
-        text += ["", versus_dgl(main)]
+        text += ["", versus_dgl(main), "", phases_table(main)]
     return "\n".join(text) + "\n"
+
+
+PHASES = ("sample", "pull", "forward", "backward+allreduce", "optimizer", "other")
+"""The training step's phases both sides of a typed benchmark time (DGL's worker's)."""
+
+
+def phases_table(rows: list[dict[str, Any]]) -> str:
+    """Seconds per epoch in each phase of the step, by row (mean without the first epoch, the
+    largest over ranks); empty where no row has them."""
+    timed = [r for r in rows if r.get("phases")]
+    if not timed:
+        return ""
+    columns = ["run"] * any("run" in r for r in timed) + ["system", *PHASES]
+    cells = [{"run": r.get("run", ""), "system": r["system"]} | {
+        p: r["phases"].get(p, "") for p in PHASES} for r in timed]
+    return ("Where an epoch's time goes (seconds in each phase of the step; mean without the "
+            "first epoch, the largest over ranks):\n\n" + markdown_table(cells, columns))
 
 
 _VERSUS = ("epoch_time_vs_dgl", "test_acc_points_vs_dgl", "bytes_inter_vs_dgl",

@@ -75,23 +75,40 @@ class _Job:
         return self.model(blocks, node_inputs(self.g, input_nodes, self.embeds))
 
     def epoch(self, epoch: int):
-        """One epoch's training on this rank, as an :class:`EpochResult`."""
+        """One epoch's training on this rank, as an :class:`EpochResult` whose record gets
+        the phases' seconds (``phases_max``: the largest over ranks, as DGL's side)."""
         import torch.nn.functional as F
 
+        import dglx_dist
+        from dglx_dist.bench.dgl_distdgl_nodes import PhaseTimer
+        from dglx_dist.models import node_inputs
         from dglx_dist.strategies.epochs import EpochResult
 
         self.model.train()
         t0, steps, samples, losses = time.perf_counter(), 0, 0, 0.0
+        timer = PhaseTimer()
         for input_nodes, output_nodes, blocks in self.loader:
+            timer.lap("sample")
             seeds = output_nodes[self.category]
-            loss = F.cross_entropy(self.logits(input_nodes, blocks), self.labels[seeds].long())
+            x, y = node_inputs(self.g, input_nodes, self.embeds), self.labels[seeds].long()
+            timer.lap("pull")
+            loss = F.cross_entropy(self.model(blocks, x), y)
+            timer.lap("forward")
             for opt in self.opts:
                 opt.zero_grad()
             loss.backward()
+            timer.lap("backward+allreduce")
             for opt in self.opts:
                 opt.step()
+            timer.lap("optimizer")
             steps, samples, losses = steps + 1, samples + seeds.numel(), losses + float(loss)
-        return EpochResult(epoch, time.perf_counter() - t0, steps, samples, losses)
+            timer.restart()
+        wall = time.perf_counter() - t0
+        timer.t["other"] = wall - sum(timer.t.values())
+        names = sorted(timer.t)
+        maxes = dglx_dist.all_reduce([timer.t[k] for k in names], op="max").tolist()
+        return EpochResult(epoch, wall, steps, samples, losses, extra={
+            "phases_max": {k: round(v, 4) for k, v in zip(names, maxes)}})
 
     def accuracy(self, split: str) -> float:
         """Accuracy on ``split``'s nodes with full neighbourhoods (collective)."""
