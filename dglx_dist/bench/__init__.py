@@ -3,20 +3,30 @@ command (docs/benchmarks.md).
 
 The pieces, in the order a run uses them:
 
-* :mod:`~dglx_dist.bench.presets`: the presets (:class:`Preset`, a frozen dataclass; the
-  benchmark scripts' ``ScriptPreset``) and the network the strategies run on (emulated
-  cluster or virtual servers);
-* :mod:`~dglx_dist.bench.datasets`: the presets' synthetic graphs, cached; partition cache keys;
+* :mod:`~dglx_dist.bench.presets`: the presets (:class:`Preset`, a frozen dataclass;
+  ``TypedPreset`` for a graph with node and edge types; the benchmark scripts'
+  ``ScriptPreset``) and the network the strategies run on (emulated cluster or virtual
+  servers);
+* :mod:`~dglx_dist.bench.datasets`: the presets' synthetic graphs (typed ones too), cached;
+  partition cache keys;
 * :mod:`~dglx_dist.bench.suite`: one benchmark from the parsed options: setup, every system,
   time to accuracy, the outputs in ``--out``;
+* :mod:`~dglx_dist.bench.kinds`: the systems by kind of dataset (without types, or typed);
+* :mod:`~dglx_dist.bench.shared`: the :class:`Setup` every system shares;
 * :mod:`~dglx_dist.bench.harness`: the systems (single-process DGL, DGL's DistDGL, every
   registered strategy as ``dglx train`` under torchrun), one run of each -> a result row,
   a rank's JSON lines summarised, time to accuracy; the benchmark scripts run through it too;
+* :mod:`~dglx_dist.bench.typed`: the systems of a typed dataset (DGL's DistDGL and every
+  strategy that trains one, through the drop-in API: :mod:`~dglx_dist.bench.typed_worker`),
+  each on the R-GCN;
 * :mod:`~dglx_dist.bench.single`: the single-process DGL baseline (a child process,
   ``python -m dglx_dist.bench.single``);
 * :mod:`~dglx_dist.bench.dgl_distdgl`: DGL's own DistDGL on one host (partitions, 2 simulated
   machines), with its worker :mod:`~dglx_dist.bench.dgl_distdgl_worker` (``python -m
-  dglx_dist.bench.dgl_distdgl_worker``: partition, machine, server, trainer);
+  dglx_dist.bench.dgl_distdgl_worker``: partition, machine, server, trainer), its
+  node-classification loop (:mod:`~dglx_dist.bench.dgl_distdgl_nodes`), its R-GCN on a typed
+  graph (:mod:`~dglx_dist.bench.dgl_distdgl_typed`) and its link prediction
+  (:mod:`~dglx_dist.bench.dgl_distdgl_link`);
 * :mod:`~dglx_dist.bench.procs`: process groups run together, killed on timeout, reaped;
 * :mod:`~dglx_dist.bench.report`: results.jsonl, the markdown table, the figure (matplotlib,
   the ``plot`` extra), drawn as panels (``draw``) like every benchmark script's figure.

@@ -103,9 +103,13 @@ def _check(args: argparse.Namespace) -> None:
     table = kind.systems(extra_options(args.strategy_opt), run.task.name)
     unknown = [s for s in args.systems or () if s not in table]
     if unknown:
-        node = kind.systems({}, "node")
-        what = ("unknown" if run.task.name == "node" or set(unknown) - set(node)
-                else "not for --task link (their strategies do not train it):")
+        from dglx_dist.bench.kinds import KINDS
+
+        every = {s for k in KINDS.values() for s in k.systems({}, "node")}
+        what = ("unknown" if set(unknown) - every else
+                "not for --task link (their strategies do not train it):"
+                if run.task.name == "link" else
+                "not for a typed dataset (their strategies do not train graphs with types):")
         raise InvalidValueError(f"--systems: {what} {', '.join(unknown)}; choose from "
                                 f"{', '.join(table)}")
 

@@ -1,5 +1,6 @@
 """``dglx bench`` end to end: the tiny preset restricted to two systems, on virtual servers and
-(DGL's DistDGL beside ours) on the emulated 1 Gbit/s cluster."""
+(DGL's DistDGL beside ours) on the emulated 1 Gbit/s cluster; the typed preset (DGL's DistDGL
+and distdgl training the R-GCN)."""
 import json
 import os
 import subprocess
@@ -85,3 +86,23 @@ def test_bench_runs_dgl_distdgl_on_the_emulated_network_and_counts_its_bytes(tmp
     # gradients across the link; DGL's count adds TCP/IP headers (one run: 12.53 MB per epoch
     # vs ours 12.43 MB)
     assert 0.7 * ours < dgls < 1.5 * ours, (ours, dgls)
+
+
+def test_bench_typed_preset_runs_dgl_distdgl_and_distdgl(tmp_path):
+    """``--preset mag-small``: DGL's own DistDGL and our distdgl (the drop-in API) train the same
+    R-GCN on the same typed graph, 2 epochs at batch 256 (5 steps each); every row has the
+    typed table's fields with sane values."""
+    rows, r = _bench(tmp_path, "--preset", "mag-small", "--batch-size", "256")
+    by = {row["system"]: row for row in rows}
+    assert set(by) == {"dgl-distdgl", "distdgl"} and not any("error" in row for row in rows)
+    assert by["distdgl"]["bytes_inter"] > 0 and by["distdgl"]["bytes_intra"] == 0
+    assert by["dgl-distdgl"]["bytes_inter"] is None  # loopback: DGL's bytes not counted
+    for row in rows:
+        assert row["config"]["model"] == "rgcn" and row["epochs"] == 2 and row["steps"] == 5
+        low, high = row["epoch_time_spread"]
+        assert 0 < low <= row["epoch_time_median"] <= high and row["peak_mem_mb"] > 100
+        assert set(row["phases"]) >= {"sample", "pull", "forward", "optimizer"}
+        # 349 classes, the largest 7% of the papers: two epochs of 5 steps are well above it
+        assert 0.1 < row["test_acc"] <= 1 and 0.1 < row["val_acc"] <= 1, row
+    assert "| dgl-distdgl | loopback (not shaped) |" in r.stdout
+    assert "Against DGL's DistDGL in the same run" in r.stdout and "| distdgl |" in r.stdout
