@@ -134,8 +134,9 @@ def _wait_trainer(args: argparse.Namespace, trainer: subprocess.Popen) -> tuple[
     """The trainer's exit code, and whether it was killed after its training was done: DGL's
     ``exit_client`` at interpreter exit now and then never returns (seen once in this
     project's test runs, both machines' trainers after the link loop had written its
-    results), so a trainer that marked itself done gets ``SHUTDOWN_GRACE_S`` to exit; one
-    still running at ``--timeout`` is killed as failed."""
+    results), nor does gloo's teardown (:func:`_finish`), so a trainer that marked itself
+    done gets ``SHUTDOWN_GRACE_S`` to exit; one still running at ``--timeout`` is killed as
+    failed."""
     deadline, done_at = time.monotonic() + args.timeout, None
     while trainer.poll() is None:
         now = time.monotonic()
@@ -249,16 +250,19 @@ def _link_trainer(args: argparse.Namespace, g) -> None:
 
 
 def _finish(args: argparse.Namespace, out: dict[str, Any] | None) -> None:
-    """Writes the result (rank 0's ``out``), leaves the process group, and marks this machine's
-    training done (``done<machine>.json``) for :func:`machine_main`; DGL's atexit hook
-    (``exit_client``) then tells the servers to shut down."""
+    """Writes the result (rank 0's ``out``), marks this machine's training done
+    (``done<machine>.json``) for :func:`machine_main` once every trainer has its results, and
+    leaves the process group; DGL's atexit hook (``exit_client``) then tells the servers to
+    shut down. The mark comes before leaving: gloo's teardown joins its worker threads, and
+    after DGL's ``SparseAdam`` (its ``alltoallv_cpu`` never waits for its ``isend`` s) that
+    join now and then never returns (seen once in this project's typed runs)."""
     import torch.distributed as dist
 
     if out is not None:
         Path(args.result_dir, "trainer.json").write_text(json.dumps(out))
     dist.barrier()
-    dist.destroy_process_group()
     _done_marker(args).write_text("")
+    dist.destroy_process_group()
 
 
 def _done_marker(args: argparse.Namespace) -> Path:
