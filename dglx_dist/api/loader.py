@@ -10,7 +10,9 @@ for ``dorylus``).
 Given DGL's ``as_edge_prediction_sampler(...)`` and edge ids, it is DGL's link-prediction
 loader (DistDGL's ``DistEdgeDataLoader``) and yields ``(input_nodes, pair_graph,
 neg_pair_graph, blocks)`` (see :mod:`dglx_dist.api.link`): sampled blocks under ``distdgl``
-and ``p3``, full-graph steps under ``granndis`` and ``fullgraph``.
+and ``p3``, full-graph steps under ``granndis`` and ``fullgraph``; on a graph with edge types
+(``distdgl``), edge ids by type and heterogeneous pair graphs and blocks
+(:mod:`dglx_dist.api.typed_link`).
 
 Every rank takes the same number of steps per epoch (sampling and the gradient all-reduce
 are collective): a rank whose ids make fewer batches cuts them more finely (see
@@ -39,6 +41,7 @@ from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.link import EdgePairs, is_edge_sampler
 from dglx_dist.api.ndata import as_node_ids
 from dglx_dist.api.split import edge_share, node_share
+from dglx_dist.api.typed_link import TypedEdgePairs
 from dglx_dist.api.types import typed_prefetch
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 from dglx_dist.runtime.agree import differing_ranks, ids_digest, on_every_rank, same_call
@@ -172,8 +175,12 @@ class DataLoader:
         ``use_ddp``), else the ids as given (collective)."""
         g, session = self.graph, self.graph.session
         count, kind = (g.num_edges(), "edge") if edges else (g.num_nodes(), "node")
-        read = (lambda: typed_ids(g, indices)) if g.is_typed and not edges else \
-            (lambda: as_node_ids(indices, count, "DataLoader", kind=kind))
+
+        def read() -> torch.Tensor:
+            if g.is_typed:  # per-type ids in, original homogeneous ids out
+                return self.spec.pairs.read_ids(indices) if edges else typed_ids(g, indices)
+            return as_node_ids(indices, count, "DataLoader", kind=kind)
+
         ids = on_every_rank(session, "DataLoader", read)
         same = not differing_ranks(session, ids_digest(ids))
         if use_ddp or (same and session.world_size > 1):
@@ -288,7 +295,8 @@ def typed_ids(graph: DistGraph, indices) -> torch.Tensor:
     return torch.cat(out)
 
 
-def _checked(graph: DistGraph, sampler, batch_size) -> tuple[tuple[int, ...], EdgePairs | None]:
+def _checked(graph: DistGraph, sampler,
+             batch_size) -> tuple[tuple, EdgePairs | TypedEdgePairs | None]:
     """The loader's fanouts and, for an edge loader, its pairs; refuses bad arguments."""
     try:  # an integer of any kind (numpy's, a 0-d tensor's), not 2.5 rounded down
         whole = operator.index(batch_size) if not isinstance(batch_size, bool) else 0
@@ -303,6 +311,8 @@ def _checked(graph: DistGraph, sampler, batch_size) -> tuple[tuple[int, ...], Ed
         raise NotSupportedError(f"DataLoader: strategy {graph.strategy.registered_name!r} "
                                 "does not train link prediction (edge loaders run under "
                                 "distdgl, p3, granndis and fullgraph; docs/link_prediction.md)")
+    if graph.is_typed:
+        return sampler_fanouts(sampler.sampler, graph.pdir.types), TypedEdgePairs(graph, sampler)
     return sampler_fanouts(sampler.sampler), EdgePairs(graph, sampler)
 
 

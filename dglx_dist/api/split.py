@@ -6,6 +6,7 @@ import torch
 
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.ndata import DEFAULT_NTYPE, NodeDataView, as_node_ids
+from dglx_dist.api.typed_link import typed_edge_ids
 from dglx_dist.errors import InvalidTypeError, InvalidValueError
 from dglx_dist.runtime.agree import differing_ranks, ids_digest, on_every_rank
 from dglx_dist.sampling import even_chunk
@@ -90,12 +91,25 @@ def edge_split(edges, partition_book: DistGraph, etype: str | None = None,
     """This rank's share of ``edges`` (a boolean mask over all edges or edge ids, the same
     on every rank), as DGL's ``dgl.distributed.edge_split`` (collective): disjoint, together
     all of them, sizes within one, each mostly of edges its server stores (see
-    :func:`edge_share`). ``etype``, ``force_even`` and ``edge_trainer_ids`` are DGL's,
-    accepted."""
+    :func:`edge_share`). On a graph with edge types, ``edges`` are of edge type ``etype``
+    (per-type ids in and out; it may be left out when there is one). ``force_even`` and
+    ``edge_trainer_ids`` are DGL's, accepted."""
     graph = _checked(partition_book, rank, "edge_split")
+    if graph.is_typed:
+        return _typed_edge_split(edges, graph, etype)
     ids = _same_everywhere(graph, "edge_split", "edge", lambda: torch.unique(
         as_node_ids(edges, graph.num_edges(), "edge_split", kind="edge")))
     return edge_share(ids, graph)
+
+
+def _typed_edge_split(edges, graph: DistGraph, etype) -> torch.Tensor:
+    """:func:`edge_split` of edge type ``etype``'s per-type ids (collective)."""
+    canonical = on_every_rank(graph.session, "edge_split",
+                              lambda: graph.to_canonical_etype(etype))
+    ids = _same_everywhere(graph, "edge_split", "edge", lambda: torch.unique(
+        typed_edge_ids(graph, {canonical: edges}, "edge_split")))
+    types = graph.pdir.types
+    return edge_share(ids, graph) - int(types.etype_offsets[types.etype_index(canonical)])
 
 
 def edge_share(ids: torch.Tensor, graph: DistGraph) -> torch.Tensor:
