@@ -36,6 +36,7 @@ from dglx_dist.api.structure import EdgeStructure, store_edge_ends
 from dglx_dist.api.types import NodeTypeView, store_typed_node_data, typed_spaces
 from dglx_dist.data.convert import check_convertible, from_dgl, is_heterograph
 from dglx_dist.data.format import write_dataset
+from dglx_dist.data.hetero import HeteroDataset
 from dglx_dist.data.hetero_format import write_hetero_dataset
 from dglx_dist.errors import DatasetFormatError, InvalidValueError, NotSupportedError, StateError
 from dglx_dist.kvstore import ColumnPolicy, DistKVStore, RowPolicy
@@ -189,7 +190,7 @@ class DistGraph(EdgeStructure):
 
     def get_ntype_id(self, ntype: str) -> int:
         """The index of ``ntype`` in :attr:`ntypes` (DGL's)."""
-        return self.ntypes.index(self.space(ntype).ntype) if self.spaces else 0
+        return self.pdir.types.ntype_index(ntype) if self.spaces else 0
 
     def space(self, ntype: str | None) -> NodeSpace:
         """Node type ``ntype``'s rows (a typed graph; one line naming the types otherwise)."""
@@ -368,19 +369,17 @@ def distribute(g, strategy: str | Strategy = "distdgl", *,
     if isinstance(g, (str, os.PathLike, PartitionDir)):
         return DistGraph(g, strategy, session=session, **options)
     built = _build(strategy, options)
-    typed = is_heterograph(g)
     try:  # every rank holds its own copy of the same graph: one line, from rank 0
-        dataset = from_dgl(g, source="dglx_dist.distribute") if typed else None
-        if not typed:
+        if not is_heterograph(g):
             check_convertible(g, "distribute")
+        dataset = from_dgl(g, source="dglx_dist.distribute")  # views of g's tensors mostly
     except DatasetFormatError as exc:
         raise same_on_every_rank(exc) from None
     key = fingerprint(g)
     _same_everywhere(session, key)
     data = checked_cache(cache_dir) / f"graph-{key}"
-    write = (lambda: write_hetero_dataset(dataset, data)) if typed else \
-        (lambda: write_dataset(from_dgl(g, source="dglx_dist.distribute"), data))
-    made_by_rank0(session, data, "meta.json", write, "writing the graph given to distribute",
-                  wait_timeout)
+    write = write_hetero_dataset if isinstance(dataset, HeteroDataset) else write_dataset
+    made_by_rank0(session, data, "meta.json", lambda: write(dataset, data),
+                  "writing the graph given to distribute", wait_timeout)
     parts = ensure_partitions(data, built, session, cache_dir, wait_timeout)
     return DistGraph(parts, built, session=session)
