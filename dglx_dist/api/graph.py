@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from dglx_dist.api.book import PartitionBook
 from dglx_dist.api.edata import PREFIX as EDGE_PREFIX, EdgeData
 from dglx_dist.api.ndata import DEFAULT_NTYPE, MASKS, NodeData, NodeDataView, NodeSpace
 from dglx_dist.api.structure import EdgeStructure, store_edge_ends
@@ -159,6 +160,7 @@ class DistGraph(EdgeStructure):
         self.node_space = NodeSpace(DEFAULT_NTYPE, RowPolicy(self.pdir.book),
                                     int(self.pdir.num_nodes), self._part)
         self._names = itertools.count()
+        self._book: PartitionBook | None = None
         self._sampler: PartitionSampler | None = None
         self.ndata = NodeData(self)
         self.edata = EdgeData(self)
@@ -238,9 +240,12 @@ class DistGraph(EdgeStructure):
         """Waits for every rank (DGL's ``DistGraph.barrier``)."""
         self.session.world.barrier()
 
-    def get_partition_book(self) -> "DistGraph":
-        """What DGL's ``node_split(nodes, g.get_partition_book())`` expects: here the graph."""
-        return self
+    def get_partition_book(self) -> PartitionBook:
+        """DGL's partition book, in the graph's own ids (``partid``, ``partid2nids``,
+        ``map_to_homo_nid``...; ``node_split(nodes, g.get_partition_book())`` takes it)."""
+        if self._book is None:
+            self._book = PartitionBook(self, _part_of(self.session, self.pdir))
+        return self._book
 
     def part_ids(self, ids: torch.Tensor) -> torch.Tensor:
         """The partitioned ids (what strategies and the KVStore use) of node ``ids``."""
