@@ -89,8 +89,8 @@ class DglConfig(DglParts):
         ntype, etype: the single node type and (canonical, ``src:rel:dst``) edge type name.
     """
 
-    ntype: str = ""
-    etype: str = ""
+    ntype: str
+    etype: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,9 +106,9 @@ class DglTypedConfig(DglParts):
         edge_ranges: ``(edge types, parts, 2)``: the same for edges (field ``edge_map``).
     """
 
-    types: GraphTypes | None = None
-    node_ranges: np.ndarray | None = None
-    edge_ranges: np.ndarray | None = None
+    types: GraphTypes
+    node_ranges: np.ndarray
+    edge_ranges: np.ndarray
 
 
 def _is_int(v: Any) -> bool:
