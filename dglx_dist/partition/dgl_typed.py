@@ -291,10 +291,13 @@ class TypedImporter:
               order: np.ndarray) -> np.ndarray:
         feat = np.ascontiguousarray(_rows(file, key, t, n, order, False), dtype=np.float32)
         check_finite(feat, file, self.nonfinite, _ERR, key)
+        if feat.shape[1] == 0:
+            raise _ERR(f"{file}: {key!r} has no columns; expected at least one (leave the "
+                       f"features out of a type that has none)")
         width = self.feat_dims.setdefault(i, feat.shape[1])
-        if feat.shape[1] != width or width == 0:
-            raise _ERR(f"{file}: {key!r} has {feat.shape[1]} columns; expected "
-                       f"{width or 'at least one'} (the parts before have {width})")
+        if feat.shape[1] != width:
+            raise _ERR(f"{file}: {key!r} has {feat.shape[1]} columns; expected {width}, as "
+                       f"in the parts before")
         return feat
 
     def _label(self, file: Path, key: str, t: torch.Tensor, n: int,
