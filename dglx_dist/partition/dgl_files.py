@@ -198,3 +198,19 @@ def load_tensors(file: Path) -> dict[str, torch.Tensor]:
         raise _ERR(f"{file}: {size:,} bytes, but its headers declare {declared:,} ({shapes}): "
                    f"the file is truncated; copy the partition again")
     return tensors
+
+
+def inner_edges(g, inner_dst: np.ndarray, lo: int, hi: int, file: Path,
+                where: str) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of a DGL part graph's edges into its inner nodes (``inner_dst``: whether each
+    edge's destination is inner), ordered by DGL's new edge id, and those ids, which must be
+    exactly ``[lo, hi)`` (``where``: the JSON field that says so, for the message)."""
+    keep = np.flatnonzero(inner_dst)
+    new_eid = g.edata["_ID"].numpy().astype(np.int64)[keep]
+    by_eid = np.argsort(new_eid, kind="stable")
+    keep, new_eid = keep[by_eid], new_eid[by_eid]
+    if not np.array_equal(new_eid, np.arange(lo, hi)):
+        raise _ERR(f"{file}: its {keep.size} edges into inner nodes do not have the ids "
+                   f"(edata['_ID']) [{lo}, {hi}) that {where}; expected each of those ids once")
+    return keep, new_eid
+

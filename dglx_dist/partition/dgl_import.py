@@ -48,7 +48,7 @@ from dglx_dist.data.checked import check_finite, check_range
 from dglx_dist.errors import PartitionError, PartitionFormatError
 from dglx_dist.partition.book import RangeBook
 from dglx_dist.partition.dgl_config import DglConfig, DglTypedConfig, read_dgl_config
-from dglx_dist.partition.dgl_files import (NodeDataKeys, load_graph, load_id_map,
+from dglx_dist.partition.dgl_files import (NodeDataKeys, inner_edges, load_graph, load_id_map,
                                            load_tensors, load_typed_id_maps, node_data_keys)
 from dglx_dist.partition.dgl_typed import TypedImporter
 from dglx_dist.partition.io import PARTITION_DIR, write_partitions
@@ -118,15 +118,9 @@ class _Importer:
             raise _ERR(f"{file}: a HALO node (inner_node = 0) has an id in the range "
                        f"{node_map}; expected HALO nodes to be owned by other parts")
         src, dst = (t.numpy().astype(np.int64) for t in g.edges())
-        keep = np.flatnonzero(inner[dst])  # the in-edges of core nodes
-        new_eid = g.edata["_ID"].numpy().astype(np.int64)[keep]
-        by_eid = np.argsort(new_eid, kind="stable")
-        keep, new_eid = keep[by_eid], new_eid[by_eid]
         elo, ehi = (int(x) for x in cfg.edge_offsets[p:p + 2])
-        if not np.array_equal(new_eid, np.arange(elo, ehi)):
-            raise _ERR(f"{file}: its {keep.size} edges into inner nodes do not have the ids "
-                       f"(edata['_ID']) [{elo}, {ehi}) that {cfg.path} gives it in field "
-                       f"'edge_map'[{cfg.etype!r}][{p}]; expected each of those ids once")
+        keep, new_eid = inner_edges(g, inner[dst], elo, ehi, file,  # core nodes' in-edges
+                                    f"{cfg.path} gives it in field 'edge_map'[{cfg.etype!r}][{p}]")
         src, dst = src[keep], dst[keep]
         remote = ~inner[src]
         halo_gid = np.unique(gid[src[remote]])

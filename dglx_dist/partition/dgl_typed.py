@@ -49,7 +49,8 @@ from dglx_dist.data.checked import check_finite, check_range
 from dglx_dist.errors import PartitionFormatError
 from dglx_dist.partition.book import RangeBook
 from dglx_dist.partition.dgl_config import DglTypedConfig
-from dglx_dist.partition.dgl_files import NodeDataKeys, load_graph, load_tensors
+from dglx_dist.partition.dgl_files import (NodeDataKeys, inner_edges, load_graph,
+                                           load_tensors)
 from dglx_dist.partition.layout import Partition
 
 __all__ = ["TypedImporter"]
@@ -191,15 +192,9 @@ class TypedImporter:
         """The rows of the part's edges into inner nodes by DGL's new edge id, and those ids;
         checked against edge_map and the endpoints' types."""
         cfg, etypes = self.cfg, [":".join(e) for e in self.cfg.types.canonical_etypes]
-        keep = np.flatnonzero(inner[dst])
-        new_eid = g.edata["_ID"].numpy().astype(np.int64)[keep]
-        by_eid = np.argsort(new_eid, kind="stable")
-        keep, new_eid = keep[by_eid], new_eid[by_eid]
         elo, ehi = (int(x) for x in cfg.edge_offsets[p:p + 2])
-        if not np.array_equal(new_eid, np.arange(elo, ehi)):
-            raise _ERR(f"{file}: its {keep.size} edges into inner nodes do not have the ids "
-                       f"(edata['_ID']) [{elo}, {ehi}) that {cfg.path} gives it in field "
-                       f"'edge_map' (part {p}'s ranges); expected each of those ids once")
+        keep, new_eid = inner_edges(g, inner[dst], elo, ehi, file,
+                                    f"{cfg.path} gives it in field 'edge_map' (part {p}'s ranges)")
         all_types = g.edata["_TYPE"].numpy().astype(np.int64)
         check_range(all_types, 0, len(etypes), file, "_TYPE", "edge type id of field 'etypes'",
                     _ERR)
