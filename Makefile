@@ -30,7 +30,8 @@ CORE_STAMP := $(CORE_VENV)/.dglx_dist-core-installed
 # exchanges, checkpoint files and layout, offload tasks); tests marked `dgl` in them are left out.
 CORE_TESTS := tests/unit/test_import_boundary.py tests/unit/test_book.py \
 	tests/unit/test_checkpoint_files.py tests/unit/test_checkpoint_layout.py \
-	tests/unit/test_data.py tests/unit/test_hetero_data.py tests/unit/test_device.py tests/unit/test_errors.py \
+	tests/unit/test_data.py tests/unit/test_hetero_data.py tests/unit/test_mag.py \
+	tests/unit/test_device.py tests/unit/test_errors.py \
 	tests/unit/test_fuzz_loaders.py \
 	tests/unit/test_health.py tests/unit/test_kvstore.py tests/unit/test_memory.py \
 	tests/unit/test_no_unpickling.py tests/unit/test_offload_executors.py \

@@ -25,8 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from dglx_dist.runtime.env import free_local_port  # noqa: E402
 from dglx_dist.strategies import STRATEGIES  # noqa: E402
+from dglx_dist.strategies.abilities import TypedGraphs  # noqa: E402
 
-NAMES = ("sage_minibatch.py", "gcn_fullgraph.py")
+NAMES = ("sage_minibatch.py", "gcn_fullgraph.py", "rgcn_hetero.py")
+TYPED = {"rgcn_hetero.py"}  # examples on a graph with node types: strategies that train one
 
 
 def _env(**extra):
@@ -66,6 +68,7 @@ def main():
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--out", default="check-examples")
     parser.add_argument("--exit-runs", type=int, default=0)
+    parser.add_argument("--examples", nargs="+", default=list(NAMES), choices=NAMES)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
                         help="one run per seed and cell (the same seeds for the plain script)")
     args = parser.parse_args()
@@ -75,8 +78,10 @@ def main():
         exit_runs(args.exit_runs, out)
         return
     rows = []
-    for name in NAMES:
-        cells = [("plain DGL", 1)] + [(s, n) for s in STRATEGIES.names() for n in args.ranks]
+    for name in args.examples:
+        names = [s for s in STRATEGIES.names()
+                 if name not in TYPED or issubclass(STRATEGIES.get(s), TypedGraphs)]
+        cells = [("plain DGL", 1)] + [(s, n) for s in names for n in args.ranks]
         for strategy, n in cells:
             runs = [_run(_command(name, strategy, n, seed), out,
                          _env(**({"DGLX_VIRTUAL_SERVERS": "2"} if n == 4 else {})))

@@ -192,7 +192,7 @@ class DataLoader:
 
     def __iter__(self) -> Iterator[tuple]:
         epoch, self.epoch = self.epoch, self.epoch + 1
-        to_ids = _same if self.graph.is_typed else self.graph.node_ids  # typed: per-type ids
+        to_ids = _as_given if self.graph.is_typed else self.graph.node_ids  # typed: per type
         if self._own:
             steps = self.strategy.loader_epoch(self.plan, self.spec, epoch)
         else:
@@ -275,7 +275,7 @@ class DataLoader:
         return finish
 
 
-def _same(ids):
+def _as_given(ids):
     return ids
 
 

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
-from dglx_dist.cli_flags import add_flags, from_args, parse_key_values
+from dglx_dist.cli_flags import add_flags, flag_names, from_args, parse_key_values
 from dglx_dist.errors import InvalidValueError
 
 __all__ = ["COMMANDS"]
@@ -19,13 +20,54 @@ def _out(text: str) -> None:
     sys.stdout.flush()
 
 
-def _cmd_datagen(args: argparse.Namespace) -> int:
+@dataclasses.dataclass(frozen=True)
+class _Generator:
+    """A dataset generator behind ``dglx datagen``: its config (whose fields are flags), its
+    presets, and how it writes a directory (returning meta.json's contents)."""
+
+    title: str
+    config: type
+    presets: dict[str, Any]
+    write: Callable[[Any, Path, argparse.Namespace], dict[str, Any]]
+
+
+def _generators() -> list[_Generator]:
+    """The homogeneous generator first: it runs when no preset is named."""
+    from dglx_dist.data.mag import MAG_PRESETS, MagConfig, write_mag
     from dglx_dist.data.synthetic import SYNTHETIC_PRESETS, SyntheticConfig, write_synthetic
 
-    config = from_args(SyntheticConfig, args, SYNTHETIC_PRESETS.get(args.preset))
-    meta = write_synthetic(config, args.out, overwrite=args.overwrite, progress=True,
-                           memory_limit=args.memory_limit)
-    _out(json.dumps({"out": str(args.out), **meta.to_json()}))
+    def synthetic(config, out, args):
+        return write_synthetic(config, out, overwrite=args.overwrite, progress=True,
+                               memory_limit=args.memory_limit).to_json()
+
+    def mag(config, out, args):
+        return write_mag(config, out, overwrite=args.overwrite, memory_limit=args.memory_limit)
+
+    return [_Generator("community graph (no preset, products, papers)", SyntheticConfig,
+                       SYNTHETIC_PRESETS, synthetic),
+            _Generator("typed graph shaped like ogbn-mag (--preset mag, mag-small)", MagConfig,
+                       MAG_PRESETS, mag)]
+
+
+def _given_flags(args: argparse.Namespace, gen: _Generator) -> list[str]:
+    return [f"--{d.replace('_', '-')}" for d in flag_names(gen.config) if hasattr(args, d)]
+
+
+def _cmd_datagen(args: argparse.Namespace) -> int:
+    gens = _generators()
+    gen = next((g for g in gens if args.preset in g.presets), gens[0])
+    mine = set(_given_flags(args, gen))
+    foreign = sorted({f for g in gens for f in _given_flags(args, g)} - mine)
+    if foreign:
+        preset = f" --preset {args.preset}" if args.preset else ""
+        raise InvalidValueError(f"dglx datagen{preset}: {', '.join(foreign)} not accepted "
+                                f"(flags of another generator; this one makes a {gen.title})")
+    if (args.out is None) == (args.out_flag is None):
+        raise InvalidValueError("dglx datagen: name the dataset directory to create once, as "
+                                "OUT or --out OUT")
+    out = args.out or args.out_flag
+    config = from_args(gen.config, args, gen.presets.get(args.preset))
+    _out(json.dumps({"out": str(out), **gen.write(config, out, args)}))
     return 0
 
 
@@ -57,7 +99,8 @@ def _import_dgl(args: argparse.Namespace) -> int:
         "core_per_part": [e["num_core"] for e in m["parts"]],
         "halo_per_part": [e["num_halo"] for e in m["parts"]],
         "edges_per_part": [e["num_edges"] for e in m["parts"]],
-        "edge_cut": m["dataset"]["edge_cut"], "not_imported": m["dataset"]["not_imported"]}))
+        "edge_cut": m["dataset"]["edge_cut"], "not_imported": m["dataset"]["not_imported"],
+        **({"types": m["types"]} if "types" in m else {})}))
     return 0
 
 
@@ -95,13 +138,20 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _add_datagen(p: argparse.ArgumentParser) -> None:
-    from dglx_dist.data.synthetic import SYNTHETIC_PRESETS, SyntheticConfig
-
-    p.add_argument("out", type=Path, help="dataset directory to create")
-    p.add_argument("--preset", choices=sorted(SYNTHETIC_PRESETS),
+    gens = _generators()
+    p.add_argument("out", type=Path, nargs="?", help="dataset directory to create")
+    p.add_argument("--out", dest="out_flag", type=Path, metavar="OUT", help="the same, as a flag")
+    p.add_argument("--preset", choices=[name for g in gens for name in g.presets],
                    help="a graph shaped like ogbn-products or ogbn-papers100M (nodes, edges, "
-                        "features, classes, split); the flags below change it")
-    add_flags(p, SyntheticConfig, overlay=True)  # over --preset's values
+                        "features, classes, split), or a typed one like ogbn-mag (mag; "
+                        "mag-small is 1/256 of it); the flags of its generator change it")
+    added: set[str] = set()
+    for gen in gens:  # a flag two generators share is added once, with the first one's help
+        shared = [f"--{d.replace('_', '-')}" for d in flag_names(gen.config) if d in added]
+        group = p.add_argument_group(gen.title, f"also {', '.join(shared)} (above; the "
+                                     "preset's values unless given)" if shared else None)
+        add_flags(group, gen.config, overlay=True, skip=added)  # over --preset's values
+        added |= set(flag_names(gen.config))
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     p.add_argument("--memory-limit", type=int, default=None, metavar="BYTES",
                    help="refuse when the estimated peak exceeds this (default: available memory)")
@@ -113,7 +163,8 @@ def _add_partition(p: argparse.ArgumentParser) -> None:
     p.add_argument("out", type=Path, help="partition directory to create")
     p.add_argument("--from-dgl", dest="source", action="store_const", const="dgl",
                    default="dataset", help="import DGL's partitions as they are (same parts, "
-                   "same node ids; no repartitioning); see docs/partition_format.md")
+                   "same node ids; no repartitioning; a heterograph's become typed partitions); see "
+                   "docs/partition_format.md")
     p.add_argument("--method", help="registered partitioner (default: metis)")
     p.add_argument("--parts", type=int, help="number of parts (default: 2)")
     p.add_argument("--opt", action="append", metavar="KEY=VALUE",
@@ -126,15 +177,18 @@ def _add_partition(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("with --from-dgl")
     g.add_argument("--orig-nids", type=Path, metavar="FILE", help="the input graph's id of each "
                    "DGL node id: partition_graph(..., return_mapping=True)'s first result saved "
-                   "with np.save (.npy) or torch.save (.pt); default: DGL's ids are kept as the "
-                   "original ids")
+                   "with np.save (.npy) or torch.save (.pt); for a heterograph its dict by node "
+                   "type, saved with torch.save (.pt) or np.savez (.npz); default: DGL's ids "
+                   "are kept as the original ids")
     g.add_argument("--orig-eids", type=Path, metavar="FILE", help="the same for edge ids (its "
-                   "second result)")
+                   "second result; for a heterograph a dict by canonical edge type, .npz keys "
+                   "written src:rel:dst)")
     g.add_argument("--num-classes", type=int, help="default: the largest label plus one")
     g.add_argument("--key", action="append", metavar="OURS=NAME", help="name of a node data "
                    "field in node_feat.dgl, without DGL's NTYPE/ prefix, repeatable; OURS is "
                    "feat, label, train, val or test (defaults: feat, label, train_mask, "
-                   "val_mask, test_mask)")
+                   "val_mask, test_mask; for a heterograph the default label is label or "
+                   "labels)")
 
 
 def _add_demo(p: argparse.ArgumentParser) -> None:
@@ -154,7 +208,8 @@ def _cmd_partitioners(args: argparse.Namespace) -> int:
 
 # name: (help, add the arguments, run)
 COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
-    "datagen": ("write a synthetic community graph as a dataset directory", _add_datagen,
+    "datagen": ("write a synthetic graph as a dataset directory (a community graph, or a "
+                "typed one shaped like ogbn-mag)", _add_datagen,
                 _cmd_datagen),
     "partition": ("partition a dataset directory and print the quality report, or import the "
                   "partitions of DGL's partition_graph (--from-dgl)", _add_partition,

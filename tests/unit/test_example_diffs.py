@@ -9,8 +9,9 @@ import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BUDGET = {"sage_minibatch.py": 10, "gcn_fullgraph.py": 10, "distdgl_sage.py": 6,
-          "link_prediction.py": 10}
-HELPERS = {"partition_cora.py"}  # data preparation shared by both versions
+          "link_prediction.py": 10, "rgcn_hetero.py": 12, "distdgl_rgcn.py": 3}
+HELPERS = {"partition_cora.py", "partition_mag.py"}  # data preparation shared by both versions
+PENDING: set[str] = set()  # plain scripts whose port is still to come
 
 
 def _code_lines(path: Path) -> list[str]:
@@ -33,4 +34,6 @@ def test_port_is_a_few_lines(name):
 
 def test_every_plain_script_has_a_port():
     plain = {p.name for p in (EXAMPLES / "dgl").glob("*.py")}
-    assert plain == set(BUDGET) | HELPERS
+    assert plain == set(BUDGET) | HELPERS | PENDING
+    ported = [name for name in PENDING if (EXAMPLES / name).exists()]
+    assert not ported, f"{ported}: ported; move them from PENDING to BUDGET"
