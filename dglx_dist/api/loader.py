@@ -102,7 +102,8 @@ class DataLoader:
         indices: node ids to iterate (or a boolean mask): this rank's share (from
             :func:`~dglx_dist.api.node_split`), or the same ids on every rank, split here;
             edge ids (or an edge mask) with an edge-prediction sampler
-            (:func:`~dglx_dist.api.edge_split`).
+            (:func:`~dglx_dist.api.edge_split`); on a graph with types, a dict of node
+            (edge) type -> ids, per-type ids.
         graph_sampler: DGL's NeighborSampler or MultiLayerFullNeighborSampler, or DGL's
             ``as_edge_prediction_sampler`` of one.
         batch_size: output nodes (edges) per batch.

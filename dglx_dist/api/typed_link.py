@@ -81,7 +81,7 @@ def _reverse_etypes(graph: DistGraph, mapping) -> dict[Etype, Etype]:
             raise InvalidValueError(
                 f"{_WHERE}: reverse_etypes maps {etype} ({graph.num_edges(etype)} edges) to "
                 f"{reverse} ({graph.num_edges(reverse)} edges); the reverse of edge i of a "
-                "type is edge i of its reverse type, which needs as many edges")
+                "type is edge i of its reverse type, which needs at least as many edges")
         out[etype] = reverse
     return out
 
