@@ -30,12 +30,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from dglx_dist.api.book import PartitionBook
 from dglx_dist.api.edata import PREFIX as EDGE_PREFIX, EdgeData
 from dglx_dist.api.ndata import DEFAULT_NTYPE, MASKS, NodeData, NodeDataView, NodeSpace
 from dglx_dist.api.structure import EdgeStructure, store_edge_ends
 from dglx_dist.api.types import NodeTypeView, store_typed_node_data, typed_spaces
 from dglx_dist.data.convert import check_convertible, from_dgl, is_heterograph
 from dglx_dist.data.format import write_dataset
+from dglx_dist.data.hetero import HeteroDataset
 from dglx_dist.data.hetero_format import write_hetero_dataset
 from dglx_dist.errors import DatasetFormatError, InvalidValueError, NotSupportedError, StateError
 from dglx_dist.kvstore import ColumnPolicy, DistKVStore, RowPolicy
@@ -158,6 +160,7 @@ class DistGraph(EdgeStructure):
         self.node_space = NodeSpace(DEFAULT_NTYPE, RowPolicy(self.pdir.book),
                                     int(self.pdir.num_nodes), self._part)
         self._names = itertools.count()
+        self._book: PartitionBook | None = None
         self._sampler: PartitionSampler | None = None
         self.ndata = NodeData(self)
         self.edata = EdgeData(self)
@@ -189,7 +192,7 @@ class DistGraph(EdgeStructure):
 
     def get_ntype_id(self, ntype: str) -> int:
         """The index of ``ntype`` in :attr:`ntypes` (DGL's)."""
-        return self.ntypes.index(self.space(ntype).ntype) if self.spaces else 0
+        return self.pdir.types.ntype_index(ntype) if self.spaces else 0
 
     def space(self, ntype: str | None) -> NodeSpace:
         """Node type ``ntype``'s rows (a typed graph; one line naming the types otherwise)."""
@@ -237,9 +240,12 @@ class DistGraph(EdgeStructure):
         """Waits for every rank (DGL's ``DistGraph.barrier``)."""
         self.session.world.barrier()
 
-    def get_partition_book(self) -> "DistGraph":
-        """What DGL's ``node_split(nodes, g.get_partition_book())`` expects: here the graph."""
-        return self
+    def get_partition_book(self) -> PartitionBook:
+        """DGL's partition book, in the graph's own ids (``partid``, ``partid2nids``,
+        ``map_to_homo_nid``...; ``node_split(nodes, g.get_partition_book())`` takes it)."""
+        if self._book is None:
+            self._book = PartitionBook(self, _part_of(self.session, self.pdir))
+        return self._book
 
     def part_ids(self, ids: torch.Tensor) -> torch.Tensor:
         """The partitioned ids (what strategies and the KVStore use) of node ``ids``."""
@@ -368,19 +374,17 @@ def distribute(g, strategy: str | Strategy = "distdgl", *,
     if isinstance(g, (str, os.PathLike, PartitionDir)):
         return DistGraph(g, strategy, session=session, **options)
     built = _build(strategy, options)
-    typed = is_heterograph(g)
     try:  # every rank holds its own copy of the same graph: one line, from rank 0
-        dataset = from_dgl(g, source="dglx_dist.distribute") if typed else None
-        if not typed:
+        if not is_heterograph(g):
             check_convertible(g, "distribute")
+        dataset = from_dgl(g, source="dglx_dist.distribute")  # views of g's tensors mostly
     except DatasetFormatError as exc:
         raise same_on_every_rank(exc) from None
     key = fingerprint(g)
     _same_everywhere(session, key)
     data = checked_cache(cache_dir) / f"graph-{key}"
-    write = (lambda: write_hetero_dataset(dataset, data)) if typed else \
-        (lambda: write_dataset(from_dgl(g, source="dglx_dist.distribute"), data))
-    made_by_rank0(session, data, "meta.json", write, "writing the graph given to distribute",
-                  wait_timeout)
+    write = write_hetero_dataset if isinstance(dataset, HeteroDataset) else write_dataset
+    made_by_rank0(session, data, "meta.json", lambda: write(dataset, data),
+                  "writing the graph given to distribute", wait_timeout)
     parts = ensure_partitions(data, built, session, cache_dir, wait_timeout)
     return DistGraph(parts, built, session=session)

@@ -1,4 +1,5 @@
-"""Link prediction's batches: DGL's ``as_edge_prediction_sampler`` over a DistGraph.
+"""Link prediction's batches: DGL's ``as_edge_prediction_sampler`` over a DistGraph (one
+without edge types; :mod:`dglx_dist.api.typed_link` has the typed one's).
 
 ``DataLoader(g, train_eids, as_edge_prediction_sampler(NeighborSampler(...),
 negative_sampler=Uniform(k), exclude="reverse_id", reverse_eids=...), batch_size=...)``
@@ -62,8 +63,8 @@ class EdgePairs:
                                             "the exclude callable's result", kind="edge")
         if exclude not in _EXCLUDE:
             raise NotSupportedError(f"as_edge_prediction_sampler: exclude={exclude!r}; expected "
-                                    f"None, 'self', 'reverse_id' or a callable (graphs here are "
-                                    f"homogeneous: no 'reverse_types')")
+                                    f"None, 'self', 'reverse_id' or a callable ('reverse_types' "
+                                    f"needs a graph with edge types; this one has none)")
         if exclude == "self":
             return lambda eids: eids
         if exclude == "reverse_id":
@@ -79,8 +80,8 @@ class EdgePairs:
             reverse = as_node_ids(reverse, graph.num_edges(), "reverse_eids", kind="edge")
             return lambda eids: torch.cat([eids, reverse[eids]])
         if reverse_etypes is not None:
-            raise NotSupportedError("as_edge_prediction_sampler: reverse_etypes needs a "
-                                    "heterogeneous graph; graphs here are homogeneous")
+            raise NotSupportedError("as_edge_prediction_sampler: reverse_etypes needs a graph "
+                                    "with edge types; this one has none")
         return None
 
     def __call__(self, eids: torch.Tensor) -> EdgeBatch:

@@ -10,7 +10,9 @@ for ``dorylus``).
 Given DGL's ``as_edge_prediction_sampler(...)`` and edge ids, it is DGL's link-prediction
 loader (DistDGL's ``DistEdgeDataLoader``) and yields ``(input_nodes, pair_graph,
 neg_pair_graph, blocks)`` (see :mod:`dglx_dist.api.link`): sampled blocks under ``distdgl``
-and ``p3``, full-graph steps under ``granndis`` and ``fullgraph``.
+and ``p3``, full-graph steps under ``granndis`` and ``fullgraph``; on a graph with edge types
+(``distdgl``), edge ids by type and heterogeneous pair graphs and blocks
+(:mod:`dglx_dist.api.typed_link`).
 
 Every rank takes the same number of steps per epoch (sampling and the gradient all-reduce
 are collective): a rank whose ids make fewer batches cuts them more finely (see
@@ -39,6 +41,7 @@ from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.link import EdgePairs, is_edge_sampler
 from dglx_dist.api.ndata import as_node_ids
 from dglx_dist.api.split import edge_share, node_share
+from dglx_dist.api.typed_link import TypedEdgePairs
 from dglx_dist.api.types import typed_prefetch
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 from dglx_dist.runtime.agree import differing_ranks, ids_digest, on_every_rank, same_call
@@ -99,7 +102,8 @@ class DataLoader:
         indices: node ids to iterate (or a boolean mask): this rank's share (from
             :func:`~dglx_dist.api.node_split`), or the same ids on every rank, split here;
             edge ids (or an edge mask) with an edge-prediction sampler
-            (:func:`~dglx_dist.api.edge_split`).
+            (:func:`~dglx_dist.api.edge_split`); on a graph with types, a dict of node
+            (edge) type -> ids, per-type ids.
         graph_sampler: DGL's NeighborSampler or MultiLayerFullNeighborSampler, or DGL's
             ``as_edge_prediction_sampler`` of one.
         batch_size: output nodes (edges) per batch.
@@ -172,8 +176,12 @@ class DataLoader:
         ``use_ddp``), else the ids as given (collective)."""
         g, session = self.graph, self.graph.session
         count, kind = (g.num_edges(), "edge") if edges else (g.num_nodes(), "node")
-        read = (lambda: typed_ids(g, indices)) if g.is_typed and not edges else \
-            (lambda: as_node_ids(indices, count, "DataLoader", kind=kind))
+
+        def read() -> torch.Tensor:
+            if g.is_typed:  # per-type ids in, original homogeneous ids out
+                return self.spec.pairs.read_ids(indices) if edges else typed_ids(g, indices)
+            return as_node_ids(indices, count, "DataLoader", kind=kind)
+
         ids = on_every_rank(session, "DataLoader", read)
         same = not differing_ranks(session, ids_digest(ids))
         if use_ddp or (same and session.world_size > 1):
@@ -185,7 +193,7 @@ class DataLoader:
 
     def __iter__(self) -> Iterator[tuple]:
         epoch, self.epoch = self.epoch, self.epoch + 1
-        to_ids = _same if self.graph.is_typed else self.graph.node_ids  # typed: per-type ids
+        to_ids = _as_given if self.graph.is_typed else self.graph.node_ids  # typed: per type
         if self._own:
             steps = self.strategy.loader_epoch(self.plan, self.spec, epoch)
         else:
@@ -268,7 +276,7 @@ class DataLoader:
         return finish
 
 
-def _same(ids):
+def _as_given(ids):
     return ids
 
 
@@ -288,7 +296,8 @@ def typed_ids(graph: DistGraph, indices) -> torch.Tensor:
     return torch.cat(out)
 
 
-def _checked(graph: DistGraph, sampler, batch_size) -> tuple[tuple[int, ...], EdgePairs | None]:
+def _checked(graph: DistGraph, sampler,
+             batch_size) -> tuple[tuple, EdgePairs | TypedEdgePairs | None]:
     """The loader's fanouts and, for an edge loader, its pairs; refuses bad arguments."""
     try:  # an integer of any kind (numpy's, a 0-d tensor's), not 2.5 rounded down
         whole = operator.index(batch_size) if not isinstance(batch_size, bool) else 0
@@ -303,6 +312,8 @@ def _checked(graph: DistGraph, sampler, batch_size) -> tuple[tuple[int, ...], Ed
         raise NotSupportedError(f"DataLoader: strategy {graph.strategy.registered_name!r} "
                                 "does not train link prediction (edge loaders run under "
                                 "distdgl, p3, granndis and fullgraph; docs/link_prediction.md)")
+    if graph.is_typed:
+        return sampler_fanouts(sampler.sampler, graph.pdir.types), TypedEdgePairs(graph, sampler)
     return sampler_fanouts(sampler.sampler), EdgePairs(graph, sampler)
 
 

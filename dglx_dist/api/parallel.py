@@ -182,8 +182,10 @@ class DistModel(nn.Module):
                                     f"fullgraph run under autocast)")
         with self._graph.session.peer_errors("forward (e.g. DDP's bucket broadcast)"):
             out = strategy.step_forward(self.wrapped, blocks, x)
-        if torch.is_grad_enabled() and out.requires_grad:
-            out.register_hook(functools.partial(self._on_output_grad, blocks.state))
+        if torch.is_grad_enabled():  # a heterograph model's output: a tensor per node type
+            for value in out.values() if isinstance(out, dict) else [out]:
+                if isinstance(value, torch.Tensor) and value.requires_grad:
+                    value.register_hook(functools.partial(self._on_output_grad, blocks.state))
         return out
 
     def _on_device(self, blocks: Blocks, x) -> tuple[Blocks, Any]:
@@ -210,7 +212,8 @@ class DistModel(nn.Module):
 
     def _on_output_grad(self, state: StepState, grad: torch.Tensor) -> None:
         if self._pass is not None:  # the pass's callback is queued already
-            self._pass.append(state)
+            if not any(s is state for s in self._pass):  # one entry per step's output(s)
+                self._pass.append(state)
             return
         self._pass = [state]  # once per backward pass, however many outputs
         strategy = self._graph.strategy

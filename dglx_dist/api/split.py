@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from dglx_dist.api.book import PartitionBook
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.ndata import DEFAULT_NTYPE, NodeDataView, as_node_ids
+from dglx_dist.api.typed_link import typed_edge_ids
 from dglx_dist.errors import InvalidTypeError, InvalidValueError
 from dglx_dist.runtime.agree import differing_ranks, ids_digest, on_every_rank
 from dglx_dist.sampling import even_chunk
@@ -47,7 +49,8 @@ def _node_type(nodes, graph: DistGraph, ntype: str) -> str | None:
     return space.ntype
 
 
-def node_split(nodes, partition_book: DistGraph | None = None, ntype: str = "_N",
+def node_split(nodes, partition_book: DistGraph | PartitionBook | None = None,
+               ntype: str = "_N",
                rank: int | None = None, force_even: bool = True,
                node_trainer_ids=None) -> torch.Tensor:
     """This rank's share of ``nodes`` (collective).
@@ -67,8 +70,9 @@ def node_split(nodes, partition_book: DistGraph | None = None, ntype: str = "_N"
         node_trainer_ids: DGL's; accepted.
         rank: must be this process's rank when given.
     """
-    graph = partition_book if partition_book is not None else getattr(nodes, "_g", None)
-    ids = _all_ids(nodes, _checked(graph, rank, "node_split"))
+    graph = _checked(partition_book if partition_book is not None else
+                     getattr(nodes, "_g", None), rank, "node_split")
+    ids = _all_ids(nodes, graph)
     kind = on_every_rank(graph.session, "node_split", lambda: _node_type(nodes, graph, ntype))
     ids = _same_everywhere(graph, "node_split", "node", lambda: _check(ids, graph, kind))
     return node_share(ids, graph, kind)
@@ -84,18 +88,31 @@ def node_share(ids: torch.Tensor, graph: DistGraph, ntype: str | None = None) ->
     return graph.node_ids(mine) - offset
 
 
-def edge_split(edges, partition_book: DistGraph, etype: str | None = None,
+def edge_split(edges, partition_book: DistGraph | PartitionBook, etype: str | None = None,
                rank: int | None = None, force_even: bool = True,
                edge_trainer_ids=None) -> torch.Tensor:
     """This rank's share of ``edges`` (a boolean mask over all edges or edge ids, the same
     on every rank), as DGL's ``dgl.distributed.edge_split`` (collective): disjoint, together
     all of them, sizes within one, each mostly of edges its server stores (see
-    :func:`edge_share`). ``etype``, ``force_even`` and ``edge_trainer_ids`` are DGL's,
-    accepted."""
+    :func:`edge_share`). On a graph with edge types, ``edges`` are of edge type ``etype``
+    (per-type ids in and out; it may be left out when there is one). ``force_even`` and
+    ``edge_trainer_ids`` are DGL's, accepted."""
     graph = _checked(partition_book, rank, "edge_split")
+    if graph.is_typed:
+        return _typed_edge_split(edges, graph, etype)
     ids = _same_everywhere(graph, "edge_split", "edge", lambda: torch.unique(
         as_node_ids(edges, graph.num_edges(), "edge_split", kind="edge")))
     return edge_share(ids, graph)
+
+
+def _typed_edge_split(edges, graph: DistGraph, etype) -> torch.Tensor:
+    """:func:`edge_split` of edge type ``etype``'s per-type ids (collective)."""
+    canonical = on_every_rank(graph.session, "edge_split",
+                              lambda: graph.to_canonical_etype(etype))
+    ids = _same_everywhere(graph, "edge_split", "edge", lambda: torch.unique(
+        typed_edge_ids(graph, {canonical: edges}, "edge_split")))
+    types = graph.pdir.types
+    return edge_share(ids, graph) - int(types.etype_offsets[types.etype_index(canonical)])
 
 
 def edge_share(ids: torch.Tensor, graph: DistGraph) -> torch.Tensor:
@@ -107,6 +124,8 @@ def edge_share(ids: torch.Tensor, graph: DistGraph) -> torch.Tensor:
 
 
 def _checked(graph, rank: int | None, what: str) -> DistGraph:
+    if isinstance(graph, PartitionBook):
+        graph = graph.graph
     if not isinstance(graph, DistGraph):
         raise InvalidTypeError(f"{what} needs the DistGraph ({what}(mask, g)); got "
                                f"{type(graph).__name__}")

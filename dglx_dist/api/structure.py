@@ -7,7 +7,9 @@ edges (``g.global_uniform_negative_sampling``). :class:`EdgeStructure` gives a
 against the same methods) run on it unchanged:
 
 * every edge's endpoints live in the KVStore as one row per edge, sharded like the edge data
-  (with the edge's destination's owner), so ``find_edges`` is a pull by this rank alone;
+  (with the edge's destination's owner), so ``find_edges`` is a pull by this rank alone (on a
+  graph with edge types, ``find_edges(eids, etype=...)`` takes and gives per-type ids, as
+  DGL's, so DGL's ``negative_sampler.Uniform`` runs on it unchanged);
 * negative pairs are drawn uniformly over all nodes of all parts and checked against the
   structure by the destinations' owners (collective: every rank draws at the same time, as
   the edge loader's steps do).
@@ -21,7 +23,7 @@ import numpy as np
 import torch
 
 from dglx_dist.api.ndata import INTERNAL_PREFIX, as_node_ids
-from dglx_dist.errors import InvalidValueError
+from dglx_dist.errors import InvalidValueError, NotSupportedError
 
 if TYPE_CHECKING:
     from dglx_dist.kvstore import DistKVStore
@@ -51,28 +53,46 @@ def store_edge_ends(store: "DistKVStore", pdir: "PartitionDir", part_id: int,
 
 
 class EdgeStructure:
-    """DGL's edge-structure methods of a homogeneous graph, for :class:`DistGraph`."""
+    """DGL's edge-structure methods, for :class:`DistGraph` (whose properties give a typed
+    graph's types)."""
 
     ntypes = ["_N"]
     etypes = ["_E"]
     canonical_etypes = [ETYPE]
+    is_typed = False
     idtype = torch.int64
     device = torch.device("cpu")
 
     def to_canonical_etype(self, etype) -> tuple[str, str, str]:
-        """DGL's: the one edge type's canonical name."""
-        if etype not in (None, "_E", ETYPE):
-            raise InvalidValueError(f"edge type {etype!r}: the graph is homogeneous (edge type "
-                                    "'_E')")
-        return ETYPE
+        """DGL's: the canonical edge type of ``etype`` (a relation name only one canonical
+        type has, or a triple; None on a graph of one edge type)."""
+        if not self.is_typed:
+            if etype not in (None, "_E", ETYPE):
+                raise InvalidValueError(f"edge type {etype!r}: the graph is homogeneous (edge "
+                                        "type '_E')")
+            return ETYPE
+        if etype is None:
+            if len(self.canonical_etypes) == 1:
+                return self.canonical_etypes[0]
+            raise InvalidValueError(f"this graph has edge types {self.canonical_etypes}; pass "
+                                    "etype= naming one")
+        return self.canonical_etypes[self.pdir.types.etype_index(etype)]
 
     def find_edges(self, eids, etype=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The source and destination node ids of edges ``eids`` (the graph's own ids), as
-        DGL's ``find_edges``; pulled through the KVStore by this rank alone."""
-        self.to_canonical_etype(etype)
-        ids = as_node_ids(eids, self.num_edges(), "find_edges", kind="edge")
-        ends = self.store.pull(ENDS, self.edata.part_ids(ids), collective=False).long()
-        return self.node_ids(ends[:, 0]), self.node_ids(ends[:, 1])
+        """The source and destination node ids of edges ``eids`` (the graph's own ids; per
+        edge type ``etype`` on a graph with types, per-type ids out), as DGL's
+        ``find_edges``; pulled through the KVStore by this rank alone."""
+        canonical = self.to_canonical_etype(etype)
+        if not self.is_typed:
+            ids = as_node_ids(eids, self.num_edges(), "find_edges", kind="edge")
+            ends = self.store.pull(ENDS, self.edata.part_ids(ids), collective=False).long()
+            return self.node_ids(ends[:, 0]), self.node_ids(ends[:, 1])
+        ids = as_node_ids(eids, self.num_edges(canonical),
+                          f"find_edges (edge type {canonical})", kind="edge")
+        hom = torch.from_numpy(self.pdir.types.etype_to_homogeneous(canonical, ids.numpy()))
+        ends = self.store.pull(ENDS, self.edata.part_ids(hom), collective=False).long()
+        return (self.node_ids(ends[:, 0]) - self.space(canonical[0]).hom_offset,
+                self.node_ids(ends[:, 1]) - self.space(canonical[2]).hom_offset)
 
     def _has_edges(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Whether each ``u[i] -> v[i]`` is an edge (node ids; collective: every rank asks at
@@ -91,6 +111,10 @@ class EdgeStructure:
         edges (nor self-loops, with ``exclude_self_loops``; distinct, unless ``replace``), as
         DGL's method of this name (what ``negative_sampler.GlobalUniform`` calls). Collective:
         every rank calls it at the same step (the edge loader does)."""
+        if self.is_typed:
+            raise NotSupportedError("global_uniform_negative_sampling (GlobalUniform): not "
+                                    "supported on a graph with edge types yet; use "
+                                    "negative_sampler.Uniform(k)")
         self.to_canonical_etype(etype)
         n = self.num_nodes()
         draws = math.ceil(num_samples * (1.0 + (1.3 if redundancy is None else redundancy)))

@@ -21,7 +21,7 @@ from dglx_dist.api.ndata import MASKS, NodeDataView, NodeSpace
 from dglx_dist.errors import InvalidValueError, UnknownNameError
 from dglx_dist.kvstore import RowPolicy
 from dglx_dist.partition.book import RangeBook
-from dglx_dist.strategies.steps import place_step
+from dglx_dist.strategies.steps import EdgeStep, place_step
 
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
@@ -137,12 +137,17 @@ def space_for(graph: DistGraph, rows: int, part_policy, what: str) -> NodeSpace:
 
 def typed_prefetch(graph: DistGraph, sampler, step, copies, device) -> Callable:
     """A loader's prefetch of a typed step (DGL's ``prefetch_labels`` and
-    ``prefetch_node_feats`` of the sampler, for the node types that have the name), started;
-    the returned callable gives the step on ``device`` with the rows on its last block's
+    ``prefetch_node_feats`` of the sampler, for the node types that have the name; of an
+    edge step, the node features of its edge-prediction sampler's sampler), started; the
+    returned callable gives the step on ``device`` with the rows on its last block's
     destinations (labels) and its first block's sources (features)."""
     put = []  # (layer, side, node type, name, rows under way)
-    wanted = [(-1, "dst", step.output_nodes, getattr(sampler, "prefetch_labels", None)),
-              (0, "src", step.input_nodes, getattr(sampler, "prefetch_node_feats", None))]
+    edge = isinstance(step, EdgeStep)
+    node_sampler = sampler.sampler if edge else sampler
+    wanted = [(0, "src", step.input_nodes, getattr(node_sampler, "prefetch_node_feats", None))]
+    if not edge:  # an edge step's labels are edge data (refused on a typed graph)
+        wanted.insert(0, (-1, "dst", step.output_nodes, getattr(sampler, "prefetch_labels",
+                                                                   None)))
     for layer, side, nodes, names in wanted:
         for name in names or []:
             for ntype, ids in nodes.items():

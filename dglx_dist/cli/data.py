@@ -99,7 +99,8 @@ def _import_dgl(args: argparse.Namespace) -> int:
         "core_per_part": [e["num_core"] for e in m["parts"]],
         "halo_per_part": [e["num_halo"] for e in m["parts"]],
         "edges_per_part": [e["num_edges"] for e in m["parts"]],
-        "edge_cut": m["dataset"]["edge_cut"], "not_imported": m["dataset"]["not_imported"]}))
+        "edge_cut": m["dataset"]["edge_cut"], "not_imported": m["dataset"]["not_imported"],
+        **({"types": m["types"]} if "types" in m else {})}))
     return 0
 
 
@@ -162,7 +163,8 @@ def _add_partition(p: argparse.ArgumentParser) -> None:
     p.add_argument("out", type=Path, help="partition directory to create")
     p.add_argument("--from-dgl", dest="source", action="store_const", const="dgl",
                    default="dataset", help="import DGL's partitions as they are (same parts, "
-                   "same node ids; no repartitioning); see docs/partition_format.md")
+                   "same node ids; no repartitioning; a heterograph's become typed partitions); see "
+                   "docs/partition_format.md")
     p.add_argument("--method", help="registered partitioner (default: metis)")
     p.add_argument("--parts", type=int, help="number of parts (default: 2)")
     p.add_argument("--opt", action="append", metavar="KEY=VALUE",
@@ -175,15 +177,18 @@ def _add_partition(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("with --from-dgl")
     g.add_argument("--orig-nids", type=Path, metavar="FILE", help="the input graph's id of each "
                    "DGL node id: partition_graph(..., return_mapping=True)'s first result saved "
-                   "with np.save (.npy) or torch.save (.pt); default: DGL's ids are kept as the "
-                   "original ids")
+                   "with np.save (.npy) or torch.save (.pt); for a heterograph its dict by node "
+                   "type, saved with torch.save (.pt) or np.savez (.npz); default: DGL's ids "
+                   "are kept as the original ids")
     g.add_argument("--orig-eids", type=Path, metavar="FILE", help="the same for edge ids (its "
-                   "second result)")
+                   "second result; for a heterograph a dict by canonical edge type, .npz keys "
+                   "written src:rel:dst)")
     g.add_argument("--num-classes", type=int, help="default: the largest label plus one")
     g.add_argument("--key", action="append", metavar="OURS=NAME", help="name of a node data "
                    "field in node_feat.dgl, without DGL's NTYPE/ prefix, repeatable; OURS is "
                    "feat, label, train, val or test (defaults: feat, label, train_mask, "
-                   "val_mask, test_mask)")
+                   "val_mask, test_mask; for a heterograph the default label is label or "
+                   "labels)")
 
 
 def _add_demo(p: argparse.ArgumentParser) -> None:

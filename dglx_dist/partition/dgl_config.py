@@ -11,10 +11,24 @@
      "part-0": {"node_feats": "part0/node_feat.dgl", "edge_feats": "part0/edge_feat.dgl",
                 "part_graph": "part0/graph.dgl"}, ...}
 
-Older DGL releases wrote ``node_map`` / ``edge_map`` as lists of range ends; those are read too.
-Releases that did not relabel node ids stored ``node_map`` as the name of a ``.npy`` file; those
-are refused (there are no per-part id ranges to keep). This module only reads JSON; the part
-files are read by :mod:`dglx_dist.partition.dgl_import`.
+For a heterograph (more than one node or edge type; :class:`DglTypedConfig`) the same fields
+hold one entry per type: ``ntypes`` maps each node type to its type id (0, 1, ... in sorted
+name order, as ``dgl.heterograph`` numbers them), ``etypes`` each canonical edge type, written
+``"src:rel:dst"``, to its id (sorted by the triple), and ``node_map[ntype][p]`` is the range of
+DGL's new (homogeneous) node ids of that type in part ``p``::
+
+    "node_map": {"author": [[0, 15], [40, 55]], "field": [[15, 19], [55, 59]],
+                 "paper": [[19, 40], [59, 78]]},
+    "edge_map": {"author:writes:paper": [[0, 49], [180, 221]], ...},
+
+so each part's new ids are one run, its types' ranges one after another in type order (and
+likewise for edges); this layout is checked, since the import relies on it.
+
+Older DGL releases wrote ``node_map`` / ``edge_map`` as lists of range ends; those are read too
+(homogeneous graphs). Releases that did not relabel node ids stored ``node_map`` as the name of
+a ``.npy`` file; those are refused (there are no per-part id ranges to keep). This module only
+reads JSON; the part files are read by :mod:`dglx_dist.partition.dgl_import` and
+:mod:`dglx_dist.partition.dgl_typed`.
 """
 from __future__ import annotations
 
@@ -23,14 +37,16 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from dglx_dist.data.checked import read_json_object
 from dglx_dist.errors import PartitionFormatError
+from dglx_dist.partition.types import GraphTypes
 
-__all__ = ["DglConfig", "read_dgl_config", "find_dgl_config", "PART_FILE_KEYS"]
+__all__ = ["DglParts", "DglConfig", "DglTypedConfig", "read_dgl_config", "find_dgl_config",
+           "PART_FILE_KEYS"]
 
 _ERR = PartitionFormatError
 PART_FILE_KEYS = ("part_graph", "node_feats", "edge_feats")
@@ -38,8 +54,8 @@ _INTS = ("num_nodes", "num_edges", "num_parts")
 
 
 @dataclasses.dataclass(frozen=True)
-class DglConfig:
-    """A checked DGL partition configuration (homogeneous graphs only).
+class DglParts:
+    """What every DGL partition configuration has.
 
     Attributes:
         path: the JSON file.
@@ -47,7 +63,6 @@ class DglConfig:
         graph_name, part_method, halo_hops: as DGL wrote them (method and hops may be None
             when an old release did not record them).
         num_nodes, num_edges, num_parts: sizes.
-        ntype, etype: the single node type and (canonical, ``src:rel:dst``) edge type name.
         node_offsets: part ``p`` holds new node ids ``[node_offsets[p], node_offsets[p+1])``.
         edge_offsets: the same for new edge ids.
         files: per part, ``{"part_graph" | "node_feats" | "edge_feats": absolute path}``.
@@ -61,35 +76,67 @@ class DglConfig:
     num_nodes: int
     num_edges: int
     num_parts: int
-    ntype: str
-    etype: str
     node_offsets: np.ndarray
     edge_offsets: np.ndarray
     files: list[dict[str, Path]]
+
+
+@dataclasses.dataclass(frozen=True)
+class DglConfig(DglParts):
+    """A checked DGL partition configuration of a homogeneous graph.
+
+    Attributes:
+        ntype, etype: the single node type and (canonical, ``src:rel:dst``) edge type name.
+    """
+
+    ntype: str
+    etype: str
+
+
+@dataclasses.dataclass(frozen=True)
+class DglTypedConfig(DglParts):
+    """A checked DGL partition configuration of a heterograph.
+
+    Attributes:
+        types: the node and canonical edge types in DGL's type-id order, each type's number of
+            nodes and edges as offsets (``ntype_offsets``, ``etype_offsets``); no features
+            and no labels yet (the part files say which types have them).
+        node_ranges: ``(node types, parts, 2)``: DGL's new node ids ``[start, end)`` of each
+            type in each part (field ``node_map``).
+        edge_ranges: ``(edge types, parts, 2)``: the same for edges (field ``edge_map``).
+    """
+
+    types: GraphTypes
+    node_ranges: np.ndarray
+    edge_ranges: np.ndarray
 
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _single_type(file: Path, m: dict[str, Any], key: str, types_key: str, what: str) -> str:
-    """The one type name of ``m[key]``; refuses heterogeneous graphs naming their types."""
+def _type_names(file: Path, m: dict[str, Any], key: str, types_key: str,
+                what: str) -> list[str]:
+    """The type names fields ``key`` (``node_map`` / ``edge_map``) and ``types_key`` list."""
     value = m.get(key)
     if isinstance(value, str):
         raise _ERR(f"{file}: field {key!r} is the file name {value!r}: a DGL release that did not "
                    f"relabel ids wrote it, so parts have no id ranges to keep; re-run "
                    f"dgl.distributed.partition_graph with DGL >= 0.8")
     if not isinstance(value, dict) or not value:
-        raise _ERR(f"{file}: field {key!r} = {value!r:.80}; expected an object mapping the "
+        raise _ERR(f"{file}: field {key!r} = {value!r:.80}; expected an object mapping each "
                    f"{what} type to per-part id ranges")
-    names = sorted(set(value) | set(m.get(types_key) or {}))
-    if len(names) != 1:
-        raise _ERR(f"{file}: fields {key!r} and {types_key!r} list {what} types {names}: a "
-                   f"heterogeneous graph; dglx_dist imports "
-                   f"homogeneous graphs only (one node type, one edge type): convert with "
-                   f"dgl.to_homogeneous before partition_graph, or partition the dataset with "
-                   f"`dglx partition`")
-    return names[0]
+    listed = m.get(types_key)
+    return sorted(set(value) | set(listed if isinstance(listed, dict) else {}))
+
+
+def _pairs(where: str, raw: Any, num_parts: int) -> np.ndarray:
+    """``[[start, end], ...]``, one pair per part, as a (parts, 2) array."""
+    if not isinstance(raw, list) or len(raw) != num_parts:
+        raise _ERR(f"{where} = {raw!r:.80}; expected one id range per part ({num_parts})")
+    if not all(isinstance(r, list) and len(r) == 2 and all(map(_is_int, r)) for r in raw):
+        raise _ERR(f"{where} = {raw!r:.80}; expected [[start, end], ...] integer pairs")
+    return np.array(raw, dtype=np.int64).reshape(num_parts, 2)
 
 
 def _ranges(file: Path, m: dict[str, Any], key: str, name: str, num_parts: int,
@@ -97,14 +144,10 @@ def _ranges(file: Path, m: dict[str, Any], key: str, name: str, num_parts: int,
     """Offsets ``[0, e_0, ..., total]`` from ``m[key][name]``: ``[[s, e], ...]`` or ends only."""
     where = f"{file}: field {key!r}[{name!r}]"
     raw = m[key][name]
-    if not isinstance(raw, list) or len(raw) != num_parts:
-        raise _ERR(f"{where} = {raw!r:.80}; expected one id range per part ({num_parts})")
-    if all(_is_int(e) for e in raw):  # the old layout: range ends only
+    if isinstance(raw, list) and all(_is_int(e) for e in raw):  # the old layout: ends only
         raw = [[a, b] for a, b in zip([0] + raw[:-1], raw)]
-    if not all(isinstance(r, list) and len(r) == 2 and all(map(_is_int, r)) for r in raw):
-        raise _ERR(f"{where} = {raw!r:.80}; expected [[start, end], ...] integer pairs")
-    starts = np.array([r[0] for r in raw], dtype=np.int64)
-    ends = np.array([r[1] for r in raw], dtype=np.int64)
+    pairs = _pairs(where, raw, num_parts)
+    starts, ends = pairs[:, 0], pairs[:, 1]
     offsets = np.concatenate([starts, ends[-1:]])
     if starts[0] != 0 or np.any(ends[:-1] != starts[1:]) or np.any(ends < starts) \
             or ends[-1] != total:
@@ -112,6 +155,76 @@ def _ranges(file: Path, m: dict[str, Any], key: str, name: str, num_parts: int,
         raise _ERR(f"{where} = {raw!r:.120}; expected contiguous ranges [[0, e0], [e0, e1], ...] "
                    f"ending at {total_key} = {total}")
     return offsets
+
+
+def _type_ids(file: Path, m: dict[str, Any], key: str, parse: Callable[[str], Any]) -> list:
+    """The types of field ``key`` (``{name: type id}``) in type-id order, parsed; checked to
+    be numbered 0, 1, ... in sorted order, as ``dgl.heterograph`` numbers them."""
+    value = m.get(key)
+    if not (isinstance(value, dict) and value and all(_is_int(v) for v in value.values())
+            and sorted(value.values()) == list(range(len(value)))):
+        raise _ERR(f"{file}: field {key!r} = {value!r:.80}; expected an object mapping each "
+                   f"type to its type id 0, 1, ...")
+    names = sorted(value, key=value.get)
+    parsed = [parse(n) for n in names]
+    if parsed != sorted(parsed):
+        raise _ERR(f"{file}: field {key!r} numbers the types {names} in that order; expected "
+                   f"them in sorted order, as dgl.heterograph numbers them (build the graph "
+                   f"with dgl.heterograph before partition_graph)")
+    return parsed
+
+
+def _etype(file: Path, name: str, ntypes: list[str]) -> tuple[str, str, str]:
+    parts = name.split(":")
+    if len(parts) != 3 or parts[0] not in ntypes or parts[2] not in ntypes:
+        raise _ERR(f"{file}: field 'etypes' has the edge type {name!r}; expected "
+                   f"'src:rel:dst' over the node types {ntypes} of field 'ntypes'")
+    return parts[0], parts[1], parts[2]
+
+
+def _typed_ranges(file: Path, m: dict[str, Any], key: str, names: list[str], num_parts: int,
+                  total: int) -> np.ndarray:
+    """``(types, parts, 2)`` from field ``key``, checked to be DGL's heterograph layout: each
+    part's ids one run after the part before, its types' ranges one after another in type
+    order."""
+    value, types_key = m[key], "ntypes" if key == "node_map" else "etypes"
+    if sorted(value) != sorted(names):
+        raise _ERR(f"{file}: field {key!r} lists the types {sorted(value)}; field "
+                   f"{types_key!r} lists {sorted(names)}; expected the same types")
+    ranges = np.stack([_pairs(f"{file}: field {key!r}[{n!r}]", value[n], num_parts)
+                       for n in names])
+    flat = ranges.transpose(1, 0, 2).reshape(-1, 2)  # part by part, its types in order
+    starts = np.concatenate([[0], flat[:-1, 1]])
+    bad = np.flatnonzero((flat[:, 0] != starts) | (flat[:, 1] < flat[:, 0]))
+    if bad.size or flat[-1, 1] != total:
+        k = int(bad[0]) if bad.size else flat.shape[0] - 1
+        p, t = divmod(k, len(names))
+        total_key = "num_nodes" if key == "node_map" else "num_edges"
+        raise _ERR(f"{file}: field {key!r}[{names[t]!r}][{p}] = {flat[k].tolist()}; expected "
+                   f"DGL's layout: a range starting at {int(starts[k])} (each part's ids one "
+                   f"run, its types' ranges one after another in type order), the last ending "
+                   f"at {total_key} = {total}")
+    return ranges
+
+
+def _typed_config(file: Path, m: dict[str, Any], common: dict[str, Any]) -> DglTypedConfig:
+    k = common["num_parts"]
+    ntypes = _type_ids(file, m, "ntypes", str)
+    etypes = _type_ids(file, m, "etypes", lambda name: _etype(file, name, ntypes))
+    node_ranges = _typed_ranges(file, m, "node_map", ntypes, k, m["num_nodes"])
+    edge_ranges = _typed_ranges(file, m, "edge_map", [":".join(e) for e in etypes], k,
+                                m["num_edges"])
+    offsets = [[0] + np.cumsum((r[..., 1] - r[..., 0]).sum(1)).tolist()
+               for r in (node_ranges, edge_ranges)]
+    types = GraphTypes.from_json(
+        {"ntypes": ntypes, "ntype_offsets": offsets[0],
+         "canonical_etypes": [list(e) for e in etypes], "etype_offsets": offsets[1],
+         "feat_dims": dict.fromkeys(ntypes, 0), "labeled": [], "category": None},
+        f"{file} (fields 'ntypes' and 'etypes', as a dglx manifest would hold them)")
+    return DglTypedConfig(
+        **common, files=[], types=types, node_ranges=node_ranges, edge_ranges=edge_ranges,
+        node_offsets=np.append(node_ranges[0, :, 0], m["num_nodes"]),
+        edge_offsets=np.append(edge_ranges[0, :, 0], m["num_edges"]))
 
 
 def _part_files(file: Path, m: dict[str, Any], num_parts: int) -> list[dict[str, Path]]:
@@ -135,12 +248,13 @@ def _part_files(file: Path, m: dict[str, Any], num_parts: int) -> list[dict[str,
     return out
 
 
-def read_dgl_config(json_path: str | os.PathLike) -> DglConfig:
-    """Reads and checks DGL's partition JSON, and that every part file it names exists.
+def read_dgl_config(json_path: str | os.PathLike) -> DglConfig | DglTypedConfig:
+    """Reads and checks DGL's partition JSON, and that every part file it names exists: a
+    :class:`DglTypedConfig` when it lists more than one node or edge type, else a
+    :class:`DglConfig`.
 
     Raises:
-        PartitionFormatError: naming the file, the field and what was expected; heterogeneous
-            graphs are refused naming their types.
+        PartitionFormatError: naming the file, the field and what was expected.
     """
     file = Path(json_path)
     m = read_json_object(file, _ERR)
@@ -148,22 +262,26 @@ def read_dgl_config(json_path: str | os.PathLike) -> DglConfig:
         if not _is_int(m.get(key)) or m[key] < (1 if key == "num_parts" else 0):
             raise _ERR(f"{file}: field {key!r} = {m.get(key)!r:.80}; expected an integer "
                        f"(is this the JSON file written by dgl.distributed.partition_graph?)")
-    ntype = _single_type(file, m, "node_map", "ntypes", "node")
-    etype = _single_type(file, m, "edge_map", "etypes", "edge")
+    ntypes = _type_names(file, m, "node_map", "ntypes", "node")
+    etypes = _type_names(file, m, "edge_map", "etypes", "edge")
     k = m["num_parts"]
     hops = m.get("halo_hops")
     if hops is not None and (not _is_int(hops) or (k > 1 and hops < 1)):
         raise _ERR(f"{file}: field 'halo_hops' = {hops!r}; expected an integer >= 1 (a part "
                    f"needs its core nodes' in-edges from other parts: partition with "
                    f"num_hops >= 1)")
-    return DglConfig(
-        path=file.resolve(), sha256=hashlib.sha256(file.read_bytes()).hexdigest(),
-        graph_name=m.get("graph_name"), part_method=m.get("part_method"), halo_hops=hops,
-        num_nodes=m["num_nodes"], num_edges=m["num_edges"], num_parts=k, ntype=ntype,
-        etype=etype,
-        node_offsets=_ranges(file, m, "node_map", ntype, k, m["num_nodes"]),
-        edge_offsets=_ranges(file, m, "edge_map", etype, k, m["num_edges"]),
-        files=_part_files(file, m, k))
+    common = dict(path=file.resolve(), sha256=hashlib.sha256(file.read_bytes()).hexdigest(),
+                  graph_name=m.get("graph_name"), part_method=m.get("part_method"),
+                  halo_hops=hops, num_nodes=m["num_nodes"], num_edges=m["num_edges"],
+                  num_parts=k)
+    if len(ntypes) > 1 or len(etypes) > 1:
+        config = _typed_config(file, m, common)
+    else:
+        config = DglConfig(
+            **common, ntype=ntypes[0], etype=etypes[0],
+            node_offsets=_ranges(file, m, "node_map", ntypes[0], k, m["num_nodes"]),
+            edge_offsets=_ranges(file, m, "edge_map", etypes[0], k, m["num_edges"]), files=[])
+    return dataclasses.replace(config, files=_part_files(file, m, k))
 
 
 def _looks_like_dgl(file: Path) -> bool:

@@ -22,17 +22,11 @@ format holds edge data, but this importer does not yet map DGL's edge rows onto 
 keeps): their names are recorded under ``not_imported`` in the provenance and logged, and
 nothing is refused.
 
-**Nothing is unpickled.** ``graph.dgl`` is read with ``dgl.load_graphs`` and the feature files
-with ``dgl.data.utils.load_tensors``; both are DGL's own binary format. In DGL's source,
-``load_tensors`` (``python/dgl/data/tensor_serialize.py``) calls the C function
-``_CAPI_LoadNDArrayDict`` (``src/graph/serialize/tensor_serialize.cc``), which checks a magic
-number and reads named NDArrays (dtype, shape, raw bytes) through a ``dmlc::Stream``;
-``load_graphs`` (``python/dgl/data/graph_serialize.py``) calls ``_CAPI_LoadGraphFiles_V2``
-(``src/graph/serialize/graph_serialize.cc`` and ``heterograph_serialize.cc``), which reads the
-graph's index arrays and its ndata/edata NDArrays the same way. No Python object is rebuilt
-from the bytes (pickle in ``dgl.data.utils`` serves only ``save_info``/``load_info``, not used
-here). Id maps given as files are read with ``np.load(allow_pickle=False)`` or
-``torch.load(weights_only=True)``.
+A heterograph's partitions (more than one node or edge type in the JSON) become a *typed*
+partition directory the same way; what differs (per-type ids, features and labels) is in
+:mod:`~dglx_dist.partition.dgl_typed`.
+
+**Nothing is unpickled** (how DGL's files are read: :mod:`~dglx_dist.partition.dgl_files`).
 
 The directory is written into a temporary sibling and renamed into place
 (:func:`~dglx_dist.partition.io.write_partitions`); an existing output is replaced only with
@@ -47,134 +41,23 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
 from dglx_dist.data.atomic import check_target
 from dglx_dist.data.checked import check_finite, check_range
 from dglx_dist.errors import PartitionError, PartitionFormatError
 from dglx_dist.partition.book import RangeBook
-from dglx_dist.partition.dgl_config import DglConfig, read_dgl_config
+from dglx_dist.partition.dgl_config import DglConfig, DglTypedConfig, read_dgl_config
+from dglx_dist.partition.dgl_files import (NodeDataKeys, inner_edges, load_graph, load_id_map,
+                                           load_tensors, load_typed_id_maps, node_data_keys)
+from dglx_dist.partition.dgl_typed import TypedImporter
 from dglx_dist.partition.io import PARTITION_DIR, write_partitions
 from dglx_dist.partition.layout import Partition
 
-__all__ = ["import_dgl_partitions", "NodeDataKeys", "load_id_map"]
+__all__ = ["import_dgl_partitions", "NodeDataKeys", "load_id_map", "load_typed_id_maps"]
 
 log = logging.getLogger(__name__)
 _ERR = PartitionFormatError
-
-
-@dataclasses.dataclass(frozen=True)
-class NodeDataKeys:
-    """Names of the node data in DGL's ``node_feat.dgl``, without DGL's ``NTYPE/`` prefix
-    (the defaults are the names DGL's node-classification datasets use)."""
-
-    feat: str = "feat"
-    label: str = "label"
-    train: str = "train_mask"
-    val: str = "val_mask"
-    test: str = "test_mask"
-
-
-def load_id_map(value, n: int, what: str) -> np.ndarray | None:
-    """An id map from ``partition_graph(..., return_mapping=True)``, checked to be a
-    permutation of ``[0, n)``.
-
-    Args:
-        value: None, an array or tensor, or a ``.npy`` / ``.pt`` file holding one.
-        n: its expected length.
-        what: its name in error messages (``orig_nids``, ``orig_eids``).
-
-    Raises:
-        PartitionError: the value is not a permutation of ``[0, n)`` (or the file is unreadable).
-    """
-    if value is None:
-        return None
-    where = what
-    if isinstance(value, (str, os.PathLike)):
-        where = f"{value} ({what})"
-        value = _read_id_file(Path(value), what)
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu().numpy()
-    arr = np.asarray(value)
-    if arr.ndim != 1 or arr.size != n or not np.issubdtype(arr.dtype, np.integer):
-        raise PartitionError(f"{where}: {arr.dtype} array of shape {arr.shape}; expected "
-                             f"{n} integers (partition_graph's return_mapping=True output)")
-    arr = arr.astype(np.int64)
-    if n and (arr.min() < 0 or arr.max() >= n
-              or np.any(np.bincount(arr, minlength=n) != 1)):
-        raise PartitionError(f"{where}: not a permutation of [0, {n}); expected each id once "
-                             f"(is it the map of another partitioning?)")
-    return arr
-
-
-def _read_id_file(file: Path, what: str):
-    if not file.is_file():
-        raise PartitionError(f"{file}: missing ({what})")
-    try:
-        if file.suffix == ".npy":
-            return np.load(file, allow_pickle=False)
-        if file.suffix in (".pt", ".pth"):
-            return torch.load(file, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any reader failure is a bad file for the user
-        raise PartitionError(f"{file}: could not be read as {what} ({exc})") from None
-    raise PartitionError(f"{file}: {what} must be a .npy file (np.save) or a .pt file holding "
-                         f"one tensor (torch.save)")
-
-
-def _keys(keys: NodeDataKeys | dict[str, str] | None) -> NodeDataKeys:
-    if not isinstance(keys, dict):
-        return keys or NodeDataKeys()
-    valid = [f.name for f in dataclasses.fields(NodeDataKeys)]
-    bad = sorted(set(keys) - set(valid))
-    if bad:
-        raise PartitionError(f"node data key(s) {bad} not understood; valid: {valid}")
-    return NodeDataKeys(**keys)
-
-
-
-
-def _load_graph(file: Path):
-    import dgl
-
-    try:
-        graphs, _ = dgl.load_graphs(str(file))
-    except (dgl.DGLError, OSError) as exc:
-        raise _ERR(f"{file}: not a readable DGL graph file ({exc})") from None
-    if len(graphs) != 1:
-        raise _ERR(f"{file}: holds {len(graphs)} graphs; expected one partition graph")
-    g = graphs[0]
-    if len(g.ntypes) != 1 or len(g.canonical_etypes) != 1:
-        raise _ERR(f"{file}: node types {g.ntypes}, edge types {g.canonical_etypes}; expected a "
-                   f"homogeneous graph (heterogeneous graphs are not imported)")
-    for data, key in ((g.ndata, "inner_node"), (g.ndata, "_ID"), (g.edata, "_ID")):
-        if key not in data:
-            kind = "ndata" if data is g.ndata else "edata"
-            raise _ERR(f"{file}: {kind}[{key!r}] is missing (found {sorted(data.keys())}); "
-                       f"expected a part graph written by dgl.distributed.partition_graph")
-    return g
-
-
-def _load_tensors(file: Path) -> dict[str, torch.Tensor]:
-    import dgl
-    from dgl.data.utils import load_tensors
-
-    try:
-        tensors = load_tensors(str(file))
-    except (dgl.DGLError, OSError) as exc:
-        raise _ERR(f"{file}: not a readable DGL tensor file ({exc})") from None
-    # DGL's reader fills a tensor cut short with zeros: the file must hold every byte its
-    # headers declare (magic, reserved, count; per tensor its name, NDArray header, shape,
-    # byte count and data: the layout of save_tensors, checked on DGL 2.1)
-    declared = 24 + sum(44 + len(name.encode()) + 8 * t.dim() + t.numel() * t.element_size()
-                        for name, t in tensors.items())
-    size = file.stat().st_size
-    if size < declared:
-        shapes = ", ".join(f"{n} {tuple(t.shape)} {str(t.dtype).replace('torch.', '')}"
-                           for n, t in tensors.items())
-        raise _ERR(f"{file}: {size:,} bytes, but its headers declare {declared:,} ({shapes}): "
-                   f"the file is truncated; copy the partition again")
-    return tensors
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -207,7 +90,7 @@ class _Importer:
         s = self._structure(p, files["part_graph"])
         nc = s.core_order.size
         data = self._node_data(files["node_feats"], nc, s.core_order)
-        edge_keys = _load_tensors(files["edge_feats"]).keys()
+        edge_keys = load_tensors(files["edge_feats"]).keys()
         self.not_imported["edge_data"].update(edge_keys)
         core = np.arange(self.cfg.node_offsets[p], self.cfg.node_offsets[p + 1], dtype=np.int64)
         return Partition(part=p, core_gid=core, core_orig=self._orig(core), halo_gid=s.halo_gid,
@@ -218,7 +101,7 @@ class _Importer:
         return gids.copy() if self.orig_nids is None else self.orig_nids[gids]
 
     def _structure(self, p: int, file: Path) -> _Structure:
-        cfg, g = self.cfg, _load_graph(file)
+        cfg, g = self.cfg, load_graph(file)
         lo, hi = (int(x) for x in cfg.node_offsets[p:p + 2])
         inner = g.ndata["inner_node"].numpy().astype(bool)
         gid = g.ndata["_ID"].numpy().astype(np.int64)
@@ -235,15 +118,9 @@ class _Importer:
             raise _ERR(f"{file}: a HALO node (inner_node = 0) has an id in the range "
                        f"{node_map}; expected HALO nodes to be owned by other parts")
         src, dst = (t.numpy().astype(np.int64) for t in g.edges())
-        keep = np.flatnonzero(inner[dst])  # the in-edges of core nodes
-        new_eid = g.edata["_ID"].numpy().astype(np.int64)[keep]
-        by_eid = np.argsort(new_eid, kind="stable")
-        keep, new_eid = keep[by_eid], new_eid[by_eid]
         elo, ehi = (int(x) for x in cfg.edge_offsets[p:p + 2])
-        if not np.array_equal(new_eid, np.arange(elo, ehi)):
-            raise _ERR(f"{file}: its {keep.size} edges into inner nodes do not have the ids "
-                       f"(edata['_ID']) [{elo}, {ehi}) that {cfg.path} gives it in field "
-                       f"'edge_map'[{cfg.etype!r}][{p}]; expected each of those ids once")
+        keep, new_eid = inner_edges(g, inner[dst], elo, ehi, file,  # core nodes' in-edges
+                                    f"{cfg.path} gives it in field 'edge_map'[{cfg.etype!r}][{p}]")
         src, dst = src[keep], dst[keep]
         remote = ~inner[src]
         halo_gid = np.unique(gid[src[remote]])
@@ -257,7 +134,7 @@ class _Importer:
 
     def _node_data(self, file: Path, nc: int, order: np.ndarray) -> dict[str, np.ndarray]:
         """Features, labels and masks of the core nodes, in our core order."""
-        tensors, prefix = _load_tensors(file), f"{self.cfg.ntype}/"
+        tensors, prefix = load_tensors(file), f"{self.cfg.ntype}/"
         wanted = {f"{prefix}{k}": ours for ours, k in dataclasses.asdict(self.keys).items()}
         self.not_imported["node_data"].update(k for k in tensors if k not in wanted)
         out: dict[str, np.ndarray] = {}
@@ -332,13 +209,27 @@ class _Importer:
         }
 
 
+def _importer(cfg: DglConfig | DglTypedConfig, keys: NodeDataKeys, orig_nids, orig_eids,
+              nonfinite: str) -> _Importer | TypedImporter:
+    if not isinstance(cfg, DglTypedConfig):
+        return _Importer(cfg, keys, load_id_map(orig_nids, cfg.num_nodes, "orig_nids"),
+                         load_id_map(orig_eids, cfg.num_edges, "orig_eids"), nonfinite)
+    types = cfg.types
+    nids = load_typed_id_maps(orig_nids, types.ntypes, np.diff(types.ntype_offsets),
+                              "orig_nids")
+    eids = load_typed_id_maps(orig_eids, [":".join(e) for e in types.canonical_etypes],
+                              np.diff(types.etype_offsets), "orig_eids")
+    return TypedImporter(cfg, keys, nids, eids, nonfinite)
+
+
 def import_dgl_partitions(json_path: str | os.PathLike, out_dir: str | os.PathLike,
                           overwrite: bool = False, *, orig_nids=None, orig_eids=None,
                           num_classes: int | None = None,
                           keys: NodeDataKeys | dict[str, str] | None = None,
                           nonfinite: str = "reject", progress: bool = False) -> Path:
     """Turns DGL's ``partition_graph`` output into a dglx partition directory, keeping its
-    node-to-part assignment and node ids (no repartitioning).
+    node-to-part assignment and node ids (no repartitioning); a heterograph's into a typed
+    one (:mod:`~dglx_dist.partition.dgl_typed`).
 
     Args:
         json_path: the ``GRAPH_NAME.json`` file DGL wrote.
@@ -346,8 +237,11 @@ def import_dgl_partitions(json_path: str | os.PathLike, out_dir: str | os.PathLi
         overwrite: replace ``out_dir`` if it is a dglx partition directory.
         orig_nids: the input graph's id of each DGL node id (``partition_graph(...,
             return_mapping=True)``'s first result; array, tensor, ``.npy`` or ``.pt`` file).
-            Default: DGL's ids are the original ids.
-        orig_eids: the same for edge ids (its second result); default DGL's edge ids.
+            Default: DGL's ids are the original ids. For a heterograph, its per-type dict
+            ``{ntype: ids}`` (or a ``.pt`` / ``.npz`` file holding one).
+        orig_eids: the same for edge ids (its second result; for a heterograph a dict by
+            canonical edge type, keys ``(src, rel, dst)`` or ``"src:rel:dst"``); default
+            DGL's edge ids.
         num_classes: default: the largest label over all parts, plus one.
         keys: the node data names in ``node_feat.dgl`` (:class:`NodeDataKeys` or a dict of
             its fields); absent masks are imported as all-false.
@@ -358,16 +252,14 @@ def import_dgl_partitions(json_path: str | os.PathLike, out_dir: str | os.PathLi
         ``out_dir``, which :class:`~dglx_dist.partition.PartitionDir` opens.
 
     Raises:
-        PartitionFormatError: DGL's files are incomplete or inconsistent, or the graph is
-            heterogeneous (the message names the file, the field and what was expected).
+        PartitionFormatError: DGL's files are incomplete or inconsistent (the message
+            names the file, the field and what was expected).
         PartitionError: a bad argument or output directory, before anything is written.
     """
     cfg = read_dgl_config(json_path)
     out = Path(out_dir)
     check_target(out, overwrite, PARTITION_DIR, (cfg.path.parent,), PartitionError)
-    keys = _keys(keys)
-    importer = _Importer(cfg, keys, load_id_map(orig_nids, cfg.num_nodes, "orig_nids"),
-                         load_id_map(orig_eids, cfg.num_edges, "orig_eids"), nonfinite)
+    importer = _importer(cfg, node_data_keys(keys), orig_nids, orig_eids, nonfinite)
     with tqdm(total=cfg.num_parts, desc="import DGL parts", disable=not progress,
               unit="part") as bar:
         def parts():

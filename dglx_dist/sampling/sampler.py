@@ -13,7 +13,8 @@ times (with the same number of layers); members with nothing to sample pass empt
 Link prediction's loaders exclude edges from the sampled neighbourhoods (DGL's ``exclude``:
 a batch's positive edges and their reverses): ``sample_blocks(seeds, fanouts, exclude)``
 takes partitioned edge ids; each goes once, with the requests of the step, to the member
-that stores the edge, which leaves it out of every layer it samples for this requester.
+that stores the edge, which leaves it out of every layer it samples for this requester (on
+a typed partitioning, out of its edge type's graph: :meth:`PartitionSampler.typed_exclusions`).
 """
 from __future__ import annotations
 
@@ -89,9 +90,12 @@ class PartitionSampler(BlockSampler):
         self.num_core = part.num_core
         self.id_dtype, self.num_nodes = id_dtype(book.num_nodes), book.num_nodes
         self._slot = torch.empty(self.graph.num_nodes(), dtype=torch.int64)  # local id -> row
-        # a typed partitioning: the part's edges of each edge type as a graph of their own
-        self.by_etype = None if etype_offsets is None else \
-            edges_by_type(self.graph, torch.tensor([int(o) for o in etype_offsets]))
+        # a typed partitioning: the part's edges of each edge type as a graph of their own,
+        # and each local edge's id in its type's graph (what an exclusion names there)
+        self.by_etype = self._type_pos = None
+        if etype_offsets is not None:
+            self._etype_offsets = torch.tensor([int(o) for o in etype_offsets])
+            self.by_etype, self._type_pos = edges_by_type(self.graph, self._etype_offsets)
 
     def _exclusions(self, exclude: torch.Tensor) -> list[torch.Tensor]:
         """Per member, the local ids of this part's edges that member excludes (collective:
@@ -103,6 +107,19 @@ class PartitionSampler(BlockSampler):
         owner = torch.as_tensor(self.edge_book.owner(exclude))
         local = torch.as_tensor(self.edge_book.to_local(exclude))
         return self.comm.all_to_all_v([local[owner == s] for s in range(self.comm.size)])
+
+    def typed_exclusions(self, exclude: torch.Tensor) -> list[list[torch.Tensor]]:
+        """:meth:`_exclusions` on a typed partitioning: per member, per edge type, the ids
+        in that type's graph of this part's edges the member excludes (collective)."""
+        out = []
+        for local in self._exclusions(exclude):
+            local = local.long()
+            etype = torch.searchsorted(self._etype_offsets,
+                                       self.graph.edata["_ID"].index_select(0, local),
+                                       right=True) - 1
+            out.append([self._type_pos.index_select(0, local[etype == e])
+                        for e in range(len(self.by_etype))])
+        return out
 
     def has_edges(self, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
         """Whether each edge ``src[i] -> dst[i]`` (global ids) is in the graph (collective:
@@ -172,12 +189,14 @@ class PartitionSampler(BlockSampler):
                 dsts.append(torch.repeat_interleave(asked.long(), kept.sum(1)))
         return torch.cat(srcs), torch.cat(dsts)
 
-    def sample_typed_layer(self, nodes: torch.Tensor, fanouts: Sequence[int]
+    def sample_typed_layer(self, nodes: torch.Tensor, fanouts: Sequence[int],
+                           exclude: list[list[torch.Tensor]] | None = None
                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """:meth:`sample_layer` on a typed partitioning: ``fanouts[e]`` in-edges of edge type
-        ``e`` per node (-1: all; 0: none), and each sampled edge's type. A request is the
-        node ids; the answer, per requested node in request order, its number of sampled
-        edges, then their sources, then their edge types."""
+        ``e`` per node (-1: all; 0: none) but those ``exclude`` names (what
+        :meth:`typed_exclusions` gave), and each sampled edge's type. A request is the node
+        ids; the answer, per requested node in request order, its number of sampled edges,
+        then their sources, then their edge types."""
         if self.by_etype is None:
             raise InvalidValueError("typed sampling needs a typed partitioning's edge types "
                                     "(PartitionSampler(..., etype_offsets=...))")
@@ -185,13 +204,14 @@ class PartitionSampler(BlockSampler):
         mine = nodes[owner == self.member]
         requests = [nodes[owner == s].to(self.id_dtype) if s != self.member else
                     torch.zeros(0, dtype=self.id_dtype) for s in range(self.comm.size)]
+        skip = exclude or [None] * self.comm.size
         pending = self.comm.start_all_to_all_v(requests)
         try:
-            got = [(mine, *self._typed_grouped(mine, fanouts))]
+            got = [(mine, *self._typed_grouped(mine, fanouts, skip[self.member]))]
         finally:
             received = pending.wait()
-        answers = [torch.cat(self._typed_grouped(r.long(), fanouts)).to(self.id_dtype)
-                   for r in received]
+        answers = [torch.cat(self._typed_grouped(r.long(), fanouts, x)).to(self.id_dtype)
+                   for r, x in zip(received, skip)]
         for asked, answer in zip(requests, self.comm.all_to_all_v(answers)):
             n = asked.numel()
             counts = answer[:n].long()
@@ -201,15 +221,19 @@ class PartitionSampler(BlockSampler):
         dst = torch.cat([torch.repeat_interleave(asked, counts) for asked, counts, _, _ in got])
         return torch.cat([g[2] for g in got]), dst, torch.cat([g[3] for g in got])
 
-    def _typed_grouped(self, gids: torch.Tensor, fanouts: Sequence[int]):
-        """Per owned node in ``gids`` (unique), its number of sampled in-edges, their sources'
-        global ids and their edge types, grouped by node in ``gids`` order."""
+    def _typed_grouped(self, gids: torch.Tensor, fanouts: Sequence[int],
+                       exclude: list[torch.Tensor] | None = None):
+        """Per owned node in ``gids`` (unique), its number of sampled in-edges (but the
+        edges ``exclude[e]`` of each type's graph), their sources' global ids and their edge
+        types, grouped by node in ``gids`` order."""
         local = torch.as_tensor(self.book.to_local(gids))
         us, vs, ets = [EMPTY], [EMPTY], [EMPTY]
         for etype, (graph, fanout) in enumerate(zip(self.by_etype, fanouts)):
             if fanout == 0 or local.numel() == 0:
                 continue
-            u, v = dgl.sampling.sample_neighbors(graph, local, fanout, edge_dir="in").edges()
+            skip = None if exclude is None or not exclude[etype].numel() else exclude[etype]
+            u, v = dgl.sampling.sample_neighbors(graph, local, fanout, edge_dir="in",
+                                                 exclude_edges=skip).edges()
             us.append(u)
             vs.append(v)
             ets.append(torch.full_like(u, etype))
@@ -259,16 +283,19 @@ class PartitionSampler(BlockSampler):
         return out
 
 
-def edges_by_type(graph: dgl.DGLGraph, etype_offsets: torch.Tensor) -> list[dgl.DGLGraph]:
+def edges_by_type(graph: dgl.DGLGraph, etype_offsets: torch.Tensor
+                  ) -> tuple[list[dgl.DGLGraph], torch.Tensor]:
     """``graph``'s edges split by edge type (read off each edge's homogeneous id,
-    ``edata["_ID"]``, against ``etype_offsets``), one graph over all its nodes per type."""
+    ``edata["_ID"]``, against ``etype_offsets``), one graph over all its nodes per type (its
+    edges in ``graph``'s order), and each edge's id in its type's graph."""
     u, v = graph.edges()
     etype = torch.searchsorted(etype_offsets, graph.edata["_ID"], right=True) - 1
-    out = []
+    out, pos = [], torch.empty(graph.num_edges(), dtype=torch.int64)
     for e in range(etype_offsets.numel() - 1):
-        keep = etype == e
+        keep = torch.nonzero(etype == e).squeeze(1)
+        pos[keep] = torch.arange(keep.numel())
         out.append(dgl.graph((u[keep], v[keep]), num_nodes=graph.num_nodes()))
-    return out
+    return out, pos
 
 
 def whole_graph(parts: Sequence[Partition], num_nodes: int) -> dgl.DGLGraph:

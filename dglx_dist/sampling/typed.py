@@ -7,7 +7,9 @@ for heterographs: the frontier's partitioned ids go to their owners, which sampl
 type's in-edges with that type's fanout (:meth:`PartitionSampler.sample_typed_layer`); the
 sampled edges, back in per-type ids, make a heterogeneous frontier that ``dgl.to_block`` turns
 into a block whose ``srcdata[dgl.NID]`` / ``dstdata[dgl.NID]`` hold per-type ids, as the
-blocks of DGL's own ``NeighborSampler`` on a heterograph do.
+blocks of DGL's own ``NeighborSampler`` on a heterograph do. Edges a link-prediction batch
+excludes (partitioned edge ids) go once to the members that store them, which leave them out
+of every layer (:meth:`PartitionSampler.typed_exclusions`).
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import dgl
 import numpy as np
 import torch
 
-from dglx_dist.errors import InvalidValueError, NotSupportedError, UnknownNameError
+from dglx_dist.errors import InvalidValueError, UnknownNameError
 
 __all__ = ["TypeIds", "TypedBlockSampler", "typed_fanouts"]
 
@@ -118,14 +120,14 @@ class TypedBlockSampler:
                       exclude: torch.Tensor | None = None) -> list[dgl.DGLGraph]:
         """Blocks for ``len(fanouts)`` layers whose last destinations are the nodes of
         partitioned ids ``seeds``, by type; ``fanouts[i][e]``: layer i's fanout of edge type
-        e. Their ``srcdata`` / ``dstdata[dgl.NID]`` are per-type ids."""
-        if exclude is not None:
-            raise NotSupportedError("excluding edges from a typed graph's blocks (link "
-                                    "prediction on a heterograph) is not supported yet")
+        e. Their ``srcdata`` / ``dstdata[dgl.NID]`` are per-type ids. ``exclude``:
+        partitioned edge ids no layer may sample (DGL's ``exclude_eids``)."""
+        routed = None if exclude is None else self.sampler.typed_exclusions(exclude)
         frontier = self.ids.split(seeds)
         blocks: list[dgl.DGLGraph] = []
         for fanout in reversed(fanouts):
-            src, dst, etype = self.sampler.sample_typed_layer(self.ids.join(frontier), fanout)
+            src, dst, etype = self.sampler.sample_typed_layer(self.ids.join(frontier), fanout,
+                                                              routed)
             block = self._block(frontier, src, dst, etype)
             blocks.insert(0, block)
             frontier = {t: block.srcnodes[t].data[dgl.NID] for t in self.ids.ntypes}

@@ -172,6 +172,12 @@ def _surface(session, cache):
     year[mine] = torch.stack([mine.float(), -mine.float()], 1)
     g.barrier()
     out["year"] = g.nodes["author"].data["year"][torch.arange(4)].tolist()
+    pb = g.get_partition_book()
+    mine = pb.partid2nids(pb.partid, "paper")
+    homo = pb.map_to_homo_nid(mine, "paper")
+    out["book"] = {"partid": pb.partid, "papers": mine.tolist(),
+                   "owners": pb.nid2partid(mine, "paper").tolist(),
+                   "back": [t.tolist() for t in pb.map_to_per_ntype(homo)]}
     sampler = dgl.dataloading.NeighborSampler([{"cites": 2}, 3])
     out["refused"] = [
         _refused(lambda: g.nodes["author"].data["feat"]),
@@ -195,6 +201,8 @@ def test_typed_data_reads_by_type_and_bad_input_is_one_line(tmp_path):
                       env={"DGLX_VIRTUAL_SERVERS": "2"})
     g = typed_graph()
     ids = [39, 0, 17, 17]
+    papers = sorted(p for r in range(2) for p in res[r]["book"]["papers"])
+    assert papers == list(range(40))  # every paper held by exactly one part
     for r in range(2):
         out = res[r]
         np.testing.assert_array_equal(out["feat"], g.nodes["paper"].data["feat"][ids].numpy())
@@ -206,6 +214,9 @@ def test_typed_data_reads_by_type_and_bad_input_is_one_line(tmp_path):
         assert out["keys"] == {"author": [], "field": ["feat"],
                                "paper": ["feat", "label", "test_mask", "train_mask", "val_mask"]}
         assert out["year"] == [[0, 0], [1, -1], [0, 0], [0, 0]]  # rank 1 wrote author 1
+        book = out["book"]
+        assert book["partid"] == r and set(book["owners"]) <= {r}
+        assert book["back"] == [[2] * len(book["papers"]), book["papers"]]  # paper: type 2
         expected = [
             r"UnknownNameError: g.nodes\['author'\].data\['feat'\]: node type 'author' has no "
             r"such data",

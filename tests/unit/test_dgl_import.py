@@ -152,17 +152,6 @@ def test_bad_dgl_output_is_refused(dgl_parts, tmp_path, case):
     assert [p.name for p in tmp_path.iterdir()] == ["variant"]  # no temporary directory left
 
 
-def test_heterogeneous_graph_is_refused_naming_types(tmp_path):
-    rng = np.random.default_rng(0)  # enough edges of each type for every part to get some
-    g = dgl.heterograph({("user", "follows", "user"): tuple(rng.integers(0, 30, (2, 300))),
-                         ("user", "buys", "item"): (rng.integers(0, 30, 300),
-                                                    rng.integers(0, 20, 300))})
-    dgl.distributed.partition_graph(g, "het", 2, str(tmp_path / "het"), part_method="random")
-    with pytest.raises(PartitionFormatError, match=r"het.json: fields 'node_map' and 'ntypes' "
-                                                   r"list node types \['item', 'user'\]: a het"):
-        import_dgl_partitions(tmp_path / "het" / "het.json", tmp_path / "out")
-
-
 @pytest.mark.parametrize("kwargs, error, message", [
     ({"keys": {"feat": "x"}}, PartitionFormatError, r"no '_N/x' \(the feat key; found \["),
     ({"keys": {"colour": "x"}}, PartitionError, r"key\(s\) \['colour'\] not understood"),

@@ -1,0 +1,81 @@
+"""``g.get_partition_book()``: DGL's ``GraphPartitionBook`` of a :class:`DistGraph`, in the
+graph's own ids.
+
+DGL's book speaks its relabeled ids; here every id is the one the user knows (the graph given
+to ``distribute``, the dataset's rows), per type on a graph with types. Homogeneous ids are
+the original ones, types in DGL's order (``dgl.to_homogeneous``'s numbering), as
+``map_to_homo_nid`` and ``map_to_per_ntype`` use them.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from dglx_dist.api.ndata import DEFAULT_NTYPE, NodeSpace, as_node_ids
+
+if TYPE_CHECKING:
+    from dglx_dist.api.graph import DistGraph
+
+__all__ = ["PartitionBook"]
+
+
+class PartitionBook:
+    """Which part holds which nodes (DGL's ``GraphPartitionBook`` surface)."""
+
+    def __init__(self, graph: DistGraph, partid: int):
+        self.graph, self.partid = graph, int(partid)
+        self._owned: dict[str, torch.Tensor] = {}  # node type -> its ids in row order
+
+    def num_partitions(self) -> int:
+        return self.graph.pdir.num_parts
+
+    @property
+    def ntypes(self) -> list[str]:
+        return self.graph.ntypes
+
+    @property
+    def canonical_etypes(self) -> list[tuple[str, str, str]]:
+        return self.graph.canonical_etypes
+
+    def _space(self, ntype: str | None) -> NodeSpace:
+        if ntype in (None, DEFAULT_NTYPE) and not self.graph.is_typed:
+            return self.graph.node_space
+        return self.graph.space(ntype)
+
+    def _in_row_order(self, space: NodeSpace) -> torch.Tensor:
+        if space.ntype not in self._owned:
+            rows = space.to_rows
+            self._owned[space.ntype] = torch.arange(space.num_nodes) if rows is None else \
+                torch.argsort(rows)
+        return self._owned[space.ntype]
+
+    def partid2nids(self, partid: int, ntype: str | None = None) -> torch.Tensor:
+        """The ids (of ``ntype`` on a graph with types) of the nodes part ``partid`` holds."""
+        space = self._space(ntype)
+        rows = torch.from_numpy(np.asarray(space.policy.book.core_ids(int(partid))))
+        return self._in_row_order(space)[rows]
+
+    def nid2partid(self, nids, ntype: str | None = None) -> torch.Tensor:
+        """The part holding each node of ``nids`` (of ``ntype`` on a graph with types)."""
+        space = self._space(ntype)
+        ids = space.check(nids, "nid2partid")
+        return torch.as_tensor(space.policy.book.owner(space.rows(ids)))
+
+    def map_to_homo_nid(self, ids, ntype: str) -> torch.Tensor:
+        """Homogeneous ids of node type ``ntype``'s ``ids``."""
+        space = self._space(ntype)
+        return space.check(ids, "map_to_homo_nid") + space.hom_offset
+
+    def map_to_per_ntype(self, ids) -> tuple[torch.Tensor, torch.Tensor]:
+        """(node type id, per-type id) of homogeneous ``ids``."""
+        ids = as_node_ids(ids, self.graph.num_nodes(), "map_to_per_ntype")
+        if not self.graph.is_typed:
+            return torch.zeros_like(ids), ids
+        offsets = torch.tensor([s.hom_offset for s in self.graph.spaces.values()])
+        t = torch.searchsorted(offsets, ids, right=True) - 1
+        return t, ids - offsets[t]
+
+    def __repr__(self) -> str:
+        return f"PartitionBook(partid={self.partid}, parts={self.num_partitions()})"

@@ -1,0 +1,216 @@
+"""Reading the files of DGL's ``partition_graph`` output, shared by the homogeneous importer
+(:mod:`~dglx_dist.partition.dgl_import`) and the typed one
+(:mod:`~dglx_dist.partition.dgl_typed`): the part graphs, the feature files, the id maps
+``partition_graph(..., return_mapping=True)`` returns, and the names of the node data.
+
+**Nothing is unpickled.** ``graph.dgl`` is read with ``dgl.load_graphs`` and the feature files
+with ``dgl.data.utils.load_tensors``; both are DGL's own binary format. In DGL's source,
+``load_tensors`` (``python/dgl/data/tensor_serialize.py``) calls the C function
+``_CAPI_LoadNDArrayDict`` (``src/graph/serialize/tensor_serialize.cc``), which checks a magic
+number and reads named NDArrays (dtype, shape, raw bytes) through a ``dmlc::Stream``;
+``load_graphs`` (``python/dgl/data/graph_serialize.py``) calls ``_CAPI_LoadGraphFiles_V2``
+(``src/graph/serialize/graph_serialize.cc`` and ``heterograph_serialize.cc``), which reads the
+graph's index arrays and its ndata/edata NDArrays the same way. No Python object is rebuilt
+from the bytes (pickle in ``dgl.data.utils`` serves only ``save_info``/``load_info``, not used
+here). Id maps given as files are read with ``np.load(allow_pickle=False)`` (``.npy``, and
+``.npz`` for the per-type maps of a heterograph) or ``torch.load(weights_only=True)``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from dglx_dist.errors import PartitionError, PartitionFormatError
+
+__all__ = ["NodeDataKeys", "node_data_keys", "load_id_map", "load_typed_id_maps",
+           "load_graph", "load_tensors"]
+
+_ERR = PartitionFormatError
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeDataKeys:
+    """Names of the node data in DGL's ``node_feat.dgl``, without DGL's ``NTYPE/`` prefix
+    (the defaults are the names DGL's node-classification datasets use; for a heterograph,
+    the default label name also matches ``labels``, the name of DistDGL's R-GCN example)."""
+
+    feat: str = "feat"
+    label: str = "label"
+    train: str = "train_mask"
+    val: str = "val_mask"
+    test: str = "test_mask"
+
+
+def node_data_keys(keys: NodeDataKeys | dict[str, str] | None) -> NodeDataKeys:
+    """``keys`` as :class:`NodeDataKeys` (a dict names some of its fields)."""
+    if not isinstance(keys, dict):
+        return keys or NodeDataKeys()
+    valid = [f.name for f in dataclasses.fields(NodeDataKeys)]
+    bad = sorted(set(keys) - set(valid))
+    if bad:
+        raise PartitionError(f"node data key(s) {bad} not understood; valid: {valid}")
+    return NodeDataKeys(**keys)
+
+
+def load_id_map(value, n: int, what: str) -> np.ndarray | None:
+    """An id map from ``partition_graph(..., return_mapping=True)``, checked to be a
+    permutation of ``[0, n)``.
+
+    Args:
+        value: None, an array or tensor, or a ``.npy`` / ``.pt`` file holding one.
+        n: its expected length.
+        what: its name in error messages (``orig_nids``, ``orig_eids``).
+
+    Raises:
+        PartitionError: the value is not a permutation of ``[0, n)`` (or the file is unreadable).
+    """
+    if value is None:
+        return None
+    where = what
+    if isinstance(value, (str, os.PathLike)):
+        where = f"{value} ({what})"
+        value = _read_id_file(Path(value), what)
+    if isinstance(value, Mapping):
+        raise PartitionError(f"{where}: a dict by type {sorted(map(str, value))[:4]}; this "
+                             f"graph is homogeneous: expected one array of {n} ids")
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    arr = np.asarray(value)
+    if arr.ndim != 1 or arr.size != n or not np.issubdtype(arr.dtype, np.integer):
+        raise PartitionError(f"{where}: {arr.dtype} array of shape {arr.shape}; expected "
+                             f"{n} integers (partition_graph's return_mapping=True output)")
+    arr = arr.astype(np.int64)
+    if n and (arr.min() < 0 or arr.max() >= n
+              or np.any(np.bincount(arr, minlength=n) != 1)):
+        raise PartitionError(f"{where}: not a permutation of [0, {n}); expected each id once "
+                             f"(is it the map of another partitioning?)")
+    return arr
+
+
+def _type_name(key: Any) -> str:
+    """A map's key: a node type, or a canonical edge type as a tuple or ``src:rel:dst``."""
+    if isinstance(key, (tuple, list)) and all(isinstance(k, str) for k in key):
+        return ":".join(key)
+    return str(key)
+
+
+def load_typed_id_maps(value, names: Sequence[str], counts: Sequence[int],
+                       what: str) -> list[np.ndarray | None]:
+    """The per-type id maps a heterograph's ``partition_graph(..., return_mapping=True)``
+    returns (``{node type: ids}``, ``{canonical edge type: ids}``), one per type in
+    ``names`` order (all None when ``value`` is None), each checked by :func:`load_id_map`.
+
+    Args:
+        value: None, a dict, or a ``.pt`` (``torch.save``) / ``.npz`` (``np.savez``) file
+            holding one; edge types as ``(src, rel, dst)`` tuples or ``"src:rel:dst"``.
+        names: the types (``src:rel:dst`` for edge types).
+        counts: each type's number of ids.
+        what: its name in error messages.
+
+    Raises:
+        PartitionError: not a dict of exactly these types, or a bad map.
+    """
+    if value is None:
+        return [None] * len(names)
+    where = what
+    if isinstance(value, (str, os.PathLike)):
+        where = f"{value} ({what})"
+        value = _read_id_file(Path(value), what)
+    if not isinstance(value, Mapping):
+        raise PartitionError(f"{where}: {type(value).__name__}; this graph has types: expected "
+                             f"a dict {{type: ids}}, as partition_graph(..., "
+                             f"return_mapping=True) returns for a heterograph")
+    keyed = {_type_name(k): v for k, v in value.items()}
+    if sorted(keyed) != sorted(names):
+        raise PartitionError(f"{where}: types {sorted(keyed)}; expected exactly "
+                             f"{list(names)}")
+    return [load_id_map(keyed[t], c, f"{where}[{t!r}]") for t, c in zip(names, counts)]
+
+
+def _read_id_file(file: Path, what: str):
+    if not file.is_file():
+        raise PartitionError(f"{file}: missing ({what})")
+    try:
+        if file.suffix == ".npy":
+            return np.load(file, allow_pickle=False)
+        if file.suffix == ".npz":
+            with np.load(file, allow_pickle=False) as z:
+                return {k: z[k] for k in z.files}
+        if file.suffix in (".pt", ".pth"):
+            return torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any reader failure is a bad file for the user
+        raise PartitionError(f"{file}: could not be read as {what} ({exc})") from None
+    raise PartitionError(f"{file}: {what} must be a .npy file (np.save), a .npz file of one "
+                         f"array per type (np.savez) or a .pt file (torch.save)")
+
+
+def load_graph(file: Path, typed: bool = False):
+    """The one partition graph of a ``graph.dgl``, with the data DGL's ``partition_graph``
+    gives it (``_TYPE`` of nodes and edges as well when ``typed``)."""
+    import dgl
+
+    try:
+        graphs, _ = dgl.load_graphs(str(file))
+    except (dgl.DGLError, OSError) as exc:
+        raise _ERR(f"{file}: not a readable DGL graph file ({exc})") from None
+    if len(graphs) != 1:
+        raise _ERR(f"{file}: holds {len(graphs)} graphs; expected one partition graph")
+    g = graphs[0]
+    if len(g.ntypes) != 1 or len(g.canonical_etypes) != 1:
+        raise _ERR(f"{file}: node types {g.ntypes}, edge types {g.canonical_etypes}; expected "
+                   f"the homogeneous part graph partition_graph writes (types in "
+                   f"ndata/edata['_TYPE'])")
+    wanted = [("ndata", "inner_node"), ("ndata", "_ID"), ("edata", "_ID")]
+    if typed:
+        wanted += [("ndata", "_TYPE"), ("edata", "_TYPE")]
+    for kind, key in wanted:
+        data = getattr(g, kind)
+        if key not in data:
+            raise _ERR(f"{file}: {kind}[{key!r}] is missing (found {sorted(data.keys())}); "
+                       f"expected a part graph written by dgl.distributed.partition_graph"
+                       f"{' of a heterograph' if typed else ''}")
+    return g
+
+
+def load_tensors(file: Path) -> dict[str, torch.Tensor]:
+    """The named tensors of a ``node_feat.dgl`` / ``edge_feat.dgl``, refused when cut short."""
+    import dgl
+    from dgl.data.utils import load_tensors as dgl_load_tensors
+
+    try:
+        tensors = dgl_load_tensors(str(file))
+    except (dgl.DGLError, OSError) as exc:
+        raise _ERR(f"{file}: not a readable DGL tensor file ({exc})") from None
+    # DGL's reader fills a tensor cut short with zeros: the file must hold every byte its
+    # headers declare (magic, reserved, count; per tensor its name, NDArray header, shape,
+    # byte count and data: the layout of save_tensors, checked on DGL 2.1)
+    declared = 24 + sum(44 + len(name.encode()) + 8 * t.dim() + t.numel() * t.element_size()
+                        for name, t in tensors.items())
+    size = file.stat().st_size
+    if size < declared:
+        shapes = ", ".join(f"{n} {tuple(t.shape)} {str(t.dtype).replace('torch.', '')}"
+                           for n, t in tensors.items())
+        raise _ERR(f"{file}: {size:,} bytes, but its headers declare {declared:,} ({shapes}): "
+                   f"the file is truncated; copy the partition again")
+    return tensors
+
+
+def inner_edges(g, inner_dst: np.ndarray, lo: int, hi: int, file: Path,
+                where: str) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of a DGL part graph's edges into its inner nodes (``inner_dst``: whether each
+    edge's destination is inner), ordered by DGL's new edge id, and those ids, which must be
+    exactly ``[lo, hi)`` (``where``: the JSON field that says so, for the message)."""
+    keep = np.flatnonzero(inner_dst)
+    new_eid = g.edata["_ID"].numpy().astype(np.int64)[keep]
+    by_eid = np.argsort(new_eid, kind="stable")
+    keep, new_eid = keep[by_eid], new_eid[by_eid]
+    if not np.array_equal(new_eid, np.arange(lo, hi)):
+        raise _ERR(f"{file}: its {keep.size} edges into inner nodes do not have the ids "
+                   f"(edata['_ID']) [{lo}, {hi}) that {where}; expected each of those ids once")
+    return keep, new_eid
+
