@@ -48,11 +48,12 @@ def partition_typed(args: argparse.Namespace, graph_name: str) -> None:
 
 
 def category_of(g) -> str:
-    """The node type with labels (the one the run classifies)."""
+    """The node type with labels (the one the run classifies) of ``g``, DGL's DistGraph or
+    ours."""
     labeled = [nt for nt in g.ntypes if "label" in g.nodes[nt].data]
     if len(labeled) != 1:
-        raise DatasetFormatError(f"DGL's DistGraph: expected one node type with labels, found "
-                                 f"{labeled or 'none'}; the typed dataset's category has them")
+        raise DatasetFormatError(f"expected one node type with labels (the typed dataset's "
+                                 f"category), found {labeled or 'none'}")
     return labeled[0]
 
 

@@ -30,14 +30,6 @@ EVAL_BATCH = 4096
 """Seeds per evaluation step (DGL's side: its worker's ``--eval-batch-size`` default)."""
 
 
-def _category(g) -> str:
-    labeled = [nt for nt in g.ntypes if "label" in g.nodes[nt].data]
-    if len(labeled) != 1:
-        raise InvalidValueError(f"expected one node type with labels; the graph has "
-                                f"{labeled or 'none'}")
-    return labeled[0]
-
-
 class _Job:
     """The graph, the model and its inputs, the optimizers and the loaders of a run."""
 
@@ -45,9 +37,10 @@ class _Job:
         import torch
 
         import dglx_dist
+        from dglx_dist.bench.dgl_distdgl_typed import category_of
         from dglx_dist.models import RGCN
 
-        self.g, self.category = g, _category(g)
+        self.g, self.category = g, category_of(g)
         data = g.nodes[self.category].data
         self.ids = {m: dglx_dist.node_split(data[f"{m}_mask"], g, ntype=self.category)
                     for m in ("train", "val", "test")}
