@@ -61,6 +61,17 @@ def typed_edge_ids(graph: DistGraph, indices, what: str = "DataLoader") -> torch
     return torch.cat(out)
 
 
+def _by_etype(g, value, what: str, expected: str) -> Mapping:
+    """``value`` by edge type: as it is when a dict, else the one edge type's (refused, saying
+    ``what`` and the ``expected`` dict, on a graph with several)."""
+    if isinstance(value, Mapping):
+        return value
+    if len(g.canonical_etypes) != 1:
+        raise InvalidValueError(f"{what}; on a graph with edge types it must return a dict "
+                                f"{expected}")
+    return {g.canonical_etypes[0]: value}
+
+
 def _canonical(graph: DistGraph, key, what: str) -> Etype:
     """``graph.to_canonical_etype(key)``, its refusal prefixed with ``what``."""
     try:
@@ -183,13 +194,9 @@ class TypedEdgePairs:
     def _negatives(self, seeds: dict) -> dict[Etype, tuple[torch.Tensor, torch.Tensor]]:
         """The negative sampler's pairs by canonical type, checked against each type's
         nodes."""
-        g, out = self.graph, self.negative_sampler(self.graph, seeds)
-        if not isinstance(out, Mapping):
-            if len(g.canonical_etypes) != 1:
-                raise InvalidValueError("the negative sampler returned one (src, dst) pair; on "
-                                        "a graph with edge types it must return a dict "
-                                        "{edge type: (src, dst)}")
-            out = {g.canonical_etypes[0]: out}
+        g = self.graph
+        out = _by_etype(g, self.negative_sampler(g, seeds), "the negative sampler returned "
+                        "one (src, dst) pair", "{edge type: (src, dst)}")
         checked = {}
         for key, (src, dst) in out.items():
             et = _canonical(g, key, "the negative sampler's result")
@@ -228,12 +235,8 @@ class TypedEdgePairs:
     def _excluded(self, result) -> torch.Tensor:
         """Partitioned edge ids of DGL's exclusion (per-type ids by edge type)."""
         g = self.graph
-        if not isinstance(result, Mapping):
-            if len(g.canonical_etypes) != 1:
-                raise InvalidValueError("the exclude callable returned a tensor; on a graph "
-                                        "with edge types it must return a dict "
-                                        "{edge type: edge ids}")
-            result = {g.canonical_etypes[0]: result}
+        result = _by_etype(g, result, "the exclude callable returned a tensor",
+                           "{edge type: edge ids}")
         hom = [EMPTY]
         for key, ids in result.items():
             et = _canonical(g, key, "the edges to exclude")

@@ -36,6 +36,23 @@ class PhaseTimer:
         self._last = time.perf_counter()
 
 
+def timed_step(timer: PhaseTimer, model, blocks, x, y, opts) -> float:
+    """One training step, each phase timed: forward with the cross-entropy, backward (with
+    DDP's all-reduce), the optimizers in turn. Returns the loss."""
+    import torch.nn.functional as F
+
+    loss = F.cross_entropy(model(blocks, x), y)
+    timer.lap("forward")
+    for opt in opts:
+        opt.zero_grad()
+    loss.backward()
+    timer.lap("backward+allreduce")
+    for opt in opts:
+        opt.step()
+    timer.lap("optimizer")
+    return float(loss)
+
+
 @dataclasses.dataclass(frozen=True)
 class NodeJob:
     """What DGL's node-classification loop trains (:func:`train_epoch`, :func:`evaluate`).
@@ -66,8 +83,6 @@ def _count(nodes) -> int:
 
 def train_epoch(job: NodeJob) -> tuple[float, int, float, dict[str, float]]:
     """One epoch of DGL's example loop; returns wall time, steps, mean loss and phase times."""
-    import torch.nn.functional as F
-
     t0 = time.perf_counter()
     timer, steps, losses, rows = PhaseTimer(), 0, 0.0, 0
     with job.ddp.join():
@@ -75,16 +90,7 @@ def train_epoch(job: NodeJob) -> tuple[float, int, float, dict[str, float]]:
             timer.lap("sample")
             x, y = job.inputs(input_nodes), job.labels(seeds)
             timer.lap("pull")
-            loss = F.cross_entropy(job.ddp(blocks, x), y)
-            timer.lap("forward")
-            for opt in job.opts:
-                opt.zero_grad()
-            loss.backward()
-            timer.lap("backward+allreduce")
-            for opt in job.opts:
-                opt.step()
-            timer.lap("optimizer")
-            losses += float(loss)
+            losses += timed_step(timer, job.ddp, blocks, x, y, job.opts)
             steps += 1
             rows += _count(input_nodes)
             timer.restart()

@@ -70,10 +70,8 @@ class _Job:
     def epoch(self, epoch: int):
         """One epoch's training on this rank, as an :class:`EpochResult` whose record gets
         the phases' seconds (``phases_max``: the largest over ranks, as DGL's side)."""
-        import torch.nn.functional as F
-
         import dglx_dist
-        from dglx_dist.bench.dgl_distdgl_nodes import PhaseTimer
+        from dglx_dist.bench.dgl_distdgl_nodes import PhaseTimer, timed_step
         from dglx_dist.models import node_inputs
         from dglx_dist.strategies.epochs import EpochResult
 
@@ -85,16 +83,8 @@ class _Job:
             seeds = output_nodes[self.category]
             x, y = node_inputs(self.g, input_nodes, self.embeds), self.labels[seeds].long()
             timer.lap("pull")
-            loss = F.cross_entropy(self.model(blocks, x), y)
-            timer.lap("forward")
-            for opt in self.opts:
-                opt.zero_grad()
-            loss.backward()
-            timer.lap("backward+allreduce")
-            for opt in self.opts:
-                opt.step()
-            timer.lap("optimizer")
-            steps, samples, losses = steps + 1, samples + seeds.numel(), losses + float(loss)
+            loss = timed_step(timer, self.model, blocks, x, y, self.opts)
+            steps, samples, losses = steps + 1, samples + seeds.numel(), losses + loss
             timer.restart()
         wall = time.perf_counter() - t0
         timer.t["other"] = wall - sum(timer.t.values())

@@ -25,6 +25,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
+from dglx_dist.data.checked import check_range
 from dglx_dist.errors import PartitionError, PartitionFormatError
 
 __all__ = ["NodeDataKeys", "node_data_keys", "load_id_map", "load_typed_id_maps",
@@ -213,4 +214,24 @@ def inner_edges(g, inner_dst: np.ndarray, lo: int, hi: int, file: Path,
         raise _ERR(f"{file}: its {keep.size} edges into inner nodes do not have the ids "
                    f"(edata['_ID']) [{lo}, {hi}) that {where}; expected each of those ids once")
     return keep, new_eid
+
+
+def class_ids(a: np.ndarray, file: Path, key: str) -> np.ndarray:
+    """DGL's label array ``key`` as int64 class ids >= 0 (one per node)."""
+    if not (np.issubdtype(a.dtype, np.integer) or a.dtype == bool):
+        raise _ERR(f"{file}: {key!r} has dtype {a.dtype}; expected integer class ids (one "
+                   f"class per node; convert the labels before partition_graph)")
+    label = a.reshape(-1).astype(np.int64)
+    check_range(label, 0, np.iinfo(np.int64).max, file, key, "class id >= 0", _ERR)
+    return label
+
+
+def checked_num_classes(max_label: int, num_classes: int | None, path: Path) -> int:
+    """``num_classes`` (default: the largest label + 1), refused below the labels seen."""
+    if num_classes is None:
+        return max(max_label + 1, 1)
+    if max_label >= num_classes:
+        raise _ERR(f"{path}: a part has label {max_label}; expected labels in "
+                   f"[0, num_classes = {num_classes})")
+    return num_classes
 

@@ -48,7 +48,8 @@ from dglx_dist.data.checked import check_finite, check_range
 from dglx_dist.errors import PartitionError, PartitionFormatError
 from dglx_dist.partition.book import RangeBook
 from dglx_dist.partition.dgl_config import DglConfig, DglTypedConfig, read_dgl_config
-from dglx_dist.partition.dgl_files import (NodeDataKeys, inner_edges, load_graph, load_id_map,
+from dglx_dist.partition.dgl_files import (NodeDataKeys, checked_num_classes, class_ids,
+                                           inner_edges, load_graph, load_id_map,
                                            load_tensors, load_typed_id_maps, node_data_keys)
 from dglx_dist.partition.dgl_typed import TypedImporter
 from dglx_dist.partition.io import PARTITION_DIR, write_partitions
@@ -165,22 +166,14 @@ class _Importer:
         a = a.reshape(-1)
         if ours != "label":
             return a != 0
-        if not (np.issubdtype(a.dtype, np.integer) or a.dtype == bool):
-            raise _ERR(f"{file}: {key!r} has dtype {a.dtype}; expected integer class ids (one "
-                       f"class per node; convert the labels before partition_graph)")
-        label = a.astype(np.int64)
-        check_range(label, 0, np.iinfo(np.int64).max, file, key, "class id >= 0", _ERR)
+        label = class_ids(a, file, key)
         self.max_label = max(self.max_label, int(label.max(initial=-1)))
         return label
 
     def header(self, num_classes: int | None) -> dict[str, Any]:
         """The manifest fields, once every part has been read."""
         cfg = self.cfg
-        if num_classes is None:
-            num_classes = max(self.max_label + 1, 1)
-        elif self.max_label >= num_classes:
-            raise _ERR(f"{cfg.path}: a part has label {self.max_label}; expected labels in "
-                       f"[0, num_classes = {num_classes})")
+        num_classes = checked_num_classes(self.max_label, num_classes, cfg.path)
         ident = np.arange(cfg.num_nodes, dtype=np.int64)
         relabeled = self.orig_nids is not None and not np.array_equal(self.orig_nids, ident)
         return {

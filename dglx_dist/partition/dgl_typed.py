@@ -49,8 +49,8 @@ from dglx_dist.data.checked import check_finite, check_range
 from dglx_dist.errors import PartitionFormatError
 from dglx_dist.partition.book import RangeBook
 from dglx_dist.partition.dgl_config import DglTypedConfig
-from dglx_dist.partition.dgl_files import (NodeDataKeys, inner_edges, load_graph,
-                                           load_tensors)
+from dglx_dist.partition.dgl_files import (NodeDataKeys, checked_num_classes, class_ids,
+                                           inner_edges, load_graph, load_tensors)
 from dglx_dist.partition.layout import Partition
 
 __all__ = ["TypedImporter"]
@@ -297,12 +297,7 @@ class TypedImporter:
 
     def _label(self, file: Path, key: str, t: torch.Tensor, n: int,
                order: np.ndarray) -> np.ndarray:
-        a = _rows(file, key, t, n, order, True).reshape(-1)
-        if not (np.issubdtype(a.dtype, np.integer) or a.dtype == bool):
-            raise _ERR(f"{file}: {key!r} has dtype {a.dtype}; expected integer class ids (one "
-                       f"class per node; convert the labels before partition_graph)")
-        label = a.astype(np.int64)
-        check_range(label, 0, np.iinfo(np.int64).max, file, key, "class id >= 0", _ERR)
+        label = class_ids(_rows(file, key, t, n, order, True), file, key)
         self.max_label = max(self.max_label, int(label.max(initial=-1)))
         return label
 
@@ -320,11 +315,7 @@ class TypedImporter:
     def header(self, num_classes: int | None) -> dict[str, Any]:
         """The typed manifest's fields, once every part has been read."""
         cfg = self.cfg
-        if num_classes is None:
-            num_classes = max(self.max_label + 1, 1)
-        elif self.max_label >= num_classes:
-            raise _ERR(f"{cfg.path}: a part has label {self.max_label}; expected labels in "
-                       f"[0, num_classes = {num_classes})")
+        num_classes = checked_num_classes(self.max_label, num_classes, cfg.path)
         names = cfg.types.ntypes
         labeled = tuple(t for i, t in enumerate(names) if i in self.labeled)
         types = dataclasses.replace(

@@ -161,12 +161,7 @@ class PartitionSampler(BlockSampler):
         neighbourhood (-1) it is, per requested node in request order, its number of in-edges,
         then all their sources. The requester knows the destinations already.
         """
-        owner = torch.as_tensor(self.book.owner(nodes))
-        mine = nodes[owner == self.member]
-        requests = [nodes[owner == s].to(self.id_dtype) if s != self.member else
-                    torch.zeros(0, dtype=self.id_dtype) for s in range(self.comm.size)]
-        skip = exclude or [None] * self.comm.size
-        pending = self.comm.start_all_to_all_v(requests)
+        mine, requests, skip, pending = self._requests(nodes, exclude)
         try:
             _, u, v = self._sample_local(mine, fanout, skip[self.member])
         finally:
@@ -189,6 +184,15 @@ class PartitionSampler(BlockSampler):
                 dsts.append(torch.repeat_interleave(asked.long(), kept.sum(1)))
         return torch.cat(srcs), torch.cat(dsts)
 
+    def _requests(self, nodes: torch.Tensor, exclude):
+        """This member's own nodes of ``nodes``, the others' by owner (a request each, the
+        own one empty), the exclusions by member and the requests' exchange, started."""
+        owner = torch.as_tensor(self.book.owner(nodes))
+        requests = [nodes[owner == s].to(self.id_dtype) if s != self.member else
+                    torch.zeros(0, dtype=self.id_dtype) for s in range(self.comm.size)]
+        return (nodes[owner == self.member], requests, exclude or [None] * self.comm.size,
+                self.comm.start_all_to_all_v(requests))
+
     def sample_typed_layer(self, nodes: torch.Tensor, fanouts: Sequence[int],
                            exclude: list[list[torch.Tensor]] | None = None
                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -200,12 +204,7 @@ class PartitionSampler(BlockSampler):
         if self.by_etype is None:
             raise InvalidValueError("typed sampling needs a typed partitioning's edge types "
                                     "(PartitionSampler(..., etype_offsets=...))")
-        owner = torch.as_tensor(self.book.owner(nodes))
-        mine = nodes[owner == self.member]
-        requests = [nodes[owner == s].to(self.id_dtype) if s != self.member else
-                    torch.zeros(0, dtype=self.id_dtype) for s in range(self.comm.size)]
-        skip = exclude or [None] * self.comm.size
-        pending = self.comm.start_all_to_all_v(requests)
+        mine, requests, skip, pending = self._requests(nodes, exclude)
         try:
             got = [(mine, *self._typed_grouped(mine, fanouts, skip[self.member]))]
         finally:
