@@ -108,25 +108,29 @@ def node_data_store(session: Session, pdir: PartitionDir,
     ``g.ndata`` / ``g.edata`` reads and writes need no other rank to take part."""
     part_id = _part_of(session, pdir)
     part = pdir.load_part(part_id)
-    store, policy = DistKVStore(session, serve=True), RowPolicy(pdir.book)
+    store = DistKVStore(session, serve=True)
     if spaces:
         store_typed_node_data(store, pdir, part_id, part, spaces)
-    elif pdir.feature_layout == "rows":
-        store.init_data("feat", policy, {part_id: torch.from_numpy(part.feat)})
-    else:  # P3's column slices, one per rank: its own training never pulls rows from here
-        store.init_data("feat", ColumnPolicy(pdir.feature_slices, pdir.num_nodes),
-                        {part_id: torch.from_numpy(part.feat)})
-    if not spaces:
-        store.init_data("label", policy,
-                        {part_id: torch.from_numpy(part.label.astype("int64"))})
-        for name, split in MASKS.items():
-            mask = torch.from_numpy(getattr(part, split).astype("uint8"))
-            store.init_data(name, policy, {part_id: mask})
+    else:
+        _store_node_data(store, pdir, part_id, part)
     edge_policy = RowPolicy(pdir.edge_book())
     for name, values in pdir.load_edge_data(part_id).items():
         store.init_data(EDGE_PREFIX + name, edge_policy, {part_id: torch.from_numpy(values)})
     store_edge_ends(store, pdir, part_id, part)
     return store
+
+
+def _store_node_data(store: DistKVStore, pdir: PartitionDir, part_id: int, part) -> None:
+    """Part ``part_id``'s node rows of a graph without types: "feat" (rows, or P3's column
+    slices, one per rank: its own training never pulls rows from here), "label", the masks."""
+    policy = RowPolicy(pdir.book)
+    feat_policy = policy if pdir.feature_layout == "rows" else \
+        ColumnPolicy(pdir.feature_slices, pdir.num_nodes)
+    store.init_data("feat", feat_policy, {part_id: torch.from_numpy(part.feat)})
+    store.init_data("label", policy, {part_id: torch.from_numpy(part.label.astype("int64"))})
+    for name, split in MASKS.items():
+        mask = torch.from_numpy(getattr(part, split).astype("uint8"))
+        store.init_data(name, policy, {part_id: mask})
 
 
 class DistGraph(EdgeStructure):
@@ -151,12 +155,8 @@ class DistGraph(EdgeStructure):
         self.spaces = typed_spaces(self.pdir) if self.pdir.types is not None else {}
         self.store = node_data_store(self.session, self.pdir, self.spaces)
         self._setup: SetupRequest | None = None  # what the strategy was set up for
-        self._orig: torch.Tensor | None = None  # partitioned id -> original id
-        self._part: torch.Tensor | None = None  # original id -> partitioned id
-        if self.pdir.manifest.get("relabeled"):
-            self._orig = torch.from_numpy(self.pdir.to_original(np.arange(self.num_nodes())))
-            self._part = torch.empty_like(self._orig)
-            self._part[self._orig] = torch.arange(self._orig.numel())
+        maps = self.pdir.relabeling  # partitioned id -> original id, and back
+        self._orig, self._part = (torch.from_numpy(m) for m in maps) if maps else (None, None)
         self.node_space = NodeSpace(DEFAULT_NTYPE, RowPolicy(self.pdir.book),
                                     int(self.pdir.num_nodes), self._part)
         self._names = itertools.count()

@@ -18,6 +18,7 @@ in type order) and ``load_type_feat(p, ntype)``; its parts' ``feat`` has no colu
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -133,6 +134,18 @@ class PartitionDir:
             sel = owner == p
             out[sel] = self._orig_map(int(p))[np.asarray(self.book.to_local(ids[sel]))]
         return out
+
+    @functools.cached_property
+    def relabeling(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(orig, part)``: the dataset's id of every partitioned id and its inverse, when the
+        partitioner relabeled (else None); made once per directory object, shared by whoever
+        translates ids (the graph, a typed sampler)."""
+        if not self.manifest["relabeled"]:
+            return None
+        orig = self.to_original(np.arange(self.num_nodes, dtype=np.int64))
+        part = np.empty_like(orig)
+        part[orig] = np.arange(orig.size, dtype=np.int64)
+        return orig, part
 
     @property
     def edge_offsets(self) -> np.ndarray:

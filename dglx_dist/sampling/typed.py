@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import Sequence
 
 import dgl
-import numpy as np
 import torch
 
 from dglx_dist.errors import InvalidValueError, UnknownNameError
@@ -49,11 +48,8 @@ class TypeIds:
     @classmethod
     def of(cls, pdir) -> "TypeIds":
         """The translation of a typed partition directory."""
-        orig = part = None
-        if pdir.manifest.get("relabeled"):
-            orig = torch.from_numpy(pdir.to_original(np.arange(pdir.num_nodes)))
-            part = torch.empty_like(orig)
-            part[orig] = torch.arange(orig.numel())
+        maps = pdir.relabeling
+        orig, part = (torch.from_numpy(m) for m in maps) if maps else (None, None)
         return cls(pdir.types.ntypes, pdir.types.ntype_offsets, orig, part)
 
     def to_gids(self, ntype: str, ids: torch.Tensor) -> torch.Tensor:
