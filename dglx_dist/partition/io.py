@@ -62,7 +62,7 @@ from dglx_dist.partition.types import GraphTypes
 
 __all__ = ["write_partitions", "read_manifest", "MANIFEST", "FORMAT", "VERSION", "PART_FILES",
            "PARTITION_DIR", "VERIFIED", "part_dir_name", "part_file_name", "still_verified",
-           "record_verified", "part_tables", "type_feat_table", "type_feature_slices"]
+           "record_verified", "part_tables", "type_feat_table", "check_type_feature_slices"]
 
 MANIFEST, FORMAT, VERSION = "partition.json", "dglx-partition", 2
 PART_TABLES = ("nodes", "halo", "edges", "feat")
@@ -258,11 +258,11 @@ def _check_types(file: Path, m: dict[str, Any]) -> GraphTypes:
             f"{m['feat_dim']} and feature_layout {m['feature_layout']!r}; expected version "
             f"{VERSION}, feat_dim 0 and 'rows' or 'columns' (typed features are stored per "
             f"node type)")
-    type_feature_slices(file, m, types)
+    check_type_feature_slices(file, m, types)
     return types
 
 
-def type_feature_slices(file: Path, m: dict[str, Any],
+def check_type_feature_slices(file: Path, m: dict[str, Any],
                         types: GraphTypes) -> dict[str, list[int]] | None:
     """A typed manifest's ``type_feature_slices``, checked: present exactly when features are
     split by columns, with ``num_parts + 1`` non-decreasing bounds from 0 to the type's

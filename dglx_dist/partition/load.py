@@ -37,7 +37,8 @@ from dglx_dist.errors import IdOutOfRangeError, InvalidValueError, PartitionForm
 from dglx_dist.partition.book import FeatureSlices, NodeBook, RangeBook, book_from_json
 from dglx_dist.partition.dgl_config import find_dgl_config
 from dglx_dist.partition.io import (MANIFEST, part_file_name, read_manifest, record_verified,
-                                    still_verified, type_feat_table, type_feature_slices)
+                                    still_verified, type_feat_table,
+                                    check_type_feature_slices)
 from dglx_dist.partition.layout import Partition
 from dglx_dist.partition.types import GraphTypes
 
@@ -89,7 +90,7 @@ class PartitionDir:
         self.edge_data: dict[str, dict[str, Any]] = _edge_data_spec(self.path, m)
         self.types: GraphTypes | None = (GraphTypes.from_json(m["types"], str(self.path / MANIFEST))
                                          if "types" in m else None)
-        slices = (type_feature_slices(self.path / MANIFEST, m, self.types)
+        slices = (check_type_feature_slices(self.path / MANIFEST, m, self.types)
                   if self.types is not None else None)
         self.type_slices: dict[str, FeatureSlices] = {t: FeatureSlices(b) for t, b in
                                                       (slices or {}).items()}

@@ -205,7 +205,9 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, StepsInTurn, Shar
 
     def sharded_params(self):
         """The first layer's weight slices: every rank's columns (each server's, when every
-        server holds all columns)."""
+        server holds all columns); none on a typed graph (DDP averages whole weights)."""
+        if self.typed is not None:
+            return [], self.session.world
         return self._slices, (self.session.server if self.cache.features else self.session.world)
 
     def before_backward(self) -> None:
