@@ -79,6 +79,17 @@ def _projections(session, cache):
     (y * torch.arange(1.0, 1.0 + y.numel()).view_as(y)).sum().backward()
     out["proj_grad"] = [proj.weight.grad.tolist(), proj.bias.grad.tolist()]
     out["weights"] = [proj.weight.tolist(), proj.bias.tolist()]
+    # rank 0 leaves the field projection out of its loss: the token chain still runs its
+    # backward exchange there, in the same order as on rank 1 (else rank 1 would wait)
+    typed, paper = g.strategy.typed, model.module.proj["paper"]
+    proj.zero_grad()
+    typed.begin()
+    y_paper = paper(g.nodes["paper"].data["feat"][torch.tensor([session.rank, 9])])
+    y_field = proj(g.nodes["field"].data["feat"][torch.tensor([2, 5])])  # the last one
+    loss = y_paper.sum() + (y_field.sum() if session.rank == 1 else 0)
+    tied = typed.tie(None, None, loss)  # the forward hook's part (None: unchanged)
+    (loss if tied is None else tied).backward()
+    out["unused_grad"] = proj.weight.grad.tolist()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out["times_one"] = (g.nodes["field"].data["feat"][torch.tensor([7, 1])] * 1.0).tolist()
@@ -126,6 +137,9 @@ def test_p3_rgcn_step_and_split_projections_at_2_ranks(tmp_path):
     for i, ref in enumerate((w.grad, b.grad)):
         got = sum(torch.tensor(res[r]["proj_grad"][i]) for r in range(2))
         np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
+    got = sum(torch.tensor(res[r]["unused_grad"]) for r in range(2))  # rank 1's loss only
+    np.testing.assert_allclose(got.numpy(), feat[[2, 5]].sum(0).expand(HID, 4).numpy(),
+                               rtol=1e-5, atol=1e-6)
     cols = [[0, 2], [2, 4]]  # field's 4 columns: rank r's weight gradient only in its own
     for r, (lo, hi) in enumerate(cols):
         wg = torch.tensor(res[r]["proj_grad"][0])
