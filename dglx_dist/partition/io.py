@@ -263,7 +263,7 @@ def _check_types(file: Path, m: dict[str, Any]) -> GraphTypes:
 
 
 def check_type_feature_slices(file: Path, m: dict[str, Any],
-                        types: GraphTypes) -> dict[str, list[int]] | None:
+                              types: GraphTypes) -> dict[str, list[int]] | None:
     """A typed manifest's ``type_feature_slices``, checked: present exactly when features are
     split by columns, with ``num_parts + 1`` non-decreasing bounds from 0 to the type's
     width for every node type that has features (None under a row layout)."""

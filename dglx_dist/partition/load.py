@@ -36,9 +36,9 @@ from dglx_dist.data.edge_data import edge_data_arrays
 from dglx_dist.errors import IdOutOfRangeError, InvalidValueError, PartitionFormatError
 from dglx_dist.partition.book import FeatureSlices, NodeBook, RangeBook, book_from_json
 from dglx_dist.partition.dgl_config import find_dgl_config
-from dglx_dist.partition.io import (MANIFEST, part_file_name, read_manifest, record_verified,
-                                    still_verified, type_feat_table,
-                                    check_type_feature_slices)
+from dglx_dist.partition.io import (MANIFEST, check_type_feature_slices, part_file_name,
+                                    read_manifest, record_verified, still_verified,
+                                    type_feat_table)
 from dglx_dist.partition.layout import Partition
 from dglx_dist.partition.types import GraphTypes
 
