@@ -47,7 +47,7 @@ from dglx_dist.runtime.agree import differing_ranks
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.runtime.session import Session, current_session, init
 from dglx_dist.sampling import PartitionSampler
-from dglx_dist.strategies.abilities import FullGraphForm
+from dglx_dist.strategies.abilities import FullGraphForm, TypedGraphs
 from dglx_dist.strategies.base import (STRATEGIES, SetupRequest, Strategy, check_partitions,
                                        implied_layers, trainer_loaders)
 from dglx_dist.strategies.steps import LoaderSpec
@@ -374,6 +374,8 @@ def distribute(g, strategy: str | Strategy = "distdgl", *,
     if isinstance(g, (str, os.PathLike, PartitionDir)):
         return DistGraph(g, strategy, session=session, **options)
     built = _build(strategy, options)
+    if is_heterograph(g) and isinstance(built, TypedGraphs):
+        built.check_typed("the heterograph given to distribute")  # before any collective
     try:  # every rank holds its own copy of the same graph: one line, from rank 0
         if not is_heterograph(g):
             check_convertible(g, "distribute")

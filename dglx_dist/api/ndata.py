@@ -10,7 +10,7 @@ import torch
 
 from dglx_dist.errors import (IdOutOfRangeError, InvalidValueError, NotSupportedError,
                               UnknownNameError)
-from dglx_dist.kvstore import PullUnderWay, RowPolicy
+from dglx_dist.kvstore import INTERNAL_PREFIX, PullUnderWay, RowPolicy, typed_key
 from dglx_dist.strategies.abilities import HoldsRows
 
 if TYPE_CHECKING:
@@ -21,9 +21,7 @@ __all__ = ["fit_rows", "DataViews", "NodeData", "NodeDataView", "NodeSpace", "as
 
 MASKS = {"train_mask": "train", "val_mask": "val", "test_mask": "test"}
 EDGE_PREFIX = "edata/"  # the store's names of edge data (g.edata), not node data
-INTERNAL_PREFIX = "_dglx/"  # the store's names of the package's own data (neither)
 DEFAULT_NTYPE = "_N"  # DGL's name of the one node type of a graph without types
-_TYPED_PREFIX = INTERNAL_PREFIX + "ntype/"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -65,7 +63,7 @@ class NodeSpace:
 
     def key(self, name: str) -> str:
         """The store's name of node data ``name`` of this type."""
-        return f"{_TYPED_PREFIX}{self.ntype}/{name}" if self.typed else name
+        return typed_key(self.ntype, name) if self.typed else name
 
     def what(self, name: str) -> str:
         """How a message names node data ``name`` of this type."""

@@ -19,7 +19,7 @@ import torch
 
 from dglx_dist.api.ndata import MASKS, NodeDataView, NodeSpace
 from dglx_dist.errors import InvalidValueError, UnknownNameError
-from dglx_dist.kvstore import RowPolicy
+from dglx_dist.kvstore import ColumnPolicy, RowPolicy
 from dglx_dist.partition.book import RangeBook
 from dglx_dist.strategies.steps import EdgeStep, place_step
 
@@ -36,15 +36,12 @@ def typed_spaces(pdir: PartitionDir) -> dict[str, NodeSpace]:
     types = pdir.types
     counts = np.stack([np.asarray(pdir.ntype_counts(p), np.int64)
                        for p in range(pdir.num_parts)])  # (parts, types)
-    starts = np.cumsum(counts, axis=1) - counts  # each type's first local id, per part
     spaces = {}
     for t, ntype in enumerate(types.ntypes):
         offsets = np.concatenate([[0], np.cumsum(counts[:, t])]).astype(np.int64)
         lo, hi = int(types.ntype_offsets[t]), int(types.ntype_offsets[t + 1])
         to_rows = np.full(hi - lo, -1, np.int64)
-        for p in range(pdir.num_parts):
-            gids = pdir.book.core_ids(p)[starts[p, t]:starts[p, t] + counts[p, t]]
-            to_rows[pdir.to_original(gids) - lo] = np.arange(offsets[p], offsets[p + 1])
+        to_rows[pdir.type_rows(ntype)] = np.arange(offsets[-1], dtype=np.int64)
         if (to_rows < 0).any():  # every node is some part's core node, once
             raise InvalidValueError(f"{pdir.path}: node type {ntype!r} has nodes no part owns")
         spaces[ntype] = NodeSpace(ntype, RowPolicy(RangeBook(offsets)), hi - lo,
@@ -96,15 +93,20 @@ class TypedNodeData:
 def store_typed_node_data(store, pdir: PartitionDir, part_id: int, part,
                           spaces: dict[str, NodeSpace]) -> None:
     """Puts part ``part_id``'s rows of every node type into ``store`` (collective): the
-    features of each type that has them, the labels and masks of each labeled type."""
+    features of each type that has them (under a column layout, the part's column slice of
+    every row, in the type's row order), the labels and masks of each labeled type."""
     types = pdir.types
     counts = np.asarray(pdir.ntype_counts(part_id), np.int64)
     starts = np.cumsum(counts) - counts
     for t, ntype in enumerate(types.ntypes):
         space, run = spaces[ntype], slice(int(starts[t]), int(starts[t] + counts[t]))
         if types.feat_dims.get(ntype, 0):
-            feat = pdir.load_type_feat(part_id, ntype)
-            store.init_data(space.key("feat"), space.policy, {part_id: torch.from_numpy(feat)})
+            feat = torch.from_numpy(pdir.load_type_feat(part_id, ntype))
+            policy = space.policy
+            if ntype in pdir.type_slices:  # per-type id order -> row order
+                policy = ColumnPolicy(pdir.type_slices[ntype], space.num_nodes)
+                feat = feat[torch.argsort(space.to_rows)]
+            store.init_data(space.key("feat"), policy, {part_id: feat})
         if ntype in types.labeled:
             label = part.label[run].astype("int64")
             store.init_data(space.key("label"), space.policy, {part_id: torch.from_numpy(label)})
@@ -141,7 +143,8 @@ def typed_prefetch(graph: DistGraph, sampler, step, copies, device) -> Callable:
     edge step, the node features of its edge-prediction sampler's sampler), started; the
     returned callable gives the step on ``device`` with the rows on its last block's
     destinations (labels) and its first block's sources (features)."""
-    put = []  # (layer, side, node type, name, rows under way)
+    put = []  # (layer, side, node type, name, rows under way); rows a strategy holds as a
+    # handle (p3's column slices) stay out of the blocks, as on a graph without types
     edge = isinstance(step, EdgeStep)
     node_sampler = sampler.sampler if edge else sampler
     wanted = [(0, "src", step.input_nodes, getattr(node_sampler, "prefetch_node_feats", None))]
@@ -158,8 +161,9 @@ def typed_prefetch(graph: DistGraph, sampler, step, copies, device) -> Callable:
                                 view.start_rows(view.space.rows(ids), unique=True)))
 
     def finish():
-        ready = [(layer, side, ntype, name, copies.start(rows.wait()))
-                 for layer, side, ntype, name, rows in put]
+        ready = [(layer, side, ntype, name, copies.start(value))
+                 for layer, side, ntype, name, value in ((*p[:4], p[4].wait()) for p in put)
+                 if isinstance(value, torch.Tensor)]
         placed = place_step(step, device)
         for layer, side, ntype, name, value in ready:
             block = placed.blocks[layer]

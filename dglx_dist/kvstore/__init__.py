@@ -8,7 +8,7 @@
 * :class:`DistEmbedding` with :class:`SparseAdagrad` / :class:`SparseAdam`: sparse learnable
   embeddings updated on their owners.
 """
-from dglx_dist.kvstore.base import KVStore, PullUnderWay, TensorEntry
+from dglx_dist.kvstore.base import INTERNAL_PREFIX, KVStore, PullUnderWay, TensorEntry, typed_key
 from dglx_dist.kvstore.dist import DistKVStore
 from dglx_dist.kvstore.embedding import DistEmbedding, SparseAdagrad, SparseAdam, SparseOptimizer
 from dglx_dist.kvstore.local import LocalKVStore
@@ -17,4 +17,4 @@ from dglx_dist.kvstore.policy import ColumnPolicy, PartitionPolicy, Piece, RowPo
 
 __all__ = ["KVStore", "LocalKVStore", "DistKVStore", "PullUnderWay", "TensorEntry",
            "PartitionPolicy", "RowPolicy", "ColumnPolicy", "Piece", "PushOp", "DistEmbedding",
-           "SparseOptimizer", "SparseAdagrad", "SparseAdam"]
+           "SparseOptimizer", "SparseAdagrad", "SparseAdam", "INTERNAL_PREFIX", "typed_key"]

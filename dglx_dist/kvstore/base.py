@@ -20,7 +20,17 @@ from dglx_dist.kvstore.ops import (BUILTIN_OPS, COMBINE_RULES, INITS, Init, OpHa
                                    init_part)
 from dglx_dist.kvstore.policy import PartitionPolicy
 
-__all__ = ["KVStore", "PullUnderWay", "TensorEntry", "InitSpec", "apply_op"]
+__all__ = ["KVStore", "PullUnderWay", "TensorEntry", "InitSpec", "apply_op", "INTERNAL_PREFIX",
+           "typed_key"]
+
+INTERNAL_PREFIX = "_dglx/"  # a graph's store: the names of the package's own data
+
+
+def typed_key(ntype: str, name: str) -> str:
+    """A graph's store's name of node data ``name`` of node type ``ntype`` (a typed graph):
+    what ``g.nodes[ntype].data[name]`` reads, and what a strategy holding those rows itself
+    lists in its ``held_rows``."""
+    return f"{INTERNAL_PREFIX}ntype/{ntype}/{name}"
 
 
 class PullUnderWay:

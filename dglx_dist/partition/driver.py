@@ -29,7 +29,8 @@ from dglx_dist.partition.book import FeatureSlices
 from dglx_dist.partition.io import PARTITION_DIR, write_partitions
 from dglx_dist.partition.layout import Layout, Partition
 from dglx_dist.partition.quality import QualityReport
-from dglx_dist.partition.typed import TypedGraph, TypedLayout, TypeTally, open_typed
+from dglx_dist.partition.typed import (TypedGraph, TypedLayout, TypeTally, open_typed,
+                                      type_feature_slices)
 
 __all__ = ["partition_dataset", "check_memory"]
 
@@ -140,4 +141,7 @@ def _header(partitioner: Partitioner, method: str, ds: GraphDataset,
         "feature_slices": slices.to_json(), "dataset": ds.extra,
         **({"edge_data": edge_data_spec(ds.edata)} if ds.edata else {}),
         **({"types": ds.types.to_json()} if isinstance(ds, TypedGraph) else {}),
+        **({"type_feature_slices": {t: s.to_json() for t, s in type_feature_slices(
+            ds.types, plan.book.num_parts).items()}}
+           if isinstance(ds, TypedGraph) and plan.feature_slices is not None else {}),
     }

@@ -4,8 +4,10 @@ The feature columns are split into ``num_parts`` contiguous slices; part ``p`` s
 ``p`` of *every* node's features, independent of which nodes it owns. Nodes, edges, labels and
 masks are partitioned by the ``structure`` partitioner (``hash`` by default, as in P3).
 
-Typed datasets are refused: their node types' features have widths of their own, and column
-slices per type are not written yet.
+A typed dataset's node types have feature widths of their own: part ``p`` stores column slice
+``p`` of every node of each featured type, each type's width split evenly
+(:func:`~dglx_dist.partition.typed.type_feature_slices`, recorded in the manifest's
+``type_feature_slices``); ``num_parts`` may not exceed any featured type's width.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from dglx_dist.data.format import DatasetMeta, GraphDataset
 from dglx_dist.errors import PartitionError
 from dglx_dist.partition.base import PARTITIONERS, Partitioner, PartitionPlan
 from dglx_dist.partition.book import FeatureSlices
-from dglx_dist.partition.typed import TypedMeta
+from dglx_dist.partition.typed import TypedGraph, TypedMeta, type_feature_slices
 
 __all__ = ["FeatureDimPartitioner"]
 
@@ -41,13 +43,10 @@ class FeatureDimPartitioner(Partitioner):
         return PARTITIONERS.build(self.config.structure, **opts)
 
     def validate(self, meta: DatasetMeta, num_parts: int) -> None:
-        if isinstance(meta, TypedMeta):
-            raise PartitionError(
-                f"feature_dim splits one feature matrix by columns; this typed dataset has "
-                f"features per node type (widths {dict(meta.types.feat_dims)}), which are not "
-                f"sliced yet: partition it with metis or hash")
         super().validate(meta, num_parts)
-        if num_parts > meta.feat_dim:
+        if isinstance(meta, TypedMeta):
+            type_feature_slices(meta.types, num_parts)  # every featured type wide enough
+        elif num_parts > meta.feat_dim:
             raise PartitionError(f"feature_dim: num_parts = {num_parts} but the features have "
                                  f"only {meta.feat_dim} columns; expected num_parts <= feat_dim")
         self._structure().validate(meta, num_parts)
@@ -61,4 +60,7 @@ class FeatureDimPartitioner(Partitioner):
         if base.feature_slices is not None:
             raise PartitionError(f"structure partitioner {self.config.structure!r} already "
                                  f"splits features; choose one that places whole rows")
-        return dataclasses.replace(base, feature_slices=FeatureSlices.even(ds.feat_dim, num_parts))
+        # a typed dataset's view has no columns: its types' slices are type_feature_slices
+        slices = FeatureSlices([0] * (num_parts + 1)) if isinstance(ds, TypedGraph) else \
+            FeatureSlices.even(ds.feat_dim, num_parts)
+        return dataclasses.replace(base, feature_slices=slices)

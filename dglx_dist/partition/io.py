@@ -31,7 +31,11 @@ homogeneous ids: :mod:`~dglx_dist.partition.types`) adds ``types`` (the
 :class:`~dglx_dist.partition.types.GraphTypes` JSON) and per part ``ntype_counts``; its
 ``feat_dim`` is 0 with ``feature_layout`` "rows", and instead of ``feat.arrow`` each part has
 ``feat-<type index>.arrow`` for every node type with features (the part's core nodes of that
-type, in local order). Homogeneous manifests carry none of these fields.
+type, in local order). Typed partitions by columns (``feature_dim``) have ``feature_layout``
+"columns", ``feature_slices`` all 0 (the homogeneous view has no columns) and
+``type_feature_slices`` {node type: column bounds, one slice per part} for every node type
+with features; their ``feat-<type index>.arrow`` holds the part's column slice of *every*
+node of that type, in per-type id order. Homogeneous manifests carry none of these fields.
 
 The whole directory is built under a temporary name and renamed into place when complete, so an
 interrupted partitioning never leaves a directory that loads. Loading part ``p`` reads the
@@ -58,7 +62,7 @@ from dglx_dist.partition.types import GraphTypes
 
 __all__ = ["write_partitions", "read_manifest", "MANIFEST", "FORMAT", "VERSION", "PART_FILES",
            "PARTITION_DIR", "VERIFIED", "part_dir_name", "part_file_name", "still_verified",
-           "record_verified", "part_tables", "type_feat_table"]
+           "record_verified", "part_tables", "type_feat_table", "check_type_feature_slices"]
 
 MANIFEST, FORMAT, VERSION = "partition.json", "dglx-partition", 2
 PART_TABLES = ("nodes", "halo", "edges", "feat")
@@ -247,12 +251,42 @@ def _check_types(file: Path, m: dict[str, Any]) -> GraphTypes:
         if last != m[total]:
             raise PartitionFormatError(f"{file}: field 'types.{field}' ends at {last}; "
                                        f"expected {total} = {m[total]}")
-    if m["version"] != VERSION or m["feat_dim"] != 0 or m["feature_layout"] != "rows":
+    if m["version"] != VERSION or m["feat_dim"] != 0 or \
+            m["feature_layout"] not in ("rows", "columns"):
         raise PartitionFormatError(
             f"{file}: a typed manifest (field 'types') with version {m['version']}, feat_dim "
             f"{m['feat_dim']} and feature_layout {m['feature_layout']!r}; expected version "
-            f"{VERSION}, feat_dim 0 and 'rows' (typed features are stored per node type)")
+            f"{VERSION}, feat_dim 0 and 'rows' or 'columns' (typed features are stored per "
+            f"node type)")
+    check_type_feature_slices(file, m, types)
     return types
+
+
+def check_type_feature_slices(file: Path, m: dict[str, Any],
+                              types: GraphTypes) -> dict[str, list[int]] | None:
+    """A typed manifest's ``type_feature_slices``, checked: present exactly when features are
+    split by columns, with ``num_parts + 1`` non-decreasing bounds from 0 to the type's
+    width for every node type that has features (None under a row layout)."""
+    found = m.get("type_feature_slices")
+    if m["feature_layout"] == "rows":
+        if found is not None:
+            raise PartitionFormatError(f"{file}: field 'type_feature_slices' in a manifest "
+                                       f"whose feature_layout is 'rows'; expected it only "
+                                       f"with 'columns'")
+        return None
+    featured = {t: w for t, w in types.feat_dims.items() if w}
+    ok = isinstance(found, dict) and sorted(found) == sorted(featured)
+    for t, bounds in (found.items() if ok else ()):
+        ok = ok and isinstance(bounds, list) and len(bounds) == m["num_parts"] + 1 and all(
+            isinstance(b, int) and not isinstance(b, bool) for b in bounds) and \
+            bounds[0] == 0 and bounds[-1] == featured[t] and \
+            all(a <= b for a, b in zip(bounds, bounds[1:]))
+    if not ok:
+        raise PartitionFormatError(
+            f"{file}: field 'type_feature_slices' = {found!r:.80}; expected, for each of the "
+            f"featured node types {featured} (name: width), {m['num_parts'] + 1} "
+            f"non-decreasing column bounds from 0 to its width")
+    return found
 
 
 def _check_ntype_counts(where: str, entry: dict[str, Any], num_types: int) -> None:

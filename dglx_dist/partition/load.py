@@ -14,7 +14,10 @@ A typed partitioning (:mod:`~dglx_dist.partition.typed`) has ``types`` (a
 :class:`~dglx_dist.partition.types.GraphTypes`: the node and edge types and the id maps
 between original homogeneous and per-type ids; None for a homogeneous one),
 ``ntype_counts(p)`` (part ``p``'s core nodes per type: each type's are one run of local ids,
-in type order) and ``load_type_feat(p, ntype)``; its parts' ``feat`` has no columns.
+in type order) and ``load_type_feat(p, ntype)``; its parts' ``feat`` has no columns. Under a
+column layout (``feature_dim``), ``type_slices[ntype]`` are a featured type's column slices
+and ``load_type_feat(p, ntype)`` is slice ``p`` of every node of the type (per-type id order);
+``type_rows(ntype)`` gives the order of a type's rows in the graph's stores.
 """
 from __future__ import annotations
 
@@ -33,8 +36,9 @@ from dglx_dist.data.edge_data import edge_data_arrays
 from dglx_dist.errors import IdOutOfRangeError, InvalidValueError, PartitionFormatError
 from dglx_dist.partition.book import FeatureSlices, NodeBook, RangeBook, book_from_json
 from dglx_dist.partition.dgl_config import find_dgl_config
-from dglx_dist.partition.io import (MANIFEST, part_file_name, read_manifest, record_verified,
-                                    still_verified, type_feat_table)
+from dglx_dist.partition.io import (MANIFEST, check_type_feature_slices, part_file_name,
+                                    read_manifest, record_verified, still_verified,
+                                    type_feat_table)
 from dglx_dist.partition.layout import Partition
 from dglx_dist.partition.types import GraphTypes
 
@@ -86,6 +90,10 @@ class PartitionDir:
         self.edge_data: dict[str, dict[str, Any]] = _edge_data_spec(self.path, m)
         self.types: GraphTypes | None = (GraphTypes.from_json(m["types"], str(self.path / MANIFEST))
                                          if "types" in m else None)
+        slices = (check_type_feature_slices(self.path / MANIFEST, m, self.types)
+                  if self.types is not None else None)
+        self.type_slices: dict[str, FeatureSlices] = {t: FeatureSlices(b) for t, b in
+                                                      (slices or {}).items()}
         self._orig_maps: dict[int, np.ndarray] = {}
         self._verified: set[int] = set()
 
@@ -241,9 +249,24 @@ class PartitionDir:
         self._typed()
         return np.asarray(self._entry(part)["ntype_counts"], dtype=np.int64)
 
+    def type_rows(self, ntype: str) -> np.ndarray:
+        """The per-type ids of node type ``ntype``'s rows in the order the graph's stores keep
+        them: by part, then by local id (part ``p``'s are one contiguous range)."""
+        types = self._typed()
+        i, lo = types.ntype_index(ntype), int(types.ntype_offsets[types.ntype_index(ntype)])
+        out = []
+        for p in range(self.num_parts):
+            counts = self.ntype_counts(p)
+            start = int(counts[:i].sum())
+            gids = self.book.core_ids(p)[start:start + int(counts[i])]
+            out.append(self.to_original(gids) - lo)
+        return np.concatenate(out).astype(np.int64)
+
     def load_type_feat(self, part: int, ntype: str, verify: bool = True) -> np.ndarray:
-        """The features (float32, one row per core node of type ``ntype`` of part ``part``,
-        in local order) of a typed partitioning."""
+        """The features (float32) of node type ``ntype`` in part ``part`` of a typed
+        partitioning: one row per core node of the type, in local order; under a column
+        layout, the part's column slice (:attr:`type_slices`) of every node of the type, in
+        per-type id order."""
         self._check_part(part)
         types = self._typed()
         i, width = types.ntype_index(ntype), types.feat_dims.get(ntype, 0)
@@ -254,6 +277,10 @@ class PartitionDir:
         if verify:
             self.verify_part(part)
         rows, file = int(self.ntype_counts(part)[i]), self._file(part, type_feat_table(i))
+        if ntype in self.type_slices:  # a column slice of every node of the type
+            cols = self.type_slices[ntype].slice(part)
+            rows, width = int(types.ntype_offsets[i + 1] - types.ntype_offsets[i]), \
+                cols.stop - cols.start
         read_checked(file, {"feat": "float list"}, rows, _ERR, read=())
         return read_feat(file, rows, width, _ERR)
 

@@ -6,7 +6,9 @@ flattens to: a :class:`~dglx_dist.data.format.GraphDataset` over the original ho
 (:mod:`dglx_dist.partition.types`), so every partitioner plans it unchanged. Labels of node
 types without labels are -1 (masks false); the features stay per type, because the types'
 widths differ: the view's ``feat`` has no columns, and :class:`TypedLayout` cuts each part's
-rows of every type out of the type's own matrix.
+rows of every type out of the type's own matrix. Under a column layout (``feature_dim``),
+part ``p`` holds instead column slice ``p`` of *every* node of each featured type
+(:func:`type_feature_slices`: each type's width split evenly), rows in per-type id order.
 
 Because every partitioner keeps the original order within a part (``hash`` does not relabel,
 ``metis`` relabels by a stable sort by part), a part's core nodes of one type form one run,
@@ -34,11 +36,13 @@ from dglx_dist.data.hetero import Etype, HeteroDataset, etype_key
 from dglx_dist.data.hetero_format import HeteroMeta, edge_file, read_hetero_dataset, \
     read_hetero_meta
 from dglx_dist.errors import DatasetFormatError, PartitionError
+from dglx_dist.partition.book import FeatureSlices
 from dglx_dist.partition.layout import Layout, Partition
 from dglx_dist.partition.quality import imbalance
 from dglx_dist.partition.types import GraphTypes
 
-__all__ = ["TypedMeta", "TypedGraph", "TypedLayout", "TypeTally", "open_typed", "graph_types"]
+__all__ = ["TypedMeta", "TypedGraph", "TypedLayout", "TypeTally", "open_typed", "graph_types",
+           "type_feature_slices"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,8 +163,21 @@ def typed_graph(ds: HeteroDataset) -> TypedGraph:
                                  if n.feat is not None})
 
 
+def type_feature_slices(types: GraphTypes, num_parts: int) -> dict[str, FeatureSlices]:
+    """The column slices of each featured node type under a column layout: its width split
+    into ``num_parts`` even slices (one line naming a type narrower than ``num_parts``)."""
+    narrow = {t: w for t, w in types.feat_dims.items() if 0 < w < num_parts}
+    if narrow:
+        t, w = min(narrow.items(), key=lambda kv: kv[1])
+        raise PartitionError(f"feature_dim: node type {t!r} has {w} feature columns; expected "
+                             f"num_parts = {num_parts} <= the width of every node type with "
+                             f"features (at most {w} parts)")
+    return {t: FeatureSlices.even(w, num_parts) for t, w in types.feat_dims.items() if w}
+
+
 class TypedLayout(Layout):
-    """A :class:`Layout` whose parts also carry ``ntype_counts`` and per-type features."""
+    """A :class:`Layout` whose parts also carry ``ntype_counts`` and per-type features (the
+    part's rows of each type, or under a column layout its column slice of every row)."""
 
     ds: TypedGraph
 
@@ -177,8 +194,13 @@ class TypedLayout(Layout):
                 f"must keep the order within a part, as a stable sort by part does)")
         counts = np.bincount(node_type, minlength=len(types.ntypes)).astype(np.int64)
         starts = np.concatenate([[0], np.cumsum(counts)])
-        feats = {i: f[pc.core_orig[starts[i]:starts[i + 1]] - types.ntype_offsets[i]]
-                 for i, f in self.ds.type_feat.items()}
+        if self.plan.feature_slices is None:
+            feats = {i: f[pc.core_orig[starts[i]:starts[i + 1]] - types.ntype_offsets[i]]
+                     for i, f in self.ds.type_feat.items()}
+        else:  # column slice p of every node of the type
+            slices = type_feature_slices(types, self.book.num_parts)
+            feats = {i: np.ascontiguousarray(f[:, slices[types.ntypes[i]].slice(p)])
+                     for i, f in self.ds.type_feat.items()}
         return dataclasses.replace(pc, ntype_counts=counts, type_feat=feats)
 
 

@@ -133,6 +133,11 @@ class TypedGraphs(abc.ABC):
     """It trains graphs with node and edge types (a typed partitioning): its loaders yield
     DGL's heterogeneous blocks, with node ids by type."""
 
+    def check_typed(self, graph: str) -> None:
+        """Refuses options that do not apply to a typed graph (``graph`` names it), before
+        any collective where possible (``distribute`` of a heterograph, and
+        :func:`~dglx_dist.strategies.base.check_partitions`); by default none."""
+
 
 class StepsInTurn(abc.ABC):
     """Each step must be trained before the loader asks for the next (P3's pipeline launches

@@ -164,9 +164,12 @@ def check_partitions(strategy: Strategy, pdir: PartitionDir, topology: Topology)
                              f"{topology.num_servers} servers x {topology.ranks_per_server} "
                              f"ranks needs {spec.num_parts} (partition with {redo})")
     if pdir.types is not None and not isinstance(strategy, TypedGraphs):
+        typed = [n for n in STRATEGIES.names() if issubclass(STRATEGIES.get(n), TypedGraphs)]
         raise NotSupportedError(f"{pdir.path} holds a graph with node types "
                                 f"{list(pdir.types.ntypes)}; strategy {name!r} trains graphs without "
-                                "types only so far (distdgl trains typed graphs)")
+                                f"types only so far ({', '.join(typed)} train typed graphs)")
+    if pdir.types is not None:
+        strategy.check_typed(str(pdir.path))
     if spec.feature_layout and pdir.feature_layout != spec.feature_layout:
         raise PartitionError(f"{pdir.path} stores features as {pdir.feature_layout} "
                              f"(partitioner {pdir.partitioner!r}); strategy {name!r} needs "

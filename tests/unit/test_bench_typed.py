@@ -89,7 +89,7 @@ def test_the_kind_of_a_dataset_chooses_its_systems(tmp_path):
     typed = typed_systems({})
     assert set(typed) == {"dgl-distdgl"} | {n for n in STRATEGIES.names()
                                             if issubclass(STRATEGIES.get(n), TypedGraphs)}
-    assert "distdgl" in typed and "p3" not in typed
+    assert {"distdgl", "p3"} <= set(typed) and "dorylus" not in typed
     assert KINDS["typed"].model == "rgcn" and KINDS["graph"].model is None
     assert "dgl" in KINDS["graph"].systems({}, "node")
 
@@ -168,9 +168,10 @@ def test_summarize_gives_the_epoch_times_median_and_range():
     (["--model", "gat"], "--model gat: on a typed dataset every system trains the R-GCN"),
     (["--memory-limit", "1000"], "--memory-limit: the typed runs are not checked for memory"),
     (["--row-normalize", "on"], "--row-normalize on: the R-GCN projects"),
-    (["--systems", "p3,distdgl"], "not for a typed dataset (their strategies do not train "
-                                  "graphs with types): p3; choose from dgl-distdgl, distdgl"),
-    (["--systems", "nosuch"], "unknown nosuch; choose from dgl-distdgl, distdgl"),
+    (["--systems", "dorylus,distdgl"], "not for a typed dataset (their strategies do not "
+                                       "train graphs with types): dorylus; choose from "
+                                       "dgl-distdgl, distdgl, p3"),
+    (["--systems", "nosuch"], "unknown nosuch; choose from dgl-distdgl, distdgl, p3"),
 ])
 def test_bench_on_a_typed_dataset_refuses_in_one_line(argv, words, tmp_path, caplog):
     assert main(["bench", "--preset", "mag-small", "--no-plot", "--out",

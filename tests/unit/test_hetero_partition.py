@@ -136,10 +136,10 @@ def test_metis_balances_each_node_type_and_the_training_nodes(tmp_path, seed):
     assert report.imbalance["nodes"] <= 1.10, report.imbalance
 
 
-def test_feature_dim_refuses_a_typed_dataset(tmp_path):
-    with pytest.raises(PartitionError, match=r"feature_dim splits one feature matrix .*"
-                       r"widths \{'author': 0, 'field': 3, 'paper': 5\}.*metis or hash"):
-        partition_dataset(_toy(), tmp_path / "p", "feature_dim", 2)
+def test_typed_partitioning_refuses_bad_input_before_writing(tmp_path):
+    with pytest.raises(PartitionError, match=r"feature_dim: node type 'field' has 3 feature "
+                       r"columns; expected num_parts = 4 <= the width of every node type"):
+        partition_dataset(_toy(), tmp_path / "p", "feature_dim", 4)
     with pytest.raises(PartitionError, match=r"backend 'pymetis' balances one constraint"):
         partition_dataset(_toy(), tmp_path / "p", "metis", 2, {"backend": "pymetis",
                                                                "balance": ""})
@@ -340,10 +340,11 @@ def test_the_cli_partitions_and_verifies_a_typed_directory(tmp_path, capsys, cap
     victim = out / "part-00001" / "feat-1.arrow"
     victim.write_bytes(victim.read_bytes()[:-8] + bytes(8))
     assert main(["verify", str(out)]) == 2
-    assert main(["partition", str(data), str(tmp_path / "q"), "--method", "feature_dim"]) == 2
+    assert main(["partition", str(data), str(tmp_path / "q"), "--method", "feature_dim",
+                 "--parts", "4"]) == 2
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 2 and "feat-1.arrow: sha256" in errors[0]
-    assert errors[1].startswith("PartitionError: feature_dim splits one feature matrix")
+    assert errors[1].startswith("PartitionError: feature_dim: node type 'field' has 3 feature")
 
 
 def test_the_partition_cache_keys_a_typed_dataset_by_its_tables(tmp_path):
@@ -364,7 +365,7 @@ def test_the_partition_cache_keys_a_typed_dataset_by_its_tables(tmp_path):
 
 
 @pytest.mark.dgl
-@pytest.mark.parametrize("name", ["p3", "granndis", "dorylus", "fullgraph"])
+@pytest.mark.parametrize("name", ["granndis", "dorylus", "fullgraph"])
 def test_strategies_without_types_refuse_typed_partitions_in_one_line(typed_dir, name):
     from dglx_dist.errors import NotSupportedError
     from dglx_dist.runtime.topology import Topology

@@ -11,6 +11,8 @@
   (``pipeline=true``).
 * Caching (structure and feature slices replicated on every server within a budget):
   :func:`plan_cache` and :class:`CachePlan` in :mod:`.strategy` (``cache_mb``).
+* Graphs with node and edge types (an R-GCN): the featured types' input projections split by
+  feature columns, :mod:`.typed` (:class:`~dglx_dist.strategies.p3.typed.TypedColumns`).
 """
 from dglx_dist.strategies.p3.layer import ColumnSlice, P3FirstLayer
 from dglx_dist.strategies.p3.strategy import CachePlan, P3Strategy, plan_cache

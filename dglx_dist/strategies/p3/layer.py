@@ -26,6 +26,7 @@ from typing import Callable
 import dgl
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from dglx_dist.convs import ConvAdapter, ConvWrapper
 from dglx_dist.errors import InvalidTypeError
@@ -204,16 +205,22 @@ class ColumnSlice:
     avoid, and the result is a plain tensor that the first layer refuses (it computes from the
     stored features; transform them before :func:`dglx_dist.distribute` instead).
 
+    On a graph with node types (:mod:`dglx_dist.strategies.p3.typed`) the handle also has a
+    ``linear``: ``F.linear(handle, weight, bias)`` (an ``nn.Linear``) then runs P3's split
+    linear map instead of materialising.
+
     Args:
-        ids: the rows' node ids (partitioned).
+        ids: the rows' node ids (partitioned; row ids of the type on a graph with types).
         columns: this rank's columns of those rows.
         feat_dim: the rows' width.
         pull: ``pull(ids) -> rows``, whole rows from every rank's columns (this rank alone).
+        linear: ``linear(handle, weight, bias) -> rows``, the split linear map, or None.
     """
 
     def __init__(self, ids: torch.Tensor, columns: torch.Tensor, feat_dim: int,
-                 pull: Callable[[torch.Tensor], torch.Tensor]):
-        self.ids, self.columns, self._pull = ids, columns, pull
+                 pull: Callable[[torch.Tensor], torch.Tensor],
+                 linear: Callable[..., torch.Tensor] | None = None):
+        self.ids, self.columns, self._pull, self._linear = ids, columns, pull, linear
         self.shape = torch.Size([ids.numel(), feat_dim])
         self.dtype = columns.dtype
 
@@ -241,6 +248,9 @@ class ColumnSlice:
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
+        split = _split_linear(func, args, kwargs or {})
+        if split is not None:
+            return split
         why = f"{getattr(func, '__name__', func)}()"
 
         def whole(v):
@@ -263,6 +273,20 @@ class ColumnSlice:
     def __array__(self, dtype=None):
         rows = self.materialise("numpy").numpy()
         return rows if dtype is None else rows.astype(dtype)
+
+
+def _split_linear(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
+    """``F.linear(handle, weight, bias)`` by the handle's own split linear map, or None (not
+    ``F.linear``, no such map, or a weight or bias that is itself a handle)."""
+    if func is not F.linear:
+        return None
+    names = ("input", "weight", "bias")
+    given = dict(zip(names, args), **kwargs)
+    x, weight, bias = (given.get(n) for n in names)
+    if not isinstance(x, ColumnSlice) or x._linear is None or \
+            not isinstance(weight, torch.Tensor) or isinstance(bias, ColumnSlice):
+        return None
+    return x._linear(x, weight, bias)
 
 
 def _binary(name: str):

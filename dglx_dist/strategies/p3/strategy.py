@@ -22,6 +22,11 @@
   each block's structure is pushed from the host, and this rank's columns of its rows are
   gathered into pinned buffers and copied to the GPU.
 
+On a graph with node and edge types (an R-GCN; :mod:`dglx_dist.strategies.p3.typed`), what
+touches the raw features is each featured type's input projection (an ``nn.Linear``): that
+runs model parallel over the types' column slices, the rest data parallel under DDP; the
+pipeline and caching do not apply there and are refused.
+
 The model keeps its ``forward(blocks, x)``: its first dgl.nn conv is replaced by
 :class:`P3FirstLayer`, which ignores the ``x`` it is given (the batch's ``x`` is this rank's
 column slice of its input rows) and computes from the column slices held by each rank, so
@@ -41,7 +46,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from dglx_dist.convs import adapter_for, first_conv
-from dglx_dist.errors import InvalidValueError, StateError
+from dglx_dist.errors import InvalidValueError, NotSupportedError, StateError
 from dglx_dist.kvstore.policy import rows_at
 from dglx_dist.memory import MemoryModel
 from dglx_dist.partition.load import PartitionDir
@@ -51,12 +56,14 @@ from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import (LocalSampler, PartitionSampler, owner_balanced_chunks,
                                 whole_graph)
+from dglx_dist.sampling.typed import TypedBlockSampler, TypeIds
 from dglx_dist.strategies.abilities import (HoldsRows, MemoryModelled, OverlapsBackward, OwnSplit,
-                                            ShardedParams, StepsInTurn)
+                                            ShardedParams, StepsInTurn, TypedGraphs)
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, check_partitions,
                                        ddp)
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
 from dglx_dist.strategies.p3.layer import ColumnSlice, P3FirstLayer
+from dglx_dist.strategies.p3.typed import TypedColumns
 from dglx_dist.strategies.steps import Step, place_step
 
 __all__ = ["P3Strategy", "CachePlan", "plan_cache"]
@@ -95,12 +102,14 @@ def plan_cache(budget: float, pdir: PartitionDir, topology: Topology) -> CachePl
 
 @STRATEGIES.register("p3")
 class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, StepsInTurn, ShardedParams,
-                 OverlapsBackward, OwnSplit):
+                 OverlapsBackward, OwnSplit, TypedGraphs):
     """Hash structure + feature-dimension slices; layer 1 model parallel, the rest DDP (its
     pipeline runs layer 1 ahead itself and needs steps in turn). Its state between epochs
-    (:meth:`state_dict`) is the pipeline's deferred slice gradients."""
+    (:meth:`state_dict`) is the pipeline's deferred slice gradients. On a typed graph, the
+    featured types' input projections run model parallel (:attr:`typed`)."""
 
     held_rows = frozenset({"feat"})
+    typed: TypedColumns | None = None  # a typed graph's column slices, set up
     # peak RSS per rank fitted at 3 graph sizes (0.3M-1.2M nodes), docs/cluster_model.md
     # "Memory per rank": 2 servers x 1 rank, F=128, GCN hidden 64, fanouts 10,25, batch 1000
     memory_model = MemoryModel(base=1126 * 2**20, per_node=0, per_edge=303.3)
@@ -122,11 +131,28 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, StepsInTurn, Shar
         return PartitionSpec("feature_dim", topology.world_size, {"structure": "hash"},
                              feature_layout="columns")
 
+    def check_typed(self, graph: str) -> None:
+        """Refuses the options that do not apply on a typed graph."""
+        for option, on in (("pipeline", self.config.pipeline), ("cache_mb", self.config.cache_mb)):
+            if on:
+                raise NotSupportedError(
+                    f"p3 on a graph with node types ({graph}): option {option}="
+                    f"{on} does not apply there (only the input projections run model "
+                    f"parallel); expected {option}={type(on)()}")
+
     def setup(self, session: Session, pdir: PartitionDir, store, request: SetupRequest) -> None:
         check_partitions(self, pdir, session.topology)
         self.session, rank, topo = session, session.rank, session.topology
         self.pdir, self.num_nodes, self.store = pdir, pdir.num_nodes, store
-        part = pdir.load_part(rank)
+        part = pdir.load_part(rank, features=pdir.types is None)
+        if pdir.types is not None:  # DGL's heterogeneous blocks; projections split by columns
+            self.sampler = TypedBlockSampler(
+                PartitionSampler(part, pdir.book, session.world, rank, pdir.edge_book(),
+                                 etype_offsets=pdir.types.etype_offsets),
+                TypeIds.of(pdir), pdir.types.canonical_etypes)
+            self.typed = TypedColumns(session, pdir, store)
+            self.held_rows = frozenset(self.typed.held)
+            return
         self.cache = plan_cache(self.config.cache_mb * 2**20, pdir, topo)
         log.info("p3 caching: %s", self.cache)
         if self.cache.structure:  # every rank samples from the whole graph, no exchange
@@ -143,6 +169,12 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, StepsInTurn, Shar
         self.feat = torch.from_numpy(np.concatenate([f for f, _ in feats], axis=1))
 
     def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        if self.typed is not None:  # the projections' chain starts and ends with the forward
+            model.register_forward_pre_hook(self.typed.begin)
+            model.register_forward_hook(self.typed.tie)
+            self._slices, self._grad_bytes = [], sum(
+                p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+            return ddp(model, self.session, self.compute_device(self.session), find_unused=True)
         conv, name = first_conv(model)
         adapter = adapter_for(conv)
         adapter.check_column_split(conv)
@@ -173,13 +205,19 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, StepsInTurn, Shar
 
     def sharded_params(self):
         """The first layer's weight slices: every rank's columns (each server's, when every
-        server holds all columns)."""
+        server holds all columns); none on a typed graph (DDP averages whole weights)."""
+        if self.typed is not None:
+            return [], self.session.world
         return self._slices, (self.session.server if self.cache.features else self.session.world)
 
     def before_backward(self) -> None:
-        self._sync.start()
+        if self.typed is None:
+            self._sync.start()
 
     def after_backward(self, steps) -> None:
+        if self.typed is not None:  # DDP averages every gradient (see p3/typed.py)
+            self.session.world.account_all_reduce(self._grad_bytes)
+            return
         self._layer.after_backward()  # pipelined slice gradients that arrived
         # DDP averages the other gradients over the ranks; the slices' are this pass's own
         self._sync.finish(self._reduce_slices)
@@ -193,7 +231,7 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, StepsInTurn, Shar
     def state_dict(self) -> dict:
         """The pipeline's slice gradients that arrived after the epoch's last step (applied at
         the next epoch's first step)."""
-        deferred = self._layer.deferred
+        deferred = self._layer.deferred if self.typed is None else None
         return {"deferred": [g.clone() for g in deferred] if deferred is not None else []}
 
     def load_state_dict(self, state: dict) -> None:
@@ -202,6 +240,8 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, StepsInTurn, Shar
             raise InvalidValueError(f"the checkpoint holds {len(deferred)} deferred slice "
                                     f"gradients; this model's first layer has {len(self._slices)} "
                                     "slices")
+        if self.typed is not None:
+            return
         # checkpoints load on the CPU; the slices may be on a GPU
         self._layer.deferred = [g.to(w.device) for g, w in zip(deferred, self._slices)] or None
 
@@ -218,6 +258,8 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, StepsInTurn, Shar
         return step
 
     def local_rows(self, name: str, ids: torch.Tensor):
+        if self.typed is not None:
+            return self.typed.rows(name, ids)
         if name != "feat":
             return None
         return self._input_rows(ids)

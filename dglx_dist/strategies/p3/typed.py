@@ -1,0 +1,168 @@
+"""P3 on a graph with node and edge types: the input projections split by feature columns.
+
+A typed partitioning for ``p3`` (``feature_dim`` over ``hash``) gives rank ``r`` the nodes the
+hash gives it, with their in-edges, and column slice ``r`` of *every* node of each node type
+that has features (each type's width split evenly; ``PartitionDir.type_slices``).
+
+In an R-GCN (:class:`~dglx_dist.models.RGCN`) the raw features of a featured type only meet
+the model in its input projection, ``self.proj[ntype](x)``: an ``nn.Linear``. That is the part
+P3 runs model parallel. ``g.nodes[ntype].data["feat"][ids]`` gives a
+:class:`~dglx_dist.strategies.p3.layer.ColumnSlice` handle; ``F.linear(handle, W, b)`` (what
+``nn.Linear`` calls) runs :meth:`TypedColumns.linear`, collective over the job:
+
+* every rank's batch ids of that type are shared (P3's push);
+* each rank computes from its own columns the partial ``x[:, cols_r] @ W[:, cols_r].T`` of
+  every rank's batch; the partials are summed at the batch's owner (the two-stage exchange of
+  :class:`~dglx_dist.runtime.autograd.OwnerReduce`), which adds the bias.
+
+Backward pushes the owner's output gradient to every rank, so rank ``r``'s ``W.grad`` is
+nonzero only in its columns and holds the gradient of every rank's loss there; DDP's mean
+over the ranks is then exactly the gradient of the mean loss. Featureless types (embedding
+rows) and everything after the projections are data parallel, as under ``distdgl``.
+
+The projections are collective, forward and backward. Every rank must apply them for the same
+types in the same order (a batch with no node of a type still applies its projection, to no
+rows); a rank that does otherwise gets one line naming the types. Their backward exchanges run
+in the reverse order on every rank, whatever the model's graph looks like: each projection
+passes a *token* (an empty tensor) to the next, and the last one is tied to the model's output
+(forward hooks on the user's model), so autograd runs them last-to-first and never skips one.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from dglx_dist.errors import InvalidValueError, StateError
+from dglx_dist.kvstore import typed_key
+from dglx_dist.kvstore.policy import rows_at
+from dglx_dist.partition.load import PartitionDir
+from dglx_dist.runtime.autograd import OwnerReduce, flatten_partials
+from dglx_dist.runtime.session import Session
+from dglx_dist.strategies.p3.layer import ColumnSlice
+
+__all__ = ["TypedColumns"]
+
+
+class _OwnerSum(torch.autograd.Function):
+    """``flats[j]`` (world order) -> the sum of every rank's ``flats[me]``, and a token for the
+    next projection; backward runs only after the next projection's (its token's gradient)."""
+
+    @staticmethod
+    def forward(ctx, server, cross, token: torch.Tensor, *flats: torch.Tensor):
+        ctx.plan, ctx.token_shape = OwnerReduce(server, cross, [f.numel() for f in flats]), \
+            token.shape
+        total = ctx.plan.finish_forward(ctx.plan.start_forward(flats))
+        return total, token.new_zeros(0)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor, _token: torch.Tensor):
+        grads = ctx.plan.finish_backward(ctx.plan.start_backward(grad.contiguous()))
+        return (None, None, grad.new_zeros(ctx.token_shape), *grads)
+
+
+class _Tie(torch.autograd.Function):
+    """``out`` unchanged; its backward also reaches the last projection's token."""
+
+    @staticmethod
+    def forward(ctx, out: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
+        ctx.token_shape = token.shape
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return grad, grad.new_zeros(ctx.token_shape)
+
+
+class TypedColumns:
+    """This rank's column slice of every featured node type (rows in the graph's row order
+    of the type) and P3's split input projection over them (see the module docstring).
+
+    Args:
+        session: the job's session (one part per rank).
+        pdir: the typed partitioning by columns.
+        store: the graph's KVStore (whole rows are pulled through it when a handle is
+            used other than by a linear map).
+    """
+
+    def __init__(self, session: Session, pdir: PartitionDir, store):
+        self.session, self.store = session, store
+        types, rank = pdir.types, session.rank
+        self.index = {t: i for i, t in enumerate(types.ntypes)}
+        self.feat: dict[str, torch.Tensor] = {}
+        self.cols: dict[str, tuple[int, int]] = {}
+        self.widths = {t: w for t, w in types.feat_dims.items() if w}
+        for ntype, slices in pdir.type_slices.items():
+            sl = slices.slice(rank)
+            rows = pdir.load_type_feat(rank, ntype)[pdir.type_rows(ntype)]
+            self.feat[ntype], self.cols[ntype] = torch.from_numpy(rows), (sl.start, sl.stop)
+        self.held = {typed_key(t, "feat"): t for t in self.feat}
+        self._token: torch.Tensor | None = None
+
+    def rows(self, name: str, ids: torch.Tensor) -> ColumnSlice | None:
+        """The handle on rows ``ids`` (row ids of the type) of store name ``name``, or None
+        when this is not a featured type's ``feat``."""
+        ntype = self.held.get(name)
+        if ntype is None:
+            return None
+        return ColumnSlice(ids, rows_at(self.feat[ntype], ids), self.widths[ntype],
+                           functools.partial(self._pull, name),
+                           linear=functools.partial(self.linear, ntype))
+
+    def _pull(self, name: str, ids: torch.Tensor) -> torch.Tensor:
+        if self.store is None:
+            raise StateError("p3: whole feature rows can only be pulled through the graph "
+                             "dglx_dist.distribute returns")
+        return self.store.pull(name, ids, collective=False)
+
+    def linear(self, ntype: str, handle: ColumnSlice, weight: torch.Tensor,
+               bias: torch.Tensor | None) -> torch.Tensor:
+        """``F.linear(x, weight, bias)`` for the rows ``handle`` stands for (collective)."""
+        width = self.widths[ntype]
+        if weight.dim() != 2 or weight.shape[1] != width:
+            raise InvalidValueError(f"p3: a linear map of weight {tuple(weight.shape)} applied "
+                                    f"to g.nodes[{ntype!r}].data['feat'] rows of width "
+                                    f"{width}; expected a weight of shape (out, {width})")
+        batches = self._share(ntype, handle.ids)
+        lo, hi = self.cols[ntype]
+        w = weight[:, lo:hi]
+        me = self.session.rank
+        partials = [[(handle.columns if j == me else rows_at(self.feat[ntype], ids))
+                     .to(w.device, w.dtype, non_blocking=True) @ w.T]
+                    for j, ids in enumerate(batches)]
+        token = self._token if self._token is not None else weight.new_zeros(0)
+        total, self._token = _OwnerSum.apply(self.session.server, self.session.cross, token,
+                                             *flatten_partials(partials))
+        out = total.view(handle.ids.numel(), weight.shape[0])
+        return out if bias is None else out + bias
+
+    def _share(self, ntype: str, ids: torch.Tensor) -> list[torch.Tensor]:
+        """Every rank's batch ids of ``ntype``, in rank order (collective); refuses ranks
+        that project different types at this point."""
+        mine = self.index[ntype]
+        got = self.session.world.all_gather_v(torch.cat([torch.tensor([mine]), ids.long()]))
+        names = [list(self.index)[int(m[0])] for m in got]
+        if any(n != ntype for n in names):
+            raise StateError(f"p3: the ranks apply input projections of node types {names} "
+                             "(by rank) at the same point; every rank must project the same "
+                             "node types in the same order (a batch without nodes of a type "
+                             "still projects its empty rows)")
+        return [m[1:] for m in got]
+
+    def begin(self, *_: Any) -> None:
+        """A forward of the model starts: its projections start a new chain."""
+        self._token = None
+
+    def tie(self, _module, _args, output):
+        """The model's output, tied to its last projection's token (a forward hook)."""
+        token, self._token = self._token, None
+        if token is None or not token.requires_grad:
+            return None
+        if isinstance(output, torch.Tensor) and output.requires_grad:
+            return _Tie.apply(output, token)
+        if isinstance(output, dict):
+            for key, value in output.items():
+                if isinstance(value, torch.Tensor) and value.requires_grad:
+                    return {**output, key: _Tie.apply(value, token)}
+        return None
