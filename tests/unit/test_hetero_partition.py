@@ -198,20 +198,34 @@ def _tiny():
     return tiny_dataset()
 
 
-def test_shared_edge_data_is_stored_and_differing_edge_data_is_refused(tmp_path):
+def test_edge_data_of_some_edge_types_is_stored_and_a_dtype_clash_is_refused(tmp_path):
     ds = _toy(edata=True)
-    _, pdir = _partition(ds, tmp_path, "hash", 3)
-    stored = np.concatenate([pdir.load_edge_data(p)["w"] for p in range(3)])
-    expected = np.concatenate([e.edata["w"] for e in ds.edges.values()])
-    assert np.array_equal(stored[pdir.edge_part_ids()], expected)
-    ds.edges[("paper", "cites", "paper")].edata["w"] = np.zeros(600, np.float64)
-    with pytest.raises(PartitionError, match=r"edge type paper:cites:paper has edge data "
-                                             r"\{'w': 'float64\[\]'\}.*same columns"):
+    cites = ("paper", "cites", "paper")
+    rng = np.random.default_rng(3)
+    ds.edges[cites].edata["year"] = rng.integers(1990, 2020, (600, 2))  # cites alone
+    for source in (ds, tmp_path / "d"):
+        if source != ds:
+            write_hetero_dataset(ds, source)
+        _, pdir = _partition(source, tmp_path / f"p{source is ds}", "hash", 3)
+        stored = {name: np.concatenate([pdir.load_edge_data(p)[name] for p in range(3)])
+                  [pdir.edge_part_ids()] for name in ("w", "year")}
+        types = pdir.types
+        assert np.array_equal(stored["w"], np.concatenate([e.edata["w"]
+                                                           for e in ds.edges.values()]))
+        at = types.etype_index(cites)
+        run = slice(int(types.etype_offsets[at]), int(types.etype_offsets[at + 1]))
+        assert np.array_equal(stored["year"][run], ds.edges[cites].edata["year"])
+        assert not stored["year"][:run.start].any() and not stored["year"][run.stop:].any()
+        assert dict(types.edge_data) == {"w": tuple(range(len(types.canonical_etypes))),
+                                         "year": (at,)}
+    ds.edges[cites].edata["w"] = np.zeros(600, np.float64)
+    with pytest.raises(PartitionError, match=r"edge data 'w' is float64\[\] in edge type "
+                                             r"paper:cites:paper but float32\[\] in "):
         partition_dataset(ds, tmp_path / "bad", "hash", 2)
-    write_hetero_dataset(ds, tmp_path / "d")
-    with pytest.raises(PartitionError, match=r"edge type paper:cites:paper has edge data "
-                                             r"\{'w': 'double'\}"):
-        partition_dataset(tmp_path / "d", tmp_path / "bad", "hash", 2)
+    write_hetero_dataset(ds, tmp_path / "d2")
+    with pytest.raises(PartitionError, match=r"edge data 'w' is double in edge type "
+                                             r"paper:cites:paper but float in "):
+        partition_dataset(tmp_path / "d2", tmp_path / "bad", "hash", 2)
     assert not (tmp_path / "bad").exists()
 
 
@@ -250,6 +264,8 @@ def _edit(path, fn):
      r"'types.canonical_etypes\[0\]' = \['venue'"),
     (lambda m: m["types"].update(labeled=["venue"]), r"field 'types.labeled'"),
     (lambda m: m["types"].update(category="venue"), r"field 'types.category' = 'venue'"),
+    (lambda m: m["types"].update(edge_data={"w": [0, 5]}),
+     r"field 'types.edge_data' = .*indices in \[0, 5\)"),
     (lambda m: m["types"].update(ntypes=["paper", "field", "author"]),
      r"'types.ntypes' = .*expected distinct names in sorted order"),
     (lambda m: m.update(feat_dim=5), r"a typed manifest .* feat_dim 5 .* expected version 2, "
