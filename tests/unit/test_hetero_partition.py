@@ -392,10 +392,11 @@ def test_strategies_without_types_refuse_typed_partitions_in_one_line(typed_dir,
         check_partitions(STRATEGIES.build(name), PartitionDir(typed_dir), Topology(2, 1))
 
 
-def test_dglx_train_refuses_typed_partitions_in_one_line(typed_dir, caplog):
+def test_dglx_train_refuses_another_model_on_typed_partitions_in_one_line(typed_dir, caplog):
     from dglx_dist.cli import main
 
-    assert main(["train", "--strategy", "distdgl", "--partitions", str(typed_dir)]) == 2
+    assert main(["train", "--strategy", "distdgl", "--partitions", str(typed_dir),
+                 "--model", "gat"]) == 2
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and errors[0].exc_info is None
-    assert "the Trainer and `dglx train` take graphs without types" in errors[0].getMessage()
+    assert "--model gat: a dataset with node types trains the R-GCN" in errors[0].getMessage()
