@@ -112,7 +112,6 @@ def _check_before_start(config: RunConfig, strategy, env) -> None:
         if data.data is not None:
             check_partitions_of(data.partitions, data.data)
         graph = PartitionDir(data.partitions)
-        check_partitions(strategy, graph, Topology(env.num_servers, env.ranks_per_server))
         size, typed = (graph.num_nodes, graph.num_edges), graph.types is not None
     else:
         path = resolve_dataset(data.data or "cora")
@@ -127,6 +126,8 @@ def _check_before_start(config: RunConfig, strategy, env) -> None:
         raise InvalidValueError(f"--model {config.model.name}: a dataset with node types trains "
                                 "the R-GCN of dglx_dist.models.RGCN (--hidden, --layers, "
                                 "--dropout); leave --model out")
+    if data.partitions is not None:
+        check_partitions(strategy, graph, Topology(env.num_servers, env.ranks_per_server))
     # the fits were measured on graphs without types: on a typed one, an estimate by its size
     check_job_memory(strategy, JobSize(*size, env.world_size, env.ranks_on_host),
                      config.job.memory_limit, override="--memory-limit BYTES")

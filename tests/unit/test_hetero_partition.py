@@ -122,7 +122,6 @@ def _check_quality(ds, pdir, report, loaded):
     assert "per_type" in report.to_json() and "| edge type |" in report.to_markdown()
 
 
-@pytest.mark.dgl
 @pytest.mark.parametrize("seed", [0, 1])
 def test_metis_balances_each_node_type_and_the_training_nodes(tmp_path, seed):
     """Fields are a dense cluster of their own, which a min cut that ignores types keeps in
@@ -140,9 +139,6 @@ def test_feature_dim_refuses_a_typed_dataset(tmp_path):
     with pytest.raises(PartitionError, match=r"feature_dim splits one feature matrix .*"
                        r"widths \{'author': 0, 'field': 3, 'paper': 5\}.*metis or hash"):
         partition_dataset(_toy(), tmp_path / "p", "feature_dim", 2)
-    with pytest.raises(PartitionError, match=r"backend 'pymetis' balances one constraint"):
-        partition_dataset(_toy(), tmp_path / "p", "metis", 2, {"backend": "pymetis",
-                                                               "balance": ""})
     from dglx_dist.errors import InsufficientMemoryError
 
     with pytest.raises(InsufficientMemoryError, match=r"needs about .* MiB"):
