@@ -36,7 +36,8 @@ CORE_TESTS := tests/unit/test_import_boundary.py tests/unit/test_book.py \
 	tests/unit/test_health.py tests/unit/test_kvstore.py tests/unit/test_memory.py \
 	tests/unit/test_no_unpickling.py tests/unit/test_offload_executors.py \
 	tests/unit/test_offload_ops.py tests/unit/test_offload_payload.py \
-	tests/unit/test_partition.py tests/unit/test_partition_io.py tests/unit/test_preflight.py \
+	tests/unit/test_partition.py tests/unit/test_partition_io.py tests/unit/test_metis_lib.py \
+	tests/unit/test_preflight.py \
 	tests/unit/test_registry.py tests/unit/test_runtime_env.py tests/unit/test_synthetic.py \
 	tests/unit/test_bench_h2d.py tests/dist/test_comm.py tests/dist/test_exchanges.py \
 	tests/dist/test_kvstore_dist.py

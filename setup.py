@@ -16,7 +16,7 @@ CORE_REQUIRES = [
     "numpy>=1.26",  # numpy 2 too, except with torch < 2.3 (the constraints file pins < 2)
     "pyarrow>=19",
     "scipy>=1.14",
-    "pymetis>=2025.1",
+    "cmeel-metis>=5.2.1",  # the METIS library (libmetis.so) our binding loads
     "psutil",
     "tqdm",
 ]

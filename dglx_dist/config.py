@@ -60,7 +60,8 @@ class ModelConfig(_Section):
     """The reference model (:data:`dglx_dist.models.MODELS`)."""
 
     name: str = option("sage", "reference model: GraphSAGE, GCN, GAT (4 heads of --hidden), "
-                               "or the deep residual ResGCN+ (dglx_dist.models)",
+                               "or the deep residual ResGCN+ (dglx_dist.models); a dataset "
+                               "with node types trains an R-GCN instead",
                        flag="--model", choices=MODEL_NAMES)
     hidden: int = option(16, "hidden width", bounds=_POSITIVE)
     layers: int = option(2, "layers, when the strategy does not imply them", bounds=_POSITIVE)

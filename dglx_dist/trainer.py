@@ -14,7 +14,12 @@ training and evaluation masks (fanouts and batch sizes from the strategy's optio
             trainer.step(loss)
     test_acc = trainer.evaluate("test")
 
-or ``trainer.fit(epochs)``, which also returns the per-epoch metrics records (wall time,
+On a graph with node types the steps' ``x`` is a dict by node type, with learnable rows for
+the featureless types (``embed_dim`` wide, trained by ``SparseAdam``; :mod:`dglx_dist.inputs`),
+and the labels are the category's: an R-GCN such as :class:`~dglx_dist.models.RGCN` trains
+unchanged.
+
+Or ``trainer.fit(epochs)``, which also returns the per-epoch metrics records (wall time,
 steps, samples, bytes intra/inter-server, peak memory, loss, accuracy) and writes them as JSON
 lines. ``fit`` has one loop for every strategy: its epochs are the loader's steps, or a
 pipeline of the strategy's own (:class:`~dglx_dist.strategies.abilities.OwnEpochs`: dorylus's
@@ -48,8 +53,8 @@ from dglx_dist.checkpoint import Checkpointing
 from dglx_dist.checkpoint.manager import CheckpointManager, RandomState
 from dglx_dist.config import TRAINER_OPTIMIZER, OptimizerConfig
 from dglx_dist.convs import graph_convs
-from dglx_dist.errors import (DatasetFormatError, InvalidValueError, NonFiniteLossError,
-                              NotSupportedError)
+from dglx_dist.errors import DatasetFormatError, InvalidValueError, NonFiniteLossError
+from dglx_dist.inputs import inputs_for
 from dglx_dist.kvstore.embedding import DistEmbedding
 from dglx_dist.memory import SavedBytes
 from dglx_dist.report import json_record
@@ -63,9 +68,6 @@ from dglx_dist.strategies.steps import LoaderSpec
 __all__ = ["Trainer", "Batch"]
 
 log = logging.getLogger(__name__)
-TYPED_TRAINER = ("{} holds a graph with node types; the Trainer and `dglx train` take graphs "
-                 "without types so far: train it with dglx_dist.DistGraph and DataLoader "
-                 "(docs/heterographs.md)")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -75,9 +77,9 @@ class Batch:
     Attributes:
         blocks: the step's blocks, input layer first (the strategy's state on them).
         x: input features of ``blocks[0]``'s source nodes (under ``p3`` a handle the first
-            conv consumes).
+            conv consumes; on a graph with node types a dict by type).
         y: labels of the output nodes.
-        seeds: the output nodes' ids (the dataset's).
+        seeds: the output nodes' ids (the dataset's; of the category on a typed graph).
     """
 
     blocks: list
@@ -86,7 +88,7 @@ class Batch:
     seeds: torch.Tensor
 
 
-def _loader(graph: DistGraph, split: str, spec: LoaderSpec) -> DataLoader:
+def _loader(graph: DistGraph, seeds, split: str, spec: LoaderSpec) -> DataLoader:
     """The loader of ``split``'s nodes. Training looks one batch ahead (its rows travel while
     the previous batch computes); evaluation, whose full neighbourhoods can reach most of
     the graph in one batch, pulls one batch at a time, so its peak memory is one batch's."""
@@ -94,7 +96,7 @@ def _loader(graph: DistGraph, split: str, spec: LoaderSpec) -> DataLoader:
 
     sampler = NeighborSampler(list(spec.fanouts), prefetch_node_feats=["feat"],
                               prefetch_labels=["label"])
-    return DataLoader(graph, graph.ndata[f"{split}_mask"], sampler, batch_size=spec.batch_size,
+    return DataLoader(graph, seeds, sampler, batch_size=spec.batch_size,
                       shuffle=spec.shuffle, drop_last=spec.drop_last, seed=spec.seed,
                       use_prefetch_thread=split == "train")
 
@@ -117,6 +119,8 @@ class Trainer:
         checkpoint: when ``fit`` saves checkpoints (None: never).
         embeddings: sparse embeddings trained alongside the model; checkpoints include their
             rows and optimizer state.
+        embed_dim: on a graph with node types, the width of the rows the trainer learns for
+            each node type without features (the model's input width for them).
         nonfinite_loss: when an epoch's loss is NaN or infinite, "raise" (after its record:
             :class:`~dglx_dist.errors.NonFiniteLossError`) or "warn" (log it and go on).
         measure_saved_bytes: count the bytes every training forward keeps for its backward
@@ -130,7 +134,7 @@ class Trainer:
                  lr: float | None = None, weight_decay: float | None = None,
                  metrics: TextIO | None = None, progress: bool = True,
                  checkpoint: Checkpointing | None = None, embeddings: Sequence[DistEmbedding] = (),
-                 nonfinite_loss: str = "raise", measure_saved_bytes: bool = False, **options: Any):
+                 embed_dim: int | None = None, nonfinite_loss: str = "raise", measure_saved_bytes: bool = False, **options: Any):
         if isinstance(strategy, Strategy) and options:
             raise InvalidValueError(f"options {sorted(options)} given with a built strategy; "
                                     f"pass them to STRATEGIES.build instead")
@@ -139,22 +143,23 @@ class Trainer:
                                     "'warn'")
         self.graph = DistGraph(partitions, strategy, session=session, **options)
         self.session, self.nonfinite_loss = self.graph.session, nonfinite_loss
-        if self.graph.is_typed:
-            raise same_on_every_rank(NotSupportedError(TYPED_TRAINER.format(
-                self.graph.pdir.path)))
-        if not bool(self.graph.ndata["train_mask"].full().any()):
+        self.optim = (optim or TRAINER_OPTIMIZER).with_changes(lr, weight_decay)
+        try:
+            self.inputs = inputs_for(self.graph, embed_dim, self.optim.lr)
+        except (DatasetFormatError, InvalidValueError) as exc:
+            raise same_on_every_rank(exc) from None
+        if not bool(self.inputs.mask("train").full().any()):
             raise same_on_every_rank(DatasetFormatError(
                 f"{self.graph.pdir.path}: no training nodes (train is false for every node); "
                 "nothing to train on"))
         num_layers = len(graph_convs(model)) or None
         train, self._eval_spec = self.graph.trainer_loaders(num_layers)
-        self.loader = _loader(self.graph, "train", train)
+        self.loader = _loader(self.graph, self.inputs.seeds("train"), "train", train)
         # the strategy's device (the rank's GPU in a GPU job), as Lightning's Trainer places it
         self.device = self.graph.strategy.compute_device(self.session)
         self.model = parallelize(model.to(self.device), self.graph)
         self.strategy = self.graph.strategy
         self._eval_loaders: dict[str, DataLoader] = {}
-        self.optim = (optim or TRAINER_OPTIMIZER).with_changes(lr, weight_decay)
         self.optimizer = (optimizer(self.model.parameters()) if optimizer is not None else
                           self.optim.adam(self.model.parameters()))
         self.metrics, self.progress = metrics, progress
@@ -166,7 +171,7 @@ class Trainer:
         self._checkpoints = CheckpointManager(
             self.session, {"model": self.model, "optimizer": self.optimizer,
                            "strategy": StrategyState(self.strategy), "rng": RandomState()},
-            progress=self, embeddings=embeddings,
+            progress=self, embeddings=[*embeddings, *self.inputs.embeddings],
             identity={"world_size": self.session.world_size,
                       "strategy": self.strategy.registered_name,
                       "data": self.graph.pdir.fingerprint()},
@@ -177,15 +182,13 @@ class Trainer:
         steps = iter(loader)
         if self.progress and self.session.is_main:
             steps = tqdm(steps, desc=desc, unit="step", leave=False, total=len(loader))
-        ndata = self.graph.ndata
         for input_nodes, output_nodes, blocks in steps:
-            src = blocks[0].srcdata if blocks else {}
-            dst = blocks[-1].dstdata if blocks else {}
-            x = src["feat"] if "feat" in src else ndata["feat"][input_nodes]
-            y = dst["label"] if "label" in dst else ndata["label"][output_nodes]
-            if isinstance(x, torch.Tensor):  # rows read through g.ndata are on the host
+            x, y, seeds = self.inputs.x_y(input_nodes, output_nodes, blocks)
+            if isinstance(x, dict):  # rows read through g.ndata are on the host
+                x = {nt: v.to(self.device) for nt, v in x.items()}
+            elif isinstance(x, torch.Tensor):
                 x = x.to(self.device)
-            yield Batch(blocks, x, y.to(self.device), output_nodes)
+            yield Batch(blocks, x, y.to(self.device), seeds)
 
     def batches(self, epoch: int | None = None) -> Iterator[Batch]:
         """One epoch of the training loader's steps (every rank gets the same number); once
@@ -208,14 +211,17 @@ class Trainer:
     def step(self, loss: torch.Tensor) -> None:
         """Backward (the strategy's gradient exchange runs at its end) and optimizer step."""
         self.optimizer.zero_grad(set_to_none=True)
+        self.inputs.zero_grad()
         with self.session.peer_errors("all_reduce (gradients)"):
             loss.backward()
         self.optimizer_step()
 
     def optimizer_step(self) -> None:
-        """Steps the optimizer on the gradients the parameters hold and counts the step (the
-        hook a strategy that computes the gradients itself calls)."""
+        """Steps the optimizer (and the sparse one of a typed graph's embeddings) on the
+        gradients they hold and counts the step (the hook a strategy that computes the
+        gradients itself calls)."""
         self.optimizer.step()
+        self.inputs.step()
         self.steps += 1
 
     @torch.no_grad()
@@ -225,7 +231,8 @@ class Trainer:
         if split not in ("train", "val", "test"):
             raise InvalidValueError(f"split {split!r}; expected 'train', 'val' or 'test'")
         if split not in self._eval_loaders:
-            self._eval_loaders[split] = _loader(self.graph, split, self._eval_spec)
+            self._eval_loaders[split] = _loader(self.graph, self.inputs.seeds(split), split,
+                                                self._eval_spec)
         was_training = self.model.training
         self.model.eval()
         preds, labels = [], []

@@ -6,6 +6,11 @@ part that stores the edge (its destination's owner). ``g.edata[name][eids]`` giv
 ``eids`` (the graph's own edge ids, in the order asked), pulled through the KVStore by this rank
 alone; ``g.edata[name][eids] = rows`` writes them (seen by other ranks after
 :meth:`~dglx_dist.api.DistGraph.barrier`), as DGL's ``DistGraph.edata`` does.
+
+On a graph with several edge types, as in DGL, ``g.edata`` is refused and each edge type has
+its own view, ``g.edges[etype].data[name][eids]`` with the type's own edge ids (``etype`` a
+canonical triple or a relation name only one of them has). The partitions hold one column
+per name over every edge; an edge type without the name does not list it.
 """
 from __future__ import annotations
 
@@ -14,11 +19,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from dglx_dist.api.ndata import EDGE_PREFIX as PREFIX, DataViews, as_node_ids, fit_rows
+from dglx_dist.errors import UnknownNameError
 
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
 
-__all__ = ["EdgeData", "EdgeDataView", "PREFIX"]
+__all__ = ["EdgeData", "EdgeDataView", "EdgeTypes", "EdgeTypeData", "PREFIX"]
 
 
 class EdgeData(DataViews):
@@ -30,8 +36,21 @@ class EdgeData(DataViews):
         self._g = graph
         self._part: torch.Tensor | None = None  # the graph's edge id -> partitioned edge id
 
-    def keys(self) -> list[str]:
+    def stored(self) -> list[str]:
+        """Every edge-data name the partitions hold (of any edge type)."""
         return [n[len(PREFIX):] for n in self._g.store.names() if n.startswith(PREFIX)]
+
+    def keys(self) -> list[str]:
+        return [] if self._several_types() else self.stored()
+
+    def __getitem__(self, name: str) -> "EdgeDataView":
+        if self._several_types():  # DGL's rule: g.edata is for a graph of one edge type
+            raise UnknownNameError(f"g.edata[{name!r}]: this graph has edge types "
+                                   f"{self._g.etypes}; use g.edges[etype].data[{name!r}]")
+        return super().__getitem__(name)
+
+    def _several_types(self) -> bool:
+        return len(self._g.canonical_etypes) > 1
 
     def view(self, name: str) -> "EdgeDataView":
         return EdgeDataView(self, name)
@@ -43,16 +62,74 @@ class EdgeData(DataViews):
         return self._part[eids]
 
 
-class EdgeDataView:
-    """One edge-data name: ``view[eids]`` reads rows, ``view[eids] = rows`` writes them."""
+class EdgeTypes:
+    """``g.edges``: DGL's edge-type view; ``g.edges[etype].data`` is one edge type's data."""
 
-    def __init__(self, edata: EdgeData, name: str):
+    def __init__(self, edata: EdgeData):
+        self._edata = edata
+
+    def __getitem__(self, etype) -> "EdgeTypeData":
+        g = self._edata._g
+        if g.is_typed:
+            return EdgeTypeData(self._edata, g.pdir.types.etype_index(etype))
+        if etype not in (g.etypes[0], g.canonical_etypes[0]):
+            raise UnknownNameError(f"edge type {etype!r}: this graph has one edge type, "
+                                   f"{g.canonical_etypes[0]}; use g.edata")
+        return EdgeTypeData(self._edata, None)
+
+    def __repr__(self) -> str:
+        return f"EdgeTypes({self._edata._g.canonical_etypes})"
+
+
+class EdgeTypeData(DataViews):
+    """``g.edges[etype].data``: the names edge type ``index`` has (None: a graph without
+    types, whose one edge type has every name)."""
+
+    kind = "edge"
+
+    def __init__(self, edata: EdgeData, index: int | None):
+        self._edata, self._index = edata, index
+
+    @property
+    def data(self) -> "EdgeTypeData":
+        return self
+
+    def keys(self) -> list[str]:
+        types = self._edata._g.pdir.types
+        return [n for n in self._edata.stored()
+                if self._index is None or types.has_edge_data(self._index, n)]
+
+    def __getitem__(self, name: str) -> "EdgeDataView":
+        if name not in self.keys():
+            g, i = self._edata._g, self._index
+            etype = g.canonical_etypes[i or 0]
+            raise UnknownNameError(f"g.edges[{etype}].data[{name!r}]: edge type {etype} has "
+                                   f"no such edge data; it has {self.keys()}")
+        return self.view(name)
+
+    def view(self, name: str) -> "EdgeDataView":
+        return EdgeDataView(self._edata, name, self._index)
+
+
+class EdgeDataView:
+    """One edge-data name (of one edge type: ``etype``, its index): ``view[eids]`` reads
+    rows, ``view[eids] = rows`` writes them."""
+
+    def __init__(self, edata: EdgeData, name: str, etype: int | None = None):
         self._edata, self.name = edata, name
         self._store = edata._g.store
+        types = edata._g.pdir.types
+        self._first, self._count = 0, self._store.shape(PREFIX + name)[0]
+        if etype is not None:  # the type's edges: a run of the homogeneous edge ids
+            self._first = int(types.etype_offsets[etype])
+            self._count = int(types.etype_offsets[etype + 1]) - self._first
+            self._what = f"g.edges[{types.canonical_etypes[etype]}].data[{name!r}]"
+        else:
+            self._what = f"g.edata[{name!r}]"
 
     @property
     def shape(self) -> torch.Size:
-        return torch.Size(self._store.shape(PREFIX + self.name))
+        return torch.Size([self._count, *self._store.shape(PREFIX + self.name)[1:]])
 
     @property
     def dtype(self) -> torch.dtype:
@@ -66,17 +143,15 @@ class EdgeDataView:
 
     def __setitem__(self, key, values: torch.Tensor) -> None:
         ids = self._ids(key)
-        values = fit_rows(values, (ids.numel(), *self.shape[1:]), self.dtype,
-                          f"g.edata[{self.name!r}]")
+        values = fit_rows(values, (ids.numel(), *self.shape[1:]), self.dtype, self._what)
         self._store.push(PREFIX + self.name, ids, values, "assign", collective=False)
 
     def _ids(self, key) -> torch.Tensor:
-        num_edges = self.shape[0]
         if isinstance(key, slice):
-            ids = torch.arange(num_edges)[key]
+            ids = torch.arange(self._count)[key]
         else:
-            ids = as_node_ids(key, num_edges, f"g.edata[{self.name!r}][...]", kind="edge")
-        return self._edata.part_ids(ids)
+            ids = as_node_ids(key, self._count, f"{self._what}[...]", kind="edge")
+        return self._edata.part_ids(ids + self._first)
 
     def __repr__(self) -> str:
         return f"EdgeDataView({self.name!r}, shape={tuple(self.shape)}, dtype={self.dtype})"

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from dglx_dist.api.book import PartitionBook
-from dglx_dist.api.edata import PREFIX as EDGE_PREFIX, EdgeData
+from dglx_dist.api.edata import PREFIX as EDGE_PREFIX, EdgeData, EdgeTypes
 from dglx_dist.api.ndata import DEFAULT_NTYPE, MASKS, NodeData, NodeDataView, NodeSpace
 from dglx_dist.api.structure import EdgeStructure, store_edge_ends
 from dglx_dist.api.types import NodeTypeView, store_typed_node_data, typed_spaces
@@ -214,6 +214,11 @@ class DistGraph(EdgeStructure):
         """``g.nodes[ntype].data[name]``: node data by type (DGL's)."""
         return {t: NodeTypeView(self, s) for t, s in self.spaces.items()} if self.spaces \
             else {}
+
+    @property
+    def edges(self) -> EdgeTypes:
+        """``g.edges[etype].data[name]``: edge data by edge type (DGL's)."""
+        return EdgeTypes(self.edata)
 
     def num_nodes(self, ntype: str | None = None) -> int:
         if ntype is not None and self.spaces:

@@ -15,7 +15,9 @@ plus the per-type id, :mod:`dglx_dist.partition.types`). A batch (:class:`TypedE
    the pair graphs hold every canonical edge type, as DGL's do; those nodes, type by type,
    are the blocks' seeds, so the last block's destinations of type ``t`` are the pair
    graphs' nodes of type ``t`` in order;
-5. names the edges to leave out of every sampled layer with DGL's own
+5. puts the sampler's ``prefetch_labels`` (edge data) on the pair graph's edges of each
+   edge type that has them, read through ``g.edges[etype].data`` by this rank alone;
+6. names the edges to leave out of every sampled layer with DGL's own
    ``find_exclude_eids`` (``"self"``, ``"reverse_types"`` with ``reverse_etypes``,
    ``"reverse_id"`` with ``reverse_eids`` per edge type, or a callable on the seed dict),
    as partitioned edge ids: the members that store them leave them out
@@ -126,9 +128,12 @@ class TypedEdgePairs:
         from dgl.dataloading.negative_sampler import GlobalUniform
 
         self.graph, self.negative_sampler = graph, sampler.negative_sampler
-        if sampler.prefetch_labels:
-            raise NotSupportedError(f"{_WHERE}: prefetch_labels (edge data) is not supported "
-                                    "on a graph with edge types yet")
+        self.labels = list(sampler.prefetch_labels or [])
+        for key in self.labels:
+            if not any(key in graph.edges[et].data for et in graph.canonical_etypes):
+                raise InvalidValueError(f"{_WHERE}: prefetch_labels names {key!r}, which no "
+                                        f"edge type has; edge data here: "
+                                        f"{sorted(graph.edata.stored())}")
         if isinstance(self.negative_sampler, GlobalUniform):
             raise NotSupportedError(f"{_WHERE}: negative_sampler.GlobalUniform is not "
                                     "supported on a graph with edge types yet; use "
@@ -179,6 +184,10 @@ class TypedEdgePairs:
         eids_by_type = {et: seeds.get(et, EMPTY) for et in g.canonical_etypes}
         pair.edata[dgl.EID] = eids_by_type if len(eids_by_type) > 1 else \
             eids_by_type[g.canonical_etypes[0]]
+        for key in self.labels:  # DGL's prefetch_labels: on the positive pairs' edges
+            for et, ids in seeds.items():
+                if key in g.edges[et].data:
+                    pair.edges[et].data[key] = g.edges[et].data[key][ids]
         neg_pair = None if neg is None else self._pair_graph(neg_local, uniq)
         nodes = torch.cat([EMPTY] + [g.part_ids(uniq[t] + g.space(t).hom_offset)
                                      for t in g.ntypes])

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Callable
 
 from dglx_dist.cli_flags import add_flags, from_args
-from dglx_dist.config import RunConfig
+from dglx_dist.config import MODEL_NAMES, RunConfig
 from dglx_dist.errors import InvalidValueError
 
 __all__ = ["COMMANDS"]
@@ -33,7 +33,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         parts = data.partitions or ensure_partitions(data.data or "cora", strategy, session,
                                                      data.cache_dir)
         pdir = PartitionDir(parts)
-        model = _model(config, strategy, pdir.feat_dim, pdir.num_classes)
+        model = (_typed_model(config, pdir) if pdir.types is not None else
+                 _model(config, strategy, pdir.feat_dim, pdir.num_classes))
         sink = on_every_rank(session, "--metrics-file", lambda: _MetricsSink(
             sys.stdout, job.metrics_file if session.is_main else None))
         checkpoint = (Checkpointing(job.checkpoint_dir, every=job.checkpoint_every)
@@ -41,6 +42,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         trainer = Trainer(model, pdir, strategy, session=session, optim=config.optimizer,
                           progress=job.progress, metrics=sink if session.is_main else None,
                           checkpoint=checkpoint, nonfinite_loss=job.nonfinite_loss,
+                          embed_dim=config.model.hidden,
                           measure_saved_bytes=job.measure_saved_bytes)
         try:
             trainer.resume_or_start(job.resume)
@@ -65,6 +67,21 @@ def _model(config: RunConfig, strategy, in_feats: int, out_feats: int):
                           dropout=m.dropout, row_normalize=m.row_normalize)
 
 
+def _typed_model(config: RunConfig, pdir):
+    """The R-GCN of a dataset with node types (:class:`~dglx_dist.models.RGCN`), seeded:
+    featured types projected to ``--hidden``, the others' learned rows that wide."""
+    import torch
+
+    from dglx_dist.models import RGCN
+
+    m, types = config.model, pdir.types
+    labeled = types.labeled[0] if len(types.labeled) == 1 else None  # else the Trainer refuses
+    torch.manual_seed(config.loop.seed)
+    return RGCN({t: d for t, d in types.feat_dims.items() if d},
+                [rel for _, rel, _ in types.canonical_etypes], m.hidden, pdir.num_classes,
+                m.layers, dropout=m.dropout, category=types.category or labeled)
+
+
 def _check_learned(trainer, epochs: int, fail: bool) -> None:
     """Warns (or, with ``fail``, raises) when the run's test accuracy is at chance."""
     from dglx_dist.tasks.collapse import act_on, majority_rate, node_verdict
@@ -72,8 +89,9 @@ def _check_learned(trainer, epochs: int, fail: bool) -> None:
     test_acc = trainer.history[-1].get("test_acc") if trainer.history else None
     if test_acc is None:  # nothing trained in this run (a resumed, finished one)
         return
-    ndata = trainer.graph.ndata
-    labels = ndata["label"].full()[ndata["test_mask"].full().bool()]
+    inputs = trainer.inputs
+    labels = (trainer.graph.nodes[inputs.category].data["label"] if trainer.graph.is_typed
+              else trainer.graph.ndata["label"]).full()[inputs.mask("test").full().bool()]
     act_on(node_verdict(test_acc, majority_rate(labels), epochs), fail)
 
 
@@ -82,26 +100,36 @@ def _check_before_start(config: RunConfig, strategy, env) -> None:
     partitions that do not fit them, and a job whose memory estimate does not fit this
     machine (:func:`~dglx_dist.strategies.footprint.check_job_memory`)."""
     from dglx_dist.data import read_meta
+    from dglx_dist.data.hetero_format import is_hetero, read_hetero_meta
     from dglx_dist.partition import PartitionDir
     from dglx_dist.prepare import check_partitions_of, resolve_dataset
     from dglx_dist.runtime.topology import Topology
-    from dglx_dist.errors import NotSupportedError
     from dglx_dist.strategies.base import check_partitions
     from dglx_dist.strategies.footprint import JobSize, check_job_memory
-    from dglx_dist.trainer import TYPED_TRAINER
 
     data = config.data
     if data.partitions is not None:
         if data.data is not None:
             check_partitions_of(data.partitions, data.data)
         graph = PartitionDir(data.partitions)
-        if graph.types is not None:
-            raise NotSupportedError(TYPED_TRAINER.format(graph.path))
-        check_partitions(strategy, graph, Topology(env.num_servers, env.ranks_per_server))
+        size, typed = (graph.num_nodes, graph.num_edges), graph.types is not None
     else:
-        graph = read_meta(resolve_dataset(data.data or "cora"))
-    check_job_memory(strategy, JobSize(graph.num_nodes, graph.num_edges, env.world_size,
-                                       env.ranks_on_host),
+        path = resolve_dataset(data.data or "cora")
+        typed = is_hetero(path)
+        if typed:
+            meta = read_hetero_meta(path)
+            size = sum(s["num_nodes"] for s in meta.ntypes.values()), sum(meta.num_edges)
+        else:
+            graph = read_meta(path)
+            size = graph.num_nodes, graph.num_edges
+    if typed and config.model.name != MODEL_NAMES[0]:
+        raise InvalidValueError(f"--model {config.model.name}: a dataset with node types trains "
+                                "the R-GCN of dglx_dist.models.RGCN (--hidden, --layers, "
+                                "--dropout); leave --model out")
+    if data.partitions is not None:
+        check_partitions(strategy, graph, Topology(env.num_servers, env.ranks_per_server))
+    # the fits were measured on graphs without types: on a typed one, an estimate by its size
+    check_job_memory(strategy, JobSize(*size, env.world_size, env.ranks_on_host),
                      config.job.memory_limit, override="--memory-limit BYTES")
 
 

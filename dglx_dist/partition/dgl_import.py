@@ -17,10 +17,11 @@ A DistDGL user's partitions (``graph_name.json`` plus ``part{i}/graph.dgl``, ``n
   here. Without it, the original ids are DGL's new ids, and the manifest's ``dataset``
   provenance says so.
 
-Edge data (``edge_feat.dgl``) and node data other than the five above are not imported (our
-format holds edge data, but this importer does not yet map DGL's edge rows onto the edges it
-keeps): their names are recorded under ``not_imported`` in the provenance and logged, and
-nothing is refused.
+* edge data: each ``edge_feat.dgl`` tensor (keys ``SRC:REL:DST/NAME``, e.g. ``_N:_E:_N/w``)
+  becomes the edge-data column ``NAME`` (:mod:`~dglx_dist.partition.dgl_edge_data`).
+
+Node data other than the five above is not imported: its names are recorded under
+``not_imported`` in the provenance and logged, and nothing is refused.
 
 A heterograph's partitions (more than one node or edge type in the JSON) become a *typed*
 partition directory the same way; what differs (per-type ids, features and labels) is in
@@ -48,6 +49,7 @@ from dglx_dist.data.checked import check_finite, check_range
 from dglx_dist.errors import PartitionError, PartitionFormatError
 from dglx_dist.partition.book import RangeBook
 from dglx_dist.partition.dgl_config import DglConfig, DglTypedConfig, read_dgl_config
+from dglx_dist.partition.dgl_edge_data import EdgeDataImport
 from dglx_dist.partition.dgl_files import (NodeDataKeys, checked_num_classes, class_ids,
                                            inner_edges, load_graph, load_id_map,
                                            load_tensors, load_typed_id_maps, node_data_keys)
@@ -71,6 +73,7 @@ class _Structure:
     src: np.ndarray
     dst: np.ndarray
     eid: np.ndarray
+    new_eid: np.ndarray  # DGL's new edge ids of the part's edges
 
 
 class _Importer:
@@ -85,18 +88,21 @@ class _Importer:
         self.edge_cut = 0
         self.absent: set[str] = set()
         self.not_imported: dict[str, set[str]] = {"node_data": set(), "edge_data": set()}
+        self.edata = EdgeDataImport([cfg.etype], cfg.path)
 
     def part(self, p: int) -> Partition:
         files = self.cfg.files[p]
         s = self._structure(p, files["part_graph"])
         nc = s.core_order.size
         data = self._node_data(files["node_feats"], nc, s.core_order)
-        edge_keys = load_tensors(files["edge_feats"]).keys()
-        self.not_imported["edge_data"].update(edge_keys)
+        lo, hi = (int(x) for x in self.cfg.edge_offsets[p:p + 2])
+        edata = self.edata.part(files["edge_feats"], load_tensors(files["edge_feats"]),
+                                np.zeros(s.new_eid.size, np.int64), s.new_eid - lo,
+                                np.array([hi - lo]))
         core = np.arange(self.cfg.node_offsets[p], self.cfg.node_offsets[p + 1], dtype=np.int64)
         return Partition(part=p, core_gid=core, core_orig=self._orig(core), halo_gid=s.halo_gid,
                          halo_orig=self._orig(s.halo_gid), src=s.src, dst=s.dst, eid=s.eid,
-                         feat_cols=(0, data["feat"].shape[1]), **data)
+                         feat_cols=(0, data["feat"].shape[1]), edata=edata, **data)
 
     def _orig(self, gids: np.ndarray) -> np.ndarray:
         return gids.copy() if self.orig_nids is None else self.orig_nids[gids]
@@ -131,7 +137,7 @@ class _Importer:
         local_src[remote] = (hi - lo) + np.searchsorted(halo_gid, gid[src[remote]])
         self.edge_cut += int(np.count_nonzero(remote))
         eid = new_eid if self.orig_eids is None else self.orig_eids[new_eid]
-        return _Structure(order, halo_gid, local_src, local[dst], eid)
+        return _Structure(order, halo_gid, local_src, local[dst], eid, new_eid)
 
     def _node_data(self, file: Path, nc: int, order: np.ndarray) -> dict[str, np.ndarray]:
         """Features, labels and masks of the core nodes, in our core order."""
@@ -184,6 +190,7 @@ class _Importer:
             "feat_dim": self.feat_dim, "num_classes": num_classes, "relabeled": relabeled,
             "node_book": RangeBook(cfg.node_offsets).to_json(), "feature_layout": "rows",
             "feature_slices": [0, self.feat_dim], "dataset": self.provenance(),
+            **({"edge_data": self.edata.spec()} if self.edata.kinds else {}),
         }
 
     def provenance(self) -> dict[str, Any]:

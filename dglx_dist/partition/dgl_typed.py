@@ -29,8 +29,11 @@ and ``edata["_TYPE"]`` hold DGL's type ids. What becomes what here:
   labels, and a type with labels is *labeled*; ``NTYPE/train_mask``, ``val_mask``,
   ``test_mask`` its masks (absent: all false, recorded). Nodes of types without labels get
   label -1 and false masks; a mask on such a type is refused. Other names
-  (:class:`~dglx_dist.partition.dgl_files.NodeDataKeys` renames these) and the edge data in
-  ``edge_feat.dgl`` are not imported, and listed under ``not_imported``.
+  (:class:`~dglx_dist.partition.dgl_files.NodeDataKeys` renames these) are not imported,
+  and listed under ``not_imported``.
+* edge data, ``edge_feat.dgl`` keys ``SRC:REL:DST/NAME``: one edge-data column per name
+  (:mod:`~dglx_dist.partition.dgl_edge_data`), the types that have it in the manifest's
+  ``types.edge_data``.
 
 Every part must have the same node data per type; a key naming a type the JSON does not list
 is refused. Every refusal is a :class:`~dglx_dist.errors.PartitionFormatError` naming the
@@ -48,6 +51,7 @@ import torch
 from dglx_dist.data.checked import check_finite, check_range
 from dglx_dist.errors import PartitionFormatError
 from dglx_dist.partition.book import RangeBook
+from dglx_dist.partition.dgl_edge_data import EdgeDataImport
 from dglx_dist.partition.dgl_config import DglTypedConfig
 from dglx_dist.partition.dgl_files import (NodeDataKeys, checked_num_classes, class_ids,
                                            inner_edges, load_graph, load_tensors)
@@ -96,6 +100,7 @@ class _Structure:
     src: np.ndarray
     dst: np.ndarray
     eid: np.ndarray
+    new_eid: np.ndarray  # DGL's new edge ids of the part's edges
 
 
 def _rows(file: Path, key: str, t: torch.Tensor, n: int, order: np.ndarray,
@@ -127,20 +132,24 @@ class TypedImporter:
         self.max_label, self.edge_cut, self.relabeled = -1, 0, False
         self.absent: set[str] = set()
         self.not_imported: dict[str, set[str]] = {"node_data": set(), "edge_data": set()}
+        self.edata = EdgeDataImport([":".join(e) for e in types.canonical_etypes], cfg.path)
 
     def part(self, p: int) -> Partition:
         cfg, files = self.cfg, self.cfg.files[p]
         s = self._structure(p, files["part_graph"])
         counts = cfg.node_ranges[:, p, 1] - cfg.node_ranges[:, p, 0]
         data = self._node_data(files["node_feats"], counts, s.orders)
-        self._edge_data_names(files["edge_feats"])
+        ranges = cfg.edge_ranges[:, p]
+        etype, _ = self.edges.split(s.new_eid)
+        edata = self.edata.part(files["edge_feats"], load_tensors(files["edge_feats"]), etype,
+                                s.new_eid - ranges[etype, 0], ranges[:, 1] - ranges[:, 0])
         core = np.arange(cfg.node_offsets[p], cfg.node_offsets[p + 1], dtype=np.int64)
         core_orig = self.nodes.original(core)
         self.relabeled |= not np.array_equal(core_orig, core)
         return Partition(part=p, core_gid=core, core_orig=core_orig, halo_gid=s.halo_gid,
                          halo_orig=self.nodes.original(s.halo_gid), src=s.src, dst=s.dst,
                          eid=s.eid, feat=np.zeros((core.size, 0), np.float32), feat_cols=(0, 0),
-                         ntype_counts=counts.astype(np.int64), **data)
+                         ntype_counts=counts.astype(np.int64), edata=edata, **data)
 
     # -- structure ------------------------------------------------------------------------
     def _structure(self, p: int, file: Path) -> _Structure:
@@ -159,7 +168,8 @@ class TypedImporter:
         self.edge_cut += int(np.count_nonzero(remote))
         orders = [np.argsort(gid[inner & (ntype == t)], kind="stable")
                   for t in range(len(self.cfg.types.ntypes))]
-        return _Structure(orders, halo_gid, local_src, local[dst], self.edges.original(new_eid))
+        return _Structure(orders, halo_gid, local_src, local[dst], self.edges.original(new_eid),
+                          new_eid)
 
     def _nodes(self, p: int, file: Path, g) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The part graph's inner mask, new ids and node types, checked against node_map."""
@@ -301,16 +311,6 @@ class TypedImporter:
         self.max_label = max(self.max_label, int(label.max(initial=-1)))
         return label
 
-    def _edge_data_names(self, file: Path) -> None:
-        etypes = [":".join(e) for e in self.cfg.types.canonical_etypes]
-        for key in load_tensors(file):
-            etype, sep, _ = key.rpartition("/")
-            if not sep or etype not in etypes:
-                raise _ERR(f"{file}: key {key!r}: {etype!r} is not one of the edge types "
-                           f"{etypes} of field 'etypes' of {self.cfg.path}; expected keys "
-                           f"SRC:REL:DST/NAME")
-            self.not_imported["edge_data"].add(key)
-
     # -- manifest ---------------------------------------------------------------------------
     def header(self, num_classes: int | None) -> dict[str, Any]:
         """The typed manifest's fields, once every part has been read."""
@@ -320,7 +320,9 @@ class TypedImporter:
         labeled = tuple(t for i, t in enumerate(names) if i in self.labeled)
         types = dataclasses.replace(
             cfg.types, feat_dims={t: self.feat_dims.get(i, 0) for i, t in enumerate(names)},
-            labeled=labeled, category=labeled[0] if len(labeled) == 1 else None)
+            labeled=labeled, category=labeled[0] if len(labeled) == 1 else None,
+            edge_data=self.edata.edge_data())
+        spec = self.edata.spec()
         return {
             "partitioner": {"name": "dgl", "options": {
                 "part_method": cfg.part_method, "halo_hops": cfg.halo_hops,
@@ -328,7 +330,8 @@ class TypedImporter:
             "num_parts": cfg.num_parts, "num_nodes": cfg.num_nodes, "num_edges": cfg.num_edges,
             "feat_dim": 0, "num_classes": num_classes, "relabeled": self.relabeled,
             "node_book": RangeBook(cfg.node_offsets).to_json(), "feature_layout": "rows",
-            "feature_slices": [0, 0], "dataset": self.provenance(), "types": types.to_json()}
+            "feature_slices": [0, 0], "dataset": self.provenance(), "types": types.to_json(),
+            **({"edge_data": spec} if spec else {})}
 
     def provenance(self) -> dict[str, Any]:
         cfg, keys = self.cfg, self.keys

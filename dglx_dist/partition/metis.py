@@ -1,8 +1,12 @@
 """``metis``: DistDGL's partitioner, METIS with multi-constraint balancing and relabeling.
 
-Multi-constraint runs go through DGL's bundled METIS (``dgl.metis_partition_assignment`` with
-``balance_ntypes`` / ``balance_edges``): pymetis accepts several weights per vertex but balances
-only the first. Single-constraint runs (plain node balance) may use pymetis.
+METIS runs through our binding of the METIS library (:mod:`~dglx_dist.partition.metis_lib`),
+with DistDGL's constraints laid out as DGL lays them out for ``metis_partition_assignment``
+(``balance_ntypes`` / ``balance_edges``): one 0/1 weight per node category (its split, crossed
+with its node type on a typed graph), then, with ``edges``, each category's in-degree. The same
+dataset, options and ``seed`` give the same parts in every run, on every rank, without DGL.
+``backend="dgl"`` runs DGL's bundled call instead (the same constraints; its parts differ from
+run to run).
 
 With ``groups = G > 1`` the split is hierarchical, as GraNNDis partitions a cluster: METIS first
 cuts the graph into ``G`` groups (servers), then each group's induced subgraph into
@@ -31,6 +35,7 @@ from dglx_dist.data.format import DatasetMeta, GraphDataset
 from dglx_dist.errors import InvalidValueError, MissingDependencyError, PartitionError
 from dglx_dist.partition.base import PARTITIONERS, Partitioner, PartitionPlan
 from dglx_dist.partition.book import RangeBook
+from dglx_dist.partition.metis_lib import part_graph, symmetric_csr
 from dglx_dist.partition.typed import TypedGraph, TypedMeta
 
 __all__ = ["MetisPartitioner", "BALANCE_CHOICES"]
@@ -38,7 +43,7 @@ __all__ = ["MetisPartitioner", "BALANCE_CHOICES"]
 log = logging.getLogger(__name__)
 BALANCE_CHOICES = ("train", "val", "test", "edges")
 _OBJECTIVES = ("cut", "vol")
-_BACKENDS = ("auto", "dgl", "pymetis")
+_BACKENDS = ("auto", "libmetis", "dgl")
 
 
 @PARTITIONERS.register("metis")
@@ -57,9 +62,12 @@ class MetisPartitioner(Partitioner):
                                              "(communication volume)."})
         backend: str = dataclasses.field(
             default="auto", metadata={
-                "help": "'dgl' (DGL's METIS, multi-constraint), 'pymetis' (single constraint "
-                        "only) or 'auto' (pymetis when there is nothing but the node count to "
-                        "balance, else DGL's)."})
+                "help": "'libmetis' (the METIS library, reproducible; 'auto' is it) or 'dgl' "
+                        "(DGL's bundled call: the same constraints, parts that vary from run "
+                        "to run)."})
+        seed: int = dataclasses.field(
+            default=0, metadata={"help": "METIS's random seed (libmetis): the same dataset, "
+                                         "options and seed give the same parts."})
         groups: int = dataclasses.field(
             default=1, metadata={
                 "help": "Hierarchical split: first into this many groups (servers), then each "
@@ -75,18 +83,13 @@ class MetisPartitioner(Partitioner):
                                         f"{_OBJECTIVES}")
             if self.backend not in _BACKENDS:
                 raise InvalidValueError(f"backend {self.backend!r}; expected one of {_BACKENDS}")
-            if self.backend == "pymetis" and self.balance:
-                raise InvalidValueError("backend 'pymetis' balances one constraint only; it cannot "
-                                        f"balance {self.balance} (use backend 'dgl' or balance '')")
+            if self.seed < 0:
+                raise InvalidValueError(f"seed {self.seed}: must be >= 0")
             if self.groups < 1:
                 raise InvalidValueError(f"groups {self.groups}: must be >= 1")
 
     def validate(self, meta: DatasetMeta, num_parts: int) -> None:
         super().validate(meta, num_parts)
-        if isinstance(meta, TypedMeta) and self.config.backend == "pymetis":
-            raise PartitionError(f"metis backend 'pymetis' balances one constraint; a typed "
-                                 f"dataset balances each node type's count "
-                                 f"({list(meta.types.ntypes)}): use backend 'dgl' or 'auto'")
         if num_parts % self.config.groups:
             raise PartitionError(f"metis with groups={self.config.groups}: {num_parts} parts do "
                                  f"not split evenly into the groups; use a multiple of "
@@ -114,16 +117,12 @@ class MetisPartitioner(Partitioner):
         return PartitionPlan(RangeBook(offsets), orig_ids=orig_ids)
 
     def estimate_peak_bytes(self, meta: DatasetMeta, num_parts: int) -> int:
-        # DGL builds the graph, a bidirected copy and METIS's CSR plus its coarsening levels.
+        # the symmetric CSR (and DGL's graph with backend dgl) plus METIS's coarsening levels
         ncon = 1 + len([b for b in self.config.balance if b != "edges"])
         ncon *= len(meta.types.ntypes) if isinstance(meta, TypedMeta) else 1
         ncon *= 2 if "edges" in self.config.balance else 1
         metis = meta.num_edges * 8 * 12 + meta.num_nodes * 8 * (ncon * 3 + 10)
         return super().estimate_peak_bytes(meta, num_parts) + metis
-
-    def _use_pymetis(self, typed: bool) -> bool:
-        return self.config.backend == "pymetis" or (
-            self.config.backend == "auto" and not self.config.balance and not typed)
 
     def _assign(self, src: np.ndarray, dst: np.ndarray, masks: dict[str, np.ndarray],
                 num_parts: int) -> np.ndarray:
@@ -131,9 +130,17 @@ class MetisPartitioner(Partitioner):
         num_nodes = masks["train"].size
         if num_parts == 1:
             return np.zeros(num_nodes, dtype=np.int64)
-        if self._use_pymetis("ntype" in masks):
-            return _pymetis_assignment(src, dst, num_nodes, num_parts, self.config.objective)
-        return self._dgl_assignment(src, dst, masks, num_parts)
+        if self.config.backend == "dgl":
+            return self._dgl_assignment(src, dst, masks, num_parts)
+        categories = _categories(masks, self.config.balance)
+        log.info("METIS (libmetis, seed %d) into %d parts, balancing nodes%s%s",
+                 self.config.seed, num_parts, " per node type" if "ntype" in masks else "",
+                 "".join(f", {b}" for b in self.config.balance))
+        indptr, indices = symmetric_csr(src, dst, num_nodes)
+        vwgt = _weights(categories, np.bincount(dst, minlength=num_nodes),
+                        "edges" in self.config.balance)
+        return part_graph(indptr, indices, num_parts, vwgt=vwgt,
+                          objective=self.config.objective, seed=self.config.seed)
 
     def _dgl_assignment(self, src: np.ndarray, dst: np.ndarray,
                         split_masks: dict[str, np.ndarray], num_parts: int) -> np.ndarray:
@@ -142,14 +149,13 @@ class MetisPartitioner(Partitioner):
         except ImportError as e:  # a DGL-free install (docs/install.md: the core layers)
             typed = "ntype" in split_masks
             raise MissingDependencyError(
-                f"metis balancing {list(self.config.balance) + ['node types'] * typed} runs "
-                f"DGL's METIS, and dgl does not import ({e}); install dgl (docs/install.md), "
-                + ("or partition the typed dataset with hash" if typed else
-                   "or balance the node count only with pymetis: --opt balance=")) from e
+                f"metis backend 'dgl' runs DGL's METIS, and dgl does not import ({e}); install "
+                "dgl (docs/install.md), or use backend 'libmetis'") from e
 
         num_nodes = split_masks["train"].size
         g = dgl.graph((torch.from_numpy(src), torch.from_numpy(dst)), num_nodes=num_nodes)
         categories = _categories(split_masks, self.config.balance)
+        categories = None if categories is None else torch.from_numpy(categories)
         log.info("METIS (DGL) into %d parts, balancing nodes%s%s", num_parts,
                  " per node type" if "ntype" in split_masks else "",
                  "".join(f", {b}" for b in self.config.balance))
@@ -169,7 +175,7 @@ def _masks(ds: GraphDataset) -> dict[str, np.ndarray]:
 
 
 def _categories(split_masks: dict[str, np.ndarray],
-                balance: tuple[str, ...]) -> torch.Tensor | None:
+                balance: tuple[str, ...]) -> np.ndarray | None:
     """DGL's ``balance_ntypes``: each node's category, its first split among those balanced
     (0: none), crossed with its node type on a typed graph; None when there is only one."""
     masks = [split_masks[m] for m in ("train", "val", "test") if m in balance]
@@ -180,21 +186,17 @@ def _categories(split_masks: dict[str, np.ndarray],
         cat[mask & (cat == 0)] = i
     if "ntype" in split_masks:
         cat += split_masks["ntype"] * (len(masks) + 1)
-    return torch.from_numpy(cat)
+    return cat
 
 
-def _pymetis_assignment(src: np.ndarray, dst: np.ndarray, n: int, num_parts: int,
-                        objective: str) -> np.ndarray:
-    import pymetis
-    import scipy.sparse as sp
-
-    keep = src != dst
-    adj = sp.coo_matrix((np.ones(int(keep.sum()), np.int8), (src[keep], dst[keep])),
-                        shape=(n, n)).tocsr()
-    adj = (adj + adj.T).tocsr()  # METIS wants a symmetric graph without self loops
-    log.info("METIS (pymetis) into %d parts, balancing nodes", num_parts)
-    opts = pymetis.Options()
-    opts.objtype = 0 if objective == "cut" else 1
-    csr = pymetis.CSRAdjacency(adj.indptr, adj.indices)
-    _, membership = pymetis.part_graph(num_parts, adjacency=csr, options=opts)
-    return np.asarray(membership, dtype=np.int64)
+def _weights(categories: np.ndarray | None, in_degree: np.ndarray,
+             edges: bool) -> np.ndarray | None:
+    """DGL's multi-constraint vertex weights: a 0/1 column per category present (in
+    increasing order), then, with ``edges``, each category's in-degrees (the in-degree alone
+    without categories); None when there is nothing to weigh (the vertex count)."""
+    columns = []
+    if categories is not None:
+        columns = [(categories == c).astype(np.int64) for c in np.unique(categories)]
+    if edges:
+        columns += [c * in_degree for c in columns] if columns else [in_degree.astype(np.int64)]
+    return np.stack(columns, 1) if columns else None

@@ -16,9 +16,9 @@ the types' runs in type order; :class:`TypedLayout` checks it, and records each 
 ``ntype_counts`` so that a node's per-type row in its part is its local id minus the start
 of its type's run.
 
-Edge data goes into the parts' edges files only when every edge type has the same columns
-(name, dtype and row shape): then it is one homogeneous column in edge order. Edge data that
-differs between edge types is refused (per-type edge data files are future work).
+Edge data is one homogeneous column per name, in edge order, in the parts' edges files: an
+edge type may lack a name (its rows hold zeros, and ``GraphTypes.edge_data`` records which
+edge types have each name), but the types that have it must agree on its dtype and row shape.
 """
 from __future__ import annotations
 
@@ -74,22 +74,30 @@ class TypedGraph(GraphDataset):
 
 
 def graph_types(ntypes: Mapping[str, tuple[int, int, bool]], etypes: Sequence[Etype],
-                num_edges: Sequence[int], category: str | None) -> GraphTypes:
+                num_edges: Sequence[int], category: str | None,
+                edge_names: Sequence[Sequence[str]] = ()) -> GraphTypes:
     """The types of a typed dataset: ``ntypes`` {name: (num_nodes, feat_dim, labeled)},
-    the canonical edge types with their edge counts; put in DGL's (sorted) order."""
+    the canonical edge types with their edge counts and (optionally) their edge-data names;
+    put in DGL's (sorted) order."""
     names = sorted(ntypes)
+    named = dict(zip(map(tuple, etypes), edge_names)) if edge_names else {}
     pairs = sorted(zip(map(tuple, etypes), num_edges))
     offsets = [np.concatenate([[0], np.cumsum(c, dtype=np.int64)])
                for c in ([ntypes[t][0] for t in names], [n for _, n in pairs])]
+    edge_data = {}
+    for i, (et, _) in enumerate(pairs):
+        for name in named.get(et, ()):
+            edge_data.setdefault(name, []).append(i)
     return GraphTypes(tuple(names), offsets[0], tuple(e for e, _ in pairs), offsets[1],
                       {t: ntypes[t][1] for t in names},
-                      tuple(t for t in names if ntypes[t][2]), category)
+                      tuple(t for t in names if ntypes[t][2]), category,
+                      {k: tuple(v) for k, v in sorted(edge_data.items())})
 
 
 def _types_of(ds: HeteroDataset) -> GraphTypes:
     return graph_types({t: (n.num_nodes, n.feat_dim, n.labeled) for t, n in ds.nodes.items()},
                        ds.canonical_etypes, [e.num_edges for e in ds.edges.values()],
-                       ds.category)
+                       ds.category, [list(e.edata) for e in ds.edges.values()])
 
 
 def _typed_meta(types: GraphTypes, num_classes: int, extra: dict) -> TypedMeta:
@@ -99,24 +107,23 @@ def _typed_meta(types: GraphTypes, num_classes: int, extra: dict) -> TypedMeta:
                      num_classes, dict(extra), types=types)
 
 
-def _check_shared(specs: dict[Etype, dict[str, str]], where: str) -> None:
-    """Refuses edge data that is not the same columns in every edge type."""
-    if not specs:
-        return
-    first, want = next(iter(specs.items()))
+def _check_edge_data(specs: dict[Etype, dict[str, str]], where: str) -> None:
+    """Refuses an edge-data name whose dtype or row shape differs between edge types."""
+    seen: dict[str, tuple[Etype, str]] = {}
     for etype, spec in specs.items():
-        if spec != want:
-            raise PartitionError(
-                f"{where}: edge type {etype_key(etype)} has edge data {spec or 'none'}, "
-                f"{etype_key(first)} has {want or 'none'}; typed partitions store edge data "
-                f"only when every edge type has the same columns (name, dtype, shape): give "
-                f"them all the same columns or drop them")
+        for name, kind in spec.items():
+            first, want = seen.setdefault(name, (etype, kind))
+            if kind != want:
+                raise PartitionError(
+                    f"{where}: edge data {name!r} is {kind} in edge type {etype_key(etype)} "
+                    f"but {want} in {etype_key(first)}; typed partitions store one column per "
+                    f"name: give it one dtype and row shape in every edge type, or rename one")
 
 
-def _hetero_meta_types(meta: HeteroMeta) -> GraphTypes:
+def _hetero_meta_types(meta: HeteroMeta, specs: dict[Etype, dict[str, str]]) -> GraphTypes:
     return graph_types({t: (s["num_nodes"], s["feat_dim"], s["labeled"])
                         for t, s in meta.ntypes.items()}, meta.etypes, meta.num_edges,
-                       meta.category)
+                       meta.category, [list(specs.get(tuple(e), {})) for e in meta.etypes])
 
 
 def open_typed(data: str | os.PathLike | HeteroDataset,
@@ -125,8 +132,8 @@ def open_typed(data: str | os.PathLike | HeteroDataset,
     it (edge data that differs between edge types is refused here), and what loads its
     homogeneous view."""
     if isinstance(data, HeteroDataset):
-        _check_shared({et: {k: f"{v.dtype}{list(v.shape[1:])}" for k, v in e.edata.items()}
-                       for et, e in data.edges.items()}, "the dataset")
+        _check_edge_data({et: {k: f"{v.dtype}{list(v.shape[1:])}" for k, v in e.edata.items()}
+                          for et, e in data.edges.items()}, "the dataset")
         return (_typed_meta(_types_of(data), data.num_classes, data.extra),
                 lambda: typed_graph(data))
     path = Path(data)
@@ -140,8 +147,8 @@ def open_typed(data: str | os.PathLike | HeteroDataset,
             raise DatasetFormatError(f"{file}: not a readable Parquet file ({exc})") from None
         specs[etype] = {n: str(schema.field(n).type)
                         for n in edge_data_columns(schema, file, DatasetFormatError)}
-    _check_shared(specs, str(path))
-    return (_typed_meta(_hetero_meta_types(meta), meta.num_classes, meta.extra),
+    _check_edge_data(specs, str(path))
+    return (_typed_meta(_hetero_meta_types(meta, specs), meta.num_classes, meta.extra),
             lambda: typed_graph(read_hetero_dataset(path, nonfinite)))
 
 
@@ -153,8 +160,7 @@ def typed_graph(ds: HeteroDataset) -> TypedGraph:
                             else np.asarray(n.label, np.int64) for n in nodes])
     masks = {m: np.concatenate([np.asarray(n.masks()[m], bool) for n in nodes])
              for m in ("train", "val", "test")}
-    names = list(next(iter(ds.edges.values())).edata) if ds.edges else []
-    edata = {k: np.concatenate([e.edata[k] for e in ds.edges.values()]) for k in names}
+    edata = _edge_columns(ds)
     return TypedGraph(src.astype(np.int64), dst.astype(np.int64),
                       np.zeros((label.size, 0), np.float32), label, masks["train"],
                       masks["val"], masks["test"], ds.num_classes, dict(ds.extra), edata,
@@ -173,6 +179,17 @@ def type_feature_slices(types: GraphTypes, num_parts: int) -> dict[str, FeatureS
                              f"num_parts = {num_parts} <= the width of every node type with "
                              f"features (at most {w} parts)")
     return {t: FeatureSlices.even(w, num_parts) for t, w in types.feat_dims.items() if w}
+
+
+def _edge_columns(ds: HeteroDataset) -> dict[str, np.ndarray]:
+    """Each edge-data name as one column over every edge (zeros for edge types without it)."""
+    first = {}
+    for e in ds.edges.values():
+        for name, values in e.edata.items():
+            first.setdefault(name, values)
+    return {name: np.concatenate([e.edata[name] if name in e.edata else
+                                  np.zeros((e.num_edges, *v.shape[1:]), v.dtype)
+                                  for e in ds.edges.values()]) for name, v in first.items()}
 
 
 class TypedLayout(Layout):

@@ -56,6 +56,8 @@ class GraphTypes:
         feat_dims: feature width per node type (0: the type has no features).
         labeled: the node types that have labels and masks.
         category: the node type a node-classification run predicts, or None.
+        edge_data: per edge-data name, the indices of the edge types that have it (the
+            others hold zeros in its rows); None: every edge type has every name.
     """
 
     ntypes: tuple[str, ...]
@@ -65,6 +67,7 @@ class GraphTypes:
     feat_dims: Mapping[str, int]
     labeled: tuple[str, ...]
     category: str | None = None
+    edge_data: Mapping[str, tuple[int, ...]] | None = None
 
     def __post_init__(self) -> None:  # frozen all the way down: shared by every reader
         for name in ("ntype_offsets", "etype_offsets"):
@@ -72,6 +75,9 @@ class GraphTypes:
             arr.flags.writeable = False
             object.__setattr__(self, name, arr)
         object.__setattr__(self, "feat_dims", _pytypes.MappingProxyType(dict(self.feat_dims)))
+        if self.edge_data is not None:
+            object.__setattr__(self, "edge_data", _pytypes.MappingProxyType(
+                {k: tuple(int(i) for i in v) for k, v in self.edge_data.items()}))
 
     @property
     def num_nodes(self) -> int:
@@ -106,6 +112,11 @@ class GraphTypes:
         raise UnknownNameError(f"edge type {etype!r} {why} the canonical edge types "
                                f"{[list(e) for e in self.canonical_etypes]}")
 
+    def has_edge_data(self, etype_index: int, name: str) -> bool:
+        """Whether edge type ``etype_index`` has edge data ``name`` (a name the partitions
+        store)."""
+        return self.edge_data is None or etype_index in self.edge_data.get(name, ())
+
     # -- ids --------------------------------------------------------------------------------
     def to_homogeneous(self, ntype: str, ids) -> np.ndarray:
         """Original homogeneous ids of node type ``ntype``'s per-type ``ids``."""
@@ -134,7 +145,9 @@ class GraphTypes:
                 "canonical_etypes": [list(e) for e in self.canonical_etypes],
                 "etype_offsets": [int(o) for o in self.etype_offsets],
                 "feat_dims": dict(self.feat_dims), "labeled": list(self.labeled),
-                "category": self.category}
+                "category": self.category,
+                **({} if self.edge_data is None else
+                   {"edge_data": {k: list(v) for k, v in self.edge_data.items()}})}
 
     @classmethod
     def from_json(cls, d: Any, where: str) -> "GraphTypes":
@@ -159,7 +172,8 @@ class GraphTypes:
         return cls(ntypes, _offsets(d.get("ntype_offsets"), len(ntypes), "ntype_offsets", where),
                    etypes, _offsets(d.get("etype_offsets"), len(etypes), "etype_offsets", where),
                    _feat_dims(d.get("feat_dims"), ntypes, where),
-                   _labeled(d.get("labeled"), ntypes, where), _category(d, ntypes, where))
+                   _labeled(d.get("labeled"), ntypes, where), _category(d, ntypes, where),
+                   _edge_data(d.get("edge_data"), len(etypes), where))
 
 
 def _etype(e: Any, i: int, ntypes: tuple[str, ...], where: str) -> Etype:
@@ -192,6 +206,19 @@ def _category(d: dict, ntypes: tuple[str, ...], where: str) -> str | None:
         raise PartitionFormatError(f"{where}: field 'types.category' = {category!r:.60}; "
                                    f"expected null or one of {list(ntypes)}")
     return category
+
+
+def _edge_data(d: Any, count: int, where: str) -> Mapping[str, tuple[int, ...]] | None:
+    if d is None:  # written before edge data could differ between edge types
+        return None
+    ok = isinstance(d, dict) and all(
+        isinstance(v, list) and all(isinstance(i, int) and not isinstance(i, bool)
+                                    and 0 <= i < count for i in v) for v in d.values())
+    if not ok:
+        raise PartitionFormatError(f"{where}: field 'types.edge_data' = {d!r:.80}; expected "
+                                   f"{{name: [edge type index, ...]}} with indices in "
+                                   f"[0, {count})")
+    return {k: tuple(v) for k, v in d.items()}
 
 
 def _to_homogeneous(offsets: np.ndarray, i: int, ids, what: str) -> np.ndarray:

@@ -34,6 +34,9 @@ def typed_graph():
     g.nodes["field"].data["feat"] = torch.from_numpy(rng.normal(size=(8, 4)).astype("float32"))
     g.nodes["paper"].data["label"] = torch.from_numpy(rng.integers(0, CLASSES, 40))
     g.nodes["paper"].data["train_mask"] = torch.arange(40) < 24
+    g.edges["cites"].data["w"] = torch.from_numpy(rng.random(70).astype("float32"))
+    g.edges["has_topic"].data["w"] = torch.from_numpy(rng.random(50).astype("float32"))
+    g.edges["writes"].data["year"] = torch.from_numpy(rng.integers(1990, 2020, (90, 2)))
     return g
 
 
@@ -178,6 +181,14 @@ def _surface(session, cache):
     out["book"] = {"partid": pb.partid, "papers": mine.tolist(),
                    "owners": pb.nid2partid(mine, "paper").tolist(),
                    "back": [t.tolist() for t in pb.map_to_per_ntype(homo)]}
+    eids = torch.tensor([69, 3, 3])
+    out["edata"] = {"cites": g.edges["cites"].data["w"][eids].tolist(),
+                    "topic": g.edges[("paper", "has_topic", "field")].data["w"][:4].tolist(),
+                    "keys": {r: sorted(g.edges[r].data.keys()) for r in g.etypes},
+                    "shape": list(g.edges["writes"].data["year"].shape)}
+    g.edges["writes"].data["year"][torch.tensor([session.rank])] = torch.tensor([[1, -1]])
+    g.barrier()
+    out["edata"]["year"] = g.edges["writes"].data["year"][torch.arange(3)].tolist()
     sampler = dgl.dataloading.NeighborSampler([{"cites": 2}, 3])
     out["refused"] = [
         _refused(lambda: g.nodes["author"].data["feat"]),
@@ -192,6 +203,10 @@ def _surface(session, cache):
         _refused(lambda: dglx_dist.node_split(torch.ones(40, dtype=torch.bool), g)),
         _refused(lambda: dgl.distributed.DistTensor((50, 1), torch.float32, "x")),
         _refused(lambda: g.local_nodes()),
+        _refused(lambda: g.edata["w"]),
+        _refused(lambda: g.edges["rev-writes"].data["w"]),
+        _refused(lambda: g.edges["venue"]),
+        _refused(lambda: g.edges["cites"].data["w"][torch.tensor([70])]),
     ]
     return out
 
@@ -214,6 +229,12 @@ def test_typed_data_reads_by_type_and_bad_input_is_one_line(tmp_path):
         assert out["keys"] == {"author": [], "field": ["feat"],
                                "paper": ["feat", "label", "test_mask", "train_mask", "val_mask"]}
         assert out["year"] == [[0, 0], [1, -1], [0, 0], [0, 0]]  # rank 1 wrote author 1
+        edata = out["edata"]
+        np.testing.assert_array_equal(edata["cites"], g.edges["cites"].data["w"][[69, 3, 3]])
+        np.testing.assert_array_equal(edata["topic"], g.edges["has_topic"].data["w"][:4])
+        assert edata["keys"] == {r: sorted(g.edges[r].data.keys()) for r in g.etypes}
+        assert edata["shape"] == [90, 2]
+        assert edata["year"] == [[1, -1], [1, -1], g.edges["writes"].data["year"][2].tolist()]
         book = out["book"]
         assert book["partid"] == r and set(book["owners"]) <= {r}
         assert book["back"] == [[2] * len(book["papers"]), book["papers"]]  # paper: type 2
@@ -231,6 +252,12 @@ def test_typed_data_reads_by_type_and_bad_input_is_one_line(tmp_path):
             r"node_split: this graph has node types .*; pass ntype= naming the type",
             r"DistTensor \(50, 1\): 50 rows; tensors here have one row per node of a type",
             r"has no full-graph form yet; iterate a dglx_dist.DataLoader",
+            r"g.edata\['w'\]: this graph has edge types .*; use g.edges\[etype\].data\['w'\]",
+            r"g.edges\[\('paper', 'rev-writes', 'author'\)\].data\['w'\]: edge type .* has "
+            r"no such edge data; it has \[\]",
+            r"edge type 'venue' is not a relation of the canonical edge types",
+            r"g.edges\[\('paper', 'cites', 'paper'\)\].data\['w'\]\[...\]: ids \[70\] out of "
+            r"range; the graph has edges 0..69",
         ]
         assert len(out["refused"]) == len(expected)
         for got, pattern in zip(out["refused"], expected):

@@ -78,6 +78,8 @@ def _describe(batch):
                  for et in pair.canonical_etypes},
         "pos": _edges(pair, nid, nid), "neg": _edges(neg, nid, nid),
         "neg_types": {":".join(et): neg.num_edges(et) for et in neg.canonical_etypes},
+        "labels": {":".join(et): pair.edges[et].data["w"].tolist()
+                   for et in pair.canonical_etypes if "w" in pair.edges[et].data},
         "last_dst": {t: blocks[-1].dstnodes[t].data[dgl.NID].tolist() for t in pair.ntypes},
         "blocks": [_edges(b, {t: b.srcnodes[t].data[dgl.NID] for t in b.srctypes},
                           {t: b.dstnodes[t].data[dgl.NID] for t in b.dsttypes})
@@ -151,7 +153,8 @@ def _refused(g):
            lambda: loader({"cites": torch.arange(3)},
                           negative_sampler=dglx_dist.negative_sampler.GlobalUniform(1)),
            lambda: g.find_edges(torch.tensor([0])),
-           lambda: g.find_edges(torch.tensor([50]), etype="has_topic")]
+           lambda: g.find_edges(torch.tensor([50]), etype="has_topic"),
+           lambda: loader({"cites": torch.arange(3)}, prefetch_labels=["weight"])]
     out = []
     for call in bad:
         try:
@@ -168,7 +171,8 @@ def _job(session, cache):
     return {"find": {":".join(et): [t.tolist() for t in g.find_edges(FIND, etype=et)]
                      for et in (CITES, WRITES)},
             "split": share.tolist(),
-            "types": _one_batch(g, SEEDS, _full_sampler("reverse_types", reverse_etypes=REV)),
+            "types": _one_batch(g, SEEDS, _full_sampler("reverse_types", reverse_etypes=REV,
+                                                        prefetch_labels=["w"])),
             "reverse_id": _one_batch(g, {"cites": torch.arange(0, 70, 2)}, _full_sampler(
                 "reverse_id", reverse_eids={"cites": _cites_reverse()})),
             "uniform": _uniform(g), "leaks": _leaks(g), "refused": _refused(g)}
@@ -233,6 +237,11 @@ def test_reverse_types_batch_matches_dgl_and_leaves_the_edges_out(job):
         _check_against_dgl(got, _dgl_batch(seeds, "reverse_types", reverse_etypes=REV))
         for et in seen:
             seen[et] += got["eids"][et]
+        # prefetch_labels=["w"]: the batch's cites edges carry their weights, writes has none
+        want = g.edges["cites"].data["w"][torch.tensor(got["eids"]["paper:cites:paper"],
+                                                        dtype=torch.long)]
+        assert list(got["labels"]) == (["paper:cites:paper"] if want.numel() else [])
+        assert got["labels"].get("paper:cites:paper", []) == want.tolist()
         # the batch's writes edges are in no layer, nor their rev-writes twins; its cites
         # edges are in no layer either, though their destinations are every layer's
         writes = set(_pairs(got["pos"]["author:writes:paper"]))
@@ -313,6 +322,8 @@ def test_bad_arguments_are_one_line_on_every_rank(job):
         r"InvalidValueError: this graph has edge types .*; pass etype= naming one",
         r"IdOutOfRangeError: find_edges \(edge type \('paper', 'has_topic', 'field'\)\): ids "
         r"\[50\] out of range; the graph has edges 0..49",
+        r"InvalidValueError: as_edge_prediction_sampler: prefetch_labels names 'weight', "
+        r"which no edge type has; edge data here: \['w', 'year'\]",
     ]
     for r in job:
         got = job[r]["refused"]

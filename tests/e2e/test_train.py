@@ -63,6 +63,35 @@ def test_dglx_train_granndis_gcn_on_two_servers(tmp_path):
     assert all(rec["steps"] == 1 and rec["samples"] == 140 for rec in records)
 
 
+def test_dglx_train_an_rgcn_on_a_typed_dataset(tmp_path):
+    """A directory of dglx datagen --preset mag-small: dglx train partitions it with its types
+    and trains an R-GCN (learned rows for the featureless types) that beats the majority
+    class by far; the run checks itself for collapse on the category's labels."""
+    import numpy as np
+
+    from dglx_dist.data import write_hetero_dataset
+    from dglx_dist.data.mag import MAG_PRESETS, mag_dataset
+
+    ds = mag_dataset(MAG_PRESETS["mag-small"])
+    write_hetero_dataset(ds, tmp_path / "mag")
+    paper = ds.nodes["paper"]
+    majority = np.bincount(paper.label[paper.test]).max() / paper.test.sum()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--master-port", str(free_local_port()), "-m", "dglx_dist", "train",
+           "--strategy", "distdgl", "--data", str(tmp_path / "mag"), "--epochs", "5",
+           "--strategy-opt", "batch_size=256", "--hidden", "32", "--eval-every", "0",
+           "--no-progress", "--fail-on-collapse",
+           "--cache-dir", str(tmp_path / "cache")]
+    r = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    records = _json_lines(r.stdout)
+    assert [rec["epoch"] for rec in records] == list(range(5))
+    assert records[-1]["loss"] < records[0]["loss"]
+    assert records[-1]["test_acc"] > 3 * majority, (records[-1], majority)
+    assert all(rec["samples"] == int(paper.train.sum()) for rec in records)
+
+
 def test_dglx_train_dorylus_records_executor_cost(tmp_path):
     """dorylus from the command line, async S=1, local executor: every epoch's record carries
     the executor's invocations, bytes and cost (accuracy is tests/dist/test_dorylus.py's)."""

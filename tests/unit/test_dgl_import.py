@@ -92,8 +92,18 @@ def test_parts_hold_the_in_edges_and_node_data_of_their_nodes(cora, imported, na
 def test_provenance_names_what_was_not_imported(imported):
     m = PartitionDir(imported["metis2"]).manifest
     assert m["relabeled"] and m["partitioner"]["options"]["part_method"] == "metis"
-    assert m["dataset"]["not_imported"] == {"node_data": ["_N/year"], "edge_data": ["_N:_E:_N/w"]}
+    assert m["dataset"]["not_imported"] == {"node_data": ["_N/year"], "edge_data": []}
     assert m["dataset"]["node_ids"].startswith("given")
+
+
+def test_edge_data_is_imported_by_original_edge_id(imported):
+    """_N:_E:_N/w held each edge's original id: every stored edge carries its own."""
+    for name in imported:
+        pdir = PartitionDir(imported[name])
+        assert pdir.manifest["edge_data"] == {"w": {"dtype": "float32", "shape": []}}
+        for p in range(pdir.num_parts):
+            part, data = pdir.load_part(p), pdir.load_edge_data(p)
+            assert np.array_equal(data["w"], part.eid.astype(np.float32)), (name, p)
 
 
 def test_without_orig_ids_dgl_ids_are_the_original_ids(cora, dgl_parts, tmp_path):

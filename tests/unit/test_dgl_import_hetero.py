@@ -42,7 +42,9 @@ def hetero_graph(label: str = "label"):
         paper[name] = torch.zeros(90, dtype=torch.bool).index_fill_(0, split[i::3][:20], True)
     g.nodes["field"].data["feat"] = torch.from_numpy(rng.normal(size=(12, 4)).astype(np.float32))
     g.nodes["field"].data["year"] = torch.arange(12)
-    g.edges["cites"].data["w"] = torch.rand(150)
+    g.edges["cites"].data["w"] = torch.from_numpy(rng.random(150).astype(np.float32))
+    g.edges["writes"].data["w"] = torch.from_numpy(rng.random(200).astype(np.float32))
+    g.edges["has_topic"].data["kind"] = torch.from_numpy(rng.integers(0, 9, (120, 2)))
     return g
 
 
@@ -119,8 +121,7 @@ def test_features_labels_and_masks_by_original_id(imported, name):
                 want = data[f"{ours}_mask"][ids].numpy() if t == "paper" else False
                 assert np.array_equal(getattr(part, ours)[run], np.broadcast_to(want, ids.shape))
     prov = pdir.manifest["dataset"]
-    assert prov["not_imported"] == {"node_data": ["field/year"],
-                                    "edge_data": ["paper:cites:paper/w"]}
+    assert prov["not_imported"] == {"node_data": ["field/year"], "edge_data": []}
     assert prov["node_ids"].startswith("given") and prov["absent_masks_as_false"] == []
 
 
@@ -143,6 +144,29 @@ def test_every_edge_once_with_its_type_and_ends(imported, name):
                 index, got = types.to_per_type(local_orig[local[mine]])
                 assert np.all(index == types.ntype_index(ntype)), (p, et, end)
                 assert np.array_equal(got, ids), (p, et, end)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_edge_data_of_each_edge_type_by_original_id(imported, name):
+    """edge_feat.dgl's tensors (w on cites and writes, a 2-wide int64 kind on has_topic): each
+    edge's row is its type's row of the input graph; edge types without a name hold zeros
+    and do not list it."""
+    g, pdir = hetero_graph(CASES[name][1]), imported[name]
+    types = pdir.types
+    assert dict(types.edge_data) == {"kind": (types.etype_index("has_topic"),),
+                                     "w": tuple(sorted(types.etype_index(r)
+                                                       for r in ("cites", "writes")))}
+    for p in range(2):
+        part, data = pdir.load_part(p), pdir.load_edge_data(p)
+        assert data["kind"].dtype == np.int64 and data["kind"].shape == (part.eid.size, 2)
+        etype, per_type = types.etype_of(part.eid)
+        for i, et in enumerate(types.canonical_etypes):
+            mine = etype == i
+            for name_, values in data.items():
+                want = g.edges[et].data[name_][per_type[mine]].numpy() \
+                    if name_ in g.edges[et].data else 0
+                assert np.array_equal(values[mine], np.broadcast_to(want, values[mine].shape)), \
+                    (p, et, name_)
 
 
 def test_without_the_mapping_ids_are_dgls_per_type_ids(dgl_parts, tmp_path):
@@ -253,6 +277,18 @@ BAD_FILES = {
     "edge data of an unknown type": ("part0/edge_feat.dgl", _add("a:b:c/w", torch.ones(2)),
                                      r"edge_feat.dgl: key 'a:b:c/w': 'a:b:c' is not one of the "
                                      r"edge types"),
+    "edge data rows": ("part1/edge_feat.dgl",
+                       lambda t: t.update({"paper:cites:paper/w": t["paper:cites:paper/w"][1:]}),
+                       r"part1/edge_feat.dgl: 'paper:cites:paper/w' has shape \(\d+,\) and dtype "
+                       r"torch.float32; expected \d+ rows \(the part's edges of that type\)"),
+    "edge data dtypes": ("part0/edge_feat.dgl", lambda t: t.update(
+        {"author:writes:paper/w": t["author:writes:paper/w"].double()}),
+        r"part0/edge_feat.dgl: '.*/w' is float(32|64)\[\]; edge data 'w' is float(64|32)\[\] "
+        r"elsewhere; expected one dtype and row shape per name"),
+    "edge data differs by part": ("part1/edge_feat.dgl", lambda t: t.pop("paper:cites:paper/w"),
+                                  r"part1/edge_feat.dgl: edge data .*part0/edge_feat.dgl has "
+                                  r".*; expected every part to have the same edge data per "
+                                  r"edge type"),
 }
 
 

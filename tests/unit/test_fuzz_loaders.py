@@ -24,7 +24,7 @@ def pristine(tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz")
     ds = tiny_dataset()
     write_dataset(ds, root / "data")
-    partition_dataset(ds, root / "parts", "metis", 2, {"balance": ""})  # pymetis: no DGL needed
+    partition_dataset(ds, root / "parts", "metis", 2)  # the METIS library: no DGL needed
     return root, ds
 
 

@@ -122,7 +122,6 @@ def _check_quality(ds, pdir, report, loaded):
     assert "per_type" in report.to_json() and "| edge type |" in report.to_markdown()
 
 
-@pytest.mark.dgl
 @pytest.mark.parametrize("seed", [0, 1])
 def test_metis_balances_each_node_type_and_the_training_nodes(tmp_path, seed):
     """Fields are a dense cluster of their own, which a min cut that ignores types keeps in
@@ -140,9 +139,6 @@ def test_typed_partitioning_refuses_bad_input_before_writing(tmp_path):
     with pytest.raises(PartitionError, match=r"feature_dim: node type 'field' has 3 feature "
                        r"columns; expected num_parts = 4 <= the width of every node type"):
         partition_dataset(_toy(), tmp_path / "p", "feature_dim", 4)
-    with pytest.raises(PartitionError, match=r"backend 'pymetis' balances one constraint"):
-        partition_dataset(_toy(), tmp_path / "p", "metis", 2, {"backend": "pymetis",
-                                                               "balance": ""})
     from dglx_dist.errors import InsufficientMemoryError
 
     with pytest.raises(InsufficientMemoryError, match=r"needs about .* MiB"):
@@ -198,20 +194,34 @@ def _tiny():
     return tiny_dataset()
 
 
-def test_shared_edge_data_is_stored_and_differing_edge_data_is_refused(tmp_path):
+def test_edge_data_of_some_edge_types_is_stored_and_a_dtype_clash_is_refused(tmp_path):
     ds = _toy(edata=True)
-    _, pdir = _partition(ds, tmp_path, "hash", 3)
-    stored = np.concatenate([pdir.load_edge_data(p)["w"] for p in range(3)])
-    expected = np.concatenate([e.edata["w"] for e in ds.edges.values()])
-    assert np.array_equal(stored[pdir.edge_part_ids()], expected)
-    ds.edges[("paper", "cites", "paper")].edata["w"] = np.zeros(600, np.float64)
-    with pytest.raises(PartitionError, match=r"edge type paper:cites:paper has edge data "
-                                             r"\{'w': 'float64\[\]'\}.*same columns"):
+    cites = ("paper", "cites", "paper")
+    rng = np.random.default_rng(3)
+    ds.edges[cites].edata["year"] = rng.integers(1990, 2020, (600, 2))  # cites alone
+    for source in (ds, tmp_path / "d"):
+        if source != ds:
+            write_hetero_dataset(ds, source)
+        _, pdir = _partition(source, tmp_path / f"p{source is ds}", "hash", 3)
+        stored = {name: np.concatenate([pdir.load_edge_data(p)[name] for p in range(3)])
+                  [pdir.edge_part_ids()] for name in ("w", "year")}
+        types = pdir.types
+        assert np.array_equal(stored["w"], np.concatenate([e.edata["w"]
+                                                           for e in ds.edges.values()]))
+        at = types.etype_index(cites)
+        run = slice(int(types.etype_offsets[at]), int(types.etype_offsets[at + 1]))
+        assert np.array_equal(stored["year"][run], ds.edges[cites].edata["year"])
+        assert not stored["year"][:run.start].any() and not stored["year"][run.stop:].any()
+        assert dict(types.edge_data) == {"w": tuple(range(len(types.canonical_etypes))),
+                                         "year": (at,)}
+    ds.edges[cites].edata["w"] = np.zeros(600, np.float64)
+    with pytest.raises(PartitionError, match=r"edge data 'w' is float64\[\] in edge type "
+                                             r"paper:cites:paper but float32\[\] in "):
         partition_dataset(ds, tmp_path / "bad", "hash", 2)
-    write_hetero_dataset(ds, tmp_path / "d")
-    with pytest.raises(PartitionError, match=r"edge type paper:cites:paper has edge data "
-                                             r"\{'w': 'double'\}"):
-        partition_dataset(tmp_path / "d", tmp_path / "bad", "hash", 2)
+    write_hetero_dataset(ds, tmp_path / "d2")
+    with pytest.raises(PartitionError, match=r"edge data 'w' is double in edge type "
+                                             r"paper:cites:paper but float in "):
+        partition_dataset(tmp_path / "d2", tmp_path / "bad", "hash", 2)
     assert not (tmp_path / "bad").exists()
 
 
@@ -250,6 +260,8 @@ def _edit(path, fn):
      r"'types.canonical_etypes\[0\]' = \['venue'"),
     (lambda m: m["types"].update(labeled=["venue"]), r"field 'types.labeled'"),
     (lambda m: m["types"].update(category="venue"), r"field 'types.category' = 'venue'"),
+    (lambda m: m["types"].update(edge_data={"w": [0, 5]}),
+     r"field 'types.edge_data' = .*indices in \[0, 5\)"),
     (lambda m: m["types"].update(ntypes=["paper", "field", "author"]),
      r"'types.ntypes' = .*expected distinct names in sorted order"),
     (lambda m: m.update(feat_dim=5), r"a typed manifest .* feat_dim 5 .* expected version 2, "
@@ -377,10 +389,11 @@ def test_strategies_without_types_refuse_typed_partitions_in_one_line(typed_dir,
         check_partitions(STRATEGIES.build(name), PartitionDir(typed_dir), Topology(2, 1))
 
 
-def test_dglx_train_refuses_typed_partitions_in_one_line(typed_dir, caplog):
+def test_dglx_train_refuses_another_model_on_typed_partitions_in_one_line(typed_dir, caplog):
     from dglx_dist.cli import main
 
-    assert main(["train", "--strategy", "distdgl", "--partitions", str(typed_dir)]) == 2
+    assert main(["train", "--strategy", "distdgl", "--partitions", str(typed_dir),
+                 "--model", "gat"]) == 2
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and errors[0].exc_info is None
-    assert "the Trainer and `dglx train` take graphs without types" in errors[0].getMessage()
+    assert "--model gat: a dataset with node types trains the R-GCN" in errors[0].getMessage()

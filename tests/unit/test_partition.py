@@ -79,7 +79,6 @@ def test_local_graph_matches_part(tiny, tmp_path):
     assert g.ndata["_ID"].tolist() == p.local_gid.tolist()
 
 
-@pytest.mark.dgl
 def test_metis_relabels_contiguous_and_balances(cora, tmp_path):
     report, pdir = _partition(cora, tmp_path, "metis", 4)
     offsets = np.asarray(pdir.manifest["node_book"]["offsets"])
@@ -93,18 +92,17 @@ def test_metis_relabels_contiguous_and_balances(cora, tmp_path):
     assert report.edge_cut_frac < 0.25
 
 
-@pytest.mark.dgl
 def test_metis_multi_constraint_beats_nodes_only_on_skewed_train_set(tmp_path):
     ds = tiny_dataset(num_nodes=1200, avg_degree=6, seed=3, isolated=0)
     # put every training node into one community, as a clustered labelled region would be
     train = ds.label == 0
     ds = type(ds)(ds.src, ds.dst, ds.feat, ds.label, train, ds.val & ~train, ds.test & ~train,
                   ds.num_classes, ds.extra)
-    multi, _ = _partition(ds, tmp_path, "metis", 4, balance="train", backend="dgl")
+    multi, _ = _partition(ds, tmp_path, "metis", 4, balance="train")
     assert multi.imbalance["train"] <= 1.10, multi.imbalance
 
 
-def test_metis_pymetis_backend_for_single_constraint(cora, tmp_path):
+def test_metis_on_the_node_count_alone(cora, tmp_path):
     report, pdir = _partition(cora, tmp_path, "metis", 3, balance="")
     assert pdir.manifest["partitioner"]["options"]["backend"] == "auto"
     assert report.imbalance["nodes"] <= 1.05 and report.edge_cut_frac < 0.25
@@ -140,7 +138,6 @@ def _group_cut(pdir, ds):
                                                       minlength=4)
 
 
-@pytest.mark.dgl
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_metis_groups_split_servers_first_then_their_ranks(tmp_path, seed):
     """groups=2, 4 parts on a graph of 2 communities (80% of edges inside one): parts {0,1} and

@@ -12,9 +12,9 @@ from dglx_dist.partition import io as pio
 @pytest.fixture
 def pdir_path(tiny, tmp_path):
     out = tmp_path / "parts"
-    # METIS on the node count (pymetis): the files do not depend on the METIS backend, and
-    # these tests run without DGL too (make test-core)
-    partition_dataset(tiny, out, "metis", 3, {"balance": ""})
+    # METIS with its default constraints, through the METIS library: these tests run without
+    # DGL too (make test-core)
+    partition_dataset(tiny, out, "metis", 3)
     return out
 
 
@@ -242,8 +242,7 @@ def test_nonfinite_features_stop_partitioning_unless_warned(tiny, tmp_path):
     assert PartitionDir(tmp_path / "parts").num_parts == 2
 
 
-@pytest.mark.parametrize("method", [pytest.param("metis", marks=pytest.mark.dgl), "hash",
-                                    "feature_dim"])
+@pytest.mark.parametrize("method", ["metis", "hash", "feature_dim"])
 def test_edge_data_is_stored_with_its_edge(tiny, tmp_path, method):
     """Every edge's row lands in the part that stores the edge, and the partitioned edge ids
     lead back to it."""
@@ -295,7 +294,7 @@ def test_overwrite_replaces_only_partitions_that_do_not_hold_the_input(tiny, tmp
                                              "partition directory"):
         partition_dataset(tiny, data, "hash", 2, overwrite=True)
     partition_dataset(data, tmp_path / "parts", "hash", 2)
-    partition_dataset(data, tmp_path / "parts", "metis", 3, {"balance": ""}, overwrite=True)
+    partition_dataset(data, tmp_path / "parts", "metis", 3, overwrite=True)
     assert PartitionDir(tmp_path / "parts").num_parts == 3
 
 

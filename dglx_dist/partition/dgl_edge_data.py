@@ -1,0 +1,96 @@
+"""The edge data of DGL's ``partition_graph`` output (``edge_feat.dgl``) as edge-data columns.
+
+DGL stores, per part, a tensor ``SRC:REL:DST/NAME`` for each edge type that has edge data
+``NAME``: one row per edge of that type the part owns, row ``i`` for the ``i``-th of them in
+DGL's new edge ids (an edge's row is its new id minus the first new id of its type in the
+part: ``edge_map``'s ranges). Here each name becomes one column over the part's edges in our
+order (:mod:`dglx_dist.data.edge_data`), zeros for edges of types without it; the types that
+have a name must agree on its dtype and row shape, and every part must have the same names
+per edge type. Refusals are :class:`~dglx_dist.errors.PartitionFormatError` s naming the file
+and key.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dglx_dist.data.edge_data import edge_data_spec
+from dglx_dist.errors import PartitionFormatError
+
+__all__ = ["EdgeDataImport"]
+
+_ERR = PartitionFormatError
+
+
+class EdgeDataImport:
+    """Reads each part's ``edge_feat.dgl`` into edge-data columns (see the module docstring).
+
+    Args:
+        etypes: the edge types as DGL's keys spell them (``SRC:REL:DST``), in type order.
+        config: DGL's partition JSON, for messages.
+    """
+
+    def __init__(self, etypes: list[str], config: Path):
+        self.etypes, self.config = etypes, config
+        self.kinds: dict[str, tuple[str, tuple[int, ...]]] = {}  # name -> (dtype, row shape)
+        self.first: tuple[dict[str, list[int]], Path] | None = None  # part 0's names
+
+    def part(self, file: Path, tensors: dict[str, torch.Tensor], etype: np.ndarray,
+             rows: np.ndarray, counts: np.ndarray) -> dict[str, np.ndarray]:
+        """The part's columns: ``etype[j]`` / ``rows[j]``: edge ``j``'s type and its row among
+        its type's in the file; ``counts[t]``: the part's edges of type ``t``."""
+        by_name: dict[str, dict[int, np.ndarray]] = {}
+        for key, t in tensors.items():
+            name_etype, sep, name = key.rpartition("/")
+            if not sep or name_etype not in self.etypes:
+                raise _ERR(f"{file}: key {key!r}: {name_etype!r} is not one of the edge types "
+                           f"{self.etypes} of field 'etypes' of {self.config}; expected keys "
+                           f"SRC:REL:DST/NAME")
+            i = self.etypes.index(name_etype)
+            by_name.setdefault(name, {})[i] = self._checked(file, key, name, t, int(counts[i]))
+        self._same_names(file, {n: sorted(v) for n, v in sorted(by_name.items())})
+        out = {}
+        for name, per_type in by_name.items():
+            dtype, shape = self.kinds[name]
+            column = np.zeros((etype.size, *shape), dtype=np.dtype(dtype))
+            for i, values in per_type.items():
+                sel = etype == i
+                column[sel] = values[rows[sel]]
+            out[name] = column
+        return out
+
+    def _checked(self, file: Path, key: str, name: str, t: torch.Tensor, n: int) -> np.ndarray:
+        if t.shape[:1] != (n,) or t.dim() not in (1, 2) or t.is_complex():
+            raise _ERR(f"{file}: {key!r} has shape {tuple(t.shape)} and dtype {t.dtype}; "
+                       f"expected {n} rows (the part's edges of that type), one number or one "
+                       f"vector each")
+        values = (t.float() if t.dtype == torch.bfloat16 else t).numpy()
+        kind = (str(values.dtype), tuple(values.shape[1:]))
+        want = self.kinds.setdefault(name, kind)
+        if kind != want:
+            raise _ERR(f"{file}: {key!r} is {kind[0]}{list(kind[1])}; edge data {name!r} is "
+                       f"{want[0]}{list(want[1])} elsewhere; expected one dtype and row shape "
+                       f"per name")
+        return values
+
+    def _same_names(self, file: Path, names: dict[str, list[int]]) -> None:
+        if self.first is None:
+            self.first = (names, file)
+        elif names != self.first[0]:
+            raise _ERR(f"{file}: edge data {self._describe(names)}; {self.first[1]} has "
+                       f"{self._describe(self.first[0])}; expected every part to have the "
+                       f"same edge data per edge type")
+
+    def _describe(self, names: dict[str, list[int]]) -> dict[str, list[str]]:
+        return {n: [self.etypes[i] for i in v] for n, v in names.items()}
+
+    def edge_data(self) -> dict[str, tuple[int, ...]]:
+        """Per name, the edge types that have it (once every part has been read)."""
+        return {} if self.first is None else {n: tuple(v) for n, v in self.first[0].items()}
+
+    def spec(self) -> dict:
+        """The manifest's ``edge_data`` field (:func:`~dglx_dist.data.edge_data.edge_data_spec`)."""
+        return edge_data_spec({n: np.zeros((0, *shape), np.dtype(dtype))
+                               for n, (dtype, shape) in self.kinds.items()})
