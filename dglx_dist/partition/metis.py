@@ -68,6 +68,10 @@ class MetisPartitioner(Partitioner):
         seed: int = dataclasses.field(
             default=0, metadata={"help": "METIS's random seed (libmetis): the same dataset, "
                                          "options and seed give the same parts."})
+        ncuts: int = dataclasses.field(
+            default=2, metadata={"help": "Partitionings METIS computes from different random "
+                                         "starts, the smallest cut kept (libmetis; each adds "
+                                         "about one METIS run's time)."})
         groups: int = dataclasses.field(
             default=1, metadata={
                 "help": "Hierarchical split: first into this many groups (servers), then each "
@@ -83,8 +87,9 @@ class MetisPartitioner(Partitioner):
                                         f"{_OBJECTIVES}")
             if self.backend not in _BACKENDS:
                 raise InvalidValueError(f"backend {self.backend!r}; expected one of {_BACKENDS}")
-            if self.seed < 0:
-                raise InvalidValueError(f"seed {self.seed}: must be >= 0")
+            if self.seed < 0 or self.ncuts < 1:
+                raise InvalidValueError(f"seed {self.seed} / ncuts {self.ncuts}: need seed >= 0 "
+                                        "and ncuts >= 1")
             if self.groups < 1:
                 raise InvalidValueError(f"groups {self.groups}: must be >= 1")
 
@@ -140,7 +145,8 @@ class MetisPartitioner(Partitioner):
         vwgt = _weights(categories, np.bincount(dst, minlength=num_nodes),
                         "edges" in self.config.balance)
         return part_graph(indptr, indices, num_parts, vwgt=vwgt,
-                          objective=self.config.objective, seed=self.config.seed)
+                          objective=self.config.objective, seed=self.config.seed,
+                          ncuts=self.config.ncuts)
 
     def _dgl_assignment(self, src: np.ndarray, dst: np.ndarray,
                         split_masks: dict[str, np.ndarray], num_parts: int) -> np.ndarray:

@@ -29,7 +29,7 @@ from dglx_dist.errors import InvalidValueError, MissingDependencyError, Partitio
 
 __all__ = ["MetisLibrary", "load_metis", "part_graph", "symmetric_csr"]
 
-_OPTION_OBJTYPE, _OPTION_SEED, _OPTION_NUMBERING = 1, 9, 19  # moptions_et in metis.h
+_OPTION_OBJTYPE, _OPTION_NCUTS, _OPTION_SEED, _OPTION_NUMBERING = 1, 8, 9, 19  # moptions_et
 _NOPTIONS = 40
 _OK, _ERRORS = 1, {-2: "erroneous input or options", -3: "out of memory", -4: "an error"}
 _ENV = "DGLX_METIS_LIBRARY"
@@ -103,7 +103,8 @@ def _ptr(a: np.ndarray):
 
 def part_graph(indptr: np.ndarray, indices: np.ndarray, nparts: int,
                vwgt: np.ndarray | None = None, ubvec: np.ndarray | None = None,
-               objective: str = "cut", seed: int = 0, recursive: bool = False) -> np.ndarray:
+               objective: str = "cut", seed: int = 0, recursive: bool = False,
+               ncuts: int = 1) -> np.ndarray:
     """METIS's part of each vertex of a symmetric graph without self loops (CSR).
 
     Args:
@@ -116,6 +117,7 @@ def part_graph(indptr: np.ndarray, indices: np.ndarray, nparts: int,
         objective: "cut" (edge cut) or "vol" (communication volume; k-way only).
         seed: METIS's random seed: the same input and seed give the same parts.
         recursive: recursive bisection instead of k-way.
+        ncuts: partitionings METIS computes (from different random starts); the best is kept.
 
     Raises:
         InvalidValueError: bad arguments, naming which.
@@ -136,12 +138,15 @@ def part_graph(indptr: np.ndarray, indices: np.ndarray, nparts: int,
         raise InvalidValueError(f"METIS: objective {objective!r}; expected 'cut' or 'vol'")
     if not 0 <= int(seed) <= limit:
         raise InvalidValueError(f"METIS: seed {seed}; expected 0 <= seed <= {limit}")
+    if not 1 <= int(ncuts) <= 100:
+        raise InvalidValueError(f"METIS: ncuts {ncuts}; expected 1 <= ncuts <= 100")
     weights, ncon = _weights(vwgt, n, lib)
     ub = _tolerances(ubvec, ncon, lib)
     options = np.full(_NOPTIONS, -1, dtype=lib.idx)
     lib.lib.METIS_SetDefaultOptions(_ptr(options))
     options[_OPTION_OBJTYPE] = 0 if objective == "cut" else 1
     options[_OPTION_SEED] = int(seed)
+    options[_OPTION_NCUTS] = int(ncuts)
     options[_OPTION_NUMBERING] = 0
     xadj = np.ascontiguousarray(indptr, dtype=lib.idx)
     adjncy = np.ascontiguousarray(indices, dtype=lib.idx)
