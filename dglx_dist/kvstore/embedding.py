@@ -16,7 +16,7 @@ they were touched in every earlier step (dense Adam also moves rows with zero gr
 their momentum, and counts steps globally).
 
 With a :class:`~dglx_dist.kvstore.dist.DistKVStore`, constructing an embedding or an optimizer,
-calling an embedding (a pull) and ``step()`` (one push per embedding) are collective: every rank
+calling an embedding (a pull) and ``step()`` (one push of every embedding) are collective: every rank
 does them the same number of times in the same order. Dense parameters are not their business.
 """
 from __future__ import annotations
@@ -120,11 +120,17 @@ class SparseOptimizer(abc.ABC):
         return f"{emb.name}/sparse_{self.kind}"
 
     def step(self) -> None:
-        """Pushes every embedding's summed gradient rows to their owners (collective)."""
+        """Pushes every embedding's summed gradient rows to their owners (collective): one
+        push of all of a store's embeddings (:meth:`KVStore.push_many`)."""
         with torch.no_grad():
+            by_store: dict[int, tuple[KVStore, list]] = {}
             for emb in self.embeddings:
                 ids, grads = emb.gradients()
-                emb.store.push(emb.name, ids, grads, op=self.op_name(emb))
+                by_store.setdefault(id(emb.store), (emb.store, []))[1].append(
+                    (emb.name, ids, grads, self.op_name(emb)))
+            for store, pushes in by_store.values():
+                store.push_many(pushes)
+            for emb in self.embeddings:
                 emb.clear_trace()
 
     def zero_grad(self) -> None:
