@@ -164,6 +164,7 @@ class DistGraph(EdgeStructure):
         self._sampler: PartitionSampler | None = None
         self.ndata = NodeData(self)
         self.edata = EdgeData(self)
+        self.embeddings: list = []  # its DistEmbeddings, in creation order (a loader pulls them)
         _CURRENT.set(self)
 
     def new_name(self, prefix: str) -> str:
