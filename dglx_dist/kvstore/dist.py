@@ -11,7 +11,8 @@ push messages and what is collective; details it leaves out:
   nothing (its peer then fails too) rather than leaving it hanging.
 * A pull's answers skip the round of counts (every caller knows what it asked for) and row
   widths may differ per peer (raw bytes). A push's writer combines what all sources sent in
-  rank order, and every rank ends with ``session.server.barrier()``.
+  rank order, and every rank ends with ``session.server.barrier()`` (where its server has other
+  ranks).
 * ``collective=False`` sends the same messages point-to-point to the owners' serving threads
   (:mod:`~dglx_dist.kvstore.serve`). A serving thread and its rank's main thread never apply
   at the same time (a lock); a collective push and other ranks' non-collective ones to the same
@@ -209,7 +210,8 @@ class DistKVStore(KVStore):
             self._shards.apply_many({source: unpack_messages(buf)
                                      for source, buf in enumerate(received)})
         finally:
-            self.session.server.barrier()
+            if self.session.server.size > 1:  # alone on its server: nobody to wait for
+                self.session.server.barrier()
 
     # -- non-collective ----------------------------------------------------------------------
     def _pull_p2p(self, entry: TensorEntry, ids: torch.Tensor, dedup: bool) -> torch.Tensor:
