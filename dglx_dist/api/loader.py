@@ -42,7 +42,7 @@ from dglx_dist.api.link import EdgePairs, is_edge_sampler
 from dglx_dist.api.ndata import as_node_ids
 from dglx_dist.api.split import edge_share, node_share
 from dglx_dist.api.typed_link import TypedEdgePairs
-from dglx_dist.api.types import EmbeddingRows, typed_prefetch
+from dglx_dist.api.types import typed_prefetch
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 from dglx_dist.runtime.agree import differing_ranks, ids_digest, on_every_rank, same_call
 from dglx_dist.runtime.transfer import DeviceCopies
@@ -165,7 +165,6 @@ class DataLoader:
         self.lookahead = use_prefetch_thread is not False
         self.device = self.strategy.compute_device(session)
         self._copies = DeviceCopies(self.device)
-        self._embeddings = EmbeddingRows(graph)
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next iteration is (DGL's ``set_epoch``: it seeds the shuffling and
@@ -208,7 +207,7 @@ class DataLoader:
                 yield to_ids(step.input_nodes), *pairs, step.blocks
             else:
                 yield to_ids(step.input_nodes), to_ids(step.output_nodes), step.blocks
-        self._embeddings.settle()
+        self.graph.step_rows.settle()
         # every rank takes the same steps: once all have finished the loop body of the last
         # one, what they wrote during the epoch (a layer-wise inference's DistTensor rows) is
         # where every rank reads it
@@ -227,15 +226,15 @@ class DataLoader:
         step = next(steps, None)
         finish = self._start_prefetch(step) if step is not None else None
         while finish is not None:
-            ready = finish()  # starts the pull of its embedding rows, which travel while
-            following = next(steps, None)  # the step after is sampled
+            ready = finish()  # starts the pull of the rows the loop reads itself, which
+            following = next(steps, None)  # travel while the step after is sampled
             finish = self._start_prefetch(following) if following is not None else None
             try:
                 yield ready
             except GeneratorExit:  # the caller left the loop: the rows under way still arrive
                 if finish is not None:
                     finish()
-                self._embeddings.settle()
+                self.graph.step_rows.settle()
                 raise
 
     def _start_prefetch(self, step: Step | EdgeStep) -> Callable[[], Step | EdgeStep]:
@@ -249,8 +248,7 @@ class DataLoader:
         if not blocks or blocks.state.rows is not None:  # a co-batch's shared structures
             return lambda: place_step(step, self.device)
         if self.graph.is_typed:
-            return typed_prefetch(self.graph, self.sampler, step, self._copies, self.device,
-                                  self._embeddings)
+            return typed_prefetch(self.graph, self.sampler, step, self._copies, self.device)
         edge = isinstance(step, EdgeStep)
         node_sampler = self.sampler.sampler if edge else self.sampler
         put = []  # (layer, "src" or "dst", key, rows under way); labels first: few bytes

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from dglx_dist.partition.load import PartitionDir
 
 __all__ = ["typed_spaces", "NodeTypeView", "store_typed_node_data", "space_for",
-           "typed_prefetch", "EmbeddingRows"]
+           "typed_prefetch"]
 
 
 def typed_spaces(pdir: PartitionDir) -> dict[str, NodeSpace]:
@@ -135,14 +135,13 @@ def space_for(graph: DistGraph, rows: int, part_policy, what: str) -> NodeSpace:
                             f"type ({sizes})")
 
 
-def typed_prefetch(graph: DistGraph, sampler, step, copies, device,
-                   embeddings: "EmbeddingRows") -> Callable:
+def typed_prefetch(graph: DistGraph, sampler, step, copies, device) -> Callable:
     """A loader's prefetch of a typed step (DGL's ``prefetch_labels`` and
     ``prefetch_node_feats`` of the sampler, for the node types that have the name; of an
     edge step, the node features of its edge-prediction sampler's sampler), started; the
     returned callable gives the step on ``device`` with the rows on its last block's
     destinations (labels) and its first block's sources (features), and starts the pull of
-    the graph's embedding rows of its input nodes (``embeddings``)."""
+    the step's rows the loop reads itself (:class:`~dglx_dist.api.step_rows.StepRows`)."""
     put = []  # (layer, side, node type, name, rows under way)
     edge = isinstance(step, EdgeStep)
     node_sampler = sampler.sampler if edge else sampler
@@ -160,7 +159,8 @@ def typed_prefetch(graph: DistGraph, sampler, step, copies, device,
                                 view.start_rows(view.space.rows(ids), unique=True)))
 
     def finish():
-        embeddings.start(step.input_nodes)  # after the last step's writes to them
+        # after the last step's writes (its optimizer step)
+        graph.step_rows.start(step.input_nodes, getattr(step, "output_nodes", None))
         ready = [(layer, side, ntype, name, copies.start(rows.wait()))
                  for layer, side, ntype, name, rows in put]
         placed = place_step(step, device)
@@ -172,33 +172,3 @@ def typed_prefetch(graph: DistGraph, sampler, step, copies, device,
 
     return finish
 
-
-class EmbeddingRows:
-    """A loader's pull of the rows of every ``DistEmbedding`` of a typed graph for a step's
-    input nodes of its type: one collective exchange for all of them, started when the step
-    is handed over (so after the previous step's optimizer wrote them), each embedding
-    offered its rows (an embedding called with ``input_nodes[ntype]`` takes them instead of
-    pulling alone)."""
-
-    def __init__(self, graph: DistGraph):
-        self._g, self._pending = graph, None
-
-    def start(self, input_nodes: dict[str, torch.Tensor]) -> None:
-        """Starts the pull of the step with per-type ``input_nodes`` (collective: every rank
-        at the same step, the same embeddings)."""
-        self.settle()
-        wanted = [(e, input_nodes[e.space.ntype]) for e in self._g.embeddings
-                  if e.space.ntype in input_nodes]
-        if not wanted:
-            return
-        rows = [e.space.rows(ids) for e, ids in wanted]
-        pending = self._g.store.start_pull_many([(e.name, r) for (e, _), r in zip(wanted, rows)])
-        self._pending = pending
-        for i, ((emb, ids), r) in enumerate(zip(wanted, rows)):
-            emb.inner.offer(ids, r, lambda i=i: pending.wait()[i])
-
-    def settle(self) -> None:
-        """Waits for the pull under way, if any (its rows stay offered)."""
-        if self._pending is not None:
-            self._pending.wait()
-            self._pending = None

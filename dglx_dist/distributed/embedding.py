@@ -40,7 +40,7 @@ class DistEmbedding:
         self.inner = _StoreEmbedding(g.store, self.name, int(num_embeddings), int(embedding_dim),
                                      self.space.policy, init=init_func or "zeros")
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
-        g.embeddings.append(self)
+        g.step_rows.embeddings.append(self)
 
     def __call__(self, ids: torch.Tensor, device=None) -> torch.Tensor:
         taken = self.inner.take(ids, device)  # a loader pulled the rows of its input nodes

@@ -123,6 +123,7 @@ class KVStore(abc.ABC):
         self.seed = int(seed)
         self._entries: dict[str, TensorEntry] = {}
         self._ops: dict[str, PushOp] = dict(BUILTIN_OPS)
+        self.pushes: dict[str, int] = {}  # pushes by name (rows pulled before are stale)
 
     # -- registration ------------------------------------------------------------------------
     def init_data(self, name: str, policy: PartitionPolicy,
@@ -258,6 +259,8 @@ class KVStore(abc.ABC):
         except (KeyError, ValueError):
             self._push_nothing()
             raise
+        for name in names:
+            self.pushes[name] = self.pushes.get(name, 0) + 1
         with torch.no_grad():
             self._push_many(args)
 
@@ -282,6 +285,7 @@ class KVStore(abc.ABC):
             if collective:
                 self._push_nothing()
             raise
+        self.pushes[name] = self.pushes.get(name, 0) + 1
         with torch.no_grad():  # stored rows never join an autograd graph
             args = (entry, push_op, ids.cpu(), values.detach().cpu())
             if collective:
