@@ -135,10 +135,10 @@ class DistKVStore(KVStore):
 
     def _start_exchange(self, plans: list[PullPlan]) -> Callable[[], list[torch.Tensor]]:
         """Sends the requests (per server, int64 ``[name index, ids]`` for one pull, else
-        ``[-k, (name index, id count) per pull, the ids]``), answers the peers' and starts sending the answers (each pull's rows, in
-        order); returns what waits for the answers to this rank's requests (and raises what
-        answering failed with, once the exchange is over: a failed rank answers nothing,
-        then fails too)."""
+        ``[-k, (name index, id count) per pull, the ids]``), answers the peers' and starts
+        sending the answers (each pull's rows, in order); returns what waits for the answers
+        to this rank's requests (and raises what answering failed with, once the exchange is
+        over: a failed rank answers nothing, then fails too)."""
         asked: dict[int, list[tuple[int, torch.Tensor]]] = {}
         expect = [0] * self._cross.size
         for plan in plans:

@@ -16,8 +16,9 @@ they were touched in every earlier step (dense Adam also moves rows with zero gr
 their momentum, and counts steps globally).
 
 With a :class:`~dglx_dist.kvstore.dist.DistKVStore`, constructing an embedding or an optimizer,
-calling an embedding (a pull) and ``step()`` (one push of every embedding) are collective: every rank
-does them the same number of times in the same order. Dense parameters are not their business.
+calling an embedding (a pull) and ``step()`` (one push of all its embeddings) are collective:
+every rank does them the same number of times in the same order. Dense parameters are not
+their business.
 """
 from __future__ import annotations
 
