@@ -33,6 +33,7 @@ import torch
 from dglx_dist.api.book import PartitionBook
 from dglx_dist.api.edata import PREFIX as EDGE_PREFIX, EdgeData, EdgeTypes
 from dglx_dist.api.ndata import DEFAULT_NTYPE, MASKS, NodeData, NodeDataView, NodeSpace
+from dglx_dist.api.step_rows import StepRows
 from dglx_dist.api.structure import EdgeStructure, store_edge_ends
 from dglx_dist.api.types import NodeTypeView, store_typed_node_data, typed_spaces
 from dglx_dist.data.convert import check_convertible, from_dgl, is_heterograph
@@ -164,6 +165,7 @@ class DistGraph(EdgeStructure):
         self._sampler: PartitionSampler | None = None
         self.ndata = NodeData(self)
         self.edata = EdgeData(self)
+        self.step_rows = StepRows(self.store)  # what a typed loader pulls for its steps
         _CURRENT.set(self)
 
     def new_name(self, prefix: str) -> str:

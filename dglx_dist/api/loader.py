@@ -207,6 +207,7 @@ class DataLoader:
                 yield to_ids(step.input_nodes), *pairs, step.blocks
             else:
                 yield to_ids(step.input_nodes), to_ids(step.output_nodes), step.blocks
+        self.graph.step_rows.settle()
         # every rank takes the same steps: once all have finished the loop body of the last
         # one, what they wrote during the epoch (a layer-wise inference's DistTensor rows) is
         # where every rank reads it
@@ -225,14 +226,15 @@ class DataLoader:
         step = next(steps, None)
         finish = self._start_prefetch(step) if step is not None else None
         while finish is not None:
-            following = next(steps, None)
-            ready = finish()
+            ready = finish()  # starts the pull of the rows the loop reads itself, which
+            following = next(steps, None)  # travel while the step after is sampled
             finish = self._start_prefetch(following) if following is not None else None
             try:
                 yield ready
             except GeneratorExit:  # the caller left the loop: the rows under way still arrive
                 if finish is not None:
                     finish()
+                self.graph.step_rows.settle()
                 raise
 
     def _start_prefetch(self, step: Step | EdgeStep) -> Callable[[], Step | EdgeStep]:

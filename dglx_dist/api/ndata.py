@@ -176,6 +176,11 @@ class NodeDataView:
     def __getitem__(self, key) -> Any:
         if isinstance(key, NodeDataView) and not self.space.typed:
             return self.local()[key.local().bool()]  # a mask of the same graph: this rank's rows
+        taken = self._g.step_rows.take(self.name, key)  # a typed loader pulled them
+        if taken is not None:
+            return self._typed(taken)
+        if not self._held_by_strategy():
+            self._g.step_rows.note(self.name, self.space, key)
         return self.rows(self.space.rows(self._ids(key)))
 
     def __setitem__(self, key, values: torch.Tensor) -> None:

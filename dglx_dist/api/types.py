@@ -142,7 +142,8 @@ def typed_prefetch(graph: DistGraph, sampler, step, copies, device) -> Callable:
     ``prefetch_node_feats`` of the sampler, for the node types that have the name; of an
     edge step, the node features of its edge-prediction sampler's sampler), started; the
     returned callable gives the step on ``device`` with the rows on its last block's
-    destinations (labels) and its first block's sources (features)."""
+    destinations (labels) and its first block's sources (features), and starts the pull of
+    the step's rows the loop reads itself (:class:`~dglx_dist.api.step_rows.StepRows`)."""
     put = []  # (layer, side, node type, name, rows under way); rows a strategy holds as a
     # handle (p3's column slices) stay out of the blocks, as on a graph without types
     edge = isinstance(step, EdgeStep)
@@ -161,6 +162,8 @@ def typed_prefetch(graph: DistGraph, sampler, step, copies, device) -> Callable:
                                 view.start_rows(view.space.rows(ids), unique=True)))
 
     def finish():
+        # after the last step's writes (its optimizer step)
+        graph.step_rows.start(step.input_nodes, getattr(step, "output_nodes", None))
         ready = [(layer, side, ntype, name, copies.start(value))
                  for layer, side, ntype, name, value in ((*p[:4], p[4].wait()) for p in put)
                  if isinstance(value, torch.Tensor)]
@@ -172,3 +175,4 @@ def typed_prefetch(graph: DistGraph, sampler, step, copies, device) -> Callable:
         return placed
 
     return finish
+

@@ -14,7 +14,10 @@ __all__ = ["DistEmbedding"]
 
 class DistEmbedding:
     """Learnable rows, one per node, trained by :mod:`dglx_dist.distributed.optim` (collective
-    to create; calling it is a pull: every rank calls at the same step).
+    to create; calling it is a pull: every rank calls at the same step). On a graph with
+    types, a ``DataLoader`` step pulls the rows of its input nodes of the embedding's type
+    for every embedding of the graph at once; called with those ids (``input_nodes[ntype]``,
+    the tensor the loader gave), it takes them instead of pulling.
 
     Args:
         num_embeddings: rows: the graph's node count (of one node type on a graph with types).
@@ -37,8 +40,12 @@ class DistEmbedding:
         self.inner = _StoreEmbedding(g.store, self.name, int(num_embeddings), int(embedding_dim),
                                      self.space.policy, init=init_func or "zeros")
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
+        g.step_rows.embeddings.append(self)
 
     def __call__(self, ids: torch.Tensor, device=None) -> torch.Tensor:
+        taken = self.inner.take(ids, device)  # a loader pulled the rows of its input nodes
+        if taken is not None:
+            return taken
         ids = self.space.check(torch.as_tensor(ids), repr(self))
         return self.inner(self.space.rows(ids), device)
 

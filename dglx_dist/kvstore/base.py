@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import operator
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -133,6 +133,7 @@ class KVStore(abc.ABC):
         self.seed = int(seed)
         self._entries: dict[str, TensorEntry] = {}
         self._ops: dict[str, PushOp] = dict(BUILTIN_OPS)
+        self.pushes: dict[str, int] = {}  # pushes by name (rows pulled before are stale)
 
     # -- registration ------------------------------------------------------------------------
     def init_data(self, name: str, policy: PartitionPolicy,
@@ -227,6 +228,52 @@ class KVStore(abc.ABC):
         with torch.no_grad():
             return PullUnderWay(self._start_pull(entry, ids.cpu(), dedup))
 
+    def start_pull_many(self, pulls: Sequence[tuple[str, torch.Tensor]],
+                        dedup: bool = True) -> "PullUnderWay":
+        """Several collective pulls (``(name, ids)`` each) started as one exchange; ``wait()``
+        gives their rows, a tensor per pull in order. Every rank calls it where it would have
+        started one pull (ranks may ask for different names and numbers of pulls).
+
+        Raises:
+            KeyError: unknown name. ValueError: ids not 1-D int64 within ``[0, num_rows)``.
+        """
+        try:
+            entries = [self._entry(name) for name, _ in pulls]
+            for entry, (_, ids) in zip(entries, pulls):
+                self._check_ids(entry, ids, "pull")
+        except (KeyError, ValueError):
+            self._pull_nothing()
+            raise
+        with torch.no_grad():
+            return PullUnderWay(self._start_pull_many(
+                [(entry, ids.cpu(), dedup) for entry, (_, ids) in zip(entries, pulls)]))
+
+    def push_many(self, pushes: Sequence[tuple[str, torch.Tensor, torch.Tensor, str]]) -> None:
+        """Several collective pushes (``(name, ids, values, op)`` each, every name once) as
+        one step: the same as pushing them one after another, in one exchange. Every rank
+        calls it where it would have pushed (ranks may push different names and numbers).
+
+        Raises:
+            KeyError / ValueError: as :meth:`push`; a name given twice.
+        """
+        try:
+            args = []
+            for name, ids, values, op in pushes:
+                entry, push_op = self._entry(name), self._op(op)
+                self._check_ids(entry, ids, "push")
+                self._check_values(entry, ids, values)
+                args.append((entry, push_op, ids.cpu(), values.detach().cpu()))
+            names = [name for name, *_ in pushes]
+            if len(set(names)) != len(names):
+                raise InvalidValueError(f"push_many: names {names}; each name at most once")
+        except (KeyError, ValueError):
+            self._push_nothing()
+            raise
+        for name in names:
+            self.pushes[name] = self.pushes.get(name, 0) + 1
+        with torch.no_grad():
+            self._push_many(args)
+
     def push(self, name: str, ids: torch.Tensor, values: torch.Tensor,
              op: str = "assign", *, collective: bool = True) -> None:
         """Applies ``op`` to rows ``ids`` of ``name`` with ``values`` (one row per id).
@@ -248,6 +295,7 @@ class KVStore(abc.ABC):
             if collective:
                 self._push_nothing()
             raise
+        self.pushes[name] = self.pushes.get(name, 0) + 1
         with torch.no_grad():  # stored rows never join an autograd graph
             args = (entry, push_op, ids.cpu(), values.detach().cpu())
             if collective:
@@ -299,6 +347,16 @@ class KVStore(abc.ABC):
     @abc.abstractmethod
     def _push(self, entry: TensorEntry, op: PushOp, ids: torch.Tensor,
               values: torch.Tensor) -> None: ...
+
+    def _start_pull_many(self, pulls: list) -> Callable[[], list[torch.Tensor]]:
+        """Collective pulls ``(entry, ids, dedup)`` started together (here: one by one)."""
+        started = [self._start_pull(*pull) for pull in pulls]
+        return lambda: [finish() for finish in started]
+
+    def _push_many(self, pushes: list) -> None:
+        """Collective pushes ``(entry, op, ids, values)`` (here: one by one)."""
+        for push in pushes:
+            self._push(*push)
 
     def _pull_p2p(self, entry: TensorEntry, ids: torch.Tensor, dedup: bool) -> torch.Tensor:
         """A pull by this process alone (a single-process store: the same as ``_pull``)."""

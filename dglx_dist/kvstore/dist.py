@@ -11,7 +11,8 @@ push messages and what is collective; details it leaves out:
   nothing (its peer then fails too) rather than leaving it hanging.
 * A pull's answers skip the round of counts (every caller knows what it asked for) and row
   widths may differ per peer (raw bytes). A push's writer combines what all sources sent in
-  rank order, and every rank ends with ``session.server.barrier()``.
+  rank order, and every rank ends with ``session.server.barrier()`` (where its server has other
+  ranks).
 * ``collective=False`` sends the same messages point-to-point to the owners' serving threads
   (:mod:`~dglx_dist.kvstore.serve`). A serving thread and its rank's main thread never apply
   at the same time (a lock); a collective push and other ranks' non-collective ones to the same
@@ -25,12 +26,13 @@ from typing import Callable
 
 import torch
 
-from dglx_dist.errors import InvalidValueError, StateError
+from dglx_dist.errors import InvalidValueError, ProtocolError, StateError
 from dglx_dist.kvstore.base import InitSpec, KVStore, TensorEntry
 from dglx_dist.kvstore.ops import PushOp
 from dglx_dist.kvstore.policy import PartitionPolicy
 from dglx_dist.kvstore.serve import Server
-from dglx_dist.kvstore.shards import Message, PullPlan, Shards
+from dglx_dist.kvstore.shards import (Message, PullPlan, Shards, pack_messages,
+                                       unpack_messages)
 from dglx_dist.kvstore.shm import EMPTY_I64, EMPTY_U8, SharedParts, default_shm_dir
 from dglx_dist.runtime.comm import PeerError
 
@@ -99,41 +101,59 @@ class DistKVStore(KVStore):
 
     def _start_pull(self, entry: TensorEntry, ids: torch.Tensor,
                     dedup: bool) -> Callable[[], torch.Tensor]:
-        plan = self._shards.plan_pull(entry, ids, dedup)
-        answers = self._start_exchange(plan) if self._cross is not None else None
+        finish = self._start_pull_many([(entry, ids, dedup)])
+        return lambda: finish()[0]
+
+    def _start_pull_many(self, pulls: list[tuple[TensorEntry, torch.Tensor, bool]]
+                         ) -> Callable[[], list[torch.Tensor]]:
+        plans = [self._shards.plan_pull(entry, ids, dedup) for entry, ids, dedup in pulls]
+        answers = self._start_exchange(plans) if self._cross is not None else None
         try:  # own rows are read while the answers travel
-            plan.fill_local()
+            for plan in plans:
+                plan.fill_local()
         except BaseException:
             if answers is not None:
                 answers()  # the peers' answers are still received
             raise
 
-        def finish() -> torch.Tensor:
+        def finish() -> list[torch.Tensor]:
             if answers is not None:
-                replies = answers()
-                for server in plan.remote:
-                    plan.take(server, replies[server])
-            return plan.rows()
+                for server, reply in enumerate(answers()):
+                    offset = 0  # the plans' answers, one after another
+                    for plan in plans:
+                        if server in plan.remote:
+                            size = plan.answer_bytes(server)
+                            plan.take(server, reply[offset:offset + size])
+                            offset += size
+            return [plan.rows() for plan in plans]
 
         return finish
 
     def _pull_nothing(self) -> None:
         if self._cross is not None:
-            self._start_exchange(None)()  # nothing to read locally either
+            self._start_exchange([])()  # nothing to read locally either
 
-    def _start_exchange(self, plan: PullPlan | None) -> Callable[[], list[torch.Tensor]]:
-        """Sends the requests, answers the peers' and starts sending the answers; returns what
-        waits for the answers to this rank's requests (and raises what answering failed
-        with, once the exchange is over: a failed rank answers nothing, then fails too)."""
-        send, expect = [EMPTY_I64] * self._cross.size, [0] * self._cross.size
-        for server, (gids, nbytes) in (plan.requests() if plan else {}).items():
-            send[server] = torch.cat([torch.tensor([plan.entry.index]), gids])
-            expect[server] = nbytes  # the answers' sizes are known: no count round
+    def _start_exchange(self, plans: list[PullPlan]) -> Callable[[], list[torch.Tensor]]:
+        """Sends the requests (per server, int64 ``[name index, ids]`` for one pull, else
+        ``[-k, (name index, id count) per pull, the ids]``), answers the peers' and starts
+        sending the answers (each pull's rows, in order); returns what waits for the answers
+        to this rank's requests (and raises what answering failed with, once the exchange is
+        over: a failed rank answers nothing, then fails too)."""
+        asked: dict[int, list[tuple[int, torch.Tensor]]] = {}
+        expect = [0] * self._cross.size
+        for plan in plans:
+            for server, (gids, nbytes) in plan.requests().items():
+                asked.setdefault(server, []).append((plan.entry.index, gids))
+                expect[server] += nbytes  # the answers' sizes are known: no count round
+        send = [EMPTY_I64] * self._cross.size
+        for server, pulls in asked.items():
+            head = [pulls[0][0]] if len(pulls) == 1 else [-len(pulls)] + [
+                n for index, gids in pulls for n in (index, gids.numel())]
+            send[server] = torch.cat([torch.tensor(head)] + [gids for _, gids in pulls])
         answers, failure = [], None
         for source, request in enumerate(self._cross.all_to_all_v(send)):
             try:
-                answers.append(EMPTY_U8 if request.numel() == 0 else self._shards.read(
-                    self._shards.entry_at(int(request[0]), f"server {source}"), request[1:]))
+                answers.append(self._answer(request, source))
             except RuntimeError as exc:  # answer nothing (the peer then fails too), no hang
                 answers.append(EMPTY_U8)
                 failure = exc
@@ -147,24 +167,51 @@ class DistKVStore(KVStore):
 
         return wait
 
+    def _answer(self, request: torch.Tensor, source: int) -> torch.Tensor:
+        """The rows a peer's request (:meth:`_start_exchange`) asks for, as raw bytes."""
+        if request.numel() == 0:
+            return EMPTY_U8
+        if int(request[0]) >= 0:  # one pull
+            heads, ids = [(int(request[0]), request.numel() - 1)], [request[1:]]
+        else:
+            k = -int(request[0])
+            heads = request[1:1 + 2 * k].view(k, 2).tolist()
+            ids = torch.split(request[1 + 2 * k:], [n for _, n in heads])
+            if len(ids) != k or sum(n for _, n in heads) != request.numel() - 1 - 2 * k:
+                raise ProtocolError(f"server {source} sent a malformed pull request")
+        return torch.cat([EMPTY_U8] + [self._shards.read(
+            self._shards.entry_at(index, f"server {source}"), gids)
+            for (index, _), gids in zip(heads, ids)])
+
     def _push(self, entry: TensorEntry, op: PushOp, ids: torch.Tensor,
               values: torch.Tensor) -> None:
-        self._push_exchange(self._shards.push_messages(entry, op, ids, values))
+        self._push_many([(entry, op, ids, values)])
+
+    def _push_many(self, pushes: list[tuple[TensorEntry, PushOp, torch.Tensor, torch.Tensor]]
+                   ) -> None:
+        messages: dict[int, list[Message]] = {}
+        for entry, op, ids, values in pushes:
+            for writer, message in self._shards.push_messages(entry, op, ids, values).items():
+                messages.setdefault(writer, []).append(message)
+        self._push_exchange(messages)
 
     def _push_nothing(self) -> None:
         self._push_exchange({})
 
-    def _push_exchange(self, messages: dict[int, Message]) -> None:
+    def _push_exchange(self, messages: dict[int, list[Message]]) -> None:
+        """One exchange of every writer's messages (:func:`pack_messages`), applied; then a
+        server barrier, so the next pull on this server sees the writes."""
         world = self.session.world
-        heads, data = [EMPTY_I64] * world.size, [EMPTY_U8] * world.size
-        for writer, (head, buf) in messages.items():
-            heads[writer], data[writer] = head, buf
-        if world.size > 1:
-            heads, data = world.all_to_all_v(heads), world.all_to_all_v(data)
+        send = [EMPTY_U8] * world.size
+        for writer, batch in messages.items():
+            send[writer] = pack_messages(batch)
+        received = world.all_to_all_v(send) if world.size > 1 else send
         try:
-            self._shards.apply(dict(enumerate(zip(heads, data))))
+            self._shards.apply_many({source: unpack_messages(buf)
+                                     for source, buf in enumerate(received)})
         finally:
-            self.session.server.barrier()
+            if self.session.server.size > 1:  # alone on its server: nobody to wait for
+                self.session.server.barrier()
 
     # -- non-collective ----------------------------------------------------------------------
     def _pull_p2p(self, entry: TensorEntry, ids: torch.Tensor, dedup: bool) -> torch.Tensor:

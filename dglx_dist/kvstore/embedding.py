@@ -16,13 +16,14 @@ they were touched in every earlier step (dense Adam also moves rows with zero gr
 their momentum, and counts steps globally).
 
 With a :class:`~dglx_dist.kvstore.dist.DistKVStore`, constructing an embedding or an optimizer,
-calling an embedding (a pull) and ``step()`` (one push per embedding) are collective: every rank
-does them the same number of times in the same order. Dense parameters are not their business.
+calling an embedding (a pull) and ``step()`` (one push of all its embeddings) are collective:
+every rank does them the same number of times in the same order. Dense parameters are not
+their business.
 """
 from __future__ import annotations
 
 import abc
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -57,6 +58,7 @@ class DistEmbedding:
         self.store, self.name, self.policy = store, name, policy
         self.num_embeddings, self.dim, self.dtype = int(num_embeddings), int(dim), dtype
         self._trace: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._offer: tuple | None = None  # rows pulled ahead (offer / take)
 
     def __call__(self, ids: torch.Tensor, device: torch.device | str | None = None) -> torch.Tensor:
         """Rows ``ids`` as a leaf tensor that requires grad (recorded while grad is enabled).
@@ -65,7 +67,25 @@ class DistEmbedding:
             ids: 1-D int64 row ids (duplicates allowed).
             device: where the leaf lives (default: the store's CPU tensors).
         """
-        rows = self.store.pull(self.name, ids)
+        return self._leaf(ids, self.store.pull(self.name, ids), device)
+
+    def offer(self, key: object, ids: torch.Tensor, rows: Callable[[], torch.Tensor]) -> None:
+        """Rows ``ids`` pulled ahead (a loader's prefetch; ``rows()`` gives them): the next
+        :meth:`take` of ``key`` (the same object) gets them instead of pulling. The next take
+        of anything else, or an optimizer's step, drops them."""
+        self._offer = (key, ids, rows)
+
+    def take(self, key: object, device: torch.device | str | None = None
+             ) -> torch.Tensor | None:
+        """The rows offered under ``key``, as :meth:`__call__` gives them; None when they
+        were not (the offer is dropped either way)."""
+        offer, self._offer = self._offer, None
+        if offer is None or offer[0] is not key:
+            return None
+        return self._leaf(offer[1], offer[2](), device)
+
+    def _leaf(self, ids: torch.Tensor, rows: torch.Tensor,
+              device: torch.device | str | None) -> torch.Tensor:
         if device is not None:
             rows = rows.to(device)
         if torch.is_grad_enabled():
@@ -120,12 +140,19 @@ class SparseOptimizer(abc.ABC):
         return f"{emb.name}/sparse_{self.kind}"
 
     def step(self) -> None:
-        """Pushes every embedding's summed gradient rows to their owners (collective)."""
+        """Pushes every embedding's summed gradient rows to their owners (collective): one
+        push of all of a store's embeddings (:meth:`KVStore.push_many`)."""
         with torch.no_grad():
+            by_store: dict[int, tuple[KVStore, list]] = {}
             for emb in self.embeddings:
                 ids, grads = emb.gradients()
-                emb.store.push(emb.name, ids, grads, op=self.op_name(emb))
+                by_store.setdefault(id(emb.store), (emb.store, []))[1].append(
+                    (emb.name, ids, grads, self.op_name(emb)))
+            for store, pushes in by_store.values():
+                store.push_many(pushes)
+            for emb in self.embeddings:
                 emb.clear_trace()
+                emb._offer = None  # pulled before this step's writes
 
     def zero_grad(self) -> None:
         """Drops the gradients recorded so far (the next ``step()`` pushes only newer ones)."""

@@ -6,7 +6,7 @@ import dataclasses
 import math
 import threading
 import time
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Sequence
 
 import torch
 
@@ -16,7 +16,7 @@ from dglx_dist.kvstore.ops import PushOp, combine_duplicates
 from dglx_dist.kvstore.policy import PartitionPolicy, Piece, rows_at, split_contiguous
 from dglx_dist.kvstore.shm import EMPTY_U8, from_bytes, to_bytes
 
-__all__ = ["Shards", "PullPlan", "Message"]
+__all__ = ["Shards", "PullPlan", "Message", "pack_messages", "unpack_messages"]
 
 Message = tuple[torch.Tensor, torch.Tensor]
 """A push message: int64 ``[name index, op index, *ids]`` and the values' raw bytes."""
@@ -68,6 +68,10 @@ class PullPlan:
             asked[server] = (self.uniq.index_select(0, pos),
                              sum(_piece_bytes(self.entry, q) for q in pieces))
         return asked
+
+    def answer_bytes(self, server: int) -> int:
+        """The bytes of ``server``'s answer."""
+        return sum(_piece_bytes(self.entry, q) for q in self.remote[server])
 
     def fill_local(self) -> None:
         """Reads the own server's rows (from its shared memory)."""
@@ -210,15 +214,21 @@ class Shards:
     def apply(self, messages: Mapping[int, Message]) -> None:
         """Applies push messages by source rank: what every source sent is combined (in rank
         order) per (name, op, part), then applied."""
+        self.apply_many({source: [message] for source, message in messages.items()})
+
+    def apply_many(self, messages: Mapping[int, Sequence[Message]]) -> None:
+        """:meth:`apply` of several messages per source rank (each of another name), as
+        :func:`unpack_messages` gives them."""
         groups: dict[tuple[int, int, int], list[tuple[torch.Tensor, torch.Tensor]]] = {}
         for source in sorted(messages):
-            head, buf = messages[source]
-            if head.numel() == 0:
-                continue
-            entry = self.entry_at(int(head[0]), f"rank {source}")
-            pieces = self._pieces_on(entry, head[2:], self.server)
-            for q, rows in _unpack(entry, pieces, buf):
-                groups.setdefault((entry.index, int(head[1]), q.part), []).append((q.local, rows))
+            for head, buf in messages[source]:
+                if head.numel() == 0:
+                    continue
+                entry = self.entry_at(int(head[0]), f"rank {source}")
+                pieces = self._pieces_on(entry, head[2:], self.server)
+                for q, rows in _unpack(entry, pieces, buf):
+                    groups.setdefault((entry.index, int(head[1]), q.part), []).append(
+                        (q.local, rows))
         ops = list(self.ops.values())
         with self._apply_lock:  # a serving thread applies other ranks' pushes too
             for (index, op_index, part), items in groups.items():
@@ -226,3 +236,35 @@ class Shards:
                 local, rows = (torch.cat(x) for x in zip(*items))
                 local, rows = combine_duplicates(local, rows, op.combine)
                 apply_op(self._entries, entry, op, part, local, rows)
+
+
+def pack_messages(messages: Sequence[Message]) -> torch.Tensor:
+    """Push messages to one writer as one uint8 tensor: int64 ``[k, (head length, value
+    bytes) per message, the heads]`` as bytes, then the values' bytes."""
+    if not messages:
+        return EMPTY_U8
+    sizes = [n for head, buf in messages for n in (head.numel(), buf.numel())]
+    head = torch.cat([torch.tensor([len(messages), *sizes]), *(h for h, _ in messages)])
+    return torch.cat([to_bytes(head), *(buf for _, buf in messages)])
+
+
+def unpack_messages(buf: torch.Tensor) -> list[Message]:
+    """The messages :func:`pack_messages` packed (the values' bytes as views)."""
+    if buf.numel() == 0:
+        return []
+    k = int(from_bytes(buf[:8], (1,), torch.int64)[0])
+    if k < 1 or buf.numel() < 8 * (1 + 2 * k):
+        raise ProtocolError(f"a push message of {buf.numel()} bytes announces {k} pushes")
+    sizes = from_bytes(buf[8:8 * (1 + 2 * k)], (k, 2), torch.int64).tolist()
+    offset, heads = 8 * (1 + 2 * k), []
+    for length, _ in sizes:
+        heads.append(from_bytes(buf[offset:offset + 8 * length], (length,), torch.int64))
+        offset += 8 * length
+    out = []
+    for head, (_, nbytes) in zip(heads, sizes):
+        out.append((head, buf[offset:offset + nbytes]))
+        offset += nbytes
+    if offset != buf.numel():
+        raise ProtocolError(f"a push message of {buf.numel()} bytes; its {k} pushes announce "
+                            f"{offset}")
+    return out

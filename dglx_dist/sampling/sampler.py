@@ -34,6 +34,8 @@ from dglx_dist.sampling.blocks import id_dtype, make_block
 __all__ = ["BlockSampler", "PartitionSampler", "LocalSampler", "whole_graph", "edges_by_type"]
 
 EMPTY = torch.zeros(0, dtype=torch.int64)
+LOCAL = "_N"
+"""The node type of a typed part's local graph by edge type (:func:`edges_by_type`)."""
 
 
 class BlockSampler(abc.ABC):
@@ -90,12 +92,14 @@ class PartitionSampler(BlockSampler):
         self.num_core = part.num_core
         self.id_dtype, self.num_nodes = id_dtype(book.num_nodes), book.num_nodes
         self._slot = torch.empty(self.graph.num_nodes(), dtype=torch.int64)  # local id -> row
-        # a typed partitioning: the part's edges of each edge type as a graph of their own,
-        # and each local edge's id in its type's graph (what an exclusion names there)
+        # a typed partitioning: the part's edges by edge type (one heterograph, sampled in one
+        # call), and each local edge's id in its type (what an exclusion names there)
         self.by_etype = self._type_pos = None
         if etype_offsets is not None:
             self._etype_offsets = torch.tensor([int(o) for o in etype_offsets])
             self.by_etype, self._type_pos = edges_by_type(self.graph, self._etype_offsets)
+            self._etype_keys = [(LOCAL, str(e), LOCAL)  # by index (DGL sorts the names)
+                                for e in range(self._etype_offsets.numel() - 1)]
 
     def _exclusions(self, exclude: torch.Tensor) -> list[torch.Tensor]:
         """Per member, the local ids of this part's edges that member excludes (collective:
@@ -118,7 +122,7 @@ class PartitionSampler(BlockSampler):
                                        self.graph.edata["_ID"].index_select(0, local),
                                        right=True) - 1
             out.append([self._type_pos.index_select(0, local[etype == e])
-                        for e in range(len(self.by_etype))])
+                        for e in range(len(self._etype_keys))])
         return out
 
     def has_edges(self, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
@@ -227,15 +231,18 @@ class PartitionSampler(BlockSampler):
         types, grouped by node in ``gids`` order."""
         local = torch.as_tensor(self.book.to_local(gids))
         us, vs, ets = [EMPTY], [EMPTY], [EMPTY]
-        for etype, (graph, fanout) in enumerate(zip(self.by_etype, fanouts)):
-            if fanout == 0 or local.numel() == 0:
-                continue
-            skip = None if exclude is None or not exclude[etype].numel() else exclude[etype]
-            u, v = dgl.sampling.sample_neighbors(graph, local, fanout, edge_dir="in",
-                                                 exclude_edges=skip).edges()
-            us.append(u)
-            vs.append(v)
-            ets.append(torch.full_like(u, etype))
+        names = self._etype_keys
+        if local.numel() and any(fanouts):  # every edge type in one call
+            skip = {names[e]: x for e, x in enumerate(exclude or []) if x.numel()}
+            frontier = dgl.sampling.sample_neighbors(
+                self.by_etype, {LOCAL: local}, dict(zip(names, fanouts)), edge_dir="in",
+                exclude_edges=skip or None)
+            for etype, fanout in enumerate(fanouts):
+                if fanout:
+                    u, v = frontier.edges(etype=names[etype])
+                    us.append(u)
+                    vs.append(v)
+                    ets.append(torch.full_like(u, etype))
         u, v, et = torch.cat(us), torch.cat(vs), torch.cat(ets)
         self._slot[local] = torch.arange(local.numel())
         pos = self._slot.index_select(0, v)
@@ -283,18 +290,19 @@ class PartitionSampler(BlockSampler):
 
 
 def edges_by_type(graph: dgl.DGLGraph, etype_offsets: torch.Tensor
-                  ) -> tuple[list[dgl.DGLGraph], torch.Tensor]:
+                  ) -> tuple[dgl.DGLGraph, torch.Tensor]:
     """``graph``'s edges split by edge type (read off each edge's homogeneous id,
-    ``edata["_ID"]``, against ``etype_offsets``), one graph over all its nodes per type (its
-    edges in ``graph``'s order), and each edge's id in its type's graph."""
+    ``edata["_ID"]``, against ``etype_offsets``): one heterograph over its nodes (one node
+    type, :data:`LOCAL`), edge type ``e`` named ``(LOCAL, str(e), LOCAL)`` with that type's
+    edges in ``graph``'s order, and each edge's id in its type."""
     u, v = graph.edges()
     etype = torch.searchsorted(etype_offsets, graph.edata["_ID"], right=True) - 1
-    out, pos = [], torch.empty(graph.num_edges(), dtype=torch.int64)
+    edges, pos = {}, torch.empty(graph.num_edges(), dtype=torch.int64)
     for e in range(etype_offsets.numel() - 1):
         keep = torch.nonzero(etype == e).squeeze(1)
         pos[keep] = torch.arange(keep.numel())
-        out.append(dgl.graph((u[keep], v[keep]), num_nodes=graph.num_nodes()))
-    return out, pos
+        edges[(LOCAL, str(e), LOCAL)] = (u[keep], v[keep])
+    return dgl.heterograph(edges, num_nodes_dict={LOCAL: graph.num_nodes()}), pos
 
 
 def whole_graph(parts: Sequence[Partition], num_nodes: int) -> dgl.DGLGraph:

@@ -56,9 +56,13 @@ class TypeIds:
         hom = ids.long() + self.offsets[self.ntypes.index(ntype)]
         return hom if self.part is None else self.part[hom]
 
+    def hom(self, gids: torch.Tensor) -> torch.Tensor:
+        """The original homogeneous ids of partitioned ids."""
+        return gids.long() if self.orig is None else self.orig[gids.long()]
+
     def of_gids(self, gids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Each partitioned id's type index and per-type id."""
-        hom = gids.long() if self.orig is None else self.orig[gids.long()]
+        hom = self.hom(gids)
         t = torch.searchsorted(self.offsets, hom, right=True) - 1
         return t, hom - self.offsets[t]
 
@@ -111,6 +115,9 @@ class TypedBlockSampler:
 
     def __init__(self, sampler, ids: TypeIds, etypes: Sequence[Etype]):
         self.sampler, self.ids, self.etypes = sampler, ids, [tuple(e) for e in etypes]
+        first = {t: int(ids.offsets[i]) for i, t in enumerate(ids.ntypes)}
+        self._src_offset, self._dst_offset = (torch.tensor([first[e[end]] for e in self.etypes],
+                                                           dtype=torch.int64) for end in (0, 2))
 
     def sample_blocks(self, seeds: torch.Tensor, fanouts: Sequence[Sequence[int]],
                       exclude: torch.Tensor | None = None) -> list[dgl.DGLGraph]:
@@ -131,9 +138,14 @@ class TypedBlockSampler:
 
     def _block(self, frontier: dict[str, torch.Tensor], src: torch.Tensor, dst: torch.Tensor,
                etype: torch.Tensor) -> dgl.DGLGraph:
-        _, s = self.ids.of_gids(src)
-        _, d = self.ids.of_gids(dst)
-        edges = {et: (s[etype == e], d[etype == e]) for e, et in enumerate(self.etypes)}
+        # grouped by edge type (a stable sort keeps each type's edges in order); an edge
+        # type says its ends' node types, so only their offsets are subtracted
+        etype, order = torch.sort(etype, stable=True)
+        s, d = (self.ids.hom(x.index_select(0, order)) for x in (src, dst))
+        s, d = s - self._src_offset.index_select(0, etype), \
+            d - self._dst_offset.index_select(0, etype)
+        counts = torch.bincount(etype, minlength=len(self.etypes)).tolist()
+        edges = dict(zip(self.etypes, zip(torch.split(s, counts), torch.split(d, counts))))
         graph = dgl.heterograph(edges, num_nodes_dict=self.ids.sizes)
         block = dgl.to_block(graph, dst_nodes=frontier)
         for et in block.canonical_etypes:  # ids of the throwaway frontier's edges

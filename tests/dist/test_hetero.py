@@ -262,3 +262,58 @@ def test_typed_data_reads_by_type_and_bad_input_is_one_line(tmp_path):
         assert len(out["refused"]) == len(expected)
         for got, pattern in zip(out["refused"], expected):
             assert re.search(pattern, got), (pattern, got)
+
+
+def _train_embeddings(session, cache, take):
+    """Two epochs of SparseAdam on two embeddings (authors, papers) through the loader, the
+    fields' features and the papers' labels read in the loop: with the loader's input and
+    output nodes (``take``: the rows the loader pulled for the step are taken) or with copies
+    of them (each read pulls alone); the rows at the end."""
+    import dgl
+
+    import dglx_dist.dgl as ddgl
+
+    dgl.seed(0)
+    torch.manual_seed(0)
+    g = dglx_dist.distribute(typed_graph(), "distdgl", cache_dir=cache, session=session)
+    embs = {t: ddgl.distributed.DistEmbedding(g.num_nodes(t), HID, f"{t}_emb", _emb_init,
+                                              g.get_node_partition_policy(t))
+            for t in ("author", "paper")}
+    opt = ddgl.distributed.optim.SparseAdam(list(embs.values()), lr=0.1)
+    train = dglx_dist.node_split(g.nodes["paper"].data["train_mask"], g.get_partition_book(),
+                                 ntype="paper")
+    loader = dglx_dist.DataLoader(g, {"paper": train}, dgl.dataloading.NeighborSampler([3, 3]),
+                                  batch_size=4, shuffle=True, seed=1)
+    model = dglx_dist.parallelize(RGCN(g.etypes, {"field": 4}), g)
+    taken = []
+    for _ in range(2):
+        for input_nodes, output_nodes, blocks in loader:
+            given = lambda ids: ids if take else ids.clone()  # noqa: E731
+            x = {"field": g.nodes["field"].data["feat"][given(input_nodes["field"])]}
+            for t, emb in embs.items():
+                ids = given(input_nodes[t])
+                taken.append(emb.inner._offer is not None and emb.inner._offer[0] is ids)
+                x[t] = emb(ids)
+            labels = g.nodes["paper"].data["label"][given(output_nodes["paper"])]
+            F.cross_entropy(model(blocks, x), labels).backward()
+            opt.step()
+    with torch.no_grad():
+        rows = {t: emb(torch.arange(g.num_nodes(t))).tolist() for t, emb in embs.items()}
+    return {"rows": rows, "taken": taken, "wanted": sorted(n for n, _ in g.step_rows.wanted)}
+
+
+def test_embedding_rows_pulled_by_the_loader_train_as_pulled_alone(tmp_path):
+    """The rows a loader step pulls at once (every embedding's, the node data the loop read
+    with the loader's ids before) are the rows each read would pull alone at that point
+    (after the last step's SparseAdam writes), in the right places: two epochs end with the
+    same rows either way."""
+    runs = {take: run_workers(_train_embeddings, 2, tmp_path / f"run{take}",
+                              str(tmp_path / "cache"), take,
+                              env={"DGLX_VIRTUAL_SERVERS": "2"}) for take in (True, False)}
+    for r in range(2):
+        assert all(runs[True][r]["taken"]) and not any(runs[False][r]["taken"])
+        assert len(runs[True][r]["wanted"]) == 2 and runs[False][r]["wanted"] == []
+        for t in ("author", "paper"):
+            got, alone = (np.array(runs[k][r]["rows"][t]) for k in (True, False))
+            np.testing.assert_array_equal(got, alone, err_msg=t)
+            assert (got != 0.5).any(), t  # trained

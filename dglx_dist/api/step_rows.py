@@ -1,0 +1,93 @@
+"""Rows a typed loader pulls for its step before the loop asks for them.
+
+A DGL loop reads a step's rows itself: ``g.nodes[t].data["feat"][input_nodes[t]]``, the
+labels of ``output_nodes[t]``, ``emb(input_nodes[t])`` of a ``DistEmbedding``. Each read is a
+pull of its own: a one-sided one (node data; the owner's serving thread answers, when its
+rank's main thread lets go of the interpreter) or a collective one (an embedding). A graph's
+:class:`StepRows` turns them into one collective exchange per step
+(:meth:`~dglx_dist.kvstore.KVStore.start_pull_many`), started when the loader hands the step
+over (so after the loop's writes of the step before: the last step's optimizer step):
+
+* the rows of every ``DistEmbedding`` of the graph for the input nodes of its type;
+* the rows of every node-data name a loop has read with a loader's input nodes (sources) or
+  output nodes (destinations) of a type before (:meth:`StepRows.note`).
+
+Each is offered under the very ids tensor the loader hands over; a read with that tensor
+takes the rows (once), any other read pulls as before. A push to a name (this rank's writes,
+every collective push) drops its offer. Ranks may want different names: the exchange is one
+either way.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import torch
+
+if TYPE_CHECKING:
+    from dglx_dist.api.ndata import NodeSpace
+
+__all__ = ["StepRows"]
+
+
+class StepRows:
+    """One graph's prefetched rows (see the module docstring).
+
+    Args:
+        store: the graph's store.
+    """
+
+    def __init__(self, store):
+        self.store = store
+        self.embeddings: list = []  # the graph's DistEmbeddings, in creation order
+        self.wanted: dict[tuple[str, str], NodeSpace] = {}  # (store name, side) -> its space
+        self._offers: dict[str, tuple[torch.Tensor, int, Callable]] = {}
+        self._handed: dict[int, tuple[str, torch.Tensor]] = {}  # id(ids) -> side, ids
+        self._pending = None
+
+    def start(self, input_nodes: dict[str, torch.Tensor],
+              output_nodes: dict[str, torch.Tensor] | None) -> None:
+        """Starts the pull of a step with per-type ``input_nodes`` and ``output_nodes``
+        (collective: every rank at the same step)."""
+        self.settle()
+        sides = {"src": input_nodes, "dst": output_nodes or {}}
+        self._handed = {id(ids): (side, ids) for side, nodes in sides.items()
+                        for ids in nodes.values()}
+        self._offers = {}
+        embs = [(e, input_nodes[e.space.ntype]) for e in self.embeddings
+                if e.space.ntype in input_nodes]
+        data = [(name, sides[side][space.ntype], space) for (name, side), space
+                in sorted(self.wanted.items(), key=lambda kv: kv[0])
+                if space.ntype in sides[side]]
+        rows = [e.space.rows(ids) for e, ids in embs] + [s.rows(ids) for _, ids, s in data]
+        if not rows:
+            return
+        names = [e.name for e, _ in embs] + [name for name, _, _ in data]
+        pending = self.store.start_pull_many(list(zip(names, rows)), dedup=False)
+        self._pending = pending
+        for i, (emb, ids) in enumerate(embs):
+            emb.inner.offer(ids, rows[i], lambda i=i: pending.wait()[i])
+        for i, (name, ids, _) in enumerate(data, start=len(embs)):
+            self._offers[name] = (ids, self.store.pushes.get(name, 0),
+                                  lambda i=i: pending.wait()[i])
+
+    def take(self, name: str, ids: object) -> torch.Tensor | None:
+        """The rows of store name ``name`` offered under ``ids`` (that very tensor), if no
+        push to the name came since they were pulled; None otherwise."""
+        offer = self._offers.pop(name, None)
+        if offer is None or offer[0] is not ids or \
+                offer[1] != self.store.pushes.get(name, 0):
+            return None
+        return offer[2]()
+
+    def note(self, name: str, space: NodeSpace, ids: object) -> None:
+        """Remembers that store name ``name`` (of node space ``space``) was read with ids
+        a loader handed over, so that the next steps pull it."""
+        handed = self._handed.get(id(ids))
+        if handed is not None and handed[1] is ids and name in self.store.names():
+            self.wanted[(name, handed[0])] = space
+
+    def settle(self) -> None:
+        """Waits for the pull under way, if any (its rows stay offered)."""
+        if self._pending is not None:
+            self._pending.wait()
+            self._pending = None
