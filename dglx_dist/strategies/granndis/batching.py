@@ -29,7 +29,8 @@ class ServerGraph:
     Attributes:
         part: this rank's partition; ``core_edges`` its inner nodes' in-edges (global ids).
         own: this rank's nodes (inner and its share of the preloaded external ones), sorted.
-        nodes: the group's node set; ``edges`` the in-edges of ``own`` inside it.
+        nodes: the group's node set; ``edges`` the in-edges of ``own`` inside it (``(src,
+            dst)``, and on a typed graph each edge's type index).
         out_degree: every node's out-degree in the whole graph.
         gen: the EAS sampling generator (seeded at setup).
     """
@@ -38,7 +39,7 @@ class ServerGraph:
     core_edges: tuple[torch.Tensor, torch.Tensor]
     own: torch.Tensor
     nodes: GroupNodes
-    edges: tuple[torch.Tensor, torch.Tensor]
+    edges: tuple[torch.Tensor, ...]
     out_degree: torch.Tensor
     gen: torch.Generator
 

@@ -33,6 +33,9 @@
   each layer exchanges boundary rows with every rank, across servers too.
 * Link prediction: full-graph steps whose pair nodes' rows are fetched from their owners
   (:mod:`dglx_dist.strategies.granndis.pairs`).
+* Graphs with node and edge types: the same homogeneous machinery over partitioned ids, each
+  edge carrying its type; the model sees DGL's heterogeneous blocks and its
+  ``HeteroGraphConv`` s exchange rows per node type (:mod:`.typed`).
 
 The model keeps its ``forward(blocks, x)``: every dgl.nn conv is wrapped (:class:`HaloConv`);
 ``x`` holds the rank's own rows only, so anything before the first conv must be per row.
@@ -48,16 +51,17 @@ import torch
 from torch import nn
 
 from dglx_dist.convs import graph_convs
-from dglx_dist.errors import InvalidValueError, StateError
+from dglx_dist.errors import InvalidValueError, NotSupportedError, StateError
 from dglx_dist.memory import MemoryModel
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.autograd import GradientSync
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import PartitionSampler
+from dglx_dist.sampling.typed import TypeIds
 from dglx_dist.strategies.abilities import (Approximate, FullGraphForm, HoldsRows, LinkPrediction,
                                             MemoryModelled, OverlapsBackward, OwnSplit,
-                                            ShapedByOptions)
+                                            ShapedByOptions, TypedGraphs)
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, Strategy,
                                        check_partitions, pull_features_once,
                                        with_depth)
@@ -66,6 +70,8 @@ from dglx_dist.strategies.granndis.cobatch import GroupNodes, LayerPlan
 from dglx_dist.strategies.granndis.eas import expand_external
 from dglx_dist.strategies.granndis.halo import HaloConv
 from dglx_dist.strategies.granndis.pairs import PairGather, pair_epoch, pair_plan
+from dglx_dist.strategies.granndis.typed import (HeteroHaloConv, typed_cobatch, typed_rows,
+                                                 typed_step)
 from dglx_dist.strategies.steps import Blocks, LoaderPlan, LoaderSpec, Step, StepState
 
 __all__ = ["GraNNDisStrategy"]
@@ -81,7 +87,7 @@ _FITS = {"server": MemoryModel(base=1508 * 2**20, per_node=9921, per_edge=167.8)
 @STRATEGIES.register("fullgraph", scope="world", external_max_hop=0)
 @STRATEGIES.register("granndis")
 class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, HoldsRows,
-                       Approximate, OverlapsBackward, OwnSplit, ShapedByOptions):
+                       Approximate, OverlapsBackward, OwnSplit, ShapedByOptions, TypedGraphs):
     """Shared preloading + EAS + cooperative batching (or, as ``fullgraph``, none of them)."""
 
     held_rows = frozenset({"feat"})
@@ -150,6 +156,11 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         count is known (:meth:`batching`), so setting up from ``parallelize`` first gives
         the same co-batches as from the ``DataLoader`` first."""
         check_partitions(self, pdir, session.topology)
+        if pdir.types is not None and store is None:  # typed rows live in the graph's store
+            raise NotSupportedError(f"{pdir.path} holds a graph with node types; "
+                                    f"{self.registered_name} trains it through "
+                                    "dglx_dist.DistGraph")
+        self.types = None if pdir.types is None else TypeIds.of(pdir)
         self.config = with_depth(self, request.num_layers)
         self.session, self._store, self.pdir = session, store, pdir
         self._set_up_by = request.by
@@ -186,13 +197,16 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
             return self._batching
         server, cfg = self._server, self.config
         own, device = self._own, self.compute_device(self.session)  # blocks and rows live there
-        plans = [plan.to(device) for plan in cobatch_plans(
-            server, count, cfg.num_layers, self.group, self._max_hop(), cfg.external_fanout,
-            progress=self.session.is_main)]
+        plans = cobatch_plans(server, count, cfg.num_layers, self.group, self._max_hop(),
+                              cfg.external_fanout, progress=self.session.is_main)
+        if self.types is not None:  # DGL's heterogeneous blocks; rows from the graph's store
+            plans = [typed_cobatch(p, self.types, self.pdir.types.canonical_etypes)
+                     for p in plans]
+        plans = [plan.to(device) for plan in plans]
         # one co-batch: its rows, in its order, kept; else every node's row and, per
         # co-batch, where its rows are (gathered for the step, dropped after it)
         single = len(plans) == 1
-        feat = pull_features_once(self.session, self._store, self.pdir, server.part,
+        feat = torch.zeros(0) if self.types is not None else pull_features_once(self.session, self._store, self.pdir, server.part,
                                   plans[0].nodes if single else own).to(device)
         plan0_row = None
         if single:  # row of each own node in the plan's order
@@ -214,7 +228,9 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
     def _server_graph(self, pdir: PartitionDir, part, core_edges, gen):
         """This rank's nodes (inner + its share of the preloaded external ones), the group's
         node set, and the in-edges of this rank's nodes inside that set (collective)."""
-        sampler = PartitionSampler(part, pdir.book, self.session.world, part.part)
+        types = pdir.types
+        sampler = PartitionSampler(part, pdir.book, self.session.world, part.part,
+                                   etype_offsets=None if types is None else types.etype_offsets)
         in_group = torch.zeros(pdir.num_parts, dtype=torch.bool)
         in_group[self.group.members] = True  # part p is rank p's
         hops = 0 if self.config.scope == "world" else self._max_hop()
@@ -223,12 +239,18 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
                                          gen)
         own = torch.cat([torch.from_numpy(part.core_gid), self.preloaded]).sort().values
         nodes = GroupNodes.gather(self.group, own)
-        ext_src, ext_dst = sampler.sample_layer(self.preloaded, -1)
-        src, dst = torch.cat([core_edges[0], ext_src]), torch.cat([core_edges[1], ext_dst])
-        keep = nodes.contains(src)
-        return own, nodes, (src[keep], dst[keep])
+        if types is None:
+            ext = sampler.sample_layer(self.preloaded, -1)
+        else:  # each edge's type: the core ones' from their ids, the others' from the sampler
+            ext = sampler.sample_typed_layer(self.preloaded, (-1,) * len(types.canonical_etypes))
+            eid = torch.from_numpy(part.eid).long()
+            etype = torch.searchsorted(torch.from_numpy(types.etype_offsets), eid, right=True) - 1
+            core_edges = (*core_edges, etype)
+        edges = tuple(torch.cat([c, e]) for c, e in zip(core_edges, ext))
+        keep = nodes.contains(edges[0])
+        return own, nodes, tuple(t[keep] for t in edges)
 
-    def _plan_of(self, block) -> LayerPlan | None:
+    def _plan_of(self, block) -> LayerPlan | None:  # a TypedLayer on a typed graph
         """The plan of one of the co-batches' blocks; None for any other graph."""
         return None if self._batching is None else self._batching.by_block.get(block)
 
@@ -242,12 +264,23 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
                                     f": pass num_layers={len(convs)}, or call parallelize first")
         for conv, name in convs:
             parent, _, child = name.rpartition(".")
-            setattr(model.get_submodule(parent) if parent else model, child,
-                    HaloConv(conv, self._plan_of, self.group))
+            setattr(model.get_submodule(parent) if parent else model, child, self._wrap(conv, name))
         for t in list(model.parameters()) + list(model.buffers()):  # one model: rank 0's
             self.session.world.broadcast(t.data, 0)
         self._sync = GradientSync(p for p in model.parameters() if p.requires_grad)
         return model
+
+    def _wrap(self, conv: nn.Module, name: str) -> nn.Module:
+        """The conv that exchanges rows before ``conv`` runs (per node type on a typed graph,
+        where every graph conv must be a HeteroGraphConv: its blocks are heterogeneous)."""
+        if self.types is None:
+            return HaloConv(conv, self._plan_of, self.group)
+        if not isinstance(conv, dgl.nn.HeteroGraphConv):
+            raise NotSupportedError(f"{self.registered_name}: the model's graph conv {name} is "
+                                    f"a {type(conv).__name__}; on a graph with node types every "
+                                    "graph conv must be a dgl.nn.HeteroGraphConv (of convs per "
+                                    "relation)")
+        return HeteroHaloConv(conv, self._plan_of, self.group, self.types.ntypes, name)
 
     # -- the drop-in API -----------------------------------------------------------------------
     def split_ids(self, ids: torch.Tensor, pdir: PartitionDir, session: Session) -> torch.Tensor:
@@ -262,6 +295,10 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         if self.config.num_layers != len(spec.fanouts):
             return None
         if spec.pairs is not None:
+            if self.types is not None:
+                raise NotSupportedError(f"{self.registered_name}: edge loaders (link "
+                                        "prediction) on a graph with edge types are not "
+                                        "supported yet; train them under distdgl")
             return pair_plan(self, ids, spec)
         by = f"a DataLoader(batch_size={spec.batch_size})"
         counts = self.session.world.all_gather(torch.tensor([ids.numel()]))
@@ -272,9 +309,10 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
                                     f"co-batch for {batching.by}; {by} makes {batches} batches "
                                     "per rank: build this DataLoader before that call, or pass "
                                     f"co_batches={batches}")
+        ntype = None if self.types is None else typed_rows(self.types, ids, self.registered_name)
         rows, found = [], 0
         for plan in batching.plans:
-            targets = plan.nodes[:plan.num_targets]
+            targets = plan.nodes[:plan.num_targets] if ntype is None else plan.targets[ntype]
             order = torch.argsort(targets)
             at = torch.searchsorted(targets[order], ids).clamp(max=max(targets.numel() - 1, 0))
             hit = targets[order][at] == ids if targets.numel() else torch.zeros_like(ids, bool)
@@ -285,7 +323,7 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
                                     "loader's ids are not this rank's nodes (rank "
                                     f"{self.session.rank}); pass dglx_dist.node_split(ids, g) to "
                                     "the DataLoader")
-        return LoaderPlan(len(batching.plans), rows)
+        return LoaderPlan(len(batching.plans), rows if ntype is None else (rows, ntype))
 
     def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int) -> Iterator[Step]:
         if spec.pairs is not None:
@@ -297,12 +335,16 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
             gen = torch.Generator().manual_seed(spec.seed * 1_000_003 + epoch)
             order = torch.randperm(len(plans), generator=gen).tolist()
         weight = 1.0 / self.session.world_size  # DDP's mean of the ranks' mean losses
+        typed = self.types is not None
         for b in order:
             cob = plans[b]
-            rows = plan.data[b]
+            rows = plan.data[0][b] if typed else plan.data[b]
             state = StepState(rows=rows, weight=weight, epoch=epoch, plan=b)
-            yield Step(cob.nodes, cob.nodes.index_select(0, rows),
-                       Blocks([lp.block for lp in cob.layers], state))
+            blocks = Blocks([lp.block for lp in cob.layers], state)
+            if typed:
+                yield typed_step(cob, self.types, plan.data[1], blocks)
+            else:
+                yield Step(cob.nodes, cob.nodes.index_select(0, rows), blocks)
 
     def step_forward(self, model: nn.Module, blocks, x) -> torch.Tensor:
         """An edge loader's step: the rows of its pair nodes, fetched from the ranks that

@@ -1,0 +1,240 @@
+"""``granndis`` and ``fullgraph`` on a graph with node and edge types: the co-batches' blocks as
+DGL's heterogeneous blocks, and the row exchange of ``dgl.nn.HeteroGraphConv``.
+
+Inside, everything stays homogeneous (preloading, EAS, co-batches and their exchanges over
+partitioned ids, each edge carrying its type: ``block.edata[ETYPE]``). At the boundary to the
+user's model, :func:`typed_cobatch` turns each layer's block into a heterogeneous block:
+
+* node type ``t``'s sources are the rank's own rows of type ``t`` in row order (the layer's
+  destinations of type ``t`` first: own rows are ordered by level, so a type's destinations
+  are a prefix of its own rows), then the rows of type ``t`` other ranks send, in the
+  homogeneous block's order (by member, in the order asked); so ``h[t][:num_dst_nodes(t)]``
+  means what it means on DGL's blocks;
+* ``srcnodes[t].data[dgl.NID]`` / ``dstnodes[t].data[dgl.NID]`` hold per-type ids, as on
+  DGL's blocks; each canonical edge type gets its edges;
+* the homogeneous exchange, split by type: type ``t``'s rows travel where they went before,
+  in the same order, so one exchange per layer (:func:`halo_exchange_many`) fills them.
+
+:class:`HeteroHaloConv` wraps a ``HeteroGraphConv``: its input dict ``{ntype: own rows}`` is
+completed with every type's boundary rows, then the conv runs on the heterogeneous block.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import dgl
+import torch
+from torch import nn
+
+from dglx_dist.convs import ConvWrapper, adapter_for
+from dglx_dist.errors import InvalidValueError, NotSupportedError
+from dglx_dist.runtime.autograd import halo_exchange_many
+from dglx_dist.runtime.comm import Comm
+from dglx_dist.sampling.typed import TypeIds
+from dglx_dist.strategies.granndis.cobatch import ETYPE, CoBatchPlan, LayerPlan
+from dglx_dist.strategies.steps import Step
+
+__all__ = ["TypedLayer", "TypedCoBatch", "typed_cobatch", "HeteroHaloConv", "typed_rows",
+           "typed_step"]
+
+
+@dataclasses.dataclass(eq=False)
+class TypedLayer:
+    """One layer of a co-batch on a typed graph.
+
+    Attributes:
+        block: the heterogeneous block (see the module docstring).
+        send_idx: per node type (in order), per member, the rows of this rank's input of that
+            type it sends there.
+        recv_rows: per node type, per member, the rows of that type it sends here.
+    """
+
+    block: dgl.DGLGraph
+    send_idx: list[list[torch.Tensor]]
+    recv_rows: list[list[int]]
+
+    def to(self, device: torch.device) -> "TypedLayer":
+        return TypedLayer(self.block.to(device),
+                          [[i.to(device) for i in per] for per in self.send_idx], self.recv_rows)
+
+
+@dataclasses.dataclass(eq=False)
+class TypedCoBatch:
+    """One rank's share of a co-batch on a typed graph.
+
+    Attributes:
+        nodes / num_targets: the homogeneous plan's (partitioned ids in row order).
+        inputs: per node type, the partitioned ids of the rank's own input rows of that type,
+            in order (the model's input rows).
+        targets: per node type, the partitioned ids of its target rows (the last layer's
+            destinations of that type), in order.
+        layers: one per layer, input first (shared where the homogeneous plan shares one).
+    """
+
+    nodes: torch.Tensor
+    num_targets: int
+    inputs: dict[str, torch.Tensor]
+    targets: dict[str, torch.Tensor]
+    layers: list[TypedLayer]
+
+    def to(self, device: torch.device) -> "TypedCoBatch":
+        if device.type == "cpu":
+            return self
+        moved = {lp: lp.to(device) for lp in dict.fromkeys(self.layers)}
+        return dataclasses.replace(self, layers=[moved[lp] for lp in self.layers])
+
+    def num_rows(self) -> int:
+        return sum(lp.block.num_src_nodes() for lp in dict.fromkeys(self.layers))
+
+
+def typed_cobatch(plan: CoBatchPlan, ids: TypeIds, etypes) -> TypedCoBatch:
+    """``plan`` with heterogeneous blocks and exchanges split by node type."""
+    ntype_of, _ = ids.of_gids(plan.nodes)
+    inputs = {t: plan.nodes[ntype_of == i] for i, t in enumerate(ids.ntypes)}
+    head = ntype_of[:plan.num_targets]
+    targets = {t: plan.nodes[:plan.num_targets][head == i] for i, t in enumerate(ids.ntypes)}
+    converted = {lp: _typed_layer(lp, ids, etypes) for lp in dict.fromkeys(plan.layers)}
+    return TypedCoBatch(plan.nodes, plan.num_targets, inputs, targets,
+                        [converted[lp] for lp in plan.layers])
+
+
+def _typed_layer(lp: LayerPlan, ids: TypeIds, etypes) -> TypedLayer:
+    block = lp.block
+    src_ids = block.srcdata[dgl.NID]
+    num_src, num_dst = block.num_src_nodes(), block.num_dst_nodes()
+    num_in = num_src - sum(lp.recv_rows)
+    ntype, per_type = ids.of_gids(src_ids)
+    order = torch.argsort(ntype, stable=True)  # own rows before received ones, per type
+    pos = torch.empty_like(order)
+    counts = torch.bincount(ntype, minlength=len(ids.ntypes))
+    starts = torch.cumsum(counts, 0) - counts
+    pos[order] = torch.arange(num_src) - starts[ntype[order]]
+    u, v = block.edges()
+    etype = block.edata[ETYPE]
+    graph = {et: (pos[u[etype == e]], pos[v[etype == e]]) for e, et in enumerate(etypes)}
+    num_src_of = {t: int(counts[i]) for i, t in enumerate(ids.ntypes)}
+    dst_type = ntype[:num_dst]
+    num_dst_of = {t: int((dst_type == i).sum()) for i, t in enumerate(ids.ntypes)}
+    hetero = dgl.create_block(graph, num_src_nodes=num_src_of, num_dst_nodes=num_dst_of)
+    for i, t in enumerate(ids.ntypes):
+        src_t = per_type[order[starts[i]:starts[i] + counts[i]]]
+        hetero.srcnodes[t].data[dgl.NID] = src_t
+        hetero.dstnodes[t].data[dgl.NID] = src_t[:num_dst_of[t]]
+    member = torch.repeat_interleave(torch.arange(len(lp.recv_rows)),
+                                     torch.tensor(lp.recv_rows, dtype=torch.int64))
+    remote_type = ntype[num_in:]
+    send_idx = [[pos[idx[ntype[idx] == i]] for idx in lp.send_idx]
+                for i in range(len(ids.ntypes))]
+    recv_rows = [[int(((member == m) & (remote_type == i)).sum())
+                  for m in range(len(lp.recv_rows))] for i in range(len(ids.ntypes))]
+    return TypedLayer(hetero, send_idx, recv_rows)
+
+
+def _uses_source_degrees(conv: nn.Module) -> bool:
+    """Whether ``conv`` normalises by its sources' out-degrees (its adapter says so)."""
+    try:
+        adapter = adapter_for(conv)
+    except InvalidValueError:
+        return False
+    one = dgl.create_block(([0], [0]), num_src_nodes=1, num_dst_nodes=1)
+    return adapter.degree_source_scale(conv, one, torch.ones(1, dtype=torch.float64)) is not None
+
+
+class HeteroHaloConv(ConvWrapper):
+    """A ``dgl.nn.HeteroGraphConv`` whose input dict is first completed, per node type, with
+    the rows other ranks hold (one exchange for all types, autograd through it).
+
+    Args:
+        conv: the user's HeteroGraphConv (kept as ``self.conv``).
+        plan_of: the :class:`TypedLayer` of a block (None: a block of the caller's own).
+        comm: the ranks exchanging rows.
+        ntypes: the graph's node types, in order.
+        name: the conv's name in the model, for messages.
+    """
+
+    def __init__(self, conv: nn.Module, plan_of, comm: Comm, ntypes, name: str):
+        super().__init__()
+        degree = sorted(rel for rel, mod in conv.mods.items() if _uses_source_degrees(mod))
+        if degree:
+            raise NotSupportedError(f"{name}: the convs of relations {degree} normalise by "
+                                    "their sources' out-degrees, which granndis cannot "
+                                    "restore on a graph with types yet; use "
+                                    "GraphConv(norm='right') (or a conv without source "
+                                    "degrees) per relation")
+        self.conv, self._plan_of, self._comm = conv, plan_of, comm
+        self._ntypes, self._name = list(ntypes), name
+
+    def forward(self, block, h, *args, **kwargs):
+        plan: TypedLayer | None = self._plan_of(block)
+        if plan is None:
+            return self.conv(block, h, *args, **kwargs)
+        src = h[0] if isinstance(h, tuple) else h
+        if not isinstance(src, dict):
+            raise InvalidValueError(f"{self._name}: input of type {type(src).__name__}; a "
+                                    "HeteroGraphConv on a graph with types takes a dict "
+                                    "{node type: rows}")
+        full = self._complete(plan, src)
+        out = self.conv(block, (full, h[1]) if isinstance(h, tuple) else full, *args, **kwargs)
+        return {t: _tie(v, *full.values()) for t, v in out.items()}
+
+    def _complete(self, plan: TypedLayer, src: dict) -> dict:
+        """Every node type's rows with the rows other ranks send appended (collective)."""
+        hs, kept = [], []
+        for i, t in enumerate(self._ntypes):
+            traffic = any(n.numel() for n in plan.send_idx[i]) or any(plan.recv_rows[i])
+            if t in src:
+                hs.append(src[t])
+                kept.append((i, t))
+            elif traffic:
+                raise InvalidValueError(f"{self._name}: the input has no rows of node type "
+                                        f"{t!r}, which this layer's block reads; pass rows for "
+                                        f"every node type of the block ({self._ntypes})")
+        if not hs:
+            raise InvalidValueError(f"{self._name}: the input has no rows of any node type; "
+                                    f"pass a dict {{node type: rows}} over {self._ntypes}")
+        send = [plan.send_idx[i] for i, _ in kept]
+        recv = [plan.recv_rows[i] for i, _ in kept]
+        full = halo_exchange_many(self._comm, hs, send, recv)
+        return {t: f for (_, t), f in zip(kept, full)}
+
+
+class _Tie(torch.autograd.Function):
+    """``out`` unchanged; the others get zero gradients whenever ``out`` gets one, so a
+    layer's exchange runs backward on every rank whose output reaches the loss, also where
+    a type's rows feed no relation with edges here (HeteroGraphConv skips those)."""
+
+    @staticmethod
+    def forward(ctx, out: torch.Tensor, *others: torch.Tensor):
+        ctx.shapes = [(o.shape, o.dtype, o.device) for o in others]
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor, *_):
+        return (grad, *(torch.zeros(s, dtype=d, device=dev) for s, d, dev in ctx.shapes))
+
+
+def _tie(out: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
+    return _Tie.apply(out, *others) if torch.is_grad_enabled() else out
+
+
+def typed_rows(ids: TypeIds, gids: torch.Tensor, name: str) -> str:
+    """The one node type of a loader's partitioned ids (its outputs are that type's rows)."""
+    ntype, _ = ids.of_gids(gids)
+    present = [ids.ntypes[i] for i in torch.unique(ntype).tolist()]
+    if len(present) > 1:
+        raise NotSupportedError(f"{name}: a DataLoader over node types {present}; the model "
+                                "outputs the rows of one node type: build one loader per type")
+    return present[0] if present else ids.ntypes[-1]
+
+
+def typed_step(cob: TypedCoBatch, ids: TypeIds, ntype: str, blocks) -> Step:
+    """A co-batch's step on a typed graph: input and output nodes as dicts of per-type ids
+    (DGL's shape on heterographs), the inputs this rank's own rows of each type, the outputs
+    the step's rows of node type ``ntype``."""
+    def per_type(gids: torch.Tensor) -> torch.Tensor:
+        return ids.of_gids(gids)[1]
+
+    inputs = {t: per_type(g) for t, g in cob.inputs.items()}
+    outputs = {t: per_type(g[:0]) for t, g in cob.targets.items()}
+    outputs[ntype] = per_type(cob.targets[ntype].index_select(0, blocks.state.rows))
+    return Step(inputs, outputs, blocks)
