@@ -86,10 +86,12 @@ def clusters(server: ServerGraph, R: int) -> torch.Tensor:
 
 
 def cobatch_plans(server: ServerGraph, R: int, num_layers: int, group: Comm, max_hop: int,
-                  fanout: int, progress: bool = False) -> list[CoBatchPlan]:
+                  fanout: int, progress: bool = False,
+                  targetable: torch.Tensor | None = None) -> list[CoBatchPlan]:
     """Every one of the ``R`` co-batches' plans on this rank (collective over ``group``);
     with ``R > 1`` each has its own EAS neighbourhood (``max_hop``, ``fanout``) inside the
-    group's set."""
+    group's set. ``targetable``: a mask over ``server.own`` of the nodes that may be targets
+    (None: every inner node; a typed graph's labeled types)."""
     own, core = server.own, torch.from_numpy(server.part.core_gid)
     cluster = clusters(server, R)
     is_core = torch.isin(own, core)
@@ -98,6 +100,8 @@ def cobatch_plans(server: ServerGraph, R: int, num_layers: int, group: Comm, max
     plans = []
     for b in tqdm(range(R), desc="co-batches", disable=not progress, leave=False):
         targets, mine = cluster_of_own == b, server.edges
+        if targetable is not None:
+            targets &= targetable
         if R > 1:
             mine = batch_edges(own, server.edges, targets, server.nodes, group, max_hop, fanout,
                                server.gen)

@@ -70,8 +70,8 @@ from dglx_dist.strategies.granndis.cobatch import GroupNodes, LayerPlan
 from dglx_dist.strategies.granndis.eas import expand_external
 from dglx_dist.strategies.granndis.halo import HaloConv
 from dglx_dist.strategies.granndis.pairs import PairGather, pair_epoch, pair_plan
-from dglx_dist.strategies.granndis.typed import (HeteroHaloConv, typed_cobatch, typed_rows,
-                                                 typed_step)
+from dglx_dist.strategies.granndis.typed import (HeteroHaloConv, target_types, typed_cobatch,
+                                                 typed_rows, typed_step)
 from dglx_dist.strategies.steps import Blocks, LoaderPlan, LoaderSpec, Step, StepState
 
 __all__ = ["GraNNDisStrategy"]
@@ -197,8 +197,10 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
             return self._batching
         server, cfg = self._server, self.config
         own, device = self._own, self.compute_device(self.session)  # blocks and rows live there
-        plans = cobatch_plans(server, count, cfg.num_layers, self.group, self._max_hop(),
-                              cfg.external_fanout, progress=self.session.is_main)
+        plans = cobatch_plans(server, count, cfg.num_layers, self.group, self._cobatch_hops(),
+                              cfg.external_fanout, progress=self.session.is_main,
+                              targetable=None if self.types is None else
+                              target_types(self.types, self.pdir.types.labeled, own))
         if self.types is not None:  # DGL's heterogeneous blocks; rows from the graph's store
             plans = [typed_cobatch(p, self.types, self.pdir.types.canonical_etypes)
                      for p in plans]
@@ -225,6 +227,13 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         m = self.config.external_max_hop
         return self.config.num_layers if m < 0 else m
 
+    def _cobatch_hops(self) -> int:
+        """EAS hops around a co-batch's targets: m; on a typed graph, whose targets are the
+        labeled types' nodes alone, m = 0 (fullgraph) takes their whole L-hop neighbourhood
+        instead (else the other types would have no node in any co-batch)."""
+        m = self._max_hop()
+        return self.config.num_layers if m == 0 and self.types is not None else m
+
     def _server_graph(self, pdir: PartitionDir, part, core_edges, gen):
         """This rank's nodes (inner + its share of the preloaded external ones), the group's
         node set, and the in-edges of this rank's nodes inside that set (collective)."""
@@ -244,7 +253,8 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         else:  # each edge's type: the core ones' from their ids, the others' from the sampler
             ext = sampler.sample_typed_layer(self.preloaded, (-1,) * len(types.canonical_etypes))
             eid = torch.from_numpy(part.eid).long()
-            etype = torch.searchsorted(torch.from_numpy(types.etype_offsets), eid, right=True) - 1
+            offsets = torch.tensor(types.etype_offsets.tolist())
+            etype = torch.searchsorted(offsets, eid, right=True) - 1
             core_edges = (*core_edges, etype)
         edges = tuple(torch.cat([c, e]) for c, e in zip(core_edges, ext))
         keep = nodes.contains(edges[0])
@@ -309,7 +319,8 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
                                     f"co-batch for {batching.by}; {by} makes {batches} batches "
                                     "per rank: build this DataLoader before that call, or pass "
                                     f"co_batches={batches}")
-        ntype = None if self.types is None else typed_rows(self.types, ids, self.registered_name)
+        ntype = None if self.types is None else \
+            typed_rows(self.types, ids, self.pdir.types.labeled, self.registered_name)
         rows, found = [], 0
         for plan in batching.plans:
             targets = plan.nodes[:plan.num_targets] if ntype is None else plan.targets[ntype]

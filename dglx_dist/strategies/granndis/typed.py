@@ -21,6 +21,7 @@ completed with every type's boundary rows, then the conv runs on the heterogeneo
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import dgl
 import torch
@@ -163,6 +164,7 @@ class HeteroHaloConv(ConvWrapper):
                                     "degrees) per relation")
         self.conv, self._plan_of, self._comm = conv, plan_of, comm
         self._ntypes, self._name = list(ntypes), name
+        self._widths: torch.Tensor | None = None  # each type's row width, once agreed
 
     def forward(self, block, h, *args, **kwargs):
         plan: TypedLayer | None = self._plan_of(block)
@@ -178,20 +180,34 @@ class HeteroHaloConv(ConvWrapper):
         return {t: _tie(v, *full.values()) for t, v in out.items()}
 
     def _complete(self, plan: TypedLayer, src: dict) -> dict:
-        """Every node type's rows with the rows other ranks send appended (collective)."""
-        hs, kept = [], []
-        for i, t in enumerate(self._ntypes):
-            traffic = any(n.numel() for n in plan.send_idx[i]) or any(plan.recv_rows[i])
-            if t in src:
-                hs.append(src[t])
-                kept.append((i, t))
-            elif traffic:
-                raise InvalidValueError(f"{self._name}: the input has no rows of node type "
-                                        f"{t!r}, which this layer's block reads; pass rows for "
-                                        f"every node type of the block ({self._ntypes})")
-        if not hs:
+        """Every node type's rows with the rows other ranks send appended (collective). A
+        type the input leaves out (a model drops the types a layer gives no rows, as DGL's
+        R-GCN does) while this rank holds none of its rows here but receives some starts
+        from no rows of the width the ranks agreed on at the first call."""
+        if not src:
             raise InvalidValueError(f"{self._name}: the input has no rows of any node type; "
                                     f"pass a dict {{node type: rows}} over {self._ntypes}")
+        if self._widths is None:  # the same first call on every rank
+            widths = torch.tensor([math.prod(src[t].shape[1:]) if t in src else -1
+                                   for t in self._ntypes])
+            self._widths = self._comm.all_reduce(widths, op="max")
+        like = next(iter(src.values()))
+        hs, kept = [], []
+        for i, t in enumerate(self._ntypes):
+            own = plan.block.num_src_nodes(t) - sum(plan.recv_rows[i])
+            sends, recvs = any(n.numel() for n in plan.send_idx[i]), any(plan.recv_rows[i])
+            if t in src:
+                hs.append(src[t])
+            elif recvs and not own and int(self._widths[i]) >= 0:
+                hs.append(like.new_zeros((0, int(self._widths[i]))))
+            elif sends or recvs:
+                raise InvalidValueError(f"{self._name}: the input has no rows of node type "
+                                        f"{t!r}, which this layer's block reads ({own} of them "
+                                        f"here); pass rows for every node type of the block "
+                                        f"({self._ntypes})")
+            else:
+                continue
+            kept.append((i, t))
         send = [plan.send_idx[i] for i, _ in kept]
         recv = [plan.recv_rows[i] for i, _ in kept]
         full = halo_exchange_many(self._comm, hs, send, recv)
@@ -217,14 +233,28 @@ def _tie(out: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
     return _Tie.apply(out, *others) if torch.is_grad_enabled() else out
 
 
-def typed_rows(ids: TypeIds, gids: torch.Tensor, name: str) -> str:
-    """The one node type of a loader's partitioned ids (its outputs are that type's rows)."""
+def target_types(ids: TypeIds, labeled, own: torch.Tensor) -> torch.Tensor:
+    """Which of the partitioned ids ``own`` may be co-batch targets: the nodes of the labeled
+    types (every node when no type is), so that the last layer computes what a loss reads,
+    and the layers before it what that needs, as DGL's blocks from labeled seeds do."""
+    if not labeled:
+        return torch.ones(own.numel(), dtype=torch.bool)
+    ntype, _ = ids.of_gids(own)
+    return torch.isin(ntype, torch.tensor([ids.ntypes.index(t) for t in labeled]))
+
+
+def typed_rows(ids: TypeIds, gids: torch.Tensor, labeled, name: str) -> str:
+    """The one node type of a loader's partitioned ids (its outputs are that type's rows),
+    one of the types the co-batches target (:func:`target_types`)."""
     ntype, _ = ids.of_gids(gids)
     present = [ids.ntypes[i] for i in torch.unique(ntype).tolist()]
     if len(present) > 1:
         raise NotSupportedError(f"{name}: a DataLoader over node types {present}; the model "
                                 "outputs the rows of one node type: build one loader per type")
-    return present[0] if present else ids.ntypes[-1]
+    if labeled and present and present[0] not in labeled:
+        raise NotSupportedError(f"{name}: a DataLoader over node type {present[0]!r}; the "
+                                f"co-batches' outputs are the labeled types' {list(labeled)}")
+    return present[0] if present else (list(labeled) or ids.ntypes)[-1]
 
 
 def typed_step(cob: TypedCoBatch, ids: TypeIds, ntype: str, blocks) -> Step:
