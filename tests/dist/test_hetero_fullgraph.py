@@ -47,6 +47,9 @@ def _step(session, cache, name):
                         b.dstnodes[t].data[dgl.NID]) for t in b.srctypes),
             "inputs_prefix": all(torch.equal(b.srcnodes[t].data[dgl.NID][:len(ids)], ids)
                                  for t, ids in input_nodes.items())}
+        views = {t: g.nodes[t].data["feat"] for t in ("paper", "field")}
+        out["preloaded"] = all(g.strategy.local_rows(v.name, v.space.rows(input_nodes[t]))
+                               is not None for t, v in views.items())
         x = {t: g.nodes[t].data["feat"][ids] for t, ids in input_nodes.items() if t != "author"}
         x["author"] = emb(input_nodes["author"])
         logits = model(blocks, x)
@@ -83,6 +86,7 @@ def _check(res, ranks, name):
     for r, out in enumerate(outs):
         assert sorted(out["outputs"]) == sorted(out["train"])
         assert out["block"]["dst_prefix"] and out["block"]["inputs_prefix"], out["block"]
+        assert out["preloaded"]  # the featured types' rows: read once, served from there
         np.testing.assert_allclose(out["logits"], ref[r][0].numpy(), rtol=1e-4, atol=1e-5)
         for key, grad in out["grads"].items():  # the mean of the ranks' mean losses
             mean = torch.stack([ref[q][1][key] for q in range(ranks)]).mean(0)

@@ -54,6 +54,7 @@ from dglx_dist.convs import graph_convs
 from dglx_dist.errors import InvalidValueError, NotSupportedError, StateError
 from dglx_dist.memory import MemoryModel
 from dglx_dist.partition.load import PartitionDir
+from dglx_dist.kvstore import typed_key
 from dglx_dist.runtime.autograd import GradientSync
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
@@ -70,8 +71,8 @@ from dglx_dist.strategies.granndis.cobatch import GroupNodes, LayerPlan
 from dglx_dist.strategies.granndis.eas import expand_external
 from dglx_dist.strategies.granndis.halo import HaloConv
 from dglx_dist.strategies.granndis.pairs import PairGather, pair_epoch, pair_plan
-from dglx_dist.strategies.granndis.typed import (HeteroHaloConv, target_types, typed_cobatch,
-                                                 typed_rows, typed_step)
+from dglx_dist.strategies.granndis.typed import (HeteroHaloConv, TypedRows, target_types,
+                                                 typed_cobatch, typed_rows, typed_step)
 from dglx_dist.strategies.steps import Blocks, LoaderPlan, LoaderSpec, Step, StepState
 
 __all__ = ["GraNNDisStrategy"]
@@ -161,6 +162,9 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
                                     f"{self.registered_name} trains it through "
                                     "dglx_dist.DistGraph")
         self.types = None if pdir.types is None else TypeIds.of(pdir)
+        if self.types is not None:  # the featured types' rows, by their names in the store
+            self.held_rows = frozenset(typed_key(t, "feat") for t in pdir.types.ntypes
+                                       if pdir.types.feat_dims.get(t, 0))
         self.config = with_depth(self, request.num_layers)
         self.session, self._store, self.pdir = session, store, pdir
         self._set_up_by = request.by
@@ -208,6 +212,8 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         # one co-batch: its rows, in its order, kept; else every node's row and, per
         # co-batch, where its rows are (gathered for the step, dropped after it)
         single = len(plans) == 1
+        if self.types is not None:  # every own node's rows of each featured type
+            self._typed_rows = TypedRows(self._store, self.pdir, own, device)
         feat = torch.zeros(0) if self.types is not None else pull_features_once(self.session, self._store, self.pdir, server.part,
                                   plans[0].nodes if single else own).to(device)
         plan0_row = None
@@ -387,9 +393,12 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         return batching
 
     def local_rows(self, name: str, ids: torch.Tensor):
-        """Preloaded feature rows: a co-batch's (one co-batch: every row, in the plan's order);
+        """Preloaded feature rows: a co-batch's (one co-batch: every row, in the plan's order;
+        on a typed graph, ``ids`` are rows of a featured type's, ``name`` its store name);
         None before the co-batches are built."""
         batching = self._batching
+        if self.types is not None and batching is not None:  # a typed graph: by type rows
+            return self._typed_rows.get(name, ids)
         if name != "feat" or batching is None:
             return None
         first = batching.plans[0].nodes

@@ -29,6 +29,7 @@ from torch import nn
 
 from dglx_dist.convs import ConvWrapper, adapter_for
 from dglx_dist.errors import InvalidValueError, NotSupportedError
+from dglx_dist.kvstore import typed_key
 from dglx_dist.runtime.autograd import halo_exchange_many
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.sampling.typed import TypeIds
@@ -36,7 +37,7 @@ from dglx_dist.strategies.granndis.cobatch import ETYPE, CoBatchPlan, LayerPlan
 from dglx_dist.strategies.steps import Step
 
 __all__ = ["TypedLayer", "TypedCoBatch", "typed_cobatch", "HeteroHaloConv", "typed_rows",
-           "typed_step"]
+           "typed_step", "TypedRows"]
 
 
 @dataclasses.dataclass(eq=False)
@@ -231,6 +232,38 @@ class _Tie(torch.autograd.Function):
 
 def _tie(out: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
     return _Tie.apply(out, *others) if torch.is_grad_enabled() else out
+
+
+class TypedRows:
+    """The feature rows of a rank's nodes on a typed graph, pulled once through the graph's
+    KVStore (collective) and served as ``g.nodes[t].data["feat"]`` reads by type rows.
+
+    Args:
+        store / pdir: the graph's KVStore and the typed partition directory.
+        gids: the rank's nodes (partitioned ids).
+        device: where the rows live.
+    """
+
+    def __init__(self, store, pdir, gids: torch.Tensor, device: torch.device):
+        types = pdir.types
+        tix, rows = (torch.from_numpy(a) for a in pdir.type_row_of(gids.numpy()))
+        self.held: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        for i, t in enumerate(types.ntypes):
+            if types.feat_dims.get(t, 0):
+                name, mine = typed_key(t, "feat"), rows[tix == i].sort().values
+                self.held[name] = (mine, store.pull(name, mine, dedup=False).to(device))
+
+    def get(self, name: str, rows: torch.Tensor) -> torch.Tensor | None:
+        """Rows ``rows`` of store name ``name``, or None when some are not held here."""
+        if name not in self.held:
+            return None
+        mine, feat = self.held[name]
+        if mine.numel() == 0:
+            return None if rows.numel() else feat[:0]
+        at = torch.searchsorted(mine, rows).clamp(max=mine.numel() - 1)
+        if not bool((mine[at] == rows).all()):
+            return None
+        return feat.index_select(0, at.to(feat.device))
 
 
 def target_types(ids: TypeIds, labeled, own: torch.Tensor) -> torch.Tensor:
