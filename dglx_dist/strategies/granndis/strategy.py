@@ -71,8 +71,9 @@ from dglx_dist.strategies.granndis.cobatch import GroupNodes, LayerPlan
 from dglx_dist.strategies.granndis.eas import expand_external
 from dglx_dist.strategies.granndis.halo import HaloConv
 from dglx_dist.strategies.granndis.pairs import PairGather, pair_epoch, pair_plan
-from dglx_dist.strategies.granndis.typed import (HeteroHaloConv, TypedRows, target_types,
-                                                 typed_cobatch, typed_rows, typed_step)
+from dglx_dist.strategies.granndis.typed import (HeteroHaloConv, TypedRows, edge_types,
+                                                 out_degrees, target_types, typed_cobatch,
+                                                 typed_rows, typed_step)
 from dglx_dist.strategies.steps import Blocks, LoaderPlan, LoaderSpec, Step, StepState
 
 __all__ = ["GraNNDisStrategy"]
@@ -173,11 +174,13 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         core = torch.from_numpy(part.core_gid)
         core_edges = (torch.from_numpy(part.local_gid)[torch.from_numpy(part.src)],
                       core[torch.from_numpy(part.dst)])
-        out_degree = torch.bincount(core_edges[0], minlength=pdir.num_nodes).to(torch.int32)
-        session.world.all_reduce(out_degree)  # every node's out-degree in the whole graph
+        core_etype = None if pdir.types is None else edge_types(pdir.types, part.eid)
+        # every node's out-degree in the whole graph (on a typed graph, per edge type too)
+        self._rel_degree = out_degrees(session.world, core_edges[0], core_etype, pdir)
+        out_degree = self._rel_degree.sum(0)
         gen = torch.Generator().manual_seed(self.config.seed * 7919 + session.rank)
         dgl.seed(self.config.seed * 7919 + session.rank)  # EAS's sampling: the same on a restart
-        own, nodes, edges = self._server_graph(pdir, part, core_edges, gen)
+        own, nodes, edges = self._server_graph(pdir, part, core_edges, core_etype, gen)
         self._own = own
         self._server = ServerGraph(part, core_edges, own, nodes, edges, out_degree.double(), gen)
         log.info("%s rank %d: %d inner + %d external nodes (group of %d holds %d)",
@@ -206,8 +209,9 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
                               targetable=None if self.types is None else
                               target_types(self.types, self.pdir.types.labeled, own))
         if self.types is not None:  # DGL's heterogeneous blocks; rows from the graph's store
-            plans = [typed_cobatch(p, self.types, self.pdir.types.canonical_etypes)
-                     for p in plans]
+            plans = [typed_cobatch(p, self.types, self.pdir.types.canonical_etypes,
+                                   self._rel_degree) for p in plans]
+        del self._rel_degree  # the blocks hold their sources' degrees
         plans = [plan.to(device) for plan in plans]
         # one co-batch: its rows, in its order, kept; else every node's row and, per
         # co-batch, where its rows are (gathered for the step, dropped after it)
@@ -240,7 +244,7 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         m = self._max_hop()
         return self.config.num_layers if m == 0 and self.types is not None else m
 
-    def _server_graph(self, pdir: PartitionDir, part, core_edges, gen):
+    def _server_graph(self, pdir: PartitionDir, part, core_edges, core_etype, gen):
         """This rank's nodes (inner + its share of the preloaded external ones), the group's
         node set, and the in-edges of this rank's nodes inside that set (collective)."""
         types = pdir.types
@@ -258,10 +262,7 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
             ext = sampler.sample_layer(self.preloaded, -1)
         else:  # each edge's type: the core ones' from their ids, the others' from the sampler
             ext = sampler.sample_typed_layer(self.preloaded, (-1,) * len(types.canonical_etypes))
-            eid = torch.from_numpy(part.eid).long()
-            offsets = torch.tensor(types.etype_offsets.tolist())
-            etype = torch.searchsorted(offsets, eid, right=True) - 1
-            core_edges = (*core_edges, etype)
+            core_edges = (*core_edges, core_etype)
         edges = tuple(torch.cat([c, e]) for c, e in zip(core_edges, ext))
         keep = nodes.contains(edges[0])
         return own, nodes, tuple(t[keep] for t in edges)

@@ -37,7 +37,29 @@ from dglx_dist.strategies.granndis.cobatch import ETYPE, CoBatchPlan, LayerPlan
 from dglx_dist.strategies.steps import Step
 
 __all__ = ["TypedLayer", "TypedCoBatch", "typed_cobatch", "HeteroHaloConv", "typed_rows",
-           "typed_step", "TypedRows"]
+           "typed_step", "TypedRows", "edge_types", "out_degrees", "degree_key"]
+
+
+def degree_key(etype) -> str:
+    """``srcdata`` key, on a co-batch's heterogeneous block, of the sources' out-degrees by
+    edge type ``etype`` (canonical) in the whole graph."""
+    return "_dglx_out_degree/" + ":".join(etype)
+
+
+def edge_types(types, eid) -> torch.Tensor:
+    """The edge type index of each of a part's edges (original homogeneous ids ``eid``)."""
+    offsets = torch.tensor([int(o) for o in types.etype_offsets])
+    return torch.searchsorted(offsets, torch.from_numpy(eid).long(), right=True) - 1
+
+
+def out_degrees(world: Comm, src: torch.Tensor, etype: torch.Tensor | None,
+                pdir) -> torch.Tensor:
+    """Every node's out-degree in the whole graph, per edge type (a row each; one row on a
+    graph without types), from each rank's in-edges of its nodes ``src`` (collective)."""
+    rows = 1 if etype is None else len(pdir.types.canonical_etypes)
+    key = src if etype is None else etype * pdir.num_nodes + src
+    deg = torch.bincount(key, minlength=rows * pdir.num_nodes).to(torch.int32)
+    return world.all_reduce(deg).view(rows, pdir.num_nodes).double()
 
 
 @dataclasses.dataclass(eq=False)
@@ -89,18 +111,21 @@ class TypedCoBatch:
         return sum(lp.block.num_src_nodes() for lp in dict.fromkeys(self.layers))
 
 
-def typed_cobatch(plan: CoBatchPlan, ids: TypeIds, etypes) -> TypedCoBatch:
-    """``plan`` with heterogeneous blocks and exchanges split by node type."""
+def typed_cobatch(plan: CoBatchPlan, ids: TypeIds, etypes,
+                  degree: torch.Tensor) -> TypedCoBatch:
+    """``plan`` with heterogeneous blocks and exchanges split by node type; ``degree``: every
+    node's out-degree per edge type (:func:`out_degrees`), kept on the blocks' sources
+    (:func:`degree_key`) for the relation convs that normalise by it."""
     ntype_of, _ = ids.of_gids(plan.nodes)
     inputs = {t: plan.nodes[ntype_of == i] for i, t in enumerate(ids.ntypes)}
     head = ntype_of[:plan.num_targets]
     targets = {t: plan.nodes[:plan.num_targets][head == i] for i, t in enumerate(ids.ntypes)}
-    converted = {lp: _typed_layer(lp, ids, etypes) for lp in dict.fromkeys(plan.layers)}
+    converted = {lp: _typed_layer(lp, ids, etypes, degree) for lp in dict.fromkeys(plan.layers)}
     return TypedCoBatch(plan.nodes, plan.num_targets, inputs, targets,
                         [converted[lp] for lp in plan.layers])
 
 
-def _typed_layer(lp: LayerPlan, ids: TypeIds, etypes) -> TypedLayer:
+def _typed_layer(lp: LayerPlan, ids: TypeIds, etypes, degree: torch.Tensor) -> TypedLayer:
     block = lp.block
     src_ids = block.srcdata[dgl.NID]
     num_src, num_dst = block.num_src_nodes(), block.num_dst_nodes()
@@ -119,9 +144,13 @@ def _typed_layer(lp: LayerPlan, ids: TypeIds, etypes) -> TypedLayer:
     num_dst_of = {t: int((dst_type == i).sum()) for i, t in enumerate(ids.ntypes)}
     hetero = dgl.create_block(graph, num_src_nodes=num_src_of, num_dst_nodes=num_dst_of)
     for i, t in enumerate(ids.ntypes):
-        src_t = per_type[order[starts[i]:starts[i] + counts[i]]]
-        hetero.srcnodes[t].data[dgl.NID] = src_t
-        hetero.dstnodes[t].data[dgl.NID] = src_t[:num_dst_of[t]]
+        run = order[starts[i]:starts[i] + counts[i]]
+        hetero.srcnodes[t].data[dgl.NID] = per_type[run]
+        hetero.dstnodes[t].data[dgl.NID] = per_type[run][:num_dst_of[t]]
+        for e, et in enumerate(etypes):
+            if et[0] == t:
+                hetero.srcnodes[t].data[degree_key(et)] = degree[e].index_select(
+                    0, src_ids[run]).float()
     member = torch.repeat_interleave(torch.arange(len(lp.recv_rows)),
                                      torch.tensor(lp.recv_rows, dtype=torch.int64))
     remote_type = ntype[num_in:]
@@ -132,14 +161,34 @@ def _typed_layer(lp: LayerPlan, ids: TypeIds, etypes) -> TypedLayer:
     return TypedLayer(hetero, send_idx, recv_rows)
 
 
-def _uses_source_degrees(conv: nn.Module) -> bool:
-    """Whether ``conv`` normalises by its sources' out-degrees (its adapter says so)."""
+def _source_degrees(conv: nn.Module):
+    """``conv``'s adapter when it normalises by its sources' out-degrees, else None."""
     try:
         adapter = adapter_for(conv)
     except InvalidValueError:
-        return False
+        return None
     one = dgl.create_block(([0], [0]), num_src_nodes=1, num_dst_nodes=1)
-    return adapter.degree_source_scale(conv, one, torch.ones(1, dtype=torch.float64)) is not None
+    scale = adapter.degree_source_scale(conv, one, torch.ones(1, dtype=torch.float64))
+    return None if scale is None else adapter
+
+
+class RelationDegrees(ConvWrapper):
+    """A relation's conv that normalises by its sources' out-degrees: given a co-batch's
+    relation block (whose sources carry their out-degrees by that edge type in the whole
+    graph, :func:`degree_key`), its source rows are rescaled by the adapter's factor, so the
+    conv normalises by the whole graph's degrees, as on a graph without types."""
+
+    def __init__(self, conv: nn.Module, adapter):
+        super().__init__()
+        self.conv, self._adapter = conv, adapter
+
+    def forward(self, graph, inputs, *args, **kwargs):
+        key = degree_key(graph.canonical_etypes[0])
+        if key not in graph.srcdata or not isinstance(inputs, tuple):
+            return self.conv(graph, inputs, *args, **kwargs)
+        scale = self._adapter.degree_source_scale(self.conv, graph, graph.srcdata[key])
+        src, dst = inputs
+        return self.conv(graph, (src * scale.to(src.dtype), dst), *args, **kwargs)
 
 
 class HeteroHaloConv(ConvWrapper):
@@ -156,13 +205,11 @@ class HeteroHaloConv(ConvWrapper):
 
     def __init__(self, conv: nn.Module, plan_of, comm: Comm, ntypes, name: str):
         super().__init__()
-        degree = sorted(rel for rel, mod in conv.mods.items() if _uses_source_degrees(mod))
-        if degree:
-            raise NotSupportedError(f"{name}: the convs of relations {degree} normalise by "
-                                    "their sources' out-degrees, which granndis cannot "
-                                    "restore on a graph with types yet; use "
-                                    "GraphConv(norm='right') (or a conv without source "
-                                    "degrees) per relation")
+        conv.mod_dict = dict(conv.mod_dict)  # the relations' convs, by the keys given
+        for key, mod in list(conv.mod_dict.items()):
+            adapter = _source_degrees(mod)
+            if adapter is not None:  # the same wrapper under both of DGL's keys
+                conv.mod_dict[key] = conv.mods[str(key)] = RelationDegrees(mod, adapter)
         self.conv, self._plan_of, self._comm = conv, plan_of, comm
         self._ntypes, self._name = list(ntypes), name
         self._widths: torch.Tensor | None = None  # each type's row width, once agreed
