@@ -15,11 +15,12 @@ import dgl
 import torch
 from tqdm.auto import tqdm
 
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.strategies.granndis.cobatch import (CoBatchPlan, GroupNodes, batch_edges,
                                                    build_cobatch, levels)
 
-__all__ = ["ServerGraph", "Batching", "clusters", "cobatch_plans"]
+__all__ = ["ServerGraph", "Batching", "clusters", "cobatch_plans", "target_rows"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,3 +110,27 @@ def cobatch_plans(server: ServerGraph, R: int, num_layers: int, group: Comm, max
         plans.append(build_cobatch(own, level, mine, num_layers, server.nodes, group,
                                    server.out_degree))
     return plans
+
+
+def target_rows(plans: list, ids: torch.Tensor, ntype: str | None,
+                who: str) -> list[torch.Tensor]:
+    """Per co-batch, the output rows of ``ids`` (partitioned) among its targets (of node type
+    ``ntype`` on a typed graph: the rows of the model's output of that type), sorted.
+
+    Raises:
+        InvalidValueError: some ids are no co-batch's targets here (``who``: the strategy and
+            rank, for the message).
+    """
+    rows, found = [], 0
+    for plan in plans:
+        targets = plan.nodes[:plan.num_targets] if ntype is None else plan.targets[ntype]
+        order = torch.argsort(targets)
+        at = torch.searchsorted(targets[order], ids).clamp(max=max(targets.numel() - 1, 0))
+        hit = targets[order][at] == ids if targets.numel() else torch.zeros_like(ids, bool)
+        rows.append(order[at[hit]].sort().values)
+        found += int(hit.sum())
+    if found != ids.numel():
+        raise InvalidValueError(f"{who}: {ids.numel() - found} of the loader's ids are not this "
+                                "rank's nodes; pass dglx_dist.node_split(ids, g) to the "
+                                "DataLoader")
+    return rows

@@ -33,9 +33,8 @@
   each layer exchanges boundary rows with every rank, across servers too.
 * Link prediction: full-graph steps whose pair nodes' rows are fetched from their owners
   (:mod:`dglx_dist.strategies.granndis.pairs`).
-* Graphs with node and edge types: the same homogeneous machinery over partitioned ids, each
-  edge carrying its type; the model sees DGL's heterogeneous blocks and its
-  ``HeteroGraphConv`` s exchange rows per node type (:mod:`.typed`).
+* Typed graphs: the same machinery, each edge keeping its type; the model sees DGL's
+  heterogeneous blocks, its ``HeteroGraphConv`` s exchanging rows per node type (:mod:`.typed`).
 
 The model keeps its ``forward(blocks, x)``: every dgl.nn conv is wrapped (:class:`HaloConv`);
 ``x`` holds the rank's own rows only, so anything before the first conv must be per row.
@@ -51,29 +50,29 @@ import torch
 from torch import nn
 
 from dglx_dist.convs import graph_convs
-from dglx_dist.errors import InvalidValueError, NotSupportedError, StateError
+from dglx_dist.errors import InvalidValueError, StateError
 from dglx_dist.memory import MemoryModel
 from dglx_dist.partition.load import PartitionDir
-from dglx_dist.kvstore import typed_key
 from dglx_dist.runtime.autograd import GradientSync
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import PartitionSampler
-from dglx_dist.sampling.typed import TypeIds
 from dglx_dist.strategies.abilities import (Approximate, FullGraphForm, HoldsRows, LinkPrediction,
                                             MemoryModelled, OverlapsBackward, OwnSplit,
                                             ShapedByOptions, TypedGraphs)
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, Strategy,
                                        check_partitions, pull_features_once,
                                        with_depth)
-from dglx_dist.strategies.granndis.batching import Batching, ServerGraph, cobatch_plans
+from dglx_dist.strategies.granndis.batching import (Batching, ServerGraph, cobatch_plans,
+                                                    target_rows)
 from dglx_dist.strategies.granndis.cobatch import GroupNodes, LayerPlan
 from dglx_dist.strategies.granndis.eas import expand_external
 from dglx_dist.strategies.granndis.halo import HaloConv
 from dglx_dist.strategies.granndis.pairs import PairGather, pair_epoch, pair_plan
 from dglx_dist.strategies.granndis.typed import (HeteroHaloConv, TypedRows, edge_types,
-                                                 out_degrees, target_types, typed_cobatch,
-                                                 typed_rows, typed_step)
+                                                 held_names, out_degrees, target_types,
+                                                 typed_cobatch, typed_ids, typed_rows,
+                                                 typed_step)
 from dglx_dist.strategies.steps import Blocks, LoaderPlan, LoaderSpec, Step, StepState
 
 __all__ = ["GraNNDisStrategy"]
@@ -158,14 +157,9 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         count is known (:meth:`batching`), so setting up from ``parallelize`` first gives
         the same co-batches as from the ``DataLoader`` first."""
         check_partitions(self, pdir, session.topology)
-        if pdir.types is not None and store is None:  # typed rows live in the graph's store
-            raise NotSupportedError(f"{pdir.path} holds a graph with node types; "
-                                    f"{self.registered_name} trains it through "
-                                    "dglx_dist.DistGraph")
-        self.types = None if pdir.types is None else TypeIds.of(pdir)
+        self.types = typed_ids(pdir, store, self.registered_name)
         if self.types is not None:  # the featured types' rows, by their names in the store
-            self.held_rows = frozenset(typed_key(t, "feat") for t in pdir.types.ntypes
-                                       if pdir.types.feat_dims.get(t, 0))
+            self.held_rows = held_names(pdir.types)
         self.config = with_depth(self, request.num_layers)
         self.session, self._store, self.pdir = session, store, pdir
         self._set_up_by = request.by
@@ -208,18 +202,18 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
                               cfg.external_fanout, progress=self.session.is_main,
                               targetable=None if self.types is None else
                               target_types(self.types, self.pdir.types.labeled, own))
-        if self.types is not None:  # DGL's heterogeneous blocks; rows from the graph's store
+        if self.types is not None:  # DGL's heterogeneous blocks; every own node's rows
             plans = [typed_cobatch(p, self.types, self.pdir.types.canonical_etypes,
                                    self._rel_degree) for p in plans]
+            self._typed_rows = TypedRows(self._store, self.pdir, own, device)
         del self._rel_degree  # the blocks hold their sources' degrees
         plans = [plan.to(device) for plan in plans]
         # one co-batch: its rows, in its order, kept; else every node's row and, per
         # co-batch, where its rows are (gathered for the step, dropped after it)
         single = len(plans) == 1
-        if self.types is not None:  # every own node's rows of each featured type
-            self._typed_rows = TypedRows(self._store, self.pdir, own, device)
-        feat = torch.zeros(0) if self.types is not None else pull_features_once(self.session, self._store, self.pdir, server.part,
-                                  plans[0].nodes if single else own).to(device)
+        feat = torch.zeros(0) if self.types is not None else pull_features_once(
+            self.session, self._store, self.pdir, server.part,
+            plans[0].nodes if single else own).to(device)
         plan0_row = None
         if single:  # row of each own node in the plan's order
             first = plans[0].nodes
@@ -238,9 +232,8 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         return self.config.num_layers if m < 0 else m
 
     def _cobatch_hops(self) -> int:
-        """EAS hops around a co-batch's targets: m; on a typed graph, whose targets are the
-        labeled types' nodes alone, m = 0 (fullgraph) takes their whole L-hop neighbourhood
-        instead (else the other types would have no node in any co-batch)."""
+        """EAS hops around a co-batch's targets: m; m = 0 (fullgraph) on a typed graph, whose
+        targets are the labeled types' nodes alone, takes their L-hop neighbourhood."""
         m = self._max_hop()
         return self.config.num_layers if m == 0 and self.types is not None else m
 
@@ -292,12 +285,8 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         where every graph conv must be a HeteroGraphConv: its blocks are heterogeneous)."""
         if self.types is None:
             return HaloConv(conv, self._plan_of, self.group)
-        if not isinstance(conv, dgl.nn.HeteroGraphConv):
-            raise NotSupportedError(f"{self.registered_name}: the model's graph conv {name} is "
-                                    f"a {type(conv).__name__}; on a graph with node types every "
-                                    "graph conv must be a dgl.nn.HeteroGraphConv (of convs per "
-                                    "relation)")
-        return HeteroHaloConv(conv, self._plan_of, self.group, self.types.ntypes, name)
+        return HeteroHaloConv.of(conv, self._plan_of, self.group, self.types.ntypes,
+                                 f"{self.registered_name}: the model's graph conv {name}")
 
     # -- the drop-in API -----------------------------------------------------------------------
     def split_ids(self, ids: torch.Tensor, pdir: PartitionDir, session: Session) -> torch.Tensor:
@@ -312,10 +301,6 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         if self.config.num_layers != len(spec.fanouts):
             return None
         if spec.pairs is not None:
-            if self.types is not None:
-                raise NotSupportedError(f"{self.registered_name}: edge loaders (link "
-                                        "prediction) on a graph with edge types are not "
-                                        "supported yet; train them under distdgl")
             return pair_plan(self, ids, spec)
         by = f"a DataLoader(batch_size={spec.batch_size})"
         counts = self.session.world.all_gather(torch.tensor([ids.numel()]))
@@ -326,22 +311,10 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
                                     f"co-batch for {batching.by}; {by} makes {batches} batches "
                                     "per rank: build this DataLoader before that call, or pass "
                                     f"co_batches={batches}")
-        ntype = None if self.types is None else \
-            typed_rows(self.types, ids, self.pdir.types.labeled, self.registered_name)
-        rows, found = [], 0
-        for plan in batching.plans:
-            targets = plan.nodes[:plan.num_targets] if ntype is None else plan.targets[ntype]
-            order = torch.argsort(targets)
-            at = torch.searchsorted(targets[order], ids).clamp(max=max(targets.numel() - 1, 0))
-            hit = targets[order][at] == ids if targets.numel() else torch.zeros_like(ids, bool)
-            rows.append(order[at[hit]].sort().values)
-            found += int(hit.sum())
-        if found != ids.numel():
-            raise InvalidValueError(f"{self.registered_name}: {ids.numel() - found} of the "
-                                    "loader's ids are not this rank's nodes (rank "
-                                    f"{self.session.rank}); pass dglx_dist.node_split(ids, g) to "
-                                    "the DataLoader")
-        return LoaderPlan(len(batching.plans), rows if ntype is None else (rows, ntype))
+        ntype = typed_rows(self.types, ids, self.pdir.types, self.registered_name)
+        rows = target_rows(batching.plans, ids, ntype, f"{self.registered_name} (rank "
+                           f"{self.session.rank})")
+        return LoaderPlan(len(batching.plans), (rows, ntype))
 
     def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int) -> Iterator[Step]:
         if spec.pairs is not None:
@@ -353,16 +326,13 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
             gen = torch.Generator().manual_seed(spec.seed * 1_000_003 + epoch)
             order = torch.randperm(len(plans), generator=gen).tolist()
         weight = 1.0 / self.session.world_size  # DDP's mean of the ranks' mean losses
-        typed = self.types is not None
+        rows_of, ntype = plan.data
         for b in order:
-            cob = plans[b]
-            rows = plan.data[0][b] if typed else plan.data[b]
-            state = StepState(rows=rows, weight=weight, epoch=epoch, plan=b)
-            blocks = Blocks([lp.block for lp in cob.layers], state)
-            if typed:
-                yield typed_step(cob, self.types, plan.data[1], blocks)
-            else:
-                yield Step(cob.nodes, cob.nodes.index_select(0, rows), blocks)
+            cob, rows = plans[b], rows_of[b]
+            blocks = Blocks([lp.block for lp in cob.layers],
+                            StepState(rows=rows, weight=weight, epoch=epoch, plan=b))
+            yield typed_step(cob, self.types, ntype, blocks) if ntype is not None else \
+                Step(cob.nodes, cob.nodes.index_select(0, rows), blocks)
 
     def step_forward(self, model: nn.Module, blocks, x) -> torch.Tensor:
         """An edge loader's step: the rows of its pair nodes, fetched from the ranks that

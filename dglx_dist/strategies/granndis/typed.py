@@ -37,7 +37,24 @@ from dglx_dist.strategies.granndis.cobatch import ETYPE, CoBatchPlan, LayerPlan
 from dglx_dist.strategies.steps import Step
 
 __all__ = ["TypedLayer", "TypedCoBatch", "typed_cobatch", "HeteroHaloConv", "typed_rows",
-           "typed_step", "TypedRows", "edge_types", "out_degrees", "degree_key"]
+           "typed_step", "TypedRows", "edge_types", "out_degrees", "degree_key", "typed_ids",
+           "held_names"]
+
+
+def typed_ids(pdir, store, who: str) -> TypeIds | None:
+    """The id maps of a typed partition directory (None: a graph without types); a typed
+    graph's rows live in the graph's KVStore, so ``store`` must be given."""
+    if pdir.types is None:
+        return None
+    if store is None:
+        raise NotSupportedError(f"{pdir.path} holds a graph with node types; {who} trains it "
+                                "through dglx_dist.DistGraph")
+    return TypeIds.of(pdir)
+
+
+def held_names(types) -> frozenset[str]:
+    """The store's names of the featured types' rows (what :class:`TypedRows` serves)."""
+    return frozenset(typed_key(t, "feat") for t in types.ntypes if types.feat_dims[t])
 
 
 def degree_key(etype) -> str:
@@ -214,6 +231,16 @@ class HeteroHaloConv(ConvWrapper):
         self._ntypes, self._name = list(ntypes), name
         self._widths: torch.Tensor | None = None  # each type's row width, once agreed
 
+    @classmethod
+    def of(cls, conv: nn.Module, plan_of, comm: Comm, ntypes, name: str) -> "HeteroHaloConv":
+        """The wrapper of graph conv ``conv`` (``name``: how messages call it), which must be
+        a HeteroGraphConv: a typed graph's co-batches have heterogeneous blocks."""
+        if not isinstance(conv, dgl.nn.HeteroGraphConv):
+            raise NotSupportedError(f"{name} is a {type(conv).__name__}; on a graph with node "
+                                    "types every graph conv must be a dgl.nn.HeteroGraphConv "
+                                    "(of convs per relation)")
+        return cls(conv, plan_of, comm, ntypes, name)
+
     def forward(self, block, h, *args, **kwargs):
         plan: TypedLayer | None = self._plan_of(block)
         if plan is None:
@@ -323,9 +350,12 @@ def target_types(ids: TypeIds, labeled, own: torch.Tensor) -> torch.Tensor:
     return torch.isin(ntype, torch.tensor([ids.ntypes.index(t) for t in labeled]))
 
 
-def typed_rows(ids: TypeIds, gids: torch.Tensor, labeled, name: str) -> str:
+def typed_rows(ids: TypeIds | None, gids: torch.Tensor, types, name: str) -> str | None:
     """The one node type of a loader's partitioned ids (its outputs are that type's rows),
-    one of the types the co-batches target (:func:`target_types`)."""
+    one of the types the co-batches target (:func:`target_types`); None without types."""
+    if ids is None:
+        return None
+    labeled = types.labeled
     ntype, _ = ids.of_gids(gids)
     present = [ids.ntypes[i] for i in torch.unique(ntype).tolist()]
     if len(present) > 1:
