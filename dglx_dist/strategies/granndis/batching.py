@@ -11,11 +11,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import dgl
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.partition.metis_lib import part_graph, symmetric_csr
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.strategies.granndis.cobatch import (CoBatchPlan, GroupNodes, batch_edges,
                                                    build_cobatch, levels)
@@ -73,28 +74,31 @@ class Batching:
         return len(self.plans) == 1
 
 
-def clusters(server: ServerGraph, R: int) -> torch.Tensor:
-    """Co-batch of every core node: METIS clusters of the rank's part (train balanced)."""
+def clusters(server: ServerGraph, R: int, seed: int = 0) -> torch.Tensor:
+    """Co-batch of every core node: METIS clusters of the rank's part (training and other
+    nodes balanced), the same in every run of one ``seed`` (our METIS binding)."""
     core = torch.from_numpy(server.part.core_gid)
     if R == 1 or core.numel() <= R:
         return torch.arange(core.numel()) % R
     src, dst = server.core_edges
     inner = torch.isin(src, core)
-    g = dgl.graph((torch.searchsorted(core, src[inner]), torch.searchsorted(core, dst[inner])),
-                  num_nodes=core.numel())
-    balance = torch.from_numpy(server.part.train.astype("int64"))
-    return dgl.metis_partition_assignment(g, R, balance_ntypes=balance, mode="k-way").long()
+    indptr, indices = symmetric_csr(torch.searchsorted(core, src[inner]).numpy(),
+                                    torch.searchsorted(core, dst[inner]).numpy(), core.numel())
+    train = server.part.train.astype(bool)
+    vwgt = np.stack([train, ~train], axis=1).astype(np.int64)
+    vwgt = vwgt[:, vwgt.sum(axis=0) > 0]  # a constraint no node has is none
+    return torch.from_numpy(part_graph(indptr, indices, R, vwgt=vwgt, seed=seed))
 
 
 def cobatch_plans(server: ServerGraph, R: int, num_layers: int, group: Comm, max_hop: int,
                   fanout: int, progress: bool = False,
-                  targetable: torch.Tensor | None = None) -> list[CoBatchPlan]:
+                  targetable: torch.Tensor | None = None, seed: int = 0) -> list[CoBatchPlan]:
     """Every one of the ``R`` co-batches' plans on this rank (collective over ``group``);
     with ``R > 1`` each has its own EAS neighbourhood (``max_hop``, ``fanout``) inside the
     group's set. ``targetable``: a mask over ``server.own`` of the nodes that may be targets
     (None: every inner node; a typed graph's labeled types)."""
     own, core = server.own, torch.from_numpy(server.part.core_gid)
-    cluster = clusters(server, R)
+    cluster = clusters(server, R, seed)
     is_core = torch.isin(own, core)
     cluster_of_own = torch.full((own.numel(),), -1, dtype=torch.int64)
     cluster_of_own[is_core] = cluster[torch.searchsorted(core, own[is_core])]

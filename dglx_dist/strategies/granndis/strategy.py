@@ -198,10 +198,10 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
             return self._batching
         server, cfg = self._server, self.config
         own, device = self._own, self.compute_device(self.session)  # blocks and rows live there
+        targetable = None if self.types is None else \
+            target_types(self.types, self.pdir.types.labeled, own)
         plans = cobatch_plans(server, count, cfg.num_layers, self.group, self._cobatch_hops(),
-                              cfg.external_fanout, progress=self.session.is_main,
-                              targetable=None if self.types is None else
-                              target_types(self.types, self.pdir.types.labeled, own))
+                              cfg.external_fanout, self.session.is_main, targetable, cfg.seed)
         if self.types is not None:  # DGL's heterogeneous blocks; every own node's rows
             plans = [typed_cobatch(p, self.types, self.pdir.types.canonical_etypes,
                                    self._rel_degree) for p in plans]
