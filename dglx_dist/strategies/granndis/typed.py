@@ -13,10 +13,15 @@ user's model, :func:`typed_cobatch` turns each layer's block into a heterogeneou
 * ``srcnodes[t].data[dgl.NID]`` / ``dstnodes[t].data[dgl.NID]`` hold per-type ids, as on
   DGL's blocks; each canonical edge type gets its edges;
 * the homogeneous exchange, split by type: type ``t``'s rows travel where they went before,
-  in the same order, so one exchange per layer (:func:`halo_exchange_many`) fills them.
+  in the same order, so one exchange per layer (:func:`halo_exchange_many`) fills them;
+* each source's out-degree per edge type in the whole graph (:func:`degree_key`), for the
+  relation convs that normalise by it (:class:`RelationDegrees`).
 
 :class:`HeteroHaloConv` wraps a ``HeteroGraphConv``: its input dict ``{ntype: own rows}`` is
 completed with every type's boundary rows, then the conv runs on the heterogeneous block.
+The co-batches' targets are the labeled types' nodes (:func:`target_types`); a rank's rows of
+the featured types are pulled once and served as ``g.nodes[t].data["feat"]`` reads
+(:class:`TypedRows`).
 """
 from __future__ import annotations
 
@@ -38,7 +43,7 @@ from dglx_dist.strategies.steps import Step
 
 __all__ = ["TypedLayer", "TypedCoBatch", "typed_cobatch", "HeteroHaloConv", "typed_rows",
            "typed_step", "TypedRows", "edge_types", "out_degrees", "degree_key", "typed_ids",
-           "held_names"]
+           "held_names", "RelationDegrees", "target_types"]
 
 
 def typed_ids(pdir, store, who: str) -> TypeIds | None:
