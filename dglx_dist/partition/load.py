@@ -262,6 +262,18 @@ class PartitionDir:
             out.append(self.to_original(gids) - lo)
         return np.concatenate(out).astype(np.int64)
 
+    def type_row_of(self, gids) -> tuple[np.ndarray, np.ndarray]:
+        """(node type index, row among the type's rows) of partitioned ids ``gids`` of a
+        typed partitioning: a type's rows run part after part, by local id inside a part
+        (the row spaces of ``g.nodes[ntype].data``; :meth:`type_rows` the other way)."""
+        counts = np.stack([self.ntype_counts(p) for p in range(self.num_parts)])
+        ends = np.cumsum(counts, axis=1)  # (parts, types): where each type's run ends
+        before = np.cumsum(counts, axis=0) - counts  # the type's rows in earlier parts
+        part = np.asarray(self.book.owner(gids), dtype=np.int64)
+        local = np.asarray(self.book.to_local(gids), dtype=np.int64)
+        t = (local[:, None] >= ends[part]).sum(axis=1)
+        return t, before[part, t] + local - (ends - counts)[part, t]
+
     def load_type_feat(self, part: int, ntype: str, verify: bool = True) -> np.ndarray:
         """The features (float32) of node type ``ntype`` in part ``part`` of a typed
         partitioning: one row per core node of the type, in local order; under a column

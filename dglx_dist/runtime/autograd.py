@@ -34,7 +34,7 @@ from dglx_dist.errors import InvalidValueError
 from dglx_dist.runtime.comm import Comm, Pending
 
 __all__ = ["GradientSync", "OwnerReduce", "Ready", "flatten_partials", "halo_exchange",
-           "reduce_to_owners", "set_grads", "unflatten"]
+           "halo_exchange_many", "reduce_to_owners", "set_grads", "unflatten"]
 
 
 def _sum(parts: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -267,6 +267,71 @@ def halo_exchange(comm: Comm, h: torch.Tensor, send_idx: Sequence[torch.Tensor],
         a received row goes back to its holder and is added to the row it came from.
     """
     return _HaloExchange.apply(comm, send_idx, recv_rows, h)
+
+
+def _rows_of(t: torch.Tensor) -> int:
+    """Elements of one row of ``t``."""
+    return math.prod(t.shape[1:])
+
+
+class _HaloExchangeMany(torch.autograd.Function):
+    """Several ``h`` -> ``[h; rows asked for]`` in one exchange: per member, the rows of every
+    tensor flattened into one buffer (one backward node, so every rank runs the exchanges of
+    a layer at the same point of its backward pass)."""
+
+    @staticmethod
+    def forward(ctx, comm: Comm, send_idx, recv_rows, *hs: torch.Tensor):
+        send_idx = [[idx.to(h.device) for idx in per] for per, h in zip(send_idx, hs)]
+        widths = [_rows_of(h) for h in hs]
+        ctx.comm, ctx.send_idx, ctx.recv_rows = comm, send_idx, recv_rows
+        ctx.shapes = [h.shape for h in hs]
+        got = _exchange_flat(comm, [[h.index_select(0, idx) for idx in per]
+                                    for h, per in zip(hs, send_idx)],
+                             [[n * w for n in per] for per, w in zip(recv_rows, widths)])
+        return tuple(torch.cat([h, *(g.view(-1, *h.shape[1:]) for g in parts)])
+                     for h, parts in zip(hs, got))
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor):
+        outs, remote = [], []
+        for grad, shape, per in zip(grads, ctx.shapes, ctx.recv_rows):
+            outs.append(grad[:shape[0]].clone())
+            remote.append(list(torch.split(grad[shape[0]:], list(per))))
+        back = _exchange_flat(ctx.comm, remote, [[idx.numel() * _rows_of(g) for idx in per]
+                                                 for g, per in zip(outs, ctx.send_idx)])
+        for g, per, parts in zip(outs, ctx.send_idx, back):
+            for idx, part in zip(per, parts):
+                g.index_add_(0, idx, part.view(-1, *g.shape[1:]))
+        return (None, None, None, *outs)
+
+
+def _exchange_flat(comm: Comm, send: Sequence[Sequence[torch.Tensor]],
+                   recv: Sequence[Sequence[int]]) -> list[list[torch.Tensor]]:
+    """``send[t][j]``: rows of tensor ``t`` for member ``j``; ``recv[t][j]``: elements of
+    tensor ``t`` member ``j`` sends here. Returns ``[t][j]`` what member ``j`` sent, flat."""
+    payload = [torch.cat([send[t][j].reshape(-1) for t in range(len(send))])
+               for j in range(comm.size)]
+    got = comm.all_to_all_v(payload, recv_rows=[sum(r[j] for r in recv)
+                                                for j in range(comm.size)])
+    return [[got[j].narrow(0, sum(r[j] for r in recv[:t]), recv[t][j])
+             for j in range(comm.size)] for t in range(len(send))]
+
+
+def halo_exchange_many(comm: Comm, hs: Sequence[torch.Tensor],
+                       send_idx: Sequence[Sequence[torch.Tensor]],
+                       recv_rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, ...]:
+    """:func:`halo_exchange` of several tensors at once (one transfer per member), e.g. the
+    rows of each node type of a typed graph (collective).
+
+    Args:
+        hs: this rank's rows of each tensor (one dtype; any widths, the same on every rank).
+        send_idx / recv_rows: per tensor, as for :func:`halo_exchange`.
+    """
+    dtypes = {h.dtype for h in hs}
+    if len(dtypes) > 1:
+        raise InvalidValueError(f"halo_exchange_many: tensors of dtypes {sorted(map(str, dtypes))}"
+                                "; expected one dtype for all")
+    return _HaloExchangeMany.apply(comm, send_idx, recv_rows, *hs)
 
 
 class _ScaleGrad(torch.autograd.Function):

@@ -44,14 +44,14 @@ class RGCN(torch.nn.Module):
     """Two HeteroGraphConv layers of GraphConv per relation over typed inputs: a projection
     of each featured type, the given rows of the others."""
 
-    def __init__(self, rels, dims):
+    def __init__(self, rels, dims, norm="right"):
         import dgl.nn as dglnn
 
         super().__init__()
         torch.manual_seed(0)
         self.proj = torch.nn.ModuleDict({t: torch.nn.Linear(d, HID) for t, d in dims.items()})
         self.convs = torch.nn.ModuleList([
-            dglnn.HeteroGraphConv({r: dglnn.GraphConv(HID, out, norm="right",
+            dglnn.HeteroGraphConv({r: dglnn.GraphConv(HID, out, norm=norm,
                                                       allow_zero_in_degree=True)
                                    for r in rels}, aggregate="sum")
             for out in (HID, CLASSES)])
@@ -102,13 +102,14 @@ def _one_step(session, cache):
     return out
 
 
-def _reference(outputs):
+def _reference(outputs, norm="right"):
     """Single-process DGL on the whole graph: each rank's logits and loss; the gradient of
-    every rank's loss (DDP averages the model's; the embedding's rows get each rank's)."""
+    every rank's loss (DDP averages the model's; the embedding's rows get each rank's);
+    ``norm``: the relation GraphConvs'."""
     import dgl
 
     g = typed_graph()
-    model = RGCN(g.etypes, {"paper": 6, "field": 4})
+    model = RGCN(g.etypes, {"paper": 6, "field": 4}, norm)
     authors = torch.full((g.num_nodes("author"), HID), 0.5, requires_grad=True)
     x = {"paper": g.nodes["paper"].data["feat"], "field": g.nodes["field"].data["feat"],
          "author": authors}

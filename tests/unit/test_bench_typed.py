@@ -170,8 +170,9 @@ def test_summarize_gives_the_epoch_times_median_and_range():
     (["--row-normalize", "on"], "--row-normalize on: the R-GCN projects"),
     (["--systems", "dorylus,distdgl"], "not for a typed dataset (their strategies do not "
                                        "train graphs with types): dorylus; choose from "
-                                       "dgl-distdgl, distdgl, p3"),
-    (["--systems", "nosuch"], "unknown nosuch; choose from dgl-distdgl, distdgl, p3"),
+                                       "dgl-distdgl, distdgl, fullgraph, granndis, p3"),
+    (["--systems", "nosuch"], "unknown nosuch; choose from dgl-distdgl, distdgl, fullgraph, "
+                              "granndis, p3"),
 ])
 def test_bench_on_a_typed_dataset_refuses_in_one_line(argv, words, tmp_path, caplog):
     assert main(["bench", "--preset", "mag-small", "--no-plot", "--out",

@@ -11,15 +11,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import dgl
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from dglx_dist.errors import InvalidValueError
+from dglx_dist.partition.metis_lib import part_graph, symmetric_csr
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.strategies.granndis.cobatch import (CoBatchPlan, GroupNodes, batch_edges,
                                                    build_cobatch, levels)
 
-__all__ = ["ServerGraph", "Batching", "clusters", "cobatch_plans"]
+__all__ = ["ServerGraph", "Batching", "clusters", "cobatch_plans", "target_rows"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +31,8 @@ class ServerGraph:
     Attributes:
         part: this rank's partition; ``core_edges`` its inner nodes' in-edges (global ids).
         own: this rank's nodes (inner and its share of the preloaded external ones), sorted.
-        nodes: the group's node set; ``edges`` the in-edges of ``own`` inside it.
+        nodes: the group's node set; ``edges`` the in-edges of ``own`` inside it (``(src,
+            dst)``, and on a typed graph each edge's type index).
         out_degree: every node's out-degree in the whole graph.
         gen: the EAS sampling generator (seeded at setup).
     """
@@ -38,7 +41,7 @@ class ServerGraph:
     core_edges: tuple[torch.Tensor, torch.Tensor]
     own: torch.Tensor
     nodes: GroupNodes
-    edges: tuple[torch.Tensor, torch.Tensor]
+    edges: tuple[torch.Tensor, ...]
     out_degree: torch.Tensor
     gen: torch.Generator
 
@@ -71,32 +74,39 @@ class Batching:
         return len(self.plans) == 1
 
 
-def clusters(server: ServerGraph, R: int) -> torch.Tensor:
-    """Co-batch of every core node: METIS clusters of the rank's part (train balanced)."""
+def clusters(server: ServerGraph, R: int, seed: int = 0) -> torch.Tensor:
+    """Co-batch of every core node: METIS clusters of the rank's part (training and other
+    nodes balanced), the same in every run of one ``seed`` (our METIS binding)."""
     core = torch.from_numpy(server.part.core_gid)
     if R == 1 or core.numel() <= R:
         return torch.arange(core.numel()) % R
     src, dst = server.core_edges
     inner = torch.isin(src, core)
-    g = dgl.graph((torch.searchsorted(core, src[inner]), torch.searchsorted(core, dst[inner])),
-                  num_nodes=core.numel())
-    balance = torch.from_numpy(server.part.train.astype("int64"))
-    return dgl.metis_partition_assignment(g, R, balance_ntypes=balance, mode="k-way").long()
+    indptr, indices = symmetric_csr(torch.searchsorted(core, src[inner]).numpy(),
+                                    torch.searchsorted(core, dst[inner]).numpy(), core.numel())
+    train = server.part.train.astype(bool)
+    vwgt = np.stack([train, ~train], axis=1).astype(np.int64)
+    vwgt = vwgt[:, vwgt.sum(axis=0) > 0]  # a constraint no node has is none
+    return torch.from_numpy(part_graph(indptr, indices, R, vwgt=vwgt, seed=seed))
 
 
 def cobatch_plans(server: ServerGraph, R: int, num_layers: int, group: Comm, max_hop: int,
-                  fanout: int, progress: bool = False) -> list[CoBatchPlan]:
+                  fanout: int, progress: bool = False,
+                  targetable: torch.Tensor | None = None, seed: int = 0) -> list[CoBatchPlan]:
     """Every one of the ``R`` co-batches' plans on this rank (collective over ``group``);
     with ``R > 1`` each has its own EAS neighbourhood (``max_hop``, ``fanout``) inside the
-    group's set."""
+    group's set. ``targetable``: a mask over ``server.own`` of the nodes that may be targets
+    (None: every inner node; a typed graph's labeled types)."""
     own, core = server.own, torch.from_numpy(server.part.core_gid)
-    cluster = clusters(server, R)
+    cluster = clusters(server, R, seed)
     is_core = torch.isin(own, core)
     cluster_of_own = torch.full((own.numel(),), -1, dtype=torch.int64)
     cluster_of_own[is_core] = cluster[torch.searchsorted(core, own[is_core])]
     plans = []
     for b in tqdm(range(R), desc="co-batches", disable=not progress, leave=False):
         targets, mine = cluster_of_own == b, server.edges
+        if targetable is not None:
+            targets &= targetable
         if R > 1:
             mine = batch_edges(own, server.edges, targets, server.nodes, group, max_hop, fanout,
                                server.gen)
@@ -104,3 +114,27 @@ def cobatch_plans(server: ServerGraph, R: int, num_layers: int, group: Comm, max
         plans.append(build_cobatch(own, level, mine, num_layers, server.nodes, group,
                                    server.out_degree))
     return plans
+
+
+def target_rows(plans: list, ids: torch.Tensor, ntype: str | None,
+                who: str) -> list[torch.Tensor]:
+    """Per co-batch, the output rows of ``ids`` (partitioned) among its targets (of node type
+    ``ntype`` on a typed graph: the rows of the model's output of that type), sorted.
+
+    Raises:
+        InvalidValueError: some ids are no co-batch's targets here (``who``: the strategy and
+            rank, for the message).
+    """
+    rows, found = [], 0
+    for plan in plans:
+        targets = plan.nodes[:plan.num_targets] if ntype is None else plan.targets[ntype]
+        order = torch.argsort(targets)
+        at = torch.searchsorted(targets[order], ids).clamp(max=max(targets.numel() - 1, 0))
+        hit = targets[order][at] == ids if targets.numel() else torch.zeros_like(ids, bool)
+        rows.append(order[at[hit]].sort().values)
+        found += int(hit.sum())
+    if found != ids.numel():
+        raise InvalidValueError(f"{who}: {ids.numel() - found} of the loader's ids are not this "
+                                "rank's nodes; pass dglx_dist.node_split(ids, g) to the "
+                                "DataLoader")
+    return rows

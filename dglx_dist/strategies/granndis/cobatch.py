@@ -28,7 +28,11 @@ from dglx_dist.errors import InternalError
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.strategies.granndis.eas import capped, gather_with_members
 
-__all__ = ["GroupNodes", "LayerPlan", "CoBatchPlan", "levels", "batch_edges", "build_cobatch"]
+__all__ = ["GroupNodes", "LayerPlan", "CoBatchPlan", "levels", "batch_edges", "build_cobatch",
+           "ETYPE"]
+
+ETYPE = "_dglx_etype"
+"""``block.edata`` key of each edge's type index, on a typed graph's co-batch blocks."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,12 +114,13 @@ def levels(own: torch.Tensor, edges: tuple[torch.Tensor, torch.Tensor], targets:
 
     Args:
         own: this rank's nodes (sorted global ids).
-        edges: ``(src, dst)``: in-edges of ``own`` whose sources are in the group.
+        edges: ``(src, dst)``: in-edges of ``own`` whose sources are in the group (a third
+            tensor, the edges' types, is carried along where the caller has one).
         targets: a mask over ``own``.
         fanout / gen: with ``fanout`` >= 0, each step follows at most ``fanout`` in-edges of a
             node from sources that are not targets, sampled with ``gen`` (EAS around a batch).
     """
-    src, dst = edges
+    src, dst = edges[:2]
     level = torch.full((own.numel(),), num_layers + 1, dtype=torch.int64)
     level[targets] = 0
     dst_pos = torch.searchsorted(own, dst)
@@ -136,15 +141,15 @@ def levels(own: torch.Tensor, edges: tuple[torch.Tensor, torch.Tensor], targets:
 
 def batch_edges(own: torch.Tensor, edges: tuple[torch.Tensor, torch.Tensor],
                 targets: torch.Tensor, nodes: GroupNodes, group: Comm, max_hop: int,
-                fanout: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+                fanout: int, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
     """The edges of one cooperative batch (collective over ``group``): its targets plus the
     nodes expansion-aware sampling reaches from them (``max_hop`` steps, ``fanout`` non-target
-    in-neighbours per node and step), and every edge among those nodes."""
+    in-neighbours per node and step), and every edge among those nodes (types kept where
+    ``edges`` has them)."""
     reach = levels(own, edges, targets, max_hop, nodes, group, fanout, gen)
     inside = GroupNodes.gather(group, own[reach <= max_hop])
-    src, dst = edges
-    keep = inside.contains(src) & inside.contains(dst)
-    return src[keep], dst[keep]
+    keep = inside.contains(edges[0]) & inside.contains(edges[1])
+    return tuple(t[keep] for t in edges)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,6 +168,7 @@ class _Rows:
     src: torch.Tensor
     src_row: torch.Tensor
     dst_row: torch.Tensor
+    etype: torch.Tensor | None = None
 
     def rows_of(self, ids: torch.Tensor) -> torch.Tensor:
         return self.row[torch.searchsorted(self.own, ids)]
@@ -175,7 +181,8 @@ def build_cobatch(own: torch.Tensor, level: torch.Tensor,
     over ``group``: one request round per distinct block).
 
     Args:
-        own / level / edges: as for :func:`levels` (``level`` its result).
+        own / level / edges: as for :func:`levels` (``level`` its result); on a typed graph
+            ``edges`` has a third tensor, each edge's type, kept as ``block.edata[ETYPE]``.
         out_degree: every node's out-degree in the whole graph, indexed by global id.
     """
     L = num_layers
@@ -186,11 +193,12 @@ def build_cobatch(own: torch.Tensor, level: torch.Tensor,
     counts = [int((level <= j).sum()) for j in range(L + 1)]
     deepest = int(group.all_reduce(torch.tensor([int(level[inside].max()) if inside.numel()
                                                  else 0]), op="max"))
-    src, dst = edges
+    src, dst, *etype = edges
     mine = nodes.holder_of(src) == group.group_rank
     src_row = torch.full_like(src, -1)
     src_row[mine] = row[torch.searchsorted(own, src[mine])]
-    rows = _Rows(own, row, own[order], src, src_row, row[torch.searchsorted(own, dst)])
+    rows = _Rows(own, row, own[order], src, src_row, row[torch.searchsorted(own, dst)],
+                 etype[0] if etype else None)
     plans: dict[tuple[int, int], LayerPlan] = {}
     layers = []
     for i in range(L):
@@ -223,6 +231,8 @@ def _layer(rows: _Rows, num_dst: int, num_in: int, nodes: GroupNodes, group: Com
     src_ids = torch.cat([rows.ordered[:num_in], remote])
     block.srcdata[dgl.NID] = src_ids
     block.dstdata[dgl.NID] = rows.ordered[:num_dst]
+    if rows.etype is not None:
+        block.edata[ETYPE] = rows.etype[sel]
     asks = [remote[holder == m] for m in range(group.size)]
     send_idx = [rows.rows_of(ids) for ids in group.all_to_all_v(asks)]
     if any(bool((idx < 0).any() or (idx >= num_in).any()) for idx in send_idx):

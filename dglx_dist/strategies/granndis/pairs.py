@@ -76,6 +76,9 @@ def pair_plan(strategy: "GraNNDisStrategy", ids: torch.Tensor, spec: LoaderSpec)
     """An edge loader's plan: this rank's edge ids (collective); refuses what a full-graph
     step cannot do."""
     name = strategy.registered_name
+    if strategy.types is not None:
+        raise NotSupportedError(f"{name}: edge loaders (link prediction) on a graph with edge "
+                                "types are not supported yet; train them under distdgl")
     strategy.whole_graph("link prediction (every node's embedding at each step)")
     if spec.pairs.excludes:
         raise NotSupportedError(f"{name}: exclude= cannot be honoured (every step passes "

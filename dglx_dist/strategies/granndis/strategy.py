@@ -33,6 +33,8 @@
   each layer exchanges boundary rows with every rank, across servers too.
 * Link prediction: full-graph steps whose pair nodes' rows are fetched from their owners
   (:mod:`dglx_dist.strategies.granndis.pairs`).
+* Typed graphs: the same machinery, each edge keeping its type; the model sees DGL's
+  heterogeneous blocks, its ``HeteroGraphConv`` s exchanging rows per node type (:mod:`.typed`).
 
 The model keeps its ``forward(blocks, x)``: every dgl.nn conv is wrapped (:class:`HaloConv`);
 ``x`` holds the rank's own rows only, so anything before the first conv must be per row.
@@ -57,15 +59,20 @@ from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import PartitionSampler
 from dglx_dist.strategies.abilities import (Approximate, FullGraphForm, HoldsRows, LinkPrediction,
                                             MemoryModelled, OverlapsBackward, OwnSplit,
-                                            ShapedByOptions)
+                                            ShapedByOptions, TypedGraphs)
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, Strategy,
                                        check_partitions, pull_features_once,
                                        with_depth)
-from dglx_dist.strategies.granndis.batching import Batching, ServerGraph, cobatch_plans
+from dglx_dist.strategies.granndis.batching import (Batching, ServerGraph, cobatch_plans,
+                                                    target_rows)
 from dglx_dist.strategies.granndis.cobatch import GroupNodes, LayerPlan
 from dglx_dist.strategies.granndis.eas import expand_external
 from dglx_dist.strategies.granndis.halo import HaloConv
 from dglx_dist.strategies.granndis.pairs import PairGather, pair_epoch, pair_plan
+from dglx_dist.strategies.granndis.typed import (HeteroHaloConv, TypedRows, edge_types,
+                                                 held_names, out_degrees, target_types,
+                                                 typed_cobatch, typed_ids, typed_rows,
+                                                 typed_step)
 from dglx_dist.strategies.steps import Blocks, LoaderPlan, LoaderSpec, Step, StepState
 
 __all__ = ["GraNNDisStrategy"]
@@ -81,7 +88,7 @@ _FITS = {"server": MemoryModel(base=1508 * 2**20, per_node=9921, per_edge=167.8)
 @STRATEGIES.register("fullgraph", scope="world", external_max_hop=0)
 @STRATEGIES.register("granndis")
 class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, HoldsRows,
-                       Approximate, OverlapsBackward, OwnSplit, ShapedByOptions):
+                       Approximate, OverlapsBackward, OwnSplit, ShapedByOptions, TypedGraphs):
     """Shared preloading + EAS + cooperative batching (or, as ``fullgraph``, none of them)."""
 
     held_rows = frozenset({"feat"})
@@ -150,6 +157,9 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         count is known (:meth:`batching`), so setting up from ``parallelize`` first gives
         the same co-batches as from the ``DataLoader`` first."""
         check_partitions(self, pdir, session.topology)
+        self.types = typed_ids(pdir, store, self.registered_name)
+        if self.types is not None:  # the featured types' rows, by their names in the store
+            self.held_rows = held_names(pdir.types)
         self.config = with_depth(self, request.num_layers)
         self.session, self._store, self.pdir = session, store, pdir
         self._set_up_by = request.by
@@ -158,11 +168,13 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         core = torch.from_numpy(part.core_gid)
         core_edges = (torch.from_numpy(part.local_gid)[torch.from_numpy(part.src)],
                       core[torch.from_numpy(part.dst)])
-        out_degree = torch.bincount(core_edges[0], minlength=pdir.num_nodes).to(torch.int32)
-        session.world.all_reduce(out_degree)  # every node's out-degree in the whole graph
+        core_etype = None if pdir.types is None else edge_types(pdir.types, part.eid)
+        # every node's out-degree in the whole graph (on a typed graph, per edge type too)
+        self._rel_degree = out_degrees(session.world, core_edges[0], core_etype, pdir)
+        out_degree = self._rel_degree.sum(0)
         gen = torch.Generator().manual_seed(self.config.seed * 7919 + session.rank)
         dgl.seed(self.config.seed * 7919 + session.rank)  # EAS's sampling: the same on a restart
-        own, nodes, edges = self._server_graph(pdir, part, core_edges, gen)
+        own, nodes, edges = self._server_graph(pdir, part, core_edges, core_etype, gen)
         self._own = own
         self._server = ServerGraph(part, core_edges, own, nodes, edges, out_degree.double(), gen)
         log.info("%s rank %d: %d inner + %d external nodes (group of %d holds %d)",
@@ -186,14 +198,22 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
             return self._batching
         server, cfg = self._server, self.config
         own, device = self._own, self.compute_device(self.session)  # blocks and rows live there
-        plans = [plan.to(device) for plan in cobatch_plans(
-            server, count, cfg.num_layers, self.group, self._max_hop(), cfg.external_fanout,
-            progress=self.session.is_main)]
+        targetable = None if self.types is None else \
+            target_types(self.types, self.pdir.types.labeled, own)
+        plans = cobatch_plans(server, count, cfg.num_layers, self.group, self._cobatch_hops(),
+                              cfg.external_fanout, self.session.is_main, targetable, cfg.seed)
+        if self.types is not None:  # DGL's heterogeneous blocks; every own node's rows
+            plans = [typed_cobatch(p, self.types, self.pdir.types.canonical_etypes,
+                                   self._rel_degree) for p in plans]
+            self._typed_rows = TypedRows(self._store, self.pdir, own, device)
+        del self._rel_degree  # the blocks hold their sources' degrees
+        plans = [plan.to(device) for plan in plans]
         # one co-batch: its rows, in its order, kept; else every node's row and, per
         # co-batch, where its rows are (gathered for the step, dropped after it)
         single = len(plans) == 1
-        feat = pull_features_once(self.session, self._store, self.pdir, server.part,
-                                  plans[0].nodes if single else own).to(device)
+        feat = torch.zeros(0) if self.types is not None else pull_features_once(
+            self.session, self._store, self.pdir, server.part,
+            plans[0].nodes if single else own).to(device)
         plan0_row = None
         if single:  # row of each own node in the plan's order
             first = plans[0].nodes
@@ -211,10 +231,18 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         m = self.config.external_max_hop
         return self.config.num_layers if m < 0 else m
 
-    def _server_graph(self, pdir: PartitionDir, part, core_edges, gen):
+    def _cobatch_hops(self) -> int:
+        """EAS hops around a co-batch's targets: m; m = 0 (fullgraph) on a typed graph, whose
+        targets are the labeled types' nodes alone, takes their L-hop neighbourhood."""
+        m = self._max_hop()
+        return self.config.num_layers if m == 0 and self.types is not None else m
+
+    def _server_graph(self, pdir: PartitionDir, part, core_edges, core_etype, gen):
         """This rank's nodes (inner + its share of the preloaded external ones), the group's
         node set, and the in-edges of this rank's nodes inside that set (collective)."""
-        sampler = PartitionSampler(part, pdir.book, self.session.world, part.part)
+        types = pdir.types
+        sampler = PartitionSampler(part, pdir.book, self.session.world, part.part,
+                                   etype_offsets=None if types is None else types.etype_offsets)
         in_group = torch.zeros(pdir.num_parts, dtype=torch.bool)
         in_group[self.group.members] = True  # part p is rank p's
         hops = 0 if self.config.scope == "world" else self._max_hop()
@@ -223,12 +251,16 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
                                          gen)
         own = torch.cat([torch.from_numpy(part.core_gid), self.preloaded]).sort().values
         nodes = GroupNodes.gather(self.group, own)
-        ext_src, ext_dst = sampler.sample_layer(self.preloaded, -1)
-        src, dst = torch.cat([core_edges[0], ext_src]), torch.cat([core_edges[1], ext_dst])
-        keep = nodes.contains(src)
-        return own, nodes, (src[keep], dst[keep])
+        if types is None:
+            ext = sampler.sample_layer(self.preloaded, -1)
+        else:  # each edge's type: the core ones' from their ids, the others' from the sampler
+            ext = sampler.sample_typed_layer(self.preloaded, (-1,) * len(types.canonical_etypes))
+            core_edges = (*core_edges, core_etype)
+        edges = tuple(torch.cat([c, e]) for c, e in zip(core_edges, ext))
+        keep = nodes.contains(edges[0])
+        return own, nodes, tuple(t[keep] for t in edges)
 
-    def _plan_of(self, block) -> LayerPlan | None:
+    def _plan_of(self, block) -> LayerPlan | None:  # a TypedLayer on a typed graph
         """The plan of one of the co-batches' blocks; None for any other graph."""
         return None if self._batching is None else self._batching.by_block.get(block)
 
@@ -242,12 +274,19 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
                                     f": pass num_layers={len(convs)}, or call parallelize first")
         for conv, name in convs:
             parent, _, child = name.rpartition(".")
-            setattr(model.get_submodule(parent) if parent else model, child,
-                    HaloConv(conv, self._plan_of, self.group))
+            setattr(model.get_submodule(parent) if parent else model, child, self._wrap(conv, name))
         for t in list(model.parameters()) + list(model.buffers()):  # one model: rank 0's
             self.session.world.broadcast(t.data, 0)
         self._sync = GradientSync(p for p in model.parameters() if p.requires_grad)
         return model
+
+    def _wrap(self, conv: nn.Module, name: str) -> nn.Module:
+        """The conv that exchanges rows before ``conv`` runs (per node type on a typed graph,
+        where every graph conv must be a HeteroGraphConv: its blocks are heterogeneous)."""
+        if self.types is None:
+            return HaloConv(conv, self._plan_of, self.group)
+        return HeteroHaloConv.of(conv, self._plan_of, self.group, self.types.ntypes,
+                                 f"{self.registered_name}: the model's graph conv {name}")
 
     # -- the drop-in API -----------------------------------------------------------------------
     def split_ids(self, ids: torch.Tensor, pdir: PartitionDir, session: Session) -> torch.Tensor:
@@ -272,20 +311,10 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
                                     f"co-batch for {batching.by}; {by} makes {batches} batches "
                                     "per rank: build this DataLoader before that call, or pass "
                                     f"co_batches={batches}")
-        rows, found = [], 0
-        for plan in batching.plans:
-            targets = plan.nodes[:plan.num_targets]
-            order = torch.argsort(targets)
-            at = torch.searchsorted(targets[order], ids).clamp(max=max(targets.numel() - 1, 0))
-            hit = targets[order][at] == ids if targets.numel() else torch.zeros_like(ids, bool)
-            rows.append(order[at[hit]].sort().values)
-            found += int(hit.sum())
-        if found != ids.numel():
-            raise InvalidValueError(f"{self.registered_name}: {ids.numel() - found} of the "
-                                    "loader's ids are not this rank's nodes (rank "
-                                    f"{self.session.rank}); pass dglx_dist.node_split(ids, g) to "
-                                    "the DataLoader")
-        return LoaderPlan(len(batching.plans), rows)
+        ntype = typed_rows(self.types, ids, self.pdir.types, self.registered_name)
+        rows = target_rows(batching.plans, ids, ntype, f"{self.registered_name} (rank "
+                           f"{self.session.rank})")
+        return LoaderPlan(len(batching.plans), (rows, ntype))
 
     def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int) -> Iterator[Step]:
         if spec.pairs is not None:
@@ -297,12 +326,13 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
             gen = torch.Generator().manual_seed(spec.seed * 1_000_003 + epoch)
             order = torch.randperm(len(plans), generator=gen).tolist()
         weight = 1.0 / self.session.world_size  # DDP's mean of the ranks' mean losses
+        rows_of, ntype = plan.data
         for b in order:
-            cob = plans[b]
-            rows = plan.data[b]
-            state = StepState(rows=rows, weight=weight, epoch=epoch, plan=b)
-            yield Step(cob.nodes, cob.nodes.index_select(0, rows),
-                       Blocks([lp.block for lp in cob.layers], state))
+            cob, rows = plans[b], rows_of[b]
+            blocks = Blocks([lp.block for lp in cob.layers],
+                            StepState(rows=rows, weight=weight, epoch=epoch, plan=b))
+            yield typed_step(cob, self.types, ntype, blocks) if ntype is not None else \
+                Step(cob.nodes, cob.nodes.index_select(0, rows), blocks)
 
     def step_forward(self, model: nn.Module, blocks, x) -> torch.Tensor:
         """An edge loader's step: the rows of its pair nodes, fetched from the ranks that
@@ -334,9 +364,12 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         return batching
 
     def local_rows(self, name: str, ids: torch.Tensor):
-        """Preloaded feature rows: a co-batch's (one co-batch: every row, in the plan's order);
+        """Preloaded feature rows: a co-batch's (one co-batch: every row, in the plan's order;
+        on a typed graph, ``ids`` are rows of a featured type's, ``name`` its store name);
         None before the co-batches are built."""
         batching = self._batching
+        if self.types is not None and batching is not None:  # a typed graph: by type rows
+            return self._typed_rows.get(name, ids)
         if name != "feat" or batching is None:
             return None
         first = batching.plans[0].nodes

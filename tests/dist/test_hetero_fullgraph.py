@@ -1,0 +1,115 @@
+"""``granndis`` and ``fullgraph`` on a graph with node and edge types: one R-GCN step through
+DataLoader + parallelize, under the strategies' exact options, gives single-process DGL's
+logits and the gradients of the mean loss over every rank's outputs (the parameters' on every
+rank; the featureless type's embedding rows summed over the ranks that hold them), at 2 ranks
+and at 4 ranks as 2 servers. One launch per shape runs both strategies, and the refusals."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dglx_dist
+from dglx_dist.strategies.granndis import GraNNDisStrategy
+from dglx_dist.testing import run_workers
+from tests.dist.test_hetero import HID, RGCN, _emb_init, _grad, _reference, typed_graph
+
+pytestmark = pytest.mark.dist
+RUNS = tuple((name, norm) for name in ("fullgraph", "granndis") for norm in ("right", "both"))
+
+
+def _refused(fn) -> str:
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - the test reads the message
+        return f"{type(exc).__name__}: {exc}"
+    return "not refused"
+
+
+def _step(session, cache, name, norm):
+    import dgl.nn as dglnn
+
+    import dglx_dist.dgl as dgl
+
+    g = dglx_dist.distribute(typed_graph(), name, cache_dir=cache, session=session,
+                             **GraNNDisStrategy.exact_options(2))
+    emb = dgl.distributed.DistEmbedding(g.num_nodes("author"), HID, f"author_{name}_{norm}",
+                                        _emb_init,
+                                        g.get_node_partition_policy("author"))
+    train = dglx_dist.node_split(g.nodes["paper"].data["train_mask"], g.get_partition_book(),
+                                 ntype="paper")
+    full = dgl.dataloading.MultiLayerFullNeighborSampler(2)
+    loader = dglx_dist.DataLoader(g, {"paper": train}, full, batch_size=100)
+    model = dglx_dist.parallelize(RGCN(g.etypes, {"paper": 6, "field": 4}, norm), g)
+    out = {"train": train.tolist()}
+    for input_nodes, output_nodes, blocks in loader:
+        b = blocks[0]
+        out["block"] = {"srctypes": b.srctypes, "dst_prefix": all(
+            torch.equal(b.srcnodes[t].data[dgl.NID][:b.num_dst_nodes(t)],
+                        b.dstnodes[t].data[dgl.NID]) for t in b.srctypes),
+            "inputs_prefix": all(torch.equal(b.srcnodes[t].data[dgl.NID][:len(ids)], ids)
+                                 for t, ids in input_nodes.items())}
+        views = {t: g.nodes[t].data["feat"] for t in ("paper", "field")}
+        out["preloaded"] = all(g.strategy.local_rows(v.name, v.space.rows(input_nodes[t]))
+                               is not None for t, v in views.items())
+        x = {t: g.nodes[t].data["feat"][ids] for t, ids in input_nodes.items() if t != "author"}
+        x["author"] = emb(input_nodes["author"])
+        logits = model(blocks, x)
+        loss = F.cross_entropy(logits, g.nodes["paper"].data["label"][output_nodes["paper"]])
+        loss.backward()
+        ids, grads = emb.inner.gradients()
+        out.update(outputs=output_nodes["paper"].tolist(), logits=logits.tolist(),
+                   grads={k.replace(".conv.", "."): _grad(v)
+                          for k, v in model.module.named_parameters()},
+                   emb_rows=ids.tolist(), emb_grads=grads.tolist(),
+                   authors=g.get_node_partition_policy("author").to_rows.tolist())
+    bad = torch.nn.ModuleList([dglnn.GraphConv(HID, HID), dglnn.GraphConv(HID, HID)])
+    out["refused"] = [
+        _refused(lambda: dglx_dist.parallelize(bad, g)),
+        _refused(lambda: dglx_dist.DataLoader(g, {"paper": train, "author": torch.arange(2)},
+                                              full, batch_size=100)),
+    ]
+    g.close()
+    return out
+
+
+def _both(session, cache):
+    """Each strategy with right-normalised relation convs, and with convs that normalise by
+    their sources' out-degrees too (``norm="both"``)."""
+    return {f"{name}/{norm}": _step(session, cache, name, norm) for name, norm in RUNS}
+
+
+def _check(res, ranks, name, norm):
+    outs = [res[r][f"{name}/{norm}"] for r in range(ranks)]
+    assert sorted(i for o in outs for i in o["train"]) == list(range(24))
+    ref = _reference([torch.tensor(o["outputs"]) for o in outs], norm)
+    total = sum(len(o["outputs"]) for o in outs)
+    for r, out in enumerate(outs):
+        assert sorted(out["outputs"]) == sorted(out["train"])
+        assert out["block"]["dst_prefix"] and out["block"]["inputs_prefix"], out["block"]
+        assert out["preloaded"]  # the featured types' rows: read once, served from there
+        np.testing.assert_allclose(out["logits"], ref[r][0].numpy(), rtol=1e-4, atol=1e-5)
+        for key, grad in out["grads"].items():  # the mean of the ranks' mean losses
+            mean = torch.stack([ref[q][1][key] for q in range(ranks)]).mean(0)
+            np.testing.assert_allclose(grad, mean.numpy(), rtol=1e-4, atol=1e-6,
+                                       err_msg=f"{name} rank {r} {key}")
+    # every rank's embedding rows: the gradient of the same mean loss, summed over holders
+    got = torch.zeros_like(ref[0][2])
+    for out in outs:
+        to_rows = torch.tensor(out["authors"])
+        got.index_add_(0, torch.argsort(to_rows)[torch.tensor(out["emb_rows"], dtype=torch.long)],
+                       torch.tensor(out["emb_grads"]).reshape(-1, HID))
+    mean = torch.stack([ref[q][2] for q in range(ranks)]).mean(0)
+    np.testing.assert_allclose(got.numpy(), mean.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
+    assert total == 24
+    expected = ["every graph conv must be a dgl.nn.HeteroGraphConv",
+                "a DataLoader over node types ['author', 'paper']"]
+    for got_msg, pattern in zip(outs[0]["refused"], expected):
+        assert pattern in got_msg and "\n" not in got_msg, (pattern, got_msg)
+
+
+@pytest.mark.parametrize("ranks, servers", [(2, 2), (4, 2)])
+def test_one_rgcn_step_matches_single_process_dgl(tmp_path, ranks, servers):
+    res = run_workers(_both, ranks, tmp_path / "run", str(tmp_path / "cache"),
+                      env={"DGLX_VIRTUAL_SERVERS": str(servers)})
+    for name, norm in RUNS:
+        _check(res, ranks, name, norm)
