@@ -6,8 +6,8 @@ type), batch, hidden width, epochs, seed and network.
   worker partitions and trains a typed dataset with :mod:`dglx_dist.bench.dgl_distdgl_typed`);
 * every registered strategy with the :class:`~dglx_dist.strategies.abilities.TypedGraphs`
   ability: the partitions it asks for, made first (as DGL's), then
-  :mod:`dglx_dist.bench.typed_worker` under torchrun, our drop-in API in DGL's loop (the
-  Trainer and ``dglx train`` take graphs without types only).
+  :mod:`dglx_dist.bench.typed_worker` under torchrun, our drop-in API in DGL's loop (timed
+  phase by phase, as DGL's side).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Our strategies training the R-GCN on a graph with node and edge types, through the drop-in
 API, as a user's DGL script does (docs/heterographs.md): ``dglx bench``'s runner of a typed
-dataset starts it under torchrun (``python -m dglx_dist.bench.typed_worker``), since the
-Trainer and ``dglx train`` take graphs without types only.
+dataset starts it under torchrun (``python -m dglx_dist.bench.typed_worker``): a loop of
+its own rather than the Trainer's, so that it times each phase of a step as DGL's side does.
 
 The loop is DGL's distributed R-GCN loop with our names: ``distribute`` of the partition
 directory (made beforehand, as DGL's are), ``node_split(..., ntype=)`` of the labeled type's
