@@ -92,6 +92,37 @@ def _test_accs(session, pdir_path, epochs, runs, weight_decay):
             ["test_acc"] for options in runs]
 
 
+def _each(session, calls):
+    """``[fn(session, *args) for fn, args in calls]`` (``fn`` a name in this module) on the
+    same ranks: one process start for several runs."""
+    return [globals()[fn](session, *args) for fn, args in calls]
+
+
+# The exactness runs of the sync-mode and own-loop tests below, all in one launch of 2 ranks
+# (one trainer after another, each closed before the next; each seeds its own model):
+# {key: (worker function, its arguments after the partition directory)}.
+SYNC = {"gcn": ("_fit", EPOCHS, {"mode": "sync", "intervals": 4, "param_servers": 2}),
+        "gat": ("_fit", EPOCHS, {"mode": "sync", "intervals": 4, "model": "gat",
+                                 "adam_eps": 1e-4}),
+        **{("sage", kind): ("_fit", epochs, {"mode": "sync", "intervals": 4,
+                                             "param_servers": 2, "model": kind})
+           for kind, epochs in [("sage", EPOCHS), ("sage-relu", 3), ("gcn-relu", 3)]},
+        "gat-dropout": ("_fit_with_ids", 3, {"mode": "sync", "intervals": 3, "model": "gat",
+                                             "dropout": 0.3, "model_attn_drop": 0.4}),
+        **{("own", kind, bias): ("_user_loop_step", bias, kind)
+           for kind, bias in [("gcn", True), ("gcn", False), ("gat", True), ("gat", False),
+                              ("sage", True), ("sage", False), ("gcn-relu", True),
+                              ("sage-relu", True)]}}
+
+
+@pytest.fixture(scope="module")
+def sync_runs(tmp_path_factory, cora_parts):
+    """{key of SYNC: {rank: its result}}."""
+    calls = [(fn, (str(cora_parts), *args)) for fn, *args in SYNC.values()]
+    res = run_workers(_each, 2, tmp_path_factory.mktemp("sync"), calls, timeout=400)
+    return {key: {r: res[r][i] for r in res} for i, key in enumerate(SYNC)}
+
+
 def _reference(epochs, kind="gcn", eps=1e-8):
     """Single-process full-graph DGL: the loss before each Adam step, and the final weights."""
     ds = read_dataset(builtin_path("cora"))
@@ -119,12 +150,11 @@ def _check_exact(res, epochs, kind="gcn", atol=1e-5, eps=1e-8):
                                        err_msg=f"{name} on rank {r}")
 
 
-def test_sync_loss_curve_matches_single_process_dgl(tmp_path, cora_parts):
+def test_sync_loss_curve_matches_single_process_dgl(sync_runs):
     """mode=sync, local executor (separate worker processes), 2 graph servers, 4 intervals
     each, 2 parameter-server replicas: the loss of every epoch and the final weights equal
     full-graph DGL GCN with the same init and Adam."""
-    res = run_workers(_fit, 2, tmp_path, str(cora_parts), EPOCHS,
-                      {"mode": "sync", "intervals": 4, "param_servers": 2})
+    res = sync_runs["gcn"]
     _check_exact(res, EPOCHS)
     rec = res[0]["history"][-1]
     # per epoch and graph server: AV0 + fused AVL + ∇AV0 per interval
@@ -134,7 +164,7 @@ def test_sync_loss_curve_matches_single_process_dgl(tmp_path, cora_parts):
     assert rec["bytes_sent_intra"] + rec["bytes_sent_inter"] > 0  # scatters crossed ranks
 
 
-def test_sync_gat_matches_single_process_dgl(tmp_path, cora_parts):
+def test_sync_gat_matches_single_process_dgl(sync_runs):
     """GAT (2 GATConv layers: 3 heads of 8, ELU, then 1 head), mode=sync, local executor, 2
     graph servers, 4 intervals each: the loss of every epoch and the final weights equal
     full-graph DGL GAT with the same init and Adam.
@@ -145,8 +175,7 @@ def test_sync_gat_matches_single_process_dgl(tmp_path, cora_parts):
     smaller still with row-normalised features) into a weight difference up to lr when eps is
     tiny (seen with eps = 1e-8: 2.2e-3 on 3 entries of 34392; with 1e-6: 1.5e-3 on 2). The gradients themselves are
     checked to 1e-4 relative by the own-loop test below."""
-    res = run_workers(_fit, 2, tmp_path, str(cora_parts), EPOCHS,
-                      {"mode": "sync", "intervals": 4, "model": "gat", "adam_eps": 1e-4})
+    res = sync_runs["gat"]
     _check_exact(res, EPOCHS, "gat", atol=1e-4, eps=1e-4)
     rec = res[0]["history"][-1]
     # per epoch and graph server and interval: AV AE per layer, AVL, ∇AE ∇AV per layer
@@ -155,14 +184,14 @@ def test_sync_gat_matches_single_process_dgl(tmp_path, cora_parts):
 
 
 @pytest.mark.parametrize("kind, epochs", [("sage", EPOCHS), ("sage-relu", 3), ("gcn-relu", 3)])
-def test_sync_sage_matches_single_process_dgl(tmp_path, cora_parts, kind, epochs):
+def test_sync_sage_matches_single_process_dgl(sync_runs, kind, epochs):
     """GraphSAGE (2 SAGEConv mean layers, hidden 16), mode=sync, local executor, 2 graph
     servers, 4 intervals each, 2 parameter-server replicas: the loss of every epoch and the
     final weights equal full-graph DGL with the same init and Adam. Also with every conv
     built with ``activation=F.relu`` (the fused last layer applies it to the logits), and
     so for GCN."""
-    res = run_workers(_fit, 2, tmp_path, str(cora_parts), epochs,
-                      {"mode": "sync", "intervals": 4, "param_servers": 2, "model": kind})
+    assert SYNC["sage", kind][1] == epochs
+    res = sync_runs["sage", kind]
     _check_exact(res, epochs, kind)
     rec = res[0]["history"][-1]
     assert rec["invocations"] == 2 * 4 * 3  # AV0 + fused AVL + ∇AV0 per interval, as GCN
@@ -187,7 +216,7 @@ def _fit_with_ids(session, pdir_path, epochs, options):
     return out
 
 
-def test_sync_gat_with_dropout_matches_dgl_with_the_same_masks(tmp_path, cora_parts):
+def test_sync_gat_with_dropout_matches_dgl_with_the_same_masks(sync_runs):
     """Feature dropout 0.3 and attention dropout 0.4 in sync mode: the losses and weights of
     3 epochs equal DGL's GATConv whose feat_drop / attn_drop apply the tasks' hash masks
     (node id and column; edge key and head; per epoch and layer)."""
@@ -195,9 +224,9 @@ def test_sync_gat_with_dropout_matches_dgl_with_the_same_masks(tmp_path, cora_pa
     from dglx_dist.convs.dorylus_base import task_seed
 
     epochs, pf, pa = 3, 0.3, 0.4
-    res = run_workers(_fit_with_ids, 2, tmp_path, str(cora_parts), epochs,
-                      {"mode": "sync", "intervals": 3, "model": "gat", "dropout": pf,
-                       "model_attn_drop": pa})
+    assert SYNC["gat-dropout"][1:] == (epochs, {"mode": "sync", "intervals": 3, "model": "gat",
+                                                "dropout": pf, "model_attn_drop": pa})
+    res = sync_runs["gat-dropout"]
     ds = read_dataset(builtin_path("cora"))
     g = to_dgl(ds)
     pid = np.empty(ds.num_nodes, dtype=np.int64)
@@ -260,13 +289,13 @@ def _user_loop_step(session, pdir_path, bias, kind="gcn"):
                                          ("gcn-relu", True), ("sage-relu", True)],
                          ids=["gcn-bias", "gcn-no-bias", "gat-bias", "gat-no-bias", "sage-bias",
                               "sage-no-bias", "gcn-relu-inside", "sage-relu-inside"])
-def test_own_loop_step_matches_single_process_dgl(tmp_path, cora_parts, kind, bias):
+def test_own_loop_step_matches_single_process_dgl(sync_runs, kind, bias):
     """A loop of one's own: one batch per epoch (the rank's labelled nodes); its forward and
     backward run the tasks layer-synchronously; the logits equal DGL's and the gradients
     DGL's average over the ranks of each rank's mean loss (what DDP computes). GCN, GAT and
     GraphSAGE, convs without a bias too, and convs built with ``activation=F.relu`` (the
     last one's ReLU on the logits)."""
-    res = run_workers(_user_loop_step, 2, tmp_path, str(cora_parts), bias, kind)
+    res = sync_runs["own", kind, bias]
     ds = read_dataset(builtin_path("cora"))
     g = to_dgl(ds)
     model = _no_bias(_model(ds.feat_dim, ds.num_classes, kind=kind), bias)
@@ -301,19 +330,36 @@ def test_relaunched_faults_give_the_same_result(tmp_path, cora_parts):
     assert sum(rec["timeouts"] for rec in res[0]["history"]) == 2
 
 
-@pytest.mark.parametrize("kind", ["gcn", "gat", "sage"])
-def test_aws_executor_through_boto3_matches(tmp_path, cora_parts, kind):
+AWS_KINDS = ("gcn", "gat", "sage")
+
+
+@pytest.fixture(scope="module")
+def aws_runs(tmp_path_factory, cora_parts):
+    """{kind: {rank: _fit's result}} for each of AWS_KINDS through one endpoint, in one launch
+    of 2 ranks (the endpoint is stopped before the first test using this starts)."""
+    with serve_in_subprocess("dglx-tensor-fn") as url:
+        calls = []
+        for kind in AWS_KINDS:
+            opts = {"mode": "sync", "intervals": 2, "executor": "aws", "model": kind,
+                    "executor_options": (f"endpoint_url={url}", "max_payload_bytes=400000",
+                                         "concurrency=4"), "adam_eps": _aws_eps(kind)}
+            calls.append(("_fit", (str(cora_parts), 3, opts)))
+        res = run_workers(_each, 2, tmp_path_factory.mktemp("aws"), calls, timeout=400)
+    return {kind: {r: res[r][i] for r in res} for i, kind in enumerate(AWS_KINDS)}
+
+
+def _aws_eps(kind):
+    return 1e-8 if kind == "gcn" else 1e-4
+
+
+@pytest.mark.parametrize("kind", AWS_KINDS)
+def test_aws_executor_through_boto3_matches(aws_runs, kind):
     """The aws executor (boto3 lambda.invoke) against a local endpoint speaking Lambda's Invoke
     API, with requests chunked under a small payload limit: the same exact loss curve (GAT:
     its vertex tasks chunked, its per-edge tasks sent whole; GraphSAGE: rows and neighbour
     means chunked together). Adam's eps as in the GAT test above."""
-    eps = 1e-8 if kind == "gcn" else 1e-4
-    with serve_in_subprocess("dglx-tensor-fn") as url:
-        opts = {"mode": "sync", "intervals": 2, "executor": "aws", "model": kind,
-                "executor_options": (f"endpoint_url={url}", "max_payload_bytes=400000",
-                                     "concurrency=4"), "adam_eps": eps}
-        res = run_workers(_fit, 2, tmp_path, str(cora_parts), 3, opts)
-    _check_exact(res, 3, kind, atol=1e-5 if kind == "gcn" else 1e-4, eps=eps)
+    eps = _aws_eps(kind)
+    _check_exact(aws_runs[kind], 3, kind, atol=1e-5 if kind == "gcn" else 1e-4, eps=eps)
 
 
 def test_async_reaches_sync_accuracy_on_cora(tmp_path, cora_parts):

@@ -26,6 +26,19 @@ def cache(tmp_path_factory):
     return str(tmp_path_factory.mktemp("cache"))
 
 
+def _each_strategy(session, fn, names, *args):
+    """``{name: fn(session, name, *args)}`` (``fn`` a name in this module; each closes its
+    graph) for every strategy of ``names`` in turn, on the same ranks: one process start."""
+    return {name: globals()[fn](session, name, *args) for name in names}
+
+
+def _per_strategy(tmp_path_factory, fn, names, cache, world=2, env=None):
+    """{name: {rank: fn's result}}: :func:`_each_strategy` in one launch of ``world`` ranks."""
+    res = run_workers(_each_strategy, world, tmp_path_factory.mktemp(fn), fn, list(names),
+                      cache, env=env, timeout=300)
+    return {name: {r: res[r][name] for r in res} for name in names}
+
+
 def _model(feat_dim, classes, name):
     """GraphSAGE, or GCN for a strategy that cannot run SAGEConv (dropout 0, biases set)."""
     convs = getattr(STRATEGIES.get(name), "conv_types", None)
@@ -53,6 +66,13 @@ def _exact(session, name, cache):
 
 def _one_step(session, name, cache):
     g, loader, model = _exact(session, name, cache)
+    try:
+        return _one_step_of(g, loader, model)
+    finally:
+        g.close()
+
+
+def _one_step_of(g, loader, model):
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     outputs = []
     for input_nodes, output_nodes, blocks in loader:
@@ -87,10 +107,16 @@ def _reference(name, outputs_per_rank):
     return model
 
 
+@pytest.fixture(scope="module")
+def one_steps(tmp_path_factory, cache):
+    """Every strategy's step, one after another on the same 2 ranks (2 servers of 1 rank)."""
+    return _per_strategy(tmp_path_factory, "_one_step", STRATEGIES.names(), cache,
+                         env={"DGLX_VIRTUAL_SERVERS": "2"})
+
+
 @pytest.mark.parametrize("name", STRATEGIES.names())
-def test_one_step_matches_single_process_dgl(tmp_path, cache, name):
-    res = run_workers(_one_step, 2, tmp_path / "run", name, cache,
-                      env={"DGLX_VIRTUAL_SERVERS": "2"})  # 2 servers of 1 rank
+def test_one_step_matches_single_process_dgl(one_steps, name):
+    res = one_steps[name]
     steps = {len(res[r]["outputs"]) for r in range(2)}
     assert steps == {1}, steps
     outputs = [res[r]["outputs"][0] for r in range(2)]
@@ -310,22 +336,31 @@ def _accumulate(session, name, cache):
     """The gradients of one backward of a step's loss, then of two backwards of half of it."""
     g, loader, model = _exact(session, name, cache)
     grads = []
-    for input_nodes, output_nodes, blocks in loader:
-        for parts in (1, 2):
-            model.zero_grad(set_to_none=False)
-            for _ in range(parts):
-                logits = model(blocks, g.ndata["feat"][input_nodes])
-                (F.cross_entropy(logits, g.ndata["label"][output_nodes]) / parts).backward()
-            grads.append([p.grad.clone().reshape(-1) for p in model.parameters()])
+    try:
+        for input_nodes, output_nodes, blocks in loader:
+            for parts in (1, 2):
+                model.zero_grad(set_to_none=False)
+                for _ in range(parts):
+                    logits = model(blocks, g.ndata["feat"][input_nodes])
+                    (F.cross_entropy(logits, g.ndata["label"][output_nodes]) / parts).backward()
+                grads.append([p.grad.clone().reshape(-1) for p in model.parameters()])
+    finally:
+        g.close()
     return [[(a - b).abs().max().item() for a, b in zip(*grads[i:i + 2])]
             for i in range(0, len(grads), 2)]
 
 
+@pytest.fixture(scope="module")
+def accumulated(tmp_path_factory, cache):
+    """Every strategy's run of :func:`_accumulate`, one after another on the same 2 ranks."""
+    return _per_strategy(tmp_path_factory, "_accumulate", STRATEGIES.names(), cache)
+
+
 @pytest.mark.parametrize("name", STRATEGIES.names())
-def test_gradient_accumulation_adds_up(tmp_path, cache, name):
+def test_gradient_accumulation_adds_up(accumulated, name):
     """Two backward passes of half the loss before a step give the gradients of one pass of
     the whole loss (as under DDP), under every strategy."""
-    res = run_workers(_accumulate, 2, tmp_path / "run", name, cache)
+    res = accumulated[name]
     for r in range(2):
         assert res[r] and max(max(step) for step in res[r]) < 1e-6, (name, r, res[r])
 
@@ -385,10 +420,13 @@ def _full_graph_form(session, name, cache):
     model = dglx_dist.parallelize(seeded_model(lambda: GCN(g.ndata["feat"].shape[1], 8,
                                                            dataset.num_classes, 2,
                                                            dropout=0.0)), g)
-    model.eval()
-    with torch.no_grad():
-        logits = model(g, g.ndata["feat"])
-    return {"nodes": g.local_nodes().tolist(), "logits": logits.tolist()}
+    try:
+        model.eval()
+        with torch.no_grad():
+            logits = model(g, g.ndata["feat"])
+        return {"nodes": g.local_nodes().tolist(), "logits": logits.tolist()}
+    finally:
+        g.close()
 
 
 def _no_full_graph_form(session, name, cache):
@@ -405,13 +443,21 @@ def test_a_strategy_without_the_full_graph_form_refuses_it(tmp_path, cache, name
                                  "form") == 2, str(info.value)
 
 
-@pytest.mark.parametrize("name", [n for n in STRATEGIES.names()
-                                  if issubclass(STRATEGIES.get(n), FullGraphForm)])
-def test_full_graph_form_matches_single_process_dgl(tmp_path, cache, name):
+FULL_GRAPH_FORMS = [n for n in STRATEGIES.names() if issubclass(STRATEGIES.get(n), FullGraphForm)]
+
+
+@pytest.fixture(scope="module")
+def full_graph_forms(tmp_path_factory, cache):
+    """Every such strategy's run, one after another on the same 4 ranks (2 virtual servers)."""
+    return _per_strategy(tmp_path_factory, "_full_graph_form", FULL_GRAPH_FORMS, cache,
+                         world=4, env={"DGLX_VIRTUAL_SERVERS": "2"})
+
+
+@pytest.mark.parametrize("name", FULL_GRAPH_FORMS)
+def test_full_graph_form_matches_single_process_dgl(full_graph_forms, name):
     """GraphConv normalises by its sources' out-degrees in the whole graph, although a rank's
     blocks hold only its own nodes' in-edges (4 ranks, 2 virtual servers)."""
-    res = run_workers(_full_graph_form, 4, tmp_path / "run", name, cache,
-                      env={"DGLX_VIRTUAL_SERVERS": "2"})
+    res = full_graph_forms[name]
     graph = _graph()
     model = seeded_model(lambda: GCN(graph.ndata["feat"].shape[1], 8, 7, 2, dropout=0.0))
     with torch.no_grad():
@@ -470,6 +516,13 @@ def _placed(session, name, cache):
     """Where a step's pieces are (the device set explicitly: the CPU here), and the one line
     a forward with features on another device gives."""
     g, loader, model = _exact(session, name, cache)
+    try:
+        return _placed_in(session, g, loader, model)
+    finally:
+        g.close()
+
+
+def _placed_in(session, g, loader, model):
     device = g.strategy.compute_device(session)
     input_nodes, _, blocks = next(iter(loader))
     x = g.ndata["feat"][input_nodes]
@@ -485,9 +538,18 @@ def _placed(session, name, cache):
     return {**placed, "expected": str(device)}
 
 
-@pytest.mark.parametrize("name", ["distdgl", "p3", "granndis", "fullgraph", "dorylus"])
-def test_steps_are_on_the_strategys_device(tmp_path, cache, name):
-    res = run_workers(_placed, 2, tmp_path, name, cache, env={"DGLX_DEVICE": "cpu"})
+PLACED = ["distdgl", "p3", "granndis", "fullgraph", "dorylus"]
+
+
+@pytest.fixture(scope="module")
+def placed(tmp_path_factory, cache):
+    """Each of PLACED's run of :func:`_placed`, one after another on the same 2 ranks."""
+    return _per_strategy(tmp_path_factory, "_placed", PLACED, cache, env={"DGLX_DEVICE": "cpu"})
+
+
+@pytest.mark.parametrize("name", PLACED)
+def test_steps_are_on_the_strategys_device(placed, name):
+    res = placed[name]
     for r, out in res.items():
         dev = out["expected"]
         assert out["session"] == out["loader"] == dev == "cpu", out

@@ -27,13 +27,31 @@ def cora_parts(tmp_path_factory):
     """METIS parts balanced on the node count only: pymetis gives the same parts in every run.
     DGL's METIS with balance constraints (the default balance) does not: the same input gave
     different parts in different processes, and R=4's accuracy below moved with them (0.77 to
-    0.795 seen, once 2.7 points under exact preloading)."""
-    out = {}
-    for groups in (1, 2):
-        out[groups] = tmp_path_factory.mktemp("parts") / f"cora-metis-4-{groups}"
-        partition_dataset(builtin_path("cora"), out[groups], "metis", 4,
-                          {"groups": groups, "balance": ()})
+    0.795 seen, once 2.7 points under exact preloading). Two groups per part: 2 virtual
+    servers x 2 ranks."""
+    out = tmp_path_factory.mktemp("parts") / "cora-metis-4-2"
+    partition_dataset(builtin_path("cora"), out, "metis", 4, {"groups": 2, "balance": ()})
     return out
+
+
+EXACT = [(strategy, kind) for strategy in ("granndis", "fullgraph") for kind in ("gcn", "resgcn")]
+PRELOADS = [(2, -1), (1, 1), (2, 3)]
+
+
+def _steps_and_preloads(session, pdir_path):
+    """Every exact step and every preloaded set the tests below check, on the same 4 ranks
+    (one process start for all): {"exact": [per EXACT], "preloaded": [per PRELOADS]}."""
+    return {"exact": [_exact_step(session, pdir_path, strategy, kind)
+                      for strategy, kind in EXACT],
+            "preloaded": [_preloaded(session, pdir_path, hops, fanout)
+                          for hops, fanout in PRELOADS]}
+
+
+@pytest.fixture(scope="module")
+def steps_and_preloads(tmp_path_factory, cora_parts):
+    """{rank: _steps_and_preloads's result}."""
+    return run_workers(_steps_and_preloads, 4, tmp_path_factory.mktemp("run"), str(cora_parts),
+                       env=VS, timeout=300)
 
 
 def _exact_step(session, pdir_path, strategy, kind):
@@ -43,22 +61,26 @@ def _exact_step(session, pdir_path, strategy, kind):
                       session=session, progress=False, num_layers=layers,
                       external_max_hop=-1, external_fanout=-1,
                       optimizer=lambda p: torch.optim.SGD(p, lr=0.0))
-    batch = next(iter(trainer.batches(0)))
-    logits = trainer.forward(batch)
-    trainer.step(F.cross_entropy(logits, batch.y))
-    grads = {n.replace(".conv.", "."): p.grad.numpy().tolist()
-             for n, p in trainer.model.module.named_parameters()}
-    return {"seeds": batch.seeds.tolist(), "out": logits.detach().numpy().tolist(),
-            "grads": grads, "bytes": trainer.session.counter.snapshot()}
+    try:
+        batch = next(iter(trainer.batches(0)))
+        logits = trainer.forward(batch)
+        trainer.step(F.cross_entropy(logits, batch.y))
+        grads = {n.replace(".conv.", "."): p.grad.numpy().tolist()
+                 for n, p in trainer.model.module.named_parameters()}
+        return {"seeds": batch.seeds.tolist(), "out": logits.detach().numpy().tolist(),
+                "grads": grads, "bytes": trainer.session.counter.snapshot()}
+    finally:
+        trainer.close()
 
 
 @pytest.mark.parametrize("strategy", ["granndis", "fullgraph"])
 @pytest.mark.parametrize("kind", ["gcn", "resgcn"])
-def test_full_graph_step_matches_single_process_dgl(tmp_path, cora_parts, strategy, kind):
+def test_full_graph_step_matches_single_process_dgl(steps_and_preloads, strategy, kind):
     """Exact shared preloading (m = L, k = -1), R = 1, 2 virtual servers x 2 ranks: every
     training node's output (each on the rank that owns it) and every parameter gradient (of
     the mean over ranks of each rank's mean loss, as under DDP) equal full-graph DGL's."""
-    res = run_workers(_exact_step, 4, tmp_path, str(cora_parts[2]), strategy, kind, env=VS)
+    i = EXACT.index((strategy, kind))
+    res = {r: steps_and_preloads[r]["exact"][i] for r in range(4)}
     ds = read_dataset(builtin_path("cora"))
     g = to_dgl(ds)
     model = _model(kind, ds.feat_dim, ds.num_classes)
@@ -99,13 +121,14 @@ def _in_neighbours(edges, nodes, exclude):
     return found - set(exclude)
 
 
-@pytest.mark.parametrize("hops,fanout", [(2, -1), (1, 1), (2, 3)])
-def test_eas_preloads_the_set_m_and_k_allow(tmp_path, cora_parts, hops, fanout):
+@pytest.mark.parametrize("hops,fanout", PRELOADS)
+def test_eas_preloads_the_set_m_and_k_allow(cora_parts, steps_and_preloads, hops, fanout):
     """Per server: k = -1 gives exactly the external nodes within m hops of the inner ones
     (in-edges); with k, each admitted node is among them, every frontier node with external
     in-neighbours got min(k, their number) of them, and no rank holds a node twice."""
-    res = run_workers(_preloaded, 4, tmp_path, str(cora_parts[2]), hops, fanout, env=VS)
-    pdir = PartitionDir(cora_parts[2])
+    i = PRELOADS.index((hops, fanout))
+    res = {r: steps_and_preloads[r]["preloaded"][i] for r in range(4)}
+    pdir = PartitionDir(cora_parts)
     ds = read_dataset(builtin_path("cora"))
     new_ids = np.empty(ds.num_nodes, dtype=np.int64)
     new_ids[pdir.to_original(np.arange(ds.num_nodes))] = np.arange(ds.num_nodes)
@@ -154,7 +177,7 @@ def test_cora_accuracy_eas_and_cooperative_batches(tmp_path, cora_parts):
     training nodes, which is not seeded and varies between processes: 0.778 to 0.821 seen on
     these parts, exact 0.800; scoring above exact is no failure.) Three 200-epoch runs on 4 ranks: up to ~100 s
     on a loaded 2-core machine, so the time limit is 300 s."""
-    res = run_workers(_cora_runs, 4, tmp_path, str(cora_parts[2]), env=VS, timeout=300)[0]
+    res = run_workers(_cora_runs, 4, tmp_path, str(cora_parts), env=VS, timeout=300)[0]
     assert res["exact"]["acc"] >= 0.78 and res["eas"]["acc"] >= 0.78, res
     assert abs(res["eas"]["acc"] - res["exact"]["acc"]) <= 0.015, res
     assert res["r4"]["acc"] >= res["exact"]["acc"] - 0.025, res
@@ -169,7 +192,7 @@ def test_bad_options_and_models_are_named(tmp_path, cora_parts):
     with pytest.raises(RegistryError, match="scope"):
         STRATEGIES.build("granndis", scope="rack")
     with pytest.raises(WorkerError, match="num_layers=4"):
-        run_workers(_wrong_depth, 4, tmp_path, str(cora_parts[2]), env=VS)
+        run_workers(_wrong_depth, 4, tmp_path, str(cora_parts), env=VS)
 
 
 def _wrong_depth(session, pdir_path):

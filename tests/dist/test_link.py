@@ -199,17 +199,33 @@ def _job(session, name, cache):
     options = exact_options(STRATEGIES.get(name), 2)
     g = dglx_dist.distribute(full, STRATEGIES.build(name, **options), cache_dir=cache,
                              session=session)
-    exact = _exact_step(g, reverse, EXCLUDE[name])
-    return {"exact": exact, "leaks": _leaks(g, reverse), "global": _global_uniform(g),
-            "metrics": _metrics(g), "refused": _refused(g, reverse)}
+    try:
+        exact = _exact_step(g, reverse, EXCLUDE[name])
+        return {"exact": exact, "leaks": _leaks(g, reverse), "global": _global_uniform(g),
+                "metrics": _metrics(g), "refused": _refused(g, reverse)}
+    finally:
+        g.close()
+
+
+def _jobs(session, names, cache):
+    """:func:`_job` for each strategy of ``names`` in turn, on the same ranks."""
+    return {name: _job(session, name, cache) for name in names}
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    """{name: {rank: _job's result}} for every strategy of EXCLUDE, in one launch of 2 ranks
+    (each strategy's graph closed before the next)."""
+    tmp = tmp_path_factory.mktemp("link")
+    names = sorted(EXCLUDE)
+    res = run_workers(_jobs, 2, tmp / "run", names, str(tmp / "cache"),
+                      env={"DGLX_VIRTUAL_SERVERS": "2"}, timeout=480)
+    return {name: {r: res[r][name] for r in res} for name in names}
 
 
 @pytest.fixture(scope="module", params=sorted(EXCLUDE))
-def job(request, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp(f"link-{request.param}")
-    res = run_workers(_job, 2, tmp / "run", request.param, str(tmp / "cache"),
-                      env={"DGLX_VIRTUAL_SERVERS": "2"}, timeout=240)
-    return request.param, res
+def job(request, jobs):
+    return request.param, jobs[request.param]
 
 
 def _reference(batches_per_rank, exclude):

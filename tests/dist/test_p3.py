@@ -64,21 +64,46 @@ def _one_step(session, pdir_path, kind, cache_mb=0.0):
     trainer = Trainer(_model(kind, pdir.feat_dim, pdir.num_classes), pdir, "p3",
                       session=session, progress=False, fanouts=(-1, -1), batch_size=12,
                       cache_mb=cache_mb, optimizer=lambda p: torch.optim.SGD(p, lr=0.0))
-    batch = next(iter(trainer.batches(0)))
-    loss = F.cross_entropy(trainer.forward(batch), batch.y)
-    trainer.step(loss)
-    grads = {n: p.grad.numpy().tolist() for n, p in trainer.model.module.named_parameters()}
-    return {"seeds": batch.seeds.tolist(), "loss": loss.item(),
-            "grads": grads, "cols": trainer.strategy.cols.tolist()}
+    try:
+        batch = next(iter(trainer.batches(0)))
+        loss = F.cross_entropy(trainer.forward(batch), batch.y)
+        trainer.step(loss)
+        grads = {n: p.grad.numpy().tolist() for n, p in trainer.model.module.named_parameters()}
+        return {"seeds": batch.seeds.tolist(), "loss": loss.item(),
+                "grads": grads, "cols": trainer.strategy.cols.tolist()}
+    finally:
+        trainer.close()
+
+
+def _one_step_each(session, pdir_path, kinds, cache_mb):
+    """:func:`_one_step` for each model of ``kinds`` in turn, on the same ranks."""
+    return [_one_step(session, pdir_path, kind, cache_mb) for kind in kinds]
+
+
+@pytest.fixture(scope="module")
+def one_steps(tmp_path_factory, cora_p3):
+    """``one_steps(world, cache_mb)``: {kind: {rank: _one_step's result}} for every model
+    of MODELS, run on the same ranks in one launch, the first time it is asked for."""
+    done = {}
+
+    def get(world, cache_mb):
+        if (world, cache_mb) not in done:
+            kinds = sorted(MODELS)
+            res = run_workers(_one_step_each, world, tmp_path_factory.mktemp("run"),
+                              str(cora_p3[world]), kinds, cache_mb,
+                              env={"DGLX_VIRTUAL_SERVERS": "2"}, timeout=300)
+            done[world, cache_mb] = {k: {r: res[r][i] for r in res}
+                                     for i, k in enumerate(kinds)}
+        return done[world, cache_mb]
+    return get
 
 
 @pytest.mark.parametrize("world,cache_mb", [(2, 0.0), (4, 0.0), (4, 1e4)],
                          ids=["2-ranks", "4-ranks", "4-ranks-cached"])
 @pytest.mark.parametrize("kind", sorted(MODELS))
-def test_one_step_matches_single_process_dgl(tmp_path, cora_p3, world, cache_mb, kind):
+def test_one_step_matches_single_process_dgl(one_steps, world, cache_mb, kind):
     """4-ranks-cached: structure and features replicated on both servers (P3's caching)."""
-    res = run_workers(_one_step, world, tmp_path, str(cora_p3[world]), kind, cache_mb,
-                      env={"DGLX_VIRTUAL_SERVERS": "2"})
+    res = one_steps(world, cache_mb)[kind]
     ds = read_dataset(builtin_path("cora"))
     g = to_dgl(ds)
     model = _model(kind, ds.feat_dim, ds.num_classes)

@@ -49,19 +49,35 @@ def _one_step(session, name, cache, mode):
         name, **exact_options(STRATEGIES.get(name), 2)), cache_dir=cache, session=session)
     loader = dglx_dist.DataLoader(g, g.ndata["train_mask"],
                                   dglx_dist.MultiLayerFullNeighborSampler(2), batch_size=1000)
-    model = dglx_dist.parallelize(_model(mode), g)
-    dtype = next(model.parameters()).dtype
-    (step,) = list(loader)
-    # the user casts the features to the model's dtype, as in single-process DGL
-    _step(model, lambda s: model(s[2], g.ndata["feat"][s[0]].to(dtype)),
-          lambda s: g.ndata["label"][s[1]], [step])
-    cols = g.strategy.cols.tolist() if hasattr(g.strategy, "cols") else None
-    return {"outputs": step[1].tolist(), "cols": cols, "dtype": str(dtype),
-            "params": {k: v.float().tolist() for k, v in model.module.state_dict().items()}}
+    try:
+        model = dglx_dist.parallelize(_model(mode), g)
+        dtype = next(model.parameters()).dtype
+        (step,) = list(loader)
+        # the user casts the features to the model's dtype, as in single-process DGL
+        _step(model, lambda s: model(s[2], g.ndata["feat"][s[0]].to(dtype)),
+              lambda s: g.ndata["label"][s[1]], [step])
+        cols = g.strategy.cols.tolist() if hasattr(g.strategy, "cols") else None
+        return {"outputs": step[1].tolist(), "cols": cols, "dtype": str(dtype),
+                "params": {k: v.float().tolist() for k, v in model.module.state_dict().items()}}
+    finally:
+        g.close()
 
 
-def _steps(session, name, cache):
-    return {mode: _one_step(session, name, cache, mode) for mode in MODES}
+def _steps(session, names, cache):
+    """{name: {mode: one step}} for each strategy of ``names`` in turn, on the same ranks."""
+    return {name: {mode: _one_step(session, name, cache, mode) for mode in MODES}
+            for name in names}
+
+
+NAMES = ["distdgl", "p3", "granndis", "fullgraph"]
+
+
+@pytest.fixture(scope="module")
+def steps(tmp_path_factory, cache):
+    """{name: {rank: {mode: one step}}}: every strategy of NAMES in one launch of 2 ranks."""
+    res = run_workers(_steps, 2, tmp_path_factory.mktemp("run"), NAMES, cache,
+                      env={"DGLX_VIRTUAL_SERVERS": "2"}, timeout=300)
+    return {name: {r: res[r][name] for r in res} for name in NAMES}
 
 
 def _reference(mode, outputs_per_rank):
@@ -75,10 +91,9 @@ def _reference(mode, outputs_per_rank):
     return model
 
 
-@pytest.mark.parametrize("name", ["distdgl", "p3", "granndis", "fullgraph"])
-def test_bfloat16_and_autocast_match_single_process_dgl(tmp_path, cache, name):
-    res = run_workers(_steps, 2, tmp_path / "run", name, cache,
-                      env={"DGLX_VIRTUAL_SERVERS": "2"})
+@pytest.mark.parametrize("name", NAMES)
+def test_bfloat16_and_autocast_match_single_process_dgl(steps, name):
+    res = steps[name]
     for mode in MODES:
         outputs = [res[r][mode]["outputs"] for r in range(2)]
         reference = _reference(mode, outputs)

@@ -60,19 +60,61 @@ def test_demo_partitions_cora_with_every_partitioner():
         assert f"| {name} | 4 |" in table
 
 
-@pytest.mark.parametrize("args, message", [
+BAD_PARTITION_ARGS = [
     (["--parts", "0"], "num_parts = 0; expected 1 <= num_parts <= num_nodes (2708)"),
     (["--method", "grid"], "unknown partitioner 'grid'; valid names: feature_dim, hash, metis"),
     (["--opt", "colour=red"], "unknown option(s) ['colour'] for partitioner 'metis'"),
     (["--method", "feature_dim", "--parts", "2000"],
      "feature_dim: num_parts = 2000 but the features have only 1433 columns"),
     (["--memory-limit", "1000"], "needs about"),
-])
-def test_bad_arguments_fail_before_writing(tmp_path, args, message):
+]
+
+# `dglx ARGV` for each ARGV of RUNS in turn, in one interpreter (torch is imported once, not
+# once per command): each run's exit status as `python -m dglx_dist` would exit with it (main's
+# return value or SystemExit's code) and its stderr, a fresh logging handler on it per run
+_CLI_RUNNER = """
+import contextlib, io, json, logging, sys
+from dglx_dist.cli import main
+
+results = []
+for argv in RUNS:
+    err = io.StringIO()
+    for handler in logging.getLogger().handlers[:]:
+        logging.getLogger().removeHandler(handler)
+    with contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code
+        if code is not None and not isinstance(code, int):
+            print(code, file=sys.stderr)
+            code = 1
+    results.append({"returncode": code or 0, "stderr": err.getvalue()})
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def bad_partition_runs(tmp_path_factory):
+    """[(its own empty directory, {returncode, stderr})] of `dglx partition` for each case of
+    BAD_PARTITION_ARGS, all in one subprocess."""
+    dirs = [tmp_path_factory.mktemp("bad") for _ in BAD_PARTITION_ARGS]
+    runs = [["partition", str(builtin_path()), str(d / "parts"), *args]
+            for d, (args, _) in zip(dirs, BAD_PARTITION_ARGS)]
+    r = subprocess.run([sys.executable, "-c", f"RUNS = {runs!r}\n" + _CLI_RUNNER],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return list(zip(dirs, json.loads(r.stdout.strip().splitlines()[-1])))
+
+
+@pytest.mark.parametrize("case", range(len(BAD_PARTITION_ARGS)),
+                         ids=[f"args{i}-{m}" for i, (_, m) in enumerate(BAD_PARTITION_ARGS)])
+def test_bad_arguments_fail_before_writing(bad_partition_runs, case):
+    tmp_path, r = bad_partition_runs[case]
+    message = BAD_PARTITION_ARGS[case][1]
     out = tmp_path / "parts"
-    r = dglx("partition", builtin_path(), out, *args)
-    assert r.returncode == 2
-    assert message in r.stderr
+    assert r["returncode"] == 2
+    assert message in r["stderr"]
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
