@@ -11,18 +11,11 @@ import torch.nn.functional as F
 import dglx_dist
 from dglx_dist.strategies.granndis import GraNNDisStrategy
 from dglx_dist.testing import run_workers
-from tests.dist.test_hetero import HID, RGCN, _emb_init, _grad, _reference, typed_graph
+from tests.dist.test_hetero import (HID, RGCN, _emb_init, _grad, _reference, _refused,
+                                    typed_graph)
 
 pytestmark = pytest.mark.dist
 RUNS = tuple((name, norm) for name in ("fullgraph", "granndis") for norm in ("right", "both"))
-
-
-def _refused(fn) -> str:
-    try:
-        fn()
-    except Exception as exc:  # noqa: BLE001 - the test reads the message
-        return f"{type(exc).__name__}: {exc}"
-    return "not refused"
 
 
 def _step(session, cache, name, norm):

@@ -15,7 +15,8 @@ import torch.nn.functional as F
 
 import dglx_dist
 from dglx_dist.testing import run_workers
-from test_hetero import HID, RGCN, _emb_init, _grad, _reference, typed_graph
+from tests.dist.test_hetero import (HID, RGCN, _emb_init, _grad, _reference, _refused,
+                                    typed_graph)
 
 pytestmark = pytest.mark.dist
 DIMS = {"paper": 6, "field": 4}
@@ -55,14 +56,6 @@ def _step(g, session):
 
 def _one_step(session, cache):
     return _step(_graph(session, cache), session)[0]
-
-
-def _refused(fn) -> str:
-    try:
-        fn()
-    except Exception as exc:  # noqa: BLE001 - the test reads the message
-        return f"{type(exc).__name__}: {exc}"
-    return "not refused"
 
 
 def _projections(session, cache):
