@@ -107,11 +107,12 @@ def _read_graph_arrays(data: Path) -> tuple[np.ndarray, np.ndarray, dict[str, np
 
 def _our_owner(out: Path, num_nodes: int) -> np.ndarray:
     """Owner of every original node id, read back from our partition directory."""
-    manifest = json.loads((out / "partition.json").read_text())
+    from dglx_dist.partition import PartitionDir
+
+    pdir = PartitionDir(out)
     owner = np.full(num_nodes, -1, dtype=np.int64)
-    for p, entry in enumerate(manifest["parts"]):
-        orig = pq.read_table(out / entry["dir"] / "nodes.parquet", columns=["orig_id"])
-        owner[orig.column("orig_id").to_numpy()] = p
+    for p in range(pdir.num_parts):
+        owner[pdir.load_part(p, features=False).core_orig] = p
     if (owner < 0).any():
         raise RuntimeError(f"{out}: {int((owner < 0).sum())} nodes are owned by no part")
     return owner
