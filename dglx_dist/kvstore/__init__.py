@@ -8,7 +8,8 @@
 * :class:`DistEmbedding` with :class:`SparseAdagrad` / :class:`SparseAdam`: sparse learnable
   embeddings updated on their owners.
 """
-from dglx_dist.kvstore.base import INTERNAL_PREFIX, KVStore, PullUnderWay, TensorEntry, typed_key
+from dglx_dist.kvstore.base import INTERNAL_PREFIX, KVStore, PullUnderWay, typed_key
+from dglx_dist.kvstore.entries import TensorEntry
 from dglx_dist.kvstore.dist import DistKVStore
 from dglx_dist.kvstore.embedding import DistEmbedding, SparseAdagrad, SparseAdam, SparseOptimizer
 from dglx_dist.kvstore.local import LocalKVStore

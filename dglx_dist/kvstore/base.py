@@ -8,20 +8,18 @@ with an empty request there, so the other ranks do not hang) and then raises on 
 from __future__ import annotations
 
 import abc
-import dataclasses
 import operator
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from dglx_dist.errors import InvalidTypeError, InvalidValueError, ProtocolError, UnknownNameError
-from dglx_dist.kvstore.ops import (BUILTIN_OPS, COMBINE_RULES, INITS, Init, OpHandler, PushOp,
-                                   init_part)
+from dglx_dist.errors import InvalidTypeError, InvalidValueError, UnknownNameError
+from dglx_dist.kvstore.entries import InitSpec, TensorEntry
+from dglx_dist.kvstore.ops import BUILTIN_OPS, COMBINE_RULES, INITS, Init, OpHandler, PushOp
 from dglx_dist.kvstore.policy import PartitionPolicy
 
-__all__ = ["KVStore", "PullUnderWay", "TensorEntry", "InitSpec", "apply_op", "INTERNAL_PREFIX",
-           "typed_key"]
+__all__ = ["KVStore", "PullUnderWay", "INTERNAL_PREFIX", "typed_key"]
 
 INTERNAL_PREFIX = "_dglx/"  # a graph's store: the names of the package's own data
 
@@ -46,73 +44,6 @@ class PullUnderWay:
                 self._rows = self._finish()
             self._finish = None
         return self._rows
-
-
-@dataclasses.dataclass(eq=False)
-class TensorEntry:
-    """A registered named tensor.
-
-    Attributes:
-        name: its name; index: its registration index (the same on every rank).
-        policy: where its rows live.
-        trailing: the shape of one row; dtype: its element type.
-        parts: the local tensors of the parts this process can read and write, by part.
-        part_trailing: the shape of one row of each part's local tensor.
-    """
-
-    name: str
-    index: int
-    policy: PartitionPolicy
-    trailing: tuple[int, ...]
-    dtype: torch.dtype
-    parts: dict[int, torch.Tensor] = dataclasses.field(default_factory=dict)
-    part_trailing: list[tuple[int, ...]] = dataclasses.field(default_factory=list)
-
-    @classmethod
-    def from_spec(cls, spec: "InitSpec", index: int) -> "TensorEntry":
-        """An entry without parts; ``part_trailing[p]`` is the row shape of part ``p``."""
-        shapes = [tuple(spec.policy.part_shape(p, spec.trailing)[1:])
-                  for p in range(spec.policy.num_parts)]
-        return cls(spec.name, index, spec.policy, spec.trailing, spec.dtype, {}, shapes)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return (self.policy.num_rows, *self.trailing)
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class InitSpec:
-    """A validated ``init_data`` request (before any collective step)."""
-
-    name: str
-    policy: PartitionPolicy
-    trailing: tuple[int, ...]
-    dtype: torch.dtype
-    init: Init
-    part_data: dict[int, torch.Tensor]
-
-    def initial_rows(self, part: int, seed: int) -> torch.Tensor:
-        """Part ``part``'s rows as passed, else built by ``init`` (seeded per seed, name, part)."""
-        if part in self.part_data:
-            return self.part_data[part]
-        shape = self.policy.part_shape(part, self.trailing)
-        return init_part(self.init, shape, self.dtype, seed, self.name, part)
-
-
-def apply_op(entries: Iterable[TensorEntry], entry: TensorEntry, op: PushOp, part: int,
-             local: torch.Tensor, values: torch.Tensor) -> None:
-    """Applies ``op`` to local rows ``local`` (unique) of ``entry``'s part ``part``; ``entries``
-    are every registered tensor of the process (the op's ``state["tensors"]``)."""
-    tensor = entry.parts[part]
-    tensors = {e.name: e.parts[part] for e in entries if part in e.parts}
-    tensors[entry.name] = tensor
-    state = {"name": entry.name, "part": part, "tensors": tensors}
-    new = op.fn(tensor[local], values, local, state)
-    if tuple(new.shape) != (local.numel(), *tensor.shape[1:]):
-        raise ProtocolError(f"op {op.name!r} returned shape {tuple(new.shape)} for "
-                            f"{entry.name!r} part {part}; expected "
-                            f"{(local.numel(), *tensor.shape[1:])}")
-    tensor[local] = new.to(tensor.dtype)
 
 
 def _part_index(key) -> int | None:

@@ -27,7 +27,8 @@ from typing import Callable
 import torch
 
 from dglx_dist.errors import InvalidValueError, ProtocolError, StateError
-from dglx_dist.kvstore.base import InitSpec, KVStore, TensorEntry
+from dglx_dist.kvstore.base import KVStore
+from dglx_dist.kvstore.entries import InitSpec, TensorEntry
 from dglx_dist.kvstore.ops import PushOp
 from dglx_dist.kvstore.policy import PartitionPolicy
 from dglx_dist.kvstore.serve import Server

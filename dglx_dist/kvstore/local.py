@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from dglx_dist.kvstore.base import InitSpec, KVStore, TensorEntry, apply_op
+from dglx_dist.kvstore.base import KVStore
+from dglx_dist.kvstore.entries import InitSpec, TensorEntry, apply_op
 from dglx_dist.kvstore.ops import PushOp, combine_duplicates
 
 __all__ = ["LocalKVStore"]

@@ -11,7 +11,7 @@ from typing import Iterator, Mapping, Sequence
 import torch
 
 from dglx_dist.errors import InvalidValueError, ProtocolError
-from dglx_dist.kvstore.base import TensorEntry, apply_op
+from dglx_dist.kvstore.entries import TensorEntry, apply_op
 from dglx_dist.kvstore.ops import PushOp, combine_duplicates
 from dglx_dist.kvstore.policy import PartitionPolicy, Piece, rows_at, split_contiguous
 from dglx_dist.kvstore.shm import EMPTY_U8, from_bytes, to_bytes

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from dglx_dist.errors import DiskFullError, InvalidValueError, ProtocolError, StateError
-from dglx_dist.kvstore.base import InitSpec, TensorEntry
+from dglx_dist.kvstore.entries import InitSpec, TensorEntry
 
 __all__ = ["default_shm_dir", "create_shared", "attach_shared", "to_bytes", "from_bytes",
            "SharedParts", "EMPTY_I64", "EMPTY_U8"]

@@ -105,6 +105,6 @@ def test_p3_takes_typed_column_partitions_and_refuses_what_does_not_apply(column
             check_partitions(STRATEGIES.build("p3", **{option: value}),
                              PartitionDir(columns_dir), Topology(2, 1))
     with pytest.raises(NotSupportedError, match=r"strategy 'dorylus' trains graphs without "
-                                                r"types only so far \(distdgl, p3 train"):
+                                                r"types only so far \(distdgl, fullgraph, granndis, p3 train"):
         check_partitions(STRATEGIES.build("dorylus"), PartitionDir(columns_dir),
                          Topology(2, 1))

@@ -384,7 +384,7 @@ def test_shards_place_parts_and_wait_for_entries():
     import threading
 
     from dglx_dist.errors import ProtocolError
-    from dglx_dist.kvstore.base import TensorEntry
+    from dglx_dist.kvstore.entries import TensorEntry
     from dglx_dist.kvstore.shards import Shards
     from dglx_dist.runtime.topology import Topology
 
