@@ -116,12 +116,10 @@ class TypedInputs:
 
 
 def category_of(graph: DistGraph) -> str:
-    """The node type a typed graph's node classification predicts: the partitioning's
-    category, else the one node type with labels."""
-    category = graph.pdir.types.category
+    """The node type a typed graph's node classification predicts (``GraphTypes.predicted``),
+    checked to have labels."""
+    category = graph.pdir.types.predicted()
     labeled = [nt for nt in graph.ntypes if "label" in graph.nodes[nt].data]
-    if category is None and len(labeled) == 1:
-        category = labeled[0]
     if category is None or category not in labeled:
         raise DatasetFormatError(f"{graph.pdir.path}: node classification needs one node type "
                                  f"with labels (the dataset's category); found "

@@ -75,11 +75,10 @@ def _typed_model(config: RunConfig, pdir):
     from dglx_dist.models import RGCN
 
     m, types = config.model, pdir.types
-    labeled = types.labeled[0] if len(types.labeled) == 1 else None  # else the Trainer refuses
-    torch.manual_seed(config.loop.seed)
+    torch.manual_seed(config.loop.seed)  # no predicted type: the Trainer refuses the graph
     return RGCN({t: d for t, d in types.feat_dims.items() if d},
                 [rel for _, rel, _ in types.canonical_etypes], m.hidden, pdir.num_classes,
-                m.layers, dropout=m.dropout, category=types.category or labeled)
+                m.layers, dropout=m.dropout, category=types.predicted())
 
 
 def _check_learned(trainer, epochs: int, fail: bool) -> None:

@@ -112,6 +112,13 @@ class GraphTypes:
         raise UnknownNameError(f"edge type {etype!r} {why} the canonical edge types "
                                f"{[list(e) for e in self.canonical_etypes]}")
 
+    def predicted(self) -> str | None:
+        """The node type node classification predicts: :attr:`category`, else the one
+        labeled type; None when neither says."""
+        if self.category is not None:
+            return self.category
+        return self.labeled[0] if len(self.labeled) == 1 else None
+
     def has_edge_data(self, etype_index: int, name: str) -> bool:
         """Whether edge type ``etype_index`` has edge data ``name`` (a name the partitions
         store)."""

@@ -10,10 +10,11 @@ import torch
 import torch.nn.functional as F
 
 import dglx_dist
-from dglx_dist.testing import WorkerError, run_workers
+from dglx_dist.testing import run_workers
 
 pytestmark = pytest.mark.dist
 HID, CLASSES = 5, 3
+DIMS = {"paper": 6, "field": 4}  # the featured types' widths
 
 
 def typed_graph():
@@ -72,18 +73,24 @@ def _grad(p):
     return (torch.zeros_like(p) if p.grad is None else p.grad).tolist()
 
 
-def _one_step(session, cache):
+def rgcn_job(g, emb_name="author_emb", norm="right"):
+    """One R-GCN step's pieces on ``g`` (collective, in this order): the authors' embedding,
+    this rank's training papers, a full-neighbourhood loader over them, the wrapped model."""
     import dglx_dist.dgl as dgl
 
-    g = dglx_dist.distribute(typed_graph(), "distdgl", cache_dir=cache, session=session)
-    emb = dgl.distributed.DistEmbedding(g.num_nodes("author"), HID, "author_emb", _emb_init,
+    emb = dgl.distributed.DistEmbedding(g.num_nodes("author"), HID, emb_name, _emb_init,
                                         g.get_node_partition_policy("author"))
     train = dglx_dist.node_split(g.nodes["paper"].data["train_mask"], g.get_partition_book(),
                                  ntype="paper")
     loader = dglx_dist.DataLoader(g, {"paper": train},
                                   dgl.dataloading.MultiLayerFullNeighborSampler(2),
                                   batch_size=100)
-    model = dglx_dist.parallelize(RGCN(g.etypes, {"paper": 6, "field": 4}), g)
+    return emb, train, loader, dglx_dist.parallelize(RGCN(g.etypes, DIMS, norm), g)
+
+
+def _one_step(session, cache):
+    g = dglx_dist.distribute(typed_graph(), "distdgl", cache_dir=cache, session=session)
+    emb, train, loader, model = rgcn_job(g)
     out = {"ntypes": g.ntypes, "etypes": g.canonical_etypes, "papers": g.num_nodes("paper"),
            "train": train.tolist()}
     for input_nodes, output_nodes, blocks in loader:
@@ -109,7 +116,7 @@ def _reference(outputs, norm="right"):
     import dgl
 
     g = typed_graph()
-    model = RGCN(g.etypes, {"paper": 6, "field": 4}, norm)
+    model = RGCN(g.etypes, DIMS, norm)
     authors = torch.full((g.num_nodes("author"), HID), 0.5, requires_grad=True)
     x = {"paper": g.nodes["paper"].data["feat"], "field": g.nodes["field"].data["feat"],
          "author": authors}

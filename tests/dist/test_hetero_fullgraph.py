@@ -11,8 +11,7 @@ import torch.nn.functional as F
 import dglx_dist
 from dglx_dist.strategies.granndis import GraNNDisStrategy
 from dglx_dist.testing import run_workers
-from tests.dist.test_hetero import (HID, RGCN, _emb_init, _grad, _reference, _refused,
-                                    typed_graph)
+from tests.dist.test_hetero import HID, _grad, _reference, _refused, rgcn_job, typed_graph
 
 pytestmark = pytest.mark.dist
 RUNS = tuple((name, norm) for name in ("fullgraph", "granndis") for norm in ("right", "both"))
@@ -25,14 +24,7 @@ def _step(session, cache, name, norm):
 
     g = dglx_dist.distribute(typed_graph(), name, cache_dir=cache, session=session,
                              **GraNNDisStrategy.exact_options(2))
-    emb = dgl.distributed.DistEmbedding(g.num_nodes("author"), HID, f"author_{name}_{norm}",
-                                        _emb_init,
-                                        g.get_node_partition_policy("author"))
-    train = dglx_dist.node_split(g.nodes["paper"].data["train_mask"], g.get_partition_book(),
-                                 ntype="paper")
-    full = dgl.dataloading.MultiLayerFullNeighborSampler(2)
-    loader = dglx_dist.DataLoader(g, {"paper": train}, full, batch_size=100)
-    model = dglx_dist.parallelize(RGCN(g.etypes, {"paper": 6, "field": 4}, norm), g)
+    emb, train, loader, model = rgcn_job(g, f"author_{name}_{norm}", norm)
     out = {"train": train.tolist()}
     for input_nodes, output_nodes, blocks in loader:
         b = blocks[0]
@@ -59,7 +51,8 @@ def _step(session, cache, name, norm):
     out["refused"] = [
         _refused(lambda: dglx_dist.parallelize(bad, g)),
         _refused(lambda: dglx_dist.DataLoader(g, {"paper": train, "author": torch.arange(2)},
-                                              full, batch_size=100)),
+                                              dgl.dataloading.MultiLayerFullNeighborSampler(2),
+                                              batch_size=100)),
     ]
     g.close()
     return out

@@ -15,11 +15,9 @@ import torch.nn.functional as F
 
 import dglx_dist
 from dglx_dist.testing import run_workers
-from tests.dist.test_hetero import (HID, RGCN, _emb_init, _grad, _reference, _refused,
-                                    typed_graph)
+from tests.dist.test_hetero import HID, _grad, _reference, _refused, rgcn_job, typed_graph
 
 pytestmark = pytest.mark.dist
-DIMS = {"paper": 6, "field": 4}
 
 
 def _graph(session, cache):
@@ -28,16 +26,7 @@ def _graph(session, cache):
 
 def _step(g, session):
     """One R-GCN step (full neighbourhoods) on this rank's training papers."""
-    import dglx_dist.dgl as dgl
-
-    emb = dgl.distributed.DistEmbedding(g.num_nodes("author"), HID, "author_emb", _emb_init,
-                                        g.get_node_partition_policy("author"))
-    train = dglx_dist.node_split(g.nodes["paper"].data["train_mask"], g.get_partition_book(),
-                                 ntype="paper")
-    loader = dglx_dist.DataLoader(g, {"paper": train},
-                                  dgl.dataloading.MultiLayerFullNeighborSampler(2),
-                                  batch_size=100)
-    model = dglx_dist.parallelize(RGCN(g.etypes, DIMS), g)
+    emb, train, loader, model = rgcn_job(g)
     out = {"train": train.tolist(), "keys": {t: sorted(g.nodes[t].data.keys()) for t in g.ntypes},
            "shape": list(g.nodes["paper"].data["feat"].shape)}
     for input_nodes, output_nodes, blocks in loader:
