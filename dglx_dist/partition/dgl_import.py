@@ -87,7 +87,7 @@ class _Importer:
         self.max_label = -1
         self.edge_cut = 0
         self.absent: set[str] = set()
-        self.not_imported: dict[str, set[str]] = {"node_data": set(), "edge_data": set()}
+        self.not_imported: dict[str, set[str]] = {"node_data": set()}  # edge data all imported
         self.edata = EdgeDataImport([cfg.etype], cfg.path)
 
     def part(self, p: int) -> Partition:

@@ -131,7 +131,7 @@ class TypedImporter:
         self.labeled: set[int] = set()
         self.max_label, self.edge_cut, self.relabeled = -1, 0, False
         self.absent: set[str] = set()
-        self.not_imported: dict[str, set[str]] = {"node_data": set(), "edge_data": set()}
+        self.not_imported: dict[str, set[str]] = {"node_data": set()}  # edge data all imported
         self.edata = EdgeDataImport([":".join(e) for e in types.canonical_etypes], cfg.path)
 
     def part(self, p: int) -> Partition:

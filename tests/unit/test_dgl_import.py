@@ -92,7 +92,7 @@ def test_parts_hold_the_in_edges_and_node_data_of_their_nodes(cora, imported, na
 def test_provenance_names_what_was_not_imported(imported):
     m = PartitionDir(imported["metis2"]).manifest
     assert m["relabeled"] and m["partitioner"]["options"]["part_method"] == "metis"
-    assert m["dataset"]["not_imported"] == {"node_data": ["_N/year"], "edge_data": []}
+    assert m["dataset"]["not_imported"] == {"node_data": ["_N/year"]}
     assert m["dataset"]["node_ids"].startswith("given")
 
 

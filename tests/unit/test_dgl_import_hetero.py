@@ -121,7 +121,7 @@ def test_features_labels_and_masks_by_original_id(imported, name):
                 want = data[f"{ours}_mask"][ids].numpy() if t == "paper" else False
                 assert np.array_equal(getattr(part, ours)[run], np.broadcast_to(want, ids.shape))
     prov = pdir.manifest["dataset"]
-    assert prov["not_imported"] == {"node_data": ["field/year"], "edge_data": []}
+    assert prov["not_imported"] == {"node_data": ["field/year"]}
     assert prov["node_ids"].startswith("given") and prov["absent_masks_as_false"] == []
 
 
