@@ -4,6 +4,8 @@ range, exit codes and wall time, as JSON lines and a markdown table (tests/e2e/t
 
     .venv/bin/python scripts/check_examples.py [--ranks 2 4] [--seeds 0 1 2] [--out DIR]
     .venv/bin/python scripts/check_examples.py --exit-runs 20    # exit codes only
+    .venv/bin/python scripts/check_examples.py --examples rgcn_hetero.py --ranks 2 \
+        --args="--data MAG_DIR --epochs 3"     # a larger typed graph (more test papers)
 
 ``--exit-runs N`` instead runs each port (the DistDGL-API one too) N times in a row on 4
 processes (2 epochs; no script calls a shutdown) and counts the exit codes: a session must shut down cleanly at
@@ -15,6 +17,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -71,6 +74,8 @@ def main():
     parser.add_argument("--examples", nargs="+", default=list(NAMES), choices=NAMES)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
                         help="one run per seed and cell (the same seeds for the plain script)")
+    parser.add_argument("--args", default="", help="more arguments for every run of the "
+                        "examples, plain and ported (one string, split as a shell would)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(exist_ok=True)
@@ -83,7 +88,7 @@ def main():
                  if name not in TYPED or issubclass(STRATEGIES.get(s), TypedGraphs)]
         cells = [("plain DGL", 1)] + [(s, n) for s in names for n in args.ranks]
         for strategy, n in cells:
-            runs = [_run(_command(name, strategy, n, seed), out,
+            runs = [_run(_command(name, strategy, n, seed) + shlex.split(args.args), out,
                          _env(**({"DGLX_VIRTUAL_SERVERS": "2"} if n == 4 else {})))
                     for seed in args.seeds]
             rows.append(_summary(name, strategy, n, args.seeds, runs))

@@ -333,14 +333,16 @@ def test_bad_arguments_are_one_line_on_every_rank(job):
             assert "\n" not in line
 
 
-def test_a_short_training_run_learns_the_held_out_links(tmp_path):
-    """distdgl at 2 ranks, a few epochs of benchmarks/bench_hetero_link.py's training: the
-    held-out MRR rises well above the untrained model's (the benchmark compares it with
-    single-process DGL over 3 seeds and 40 epochs: docs/link_prediction.md)."""
+@pytest.mark.parametrize("strategy", ["distdgl", "p3"])
+def test_a_short_training_run_learns_the_held_out_links(tmp_path, strategy):
+    """2 ranks, a few epochs of benchmarks/bench_hetero_link.py's training: the held-out MRR
+    rises well above the untrained model's (the benchmark compares it with single-process DGL
+    over 3 seeds and 40 epochs: docs/link_prediction.md). Under p3 the input projections run
+    on feature columns."""
     from benchmarks.sweeps import hetero_link
 
     res = run_workers(hetero_link.dist_worker, 2, tmp_path / "run", str(tmp_path / "cache"),
-                      [0], EPOCHS, env={"DGLX_VIRTUAL_SERVERS": "2"}, timeout=240)
+                      [0], EPOCHS, strategy, env={"DGLX_VIRTUAL_SERVERS": "2"}, timeout=240)
     train, test, negatives = hetero_link.split(hetero_link.make_graph())
     model = hetero_link.HeteroSAGE(train.etypes, 0)
     x = {t: train.nodes[t].data["feat"] for t in train.ntypes}
