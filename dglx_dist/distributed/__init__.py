@@ -29,10 +29,12 @@ from dglx_dist.api.split import node_split
 from dglx_dist.api.tensor import DistTensor
 from dglx_dist.distributed import optim
 from dglx_dist.distributed.embedding import DistEmbedding
-from dglx_dist.errors import InvalidValueError
+from dglx_dist.errors import DglxError, InvalidValueError
+from dglx_dist.partition.load import PartitionDir
 from dglx_dist.prepare import checked_cache, made_by_rank0
+from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.runtime.session import current_session, init
-from dglx_dist.strategies.base import STRATEGIES, Strategy
+from dglx_dist.strategies.base import STRATEGIES, Strategy, check_partitions
 
 __all__ = ["initialize", "DistGraph", "node_split", "DistTensor", "DistEmbedding", "optim",
            "exit_client", "import_cached"]
@@ -118,6 +120,10 @@ def DistGraph(graph_name: str, gpb=None, part_config: str | os.PathLike | None =
     if path.suffix == ".json":  # the layout the strategy's partitioner writes, DGL's ids kept
         layout = built.partition_spec(session.topology).feature_layout or "rows"
         path = import_cached(path, session, cache_dir, layout=layout)
+    try:  # every rank refuses the same partitions alike: one line, from rank 0
+        check_partitions(built, PartitionDir(path), session.topology)
+    except DglxError as exc:
+        raise same_on_every_rank(exc) from None
     return _graph.DistGraph(path, built, session=session)
 
 
