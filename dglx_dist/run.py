@@ -7,7 +7,9 @@ DGL's (:func:`installed`, in this process only: importing :mod:`dglx_dist` chang
 
 * ``dgl.distributed`` (the attribute of ``dgl`` and the ``sys.modules`` entries of
   ``dgl.distributed`` and ``dgl.distributed.optim``): :mod:`dglx_dist.distributed`, whose
-  ``DistGraph`` takes the run's strategy and options; names it does not define are DGL's own;
+  ``DistGraph`` takes the run's strategy and options; names it does not define are DGL's own.
+  A script already ported by hand (``import dglx_dist.dgl as dgl``) gets the same
+  ``dgl.distributed``;
 * ``dgl.dataloading.DistNodeDataLoader`` and ``dgl.distributed.DistNodeDataLoader`` (DGL 2.4's
   location): :class:`dglx_dist.api.DataLoader`;
 * ``torch.nn.parallel.DistributedDataParallel``: ``DistributedDataParallel(model, ...)``
@@ -158,13 +160,15 @@ def installed(options: RunOptions) -> Iterator[None]:
     import torch.nn.parallel
 
     import dglx_dist.api  # noqa: F401  (holds torch's DDP before it is replaced)
+    import dglx_dist.dgl
     import dglx_dist.strategies  # noqa: F401
     from dglx_dist.api.loader import DataLoader
     from dglx_dist.distributed import optim
 
     real_dist = sys.modules["dgl.distributed"]
     module = _distributed_module(options, real_dist)
-    places = [(dgl, "distributed", module), (dgl.dataloading, "DistNodeDataLoader", DataLoader),
+    places = [(dgl, "distributed", module), (dglx_dist.dgl, "distributed", module),
+              (dgl.dataloading, "DistNodeDataLoader", DataLoader),
               (torch.nn.parallel, "DistributedDataParallel",
                _ddp_class(torch.nn.parallel.DistributedDataParallel))]
     entries = {"dgl.distributed": module, "dgl.distributed.optim": optim}

@@ -59,6 +59,9 @@ def test_the_runner_installs_its_pieces_and_restores_dgl_and_torch(tmp_path):
         from dgl.distributed import DistGraph, DistNodeDataLoader, node_split, partition_graph
         from torch.nn.parallel import DistributedDataParallel
 
+        import dglx_dist.dgl
+
+        assert dglx_dist.dgl.distributed is dgl.distributed  # a hand-ported script's too
         assert dgl.distributed.optim is optim and dgl.distributed.optim.SparseAdam
         assert DistNodeDataLoader is DataLoader and dgl.dataloading.DistNodeDataLoader is DataLoader
         assert node_split.__module__.startswith("dglx_dist")
@@ -70,7 +73,7 @@ def test_the_runner_installs_its_pieces_and_restores_dgl_and_torch(tmp_path):
         with pytest.raises(StateError, match="built no dgl.distributed.DistGraph"):
             contextvars.Context().run(DistributedDataParallel, torch.nn.Linear(1, 1),
                                       device_ids=[0])
-    assert _dgl_own()
+    assert _dgl_own() and dglx_dist.dgl.distributed.DistGraph.__module__ == "dglx_dist.distributed"
 
 
 @pytest.mark.parametrize("flags,expected", [
