@@ -37,7 +37,7 @@ from dglx_dist.cli_flags import add_flags, from_args
 from dglx_dist.config import RunConfig, StrategyConfig
 from dglx_dist.errors import DglxError, InvalidValueError
 from dglx_dist.runtime.env import launch_position
-from dglx_dist.runtime.failure import one_line, report, step_aside, tell_launcher
+from dglx_dist.runtime.failure import report, same_on_every_rank, step_aside, tell_launcher
 
 __all__ = ["RunOptions", "parse", "installed", "main"]
 
@@ -138,9 +138,10 @@ def _ddp_class(real: type) -> type:
             try:
                 g = current_graph()
             except StateError:
-                raise StateError("DistributedDataParallel(model) under dglx_dist.run: the "
-                                 "script built no dgl.distributed.DistGraph before it; the "
-                                 "model is trained over the script's DistGraph") from None
+                raise same_on_every_rank(StateError(
+                    "DistributedDataParallel(model) under dglx_dist.run: the script built no "
+                    "dgl.distributed.DistGraph before it; the model is trained over the "
+                    "script's DistGraph")) from None
             return parallelize(module, g)
 
         def __instancecheck__(cls, obj: Any) -> bool:
