@@ -89,8 +89,8 @@ def import_cached(json_path: str | os.PathLike, session, cache_dir: str | os.Pat
 
 
 def DistGraph(graph_name: str, gpb=None, part_config: str | os.PathLike | None = None, *,
-              strategy: str | Strategy = "distdgl", cache_dir: str | os.PathLike = "dglx-partitions",
-              **options: Any) -> _graph.DistGraph:
+              strategy: str | Strategy = "distdgl",
+              cache_dir: str | os.PathLike = "dglx-partitions", **options: Any) -> _graph.DistGraph:
     """DGL's ``DistGraph(graph_name, part_config=...)``: the graph of DGL's partitions (a
     ``partition_graph`` JSON) or of a dglx partition directory.
 
