@@ -9,8 +9,11 @@ under torchrun: no ip_config, no servers, no SSH. Partitions written by DGL's
 
 The script's own ``torch.distributed.init_process_group`` and ``DistributedDataParallel`` keep
 working: the session adopts the process group the script made, and the graph trains under
-``distdgl`` (DistDGL's own semantics). To swap strategy, pass ``strategy=`` to
-``DistGraph`` and wrap the model with :func:`dglx_dist.parallelize` instead of DDP.
+``distdgl`` (DistDGL's own semantics). To swap strategy without changing a line, launch the
+script with ``torchrun ... -m dglx_dist.run --strategy NAME script.py`` (:mod:`dglx_dist.run`);
+by hand, pass ``strategy=`` to ``DistGraph`` and wrap the model with
+:func:`dglx_dist.parallelize` instead of DDP. A strategy that needs features by columns
+(``p3``) gets DGL's partitions laid out so, once (cached beside the import).
 """
 from __future__ import annotations
 
@@ -26,9 +29,12 @@ from dglx_dist.api.split import node_split
 from dglx_dist.api.tensor import DistTensor
 from dglx_dist.distributed import optim
 from dglx_dist.distributed.embedding import DistEmbedding
-from dglx_dist.errors import InvalidValueError
+from dglx_dist.errors import DglxError, InvalidValueError
+from dglx_dist.partition.load import PartitionDir
 from dglx_dist.prepare import checked_cache, made_by_rank0
+from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.runtime.session import current_session, init
+from dglx_dist.strategies.base import STRATEGIES, Strategy, check_partitions
 
 __all__ = ["initialize", "DistGraph", "node_split", "DistTensor", "DistEmbedding", "optim",
            "exit_client", "import_cached"]
@@ -58,21 +64,33 @@ def _key(json_path: Path) -> str:
 
 
 def import_cached(json_path: str | os.PathLike, session, cache_dir: str | os.PathLike,
-                  wait_timeout: float = 3600.0) -> Path:
+                  wait_timeout: float = 3600.0, layout: str = "rows") -> Path:
     """DGL's partitions as a dglx partition directory: imported by rank 0 into ``cache_dir``
-    the first time (the other ranks wait for the files), reused afterwards."""
+    the first time (the other ranks wait for the files), reused afterwards. With ``layout``
+    "columns" (P3's), the import's features laid out by columns
+    (:func:`~dglx_dist.partition.columns.by_columns`), cached beside it: DGL's node
+    assignment and ids are kept either way."""
     from dglx_dist.partition import import_dgl_partitions
+    from dglx_dist.partition.columns import by_columns
     from dglx_dist.partition.io import MANIFEST
 
+    if layout not in ("rows", "columns"):
+        raise InvalidValueError(f"import_cached: layout {layout!r}; expected 'rows' or "
+                                "'columns'")
     json_path = Path(json_path)
     out = checked_cache(cache_dir) / f"dgl-{json_path.stem}-{_key(json_path)}"
-    return made_by_rank0(session, out, MANIFEST, lambda: import_dgl_partitions(json_path, out),
+    rows = made_by_rank0(session, out, MANIFEST, lambda: import_dgl_partitions(json_path, out),
                          f"importing DGL partitions {json_path}", wait_timeout)
+    if layout == "rows":
+        return rows
+    cols = out.with_name(out.name + "-columns")
+    return made_by_rank0(session, cols, MANIFEST, lambda: by_columns(rows, cols),
+                         f"laying DGL partitions {json_path} out by columns", wait_timeout)
 
 
 def DistGraph(graph_name: str, gpb=None, part_config: str | os.PathLike | None = None, *,
-              strategy: str = "distdgl", cache_dir: str | os.PathLike = "dglx-partitions",
-              **options: Any) -> _graph.DistGraph:
+              strategy: str | Strategy = "distdgl",
+              cache_dir: str | os.PathLike = "dglx-partitions", **options: Any) -> _graph.DistGraph:
     """DGL's ``DistGraph(graph_name, part_config=...)``: the graph of DGL's partitions (a
     ``partition_graph`` JSON) or of a dglx partition directory.
 
@@ -80,7 +98,8 @@ def DistGraph(graph_name: str, gpb=None, part_config: str | os.PathLike | None =
         graph_name: DGL's graph name (kept for the log).
         gpb: DGL's; accepted (the partition book comes from the partitions).
         part_config: the JSON ``partition_graph`` wrote, or a dglx partition directory.
-        strategy: the strategy to train with (DistDGL's own by default).
+        strategy: the strategy to train with (DistDGL's own by default), a registered name
+            or a built strategy.
         cache_dir: where imported partitions are kept.
         **options: the strategy's options.
     """
@@ -93,8 +112,18 @@ def DistGraph(graph_name: str, gpb=None, part_config: str | os.PathLike | None =
         session = current_session()
     except RuntimeError:
         session = init()  # adopts a process group the script made itself
+    if isinstance(strategy, Strategy) and options:
+        raise InvalidValueError(f"DistGraph: options {sorted(options)} given with a built "
+                                "strategy; pass them to STRATEGIES.build instead")
+    built = strategy if isinstance(strategy, Strategy) else STRATEGIES.build(strategy, **options)
     path = Path(part_config)
-    parts = import_cached(path, session, cache_dir) if path.suffix == ".json" else path
-    return _graph.DistGraph(parts, strategy, session=session, **options)
+    if path.suffix == ".json":  # the layout the strategy's partitioner writes, DGL's ids kept
+        layout = built.partition_spec(session.topology).feature_layout or "rows"
+        path = import_cached(path, session, cache_dir, layout=layout)
+    try:  # every rank refuses the same partitions alike: one line, from rank 0
+        check_partitions(built, PartitionDir(path), session.topology)
+    except DglxError as exc:
+        raise same_on_every_rank(exc) from None
+    return _graph.DistGraph(path, built, session=session)
 
 
