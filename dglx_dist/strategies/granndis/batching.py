@@ -1,5 +1,6 @@
 """A rank's co-batches: how the server's preloaded subgraph is cut into cooperative batches
-(METIS clusters of the rank's inner nodes, each with its own EAS neighbourhood), and the rows
+(the rank's inner nodes dealt at random or cut into METIS clusters, each co-batch with its own
+EAS neighbourhood), and the rows
 kept for them.
 
 :class:`~dglx_dist.strategies.granndis.strategy.GraNNDisStrategy` builds them once their count
@@ -21,7 +22,7 @@ from dglx_dist.runtime.comm import Comm
 from dglx_dist.strategies.granndis.cobatch import (CoBatchPlan, GroupNodes, batch_edges,
                                                    build_cobatch, levels)
 
-__all__ = ["ServerGraph", "Batching", "clusters", "cobatch_plans", "target_rows"]
+__all__ = ["ServerGraph", "Batching", "TARGETS", "clusters", "cobatch_plans", "target_rows"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,17 +75,30 @@ class Batching:
         return len(self.plans) == 1
 
 
-def clusters(server: ServerGraph, R: int, seed: int = 0) -> torch.Tensor:
-    """Co-batch of every core node: METIS clusters of the rank's part (training and other
-    nodes balanced), the same in every run of one ``seed`` (our METIS binding)."""
+TARGETS = ("random", "metis")
+"""How a rank's nodes are dealt into co-batches (the ``cobatch_targets`` option)."""
+
+
+def clusters(server: ServerGraph, R: int, seed: int = 0, how: str = "random") -> torch.Tensor:
+    """Co-batch of every core node, the same in every run of one ``seed``: ``"random"`` deals
+    the training nodes and the others at random, evenly, as a shuffled loader's batches
+    would; ``"metis"`` takes METIS clusters of the rank's part (training and other nodes
+    balanced; our METIS binding): smaller neighbourhoods, but on a graph whose labels follow
+    its communities a co-batch then holds few classes and training converges slowly."""
     core = torch.from_numpy(server.part.core_gid)
+    train = server.part.train.astype(bool)
     if R == 1 or core.numel() <= R:
         return torch.arange(core.numel()) % R
+    if how == "random":
+        gen, out = torch.Generator().manual_seed(seed), torch.empty(core.numel(), dtype=torch.int64)
+        for mask in (train, ~train):
+            idx = torch.from_numpy(np.flatnonzero(mask))
+            out[idx[torch.randperm(idx.numel(), generator=gen)]] = torch.arange(idx.numel()) % R
+        return out
     src, dst = server.core_edges
     inner = torch.isin(src, core)
     indptr, indices = symmetric_csr(torch.searchsorted(core, src[inner]).numpy(),
                                     torch.searchsorted(core, dst[inner]).numpy(), core.numel())
-    train = server.part.train.astype(bool)
     vwgt = np.stack([train, ~train], axis=1).astype(np.int64)
     vwgt = vwgt[:, vwgt.sum(axis=0) > 0]  # a constraint no node has is none
     return torch.from_numpy(part_graph(indptr, indices, R, vwgt=vwgt, seed=seed))
@@ -92,13 +106,14 @@ def clusters(server: ServerGraph, R: int, seed: int = 0) -> torch.Tensor:
 
 def cobatch_plans(server: ServerGraph, R: int, num_layers: int, group: Comm, max_hop: int,
                   fanout: int, progress: bool = False,
-                  targetable: torch.Tensor | None = None, seed: int = 0) -> list[CoBatchPlan]:
+                  targetable: torch.Tensor | None = None, seed: int = 0,
+                  how: str = "random") -> list[CoBatchPlan]:
     """Every one of the ``R`` co-batches' plans on this rank (collective over ``group``);
     with ``R > 1`` each has its own EAS neighbourhood (``max_hop``, ``fanout``) inside the
     group's set. ``targetable``: a mask over ``server.own`` of the nodes that may be targets
-    (None: every inner node; a typed graph's labeled types)."""
+    (None: every inner node; a typed graph's labeled types); ``how``: see :func:`clusters`."""
     own, core = server.own, torch.from_numpy(server.part.core_gid)
-    cluster = clusters(server, R, seed)
+    cluster = clusters(server, R, seed, how)
     is_core = torch.isin(own, core)
     cluster_of_own = torch.full((own.numel(),), -1, dtype=torch.int64)
     cluster_of_own[is_core] = cluster[torch.searchsorted(core, own[is_core])]

@@ -18,17 +18,16 @@
   mean loss over every rank's labelled targets, since each rank's loss is weighted by its
   share of them where it starts (gradients cross ranks through the exchanges, so weighting
   the parameter gradients afterwards would be wrong).
-* Cooperative batching: the inner nodes are cut into ``co_batches`` (R) METIS clusters per rank;
-  a step trains one co-batch per server: its targets (the clusters with one index on every rank
-  of the server) and the dependencies EAS admits around them inside the preloaded set (m hops,
+* Cooperative batching: the inner nodes are dealt into ``co_batches`` (R) per rank (at random,
+  or METIS clusters: ``cobatch_targets``); a step trains one co-batch per server: its targets
+  (those with one index on every rank) and the dependencies EAS admits around them (m hops,
   k non-target in-neighbours per node and hop; all edges among them kept), split over the
   server's ranks as they are held (fetch-then-split); their feature rows are gathered for the
   step and dropped after it. R = 1 is full-graph training over the whole preloaded set, built
   once and kept.
-* On GPUs: the preloaded rows, every co-batch's blocks and exchange
-  plans (built once, on the host, then copied) and the model live on the rank's GPU; the
-  halo rows and the parameter gradients travel over NCCL under ``--backend nccl``. Building
-  the co-batches (EAS, METIS clusters, levels) stays on the host.
+* On GPUs: the preloaded rows, the co-batches' blocks and exchange plans (built on the host,
+  then copied) and the model live on the rank's GPU; halo rows and parameter gradients travel
+  over NCCL under ``--backend nccl``.
 * ``fullgraph`` is the same machinery with the whole job as one group and nothing preloaded:
   each layer exchanges boundary rows with every rank, across servers too.
 * Link prediction: full-graph steps whose pair nodes' rows are fetched from their owners
@@ -63,7 +62,7 @@ from dglx_dist.strategies.abilities import (Approximate, FullGraphForm, HoldsRow
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, Strategy,
                                        check_partitions, pull_features_once,
                                        with_depth)
-from dglx_dist.strategies.granndis.batching import (Batching, ServerGraph, cobatch_plans,
+from dglx_dist.strategies.granndis.batching import (TARGETS, Batching, ServerGraph, cobatch_plans,
                                                     target_rows)
 from dglx_dist.strategies.granndis.cobatch import GroupNodes, LayerPlan
 from dglx_dist.strategies.granndis.eas import expand_external
@@ -106,11 +105,14 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
             default=15, metadata={"help": "EAS k: external in-neighbours admitted per node "
                                           "and hop; -1: all."})
         co_batches: int = dataclasses.field(
-            default=-1, metadata={"help": "R: cooperative batches per epoch (METIS clusters of "
-                                          "each rank's inner nodes); 1: full-graph training; "
+            default=-1, metadata={"help": "R: cooperative batches per epoch (each rank's inner "
+                                          "nodes dealt into R); 1: full-graph training; "
                                           "-1: as many as the first dglx_dist.DataLoader's "
                                           "batches per rank (1 when an edge loader or the "
                                           "full-graph form asks first)."})
+        cobatch_targets: str = dataclasses.field(default="random", metadata={
+            "help": "Co-batches of each rank's nodes: 'random' (dealt evenly, as a shuffled "
+                    "loader) or 'metis' (clusters: fewer rows, few classes per co-batch)."})
         scope: str = dataclasses.field(
             default="server", metadata={"help": "Who shares preloading and swaps rows: "
                                                 "'server' (GraNNDis) or 'world' (the whole job, "
@@ -130,8 +132,9 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
                                         "-1) and k >= 1 (or -1)")
             if self.co_batches < 1 and self.co_batches != -1:
                 raise InvalidValueError(f"co_batches {self.co_batches}: must be >= 1 (or -1: auto)")
-            if self.scope not in _SCOPES:
-                raise InvalidValueError(f"scope {self.scope!r}; expected one of {_SCOPES}")
+            for name, valid in (("scope", _SCOPES), ("cobatch_targets", TARGETS)):
+                if (value := getattr(self, name)) not in valid:
+                    raise InvalidValueError(f"{name} {value!r}; expected one of {valid}")
 
     def __init__(self, config, name: str = ""):
         super().__init__(config, name)
@@ -201,7 +204,8 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         targetable = None if self.types is None else \
             target_types(self.types, self.pdir.types.labeled, own)
         plans = cobatch_plans(server, count, cfg.num_layers, self.group, self._cobatch_hops(),
-                              cfg.external_fanout, self.session.is_main, targetable, cfg.seed)
+                              cfg.external_fanout, self.session.is_main, targetable, cfg.seed,
+                              cfg.cobatch_targets)
         if self.types is not None:  # DGL's heterogeneous blocks; every own node's rows
             plans = [typed_cobatch(p, self.types, self.pdir.types.canonical_etypes,
                                    self._rel_degree) for p in plans]
@@ -228,8 +232,7 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         return self._batching
 
     def _max_hop(self) -> int:
-        m = self.config.external_max_hop
-        return self.config.num_layers if m < 0 else m
+        return self.config.num_layers if (m := self.config.external_max_hop) < 0 else m
 
     def _cobatch_hops(self) -> int:
         """EAS hops around a co-batch's targets: m; m = 0 (fullgraph) on a typed graph, whose
@@ -335,10 +338,8 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
                 Step(cob.nodes, cob.nodes.index_select(0, rows), blocks)
 
     def step_forward(self, model: nn.Module, blocks, x) -> torch.Tensor:
-        """An edge loader's step: the rows of its pair nodes, fetched from the ranks that
-        computed them; any other step as every strategy's. A pair step's loss may reach
-        parameters that are not upstream of these rows (a scorer's), so its backward pass is
-        averaged over the ranks afterwards (as DDP does) instead of weighting the rows."""
+        """An edge loader's step: its pair nodes' rows, fetched from the ranks that computed
+        them (its backward is averaged over the ranks in :meth:`after_backward`)."""
         state = getattr(blocks, "state", None)
         if state is None or not isinstance(state.plan, PairGather):
             return super().step_forward(model, blocks, x)
@@ -393,8 +394,7 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         a pass that reached a pair step."""
         reduce = self.session.all_reduce_by_server
         if any(isinstance(step.plan, PairGather) for step in steps):
-            world = self.session.world_size
-            self._sync.finish(lambda flat: reduce(flat) / world)
+            self._sync.finish(lambda flat: reduce(flat) / self.session.world_size)
             return
         self._sync.finish(reduce)
 
