@@ -14,6 +14,7 @@ from benchmarks.costmodel.laws import LAWS
 from benchmarks.costmodel.memory import MB, fit_memory, parse_sizes
 from benchmarks.costmodel.predict import Calibration, predict
 from benchmarks.costmodel.shapes import Cluster, GraphShape, Units, Workload
+from benchmarks.costmodel.typed_memory import add_typed_flags, typed_memory
 from benchmarks.costmodel.validate import (RunShape, accuracy, compare, measured_rows,
                                            parse_shape)
 from benchmarks.sweeps.common import emit_json, emit_text
@@ -108,6 +109,7 @@ def _memory_parser(sub) -> argparse.ArgumentParser:
                    help="edges per node of the graph asked about (default: ogbn-products')")
     m.add_argument("--workdir", type=Path, default=Path("cluster-model"))
     m.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
+    add_typed_flags(m)
     return m
 
 
@@ -146,7 +148,10 @@ def validate(args: argparse.Namespace) -> dict[str, Any]:
 def memory(args: argparse.Namespace) -> dict[str, Any]:
     """Every strategy at every ``--sizes`` graph (``dglx bench`` on 10 Gbit/s emulated links:
     memory does not depend on the link); per strategy, the fit of its peak per rank and the
-    largest graph of ``--degree`` that all its ranks fit into this machine's memory."""
+    largest graph of ``--degree`` that all its ranks fit into this machine's memory
+    (``--typed``: :func:`~benchmarks.costmodel.typed_memory.typed_memory` instead)."""
+    if args.typed:
+        return typed_memory(args)
     from dglx_dist.bench.datasets import synthetic_dataset
     from dglx_dist.data.synthetic import SyntheticConfig
 
@@ -279,6 +284,8 @@ PREDICTION_COLUMNS = ("strategy", "servers", "world", "epoch_s", "steps", "inter
 
 
 def _plot_memory(result: dict[str, Any], path: Path) -> None:
+    if "points" in result:  # --typed: its table is the result
+        raise InvalidValueError("--plot: memory --typed draws no figure; leave --plot out")
     sizes = result["sizes"]
     series = tuple(Series(r["strategy"], tuple(n for n, _ in sizes),
                           tuple(r[f"peak_mb_{n // 1000}k"] for n, _ in sizes))
@@ -300,8 +307,9 @@ def main(argv: list[str] | None, description: str) -> int:
     result = run(args)
     emit_json(result, args.out)
     emit_text(markdown_table(result["rows"], columns))
-    if "accuracy" in result:
-        emit_text(markdown_table(result["accuracy"]))
+    for extra in ("accuracy", "checks"):
+        if result.get(extra):
+            emit_text(markdown_table(result[extra]))
     if args.plot:
         plot(result, args.plot)
     return 0
