@@ -56,7 +56,7 @@ class TypedPoint:
 
 
 def parse_points(text: str) -> list[TypedPoint]:
-    """``SCALE[:fF][:hH],...`` (e.g. ``1/16,1/8,1/4,1/8:f512,1/8:h256``)."""
+    """``SCALE[:fF][:hH],...`` (e.g. ``1/8,1/4,1/8:f512,1/8:h256``)."""
     points = []
     for item in (p for p in text.split(",") if p):
         scale, *rest = item.split(":")
@@ -205,7 +205,7 @@ def add_typed_flags(m: Any) -> None:
     m.add_argument("--typed", action="store_true", help="measure dglx train's R-GCN on "
                    "mag-shaped typed graphs (--points) instead, and fit the typed terms")
     m.add_argument("--points", type=parse_points,
-                   default=parse_points("1/16,1/8,1/4,1/8:f512,1/8:h256"),
+                   default=parse_points("1/8,1/4,1/8:f512,1/8:h256"),
                    help="--typed: SCALE[:fF][:hH] of ogbn-mag (F: paper features, H: hidden "
                         "and learned rows; defaults 128 and 64), at least 4")
     m.add_argument("--check", type=parse_points, default=parse_points("1/2"),

@@ -19,7 +19,7 @@ MB = 1 << 20
 def _docs_fits() -> dict[str, dict]:
     """The fits table of docs/cluster_model.md's "Memory per rank", by strategy."""
     text = (ROOT / "docs" / "cluster_model.md").read_text()
-    section = text.split("## Memory per rank")[1].split("\n## ")[0]
+    section = text.split("## Memory per rank")[1].split("\n## ")[0].split("### ")[0]
     rows = [line.strip("|").split("|") for line in section.splitlines()
             if line.startswith("| ") and not line.startswith("| strategy")]
     return {cells[0].strip(): {"base_mb": int(cells[4]), "bytes_per_node": int(cells[5]),
