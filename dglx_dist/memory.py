@@ -14,7 +14,8 @@ import psutil
 
 from dglx_dist.errors import InsufficientMemoryError, InvalidValueError
 
-__all__ = ["EMBEDDING_COPIES", "GraphSize", "MemoryModel", "NodeTypeSize", "PeakRSS", "SavedBytes", "check_memory", "peak_rss_bytes"]
+__all__ = ["EMBEDDING_COPIES", "GraphSize", "MemoryModel", "NodeTypeSize", "PeakRSS",
+           "SavedBytes", "check_memory", "peak_rss_bytes"]
 
 _MB = 1 << 20
 

@@ -79,11 +79,11 @@ __all__ = ["GraNNDisStrategy"]
 
 log = logging.getLogger(__name__)
 _SCOPES = ("server", "world")
-# peak RSS per rank by scope, docs/cluster_model.md "Memory per rank" (2x1 ranks, F=128, GCN 64,
-# fitted at 0.3M-1.2M nodes), then on typed graphs ("Graphs with node types": R-GCN, mag-shaped)
-_FITS = {"server": (MemoryModel(base=1508 * 2**20, per_node=9921, per_edge=167.8),  # granndis
+# peak RSS per rank by scope (granndis, fullgraph), docs/cluster_model.md "Memory per rank"
+# (F=128, GCN 64) and its "Graphs with node types" (R-GCN, mag-shaped): untyped, typed
+_FITS = {"server": (MemoryModel(1508 * 2**20, 9921, 167.8),
                     MemoryModel(549 * 2**20, 0, 491.2, 5.08, 19.46)),
-         "world": (MemoryModel(base=716 * 2**20, per_node=8358, per_edge=122.2),  # fullgraph
+         "world": (MemoryModel(716 * 2**20, 8358, 122.2),
                    MemoryModel(636 * 2**20, 0, 440.4, 2.8, 13.21))}
 
 
