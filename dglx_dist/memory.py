@@ -1,7 +1,7 @@
 """Memory measurement: a process's peak resident memory and the bytes autograd saves for
 backward (reported as ``peak_rss_mb`` and ``peak_saved_mb``); the up-front refusal of work
 whose estimated peak does not fit (:func:`check_memory`); and the measured model of a rank's
-peak as the graph grows (:class:`MemoryModel`)."""
+peak as the graph grows (:class:`MemoryModel`, applied to a :class:`GraphSize`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,7 +14,8 @@ import psutil
 
 from dglx_dist.errors import InsufficientMemoryError, InvalidValueError
 
-__all__ = ["MemoryModel", "PeakRSS", "SavedBytes", "check_memory", "peak_rss_bytes"]
+__all__ = ["EMBEDDING_COPIES", "GraphSize", "MemoryModel", "NodeTypeSize", "PeakRSS",
+           "SavedBytes", "check_memory", "peak_rss_bytes"]
 
 _MB = 1 << 20
 
@@ -36,56 +37,163 @@ def check_memory(estimate: int, limit: int | None, what: str,
             f"{advice if isinstance(advice, str) else advice(available)}")
 
 
+EMBEDDING_COPIES = 3
+"""Copies of a featureless type's learned rows a job holds: the rows and SparseAdam's two
+moment estimates."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeTypeSize:
+    """One node type of a graph, as a memory estimate sees it.
+
+    Attributes:
+        name: the type's name (``"_N"`` for a graph without types).
+        nodes: its node count.
+        feat_dim: its feature width; 0 for a type without features (it trains learned rows).
+    """
+
+    name: str
+    nodes: int
+    feat_dim: int
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphSize:
+    """What a memory estimate knows of a graph: nodes and feature widths per node type, the
+    edges (every edge type's, directed, as the dataset lists them), and how wide the learned
+    rows of the types without features are.
+
+    Attributes:
+        types: the node types (a graph without types: one).
+        edges: edges of every edge type together.
+        embed_dim: width of the learned rows of each featureless type (0: none are learned).
+        typed: whether the graph has node and edge types (a typed dataset or partition).
+    """
+
+    types: tuple[NodeTypeSize, ...]
+    edges: int
+    embed_dim: int = 0
+    typed: bool = False
+
+    def __post_init__(self):
+        counts = [(t.nodes, t.feat_dim) for t in self.types]
+        if not self.types or min(min(c) for c in counts) < 0 or min(self.edges,
+                                                                      self.embed_dim) < 0:
+            raise InvalidValueError(f"GraphSize(types={counts}, edges={self.edges}, embed_dim="
+                                    f"{self.embed_dim}): expected at least one node type, "
+                                    "every count and width >= 0")
+
+    @classmethod
+    def homogeneous(cls, nodes: int, edges: int, feat_dim: int = 128) -> "GraphSize":
+        """A graph without types (the one-type case)."""
+        return cls((NodeTypeSize("_N", int(nodes), int(feat_dim)),), int(edges))
+
+    @property
+    def nodes(self) -> int:
+        return sum(t.nodes for t in self.types)
+
+    @property
+    def feature_bytes(self) -> int:
+        """float32 feature rows of the featured types: sum of ``nodes x feat_dim x 4``."""
+        return sum(4 * t.nodes * t.feat_dim for t in self.types)
+
+    @property
+    def embedding_bytes(self) -> int:
+        """Learned rows of the featureless types with their optimizer state: sum of ``nodes x
+        embed_dim x 4 x`` :data:`EMBEDDING_COPIES`."""
+        return sum(4 * EMBEDDING_COPIES * t.nodes * self.embed_dim
+                   for t in self.types if t.feat_dim == 0)
+
+    def describe(self) -> str:
+        """``N nodes and M edges``, with the types when it has them."""
+        text = f"{self.nodes:,} nodes and {self.edges:,} edges"
+        if not self.typed:
+            return text
+        kinds = ", ".join(f"{t.name} {t.nodes:,}" + (f" F={t.feat_dim}" if t.feat_dim else
+                                                     f" learned {self.embed_dim}")
+                          for t in self.types)
+        return f"{text} ({kinds})"
+
+
 @dataclasses.dataclass(frozen=True)
 class MemoryModel:
     """A rank's peak resident bytes as the graph grows, fitted to measured peaks: ``base +
-    per_node x nodes/W + per_edge x edges/W`` for a graph of ``nodes`` and ``edges`` trained by
+    (per_node x nodes + per_edge x edges + per_feature_byte x feature bytes +
+    per_embedding_byte x embedding bytes) / W`` for a graph (a :class:`GraphSize`) trained by
     ``W`` ranks (``benchmarks/cluster_model.py memory`` measures and fits it; the strategies'
-    fits are their ``memory_model``). It knows the graph's size only: not the feature width,
-    the model or the batch it was measured with.
+    fits are their ``memory_model`` and ``typed_memory_model``).
+
+    The fits on graphs without types were measured at one feature width (F = 128) and carry
+    no feature term: their per-node bytes hold the features at that width. The typed fits
+    (``memory --typed``, mag-shaped graphs) split the graph into feature bytes of the featured
+    types, learned-row bytes of the others, and edges. Neither knows the model or the batch.
 
     Attributes:
         base: bytes a rank holds whatever the graph (Python, torch, DGL, buffers).
         per_node: bytes per node of the rank's share of the graph.
         per_edge: bytes per edge of the rank's share.
+        per_feature_byte: resident bytes per byte of float32 features of the rank's share
+            (:attr:`GraphSize.feature_bytes`; its copies: store, pulls, batches).
+        per_embedding_byte: resident bytes per byte of learned rows with their optimizer state
+            (:attr:`GraphSize.embedding_bytes`).
     """
 
     base: float
     per_node: float
     per_edge: float
+    per_feature_byte: float = 0.0
+    per_embedding_byte: float = 0.0
 
     def __post_init__(self):
-        values = (self.base, self.per_node, self.per_edge)
+        values = (self.base, self.per_node, self.per_edge, self.per_feature_byte,
+                  self.per_embedding_byte)
         if not all(math.isfinite(v) and v >= 0 for v in values):
-            raise InvalidValueError(f"MemoryModel{values}: base, per_node and per_edge must be "
-                                    "finite numbers >= 0")
+            raise InvalidValueError(f"MemoryModel{values}: base, per_node, per_edge, "
+                                    "per_feature_byte and per_embedding_byte must be finite "
+                                    "numbers >= 0")
 
     def peak(self, nodes: float, edges: float, world: int) -> float:
-        """Peak bytes of one of ``world`` ranks training a graph of ``nodes`` and ``edges``."""
-        return self.base + (self.per_node * nodes + self.per_edge * edges) / world
+        """Peak bytes of one of ``world`` ranks training a graph of ``nodes`` and ``edges``
+        without types at F = 128 (:meth:`estimate` of the one-type graph)."""
+        return self.estimate(GraphSize.homogeneous(nodes, edges), world)
+
+    def estimate(self, graph: GraphSize, world: int) -> float:
+        """Peak bytes of one of ``world`` ranks training ``graph``."""
+        return self.base + self._growth(graph) / world
+
+    def _growth(self, graph: GraphSize) -> float:
+        """The bytes that grow with ``graph``, all ranks together."""
+        return (self.per_node * graph.nodes + self.per_edge * graph.edges
+                + self.per_feature_byte * graph.feature_bytes
+                + self.per_embedding_byte * graph.embedding_bytes)
 
     def largest_nodes(self, degree: float, budget: float, world: int) -> int | None:
-        """Nodes of the largest graph with ``degree`` edges per node whose ``world`` ranks fit
-        in ``budget`` bytes together; None when it does not grow with the graph."""
-        slope = self.per_node + self.per_edge * degree
+        """Nodes of the largest graph without types (F = 128) with ``degree`` edges per node
+        whose ``world`` ranks fit in ``budget`` bytes together; None when it does not grow
+        with the graph."""
+        slope = self.per_node + self.per_edge * degree + self.per_feature_byte * 4 * 128
         if slope <= 0:
             return None
         return max(0, int((budget / world - self.base) * world / slope))
 
-    def fewest_servers(self, nodes: float, edges: float, ranks: int,
-                       budget: float) -> int | None:
+    def fewest_servers(self, graph: GraphSize, ranks: int, budget: float) -> int | None:
         """The fewest servers of ``ranks`` ranks each whose ranks fit together in ``budget``
-        bytes on every server, training a graph of ``nodes`` and ``edges``; None when the
-        ranks' base alone does not fit."""
+        bytes on every server, training ``graph``; None when the ranks' base alone does not
+        fit."""
         room = budget - ranks * self.base
         if room <= 0:
             return None
-        return max(1, math.ceil((self.per_node * nodes + self.per_edge * edges) / room))
+        return max(1, math.ceil(self._growth(graph) / room))
 
     def public(self) -> dict[str, Any]:
-        """The fit as the docs' tables show it (MiB, bytes per node, bytes per edge)."""
-        return {"base_mb": round(self.base / _MB), "bytes_per_node": round(self.per_node),
-                "bytes_per_edge": round(self.per_edge, 1)}
+        """The fit as the docs' tables show it (MiB, bytes per node, bytes per edge; the
+        typed terms where it has them)."""
+        out = {"base_mb": round(self.base / _MB), "bytes_per_node": round(self.per_node),
+               "bytes_per_edge": round(self.per_edge, 1)}
+        if self.per_feature_byte or self.per_embedding_byte:
+            out |= {"per_feature_byte": round(self.per_feature_byte, 2),
+                    "per_embedding_byte": round(self.per_embedding_byte, 2)}
+        return out
 
 
 def peak_rss_bytes() -> int:

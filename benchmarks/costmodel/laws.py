@@ -135,15 +135,16 @@ def _sampled(graph: GraphShape, work: Workload, steps: int) -> tuple[list[Block]
     blocks = expansion(graph, work, work.batch_size)
     spmm, flops = _compute(work, work.dims(graph), blocks)
     return blocks, Work(steps=steps, sample_edges=steps * sum(b.edges for b in blocks),
-                        gather_bytes=steps * blocks[0].src * graph.feat_dim * F32,
+                        gather_bytes=steps * blocks[0].src * graph.row_bytes,
                         spmm_edge_dims=steps * spmm, flops=steps * flops)
 
 
 @law("distdgl")
 def distdgl(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
     """Owner-compute seeds; a node h hops out is on another server with probability
-    ``1 - (1 - cut(S)) ** h``; remote feature rows are pulled, remote frontier nodes are
-    sampled by their owners (ids out, edges back); DDP all-reduces the gradients."""
+    ``1 - (1 - cut(S)) ** h``; remote feature rows are pulled (on a typed graph, the learned
+    rows of featureless types too, and their gradients pushed back), remote frontier nodes
+    are sampled by their owners (ids out, edges back); DDP all-reduces the gradients."""
     steps = _steps(graph, work, cluster)
     blocks, base = _sampled(graph, work, steps)
     cut = graph.cut(cluster.servers)
@@ -151,7 +152,7 @@ def distdgl(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
     pull = sample = 0.0
     for hop, b in enumerate(reversed(blocks), 1):
         remote = b.new * (1 - (1 - cut) ** hop)
-        pull += remote * (graph.feat_dim * F32 + ID)
+        pull += remote * (graph.row_bytes + graph.learned_bytes + ID)
         if hop < len(blocks):  # these nodes are the next block's destinations
             fanout = work.fanouts[len(blocks) - hop - 1]
             sample += remote * (ID + 2 * ID * _kept(deg, fanout, True))
@@ -165,7 +166,8 @@ def p3(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
     """One hash part and one feature slice per rank: the first block's structure goes to every
     rank, every rank's partial layer-1 rows of each batch are summed at its owner and the
     gradients go back, both in two stages (once across servers, then inside each); remote
-    frontier nodes are sampled by their owners; the layers above the first are all-reduced."""
+    frontier nodes are sampled by their owners; the layers above the first are all-reduced (on
+    a typed graph, the learned rows of featureless types are pulled and pushed as distdgl's)."""
     steps = _steps(graph, work, cluster)
     blocks, base = _sampled(graph, work, steps)
     w, s, g, deg = cluster.world, cluster.servers, cluster.ranks_per_server, graph.degrees()
@@ -179,7 +181,10 @@ def p3(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
                              for b, f in zip(blocks[1:], work.fanouts))
     inter_frac = (w - g) / (w - 1) if w > 1 else 0.0
     sample_inter, sample_intra = _split(sample, inter_frac)
-    inter, intra = staged * (s - 1) + sample_inter, staged * s * (g - 1) + sample_intra
+    learned = steps * w * first.src * (w - 1) / w * (2 * graph.learned_bytes)
+    learned_inter, learned_intra = _split(learned, inter_frac)
+    inter = staged * (s - 1) + sample_inter + learned_inter
+    intra = staged * s * (g - 1) + sample_intra + learned_intra
     upper = work.params(graph) - WEIGHTS[work.model] * graph.feat_dim * work.hidden
     ar_inter, ar_intra = _allreduce(graph, work, cluster, steps, upper)
     return dataclasses.replace(base, inter_bytes=inter + ar_inter, intra_bytes=intra + ar_intra)
@@ -191,7 +196,7 @@ def _full_compute(graph: GraphShape, work: Workload, nodes: float, halo: float,
     dims = work.dims(graph)
     blocks = [Block(src=nodes + halo, dst=nodes, edges=edges, new=halo)] * work.layers
     spmm, flops = _compute(work, dims, blocks)
-    return Work(steps=1, gather_bytes=nodes * graph.feat_dim * F32, spmm_edge_dims=spmm,
+    return Work(steps=1, gather_bytes=nodes * graph.row_bytes, spmm_edge_dims=spmm,
                 flops=flops)
 
 

@@ -14,6 +14,7 @@ from benchmarks.costmodel.laws import LAWS
 from benchmarks.costmodel.memory import MB, fit_memory, parse_sizes
 from benchmarks.costmodel.predict import Calibration, predict
 from benchmarks.costmodel.shapes import Cluster, GraphShape, Units, Workload
+from benchmarks.costmodel.typed_memory import add_typed_flags, typed_memory
 from benchmarks.costmodel.validate import (RunShape, accuracy, compare, measured_rows,
                                            parse_shape)
 from benchmarks.sweeps.common import emit_json, emit_text
@@ -64,7 +65,9 @@ def _parser(description: str) -> argparse.ArgumentParser:
     q.add_argument("--calibration", type=Path, default=Path("cluster-model/calibration.json"),
                    help="validate's output")
     q.add_argument("--graph", default="papers", help="papers or products (a synthetic preset's "
-                   "shape, with the calibration graph's degrees and cuts), or a dataset dir")
+                   "shape, with the calibration graph's degrees and cuts), mag (ogbn-mag's "
+                   "node types: paper features, learned rows --hidden wide for the others), "
+                   "or a dataset dir")
     q.add_argument("--servers", type=_ints, default=(1, 2, 4, 8, 16, 32, 64))
     q.add_argument("--ranks-per-server", type=number(int, 1), default=1)
     q.add_argument("--link-gbit", type=number(float, 0, low_open=True), default=10.0)
@@ -108,6 +111,7 @@ def _memory_parser(sub) -> argparse.ArgumentParser:
                    help="edges per node of the graph asked about (default: ogbn-products')")
     m.add_argument("--workdir", type=Path, default=Path("cluster-model"))
     m.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
+    add_typed_flags(m)
     return m
 
 
@@ -146,7 +150,10 @@ def validate(args: argparse.Namespace) -> dict[str, Any]:
 def memory(args: argparse.Namespace) -> dict[str, Any]:
     """Every strategy at every ``--sizes`` graph (``dglx bench`` on 10 Gbit/s emulated links:
     memory does not depend on the link); per strategy, the fit of its peak per rank and the
-    largest graph of ``--degree`` that all its ranks fit into this machine's memory."""
+    largest graph of ``--degree`` that all its ranks fit into this machine's memory
+    (``--typed``: :func:`~benchmarks.costmodel.typed_memory.typed_memory` instead)."""
+    if args.typed:
+        return typed_memory(args)
     from dglx_dist.bench.datasets import synthetic_dataset
     from dglx_dist.data.synthetic import SyntheticConfig
 
@@ -188,10 +195,26 @@ def _systems(text: str) -> list[str]:
     return systems
 
 
-def _graph(args: argparse.Namespace, base: GraphShape) -> GraphShape:
+def _mag_shape(base: GraphShape, embed_dim: int) -> GraphShape:
+    """ogbn-mag's sizes by type (:mod:`dglx_dist.data.mag`, reverse relations included), with
+    the calibration graph's degrees and cuts: papers train, the other types learn rows."""
+    from dglx_dist.data.mag import OGBN_MAG_CLASSES, OGBN_MAG_SPLIT, mag_sizes
+
+    sizes = mag_sizes(1.0)
+    nodes = sum(sizes.nodes.values())
+    types = tuple((n / nodes, 128 if t == "paper" else 0) for t, n in sorted(sizes.nodes.items()))
+    return dataclasses.replace(base, nodes=nodes, edges=sum(sizes.edges.values()),
+                               feat_dim=128, num_classes=OGBN_MAG_CLASSES,
+                               train_frac=OGBN_MAG_SPLIT["train"] / nodes, node_types=types,
+                               embed_dim=embed_dim)
+
+
+def _graph(args: argparse.Namespace, base: GraphShape, base_hidden: int) -> GraphShape:
     from dglx_dist.data.synthetic import SYNTHETIC_PRESETS
 
-    if args.graph in SYNTHETIC_PRESETS:
+    if args.graph == "mag":
+        graph = _mag_shape(base, args.hidden or base_hidden)
+    elif args.graph in SYNTHETIC_PRESETS:
         c = SYNTHETIC_PRESETS[args.graph]
         graph = dataclasses.replace(base, nodes=c.num_nodes, edges=c.num_edges,
                                     feat_dim=c.feat_dim, num_classes=c.num_classes,
@@ -201,8 +224,8 @@ def _graph(args: argparse.Namespace, base: GraphShape) -> GraphShape:
 
         graph = measure_graph(args.graph)
     else:
-        raise InvalidValueError(f"--graph {args.graph!r}: expected papers, products or a "
-                                f"dataset directory")
+        raise InvalidValueError(f"--graph {args.graph!r}: expected papers, products, mag or "
+                                f"a dataset directory")
     changes = {"edges": args.num_edges, "feat_dim": args.feat_dim}
     return dataclasses.replace(graph, **{k: v for k, v in changes.items() if v is not None})
 
@@ -215,7 +238,7 @@ def predict_cluster(args: argparse.Namespace) -> dict[str, Any]:
     cal = json.loads(args.calibration.read_text())
     base = GraphShape(**{**cal["graph"], "rel_degrees": tuple(cal["graph"]["rel_degrees"]),
                          "edge_cuts": tuple(cal["graph"]["edge_cuts"])})
-    graph = _graph(args, base)
+    graph = _graph(args, base, cal["workload"]["hidden"])
     changes = {k: getattr(args, k) for k in ("model", "hidden", "fanouts", "batch_size")}
     work = Workload(**{**cal["workload"], "fanouts": tuple(cal["workload"]["fanouts"]),
                        **{k: v for k, v in changes.items() if v is not None}})
@@ -279,6 +302,8 @@ PREDICTION_COLUMNS = ("strategy", "servers", "world", "epoch_s", "steps", "inter
 
 
 def _plot_memory(result: dict[str, Any], path: Path) -> None:
+    if "points" in result:  # --typed: its table is the result
+        raise InvalidValueError("--plot: memory --typed draws no figure; leave --plot out")
     sizes = result["sizes"]
     series = tuple(Series(r["strategy"], tuple(n for n, _ in sizes),
                           tuple(r[f"peak_mb_{n // 1000}k"] for n, _ in sizes))
@@ -300,8 +325,9 @@ def main(argv: list[str] | None, description: str) -> int:
     result = run(args)
     emit_json(result, args.out)
     emit_text(markdown_table(result["rows"], columns))
-    if "accuracy" in result:
-        emit_text(markdown_table(result["accuracy"]))
+    for extra in ("accuracy", "checks"):
+        if result.get(extra):
+            emit_text(markdown_table(result[extra]))
     if args.plot:
         plot(result, args.plot)
     return 0

@@ -41,15 +41,45 @@ class GraphShape:
     from the last two, linear in log2 of the parts)."""
     rel_degrees: tuple[float, ...] = (1.0,)
     """In-degree quantiles over the mean (:func:`degree_quantiles`); ``(1.0,)``: all equal."""
+    node_types: tuple[tuple[float, int], ...] = ()
+    """A graph with node types: ``(share of the nodes, feature width)`` per type, 0 for a type
+    without features, whose rows are learned ``embed_dim`` wide (pulled like features, their
+    gradients pushed back); ``()``: every node has ``feat_dim`` features."""
+    embed_dim: int = 0
+    """Width of the learned rows of the featureless types."""
 
     def __post_init__(self) -> None:
         bad = [n for n in ("nodes", "edges", "feat_dim", "num_classes") if getattr(self, n) < 1]
         bad += [n for n in ("train_frac",) if not 0 <= getattr(self, n) <= 1]
         if not self.edge_cuts or not all(0 <= c <= 1 for c in self.edge_cuts):
             bad.append("edge_cuts")
+        if self.node_types and (abs(sum(f for f, _ in self.node_types) - 1) > 1e-6 or min(
+                w for _, w in self.node_types) < 0 or self.embed_dim < 0):
+            bad.append("node_types (shares summing to 1, widths >= 0)")
         if bad:
             raise InvalidValueError(f"GraphShape: {', '.join(bad)} out of range (sizes >= 1, "
                                     f"fractions in [0, 1])")
+
+    @property
+    def row_bytes(self) -> float:
+        """Mean bytes of a node's input row: its features, or its learned row where its type
+        has none."""
+        if not self.node_types:
+            return 4.0 * self.feat_dim
+        return 4.0 * sum(f * (w or self.embed_dim) for f, w in self.node_types)
+
+    @property
+    def learned_bytes(self) -> float:
+        """Mean bytes of a node's learned row (0 where it has features): what its gradient
+        pushes back."""
+        return 4.0 * self.embed_dim * sum(f for f, w in self.node_types if w == 0)
+
+    @property
+    def featured_width(self) -> float:
+        """Mean feature width over the nodes (what a feature-sliced first layer splits)."""
+        if not self.node_types:
+            return float(self.feat_dim)
+        return sum(f * w for f, w in self.node_types)
 
     @property
     def mean_degree(self) -> float:
@@ -76,7 +106,8 @@ class GraphShape:
         return float(min(max(value, 0.0), 1 - 1 / parts))
 
     def public(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if k != "rel_degrees"}
+        skip = {"rel_degrees"} | (set() if self.node_types else {"node_types", "embed_dim"})
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,7 @@ from dglx_dist.cli_flags import add_flags, from_args
 from dglx_dist.config import MODEL_NAMES, RunConfig
 from dglx_dist.errors import InvalidValueError
 
-__all__ = ["COMMANDS"]
+__all__ = ["COMMANDS", "dataset_size", "partition_size"]
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -98,8 +98,6 @@ def _check_before_start(config: RunConfig, strategy, env) -> None:
     """The refusals of a node-task run that need the strategy and the launch environment:
     partitions that do not fit them, and a job whose memory estimate does not fit this
     machine (:func:`~dglx_dist.strategies.footprint.check_job_memory`)."""
-    from dglx_dist.data import read_meta
-    from dglx_dist.data.hetero_format import is_hetero, read_hetero_meta
     from dglx_dist.partition import PartitionDir
     from dglx_dist.prepare import check_partitions_of, resolve_dataset
     from dglx_dist.runtime.topology import Topology
@@ -111,25 +109,48 @@ def _check_before_start(config: RunConfig, strategy, env) -> None:
         if data.data is not None:
             check_partitions_of(data.partitions, data.data)
         graph = PartitionDir(data.partitions)
-        size, typed = (graph.num_nodes, graph.num_edges), graph.types is not None
+        size = partition_size(graph, config.model.hidden)
     else:
-        path = resolve_dataset(data.data or "cora")
-        typed = is_hetero(path)
-        if typed:
-            meta = read_hetero_meta(path)
-            size = sum(s["num_nodes"] for s in meta.ntypes.values()), sum(meta.num_edges)
-        else:
-            graph = read_meta(path)
-            size = graph.num_nodes, graph.num_edges
-    if typed and config.model.name != MODEL_NAMES[0]:
+        size = dataset_size(resolve_dataset(data.data or "cora"), config.model.hidden)
+    if size.typed and config.model.name != MODEL_NAMES[0]:
         raise InvalidValueError(f"--model {config.model.name}: a dataset with node types trains "
                                 "the R-GCN of dglx_dist.models.RGCN (--hidden, --layers, "
                                 "--dropout); leave --model out")
     if data.partitions is not None:
         check_partitions(strategy, graph, Topology(env.num_servers, env.ranks_per_server))
-    # the fits were measured on graphs without types: on a typed one, an estimate by its size
-    check_job_memory(strategy, JobSize(*size, env.world_size, env.ranks_on_host),
+    check_job_memory(strategy, JobSize(size, env.world_size, env.ranks_on_host),
                      config.job.memory_limit, override="--memory-limit BYTES")
+
+
+def dataset_size(path: Path, embed_dim: int):
+    """The :class:`~dglx_dist.memory.GraphSize` of a dataset directory, from its meta.json: a
+    typed one per node type (learned rows ``embed_dim`` wide for the featureless types, as
+    the Trainer makes them), else its nodes, edges and feature width."""
+    from dglx_dist.data import read_meta
+    from dglx_dist.data.hetero_format import is_hetero, read_hetero_meta
+    from dglx_dist.memory import GraphSize, NodeTypeSize
+
+    if not is_hetero(path):
+        meta = read_meta(path)
+        return GraphSize.homogeneous(meta.num_nodes, meta.num_edges, meta.feat_dim)
+    meta = read_hetero_meta(path)
+    return GraphSize(tuple(NodeTypeSize(t, s["num_nodes"], s["feat_dim"])
+                           for t, s in meta.ntypes.items()), sum(meta.num_edges),
+                     embed_dim=embed_dim, typed=True)
+
+
+def partition_size(pdir, embed_dim: int):
+    """The :class:`~dglx_dist.memory.GraphSize` of a partition directory, from its manifest
+    (a typed one per node type, as :func:`dataset_size`)."""
+    from dglx_dist.memory import GraphSize, NodeTypeSize
+
+    types = pdir.types
+    if types is None:
+        return GraphSize.homogeneous(pdir.num_nodes, pdir.num_edges, pdir.feat_dim)
+    counts = [int(n) for n in types.ntype_offsets[1:] - types.ntype_offsets[:-1]]
+    return GraphSize(tuple(NodeTypeSize(t, n, int(types.feat_dims.get(t, 0)))
+                           for t, n in zip(types.ntypes, counts)), types.num_edges,
+                     embed_dim=embed_dim, typed=True)
 
 
 def _cmd_train_link(config: RunConfig) -> int:

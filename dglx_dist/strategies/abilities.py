@@ -92,11 +92,16 @@ class MemoryModelled(abc.ABC):
     checks before it starts (:func:`~dglx_dist.strategies.footprint.check_job_memory`).
 
     Attributes:
-        memory_model: the fit (the built-in ones at F = 128, a 2-layer GCN of hidden 64 and
-            the default options; docs/cluster_model.md, "Memory per rank").
+        memory_model: the fit for graphs without types (the built-in ones at F = 128, a
+            2-layer GCN of hidden 64 and the default options; docs/cluster_model.md, "Memory
+            per rank").
+        typed_memory_model: the fit for graphs with node types (the built-in ones on
+            mag-shaped graphs with the R-GCN of ``dglx train``, with feature and learned-row
+            terms); None: a typed graph is estimated by ``memory_model`` from its totals.
     """
 
     memory_model: MemoryModel
+    typed_memory_model: MemoryModel | None = None
 
 
 class HoldsRows(abc.ABC):

@@ -47,6 +47,10 @@ class DistDGLStrategy(MiniBatchStrategy, MemoryModelled, TypedGraphs):
     # peak RSS per rank fitted at 3 graph sizes (0.3M-1.2M nodes), docs/cluster_model.md
     # "Memory per rank": 2 servers x 1 rank, F=128, GCN hidden 64, fanouts 10,25, batch 1000
     memory_model = MemoryModel(base=1250 * 2**20, per_node=0, per_edge=272.8)
+    # typed graphs: dglx train's R-GCN on mag-shaped graphs (1/8-1/4 of ogbn-mag, F 128/512,
+    # hidden 64/256), docs/cluster_model.md "Graphs with node types"
+    typed_memory_model = MemoryModel(base=843 * 2**20, per_node=0, per_edge=0.0,
+                                     per_feature_byte=10.5, per_embedding_byte=9.68)
 
     @dataclasses.dataclass(frozen=True)
     class Config(MiniBatchConfig):

@@ -1,12 +1,17 @@
 """Whether a training job fits in memory, asked before it starts: the strategy's measured
 per-rank model (a :class:`~dglx_dist.strategies.abilities.MemoryModelled` strategy's
-``memory_model``, a :class:`~dglx_dist.memory.MemoryModel`) applied to the job's graph and
-ranks, summed over the ranks that share this machine's memory.
+``memory_model``, or its ``typed_memory_model`` for a graph with node types; a
+:class:`~dglx_dist.memory.MemoryModel`) applied to the job's graph (a
+:class:`~dglx_dist.memory.GraphSize`) and ranks, summed over the ranks that share this
+machine's memory.
 
-The built-in fits were measured at one feature width (F = 128), one model (a 2-layer GCN of
-hidden 64) and each strategy's default options; they know the graph's size only, and one size
-up they were from 8% under to 41% over the measured peaks (docs/cluster_model.md, "Memory per
-rank"). The check adds :data:`MARGIN` to them, the largest under-estimate seen (dorylus at
+The built-in fits for graphs without types were measured at one feature width (F = 128), one
+model (a 2-layer GCN of hidden 64) and each strategy's default options; they know the graph's
+size only, and one size up they were from 8% under to 41% over the measured peaks
+(docs/cluster_model.md, "Memory per rank"). The typed fits were measured on mag-shaped graphs
+with ``dglx train``'s R-GCN and count each node type by its own width: feature bytes for the
+types with features, learned rows (with SparseAdam's state) for the others. The check adds
+:data:`MARGIN` to them, the largest under-estimate seen (dorylus at
 ogbn-products' size, under by more than the 3% its fit left, was killed instead of refused
 without it). A refusal is therefore an estimate, and ``dglx train --memory-limit`` overrides it.
 """
@@ -16,11 +21,11 @@ import dataclasses
 import logging
 
 from dglx_dist.errors import DglxError, InvalidValueError
-from dglx_dist.memory import check_memory
-from dglx_dist.strategies.abilities import MemoryModelled
+from dglx_dist.memory import GraphSize, MemoryModel, check_memory
+from dglx_dist.strategies.abilities import MemoryModelled, TypedGraphs
 from dglx_dist.strategies.base import STRATEGIES, Strategy
 
-__all__ = ["JobSize", "check_job_memory", "peak_per_rank", "MARGIN"]
+__all__ = ["JobSize", "check_job_memory", "memory_model_for", "peak_per_rank", "MARGIN"]
 
 log = logging.getLogger(__name__)
 _MB = 1 << 20
@@ -34,29 +39,45 @@ class JobSize:
     """What a training job's memory estimate needs to know of it.
 
     Attributes:
-        nodes: nodes of the graph.
-        edges: edges of the graph (directed, as the dataset lists them).
+        graph: the graph's nodes and feature widths per node type, edges and learned-row
+            width (:class:`~dglx_dist.memory.GraphSize`).
         world: ranks in the job (servers x ranks per server).
         ranks_here: ranks on this machine, which share its memory.
     """
 
-    nodes: int
-    edges: int
+    graph: GraphSize
     world: int
     ranks_here: int
 
     def __post_init__(self):
-        if min(self.nodes, self.edges) < 0 or not 1 <= self.ranks_here <= self.world:
-            raise InvalidValueError(f"JobSize(nodes={self.nodes}, edges={self.edges}, world="
-                                    f"{self.world}, ranks_here={self.ranks_here}): expected "
-                                    "nodes, edges >= 0 and 1 <= ranks_here <= world")
+        if not 1 <= self.ranks_here <= self.world:
+            raise InvalidValueError(f"JobSize(world={self.world}, ranks_here={self.ranks_here})"
+                                    ": expected 1 <= ranks_here <= world")
+
+    @classmethod
+    def homogeneous(cls, nodes: int, edges: int, world: int, ranks_here: int) -> "JobSize":
+        """A job on a graph without types (sized by its nodes and edges, as measured at
+        F = 128)."""
+        if min(nodes, edges) < 0:
+            raise InvalidValueError(f"JobSize(nodes={nodes}, edges={edges}): expected nodes, "
+                                    "edges >= 0")
+        return cls(GraphSize.homogeneous(nodes, edges), world, ranks_here)
+
+
+def memory_model_for(strategy: Strategy, graph: GraphSize) -> MemoryModel | None:
+    """The fit that estimates ``graph`` under ``strategy``: its typed fit for a typed graph
+    where it has one, else its fit for graphs without types (None: not modelled)."""
+    if not isinstance(strategy, MemoryModelled):
+        return None
+    typed = getattr(strategy, "typed_memory_model", None)
+    return typed if graph.typed and typed is not None else strategy.memory_model
 
 
 def peak_per_rank(strategy: Strategy, job: JobSize) -> float | None:
     """The estimated peak resident bytes of one of ``job``'s ranks under ``strategy``; None
-    when the strategy has no ``memory_model``."""
-    model = strategy.memory_model if isinstance(strategy, MemoryModelled) else None
-    return None if model is None else model.peak(job.nodes, job.edges, job.world)
+    when the strategy has no memory model."""
+    model = memory_model_for(strategy, job.graph)
+    return None if model is None else model.estimate(job.graph, job.world)
 
 
 def check_job_memory(strategy: Strategy, job: JobSize, limit: int | None,
@@ -81,19 +102,28 @@ def check_job_memory(strategy: Strategy, job: JobSize, limit: int | None,
         log.debug("strategy %r has no memory model: its memory is not checked", name)
         return
     here = job.ranks_here
-    what = (f"training with strategy {name!r} on {job.nodes:,} nodes and {job.edges:,} edges "
-            f"(about {per_rank / _MB:,.0f} MiB a rank by its fit measured at F=128 plus "
-            f"{MARGIN:.0%}, x {_ranks(here)} on this machine)")
+    what = (f"training with strategy {name!r} on {job.graph.describe()} (about "
+            f"{per_rank / _MB:,.0f} MiB a rank by its fit {_measured(strategy, job.graph)} "
+            f"plus {MARGIN:.0%}, x {_ranks(here)} on this machine)")
     check_memory(round(per_rank * here), limit, what,
                  lambda budget: _advice(strategy, job, budget, per_rank, override))
+
+
+def _measured(strategy: Strategy, graph: GraphSize) -> str:
+    """How the fit that estimates ``graph`` was measured, for the message."""
+    if not graph.typed:
+        return "measured at F=128"
+    if getattr(strategy, "typed_memory_model", None) is not None:
+        return "measured on mag-shaped typed graphs (R-GCN, per-type widths)"
+    return "measured at F=128 without types, from the typed graph's totals"
 
 
 def _advice(strategy: Strategy, job: JobSize, budget: int, per_rank: float,
             override: str) -> str:
     """What to do instead: how many servers would do, the strategy that needs the least and
     whether it fits, or the override."""
-    model, here = strategy.memory_model, job.ranks_here
-    servers = model.fewest_servers(job.nodes, job.edges, here, budget / (1 + MARGIN))
+    model, here = memory_model_for(strategy, job.graph), job.ranks_here
+    servers = model.fewest_servers(job.graph, here, budget / (1 + MARGIN))
     if servers is None:
         tips = [f"more servers do not help (a rank's base alone is about "
                 f"{model.base / _MB:,.0f} MiB)"]
@@ -113,13 +143,16 @@ def _advice(strategy: Strategy, job: JobSize, budget: int, per_rank: float,
 
 
 def _least(job: JobSize) -> tuple[str, float] | None:
-    """The registered strategy (built with its defaults) whose estimate for ``job`` is the
-    smallest, with that estimate; None when none has a model."""
+    """The registered strategy (built with its defaults; for a typed graph, one that trains
+    typed graphs) whose estimate for ``job`` is the smallest, with that estimate; None when
+    none has a model."""
     best = None
     for name in STRATEGIES.names():
         try:
             other = STRATEGIES.build(name)
         except DglxError:  # a plug-in that needs options to be built: not a candidate
+            continue
+        if job.graph.typed and not isinstance(other, TypedGraphs):
             continue
         peak = _checked_peak(other, job)
         if peak is not None and (best is None or peak < best[1]):

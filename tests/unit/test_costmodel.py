@@ -12,6 +12,7 @@ from benchmarks.costmodel import (LAWS, Calibration, Cluster, GraphShape, Units,
                                   calibrate, expansion, halo_rows, predict)
 from dglx_dist.data.synthetic import SyntheticConfig, generate_synthetic
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.memory import MemoryModel
 
 pytestmark = pytest.mark.dgl
 UNITS = Units(sample_s_per_edge=3e-7, gather_s_per_byte=7e-10, spmm_s_per_edge_dim=1.7e-9,
@@ -184,3 +185,53 @@ def test_the_memory_fit_recovers_per_node_and_per_edge_bytes():
     assert min(noisy.base, noisy.per_node, noisy.per_edge) >= 0
     with pytest.raises(InvalidValueError, match="at least 3 NODES:EDGES"):
         parse_sizes("100000:1500000,300000")
+
+
+def test_predict_on_mag_counts_features_of_papers_and_learned_rows_of_the_other_types(
+        tmp_path, shape):
+    """--graph mag: ogbn-mag's node types, papers 128 features wide, the rest learned rows
+    --hidden wide; distdgl pulls less per row than the untyped graph of the same size at
+    F = 128 would, and pushes the learned rows' gradients back."""
+    from benchmarks.costmodel.laws import distdgl
+    from benchmarks.costmodel.main import main
+    from benchmarks.costmodel.shapes import Cluster
+    from dglx_dist.data.mag import OGBN_MAG_NODES
+
+    cal = {"graph": dataclasses.asdict(shape), "workload": dataclasses.asdict(Workload()),
+           "units": dataclasses.asdict(UNITS),
+           "calibrations": {n: Calibration(overhead_s_per_step=0.01).public() for n in LAWS}}
+    (tmp_path / "cal.json").write_text(json.dumps(cal))
+    assert main(["predict", "--calibration", str(tmp_path / "cal.json"), "--graph", "mag",
+                 "--servers", "2", "--hidden", "32", "--out", str(tmp_path / "p.json")],
+                "") == 0
+    g = json.loads((tmp_path / "p.json").read_text())["graph"]
+    nodes = sum(OGBN_MAG_NODES.values())
+    assert g["nodes"] == nodes and g["embed_dim"] == 32 and len(g["node_types"]) == 4
+    typed = GraphShape(**{**g, "node_types": tuple(map(tuple, g["node_types"])),
+                          "edge_cuts": tuple(g["edge_cuts"])})
+    papers = OGBN_MAG_NODES["paper"] / nodes
+    assert typed.row_bytes == pytest.approx(4 * (128 * papers + 32 * (1 - papers)))
+    assert typed.learned_bytes == pytest.approx(4 * 32 * (1 - papers))
+    untyped = dataclasses.replace(typed, node_types=(), embed_dim=0)
+    work, cluster = Workload(hidden=32), Cluster(2, 1)
+    assert distdgl(typed, work, cluster).gather_bytes < distdgl(untyped, work,
+                                                                cluster).gather_bytes
+    with pytest.raises(InvalidValueError, match="node_types"):
+        dataclasses.replace(typed, node_types=((0.5, 128),))
+
+
+def test_the_typed_memory_fit_recovers_its_terms():
+    """Peaks made from known typed terms at the default points (scales, one wider feature
+    point, one wider learned-row point) give them back."""
+    from benchmarks.costmodel.typed_memory import fit_typed_memory, parse_points, typed_size
+
+    points = parse_points("1/16,1/8,1/4,1/8:f512,1/8:h256")
+    true = MemoryModel(base=900e6, per_node=0, per_edge=60.0, per_feature_byte=2.5,
+                       per_embedding_byte=1.2)
+    fit = fit_typed_memory([(typed_size(p), 2, true.estimate(typed_size(p), 2))
+                            for p in points])
+    for term in ("base", "per_edge", "per_feature_byte", "per_embedding_byte"):
+        assert getattr(fit, term) == pytest.approx(getattr(true, term), rel=1e-6), term
+    assert typed_size(points[3]).feature_bytes == 4 * 512 * 92_049
+    with pytest.raises(InvalidValueError, match="SCALE"):
+        parse_points("1/8:x3")

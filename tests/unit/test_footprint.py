@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from dglx_dist.errors import InsufficientMemoryError, InvalidValueError
-from dglx_dist.memory import MemoryModel
+from dglx_dist.memory import GraphSize, MemoryModel
 from dglx_dist.strategies import STRATEGIES
 from dglx_dist.strategies.footprint import MARGIN, JobSize, check_job_memory, peak_per_rank
 
@@ -19,7 +19,7 @@ MB = 1 << 20
 def _docs_fits() -> dict[str, dict]:
     """The fits table of docs/cluster_model.md's "Memory per rank", by strategy."""
     text = (ROOT / "docs" / "cluster_model.md").read_text()
-    section = text.split("## Memory per rank")[1].split("\n## ")[0]
+    section = text.split("## Memory per rank")[1].split("\n## ")[0].split("### ")[0]
     rows = [line.strip("|").split("|") for line in section.splitlines()
             if line.startswith("| ") and not line.startswith("| strategy")]
     return {cells[0].strip(): {"base_mb": int(cells[4]), "bytes_per_node": int(cells[5]),
@@ -39,14 +39,15 @@ def test_every_builtin_strategy_carries_the_measured_fit_of_the_docs():
 
 
 def test_the_estimate_is_the_fit_at_the_jobs_share_of_the_graph():
-    job = JobSize(**PRODUCTS, world=2, ranks_here=2)
+    job = JobSize.homogeneous(**PRODUCTS, world=2, ranks_here=2)
     expected = 1508 * MB + (9921 * PRODUCTS["nodes"] + 167.8 * PRODUCTS["edges"]) / 2
     assert peak_per_rank(STRATEGIES.build("granndis"), job) == pytest.approx(expected)
     model = MemoryModel(base=800 * MB, per_node=1000, per_edge=100)
-    servers = model.fewest_servers(1e6, 2e7, ranks=2, budget=4e9)
+    servers = model.fewest_servers(GraphSize.homogeneous(1e6, 2e7), ranks=2, budget=4e9)
     fits = [2 * model.peak(1e6, 2e7, 2 * s) <= 4e9 for s in (servers - 1, servers)]
     assert fits == [False, True]
-    assert model.fewest_servers(1e6, 2e7, ranks=8, budget=4e9) is None  # 8 bases exceed it
+    eight = model.fewest_servers(GraphSize.homogeneous(1e6, 2e7), ranks=8, budget=4e9)
+    assert eight is None  # 8 bases exceed it
     with pytest.raises(InvalidValueError, match="must be finite numbers >= 0"):
         MemoryModel(base=-1, per_node=0, per_edge=math.nan)
 
@@ -55,7 +56,7 @@ def test_a_job_over_the_limit_is_refused_in_one_line_with_the_numbers():
     """Products under granndis, 2 ranks on one server, a 22 GB limit: the estimate per rank
     (the fit's 18,043 MiB plus the margin) and for the server's ranks, the graph, the limit,
     and what to do instead."""
-    job = JobSize(**PRODUCTS, world=2, ranks_here=2)
+    job = JobSize.homogeneous(**PRODUCTS, world=2, ranks_here=2)
     with pytest.raises(InsufficientMemoryError) as exc:
         check_job_memory(STRATEGIES.build("granndis"), job, 22_000_000_000,
                          override="--memory-limit BYTES")
@@ -75,7 +76,7 @@ def test_a_job_over_the_limit_is_refused_in_one_line_with_the_numbers():
 def test_dorylus_at_products_size_is_refused_on_this_machine_and_distdgl_and_p3_are_not():
     """The run that was killed: dorylus on products, 2 ranks, the idle machine's 22,890 MiB
     (2 x its fit is just under it; the margin refuses it); distdgl and p3 trained there."""
-    job, idle = JobSize(**PRODUCTS, world=2, ranks_here=2), 22_890 * MB
+    job, idle = JobSize.homogeneous(**PRODUCTS, world=2, ranks_here=2), 22_890 * MB
     with pytest.raises(InsufficientMemoryError, match="needs about 23,974 MiB at its peak"):
         check_job_memory(STRATEGIES.build("dorylus"), job, idle)
     assert 2 * peak_per_rank(STRATEGIES.build("dorylus"), job) < idle  # not without it
@@ -84,7 +85,7 @@ def test_dorylus_at_products_size_is_refused_on_this_machine_and_distdgl_and_p3_
 
 
 def test_a_small_graph_fits_and_a_strategy_without_a_model_is_not_checked():
-    cora = JobSize(nodes=2708, edges=10556, world=2, ranks_here=2)
+    cora = JobSize.homogeneous(nodes=2708, edges=10556, world=2, ranks_here=2)
     for name in STRATEGIES.names():
         check_job_memory(STRATEGIES.build(name), cora, 4 * 2**30)
     unmeasured = STRATEGIES.build("range_distdgl")  # the test plug-in: no MemoryModelled
@@ -97,4 +98,4 @@ def test_a_small_graph_fits_and_a_strategy_without_a_model_is_not_checked():
         check_job_memory(STRATEGIES.build(least), cora, 1)
     assert f"no registered strategy needs less than {least!r} here" in str(exc.value)
     with pytest.raises(InvalidValueError, match="1 <= ranks_here <= world"):
-        JobSize(nodes=10, edges=10, world=2, ranks_here=4)
+        JobSize.homogeneous(nodes=10, edges=10, world=2, ranks_here=4)

@@ -78,10 +78,12 @@ __all__ = ["GraNNDisStrategy"]
 
 log = logging.getLogger(__name__)
 _SCOPES = ("server", "world")
-# peak RSS per rank by scope, docs/cluster_model.md "Memory per rank" (2x1 ranks, F=128, GCN 64,
-# fitted at 0.3M-1.2M nodes)
-_FITS = {"server": MemoryModel(base=1508 * 2**20, per_node=9921, per_edge=167.8),  # granndis
-         "world": MemoryModel(base=716 * 2**20, per_node=8358, per_edge=122.2)}  # fullgraph
+# peak RSS per rank by scope (granndis, fullgraph), docs/cluster_model.md "Memory per rank"
+# (F=128, GCN 64) and its "Graphs with node types" (R-GCN, mag-shaped): untyped, typed
+_FITS = {"server": (MemoryModel(1508 * 2**20, 9921, 167.8),
+                    MemoryModel(549 * 2**20, 0, 491.2, 5.08, 19.46)),
+         "world": (MemoryModel(716 * 2**20, 8358, 122.2),
+                   MemoryModel(636 * 2**20, 0, 440.4, 2.8, 13.21))}
 
 
 @STRATEGIES.register("fullgraph", scope="world", external_max_hop=0)
@@ -91,7 +93,7 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
     """Shared preloading + EAS + cooperative batching (or, as ``fullgraph``, none of them)."""
 
     held_rows = frozenset({"feat"})
-    memory_model = _FITS["server"]  # an instance of scope 'world' (fullgraph) has its own
+    memory_model, typed_memory_model = _FITS["server"]  # scope 'world' (fullgraph): its own
 
     @dataclasses.dataclass(frozen=True)
     class Config:
@@ -138,7 +140,7 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
 
     def __init__(self, config, name: str = ""):
         super().__init__(config, name)
-        self.memory_model = _FITS[config.scope]  # 'world': nothing preloaded
+        self.memory_model, self.typed_memory_model = _FITS[config.scope]  # 'world': no preload
         self._batching: Batching | None = None
 
     def num_layers(self) -> int:

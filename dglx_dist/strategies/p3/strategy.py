@@ -113,6 +113,9 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, StepsInTurn, Shar
     # peak RSS per rank fitted at 3 graph sizes (0.3M-1.2M nodes), docs/cluster_model.md
     # "Memory per rank": 2 servers x 1 rank, F=128, GCN hidden 64, fanouts 10,25, batch 1000
     memory_model = MemoryModel(base=1126 * 2**20, per_node=0, per_edge=303.3)
+    # typed graphs: docs/cluster_model.md "Graphs with node types" (R-GCN, mag-shaped)
+    typed_memory_model = MemoryModel(base=753 * 2**20, per_node=0, per_edge=0.0,
+                                     per_feature_byte=6.95, per_embedding_byte=12.33)
 
     @dataclasses.dataclass(frozen=True)
     class Config(MiniBatchConfig):
