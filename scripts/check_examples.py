@@ -74,6 +74,10 @@ def main():
     parser.add_argument("--examples", nargs="+", default=list(NAMES), choices=NAMES)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
                         help="one run per seed and cell (the same seeds for the plain script)")
+    parser.add_argument("--strategies", nargs="+", help="these strategies only (default: "
+                        "every registered one that runs the example)")
+    parser.add_argument("--plain", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run the plain DGL script")
     parser.add_argument("--args", default="", help="more arguments for every run of the "
                         "examples, plain and ported (one string, split as a shell would)")
     args = parser.parse_args()
@@ -84,9 +88,9 @@ def main():
         return
     rows = []
     for name in args.examples:
-        names = [s for s in STRATEGIES.names()
+        names = [s for s in args.strategies or STRATEGIES.names()
                  if name not in TYPED or issubclass(STRATEGIES.get(s), TypedGraphs)]
-        cells = [("plain DGL", 1)] + [(s, n) for s in names for n in args.ranks]
+        cells = [("plain DGL", 1)] * args.plain + [(s, n) for s in names for n in args.ranks]
         for strategy, n in cells:
             runs = [_run(_command(name, strategy, n, seed) + shlex.split(args.args), out,
                          _env(**({"DGLX_VIRTUAL_SERVERS": "2"} if n == 4 else {})))

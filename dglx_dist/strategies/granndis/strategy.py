@@ -77,9 +77,7 @@ from dglx_dist.strategies.steps import Blocks, LoaderPlan, LoaderSpec, Step, Ste
 __all__ = ["GraNNDisStrategy"]
 
 log = logging.getLogger(__name__)
-_SCOPES = ("server", "world")
-# peak RSS per rank by scope (granndis, fullgraph), docs/cluster_model.md "Memory per rank"
-# (F=128, GCN 64) and its "Graphs with node types" (R-GCN, mag-shaped): untyped, typed
+# peak RSS per rank by scope (granndis, fullgraph), untyped and typed: docs/cluster_model.md
 _FITS = {"server": (MemoryModel(1508 * 2**20, 9921, 167.8),
                     MemoryModel(549 * 2**20, 0, 491.2, 5.08, 19.46)),
          "world": (MemoryModel(716 * 2**20, 8358, 122.2),
@@ -134,7 +132,7 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
                                         "-1) and k >= 1 (or -1)")
             if self.co_batches < 1 and self.co_batches != -1:
                 raise InvalidValueError(f"co_batches {self.co_batches}: must be >= 1 (or -1: auto)")
-            for name, valid in (("scope", _SCOPES), ("cobatch_targets", TARGETS)):
+            for name, valid in (("scope", tuple(_FITS)), ("cobatch_targets", TARGETS)):
                 if (value := getattr(self, name)) not in valid:
                     raise InvalidValueError(f"{name} {value!r}; expected one of {valid}")
 
