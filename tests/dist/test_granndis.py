@@ -172,10 +172,9 @@ def test_cora_accuracy_eas_and_cooperative_batches(tmp_path, cora_parts):
     """GCN on Cora, 2 servers x 2 ranks, 200 epochs: EAS (m=1, k=15) within 1.5 points of
     exact shared preloading; R=4 co-batches lose at most 2.5 points against it (the paper's
     claim: cooperative batching costs no accuracy), in 4 steps per epoch with less activation
-    memory per rank than R=1. (R=4's co-batch clusters come from DGL's METIS balancing
-    training nodes, which is not seeded and varies between processes: 0.778 to 0.821 seen on
-    these parts, exact 0.800; scoring above exact is no failure.) Three 200-epoch runs on 4 ranks: up to ~100 s
-    on a loaded 2-core machine, so the time limit is 300 s."""
+    memory per rank than R=1 (R=4's co-batches: each rank's nodes dealt at random from the
+    strategy's seed; scoring above exact is no failure). Three 200-epoch runs on 4 ranks: up
+    to ~130 s on a loaded 2-core machine, so the time limit is 300 s."""
     res = run_workers(_cora_runs, 4, tmp_path, str(cora_parts), env=VS, timeout=300)[0]
     assert res["exact"]["acc"] >= 0.78 and res["eas"]["acc"] >= 0.78, res
     assert abs(res["eas"]["acc"] - res["exact"]["acc"]) <= 0.015, res
