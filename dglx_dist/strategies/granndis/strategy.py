@@ -235,10 +235,10 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         return self.config.num_layers if (m := self.config.external_max_hop) < 0 else m
 
     def _cobatch_hops(self) -> int:
-        """EAS hops around a co-batch's targets: m; m = 0 (fullgraph) on a typed graph, whose
-        targets are the labeled types' nodes alone, takes their L-hop neighbourhood."""
-        m = self._max_hop()
-        return self.config.num_layers if m == 0 and self.types is not None else m
+        """EAS hops around a co-batch's targets: m for METIS clusters (they hold most of their
+        neighbourhoods), else L (random targets; fullgraph's typed labeled nodes)."""
+        m, random = self._max_hop(), self.config.cobatch_targets == "random"
+        return self.config.num_layers if random or (m == 0 and self.types is not None) else m
 
     def _server_graph(self, pdir: PartitionDir, part, core_edges, core_etype, gen):
         """This rank's nodes (inner + its share of the preloaded external ones), the group's
