@@ -37,7 +37,7 @@ from dglx_dist.cli_flags import add_flags, from_args
 from dglx_dist.config import RunConfig, StrategyConfig
 from dglx_dist.errors import DglxError, InvalidValueError
 from dglx_dist.runtime.env import launch_position
-from dglx_dist.runtime.failure import report, same_on_every_rank, step_aside, tell_launcher
+from dglx_dist.runtime.failure import RankZeroParser, report, same_on_every_rank, step_aside
 
 __all__ = ["RunOptions", "parse", "installed", "main"]
 
@@ -62,20 +62,8 @@ class RunOptions:
                 **self.strategy.values()}
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse whose usage errors rank 0 alone prints (every rank parses the same line)."""
-
-    def error(self, message: str):
-        rank, _, error_file = launch_position()
-        tell_launcher(error_file, f"{self.prog}: error: {message}")
-        if rank == 0:
-            self.print_usage(sys.stderr)
-            self.exit(2, f"{self.prog}: error: {message}\n")
-        self.exit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m dglx_dist.run", description="run an unmodified DistDGL "
+    p = RankZeroParser(prog="python -m dglx_dist.run", description="run an unmodified DistDGL "
                 "script as __main__, trained by a dglx_dist strategy (under torchrun)",
                 allow_abbrev=False)
     add_flags(p, RunConfig, sections=_SECTIONS, skip=_SKIP)

@@ -16,7 +16,8 @@ from typing import Callable, Sequence
 from dglx_dist.cli import bench, cluster, data, files, train
 from dglx_dist.errors import DglxError
 from dglx_dist.runtime.env import launch_position
-from dglx_dist.runtime.failure import one_line, report, step_aside, tell_launcher
+from dglx_dist.runtime.failure import (RankZeroParser, one_line, report, step_aside,
+                                       tell_launcher)
 
 __all__ = ["main", "build_parser"]
 
@@ -26,19 +27,6 @@ log = logging.getLogger("dglx_dist.cli")
 # name: (help, add the arguments, run), in the order `dglx --help` lists them
 _COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
     **data.COMMANDS, **files.COMMANDS, **train.COMMANDS, **cluster.COMMANDS, **bench.COMMANDS}
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse whose usage errors rank 0 alone prints: under torchrun every rank parses the
-    same command line, and N copies of one usage message help nobody."""
-
-    def error(self, message: str):
-        rank, _, error_file = launch_position()
-        tell_launcher(error_file, f"{self.prog}: error: {message}")
-        if rank == 0:
-            self.print_usage(sys.stderr)
-            self.exit(2, f"{self.prog}: error: {message}\n")
-        self.exit(2)
 
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -54,7 +42,7 @@ def _add_logging(p: argparse.ArgumentParser, default) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="dglx", description="datasets, partitions and distributed GNN "
+    parser = RankZeroParser(prog="dglx", description="datasets, partitions and distributed GNN "
                      "training for DGL users (`dglx COMMAND --help` for each command)")
     _add_logging(parser, "INFO")
     sub = parser.add_subparsers(dest="command", required=True)

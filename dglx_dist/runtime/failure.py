@@ -19,8 +19,10 @@ failure only a quiet rank saw. torchrun still prints that summary (its own trace
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import sys
 import sysconfig
 import time
 import traceback
@@ -29,8 +31,9 @@ from typing import TypeVar
 
 from dglx_dist.errors import DglxError
 from dglx_dist.runtime.comm import PeerError
+from dglx_dist.runtime.env import launch_position
 
-__all__ = ["reporting_rank", "one_line", "report", "tell_launcher", "mark_in_session",
+__all__ = ["RankZeroParser", "reporting_rank", "one_line", "report", "tell_launcher", "mark_in_session",
            "same_on_every_rank", "step_aside"]
 
 LATER_S = 10  # how much later a rank that saw another's failure dates its error file
@@ -121,3 +124,17 @@ def tell_launcher(error_file: str | None, message: str, later: bool = False) -> 
             json.dump(record, fp)
     except OSError:  # the launcher's directory is gone: nothing left to tell it
         pass
+
+
+class RankZeroParser(argparse.ArgumentParser):
+    """argparse whose usage errors rank 0 alone prints: under torchrun every rank parses the
+    same command line, and N copies of one usage message help nobody (the launcher is told
+    on every rank)."""
+
+    def error(self, message: str):
+        rank, _, error_file = launch_position()
+        tell_launcher(error_file, f"{self.prog}: error: {message}")
+        if rank == 0:
+            self.print_usage(sys.stderr)
+            self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2)
