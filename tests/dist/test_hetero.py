@@ -94,19 +94,26 @@ def _one_step(session, cache):
     out = {"ntypes": g.ntypes, "etypes": g.canonical_etypes, "papers": g.num_nodes("paper"),
            "train": train.tolist()}
     for input_nodes, output_nodes, blocks in loader:
-        x = {t: g.nodes[t].data["feat"][ids] for t, ids in input_nodes.items()
-             if t != "author"}
-        x["author"] = emb(input_nodes["author"])
-        logits = model(blocks, x)
-        loss = F.cross_entropy(logits, g.nodes["paper"].data["label"][output_nodes["paper"]])
-        loss.backward()
-        ids, grads = emb.inner.gradients()
-        out.update(outputs=output_nodes["paper"].tolist(), logits=logits.tolist(),
-                   grads={k: _grad(v) for k, v in model.module.named_parameters()},
-                   emb_ids=input_nodes["author"].tolist(), emb_rows=ids.tolist(),
-                   emb_grads=grads.tolist(),
-                   authors=g.get_node_partition_policy("author").to_rows.tolist())
+        out.update(rgcn_step(g, emb, model, input_nodes, output_nodes, blocks),
+                   emb_ids=input_nodes["author"].tolist())
     return out
+
+
+def rgcn_step(g, emb, model, input_nodes, output_nodes, blocks, name=lambda k: k) -> dict:
+    """One forward and backward of :func:`rgcn_job`'s model on a batch: what the feature reads
+    gave (their classes' names), the outputs, logits, parameter gradients (keyed by ``name``
+    of the parameter's name), the embedding's gradient rows and where the authors' rows live."""
+    x = {t: g.nodes[t].data["feat"][ids] for t, ids in input_nodes.items() if t != "author"}
+    handles = sorted(type(v).__name__ for v in x.values())
+    x["author"] = emb(input_nodes["author"])
+    logits = model(blocks, x)
+    F.cross_entropy(logits, g.nodes["paper"].data["label"][output_nodes["paper"]]).backward()
+    ids, grads = emb.inner.gradients()
+    return {"handles": handles, "outputs": output_nodes["paper"].tolist(),
+            "logits": logits.tolist(),
+            "grads": {name(k): _grad(v) for k, v in model.module.named_parameters()},
+            "emb_rows": ids.tolist(), "emb_grads": grads.tolist(),
+            "authors": g.get_node_partition_policy("author").to_rows.tolist()}
 
 
 def _reference(outputs, norm="right"):

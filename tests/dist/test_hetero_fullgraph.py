@@ -6,12 +6,12 @@ and at 4 ranks as 2 servers. One launch per shape runs both strategies, and the 
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 import dglx_dist
 from dglx_dist.strategies.granndis import GraNNDisStrategy
 from dglx_dist.testing import run_workers
-from tests.dist.test_hetero import HID, _grad, _reference, _refused, rgcn_job, typed_graph
+from tests.dist.test_hetero import (HID, _reference, _refused, rgcn_job, rgcn_step,
+                                    typed_graph)
 
 pytestmark = pytest.mark.dist
 RUNS = tuple((name, norm) for name in ("fullgraph", "granndis") for norm in ("right", "both"))
@@ -36,17 +36,8 @@ def _step(session, cache, name, norm):
         views = {t: g.nodes[t].data["feat"] for t in ("paper", "field")}
         out["preloaded"] = all(g.strategy.local_rows(v.name, v.space.rows(input_nodes[t]))
                                is not None for t, v in views.items())
-        x = {t: g.nodes[t].data["feat"][ids] for t, ids in input_nodes.items() if t != "author"}
-        x["author"] = emb(input_nodes["author"])
-        logits = model(blocks, x)
-        loss = F.cross_entropy(logits, g.nodes["paper"].data["label"][output_nodes["paper"]])
-        loss.backward()
-        ids, grads = emb.inner.gradients()
-        out.update(outputs=output_nodes["paper"].tolist(), logits=logits.tolist(),
-                   grads={k.replace(".conv.", "."): _grad(v)
-                          for k, v in model.module.named_parameters()},
-                   emb_rows=ids.tolist(), emb_grads=grads.tolist(),
-                   authors=g.get_node_partition_policy("author").to_rows.tolist())
+        out.update(rgcn_step(g, emb, model, input_nodes, output_nodes, blocks,
+                             name=lambda k: k.replace(".conv.", ".")))
     bad = torch.nn.ModuleList([dglnn.GraphConv(HID, HID), dglnn.GraphConv(HID, HID)])
     out["refused"] = [
         _refused(lambda: dglx_dist.parallelize(bad, g)),

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 import dglx_dist
 from dglx_dist.testing import run_workers
-from tests.dist.test_hetero import HID, _grad, _reference, _refused, rgcn_job, typed_graph
+from tests.dist.test_hetero import HID, _reference, _refused, rgcn_job, rgcn_step, typed_graph
 
 pytestmark = pytest.mark.dist
 
@@ -30,16 +30,7 @@ def _step(g, session):
     out = {"train": train.tolist(), "keys": {t: sorted(g.nodes[t].data.keys()) for t in g.ntypes},
            "shape": list(g.nodes["paper"].data["feat"].shape)}
     for input_nodes, output_nodes, blocks in loader:
-        x = {t: g.nodes[t].data["feat"][ids] for t, ids in input_nodes.items() if t != "author"}
-        out["handles"] = sorted(type(v).__name__ for v in x.values())
-        x["author"] = emb(input_nodes["author"])
-        logits = model(blocks, x)
-        F.cross_entropy(logits, g.nodes["paper"].data["label"][output_nodes["paper"]]).backward()
-        ids, grads = emb.inner.gradients()
-        out.update(outputs=output_nodes["paper"].tolist(), logits=logits.tolist(),
-                   grads={k: _grad(v) for k, v in model.module.named_parameters()},
-                   emb_rows=ids.tolist(), emb_grads=grads.tolist(),
-                   authors=g.get_node_partition_policy("author").to_rows.tolist())
+        out.update(rgcn_step(g, emb, model, input_nodes, output_nodes, blocks))
     return out, model
 
 
