@@ -24,16 +24,22 @@ def _json_lines(stdout):
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
-def test_dglx_train_writes_metrics_records(tmp_path):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-port", str(free_local_port()), "-m", "dglx_dist", "train", "--strategy", "distdgl",
-           "--data", "cora", "--epochs", "3", "--eval-every", "2", "--no-progress",
-           "--strategy-opt", "fanouts=5,5", "--cache-dir", str(tmp_path / "cache"),
-           "--device", "cpu", "--backend", "gloo"]  # the device path, set explicitly
+def _dglx_train(tmp_path, *args, ranks=2):
+    """``torchrun --nproc-per-node ranks -m dglx_dist train ARGS --no-progress`` (partitions
+    cached in tmp_path/cache): its metrics records, once it exited 0."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
+           "--master-port", str(free_local_port()), "-m", "dglx_dist", "train", *args,
+           "--no-progress", "--cache-dir", str(tmp_path / "cache")]
     r = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
-    records = _json_lines(r.stdout)
+    return _json_lines(r.stdout)
+
+
+def test_dglx_train_writes_metrics_records(tmp_path):
+    records = _dglx_train(tmp_path, "--strategy", "distdgl", "--data", "cora", "--epochs", "3",
+                          "--eval-every", "2", "--strategy-opt", "fanouts=5,5",
+                          "--device", "cpu", "--backend", "gloo")  # the device path, explicitly
     assert [rec["epoch"] for rec in records] == [0, 1, 2]
     for rec in records:
         assert rec["strategy"] == "distdgl" and rec["world_size"] == 2 and rec["servers"] == 2
@@ -47,15 +53,8 @@ def test_dglx_train_granndis_gcn_on_two_servers(tmp_path):
     """GraNNDis with its defaults (EAS m=1, k=15, R=1) and a GCN on 2 servers x 2 ranks: the
     accuracy of a full-graph GCN, and after the first epoch (the preloading) only gradients
     cross servers."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4",
-           "--master-port", str(free_local_port()), "-m", "dglx_dist", "train",
-           "--strategy", "granndis", "--model", "gcn", "--data", "cora", "--epochs", "200",
-           "--eval-every", "0", "--no-progress", "--row-normalize",
-           "--cache-dir", str(tmp_path / "cache")]
-    r = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr[-4000:]
-    records = _json_lines(r.stdout)
+    records = _dglx_train(tmp_path, "--strategy", "granndis", "--model", "gcn", "--data", "cora",
+                          "--epochs", "200", "--eval-every", "0", "--row-normalize", ranks=4)
     assert len(records) == 200 and records[-1]["test_acc"] >= 0.78, records[-1]
     params = 1433 * 16 + 16 + 16 * 7 + 7  # GCN(1433 -> 16 -> 7)
     # every rank all-reduces its half of the gradients with its peer on the other server
@@ -76,16 +75,9 @@ def test_dglx_train_an_rgcn_on_a_typed_dataset(tmp_path):
     write_hetero_dataset(ds, tmp_path / "mag")
     paper = ds.nodes["paper"]
     majority = np.bincount(paper.label[paper.test]).max() / paper.test.sum()
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-port", str(free_local_port()), "-m", "dglx_dist", "train",
-           "--strategy", "distdgl", "--data", str(tmp_path / "mag"), "--epochs", "5",
-           "--strategy-opt", "batch_size=256", "--hidden", "32", "--eval-every", "0",
-           "--no-progress", "--fail-on-collapse",
-           "--cache-dir", str(tmp_path / "cache")]
-    r = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr[-4000:]
-    records = _json_lines(r.stdout)
+    records = _dglx_train(tmp_path, "--strategy", "distdgl", "--data", str(tmp_path / "mag"),
+                          "--epochs", "5", "--strategy-opt", "batch_size=256", "--hidden", "32",
+                          "--eval-every", "0", "--fail-on-collapse")
     assert [rec["epoch"] for rec in records] == list(range(5))
     assert records[-1]["loss"] < records[0]["loss"]
     assert records[-1]["test_acc"] > 3 * majority, (records[-1], majority)
@@ -95,16 +87,9 @@ def test_dglx_train_an_rgcn_on_a_typed_dataset(tmp_path):
 def test_dglx_train_dorylus_records_executor_cost(tmp_path):
     """dorylus from the command line, async S=1, local executor: every epoch's record carries
     the executor's invocations, bytes and cost (accuracy is tests/dist/test_dorylus.py's)."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-port", str(free_local_port()), "-m", "dglx_dist", "train",
-           "--strategy", "dorylus", "--model", "gcn", "--data", "cora", "--epochs", "40",
-           "--eval-every", "10", "--no-progress", "--row-normalize",
-           "--strategy-opt", "staleness=1", "--strategy-opt", "intervals=4",
-           "--cache-dir", str(tmp_path / "cache")]
-    r = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr[-4000:]
-    records = _json_lines(r.stdout)
+    records = _dglx_train(tmp_path, "--strategy", "dorylus", "--model", "gcn", "--data", "cora",
+                          "--epochs", "40", "--eval-every", "10", "--row-normalize",
+                          "--strategy-opt", "staleness=1", "--strategy-opt", "intervals=4")
     assert [rec["epoch"] for rec in records] == list(range(40))
     assert records[-1]["test_acc"] >= 0.6, records[-1]  # it learns (chance is 0.14-0.3)
     # epochs overlap under S=1, so a record counts what ran since the previous update
@@ -120,15 +105,9 @@ def test_dglx_train_task_link(tmp_path):
     """`dglx train --task link`: the edges split off Cora, learned (loss down, validation MRR
     up, test MRR and AUC far above a random scorer's: MRR about 0.05 against 100 negatives,
     AUC 0.5), and the metrics over both ranks' shares of the held-out edges."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-port", str(free_local_port()), "-m", "dglx_dist", "train", "--task", "link",
-           "--strategy", "distdgl", "--epochs", "4", "--eval-every", "2", "--hidden", "64",
-           "--dropout", "0", "--weight-decay", "0", "--edge-batch-size", "512", "--no-progress",
-           "--cache-dir", str(tmp_path / "cache"), "--device", "cpu"]
-    r = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr[-4000:]
-    records = _json_lines(r.stdout)
+    records = _dglx_train(tmp_path, "--task", "link", "--strategy", "distdgl", "--epochs", "4",
+                          "--eval-every", "2", "--hidden", "64", "--dropout", "0",
+                          "--weight-decay", "0", "--edge-batch-size", "512", "--device", "cpu")
     epochs, test = records[:-1], records[-1]
     assert [rec["epoch"] for rec in epochs] == [0, 1, 2, 3]
     assert all(rec["task"] == "link" and rec["world_size"] == 2 for rec in epochs)
