@@ -69,7 +69,7 @@ def memory_model_for(strategy: Strategy, graph: GraphSize) -> MemoryModel | None
     where it has one, else its fit for graphs without types (None: not modelled)."""
     if not isinstance(strategy, MemoryModelled):
         return None
-    typed = getattr(strategy, "typed_memory_model", None)
+    typed = strategy.typed_memory_model
     return typed if graph.typed and typed is not None else strategy.memory_model
 
 
@@ -113,7 +113,7 @@ def _measured(strategy: Strategy, graph: GraphSize) -> str:
     """How the fit that estimates ``graph`` was measured, for the message."""
     if not graph.typed:
         return "measured at F=128"
-    if getattr(strategy, "typed_memory_model", None) is not None:
+    if strategy.typed_memory_model is not None:  # a MemoryModelled one: it has an estimate
         return "measured on mag-shaped typed graphs (R-GCN, per-type widths)"
     return "measured at F=128 without types, from the typed graph's totals"
 
