@@ -19,8 +19,8 @@ from dgl.dataloading import (MultiLayerFullNeighborSampler, NeighborSampler,  # 
 
 from dglx_dist.api.graph import DistGraph, NodeDataView, distribute
 from dglx_dist.api.inference import export_parquet, inference
-from dglx_dist.api.loader import (DataLoader, DistEdgeDataLoader, DistNodeDataLoader,
-                                  sampler_fanouts)
+from dglx_dist.api.loader import DataLoader, DistEdgeDataLoader, DistNodeDataLoader
+from dglx_dist.api.samplers import sampler_fanouts
 from dglx_dist.api.metrics import accuracy, all_reduce, ranking_metrics
 from dglx_dist.api.parallel import DistModel, parallelize
 from dglx_dist.api.split import edge_split, node_split

@@ -47,7 +47,7 @@ from dglx_dist.prepare import checked_cache, ensure_partitions, made_by_rank0
 from dglx_dist.runtime.agree import differing_ranks
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.runtime.session import Session, current_session, init
-from dglx_dist.sampling import PartitionSampler
+from dglx_dist.sampling import PartitionSampler, part_edge_weights
 from dglx_dist.strategies.abilities import FullGraphForm, TypedGraphs
 from dglx_dist.strategies.base import (STRATEGIES, SetupRequest, Strategy, check_partitions,
                                        implied_layers, trainer_loaders)
@@ -304,8 +304,9 @@ class DistGraph(EdgeStructure):
             part_id = _part_of(self.session, self.pdir)
             comm = self.session.world if part_id == self.session.rank and \
                 self.pdir.num_parts == self.session.world_size else self.session.cross
-            self._sampler = PartitionSampler(self.pdir.load_part(part_id), self.pdir.book, comm,
-                                             part_id, self.pdir.edge_book())
+            pdir, weights = self.pdir, part_edge_weights(self.pdir, part_id, self.store)
+            self._sampler = PartitionSampler(pdir.load_part(part_id), pdir.book, comm, part_id,
+                                             pdir.edge_book(), edge_weights=weights)
         return self._sampler
 
     def close(self) -> None:

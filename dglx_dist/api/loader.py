@@ -40,58 +40,25 @@ import torch
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.link import EdgePairs, is_edge_sampler
 from dglx_dist.api.ndata import as_node_ids
+from dglx_dist.api.samplers import (edge_rows, prefetched_edge_feats, sampler_fanouts,
+                                    sampler_options)
 from dglx_dist.api.split import edge_share, node_share
 from dglx_dist.api.typed_link import TypedEdgePairs
 from dglx_dist.api.types import typed_prefetch
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 from dglx_dist.runtime.agree import differing_ranks, ids_digest, on_every_rank, same_call
 from dglx_dist.runtime.transfer import DeviceCopies
-from dglx_dist.sampling.typed import typed_fanouts
+from dglx_dist.sampling.options import SampleOptions
 from dglx_dist.strategies.abilities import LinkPrediction, StepsInTurn
 from dglx_dist.strategies.base import SetupRequest
 from dglx_dist.strategies.steps import (EdgeStep, LoaderSpec, Step, place_step, sampled_epoch,
                                         sampled_plan)
 
-__all__ = ["DataLoader", "DistNodeDataLoader", "DistEdgeDataLoader", "sampler_fanouts"]
+__all__ = ["DataLoader", "DistNodeDataLoader", "DistEdgeDataLoader"]
 
 log = logging.getLogger(__name__)
 _IGNORED = ("device", "use_uva", "num_workers", "use_alternate_streams", "pin_prefetcher",
             "gpu_cache", "persistent_workers", "pin_memory", "prefetch_factor")
-
-
-def sampler_fanouts(sampler, types=None) -> tuple:
-    """The fanouts (input layer first) of DGL's ``NeighborSampler`` or
-    ``MultiLayerFullNeighborSampler``; with the ``types`` of a typed partitioning, per
-    layer one fanout per edge type (:func:`~dglx_dist.sampling.typed.typed_fanouts`).
-
-    Raises:
-        TypeError: another sampler type, or options this package cannot honour.
-    """
-    from dgl.dataloading import NeighborSampler
-
-    if not isinstance(sampler, NeighborSampler):
-        raise InvalidTypeError(f"DataLoader: sampler {type(sampler).__name__} is not supported; "
-                               "use dgl.dataloading.NeighborSampler(fanouts) or "
-                               "MultiLayerFullNeighborSampler(num_layers)")
-    unsupported = {"replace": getattr(sampler, "replace", False),
-                   "prob": getattr(sampler, "prob", None),
-                   "mask": getattr(sampler, "mask", None)}
-    bad = {k: v for k, v in unsupported.items() if v not in (False, None)}
-    if getattr(sampler, "edge_dir", "in") != "in":
-        bad["edge_dir"] = sampler.edge_dir
-    if bad:
-        raise InvalidTypeError(f"DataLoader: NeighborSampler options {sorted(bad)} are not "
-                               "supported (uniform sampling of in-neighbours without replacement "
-                               "only)")
-    if types is not None:
-        return typed_fanouts(sampler.fanouts, types)
-    fanouts = []
-    for f in sampler.fanouts:
-        if isinstance(f, dict):
-            raise InvalidTypeError("DataLoader: per-edge-type fanouts need a graph with edge "
-                                   "types; this one has none")
-        fanouts.append(-1 if f is None or int(f) < 0 else int(f))
-    return tuple(fanouts)
 
 
 class DataLoader:
@@ -147,12 +114,13 @@ class DataLoader:
         # collective, in this order: the arguments' check, the call's signature (ranks building
         # other loaders here stop, naming both), the ids' check and whether they are the same
         # on every rank, the strategy's setup (the first loader), and the loader's plan
-        fanouts, pairs = on_every_rank(session, "DataLoader", lambda: _checked(
+        fanouts, pairs, options = on_every_rank(session, "DataLoader", lambda: _checked(
             graph, graph_sampler, batch_size))
         self.spec = LoaderSpec(fanouts, int(batch_size), bool(shuffle), bool(drop_last), seed,
-                               pairs)
+                               pairs, options)
         call = (f"DataLoader({'edge' if pairs else 'node'} ids, fanouts={list(fanouts)}, "
-                f"batch_size={self.spec.batch_size}, shuffle={self.spec.shuffle})")
+                f"batch_size={self.spec.batch_size}, shuffle={self.spec.shuffle}, "
+                f"{options})")
         same_call(session, call)
         ids = self._own_ids(indices, use_ddp, edges=pairs is not None)
         self.strategy = graph.setup(SetupRequest(len(fanouts), by=call))
@@ -251,6 +219,7 @@ class DataLoader:
             return typed_prefetch(self.graph, self.sampler, step, self._copies, self.device)
         edge = isinstance(step, EdgeStep)
         node_sampler = self.sampler.sampler if edge else self.sampler
+        edge_feats = prefetched_edge_feats(self.graph, node_sampler)
         put = []  # (layer, "src" or "dst", key, rows under way); labels first: few bytes
         for key in getattr(self.sampler, "prefetch_labels", None) or []:
             if edge:
@@ -264,6 +233,7 @@ class DataLoader:
 
         def finish() -> Step | EdgeStep:
             # the rows' copies to the device start first, then the structure follows them
+            edge_rows(self.graph, step.blocks, edge_feats)
             copies = []
             for layer, side, key, rows in put:
                 value = rows.wait()
@@ -298,9 +268,10 @@ def typed_ids(graph: DistGraph, indices) -> torch.Tensor:
     return torch.cat(out)
 
 
-def _checked(graph: DistGraph, sampler,
-             batch_size) -> tuple[tuple, EdgePairs | TypedEdgePairs | None]:
-    """The loader's fanouts and, for an edge loader, its pairs; refuses bad arguments."""
+def _checked(graph: DistGraph, sampler, batch_size
+             ) -> tuple[tuple, EdgePairs | TypedEdgePairs | None, SampleOptions]:
+    """The loader's fanouts, for an edge loader its pairs, and its draws; refuses bad
+    arguments."""
     try:  # an integer of any kind (numpy's, a 0-d tensor's), not 2.5 rounded down
         whole = operator.index(batch_size) if not isinstance(batch_size, bool) else 0
     except TypeError:
@@ -308,15 +279,18 @@ def _checked(graph: DistGraph, sampler,
     if whole < 1:
         raise InvalidValueError(f"DataLoader: batch_size {batch_size!r}; expected an "
                                 f"integer >= 1")
+    types = graph.pdir.types if graph.is_typed else None
     if not is_edge_sampler(sampler):
-        return sampler_fanouts(sampler, graph.pdir.types if graph.is_typed else None), None
+        prefetched_edge_feats(graph, sampler)
+        return sampler_fanouts(sampler, types), None, sampler_options(graph, sampler)
     if not isinstance(graph.strategy, LinkPrediction):
         raise NotSupportedError(f"DataLoader: strategy {graph.strategy.registered_name!r} "
                                 "does not train link prediction (edge loaders run under "
                                 "distdgl, p3, granndis and fullgraph; docs/link_prediction.md)")
-    if graph.is_typed:
-        return sampler_fanouts(sampler.sampler, graph.pdir.types), TypedEdgePairs(graph, sampler)
-    return sampler_fanouts(sampler.sampler), EdgePairs(graph, sampler)
+    node_sampler = sampler.sampler
+    fanouts, options = sampler_fanouts(node_sampler, types), sampler_options(graph, node_sampler)
+    prefetched_edge_feats(graph, node_sampler)
+    return fanouts, (TypedEdgePairs if graph.is_typed else EdgePairs)(graph, sampler), options
 
 
 DistNodeDataLoader = DataLoader

@@ -11,6 +11,7 @@ import torch
 from dglx_dist.errors import (IdOutOfRangeError, InvalidValueError, NotSupportedError,
                               UnknownNameError)
 from dglx_dist.kvstore import INTERNAL_PREFIX, PullUnderWay, RowPolicy, typed_key
+from dglx_dist.kvstore.base import EDGE_PREFIX
 from dglx_dist.strategies.abilities import HoldsRows
 
 if TYPE_CHECKING:
@@ -20,7 +21,6 @@ __all__ = ["fit_rows", "DataViews", "NodeData", "NodeDataView", "NodeSpace", "as
            "MASKS", "EDGE_PREFIX", "INTERNAL_PREFIX", "DEFAULT_NTYPE"]
 
 MASKS = {"train_mask": "train", "val_mask": "val", "test_mask": "test"}
-EDGE_PREFIX = "edata/"  # the store's names of edge data (g.edata), not node data
 DEFAULT_NTYPE = "_N"  # DGL's name of the one node type of a graph without types
 
 

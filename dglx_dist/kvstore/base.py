@@ -19,9 +19,15 @@ from dglx_dist.kvstore.entries import InitSpec, TensorEntry
 from dglx_dist.kvstore.ops import BUILTIN_OPS, COMBINE_RULES, INITS, Init, OpHandler, PushOp
 from dglx_dist.kvstore.policy import PartitionPolicy
 
-__all__ = ["KVStore", "PullUnderWay", "INTERNAL_PREFIX", "typed_key"]
+__all__ = ["KVStore", "PullUnderWay", "INTERNAL_PREFIX", "EDGE_PREFIX", "typed_key", "edge_key"]
 
 INTERNAL_PREFIX = "_dglx/"  # a graph's store: the names of the package's own data
+EDGE_PREFIX = "edata/"  # a graph's store: the names of edge data (g.edata), not node data
+
+
+def edge_key(name: str) -> str:
+    """A graph's store's name of edge data ``name`` (what ``g.edata[name]`` reads)."""
+    return EDGE_PREFIX + name
 
 
 def typed_key(ntype: str, name: str) -> str:
@@ -242,6 +248,11 @@ class KVStore(abc.ABC):
 
     def _checkpoints_part(self, part: int) -> bool:
         return True
+
+    def local_parts(self, name: str) -> dict[int, torch.Tensor]:
+        """The local tensors of the parts of ``name`` this process can read, by part (writes
+        into the store land in them)."""
+        return dict(self._entry(name).parts)
 
     def names(self) -> list[str]:
         """Registered names, in registration order."""

@@ -11,22 +11,25 @@ __all__ = ["id_dtype", "make_block", "pack_block", "unpack_block"]
 
 
 def make_block(seeds: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
-               num_nodes: int) -> dgl.DGLGraph:
+               num_nodes: int, eid: torch.Tensor) -> dgl.DGLGraph:
     """A block whose destination nodes are ``seeds`` and whose edges are ``src -> dst``.
 
     DGL's own relabeling (``dgl.to_block``, as DistDGL's sampler does): the source nodes start
     with the destination nodes in ``seeds`` order, followed by the other sources in order of
-    first appearance. ``srcdata[dgl.NID]`` and ``dstdata[dgl.NID]`` hold the global ids.
+    first appearance. ``srcdata[dgl.NID]`` and ``dstdata[dgl.NID]`` hold the global ids,
+    ``edata[dgl.EID]`` the edges' ids ``eid``.
 
     Args:
         seeds: unique global ids of the destination nodes.
         src: global ids of the sampled edges' sources.
         dst: global ids of the sampled edges' destinations; every one is in ``seeds``.
         num_nodes: nodes of the whole graph (every id is below it).
+        eid: the sampled edges' ids in the user's graph.
     """
     frontier = dgl.graph((src, dst), num_nodes=num_nodes)
     block = dgl.to_block(frontier, seeds)
-    del block.edata[dgl.EID]  # edge ids of the throwaway frontier graph mean nothing
+    # to_block numbers the edges by the throwaway frontier's ids: the user's ids instead
+    block.edata[dgl.EID] = eid.index_select(0, block.edata[dgl.EID])
     return block
 
 

@@ -10,6 +10,13 @@ Own frontier nodes are sampled while the requests travel. Sampling is therefore
 *collective*: every member calls :meth:`PartitionSampler.sample_blocks` the same number of
 times (with the same number of layers); members with nothing to sample pass empty seeds.
 
+Every sampled edge comes with its edge id in the user's graph (the part's ``edata["_ID"]``,
+its row in the dataset's edges), which :func:`~dglx_dist.sampling.blocks.make_block` puts on
+the block as ``edata[dgl.EID]``. A layer draws uniformly without replacement unless the
+:class:`~dglx_dist.sampling.options.SampleOptions` given to ``sample_blocks`` say otherwise
+(DGL's ``prob`` / ``mask`` / ``replace``): the owner of a node draws its in-edges, with its own
+rows of the weights.
+
 Link prediction's loaders exclude edges from the sampled neighbourhoods (DGL's ``exclude``:
 a batch's positive edges and their reverses): ``sample_blocks(seeds, fanouts, exclude)``
 takes partitioned edge ids; each goes once, with the requests of the step, to the member
@@ -19,7 +26,6 @@ a typed partitioning, out of its edge type's graph: :meth:`PartitionSampler.type
 from __future__ import annotations
 
 import abc
-
 from typing import Sequence
 
 import dgl
@@ -30,10 +36,16 @@ from dglx_dist.partition.book import NodeBook, RangeBook
 from dglx_dist.partition.layout import Partition
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.sampling.blocks import id_dtype, make_block
+from dglx_dist.sampling.options import UNIFORM, EdgeWeights, SampleOptions
 
-__all__ = ["BlockSampler", "PartitionSampler", "LocalSampler", "whole_graph", "edges_by_type"]
+__all__ = ["BlockSampler", "PartitionSampler", "edges_by_type", "draw"]
 
 EMPTY = torch.zeros(0, dtype=torch.int64)
+PROB = "_dglx_prob"
+"""The local graph's edge data a weighted draw reads (set to the named weights per draw)."""
+HOM_EID = "_dglx_eid"
+"""The edge data of :func:`edges_by_type`'s graph: each edge's homogeneous id (its ``_ID``,
+``dgl.EID``, in the part's local graph, which DGL's samplers overwrite in what they return)."""
 LOCAL = "_N"
 """The node type of a typed part's local graph by edge type (:func:`edges_by_type`)."""
 
@@ -44,26 +56,30 @@ class BlockSampler(abc.ABC):
     num_nodes: int
 
     @abc.abstractmethod
-    def sample_layer(self, nodes: torch.Tensor, fanout: int,
-                     exclude=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sampled in-edges ``(src, dst)`` of ``nodes`` (global ids), leaving out the edges
-        ``exclude`` (what :meth:`_exclusions` made of the ids given to sample_blocks)."""
+    def sample_layer(self, nodes: torch.Tensor, fanout: int, exclude=None,
+                     options: SampleOptions = UNIFORM
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sampled in-edges ``(src, dst, eid)`` of ``nodes`` (global ids; ``eid``: the user's
+        edge ids), leaving out the edges ``exclude`` (what :meth:`_exclusions` made of the
+        ids given to sample_blocks), drawn as ``options`` say."""
 
     def _exclusions(self, exclude: torch.Tensor):
         """What :meth:`sample_layer` gets for the partitioned edge ids ``exclude``."""
         return exclude
 
     def sample_blocks(self, seeds: torch.Tensor, fanouts: Sequence[int],
-                      exclude: torch.Tensor | None = None) -> list[dgl.DGLGraph]:
+                      exclude: torch.Tensor | None = None,
+                      options: SampleOptions = UNIFORM) -> list[dgl.DGLGraph]:
         """Blocks for a GNN with ``len(fanouts)`` layers; ``fanouts[i]`` is layer i's fanout
         (input layer first, as in DGL's NeighborSampler); -1 takes every in-neighbor.
-        ``exclude``: partitioned edge ids no layer may sample (DGL's ``exclude_eids``)."""
+        ``exclude``: partitioned edge ids no layer may sample (DGL's ``exclude_eids``);
+        ``options``: how each layer draws."""
         blocks: list[dgl.DGLGraph] = []
         frontier = seeds
         routed = self._exclusions(exclude) if exclude is not None else None
         for fanout in reversed(fanouts):
-            src, dst = self.sample_layer(frontier, fanout, routed)
-            block = make_block(frontier, src, dst, self.num_nodes)
+            src, dst, eid = self.sample_layer(frontier, fanout, routed, options)
+            block = make_block(frontier, src, dst, self.num_nodes, eid)
             blocks.insert(0, block)
             frontier = block.srcdata[dgl.NID]
         return blocks
@@ -77,36 +93,38 @@ class PartitionSampler(BlockSampler):
         book: the node book (one part per member: part ``p`` is held by member ``p``).
         comm: the members, in part order.
         member: this rank's index in ``comm`` (the part it holds).
-        edge_book: where each partitioned edge id is stored (``PartitionDir.edge_book()``);
-            needed to exclude edges.
+        edge_book: where each partitioned edge id is stored (``PartitionDir.edge_book()``).
+        etype_offsets: a typed partitioning's edge type offsets (None: no types).
+        edge_weights: the part's edge data by name, for weighted draws
+            (:func:`~dglx_dist.sampling.options.part_edge_weights`; None: none).
     """
 
     def __init__(self, part: Partition, book: NodeBook, comm: Comm, member: int,
-                 edge_book: RangeBook | None = None, etype_offsets=None):
+                 edge_book: RangeBook, etype_offsets=None,
+                 edge_weights: EdgeWeights | None = None):
         if book.num_parts != comm.size:
             raise InvalidValueError(f"sampling needs one part per member of {comm.name}: the "
                                     f"partition has {book.num_parts} parts for {comm.size} members")
         self.book, self.comm, self.member, self.edge_book = book, comm, member, edge_book
         self.graph = part.local_graph()
-        self.local_gid = self.graph.ndata["_ID"]
-        self.num_core = part.num_core
-        self.id_dtype, self.num_nodes = id_dtype(book.num_nodes), book.num_nodes
+        self.local_gid, self.local_eid = self.graph.ndata["_ID"], self.graph.edata["_ID"]
+        self.num_core, self.weights = part.num_core, edge_weights
+        self.num_nodes = book.num_nodes
+        # node ids, edge ids and counts travel in one dtype, the same on every member
+        self.id_dtype = id_dtype(max(book.num_nodes, edge_book.num_nodes))
         self._slot = torch.empty(self.graph.num_nodes(), dtype=torch.int64)  # local id -> row
         # a typed partitioning: the part's edges by edge type (one heterograph, sampled in one
         # call), and each local edge's id in its type (what an exclusion names there)
         self.by_etype = self._type_pos = None
         if etype_offsets is not None:
-            self._etype_offsets = torch.tensor([int(o) for o in etype_offsets])
-            self.by_etype, self._type_pos = edges_by_type(self.graph, self._etype_offsets)
+            self.etype_offsets = torch.tensor([int(o) for o in etype_offsets])
+            self.by_etype, self._type_pos = edges_by_type(self.graph, self.etype_offsets)
             self._etype_keys = [(LOCAL, str(e), LOCAL)  # by index (DGL sorts the names)
-                                for e in range(self._etype_offsets.numel() - 1)]
+                                for e in range(self.etype_offsets.numel() - 1)]
 
     def _exclusions(self, exclude: torch.Tensor) -> list[torch.Tensor]:
         """Per member, the local ids of this part's edges that member excludes (collective:
         each excluded edge is sent to the member that stores it)."""
-        if self.edge_book is None:
-            raise InvalidValueError("excluding edges needs the partitions' edge book "
-                                    "(PartitionSampler(..., edge_book=pdir.edge_book()))")
         exclude = torch.as_tensor(exclude, dtype=torch.int64)
         owner = torch.as_tensor(self.edge_book.owner(exclude))
         local = torch.as_tensor(self.edge_book.to_local(exclude))
@@ -118,7 +136,7 @@ class PartitionSampler(BlockSampler):
         out = []
         for local in self._exclusions(exclude):
             local = local.long()
-            etype = torch.searchsorted(self._etype_offsets,
+            etype = torch.searchsorted(self.etype_offsets,
                                        self.graph.edata["_ID"].index_select(0, local),
                                        right=True) - 1
             out.append([self._type_pos.index_select(0, local[etype == e])
@@ -155,38 +173,46 @@ class PartitionSampler(BlockSampler):
         return out
 
     def sample_layer(self, nodes: torch.Tensor, fanout: int,
-                     exclude: list[torch.Tensor] | None = None
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sampled in-edges ``(src, dst)`` of ``nodes`` (global ids), wherever they are owned.
+                     exclude: list[torch.Tensor] | None = None,
+                     options: SampleOptions = UNIFORM
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sampled in-edges ``(src, dst, eid)`` of ``nodes`` (global ids), wherever they are
+        owned, drawn as ``options`` say by the owner.
 
         A request is the node ids (``id_dtype``); own nodes are sampled while it travels. With
-        a fanout, the answer is one row of ``fanout`` sources per requested node, padded with
-        -1, so its size is known and the answer round needs no round of counts; with the full
-        neighbourhood (-1) it is, per requested node in request order, its number of in-edges,
-        then all their sources. The requester knows the destinations already.
+        a fanout, the answer is one row per requested node: ``fanout`` sources, then their
+        ``fanout`` edge ids, padded with -1, so its size is known and the answer round needs
+        no round of counts; with the full neighbourhood (-1) it is, per requested node in
+        request order, its number of in-edges, then all their sources, then their edge ids.
+        The requester knows the destinations already.
         """
         mine, requests, skip, pending = self._requests(nodes, exclude)
         try:
-            _, u, v = self._sample_local(mine, fanout, skip[self.member])
+            _, u, v, e = self._sample_local(mine, fanout, skip[self.member], options)
         finally:
             received = pending.wait()
-        srcs = [self.local_gid.index_select(0, u)]
-        dsts = [self.local_gid.index_select(0, v)]
+        srcs, dsts, eids = [self.local_gid.index_select(0, u)], \
+            [self.local_gid.index_select(0, v)], [e]
         if fanout < 0:
-            answers = [torch.cat(self._grouped(r.long(), fanout, x)).to(self.id_dtype)
+            answers = [torch.cat(self._grouped(r.long(), fanout, x, options)).to(self.id_dtype)
                        for r, x in zip(received, skip)]
             for asked, got in zip(requests, self.comm.all_to_all_v(answers)):
-                counts, src = got[:asked.numel()].long(), got[asked.numel():].long()
+                n = asked.numel()
+                counts = got[:n].long()
+                src, eid = got[n:].long().view(2, -1)
                 srcs.append(src)
+                eids.append(eid)
                 dsts.append(torch.repeat_interleave(asked.long(), counts))
         else:
-            answers = [self._padded(r.long(), fanout, x) for r, x in zip(received, skip)]
+            answers = [self._padded(r.long(), fanout, x, options) for r, x in zip(received, skip)]
             returned = self.comm.all_to_all_v(answers, recv_rows=[r.numel() for r in requests])
             for asked, got in zip(requests, returned):
-                kept = got >= 0
-                srcs.append(got[kept].long())
+                src, eid = got[:, :fanout], got[:, fanout:]
+                kept = src >= 0
+                srcs.append(src[kept].long())
+                eids.append(eid[kept].long())
                 dsts.append(torch.repeat_interleave(asked.long(), kept.sum(1)))
-        return torch.cat(srcs), torch.cat(dsts)
+        return torch.cat(srcs), torch.cat(dsts), torch.cat(eids)
 
     def _requests(self, nodes: torch.Tensor, exclude):
         """This member's own nodes of ``nodes``, the others' by owner (a request each, the
@@ -199,12 +225,13 @@ class PartitionSampler(BlockSampler):
 
     def sample_typed_layer(self, nodes: torch.Tensor, fanouts: Sequence[int],
                            exclude: list[list[torch.Tensor]] | None = None
-                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                           ) -> tuple[torch.Tensor, ...]:
         """:meth:`sample_layer` on a typed partitioning: ``fanouts[e]`` in-edges of edge type
         ``e`` per node (-1: all; 0: none) but those ``exclude`` names (what
-        :meth:`typed_exclusions` gave), and each sampled edge's type. A request is the node
-        ids; the answer, per requested node in request order, its number of sampled edges,
-        then their sources, then their edge types."""
+        :meth:`typed_exclusions` gave), as ``(src, dst, etype, eid)``: each sampled edge's
+        type and its homogeneous edge id. A request is the node ids; the answer, per
+        requested node in request order, its number of sampled edges, then their sources,
+        then their edge types, then their edge ids."""
         if self.by_etype is None:
             raise InvalidValueError("typed sampling needs a typed partitioning's edge types "
                                     "(PartitionSampler(..., etype_offsets=...))")
@@ -218,75 +245,97 @@ class PartitionSampler(BlockSampler):
         for asked, answer in zip(requests, self.comm.all_to_all_v(answers)):
             n = asked.numel()
             counts = answer[:n].long()
-            total = int(counts.sum())
-            got.append((asked.long(), counts, answer[n:n + total].long(),
-                        answer[n + total:].long()))
-        dst = torch.cat([torch.repeat_interleave(asked, counts) for asked, counts, _, _ in got])
-        return torch.cat([g[2] for g in got]), dst, torch.cat([g[3] for g in got])
+            got.append((asked.long(), counts, *answer[n:].long().view(3, -1)))
+        dst = torch.cat([torch.repeat_interleave(g[0], g[1]) for g in got])
+        return (torch.cat([g[2] for g in got]), dst, *(torch.cat([g[i] for g in got])
+                                                      for i in (3, 4)))
 
     def _typed_grouped(self, gids: torch.Tensor, fanouts: Sequence[int],
                        exclude: list[torch.Tensor] | None = None):
         """Per owned node in ``gids`` (unique), its number of sampled in-edges (but the
-        edges ``exclude[e]`` of each type's graph), their sources' global ids and their edge
-        types, grouped by node in ``gids`` order."""
+        edges ``exclude[e]`` of each type's graph), their sources' global ids, their edge
+        types and their homogeneous edge ids, grouped by node in ``gids`` order."""
         local = torch.as_tensor(self.book.to_local(gids))
-        us, vs, ets = [EMPTY], [EMPTY], [EMPTY]
+        us, vs, ets, eids = [EMPTY], [EMPTY], [EMPTY], [EMPTY]
         names = self._etype_keys
         if local.numel() and any(fanouts):  # every edge type in one call
             skip = {names[e]: x for e, x in enumerate(exclude or []) if x.numel()}
             frontier = dgl.sampling.sample_neighbors(
                 self.by_etype, {LOCAL: local}, dict(zip(names, fanouts)), edge_dir="in",
-                exclude_edges=skip or None)
+                exclude_edges=skip or None, copy_ndata=False)
             for etype, fanout in enumerate(fanouts):
                 if fanout:
                     u, v = frontier.edges(etype=names[etype])
                     us.append(u)
                     vs.append(v)
                     ets.append(torch.full_like(u, etype))
-        u, v, et = torch.cat(us), torch.cat(vs), torch.cat(ets)
+                    eids.append(frontier.edges[names[etype]].data[HOM_EID])
+        u, v, et, eid = (torch.cat(t) for t in (us, vs, ets, eids))
         self._slot[local] = torch.arange(local.numel())
         pos = self._slot.index_select(0, v)
         order = torch.argsort(pos, stable=True)
         counts = torch.bincount(pos, minlength=gids.numel())
         return counts, self.local_gid.index_select(0, u.index_select(0, order)), \
-            et.index_select(0, order)
+            et.index_select(0, order), eid.index_select(0, order)
 
     def _sample_local(self, gids: torch.Tensor, fanout: int,
-                      exclude: torch.Tensor | None = None):
+                      exclude: torch.Tensor | None = None, options: SampleOptions = UNIFORM):
         """Sampled in-edges ``(u, v)`` (local ids) of the owned nodes ``gids`` but the local
-        edges ``exclude``, and the nodes' local ids."""
+        edges ``exclude``, drawn as ``options`` say; the nodes' local ids first, the edges'
+        ids in the user's graph last."""
         local = torch.as_tensor(self.book.to_local(gids))
         if local.numel() == 0:
-            return local, EMPTY, EMPTY
+            return local, EMPTY, EMPTY, EMPTY
         skip = exclude if exclude is not None and exclude.numel() else None
-        u, v = dgl.sampling.sample_neighbors(self.graph, local, fanout, edge_dir="in",
-                                             exclude_edges=skip).edges()
-        return local, u, v
+        u, v, eid = draw(self.graph, local, fanout, options, self.weights, skip)
+        return local, u, v, self.local_eid.index_select(0, eid)
 
-    def _grouped(self, gids: torch.Tensor, fanout: int,
-                 exclude: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _grouped(self, gids: torch.Tensor, fanout: int, exclude: torch.Tensor | None = None,
+                 options: SampleOptions = UNIFORM
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per owned node in ``gids`` (unique), its number of sampled in-edges, and their
-        sources' global ids grouped by node in ``gids`` order."""
-        local, u, v = self._sample_local(gids, fanout, exclude)
+        sources' global ids and edge ids grouped by node in ``gids`` order."""
+        local, u, v, eid = self._sample_local(gids, fanout, exclude, options)
         self._slot[local] = torch.arange(local.numel())
         pos = self._slot.index_select(0, v)
         if pos.numel() > 1 and not bool((pos[1:] >= pos[:-1]).all()):
             order = torch.argsort(pos, stable=True)  # DGL gives them grouped already
-            pos, u = pos.index_select(0, order), u.index_select(0, order)
+            pos, u, eid = (t.index_select(0, order) for t in (pos, u, eid))
         counts = torch.bincount(pos, minlength=gids.numel())
-        return counts, self.local_gid.index_select(0, u)
+        return counts, self.local_gid.index_select(0, u), eid
 
-    def _padded(self, gids: torch.Tensor, fanout: int,
-                exclude: torch.Tensor | None = None) -> torch.Tensor:
-        """The sampled sources of each owned node in ``gids``: one row of ``fanout`` per node,
-        -1 where it has fewer in-edges."""
-        counts, src = self._grouped(gids, fanout, exclude)
-        out = torch.full((gids.numel(), fanout), -1, dtype=self.id_dtype)
+    def _padded(self, gids: torch.Tensor, fanout: int, exclude: torch.Tensor | None = None,
+                options: SampleOptions = UNIFORM) -> torch.Tensor:
+        """The sampled in-edges of each owned node in ``gids``: one row per node of
+        ``fanout`` sources, then their ``fanout`` edge ids, -1 where it has fewer."""
+        counts, src, eid = self._grouped(gids, fanout, exclude, options)
+        out = torch.full((gids.numel(), 2 * fanout), -1, dtype=self.id_dtype)
         starts = torch.cumsum(counts, 0) - counts
         rows = torch.repeat_interleave(torch.arange(gids.numel()), counts)
         cols = torch.arange(src.numel()) - starts.index_select(0, rows)
         out[rows, cols] = src.to(self.id_dtype)
+        out[rows, cols + fanout] = eid.to(self.id_dtype)
         return out
+
+
+def draw(graph: dgl.DGLGraph, nodes: torch.Tensor, fanout: int, options: SampleOptions,
+         weights: EdgeWeights | None, exclude: torch.Tensor | None = None
+         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """DGL's ``sample_neighbors`` of ``nodes`` in ``graph`` (in-edges, but ``exclude``), as
+    ``options`` say (their weights from ``weights``): the drawn edges' ``(u, v)`` and their
+    ids in ``graph``."""
+    prob = None
+    if options.prob is not None:
+        if weights is None:
+            raise InvalidValueError(f"weighted sampling (prob={options.prob!r}) needs the "
+                                    "sampler's edge data (edge_weights=...)")
+        graph.edata[PROB] = weights(options.prob).reshape(-1)
+        prob = PROB
+    frontier = dgl.sampling.sample_neighbors(graph, nodes, fanout, edge_dir="in", prob=prob,
+                                             replace=options.replace, exclude_edges=exclude,
+                                             copy_ndata=False)  # edata: where EID is set
+    u, v = frontier.edges()
+    return u, v, frontier.edata[dgl.EID]
 
 
 def edges_by_type(graph: dgl.DGLGraph, etype_offsets: torch.Tensor
@@ -294,46 +343,18 @@ def edges_by_type(graph: dgl.DGLGraph, etype_offsets: torch.Tensor
     """``graph``'s edges split by edge type (read off each edge's homogeneous id,
     ``edata["_ID"]``, against ``etype_offsets``): one heterograph over its nodes (one node
     type, :data:`LOCAL`), edge type ``e`` named ``(LOCAL, str(e), LOCAL)`` with that type's
-    edges in ``graph``'s order, and each edge's id in its type."""
+    edges in ``graph``'s order and their ``edata["_ID"]`` as ``edata[HOM_EID]``, and each
+    edge's id in its type."""
     u, v = graph.edges()
-    etype = torch.searchsorted(etype_offsets, graph.edata["_ID"], right=True) - 1
-    edges, pos = {}, torch.empty(graph.num_edges(), dtype=torch.int64)
+    hom = graph.edata["_ID"]
+    etype = torch.searchsorted(etype_offsets, hom, right=True) - 1
+    edges, ids, pos = {}, {}, torch.empty(graph.num_edges(), dtype=torch.int64)
     for e in range(etype_offsets.numel() - 1):
         keep = torch.nonzero(etype == e).squeeze(1)
         pos[keep] = torch.arange(keep.numel())
         edges[(LOCAL, str(e), LOCAL)] = (u[keep], v[keep])
-    return dgl.heterograph(edges, num_nodes_dict={LOCAL: graph.num_nodes()}), pos
-
-
-def whole_graph(parts: Sequence[Partition], num_nodes: int) -> dgl.DGLGraph:
-    """The whole structure in global ids from every part (each edge is stored once, with its
-    destination's owner), edges in partitioned edge id order (part by part)."""
-    src, dst = [], []
-    for part in parts:
-        gid = torch.from_numpy(part.local_gid)
-        src.append(gid.index_select(0, torch.from_numpy(part.src)))
-        dst.append(gid.index_select(0, torch.from_numpy(part.dst)))
-    return dgl.graph((torch.cat(src), torch.cat(dst)), num_nodes=num_nodes)
-
-
-class LocalSampler(BlockSampler):
-    """Samples blocks from a whole graph held locally (a replicated structure): no exchange,
-    so unlike :class:`PartitionSampler` it is not collective.
-
-    Args:
-        graph: the whole graph, in the partitioned graph's global ids, its edges in partitioned
-            edge id order (:func:`whole_graph`).
-    """
-
-    def __init__(self, graph: dgl.DGLGraph):
-        self.graph, self.num_nodes = graph, graph.num_nodes()
-
-    def sample_layer(self, nodes: torch.Tensor, fanout: int,
-                     exclude: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        skip = exclude if exclude is not None and exclude.numel() else None
-        return dgl.sampling.sample_neighbors(self.graph, nodes, fanout, edge_dir="in",
-                                             exclude_edges=skip).edges()
-
-    def has_edges(self, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
-        """Whether each edge ``src[i] -> dst[i]`` (global ids) is in the graph."""
-        return self.graph.has_edges_between(src, dst)
+        ids[(LOCAL, str(e), LOCAL)] = hom[keep]
+    out = dgl.heterograph(edges, num_nodes_dict={LOCAL: graph.num_nodes()})
+    for key, values in ids.items():
+        out.edges[key].data[HOM_EID] = values
+    return out, pos

@@ -6,8 +6,9 @@ partitioned ids and back. :class:`TypedBlockSampler` samples layer by layer as D
 for heterographs: the frontier's partitioned ids go to their owners, which sample each edge
 type's in-edges with that type's fanout (:meth:`PartitionSampler.sample_typed_layer`); the
 sampled edges, back in per-type ids, make a heterogeneous frontier that ``dgl.to_block`` turns
-into a block whose ``srcdata[dgl.NID]`` / ``dstdata[dgl.NID]`` hold per-type ids, as the
-blocks of DGL's own ``NeighborSampler`` on a heterograph do. Edges a link-prediction batch
+into a block whose ``srcdata[dgl.NID]`` / ``dstdata[dgl.NID]`` hold per-type ids and each
+edge type's ``edata[dgl.EID]`` its per-type edge ids, as the blocks of DGL's own
+``NeighborSampler`` on a heterograph do. Edges a link-prediction batch
 excludes (partitioned edge ids) go once to the members that store them, which leave them out
 of every layer (:meth:`PartitionSampler.typed_exclusions`).
 """
@@ -18,7 +19,8 @@ from typing import Sequence
 import dgl
 import torch
 
-from dglx_dist.errors import InvalidValueError, UnknownNameError
+from dglx_dist.errors import InvalidValueError, NotSupportedError, UnknownNameError
+from dglx_dist.sampling.options import UNIFORM, SampleOptions
 
 __all__ = ["TypeIds", "TypedBlockSampler", "typed_fanouts"]
 
@@ -118,36 +120,45 @@ class TypedBlockSampler:
         first = {t: int(ids.offsets[i]) for i, t in enumerate(ids.ntypes)}
         self._src_offset, self._dst_offset = (torch.tensor([first[e[end]] for e in self.etypes],
                                                            dtype=torch.int64) for end in (0, 2))
+        self._eid_offset = sampler.etype_offsets[:-1]  # each edge type's first homogeneous id
 
     def sample_blocks(self, seeds: torch.Tensor, fanouts: Sequence[Sequence[int]],
-                      exclude: torch.Tensor | None = None) -> list[dgl.DGLGraph]:
+                      exclude: torch.Tensor | None = None,
+                      options: SampleOptions = UNIFORM) -> list[dgl.DGLGraph]:
         """Blocks for ``len(fanouts)`` layers whose last destinations are the nodes of
         partitioned ids ``seeds``, by type; ``fanouts[i][e]``: layer i's fanout of edge type
         e. Their ``srcdata`` / ``dstdata[dgl.NID]`` are per-type ids. ``exclude``:
-        partitioned edge ids no layer may sample (DGL's ``exclude_eids``)."""
+        partitioned edge ids no layer may sample (DGL's ``exclude_eids``). Draws are
+        uniform: ``options`` other than that are refused."""
+        if options != UNIFORM:
+            raise NotSupportedError(f"sampling {options} on a graph with edge types: only "
+                                    "uniform draws are supported there")
         routed = None if exclude is None else self.sampler.typed_exclusions(exclude)
         frontier = self.ids.split(seeds)
         blocks: list[dgl.DGLGraph] = []
         for fanout in reversed(fanouts):
-            src, dst, etype = self.sampler.sample_typed_layer(self.ids.join(frontier), fanout,
-                                                              routed)
-            block = self._block(frontier, src, dst, etype)
+            src, dst, etype, eid = self.sampler.sample_typed_layer(self.ids.join(frontier),
+                                                                   fanout, routed)
+            block = self._block(frontier, src, dst, etype, eid)
             blocks.insert(0, block)
             frontier = {t: block.srcnodes[t].data[dgl.NID] for t in self.ids.ntypes}
         return blocks
 
     def _block(self, frontier: dict[str, torch.Tensor], src: torch.Tensor, dst: torch.Tensor,
-               etype: torch.Tensor) -> dgl.DGLGraph:
+               etype: torch.Tensor, eid: torch.Tensor) -> dgl.DGLGraph:
         # grouped by edge type (a stable sort keeps each type's edges in order); an edge
         # type says its ends' node types, so only their offsets are subtracted
         etype, order = torch.sort(etype, stable=True)
         s, d = (self.ids.hom(x.index_select(0, order)) for x in (src, dst))
         s, d = s - self._src_offset.index_select(0, etype), \
             d - self._dst_offset.index_select(0, etype)
+        eid = eid.index_select(0, order) - self._eid_offset.index_select(0, etype)
         counts = torch.bincount(etype, minlength=len(self.etypes)).tolist()
         edges = dict(zip(self.etypes, zip(torch.split(s, counts), torch.split(d, counts))))
         graph = dgl.heterograph(edges, num_nodes_dict=self.ids.sizes)
         block = dgl.to_block(graph, dst_nodes=frontier)
-        for et in block.canonical_etypes:  # ids of the throwaway frontier's edges
-            block.edges[et].data.pop(dgl.EID, None)
+        # to_block numbers each type's edges by the throwaway graph's ids: per-type ids instead
+        for et, ids in zip(self.etypes, torch.split(eid, counts)):
+            data = block.edges[et].data
+            data[dgl.EID] = ids.index_select(0, data[dgl.EID])
         return block

@@ -23,6 +23,7 @@ ability                 what it adds                                           w
 :class:`OwnSplit`       its own ``node_split`` of ids among ranks              DistDGL's split
 :class:`ShapedByOptions`  depth and the Trainer's loaders from its options     the model's; full
 :class:`TypedGraphs`    graphs with node and edge types (heterographs)         refused
+:class:`WeightedDraws`  loaders' ``prob`` / ``mask`` / ``replace`` draws       refused
 ======================  =====================================================  ===============
 """
 from __future__ import annotations
@@ -42,7 +43,7 @@ from dglx_dist.strategies.steps import Blocks, LoaderSpec, full_graph_loaders
 
 __all__ = ["FullGraphForm", "OwnEpochs", "LinkPrediction", "ShardedParams", "Stateful",
            "MemoryModelled", "HoldsRows", "Float32Only", "ConvTypes", "StepsInTurn",
-           "Approximate", "OverlapsBackward", "OwnSplit", "ShapedByOptions",
+           "Approximate", "OverlapsBackward", "OwnSplit", "ShapedByOptions", "WeightedDraws",
            "exact_options", "epochs_of", "StrategyState"]
 
 
@@ -142,6 +143,11 @@ class TypedGraphs(abc.ABC):
         """Refuses options that do not apply to a typed graph (``graph`` names it), before
         any collective where possible (``distribute`` of a heterograph, and
         :func:`~dglx_dist.strategies.base.check_partitions`); by default none."""
+
+
+class WeightedDraws(abc.ABC):
+    """Its loaders draw their blocks with the sampler's options (DGL ``NeighborSampler``'s
+    ``prob``, ``mask`` and ``replace``: ``LoaderSpec.sampling``)."""
 
 
 class StepsInTurn(abc.ABC):

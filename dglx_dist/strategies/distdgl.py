@@ -30,7 +30,7 @@ from dglx_dist.memory import MemoryModel
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
-from dglx_dist.sampling import PartitionSampler
+from dglx_dist.sampling import PartitionSampler, part_edge_weights
 from dglx_dist.sampling.typed import TypedBlockSampler, TypeIds
 from dglx_dist.strategies.abilities import MemoryModelled, TypedGraphs
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, check_partitions,
@@ -80,7 +80,8 @@ class DistDGLStrategy(MiniBatchStrategy, MemoryModelled, TypedGraphs):
                                  dtype=torch.int64)
         if pdir.types is None:
             self.sampler = PartitionSampler(part, pdir.book, session.cross, server,
-                                            pdir.edge_book())
+                                            pdir.edge_book(),
+                                            edge_weights=part_edge_weights(pdir, server, store))
         else:  # DGL's heterogeneous blocks, per-type ids
             self.sampler = TypedBlockSampler(
                 PartitionSampler(part, pdir.book, session.cross, server, pdir.edge_book(),

@@ -17,6 +17,8 @@ from typing import Iterator, NamedTuple, Protocol
 import dgl
 import torch
 
+from dglx_dist.sampling.options import UNIFORM, SampleOptions
+
 __all__ = ["Blocks", "StepState", "Step", "EdgeStep", "EdgeBatch", "PairMaker", "LoaderSpec",
            "LoaderPlan", "full_graph_loaders", "equal_step_sizes", "sampled_plan", "epoch_batches", "sampled_epoch",
            "place_step", "OUT_DEGREE"]
@@ -113,6 +115,8 @@ class LoaderSpec:
         seed: the shuffling seed (mixed with the epoch and the rank).
         pairs: for a link-prediction loader over edge ids, what makes a batch of them an
             :class:`EdgeBatch` (collective; None: a node loader; see :class:`PairMaker`).
+        sampling: how each layer draws a node's in-edges (DGL's ``prob`` / ``mask`` /
+            ``replace``).
     """
 
     fanouts: tuple[int, ...] | tuple[tuple[int, ...], ...]
@@ -121,6 +125,7 @@ class LoaderSpec:
     drop_last: bool = False
     seed: int = 0
     pairs: "PairMaker | None" = None
+    sampling: SampleOptions = UNIFORM
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -189,12 +194,13 @@ def sampled_epoch(sampler, rank: int, plan: LoaderPlan, spec: LoaderSpec,
     ``plan.steps`` steps)."""
     for seeds in epoch_batches(rank, plan, spec, epoch):
         if spec.pairs is None:
-            blocks = sampler.sample_blocks(seeds, spec.fanouts)  # dst: seeds (by type)
+            blocks = sampler.sample_blocks(seeds, spec.fanouts,  # dst: seeds (by type)
+                                           options=spec.sampling)
             yield Step(blocks[0].srcdata[dgl.NID], blocks[-1].dstdata[dgl.NID],
                        Blocks(blocks, StepState(epoch=epoch)))
             continue
         batch = spec.pairs(seeds)
-        blocks = sampler.sample_blocks(batch.nodes, spec.fanouts, batch.exclude)
+        blocks = sampler.sample_blocks(batch.nodes, spec.fanouts, batch.exclude, spec.sampling)
         yield EdgeStep(blocks[0].srcdata[dgl.NID], batch.pair_graph, batch.neg_pair_graph,
                        Blocks(blocks, StepState(epoch=epoch)))
 

@@ -15,7 +15,8 @@ pytestmark = pytest.mark.dist
 def _sample(session, pdir_path, fanouts, seeds_per_rank):
     pdir = PartitionDir(pdir_path)
     part = pdir.load_part(session.server_id)
-    sampler = PartitionSampler(part, pdir.book, session.cross, session.server_id)
+    sampler = PartitionSampler(part, pdir.book, session.cross, session.server_id,
+                               pdir.edge_book())
     # seeds: global ids spread over every server, different on each rank
     rng = np.random.default_rng(session.rank)
     seeds = torch.from_numpy(np.sort(rng.choice(pdir.num_nodes, seeds_per_rank, replace=False)))

@@ -82,7 +82,7 @@ def expand_external(core_edges: tuple[torch.Tensor, torch.Tensor],
     """
     admitted, mine, frontier = _EMPTY, [], _EMPTY
     for hop in range(max_hop):
-        src, dst = core_edges if hop == 0 else sampler.sample_layer(frontier, -1)
+        src, dst = core_edges if hop == 0 else sampler.sample_layer(frontier, -1)[:2]
         external = is_external(src)
         src, _ = capped(src[external], dst[external], fanout, gen)
         new = torch.unique(src)

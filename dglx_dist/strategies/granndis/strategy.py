@@ -243,9 +243,9 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
     def _server_graph(self, pdir: PartitionDir, part, core_edges, core_etype, gen):
         """This rank's nodes (inner + its share of the preloaded external ones), the group's
         node set, and the in-edges of this rank's nodes inside that set (collective)."""
-        types = pdir.types
+        offsets = None if pdir.types is None else pdir.types.etype_offsets
         sampler = PartitionSampler(part, pdir.book, self.session.world, part.part,
-                                   etype_offsets=None if types is None else types.etype_offsets)
+                                   pdir.edge_book(), offsets)
         in_group = torch.zeros(pdir.num_parts, dtype=torch.bool)
         in_group[self.group.members] = True  # part p is rank p's
         hops = 0 if self.config.scope == "world" else self._max_hop()
@@ -254,10 +254,10 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
                                          gen)
         own = torch.cat([torch.from_numpy(part.core_gid), self.preloaded]).sort().values
         nodes = GroupNodes.gather(self.group, own)
-        if types is None:
-            ext = sampler.sample_layer(self.preloaded, -1)
+        if offsets is None:
+            ext = sampler.sample_layer(self.preloaded, -1)[:2]
         else:  # each edge's type: the core ones' from their ids, the others' from the sampler
-            ext = sampler.sample_typed_layer(self.preloaded, (-1,) * len(types.canonical_etypes))
+            ext = sampler.sample_typed_layer(self.preloaded, (-1,) * (len(offsets) - 1))[:3]
             core_edges = (*core_edges, core_etype)
         edges = tuple(torch.cat([c, e]) for c, e in zip(core_edges, ext))
         keep = nodes.contains(edges[0])

@@ -29,7 +29,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from dglx_dist.convs import ConvAdapter, ConvWrapper
-from dglx_dist.errors import InvalidTypeError
+from dglx_dist.errors import InvalidTypeError, NotSupportedError
 from dglx_dist.kvstore.policy import rows_at
 from dglx_dist.runtime.autograd import (OwnerReduce, Ready, flatten_partials,
                                         reduce_to_owners, unflatten)
@@ -131,7 +131,12 @@ class P3FirstLayer(ConvWrapper):
             rows = rows if scale is None else rows * scale
         return rows.to(device, non_blocking=True)
 
-    def forward(self, block: dgl.DGLGraph, x=None) -> torch.Tensor:
+    def forward(self, block: dgl.DGLGraph, x=None, **kwargs) -> torch.Tensor:
+        if kwargs:
+            raise NotSupportedError(f"p3: the model's first conv runs split by input columns "
+                                    f"and takes (block, features) only, not {sorted(kwargs)}; "
+                                    "edge weights can weigh the later layers (or train with "
+                                    "distdgl)")
         if isinstance(x, torch.Tensor):
             raise InvalidTypeError("p3: the model's first conv computes from the stored features, "
                                    "split by columns across the ranks; it takes "

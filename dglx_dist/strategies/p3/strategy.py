@@ -55,7 +55,7 @@ from dglx_dist.runtime.autograd import GradientSync
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import (LocalSampler, PartitionSampler, owner_balanced_chunks,
-                                whole_graph)
+                                part_edge_weights, whole_edge_weights, whole_graph)
 from dglx_dist.sampling.typed import TypedBlockSampler, TypeIds
 from dglx_dist.strategies.abilities import (HoldsRows, MemoryModelled, OverlapsBackward, OwnSplit,
                                             ShardedParams, StepsInTurn, TypedGraphs)
@@ -160,10 +160,12 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, StepsInTurn, Shar
         log.info("p3 caching: %s", self.cache)
         if self.cache.structure:  # every rank samples from the whole graph, no exchange
             parts = [part if p == rank else pdir.load_part(p) for p in range(pdir.num_parts)]
-            self.sampler = LocalSampler(whole_graph(parts, pdir.num_nodes))
+            self.sampler = LocalSampler(whole_graph(parts, pdir.num_nodes),
+                                        whole_edge_weights(pdir))
         else:
             self.sampler = PartitionSampler(part, pdir.book, session.world, rank,
-                                            pdir.edge_book())
+                                            pdir.edge_book(),
+                                            edge_weights=part_edge_weights(pdir, rank, store))
         # without feature caching a rank holds its slice; with it, each server holds every
         # column: local rank l the slices of the ranks with local index l on every server
         held = topo.cross_ranks(session.local_rank) if self.cache.features else [rank]

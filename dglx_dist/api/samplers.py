@@ -1,0 +1,111 @@
+"""What a :class:`~dglx_dist.api.DataLoader` reads off DGL's samplers: the fanouts of
+``NeighborSampler`` / ``MultiLayerFullNeighborSampler`` and how each layer draws (``prob``,
+``mask``, ``replace``), checked against the graph and the strategy before any step."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from dglx_dist.errors import InvalidTypeError, NotSupportedError, UnknownNameError
+from dglx_dist.kvstore.base import edge_key
+from dglx_dist.sampling.options import UNIFORM, SampleOptions, check_weights
+from dglx_dist.sampling.typed import typed_fanouts
+from dglx_dist.strategies.abilities import WeightedDraws
+
+if TYPE_CHECKING:
+    from dglx_dist.api.graph import DistGraph
+
+__all__ = ["sampler_fanouts", "sampler_options", "prefetched_edge_feats", "edge_rows"]
+
+
+def _neighbor_sampler(sampler):
+    from dgl.dataloading import NeighborSampler
+
+    if not isinstance(sampler, NeighborSampler):
+        raise InvalidTypeError(f"DataLoader: sampler {type(sampler).__name__} is not supported; "
+                               "use dgl.dataloading.NeighborSampler(fanouts) or "
+                               "MultiLayerFullNeighborSampler(num_layers)")
+    return sampler
+
+
+def sampler_fanouts(sampler, types=None) -> tuple:
+    """The fanouts (input layer first) of DGL's ``NeighborSampler`` or
+    ``MultiLayerFullNeighborSampler``; with the ``types`` of a typed partitioning, per
+    layer one fanout per edge type (:func:`~dglx_dist.sampling.typed.typed_fanouts`).
+
+    Raises:
+        TypeError: another sampler type.
+    """
+    sampler = _neighbor_sampler(sampler)
+    if types is not None:
+        return typed_fanouts(sampler.fanouts, types)
+    fanouts = []
+    for f in sampler.fanouts:
+        if isinstance(f, dict):
+            raise InvalidTypeError("DataLoader: per-edge-type fanouts need a graph with edge "
+                                   "types; this one has none")
+        fanouts.append(-1 if f is None or int(f) < 0 else int(f))
+    return tuple(fanouts)
+
+
+def sampler_options(graph: DistGraph, sampler) -> SampleOptions:
+    """How ``sampler`` (DGL's ``NeighborSampler``) draws each layer, checked: its ``prob`` or
+    ``mask`` names this graph's edge data, whose rows on this rank are finite weights >= 0
+    (or booleans); the strategy draws with them; in-edges only."""
+    sampler = _neighbor_sampler(sampler)
+    if getattr(sampler, "edge_dir", "in") != "in":
+        raise NotSupportedError(f"DataLoader: NeighborSampler(edge_dir={sampler.edge_dir!r}): "
+                                "the partitions store each node's in-edges; expected "
+                                "edge_dir='in'")
+    options = SampleOptions(getattr(sampler, "prob", None),
+                            bool(getattr(sampler, "replace", False)))
+    if options == UNIFORM:
+        return options
+    what = (f"NeighborSampler(prob={options.prob!r})" if options.prob is not None else
+            "NeighborSampler(replace=True)")
+    if not isinstance(graph.strategy, WeightedDraws):
+        raise NotSupportedError(f"DataLoader: {what} under strategy "
+                                f"{graph.strategy.registered_name!r}, which does not sample "
+                                "its blocks; weighted and with-replacement draws run under "
+                                "distdgl and p3")
+    if graph.is_typed:
+        raise NotSupportedError(f"DataLoader: {what} on a graph with edge types: only uniform "
+                                "draws are supported there")
+    if options.prob is not None:
+        if options.prob not in graph.edata.keys():
+            raise UnknownNameError(f"DataLoader: {what}: {options.prob!r} is not edge data of "
+                                   f"this graph; it has {sorted(graph.edata.keys())}")
+        for values in graph.store.local_parts(edge_key(options.prob)).values():
+            check_weights(values, f"DataLoader: {what}")
+    return options
+
+
+def prefetched_edge_feats(graph: DistGraph, sampler) -> list[str]:
+    """The edge data ``sampler`` (DGL's ``NeighborSampler``) prefetches on every block
+    (``prefetch_edge_feats``), checked to be this graph's."""
+    names = list(getattr(sampler, "prefetch_edge_feats", None) or [])
+    if names and graph.is_typed:
+        raise NotSupportedError("DataLoader: prefetch_edge_feats on a graph with edge types is "
+                                "not supported; read g.edges[etype].data[name]"
+                                "[block.edges[etype].data[dgl.EID]] instead")
+    missing = [n for n in names if n not in graph.edata.keys()]
+    if missing:
+        raise UnknownNameError(f"DataLoader: prefetch_edge_feats {missing} are not edge data "
+                               f"of this graph; it has {sorted(graph.edata.keys())}")
+    return names
+
+
+def edge_rows(graph: DistGraph, blocks, names: list[str]) -> None:
+    """Sets each block's ``edata[name]`` to the rows of its edges (``edata[dgl.EID]``), one
+    pull per name for every block."""
+    import dgl
+
+    if not names or not blocks:
+        return
+    eids = [b.edata[dgl.EID] for b in blocks]
+    every = torch.cat(eids)
+    for name in names:
+        rows = graph.edata[name][every]
+        for block, part in zip(blocks, torch.split(rows, [e.numel() for e in eids])):
+            block.edata[name] = part

@@ -1,0 +1,68 @@
+"""Sampling from a whole graph held locally (P3's structure cache): no exchange."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import dgl
+import torch
+
+from dglx_dist.partition.layout import Partition
+from dglx_dist.sampling.options import UNIFORM, EdgeWeights, SampleOptions, part_edge_weights
+from dglx_dist.sampling.sampler import BlockSampler, draw
+
+__all__ = ["LocalSampler", "whole_graph", "whole_edge_weights"]
+
+
+def whole_graph(parts: Sequence[Partition], num_nodes: int) -> dgl.DGLGraph:
+    """The whole structure in global ids from every part (each edge is stored once, with its
+    destination's owner), edges in partitioned edge id order (part by part), each edge's id
+    in the user's graph in ``edata["_ID"]``."""
+    src, dst, eid = [], [], []
+    for part in parts:
+        gid = torch.from_numpy(part.local_gid)
+        src.append(gid.index_select(0, torch.from_numpy(part.src)))
+        dst.append(gid.index_select(0, torch.from_numpy(part.dst)))
+        eid.append(torch.from_numpy(part.eid))
+    graph = dgl.graph((torch.cat(src), torch.cat(dst)), num_nodes=num_nodes)
+    graph.edata["_ID"] = torch.cat(eid)
+    return graph
+
+
+def whole_edge_weights(pdir) -> EdgeWeights:
+    """Every part's edge data by name, in :func:`whole_graph`'s edge order, read from
+    ``pdir``'s files on first use (later writes through ``g.edata`` are not seen)."""
+    read: dict[str, torch.Tensor] = {}
+
+    def weights(name: str) -> torch.Tensor:
+        if name not in read:
+            read[name] = torch.cat([part_edge_weights(pdir, p)(name)
+                                    for p in range(pdir.num_parts)])
+        return read[name]
+
+    return weights
+
+
+class LocalSampler(BlockSampler):
+    """Samples blocks from a whole graph held locally (a replicated structure): no exchange,
+    so unlike :class:`~dglx_dist.sampling.PartitionSampler` it is not collective.
+
+    Args:
+        graph: the whole graph, in the partitioned graph's global ids, its edges in partitioned
+            edge id order (:func:`whole_graph`).
+        edge_weights: the whole graph's edge data by name, in its edge order, for weighted
+            draws (None: none).
+    """
+
+    def __init__(self, graph: dgl.DGLGraph, edge_weights: EdgeWeights | None = None):
+        self.graph, self.num_nodes, self.weights = graph, graph.num_nodes(), edge_weights
+
+    def sample_layer(self, nodes: torch.Tensor, fanout: int,
+                     exclude: torch.Tensor | None = None, options: SampleOptions = UNIFORM
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        skip = exclude if exclude is not None and exclude.numel() else None
+        u, v, eid = draw(self.graph, nodes, fanout, options, self.weights, skip)
+        return u, v, self.graph.edata["_ID"].index_select(0, eid)
+
+    def has_edges(self, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+        """Whether each edge ``src[i] -> dst[i]`` (global ids) is in the graph."""
+        return self.graph.has_edges_between(src, dst)

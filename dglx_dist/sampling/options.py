@@ -1,0 +1,81 @@
+"""How a layer draws a node's in-edges beyond its fanout: DGL ``NeighborSampler``'s ``prob``,
+``mask`` and ``replace``, and where a sampler finds the edge weights they name.
+
+DGL reads ``prob`` (or ``mask``) from the graph's edge data at every draw. Over partitions,
+each edge's row lives with the part that stores the edge (its destination's owner), which is
+also the member that samples that node's in-edges, so the weights never travel: the owner
+passes its own rows to DGL's ``sample_neighbors``. :func:`part_edge_weights` reads them from
+the graph's KVStore when it holds them (the store's local tensor: a write through
+``g.edata[name][eids] = ...`` is seen by the next draw, as in DGL), else from the partition's
+files (read once).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import torch
+
+from dglx_dist.errors import InvalidValueError
+from dglx_dist.kvstore.base import KVStore, edge_key
+
+__all__ = ["SampleOptions", "UNIFORM", "EdgeWeights", "part_edge_weights", "check_weights"]
+
+EdgeWeights = Callable[[str], torch.Tensor]
+"""A sampler's edge data by name: one row per edge of the graph it samples, in its order."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleOptions:
+    """How each layer draws a node's in-edges, beyond its fanout.
+
+    Attributes:
+        prob: the edge data whose values weigh each in-edge's chance of being drawn
+            (unnormalised; DGL's ``prob``), or whose booleans say which in-edges may be
+            drawn (DGL's ``mask``); None: uniform.
+        replace: draw with replacement: a node with any in-edge gets exactly ``fanout``.
+    """
+
+    prob: str | None = None
+    replace: bool = False
+
+
+UNIFORM = SampleOptions()
+
+
+def part_edge_weights(pdir, part: int, store: KVStore | None = None) -> EdgeWeights:
+    """Part ``part``'s edge data by name, row j for its edge j: the store's local rows
+    when it holds them (live), else read from ``pdir``'s files on first use."""
+    read: dict[str, torch.Tensor] = {}
+
+    def weights(name: str) -> torch.Tensor:
+        if store is not None and edge_key(name) in store.names():
+            local = store.local_parts(edge_key(name))
+            if part in local:
+                return local[part]
+        if name not in read:
+            read.update((k, torch.from_numpy(v)) for k, v in pdir.load_edge_data(part).items())
+        if name not in read:
+            raise InvalidValueError(f"edge data {name!r} is not in {pdir.path}; it has "
+                                    f"{sorted(read)}")
+        return read[name]
+
+    return weights
+
+
+def check_weights(values: torch.Tensor, what: str) -> None:
+    """Refuses edge data that cannot weigh a draw: not one number (or boolean) per edge,
+    negative or not finite (DGL leaves the draw undefined there)."""
+    if values.dim() != 1 and not (values.dim() == 2 and values.shape[1] == 1):
+        raise InvalidValueError(f"{what}: edge data of shape {tuple(values.shape)}; expected "
+                                "one number per edge")
+    if values.dtype == torch.bool:
+        return
+    if not values.dtype.is_floating_point:
+        raise InvalidValueError(f"{what}: edge data of dtype {values.dtype}; expected floats "
+                                "(prob) or booleans (mask)")
+    bad = ~torch.isfinite(values) | (values < 0)
+    if bool(bad.any()):
+        first = values.reshape(-1)[bad.reshape(-1)][:3].tolist()
+        raise InvalidValueError(f"{what}: {int(bad.sum())} edge weights are negative or not "
+                                f"finite (e.g. {first}); expected finite weights >= 0")
