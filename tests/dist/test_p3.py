@@ -223,10 +223,11 @@ def test_traffic_is_structure_partials_and_gradients_only(tmp_path, cora_p3):
                 theirs = np.asarray(res[peer]["frontiers"][layer])
                 asked = mine[np.asarray(pdir.owner(mine)) == peer]
                 asked_me = theirs[np.asarray(pdir.owner(theirs)) == me]
-                # int32 ids; an answer is a count per asked node, then the sources
+                # int32 ids; an answer is a count per asked node, then the sources, then
+                # the edges' ids
                 _add(sample, kind, 4 * asked.size + 4 * (asked_me.size
-                                                         + int(indeg[asked_me].sum())),
-                     4 * asked_me.size + 4 * (asked.size + int(indeg[asked].sum())))
+                                                         + 2 * int(indeg[asked_me].sum())),
+                     4 * asked_me.size + 4 * (asked.size + 2 * int(indeg[asked].sum())))
         sent, recv = _label_bytes(pdir, res, me)
         sample["sent_inter"] += sent
         sample["recv_inter"] += recv

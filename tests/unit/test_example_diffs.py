@@ -9,6 +9,7 @@ import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BUDGET = {"sage_minibatch.py": 10, "gcn_fullgraph.py": 10, "distdgl_sage.py": 6,
+          "weighted_sampling.py": 10,
           "link_prediction.py": 10, "rgcn_hetero.py": 12, "distdgl_rgcn.py": 3}
 HELPERS = {"partition_cora.py", "partition_mag.py"}  # data preparation shared by both versions
 PENDING: set[str] = set()  # plain scripts whose port is still to come
