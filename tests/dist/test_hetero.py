@@ -95,7 +95,23 @@ def _one_step(session, cache):
            "train": train.tolist()}
     for input_nodes, output_nodes, blocks in loader:
         out.update(rgcn_step(g, emb, model, input_nodes, output_nodes, blocks),
-                   emb_ids=input_nodes["author"].tolist())
+                   emb_ids=input_nodes["author"].tolist(), edges=_typed_edges(blocks))
+    return out
+
+
+def _typed_edges(blocks) -> list[dict]:
+    """Per block, per edge type: its edges' (source, destination, edge id), per-type ids."""
+    import dgl
+
+    out = []
+    for b in blocks:
+        per = {}
+        for (st, rel, dt) in b.canonical_etypes:
+            u, v = b.edges(etype=(st, rel, dt))
+            per[rel] = [b.srcnodes[st].data[dgl.NID][u].tolist(),
+                        b.dstnodes[dt].data[dgl.NID][v].tolist(),
+                        b.edges[(st, rel, dt)].data[dgl.EID].tolist()]
+        out.append(per)
     return out
 
 
@@ -151,6 +167,11 @@ def test_one_rgcn_step_matches_single_process_dgl(tmp_path, ranks, servers):
     ref = _reference([torch.tensor(res[r]["outputs"]) for r in range(ranks)])
     for r in range(ranks):
         assert sorted(res[r]["outputs"]) == sorted(res[r]["train"])
+        for block in res[r]["edges"]:  # each edge type's blocks carry its edge ids
+            for rel, (src, dst, eid) in block.items():
+                u, v = g.find_edges(torch.tensor(eid, dtype=torch.int64), etype=rel)
+                assert (u.tolist(), v.tolist()) == (src, dst), rel
+        assert sum(len(e[2]) for e in res[r]["edges"][0].values()) > 0
         logits, grads, author_grad = ref[r]
         np.testing.assert_allclose(res[r]["logits"], logits.numpy(), rtol=1e-4, atol=1e-5)
         for name, grad in res[r]["grads"].items():  # DDP: the mean over ranks
