@@ -41,16 +41,16 @@ from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.link import EdgePairs, is_edge_sampler
 from dglx_dist.api.ndata import as_node_ids
 from dglx_dist.api.samplers import (edge_rows, prefetched_edge_feats, sampler_fanouts,
-                                    sampler_options)
+                                    sampler_options, user_sampler)
 from dglx_dist.api.split import edge_share, node_share
 from dglx_dist.api.typed_link import TypedEdgePairs
 from dglx_dist.api.types import typed_prefetch
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 from dglx_dist.runtime.agree import differing_ranks, ids_digest, on_every_rank, same_call
 from dglx_dist.runtime.transfer import DeviceCopies
-from dglx_dist.sampling.options import SampleOptions
+from dglx_dist.sampling.options import UNIFORM
 from dglx_dist.strategies.abilities import LinkPrediction, StepsInTurn
-from dglx_dist.strategies.base import SetupRequest
+from dglx_dist.strategies.base import SetupRequest, implied_layers
 from dglx_dist.strategies.steps import (EdgeStep, LoaderSpec, Step, place_step, sampled_epoch,
                                         sampled_plan)
 
@@ -114,16 +114,20 @@ class DataLoader:
         # collective, in this order: the arguments' check, the call's signature (ranks building
         # other loaders here stop, naming both), the ids' check and whether they are the same
         # on every rank, the strategy's setup (the first loader), and the loader's plan
-        fanouts, pairs, options = on_every_rank(session, "DataLoader", lambda: _checked(
+        fields = on_every_rank(session, "DataLoader", lambda: _checked(
             graph, graph_sampler, batch_size))
-        self.spec = LoaderSpec(fanouts, int(batch_size), bool(shuffle), bool(drop_last), seed,
-                               pairs, options)
-        call = (f"DataLoader({'edge' if pairs else 'node'} ids, fanouts={list(fanouts)}, "
-                f"batch_size={self.spec.batch_size}, shuffle={self.spec.shuffle}, "
-                f"{options})")
+        spec = self.spec = LoaderSpec(batch_size=int(batch_size), shuffle=bool(shuffle),
+                                      drop_last=bool(drop_last), seed=seed, **fields)
+        pairs = spec.pairs
+        drawn = f"fanouts={list(spec.fanouts)}" if spec.draw is None else \
+            f"sampler={type(graph_sampler).__name__}"
+        drawn += f", {spec.sampling}" if spec.sampling != UNIFORM else ""
+        call = (f"DataLoader({'edge' if pairs else 'node'} ids, {drawn}, "
+                f"batch_size={spec.batch_size}, shuffle={spec.shuffle})")
         same_call(session, call)
         ids = self._own_ids(indices, use_ddp, edges=pairs is not None)
-        self.strategy = graph.setup(SetupRequest(len(fanouts), by=call))
+        depth = len(spec.fanouts) or implied_layers(graph.strategy) or 2
+        self.strategy = graph.setup(SetupRequest(depth, by=call))
         part_ids = ids if pairs else graph.part_ids(ids).sort().values
         plan = on_every_rank(session, "DataLoader",
                              lambda: self.strategy.loader_plan(part_ids, self.spec))
@@ -268,10 +272,9 @@ def typed_ids(graph: DistGraph, indices) -> torch.Tensor:
     return torch.cat(out)
 
 
-def _checked(graph: DistGraph, sampler, batch_size
-             ) -> tuple[tuple, EdgePairs | TypedEdgePairs | None, SampleOptions]:
-    """The loader's fanouts, for an edge loader its pairs, and its draws; refuses bad
-    arguments."""
+def _checked(graph: DistGraph, sampler, batch_size) -> dict:
+    """The loader's spec fields of the sampler: its fanouts, for an edge loader its pairs,
+    and its draws (options, or a user's sampler); refuses bad arguments."""
     try:  # an integer of any kind (numpy's, a 0-d tensor's), not 2.5 rounded down
         whole = operator.index(batch_size) if not isinstance(batch_size, bool) else 0
     except TypeError:
@@ -282,7 +285,11 @@ def _checked(graph: DistGraph, sampler, batch_size
     types = graph.pdir.types if graph.is_typed else None
     if not is_edge_sampler(sampler):
         prefetched_edge_feats(graph, sampler)
-        return sampler_fanouts(sampler, types), None, sampler_options(graph, sampler)
+        draw = user_sampler(graph, sampler)
+        if draw is not None:
+            return {"fanouts": (), "draw": draw}
+        return {"fanouts": sampler_fanouts(sampler, types),
+                "sampling": sampler_options(graph, sampler)}
     if not isinstance(graph.strategy, LinkPrediction):
         raise NotSupportedError(f"DataLoader: strategy {graph.strategy.registered_name!r} "
                                 "does not train link prediction (edge loaders run under "
@@ -290,7 +297,8 @@ def _checked(graph: DistGraph, sampler, batch_size
     node_sampler = sampler.sampler
     fanouts, options = sampler_fanouts(node_sampler, types), sampler_options(graph, node_sampler)
     prefetched_edge_feats(graph, node_sampler)
-    return fanouts, (TypedEdgePairs if graph.is_typed else EdgePairs)(graph, sampler), options
+    return {"fanouts": fanouts, "sampling": options,
+            "pairs": (TypedEdgePairs if graph.is_typed else EdgePairs)(graph, sampler)}
 
 
 DistNodeDataLoader = DataLoader

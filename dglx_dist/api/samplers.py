@@ -1,6 +1,8 @@
 """What a :class:`~dglx_dist.api.DataLoader` reads off DGL's samplers: the fanouts of
 ``NeighborSampler`` / ``MultiLayerFullNeighborSampler`` and how each layer draws (``prob``,
-``mask``, ``replace``), checked against the graph and the strategy before any step."""
+``mask``, ``replace``), or another ``BlockSampler`` to run over the distributed graph
+(:mod:`dglx_dist.api.sampling_graph`), checked against the graph and the strategy before
+any step."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -9,14 +11,16 @@ import torch
 
 from dglx_dist.errors import InvalidTypeError, NotSupportedError, UnknownNameError
 from dglx_dist.kvstore.base import edge_key
+from dglx_dist.api.sampling_graph import UserSampler
 from dglx_dist.sampling.options import UNIFORM, SampleOptions, check_weights
 from dglx_dist.sampling.typed import typed_fanouts
-from dglx_dist.strategies.abilities import WeightedDraws
+from dglx_dist.strategies.abilities import DrawsBlocks
 
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
 
-__all__ = ["sampler_fanouts", "sampler_options", "prefetched_edge_feats", "edge_rows"]
+__all__ = ["sampler_fanouts", "sampler_options", "user_sampler", "prefetched_edge_feats",
+           "edge_rows"]
 
 
 def _neighbor_sampler(sampler):
@@ -24,9 +28,33 @@ def _neighbor_sampler(sampler):
 
     if not isinstance(sampler, NeighborSampler):
         raise InvalidTypeError(f"DataLoader: sampler {type(sampler).__name__} is not supported; "
-                               "use dgl.dataloading.NeighborSampler(fanouts) or "
-                               "MultiLayerFullNeighborSampler(num_layers)")
+                               "use dgl.dataloading.NeighborSampler(fanouts), "
+                               "MultiLayerFullNeighborSampler(num_layers) or a "
+                               "dgl.dataloading.BlockSampler subclass of your own")
     return sampler
+
+
+def user_sampler(graph: DistGraph, sampler) -> UserSampler | None:
+    """``sampler`` to run over the distributed graph when it is a ``BlockSampler`` of the
+    user's own (None: DGL's ``NeighborSampler``, whose fanouts the strategy draws itself)."""
+    from dgl.dataloading import BlockSampler, NeighborSampler
+
+    if isinstance(sampler, NeighborSampler) or not isinstance(sampler, BlockSampler):
+        return None
+    what = f"DataLoader: sampler {type(sampler).__name__}"
+    if not isinstance(graph.strategy, DrawsBlocks):
+        raise NotSupportedError(f"{what} under strategy {graph.strategy.registered_name!r}, "
+                                "which does not sample its blocks; a sampler of your own "
+                                "runs under distdgl and p3")
+    if graph.is_typed:
+        raise NotSupportedError(f"{what} on a graph with edge types: samplers of your own run "
+                                "on graphs without types only (not yet)")
+
+    def find_edges(eids: torch.Tensor):
+        return tuple(graph.part_ids(ends) for ends in graph.find_edges(eids))
+
+    return UserSampler(sampler, graph.num_nodes(), graph.num_edges(),
+                       tuple(graph.edata.keys()), find_edges)
 
 
 def sampler_fanouts(sampler, types=None) -> tuple:
@@ -64,7 +92,7 @@ def sampler_options(graph: DistGraph, sampler) -> SampleOptions:
         return options
     what = (f"NeighborSampler(prob={options.prob!r})" if options.prob is not None else
             "NeighborSampler(replace=True)")
-    if not isinstance(graph.strategy, WeightedDraws):
+    if not isinstance(graph.strategy, DrawsBlocks):
         raise NotSupportedError(f"DataLoader: {what} under strategy "
                                 f"{graph.strategy.registered_name!r}, which does not sample "
                                 "its blocks; weighted and with-replacement draws run under "

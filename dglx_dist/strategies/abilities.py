@@ -23,7 +23,7 @@ ability                 what it adds                                           w
 :class:`OwnSplit`       its own ``node_split`` of ids among ranks              DistDGL's split
 :class:`ShapedByOptions`  depth and the Trainer's loaders from its options     the model's; full
 :class:`TypedGraphs`    graphs with node and edge types (heterographs)         refused
-:class:`WeightedDraws`  loaders' ``prob`` / ``mask`` / ``replace`` draws       refused
+:class:`DrawsBlocks`    loaders' own draws: ``prob``, ``replace``, samplers     refused
 ======================  =====================================================  ===============
 """
 from __future__ import annotations
@@ -43,7 +43,7 @@ from dglx_dist.strategies.steps import Blocks, LoaderSpec, full_graph_loaders
 
 __all__ = ["FullGraphForm", "OwnEpochs", "LinkPrediction", "ShardedParams", "Stateful",
            "MemoryModelled", "HoldsRows", "Float32Only", "ConvTypes", "StepsInTurn",
-           "Approximate", "OverlapsBackward", "OwnSplit", "ShapedByOptions", "WeightedDraws",
+           "Approximate", "OverlapsBackward", "OwnSplit", "ShapedByOptions", "DrawsBlocks",
            "exact_options", "epochs_of", "StrategyState"]
 
 
@@ -145,9 +145,10 @@ class TypedGraphs(abc.ABC):
         :func:`~dglx_dist.strategies.base.check_partitions`); by default none."""
 
 
-class WeightedDraws(abc.ABC):
-    """Its loaders draw their blocks with the sampler's options (DGL ``NeighborSampler``'s
-    ``prob``, ``mask`` and ``replace``: ``LoaderSpec.sampling``)."""
+class DrawsBlocks(abc.ABC):
+    """Its loaders' steps are sampled blocks, drawn as the loader asks: with DGL
+    ``NeighborSampler``'s ``prob``, ``mask`` and ``replace`` (``LoaderSpec.sampling``), or
+    by a user's own ``BlockSampler`` (``LoaderSpec.draw``)."""
 
 
 class StepsInTurn(abc.ABC):

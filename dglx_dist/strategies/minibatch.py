@@ -15,7 +15,7 @@ import torch
 
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.strategies.abilities import (Approximate, FullGraphForm, LinkPrediction,
-                                            ShapedByOptions, WeightedDraws)
+                                            ShapedByOptions, DrawsBlocks)
 from dglx_dist.strategies.base import Strategy, split_ids
 from dglx_dist.strategies.steps import (OUT_DEGREE, Blocks, LoaderPlan, LoaderSpec, Step,
                                         sampled_epoch, sampled_plan)
@@ -50,7 +50,7 @@ class MiniBatchConfig:
 
 
 class MiniBatchStrategy(Strategy, FullGraphForm, LinkPrediction, Approximate,
-                        ShapedByOptions, WeightedDraws):
+                        ShapedByOptions, DrawsBlocks):
     """Base of the strategies that train on sampled mini-batches of seed nodes (an edge
     loader's batches are sampled like node batches)."""
 

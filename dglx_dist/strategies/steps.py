@@ -102,6 +102,13 @@ class PairMaker(Protocol):
         """The batch of edge ids ``eids`` (collective)."""
 
 
+class Drawer(Protocol):
+    """A user's sampler, run over the strategy's sampler (``LoaderSpec.draw``)."""
+
+    def draw(self, sampler, seeds: torch.Tensor) -> list[dgl.DGLGraph]:
+        """The blocks drawn for ``seeds`` (collective, as the sampler is)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class LoaderSpec:
     """What a :class:`~dglx_dist.api.DataLoader` was asked for.
@@ -117,6 +124,9 @@ class LoaderSpec:
             :class:`EdgeBatch` (collective; None: a node loader; see :class:`PairMaker`).
         sampling: how each layer draws a node's in-edges (DGL's ``prob`` / ``mask`` /
             ``replace``).
+        draw: a user's own sampler: ``draw(sampler, seeds)`` is the blocks it draws for
+            ``seeds`` through the strategy's sampler (None: the fanouts say; see
+            :class:`~dglx_dist.api.sampling_graph.UserSampler`).
     """
 
     fanouts: tuple[int, ...] | tuple[tuple[int, ...], ...]
@@ -126,6 +136,7 @@ class LoaderSpec:
     seed: int = 0
     pairs: "PairMaker | None" = None
     sampling: SampleOptions = UNIFORM
+    draw: "Drawer | None" = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -194,8 +205,8 @@ def sampled_epoch(sampler, rank: int, plan: LoaderPlan, spec: LoaderSpec,
     ``plan.steps`` steps)."""
     for seeds in epoch_batches(rank, plan, spec, epoch):
         if spec.pairs is None:
-            blocks = sampler.sample_blocks(seeds, spec.fanouts,  # dst: seeds (by type)
-                                           options=spec.sampling)
+            blocks = spec.draw.draw(sampler, seeds) if spec.draw is not None else \
+                sampler.sample_blocks(seeds, spec.fanouts, options=spec.sampling)  # dst: seeds
             yield Step(blocks[0].srcdata[dgl.NID], blocks[-1].dstdata[dgl.NID],
                        Blocks(blocks, StepState(epoch=epoch)))
             continue

@@ -15,9 +15,10 @@ from dglx_dist.strategies import STRATEGIES
 
 pytestmark = pytest.mark.e2e
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-NAMES = ("sage_minibatch.py", "gcn_fullgraph.py")
+NAMES = ("sage_minibatch.py", "gcn_fullgraph.py", "weighted_sampling.py")
 # the same arguments for the plain script and its port (fewer full-graph epochs: time budget)
-ARGS = {"sage_minibatch.py": [], "gcn_fullgraph.py": ["--epochs", "100"]}
+ARGS = {"sage_minibatch.py": [], "gcn_fullgraph.py": ["--epochs", "100"],
+        "weighted_sampling.py": []}
 
 
 def _env(**extra):
@@ -75,7 +76,7 @@ def plain_acc(plain_outs):
 # scripts/check_examples.py's; its table is in docs/porting.md): the suite's time budget
 RUNS = [("sage_minibatch.py", "distdgl", 4), ("sage_minibatch.py", "p3", 4),
         ("sage_minibatch.py", "dorylus", 2), ("gcn_fullgraph.py", "granndis", 4),
-        ("gcn_fullgraph.py", "fullgraph", 4)]
+        ("gcn_fullgraph.py", "fullgraph", 4), ("weighted_sampling.py", "distdgl", 2)]
 
 
 def test_runs_cover_every_strategy():

@@ -1,0 +1,197 @@
+"""The graph a user's own DGL sampler draws from: DGL's sampling methods over the partitions.
+
+A ``dgl.dataloading.BlockSampler`` subclass builds its blocks from the graph it is handed,
+``sample_blocks(g, seed_nodes, exclude_eids)``, through the graph's methods
+(``g.sample_neighbors``, ``g.in_subgraph``, ``g.in_edges`` ...) and ``dgl.to_block``, as
+DGL's user guide teaches. Given such a sampler, the loader hands it a :class:`SamplingGraph`,
+which answers those methods over the partitions through the strategy's sampler, with DGL's
+signatures and meanings:
+
+* every call that reads the structure is collective (each node's in-edges are drawn by the
+  member that stores them), so every rank's sampler makes the same calls in the same order,
+  as the loader's steps are (a sampler whose calls depend on the rank's own seeds beyond
+  their values, e.g. skipping a call when it has none, would wait for its peers);
+* node ids are the partitioned ids the loader's blocks carry (``srcdata[dgl.NID]``); each
+  returned graph spans every node and carries ``edata[dgl.EID]``, the user's edge ids;
+* a method or attribute it does not serve raises ``NotSupportedError`` naming it and the
+  ones it serves (DGL's functions that need a local graph, ``dgl.in_subgraph(g, ...)``,
+  reach for its internals and are refused that way too: call the method instead).
+
+Out-edges are not served: each part stores the in-edges of its nodes.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import dgl
+import torch
+
+from dglx_dist.errors import InvalidValueError, NotSupportedError, UnknownNameError
+from dglx_dist.sampling.options import SampleOptions
+from dglx_dist.sampling.sampler import BlockSampler
+
+__all__ = ["SamplingGraph", "UserSampler", "SERVED"]
+
+SERVED = ("sample_neighbors", "in_subgraph", "in_edges", "in_degrees", "find_edges",
+          "num_nodes", "num_edges", "number_of_nodes", "number_of_edges", "edata names")
+
+
+class SamplingGraph:
+    """DGL's sampling methods over the distributed graph, in partitioned node ids.
+
+    Args:
+        sampler: the strategy's sampler (collective where it exchanges).
+        num_nodes / num_edges: the graph's.
+        edge_names: the edge data a ``prob`` may name.
+        find_edges: the endpoints (partitioned ids) of user edge ids.
+        what: the user's sampler, as errors name it.
+    """
+
+    is_block = False
+    device = torch.device("cpu")
+    idtype = torch.int64
+    ntypes = ["_N"]
+    etypes = ["_E"]
+    canonical_etypes = [("_N", "_E", "_N")]
+
+    def __init__(self, sampler: BlockSampler, num_nodes: int, num_edges: int,
+                 edge_names: list[str],
+                 find_edges: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+                 what: str):
+        self._sampler, self._n, self._m = sampler, num_nodes, num_edges
+        self._names, self._find, self._what = list(edge_names), find_edges, what
+
+    def num_nodes(self, ntype=None) -> int:
+        return self._n
+
+    def num_edges(self, etype=None) -> int:
+        return self._m
+
+    number_of_nodes, number_of_edges = num_nodes, num_edges
+
+    def sample_neighbors(self, seed_nodes, fanout, edge_dir: str = "in", prob=None,
+                         exclude_edges=None, replace: bool = False, output_device=None,
+                         **kwargs) -> dgl.DGLGraph:
+        """DGL's ``sample_neighbors``: up to ``fanout`` in-edges of each seed (-1: all),
+        drawn as ``prob`` (an edge data name: weights or a boolean mask) and ``replace``
+        say; a graph over every node with the drawn edges (collective)."""
+        where = f"{self._what}: g.sample_neighbors"
+        if edge_dir != "in":
+            raise NotSupportedError(f"{where}(edge_dir={edge_dir!r}): the partitions store "
+                                    "each node's in-edges; expected edge_dir='in'")
+        if exclude_edges is not None:
+            raise NotSupportedError(f"{where}(exclude_edges=...): not supported for a "
+                                    "user's sampler yet; expected exclude_edges=None")
+        if isinstance(fanout, dict) or isinstance(seed_nodes, dict):
+            raise NotSupportedError(f"{where}: per-type seeds or fanouts need a graph with "
+                                    "types; this one has none")
+        if prob is not None and prob not in self._names:
+            raise UnknownNameError(f"{where}(prob={prob!r}): not edge data of this graph; "
+                                   f"it has {sorted(self._names)}")
+        seeds = self._nodes(seed_nodes, where)
+        k = -1 if fanout is None or int(fanout) < 0 else int(fanout)
+        src, dst, eid = self._sampler.sample_layer(seeds, k, None,
+                                                   SampleOptions(prob, bool(replace)))
+        return self._frontier(src, dst, eid)
+
+    def in_subgraph(self, nodes, relabel_nodes: bool = False, **kwargs) -> dgl.DGLGraph:
+        """DGL's ``in_subgraph``: every in-edge of ``nodes``, over every node (collective)."""
+        if relabel_nodes:
+            raise NotSupportedError(f"{self._what}: g.in_subgraph(relabel_nodes=True) is not "
+                                    "supported; expected relabel_nodes=False")
+        seeds = self._nodes(nodes, f"{self._what}: g.in_subgraph")
+        return self._frontier(*self._sampler.sample_layer(seeds, -1))
+
+    def in_edges(self, v, form: str = "uv", etype=None):
+        """DGL's ``in_edges``: the in-edges of ``v`` as ``(u, v)``, their ids (``"eid"``) or
+        all three (``"all"``), ids in the user's graph (collective)."""
+        if form not in ("uv", "eid", "all"):
+            raise InvalidValueError(f"{self._what}: g.in_edges(form={form!r}); expected "
+                                    "'uv', 'eid' or 'all'")
+        src, dst, eid = self._sampler.sample_layer(self._nodes(v, f"{self._what}: "
+                                                               "g.in_edges"), -1)
+        return {"uv": (src, dst), "eid": eid, "all": (src, dst, eid)}[form]
+
+    def in_degrees(self, v=None, etype=None) -> torch.Tensor:
+        """DGL's ``in_degrees`` of ``v`` (collective; every node's when None)."""
+        nodes = torch.arange(self._n) if v is None else self._nodes(v, f"{self._what}: "
+                                                                       "g.in_degrees")
+        src, dst, _ = self._sampler.sample_layer(torch.unique(nodes), -1)
+        counts = torch.zeros(self._n, dtype=torch.int64).index_add_(
+            0, dst, torch.ones_like(dst))
+        return counts.index_select(0, nodes)
+
+    def find_edges(self, eid, etype=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """DGL's ``find_edges``: the endpoints of the user's edge ids ``eid``."""
+        return self._find(torch.as_tensor(eid, dtype=torch.int64))
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise NotSupportedError(f"{self._what} asked the distributed graph for {name!r}, "
+                                f"which it does not serve to samplers; it serves "
+                                f"{', '.join(SERVED)} (call DGL's methods on g, not DGL's "
+                                "functions that need a local graph)")
+
+    def _nodes(self, nodes, where: str) -> torch.Tensor:
+        """``nodes`` as unique int64 ids (each node's in-edges are drawn once)."""
+        ids = torch.as_tensor(nodes)
+        if ids.dtype == torch.bool or ids.dtype.is_floating_point:
+            raise InvalidValueError(f"{where}: node ids of dtype {ids.dtype}; expected integers")
+        ids = ids.reshape(-1).long()
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self._n):
+            raise InvalidValueError(f"{where}: node ids outside [0, {self._n})")
+        return torch.unique(ids)
+
+    def _frontier(self, src, dst, eid) -> dgl.DGLGraph:
+        frontier = dgl.graph((src, dst), num_nodes=self._n)
+        frontier.edata[dgl.EID] = eid
+        return frontier
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class UserSampler:
+    """A user's ``BlockSampler`` run over a :class:`SamplingGraph` of the strategy's sampler:
+    ``draw(base, seeds)`` is the blocks its ``sample_blocks`` returns for ``seeds``, checked
+    to chain (each block's destinations the next one's sources, the last one's the seeds).
+
+    Attributes:
+        sampler: the user's sampler.
+        num_nodes / num_edges / edge_names / find_edges: what its graph needs to know.
+    """
+
+    sampler: object
+    num_nodes: int
+    num_edges: int
+    edge_names: tuple[str, ...]
+    find_edges: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+    @property
+    def what(self) -> str:
+        return f"DataLoader: sampler {type(self.sampler).__name__}"
+
+    def draw(self, base: BlockSampler, seeds: torch.Tensor) -> list[dgl.DGLGraph]:
+        graph = SamplingGraph(base, self.num_nodes, self.num_edges, list(self.edge_names),
+                              self.find_edges, self.what)
+        out = self.sampler.sample_blocks(graph, seeds, exclude_eids=None)
+        if not (isinstance(out, tuple) and len(out) == 3 and isinstance(out[2], list)):
+            raise InvalidValueError(f"{self.what}.sample_blocks returned {type(out).__name__}; "
+                                    "expected (input_nodes, output_nodes, blocks), as DGL's "
+                                    "BlockSampler does")
+        blocks = out[2]
+        self._check_chain(blocks, seeds)
+        return blocks
+
+    def _check_chain(self, blocks: list, seeds: torch.Tensor) -> None:
+        want, where = seeds, "the seeds"
+        for i in reversed(range(len(blocks))):
+            block = blocks[i]
+            if not getattr(block, "is_block", False) or dgl.NID not in block.dstdata:
+                raise InvalidValueError(f"{self.what}: blocks[{i}] is not a block with "
+                                        "dstdata[dgl.NID] (make it with dgl.to_block)")
+            dst = block.dstdata[dgl.NID]
+            if dst.numel() != want.numel() or not bool((dst == want).all()):
+                raise InvalidValueError(f"{self.what}: the blocks do not chain: blocks[{i}]'s "
+                                        f"destination nodes are not {where}")
+            want, where = block.srcdata[dgl.NID], f"blocks[{i}]'s source nodes"

@@ -1,0 +1,217 @@
+"""A DGL user's own ``BlockSampler`` through ``dglx_dist.DataLoader`` (issue 35): written as
+DGL's user guide teaches (the graph's ``in_subgraph`` / ``sample_neighbors`` and
+``dgl.to_block``), it runs unchanged under distdgl and p3; its blocks are those of the same
+sampler on single-process DGL, it trains to the single-process accuracy, and what the
+distributed graph cannot serve is refused in one line on every rank."""
+import dgl
+import dgl.nn as dglnn
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dglx_dist
+from dglx_dist.data import CoraGraphDataset
+from dglx_dist.testing import WorkerError, run_workers
+from dglx_dist.testing.models import seeded_model
+
+pytestmark = pytest.mark.dist
+
+
+class FullNeighbors(dgl.dataloading.BlockSampler):
+    """Every in-edge of each layer's seeds (the guide's first example)."""
+
+    def __init__(self, num_layers, **kwargs):
+        super().__init__(**kwargs)
+        self.num_layers = num_layers
+
+    def sample_blocks(self, g, seed_nodes, exclude_eids=None):
+        output_nodes, blocks = seed_nodes, []
+        for _ in range(self.num_layers):
+            frontier = g.in_subgraph(seed_nodes)
+            block = dgl.to_block(frontier, seed_nodes)
+            block.edata[dgl.EID] = frontier.edata[dgl.EID]  # the graph's edge ids
+            seed_nodes = block.srcdata[dgl.NID]
+            blocks.insert(0, block)
+        return seed_nodes, output_nodes, blocks
+
+
+class FewNeighbors(dgl.dataloading.BlockSampler):
+    """``fanouts[i]`` in-edges per seed in layer i, drawn by ``g.sample_neighbors``, and a
+    look at every seed's in-degree on the way."""
+
+    def __init__(self, fanouts, prob=None):
+        super().__init__()
+        self.fanouts, self.prob = fanouts, prob
+
+    def sample_blocks(self, g, seed_nodes, exclude_eids=None):
+        output_nodes, blocks = seed_nodes, []
+        for fanout in reversed(self.fanouts):
+            assert g.in_degrees(seed_nodes).min() >= 0
+            frontier = g.sample_neighbors(seed_nodes, fanout, prob=self.prob)
+            block = dgl.to_block(frontier, seed_nodes)
+            block.edata[dgl.EID] = frontier.edata[dgl.EID]
+            seed_nodes = block.srcdata[dgl.NID]
+            blocks.insert(0, block)
+        return seed_nodes, output_nodes, blocks
+
+
+class SAGE(torch.nn.Module):
+    def __init__(self, in_feats, classes):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([dglnn.SAGEConv(in_feats, 16, "mean"),
+                                           dglnn.SAGEConv(16, classes, "mean")])
+
+    def forward(self, blocks, x):
+        h = F.relu(self.layers[0](blocks[0], x))
+        return self.layers[1](blocks[1], h)
+
+
+def _step_and_train(session, name, cache):
+    """A full-neighbourhood step with :class:`FullNeighbors` (output ids, logits, block
+    edges), then training with :class:`FewNeighbors` and the test accuracy."""
+    g = dglx_dist.distribute(CoraGraphDataset()[0], name, cache_dir=cache, session=session)
+    loader = dglx_dist.DataLoader(g, g.ndata["train_mask"], FullNeighbors(2), batch_size=1000)
+    model = dglx_dist.parallelize(seeded_model(lambda: SAGE(1433, 7)), g)
+    out = {"outputs": [], "logits": [], "edges": []}
+    for input_nodes, output_nodes, blocks in loader:
+        out["logits"].append(model(blocks, g.ndata["feat"][input_nodes]).tolist())
+        out["outputs"].append(output_nodes.tolist())
+        for b in blocks:
+            s, d = b.edges()
+            out["edges"].append([g.node_ids(b.srcdata[dgl.NID][s]).tolist(),
+                                 g.node_ids(b.dstdata[dgl.NID][d]).tolist(),
+                                 b.edata[dgl.EID].tolist()])
+    out["test_acc"] = _train(g, model)
+    g.close()
+    return out
+
+
+def _train(g, model, epochs=30):
+    opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
+    # the plain script's 32 seeds per step over every rank: as many updates
+    loader = dglx_dist.DataLoader(g, g.ndata["train_mask"], FewNeighbors([10, 10]),
+                                  batch_size=32 // g.session.world_size, shuffle=True)
+    for _ in range(epochs):
+        for input_nodes, output_nodes, blocks in loader:
+            loss = F.cross_entropy(model(blocks, g.ndata["feat"][input_nodes]),
+                                   g.ndata["label"][output_nodes])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    test = dglx_dist.DataLoader(g, g.ndata["test_mask"], FullNeighbors(2), batch_size=1000)
+    correct = total = 0
+    with torch.no_grad():
+        for input_nodes, output_nodes, blocks in test:
+            logits = model(blocks, g.ndata["feat"][input_nodes])
+            correct += int((logits.argmax(1) == g.ndata["label"][output_nodes]).sum())
+            total += len(output_nodes)
+    correct, total = dglx_dist.all_reduce([correct, total]).tolist()
+    return correct / total
+
+
+def _plain_accuracy(seed=0, epochs=30):
+    """The same training on single-process DGL with the same samplers."""
+    torch.manual_seed(seed)
+    dgl.seed(seed)
+    g = CoraGraphDataset()[0]
+    model = seeded_model(lambda: SAGE(1433, 7))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
+    train = torch.nonzero(g.ndata["train_mask"]).squeeze(1)
+    loader = dgl.dataloading.DataLoader(g, train, FewNeighbors([10, 10]), batch_size=32,
+                                        shuffle=True)
+    for _ in range(epochs):
+        for input_nodes, output_nodes, blocks in loader:
+            loss = F.cross_entropy(model(blocks, g.ndata["feat"][input_nodes]),
+                                   g.ndata["label"][output_nodes])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    test = torch.nonzero(g.ndata["test_mask"]).squeeze(1)
+    with torch.no_grad():
+        logits = model([g, g], g.ndata["feat"])
+    return float((logits[test].argmax(1) == g.ndata["label"][test]).float().mean())
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    cache = str(tmp_path_factory.mktemp("cache"))
+    return {name: run_workers(_step_and_train, world, tmp_path_factory.mktemp(name), name,
+                              cache, env={"DGLX_VIRTUAL_SERVERS": "2"}, timeout=300)
+            for name, world in (("distdgl", 4), ("p3", 2))}
+
+
+@pytest.mark.parametrize("name", ["distdgl", "p3"])
+def test_a_users_sampler_gives_single_process_blocks_and_logits(runs, name):
+    g = CoraGraphDataset()[0]
+    model = seeded_model(lambda: SAGE(1433, 7))
+    with torch.no_grad():
+        logits = model([g, g], g.ndata["feat"])
+    src, dst = (t.tolist() for t in g.edges())
+    for r, out in runs[name].items():
+        (ids,), (got,) = out["outputs"], out["logits"]
+        np.testing.assert_allclose(got, logits[ids].tolist(), rtol=1e-4, atol=1e-5)
+        seeds = ids
+        for s, d, e in reversed(out["edges"]):  # output layer first
+            want = g.in_edges(torch.tensor(seeds), form="eid")
+            assert sorted(e) == sorted(want.tolist()), f"rank {r}"
+            assert [src[i] for i in e] == s and [dst[i] for i in e] == d
+            seeds = sorted(set(seeds) | set(s))
+
+
+@pytest.mark.parametrize("name", ["distdgl", "p3"])
+def test_a_users_sampler_trains_to_single_process_accuracy(runs, name):
+    plain = _plain_accuracy()
+    for r, out in runs[name].items():
+        assert out["test_acc"] >= plain - 0.02, (r, out["test_acc"], plain)
+
+
+class AsksOutEdges(FullNeighbors):
+    def sample_blocks(self, g, seed_nodes, exclude_eids=None):
+        g.out_edges(seed_nodes)
+
+
+class CallsTheFunction(FullNeighbors):
+    def sample_blocks(self, g, seed_nodes, exclude_eids=None):
+        dgl.in_subgraph(g, seed_nodes)
+
+
+class Unchained(FullNeighbors):
+    def sample_blocks(self, g, seed_nodes, exclude_eids=None):
+        inputs, outputs, blocks = super().sample_blocks(g, seed_nodes)
+        return inputs, outputs, blocks[::-1]
+
+
+def _refusals(session, cache):
+    import dglx_dist.errors as errors
+
+    said = []
+    for name, samplers in (("distdgl", (AsksOutEdges(2), CallsTheFunction(2), Unchained(2),
+                                        FewNeighbors([2], prob="nope"))),
+                           ("granndis", (FullNeighbors(2),))):
+        g = dglx_dist.distribute(CoraGraphDataset()[0], name, cache_dir=cache,
+                                 session=session)
+        for sampler in samplers:
+            try:
+                for _ in dglx_dist.DataLoader(g, torch.arange(40), sampler, batch_size=10):
+                    pass
+                said.append(None)
+            except errors.DglxError as exc:
+                said.append(f"{type(exc).__name__}: {exc}")
+        g.close()
+    return said
+
+
+def test_what_the_graph_cannot_serve_is_one_line_on_every_rank(tmp_path):
+    res = run_workers(_refusals, 2, tmp_path / "run", str(tmp_path / "cache"))
+    assert res[0] == res[1]
+    out_edges, function, unchained, prob, granndis = res[0]
+    assert out_edges.startswith("NotSupportedError: DataLoader: sampler AsksOutEdges asked "
+                                "the distributed graph for 'out_edges', which it does not "
+                                "serve to samplers; it serves sample_neighbors, in_subgraph")
+    assert "for '_graph'" in function and "not DGL's functions that need a local graph" in \
+        function
+    assert "the blocks do not chain: blocks[1]'s destination nodes are not the seeds" in \
+        unchained
+    assert "g.sample_neighbors(prob='nope'): not edge data of this graph; it has []" in prob
+    assert "sampler FullNeighbors under strategy 'granndis', which does not sample" in granndis
