@@ -33,8 +33,8 @@ from dglx_dist.sampling.sampler import BlockSampler
 
 __all__ = ["SamplingGraph", "UserSampler", "SERVED"]
 
-SERVED = ("sample_neighbors", "in_subgraph", "in_edges", "in_degrees", "find_edges",
-          "num_nodes", "num_edges", "number_of_nodes", "number_of_edges", "edata names")
+SERVED = ("sample_neighbors", "sample_labors", "in_subgraph", "in_edges", "in_degrees",
+          "find_edges", "num_nodes", "num_edges", "number_of_nodes", "number_of_edges")
 
 
 class SamplingGraph:
@@ -77,6 +77,37 @@ class SamplingGraph:
         drawn as ``prob`` (an edge data name: weights or a boolean mask) and ``replace``
         say; a graph over every node with the drawn edges (collective)."""
         where = f"{self._what}: g.sample_neighbors"
+        seeds, k = self._draw_args(where, seed_nodes, fanout, edge_dir, prob, exclude_edges)
+        src, dst, eid = self._sampler.sample_layer(seeds, k, None,
+                                                   SampleOptions(prob, bool(replace)))
+        return self._frontier(src, dst, eid)
+
+    def sample_labors(self, seed_nodes, fanout, edge_dir: str = "in", prob=None,
+                      importance_sampling: int = 0, random_seed=None,
+                      seed2_contribution: float = 0, output_device=None, exclude_edges=None,
+                      **kwargs) -> tuple[dgl.DGLGraph, list[torch.Tensor]]:
+        """DGL's ``sample_labors`` (LABOR, what ``LaborSampler`` calls) without importance
+        sampling: each source node rolls one variate from ``random_seed`` (rank 0's, on
+        every rank), so the draws are those of one process over the same seeds
+        (collective). Returns the graph of drawn edges and no importances (DGL's answer
+        for ``importance_sampling=0``)."""
+        where = f"{self._what}: g.sample_labors"
+        if importance_sampling:
+            raise NotSupportedError(f"{where}(importance_sampling={importance_sampling}): "
+                                    "its iterations weigh each batch's seeds together, across "
+                                    "the parts; expected importance_sampling=0")
+        seeds, k = self._draw_args(where, seed_nodes, fanout, edge_dir, prob, exclude_edges)
+        seed = torch.zeros(1, dtype=torch.int64) if random_seed is None else \
+            torch.as_tensor(random_seed.asnumpy() if hasattr(random_seed, "asnumpy")
+                            else random_seed, dtype=torch.int64).reshape(-1)
+        options = SampleOptions(prob, labor=tuple(self._sampler.agree(seed).tolist()),
+                                seed2=float(seed2_contribution))
+        frontier = self._frontier(*self._sampler.sample_layer(seeds, k, None, options))
+        return frontier, [torch.zeros(0)]
+
+    def _draw_args(self, where: str, seed_nodes, fanout, edge_dir, prob, exclude_edges):
+        """The seeds (unique) and fanout of a draw, its options checked (before any
+        exchange: every rank refuses the same call)."""
         if edge_dir != "in":
             raise NotSupportedError(f"{where}(edge_dir={edge_dir!r}): the partitions store "
                                     "each node's in-edges; expected edge_dir='in'")
@@ -89,11 +120,8 @@ class SamplingGraph:
         if prob is not None and prob not in self._names:
             raise UnknownNameError(f"{where}(prob={prob!r}): not edge data of this graph; "
                                    f"it has {sorted(self._names)}")
-        seeds = self._nodes(seed_nodes, where)
-        k = -1 if fanout is None or int(fanout) < 0 else int(fanout)
-        src, dst, eid = self._sampler.sample_layer(seeds, k, None,
-                                                   SampleOptions(prob, bool(replace)))
-        return self._frontier(src, dst, eid)
+        return self._nodes(seed_nodes, where), -1 if fanout is None or int(fanout) < 0 \
+            else int(fanout)
 
     def in_subgraph(self, nodes, relabel_nodes: bool = False, **kwargs) -> dgl.DGLGraph:
         """DGL's ``in_subgraph``: every in-edge of ``nodes``, over every node (collective)."""

@@ -8,7 +8,8 @@ import torch
 
 from dglx_dist.partition.layout import Partition
 from dglx_dist.sampling.options import UNIFORM, EdgeWeights, SampleOptions, part_edge_weights
-from dglx_dist.sampling.sampler import BlockSampler, draw
+from dglx_dist.sampling.draws import Draws
+from dglx_dist.sampling.sampler import BlockSampler
 
 __all__ = ["LocalSampler", "whole_graph", "whole_edge_weights"]
 
@@ -54,13 +55,14 @@ class LocalSampler(BlockSampler):
     """
 
     def __init__(self, graph: dgl.DGLGraph, edge_weights: EdgeWeights | None = None):
-        self.graph, self.num_nodes, self.weights = graph, graph.num_nodes(), edge_weights
+        self.graph, self.num_nodes = graph, graph.num_nodes()
+        self.draws = Draws(graph, edge_weights)  # P3's hash partitions keep the user's ids
 
     def sample_layer(self, nodes: torch.Tensor, fanout: int,
                      exclude: torch.Tensor | None = None, options: SampleOptions = UNIFORM
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         skip = exclude if exclude is not None and exclude.numel() else None
-        u, v, eid = draw(self.graph, nodes, fanout, options, self.weights, skip)
+        u, v, eid = self.draws(nodes, fanout, options, skip)
         return u, v, self.graph.edata["_ID"].index_select(0, eid)
 
     def has_edges(self, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:

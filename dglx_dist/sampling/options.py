@@ -34,10 +34,17 @@ class SampleOptions:
             (unnormalised; DGL's ``prob``), or whose booleans say which in-edges may be
             drawn (DGL's ``mask``); None: uniform.
         replace: draw with replacement: a node with any in-edge gets exactly ``fanout``.
+        labor: LABOR's draw (DGL's ``sample_labors``, no importance sampling) with these
+            random seeds (one, or two with the second's ``seed2`` share), the same on every
+            member, so each source node rolls one variate wherever its edges are stored;
+            None: DGL's ``sample_neighbors``.
+        seed2: ``seed2_contribution`` of ``sample_labors``.
     """
 
     prob: str | None = None
     replace: bool = False
+    labor: tuple[int, ...] | None = None
+    seed2: float = 0.0
 
 
 UNIFORM = SampleOptions()

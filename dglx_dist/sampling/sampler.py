@@ -36,13 +36,12 @@ from dglx_dist.partition.book import NodeBook, RangeBook
 from dglx_dist.partition.layout import Partition
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.sampling.blocks import id_dtype, make_block
+from dglx_dist.sampling.draws import Draws
 from dglx_dist.sampling.options import UNIFORM, EdgeWeights, SampleOptions
 
-__all__ = ["BlockSampler", "PartitionSampler", "edges_by_type", "draw"]
+__all__ = ["BlockSampler", "PartitionSampler", "edges_by_type"]
 
 EMPTY = torch.zeros(0, dtype=torch.int64)
-PROB = "_dglx_prob"
-"""The local graph's edge data a weighted draw reads (set to the named weights per draw)."""
 HOM_EID = "_dglx_eid"
 """The edge data of :func:`edges_by_type`'s graph: each edge's homogeneous id (its ``_ID``,
 ``dgl.EID``, in the part's local graph, which DGL's samplers overwrite in what they return)."""
@@ -66,6 +65,11 @@ class BlockSampler(abc.ABC):
     def _exclusions(self, exclude: torch.Tensor):
         """What :meth:`sample_layer` gets for the partitioned edge ids ``exclude``."""
         return exclude
+
+    def agree(self, values: torch.Tensor) -> torch.Tensor:
+        """``values`` (a random seed) the same on every member that draws for this one:
+        the first member's (collective where members draw for each other)."""
+        return values
 
     def sample_blocks(self, seeds: torch.Tensor, fanouts: Sequence[int],
                       exclude: torch.Tensor | None = None,
@@ -108,7 +112,8 @@ class PartitionSampler(BlockSampler):
         self.book, self.comm, self.member, self.edge_book = book, comm, member, edge_book
         self.graph = part.local_graph()
         self.local_gid, self.local_eid = self.graph.ndata["_ID"], self.graph.edata["_ID"]
-        self.num_core, self.weights = part.num_core, edge_weights
+        self.num_core = part.num_core
+        self.draws = Draws(self.graph, edge_weights, self.graph.ndata["orig_id"])
         self.num_nodes = book.num_nodes
         # node ids, edge ids and counts travel in one dtype, the same on every member
         self.id_dtype = id_dtype(max(book.num_nodes, edge_book.num_nodes))
@@ -129,6 +134,9 @@ class PartitionSampler(BlockSampler):
         owner = torch.as_tensor(self.edge_book.owner(exclude))
         local = torch.as_tensor(self.edge_book.to_local(exclude))
         return self.comm.all_to_all_v([local[owner == s] for s in range(self.comm.size)])
+
+    def agree(self, values: torch.Tensor) -> torch.Tensor:
+        return self.comm.broadcast(values.clone(), src=0)
 
     def typed_exclusions(self, exclude: torch.Tensor) -> list[list[torch.Tensor]]:
         """:meth:`_exclusions` on a typed partitioning: per member, per edge type, the ids
@@ -182,8 +190,9 @@ class PartitionSampler(BlockSampler):
         A request is the node ids (``id_dtype``); own nodes are sampled while it travels. With
         a fanout, the answer is one row per requested node: ``fanout`` sources, then their
         ``fanout`` edge ids, padded with -1, so its size is known and the answer round needs
-        no round of counts; with the full neighbourhood (-1) it is, per requested node in
-        request order, its number of in-edges, then all their sources, then their edge ids.
+        no round of counts; with the full neighbourhood (-1), or LABOR's draws (as many
+        edges as the fanout in expectation), it is, per requested node in request order, its
+        number of drawn in-edges, then all their sources, then their edge ids.
         The requester knows the destinations already.
         """
         mine, requests, skip, pending = self._requests(nodes, exclude)
@@ -193,7 +202,7 @@ class PartitionSampler(BlockSampler):
             received = pending.wait()
         srcs, dsts, eids = [self.local_gid.index_select(0, u)], \
             [self.local_gid.index_select(0, v)], [e]
-        if fanout < 0:
+        if fanout < 0 or options.labor is not None:  # LABOR: fanout edges in expectation
             answers = [torch.cat(self._grouped(r.long(), fanout, x, options)).to(self.id_dtype)
                        for r, x in zip(received, skip)]
             for asked, got in zip(requests, self.comm.all_to_all_v(answers)):
@@ -287,7 +296,7 @@ class PartitionSampler(BlockSampler):
         if local.numel() == 0:
             return local, EMPTY, EMPTY, EMPTY
         skip = exclude if exclude is not None and exclude.numel() else None
-        u, v, eid = draw(self.graph, local, fanout, options, self.weights, skip)
+        u, v, eid = self.draws(local, fanout, options, skip)
         return local, u, v, self.local_eid.index_select(0, eid)
 
     def _grouped(self, gids: torch.Tensor, fanout: int, exclude: torch.Tensor | None = None,
@@ -316,26 +325,6 @@ class PartitionSampler(BlockSampler):
         out[rows, cols] = src.to(self.id_dtype)
         out[rows, cols + fanout] = eid.to(self.id_dtype)
         return out
-
-
-def draw(graph: dgl.DGLGraph, nodes: torch.Tensor, fanout: int, options: SampleOptions,
-         weights: EdgeWeights | None, exclude: torch.Tensor | None = None
-         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """DGL's ``sample_neighbors`` of ``nodes`` in ``graph`` (in-edges, but ``exclude``), as
-    ``options`` say (their weights from ``weights``): the drawn edges' ``(u, v)`` and their
-    ids in ``graph``."""
-    prob = None
-    if options.prob is not None:
-        if weights is None:
-            raise InvalidValueError(f"weighted sampling (prob={options.prob!r}) needs the "
-                                    "sampler's edge data (edge_weights=...)")
-        graph.edata[PROB] = weights(options.prob).reshape(-1)
-        prob = PROB
-    frontier = dgl.sampling.sample_neighbors(graph, nodes, fanout, edge_dir="in", prob=prob,
-                                             replace=options.replace, exclude_edges=exclude,
-                                             copy_ndata=False)  # edata: where EID is set
-    u, v = frontier.edges()
-    return u, v, frontier.edata[dgl.EID]
 
 
 def edges_by_type(graph: dgl.DGLGraph, etype_offsets: torch.Tensor

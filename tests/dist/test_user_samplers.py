@@ -83,8 +83,20 @@ def _step_and_train(session, name, cache):
                                  g.node_ids(b.dstdata[dgl.NID][d]).tolist(),
                                  b.edata[dgl.EID].tolist()])
     out["test_acc"] = _train(g, model)
+    out["labor"] = _labor(g)
     g.close()
     return out
+
+
+def _labor(g):
+    """DGL's LaborSampler (layer dependency, a fixed seed): each step's output ids, its
+    blocks' edge ids and source counts."""
+    labor = dgl.dataloading.LaborSampler([3, 3], layer_dependency=True)
+    labor.set_seed(123)
+    rank, world = g.session.rank, g.session.world_size
+    loader = dglx_dist.DataLoader(g, torch.arange(rank, 600, world), labor, batch_size=50)
+    return [(output_nodes.tolist(), [sorted(b.edata[dgl.EID].tolist()) for b in blocks],
+             [b.num_src_nodes() for b in blocks]) for _, output_nodes, blocks in loader]
 
 
 def _train(g, model, epochs=30):
@@ -166,6 +178,22 @@ def test_a_users_sampler_trains_to_single_process_accuracy(runs, name):
         assert out["test_acc"] >= plain - 0.02, (r, out["test_acc"], plain)
 
 
+@pytest.mark.parametrize("name", ["distdgl", "p3"])
+def test_labor_draws_what_single_process_dgl_draws(runs, name):
+    """LABOR over the partitions rolls each source's variate from the same seed on every
+    rank, so each step's blocks are those single-process DGL's LaborSampler draws for the
+    same seeds: the same edges, hence the same sources per layer."""
+    g = CoraGraphDataset()[0]
+    for r, out in runs[name].items():
+        ref = dgl.dataloading.LaborSampler([3, 3], layer_dependency=True)
+        ref.set_seed(123)
+        for outputs, eids, sources in out["labor"]:
+            _, _, blocks = ref.sample_blocks(g, torch.tensor(outputs))
+            assert [sorted(b.edata[dgl.EID].tolist()) for b in blocks] == eids, f"rank {r}"
+            assert [b.num_src_nodes() for b in blocks] == sources
+        assert len(out["labor"]) > 1
+
+
 class AsksOutEdges(FullNeighbors):
     def sample_blocks(self, g, seed_nodes, exclude_eids=None):
         g.out_edges(seed_nodes)
@@ -208,7 +236,8 @@ def test_what_the_graph_cannot_serve_is_one_line_on_every_rank(tmp_path):
     out_edges, function, unchained, prob, granndis = res[0]
     assert out_edges.startswith("NotSupportedError: DataLoader: sampler AsksOutEdges asked "
                                 "the distributed graph for 'out_edges', which it does not "
-                                "serve to samplers; it serves sample_neighbors, in_subgraph")
+                                "serve to samplers; it serves sample_neighbors, sample_labors, "
+                                "in_subgraph")
     assert "for '_graph'" in function and "not DGL's functions that need a local graph" in \
         function
     assert "the blocks do not chain: blocks[1]'s destination nodes are not the seeds" in \

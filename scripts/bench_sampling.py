@@ -1,0 +1,168 @@
+"""Benchmark: what each DGL sampler costs per epoch through ``dglx_dist.DataLoader`` under
+``distdgl``, beside single-process DGL drawing the same batches.
+
+The graph of ``dglx bench``'s preset (``small``: 200k nodes, 2M edges, 2 servers x 2 ranks as
+virtual servers on local gloo ranks; ``tiny`` for a quick look) with a random weight per edge
+(``w``, uniform in [0, 1)). Every rank iterates a loader over its share of the training nodes
+(batch 1000, fanouts 10, 25) and only samples: no features, no model. The samplers,
+alternated epoch by epoch:
+
+* ``uniform``: ``NeighborSampler([10, 25])``;
+* ``prob``: ``NeighborSampler([10, 25], prob="w")``;
+* ``custom``: a ``BlockSampler`` of the user's own over ``g.sample_neighbors`` (DGL's user
+  guide's shape), run through :class:`~dglx_dist.api.sampling_graph.SamplingGraph`.
+
+Per sampler: rank 0's seconds per epoch (a barrier on each side; median and min..max over
+the epochs after the first), the bytes rank 0 sent per epoch (the sampler's exchanges:
+requests, answers with sources and edge ids), and the mean source nodes per step of each
+layer (input layer first). The ``DGL`` columns: the same sampler on the whole graph in one
+process over rank 0's batches (the draws differ, their sizes are comparable).
+
+Usage::
+
+    python scripts/bench_sampling.py --preset tiny          # ~1 min on 2 cores
+    python scripts/bench_sampling.py --preset small --epochs 4 --out sampling.json
+
+Prints one JSON object and a markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import dgl
+import torch
+
+import dglx_dist
+from dglx_dist.bench.presets import PRESETS
+from dglx_dist.data import read_dataset
+from dglx_dist.data.convert import to_dgl
+from dglx_dist.report import markdown_table
+from dglx_dist.testing import run_workers
+
+KINDS = ("uniform", "prob", "custom")
+FANOUTS = [10, 25]
+
+
+class GuideSampler(dgl.dataloading.BlockSampler):
+    """A user's own sampler, in the shape of DGL's user guide."""
+
+    def __init__(self, fanouts):
+        super().__init__()
+        self.fanouts = fanouts
+
+    def sample_blocks(self, g, seed_nodes, exclude_eids=None):
+        output_nodes, blocks = seed_nodes, []
+        for fanout in reversed(self.fanouts):
+            frontier = g.sample_neighbors(seed_nodes, fanout)
+            block = dgl.to_block(frontier, seed_nodes)
+            block.edata[dgl.EID] = frontier.edata[dgl.EID]
+            seed_nodes = block.srcdata[dgl.NID]
+            blocks.insert(0, block)
+        return seed_nodes, output_nodes, blocks
+
+
+def sampler(kind: str):
+    if kind == "custom":
+        return GuideSampler(FANOUTS)
+    return dgl.dataloading.NeighborSampler(FANOUTS, prob="w" if kind == "prob" else None)
+
+
+def graph(preset: str, workdir: Path) -> dgl.DGLGraph:
+    g = to_dgl(read_dataset(PRESETS[preset].dataset(0, workdir)))
+    g.edata["w"] = torch.rand(g.num_edges(), generator=torch.Generator().manual_seed(1))
+    return g
+
+
+def _epoch(g, session, loader) -> tuple[float, int, list[int], list[torch.Tensor]]:
+    g.barrier()
+    before = session.counter.snapshot()
+    start = time.perf_counter()
+    sizes, batches = [0] * len(FANOUTS), []
+    for _, output_nodes, blocks in loader:
+        for i, b in enumerate(blocks):
+            sizes[i] += b.num_src_nodes()
+        batches.append(output_nodes)
+    g.barrier()
+    seconds = time.perf_counter() - start
+    after = session.counter.snapshot()
+    sent = sum(after[k] - before[k] for k in ("sent_inter", "sent_intra"))
+    return seconds, sent, [s / max(len(batches), 1) for s in sizes], batches
+
+
+def _worker(session, preset, workdir, epochs):
+    g = dglx_dist.distribute(graph(preset, Path(workdir)), "distdgl",
+                             cache_dir=str(Path(workdir) / "parts"), session=session)
+    loaders = {k: dglx_dist.DataLoader(g, g.ndata["train_mask"], sampler(k),
+                                       batch_size=1000, shuffle=True) for k in KINDS}
+    out = {k: {"s": [], "bytes": [], "src": None} for k in KINDS}
+    for epoch in range(epochs):
+        for kind in KINDS:  # alternated epoch by epoch
+            seconds, sent, src, batches = _epoch(g, session, loaders[kind])
+            out[kind]["s"].append(seconds)
+            out[kind]["bytes"].append(sent)
+            out[kind]["src"] = src
+            if epoch == 0 and kind == "uniform":
+                out["batches"] = [b.tolist() for b in batches]
+    g.close()
+    return out
+
+
+def _single(g, batches, epochs) -> dict:
+    """Single-process DGL over rank 0's batches: seconds per epoch and sources per layer."""
+    out = {}
+    for kind in KINDS:
+        seconds, src = [], [0] * len(FANOUTS)
+        for _ in range(epochs):
+            start = time.perf_counter()
+            for seeds in batches:
+                _, _, blocks = sampler(kind).sample_blocks(g, torch.tensor(seeds))
+                for i, b in enumerate(blocks):
+                    src[i] += b.num_src_nodes()
+            seconds.append(time.perf_counter() - start)
+        out[kind] = {"s": seconds, "src": [s / (epochs * len(batches)) for s in src]}
+    return out
+
+
+def _spread(values: list[float]) -> str:
+    later = values[1:] or values
+    return f"{statistics.median(later):.3f} ({min(later):.3f}..{max(later):.3f})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="small", choices=["tiny", "small"])
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--out", help="also write the JSON here")
+    args = parser.parse_args()
+    preset = PRESETS[args.preset]
+    world = preset.servers * preset.ranks_per_server
+    with tempfile.TemporaryDirectory() as tmp:
+        preset.dataset(0, Path(tmp))  # generated once, before the ranks read it
+        res = run_workers(_worker, world, Path(tmp) / "run", args.preset, tmp, args.epochs,
+                          env={"DGLX_VIRTUAL_SERVERS": str(preset.servers)}, timeout=1800)
+        single = _single(graph(args.preset, Path(tmp)), res[0]["batches"], args.epochs)
+    rows, summary = [], {"preset": args.preset, "ranks": world, "servers": preset.servers,
+                         "fanouts": FANOUTS, "batch_size": 1000, "epochs": args.epochs}
+    for kind in KINDS:
+        mine = res[0][kind]
+        summary[kind] = {"s": mine["s"], "bytes": mine["bytes"], "src_per_layer": mine["src"],
+                         "dgl_s": single[kind]["s"], "dgl_src_per_layer": single[kind]["src"]}
+        rows.append({"sampler": kind, "distdgl s/epoch (rank 0)": _spread(mine["s"]),
+                     "MiB sent (rank 0)": f"{statistics.median(mine['bytes']) / 2**20:.2f}",
+                     "sources per step by layer": " / ".join(f"{s:.0f}" for s in mine["src"]),
+                     "DGL s/epoch": _spread(single[kind]["s"]),
+                     "DGL sources": " / ".join(f"{s:.0f}" for s in single[kind]["src"])})
+    print(json.dumps(summary))
+    if args.out:
+        Path(args.out).write_text(json.dumps(summary, indent=1))
+    print(markdown_table(rows))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
