@@ -9,6 +9,8 @@ alternated epoch by epoch:
 
 * ``uniform``: ``NeighborSampler([10, 25])``;
 * ``prob``: ``NeighborSampler([10, 25], prob="w")``;
+* ``labor``: ``LaborSampler([10, 25])`` (DGL's LABOR-0), through the graph's
+  ``sample_labors``;
 * ``custom``: a ``BlockSampler`` of the user's own over ``g.sample_neighbors`` (DGL's user
   guide's shape), run through :class:`~dglx_dist.api.sampling_graph.SamplingGraph`.
 
@@ -16,7 +18,8 @@ Per sampler: rank 0's seconds per epoch (a barrier on each side; median and min.
 the epochs after the first), the bytes rank 0 sent per epoch (the sampler's exchanges:
 requests, answers with sources and edge ids), and the mean source nodes per step of each
 layer (input layer first). The ``DGL`` columns: the same sampler on the whole graph in one
-process over rank 0's batches (the draws differ, their sizes are comparable).
+process over rank 0's batches (uniform and weighted draws differ from the job's, their sizes
+are comparable; LABOR's are the same draws when the seeds agree).
 
 Usage::
 
@@ -45,7 +48,7 @@ from dglx_dist.data.convert import to_dgl
 from dglx_dist.report import markdown_table
 from dglx_dist.testing import run_workers
 
-KINDS = ("uniform", "prob", "custom")
+KINDS = ("uniform", "prob", "labor", "custom")
 FANOUTS = [10, 25]
 
 
@@ -70,6 +73,8 @@ class GuideSampler(dgl.dataloading.BlockSampler):
 def sampler(kind: str):
     if kind == "custom":
         return GuideSampler(FANOUTS)
+    if kind == "labor":
+        return dgl.dataloading.LaborSampler(FANOUTS)
     return dgl.dataloading.NeighborSampler(FANOUTS, prob="w" if kind == "prob" else None)
 
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 import dglx_dist
 from dglx_dist.data import CoraGraphDataset
-from dglx_dist.testing import WorkerError, run_workers
+from dglx_dist.testing import run_workers
 from dglx_dist.testing.models import seeded_model
 
 pytestmark = pytest.mark.dist
@@ -145,12 +145,27 @@ def _plain_accuracy(seed=0, epochs=30):
     return float((logits[test].argmax(1) == g.ndata["label"][test]).float().mean())
 
 
+def _launch(session, name, cache, refusals):
+    """One launch: :func:`_step_and_train`, then (``refusals``) :func:`_refusals`."""
+    out = {"run": _step_and_train(session, name, cache)}
+    if refusals:
+        out["said"] = _refusals(session, cache)
+    return out
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def launches(tmp_path_factory):
+    """distdgl at 4 ranks (2 servers x 2); p3 at 2 ranks, then the refusals (two launches
+    for the module: the suite's time budget)."""
     cache = str(tmp_path_factory.mktemp("cache"))
-    return {name: run_workers(_step_and_train, world, tmp_path_factory.mktemp(name), name,
-                              cache, env={"DGLX_VIRTUAL_SERVERS": "2"}, timeout=300)
+    return {name: run_workers(_launch, world, tmp_path_factory.mktemp(name), name, cache,
+                              name == "p3", env={"DGLX_VIRTUAL_SERVERS": "2"}, timeout=300)
             for name, world in (("distdgl", 4), ("p3", 2))}
+
+
+@pytest.fixture(scope="module")
+def runs(launches):
+    return {name: {r: res[r]["run"] for r in res} for name, res in launches.items()}
 
 
 @pytest.mark.parametrize("name", ["distdgl", "p3"])
@@ -171,9 +186,13 @@ def test_a_users_sampler_gives_single_process_blocks_and_logits(runs, name):
             seeds = sorted(set(seeds) | set(s))
 
 
+@pytest.fixture(scope="module")
+def plain():
+    return _plain_accuracy()
+
+
 @pytest.mark.parametrize("name", ["distdgl", "p3"])
-def test_a_users_sampler_trains_to_single_process_accuracy(runs, name):
-    plain = _plain_accuracy()
+def test_a_users_sampler_trains_to_single_process_accuracy(runs, plain, name):
     for r, out in runs[name].items():
         assert out["test_acc"] >= plain - 0.02, (r, out["test_acc"], plain)
 
@@ -230,8 +249,8 @@ def _refusals(session, cache):
     return said
 
 
-def test_what_the_graph_cannot_serve_is_one_line_on_every_rank(tmp_path):
-    res = run_workers(_refusals, 2, tmp_path / "run", str(tmp_path / "cache"))
+def test_what_the_graph_cannot_serve_is_one_line_on_every_rank(launches):
+    res = {r: out["said"] for r, out in launches["p3"].items()}
     assert res[0] == res[1]
     out_edges, function, unchained, prob, granndis = res[0]
     assert out_edges.startswith("NotSupportedError: DataLoader: sampler AsksOutEdges asked "

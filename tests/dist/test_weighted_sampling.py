@@ -72,14 +72,32 @@ def _draws(session, name, cache):
     return out
 
 
+def _launch(session, name, cache, parts):
+    """What one launch runs, in one process per rank: ``parts`` of "draws", "step" and
+    "refusals" (the module's tests share three launches: the suite's time budget)."""
+    run = {"draws": lambda: _draws(session, name, cache),
+           "step": lambda: _weighted_step(session, cache),
+           "refusals": lambda: _refusals(session, cache)}
+    return {part: run[part]() for part in parts}
+
+
 @pytest.fixture(scope="module")
-def draws(tmp_path_factory, cache):
-    """distdgl (2 servers x 2 ranks) and p3 (2 ranks): each in one launch."""
+def launches(tmp_path_factory, cache):
+    """distdgl at 4 ranks (2 servers x 2): draws and a weighted step; p3 at 2 ranks: draws;
+    distdgl at 2 ranks (2 servers x 1): a weighted step and the refusals."""
     out = {}
-    for name, world in (("distdgl", 4), ("p3", 2)):
-        out[name] = run_workers(_draws, world, tmp_path_factory.mktemp(name), name, cache,
-                                env={"DGLX_VIRTUAL_SERVERS": "2"}, timeout=300)
+    for key, name, world, parts in (("distdgl", "distdgl", 4, ["draws", "step"]),
+                                    ("p3", "p3", 2, ["draws"]),
+                                    ("2x1", "distdgl", 2, ["step", "refusals"])):
+        res = run_workers(_launch, world, tmp_path_factory.mktemp(key), name, cache, parts,
+                          env={"DGLX_VIRTUAL_SERVERS": "2"}, timeout=300)
+        out[key] = {part: {r: res[r][part] for r in res} for part in parts}
     return out
+
+
+@pytest.fixture(scope="module")
+def draws(launches):
+    return {name: launches[name]["draws"] for name in ("distdgl", "p3")}
 
 
 @pytest.mark.parametrize("name", ["distdgl", "p3"])
@@ -202,10 +220,9 @@ def _weighted_step(session, cache):
     return out
 
 
-@pytest.mark.parametrize("world", [2, 4], ids=["2x1", "2x2"])
-def test_edge_weighted_convs_match_single_process_dgl(tmp_path, cache, world):
-    res = run_workers(_weighted_step, world, tmp_path / "run", cache,
-                      env={"DGLX_VIRTUAL_SERVERS": "2"})
+@pytest.mark.parametrize("launch", ["2x1", "distdgl"], ids=["2x1", "2x2"])
+def test_edge_weighted_convs_match_single_process_dgl(launches, launch):
+    res = launches[launch]["step"]
     g = _graph()
     model = seeded_model(lambda: EdgeWeighted(1433, 7))
     logits = model([g, g], g.ndata["feat"])
@@ -252,8 +269,8 @@ def _refusals(session, cache):
     return said
 
 
-def test_bad_sampler_options_are_refused_on_every_rank(tmp_path, cache):
-    res = run_workers(_refusals, 2, tmp_path / "run", cache, env={"DGLX_VIRTUAL_SERVERS": "2"})
+def test_bad_sampler_options_are_refused_on_every_rank(launches):
+    res = launches["2x1"]["refusals"]
     assert res[0][:1] + res[0][2:] == res[1][:1] + res[1][2:]
     # the rank holding edge 7's row says what is wrong, the other names that rank
     holder = 0 if "negative" in res[0][1] else 1
