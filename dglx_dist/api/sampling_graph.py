@@ -42,7 +42,8 @@ class SamplingGraph:
 
     Args:
         sampler: the strategy's sampler (collective where it exchanges).
-        num_nodes / num_edges: the graph's.
+        num_nodes: the graph's nodes.
+        num_edges: the graph's edges.
         edge_names: the edge data a ``prob`` may name.
         find_edges: the endpoints (partitioned ids) of user edge ids.
         what: the user's sampler, as errors name it.
@@ -186,7 +187,10 @@ class UserSampler:
 
     Attributes:
         sampler: the user's sampler.
-        num_nodes / num_edges / edge_names / find_edges: what its graph needs to know.
+        num_nodes: the graph's nodes (what its graph needs to know, with the next three).
+        num_edges: the graph's edges.
+        edge_names: the edge data a ``prob`` may name.
+        find_edges: the endpoints (partitioned ids) of user edge ids.
     """
 
     sampler: object
