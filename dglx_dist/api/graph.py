@@ -31,17 +31,18 @@ import numpy as np
 import torch
 
 from dglx_dist.api.book import PartitionBook
-from dglx_dist.api.edata import PREFIX as EDGE_PREFIX, EdgeData, EdgeTypes
-from dglx_dist.api.ndata import DEFAULT_NTYPE, MASKS, NodeData, NodeDataView, NodeSpace
+from dglx_dist.api.edata import EdgeData, EdgeTypes
+from dglx_dist.api.ndata import DEFAULT_NTYPE, NodeData, NodeDataView, NodeSpace
 from dglx_dist.api.step_rows import StepRows
-from dglx_dist.api.structure import EdgeStructure, store_edge_ends
-from dglx_dist.api.types import NodeTypeView, store_typed_node_data, typed_spaces
+from dglx_dist.api.store import node_data_store, part_comm, part_of
+from dglx_dist.api.structure import EdgeStructure
+from dglx_dist.api.types import NodeTypeView, typed_spaces
 from dglx_dist.data.convert import check_convertible, from_dgl, is_heterograph
 from dglx_dist.data.format import write_dataset
 from dglx_dist.data.hetero import HeteroDataset
 from dglx_dist.data.hetero_format import write_hetero_dataset
 from dglx_dist.errors import DatasetFormatError, InvalidValueError, NotSupportedError, StateError
-from dglx_dist.kvstore import ColumnPolicy, DistKVStore, RowPolicy
+from dglx_dist.kvstore import RowPolicy
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.prepare import checked_cache, ensure_partitions, made_by_rank0
 from dglx_dist.runtime.agree import differing_ranks
@@ -87,51 +88,6 @@ def _build(strategy: str | Strategy, options: dict[str, Any]) -> Strategy:
                                     f"them to STRATEGIES.build instead")
         return strategy
     return STRATEGIES.build(strategy, **options)
-
-
-def _part_of(session: Session, pdir: PartitionDir) -> int:
-    """The part whose rows this rank passes to the KVStore (its server's or its own)."""
-    if pdir.num_parts == session.world_size:
-        return session.rank
-    if pdir.num_parts == session.topology.num_servers:
-        return session.server_id
-    raise InvalidValueError(f"{pdir.path} has {pdir.num_parts} parts; a job of "
-                            f"{session.topology.num_servers} servers x "
-                            f"{session.topology.ranks_per_server} ranks needs one per server or "
-                            "one per rank")
-
-
-def node_data_store(session: Session, pdir: PartitionDir,
-                    spaces: dict[str, NodeSpace] | None = None) -> DistKVStore:
-    """A KVStore with the node data by rows: "feat" (when the partitions store rows), "label"
-    and the masks (per node type, in ``spaces``, for a typed partitioning), and the edge data
-    and endpoints by edges (collective). It serves rows to one rank at a time, so that
-    ``g.ndata`` / ``g.edata`` reads and writes need no other rank to take part."""
-    part_id = _part_of(session, pdir)
-    part = pdir.load_part(part_id)
-    store = DistKVStore(session, serve=True)
-    if spaces:
-        store_typed_node_data(store, pdir, part_id, part, spaces)
-    else:
-        _store_node_data(store, pdir, part_id, part)
-    edge_policy = RowPolicy(pdir.edge_book())
-    for name, values in pdir.load_edge_data(part_id).items():
-        store.init_data(EDGE_PREFIX + name, edge_policy, {part_id: torch.from_numpy(values)})
-    store_edge_ends(store, pdir, part_id, part)
-    return store
-
-
-def _store_node_data(store: DistKVStore, pdir: PartitionDir, part_id: int, part) -> None:
-    """Part ``part_id``'s node rows of a graph without types: "feat" (rows, or P3's column
-    slices, one per rank: its own training never pulls rows from here), "label", the masks."""
-    policy = RowPolicy(pdir.book)
-    feat_policy = policy if pdir.feature_layout == "rows" else \
-        ColumnPolicy(pdir.feature_slices, pdir.num_nodes)
-    store.init_data("feat", feat_policy, {part_id: torch.from_numpy(part.feat)})
-    store.init_data("label", policy, {part_id: torch.from_numpy(part.label.astype("int64"))})
-    for name, split in MASKS.items():
-        mask = torch.from_numpy(getattr(part, split).astype("uint8"))
-        store.init_data(name, policy, {part_id: mask})
 
 
 class DistGraph(EdgeStructure):
@@ -251,7 +207,7 @@ class DistGraph(EdgeStructure):
         """DGL's partition book, in the graph's own ids (``partid``, ``partid2nids``,
         ``map_to_homo_nid``...; ``node_split(nodes, g.get_partition_book())`` takes it)."""
         if self._book is None:
-            self._book = PartitionBook(self, _part_of(self.session, self.pdir))
+            self._book = PartitionBook(self, part_of(self.session, self.pdir))
         return self._book
 
     def part_ids(self, ids: torch.Tensor) -> torch.Tensor:
@@ -301,9 +257,8 @@ class DistGraph(EdgeStructure):
         """Distributed neighbour sampling over the partitions, for loaders the strategy does
         not serve itself (built on first use)."""
         if self._sampler is None:
-            part_id = _part_of(self.session, self.pdir)
-            comm = self.session.world if part_id == self.session.rank and \
-                self.pdir.num_parts == self.session.world_size else self.session.cross
+            part_id = part_of(self.session, self.pdir)
+            comm = part_comm(self.session, self.pdir, part_id)
             pdir, weights = self.pdir, part_edge_weights(self.pdir, part_id, self.store)
             self._sampler = PartitionSampler(pdir.load_part(part_id), pdir.book, comm, part_id,
                                              pdir.edge_book(), edge_weights=weights)

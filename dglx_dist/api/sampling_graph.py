@@ -17,7 +17,8 @@ signatures and meanings:
   ones it serves (DGL's functions that need a local graph, ``dgl.in_subgraph(g, ...)``,
   reach for its internals and are refused that way too: call the method instead).
 
-Out-edges are not served: each part stores the in-edges of its nodes.
+Degrees are read from the graph's KVStore (each node's, with its owner: no other rank takes
+part); out-edges are gathered from every part (each stores the in-edges of its own nodes).
 """
 from __future__ import annotations
 
@@ -33,8 +34,8 @@ from dglx_dist.sampling.sampler import BlockSampler
 
 __all__ = ["SamplingGraph", "UserSampler", "SERVED"]
 
-SERVED = ("sample_neighbors", "sample_labors", "in_subgraph", "in_edges", "in_degrees",
-          "find_edges", "num_nodes", "num_edges", "number_of_nodes", "number_of_edges")
+SERVED = ("sample_neighbors", "sample_labors", "in_subgraph", "in_edges", "out_edges",
+          "in_degrees", "out_degrees", "find_edges", "num_nodes", "num_edges")
 
 
 class SamplingGraph:
@@ -46,6 +47,7 @@ class SamplingGraph:
         num_edges: the graph's edges.
         edge_names: the edge data a ``prob`` may name.
         find_edges: the endpoints (partitioned ids) of user edge ids.
+        degrees: the ``(in, out)`` degrees of partitioned ids, one row each.
         what: the user's sampler, as errors name it.
     """
 
@@ -59,9 +61,10 @@ class SamplingGraph:
     def __init__(self, sampler: BlockSampler, num_nodes: int, num_edges: int,
                  edge_names: list[str],
                  find_edges: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
-                 what: str):
+                 degrees: Callable[[torch.Tensor], torch.Tensor], what: str):
         self._sampler, self._n, self._m = sampler, num_nodes, num_edges
         self._names, self._find, self._what = list(edge_names), find_edges, what
+        self._degrees = degrees
 
     def num_nodes(self, ntype=None) -> int:
         return self._n
@@ -135,21 +138,28 @@ class SamplingGraph:
     def in_edges(self, v, form: str = "uv", etype=None):
         """DGL's ``in_edges``: the in-edges of ``v`` as ``(u, v)``, their ids (``"eid"``) or
         all three (``"all"``), ids in the user's graph (collective)."""
-        if form not in ("uv", "eid", "all"):
-            raise InvalidValueError(f"{self._what}: g.in_edges(form={form!r}); expected "
-                                    "'uv', 'eid' or 'all'")
-        src, dst, eid = self._sampler.sample_layer(self._nodes(v, f"{self._what}: "
-                                                               "g.in_edges"), -1)
-        return {"uv": (src, dst), "eid": eid, "all": (src, dst, eid)}[form]
+        where = f"{self._what}: g.in_edges"
+        return _form(self._sampler.sample_layer(self._nodes(v, where), -1), form, where)
 
-    def in_degrees(self, v=None, etype=None) -> torch.Tensor:
-        """DGL's ``in_degrees`` of ``v`` (collective; every node's when None)."""
-        nodes = torch.arange(self._n) if v is None else self._nodes(v, f"{self._what}: "
-                                                                       "g.in_degrees")
-        src, dst, _ = self._sampler.sample_layer(torch.unique(nodes), -1)
-        counts = torch.zeros(self._n, dtype=torch.int64).index_add_(
-            0, dst, torch.ones_like(dst))
-        return counts.index_select(0, nodes)
+    def out_edges(self, u, form: str = "uv", etype=None):
+        """DGL's ``out_edges`` of ``u``, as :meth:`in_edges` (collective: every part's)."""
+        where = f"{self._what}: g.out_edges"
+        return _form(self._sampler.out_edges(self._nodes(u, where)), form, where)
+
+    def in_degrees(self, v=None, etype=None):
+        """DGL's ``in_degrees`` of ``v`` (every node's when None; an int for one id)."""
+        return self._degree(v, 0, "in_degrees")
+
+    def out_degrees(self, u=None, etype=None):
+        """DGL's ``out_degrees`` of ``u`` (every node's when None; an int for one id)."""
+        return self._degree(u, 1, "out_degrees")
+
+    def _degree(self, nodes, column: int, what: str):
+        one = isinstance(nodes, int) or (torch.is_tensor(nodes) and nodes.dim() == 0)
+        ids = torch.arange(self._n) if nodes is None else \
+            self._nodes(nodes, f"{self._what}: g.{what}", unique=False)
+        rows = self._degrees(ids)[:, column].long()
+        return int(rows[0]) if one else rows
 
     def find_edges(self, eid, etype=None) -> tuple[torch.Tensor, torch.Tensor]:
         """DGL's ``find_edges``: the endpoints of the user's edge ids ``eid``."""
@@ -163,20 +173,28 @@ class SamplingGraph:
                                 f"{', '.join(SERVED)} (call DGL's methods on g, not DGL's "
                                 "functions that need a local graph)")
 
-    def _nodes(self, nodes, where: str) -> torch.Tensor:
-        """``nodes`` as unique int64 ids (each node's in-edges are drawn once)."""
+    def _nodes(self, nodes, where: str, unique: bool = True) -> torch.Tensor:
+        """``nodes`` as int64 ids, unique (each node's edges are drawn once) unless not."""
         ids = torch.as_tensor(nodes)
         if ids.dtype == torch.bool or ids.dtype.is_floating_point:
             raise InvalidValueError(f"{where}: node ids of dtype {ids.dtype}; expected integers")
         ids = ids.reshape(-1).long()
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self._n):
             raise InvalidValueError(f"{where}: node ids outside [0, {self._n})")
-        return torch.unique(ids)
+        return torch.unique(ids) if unique else ids
 
     def _frontier(self, src, dst, eid) -> dgl.DGLGraph:
         frontier = dgl.graph((src, dst), num_nodes=self._n)
         frontier.edata[dgl.EID] = eid
         return frontier
+
+
+def _form(edges: tuple[torch.Tensor, ...], form: str, where: str):
+    """DGL's ``form`` of ``(src, dst, eid)``: ``"uv"``, ``"eid"`` or ``"all"``."""
+    if form not in ("uv", "eid", "all"):
+        raise InvalidValueError(f"{where}(form={form!r}); expected 'uv', 'eid' or 'all'")
+    src, dst, eid = edges
+    return {"uv": (src, dst), "eid": eid, "all": (src, dst, eid)}[form]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -191,6 +209,7 @@ class UserSampler:
         num_edges: the graph's edges.
         edge_names: the edge data a ``prob`` may name.
         find_edges: the endpoints (partitioned ids) of user edge ids.
+        degrees: the ``(in, out)`` degrees of partitioned ids.
     """
 
     sampler: object
@@ -198,6 +217,7 @@ class UserSampler:
     num_edges: int
     edge_names: tuple[str, ...]
     find_edges: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+    degrees: Callable[[torch.Tensor], torch.Tensor]
 
     @property
     def what(self) -> str:
@@ -205,7 +225,7 @@ class UserSampler:
 
     def draw(self, base: BlockSampler, seeds: torch.Tensor) -> list[dgl.DGLGraph]:
         graph = SamplingGraph(base, self.num_nodes, self.num_edges, list(self.edge_names),
-                              self.find_edges, self.what)
+                              self.find_edges, self.degrees, self.what)
         out = self.sampler.sample_blocks(graph, seeds, exclude_eids=None)
         if not (isinstance(out, tuple) and len(out) == 3 and isinstance(out[2], list)):
             raise InvalidValueError(f"{self.what}.sample_blocks returned {type(out).__name__}; "

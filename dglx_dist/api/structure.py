@@ -30,20 +30,30 @@ if TYPE_CHECKING:
     from dglx_dist.partition.layout import Partition
     from dglx_dist.partition.load import PartitionDir
 
-__all__ = ["EdgeStructure", "ENDS", "store_edge_ends"]
+__all__ = ["EdgeStructure", "ENDS", "DEGREES", "store_structure"]
 
 ENDS = INTERNAL_PREFIX + "edge_ends"
 """The KVStore name of every edge's ``(src, dst)`` in partitioned node ids, by partitioned
 edge id (internal: not listed in ``g.ndata`` or ``g.edata``)."""
+DEGREES = INTERNAL_PREFIX + "degrees"
+"""The KVStore name of every node's ``(in-degree, out-degree)``, by partitioned node id (a
+graph without types only)."""
 ETYPE = ("_N", "_E", "_N")  # DGL's names for the one node and edge type of a homogeneous graph
 
 
-def store_edge_ends(store: "DistKVStore", pdir: "PartitionDir", part_id: int,
-                    part: "Partition") -> None:
-    """Puts part ``part_id``'s edges' endpoints into ``store`` (collective)."""
+def store_structure(store: "DistKVStore", pdir: "PartitionDir", part_id: int,
+                    part: "Partition", comm) -> None:
+    """Puts part ``part_id``'s edges' endpoints into ``store`` and, on a graph without types,
+    its nodes' degrees (collective; ``comm``: one member per part, in part order)."""
     from dglx_dist.kvstore import RowPolicy
     from dglx_dist.sampling.blocks import id_dtype
 
+    if pdir.types is None:  # in-edges are the part's own; out-edges are summed over parts
+        indeg = np.bincount(part.dst, minlength=part.num_core + part.num_halo)[:part.num_core]
+        out = torch.from_numpy(np.bincount(part.local_gid[part.src], minlength=pdir.num_nodes))
+        out = comm.all_reduce(out).index_select(0, torch.from_numpy(part.core_gid))
+        rows = torch.stack([torch.from_numpy(indeg), out], 1)
+        store.init_data(DEGREES, RowPolicy(pdir.book), {part_id: rows})
     dtype = np.int32 if id_dtype(pdir.num_nodes) == torch.int32 else np.int64
     gid = part.local_gid.astype(dtype)
     ends = np.empty((part.src.size, 2), dtype=dtype)  # gathered in place: no temporaries
@@ -93,6 +103,26 @@ class EdgeStructure:
         ends = self.store.pull(ENDS, self.edata.part_ids(hom), collective=False).long()
         return (self.node_ids(ends[:, 0]) - self.space(canonical[0]).hom_offset,
                 self.node_ids(ends[:, 1]) - self.space(canonical[2]).hom_offset)
+
+    def in_degrees(self, v=None, etype=None):
+        """DGL's ``in_degrees`` of nodes ``v`` (every node's when None; an int for one id),
+        read from the KVStore by this rank alone."""
+        return self._degrees(v, etype, 0, "in_degrees")
+
+    def out_degrees(self, u=None, etype=None):
+        """DGL's ``out_degrees`` of nodes ``u`` (every node's when None; an int for one id),
+        read from the KVStore by this rank alone."""
+        return self._degrees(u, etype, 1, "out_degrees")
+
+    def _degrees(self, nodes, etype, column: int, what: str):
+        if self.is_typed:
+            raise NotSupportedError(f"g.{what}: not supported on a graph with edge types yet")
+        self.to_canonical_etype(etype)
+        one = isinstance(nodes, int) or (torch.is_tensor(nodes) and nodes.dim() == 0)
+        ids = torch.arange(self.num_nodes()) if nodes is None else \
+            as_node_ids(torch.as_tensor(nodes).reshape(-1), self.num_nodes(), f"g.{what}")
+        rows = self.store.pull(DEGREES, self.part_ids(ids), collective=False)[:, column]
+        return int(rows[0]) if one else rows.long()
 
     def _has_edges(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Whether each ``u[i] -> v[i]`` is an edge (node ids; collective: every rank asks at

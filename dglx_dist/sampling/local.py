@@ -65,6 +65,12 @@ class LocalSampler(BlockSampler):
         u, v, eid = self.draws(nodes, fanout, options, skip)
         return u, v, self.graph.edata["_ID"].index_select(0, eid)
 
+    def out_edges(self, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Every edge out of ``nodes`` as ``(src, dst, eid)`` (global ids; the user's edge
+        ids)."""
+        src, dst, eid = self.graph.out_edges(nodes, form="all")
+        return src, dst, self.graph.edata["_ID"].index_select(0, eid)
+
     def has_edges(self, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
         """Whether each edge ``src[i] -> dst[i]`` (global ids) is in the graph."""
         return self.graph.has_edges_between(src, dst)

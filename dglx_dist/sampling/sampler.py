@@ -62,6 +62,10 @@ class BlockSampler(abc.ABC):
         edge ids), leaving out the edges ``exclude`` (what :meth:`_exclusions` made of the
         ids given to sample_blocks), drawn as ``options`` say."""
 
+    @abc.abstractmethod
+    def out_edges(self, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Every edge out of ``nodes`` (global ids) as ``(src, dst, eid)``."""
+
     def _exclusions(self, exclude: torch.Tensor):
         """What :meth:`sample_layer` gets for the partitioned edge ids ``exclude``."""
         return exclude
@@ -166,14 +170,34 @@ class PartitionSampler(BlockSampler):
             out[pick] = got.bool()
         return out
 
+    def out_edges(self, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Every edge out of ``nodes`` (global ids) as ``(src, dst, eid)``, wherever it is
+        stored (collective: every member's nodes go to every member, which answers with its
+        part's edges out of them)."""
+        answers = []
+        for asked in self.comm.all_gather_v(nodes.to(self.id_dtype)):
+            u, known = self._local_ids(asked.long())
+            src, dst, eid = self.graph.out_edges(u[known], form="all")
+            answers.append(torch.cat([self.local_gid.index_select(0, src),
+                                      self.local_gid.index_select(0, dst),
+                                      self.local_eid.index_select(0, eid)]).to(self.id_dtype))
+        got = [a.long().view(3, -1) for a in self.comm.all_to_all_v(answers)]
+        return tuple(torch.cat(part) for part in zip(*got)) if got else (EMPTY,) * 3
+
+    def _local_ids(self, gids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The local ids of global ids ``gids`` and whether each is in this part (a core or
+        a HALO node; the local id is meaningless where not)."""
+        halo = self.local_gid[self.num_core:]  # increasing global ids
+        pos = torch.searchsorted(halo, gids).clamp(max=max(halo.numel() - 1, 0))
+        is_halo = halo[pos] == gids if halo.numel() else torch.zeros_like(gids, dtype=torch.bool)
+        is_core = torch.as_tensor(self.book.owner(gids)) == self.member
+        local = torch.where(is_core, torch.as_tensor(self.book.to_local(gids)),
+                            pos + self.num_core)
+        return local, is_core | is_halo
+
     def _has_local(self, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
         """:meth:`has_edges` for destinations this part owns."""
-        halo = self.local_gid[self.num_core:]  # increasing global ids
-        pos = torch.searchsorted(halo, src).clamp(max=max(halo.numel() - 1, 0))
-        is_halo = halo[pos] == src if halo.numel() else torch.zeros_like(src, dtype=torch.bool)
-        is_core = torch.as_tensor(self.book.owner(src)) == self.member
-        u = torch.where(is_core, torch.as_tensor(self.book.to_local(src)), pos + self.num_core)
-        known = is_core | is_halo  # a source not here has no edge into this part
+        u, known = self._local_ids(src)  # a source not here has no edge into this part
         out = torch.zeros(src.numel(), dtype=torch.bool)
         if bool(known.any()):
             v = torch.as_tensor(self.book.to_local(dst[known]))

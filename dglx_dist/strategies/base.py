@@ -110,7 +110,7 @@ class Strategy(abc.ABC):
         Args:
             store: a distributed KVStore already holding the node data by rows ("feat" when
                 the partitions store rows, "label", the masks; see
-                :func:`dglx_dist.api.graph.node_data_store`), to be used instead of building
+                :func:`dglx_dist.api.store.node_data_store`), to be used instead of building
                 one; None: the strategy builds what it needs.
         """
 

@@ -56,6 +56,20 @@ class FewNeighbors(dgl.dataloading.BlockSampler):
         return seed_nodes, output_nodes, blocks
 
 
+class Probe(FullNeighbors):
+    """One layer of every in-edge, and what the graph says of each batch's seeds: their
+    out-edges (``form="all"``) and both degrees."""
+
+    def __init__(self):
+        super().__init__(1)
+        self.seen = []
+
+    def sample_blocks(self, g, seed_nodes, exclude_eids=None):
+        self.seen.append((seed_nodes, g.out_edges(seed_nodes, form="all"),
+                          g.in_degrees(seed_nodes), g.out_degrees(seed_nodes)))
+        return super().sample_blocks(g, seed_nodes, exclude_eids)
+
+
 class SAGE(torch.nn.Module):
     def __init__(self, in_feats, classes):
         super().__init__()
@@ -84,8 +98,22 @@ def _step_and_train(session, name, cache):
                                  b.edata[dgl.EID].tolist()])
     out["test_acc"] = _train(g, model)
     out["labor"] = _labor(g)
+    out["probe"] = _probe(g)
     g.close()
     return out
+
+
+def _probe(g):
+    """What :class:`Probe` saw (in the graph's node ids), and the graph's own degrees."""
+    probe = Probe()
+    for _ in dglx_dist.DataLoader(g, torch.arange(g.session.rank, 400, 3), probe,
+                                  batch_size=60):
+        pass
+    seen = [[g.node_ids(seeds).tolist(), g.node_ids(src).tolist(), g.node_ids(dst).tolist(),
+             eid.tolist(), ind.tolist(), outd.tolist()]
+            for seeds, (src, dst, eid), ind, outd in probe.seen]
+    return {"seen": seen, "in": g.in_degrees(torch.arange(0, 2708, 7)).tolist(),
+            "out": g.out_degrees().tolist(), "one": [g.in_degrees(5), g.out_degrees(5)]}
 
 
 def _labor(g):
@@ -213,9 +241,29 @@ def test_labor_draws_what_single_process_dgl_draws(runs, name):
         assert len(out["labor"]) > 1
 
 
+@pytest.mark.parametrize("name", ["distdgl", "p3"])
+def test_degrees_and_out_edges_are_dgls(runs, name):
+    """``g.in_degrees`` / ``g.out_degrees`` of the DistGraph (read alone, from the store), and
+    a sampler's ``g.out_edges`` (gathered from every part) and degrees: single-process DGL's."""
+    g = CoraGraphDataset()[0]
+    for r, out in runs[name].items():
+        probe = out["probe"]
+        assert probe["in"] == g.in_degrees(torch.arange(0, 2708, 7)).tolist()
+        assert probe["out"] == g.out_degrees().tolist()
+        assert probe["one"] == [g.in_degrees(5), g.out_degrees(5)]
+        assert probe["seen"]
+        for seeds, src, dst, eid, ind, outd in probe["seen"]:
+            ids = torch.tensor(seeds)
+            u, v, e = g.out_edges(ids, form="all")
+            assert sorted(zip(src, dst, eid)) == sorted(zip(u.tolist(), v.tolist(),
+                                                            e.tolist())), f"rank {r}"
+            # the sampler's ids are the blocks' (partitioned); converted above
+            assert ind == g.in_degrees(ids).tolist() and outd == g.out_degrees(ids).tolist()
+
+
 class AsksOutEdges(FullNeighbors):
     def sample_blocks(self, g, seed_nodes, exclude_eids=None):
-        g.out_edges(seed_nodes)
+        g.out_subgraph(seed_nodes)
 
 
 class CallsTheFunction(FullNeighbors):
@@ -254,7 +302,7 @@ def test_what_the_graph_cannot_serve_is_one_line_on_every_rank(launches):
     assert res[0] == res[1]
     out_edges, function, unchained, prob, granndis = res[0]
     assert out_edges.startswith("NotSupportedError: DataLoader: sampler AsksOutEdges asked "
-                                "the distributed graph for 'out_edges', which it does not "
+                                "the distributed graph for 'out_subgraph', which it does not "
                                 "serve to samplers; it serves sample_neighbors, sample_labors, "
                                 "in_subgraph")
     assert "for '_graph'" in function and "not DGL's functions that need a local graph" in \
