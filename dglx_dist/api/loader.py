@@ -136,6 +136,8 @@ class DataLoader:
         self.indices, self.epoch = ids, 0
         self.lookahead = use_prefetch_thread is not False
         self.device = self.strategy.compute_device(session)
+        node_sampler = graph_sampler.sampler if pairs is not None else graph_sampler
+        self._edge_feats = list(getattr(node_sampler, "prefetch_edge_feats", None) or [])
         self._copies = DeviceCopies(self.device)
 
     def set_epoch(self, epoch: int) -> None:
@@ -223,7 +225,6 @@ class DataLoader:
             return typed_prefetch(self.graph, self.sampler, step, self._copies, self.device)
         edge = isinstance(step, EdgeStep)
         node_sampler = self.sampler.sampler if edge else self.sampler
-        edge_feats = prefetched_edge_feats(self.graph, node_sampler)
         put = []  # (layer, "src" or "dst", key, rows under way); labels first: few bytes
         for key in getattr(self.sampler, "prefetch_labels", None) or []:
             if edge:
@@ -237,7 +238,7 @@ class DataLoader:
 
         def finish() -> Step | EdgeStep:
             # the rows' copies to the device start first, then the structure follows them
-            edge_rows(self.graph, step.blocks, edge_feats)
+            edge_rows(self.graph, step.blocks, self._edge_feats)
             copies = []
             for layer, side, key, rows in put:
                 value = rows.wait()

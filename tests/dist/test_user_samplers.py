@@ -127,11 +127,9 @@ def _labor(g):
              [b.num_src_nodes() for b in blocks]) for _, output_nodes, blocks in loader]
 
 
-def _train(g, model, epochs=30):
+def _fit(g, model, loader, epochs=30):
+    """The same loop on the DistGraph and on the plain DGLGraph."""
     opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
-    # the plain script's 32 seeds per step over every rank: as many updates
-    loader = dglx_dist.DataLoader(g, g.ndata["train_mask"], FewNeighbors([10, 10]),
-                                  batch_size=32 // g.session.world_size, shuffle=True)
     for _ in range(epochs):
         for input_nodes, output_nodes, blocks in loader:
             loss = F.cross_entropy(model(blocks, g.ndata["feat"][input_nodes]),
@@ -139,6 +137,12 @@ def _train(g, model, epochs=30):
             opt.zero_grad()
             loss.backward()
             opt.step()
+
+
+def _train(g, model):
+    # the plain script's 32 seeds per step over every rank: as many updates
+    _fit(g, model, dglx_dist.DataLoader(g, g.ndata["train_mask"], FewNeighbors([10, 10]),
+                                        batch_size=32 // g.session.world_size, shuffle=True))
     test = dglx_dist.DataLoader(g, g.ndata["test_mask"], FullNeighbors(2), batch_size=1000)
     correct = total = 0
     with torch.no_grad():
@@ -150,23 +154,15 @@ def _train(g, model, epochs=30):
     return correct / total
 
 
-def _plain_accuracy(seed=0, epochs=30):
+def _plain_accuracy(seed=0):
     """The same training on single-process DGL with the same samplers."""
     torch.manual_seed(seed)
     dgl.seed(seed)
     g = CoraGraphDataset()[0]
     model = seeded_model(lambda: SAGE(1433, 7))
-    opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
     train = torch.nonzero(g.ndata["train_mask"]).squeeze(1)
-    loader = dgl.dataloading.DataLoader(g, train, FewNeighbors([10, 10]), batch_size=32,
-                                        shuffle=True)
-    for _ in range(epochs):
-        for input_nodes, output_nodes, blocks in loader:
-            loss = F.cross_entropy(model(blocks, g.ndata["feat"][input_nodes]),
-                                   g.ndata["label"][output_nodes])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+    _fit(g, model, dgl.dataloading.DataLoader(g, train, FewNeighbors([10, 10]),
+                                              batch_size=32, shuffle=True))
     test = torch.nonzero(g.ndata["test_mask"]).squeeze(1)
     with torch.no_grad():
         logits = model([g, g], g.ndata["feat"])
