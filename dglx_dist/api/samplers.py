@@ -9,10 +9,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from dglx_dist.api.sampling_graph import UserSampler
 from dglx_dist.errors import InvalidTypeError, NotSupportedError, UnknownNameError
 from dglx_dist.kvstore.base import edge_key
-from dglx_dist.api.sampling_graph import UserSampler
-from dglx_dist.api.structure import DEGREES
 from dglx_dist.sampling.options import UNIFORM, SampleOptions, check_weights
 from dglx_dist.sampling.typed import typed_fanouts
 from dglx_dist.strategies.abilities import DrawsBlocks
@@ -51,14 +50,8 @@ def user_sampler(graph: DistGraph, sampler) -> UserSampler | None:
         raise NotSupportedError(f"{what} on a graph with edge types: samplers of your own run "
                                 "on graphs without types only (not yet)")
 
-    def find_edges(eids: torch.Tensor):
-        return tuple(graph.part_ids(ends) for ends in graph.find_edges(eids))
-
-    def degrees(ids: torch.Tensor) -> torch.Tensor:
-        return graph.store.pull(DEGREES, ids, collective=False)
-
     return UserSampler(sampler, graph.num_nodes(), graph.num_edges(),
-                       tuple(graph.edata.keys()), find_edges, degrees)
+                       tuple(graph.edata.keys()), graph)
 
 
 def sampler_fanouts(sampler, types=None) -> tuple:

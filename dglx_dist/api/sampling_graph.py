@@ -11,8 +11,10 @@ signatures and meanings:
   member that stores them), so every rank's sampler makes the same calls in the same order,
   as the loader's steps are (a sampler whose calls depend on the rank's own seeds beyond
   their values, e.g. skipping a call when it has none, would wait for its peers);
-* node ids are the partitioned ids the loader's blocks carry (``srcdata[dgl.NID]``); each
-  returned graph spans every node and carries ``edata[dgl.EID]``, the user's edge ids;
+* node ids are the user's (those of the graph given to ``distribute``), in the seeds it is
+  handed and in what it gets back; each returned graph spans every node and carries
+  ``edata[dgl.EID]``, the user's edge ids. (The loader turns the blocks it returns into the
+  partitioned ids every loader's blocks carry, once they are checked to chain.)
 * a method or attribute it does not serve raises ``NotSupportedError`` naming it and the
   ones it serves (DGL's functions that need a local graph, ``dgl.in_subgraph(g, ...)``,
   reach for its internals and are refused that way too: call the method instead).
@@ -23,7 +25,7 @@ part); out-edges are gathered from every part (each stores the in-edges of its o
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Protocol
 
 import dgl
 import torch
@@ -32,10 +34,23 @@ from dglx_dist.errors import InvalidValueError, NotSupportedError, UnknownNameEr
 from dglx_dist.sampling.options import SampleOptions
 from dglx_dist.sampling.sampler import BlockSampler
 
-__all__ = ["SamplingGraph", "UserSampler", "SERVED"]
+__all__ = ["SamplingGraph", "UserSampler", "GraphIds", "SERVED"]
 
 SERVED = ("sample_neighbors", "sample_labors", "in_subgraph", "in_edges", "out_edges",
           "in_degrees", "out_degrees", "find_edges", "num_nodes", "num_edges")
+
+
+class GraphIds(Protocol):
+    """What :class:`SamplingGraph` asks of the distributed graph (a
+    :class:`~dglx_dist.api.DistGraph` gives all of it)."""
+
+    def part_ids(self, ids: torch.Tensor) -> torch.Tensor: ...
+
+    def node_ids(self, part_ids: torch.Tensor) -> torch.Tensor: ...
+
+    def find_edges(self, eids, etype=None) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def degree_rows(self, part_ids: torch.Tensor) -> torch.Tensor: ...
 
 
 class SamplingGraph:
@@ -46,8 +61,9 @@ class SamplingGraph:
         num_nodes: the graph's nodes.
         num_edges: the graph's edges.
         edge_names: the edge data a ``prob`` may name.
-        find_edges: the endpoints (partitioned ids) of user edge ids.
-        degrees: the ``(in, out)`` degrees of partitioned ids, one row each.
+        ids: the graph: its ``part_ids`` / ``node_ids`` (user ids <-> partitioned ids the
+            sampler speaks), ``find_edges`` (user ids) and ``degree_rows`` (of partitioned
+            ids, ``(in, out)`` rows).
         what: the user's sampler, as errors name it.
     """
 
@@ -59,12 +75,9 @@ class SamplingGraph:
     canonical_etypes = [("_N", "_E", "_N")]
 
     def __init__(self, sampler: BlockSampler, num_nodes: int, num_edges: int,
-                 edge_names: list[str],
-                 find_edges: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
-                 degrees: Callable[[torch.Tensor], torch.Tensor], what: str):
+                 edge_names: list[str], ids: "GraphIds", what: str):
         self._sampler, self._n, self._m = sampler, num_nodes, num_edges
-        self._names, self._find, self._what = list(edge_names), find_edges, what
-        self._degrees = degrees
+        self._names, self._ids, self._what = list(edge_names), ids, what
 
     def num_nodes(self, ntype=None) -> int:
         return self._n
@@ -82,9 +95,8 @@ class SamplingGraph:
         say; a graph over every node with the drawn edges (collective)."""
         where = f"{self._what}: g.sample_neighbors"
         seeds, k = self._draw_args(where, seed_nodes, fanout, edge_dir, prob, exclude_edges)
-        src, dst, eid = self._sampler.sample_layer(seeds, k, None,
-                                                   SampleOptions(prob, bool(replace)))
-        return self._frontier(src, dst, eid)
+        return self._frontier(self._edges(self._sampler.sample_layer, seeds, k, None,
+                                          SampleOptions(prob, bool(replace))))
 
     def sample_labors(self, seed_nodes, fanout, edge_dir: str = "in", prob=None,
                       importance_sampling: int = 0, random_seed=None,
@@ -106,7 +118,8 @@ class SamplingGraph:
                             else random_seed, dtype=torch.int64).reshape(-1)
         options = SampleOptions(prob, labor=tuple(self._sampler.agree(seed).tolist()),
                                 seed2=float(seed2_contribution))
-        frontier = self._frontier(*self._sampler.sample_layer(seeds, k, None, options))
+        frontier = self._frontier(self._edges(self._sampler.sample_layer, seeds, k, None,
+                                              options))
         return frontier, [torch.zeros(0)]
 
     def _draw_args(self, where: str, seed_nodes, fanout, edge_dir, prob, exclude_edges):
@@ -133,18 +146,19 @@ class SamplingGraph:
             raise NotSupportedError(f"{self._what}: g.in_subgraph(relabel_nodes=True) is not "
                                     "supported; expected relabel_nodes=False")
         seeds = self._nodes(nodes, f"{self._what}: g.in_subgraph")
-        return self._frontier(*self._sampler.sample_layer(seeds, -1))
+        return self._frontier(self._edges(self._sampler.sample_layer, seeds, -1))
 
     def in_edges(self, v, form: str = "uv", etype=None):
         """DGL's ``in_edges``: the in-edges of ``v`` as ``(u, v)``, their ids (``"eid"``) or
         all three (``"all"``), ids in the user's graph (collective)."""
         where = f"{self._what}: g.in_edges"
-        return _form(self._sampler.sample_layer(self._nodes(v, where), -1), form, where)
+        return _form(self._edges(self._sampler.sample_layer, self._nodes(v, where), -1), form,
+                     where)
 
     def out_edges(self, u, form: str = "uv", etype=None):
         """DGL's ``out_edges`` of ``u``, as :meth:`in_edges` (collective: every part's)."""
         where = f"{self._what}: g.out_edges"
-        return _form(self._sampler.out_edges(self._nodes(u, where)), form, where)
+        return _form(self._edges(self._sampler.out_edges, self._nodes(u, where)), form, where)
 
     def in_degrees(self, v=None, etype=None):
         """DGL's ``in_degrees`` of ``v`` (every node's when None; an int for one id)."""
@@ -158,12 +172,12 @@ class SamplingGraph:
         one = isinstance(nodes, int) or (torch.is_tensor(nodes) and nodes.dim() == 0)
         ids = torch.arange(self._n) if nodes is None else \
             self._nodes(nodes, f"{self._what}: g.{what}", unique=False)
-        rows = self._degrees(ids)[:, column].long()
+        rows = self._ids.degree_rows(self._ids.part_ids(ids))[:, column].long()
         return int(rows[0]) if one else rows
 
     def find_edges(self, eid, etype=None) -> tuple[torch.Tensor, torch.Tensor]:
         """DGL's ``find_edges``: the endpoints of the user's edge ids ``eid``."""
-        return self._find(torch.as_tensor(eid, dtype=torch.int64))
+        return self._ids.find_edges(torch.as_tensor(eid, dtype=torch.int64))
 
     def __getattr__(self, name: str):
         if name.startswith("__"):
@@ -183,7 +197,14 @@ class SamplingGraph:
             raise InvalidValueError(f"{where}: node ids outside [0, {self._n})")
         return torch.unique(ids) if unique else ids
 
-    def _frontier(self, src, dst, eid) -> dgl.DGLGraph:
+    def _edges(self, fn, nodes: torch.Tensor, *args) -> tuple[torch.Tensor, ...]:
+        """``fn`` (a sampler's method) of user ids ``nodes``: its ``(src, dst, eid)`` with
+        the ends in user ids."""
+        src, dst, eid = fn(self._ids.part_ids(nodes), *args)
+        return self._ids.node_ids(src), self._ids.node_ids(dst), eid
+
+    def _frontier(self, edges) -> dgl.DGLGraph:
+        src, dst, eid = edges
         frontier = dgl.graph((src, dst), num_nodes=self._n)
         frontier.edata[dgl.EID] = eid
         return frontier
@@ -208,24 +229,25 @@ class UserSampler:
         num_nodes: the graph's nodes (what its graph needs to know, with the next three).
         num_edges: the graph's edges.
         edge_names: the edge data a ``prob`` may name.
-        find_edges: the endpoints (partitioned ids) of user edge ids.
-        degrees: the ``(in, out)`` degrees of partitioned ids.
+        ids: the graph's ids and reads (:class:`GraphIds`).
     """
 
     sampler: object
     num_nodes: int
     num_edges: int
     edge_names: tuple[str, ...]
-    find_edges: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
-    degrees: Callable[[torch.Tensor], torch.Tensor]
+    ids: "GraphIds"
 
     @property
     def what(self) -> str:
         return f"DataLoader: sampler {type(self.sampler).__name__}"
 
     def draw(self, base: BlockSampler, seeds: torch.Tensor) -> list[dgl.DGLGraph]:
+        """The blocks the user's sampler draws for partitioned ids ``seeds``, their
+        ``dgl.NID`` in partitioned ids (collective)."""
         graph = SamplingGraph(base, self.num_nodes, self.num_edges, list(self.edge_names),
-                              self.find_edges, self.degrees, self.what)
+                              self.ids, self.what)
+        seeds = self.ids.node_ids(seeds)
         out = self.sampler.sample_blocks(graph, seeds, exclude_eids=None)
         if not (isinstance(out, tuple) and len(out) == 3 and isinstance(out[2], list)):
             raise InvalidValueError(f"{self.what}.sample_blocks returned {type(out).__name__}; "
@@ -233,6 +255,9 @@ class UserSampler:
                                     "BlockSampler does")
         blocks = out[2]
         self._check_chain(blocks, seeds)
+        for block in blocks:
+            for data in (block.srcdata, block.dstdata):
+                data[dgl.NID] = self.ids.part_ids(data[dgl.NID])
         return blocks
 
     def _check_chain(self, blocks: list, seeds: torch.Tensor) -> None:

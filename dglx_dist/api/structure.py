@@ -121,8 +121,12 @@ class EdgeStructure:
         one = isinstance(nodes, int) or (torch.is_tensor(nodes) and nodes.dim() == 0)
         ids = torch.arange(self.num_nodes()) if nodes is None else \
             as_node_ids(torch.as_tensor(nodes).reshape(-1), self.num_nodes(), f"g.{what}")
-        rows = self.store.pull(DEGREES, self.part_ids(ids), collective=False)[:, column]
+        rows = self.degree_rows(self.part_ids(ids))[:, column]
         return int(rows[0]) if one else rows.long()
+
+    def degree_rows(self, part_ids: torch.Tensor) -> torch.Tensor:
+        """The ``(in, out)`` degrees of partitioned ids, a row each (this rank alone)."""
+        return self.store.pull(DEGREES, part_ids, collective=False)
 
     def _has_edges(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Whether each ``u[i] -> v[i]`` is an edge (node ids; collective: every rank asks at

@@ -106,13 +106,11 @@ def _step_and_train(session, name, cache):
 def _probe(g):
     """What :class:`Probe` saw (in the graph's node ids), and the graph's own degrees."""
     probe = Probe()
-    for _ in dglx_dist.DataLoader(g, torch.arange(g.session.rank, 400, 3), probe,
-                                  batch_size=60):
-        pass
-    seen = [[g.node_ids(seeds).tolist(), g.node_ids(src).tolist(), g.node_ids(dst).tolist(),
-             eid.tolist(), ind.tolist(), outd.tolist()]
-            for seeds, (src, dst, eid), ind, outd in probe.seen]
-    return {"seen": seen, "in": g.in_degrees(torch.arange(0, 2708, 7)).tolist(),
+    outputs = [output_nodes.tolist() for _, output_nodes, _ in dglx_dist.DataLoader(
+        g, torch.arange(g.session.rank, 400, 3), probe, batch_size=60)]
+    seen = [[seeds.tolist(), src.tolist(), dst.tolist(), eid.tolist(), ind.tolist(),
+             outd.tolist()] for seeds, (src, dst, eid), ind, outd in probe.seen]
+    return {"seen": seen, "outputs": outputs, "in": g.in_degrees(torch.arange(0, 2708, 7)).tolist(),
             "out": g.out_degrees().tolist(), "one": [g.in_degrees(5), g.out_degrees(5)]}
 
 
@@ -247,13 +245,13 @@ def test_degrees_and_out_edges_are_dgls(runs, name):
         assert probe["in"] == g.in_degrees(torch.arange(0, 2708, 7)).tolist()
         assert probe["out"] == g.out_degrees().tolist()
         assert probe["one"] == [g.in_degrees(5), g.out_degrees(5)]
-        assert probe["seen"]
+        # the sampler is handed each batch's seeds in the graph's own ids, the loader's
+        assert [seen[0] for seen in probe["seen"]] == probe["outputs"] and probe["outputs"]
         for seeds, src, dst, eid, ind, outd in probe["seen"]:
             ids = torch.tensor(seeds)
             u, v, e = g.out_edges(ids, form="all")
             assert sorted(zip(src, dst, eid)) == sorted(zip(u.tolist(), v.tolist(),
                                                             e.tolist())), f"rank {r}"
-            # the sampler's ids are the blocks' (partitioned); converted above
             assert ind == g.in_degrees(ids).tolist() and outd == g.out_degrees(ids).tolist()
 
 
