@@ -35,6 +35,7 @@ class EdgeData(DataViews):
     def __init__(self, graph: DistGraph):
         self._g = graph
         self._part: torch.Tensor | None = None  # the graph's edge id -> partitioned edge id
+        self._ids: torch.Tensor | None = None  # and back
 
     def stored(self) -> list[str]:
         """Every edge-data name the partitions hold (of any edge type)."""
@@ -60,6 +61,14 @@ class EdgeData(DataViews):
         if self._part is None:
             self._part = torch.from_numpy(self._g.pdir.edge_part_ids())
         return self._part[eids]
+
+    def ids(self, part_eids: torch.Tensor) -> torch.Tensor:
+        """The graph's edge ids of partitioned edge ids (:meth:`part_ids` reversed)."""
+        if self._ids is None:
+            self.part_ids(torch.zeros(0, dtype=torch.int64))
+            self._ids = torch.empty_like(self._part)
+            self._ids[self._part] = torch.arange(self._part.numel())
+        return self._ids[part_eids]
 
 
 class EdgeTypes:

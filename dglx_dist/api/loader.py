@@ -296,10 +296,13 @@ def _checked(graph: DistGraph, sampler, batch_size) -> dict:
                                 "does not train link prediction (edge loaders run under "
                                 "distdgl, p3, granndis and fullgraph; docs/link_prediction.md)")
     node_sampler = sampler.sampler
-    fanouts, options = sampler_fanouts(node_sampler, types), sampler_options(graph, node_sampler)
     prefetched_edge_feats(graph, node_sampler)
-    return {"fanouts": fanouts, "sampling": options,
-            "pairs": (TypedEdgePairs if graph.is_typed else EdgePairs)(graph, sampler)}
+    pairs = (TypedEdgePairs if graph.is_typed else EdgePairs)(graph, sampler)
+    draw = user_sampler(graph, node_sampler)
+    if draw is not None:
+        return {"fanouts": (), "draw": draw, "pairs": pairs}
+    return {"fanouts": sampler_fanouts(node_sampler, types), "pairs": pairs,
+            "sampling": sampler_options(graph, node_sampler)}
 
 
 DistNodeDataLoader = DataLoader

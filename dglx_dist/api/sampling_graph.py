@@ -52,6 +52,9 @@ class GraphIds(Protocol):
 
     def degree_rows(self, part_ids: torch.Tensor) -> torch.Tensor: ...
 
+    @property
+    def edata(self): ...  # its ``part_ids`` / ``ids`` of edges
+
 
 class SamplingGraph:
     """DGL's sampling methods over the distributed graph, in partitioned node ids.
@@ -94,8 +97,9 @@ class SamplingGraph:
         drawn as ``prob`` (an edge data name: weights or a boolean mask) and ``replace``
         say; a graph over every node with the drawn edges (collective)."""
         where = f"{self._what}: g.sample_neighbors"
-        seeds, k = self._draw_args(where, seed_nodes, fanout, edge_dir, prob, exclude_edges)
-        return self._frontier(self._edges(self._sampler.sample_layer, seeds, k, None,
+        seeds, k, skip = self._draw_args(where, seed_nodes, fanout, edge_dir, prob,
+                                         exclude_edges)
+        return self._frontier(self._edges(self._sampler.sample_layer, seeds, k, skip,
                                           SampleOptions(prob, bool(replace))))
 
     def sample_labors(self, seed_nodes, fanout, edge_dir: str = "in", prob=None,
@@ -112,33 +116,36 @@ class SamplingGraph:
             raise NotSupportedError(f"{where}(importance_sampling={importance_sampling}): "
                                     "its iterations weigh each batch's seeds together, across "
                                     "the parts; expected importance_sampling=0")
-        seeds, k = self._draw_args(where, seed_nodes, fanout, edge_dir, prob, exclude_edges)
+        seeds, k, skip = self._draw_args(where, seed_nodes, fanout, edge_dir, prob,
+                                         exclude_edges)
         seed = torch.zeros(1, dtype=torch.int64) if random_seed is None else \
             torch.as_tensor(random_seed.asnumpy() if hasattr(random_seed, "asnumpy")
                             else random_seed, dtype=torch.int64).reshape(-1)
         options = SampleOptions(prob, labor=tuple(self._sampler.agree(seed).tolist()),
                                 seed2=float(seed2_contribution))
-        frontier = self._frontier(self._edges(self._sampler.sample_layer, seeds, k, None,
+        frontier = self._frontier(self._edges(self._sampler.sample_layer, seeds, k, skip,
                                               options))
         return frontier, [torch.zeros(0)]
 
     def _draw_args(self, where: str, seed_nodes, fanout, edge_dir, prob, exclude_edges):
-        """The seeds (unique) and fanout of a draw, its options checked (before any
-        exchange: every rank refuses the same call)."""
+        """The seeds (unique), fanout and exclusions (routed to the members storing them:
+        collective) of a draw, its options checked first (every rank refuses the same
+        call before any exchange)."""
         if edge_dir != "in":
             raise NotSupportedError(f"{where}(edge_dir={edge_dir!r}): the partitions store "
                                     "each node's in-edges; expected edge_dir='in'")
-        if exclude_edges is not None:
-            raise NotSupportedError(f"{where}(exclude_edges=...): not supported for a "
-                                    "user's sampler yet; expected exclude_edges=None")
         if isinstance(fanout, dict) or isinstance(seed_nodes, dict):
             raise NotSupportedError(f"{where}: per-type seeds or fanouts need a graph with "
                                     "types; this one has none")
         if prob is not None and prob not in self._names:
             raise UnknownNameError(f"{where}(prob={prob!r}): not edge data of this graph; "
                                    f"it has {sorted(self._names)}")
-        return self._nodes(seed_nodes, where), -1 if fanout is None or int(fanout) < 0 \
-            else int(fanout)
+        seeds = self._nodes(seed_nodes, where)
+        k = -1 if fanout is None or int(fanout) < 0 else int(fanout)
+        if exclude_edges is None:
+            return seeds, k, None
+        eids = torch.as_tensor(exclude_edges, dtype=torch.int64).reshape(-1)
+        return seeds, k, self._sampler.exclusions(self._ids.edata.part_ids(eids))
 
     def in_subgraph(self, nodes, relabel_nodes: bool = False, **kwargs) -> dgl.DGLGraph:
         """DGL's ``in_subgraph``: every in-edge of ``nodes``, over every node (collective)."""
@@ -242,13 +249,16 @@ class UserSampler:
     def what(self) -> str:
         return f"DataLoader: sampler {type(self.sampler).__name__}"
 
-    def draw(self, base: BlockSampler, seeds: torch.Tensor) -> list[dgl.DGLGraph]:
-        """The blocks the user's sampler draws for partitioned ids ``seeds``, their
+    def draw(self, base: BlockSampler, seeds: torch.Tensor,
+             exclude: torch.Tensor | None = None) -> list[dgl.DGLGraph]:
+        """The blocks the user's sampler draws for partitioned ids ``seeds`` but the
+        partitioned edge ids ``exclude`` (its ``exclude_eids``, in the user's ids), their
         ``dgl.NID`` in partitioned ids (collective)."""
         graph = SamplingGraph(base, self.num_nodes, self.num_edges, list(self.edge_names),
                               self.ids, self.what)
         seeds = self.ids.node_ids(seeds)
-        out = self.sampler.sample_blocks(graph, seeds, exclude_eids=None)
+        skip = None if exclude is None else self.ids.edata.ids(exclude)
+        out = self.sampler.sample_blocks(graph, seeds, exclude_eids=skip)
         if not (isinstance(out, tuple) and len(out) == 3 and isinstance(out[2], list)):
             raise InvalidValueError(f"{self.what}.sample_blocks returned {type(out).__name__}; "
                                     "expected (input_nodes, output_nodes, blocks), as DGL's "

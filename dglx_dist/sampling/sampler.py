@@ -59,14 +59,14 @@ class BlockSampler(abc.ABC):
                      options: SampleOptions = UNIFORM
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sampled in-edges ``(src, dst, eid)`` of ``nodes`` (global ids; ``eid``: the user's
-        edge ids), leaving out the edges ``exclude`` (what :meth:`_exclusions` made of the
+        edge ids), leaving out the edges ``exclude`` (what :meth:`exclusions` made of the
         ids given to sample_blocks), drawn as ``options`` say."""
 
     @abc.abstractmethod
     def out_edges(self, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Every edge out of ``nodes`` (global ids) as ``(src, dst, eid)``."""
 
-    def _exclusions(self, exclude: torch.Tensor):
+    def exclusions(self, exclude: torch.Tensor):
         """What :meth:`sample_layer` gets for the partitioned edge ids ``exclude``."""
         return exclude
 
@@ -84,7 +84,7 @@ class BlockSampler(abc.ABC):
         ``options``: how each layer draws."""
         blocks: list[dgl.DGLGraph] = []
         frontier = seeds
-        routed = self._exclusions(exclude) if exclude is not None else None
+        routed = self.exclusions(exclude) if exclude is not None else None
         for fanout in reversed(fanouts):
             src, dst, eid = self.sample_layer(frontier, fanout, routed, options)
             block = make_block(frontier, src, dst, self.num_nodes, eid)
@@ -131,7 +131,7 @@ class PartitionSampler(BlockSampler):
             self._etype_keys = [(LOCAL, str(e), LOCAL)  # by index (DGL sorts the names)
                                 for e in range(self.etype_offsets.numel() - 1)]
 
-    def _exclusions(self, exclude: torch.Tensor) -> list[torch.Tensor]:
+    def exclusions(self, exclude: torch.Tensor) -> list[torch.Tensor]:
         """Per member, the local ids of this part's edges that member excludes (collective:
         each excluded edge is sent to the member that stores it)."""
         exclude = torch.as_tensor(exclude, dtype=torch.int64)
@@ -143,10 +143,10 @@ class PartitionSampler(BlockSampler):
         return self.comm.broadcast(values.clone(), src=0)
 
     def typed_exclusions(self, exclude: torch.Tensor) -> list[list[torch.Tensor]]:
-        """:meth:`_exclusions` on a typed partitioning: per member, per edge type, the ids
+        """:meth:`exclusions` on a typed partitioning: per member, per edge type, the ids
         in that type's graph of this part's edges the member excludes (collective)."""
         out = []
-        for local in self._exclusions(exclude):
+        for local in self.exclusions(exclude):
             local = local.long()
             etype = torch.searchsorted(self.etype_offsets,
                                        self.graph.edata["_ID"].index_select(0, local),

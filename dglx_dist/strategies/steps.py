@@ -105,8 +105,10 @@ class PairMaker(Protocol):
 class Drawer(Protocol):
     """A user's sampler, run over the strategy's sampler (``LoaderSpec.draw``)."""
 
-    def draw(self, sampler, seeds: torch.Tensor) -> list[dgl.DGLGraph]:
-        """The blocks drawn for ``seeds`` (collective, as the sampler is)."""
+    def draw(self, sampler, seeds: torch.Tensor,
+             exclude: torch.Tensor | None = None) -> list[dgl.DGLGraph]:
+        """The blocks drawn for ``seeds`` but the partitioned edge ids ``exclude``
+        (collective, as the sampler is)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,7 +213,8 @@ def sampled_epoch(sampler, rank: int, plan: LoaderPlan, spec: LoaderSpec,
                        Blocks(blocks, StepState(epoch=epoch)))
             continue
         batch = spec.pairs(seeds)
-        blocks = sampler.sample_blocks(batch.nodes, spec.fanouts, batch.exclude, spec.sampling)
+        blocks = spec.draw.draw(sampler, batch.nodes, batch.exclude) if spec.draw is not None \
+            else sampler.sample_blocks(batch.nodes, spec.fanouts, batch.exclude, spec.sampling)
         yield EdgeStep(blocks[0].srcdata[dgl.NID], batch.pair_graph, batch.neg_pair_graph,
                        Blocks(blocks, StepState(epoch=epoch)))
 

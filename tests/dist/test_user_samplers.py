@@ -98,6 +98,7 @@ def _step_and_train(session, name, cache):
                                  b.edata[dgl.EID].tolist()])
     out["test_acc"] = _train(g, model)
     out["labor"] = _labor(g)
+    out["labor_links"] = _labor_links(g)
     out["probe"] = _probe(g)
     g.close()
     return out
@@ -123,6 +124,18 @@ def _labor(g):
     loader = dglx_dist.DataLoader(g, torch.arange(rank, 600, world), labor, batch_size=50)
     return [(output_nodes.tolist(), [sorted(b.edata[dgl.EID].tolist()) for b in blocks],
              [b.num_src_nodes() for b in blocks]) for _, output_nodes, blocks in loader]
+
+
+def _labor_links(g):
+    """DGL's LaborSampler in an edge loader leaving each batch's edges out: each step's pair
+    nodes, its edges and its blocks' edge ids."""
+    labor = dgl.dataloading.LaborSampler([3, 3], layer_dependency=True)
+    labor.set_seed(7)
+    sampler = dglx_dist.as_edge_prediction_sampler(labor, exclude="self")
+    eids = torch.arange(g.session.rank, 1200, g.session.world_size)
+    return [(pair.ndata[dgl.NID].tolist(), pair.edata[dgl.EID].tolist(),
+             [sorted(b.edata[dgl.EID].tolist()) for b in blocks])
+            for _, pair, blocks in dglx_dist.DataLoader(g, eids, sampler, batch_size=100)]
 
 
 def _fit(g, model, loader, epochs=30):
@@ -233,6 +246,23 @@ def test_labor_draws_what_single_process_dgl_draws(runs, name):
             assert [sorted(b.edata[dgl.EID].tolist()) for b in blocks] == eids, f"rank {r}"
             assert [b.num_src_nodes() for b in blocks] == sources
         assert len(out["labor"]) > 1
+
+
+@pytest.mark.parametrize("name", ["distdgl", "p3"])
+def test_labor_in_an_edge_loader_leaves_the_batch_out_as_dgl_does(runs, name):
+    """``as_edge_prediction_sampler(LaborSampler(...), exclude="self")``: each step's blocks
+    are those single-process DGL's LaborSampler draws for the pair graph's nodes without the
+    batch's edges, and hold none of them."""
+    g = CoraGraphDataset()[0]
+    for r, out in runs[name].items():
+        ref = dgl.dataloading.LaborSampler([3, 3], layer_dependency=True)
+        ref.set_seed(7)
+        assert len(out["labor_links"]) > 1
+        for nodes, batch, eids in out["labor_links"]:
+            _, _, blocks = ref.sample_blocks(g, torch.tensor(nodes),
+                                             exclude_eids=torch.tensor(batch))
+            assert [sorted(b.edata[dgl.EID].tolist()) for b in blocks] == eids, f"rank {r}"
+            assert not set(batch) & {e for layer in eids for e in layer}
 
 
 @pytest.mark.parametrize("name", ["distdgl", "p3"])
