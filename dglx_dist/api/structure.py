@@ -1,4 +1,4 @@
-"""What DGL's graph methods give a link-prediction script about the edges of a DistGraph.
+"""What DGL's graph methods give a script about the edges of a DistGraph.
 
 DGL's negative samplers and edge loaders ask the graph for its edges' endpoints
 (``g.find_edges(eids)``), its node count and, for ``GlobalUniform``, pairs that are not
@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from dglx_dist.api.ndata import INTERNAL_PREFIX, as_node_ids
+from dglx_dist.api.sampling_graph import SamplingGraph
 from dglx_dist.errors import InvalidValueError, NotSupportedError
 
 if TYPE_CHECKING:
@@ -127,6 +128,30 @@ class EdgeStructure:
     def degree_rows(self, part_ids: torch.Tensor) -> torch.Tensor:
         """The ``(in, out)`` degrees of partitioned ids, a row each (this rank alone)."""
         return self.store.pull(DEGREES, part_ids, collective=False)
+
+    def sample_neighbors(self, seed_nodes, fanout, **kwargs):
+        """DGL's ``sample_neighbors`` over the partitions, in the graph's own ids (collective:
+        every rank calls it at once; see :mod:`dglx_dist.api.sampling_graph`)."""
+        return self._sampling("sample_neighbors").sample_neighbors(seed_nodes, fanout,
+                                                                   **kwargs)
+
+    def in_subgraph(self, nodes, **kwargs):
+        """DGL's ``in_subgraph``: every in-edge of ``nodes`` (collective)."""
+        return self._sampling("in_subgraph").in_subgraph(nodes, **kwargs)
+
+    def in_edges(self, v, form: str = "uv", etype=None):
+        """DGL's ``in_edges`` of ``v`` (collective)."""
+        return self._sampling("in_edges").in_edges(v, form)
+
+    def out_edges(self, u, form: str = "uv", etype=None):
+        """DGL's ``out_edges`` of ``u``, gathered from every part (collective)."""
+        return self._sampling("out_edges").out_edges(u, form)
+
+    def _sampling(self, what: str) -> SamplingGraph:
+        if self.is_typed:
+            raise NotSupportedError(f"g.{what}: not supported on a graph with edge types yet")
+        return SamplingGraph(self.sampler(), self.num_nodes(), self.num_edges(),
+                             list(self.edata.keys()), self, "DistGraph")
 
     def _has_edges(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Whether each ``u[i] -> v[i]`` is an edge (node ids; collective: every rank asks at

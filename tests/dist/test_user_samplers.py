@@ -111,7 +111,13 @@ def _probe(g):
         g, torch.arange(g.session.rank, 400, 3), probe, batch_size=60)]
     seen = [[seeds.tolist(), src.tolist(), dst.tolist(), eid.tolist(), ind.tolist(),
              outd.tolist()] for seeds, (src, dst, eid), ind, outd in probe.seen]
-    return {"seen": seen, "outputs": outputs, "in": g.in_degrees(torch.arange(0, 2708, 7)).tolist(),
+    ids = torch.arange(g.session.rank, 2708, 97)  # the DistGraph's own methods (collective)
+    drawn = g.sample_neighbors(ids, 3)
+    whole = {"sampled": [t.tolist() for t in (*drawn.edges(), drawn.edata[dgl.EID])],
+             "in": [t.tolist() for t in g.in_edges(ids, form="all")],
+             "out": g.out_edges(ids, form="eid").tolist(),
+             "sub": g.in_subgraph(ids).num_edges()}
+    return {"seen": seen, "outputs": outputs, "whole": whole, "in": g.in_degrees(torch.arange(0, 2708, 7)).tolist(),
             "out": g.out_degrees().tolist(), "one": [g.in_degrees(5), g.out_degrees(5)]}
 
 
@@ -263,6 +269,24 @@ def test_labor_in_an_edge_loader_leaves_the_batch_out_as_dgl_does(runs, name):
                                              exclude_eids=torch.tensor(batch))
             assert [sorted(b.edata[dgl.EID].tolist()) for b in blocks] == eids, f"rank {r}"
             assert not set(batch) & {e for layer in eids for e in layer}
+
+
+@pytest.mark.parametrize("name", ["distdgl", "p3"])
+def test_the_distgraphs_own_edge_methods_are_dgls(runs, name):
+    """``g.sample_neighbors`` / ``in_edges`` / ``out_edges`` / ``in_subgraph`` called on the
+    DistGraph by every rank at once, in its node ids."""
+    g = CoraGraphDataset()[0]
+    src, dst = (t.tolist() for t in g.edges())
+    for r, out in runs[name].items():
+        whole, ids = out["probe"]["whole"], torch.arange(r, 2708, 97)
+        u, v, e = whole["sampled"]
+        assert [src[i] for i in e] == u and [dst[i] for i in e] == v
+        per = torch.bincount(torch.tensor(v, dtype=torch.int64), minlength=2708)[ids]
+        assert per.tolist() == g.in_degrees(ids).clamp(max=3).tolist()
+        assert sorted(zip(*whole["in"])) == sorted(zip(*(t.tolist() for t in
+                                                         g.in_edges(ids, form="all"))))
+        assert sorted(whole["out"]) == sorted(g.out_edges(ids, form="eid").tolist())
+        assert whole["sub"] == int(g.in_degrees(ids).sum())
 
 
 @pytest.mark.parametrize("name", ["distdgl", "p3"])
