@@ -49,7 +49,6 @@ def user_sampler(graph: DistGraph, sampler) -> UserSampler | None:
     if graph.is_typed:
         raise NotSupportedError(f"{what} on a graph with edge types: samplers of your own run "
                                 "on graphs without types only (not yet)")
-
     return UserSampler(sampler, graph.num_nodes(), graph.num_edges(),
                        tuple(graph.edata.keys()), graph)
 
