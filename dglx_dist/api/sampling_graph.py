@@ -50,14 +50,16 @@ class GraphIds(Protocol):
 
     def find_edges(self, eids, etype=None) -> tuple[torch.Tensor, torch.Tensor]: ...
 
-    def degree_rows(self, part_ids: torch.Tensor) -> torch.Tensor: ...
+    def in_degrees(self, v=None, etype=None): ...
+
+    def out_degrees(self, u=None, etype=None): ...
 
     @property
     def edata(self): ...  # its ``part_ids`` / ``ids`` of edges
 
 
 class SamplingGraph:
-    """DGL's sampling methods over the distributed graph, in partitioned node ids.
+    """DGL's sampling methods over the distributed graph, in the user's node ids.
 
     Args:
         sampler: the strategy's sampler (collective where it exchanges).
@@ -65,8 +67,8 @@ class SamplingGraph:
         num_edges: the graph's edges.
         edge_names: the edge data a ``prob`` may name.
         ids: the graph: its ``part_ids`` / ``node_ids`` (user ids <-> partitioned ids the
-            sampler speaks), ``find_edges`` (user ids) and ``degree_rows`` (of partitioned
-            ids, ``(in, out)`` rows).
+            sampler speaks), and the reads it serves itself, in user ids (``find_edges``,
+            ``in_degrees``, ``out_degrees``).
         what: the user's sampler, as errors name it.
     """
 
@@ -108,7 +110,8 @@ class SamplingGraph:
                       **kwargs) -> tuple[dgl.DGLGraph, list[torch.Tensor]]:
         """DGL's ``sample_labors`` (LABOR, what ``LaborSampler`` calls) without importance
         sampling: each source node rolls one variate from ``random_seed`` (rank 0's, on
-        every rank), so the draws are those of one process over the same seeds
+        every rank; drawn there when None), so the draws are those of one process over the
+        same seeds
         (collective). Returns the graph of drawn edges and no importances (DGL's answer
         for ``importance_sampling=0``)."""
         where = f"{self._what}: g.sample_labors"
@@ -118,7 +121,7 @@ class SamplingGraph:
                                     "the parts; expected importance_sampling=0")
         seeds, k, skip = self._draw_args(where, seed_nodes, fanout, edge_dir, prob,
                                          exclude_edges)
-        seed = torch.zeros(1, dtype=torch.int64) if random_seed is None else \
+        seed = torch.randint(2**62, (1,)) if random_seed is None else \
             torch.as_tensor(random_seed.asnumpy() if hasattr(random_seed, "asnumpy")
                             else random_seed, dtype=torch.int64).reshape(-1)
         options = SampleOptions(prob, labor=tuple(self._sampler.agree(seed).tolist()),
@@ -168,19 +171,13 @@ class SamplingGraph:
         return _form(self._edges(self._sampler.out_edges, self._nodes(u, where)), form, where)
 
     def in_degrees(self, v=None, etype=None):
-        """DGL's ``in_degrees`` of ``v`` (every node's when None; an int for one id)."""
-        return self._degree(v, 0, "in_degrees")
+        """DGL's ``in_degrees`` of ``v`` (every node's when None; an int for one id), read
+        by this rank alone."""
+        return self._ids.in_degrees(v)
 
     def out_degrees(self, u=None, etype=None):
-        """DGL's ``out_degrees`` of ``u`` (every node's when None; an int for one id)."""
-        return self._degree(u, 1, "out_degrees")
-
-    def _degree(self, nodes, column: int, what: str):
-        one = isinstance(nodes, int) or (torch.is_tensor(nodes) and nodes.dim() == 0)
-        ids = torch.arange(self._n) if nodes is None else \
-            self._nodes(nodes, f"{self._what}: g.{what}", unique=False)
-        rows = self._ids.degree_rows(self._ids.part_ids(ids))[:, column].long()
-        return int(rows[0]) if one else rows
+        """DGL's ``out_degrees`` of ``u``, as :meth:`in_degrees`."""
+        return self._ids.out_degrees(u)
 
     def find_edges(self, eid, etype=None) -> tuple[torch.Tensor, torch.Tensor]:
         """DGL's ``find_edges``: the endpoints of the user's edge ids ``eid``."""
@@ -194,15 +191,15 @@ class SamplingGraph:
                                 f"{', '.join(SERVED)} (call DGL's methods on g, not DGL's "
                                 "functions that need a local graph)")
 
-    def _nodes(self, nodes, where: str, unique: bool = True) -> torch.Tensor:
-        """``nodes`` as int64 ids, unique (each node's edges are drawn once) unless not."""
+    def _nodes(self, nodes, where: str) -> torch.Tensor:
+        """``nodes`` as unique int64 ids (each node's edges are drawn once)."""
         ids = torch.as_tensor(nodes)
         if ids.dtype == torch.bool or ids.dtype.is_floating_point:
             raise InvalidValueError(f"{where}: node ids of dtype {ids.dtype}; expected integers")
         ids = ids.reshape(-1).long()
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self._n):
             raise InvalidValueError(f"{where}: node ids outside [0, {self._n})")
-        return torch.unique(ids) if unique else ids
+        return torch.unique(ids)
 
     def _edges(self, fn, nodes: torch.Tensor, *args) -> tuple[torch.Tensor, ...]:
         """``fn`` (a sampler's method) of user ids ``nodes``: its ``(src, dst, eid)`` with

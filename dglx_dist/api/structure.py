@@ -122,12 +122,8 @@ class EdgeStructure:
         one = isinstance(nodes, int) or (torch.is_tensor(nodes) and nodes.dim() == 0)
         ids = torch.arange(self.num_nodes()) if nodes is None else \
             as_node_ids(torch.as_tensor(nodes).reshape(-1), self.num_nodes(), f"g.{what}")
-        rows = self.degree_rows(self.part_ids(ids))[:, column]
+        rows = self.store.pull(DEGREES, self.part_ids(ids), collective=False)[:, column]
         return int(rows[0]) if one else rows.long()
-
-    def degree_rows(self, part_ids: torch.Tensor) -> torch.Tensor:
-        """The ``(in, out)`` degrees of partitioned ids, a row each (this rank alone)."""
-        return self.store.pull(DEGREES, part_ids, collective=False)
 
     def sample_neighbors(self, seed_nodes, fanout, **kwargs):
         """DGL's ``sample_neighbors`` over the partitions, in the graph's own ids (collective:
