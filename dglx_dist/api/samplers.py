@@ -93,16 +93,29 @@ def sampler_options(graph: DistGraph, sampler) -> SampleOptions:
                                 f"{graph.strategy.registered_name!r}, which does not sample "
                                 "its blocks; weighted and with-replacement draws run under "
                                 "distdgl and p3")
-    if graph.is_typed:
-        raise NotSupportedError(f"DataLoader: {what} on a graph with edge types: only uniform "
-                                "draws are supported there")
     if options.prob is not None:
-        if options.prob not in graph.edata.keys():
-            raise UnknownNameError(f"DataLoader: {what}: {options.prob!r} is not edge data of "
-                                   f"this graph; it has {sorted(graph.edata.keys())}")
-        for values in graph.store.local_parts(edge_key(options.prob)).values():
-            check_weights(values, f"DataLoader: {what}")
+        _check_prob(graph, options.prob, f"DataLoader: {what}")
     return options
+
+
+def _check_prob(graph: DistGraph, name: str, what: str) -> None:
+    """Refuses a ``prob`` that is no edge data of the graph (of no edge type, on a graph
+    with types), or whose rows on this rank (of the edge types that have it) cannot weigh a
+    draw."""
+    names = graph.edata.stored()
+    if name not in names:
+        raise UnknownNameError(f"{what}: {name!r} is not edge data of this graph; it has "
+                               f"{sorted(names)}")
+    types, offsets = graph.pdir.types, graph.pdir.edge_offsets
+    for part, values in graph.store.local_parts(edge_key(name)).items():
+        if types is not None:  # the rows of the edge types that have it
+            hom = graph.edata.ids(torch.arange(int(offsets[part]), int(offsets[part + 1])))
+            etype = torch.searchsorted(torch.as_tensor(types.etype_offsets), hom,
+                                       right=True) - 1
+            has = torch.tensor([types.has_edge_data(e, name)
+                                for e in range(len(types.canonical_etypes))])
+            values = values[has[etype]]
+        check_weights(values, what)
 
 
 def prefetched_edge_feats(graph: DistGraph, sampler) -> list[str]:

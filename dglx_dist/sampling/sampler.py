@@ -26,7 +26,7 @@ a typed partitioning, out of its edge type's graph: :meth:`PartitionSampler.type
 from __future__ import annotations
 
 import abc
-from typing import Sequence
+from typing import Callable, Sequence
 
 import dgl
 import torch
@@ -36,17 +36,13 @@ from dglx_dist.partition.book import NodeBook, RangeBook
 from dglx_dist.partition.layout import Partition
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.sampling.blocks import id_dtype, make_block
-from dglx_dist.sampling.draws import Draws
+from dglx_dist.sampling.draws import PROB, Draws
 from dglx_dist.sampling.options import UNIFORM, EdgeWeights, SampleOptions
+from dglx_dist.sampling.typed import HOM_EID, LOCAL, LOCAL_EID, edges_by_type
 
-__all__ = ["BlockSampler", "PartitionSampler", "edges_by_type"]
+__all__ = ["BlockSampler", "PartitionSampler"]
 
 EMPTY = torch.zeros(0, dtype=torch.int64)
-HOM_EID = "_dglx_eid"
-"""The edge data of :func:`edges_by_type`'s graph: each edge's homogeneous id (its ``_ID``,
-``dgl.EID``, in the part's local graph, which DGL's samplers overwrite in what they return)."""
-LOCAL = "_N"
-"""The node type of a typed part's local graph by edge type (:func:`edges_by_type`)."""
 
 
 class BlockSampler(abc.ABC):
@@ -105,11 +101,15 @@ class PartitionSampler(BlockSampler):
         etype_offsets: a typed partitioning's edge type offsets (None: no types).
         edge_weights: the part's edge data by name, for weighted draws
             (:func:`~dglx_dist.sampling.options.part_edge_weights`; None: none).
+        has_edge_data: on a typed partitioning, whether edge type ``e`` has edge data
+            ``name`` (``has_edge_data(e, name)``; a type without a ``prob`` draws uniformly,
+            as in DGL).
     """
 
     def __init__(self, part: Partition, book: NodeBook, comm: Comm, member: int,
                  edge_book: RangeBook, etype_offsets=None,
-                 edge_weights: EdgeWeights | None = None):
+                 edge_weights: EdgeWeights | None = None,
+                 has_edge_data: Callable[[int, str], bool] | None = None):
         if book.num_parts != comm.size:
             raise InvalidValueError(f"sampling needs one part per member of {comm.name}: the "
                                     f"partition has {book.num_parts} parts for {comm.size} members")
@@ -125,6 +125,7 @@ class PartitionSampler(BlockSampler):
         # a typed partitioning: the part's edges by edge type (one heterograph, sampled in one
         # call), and each local edge's id in its type (what an exclusion names there)
         self.by_etype = self._type_pos = None
+        self._has_edge_data, self._weights = has_edge_data, edge_weights
         if etype_offsets is not None:
             self.etype_offsets = torch.tensor([int(o) for o in etype_offsets])
             self.by_etype, self._type_pos = edges_by_type(self.graph, self.etype_offsets)
@@ -257,23 +258,25 @@ class PartitionSampler(BlockSampler):
                 self.comm.start_all_to_all_v(requests))
 
     def sample_typed_layer(self, nodes: torch.Tensor, fanouts: Sequence[int],
-                           exclude: list[list[torch.Tensor]] | None = None
-                           ) -> tuple[torch.Tensor, ...]:
+                           exclude: list[list[torch.Tensor]] | None = None,
+                           options: SampleOptions = UNIFORM) -> tuple[torch.Tensor, ...]:
         """:meth:`sample_layer` on a typed partitioning: ``fanouts[e]`` in-edges of edge type
         ``e`` per node (-1: all; 0: none) but those ``exclude`` names (what
         :meth:`typed_exclusions` gave), as ``(src, dst, etype, eid)``: each sampled edge's
-        type and its homogeneous edge id. A request is the node ids; the answer, per
-        requested node in request order, its number of sampled edges, then their sources,
-        then their edge types, then their edge ids."""
+        type and its homogeneous edge id, drawn as ``options`` say (``prob`` on the edge
+        types that have it). A request is the node ids; the answer, per requested node in
+        request order, its number of sampled edges, then their sources, then their edge
+        types, then their edge ids."""
         if self.by_etype is None:
             raise InvalidValueError("typed sampling needs a typed partitioning's edge types "
                                     "(PartitionSampler(..., etype_offsets=...))")
         mine, requests, skip, pending = self._requests(nodes, exclude)
+        draw = {"prob": self._typed_prob(options.prob), "replace": options.replace}
         try:
-            got = [(mine, *self._typed_grouped(mine, fanouts, skip[self.member]))]
+            got = [(mine, *self._typed_grouped(mine, fanouts, skip[self.member], draw))]
         finally:
             received = pending.wait()
-        answers = [torch.cat(self._typed_grouped(r.long(), fanouts, x)).to(self.id_dtype)
+        answers = [torch.cat(self._typed_grouped(r.long(), fanouts, x, draw)).to(self.id_dtype)
                    for r, x in zip(received, skip)]
         for asked, answer in zip(requests, self.comm.all_to_all_v(answers)):
             n = asked.numel()
@@ -283,11 +286,29 @@ class PartitionSampler(BlockSampler):
         return (torch.cat([g[2] for g in got]), dst, *(torch.cat([g[i] for g in got])
                                                       for i in (3, 4)))
 
+    def _typed_prob(self, name: str | None) -> str | None:
+        """Sets each edge type's weights of edge data ``name`` on the part's graph by type
+        (none on a type without it: drawn uniformly); the key to draw by, or None."""
+        if name is None:
+            return None
+        if self._weights is None or self._has_edge_data is None:
+            raise InvalidValueError(f"weighted sampling (prob={name!r}) needs the sampler's "
+                                    "edge data (edge_weights=..., has_edge_data=...)")
+        weights, weighted = self._weights(name).reshape(-1), False
+        for e, key in enumerate(self._etype_keys):
+            data = self.by_etype.edges[key].data
+            data.pop(PROB, None)
+            if self._has_edge_data(e, name):
+                data[PROB] = weights.index_select(0, data[LOCAL_EID])
+                weighted = True
+        return PROB if weighted else None
+
     def _typed_grouped(self, gids: torch.Tensor, fanouts: Sequence[int],
-                       exclude: list[torch.Tensor] | None = None):
+                       exclude: list[torch.Tensor] | None = None, draw: dict | None = None):
         """Per owned node in ``gids`` (unique), its number of sampled in-edges (but the
-        edges ``exclude[e]`` of each type's graph), their sources' global ids, their edge
-        types and their homogeneous edge ids, grouped by node in ``gids`` order."""
+        edges ``exclude[e]`` of each type's graph; drawn with ``draw``'s ``prob`` and
+        ``replace``), their sources' global ids, their edge types and their homogeneous edge
+        ids, grouped by node in ``gids`` order."""
         local = torch.as_tensor(self.book.to_local(gids))
         us, vs, ets, eids = [EMPTY], [EMPTY], [EMPTY], [EMPTY]
         names = self._etype_keys
@@ -295,7 +316,7 @@ class PartitionSampler(BlockSampler):
             skip = {names[e]: x for e, x in enumerate(exclude or []) if x.numel()}
             frontier = dgl.sampling.sample_neighbors(
                 self.by_etype, {LOCAL: local}, dict(zip(names, fanouts)), edge_dir="in",
-                exclude_edges=skip or None, copy_ndata=False)
+                exclude_edges=skip or None, copy_ndata=False, **(draw or {}))
             for etype, fanout in enumerate(fanouts):
                 if fanout:
                     u, v = frontier.edges(etype=names[etype])
@@ -349,25 +370,3 @@ class PartitionSampler(BlockSampler):
         out[rows, cols] = src.to(self.id_dtype)
         out[rows, cols + fanout] = eid.to(self.id_dtype)
         return out
-
-
-def edges_by_type(graph: dgl.DGLGraph, etype_offsets: torch.Tensor
-                  ) -> tuple[dgl.DGLGraph, torch.Tensor]:
-    """``graph``'s edges split by edge type (read off each edge's homogeneous id,
-    ``edata["_ID"]``, against ``etype_offsets``): one heterograph over its nodes (one node
-    type, :data:`LOCAL`), edge type ``e`` named ``(LOCAL, str(e), LOCAL)`` with that type's
-    edges in ``graph``'s order and their ``edata["_ID"]`` as ``edata[HOM_EID]``, and each
-    edge's id in its type."""
-    u, v = graph.edges()
-    hom = graph.edata["_ID"]
-    etype = torch.searchsorted(etype_offsets, hom, right=True) - 1
-    edges, ids, pos = {}, {}, torch.empty(graph.num_edges(), dtype=torch.int64)
-    for e in range(etype_offsets.numel() - 1):
-        keep = torch.nonzero(etype == e).squeeze(1)
-        pos[keep] = torch.arange(keep.numel())
-        edges[(LOCAL, str(e), LOCAL)] = (u[keep], v[keep])
-        ids[(LOCAL, str(e), LOCAL)] = hom[keep]
-    out = dgl.heterograph(edges, num_nodes_dict={LOCAL: graph.num_nodes()})
-    for key, values in ids.items():
-        out.edges[key].data[HOM_EID] = values
-    return out, pos

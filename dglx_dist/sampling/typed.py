@@ -22,10 +22,17 @@ import torch
 from dglx_dist.errors import InvalidValueError, NotSupportedError, UnknownNameError
 from dglx_dist.sampling.options import UNIFORM, SampleOptions
 
-__all__ = ["TypeIds", "TypedBlockSampler", "typed_fanouts"]
+__all__ = ["TypeIds", "TypedBlockSampler", "typed_fanouts", "edges_by_type"]
 
 Etype = tuple[str, str, str]
 EMPTY = torch.zeros(0, dtype=torch.int64)
+HOM_EID = "_dglx_eid"
+"""The edge data of :func:`edges_by_type`'s graph: each edge's homogeneous id (its ``_ID``,
+``dgl.EID``, in the part's local graph, which DGL's samplers overwrite in what they return)."""
+LOCAL_EID = "_dglx_local_eid"
+"""The edge data of :func:`edges_by_type`'s graph: each edge's id in the part's local graph."""
+LOCAL = "_N"
+"""The node type of a typed part's local graph by edge type (:func:`edges_by_type`)."""
 
 
 class TypeIds:
@@ -128,17 +135,17 @@ class TypedBlockSampler:
         """Blocks for ``len(fanouts)`` layers whose last destinations are the nodes of
         partitioned ids ``seeds``, by type; ``fanouts[i][e]``: layer i's fanout of edge type
         e. Their ``srcdata`` / ``dstdata[dgl.NID]`` are per-type ids. ``exclude``:
-        partitioned edge ids no layer may sample (DGL's ``exclude_eids``). Draws are
-        uniform: ``options`` other than that are refused."""
-        if options != UNIFORM:
-            raise NotSupportedError(f"sampling {options} on a graph with edge types: only "
-                                    "uniform draws are supported there")
+        partitioned edge ids no layer may sample (DGL's ``exclude_eids``); ``options``: how
+        each layer draws (``prob`` on the edge types that have it; not LABOR's)."""
+        if options.labor is not None:
+            raise NotSupportedError("LABOR's draws on a graph with edge types are not "
+                                    "supported")
         routed = None if exclude is None else self.sampler.typed_exclusions(exclude)
         frontier = self.ids.split(seeds)
         blocks: list[dgl.DGLGraph] = []
         for fanout in reversed(fanouts):
             src, dst, etype, eid = self.sampler.sample_typed_layer(self.ids.join(frontier),
-                                                                   fanout, routed)
+                                                                   fanout, routed, options)
             block = self._block(frontier, src, dst, etype, eid)
             blocks.insert(0, block)
             frontier = {t: block.srcnodes[t].data[dgl.NID] for t in self.ids.ntypes}
@@ -162,3 +169,25 @@ class TypedBlockSampler:
             data = block.edges[et].data
             data[dgl.EID] = ids.index_select(0, data[dgl.EID])
         return block
+
+
+def edges_by_type(graph: dgl.DGLGraph, etype_offsets: torch.Tensor
+                  ) -> tuple[dgl.DGLGraph, torch.Tensor]:
+    """``graph``'s edges split by edge type (read off each edge's homogeneous id,
+    ``edata["_ID"]``, against ``etype_offsets``): one heterograph over its nodes (one node
+    type, :data:`LOCAL`), edge type ``e`` named ``(LOCAL, str(e), LOCAL)`` with that type's
+    edges in ``graph``'s order, their ``edata["_ID"]`` as ``edata[HOM_EID]`` and their ids
+    in ``graph`` as ``edata[LOCAL_EID]``, and each edge's id in its type."""
+    u, v = graph.edges()
+    hom = graph.edata["_ID"]
+    etype = torch.searchsorted(etype_offsets, hom, right=True) - 1
+    edges, kept, pos = {}, {}, torch.empty(graph.num_edges(), dtype=torch.int64)
+    for e in range(etype_offsets.numel() - 1):
+        keep = kept[(LOCAL, str(e), LOCAL)] = torch.nonzero(etype == e).squeeze(1)
+        pos[keep] = torch.arange(keep.numel())
+        edges[(LOCAL, str(e), LOCAL)] = (u[keep], v[keep])
+    out = dgl.heterograph(edges, num_nodes_dict={LOCAL: graph.num_nodes()})
+    for key, keep in kept.items():
+        out.edges[key].data[HOM_EID] = hom.index_select(0, keep)
+        out.edges[key].data[LOCAL_EID] = keep
+    return out, pos

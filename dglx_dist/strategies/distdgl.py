@@ -85,7 +85,8 @@ class DistDGLStrategy(MiniBatchStrategy, MemoryModelled, TypedGraphs):
         else:  # DGL's heterogeneous blocks, per-type ids
             self.sampler = TypedBlockSampler(
                 PartitionSampler(part, pdir.book, session.cross, server, pdir.edge_book(),
-                                 etype_offsets=pdir.types.etype_offsets),
+                                 pdir.types.etype_offsets, part_edge_weights(pdir, server, store),
+                                 pdir.types.has_edge_data),
                 TypeIds.of(pdir), pdir.types.canonical_etypes)
 
     def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:

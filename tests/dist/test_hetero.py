@@ -247,6 +247,56 @@ def _surface(session, cache):
     return out
 
 
+def _weighted_graph():
+    """:func:`typed_graph` with a third of the cites edges weighing 0 (never drawn)."""
+    g = typed_graph()
+    w = g.edges["cites"].data["w"]
+    w[::3] = 0.0
+    g.edges["cites"].data["w"] = w
+    return g
+
+
+def _typed_draws(session, cache):
+    """Under distdgl and p3, each step's blocks (per relation: sources, destinations, edge
+    ids) of a ``prob="w"`` and a ``replace=True`` loader over the papers."""
+    out = []
+    for name in ("distdgl", "p3"):
+        g = dglx_dist.distribute(_weighted_graph(), name, cache_dir=cache, session=session)
+        for kind, kw in (("prob", {"prob": "w"}), ("replace", {"replace": True})):
+            loader = dglx_dist.DataLoader(g, {"paper": torch.arange(session.rank, 40, 2)},
+                                          dglx_dist.NeighborSampler([2], **kw), batch_size=10)
+            out += [(kind, _typed_edges(blocks)[0]) for _, _, blocks in loader]
+        g.close()
+    return out
+
+
+def test_typed_prob_and_replace_draw_as_dgl_defines_them(tmp_path):
+    """``prob`` weighs the edge types that have it (cites: its zero-weight edges are never
+    drawn) and leaves the others uniform, as DGL's heterograph sampling does; ``replace``
+    draws exactly the fanout of every edge type with in-edges."""
+    res = run_workers(_typed_draws, 2, tmp_path / "run", str(tmp_path / "cache"),
+                      env={"DGLX_VIRTUAL_SERVERS": "2"})
+    g = _weighted_graph()
+    drawn = 0
+    for out in res.values():
+        for kind, block in out:
+            for rel, (src, dst, eid) in block.items():
+                u, v = g.find_edges(torch.tensor(eid, dtype=torch.int64), etype=rel)
+                assert (u.tolist(), v.tolist()) == (src, dst)
+                dst_all = g.edges(etype=rel)[1]
+                weights = g.edges[rel].data.get("w") if kind == "prob" else None
+                candidates = torch.bincount(
+                    dst_all if weights is None else dst_all[weights > 0], minlength=40)
+                for d in set(dst):
+                    got = [e for e, x in zip(eid, dst) if x == d]
+                    want = 2 if kind == "replace" else min(2, int(candidates[d]))
+                    assert len(got) == want, (kind, rel, d)
+                if weights is not None:
+                    assert bool((weights[eid] > 0).all()), rel
+                    drawn += len(eid)
+    assert drawn > 0
+
+
 def test_typed_data_reads_by_type_and_bad_input_is_one_line(tmp_path):
     res = run_workers(_surface, 2, tmp_path / "run", str(tmp_path / "cache"),
                       env={"DGLX_VIRTUAL_SERVERS": "2"})

@@ -151,7 +151,8 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, StepsInTurn, Shar
         if pdir.types is not None:  # DGL's heterogeneous blocks; projections split by columns
             self.sampler = TypedBlockSampler(
                 PartitionSampler(part, pdir.book, session.world, rank, pdir.edge_book(),
-                                 etype_offsets=pdir.types.etype_offsets),
+                                 pdir.types.etype_offsets, part_edge_weights(pdir, rank, store),
+                                 pdir.types.has_edge_data),
                 TypeIds.of(pdir), pdir.types.canonical_etypes)
             self.typed = TypedColumns(session, pdir, store)
             self.held_rows = frozenset(self.typed.held)
