@@ -118,19 +118,26 @@ def _check_prob(graph: DistGraph, name: str, what: str) -> None:
         check_weights(values, what)
 
 
-def prefetched_edge_feats(graph: DistGraph, sampler) -> list[str]:
-    """The edge data ``sampler`` (DGL's ``NeighborSampler``) prefetches on every block
-    (``prefetch_edge_feats``), checked to be this graph's."""
-    names = list(getattr(sampler, "prefetch_edge_feats", None) or [])
-    if names and graph.is_typed:
-        raise NotSupportedError("DataLoader: prefetch_edge_feats on a graph with edge types is "
-                                "not supported; read g.edges[etype].data[name]"
-                                "[block.edges[etype].data[dgl.EID]] instead")
+def prefetched_edge_feats(graph: DistGraph, sampler) -> list[str] | dict:
+    """The edge data ``sampler`` (a DGL sampler) prefetches on every block
+    (``prefetch_edge_feats``: names; on a graph with types, names for every edge type that
+    has them, or a dict of edge type -> names), checked to be this graph's."""
+    names = getattr(sampler, "prefetch_edge_feats", None) or []
+    if graph.is_typed:
+        per = names if isinstance(names, dict) else {None: names}
+        for etype, wanted in per.items():
+            have = graph.edges[etype].data.keys() if etype is not None else \
+                graph.edata.stored()
+            missing = [n for n in wanted if n not in have]
+            if missing:
+                raise UnknownNameError(f"DataLoader: prefetch_edge_feats {missing} are not edge "
+                                       f"data of {etype or 'any edge type'}; it has {have}")
+        return names
     missing = [n for n in names if n not in graph.edata.keys()]
-    if missing:
-        raise UnknownNameError(f"DataLoader: prefetch_edge_feats {missing} are not edge data "
-                               f"of this graph; it has {sorted(graph.edata.keys())}")
-    return names
+    if isinstance(names, dict) or missing:
+        raise UnknownNameError(f"DataLoader: prefetch_edge_feats {list(names)} are not edge "
+                               f"data of this graph; it has {sorted(graph.edata.keys())}")
+    return list(names)
 
 
 def edge_rows(graph: DistGraph, blocks, names: list[str]) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
+import dgl
 import numpy as np
 import torch
 
@@ -162,6 +163,7 @@ def typed_prefetch(graph: DistGraph, sampler, step, copies, device) -> Callable:
                                 view.start_rows(view.space.rows(ids), unique=True)))
 
     def finish():
+        _edge_rows(graph, step.blocks, getattr(node_sampler, "prefetch_edge_feats", None) or [])
         # after the last step's writes (its optimizer step)
         graph.step_rows.start(step.input_nodes, getattr(step, "output_nodes", None))
         ready = [(layer, side, ntype, name, copies.start(value))
@@ -175,4 +177,16 @@ def typed_prefetch(graph: DistGraph, sampler, step, copies, device) -> Callable:
         return placed
 
     return finish
+
+
+def _edge_rows(graph: DistGraph, blocks, names) -> None:
+    """Each block's edge rows of ``names`` (DGL's ``prefetch_edge_feats``: a list, for every
+    edge type that has the name; or a dict of edge type -> names), read by this rank alone."""
+    for block in blocks:
+        for etype in block.canonical_etypes:
+            wanted = names if not isinstance(names, dict) else \
+                names.get(etype, names.get(etype[1], []))
+            data = graph.edges[etype].data
+            for name in (n for n in wanted if n in data.keys()):
+                block.edges[etype].data[name] = data[name][block.edges[etype].data[dgl.EID]]
 

@@ -262,10 +262,12 @@ def _typed_draws(session, cache):
     out = []
     for name in ("distdgl", "p3"):
         g = dglx_dist.distribute(_weighted_graph(), name, cache_dir=cache, session=session)
-        for kind, kw in (("prob", {"prob": "w"}), ("replace", {"replace": True})):
+        for kind, kw in (("prob", {"prob": "w", "prefetch_edge_feats": ["w"]}),
+                         ("replace", {"replace": True})):
             loader = dglx_dist.DataLoader(g, {"paper": torch.arange(session.rank, 40, 2)},
                                           dglx_dist.NeighborSampler([2], **kw), batch_size=10)
-            out += [(kind, _typed_edges(blocks)[0]) for _, _, blocks in loader]
+            out += [(kind, _typed_edges(blocks)[0], blocks[0].edges["cites"].data["w"].tolist()
+                     if kind == "prob" else None) for _, _, blocks in loader]
         g.close()
     return out
 
@@ -273,13 +275,16 @@ def _typed_draws(session, cache):
 def test_typed_prob_and_replace_draw_as_dgl_defines_them(tmp_path):
     """``prob`` weighs the edge types that have it (cites: its zero-weight edges are never
     drawn) and leaves the others uniform, as DGL's heterograph sampling does; ``replace``
-    draws exactly the fanout of every edge type with in-edges."""
+    draws exactly the fanout of every edge type with in-edges; ``prefetch_edge_feats``
+    fills the blocks' edges of the types that have the name."""
     res = run_workers(_typed_draws, 2, tmp_path / "run", str(tmp_path / "cache"),
                       env={"DGLX_VIRTUAL_SERVERS": "2"})
     g = _weighted_graph()
     drawn = 0
     for out in res.values():
-        for kind, block in out:
+        for kind, block, cites_w in out:
+            if cites_w is not None:  # prefetch_edge_feats: the edge type that has it
+                assert cites_w == g.edges["cites"].data["w"][block["cites"][2]].tolist()
             for rel, (src, dst, eid) in block.items():
                 u, v = g.find_edges(torch.tensor(eid, dtype=torch.int64), etype=rel)
                 assert (u.tolist(), v.tolist()) == (src, dst)
