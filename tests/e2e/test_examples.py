@@ -4,6 +4,7 @@ without an explicit shutdown call (the session shuts down at exit)."""
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -57,19 +58,30 @@ def _run_plain(runs: list[tuple[str, list[str]]], cwd: Path, timeout: float) -> 
     return r.stdout.split(_MARK + "\n")[1:]
 
 
+# the mini-batch scripts shuffle with numpy's unseeded generator (DGL's DataLoader), so one
+# run of the same seed spreads by a few points (sage_minibatch: 0.79 to 0.81); they run three
+# times and the ports are held to the median (docs/porting.md: medians of three seeds)
+RUNS_OF = {"sage_minibatch.py": 3, "weighted_sampling.py": 3}
+
+
 @pytest.fixture(scope="module")
 def plain_outs(tmp_path_factory):
-    """The stdout of each plain DGL script the ports are compared with: the two node
-    classification scripts and the link prediction one (all in one process)."""
-    runs = [(name, ARGS[name]) for name in NAMES] + [("link_prediction.py", [])]
+    """The stdouts of each plain DGL script the ports are compared with: the node
+    classification scripts (``RUNS_OF``) and the link prediction one (all in one process)."""
+    runs = [(name, ARGS[name]) for name in NAMES for _ in range(RUNS_OF.get(name, 1))] + \
+        [("link_prediction.py", [])]
     outs = _run_plain(runs, tmp_path_factory.mktemp("plain"), timeout=900)
-    return dict(zip([name for name, _ in runs], outs))
+    by_name: dict[str, list[str]] = {}
+    for (name, _), out in zip(runs, outs):
+        by_name.setdefault(name, []).append(out)
+    return by_name
 
 
 @pytest.fixture(scope="module")
 def plain_acc(plain_outs):
-    """Each plain DGL node classification script's test accuracy."""
-    return {name: _test_acc(plain_outs[name]) for name in NAMES}
+    """Each plain DGL node classification script's test accuracy (the median of its runs)."""
+    return {name: statistics.median(_test_acc(out) for out in plain_outs[name])
+            for name in NAMES}
 
 
 # every strategy runs one of the two examples here (the whole matrix, 2 and 4 ranks, is
@@ -134,7 +146,7 @@ def _ranking(stdout: str) -> dict:
 @pytest.fixture(scope="module")
 def plain_link(plain_outs):
     """The plain DGL link prediction script's test metrics."""
-    return _ranking(plain_outs["link_prediction.py"])
+    return _ranking(plain_outs["link_prediction.py"][0])
 
 
 # the plain script's batch of 1024 edges, as the global batch: each rank takes its share
