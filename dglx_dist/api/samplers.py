@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import dgl
 import torch
 
 from dglx_dist.api.sampling_graph import UserSampler
@@ -49,8 +50,7 @@ def user_sampler(graph: DistGraph, sampler) -> UserSampler | None:
     if graph.is_typed:
         raise NotSupportedError(f"{what} on a graph with edge types: samplers of your own run "
                                 "on graphs without types only (not yet)")
-    return UserSampler(sampler, graph.num_nodes(), graph.num_edges(),
-                       tuple(graph.edata.keys()), graph)
+    return UserSampler(sampler, graph)
 
 
 def sampler_fanouts(sampler, types=None) -> tuple:
@@ -140,16 +140,18 @@ def prefetched_edge_feats(graph: DistGraph, sampler) -> list[str] | dict:
     return list(names)
 
 
-def edge_rows(graph: DistGraph, blocks, names: list[str]) -> None:
-    """Sets each block's ``edata[name]`` to the rows of its edges (``edata[dgl.EID]``), one
-    pull per name for every block."""
-    import dgl
-
+def edge_rows(graph: DistGraph, blocks, names) -> None:
+    """Sets the blocks' edge rows of ``names`` (DGL's ``prefetch_edge_feats``: a list, for
+    every edge type that has the name, or a dict of edge type -> names), read by this rank
+    alone: one pull per edge type and name for all of a step's blocks."""
     if not names or not blocks:
         return
-    eids = [b.edata[dgl.EID] for b in blocks]
-    every = torch.cat(eids)
-    for name in names:
-        rows = graph.edata[name][every]
-        for block, part in zip(blocks, torch.split(rows, [e.numel() for e in eids])):
-            block.edata[name] = part
+    for etype in blocks[0].canonical_etypes:
+        wanted = names if not isinstance(names, dict) else \
+            names.get(etype, names.get(etype[1], []))
+        data = graph.edges[etype].data
+        eids = [b.edges[etype].data[dgl.EID] for b in blocks]
+        for name in (n for n in wanted if n in data.keys()):
+            rows = data[name][torch.cat(eids)]
+            for block, part in zip(blocks, torch.split(rows, [e.numel() for e in eids])):
+                block.edges[etype].data[name] = part

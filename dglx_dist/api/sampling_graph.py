@@ -30,6 +30,7 @@ from typing import Protocol
 import dgl
 import torch
 
+from dglx_dist.api.ndata import as_node_ids
 from dglx_dist.errors import InvalidValueError, NotSupportedError, UnknownNameError
 from dglx_dist.sampling.options import SampleOptions
 from dglx_dist.sampling.sampler import BlockSampler
@@ -44,6 +45,10 @@ class GraphIds(Protocol):
     """What :class:`SamplingGraph` asks of the distributed graph (a
     :class:`~dglx_dist.api.DistGraph` gives all of it)."""
 
+    def num_nodes(self) -> int: ...
+
+    def num_edges(self) -> int: ...
+
     def part_ids(self, ids: torch.Tensor) -> torch.Tensor: ...
 
     def node_ids(self, part_ids: torch.Tensor) -> torch.Tensor: ...
@@ -55,7 +60,7 @@ class GraphIds(Protocol):
     def out_degrees(self, u=None, etype=None): ...
 
     @property
-    def edata(self): ...  # its ``part_ids`` / ``ids`` of edges
+    def edata(self): ...  # its names (``keys``), ``part_ids`` / ``ids`` of edges
 
 
 class SamplingGraph:
@@ -63,12 +68,9 @@ class SamplingGraph:
 
     Args:
         sampler: the strategy's sampler (collective where it exchanges).
-        num_nodes: the graph's nodes.
-        num_edges: the graph's edges.
-        edge_names: the edge data a ``prob`` may name.
-        ids: the graph: its ``part_ids`` / ``node_ids`` (user ids <-> partitioned ids the
-            sampler speaks), and the reads it serves itself, in user ids (``find_edges``,
-            ``in_degrees``, ``out_degrees``).
+        graph: the distributed graph: its sizes and edge data names, its ``part_ids`` /
+            ``node_ids`` (user ids <-> partitioned ids the sampler speaks), and the reads it
+            serves itself, in user ids (``find_edges``, ``in_degrees``, ``out_degrees``).
         what: the user's sampler, as errors name it.
     """
 
@@ -79,16 +81,14 @@ class SamplingGraph:
     etypes = ["_E"]
     canonical_etypes = [("_N", "_E", "_N")]
 
-    def __init__(self, sampler: BlockSampler, num_nodes: int, num_edges: int,
-                 edge_names: list[str], ids: "GraphIds", what: str):
-        self._sampler, self._n, self._m = sampler, num_nodes, num_edges
-        self._names, self._ids, self._what = list(edge_names), ids, what
+    def __init__(self, sampler: BlockSampler, graph: GraphIds, what: str):
+        self._sampler, self._ids, self._what = sampler, graph, what
 
     def num_nodes(self, ntype=None) -> int:
-        return self._n
+        return self._ids.num_nodes()
 
     def num_edges(self, etype=None) -> int:
-        return self._m
+        return self._ids.num_edges()
 
     number_of_nodes, number_of_edges = num_nodes, num_edges
 
@@ -111,9 +111,8 @@ class SamplingGraph:
         """DGL's ``sample_labors`` (LABOR, what ``LaborSampler`` calls) without importance
         sampling: each source node rolls one variate from ``random_seed`` (rank 0's, on
         every rank; drawn there when None), so the draws are those of one process over the
-        same seeds
-        (collective). Returns the graph of drawn edges and no importances (DGL's answer
-        for ``importance_sampling=0``)."""
+        same seeds (collective). Returns the graph of drawn edges and no importances (DGL's
+        answer for ``importance_sampling=0``)."""
         where = f"{self._what}: g.sample_labors"
         if importance_sampling:
             raise NotSupportedError(f"{where}(importance_sampling={importance_sampling}): "
@@ -140,9 +139,9 @@ class SamplingGraph:
         if isinstance(fanout, dict) or isinstance(seed_nodes, dict):
             raise NotSupportedError(f"{where}: per-type seeds or fanouts need a graph with "
                                     "types; this one has none")
-        if prob is not None and prob not in self._names:
+        if prob is not None and prob not in (names := self._ids.edata.keys()):
             raise UnknownNameError(f"{where}(prob={prob!r}): not edge data of this graph; "
-                                   f"it has {sorted(self._names)}")
+                                   f"it has {sorted(names)}")
         seeds = self._nodes(seed_nodes, where)
         k = -1 if fanout is None or int(fanout) < 0 else int(fanout)
         if exclude_edges is None:
@@ -193,13 +192,7 @@ class SamplingGraph:
 
     def _nodes(self, nodes, where: str) -> torch.Tensor:
         """``nodes`` as unique int64 ids (each node's edges are drawn once)."""
-        ids = torch.as_tensor(nodes)
-        if ids.dtype == torch.bool or ids.dtype.is_floating_point:
-            raise InvalidValueError(f"{where}: node ids of dtype {ids.dtype}; expected integers")
-        ids = ids.reshape(-1).long()
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self._n):
-            raise InvalidValueError(f"{where}: node ids outside [0, {self._n})")
-        return torch.unique(ids)
+        return torch.unique(as_node_ids(nodes, self._ids.num_nodes(), where))
 
     def _edges(self, fn, nodes: torch.Tensor, *args) -> tuple[torch.Tensor, ...]:
         """``fn`` (a sampler's method) of user ids ``nodes``: its ``(src, dst, eid)`` with
@@ -209,7 +202,7 @@ class SamplingGraph:
 
     def _frontier(self, edges) -> dgl.DGLGraph:
         src, dst, eid = edges
-        frontier = dgl.graph((src, dst), num_nodes=self._n)
+        frontier = dgl.graph((src, dst), num_nodes=self._ids.num_nodes())
         frontier.edata[dgl.EID] = eid
         return frontier
 
@@ -230,17 +223,11 @@ class UserSampler:
 
     Attributes:
         sampler: the user's sampler.
-        num_nodes: the graph's nodes (what its graph needs to know, with the next three).
-        num_edges: the graph's edges.
-        edge_names: the edge data a ``prob`` may name.
-        ids: the graph's ids and reads (:class:`GraphIds`).
+        graph: the distributed graph (:class:`GraphIds`).
     """
 
     sampler: object
-    num_nodes: int
-    num_edges: int
-    edge_names: tuple[str, ...]
-    ids: "GraphIds"
+    graph: GraphIds
 
     @property
     def what(self) -> str:
@@ -251,11 +238,10 @@ class UserSampler:
         """The blocks the user's sampler draws for partitioned ids ``seeds`` but the
         partitioned edge ids ``exclude`` (its ``exclude_eids``, in the user's ids), their
         ``dgl.NID`` in partitioned ids (collective)."""
-        graph = SamplingGraph(base, self.num_nodes, self.num_edges, list(self.edge_names),
-                              self.ids, self.what)
-        seeds = self.ids.node_ids(seeds)
-        skip = None if exclude is None else self.ids.edata.ids(exclude)
-        out = self.sampler.sample_blocks(graph, seeds, exclude_eids=skip)
+        seeds = self.graph.node_ids(seeds)
+        skip = None if exclude is None else self.graph.edata.ids(exclude)
+        out = self.sampler.sample_blocks(SamplingGraph(base, self.graph, self.what), seeds,
+                                         exclude_eids=skip)
         if not (isinstance(out, tuple) and len(out) == 3 and isinstance(out[2], list)):
             raise InvalidValueError(f"{self.what}.sample_blocks returned {type(out).__name__}; "
                                     "expected (input_nodes, output_nodes, blocks), as DGL's "
@@ -264,7 +250,7 @@ class UserSampler:
         self._check_chain(blocks, seeds)
         for block in blocks:
             for data in (block.srcdata, block.dstdata):
-                data[dgl.NID] = self.ids.part_ids(data[dgl.NID])
+                data[dgl.NID] = self.graph.part_ids(data[dgl.NID])
         return blocks
 
     def _check_chain(self, blocks: list, seeds: torch.Tensor) -> None:

@@ -51,8 +51,8 @@ def store_structure(store: "DistKVStore", pdir: "PartitionDir", part_id: int,
 
     if pdir.types is None:  # in-edges are the part's own; out-edges are summed over parts
         indeg = np.bincount(part.dst, minlength=part.num_core + part.num_halo)[:part.num_core]
-        out = torch.from_numpy(np.bincount(part.local_gid[part.src], minlength=pdir.num_nodes))
-        out = comm.all_reduce(out).index_select(0, torch.from_numpy(part.core_gid))
+        out = comm.all_reduce(torch.from_numpy(part.source_counts(pdir.num_nodes)))
+        out = out.index_select(0, torch.from_numpy(part.core_gid))
         rows = torch.stack([torch.from_numpy(indeg), out], 1)
         store.init_data(DEGREES, RowPolicy(pdir.book), {part_id: rows})
     dtype = np.int32 if id_dtype(pdir.num_nodes) == torch.int32 else np.int64
@@ -146,8 +146,7 @@ class EdgeStructure:
     def _sampling(self, what: str) -> SamplingGraph:
         if self.is_typed:
             raise NotSupportedError(f"g.{what}: not supported on a graph with edge types yet")
-        return SamplingGraph(self.sampler(), self.num_nodes(), self.num_edges(),
-                             list(self.edata.keys()), self, "DistGraph")
+        return SamplingGraph(self.sampler(), self, "DistGraph")
 
     def _has_edges(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Whether each ``u[i] -> v[i]`` is an edge (node ids; collective: every rank asks at

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-import dgl
 import numpy as np
 import torch
 
 from dglx_dist.api.ndata import MASKS, NodeDataView, NodeSpace
+from dglx_dist.api.samplers import edge_rows
 from dglx_dist.errors import InvalidValueError, UnknownNameError
 from dglx_dist.kvstore import ColumnPolicy, RowPolicy
 from dglx_dist.partition.book import RangeBook
@@ -163,7 +163,7 @@ def typed_prefetch(graph: DistGraph, sampler, step, copies, device) -> Callable:
                                 view.start_rows(view.space.rows(ids), unique=True)))
 
     def finish():
-        _edge_rows(graph, step.blocks, getattr(node_sampler, "prefetch_edge_feats", None) or [])
+        edge_rows(graph, step.blocks, getattr(node_sampler, "prefetch_edge_feats", None) or [])
         # after the last step's writes (its optimizer step)
         graph.step_rows.start(step.input_nodes, getattr(step, "output_nodes", None))
         ready = [(layer, side, ntype, name, copies.start(value))
@@ -177,16 +177,3 @@ def typed_prefetch(graph: DistGraph, sampler, step, copies, device) -> Callable:
         return placed
 
     return finish
-
-
-def _edge_rows(graph: DistGraph, blocks, names) -> None:
-    """Each block's edge rows of ``names`` (DGL's ``prefetch_edge_feats``: a list, for every
-    edge type that has the name; or a dict of edge type -> names), read by this rank alone."""
-    for block in blocks:
-        for etype in block.canonical_etypes:
-            wanted = names if not isinstance(names, dict) else \
-                names.get(etype, names.get(etype[1], []))
-            data = graph.edges[etype].data
-            for name in (n for n in wanted if n in data.keys()):
-                block.edges[etype].data[name] = data[name][block.edges[etype].data[dgl.EID]]
-

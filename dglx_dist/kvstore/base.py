@@ -243,8 +243,7 @@ class KVStore(abc.ABC):
     def checkpoint_parts(self, name: str) -> dict[int, torch.Tensor]:
         """The local tensors of the parts of ``name`` this process writes into a checkpoint and
         restores from it (in place): every part is some one process's."""
-        entry = self._entry(name)
-        return {p: t for p, t in entry.parts.items() if self._checkpoints_part(p)}
+        return {p: t for p, t in self.local_parts(name).items() if self._checkpoints_part(p)}
 
     def _checkpoints_part(self, part: int) -> bool:
         return True

@@ -75,6 +75,11 @@ class Partition:
         """Global id of every local node (core then HALO)."""
         return np.concatenate([self.core_gid, self.halo_gid])
 
+    def source_counts(self, num_nodes: int) -> np.ndarray:
+        """Per global id, how many of this part's edges leave it (summed over the parts,
+        which store every edge once: its out-degree)."""
+        return np.bincount(self.local_gid[self.src], minlength=num_nodes)
+
     def local_graph(self):
         """The part's structure as a DGLGraph over its local nodes.
 

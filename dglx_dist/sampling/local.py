@@ -4,10 +4,11 @@ from __future__ import annotations
 from typing import Sequence
 
 import dgl
+import numpy as np
 import torch
 
 from dglx_dist.partition.layout import Partition
-from dglx_dist.sampling.options import UNIFORM, EdgeWeights, SampleOptions, part_edge_weights
+from dglx_dist.sampling.options import UNIFORM, EdgeWeights, SampleOptions
 from dglx_dist.sampling.draws import Draws
 from dglx_dist.sampling.sampler import BlockSampler
 
@@ -36,8 +37,8 @@ def whole_edge_weights(pdir) -> EdgeWeights:
 
     def weights(name: str) -> torch.Tensor:
         if name not in read:
-            read[name] = torch.cat([part_edge_weights(pdir, p)(name)
-                                    for p in range(pdir.num_parts)])
+            read[name] = torch.from_numpy(np.concatenate(
+                [pdir.load_edge_data(p)[name] for p in range(pdir.num_parts)]))
         return read[name]
 
     return weights

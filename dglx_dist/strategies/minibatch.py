@@ -95,6 +95,5 @@ class MiniBatchStrategy(Strategy, FullGraphForm, LinkPrediction, Approximate,
         are the in-edges of its own nodes, counted once."""
         session, per_rank = self.session, self.pdir.num_parts == self.session.world_size
         part = self.pdir.load_part(session.rank if per_rank else session.server_id)
-        src = torch.from_numpy(part.local_gid)[torch.from_numpy(part.src).long()]
-        deg = torch.bincount(src, minlength=self.num_nodes).double()
+        deg = torch.from_numpy(part.source_counts(self.num_nodes)).double()
         return (session.world if per_rank else session.cross).all_reduce(deg)
