@@ -52,7 +52,7 @@ from dglx_dist.sampling.options import UNIFORM
 from dglx_dist.strategies.abilities import LinkPrediction, StepsInTurn
 from dglx_dist.strategies.base import SetupRequest, implied_layers
 from dglx_dist.strategies.steps import (EdgeStep, LoaderSpec, Step, place_step, sampled_epoch,
-                                        sampled_plan)
+                                        sampled_plan, step_graphs)
 
 __all__ = ["DataLoader", "DistNodeDataLoader", "DistEdgeDataLoader"]
 
@@ -218,9 +218,10 @@ class DataLoader:
         block's sources. Every rank is at the same step here, so rows the strategy does not
         hold itself are pulled collectively (faster than each rank asking alone;
         docs/porting.md has the numbers); rows the strategy holds itself are read at once."""
-        blocks, ndata = step.blocks, self.graph.ndata
-        if not blocks or blocks.state.rows is not None:  # a co-batch's shared structures
-            return lambda: place_step(step, self.device)
+        blocks, ndata = step_graphs(step), self.graph.ndata
+        state = getattr(step.blocks, "state", None)  # none on a subgraph
+        if not blocks or state is not None and state.rows is not None:  # a co-batch's
+            return lambda: place_step(step, self.device)  # shared structures
         if self.graph.is_typed:
             return typed_prefetch(self.graph, self.sampler, step, self._copies, self.device)
         edge = isinstance(step, EdgeStep)
@@ -238,7 +239,7 @@ class DataLoader:
 
         def finish() -> Step | EdgeStep:
             # the rows' copies to the device start first, then the structure follows them
-            edge_rows(self.graph, step.blocks, self._edge_feats)
+            edge_rows(self.graph, blocks, self._edge_feats)
             copies = []
             for layer, side, key, rows in put:
                 value = rows.wait()
@@ -246,7 +247,7 @@ class DataLoader:
                     copies.append((layer, side, key, self._copies.start(value)))
             placed = place_step(step, self.device)
             for layer, side, key, ready in copies:
-                block = placed.blocks[layer]
+                block = step_graphs(placed)[layer]
                 (block.srcdata if side == "src" else block.dstdata)[key] = ready()
             return placed
 

@@ -172,6 +172,9 @@ class DistModel(nn.Module):
             index = self._full_steps if training else max(self._full_steps - 1, 0)
             blocks, x = self._on_device(*form.full_graph_step(self._num_layers, index))
             self._full_steps += training
+        elif isinstance(graph, dgl.DGLGraph):  # a subgraph step (ShaDow-GNN's sampler)
+            blocks = graph
+            self._check_inputs([graph], x)
         else:
             blocks = graph if isinstance(graph, Blocks) else Blocks(graph)
             self._check_inputs(blocks, x)
@@ -185,7 +188,8 @@ class DistModel(nn.Module):
         if torch.is_grad_enabled():  # a heterograph model's output: a tensor per node type
             for value in out.values() if isinstance(out, dict) else [out]:
                 if isinstance(value, torch.Tensor) and value.requires_grad:
-                    value.register_hook(functools.partial(self._on_output_grad, blocks.state))
+                    value.register_hook(functools.partial(
+                        self._on_output_grad, getattr(blocks, "state", None) or StepState()))
         return out
 
     def _on_device(self, blocks: Blocks, x) -> tuple[Blocks, Any]:
@@ -196,7 +200,7 @@ class DistModel(nn.Module):
         moved = Blocks([b.to(device) for b in blocks], blocks.state)
         return moved, x.to(device) if isinstance(x, torch.Tensor) else x
 
-    def _check_inputs(self, blocks: Blocks, x) -> None:
+    def _check_inputs(self, blocks: list, x) -> None:
         """A step's blocks and rows must be where the model is (a clear line, not a device
         mismatch deep inside a conv)."""
         session = self._graph.session

@@ -1,8 +1,8 @@
 """What a :class:`~dglx_dist.api.DataLoader` reads off DGL's samplers: the fanouts of
 ``NeighborSampler`` / ``MultiLayerFullNeighborSampler`` and how each layer draws (``prob``,
-``mask``, ``replace``), or another ``BlockSampler`` to run over the distributed graph
-(:mod:`dglx_dist.api.sampling_graph`), checked against the graph and the strategy before
-any step."""
+``mask``, ``replace``), or another DGL sampler (``BlockSampler``, ``ShaDowKHopSampler``)
+to run over the distributed graph (:mod:`dglx_dist.api.sampling_graph`), checked against
+the graph and the strategy before any step."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -15,7 +15,7 @@ from dglx_dist.errors import InvalidTypeError, NotSupportedError, UnknownNameErr
 from dglx_dist.kvstore.base import edge_key
 from dglx_dist.sampling.options import UNIFORM, SampleOptions, check_weights
 from dglx_dist.sampling.typed import typed_fanouts
-from dglx_dist.strategies.abilities import DrawsBlocks
+from dglx_dist.strategies.abilities import DrawsBlocks, DrawsSubgraphs
 
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
@@ -30,23 +30,30 @@ def _neighbor_sampler(sampler):
     if not isinstance(sampler, NeighborSampler):
         raise InvalidTypeError(f"DataLoader: sampler {type(sampler).__name__} is not supported; "
                                "use dgl.dataloading.NeighborSampler(fanouts), "
-                               "MultiLayerFullNeighborSampler(num_layers) or a "
-                               "dgl.dataloading.BlockSampler subclass of your own")
+                               "MultiLayerFullNeighborSampler(num_layers), LaborSampler, "
+                               "ShaDowKHopSampler or a dgl.dataloading.BlockSampler "
+                               "subclass of your own")
     return sampler
 
 
 def user_sampler(graph: DistGraph, sampler) -> UserSampler | None:
-    """``sampler`` to run over the distributed graph when it is a ``BlockSampler`` of the
-    user's own (None: DGL's ``NeighborSampler``, whose fanouts the strategy draws itself)."""
-    from dgl.dataloading import BlockSampler, NeighborSampler
+    """``sampler`` to run over the distributed graph when it is a DGL sampler other than
+    ``NeighborSampler`` (whose fanouts the strategy draws itself; None then): a
+    ``BlockSampler`` (the user's own, ``LaborSampler``) or a sampler of subgraphs
+    (``ShaDowKHopSampler``)."""
+    from dgl.dataloading import BlockSampler, NeighborSampler, Sampler
 
-    if isinstance(sampler, NeighborSampler) or not isinstance(sampler, BlockSampler):
+    if isinstance(sampler, NeighborSampler) or not isinstance(sampler, Sampler):
         return None
     what = f"DataLoader: sampler {type(sampler).__name__}"
+    name = graph.strategy.registered_name
     if not isinstance(graph.strategy, DrawsBlocks):
-        raise NotSupportedError(f"{what} under strategy {graph.strategy.registered_name!r}, "
-                                "which does not sample its blocks; a sampler of your own "
-                                "runs under distdgl and p3")
+        raise NotSupportedError(f"{what} under strategy {name!r}, which does not sample its "
+                                "blocks; a sampler of your own runs under distdgl and p3")
+    if not isinstance(sampler, BlockSampler) and not isinstance(graph.strategy, DrawsSubgraphs):
+        raise NotSupportedError(f"{what} (its steps are subgraphs, not blocks) under strategy "
+                                f"{name!r}, whose model's first layer runs on blocks; samplers "
+                                "of subgraphs run under distdgl")
     if graph.is_typed:
         raise NotSupportedError(f"{what} on a graph with edge types: samplers of your own run "
                                 "on graphs without types only (not yet)")

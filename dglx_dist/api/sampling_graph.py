@@ -3,7 +3,9 @@
 A ``dgl.dataloading.BlockSampler`` subclass builds its blocks from the graph it is handed,
 ``sample_blocks(g, seed_nodes, exclude_eids)``, through the graph's methods
 (``g.sample_neighbors``, ``g.in_subgraph``, ``g.in_edges`` ...) and ``dgl.to_block``, as
-DGL's user guide teaches. Given such a sampler, the loader hands it a :class:`SamplingGraph`,
+DGL's user guide teaches; DGL's ``ShaDowKHopSampler`` draws the same way and returns the
+subgraph its draws induce (``g.subgraph``). Given such a sampler, the loader hands it a
+:class:`SamplingGraph`,
 which answers those methods over the partitions through the strategy's sampler, with DGL's
 signatures and meanings:
 
@@ -37,8 +39,8 @@ from dglx_dist.sampling.sampler import BlockSampler
 
 __all__ = ["SamplingGraph", "UserSampler", "GraphIds", "SERVED"]
 
-SERVED = ("sample_neighbors", "sample_labors", "in_subgraph", "in_edges", "out_edges",
-          "in_degrees", "out_degrees", "find_edges", "num_nodes", "num_edges")
+SERVED = ("sample_neighbors", "sample_labors", "in_subgraph", "subgraph", "in_edges",
+          "out_edges", "in_degrees", "out_degrees", "find_edges", "num_nodes", "num_edges")
 
 
 class GraphIds(Protocol):
@@ -157,6 +159,34 @@ class SamplingGraph:
         seeds = self._nodes(nodes, f"{self._what}: g.in_subgraph")
         return self._frontier(self._edges(self._sampler.sample_layer, seeds, -1))
 
+    def subgraph(self, nodes, relabel_nodes: bool = True, store_ids: bool = True,
+                 output_device=None, **kwargs) -> dgl.DGLGraph:
+        """DGL's ``subgraph`` (node-induced, what ``ShaDowKHopSampler`` calls): the edges
+        whose ends are both in ``nodes``, in edge id order, over ``nodes`` in their order
+        with ``ndata[dgl.NID]`` (``relabel_nodes=False``: over every node), and
+        ``edata[dgl.EID]`` (collective)."""
+        where = f"{self._what}: g.subgraph"
+        if isinstance(nodes, dict):
+            raise NotSupportedError(f"{where}: per-type nodes need a graph with types; this "
+                                    "one has none")
+        ids = as_node_ids(nodes, self._ids.num_nodes(), where)
+        if torch.unique(ids).numel() != ids.numel():
+            raise InvalidValueError(f"{where}: the nodes repeat; expected each node once")
+        src, dst, eid = self._edges(self._sampler.sample_layer, torch.unique(ids), -1)
+        inside = torch.isin(src, ids)
+        order = torch.argsort(eid[inside])
+        src, dst, eid = src[inside][order], dst[inside][order], eid[inside][order]
+        if not relabel_nodes:
+            sub = dgl.graph((src, dst), num_nodes=self._ids.num_nodes())
+        else:  # each end's position in ``nodes``
+            sort = torch.sort(ids)
+            local = (sort.indices[torch.searchsorted(sort.values, src)],
+                     sort.indices[torch.searchsorted(sort.values, dst)])
+            sub = dgl.graph(local, num_nodes=ids.numel())
+            sub.ndata[dgl.NID] = ids
+        sub.edata[dgl.EID] = eid
+        return sub
+
     def in_edges(self, v, form: str = "uv", etype=None):
         """DGL's ``in_edges``: the in-edges of ``v`` as ``(u, v)``, their ids (``"eid"``) or
         all three (``"all"``), ids in the user's graph (collective)."""
@@ -217,12 +247,15 @@ def _form(edges: tuple[torch.Tensor, ...], form: str, where: str):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class UserSampler:
-    """A user's ``BlockSampler`` run over a :class:`SamplingGraph` of the strategy's sampler:
-    ``draw(base, seeds)`` is the blocks its ``sample_blocks`` returns for ``seeds``, checked
-    to chain (each block's destinations the next one's sources, the last one's the seeds).
+    """A DGL sampler run over a :class:`SamplingGraph` of the strategy's sampler: a
+    ``BlockSampler`` of the user's own or DGL's (``LaborSampler``), whose ``sample_blocks``
+    gives blocks, checked to chain (each block's destinations the next one's sources, the
+    last one's the seeds); or another ``dgl.dataloading.Sampler`` whose ``sample`` gives one
+    subgraph (DGL's ``ShaDowKHopSampler``: the subgraph its draws induce), checked to carry
+    its nodes' ids and to be drawn for the seeds.
 
     Attributes:
-        sampler: the user's sampler.
+        sampler: the DGL sampler.
         graph: the distributed graph (:class:`GraphIds`).
     """
 
@@ -234,24 +267,42 @@ class UserSampler:
         return f"DataLoader: sampler {type(self.sampler).__name__}"
 
     def draw(self, base: BlockSampler, seeds: torch.Tensor,
-             exclude: torch.Tensor | None = None) -> list[dgl.DGLGraph]:
-        """The blocks the user's sampler draws for partitioned ids ``seeds`` but the
-        partitioned edge ids ``exclude`` (its ``exclude_eids``, in the user's ids), their
+             exclude: torch.Tensor | None = None) -> list[dgl.DGLGraph] | dgl.DGLGraph:
+        """The blocks (or the subgraph) the sampler draws for partitioned ids ``seeds`` but
+        the partitioned edge ids ``exclude`` (its ``exclude_eids``, in the user's ids), their
         ``dgl.NID`` in partitioned ids (collective)."""
         seeds = self.graph.node_ids(seeds)
         skip = None if exclude is None else self.graph.edata.ids(exclude)
-        out = self.sampler.sample_blocks(SamplingGraph(base, self.graph, self.what), seeds,
-                                         exclude_eids=skip)
-        if not (isinstance(out, tuple) and len(out) == 3 and isinstance(out[2], list)):
-            raise InvalidValueError(f"{self.what}.sample_blocks returned {type(out).__name__}; "
+        graph = SamplingGraph(base, self.graph, self.what)
+        if isinstance(self.sampler, dgl.dataloading.BlockSampler):
+            out, call = self.sampler.sample_blocks(graph, seeds, exclude_eids=skip), \
+                "sample_blocks"
+        else:
+            out, call = self.sampler.sample(graph, seeds, exclude_eids=skip), "sample"
+        drawn = out[2] if isinstance(out, tuple) and len(out) == 3 else None
+        if isinstance(drawn, dgl.DGLGraph) and not drawn.is_block:
+            self._check_subgraph(drawn, out[1], seeds)
+            drawn.ndata[dgl.NID] = self.graph.part_ids(drawn.ndata[dgl.NID])
+            return drawn
+        if not isinstance(drawn, list):
+            raise InvalidValueError(f"{self.what}.{call} returned {type(out).__name__}; "
                                     "expected (input_nodes, output_nodes, blocks), as DGL's "
-                                    "BlockSampler does")
-        blocks = out[2]
-        self._check_chain(blocks, seeds)
-        for block in blocks:
+                                    "BlockSampler does, or (input_nodes, output_nodes, "
+                                    "subgraph), as its ShaDowKHopSampler does")
+        self._check_chain(drawn, seeds)
+        for block in drawn:
             for data in (block.srcdata, block.dstdata):
                 data[dgl.NID] = self.graph.part_ids(data[dgl.NID])
-        return blocks
+        return drawn
+
+    def _check_subgraph(self, sub: dgl.DGLGraph, outputs, seeds: torch.Tensor) -> None:
+        if dgl.NID not in sub.ndata:
+            raise InvalidValueError(f"{self.what}: its subgraph has no ndata[dgl.NID] (make it "
+                                    "with g.subgraph(nodes))")
+        outputs = torch.as_tensor(outputs)
+        if outputs.numel() != seeds.numel() or not bool((outputs == seeds).all()):
+            raise InvalidValueError(f"{self.what}: the output nodes of its subgraph are not "
+                                    "the seeds it was given")
 
     def _check_chain(self, blocks: list, seeds: torch.Tensor) -> None:
         want, where = seeds, "the seeds"

@@ -24,6 +24,7 @@ ability                 what it adds                                           w
 :class:`ShapedByOptions`  depth and the Trainer's loaders from its options     the model's; full
 :class:`TypedGraphs`    graphs with node and edge types (heterographs)         refused
 :class:`DrawsBlocks`    loaders' own draws: ``prob``, ``replace``, samplers     refused
+:class:`DrawsSubgraphs`  steps that are induced subgraphs (ShaDow-GNN's)        refused
 ======================  =====================================================  ===============
 """
 from __future__ import annotations
@@ -44,7 +45,7 @@ from dglx_dist.strategies.steps import Blocks, LoaderSpec, full_graph_loaders
 __all__ = ["FullGraphForm", "OwnEpochs", "LinkPrediction", "ShardedParams", "Stateful",
            "MemoryModelled", "HoldsRows", "Float32Only", "ConvTypes", "StepsInTurn",
            "Approximate", "OverlapsBackward", "OwnSplit", "ShapedByOptions", "DrawsBlocks",
-           "exact_options", "epochs_of", "StrategyState"]
+           "DrawsSubgraphs", "exact_options", "epochs_of", "StrategyState"]
 
 
 class FullGraphForm(abc.ABC):
@@ -149,6 +150,12 @@ class DrawsBlocks(abc.ABC):
     """Its loaders' steps are sampled blocks, drawn as the loader asks: with DGL
     ``NeighborSampler``'s ``prob``, ``mask`` and ``replace`` (``LoaderSpec.sampling``), or
     by a user's own ``BlockSampler`` (``LoaderSpec.draw``)."""
+
+
+class DrawsSubgraphs(abc.ABC):
+    """Its loaders' steps may be one subgraph instead of blocks (DGL's
+    ``ShaDowKHopSampler``): the model runs over the subgraph as over a whole graph, so its
+    first layer must not need blocks."""
 
 
 class StepsInTurn(abc.ABC):

@@ -32,7 +32,7 @@ from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import PartitionSampler, part_edge_weights
 from dglx_dist.sampling.typed import TypedBlockSampler, TypeIds
-from dglx_dist.strategies.abilities import MemoryModelled, TypedGraphs
+from dglx_dist.strategies.abilities import DrawsSubgraphs, MemoryModelled, TypedGraphs
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, check_partitions,
                                        ddp)
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
@@ -41,7 +41,7 @@ __all__ = ["DistDGLStrategy"]
 
 
 @STRATEGIES.register("distdgl")
-class DistDGLStrategy(MiniBatchStrategy, MemoryModelled, TypedGraphs):
+class DistDGLStrategy(MiniBatchStrategy, MemoryModelled, TypedGraphs, DrawsSubgraphs):
     """METIS partitions + HALO, distributed sampling, KVStore features, DDP."""
 
     # peak RSS per rank fitted at 3 graph sizes (0.3M-1.2M nodes), docs/cluster_model.md

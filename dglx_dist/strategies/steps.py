@@ -21,7 +21,7 @@ from dglx_dist.sampling.options import UNIFORM, SampleOptions
 
 __all__ = ["Blocks", "StepState", "Step", "EdgeStep", "EdgeBatch", "PairMaker", "LoaderSpec",
            "LoaderPlan", "full_graph_loaders", "equal_step_sizes", "sampled_plan", "epoch_batches", "sampled_epoch",
-           "place_step", "OUT_DEGREE"]
+           "step_graphs", "place_step", "OUT_DEGREE"]
 
 OUT_DEGREE = "_dglx_out_degree"
 """``block.srcdata`` key of the sources' out-degrees in the whole graph, on blocks that hold
@@ -61,7 +61,7 @@ class Step(NamedTuple):
 
     input_nodes: torch.Tensor
     output_nodes: torch.Tensor
-    blocks: Blocks
+    blocks: Blocks | dgl.DGLGraph  # a graph: the subgraph of a sampler of subgraphs
 
 
 class EdgeStep(NamedTuple):
@@ -71,7 +71,7 @@ class EdgeStep(NamedTuple):
     input_nodes: torch.Tensor
     pair_graph: dgl.DGLGraph
     neg_pair_graph: dgl.DGLGraph | None
-    blocks: Blocks
+    blocks: Blocks | dgl.DGLGraph
 
 
 class EdgeBatch(NamedTuple):
@@ -103,12 +103,12 @@ class PairMaker(Protocol):
 
 
 class Drawer(Protocol):
-    """A user's sampler, run over the strategy's sampler (``LoaderSpec.draw``)."""
+    """A DGL sampler the strategy's sampler runs (``LoaderSpec.draw``)."""
 
     def draw(self, sampler, seeds: torch.Tensor,
-             exclude: torch.Tensor | None = None) -> list[dgl.DGLGraph]:
-        """The blocks drawn for ``seeds`` but the partitioned edge ids ``exclude``
-        (collective, as the sampler is)."""
+             exclude: torch.Tensor | None = None) -> list[dgl.DGLGraph] | dgl.DGLGraph:
+        """The blocks (or one subgraph with ``ndata[dgl.NID]``) drawn for ``seeds`` but the
+        partitioned edge ids ``exclude`` (collective, as the sampler is)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,19 +204,27 @@ def sampled_epoch(sampler, rank: int, plan: LoaderPlan, spec: LoaderSpec,
                   epoch: int) -> Iterator[Step | EdgeStep]:
     """One epoch of sampled mini-batches over ``plan``'s ids, nodes or (with
     ``spec.pairs``) edges (``sampler.sample_blocks`` is collective: every rank takes
-    ``plan.steps`` steps)."""
+    ``plan.steps`` steps). A step's ``blocks`` is the one subgraph a ``spec.draw`` of
+    subgraphs (ShaDow-GNN's) gives."""
     for seeds in epoch_batches(rank, plan, spec, epoch):
-        if spec.pairs is None:
-            blocks = spec.draw.draw(sampler, seeds) if spec.draw is not None else \
-                sampler.sample_blocks(seeds, spec.fanouts, options=spec.sampling)  # dst: seeds
-            yield Step(blocks[0].srcdata[dgl.NID], blocks[-1].dstdata[dgl.NID],
-                       Blocks(blocks, StepState(epoch=epoch)))
-            continue
-        batch = spec.pairs(seeds)
-        blocks = spec.draw.draw(sampler, batch.nodes, batch.exclude) if spec.draw is not None \
-            else sampler.sample_blocks(batch.nodes, spec.fanouts, batch.exclude, spec.sampling)
-        yield EdgeStep(blocks[0].srcdata[dgl.NID], batch.pair_graph, batch.neg_pair_graph,
-                       Blocks(blocks, StepState(epoch=epoch)))
+        batch = None if spec.pairs is None else spec.pairs(seeds)
+        nodes, exclude = (seeds, None) if batch is None else (batch.nodes, batch.exclude)
+        if spec.draw is not None:
+            drawn = spec.draw.draw(sampler, nodes, exclude)
+        else:
+            drawn = sampler.sample_blocks(nodes, spec.fanouts, exclude, spec.sampling)
+        if isinstance(drawn, dgl.DGLGraph):  # an induced subgraph, its seeds among its nodes
+            inputs, outputs, graphs = drawn.ndata[dgl.NID], nodes, drawn
+        else:  # (typed blocks: ids by type)
+            inputs, outputs = drawn[0].srcdata[dgl.NID], drawn[-1].dstdata[dgl.NID]
+            graphs = Blocks(drawn, StepState(epoch=epoch))
+        yield Step(inputs, outputs, graphs) if batch is None else \
+            EdgeStep(inputs, batch.pair_graph, batch.neg_pair_graph, graphs)
+
+
+def step_graphs(step: Step | EdgeStep) -> list[dgl.DGLGraph]:
+    """A step's blocks, or its subgraph as the one graph of its input and output nodes."""
+    return [step.blocks] if isinstance(step.blocks, dgl.DGLGraph) else step.blocks
 
 
 def place_step(step: Step | EdgeStep, device: torch.device) -> Step | EdgeStep:
@@ -224,7 +232,10 @@ def place_step(step: Step | EdgeStep, device: torch.device) -> Step | EdgeStep:
     ``device``; the step itself on the CPU."""
     if device.type == "cpu":
         return step
-    step.blocks[:] = [b.to(device) for b in step.blocks]
+    if isinstance(step.blocks, dgl.DGLGraph):  # a subgraph step
+        step = step._replace(blocks=step.blocks.to(device))
+    else:
+        step.blocks[:] = [b.to(device) for b in step.blocks]
     if isinstance(step, EdgeStep):
         neg = step.neg_pair_graph
         return step._replace(pair_graph=step.pair_graph.to(device),

@@ -220,18 +220,25 @@ def test_bad_input_is_one_line_not_a_traceback_per_rank(tmp_path):
     assert f'File "{script}"' not in r.stderr, r.stderr[-3000:]  # no rank's traceback
 
 
+# the plain R-GCN script samples with DGL's unseeded generator and tests 164 papers: its single
+# runs spread from 0.54 to 0.62 (5 epochs), the ports' from 0.51 to 0.58 (docs/porting.md); the
+# plain script runs three times and the ports are held to 0.08 under the median
+RGCN_RUNS, RGCN_MARGIN = 3, 0.08
+
+
 @pytest.fixture(scope="module")
 def mag_parts(tmp_path_factory):
-    """DGL's partitions of mag-small (one, and two) and the plain DistDGL R-GCN script's
-    stdout in DGL's standalone mode on the one partition, 5 epochs: the runs below share
-    them."""
+    """DGL's partitions of mag-small (one, and two) and the median test accuracy of the plain
+    DistDGL R-GCN script in DGL's standalone mode on the one partition, 5 epochs, over
+    ``RGCN_RUNS`` runs: the tests below share them."""
     root = tmp_path_factory.mktemp("mag")
     plain_args = ["--part-config", str(root / "p1" / "mag.json"), "--standalone",
                   "--epochs", "5"]
-    *_, plain = _run_plain([("partition_mag.py", [str(root / "p1"), "--parts", "1"]),
-                            ("partition_mag.py", [str(root / "p2"), "--parts", "2"]),
-                            ("distdgl_rgcn.py", plain_args)], root, timeout=700)
-    return root / "p2" / "mag.json", plain
+    _, _, *plain = _run_plain([("partition_mag.py", [str(root / "p1"), "--parts", "1"]),
+                               ("partition_mag.py", [str(root / "p2"), "--parts", "2"]),
+                               *[("distdgl_rgcn.py", plain_args)] * RGCN_RUNS], root,
+                              timeout=700)
+    return root / "p2" / "mag.json", statistics.median(_mean_acc(out) for out in plain)
 
 
 def _run_rgcn(cmd: list[str], cwd: Path, part_config: Path) -> subprocess.CompletedProcess:
@@ -247,13 +254,13 @@ def test_distdgl_rgcn_script_runs_with_its_import_changed(tmp_path, mag_parts):
     """DGL's DistDGL API on a graph with node types (DistEmbedding, node_split by type, a
     typed DistNodeDataLoader): the plain script in DGL's standalone mode on one of DGL's
     partitions of mag-small, the port under torchrun on DGL's two partitions (2 virtual
-    servers), imported. 5 epochs: measured 0.55 (plain) and 0.58 (port) on 164 test papers,
-    whose single runs spread by 6 points; features alone give 0.24-0.28."""
-    part_config, plain = mag_parts
+    servers), imported; features alone give 0.24-0.28."""
+    part_config, plain_acc = mag_parts
     port = _run_rgcn([str(EXAMPLES / "distdgl_rgcn.py")], tmp_path, part_config)
     assert port.returncode == 0, port.stderr[-4000:]
-    plain_acc, port_acc = _mean_acc(plain), _mean_acc(port.stdout)
-    assert port_acc > 0.4 and port_acc >= plain_acc - 0.06, (port.stdout[-500:], plain[-500:])
+    port_acc = _mean_acc(port.stdout)
+    assert port_acc > 0.45 and port_acc >= plain_acc - RGCN_MARGIN, (port.stdout[-500:],
+                                                                     plain_acc)
 
 
 def test_unchanged_distdgl_rgcn_script_trains_under_p3(tmp_path, mag_parts):
@@ -262,9 +269,9 @@ def test_unchanged_distdgl_rgcn_script_trains_under_p3(tmp_path, mag_parts):
     columns on the way): the same floor as its port under distdgl. 5 epochs: measured 0.60
     (granndis, a little cheaper, measured 0.34 after 5 epochs and 0.53 after 10: too few
     steps for a floor here; every strategy's run is in docs/porting.md's table)."""
-    part_config, plain = mag_parts
+    part_config, plain_acc = mag_parts
     run = _run_rgcn(["-m", "dglx_dist.run", "--strategy", "p3",
                      str(EXAMPLES / "dgl" / "distdgl_rgcn.py")], tmp_path, part_config)
     assert run.returncode == 0, run.stderr[-4000:]
-    plain_acc, acc = _mean_acc(plain), _mean_acc(run.stdout)
-    assert acc > 0.4 and acc >= plain_acc - 0.06, (run.stdout[-500:], plain[-500:])
+    acc = _mean_acc(run.stdout)
+    assert acc > 0.45 and acc >= plain_acc - RGCN_MARGIN, (run.stdout[-500:], plain_acc)
