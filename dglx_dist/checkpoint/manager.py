@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import torch
-from torch.distributed.checkpoint.stateful import Stateful
+from dglx_dist.checkpoint.stateful import Stateful
 
 from dglx_dist.checkpoint import Checkpointing, collective, rng
 from dglx_dist.checkpoint.files import (check_matches, check_root, decode, describe_unusable,

@@ -124,7 +124,7 @@ def _user_files(tmp_path):
     (tmp_path / "ckpt" / "thesis.tex").write_text("mine")
 
 
-@pytest.mark.parametrize("args, message", [
+BAD_TRAIN_ARGS = [
     (["--strategy", "dorylus", "--strategy-opt", "invocation_timeout=0"],
      "option 'invocation_timeout': 0.0; expected a value > 0"),
     (["--cache-dir", "cache-file"], "--cache-dir cache-file is a file; expected a directory"),
@@ -132,31 +132,54 @@ def _user_files(tmp_path):
                                                 "opened for appending (No such file or"),
     (["--checkpoint-dir", "ckpt"], "--checkpoint-dir ckpt holds thesis.tex, which are not "
                                    "checkpoints"),
-])
-def test_bad_train_input_under_torchrun_is_one_line(tmp_path, args, message):
+]
+
+
+@pytest.fixture(scope="module")
+def bad_train_runs(tmp_path_factory):
+    """Each of ``BAD_TRAIN_ARGS`` as ``dglx train`` under torchrun (2 ranks) in a directory
+    holding a user's files: the directory, its files before, the run. The four launches run
+    at once (each refuses before training; one after another they took a minute)."""
+    import os
+
+    from dglx_dist.runtime.env import free_local_port
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DGLX_")}
+    env.update({"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"})
+    started = []
+    for args, _ in BAD_TRAIN_ARGS:
+        tmp_path = tmp_path_factory.mktemp("bad-train")
+        _user_files(tmp_path)
+        before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+               "--master-port", str(free_local_port()), "-m", "dglx_dist", "train",
+               "--epochs", "1", "--no-progress", *args]
+        started.append((tmp_path, before, subprocess.Popen(
+            cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)))
+    runs = []
+    for tmp_path, before, proc in started:
+        _, stderr = proc.communicate(timeout=300)
+        runs.append((tmp_path, before, proc.returncode, stderr))
+    return runs
+
+
+@pytest.mark.parametrize("case", range(len(BAD_TRAIN_ARGS)),
+                         ids=[f"args{i}-{m}" for i, (_, m) in enumerate(BAD_TRAIN_ARGS)])
+def test_bad_train_input_under_torchrun_is_one_line(bad_train_runs, case):
     """A refusal of `dglx train` under torchrun (a strategy option before the process group;
     the cache, metrics file and checkpoint directory before the first epoch, issue 40 case
     11): one ERROR line from rank 0 and no traceback from any rank; torchrun's own summary
     quotes the line (each rank's error file). tests/unit/test_errors.py has the rank rules and
     the usage errors."""
-    import os
-
-    from dglx_dist.runtime.env import free_local_port
-
-    _user_files(tmp_path)
-    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DGLX_")}
-    env.update({"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"})
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-port", str(free_local_port()), "-m", "dglx_dist", "train", "--epochs", "1",
-           "--no-progress", *args]
-    r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode != 0, r.stderr[-2000:]
-    said = [line for line in r.stderr.splitlines() if message in line]
+    args, message = BAD_TRAIN_ARGS[case]
+    tmp_path, before, returncode, stderr = bad_train_runs[case]
+    assert returncode != 0, stderr[-2000:]
+    said = [line for line in stderr.splitlines() if message in line]
     summary = [line for line in said if line.lstrip().startswith("traceback :")]
-    assert len(said) - len(summary) == 1 and summary, r.stderr[-3000:]
-    frames = [ln for ln in r.stderr.splitlines() if 'File "' in ln and "/dglx_dist/" in ln]
-    assert not frames, r.stderr[-3000:]  # torchrun's own traceback has none of ours
+    assert len(said) - len(summary) == 1 and summary, stderr[-3000:]
+    frames = [ln for ln in stderr.splitlines() if 'File "' in ln and "/dglx_dist/" in ln]
+    assert not frames, stderr[-3000:]  # torchrun's own traceback has none of ours
     assert {p: p.read_bytes() for p in before} == before
     if "--strategy" in args:
         assert not (tmp_path / "dglx-partitions").exists()  # refused before partitioning
