@@ -38,14 +38,17 @@ def _neighbor_sampler(sampler):
 
 def user_sampler(graph: DistGraph, sampler) -> UserSampler | None:
     """``sampler`` to run over the distributed graph when it is a DGL sampler other than
-    ``NeighborSampler`` (whose fanouts the strategy draws itself; None then): a
-    ``BlockSampler`` (the user's own, ``LaborSampler``) or a sampler of subgraphs
-    (``ShaDowKHopSampler``)."""
+    ``NeighborSampler`` of in-edges (whose fanouts the strategy draws itself; None then): a
+    ``BlockSampler`` (the user's own, ``LaborSampler``, ``NeighborSampler`` of out-edges,
+    whose every out-edge is gathered) or a sampler of subgraphs (``ShaDowKHopSampler``)."""
     from dgl.dataloading import BlockSampler, NeighborSampler, Sampler
 
-    if isinstance(sampler, NeighborSampler) or not isinstance(sampler, Sampler):
+    if not isinstance(sampler, Sampler) or isinstance(sampler, NeighborSampler) and \
+            getattr(sampler, "edge_dir", "in") == "in":
         return None
     what = f"DataLoader: sampler {type(sampler).__name__}"
+    if isinstance(sampler, NeighborSampler):
+        what += f"(edge_dir={sampler.edge_dir!r})"
     name = graph.strategy.registered_name
     if not isinstance(graph.strategy, DrawsBlocks):
         raise NotSupportedError(f"{what} under strategy {name!r}, which does not sample its "
@@ -57,6 +60,8 @@ def user_sampler(graph: DistGraph, sampler) -> UserSampler | None:
     if graph.is_typed:
         raise NotSupportedError(f"{what} on a graph with edge types: samplers of your own run "
                                 "on graphs without types only (not yet)")
+    if isinstance(sampler, NeighborSampler) and sampler.prob is not None:
+        _check_prob(graph, sampler.prob, what)
     return UserSampler(sampler, graph)
 
 
@@ -83,12 +88,9 @@ def sampler_fanouts(sampler, types=None) -> tuple:
 def sampler_options(graph: DistGraph, sampler) -> SampleOptions:
     """How ``sampler`` (DGL's ``NeighborSampler``) draws each layer, checked: its ``prob`` or
     ``mask`` names this graph's edge data, whose rows on this rank are finite weights >= 0
-    (or booleans); the strategy draws with them; in-edges only."""
+    (or booleans); the strategy draws with them (in-edges: :func:`user_sampler` takes
+    samplers of out-edges)."""
     sampler = _neighbor_sampler(sampler)
-    if getattr(sampler, "edge_dir", "in") != "in":
-        raise NotSupportedError(f"DataLoader: NeighborSampler(edge_dir={sampler.edge_dir!r}): "
-                                "the partitions store each node's in-edges; expected "
-                                "edge_dir='in'")
     options = SampleOptions(getattr(sampler, "prob", None),
                             bool(getattr(sampler, "replace", False)))
     if options == UNIFORM:

@@ -97,13 +97,17 @@ class SamplingGraph:
     def sample_neighbors(self, seed_nodes, fanout, edge_dir: str = "in", prob=None,
                          exclude_edges=None, replace: bool = False, output_device=None,
                          **kwargs) -> dgl.DGLGraph:
-        """DGL's ``sample_neighbors``: up to ``fanout`` in-edges of each seed (-1: all),
-        drawn as ``prob`` (an edge data name: weights or a boolean mask) and ``replace``
-        say; a graph over every node with the drawn edges (collective)."""
+        """DGL's ``sample_neighbors``: up to ``fanout`` in-edges (``edge_dir="out"``:
+        out-edges) of each seed (-1: all), drawn as ``prob`` (an edge data name: weights or a
+        boolean mask) and ``replace`` say; a graph over every node with the drawn edges
+        (collective). In-edges are drawn by their owners; out-edges are gathered from every
+        part, all of each seed's, and drawn here by DGL's own sampler."""
         where = f"{self._what}: g.sample_neighbors"
-        seeds, k, skip = self._draw_args(where, seed_nodes, fanout, edge_dir, prob,
-                                         exclude_edges)
-        return self._frontier(self._edges(self._sampler.sample_layer, seeds, k, skip,
+        seeds, k = self._draw_args(where, seed_nodes, fanout, edge_dir, prob, ("in", "out"))
+        if edge_dir == "out":
+            return self._frontier(self._out_draw(seeds, k, prob, exclude_edges, bool(replace)))
+        return self._frontier(self._edges(self._sampler.sample_layer, seeds, k,
+                                          self._routed(exclude_edges),
                                           SampleOptions(prob, bool(replace))))
 
     def sample_labors(self, seed_nodes, fanout, edge_dir: str = "in", prob=None,
@@ -120,8 +124,8 @@ class SamplingGraph:
             raise NotSupportedError(f"{where}(importance_sampling={importance_sampling}): "
                                     "its iterations weigh each batch's seeds together, across "
                                     "the parts; expected importance_sampling=0")
-        seeds, k, skip = self._draw_args(where, seed_nodes, fanout, edge_dir, prob,
-                                         exclude_edges)
+        seeds, k = self._draw_args(where, seed_nodes, fanout, edge_dir, prob, ("in",))
+        skip = self._routed(exclude_edges)
         seed = torch.randint(2**62, (1,)) if random_seed is None else \
             torch.as_tensor(random_seed.asnumpy() if hasattr(random_seed, "asnumpy")
                             else random_seed, dtype=torch.int64).reshape(-1)
@@ -131,25 +135,51 @@ class SamplingGraph:
                                               options))
         return frontier, [torch.zeros(0)]
 
-    def _draw_args(self, where: str, seed_nodes, fanout, edge_dir, prob, exclude_edges):
-        """The seeds (unique), fanout and exclusions (routed to the members storing them:
-        collective) of a draw, its options checked first (every rank refuses the same
-        call before any exchange)."""
-        if edge_dir != "in":
-            raise NotSupportedError(f"{where}(edge_dir={edge_dir!r}): the partitions store "
-                                    "each node's in-edges; expected edge_dir='in'")
+    def _draw_args(self, where: str, seed_nodes, fanout, edge_dir, prob,
+                   directions: tuple[str, ...]) -> tuple[torch.Tensor, int]:
+        """The seeds (unique) and fanout of a draw, its options checked first (every rank
+        refuses the same call before any exchange)."""
+        if edge_dir not in directions:
+            raise NotSupportedError(f"{where}(edge_dir={edge_dir!r}): expected "
+                                    f"{' or '.join(map(repr, directions))}")
         if isinstance(fanout, dict) or isinstance(seed_nodes, dict):
             raise NotSupportedError(f"{where}: per-type seeds or fanouts need a graph with "
                                     "types; this one has none")
         if prob is not None and prob not in (names := self._ids.edata.keys()):
             raise UnknownNameError(f"{where}(prob={prob!r}): not edge data of this graph; "
                                    f"it has {sorted(names)}")
-        seeds = self._nodes(seed_nodes, where)
         k = -1 if fanout is None or int(fanout) < 0 else int(fanout)
+        return self._nodes(seed_nodes, where), k
+
+    def _routed(self, exclude_edges):
+        """The user's edge ids ``exclude_edges`` routed to the members storing them
+        (collective; None: none)."""
         if exclude_edges is None:
-            return seeds, k, None
+            return None
         eids = torch.as_tensor(exclude_edges, dtype=torch.int64).reshape(-1)
-        return seeds, k, self._sampler.exclusions(self._ids.edata.part_ids(eids))
+        return self._sampler.exclusions(self._ids.edata.part_ids(eids))
+
+    def _out_draw(self, seeds: torch.Tensor, k: int, prob, exclude_edges,
+                  replace: bool) -> tuple[torch.Tensor, ...]:
+        """Up to ``k`` out-edges of each seed: every out-edge of the seeds but
+        ``exclude_edges``, gathered from every part (collective), then drawn by DGL's
+        ``sample_neighbors`` on a graph of them (DGL's draws, with ``prob``'s rows read from
+        the store)."""
+        src, dst, eid = self._edges(self._sampler.out_edges, seeds)
+        if exclude_edges is not None:
+            keep = ~torch.isin(eid, torch.as_tensor(exclude_edges,
+                                                    dtype=torch.int64).reshape(-1))
+            src, dst, eid = src[keep], dst[keep], eid[keep]
+        nodes, local = torch.unique(torch.cat([seeds, src, dst]), return_inverse=True)
+        n, m = seeds.numel(), src.numel()
+        gathered = dgl.graph((local[n:n + m], local[n + m:]), num_nodes=nodes.numel())
+        if prob is not None:
+            gathered.edata["w"] = self._ids.edata[prob][eid]
+        drawn = dgl.sampling.sample_neighbors(gathered, local[:n], k, edge_dir="out",
+                                              prob=None if prob is None else "w",
+                                              replace=replace)
+        picked = drawn.edata[dgl.EID]
+        return src[picked], dst[picked], eid[picked]
 
     def in_subgraph(self, nodes, relabel_nodes: bool = False, **kwargs) -> dgl.DGLGraph:
         """DGL's ``in_subgraph``: every in-edge of ``nodes``, over every node (collective)."""

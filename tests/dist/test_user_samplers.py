@@ -129,9 +129,29 @@ def _probe(g):
     whole = {"sampled": [t.tolist() for t in (*drawn.edges(), drawn.edata[dgl.EID])],
              "in": [t.tolist() for t in g.in_edges(ids, form="all")],
              "out": g.out_edges(ids, form="eid").tolist(),
-             "sub": g.in_subgraph(ids).num_edges()}
-    return {"seen": seen, "outputs": outputs, "whole": whole, "in": g.in_degrees(torch.arange(0, 2708, 7)).tolist(),
+             "sub": g.in_subgraph(ids).num_edges(),
+             "drawn_out": [t.tolist() for t in
+                           g.sample_neighbors(ids, 3, edge_dir="out").edges()]}
+    return {"seen": seen, "out_blocks": _out_blocks(g), "outputs": outputs, "whole": whole, "in": g.in_degrees(torch.arange(0, 2708, 7)).tolist(),
             "out": g.out_degrees().tolist(), "one": [g.in_degrees(5), g.out_degrees(5)]}
+
+
+def _out_blocks(g):
+    """DGL's NeighborSampler of out-edges (every one, two layers): each step's output ids and
+    its blocks' edges as (source id, destination id, edge id)."""
+    sampler = dgl.dataloading.NeighborSampler([-1, -1], edge_dir="out")
+    loader = dglx_dist.DataLoader(g, torch.arange(g.session.rank, 200, 5), sampler,
+                                  batch_size=20)
+    return [(output_nodes.tolist(), [_triples(g, b) for b in blocks])
+            for _, output_nodes, blocks in loader]
+
+
+def _triples(g, block):
+    s, d = block.edges()
+    src, dst = block.srcdata[dgl.NID][s], block.dstdata[dgl.NID][d]
+    if g is not None:
+        src, dst = g.node_ids(src), g.node_ids(dst)
+    return sorted(zip(src.tolist(), dst.tolist(), block.edata[dgl.EID].tolist()))
 
 
 def _labor(g):
@@ -449,3 +469,24 @@ def test_shadow_trains_to_single_process_accuracy_and_p3_refuses_it(runs, plain_
     for out in runs["p3"].values():
         assert out["shadow"].startswith("DataLoader: sampler ShaDowKHopSampler (its steps are "
                                         "subgraphs, not blocks) under strategy 'p3'"), out
+
+
+@pytest.mark.parametrize("name", ["distdgl", "p3"])
+def test_out_edges_are_drawn_as_dgl_draws_them(runs, name):
+    """``g.sample_neighbors(..., edge_dir="out")`` draws up to the fanout of each seed's
+    out-edges (gathered from every part); ``NeighborSampler(edge_dir="out")`` gives the blocks
+    single-process DGL's gives for the same seeds."""
+    g = CoraGraphDataset()[0]
+    src, dst = (t.tolist() for t in g.edges())
+    ref = dgl.dataloading.NeighborSampler([-1, -1], edge_dir="out")
+    for r, out in runs[name].items():
+        ids = torch.arange(r, 2708, 97)
+        u, v = out["probe"]["whole"]["drawn_out"]
+        per = torch.bincount(torch.tensor(u, dtype=torch.int64), minlength=2708)[ids]
+        assert per.tolist() == g.out_degrees(ids).clamp(max=3).tolist(), f"rank {r}"
+        assert set(zip(u, v)) <= set(zip(src, dst))
+        assert len(out["probe"]["out_blocks"]) > 1
+        for outputs, blocks in out["probe"]["out_blocks"]:
+            _, _, want = ref.sample_blocks(g, torch.tensor(outputs))
+            assert [[list(t) for t in b] for b in blocks] == \
+                [[list(t) for t in _triples(None, b)] for b in want], f"rank {r}"

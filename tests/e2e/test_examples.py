@@ -38,13 +38,17 @@ def _test_acc(stdout: str) -> float:
 
 _MARK = "----- next script -----"
 # `python SCRIPT ARGS` for each script in turn, in one interpreter: torch and DGL are imported
-# once instead of once per script (each script seeds its own RNGs)
+# once instead of once per script (each script seeds its own RNGs; a script's process group,
+# DGL's standalone one, is closed before the next script starts its own)
 _RUNNER = """
 import runpy, sys
+import torch.distributed as dist
 for path, args in RUNS:
     print(MARK, flush=True)
     sys.argv, sys.path[0] = [path, *args], path.rpartition("/")[0]
     runpy.run_path(path, run_name="__main__")
+    if dist.is_initialized():
+        dist.destroy_process_group()
 """
 
 
