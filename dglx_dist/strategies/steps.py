@@ -20,8 +20,8 @@ import torch
 from dglx_dist.sampling.options import UNIFORM, SampleOptions
 
 __all__ = ["Blocks", "StepState", "Step", "EdgeStep", "EdgeBatch", "PairMaker", "LoaderSpec",
-           "LoaderPlan", "full_graph_loaders", "equal_step_sizes", "sampled_plan", "epoch_batches", "sampled_epoch",
-           "step_graphs", "place_step", "OUT_DEGREE"]
+           "LoaderPlan", "full_graph_loaders", "equal_step_sizes", "sampled_plan",
+           "epoch_batches", "sampled_epoch", "step_graphs", "place_step", "OUT_DEGREE"]
 
 OUT_DEGREE = "_dglx_out_degree"
 """``block.srcdata`` key of the sources' out-degrees in the whole graph, on blocks that hold

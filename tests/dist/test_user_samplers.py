@@ -132,7 +132,8 @@ def _probe(g):
              "sub": g.in_subgraph(ids).num_edges(),
              "drawn_out": [t.tolist() for t in
                            g.sample_neighbors(ids, 3, edge_dir="out").edges()]}
-    return {"seen": seen, "out_blocks": _out_blocks(g), "outputs": outputs, "whole": whole, "in": g.in_degrees(torch.arange(0, 2708, 7)).tolist(),
+    return {"seen": seen, "out_blocks": _out_blocks(g), "outputs": outputs, "whole": whole,
+            "in": g.in_degrees(torch.arange(0, 2708, 7)).tolist(),
             "out": g.out_degrees().tolist(), "one": [g.in_degrees(5), g.out_degrees(5)]}
 
 

@@ -9,34 +9,29 @@ from pathlib import Path
 
 import pytest
 
+from tests.launches import run_together
+
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _bench(tmp_path, *options, network="virtual"):
-    """``dglx bench OPTIONS --out tmp_path/out`` (this tree's package); its rows."""
-    pytest.importorskip("matplotlib")
-    out = tmp_path / "out"
+def _job(tmp_path, *options, network="virtual") -> dict:
+    """``dglx bench OPTIONS --out tmp_path/out`` (this tree's package), as a job for
+    :func:`~tests.launches.run_together`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DGLX_")}
     path = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)  # this tree's
     env.update({"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "PYTHONPATH": path})
     cmd = [sys.executable, "-m", "dglx_dist", "bench", *options, "--network", network,
-           "--epochs", "2", "--timeout", "120", "--out", str(out)]
-    r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-4000:]
-    assert (out / "bench.png").stat().st_size > 10_000
-    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()], r
+           "--epochs", "2", "--timeout", "120", "--out", str(tmp_path / "out")]
+    return {"args": cmd, "cwd": tmp_path, "env": env, "timeout": 400}
 
 
-def test_bench_tiny_three_systems_on_the_emulated_network(tmp_path):
-    """The tiny preset with single-process DGL, DGL's DistDGL and distdgl in one run (one run
-    instead of two: the suite's time budget). DGL's machines sit in the emulated servers'
-    namespaces, as ours: the same shaped link, and its inter-server bytes read from the
-    namespaces' interface counters. Where this machine cannot emulate, the bench refuses
-    `--network 1g` saying why, and the run goes on virtual servers."""
+def _tiny_network(tmp_path) -> tuple[str, str]:
+    """The tiny preset's network and systems: the emulated 1 Gbit/s cluster with DGL's
+    DistDGL or, where this machine cannot emulate, virtual servers (the bench refuses
+    ``--network 1g`` saying why)."""
     from dglx_dist.cluster.emulate import PRESETS, EmulationUnavailable, check_available
 
-    network, systems = "1g", "dgl,dgl-distdgl,distdgl"
     try:
         check_available(PRESETS["1g"])
     except EmulationUnavailable as exc:
@@ -44,8 +39,43 @@ def test_bench_tiny_three_systems_on_the_emulated_network(tmp_path):
                             "--no-plot", "--out", str(tmp_path / "refused")],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and str(exc) in r.stderr.strip().splitlines()[-1]
-        network, systems = "virtual", "dgl,distdgl"
-    rows, r = _bench(tmp_path, "--preset", "tiny", "--systems", systems, network=network)
+        return "virtual", "dgl,distdgl"
+    return "1g", "dgl,dgl-distdgl,distdgl"
+
+
+@pytest.fixture(scope="module")
+def benches(tmp_path_factory):
+    """The three bench runs below, started together (tests/launches.py): {name: (rows, run,
+    out directory)}, and the tiny preset's network and systems."""
+    pytest.importorskip("matplotlib")
+    dirs = {name: tmp_path_factory.mktemp(name) for name in ("tiny", "link", "typed")}
+    network, systems = _tiny_network(dirs["tiny"])
+    jobs = {"tiny": _job(dirs["tiny"], "--preset", "tiny", "--systems", systems,
+                         network=network),
+            "link": _job(dirs["link"], "--task", "link", "--data", "cora", "--systems",
+                         "dgl-distdgl,distdgl", "--train-edges", "2000", "--hidden", "32"),
+            # p3 trains typed graphs too: measured, not here
+            "typed": _job(dirs["typed"], "--preset", "mag-small", "--batch-size", "256",
+                          "--systems", "dgl-distdgl,distdgl")}
+    runs = dict(zip(jobs, run_together(list(jobs.values()), width=3)))
+    return {name: (*_rows(dirs[name] / "out", run), dirs[name] / "out")
+            for name, run in runs.items()}, (network, systems)
+
+
+def _rows(out, r) -> tuple[list[dict], object]:
+    """A bench run's rows (it exited 0 and plotted them), and the run."""
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert (out / "bench.png").stat().st_size > 10_000
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()], r
+
+
+def test_bench_tiny_three_systems_on_the_emulated_network(benches):
+    """The tiny preset with single-process DGL, DGL's DistDGL and distdgl in one run (one run
+    instead of two: the suite's time budget). DGL's machines sit in the emulated servers'
+    namespaces, as ours: the same shaped link, and its inter-server bytes read from the
+    namespaces' interface counters. Where this machine cannot emulate, the bench refuses
+    `--network 1g` saying why, and the run goes on virtual servers."""
+    (rows, r, out), (network, systems) = benches[0]["tiny"], benches[1]
     by = {row["system"]: row for row in rows}
     assert set(by) == set(systems.split(",")) and not any("error" in row for row in rows)
     shown = "emulated-1g" if network == "1g" else "virtual"
@@ -57,7 +87,7 @@ def test_bench_tiny_three_systems_on_the_emulated_network(tmp_path):
         assert len(row["val_acc_per_epoch"]) == 2 and row["target_acc"] > 0
         # 16 classes: well above chance after two epochs of this easy graph, and at most 1
         assert 0.3 <= row["val_acc"] <= 1 and 0.3 <= row["test_acc"] <= 1, row
-    assert f"| distdgl | {shown} |" in (tmp_path / "out" / "results.md").read_text()
+    assert f"| distdgl | {shown} |" in (out / "results.md").read_text()
     assert f"| distdgl | {shown} |" in r.stdout
     if network == "1g":
         assert by["dgl-distdgl"]["network"] == "emulated-1g"
@@ -68,10 +98,9 @@ def test_bench_tiny_three_systems_on_the_emulated_network(tmp_path):
         assert 0.7 * ours < dgls < 1.5 * ours, (ours, dgls)
 
 
-def test_bench_link_prediction_against_dgl_distdgl(tmp_path):
+def test_bench_link_prediction_against_dgl_distdgl(benches):
     """DGL's own DistDGL link loop and ours on Cora's edges, same split and negatives."""
-    rows, r = _bench(tmp_path, "--task", "link", "--data", "cora", "--systems",
-                     "dgl-distdgl,distdgl", "--train-edges", "2000", "--hidden", "32")
+    rows, r, _ = benches[0]["link"]
     by = {row["system"]: row for row in rows}
     assert set(by) == {"dgl-distdgl", "distdgl"} and not any("error" in row for row in rows)
     assert by["distdgl"]["bytes_inter"] > 0 and by["dgl-distdgl"]["bytes_inter"] is None
@@ -86,12 +115,11 @@ def test_bench_link_prediction_against_dgl_distdgl(tmp_path):
     assert "| dgl-distdgl | loopback (not shaped) |" in r.stdout and "test_mrr" in r.stdout
 
 
-def test_bench_typed_preset_runs_dgl_distdgl_and_distdgl(tmp_path):
+def test_bench_typed_preset_runs_dgl_distdgl_and_distdgl(benches):
     """``--preset mag-small``: DGL's own DistDGL and our distdgl (the drop-in API) train the same
     R-GCN on the same typed graph, 2 epochs at batch 256 (5 steps each); every row has the
     typed table's fields with sane values."""
-    rows, r = _bench(tmp_path, "--preset", "mag-small", "--batch-size", "256", "--systems",
-                     "dgl-distdgl,distdgl")  # p3 trains typed graphs too: measured, not here
+    rows, r, _ = benches[0]["typed"]
     by = {row["system"]: row for row in rows}
     assert set(by) == {"dgl-distdgl", "distdgl"} and not any("error" in row for row in rows)
     assert by["distdgl"]["bytes_inter"] > 0 and by["distdgl"]["bytes_intra"] == 0

@@ -13,6 +13,7 @@ import pytest
 
 from dglx_dist.runtime.env import free_local_port
 from dglx_dist.strategies import STRATEGIES
+from tests.launches import distinct_ports, run_together
 
 pytestmark = pytest.mark.e2e
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -103,14 +104,31 @@ def test_runs_cover_every_strategy():
     assert {s for _, s, _ in RUNS} == shipped
 
 
+# the plain link script's batch of 1024 edges, as the global batch: each rank takes its share
+LINK_RUNS = [("distdgl", 4), ("p3", 2)]
+
+
+@pytest.fixture(scope="module")
+def port_outs(tmp_path_factory):
+    """Each port's run under torchrun (``RUNS``, then ``LINK_RUNS``), two at a time (they are
+    seeded: their results do not depend on timing; tests/launches.py); 4 ranks run as 2
+    virtual servers."""
+    specs = [(name, strategy, ranks, ARGS[name]) for name, strategy, ranks in RUNS] + \
+        [("link_prediction.py", strategy, ranks, ["--batch-size", str(1024 // ranks)])
+         for strategy, ranks in LINK_RUNS]
+    jobs = []
+    for (name, strategy, ranks, args), port in zip(specs, distinct_ports(len(specs))):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
+               "--master-port", str(port), str(EXAMPLES / name), "--strategy", strategy, *args]
+        env = _env(**({"DGLX_VIRTUAL_SERVERS": "2"} if ranks == 4 else {}))
+        jobs.append({"args": cmd, "cwd": tmp_path_factory.mktemp("port"), "env": env,
+                     "timeout": 600})
+    return dict(zip([spec[:3] for spec in specs], run_together(jobs)))
+
+
 @pytest.mark.parametrize("name,strategy,ranks", RUNS)
-def test_port_reaches_plain_accuracy(tmp_path, plain_acc, name, strategy, ranks):
-    """4 ranks run as 2 virtual servers."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
-           "--master-port", str(free_local_port()), str(EXAMPLES / name),
-           "--strategy", strategy, *ARGS[name]]
-    env = _env(**({"DGLX_VIRTUAL_SERVERS": "2"} if ranks == 4 else {}))
-    r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+def test_port_reaches_plain_accuracy(port_outs, plain_acc, name, strategy, ranks):
+    r = port_outs[name, strategy, ranks]
     assert r.returncode == 0, r.stderr[-4000:]
     acc = _test_acc(r.stdout)
     assert acc >= plain_acc[name] - 0.02, (name, strategy, acc, plain_acc[name])
@@ -142,7 +160,7 @@ def test_rgcn_port_learns_the_typed_graph_under_distdgl(tmp_path):
 
 def _ranking(stdout: str) -> dict:
     """The last test metrics the link-prediction script printed."""
-    found = re.findall(r'\{"test_mrr": .*\}', stdout)
+    found = re.findall(r"\{\"test_mrr\": [^}]*\}", stdout)  # ranks may share a line
     assert found, stdout[-2000:]
     return json.loads(found[-1])
 
@@ -153,18 +171,13 @@ def plain_link(plain_outs):
     return _ranking(plain_outs["link_prediction.py"][0])
 
 
-# the plain script's batch of 1024 edges, as the global batch: each rank takes its share
-@pytest.mark.parametrize("strategy,ranks", [("distdgl", 4), ("p3", 2)])
-def test_link_port_reaches_plain_ranking(tmp_path, plain_link, strategy, ranks):
+@pytest.mark.parametrize("strategy,ranks", LINK_RUNS)
+def test_link_port_reaches_plain_ranking(port_outs, plain_link, strategy, ranks):
     """Link prediction (examples/link_prediction.py): MRR and AUC of the held-out edges within
     2 points of the plain DGL script's on the same split. (Both scripts seed numpy too: DGL's
     DataLoader shuffles with numpy's generator, and unseeded the plain script's test MRR
     ranged over 0.366-0.419 between runs.)"""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
-           "--master-port", str(free_local_port()), str(EXAMPLES / "link_prediction.py"),
-           "--strategy", strategy, "--batch-size", str(1024 // ranks)]
-    env = _env(**({"DGLX_VIRTUAL_SERVERS": "2"} if ranks == 4 else {}))
-    r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    r = port_outs["link_prediction.py", strategy, ranks]
     assert r.returncode == 0, r.stderr[-4000:]
     got = _ranking(r.stdout)
     for key in ("test_mrr", "test_auc"):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dglx_dist.runtime.env import free_local_port
+from tests.launches import distinct_ports, run_together
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,22 +24,62 @@ def _json_lines(stdout):
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
-def _dglx_train(tmp_path, *args, ranks=2):
-    """``torchrun --nproc-per-node ranks -m dglx_dist train ARGS --no-progress`` (partitions
-    cached in tmp_path/cache): its metrics records, once it exited 0."""
+def _train_job(tmp_path, port, *args, ranks=2) -> dict:
+    """``torchrun --nproc-per-node ranks --master-port port -m dglx_dist train ARGS
+    --no-progress`` (partitions cached in tmp_path/cache), a job for
+    :func:`~tests.launches.run_together`."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
-           "--master-port", str(free_local_port()), "-m", "dglx_dist", "train", *args,
+           "--master-port", str(port), "-m", "dglx_dist", "train", *args,
            "--no-progress", "--cache-dir", str(tmp_path / "cache")]
-    r = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr[-4000:]
-    return _json_lines(r.stdout)
+    return {"args": cmd, "cwd": tmp_path, "env": _env(), "timeout": 600}
 
 
-def test_dglx_train_writes_metrics_records(tmp_path):
-    records = _dglx_train(tmp_path, "--strategy", "distdgl", "--data", "cora", "--epochs", "3",
-                          "--eval-every", "2", "--strategy-opt", "fanouts=5,5",
-                          "--device", "cpu", "--backend", "gloo")  # the device path, explicitly
+def _typed_dataset(tmp_path):
+    """A directory of dglx datagen --preset mag-small; its papers' majority class share."""
+    import numpy as np
+
+    from dglx_dist.data import write_hetero_dataset
+    from dglx_dist.data.mag import MAG_PRESETS, mag_dataset
+
+    ds = mag_dataset(MAG_PRESETS["mag-small"])
+    write_hetero_dataset(ds, tmp_path / "mag")
+    paper = ds.nodes["paper"]
+    return np.bincount(paper.label[paper.test]).max() / paper.test.sum(), int(paper.train.sum())
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """The `dglx train` runs below, two at a time (their records do not depend on timing;
+    tests/launches.py): {name: (records, its directory)}, once each exited 0."""
+    dirs = {name: tmp_path_factory.mktemp(name)
+            for name in ("metrics", "granndis", "rgcn", "dorylus", "link")}
+    cora = ("--data", "cora")
+    jobs = {
+        "metrics": ("--strategy", "distdgl", *cora, "--epochs", "3", "--eval-every", "2",
+                    "--strategy-opt", "fanouts=5,5", "--device", "cpu", "--backend", "gloo"),
+        "granndis": ("--strategy", "granndis", "--model", "gcn", *cora, "--epochs", "200",
+                     "--eval-every", "0", "--row-normalize"),
+        "rgcn": ("--strategy", "distdgl", "--data", str(dirs["rgcn"] / "mag"), "--epochs", "5",
+                 "--strategy-opt", "batch_size=256", "--hidden", "32", "--eval-every", "0",
+                 "--fail-on-collapse"),
+        "dorylus": ("--strategy", "dorylus", "--model", "gcn", *cora, "--epochs", "40",
+                    "--eval-every", "10", "--row-normalize", "--strategy-opt", "staleness=1",
+                    "--strategy-opt", "intervals=4"),
+        "link": ("--task", "link", "--strategy", "distdgl", "--epochs", "4", "--eval-every",
+                 "2", "--hidden", "64", "--dropout", "0", "--weight-decay", "0",
+                 "--edge-batch-size", "512", "--device", "cpu")}
+    jobs = {name: _train_job(dirs[name], port, *args, ranks=4 if name == "granndis" else 2)
+            for (name, args), port in zip(jobs.items(), distinct_ports(len(jobs)))}
+    typed = _typed_dataset(dirs["rgcn"])
+    out = {}
+    for name, r in zip(jobs, run_together(list(jobs.values()))):
+        assert r.returncode == 0, (name, r.stderr[-4000:])
+        out[name] = (_json_lines(r.stdout), dirs[name])
+    return out, typed
+
+
+def test_dglx_train_writes_metrics_records(trained):
+    records, tmp_path = trained[0]["metrics"]  # the device path given explicitly
     assert [rec["epoch"] for rec in records] == [0, 1, 2]
     for rec in records:
         assert rec["strategy"] == "distdgl" and rec["world_size"] == 2 and rec["servers"] == 2
@@ -49,12 +89,11 @@ def test_dglx_train_writes_metrics_records(tmp_path):
     assert len(list((tmp_path / "cache").iterdir())) == 1  # partitioned once, cached
 
 
-def test_dglx_train_granndis_gcn_on_two_servers(tmp_path):
+def test_dglx_train_granndis_gcn_on_two_servers(trained):
     """GraNNDis with its defaults (EAS m=1, k=15, R=1) and a GCN on 2 servers x 2 ranks: the
     accuracy of a full-graph GCN, and after the first epoch (the preloading) only gradients
     cross servers."""
-    records = _dglx_train(tmp_path, "--strategy", "granndis", "--model", "gcn", "--data", "cora",
-                          "--epochs", "200", "--eval-every", "0", "--row-normalize", ranks=4)
+    records, _ = trained[0]["granndis"]
     assert len(records) == 200 and records[-1]["test_acc"] >= 0.78, records[-1]
     params = 1433 * 16 + 16 + 16 * 7 + 7  # GCN(1433 -> 16 -> 7)
     # every rank all-reduces its half of the gradients with its peer on the other server
@@ -62,34 +101,21 @@ def test_dglx_train_granndis_gcn_on_two_servers(tmp_path):
     assert all(rec["steps"] == 1 and rec["samples"] == 140 for rec in records)
 
 
-def test_dglx_train_an_rgcn_on_a_typed_dataset(tmp_path):
+def test_dglx_train_an_rgcn_on_a_typed_dataset(trained):
     """A directory of dglx datagen --preset mag-small: dglx train partitions it with its types
     and trains an R-GCN (learned rows for the featureless types) that beats the majority
     class by far; the run checks itself for collapse on the category's labels."""
-    import numpy as np
-
-    from dglx_dist.data import write_hetero_dataset
-    from dglx_dist.data.mag import MAG_PRESETS, mag_dataset
-
-    ds = mag_dataset(MAG_PRESETS["mag-small"])
-    write_hetero_dataset(ds, tmp_path / "mag")
-    paper = ds.nodes["paper"]
-    majority = np.bincount(paper.label[paper.test]).max() / paper.test.sum()
-    records = _dglx_train(tmp_path, "--strategy", "distdgl", "--data", str(tmp_path / "mag"),
-                          "--epochs", "5", "--strategy-opt", "batch_size=256", "--hidden", "32",
-                          "--eval-every", "0", "--fail-on-collapse")
+    (records, _), (majority, train) = trained[0]["rgcn"], trained[1]
     assert [rec["epoch"] for rec in records] == list(range(5))
     assert records[-1]["loss"] < records[0]["loss"]
     assert records[-1]["test_acc"] > 3 * majority, (records[-1], majority)
-    assert all(rec["samples"] == int(paper.train.sum()) for rec in records)
+    assert all(rec["samples"] == train for rec in records)
 
 
-def test_dglx_train_dorylus_records_executor_cost(tmp_path):
+def test_dglx_train_dorylus_records_executor_cost(trained):
     """dorylus from the command line, async S=1, local executor: every epoch's record carries
     the executor's invocations, bytes and cost (accuracy is tests/dist/test_dorylus.py's)."""
-    records = _dglx_train(tmp_path, "--strategy", "dorylus", "--model", "gcn", "--data", "cora",
-                          "--epochs", "40", "--eval-every", "10", "--row-normalize",
-                          "--strategy-opt", "staleness=1", "--strategy-opt", "intervals=4")
+    records, _ = trained[0]["dorylus"]
     assert [rec["epoch"] for rec in records] == list(range(40))
     assert records[-1]["test_acc"] >= 0.6, records[-1]  # it learns (chance is 0.14-0.3)
     # epochs overlap under S=1, so a record counts what ran since the previous update
@@ -101,13 +127,11 @@ def test_dglx_train_dorylus_records_executor_cost(tmp_path):
     assert sum("val_acc" in rec for rec in records) == 4
 
 
-def test_dglx_train_task_link(tmp_path):
+def test_dglx_train_task_link(trained):
     """`dglx train --task link`: the edges split off Cora, learned (loss down, validation MRR
     up, test MRR and AUC far above a random scorer's: MRR about 0.05 against 100 negatives,
     AUC 0.5), and the metrics over both ranks' shares of the held-out edges."""
-    records = _dglx_train(tmp_path, "--task", "link", "--strategy", "distdgl", "--epochs", "4",
-                          "--eval-every", "2", "--hidden", "64", "--dropout", "0",
-                          "--weight-decay", "0", "--edge-batch-size", "512", "--device", "cpu")
+    records, _ = trained[0]["link"]
     epochs, test = records[:-1], records[-1]
     assert [rec["epoch"] for rec in epochs] == [0, 1, 2, 3]
     assert all(rec["task"] == "link" and rec["world_size"] == 2 for rec in epochs)
