@@ -114,15 +114,17 @@ class ConvAdapter(abc.ABC):
 
     @abc.abstractmethod
     def partial(self, conv: nn.Module, weights: list[torch.Tensor], block: dgl.DGLGraph,
-                x: torch.Tensor) -> list[torch.Tensor]:
+                x: torch.Tensor, edge_weight: torch.Tensor | None = None) -> list[torch.Tensor]:
         """This column slice's share of the layer: ``x`` holds the slice's columns of the
-        block's source nodes, ``weights`` the input linears' matching columns. Shapes depend
+        block's source nodes, ``weights`` the input linears' matching columns, ``edge_weight``
+        the conv's ``edge_weight=`` (one per edge of ``block``; None: none). Shapes depend
         only on the block and the conv, so every slice's partials can be summed."""
 
     @abc.abstractmethod
-    def finish(self, conv: nn.Module, block: dgl.DGLGraph,
-               totals: list[torch.Tensor]) -> torch.Tensor:
-        """The layer's output from the sums of every slice's partials."""
+    def finish(self, conv: nn.Module, block: dgl.DGLGraph, totals: list[torch.Tensor],
+               edge_weight: torch.Tensor | None = None) -> torch.Tensor:
+        """The layer's output from the sums of every slice's partials (``edge_weight`` as in
+        :meth:`partial`)."""
 
     def degree_source_scale(self, conv: nn.Module, block: dgl.DGLGraph,
                             out_degree: torch.Tensor) -> torch.Tensor | None:

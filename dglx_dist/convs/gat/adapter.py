@@ -44,16 +44,16 @@ class GATAdapter(ConvAdapter):
     def input_linears(self, conv: nn.Module) -> list[InputLinear]:
         return [InputLinear("fc.weight", 1)]
 
-    def partial(self, conv, weights, block, x):
+    def partial(self, conv, weights, block, x, edge_weight=None):
         return [F.linear(feat_dropout(conv, x), weights[0])]
 
     def strip(self, conv: nn.Module) -> None:
         super().strip(conv)
         conv.fc = nn.Identity()  # finish feeds GATConv the summed projection
 
-    def finish(self, conv, block, totals):
+    def finish(self, conv, block, totals, edge_weight=None):
         drop, conv.feat_drop = conv.feat_drop, nn.Identity()  # dropout came before the sum
-        try:
-            return conv(block, totals[0])
+        try:  # edge weights scale the attention of this rank's own block
+            return conv(block, totals[0], edge_weight=edge_weight)
         finally:
             conv.feat_drop = drop

@@ -45,7 +45,7 @@ class GraphConvAdapter(ConvAdapter):
     def input_linears(self, conv: nn.Module) -> list[InputLinear]:
         return [InputLinear("weight", 0)]
 
-    def partial(self, conv, weights, block, x):
+    def partial(self, conv, weights, block, x, edge_weight=None):
         if not conv._allow_zero_in_degree and bool((block.in_degrees() == 0).any()):
             raise InvalidValueError("GraphConv: the block has 0-in-degree nodes (add self-loops or "
                                     "build the layer with allow_zero_in_degree=True)")
@@ -54,7 +54,9 @@ class GraphConvAdapter(ConvAdapter):
         if p_src:
             x = x * degree_factor(block.out_degrees().to(x), p_src).unsqueeze(1)
         lin_first = x.shape[1] > w.shape[1]
-        h = dgl.ops.copy_u_sum(block, x @ w if lin_first else x)
+        h = x @ w if lin_first else x
+        h = dgl.ops.copy_u_sum(block, h) if edge_weight is None else \
+            dgl.ops.u_mul_e_sum(block, h, edge_weight.reshape(-1, 1).to(h))
         h = h if lin_first else h @ w
         if p_dst:
             h = h * degree_factor(block.in_degrees().to(x), p_dst).unsqueeze(1)
@@ -70,6 +72,6 @@ class GraphConvAdapter(ConvAdapter):
         ratio = block.out_degrees().to(out_degree.dtype).clamp(min=1) / out_degree.clamp(min=1)
         return ratio.pow(p_src).float().unsqueeze(1)
 
-    def finish(self, conv, block, totals):
+    def finish(self, conv, block, totals, edge_weight=None):
         rst = totals[0] if conv.bias is None else totals[0] + conv.bias
         return conv._activation(rst) if conv._activation is not None else rst

@@ -50,31 +50,35 @@ class SAGEAdapter(ConvAdapter):
             lins.append(InputLinear("fc_self.weight", 1))
         return lins
 
-    def partial(self, conv, weights, block, x):
+    def partial(self, conv, weights, block, x, edge_weight=None):
         x = feat_dropout(conv, x)
+        w_e = None if edge_weight is None else edge_weight.reshape(-1, 1).to(x)
         num_dst, kind = block.num_dst_nodes(), conv._aggre_type
         if kind == "pool":
             return [F.linear(x, weights[0]), F.linear(x[:num_dst], weights[1])]
         w_neigh = weights[0]
         lin_first = x.shape[1] > w_neigh.shape[0]  # project first when it shrinks the rows
         h = F.linear(x, w_neigh) if lin_first else x
-        if kind == "mean":
-            neigh = dgl.ops.copy_u_mean(block, h)
+        summed = dgl.ops.copy_u_sum(block, h) if w_e is None else \
+            dgl.ops.u_mul_e_sum(block, h, w_e)  # each message weighed, as SAGEConv does
+        deg = block.in_degrees().to(h).unsqueeze(1)
+        if kind == "mean":  # (a node with no in-edge: zeros, as DGL's mean)
+            neigh = summed / deg.clamp(min=1)
         else:  # gcn: the neighbours and the node itself, averaged
-            deg = block.in_degrees().to(h).unsqueeze(1)
-            neigh = (dgl.ops.copy_u_sum(block, h) + h[:num_dst]) / (deg + 1)
+            neigh = (summed + h[:num_dst]) / (deg + 1)
         out = neigh if lin_first else F.linear(neigh, w_neigh)
         if kind == "mean":
             out = out + F.linear(x[:num_dst], weights[1])
         return [out]
 
-    def finish(self, conv, block, totals):
+    def finish(self, conv, block, totals, edge_weight=None):
         kind = conv._aggre_type
         if kind == "pool":
             pooled = torch.relu(totals[0] + conv.fc_pool.bias)
             # dgl.ops' max leaves -inf on a node with no in-edges; update_all (the stock conv)
             # gives it zeros
-            neigh = dgl.ops.copy_u_max(block, pooled)
+            neigh = dgl.ops.copy_u_max(block, pooled) if edge_weight is None else \
+                dgl.ops.u_mul_e_max(block, pooled, edge_weight.reshape(-1, 1).to(pooled))
             neigh = neigh.masked_fill((block.in_degrees() == 0).unsqueeze(1), 0.0)
             rst = conv.fc_neigh(neigh) + totals[1]
             bias = conv.fc_self.bias

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import inspect
 import warnings
 from typing import Callable
 
@@ -29,7 +30,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from dglx_dist.convs import ConvAdapter, ConvWrapper
-from dglx_dist.errors import InvalidTypeError, NotSupportedError
+from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 from dglx_dist.kvstore.policy import rows_at
 from dglx_dist.runtime.autograd import (OwnerReduce, Ready, flatten_partials,
                                         reduce_to_owners, unflatten)
@@ -37,16 +38,22 @@ from dglx_dist.runtime.comm import Comm, Pending
 from dglx_dist.sampling import id_dtype, pack_block, unpack_block
 from dglx_dist.strategies.steps import OUT_DEGREE
 
-__all__ = ["ColumnSlice", "P3FirstLayer", "exchange_blocks"]
+__all__ = ["ColumnSlice", "P3FirstLayer", "exchange_blocks", "EDGE_WEIGHT"]
 
 
-def exchange_blocks(server: Comm, cross: Comm | None, block: dgl.DGLGraph,
-                    dtype: torch.dtype) -> list[dgl.DGLGraph]:
+def exchange_blocks(server: Comm, cross: Comm | None, block: dgl.DGLGraph, dtype: torch.dtype,
+                    edge_weight: torch.Tensor | None = None) -> list[dgl.DGLGraph]:
     """Every rank's block (structure and source ids only), in rank order (local order when
     ``cross`` is None: this server's ranks only); this rank's own block is returned as it is
     (collective: P3's push of the layer-1 graph). Two stages, so a block crosses to each other
-    server once: gather across servers (``cross``), then share within the server."""
+    server once: gather across servers (``cross``), then share within the server.
+    ``edge_weight`` (one per edge of ``block``) travels with it, as float32: every other
+    rank's block that came with weights has them as ``edata[EDGE_WEIGHT]``."""
     mine = pack_block(block, dtype)
+    if edge_weight is not None:  # in the packed (CSC) order of the edges, as float32 bits
+        eids = block.adj_tensors("csc")[2]
+        bits = edge_weight.detach().reshape(-1)[eids].float().cpu().view(torch.int32)
+        mine = torch.cat([mine, bits.to(dtype)])
     across = cross.all_gather_v(mine) if cross is not None else [mine]
     lengths = torch.tensor([m.numel() for m in across], dtype=dtype)
     shared = server.all_gather_v(torch.cat([lengths, *across]))
@@ -57,8 +64,29 @@ def exchange_blocks(server: Comm, cross: Comm | None, block: dgl.DGLGraph,
         sizes = msg[:num_servers].tolist()
         for s, packed in enumerate(torch.split(msg[num_servers:], sizes)):
             rank = s * server.size + l
-            out[rank] = block if rank == me else unpack_block(packed)
+            out[rank] = block if rank == me else _with_weights(packed)
     return out
+
+
+def _weighed(edge_weight: torch.Tensor | None) -> dict:
+    """``edge_weight=`` for an adapter's ``partial`` / ``finish`` when there are weights
+    (adapters written before edge weights, a plug-in's, take none)."""
+    return {} if edge_weight is None else {"edge_weight": edge_weight}
+
+
+EDGE_WEIGHT = "_dglx_edge_weight"
+"""``edata`` key of the first conv's edge weights on the blocks :func:`exchange_blocks`
+gives."""
+
+
+def _with_weights(packed: torch.Tensor) -> dgl.DGLGraph:
+    """The block a rank packed, with the edge weights it sent after it (if any)."""
+    num_src, num_dst, num_edges = packed[:3].tolist()
+    size = 3 + num_src + num_dst + 1 + num_edges
+    block = unpack_block(packed[:size])
+    if packed.numel() > size:
+        block.edata[EDGE_WEIGHT] = packed[size:].to(torch.int32).view(torch.float32)
+    return block
 
 
 @dataclasses.dataclass(eq=False)
@@ -106,20 +134,26 @@ class P3FirstLayer(ConvWrapper):
         self.out_degree: torch.Tensor | None = None  # the whole graph's (full-graph form)
 
     def _partials(self, block: dgl.DGLGraph, weights: list[torch.Tensor],
-                  host: dgl.DGLGraph | None = None):
+                  host: dgl.DGLGraph | None = None, edge_weight: torch.Tensor | None = None):
         """Every rank's partial of layer 1 from this rank's columns, on the weights' device.
         The structure travels and the rows are gathered in host memory (``host``: ``block``
-        there, when the caller has it; else it is copied back), then copied to the device."""
+        there, when the caller has it; else it is copied back), then copied to the device;
+        the conv's edge weights of each rank's block travel with it."""
         device = weights[0].device
         host = host if host is not None else block.cpu()
         # the full-graph form (every rank at once): blocks hold a share of their sources'
         # out-edges, so rows are rescaled to the sources' degrees in the whole graph
         whole = OUT_DEGREE in host.srcdata
-        blocks = exchange_blocks(self.server, self.cross, host, self.id_dtype)
-        # the stored features in the weights' dtype (a bfloat16 model's layer 1 is bfloat16)
-        return [self.adapter.partial(self.conv, weights, block if b is host else b.to(device),
-                                     self._rows(b, whole, device).to(weights[0].dtype))
-                for b in blocks]
+        blocks = exchange_blocks(self.server, self.cross, host, self.id_dtype, edge_weight)
+        partials = []
+        for b in blocks:
+            weight = edge_weight if b is host else b.edata.pop(EDGE_WEIGHT, None)
+            # the stored features in the weights' dtype (a bfloat16 model's layer 1 is too)
+            partials.append(self.adapter.partial(
+                self.conv, weights, block if b is host else b.to(device),
+                self._rows(b, whole, device).to(weights[0].dtype),
+                **_weighed(None if weight is None else weight.to(device))))
+        return partials
 
     def _rows(self, block: dgl.DGLGraph, whole: bool, device: torch.device) -> torch.Tensor:
         """This rank's columns of ``block``'s (on the host) source rows, on ``device``."""
@@ -131,22 +165,44 @@ class P3FirstLayer(ConvWrapper):
             rows = rows if scale is None else rows * scale
         return rows.to(device, non_blocking=True)
 
-    def forward(self, block: dgl.DGLGraph, x=None, **kwargs) -> torch.Tensor:
+    def forward(self, block: dgl.DGLGraph, x=None, edge_weight=None, **kwargs) -> torch.Tensor:
         if kwargs:
             raise NotSupportedError(f"p3: the model's first conv runs split by input columns "
-                                    f"and takes (block, features) only, not {sorted(kwargs)}; "
-                                    "edge weights can weigh the later layers (or train with "
-                                    "distdgl)")
+                                    f"and takes (block, features, edge_weight=) only, not "
+                                    f"{sorted(kwargs)}")
+        self._check_edge_weight(block, edge_weight)
         if isinstance(x, torch.Tensor):
             raise InvalidTypeError("p3: the model's first conv computes from the stored features, "
                                    "split by columns across the ranks; it takes "
                                    "g.ndata['feat'][input_nodes] unchanged, not a tensor made from "
                                    "it. Transform the features before dglx_dist.distribute")
         if self._ahead and self._ahead[0].block is block:
+            if edge_weight is not None:
+                raise NotSupportedError("p3: the pipeline launched this batch's first conv "
+                                        "before its forward, without the edge weights the "
+                                        "forward passes; weigh the first conv's edges without "
+                                        "the pipeline (p3's default, pipeline=False)")
             return self._forward_launched(self._ahead.popleft())
-        totals = reduce_to_owners(self.server, self.cross, self._partials(block,
-                                                                          list(self.weights)))
-        return self.adapter.finish(self.conv, block, totals)
+        totals = reduce_to_owners(self.server, self.cross, self._partials(
+            block, list(self.weights), edge_weight=edge_weight))
+        return self.adapter.finish(self.conv, block, totals, **_weighed(edge_weight))
+
+    def _check_edge_weight(self, block: dgl.DGLGraph, edge_weight) -> None:
+        if edge_weight is None:
+            return
+        if "edge_weight" not in inspect.signature(self.adapter.partial).parameters:
+            raise NotSupportedError(f"p3: the first conv, a {type(self.conv).__name__}, runs "
+                                    "split by input columns through an adapter that takes no "
+                                    "edge weights")
+        if not isinstance(edge_weight, torch.Tensor) or edge_weight.numel() != \
+                block.num_edges():
+            raise InvalidValueError(f"p3: the first conv's edge_weight needs one value per "
+                                    f"edge of its block ({block.num_edges()})")
+        if edge_weight.requires_grad:
+            raise NotSupportedError("p3: the first conv's edge weights travel to every rank "
+                                    "as data, so they cannot be learned there (their gradient "
+                                    "would not come back); detach them, or learn them in a "
+                                    "later layer")
 
     # -- pipelined mode ---------------------------------------------------------------------
     def launch(self, block: dgl.DGLGraph, host: dgl.DGLGraph | None = None) -> None:
