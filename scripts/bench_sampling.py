@@ -12,7 +12,9 @@ alternated epoch by epoch:
 * ``labor``: ``LaborSampler([10, 25])`` (DGL's LABOR-0), through the graph's
   ``sample_labors``;
 * ``custom``: a ``BlockSampler`` of the user's own over ``g.sample_neighbors`` (DGL's user
-  guide's shape), run through :class:`~dglx_dist.api.sampling_graph.SamplingGraph`.
+  guide's shape), run through :class:`~dglx_dist.api.sampling_graph.SamplingGraph`;
+* ``out``: ``NeighborSampler([10, 25], edge_dir="out")`` (every out-edge of a layer's seeds
+  gathered from every part, then drawn on the rank).
 
 Per sampler: rank 0's seconds per epoch (a barrier on each side; median and min..max over
 the epochs after the first), the bytes rank 0 sent per epoch (the sampler's exchanges:
@@ -48,7 +50,7 @@ from dglx_dist.data.convert import to_dgl
 from dglx_dist.report import markdown_table
 from dglx_dist.testing import run_workers
 
-KINDS = ("uniform", "prob", "labor", "custom")
+KINDS = ("uniform", "prob", "labor", "custom", "out")
 FANOUTS = [10, 25]
 
 
@@ -75,6 +77,8 @@ def sampler(kind: str):
         return GuideSampler(FANOUTS)
     if kind == "labor":
         return dgl.dataloading.LaborSampler(FANOUTS)
+    if kind == "out":
+        return dgl.dataloading.NeighborSampler(FANOUTS, edge_dir="out")
     return dgl.dataloading.NeighborSampler(FANOUTS, prob="w" if kind == "prob" else None)
 
 

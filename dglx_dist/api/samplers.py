@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import dgl
 import torch
+from dgl.dataloading import BlockSampler
 
 from dglx_dist.api.sampling_graph import UserSampler
 from dglx_dist.errors import InvalidTypeError, NotSupportedError, UnknownNameError
@@ -20,8 +21,8 @@ from dglx_dist.strategies.abilities import DrawsBlocks, DrawsSubgraphs
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
 
-__all__ = ["sampler_fanouts", "sampler_options", "user_sampler", "prefetched_edge_feats",
-           "edge_rows"]
+__all__ = ["sampler_fanouts", "sampler_options", "user_sampler", "OutNeighborSampler",
+           "prefetched_edge_feats", "edge_rows"]
 
 
 def _neighbor_sampler(sampler):
@@ -41,7 +42,7 @@ def user_sampler(graph: DistGraph, sampler) -> UserSampler | None:
     ``NeighborSampler`` of in-edges (whose fanouts the strategy draws itself; None then): a
     ``BlockSampler`` (the user's own, ``LaborSampler``, ``NeighborSampler`` of out-edges,
     whose every out-edge is gathered) or a sampler of subgraphs (``ShaDowKHopSampler``)."""
-    from dgl.dataloading import BlockSampler, NeighborSampler, Sampler
+    from dgl.dataloading import NeighborSampler, Sampler
 
     if not isinstance(sampler, Sampler) or isinstance(sampler, NeighborSampler) and \
             getattr(sampler, "edge_dir", "in") == "in":
@@ -60,9 +61,35 @@ def user_sampler(graph: DistGraph, sampler) -> UserSampler | None:
     if graph.is_typed:
         raise NotSupportedError(f"{what} on a graph with edge types: samplers of your own run "
                                 "on graphs without types only (not yet)")
-    if isinstance(sampler, NeighborSampler) and sampler.prob is not None:
-        _check_prob(graph, sampler.prob, what)
+    if isinstance(sampler, NeighborSampler):  # of out-edges
+        if sampler.prob is not None:
+            _check_prob(graph, sampler.prob, what)
+        sampler = OutNeighborSampler(sampler)
     return UserSampler(sampler, graph)
+
+
+class OutNeighborSampler(BlockSampler):
+    """DGL's ``NeighborSampler(fanouts, edge_dir="out")`` as its documentation describes
+    it: each layer's seeds aggregate up to ``fanout`` of their out-neighbours, drawn as the
+    sampler's ``prob`` / ``replace`` say. (DGL 2.x's own ``sample_blocks`` hands the out-edge
+    frontier to ``dgl.to_block`` as it is, so its blocks hold edges whose destinations are
+    not the block's; here the drawn edges are reversed first, each block's ``dgl.EID``
+    still the edges' ids.)"""
+
+    def __init__(self, sampler):
+        super().__init__()
+        self.fanouts, self.prob, self.replace = sampler.fanouts, sampler.prob, sampler.replace
+
+    def sample_blocks(self, g, seed_nodes, exclude_eids=None):
+        output_nodes, blocks = seed_nodes, []
+        for fanout in reversed(self.fanouts):
+            frontier = g.sample_neighbors(seed_nodes, fanout, edge_dir="out", prob=self.prob,
+                                          replace=self.replace, exclude_edges=exclude_eids)
+            block = dgl.to_block(dgl.reverse(frontier), seed_nodes)
+            block.edata[dgl.EID] = frontier.edata[dgl.EID]
+            seed_nodes = block.srcdata[dgl.NID]
+            blocks.insert(0, block)
+        return seed_nodes, output_nodes, blocks
 
 
 def sampler_fanouts(sampler, types=None) -> tuple:

@@ -5,9 +5,8 @@ A ``dgl.dataloading.BlockSampler`` subclass builds its blocks from the graph it 
 (``g.sample_neighbors``, ``g.in_subgraph``, ``g.in_edges`` ...) and ``dgl.to_block``, as
 DGL's user guide teaches; DGL's ``ShaDowKHopSampler`` draws the same way and returns the
 subgraph its draws induce (``g.subgraph``). Given such a sampler, the loader hands it a
-:class:`SamplingGraph`,
-which answers those methods over the partitions through the strategy's sampler, with DGL's
-signatures and meanings:
+:class:`SamplingGraph`, which answers those methods over the partitions through the
+strategy's sampler, with DGL's signatures and meanings:
 
 * every call that reads the structure is collective (each node's in-edges are drawn by the
   member that stores them), so every rank's sampler makes the same calls in the same order,
