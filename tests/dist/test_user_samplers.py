@@ -3,6 +3,8 @@ DGL's user guide teaches (the graph's ``in_subgraph`` / ``sample_neighbors`` and
 ``dgl.to_block``), it runs unchanged under distdgl and p3; its blocks are those of the same
 sampler on single-process DGL, it trains to the single-process accuracy, and what the
 distributed graph cannot serve is refused in one line on every rank."""
+import statistics
+
 import dgl
 import dgl.nn as dglnn
 import numpy as np
@@ -454,8 +456,11 @@ def test_shadow_subgraphs_are_single_process_dgls(runs):
 
 @pytest.fixture(scope="module")
 def plain_shadow():
-    return _plain_accuracy(lambda: SubgraphSAGE(1433, 7),
-                           dgl.dataloading.ShaDowKHopSampler([10, 5]), SHADOW_EPOCHS)
+    """The median over three seeds (single runs spread by 1.7 points; measured 0.778 at seed
+    0, and 0.778 under distdgl)."""
+    return statistics.median(_plain_accuracy(lambda: SubgraphSAGE(1433, 7),
+                                             dgl.dataloading.ShaDowKHopSampler([10, 5]),
+                                             SHADOW_EPOCHS, seed) for seed in range(3))
 
 
 def test_shadow_trains_to_single_process_accuracy_and_p3_refuses_it(runs, plain_shadow):
