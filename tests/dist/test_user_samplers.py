@@ -2,7 +2,9 @@
 DGL's user guide teaches (the graph's ``in_subgraph`` / ``sample_neighbors`` and
 ``dgl.to_block``), it runs unchanged under distdgl and p3; its blocks are those of the same
 sampler on single-process DGL, it trains to the single-process accuracy, and what the
-distributed graph cannot serve is refused in one line on every rank."""
+distributed graph cannot serve is refused in one line on every rank. DGL's
+``ShaDowKHopSampler`` (steps of one subgraph) and ``NeighborSampler(edge_dir="out")`` run
+the same way."""
 import statistics
 
 import dgl
