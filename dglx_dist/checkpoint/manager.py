@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import torch
+from torch.distributed.checkpoint.stateful import Stateful
 
 from dglx_dist.checkpoint import Checkpointing, collective, rng
 from dglx_dist.checkpoint.files import (check_matches, check_root, decode, describe_unusable,
                                         encode, list_checkpoints)
 from dglx_dist.checkpoint.layout import encode_shards, rank_file, restore_shards
-from dglx_dist.checkpoint.stateful import Stateful
 from dglx_dist.errors import CheckpointError
 from dglx_dist.runtime.agree import on_every_rank
 from dglx_dist.runtime.session import Session

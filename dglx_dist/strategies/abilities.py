@@ -33,8 +33,8 @@ import abc
 from typing import Any, Iterator
 
 import torch
+from torch.distributed.checkpoint.stateful import Stateful
 
-from dglx_dist.checkpoint.stateful import Stateful
 from dglx_dist.errors import CheckpointError
 from dglx_dist.memory import MemoryModel
 from dglx_dist.partition.load import PartitionDir

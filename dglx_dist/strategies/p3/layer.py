@@ -38,7 +38,7 @@ from dglx_dist.runtime.comm import Comm, Pending
 from dglx_dist.sampling import id_dtype, pack_block, unpack_block
 from dglx_dist.strategies.steps import OUT_DEGREE
 
-__all__ = ["ColumnSlice", "P3FirstLayer", "exchange_blocks", "EDGE_WEIGHT"]
+__all__ = ["ColumnSlice", "P3FirstLayer", "exchange_blocks"]
 
 
 def exchange_blocks(server: Comm, cross: Comm | None, block: dgl.DGLGraph, dtype: torch.dtype,
@@ -48,7 +48,7 @@ def exchange_blocks(server: Comm, cross: Comm | None, block: dgl.DGLGraph, dtype
     (collective: P3's push of the layer-1 graph). Two stages, so a block crosses to each other
     server once: gather across servers (``cross``), then share within the server.
     ``edge_weight`` (one per edge of ``block``) travels with it, as float32: every other
-    rank's block that came with weights has them as ``edata[EDGE_WEIGHT]``."""
+    rank's block that came with weights has them as ``edata[_EDGE_WEIGHT]``."""
     mine = pack_block(block, dtype)
     if edge_weight is not None:  # in the packed (CSC) order of the edges, as float32 bits
         eids = block.adj_tensors("csc")[2]
@@ -74,7 +74,7 @@ def _weighed(edge_weight: torch.Tensor | None) -> dict:
     return {} if edge_weight is None else {"edge_weight": edge_weight}
 
 
-EDGE_WEIGHT = "_dglx_edge_weight"
+_EDGE_WEIGHT = "_dglx_edge_weight"
 """``edata`` key of the first conv's edge weights on the blocks :func:`exchange_blocks`
 gives."""
 
@@ -85,7 +85,7 @@ def _with_weights(packed: torch.Tensor) -> dgl.DGLGraph:
     size = 3 + num_src + num_dst + 1 + num_edges
     block = unpack_block(packed[:size])
     if packed.numel() > size:
-        block.edata[EDGE_WEIGHT] = packed[size:].to(torch.int32).view(torch.float32)
+        block.edata[_EDGE_WEIGHT] = packed[size:].to(torch.int32).view(torch.float32)
     return block
 
 
@@ -147,7 +147,7 @@ class P3FirstLayer(ConvWrapper):
         blocks = exchange_blocks(self.server, self.cross, host, self.id_dtype, edge_weight)
         partials = []
         for b in blocks:
-            weight = edge_weight if b is host else b.edata.pop(EDGE_WEIGHT, None)
+            weight = edge_weight if b is host else b.edata.pop(_EDGE_WEIGHT, None)
             # the stored features in the weights' dtype (a bfloat16 model's layer 1 is too)
             partials.append(self.adapter.partial(
                 self.conv, weights, block if b is host else b.to(device),
