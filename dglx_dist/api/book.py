@@ -63,6 +63,39 @@ class PartitionBook:
         ids = space.check(nids, "nid2partid")
         return torch.as_tensor(space.policy.book.owner(space.rows(ids)))
 
+    def partid2eids(self, partid: int, etype=None) -> torch.Tensor:
+        """The ids (of edge type ``etype`` on a graph with types), sorted, of the edges part
+        ``partid`` stores: the in-edges of its nodes."""
+        book = self.graph.pdir.edge_book()
+        lo, hi = (int(book.offsets[i]) for i in (int(partid), int(partid) + 1))
+        ids = self.graph.edata.ids(torch.arange(lo, hi)).sort().values
+        if not self.graph.is_typed:
+            return ids
+        types = self.graph.pdir.types
+        t = types.etype_index(self.graph.to_canonical_etype(etype))
+        first, last = (int(x) for x in types.etype_offsets[t:t + 2])
+        return ids[(ids >= first) & (ids < last)] - first
+
+    def eid2partid(self, eids, etype=None) -> torch.Tensor:
+        """The part storing each edge of ``eids`` (of edge type ``etype`` on a graph with
+        types): its destination's owner."""
+        if self.graph.is_typed:
+            from dglx_dist.api.typed_link import typed_edge_ids  # it imports the graph
+            ids = typed_edge_ids(self.graph, {self.graph.to_canonical_etype(etype): eids},
+                                 "eid2partid")
+        else:
+            ids = as_node_ids(eids, self.graph.num_edges(), "eid2partid", kind="edge")
+        book = self.graph.pdir.edge_book()
+        return torch.as_tensor(book.owner(self.graph.edata.part_ids(ids).numpy()))
+
+    def metadata(self) -> list[dict[str, int]]:
+        """Per part (DGL's): ``machine_id`` (the part), ``num_nodes`` and ``num_edges`` it
+        holds (its nodes, their in-edges)."""
+        pdir = self.graph.pdir
+        nodes, edges = pdir.book.part_sizes(), pdir.edge_book().part_sizes()
+        return [{"machine_id": p, "num_nodes": int(nodes[p]), "num_edges": int(edges[p])}
+                for p in range(pdir.num_parts)]
+
     def map_to_homo_nid(self, ids, ntype: str) -> torch.Tensor:
         """Homogeneous ids of node type ``ntype``'s ``ids``."""
         space = self._space(ntype)

@@ -115,7 +115,8 @@ class DistGraph(EdgeStructure):
         maps = self.pdir.relabeling  # partitioned id -> original id, and back
         self._orig, self._part = (torch.from_numpy(m) for m in maps) if maps else (None, None)
         self.node_space = NodeSpace(DEFAULT_NTYPE, RowPolicy(self.pdir.book),
-                                    int(self.pdir.num_nodes), self._part)
+                                    int(self.pdir.num_nodes), self._part,
+                                    names=self.pdir.ndata_names)
         self._names = itertools.count()
         self._book: PartitionBook | None = None
         self._sampler: PartitionSampler | None = None

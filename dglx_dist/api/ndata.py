@@ -36,6 +36,8 @@ class NodeSpace:
         to_rows: ``to_rows[i]`` is the row id of node ``i`` (None: the same).
         hom_offset: the type's first id among the partitioning's original homogeneous ids.
         typed: whether this is one type of a graph with types.
+        names: the user's names of stored node data, where they differ (``{"feat":
+            "features"}``).
     """
 
     ntype: str
@@ -44,6 +46,16 @@ class NodeSpace:
     to_rows: torch.Tensor | None = None
     hom_offset: int = 0
     typed: bool = False
+    names: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def stored(self, name: str) -> str:
+        """The store's name of node data the user calls ``name`` (``names`` maps the
+        partitions' ``ndata_names`` back; the stored names reach the same rows)."""
+        return next((s for s, user in self.names.items() if user == name), name)
+
+    def shown(self, stored: str) -> str:
+        """The user's name of stored node data ``stored``."""
+        return self.names.get(stored, stored)
 
     @property
     def policy_str(self) -> str:
@@ -63,6 +75,7 @@ class NodeSpace:
 
     def key(self, name: str) -> str:
         """The store's name of node data ``name`` of this type."""
+        name = self.stored(name)
         return typed_key(self.ntype, name) if self.typed else name
 
     def what(self, name: str) -> str:
@@ -122,7 +135,7 @@ class DataViews(abc.ABC):
         return len(self.keys())
 
     def __getitem__(self, name: str) -> Any:
-        if name not in self.keys():
+        if name not in self:
             raise UnknownNameError(f"g.{self.kind[0]}data[{name!r}]: no such {self.kind} data; "
                                    f"this graph has {self.keys()}")
         return self.view(name)
@@ -143,7 +156,11 @@ class NodeData(DataViews):
         if self._g.is_typed:
             return []
         names = [n for n in self._g.store.names() if not n.startswith((EDGE_PREFIX, INTERNAL_PREFIX))]
-        return names if "feat" in names else ["feat", *names]
+        names = names if "feat" in names else ["feat", *names]
+        return [self._g.node_space.shown(n) for n in names]
+
+    def __contains__(self, name: object) -> bool:  # a renamed stored name reaches it too
+        return super().__contains__(name) or self._g.node_space.shown(name) != name
 
     def __getitem__(self, name: str) -> Any:
         if self._g.is_typed:  # DGL's rule: g.ndata is for a graph of one node type

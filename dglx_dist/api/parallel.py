@@ -176,7 +176,7 @@ class DistModel(nn.Module):
             blocks = graph
             self._check_inputs([graph], x)
         else:
-            blocks = graph if isinstance(graph, Blocks) else Blocks(graph)
+            blocks = Blocks.of(graph)
             self._check_inputs(blocks, x)
         if isinstance(strategy, Float32Only) and _autocast_on():
             raise InvalidValueError(f"strategy {strategy.registered_name!r} runs float32 alone "

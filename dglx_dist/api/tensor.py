@@ -25,8 +25,9 @@ class DistTensor(NodeDataView):
     Args:
         shape: ``(num_nodes, *row_shape)`` (the nodes of one type on a graph with types).
         dtype: element type.
-        name: a new name (default: generated, the same on every rank); also visible as
-            ``g.ndata[name]``.
+        name: its name (default: generated, the same on every rank); also visible as
+            ``g.ndata[name]``. A name that exists already attaches to that tensor, as in
+            DGL, when the shape and dtype are the same (its rows kept, ``init_func`` unused).
         init_func: ``init_func(shape, dtype) -> Tensor`` for the rows (default zeros).
         part_policy: ``g.get_node_partition_policy(ntype)``: one row per node of that type
             (default: the type with ``shape[0]`` nodes, as in DGL).
@@ -43,9 +44,14 @@ class DistTensor(NodeDataView):
         shape = tuple(int(d) for d in shape)
         space = space_for(g, shape[0] if shape else -1, part_policy, f"DistTensor {shape}")
         name = name or g.new_name("_dist_tensor_")
-        if space.key(name) in g.store.names():
-            raise InvalidValueError(f"DistTensor: name {name!r} exists already")
-        g.store.init_data(space.key(name), space.policy, {}, trailing_shape=shape[1:],
-                          dtype=dtype, init=init_func or "zeros")
+        key = space.key(name)
+        if key not in g.store.names():
+            g.store.init_data(key, space.policy, {}, trailing_shape=shape[1:], dtype=dtype,
+                              init=init_func or "zeros")
+        elif (tuple(g.store.shape(key)), g.store.dtype(key)) != (shape, dtype):
+            raise InvalidValueError(f"DistTensor: name {name!r} exists with shape "
+                                    f"{tuple(g.store.shape(key))} and {g.store.dtype(key)}; "
+                                    f"expected the same to attach to it (got {shape}, {dtype}), "
+                                    "or another name")
         super().__init__(g, name, space)
         self.dtype = dtype

@@ -28,7 +28,7 @@ import torch
 from dglx_dist.data.checked import check_range
 from dglx_dist.errors import PartitionError, PartitionFormatError
 
-__all__ = ["NodeDataKeys", "node_data_keys", "load_id_map", "load_typed_id_maps",
+__all__ = ["NodeDataKeys", "node_data_keys", "found_keys", "USUAL_NAMES", "load_id_map", "load_typed_id_maps",
            "load_graph", "load_tensors"]
 
 _ERR = PartitionFormatError
@@ -45,6 +45,29 @@ class NodeDataKeys:
     train: str = "train_mask"
     val: str = "val_mask"
     test: str = "test_mask"
+
+
+USUAL_NAMES = {"feat": ("feat", "features"), "label": ("label", "labels")}
+"""The names DGL's datasets (``feat``, ``label``) and DGL's distributed examples'
+``partition_graph.py`` (``features``, ``labels``) give the features and the labels."""
+
+
+def found_keys(keys: NodeDataKeys, tensors: Mapping[str, torch.Tensor]) -> NodeDataKeys:
+    """``keys`` with the features' and the labels' names found among ``tensors`` (the
+    ``node_feat.dgl`` entries without the ``NTYPE/`` prefix) where a default name is not
+    there: the other usual name (:data:`USUAL_NAMES`); for the features, else the one
+    floating-point 2-D tensor."""
+    found = {}
+    for role, usual in USUAL_NAMES.items():
+        given = getattr(keys, role)
+        if given in tensors or given != usual[0]:
+            continue
+        found.update({role: n for n in usual[1:] if n in tensors})
+    if "feat" not in found and keys.feat == "feat" and keys.feat not in tensors:
+        floats = [n for n, t in tensors.items() if t.is_floating_point() and t.dim() == 2]
+        if len(floats) == 1:
+            found["feat"] = floats[0]
+    return dataclasses.replace(keys, **found)
 
 
 def node_data_keys(keys: NodeDataKeys | dict[str, str] | None) -> NodeDataKeys:

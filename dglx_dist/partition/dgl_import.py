@@ -52,7 +52,8 @@ from dglx_dist.partition.dgl_config import DglConfig, DglTypedConfig, read_dgl_c
 from dglx_dist.partition.dgl_edge_data import EdgeDataImport
 from dglx_dist.partition.dgl_files import (NodeDataKeys, checked_num_classes, class_ids,
                                            inner_edges, load_graph, load_id_map,
-                                           load_tensors, load_typed_id_maps, node_data_keys)
+                                           load_tensors, load_typed_id_maps, node_data_keys,
+                                           found_keys, USUAL_NAMES)
 from dglx_dist.partition.dgl_typed import TypedImporter
 from dglx_dist.partition.io import PARTITION_DIR, write_partitions
 from dglx_dist.partition.layout import Partition
@@ -142,6 +143,9 @@ class _Importer:
     def _node_data(self, file: Path, nc: int, order: np.ndarray) -> dict[str, np.ndarray]:
         """Features, labels and masks of the core nodes, in our core order."""
         tensors, prefix = load_tensors(file), f"{self.cfg.ntype}/"
+        if self.feat_dim is None:  # the first part names the features and labels for all
+            self.keys = found_keys(self.keys, {k[len(prefix):]: t for k, t in tensors.items()
+                                               if k.startswith(prefix)})
         wanted = {f"{prefix}{k}": ours for ours, k in dataclasses.asdict(self.keys).items()}
         self.not_imported["node_data"].update(k for k in tensors if k not in wanted)
         out: dict[str, np.ndarray] = {}
@@ -190,6 +194,7 @@ class _Importer:
             "feat_dim": self.feat_dim, "num_classes": num_classes, "relabeled": relabeled,
             "node_book": RangeBook(cfg.node_offsets).to_json(), "feature_layout": "rows",
             "feature_slices": [0, self.feat_dim], "dataset": self.provenance(),
+            "ndata_names": {k: getattr(self.keys, k) for k in USUAL_NAMES},
             **({"edge_data": self.edata.spec()} if self.edata.kinds else {}),
         }
 

@@ -105,6 +105,17 @@ class PartitionDir:
     feature_layout = property(lambda self: self.manifest["feature_layout"])
     partitioner = property(lambda self: self.manifest["partitioner"]["name"])
 
+    @property
+    def ndata_names(self) -> dict[str, str]:
+        """The user's names of the stored node data ``feat`` and ``label`` where they differ
+        (DGL's partitions keep the names their graph gave them, e.g. ``features``)."""
+        names = self.manifest.get("ndata_names", {})
+        if not isinstance(names, dict) or not all(
+                k in ("feat", "label") and isinstance(v, str) and v for k, v in names.items()):
+            raise _ERR(f"{self.path / MANIFEST}: field 'ndata_names' = {names!r:.80}; expected "
+                       "{'feat': NAME, 'label': NAME} (either may be left out)")
+        return {k: v for k, v in names.items() if k != v}
+
     def fingerprint(self) -> str:
         """An id of the partitions' content (every part file's checksum, from the manifest):
         equal for a copy, different for other data or another partitioning of it."""

@@ -10,6 +10,7 @@ prefetches batches (``list(loader)``) gets the same results as one who consumes 
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from typing import Iterator, NamedTuple, Protocol
@@ -17,11 +18,13 @@ from typing import Iterator, NamedTuple, Protocol
 import dgl
 import torch
 
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.sampling.options import UNIFORM, SampleOptions
 
 __all__ = ["Blocks", "StepState", "Step", "EdgeStep", "EdgeBatch", "PairMaker", "LoaderSpec",
            "LoaderPlan", "full_graph_loaders", "equal_step_sizes", "sampled_plan",
-           "epoch_batches", "sampled_epoch", "step_graphs", "place_step", "OUT_DEGREE"]
+           "epoch_batches", "sampled_epoch", "step_graphs", "place_step", "node_blocks",
+           "OUT_DEGREE"]
 
 OUT_DEGREE = "_dglx_out_degree"
 """``block.srcdata`` key of the sources' out-degrees in the whole graph, on blocks that hold
@@ -48,12 +51,61 @@ class StepState:
     plan: object = None
 
 
+_STATE = "_dglx_step_state"  # a yielded block's attribute: the state of its step
+
+
 class Blocks(list):
-    """The blocks of one step (input layer first), with its :class:`StepState`."""
+    """The blocks of one step (input layer first), with its :class:`StepState`.
+
+    Each block is a shallow copy of the drawn one that carries the state as an attribute
+    (the drawn one may be a strategy's static block, yielded again at later steps), so the
+    state survives what a script does to its blocks: DGL's ``block.to(device)``, ``.int()``
+    and ``.long()`` copy a graph's attributes, and ``[b.to(device) for b in blocks]`` keeps
+    the blocks (:meth:`of` finds the state again)."""
 
     def __init__(self, blocks=(), state: StepState | None = None):
-        super().__init__(blocks)
-        self.state = state or StepState()
+        state = state or StepState()
+        super().__init__(_carrying(b, state) for b in blocks)
+        self.state = state
+
+    @classmethod
+    def of(cls, blocks) -> "Blocks":
+        """``blocks`` as a model got them: a :class:`Blocks`, or a list of one step's blocks
+        (moved or cast by the script) with their step's state; blocks that did not come from
+        a loader carry none (the default state)."""
+        if isinstance(blocks, Blocks):
+            return blocks
+        blocks = list(blocks)
+        states = [s for s in (getattr(b, _STATE, None) for b in blocks) if s is not None]
+        if any(s is not states[0] for s in states):
+            raise InvalidValueError("model(blocks, x): the blocks come from different steps of "
+                                    "the loader; pass the blocks of one step")
+        return cls(blocks, states[0] if states else None)
+
+
+def _carrying(block, state: StepState):
+    if not isinstance(block, dgl.DGLGraph):
+        return block
+    block = copy.copy(block)  # shares the structure and the data frames
+    setattr(block, _STATE, state)
+    return block
+
+
+def node_blocks(inputs: torch.Tensor, outputs: torch.Tensor, num_layers: int) -> list:
+    """Blocks without edges that name a step's nodes for a script to read
+    (``blocks[0].srcdata[dgl.NID]``, ``blocks[-1].dstdata[dgl.NID]``,
+    ``number_of_dst_nodes()``), for a strategy whose forward does not run on blocks (the
+    edges stay where it computes): every layer maps ``inputs`` to ``inputs``, the last one
+    to ``outputs``."""
+    ends = [inputs] * num_layers + [outputs]
+    blocks = []
+    for src, dst in zip(ends[:-1], ends[1:]):
+        none = torch.empty(0, dtype=torch.int64)
+        block = dgl.create_block((none, none), num_src_nodes=src.numel(),
+                                 num_dst_nodes=dst.numel())
+        block.srcdata[dgl.NID], block.dstdata[dgl.NID] = src, dst
+        blocks.append(block)
+    return blocks
 
 
 class Step(NamedTuple):

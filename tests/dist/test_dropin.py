@@ -1,5 +1,6 @@
 """The drop-in API (distribute, node_split, DataLoader, parallelize) under every registered
-strategy: with full neighbourhoods, one step of the user's own loop, gradient clipping and
+strategy: with full neighbourhoods, one step of the user's own loop (its blocks a plain list,
+as DGL scripts' ``[block.to(device) for block in blocks]`` makes them), gradient clipping and
 optimizer gives the parameters single-process DGL gives for the same math; prefetching the
 loader changes nothing (or is refused); bad arguments raise on every rank."""
 import numpy as np
@@ -76,6 +77,7 @@ def _one_step_of(g, loader, model):
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     outputs = []
     for input_nodes, output_nodes, blocks in loader:
+        blocks = [block.to(torch.device("cpu")) for block in blocks]  # DGL's line: a list
         logits = model(blocks, g.ndata["feat"][input_nodes])
         loss = F.cross_entropy(logits, g.ndata["label"][output_nodes])
         opt.zero_grad()

@@ -116,6 +116,33 @@ def test_without_orig_ids_dgl_ids_are_the_original_ids(cora, dgl_parts, tmp_path
     np.testing.assert_array_equal(part.feat, cora.feat[nids[part.core_gid]])
 
 
+@pytest.mark.parametrize("names", [{"feat": "features", "label": "labels"},  # DGL's examples
+                                   {"feat": "x", "label": "label"}])  # the one float tensor
+def test_the_graphs_own_names_are_found_and_kept(cora, tmp_path, names):
+    """DGL's distributed examples partition with ndata "features" / "labels"; the import finds
+    them (or the one floating-point tensor) and records the names the graph gave."""
+    g = to_dgl(cora)
+    for role, name in names.items():
+        g.ndata[name] = g.ndata.pop(role)
+    nids, _ = dgl.distributed.partition_graph(g, "cora", 2, str(tmp_path / "dgl"),
+                                              return_mapping=True)
+    pdir = PartitionDir(import_dgl_partitions(tmp_path / "dgl" / "cora.json", tmp_path / "o"))
+    assert pdir.ndata_names == {k: v for k, v in names.items() if k != v}
+    assert pdir.manifest["dataset"]["node_data_keys"]["feat"] == f"_N/{names['feat']}"
+    part = pdir.load_part(1)
+    np.testing.assert_array_equal(part.feat, cora.feat[nids[part.core_gid]])
+    np.testing.assert_array_equal(part.label, cora.label[nids[part.core_gid]])
+
+
+def test_features_under_no_usual_name_beside_other_floats_are_refused(cora, tmp_path):
+    g = to_dgl(cora)
+    g.ndata["feature"] = g.ndata.pop("feat")  # no usual name, and not the one float tensor
+    g.ndata["noise"] = torch.zeros(g.num_nodes(), 2)
+    dgl.distributed.partition_graph(g, "cora", 1, str(tmp_path / "dgl"))
+    with pytest.raises(PartitionFormatError, match=r"no '_N/feat' \(the feat key"):
+        import_dgl_partitions(tmp_path / "dgl" / "cora.json", tmp_path / "o")
+
+
 def _variant(tmp_path: Path, js: Path, edit) -> Path:
     """A copy of DGL's JSON (part files named by absolute path) changed by ``edit``."""
     m = json.loads(js.read_text())

@@ -70,7 +70,7 @@ from dglx_dist.strategies.dorylus.params import ParamServers, WeightUpdates
 from dglx_dist.strategies.dorylus.pipeline import Pipeline, TensorSpec
 from dglx_dist.strategies.epochs import EpochResult, TrainHooks
 from dglx_dist.strategies.steps import (Blocks, LoaderPlan, LoaderSpec, Step, StepState,
-                                        equal_step_sizes, sampled_plan)
+                                        equal_step_sizes, node_blocks, sampled_plan)
 
 __all__ = ["DorylusStrategy", "ParamServers"]  # ParamServers: params
 
@@ -350,7 +350,9 @@ class DorylusStrategy(Strategy, OwnEpochs, FullGraphForm, MemoryModelled, Float3
         sizes = equal_step_sizes(rows.numel(), plan.steps, spec.batch_size, spec.drop_last)
         for i, chunk in enumerate(torch.split(rows[:sum(sizes)], sizes)):
             state = StepState(rows=chunk, epoch=epoch * plan.steps + i)  # seeds dropout
-            yield Step(self.gs.core, self.gs.core.index_select(0, chunk), Blocks([], state))
+            outputs = self.gs.core.index_select(0, chunk)
+            blocks = node_blocks(self.gs.core, outputs, self.config.num_layers)
+            yield Step(self.gs.core, outputs, Blocks(blocks, state))
 
     def local_nodes(self) -> torch.Tensor:
         return self.gs.core

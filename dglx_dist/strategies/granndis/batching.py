@@ -22,7 +22,7 @@ from dglx_dist.runtime.comm import Comm
 from dglx_dist.strategies.granndis.cobatch import (CoBatchPlan, GroupNodes, batch_edges,
                                                    build_cobatch, levels)
 
-__all__ = ["ServerGraph", "Batching", "TARGETS", "clusters", "cobatch_plans", "target_rows"]
+__all__ = ["ServerGraph", "Batching", "TARGETS", "LAYER_PLAN", "plan_of", "clusters", "cobatch_plans", "target_rows"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +47,16 @@ class ServerGraph:
     gen: torch.Generator
 
 
+LAYER_PLAN = "_dglx_layer_plan"
+"""A co-batch block's attribute: its layer plan (a conv given any other graph finds none)."""
+
+
+def plan_of(block) -> object | None:
+    """The layer plan of one of the co-batches' blocks (or of a copy of one); None for any
+    other graph."""
+    return getattr(block, LAYER_PLAN, None)
+
+
 @dataclasses.dataclass(frozen=True)
 class Batching:
     """The co-batches of a rank.
@@ -62,13 +72,11 @@ class Batching:
     feat: torch.Tensor
     by: str
     plan0_row: torch.Tensor | None = None
-    by_block: dict = dataclasses.field(init=False, repr=False)
-    """Each co-batch's layer plan, by its block (the block object itself: a conv given any
-    other graph finds none)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "by_block", {lp.block: lp for plan in self.plans
-                                              for lp in plan.layers})
+        for plan in self.plans:  # a step's copies of the blocks, moved or cast, carry it too
+            for lp in plan.layers:
+                setattr(lp.block, LAYER_PLAN, lp)
 
     @property
     def single(self) -> bool:

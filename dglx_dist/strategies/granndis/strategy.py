@@ -63,8 +63,8 @@ from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, 
                                        check_partitions, pull_features_once,
                                        with_depth)
 from dglx_dist.strategies.granndis.batching import (TARGETS, Batching, ServerGraph, cobatch_plans,
-                                                    target_rows)
-from dglx_dist.strategies.granndis.cobatch import GroupNodes, LayerPlan
+                                                    plan_of, target_rows)
+from dglx_dist.strategies.granndis.cobatch import GroupNodes
 from dglx_dist.strategies.granndis.eas import expand_external
 from dglx_dist.strategies.granndis.halo import HaloConv
 from dglx_dist.strategies.granndis.pairs import PairGather, pair_epoch, pair_plan
@@ -263,10 +263,6 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         keep = nodes.contains(edges[0])
         return own, nodes, tuple(t[keep] for t in edges)
 
-    def _plan_of(self, block) -> LayerPlan | None:  # a TypedLayer on a typed graph
-        """The plan of one of the co-batches' blocks; None for any other graph."""
-        return None if self._batching is None else self._batching.by_block.get(block)
-
     # -- training ------------------------------------------------------------------------------
     def wrap_model(self, model: nn.Module) -> nn.Module:
         convs = graph_convs(model)
@@ -287,8 +283,8 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         """The conv that exchanges rows before ``conv`` runs (per node type on a typed graph,
         where every graph conv must be a HeteroGraphConv: its blocks are heterogeneous)."""
         if self.types is None:
-            return HaloConv(conv, self._plan_of, self.group)
-        return HeteroHaloConv.of(conv, self._plan_of, self.group, self.types.ntypes,
+            return HaloConv(conv, plan_of, self.group)
+        return HeteroHaloConv.of(conv, plan_of, self.group, self.types.ntypes,
                                  f"{self.registered_name}: the model's graph conv {name}")
 
     # -- the drop-in API -----------------------------------------------------------------------
