@@ -1,7 +1,8 @@
 """DGL with dglx_dist's distributed parts: ``import dglx_dist.dgl as dgl`` in a DistDGL script.
 
 Every attribute is DGL's own, except ``dgl.distributed`` (:mod:`dglx_dist.distributed`) and,
-in ``dgl.dataloading``, ``DistNodeDataLoader`` (:class:`dglx_dist.api.DataLoader`).
+in ``dgl.dataloading``, ``DistNodeDataLoader`` and ``DistEdgeDataLoader``
+(:class:`dglx_dist.api.DataLoader`).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ __all__ = ["distributed", "dataloading"]
 class _Dataloading(types.ModuleType):
     """``dgl.dataloading`` with the distributed node loader swapped."""
 
-    DistNodeDataLoader = _DataLoader
+    DistNodeDataLoader = DistEdgeDataLoader = _DataLoader
 
     def __getattr__(self, name: str):
         return getattr(_dataloading, name)

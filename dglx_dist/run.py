@@ -7,11 +7,11 @@ DGL's (:func:`installed`, in this process only: importing :mod:`dglx_dist` chang
 
 * ``dgl.distributed`` (the attribute of ``dgl`` and the ``sys.modules`` entries of
   ``dgl.distributed`` and ``dgl.distributed.optim``): :mod:`dglx_dist.distributed`, whose
-  ``DistGraph`` takes the run's strategy and options; names it does not define are DGL's own.
-  A script already ported by hand (``import dglx_dist.dgl as dgl``) gets the same
-  ``dgl.distributed``;
-* ``dgl.dataloading.DistNodeDataLoader`` and ``dgl.distributed.DistNodeDataLoader`` (DGL 2.4's
-  location): :class:`dglx_dist.api.DataLoader`;
+  ``DistGraph`` takes the run's strategy and options; DGL's server and RPC names refuse in
+  one line when called, and the names it does not define are DGL's own. A script already
+  ported by hand (``import dglx_dist.dgl as dgl``) gets the same ``dgl.distributed``;
+* ``dgl.dataloading.DistNodeDataLoader`` / ``DistEdgeDataLoader`` and their DGL 2.4 places in
+  ``dgl.distributed``: :class:`dglx_dist.api.DataLoader`;
 * ``torch.nn.parallel.DistributedDataParallel``: ``DistributedDataParallel(model, ...)``
   returns ``dglx_dist.parallelize(model, g)`` of the DistGraph the script built (DDP's keyword
   arguments, ``device_ids`` and the like, are ignored); ``isinstance(m,
@@ -92,7 +92,7 @@ def parse(argv: Sequence[str]) -> RunOptions:
 def _distributed_module(options: RunOptions, dgl_distributed: types.ModuleType):
     """``dgl.distributed`` as the script sees it under the runner."""
     from dglx_dist import distributed as ours
-    from dglx_dist.api.loader import DataLoader
+    from dglx_dist.distributed.surface import SERVER_ONLY, server_only
 
     def DistGraph(graph_name: str, gpb=None, part_config=None, **kwargs: Any):
         return ours.DistGraph(graph_name, gpb, part_config, **{**options.graph_options(),
@@ -102,12 +102,13 @@ def _distributed_module(options: RunOptions, dgl_distributed: types.ModuleType):
 
     class Distributed(types.ModuleType):
         def __getattr__(self, name: str):  # what dglx_dist does not define: DGL's own
+            if name in SERVER_ONLY:  # DGL's servers and RPC: a stand-in refusing in one line
+                return server_only(name)
             return getattr(dgl_distributed, name)
 
     module = Distributed("dgl.distributed", ours.__doc__)
     module.__dict__.update({n: getattr(ours, n) for n in ours.__all__})
-    module.__dict__.update(DistGraph=DistGraph, DistNodeDataLoader=DataLoader,
-                           __file__=ours.__file__)
+    module.__dict__.update(DistGraph=DistGraph, __file__=ours.__file__)
     return module
 
 
@@ -158,6 +159,7 @@ def installed(options: RunOptions) -> Iterator[None]:
     module = _distributed_module(options, real_dist)
     places = [(dgl, "distributed", module), (dglx_dist.dgl, "distributed", module),
               (dgl.dataloading, "DistNodeDataLoader", DataLoader),
+              (dgl.dataloading, "DistEdgeDataLoader", DataLoader),
               (torch.nn.parallel, "DistributedDataParallel",
                _ddp_class(torch.nn.parallel.DistributedDataParallel))]
     entries = {"dgl.distributed": module, "dgl.distributed.optim": optim}

@@ -39,6 +39,17 @@ class PartitionBook:
     def canonical_etypes(self) -> list[tuple[str, str, str]]:
         return self.graph.canonical_etypes
 
+    @property
+    def etypes(self) -> list[str]:
+        return self.graph.etypes
+
+    @property
+    def is_homogeneous(self) -> bool:
+        return not self.graph.is_typed
+
+    def to_canonical_etype(self, etype) -> tuple[str, str, str]:
+        return self.graph.to_canonical_etype(etype)
+
     def _space(self, ntype: str | None) -> NodeSpace:
         if ntype in (None, DEFAULT_NTYPE) and not self.graph.is_typed:
             return self.graph.node_space
@@ -109,6 +120,25 @@ class PartitionBook:
         offsets = torch.tensor([s.hom_offset for s in self.graph.spaces.values()])
         t = torch.searchsorted(offsets, ids, right=True) - 1
         return t, ids - offsets[t]
+
+    def map_to_homo_eid(self, ids, etype) -> torch.Tensor:
+        """Homogeneous ids of edge type ``etype``'s ``ids``."""
+        t = self.graph.get_etype_id(etype)
+        ids = as_node_ids(ids, self.graph.num_edges(self.graph.to_canonical_etype(etype)),
+                          "map_to_homo_eid", kind="edge")
+        return ids + self._etype_offsets()[t]
+
+    def map_to_per_etype(self, ids) -> tuple[torch.Tensor, torch.Tensor]:
+        """(edge type id, per-type id) of homogeneous edge ``ids``."""
+        ids = as_node_ids(ids, self.graph.num_edges(), "map_to_per_etype", kind="edge")
+        offsets = self._etype_offsets()
+        t = torch.searchsorted(offsets, ids, right=True) - 1
+        return t, ids - offsets[t]
+
+    def _etype_offsets(self) -> torch.Tensor:
+        types = self.graph.pdir.types
+        return torch.zeros(1, dtype=torch.int64) if types is None else \
+            torch.as_tensor(types.etype_offsets[:-1], dtype=torch.int64)
 
     def __repr__(self) -> str:
         return f"PartitionBook(partid={self.partid}, parts={self.num_partitions()})"

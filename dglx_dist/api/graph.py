@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from dgl.frame import Scheme
 
 from dglx_dist.api.book import PartitionBook
 from dglx_dist.api.edata import EdgeData, EdgeTypes
@@ -152,6 +153,24 @@ class DistGraph(EdgeStructure):
     def get_ntype_id(self, ntype: str) -> int:
         """The index of ``ntype`` in :attr:`ntypes` (DGL's)."""
         return self.pdir.types.ntype_index(ntype) if self.spaces else 0
+
+    def get_etype_id(self, etype) -> int:
+        """The index of ``etype`` in :attr:`canonical_etypes` (DGL's)."""
+        return self.canonical_etypes.index(self.to_canonical_etype(etype))
+
+    def node_attr_schemes(self) -> dict[str, Scheme]:
+        """DGL's: each node-data name's row shape and dtype (a graph without types)."""
+        return {n: Scheme(tuple(v.shape[1:]), v.dtype)
+                for n, v in ((n, self.ndata[n]) for n in self.ndata)}
+
+    def edge_attr_schemes(self) -> dict[str, Scheme]:
+        """DGL's: each edge-data name's row shape and dtype (a graph of one edge type)."""
+        return {n: Scheme(tuple(v.shape[1:]), v.dtype)
+                for n, v in ((n, self.edata[n]) for n in self.edata)}
+
+    def is_pinned(self) -> bool:
+        """DGL's: the graph's structure is not in pinned memory (it is held by parts)."""
+        return False
 
     def space(self, ntype: str | None) -> NodeSpace:
         """Node type ``ntype``'s rows (a typed graph; one line naming the types otherwise)."""

@@ -187,6 +187,16 @@ class NodeDataView:
             return torch.Size(self._g.store.shape(self.name))
         return torch.Size([self._g.num_nodes(), self._g.pdir.feat_dim])
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """The rows' dtype (masks read as bool)."""
+        if self.key in MASKS:
+            return torch.bool
+        return self._g.store.dtype(self.name) if self.name in self._g.store.names() else \
+            torch.float32  # features a strategy holds itself
+
+    device = torch.device("cpu")  # where reads land
+
     def __len__(self) -> int:
         return self.space.num_nodes
 

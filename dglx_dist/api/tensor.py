@@ -54,4 +54,3 @@ class DistTensor(NodeDataView):
                                     f"expected the same to attach to it (got {shape}, {dtype}), "
                                     "or another name")
         super().__init__(g, name, space)
-        self.dtype = dtype

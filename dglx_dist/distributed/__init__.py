@@ -1,9 +1,13 @@
 """``dgl.distributed``'s API over dglx_dist: a DistDGL script runs with its imports changed.
 
 ``import dglx_dist.dgl as dgl`` (or ``import dglx_dist.distributed``) in place of DGL gives
-``initialize``, ``DistGraph(graph_name, part_config=...)``, ``node_split``, ``DistTensor``,
-``DistEmbedding`` and ``optim.SparseAdam`` / ``optim.SparseAdagrad`` with DGL's signatures,
-under torchrun: no ip_config, no servers, no SSH. Partitions written by DGL's
+``initialize``, ``DistGraph(graph_name, part_config=...)``, ``node_split``, ``edge_split``,
+``DistTensor``, ``DistEmbedding``, ``optim.SparseAdam`` / ``optim.SparseAdagrad``,
+``DistNodeDataLoader`` / ``DistEdgeDataLoader`` (DGL 2.4's place) and the functions over a
+graph (``sample_neighbors``, ``find_edges``, ``in_subgraph``) with DGL's signatures, under
+torchrun: no ip_config, no servers, no SSH. DGL's offline tools (``partition_graph``,
+``load_partition_book``...) are DGL's own; its server and RPC names refuse in one line
+(:mod:`~dglx_dist.distributed.surface`). Partitions written by DGL's
 ``partition_graph`` are imported once (rank 0, cached by the JSON's content; see
 :func:`~dglx_dist.partition.import_dgl_partitions`), with no repartitioning.
 
@@ -25,10 +29,14 @@ from typing import Any
 
 
 from dglx_dist.api import graph as _graph
-from dglx_dist.api.split import node_split
+from dglx_dist.api.loader import DataLoader as DistNodeDataLoader, DistEdgeDataLoader
+from dglx_dist.api.split import edge_split, node_split
 from dglx_dist.api.tensor import DistTensor
 from dglx_dist.distributed import optim
 from dglx_dist.distributed.embedding import DistEmbedding
+from dglx_dist.distributed.surface import (DGLS_OWN, SERVER_ONLY, find_edges, in_subgraph,
+                                           sample_etype_neighbors, sample_neighbors,
+                                           server_only)
 from dglx_dist.errors import DglxError, InvalidValueError
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.prepare import checked_cache, made_by_rank0
@@ -36,10 +44,25 @@ from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.runtime.session import current_session, init
 from dglx_dist.strategies.base import STRATEGIES, Strategy, check_partitions
 
-__all__ = ["initialize", "DistGraph", "node_split", "DistTensor", "DistEmbedding", "optim",
-           "exit_client", "import_cached"]
+__all__ = ["initialize", "DistGraph", "node_split", "edge_split", "DistTensor", "DistEmbedding",
+           "optim", "DistNodeDataLoader", "DistEdgeDataLoader", "sample_neighbors",
+           "sample_etype_neighbors", "find_edges", "in_subgraph", "exit_client",
+           "import_cached"]
 
 log = logging.getLogger(__name__)
+
+
+def __getattr__(name: str) -> Any:
+    """DGL's offline tools (``partition_graph``, ``load_partition_book``...) are DGL's own; its
+    server and RPC names are stand-ins that refuse in one line
+    (:mod:`~dglx_dist.distributed.surface`)."""
+    if name in SERVER_ONLY:
+        return server_only(name)
+    if name in DGLS_OWN:
+        import dgl.distributed
+
+        return getattr(dgl.distributed, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def initialize(ip_config: str | None = None, *args: Any, **kwargs: Any) -> None:

@@ -95,3 +95,67 @@ def test_typed_dgl_partitions_open_as_a_typed_dist_graph(tmp_path):
         assert {t: out["inputs"].get(t, []) for t in g.ntypes} == want, r
         assert out["edges"] == [{":".join(e): b.num_edges(e) for e in b.canonical_etypes}
                                 for b in blocks], r
+
+
+def _dgl_surface(session, json_path, cache):
+    """What DGL's distributed example scripts read of a graph, through dgl.distributed."""
+    from dglx_dist import distributed as dist
+
+    g = dist.DistGraph("cora", part_config=json_path, cache_dir=cache)
+    pb, keys = g.get_partition_book(), sorted(g.ndata)
+    ids = torch.tensor([2707, 0, 5, 5, 1500])
+    h = dist.DistTensor((g.num_nodes(), 2), torch.float32, "h", persistent=True)
+    if session.rank == 0:
+        h[ids] = torch.ones(5, 2)
+    g.barrier()
+    again = dist.DistTensor((g.num_nodes(), 2), torch.float32, "h", persistent=True)
+    try:
+        dist.DistTensor((g.num_nodes(), 3), torch.float32, "h")
+        other = "no error"
+    except Exception as exc:  # noqa: BLE001 (the message is the result)
+        other = str(exc)
+    return {"keys": keys, "features": g.ndata["features"][ids].tolist(),
+            "labels": g.ndata["labels"][ids].tolist(), "dtype": str(g.ndata["features"].dtype),
+            "stored_name": g.ndata["feat"][ids].tolist(),  # the role's name reaches it too
+            "partid": pb.partid, "nids": pb.partid2nids(pb.partid).tolist(),
+            "eids": pb.partid2eids(pb.partid).tolist(),
+            "nid2partid": pb.nid2partid(ids).tolist(), "eid2partid":
+            pb.eid2partid(torch.tensor([0, 10555, 77])).tolist(), "metadata": pb.metadata(),
+            "attached": again[ids].tolist(), "other_shape": other}
+
+
+def test_dgl_example_partitions_keep_their_names_and_dgls_book(tmp_path):
+    """Partitions made as DGL's distributed examples make them (ndata "features" and
+    "labels"), opened through dgl.distributed: the names are the graph's, the partition book
+    answers as DGL's book of the same partitions, a DistTensor of an existing name attaches."""
+    ds = read_dataset(builtin_path("cora"))
+    g = to_dgl(ds)
+    g.ndata["features"], g.ndata["labels"] = g.ndata.pop("feat"), g.ndata.pop("label")
+    dgl.distributed.partition_graph(g, "cora", 2, str(tmp_path / "dgl"), part_method="metis",
+                                    balance_ntypes=g.ndata["train_mask"], balance_edges=True)
+    js = tmp_path / "dgl" / "cora.json"
+    res = run_workers(_dgl_surface, 2, tmp_path / "run", str(js), str(tmp_path / "cache"),
+                      env={"DGLX_VIRTUAL_SERVERS": "2"})
+    gpb = dgl.distributed.load_partition_book(str(js), 0)[0]
+    ids = [2707, 0, 5, 5, 1500]  # DGL's ids: the partitions' own, as the script knows them
+    local = dgl.distributed.load_partition(str(js), 0)[1]  # DGL's node_feats of part 0
+    for r in range(2):
+        out = res[r]
+        assert out["keys"] == ["features", "labels", "test_mask", "train_mask", "val_mask"]
+        assert out["dtype"] == "torch.float32" and out["partid"] == r
+        assert out["features"] == out["stored_name"]
+        assert out["nids"] == gpb.partid2nids(r).tolist()
+        assert out["eids"] == gpb.partid2eids(r).tolist()
+        assert out["nid2partid"] == gpb.nid2partid(torch.tensor(ids)).tolist()
+        assert out["eid2partid"] == gpb.eid2partid(torch.tensor([0, 10555, 77])).tolist()
+        assert out["metadata"] == [{k: m[k] for k in ("machine_id", "num_nodes", "num_edges")}
+                                   for m in gpb.metadata()]
+        assert out["attached"] == [[1.0, 1.0]] * 5
+        assert "exists with shape (2708, 2)" in out["other_shape"]
+    lo, hi = (int(x) for x in gpb.partid2nids(0)[[0, -1]])  # part 0's DGL ids, in order
+    in_part0 = [i for i in ids if lo <= i <= hi]
+    np.testing.assert_array_equal(
+        [res[0]["features"][ids.index(i)] for i in in_part0],
+        local["_N/features"][torch.tensor(in_part0) - lo].numpy())
+    assert [res[0]["labels"][ids.index(i)] for i in in_part0] == \
+        local["_N/labels"][torch.tensor(in_part0) - lo].tolist()
