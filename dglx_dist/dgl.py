@@ -2,7 +2,7 @@
 
 Every attribute is DGL's own, except ``dgl.distributed`` (:mod:`dglx_dist.distributed`) and,
 in ``dgl.dataloading``, ``DistNodeDataLoader`` and ``DistEdgeDataLoader``
-(:class:`dglx_dist.api.DataLoader`).
+(:class:`dglx_dist.api.DataLoader` and its edge form).
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import dgl.dataloading as _dataloading
 
 from dglx_dist import distributed
 from dglx_dist.api.loader import DataLoader as _DataLoader
+from dglx_dist.api.loader import DistEdgeDataLoader as _DistEdgeDataLoader
 
 __all__ = ["distributed", "dataloading"]
 
@@ -20,7 +21,8 @@ __all__ = ["distributed", "dataloading"]
 class _Dataloading(types.ModuleType):
     """``dgl.dataloading`` with the distributed node loader swapped."""
 
-    DistNodeDataLoader = DistEdgeDataLoader = _DataLoader
+    DistNodeDataLoader = _DataLoader
+    DistEdgeDataLoader = _DistEdgeDataLoader
 
     def __getattr__(self, name: str):
         return getattr(_dataloading, name)

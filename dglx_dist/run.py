@@ -152,14 +152,14 @@ def installed(options: RunOptions) -> Iterator[None]:
     import dglx_dist.api  # noqa: F401  (holds torch's DDP before it is replaced)
     import dglx_dist.dgl
     import dglx_dist.strategies  # noqa: F401
-    from dglx_dist.api.loader import DataLoader
+    from dglx_dist.api.loader import DataLoader, DistEdgeDataLoader
     from dglx_dist.distributed import optim
 
     real_dist = sys.modules["dgl.distributed"]
     module = _distributed_module(options, real_dist)
     places = [(dgl, "distributed", module), (dglx_dist.dgl, "distributed", module),
               (dgl.dataloading, "DistNodeDataLoader", DataLoader),
-              (dgl.dataloading, "DistEdgeDataLoader", DataLoader),
+              (dgl.dataloading, "DistEdgeDataLoader", DistEdgeDataLoader),
               (torch.nn.parallel, "DistributedDataParallel",
                _ddp_class(torch.nn.parallel.DistributedDataParallel))]
     entries = {"dgl.distributed": module, "dgl.distributed.optim": optim}

@@ -72,12 +72,16 @@ def main():
     pb = g.get_partition_book()
     train_ids = dgl.distributed.node_split(g.ndata["train_mask"], pb, force_even=True)
     test_ids = dgl.distributed.node_split(g.ndata["test_mask"], pb, force_even=True)
+    local = pb.partid2nids(pb.partid)
+    print(json.dumps({"part": pb.partid, "train": len(train_ids),
+                      "train_local": int(torch.isin(train_ids, local).sum())}))
     sampler = dgl.dataloading.NeighborSampler([10, 10])
     loader = dgl.dataloading.DistNodeDataLoader(g, train_ids, sampler,
                                                 batch_size=args.batch_size, shuffle=True)
 
+    device = torch.device("cpu")
     torch.manual_seed(0)
-    model = SAGE(g.ndata["feat"].shape[1], 16, 7, 0.5)
+    model = SAGE(g.ndata["features"].shape[1], 16, 7, 0.5)
     if not args.standalone:
         model = DistributedDataParallel(model)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=5e-4)
@@ -86,19 +90,26 @@ def main():
         join = model.join() if not args.standalone else contextlib.nullcontext()
         with join:
             for input_nodes, output_nodes, blocks in loader:
-                x = g.ndata["feat"][input_nodes]
-                y = g.ndata["label"][output_nodes]
+                x = g.ndata["features"][input_nodes]
+                y = g.ndata["labels"][output_nodes]
+                blocks = [block.to(device) for block in blocks]
                 loss = F.cross_entropy(model(blocks, x), y)
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
         print(json.dumps({"epoch": epoch, "loss": round(loss.item(), 4)}))
+        if epoch == args.epochs // 2:  # evaluated twice: the inference's DistTensors again
+            print(json.dumps({"epoch": epoch, "mid_test_acc": evaluate(model, g, test_ids)}))
+    test_acc = evaluate(model, g, test_ids)
+    print(json.dumps({"test_acc": test_acc, "test_nodes": len(test_ids)}))
 
-    model.eval()
-    net = model if args.standalone else model.module
-    logits = net.inference(g, g.ndata["feat"], 1000)
-    test_acc = accuracy(logits[test_ids], g.ndata["label"][test_ids])
-    print(json.dumps({"test_acc": round(test_acc, 4), "test_nodes": len(test_ids)}))
+
+def evaluate(model, g, test_ids):
+    net = model.module if hasattr(model, "module") else model
+    net.eval()
+    logits = net.inference(g, g.ndata["features"], 1000)
+    net.train()
+    return round(accuracy(logits[test_ids], g.ndata["labels"][test_ids]), 4)
 
 
 if __name__ == "__main__":

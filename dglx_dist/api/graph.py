@@ -25,6 +25,7 @@ import hashlib
 import itertools
 import logging
 import os
+import types
 from typing import Any
 
 import numpy as np
@@ -222,6 +223,12 @@ class DistGraph(EdgeStructure):
     def barrier(self) -> None:
         """Waits for every rank (DGL's ``DistGraph.barrier``)."""
         self.session.world.barrier()
+
+    @property
+    def _client(self) -> types.SimpleNamespace:
+        """DGL's KVStore client of the graph as DGL's published examples reach it
+        (``g._client.barrier()``): its ``barrier`` is the graph's."""
+        return types.SimpleNamespace(barrier=self.barrier)
 
     def get_partition_book(self) -> PartitionBook:
         """DGL's partition book, in the graph's own ids (``partid``, ``partid2nids``,

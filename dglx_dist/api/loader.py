@@ -309,5 +309,22 @@ def _checked(graph: DistGraph, sampler, batch_size) -> dict:
 DistNodeDataLoader = DataLoader
 """DGL's distributed name for the same loader."""
 
-DistEdgeDataLoader = DataLoader
-"""DGL's distributed name of the link-prediction loader (an edge-prediction sampler)."""
+_EDGE_SAMPLER_ARGS = ("exclude", "reverse_eids", "reverse_etypes", "negative_sampler")
+
+
+class DistEdgeDataLoader(DataLoader):
+    """DGL's distributed link-prediction loader: :class:`DataLoader` over edge ids, with DGL's
+    signature. A block sampler comes with the edge-prediction options (``exclude``,
+    ``reverse_eids``, ``reverse_etypes``, ``negative_sampler``) among the keyword arguments
+    and is wrapped with ``dgl.dataloading.as_edge_prediction_sampler``, as DGL's loader does;
+    a sampler wrapped already is used as it is."""
+
+    def __init__(self, g: DistGraph, eids, graph_sampler, device=None, **kwargs):
+        options = {k: kwargs.pop(k) for k in _EDGE_SAMPLER_ARGS if k in kwargs}
+        if not isinstance(graph_sampler, dgl.dataloading.EdgePredictionSampler):
+            graph_sampler = dgl.dataloading.as_edge_prediction_sampler(graph_sampler, **options)
+        elif options:
+            raise InvalidValueError(f"DistEdgeDataLoader: {sorted(options)} given with a "
+                                    "sampler that as_edge_prediction_sampler wrapped already; "
+                                    "pass them to that call only")
+        super().__init__(g, eids, graph_sampler, device, **kwargs)

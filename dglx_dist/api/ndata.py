@@ -269,6 +269,11 @@ class NodeDataView:
         """Every node's row, in node id order (the whole tensor)."""
         return self.rows(self.space.rows(torch.arange(self.space.num_nodes)))
 
+    def __reduce_ex__(self, protocol):
+        """Pickled (``torch.save(g.ndata[name], f)``, a layer-wise inference's ``DistTensor``)
+        as the whole tensor it views, read by this rank: loading gives that tensor."""
+        return self.full().__reduce_ex__(protocol)
+
     def _ids(self, key) -> torch.Tensor:
         if isinstance(key, slice):
             return torch.arange(self.space.num_nodes)[key]

@@ -14,6 +14,8 @@ def main():
     parser.add_argument("--parts", type=int, default=2)
     args = parser.parse_args()
     g = CoraGraphDataset()[0]
+    # the node data names of DGL's distributed examples (their partition_graph.py renames them)
+    g.ndata["features"], g.ndata["labels"] = g.ndata.pop("feat"), g.ndata.pop("label")
     dgl.distributed.partition_graph(g, "cora", args.parts, args.out, part_method="metis",
                                     balance_ntypes=g.ndata["train_mask"], balance_edges=True)
 

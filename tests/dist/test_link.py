@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 import dgl
 import dglx_dist
+import dglx_dist.distributed
 from dglx_dist.data import CoraGraphDataset
 from dglx_dist.models import SAGE
 from dglx_dist.strategies import STRATEGIES
@@ -85,11 +86,13 @@ def _loss(pos, neg):
 
 
 def _exact_step(g, reverse, exclude):
-    """One SGD step of the user's loop; the batch's pairs (node ids) and the parameters."""
-    sampler = dglx_dist.as_edge_prediction_sampler(
-        dglx_dist.MultiLayerFullNeighborSampler(2), exclude=exclude, reverse_eids=reverse,
-        negative_sampler=FixedNegatives(K))
-    loader = dglx_dist.DataLoader(g, torch.arange(SEEDS) * 37, sampler, batch_size=SEEDS)
+    """One SGD step of the user's loop; the batch's pairs (node ids) and the parameters. The
+    loader is built as DGL's DistDGL scripts build it: DistEdgeDataLoader with the edge
+    options beside a block sampler (it wraps them with as_edge_prediction_sampler)."""
+    loader = dglx_dist.distributed.DistEdgeDataLoader(
+        g, torch.arange(SEEDS) * 37, dglx_dist.MultiLayerFullNeighborSampler(2),
+        exclude=exclude, reverse_eids=reverse, negative_sampler=FixedNegatives(K),
+        batch_size=SEEDS)
     model = dglx_dist.parallelize(_model(g), g)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     batches = []
