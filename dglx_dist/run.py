@@ -14,7 +14,8 @@ DGL's (:func:`installed`, in this process only: importing :mod:`dglx_dist` chang
   ``dgl.distributed``: :class:`dglx_dist.api.DataLoader`;
 * ``torch.nn.parallel.DistributedDataParallel``: ``DistributedDataParallel(model, ...)``
   returns ``dglx_dist.parallelize(model, g)`` of the DistGraph the script built (DDP's keyword
-  arguments, ``device_ids`` and the like, are ignored); ``isinstance(m,
+  arguments, ``device_ids`` and the like, are ignored); a module without a graph conv (the
+  dense part of an embedding layer) gets torch's own DDP; ``isinstance(m,
   DistributedDataParallel)`` holds for the wrapped model (and for torch's own DDP).
 
 Bad runner arguments (an unknown strategy or option, a script that is not there) are one line
@@ -117,10 +118,13 @@ def _ddp_class(real: type) -> type:
     over the script's DistGraph."""
     from dglx_dist.api.graph import current_graph
     from dglx_dist.api.parallel import DistModel, parallelize
+    from dglx_dist.convs import graph_convs
     from dglx_dist.errors import StateError
 
     class Meta(type):
         def __call__(cls, module, *args: Any, **kwargs: Any):
+            if not graph_convs(module):  # e.g. the dense part of an embedding layer: no
+                return real(module, *args, **kwargs)  # strategy's business, DDP's all-reduce
             if args or kwargs:
                 log.debug("DistributedDataParallel: %s ignored (the strategy %s wraps the "
                           "model)", [*map(repr, args), *kwargs], "dglx_dist.run")

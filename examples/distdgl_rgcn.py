@@ -98,7 +98,7 @@ def main():
                                                 init_emb, g.get_node_partition_policy(nt))
               for nt in g.ntypes if "feat" not in g.nodes[nt].data}
     feat_sizes = {nt: g.nodes[nt].data["feat"].shape[1] for nt in g.ntypes if nt not in embeds}
-    labels = g.nodes["paper"].data["label"]
+    labels = g.nodes["paper"].data["labels"]
     num_classes = int(labels[torch.arange(g.num_nodes("paper"))].max()) + 1
     model = RGCN(feat_sizes, g.etypes, args.hidden, num_classes)
     if not args.standalone:

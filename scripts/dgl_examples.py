@@ -6,22 +6,32 @@ the runs and its range, the median epoch time, as JSON lines and a markdown tabl
     .venv/bin/python scripts/dgl_examples.py --dgl-repo PATH/TO/dmlc/dgl [--tags v2.1.0 ...]
 
 The scripts are read from a clone of dmlc/dgl (``git show TAG:examples/distributed/...``),
-never copied into this repository. Cora is partitioned the way DGL's
-``examples/distributed/graphsage/partition_graph.py`` does it (node data ``features`` and
-``labels``, METIS, ``balance_ntypes=train_mask``, ``balance_edges=True``), in 1 part for DGL's
-standalone run (one process) and 2 parts for the runner (2 processes, 2 virtual servers).
+never copied into this repository; a tag without a script is skipped. Their data is
+partitioned the way DGL's own ``partition_graph.py`` beside each script does it, in 1 part
+for DGL's standalone run (one process) and 2 parts for the runner (2 processes, 2 virtual
+servers):
+
+* ``graphsage/node_classification.py`` and ``node_classification_unsupervised.py`` on Cora
+  (node data ``features`` and ``labels``, METIS, ``balance_ntypes=train_mask``,
+  ``balance_edges=True``). The supervised one takes its own flags ``--num_epochs 20
+  --batch_size 32 --lr 0.01 --fan_out 10,10`` (its defaults, batches of 1000 at lr 0.003,
+  take one step per epoch on Cora's 140 training nodes and end near 0.45 after 20 epochs,
+  too far from converged to compare); the unsupervised one runs its defaults (it needs
+  scikit-learn below 1.7, whose LogisticRegression still takes ``multi_class``).
+* ``rgcn/node_classification.py`` (``--sparse-embedding --dgl-sparse``: a ``DistEmbedding``
+  per featureless type and DGL's ``SparseAdam``) on mag-small, dglx_dist's ogbn-mag-shaped graph
+  (papers with features, ``labels`` renumbered so every class is present, as ogbn-mag's
+  are; the other types featureless), the flags of DGL's README but ``--batch-size 128
+  --n-epochs 10`` (mag-small has 2,460 training papers); it imports ``ogb``.
+
 DGL's own run goes through a shim that, on a DGL older than 2.4, puts the two loaders where
 DGL 2.4's scripts look for them (``dgl.distributed.DistNodeDataLoader`` and
 ``DistEdgeDataLoader``, DGL's own classes) and changes nothing else.
-``node_classification.py`` takes its own flags ``--num_epochs 20 --batch_size 32 --lr 0.01
---fan_out 10,10`` (its defaults, batches of 1000 at lr 0.003, take one step per epoch on
-Cora's 140 training nodes and end at about 0.45 after 20 epochs, too far from converged to
-compare); ``node_classification_unsupervised.py`` runs its defaults (it needs scikit-learn
-below 1.7, whose LogisticRegression still takes ``multi_class``).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -37,11 +47,28 @@ from dglx_dist.report import markdown_table  # noqa: E402
 from dglx_dist.runtime.env import free_local_port  # noqa: E402
 from dglx_dist.strategies import STRATEGIES  # noqa: E402
 
-EXAMPLES = "examples/distributed/graphsage"
-SCRIPTS = {"node_classification.py": ["--num_epochs", "20", "--batch_size", "32", "--lr",
-                                      "0.01", "--fan_out", "10,10", "--eval_every", "20"],
-           "node_classification_unsupervised.py": []}
-UNSUPERVISED_STRATEGIES = ("distdgl", "p3")  # what the issue asks of the unsupervised script
+CORA = """
+import sys, dgl
+from dglx_dist.data import CoraGraphDataset
+g = CoraGraphDataset()[0]
+g.ndata["features"], g.ndata["labels"] = g.ndata.pop("feat"), g.ndata.pop("label")
+dgl.distributed.partition_graph(g, "cora", int(sys.argv[2]), sys.argv[1], part_method="metis",
+                                balance_ntypes=g.ndata["train_mask"], balance_edges=True)
+"""
+MAG = """
+import sys, dgl, torch
+from dglx_dist.data import to_dgl
+from dglx_dist.data.mag import MAG_PRESETS, mag_dataset
+g = to_dgl(mag_dataset(MAG_PRESETS["mag-small"]))
+label = g.nodes["paper"].data.pop("label")
+g.nodes["paper"].data["labels"] = torch.unique(label, return_inverse=True)[1]
+for t in g.ntypes:
+    if t != "paper":
+        g.nodes[t].data.pop("feat", None)
+dgl.distributed.partition_graph(g, "mag", int(sys.argv[2]), sys.argv[1], part_method="metis",
+                                balance_ntypes={"paper": g.nodes["paper"].data["train_mask"]},
+                                balance_edges=True)
+"""
 SHIM = """
 import runpy, sys
 import dgl.dataloading, dgl.distributed
@@ -51,14 +78,40 @@ for name in ("DistNodeDataLoader", "DistEdgeDataLoader"):  # DGL 2.4's places, o
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
-PARTITION = """
-import sys, dgl
-from dglx_dist.data import CoraGraphDataset
-g = CoraGraphDataset()[0]
-g.ndata["features"], g.ndata["labels"] = g.ndata.pop("feat"), g.ndata.pop("label")
-dgl.distributed.partition_graph(g, "cora", int(sys.argv[2]), sys.argv[1], part_method="metis",
-                                balance_ntypes=g.ndata["train_mask"], balance_edges=True)
-"""
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+    """One of DGL's scripts: where it is, its data and flags, how its accuracy is printed."""
+
+    path: str
+    data: str  # "cora" or "mag"
+    args: tuple[str, ...]
+    accuracy: str  # a regex matching the test accuracy in the script's output
+    each_rank: bool = False  # every rank prints it once (the mean is taken), or the last one
+    standalone_flag: bool = False  # the script itself takes --standalone
+    strategies: tuple[str, ...] | None = None  # None: every registered one
+
+
+SAGE = "examples/distributed/graphsage/"
+EXAMPLES = {
+    "graphsage": Example(SAGE + "node_classification.py", "cora", (
+        "--graph_name", "cora", "--ip_config", "ip_config.txt", "--num_epochs", "20",
+        "--batch_size", "32", "--lr", "0.01", "--fan_out", "10,10", "--eval_every", "20"),
+        r"TestAccuracy ([0-9.]+)", each_rank=True),
+    "graphsage-unsupervised": Example(
+        SAGE + "node_classification_unsupervised.py", "cora",
+        ("--graph_name", "cora", "--ip_config", "ip_config.txt"), r"test acc ([0-9.]+)",
+        standalone_flag=True, strategies=("distdgl", "p3")),
+    "rgcn": Example("examples/distributed/rgcn/node_classification.py", "mag", (
+        "--graph-name", "mag", "--dataset", "ogbn-mag", "--fanout=25,25", "--batch-size",
+        "128", "--n-hidden", "64", "--lr", "0.01", "--eval-batch-size", "1024", "--low-mem",
+        "--dropout", "0.5", "--use-self-loop", "--n-bases", "2", "--n-epochs", "10",
+        "--layer-norm", "--ip-config", "ip_config.txt", "--sparse-embedding", "--dgl-sparse"),
+        r"Test Acc ([0-9.]+)", standalone_flag=True,
+        strategies=("distdgl", "p3", "granndis", "fullgraph")),
+}
+CONFIG_FLAG = {"cora": "--part_config", "mag": "--conf-path"}
 
 
 def _env(**extra) -> dict[str, str]:
@@ -68,28 +121,25 @@ def _env(**extra) -> dict[str, str]:
     return env
 
 
-def _scripts(repo: Path, tags: list[str], out: Path) -> list[tuple[str, str, Path]]:
-    """(tag, script name, its file) for each script the tag has."""
-    found = []
-    for tag in tags:
-        for name in SCRIPTS:
-            r = subprocess.run(["git", "-C", str(repo), "show", f"{tag}:{EXAMPLES}/{name}"],
-                               capture_output=True, text=True)
-            if r.returncode == 0:
-                path = out / tag / name
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(r.stdout)
-                found.append((tag, name, path))
-    return found
+def _script(repo: Path, tag: str, example: Example, out: Path) -> Path | None:
+    """The example's file at ``tag``, written under ``out`` (None: the tag has none)."""
+    r = subprocess.run(["git", "-C", str(repo), "show", f"{tag}:{example.path}"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return None
+    path = out / tag / example.path.replace("/", "_")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(r.stdout)
+    return path
 
 
-def _measure(cmd: list[str], cwd: Path, env: dict[str, str]) -> dict:
-    """Runs one script; its exit code, test accuracy (the mean over the ranks that print
-    one), mean epoch time and wall time."""
+def _measure(cmd: list[str], cwd: Path, env: dict[str, str], example: Example) -> dict:
+    """Runs one script; its exit code, test accuracy (the mean over the ranks' lines, or
+    the last line: rank 0's, over every test node), mean epoch time and wall time."""
     t0 = time.perf_counter()
     r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=1800)
-    accs = [float(a) for a in re.findall(r"TestAccuracy ([0-9.]+)", r.stdout)] or \
-        [float(a) for a in re.findall(r"test acc ([0-9.]+)", r.stdout)]
+    accs = [float(a) for a in re.findall(example.accuracy, r.stdout)]
+    accs = accs if example.each_rank else accs[-1:]
     epochs = [float(t) for t in re.findall(r"TrainEpochTime\(mean\) ([0-9.]+)", r.stdout)]
     errors = [line for line in r.stderr.splitlines() if "error" in line.lower()]
     return {"exit": r.returncode, "test_acc": round(statistics.mean(accs), 4) if accs else None,
@@ -98,35 +148,34 @@ def _measure(cmd: list[str], cwd: Path, env: dict[str, str]) -> dict:
             "error": errors[-1][-300:] if r.returncode and errors else None}
 
 
-def _runs(tag: str, name: str, path: Path, out: Path, strategies: list[str]):
+def _runs(example: Example, path: Path, out: Path, strategies: list[str]):
     """DGL's standalone run, then the runner's under each strategy: (system, command, env)."""
-    args = ["--graph_name", "cora", "--ip_config", "ip_config.txt", *SCRIPTS[name]]
-    one, two = out / "parts1" / "cora.json", out / "parts2" / "cora.json"
+    flag = CONFIG_FLAG[example.data]
+    one, two = (out / f"{example.data}{n}" / f"{example.data}.json" for n in (1, 2))
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--master-port"]
     plain = [*torchrun, str(free_local_port()), "--nproc-per-node", "1", str(out / "shim.py"),
-             str(path), *args, "--part_config", str(one)]
-    if name.endswith("unsupervised.py"):
-        plain += ["--standalone"]
-        strategies = [s for s in strategies if s in UNSUPERVISED_STRATEGIES]
+             str(path), *example.args, flag, str(one)]
+    plain += ["--standalone"] if example.standalone_flag else []
     yield "DGL standalone (1 part, 1 process)", plain, _env(DGL_DIST_MODE="standalone")
     for strategy in strategies:
-        cmd = [*torchrun, str(free_local_port()), "--nproc-per-node", "2", "-m",
-               "dglx_dist.run", "--strategy", strategy, "--cache-dir", str(out / "cache"),
-               str(path), *args, "--part_config", str(two)]
-        yield f"dglx_dist.run {strategy}", cmd, _env(DGLX_VIRTUAL_SERVERS="2")
+        if example.strategies is None or strategy in example.strategies:
+            cmd = [*torchrun, str(free_local_port()), "--nproc-per-node", "2", "-m",
+                   "dglx_dist.run", "--strategy", strategy, "--cache-dir", str(out / "cache"),
+                   str(path), *example.args, flag, str(two)]
+            yield f"dglx_dist.run {strategy}", cmd, _env(DGLX_VIRTUAL_SERVERS="2")
 
 
 def _summary(rows: list[dict]) -> list[dict]:
-    """One row per (script, tag, system): exit codes, the median test accuracy and its range,
-    the median epoch time."""
+    """One row per (example, tag, system): exit codes, the median test accuracy and its
+    range, the median epoch time."""
     cells: dict[tuple, list[dict]] = {}
     for row in rows:
-        cells.setdefault((row["script"], row["tag"], row["system"]), []).append(row)
+        cells.setdefault((row["example"], row["tag"], row["system"]), []).append(row)
     out = []
-    for (script, tag, system), runs in cells.items():
+    for (example, tag, system), runs in cells.items():
         accs = [r["test_acc"] for r in runs if r["test_acc"] is not None]
         epochs = [r["epoch_s"] for r in runs if r["epoch_s"] is not None]
-        out.append({"script": script, "tag": tag, "system": system,
+        out.append({"example": example, "tag": tag, "system": system,
                     "exit": " ".join(str(r["exit"]) for r in runs),
                     "test_acc": statistics.median(accs) if accs else None,
                     "range": f"{min(accs):.3f}-{max(accs):.3f}" if accs else "",
@@ -139,7 +188,7 @@ def main() -> None:
     parser.add_argument("--dgl-repo", required=True, help="a clone of dmlc/dgl with its tags")
     parser.add_argument("--tags", nargs="+", default=["v2.1.0", "v2.4.0", "master"])
     parser.add_argument("--strategies", nargs="+", default=STRATEGIES.names())
-    parser.add_argument("--scripts", nargs="+", default=list(SCRIPTS), choices=list(SCRIPTS))
+    parser.add_argument("--examples", nargs="+", default=list(EXAMPLES), choices=EXAMPLES)
     parser.add_argument("--out", default="dgl-examples")
     parser.add_argument("--runs", type=int, default=3, help="runs per cell (DGL's too)")
     args = parser.parse_args()
@@ -147,20 +196,22 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "ip_config.txt").write_text("127.0.0.1\n")
     (out / "shim.py").write_text(SHIM)
-    for parts in (1, 2):
-        if not (out / f"parts{parts}" / "cora.json").is_file():
-            subprocess.run([sys.executable, "-c", PARTITION, str(out / f"parts{parts}"),
-                            str(parts)], check=True, capture_output=True, env=_env())
+    for data, code in (("cora", CORA), ("mag", MAG)):
+        for parts in (1, 2):
+            if not (out / f"{data}{parts}" / f"{data}.json").is_file():
+                subprocess.run([sys.executable, "-c", code, str(out / f"{data}{parts}"),
+                                str(parts)], check=True, capture_output=True, env=_env())
     rows = []
-    for tag, name, path in _scripts(Path(args.dgl_repo), args.tags, out):
-        if name not in args.scripts:
-            continue
-        for _ in range(args.runs):  # the cells' runs alternate: the machine's load evens out
-            for system, cmd, env in _runs(tag, name, path, out, args.strategies):
-                row = {"script": name, "tag": tag, "system": system,
-                       **_measure(cmd, out, env)}
-                print(json.dumps(row), flush=True)
-                rows.append(row)
+    for name in args.examples:
+        example = EXAMPLES[name]
+        for tag in args.tags:
+            path = _script(Path(args.dgl_repo), tag, example, out)
+            for _ in range(args.runs if path is not None else 0):  # cells alternate
+                for system, cmd, env in _runs(example, path, out, args.strategies):
+                    row = {"example": name, "tag": tag, "system": system,
+                           **_measure(cmd, out, env, example)}
+                    print(json.dumps(row), flush=True)
+                    rows.append(row)
     print(markdown_table(_summary(rows)))
 
 

@@ -46,7 +46,8 @@ def typed_spaces(pdir: PartitionDir) -> dict[str, NodeSpace]:
         if (to_rows < 0).any():  # every node is some part's core node, once
             raise InvalidValueError(f"{pdir.path}: node type {ntype!r} has nodes no part owns")
         spaces[ntype] = NodeSpace(ntype, RowPolicy(RangeBook(offsets)), hi - lo,
-                                  torch.from_numpy(to_rows), lo, typed=True)
+                                  torch.from_numpy(to_rows), lo, typed=True,
+                                  names=pdir.ndata_names)
     return spaces
 
 
@@ -72,16 +73,17 @@ class TypedNodeData:
 
     def keys(self) -> list[str]:
         prefix = self._space.key("")
-        return [n[len(prefix):] for n in self._g.store.names() if n.startswith(prefix)]
+        return [self._space.shown(n[len(prefix):]) for n in self._g.store.names()
+                if n.startswith(prefix)]
 
-    def __contains__(self, name: object) -> bool:
-        return name in self.keys()
+    def __contains__(self, name: object) -> bool:  # a renamed stored name reaches it too
+        return name in self.keys() or self._space.shown(name) in self.keys()
 
     def __iter__(self):
         return iter(self.keys())
 
     def __getitem__(self, name: str) -> NodeDataView:
-        if name not in self.keys():
+        if name not in self:
             raise UnknownNameError(f"g.nodes[{self._space.ntype!r}].data[{name!r}]: node type "
                                    f"{self._space.ntype!r} has no such data; it has "
                                    f"{self.keys()}")

@@ -171,18 +171,24 @@ class ConvWrapper(nn.Module):
             return getattr(self.conv, name)
 
 
+_NOT_CONVS = tuple(f"dgl.nn.pytorch.{m}" for m in ("utils", "linear", "sparse_emb", "factory"))
+"""dgl.nn's modules that run on no graph (``WeightBasis``, ``TypedLinear``, embeddings)."""
+
+
 def graph_convs(model: nn.Module) -> list[tuple[nn.Module, str]]:
     """The model's graph convs (in registration order) and their dotted names.
 
     A module counts as a conv when an adapter is registered for it or it comes from
-    ``dgl.nn``; modules inside a conv are part of it.
+    ``dgl.nn`` (but for its helpers that run on no graph, :data:`_NOT_CONVS`); modules
+    inside a conv are part of it.
     """
     found: list[tuple[nn.Module, str]] = []
     for name, module in model.named_modules():
         if module is model or any(name.startswith(f"{outer}.") for _, outer in found):
             continue
+        where = type(module).__module__
         if any(c.__name__ in LAYERS for c in type(module).__mro__) or \
-                type(module).__module__.startswith("dgl.nn"):
+                where.startswith("dgl.nn") and not where.startswith(_NOT_CONVS):
             found.append((module, name))
     return found
 

@@ -331,7 +331,14 @@ class TypedImporter:
             "feat_dim": 0, "num_classes": num_classes, "relabeled": self.relabeled,
             "node_book": RangeBook(cfg.node_offsets).to_json(), "feature_layout": "rows",
             "feature_slices": [0, 0], "dataset": self.provenance(), "types": types.to_json(),
-            **({"edge_data": spec} if spec else {})}
+            "ndata_names": self._ndata_names(), **({"edge_data": spec} if spec else {})}
+
+    def _ndata_names(self) -> dict[str, str]:
+        """The graph's own name of the labels where it is not ``label`` (``labels`` in DGL's
+        R-GCN example): the manifest's ``ndata_names``."""
+        seen = self.names[0].values() if self.names is not None else []
+        used = {n for names in seen for n in names if n in self._label_names()}
+        return {"label": used.pop()} if len(used) == 1 and "label" not in used else {}
 
     def provenance(self) -> dict[str, Any]:
         cfg, keys = self.cfg, self.keys

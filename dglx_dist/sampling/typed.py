@@ -161,13 +161,17 @@ class TypedBlockSampler:
             d - self._dst_offset.index_select(0, etype)
         eid = eid.index_select(0, order) - self._eid_offset.index_select(0, etype)
         counts = torch.bincount(etype, minlength=len(self.etypes)).tolist()
-        edges = dict(zip(self.etypes, zip(torch.split(s, counts), torch.split(d, counts))))
-        graph = dgl.heterograph(edges, num_nodes_dict=self.ids.sizes)
+        # the edge types with sampled edges only, as DGL's distributed sampler gives them (a
+        # HeteroGraphConv then computes no empty outputs for types nothing reaches)
+        kept = [i for i, c in enumerate(counts) if c] or list(range(len(counts)))
+        parts = list(zip(torch.split(s, counts), torch.split(d, counts), torch.split(eid, counts)))
+        graph = dgl.heterograph({self.etypes[i]: parts[i][:2] for i in kept},
+                                num_nodes_dict=self.ids.sizes)
         block = dgl.to_block(graph, dst_nodes=frontier)
         # to_block numbers each type's edges by the throwaway graph's ids: per-type ids instead
-        for et, ids in zip(self.etypes, torch.split(eid, counts)):
-            data = block.edges[et].data
-            data[dgl.EID] = ids.index_select(0, data[dgl.EID])
+        for i in kept:
+            data = block.edges[self.etypes[i]].data
+            data[dgl.EID] = parts[i][2].index_select(0, data[dgl.EID])
         return block
 
 

@@ -84,6 +84,16 @@ class SetupRequest:
     by: str = "setup"
 
 
+def step_rows(out: torch.Tensor, state: StepState) -> torch.Tensor:
+    """The step's rows of a model's output, with the gradient weight of this rank's loss
+    applied (see :class:`~dglx_dist.strategies.steps.StepState`)."""
+    if state.rows is not None:
+        out = out.index_select(0, state.rows.to(out.device))
+    if state.weight is not None and torch.is_grad_enabled():
+        out = scale_grad(out, state.weight)
+    return out
+
+
 class Strategy(abc.ABC):
     """The core every strategy implements (optional abilities:
     :mod:`dglx_dist.strategies.abilities`).
@@ -136,11 +146,9 @@ class Strategy(abc.ABC):
         state = getattr(blocks, "state", None)
         if state is None:
             return out
-        if state.rows is not None:
-            out = out.index_select(0, state.rows.to(out.device))
-        if state.weight is not None and torch.is_grad_enabled():
-            out = scale_grad(out, state.weight)
-        return out
+        if isinstance(out, dict) and state.ntype is not None:  # outputs by node type
+            return {state.ntype: step_rows(out[state.ntype], state)}
+        return step_rows(out, state)
 
     def after_backward(self, steps: Sequence[StepState]) -> None:
         """Called after every backward pass (e.g. to account traffic done by DDP), with the

@@ -43,12 +43,16 @@ class StepState:
             (None: none; DDP averages instead).
         epoch: the epoch the step belongs to (seeds dropout masks computed off the model).
         plan: strategy-specific handle of the step's static structures (e.g. a co-batch).
+        ntype: on a graph with types, the node type ``rows`` are of: a model's outputs by
+            type (a dict) become the step's rows of that type alone, as a model's outputs
+            on DGL's sampled blocks of seeds of one type are.
     """
 
     rows: torch.Tensor | None = None
     weight: float | None = None
     epoch: int = 0
     plan: object = None
+    ntype: str | None = None
 
 
 _STATE = "_dglx_step_state"  # a yielded block's attribute: the state of its step

@@ -16,6 +16,8 @@ def main():
     parser.add_argument("--parts", type=int, default=2)
     args = parser.parse_args()
     g = to_dgl(mag_dataset(MAG_PRESETS["mag-small"]))
+    # the name DGL's distributed R-GCN example gives the papers' labels
+    g.nodes["paper"].data["labels"] = g.nodes["paper"].data.pop("label")
     dgl.distributed.partition_graph(g, "mag", args.parts, args.out, part_method="metis",
                                     balance_edges=True)
 

@@ -60,7 +60,7 @@ class RGCN(torch.nn.Module):
     def forward(self, blocks, x):
         h = {t: self.proj[t](v) if t in self.proj else v for t, v in x.items()}
         h = {t: F.relu(v) for t, v in self.convs[0](blocks[0], h).items()}
-        return self.convs[1](blocks[1], h)["paper"]
+        return self.convs[1](blocks[1], h)  # by node type, as DGL's R-GCN examples return
 
 
 def _emb_init(shape, dtype):
@@ -122,7 +122,9 @@ def rgcn_step(g, emb, model, input_nodes, output_nodes, blocks, name=lambda k: k
     x = {t: g.nodes[t].data["feat"][ids] for t, ids in input_nodes.items() if t != "author"}
     handles = sorted(type(v).__name__ for v in x.values())
     x["author"] = emb(input_nodes["author"])
-    logits = model(blocks, x)
+    out = model(blocks, x)  # the seeds' type alone, as on DGL's distributed blocks
+    assert list(out) == ["paper"], {t: tuple(v.shape) for t, v in out.items()}
+    logits = out["paper"]
     F.cross_entropy(logits, g.nodes["paper"].data["label"][output_nodes["paper"]]).backward()
     ids, grads = emb.inner.gradients()
     return {"handles": handles, "outputs": output_nodes["paper"].tolist(),
@@ -147,7 +149,7 @@ def _reference(outputs, norm="right"):
     for ids in outputs:
         model.zero_grad()
         authors.grad = None
-        logits = model([g, g], x)[ids]
+        logits = model([g, g], x)["paper"][ids]
         F.cross_entropy(logits, g.nodes["paper"].data["label"][ids]).backward()
         out.append((logits.detach(), {k: torch.tensor(_grad(v)) for k, v in model.named_parameters()},
                     authors.grad.clone()))
@@ -386,7 +388,7 @@ def _train_embeddings(session, cache, take):
                 taken.append(emb.inner._offer is not None and emb.inner._offer[0] is ids)
                 x[t] = emb(ids)
             labels = g.nodes["paper"].data["label"][given(output_nodes["paper"])]
-            F.cross_entropy(model(blocks, x), labels).backward()
+            F.cross_entropy(model(blocks, x)["paper"], labels).backward()
             opt.step()
     with torch.no_grad():
         rows = {t: emb(torch.arange(g.num_nodes(t))).tolist() for t, emb in embs.items()}

@@ -122,8 +122,9 @@ def _leaks(g):
         got = _describe(batch)
         writes = {e for e in got["pos"][":".join(WRITES)] if pairs[e] == 1}
         for block in got["blocks"]:
-            leaks += len(writes & set(block[":".join(WRITES)]))
-            leaks += len({(v, u) for u, v in writes} & set(block["paper:rev-writes:author"]))
+            rev = set(block.get("paper:rev-writes:author", []))  # (left out without edges)
+            leaks += len(writes & set(block.get(":".join(WRITES), [])))
+            leaks += len({(v, u) for u, v in writes} & rev)
         assert torch.equal(batch[3][0].srcnodes["paper"].data["feat"],
                            g.nodes["paper"].data["feat"][batch[0]["paper"]])
         batches += 1
@@ -204,7 +205,9 @@ def _pairs(edges):
 
 
 def _same_edges(got, want, what):
-    """Per edge type, the same edges with their multiplicities."""
+    """Per edge type, the same edges with their multiplicities (a type without edges may be
+    left out: DGL's distributed sampler, unlike its sampler on one graph, leaves it out)."""
+    got, want = ({et: e for et, e in edges.items() if len(e)} for edges in (got, want))
     assert got.keys() == want.keys(), what
     for et in want:
         assert collections.Counter(map(tuple, got[et])) == collections.Counter(
@@ -248,9 +251,9 @@ def test_reverse_types_batch_matches_dgl_and_leaves_the_edges_out(job):
         rev = {(v, u) for u, v in writes}
         cites = set(_pairs(got["pos"]["paper:cites:paper"]))
         for block in got["blocks"]:
-            assert not writes & set(_pairs(block["author:writes:paper"]))
-            assert not rev & set(_pairs(block["paper:rev-writes:author"]))
-            assert not cites & set(_pairs(block["paper:cites:paper"]))
+            assert not writes & set(_pairs(block.get("author:writes:paper", [])))
+            assert not rev & set(_pairs(block.get("paper:rev-writes:author", [])))
+            assert not cites & set(_pairs(block.get("paper:cites:paper", [])))
         for u, v in writes:  # in the graph, into a destination of the last layer
             assert v in got["last_dst"]["paper"]
             assert u in g.in_edges(torch.tensor([v]), etype="writes")[0].tolist()

@@ -123,6 +123,8 @@ def test_features_labels_and_masks_by_original_id(imported, name):
     prov = pdir.manifest["dataset"]
     assert prov["not_imported"] == {"node_data": ["field/year"]}
     assert prov["node_ids"].startswith("given") and prov["absent_masks_as_false"] == []
+    # the graph's own name of the labels, for g.nodes["paper"].data (DGL's R-GCN: "labels")
+    assert pdir.ndata_names == ({} if label_key == "label" else {"label": label_key})
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

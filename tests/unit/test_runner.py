@@ -71,8 +71,8 @@ def test_the_runner_installs_its_pieces_and_restores_dgl_and_torch(tmp_path):
         assert isinstance(real_ddp.__new__(real_ddp), DistributedDataParallel)
         assert not isinstance(torch.nn.Linear(1, 1), DistributedDataParallel)
         with pytest.raises(StateError, match="built no dgl.distributed.DistGraph"):
-            contextvars.Context().run(DistributedDataParallel, torch.nn.Linear(1, 1),
-                                      device_ids=[0])
+            contextvars.Context().run(DistributedDataParallel, torch.nn.ModuleList(
+                [dgl.nn.GraphConv(1, 1)]), device_ids=[0])  # (without a conv: torch's DDP)
     assert _dgl_own() and dglx_dist.dgl.distributed.DistGraph.__module__ == "dglx_dist.distributed"
 
 

@@ -329,7 +329,8 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         for b in order:
             cob, rows = plans[b], rows_of[b]
             blocks = Blocks([lp.block for lp in cob.layers],
-                            StepState(rows=rows, weight=weight, epoch=epoch, plan=b))
+                            StepState(rows=rows, weight=weight, epoch=epoch, plan=b,
+                                      ntype=ntype))
             yield typed_step(cob, self.types, ntype, blocks) if ntype is not None else \
                 Step(cob.nodes, cob.nodes.index_select(0, rows), blocks)
 
