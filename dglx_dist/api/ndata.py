@@ -274,6 +274,14 @@ class NodeDataView:
         as the whole tensor it views, read by this rank: loading gives that tensor."""
         return self.full().__reduce_ex__(protocol)
 
+    def __copy__(self) -> "NodeDataView":  # a copy is another view of the same rows
+        view = object.__new__(type(self))
+        view.__dict__.update(self.__dict__)
+        return view
+
+    def __deepcopy__(self, memo) -> "NodeDataView":
+        return self.__copy__()
+
     def _ids(self, key) -> torch.Tensor:
         if isinstance(key, slice):
             return torch.arange(self.space.num_nodes)[key]

@@ -161,6 +161,16 @@ class DistModel(nn.Module):
         inner = self.wrapped
         return inner.module if isinstance(inner, nn.parallel.DistributedDataParallel) else inner
 
+    def __getattr__(self, name: str) -> Any:
+        """What the wrapper does not have is the user's module's (as FSDP forwards it):
+        ``model.inference(...)``, ``model.layers``."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == "wrapped":
+                raise
+            return getattr(self.module, name)
+
     def forward(self, graph, x=None) -> torch.Tensor:
         strategy = self._graph.strategy
         if isinstance(graph, DistGraph):

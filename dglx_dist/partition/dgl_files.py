@@ -28,8 +28,8 @@ import torch
 from dglx_dist.data.checked import check_range
 from dglx_dist.errors import PartitionError, PartitionFormatError
 
-__all__ = ["NodeDataKeys", "node_data_keys", "found_keys", "USUAL_NAMES", "load_id_map", "load_typed_id_maps",
-           "load_graph", "load_tensors"]
+__all__ = ["NodeDataKeys", "node_data_keys", "found_keys", "USUAL_NAMES", "load_id_map",
+           "load_typed_id_maps", "load_graph", "load_tensors"]
 
 _ERR = PartitionFormatError
 

@@ -50,10 +50,10 @@ from dglx_dist.errors import PartitionError, PartitionFormatError
 from dglx_dist.partition.book import RangeBook
 from dglx_dist.partition.dgl_config import DglConfig, DglTypedConfig, read_dgl_config
 from dglx_dist.partition.dgl_edge_data import EdgeDataImport
-from dglx_dist.partition.dgl_files import (NodeDataKeys, checked_num_classes, class_ids,
-                                           inner_edges, load_graph, load_id_map,
-                                           load_tensors, load_typed_id_maps, node_data_keys,
-                                           found_keys, USUAL_NAMES)
+from dglx_dist.partition.dgl_files import (USUAL_NAMES, NodeDataKeys, checked_num_classes,
+                                           class_ids, found_keys, inner_edges, load_graph,
+                                           load_id_map, load_tensors, load_typed_id_maps,
+                                           node_data_keys)
 from dglx_dist.partition.dgl_typed import TypedImporter
 from dglx_dist.partition.io import PARTITION_DIR, write_partitions
 from dglx_dist.partition.layout import Partition

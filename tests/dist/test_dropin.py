@@ -85,6 +85,7 @@ def _one_step_of(g, loader, model):
         model.clip_grad_norm_(CLIP)  # the whole model's norm, p3's slices included
         opt.step()
         outputs.append(output_nodes.tolist())
+    assert model.layers is model.module.layers  # the user's module's attributes, forwarded
     params = {k: v.tolist() for k, v in model.module.state_dict().items()}
     cols = None
     if hasattr(g.strategy, "cols"):  # p3: this rank's input columns of the first conv

@@ -22,7 +22,8 @@ from dglx_dist.runtime.comm import Comm
 from dglx_dist.strategies.granndis.cobatch import (CoBatchPlan, GroupNodes, batch_edges,
                                                    build_cobatch, levels)
 
-__all__ = ["ServerGraph", "Batching", "TARGETS", "LAYER_PLAN", "plan_of", "clusters", "cobatch_plans", "target_rows"]
+__all__ = ["ServerGraph", "Batching", "TARGETS", "LAYER_PLAN", "plan_of", "clusters",
+           "cobatch_plans", "target_rows"]
 
 
 @dataclasses.dataclass(frozen=True)
