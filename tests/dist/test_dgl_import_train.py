@@ -93,8 +93,9 @@ def test_typed_dgl_partitions_open_as_a_typed_dist_graph(tmp_path):
         _, _, blocks = sampler.sample_blocks(g, {"paper": seeds})
         want = {t: sorted(blocks[0].srcnodes[t].data[dgl.NID].tolist()) for t in g.ntypes}
         assert {t: out["inputs"].get(t, []) for t in g.ntypes} == want, r
-        assert out["edges"] == [{":".join(e): b.num_edges(e) for e in b.canonical_etypes}
-                                for b in blocks], r
+        # (the edge types with edges: DGL's distributed blocks leave the others out)
+        assert out["edges"] == [{":".join(e): b.num_edges(e) for e in b.canonical_etypes
+                                 if b.num_edges(e)} for b in blocks], r
 
 
 def _dgl_surface(session, json_path, cache):
