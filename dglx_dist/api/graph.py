@@ -161,13 +161,11 @@ class DistGraph(EdgeStructure):
 
     def node_attr_schemes(self) -> dict[str, Scheme]:
         """DGL's: each node-data name's row shape and dtype (a graph without types)."""
-        return {n: Scheme(tuple(v.shape[1:]), v.dtype)
-                for n, v in ((n, self.ndata[n]) for n in self.ndata)}
+        return _schemes(self.ndata)
 
     def edge_attr_schemes(self) -> dict[str, Scheme]:
         """DGL's: each edge-data name's row shape and dtype (a graph of one edge type)."""
-        return {n: Scheme(tuple(v.shape[1:]), v.dtype)
-                for n, v in ((n, self.edata[n]) for n in self.edata)}
+        return _schemes(self.edata)
 
     def is_pinned(self) -> bool:
         """DGL's: the graph's structure is not in pinned memory (it is held by parts)."""
@@ -380,3 +378,8 @@ def distribute(g, strategy: str | Strategy = "distdgl", *,
                   "writing the graph given to distribute", wait_timeout)
     parts = ensure_partitions(data, built, session, cache_dir, wait_timeout)
     return DistGraph(parts, built, session=session)
+
+
+def _schemes(data) -> dict[str, Scheme]:
+    """Each name of ``data`` (``g.ndata`` or ``g.edata``) with its rows' shape and dtype."""
+    return {n: Scheme(tuple(data[n].shape[1:]), data[n].dtype) for n in data}

@@ -77,7 +77,8 @@ class TypedNodeData:
                 if n.startswith(prefix)]
 
     def __contains__(self, name: object) -> bool:  # a renamed stored name reaches it too
-        return name in self.keys() or self._space.shown(name) in self.keys()
+        keys = self.keys()
+        return name in keys or self._space.shown(name) in keys
 
     def __iter__(self):
         return iter(self.keys())

@@ -29,7 +29,7 @@ from typing import Any
 
 
 from dglx_dist.api import graph as _graph
-from dglx_dist.api.loader import DataLoader as DistNodeDataLoader, DistEdgeDataLoader
+from dglx_dist.api.loader import DistEdgeDataLoader, DistNodeDataLoader
 from dglx_dist.api.split import edge_split, node_split
 from dglx_dist.api.tensor import DistTensor
 from dglx_dist.distributed import optim

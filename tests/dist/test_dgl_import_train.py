@@ -115,7 +115,8 @@ def _dgl_surface(session, json_path, cache):
         other = "no error"
     except Exception as exc:  # noqa: BLE001 (the message is the result)
         other = str(exc)
-    return {"keys": keys, "features": g.ndata["features"][ids].tolist(),
+    schemes = {n: (tuple(v.shape), str(v.dtype)) for n, v in g.node_attr_schemes().items()}
+    return {"keys": keys, "schemes": schemes, "features": g.ndata["features"][ids].tolist(),
             "labels": g.ndata["labels"][ids].tolist(), "dtype": str(g.ndata["features"].dtype),
             "stored_name": g.ndata["feat"][ids].tolist(),  # the role's name reaches it too
             "partid": pb.partid, "nids": pb.partid2nids(pb.partid).tolist(),
@@ -144,6 +145,8 @@ def test_dgl_example_partitions_keep_their_names_and_dgls_book(tmp_path):
         out = res[r]
         assert out["keys"] == ["features", "labels", "test_mask", "train_mask", "val_mask"]
         assert out["dtype"] == "torch.float32" and out["partid"] == r
+        assert out["schemes"]["features"] == [[1433], "torch.float32"]
+        assert out["schemes"]["labels"] == [[], "torch.int64"]
         assert out["features"] == out["stored_name"]
         assert out["nids"] == gpb.partid2nids(r).tolist()
         assert out["eids"] == gpb.partid2eids(r).tolist()
