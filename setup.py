@@ -42,7 +42,7 @@ DOCS = ["mkdocs>=1.6.1", "mkdocs-material>=9.8", "mkdocstrings[python]>=1.0.8",
 TEST_REQUIRES = ["pytest>=7", "pytest-timeout", "hypothesis", "boto3"]
 
 EXTRAS = {
-    "test": [*TEST_REQUIRES, "matplotlib", *DOCS],
+    "test": [*TEST_REQUIRES, "matplotlib", "torchmetrics", *DOCS],  # a DGL script's metrics
     "docs": DOCS,
     "aws": ["boto3"],
     "plot": ["matplotlib"],

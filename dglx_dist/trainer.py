@@ -60,7 +60,7 @@ from dglx_dist.memory import SavedBytes
 from dglx_dist.report import json_record
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.runtime.session import Session
-from dglx_dist.strategies.abilities import StrategyState, epochs_of
+from dglx_dist.strategies.abilities import HoldsRows, StrategyState, epochs_of
 from dglx_dist.strategies.base import Strategy
 from dglx_dist.strategies.epochs import EpochResult, TrainHooks
 from dglx_dist.strategies.steps import LoaderSpec
@@ -94,8 +94,9 @@ def _loader(graph: DistGraph, seeds, split: str, spec: LoaderSpec) -> DataLoader
     the graph in one batch, pulls one batch at a time, so its peak memory is one batch's."""
     from dgl.dataloading import NeighborSampler
 
-    sampler = NeighborSampler(list(spec.fanouts), prefetch_node_feats=["feat"],
-                              prefetch_labels=["label"])
+    held = isinstance(graph.strategy, HoldsRows) and "feat" in graph.strategy.held_rows
+    sampler = NeighborSampler(list(spec.fanouts), prefetch_node_feats=[] if held else ["feat"],
+                              prefetch_labels=["label"])  # held rows: read where they are
     return DataLoader(graph, seeds, sampler, batch_size=spec.batch_size,
                       shuffle=spec.shuffle, drop_last=spec.drop_last, seed=spec.seed,
                       use_prefetch_thread=split == "train")
@@ -240,7 +241,7 @@ class Trainer:
             preds.append(self.forward(batch).argmax(1))  # every rank: forwards may exchange
             labels.append(batch.y)
         self.model.train(was_training)
-        return accuracy(torch.cat(preds), torch.cat(labels), session=self.session)
+        return float(accuracy(torch.cat(preds), torch.cat(labels), session=self.session))
 
     def close(self) -> None:
         """Releases what the graph and its strategy hold (KVStore memory); the session stays

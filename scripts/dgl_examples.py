@@ -43,6 +43,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from dglx_dist.bench.dgl_distdgl import shm_wrapper  # noqa: E402
+from dglx_dist.bench.procs import run_group  # noqa: E402
 from dglx_dist.report import markdown_table  # noqa: E402
 from dglx_dist.runtime.env import free_local_port  # noqa: E402
 from dglx_dist.strategies import STRATEGIES  # noqa: E402
@@ -79,6 +81,32 @@ sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
+MACHINE = """
+import os, runpy, subprocess, sys
+machine = sys.argv[2]
+if sys.argv[1] == "trainer":  # every machine is 127.0.0.1 here: DGL's client is told which
+    import dgl.dataloading, dgl.distributed
+    from dgl.distributed import rpc_client
+    rpc_client.get_local_machine_id = lambda _namebook: int(machine)
+    for name in ("DistNodeDataLoader", "DistEdgeDataLoader"):  # as SHIM does
+        if not hasattr(dgl.distributed, name):
+            setattr(dgl.distributed, name, getattr(dgl.dataloading, name))
+    sys.argv = sys.argv[3:]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+    sys.exit(0)
+server = subprocess.Popen([sys.executable, "-m", "dglx_dist.bench.dgl_distdgl_worker", "server",
+                           "--machine", machine, "--ip-config", os.environ["DGL_IP_CONFIG"],
+                           "--result-dir", os.path.dirname(os.environ["DGL_IP_CONFIG"])],
+                          env={**os.environ, "DGL_ROLE": "server", "DGL_SERVER_ID": machine})
+trainer = subprocess.run([sys.executable, __file__, "trainer", *sys.argv[2:]],
+                         env={**os.environ, "DGL_ROLE": "client", "DGL_DIST_MODE": "distributed",
+                              "DGL_GROUP_ID": "0", "RANK": machine, "LOCAL_RANK": "0"})
+server.wait(timeout=60)
+sys.exit(trainer.returncode or server.returncode)
+"""
+"""One simulated machine of DGL's own DistDGL: a DGL server (the bench's worker) and one
+trainer running the example script, in a private /dev/shm (``shm_wrapper``)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Example:
@@ -114,7 +142,7 @@ EXAMPLES = {
 CONFIG_FLAG = {"cora": "--part_config", "mag": "--conf-path"}
 
 
-def _env(**extra) -> dict[str, str]:
+def run_env(**extra) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DGLX_")}
     env.update({"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "DGLX_TIMEOUT": "120"},
                **extra)
@@ -133,11 +161,17 @@ def _script(repo: Path, tag: str, example: Example, out: Path) -> Path | None:
     return path
 
 
-def _measure(cmd: list[str], cwd: Path, env: dict[str, str], example: Example) -> dict:
-    """Runs one script; its exit code, test accuracy (the mean over the ranks' lines, or
-    the last line: rank 0's, over every test node), mean epoch time and wall time."""
+def _measure(cmd: list, cwd: Path, env: dict[str, str], example: Example) -> dict:
+    """Runs one script (a command, or DGL DistDGL's machines: a list of them); its exit code,
+    test accuracy (the mean over the ranks' lines, or the last line: rank 0's, over every
+    test node), mean epoch time and wall time."""
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=1800)
+    if isinstance(cmd[0], list):
+        done, _ = run_group(cmd, env, 1800, [None] * len(cmd))  # absolute paths
+        r = subprocess.CompletedProcess(cmd, max(p.returncode for p in done),
+                                        "".join(p.stdout for p in done), "")
+    else:
+        r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=1800)
     accs = [float(a) for a in re.findall(example.accuracy, r.stdout)]
     accs = accs if example.each_rank else accs[-1:]
     epochs = [float(t) for t in re.findall(r"TrainEpochTime\(mean\) ([0-9.]+)", r.stdout)]
@@ -156,16 +190,33 @@ def _runs(example: Example, path: Path, out: Path, strategies: list[str]):
     plain = [*torchrun, str(free_local_port()), "--nproc-per-node", "1", str(out / "shim.py"),
              str(path), *example.args, flag, str(one)]
     plain += ["--standalone"] if example.standalone_flag else []
-    yield "DGL standalone (1 part, 1 process)", plain, _env(DGL_DIST_MODE="standalone")
+    yield "DGL standalone (1 part, 1 process)", plain, run_env(DGL_DIST_MODE="standalone")
+    yield "DGL DistDGL (2 machines, 1 trainer each)", *_dgl_machines(example, path, out, two)
     for strategy in strategies:
         if example.strategies is None or strategy in example.strategies:
             cmd = [*torchrun, str(free_local_port()), "--nproc-per-node", "2", "-m",
                    "dglx_dist.run", "--strategy", strategy, "--cache-dir", str(out / "cache"),
                    str(path), *example.args, flag, str(two)]
-            yield f"dglx_dist.run {strategy}", cmd, _env(DGLX_VIRTUAL_SERVERS="2")
+            yield f"dglx_dist.run {strategy}", cmd, run_env(DGLX_VIRTUAL_SERVERS="2")
 
 
-def _summary(rows: list[dict]) -> list[dict]:
+def _dgl_machines(example: Example, path: Path, out: Path, config: Path):
+    """DGL's own DistDGL run of the script on the 2-part partitions: 2 simulated machines
+    (commands), each a server and a trainer, and their environment."""
+    ip_config = out / "dgl-machines" / "ip_config.txt"
+    ip_config.parent.mkdir(exist_ok=True)
+    ip_config.write_text("".join(f"127.0.0.1 {free_local_port()}\n" for _ in range(2)))
+    args = [str(ip_config) if a == "ip_config.txt" else a for a in example.args]
+    cmds = [[*shm_wrapper(), sys.executable, str(out / "machine.py"), "machine", str(m),
+             str(path), *args, CONFIG_FLAG[example.data], str(config)] for m in range(2)]
+    env = run_env(DGL_NUM_SAMPLER="0", DGL_NUM_CLIENT="2", DGL_NUM_SERVER="1",
+                  DGL_CONF_PATH=str(config), DGL_IP_CONFIG=str(ip_config),
+                  DGL_GRAPH_FORMAT="csc", MASTER_ADDR="127.0.0.1",
+                  MASTER_PORT=str(free_local_port()), WORLD_SIZE="2")
+    return cmds, env
+
+
+def summary(rows: list[dict]) -> list[dict]:
     """One row per (example, tag, system): exit codes, the median test accuracy and its
     range, the median epoch time."""
     cells: dict[tuple, list[dict]] = {}
@@ -196,11 +247,12 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "ip_config.txt").write_text("127.0.0.1\n")
     (out / "shim.py").write_text(SHIM)
+    (out / "machine.py").write_text(MACHINE)
     for data, code in (("cora", CORA), ("mag", MAG)):
         for parts in (1, 2):
             if not (out / f"{data}{parts}" / f"{data}.json").is_file():
                 subprocess.run([sys.executable, "-c", code, str(out / f"{data}{parts}"),
-                                str(parts)], check=True, capture_output=True, env=_env())
+                                str(parts)], check=True, capture_output=True, env=run_env())
     rows = []
     for name in args.examples:
         example = EXAMPLES[name]
@@ -212,7 +264,7 @@ def main() -> None:
                            **_measure(cmd, out, env, example)}
                     print(json.dumps(row), flush=True)
                     rows.append(row)
-    print(markdown_table(_summary(rows)))
+    print(markdown_table(summary(rows)))
 
 
 if __name__ == "__main__":

@@ -46,10 +46,12 @@ from dglx_dist.api.split import edge_share, node_share
 from dglx_dist.api.typed_link import TypedEdgePairs
 from dglx_dist.api.types import typed_prefetch
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
+from dglx_dist.kvstore.base import PullUnderWay
 from dglx_dist.runtime.agree import differing_ranks, ids_digest, on_every_rank, same_call
 from dglx_dist.runtime.transfer import DeviceCopies
+from dglx_dist.sampling import even_chunk
 from dglx_dist.sampling.options import UNIFORM
-from dglx_dist.strategies.abilities import LinkPrediction, StepsInTurn
+from dglx_dist.strategies.abilities import DrawsBlocks, HoldsRows, LinkPrediction, StepsInTurn
 from dglx_dist.strategies.base import SetupRequest, implied_layers
 from dglx_dist.strategies.steps import (EdgeStep, LoaderSpec, Step, place_step, sampled_epoch,
                                         sampled_plan, step_graphs)
@@ -125,13 +127,23 @@ class DataLoader:
         call = (f"DataLoader({'edge' if pairs else 'node'} ids, {drawn}, "
                 f"batch_size={spec.batch_size}, shuffle={spec.shuffle})")
         same_call(session, call)
-        ids = self._own_ids(indices, use_ddp, edges=pairs is not None)
+        ids, every = self._own_ids(indices, use_ddp, edges=pairs is not None)
         depth = len(spec.fanouts) or implied_layers(graph.strategy) or 2
         self.strategy = graph.setup(SetupRequest(depth, by=call))
-        part_ids = ids if pairs else graph.part_ids(ids).sort().values
+        # ids the same on every rank, unshuffled, into sampled blocks: DGL's use_ddp split, a
+        # contiguous run of them per rank, in their order, batches in that order (a
+        # layer-wise inference over arange(N) writes y[output_nodes[0]:output_nodes[-1] + 1])
+        in_order = every is not None and not spec.shuffle
+        if in_order and isinstance(self.strategy, DrawsBlocks):
+            ids = even_chunk(every, session.world_size, session.rank)
+        part_ids = graph.part_ids(ids) if in_order else \
+            ids if pairs else graph.part_ids(ids).sort().values
         plan = on_every_rank(session, "DataLoader",
                              lambda: self.strategy.loader_plan(part_ids, self.spec))
         self._own = plan is not None
+        if not self._own and in_order:  # a strategy's own split, but sampled blocks here
+            ids = even_chunk(every, session.world_size, session.rank)
+            part_ids = graph.part_ids(ids)
         self.plan = plan if self._own else sampled_plan(session.world, part_ids, self.spec)
         self.indices, self.epoch = ids, 0
         self.lookahead = use_prefetch_thread is not False
@@ -145,9 +157,11 @@ class DataLoader:
         sampling); by default each iteration is the one after the last."""
         self.epoch = int(epoch)
 
-    def _own_ids(self, indices, use_ddp: bool, edges: bool) -> torch.Tensor:
+    def _own_ids(self, indices, use_ddp: bool,
+                 edges: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """This rank's node (edge) ids: its share when every rank passed the same ids (or
-        ``use_ddp``), else the ids as given (collective)."""
+        ``use_ddp``), else the ids as given (collective); and all of the ids (sorted) where
+        they were node ids split here (on a graph without types), else None."""
         g, session = self.graph, self.graph.session
         count, kind = (g.num_edges(), "edge") if edges else (g.num_nodes(), "node")
 
@@ -159,8 +173,10 @@ class DataLoader:
         ids = on_every_rank(session, "DataLoader", read)
         same = not differing_ranks(session, ids_digest(ids))
         if use_ddp or (same and session.world_size > 1):
-            return (edge_share if edges else node_share)(torch.unique(ids), g)
-        return ids
+            every = torch.unique(ids)
+            share = (edge_share if edges else node_share)(every, g)
+            return share, None if edges or g.is_typed else every
+        return ids, None
 
     def __len__(self) -> int:
         return self.plan.steps
@@ -220,9 +236,9 @@ class DataLoader:
         docs/porting.md has the numbers); rows the strategy holds itself are read at once."""
         blocks, ndata = step_graphs(step), self.graph.ndata
         state = getattr(step.blocks, "state", None)  # none on a subgraph
-        if not blocks or state is not None and state.rows is not None:  # a co-batch's
-            return lambda: place_step(step, self.device)  # shared structures
-        if self.graph.is_typed:
+        if not blocks or self.graph.is_typed and state is not None and state.rows is not None:
+            return lambda: place_step(step, self.device)  # a typed co-batch's outputs
+        if self.graph.is_typed:  # are some of its last block's destinations
             return typed_prefetch(self.graph, self.sampler, step, self._copies, self.device)
         edge = isinstance(step, EdgeStep)
         node_sampler = self.sampler.sampler if edge else self.sampler
@@ -235,16 +251,16 @@ class DataLoader:
                 put.append((-1, "dst", key, ndata[key].start_rows(step.output_nodes,
                                                                   unique=True)))
         for key in getattr(node_sampler, "prefetch_node_feats", None) or []:
-            put.append((0, "src", key, ndata[key].start_rows(step.input_nodes, unique=True)))
+            put.append((0, "src", key, self._source_rows(key, blocks[0], step.input_nodes)))
 
         def finish() -> Step | EdgeStep:
             # the rows' copies to the device start first, then the structure follows them
             edge_rows(self.graph, blocks, self._edge_feats)
             copies = []
-            for layer, side, key, rows in put:
+            for layer, side, key, rows in put:  # a handle (p3's column slice) as it is
                 value = rows.wait()
-                if isinstance(value, torch.Tensor):
-                    copies.append((layer, side, key, self._copies.start(value)))
+                copies.append((layer, side, key, self._copies.start(value)
+                               if isinstance(value, torch.Tensor) else lambda v=value: v))
             placed = place_step(step, self.device)
             for layer, side, key, ready in copies:
                 block = step_graphs(placed)[layer]
@@ -252,6 +268,18 @@ class DataLoader:
             return placed
 
         return finish
+
+    def _source_rows(self, key: str, block, inputs: torch.Tensor) -> PullUnderWay:
+        """The rows of ``key`` for every source of a step's first block, on their way: the
+        strategy's, where it holds them (granndis completes a co-batch's own rows from its
+        peers: ``input_nodes`` are its own rows among the sources), else pulled."""
+        held = self.strategy.source_rows(key, block) \
+            if isinstance(self.strategy, HoldsRows) else None  # collective: all at this step
+        if held is not None:
+            return PullUnderWay(lambda: held)
+        if block.num_src_nodes() != inputs.numel():
+            inputs = block.srcdata[dgl.NID]
+        return self.graph.ndata[key].start_rows(inputs, unique=True)
 
 
 def _as_given(ids):

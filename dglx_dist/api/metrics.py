@@ -35,14 +35,21 @@ def all_reduce(value, op: str = "sum", session: Session | None = None) -> torch.
     return t.reshape(torch.as_tensor(value).shape)
 
 
-def accuracy(logits: torch.Tensor, labels: torch.Tensor,
-             session: Session | None = None) -> float:
+def accuracy(logits: torch.Tensor, labels: torch.Tensor, task: str | None = None,
+             num_classes: int | None = None, session: Session | None = None) -> torch.Tensor:
     """The share of rows whose argmax is the label, over every rank's rows (collective;
-    ranks may pass different numbers of rows, none included)."""
+    ranks may pass different numbers of rows, none included): a 0-d tensor, as torchmetrics'
+    ``accuracy(preds, target, task="multiclass", num_classes=C)``, whose arguments it takes
+    (a script's ``.item()`` and ``float()`` both work)."""
+    if task not in (None, "multiclass", "binary"):
+        raise InvalidValueError(f"accuracy: task {task!r}; expected 'multiclass' (argmax of "
+                                "each row) or 'binary'")
     pred = logits.argmax(1) if logits.dim() > 1 else logits
+    if task == "binary" and pred.is_floating_point():
+        pred = (pred > 0.5).long()  # torchmetrics' threshold on probabilities
     counts = all_reduce(torch.tensor([float((pred == labels).sum()), float(labels.numel())]),
                         session=session)
-    return float(counts[0] / counts[1]) if counts[1] > 0 else 0.0
+    return (counts[0] / counts[1] if counts[1] > 0 else counts[0] * 0).float()
 
 
 def ranking_metrics(pos_score: torch.Tensor, neg_score: torch.Tensor,

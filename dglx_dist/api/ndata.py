@@ -190,25 +190,53 @@ class NodeDataView:
     @property
     def dtype(self) -> torch.dtype:
         """The rows' dtype (masks read as bool)."""
+        if self._cast is not None:
+            return self._cast
         if self.key in MASKS:
             return torch.bool
         return self._g.store.dtype(self.name) if self.name in self._g.store.names() else \
             torch.float32  # features a strategy holds itself
 
     device = torch.device("cpu")  # where reads land
+    _cast: torch.dtype | None = None  # what reads are cast to (None: the stored dtype)
+
+    def to(self, *args, **kwargs) -> "NodeDataView":
+        """This view with its reads landing on another device (and cast to another dtype), as
+        ``tensor.to(...)`` takes a tensor there: a view again, nothing is read here (a
+        script's ``g.ndata["feat"].to(device)`` would otherwise copy every node's row)."""
+        device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)  # nn.Module.to's parse
+        view = self.__copy__()
+        if device is not None:
+            view.device = device
+        if dtype is not None:
+            view._cast = dtype
+        return view
+
+    def cpu(self) -> "NodeDataView":
+        return self.to("cpu")
+
+    def cuda(self, device=None) -> "NodeDataView":
+        return self.to("cuda" if device is None else device)
+
+    def _placed(self, rows: Any) -> Any:
+        """Rows read through this view, on its device and in its dtype."""
+        if not isinstance(rows, torch.Tensor) or \
+                rows.device == self.device and (self._cast in (None, rows.dtype)):
+            return rows
+        return rows.to(device=self.device, dtype=self._cast or rows.dtype)
 
     def __len__(self) -> int:
         return self.space.num_nodes
 
     def __getitem__(self, key) -> Any:
-        if isinstance(key, NodeDataView) and not self.space.typed:
-            return self.local()[key.local().bool()]  # a mask of the same graph: this rank's rows
+        if isinstance(key, NodeDataView) and not self.space.typed:  # a mask of the same
+            return self.local()[key.local().bool().to(self.device)]  # graph: own rows
         taken = self._g.step_rows.take(self.name, key)  # a typed loader pulled them
         if taken is not None:
-            return self._typed(taken)
+            return self._placed(self._typed(taken))
         if not self._held_by_strategy():
             self._g.step_rows.note(self.name, self.space, key)
-        return self.rows(self.space.rows(self._ids(key)))
+        return self._placed(self.rows(self.space.rows(self._ids(key))))
 
     def __setitem__(self, key, values: torch.Tensor) -> None:
         """Writes rows (this rank alone; the owners apply them before it returns, and other
@@ -263,11 +291,12 @@ class NodeDataView:
         if self.space.typed:
             raise NotSupportedError(f"{self.what}: a graph with node types has no full-graph "
                                     "rows; index it with node ids of its type")
-        return self.rows(self._g.full_graph_form(f"{self.what}.local()").local_nodes())
+        return self._placed(self.rows(
+            self._g.full_graph_form(f"{self.what}.local()").local_nodes()))
 
     def full(self) -> torch.Tensor:
         """Every node's row, in node id order (the whole tensor)."""
-        return self.rows(self.space.rows(torch.arange(self.space.num_nodes)))
+        return self._placed(self.rows(self.space.rows(torch.arange(self.space.num_nodes))))
 
     def __reduce_ex__(self, protocol):
         """Pickled (``torch.save(g.ndata[name], f)``, a layer-wise inference's ``DistTensor``)
@@ -311,7 +340,7 @@ def as_node_ids(key, num_nodes: int, what: str, kind: str = "node") -> torch.Ten
         IndexError: anything else, naming ``what`` and what was expected.
     """
     # a view is the whole tensor (torch.as_tensor would read it row by row, a pull each)
-    ids = key.full() if isinstance(key, NodeDataView) else torch.as_tensor(key)
+    ids = key.full().cpu() if isinstance(key, NodeDataView) else torch.as_tensor(key)
     if ids.dtype == torch.bool:
         if ids.shape != (num_nodes,):
             raise IdOutOfRangeError(f"{what}: a boolean mask needs one entry per {kind} "

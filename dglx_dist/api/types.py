@@ -148,8 +148,7 @@ def typed_prefetch(graph: DistGraph, sampler, step, copies, device) -> Callable:
     returned callable gives the step on ``device`` with the rows on its last block's
     destinations (labels) and its first block's sources (features), and starts the pull of
     the step's rows the loop reads itself (:class:`~dglx_dist.api.step_rows.StepRows`)."""
-    put = []  # (layer, side, node type, name, rows under way); rows a strategy holds as a
-    # handle (p3's column slices) stay out of the blocks, as on a graph without types
+    put = []  # (layer, side, node type, name, rows under way or a handle: p3's column slice)
     edge = isinstance(step, EdgeStep)
     node_sampler = sampler.sampler if edge else sampler
     wanted = [(0, "src", step.input_nodes, getattr(node_sampler, "prefetch_node_feats", None))]
@@ -169,9 +168,9 @@ def typed_prefetch(graph: DistGraph, sampler, step, copies, device) -> Callable:
         edge_rows(graph, step.blocks, getattr(node_sampler, "prefetch_edge_feats", None) or [])
         # after the last step's writes (its optimizer step)
         graph.step_rows.start(step.input_nodes, getattr(step, "output_nodes", None))
-        ready = [(layer, side, ntype, name, copies.start(value))
-                 for layer, side, ntype, name, value in ((*p[:4], p[4].wait()) for p in put)
-                 if isinstance(value, torch.Tensor)]
+        ready = [(layer, side, ntype, name, copies.start(value)
+                  if isinstance(value, torch.Tensor) else lambda v=value: v)
+                 for layer, side, ntype, name, value in ((*p[:4], p[4].wait()) for p in put)]
         placed = place_step(step, device)
         for layer, side, ntype, name, value in ready:
             block = placed.blocks[layer]

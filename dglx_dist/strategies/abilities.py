@@ -119,6 +119,12 @@ class HoldsRows(abc.ABC):
     def local_rows(self, name: str, ids: torch.Tensor) -> Any:
         """Rows of ``name`` for ``ids`` this rank holds, or None (then read from the KVStore)."""
 
+    def source_rows(self, name: str, block) -> torch.Tensor | None:
+        """Every source row of ``name`` for a first block of one of its loader's steps (the
+        loader's ``prefetch_node_feats``; collective: every rank at the same step), or None
+        (then read as any rows)."""
+        return None
+
 
 class Float32Only(abc.ABC):
     """Its math runs in float32 alone (dorylus: tensor tasks travel as float32 arrays):

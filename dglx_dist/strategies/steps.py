@@ -10,7 +10,6 @@ prefetches batches (``list(loader)``) gets the same results as one who consumes 
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 from typing import Iterator, NamedTuple, Protocol
@@ -61,9 +60,10 @@ _STATE = "_dglx_step_state"  # a yielded block's attribute: the state of its ste
 class Blocks(list):
     """The blocks of one step (input layer first), with its :class:`StepState`.
 
-    Each block is a shallow copy of the drawn one that carries the state as an attribute
-    (the drawn one may be a strategy's static block, yielded again at later steps), so the
-    state survives what a script does to its blocks: DGL's ``block.to(device)``, ``.int()``
+    Each block is a local copy (``local_var()``: structure and data shared, its own frames) of
+    the drawn one that carries the state as an attribute (the drawn one may be a strategy's
+    static block, yielded again at later steps, whose frames a step's rows must not fill), so
+    the state survives what a script does to its blocks: DGL's ``block.to(device)``, ``.int()``
     and ``.long()`` copy a graph's attributes, and ``[b.to(device) for b in blocks]`` keeps
     the blocks (:meth:`of` finds the state again)."""
 
@@ -90,8 +90,8 @@ class Blocks(list):
 def _carrying(block, state: StepState):
     if not isinstance(block, dgl.DGLGraph):
         return block
-    block = copy.copy(block)  # shares the structure and the data frames
-    setattr(block, _STATE, state)
+    block = block.local_var()  # shares the structure and the data; a step's writes to its
+    setattr(block, _STATE, state)  # frames (the loader's prefetched rows) stay its own
     return block
 
 

@@ -116,7 +116,12 @@ def _dgl_surface(session, json_path, cache):
     except Exception as exc:  # noqa: BLE001 (the message is the result)
         other = str(exc)
     schemes = {n: (tuple(v.shape), str(v.dtype)) for n, v in g.node_attr_schemes().items()}
-    return {"keys": keys, "schemes": schemes, "features": g.ndata["features"][ids].tolist(),
+    moved = g.ndata["features"].to("cpu")  # a script's line: a view again, nothing read
+    double = moved.to(torch.float64)
+    return {"moved": (type(moved).__name__, str(moved.device), tuple(moved.shape)),
+            "double": (type(double).__name__, str(double.dtype), str(double[ids].dtype),
+                       double[ids].tolist()),
+"keys": keys, "schemes": schemes, "features": g.ndata["features"][ids].tolist(),
             "labels": g.ndata["labels"][ids].tolist(), "dtype": str(g.ndata["features"].dtype),
             "stored_name": g.ndata["feat"][ids].tolist(),  # the role's name reaches it too
             "partid": pb.partid, "nids": pb.partid2nids(pb.partid).tolist(),
@@ -148,6 +153,9 @@ def test_dgl_example_partitions_keep_their_names_and_dgls_book(tmp_path):
         assert out["schemes"]["features"] == [[1433], "torch.float32"]
         assert out["schemes"]["labels"] == [[], "torch.int64"]
         assert out["features"] == out["stored_name"]
+        assert out["moved"] == ["NodeDataView", "cpu", [2708, 1433]]
+        assert out["double"][:3] == ["NodeDataView", "torch.float64", "torch.float64"]
+        assert out["double"][3] == out["features"]
         assert out["nids"] == gpb.partid2nids(r).tolist()
         assert out["eids"] == gpb.partid2eids(r).tolist()
         assert out["nid2partid"] == gpb.nid2partid(torch.tensor(ids)).tolist()

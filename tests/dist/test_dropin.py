@@ -131,10 +131,9 @@ def test_one_step_matches_single_process_dgl(one_steps, name):
         assert_same_params(name, reference, res[r]["params"], res[r]["cols"])
 
 
-def _train(g, loader, classes, prefetch):
+def _train(g, loader, classes, prefetch, name):
     torch.manual_seed(0)
-    model = dglx_dist.parallelize(SAGE(g.ndata["feat"].shape[1], 8, classes, 2, dropout=0.0),
-                                  g)
+    model = dglx_dist.parallelize(_model(g.ndata["feat"].shape[1], classes, name), g)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     for _ in range(2):
         steps = list(loader) if prefetch else loader
@@ -149,13 +148,24 @@ def _train(g, loader, classes, prefetch):
     return [p.detach().reshape(-1)[:50].tolist() for p in model.module.parameters()]
 
 
-def _left_early(g, loader) -> bool:
-    """A loop left after one step (the next step's rows under way), then a whole epoch: every
-    step's prefetched rows are the graph's."""
+def _prefetched_rows(g, loader) -> list[str]:
+    """A loop left after one step (the next step's rows under way), then a whole epoch: what
+    breaks DGL's contract in any step (every source's features on the first block, the
+    output nodes' labels on the last one's destinations; ``input_nodes`` are the first
+    sources, granndis's own rows among them)."""
     for _ in loader:
         break
-    return all(bool(torch.equal(blocks[0].srcdata["feat"], g.ndata["feat"][input_nodes]))
-               for input_nodes, _, blocks in loader if "feat" in blocks[0].srcdata)
+    wrong = []
+    for input_nodes, output_nodes, blocks in loader:
+        src, dst, n = blocks[0].srcdata, blocks[-1].dstdata, len(input_nodes)
+        if "feat" not in src or src["feat"].shape[0] != blocks[0].num_src_nodes():
+            wrong.append("features not on every source")
+        elif not torch.equal(torch.as_tensor(src["feat"][:n]), g.ndata["feat"][input_nodes]):
+            wrong.append("features not the input nodes'")
+        if blocks[-1].num_dst_nodes() != len(output_nodes) or \
+                not torch.equal(dst["label"], g.ndata["label"][output_nodes]):
+            wrong.append("labels not the output nodes'")
+    return wrong
 
 
 def _prefetch(session, name, cache):
@@ -174,18 +184,54 @@ def _prefetch(session, name, cache):
         loaders.append(dglx_dist.DataLoader(
             g, ids, sampler if rows else dglx_dist.NeighborSampler([5, 5]), batch_size=16,
             shuffle=True, use_prefetch_thread=not in_turn))
-        runs.append(_train(g, loaders[-1], dataset.num_classes, prefetch))
-    return {"runs": runs, "left_early": _left_early(g, loaders[2])}
+        runs.append(_train(g, loaders[-1], dataset.num_classes, prefetch, name))
+    return {"runs": runs, "wrong": _prefetched_rows(g, loaders[2])}
 
 
-@pytest.mark.parametrize("name", ["distdgl", "granndis", "p3"])
+@pytest.mark.parametrize("name", STRATEGIES.names())
 def test_prefetching_changes_nothing(tmp_path, cache, name):
+    """Every strategy honours DGL's prefetch contract, and training on the rows it gives is
+    training on the rows g.ndata gives."""
     res = run_workers(_prefetch, 2, tmp_path / "run", name, cache)
     for r in range(2):
         lazy, *others = (np.concatenate(run) for run in res[r]["runs"])
         for other in others:
             np.testing.assert_allclose(other, lazy, rtol=1e-5, atol=1e-6)
-        assert res[r]["left_early"]
+        assert res[r]["wrong"] == []
+
+
+def _metrics(session):
+    """This rank's rows (ranks hold different numbers), our accuracy, and torchmetrics':
+    a Metric object's compute() and the functional (per-rank) one."""
+    import torchmetrics
+    from torchmetrics.functional import accuracy as rank_accuracy
+
+    gen = torch.Generator().manual_seed(session.rank)
+    n = 10 + 7 * session.rank
+    logits, labels = torch.randn(n, 4, generator=gen), torch.randint(0, 4, (n,), generator=gen)
+    ours = dglx_dist.accuracy(logits, labels, task="multiclass", num_classes=4)
+    metric = torchmetrics.classification.MulticlassAccuracy(num_classes=4, average="micro")
+    metric.update(logits, labels)
+    return {"logits": logits.tolist(), "labels": labels.tolist(), "ours": ours.item(), "dim": ours.dim(),
+            "synced": metric.compute().item(), "rank": rank_accuracy(
+                logits, labels, task="multiclass", num_classes=4, average="micro").item()}
+
+
+def test_accuracy_over_every_rank_as_torchmetrics_syncs_it(tmp_path):
+    """dglx_dist.accuracy takes torchmetrics' arguments and returns a tensor (a script's
+    ``.item()``); a torchmetrics Metric syncs over the job's process group in compute();
+    torchmetrics' functional accuracy is this rank's alone."""
+    res = run_workers(_metrics, 2, tmp_path / "run")
+    logits = torch.tensor([row for r in range(2) for row in res[r]["logits"]])
+    labels = torch.tensor([y for r in range(2) for y in res[r]["labels"]])
+    every = float((logits.argmax(1) == labels).float().mean())
+    for r in range(2):
+        assert res[r]["dim"] == 0
+        assert res[r]["ours"] == pytest.approx(every) and res[r]["synced"] == pytest.approx(every)
+        mine = torch.tensor(res[r]["logits"]).argmax(1) == torch.tensor(res[r]["labels"])
+        mine = float(mine.float().mean())
+        assert res[r]["rank"] == pytest.approx(mine)
+    assert res[0]["rank"] != pytest.approx(every) or res[1]["rank"] != pytest.approx(every)
 
 
 def _pipeline_prefetch(session, cache):
@@ -412,6 +458,49 @@ def test_rows_written_in_a_loader_loop_are_read_everywhere_after_it(tmp_path, ca
     res = run_workers(_written_in_a_loop, 2, tmp_path / "run", cache)
     want = (torch.arange(_graph().num_nodes()) + 1).float().tolist()
     assert res[0] == want and res[1] == want
+
+
+def _conv():
+    import dgl.nn as dglnn
+
+    return seeded_model(lambda: dglnn.SAGEConv(1433, 4, "mean"))
+
+
+def _layerwise(session, name, cache):
+    """DGL's single-process layer-wise inference, its slice write unchanged: after the
+    training loader (a two-layer model's), an unshuffled loader over arange(N) on every rank,
+    one conv per batch, y[first:last + 1] = h."""
+    g = dglx_dist.distribute(_graph(), name, cache_dir=cache, session=session)
+    dglx_dist.DataLoader(g, g.ndata["train_mask"], dglx_dist.NeighborSampler([5, 5]),
+                         batch_size=64)
+    loader = dglx_dist.DataLoader(g, torch.arange(g.num_nodes()),
+                                  dglx_dist.MultiLayerFullNeighborSampler(1), batch_size=300)
+    feat, conv = g.ndata["feat"].to("cpu"), _conv()
+    y = dglx_dist.DistTensor((g.num_nodes(), 4), torch.float32)
+    batches = []
+    with torch.no_grad():
+        for input_nodes, output_nodes, blocks in loader:
+            y[output_nodes[0]:output_nodes[-1] + 1] = conv(blocks[0], feat[input_nodes])
+            batches.append(output_nodes.tolist())
+    return {"batches": batches, "y": y[torch.arange(g.num_nodes())].tolist()}
+
+
+def test_unshuffled_batches_are_contiguous_ranges_as_dgls(tmp_path_factory, cache):
+    """Ids the same on every rank, unshuffled: each rank a contiguous run, each batch a
+    contiguous range (DGL's use_ddp split), so the slice write lands on the right rows under
+    every strategy: the outputs are single-process DGL's."""
+    res = _per_strategy(tmp_path_factory, "_layerwise", STRATEGIES.names(), cache)
+    g = _graph()
+    want = _conv()(g, g.ndata["feat"]).detach()
+    for name, ranks in res.items():
+        every = []
+        for r in range(2):
+            for batch in ranks[r]["batches"]:
+                assert batch == list(range(batch[0], batch[-1] + 1)), (name, r)
+                every += batch
+            torch.testing.assert_close(torch.tensor(ranks[r]["y"]), want, atol=1e-5,
+                                       rtol=1e-4, msg=name)
+        assert sorted(every) == list(range(g.num_nodes())), name
 
 
 def _full_graph_form(session, name, cache):

@@ -19,11 +19,12 @@ from tqdm.auto import tqdm
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.partition.metis_lib import part_graph, symmetric_csr
 from dglx_dist.runtime.comm import Comm
-from dglx_dist.strategies.granndis.cobatch import (CoBatchPlan, GroupNodes, batch_edges,
-                                                   build_cobatch, levels)
+from dglx_dist.strategies.granndis.cobatch import (CoBatchPlan, GroupNodes, LayerPlan,
+                                                   batch_edges, build_cobatch, levels,
+                                                   outputs_only)
 
 __all__ = ["ServerGraph", "Batching", "TARGETS", "LAYER_PLAN", "plan_of", "clusters",
-           "cobatch_plans", "target_rows"]
+           "cobatch_plans", "target_rows", "step_layers"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +83,21 @@ class Batching:
     @property
     def single(self) -> bool:
         return len(self.plans) == 1
+
+    def own_rows(self, own: torch.Tensor, ids: torch.Tensor) -> torch.Tensor | None:
+        """Preloaded feature rows of ``ids`` (``own``: this rank's nodes, sorted); None
+        where some of them are not preloaded here."""
+        first = self.plans[0].nodes
+        if self.single and ids.numel() == first.numel() and torch.equal(ids, first):
+            return self.feat
+        where = torch.searchsorted(own, ids).clamp(max=own.numel() - 1)
+        if not bool((own[where] == ids).all()):
+            return None
+        if self.single:
+            where = self.plan0_row[where]
+            if bool((where < 0).any()):
+                return None
+        return self.feat.index_select(0, where.to(self.feat.device))
 
 
 TARGETS = ("random", "metis")
@@ -162,3 +178,18 @@ def target_rows(plans: list, ids: torch.Tensor, ntype: str | None,
                                 "rank's nodes; pass dglx_dist.node_split(ids, g) to the "
                                 "DataLoader")
     return rows
+
+
+def step_layers(plans: list[CoBatchPlan], rows_of: list[torch.Tensor]) -> list[list[LayerPlan]]:
+    """Per co-batch, the layers a loader's step runs when its outputs are the targets' rows
+    ``rows_of[b]``: the co-batch's own, the last one computing only those rows (unless they
+    are all its targets), so that the model's output and the last block's destinations are
+    the step's output nodes, as on DGL's sampled blocks."""
+    out = []
+    for plan, rows in zip(plans, rows_of):
+        layers = list(plan.layers)
+        if rows.numel() != plan.num_targets:
+            layers[-1] = outputs_only(layers[-1], rows.to(layers[-1].block.device))
+            setattr(layers[-1].block, LAYER_PLAN, layers[-1])
+        out.append(layers)
+    return out

@@ -29,7 +29,7 @@ from dglx_dist.runtime.comm import Comm
 from dglx_dist.strategies.granndis.eas import capped, gather_with_members
 
 __all__ = ["GroupNodes", "LayerPlan", "CoBatchPlan", "levels", "batch_edges", "build_cobatch",
-           "ETYPE"]
+           "outputs_only", "ETYPE"]
 
 ETYPE = "_dglx_etype"
 """``block.edata`` key of each edge's type index, on a typed graph's co-batch blocks."""
@@ -68,13 +68,21 @@ class LayerPlan:
         block: destinations then sources as described in the module docstring.
         send_idx: per member, the rows of this rank's input it sends there.
         recv_rows: per member, the rows it sends here (appended in member order).
-        out_degree: every source node's out-degree in the whole graph (float).
+        out_degree: every source node's out-degree in the whole graph (float), in the
+            block's source order.
+        order: for a block whose sources are the exchange's rows reordered
+            (:func:`outputs_only`), the exchange's row of each source; None: in that order.
     """
 
     block: dgl.DGLGraph
     send_idx: list[torch.Tensor]
     recv_rows: list[int]
     out_degree: torch.Tensor
+    order: torch.Tensor | None = None
+
+    def own_rows(self) -> int:
+        """The sources that are this rank's own rows (the others are received)."""
+        return self.block.num_src_nodes() - sum(self.recv_rows)
 
 
 @dataclasses.dataclass(eq=False)
@@ -239,3 +247,29 @@ def _layer(rows: _Rows, num_dst: int, num_in: int, nodes: GroupNodes, group: Com
         raise InternalError("a peer asked for a row this rank does not hold at that layer")
     return LayerPlan(block, send_idx, [a.numel() for a in asks],
                      out_degree.index_select(0, src_ids))
+
+
+def outputs_only(lp: LayerPlan, rows: torch.Tensor) -> LayerPlan:
+    """``lp`` computing only its destinations ``rows`` (sorted, distinct), as DGL's sampled
+    last block holds only its batch's seeds: the block keeps their in-edges and lists those
+    rows first among its sources (a conv takes its destinations' own rows as the first
+    sources), then the other sources in their order; the exchange stays ``lp``'s."""
+    block = lp.block
+    n_src = block.num_src_nodes()
+    others = torch.ones(n_src, dtype=torch.bool, device=rows.device)
+    others[rows] = False
+    order = torch.cat([rows, torch.nonzero(others).squeeze(1)])
+    position = torch.empty_like(order)
+    position[order] = torch.arange(n_src, device=order.device)
+    dst_row = torch.full((block.num_dst_nodes(),), -1, dtype=torch.int64, device=rows.device)
+    dst_row[rows] = torch.arange(rows.numel(), device=rows.device)
+    src, dst, eid = block.edges(form="all")
+    kept = dst_row[dst] >= 0
+    out = dgl.create_block((position[src[kept]], dst_row[dst[kept]]), num_src_nodes=n_src,
+                           num_dst_nodes=rows.numel(), device=block.device)
+    out.srcdata[dgl.NID] = block.srcdata[dgl.NID][order]
+    out.dstdata[dgl.NID] = block.dstdata[dgl.NID][rows]
+    for key, value in block.edata.items():
+        out.edata[key] = value[eid[kept]]
+    return LayerPlan(out, lp.send_idx, lp.recv_rows, lp.out_degree.index_select(0, order),
+                     order)

@@ -10,7 +10,7 @@ from dglx_dist.runtime.autograd import halo_exchange
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.strategies.granndis.cobatch import LayerPlan
 
-__all__ = ["HaloConv"]
+__all__ = ["HaloConv", "complete_rows"]
 
 
 class HaloConv(ConvWrapper):
@@ -38,7 +38,7 @@ class HaloConv(ConvWrapper):
         scale = self._degree_scale(plan)
 
         def complete(t: torch.Tensor) -> torch.Tensor:
-            full = halo_exchange(self._comm, t, plan.send_idx, plan.recv_rows)
+            full = complete_rows(self._comm, t, plan)
             return full if scale is None else full * scale
 
         h = (complete(h[0]), h[1]) if isinstance(h, tuple) else complete(h)
@@ -51,3 +51,19 @@ class HaloConv(ConvWrapper):
             self._scales[plan] = self._adapter.degree_source_scale(self.conv, plan.block,
                                                                    plan.out_degree)
         return self._scales[plan]
+
+
+def complete_rows(comm: Comm, t: torch.Tensor, plan: LayerPlan) -> torch.Tensor:
+    """Every source row of ``plan``'s block, in its order: ``t`` (this rank's own rows, or
+    every source's row already, as the loader's ``blocks[0].srcdata`` prefetch gives them)
+    completed with the rows its peers hold. Every rank exchanges either way (the group's
+    exchange is collective); rows given whole are sent without a gradient and the received
+    ones dropped."""
+    own, n_src = plan.own_rows(), plan.block.num_src_nodes()
+    given = t.shape[0] == n_src and own != n_src
+    if given:
+        mine = t if plan.order is None else t.index_select(0, torch.argsort(plan.order))
+        halo_exchange(comm, mine[:own].detach(), plan.send_idx, plan.recv_rows)
+        return t
+    full = halo_exchange(comm, t, plan.send_idx, plan.recv_rows)
+    return full if plan.order is None else full.index_select(0, plan.order)

@@ -63,10 +63,10 @@ from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, 
                                        check_partitions, pull_features_once,
                                        with_depth)
 from dglx_dist.strategies.granndis.batching import (TARGETS, Batching, ServerGraph, cobatch_plans,
-                                                    plan_of, target_rows)
+                                                    plan_of, step_layers, target_rows)
 from dglx_dist.strategies.granndis.cobatch import GroupNodes
 from dglx_dist.strategies.granndis.eas import expand_external
-from dglx_dist.strategies.granndis.halo import HaloConv
+from dglx_dist.strategies.granndis.halo import HaloConv, complete_rows
 from dglx_dist.strategies.granndis.pairs import PairGather, pair_epoch, pair_plan
 from dglx_dist.strategies.granndis.typed import (HeteroHaloConv, TypedRows, edge_types,
                                                  held_names, out_degrees, target_types,
@@ -313,7 +313,8 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         ntype = typed_rows(self.types, ids, self.pdir.types, self.registered_name)
         rows = target_rows(batching.plans, ids, ntype, f"{self.registered_name} (rank "
                            f"{self.session.rank})")
-        return LoaderPlan(len(batching.plans), (rows, ntype))
+        layers = None if ntype is not None else step_layers(batching.plans, rows)
+        return LoaderPlan(len(batching.plans), (rows, ntype, layers))
 
     def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int) -> Iterator[Step]:
         if spec.pairs is not None:
@@ -325,13 +326,13 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
             gen = torch.Generator().manual_seed(spec.seed * 1_000_003 + epoch)
             order = torch.randperm(len(plans), generator=gen).tolist()
         weight = 1.0 / self.session.world_size  # DDP's mean of the ranks' mean losses
-        rows_of, ntype = plan.data
+        rows_of, ntype, layers = plan.data  # layers: the steps' own (untyped)
         for b in order:
-            cob, rows = plans[b], rows_of[b]
-            blocks = Blocks([lp.block for lp in cob.layers],
-                            StepState(rows=rows, weight=weight, epoch=epoch, plan=b,
-                                      ntype=ntype))
-            yield typed_step(cob, self.types, ntype, blocks) if ntype is not None else \
+            cob, rows, typed = plans[b], rows_of[b], ntype is not None  # typed: rows of
+            state = StepState(rows=rows if typed else None, weight=weight, epoch=epoch,
+                              plan=b, ntype=ntype)  # the model's outputs of type ntype
+            blocks = Blocks([lp.block for lp in (cob.layers if typed else layers[b])], state)
+            yield typed_step(cob, self.types, ntype, blocks) if typed else \
                 Step(cob.nodes, cob.nodes.index_select(0, rows), blocks)
 
     def step_forward(self, model: nn.Module, blocks, x) -> torch.Tensor:
@@ -370,17 +371,18 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
             return self._typed_rows.get(name, ids)
         if name != "feat" or batching is None:
             return None
-        first = batching.plans[0].nodes
-        if batching.single and ids.numel() == first.numel() and torch.equal(ids, first):
-            return batching.feat
-        where = torch.searchsorted(self._own, ids).clamp(max=self._own.numel() - 1)
-        if not bool((self._own[where] == ids).all()):
+        return batching.own_rows(self._own, ids)
+
+    def source_rows(self, name: str, block) -> torch.Tensor | None:
+        """A co-batch's first block's every source row: this rank's preloaded ones and its
+        peers' (the group's exchange, within the server, as the first conv's)."""
+        plan = plan_of(block)
+        if plan is None or name != "feat" or self.types is not None:
             return None
-        if batching.single:
-            where = batching.plan0_row[where]
-            if bool((where < 0).any()):
-                return None
-        return batching.feat.index_select(0, where.to(batching.feat.device))
+        ids = block.srcdata[dgl.NID]
+        ids = ids if plan.order is None else ids.index_select(0, torch.argsort(plan.order))
+        with torch.no_grad():
+            return complete_rows(self.group, self.local_rows(name, ids[:plan.own_rows()]), plan)
 
     def before_backward(self) -> None:
         self._sync.start()

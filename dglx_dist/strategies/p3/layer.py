@@ -260,7 +260,8 @@ class ColumnSlice:
     that :class:`P3FirstLayer` consumes, computing layer 1 from the column slice every rank
     holds (P3 never moves whole feature rows).
 
-    ``shape`` is the rows' and ``.to(...)``, ``.float()``, ``.contiguous()`` keep the handle.
+    ``shape`` is the rows' and ``.to(...)``, ``.float()``, ``.contiguous()`` keep the handle
+    (so it may sit in a block's ``srcdata``, where the loader's prefetch puts it).
     Any other use (a torch function, an operator, a tensor method) materialises the rows with a
     warning: this rank then pulls every other rank's columns of them, the traffic P3 exists to
     avoid, and the result is a plain tensor that the first layer refuses (it computes from the
@@ -283,12 +284,12 @@ class ColumnSlice:
                  linear: Callable[..., torch.Tensor] | None = None):
         self.ids, self.columns, self._pull, self._linear = ids, columns, pull, linear
         self.shape = torch.Size([ids.numel(), feat_dim])
-        self.dtype = columns.dtype
+        self.dtype, self.device = columns.dtype, columns.device
 
     def to(self, *args, **kwargs) -> "ColumnSlice":
         return self
 
-    float = contiguous = to
+    float = contiguous = cpu = cuda = to  # DGL moves a block's data (the loader's prefetch)
 
     def __len__(self) -> int:
         return self.ids.numel()
