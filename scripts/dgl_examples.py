@@ -83,29 +83,33 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 MACHINE = """
 import os, runpy, subprocess, sys
-machine = sys.argv[2]
-if sys.argv[1] == "trainer":  # every machine is 127.0.0.1 here: DGL's client is told which
+role, machine = sys.argv[1], sys.argv[2]
+if role in ("server", "trainer"):  # DGL's launch runs the script itself in both roles
     import dgl.dataloading, dgl.distributed
     from dgl.distributed import rpc_client
-    rpc_client.get_local_machine_id = lambda _namebook: int(machine)
+    rpc_client.get_local_machine_id = lambda _namebook: int(machine)  # all are 127.0.0.1
     for name in ("DistNodeDataLoader", "DistEdgeDataLoader"):  # as SHIM does
         if not hasattr(dgl.distributed, name):
             setattr(dgl.distributed, name, getattr(dgl.dataloading, name))
     sys.argv = sys.argv[3:]
-    runpy.run_path(sys.argv[0], run_name="__main__")
+    try:
+        runpy.run_path(sys.argv[0], run_name="__main__")
+    except SystemExit as e:  # a server's initialize() exits once the trainers are done
+        sys.exit(0 if role == "server" else e.code)
     sys.exit(0)
-server = subprocess.Popen([sys.executable, "-m", "dglx_dist.bench.dgl_distdgl_worker", "server",
-                           "--machine", machine, "--ip-config", os.environ["DGL_IP_CONFIG"],
-                           "--result-dir", os.path.dirname(os.environ["DGL_IP_CONFIG"])],
+server = subprocess.Popen([sys.executable, __file__, "server", *sys.argv[2:]],
                           env={**os.environ, "DGL_ROLE": "server", "DGL_SERVER_ID": machine})
 trainer = subprocess.run([sys.executable, __file__, "trainer", *sys.argv[2:]],
                          env={**os.environ, "DGL_ROLE": "client", "DGL_DIST_MODE": "distributed",
                               "DGL_GROUP_ID": "0", "RANK": machine, "LOCAL_RANK": "0"})
-server.wait(timeout=60)
-sys.exit(trainer.returncode or server.returncode)
+try:
+    server.wait(timeout=60)
+except subprocess.TimeoutExpired:
+    server.kill()
+sys.exit(trainer.returncode)
 """
-"""One simulated machine of DGL's own DistDGL: a DGL server (the bench's worker) and one
-trainer running the example script, in a private /dev/shm (``shm_wrapper``)."""
+"""One simulated machine of DGL's own DistDGL, as DGL's launch.py starts one: the example
+script as a DGL server and as one trainer, in a private /dev/shm (``shm_wrapper``)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -49,7 +49,7 @@ def accuracy(logits: torch.Tensor, labels: torch.Tensor, task: str | None = None
         pred = (pred > 0.5).long()  # torchmetrics' threshold on probabilities
     counts = all_reduce(torch.tensor([float((pred == labels).sum()), float(labels.numel())]),
                         session=session)
-    return (counts[0] / counts[1] if counts[1] > 0 else counts[0] * 0).float()
+    return counts[0] / counts[1] if counts[1] > 0 else counts[0] * 0  # float64, 0-d
 
 
 def ranking_metrics(pos_score: torch.Tensor, neg_score: torch.Tensor,
