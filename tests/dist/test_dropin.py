@@ -179,20 +179,29 @@ def _prefetch(session, name, cache):
     sampler = dglx_dist.NeighborSampler([5, 5], prefetch_node_feats=["feat"],
                                         prefetch_labels=["label"])
     runs, loaders = [], []
-    for prefetch, rows, in_turn in ((False, False, True), (True, False, True),
-                                    (False, True, False), (False, True, True)):
-        loaders.append(dglx_dist.DataLoader(
-            g, ids, sampler if rows else dglx_dist.NeighborSampler([5, 5]), batch_size=16,
-            shuffle=True, use_prefetch_thread=not in_turn))
-        runs.append(_train(g, loaders[-1], dataset.num_classes, prefetch, name))
-    return {"runs": runs, "wrong": _prefetched_rows(g, loaders[2])}
+    try:
+        for prefetch, rows, in_turn in ((False, False, True), (True, False, True),
+                                        (False, True, False), (False, True, True)):
+            loaders.append(dglx_dist.DataLoader(
+                g, ids, sampler if rows else dglx_dist.NeighborSampler([5, 5]), batch_size=16,
+                shuffle=True, use_prefetch_thread=not in_turn))
+            runs.append(_train(g, loaders[-1], dataset.num_classes, prefetch, name))
+        return {"runs": runs, "wrong": _prefetched_rows(g, loaders[2])}
+    finally:
+        g.close()
+
+
+@pytest.fixture(scope="module")
+def prefetched(tmp_path_factory, cache):
+    """Every strategy's :func:`_prefetch`, one after another on the same 2 ranks."""
+    return _per_strategy(tmp_path_factory, "_prefetch", STRATEGIES.names(), cache)
 
 
 @pytest.mark.parametrize("name", STRATEGIES.names())
-def test_prefetching_changes_nothing(tmp_path, cache, name):
+def test_prefetching_changes_nothing(prefetched, name):
     """Every strategy honours DGL's prefetch contract, and training on the rows it gives is
     training on the rows g.ndata gives."""
-    res = run_workers(_prefetch, 2, tmp_path / "run", name, cache)
+    res = prefetched[name]
     for r in range(2):
         lazy, *others = (np.concatenate(run) for run in res[r]["runs"])
         for other in others:
@@ -471,18 +480,21 @@ def _layerwise(session, name, cache):
     training loader (a two-layer model's), an unshuffled loader over arange(N) on every rank,
     one conv per batch, y[first:last + 1] = h."""
     g = dglx_dist.distribute(_graph(), name, cache_dir=cache, session=session)
-    dglx_dist.DataLoader(g, g.ndata["train_mask"], dglx_dist.NeighborSampler([5, 5]),
-                         batch_size=64)
-    loader = dglx_dist.DataLoader(g, torch.arange(g.num_nodes()),
-                                  dglx_dist.MultiLayerFullNeighborSampler(1), batch_size=300)
-    feat, conv = g.ndata["feat"].to("cpu"), _conv()
-    y = dglx_dist.DistTensor((g.num_nodes(), 4), torch.float32)
-    batches = []
-    with torch.no_grad():
-        for input_nodes, output_nodes, blocks in loader:
-            y[output_nodes[0]:output_nodes[-1] + 1] = conv(blocks[0], feat[input_nodes])
-            batches.append(output_nodes.tolist())
-    return {"batches": batches, "y": y[torch.arange(g.num_nodes())].tolist()}
+    try:
+        dglx_dist.DataLoader(g, g.ndata["train_mask"], dglx_dist.NeighborSampler([5, 5]),
+                             batch_size=64)
+        loader = dglx_dist.DataLoader(g, torch.arange(g.num_nodes()),
+                                      dglx_dist.MultiLayerFullNeighborSampler(1), batch_size=300)
+        feat, conv = g.ndata["feat"].to("cpu"), _conv()
+        y = dglx_dist.DistTensor((g.num_nodes(), 4), torch.float32)
+        batches = []
+        with torch.no_grad():
+            for input_nodes, output_nodes, blocks in loader:
+                y[output_nodes[0]:output_nodes[-1] + 1] = conv(blocks[0], feat[input_nodes])
+                batches.append(output_nodes.tolist())
+        return {"batches": batches, "y": y[torch.arange(g.num_nodes())].tolist()}
+    finally:
+        g.close()
 
 
 def test_unshuffled_batches_are_contiguous_ranges_as_dgls(tmp_path_factory, cache):
