@@ -84,6 +84,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 MACHINE = """
 import os, runpy, subprocess, sys
 role, machine = sys.argv[1], sys.argv[2]
+os.chdir(os.path.dirname(os.path.abspath(__file__)))  # what the script writes stays there
 if role in ("server", "trainer"):  # DGL's launch runs the script itself in both roles
     import dgl.dataloading, dgl.distributed
     from dgl.distributed import rpc_client
