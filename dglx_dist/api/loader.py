@@ -133,17 +133,17 @@ class DataLoader:
         # ids the same on every rank, unshuffled, into sampled blocks: DGL's use_ddp split, a
         # contiguous run of them per rank, in their order, batches in that order (a
         # layer-wise inference over arange(N) writes y[output_nodes[0]:output_nodes[-1] + 1])
-        in_order = every is not None and not spec.shuffle
-        if in_order and isinstance(self.strategy, DrawsBlocks):
-            ids = even_chunk(every, session.world_size, session.rank)
-        part_ids = graph.part_ids(ids) if in_order else \
+        run = None if every is None or spec.shuffle else \
+            even_chunk(every, session.world_size, session.rank)
+        if run is not None and isinstance(self.strategy, DrawsBlocks):
+            ids = run
+        part_ids = graph.part_ids(ids) if ids is run else \
             ids if pairs else graph.part_ids(ids).sort().values
         plan = on_every_rank(session, "DataLoader",
                              lambda: self.strategy.loader_plan(part_ids, self.spec))
         self._own = plan is not None
-        if not self._own and in_order:  # a strategy's own split, but sampled blocks here
-            ids = even_chunk(every, session.world_size, session.rank)
-            part_ids = graph.part_ids(ids)
+        if not self._own and run is not None:  # a strategy's own split, but sampled blocks
+            ids, part_ids = run, graph.part_ids(run)
         self.plan = plan if self._own else sampled_plan(session.world, part_ids, self.spec)
         self.indices, self.epoch = ids, 0
         self.lookahead = use_prefetch_thread is not False
