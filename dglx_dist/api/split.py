@@ -11,9 +11,10 @@ from dglx_dist.api.typed_link import typed_edge_ids
 from dglx_dist.errors import InvalidTypeError, InvalidValueError
 from dglx_dist.runtime.agree import differing_ranks, ids_digest, on_every_rank
 from dglx_dist.sampling import even_chunk
+from dglx_dist.strategies.abilities import OwnSplit
 from dglx_dist.strategies.base import split_ids
 
-__all__ = ["node_split", "edge_split", "node_share", "edge_share"]
+__all__ = ["node_split", "edge_split", "node_share", "edge_share", "trainer_share"]
 
 
 def _all_ids(nodes, graph: DistGraph) -> torch.Tensor:
@@ -67,7 +68,10 @@ def node_split(nodes, partition_book: DistGraph | PartitionBook | None = None,
         ntype: the node type of ``nodes`` on a graph with node types (per-type ids come
             back); DGL's default ``"_N"`` on a graph without.
         force_even: DGL's; accepted (the split is always balanced).
-        node_trainer_ids: DGL's; accepted.
+        node_trainer_ids: each node's trainer, as DGL's ``partition_graph(...,
+            num_trainers_per_machine=N)`` assigns them (``g.ndata["trainer_id"]``): where the
+            strategy has no split of its own and a server has several ranks, its share is
+            cut among them by trainer, as DGL does (:func:`trainer_share`).
         rank: must be this process's rank when given.
     """
     graph = _checked(partition_book if partition_book is not None else
@@ -75,7 +79,43 @@ def node_split(nodes, partition_book: DistGraph | PartitionBook | None = None,
     ids = _all_ids(nodes, graph)
     kind = on_every_rank(graph.session, "node_split", lambda: _node_type(nodes, graph, ntype))
     ids = _same_everywhere(graph, "node_split", "node", lambda: _check(ids, graph, kind))
+    topo = graph.session.topology
+    if node_trainer_ids is not None and kind is None and topo.ranks_per_server > 1 and \
+            graph.pdir.num_parts == topo.num_servers and not isinstance(graph.strategy, OwnSplit):
+        return trainer_share(ids, graph, node_trainer_ids)
     return node_share(ids, graph, kind)
+
+
+def _even_offsets(n: int, k: int) -> torch.Tensor:
+    """Bounds of ``k`` runs of ``n`` items, the first ``n % k`` one longer (DGL's)."""
+    return torch.cumsum(torch.tensor([0] + [n // k + (i < n % k) for i in range(k)]), 0)
+
+
+def _even_run(ids: torch.Tensor, k: int, i: int) -> torch.Tensor:
+    bounds = _even_offsets(ids.numel(), k)
+    return ids[bounds[i]:bounds[i + 1]]
+
+
+def trainer_share(ids: torch.Tensor, graph: DistGraph, trainer_ids) -> torch.Tensor:
+    """DGL's ``node_split`` with ``node_trainer_ids`` (collective): the server's even run of
+    the partitioned ``ids``; of it, the nodes whose trainer is one of this server's (trainer
+    ``t`` is on server ``t // ranks_per_server``, after DGL's scaling when there were more
+    trainers per machine at partitioning) ordered by trainer, and the others; each cut
+    evenly among the server's ranks, this rank's two pieces together."""
+    session, topo = graph.session, graph.session.topology
+    mine = _even_run(graph.part_ids(ids).sort().values, topo.num_servers, session.server_id)
+    mine = graph.node_ids(mine)
+    tid = torch.as_tensor(trainer_ids[mine]).long().reshape(-1)
+    part = torch.from_numpy(graph.pdir.core_ids(session.server_id))  # the server's nodes:
+    own = torch.as_tensor(trainer_ids[graph.node_ids(part)])  # DGL's largest id is of all
+    top = torch.tensor(int(own.max()) + 1 if own.numel() else 0)
+    session.world.all_reduce(top, op="max")
+    if int(top) > session.world_size:  # DGL's rule for fewer trainers than partitioned for
+        tid = tid // (int(top) // session.world_size)
+    here = tid // topo.ranks_per_server == session.server_id
+    local = mine[here][torch.argsort(tid[here] % topo.ranks_per_server, stable=True)]
+    per, r = topo.ranks_per_server, session.local_rank
+    return torch.cat([_even_run(local, per, r), _even_run(mine[~here], per, r)])
 
 
 def node_share(ids: torch.Tensor, graph: DistGraph, ntype: str | None = None) -> torch.Tensor:

@@ -57,7 +57,8 @@ def node_data_store(session: Session, pdir: PartitionDir,
 
 def _store_node_data(store: DistKVStore, pdir: PartitionDir, part_id: int, part) -> None:
     """Part ``part_id``'s node rows of a graph without types: "feat" (rows, or P3's column
-    slices, one per rank: its own training never pulls rows from here), "label", the masks."""
+    slices, one per rank: its own training never pulls rows from here), "label", the masks,
+    and the partitions' other node data by its name."""
     policy = RowPolicy(pdir.book)
     feat_policy = policy if pdir.feature_layout == "rows" else \
         ColumnPolicy(pdir.feature_slices, pdir.num_nodes)
@@ -66,3 +67,5 @@ def _store_node_data(store: DistKVStore, pdir: PartitionDir, part_id: int, part)
     for name, split in MASKS.items():
         mask = torch.from_numpy(getattr(part, split).astype("uint8"))
         store.init_data(name, policy, {part_id: mask})
+    for name, values in pdir.load_node_data(part_id).items():  # what else DGL's had
+        store.init_data(name, policy, {part_id: torch.from_numpy(values)})

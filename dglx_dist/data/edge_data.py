@@ -20,7 +20,8 @@ import pyarrow as pa
 
 from dglx_dist.errors import InvalidValueError
 
-__all__ = ["edge_data_columns", "edge_data_arrays", "edge_data_spec", "to_arrow", "STRUCTURE"]
+__all__ = ["edge_data_columns", "edge_data_arrays", "edge_data_spec", "checked_spec", "to_arrow",
+           "STRUCTURE"]
 
 STRUCTURE = ("src", "dst", "eid")  # edges-file columns that are not edge data
 
@@ -70,6 +71,20 @@ def to_arrow(values: np.ndarray) -> pa.Array:
 
 
 def edge_data_spec(edata: Mapping[str, np.ndarray]) -> dict[str, dict[str, Any]]:
-    """``{name: {"dtype": ..., "shape": [...]}}`` (the row shape) for a manifest."""
+    """``{name: {"dtype": ..., "shape": [...]}}`` (the row shape) for a manifest (of edge
+    data, or of a partition's other node data: the same columns over nodes)."""
     return {name: {"dtype": str(a.dtype), "shape": list(a.shape[1:])}
             for name, a in edata.items()}
+
+
+def checked_spec(manifest: dict[str, Any], field: str, file: Path,
+                 error_cls: type[Exception]) -> dict[str, dict[str, Any]]:
+    """A manifest's :func:`edge_data_spec` field ``field``, checked ({} when absent)."""
+    spec = manifest.get(field, {})
+    ok = isinstance(spec, dict) and all(
+        isinstance(v, dict) and isinstance(v.get("dtype"), str) and isinstance(v.get("shape"), list)
+        for v in spec.values())
+    if not ok:
+        raise error_cls(f"{file}: field {field!r} = {spec!r:.80}; expected "
+                        f"{{name: {{\"dtype\": str, \"shape\": [...]}}}}")
+    return spec

@@ -78,8 +78,11 @@ def exit_client() -> None:
     """DGL's ``exit_client``: the session shuts down at interpreter exit by itself."""
 
 
+_IMPORT = b"2"  # what the import keeps (2: every node data name); a change re-imports
+
+
 def _key(json_path: Path) -> str:
-    h = hashlib.sha256(json_path.read_bytes())
+    h = hashlib.sha256(_IMPORT + json_path.read_bytes())
     for p in sorted(json_path.parent.rglob("*.dgl")):
         st = p.stat()
         h.update(f"{p.relative_to(json_path.parent)}:{st.st_size}:{st.st_mtime_ns}".encode())

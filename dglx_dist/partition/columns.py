@@ -3,8 +3,8 @@
 P3 (``feature_dim``) needs each part to hold a column slice of *every* node's features; DGL's
 ``partition_graph`` and the row partitioners store each node's whole row with its owner.
 :func:`by_columns` keeps everything else as it is (node ownership and ids, structure, labels,
-masks, edge data) and lays the features out as ``feature_dim`` would have: the width split
-into even slices, one per part (per node type on a typed partitioning,
+masks, edge and other node data) and lays the features out as ``feature_dim`` would have: the
+width split into even slices, one per part (per node type on a typed partitioning,
 :func:`~dglx_dist.partition.typed.type_feature_slices`). This is how DGL's partitions train
 under ``p3`` without repartitioning (:func:`dglx_dist.distributed.import_cached`).
 
@@ -61,7 +61,8 @@ def _homogeneous(pdir: PartitionDir) -> tuple[FeatureSlices, Iterator[Partition]
             pc = pdir.load_part(p, features=False)
             yield dataclasses.replace(pc, feat=np.ascontiguousarray(full[:, sl]),
                                       feat_cols=(sl.start, sl.stop),
-                                      edata=pdir.load_edge_data(p))
+                                      edata=pdir.load_edge_data(p),
+                                      ndata=pdir.load_node_data(p))
 
     return slices, parts()
 
@@ -81,7 +82,8 @@ def _typed(pdir: PartitionDir) -> tuple[dict[str, FeatureSlices], Iterator[Parti
             pc = pdir.load_part(p, features=False)
             feats = {i: np.ascontiguousarray(mat[:, type_slices[types.ntypes[i]].slice(p)])
                      for i, mat in full.items()}
-            yield dataclasses.replace(pc, type_feat=feats, edata=pdir.load_edge_data(p))
+            yield dataclasses.replace(pc, type_feat=feats, edata=pdir.load_edge_data(p),
+                                      ndata=pdir.load_node_data(p))
 
     return type_slices, parts()
 

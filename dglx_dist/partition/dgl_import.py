@@ -11,17 +11,22 @@ A DistDGL user's partitions (``graph_name.json`` plus ``part{i}/graph.dgl``, ``n
   sources, i.e. all in-edges of the core nodes; sources owned elsewhere are the HALO nodes. Edges
   DGL keeps for deeper HALO hops (``num_hops > 1``) are left out, as our HALO rule has one hop;
 * node data: features, labels and train/val/test masks from ``node_feat.dgl`` (keys
-  ``NTYPE/NAME``, e.g. ``_N/feat``; the names are :class:`NodeDataKeys`);
+  ``NTYPE/NAME``, e.g. ``_N/feat``; the names are :class:`NodeDataKeys`); every other name
+  (``trainer_id``, which ``partition_graph(num_trainers_per_machine=N)`` adds, or the user's
+  own) becomes node data of that name, dtype and row shape kept
+  (:mod:`~dglx_dist.partition.dgl_data`);
 * original ids: DGL stores no map back to the input graph's ids; ``partition_graph(...,
   return_mapping=True)`` returns it (``orig_nids``, ``orig_eids``) and the user may pass it
   here. Without it, the original ids are DGL's new ids, and the manifest's ``dataset``
   provenance says so.
 
 * edge data: each ``edge_feat.dgl`` tensor (keys ``SRC:REL:DST/NAME``, e.g. ``_N:_E:_N/w``)
-  becomes the edge-data column ``NAME`` (:mod:`~dglx_dist.partition.dgl_edge_data`).
+  becomes the edge-data column ``NAME`` (:mod:`~dglx_dist.partition.dgl_data`).
 
-Node data other than the five above is not imported: its names are recorded under
-``not_imported`` in the provenance and logged, and nothing is refused.
+Node data that cannot be kept (more than one dimension per row, or a name that our stored
+names already take, such as ``label`` beside labels named ``labels``) is not imported: its
+names are recorded under ``not_imported`` in the provenance and logged, and nothing is
+refused.
 
 A heterograph's partitions (more than one node or edge type in the JSON) become a *typed*
 partition directory the same way; what differs (per-type ids, features and labels) is in
@@ -49,7 +54,7 @@ from dglx_dist.data.checked import check_finite, check_range
 from dglx_dist.errors import PartitionError, PartitionFormatError
 from dglx_dist.partition.book import RangeBook
 from dglx_dist.partition.dgl_config import DglConfig, DglTypedConfig, read_dgl_config
-from dglx_dist.partition.dgl_edge_data import EdgeDataImport
+from dglx_dist.partition.dgl_data import DataImport
 from dglx_dist.partition.dgl_files import (USUAL_NAMES, NodeDataKeys, checked_num_classes,
                                            class_ids, found_keys, inner_edges, load_graph,
                                            load_id_map, load_tensors, load_typed_id_maps,
@@ -89,13 +94,14 @@ class _Importer:
         self.edge_cut = 0
         self.absent: set[str] = set()
         self.not_imported: dict[str, set[str]] = {"node_data": set()}  # edge data all imported
-        self.edata = EdgeDataImport([cfg.etype], cfg.path)
+        self.edata = DataImport([cfg.etype], cfg.path)
+        self.ndata = DataImport([cfg.ntype], cfg.path, "node")
 
     def part(self, p: int) -> Partition:
         files = self.cfg.files[p]
         s = self._structure(p, files["part_graph"])
         nc = s.core_order.size
-        data = self._node_data(files["node_feats"], nc, s.core_order)
+        data, ndata = self._node_data(files["node_feats"], nc, s.core_order)
         lo, hi = (int(x) for x in self.cfg.edge_offsets[p:p + 2])
         edata = self.edata.part(files["edge_feats"], load_tensors(files["edge_feats"]),
                                 np.zeros(s.new_eid.size, np.int64), s.new_eid - lo,
@@ -103,7 +109,7 @@ class _Importer:
         core = np.arange(self.cfg.node_offsets[p], self.cfg.node_offsets[p + 1], dtype=np.int64)
         return Partition(part=p, core_gid=core, core_orig=self._orig(core), halo_gid=s.halo_gid,
                          halo_orig=self._orig(s.halo_gid), src=s.src, dst=s.dst, eid=s.eid,
-                         feat_cols=(0, data["feat"].shape[1]), edata=edata, **data)
+                         feat_cols=(0, data["feat"].shape[1]), edata=edata, ndata=ndata, **data)
 
     def _orig(self, gids: np.ndarray) -> np.ndarray:
         return gids.copy() if self.orig_nids is None else self.orig_nids[gids]
@@ -140,14 +146,14 @@ class _Importer:
         eid = new_eid if self.orig_eids is None else self.orig_eids[new_eid]
         return _Structure(order, halo_gid, local_src, local[dst], eid, new_eid)
 
-    def _node_data(self, file: Path, nc: int, order: np.ndarray) -> dict[str, np.ndarray]:
-        """Features, labels and masks of the core nodes, in our core order."""
+    def _node_data(self, file: Path, nc: int, order: np.ndarray) -> tuple[dict, dict]:
+        """Features, labels and masks of the core nodes, in our core order; and the other node
+        data by name."""
         tensors, prefix = load_tensors(file), f"{self.cfg.ntype}/"
         if self.feat_dim is None:  # the first part names the features and labels for all
             self.keys = found_keys(self.keys, {k[len(prefix):]: t for k, t in tensors.items()
                                                if k.startswith(prefix)})
         wanted = {f"{prefix}{k}": ours for ours, k in dataclasses.asdict(self.keys).items()}
-        self.not_imported["node_data"].update(k for k in tensors if k not in wanted)
         out: dict[str, np.ndarray] = {}
         for key, ours in wanted.items():
             t = tensors.get(key)
@@ -162,7 +168,17 @@ class _Importer:
                 raise _ERR(f"{file}: {key!r} has shape {tuple(t.shape)}; expected {nc} rows (the "
                            f"part's inner nodes){'' if ours == 'feat' else ', one value each'}")
             out[ours] = self._convert(ours, t.reshape(nc, -1).numpy()[order], file, key)
-        return out
+        other = {k: t for k, t in tensors.items() if k not in wanted and self._keeps(k, t)}
+        self.not_imported["node_data"].update(k for k in tensors if k not in wanted and
+                                              k not in other)
+        return out, self.ndata.part(file, other, np.zeros(nc, np.int64), order,
+                                    np.array([nc]))
+
+    def _keeps(self, key: str, t) -> bool:
+        """Whether node data ``key`` (not features, labels or masks) can be kept as it is."""
+        taken = ("feat", "label", "train_mask", "val_mask", "test_mask")  # the stored names
+        return key.startswith(f"{self.cfg.ntype}/") and t.dim() in (1, 2) and \
+            not t.is_complex() and key.partition("/")[2] not in taken
 
     def _convert(self, ours: str, a: np.ndarray, file: Path, key: str) -> np.ndarray:
         if ours == "feat":
@@ -196,6 +212,7 @@ class _Importer:
             "feature_slices": [0, self.feat_dim], "dataset": self.provenance(),
             "ndata_names": {k: getattr(self.keys, k) for k in USUAL_NAMES},
             **({"edge_data": self.edata.spec()} if self.edata.kinds else {}),
+            **({"node_data": self.ndata.spec()} if self.ndata.kinds else {}),
         }
 
     def provenance(self) -> dict[str, Any]:

@@ -32,7 +32,7 @@ and ``edata["_TYPE"]`` hold DGL's type ids. What becomes what here:
   (:class:`~dglx_dist.partition.dgl_files.NodeDataKeys` renames these) are not imported,
   and listed under ``not_imported``.
 * edge data, ``edge_feat.dgl`` keys ``SRC:REL:DST/NAME``: one edge-data column per name
-  (:mod:`~dglx_dist.partition.dgl_edge_data`), the types that have it in the manifest's
+  (:mod:`~dglx_dist.partition.dgl_data`), the types that have it in the manifest's
   ``types.edge_data``.
 
 Every part must have the same node data per type; a key naming a type the JSON does not list
@@ -51,7 +51,7 @@ import torch
 from dglx_dist.data.checked import check_finite, check_range
 from dglx_dist.errors import PartitionFormatError
 from dglx_dist.partition.book import RangeBook
-from dglx_dist.partition.dgl_edge_data import EdgeDataImport
+from dglx_dist.partition.dgl_data import DataImport
 from dglx_dist.partition.dgl_config import DglTypedConfig
 from dglx_dist.partition.dgl_files import (NodeDataKeys, checked_num_classes, class_ids,
                                            inner_edges, load_graph, load_tensors)
@@ -132,7 +132,7 @@ class TypedImporter:
         self.max_label, self.edge_cut, self.relabeled = -1, 0, False
         self.absent: set[str] = set()
         self.not_imported: dict[str, set[str]] = {"node_data": set()}  # edge data all imported
-        self.edata = EdgeDataImport([":".join(e) for e in types.canonical_etypes], cfg.path)
+        self.edata = DataImport([":".join(e) for e in types.canonical_etypes], cfg.path)
 
     def part(self, p: int) -> Partition:
         cfg, files = self.cfg, self.cfg.files[p]

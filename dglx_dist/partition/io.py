@@ -6,6 +6,7 @@ Layout (format ``dglx-partition``, version 2)::
     OUT/part-00000/nodes.arrow      core nodes: gid, orig_id int64; label int64;
                                     train, val, test bool            (one row per core node,
                                                                       row i = local id i)
+                                    and the node_data columns, ``ndata/NAME``, if any
     OUT/part-00000/halo.arrow       HALO nodes: gid, orig_id int64  (row i = local id num_core+i)
     OUT/part-00000/edges.arrow      src, dst int64 local ids; eid int64 (row in the dataset's
                                     edges.parquet); the dataset's edge data columns, if any
@@ -23,8 +24,9 @@ Manifest fields: ``format``, ``version``, ``partitioner`` {name, options}, ``num
 from the dataset's), ``node_book`` (``{"kind": "range", "offsets": [...]}`` or
 ``{"kind": "hash", "seed": s, ...}``), ``feature_layout``, ``feature_slices`` (column bounds, one
 slice per part), ``dataset`` (the dataset's provenance), ``edge_data`` (optional: name ->
-``{"dtype", "shape"}`` of one edge's row) and ``parts``: per part its ``dir``,
-``num_core``, ``num_halo``, ``num_edges`` and ``files`` {name: {bytes, sha256}}.
+``{"dtype", "shape"}`` of one edge's row), ``node_data`` (optional, the same for node data
+other than labels and masks: what DGL's partitions hold besides them) and ``parts``: per part
+its ``dir``, ``num_core``, ``num_halo``, ``num_edges`` and ``files`` {name: {bytes, sha256}}.
 
 A typed partitioning (of a :class:`~dglx_dist.data.hetero.HeteroDataset`, over its original
 homogeneous ids: :mod:`~dglx_dist.partition.types`) adds ``types`` (the
@@ -66,6 +68,7 @@ __all__ = ["write_partitions", "read_manifest", "MANIFEST", "FORMAT", "VERSION",
 
 MANIFEST, FORMAT, VERSION = "partition.json", "dglx-partition", 2
 PART_TABLES = ("nodes", "halo", "edges", "feat")
+NODE_DATA_PREFIX = "ndata/"  # a nodes table's columns of the manifest's node_data
 _SUFFIX = {1: ".parquet", 2: ".arrow"}  # the versions this code reads: their part files' type
 
 
@@ -140,7 +143,8 @@ def _write_part(pc: Partition, folder: Path) -> dict[str, Any]:
     folder.mkdir()
     tables = {
         "nodes": pa.table({"gid": pc.core_gid, "orig_id": pc.core_orig, "label": pc.label,
-                           "train": pc.train, "val": pc.val, "test": pc.test}),
+                           "train": pc.train, "val": pc.val, "test": pc.test,
+                           **{NODE_DATA_PREFIX + n: to_arrow(a) for n, a in pc.ndata.items()}}),
         "halo": pa.table({"gid": pc.halo_gid, "orig_id": pc.halo_orig}),
         "edges": pa.table({"src": pc.src, "dst": pc.dst, "eid": pc.eid,
                            **{n: to_arrow(a) for n, a in pc.edata.items()}}),

@@ -37,6 +37,8 @@ class Partition:
         feat_cols: the half-open column range stored in ``feat``.
         edata: edge data by name, row j for the part's edge j (empty when the dataset has
             none, and when a part is loaded: :meth:`PartitionDir.load_edge_data` reads it).
+        ndata: node data other than labels and masks by name, row i for core node i (empty
+            when a part is loaded: :meth:`PartitionDir.load_node_data` reads it).
         ntype_counts: typed partitions only (else None): core nodes per node type, in type
             order; each type's core nodes are one run of local ids, the types' runs in order.
         type_feat: typed partitions only: the features of each node type that has them, by
@@ -59,6 +61,7 @@ class Partition:
     feat: np.ndarray
     feat_cols: tuple[int, int]
     edata: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    ndata: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     ntype_counts: np.ndarray | None = None
     type_feat: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)
 

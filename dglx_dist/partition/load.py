@@ -5,7 +5,9 @@ no other part's), checking sizes and SHA-256 checksums against the manifest (eve
 part's files does, once per copy of the files: see :meth:`PartitionDir.verify_part`) and every
 id against the part's ranges before returning.
 
-Edge data (the manifest's ``edge_data``) is read apart, by ``load_edge_data(p)``. Its rows are
+Edge data (the manifest's ``edge_data``) is read apart, by ``load_edge_data(p)``; so is node
+data other than labels and masks (``node_data``, imported from DGL's partitions), by
+``load_node_data(p)``, core rows in local order. Edge data rows are
 sharded like the edges: part ``p`` holds its edges' rows, so an edge's *partitioned id* is
 ``edge_offsets[p] + j`` for the part's edge ``j`` (a range book over edges, whatever the
 partitioner); ``edge_part_ids()`` maps the dataset's edge ids to them.
@@ -32,31 +34,19 @@ import numpy as np
 
 from dglx_dist.data.owned import sha256_file
 from dglx_dist.data.checked import check_range, column_numpy, read_checked, read_feat
-from dglx_dist.data.edge_data import edge_data_arrays
+from dglx_dist.data.edge_data import checked_spec, edge_data_arrays
 from dglx_dist.errors import IdOutOfRangeError, InvalidValueError, PartitionFormatError
 from dglx_dist.partition.book import FeatureSlices, NodeBook, RangeBook, book_from_json
 from dglx_dist.partition.dgl_config import find_dgl_config
-from dglx_dist.partition.io import (MANIFEST, check_type_feature_slices, part_file_name,
-                                    read_manifest, record_verified, still_verified,
-                                    type_feat_table)
+from dglx_dist.partition.io import (MANIFEST, NODE_DATA_PREFIX, check_type_feature_slices,
+                                    part_file_name, read_manifest, record_verified,
+                                    still_verified, type_feat_table)
 from dglx_dist.partition.layout import Partition
 from dglx_dist.partition.types import GraphTypes
 
 __all__ = ["PartitionDir", "Partition"]
 
 _ERR = PartitionFormatError
-
-
-def _edge_data_spec(path: Path, manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The manifest's ``edge_data``, checked ({} when absent)."""
-    spec = manifest.get("edge_data", {})
-    ok = isinstance(spec, dict) and all(
-        isinstance(v, dict) and isinstance(v.get("dtype"), str) and isinstance(v.get("shape"), list)
-        for v in spec.values())
-    if not ok:
-        raise _ERR(f"{path / 'partition.json'}: field 'edge_data' = {spec!r:.80}; expected "
-                   f"{{name: {{\"dtype\": str, \"shape\": [...]}}}}")
-    return spec
 
 
 class PartitionDir:
@@ -87,7 +77,8 @@ class PartitionDir:
             raise _ERR(f"{self.path / 'partition.json'}: feature_layout "
                        f"{m['feature_layout']!r} with slices {m['feature_slices']}; expected "
                        f"'rows' or 'columns' with slices ending at feat_dim = {m['feat_dim']}")
-        self.edge_data: dict[str, dict[str, Any]] = _edge_data_spec(self.path, m)
+        self.edge_data, self.node_data = (checked_spec(m, f, self.path / MANIFEST, _ERR)
+                                          for f in ("edge_data", "node_data"))
         self.types: GraphTypes | None = (GraphTypes.from_json(m["types"], str(self.path / MANIFEST))
                                          if "types" in m else None)
         slices = (check_type_feature_slices(self.path / MANIFEST, m, self.types)
@@ -194,18 +185,27 @@ class PartitionDir:
 
     def load_edge_data(self, part: int) -> dict[str, np.ndarray]:
         """Part ``part``'s edge data (the manifest's ``edge_data``), row j for its edge j."""
+        return self._data(part, "edges", self.edge_data, "num_edges", "edge", "")
+
+    def load_node_data(self, part: int) -> dict[str, np.ndarray]:
+        """Part ``part``'s node data other than labels and masks (the manifest's
+        ``node_data``: what DGL's partitions hold besides them, e.g. ``trainer_id``), row i
+        for its core node i."""
+        return self._data(part, "nodes", self.node_data, "num_core", "node", NODE_DATA_PREFIX)
+
+    def _data(self, part: int, table: str, spec: dict[str, dict[str, Any]], rows: str,
+              kind: str, prefix: str) -> dict[str, np.ndarray]:
         self._check_part(part)
-        if not self.edge_data:
+        if not spec:
             return {}
         self.verify_part(part)
-        file = self._file(part, "edges")
-        spec = self.edge_data
-        table = read_checked(file, {}, self._entry(part)["num_edges"], _ERR, read=tuple(spec))
-        out = edge_data_arrays(table, list(spec), file, _ERR)
+        file, columns = self._file(part, table), [prefix + n for n in spec]
+        read = read_checked(file, {}, self._entry(part)[rows], _ERR, read=tuple(columns))
+        out = {c[len(prefix):]: v for c, v in edge_data_arrays(read, columns, file, _ERR).items()}
         for name, values in out.items():
             want = (str(values.dtype), list(values.shape[1:]))
             if want != (spec[name]["dtype"], spec[name]["shape"]):
-                raise _ERR(f"{file}: edge data {name!r} is {want[0]} of row shape {want[1]}; "
+                raise _ERR(f"{file}: {kind} data {name!r} is {want[0]} of row shape {want[1]}; "
                            f"the manifest says {spec[name]['dtype']} of {spec[name]['shape']}")
         return out
 

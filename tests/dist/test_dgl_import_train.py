@@ -1,5 +1,7 @@
 """distdgl on partitions made by DGL's own partition_graph and imported (not repartitioned):
 one training step on 2 ranks matches single-process full-graph DGL."""
+from pathlib import Path
+
 import dgl
 import numpy as np
 import pytest
@@ -128,36 +130,61 @@ def _dgl_surface(session, json_path, cache):
             "eids": pb.partid2eids(pb.partid).tolist(),
             "nid2partid": pb.nid2partid(ids).tolist(), "eid2partid":
             pb.eid2partid(torch.tensor([0, 10555, 77])).tolist(), "metadata": pb.metadata(),
-            "attached": again[ids].tolist(), "other_shape": other}
+            "attached": again[ids].tolist(), "other_shape": other,
+            "trainer_id": g.ndata["trainer_id"][ids].tolist(), "year": g.ndata["year"][ids].tolist(),
+            "by_trainer": dist.node_split(g.ndata["train_mask"], pb, force_even=True,
+                                          node_trainer_ids=g.ndata["trainer_id"]).tolist()}
+
+
+def _dgls_trainer_split(js: Path) -> list[list[int]]:
+    """Each of 4 trainers' (2 per machine) node_split of the training nodes with
+    node_trainer_ids, by DGL's own functions (its node_split needs its servers running)."""
+    from dgl.distributed.dist_graph import _split_by_trainer_id, _split_even_to_part
+
+    feats = [dgl.distributed.load_partition(str(js), p)[1] for p in range(2)]
+    train, tid = (torch.cat([f[f"_N/{k}"] for f in feats]) for k in ("train_mask", "trainer_id"))
+    out = []
+    for r in range(4):
+        book = dgl.distributed.load_partition_book(str(js), r // 2)[0]
+        out.append(_split_by_trainer_id(book, _split_even_to_part(book, train), tid, 2,
+                                        r % 2).tolist())
+    return out
 
 
 def test_dgl_example_partitions_keep_their_names_and_dgls_book(tmp_path):
     """Partitions made as DGL's distributed examples make them (ndata "features" and
-    "labels"), opened through dgl.distributed: the names are the graph's, the partition book
-    answers as DGL's book of the same partitions, a DistTensor of an existing name attaches."""
+    "labels", 2 trainers per machine), opened through dgl.distributed by 2 servers x 2 ranks:
+    the names are the graph's and every other node data is there, the partition book answers
+    as DGL's book of the same partitions, node_split with the trainer ids gives each rank
+    what DGL gives its trainer, a DistTensor of an existing name attaches."""
     ds = read_dataset(builtin_path("cora"))
     g = to_dgl(ds)
     g.ndata["features"], g.ndata["labels"] = g.ndata.pop("feat"), g.ndata.pop("label")
+    g.ndata["year"] = torch.arange(g.num_nodes()) % 7 + 2000  # the user's own node data
     dgl.distributed.partition_graph(g, "cora", 2, str(tmp_path / "dgl"), part_method="metis",
-                                    balance_ntypes=g.ndata["train_mask"], balance_edges=True)
+                                    balance_ntypes=g.ndata["train_mask"], balance_edges=True,
+                                    num_trainers_per_machine=2)
     js = tmp_path / "dgl" / "cora.json"
-    res = run_workers(_dgl_surface, 2, tmp_path / "run", str(js), str(tmp_path / "cache"),
+    res = run_workers(_dgl_surface, 4, tmp_path / "run", str(js), str(tmp_path / "cache"),
                       env={"DGLX_VIRTUAL_SERVERS": "2"})
     gpb = dgl.distributed.load_partition_book(str(js), 0)[0]
     ids = [2707, 0, 5, 5, 1500]  # DGL's ids: the partitions' own, as the script knows them
     local = dgl.distributed.load_partition(str(js), 0)[1]  # DGL's node_feats of part 0
-    for r in range(2):
+    by_trainer = _dgls_trainer_split(js)
+    for r in range(4):
         out = res[r]
-        assert out["keys"] == ["features", "labels", "test_mask", "train_mask", "val_mask"]
-        assert out["dtype"] == "torch.float32" and out["partid"] == r
+        assert out["keys"] == ["features", "labels", "test_mask", "train_mask", "trainer_id",
+                               "val_mask", "year"]
+        assert out["by_trainer"] == by_trainer[r], r
+        assert out["dtype"] == "torch.float32" and out["partid"] == r // 2
         assert out["schemes"]["features"] == [[1433], "torch.float32"]
         assert out["schemes"]["labels"] == [[], "torch.int64"]
         assert out["features"] == out["stored_name"]
         assert out["moved"] == ["NodeDataView", "cpu", [2708, 1433]]
         assert out["double"][:3] == ["NodeDataView", "torch.float64", "torch.float64"]
         assert out["double"][3] == out["features"]
-        assert out["nids"] == gpb.partid2nids(r).tolist()
-        assert out["eids"] == gpb.partid2eids(r).tolist()
+        assert out["nids"] == gpb.partid2nids(r // 2).tolist()
+        assert out["eids"] == gpb.partid2eids(r // 2).tolist()
         assert out["nid2partid"] == gpb.nid2partid(torch.tensor(ids)).tolist()
         assert out["eid2partid"] == gpb.eid2partid(torch.tensor([0, 10555, 77])).tolist()
         assert out["metadata"] == [{k: m[k] for k in ("machine_id", "num_nodes", "num_edges")}
@@ -169,5 +196,6 @@ def test_dgl_example_partitions_keep_their_names_and_dgls_book(tmp_path):
     np.testing.assert_array_equal(
         [res[0]["features"][ids.index(i)] for i in in_part0],
         local["_N/features"][torch.tensor(in_part0) - lo].numpy())
-    assert [res[0]["labels"][ids.index(i)] for i in in_part0] == \
-        local["_N/labels"][torch.tensor(in_part0) - lo].tolist()
+    for name in ("labels", "trainer_id", "year"):
+        assert [res[0][name][ids.index(i)] for i in in_part0] == \
+            local[f"_N/{name}"][torch.tensor(in_part0) - lo].tolist(), name

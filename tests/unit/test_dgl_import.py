@@ -13,6 +13,7 @@ from dglx_dist.cli import main
 from dglx_dist.data import to_dgl
 from dglx_dist.errors import PartitionError, PartitionFormatError
 from dglx_dist.partition import PartitionDir, import_dgl_partitions
+from dglx_dist.partition.columns import by_columns
 from dglx_dist.partition.io import MANIFEST
 
 CASES = {"metis2": ("metis", 2), "random3": ("random", 3)}
@@ -21,7 +22,11 @@ CASES = {"metis2": ("metis", 2), "random3": ("random", 3)}
 def _dgl_partition(cora, out: Path, method: str, parts: int):
     g = to_dgl(cora)
     g.edata["w"] = torch.arange(g.num_edges(), dtype=torch.float32)  # edge data DGL keeps
-    g.ndata["year"] = torch.zeros(g.num_nodes(), dtype=torch.int64)  # node data we do not
+    ids = torch.arange(g.num_nodes())  # node data DGL keeps beside features, labels, masks:
+    g.ndata["year"] = ids  # each node's original id, as a scalar,
+    g.ndata["pos"] = torch.stack([ids, -ids], 1).short()  # as a vector of another dtype,
+    g.ndata["odd"] = ids % 2 == 1  # as a bool
+    g.ndata["img"] = torch.zeros(g.num_nodes(), 2, 2)  # and one we cannot keep (rows of 2-D)
     nids, eids = dgl.distributed.partition_graph(
         g, "cora", parts, str(out), part_method=method, return_mapping=True,
         balance_ntypes=g.ndata["train_mask"] if method == "metis" else None,
@@ -92,7 +97,7 @@ def test_parts_hold_the_in_edges_and_node_data_of_their_nodes(cora, imported, na
 def test_provenance_names_what_was_not_imported(imported):
     m = PartitionDir(imported["metis2"]).manifest
     assert m["relabeled"] and m["partitioner"]["options"]["part_method"] == "metis"
-    assert m["dataset"]["not_imported"] == {"node_data": ["_N/year"]}
+    assert m["dataset"]["not_imported"] == {"node_data": ["_N/img"]}
     assert m["dataset"]["node_ids"].startswith("given")
 
 
@@ -104,6 +109,44 @@ def test_edge_data_is_imported_by_original_edge_id(imported):
         for p in range(pdir.num_parts):
             part, data = pdir.load_part(p), pdir.load_edge_data(p)
             assert np.array_equal(data["w"], part.eid.astype(np.float32)), (name, p)
+
+
+def test_other_node_data_is_imported_by_original_node_id(imported):
+    """year held each node's original id, pos (id, -id) as int16, odd its parity: every core
+    node carries its own, in the dtype and shape DGL's files have (DGL stores bools as
+    uint8, and its DistGraph reads them so)."""
+    for name in imported:
+        pdir = PartitionDir(imported[name])
+        assert pdir.node_data == {"year": {"dtype": "int64", "shape": []},
+                                  "pos": {"dtype": "int16", "shape": [2]},
+                                  "odd": {"dtype": "uint8", "shape": []}}  # DGL's file
+        for p in range(pdir.num_parts):
+            orig, data = pdir.load_part(p).core_orig, pdir.load_node_data(p)
+            assert np.array_equal(data["year"], orig), (name, p)
+            assert np.array_equal(data["pos"], np.stack([orig, -orig], 1).astype(np.int16))
+            assert np.array_equal(data["odd"], orig % 2)
+
+
+def test_laid_out_by_columns_the_other_node_data_stays(imported, tmp_path):
+    """P3's layout of an import (the runner's, by_columns) keeps the other node data."""
+    out = PartitionDir(by_columns(imported["metis2"], tmp_path / "cols"))
+    pdir = PartitionDir(imported["metis2"])
+    assert out.node_data == pdir.node_data and out.feature_layout == "columns"
+    for p in range(pdir.num_parts):
+        for name, values in pdir.load_node_data(p).items():
+            np.testing.assert_array_equal(out.load_node_data(p)[name], values)
+
+
+def test_a_name_our_stored_data_takes_is_not_imported(cora, tmp_path):
+    g = to_dgl(cora)
+    g.ndata["labels"], g.ndata["label"] = g.ndata["label"], torch.ones(g.num_nodes())
+    dgl.distributed.partition_graph(g, "cora", 1, str(tmp_path / "dgl"))
+    out = import_dgl_partitions(tmp_path / "dgl" / "cora.json", tmp_path / "ours",
+                                keys={"label": "labels"})
+    pdir = PartitionDir(out)
+    assert pdir.manifest["dataset"]["not_imported"] == {"node_data": ["_N/label"]}
+    assert pdir.node_data == {} and np.array_equal(pdir.load_part(0).label,
+                                                   cora.label[pdir.load_part(0).core_orig])
 
 
 def test_without_orig_ids_dgl_ids_are_the_original_ids(cora, dgl_parts, tmp_path):

@@ -1,4 +1,5 @@
-"""The edge data of DGL's ``partition_graph`` output (``edge_feat.dgl``) as edge-data columns.
+"""The edge data of DGL's ``partition_graph`` output (``edge_feat.dgl``) as edge-data columns,
+and its node data other than features, labels and masks (``node_feat.dgl``) the same way.
 
 DGL stores, per part, a tensor ``SRC:REL:DST/NAME`` for each edge type that has edge data
 ``NAME``: one row per edge of that type the part owns, row ``i`` for the ``i``-th of them in
@@ -6,8 +7,9 @@ DGL's new edge ids (an edge's row is its new id minus the first new id of its ty
 part: ``edge_map``'s ranges). Here each name becomes one column over the part's edges in our
 order (:mod:`dglx_dist.data.edge_data`), zeros for edges of types without it; the types that
 have a name must agree on its dtype and row shape, and every part must have the same names
-per edge type. Refusals are :class:`~dglx_dist.errors.PartitionFormatError` s naming the file
-and key.
+per edge type. Node data (``NTYPE/NAME``, one row per inner node of the type) is read by the
+same rules over the part's core nodes. Refusals are
+:class:`~dglx_dist.errors.PartitionFormatError` s naming the file and key.
 """
 from __future__ import annotations
 
@@ -19,21 +21,24 @@ import torch
 from dglx_dist.data.edge_data import edge_data_spec
 from dglx_dist.errors import PartitionFormatError
 
-__all__ = ["EdgeDataImport"]
+__all__ = ["DataImport"]
 
 _ERR = PartitionFormatError
 
 
-class EdgeDataImport:
-    """Reads each part's ``edge_feat.dgl`` into edge-data columns (see the module docstring).
+class DataImport:
+    """Reads each part's ``edge_feat.dgl`` into edge-data columns, or the other node data of
+    its ``node_feat.dgl`` (``kind`` "node"; see the module docstring).
 
     Args:
-        etypes: the edge types as DGL's keys spell them (``SRC:REL:DST``), in type order.
+        etypes: the edge types as DGL's keys spell them (``SRC:REL:DST``), in type order (the
+            node types for node data).
         config: DGL's partition JSON, for messages.
+        kind: "edge" or "node".
     """
 
-    def __init__(self, etypes: list[str], config: Path):
-        self.etypes, self.config = etypes, config
+    def __init__(self, etypes: list[str], config: Path, kind: str = "edge"):
+        self.etypes, self.config, self.kind = etypes, config, kind
         self.kinds: dict[str, tuple[str, tuple[int, ...]]] = {}  # name -> (dtype, row shape)
         self.first: tuple[dict[str, list[int]], Path] | None = None  # part 0's names
 
@@ -45,9 +50,10 @@ class EdgeDataImport:
         for key, t in tensors.items():
             name_etype, sep, name = key.rpartition("/")
             if not sep or name_etype not in self.etypes:
-                raise _ERR(f"{file}: key {key!r}: {name_etype!r} is not one of the edge types "
-                           f"{self.etypes} of field 'etypes' of {self.config}; expected keys "
-                           f"SRC:REL:DST/NAME")
+                k = self.kind
+                raise _ERR(f"{file}: key {key!r}: {name_etype!r} is not one of the {k} types "
+                           f"{self.etypes} of field '{k[0]}types' of {self.config}; expected "
+                           f"keys {'SRC:REL:DST' if k == 'edge' else 'NTYPE'}/NAME")
             i = self.etypes.index(name_etype)
             by_name.setdefault(name, {})[i] = self._checked(file, key, name, t, int(counts[i]))
         self._same_names(file, {n: sorted(v) for n, v in sorted(by_name.items())})
@@ -64,24 +70,24 @@ class EdgeDataImport:
     def _checked(self, file: Path, key: str, name: str, t: torch.Tensor, n: int) -> np.ndarray:
         if t.shape[:1] != (n,) or t.dim() not in (1, 2) or t.is_complex():
             raise _ERR(f"{file}: {key!r} has shape {tuple(t.shape)} and dtype {t.dtype}; "
-                       f"expected {n} rows (the part's edges of that type), one number or one "
-                       f"vector each")
+                       f"expected {n} rows (the part's {self.kind}s of that type), one number "
+                       f"or one vector each")
         values = (t.float() if t.dtype == torch.bfloat16 else t).numpy()
         kind = (str(values.dtype), tuple(values.shape[1:]))
         want = self.kinds.setdefault(name, kind)
         if kind != want:
-            raise _ERR(f"{file}: {key!r} is {kind[0]}{list(kind[1])}; edge data {name!r} is "
-                       f"{want[0]}{list(want[1])} elsewhere; expected one dtype and row shape "
-                       f"per name")
+            raise _ERR(f"{file}: {key!r} is {kind[0]}{list(kind[1])}; {self.kind} data "
+                       f"{name!r} is {want[0]}{list(want[1])} elsewhere; expected one dtype "
+                       f"and row shape per name")
         return values
 
     def _same_names(self, file: Path, names: dict[str, list[int]]) -> None:
         if self.first is None:
             self.first = (names, file)
         elif names != self.first[0]:
-            raise _ERR(f"{file}: edge data {self._describe(names)}; {self.first[1]} has "
-                       f"{self._describe(self.first[0])}; expected every part to have the "
-                       f"same edge data per edge type")
+            raise _ERR(f"{file}: {self.kind} data {self._describe(names)}; {self.first[1]} "
+                       f"has {self._describe(self.first[0])}; expected every part to have the "
+                       f"same {self.kind} data per {self.kind} type")
 
     def _describe(self, names: dict[str, list[int]]) -> dict[str, list[str]]:
         return {n: [self.etypes[i] for i in v] for n, v in names.items()}
