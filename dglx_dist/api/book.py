@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from dglx_dist.api.ndata import DEFAULT_NTYPE, NodeSpace, as_node_ids
+from dglx_dist.errors import InvalidValueError, NotSupportedError
 
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
@@ -98,6 +99,43 @@ class PartitionBook:
             ids = as_node_ids(eids, self.graph.num_edges(), "eid2partid", kind="edge")
         book = self.graph.pdir.edge_book()
         return torch.as_tensor(book.owner(self.graph.edata.part_ids(ids).numpy()))
+
+    def nid2localnid(self, nids, partid: int, ntype: str | None = None) -> torch.Tensor:
+        """Each node's local id in part ``partid``, which must hold it (DGL's: core nodes
+        number from 0 in the part; per node type on a graph with types, each type's from 0)."""
+        space = self._space(ntype)
+        rows = space.rows(space.check(nids, "nid2localnid")).numpy()
+        self._held(space.policy.book.owner(rows), partid, "nid2localnid", "node")
+        local = np.asarray(self.graph.pdir.book.to_local(rows), dtype=np.int64)
+        if self.graph.is_typed:  # minus the start of the type's run of local ids
+            t = self.graph.pdir.types.ntype_index(space.ntype)
+            local = local - int(self.graph.pdir.ntype_counts(int(partid))[:t].sum())
+        return torch.from_numpy(local)
+
+    def eid2localeid(self, eids, partid: int, etype=None) -> torch.Tensor:
+        """Each edge's local id in part ``partid``, which must store it (DGL's: the part's
+        edges number from 0). Graphs without edge types only."""
+        if self.graph.is_typed:
+            raise NotSupportedError("eid2localeid: not supported on a graph with edge types "
+                                    "yet; eid2partid gives each edge's part")
+        ids = as_node_ids(eids, self.graph.num_edges(), "eid2localeid", kind="edge")
+        part_ids = self.graph.edata.part_ids(ids).numpy()
+        book = self.graph.pdir.edge_book()
+        self._held(book.owner(part_ids), partid, "eid2localeid", "edge")
+        return torch.from_numpy(part_ids - int(book.offsets[int(partid)]))
+
+    @staticmethod
+    def _held(owners, partid: int, what: str, kind: str) -> None:
+        wrong = np.flatnonzero(np.asarray(owners) != int(partid))
+        if wrong.size:
+            raise InvalidValueError(f"{what}: {wrong.size} {kind}(s) (the first at position "
+                                    f"{int(wrong[0])}) are not in part {int(partid)}; expected "
+                                    f"the {kind}s of that part ({kind[0]}id2partid tells)")
+
+    def shared_memory(self, graph_name: str) -> None:
+        """DGL's: moves the book into shared memory for its servers. There are none here."""
+        raise NotSupportedError("GraphPartitionBook.shared_memory: dglx_dist runs no servers; "
+                                "every rank reads the book from the partitions by itself")
 
     def metadata(self) -> list[dict[str, int]]:
         """Per part (DGL's): ``machine_id`` (the part), ``num_nodes`` and ``num_edges`` it

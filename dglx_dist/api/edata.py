@@ -14,17 +14,63 @@ per name over every edge; an edge type without the name does not list it.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
 from dglx_dist.api.ndata import EDGE_PREFIX as PREFIX, DataViews, as_node_ids, fit_rows
-from dglx_dist.errors import UnknownNameError
+from dglx_dist.errors import InvalidValueError, UnknownNameError
+from dglx_dist.kvstore import RowPolicy
 
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
 
-__all__ = ["EdgeData", "EdgeDataView", "EdgeTypes", "EdgeTypeData", "PREFIX"]
+__all__ = ["EdgeData", "EdgeDataView", "EdgeTypes", "EdgeTypeData", "EdgeSpace", "edge_tensor",
+           "PREFIX"]
+
+
+@dataclasses.dataclass(frozen=True)
+class EdgeSpace:
+    """The rows of one edge type (DGL's edge partition policy, what
+    ``g.get_edge_partition_policy(etype)`` gives): ``index`` is the type's index on a graph
+    with types, None on one without."""
+
+    etype: tuple[str, str, str]
+    num_edges: int
+    index: int | None = None
+
+    @property
+    def policy_str(self) -> str:
+        return "edge~" + ":".join(self.etype)  # DGL's name of an edge policy
+
+    @property
+    def type_name(self) -> tuple[str, str, str]:
+        return self.etype
+
+    def get_size(self) -> int:
+        """Rows of the type (DGL's ``PartitionPolicy.get_size``)."""
+        return self.num_edges
+
+
+def edge_tensor(graph: DistGraph, shape: tuple[int, ...], dtype: torch.dtype, name: str,
+                init: Callable | None, space: EdgeSpace) -> "EdgeDataView":
+    """DGL's ``DistTensor`` with an edge policy: one row per edge of ``space``'s type, stored
+    with the edges (collective to create); a view of it, also ``g.edata[name]`` (of its
+    type). An existing name attaches when the shape and dtype are the same."""
+    if not shape or shape[0] != space.num_edges:
+        raise InvalidValueError(f"DistTensor {shape}: part_policy {space.policy_str} has "
+                                f"{space.num_edges} rows; expected shape[0] = {space.num_edges}")
+    store, key = graph.store, PREFIX + name
+    if key not in store.names():
+        store.init_data(key, RowPolicy(graph.pdir.edge_book()), {}, trailing_shape=shape[1:],
+                        dtype=dtype, init=init or "zeros")
+    elif (tuple(store.shape(key)[1:]), store.dtype(key)) != (shape[1:], dtype):
+        raise InvalidValueError(f"DistTensor: edge data {name!r} exists with rows of shape "
+                                f"{tuple(store.shape(key)[1:])} and {store.dtype(key)}; "
+                                f"expected the same to attach to it (got {shape[1:]}, {dtype}), "
+                                "or another name")
+    return EdgeDataView(graph.edata, name, space.index)
 
 
 class EdgeData(DataViews):

@@ -33,7 +33,7 @@ import torch
 from dgl.frame import Scheme
 
 from dglx_dist.api.book import PartitionBook
-from dglx_dist.api.edata import EdgeData, EdgeTypes
+from dglx_dist.api.edata import EdgeData, EdgeSpace, EdgeTypes
 from dglx_dist.api.ndata import DEFAULT_NTYPE, NodeData, NodeDataView, NodeSpace
 from dglx_dist.api.step_rows import StepRows
 from dglx_dist.api.store import node_data_store, part_comm, part_of
@@ -185,6 +185,13 @@ class DistGraph(EdgeStructure):
         """Where node type ``ntype``'s rows live: give it to ``DistTensor`` or
         ``DistEmbedding`` as ``part_policy`` (DGL's)."""
         return self.space(ntype)
+
+    def get_edge_partition_policy(self, etype) -> EdgeSpace:
+        """Where edge type ``etype``'s rows live: give it to ``DistTensor`` as
+        ``part_policy`` for one row per edge of the type (DGL's)."""
+        canonical = self.to_canonical_etype(etype)
+        index = self.pdir.types.etype_index(canonical) if self.is_typed else None
+        return EdgeSpace(canonical, self.num_edges(canonical), index)
 
     @property
     def nodes(self) -> dict[str, NodeTypeView]:

@@ -71,6 +71,7 @@ class EdgeStructure:
     etypes = ["_E"]
     canonical_etypes = [ETYPE]
     is_typed = False
+    _local_graph = None  # local_partition's graph, once read
     idtype = torch.int64
     device = torch.device("cpu")
 
@@ -104,6 +105,54 @@ class EdgeStructure:
         ends = self.store.pull(ENDS, self.edata.part_ids(hom), collective=False).long()
         return (self.node_ids(ends[:, 0]) - self.space(canonical[0]).hom_offset,
                 self.node_ids(ends[:, 1]) - self.space(canonical[2]).hom_offset)
+
+    def edge_subgraph(self, edges, relabel_nodes: bool = True, store_ids: bool = True):
+        """DGL's ``edge_subgraph``: a DGLGraph of ``edges`` (ids or a mask; a dict by edge
+        type on a graph with types) and their ends, the edges' ids in ``edata[dgl.EID]``;
+        with ``relabel_nodes``, only the ends, their ids in ``ndata[dgl.NID]``
+        (``dgl.compact_graphs``). The ends are pulled by this rank alone; as in DGL, no
+        features are copied and the ids are always stored."""
+        import dgl
+
+        if not store_ids:
+            raise InvalidValueError("edge_subgraph: store_ids=False; DGL's edge_subgraph of a "
+                                    "DistGraph always stores the ids (leave it out)")
+        if not self.is_typed and not isinstance(edges, dict):
+            ids = as_node_ids(edges, self.num_edges(), "edge_subgraph", kind="edge")
+            sub = dgl.graph(self.find_edges(ids), num_nodes=self.num_nodes())
+            sub.edata[dgl.EID] = ids
+        else:
+            by_type = {self.to_canonical_etype(t): e for t, e in
+                       (edges.items() if isinstance(edges, dict) else [(None, edges)])}
+            by_type = {c: as_node_ids(e, self.num_edges(c), f"edge_subgraph (edge type {c})",
+                                      kind="edge") for c, e in by_type.items()}
+            sub = dgl.heterograph({c: self.find_edges(e, c) for c, e in by_type.items()},
+                                  num_nodes_dict={t: self.num_nodes(t) for t in self.ntypes})
+            for c, e in by_type.items():
+                sub.edges[c].data[dgl.EID] = e
+        return dgl.compact_graphs(sub) if relabel_nodes else sub
+
+    def local_partition(self):
+        """DGL's ``local_partition``: this rank's part (its server's) as a DGLGraph over its
+        local nodes, core nodes first, then the HALO nodes: ``ndata[dgl.NID]`` the graph's
+        node ids (homogeneous ids on a graph with types, with ``ndata[dgl.NTYPE]``),
+        ``ndata["inner_node"]``; ``edata[dgl.EID]`` the edges' ids (with ``edata[dgl.ETYPE]``
+        on a graph with types). Every in-edge of the core nodes is there."""
+        import dgl
+
+        if self._local_graph is None:
+            part = self.pdir.load_part(self.get_partition_book().partid, features=False)
+            local = part.local_graph()
+            gid = torch.from_numpy(part.local_gid)
+            local.ndata[dgl.NID] = self.node_ids(gid) if not self.is_typed else gid
+            if self.is_typed:
+                types = self.pdir.types
+                local.ndata[dgl.NTYPE] = torch.from_numpy(
+                    self.pdir.type_row_of(part.local_gid)[0])
+                local.edata[dgl.ETYPE] = torch.from_numpy(
+                    np.searchsorted(types.etype_offsets, part.eid, side="right") - 1)
+            self._local_graph = local
+        return self._local_graph
 
     def in_degrees(self, v=None, etype=None):
         """DGL's ``in_degrees`` of nodes ``v`` (every node's when None; an int for one id),

@@ -11,6 +11,7 @@ from typing import Callable
 
 import torch
 
+from dglx_dist.api.edata import EdgeSpace, edge_tensor
 from dglx_dist.api.graph import DistGraph, NodeDataView, current_graph
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.api.types import space_for
@@ -30,12 +31,23 @@ class DistTensor(NodeDataView):
             DGL, when the shape and dtype are the same (its rows kept, ``init_func`` unused).
         init_func: ``init_func(shape, dtype) -> Tensor`` for the rows (default zeros).
         part_policy: ``g.get_node_partition_policy(ntype)``: one row per node of that type
-            (default: the type with ``shape[0]`` nodes, as in DGL).
+            (default: the type with ``shape[0]`` nodes, as in DGL); or
+            ``g.get_edge_partition_policy(etype)``: one row per edge of that type, stored with
+            the edges (the tensor is then a view of ``g.edata[name]``, or of
+            ``g.edges[etype].data[name]``).
         persistent: DGL's; accepted.
         is_gdata: DGL's; accepted.
         attach: DGL's; accepted.
         graph: the graph (default: the one built last).
     """
+
+    def __new__(cls, shape, dtype: torch.dtype, name: str | None = None,
+                init_func: Callable | None = None, part_policy=None, *args, **kwargs):
+        if isinstance(part_policy, EdgeSpace):  # rows by edges: an edge-data view
+            g = kwargs.get("graph") or current_graph()
+            return edge_tensor(g, tuple(int(d) for d in shape), dtype,
+                               name or g.new_name("_dist_tensor_"), init_func, part_policy)
+        return super().__new__(cls)
 
     def __init__(self, shape, dtype: torch.dtype, name: str | None = None,
                  init_func: Callable | None = None, part_policy=None, persistent: bool = False,

@@ -3,7 +3,8 @@
 ``import dglx_dist.dgl as dgl`` (or ``import dglx_dist.distributed``) in place of DGL gives
 ``initialize``, ``DistGraph(graph_name, part_config=...)``, ``node_split``, ``edge_split``,
 ``DistTensor``, ``DistEmbedding``, ``optim.SparseAdam`` / ``optim.SparseAdagrad``,
-``DistNodeDataLoader`` / ``DistEdgeDataLoader`` (DGL 2.4's place) and the functions over a
+``DistNodeDataLoader`` / ``DistEdgeDataLoader`` (DGL 2.4's place), ``DistDataLoader`` (a
+``collate_fn`` over items) and the functions over a
 graph (``sample_neighbors``, ``find_edges``, ``in_subgraph``) with DGL's signatures, under
 torchrun: no ip_config, no servers, no SSH. DGL's offline tools (``partition_graph``,
 ``load_partition_book``...) are DGL's own; its server and RPC names refuse in one line
@@ -33,6 +34,7 @@ from dglx_dist.api.loader import DistEdgeDataLoader, DistNodeDataLoader
 from dglx_dist.api.split import edge_split, node_split
 from dglx_dist.api.tensor import DistTensor
 from dglx_dist.distributed import optim
+from dglx_dist.distributed.dataloader import DistDataLoader
 from dglx_dist.distributed.embedding import DistEmbedding
 from dglx_dist.distributed.surface import (DGLS_OWN, SERVER_ONLY, find_edges, in_subgraph,
                                            sample_etype_neighbors, sample_neighbors,
@@ -45,7 +47,8 @@ from dglx_dist.runtime.session import current_session, init
 from dglx_dist.strategies.base import STRATEGIES, Strategy, check_partitions
 
 __all__ = ["initialize", "DistGraph", "node_split", "edge_split", "DistTensor", "DistEmbedding",
-           "optim", "DistNodeDataLoader", "DistEdgeDataLoader", "sample_neighbors",
+           "optim", "DistNodeDataLoader", "DistEdgeDataLoader", "DistDataLoader",
+           "sample_neighbors",
            "sample_etype_neighbors", "find_edges", "in_subgraph", "exit_client",
            "import_cached"]
 

@@ -44,8 +44,6 @@ SERVER_ONLY: dict[str, str] = {
           "get_world_size(), or g.rank()"
        for n in ("get_rank", "set_rank", "get_num_client", "set_num_client", "get_machine_id",
                  "set_machine_id", "get_num_machines", "set_num_machines", "get_group_id")},
-    "DistDataLoader": "not supported yet: use dgl.distributed.DistNodeDataLoader or "
-                      "DistEdgeDataLoader with a sampler, whose ranks step together",
 }
 """DistDGL's server and RPC names, each with what to use instead."""
 

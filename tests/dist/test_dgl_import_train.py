@@ -66,6 +66,13 @@ def _typed_read_and_step(session, parts, batch_size):
     out.update(train=train.tolist(), seeds=output_nodes["paper"].tolist(),
                inputs={t: sorted(v.tolist()) for t, v in input_nodes.items()},
                edges=[{":".join(e): b.num_edges(e) for e in b.canonical_etypes} for b in blocks])
+    sub = g.edge_subgraph({g.canonical_etypes[0]: torch.tensor([0, 3, 2])}, relabel_nodes=False)
+    local = g.local_partition()
+    inner = local.ndata["inner_node"].bool()
+    out.update(sub={":".join(e): sorted(zip(*(t.tolist() for t in sub.edges(etype=e))))
+                    for e in sub.canonical_etypes if sub.num_edges(e)},
+               local=(local.ndata[dgl.NID][inner].tolist(),
+                      local.ndata[dgl.NTYPE][inner].tolist()))
     return out
 
 
@@ -98,6 +105,13 @@ def test_typed_dgl_partitions_open_as_a_typed_dist_graph(tmp_path):
         # (the edge types with edges: DGL's distributed blocks leave the others out)
         assert out["edges"] == [{":".join(e): b.num_edges(e) for e in b.canonical_etypes
                                  if b.num_edges(e)} for b in blocks], r
+        first = g.canonical_etypes[0]
+        u, v = g.find_edges(torch.tensor([0, 3, 2]), etype=first)
+        assert out["sub"] == {":".join(first): sorted(map(list, zip(u.tolist(), v.tolist())))}
+        part = dgl.distributed.load_partition(str(tmp_path / "dgl" / "het.json"), r)[0]
+        inner = part.ndata["inner_node"].bool()
+        assert out["local"] == [part.ndata[dgl.NID][inner].tolist(),
+                                part.ndata[dgl.NTYPE][inner].tolist()]
 
 
 def _dgl_surface(session, json_path, cache):
@@ -118,9 +132,10 @@ def _dgl_surface(session, json_path, cache):
     except Exception as exc:  # noqa: BLE001 (the message is the result)
         other = str(exc)
     schemes = {n: (tuple(v.shape), str(v.dtype)) for n, v in g.node_attr_schemes().items()}
+    out = {**_more_surface(session, g, dist), "schemes": schemes}
     moved = g.ndata["features"].to("cpu")  # a script's line: a view again, nothing read
     double = moved.to(torch.float64)
-    return {"moved": (type(moved).__name__, str(moved.device), tuple(moved.shape)),
+    return {**out, "json": str(json_path), "moved": (type(moved).__name__, str(moved.device), tuple(moved.shape)),
             "double": (type(double).__name__, str(double.dtype), str(double[ids].dtype),
                        double[ids].tolist()),
 "keys": keys, "schemes": schemes, "features": g.ndata["features"][ids].tolist(),
@@ -134,6 +149,71 @@ def _dgl_surface(session, json_path, cache):
             "trainer_id": g.ndata["trainer_id"][ids].tolist(), "year": g.ndata["year"][ids].tolist(),
             "by_trainer": dist.node_split(g.ndata["train_mask"], pb, force_even=True,
                                           node_trainer_ids=g.ndata["trainer_id"]).tolist()}
+
+
+def _more_surface(session, g, dist) -> dict:
+    """DistDataLoader over ids of different counts per rank, its collate_fn sampling (a
+    collective call); edge_subgraph, local_partition, the book's local ids, a DistTensor over
+    edges."""
+    pb = g.get_partition_book()
+    seeds = torch.arange(10 + 3 * session.rank) * 7  # 10, 13, 16, 19 ids: 3 to 5 batches
+
+    def collate(items):  # as DistDGL's first examples sample
+        frontier = dist.sample_neighbors(g, torch.tensor(items, dtype=torch.int64), -1)
+        return items, frontier.num_edges()
+
+    loader = dist.DistDataLoader(seeds, batch_size=4, shuffle=True, collate_fn=collate)
+    batches = list(loader)
+    policy = g.get_edge_partition_policy("_E")
+    et = dist.DistTensor((g.num_edges(), 2), torch.float32, "ew", part_policy=policy)
+    if session.rank == 0:
+        et[torch.tensor([0, 77, 10555])] = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    g.barrier()
+    sub = g.edge_subgraph(torch.tensor([5, 77, 3000, 10000]))
+    local = g.local_partition()
+    nids, eids = pb.partid2nids(pb.partid)[::97], pb.partid2eids(pb.partid)[::331]
+    try:
+        pb.shared_memory("cora")
+        shm = "no error"
+    except Exception as exc:  # noqa: BLE001 (the message is the result)
+        shm = str(exc)
+    return {"loader": (len(loader), [b[0] for b in batches], [b[1] for b in batches]),
+            "edge_tensor": (g.edata["ew"][torch.tensor([77, 0, 5])].tolist(),
+                            policy.policy_str, policy.get_size()),
+            "sub": (sub.edges()[0].tolist(), sub.edges()[1].tolist(),
+                    sub.ndata[dgl.NID].tolist(), sub.edata[dgl.EID].tolist()),
+            "local": (local.ndata[dgl.NID][local.ndata["inner_node"].bool()].tolist(),
+                      sorted(local.edata[dgl.EID].tolist())),
+            "localnid": (nids.tolist(), pb.nid2localnid(nids, pb.partid).tolist()),
+            "localeid": (eids.tolist(), pb.eid2localeid(eids, pb.partid).tolist()),
+            "shm": shm}
+
+
+def _check_more_surface(g, out, nmap, emap, r):
+    """``out`` (a rank's :func:`_more_surface`) against DGL's answers on the same partitions
+    (``nmap`` / ``emap``: the original id of each of DGL's node and edge ids)."""
+    js = Path(out["json"])
+    steps, items, counts = out["loader"]
+    assert steps == 5 and len(items) == 5  # the most batches of any rank (19 ids / 4)
+    assert sorted(i for b in items for i in b) == list(range(0, 7 * (10 + 3 * r), 7))
+    for batch, count in zip(items, counts):  # every in-edge: DGL's in-degrees
+        assert count == int(g.in_degrees(nmap[torch.tensor(batch, dtype=torch.int64)]).sum())
+    rows, policy, size = out["edge_tensor"]
+    assert rows == [[3.0, 4.0], [1.0, 2.0], [0.0, 0.0]]
+    assert (policy, size) == ("edge~_N:_E:_N", g.num_edges())
+    src, dst, nid, eid = (torch.tensor(x) for x in out["sub"])
+    assert eid.tolist() == [5, 77, 3000, 10000]
+    u, v = g.find_edges(emap[eid])  # the same edges of the original graph
+    assert torch.equal(nmap[nid[src]], u) and torch.equal(nmap[nid[dst]], v)
+    book = dgl.distributed.load_partition_book(str(js), r // 2)[0]
+    part = dgl.distributed.load_partition(str(js), r // 2)[0]
+    assert out["local"][0] == part.ndata[dgl.NID][part.ndata["inner_node"].bool()].tolist()
+    inner = part.edata["inner_edge"].bool()  # DGL's part graph holds HALO nodes' edges too
+    assert out["local"][1] == sorted(part.edata[dgl.EID][inner].tolist())
+    for key, fn in (("localnid", book.nid2localnid), ("localeid", book.eid2localeid)):
+        ids, local = out[key]
+        assert local == fn(torch.tensor(ids), r // 2).tolist(), key
+    assert out["shm"].startswith("GraphPartitionBook.shared_memory: dglx_dist runs no servers")
 
 
 def _dgls_trainer_split(js: Path) -> list[list[int]]:
@@ -161,9 +241,9 @@ def test_dgl_example_partitions_keep_their_names_and_dgls_book(tmp_path):
     g = to_dgl(ds)
     g.ndata["features"], g.ndata["labels"] = g.ndata.pop("feat"), g.ndata.pop("label")
     g.ndata["year"] = torch.arange(g.num_nodes()) % 7 + 2000  # the user's own node data
-    dgl.distributed.partition_graph(g, "cora", 2, str(tmp_path / "dgl"), part_method="metis",
-                                    balance_ntypes=g.ndata["train_mask"], balance_edges=True,
-                                    num_trainers_per_machine=2)
+    nmap, emap = dgl.distributed.partition_graph(
+        g, "cora", 2, str(tmp_path / "dgl"), part_method="metis", return_mapping=True,
+        balance_ntypes=g.ndata["train_mask"], balance_edges=True, num_trainers_per_machine=2)
     js = tmp_path / "dgl" / "cora.json"
     res = run_workers(_dgl_surface, 4, tmp_path / "run", str(js), str(tmp_path / "cache"),
                       env={"DGLX_VIRTUAL_SERVERS": "2"})
@@ -176,6 +256,7 @@ def test_dgl_example_partitions_keep_their_names_and_dgls_book(tmp_path):
         assert out["keys"] == ["features", "labels", "test_mask", "train_mask", "trainer_id",
                                "val_mask", "year"]
         assert out["by_trainer"] == by_trainer[r], r
+        _check_more_surface(g, out, nmap, emap, r)
         assert out["dtype"] == "torch.float32" and out["partid"] == r // 2
         assert out["schemes"]["features"] == [[1433], "torch.float32"]
         assert out["schemes"]["labels"] == [[], "torch.int64"]
