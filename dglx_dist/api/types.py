@@ -98,8 +98,9 @@ def store_typed_node_data(store, pdir: PartitionDir, part_id: int, part,
                           spaces: dict[str, NodeSpace]) -> None:
     """Puts part ``part_id``'s rows of every node type into ``store`` (collective): the
     features of each type that has them (under a column layout, the part's column slice of
-    every row, in the type's row order), the labels and masks of each labeled type."""
-    types = pdir.types
+    every row, in the type's row order), the labels and masks of each labeled type, and the
+    partitions' other node data of the types that have it."""
+    types, other = pdir.types, pdir.load_node_data(part_id)
     counts = np.asarray(pdir.ntype_counts(part_id), np.int64)
     starts = np.cumsum(counts) - counts
     for t, ntype in enumerate(types.ntypes):
@@ -117,6 +118,10 @@ def store_typed_node_data(store, pdir: PartitionDir, part_id: int, part,
             for name, split in MASKS.items():
                 mask = getattr(part, split)[run].astype("uint8")
                 store.init_data(space.key(name), space.policy, {part_id: torch.from_numpy(mask)})
+        for name, values in other.items():  # what else DGL's partitions had, by type
+            if ntype in pdir.node_data[name].get("ntypes", ()):
+                rows = torch.from_numpy(np.ascontiguousarray(values[run]))
+                store.init_data(space.key(name), space.policy, {part_id: rows})
 
 
 def space_for(graph: DistGraph, rows: int, part_policy, what: str) -> NodeSpace:

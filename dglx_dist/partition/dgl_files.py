@@ -28,7 +28,7 @@ import torch
 from dglx_dist.data.checked import check_range
 from dglx_dist.errors import PartitionError, PartitionFormatError
 
-__all__ = ["NodeDataKeys", "node_data_keys", "found_keys", "USUAL_NAMES", "load_id_map",
+__all__ = ["NodeDataKeys", "node_data_keys", "found_keys", "keeps", "USUAL_NAMES", "load_id_map",
            "load_typed_id_maps", "load_graph", "load_tensors"]
 
 _ERR = PartitionFormatError
@@ -68,6 +68,14 @@ def found_keys(keys: NodeDataKeys, tensors: Mapping[str, torch.Tensor]) -> NodeD
         if len(floats) == 1:
             found["feat"] = floats[0]
     return dataclasses.replace(keys, **found)
+
+
+def keeps(key: str, t: torch.Tensor) -> bool:
+    """Whether node data ``key`` (``NTYPE/NAME``, not the features, labels or masks) can be
+    imported as it is: a value or a vector per node, under a name our stored node data does
+    not take."""
+    taken = ("feat", "label", "train_mask", "val_mask", "test_mask")
+    return t.dim() in (1, 2) and not t.is_complex() and key.partition("/")[2] not in taken
 
 
 def node_data_keys(keys: NodeDataKeys | dict[str, str] | None) -> NodeDataKeys:

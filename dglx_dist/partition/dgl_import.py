@@ -56,9 +56,9 @@ from dglx_dist.partition.book import RangeBook
 from dglx_dist.partition.dgl_config import DglConfig, DglTypedConfig, read_dgl_config
 from dglx_dist.partition.dgl_data import DataImport
 from dglx_dist.partition.dgl_files import (USUAL_NAMES, NodeDataKeys, checked_num_classes,
-                                           class_ids, found_keys, inner_edges, load_graph,
-                                           load_id_map, load_tensors, load_typed_id_maps,
-                                           node_data_keys)
+                                           class_ids, found_keys, inner_edges, keeps,
+                                           load_graph, load_id_map, load_tensors,
+                                           load_typed_id_maps, node_data_keys)
 from dglx_dist.partition.dgl_typed import TypedImporter
 from dglx_dist.partition.io import PARTITION_DIR, write_partitions
 from dglx_dist.partition.layout import Partition
@@ -168,17 +168,12 @@ class _Importer:
                 raise _ERR(f"{file}: {key!r} has shape {tuple(t.shape)}; expected {nc} rows (the "
                            f"part's inner nodes){'' if ours == 'feat' else ', one value each'}")
             out[ours] = self._convert(ours, t.reshape(nc, -1).numpy()[order], file, key)
-        other = {k: t for k, t in tensors.items() if k not in wanted and self._keeps(k, t)}
+        other = {k: t for k, t in tensors.items()
+                 if k not in wanted and k.startswith(prefix) and keeps(k, t)}
         self.not_imported["node_data"].update(k for k in tensors if k not in wanted and
                                               k not in other)
         return out, self.ndata.part(file, other, np.zeros(nc, np.int64), order,
                                     np.array([nc]))
-
-    def _keeps(self, key: str, t) -> bool:
-        """Whether node data ``key`` (not features, labels or masks) can be kept as it is."""
-        taken = ("feat", "label", "train_mask", "val_mask", "test_mask")  # the stored names
-        return key.startswith(f"{self.cfg.ntype}/") and t.dim() in (1, 2) and \
-            not t.is_complex() and key.partition("/")[2] not in taken
 
     def _convert(self, ours: str, a: np.ndarray, file: Path, key: str) -> np.ndarray:
         if ours == "feat":

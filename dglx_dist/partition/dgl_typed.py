@@ -28,9 +28,12 @@ and ``edata["_TYPE"]`` hold DGL's type ids. What becomes what here:
   features); ``NTYPE/label`` or ``NTYPE/labels`` (the name DistDGL's R-GCN example uses) the
   labels, and a type with labels is *labeled*; ``NTYPE/train_mask``, ``val_mask``,
   ``test_mask`` its masks (absent: all false, recorded). Nodes of types without labels get
-  label -1 and false masks; a mask on such a type is refused. Other names
-  (:class:`~dglx_dist.partition.dgl_files.NodeDataKeys` renames these) are not imported,
-  and listed under ``not_imported``.
+  label -1 and false masks; a mask on such a type is refused
+  (:class:`~dglx_dist.partition.dgl_files.NodeDataKeys` renames these). Every other name
+  becomes node data of that name over the core nodes, zeros on types without it, as edge
+  data is (:mod:`~dglx_dist.partition.dgl_data`): the manifest's ``node_data`` lists each
+  name with the types that have it (``ntypes``). Names that cannot be kept (rows of more than
+  one dimension, or a name our stored data takes) are listed under ``not_imported``.
 * edge data, ``edge_feat.dgl`` keys ``SRC:REL:DST/NAME``: one edge-data column per name
   (:mod:`~dglx_dist.partition.dgl_data`), the types that have it in the manifest's
   ``types.edge_data``.
@@ -54,7 +57,7 @@ from dglx_dist.partition.book import RangeBook
 from dglx_dist.partition.dgl_data import DataImport
 from dglx_dist.partition.dgl_config import DglTypedConfig
 from dglx_dist.partition.dgl_files import (NodeDataKeys, checked_num_classes, class_ids,
-                                           inner_edges, load_graph, load_tensors)
+                                           inner_edges, keeps, load_graph, load_tensors)
 from dglx_dist.partition.layout import Partition
 
 __all__ = ["TypedImporter"]
@@ -133,6 +136,7 @@ class TypedImporter:
         self.absent: set[str] = set()
         self.not_imported: dict[str, set[str]] = {"node_data": set()}  # edge data all imported
         self.edata = DataImport([":".join(e) for e in types.canonical_etypes], cfg.path)
+        self.ndata = DataImport(list(types.ntypes), cfg.path, "node")
 
     def part(self, p: int) -> Partition:
         cfg, files = self.cfg, self.cfg.files[p]
@@ -250,7 +254,7 @@ class TypedImporter:
     def _node_data(self, file: Path, counts: np.ndarray, orders: list[np.ndarray]) -> dict:
         """Labels, masks (type after type) and per-type features of the part's core nodes."""
         by_type, keys, seen = self._by_type(file, load_tensors(file)), self.keys, {}
-        label, feats = [], {}
+        label, feats, other = [], {}, {}
         masks: dict[str, list[np.ndarray]] = {s: [] for s in _SPLITS}
         for i, ntype in enumerate(self.cfg.types.ntypes):
             data, n, order = by_type[i], int(counts[i]), orders[i]
@@ -267,9 +271,13 @@ class TypedImporter:
                                                name is not None))
             used = {keys.feat, name, keys.train, keys.val, keys.test}
             seen[ntype] = sorted(k for k in data if k in used)
-            self.not_imported["node_data"].update(f"{ntype}/{k}" for k in data if k not in used)
+            other.update({f"{ntype}/{k}": t for k, t in data.items() if k not in used})
         self._same_names(file, seen)
-        return {"label": np.concatenate(label), "type_feat": feats,
+        kept = {k: t for k, t in other.items() if keeps(k, t)}
+        self.not_imported["node_data"].update(k for k in other if k not in kept)
+        ndata = self.ndata.part(file, kept, np.repeat(np.arange(counts.size), counts),
+                                np.concatenate(orders), counts)
+        return {"label": np.concatenate(label), "type_feat": feats, "ndata": ndata,
                 **{s: np.concatenate(m) for s, m in masks.items()}}
 
     def _mask(self, file: Path, ntype: str, name: str, data: dict, order: np.ndarray,
@@ -323,6 +331,8 @@ class TypedImporter:
             labeled=labeled, category=labeled[0] if len(labeled) == 1 else None,
             edge_data=self.edata.edge_data())
         spec = self.edata.spec()
+        nspec = {n: {**v, "ntypes": [names[i] for i in self.ndata.edge_data()[n]]}
+                 for n, v in self.ndata.spec().items()}
         return {
             "partitioner": {"name": "dgl", "options": {
                 "part_method": cfg.part_method, "halo_hops": cfg.halo_hops,
@@ -331,7 +341,8 @@ class TypedImporter:
             "feat_dim": 0, "num_classes": num_classes, "relabeled": self.relabeled,
             "node_book": RangeBook(cfg.node_offsets).to_json(), "feature_layout": "rows",
             "feature_slices": [0, 0], "dataset": self.provenance(), "types": types.to_json(),
-            "ndata_names": self._ndata_names(), **({"edge_data": spec} if spec else {})}
+            "ndata_names": self._ndata_names(), **({"edge_data": spec} if spec else {}),
+            **({"node_data": nspec} if nspec else {})}
 
     def _ndata_names(self) -> dict[str, str]:
         """The graph's own name of the labels where it is not ``label`` (``labels`` in DGL's

@@ -56,6 +56,8 @@ def _typed_read_and_step(session, parts, batch_size):
     out = {"ntypes": g.ntypes, "etypes": [list(e) for e in g.canonical_etypes],
            "feat": g.nodes["paper"].data["feat"][ids].tolist(),
            "field": g.nodes["field"].data["feat"][torch.tensor([7, 1])].tolist(),
+           "year": g.nodes["field"].data["year"][torch.tensor([7, 1])].tolist(),
+           "names": {t: sorted(g.nodes[t].data) for t in g.ntypes},
            "label": g.nodes["paper"].data["label"][ids].tolist()}
     train = dglx_dist.node_split(g.nodes["paper"].data["train_mask"], g.get_partition_book(),
                                  ntype="paper")
@@ -82,6 +84,7 @@ def test_typed_dgl_partitions_open_as_a_typed_dist_graph(tmp_path):
     from test_hetero import typed_graph
 
     g = typed_graph()
+    g.nodes["field"].data["year"] = torch.arange(g.num_nodes("field")) + 1900  # the user's
     nids, eids = dgl.distributed.partition_graph(g, "het", 2, str(tmp_path / "dgl"),
                                                  part_method="metis", return_mapping=True)
     parts = import_dgl_partitions(tmp_path / "dgl" / "het.json", tmp_path / "parts",
@@ -97,6 +100,8 @@ def test_typed_dgl_partitions_open_as_a_typed_dist_graph(tmp_path):
         np.testing.assert_array_equal(out["feat"], g.nodes["paper"].data["feat"][ids].numpy())
         np.testing.assert_array_equal(out["field"], g.nodes["field"].data["feat"][[7, 1]].numpy())
         assert out["label"] == g.nodes["paper"].data["label"][ids].tolist()
+        assert out["year"] == g.nodes["field"].data["year"][[7, 1]].tolist()
+        assert out["names"]["field"] == sorted(g.nodes["field"].data) == ["feat", "year"]
         seeds = torch.tensor(out["seeds"])
         assert 0 < seeds.numel() <= 5 and set(out["seeds"]) <= set(out["train"])
         _, _, blocks = sampler.sample_blocks(g, {"paper": seeds})

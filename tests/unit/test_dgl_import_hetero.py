@@ -120,8 +120,11 @@ def test_features_labels_and_masks_by_original_id(imported, name):
             for ours in ("train", "val", "test"):
                 want = data[f"{ours}_mask"][ids].numpy() if t == "paper" else False
                 assert np.array_equal(getattr(part, ours)[run], np.broadcast_to(want, ids.shape))
+            year = data["year"][ids].numpy() if t == "field" else np.zeros(ids.size)
+            assert np.array_equal(pdir.load_node_data(p)["year"][run], year), (p, t)
+    assert pdir.node_data == {"year": {"dtype": "int64", "shape": [], "ntypes": ["field"]}}
     prov = pdir.manifest["dataset"]
-    assert prov["not_imported"] == {"node_data": ["field/year"]}
+    assert prov["not_imported"] == {"node_data": []}
     assert prov["node_ids"].startswith("given") and prov["absent_masks_as_false"] == []
     # the graph's own name of the labels, for g.nodes["paper"].data (DGL's R-GCN: "labels")
     assert pdir.ndata_names == ({} if label_key == "label" else {"label": label_key})
