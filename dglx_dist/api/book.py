@@ -104,25 +104,31 @@ class PartitionBook:
         """Each node's local id in part ``partid``, which must hold it (DGL's: core nodes
         number from 0 in the part; per node type on a graph with types, each type's from 0)."""
         space = self._space(ntype)
-        rows = space.rows(space.check(nids, "nid2localnid")).numpy()
+        rows = space.rows(space.check(nids, "nid2localnid")).numpy()  # the type's rows
         self._held(space.policy.book.owner(rows), partid, "nid2localnid", "node")
-        local = np.asarray(self.graph.pdir.book.to_local(rows), dtype=np.int64)
-        if self.graph.is_typed:  # minus the start of the type's run of local ids
-            t = self.graph.pdir.types.ntype_index(space.ntype)
-            local = local - int(self.graph.pdir.ntype_counts(int(partid))[:t].sum())
-        return torch.from_numpy(local)
+        return torch.as_tensor(np.asarray(space.policy.book.to_local(rows), dtype=np.int64))
 
     def eid2localeid(self, eids, partid: int, etype=None) -> torch.Tensor:
         """Each edge's local id in part ``partid``, which must store it (DGL's: the part's
-        edges number from 0). Graphs without edge types only."""
-        if self.graph.is_typed:
-            raise NotSupportedError("eid2localeid: not supported on a graph with edge types "
-                                    "yet; eid2partid gives each edge's part")
-        ids = as_node_ids(eids, self.graph.num_edges(), "eid2localeid", kind="edge")
-        part_ids = self.graph.edata.part_ids(ids).numpy()
-        book = self.graph.pdir.edge_book()
+        edges number from 0; per edge type on a graph with types, each type's from 0, in the
+        part's order)."""
+        graph = self.graph
+        if graph.is_typed:
+            from dglx_dist.api.typed_link import typed_edge_ids  # it imports the graph
+            ids = typed_edge_ids(graph, {graph.to_canonical_etype(etype): eids}, "eid2localeid")
+        else:
+            ids = as_node_ids(eids, graph.num_edges(), "eid2localeid", kind="edge")
+        part_ids = graph.edata.part_ids(ids).numpy()
+        book = graph.pdir.edge_book()
         self._held(book.owner(part_ids), partid, "eid2localeid", "edge")
-        return torch.from_numpy(part_ids - int(book.offsets[int(partid)]))
+        local = part_ids - int(book.offsets[int(partid)])
+        if graph.is_typed:  # the rank among the part's edges of the same type
+            offsets = graph.pdir.types.etype_offsets
+            kind = np.searchsorted(offsets, graph.pdir.load_part(int(partid), features=False).eid,
+                                   side="right") - 1
+            same = np.cumsum(kind[:, None] == np.arange(offsets.size - 1), axis=0) - 1
+            local = same[local, kind[local]]
+        return torch.from_numpy(local)
 
     @staticmethod
     def _held(owners, partid: int, what: str, kind: str) -> None:

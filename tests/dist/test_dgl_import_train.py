@@ -71,10 +71,14 @@ def _typed_read_and_step(session, parts, batch_size):
     sub = g.edge_subgraph({g.canonical_etypes[0]: torch.tensor([0, 3, 2])}, relabel_nodes=False)
     local = g.local_partition()
     inner = local.ndata["inner_node"].bool()
+    pb, first = g.get_partition_book(), g.canonical_etypes[0]
+    eids, nids = pb.partid2eids(pb.partid, first)[::3], pb.partid2nids(pb.partid, "paper")[::3]
     out.update(sub={":".join(e): sorted(zip(*(t.tolist() for t in sub.edges(etype=e))))
                     for e in sub.canonical_etypes if sub.num_edges(e)},
                local=(local.ndata[dgl.NID][inner].tolist(),
-                      local.ndata[dgl.NTYPE][inner].tolist()))
+                      local.ndata[dgl.NTYPE][inner].tolist()),
+               localeid=(eids.tolist(), pb.eid2localeid(eids, pb.partid, first).tolist()),
+               localnid=(nids.tolist(), pb.nid2localnid(nids, pb.partid, "paper").tolist()))
     return out
 
 
@@ -117,6 +121,13 @@ def test_typed_dgl_partitions_open_as_a_typed_dist_graph(tmp_path):
         inner = part.ndata["inner_node"].bool()
         assert out["local"] == [part.ndata[dgl.NID][inner].tolist(),
                                 part.ndata[dgl.NTYPE][inner].tolist()]
+        book = dgl.distributed.load_partition_book(str(tmp_path / "dgl" / "het.json"), r)[0]
+        ours, local = out["localeid"]
+        dgls = torch.argsort(eids[first])[torch.tensor(ours)]  # DGL's ids of the graph's
+        assert local == book.eid2localeid(dgls, r, first).tolist()
+        ours, local = out["localnid"]
+        dgls = torch.argsort(nids["paper"])[torch.tensor(ours)]
+        assert local == book.nid2localnid(dgls, r, "paper").tolist()
 
 
 def _dgl_surface(session, json_path, cache):
