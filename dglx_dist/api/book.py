@@ -126,8 +126,10 @@ class PartitionBook:
             offsets = graph.pdir.types.etype_offsets
             kind = np.searchsorted(offsets, graph.pdir.load_part(int(partid), features=False).eid,
                                    side="right") - 1
-            same = np.cumsum(kind[:, None] == np.arange(offsets.size - 1), axis=0) - 1
-            local = same[local, kind[local]]
+            asked, out = kind[local], np.empty_like(local)
+            for t in np.unique(asked):
+                out[asked == t] = np.searchsorted(np.flatnonzero(kind == t), local[asked == t])
+            local = out
         return torch.from_numpy(local)
 
     @staticmethod
