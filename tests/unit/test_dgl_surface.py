@@ -52,3 +52,15 @@ def test_an_unknown_name_is_an_attribute_error():
     with pytest.raises(AttributeError):
         ours.no_such_name  # noqa: B018
     assert not hasattr(ours, "no_such_name")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"dataset": [1, 2], "batch_size": 0}, "batch_size 0; expected an integer >= 1"),
+    ({"dataset": [1, 2], "batch_size": 2.5}, "batch_size 2.5; expected an integer >= 1"),
+    ({"dataset": 7, "batch_size": 2}, "dataset of type int has no len()")])
+def test_dist_data_loader_refuses_bad_arguments_in_one_line(kwargs, message):
+    from dglx_dist.errors import InvalidValueError
+
+    with pytest.raises(InvalidValueError, match=r"^DistDataLoader: ") as exc:
+        ours.DistDataLoader(**kwargs)
+    assert message in str(exc.value) and "\n" not in str(exc.value)
