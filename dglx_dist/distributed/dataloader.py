@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Iterator
 
+import numpy as np
 import torch
 from torch.utils.data import default_collate
 
@@ -27,11 +28,12 @@ __all__ = ["DistDataLoader"]
 
 
 def _scalar(item: Any) -> Any:
-    """An item as DGL hands it to ``collate_fn``: a tensor of one value as a number, a
-    ``(type, id)`` pair with its id so."""
+    """An item as DGL hands it to ``collate_fn``: a tensor (or numpy scalar) of one value as
+    a number, a ``(type, id)`` pair with its id so."""
     if isinstance(item, tuple):
         return tuple(_scalar(x) for x in item)
-    return item.item() if isinstance(item, torch.Tensor) and item.numel() == 1 else item
+    one = isinstance(item, np.generic) or (isinstance(item, torch.Tensor) and item.numel() == 1)
+    return item.item() if one else item
 
 
 class DistDataLoader:
