@@ -20,6 +20,14 @@ Kinds:
                      workers). seconds: SIGKILL -> every process it started exited.
   kill-partition     SIGKILL `dglx partition` while it writes a synthetic graph's parts, then
                      partition into the same directory again. seconds: the second run.
+  hostile-store      torchrun --standalone, 2 ranks training Cora; from a process outside the
+                     job, connect to every socket the job listens on from all interfaces (the
+                     agent's rendezvous store, rank 0's store), send 64 KB of random bytes,
+                     then as a store client write rank 1's health entries malformed (a flag
+                     that is not a number, a heartbeat that is not JSON). The job must go on
+                     training (new records); then SIGKILL rank 1 and write the entries again:
+                     rank 0 must exit within DGLX_TIMEOUT + 30 s with one PeerError line naming
+                     rank 1, nothing left. seconds: SIGKILL -> rank 0 exited.
 """
 from __future__ import annotations
 
@@ -28,6 +36,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -40,7 +49,8 @@ import psutil
 from dglx_dist.report import markdown_table
 from dglx_dist.runtime.env import free_local_port
 
-KINDS = ("freeze-standalone", "freeze-c10d", "freeze-2node", "kill-launcher", "kill-partition")
+KINDS = ("freeze-standalone", "freeze-c10d", "freeze-2node", "kill-launcher", "kill-partition",
+         "hostile-store")
 
 
 def _env(timeout: float) -> dict[str, str]:
@@ -194,10 +204,68 @@ def _kill_partition(work: Path, timeout: float) -> dict[str, Any]:
             "clean": ok and stale == 1 and left == 0, "left": left}
 
 
+def _public_ports(procs: list[psutil.Process]) -> list[int]:
+    """The ports ``procs`` listen on from every interface (``0.0.0.0`` / ``::``)."""
+    pids = {p.pid for p in procs}
+    return sorted({c.laddr.port for c in psutil.net_connections("tcp")
+                   if c.status == psutil.CONN_LISTEN and c.pid in pids
+                   and c.laddr.ip in ("0.0.0.0", "::")})
+
+
+def _forge(ports: list[int]) -> None:
+    """Garbage, then malformed health entries of rank 1, to every port (a store or not)."""
+    import datetime
+
+    import torch.distributed as dist
+
+    for port in ports:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 5) as s:
+            s.sendall(os.urandom(1 << 16))
+        with contextlib.suppress(RuntimeError):
+            store = dist.TCPStore("127.0.0.1", port, None, False,
+                                  timeout=datetime.timedelta(seconds=5))
+            store.set("dglx/health/joined/1", "abc")
+            store.set("dglx/health/beat/1", "not a heartbeat")
+
+
+def _records(metrics: Path) -> int:
+    return len(metrics.read_text().splitlines()) if metrics.is_file() else 0
+
+
+def _hostile_store(work: Path, timeout: float) -> dict[str, Any]:
+    metrics = work / "metrics.jsonl"
+    with open(work / "stderr.log", "w") as err:
+        agent = subprocess.Popen(_train(work, ["--standalone"], "distdgl"), env=_env(timeout),
+                                 stdout=subprocess.DEVNULL, stderr=err)
+        procs = _started(agent, metrics)
+        ports = _public_ports(procs + [psutil.Process(agent.pid)])
+        _forge(ports)
+        before = _records(metrics)
+        time.sleep(5)
+        trained_on = _records(metrics) > before and agent.poll() is None
+        ranks = {int(p.environ().get("RANK", -1)): p for p in procs}
+        ranks[1].kill()
+        t0 = time.monotonic()
+        _forge(ports)
+        psutil.wait_procs([ranks[0]], timeout=timeout + 60)
+        seconds = time.monotonic() - t0
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            agent.wait(timeout=120)
+    left = _left(procs + [psutil.Process(agent.pid)] if agent.poll() is None else procs)
+    text = (work / "stderr.log").read_text()
+    named = "PeerError" in text and "rank 1" in text.split("PeerError", 1)[1][:400]
+    for p in left:
+        p.kill()
+    return {"seconds": round(seconds, 1), "job_seconds": round(seconds, 1), "ports": ports,
+            "clean": trained_on and named and seconds <= timeout + 30 and not left,
+            "left": len(left)}
+
+
 RUNNERS = {"freeze-standalone": lambda w, t: _freeze(w, t, "standalone"),
            "freeze-c10d": lambda w, t: _freeze(w, t, "c10d"),
            "freeze-2node": _freeze_two_nodes,
-           "kill-launcher": _kill_launcher, "kill-partition": _kill_partition}
+           "kill-launcher": _kill_launcher, "kill-partition": _kill_partition,
+           "hostile-store": _hostile_store}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,6 +34,7 @@ _SILENT = "sent no heartbeat"
 
 log = logging.getLogger(__name__)
 _PREFIX = "dglx/health/"
+_ABSENT = "\x00absent"  # what _read's compare-and-set expects: no value is ever this
 
 
 class Health:
@@ -61,15 +62,18 @@ class Health:
     def _set(self, key: str, value: str) -> None:
         self._store.set(_PREFIX + key, value)
 
-    def _get(self, key: str) -> str:
-        return self._store.get(_PREFIX + key).decode()
+    def _read(self, key: str) -> str | None:
+        """The value of ``key``, None when there is none, without waiting for it (Store.check
+        is not exposed in torch 2.2, and get() waits for an absent key: a compare-and-set that
+        never matches reads it instead). Any client of the store may have written it."""
+        value = self._store.compare_set(_PREFIX + key, _ABSENT, _ABSENT)
+        return None if value == _ABSENT.encode() else value.decode(errors="replace")
 
     def _flag(self, key: str) -> None:
-        self._store.add(_PREFIX + key, 1)
+        self._set(key, "1")  # set, not add: add() on a value another client wrote breaks
 
     def _has(self, key: str) -> bool:
-        # Store.check is not exposed in torch 2.2; add(key, 0) reads a counter without blocking
-        return self._store.add(_PREFIX + key, 0) > 0
+        return self._read(key) is not None
 
     def start(self) -> None:
         self._set(f"who/{self.rank}", json.dumps({"host": self._host, "pid": _pid()}))
@@ -176,39 +180,63 @@ class Health:
         """(hard evidence: exited / never joined / silent, soft evidence: behind in ``group``)."""
         found: dict[int, str] = {}
         behind: dict[int, str] = {}
-        now = time.time()
-        mine = self.op_seqs.get(group, 0)
         for r in members:
             if r == self.rank:
                 continue
-            if not self._has(f"joined/{r}"):
-                found[r] = "never joined the job"
-                continue
-            if self._has(f"crashed/{r}"):
-                found[r] = f"raised {self._get(f'crash_msg/{r}')}"
-                continue
-            failed, left = self._has(f"failed/{r}"), self._has(f"exit/{r}")
-            if failed or left:  # a survivor that saw the failure too, or a clean exit: the
-                seq = json.loads(self._get(f"beat/{r}"))[1].get(group, 0)  # cause only if
-                if seq < mine:  # it never reached this collective (its loop ended early)
-                    (behind if failed else found)[r] = (
-                        f"{'failed in' if failed else 'left the job from'} another collective "
-                        f"at {group} collective #{seq}, while this rank is at #{mine} (did "
-                        f"its loop end early?)")
-                continue
-            who = json.loads(self._get(f"who/{r}"))
-            if who["host"] == self._host and not _alive(who["pid"]):
-                if self._has(f"failed/{r}") or self._has(f"exit/{r}"):
-                    continue  # it marked itself between the two checks
-                found[r] = f"exited (pid {who['pid']} is gone)"
-                continue
-            stamp, seqs = json.loads(self._get(f"beat/{r}"))
-            seq = seqs.get(group, 0)
-            if now - stamp > 3 * self.interval:
-                found[r] = f"{_SILENT} for {now - stamp:.1f}s"
-            elif seq < mine:
-                behind[r] = f"has not reached {group} collective #{mine} (it is at #{seq})"
+            why, late = self._evidence(r, group)
+            if why is not None:
+                (behind if late else found)[r] = why
         return found, behind
+
+    def _evidence(self, r: int, group: str) -> tuple[str | None, bool]:
+        """What rank ``r``'s entries say (None: nothing against it), and whether that is only
+        soft evidence (behind in ``group``). Entries that are not what a rank writes (another
+        client of the store wrote them) are named as such, never parsed into a traceback."""
+        if not self._has(f"joined/{r}"):
+            return "never joined the job", False
+        if self._has(f"crashed/{r}"):
+            return f"raised {self._read(f'crash_msg/{r}') or '(no message recorded)'}", False
+        beat, who, mine = _beat(self._read(f"beat/{r}")), _who(self._read(f"who/{r}")), \
+            self.op_seqs.get(group, 0)
+        if beat is None or who is None:
+            return (f"has entries in the job's store that no rank wrote (dglx/health/beat/{r} "
+                    f"or who/{r} malformed: another client of the store wrote them?)"), False
+        stamp, seqs = beat
+        seq = seqs.get(group, 0)
+        failed, left = self._has(f"failed/{r}"), self._has(f"exit/{r}")
+        if failed or left:  # a survivor that saw the failure too, or a clean exit: the cause
+            if seq >= mine:  # only if it never reached this collective (its loop ended early)
+                return None, False
+            return (f"{'failed in' if failed else 'left the job from'} another collective at "
+                    f"{group} collective #{seq}, while this rank is at #{mine} (did its loop "
+                    f"end early?)"), failed
+        if who["host"] == self._host and not _alive(who["pid"]):
+            if self._has(f"failed/{r}") or self._has(f"exit/{r}"):
+                return None, False  # it marked itself between the two checks
+            return f"exited (pid {who['pid']} is gone)", False
+        if time.time() - stamp > 3 * self.interval:
+            return f"{_SILENT} for {time.time() - stamp:.1f}s", False
+        if seq < mine:
+            return f"has not reached {group} collective #{mine} (it is at #{seq})", True
+        return None, False
+
+
+def _beat(raw: str | None) -> tuple[float, dict[str, int]] | None:
+    """A heartbeat entry ``[wall time, {group: seq}]``, None when it is not one."""
+    try:
+        stamp, seqs = json.loads(raw)
+        return float(stamp), {str(k): int(v) for k, v in seqs.items()}
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def _who(raw: str | None) -> dict | None:
+    """A ``{"host": str, "pid": int}`` entry, None when it is not one."""
+    try:
+        who = json.loads(raw)
+        return {"host": str(who["host"]), "pid": int(who["pid"])}
+    except (TypeError, ValueError, KeyError):
+        return None
 
 
 def call_within(seconds: float, fn, *args):
