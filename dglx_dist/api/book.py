@@ -91,12 +91,7 @@ class PartitionBook:
     def eid2partid(self, eids, etype=None) -> torch.Tensor:
         """The part storing each edge of ``eids`` (of edge type ``etype`` on a graph with
         types): its destination's owner."""
-        if self.graph.is_typed:
-            from dglx_dist.api.typed_link import typed_edge_ids  # it imports the graph
-            ids = typed_edge_ids(self.graph, {self.graph.to_canonical_etype(etype): eids},
-                                 "eid2partid")
-        else:
-            ids = as_node_ids(eids, self.graph.num_edges(), "eid2partid", kind="edge")
+        ids = self._edge_ids(eids, etype, "eid2partid")
         book = self.graph.pdir.edge_book()
         return torch.as_tensor(book.owner(self.graph.edata.part_ids(ids).numpy()))
 
@@ -113,24 +108,27 @@ class PartitionBook:
         edges number from 0; per edge type on a graph with types, each type's from 0, in the
         part's order)."""
         graph = self.graph
-        if graph.is_typed:
-            from dglx_dist.api.typed_link import typed_edge_ids  # it imports the graph
-            ids = typed_edge_ids(graph, {graph.to_canonical_etype(etype): eids}, "eid2localeid")
-        else:
-            ids = as_node_ids(eids, graph.num_edges(), "eid2localeid", kind="edge")
-        part_ids = graph.edata.part_ids(ids).numpy()
+        part_ids = graph.edata.part_ids(self._edge_ids(eids, etype, "eid2localeid")).numpy()
         book = graph.pdir.edge_book()
         self._held(book.owner(part_ids), partid, "eid2localeid", "edge")
-        local = part_ids - int(book.offsets[int(partid)])
+        lo, hi = (int(book.offsets[i]) for i in (int(partid), int(partid) + 1))
+        local = part_ids - lo
         if graph.is_typed:  # the rank among the part's edges of the same type
-            offsets = graph.pdir.types.etype_offsets
-            kind = np.searchsorted(offsets, graph.pdir.load_part(int(partid), features=False).eid,
-                                   side="right") - 1
+            kind = np.searchsorted(graph.pdir.types.etype_offsets,
+                                   graph.edata.ids(torch.arange(lo, hi)).numpy(), side="right") - 1
             asked, out = kind[local], np.empty_like(local)
             for t in np.unique(asked):
                 out[asked == t] = np.searchsorted(np.flatnonzero(kind == t), local[asked == t])
             local = out
         return torch.from_numpy(local)
+
+    def _edge_ids(self, eids, etype, what: str) -> torch.Tensor:
+        """The graph's (homogeneous) edge ids of ``eids`` (of edge type ``etype`` on a graph
+        with types), checked."""
+        if not self.graph.is_typed:
+            return as_node_ids(eids, self.graph.num_edges(), what, kind="edge")
+        from dglx_dist.api.typed_link import typed_edge_ids  # it imports the graph
+        return typed_edge_ids(self.graph, {self.graph.to_canonical_etype(etype): eids}, what)
 
     @staticmethod
     def _held(owners, partid: int, what: str, kind: str) -> None:

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from dglx_dist.api.ndata import EDGE_PREFIX as PREFIX, DataViews, as_node_ids, fit_rows
+from dglx_dist.api.ndata import (EDGE_PREFIX as PREFIX, DataViews, as_node_ids, fit_rows,
+                                 stored_tensor)
 from dglx_dist.errors import InvalidValueError, UnknownNameError
 from dglx_dist.kvstore import RowPolicy
 
@@ -61,15 +62,8 @@ def edge_tensor(graph: DistGraph, shape: tuple[int, ...], dtype: torch.dtype, na
     if not shape or shape[0] != space.num_edges:
         raise InvalidValueError(f"DistTensor {shape}: part_policy {space.policy_str} has "
                                 f"{space.num_edges} rows; expected shape[0] = {space.num_edges}")
-    store, key = graph.store, PREFIX + name
-    if key not in store.names():
-        store.init_data(key, RowPolicy(graph.pdir.edge_book()), {}, trailing_shape=shape[1:],
-                        dtype=dtype, init=init or "zeros")
-    elif (tuple(store.shape(key)[1:]), store.dtype(key)) != (shape[1:], dtype):
-        raise InvalidValueError(f"DistTensor: edge data {name!r} exists with rows of shape "
-                                f"{tuple(store.shape(key)[1:])} and {store.dtype(key)}; "
-                                f"expected the same to attach to it (got {shape[1:]}, {dtype}), "
-                                "or another name")
+    stored_tensor(graph.store, PREFIX + name, RowPolicy(graph.pdir.edge_book()), shape, dtype,
+                  init, name)
     return EdgeDataView(graph.edata, name, space.index)
 
 

@@ -17,8 +17,8 @@ from dglx_dist.strategies.abilities import HoldsRows
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
 
-__all__ = ["fit_rows", "DataViews", "NodeData", "NodeDataView", "NodeSpace", "as_node_ids",
-           "MASKS", "EDGE_PREFIX", "INTERNAL_PREFIX", "DEFAULT_NTYPE"]
+__all__ = ["fit_rows", "stored_tensor", "DataViews", "NodeData", "NodeDataView", "NodeSpace",
+           "as_node_ids", "MASKS", "EDGE_PREFIX", "INTERNAL_PREFIX", "DEFAULT_NTYPE"]
 
 MASKS = {"train_mask": "train", "val_mask": "val", "test_mask": "test"}
 DEFAULT_NTYPE = "_N"  # DGL's name of the one node type of a graph without types
@@ -86,6 +86,21 @@ class NodeSpace:
         """Node ids of this type from a mask or ids (one line naming the type otherwise)."""
         where = f"{what} (node type {self.ntype!r})" if self.typed else what
         return as_node_ids(key, self.num_nodes, where)
+
+
+def stored_tensor(store, key: str, policy, shape: tuple[int, ...], dtype: torch.dtype,
+                  init, name: str) -> None:
+    """DGL's ``DistTensor`` in the store: ``key`` created with rows of ``shape[1:]`` under
+    ``policy`` (collective), or, when it exists with rows of that shape and dtype, attached
+    to (its rows kept); one line otherwise."""
+    if key not in store.names():
+        store.init_data(key, policy, {}, trailing_shape=shape[1:], dtype=dtype,
+                        init=init or "zeros")
+    elif (tuple(store.shape(key)[1:]), store.dtype(key)) != (shape[1:], dtype):
+        raise InvalidValueError(f"DistTensor: name {name!r} exists with shape "
+                                f"{tuple(store.shape(key))} and {store.dtype(key)}; expected "
+                                f"the same rows to attach to it (got {shape}, {dtype}), or "
+                                "another name")
 
 
 def fit_rows(values, shape: tuple[int, ...], dtype: torch.dtype, what: str) -> torch.Tensor:

@@ -86,14 +86,12 @@ def node_split(nodes, partition_book: DistGraph | PartitionBook | None = None,
     return node_share(ids, graph, kind)
 
 
-def _even_offsets(n: int, k: int) -> torch.Tensor:
-    """Bounds of ``k`` runs of ``n`` items, the first ``n % k`` one longer (DGL's)."""
-    return torch.cumsum(torch.tensor([0] + [n // k + (i < n % k) for i in range(k)]), 0)
-
-
 def _even_run(ids: torch.Tensor, k: int, i: int) -> torch.Tensor:
-    bounds = _even_offsets(ids.numel(), k)
-    return ids[bounds[i]:bounds[i + 1]]
+    """Run ``i`` of ``k`` runs of ``ids``, the first ``len % k`` one longer (DGL's
+    ``_even_offset``; :func:`~dglx_dist.sampling.even_chunk` lengthens the last ones)."""
+    size, extra = divmod(ids.numel(), k)
+    lo = i * size + min(i, extra)
+    return ids[lo:lo + size + (i < extra)]
 
 
 def trainer_share(ids: torch.Tensor, graph: DistGraph, trainer_ids) -> torch.Tensor:

@@ -142,10 +142,10 @@ class EdgeStructure:
 
         if self._local_graph is None:
             part = self.pdir.load_part(self.get_partition_book().partid, features=False)
-            local = part.local_graph()
-            gid = torch.from_numpy(part.local_gid)
-            local.ndata[dgl.NID] = self.node_ids(gid) if not self.is_typed else gid
-            if self.is_typed:
+            local = part.local_graph()  # NID: partitioned ids, the homogeneous ids of types
+            if not self.is_typed:
+                local.ndata[dgl.NID] = self.node_ids(local.ndata[dgl.NID])
+            else:
                 types = self.pdir.types
                 local.ndata[dgl.NTYPE] = torch.from_numpy(
                     self.pdir.type_row_of(part.local_gid)[0])

@@ -13,7 +13,7 @@ import torch
 
 from dglx_dist.api.edata import EdgeSpace, edge_tensor
 from dglx_dist.api.graph import DistGraph, NodeDataView, current_graph
-from dglx_dist.errors import InvalidValueError
+from dglx_dist.api.ndata import stored_tensor
 from dglx_dist.api.types import space_for
 
 __all__ = ["DistTensor"]
@@ -56,13 +56,5 @@ class DistTensor(NodeDataView):
         shape = tuple(int(d) for d in shape)
         space = space_for(g, shape[0] if shape else -1, part_policy, f"DistTensor {shape}")
         name = name or g.new_name("_dist_tensor_")
-        key = space.key(name)
-        if key not in g.store.names():
-            g.store.init_data(key, space.policy, {}, trailing_shape=shape[1:], dtype=dtype,
-                              init=init_func or "zeros")
-        elif (tuple(g.store.shape(key)), g.store.dtype(key)) != (shape, dtype):
-            raise InvalidValueError(f"DistTensor: name {name!r} exists with shape "
-                                    f"{tuple(g.store.shape(key))} and {g.store.dtype(key)}; "
-                                    f"expected the same to attach to it (got {shape}, {dtype}), "
-                                    "or another name")
+        stored_tensor(g.store, space.key(name), space.policy, shape, dtype, init_func, name)
         super().__init__(g, name, space)

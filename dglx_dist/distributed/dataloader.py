@@ -12,7 +12,6 @@ is collective: every rank builds its loaders in the same order.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -22,7 +21,7 @@ from torch.utils.data import default_collate
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.runtime.agree import same_call
 from dglx_dist.runtime.session import current_session
-from dglx_dist.strategies.steps import equal_step_sizes
+from dglx_dist.strategies.steps import agreed_steps, equal_step_sizes
 
 __all__ = ["DistDataLoader"]
 
@@ -66,9 +65,7 @@ class DistDataLoader:
                                 f"drop_last={drop_last})")
         self.dataset, self.batch_size, self.shuffle = dataset, batch_size, shuffle
         self.collate_fn, self.drop_last = collate_fn or default_collate, drop_last
-        mine = n // batch_size if drop_last else math.ceil(n / batch_size)
-        counts = [int(c) for c in self.session.world.all_gather(torch.tensor([mine]))]
-        self.steps = min(counts) if drop_last else max(counts)
+        self.steps = agreed_steps(self.session.world, n, batch_size, drop_last)
 
     def __len__(self) -> int:
         return self.steps

@@ -214,8 +214,9 @@ class Health:
             if self._has(f"failed/{r}") or self._has(f"exit/{r}"):
                 return None, False  # it marked itself between the two checks
             return f"exited (pid {who['pid']} is gone)", False
-        if time.time() - stamp > 3 * self.interval:
-            return f"{_SILENT} for {time.time() - stamp:.1f}s", False
+        age = time.time() - stamp
+        if age > 3 * self.interval:
+            return f"{_SILENT} for {age:.1f}s", False
         if seq < mine:
             return f"has not reached {group} collective #{mine} (it is at #{seq})", True
         return None, False

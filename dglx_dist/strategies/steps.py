@@ -21,7 +21,7 @@ from dglx_dist.errors import InvalidValueError
 from dglx_dist.sampling.options import UNIFORM, SampleOptions
 
 __all__ = ["Blocks", "StepState", "Step", "EdgeStep", "EdgeBatch", "PairMaker", "LoaderSpec",
-           "LoaderPlan", "full_graph_loaders", "equal_step_sizes", "sampled_plan",
+           "LoaderPlan", "full_graph_loaders", "equal_step_sizes", "agreed_steps", "sampled_plan",
            "epoch_batches", "sampled_epoch", "step_graphs", "place_step", "node_blocks",
            "OUT_DEGREE"]
 
@@ -232,14 +232,18 @@ def equal_step_sizes(n: int, steps: int, batch_size: int, drop_last: bool) -> li
     return [n // steps + (1 if i < n % steps else 0) for i in range(steps)]
 
 
-def sampled_plan(comm, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan:
-    """A sampled loader's plan: this rank's ids and the steps every rank takes, the most
-    batches any rank has (the fewest whole ones with ``drop_last``) (collective on
-    ``comm``, every rank)."""
-    n, size = ids.numel(), spec.batch_size
-    mine = n // size if spec.drop_last else math.ceil(n / size)
+def agreed_steps(comm, n: int, batch_size: int, drop_last: bool) -> int:
+    """The steps every rank takes over its ``n`` items: the most batches any rank has (the
+    fewest whole ones with ``drop_last``) (collective on ``comm``, every rank)."""
+    mine = n // batch_size if drop_last else math.ceil(n / batch_size)
     counts = [int(c) for c in comm.all_gather(torch.tensor([mine]))]
-    return LoaderPlan(min(counts) if spec.drop_last else max(counts), ids)
+    return min(counts) if drop_last else max(counts)
+
+
+def sampled_plan(comm, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan:
+    """A sampled loader's plan: this rank's ids and the steps every rank takes
+    (:func:`agreed_steps`; collective on ``comm``, every rank)."""
+    return LoaderPlan(agreed_steps(comm, ids.numel(), spec.batch_size, spec.drop_last), ids)
 
 
 def epoch_batches(rank: int, plan: LoaderPlan, spec: LoaderSpec,
