@@ -52,6 +52,23 @@ def test_row_policy_maps_every_row_once(kind):
     assert covered.tolist() == [0, 1, 2, 3, 4]
 
 
+@pytest.mark.parametrize("book, ids", [
+    (RangeBook([0, N]), [9, 3, 9, 20, 0]),               # one part: the whole request
+    (RangeBook([0, 5, 5, 14, N]), [7, 6, 13, 6]),        # every id in one part of several
+    (RangeBook([0, 5, 5, 14, N]), [7, 1, 20, 6, 1]),     # several parts
+    (HashBook(N, 3, seed=7), list(range(N))[::-1])])
+def test_row_pieces_agree_with_the_book(book, ids):
+    """Each piece's rows are the request's ids of that part, in request order, at their
+    local indices, whichever shortcut split took."""
+    policy, ids = RowPolicy(book), torch.tensor(ids)
+    owner, local = policy.part_of(ids), policy.to_local(ids)
+    pieces = policy.split(ids)
+    assert [q.part for q in pieces] == sorted(set(owner.tolist()))
+    for q in pieces:
+        want = (owner == q.part).nonzero().squeeze(1)
+        assert torch.equal(q.pos, want) and torch.equal(q.local, local[want])
+
+
 def test_column_policy():
     policy = POLICIES["columns"]()
     assert policy.num_parts == 3 and policy.splits_columns

@@ -1,7 +1,9 @@
 """Executors ("local" worker processes, "aws" through boto3) and the task controller."""
 import concurrent.futures
 import contextlib
+import importlib.util
 import os
+import re
 import subprocess
 import sys
 import time
@@ -20,6 +22,16 @@ from dglx_dist.testing.procs import live_children
 from tests.doubles.invoke_api import serve_in_subprocess
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _torch_or_dgl(proc) -> list[str]:
+    """The files of torch's or DGL's own libraries that ``proc`` has mapped. Judged by where
+    torch is installed and by library name, not by a substring of the path: on a machine
+    whose virtualenv lives under /opt/torch, numpy's libraries have "torch" in their path."""
+    torch_dir = str(Path(importlib.util.find_spec("torch").origin).parent) + os.sep
+    return [m.path for m in proc.memory_maps()
+            if m.path.startswith(torch_dir) or re.match(r"lib(torch|c10|dgl)",
+                                                         Path(m.path).name)]
 
 
 def _tasks(n_tasks=4, rows=40, fin=12, fout=6):
@@ -125,8 +137,7 @@ def test_local_workers_are_numpy_only_single_thread_processes():
             proc = psutil.Process(pid)
             assert proc.num_threads() == 1
             assert proc.environ()["OPENBLAS_NUM_THREADS"] == "1"
-            mapped = [m.path for m in proc.memory_maps()]
-            assert not [p for p in mapped if "torch" in p or "libdgl" in p]
+            assert not _torch_or_dgl(proc)
     for pid in pids:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
@@ -334,7 +345,7 @@ def test_aws_executor_through_boto3_matches_local():
     requests = [encode(h, a) for _, h, a in tasks]
     with serve_in_subprocess("dglx-tensor-fn") as url:
         (server,) = live_children()
-        assert not [m.path for m in server.memory_maps() if "torch" in m.path]  # numpy only
+        assert not _torch_or_dgl(server)  # numpy only
         with _aws(url) as ex:
             for request, future in zip(requests, [ex.invoke(r) for r in requests]):
                 _assert_same(future.result(timeout=30), handle(request))
