@@ -34,7 +34,8 @@ CORE_TESTS := tests/unit/test_import_boundary.py tests/unit/test_book.py \
 	tests/unit/test_device.py tests/unit/test_errors.py \
 	tests/unit/test_fuzz_loaders.py \
 	tests/unit/test_health.py tests/unit/test_kvstore.py tests/unit/test_memory.py \
-	tests/unit/test_no_unpickling.py tests/unit/test_offload_executors.py \
+	tests/unit/test_no_unpickling.py tests/unit/test_graphbolt_reader.py \
+	tests/unit/test_offload_executors.py \
 	tests/unit/test_offload_ops.py tests/unit/test_offload_payload.py \
 	tests/unit/test_partition.py tests/unit/test_partition_io.py tests/unit/test_metis_lib.py \
 	tests/unit/test_preflight.py \

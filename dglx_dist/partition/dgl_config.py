@@ -11,6 +11,10 @@
      "part-0": {"node_feats": "part0/node_feat.dgl", "edge_feats": "part0/edge_feat.dgl",
                 "part_graph": "part0/graph.dgl"}, ...}
 
+A part may name its graph in GraphBolt's format instead, or beside it: ``"part_graph_graphbolt":
+"part0/fused_csc_sampling_graph.pt"`` (``partition_graph(..., use_graphbolt=True)``,
+``dgl_partition_to_graphbolt``; read by :mod:`~dglx_dist.partition.dgl_graphbolt`).
+
 For a heterograph (more than one node or edge type; :class:`DglTypedConfig`) the same fields
 hold one entry per type: ``ntypes`` maps each node type to its type id (0, 1, ... in sorted
 name order, as ``dgl.heterograph`` numbers them), ``etypes`` each canonical edge type, written
@@ -50,6 +54,7 @@ __all__ = ["DglParts", "DglConfig", "DglTypedConfig", "read_dgl_config", "find_d
 
 _ERR = PartitionFormatError
 PART_FILE_KEYS = ("part_graph", "node_feats", "edge_feats")
+GRAPH_KEYS = ("part_graph", "part_graph_graphbolt")  # DGL's classic file, GraphBolt's
 _INTS = ("num_nodes", "num_edges", "num_parts")
 
 
@@ -65,7 +70,9 @@ class DglParts:
         num_nodes, num_edges, num_parts: sizes.
         node_offsets: part ``p`` holds new node ids ``[node_offsets[p], node_offsets[p+1])``.
         edge_offsets: the same for new edge ids.
-        files: per part, ``{"part_graph" | "node_feats" | "edge_feats": absolute path}``.
+        files: per part, ``{"node_feats" | "edge_feats": absolute path}`` and the part graph,
+            ``"part_graph"`` (``graph.dgl``) where the JSON names it and it is there, else
+            ``"part_graph_graphbolt"`` (GraphBolt's ``fused_csc_sampling_graph.pt``).
     """
 
     path: Path
@@ -234,18 +241,28 @@ def _part_files(file: Path, m: dict[str, Any], num_parts: int) -> list[dict[str,
         if not isinstance(entry, dict):
             raise _ERR(f"{file}: field 'part-{p}' = {entry!r:.80}; expected an object with "
                        f"{list(PART_FILE_KEYS)} file names")
-        paths = {}
-        for key in PART_FILE_KEYS:
-            rel = entry.get(key)
-            if not isinstance(rel, str) or not rel:
-                raise _ERR(f"{file}: field 'part-{p}'.{key!r} = {rel!r:.80}; expected a file "
-                           f"name relative to {file.parent}")
-            path = (file.parent / rel).resolve()
-            if not path.is_file():
-                raise _ERR(f"{path}: missing (field 'part-{p}'.{key!r} of {file} names it)")
-            paths[key] = path
+        graphs = [k for k in GRAPH_KEYS if entry.get(k) is not None]
+        if not graphs:
+            raise _ERR(f"{file}: field 'part-{p}' names no part graph; expected "
+                       f"'part_graph' (graph.dgl) or 'part_graph_graphbolt' "
+                       f"(fused_csc_sampling_graph.pt)")
+        paths = {key: _part_file(file, entry, p, key) for key in ("node_feats", "edge_feats")}
+        found = [k for k in graphs if (file.parent / str(entry[k])).is_file()]
+        key = (found or graphs)[0]  # DGL's graph.dgl first, where it is there
+        paths[key] = _part_file(file, entry, p, key)
         out.append(paths)
     return out
+
+
+def _part_file(file: Path, entry: dict[str, Any], p: int, key: str) -> Path:
+    rel = entry.get(key)
+    if not isinstance(rel, str) or not rel:
+        raise _ERR(f"{file}: field 'part-{p}'.{key!r} = {rel!r:.80}; expected a file "
+                   f"name relative to {file.parent}")
+    path = (file.parent / rel).resolve()
+    if not path.is_file():
+        raise _ERR(f"{path}: missing (field 'part-{p}'.{key!r} of {file} names it)")
+    return path
 
 
 def read_dgl_config(json_path: str | os.PathLike) -> DglConfig | DglTypedConfig:

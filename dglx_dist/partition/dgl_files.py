@@ -3,9 +3,9 @@
 (:mod:`~dglx_dist.partition.dgl_typed`): the part graphs, the feature files, the id maps
 ``partition_graph(..., return_mapping=True)`` returns, and the names of the node data.
 
-**Nothing is unpickled.** ``graph.dgl`` is read with ``dgl.load_graphs`` and the feature files
-with ``dgl.data.utils.load_tensors``; both are DGL's own binary format. In DGL's source,
-``load_tensors`` (``python/dgl/data/tensor_serialize.py``) calls the C function
+**Nothing is unpickled unchecked.** ``graph.dgl`` is read with ``dgl.load_graphs`` and the
+feature files with ``dgl.data.utils.load_tensors``; both are DGL's own binary format. In DGL's
+source, ``load_tensors`` (``python/dgl/data/tensor_serialize.py``) calls the C function
 ``_CAPI_LoadNDArrayDict`` (``src/graph/serialize/tensor_serialize.cc``), which checks a magic
 number and reads named NDArrays (dtype, shape, raw bytes) through a ``dmlc::Stream``;
 ``load_graphs`` (``python/dgl/data/graph_serialize.py``) calls ``_CAPI_LoadGraphFiles_V2``
@@ -14,6 +14,8 @@ graph's index arrays and its ndata/edata NDArrays the same way. No Python object
 from the bytes (pickle in ``dgl.data.utils`` serves only ``save_info``/``load_info``, not used
 here). Id maps given as files are read with ``np.load(allow_pickle=False)`` (``.npy``, and
 ``.npz`` for the per-type maps of a heterograph) or ``torch.load(weights_only=True)``.
+GraphBolt's part graphs are pickles; :mod:`~dglx_dist.partition.dgl_graphbolt` reads them with
+an unpickler that resolves only the globals they hold.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from dglx_dist.data.checked import check_range
 from dglx_dist.errors import PartitionError, PartitionFormatError
 
 __all__ = ["NodeDataKeys", "node_data_keys", "found_keys", "keeps", "USUAL_NAMES", "load_id_map",
-           "load_typed_id_maps", "load_graph", "load_tensors"]
+           "load_typed_id_maps", "PartGraph", "load_part_graph", "load_tensors"]
 
 _ERR = PartitionFormatError
 
@@ -181,7 +183,36 @@ def _read_id_file(file: Path, what: str):
                          f"array per type (np.savez) or a .pt file (torch.save)")
 
 
-def load_graph(file: Path, typed: bool = False):
+@dataclasses.dataclass(frozen=True, eq=False)
+class PartGraph:
+    """One DGL part graph as the importers read it, from ``graph.dgl`` or GraphBolt's
+    ``fused_csc_sampling_graph.pt``: its edges in local ids and, as int64 (bool for
+    ``inner_node``) numpy arrays, the node data ``_ID`` and ``inner_node`` (and ``_TYPE`` of a
+    heterograph's ``graph.dgl``) and the edge data ``_ID`` (and ``_TYPE`` of a heterograph).
+    A GraphBolt file has no node types: the importer takes them from ``node_map``."""
+
+    file: Path
+    num_nodes: int
+    src: np.ndarray
+    dst: np.ndarray
+    ndata: dict[str, np.ndarray]
+    edata: dict[str, np.ndarray]
+
+
+def load_part_graph(files: Mapping[str, Path], core: tuple[int, int],
+                    typed: bool = False) -> PartGraph:
+    """Part graph of one part's ``files`` (:func:`~dglx_dist.partition.dgl_config.read_dgl_config`
+    gives ``part_graph``, ``part_graph_graphbolt`` or both: the DGL file first, as it holds
+    everything); ``core`` is the part's range of DGL's new node ids."""
+    if "part_graph" in files:
+        return _load_dgl_graph(files["part_graph"], typed)
+    from dglx_dist.partition.dgl_graphbolt import read_graphbolt
+
+    file = files["part_graph_graphbolt"]
+    return PartGraph(file, *read_graphbolt(file, core))
+
+
+def _load_dgl_graph(file: Path, typed: bool) -> PartGraph:
     """The one partition graph of a ``graph.dgl``, with the data DGL's ``partition_graph``
     gives it (``_TYPE`` of nodes and edges as well when ``typed``)."""
     import dgl
@@ -200,13 +231,16 @@ def load_graph(file: Path, typed: bool = False):
     wanted = [("ndata", "inner_node"), ("ndata", "_ID"), ("edata", "_ID")]
     if typed:
         wanted += [("ndata", "_TYPE"), ("edata", "_TYPE")]
+    found: dict[str, dict[str, np.ndarray]] = {"ndata": {}, "edata": {}}
     for kind, key in wanted:
         data = getattr(g, kind)
         if key not in data:
             raise _ERR(f"{file}: {kind}[{key!r}] is missing (found {sorted(data.keys())}); "
                        f"expected a part graph written by dgl.distributed.partition_graph"
                        f"{' of a heterograph' if typed else ''}")
-    return g
+        found[kind][key] = data[key].numpy().astype(bool if key == "inner_node" else np.int64)
+    src, dst = (t.numpy().astype(np.int64) for t in g.edges())
+    return PartGraph(file, g.num_nodes(), src, dst, found["ndata"], found["edata"])
 
 
 def load_tensors(file: Path) -> dict[str, torch.Tensor]:
@@ -232,17 +266,17 @@ def load_tensors(file: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def inner_edges(g, inner_dst: np.ndarray, lo: int, hi: int, file: Path,
+def inner_edges(g: PartGraph, inner_dst: np.ndarray, lo: int, hi: int,
                 where: str) -> tuple[np.ndarray, np.ndarray]:
     """The rows of a DGL part graph's edges into its inner nodes (``inner_dst``: whether each
     edge's destination is inner), ordered by DGL's new edge id, and those ids, which must be
     exactly ``[lo, hi)`` (``where``: the JSON field that says so, for the message)."""
     keep = np.flatnonzero(inner_dst)
-    new_eid = g.edata["_ID"].numpy().astype(np.int64)[keep]
+    new_eid = g.edata["_ID"][keep]
     by_eid = np.argsort(new_eid, kind="stable")
     keep, new_eid = keep[by_eid], new_eid[by_eid]
     if not np.array_equal(new_eid, np.arange(lo, hi)):
-        raise _ERR(f"{file}: its {keep.size} edges into inner nodes do not have the ids "
+        raise _ERR(f"{g.file}: its {keep.size} edges into inner nodes do not have the ids "
                    f"(edata['_ID']) [{lo}, {hi}) that {where}; expected each of those ids once")
     return keep, new_eid
 

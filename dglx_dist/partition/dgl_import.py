@@ -32,7 +32,8 @@ A heterograph's partitions (more than one node or edge type in the JSON) become 
 partition directory the same way; what differs (per-type ids, features and labels) is in
 :mod:`~dglx_dist.partition.dgl_typed`.
 
-**Nothing is unpickled** (how DGL's files are read: :mod:`~dglx_dist.partition.dgl_files`).
+**Nothing is unpickled unchecked** (how DGL's files are read:
+:mod:`~dglx_dist.partition.dgl_files`).
 
 The directory is written into a temporary sibling and renamed into place
 (:func:`~dglx_dist.partition.io.write_partitions`); an existing output is replaced only with
@@ -57,7 +58,7 @@ from dglx_dist.partition.dgl_config import DglConfig, DglTypedConfig, read_dgl_c
 from dglx_dist.partition.dgl_data import DataImport
 from dglx_dist.partition.dgl_files import (USUAL_NAMES, NodeDataKeys, checked_num_classes,
                                            class_ids, found_keys, inner_edges, keeps,
-                                           load_graph, load_id_map, load_tensors,
+                                           load_id_map, load_part_graph, load_tensors,
                                            load_typed_id_maps, node_data_keys)
 from dglx_dist.partition.dgl_typed import TypedImporter
 from dglx_dist.partition.io import PARTITION_DIR, write_partitions
@@ -99,7 +100,7 @@ class _Importer:
 
     def part(self, p: int) -> Partition:
         files = self.cfg.files[p]
-        s = self._structure(p, files["part_graph"])
+        s = self._structure(p, files)
         nc = s.core_order.size
         data, ndata = self._node_data(files["node_feats"], nc, s.core_order)
         lo, hi = (int(x) for x in self.cfg.edge_offsets[p:p + 2])
@@ -114,11 +115,11 @@ class _Importer:
     def _orig(self, gids: np.ndarray) -> np.ndarray:
         return gids.copy() if self.orig_nids is None else self.orig_nids[gids]
 
-    def _structure(self, p: int, file: Path) -> _Structure:
-        cfg, g = self.cfg, load_graph(file)
+    def _structure(self, p: int, files: dict[str, Path]) -> _Structure:
+        cfg = self.cfg
         lo, hi = (int(x) for x in cfg.node_offsets[p:p + 2])
-        inner = g.ndata["inner_node"].numpy().astype(bool)
-        gid = g.ndata["_ID"].numpy().astype(np.int64)
+        g = load_part_graph(files, (lo, hi))
+        file, inner, gid = g.file, g.ndata["inner_node"], g.ndata["_ID"]
         node_map = f"[{lo}, {hi}) that {cfg.path} gives it in field 'node_map'[{cfg.ntype!r}][{p}]"
         core_rows = np.flatnonzero(inner)
         order = np.argsort(gid[core_rows], kind="stable")
@@ -131,14 +132,14 @@ class _Importer:
         if np.any((gid[~inner] >= lo) & (gid[~inner] < hi)):
             raise _ERR(f"{file}: a HALO node (inner_node = 0) has an id in the range "
                        f"{node_map}; expected HALO nodes to be owned by other parts")
-        src, dst = (t.numpy().astype(np.int64) for t in g.edges())
+        src, dst = g.src, g.dst
         elo, ehi = (int(x) for x in cfg.edge_offsets[p:p + 2])
-        keep, new_eid = inner_edges(g, inner[dst], elo, ehi, file,  # core nodes' in-edges
+        keep, new_eid = inner_edges(g, inner[dst], elo, ehi,  # core nodes' in-edges
                                     f"{cfg.path} gives it in field 'edge_map'[{cfg.etype!r}][{p}]")
         src, dst = src[keep], dst[keep]
         remote = ~inner[src]
         halo_gid = np.unique(gid[src[remote]])
-        local = np.empty(g.num_nodes(), dtype=np.int64)
+        local = np.empty(g.num_nodes, dtype=np.int64)
         local[core_rows[order]] = np.arange(hi - lo, dtype=np.int64)
         local_src = local[src]
         local_src[remote] = (hi - lo) + np.searchsorted(halo_gid, gid[src[remote]])

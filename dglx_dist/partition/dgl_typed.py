@@ -4,7 +4,9 @@ DGL partitions a heterograph as its homogeneous form and relabels the nodes: par
 (homogeneous) ids are one run, and inside it each node type's are one run, the types in type
 order (``node_map[ntype][p]``, :class:`~dglx_dist.partition.dgl_config.DglTypedConfig`);
 edges likewise. The part graphs (``graph.dgl``) are homogeneous graphs whose ``ndata["_TYPE"]``
-and ``edata["_TYPE"]`` hold DGL's type ids. What becomes what here:
+and ``edata["_TYPE"]`` hold DGL's type ids (GraphBolt's ``fused_csc_sampling_graph.pt`` holds
+the edges' as ``type_per_edge`` and no node types: those follow from ``node_map``). What
+becomes what here:
 
 * ownership: part ``p`` owns DGL's new node ids of its ``node_map`` ranges, which stay the
   partitioned ids (the ranges become the :class:`~dglx_dist.partition.book.RangeBook`
@@ -56,8 +58,9 @@ from dglx_dist.errors import PartitionFormatError
 from dglx_dist.partition.book import RangeBook
 from dglx_dist.partition.dgl_data import DataImport
 from dglx_dist.partition.dgl_config import DglTypedConfig
-from dglx_dist.partition.dgl_files import (NodeDataKeys, checked_num_classes, class_ids,
-                                           inner_edges, keeps, load_graph, load_tensors)
+from dglx_dist.partition.dgl_files import (NodeDataKeys, PartGraph, checked_num_classes,
+                                           class_ids, inner_edges, keeps, load_part_graph,
+                                           load_tensors)
 from dglx_dist.partition.layout import Partition
 
 __all__ = ["TypedImporter"]
@@ -140,7 +143,7 @@ class TypedImporter:
 
     def part(self, p: int) -> Partition:
         cfg, files = self.cfg, self.cfg.files[p]
-        s = self._structure(p, files["part_graph"])
+        s = self._structure(p, files)
         counts = cfg.node_ranges[:, p, 1] - cfg.node_ranges[:, p, 0]
         data = self._node_data(files["node_feats"], counts, s.orders)
         ranges = cfg.edge_ranges[:, p]
@@ -156,16 +159,16 @@ class TypedImporter:
                          ntype_counts=counts.astype(np.int64), edata=edata, **data)
 
     # -- structure ------------------------------------------------------------------------
-    def _structure(self, p: int, file: Path) -> _Structure:
-        g = load_graph(file, typed=True)
-        inner, gid, ntype = self._nodes(p, file, g)
+    def _structure(self, p: int, files: dict[str, Path]) -> _Structure:
         lo, hi = (int(x) for x in self.cfg.node_offsets[p:p + 2])
-        src, dst = (t.numpy().astype(np.int64) for t in g.edges())
-        keep, new_eid = self._edges(p, file, g, inner, ntype, src, dst)
+        g = load_part_graph(files, (lo, hi), typed=True)
+        inner, gid, ntype = self._nodes(p, g)
+        src, dst = g.src, g.dst
+        keep, new_eid = self._edges(p, g, inner, ntype)
         src, dst = src[keep], dst[keep]
         remote = ~inner[src]
         halo_gid = np.unique(gid[src[remote]])
-        local = np.empty(g.num_nodes(), dtype=np.int64)
+        local = np.empty(g.num_nodes, dtype=np.int64)
         local[inner] = gid[inner] - lo  # the core ids are exactly [lo, hi): checked
         local_src = local[src]
         local_src[remote] = (hi - lo) + np.searchsorted(halo_gid, gid[src[remote]])
@@ -175,13 +178,12 @@ class TypedImporter:
         return _Structure(orders, halo_gid, local_src, local[dst], self.edges.original(new_eid),
                           new_eid)
 
-    def _nodes(self, p: int, file: Path, g) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The part graph's inner mask, new ids and node types, checked against node_map."""
-        cfg, names = self.cfg, self.cfg.types.ntypes
+    def _nodes(self, p: int, g: PartGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The part graph's inner mask, new ids and node types, checked against node_map
+        (the types taken from node_map where the file has none: GraphBolt's)."""
+        cfg, names, file = self.cfg, self.cfg.types.ntypes, g.file
         lo, hi = (int(x) for x in cfg.node_offsets[p:p + 2])
-        inner = g.ndata["inner_node"].numpy() != 0
-        gid = g.ndata["_ID"].numpy().astype(np.int64)
-        ntype = g.ndata["_TYPE"].numpy().astype(np.int64)
+        inner, gid = g.ndata["inner_node"], g.ndata["_ID"]
         ranges = f"[{lo}, {hi}) that {cfg.path} gives it in field 'node_map' (part {p}'s ranges)"
         if not np.array_equal(np.sort(gid[inner]), np.arange(lo, hi)):
             raise _ERR(f"{file}: its {int(inner.sum())} inner nodes (ndata['inner_node']) do "
@@ -191,8 +193,9 @@ class TypedImporter:
         if np.any(~inner & (gid >= lo) & (gid < hi)):
             raise _ERR(f"{file}: a HALO node (inner_node = 0) has an id in the range {ranges}; "
                        f"expected HALO nodes to be owned by other parts")
-        check_range(ntype, 0, len(names), file, "_TYPE", "node type id of field 'ntypes'", _ERR)
         expected, _ = self.nodes.split(gid)
+        ntype = g.ndata.get("_TYPE", expected)
+        check_range(ntype, 0, len(names), file, "_TYPE", "node type id of field 'ntypes'", _ERR)
         bad = np.flatnonzero(ntype != expected)
         if bad.size:
             r = int(bad[0])
@@ -201,15 +204,19 @@ class TypedImporter:
                        f"type {names[expected[r]]!r}; expected the same type")
         return inner, gid, ntype
 
-    def _edges(self, p: int, file: Path, g, inner: np.ndarray, ntype: np.ndarray,
-               src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _edges(self, p: int, g: PartGraph, inner: np.ndarray,
+               ntype: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The rows of the part's edges into inner nodes by DGL's new edge id, and those ids;
         checked against edge_map and the endpoints' types."""
         cfg, etypes = self.cfg, [":".join(e) for e in self.cfg.types.canonical_etypes]
+        file, src, dst = g.file, g.src, g.dst
         elo, ehi = (int(x) for x in cfg.edge_offsets[p:p + 2])
-        keep, new_eid = inner_edges(g, inner[dst], elo, ehi, file,
+        keep, new_eid = inner_edges(g, inner[dst], elo, ehi,
                                     f"{cfg.path} gives it in field 'edge_map' (part {p}'s ranges)")
-        all_types = g.edata["_TYPE"].numpy().astype(np.int64)
+        if "_TYPE" not in g.edata:  # graph.dgl's absence is refused when it is read
+            raise _ERR(f"{file}: no edge types (type_per_edge); expected them in the part "
+                       f"graph of a heterograph ({len(etypes)} edge types in {cfg.path})")
+        all_types = g.edata["_TYPE"]
         check_range(all_types, 0, len(etypes), file, "_TYPE", "edge type id of field 'etypes'",
                     _ERR)
         etype, (expected, _) = all_types[keep], self.edges.split(new_eid)

@@ -1,0 +1,148 @@
+"""Reading a part graph that DGL saved in GraphBolt's format, ``fused_csc_sampling_graph.pt``.
+
+DGL turns its classic partitions into GraphBolt's ``FusedCSCSamplingGraph`` with
+``dgl.distributed.dgl_partition_to_graphbolt(part_config)``, or writes them so directly with
+``partition_graph(..., use_graphbolt=True)``: DGL 2.1 keeps each part's ``graph.dgl`` beside
+the new file, later releases write only the new file. Either way the JSON names it in field
+``part-{i}.part_graph_graphbolt``.
+
+The file is ``torch.save``'s archive of a pickled ``FusedCSCSamplingGraph`` whose C++ graph
+(a TorchScript object) keeps its state as dicts of tensors (DGL's
+``graphbolt/src/fused_csc_sampling_graph.cc``, ``GetState``):
+
+* ``independent_tensors``: ``indptr`` and ``indices`` (the part graph in CSC: the in-edges of
+  local node ``v`` are ``indptr[v]:indptr[v+1]``, their sources in ``indices``, local ids as
+  in ``graph.dgl``), ``type_per_edge`` on a heterograph (edge type ids of the JSON's
+  ``etypes``), ``version_number``;
+* ``node_attributes``: ``_ID`` (DGL's new node ids), ``inner_node`` only when converted with
+  ``store_inner_node=True``;
+* ``edge_attributes``: ``_ID`` (DGL's new edge ids) when converted with ``store_eids=True``
+  (the default from DGL 2.2; DGL 2.1's default is False), ``inner_edge`` optionally.
+
+It is read **without DGL and without running anything from the file**: ``torch.load`` with an
+unpickler that resolves only the globals such a file holds (torch's tensor rebuild function
+and ``OrderedDict``; storages are torch's own) and, for the two classes, stand-ins that keep
+their state and do nothing else; any other global is refused before it is looked up.
+What GraphBolt leaves out, the import derives: inner nodes are the nodes whose id lies in the
+part's range of ``node_map``, node types follow from ``node_map`` too. The edge ids cannot be
+derived (GraphBolt reorders the edges), so a file without them is refused, naming the
+conversion that keeps them.
+"""
+from __future__ import annotations
+
+import collections
+import pickle
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from dglx_dist.errors import PartitionFormatError
+
+__all__ = ["read_graphbolt"]
+
+_ERR = PartitionFormatError
+_SCRIPT_CLASS = "__torch__.torch.classes.graphbolt.FusedCSCSamplingGraph"
+
+
+class _Refused(Exception):
+    """A global the file names that a GraphBolt part graph does not hold."""
+
+
+class _Stand:
+    """Stands in for ``FusedCSCSamplingGraph`` and its TorchScript object: keeps the state
+    the pickle gives it."""
+
+    def __setstate__(self, state: Any) -> None:
+        self.state = state
+
+
+_ALLOWED = {
+    ("dgl.graphbolt.impl.fused_csc_sampling_graph", "FusedCSCSamplingGraph"): _Stand,
+    ("torch", "ScriptObject"): _Stand,
+    ("torch._utils", "_rebuild_tensor_v2"): torch._utils._rebuild_tensor_v2,
+    ("collections", "OrderedDict"): collections.OrderedDict,
+}
+
+
+class _Unpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        found = _ALLOWED.get((module, name))
+        if found is None:
+            raise _Refused(f"{module}.{name}")
+        return found
+
+
+_PICKLE = types.ModuleType("dglx_graphbolt_pickle")
+_PICKLE.Unpickler = _Unpickler  # torch.load subclasses it (its storages, its persistent ids)
+
+
+def _graph_state(file: Path) -> dict[str, Any]:
+    """The C++ graph's state dict, read with :class:`_Unpickler`."""
+    try:
+        top = torch.load(file, map_location="cpu", pickle_module=_PICKLE, weights_only=False)
+    except _Refused as exc:
+        raise _ERR(f"{file}: names {exc}, which a GraphBolt part graph does not hold; expected "
+                   f"the FusedCSCSamplingGraph DGL's dgl_partition_to_graphbolt writes "
+                   f"(nothing in the file was run)") from None
+    except Exception as exc:  # noqa: BLE001 - any reader failure is a bad file for the user
+        raise _ERR(f"{file}: not a readable GraphBolt graph file ({exc})") from None
+    inner = getattr(top, "state", None)
+    script = inner.get("_c_csc_graph") if isinstance(inner, dict) else None
+    state = getattr(script, "state", None)
+    if not (isinstance(state, tuple) and len(state) == 2 and state[1] == _SCRIPT_CLASS
+            and isinstance(state[0], dict) and "independent_tensors" in state[0]):
+        raise _ERR(f"{file}: holds {type(top).__name__}, not a FusedCSCSamplingGraph of "
+                   f"GraphBolt; expected the file dgl_partition_to_graphbolt writes")
+    return state[0]
+
+
+def _ints(file: Path, where: str, t: Any, size: int | None = None) -> np.ndarray:
+    if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.is_floating_point() or \
+            t.is_complex() or (size is not None and t.numel() != size):
+        shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+        want = f"{size} " if size is not None else ""
+        raise _ERR(f"{file}: {where} is {shape}; expected a vector of {want}integers")
+    return t.numpy().astype(np.int64)
+
+
+def read_graphbolt(file: Path, core: tuple[int, int]) -> tuple[int, np.ndarray, np.ndarray,
+                                                                dict, dict]:
+    """One part graph from ``file``: ``(number of nodes, src, dst, ndata, edata)``, local ids
+    as in DGL's ``graph.dgl``; ``ndata`` holds ``_ID`` and ``inner_node`` (derived from
+    ``core``, the part's ``[lo, hi)`` of new node ids, when the file has none), ``edata``
+    holds ``_ID`` and, on a heterograph, ``_TYPE``.
+
+    Raises:
+        PartitionFormatError: unreadable, not a GraphBolt graph, or its arrays disagree.
+    """
+    state = _graph_state(file)
+    tensors = state["independent_tensors"]
+    nattr, eattr = state.get("node_attributes") or {}, state.get("edge_attributes") or {}
+    if "_ID" not in nattr:
+        raise _ERR(f"{file}: node_attributes {sorted(nattr)} lack '_ID' (DGL's node ids); "
+                   f"expected a part graph written by dgl_partition_to_graphbolt")
+    gid = _ints(file, "node_attributes['_ID']", nattr["_ID"])
+    indptr = _ints(file, "indptr", tensors.get("indptr"), gid.size + 1)
+    indices = _ints(file, "indices", tensors.get("indices"))
+    if indptr[0] != 0 or np.any(np.diff(indptr) < 0) or indptr[-1] != indices.size:
+        raise _ERR(f"{file}: indptr runs from {indptr[0]} to {indptr[-1]} over {indices.size} "
+                   f"edges; expected a non-decreasing run from 0 to the number of edges")
+    if indices.size and (indices.min() < 0 or indices.max() >= gid.size):
+        raise _ERR(f"{file}: indices holds node {int(indices.max())}; expected local node "
+                   f"ids in [0, {gid.size})")
+    if "_ID" not in eattr:
+        raise _ERR(f"{file}: edge_attributes {sorted(eattr)} lack '_ID' (DGL's edge ids, which "
+                   f"cannot be recovered once GraphBolt has reordered the edges); convert with "
+                   f"dgl.distributed.dgl_partition_to_graphbolt(part_config, store_eids=True) "
+                   f"(the default from DGL 2.2), or keep the part's graph.dgl in the JSON")
+    edata = {"_ID": _ints(file, "edge_attributes['_ID']", eattr["_ID"], indices.size)}
+    if tensors.get("type_per_edge") is not None:
+        edata["_TYPE"] = _ints(file, "type_per_edge", tensors["type_per_edge"], indices.size)
+    inner = nattr.get("inner_node")
+    ndata = {"_ID": gid, "inner_node": (gid >= core[0]) & (gid < core[1]) if inner is None
+             else _ints(file, "node_attributes['inner_node']", inner, gid.size) != 0}
+    dst = np.repeat(np.arange(gid.size, dtype=np.int64), np.diff(indptr))
+    return gid.size, indices, dst, ndata, edata
