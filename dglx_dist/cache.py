@@ -3,7 +3,8 @@ is in it, and keeping it bounded.
 
 It holds recorded directories only (:mod:`~dglx_dist.data.owned`): the graphs
 :func:`~dglx_dist.api.distribute` was given, written as datasets, and the partitions made for
-runs; besides them rank 0's failure reports and writers' temporaries. A run that reuses an
+runs; besides them rank 0's failure reports, writers' temporaries and the lock files that
+let jobs sharing the cache make each entry once (:func:`making`). A run that reuses an
 entry touches it (its directory's modification time is its last use). After rank 0 adds an
 entry, the least recently used others go while the cache is above its size limit
 (``DGLX_CACHE_MAX_GB``, default 20) or unused for longer than its age limit
@@ -14,24 +15,29 @@ does not prove dglx wrote (a warning names it).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import logging
 import os
 import re
 import time
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from dglx_dist.data.owned import describe_unproven, read_record, remove_recorded, unproven
-from dglx_dist.errors import InvalidValueError, OutputExistsError
+from dglx_dist.errors import DeadlineError, InvalidValueError, OutputExistsError
 
-__all__ = ["CacheEntry", "CacheLimits", "check_cache_dir", "entries", "touch", "prune", "clear"]
+__all__ = ["CacheEntry", "CacheLimits", "check_cache_dir", "entries", "touch", "prune", "clear",
+           "making"]
 
 log = logging.getLogger(__name__)
 
 # what a cache directory holds besides recorded directories: rank 0's failure reports and
-# their temporaries, writers' temporaries, and what a replacement kept of a user's files
-_CACHE_NAMES = re.compile(r"^(.+\.failed(\.[0-9a-f]{16})?|\..+\.(tmp|old)-.+|.+\.kept-.+)$")
+# their temporaries, writers' temporaries, what a replacement kept of a user's files, and the
+# lock files of entries being made
+_CACHE_NAMES = re.compile(r"^(.+\.failed(\.[0-9a-f]{16})?|\..+\.(tmp|old)-.+|.+\.kept-.+|"
+                          r"\..+\.lock)$")
 _IN_USE_S = 3600.0  # an entry used this recently may be open in a running job
 
 
@@ -74,6 +80,31 @@ class CacheLimits:
                 raise InvalidValueError(f"{var}={text!r}; expected a number >= 0")
             values[field] = type(getattr(cls, field))(value * scale)
         return cls(**values)
+
+
+@contextlib.contextmanager
+def making(entry: Path, timeout: float) -> Iterator[None]:
+    """Holds the cache entry ``entry``'s lock (``.NAME.lock`` beside it, an exclusive
+    ``flock``) while this process makes it, so that jobs sharing the cache make each entry
+    once: one that finds the lock held waits for it, then finds the entry made. Waits at most
+    ``timeout`` seconds (DeadlineError naming the lock)."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    lock = entry.with_name(f".{entry.name}.lock")
+    deadline = time.monotonic() + timeout
+    with open(lock, "a") as f:
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise DeadlineError(f"waited {timeout:.0f}s for another job making {entry} "
+                                        f"(it holds {lock}); is that job stuck?") from None
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def check_cache_dir(cache_dir: str | os.PathLike) -> None:

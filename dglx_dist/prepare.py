@@ -23,7 +23,7 @@ import torch
 from dglx_dist.data.builtin import builtin_names, builtin_path
 from dglx_dist.data.format import read_meta
 from dglx_dist.data.hetero_format import is_hetero
-from dglx_dist.cache import CacheLimits, check_cache_dir, prune, touch
+from dglx_dist.cache import CacheLimits, check_cache_dir, making, prune, touch
 from dglx_dist.errors import (DatasetFormatError, DeadlineError, OutputExistsError,
                               PartitionError, StateError)
 from dglx_dist.partition.driver import partition_dataset
@@ -133,10 +133,9 @@ def made_by_rank0(session: Session, out: Path, marker: str, make: Callable[[], A
     for this run's (whichever rank reads it first)."""
     failed = out.with_name(out.name + ".failed")
     attempt = _attempt(session)
-    if session.is_main and not (out / marker).is_file():
-        log.info("%s -> %s", what, out)
+    if session.is_main:
         try:
-            make()
+            _make_once(out, marker, make, what, wait_timeout)
         except BaseException as exc:
             failed.parent.mkdir(parents=True, exist_ok=True)
             tmp = failed.with_name(f"{failed.name}.{attempt}")
@@ -144,9 +143,6 @@ def made_by_rank0(session: Session, out: Path, marker: str, make: Callable[[], A
             os.replace(tmp, failed)
             raise
         failed.unlink(missing_ok=True)  # an earlier run's (no waiter takes it for this one's)
-        prune(out.parent, CacheLimits.from_env(), keep=(out,))
-    elif session.is_main:
-        touch(out)
     deadline = time.monotonic() + wait_timeout
     while not (out / marker).is_file():
         error = _failure(failed, attempt)
@@ -159,6 +155,20 @@ def made_by_rank0(session: Session, out: Path, marker: str, make: Callable[[], A
                                 f"cache directory on a filesystem every node sees?")
         time.sleep(0.2)
     return out
+
+
+def _make_once(out: Path, marker: str, make: Callable[[], Any], what: str,
+               timeout: float) -> None:
+    """``out`` made with ``make()`` under its cache lock unless ``out/marker`` is there (made
+    earlier, or by another job while this one waited for the lock), then touched."""
+    if not (out / marker).is_file():
+        with making(out, timeout):
+            if not (out / marker).is_file():
+                log.info("%s -> %s", what, out)
+                make()
+                prune(out.parent, CacheLimits.from_env(), keep=(out,))
+                return
+    touch(out)
 
 
 def cached_partitions(data: str | os.PathLike, strategy: Strategy, topology: Topology,
@@ -189,9 +199,5 @@ def partition_ahead(data: str, strategy, topology: Topology, cache_dir: str) -> 
     job's own)."""
     out, make, what = cached_partitions(data, strategy, topology, cache_dir)
     check_cache_dir(cache_dir)
-    if not (out / MANIFEST).is_file():
-        log.info("%s -> %s", what, out)
-        make()
-        prune(cache_dir, CacheLimits.from_env(), keep=(out,))
-    touch(out)
+    _make_once(out, MANIFEST, make, what, 3600.0)
     return str(out)

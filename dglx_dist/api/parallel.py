@@ -66,6 +66,11 @@ def _source_scale(conv: nn.Module, block, out_degree: torch.Tensor) -> torch.Ten
 
 def _check_convs(model: nn.Module, strategy) -> list[tuple[nn.Module, str]]:
     convs = graph_convs(model)
+    if not convs and type(model).__module__.startswith("dgl.nn"):
+        raise InvalidValueError(f"parallelize: the model is a bare {type(model).__name__}; "
+                                f"expected a module that holds its dgl.nn convs as submodules "
+                                f"(self.conv = {type(model).__name__}(...), forward(blocks, x) "
+                                f"passing blocks[i] to the i-th conv), as DGL's examples do")
     if not convs:
         raise InvalidValueError(f"parallelize: {type(model).__name__} has no dgl.nn graph conv; "
                                 f"expected a model built from dgl.nn convs (SAGEConv, GraphConv, "

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -103,11 +104,7 @@ def commit(root: Path, epoch: int, manifest: dict[str, Any], keep: int) -> Path:
     _fsync_dir(staging)
     final = root / checkpoint_name(epoch)
     if final.exists():  # an earlier run's checkpoint of this epoch: replaced if provably one
-        bad = unproven(final, checkpoint_record(final))
-        if bad:
-            raise CheckpointError(f"{final} holds {describe_unproven(bad)}, which no checkpoint "
-                                  f"manifest lists; refusing to replace it: move it or choose "
-                                  f"another --checkpoint-dir")
+        _clear_for(final)
     replace_directory(staging, final, record_of=checkpoint_record)
     _fsync_dir(root)
     for _, path in list_checkpoints(root)[:-keep] if keep > 0 else []:
@@ -116,6 +113,24 @@ def commit(root: Path, epoch: int, manifest: dict[str, Any], keep: int) -> Path:
             log.warning("kept %s: it holds %s, which its manifest does not list", path,
                         describe_unproven(left))
     return final
+
+
+def _clear_for(final: Path) -> None:
+    """Lets a new checkpoint take ``final``'s place: a checkpoint whose own files changed
+    since (the damaged one a resume skipped) is moved aside whole, ``NAME.kept-*`` with a
+    warning; one holding anything its manifest does not list (or with no manifest: the
+    user's) is refused."""
+    record = checkpoint_record(final)
+    bad = unproven(final, record)
+    if bad and record is not None and all(rel in record.files for rel in bad):
+        aside = Path(tempfile.mkdtemp(prefix=f"{final.name}.kept-", dir=final.parent))
+        os.replace(final, aside / final.name)
+        log.warning("%s is damaged (%s changed since it was written); moved aside whole to %s",
+                    final, describe_unproven(bad), aside)
+    elif bad:
+        raise CheckpointError(f"{final} holds {describe_unproven(bad)}, which no checkpoint "
+                              f"manifest lists; refusing to replace it: move it or choose "
+                              f"another --checkpoint-dir")
 
 
 def checkpoint_record(path: Path) -> Record | None:

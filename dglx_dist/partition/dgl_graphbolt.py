@@ -47,8 +47,9 @@ _ERR = PartitionFormatError
 _SCRIPT_CLASS = "__torch__.torch.classes.graphbolt.FusedCSCSamplingGraph"
 
 
-class _Refused(Exception):
-    """A global the file names that a GraphBolt part graph does not hold."""
+class _Refused(PartitionFormatError):
+    """A global the file names that a GraphBolt part graph does not hold (turned into the
+    one-line refusal naming the file)."""
 
 
 class _Stand:

@@ -72,3 +72,19 @@ def test_graphs_distribute_cannot_take_are_named():
     with pytest.raises(DatasetFormatError, match=r"from_dgl: the graph has no nodes \(node "
                                                  r"types \['item', 'user'\]\)"):
         from_dgl(hetero)
+
+
+def test_models_parallelize_cannot_wrap_are_named():
+    """A bare dgl.nn conv as the model (issue 38, case 3: it was told it "has no dgl.nn graph
+    conv"), and a model without convs."""
+    import dgl.nn as dglnn
+
+    from dglx_dist.api.parallel import _check_convs
+    from dglx_dist.strategies import STRATEGIES
+
+    strategy = STRATEGIES.build("distdgl")
+    with pytest.raises(InvalidValueError, match=r"the model is a bare GraphConv; expected a "
+                                                r"module that holds its dgl.nn convs"):
+        _check_convs(dglnn.GraphConv(4, 2), strategy)
+    with pytest.raises(InvalidValueError, match="Linear has no dgl.nn graph conv"):
+        _check_convs(torch.nn.Linear(4, 2), strategy)

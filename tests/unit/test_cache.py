@@ -65,3 +65,33 @@ def test_limits_from_the_environment():
     for bad in ("-1", "nan", "lots"):
         with pytest.raises(InvalidValueError, match="DGLX_CACHE_MAX_GB"):
             CacheLimits.from_env({"DGLX_CACHE_MAX_GB": bad})
+
+
+def test_jobs_sharing_the_cache_make_an_entry_once(tmp_path, caplog):
+    """Two launchers (threads here; processes in benchmarks/hostile_runs.py's
+    cache-dir-shared) partitioning the same entry at once: one makes it, the other waits
+    for its lock and uses it (issue 38: the second failed with OutputExistsError)."""
+    import threading
+
+    from dglx_dist.prepare import partition_ahead
+    from dglx_dist.runtime.topology import Topology
+    from dglx_dist.strategies import STRATEGIES
+
+    strategy, topology, cache = STRATEGIES.build("distdgl"), Topology(2, 1), tmp_path / "c"
+    got, errors = [], []
+
+    def launch():
+        try:
+            got.append(partition_ahead("cora", strategy, topology, str(cache)))
+        except Exception as exc:  # noqa: BLE001 - the test reports what a launcher raised
+            errors.append(exc)
+
+    with caplog.at_level("INFO", logger="dglx_dist.prepare"):
+        threads = [threading.Thread(target=launch) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors and len(got) == 2 and got[0] == got[1]
+    assert sum("partitioning" in r.getMessage() for r in caplog.records) == 1
+    check_cache_dir(cache)  # the lock file is the cache's own

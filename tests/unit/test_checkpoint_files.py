@@ -60,6 +60,24 @@ def test_commit_and_pruning_leave_what_they_did_not_write(tmp_path):
     assert [e for e, _ in files.list_checkpoints(tmp_path)] == [1, 4]
 
 
+def test_a_damaged_checkpoint_of_the_same_epoch_is_moved_aside_whole(tmp_path, caplog):
+    """A resume skips a damaged newest checkpoint and trains that epoch again; its new
+    checkpoint then takes the damaged one's place, which is kept whole beside it (issue 38:
+    the save used to fail after the epoch, losing it)."""
+    _checkpoint(tmp_path, 1)
+    _checkpoint(tmp_path, 2)
+    damaged = tmp_path / "epoch-000002" / "rank-00000.pt"
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    assert _load(tmp_path)[0] == 1  # the resume's view: the damaged one is skipped
+    with caplog.at_level("WARNING"):
+        _checkpoint(tmp_path, 2)
+    assert _load(tmp_path)[0] == 2
+    (aside,) = tmp_path.glob("epoch-000002.kept-*/epoch-000002")
+    assert (aside / "rank-00000.pt").stat().st_size == 100  # nothing deleted
+    assert "rank-00000.pt changed since it was written" in caplog.text
+    assert [e for e, _ in files.list_checkpoints(tmp_path)] == [1, 2]
+
+
 def test_pruning_removes_only_the_files_a_manifest_lists(tmp_path):
     """A user's file inside a checkpoint, or a checkpoint file changed since, survives the
     pruning of its checkpoint (issue 40: only files provably written are deleted)."""
