@@ -124,7 +124,8 @@ def checked_cache(cache_dir: str | os.PathLike) -> Path:
 
 def made_by_rank0(session: Session, out: Path, marker: str, make: Callable[[], Any],
                   what: str, wait_timeout: float = 3600.0) -> Path:
-    """``out``, made by rank 0 with ``make()`` unless ``out/marker`` exists already; the other
+    """``out``, made by rank 0 with ``make()`` unless ``out/marker`` exists already (under the
+    entry's cache lock: a job sharing the cache that makes it first is waited for); the other
     ranks wait for that file (a filesystem poll with its own, long timeout: making it may take
     longer than a collective may wait), and raise rank 0's error if it failed.
 

@@ -201,15 +201,15 @@ class PartGraph:
 
 def load_part_graph(files: Mapping[str, Path], core: tuple[int, int],
                     typed: bool = False) -> PartGraph:
-    """Part graph of one part's ``files`` (:func:`~dglx_dist.partition.dgl_config.read_dgl_config`
-    gives ``part_graph``, ``part_graph_graphbolt`` or both: the DGL file first, as it holds
-    everything); ``core`` is the part's range of DGL's new node ids."""
+    """The part graph named in one part's ``files``: ``part_graph`` (``graph.dgl``) or
+    ``part_graph_graphbolt`` (GraphBolt's file), whichever
+    :func:`~dglx_dist.partition.dgl_config.read_dgl_config` chose; ``core`` is the part's
+    range of DGL's new node ids."""
     if "part_graph" in files:
         return _load_dgl_graph(files["part_graph"], typed)
     from dglx_dist.partition.dgl_graphbolt import read_graphbolt
 
-    file = files["part_graph_graphbolt"]
-    return PartGraph(file, *read_graphbolt(file, core))
+    return read_graphbolt(files["part_graph_graphbolt"], core)
 
 
 def _load_dgl_graph(file: Path, typed: bool) -> PartGraph:

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from dglx_dist.errors import PartitionFormatError
+from dglx_dist.partition.dgl_files import PartGraph
 
 __all__ = ["read_graphbolt"]
 
@@ -109,12 +110,10 @@ def _ints(file: Path, where: str, t: Any, size: int | None = None) -> np.ndarray
     return t.numpy().astype(np.int64)
 
 
-def read_graphbolt(file: Path, core: tuple[int, int]) -> tuple[int, np.ndarray, np.ndarray,
-                                                                dict, dict]:
-    """One part graph from ``file``: ``(number of nodes, src, dst, ndata, edata)``, local ids
-    as in DGL's ``graph.dgl``; ``ndata`` holds ``_ID`` and ``inner_node`` (derived from
-    ``core``, the part's ``[lo, hi)`` of new node ids, when the file has none), ``edata``
-    holds ``_ID`` and, on a heterograph, ``_TYPE``.
+def read_graphbolt(file: Path, core: tuple[int, int]) -> PartGraph:
+    """The part graph in ``file``, local ids as in DGL's ``graph.dgl``: ``ndata`` holds
+    ``_ID`` and ``inner_node`` (derived from ``core``, the part's ``[lo, hi)`` of new node
+    ids, when the file has none), ``edata`` holds ``_ID`` and, on a heterograph, ``_TYPE``.
 
     Raises:
         PartitionFormatError: unreadable, not a GraphBolt graph, or its arrays disagree.
@@ -146,4 +145,4 @@ def read_graphbolt(file: Path, core: tuple[int, int]) -> tuple[int, np.ndarray, 
     ndata = {"_ID": gid, "inner_node": (gid >= core[0]) & (gid < core[1]) if inner is None
              else _ints(file, "node_attributes['inner_node']", inner, gid.size) != 0}
     dst = np.repeat(np.arange(gid.size, dtype=np.int64), np.diff(indptr))
-    return gid.size, indices, dst, ndata, edata
+    return PartGraph(file, gid.size, indices, dst, ndata, edata)
