@@ -155,7 +155,20 @@ def _remove(entry: CacheEntry) -> bool:
     if left:
         log.warning("cache: kept %s: it holds %s, which its record does not list", entry.path,
                     describe_unproven(left))
+    else:
+        _drop_lock(entry.path)
     return not left
+
+
+def _drop_lock(entry: Path) -> None:
+    """Removes a removed entry's lock file (:func:`making`), unless a job holds it."""
+    lock = entry.with_name(f".{entry.name}.lock")
+    try:
+        with open(lock) as f:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            lock.unlink()
+    except OSError:  # none, or held by a job making the entry again
+        pass
 
 
 def prune(cache_dir: str | os.PathLike, limits: CacheLimits, keep: tuple[Path, ...] = (),

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from dglx_dist.cache import entries
 from tests.launches import distinct_ports, run_together
 
 pytestmark = pytest.mark.e2e
@@ -86,7 +87,7 @@ def test_dglx_train_writes_metrics_records(trained):
         assert rec["steps"] == 1 and rec["samples"] == 140
         assert rec["bytes_sent_inter"] > 0 and rec["peak_mem_mb"] > 0
     assert "val_acc" in records[1] and "test_acc" in records[2]
-    assert len(list((tmp_path / "cache").iterdir())) == 1  # partitioned once, cached
+    assert len(entries(tmp_path / "cache")) == 1  # partitioned once, cached
 
 
 def test_dglx_train_granndis_gcn_on_two_servers(trained):

@@ -1,6 +1,7 @@
 """The partition cache stays bounded and removes only what it recorded (issue 40, case 14)."""
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +96,4 @@ def test_jobs_sharing_the_cache_make_an_entry_once(tmp_path, caplog):
     assert not errors and len(got) == 2 and got[0] == got[1]
     assert sum("partitioning" in r.getMessage() for r in caplog.records) == 1
     check_cache_dir(cache)  # the lock file is the cache's own
+    assert clear(cache) == [Path(got[0])] and list(cache.iterdir()) == []  # lock file too
