@@ -53,7 +53,9 @@ KINDS = ("freeze-standalone", "freeze-c10d", "freeze-2node", "kill-launcher", "k
          "hostile-store")
 
 
-def _env(timeout: float) -> dict[str, str]:
+def job_env(timeout: float) -> dict[str, str]:
+    """The environment of a job under test: the caller's, without dglx's and torchrun's own
+    variables, with DGLX_TIMEOUT set."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DGLX_", "RANK", "WORLD"))}
     env.update({"DGLX_TIMEOUT": str(timeout), "OMP_NUM_THREADS": "1"})
     return env
@@ -114,7 +116,7 @@ def _freeze(work: Path, timeout: float, rdzv: str) -> dict[str, Any]:
     launch = (["--standalone"] if rdzv == "standalone" else
               ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--nnodes", "1"])
     with open(work / "stderr.log", "w") as err:
-        agent = subprocess.Popen(_train(work, launch, "distdgl"), env=_env(timeout),
+        agent = subprocess.Popen(_train(work, launch, "distdgl"), env=job_env(timeout),
                                  stdout=subprocess.DEVNULL, stderr=err)
         procs = _started(agent, work / "metrics.jsonl")
         ranks = {int(p.environ().get("RANK", -1)): p for p in procs}
@@ -135,7 +137,7 @@ def _freeze_two_nodes(work: Path, timeout: float) -> dict[str, Any]:
                   "--rdzv-id", "faults", "--rdzv-endpoint", f"127.0.0.1:{port}"]
         with open(log, "w") as err:
             agents.append(subprocess.Popen(_train(work, launch, "distdgl", nproc=1),
-                                           env=_env(timeout), stdout=subprocess.DEVNULL,
+                                           env=job_env(timeout), stdout=subprocess.DEVNULL,
                                            stderr=err))
     try:
         _started(agents[0], work / "metrics.jsonl")
@@ -166,7 +168,7 @@ def _freeze_two_nodes(work: Path, timeout: float) -> dict[str, Any]:
 def _kill_launcher(work: Path, timeout: float) -> dict[str, Any]:
     port = free_local_port()
     agent = subprocess.Popen(_train(work, ["--master-port", str(port)], "dorylus"),
-                             env=_env(timeout), stdout=subprocess.DEVNULL,
+                             env=job_env(timeout), stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     procs = _started(agent, work / "metrics.jsonl")
     agent.send_signal(signal.SIGKILL)
@@ -235,7 +237,7 @@ def _records(metrics: Path) -> int:
 def _hostile_store(work: Path, timeout: float) -> dict[str, Any]:
     metrics = work / "metrics.jsonl"
     with open(work / "stderr.log", "w") as err:
-        agent = subprocess.Popen(_train(work, ["--standalone"], "distdgl"), env=_env(timeout),
+        agent = subprocess.Popen(_train(work, ["--standalone"], "distdgl"), env=job_env(timeout),
                                  stdout=subprocess.DEVNULL, stderr=err)
         procs = _started(agent, metrics)
         ports = _public_ports(procs + [psutil.Process(agent.pid)])

@@ -32,6 +32,7 @@ from typing import Callable
 
 import psutil
 
+from benchmarks.faults import job_env
 from dglx_dist.report import markdown_table
 from dglx_dist.runtime.env import free_local_port
 
@@ -189,7 +190,7 @@ def shared_cache(w: Path, timeout: float) -> dict:
     args = "train --epochs 2 --no-progress --cache-dir {w}/cache --metrics-file {w}/m%d.jsonl"
     t0 = time.monotonic()
     jobs = [subprocess.Popen(_command(w, 2, args % i), stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True, env=_env(timeout),
+                             stderr=subprocess.PIPE, text=True, env=job_env(timeout),
                              start_new_session=True) for i in (0, 1)]
     errs = [job.communicate(timeout=timeout + 300)[1] for job in jobs]
     codes = [job.returncode for job in jobs]
@@ -216,14 +217,8 @@ def _command(w: Path, ranks: int, args: str) -> list[str]:
             str(free_local_port()), "--nproc-per-node", str(ranks), *dglx]
 
 
-def _env(timeout: float) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DGLX_", "RANK", "WORLD"))}
-    env.update({"DGLX_TIMEOUT": str(timeout), "OMP_NUM_THREADS": "1"})
-    return env
-
-
 def _dglx(w: Path, ranks: int, args: str) -> None:
-    subprocess.run(_command(w, ranks, args), check=True, capture_output=True, env=_env(20))
+    subprocess.run(_command(w, ranks, args), check=True, capture_output=True, env=job_env(20))
 
 
 def _digest(root: Path) -> dict[str, str]:
@@ -238,7 +233,7 @@ def run_case(name: str, case: Case, w: Path, timeout: float) -> dict:
         case.prepare(w)
     before = _digest(w)
     t0 = time.monotonic()
-    env = {**_env(timeout), "HOSTILE_CASE": case.args.split()[-1],
+    env = {**job_env(timeout), "HOSTILE_CASE": case.args.split()[-1],
            "HOSTILE_CACHE": str(w / "cache")}
     proc = subprocess.Popen(_command(w, case.ranks, case.args), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env,
@@ -265,7 +260,8 @@ def run_case(name: str, case: Case, w: Path, timeout: float) -> dict:
     distinct = {re.sub(r"on rank \d+", "on rank R", ln[ln.find("rror"):]) for ln in said}
     refused = proc.returncode != 0 and len(distinct) == 1 and not frames
     ok = (refused if case.expect == "refuse" else proc.returncode == 0)
-    return {"case": name, "expect": case.expect, "exit": proc.returncode,
+    return {"case": name, "what": case.what or case.args, "expect": case.expect,
+            "exit": proc.returncode,
             "line": said[-1][said[-1].find("ERROR") + 6 if "ERROR" in said[-1] else 0:][:200]
             if said else "", "ranks_saying": len(said), "our_frames": len(frames),
             "seconds": round(seconds, 1), "left": len(group), "ports": len(ports),

@@ -82,6 +82,10 @@ class CacheLimits:
         return cls(**values)
 
 
+def _lock_of(entry: Path) -> Path:
+    return entry.with_name(f".{entry.name}.lock")
+
+
 @contextlib.contextmanager
 def making(entry: Path, timeout: float) -> Iterator[None]:
     """Holds the cache entry ``entry``'s lock (``.NAME.lock`` beside it, an exclusive
@@ -89,7 +93,7 @@ def making(entry: Path, timeout: float) -> Iterator[None]:
     once: one that finds the lock held waits for it, then finds the entry made. Waits at most
     ``timeout`` seconds (DeadlineError naming the lock)."""
     entry.parent.mkdir(parents=True, exist_ok=True)
-    lock = entry.with_name(f".{entry.name}.lock")
+    lock = _lock_of(entry)
     deadline = time.monotonic() + timeout
     with open(lock, "a") as f:
         while True:
@@ -162,7 +166,7 @@ def _remove(entry: CacheEntry) -> bool:
 
 def _drop_lock(entry: Path) -> None:
     """Removes a removed entry's lock file (:func:`making`), unless a job holds it."""
-    lock = entry.with_name(f".{entry.name}.lock")
+    lock = _lock_of(entry)
     try:
         with open(lock) as f:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)

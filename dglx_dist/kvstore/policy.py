@@ -198,14 +198,17 @@ class RowPolicy(PartitionPolicy):
     def split(self, ids: torch.Tensor) -> list[Piece]:
         if ids.numel() == 0:
             return []
-        if self.num_parts == 1:  # one piece in request order: no owners, no positions' gather
-            return [Piece(0, torch.arange(ids.numel()), self.book.to_local(ids))]
+
+        def whole(part: int) -> list[Piece]:  # every id in one part, in request order
+            return [Piece(part, torch.arange(ids.numel()), self.book.to_local(ids))]
+
+        if self.num_parts == 1:  # no owners to find, no positions to gather
+            return whole(0)
         owner = torch.as_tensor(self.book.owner(ids))
         if self.num_parts <= 8:  # a mask per part beats sorting the owners
             counts = torch.bincount(owner, minlength=self.num_parts).tolist()
             if max(counts) == ids.numel():
-                return [Piece(counts.index(ids.numel()), torch.arange(ids.numel()),
-                              self.book.to_local(ids))]
+                return whole(counts.index(ids.numel()))
             groups = [(p, (owner == p).nonzero().squeeze(1)) for p, c in enumerate(counts) if c]
         else:
             order = torch.argsort(owner, stable=True)
