@@ -86,7 +86,8 @@ _IMPORT = b"2"  # what the import keeps (2: every node data name); a change re-i
 
 def _key(json_path: Path) -> str:
     h = hashlib.sha256(_IMPORT + json_path.read_bytes())
-    parts = [*json_path.parent.rglob("*.dgl"), *json_path.parent.rglob("*.pt")]  # GraphBolt's
+    # one walk: the part files, DGL's (.dgl) and GraphBolt's (.pt)
+    parts = (p for p in json_path.parent.rglob("*") if p.suffix in (".dgl", ".pt"))
     for p in sorted(parts):
         st = p.stat()
         h.update(f"{p.relative_to(json_path.parent)}:{st.st_size}:{st.st_mtime_ns}".encode())
