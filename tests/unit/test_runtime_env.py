@@ -93,8 +93,9 @@ def step():
     x.fill_(1.0)
     return float(x[-1])
 # warm-up: the heap grows to what a step needs (up to 4 steps when little else has been
-# allocated, e.g. no DGL imported; 3 used to do when importing dglx_dist pulled DGL in)
-for _ in range(6):
+# allocated, e.g. no DGL imported; 3 used to do when importing dglx_dist pulled DGL in; a
+# fresh clone's CI once still took a fresh 64 MiB after 6, so 10)
+for _ in range(10):
     step()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(5):
