@@ -16,6 +16,7 @@ __all__ = ["all_reduce", "accuracy", "ranking_metrics", "ranking_from_scores",
            "epoch_record"]
 
 _BYTES = ("sent_intra", "sent_inter", "recv_intra", "recv_inter")
+_CACHE = ("cache_hits", "cache_misses", "cache_saved")
 
 
 def all_reduce(value, op: str = "sum", session: Session | None = None) -> torch.Tensor:
@@ -128,7 +129,9 @@ def epoch_record(result: EpochResult, before: Mapping[str, int], after: Mapping[
     started = time.time() - result.wall
     world, steps = session.world, result.steps
     sums = torch.tensor([after[k] - before[k] for k in _BYTES] +
-                        [result.samples, result.loss_sum], dtype=torch.float64)
+                        [result.samples, result.loss_sum] +
+                        [after.get(k, 0) - before.get(k, 0) for k in _CACHE],
+                        dtype=torch.float64)
     world.all_reduce(sums)
     bad = result.first_nonfinite_step
     maxes = torch.tensor([result.wall, float(peak_rss_bytes()), float(saved_peak or 0),
@@ -141,6 +144,9 @@ def epoch_record(result: EpochResult, before: Mapping[str, int], after: Mapping[
               "samples": int(sums[4]),
               "loss": round(float(sums[5]) / max(steps, 1) / session.world_size, 5)}
     record.update({f"bytes_{k}": int(v) for k, v in zip(_BYTES, sums[:4])})
+    hits, misses, saved = (int(v) for v in sums[6:9])
+    if hits + misses:  # a remote-row cache held rows (kvstore.cache)
+        record.update(cache_hit_rate=round(hits / (hits + misses), 4), cache_saved_bytes=saved)
     record["peak_mem_mb"] = round(float(maxes[1]) / (1 << 20), 1)
     if saved_peak is not None:
         record["peak_saved_mb"] = round(float(maxes[2]) / (1 << 20), 2)

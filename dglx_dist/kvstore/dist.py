@@ -28,6 +28,7 @@ import torch
 
 from dglx_dist.errors import InvalidValueError, ProtocolError, StateError
 from dglx_dist.kvstore.base import KVStore
+from dglx_dist.kvstore.cache import Held, RowCache, check_budget, choose_rows
 from dglx_dist.kvstore.entries import InitSpec, TensorEntry
 from dglx_dist.kvstore.ops import PushOp
 from dglx_dist.kvstore.policy import PartitionPolicy
@@ -35,6 +36,7 @@ from dglx_dist.kvstore.serve import Server
 from dglx_dist.kvstore.shards import (Message, PullPlan, Shards, pack_messages,
                                        unpack_messages)
 from dglx_dist.kvstore.shm import EMPTY_I64, EMPTY_U8, SharedParts, default_shm_dir
+from dglx_dist.runtime.agree import on_every_rank
 from dglx_dist.runtime.comm import PeerError
 
 __all__ = ["DistKVStore"]
@@ -107,7 +109,7 @@ class DistKVStore(KVStore):
 
     def _start_pull_many(self, pulls: list[tuple[TensorEntry, torch.Tensor, bool]]
                          ) -> Callable[[], list[torch.Tensor]]:
-        plans = [self._shards.plan_pull(entry, ids, dedup) for entry, ids, dedup in pulls]
+        plans = [self._planned(entry, ids, dedup) for entry, ids, dedup in pulls]
         answers = self._start_exchange(plans) if self._cross is not None else None
         try:  # own rows are read while the answers travel
             for plan in plans:
@@ -207,6 +209,7 @@ class DistKVStore(KVStore):
         for writer, batch in messages.items():
             send[writer] = pack_messages(batch)
         received = world.all_to_all_v(send) if world.size > 1 else send
+        self._drop_written(messages)
         try:
             self._shards.apply_many({source: unpack_messages(buf)
                                      for source, buf in enumerate(received)})
@@ -216,7 +219,7 @@ class DistKVStore(KVStore):
 
     # -- non-collective ----------------------------------------------------------------------
     def _pull_p2p(self, entry: TensorEntry, ids: torch.Tensor, dedup: bool) -> torch.Tensor:
-        plan = self._shards.plan_pull(entry, ids, dedup)
+        plan = self._planned(entry, ids, dedup)
         if plan.remote:
             return self._need_server("pull").pull(plan)
         plan.fill_local()
@@ -224,6 +227,11 @@ class DistKVStore(KVStore):
 
     def _push_p2p(self, entry: TensorEntry, op: PushOp, ids: torch.Tensor,
                   values: torch.Tensor) -> None:
+        cache = self._shards.cache
+        if cache is not None and entry.index in cache.held:
+            raise StateError(f"push {entry.name!r} with collective=False: its rows are cached "
+                             "on other servers (the strategy's cache_mb), which a push by one "
+                             "rank cannot tell; push it collectively, or run without the cache")
         messages = self._shards.push_messages(entry, op, ids, values)
         own = messages.pop(self.session.rank, None)
         if messages:
@@ -236,6 +244,95 @@ class DistKVStore(KVStore):
             raise StateError(f"{what} with collective=False needs the serving threads: build "
                              "the store with serve=True and do not close it first")
         return self._server
+
+    # -- the remote-row cache (kvstore.cache) -------------------------------------------------
+    def _planned(self, entry: TensorEntry, ids: torch.Tensor, dedup: bool) -> PullPlan:
+        plan = self._shards.plan_pull(entry, ids, dedup)
+        cache = self._shards.cache
+        if cache is not None and not cache.counting:
+            hits, misses = plan.cache_counts()
+            self.session.counter.add_cache(hits, misses, hits * entry.row_bytes)
+        return plan
+
+    def start_cache(self, budget: int) -> None:
+        """Starts a cache of other servers' rows of at most ``budget`` bytes per server
+        (:mod:`~dglx_dist.kvstore.cache`): pulls count the remote rows until
+        :meth:`fill_cache`. Collective: a budget larger than a server's free shared memory
+        or available memory is refused on every rank."""
+        on_every_rank(self.session, "the remote-row cache", lambda: check_budget(
+            budget, self.shm_dir, self.session.server_id))
+        self._shards.cache = RowCache(budget)
+
+    def fill_cache(self) -> None:
+        """Ends the counting: copies the rows this server's ranks pulled most often, within the
+        budget, into its shared memory; later pulls read them there (collective: every rank,
+        at the same point, e.g. the end of an epoch). Nothing when no cache is counting."""
+        cache, session = self._shards.cache, self.session
+        if cache is None or not cache.counting:
+            return
+        counts = self._server_counts(cache)
+        cache.counts, cache.counting = {}, False
+        entries = {index: self._shards.entry_at(index, "the cache") for index in counts}
+        chosen = choose_rows(counts, {i: e.row_bytes for i, e in entries.items()}, cache.budget)
+        lead = session.topology.server_ranks(session.server_id)[0]
+        self._shards.cache = None  # the lead's pull of the chosen rows is not a cached pull
+        try:
+            pulled = self._start_pull_many([(entries[i], ids, False) for i, ids in chosen.items()]
+                                           if session.rank == lead else [])()
+        finally:
+            self._shards.cache = cache
+        rows = self._parts.share("cache", lead, dict(zip(chosen, pulled)), {
+            i: ((ids.numel(), *entries[i].trailing), entries[i].dtype) for i, ids in chosen.items()})
+        cache.held = {i: Held(ids, rows[i]) for i, ids in chosen.items()}
+        seen = sum(int(c.sum()) for c in counts.values())
+        covered = sum(int(counts[i].index_select(0, ids).sum()) for i, ids in chosen.items())
+        log.info("rank %d: cached %d rows of %s (%.1f of %.1f MB on server %d): %.1f%% of the "
+                 "remote rows the server's ranks pulled while counting", session.rank,
+                 sum(ids.numel() for ids in chosen.values()),
+                 sorted(entries[i].name for i in chosen), cache.nbytes / 2**20,
+                 cache.budget / 2**20, session.server_id, 100 * covered / max(seen, 1))
+
+    def _server_counts(self, cache: RowCache) -> dict[int, torch.Tensor]:
+        """Pulls per remote row by this server's ranks, of every name some rank counted and no
+        rank pushed (collective)."""
+        flags = torch.zeros(2, len(self._shards), dtype=torch.int64)
+        for index in cache.counts:
+            flags[0, index] = 1
+        for name, pushes in self.pushes.items():
+            flags[1, self._entries[name].index] = int(pushes > 0)
+        self.session.world.all_reduce(flags, op="max")
+        counts = {}
+        for index in torch.nonzero(flags[0] > flags[1]).squeeze(1).tolist():
+            mine = cache.counts.get(index)
+            if mine is None:
+                entry = self._shards.entry_at(index, "the cache")
+                mine = torch.zeros(entry.policy.num_rows, dtype=torch.int32)
+            if self.session.server.size > 1:
+                self.session.server.all_reduce(mine)
+            counts[index] = mine
+        return counts
+
+    def _drop_written(self, messages: dict[int, list[Message]]) -> None:
+        """Drops every rank's cached copies of the names a collective push writes (collective:
+        only while the cache holds rows, which is the same on every rank)."""
+        cache = self._shards.cache
+        if cache is None or not cache.held:
+            return
+        written = torch.zeros(len(self._shards), dtype=torch.int64)
+        for batch in messages.values():
+            for head, _ in batch:
+                written[int(head[0])] = 1
+        self.session.world.all_reduce(written, op="max")
+        for index in torch.nonzero(written).squeeze(1).tolist():
+            if index in cache.held:
+                log.info("rank %d: cached rows of %r dropped: pushed", self.session.rank,
+                         self._shards.entry_at(index, "the cache").name)
+                cache.drop(index)
+
+    @property
+    def cache(self) -> RowCache | None:
+        """The remote-row cache (None: none started)."""
+        return self._shards.cache
 
     def close(self) -> None:
         """Stops the serving threads (collective when the store serves: every rank calls it,
@@ -254,3 +351,4 @@ class DistKVStore(KVStore):
             self._server = None
         for entry in self._entries.values():
             entry.parts.clear()
+        self._shards.cache = None

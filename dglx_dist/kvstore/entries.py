@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Iterable
 
 import torch
@@ -45,6 +46,11 @@ class TensorEntry:
     @property
     def shape(self) -> tuple[int, ...]:
         return (self.policy.num_rows, *self.trailing)
+
+    @property
+    def row_bytes(self) -> int:
+        """The bytes of one whole row."""
+        return math.prod(self.trailing) * self.dtype.itemsize
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

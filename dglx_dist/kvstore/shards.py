@@ -11,6 +11,7 @@ from typing import Iterator, Mapping, Sequence
 import torch
 
 from dglx_dist.errors import InvalidValueError, ProtocolError
+from dglx_dist.kvstore.cache import RowCache
 from dglx_dist.kvstore.entries import TensorEntry, apply_op
 from dglx_dist.kvstore.ops import PushOp, combine_duplicates
 from dglx_dist.kvstore.policy import PartitionPolicy, Piece, rows_at, split_contiguous
@@ -48,7 +49,9 @@ def _unpack(entry: TensorEntry, pieces: list[Piece],
 class PullPlan:
     """One pull cut by where its rows live (:meth:`Shards.plan_pull`): ``out`` gets a row per
     id of ``uniq`` (``inverse``: the row of each requested id; None: ``out`` is in request
-    order) from the own server's pieces (``local``) and the other servers' (``remote``)."""
+    order) from the own server's pieces (``local``), the other servers' (``remote``) and the
+    server's copies of other servers' rows (``cached``: pieces into ``held``, see
+    :mod:`~dglx_dist.kvstore.cache`)."""
 
     entry: TensorEntry
     uniq: torch.Tensor
@@ -57,6 +60,13 @@ class PullPlan:
     local: list[Piece]
     remote: dict[int, list[Piece]]
     pin: bool
+    cached: list[Piece] = dataclasses.field(default_factory=list)
+    held: torch.Tensor | None = None
+
+    def cache_counts(self) -> tuple[int, int]:
+        """Rows of other servers this pull reads from the cache, and rows it asks them for."""
+        return (sum(q.pos.numel() for q in self.cached),
+                sum(q.pos.numel() for pieces in self.remote.values() for q in pieces))
 
     def requests(self) -> dict[int, tuple[torch.Tensor, int]]:
         """Per other server: the ids it is asked for and the bytes of its answer."""
@@ -83,9 +93,11 @@ class PullPlan:
             q, index = self.local[0], torch.zeros(out.shape[0], dtype=torch.int64)
             index[q.pos] = q.local
             torch.index_select(parts[q.part], 0, index, out=out)
-            return
-        for q in self.local:
-            q.fill(out, parts[q.part])
+        else:
+            for q in self.local:
+                q.fill(out, parts[q.part])
+        for q in self.cached:  # after the one-pass gather, which wrote row 0 there
+            q.fill(out, self.held)
 
     def take(self, server: int, answer: torch.Tensor) -> None:
         """Writes ``server``'s answer (raw bytes) into place."""
@@ -106,6 +118,9 @@ class Shards:
         ops: the store's push ops by name, in registration order (ops registered later are
             seen; never written).
         pin: pulled rows go to page-locked memory (they travel on to a GPU).
+
+    Attributes:
+        cache: the server's copies of other servers' rows, or None (no cache).
     """
 
     def __init__(self, topology, rank: int, ops: Mapping[str, PushOp], pin: bool = False):
@@ -115,6 +130,7 @@ class Shards:
         self._servers: list[list[int]] = []  # the server of each part, by registration index
         self._registered = threading.Condition()  # a serving thread may wait for an entry
         self._apply_lock = threading.Lock()  # one writer thread at a time in this process
+        self.cache: RowCache | None = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -175,7 +191,11 @@ class Shards:
             if servers[q.part] != self.server:
                 remote.setdefault(servers[q.part], []).append(q)
         local = [q for q in pieces if servers[q.part] == self.server]
-        return PullPlan(entry, uniq, inverse, out, local, remote, self.pin)
+        if self.cache is None:
+            return PullPlan(entry, uniq, inverse, out, local, remote, self.pin)
+        remote, cached = self.cache.serve(entry, uniq, remote)
+        held = self.cache.held[entry.index].rows if cached else None
+        return PullPlan(entry, uniq, inverse, out, local, remote, self.pin, cached, held)
 
     def read(self, entry: TensorEntry, ids: torch.Tensor,
              out: torch.Tensor | None = None) -> torch.Tensor:

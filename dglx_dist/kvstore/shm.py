@@ -166,7 +166,7 @@ class SharedParts:
             for create, what in ((True, "could not create its shared-memory parts"),
                                  (False, "could not map its server's shared-memory parts")):
                 ok = self._fill_parts(entry, spec, writers, shards.rank, created, create)
-                self._all_ok(ok, name, what)
+                self._all_ok(ok, f"init_data {name!r}", what)
         finally:
             for path in created:
                 path.unlink(missing_ok=True)
@@ -220,12 +220,39 @@ class SharedParts:
             return False
         return True
 
-    def _all_ok(self, ok: bool, name: str, what: str) -> None:
+    def share(self, key: str, creator: int, rows: dict[int, torch.Tensor],
+              shapes: dict[int, tuple[tuple[int, ...], torch.dtype]]) -> dict[int, torch.Tensor]:
+        """Tensors rank ``creator`` of this server has (``rows``; the others pass none) in a
+        file each, mapped by every rank of the server (``shapes``: each tensor's shape and
+        dtype), the files unlinked again (collective over the job; ``key`` names them)."""
+        me, created, out = self.world.global_rank, [], {}
+        path = lambda i: self.dir / f"dglx-{key}-{self.token}-{creator}-{i}"  # noqa: E731
+        try:
+            for create, what in ((True, "could not create its shared-memory copies"),
+                                 (False, "could not map its server's shared-memory copies")):
+                ok = True
+                try:
+                    for i, (shape, dtype) in shapes.items():
+                        if create and me == creator:
+                            out[i] = create_shared(path(i), rows[i])
+                            created.append(path(i))
+                        elif not create and me != creator:
+                            out[i] = attach_shared(path(i), shape, dtype)
+                except (OSError, RuntimeError, ValueError, KeyError) as exc:
+                    log.error("%s on rank %d: %s", key, me, exc)
+                    ok = False
+                self._all_ok(ok, key, what)
+        finally:
+            for made in created:
+                made.unlink(missing_ok=True)
+        self.server.barrier()  # no rank returns before its server's files are gone
+        return out
+
+    def _all_ok(self, ok: bool, call: str, what: str) -> None:
         flags = self._gather(torch.tensor([int(ok)]))[:, 0].tolist()
         bad = [r for r, f in enumerate(flags) if not f]
         if bad:
-            raise StateError(f"init_data {name!r}: ranks {bad} {what} in {self.dir} (see "
-                             f"their logs)")
+            raise StateError(f"{call}: ranks {bad} {what} in {self.dir} (see their logs)")
 
     def _gather(self, row: torch.Tensor) -> torch.Tensor:
         """Every rank's ``row`` (the same length everywhere), stacked by rank."""

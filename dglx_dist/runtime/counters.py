@@ -10,7 +10,9 @@ __all__ = ["ByteCounter"]
 
 @dataclasses.dataclass
 class ByteCounter:
-    """Bytes this rank sent and received, intra- vs inter-server; ``control`` is metadata.
+    """Bytes this rank sent and received, intra- vs inter-server; ``control`` is metadata;
+    ``cache_*``: rows of other servers its pulls read from its server's cache (``hits``) or
+    asked for (``misses``) while a cache held rows, and the bytes the hits saved.
 
     Updates go through :meth:`add` / :meth:`add_control`, under a lock: a KVStore's serving
     thread counts its answers while the main thread counts its own exchanges.
@@ -22,6 +24,9 @@ class ByteCounter:
     recv_inter: int = 0
     control_sent: int = 0
     calls: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    cache_saved: int = 0
 
     def __post_init__(self):
         self._lock = threading.Lock()  # not a field: snapshot() and reset() skip it
@@ -41,6 +46,13 @@ class ByteCounter:
         with self._lock:
             self.control_sent += sent
             self.calls += calls
+
+    def add_cache(self, hits: int, misses: int, saved: int) -> None:
+        """Counts a pull's rows read from the server's cache and asked of other servers."""
+        with self._lock:
+            self.cache_hits += hits
+            self.cache_misses += misses
+            self.cache_saved += saved
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:

@@ -9,6 +9,9 @@
 * Features are pulled from the KVStore: rows of the own server from shared memory, the rest
   through the comm layer (a loader whose sampler prefetches them pulls them at every step,
   every rank together; ``g.ndata`` reads are served to one rank at a time).
+* ``cache_mb``: each server keeps copies of the other servers' feature rows its ranks pulled
+  most often in the first epoch, in that budget, and later pulls read them there (exact:
+  :mod:`dglx_dist.kvstore.cache`; not in DistDGL, which pulls every remote row every step).
 * Synchronous SGD: the model is wrapped in DDP (its C++ all-reduce overlaps with backward and
   waits at most the job's timeout); its bytes are accounted to the comm layer's counters.
 * On GPUs: the model (DDP with the rank's device), the steps' blocks and
@@ -21,6 +24,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Iterator
 
 import torch
 
@@ -28,6 +32,7 @@ from dglx_dist.errors import NotSupportedError
 from dglx_dist.kvstore import DistKVStore, RowPolicy
 from dglx_dist.memory import MemoryModel
 from dglx_dist.partition.load import PartitionDir
+from dglx_dist.registry import Bounds
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import PartitionSampler, part_edge_weights
@@ -36,6 +41,7 @@ from dglx_dist.strategies.abilities import DrawsSubgraphs, MemoryModelled, Typed
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, check_partitions,
                                        ddp)
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
+from dglx_dist.strategies.steps import LoaderPlan, LoaderSpec, Step
 
 __all__ = ["DistDGLStrategy"]
 
@@ -57,6 +63,11 @@ class DistDGLStrategy(MiniBatchStrategy, MemoryModelled, TypedGraphs, DrawsSubgr
         balance: tuple[str, ...] = dataclasses.field(
             default=("train", "val", "test", "edges"),
             metadata={"help": "METIS constraints when dglx partitions for this strategy."})
+        cache_mb: float = dataclasses.field(
+            default=0.0, metadata={"help": "Per-server memory (MiB) for copies of other "
+                                           "servers' rows: those its ranks pulled most often "
+                                           "in the first epoch; 0: no cache.",
+                                   "bounds": Bounds(0)})
 
     def partition_spec(self, topology: Topology) -> PartitionSpec:
         return PartitionSpec("metis", topology.num_servers, {"balance": list(self.config.balance)},
@@ -78,6 +89,8 @@ class DistDGLStrategy(MiniBatchStrategy, MemoryModelled, TypedGraphs, DrawsSubgr
             self.store.init_data("feat", policy, {server: torch.from_numpy(part.feat)})
             self.store.init_data("label", policy, {server: torch.from_numpy(part.label)},
                                  dtype=torch.int64)
+        if self.config.cache_mb and self.store.cache is None:
+            self.store.start_cache(int(self.config.cache_mb * 2**20))
         if pdir.types is None:
             self.sampler = PartitionSampler(part, pdir.book, session.cross, server,
                                             pdir.edge_book(),
@@ -88,6 +101,12 @@ class DistDGLStrategy(MiniBatchStrategy, MemoryModelled, TypedGraphs, DrawsSubgr
                                  pdir.types.etype_offsets, part_edge_weights(pdir, server, store),
                                  pdir.types.has_edge_data),
                 TypeIds.of(pdir), pdir.types.canonical_etypes)
+
+    def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int) -> Iterator[Step]:
+        yield from super().loader_epoch(plan, spec, epoch)
+        # every rank has taken the epoch's steps and waited for their rows: after the first
+        # whole epoch, the cache takes the rows its server pulled most often (collective)
+        self.store.fill_cache()
 
     def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         # DDP's own C++ all-reduce (overlapped with backward, bounded by the group's timeout);

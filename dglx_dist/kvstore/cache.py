@@ -1,0 +1,154 @@
+"""Copies of other servers' rows, kept on a server so that its pulls stop fetching them again.
+
+DistDGL pulls every remote row at every step. A :class:`RowCache` (``DistKVStore.start_cache``)
+first counts, for one epoch, how often this server's ranks pulled each row that lives
+elsewhere; then (``DistKVStore.fill_cache``, collective, at the end of that epoch) the rows
+pulled most often are copied into the server's shared memory, as many as the budget holds, and
+later pulls read them there. The choice is by visits rather than by degree: a node's degree
+says how likely it is sampled by *some* server, while the count says how often *this* server's
+batches needed it, hops beyond its HALO included (docs/benchmarks.md has the hit rates of both
+on the same steps).
+
+Exact: a name pushed during the counting epoch is not cached, and a collective push to a
+cached name drops its copies on every rank (a non-collective one is refused: the other
+servers could not be told). Whole rows only: column-partitioned tensors (p3's) are not
+cached here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import torch
+
+from dglx_dist.errors import InvalidValueError
+from dglx_dist.kvstore.entries import TensorEntry
+from dglx_dist.kvstore.policy import Piece
+
+__all__ = ["RowCache", "Held", "choose_rows", "check_budget", "ID_BYTES"]
+
+ID_BYTES = 8  # each cached row's global id, kept sorted beside the rows
+
+
+@dataclasses.dataclass(frozen=True)
+class Held:
+    """One name's cached rows: ``ids`` sorted (int64), ``rows[i]`` the row of ``ids[i]``."""
+
+    ids: torch.Tensor
+    rows: torch.Tensor
+
+    @property
+    def nbytes(self) -> int:
+        return self.ids.numel() * ID_BYTES + self.rows.nbytes
+
+
+def choose_rows(counts: dict[int, torch.Tensor], row_bytes: dict[int, int],
+                budget: int) -> dict[int, torch.Tensor]:
+    """The rows to cache by name index: the most often pulled first (ties: lower name index,
+    then lower id), while their bytes (``row_bytes`` plus :data:`ID_BYTES` each) add up to at
+    most ``budget``; each name's ids sorted. Rows never pulled are never chosen."""
+    names, ids, seen = [], [], []
+    for index in sorted(counts):
+        pulled = torch.nonzero(counts[index]).squeeze(1)
+        names.append(torch.full_like(pulled, index))
+        ids.append(pulled)
+        seen.append(counts[index].index_select(0, pulled).long())
+    if not ids:
+        return {}
+    names, ids, seen = torch.cat(names), torch.cat(ids), torch.cat(seen)
+    order = torch.sort(-seen, stable=True).indices  # ties keep (name, id) order
+    cost = torch.zeros(max(counts) + 1, dtype=torch.int64)
+    for index in counts:
+        cost[index] = row_bytes[index] + ID_BYTES
+    per_row = cost.index_select(0, names)
+    taken = order[torch.cumsum(per_row.index_select(0, order), 0) <= budget]
+    chosen = {}
+    for index in sorted(counts):
+        mine = ids.index_select(0, taken[names.index_select(0, taken) == index])
+        if mine.numel():
+            chosen[index] = torch.sort(mine).values
+    return chosen
+
+
+def available_memory() -> int | None:
+    """The kernel's estimate of memory available to new work (``MemAvailable``), or None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_budget(budget: int, shm_dir: Path, server: int) -> None:
+    """Refuses (ValueError) a budget that is not positive or larger than the shared memory
+    free in ``shm_dir`` or the memory available on this server."""
+    mb = budget / 2**20
+    if budget <= 0:
+        raise InvalidValueError(f"cache_mb={mb:g}: expected a positive budget (0 turns the "
+                                "cache off)")
+    room = {f"shared memory free in {shm_dir}": shutil.disk_usage(shm_dir).free,
+            "memory available": available_memory()}
+    for what, free in room.items():
+        if free is not None and budget > free:
+            raise InvalidValueError(f"cache_mb={mb:,.0f}: more than the {free / 2**20:,.0f} MB "
+                                    f"of {what} on server {server}; expected a budget that "
+                                    "fits beside the partition's own data")
+
+
+class RowCache:
+    """This rank's view of its server's cache: the counts while counting, then the held rows.
+
+    Args:
+        budget: bytes per server for cached rows and their ids.
+    """
+
+    def __init__(self, budget: int):
+        self.budget = int(budget)
+        self.counting = True
+        self.counts: dict[int, torch.Tensor] = {}  # name index -> pulls per global row
+        self.held: dict[int, Held] = {}  # name index -> cached rows
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of rows and ids held (shared by the server's ranks)."""
+        return sum(h.nbytes for h in self.held.values())
+
+    def drop(self, index: int) -> None:
+        """Forgets name ``index``'s copies (its rows were written)."""
+        self.held.pop(index, None)
+
+    def serve(self, entry: TensorEntry, uniq: torch.Tensor,
+              remote: dict[int, list[Piece]]) -> tuple[dict[int, list[Piece]], list[Piece]]:
+        """A pull's remote pieces, less the rows held here; and pieces reading the held rows
+        (``local`` indexes :attr:`Held.rows`). While counting, counts the remote rows."""
+        if self.counting:
+            if remote and not entry.policy.splits_columns:
+                counts = self.counts.get(entry.index)
+                if counts is None:
+                    counts = self.counts[entry.index] = torch.zeros(entry.policy.num_rows,
+                                                                    dtype=torch.int32)
+                for pieces in remote.values():
+                    for q in pieces:
+                        counts.index_add_(0, uniq.index_select(0, q.pos),
+                                          torch.ones(q.pos.numel(), dtype=torch.int32))
+            return remote, []
+        held = self.held.get(entry.index)
+        if held is None or not held.ids.numel() or not remote:
+            return remote, []
+        left, cached = {}, []
+        for server, pieces in remote.items():
+            for q in pieces:
+                at = torch.searchsorted(held.ids, uniq.index_select(0, q.pos))
+                at.clamp_(max=held.ids.numel() - 1)
+                hit = held.ids.index_select(0, at) == uniq.index_select(0, q.pos)
+                if bool(hit.any()):
+                    cached.append(Piece(-1, q.pos[hit], at[hit]))
+                    miss = ~hit
+                    q = Piece(q.part, q.pos[miss], q.local[miss])
+                if q.pos.numel():
+                    left.setdefault(server, []).append(q)
+        return left, cached

@@ -1,0 +1,143 @@
+"""The remote-row cache (dglx_dist.kvstore.cache) on real gloo process groups, 2 servers x 2
+ranks: the rows it chooses, pulls through it equal to a LocalKVStore's, its budget, a push
+that drops it, refusals; and distdgl training with and without it on the same steps."""
+import pytest
+import torch
+
+from dglx_dist.data import builtin_path
+from dglx_dist.errors import StateError
+from dglx_dist.kvstore import DistKVStore, LocalKVStore, RowPolicy
+from dglx_dist.kvstore.cache import ID_BYTES, choose_rows
+from dglx_dist.models import SAGE
+from dglx_dist.partition import PartitionDir, partition_dataset
+from dglx_dist.partition.book import RangeBook
+from dglx_dist.testing import run_workers
+from dglx_dist.trainer import Trainer
+
+pytestmark = pytest.mark.dist
+N, F = 400, 16
+VIRTUAL_2x2 = {"DGLX_VIRTUAL_SERVERS": "2", "DGLX_TIMEOUT": "20"}
+ROW = F * 4 + ID_BYTES
+BUDGET = 60 * ROW  # 60 of the 200 rows of the other server
+
+
+def _asks(rank: int) -> torch.Tensor:
+    """A rank's pulls while counting: low ids more often (each server's ranks the same
+    skew), some of its own server's rows too."""
+    g = torch.Generator().manual_seed(rank)
+    return [torch.unique((torch.rand(120, generator=g) ** 2 * N).long()) for _ in range(3)]
+
+
+def _register(store, session=None):
+    policy = RowPolicy(RangeBook([0, N // 2, N]))
+    full = {"feat": torch.arange(N * F, dtype=torch.float32).view(N, F),
+            "emb": -torch.arange(N * F, dtype=torch.float32).view(N, F)}
+    for name, rows in full.items():
+        parts = [0, 1] if session is None else [session.server_id]
+        store.init_data(name, policy, {p: rows[p * N // 2:(p + 1) * N // 2].clone()
+                                       for p in parts})
+
+
+def _expected_choice(server: int, ranks: list[int]) -> dict[str, torch.Tensor]:
+    """What the server should cache: its ranks' counts of the other server's rows."""
+    counts = torch.zeros(N, dtype=torch.int32)
+    for r in ranks:
+        for ids in _asks(r):
+            remote = ids[(ids >= N // 2) != (server == 1)]
+            counts.index_add_(0, remote, torch.ones(remote.numel(), dtype=torch.int32))
+    return choose_rows({0: counts}, {0: F * 4}, BUDGET).get(0, torch.zeros(0, dtype=torch.int64))
+
+
+def _cache_job(session):
+    out = {}
+    store, ref = DistKVStore(session, serve=True), LocalKVStore()
+    _register(store, session)
+    _register(ref)
+    try:
+        store.start_cache(10 * 2**40)
+        out["too_big"] = "not refused"
+    except ValueError as exc:
+        out["too_big"] = str(exc)
+    store.start_cache(BUDGET)
+    inter = []
+    for epoch in range(2):
+        before = session.counter.snapshot()
+        for ids in _asks(session.rank):
+            for name in ("feat", "emb"):
+                if not torch.equal(store.pull(name, ids), ref.pull(name, ids)):
+                    out.setdefault("wrong", []).append(f"{name} epoch {epoch}")
+        if epoch == 0:  # "emb" is written while counting: never cached
+            store.push("emb", torch.tensor([0]), torch.zeros(1, F))
+            ref.push("emb", torch.tensor([0]), torch.zeros(1, F))
+            store.fill_cache()
+        after = session.counter.snapshot()
+        inter.append(after["recv_inter"] - before["recv_inter"])
+    held = store.cache.held
+    out.update(inter=inter, hits=after["cache_hits"], cached=sorted(held), nbytes=store.cache.nbytes,
+               ids=held[0].ids.tolist() if 0 in held else [])
+    try:  # one rank's push cannot reach the other servers' copies
+        store.push("feat", torch.tensor([1]), torch.zeros(1, F), collective=False)
+        out["p2p"] = "not refused"
+    except StateError as exc:
+        out["p2p"] = str(exc)
+    session.world.barrier()
+    # a collective push drops every rank's copies, even where this rank wrote nothing
+    ids = torch.tensor([N // 2 + session.rank, N // 2 - 1 - session.rank])
+    values = torch.full((2, F), 1000.0 + session.rank)
+    store.push("feat", ids if session.rank == 0 else ids[:0], values[:2 if session.rank == 0 else 0])
+    ref.push("feat", torch.tensor([N // 2, N // 2 - 1]), torch.full((2, F), 1000.0))
+    out["after_push"] = sorted(store.cache.held)
+    every = torch.arange(N)
+    out["rows_after_push"] = torch.equal(store.pull("feat", every), ref.pull("feat", every))
+    store.close()
+    return out
+
+
+def test_cache_chooses_serves_and_drops_rows_exactly(tmp_path):
+    res = run_workers(_cache_job, 4, tmp_path, env=VIRTUAL_2x2)
+    for rank, out in res.items():
+        server = rank // 2
+        assert "cache_mb=" in out["too_big"] and "MB of" in out["too_big"], out["too_big"]
+        assert out.get("wrong") is None, out["wrong"]
+        want = _expected_choice(server, [2 * server, 2 * server + 1])
+        assert out["cached"] == [0] and out["ids"] == want.tolist()  # "emb" (index 1) not
+        assert 0 < out["nbytes"] <= BUDGET and out["nbytes"] == want.numel() * ROW
+        assert out["hits"] > 0 and out["inter"][1] < out["inter"][0], out
+        assert "collective=False" in out["p2p"] and "cached" in out["p2p"], out["p2p"]
+        assert out["after_push"] == [] and out["rows_after_push"], out
+
+
+@pytest.fixture(scope="module")
+def cora_parts(tmp_path_factory):
+    out = tmp_path_factory.mktemp("parts") / "cora2"
+    partition_dataset(builtin_path("cora"), out, "metis", 2)
+    return out
+
+
+def _train(session, pdir_path):
+    runs = {}
+    for cache_mb in (0.0, 0.8):  # 0.8 MB: about 10% of the other server's rows
+        torch.manual_seed(0)
+        pdir = PartitionDir(pdir_path)
+        model = SAGE(pdir.feat_dim, 8, pdir.num_classes, num_layers=2, dropout=0.0)
+        trainer = Trainer(model, pdir, "distdgl", session=session, progress=False,
+                          batch_size=64, cache_mb=cache_mb, lr=0.01)
+        trainer.fit(3, eval_every=3)
+        runs[cache_mb] = {
+            "params": [p.detach().clone() for p in trainer.model.parameters()],
+            "records": [{k: v for k, v in r.items() if k.startswith(("cache", "bytes_"))}
+                        for r in trainer.history]}
+        trainer.close()
+    same = all(torch.equal(a, b) for a, b in zip(runs[0.0]["params"], runs[0.8]["params"]))
+    return {"same_params": same, "plain": runs[0.0]["records"], "cached": runs[0.8]["records"]}
+
+
+def test_distdgl_trains_the_same_with_the_cache(tmp_path, cora_parts):
+    res = run_workers(_train, 4, tmp_path, str(cora_parts), env=VIRTUAL_2x2, timeout=300)
+    out = res[0]
+    assert all(r["same_params"] for r in res.values()), "parameters differ with the cache"
+    plain, cached = out["plain"], out["cached"]
+    assert "cache_hit_rate" not in cached[0] and "cache_hit_rate" not in plain[-1]
+    for later, ref in zip(cached[1:], plain[1:]):  # the cache filled after the first epoch
+        assert 0 < later["cache_hit_rate"] < 1 and later["cache_saved_bytes"] > 0, later
+        assert later["bytes_recv_inter"] < ref["bytes_recv_inter"], (later, ref)
