@@ -32,7 +32,10 @@ Usage::
     python -m benchmarks.bench_train --data g1m --network 1g --epochs 3 --hidden 32 \
         --lr 0.01 --repeat 3 --profile       # both on the emulated 1 Gbit/s links (root)
 
-``--mode all`` adds a third system, ours with ``DGLX_MALLOC=system`` (glibc's default allocator
+``--mode cache`` adds ours with the remote-row cache (distdgl's ``cache_mb``, sized by
+``--cache-share``: that share of the bytes of the rows each server does not hold; issue 36's
+targets against DGL are the checks). ``--mode all`` adds a third system, ours with
+``DGLX_MALLOC=system`` (glibc's default allocator
 settings, as DGL's processes run), to show how much of the difference the allocator setting
 of :mod:`dglx_dist.runtime.allocator` makes.
 
@@ -78,7 +81,7 @@ its row normalisation ``--row-normalize auto|on|off``'s, and it evaluates after 
 epoch."""
 COLUMNS = ("system", "epochs", "startup_s", "epoch_time", "epoch_time_first", "steps",
            "test_acc", "peak_mem_mb", "server_peak_mb", "bytes_sent_inter_per_epoch",
-           "run_wall_s")
+           "cache_hit_rate", "run_wall_s")
 
 
 def run_config(args: argparse.Namespace) -> RunConfig:
@@ -113,14 +116,15 @@ def _our_parts(setup: Setup) -> Path:
     return partitions("ours", setup.data, setup.workdir, run_env(setup))
 
 
-def run_ours(args, setup: Setup, system: str = "ours (dglx distdgl)") -> dict[str, Any]:
+def run_ours(args, setup: Setup, system: str = "ours (dglx distdgl)",
+             extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Our distdgl: ``dglx train`` under torchrun (:func:`run_strategy`), as a table row."""
     summary = lambda recs: summarize_run(  # noqa: E731  (the wall time: run_strategy's)
         system, recs, 0.0, test_acc=recs[-1]["test_acc"],
         peak=max(r["peak_mem_mb"] for r in recs))
     setup = dataclasses.replace(setup, run=setup.run.updated(
         data={"partitions": _our_parts(setup)}))
-    options = parse_key_values(args.ours_opt, "--ours-opt")
+    options = parse_key_values(args.ours_opt, "--ours-opt") | (extra or {})
     if args.eval_fanouts:
         options["eval_fanouts"] = args.eval_fanouts
     row = run_strategy("distdgl", setup, {"distdgl": options}, summary)
@@ -155,7 +159,8 @@ def checks(rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """The ratio checks: PASS / FAIL, or n/a when a side did not run."""
     ours, dgl = rows.get("ours", {"error": "-"}), rows.get("dgl", {"error": "-"})
     ran = "error" not in ours and "error" not in dgl
-    items = (("ours_epoch_time / dgl_epoch_time", "<= 0.7", lambda v: v <= 0.7,
+    items = _cache_checks(rows.get("ours_cached", {"error": "-"}), dgl) + (
+             ("ours_epoch_time / dgl_epoch_time", "<= 0.7", lambda v: v <= 0.7,
               lambda: round(ours["epoch_time"] / dgl["epoch_time"], 3)),
              ("ours_startup_s / dgl_startup_s", "<= 0.333", lambda v: v <= 1 / 3,
               lambda: round(ours["startup_s"] / dgl["startup_s"], 3)),
@@ -163,6 +168,8 @@ def checks(rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
               lambda: round(abs(ours["test_acc"] - dgl["test_acc"]), 4)),
              ("steps per epoch: ours - dgl", "== 0", lambda v: v == 0,
               lambda: ours["steps"] - dgl["steps"]))
+    if "error" in rows.get("ours_cached", {"error": "-"}):
+        items = items[3:]
     other = rows.get("ours_system_malloc", {"error": "-"})
     if "error" not in other and "error" not in dgl:  # for information: the allocator's share
         items += (("ours (DGLX_MALLOC=system) / dgl epoch time", "(info)", None,
@@ -176,6 +183,24 @@ def checks(rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _cache_checks(cached: dict[str, Any], dgl: dict[str, Any]) -> tuple:
+    """Issue 36's targets for ours with the cache against DGL's DistDGL."""
+    bytes_of = lambda row: row["bytes_sent_inter_per_epoch"]  # noqa: E731
+    return (("cached: ours / dgl inter-server bytes per epoch", "<= 0.5", lambda v: v <= 0.5,
+             lambda: round(bytes_of(cached) / bytes_of(dgl), 3)),
+            ("cached: ours_epoch_time / dgl_epoch_time", "<= 0.5", lambda v: v <= 0.5,
+             lambda: round(cached["epoch_time"] / dgl["epoch_time"], 3)),
+            ("cached: |ours_acc - dgl_acc|", "<= 0.005", lambda v: v <= 0.005,
+             lambda: round(abs(cached["test_acc"] - dgl["test_acc"]), 4)))
+
+
+def cache_mb(share: float, meta: dict[str, Any], parts: int = 2) -> float:
+    """The cache budget per server: ``share`` of the bytes of the rows a server does not
+    hold (float32 features, ``parts`` even parts)."""
+    remote = meta["num_nodes"] * (parts - 1) / parts
+    return round(share * remote * meta["feat_dim"] * 4 / 2**20, 2)
+
+
 def bench(args: argparse.Namespace, workdir: Path) -> tuple[dict[str, Any], bool]:
     """Runs the selected systems one after the other; returns the result and whether all ran."""
     data = dataset_dir(args, workdir)
@@ -186,12 +211,16 @@ def bench(args: argparse.Namespace, workdir: Path) -> tuple[dict[str, Any], bool
              meta["num_nodes"], meta["num_edges"], meta["feat_dim"], meta["num_classes"],
              row_norm)
     ours = our_setup(args, data, meta, row_norm, workdir)
+    budget = cache_mb(args.cache_share, meta)
     runners = {"ours": lambda: run_ours(args, ours),
+               "ours_cached": lambda: run_ours(
+                   args, ours, system=f"ours, cache_mb={budget}", extra={"cache_mb": budget}),
                "ours_system_malloc": lambda: run_ours(
                    args, dataclasses.replace(ours, env=(("DGLX_MALLOC", "system"),)),
                    system="ours, DGLX_MALLOC=system"),
                "dgl": lambda: run_dgl(ours, run_env(ours))}
-    order = {"both": ["ours", "dgl"], "all": ["ours", "ours_system_malloc", "dgl"]}
+    order = {"both": ["ours", "dgl"], "all": ["ours", "ours_system_malloc", "dgl"],
+             "cache": ["ours", "ours_cached", "dgl"]}
     runs: dict[str, list[dict[str, Any]]] = {}
     for rep in range(args.repeat):  # alternating, so slow spells of the machine hit both
         for name in order.get(args.mode, [args.mode]):
@@ -244,8 +273,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = script_parser(__doc__, PRESETS, "small",
                       "tiny: Cora; small: synthetic 200k nodes / 4M edges / feat 128")
     p.add_argument("--data", help="a dataset directory or built-in name (overrides the preset's)")
-    p.add_argument("--mode", choices=("ours", "dgl", "both", "all"), default="both",
-                   help="all: also ours with glibc's default allocator (DGLX_MALLOC=system)")
+    p.add_argument("--mode", choices=("ours", "dgl", "both", "all", "cache"), default="both",
+                   help="all: also ours with glibc's default allocator (DGLX_MALLOC=system); "
+                        "cache: also ours with the remote-row cache (--cache-share)")
     p.add_argument("--network", choices=("virtual", "1g", "10g"), default="virtual",
                    help="virtual: both on loopback; 1g / 10g: both on the emulated cluster's "
                         "links (dglx emulate; needs root)")
@@ -257,6 +287,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_flags(p, RunConfig, sections=SECTIONS, skip=SKIP, base=BASE, overlay=True, changes={
         k: {"help": f"{what} (default: the preset's)"} for k, what in (
             ("epochs", "epochs"), ("hidden", "hidden width"), ("lr", "Adam's learning rate"))})
+    p.add_argument("--cache-share", type=float, default=0.1,
+                   help="--mode cache: the cache's budget as a share of the bytes of the rows "
+                        "a server does not hold")
     p.add_argument("--batch-size", type=int, default=1000, help="seeds per trainer per step")
     p.add_argument("--fanouts", type=tuple_of(int), default=(10, 25),
                    help="per layer, input layer first (default: 10,25)")

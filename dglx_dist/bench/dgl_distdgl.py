@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import statistics
 import subprocess
 import sys
 import time
@@ -213,6 +214,9 @@ def summarize_run(system: str, records: list[dict[str, Any]], wall: float, test_
            "epoch_times": [r["epoch_time"] for r in records], "loss": records[-1].get("loss")}
     if any("val_acc" in r for r in records):
         row["val_accs"] = [r.get("val_acc") for r in records]
+    if "cache_hit_rate" in records[-1]:  # ours with the remote-row cache
+        row["cache_hit_rate"] = round(statistics.mean(
+            r.get("cache_hit_rate", 0.0) for r in timed), 4)
     if "bytes_sent_inter" in records[-1]:
         row["bytes_sent_inter_per_epoch"] = int(sum(r["bytes_sent_inter"] for r in timed)
                                                 / len(timed))
