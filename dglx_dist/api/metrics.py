@@ -128,9 +128,11 @@ def epoch_record(result: EpochResult, before: Mapping[str, int], after: Mapping[
     session = session or current_session()
     started = time.time() - result.wall
     world, steps = session.world, result.steps
+    by_server = [0.0] * session.topology.num_servers  # bytes each server sent to the others
+    by_server[session.server_id] = after["sent_inter"] - before["sent_inter"]
     sums = torch.tensor([after[k] - before[k] for k in _BYTES] +
                         [result.samples, result.loss_sum] +
-                        [after.get(k, 0) - before.get(k, 0) for k in _CACHE],
+                        [after.get(k, 0) - before.get(k, 0) for k in _CACHE] + by_server,
                         dtype=torch.float64)
     world.all_reduce(sums)
     bad = result.first_nonfinite_step
@@ -144,6 +146,7 @@ def epoch_record(result: EpochResult, before: Mapping[str, int], after: Mapping[
               "samples": int(sums[4]),
               "loss": round(float(sums[5]) / max(steps, 1) / session.world_size, 5)}
     record.update({f"bytes_{k}": int(v) for k, v in zip(_BYTES, sums[:4])})
+    record["bytes_sent_inter_busiest"] = int(sums[9:].max())
     hits, misses, saved = (int(v) for v in sums[6:9])
     if hits + misses:  # a remote-row cache held rows (kvstore.cache)
         record.update(cache_hit_rate=round(hits / (hits + misses), 4), cache_saved_bytes=saved)

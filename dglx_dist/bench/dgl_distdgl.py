@@ -68,14 +68,15 @@ def sent_bytes(ifname: str) -> int | None:
 
 def epoch_bytes(ifname: str, before: int | None, reduce) -> dict[str, int]:
     """``bytes_sent_inter``: every machine's bytes sent since its ``before`` (:func:`sent_bytes`;
-    collective through ``reduce(values, op)``), summed as ``dglx train`` sums its ranks';
-    empty where not counted."""
+    collective through ``reduce(values, op)``), summed as ``dglx train`` sums its ranks'; and
+    ``bytes_sent_inter_busiest``, the most one machine sent; empty where not counted."""
     import torch.distributed as dist
 
     if before is None:
         return {}
-    return {"bytes_sent_inter": int(reduce([sent_bytes(ifname) - before],
-                                           dist.ReduceOp.SUM)[0])}
+    sent = sent_bytes(ifname) - before
+    return {"bytes_sent_inter": int(reduce([sent], dist.ReduceOp.SUM)[0]),
+            "bytes_sent_inter_busiest": int(reduce([sent], dist.ReduceOp.MAX)[0])}
 
 
 def partitions(kind: str, data: Path, workdir: Path, env: dict[str, str],
@@ -217,7 +218,7 @@ def summarize_run(system: str, records: list[dict[str, Any]], wall: float, test_
     if "cache_hit_rate" in records[-1]:  # ours with the remote-row cache
         row["cache_hit_rate"] = round(statistics.mean(
             r.get("cache_hit_rate", 0.0) for r in timed), 4)
-    if "bytes_sent_inter" in records[-1]:
-        row["bytes_sent_inter_per_epoch"] = int(sum(r["bytes_sent_inter"] for r in timed)
-                                                / len(timed))
+    for key in ("bytes_sent_inter", "bytes_sent_inter_busiest"):
+        if key in records[-1]:
+            row[f"{key}_per_epoch"] = int(sum(r[key] for r in timed) / len(timed))
     return row

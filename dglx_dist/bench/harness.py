@@ -62,6 +62,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
             "epoch_time_first": records[0]["epoch_time"],
             "epoch_times": [r["epoch_time"] for r in records],
             "bytes_inter": int(mean("bytes_sent_inter")),
+            "bytes_inter_busiest": int(mean("bytes_sent_inter_busiest")),
             "bytes_intra": int(mean("bytes_sent_intra")),
             "peak_mem_mb": REDUCERS["max"](records, "peak_mem_mb"),
             "val_acc_per_epoch": [r.get("val_acc") for r in records],
@@ -123,6 +124,7 @@ def run_dgl_distdgl(setup: Setup) -> dict[str, Any]:
     return summarize(records) | common | {
         "startup_s": res.get("startup_s"), "test_acc": res["test_acc"], "steps": res["steps"],
         "bytes_inter": res.get("bytes_sent_inter_per_epoch"), "phases": res.get("phases"),
+        "bytes_inter_busiest": res.get("bytes_sent_inter_busiest_per_epoch"),
         "run_wall_s": round(time.perf_counter() - t0, 1), "note": note}
 
 

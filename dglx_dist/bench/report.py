@@ -15,10 +15,14 @@ __all__ = ["COLUMNS", "LINK_COLUMNS", "PANEL_KINDS", "Panel", "PlotUnavailable",
            "PHASES", "TABLES", "TYPED_COLUMNS", "TYPED_TARGETS", "draw", "markdown",
            "phases_table", "plot", "versus_dgl", "write_jsonl"]
 
-COLUMNS = ("system", "network", "startup_s", "epoch_time", "time_to_accuracy", "bytes_inter",
-           "bytes_intra", "peak_mem_mb", "val_acc", "test_acc", "steps", "note")
-LINK_COLUMNS = ("system", "network", "epoch_time", "bytes_inter", "bytes_intra", "peak_mem_mb",
-                "val_mrr", "test_mrr", "test_hits@10", "test_auc", "steps", "note")
+COLUMNS = ("system", "network", "time_to_accuracy", "epoch_time", "floor_s", "vs_floor",
+           "startup_s", "bytes_inter", "bytes_intra", "peak_mem_mb", "val_acc", "test_acc",
+           "steps", "note")
+"""The node task's table: time to accuracy first (what a user comparing systems wants),
+then the epoch beside its floor (:mod:`dglx_dist.bench.floor`)."""
+LINK_COLUMNS = ("system", "network", "epoch_time", "floor_s", "vs_floor", "bytes_inter",
+                "bytes_intra", "peak_mem_mb", "val_mrr", "test_mrr", "test_hits@10", "test_auc",
+                "steps", "note")
 """``--task link``'s table: ranking metrics instead of accuracy and time to accuracy."""
 TYPED_COLUMNS = ("system", "network", "startup_s", "epoch_time_median",
                  "epoch_time_spread", "bytes_inter", "bytes_intra", "peak_mem_mb", "val_acc",
@@ -76,6 +80,10 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"{setup['servers']} servers x {setup['ranks_per_server']} rank(s) each; "
             f"{setup['epochs']} epochs; {goal}",
             "", markdown_table([_cells(r, columns) for r in main], columns)]
+    if any("floor_s" in r for r in main):
+        text += ["", "floor_s: the larger of the busiest server's inter-server bytes over its "
+                     "link rate and single-process DGL's epoch over the ranks that compute at "
+                     "once; vs_floor: epoch_time / floor_s (dglx_dist.bench.floor)"]
     if table == "typed":
         text += ["", versus_dgl(main), "", phases_table(main)]
     return "\n".join(text) + "\n"

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dglx_dist.bench.floor import add_floors
 from dglx_dist.bench.harness import Setup, add_time_to_accuracy, run_system
 from dglx_dist.bench.kinds import KINDS, DataKind, kind_of
 from dglx_dist.bench.presets import BENCH_RUN, PRESETS, SET_BY_SETUP, choose_network
@@ -175,6 +176,7 @@ def run_bench(args: argparse.Namespace, command: str) -> tuple[list[dict[str, An
     log.info("setup: %s", setup.public())
     rows = run_all(args, setup, kind)
     target = add_time_to_accuracy(rows, args.target)
+    add_floors(rows, setup.network, setup.world)
     meta = {"command": command, "dataset": str(data), "kind": kind_of(data),
             "table": kind.table or setup.run.task.name,
             "setup": {**setup.public(), "layers": setup.layers},

@@ -281,16 +281,18 @@ class DistKVStore(KVStore):
                                            if session.rank == lead else [])()
         finally:
             self._shards.cache = cache
-        rows = self._parts.share("cache", lead, dict(zip(chosen, pulled)), {
-            i: ((ids.numel(), *entries[i].trailing), entries[i].dtype) for i, ids in chosen.items()})
+        shapes = {i: ((ids.numel(), *entries[i].trailing), entries[i].dtype)
+                  for i, ids in chosen.items()}
+        rows = self._parts.share("cache", lead, dict(zip(chosen, pulled)), shapes)
         cache.held = {i: Held(ids, rows[i]) for i, ids in chosen.items()}
-        seen = sum(int(c.sum()) for c in counts.values())
-        covered = sum(int(counts[i].index_select(0, ids).sum()) for i, ids in chosen.items())
-        log.info("rank %d: cached %d rows of %s (%.1f of %.1f MB on server %d): %.1f%% of the "
-                 "remote rows the server's ranks pulled while counting", session.rank,
-                 sum(ids.numel() for ids in chosen.values()),
-                 sorted(entries[i].name for i in chosen), cache.nbytes / 2**20,
-                 cache.budget / 2**20, session.server_id, 100 * covered / max(seen, 1))
+        if session.rank == lead:
+            seen = sum(int(c.sum()) for c in counts.values())
+            covered = sum(int(counts[i].index_select(0, ids).sum()) for i, ids in chosen.items())
+            log.info("server %d: cached %d rows of %s (%.1f of %.1f MB): %.1f%% of the remote "
+                     "rows its ranks pulled while counting", session.server_id,
+                     sum(ids.numel() for ids in chosen.values()),
+                     sorted(entries[i].name for i in chosen), cache.nbytes / 2**20,
+                     cache.budget / 2**20, 100 * covered / max(seen, 1))
 
     def _server_counts(self, cache: RowCache) -> dict[int, torch.Tensor]:
         """Pulls per remote row by this server's ranks, of every name some rank counted and no

@@ -104,9 +104,8 @@ class DistDGLStrategy(MiniBatchStrategy, MemoryModelled, TypedGraphs, DrawsSubgr
 
     def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int) -> Iterator[Step]:
         yield from super().loader_epoch(plan, spec, epoch)
-        # every rank has taken the epoch's steps and waited for their rows: after the first
-        # whole epoch, the cache takes the rows its server pulled most often (collective)
-        self.store.fill_cache()
+        if self.config.cache_mb:  # every rank has taken the epoch's steps and has their
+            self.store.fill_cache()  # rows: the first whole epoch's counts fill the cache
 
     def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         # DDP's own C++ all-reduce (overlapped with backward, bounded by the group's timeout);

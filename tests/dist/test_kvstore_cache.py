@@ -73,8 +73,8 @@ def _cache_job(session):
         after = session.counter.snapshot()
         inter.append(after["recv_inter"] - before["recv_inter"])
     held = store.cache.held
-    out.update(inter=inter, hits=after["cache_hits"], cached=sorted(held), nbytes=store.cache.nbytes,
-               ids=held[0].ids.tolist() if 0 in held else [])
+    out.update(inter=inter, hits=after["cache_hits"], cached=sorted(held),
+               nbytes=store.cache.nbytes, ids=held[0].ids.tolist() if 0 in held else [])
     try:  # one rank's push cannot reach the other servers' copies
         store.push("feat", torch.tensor([1]), torch.zeros(1, F), collective=False)
         out["p2p"] = "not refused"
@@ -84,7 +84,8 @@ def _cache_job(session):
     # a collective push drops every rank's copies, even where this rank wrote nothing
     ids = torch.tensor([N // 2 + session.rank, N // 2 - 1 - session.rank])
     values = torch.full((2, F), 1000.0 + session.rank)
-    store.push("feat", ids if session.rank == 0 else ids[:0], values[:2 if session.rank == 0 else 0])
+    mine = 2 if session.rank == 0 else 0
+    store.push("feat", ids[:mine], values[:mine])
     ref.push("feat", torch.tensor([N // 2, N // 2 - 1]), torch.full((2, F), 1000.0))
     out["after_push"] = sorted(store.cache.held)
     every = torch.arange(N)

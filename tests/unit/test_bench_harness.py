@@ -177,7 +177,7 @@ def test_markdown_of_a_link_run_shows_ranking_columns():
                                                "train_edges": 100, "negatives": 1}}
     text = markdown(rows, meta)
     assert "| " + " | ".join(LINK_COLUMNS) + " |" in text and "time-to-accuracy" not in text
-    assert "| distdgl | virtual | 1 | 2,048 |  |  | 0.3 | 0.31 | 0.6 | 0.81 |" in text
+    assert "| distdgl | virtual | 1 |  |  | 2,048 |  |  | 0.3 | 0.31 | 0.6 | 0.81 |" in text
 
 
 def test_time_to_accuracy_against_the_best_any_row_reached():
@@ -276,3 +276,26 @@ def test_a_dgl_trainer_stuck_after_finishing_is_killed_as_done(done, expected, t
     assert worker._wait_trainer(args, stuck) == expected
     assert stuck.poll() is not None  # killed, not left behind
     assert time.monotonic() - t0 < (2.0 if done else 5.0)
+
+
+def test_each_row_sits_beside_its_floor():
+    """The floor is the larger of the busiest uplink's bytes at the link's rate and the
+    single-process epoch over the ranks that compute at once; per run; not on the reference."""
+    from dglx_dist.bench.floor import add_floors
+
+    rows = [{"run": 1, "system": "dgl", "epoch_time": 4.0},
+            {"run": 1, "system": "distdgl", "epoch_time": 3.0, "bytes_inter_busiest": 250_000_000},
+            {"run": 1, "system": "p3", "epoch_time": 5.0, "bytes_inter_busiest": 12_500_000},
+            {"run": 2, "system": "distdgl", "epoch_time": 3.0, "bytes_inter_busiest": 0},
+            {"run": 1, "system": "granndis", "error": "failed"}]
+    add_floors(rows, "emulated-1g", ranks=4, cpus=2)
+    dgl, distdgl, p3, alone, failed = rows
+    assert "floor_s" not in dgl and "floor_s" not in failed
+    assert (distdgl["floor_net_s"], distdgl["floor_compute_s"]) == (2.0, 2.0)  # 1 Gbit/s; 4 s / 2
+    assert distdgl["floor_s"] == 2.0 and distdgl["vs_floor"] == 1.5
+    assert p3["floor_net_s"] == 0.1 and p3["floor_s"] == 2.0 and p3["vs_floor"] == 2.5
+    assert "floor_s" not in alone  # nothing sent and no reference in its run: no floor
+    add_floors(virtual := [{"system": "dgl", "epoch_time": 4.0},
+                           {"system": "distdgl", "epoch_time": 3.0, "bytes_inter_busiest": 9}],
+               "virtual", ranks=1, cpus=8)
+    assert virtual[1]["floor_net_s"] is None and virtual[1]["floor_s"] == 4.0

@@ -416,3 +416,25 @@ def test_shards_place_parts_and_wait_for_entries():
     entry = TensorEntry("x", 0, POLICIES["range"](), (D,), torch.float32)
     threading.Timer(0.2, shards.add, (entry, [0, 0, 1, 1])).start()  # a late init_data
     assert shards.entry_at(0, "rank 0", wait=10.0) is entry and len(shards) == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 4), min_size=1, max_size=30), min_size=1, max_size=3),
+       st.lists(st.integers(1, 40), min_size=3, max_size=3), st.integers(0, 600))
+def test_cache_takes_the_most_pulled_rows_that_fit(counts, widths, budget):
+    """choose_rows is the longest run of rows, most pulled first (ties: name, then id), whose
+    bytes (row plus its 8-byte id) fit the budget; never a row nobody pulled."""
+    from dglx_dist.kvstore.cache import ID_BYTES, choose_rows
+
+    tensors = {2 * i: torch.tensor(c, dtype=torch.int32) for i, c in enumerate(counts)}
+    row_bytes = {2 * i: widths[i] for i in range(len(counts))}
+    got = choose_rows(tensors, row_bytes, budget)
+    order = sorted(((-n, name, row) for name, c in tensors.items()
+                    for row, n in enumerate(c.tolist()) if n), key=lambda t: t)
+    want, used = {}, 0
+    for _, name, row in order:
+        used += row_bytes[name] + ID_BYTES
+        if used > budget:
+            break
+        want.setdefault(name, []).append(row)
+    assert {k: v.tolist() for k, v in got.items()} == {k: sorted(v) for k, v in want.items()}
