@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     from dglx_dist.testing import run_workers
 
     work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
     data = _dataset(args, work)
     pdir = Path(args.partitions) if args.partitions else work / f"parts-{data.name}"
     if not pdir.exists():
