@@ -4,10 +4,12 @@ DistDGL pulls every remote row at every step. A :class:`RowCache` (``DistKVStore
 first counts, for one epoch, how often this server's ranks pulled each row that lives
 elsewhere; then (``DistKVStore.fill_cache``, collective, at the end of that epoch) the rows
 pulled most often are copied into the server's shared memory, as many as the budget holds, and
-later pulls read them there. The choice is by visits rather than by degree: a node's degree
-says how likely it is sampled by *some* server, while the count says how often *this* server's
-batches needed it, hops beyond its HALO included (docs/benchmarks.md has the hit rates of both
-on the same steps).
+later pulls read them there. The choice is by visits: on the synthetic graphs of
+docs/benchmarks.md, rows chosen by in-degree or by edges into the server's own nodes serve
+about as many of the next epoch's pulls (within 1-3 points either way), but the count is what
+this run's own sampler, seeds and fanouts pull (weighted sampling, an edge loader's pairs,
+hops beyond the HALO), which a degree approximates only for uniform sampling; it costs the
+first epoch uncached.
 
 Exact: a name pushed during the counting epoch is not cached, and a collective push to a
 cached name drops its copies on every rank (a non-collective one is refused: the other
