@@ -22,6 +22,7 @@ import dataclasses
 import shutil
 from pathlib import Path
 
+import psutil
 import torch
 
 from dglx_dist.errors import InvalidValueError
@@ -73,18 +74,6 @@ def choose_rows(counts: dict[int, torch.Tensor], row_bytes: dict[int, int],
     return chosen
 
 
-def available_memory() -> int | None:
-    """The kernel's estimate of memory available to new work (``MemAvailable``), or None."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
 def check_budget(budget: int, shm_dir: Path, server: int) -> None:
     """Refuses (ValueError) a budget that is not positive or larger than the shared memory
     free in ``shm_dir`` or the memory available on this server."""
@@ -93,9 +82,9 @@ def check_budget(budget: int, shm_dir: Path, server: int) -> None:
         raise InvalidValueError(f"cache_mb={mb:g}: expected a positive budget (0 turns the "
                                 "cache off)")
     room = {f"shared memory free in {shm_dir}": shutil.disk_usage(shm_dir).free,
-            "memory available": available_memory()}
+            "memory available": psutil.virtual_memory().available}
     for what, free in room.items():
-        if free is not None and budget > free:
+        if budget > free:
             raise InvalidValueError(f"cache_mb={mb:,.0f}: more than the {free / 2**20:,.0f} MB "
                                     f"of {what} on server {server}; expected a budget that "
                                     "fits beside the partition's own data")
