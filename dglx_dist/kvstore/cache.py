@@ -51,21 +51,18 @@ def choose_rows(counts: dict[int, torch.Tensor], row_bytes: dict[int, int],
     """The rows to cache by name index: the most often pulled first (ties: lower name index,
     then lower id), while their bytes (``row_bytes`` plus :data:`ID_BYTES` each) add up to at
     most ``budget``; each name's ids sorted. Rows never pulled are never chosen."""
-    names, ids, seen = [], [], []
+    names, ids, seen, cost = [], [], [], []
     for index in sorted(counts):
         pulled = torch.nonzero(counts[index]).squeeze(1)
         names.append(torch.full_like(pulled, index))
         ids.append(pulled)
         seen.append(counts[index].index_select(0, pulled).long())
+        cost.append(torch.full_like(pulled, row_bytes[index] + ID_BYTES))
     if not ids:
         return {}
-    names, ids, seen = torch.cat(names), torch.cat(ids), torch.cat(seen)
+    names, ids, seen, cost = (torch.cat(t) for t in (names, ids, seen, cost))
     order = torch.sort(-seen, stable=True).indices  # ties keep (name, id) order
-    cost = torch.zeros(max(counts) + 1, dtype=torch.int64)
-    for index in counts:
-        cost[index] = row_bytes[index] + ID_BYTES
-    per_row = cost.index_select(0, names)
-    taken = order[torch.cumsum(per_row.index_select(0, order), 0) <= budget]
+    taken = order[torch.cumsum(cost.index_select(0, order), 0) <= budget]
     chosen = {}
     for index in sorted(counts):
         mine = ids.index_select(0, taken[names.index_select(0, taken) == index])
@@ -133,13 +130,12 @@ class RowCache:
         left, cached = {}, []
         for server, pieces in remote.items():
             for q in pieces:
-                at = torch.searchsorted(held.ids, uniq.index_select(0, q.pos))
-                at.clamp_(max=held.ids.numel() - 1)
-                hit = held.ids.index_select(0, at) == uniq.index_select(0, q.pos)
+                want = uniq.index_select(0, q.pos)
+                at = torch.searchsorted(held.ids, want).clamp_(max=held.ids.numel() - 1)
+                hit = held.ids.index_select(0, at) == want
                 if bool(hit.any()):
                     cached.append(Piece(-1, q.pos[hit], at[hit]))
-                    miss = ~hit
-                    q = Piece(q.part, q.pos[miss], q.local[miss])
+                    q = Piece(q.part, q.pos[~hit], q.local[~hit])
                 if q.pos.numel():
                     left.setdefault(server, []).append(q)
         return left, cached

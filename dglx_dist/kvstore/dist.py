@@ -283,7 +283,9 @@ class DistKVStore(KVStore):
             self._shards.cache = cache
         shapes = {i: ((ids.numel(), *entries[i].trailing), entries[i].dtype)
                   for i, ids in chosen.items()}
-        rows = self._parts.share("cache", lead, dict(zip(chosen, pulled)), shapes)
+        rows = self._parts.share(f"cache-{self._parts.token}-s{session.server_id}",
+                                 dict.fromkeys(chosen, lead), dict(zip(chosen, pulled)).get,
+                                 shapes, "the remote-row cache", "copies")
         cache.held = {i: Held(ids, rows[i]) for i, ids in chosen.items()}
         if session.rank == lead:
             seen = sum(int(c.sum()) for c in counts.values())

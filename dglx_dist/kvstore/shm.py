@@ -19,6 +19,7 @@ import shutil
 import tempfile
 import zlib
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -161,16 +162,10 @@ class SharedParts:
         ranks = shards.topology.server_ranks(shards.server)
         mine = [p for p, s in enumerate(servers) if s == shards.server]
         writers = {p: next((r for r in ranks if has[r][p]), ranks[0]) for p in mine}
-        created: list[Path] = []
-        try:
-            for create, what in ((True, "could not create its shared-memory parts"),
-                                 (False, "could not map its server's shared-memory parts")):
-                ok = self._fill_parts(entry, spec, writers, shards.rank, created, create)
-                self._all_ok(ok, f"init_data {name!r}", what)
-        finally:
-            for path in created:
-                path.unlink(missing_ok=True)
-        self.server.barrier()  # no rank returns before its server's files are gone
+        shapes = {p: (spec.policy.part_shape(p, spec.trailing), spec.dtype) for p in mine}
+        entry.parts.update(self.share(f"kv-{self.token}-{entry.index}", writers,
+                                      lambda p: spec.initial_rows(p, self.seed), shapes,
+                                      f"init_data {name!r}", "parts"))
         shards.add(entry, servers)
         return entry
 
@@ -201,47 +196,33 @@ class SharedParts:
         has = torch.tensor([p in spec.part_data for p in range(spec.policy.num_parts)])
         return self._gather(has.long()).bool().tolist()
 
-    def _fill_parts(self, entry: TensorEntry, spec: InitSpec, writers: dict[int, int], me: int,
-                    created: list[Path], create: bool) -> bool:
-        """Creates (the writers) or maps (the others) this server's parts; False on failure."""
-        try:
-            for part, writer in writers.items():
-                if (writer == me) != create:
-                    continue
-                path = self.dir / f"dglx-kv-{self.token}-{entry.index}-{part}"
-                if create:
-                    entry.parts[part] = create_shared(path, spec.initial_rows(part, self.seed))
-                    created.append(path)
-                else:
-                    entry.parts[part] = attach_shared(
-                        path, spec.policy.part_shape(part, spec.trailing), spec.dtype)
-        except (OSError, RuntimeError, ValueError, KeyError) as exc:
-            log.error("init_data %r on rank %d: %s", entry.name, me, exc)
-            return False
-        return True
-
-    def share(self, key: str, creator: int, rows: dict[int, torch.Tensor],
-              shapes: dict[int, tuple[tuple[int, ...], torch.dtype]]) -> dict[int, torch.Tensor]:
-        """Tensors rank ``creator`` of this server has (``rows``; the others pass none) in a
-        file each, mapped by every rank of the server (``shapes``: each tensor's shape and
-        dtype), the files unlinked again (collective over the job; ``key`` names them)."""
+    def share(self, key: str, writers: dict[int, int], make: Callable[[int], torch.Tensor],
+              shapes: dict[int, tuple[tuple[int, ...], torch.dtype]], call: str,
+              what: str) -> dict[int, torch.Tensor]:
+        """This server's tensors by index ``i``: rank ``writers[i]`` creates the file of
+        ``make(i)`` (called there only) in ``dir`` (named by ``key`` and ``i``), the server's
+        other ranks map it (``shapes[i]``: its shape and dtype), then it is unlinked.
+        Collective over the job: StateError names the ranks that could not create or map
+        theirs (``call`` says what asked; ``what`` the tensors, for the message)."""
         me, created, out = self.world.global_rank, [], {}
-        path = lambda i: self.dir / f"dglx-{key}-{self.token}-{creator}-{i}"  # noqa: E731
+        path = lambda i: self.dir / f"dglx-{key}-{i}"  # noqa: E731
         try:
-            for create, what in ((True, "could not create its shared-memory copies"),
-                                 (False, "could not map its server's shared-memory copies")):
+            for create in (True, False):
                 ok = True
                 try:
                     for i, (shape, dtype) in shapes.items():
-                        if create and me == creator:
-                            out[i] = create_shared(path(i), rows[i])
+                        if (writers[i] == me) != create:
+                            continue
+                        if create:
+                            out[i] = create_shared(path(i), make(i))
                             created.append(path(i))
-                        elif not create and me != creator:
+                        else:
                             out[i] = attach_shared(path(i), shape, dtype)
                 except (OSError, RuntimeError, ValueError, KeyError) as exc:
-                    log.error("%s on rank %d: %s", key, me, exc)
+                    log.error("%s on rank %d: %s", call, me, exc)
                     ok = False
-                self._all_ok(ok, key, what)
+                self._all_ok(ok, call, f"could not create its shared-memory {what}" if create
+                             else f"could not map its server's shared-memory {what}")
         finally:
             for made in created:
                 made.unlink(missing_ok=True)

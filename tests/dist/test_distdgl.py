@@ -9,19 +9,12 @@ import dglx_dist
 
 from dglx_dist.data import builtin_path, read_dataset, to_dgl
 from dglx_dist.models import SAGE
-from dglx_dist.partition import PartitionDir, partition_dataset
+from dglx_dist.partition import PartitionDir
 from dglx_dist.testing import run_workers
 from dglx_dist.trainer import Trainer
 
 pytestmark = pytest.mark.dist
 LR = 0.5
-
-
-@pytest.fixture(scope="module")
-def cora_parts(tmp_path_factory):
-    out = tmp_path_factory.mktemp("parts") / "cora2"
-    partition_dataset(builtin_path("cora"), out, "metis", 2)
-    return out
 
 
 def _model(ds_feat_dim, classes):

@@ -43,16 +43,6 @@ def _model(feat_dim, classes, dropout=0.0, row_normalize=False, kind="gcn"):
 
 
 @pytest.fixture(scope="module")
-def cora_parts(tmp_path_factory):
-    """METIS parts with the default balance constraints, the same in every run (the METIS
-    library, seeded; with DGL's call the parts, and the accuracy tests' numbers, moved from
-    run to run: S=1 ranged 0.777 to 0.807 over six runs)."""
-    out = tmp_path_factory.mktemp("parts") / "cora-metis-2"
-    partition_dataset(builtin_path("cora"), out, "metis", 2)
-    return out
-
-
-@pytest.fixture(scope="module")
 def cora_raw_parts(tmp_path_factory):
     """Cora with its raw 0/1 bag-of-words features (the shipped copy is row-normalised)."""
     from dglx_dist.data import CoraGraphDataset, from_dgl, write_dataset

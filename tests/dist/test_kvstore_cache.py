@@ -4,12 +4,11 @@ that drops it, refusals; and distdgl training with and without it on the same st
 import pytest
 import torch
 
-from dglx_dist.data import builtin_path
 from dglx_dist.errors import StateError
 from dglx_dist.kvstore import DistKVStore, LocalKVStore, RowPolicy
 from dglx_dist.kvstore.cache import ID_BYTES, choose_rows
 from dglx_dist.models import SAGE
-from dglx_dist.partition import PartitionDir, partition_dataset
+from dglx_dist.partition import PartitionDir
 from dglx_dist.partition.book import RangeBook
 from dglx_dist.testing import run_workers
 from dglx_dist.trainer import Trainer
@@ -106,13 +105,6 @@ def test_cache_chooses_serves_and_drops_rows_exactly(tmp_path):
         assert out["hits"] > 0 and out["inter"][1] < out["inter"][0], out
         assert "collective=False" in out["p2p"] and "cached" in out["p2p"], out["p2p"]
         assert out["after_push"] == [] and out["rows_after_push"], out
-
-
-@pytest.fixture(scope="module")
-def cora_parts(tmp_path_factory):
-    out = tmp_path_factory.mktemp("parts") / "cora2"
-    partition_dataset(builtin_path("cora"), out, "metis", 2)
-    return out
 
 
 def _train(session, pdir_path):

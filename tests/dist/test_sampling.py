@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from dglx_dist.data import builtin_path, read_dataset
-from dglx_dist.partition import PartitionDir, partition_dataset
+from dglx_dist.partition import PartitionDir
 from dglx_dist.sampling import PartitionSampler
 from dglx_dist.testing import run_workers
 
@@ -33,13 +33,6 @@ def _sample(session, pdir_path, fanouts, seeds_per_rank):
                     "edges": np.stack([pdir.to_original(src_g), pdir.to_original(dst_g)],
                                       1).tolist()})
     return {"blocks": out, "inter": after["recv_inter"] - before["recv_inter"]}
-
-
-@pytest.fixture(scope="module")
-def cora_parts(tmp_path_factory):
-    out = tmp_path_factory.mktemp("parts") / "cora2"
-    partition_dataset(builtin_path("cora"), out, "metis", 2)
-    return out
 
 
 @pytest.mark.parametrize("world, env", [(2, {"DGLX_VIRTUAL_SERVERS": "2"}),
