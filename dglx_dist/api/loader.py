@@ -183,7 +183,6 @@ class DataLoader:
 
     def __iter__(self) -> Iterator[tuple]:
         epoch, self.epoch = self.epoch, self.epoch + 1
-        to_ids = _as_given if self.graph.is_typed else self.graph.node_ids  # typed: per type
         if self._own:
             steps = self.strategy.loader_epoch(self.plan, self.spec, epoch)
         else:
@@ -194,9 +193,9 @@ class DataLoader:
             if isinstance(step, EdgeStep):
                 pairs = (step.pair_graph,) if step.neg_pair_graph is None else \
                     (step.pair_graph, step.neg_pair_graph)
-                yield to_ids(step.input_nodes), *pairs, step.blocks
+                yield step.input_nodes, *pairs, step.blocks
             else:
-                yield to_ids(step.input_nodes), to_ids(step.output_nodes), step.blocks
+                yield step.input_nodes, step.output_nodes, step.blocks
         self.graph.step_rows.settle()
         # every rank takes the same steps: once all have finished the loop body of the last
         # one, what they wrote during the epoch (a layer-wise inference's DistTensor rows) is
@@ -228,6 +227,27 @@ class DataLoader:
                 raise
 
     def _start_prefetch(self, step: Step | EdgeStep) -> Callable[[], Step | EdgeStep]:
+        """:meth:`_prefetch`; the returned callable also starts the pull of the rows the loop
+        reads itself with the step's ids (:class:`~dglx_dist.api.step_rows.StepRows`; a
+        typed step's in :func:`~dglx_dist.api.types.typed_prefetch`) and gives the step with
+        the graph's own node ids (a typed step's are per type already)."""
+        finish = self._prefetch(step)
+        if self.graph.is_typed:
+            return finish
+        graph, ntype = self.graph, self.graph.node_space.ntype
+
+        def handed_over() -> Step | EdgeStep:
+            ids = {"input_nodes": graph.node_ids(step.input_nodes)}
+            if not isinstance(step, EdgeStep):
+                ids["output_nodes"] = graph.node_ids(step.output_nodes)
+            # after the last step's writes (its optimizer step), before this step's rows wait
+            graph.step_rows.start({ntype: ids["input_nodes"]},
+                                  {ntype: ids["output_nodes"]} if "output_nodes" in ids else None)
+            return finish()._replace(**ids)
+
+        return handed_over
+
+    def _prefetch(self, step: Step | EdgeStep) -> Callable[[], Step | EdgeStep]:
         """DGL's ``prefetch_labels`` / ``prefetch_node_feats`` of the sampler, started; the
         returned callable gives the step on the strategy's device with those rows on its
         last block's destinations (edge labels: on the pair graph's edges) and its first
@@ -280,10 +300,6 @@ class DataLoader:
         if block.num_src_nodes() != inputs.numel():
             inputs = block.srcdata[dgl.NID]
         return self.graph.ndata[key].start_rows(inputs, unique=True)
-
-
-def _as_given(ids):
-    return ids
 
 
 def typed_ids(graph: DistGraph, indices) -> torch.Tensor:

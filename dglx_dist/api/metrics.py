@@ -13,7 +13,7 @@ from dglx_dist.runtime.session import Session, current_session
 from dglx_dist.strategies.epochs import EpochResult
 
 __all__ = ["all_reduce", "accuracy", "ranking_metrics", "ranking_from_scores",
-           "epoch_record"]
+           "epoch_record", "PhaseTimer"]
 
 _BYTES = ("sent_intra", "sent_inter", "recv_intra", "recv_inter")
 _CACHE = ("cache_hits", "cache_misses", "cache_saved")
@@ -157,3 +157,31 @@ def epoch_record(result: EpochResult, before: Mapping[str, int], after: Mapping[
         record["first_nonfinite_step"] = int(-maxes[3])
     record.update(result.extra)
     return record
+
+
+class PhaseTimer:
+    """Accumulates wall time per phase of a training step (``t``: seconds by phase), for
+    the records' ``phases_max`` (:meth:`max_over_ranks`)."""
+
+    def __init__(self) -> None:
+        self.t: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        """Counts the time since the last lap (or :meth:`restart`) as phase ``name``'s."""
+        now = time.perf_counter()
+        self.t[name] = self.t.get(name, 0.0) + now - self._last
+        self._last = now
+
+    def restart(self) -> None:
+        """Counts the time since the last lap as no phase's (it ends up in ``other``)."""
+        self._last = time.perf_counter()
+
+    def max_over_ranks(self, wall: float, session: Session | None = None) -> dict[str, float]:
+        """The phases' seconds of an epoch of ``wall`` seconds (what no phase took as
+        ``other``), each the largest over the ranks (collective)."""
+        self.t["other"] = wall - sum(self.t.values())
+        names = sorted(self.t)
+        maxes = all_reduce([self.t[k] for k in names], op="max", session=session).tolist()
+        return {k: round(v, 4) for k, v in zip(names, maxes)}
+

@@ -82,19 +82,30 @@ def _arrays(part_config: str) -> dict[str, Any]:
     return {n: torch.from_numpy(np.load(root / f"link_{n}.npy")) for n in ARRAYS}
 
 
-def _epoch(g, loader, model, opt) -> tuple[float, int, float]:
-    """One epoch of DGL's link-prediction loop: wall time, steps, mean loss."""
+def _epoch(g, loader, model, opt) -> tuple[float, int, float, dict[str, float]]:
+    """One epoch of DGL's link-prediction loop: wall time, steps, mean loss and the seconds
+    of each phase of the step (as :func:`dglx_dist.tasks.link._epoch` times ours)."""
+    from dglx_dist.api.metrics import PhaseTimer
     from dglx_dist.tasks.link import link_loss
 
-    t0, steps, total = time.perf_counter(), 0, 0.0
+    t0, steps, total, timer = time.perf_counter(), 0, 0.0, PhaseTimer()
     with model.join():
         for input_nodes, pair, neg, blocks in loader:
-            loss = link_loss(pair, neg, model(blocks, g.ndata["feat"][input_nodes]))
+            timer.lap("sample")
+            x = g.ndata["feat"][input_nodes]
+            timer.lap("pull")
+            loss = link_loss(pair, neg, model(blocks, x))
+            timer.lap("forward")
             opt.zero_grad()
             loss.backward()
+            timer.lap("backward+allreduce")
             opt.step()
+            timer.lap("optimizer")
             total, steps = total + float(loss), steps + 1
-    return time.perf_counter() - t0, steps, total / max(steps, 1)
+            timer.restart()
+    wall = time.perf_counter() - t0
+    timer.t["other"] = wall - sum(timer.t.values())
+    return wall, steps, total / max(steps, 1), timer.t
 
 
 def _embeddings(g, model, layers: int, hidden: int, name: str):
@@ -181,10 +192,12 @@ def train_link_dgl(args: argparse.Namespace, g, reduce) -> dict[str, Any]:
     records = []
     for epoch in range(config.loop.epochs):
         sent = sent_bytes(args.ifname)
-        wall, steps, loss = _epoch(g, loader, ddp, opt)
-        maxes = reduce([wall, steps], dist.ReduceOp.MAX)
+        wall, steps, loss, phases = _epoch(g, loader, ddp, opt)
+        names = sorted(phases)
+        maxes = reduce([wall, steps] + [phases[k] for k in names], dist.ReduceOp.MAX)
         records.append({"epoch": epoch, "epoch_time": round(maxes[0], 4),
                         "steps": int(maxes[1]),
+                        "phases_max": {k: round(v, 4) for k, v in zip(names, maxes[2:])},
                         "loss": round(reduce([loss], dist.ReduceOp.SUM)[0] / args.machines, 5),
                         **epoch_bytes(args.ifname, sent, reduce)})
         metrics = _evaluate(g, model, arrays, "val", config, config.loop.seed + 1, layers,

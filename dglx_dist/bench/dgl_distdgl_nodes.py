@@ -12,28 +12,11 @@ import dataclasses
 import time
 from typing import Any, Callable
 
+from dglx_dist.api.metrics import PhaseTimer
 from dglx_dist.bench.dgl_distdgl import epoch_bytes, sent_bytes
 from dglx_dist.memory import peak_rss_bytes
 
-__all__ = ["NodeJob", "PhaseTimer", "evaluate", "node_job", "train_epoch", "train_nodes"]
-
-
-class PhaseTimer:
-    """Accumulates wall time per phase of the training step (``t``: seconds by phase)."""
-
-    def __init__(self) -> None:
-        self.t: dict[str, float] = {}
-        self._last = time.perf_counter()
-
-    def lap(self, name: str) -> None:
-        """Counts the time since the last lap (or :meth:`restart`) as phase ``name``'s."""
-        now = time.perf_counter()
-        self.t[name] = self.t.get(name, 0.0) + now - self._last
-        self._last = now
-
-    def restart(self) -> None:
-        """Counts the time since the last lap as no phase's (it ends up in ``other``)."""
-        self._last = time.perf_counter()
+__all__ = ["NodeJob", "evaluate", "node_job", "train_epoch", "train_nodes"]
 
 
 def timed_step(timer: PhaseTimer, model, blocks, x, y, opts) -> float:

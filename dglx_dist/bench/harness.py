@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from dglx_dist.bench.dgl_distdgl import MACHINES, dgl_batch, run_dgl, startup
+from dglx_dist.bench.dgl_distdgl import MACHINES, dgl_batch, mean_phases, run_dgl, startup
 from dglx_dist.bench.procs import run_group
 from dglx_dist.bench.shared import Setup, process_env as _env
 from dglx_dist.cli_flags import parse_key_values, to_argv
@@ -49,9 +49,10 @@ def parse_records(stdout: str) -> list[dict[str, Any]]:
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Row fields from per-epoch records (epoch time and bytes: mean without the first epoch;
-    also the epoch times' median and their range, without the first) and the link task's
-    closing record of test metrics (``test_*``), if any."""
+    """Row fields from per-epoch records (epoch time, bytes and the step's phases where the
+    records time them: mean without the first epoch; also the epoch times' median and their
+    range, without the first) and the link task's closing record of test metrics
+    (``test_*``), if any."""
     final = {k: v for r in records if "epoch_time" not in r for k, v in r.items()}
     records = [r for r in records if "epoch_time" in r]
     mean = lambda k: REDUCERS["mean"](records, k)  # noqa: E731
@@ -67,7 +68,9 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
             "peak_mem_mb": REDUCERS["max"](records, "peak_mem_mb"),
             "val_acc_per_epoch": [r.get("val_acc") for r in records],
             "val_acc": records[-1].get("val_acc"), "test_acc": records[-1].get("test_acc"),
-            "steps": records[-1].get("steps"), "epochs": len(records)} | _ranking(records, final)
+            "steps": records[-1].get("steps"), "epochs": len(records)} | _ranking(records, final) \
+        | ({"phases": mean_phases([r["phases_max"] for r in records[1:] or records])}
+           if "phases_max" in records[-1] else {})
 
 
 def _ranking(records: list[dict[str, Any]], final: dict[str, Any]) -> dict[str, Any]:

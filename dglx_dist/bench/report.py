@@ -85,12 +85,14 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                      "link rate and single-process DGL's epoch over the ranks that compute at "
                      "once; vs_floor: epoch_time / floor_s (dglx_dist.bench.floor)"]
     if table == "typed":
-        text += ["", versus_dgl(main), "", phases_table(main)]
+        text += ["", versus_dgl(main)]
+    if any(r.get("phases") for r in main):
+        text += ["", phases_table(main)]
     return "\n".join(text) + "\n"
 
 
 PHASES = ("sample", "pull", "forward", "backward+allreduce", "optimizer", "other")
-"""The training step's phases both sides of a typed benchmark time (DGL's worker's)."""
+"""The training step's phases both sides of a typed or link benchmark time (DGL's worker's)."""
 
 
 def phases_table(rows: list[dict[str, Any]]) -> str:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from dglx_dist.bench.dgl_distdgl import mean_phases, startup
+from dglx_dist.bench.dgl_distdgl import startup
 from dglx_dist.bench.harness import (Options, launch, parse_records, partition_first,
                                      run_dgl_distdgl, strategy_config, summarize)
 from dglx_dist.bench.shared import Setup
@@ -57,7 +57,6 @@ def run_typed_strategy(name: str, setup: Setup, extra: Options) -> dict[str, Any
                             str(setup.batch_size)])
     records = parse_records(stdout)
     return summarize(records) | startup(records, launched) | {
-        "phases": mean_phases([r["phases_max"] for r in records[1:]]),
         "network": setup.network, "run_wall_s": round(time.perf_counter() - t0, 1),
         "note": f"drop-in API (distribute, DataLoader, parallelize), batch "
                 f"{setup.batch_size} per rank", "options": strategy.flag_pairs()}

@@ -70,8 +70,8 @@ class _Job:
     def epoch(self, epoch: int):
         """One epoch's training on this rank, as an :class:`EpochResult` whose record gets
         the phases' seconds (``phases_max``: the largest over ranks, as DGL's side)."""
-        import dglx_dist
-        from dglx_dist.bench.dgl_distdgl_nodes import PhaseTimer, timed_step
+        from dglx_dist.api.metrics import PhaseTimer
+        from dglx_dist.bench.dgl_distdgl_nodes import timed_step
         from dglx_dist.models import node_inputs
         from dglx_dist.strategies.epochs import EpochResult
 
@@ -87,11 +87,8 @@ class _Job:
             steps, samples, losses = steps + 1, samples + seeds.numel(), losses + loss
             timer.restart()
         wall = time.perf_counter() - t0
-        timer.t["other"] = wall - sum(timer.t.values())
-        names = sorted(timer.t)
-        maxes = dglx_dist.all_reduce([timer.t[k] for k in names], op="max").tolist()
-        return EpochResult(epoch, wall, steps, samples, losses, extra={
-            "phases_max": {k: round(v, 4) for k, v in zip(names, maxes)}})
+        return EpochResult(epoch, wall, steps, samples, losses,
+                           extra={"phases_max": timer.max_over_ranks(wall)})
 
     def accuracy(self, split: str) -> float:
         """Accuracy on ``split``'s nodes with full neighbourhoods (collective)."""

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from dglx_dist.api.metrics import epoch_record
+from dglx_dist.api.metrics import PhaseTimer, epoch_record
 from dglx_dist.config import RunConfig, TaskConfig
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.runtime.failure import same_on_every_rank
@@ -118,19 +118,31 @@ def train_edge_ids(num_edges: int, task: TaskConfig, seed: int) -> torch.Tensor:
 
 
 def _epoch(model, g, loader, opt, epoch: int, progress: bool) -> EpochResult:
-    """One epoch of training steps on this rank."""
+    """One epoch of training steps on this rank; its record gets the seconds of each phase
+    of the step (``phases_max``: the largest over ranks, as DGL's side of ``dglx bench``
+    times them): the loader's next batch, the feature read, forward with the loss,
+    backward, the optimizer."""
     start = time.perf_counter()
     total, steps, samples = 0.0, 0, 0
+    timer = PhaseTimer()
     for input_nodes, pair, neg, blocks in tqdm(loader, desc=f"epoch {epoch}", leave=False,
                                                disable=not progress):
+        timer.lap("sample")
         x = g.ndata["feat"][input_nodes]  # read on the host, as in DistDGL
-        loss = link_loss(pair, neg, model(blocks, x.to(loader.device)
-                                          if isinstance(x, torch.Tensor) else x))
+        x = x.to(loader.device) if isinstance(x, torch.Tensor) else x
+        timer.lap("pull")
+        loss = link_loss(pair, neg, model(blocks, x))
+        timer.lap("forward")
         opt.zero_grad()
         loss.backward()
+        timer.lap("backward+allreduce")
         opt.step()
+        timer.lap("optimizer")
         total, steps, samples = total + float(loss), steps + 1, samples + pair.num_edges()
-    return EpochResult(epoch, time.perf_counter() - start, steps, samples, total)
+        timer.restart()
+    wall = time.perf_counter() - start
+    return EpochResult(epoch, wall, steps, samples, total,
+                       extra={"phases_max": timer.max_over_ranks(wall, g.session)})
 
 
 def train_link(graph: dgl.DGLGraph, strategy, model: torch.nn.Module, config: RunConfig,
