@@ -29,6 +29,7 @@ import torch
 from dglx_dist.errors import InvalidValueError, ProtocolError, StateError
 from dglx_dist.kvstore.base import KVStore
 from dglx_dist.kvstore.cache import Held, RowCache, check_budget, choose_rows
+from dglx_dist.kvstore.coalesce import ServerPulls
 from dglx_dist.kvstore.entries import InitSpec, TensorEntry
 from dglx_dist.kvstore.ops import PushOp
 from dglx_dist.kvstore.policy import PartitionPolicy
@@ -69,6 +70,11 @@ class DistKVStore(KVStore):
         # still travelling from a pull started earlier
         multi = session.topology.num_servers > 1
         self._cross = session.new_cross_comm("kvstore") if multi else None
+        self._server_pulls = ServerPulls(
+            session.new_server_comm("kvstore-server"),
+            lambda index: self._shards.entry_at(index, "a pull"),
+            session.topology.num_servers) if multi and session.server.size > 1 else None
+        self.server_pulls = True  # collective pulls go through _server_pulls where there is one
         self.shm_dir = Path(shm_dir) if shm_dir is not None else default_shm_dir()
         self._parts = SharedParts(session.world, session.server, self.shm_dir, self.seed)
         self.token = self._parts.token
@@ -137,17 +143,35 @@ class DistKVStore(KVStore):
             self._start_exchange([])()  # nothing to read locally either
 
     def _start_exchange(self, plans: list[PullPlan]) -> Callable[[], list[torch.Tensor]]:
-        """Sends the requests (per server, int64 ``[name index, ids]`` for one pull, else
-        ``[-k, (name index, id count) per pull, the ids]``), answers the peers' and starts
-        sending the answers (each pull's rows, in order); returns what waits for the answers
-        to this rank's requests (and raises what answering failed with, once the exchange is
-        over: a failed rank answers nothing, then fails too)."""
-        asked: dict[int, list[tuple[int, torch.Tensor]]] = {}
-        expect = [0] * self._cross.size
-        for plan in plans:
-            for server, (gids, nbytes) in plan.requests().items():
-                asked.setdefault(server, []).append((plan.entry.index, gids))
-                expect[server] += nbytes  # the answers' sizes are known: no count round
+        """Sends the plans' requests, answers the peers' and starts sending the answers;
+        returns what waits for the answers to this rank's requests (raw bytes per server).
+        Through :attr:`server_pulls` where this rank's server has other ranks
+        (:mod:`~dglx_dist.kvstore.coalesce`), else each plan's own requests."""
+        requests = [plan.requests() for plan in plans]
+
+        def alone() -> Callable[[], list[torch.Tensor]]:
+            asked: dict[int, list[tuple[int, torch.Tensor]]] = {}
+            expect = [0] * self._cross.size
+            for plan, request in zip(plans, requests):
+                for server, (gids, nbytes) in request.items():
+                    asked.setdefault(server, []).append((plan.entry.index, gids))
+                    expect[server] += nbytes  # the answers' sizes are known: no count round
+            return self._send_requests(asked, expect)
+
+        if self._server_pulls is None or not self.server_pulls:
+            return alone()
+        keyed = [(plan.entry.index, not plan.entry.policy.splits_columns,
+                  {server: gids for server, (gids, _) in request.items()})
+                 for plan, request in zip(plans, requests)]
+        return self._server_pulls.start(keyed, self._send_requests, alone)
+
+    def _send_requests(self, asked: dict[int, list[tuple[int, torch.Tensor]]],
+                       expect: list[int]) -> Callable[[], list[torch.Tensor]]:
+        """Sends the requests (per server, int64 ``[name index, ids]`` for one tensor, else
+        ``[-k, (name index, id count) per tensor, the ids]``) with the answers' sizes
+        ``expect``, answers the peers' and starts sending the answers (each tensor's rows, in
+        order); returns what waits for the answers (and raises what answering failed with,
+        once the exchange is over: a failed rank answers nothing, then fails too)."""
         send = [EMPTY_I64] * self._cross.size
         for server, pulls in asked.items():
             head = [pulls[0][0]] if len(pulls) == 1 else [-len(pulls)] + [

@@ -88,8 +88,7 @@ class Session:
         self.world = Comm("world", world_group, list(range(env.world_size)), self.rank, topo,
                           self.counter, self.health, env.timeout, native=self._native)
         self._comms = [self.world]
-        self.server = self._new_comm("server", topo.server_ranks, topo.num_servers,
-                                     topo.server_of(self.rank))
+        self.server = self.new_server_comm("server")
         self.cross = self.new_cross_comm("cross")
         self.health.start()
         self._launcher = LauncherWatch(self.rank)  # the agent SIGKILLed: exit, not linger
@@ -129,6 +128,13 @@ class Session:
         exchanges are under way on ``world`` (their order on each group stays the same on
         every rank)."""
         return self._new_comm(name, lambda _: list(range(self.world_size)), 1, 0)
+
+    def new_server_comm(self, name: str) -> Comm:
+        """A communicator over the ranks of this rank's server on process groups of its own
+        (collective, as :meth:`new_world_comm`)."""
+        topo = self.topology
+        return self._new_comm(name, topo.server_ranks, topo.num_servers,
+                              topo.server_of(self.rank))
 
     def new_cross_comm(self, name: str) -> Comm:
         """A communicator over this rank's ``cross`` ranks (the ranks with its local index on

@@ -9,6 +9,9 @@
 * Features are pulled from the KVStore: rows of the own server from shared memory, the rest
   through the comm layer (a loader whose sampler prefetches them pulls them at every step,
   every rank together; ``g.ndata`` reads are served to one rank at a time).
+* ``server_pulls``: the ranks of a server pull other servers' rows together, so a row
+  several of them want crosses the link once (:mod:`dglx_dist.kvstore.coalesce`; DistDGL's
+  trainers each ask alone).
 * ``cache_mb``: each server keeps copies of the other servers' feature rows its ranks pulled
   most often in the first epoch, in that budget, and later pulls read them there (exact:
   :mod:`dglx_dist.kvstore.cache`; not in DistDGL, which pulls every remote row every step).
@@ -68,6 +71,10 @@ class DistDGLStrategy(MiniBatchStrategy, MemoryModelled, TypedGraphs, DrawsSubgr
                                            "servers' rows: those its ranks pulled most often "
                                            "in the first epoch; 0: no cache.",
                                    "bounds": Bounds(0)})
+        server_pulls: bool = dataclasses.field(
+            default=True, metadata={"help": "The ranks of a server pull other servers' rows "
+                                            "together, each row once (false: each rank asks "
+                                            "alone, as DistDGL's trainers do)."})
 
     def partition_spec(self, topology: Topology) -> PartitionSpec:
         return PartitionSpec("metis", topology.num_servers, {"balance": list(self.config.balance)},
@@ -89,6 +96,7 @@ class DistDGLStrategy(MiniBatchStrategy, MemoryModelled, TypedGraphs, DrawsSubgr
             self.store.init_data("feat", policy, {server: torch.from_numpy(part.feat)})
             self.store.init_data("label", policy, {server: torch.from_numpy(part.label)},
                                  dtype=torch.int64)
+        self.store.server_pulls = self.config.server_pulls
         if self.config.cache_mb and self.store.cache is None:
             self.store.start_cache(int(self.config.cache_mb * 2**20))
         if pdir.types is None:

@@ -448,6 +448,85 @@ def test_refusals_reach_every_rank(tmp_path, cache, what, expected):
     assert text.count(expected) == 2, text
 
 
+def _read_in_the_loop(session, cache, take):
+    """Two epochs of DGL loops on Cora over 2 servers reading rows themselves, with the
+    loader's ids (``take``: the rows the loader pulled for the step are taken) or with copies
+    of them (each read pulls alone): a node loader's loop (input nodes' features, output
+    nodes' labels, a DistEmbedding of every node trained by SparseAdam), then an edge
+    loader's (input nodes' features). The parameters and embedding rows at the end, and
+    whether each read found its rows pulled."""
+    import dgl
+
+    import dglx_dist.dgl as ddgl
+
+    dgl.seed(0)
+    torch.manual_seed(0)
+    g = dglx_dist.distribute(_graph(), "distdgl", cache_dir=cache, session=session)
+    emb = ddgl.distributed.DistEmbedding(g.num_nodes(), 4, "emb_rows",
+                                         lambda shape, dtype: torch.full(shape, 0.5, dtype=dtype))
+    sparse = ddgl.distributed.optim.SparseAdam([emb], lr=0.1)
+    model = dglx_dist.parallelize(seeded_model(lambda: SAGE(1437, 8, 7, 2, dropout=0.0)), g)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    given = (lambda ids: ids) if take else (lambda ids: ids.clone())
+    offered = lambda name, ids: name in g.step_rows._offers and \
+        g.step_rows._offers[name][0] is ids  # noqa: E731
+    ids = dglx_dist.node_split(g.ndata["train_mask"], g)
+    nodes = dglx_dist.DataLoader(g, ids, dgl.dataloading.NeighborSampler([3, 3]),
+                                 batch_size=16, shuffle=True)
+    taken = []
+    for _ in range(2):
+        for input_nodes, output_nodes, blocks in nodes:
+            inputs, outputs = given(input_nodes), given(output_nodes)
+            taken += [offered("feat", inputs), offered("label", outputs),
+                      emb.inner._offer is not None and emb.inner._offer[0] is inputs]
+            x = torch.cat([g.ndata["feat"][inputs], emb(inputs)], 1)
+            loss = F.cross_entropy(model(blocks, x), g.ndata["label"][outputs])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sparse.step()
+    pairs = dgl.dataloading.as_edge_prediction_sampler(
+        dgl.dataloading.NeighborSampler([3, 3]),
+        negative_sampler=dglx_dist.negative_sampler.Uniform(1))
+    edges = dglx_dist.DataLoader(g, torch.arange(g.num_edges()), pairs, batch_size=128,
+                                 shuffle=True)
+    for input_nodes, pair, neg, blocks in edges:
+        inputs = given(input_nodes)
+        taken.append(offered("feat", inputs))
+        x = torch.cat([g.ndata["feat"][inputs], torch.zeros(inputs.numel(), 4)], 1)
+        h = model(blocks, x)
+        src, dst = pair.edges()
+        loss = -(h[src] * h[dst]).sum(1).sigmoid().log().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        rows = emb(torch.arange(g.num_nodes()))
+    params = [p.detach().reshape(-1).tolist() for p in model.module.parameters()]
+    return {"rows": rows.tolist(), "params": params, "taken": taken,
+            "wanted": sorted(g.step_rows.wanted)}
+
+
+def test_rows_the_loader_pulled_train_as_rows_pulled_alone(tmp_path, cache):
+    """A loop that reads g.ndata and a DistEmbedding itself with the ids a node or edge
+    loader hands over takes the rows the loader pulled for the step (from the second step
+    on: the first read tells it what to pull), and trains exactly as reads with other ids
+    tensors (each pulling alone at that point): the same parameters and embedding rows."""
+    runs = {take: run_workers(_read_in_the_loop, 2, tmp_path / f"run{take}", cache, take,
+                              env={"DGLX_VIRTUAL_SERVERS": "2"}) for take in (True, False)}
+    for r in range(2):
+        took, alone = runs[True][r], runs[False][r]
+        # the first step's node data is read alone (the reads are noted for the steps after);
+        # the embedding's rows are pulled from the first step on
+        assert took["taken"][:3] == [False, False, True] and all(took["taken"][3:])
+        assert not any(alone["taken"]) and alone["wanted"] == []
+        assert [list(w) for w in took["wanted"]] == [["feat", "src"], ["label", "dst"]]
+        np.testing.assert_array_equal(np.array(took["rows"]), np.array(alone["rows"]))
+        assert (np.array(took["rows"]) != 0.5).any()  # trained
+        for a, b in zip(took["params"], alone["params"]):
+            np.testing.assert_array_equal(np.array(a), np.array(b))
+
+
 def _written_in_a_loop(session, cache):
     import time
 

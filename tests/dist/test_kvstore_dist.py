@@ -138,6 +138,7 @@ def _check_round_trips(res):
 
 def _bytes(session, per):
     store = DistKVStore(session)
+    store.server_pulls = False  # each rank asks alone: the protocol's own bytes
     row, col = _policies(_num_parts(session, per), "range")
     _register(store, row, col)
     servers = store.part_servers(row)
@@ -161,7 +162,8 @@ def _bytes_all(session):
 
 
 def test_pull_byte_counts(tmp_path):
-    """Own-server rows cost no payload bytes; remote rows exactly their ids out, rows back."""
+    """Own-server rows cost no payload bytes; remote rows exactly their ids out, rows back
+    (each rank asking alone)."""
     res = run_workers(_bytes_all, 4, tmp_path, env=VIRTUAL_2x2)
     row_bytes, n_remote = D * 4, 3  # remote[[0, 2, 2, 5, 0]] has 3 unique ids
     payload = ("sent_intra", "sent_inter", "recv_intra", "recv_inter")
@@ -177,6 +179,50 @@ def test_pull_byte_counts(tmp_path):
             if r == 2:  # rank 0's cross peer on the other server answers
                 want.update(recv_inter=8 * (1 + n_remote), sent_inter=n_remote * row_bytes)
             assert {k: mixed[k] for k in payload} == want, (per, r, mixed)
+
+
+def _server_pulls(session, coalesce):
+    """Both ranks of server 0 pull overlapping rows of server 1 (and some of their own) in
+    one exchange, of two names with rows of different widths; server 1's ranks pull their
+    own rows. The rows, and the bytes each rank received."""
+    store = DistKVStore(session)
+    store.server_pulls = coalesce
+    row, col = _policies(session.topology.num_servers, "hash")
+    _register(store, row, col)
+    servers = store.part_servers(row)
+    on = torch.tensor([servers[p] for p in row.part_of(torch.arange(N)).tolist()])
+    shared = torch.randint(0, N, (30,), generator=torch.Generator().manual_seed(0))
+    own = torch.randint(0, N, (10,), generator=torch.Generator().manual_seed(session.rank))
+    ids = torch.cat([shared, own])
+    if session.server_id == 1:
+        ids = ids[on[ids] == 1]
+    before = session.counter.snapshot()
+    feat, label = store.start_pull_many([("feat", ids), ("label", ids.flip(0))]).wait()
+    after = session.counter.snapshot()
+    ref = LocalKVStore()
+    _register(ref, row, col)
+    same = torch.equal(feat, ref.pull("feat", ids)) and \
+        torch.equal(label, ref.pull("label", ids.flip(0)))
+    store.close()
+    return {"same": same, "remote": sorted(set(ids[on[ids] != session.server_id].tolist())),
+            "bytes": {k: after[k] - before[k] for k in ("recv_inter", "recv_intra")}}
+
+
+def test_a_server_pulls_each_remote_row_once(tmp_path):
+    """Coalesced (the default where a server has several ranks), rows both ranks of a server
+    ask for cross the link once: the server receives the rows of the union of its ranks'
+    remote ids, once each, and each rank gets exactly the rows it asked for (as asking
+    alone, which receives the rows of each rank's own remote ids)."""
+    res = {c: run_workers(_server_pulls, 4, tmp_path / str(c), c, env=VIRTUAL_2x2)
+           for c in (True, False)}
+    width = D * 4 + 8  # a feat row and a label row
+    union = set().union(*(res[True][r]["remote"] for r in (0, 1)))
+    alone = sum(len(res[False][r]["remote"]) for r in (0, 1))
+    got = {c: sum(res[c][r]["bytes"]["recv_inter"] for r in (0, 1)) for c in res}
+    assert got[True] == len(union) * width < got[False] == alone * width, got
+    assert all(res[c][r]["same"] for c in res for r in range(4))
+    assert all(res[False][r]["bytes"]["recv_intra"] == 0 for r in range(4))
+    assert all(res[True][r]["bytes"]["recv_intra"] > 0 for r in (0, 1))  # rows passed on
 
 
 def _train(session, kind, steps):
