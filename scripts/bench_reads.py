@@ -2,12 +2,16 @@
 
 Mini-batch GraphSAGE on Cora under ``distdgl`` (``NeighborSampler([10, 10])``, batch 64,
 every node a seed), on local gloo ranks: 2 ranks as 2 servers, 4 ranks as 2 virtual servers.
-Three ways of reading a batch's features and labels, alternated epoch by epoch:
+Four ways of reading a batch's features and labels, alternated epoch by epoch:
 
-* ``alone``: ``g.ndata["feat"][input_nodes]`` as a script writes it; each rank asks the
-  owners by itself (the serving threads answer), the default;
-* ``collective``: the same reads made through the collective path (every rank pulls at the
-  same step), what the default was before reads became point-to-point;
+* ``loader ids``: ``g.ndata["feat"][input_nodes]`` as a script writes it, with the very ids
+  the loader handed over: from the second step on, the rows the loader pulled for the step
+  (all ranks together, while the next step was sampled), the default;
+* ``alone``: the same reads with a copy of the ids (``input_nodes.clone()``): each rank asks
+  the owners by itself (the serving threads answer), as every read did before loaders
+  pulled them;
+* ``collective``: the copies' reads made through the collective path (every rank pulls at
+  the same step, when it reads);
 * ``prefetch``: DGL's ``NeighborSampler(..., prefetch_node_feats=["feat"],
   prefetch_labels=["label"])``: the loader pulls the rows, all ranks together.
 
@@ -43,17 +47,18 @@ from dglx_dist.report import markdown_table
 from dglx_dist.testing import run_workers
 
 log = logging.getLogger("bench_reads")
-MODES = ("alone", "collective", "prefetch")
+MODES = ("loader ids", "alone", "collective", "prefetch")
 
 
-def _epoch(g, loader, model, opt, prefetched: bool) -> float:
+def _epoch(g, loader, model, opt, mode: str) -> float:
     g.barrier()
     start = time.perf_counter()
+    ids = (lambda t: t) if mode == "loader ids" else (lambda t: t.clone())
     for input_nodes, output_nodes, blocks in loader:
-        if prefetched:
+        if mode == "prefetch":
             x, y = blocks[0].srcdata["feat"], blocks[-1].dstdata["label"]
         else:
-            x, y = g.ndata["feat"][input_nodes], g.ndata["label"][output_nodes]
+            x, y = g.ndata["feat"][ids(input_nodes)], g.ndata["label"][ids(output_nodes)]
         loss = F.cross_entropy(model(blocks, x), y)
         opt.zero_grad()
         loss.backward()
@@ -80,7 +85,7 @@ def worker(session, cache: str, epochs: int) -> dict[str, list[float]]:
             NodeDataView.rows = ((lambda self, ids, collective=False: rows(self, ids, True))
                                  if mode == "collective" else rows)
             times[mode].append(_epoch(g, ahead if mode == "prefetch" else plain, model, opt,
-                                      mode == "prefetch"))
+                                      mode))
     NodeDataView.rows = rows
     return {m: t[1:] for m, t in times.items()}
 

@@ -124,7 +124,7 @@ class DistGraph(EdgeStructure):
         self._sampler: PartitionSampler | None = None
         self.ndata = NodeData(self)
         self.edata = EdgeData(self)
-        self.step_rows = StepRows(self.store)  # what a typed loader pulls for its steps
+        self.step_rows = StepRows(self.store)  # what a loader pulls for its steps
         _CURRENT.set(self)
 
     def new_name(self, prefix: str) -> str:

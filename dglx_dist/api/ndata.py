@@ -246,7 +246,7 @@ class NodeDataView:
     def __getitem__(self, key) -> Any:
         if isinstance(key, NodeDataView) and not self.space.typed:  # a mask of the same
             return self.local()[key.local().bool().to(self.device)]  # graph: own rows
-        taken = self._g.step_rows.take(self.name, key)  # a typed loader pulled them
+        taken = self._g.step_rows.take(self.name, key)  # a loader pulled them
         if taken is not None:
             return self._placed(self._typed(taken))
         if not self._held_by_strategy():

@@ -1,12 +1,13 @@
-"""Rows a typed loader pulls for its step before the loop asks for them.
+"""Rows a loader pulls for its step before the loop asks for them.
 
-A DGL loop reads a step's rows itself: ``g.nodes[t].data["feat"][input_nodes[t]]``, the
-labels of ``output_nodes[t]``, ``emb(input_nodes[t])`` of a ``DistEmbedding``. Each read is a
-pull of its own: a one-sided one (node data; the owner's serving thread answers, when its
-rank's main thread lets go of the interpreter) or a collective one (an embedding). A graph's
-:class:`StepRows` turns them into one collective exchange per step
-(:meth:`~dglx_dist.kvstore.KVStore.start_pull_many`), started when the loader hands the step
-over (so after the loop's writes of the step before: the last step's optimizer step):
+A DGL loop reads a step's rows itself: ``g.ndata["feat"][input_nodes]`` (on a typed graph
+``g.nodes[t].data["feat"][input_nodes[t]]``), the labels of ``output_nodes``,
+``emb(input_nodes)`` of a ``DistEmbedding``. Each read is a pull of its own: a one-sided one
+(node data; the owner's serving thread answers, when its rank's main thread lets go of the
+interpreter) or a collective one (an embedding). A graph's :class:`StepRows` turns them into
+one collective exchange per step (:meth:`~dglx_dist.kvstore.KVStore.start_pull_many`),
+started when the loader hands the step over (so after the loop's writes of the step before:
+the last step's optimizer step), which travels while the loader samples the step after:
 
 * the rows of every ``DistEmbedding`` of the graph for the input nodes of its type;
 * the rows of every node-data name a loop has read with a loader's input nodes (sources) or

@@ -7,11 +7,12 @@ overlapping neighbourhoods (docs/kvstore.md has the shares). Coalesced, a collec
 whole rows goes:
 
 1. the ranks of the server share their requests (one all-gather of ids within the server);
-2. the union of the ids asked of each (tensor, other server) is cut into as many contiguous
-   runs as the server has ranks, and each rank asks the other server for its run (the
+2. of the union of the ids asked of each (tensor, other server), a row only one rank wants
+   is asked for by that rank, and the rows several want are cut into as many contiguous runs
+   as the server has ranks, one run each; each rank asks the other server for its rows (the
    cross-server exchange, as asking alone);
-3. once the answers are in, each rank sends every other rank of its server the rows of its
-   run that rank asked for, in the order it asked (one all-to-all within the server);
+3. once the answers are in, each rank sends every other rank of its server the rows it got
+   that rank wants, in the order that rank asked (one all-to-all within the server);
 4. each rank puts together, per other server, the answer it would have got asking alone.
 
 A pull of column slices (P3's features) goes alone: where any rank of the server asks for
@@ -56,23 +57,43 @@ def _decode(msg: torch.Tensor) -> tuple[bool, dict[Key, torch.Tensor]]:
 
 
 class _Pull:
-    """One coalesced pull under way: every rank's requests, the unions, this rank's runs.
+    """One coalesced pull under way: every rank's requests, the unions, who asks for what.
 
-    A union is held as sort keys ``part * rows + id`` (sorted), so that each run asks its
-    server's parts one after another, in the order the server answers them."""
+    A union is held as sort keys ``part * rows + id`` (sorted), so that each rank's request
+    asks its server's parts one after another, in the order the server answers them. A row
+    one rank wants is asked for by that rank; rows several want are cut into contiguous runs,
+    one per rank of the server."""
 
     def __init__(self, mine: dict[Key, torch.Tensor], every: list[dict[Key, torch.Tensor]],
                  local: int, plan_order: list[list[tuple[Key, int]]], entry_of: Callable):
         self.mine, self.every, self.local = mine, every, local
         self.plan_order = plan_order  # per plan, its keys and id counts, in its servers' order
         self.entries = {k: entry_of(k[0]) for k in set().union(*every)}
-        self.union = {k: torch.unique(self.sort_key(k, torch.cat([e[k] for e in every if k in e])))
-                      for k in sorted(self.entries)}
-        self.cuts = {k: torch.tensor([i * u.numel() // len(every) for i in range(len(every) + 1)])
-                     for k, u in self.union.items()}
+        self.union, self.owner, self.slot = {}, {}, {}
+        for k in sorted(self.entries):
+            self._assign(k, [self.sort_key(k, e[k]) for e in every if k in e],
+                         [m for m, e in enumerate(every) if k in e])
         self.wait_cross: Callable[[], list[torch.Tensor]] | None = None
         self.result: list[torch.Tensor] | None = None
         self.error: BaseException | None = None
+
+    def _assign(self, k: Key, keys: list[torch.Tensor], askers: list[int]) -> None:
+        """Key ``k``'s union, the rank that asks for each of its rows and the row's place in
+        that rank's request."""
+        union = torch.unique(torch.cat(keys))
+        count = torch.zeros(union.numel(), dtype=torch.int64)
+        owner = torch.empty(union.numel(), dtype=torch.int64)
+        for m, asked in zip(askers, keys):
+            hit = torch.searchsorted(union, asked)
+            count.index_add_(0, hit, torch.ones_like(hit))
+            owner[hit] = m
+        shared = torch.nonzero(count > 1).squeeze(1)
+        owner[shared] = torch.arange(shared.numel()) * len(self.every) // max(shared.numel(), 1)
+        slot = torch.empty_like(owner)
+        for m in range(len(self.every)):
+            where = torch.nonzero(owner == m).squeeze(1)
+            slot[where] = torch.arange(where.numel())
+        self.union[k], self.owner[k], self.slot[k] = union, owner, slot
 
     def sort_key(self, k: Key, ids: torch.Tensor) -> torch.Tensor:
         policy = self.entries[k].policy
@@ -82,15 +103,14 @@ class _Pull:
         return self.entries[k].row_bytes
 
     def run(self, k: Key) -> torch.Tensor:
-        """The ids of this rank's run of key ``k``'s union, in the order the server answers."""
-        cuts = self.cuts[k]
-        keys = self.union[k][int(cuts[self.local]):int(cuts[self.local + 1])]
+        """The ids this rank asks key ``k``'s server for, in the order the server answers."""
+        keys = self.union[k][self.owner[k] == self.local]
         return keys % self.entries[k].policy.num_rows
 
     def where(self, k: Key, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each of ``ids``'s position in key ``k``'s union, and the rank whose run holds it."""
+        """The rank that asks for each of ``ids`` and its place in that rank's request."""
         pos = torch.searchsorted(self.union[k], self.sort_key(k, ids))
-        return pos, torch.bucketize(pos, self.cuts[k][1:-1], right=True)
+        return self.owner[k][pos], self.slot[k][pos]
 
 
 class ServerPulls:
@@ -187,8 +207,8 @@ class ServerPulls:
         """The rows of this rank's runs that rank ``m`` of the server asked for, in its order."""
         parts = [torch.tensor([_OK if ok else _FAILED], dtype=torch.int64).view(torch.uint8)]
         for k, ids in sorted(pull.every[m].items()):
-            pos, owner = pull.where(k, ids)
-            mine = pos[owner == self.local] - int(pull.cuts[k][self.local])
+            owner, slot = pull.where(k, ids)
+            mine = slot[owner == self.local]
             if not mine.numel():
                 continue
             if ok:
@@ -199,7 +219,7 @@ class ServerPulls:
 
     def _bytes_from(self, pull: _Pull, m: int) -> int:
         """The bytes of rows this rank asked for that rank ``m``'s runs hold."""
-        return sum(int((pull.where(k, ids)[1] == m).sum()) * pull.width(k)
+        return sum(int((pull.where(k, ids)[0] == m).sum()) * pull.width(k)
                    for k, ids in pull.mine.items())
 
     def _answers(self, pull: _Pull, got: dict[Key, torch.Tensor],
@@ -210,13 +230,13 @@ class ServerPulls:
         for k, ids in sorted(pull.mine.items()):
             width = pull.width(k)
             out = torch.empty((ids.numel(), width), dtype=torch.uint8)
-            pos, owner = pull.where(k, ids)
+            owner, slot = pull.where(k, ids)
             for m in range(len(pull.every)):
                 sel = torch.nonzero(owner == m).squeeze(1)
                 if not sel.numel():
                     continue
                 if m == self.local:
-                    out[sel] = got[k].index_select(0, pos[sel] - int(pull.cuts[k][m]))
+                    out[sel] = got[k].index_select(0, slot[sel])
                 else:
                     n = sel.numel() * width
                     out[sel] = recv[m][offsets[m]:offsets[m] + n].view(-1, width)
