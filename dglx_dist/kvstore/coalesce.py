@@ -56,6 +56,16 @@ def _decode(msg: torch.Tensor) -> tuple[bool, dict[Key, torch.Tensor]]:
     return whole, {(index, server): t for (index, server, _), t in zip(head, ids)}
 
 
+def _wide(rows: torch.Tensor) -> torch.Tensor:
+    """Raw rows (uint8, a row each) seen as the widest integers that tile a row (copied
+    where their bytes do not start on such a boundary): copies of whole rows by index move
+    words instead of bytes (an index copy of uint8 rows costs several times more)."""
+    for size, dtype in ((8, torch.int64), (4, torch.int32), (2, torch.int16)):
+        if rows.shape[1] % size == 0:
+            return (rows if rows.storage_offset() % size == 0 else rows.clone()).view(dtype)
+    return rows
+
+
 class _Pull:
     """One coalesced pull under way: every rank's requests, the unions, who asks for what.
 
@@ -70,8 +80,9 @@ class _Pull:
         self.plan_order = plan_order  # per plan, its keys and id counts, in its servers' order
         self.entries = {k: entry_of(k[0]) for k in set().union(*every)}
         self.union, self.owner, self.slot = {}, {}, {}
+        self._found: dict[tuple[Key, int], tuple[torch.Tensor, torch.Tensor]] = {}
         for k in sorted(self.entries):
-            self._assign(k, [self.sort_key(k, e[k]) for e in every if k in e],
+            self._assign(k, [torch.unique(self.sort_key(k, e[k])) for e in every if k in e],
                          [m for m, e in enumerate(every) if k in e])
         self.wait_cross: Callable[[], list[torch.Tensor]] | None = None
         self.result: list[torch.Tensor] | None = None
@@ -107,10 +118,14 @@ class _Pull:
         keys = self.union[k][self.owner[k] == self.local]
         return keys % self.entries[k].policy.num_rows
 
-    def where(self, k: Key, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The rank that asks for each of ``ids`` and its place in that rank's request."""
-        pos = torch.searchsorted(self.union[k], self.sort_key(k, ids))
-        return self.owner[k][pos], self.slot[k][pos]
+    def where(self, k: Key, m: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """For each id rank ``m`` of the server wants of key ``k``: the rank that asks for it
+        and its place in that rank's request (computed once)."""
+        found = self._found.get((k, m))
+        if found is None:
+            pos = torch.searchsorted(self.union[k], self.sort_key(k, self.every[m][k]))
+            found = self._found[(k, m)] = (self.owner[k][pos], self.slot[k][pos])
+        return found
 
 
 class ServerPulls:
@@ -176,7 +191,7 @@ class ServerPulls:
         failure, got = None, {}
         try:
             got = self._own_rows(pull, pull.wait_cross())
-        except (RuntimeError, ProtocolError) as exc:  # the others still get this rank's word
+        except RuntimeError as exc:  # the server's other ranks still get this rank's word
             failure = exc
         send = [self._rows_for(pull, m, got, failure is None) if m != self.local else EMPTY_U8
                 for m in range(len(pull.every))]
@@ -206,21 +221,21 @@ class ServerPulls:
                   ) -> torch.Tensor:
         """The rows of this rank's runs that rank ``m`` of the server asked for, in its order."""
         parts = [torch.tensor([_OK if ok else _FAILED], dtype=torch.int64).view(torch.uint8)]
-        for k, ids in sorted(pull.every[m].items()):
-            owner, slot = pull.where(k, ids)
+        for k in sorted(pull.every[m]):
+            owner, slot = pull.where(k, m)
             mine = slot[owner == self.local]
             if not mine.numel():
                 continue
             if ok:
-                parts.append(got[k].index_select(0, mine).reshape(-1))
+                parts.append(_wide(got[k]).index_select(0, mine).view(torch.uint8).reshape(-1))
             else:
                 parts.append(torch.zeros(mine.numel() * pull.width(k), dtype=torch.uint8))
         return torch.cat(parts)
 
     def _bytes_from(self, pull: _Pull, m: int) -> int:
         """The bytes of rows this rank asked for that rank ``m``'s runs hold."""
-        return sum(int((pull.where(k, ids)[0] == m).sum()) * pull.width(k)
-                   for k, ids in pull.mine.items())
+        return sum(int((pull.where(k, self.local)[0] == m).sum()) * pull.width(k)
+                   for k in pull.mine)
 
     def _answers(self, pull: _Pull, got: dict[Key, torch.Tensor],
                  recv: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -229,18 +244,22 @@ class ServerPulls:
         rows = {}
         for k, ids in sorted(pull.mine.items()):
             width = pull.width(k)
+            owner, slot = pull.where(k, self.local)
+            if bool((owner == self.local).all()):  # every row came in this rank's answer
+                rows[k] = got[k].index_select(0, slot)
+                continue
             out = torch.empty((ids.numel(), width), dtype=torch.uint8)
-            owner, slot = pull.where(k, ids)
             for m in range(len(pull.every)):
                 sel = torch.nonzero(owner == m).squeeze(1)
                 if not sel.numel():
                     continue
                 if m == self.local:
-                    out[sel] = got[k].index_select(0, slot[sel])
+                    src = _wide(got[k]).index_select(0, slot.index_select(0, sel))
                 else:
                     n = sel.numel() * width
-                    out[sel] = recv[m][offsets[m]:offsets[m] + n].view(-1, width)
+                    src = _wide(recv[m][offsets[m]:offsets[m] + n].view(-1, width))
                     offsets[m] += n
+                _wide(out).index_copy_(0, sel, src)
             rows[k] = out
         used: dict[Key, int] = collections.Counter()
         replies: list[list[torch.Tensor]] = [[] for _ in range(self.servers)]
@@ -248,4 +267,4 @@ class ServerPulls:
             for k, n in segments:
                 replies[k[1]].append(rows[k][used[k]:used[k] + n].reshape(-1))
                 used[k] += n
-        return [torch.cat(r) if r else EMPTY_U8 for r in replies]
+        return [r[0] if len(r) == 1 else torch.cat(r) if r else EMPTY_U8 for r in replies]
