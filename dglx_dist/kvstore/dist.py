@@ -74,7 +74,7 @@ class DistKVStore(KVStore):
             session.new_server_comm("kvstore-server"),
             lambda index: self._shards.entry_at(index, "a pull"),
             session.topology.num_servers) if multi and session.server.size > 1 else None
-        self.server_pulls = True  # collective pulls go through _server_pulls where there is one
+        self.server_pulls = False  # True: collective pulls go through _server_pulls, if any
         self.shm_dir = Path(shm_dir) if shm_dir is not None else default_shm_dir()
         self._parts = SharedParts(session.world, session.server, self.shm_dir, self.seed)
         self.token = self._parts.token

@@ -72,9 +72,10 @@ class DistDGLStrategy(MiniBatchStrategy, MemoryModelled, TypedGraphs, DrawsSubgr
                                            "in the first epoch; 0: no cache.",
                                    "bounds": Bounds(0)})
         server_pulls: bool = dataclasses.field(
-            default=True, metadata={"help": "The ranks of a server pull other servers' rows "
-                                            "together, each row once (false: each rank asks "
-                                            "alone, as DistDGL's trainers do)."})
+            default=False, metadata={"help": "The ranks of a server pull other servers' rows "
+                                             "together, each row once (fewer bytes, two more "
+                                             "exchanges within the server per step); false: "
+                                             "each rank asks alone, as DistDGL's trainers do."})
 
     def partition_spec(self, topology: Topology) -> PartitionSpec:
         return PartitionSpec("metis", topology.num_servers, {"balance": list(self.config.balance)},

@@ -137,8 +137,7 @@ def _check_round_trips(res):
 
 
 def _bytes(session, per):
-    store = DistKVStore(session)
-    store.server_pulls = False  # each rank asks alone: the protocol's own bytes
+    store = DistKVStore(session)  # each rank asks alone (the default): the protocol's bytes
     row, col = _policies(_num_parts(session, per), "range")
     _register(store, row, col)
     servers = store.part_servers(row)
@@ -209,7 +208,7 @@ def _server_pulls(session, coalesce):
 
 
 def test_a_server_pulls_each_remote_row_once(tmp_path):
-    """Coalesced (the default where a server has several ranks), rows both ranks of a server
+    """Coalesced (``server_pulls``), rows both ranks of a server
     ask for cross the link once: the server receives the rows of the union of its ranks'
     remote ids, once each, and each rank gets exactly the rows it asked for (as asking
     alone, which receives the rows of each rank's own remote ids)."""
