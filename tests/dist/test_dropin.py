@@ -503,8 +503,14 @@ def _read_in_the_loop(session, cache, take):
     with torch.no_grad():
         rows = emb(torch.arange(g.num_nodes()))
     params = [p.detach().reshape(-1).tolist() for p in model.module.parameters()]
-    return {"rows": rows.tolist(), "params": params, "taken": taken,
-            "wanted": sorted(g.step_rows.wanted)}
+    wanted = sorted(g.step_rows.wanted)
+    g.close()
+    return {"rows": rows.tolist(), "params": params, "taken": taken, "wanted": wanted}
+
+
+def _reads_both_ways(session, cache):
+    """:func:`_read_in_the_loop` taking the loader's rows, then reading alone (one start)."""
+    return [_read_in_the_loop(session, cache, take) for take in (True, False)]
 
 
 def test_rows_the_loader_pulled_train_as_rows_pulled_alone(tmp_path, cache):
@@ -512,10 +518,10 @@ def test_rows_the_loader_pulled_train_as_rows_pulled_alone(tmp_path, cache):
     loader hands over takes the rows the loader pulled for the step (from the second step
     on: the first read tells it what to pull), and trains exactly as reads with other ids
     tensors (each pulling alone at that point): the same parameters and embedding rows."""
-    runs = {take: run_workers(_read_in_the_loop, 2, tmp_path / f"run{take}", cache, take,
-                              env={"DGLX_VIRTUAL_SERVERS": "2"}) for take in (True, False)}
+    res = run_workers(_reads_both_ways, 2, tmp_path / "run", cache,
+                      env={"DGLX_VIRTUAL_SERVERS": "2"})
     for r in range(2):
-        took, alone = runs[True][r], runs[False][r]
+        took, alone = res[r]
         # the first step's node data is read alone (the reads are noted for the steps after);
         # the embedding's rows are pulled from the first step on
         assert took["taken"][:3] == [False, False, True] and all(took["taken"][3:])

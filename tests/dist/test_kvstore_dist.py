@@ -207,13 +207,17 @@ def _server_pulls(session, coalesce):
             "bytes": {k: after[k] - before[k] for k in ("recv_inter", "recv_intra")}}
 
 
+def _server_pulls_both_ways(session):
+    return [_server_pulls(session, c) for c in (True, False)]
+
+
 def test_a_server_pulls_each_remote_row_once(tmp_path):
     """Coalesced (``server_pulls``), rows both ranks of a server
     ask for cross the link once: the server receives the rows of the union of its ranks'
     remote ids, once each, and each rank gets exactly the rows it asked for (as asking
     alone, which receives the rows of each rank's own remote ids)."""
-    res = {c: run_workers(_server_pulls, 4, tmp_path / str(c), c, env=VIRTUAL_2x2)
-           for c in (True, False)}
+    both = run_workers(_server_pulls_both_ways, 4, tmp_path, env=VIRTUAL_2x2)
+    res = {c: {r: both[r][i] for r in both} for i, c in enumerate((True, False))}
     width = D * 4 + 8  # a feat row and a label row
     union = set().union(*(res[True][r]["remote"] for r in (0, 1)))
     alone = sum(len(res[False][r]["remote"]) for r in (0, 1))
