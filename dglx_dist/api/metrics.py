@@ -177,10 +177,15 @@ class PhaseTimer:
         """Counts the time since the last lap as no phase's (it ends up in ``other``)."""
         self._last = time.perf_counter()
 
+    def finish(self, wall: float) -> dict[str, float]:
+        """The phases' seconds of an epoch of ``wall`` seconds, what no phase took as
+        ``other``."""
+        self.t["other"] = wall - sum(v for k, v in self.t.items() if k != "other")
+        return self.t
+
     def max_over_ranks(self, wall: float, session: Session | None = None) -> dict[str, float]:
-        """The phases' seconds of an epoch of ``wall`` seconds (what no phase took as
-        ``other``), each the largest over the ranks (collective)."""
-        self.t["other"] = wall - sum(self.t.values())
+        """:meth:`finish`, each phase the largest over the ranks (collective)."""
+        self.finish(wall)
         names = sorted(self.t)
         maxes = all_reduce([self.t[k] for k in names], op="max", session=session).tolist()
         return {k: round(v, 4) for k, v in zip(names, maxes)}

@@ -86,26 +86,15 @@ def _epoch(g, loader, model, opt) -> tuple[float, int, float, dict[str, float]]:
     """One epoch of DGL's link-prediction loop: wall time, steps, mean loss and the seconds
     of each phase of the step (as :func:`dglx_dist.tasks.link._epoch` times ours)."""
     from dglx_dist.api.metrics import PhaseTimer
-    from dglx_dist.tasks.link import link_loss
+    from dglx_dist.tasks.link import timed_link_step
 
     t0, steps, total, timer = time.perf_counter(), 0, 0.0, PhaseTimer()
     with model.join():
-        for input_nodes, pair, neg, blocks in loader:
-            timer.lap("sample")
-            x = g.ndata["feat"][input_nodes]
-            timer.lap("pull")
-            loss = link_loss(pair, neg, model(blocks, x))
-            timer.lap("forward")
-            opt.zero_grad()
-            loss.backward()
-            timer.lap("backward+allreduce")
-            opt.step()
-            timer.lap("optimizer")
-            total, steps = total + float(loss), steps + 1
+        for batch in loader:
+            total, steps = total + timed_link_step(timer, g, model, batch, opt), steps + 1
             timer.restart()
     wall = time.perf_counter() - t0
-    timer.t["other"] = wall - sum(timer.t.values())
-    return wall, steps, total / max(steps, 1), timer.t
+    return wall, steps, total / max(steps, 1), timer.finish(wall)
 
 
 def _embeddings(g, model, layers: int, hidden: int, name: str):

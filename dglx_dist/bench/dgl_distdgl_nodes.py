@@ -78,9 +78,7 @@ def train_epoch(job: NodeJob) -> tuple[float, int, float, dict[str, float]]:
             rows += _count(input_nodes)
             timer.restart()
     wall = time.perf_counter() - t0
-    timer.t["other"] = wall - sum(timer.t.values())
-    timer.t["input_rows"] = rows
-    return wall, steps, losses / max(steps, 1), timer.t
+    return wall, steps, losses / max(steps, 1), {**timer.finish(wall), "input_rows": rows}
 
 
 def evaluate(g, job: NodeJob, nids, fanouts, batch_size: int) -> tuple[int, int]:

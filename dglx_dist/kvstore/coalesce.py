@@ -74,9 +74,10 @@ class _Pull:
     one rank wants is asked for by that rank; rows several want are cut into contiguous runs,
     one per rank of the server."""
 
-    def __init__(self, mine: dict[Key, torch.Tensor], every: list[dict[Key, torch.Tensor]],
-                 local: int, plan_order: list[list[tuple[Key, int]]], entry_of: Callable):
-        self.mine, self.every, self.local = mine, every, local
+    def __init__(self, every: list[dict[Key, torch.Tensor]], local: int,
+                 plan_order: list[list[tuple[Key, int]]], entry_of: Callable):
+        self.every, self.local = every, local
+        self.mine = every[local]  # this rank's requests, as the others received them
         self.plan_order = plan_order  # per plan, its keys and id counts, in its servers' order
         self.entries = {k: entry_of(k[0]) for k in set().union(*every)}
         self.union, self.owner, self.slot = {}, {}, {}
@@ -159,7 +160,7 @@ class ServerPulls:
         gathered = [_decode(m) for m in self.server.all_gather_v(_encode(flat, whole))]
         if not all(w for w, _ in gathered):
             return alone()
-        pull = _Pull(flat, [e for _, e in gathered], self.local,
+        pull = _Pull([e for _, e in gathered], self.local,
                      [[((index, s), ids.numel()) for s, ids in asked.items()]
                       for index, _, asked in keyed], self.entry_of)
         asked: Asked = {}

@@ -70,11 +70,7 @@ class DistKVStore(KVStore):
         # still travelling from a pull started earlier
         multi = session.topology.num_servers > 1
         self._cross = session.new_cross_comm("kvstore") if multi else None
-        self._server_pulls = ServerPulls(
-            session.new_server_comm("kvstore-server"),
-            lambda index: self._shards.entry_at(index, "a pull"),
-            session.topology.num_servers) if multi and session.server.size > 1 else None
-        self.server_pulls = False  # True: collective pulls go through _server_pulls, if any
+        self._server_pulls: ServerPulls | None = None  # pull_per_server()
         self.shm_dir = Path(shm_dir) if shm_dir is not None else default_shm_dir()
         self._parts = SharedParts(session.world, session.server, self.shm_dir, self.seed)
         self.token = self._parts.token
@@ -145,8 +141,7 @@ class DistKVStore(KVStore):
     def _start_exchange(self, plans: list[PullPlan]) -> Callable[[], list[torch.Tensor]]:
         """Sends the plans' requests, answers the peers' and starts sending the answers;
         returns what waits for the answers to this rank's requests (raw bytes per server).
-        Through :attr:`server_pulls` where this rank's server has other ranks
-        (:mod:`~dglx_dist.kvstore.coalesce`), else each plan's own requests."""
+        Once per server after :meth:`pull_per_server`, else each plan's own requests."""
         requests = [plan.requests() for plan in plans]
 
         def alone() -> Callable[[], list[torch.Tensor]]:
@@ -158,12 +153,24 @@ class DistKVStore(KVStore):
                     expect[server] += nbytes  # the answers' sizes are known: no count round
             return self._send_requests(asked, expect)
 
-        if self._server_pulls is None or not self.server_pulls:
+        if self._server_pulls is None:
             return alone()
         keyed = [(plan.entry.index, not plan.entry.policy.splits_columns,
                   {server: gids for server, (gids, _) in request.items()})
                  for plan, request in zip(plans, requests)]
         return self._server_pulls.start(keyed, self._send_requests, alone)
+
+    def pull_per_server(self) -> None:
+        """From now on the ranks of a server make each collective pull together, so a row
+        several of them want crosses the link once (:mod:`~dglx_dist.kvstore.coalesce`).
+        Collective (it creates the server's process groups); nothing where a server has one
+        rank or the job one server; idempotent."""
+        session = self.session
+        if self._server_pulls is None and self._cross is not None and session.server.size > 1:
+            self._server_pulls = ServerPulls(
+                session.new_server_comm("kvstore-server"),
+                lambda index: self._shards.entry_at(index, "a pull"),
+                session.topology.num_servers)
 
     def _send_requests(self, asked: dict[int, list[tuple[int, torch.Tensor]]],
                        expect: list[int]) -> Callable[[], list[torch.Tensor]]:

@@ -97,7 +97,8 @@ class DistDGLStrategy(MiniBatchStrategy, MemoryModelled, TypedGraphs, DrawsSubgr
             self.store.init_data("feat", policy, {server: torch.from_numpy(part.feat)})
             self.store.init_data("label", policy, {server: torch.from_numpy(part.label)},
                                  dtype=torch.int64)
-        self.store.server_pulls = self.config.server_pulls
+        if self.config.server_pulls:
+            self.store.pull_per_server()
         if self.config.cache_mb and self.store.cache is None:
             self.store.start_cache(int(self.config.cache_mb * 2**20))
         if pdir.types is None:

@@ -36,8 +36,8 @@ from dglx_dist.errors import InvalidValueError
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.strategies.epochs import EpochResult
 
-__all__ = ["eval_negatives", "heldout_scores", "link_loss", "split_pairs", "train_edge_ids",
-           "train_link"]
+__all__ = ["eval_negatives", "heldout_scores", "link_loss", "split_pairs", "timed_link_step",
+           "train_edge_ids", "train_link"]
 
 
 def split_pairs(g: dgl.DGLGraph, seed: int):
@@ -117,6 +117,25 @@ def train_edge_ids(num_edges: int, task: TaskConfig, seed: int) -> torch.Tensor:
     return torch.randperm(num_edges, generator=gen)[:task.train_edges].sort().values
 
 
+def timed_link_step(timer: PhaseTimer, g, model, batch, opt, device=None) -> float:
+    """One link-prediction step on ``batch`` (a loader's ``input_nodes, pair, neg, blocks``),
+    each phase timed after the loader's (``sample``): the feature read (``pull``), forward
+    with the loss, backward, the optimizer. Returns the loss."""
+    input_nodes, pair, neg, blocks = batch
+    timer.lap("sample")
+    x = g.ndata["feat"][input_nodes]  # read on the host, as in DistDGL
+    x = x.to(device) if device is not None and isinstance(x, torch.Tensor) else x
+    timer.lap("pull")
+    loss = link_loss(pair, neg, model(blocks, x))
+    timer.lap("forward")
+    opt.zero_grad()
+    loss.backward()
+    timer.lap("backward+allreduce")
+    opt.step()
+    timer.lap("optimizer")
+    return float(loss)
+
+
 def _epoch(model, g, loader, opt, epoch: int, progress: bool) -> EpochResult:
     """One epoch of training steps on this rank; its record gets the seconds of each phase
     of the step (``phases_max``: the largest over ranks, as DGL's side of ``dglx bench``
@@ -125,20 +144,9 @@ def _epoch(model, g, loader, opt, epoch: int, progress: bool) -> EpochResult:
     start = time.perf_counter()
     total, steps, samples = 0.0, 0, 0
     timer = PhaseTimer()
-    for input_nodes, pair, neg, blocks in tqdm(loader, desc=f"epoch {epoch}", leave=False,
-                                               disable=not progress):
-        timer.lap("sample")
-        x = g.ndata["feat"][input_nodes]  # read on the host, as in DistDGL
-        x = x.to(loader.device) if isinstance(x, torch.Tensor) else x
-        timer.lap("pull")
-        loss = link_loss(pair, neg, model(blocks, x))
-        timer.lap("forward")
-        opt.zero_grad()
-        loss.backward()
-        timer.lap("backward+allreduce")
-        opt.step()
-        timer.lap("optimizer")
-        total, steps, samples = total + float(loss), steps + 1, samples + pair.num_edges()
+    for batch in tqdm(loader, desc=f"epoch {epoch}", leave=False, disable=not progress):
+        total += timed_link_step(timer, g, model, batch, opt, loader.device)
+        steps, samples = steps + 1, samples + batch[1].num_edges()
         timer.restart()
     wall = time.perf_counter() - start
     return EpochResult(epoch, wall, steps, samples, total,

@@ -185,7 +185,8 @@ def _server_pulls(session, coalesce):
     one exchange, of two names with rows of different widths; server 1's ranks pull their
     own rows. The rows, and the bytes each rank received."""
     store = DistKVStore(session)
-    store.server_pulls = coalesce
+    if coalesce:
+        store.pull_per_server()
     row, col = _policies(session.topology.num_servers, "hash")
     _register(store, row, col)
     servers = store.part_servers(row)
@@ -212,7 +213,7 @@ def _server_pulls_both_ways(session):
 
 
 def test_a_server_pulls_each_remote_row_once(tmp_path):
-    """Coalesced (``server_pulls``), rows both ranks of a server
+    """Coalesced (``pull_per_server()``), rows both ranks of a server
     ask for cross the link once: the server receives the rows of the union of its ranks'
     remote ids, once each, and each rank gets exactly the rows it asked for (as asking
     alone, which receives the rows of each rank's own remote ids)."""
