@@ -91,7 +91,9 @@ class Batch:
 def _loader(graph: DistGraph, seeds, split: str, spec: LoaderSpec) -> DataLoader:
     """The loader of ``split``'s nodes. Training looks one batch ahead (its rows travel while
     the previous batch computes); evaluation, whose full neighbourhoods can reach most of
-    the graph in one batch, pulls one batch at a time, so its peak memory is one batch's."""
+    the graph in one batch, pulls one batch at a time, so its peak memory is one batch's, and
+    its full layers normalise by the whole graph's degrees where the strategy says so
+    (``LoaderSpec.whole_degrees``): a GCN is scored as it computes on the whole graph."""
     from dgl.dataloading import NeighborSampler
 
     held = isinstance(graph.strategy, HoldsRows) and "feat" in graph.strategy.held_rows
@@ -99,7 +101,8 @@ def _loader(graph: DistGraph, seeds, split: str, spec: LoaderSpec) -> DataLoader
                               prefetch_labels=["label"])  # held rows: read where they are
     return DataLoader(graph, seeds, sampler, batch_size=spec.batch_size,
                       shuffle=spec.shuffle, drop_last=spec.drop_last, seed=spec.seed,
-                      use_prefetch_thread=split == "train")
+                      use_prefetch_thread=split == "train",
+                      whole_degrees=spec.whole_degrees and not graph.is_typed)
 
 
 class Trainer:

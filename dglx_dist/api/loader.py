@@ -90,13 +90,19 @@ class DataLoader:
             each batch trained before the next, as P3's pipeline), so they travel while the
             caller computes; a loop that writes rows it reads later in the same epoch sees
             the next batch's rows as they were before this batch's writes.
+        whole_degrees: dglx_dist's own, not DGL's (a graph without types): the blocks of the
+            layers that take every in-neighbour carry their sources' out-degrees in the whole
+            graph, so a GraphConv model computes on them what it computes on the whole graph
+            (the Trainer's evaluation); by default a block's source counts its edges within
+            the block, as in DGL.
         **kwargs: DGL's worker / UVA / stream options, accepted with a warning.
     """
 
     def __init__(self, graph: DistGraph, indices, graph_sampler, device=None,
                  use_ddp: bool = False, ddp_seed: int = 0, batch_size: int = 1,
                  drop_last: bool = False, shuffle: bool = False,
-                 use_prefetch_thread: bool | None = None, **kwargs):
+                 use_prefetch_thread: bool | None = None, whole_degrees: bool = False,
+                 **kwargs):
         if device is not None:
             kwargs["device"] = device
         seed = int(kwargs.pop("seed", ddp_seed))
@@ -117,15 +123,17 @@ class DataLoader:
         # other loaders here stop, naming both), the ids' check and whether they are the same
         # on every rank, the strategy's setup (the first loader), and the loader's plan
         fields = on_every_rank(session, "DataLoader", lambda: _checked(
-            graph, graph_sampler, batch_size))
+            graph, graph_sampler, batch_size, whole_degrees))
         spec = self.spec = LoaderSpec(batch_size=int(batch_size), shuffle=bool(shuffle),
-                                      drop_last=bool(drop_last), seed=seed, **fields)
+                                      drop_last=bool(drop_last), seed=seed,
+                                      whole_degrees=bool(whole_degrees), **fields)
         pairs = spec.pairs
         drawn = f"fanouts={list(spec.fanouts)}" if spec.draw is None else \
             f"sampler={type(graph_sampler).__name__}"
         drawn += f", {spec.sampling}" if spec.sampling != UNIFORM else ""
         call = (f"DataLoader({'edge' if pairs else 'node'} ids, {drawn}, "
-                f"batch_size={spec.batch_size}, shuffle={spec.shuffle})")
+                f"batch_size={spec.batch_size}, shuffle={spec.shuffle}"
+                f"{', whole_degrees=True' if spec.whole_degrees else ''})")
         same_call(session, call)
         ids, every = self._own_ids(indices, use_ddp, edges=pairs is not None)
         depth = len(spec.fanouts) or implied_layers(graph.strategy) or 2
@@ -142,6 +150,10 @@ class DataLoader:
         plan = on_every_rank(session, "DataLoader",
                              lambda: self.strategy.loader_plan(part_ids, self.spec))
         self._own = plan is not None
+        if spec.whole_degrees and not self._own:
+            raise NotSupportedError(f"{call}: strategy {self.strategy.registered_name!r} "
+                                    f"samples these blocks as DGL does; whole_degrees needs "
+                                    f"a strategy that draws them itself (distdgl, p3)")
         if not self._own and run is not None:  # a strategy's own split, but sampled blocks
             ids, part_ids = run, graph.part_ids(run)
         self.plan = plan if self._own else sampled_plan(session.world, part_ids, self.spec)
@@ -318,9 +330,19 @@ def typed_ids(graph: DistGraph, indices) -> torch.Tensor:
     return torch.cat(out)
 
 
-def _checked(graph: DistGraph, sampler, batch_size) -> dict:
+def _checked(graph: DistGraph, sampler, batch_size, whole_degrees: bool) -> dict:
     """The loader's spec fields of the sampler: its fanouts, for an edge loader its pairs,
     and its draws (options, or a user's sampler); refuses bad arguments."""
+    fields = _sampler_fields(graph, sampler, batch_size)
+    if whole_degrees and (graph.is_typed or "draw" in fields):
+        raise NotSupportedError("DataLoader(whole_degrees=True): blocks of DGL's neighbour "
+                                "samplers on a graph without types only; got "
+                                + ("a graph with types" if graph.is_typed else
+                                   f"{type(sampler).__name__}"))
+    return fields
+
+
+def _sampler_fields(graph: DistGraph, sampler, batch_size) -> dict:
     try:  # an integer of any kind (numpy's, a 0-d tensor's), not 2.5 rounded down
         whole = operator.index(batch_size) if not isinstance(batch_size, bool) else 0
     except TypeError:

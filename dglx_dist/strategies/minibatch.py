@@ -69,13 +69,28 @@ class MiniBatchStrategy(Strategy, FullGraphForm, LinkPrediction, Approximate,
         cfg = self.config
         full = tuple(-1 for _ in cfg.fanouts)
         return (LoaderSpec(tuple(cfg.fanouts), cfg.batch_size, shuffle=True, seed=cfg.seed),
-                LoaderSpec(tuple(cfg.eval_fanouts) or full, cfg.eval_batch_size, seed=cfg.seed))
+                LoaderSpec(tuple(cfg.eval_fanouts) or full, cfg.eval_batch_size, seed=cfg.seed,
+                           whole_degrees=True))
 
     def loader_plan(self, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan:
+        if spec.whole_degrees:
+            self.whole_out_degree()  # collective: every rank builds the loader
         return sampled_plan(self.session.world, ids, spec)
 
     def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int) -> Iterator[Step]:
-        return sampled_epoch(self.sampler, self.session.rank, plan, spec, epoch)
+        steps = sampled_epoch(self.sampler, self.session.rank, plan, spec, epoch)
+        if not spec.whole_degrees:
+            return steps
+        deg = self.whole_out_degree()  # known since the loader's plan
+        full = [i for i, fanout in enumerate(spec.fanouts) if fanout == -1]
+
+        def stamped(step: Step) -> Step:
+            for i in full:  # every in-edge of the block's destinations: exact whole degrees
+                block = step.blocks[i]
+                block.srcdata[OUT_DEGREE] = deg.index_select(0, block.srcdata[dgl.NID])
+            return step
+
+        return map(stamped, steps)
 
     def local_nodes(self) -> torch.Tensor:
         return split_ids(self, torch.arange(self.num_nodes), self.pdir, self.session)
@@ -84,11 +99,18 @@ class MiniBatchStrategy(Strategy, FullGraphForm, LinkPrediction, Approximate,
         cached = getattr(self, "_full_graph", None)
         if cached is None or len(cached) != num_layers:
             cached = Blocks(self.sampler.sample_blocks(self.local_nodes(), (-1,) * num_layers))
-            deg = self.out_degree = self._out_degree()  # the blocks hold a share of them
+            deg = self.whole_out_degree()  # the blocks hold a share of them
             for block in cached:
                 block.srcdata[OUT_DEGREE] = deg.index_select(0, block.srcdata[dgl.NID])
             self._full_graph = cached
         return cached, self._input_rows(cached[0].srcdata[dgl.NID])
+
+    def whole_out_degree(self) -> torch.Tensor:
+        """Every node's out-degree in the whole graph, by partitioned id (collective the
+        first time)."""
+        if getattr(self, "out_degree", None) is None:
+            self.out_degree = self._out_degree()
+        return self.out_degree
 
     def _out_degree(self) -> torch.Tensor:
         """Every node's out-degree in the whole graph (collective): each part's edges, which

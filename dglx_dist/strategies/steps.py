@@ -185,6 +185,11 @@ class LoaderSpec:
         draw: a user's own sampler: ``draw(sampler, seeds)`` is the blocks it draws for
             ``seeds`` through the strategy's sampler (None: the fanouts say; see
             :class:`~dglx_dist.api.sampling_graph.UserSampler`).
+        whole_degrees: the layers that take every in-neighbour (fanout -1) carry their
+            sources' out-degrees in the whole graph (``srcdata[OUT_DEGREE]``), so a conv that
+            normalises by source degrees (GraphConv) computes what it computes on the whole
+            graph rather than on the block (the Trainer's evaluation; DGL's blocks, and so
+            this package's by default, count a source's edges within the block).
     """
 
     fanouts: tuple[int, ...] | tuple[tuple[int, ...], ...]
@@ -195,6 +200,7 @@ class LoaderSpec:
     pairs: "PairMaker | None" = None
     sampling: SampleOptions = UNIFORM
     draw: "Drawer | None" = None
+    whole_degrees: bool = False
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -114,10 +114,14 @@ class P3FirstLayer(ConvWrapper):
         server / cross: this rank's server group and the ranks with its local index, which
             share the layer (cross None: each server's ranks share it among themselves, each
             server holding every column).
+        out_degree: every node's out-degree in the whole graph (called when a block's
+            sources carry theirs: the full-graph form and whole-degree loaders, where the
+            strategy has computed them already).
     """
 
     def __init__(self, conv: nn.Module, adapter: ConvAdapter, cols: torch.Tensor,
-                 feat: torch.Tensor, server: Comm, cross: Comm | None):
+                 feat: torch.Tensor, server: Comm, cross: Comm | None,
+                 out_degree: Callable[[], torch.Tensor]):
         super().__init__()
         lins = adapter.input_linears(conv)
         self.weights = nn.ParameterList(
@@ -131,7 +135,7 @@ class P3FirstLayer(ConvWrapper):
         self._trained: list[_InFlight] = []  # forward done, gradient not yet sent
         self._returning: list[_InFlight] = []  # gradient on its way back
         self.deferred: list[torch.Tensor] | None = None  # slice gradients to apply
-        self.out_degree: torch.Tensor | None = None  # the whole graph's (full-graph form)
+        self.out_degree = out_degree
 
     def _partials(self, block: dgl.DGLGraph, weights: list[torch.Tensor],
                   host: dgl.DGLGraph | None = None, edge_weight: torch.Tensor | None = None):
@@ -161,7 +165,7 @@ class P3FirstLayer(ConvWrapper):
         rows = rows_at(self.feat, ids, pin=device.type == "cuda")
         if whole:
             scale = self.adapter.degree_source_scale(self.conv, block,
-                                                     self.out_degree.index_select(0, ids))
+                                                     self.out_degree().index_select(0, ids))
             rows = rows if scale is None else rows * scale
         return rows.to(device, non_blocking=True)
 

@@ -190,7 +190,8 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, StepsInTurn, Shar
             self._row_normalize()
         # layer-1 exchanges use the server and cross groups, never DDP's (the world group)
         layer = P3FirstLayer(conv, adapter, self.cols, self.feat, self.session.server,
-                             None if self.cache.features else self.session.cross)
+                             None if self.cache.features else self.session.cross,
+                             self.whole_out_degree)
         parent, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, child, layer)
         self._layer, self._slices = layer, list(layer.weights)
@@ -257,11 +258,6 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, StepsInTurn, Shar
         owner = torch.as_tensor(pdir.book.owner(ids))
         owned = [ids[owner == r] for r in range(session.world_size)]
         return owner_balanced_chunks(owned)[session.rank].sort().values
-
-    def full_graph_step(self, num_layers: int, index: int):
-        step = super().full_graph_step(num_layers, index)
-        self._layer.out_degree = self.out_degree  # layer 1 normalises by them too
-        return step
 
     def local_rows(self, name: str, ids: torch.Tensor):
         if self.typed is not None:
