@@ -16,7 +16,7 @@ from dglx_dist.api.metrics import PhaseTimer
 from dglx_dist.bench.dgl_distdgl import epoch_bytes, sent_bytes
 from dglx_dist.memory import peak_rss_bytes
 
-__all__ = ["NodeJob", "evaluate", "node_job", "train_epoch", "train_nodes"]
+__all__ = ["NodeJob", "evaluate", "node_job", "train_epoch", "train_nodes", "whole_degree_hooks"]
 
 
 def timed_step(timer: PhaseTimer, model, blocks, x, y, opts) -> float:
@@ -82,7 +82,9 @@ def train_epoch(job: NodeJob) -> tuple[float, int, float, dict[str, float]]:
 
 
 def evaluate(g, job: NodeJob, nids, fanouts, batch_size: int) -> tuple[int, int]:
-    """Correct predictions and count on ``nids`` (full neighborhoods unless ``fanouts``)."""
+    """Correct predictions and count on ``nids`` (full neighborhoods unless ``fanouts``),
+    each full layer's GraphConv normalised by its sources' out-degrees in the whole graph
+    (:func:`whole_degree_hooks`), as ``dglx train`` and single-process DGL score."""
     import dgl
     import torch
 
@@ -91,6 +93,7 @@ def evaluate(g, job: NodeJob, nids, fanouts, batch_size: int) -> tuple[int, int]
                dgl.dataloading.MultiLayerFullNeighborSampler(len(model.layers)))
     loader = dgl.dataloading.DistNodeDataLoader(g, nids, sampler, batch_size=batch_size,
                                                 shuffle=False, drop_last=False)
+    hooks = whole_degree_hooks(g, model, fanouts)
     model.eval()
     correct = total = 0
     with torch.no_grad():
@@ -100,7 +103,40 @@ def evaluate(g, job: NodeJob, nids, fanouts, batch_size: int) -> tuple[int, int]
             correct += int((pred == y).sum())
             total += y.numel()
     model.train()
+    for hook in hooks:
+        hook.remove()
     return correct, total
+
+
+def whole_degree_hooks(g, model, fanouts) -> list:
+    """On a graph without types, forward pre-hooks on the model's layers that take every
+    in-neighbour (``fanouts`` empty or -1) scaling their source rows so that a GraphConv
+    normalises by the sources' out-degrees in the whole graph (DistDGL's ``g.out_degrees``)
+    rather than within the block; the handles, to remove."""
+    from dglx_dist.convs import adapter_for
+    from dglx_dist.errors import InvalidValueError
+
+    if len(g.ntypes) > 1:
+        return []
+    hooks = []
+    for i, conv in enumerate(model.layers):
+        try:
+            adapter = adapter_for(conv)
+        except InvalidValueError:  # not a conv this package knows: left as DGL computes it
+            continue
+        if fanouts and fanouts[i] != -1:
+            continue
+
+        def scaled(module, args, adapter=adapter):
+            import dgl
+
+            block, x = args[0], args[1]
+            degree = g.out_degrees(block.srcdata[dgl.NID]).double()
+            scale = adapter.degree_source_scale(module, block, degree)
+            return None if scale is None else (block, x * scale, *args[2:])
+
+        hooks.append(conv.register_forward_pre_hook(scaled))
+    return hooks
 
 
 def node_job(args: argparse.Namespace, g, masks: tuple[str, ...]) -> NodeJob:
