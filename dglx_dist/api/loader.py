@@ -330,7 +330,7 @@ def typed_ids(graph: DistGraph, indices) -> torch.Tensor:
     return torch.cat(out)
 
 
-def _checked(graph: DistGraph, sampler, batch_size, whole_degrees: bool) -> dict:
+def _checked(graph: DistGraph, sampler, batch_size, whole_degrees: bool = False) -> dict:
     """The loader's spec fields of the sampler: its fanouts, for an edge loader its pairs,
     and its draws (options, or a user's sampler); refuses bad arguments."""
     fields = _sampler_fields(graph, sampler, batch_size)

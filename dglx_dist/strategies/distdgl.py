@@ -15,6 +15,10 @@
 * ``cache_mb``: each server keeps copies of the other servers' feature rows its ranks pulled
   most often in the first epoch, in that budget, and later pulls read them there (exact:
   :mod:`dglx_dist.kvstore.cache`; not in DistDGL, which pulls every remote row every step).
+* ``seed_mixing``: each epoch that share of every rank's training seeds is pooled and dealt
+  at random over all ranks (:func:`traded_seeds`), so a batch mixes other servers' seeds
+  with the rank's own (more remote sampling and rows); 0 (the default, chosen by
+  docs/benchmarks.md's numbers) keeps DistDGL's split.
 * Synchronous SGD: the model is wrapped in DDP (its C++ all-reduce overlaps with backward and
   waits at most the job's timeout); its bytes are accounted to the comm layer's counters.
 * On GPUs: the model (DDP with the rank's device), the steps' blocks and
@@ -46,7 +50,7 @@ from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, 
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
 from dglx_dist.strategies.steps import LoaderPlan, LoaderSpec, Step
 
-__all__ = ["DistDGLStrategy"]
+__all__ = ["DistDGLStrategy", "traded_seeds"]
 
 
 @STRATEGIES.register("distdgl")
@@ -76,6 +80,12 @@ class DistDGLStrategy(MiniBatchStrategy, MemoryModelled, TypedGraphs, DrawsSubgr
                                              "together, each row once (fewer bytes, two more "
                                              "exchanges within the server per step); false: "
                                              "each rank asks alone, as DistDGL's trainers do."})
+        seed_mixing: float = dataclasses.field(
+            default=0.0, metadata={"help": "Share of every rank's training seeds pooled and "
+                                           "dealt at random over all ranks each epoch (1: "
+                                           "batches drawn from the whole training set, as "
+                                           "one process draws them); 0: DistDGL's split.",
+                                   "bounds": Bounds(0, 1)})
 
     def partition_spec(self, topology: Topology) -> PartitionSpec:
         return PartitionSpec("metis", topology.num_servers, {"balance": list(self.config.balance)},
@@ -112,7 +122,21 @@ class DistDGLStrategy(MiniBatchStrategy, MemoryModelled, TypedGraphs, DrawsSubgr
                                  pdir.types.has_edge_data),
                 TypeIds.of(pdir), pdir.types.canonical_etypes)
 
+    def loader_plan(self, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan:
+        plan = super().loader_plan(ids, spec)
+        if not self._mixes(spec):
+            return plan
+        return LoaderPlan(plan.steps, self.session.world.all_gather_v(ids))  # every rank's
+
+    def _mixes(self, spec: LoaderSpec) -> bool:
+        """Whether a loader's seeds are traded: a shuffled node loader's, with mixing on."""
+        return bool(self.config.seed_mixing) and spec.shuffle and spec.pairs is None
+
     def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int) -> Iterator[Step]:
+        if self._mixes(spec):
+            mine = traded_seeds(plan.data, self.session.rank, self.config.seed_mixing,
+                                spec.seed * 1_000_003 + epoch)
+            plan = LoaderPlan(plan.steps, mine)
         yield from super().loader_epoch(plan, spec, epoch)
         if self.config.cache_mb:  # every rank has taken the epoch's steps and has their
             self.store.fill_cache()  # rows: the first whole epoch's counts fill the cache
@@ -134,3 +158,22 @@ class DistDGLStrategy(MiniBatchStrategy, MemoryModelled, TypedGraphs, DrawsSubgr
 
     def _input_rows(self, ids: torch.Tensor) -> torch.Tensor:
         return self.store.pull("feat", ids, dedup=False)  # unique ids
+
+
+def traded_seeds(everyone: list[torch.Tensor], rank: int, share: float,
+                 seed: int) -> torch.Tensor:
+    """Rank ``rank``'s seeds for an epoch when ``share`` of every rank's seeds (``everyone``,
+    in rank order) is traded: each rank gives a random ``share`` of its seeds to a pool, the
+    pool is shuffled and each rank takes back as many as it gave, so every rank keeps its
+    count (and the loader its steps). Every rank draws the same with the same ``seed``."""
+    gen = torch.Generator().manual_seed(seed)
+    kept, given = [], []
+    for ids in everyone:
+        order = ids[torch.randperm(ids.numel(), generator=gen)]
+        k = round(share * ids.numel())
+        given.append(order[:k])
+        kept.append(order[k:])
+    pool = torch.cat(given)
+    pool = pool[torch.randperm(pool.numel(), generator=gen)]
+    back = torch.split(pool, [g.numel() for g in given])
+    return torch.cat([kept[rank], back[rank]]).sort().values
