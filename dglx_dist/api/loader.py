@@ -127,13 +127,7 @@ class DataLoader:
         spec = self.spec = LoaderSpec(batch_size=int(batch_size), shuffle=bool(shuffle),
                                       drop_last=bool(drop_last), seed=seed,
                                       whole_degrees=bool(whole_degrees), **fields)
-        pairs = spec.pairs
-        drawn = f"fanouts={list(spec.fanouts)}" if spec.draw is None else \
-            f"sampler={type(graph_sampler).__name__}"
-        drawn += f", {spec.sampling}" if spec.sampling != UNIFORM else ""
-        call = (f"DataLoader({'edge' if pairs else 'node'} ids, {drawn}, "
-                f"batch_size={spec.batch_size}, shuffle={spec.shuffle}"
-                f"{', whole_degrees=True' if spec.whole_degrees else ''})")
+        pairs, call = spec.pairs, _signature(spec, graph_sampler)
         same_call(session, call)
         ids, every = self._own_ids(indices, use_ddp, edges=pairs is not None)
         depth = len(spec.fanouts) or implied_layers(graph.strategy) or 2
@@ -328,6 +322,16 @@ def typed_ids(graph: DistGraph, indices) -> torch.Tensor:
         space = graph.space(ntype)
         out.append(space.check(ids, "DataLoader") + space.hom_offset)
     return torch.cat(out)
+
+
+def _signature(spec: LoaderSpec, sampler) -> str:
+    """The loader's call as ranks compare it and errors name it."""
+    drawn = f"fanouts={list(spec.fanouts)}" if spec.draw is None else \
+        f"sampler={type(sampler).__name__}"
+    drawn += f", {spec.sampling}" if spec.sampling != UNIFORM else ""
+    return (f"DataLoader({'edge' if spec.pairs else 'node'} ids, {drawn}, "
+            f"batch_size={spec.batch_size}, shuffle={spec.shuffle}"
+            f"{', whole_degrees=True' if spec.whole_degrees else ''})")
 
 
 def _checked(graph: DistGraph, sampler, batch_size, whole_degrees: bool = False) -> dict:
