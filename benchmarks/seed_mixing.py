@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shutil
 import statistics
 import subprocess
 import sys
@@ -41,7 +40,6 @@ def _bench(args: argparse.Namespace, seed: int, systems: str, share: float) -> l
     for row in rows:
         row["seed"], row["label"] = seed, row["system"] if row["system"] != "distdgl" else \
             f"distdgl seed_mixing={share:g}"
-    shutil.copy(out / "results.jsonl", out / f"results-seed{seed}-share{share:g}.jsonl")
     return rows
 
 
