@@ -43,10 +43,10 @@ def _bench(args: argparse.Namespace, seed: int, systems: str, share: float) -> l
     return rows
 
 
-def _median(values: list) -> str:
+def _median(values: list, none: str = "not reached") -> str:
     values = [v for v in values if isinstance(v, (int, float))]
     if not values:
-        return "not reached"
+        return none
     med = statistics.median(values)
     return f"{med:.4g} ({min(values):.4g}..{max(values):.4g})" if len(values) > 1 else \
         f"{med:.4g}"
@@ -56,7 +56,7 @@ def table(rows: list[dict], epochs: int) -> str:
     """The markdown table of ``rows`` (medians over seeds per system)."""
     labels = list(dict.fromkeys(r["label"] for r in rows))
     head = ["system", "val_acc (final)", *[f"val after epoch {e}" for e in range(epochs)],
-            "time_to_accuracy", "epoch_time", "bytes_inter", "reached"]
+            "time_to_accuracy", "epoch_time", "bytes_inter (MB)", "reached"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label in labels:
         mine = [r for r in rows if r["label"] == label]
@@ -65,7 +65,9 @@ def table(rows: list[dict], epochs: int) -> str:
                  *[_median([r["val_acc_per_epoch"][e] for r in mine]) for e in range(epochs)],
                  _median([r.get("time_to_accuracy") for r in mine]),
                  _median([r["epoch_time"] for r in mine]),
-                 _median([r.get("bytes_inter") for r in mine]), f"{reached}/{len(mine)}"]
+                 _median([r["bytes_inter"] / 1e6 for r in mine if r.get("bytes_inter")
+                          is not None], "not counted"),
+                 f"{reached}/{len(mine)}"]
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 
