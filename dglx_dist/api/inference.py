@@ -17,6 +17,7 @@ from dglx_dist.api.tensor import DistTensor
 from dglx_dist.data.atomic import DirKind, check_target
 from dglx_dist.data.owned import read_record, remove_recorded, write_record
 from dglx_dist.runtime.agree import on_every_rank
+from dglx_dist.strategies.abilities import DrawsBlocks
 
 __all__ = ["inference", "export_parquet"]
 
@@ -34,12 +35,16 @@ def inference(model: DistModel, g: DistGraph, nodes=None, batch_size: int = 4096
     Args:
         model: what :func:`~dglx_dist.api.parallelize` returned.
         nodes: a boolean mask or ids, the same on every rank (default: every node).
-        batch_size: output nodes per step.
+        batch_size: output nodes per step; under a strategy whose steps are full-graph
+            forwards (granndis, fullgraph, dorylus: each computes every node), one step of
+            each rank's nodes, as their Trainer evaluates.
         key: the input node data.
     """
     from dgl.dataloading import MultiLayerFullNeighborSampler
 
     nodes = torch.arange(g.num_nodes()) if nodes is None else nodes
+    if not isinstance(g.strategy, DrawsBlocks):  # full-graph steps: more would repeat the work
+        batch_size = max(batch_size, g.num_nodes())  # (and granndis's co-batches are one)
     loader = DataLoader(g, node_split(nodes, g),
                         MultiLayerFullNeighborSampler(model._num_layers), batch_size=batch_size)
     was_training = model.training

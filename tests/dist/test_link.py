@@ -108,7 +108,8 @@ def _exact_step(g, reverse, exclude):
                         "pos": [nid[t].tolist() for t in pair.edges()],
                         "neg": [nid[t].tolist() for t in neg.edges()]})
     cols = g.strategy.cols.tolist() if hasattr(g.strategy, "cols") else None  # p3's columns
-    embeddings = dglx_dist.inference(model, g)[PROBE].tolist()  # after the step
+    # after the step; batches smaller than a rank's nodes (full-graph strategies take one)
+    embeddings = dglx_dist.inference(model, g, batch_size=500)[PROBE].tolist()
     return batches, {k: v.tolist() for k, v in model.module.state_dict().items()}, cols, \
         embeddings
 
