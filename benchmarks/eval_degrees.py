@@ -21,24 +21,15 @@ import dgl
 import torch
 import torch.nn.functional as F
 
-from dglx_dist.convs import adapter_for
+from dglx_dist.bench.dgl_distdgl_nodes import whole_degree_hooks
 from dglx_dist.data import read_dataset, to_dgl
 from dglx_dist.models import MODELS
 
 
 def _scores(model, g, val, batch: int, whole: bool) -> float:
     """Validation accuracy on full-neighbour blocks of ``batch`` nodes (``whole``: sources
-    rescaled to the whole graph's out-degrees, as the router of ``parallelize`` does)."""
-    hooks = []
-    if whole:
-        degree = g.out_degrees().double()
-        for conv in model.layers:
-            def scaled(module, args):
-                block, x = args[0], args[1]
-                scale = adapter_for(module).degree_source_scale(
-                    module, block, degree[block.srcdata[dgl.NID]])
-                return block, x * scale
-            hooks.append(conv.register_forward_pre_hook(scaled))
+    rescaled to the whole graph's out-degrees, as ``dglx bench`` scores DGL's DistDGL)."""
+    hooks = whole_degree_hooks(g, model, []) if whole else []
     loader = dgl.dataloading.DataLoader(g, val, dgl.dataloading.MultiLayerFullNeighborSampler(
         len(model.layers)), batch_size=batch)
     right = 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 from typing import Iterator
 
 import dgl
@@ -74,23 +75,21 @@ class MiniBatchStrategy(Strategy, FullGraphForm, LinkPrediction, Approximate,
 
     def loader_plan(self, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan:
         if spec.whole_degrees:
-            self.whole_out_degree()  # collective: every rank builds the loader
+            self.out_degree  # collective the first time: every rank builds the loader
         return sampled_plan(self.session.world, ids, spec)
 
     def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int) -> Iterator[Step]:
         steps = sampled_epoch(self.sampler, self.session.rank, plan, spec, epoch)
         if not spec.whole_degrees:
             return steps
-        deg = self.whole_out_degree()  # known since the loader's plan
         full = [i for i, fanout in enumerate(spec.fanouts) if fanout == -1]
 
-        def stamped(step: Step) -> Step:
-            for i in full:  # every in-edge of the block's destinations: exact whole degrees
-                block = step.blocks[i]
-                block.srcdata[OUT_DEGREE] = deg.index_select(0, block.srcdata[dgl.NID])
-            return step
+        def stamped() -> Iterator[Step]:
+            for step in steps:  # every in-edge of a full block's destinations is in it:
+                self._stamp_degrees(step.blocks, full)  # the whole degrees are exact
+                yield step
 
-        return map(stamped, steps)
+        return stamped()
 
     def local_nodes(self) -> torch.Tensor:
         return split_ids(self, torch.arange(self.num_nodes), self.pdir, self.session)
@@ -99,23 +98,23 @@ class MiniBatchStrategy(Strategy, FullGraphForm, LinkPrediction, Approximate,
         cached = getattr(self, "_full_graph", None)
         if cached is None or len(cached) != num_layers:
             cached = Blocks(self.sampler.sample_blocks(self.local_nodes(), (-1,) * num_layers))
-            deg = self.whole_out_degree()  # the blocks hold a share of them
-            for block in cached:
-                block.srcdata[OUT_DEGREE] = deg.index_select(0, block.srcdata[dgl.NID])
+            self._stamp_degrees(cached, range(num_layers))  # they hold a share of the edges
             self._full_graph = cached
         return cached, self._input_rows(cached[0].srcdata[dgl.NID])
 
-    def whole_out_degree(self) -> torch.Tensor:
-        """Every node's out-degree in the whole graph, by partitioned id (collective the
-        first time)."""
-        if getattr(self, "out_degree", None) is None:
-            self.out_degree = self._out_degree()
-        return self.out_degree
+    def _stamp_degrees(self, blocks, layers) -> None:
+        """Gives ``blocks[i]`` for ``i`` in ``layers`` their sources' out-degrees in the whole
+        graph (``srcdata[OUT_DEGREE]``: ``parallelize`` rescales the rows a conv normalises)."""
+        for i in layers:
+            blocks[i].srcdata[OUT_DEGREE] = self.out_degree.index_select(
+                0, blocks[i].srcdata[dgl.NID])
 
-    def _out_degree(self) -> torch.Tensor:
-        """Every node's out-degree in the whole graph (collective): each part's edges, which
-        are the in-edges of its own nodes, counted once."""
+    @functools.cached_property
+    def out_degree(self) -> torch.Tensor:
+        """Every node's out-degree in the whole graph, by partitioned id (collective, on first
+        use): each part's edges, which are the in-edges of its own nodes, counted once."""
         session, per_rank = self.session, self.pdir.num_parts == self.session.world_size
-        part = self.pdir.load_part(session.rank if per_rank else session.server_id)
+        part = self.pdir.load_part(session.rank if per_rank else session.server_id,
+                                   features=False)  # the structure is what is counted
         deg = torch.from_numpy(part.source_counts(self.num_nodes)).double()
         return (session.world if per_rank else session.cross).all_reduce(deg)

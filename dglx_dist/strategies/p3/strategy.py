@@ -191,7 +191,7 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, StepsInTurn, Shar
         # layer-1 exchanges use the server and cross groups, never DDP's (the world group)
         layer = P3FirstLayer(conv, adapter, self.cols, self.feat, self.session.server,
                              None if self.cache.features else self.session.cross,
-                             self.whole_out_degree)
+                             lambda: self.out_degree)
         parent, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, child, layer)
         self._layer, self._slices = layer, list(layer.weights)
