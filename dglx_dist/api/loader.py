@@ -218,18 +218,18 @@ class DataLoader:
         its rows are on their way, so they travel while the caller computes this one and
         while the step after is sampled (the store's pulls have groups of their own, so the
         sampler's exchanges do not wait for them)."""
-        step = next(steps, None)
-        finish = self._start_prefetch(step) if step is not None else None
+        start = lambda step: None if step is None else self._start_prefetch(step)  # noqa: E731
+        finish = start(next(steps, None))
         while finish is not None:
             ready = finish()  # starts the pull of the rows the loop reads itself, which
-            following = next(steps, None)  # travel while the step after is sampled
-            finish = self._start_prefetch(following) if following is not None else None
+            finish = start(next(steps, None))  # travel while the step after is sampled
             try:
                 yield ready
-            except GeneratorExit:  # the caller left the loop: the rows under way still arrive
-                if finish is not None:
-                    finish()
-                self.graph.step_rows.settle()
+            except GeneratorExit:  # the caller left the loop: the rows under way still
+                if self.graph.session.is_open:  # arrive (not at exit: the session went first)
+                    if finish is not None:
+                        finish()
+                    self.graph.step_rows.settle()
                 raise
 
     def _start_prefetch(self, step: Step | EdgeStep) -> Callable[[], Step | EdgeStep]:

@@ -160,6 +160,11 @@ class Session:
         return comm
 
     @property
+    def is_open(self) -> bool:
+        """Whether the session is up: not shut down yet (at exit, or by :meth:`shutdown`)."""
+        return self._store is not None
+
+    @property
     def failure(self) -> PeerError | None:
         """The first failure of any of this session's communicators, None while the job is
         healthy: a job that failed on one group does not wait out a timeout on another."""

@@ -115,7 +115,8 @@ def _first_jobs(root: Path) -> dict:
 
 def _then_jobs(root: Path) -> dict:
     """The ports of DGL's DistDGL-API scripts on the partitions the first jobs wrote, 2
-    processes as 2 virtual servers each; and a script with a bad argument."""
+    processes as 2 virtual servers each; a script with a bad argument, and one that holds a
+    loader's iterator to the end."""
     (root / "bad.py").write_text(BAD_INPUT)
     cora, mag = root / "cora" / "p2" / "cora.json", root / "mag" / "p2" / "mag.json"
     rgcn = ["--part-config", str(mag), "--epochs", "5"]
@@ -123,10 +124,12 @@ def _then_jobs(root: Path) -> dict:
             "distdgl_rgcn": [str(EXAMPLES / "distdgl_rgcn.py"), *rgcn],
             "rgcn_p3": ["-m", "dglx_dist.run", "--strategy", "p3",
                         str(EXAMPLES / "dgl" / "distdgl_rgcn.py"), *rgcn]}
-    *ports, port = distinct_ports(len(runs) + 1)
+    (root / "left.py").write_text(LEFT_ITERATOR)
+    *ports, bad, left = distinct_ports(len(runs) + 2)
     jobs = {name: _torchrun(2, args, _fresh(root, name), p, DGLX_VIRTUAL_SERVERS="2")
             for (name, args), p in zip(runs.items(), ports)}
-    jobs["bad"] = _torchrun(2, [str(root / "bad.py")], root, port)
+    jobs["bad"] = _torchrun(2, [str(root / "bad.py")], root, bad)
+    jobs["left"] = _torchrun(2, [str(root / "left.py")], root, left, DGLX_VIRTUAL_SERVERS="2")
     return jobs
 
 
@@ -271,6 +274,32 @@ def test_bad_input_is_one_line_not_a_traceback_per_rank(launched):
     root = r.stderr.split("Root Cause")[-1]
     assert "traceback : dglx_dist error on rank 1: InvalidValueError" in root, r.stderr[-5000:]
     assert f'File "{r.args[-1]}"' not in r.stderr, r.stderr[-3000:]  # no rank's traceback
+
+
+LEFT_ITERATOR = """
+import dglx_dist
+from dglx_dist.data import CoraGraphDataset
+
+g = dglx_dist.distribute(CoraGraphDataset()[0], "distdgl")
+ids = dglx_dist.node_split(g.ndata["train_mask"], g)
+batches = iter(dglx_dist.DataLoader(g, ids, dglx_dist.NeighborSampler([2, 2]), batch_size=16))
+for _ in range(2):  # from the second step on, the loader pulls the rows the loop reads
+    input_nodes, output_nodes, blocks = next(batches)
+    g.ndata["feat"][input_nodes]
+print("left with the next step's rows under way")
+"""
+
+
+def test_an_iterator_held_to_the_end_exits_quietly(launched):
+    """A script that stops taking steps while the next step's rows are under way and holds
+    the iterator until it exits: exit 0, nothing on stderr about it. (Python closes such a
+    generator at exit, after the session's shutdown, in a half torn-down interpreter; it
+    used to finish the pull then, and printed "Exception ignored in: <generator ...>" with a
+    TypeError on every rank.)"""
+    r = _ok(launched["left"])
+    assert "rows under way" in r and "Exception ignored" not in launched["left"].stderr, \
+        launched["left"].stderr[-3000:]
+    assert "Traceback" not in launched["left"].stderr, launched["left"].stderr[-3000:]
 
 
 @pytest.fixture(scope="module")
