@@ -124,6 +124,8 @@ class TaskConfig(_Section):
                                            "default all)", bounds=_POSITIVE)
     eval_negatives: int = option(100, "--task link: uniform negatives each held-out pair is "
                                       "ranked against", bounds=_POSITIVE, cli=False)
+    eval_pairs: int | None = option(None, "--task link: rank N of the held-out pairs (a seeded "
+                                          "random choice; default all)", bounds=_POSITIVE)
 
 
 @dataclasses.dataclass(frozen=True)

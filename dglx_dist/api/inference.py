@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from dglx_dist.api.split import node_split
 from dglx_dist.api.tensor import DistTensor
 from dglx_dist.data.atomic import DirKind, check_target
 from dglx_dist.data.owned import read_record, remove_recorded, write_record
+from dglx_dist.errors import InvalidValueError, NotSupportedError
 from dglx_dist.runtime.agree import on_every_rank
 from dglx_dist.strategies.abilities import DrawsBlocks
 
@@ -24,9 +26,10 @@ __all__ = ["inference", "export_parquet"]
 
 @torch.no_grad()
 def inference(model: DistModel, g: DistGraph, nodes=None, batch_size: int = 4096,
-              key: str = "feat") -> DistTensor:
+              key: str = "feat", fanouts: Sequence[int] | None = None) -> DistTensor:
     """The model's outputs (logits, or embeddings for a model that returns them) for
-    ``nodes`` with full neighbourhoods, in eval mode, through the strategy (collective).
+    ``nodes`` with full neighbourhoods (or ``fanouts``), in eval mode, through the strategy
+    (collective).
 
     Each rank computes its share (:func:`~dglx_dist.api.node_split`) and writes it into a
     :class:`~dglx_dist.api.DistTensor` of one row per node (rows of other nodes stay zero), so
@@ -39,14 +42,25 @@ def inference(model: DistModel, g: DistGraph, nodes=None, batch_size: int = 4096
             forwards (granndis, fullgraph, dorylus: each computes every node), one step of
             each rank's nodes, as their Trainer evaluates.
         key: the input node data.
+        fanouts: sampled neighbours per layer, input layer first (DGL's ``NeighborSampler``),
+            for graphs whose full neighbourhoods are too large to gather; None: full
+            neighbourhoods.
     """
-    from dgl.dataloading import MultiLayerFullNeighborSampler
+    from dgl.dataloading import MultiLayerFullNeighborSampler, NeighborSampler
 
     nodes = torch.arange(g.num_nodes()) if nodes is None else nodes
     if not isinstance(g.strategy, DrawsBlocks):  # full-graph steps: more would repeat the work
         batch_size = max(batch_size, g.num_nodes())  # (and granndis's co-batches are one)
-    loader = DataLoader(g, node_split(nodes, g),
-                        MultiLayerFullNeighborSampler(model._num_layers), batch_size=batch_size)
+    if fanouts is not None and not isinstance(g.strategy, DrawsBlocks):
+        raise NotSupportedError(f"inference: fanouts under {g.strategy.registered_name}: its "
+                                f"steps are full-graph forwards over every neighbour; leave "
+                                f"fanouts out")
+    if fanouts is not None and len(fanouts) != model._num_layers:
+        raise InvalidValueError(f"inference: fanouts {list(fanouts)} has {len(fanouts)} "
+                                f"entries; the model has {model._num_layers} layers, one each")
+    sampler = (MultiLayerFullNeighborSampler(model._num_layers) if fanouts is None else
+               NeighborSampler(list(fanouts)))
+    loader = DataLoader(g, node_split(nodes, g), sampler, batch_size=batch_size)
     was_training = model.training
     model.eval()
     out: DistTensor | None = None

@@ -13,9 +13,10 @@ protocol as ``dglx train --task link`` (:mod:`dglx_dist.tasks.link`), run throug
   ``DistGraph.sample_neighbors`` takes ``exclude_edges`` and ignores it
   (``dgl/distributed/dist_graph.py``), so DGL's blocks keep the batch's edges; ours leave
   them out.
-* evaluation: every trainer computes its nodes' embeddings with full neighbourhoods into a
-  ``DistTensor``; each scores its share of the held-out pairs against the same negatives
-  ``dglx train`` draws (original ids, mapped to DGL's), and every trainer's scores are
+* evaluation: the held-out pairs and negatives ``dglx train`` ranks
+  (:func:`~dglx_dist.tasks.link.heldout`, original ids mapped to DGL's); the trainers compute
+  the embeddings of the nodes they name (full neighbourhoods, or ``--eval-fanouts``) into a
+  ``DistTensor``, each scores its share of the pairs, and every trainer's scores are
   gathered for :func:`~dglx_dist.api.metrics.ranking_from_scores`.
 """
 from __future__ import annotations
@@ -97,18 +98,21 @@ def _epoch(g, loader, model, opt) -> tuple[float, int, float, dict[str, float]]:
     return wall, steps, total / max(steps, 1), timer.finish(wall)
 
 
-def _embeddings(g, model, layers: int, hidden: int, name: str):
-    """Every node's output row with full neighbourhoods, in a DistTensor (collective)."""
+def _embeddings(g, model, nodes, fanouts: list[int], layers: int, hidden: int, name: str):
+    """The output rows of ``nodes`` (DGL's ids) with ``fanouts`` (empty: full
+    neighbourhoods), in a DistTensor (collective)."""
     import dgl
     import torch
     import torch.distributed as dist
 
     emb = dgl.distributed.DistTensor((g.num_nodes(), hidden), torch.float32, name=name)
-    mine = dgl.distributed.node_split(torch.ones(g.num_nodes(), dtype=torch.bool),
-                                      g.get_partition_book(), force_even=True)
-    loader = dgl.dataloading.DistNodeDataLoader(
-        g, mine, dgl.dataloading.MultiLayerFullNeighborSampler(layers), batch_size=4096,
-        shuffle=False, drop_last=False)
+    wanted = torch.zeros(g.num_nodes(), dtype=torch.bool)
+    wanted[nodes] = True
+    mine = dgl.distributed.node_split(wanted, g.get_partition_book(), force_even=True)
+    sampler = (dgl.dataloading.NeighborSampler(fanouts) if fanouts else
+               dgl.dataloading.MultiLayerFullNeighborSampler(layers))
+    loader = dgl.dataloading.DistNodeDataLoader(g, mine, sampler, batch_size=4096,
+                                                shuffle=False, drop_last=False)
     model.eval()
     with torch.no_grad():
         for input_nodes, seeds, blocks in loader:
@@ -118,24 +122,25 @@ def _embeddings(g, model, layers: int, hidden: int, name: str):
     return emb
 
 
-def _evaluate(g, model, arrays, which: str, config, seed: int, layers: int, hidden: int,
-              epoch: int) -> dict[str, float]:
-    """Ranking metrics of the held-out pairs ``which`` (val, test) against the negatives
-    ``dglx train --task link`` draws for them (after ``epoch``)."""
+def _evaluate(g, model, arrays, which: str, args, seed: int, epoch: int) -> dict[str, float]:
+    """Ranking metrics of the held-out pairs ``which`` (val, test) that ``dglx train --task
+    link`` ranks with ``seed`` (:func:`~dglx_dist.tasks.link.heldout`), after ``epoch``."""
     import torch
     import torch.distributed as dist
 
     from dglx_dist.api.metrics import ranking_from_scores
     from dglx_dist.sampling import even_chunk
-    from dglx_dist.tasks.link import eval_negatives, heldout_scores
+    from dglx_dist.tasks.link import heldout, heldout_scores
 
-    emb = _embeddings(g, model, layers, hidden, f"link_emb_{which}_{epoch}")
-    u, v = arrays[f"{which}_u"], arrays[f"{which}_v"]
-    neg = eval_negatives(u.numel(), g.num_nodes(), config.task.eval_negatives, seed)  # original ids
+    to_dgl = arrays["new_nid"]  # original ids -> DGL's
+    u, v, neg, nodes = heldout((arrays[f"{which}_u"], arrays[f"{which}_v"]),
+                               link_config(args).task, g.num_nodes(), seed)
+    emb = _embeddings(g, model, to_dgl[nodes], args.eval_fanouts, len(args.fanouts),
+                      args.hidden, f"link_emb_{which}_{epoch}")
     mine = even_chunk(torch.arange(u.numel()), dist.get_world_size(), dist.get_rank())
-    to_dgl = arrays["new_nid"]
     pos, negative = heldout_scores(emb, to_dgl[u[mine]], to_dgl[v[mine]], to_dgl[neg[mine]])
-    return ranking_from_scores(_gather(pos), _gather(negative), ks=(1, 10, 50))
+    return ranking_from_scores(_gather(pos), _gather(negative), ks=(1, 10, 50)) | {
+        "pairs": u.numel()}
 
 
 def _gather(t):
@@ -189,9 +194,7 @@ def train_link_dgl(args: argparse.Namespace, g, reduce) -> dict[str, Any]:
                         "phases_max": {k: round(v, 4) for k, v in zip(names, maxes[2:])},
                         "loss": round(reduce([loss], dist.ReduceOp.SUM)[0] / args.machines, 5),
                         **epoch_bytes(args.ifname, sent, reduce)})
-        metrics = _evaluate(g, model, arrays, "val", config, config.loop.seed + 1, layers,
-                            args.hidden, epoch)
+        metrics = _evaluate(g, model, arrays, "val", args, config.loop.seed + 1, epoch)
         records[-1].update({f"val_{k}": round(m, 4) for k, m in metrics.items()})
-    test = _evaluate(g, model, arrays, "test", config, config.loop.seed + 2, layers, args.hidden,
-                     config.loop.epochs)
+    test = _evaluate(g, model, arrays, "test", args, config.loop.seed + 2, config.loop.epochs)
     return {"records": records, "test": {f"test_{k}": round(m, 4) for k, m in test.items()}}

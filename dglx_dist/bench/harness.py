@@ -6,8 +6,8 @@
 * every registered strategy (``STRATEGIES.names()``): ``dglx train`` under torchrun, on the
   emulated cluster (``dglx_dist.cluster.emulate.run_job``) or on virtual servers.
 
-Strategy options come from the common setup (``fanouts``, ``batch_size``, ``num_layers`` are
-given to every strategy whose Config declares them), then :data:`STRATEGY_OPTIONS`, then the
+Strategy options come from the common setup (``fanouts``, ``batch_size``, ``num_layers`` and
+``--eval-fanouts`` are given to every strategy whose Config declares them), then :data:`STRATEGY_OPTIONS`, then the
 command line, and are checked by the strategy registry (:meth:`StrategyConfig.of
 <dglx_dist.config.StrategyConfig.of>`). A strategy whose ``conv_types`` cannot run the common
 model gets a row saying so.
@@ -138,7 +138,8 @@ def strategy_config(name: str, setup: Setup, extra: Options) -> StrategyConfig:
 
     fields = {f.name for f in dataclasses.fields(STRATEGIES.get(name).Config)}
     common = {"fanouts": setup.fanouts, "batch_size": setup.batch_size,
-              "num_layers": setup.layers}
+              "num_layers": setup.layers} | (
+        {"eval_fanouts": setup.eval_fanouts} if setup.eval_fanouts else {})
     given = extra.get(name, {})
     if not isinstance(given, Mapping):
         given = parse_key_values(given, "--strategy-opt")

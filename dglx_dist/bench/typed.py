@@ -64,7 +64,8 @@ def run_typed_strategy(name: str, setup: Setup, extra: Options) -> dict[str, Any
 
 def check_typed(args: argparse.Namespace) -> None:
     """Refuses, in one line, what ``dglx bench`` cannot run on a typed dataset (before any
-    work): the link task, another model, row normalisation, the memory check."""
+    work): the link task, another model, row normalisation, the memory check, evaluation
+    fanouts."""
     from dglx_dist.bench.suite import bench_run
 
     refusals = [
@@ -76,7 +77,9 @@ def check_typed(args: argparse.Namespace) -> None:
         (args.row_normalize == "on", "--row-normalize on: the R-GCN projects the typed "
          "dataset's features as stored; leave it out"),
         (args.memory_limit is not None, "--memory-limit: the typed runs are not checked for "
-         "memory; leave it out")]
+         "memory; leave it out"),
+        (getattr(args, "eval_fanouts", None) is not None, "--eval-fanouts: the typed runs "
+         "evaluate with full neighbourhoods; leave it out")]
     for refused, why in refusals:
         if refused:
             raise InvalidValueError(f"dglx bench on a typed dataset: {why}")

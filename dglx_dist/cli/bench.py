@@ -29,7 +29,6 @@ def _fanouts(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in parts)
 
 
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """``dglx bench``'s options."""
     from dglx_dist.bench.presets import BENCH_RUN, PRESETS, SET_BY_SETUP
@@ -71,6 +70,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fanouts", type=_fanouts,
                    help="per layer, input layer first (default: the preset's: 10,25; "
                         "mag-small 10,10 for every edge type)")
+    p.add_argument("--eval-fanouts", type=_fanouts,
+                   help="the sampled systems' evaluation: neighbours per layer, input layer "
+                        "first (default: full neighbourhoods; single-process DGL's always)")
     p.add_argument("--row-normalize", choices=("auto", "on", "off"), default="auto",
                    help="divide input rows by their sums (auto: if no feature is negative)")
     p.add_argument("--target", type=number(float, 0, 1, low_open=True), default=0.95,

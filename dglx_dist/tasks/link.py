@@ -11,8 +11,10 @@
   samples blocks (distdgl, p3) the batch's edges and their reverses are left out of them
   (DGL's ``exclude="reverse_id"``); the full-graph strategies pass messages over the whole
   training graph.
-* Evaluation: each held-out pair is ranked against ``eval_negatives`` uniform negatives,
-  each rank scoring its share of the pairs from the shared embeddings;
+* Evaluation: each held-out pair (or a seeded ``eval_pairs`` of them) is ranked against
+  ``eval_negatives`` uniform negatives, each rank scoring its share of the pairs from the
+  embeddings of the nodes they name (full neighbourhoods, or the strategy's
+  ``eval_fanouts``);
   :func:`~dglx_dist.api.ranking_metrics` gives MRR, Hits@K and AUC over every rank.
 
 One JSON line per epoch (``task`` and the fields of node classification's records from
@@ -36,8 +38,8 @@ from dglx_dist.errors import InvalidValueError
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.strategies.epochs import EpochResult
 
-__all__ = ["eval_negatives", "heldout_scores", "link_loss", "split_pairs", "timed_link_step",
-           "train_edge_ids", "train_link"]
+__all__ = ["eval_negatives", "heldout", "heldout_scores", "link_loss", "split_pairs",
+           "timed_link_step", "train_edge_ids", "train_link"]
 
 
 def split_pairs(g: dgl.DGLGraph, seed: int):
@@ -91,17 +93,32 @@ def heldout_scores(emb, u: torch.Tensor, v: torch.Tensor,
     return (hu * emb[v]).sum(1), negative.sum(2)
 
 
-def _evaluate(model, g, pairs, k: int, seed: int) -> dict[str, float]:
-    """Ranking metrics of this rank's share of ``pairs`` against ``k`` negatives each."""
+def heldout(pairs, task: TaskConfig, num_nodes: int, seed: int):
+    """The held-out pairs ``(u, v)`` ranked with ``seed`` (:attr:`TaskConfig.eval_pairs
+    <dglx_dist.config.TaskConfig.eval_pairs>` of them, a seeded choice, or all), their
+    negatives (N, ``eval_negatives``) and every node whose embedding the ranking reads; a
+    function of the arguments alone, so every rank and every system compared ranks the same."""
+    u, v = pairs
+    if task.eval_pairs is not None and task.eval_pairs < u.numel():
+        gen = torch.Generator().manual_seed(seed + 5)
+        keep = torch.randperm(u.numel(), generator=gen)[:task.eval_pairs].sort().values
+        u, v = u[keep], v[keep]
+    neg = eval_negatives(u.numel(), num_nodes, task.eval_negatives, seed)
+    return u, v, neg, torch.unique(torch.cat([u, v, neg.reshape(-1)]))
+
+
+def _evaluate(model, g, pairs, task: TaskConfig, seed: int, fanouts) -> dict[str, float]:
+    """Ranking metrics over every rank's share of the held-out ``pairs`` (:func:`heldout`;
+    embeddings with ``fanouts``, empty: full neighbourhoods) and how many were ranked."""
     from dglx_dist.api import inference, ranking_metrics
     from dglx_dist.sampling import even_chunk
 
-    h = inference(model, g)
+    u, v, neg, nodes = heldout(pairs, task, g.num_nodes(), seed)
+    h = inference(model, g, nodes, fanouts=fanouts or None)
     session = g.session
-    neg = eval_negatives(pairs[0].numel(), g.num_nodes(), k, seed)
-    mine = even_chunk(torch.arange(pairs[0].numel()), session.world_size, session.rank)
-    pos, negative = heldout_scores(h, pairs[0][mine], pairs[1][mine], neg[mine])
-    return ranking_metrics(pos, negative, ks=(1, 10, 50))
+    mine = even_chunk(torch.arange(u.numel()), session.world_size, session.rank)
+    pos, negative = heldout_scores(h, u[mine], v[mine], neg[mine])
+    return ranking_metrics(pos, negative, ks=(1, 10, 50)) | {"pairs": u.numel()}
 
 
 def train_edge_ids(num_edges: int, task: TaskConfig, seed: int) -> torch.Tensor:
@@ -167,6 +184,7 @@ def train_link(graph: dgl.DGLGraph, strategy, model: torch.nn.Module, config: Ru
     g = dglx_dist.distribute(train_g, strategy, cache_dir=config.data.cache_dir)
     model = dglx_dist.parallelize(model.to(strategy.compute_device(g.session)), g)
     fanouts = getattr(strategy.config, "fanouts", None)  # the sampled strategies' own
+    eval_fanouts = getattr(strategy.config, "eval_fanouts", ())  # theirs, or full
     node_sampler = dglx_dist.NeighborSampler(list(fanouts)) if fanouts else \
         dglx_dist.MultiLayerFullNeighborSampler(model._num_layers)
     exclude = "reverse_id" if fanouts else None  # full-graph steps cannot exclude
@@ -184,10 +202,10 @@ def train_link(graph: dgl.DGLGraph, strategy, model: torch.nn.Module, config: Ru
                                                  g.strategy.registered_name, session=session)}
         last = epoch == loop.epochs - 1
         if loop.eval_every and ((epoch + 1) % loop.eval_every == 0 or last):
-            metrics = _evaluate(model, g, val, task.eval_negatives, loop.seed + 1)
+            metrics = _evaluate(model, g, val, task, loop.seed + 1, eval_fanouts)
             record.update({f"val_{k}": round(m, 4) for k, m in metrics.items()})
         _write(out, record)
-    test_metrics = _evaluate(model, g, test, task.eval_negatives, loop.seed + 2)
+    test_metrics = _evaluate(model, g, test, task, loop.seed + 2, eval_fanouts)
     _write(out, {f"test_{k}": round(m, 4) for k, m in test_metrics.items()})
     return test_metrics
 

@@ -110,8 +110,19 @@ def _exact_step(g, reverse, exclude):
     cols = g.strategy.cols.tolist() if hasattr(g.strategy, "cols") else None  # p3's columns
     # after the step; batches smaller than a rank's nodes (full-graph strategies take one)
     embeddings = dglx_dist.inference(model, g, batch_size=500)[PROBE].tolist()
+    # the probe's rows alone, sampled (above every in-degree), and a fanout too few
+    sampled = {name: _error_of(lambda: dglx_dist.inference(model, g, PROBE, fanouts=f)[PROBE])
+               for name, f in (("sampled", [200, 200]), ("wrong", [200]))}
     return batches, {k: v.tolist() for k, v in model.module.state_dict().items()}, cols, \
-        embeddings
+        embeddings, sampled
+
+
+def _error_of(call):
+    """``call()``'s result as a list, or its error as one line."""
+    try:
+        return call().tolist()
+    except Exception as e:  # noqa: BLE001 - the message is what is checked
+        return f"{type(e).__name__}: {e}"
 
 
 def _leaks(g, reverse):
@@ -271,10 +282,20 @@ def test_one_step_matches_single_process_dgl(job):
     with torch.no_grad():
         embeddings = want([full, full], full.ndata["feat"])[PROBE]
     for r in range(2):
-        _, params, cols, got = res[r]["exact"]
+        _, params, cols, got, fanouts = res[r]["exact"]
         assert_same_params(f"{name} rank {r}", want, params, cols)
         np.testing.assert_allclose(np.array(got), embeddings.numpy(), rtol=1e-4, atol=1e-5,
                                    err_msg=f"{name} rank {r}: dglx_dist.inference")
+        if EXCLUDE[name] is None:  # full-graph steps: sampled inference refused
+            assert fanouts["sampled"] == (
+                f"NotSupportedError: inference: fanouts under {name}: its steps are full-graph "
+                f"forwards over every neighbour; leave fanouts out"), fanouts
+            continue
+        # fanouts above Cora's largest in-degree (168) draw every neighbour: the same rows
+        np.testing.assert_allclose(np.array(fanouts["sampled"]), embeddings.numpy(),
+                                   rtol=1e-4, atol=1e-5, err_msg=f"{name} rank {r}: fanouts")
+        assert fanouts["wrong"] == ("InvalidValueError: inference: fanouts [200] has 1 "
+                                    "entries; the model has 2 layers, one each"), fanouts
 
 
 def test_no_positive_edge_or_its_reverse_in_the_blocks(job):

@@ -53,7 +53,8 @@ def benches(tmp_path_factory):
     jobs = {"tiny": _job(dirs["tiny"], "--preset", "tiny", "--systems", systems,
                          network=network),
             "link": _job(dirs["link"], "--task", "link", "--data", "cora", "--systems",
-                         "dgl-distdgl,distdgl", "--train-edges", "2000", "--hidden", "32"),
+                         "dgl-distdgl,distdgl", "--train-edges", "2000", "--hidden", "32",
+                         "--eval-pairs", "200", "--eval-fanouts", "50,50"),
             # p3 trains typed graphs too: measured, not here
             "typed": _job(dirs["typed"], "--preset", "mag-small", "--batch-size", "256",
                           "--systems", "dgl-distdgl,distdgl")}
@@ -109,8 +110,11 @@ def test_bench_link_prediction_against_dgl_distdgl(benches):
         assert row["epoch_time"] > 0 and len(row["val_mrr_per_epoch"]) == 2
         # 100 negatives each: a random scorer's MRR is about 0.05 and its AUC 0.5
         assert 0.1 < row["test_mrr"] <= 1 and 0.5 < row["test_auc"] <= 1, row
+        assert row["test_pairs"] == 200, row  # --eval-pairs: 200 of 527, on both sides
+    assert "eval_fanouts=50,50" in by["distdgl"]["options"]
     # the same split, model, initial weights and evaluation pairs: close after 8 steps (one
-    # run: 0.151 vs 0.148; the sampled blocks and batches differ, and DGL keeps batch edges)
+    # run, all pairs: 0.151 vs 0.148; the sampled blocks and batches differ, and DGL keeps
+    # batch edges)
     assert abs(by["distdgl"]["test_mrr"] - by["dgl-distdgl"]["test_mrr"]) < 0.05
     assert "| dgl-distdgl | loopback (not shaped) |" in r.stdout and "test_mrr" in r.stdout
 

@@ -68,7 +68,8 @@ def trained(tmp_path_factory):
                     "--strategy-opt", "intervals=4"),
         "link": ("--task", "link", "--strategy", "distdgl", "--epochs", "4", "--eval-every",
                  "2", "--hidden", "64", "--dropout", "0", "--weight-decay", "0",
-                 "--edge-batch-size", "512", "--device", "cpu")}
+                 "--edge-batch-size", "512", "--device", "cpu", "--eval-pairs", "300",
+                 "--strategy-opt", "eval_fanouts=10,10")}
     jobs = {name: _train_job(dirs[name], port, *args, ranks=4 if name == "granndis" else 2)
             for (name, args), port in zip(jobs.items(), distinct_ports(len(jobs)))}
     typed = _typed_dataset(dirs["rgcn"])
@@ -141,7 +142,9 @@ def test_dglx_train_task_link(trained):
     assert epochs[-1]["loss"] < epochs[0]["loss"]
     assert "val_mrr" not in epochs[0] and epochs[3]["val_mrr"] > epochs[1]["val_mrr"]
     assert test["test_mrr"] > 0.15 and test["test_auc"] > 0.75, test
-    assert set(test) == {"test_mrr", "test_hits@1", "test_hits@10", "test_hits@50", "test_auc"}
+    assert set(test) == {"test_mrr", "test_hits@1", "test_hits@10", "test_hits@50", "test_auc",
+                         "test_pairs"}
+    assert test["test_pairs"] == 300 and epochs[3]["val_pairs"] == 263  # 5% of 5278, all
 
 
 def test_dglx_train_task_link_refuses_partitions(tmp_path):

@@ -25,7 +25,7 @@ CHANGED = RunConfig(
     model=ModelConfig("gat", hidden=24, layers=3, dropout=0.25, row_normalize=True),
     optimizer=OptimizerConfig(lr=0.002, weight_decay=0.0),
     loop=LoopConfig(epochs=7, eval_every=2, seed=5),
-    task=TaskConfig("link", edge_batch_size=99, negatives=3, train_edges=1234),
+    task=TaskConfig("link", edge_batch_size=99, negatives=3, train_edges=1234, eval_pairs=321),
     strategy=StrategyConfig("p3"),
     data=DataConfig("some-data", Path("parts"), Path("cache")),
     job=JobConfig(backend="gloo", device="cpu", progress=False, metrics_file=Path("m.jsonl"),
