@@ -33,8 +33,8 @@ from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.strategies.base import Strategy
 
-__all__ = ["resolve_dataset", "cached_partitions", "ensure_partitions", "partition_ahead",
-           "made_by_rank0", "check_partitions_of", "checked_cache"]
+__all__ = ["resolve_dataset", "derived_key", "cached_partitions", "ensure_partitions",
+           "partition_ahead", "made_by_rank0", "check_partitions_of", "checked_cache"]
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,9 @@ def _dataset_files(data: Path) -> tuple[list[str], str]:
     return ["meta.json", *tables], "typed-"
 
 
-def _key(data: Path, method: str, num_parts: int, options: dict) -> str:
+def derived_key(data: Path, what: str, made_with: Any) -> str:
+    """The cache entry's name of what is made from dataset ``data`` (``what``, with the
+    JSON-able ``made_with``): it changes when a file of the dataset does."""
     h = hashlib.sha256()
     names, tag = _dataset_files(data)
     for name in names:
@@ -91,8 +93,12 @@ def _key(data: Path, method: str, num_parts: int, options: dict) -> str:
             raise DatasetFormatError(f"{data / name}: {exc.strerror or exc}; a dataset "
                                      f"directory's files must be readable") from None
         h.update(f"{name}:{st.st_size}:{st.st_mtime_ns}".encode())
-    h.update(json.dumps([method, num_parts, options], sort_keys=True).encode())
-    return f"{data.name}-{tag}{method}-{num_parts}-{h.hexdigest()[:12]}"
+    h.update(json.dumps(made_with, sort_keys=True).encode())
+    return f"{data.name}-{tag}{what}-{h.hexdigest()[:12]}"
+
+
+def _key(data: Path, method: str, num_parts: int, options: dict) -> str:
+    return derived_key(data, f"{method}-{num_parts}", [method, num_parts, options])
 
 
 def _attempt(session: Session) -> str:

@@ -155,7 +155,7 @@ def partition_size(pdir, embed_dim: int):
 
 def _cmd_train_link(config: RunConfig) -> int:
     """``--task link``: dglx_dist.tasks.link on the dataset's edges."""
-    from dglx_dist.data import read_dataset, to_dgl
+    from dglx_dist.data import read_meta
     from dglx_dist.prepare import resolve_dataset
     from dglx_dist.runtime import init
     from dglx_dist.runtime.agree import on_every_rank
@@ -172,14 +172,14 @@ def _cmd_train_link(config: RunConfig) -> int:
         if value is not None:
             raise InvalidValueError(f"{flag} is not supported with --task link ({why})")
     strategy = config.strategy.build()
-    graph = to_dgl(read_dataset(resolve_dataset(config.data.data or "cora")))
+    data = resolve_dataset(config.data.data or "cora")
     with init(backend=job.backend, device=job.device) as session:
         hidden = config.model.hidden  # embeddings as wide as the hidden layers
-        model = _model(config, strategy, graph.ndata["feat"].shape[1], hidden)
+        model = _model(config, strategy, read_meta(data).feat_dim, hidden)
         sink = on_every_rank(session, "--metrics-file", lambda: _MetricsSink(
             sys.stdout, job.metrics_file) if session.is_main else None)
         try:
-            test = train_link(graph, strategy, model, config, sink)
+            test = train_link(data, strategy, model, config, sink, session)
             act_on(link_verdict(test.get("auc"), config.loop.epochs), job.fail_on_collapse)
         finally:
             if sink is not None:

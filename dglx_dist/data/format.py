@@ -179,10 +179,14 @@ def read_dataset(path: str | os.PathLike, nonfinite: str = "reject") -> GraphDat
 
 
 def write_dataset(ds: GraphDataset, path: str | os.PathLike, overwrite: bool = False,
-                  rows_per_group: int = 65536) -> Path:
+                  rows_per_group: int = 65536,
+                  arrays: dict[str, np.ndarray] | None = None) -> Path:
     """Writes ``ds`` as a dataset directory, atomically (temp dir + rename); ``overwrite``
-    replaces only a dataset directory."""
+    replaces only a dataset directory. ``arrays``: more of what belongs with the graph (the
+    link task's held-out pairs), each written beside the tables as ``NAME.npy``."""
     with atomic_directory(path, overwrite, kind=DATASET_DIR) as tmp:
+        for name, value in (arrays or {}).items():
+            np.save(tmp / f"{name}.npy", np.ascontiguousarray(value), allow_pickle=False)
         edges = pa.Table.from_batches([edge_batch(ds.src, ds.dst, ds.edata)])
         pq.write_table(edges, tmp / EDGES_FILE, **WRITE_OPTIONS)
         with pq.ParquetWriter(tmp / NODES_FILE, node_schema(ds.feat_dim),

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import TextIO
 
 import dgl
+import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
@@ -38,8 +40,9 @@ from dglx_dist.errors import InvalidValueError
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.strategies.epochs import EpochResult
 
-__all__ = ["eval_negatives", "heldout", "heldout_scores", "link_loss", "split_pairs",
-           "timed_link_step", "train_edge_ids", "train_link"]
+__all__ = ["eval_negatives", "heldout", "heldout_scores", "link_loss", "reverse_ids",
+           "split_once", "split_pairs", "timed_link_step", "train_edge_ids", "train_link"]
+_HELDOUT = ("val_u", "val_v", "test_u", "test_v")  # the pairs' arrays beside the split's tables
 
 
 def split_pairs(g: dgl.DGLGraph, seed: int):
@@ -57,9 +60,35 @@ def split_pairs(g: dgl.DGLGraph, seed: int):
     train_g = dgl.graph((torch.cat([tu, tv]), torch.cat([tv, tu])), num_nodes=g.num_nodes())
     for key, value in g.ndata.items():
         train_g.ndata[key] = value
-    e = tu.numel()
-    reverse = torch.cat([torch.arange(e) + e, torch.arange(e)])
-    return train_g, reverse, (u[val], v[val]), (u[test], v[test])
+    return train_g, reverse_ids(train_g.num_edges()), (u[val], v[val]), (u[test], v[test])
+
+
+def reverse_ids(num_edges: int) -> torch.Tensor:
+    """Each edge's reverse in a training graph of :func:`split_pairs`: (e + E/2) mod E."""
+    e = num_edges // 2
+    return torch.cat([torch.arange(e) + e, torch.arange(e)])
+
+
+def split_once(data: Path, seed: int, session, cache_dir) -> tuple[Path, tuple, tuple]:
+    """:func:`split_pairs` of dataset ``data``, made once by rank 0 into the partition cache
+    (collective): the training graph as a dataset directory (partitioned as any dataset is,
+    and reused by later runs) with the held-out pairs beside its tables, so that no other
+    rank holds the whole graph. Returns it and the validation and test pairs (every rank)."""
+    from dglx_dist.data import from_dgl, read_dataset, to_dgl, write_dataset
+    from dglx_dist.data.format import META_FILE
+    from dglx_dist.prepare import checked_cache, derived_key, made_by_rank0
+
+    out = checked_cache(cache_dir) / derived_key(data, "link-split", [seed])
+
+    def make() -> None:
+        train_g, _, val, test = split_pairs(to_dgl(read_dataset(data)), seed)
+        pairs = dict(zip(_HELDOUT, (*val, *test)))
+        write_dataset(from_dgl(train_g, link_split_of=str(data), seed=seed), out,
+                      arrays={name: ids.numpy() for name, ids in pairs.items()})
+
+    made_by_rank0(session, out, META_FILE, make, f"splitting the edges of {data}")
+    pairs = {name: torch.from_numpy(np.load(out / f"{name}.npy")) for name in _HELDOUT}
+    return out, (pairs["val_u"], pairs["val_v"]), (pairs["test_u"], pairs["test_v"])
 
 
 def _scores(pair: dgl.DGLGraph, h: torch.Tensor) -> torch.Tensor:
@@ -170,18 +199,22 @@ def _epoch(model, g, loader, opt, epoch: int, progress: bool) -> EpochResult:
                        extra={"phases_max": timer.max_over_ranks(wall, g.session)})
 
 
-def train_link(graph: dgl.DGLGraph, strategy, model: torch.nn.Module, config: RunConfig,
-               out: TextIO) -> dict[str, float]:
+def train_link(data: Path, strategy, model: torch.nn.Module, config: RunConfig,
+               out: TextIO | None, session) -> dict[str, float]:
     """Trains ``model`` (an encoder whose output rows are embeddings) for link prediction on
-    ``graph``'s edges under ``strategy`` (collective) as ``config`` says (its task, optimizer
-    and loop; the partition cache of its data; progress bars from its job); writes the JSON
-    lines to ``out`` (rank 0's; None elsewhere) and returns the test metrics."""
+    the edges of dataset ``data`` under ``strategy`` (collective, in ``session``) as
+    ``config`` says (its task, optimizer and loop; the partition cache of its data; progress
+    bars from its job); writes the JSON lines to ``out`` (rank 0's; None elsewhere) and
+    returns the test metrics."""
     import dglx_dist
+    from dglx_dist.prepare import ensure_partitions
 
     task, loop = config.task, config.loop
     torch.manual_seed(loop.seed)
-    train_g, reverse, val, test = split_pairs(graph, loop.seed)
-    g = dglx_dist.distribute(train_g, strategy, cache_dir=config.data.cache_dir)
+    train_dir, val, test = split_once(data, loop.seed, session, config.data.cache_dir)
+    parts = ensure_partitions(train_dir, strategy, session, config.data.cache_dir)
+    g = dglx_dist.distribute(parts, strategy, session=session)
+    reverse = reverse_ids(g.num_edges())
     model = dglx_dist.parallelize(model.to(strategy.compute_device(g.session)), g)
     fanouts = getattr(strategy.config, "fanouts", None)  # the sampled strategies' own
     eval_fanouts = getattr(strategy.config, "eval_fanouts", ())  # theirs, or full

@@ -8,6 +8,8 @@ batches never hold a positive edge or its reverse; GlobalUniform draws from ever
 proportion to its nodes, and never an edge; the ranking metrics over ranks are those of all
 the scores on one process.
 """
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -390,3 +392,33 @@ def test_a_strategy_without_link_prediction_refuses_the_edge_loader(tmp_path):
         assert res[r] == ("NotSupportedError: DataLoader: strategy 'dorylus' does not train "
                           "link prediction (edge loaders run under distdgl, p3, granndis and "
                           "fullgraph; docs/link_prediction.md)"), res[r]
+
+
+def _split(session, cache):
+    """What every rank of a job gets from the link task's split, and what rank 0 wrote."""
+    from dglx_dist.data import read_dataset
+    from dglx_dist.prepare import resolve_dataset
+    from dglx_dist.tasks.link import split_once
+
+    path, val, test = split_once(resolve_dataset("cora"), 0, session, cache)
+    ds = read_dataset(path)
+    return {"path": str(path), "pairs": [t.tolist() for t in (*val, *test)],
+            "edges": [ds.src.tolist(), ds.dst.tolist()], "feat": ds.feat.sum().item()}
+
+
+def test_the_link_split_is_made_once_by_rank_0_and_read_by_every_rank(tmp_path):
+    """``dglx train --task link``'s split (tasks.link.split_once): rank 0 writes the
+    training graph with the held-out pairs into the cache, every rank reads the same, and it
+    is what split_pairs gives in one process."""
+    from dglx_dist.data import CoraGraphDataset
+    from dglx_dist.tasks.link import split_pairs
+
+    res = run_workers(_split, 2, tmp_path / "run", str(tmp_path / "cache"))
+    assert res[0] == res[1]
+    full = CoraGraphDataset()[0]
+    train_g, _, val, test = split_pairs(full, 0)
+    assert res[0]["pairs"] == [t.tolist() for t in (*val, *test)]
+    assert res[0]["edges"] == [t.tolist() for t in train_g.edges()]
+    assert res[0]["feat"] == pytest.approx(full.ndata["feat"].sum().item())
+    entries = [p.name for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".")]
+    assert entries == [Path(res[0]["path"]).name] and entries[0].startswith("cora-link-split-")
