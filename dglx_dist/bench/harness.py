@@ -7,9 +7,9 @@
   emulated cluster (``dglx_dist.cluster.emulate.run_job``) or on virtual servers.
 
 Strategy options come from the common setup (``fanouts``, ``batch_size``, ``num_layers`` and
-``--eval-fanouts`` are given to every strategy whose Config declares them), then :data:`STRATEGY_OPTIONS`, then the
-command line, and are checked by the strategy registry (:meth:`StrategyConfig.of
-<dglx_dist.config.StrategyConfig.of>`). A strategy whose ``conv_types`` cannot run the common
+``--eval-fanouts`` are given to every strategy whose Config declares them), then
+:data:`STRATEGY_OPTIONS`, then the command line, and are checked by the strategy registry
+(:meth:`StrategyConfig.of <dglx_dist.config.StrategyConfig.of>`). A strategy whose ``conv_types`` cannot run the common
 model gets a row saying so.
 """
 from __future__ import annotations
@@ -30,8 +30,8 @@ from dglx_dist.config import TRAINING, StrategyConfig
 from dglx_dist.errors import RunFailedError
 from dglx_dist.runtime.env import free_local_port
 
-__all__ = ["REDUCERS", "STRATEGY_OPTIONS", "Setup",
-           "add_time_to_accuracy", "attempt", "first_reached", "launch", "parse_records", "reduce_records", "run_env",
+__all__ = ["REDUCERS", "STRATEGY_OPTIONS", "Setup", "add_time_to_accuracy", "attempt",
+           "first_reached", "launch", "parse_records", "reduce_records", "run_env",
            "run_strategy", "run_system", "strategy_config", "summarize", "systems",
            "train_command"]
 

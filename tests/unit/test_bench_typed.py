@@ -138,7 +138,7 @@ def test_the_typed_table_shows_ratios_against_dgl_and_phases():
     text = markdown(rows, META)
     assert "| " + " | ".join(TYPED_COLUMNS) + " |" in text and "| run |" not in text
     assert "| distdgl | virtual |  | 0.75 | 0.65..0.85 | 1,000 |" in text
-    assert "| distdgl | 0.75 | 0.5 | 1 | 1 | yes |" in text  # 0.75x, +0.5 points
+    assert "| distdgl | 0.75 | 0.5 | 1 | 1 | PASS |" in text  # 0.75x, +0.5 points
     assert "| dgl-distdgl | 0.3 | 0.1 |  |  | 0.2 |  |" in text  # phases, by row
     assert "model rgcn" in text and "fanouts 10,10 per edge type" in text
 
@@ -148,9 +148,9 @@ def test_repeated_runs_pair_by_run_and_end_with_medians():
             _typed_row("dgl-distdgl", 1.0, 0.5, run=2), _typed_row("distdgl", 0.7, 0.5, run=2),
             _typed_row("dgl-distdgl", 2.0, 0.5, run=3), _typed_row("distdgl", 1.5, 0.5, run=3)]
     text = versus_dgl(rows)
-    assert "| 1 | distdgl | 0.9 | 2 | 1 | 1 | no |" in text  # slower than 0.8x, 2 points up
-    assert "| 2 | distdgl | 0.7 | 0 | 1 | 1 | yes |" in text
-    assert "| median | distdgl | 0.75 | 0 | 1 | 1 | yes |" in text
+    assert "| 1 | distdgl | 0.9 | 2 | 1 | 1 | FAIL |" in text  # slower than 0.8x, 2 points up
+    assert "| 2 | distdgl | 0.7 | 0 | 1 | 1 | PASS |" in text
+    assert "| median | distdgl | 0.75 | 0 | 1 | 1 | PASS |" in text
     assert versus_dgl([_typed_row("distdgl", 1.0, 0.5)]) == ""  # no DGL row, no ratios
     assert "| run | system |" in markdown(rows, META)
 
@@ -180,3 +180,24 @@ def test_bench_on_a_typed_dataset_refuses_in_one_line(argv, words, tmp_path, cap
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and words in errors[0] and "\n" not in errors[0], errors
     assert not (tmp_path / "none").exists()  # refused before any work
+
+
+def test_the_link_table_checks_issue_36s_targets():
+    """--task link: at most 0.8x DGL's median epoch and fewer inter-server bytes; the test
+    MRR's difference is shown, not a target (DGL's blocks keep the batch's edges)."""
+    def link_row(system, median, nbytes, mrr, run):
+        return {"system": system, "network": "emulated-1g", "epoch_time_median": median,
+                "bytes_inter": nbytes, "peak_mem_mb": 1000.0, "test_mrr": mrr, "run": run}
+
+    rows = [link_row("dgl-distdgl", 20.0, 2000, 0.30, 1), link_row("distdgl", 15.0, 2200, 0.28, 1),
+            link_row("p3", 30.0, 1500, 0.30, 1), link_row("dgl-distdgl", 20.0, 2000, 0.30, 2),
+            link_row("distdgl", 15.0, 1800, 0.28, 2), link_row("p3", 30.0, 1500, 0.30, 2)]
+    text = versus_dgl(rows, "link")
+    assert "(targets: epoch time <= 0.8x, fewer inter-server bytes)" in text
+    assert "| run | system | epoch_time_vs_dgl | test_mrr_points_vs_dgl |" in text
+    assert "| 1 | distdgl | 0.75 | -2 | 1.1 | 1 | FAIL |" in text  # fast, more bytes
+    assert "| 2 | distdgl | 0.75 | -2 | 0.9 | 1 | PASS |" in text
+    assert "| 1 | p3 | 1.5 | 0 | 0.75 | 1 | FAIL |" in text  # fewer bytes, slow
+    assert "| median | distdgl | 0.75 | -2 | 1 | 1 | FAIL |" in text  # 1.0x: not fewer
+    meta = META | {"table": None, "setup": META["setup"] | {"task": "link"}}
+    assert "Against DGL's DistDGL in the same run" in markdown(rows, meta)
