@@ -50,12 +50,12 @@ def inference(model: DistModel, g: DistGraph, nodes=None, batch_size: int = 4096
 
     nodes = torch.arange(g.num_nodes()) if nodes is None else nodes
     if not isinstance(g.strategy, DrawsBlocks):  # full-graph steps: more would repeat the work
+        if fanouts is not None:
+            raise NotSupportedError(f"inference: fanouts under {g.strategy.registered_name}: "
+                                    f"its steps are full-graph forwards over every neighbour; "
+                                    f"leave fanouts out")
         batch_size = max(batch_size, g.num_nodes())  # (and granndis's co-batches are one)
-    if fanouts is not None and not isinstance(g.strategy, DrawsBlocks):
-        raise NotSupportedError(f"inference: fanouts under {g.strategy.registered_name}: its "
-                                f"steps are full-graph forwards over every neighbour; leave "
-                                f"fanouts out")
-    if fanouts is not None and len(fanouts) != model._num_layers:
+    elif fanouts is not None and len(fanouts) != model._num_layers:
         raise InvalidValueError(f"inference: fanouts {list(fanouts)} has {len(fanouts)} "
                                 f"entries; the model has {model._num_layers} layers, one each")
     sampler = (MultiLayerFullNeighborSampler(model._num_layers) if fanouts is None else

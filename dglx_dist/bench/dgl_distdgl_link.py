@@ -122,9 +122,11 @@ def _embeddings(g, model, nodes, fanouts: list[int], layers: int, hidden: int, n
     return emb
 
 
-def _evaluate(g, model, arrays, which: str, args, seed: int, epoch: int) -> dict[str, float]:
+def _evaluate(g, model, arrays, which: str, args, task, seed: int,
+              epoch: int) -> dict[str, float]:
     """Ranking metrics of the held-out pairs ``which`` (val, test) that ``dglx train --task
-    link`` ranks with ``seed`` (:func:`~dglx_dist.tasks.link.heldout`), after ``epoch``."""
+    link`` ranks with ``seed`` and ``task`` (:func:`~dglx_dist.tasks.link.heldout`), after
+    ``epoch``."""
     import torch
     import torch.distributed as dist
 
@@ -133,8 +135,8 @@ def _evaluate(g, model, arrays, which: str, args, seed: int, epoch: int) -> dict
     from dglx_dist.tasks.link import heldout, heldout_scores
 
     to_dgl = arrays["new_nid"]  # original ids -> DGL's
-    u, v, neg, nodes = heldout((arrays[f"{which}_u"], arrays[f"{which}_v"]),
-                               link_config(args).task, g.num_nodes(), seed)
+    u, v, neg, nodes = heldout((arrays[f"{which}_u"], arrays[f"{which}_v"]), task,
+                               g.num_nodes(), seed)
     emb = _embeddings(g, model, to_dgl[nodes], args.eval_fanouts, len(args.fanouts),
                       args.hidden, f"link_emb_{which}_{epoch}")
     mine = even_chunk(torch.arange(u.numel()), dist.get_world_size(), dist.get_rank())
@@ -194,7 +196,9 @@ def train_link_dgl(args: argparse.Namespace, g, reduce) -> dict[str, Any]:
                         "phases_max": {k: round(v, 4) for k, v in zip(names, maxes[2:])},
                         "loss": round(reduce([loss], dist.ReduceOp.SUM)[0] / args.machines, 5),
                         **epoch_bytes(args.ifname, sent, reduce)})
-        metrics = _evaluate(g, model, arrays, "val", args, config.loop.seed + 1, epoch)
+        metrics = _evaluate(g, model, arrays, "val", args, config.task, config.loop.seed + 1,
+                            epoch)
         records[-1].update({f"val_{k}": round(m, 4) for k, m in metrics.items()})
-    test = _evaluate(g, model, arrays, "test", args, config.loop.seed + 2, config.loop.epochs)
+    test = _evaluate(g, model, arrays, "test", args, config.task, config.loop.seed + 2,
+                     config.loop.epochs)
     return {"records": records, "test": {f"test_{k}": round(m, 4) for k, m in test.items()}}

@@ -9,8 +9,8 @@
 Strategy options come from the common setup (``fanouts``, ``batch_size``, ``num_layers`` and
 ``--eval-fanouts`` are given to every strategy whose Config declares them), then
 :data:`STRATEGY_OPTIONS`, then the command line, and are checked by the strategy registry
-(:meth:`StrategyConfig.of <dglx_dist.config.StrategyConfig.of>`). A strategy whose ``conv_types`` cannot run the common
-model gets a row saying so.
+(:meth:`StrategyConfig.of <dglx_dist.config.StrategyConfig.of>`). A strategy whose
+``conv_types`` cannot run the common model gets a row saying so.
 """
 from __future__ import annotations
 
