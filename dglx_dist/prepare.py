@@ -97,10 +97,6 @@ def derived_key(data: Path, what: str, made_with: Any) -> str:
     return f"{data.name}-{tag}{what}-{h.hexdigest()[:12]}"
 
 
-def _key(data: Path, method: str, num_parts: int, options: dict) -> str:
-    return derived_key(data, f"{method}-{num_parts}", [method, num_parts, options])
-
-
 def _attempt(session: Session) -> str:
     """An id of this call, the same on every rank (rank 0's random number)."""
     token = torch.tensor([secrets.randbits(62) if session.is_main else 0])
@@ -184,7 +180,8 @@ def cached_partitions(data: str | os.PathLike, strategy: Strategy, topology: Top
     makes them, and what making them is called in logs."""
     data = resolve_dataset(data)
     spec = strategy.partition_spec(topology)
-    out = Path(cache_dir) / _key(data, spec.method, spec.num_parts, spec.options)
+    out = Path(cache_dir) / derived_key(data, f"{spec.method}-{spec.num_parts}",
+                                        [spec.method, spec.num_parts, spec.options])
     make = lambda: partition_dataset(data, out, spec.method, spec.num_parts,  # noqa: E731
                                      spec.options, progress=True)
     return out, make, f"partitioning {data} with {spec.method} into {spec.num_parts} parts"

@@ -46,18 +46,11 @@ def _config_key(config) -> str:
 
 
 def data_key(data: Path) -> str:
-    """A cache key for partitions of ``data`` (its files' sizes and modification times; a
-    typed dataset's are its meta.json and every table under nodes/ and edges/)."""
-    from dglx_dist.data.hetero_format import is_hetero
+    """A cache key for partitions of ``data``: where it is, and its files' sizes and
+    modification times (:func:`~dglx_dist.prepare.derived_key`, as the partition cache's)."""
+    from dglx_dist.prepare import derived_key
 
-    h = hashlib.sha1(str(data.resolve()).encode())
-    tables = (sorted(p.relative_to(data).as_posix() for sub in ("nodes", "edges")
-                     for p in (data / sub).glob("*.parquet")) if is_hetero(data)
-              else ["edges.parquet", "nodes.parquet"])
-    for name in ["meta.json", *tables]:
-        st = (data / name).stat()
-        h.update(f"{name}:{st.st_size}:{st.st_mtime_ns}".encode())
-    return f"{data.name}-{h.hexdigest()[:12]}"
+    return derived_key(data, "bench", [str(data.resolve())])
 
 
 def nonnegative_features(data: Path) -> bool:

@@ -171,7 +171,7 @@ def _medians(pairs: list[dict[str, Any]], targets: Targets) -> list[dict[str, An
     return out
 
 
-def versus_dgl(rows: list[dict[str, Any]], table: str = "typed") -> str:
+def versus_dgl(rows: list[dict[str, Any]], table: str) -> str:
     """Each strategy's row against DGL's DistDGL's of the same run (``run``), as ratios (and
     the test metric's difference in points), with whether it meets the ``table``'s
     :data:`TARGETS`; with several runs, also the medians over runs. Empty without DGL's row."""

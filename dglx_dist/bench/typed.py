@@ -78,7 +78,7 @@ def check_typed(args: argparse.Namespace) -> None:
          "dataset's features as stored; leave it out"),
         (args.memory_limit is not None, "--memory-limit: the typed runs are not checked for "
          "memory; leave it out"),
-        (getattr(args, "eval_fanouts", None) is not None, "--eval-fanouts: the typed runs "
+        (args.eval_fanouts is not None, "--eval-fanouts: the typed runs "
          "evaluate with full neighbourhoods; leave it out")]
     for refused, why in refusals:
         if refused:

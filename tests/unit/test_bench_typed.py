@@ -147,11 +147,11 @@ def test_repeated_runs_pair_by_run_and_end_with_medians():
     rows = [_typed_row("dgl-distdgl", 1.0, 0.5, run=1), _typed_row("distdgl", 0.9, 0.52, run=1),
             _typed_row("dgl-distdgl", 1.0, 0.5, run=2), _typed_row("distdgl", 0.7, 0.5, run=2),
             _typed_row("dgl-distdgl", 2.0, 0.5, run=3), _typed_row("distdgl", 1.5, 0.5, run=3)]
-    text = versus_dgl(rows)
+    text = versus_dgl(rows, "typed")
     assert "| 1 | distdgl | 0.9 | 2 | 1 | 1 | FAIL |" in text  # slower than 0.8x, 2 points up
     assert "| 2 | distdgl | 0.7 | 0 | 1 | 1 | PASS |" in text
     assert "| median | distdgl | 0.75 | 0 | 1 | 1 | PASS |" in text
-    assert versus_dgl([_typed_row("distdgl", 1.0, 0.5)]) == ""  # no DGL row, no ratios
+    assert versus_dgl([_typed_row("distdgl", 1.0, 0.5)], "typed") == ""  # no DGL row, no ratios
     assert "| run | system |" in markdown(rows, META)
 
 

@@ -363,17 +363,18 @@ def test_the_partition_cache_keys_a_typed_dataset_by_its_tables(tmp_path):
     import os
 
     from dglx_dist.data import write_dataset
-    from dglx_dist.prepare import _key
+    from dglx_dist.prepare import derived_key
 
     typed = write_hetero_dataset(_toy(), tmp_path / "d")
     plain = write_dataset(_tiny(), tmp_path / "h")
     os.rename(plain, tmp_path / "x")
     os.rename(typed, tmp_path / "h")  # the same name as the homogeneous one had
-    key = _key(tmp_path / "h", "hash", 2, {})
-    assert key.startswith("h-typed-hash-2-") and key != _key(tmp_path / "x", "hash", 2, {})
+    key = derived_key(tmp_path / "h", "hash-2", ["hash", 2, {}])  # as partitions are keyed
+    assert key.startswith("h-typed-hash-2-") and key != derived_key(tmp_path / "x", "hash-2",
+                                                                    ["hash", 2, {}])
     table = tmp_path / "h" / "edges" / "2_cites.parquet"
     os.utime(table, ns=(table.stat().st_atime_ns, table.stat().st_mtime_ns + 10**9))
-    assert _key(tmp_path / "h", "hash", 2, {}) != key
+    assert derived_key(tmp_path / "h", "hash-2", ["hash", 2, {}]) != key
 
 
 @pytest.mark.dgl
