@@ -1,6 +1,5 @@
 """Setup that does not depend on which drop-in call comes first: granndis's co-batches are the
-same whether ``parallelize`` or the ``DataLoader`` comes first (or a clear error names both
-calls), and ranks that build their loaders in different orders get an error naming the two
+same whether ``parallelize``, the full-graph form or the ``DataLoader`` comes first, and ranks that build their loaders in different orders get an error naming the two
 loaders instead of waiting in mismatched collectives."""
 import pytest
 import torch
@@ -47,7 +46,7 @@ def _cobatches(session, cache, order):
         model, loader = dglx_dist.parallelize(model, g), _loader(g, 20)
     elif order == "loader first":
         loader, model = _loader(g, 20), dglx_dist.parallelize(model, g)
-    else:  # the full-graph form first: one co-batch, which a later 20-row loader contradicts
+    else:  # the full-graph form first: its one co-batch is its own, the loader gets 4
         model = dglx_dist.parallelize(model, g)
         g.local_nodes()
         loader = _loader(g, 20)
@@ -59,18 +58,14 @@ def _cobatches(session, cache, order):
 
 
 def test_granndis_cobatches_do_not_depend_on_the_call_order(tmp_path, cache):
-    first = run_workers(_cobatches, 2, tmp_path / "a", cache, "model first")
-    second = run_workers(_cobatches, 2, tmp_path / "b", cache, "loader first")
+    runs = [run_workers(_cobatches, 2, tmp_path / str(i), cache, order)
+            for i, order in enumerate(("model first", "loader first", "full graph first"))]
     # DGL's k-way METIS, which clusters a rank's nodes into co-batches, does not give the
     # same clusters twice (not even in one process), so the co-batches are compared by count
-    # and by the nodes they cover
+    # and by the nodes they cover; 70 training nodes per rank in batches of 20: 4 steps
     for r in range(2):
-        assert len(first[r]) == len(second[r]) > 1, (r, first[r], second[r])
-        assert sorted(sum(first[r], [])) == sorted(sum(second[r], [])), r
-    with pytest.raises(WorkerError) as info:
-        run_workers(_cobatches, 2, tmp_path / "c", cache, "full graph first", timeout=120)
-    text = str(info.value)
-    assert "granndis with co_batches=-1 built one co-batch for the full-graph form " \
-           "(g.local_nodes())" in text, text
-    assert "a DataLoader(batch_size=20) makes 4 batches per rank: build this DataLoader " \
-           "before that call, or pass co_batches=4" in text, text
+        first = runs[0][r]
+        assert len(first) == 4, (r, first)
+        for other in runs[1:]:
+            assert len(other[r]) == len(first), (r, first, other[r])
+            assert sorted(sum(other[r], [])) == sorted(sum(first[r], [])), r

@@ -1,11 +1,11 @@
 """A rank's co-batches: how the server's preloaded subgraph is cut into cooperative batches
 (the rank's inner nodes dealt at random or cut into METIS clusters, each co-batch with its own
-EAS neighbourhood), and the rows
-kept for them.
+EAS neighbourhood), and the feature rows held for them.
 
-:class:`~dglx_dist.strategies.granndis.strategy.GraNNDisStrategy` builds them once their count
-is known: from its ``co_batches`` option at setup, else from the first loader (its batches per
-rank) or full-graph use (one).
+:class:`~dglx_dist.strategies.granndis.strategy.GraNNDisStrategy` builds one set of co-batches
+per count a loader asks for (its batches per rank; one for full-graph use, or the
+``co_batches`` option for all), over the one preloaded subgraph; every set reads its rows from
+one :class:`HeldRows`.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from dglx_dist.strategies.granndis.cobatch import (CoBatchPlan, GroupNodes, Laye
                                                    batch_edges, build_cobatch, levels,
                                                    outputs_only)
 
-__all__ = ["ServerGraph", "Batching", "TARGETS", "LAYER_PLAN", "plan_of", "clusters",
+__all__ = ["ServerGraph", "Batching", "HeldRows", "TARGETS", "LAYER_PLAN", "plan_of", "clusters",
            "cobatch_plans", "target_rows", "step_layers"]
 
 
@@ -37,7 +37,6 @@ class ServerGraph:
         nodes: the group's node set; ``edges`` the in-edges of ``own`` inside it (``(src,
             dst)``, and on a typed graph each edge's type index).
         out_degree: every node's out-degree in the whole graph.
-        gen: the EAS sampling generator (seeded at setup).
     """
 
     part: Any
@@ -46,7 +45,6 @@ class ServerGraph:
     nodes: GroupNodes
     edges: tuple[torch.Tensor, ...]
     out_degree: torch.Tensor
-    gen: torch.Generator
 
 
 LAYER_PLAN = "_dglx_layer_plan"
@@ -61,19 +59,15 @@ def plan_of(block) -> object | None:
 
 @dataclasses.dataclass(frozen=True)
 class Batching:
-    """The co-batches of a rank.
+    """One set of co-batches of a rank.
 
     Attributes:
-        plans: every co-batch's plan (the first is the whole graph when there is one).
-        feat: preloaded feature rows: the one co-batch's, in its order, or every own node's.
+        plans: every co-batch's plan (one: the whole graph).
         by: the call whose batch count decided them, for messages.
-        plan0_row: with one co-batch, the row in ``feat`` of each own node (-1: none).
     """
 
     plans: list[CoBatchPlan]
-    feat: torch.Tensor
     by: str
-    plan0_row: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         for plan in self.plans:  # a step's copies of the blocks, moved or cast, carry it too
@@ -84,19 +78,49 @@ class Batching:
     def single(self) -> bool:
         return len(self.plans) == 1
 
-    def own_rows(self, own: torch.Tensor, ids: torch.Tensor) -> torch.Tensor | None:
-        """Preloaded feature rows of ``ids`` (``own``: this rank's nodes, sorted); None
-        where some of them are not preloaded here."""
-        first = self.plans[0].nodes
-        if self.single and ids.numel() == first.numel() and torch.equal(ids, first):
-            return self.feat
-        where = torch.searchsorted(own, ids).clamp(max=own.numel() - 1)
-        if not bool((own[where] == ids).all()):
+
+class HeldRows:
+    """The preloaded feature rows of a rank's nodes, pulled once each and shared by every set
+    of co-batches: a row is pulled the first time a set needs it (the first set's rows in its
+    order, so that the one co-batch of the full-graph form reads them without a copy).
+
+    Args:
+        own: this rank's nodes (inner and preloaded external), sorted.
+        device: where the rows live.
+    """
+
+    def __init__(self, own: torch.Tensor, device: torch.device):
+        self.own, self.device = own, device
+        self.ids = own[:0]  # the held rows' node ids, in the rows' order
+        self.feat: torch.Tensor | None = None
+        self.row_of_own = torch.full_like(own, -1)
+
+    def cover(self, ids: torch.Tensor, pull) -> None:
+        """Holds the rows of ``ids`` (a subset of ``own``), pulling the missing ones with
+        ``pull(ids) -> rows`` (collective: every rank calls it, maybe with none)."""
+        at = torch.searchsorted(self.own, ids)
+        missing = ids[self.row_of_own[at] < 0]
+        rows = pull(missing).to(self.device)
+        self.row_of_own[torch.searchsorted(self.own, missing)] = \
+            self.ids.numel() + torch.arange(missing.numel())
+        self.ids = torch.cat([self.ids, missing])
+        self.feat = rows if self.feat is None else torch.cat([self.feat, rows])
+
+    def get(self, ids: torch.Tensor) -> torch.Tensor | None:
+        """The rows of ``ids``; None where some are not held here (nor anything held yet)."""
+        if self.feat is None:
             return None
-        if self.single:
-            where = self.plan0_row[where]
-            if bool((where < 0).any()):
-                return None
+        n = ids.numel()
+        if n <= self.ids.numel() and torch.equal(self.ids[:n], ids):
+            return self.feat[:n]
+        if self.own.numel() == 0:  # (no ids: the slice above)
+            return None
+        where = torch.searchsorted(self.own, ids).clamp(max=self.own.numel() - 1)
+        if not bool((self.own[where] == ids).all()):
+            return None
+        where = self.row_of_own[where]
+        if bool((where < 0).any()):
+            return None
         return self.feat.index_select(0, where.to(self.feat.device))
 
 
@@ -130,12 +154,12 @@ def clusters(server: ServerGraph, R: int, seed: int = 0, how: str = "random") ->
 
 
 def cobatch_plans(server: ServerGraph, R: int, num_layers: int, group: Comm, max_hop: int,
-                  fanout: int, progress: bool = False,
+                  fanout: int, gen: torch.Generator, progress: bool = False,
                   targetable: torch.Tensor | None = None, seed: int = 0,
                   how: str = "random") -> list[CoBatchPlan]:
     """Every one of the ``R`` co-batches' plans on this rank (collective over ``group``);
-    with ``R > 1`` each has its own EAS neighbourhood (``max_hop``, ``fanout``) inside the
-    group's set. ``targetable``: a mask over ``server.own`` of the nodes that may be targets
+    with ``R > 1`` each has its own EAS neighbourhood (``max_hop``, ``fanout``, sampled with
+    ``gen``) inside the group's set. ``targetable``: a mask over ``server.own`` of the nodes that may be targets
     (None: every inner node; a typed graph's labeled types); ``how``: see :func:`clusters`."""
     own, core = server.own, torch.from_numpy(server.part.core_gid)
     cluster = clusters(server, R, seed, how)
@@ -149,7 +173,7 @@ def cobatch_plans(server: ServerGraph, R: int, num_layers: int, group: Comm, max
             targets &= targetable
         if R > 1:
             mine = batch_edges(own, server.edges, targets, server.nodes, group, max_hop, fanout,
-                               server.gen)
+                               gen)
         level = levels(own, mine, targets, num_layers, server.nodes, group)
         plans.append(build_cobatch(own, level, mine, num_layers, server.nodes, group,
                                    server.out_degree))

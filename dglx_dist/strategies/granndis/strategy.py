@@ -18,13 +18,14 @@
   mean loss over every rank's labelled targets, since each rank's loss is weighted by its
   share of them where it starts (gradients cross ranks through the exchanges, so weighting
   the parameter gradients afterwards would be wrong).
-* Cooperative batching: the inner nodes are dealt into ``co_batches`` (R) per rank (at random,
-  or METIS clusters: ``cobatch_targets``); a step trains one co-batch per server: its targets
+* Cooperative batching: the inner nodes are dealt into R co-batches per rank (at random, or
+  METIS clusters: ``cobatch_targets``), R being a loader's batches per rank (each loader gets
+  its own co-batches over the one preload; ``co_batches`` fixes R for all); a step trains one
+  co-batch per server: its targets
   (those with one index on every rank) and the dependencies EAS admits around them (m hops,
   k non-target in-neighbours per node and hop; all edges among them kept), split over the
   server's ranks as they are held (fetch-then-split); their feature rows are gathered for the
-  step and dropped after it. R = 1 is full-graph training over the whole preloaded set, built
-  once and kept.
+  step and dropped after it. R = 1 is full-graph training over the whole preloaded set.
 * On GPUs: the preloaded rows, the co-batches' blocks and exchange plans (built on the host,
   then copied) and the model live on the rank's GPU; halo rows and parameter gradients travel
   over NCCL under ``--backend nccl``.
@@ -49,7 +50,7 @@ import torch
 from torch import nn
 
 from dglx_dist.convs import graph_convs
-from dglx_dist.errors import InvalidValueError, StateError
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.memory import MemoryModel
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.autograd import GradientSync
@@ -62,8 +63,9 @@ from dglx_dist.strategies.abilities import (Approximate, FullGraphForm, HoldsRow
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, Strategy,
                                        check_partitions, pull_features_once,
                                        with_depth)
-from dglx_dist.strategies.granndis.batching import (TARGETS, Batching, ServerGraph, cobatch_plans,
-                                                    plan_of, step_layers, target_rows)
+from dglx_dist.strategies.granndis.batching import (TARGETS, Batching, HeldRows, ServerGraph,
+                                                    cobatch_plans, plan_of, step_layers,
+                                                    target_rows)
 from dglx_dist.strategies.granndis.cobatch import GroupNodes
 from dglx_dist.strategies.granndis.eas import expand_external
 from dglx_dist.strategies.granndis.halo import HaloConv, complete_rows
@@ -106,10 +108,10 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
                                           "and hop; -1: all."})
         co_batches: int = dataclasses.field(
             default=-1, metadata={"help": "R: cooperative batches per epoch (each rank's inner "
-                                          "nodes dealt into R); 1: full-graph training; "
-                                          "-1: as many as the first dglx_dist.DataLoader's "
-                                          "batches per rank (1 when an edge loader or the "
-                                          "full-graph form asks first)."})
+                                          "nodes dealt into R) for every loader; 1: full-"
+                                          "graph training; -1: each dglx_dist.DataLoader its "
+                                          "own, as many as its batches per rank (1 for an "
+                                          "edge loader and the full-graph form)."})
         cobatch_targets: str = dataclasses.field(default="random", metadata={
             "help": "Co-batches of each rank's nodes: 'random' (dealt evenly, as a shuffled "
                     "loader) or 'metis' (clusters: fewer rows, few classes per co-batch)."})
@@ -139,7 +141,7 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
     def __init__(self, config, name: str = ""):
         super().__init__(config, name)
         self.memory_model, self.typed_memory_model = _FITS[config.scope]  # 'world': no preload
-        self._batching: Batching | None = None
+        self._batchings: dict[int, Batching] = {}  # by co-batch count
 
     def num_layers(self) -> int:
         return self.config.num_layers
@@ -156,9 +158,9 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
 
     # -- setup ---------------------------------------------------------------------------------
     def setup(self, session: Session, pdir: PartitionDir, store, request: SetupRequest) -> None:
-        """Preloads the server's dependency subgraph (EAS); the co-batches follow once their
-        count is known (:meth:`batching`), so setting up from ``parallelize`` first gives
-        the same co-batches as from the ``DataLoader`` first."""
+        """Preloads the server's dependency subgraph (EAS); co-batches follow per count asked
+        for (:meth:`batching`), so setting up from ``parallelize`` first gives the same
+        co-batches as from the ``DataLoader`` first."""
         check_partitions(self, pdir, session.topology)
         self.types = typed_ids(pdir, store, self.registered_name)
         if self.types is not None:  # the featured types' rows, by their names in the store
@@ -179,7 +181,10 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         dgl.seed(self.config.seed * 7919 + session.rank)  # EAS's sampling: the same on a restart
         own, nodes, edges = self._server_graph(pdir, part, core_edges, core_etype, gen)
         self._own = own
-        self._server = ServerGraph(part, core_edges, own, nodes, edges, out_degree.double(), gen)
+        self._server = ServerGraph(part, core_edges, own, nodes, edges, out_degree.double())
+        device = self.compute_device(session)
+        self._rows = TypedRows(store, pdir, own, device) if self.types is not None else \
+            HeldRows(own, device)
         log.info("%s rank %d: %d inner + %d external nodes (group of %d holds %d)",
                  self.registered_name, session.rank, core.numel(), self.preloaded.numel(),
                  self.group.size, nodes.ids.numel())
@@ -187,49 +192,39 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
             self.batching(self.config.co_batches, f"co_batches={self.config.co_batches}")
 
     @property
-    def plans(self) -> list:
-        """The co-batches' plans, once built."""
-        if self._batching is None:
-            raise StateError(f"{self.registered_name}: no co-batches yet (they are built for "
-                             "the first DataLoader or full-graph use)")
-        return self._batching.plans
+    def batchings(self) -> dict[int, Batching]:
+        """The sets of co-batches built so far, by count."""
+        return dict(self._batchings)
 
     def batching(self, count: int, by: str) -> Batching:
-        """The co-batches, built the first time they are asked for (collective): ``count`` of
-        them unless the options fixed it; ``by``: the call asking, for messages."""
-        if self._batching is not None:
-            return self._batching
+        """The set of ``count`` co-batches (``co_batches`` of them where the options fix it),
+        built the first time it is asked for (collective: every rank asks for the same
+        count); ``by``: the call asking, for messages."""
+        count = count if self.config.co_batches == -1 else self.config.co_batches
+        if (known := self._batchings.get(count)) is not None:
+            return known
         server, cfg = self._server, self.config
-        own, device = self._own, self.compute_device(self.session)  # blocks and rows live there
+        own, device = self._own, self._rows.device  # blocks and rows live there
         targetable = None if self.types is None else \
             target_types(self.types, self.pdir.types.labeled, own)
+        # EAS around each co-batch from a generator of this count's: a set does not depend
+        # on which sets were built before it
+        gen = torch.Generator().manual_seed((cfg.seed * 7919 + self.session.rank) * 1_000_003
+                                            + count)
         plans = cobatch_plans(server, count, cfg.num_layers, self.group, self._cobatch_hops(),
-                              cfg.external_fanout, self.session.is_main, targetable, cfg.seed,
-                              cfg.cobatch_targets)
-        if self.types is not None:  # DGL's heterogeneous blocks; every own node's rows
+                              cfg.external_fanout, gen, self.session.is_main, targetable,
+                              cfg.seed, cfg.cobatch_targets)
+        if self.types is not None:  # DGL's heterogeneous blocks; the rows are every own node's
             plans = [typed_cobatch(p, self.types, self.pdir.types.canonical_etypes,
                                    self._rel_degree) for p in plans]
-            self._typed_rows = TypedRows(self._store, self.pdir, own, device)
-        del self._rel_degree  # the blocks hold their sources' degrees
-        plans = [plan.to(device) for plan in plans]
-        # one co-batch: its rows, in its order, kept; else every node's row and, per
-        # co-batch, where its rows are (gathered for the step, dropped after it)
-        single = len(plans) == 1
-        feat = torch.zeros(0) if self.types is not None else pull_features_once(
-            self.session, self._store, self.pdir, server.part,
-            plans[0].nodes if single else own).to(device)
-        plan0_row = None
-        if single:  # row of each own node in the plan's order
-            first = plans[0].nodes
-            plan0_row = torch.full_like(own, -1)
-            pos = torch.searchsorted(own, first).clamp(max=own.numel() - 1)
-            held = own[pos] == first
-            plan0_row[pos[held]] = torch.arange(first.numel())[held]
-        self._batching = Batching(plans, feat, by, plan0_row)
-        del self._server
+        else:  # the rows of the nodes these co-batches read that were not pulled before
+            ids = plans[0].nodes if count == 1 else torch.cat([p.nodes for p in plans]).unique()
+            self._rows.cover(ids, lambda ids: pull_features_once(
+                self.session, self._store, self.pdir, server.part, ids))
+        self._batchings[count] = batching = Batching([p.to(device) for p in plans], by)
         log.info("%s rank %d: %d co-batches (%s); rows per co-batch %s", self.registered_name,
-                 self.session.rank, len(plans), by, [p.num_rows() for p in plans])
-        return self._batching
+                 self.session.rank, count, by, [p.num_rows() for p in plans])
+        return batching
 
     def _max_hop(self) -> int:
         return self.config.num_layers if (m := self.config.external_max_hop) < 0 else m
@@ -301,32 +296,25 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
             return None
         if spec.pairs is not None:
             return pair_plan(self, ids, spec)
-        by = f"a DataLoader(batch_size={spec.batch_size})"
         counts = self.session.world.all_gather(torch.tensor([ids.numel()]))
-        batches = -(-int(max(int(c) for c in counts)) // spec.batch_size)
-        batching = self.batching(batches, by)
-        if batches > 1 and batching.single and self.config.co_batches == -1:
-            raise InvalidValueError(f"{self.registered_name} with co_batches=-1 built one "
-                                    f"co-batch for {batching.by}; {by} makes {batches} batches "
-                                    "per rank: build this DataLoader before that call, or pass "
-                                    f"co_batches={batches}")
+        batches = max(1, -(-int(max(int(c) for c in counts)) // spec.batch_size))
+        batching = self.batching(batches, f"a DataLoader(batch_size={spec.batch_size})")
         ntype = typed_rows(self.types, ids, self.pdir.types, self.registered_name)
         rows = target_rows(batching.plans, ids, ntype, f"{self.registered_name} (rank "
                            f"{self.session.rank})")
         layers = None if ntype is not None else step_layers(batching.plans, rows)
-        return LoaderPlan(len(batching.plans), (rows, ntype, layers))
+        return LoaderPlan(len(batching.plans), (batching.plans, rows, ntype, layers))
 
     def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int) -> Iterator[Step]:
         if spec.pairs is not None:
             yield from pair_epoch(self, plan, spec, epoch)
             return
-        plans = self._batching.plans
+        plans, rows_of, ntype, layers = plan.data  # layers: the steps' own (untyped)
         order = range(len(plans))
         if spec.shuffle:  # the same order on every rank: the co-batch's convs exchange rows
             gen = torch.Generator().manual_seed(spec.seed * 1_000_003 + epoch)
             order = torch.randperm(len(plans), generator=gen).tolist()
         weight = 1.0 / self.session.world_size  # DDP's mean of the ranks' mean losses
-        rows_of, ntype, layers = plan.data  # layers: the steps' own (untyped)
         for b in order:
             cob, rows, typed = plans[b], rows_of[b], ntype is not None  # typed: rows of
             state = StepState(rows=rows if typed else None, weight=weight, epoch=epoch,
@@ -350,28 +338,27 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
     def full_graph_step(self, num_layers: int, index: int) -> tuple[Blocks, torch.Tensor]:
         batching = self.whole_graph("the full-graph form model(g, features)")
         state = StepState(weight=1.0 / self.session.world_size)
-        return Blocks([lp.block for lp in batching.plans[0].layers], state), batching.feat
+        first = batching.plans[0]  # a typed graph's rows are read by type (local_rows)
+        feat = torch.zeros(0) if self.types is not None else self._rows.get(first.nodes)
+        return Blocks([lp.block for lp in first.layers], state), feat
 
     def whole_graph(self, by: str) -> Batching:
         """The one co-batch over the whole graph (collective when it is built here)."""
         batching = self.batching(1, by)
         if not batching.single:
-            raise InvalidValueError(f"{self.registered_name} with {len(batching.plans)} "
-                                    f"co-batches (for {batching.by}): {by} needs co_batches=1; "
-                                    f"iterate a dglx_dist.DataLoader instead (one step per "
-                                    f"co-batch)")
+            raise InvalidValueError(f"{self.registered_name} with co_batches="
+                                    f"{self.config.co_batches}: {by} needs one co-batch over "
+                                    "the whole graph; pass co_batches=-1 (each loader its "
+                                    "own) or iterate a dglx_dist.DataLoader (one step per "
+                                    "co-batch)")
         return batching
 
     def local_rows(self, name: str, ids: torch.Tensor):
-        """Preloaded feature rows: a co-batch's (one co-batch: every row, in the plan's order;
-        on a typed graph, ``ids`` are rows of a featured type's, ``name`` its store name);
-        None before the co-batches are built."""
-        batching = self._batching
-        if self.types is not None and batching is not None:  # a typed graph: by type rows
-            return self._typed_rows.get(name, ids)
-        if name != "feat" or batching is None:
-            return None
-        return batching.own_rows(self._own, ids)
+        """Preloaded feature rows of ``ids`` (on a typed graph, rows of a featured type's,
+        ``name`` its store name); None where some are not held here."""
+        if self.types is not None:  # a typed graph: by type rows
+            return self._rows.get(name, ids)
+        return self._rows.get(ids) if name == "feat" else None
 
     def source_rows(self, name: str, block) -> torch.Tensor | None:
         """A co-batch's first block's every source row: this rank's preloaded ones and its
