@@ -163,8 +163,9 @@ def _cora_runs(session, pdir_path):
                           weight_decay=5e-4, measure_saved_bytes=True, **opts)
         records = trainer.fit(epochs, eval_every=0)
         out[name] = {"acc": records[-1]["test_acc"], "saved": records[-1]["peak_saved_mb"],
-                     "steps": records[-1]["steps"], "rows": [p.num_rows() for p in
-                                                             trainer.strategy.plans]}
+                     "steps": records[-1]["steps"], "rows": [p.num_rows() for b in
+                                                             trainer.strategy.batchings.values()
+                                                             for p in b.plans]}
         trainer.close()
     return out
 

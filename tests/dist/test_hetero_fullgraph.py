@@ -2,7 +2,8 @@
 DataLoader + parallelize, under the strategies' exact options, gives single-process DGL's
 logits and the gradients of the mean loss over every rank's outputs (the parameters' on every
 rank; the featureless type's embedding rows summed over the ranks that hold them), at 2 ranks
-and at 4 ranks as 2 servers. One launch per shape runs both strategies, and the refusals."""
+and at 4 ranks as 2 servers; a validation loader after it, of several batches where training
+made one (DGL's R-GCN example's shape), gives DGL's logits too. One launch per shape runs both strategies, and the refusals."""
 import numpy as np
 import pytest
 import torch
@@ -38,6 +39,7 @@ def _step(session, cache, name, norm):
                                is not None for t, v in views.items())
         out.update(rgcn_step(g, emb, model, input_nodes, output_nodes, blocks,
                              name=lambda k: k.replace(".conv.", ".")))
+    out["val"] = _validate(g, emb, model)
     bad = torch.nn.ModuleList([dglnn.GraphConv(HID, HID), dglnn.GraphConv(HID, HID)])
     out["refused"] = [
         _refused(lambda: dglx_dist.parallelize(bad, g)),
@@ -46,6 +48,25 @@ def _step(session, cache, name, norm):
                                               batch_size=100)),
     ]
     g.close()
+    return out
+
+
+def _validate(g, emb, model) -> dict:
+    """A validation loader after the training one (which made one batch per rank): the
+    papers outside training in batches of 2, several per rank; its outputs and logits."""
+    import dglx_dist.dgl as dgl
+
+    val = dglx_dist.node_split(torch.arange(40) >= 24, g.get_partition_book(), ntype="paper")
+    loader = dglx_dist.DataLoader(g, {"paper": val},
+                                  dgl.dataloading.MultiLayerFullNeighborSampler(2), batch_size=2)
+    out = {"ids": val.tolist(), "asked": len(loader), "outputs": [], "logits": []}
+    with torch.no_grad():
+        for input_nodes, output_nodes, blocks in loader:
+            x = {t: g.nodes[t].data["feat"][ids] for t, ids in input_nodes.items()
+                 if t != "author"}
+            x["author"] = emb(input_nodes["author"])
+            out["logits"] += model(blocks, x)["paper"].tolist()
+            out["outputs"].append(output_nodes["paper"].tolist())
     return out
 
 
@@ -78,10 +99,25 @@ def _check(res, ranks, name, norm):
     mean = torch.stack([ref[q][2] for q in range(ranks)]).mean(0)
     np.testing.assert_allclose(got.numpy(), mean.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
     assert total == 24
+    _check_validation([o["val"] for o in outs], norm)
     expected = ["every graph conv must be a dgl.nn.HeteroGraphConv",
                 "a DataLoader over node types ['author', 'paper']"]
     for got_msg, pattern in zip(outs[0]["refused"], expected):
         assert pattern in got_msg and "\n" not in got_msg, (pattern, got_msg)
+
+
+def _check_validation(vals, norm):
+    """Each rank's validation loader took the steps it asked for (more than the training
+    loader's one at 2 ranks), covered its papers once, and gave single-process DGL's logits
+    (the model unchanged since: no optimizer step)."""
+    assert sorted(i for v in vals for i in v["ids"]) == list(range(24, 40))
+    assert len(vals) == 4 or min(v["asked"] for v in vals) >= 3, [v["asked"] for v in vals]
+    for v in vals:
+        assert len(v["outputs"]) == v["asked"] == -(-max(len(w["ids"]) for w in vals) // 2)
+        outputs = [i for step in v["outputs"] for i in step]
+        assert sorted(outputs) == sorted(v["ids"])
+        ref = _reference([torch.tensor(outputs)], norm)[0][0]
+        np.testing.assert_allclose(v["logits"], ref.numpy(), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("ranks, servers", [(2, 2), (4, 2)])

@@ -68,4 +68,4 @@ def test_granndis_cobatches_do_not_depend_on_the_call_order(tmp_path, cache):
         assert len(first) == 4, (r, first)
         for other in runs[1:]:
             assert len(other[r]) == len(first), (r, first, other[r])
-            assert sorted(sum(other[r], [])) == sorted(sum(first[r], [])), r
+            assert sorted(sum(other[r], [])) == sorted(sum(first, [])), r

@@ -182,7 +182,7 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         own, nodes, edges = self._server_graph(pdir, part, core_edges, core_etype, gen)
         self._own = own
         self._server = ServerGraph(part, core_edges, own, nodes, edges, out_degree.double())
-        device = self.compute_device(session)
+        self._device = device = self.compute_device(session)  # blocks and rows live there
         self._rows = TypedRows(store, pdir, own, device) if self.types is not None else \
             HeldRows(own, device)
         log.info("%s rank %d: %d inner + %d external nodes (group of %d holds %d)",
@@ -204,7 +204,7 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         if (known := self._batchings.get(count)) is not None:
             return known
         server, cfg = self._server, self.config
-        own, device = self._own, self._rows.device  # blocks and rows live there
+        own = self._own
         targetable = None if self.types is None else \
             target_types(self.types, self.pdir.types.labeled, own)
         # EAS around each co-batch from a generator of this count's: a set does not depend
@@ -221,7 +221,7 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
             ids = plans[0].nodes if count == 1 else torch.cat([p.nodes for p in plans]).unique()
             self._rows.cover(ids, lambda ids: pull_features_once(
                 self.session, self._store, self.pdir, server.part, ids))
-        self._batchings[count] = batching = Batching([p.to(device) for p in plans], by)
+        self._batchings[count] = batching = Batching([p.to(self._device) for p in plans], by)
         log.info("%s rank %d: %d co-batches (%s); rows per co-batch %s", self.registered_name,
                  self.session.rank, count, by, [p.num_rows() for p in plans])
         return batching
