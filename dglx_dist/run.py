@@ -39,6 +39,7 @@ from dglx_dist.config import RunConfig, StrategyConfig
 from dglx_dist.errors import DglxError, InvalidValueError
 from dglx_dist.runtime.env import launch_position
 from dglx_dist.runtime.failure import RankZeroParser, report, same_on_every_rank, step_aside
+from dglx_dist.runtime.session import exit_code_failure
 
 __all__ = ["RunOptions", "parse", "installed", "main"]
 
@@ -195,7 +196,11 @@ def run(options: RunOptions) -> None:
     sys.path[0] = str(options.script.resolve().parent)  # as `python SCRIPT` sets it
     log.debug("dglx_dist.run: %s under strategy %s", script, options.strategy.name)
     with installed(options):
-        runpy.run_path(script, run_name="__main__")
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except SystemExit as exc:
+            exit_code_failure(exc)
+            raise
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import operator
 import warnings
-from typing import Callable, Iterator
+from typing import Iterator
 
 import dgl
 import torch
@@ -48,13 +48,14 @@ from dglx_dist.api.types import typed_prefetch
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 from dglx_dist.kvstore.base import PullUnderWay
 from dglx_dist.runtime.agree import differing_ranks, ids_digest, on_every_rank, same_call
+from dglx_dist.runtime.peer import PeerError
 from dglx_dist.runtime.transfer import DeviceCopies
 from dglx_dist.sampling import even_chunk
 from dglx_dist.sampling.options import UNIFORM
 from dglx_dist.strategies.abilities import DrawsBlocks, HoldsRows, LinkPrediction, StepsInTurn
 from dglx_dist.strategies.base import SetupRequest, implied_layers
-from dglx_dist.strategies.steps import (EdgeStep, LoaderSpec, Step, place_step, sampled_epoch,
-                                        sampled_plan, step_graphs)
+from dglx_dist.strategies.steps import (EdgeStep, LoaderSpec, Step, UnderWay, place_step,
+                                        sampled_epoch, sampled_plan, step_graphs)
 
 __all__ = ["DataLoader", "DistNodeDataLoader", "DistEdgeDataLoader"]
 
@@ -211,7 +212,7 @@ class DataLoader:
     def _in_turn(self, steps: Iterator[Step | EdgeStep]) -> Iterator[Step | EdgeStep]:
         """Each step with its rows, sampled and pulled when the previous one is done."""
         for step in steps:
-            yield self._start_prefetch(step)()
+            yield self._start_prefetch(step).finish()
 
     def _ahead(self, steps: Iterator[Step | EdgeStep]) -> Iterator[Step | EdgeStep]:
         """Each step with its rows; before a step is handed over, the next one is sampled and
@@ -219,27 +220,38 @@ class DataLoader:
         while the step after is sampled (the store's pulls have groups of their own, so the
         sampler's exchanges do not wait for them)."""
         start = lambda step: None if step is None else self._start_prefetch(step)  # noqa: E731
-        finish = start(next(steps, None))
-        while finish is not None:
-            ready = finish()  # starts the pull of the rows the loop reads itself, which
-            finish = start(next(steps, None))  # travel while the step after is sampled
+        under = start(next(steps, None))
+        while under is not None:
+            ready = under.finish()  # starts the pull of the rows the loop reads itself,
+            under = start(next(steps, None))  # which travel while the step after is sampled
             try:
                 yield ready
-            except GeneratorExit:  # the caller left the loop: the rows under way still
-                if self.graph.session.is_open:  # arrive (not at exit: the session went first)
-                    if finish is not None:
-                        finish()
-                    self.graph.step_rows.settle()
+            except GeneratorExit:  # the caller left the loop (a break, or an error)
+                self._drain(under)
                 raise
 
-    def _start_prefetch(self, step: Step | EdgeStep) -> Callable[[], Step | EdgeStep]:
-        """:meth:`_prefetch`; the returned callable also starts the pull of the rows the loop
+    def _drain(self, under: UnderWay | None) -> None:
+        """The rows under way when the loop was left still arrive: the ones every rank
+        started before the step was handed over, and nothing new starts, so that a rank
+        leaving on its own error waits on no peer (not at exit: the session went first; a
+        peer's failure is the session's to report)."""
+        if not self.graph.session.is_open:
+            return
+        try:
+            if under is not None:
+                under.drain()
+            self.graph.step_rows.settle()
+        except PeerError as exc:
+            log.debug("rank %d: rows under way at the loop's end: %s", self.graph.rank(), exc)
+
+    def _start_prefetch(self, step: Step | EdgeStep) -> UnderWay:
+        """:meth:`_prefetch`; its ``finish`` also starts the pull of the rows the loop
         reads itself with the step's ids (:class:`~dglx_dist.api.step_rows.StepRows`; a
         typed step's in :func:`~dglx_dist.api.types.typed_prefetch`) and gives the step with
         the graph's own node ids (a typed step's are per type already)."""
-        finish = self._prefetch(step)
+        under = self._prefetch(step)
         if self.graph.is_typed:
-            return finish
+            return under
         graph, ntype = self.graph, self.graph.node_space.ntype
 
         def handed_over() -> Step | EdgeStep:
@@ -249,13 +261,13 @@ class DataLoader:
             # after the last step's writes (its optimizer step), before this step's rows wait
             graph.step_rows.start({ntype: ids["input_nodes"]},
                                   {ntype: ids["output_nodes"]} if "output_nodes" in ids else None)
-            return finish()._replace(**ids)
+            return under.finish()._replace(**ids)
 
-        return handed_over
+        return under._replace(finish=handed_over)
 
-    def _prefetch(self, step: Step | EdgeStep) -> Callable[[], Step | EdgeStep]:
-        """DGL's ``prefetch_labels`` / ``prefetch_node_feats`` of the sampler, started; the
-        returned callable gives the step on the strategy's device with those rows on its
+    def _prefetch(self, step: Step | EdgeStep) -> UnderWay:
+        """DGL's ``prefetch_labels`` / ``prefetch_node_feats`` of the sampler, started; its
+        ``finish`` gives the step on the strategy's device with those rows on its
         last block's destinations (edge labels: on the pair graph's edges) and its first
         block's sources. Every rank is at the same step here, so rows the strategy does not
         hold itself are pulled collectively (faster than each rank asking alone;
@@ -263,8 +275,8 @@ class DataLoader:
         blocks, ndata = step_graphs(step), self.graph.ndata
         state = getattr(step.blocks, "state", None)  # none on a subgraph
         if not blocks or self.graph.is_typed and state is not None and state.rows is not None:
-            return lambda: place_step(step, self.device)  # a typed co-batch's outputs
-        if self.graph.is_typed:  # are some of its last block's destinations
+            return UnderWay(lambda: place_step(step, self.device), lambda: None)  # a typed
+        if self.graph.is_typed:  # co-batch's outputs: some of its last block's destinations
             return typed_prefetch(self.graph, self.sampler, step, self._copies, self.device)
         edge = isinstance(step, EdgeStep)
         node_sampler = self.sampler.sampler if edge else self.sampler
@@ -293,7 +305,7 @@ class DataLoader:
                 (block.srcdata if side == "src" else block.dstdata)[key] = ready()
             return placed
 
-        return finish
+        return UnderWay(finish, lambda: [rows.wait() for *_, rows in put])
 
     def _source_rows(self, key: str, block, inputs: torch.Tensor) -> PullUnderWay:
         """The rows of ``key`` for every source of a step's first block, on their way: the

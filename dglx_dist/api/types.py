@@ -12,7 +12,7 @@ A graph without types has one space, every node, under DGL's default type name `
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -22,7 +22,7 @@ from dglx_dist.api.samplers import edge_rows
 from dglx_dist.errors import InvalidValueError, UnknownNameError
 from dglx_dist.kvstore import ColumnPolicy, RowPolicy
 from dglx_dist.partition.book import RangeBook
-from dglx_dist.strategies.steps import EdgeStep, place_step
+from dglx_dist.strategies.steps import EdgeStep, UnderWay, place_step
 
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
@@ -146,11 +146,11 @@ def space_for(graph: DistGraph, rows: int, part_policy, what: str) -> NodeSpace:
                             f"type ({sizes})")
 
 
-def typed_prefetch(graph: DistGraph, sampler, step, copies, device) -> Callable:
+def typed_prefetch(graph: DistGraph, sampler, step, copies, device) -> UnderWay:
     """A loader's prefetch of a typed step (DGL's ``prefetch_labels`` and
     ``prefetch_node_feats`` of the sampler, for the node types that have the name; of an
-    edge step, the node features of its edge-prediction sampler's sampler), started; the
-    returned callable gives the step on ``device`` with the rows on its last block's
+    edge step, the node features of its edge-prediction sampler's sampler), started; its
+    ``finish`` gives the step on ``device`` with the rows on its last block's
     destinations (labels) and its first block's sources (features), and starts the pull of
     the step's rows the loop reads itself (:class:`~dglx_dist.api.step_rows.StepRows`)."""
     put = []  # (layer, side, node type, name, rows under way or a handle: p3's column slice)
@@ -183,4 +183,4 @@ def typed_prefetch(graph: DistGraph, sampler, step, copies, device) -> Callable:
             frame.data[name] = value()
         return placed
 
-    return finish
+    return UnderWay(finish, lambda: [p[4].wait() for p in put])

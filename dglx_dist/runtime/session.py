@@ -37,7 +37,7 @@ from dglx_dist.runtime.health import DDP_GROUP, Health
 from dglx_dist.runtime.orphan import LauncherWatch
 from dglx_dist.runtime.topology import Topology
 
-__all__ = ["Session", "init", "current_session"]
+__all__ = ["Session", "init", "current_session", "exit_code_failure"]
 
 log = logging.getLogger(__name__)
 _CURRENT: contextvars.ContextVar["Session | None"] = contextvars.ContextVar(
@@ -378,3 +378,13 @@ def current_session() -> Session:
     if session is None:
         raise StateError("no dglx_dist session: call dglx_dist.init() first")
     return session
+
+
+def exit_code_failure(exc: SystemExit) -> None:
+    """A script's ``sys.exit(code)``: with a code other than 0, the current session (if any)
+    shuts down as failed, so that its peers name this rank and its code at once instead of
+    waiting out the timeout for a rank that seems to have ended its loop early (Python calls
+    no excepthook for ``SystemExit``)."""
+    session = _CURRENT.get()
+    if exc.code not in (None, 0) and session is not None:
+        session.shutdown(exc)  # peers: "rank R raised SystemExit: CODE"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Iterator, NamedTuple, Protocol
+from typing import Callable, Iterator, NamedTuple, Protocol
 
 import dgl
 import torch
@@ -20,7 +20,7 @@ import torch
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.sampling.options import UNIFORM, SampleOptions
 
-__all__ = ["Blocks", "StepState", "Step", "EdgeStep", "EdgeBatch", "PairMaker", "LoaderSpec",
+__all__ = ["Blocks", "StepState", "Step", "EdgeStep", "UnderWay", "EdgeBatch", "PairMaker", "LoaderSpec",
            "LoaderPlan", "full_graph_loaders", "equal_step_sizes", "agreed_steps", "sampled_plan",
            "epoch_batches", "sampled_epoch", "step_graphs", "place_step", "node_blocks",
            "OUT_DEGREE"]
@@ -128,6 +128,17 @@ class EdgeStep(NamedTuple):
     pair_graph: dgl.DGLGraph
     neg_pair_graph: dgl.DGLGraph | None
     blocks: Blocks | dgl.DGLGraph
+
+
+class UnderWay(NamedTuple):
+    """A loader's step whose exchanges have started on every rank."""
+
+    finish: Callable[[], "Step | EdgeStep"]
+    """Hands the step over: waits for its rows and may start exchanges of its own (the rows
+    the loop will read itself), so every rank must call it at the same point."""
+    drain: Callable[[], None]
+    """Waits for the exchanges already started, and starts none: a loop left early (by a
+    break on every rank, or by an error on one) leaves no peer waiting on this rank."""
 
 
 class EdgeBatch(NamedTuple):

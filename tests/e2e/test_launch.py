@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -152,6 +153,8 @@ for step, (input_nodes, output_nodes, blocks) in enumerate(loader):
             raise RuntimeError("boom")
         if how == "leaves":  # its loop ends early: the script ends
             break
+        if how == "exits":
+            sys.exit(3)
         time.sleep(600)  # stalls
     loss = F.cross_entropy(model(blocks, g.ndata["feat"][input_nodes]),
                            g.ndata["label"][output_nodes])
@@ -161,22 +164,36 @@ for step, (input_nodes, output_nodes, blocks) in enumerate(loader):
 '''
 
 
-@pytest.mark.parametrize("how", ["raises", "stalls", "leaves"])
-def test_a_peer_failing_in_a_users_ddp_loop_is_named(tmp_path, how):
+@pytest.mark.parametrize("how,servers", [("raises", "1"), ("stalls", "1"), ("leaves", "1"),
+                                         ("raises", "2"), ("exits", "2")])
+def test_a_peer_failing_in_a_users_ddp_loop_is_named(tmp_path, how, servers):
     """Issue 40, case 10: under distdgl (DDP) in a user's own script, the healthy rank's
     gloo error in backward becomes the comm layer's one line naming the peer (and quoting its
-    error), and torchrun's root cause is the failing rank's own error."""
+    error), and torchrun's root cause is the failing rank's own error. Issue 61, case 2a:
+    with 2 servers, the loader's rows under way at the failing rank's exit (pulled from the
+    other server) neither print nor hold it: the run ends well within the timeout; a runner
+    script's ``sys.exit(3)`` is a failure its peer names at once, not a loop ended early."""
     script = tmp_path / "train.py"
     script.write_text(_FAILING_SCRIPT)
+    runner = ["-m", "dglx_dist.run", "--strategy", "distdgl"] if how == "exits" else []
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-port", str(free_local_port()), str(script), how, str(tmp_path / "cache")]
+           "--master-port", str(free_local_port()), *runner, str(script), how,
+           str(tmp_path / "cache")]
     # "stalls" and "leaves" wait out the collective timeout on purpose (the healthy rank's
     # all-reduce is never met), so it is short; a partition cache being written is waited for
     # without it (distribute's wait_timeout), and the ranks' other collectives meet in well
-    # under a second
-    r = subprocess.run(cmd, env=_env(DGLX_TIMEOUT="5"), capture_output=True, text=True,
-                       timeout=240, cwd=tmp_path)
+    # under a second. With 2 servers the timeout is long: waiting it out fails the test
+    timeout = "5" if servers == "1" else "60"
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, env=_env(DGLX_TIMEOUT=timeout, DGLX_VIRTUAL_SERVERS=servers),
+                       capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    seconds = time.monotonic() - t0
     assert r.returncode != 0
+    if servers == "2":
+        assert seconds < 60 and "Exception ignored" not in r.stderr, (seconds, r.stderr[-4000:])
+    if how == "exits":
+        assert "rank 1 raised SystemExit: 3" in r.stderr and "exitcode  : 3" in r.stderr, \
+            r.stderr[-4000:]
     said = [ln for ln in r.stderr.splitlines() if ln.startswith("dglx_dist error on rank 0")]
     assert len(said) == 1 and "PeerError" in said[0] and "rank 1" in said[0], r.stderr[-4000:]
     if how == "leaves":
