@@ -40,7 +40,7 @@ from dglx_dist.errors import InvalidValueError
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.strategies.epochs import EpochResult
 
-__all__ = ["eval_negatives", "heldout", "heldout_scores", "link_loss", "reverse_ids",
+__all__ = ["at_most", "eval_negatives", "heldout", "heldout_scores", "link_loss", "reverse_ids",
            "split_once", "split_pairs", "timed_link_step", "train_edge_ids", "train_link"]
 _HELDOUT = ("val_u", "val_v", "test_u", "test_v")  # the pairs' arrays beside the split's tables
 
@@ -122,12 +122,26 @@ def heldout_scores(emb, u: torch.Tensor, v: torch.Tensor,
     return (hu * emb[v]).sum(1), negative.sum(2)
 
 
+def at_most(flag: str, asked: int | None, available: int, what: str) -> None:
+    """Refuses a count flag that asks for more than there are (one line, alike on every
+    rank), as every count flag of the link task is: ``what`` names the ``available`` ones.
+
+    Raises:
+        InvalidValueError: ``asked`` > ``available``.
+    """
+    if asked is not None and asked > available:
+        raise same_on_every_rank(InvalidValueError(
+            f"{flag} {asked}: {what} has only {available}; pass at most that, or leave it out "
+            "to use them all"))
+
+
 def heldout(pairs, task: TaskConfig, num_nodes: int, seed: int):
     """The held-out pairs ``(u, v)`` ranked with ``seed`` (:attr:`TaskConfig.eval_pairs
     <dglx_dist.config.TaskConfig.eval_pairs>` of them, a seeded choice, or all), their
     negatives (N, ``eval_negatives``) and every node whose embedding the ranking reads; a
     function of the arguments alone, so every rank and every system compared ranks the same."""
     u, v = pairs
+    at_most("--eval-pairs", task.eval_pairs, u.numel(), "the held-out set ranked")
     if task.eval_pairs is not None and task.eval_pairs < u.numel():
         gen = torch.Generator().manual_seed(seed + 5)
         keep = torch.randperm(u.numel(), generator=gen)[:task.eval_pairs].sort().values
@@ -153,10 +167,7 @@ def _evaluate(model, g, pairs, task: TaskConfig, seed: int, fanouts) -> dict[str
 def train_edge_ids(num_edges: int, task: TaskConfig, seed: int) -> torch.Tensor:
     """The training graph's edges an epoch trains on (:attr:`TaskConfig.train_edges
     <dglx_dist.config.TaskConfig.train_edges>`, chosen by ``seed``)."""
-    if task.train_edges is not None and task.train_edges > num_edges:
-        raise same_on_every_rank(InvalidValueError(
-            f"--train-edges {task.train_edges}: the training graph has only {num_edges} "
-            f"edges; pass at most that, or leave it out to train on every edge"))
+    at_most("--train-edges", task.train_edges, num_edges, "the training graph's edge set")
     if task.train_edges is None or task.train_edges == num_edges:
         return torch.arange(num_edges)
     gen = torch.Generator().manual_seed(seed + 3)
@@ -212,6 +223,8 @@ def train_link(data: Path, strategy, model: torch.nn.Module, config: RunConfig,
     task, loop = config.task, config.loop
     torch.manual_seed(loop.seed)
     train_dir, val, test = split_once(data, loop.seed, session, config.data.cache_dir)
+    for pairs in (val, test):  # refused before training, not after it
+        at_most("--eval-pairs", task.eval_pairs, pairs[0].numel(), "the held-out set ranked")
     parts = ensure_partitions(train_dir, strategy, session, config.data.cache_dir)
     g = dglx_dist.distribute(parts, strategy, session=session)
     reverse = reverse_ids(g.num_edges())

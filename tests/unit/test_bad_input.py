@@ -9,7 +9,7 @@ from dglx_dist.api.ndata import fit_rows
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.models.gcn import row_normalized
 from dglx_dist.config import TaskConfig
-from dglx_dist.tasks.link import train_edge_ids
+from dglx_dist.tasks.link import heldout, train_edge_ids
 
 
 def test_rows_must_have_the_rows_shape_or_broadcast_to_it():
@@ -40,10 +40,20 @@ def test_batch_size_must_be_a_positive_integer(size):
 
 def test_more_training_edges_than_the_graph_has_are_refused():
     with pytest.raises(InvalidValueError, match=r"--train-edges 1000000000000: the training "
-                                                r"graph has only 50 edges"):
+                                                r"graph's edge set has only 50;"):
         train_edge_ids(50, TaskConfig(train_edges=10**12), 0)
     assert train_edge_ids(50, TaskConfig(train_edges=50), 0).tolist() == list(range(50))
     assert len(train_edge_ids(50, TaskConfig(train_edges=7), 0)) == 7
+
+
+def test_more_held_out_pairs_than_there_are_are_refused_as_training_edges_are():
+    """Issue 61, case 2e: ``--eval-pairs 10**12`` ranked all 527 pairs and exited 0."""
+    pairs = (torch.arange(30), torch.arange(30) + 1)
+    with pytest.raises(InvalidValueError, match=r"--eval-pairs 1000000000000: the held-out "
+                                                r"set ranked has only 30;"):
+        heldout(pairs, TaskConfig(eval_pairs=10**12), 40, 0)
+    assert heldout(pairs, TaskConfig(eval_pairs=30), 40, 0)[0].numel() == 30
+    assert heldout(pairs, TaskConfig(eval_pairs=7), 40, 0)[0].numel() == 7
 
 
 def test_row_normalising_signed_features_warns():
