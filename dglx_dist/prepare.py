@@ -22,7 +22,7 @@ import torch
 
 from dglx_dist.data.builtin import builtin_names, builtin_path
 from dglx_dist.data.format import read_meta
-from dglx_dist.data.hetero_format import is_hetero
+from dglx_dist.data.hetero_format import is_hetero, read_hetero_meta
 from dglx_dist.cache import CacheLimits, check_cache_dir, making, prune, touch
 from dglx_dist.errors import (DatasetFormatError, DeadlineError, OutputExistsError,
                               PartitionError, StateError)
@@ -52,22 +52,49 @@ def resolve_dataset(data: str | os.PathLike) -> Path:
 
 def check_partitions_of(partitions: str | os.PathLike, data: str | os.PathLike) -> None:
     """Refuses partitions that were not made from the dataset ``data``: the manifest's sizes
-    and provenance (what the dataset's meta.json said) must be the dataset's.
+    (per node and edge type on a typed dataset) and provenance (what the dataset's meta.json
+    said) must be the dataset's.
 
     Raises:
         PartitionError: naming both directories and the first field that differs.
     """
     manifest = read_manifest(partitions)
-    meta = read_meta(resolve_dataset(data))
-    theirs = {k: manifest[k] for k in ("num_nodes", "num_edges", "feat_dim", "num_classes")}
+    path = resolve_dataset(data)
+    ours = _typed_fields(path) if is_hetero(path) else _fields(path)
+    theirs = {k: manifest.get(k) for k in ("num_nodes", "num_edges", "num_classes")}
     theirs["provenance"] = manifest.get("dataset", {})
-    ours = {**{k: v for k, v in meta.to_json().items() if k in theirs}, "provenance": meta.extra}
-    for field in theirs:
+    types = manifest.get("types") or {}
+    if "node types" in ours:  # (partitions of a homogeneous dataset have none)
+        offsets = types.get("ntype_offsets", [0])
+        theirs["node types"] = dict(zip(types.get("ntypes", []),
+                                        [b - a for a, b in zip(offsets, offsets[1:])]))
+        theirs["edge types"] = sorted(tuple(e) for e in types.get("canonical_etypes", []))
+    else:
+        theirs["feat_dim"] = None if types else manifest.get("feat_dim")
+    for field in ours:
         if theirs[field] != ours[field]:
             raise PartitionError(
                 f"--partitions {partitions} was not made from --data {data}: its {field} is "
                 f"{theirs[field]!r:.120}, the dataset's {ours[field]!r:.120}; pass the dataset "
                 f"it was made from, or only --partitions")
+
+
+def _fields(path: Path) -> dict[str, Any]:
+    """What partitions of the homogeneous dataset ``path`` record of it."""
+    meta = read_meta(path)
+    keep = ("num_nodes", "num_edges", "feat_dim", "num_classes")
+    return {**{k: v for k, v in meta.to_json().items() if k in keep}, "provenance": meta.extra}
+
+
+def _typed_fields(path: Path) -> dict[str, Any]:
+    """What partitions of the typed dataset ``path`` record of it: the sums, each type's
+    size, and the provenance."""
+    meta = read_hetero_meta(path)
+    return {"num_nodes": sum(t["num_nodes"] for t in meta.ntypes.values()),
+            "num_edges": sum(meta.num_edges), "num_classes": meta.num_classes,
+            "provenance": meta.extra,
+            "node types": {name: t["num_nodes"] for name, t in meta.ntypes.items()},
+            "edge types": sorted(tuple(e) for e in meta.etypes)}
 
 
 def _dataset_files(data: Path) -> tuple[list[str], str]:

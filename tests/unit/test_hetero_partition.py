@@ -399,3 +399,27 @@ def test_dglx_train_refuses_another_model_on_typed_partitions_in_one_line(typed_
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and errors[0].exc_info is None
     assert "--model gat: a dataset with node types trains the R-GCN" in errors[0].getMessage()
+
+
+def test_typed_partitions_are_checked_against_their_own_typed_dataset(tmp_path):
+    """Issue 61, case 2d: ``dglx train --data TYPED --partitions ITS_PARTITIONS`` was refused
+    with "this step takes a homogeneous one"; partitions of another dataset still are."""
+    from dglx_dist.prepare import check_partitions_of, resolve_dataset
+
+    data = write_hetero_dataset(_toy(), tmp_path / "data")
+    partition_dataset(data, tmp_path / "parts", "hash", 2)
+    check_partitions_of(tmp_path / "parts", data)  # its own: nothing to say
+    other = write_hetero_dataset(_toy(papers=200), tmp_path / "other")
+    with pytest.raises(PartitionError, match=r"its num_nodes is 420, the dataset's 380"):
+        check_partitions_of(tmp_path / "parts", other)
+    renamed = _toy()
+    renamed.edges[("paper", "cites_", "paper")] = renamed.edges.pop(("paper", "cites", "paper"))
+    renamed = write_hetero_dataset(renamed, tmp_path / "renamed")
+    with pytest.raises(PartitionError, match=r"its edge types is"):
+        check_partitions_of(tmp_path / "parts", renamed)
+    with pytest.raises(PartitionError, match=r"was not made from --data cora: its num_nodes"):
+        check_partitions_of(tmp_path / "parts", "cora")
+    homogeneous = tmp_path / "hom-parts"
+    partition_dataset(resolve_dataset("cora"), homogeneous, "hash", 2)
+    with pytest.raises(PartitionError, match=r"its num_nodes is 2708, the dataset's 420"):
+        check_partitions_of(homogeneous, data)
