@@ -39,7 +39,7 @@ from dglx_dist.config import RunConfig, StrategyConfig
 from dglx_dist.errors import DglxError, InvalidValueError
 from dglx_dist.runtime.env import launch_position
 from dglx_dist.runtime.failure import RankZeroParser, report, same_on_every_rank, step_aside
-from dglx_dist.runtime.session import exit_code_failure
+from dglx_dist.runtime.session import exit_code_failure, sessionless_failure
 
 __all__ = ["RunOptions", "parse", "installed", "main"]
 
@@ -200,6 +200,9 @@ def run(options: RunOptions) -> None:
             runpy.run_path(script, run_name="__main__")
         except SystemExit as exc:
             exit_code_failure(exc)
+            raise
+        except Exception as exc:
+            sessionless_failure(exc)
             raise
 
 

@@ -45,8 +45,12 @@ class DistTensor(NodeDataView):
                 init_func: Callable | None = None, part_policy=None, *args, **kwargs):
         if isinstance(part_policy, EdgeSpace):  # rows by edges: an edge-data view
             g = kwargs.get("graph") or current_graph()
-            return edge_tensor(g, tuple(int(d) for d in shape), dtype,
-                               name or g.new_name("_dist_tensor_"), init_func, part_policy)
+            shape = tuple(int(d) for d in shape)
+            view = edge_tensor(g, shape, dtype, name or g.new_name("_dist_tensor_"), init_func,
+                               part_policy)
+            if name is None:
+                view._what = _unnamed(shape)
+            return view
         return super().__new__(cls)
 
     def __init__(self, shape, dtype: torch.dtype, name: str | None = None,
@@ -55,6 +59,15 @@ class DistTensor(NodeDataView):
         g = graph or current_graph()
         shape = tuple(int(d) for d in shape)
         space = space_for(g, shape[0] if shape else -1, part_policy, f"DistTensor {shape}")
+        given = name
         name = name or g.new_name("_dist_tensor_")
         stored_tensor(g.store, space.key(name), space.policy, shape, dtype, init_func, name)
         super().__init__(g, name, space)
+        if given is None:
+            self.what = _unnamed(shape)
+
+
+def _unnamed(shape: tuple[int, ...]) -> str:
+    """How messages name a DistTensor made without a name (not by the name generated for
+    it, which the user never wrote)."""
+    return f"a DistTensor of shape {shape}"

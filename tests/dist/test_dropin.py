@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 import dglx_dist
 from dglx_dist.data import CoraGraphDataset
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.models import GCN, SAGE
 from dglx_dist.strategies import STRATEGIES
 from dglx_dist.strategies.abilities import FullGraphForm, exact_options
@@ -427,7 +428,12 @@ def _asymmetric(session, cache):
     if session.rank == 0:
         t[everything] = torch.stack([everything, -everything], 1).float()
     g.barrier()
-    return {"alone": alone, "batches": batches,
+    try:  # refused before any exchange: named as the user made it (issue 61, case 2h)
+        t[torch.tensor([0, 1])] = torch.zeros(2, 5)
+        wrong = None
+    except InvalidValueError as exc:
+        wrong = str(exc)
+    return {"alone": alone, "batches": batches, "wrong": wrong,
             "written": t[torch.tensor([0, 1000, g.num_nodes() - 1])].tolist()}
 
 
@@ -443,6 +449,8 @@ def test_ranks_read_and_write_out_of_step(tmp_path, cache, ranks, servers):
                 for b in range(r + 1)]
         assert res[r]["batches"] == want
         assert res[r]["written"] == [[0.0, 0.0], [1000.0, -1000.0], [n - 1.0, 1.0 - n]]
+        assert "a DistTensor of shape (2708, 2)" in res[r]["wrong"], res[r]["wrong"]
+        assert "_dist_tensor_" not in res[r]["wrong"], res[r]["wrong"]
 
 
 def _p3_rows(session, cache):

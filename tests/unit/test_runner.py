@@ -1,6 +1,7 @@
 """``python -m dglx_dist.run`` (no processes): its pieces are installed only inside the runner,
 bad arguments are one line, and the column layout it gives p3 is feature_dim's."""
 import contextvars
+import json
 import logging
 import sys
 
@@ -121,3 +122,20 @@ def test_by_columns_lays_out_row_partitions_as_feature_dim_does(tmp_path, datase
     partition_dataset(ds, tmp_path / "cols", "feature_dim", 3)
     by_columns(tmp_path / "rows", tmp_path / "out")
     _same_columns(PartitionDir(tmp_path / "out"), PartitionDir(tmp_path / "cols"))
+
+
+def test_a_script_failing_before_its_session_tells_torchrun(tmp_path, monkeypatch):
+    """Issue 61, case 2h: a runner script failing at import left torchrun's summary without
+    the error ("To enable traceback see ..."); the error file now holds its line."""
+    from dglx_dist.run import main
+
+    script = tmp_path / "bad.py"
+    script.write_text("import json\nimport no_such_module_here\n")
+    error_file = tmp_path / "error.json"
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
+    with pytest.raises(ModuleNotFoundError):
+        main(["--strategy", "distdgl", str(script)])
+    said = json.loads(error_file.read_text())["message"]["message"]
+    assert said == "ModuleNotFoundError: No module named 'no_such_module_here' (at bad.py:2)"
