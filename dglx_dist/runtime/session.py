@@ -302,7 +302,13 @@ class Session:
         try:
             self.world.barrier()
         except PeerError as exc:
-            log.warning("rank %d: final barrier failed (%s); tearing down anyway", self.rank, exc)
+            if exc.ranks:  # they are still at work: this rank is the one that left early
+                log.warning("rank %d: this rank ended while rank(s) %s had not (they never "
+                            "reached its final barrier: did this rank's loop end early?); "
+                            "tearing down anyway", self.rank, exc.ranks)
+            else:
+                log.warning("rank %d: final barrier failed (%s); tearing down anyway",
+                            self.rank, exc)
             return False
         return True
 

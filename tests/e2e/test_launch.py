@@ -198,6 +198,8 @@ def test_a_peer_failing_in_a_users_ddp_loop_is_named(tmp_path, how, servers):
     assert len(said) == 1 and "PeerError" in said[0] and "rank 1" in said[0], r.stderr[-4000:]
     if how == "leaves":
         assert "rank 1 failed in another collective at ddp collective #2" in said[0], said
+        # the rank that left says so of itself, not of the rank it left waiting (2h)
+        assert "rank 1: this rank ended while rank(s) [0] had not" in r.stderr, r.stderr[-3000:]
     if how == "raises":
         assert "rank 1 raised RuntimeError: boom" in said[0], said
         root = r.stderr.split("Root Cause")[-1]
