@@ -36,10 +36,11 @@ from typing import Any, Iterator, Sequence
 
 from dglx_dist.cli_flags import add_flags, from_args
 from dglx_dist.config import RunConfig, StrategyConfig
-from dglx_dist.errors import DglxError, InvalidValueError
+from dglx_dist.errors import DglxError, InvalidValueError, StateError
 from dglx_dist.runtime.env import launch_position
-from dglx_dist.runtime.failure import RankZeroParser, report, same_on_every_rank, step_aside
-from dglx_dist.runtime.session import exit_code_failure, sessionless_failure
+from dglx_dist.runtime.failure import (RankZeroParser, one_line, report, same_on_every_rank,
+                                      step_aside, tell_launcher)
+from dglx_dist.runtime.session import current_session
 
 __all__ = ["RunOptions", "parse", "installed", "main"]
 
@@ -120,7 +121,6 @@ def _ddp_class(real: type) -> type:
     from dglx_dist.api.graph import current_graph
     from dglx_dist.api.parallel import DistModel, parallelize
     from dglx_dist.convs import graph_convs
-    from dglx_dist.errors import StateError
 
     class Meta(type):
         def __call__(cls, module, *args: Any, **kwargs: Any):
@@ -198,12 +198,26 @@ def run(options: RunOptions) -> None:
     with installed(options):
         try:
             runpy.run_path(script, run_name="__main__")
-        except SystemExit as exc:
-            exit_code_failure(exc)
+        except (SystemExit, Exception) as exc:
+            _tell_of(exc)
             raise
-        except Exception as exc:
-            sessionless_failure(exc)
-            raise
+
+
+def _tell_of(exc: BaseException) -> None:
+    """A script's way out that nobody else reports: ``sys.exit(code)`` with a code other
+    than 0 shuts the session down as failed, so that its peers name this rank at once
+    instead of waiting out the timeout for a rank that seems to have ended its loop early
+    (Python calls no excepthook for ``SystemExit``); an error raised before the script made
+    a session (at import, say) goes to torchrun's failure summary (with a session, its
+    excepthook decides which rank's line that gets)."""
+    try:
+        session = current_session()
+    except StateError:
+        if not isinstance(exc, SystemExit):
+            tell_launcher(launch_position()[2], one_line(exc))
+        return
+    if isinstance(exc, SystemExit) and exc.code not in (None, 0):
+        session.shutdown(exc)  # peers: "rank R raised SystemExit: CODE"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

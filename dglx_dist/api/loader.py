@@ -48,7 +48,6 @@ from dglx_dist.api.types import typed_prefetch
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 from dglx_dist.kvstore.base import PullUnderWay
 from dglx_dist.runtime.agree import differing_ranks, ids_digest, on_every_rank, same_call
-from dglx_dist.runtime.peer import PeerError
 from dglx_dist.runtime.transfer import DeviceCopies
 from dglx_dist.sampling import even_chunk
 from dglx_dist.sampling.options import UNIFORM
@@ -226,23 +225,10 @@ class DataLoader:
             under = start(next(steps, None))  # which travel while the step after is sampled
             try:
                 yield ready
-            except GeneratorExit:  # the caller left the loop (a break, or an error)
-                self._drain(under)
+            except GeneratorExit:  # the caller left the loop (a break, or an error); not
+                if self.graph.session.is_open:  # at exit: the session went first
+                    self.graph.step_rows.leave_loop(under)
                 raise
-
-    def _drain(self, under: UnderWay | None) -> None:
-        """The rows under way when the loop was left still arrive: the ones every rank
-        started before the step was handed over, and nothing new starts, so that a rank
-        leaving on its own error waits on no peer (not at exit: the session went first; a
-        peer's failure is the session's to report)."""
-        if not self.graph.session.is_open:
-            return
-        try:
-            if under is not None:
-                under.drain()
-            self.graph.step_rows.settle()
-        except PeerError as exc:
-            log.debug("rank %d: rows under way at the loop's end: %s", self.graph.rank(), exc)
 
     def _start_prefetch(self, step: Step | EdgeStep) -> UnderWay:
         """:meth:`_prefetch`; its ``finish`` also starts the pull of the rows the loop

@@ -20,14 +20,19 @@ either way.
 """
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Callable
 
 import torch
+
+from dglx_dist.runtime.peer import PeerError
 
 if TYPE_CHECKING:
     from dglx_dist.api.ndata import NodeSpace
 
 __all__ = ["StepRows"]
+
+log = logging.getLogger(__name__)
 
 
 class StepRows:
@@ -92,3 +97,16 @@ class StepRows:
         if self._pending is not None:
             self._pending.wait()
             self._pending = None
+
+    def leave_loop(self, under) -> None:
+        """A loader's loop left early (a break on every rank, or an error on this one): the
+        rows every rank started pulling still arrive, the next step's (``under``, a
+        :class:`~dglx_dist.strategies.steps.UnderWay`, or None) and this one's, and nothing
+        new starts, so that a rank leaving on its own error waits on no peer (a peer's
+        failure met here is the session's to report)."""
+        try:
+            if under is not None:
+                under.drain()
+            self.settle()
+        except PeerError as exc:
+            log.debug("rows under way at a loop's end: %s", exc)

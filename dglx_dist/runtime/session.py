@@ -30,14 +30,14 @@ from dglx_dist.runtime.allocator import configure_malloc
 from dglx_dist.runtime.comm import ByteCounter, Comm, PeerError
 from dglx_dist.runtime.device import (Placement, choose_placement, group_backend, mixed_devices,
                                       nccl_environment)
-from dglx_dist.runtime.env import DistEnv, launch_position, read_env
+from dglx_dist.runtime.env import DistEnv, read_env
 from dglx_dist.runtime.failure import (mark_in_session, one_line, report, same_on_every_rank,
                                       step_aside, tell_launcher)
 from dglx_dist.runtime.health import DDP_GROUP, Health
 from dglx_dist.runtime.orphan import LauncherWatch
 from dglx_dist.runtime.topology import Topology
 
-__all__ = ["Session", "init", "current_session", "exit_code_failure", "sessionless_failure"]
+__all__ = ["Session", "init", "current_session"]
 
 log = logging.getLogger(__name__)
 _CURRENT: contextvars.ContextVar["Session | None"] = contextvars.ContextVar(
@@ -384,21 +384,3 @@ def current_session() -> Session:
     if session is None:
         raise StateError("no dglx_dist session: call dglx_dist.init() first")
     return session
-
-
-def exit_code_failure(exc: SystemExit) -> None:
-    """A script's ``sys.exit(code)``: with a code other than 0, the current session (if any)
-    shuts down as failed, so that its peers name this rank and its code at once instead of
-    waiting out the timeout for a rank that seems to have ended its loop early (Python calls
-    no excepthook for ``SystemExit``)."""
-    session = _CURRENT.get()
-    if exc.code not in (None, 0) and session is not None:
-        session.shutdown(exc)  # peers: "rank R raised SystemExit: CODE"
-
-
-def sessionless_failure(exc: BaseException) -> None:
-    """A script's uncaught error raised where no session is current (before it made one: at
-    import, say): torchrun's failure summary gets its line, as a session's excepthook would
-    write it (with a session, that hook alone decides which rank's line it gets)."""
-    if _CURRENT.get() is None:
-        tell_launcher(launch_position()[2], one_line(exc))
