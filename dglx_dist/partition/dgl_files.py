@@ -3,14 +3,14 @@
 (:mod:`~dglx_dist.partition.dgl_typed`): the part graphs, the feature files, the id maps
 ``partition_graph(..., return_mapping=True)`` returns, and the names of the node data.
 
-**Nothing is unpickled unchecked.** ``graph.dgl`` is read with ``dgl.load_graphs`` and the
-feature files with ``dgl.data.utils.load_tensors``; both are DGL's own binary format. In DGL's
-source, ``load_tensors`` (``python/dgl/data/tensor_serialize.py``) calls the C function
-``_CAPI_LoadNDArrayDict`` (``src/graph/serialize/tensor_serialize.cc``), which checks a magic
-number and reads named NDArrays (dtype, shape, raw bytes) through a ``dmlc::Stream``;
-``load_graphs`` (``python/dgl/data/graph_serialize.py``) calls ``_CAPI_LoadGraphFiles_V2``
-(``src/graph/serialize/graph_serialize.cc`` and ``heterograph_serialize.cc``), which reads the
-graph's index arrays and its ndata/edata NDArrays the same way. No Python object is rebuilt
+**Nothing is unpickled unchecked.** ``graph.dgl`` is read with ``dgl.load_graphs``; the
+feature files, DGL's tensor format (named arrays: dtype, shape, raw bytes), are read without
+DGL by :mod:`~dglx_dist.partition.dgl_tensors`, which checks every length their headers declare
+against the file (DGL's own ``load_tensors`` trusts them and dies with SIGSEGV on a file cut
+inside its headers). ``load_graphs`` (``python/dgl/data/graph_serialize.py``) calls
+``_CAPI_LoadGraphFiles_V2`` (``src/graph/serialize/graph_serialize.cc`` and
+``heterograph_serialize.cc``), which reads the graph's index arrays and its ndata/edata in the
+same array format through a ``dmlc::Stream``. No Python object is rebuilt
 from the bytes (pickle in ``dgl.data.utils`` serves only ``save_info``/``load_info``, not used
 here). Id maps given as files are read with ``np.load(allow_pickle=False)`` (``.npy``, and
 ``.npz`` for the per-type maps of a heterograph) or ``torch.load(weights_only=True)``.
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -29,6 +30,7 @@ import torch
 
 from dglx_dist.data.checked import check_range
 from dglx_dist.errors import PartitionError, PartitionFormatError
+from dglx_dist.partition.dgl_tensors import read_tensor_file
 
 __all__ = ["NodeDataKeys", "node_data_keys", "found_keys", "keeps", "USUAL_NAMES", "load_id_map",
            "load_typed_id_maps", "PartGraph", "load_part_graph", "load_tensors"]
@@ -217,10 +219,12 @@ def _load_dgl_graph(file: Path, typed: bool) -> PartGraph:
     gives it (``_TYPE`` of nodes and edges as well when ``typed``)."""
     import dgl
 
+    _check_graph_magic(file)
     try:
         graphs, _ = dgl.load_graphs(str(file))
     except (dgl.DGLError, OSError) as exc:
-        raise _ERR(f"{file}: not a readable DGL graph file ({exc})") from None
+        raise _ERR(f"{file}: not a readable DGL graph file ({_dgl_reason(exc)}); expected "
+                   f"the graph.dgl partition_graph writes") from None
     if len(graphs) != 1:
         raise _ERR(f"{file}: holds {len(graphs)} graphs; expected one partition graph")
     g = graphs[0]
@@ -243,27 +247,37 @@ def _load_dgl_graph(file: Path, typed: bool) -> PartGraph:
     return PartGraph(file, g.num_nodes(), src, dst, found["ndata"], found["edata"])
 
 
-def load_tensors(file: Path) -> dict[str, torch.Tensor]:
-    """The named tensors of a ``node_feat.dgl`` / ``edge_feat.dgl``, refused when cut short."""
-    import dgl
-    from dgl.data.utils import load_tensors as dgl_load_tensors
+_GRAPH_MAGIC = 0xDD2E4FF046B4A13F  # kDGLSerializeMagic, the first u64 of save_graphs' files
 
+
+def _check_graph_magic(file: Path) -> None:
+    """Refuses a file that does not start as DGL's graph files do, in our words: DGL's own
+    refusal carries its C++ stack trace."""
     try:
-        tensors = dgl_load_tensors(str(file))
-    except (dgl.DGLError, OSError) as exc:
-        raise _ERR(f"{file}: not a readable DGL tensor file ({exc})") from None
-    # DGL's reader fills a tensor cut short with zeros: the file must hold every byte its
-    # headers declare (magic, reserved, count; per tensor its name, NDArray header, shape,
-    # byte count and data: the layout of save_tensors, checked on DGL 2.1)
-    declared = 24 + sum(44 + len(name.encode()) + 8 * t.dim() + t.numel() * t.element_size()
-                        for name, t in tensors.items())
-    size = file.stat().st_size
-    if size < declared:
-        shapes = ", ".join(f"{n} {tuple(t.shape)} {str(t.dtype).replace('torch.', '')}"
-                           for n, t in tensors.items())
-        raise _ERR(f"{file}: {size:,} bytes, but its headers declare {declared:,} ({shapes}): "
-                   f"the file is truncated; copy the partition again")
-    return tensors
+        with open(file, "rb") as stream:
+            head = stream.read(8)
+    except OSError as exc:
+        raise _ERR(f"{file}: cannot be read ({exc.strerror or exc}); expected a DGL graph "
+                   f"file") from None
+    found = int.from_bytes(head, "little") if len(head) == 8 else None
+    if found != _GRAPH_MAGIC:
+        start = f"it starts with {found:#018x}" if found is not None else f"{len(head)} bytes"
+        raise _ERR(f"{file}: not a DGL graph file ({start}); expected DGL's graph file magic "
+                   f"{_GRAPH_MAGIC:#018x} (the graph.dgl partition_graph writes)")
+
+
+def _dgl_reason(exc: Exception) -> str:
+    """DGL's message without the C++ stack trace and log prefix it carries (about 1.5 kB),
+    so that the refusal stays one short line."""
+    text = str(exc).split("Stack trace:")[0].strip()
+    return re.sub(r"^\[[\d:]+\] \S+:\d+: ", "", text)
+
+
+def load_tensors(file: Path) -> dict[str, torch.Tensor]:
+    """The named tensors of a ``node_feat.dgl`` / ``edge_feat.dgl``, read without DGL and
+    refused in one line when cut short or not DGL's format
+    (:func:`~dglx_dist.partition.dgl_tensors.read_tensor_file`)."""
+    return read_tensor_file(file)
 
 
 def inner_edges(g: PartGraph, inner_dst: np.ndarray, lo: int, hi: int,
