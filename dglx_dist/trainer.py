@@ -31,7 +31,9 @@ holds every rank's model and optimizer state, the strategy's state between epoch
 and step counters, the RNG states and the metrics history, plus the rows (and sparse optimizer
 state) of the ``embeddings`` the trainer was given, each part written by one rank of the server
 holding it. Resuming restores all of it; training continues at the epoch after the
-checkpoint's, so with every seed fixed the losses are those of an uninterrupted run.
+checkpoint's, so with every seed fixed the losses are those of an uninterrupted run. A
+directory the run saves into is its own until :meth:`Trainer.close` (locked: another job
+using it is refused, :mod:`dglx_dist.checkpoint.lock`).
 """
 from __future__ import annotations
 
@@ -247,8 +249,9 @@ class Trainer:
         return float(accuracy(torch.cat(preds), torch.cat(labels), session=self.session))
 
     def close(self) -> None:
-        """Releases what the graph and its strategy hold (KVStore memory); the session stays
-        up."""
+        """Releases what the graph and its strategy hold (KVStore memory) and the checkpoint
+        directories this run holds (their locks); the session stays up."""
+        self._checkpoints.close()
         self.graph.close()
 
     def fit(self, epochs: int, eval_every: int = 1,

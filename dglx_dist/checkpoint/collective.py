@@ -10,6 +10,9 @@ cluster): rank 0 checks that each rank's files arrived with their sizes before c
 
 Finding: rank 0 picks the newest intact checkpoint (every file's checksum verified) and tells
 the others, so all ranks load the same one.
+
+Deciding: what only rank 0 does to the root (checking and locking it, :func:`on_rank_zero`)
+ends on every rank with rank 0's error when it fails.
 """
 from __future__ import annotations
 
@@ -18,15 +21,18 @@ import json
 import logging
 import shutil
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import torch
 
 from dglx_dist.checkpoint import files
 from dglx_dist.errors import CheckpointError
 from dglx_dist.runtime.comm import Comm
+from dglx_dist.runtime.failure import same_on_every_rank
 
-__all__ = ["save", "find"]
+__all__ = ["save", "find", "on_rank_zero"]
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -112,3 +118,23 @@ def find(world: Comm, root: Path) -> tuple[Path, dict[str, Any], Callable[[str],
     path = root / files.checkpoint_name(epoch)
     manifest = files.read_manifest(path)
     return path, manifest, lambda name: files.read_file(path, manifest, name)
+
+
+def on_rank_zero(world: Comm, decide: Callable[[], T]) -> T | None:
+    """Runs ``decide`` on rank 0 alone; returns its result there and None elsewhere
+    (collective).
+
+    Raises:
+        CheckpointError: on every rank, with rank 0's message, when ``decide`` raised one:
+            rank 0 reports it (one line), and no rank waits in a later collective.
+    """
+    result, error = None, None
+    if world.global_rank == 0:
+        try:
+            result = decide()
+        except CheckpointError as exc:
+            error = exc
+    message = _exchange_json(world, str(error) if error is not None else "")[0]
+    if message:
+        raise same_on_every_rank(error if error is not None else CheckpointError(message))
+    return result

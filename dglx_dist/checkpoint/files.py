@@ -30,7 +30,7 @@ from dglx_dist.errors import CheckpointError, InvalidValueError
 __all__ = ["FORMAT", "MANIFEST", "checkpoint_name", "staging_dir", "encode", "decode",
            "write_file", "commit", "read_manifest", "read_file", "verify", "find_latest",
            "list_checkpoints", "describe_unusable", "checkpoint_record", "check_root",
-           "check_matches"]
+           "make_root", "check_contents", "check_matches", "LOCK_FILE"]
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +40,12 @@ MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists files: megabytes would already
 _DIR = re.compile(r"^epoch-(\d{6,9})$")
 _FILE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
 _SHA = re.compile(r"^[0-9a-f]{64}$")
+LOCK_FILE = ".dglx-job.lock"  # the lock of the job using the root (checkpoint.lock)
 # what a checkpoint root may hold: checkpoints, their staging and replaced directories
-# (atomic's temporaries), and what a replacement kept of files no manifest listed
+# (atomic's temporaries), what a replacement kept of files no manifest listed, and the lock
+# of the job using it
 _OURS = re.compile(r"^(epoch-\d{6,9}|\.epoch-\d{6,9}\.(tmp|old-.*|tmp-.*)|"
-                   r"epoch-\d{6,9}\.kept-.*|\.write-probe-\d+)$")
+                   r"epoch-\d{6,9}\.kept-.*|\.write-probe-\d+|\.dglx-job\.lock)$")
 
 
 def checkpoint_name(epoch: int) -> str:
@@ -153,29 +155,51 @@ def check_matches(path: Path, manifest: dict[str, Any], expected: dict[str, Any]
                                   f"has {key}={value!r}{what}")
 
 
-def check_root(root: Path) -> Path:
-    """Refuses a checkpoint root that is not a directory, cannot be written, or holds
-    anything but checkpoints (before the first epoch: pruning works in it); returns it."""
+def make_root(root: Path) -> list[Path]:
+    """Creates the checkpoint root ``root`` (with its parents) and checks that it can be
+    written; returns the directories it created, innermost first.
+
+    Raises:
+        CheckpointError: ``root`` is a file or cannot be created or written.
+    """
     root = Path(root)
     if root.exists() and not root.is_dir():
         raise CheckpointError(f"--checkpoint-dir {root} is a file; expected a directory")
-    made = [p for p in (root, *root.parents) if not p.exists()]  # what the probe creates
+    made = [p for p in (root, *root.parents) if not p.exists()]
     try:
         root.mkdir(parents=True, exist_ok=True)
         probe = root / f".write-probe-{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()
-        for path in made:  # left as it was: the first save makes them
-            path.rmdir()
     except OSError as exc:
         raise CheckpointError(f"--checkpoint-dir {root} cannot be written "
                               f"({exc.strerror or exc}); choose a writable directory") from None
+    return made
+
+
+def check_contents(root: Path) -> None:
+    """Refuses a checkpoint root holding anything but checkpoints (before the first epoch:
+    pruning works in it)."""
+    root = Path(root)
     foreign = sorted(p.name for p in root.iterdir() if not _OURS.match(p.name)) if \
         root.is_dir() else []
     if foreign:
         raise CheckpointError(f"--checkpoint-dir {root} holds {describe_unproven(foreign)}, "
                               f"which are not checkpoints; choose an empty or new directory "
                               f"(old checkpoints are pruned there)")
+
+
+def check_root(root: Path) -> Path:
+    """Refuses a checkpoint root that is not a directory, cannot be written, or holds
+    anything but checkpoints (:func:`make_root`, :func:`check_contents`), leaving the
+    directories it had to create for the probe as they were (absent); returns it."""
+    root = Path(root)
+    for path in make_root(root):  # the first save makes them
+        try:
+            path.rmdir()
+        except OSError:  # another job put something there meanwhile: its directory now
+            break
+    check_contents(root)
     return root
 
 

@@ -7,6 +7,10 @@ Each rank writes one rank file holding ``{"rank": r, <part>: state, ...}`` plus 
 history of :class:`~dglx_dist.trainer.Trainer`), and the sparse embeddings' shards
 (:mod:`~dglx_dist.checkpoint.layout`); :mod:`~dglx_dist.checkpoint.collective` commits them
 together over the ranks.
+
+A directory the manager saves into, or resumes and goes on in, is this job's until
+:meth:`CheckpointManager.close`: rank 0 locks it (:mod:`~dglx_dist.checkpoint.lock`) before
+anything else there, and a second job using it is refused before it trains.
 """
 from __future__ import annotations
 
@@ -18,11 +22,11 @@ import torch
 from torch.distributed.checkpoint.stateful import Stateful
 
 from dglx_dist.checkpoint import Checkpointing, collective, rng
-from dglx_dist.checkpoint.files import (check_matches, check_root, decode, describe_unusable,
-                                        encode, list_checkpoints)
+from dglx_dist.checkpoint.files import (check_contents, check_matches, decode,
+                                        describe_unusable, encode, list_checkpoints)
 from dglx_dist.checkpoint.layout import encode_shards, rank_file, restore_shards
+from dglx_dist.checkpoint.lock import JobLock
 from dglx_dist.errors import CheckpointError
-from dglx_dist.runtime.agree import on_every_rank
 from dglx_dist.runtime.session import Session
 
 __all__ = ["CheckpointManager", "RandomState"]
@@ -60,9 +64,14 @@ class CheckpointManager:
         self.session, self.parts, self.progress = session, dict(parts), progress
         self.embeddings, self.identity = list(embeddings), dict(identity or {})
         self.meta = dict(meta or {})
+        # the directories this job holds (claim), by resolved path: rank 0's locks, None on
+        # the other ranks (every rank has the same keys: claims are collective)
+        self._held: dict[Path, JobLock | None] = {}
 
     def save(self, directory: str | Path, keep: int = 2) -> Path:
-        """Writes a checkpoint into ``directory/epoch-NNNNNN`` and keeps the newest ``keep``."""
+        """Writes a checkpoint into ``directory/epoch-NNNNNN`` and keeps the newest ``keep``;
+        ``directory`` is this job's from then on (:meth:`claim`)."""
+        self.claim(directory)
         rank, progress = self.session.rank, self.progress.state_dict()
         state = {"rank": rank, **progress,
                  **{name: part.state_dict() for name, part in self.parts.items()}}
@@ -100,27 +109,36 @@ class CheckpointManager:
         return True
 
     def resume_or_start(self, checkpoint: Checkpointing | None, resume: bool = False) -> bool:
-        """Resumes from ``checkpoint.dir`` when ``resume`` is set or the launcher restarted the
-        job (torchrun ``--max-restarts``); True when a checkpoint was loaded.
+        """Claims ``checkpoint.dir`` for this job (:meth:`claim`) and resumes from it when
+        ``resume`` is set or the launcher restarted the job (torchrun ``--max-restarts``);
+        True when a checkpoint was loaded.
 
         Raises:
-            CheckpointError: ``resume`` but no checkpoint could be loaded (the message names
-                the damaged ones); or neither applies but the directory holds checkpoints (of
-                an earlier run, which new ones would mix with).
+            CheckpointError: on every rank: another job is using the directory (the message
+                names it); it holds anything but checkpoints; ``resume`` but no checkpoint
+                could be loaded (the message names the damaged ones); or neither applies but
+                it holds checkpoints (of an earlier run, which new ones would mix with).
         """
-        session = self.session
         if checkpoint is None:
             if resume:
                 raise CheckpointError("resume asked for, but the trainer has no checkpoint "
                                       "directory (Trainer(checkpoint=Checkpointing(dir)))")
             return False
-        root = on_every_rank(session, "checkpoint directory", lambda: check_root(
-            checkpoint.dir) if session.is_main else checkpoint.dir)
+        root = Path(checkpoint.dir)
+        claimed = self.claim(root, check=True, resume=resume)
+        try:
+            return self._resume_or_start(root, resume)
+        except BaseException:  # refused: the directory is not this job's after all
+            if claimed:
+                self._release(root)
+            raise
+
+    def _resume_or_start(self, root: Path, resume: bool) -> bool:
+        session = self.session
         if resume or session.env.restart_count > 0:
             resumed = self.resume(root)
             if not resumed and resume:
-                raise CheckpointError(f"--resume: no usable checkpoint in {root}"
-                                      f"{describe_unusable(root)}")
+                raise CheckpointError(_nothing_to_resume(root))
             if not resumed and session.is_main:  # restarted before the first save
                 log.warning("no checkpoint in %s yet: starting from epoch 0", root)
             return resumed
@@ -130,6 +148,50 @@ class CheckpointManager:
                                   f"{existing[-1][0]}); resume it (--resume) or choose an empty "
                                   f"directory")
         return False
+
+    def claim(self, directory: str | Path, check: bool = False, resume: bool = False) -> bool:
+        """Makes ``directory`` this job's until :meth:`close` (collective): rank 0 creates it
+        where it does not exist and locks it (:class:`~dglx_dist.checkpoint.lock.JobLock`),
+        then, with ``check``, refuses it when it holds anything but checkpoints, and with
+        ``resume``, when it does not exist (before creating it). Returns True when this call
+        claimed it, False when the job already held it (then only ``check`` and ``resume``
+        are checked again).
+
+        Raises:
+            CheckpointError: on every rank, with rank 0's message (it names the job holding
+                the directory, or what is wrong with it).
+        """
+        root = Path(directory)
+        key = root.resolve()
+        fresh = key not in self._held
+        if not (fresh or check):
+            return False
+
+        def decide() -> JobLock | None:  # rank 0's
+            if resume and not root.exists():
+                raise CheckpointError(_nothing_to_resume(root))
+            lock = JobLock.take(root) if fresh else self._held[key]
+            try:
+                if check:
+                    check_contents(root)
+            except CheckpointError:
+                if fresh:
+                    lock.release()
+                raise
+            return lock
+
+        self._held[key] = collective.on_rank_zero(self.session.world, decide)
+        return fresh
+
+    def _release(self, directory: Path) -> None:
+        lock = self._held.pop(Path(directory).resolve(), None)
+        if lock is not None:
+            lock.release()
+
+    def close(self) -> None:
+        """Lets every directory this job claimed go (rank 0 removes its lock files)."""
+        for key in list(self._held):
+            self._release(key)
 
     def _load(self, state: dict[str, Any], read) -> None:
         rank = self.session.rank
@@ -141,3 +203,8 @@ class CheckpointManager:
         restore_shards(self.embeddings, read)
         self.progress.load_state_dict({k: v for k, v in state.items()
                                        if k != "rank" and k not in self.parts})
+
+
+def _nothing_to_resume(root: Path) -> str:
+    """The refusal of ``--resume`` when ``root`` yields no checkpoint (it says why)."""
+    return f"--resume: no usable checkpoint in {root}{describe_unusable(root)}"
