@@ -50,12 +50,10 @@ class DirKind:
     Attributes:
         name: the record's ``kind``.
         what: how messages name it ("a dglx dataset directory").
-        derived: patterns of files dglx's readers add to such a directory later.
     """
 
     name: str
     what: str
-    derived: tuple[str, ...] = ()
 
 
 def check_target(out: str | os.PathLike, overwrite: bool, kind: DirKind | None = None,
@@ -173,7 +171,7 @@ def atomic_directory(out: str | os.PathLike, overwrite: bool = False,
     try:
         yield tmp
         if read_record(tmp) is None:
-            write_record(tmp, kind.name, derived=kind.derived)
+            write_record(tmp, kind.name)
     except OSError as exc:
         written = _tree_bytes(tmp)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -10,28 +10,36 @@ kept (the directory is moved aside under a visible ``.kept-`` name instead of re
 
 A subdirectory with a record of its own (a dataset cached inside a benchmark's outputs) is
 judged by its own record; checkpoints carry the same information in their ``manifest.json``
-(a :class:`Record` whose ``name`` is ``manifest.json``). Derived files that readers add later (a
-partition's verification stamps) are named by patterns in the record and count as ours.
+(a :class:`Record` whose ``name`` is ``manifest.json``). A file a later command adds to the
+directory (a partition's verification stamps) is ours only once that command adds it to the
+record with its checksum (:func:`add_to_record`).
+
+Proof rests on listed names with their size and checksum, never on a pattern: a record's
+``derived`` patterns (written by earlier versions for the stamps) prove nothing, nor does an
+entry without a checksum, so a planted record naming ``"*"`` removes nothing.
 
 Directories written before this record existed have none and are refused by ``--overwrite``:
 nothing proves which of their files dglx wrote.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import fnmatch
+import fcntl
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-__all__ = ["RECORD", "Record", "sha256_file", "write_record", "read_record", "unproven",
-           "remove_recorded", "describe_unproven"]
+__all__ = ["RECORD", "Record", "sha256_file", "write_record", "add_to_record", "read_record",
+           "unproven", "remove_recorded", "describe_unproven"]
 
 RECORD = ".dglx-written.json"
 _FORMAT = "dglx-written"
 _MAX_RECORD_BYTES = 64 << 20
+_LOCK_WAIT_S = 10.0  # an update holds the lock for milliseconds; past this, go on unlocked
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,25 +49,17 @@ class Record:
     Attributes:
         kind: what the directory is ("dataset", "partition", "bench", "export", "checkpoint").
         files: relative POSIX path -> ``{"bytes": int, "sha256": hex}``.
-        derived: ``fnmatch`` patterns (relative paths) of files dglx's readers add later.
         name: the file holding the record itself (also ours).
     """
 
     kind: str
     files: Mapping[str, Mapping[str, Any]]
-    derived: tuple[str, ...] = ()
     name: str = RECORD
 
-    def is_derived(self, rel: str) -> bool:
-        """Whether ``rel`` is a derived file, or a temporary of one (``NAME.PID``)."""
-        return any(fnmatch.fnmatchcase(rel, p) or fnmatch.fnmatchcase(rel, p + ".*")
-                   for p in self.derived)
-
     def proves(self, directory: Path, rel: str) -> bool:
-        """Whether the file ``directory/rel`` is provably dglx's: the record itself, a
-        derived file, or a listed one whose size and SHA-256 still match."""
-        return (rel == self.name or self.is_derived(rel)
-                or _matches(Path(directory) / rel, self.files.get(rel)))
+        """Whether the file ``directory/rel`` is provably dglx's: the record itself, or a
+        listed one whose size and SHA-256 still match."""
+        return rel == self.name or _matches(Path(directory) / rel, self.files.get(rel))
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
@@ -90,16 +90,16 @@ def _walk(top: Path) -> Iterator[tuple[str, Path, Record | None]]:
 
 def write_record(directory: str | os.PathLike, kind: str,
                  known: Mapping[str, Mapping[str, Any]] | None = None,
-                 derived: tuple[str, ...] = (), only: tuple[str, ...] | None = None) -> Record:
+                 only: tuple[str, ...] | None = None) -> Record:
     """Records every file now under ``directory`` as written by dglx (hashing those not in
     ``known``), or with ``only``, adds just those files (relative paths) to the record there
-    is; subdirectories with a record of their own are left to it. Written atomically."""
+    is; subdirectories with a record of their own are left to it (a file added later is
+    recorded by its writer: :func:`add_to_record`). Written atomically."""
     directory, known = Path(directory), dict(known or {})
     old = read_record(directory) if only is not None else None
     files: dict[str, dict[str, Any]] = dict(old.files) if old is not None else {}
-    record = Record(kind, files, tuple(derived))
     for rel, path, nested in _walk(directory):
-        if nested is not None or rel == RECORD or record.is_derived(rel) or path.is_symlink() \
+        if nested is not None or rel == RECORD or path.is_symlink() \
                 or (only is not None and rel not in only):
             continue
         size = path.stat().st_size
@@ -107,11 +107,74 @@ def write_record(directory: str | os.PathLike, kind: str,
         if entry is None or entry.get("bytes") != size:
             entry = {"bytes": size, "sha256": sha256_file(path)}
         files[rel] = {"bytes": int(entry["bytes"]), "sha256": str(entry["sha256"])}
-    body = {"format": _FORMAT, "kind": kind, "derived": list(derived), "files": files}
+    _write(directory, kind, files)
+    return Record(kind, files)
+
+
+def _write(directory: Path, kind: str, files: Mapping[str, Mapping[str, Any]]) -> None:
+    body = {"format": _FORMAT, "kind": kind, "files": files}
     tmp = directory / f"{RECORD}.{os.getpid()}"
     tmp.write_text(json.dumps(body, indent=1, sort_keys=True))
     os.replace(tmp, directory / RECORD)
-    return record
+
+
+def add_to_record(directory: str | os.PathLike, rels: tuple[str, ...]) -> bool:
+    """Adds the files ``rels`` (relative paths) that a command wrote into ``directory``
+    after its record to that record, each with its size and SHA-256 as it is now (a file
+    gone is dropped from it), unless the record already proves them all.
+
+    Writers in several processes add under a lock on the directory, so none loses another's
+    entry; where the filesystem has no locks (some network mounts) a lost entry leaves a
+    file unproven (kept by ``--overwrite``) until its writer adds it again.
+
+    Returns:
+        Whether the record now lists them: False without a record (nothing in such a
+        directory is proven) or where it cannot be written."""
+    directory = Path(directory)
+    record = read_record(directory)
+    if record is None:
+        return False
+    if all(record.proves(directory, rel) for rel in rels):
+        return True
+    try:
+        with _locked(directory):
+            record = read_record(directory)  # again: another writer may have added since
+            if record is None:
+                return False
+            files = dict(record.files)
+            for rel in rels:
+                path = directory / rel
+                files.pop(rel, None)
+                if path.is_file() and not path.is_symlink():
+                    files[rel] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+            _write(directory, record.kind, files)
+    except OSError:
+        (directory / f"{RECORD}.{os.getpid()}").unlink(missing_ok=True)
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``directory`` while the block runs, where the filesystem
+    grants one within :data:`_LOCK_WAIT_S` (local filesystems do); else the block runs
+    unlocked rather than wait on a holder that may never let go."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        deadline = time.monotonic() + _LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.01)
+            except OSError:
+                break  # no locks on this filesystem
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def read_record(directory: str | os.PathLike) -> Record | None:
@@ -126,15 +189,18 @@ def read_record(directory: str | os.PathLike) -> Record | None:
         return None
     if not isinstance(body, dict) or body.get("format") != _FORMAT:
         return None
-    files, derived, kind = body.get("files"), body.get("derived", []), body.get("kind")
-    if not (isinstance(files, dict) and isinstance(kind, str) and isinstance(derived, list)
-            and all(isinstance(p, str) for p in derived)):
+    files, kind = body.get("files"), body.get("kind")
+    if not (isinstance(files, dict) and isinstance(kind, str)):
         return None
-    return Record(kind, files, tuple(derived))
+    # an earlier version's "derived" patterns are not read: a pattern proves nothing
+    return Record(kind, files)
 
 
 def _matches(path: Path, entry: Any) -> bool:
-    if not isinstance(entry, Mapping) or path.is_symlink() or not path.is_file():
+    """Whether ``entry`` names ``path``'s size and SHA-256 (an entry lacking either, or
+    with another type, proves nothing)."""
+    if not (isinstance(entry, Mapping) and isinstance(entry.get("sha256"), str)
+            and isinstance(entry.get("bytes"), int)) or path.is_symlink() or not path.is_file():
         return False
     try:
         return (path.stat().st_size == entry.get("bytes")
@@ -164,7 +230,7 @@ def describe_unproven(bad: list[str], limit: int = 3) -> str:
 
 def remove_recorded(directory: str | os.PathLike, record: Record | None) -> list[str]:
     """Removes what ``record`` proves dglx wrote under ``directory`` (files whose bytes still
-    match it, the record, derived files; nested records likewise), then the directories left
+    match it, the record; nested records likewise), then the directories left
     empty, ``directory`` included. Returns what is left, as :func:`unproven` names it."""
     directory = Path(directory)
     left, last = [], None

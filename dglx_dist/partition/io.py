@@ -26,7 +26,10 @@ from the dataset's), ``node_book`` (``{"kind": "range", "offsets": [...]}`` or
 slice per part), ``dataset`` (the dataset's provenance), ``edge_data`` (optional: name ->
 ``{"dtype", "shape"}`` of one edge's row), ``node_data`` (optional, the same for node data
 other than labels and masks: what DGL's partitions hold besides them) and ``parts``: per part
-its ``dir``, ``num_core``, ``num_halo``, ``num_edges`` and ``files`` {name: {bytes, sha256}}.
+its ``dir``, ``num_core``, ``num_halo``, ``num_edges`` and ``files`` {name: {bytes, sha256,
+chunks}} (``chunks``: the SHA-256 of every 1 MiB chunk,
+:mod:`~dglx_dist.partition.checksums`; absent in directories written before them, whose
+loads after a host's full check hash nothing).
 
 A typed partitioning (of a :class:`~dglx_dist.data.hetero.HeteroDataset`, over its original
 homogeneous ids: :mod:`~dglx_dist.partition.types`) adds ``types`` (the
@@ -41,7 +44,8 @@ node of that type, in per-type id order. Homogeneous manifests carry none of the
 
 The whole directory is built under a temporary name and renamed into place when complete, so an
 interrupted partitioning never leaves a directory that loads. Loading part ``p`` reads the
-manifest and that part's files only, verifying their sizes and checksums.
+manifest and that part's files only, verifying their sizes and checksums: in full at a host's
+first load, then a random sample of their chunks at each load (:func:`still_verified`).
 """
 from __future__ import annotations
 
@@ -55,16 +59,18 @@ import numpy as np
 import pyarrow as pa
 
 from dglx_dist.data.atomic import DirKind, atomic_directory
-from dglx_dist.data.owned import sha256_file, write_record
+from dglx_dist.data.owned import add_to_record, write_record
 from dglx_dist.data.checked import check_plausible, read_json_object, write_arrow
 from dglx_dist.data.edge_data import to_arrow
 from dglx_dist.errors import OutputExistsError, PartitionFormatError
+from dglx_dist.partition import checksums
 from dglx_dist.partition.layout import Partition
 from dglx_dist.partition.types import GraphTypes
 
 __all__ = ["write_partitions", "read_manifest", "MANIFEST", "FORMAT", "VERSION", "PART_FILES",
            "PARTITION_DIR", "VERIFIED", "part_dir_name", "part_file_name", "still_verified",
-           "record_verified", "part_tables", "type_feat_table", "check_type_feature_slices"]
+           "record_verified", "keep_stamp_recorded", "part_tables", "type_feat_table",
+           "check_type_feature_slices"]
 
 MANIFEST, FORMAT, VERSION = "partition.json", "dglx-partition", 2
 PART_TABLES = ("nodes", "halo", "edges", "feat")
@@ -81,8 +87,8 @@ PART_FILES = tuple(part_file_name(t) for t in PART_TABLES)  # what this version 
 
 
 VERIFIED = ".verified.json"  # in a part's folder: its files as they were when last checked
-PARTITION_DIR = DirKind("partition", "a dglx partition directory",
-                        derived=(f"part-*/{VERIFIED}",))
+# no derived patterns: the loads that write a part's stamp add it to the record themselves
+PARTITION_DIR = DirKind("partition", "a dglx partition directory")
 
 
 def part_dir_name(p: int) -> str:
@@ -105,8 +111,10 @@ def _stamps(folder: Path) -> dict[str, Any]:
 def record_verified(folder: Path, names) -> None:
     """Records that this host hashed the files ``names`` of a part's ``folder`` in full and
     found the manifest's checksums, as the files are now (device, inode, size, modification
-    time); other hosts' stamps are kept. Where the folder cannot be written, nothing is
-    recorded and the next load hashes them again."""
+    time); other hosts' stamps are kept. The stamp is added to the partition directory's
+    record with its checksum (:func:`keep_stamp_recorded`), so ``--overwrite`` can prove it
+    ours. Where the folder cannot be written, nothing is recorded and the next load hashes
+    them again."""
     stamps = _stamps(folder)
     stamps[socket.gethostname()] = {n: _identity(folder / n) for n in names}
     tmp = folder / f"{VERIFIED}.{os.getpid()}"
@@ -115,6 +123,16 @@ def record_verified(folder: Path, names) -> None:
         os.replace(tmp, folder / VERIFIED)
     except OSError:
         tmp.unlink(missing_ok=True)
+        return
+    keep_stamp_recorded(folder)
+
+
+def keep_stamp_recorded(folder: Path) -> None:
+    """Adds a part ``folder``'s stamp, as it is now, to its partition directory's record
+    where the record does not list it so (another host rewrote it, or an update was lost on
+    a filesystem without locks); a directory without a record is left as it is."""
+    if (folder / VERIFIED).is_file():
+        add_to_record(folder.parent, (f"{folder.name}/{VERIFIED}",))
 
 
 def still_verified(folder: Path, names) -> bool:
@@ -155,13 +173,18 @@ def _write_part(pc: Partition, folder: Path) -> dict[str, Any]:
     for name, table in tables.items():  # features in blocks: a reader's peak is one block
         write_arrow(table, folder / part_file_name(name), None if name in PART_TABLES[:3]
                     else 1 << 16)
-    files = {n: {"bytes": (folder / n).stat().st_size, "sha256": sha256_file(folder / n)}
-             for n in map(part_file_name, tables)}
+    files = {n: _file_entry(folder / n) for n in map(part_file_name, tables)}
     entry = {"dir": folder.name, "num_core": int(pc.core_gid.size),
              "num_halo": int(pc.halo_gid.size), "num_edges": int(pc.src.size), "files": files}
     if pc.ntype_counts is not None:
         entry["ntype_counts"] = [int(c) for c in pc.ntype_counts]
     return entry
+
+
+def _file_entry(file: Path) -> dict[str, Any]:
+    sha, sums = checksums.file_sums(file)
+    return {"bytes": file.stat().st_size, "sha256": sha,
+            "chunks": checksums.chunk_entry(sha, sums)}
 
 
 def write_partitions(out: str | os.PathLike,
@@ -192,7 +215,7 @@ def write_partitions(out: str | os.PathLike,
         fields = header() if callable(header) else header
         manifest = {"format": FORMAT, "version": VERSION, **fields, "parts": entries}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
-        write_record(tmp, PARTITION_DIR.name, derived=PARTITION_DIR.derived, known={
+        write_record(tmp, PARTITION_DIR.name, known={
             f"{e['dir']}/{name}": info for e in entries for name, info in e["files"].items()})
     return Path(out)
 
@@ -322,3 +345,4 @@ def _check_part_entry(file: Path, p: int, entry: Any, version: int,
         if not (isinstance(info, dict) and isinstance(info.get("bytes"), int)
                 and isinstance(info.get("sha256"), str)):
             raise PartitionFormatError(f"{where}.files[{name!r}]: expected bytes and sha256")
+        checksums.check_entry(f"{where}.files[{name!r}]", info)

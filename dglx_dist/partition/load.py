@@ -2,8 +2,9 @@
 
 ``PartitionDir(path)`` reads only the manifest. ``load_part(p)`` reads part ``p``'s files (and
 no other part's), checking sizes and SHA-256 checksums against the manifest (every read of a
-part's files does, once per copy of the files: see :meth:`PartitionDir.verify_part`) and every
-id against the part's ranges before returning.
+part's files does: in full once per host and copy of the files, then a random sample of their
+chunks: see :meth:`PartitionDir.verify_part`) and every id against the part's ranges before
+returning.
 
 Edge data (the manifest's ``edge_data``) is read apart, by ``load_edge_data(p)``; so is node
 data other than labels and masks (``node_data``, imported from DGL's partitions), by
@@ -27,20 +28,21 @@ import functools
 import hashlib
 import json
 import os
+import random
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dglx_dist.data.owned import sha256_file
 from dglx_dist.data.checked import check_range, column_numpy, read_checked, read_feat
 from dglx_dist.data.edge_data import checked_spec, edge_data_arrays
 from dglx_dist.errors import IdOutOfRangeError, InvalidValueError, PartitionFormatError
+from dglx_dist.partition import checksums
 from dglx_dist.partition.book import FeatureSlices, NodeBook, RangeBook, book_from_json
 from dglx_dist.partition.dgl_config import find_dgl_config
 from dglx_dist.partition.io import (MANIFEST, NODE_DATA_PREFIX, check_type_feature_slices,
-                                    part_file_name, read_manifest, record_verified,
-                                    still_verified, type_feat_table)
+                                    keep_stamp_recorded, part_file_name, read_manifest,
+                                    record_verified, still_verified, type_feat_table)
 from dglx_dist.partition.layout import Partition
 from dglx_dist.partition.types import GraphTypes
 
@@ -87,6 +89,7 @@ class PartitionDir:
                                                       (slices or {}).items()}
         self._orig_maps: dict[int, np.ndarray] = {}
         self._verified: set[int] = set()
+        self._sampler = random.Random()  # seeded from the OS: each load draws other chunks
 
     num_parts = property(lambda self: self.manifest["num_parts"])
     num_nodes = property(lambda self: self.manifest["num_nodes"])
@@ -110,7 +113,9 @@ class PartitionDir:
     def fingerprint(self) -> str:
         """An id of the partitions' content (every part file's checksum, from the manifest):
         equal for a copy, different for other data or another partitioning of it."""
-        files = [sorted(e["files"].items()) for e in self.manifest["parts"]]
+        # size and checksum only: a manifest with chunk sums has the fingerprint it had without
+        files = [sorted((n, {"bytes": i["bytes"], "sha256": i["sha256"]})
+                        for n, i in e["files"].items()) for e in self.manifest["parts"]]
         return hashlib.sha256(json.dumps(files).encode()).hexdigest()[:16]
 
     def owner(self, ids):
@@ -345,28 +350,20 @@ class PartitionDir:
         """Checks part ``part``'s files against the manifest's sizes and checksums (once per
         part: the graph, its store, its sampler and the strategy may each load a part). Files
         this host hashed in full before, as they are now (the part's ``.verified.json``), are
-        not hashed again unless ``full``; any copy, replacement or rewrite of a file, and
-        writing the part, make it hashed at the next load."""
+        not hashed in full again unless ``full``: a random sample of their chunks is
+        (:mod:`~dglx_dist.partition.checksums`; none for a manifest without chunk sums). Any
+        copy, replacement or rewrite of a file, and writing the part, make it hashed in full
+        at the next load."""
         if part in self._verified and not full:
             return
         folder, files = self.path / self._entry(part)["dir"], self._entry(part)["files"]
         if full or not still_verified(folder, files):
-            self._verify(part)
+            checksums.verify_files(folder, files)
             record_verified(folder, files)
+        else:
+            checksums.verify_files(folder, files, self._sampler)
+            keep_stamp_recorded(folder)
         self._verified.add(part)
-
-    def _verify(self, part: int) -> None:
-        for name, info in self._entry(part)["files"].items():
-            file = self.path / self._entry(part)["dir"] / name
-            if not file.is_file():
-                raise _ERR(f"{file}: missing (listed in the manifest)")
-            size = file.stat().st_size
-            if size != info["bytes"]:
-                raise _ERR(f"{file}: {size} bytes; the manifest says {info['bytes']}")
-            digest = sha256_file(file)
-            if digest != info["sha256"]:
-                raise _ERR(f"{file}: sha256 {digest[:16]}... does not match the manifest's "
-                           f"{info['sha256'][:16]}...; the file is damaged or was replaced")
 
     def _load_feat(self, part: int, num_core: int) -> tuple[np.ndarray, tuple[int, int]]:
         if self.types is not None:  # features per node type: load_type_feat

@@ -66,8 +66,9 @@ def test_an_edited_file_is_not_ours_any_more(tiny, tmp_path):
 def test_overwrite_replaces_what_the_record_lists(tiny, tmp_path):
     out = tmp_path / "P"
     partition_dataset(tiny, out, "hash", 3)
-    PartitionDir(out).load_part(0)  # a load adds a verification stamp: derived, ours
-    assert (out / "part-00000" / ".verified.json").is_file()
+    PartitionDir(out).load_part(0)  # a load adds a verification stamp, and records it
+    stamp = "part-00000/.verified.json"
+    assert (out / stamp).is_file() and "sha256" in read_record(out).files[stamp]
     assert unproven(out, read_record(out)) == []
     partition_dataset(tiny, out, "hash", 2, overwrite=True)
     assert PartitionDir(out).num_parts == 2 and not (out / "part-00002").exists()
@@ -131,6 +132,46 @@ def test_datagen_overwrite_on_a_users_directory_is_one_line(tmp_path):
     assert r.returncode == 2, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "refusing to replace it" in r.stderr
     assert _tree(mine) == {"meta.json": b'{"mine":1}\n', "thesis.txt": b"thesis\n"}
+
+
+@pytest.mark.parametrize("planted", [
+    {"derived": ["*"], "files": {}},  # a pattern
+    {"derived": ["meta.json", "thesis.txt"],  # names without checksums
+     "files": {"meta.json": {"bytes": 11}, "thesis.txt": {"bytes": 7}}},
+])
+def test_a_planted_record_without_checksums_proves_nothing(tmp_path, planted):
+    """Issue 61, case 2f: removal rests on listed names with their checksums, never on a
+    pattern: ``--overwrite`` refuses in one line and keeps every file."""
+    mine = tmp_path / "U"
+    mine.mkdir()
+    (mine / "meta.json").write_text('{"mine":1}\n')
+    (mine / "thesis.txt").write_text("thesis\n")
+    (mine / RECORD).write_text(json.dumps({"format": "dglx-written", "kind": "dataset",
+                                           **planted}))
+    before = _tree(mine)
+    assert unproven(mine, read_record(mine)) == ["meta.json", "thesis.txt"]
+    r = _dglx("datagen", mine, "--num-nodes", "1000", "--num-edges", "5000", "--overwrite")
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "2 file(s) dglx did not write" in r.stderr and "refusing to replace it" in r.stderr
+    assert _tree(mine) == before and sorted(p.name for p in tmp_path.iterdir()) == ["U"]
+
+
+def test_a_stamp_under_an_older_records_pattern_is_recorded_at_the_next_load(tiny, tmp_path):
+    """An earlier version's record named the stamps by a pattern: that proves nothing now
+    (``--overwrite`` would keep the stamp), and the next load records the stamp's checksum."""
+    out = tmp_path / "P"
+    partition_dataset(tiny, out, "hash", 2)
+    PartitionDir(out).load_part(0)
+    body = json.loads((out / RECORD).read_text())
+    del body["files"]["part-00000/.verified.json"]
+    body["derived"] = ["part-*/.verified.json"]
+    (out / RECORD).write_text(json.dumps(body))
+    assert unproven(out, read_record(out)) == ["part-00000/.verified.json"]
+    PartitionDir(out).load_part(0)  # stamped already: a sampled check, and the record healed
+    assert unproven(out, read_record(out)) == []
+    partition_dataset(tiny, out, "hash", 3, overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["P"]
 
 
 def _dglx(*args, timeout=120):

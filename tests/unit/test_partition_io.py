@@ -90,11 +90,11 @@ def test_each_host_hashes_a_partition_in_full_once(pdir_path, tmp_path, monkeypa
     is a part another host verified (issue 40, case 5)."""
     import shutil
 
-    from dglx_dist.partition import load
+    from dglx_dist.partition import checksums
 
     hashed = []
-    real = load.sha256_file
-    monkeypatch.setattr(load, "sha256_file", lambda f: hashed.append(f) or real(f))
+    real = checksums.verify_file
+    monkeypatch.setattr(checksums, "verify_file", lambda f, i: hashed.append(f) or real(f, i))
     PartitionDir(pdir_path).load_part(0)
     assert sorted(f.name for f in hashed) == sorted(pio.PART_FILES)
     PartitionDir(pdir_path).load_part(0)  # a new reader: this host's stamp stands
@@ -123,6 +123,43 @@ def test_damage_in_place_with_the_times_kept_is_caught(pdir_path):
         PartitionDir(pdir_path).load_part(1)
 
 
+def test_damage_after_a_hosts_first_load_is_caught_by_the_sampled_check(tmp_path):
+    """Issue 61, case 2g: after this host's full check, 5 MiB zeroed at offset 1 MiB with
+    the size and times kept (its stamp still matches) is refused at the next load by the
+    sampled chunk check, in one line naming the file and chunk. The file has 8 chunks, all
+    in every load's sample, so the damage is found with certainty, not by luck."""
+    import os
+
+    from dglx_dist.partition import checksums
+    from dglx_dist.testing import tiny_dataset
+
+    out = tmp_path / "P"
+    partition_dataset(tiny_dataset(num_nodes=8000, feat_dim=512), out, "hash", 2)
+    PartitionDir(out).load_part(0)  # this host's full check: stamped
+    feat = out / "part-00000" / "feat.arrow"
+    st = feat.stat()
+    assert checksums.catch_probability(-(-st.st_size // checksums.CHUNK_BYTES), 5) == 1.0
+    with open(feat, "r+b") as f:
+        f.seek(1 << 20)
+        f.write(bytes(5 << 20))
+    os.utime(feat, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert pio.still_verified(feat.parent, pio.PART_FILES)  # the stamp cannot see it
+    with pytest.raises(PartitionFormatError, match=r"part-00000/feat\.arrow: sha256 of chunk "
+                                                   r"[1-5] .*sampled check") as err:
+        PartitionDir(out).load_part(0)
+    assert "\n" not in str(err.value)
+    assert PartitionDir(out).load_part(1).num_core > 0  # an undamaged part still loads
+
+
+def test_catch_probability_and_sample_size():
+    from dglx_dist.partition import checksums
+
+    assert [checksums.sample_size(n) for n in (0, 3, 8, 100, 1000)] == [0, 3, 8, 8, 63]
+    assert checksums.catch_probability(10, 1, 1) == pytest.approx(0.1)
+    assert checksums.catch_probability(10, 3, 2) == pytest.approx(1 - 21 / 45)
+    assert checksums.catch_probability(8, 1) == 1.0  # a small file is checked whole
+
+
 def _edit_manifest(path, fn):
     m = json.loads((path / pio.MANIFEST).read_text())
     fn(m)
@@ -141,6 +178,10 @@ def _edit_manifest(path, fn):
     (lambda m: m["node_book"].update(offsets=[0, 5, 10]), r"node_book covers 10 nodes in 2"),
     (lambda m: m.update(feature_slices=[0, 3]), r"slices ending at feat_dim = 8"),
     (lambda m: m["node_book"].update(kind="grid"), r"unknown node book kind 'grid'"),
+    (lambda m: m["parts"][0]["files"]["feat.arrow"]["chunks"].update(sha256=["x"]),
+     r"parts\[0\]\.files\['feat\.arrow'\]\.chunks = .*expected \{chunk_bytes"),
+    (lambda m: m["parts"][0]["files"]["feat.arrow"]["chunks"]["sha256"].append("0" * 64),
+     r"parts\[0\]\.files\['feat\.arrow'\]\.chunks lists 2 chunk sums; expected 1"),
 ])
 def test_bad_manifest_is_named(pdir_path, edit, message):
     _edit_manifest(pdir_path, edit)

@@ -1,5 +1,6 @@
 """``dglx verify``: a full hash of everything dglx wrote, whatever earlier loads stamped
 (issue 40, case 5)."""
+import json
 import os
 
 import pytest
@@ -22,16 +23,41 @@ def _rot(file, offset=0):
     os.utime(file, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
+def _drop_chunk_sums(out):
+    """Makes ``out``'s manifest one written before chunk sums existed."""
+    m = json.loads((out / "partition.json").read_text())
+    for entry in m["parts"]:
+        for info in entry["files"].values():
+            del info["chunks"]
+    (out / "partition.json").write_text(json.dumps(m))
+
+
 def test_verify_finds_damage_a_stamped_load_trusts(tiny, tmp_path):
+    """A manifest without chunk sums (an older directory) loads as before: a stamped load
+    hashes nothing; ``dglx verify`` hashes every file."""
     out = tmp_path / "P"
     partition_dataset(tiny, out, "hash", 2)
+    _drop_chunk_sums(out)
     PartitionDir(out).load_part(0)  # this host's full check: stamped
     assert verify_path(out)["kind"] == "partition"
     _rot(out / "part-00000" / "feat.arrow")
-    PartitionDir(out).load_part(0)  # the stamp still matches: documented as trusted
+    PartitionDir(out).load_part(0)  # the stamp still matches, and there are no chunks to sample
     with pytest.raises(PartitionFormatError, match=r"part-00000/feat.arrow: sha256"):
         verify_path(out)
     assert main(["verify", str(out)]) == 2
+
+
+def test_a_stamped_load_samples_chunks_and_verify_names_the_chunk(tiny, tmp_path):
+    """With chunk sums, the load after this host's full check hashes a sample of chunks (a
+    small file: all of them) and refuses in-place damage; ``dglx verify`` names the chunk."""
+    out = tmp_path / "P"
+    partition_dataset(tiny, out, "hash", 2)
+    PartitionDir(out).load_part(0)
+    _rot(out / "part-00000" / "feat.arrow")
+    with pytest.raises(PartitionFormatError, match=r"feat.arrow: sha256 of chunk 0 .*sampled"):
+        PartitionDir(out).load_part(0)
+    with pytest.raises(PartitionFormatError, match=r"feat.arrow: sha256 of chunk 0 \(bytes"):
+        verify_path(out)
 
 
 def test_verify_checkpoints_and_recorded_directories(tiny, tmp_path):
