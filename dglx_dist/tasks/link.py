@@ -24,6 +24,7 @@ memory; then the validation metrics when evaluated) and one with the test metric
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import TextIO
@@ -40,8 +41,9 @@ from dglx_dist.errors import InvalidValueError
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.strategies.epochs import EpochResult
 
-__all__ = ["at_most", "eval_negatives", "heldout", "heldout_scores", "link_loss", "reverse_ids",
-           "split_once", "split_pairs", "timed_link_step", "train_edge_ids", "train_link"]
+__all__ = ["at_most", "check_eval_pairs", "eval_negatives", "heldout", "heldout_scores",
+           "link_loss", "reverse_ids", "split_once", "split_pairs", "timed_link_step", "train_edge_ids", "train_link"]
+log = logging.getLogger(__name__)
 _HELDOUT = ("val_u", "val_v", "test_u", "test_v")  # the pairs' arrays beside the split's tables
 
 
@@ -135,13 +137,23 @@ def at_most(flag: str, asked: int | None, available: int, what: str) -> None:
             "to use them all"))
 
 
+def check_eval_pairs(task: TaskConfig, *sets, say: bool = True) -> None:
+    """Refuses ``--eval-pairs`` above the size of every held-out set ``sets`` (``(u, v)``
+    pairs), as ``--train-edges`` above the training edges is; a set smaller than it is ranked
+    whole, which the log says (``say``: on this rank)."""
+    sizes = [u.numel() for u, _ in sets]
+    at_most("--eval-pairs", task.eval_pairs, max(sizes), "the largest held-out set")
+    if say and task.eval_pairs is not None and min(sizes) < task.eval_pairs:
+        log.info("--eval-pairs %d: the held-out sets have %s pairs; a smaller one is ranked "
+                 "whole", task.eval_pairs, sizes)
+
+
 def heldout(pairs, task: TaskConfig, num_nodes: int, seed: int):
     """The held-out pairs ``(u, v)`` ranked with ``seed`` (:attr:`TaskConfig.eval_pairs
     <dglx_dist.config.TaskConfig.eval_pairs>` of them, a seeded choice, or all), their
     negatives (N, ``eval_negatives``) and every node whose embedding the ranking reads; a
     function of the arguments alone, so every rank and every system compared ranks the same."""
     u, v = pairs
-    at_most("--eval-pairs", task.eval_pairs, u.numel(), "the held-out set ranked")
     if task.eval_pairs is not None and task.eval_pairs < u.numel():
         gen = torch.Generator().manual_seed(seed + 5)
         keep = torch.randperm(u.numel(), generator=gen)[:task.eval_pairs].sort().values
@@ -223,8 +235,7 @@ def train_link(data: Path, strategy, model: torch.nn.Module, config: RunConfig,
     task, loop = config.task, config.loop
     torch.manual_seed(loop.seed)
     train_dir, val, test = split_once(data, loop.seed, session, config.data.cache_dir)
-    for pairs in (val, test):  # refused before training, not after it
-        at_most("--eval-pairs", task.eval_pairs, pairs[0].numel(), "the held-out set ranked")
+    check_eval_pairs(task, val, test, say=session.is_main)  # before training, not after
     parts = ensure_partitions(train_dir, strategy, session, config.data.cache_dir)
     g = dglx_dist.distribute(parts, strategy, session=session)
     reverse = reverse_ids(g.num_edges())

@@ -9,7 +9,7 @@ from dglx_dist.api.ndata import fit_rows
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.models.gcn import row_normalized
 from dglx_dist.config import TaskConfig
-from dglx_dist.tasks.link import heldout, train_edge_ids
+from dglx_dist.tasks.link import check_eval_pairs, heldout, train_edge_ids
 
 
 def test_rows_must_have_the_rows_shape_or_broadcast_to_it():
@@ -47,13 +47,18 @@ def test_more_training_edges_than_the_graph_has_are_refused():
 
 
 def test_more_held_out_pairs_than_there_are_are_refused_as_training_edges_are():
-    """Issue 61, case 2e: ``--eval-pairs 10**12`` ranked all 527 pairs and exited 0."""
-    pairs = (torch.arange(30), torch.arange(30) + 1)
-    with pytest.raises(InvalidValueError, match=r"--eval-pairs 1000000000000: the held-out "
-                                                r"set ranked has only 30;"):
-        heldout(pairs, TaskConfig(eval_pairs=10**12), 40, 0)
-    assert heldout(pairs, TaskConfig(eval_pairs=30), 40, 0)[0].numel() == 30
-    assert heldout(pairs, TaskConfig(eval_pairs=7), 40, 0)[0].numel() == 7
+    """Issue 61, case 2e: ``--eval-pairs 10**12`` ranked all 527 pairs and exited 0; a value
+    between the two held-out sets' sizes ranks the smaller whole."""
+    val, test = ((torch.arange(n), torch.arange(n) + 1) for n in (20, 30))
+    with pytest.raises(InvalidValueError, match=r"--eval-pairs 1000000000000: the largest "
+                                                r"held-out set has only 30;"):
+        check_eval_pairs(TaskConfig(eval_pairs=10**12), val, test)
+    with pytest.raises(InvalidValueError, match=r"--eval-pairs 31: the largest held-out set"):
+        check_eval_pairs(TaskConfig(eval_pairs=31), val, test)
+    for fine in (None, 7, 25, 30):
+        check_eval_pairs(TaskConfig(eval_pairs=fine), val, test)
+    assert heldout(val, TaskConfig(eval_pairs=25), 40, 0)[0].numel() == 20
+    assert heldout(test, TaskConfig(eval_pairs=25), 40, 0)[0].numel() == 25
 
 
 def test_row_normalising_signed_features_warns():
