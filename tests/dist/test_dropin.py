@@ -214,7 +214,7 @@ def test_prefetching_changes_nothing(prefetched, name):
 # batch sizes and ids, before and after parallelize
 ORDERS = ("train loader, evaluation loader, parallelize",
           "parallelize, evaluation loader, train loader")
-EPOCHS = 20
+EPOCHS = 10
 
 
 def _two_loaders(session, name, cache):
@@ -291,8 +291,9 @@ def test_a_script_with_an_evaluation_loader_trains_and_evaluates(two_loaders, na
             assert res[r]["steps"] == res[r]["asked"], (order, r, res[r]["steps"])
             assert res[r]["asked"][0] == 5 * EPOCHS and res[r]["asked"][1] in (3, 4), res[r]
         assert sorted(res[0]["seen"] + res[1]["seen"]) == held_out.tolist(), order
-        reference = two_loaders["distdgl"][0][order]["acc"]  # 0.801 (each strategy's
-        # accuracy was the same in both orders: dorylus 0.785, granndis 0.791, p3 0.805)
+        reference = two_loaders["distdgl"][0][order]["acc"]  # 0.796 (each strategy's
+        # accuracy was the same in both orders: dorylus 0.786, granndis and fullgraph 0.781,
+        # p3 0.779)
         assert res[0]["acc"] >= 0.75 and abs(res[0]["acc"] - reference) <= 0.04, \
             (order, res[0]["acc"], reference)
     accs = [two_loaders[name][0][order]["acc"] for order in ORDERS]

@@ -63,11 +63,9 @@ class Batching:
 
     Attributes:
         plans: every co-batch's plan (one: the whole graph).
-        by: the call whose batch count decided them, for messages.
     """
 
     plans: list[CoBatchPlan]
-    by: str
 
     def __post_init__(self) -> None:
         for plan in self.plans:  # a step's copies of the blocks, moved or cast, carry it too

@@ -221,7 +221,7 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
             ids = plans[0].nodes if count == 1 else torch.cat([p.nodes for p in plans]).unique()
             self._rows.cover(ids, lambda ids: pull_features_once(
                 self.session, self._store, self.pdir, server.part, ids))
-        self._batchings[count] = batching = Batching([p.to(self._device) for p in plans], by)
+        self._batchings[count] = batching = Batching([p.to(self._device) for p in plans])
         log.info("%s rank %d: %d co-batches (%s); rows per co-batch %s", self.registered_name,
                  self.session.rank, count, by, [p.num_rows() for p in plans])
         return batching
