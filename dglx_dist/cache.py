@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from dglx_dist.data.owned import describe_unproven, read_record, remove_recorded, unproven
+from dglx_dist.data.owned import (describe_unproven, flock_within, read_record, remove_recorded,
+                                  unproven)
 from dglx_dist.errors import DeadlineError, InvalidValueError, OutputExistsError
 
 __all__ = ["CacheEntry", "CacheLimits", "check_cache_dir", "entries", "touch", "prune", "clear",
@@ -94,17 +95,10 @@ def making(entry: Path, timeout: float) -> Iterator[None]:
     ``timeout`` seconds (DeadlineError naming the lock)."""
     entry.parent.mkdir(parents=True, exist_ok=True)
     lock = _lock_of(entry)
-    deadline = time.monotonic() + timeout
     with open(lock, "a") as f:
-        while True:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise DeadlineError(f"waited {timeout:.0f}s for another job making {entry} "
-                                        f"(it holds {lock}); is that job stuck?") from None
-                time.sleep(0.2)
+        if not flock_within(f.fileno(), timeout, pause=0.2):
+            raise DeadlineError(f"waited {timeout:.0f}s for another job making {entry} "
+                                f"(it holds {lock}); is that job stuck?")
         try:
             yield
         finally:

@@ -14,7 +14,6 @@ warning rather than refusing to run.
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import logging
 import os
@@ -25,6 +24,7 @@ import time
 from pathlib import Path
 
 from dglx_dist.checkpoint.files import LOCK_FILE, make_root
+from dglx_dist.data.owned import flock_within
 from dglx_dist.errors import CheckpointError
 
 __all__ = ["JobLock", "LOCK_FILE"]
@@ -99,18 +99,18 @@ class JobLock:
         for _ in range(_OPEN_TRIES):
             fd = cls._open(path)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = _holder(fd, path)
-                os.close(fd)
-                raise CheckpointError(f"--checkpoint-dir {root} is in use by another job "
-                                      f"({holder}): wait for it to end or choose another "
-                                      f"directory") from None
+                locked = flock_within(fd, 0)
             except OSError as exc:  # ENOLCK, EOPNOTSUPP: a filesystem without flock
                 os.close(fd)
                 log.warning("cannot lock %s (%s): a second job using %s would not be noticed",
                             path, exc.strerror or exc, root)
                 return cls(path, None)
+            if not locked:
+                holder = _holder(fd, path)
+                os.close(fd)
+                raise CheckpointError(f"--checkpoint-dir {root} is in use by another job "
+                                      f"({holder}): wait for it to end or choose another "
+                                      f"directory")
             if _same_file(fd, path):
                 return cls._holding(path, fd)
             os.close(fd)  # released and removed by its holder while we opened it

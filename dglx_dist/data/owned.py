@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 __all__ = ["RECORD", "Record", "sha256_file", "write_record", "add_to_record", "read_record",
-           "unproven", "remove_recorded", "describe_unproven"]
+           "unproven", "remove_recorded", "describe_unproven", "flock_within"]
 
 RECORD = ".dglx-written.json"
 _FORMAT = "dglx-written"
@@ -154,6 +154,23 @@ def add_to_record(directory: str | os.PathLike, rels: tuple[str, ...]) -> bool:
     return True
 
 
+def flock_within(fd: int, seconds: float, pause: float = 0.01) -> bool:
+    """Takes an exclusive ``flock`` on the open file ``fd``, trying every ``pause`` seconds
+    for at most ``seconds`` (0: once); False when another holder kept it that long.
+
+    Raises:
+        OSError: the filesystem has no locks (ENOLCK, EOPNOTSUPP)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(pause)
+
+
 @contextlib.contextmanager
 def _locked(directory: Path) -> Iterator[None]:
     """An exclusive ``flock`` on ``directory`` while the block runs, where the filesystem
@@ -161,17 +178,8 @@ def _locked(directory: Path) -> Iterator[None]:
     unlocked rather than wait on a holder that may never let go."""
     fd = os.open(directory, os.O_RDONLY)
     try:
-        deadline = time.monotonic() + _LOCK_WAIT_S
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(0.01)
-            except OSError:
-                break  # no locks on this filesystem
+        with contextlib.suppress(OSError):  # no locks on this filesystem
+            flock_within(fd, _LOCK_WAIT_S)
         yield
     finally:
         os.close(fd)  # releases the lock

@@ -30,10 +30,9 @@ import torch
 
 from dglx_dist.data.checked import check_range
 from dglx_dist.errors import PartitionError, PartitionFormatError
-from dglx_dist.partition.dgl_tensors import read_tensor_file
 
 __all__ = ["NodeDataKeys", "node_data_keys", "found_keys", "keeps", "USUAL_NAMES", "load_id_map",
-           "load_typed_id_maps", "PartGraph", "load_part_graph", "load_tensors"]
+           "load_typed_id_maps", "PartGraph", "load_part_graph"]
 
 _ERR = PartitionFormatError
 
@@ -271,13 +270,6 @@ def _dgl_reason(exc: Exception) -> str:
     so that the refusal stays one short line."""
     text = str(exc).split("Stack trace:")[0].strip()
     return re.sub(r"^\[[\d:]+\] \S+:\d+: ", "", text)
-
-
-def load_tensors(file: Path) -> dict[str, torch.Tensor]:
-    """The named tensors of a ``node_feat.dgl`` / ``edge_feat.dgl``, read without DGL and
-    refused in one line when cut short or not DGL's format
-    (:func:`~dglx_dist.partition.dgl_tensors.read_tensor_file`)."""
-    return read_tensor_file(file)
 
 
 def inner_edges(g: PartGraph, inner_dst: np.ndarray, lo: int, hi: int,

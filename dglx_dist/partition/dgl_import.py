@@ -58,8 +58,9 @@ from dglx_dist.partition.dgl_config import DglConfig, DglTypedConfig, read_dgl_c
 from dglx_dist.partition.dgl_data import DataImport
 from dglx_dist.partition.dgl_files import (USUAL_NAMES, NodeDataKeys, checked_num_classes,
                                            class_ids, found_keys, inner_edges, keeps,
-                                           load_id_map, load_part_graph, load_tensors,
-                                           load_typed_id_maps, node_data_keys)
+                                           load_id_map, load_part_graph, load_typed_id_maps,
+                                           node_data_keys)
+from dglx_dist.partition.dgl_tensors import read_tensor_file
 from dglx_dist.partition.dgl_typed import TypedImporter
 from dglx_dist.partition.io import PARTITION_DIR, write_partitions
 from dglx_dist.partition.layout import Partition
@@ -104,7 +105,7 @@ class _Importer:
         nc = s.core_order.size
         data, ndata = self._node_data(files["node_feats"], nc, s.core_order)
         lo, hi = (int(x) for x in self.cfg.edge_offsets[p:p + 2])
-        edata = self.edata.part(files["edge_feats"], load_tensors(files["edge_feats"]),
+        edata = self.edata.part(files["edge_feats"], read_tensor_file(files["edge_feats"]),
                                 np.zeros(s.new_eid.size, np.int64), s.new_eid - lo,
                                 np.array([hi - lo]))
         core = np.arange(self.cfg.node_offsets[p], self.cfg.node_offsets[p + 1], dtype=np.int64)
@@ -150,7 +151,7 @@ class _Importer:
     def _node_data(self, file: Path, nc: int, order: np.ndarray) -> tuple[dict, dict]:
         """Features, labels and masks of the core nodes, in our core order; and the other node
         data by name."""
-        tensors, prefix = load_tensors(file), f"{self.cfg.ntype}/"
+        tensors, prefix = read_tensor_file(file), f"{self.cfg.ntype}/"
         if self.feat_dim is None:  # the first part names the features and labels for all
             self.keys = found_keys(self.keys, {k[len(prefix):]: t for k, t in tensors.items()
                                                if k.startswith(prefix)})

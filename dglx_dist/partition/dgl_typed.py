@@ -59,8 +59,8 @@ from dglx_dist.partition.book import RangeBook
 from dglx_dist.partition.dgl_data import DataImport
 from dglx_dist.partition.dgl_config import DglTypedConfig
 from dglx_dist.partition.dgl_files import (NodeDataKeys, PartGraph, checked_num_classes,
-                                           class_ids, inner_edges, keeps, load_part_graph,
-                                           load_tensors)
+                                           class_ids, inner_edges, keeps, load_part_graph)
+from dglx_dist.partition.dgl_tensors import read_tensor_file
 from dglx_dist.partition.layout import Partition
 
 __all__ = ["TypedImporter"]
@@ -148,7 +148,7 @@ class TypedImporter:
         data = self._node_data(files["node_feats"], counts, s.orders)
         ranges = cfg.edge_ranges[:, p]
         etype, _ = self.edges.split(s.new_eid)
-        edata = self.edata.part(files["edge_feats"], load_tensors(files["edge_feats"]), etype,
+        edata = self.edata.part(files["edge_feats"], read_tensor_file(files["edge_feats"]), etype,
                                 s.new_eid - ranges[etype, 0], ranges[:, 1] - ranges[:, 0])
         core = np.arange(cfg.node_offsets[p], cfg.node_offsets[p + 1], dtype=np.int64)
         core_orig = self.nodes.original(core)
@@ -260,7 +260,7 @@ class TypedImporter:
 
     def _node_data(self, file: Path, counts: np.ndarray, orders: list[np.ndarray]) -> dict:
         """Labels, masks (type after type) and per-type features of the part's core nodes."""
-        by_type, keys, seen = self._by_type(file, load_tensors(file)), self.keys, {}
+        by_type, keys, seen = self._by_type(file, read_tensor_file(file)), self.keys, {}
         label, feats, other = [], {}, {}
         masks: dict[str, list[np.ndarray]] = {s: [] for s in _SPLITS}
         for i, ntype in enumerate(self.cfg.types.ntypes):

@@ -3,6 +3,7 @@ is refused in one line naming the first, a dead holder leaves no stale lock, and
 is the root's own (checks and pruning pass it by). Two real `dglx train` jobs:
 tests/e2e/test_checkpoint_jobs.py."""
 import errno
+import fcntl
 import json
 import os
 import signal
@@ -104,7 +105,7 @@ def test_a_filesystem_without_flock_runs_unlocked_with_a_warning(tmp_path, monke
     def no_flock(fd, op):
         raise OSError(errno.ENOLCK, "No locks available")
 
-    monkeypatch.setattr(lock.fcntl, "flock", no_flock)
+    monkeypatch.setattr(fcntl, "flock", no_flock)  # the lock takes it through owned.flock_within
     taken = JobLock.take(tmp_path)
     assert not taken.held and "a second job using" in caplog.text
     taken.release()

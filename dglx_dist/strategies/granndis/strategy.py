@@ -180,7 +180,6 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         gen = torch.Generator().manual_seed(self.config.seed * 7919 + session.rank)
         dgl.seed(self.config.seed * 7919 + session.rank)  # EAS's sampling: the same on a restart
         own, nodes, edges = self._server_graph(pdir, part, core_edges, core_etype, gen)
-        self._own = own
         self._server = ServerGraph(part, core_edges, own, nodes, edges, out_degree.double())
         self._device = device = self.compute_device(session)  # blocks and rows live there
         self._rows = TypedRows(store, pdir, own, device) if self.types is not None else \
@@ -204,7 +203,7 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         if (known := self._batchings.get(count)) is not None:
             return known
         server, cfg = self._server, self.config
-        own = self._own
+        own = server.own
         targetable = None if self.types is None else \
             target_types(self.types, self.pdir.types.labeled, own)
         # EAS around each co-batch from a generator of this count's: a set does not depend
