@@ -1,0 +1,111 @@
+"""The package's own draw of in-edges (torch) against DGL's ``sample_neighbors``: the same
+edges where the draw is determined, the same distribution where it is not."""
+import dgl
+import pytest
+import torch
+
+from dglx_dist.sampling.in_edges import InEdges, draw_in_edges
+
+DRAWS = 4000
+
+
+def _graph(seed=0, nodes=12, edges=90, etypes=1):
+    gen = torch.Generator().manual_seed(seed)
+    src = torch.randint(0, nodes, (edges,), generator=gen)
+    dst = torch.randint(0, nodes, (edges,), generator=gen)
+    etype = torch.randint(0, etypes, (edges,), generator=gen)
+    return src, dst, etype
+
+
+def _drawn(edges, nodes, fanouts, **kw):
+    row, pos = draw_in_edges(edges, nodes, fanouts, **kw)
+    return row, edges.src.index_select(0, pos), edges.eid.index_select(0, pos)
+
+
+def test_every_in_edge_when_the_fanout_takes_all():
+    src, dst, _ = _graph()
+    edges = InEdges.of(src, dst, 12)
+    nodes = torch.tensor([3, 0, 7, 11])
+    g = dgl.graph((src, dst), num_nodes=12)
+    for fanout in (-1, 100):
+        row, u, eid = _drawn(edges, nodes, fanout)
+        assert bool((row[1:] >= row[:-1]).all())  # grouped by node, in the nodes' order
+        got = sorted(zip(u.tolist(), nodes[row].tolist(), eid.tolist()))
+        ref_u, ref_v, ref_e = g.in_edges(nodes, form="all")
+        assert got == sorted(zip(ref_u.tolist(), ref_v.tolist(), ref_e.tolist()))
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_a_fanout_draws_min_of_it_and_the_degree(replace):
+    src, dst, _ = _graph(1, nodes=30, edges=200)
+    edges = InEdges.of(src, dst, 30)
+    nodes = torch.arange(30)
+    deg = torch.bincount(dst, minlength=30)
+    row, _, eid = _drawn(edges, nodes, 4, replace=replace)
+    count = torch.bincount(row, minlength=30)
+    want = torch.where(deg > 0, torch.full_like(deg, 4), deg) if replace else deg.clamp(max=4)
+    assert count.tolist() == want.tolist()
+    assert bool((dst[eid] == nodes[row]).all())
+    if not replace:
+        assert eid.unique().numel() == eid.numel()
+
+
+def test_excluded_and_masked_edges_are_never_drawn():
+    src, dst, _ = _graph(2, nodes=10, edges=120)
+    edges = InEdges.of(src, dst, 10)
+    mask = torch.rand(120, generator=torch.Generator().manual_seed(0)) > 0.4
+    exclude = torch.arange(0, 120, 3)
+    for replace in (False, True):
+        for _ in range(20):
+            _, _, eid = _drawn(edges, torch.arange(10), 3, replace=replace, weights=mask,
+                               exclude=exclude)
+            assert bool(mask[eid].all())
+            assert not bool(torch.isin(eid, exclude).any())
+    allowed = mask.clone()
+    allowed[exclude] = False
+    row, _, _ = _drawn(edges, torch.arange(10), 3, weights=mask, exclude=exclude)
+    assert torch.bincount(row, minlength=10).tolist() == \
+        torch.bincount(dst[allowed], minlength=10).clamp(max=3).tolist()
+
+
+def _frequencies(draw, num_edges):
+    seen = torch.zeros(num_edges)
+    for _ in range(DRAWS):
+        seen += torch.bincount(draw(), minlength=num_edges)
+    return seen / DRAWS
+
+
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_each_edge_is_drawn_as_often_as_dgl_draws_it(replace, weighted):
+    """Per edge, how often it is drawn over 4000 draws, ours and DGL's, within five
+    standard deviations of a count's spread (the same distribution)."""
+    src, dst, _ = _graph(3, nodes=6, edges=40)
+    prob = torch.rand(40, generator=torch.Generator().manual_seed(1)) ** 2 if weighted else None
+    edges = InEdges.of(src, dst, 6)
+    g = dgl.graph((src, dst), num_nodes=6)
+    if weighted:
+        g.edata["p"] = prob
+    nodes = torch.arange(6)
+    torch.manual_seed(0)
+    dgl.seed(0)
+    ours = _frequencies(lambda: _drawn(edges, nodes, 3, replace=replace, weights=prob)[2], 40)
+    theirs = _frequencies(lambda: dgl.sampling.sample_neighbors(
+        g, nodes, 3, prob="p" if weighted else None, replace=replace).edata[dgl.EID], 40)
+    spread = ((ours + theirs).clamp(min=0.01) / DRAWS) ** 0.5 * (1 if not replace else 2)
+    assert bool(((ours - theirs).abs() <= 5 * spread).all()), (ours - theirs).abs().max()
+
+
+def test_each_edge_type_has_its_own_fanout():
+    src, dst, etype = _graph(4, nodes=8, edges=150, etypes=3)
+    edges = InEdges.of(src, dst, 8, etype, 3)
+    nodes = torch.tensor([5, 1, 2])
+    row, pos = draw_in_edges(edges, nodes, [2, 0, -1])
+    kinds = edges.etype.index_select(0, pos)
+    eid = edges.eid.index_select(0, pos)
+    assert bool((etype[eid] == kinds).all())
+    for i, v in enumerate(nodes.tolist()):
+        mine = kinds[row == i]
+        assert bool((mine[1:] >= mine[:-1]).all())  # by edge type within a node
+        deg = [int(((dst == v) & (etype == e)).sum()) for e in range(3)]
+        assert torch.bincount(mine, minlength=3).tolist() == [min(2, deg[0]), 0, deg[2]]
