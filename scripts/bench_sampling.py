@@ -23,10 +23,18 @@ layer (input layer first). The ``DGL`` columns: the same sampler on the whole gr
 process over rank 0's batches (uniform and weighted draws differ from the job's, their sizes
 are comparable; LABOR's are the same draws when the seeds agree).
 
+With ``--draws``, one process instead, no loader: each layer's draw of the package's own
+sampler (:func:`~dglx_dist.sampling.in_edges.draw_in_edges`, torch) beside DGL's C++
+``sample_neighbors`` on the same graph for the same nodes (batches of 1000 seeds, fanout 25
+then 10 as the loader draws them, output layer first), and the block made of the drawn edges
+(:class:`~dglx_dist.sampling.block.Block`, handed to DGL) beside ``dgl.to_block``; the two
+alternated call by call, per draw kind (uniform, ``prob``, ``replace``).
+
 Usage::
 
     python scripts/bench_sampling.py --preset tiny          # ~1 min on 2 cores
     python scripts/bench_sampling.py --preset small --epochs 4 --out sampling.json
+    python scripts/bench_sampling.py --preset small --draws  # ~1 min
 
 Prints one JSON object and a markdown table.
 """
@@ -48,6 +56,8 @@ from dglx_dist.bench.presets import PRESETS
 from dglx_dist.data import read_dataset
 from dglx_dist.data.convert import to_dgl
 from dglx_dist.report import markdown_table
+from dglx_dist.sampling.block import Block
+from dglx_dist.sampling.in_edges import InEdges, draw_in_edges
 from dglx_dist.testing import run_workers
 
 KINDS = ("uniform", "prob", "labor", "custom", "out")
@@ -138,6 +148,64 @@ def _single(g, batches, epochs) -> dict:
     return out
 
 
+DRAW_KINDS = {"uniform": {}, "prob": {"prob": True}, "replace": {"replace": True}}
+
+
+def _draw_layer(kind, g, edges, weights, nodes, fanout):
+    """One layer's draw and block, ours or DGL's: (draw seconds, block seconds, sources)."""
+    prob, replace = DRAW_KINDS[kind].get("prob"), DRAW_KINDS[kind].get("replace", False)
+    start = time.perf_counter()
+    if edges is None:
+        frontier = dgl.sampling.sample_neighbors(g, nodes, fanout, prob="w" if prob else None,
+                                                 replace=replace)
+        drawn = time.perf_counter()
+        block = dgl.to_block(frontier, nodes)
+        return drawn - start, time.perf_counter() - drawn, block.srcdata[dgl.NID]
+    row, pos = draw_in_edges(edges, nodes, fanout, replace, weights if prob else None)
+    src, eid = edges.src.index_select(0, pos), edges.eid.index_select(0, pos)
+    drawn = time.perf_counter()
+    block = Block.untyped(nodes, src, nodes.index_select(0, row), eid).to_dgl()
+    return drawn - start, time.perf_counter() - drawn, block.srcdata[dgl.NID]
+
+
+def draws(preset: str, repeats: int) -> None:
+    """The ``--draws`` table: ours beside DGL's per layer, alternated call by call."""
+    with tempfile.TemporaryDirectory() as tmp:
+        g = graph(preset, Path(tmp))
+    src, dst = g.edges()
+    edges = InEdges.of(src, dst, g.num_nodes())
+    train = torch.nonzero(g.ndata["train_mask"]).squeeze(1)
+    batches = torch.split(train[torch.randperm(train.numel(),
+                                               generator=torch.Generator().manual_seed(0))],
+                          1000)[:10]
+    times = {(k, who, layer, part): [] for k in DRAW_KINDS for who in ("ours", "DGL")
+             for layer in (0, 1) for part in ("draw", "block")}
+    for _ in range(repeats):
+        for kind in DRAW_KINDS:
+            for seeds in batches:
+                for who in ("ours", "DGL"):  # alternated call by call
+                    nodes = seeds
+                    for layer, fanout in ((1, 25), (0, 10)):
+                        d, b, nodes = _draw_layer(kind, g, edges if who == "ours" else None,
+                                                  g.edata["w"], nodes, fanout)
+                        times[kind, who, layer, "draw"].append(d)
+                        times[kind, who, layer, "block"].append(b)
+    rows, summary = [], {"preset": preset, "nodes": g.num_nodes(), "edges": g.num_edges(),
+                         "batches": len(batches), "repeats": repeats}
+    for kind in DRAW_KINDS:
+        for layer in (1, 0):
+            row = {"draw": kind, "layer (fanout)": f"{layer} ({25 if layer else 10})"}
+            for who in ("ours", "DGL"):
+                for part in ("draw", "block"):
+                    ms = [t * 1e3 for t in times[kind, who, layer, part]]
+                    summary[f"{kind}/{layer}/{who}/{part}_ms"] = ms
+                    row[f"{who} {part} ms"] = (f"{statistics.median(ms):.2f} "
+                                               f"({min(ms):.2f}..{max(ms):.2f})")
+            rows.append(row)
+    print(json.dumps(summary))
+    print(markdown_table(rows))
+
+
 def _spread(values: list[float]) -> str:
     later = values[1:] or values
     return f"{statistics.median(later):.3f} ({min(later):.3f}..{max(later):.3f})"
@@ -148,7 +216,11 @@ def main() -> None:
     parser.add_argument("--preset", default="small", choices=["tiny", "small"])
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--out", help="also write the JSON here")
+    parser.add_argument("--draws", action="store_true",
+                        help="one process: each layer's draw and block, ours beside DGL's")
     args = parser.parse_args()
+    if args.draws:
+        return draws(args.preset, args.epochs)
     preset = PRESETS[args.preset]
     world = preset.servers * preset.ranks_per_server
     with tempfile.TemporaryDirectory() as tmp:

@@ -21,7 +21,7 @@ plus the per-type id, :mod:`dglx_dist.partition.types`). A batch (:class:`TypedE
    ``find_exclude_eids`` (``"self"``, ``"reverse_types"`` with ``reverse_etypes``,
    ``"reverse_id"`` with ``reverse_eids`` per edge type, or a callable on the seed dict),
    as partitioned edge ids: the members that store them leave them out
-   (:meth:`~dglx_dist.sampling.PartitionSampler.typed_exclusions`).
+   (:meth:`~dglx_dist.sampling.PartitionSampler.exclusions`).
 """
 from __future__ import annotations
 

@@ -1,76 +1,105 @@
-"""Drawing a graph's in-edges as :class:`~dglx_dist.sampling.options.SampleOptions` say, by
-DGL's own samplers (``sample_neighbors``; ``sample_labors`` for LABOR)."""
+"""Drawing a graph's in-edges as :class:`~dglx_dist.sampling.options.SampleOptions` say: in
+torch (:func:`~dglx_dist.sampling.in_edges.draw_in_edges`), LABOR's by DGL's
+``sample_labors`` (the one draw still made by DGL)."""
 from __future__ import annotations
 
-import dgl
-import dgl.backend as F
+from typing import Callable, Sequence
+
 import torch
 
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.sampling.in_edges import InEdges, draw_in_edges
 from dglx_dist.sampling.options import EdgeWeights, SampleOptions
 
-__all__ = ["Draws", "PROB"]
-
-PROB = "_dglx_prob"
-"""The graph's edge data a weighted draw reads (set to the named weights per draw)."""
+__all__ = ["Draws"]
 
 
 class Draws:
-    """In-edges drawn from one graph as :class:`SampleOptions` say, by DGL.
+    """In-edges drawn from one graph's structure as :class:`SampleOptions` say.
 
     Args:
-        graph: the graph (a part's local graph, or a whole one).
-        weights: its edge data by name (for ``prob``; None: none).
+        edges: the graph's in-edges (by edge type where it has types).
+        weights: its edge data by name, one row per edge id (for ``prob``; None: none).
         shared_ids: each of its nodes' id that every member uses for the same node (the
             user's ids): LABOR rolls one variate per such id, so members drawing for their
             own seeds draw as one process would (None: the graph's ids are those ids).
+        has_edge_data: with edge types, whether type ``e`` has edge data ``name``
+            (``has_edge_data(e, name)``): a type without the ``prob`` it names draws
+            uniformly, as in DGL (None: every type has it).
     """
 
-    def __init__(self, graph: dgl.DGLGraph, weights: EdgeWeights | None = None,
-                 shared_ids: torch.Tensor | None = None):
-        self.graph, self.weights, self._shared = graph, weights, shared_ids
-        self._twin: dgl.DGLGraph | None = None
+    def __init__(self, edges: InEdges, weights: EdgeWeights | None = None,
+                 shared_ids: torch.Tensor | None = None,
+                 has_edge_data: Callable[[int, str], bool] | None = None):
+        self.edges, self._weights, self._shared = edges, weights, shared_ids
+        self._has = has_edge_data
+        self._labor_graph = None
 
-    def __call__(self, nodes: torch.Tensor, fanout: int, options: SampleOptions,
-                 exclude: torch.Tensor | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The drawn in-edges of ``nodes`` (but ``exclude``): ``(u, v)`` and their ids in
-        the graph."""
-        prob = self._prob(options.prob)
-        if options.labor is None:
-            frontier = dgl.sampling.sample_neighbors(
-                self.graph, nodes, fanout, edge_dir="in", prob=prob, replace=options.replace,
-                exclude_edges=exclude, copy_ndata=False)  # edata: where EID is set
-            u, v = frontier.edges()
-            return u, v, frontier.edata[dgl.EID]
-        twin = self._labor_graph()
-        seeds = nodes if self._shared is None else self._shared.index_select(0, nodes)
-        if prob is not None:
-            twin.edata[PROB] = self.graph.edata[PROB]
-        frontier, _ = dgl.sampling.sample_labors(
-            twin, seeds, fanout, prob=prob, random_seed=F.zerocopy_to_dgl_ndarray(
-                torch.tensor(options.labor)), seed2_contribution=options.seed2,
-            exclude_edges=exclude, copy_ndata=False)
-        eid = frontier.edata[dgl.EID]  # the twin's edges are the graph's, in its order
-        u, v = self.graph.find_edges(eid)
-        return u, v, eid
+    def __call__(self, nodes: torch.Tensor, fanouts: int | Sequence[int],
+                 options: SampleOptions, exclude: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The drawn in-edges of ``nodes`` (unique; but the edge ids ``exclude``): each one's
+        index in ``nodes`` and its position in :attr:`edges`, grouped by node in order."""
+        if options.labor is not None:
+            return self._labor(nodes, int(fanouts), options, exclude)
+        weights = self.weights(options.prob)
+        generator = None if options.seed is None else \
+            torch.Generator(self.edges.indptr.device).manual_seed(options.seed)
+        return draw_in_edges(self.edges, nodes, fanouts, options.replace, weights, exclude,
+                             generator)
 
-    def _prob(self, name: str | None) -> str | None:
+    def weights(self, name: str | None) -> torch.Tensor | None:
+        """Edge data ``name``, one row per edge id (1 on the edge types without it); None
+        when no type has it, or for ``None``."""
         if name is None:
             return None
-        if self.weights is None:
+        if self._weights is None:
             raise InvalidValueError(f"weighted sampling (prob={name!r}) needs the sampler's "
                                     "edge data (edge_weights=...)")
-        self.graph.edata[PROB] = self.weights(name).reshape(-1)
-        return PROB
+        if self._has is None or self.edges.num_etypes == 1:
+            return self._weights(name).reshape(-1)
+        has = torch.tensor([bool(self._has(e, name)) for e in range(self.edges.num_etypes)])
+        if not bool(has.any()):
+            return None
+        values = self._weights(name).reshape(-1)
+        kinds = torch.empty_like(self.edges.eid)
+        kinds[self.edges.eid] = self.edges.etype
+        return torch.where(has.index_select(0, kinds), values, torch.ones_like(values))
 
-    def _labor_graph(self) -> dgl.DGLGraph:
-        """The graph over the shared ids (built on first use; the graph itself without)."""
+    def _labor(self, nodes: torch.Tensor, fanout: int, options: SampleOptions,
+               exclude: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """LABOR's draw by DGL's ``sample_labors`` over the graph in the shared ids."""
+        import dgl  # noqa: PLC0415 - the one draw still made by DGL
+        import dgl.backend as F  # noqa: PLC0415
+
+        graph = self._labor_graph = self._labor_graph or self._dgl_graph()
+        seeds = nodes if self._shared is None else self._shared.index_select(0, nodes)
+        prob = None
+        if options.prob is not None:
+            graph.edata["_dglx_prob"] = self.weights(options.prob)
+            prob = "_dglx_prob"
+        frontier, _ = dgl.sampling.sample_labors(
+            graph, seeds, fanout, prob=prob, random_seed=F.zerocopy_to_dgl_ndarray(
+                torch.tensor(options.labor)), seed2_contribution=options.seed2,
+            exclude_edges=exclude, copy_ndata=False)
+        eid = frontier.edata[dgl.EID]  # the graph's edges are the structure's, by edge id
+        row = torch.full((graph.num_nodes(),), -1, dtype=torch.int64)
+        row[seeds.long()] = torch.arange(nodes.numel())
+        row = row.index_select(0, frontier.edges()[1])
+        order = torch.argsort(row, stable=True)
+        return row.index_select(0, order), self.edges.positions(eid.index_select(0, order))
+
+    def _dgl_graph(self):
+        """The structure as a DGLGraph in edge id order, its nodes in the shared ids."""
+        import dgl  # noqa: PLC0415
+
+        edges = self.edges
+        src, dst = torch.empty_like(edges.eid), torch.empty_like(edges.eid)
+        src[edges.eid] = edges.src
+        group = torch.repeat_interleave(torch.arange(edges.indptr.numel() - 1),
+                                        edges.indptr.diff())
+        dst[edges.eid] = torch.div(group, edges.num_etypes, rounding_mode="floor")
         if self._shared is None:
-            return self.graph
-        if self._twin is None:
-            u, v = self.graph.edges()
-            self._twin = dgl.graph((self._shared.index_select(0, u),
-                                    self._shared.index_select(0, v)),
-                                   num_nodes=int(self._shared.max()) + 1)
-        return self._twin
+            return dgl.graph((src, dst), num_nodes=edges.num_nodes)
+        return dgl.graph((self._shared.index_select(0, src), self._shared.index_select(0, dst)),
+                         num_nodes=int(self._shared.max()) + 1)

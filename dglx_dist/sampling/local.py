@@ -1,33 +1,41 @@
 """Sampling from a whole graph held locally (P3's structure cache): no exchange."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
-import dgl
 import numpy as np
 import torch
 
 from dglx_dist.partition.layout import Partition
-from dglx_dist.sampling.options import UNIFORM, EdgeWeights, SampleOptions
 from dglx_dist.sampling.draws import Draws
+from dglx_dist.sampling.in_edges import InEdges, draw_in_edges
+from dglx_dist.sampling.options import UNIFORM, EdgeWeights, SampleOptions
 from dglx_dist.sampling.sampler import BlockSampler
 
-__all__ = ["LocalSampler", "whole_graph", "whole_edge_weights"]
+__all__ = ["LocalSampler", "WholeGraph", "whole_graph", "whole_edge_weights"]
 
 
-def whole_graph(parts: Sequence[Partition], num_nodes: int) -> dgl.DGLGraph:
+class WholeGraph(NamedTuple):
+    """A whole structure in global ids: edge ``i`` is ``src[i] -> dst[i]``, ``eid[i]`` its
+    id in the user's graph."""
+
+    src: torch.Tensor
+    dst: torch.Tensor
+    eid: torch.Tensor
+    num_nodes: int
+
+
+def whole_graph(parts: Sequence[Partition], num_nodes: int) -> WholeGraph:
     """The whole structure in global ids from every part (each edge is stored once, with its
-    destination's owner), edges in partitioned edge id order (part by part), each edge's id
-    in the user's graph in ``edata["_ID"]``."""
+    destination's owner), edges in partitioned edge id order (part by part)."""
     src, dst, eid = [], [], []
     for part in parts:
         gid = torch.from_numpy(part.local_gid)
         src.append(gid.index_select(0, torch.from_numpy(part.src)))
         dst.append(gid.index_select(0, torch.from_numpy(part.dst)))
         eid.append(torch.from_numpy(part.eid))
-    graph = dgl.graph((torch.cat(src), torch.cat(dst)), num_nodes=num_nodes)
-    graph.edata["_ID"] = torch.cat(eid)
-    return graph
+    return WholeGraph(torch.cat(src).long(), torch.cat(dst).long(), torch.cat(eid).long(),
+                      num_nodes)
 
 
 def whole_edge_weights(pdir) -> EdgeWeights:
@@ -55,23 +63,37 @@ class LocalSampler(BlockSampler):
             draws (None: none).
     """
 
-    def __init__(self, graph: dgl.DGLGraph, edge_weights: EdgeWeights | None = None):
-        self.graph, self.num_nodes = graph, graph.num_nodes()
-        self.draws = Draws(graph, edge_weights)  # P3's hash partitions keep the user's ids
+    def __init__(self, graph: WholeGraph, edge_weights: EdgeWeights | None = None):
+        self.graph, self.num_nodes = graph, graph.num_nodes
+        self.edges = InEdges.of(graph.src, graph.dst, graph.num_nodes)
+        self.draws = Draws(self.edges, edge_weights)  # P3's hash partitions keep the user's ids
+        self._out = self._pairs = None  # built on first use
 
     def sample_layer(self, nodes: torch.Tensor, fanout: int,
                      exclude: torch.Tensor | None = None, options: SampleOptions = UNIFORM
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        skip = exclude if exclude is not None and exclude.numel() else None
-        u, v, eid = self.draws(nodes, fanout, options, skip)
-        return u, v, self.graph.edata["_ID"].index_select(0, eid)
+        nodes = nodes.long()
+        row, pos = self.draws(nodes, fanout, options, exclude)
+        return self.edges.src.index_select(0, pos), nodes.index_select(0, row), \
+            self.graph.eid.index_select(0, self.edges.eid.index_select(0, pos))
 
     def out_edges(self, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Every edge out of ``nodes`` as ``(src, dst, eid)`` (global ids; the user's edge
         ids)."""
-        src, dst, eid = self.graph.out_edges(nodes, form="all")
-        return src, dst, self.graph.edata["_ID"].index_select(0, eid)
+        if self._out is None:
+            self._out = InEdges.of(self.graph.dst, self.graph.src, self.num_nodes)
+        nodes = nodes.long()
+        row, pos = draw_in_edges(self._out, nodes, -1)
+        return nodes.index_select(0, row), self._out.src.index_select(0, pos), \
+            self.graph.eid.index_select(0, self._out.eid.index_select(0, pos))
 
     def has_edges(self, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
         """Whether each edge ``src[i] -> dst[i]`` (global ids) is in the graph."""
-        return self.graph.has_edges_between(src, dst)
+        n = self.num_nodes
+        if self._pairs is None:
+            self._pairs = torch.sort(self.graph.dst * n + self.graph.src).values
+        key = dst.long() * n + src.long()
+        if not self._pairs.numel():
+            return torch.zeros(key.numel(), dtype=torch.bool)
+        at = torch.searchsorted(self._pairs, key).clamp(max=self._pairs.numel() - 1)
+        return self._pairs.index_select(0, at) == key

@@ -39,12 +39,22 @@ class SampleOptions:
             member, so each source node rolls one variate wherever its edges are stored;
             None: DGL's ``sample_neighbors``.
         seed2: ``seed2_contribution`` of ``sample_labors``.
+        seed: the seed of this draw's random numbers (a loader gives each step its own, so
+            a step draws the same wherever and whenever it is taken); None: torch's global
+            generator.
     """
 
     prob: str | None = None
     replace: bool = False
     labor: tuple[int, ...] | None = None
     seed2: float = 0.0
+    seed: int | None = None
+
+    def layer(self, index: int) -> "SampleOptions":
+        """The options of layer ``index``'s draw (its own seed, derived from this one)."""
+        if self.seed is None:
+            return self
+        return dataclasses.replace(self, seed=(self.seed * 1_000_003 + index) % 2**62)
 
 
 UNIFORM = SampleOptions()

@@ -11,8 +11,8 @@ Own frontier nodes are sampled while the requests travel. Sampling is therefore
 times (with the same number of layers); members with nothing to sample pass empty seeds.
 
 Every sampled edge comes with its edge id in the user's graph (the part's ``edata["_ID"]``,
-its row in the dataset's edges), which :func:`~dglx_dist.sampling.blocks.make_block` puts on
-the block as ``edata[dgl.EID]``. A layer draws uniformly without replacement unless the
+its row in the dataset's edges), which the block (:class:`~dglx_dist.sampling.block.Block`)
+carries, and DGL's block it becomes as ``edata[dgl.EID]``. A layer draws uniformly without replacement unless the
 :class:`~dglx_dist.sampling.options.SampleOptions` given to ``sample_blocks`` say otherwise
 (DGL's ``prob`` / ``mask`` / ``replace``): the owner of a node draws its in-edges, with its own
 rows of the weights.
@@ -21,24 +21,29 @@ Link prediction's loaders exclude edges from the sampled neighbourhoods (DGL's `
 a batch's positive edges and their reverses): ``sample_blocks(seeds, fanouts, exclude)``
 takes partitioned edge ids; each goes once, with the requests of the step, to the member
 that stores the edge, which leaves it out of every layer it samples for this requester (on
-a typed partitioning, out of its edge type's graph: :meth:`PartitionSampler.typed_exclusions`).
+a typed partitioning too: an edge is excluded by its id in the part, whatever its type).
+
+The draws themselves are the package's own, in torch
+(:func:`~dglx_dist.sampling.in_edges.draw_in_edges`; LABOR's still by DGL), over the part's
+in-edges grouped by destination and edge type: a graph without types is the one-type case.
 """
 from __future__ import annotations
 
 import abc
 from typing import Callable, Sequence
 
-import dgl
+import numpy as np
 import torch
 
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.partition.book import NodeBook, RangeBook
 from dglx_dist.partition.layout import Partition
 from dglx_dist.runtime.comm import Comm
-from dglx_dist.sampling.blocks import id_dtype, make_block
-from dglx_dist.sampling.draws import PROB, Draws
+from dglx_dist.sampling.block import Block
+from dglx_dist.sampling.blocks import id_dtype
+from dglx_dist.sampling.draws import Draws
+from dglx_dist.sampling.in_edges import InEdges, draw_in_edges
 from dglx_dist.sampling.options import UNIFORM, EdgeWeights, SampleOptions
-from dglx_dist.sampling.typed import HOM_EID, LOCAL, LOCAL_EID, edges_by_type
 
 __all__ = ["BlockSampler", "PartitionSampler"]
 
@@ -71,22 +76,28 @@ class BlockSampler(abc.ABC):
         the first member's (collective where members draw for each other)."""
         return values
 
-    def sample_blocks(self, seeds: torch.Tensor, fanouts: Sequence[int],
-                      exclude: torch.Tensor | None = None,
-                      options: SampleOptions = UNIFORM) -> list[dgl.DGLGraph]:
-        """Blocks for a GNN with ``len(fanouts)`` layers; ``fanouts[i]`` is layer i's fanout
-        (input layer first, as in DGL's NeighborSampler); -1 takes every in-neighbor.
-        ``exclude``: partitioned edge ids no layer may sample (DGL's ``exclude_eids``);
-        ``options``: how each layer draws."""
-        blocks: list[dgl.DGLGraph] = []
+    def draw_blocks(self, seeds: torch.Tensor, fanouts: Sequence[int],
+                    exclude: torch.Tensor | None = None,
+                    options: SampleOptions = UNIFORM) -> list[Block]:
+        """The package's blocks for a GNN with ``len(fanouts)`` layers; ``fanouts[i]`` is
+        layer i's fanout (input layer first, as in DGL's NeighborSampler); -1 takes every
+        in-neighbor. ``exclude``: partitioned edge ids no layer may sample (DGL's
+        ``exclude_eids``); ``options``: how each layer draws (each layer its own seed)."""
+        blocks: list[Block] = []
         frontier = seeds
         routed = self.exclusions(exclude) if exclude is not None else None
-        for fanout in reversed(fanouts):
-            src, dst, eid = self.sample_layer(frontier, fanout, routed, options)
-            block = make_block(frontier, src, dst, self.num_nodes, eid)
-            blocks.insert(0, block)
-            frontier = block.srcdata[dgl.NID]
+        for layer, fanout in enumerate(reversed(fanouts)):
+            src, dst, eid = self.sample_layer(frontier, fanout, routed, options.layer(layer))
+            blocks.insert(0, Block.untyped(frontier, src, dst, eid))
+            frontier = blocks[0].src_nodes
         return blocks
+
+    def sample_blocks(self, seeds: torch.Tensor, fanouts: Sequence[int],
+                      exclude: torch.Tensor | None = None,
+                      options: SampleOptions = UNIFORM) -> list:
+        """:meth:`draw_blocks` as DGL's blocks (the edge: global ids as ``dgl.NID``, the
+        user's edge ids as ``dgl.EID``)."""
+        return [b.to_dgl() for b in self.draw_blocks(seeds, fanouts, exclude, options)]
 
 
 class PartitionSampler(BlockSampler):
@@ -114,23 +125,23 @@ class PartitionSampler(BlockSampler):
             raise InvalidValueError(f"sampling needs one part per member of {comm.name}: the "
                                     f"partition has {book.num_parts} parts for {comm.size} members")
         self.book, self.comm, self.member, self.edge_book = book, comm, member, edge_book
-        self.graph = part.local_graph()
-        self.local_gid, self.local_eid = self.graph.ndata["_ID"], self.graph.edata["_ID"]
+        self.local_gid = torch.from_numpy(part.local_gid).long()
+        self.local_eid = torch.from_numpy(part.eid).long()  # each edge's id in the user's graph
         self.num_core = part.num_core
-        self.draws = Draws(self.graph, edge_weights, self.graph.ndata["orig_id"])
         self.num_nodes = book.num_nodes
         # node ids, edge ids and counts travel in one dtype, the same on every member
         self.id_dtype = id_dtype(max(book.num_nodes, edge_book.num_nodes))
-        self._slot = torch.empty(self.graph.num_nodes(), dtype=torch.int64)  # local id -> row
-        # a typed partitioning: the part's edges by edge type (one heterograph, sampled in one
-        # call), and each local edge's id in its type (what an exclusion names there)
-        self.by_etype = self._type_pos = None
-        self._has_edge_data, self._weights = has_edge_data, edge_weights
+        # a typed partitioning: each edge's type, read off its id against the type offsets
+        self.etype_offsets, kinds, types = None, None, 1
         if etype_offsets is not None:
             self.etype_offsets = torch.tensor([int(o) for o in etype_offsets])
-            self.by_etype, self._type_pos = edges_by_type(self.graph, self.etype_offsets)
-            self._etype_keys = [(LOCAL, str(e), LOCAL)  # by index (DGL sorts the names)
-                                for e in range(self.etype_offsets.numel() - 1)]
+            kinds = torch.searchsorted(self.etype_offsets, self.local_eid, right=True) - 1
+            types = self.etype_offsets.numel() - 1
+        self._src, self._dst = torch.from_numpy(part.src).long(), torch.from_numpy(part.dst).long()
+        self.edges = InEdges.of(self._src, self._dst, self.local_gid.numel(), kinds, types)
+        orig = torch.from_numpy(np.concatenate([part.core_orig, part.halo_orig])).long()
+        self.draws = Draws(self.edges, edge_weights, orig, has_edge_data)
+        self._out = self._pairs = None  # out-edges, sorted (dst, src) keys: built on first use
 
     def exclusions(self, exclude: torch.Tensor) -> list[torch.Tensor]:
         """Per member, the local ids of this part's edges that member excludes (collective:
@@ -138,23 +149,11 @@ class PartitionSampler(BlockSampler):
         exclude = torch.as_tensor(exclude, dtype=torch.int64)
         owner = torch.as_tensor(self.edge_book.owner(exclude))
         local = torch.as_tensor(self.edge_book.to_local(exclude))
-        return self.comm.all_to_all_v([local[owner == s] for s in range(self.comm.size)])
+        return [x.long() for x in
+                self.comm.all_to_all_v([local[owner == s] for s in range(self.comm.size)])]
 
     def agree(self, values: torch.Tensor) -> torch.Tensor:
         return self.comm.broadcast(values.clone(), src=0)
-
-    def typed_exclusions(self, exclude: torch.Tensor) -> list[list[torch.Tensor]]:
-        """:meth:`exclusions` on a typed partitioning: per member, per edge type, the ids
-        in that type's graph of this part's edges the member excludes (collective)."""
-        out = []
-        for local in self.exclusions(exclude):
-            local = local.long()
-            etype = torch.searchsorted(self.etype_offsets,
-                                       self.graph.edata["_ID"].index_select(0, local),
-                                       right=True) - 1
-            out.append([self._type_pos.index_select(0, local[etype == e])
-                        for e in range(len(self._etype_keys))])
-        return out
 
     def has_edges(self, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
         """Whether each edge ``src[i] -> dst[i]`` (global ids) is in the graph (collective:
@@ -175,13 +174,17 @@ class PartitionSampler(BlockSampler):
         """Every edge out of ``nodes`` (global ids) as ``(src, dst, eid)``, wherever it is
         stored (collective: every member's nodes go to every member, which answers with its
         part's edges out of them)."""
+        if self._out is None:  # the part's edges grouped by source
+            self._out = InEdges.of(self._dst, self._src, self.local_gid.numel())
         answers = []
         for asked in self.comm.all_gather_v(nodes.to(self.id_dtype)):
             u, known = self._local_ids(asked.long())
-            src, dst, eid = self.graph.out_edges(u[known], form="all")
-            answers.append(torch.cat([self.local_gid.index_select(0, src),
-                                      self.local_gid.index_select(0, dst),
-                                      self.local_eid.index_select(0, eid)]).to(self.id_dtype))
+            u = u[known]
+            row, pos = draw_in_edges(self._out, u, -1)
+            answers.append(torch.cat([self.local_gid.index_select(0, u.index_select(0, row)),
+                                      self.local_gid.index_select(0, self._out.src[pos]),
+                                      self.local_eid.index_select(0, self._out.eid[pos])
+                                      ]).to(self.id_dtype))
         got = [a.long().view(3, -1) for a in self.comm.all_to_all_v(answers)]
         return tuple(torch.cat(part) for part in zip(*got)) if got else (EMPTY,) * 3
 
@@ -198,11 +201,15 @@ class PartitionSampler(BlockSampler):
 
     def _has_local(self, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
         """:meth:`has_edges` for destinations this part owns."""
+        if self._pairs is None:  # each edge as one key dst * n + src, sorted
+            self._pairs = torch.sort(self._dst * self.local_gid.numel() + self._src).values
         u, known = self._local_ids(src)  # a source not here has no edge into this part
         out = torch.zeros(src.numel(), dtype=torch.bool)
-        if bool(known.any()):
-            v = torch.as_tensor(self.book.to_local(dst[known]))
-            out[known] = self.graph.has_edges_between(u[known], v)
+        if bool(known.any()) and self._pairs.numel():
+            v = torch.as_tensor(self.book.to_local(dst[known])).long()
+            key = v * self.local_gid.numel() + u[known]
+            at = torch.searchsorted(self._pairs, key).clamp(max=self._pairs.numel() - 1)
+            out[known] = self._pairs.index_select(0, at) == key
         return out
 
     def sample_layer(self, nodes: torch.Tensor, fanout: int,
@@ -222,11 +229,10 @@ class PartitionSampler(BlockSampler):
         """
         mine, requests, skip, pending = self._requests(nodes, exclude)
         try:
-            _, u, v, e = self._sample_local(mine, fanout, skip[self.member], options)
+            counts, src, eid = self._grouped(mine, fanout, skip[self.member], options)
         finally:
             received = pending.wait()
-        srcs, dsts, eids = [self.local_gid.index_select(0, u)], \
-            [self.local_gid.index_select(0, v)], [e]
+        srcs, dsts, eids = [src], [torch.repeat_interleave(mine, counts)], [eid]
         if fanout < 0 or options.labor is not None:  # LABOR: fanout edges in expectation
             answers = [torch.cat(self._grouped(r.long(), fanout, x, options)).to(self.id_dtype)
                        for r, x in zip(received, skip)]
@@ -254,30 +260,29 @@ class PartitionSampler(BlockSampler):
         owner = torch.as_tensor(self.book.owner(nodes))
         requests = [nodes[owner == s].to(self.id_dtype) if s != self.member else
                     torch.zeros(0, dtype=self.id_dtype) for s in range(self.comm.size)]
-        return (nodes[owner == self.member], requests, exclude or [None] * self.comm.size,
-                self.comm.start_all_to_all_v(requests))
+        return (nodes[owner == self.member].long(), requests,
+                exclude or [None] * self.comm.size, self.comm.start_all_to_all_v(requests))
 
     def sample_typed_layer(self, nodes: torch.Tensor, fanouts: Sequence[int],
-                           exclude: list[list[torch.Tensor]] | None = None,
+                           exclude: list[torch.Tensor] | None = None,
                            options: SampleOptions = UNIFORM) -> tuple[torch.Tensor, ...]:
         """:meth:`sample_layer` on a typed partitioning: ``fanouts[e]`` in-edges of edge type
         ``e`` per node (-1: all; 0: none) but those ``exclude`` names (what
-        :meth:`typed_exclusions` gave), as ``(src, dst, etype, eid)``: each sampled edge's
+        :meth:`exclusions` gave), as ``(src, dst, etype, eid)``: each sampled edge's
         type and its homogeneous edge id, drawn as ``options`` say (``prob`` on the edge
         types that have it). A request is the node ids; the answer, per requested node in
         request order, its number of sampled edges, then their sources, then their edge
         types, then their edge ids."""
-        if self.by_etype is None:
+        if self.etype_offsets is None:
             raise InvalidValueError("typed sampling needs a typed partitioning's edge types "
                                     "(PartitionSampler(..., etype_offsets=...))")
         mine, requests, skip, pending = self._requests(nodes, exclude)
-        draw = {"prob": self._typed_prob(options.prob), "replace": options.replace}
         try:
-            got = [(mine, *self._typed_grouped(mine, fanouts, skip[self.member], draw))]
+            got = [(mine, *self._grouped(mine, fanouts, skip[self.member], options, True))]
         finally:
             received = pending.wait()
-        answers = [torch.cat(self._typed_grouped(r.long(), fanouts, x, draw)).to(self.id_dtype)
-                   for r, x in zip(received, skip)]
+        answers = [torch.cat(self._grouped(r.long(), fanouts, x, options, True))
+                   .to(self.id_dtype) for r, x in zip(received, skip)]
         for asked, answer in zip(requests, self.comm.all_to_all_v(answers)):
             n = asked.numel()
             counts = answer[:n].long()
@@ -286,77 +291,20 @@ class PartitionSampler(BlockSampler):
         return (torch.cat([g[2] for g in got]), dst, *(torch.cat([g[i] for g in got])
                                                       for i in (3, 4)))
 
-    def _typed_prob(self, name: str | None) -> str | None:
-        """Sets each edge type's weights of edge data ``name`` on the part's graph by type
-        (none on a type without it: drawn uniformly); the key to draw by, or None."""
-        if name is None:
-            return None
-        if self._weights is None or self._has_edge_data is None:
-            raise InvalidValueError(f"weighted sampling (prob={name!r}) needs the sampler's "
-                                    "edge data (edge_weights=..., has_edge_data=...)")
-        weights, weighted = self._weights(name).reshape(-1), False
-        for e, key in enumerate(self._etype_keys):
-            data = self.by_etype.edges[key].data
-            data.pop(PROB, None)
-            if self._has_edge_data(e, name):
-                data[PROB] = weights.index_select(0, data[LOCAL_EID])
-                weighted = True
-        return PROB if weighted else None
-
-    def _typed_grouped(self, gids: torch.Tensor, fanouts: Sequence[int],
-                       exclude: list[torch.Tensor] | None = None, draw: dict | None = None):
+    def _grouped(self, gids: torch.Tensor, fanouts, exclude: torch.Tensor | None = None,
+                 options: SampleOptions = UNIFORM, typed: bool = False
+                 ) -> tuple[torch.Tensor, ...]:
         """Per owned node in ``gids`` (unique), its number of sampled in-edges (but the
-        edges ``exclude[e]`` of each type's graph; drawn with ``draw``'s ``prob`` and
-        ``replace``), their sources' global ids, their edge types and their homogeneous edge
-        ids, grouped by node in ``gids`` order."""
-        local = torch.as_tensor(self.book.to_local(gids))
-        us, vs, ets, eids = [EMPTY], [EMPTY], [EMPTY], [EMPTY]
-        names = self._etype_keys
-        if local.numel() and any(fanouts):  # every edge type in one call
-            skip = {names[e]: x for e, x in enumerate(exclude or []) if x.numel()}
-            frontier = dgl.sampling.sample_neighbors(
-                self.by_etype, {LOCAL: local}, dict(zip(names, fanouts)), edge_dir="in",
-                exclude_edges=skip or None, copy_ndata=False, **(draw or {}))
-            for etype, fanout in enumerate(fanouts):
-                if fanout:
-                    u, v = frontier.edges(etype=names[etype])
-                    us.append(u)
-                    vs.append(v)
-                    ets.append(torch.full_like(u, etype))
-                    eids.append(frontier.edges[names[etype]].data[HOM_EID])
-        u, v, et, eid = (torch.cat(t) for t in (us, vs, ets, eids))
-        self._slot[local] = torch.arange(local.numel())
-        pos = self._slot.index_select(0, v)
-        order = torch.argsort(pos, stable=True)
-        counts = torch.bincount(pos, minlength=gids.numel())
-        return counts, self.local_gid.index_select(0, u.index_select(0, order)), \
-            et.index_select(0, order), eid.index_select(0, order)
-
-    def _sample_local(self, gids: torch.Tensor, fanout: int,
-                      exclude: torch.Tensor | None = None, options: SampleOptions = UNIFORM):
-        """Sampled in-edges ``(u, v)`` (local ids) of the owned nodes ``gids`` but the local
-        edges ``exclude``, drawn as ``options`` say; the nodes' local ids first, the edges'
-        ids in the user's graph last."""
-        local = torch.as_tensor(self.book.to_local(gids))
-        if local.numel() == 0:
-            return local, EMPTY, EMPTY, EMPTY
-        skip = exclude if exclude is not None and exclude.numel() else None
-        u, v, eid = self.draws(local, fanout, options, skip)
-        return local, u, v, self.local_eid.index_select(0, eid)
-
-    def _grouped(self, gids: torch.Tensor, fanout: int, exclude: torch.Tensor | None = None,
-                 options: SampleOptions = UNIFORM
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per owned node in ``gids`` (unique), its number of sampled in-edges, and their
-        sources' global ids and edge ids grouped by node in ``gids`` order."""
-        local, u, v, eid = self._sample_local(gids, fanout, exclude, options)
-        self._slot[local] = torch.arange(local.numel())
-        pos = self._slot.index_select(0, v)
-        if pos.numel() > 1 and not bool((pos[1:] >= pos[:-1]).all()):
-            order = torch.argsort(pos, stable=True)  # DGL gives them grouped already
-            pos, u, eid = (t.index_select(0, order) for t in (pos, u, eid))
-        counts = torch.bincount(pos, minlength=gids.numel())
-        return counts, self.local_gid.index_select(0, u), eid
+        part's edges ``exclude``), and their sources' global ids (with ``typed``, their edge
+        types) and their edge ids in the user's graph, grouped by node in ``gids`` order."""
+        local = torch.as_tensor(self.book.to_local(gids)).long()
+        row, pos = self.draws(local, fanouts, options, exclude)
+        counts = torch.bincount(row, minlength=gids.numel())
+        src = self.local_gid.index_select(0, self.edges.src.index_select(0, pos))
+        eid = self.local_eid.index_select(0, self.edges.eid.index_select(0, pos))
+        if not typed:
+            return counts, src, eid
+        return counts, src, self.edges.etype.index_select(0, pos), eid
 
     def _padded(self, gids: torch.Tensor, fanout: int, exclude: torch.Tensor | None = None,
                 options: SampleOptions = UNIFORM) -> torch.Tensor:

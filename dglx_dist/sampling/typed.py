@@ -10,29 +10,22 @@ into a block whose ``srcdata[dgl.NID]`` / ``dstdata[dgl.NID]`` hold per-type ids
 edge type's ``edata[dgl.EID]`` its per-type edge ids, as the blocks of DGL's own
 ``NeighborSampler`` on a heterograph do. Edges a link-prediction batch
 excludes (partitioned edge ids) go once to the members that store them, which leave them out
-of every layer (:meth:`PartitionSampler.typed_exclusions`).
+of every layer (:meth:`PartitionSampler.exclusions`).
 """
 from __future__ import annotations
 
 from typing import Sequence
 
-import dgl
 import torch
 
 from dglx_dist.errors import InvalidValueError, NotSupportedError, UnknownNameError
+from dglx_dist.sampling.block import Block
 from dglx_dist.sampling.options import UNIFORM, SampleOptions
 
-__all__ = ["TypeIds", "TypedBlockSampler", "typed_fanouts", "edges_by_type"]
+__all__ = ["TypeIds", "TypedBlockSampler", "typed_fanouts"]
 
 Etype = tuple[str, str, str]
 EMPTY = torch.zeros(0, dtype=torch.int64)
-HOM_EID = "_dglx_eid"
-"""The edge data of :func:`edges_by_type`'s graph: each edge's homogeneous id (its ``_ID``,
-``dgl.EID``, in the part's local graph, which DGL's samplers overwrite in what they return)."""
-LOCAL_EID = "_dglx_local_eid"
-"""The edge data of :func:`edges_by_type`'s graph: each edge's id in the part's local graph."""
-LOCAL = "_N"
-"""The node type of a typed part's local graph by edge type (:func:`edges_by_type`)."""
 
 
 class TypeIds:
@@ -129,30 +122,39 @@ class TypedBlockSampler:
                                                            dtype=torch.int64) for end in (0, 2))
         self._eid_offset = sampler.etype_offsets[:-1]  # each edge type's first homogeneous id
 
-    def sample_blocks(self, seeds: torch.Tensor, fanouts: Sequence[Sequence[int]],
-                      exclude: torch.Tensor | None = None,
-                      options: SampleOptions = UNIFORM) -> list[dgl.DGLGraph]:
-        """Blocks for ``len(fanouts)`` layers whose last destinations are the nodes of
-        partitioned ids ``seeds``, by type; ``fanouts[i][e]``: layer i's fanout of edge type
-        e. Their ``srcdata`` / ``dstdata[dgl.NID]`` are per-type ids. ``exclude``:
-        partitioned edge ids no layer may sample (DGL's ``exclude_eids``); ``options``: how
-        each layer draws (``prob`` on the edge types that have it; not LABOR's)."""
+    def draw_blocks(self, seeds: torch.Tensor, fanouts: Sequence[Sequence[int]],
+                    exclude: torch.Tensor | None = None,
+                    options: SampleOptions = UNIFORM) -> list[Block]:
+        """The package's blocks for ``len(fanouts)`` layers whose last destinations are the
+        nodes of partitioned ids ``seeds``, by type; ``fanouts[i][e]``: layer i's fanout of
+        edge type e. Their node ids are per-type ids. ``exclude``: partitioned edge ids no
+        layer may sample (DGL's ``exclude_eids``); ``options``: how each layer draws
+        (``prob`` on the edge types that have it; not LABOR's)."""
         if options.labor is not None:
             raise NotSupportedError("LABOR's draws on a graph with edge types are not "
                                     "supported")
-        routed = None if exclude is None else self.sampler.typed_exclusions(exclude)
+        routed = None if exclude is None else self.sampler.exclusions(exclude)
         frontier = self.ids.split(seeds)
-        blocks: list[dgl.DGLGraph] = []
-        for fanout in reversed(fanouts):
-            src, dst, etype, eid = self.sampler.sample_typed_layer(self.ids.join(frontier),
-                                                                   fanout, routed, options)
-            block = self._block(frontier, src, dst, etype, eid)
-            blocks.insert(0, block)
-            frontier = {t: block.srcnodes[t].data[dgl.NID] for t in self.ids.ntypes}
+        blocks: list[Block] = []
+        for layer, fanout in enumerate(reversed(fanouts)):
+            src, dst, etype, eid = self.sampler.sample_typed_layer(
+                self.ids.join(frontier), fanout, routed, options.layer(layer))
+            blocks.insert(0, self._block(frontier, src, dst, etype, eid))
+            frontier = {t: blocks[0].nodes_of(i) for i, t in enumerate(self.ids.ntypes)}
         return blocks
 
+    def sample_blocks(self, seeds: torch.Tensor, fanouts: Sequence[Sequence[int]],
+                      exclude: torch.Tensor | None = None,
+                      options: SampleOptions = UNIFORM) -> list:
+        """:meth:`draw_blocks` as DGL's heterogeneous blocks (the edge), per-type ids as
+        ``dgl.NID`` / ``dgl.EID``, only the edge types with sampled edges kept, as DGL's
+        distributed sampler gives them (a HeteroGraphConv then computes no empty outputs for
+        types nothing reaches)."""
+        return [b.to_dgl(kept_etypes=True)
+                for b in self.draw_blocks(seeds, fanouts, exclude, options)]
+
     def _block(self, frontier: dict[str, torch.Tensor], src: torch.Tensor, dst: torch.Tensor,
-               etype: torch.Tensor, eid: torch.Tensor) -> dgl.DGLGraph:
+               etype: torch.Tensor, eid: torch.Tensor) -> Block:
         # grouped by edge type (a stable sort keeps each type's edges in order); an edge
         # type says its ends' node types, so only their offsets are subtracted
         etype, order = torch.sort(etype, stable=True)
@@ -160,38 +162,5 @@ class TypedBlockSampler:
         s, d = s - self._src_offset.index_select(0, etype), \
             d - self._dst_offset.index_select(0, etype)
         eid = eid.index_select(0, order) - self._eid_offset.index_select(0, etype)
-        counts = torch.bincount(etype, minlength=len(self.etypes)).tolist()
-        # the edge types with sampled edges only, as DGL's distributed sampler gives them (a
-        # HeteroGraphConv then computes no empty outputs for types nothing reaches)
-        kept = [i for i, c in enumerate(counts) if c] or list(range(len(counts)))
-        parts = list(zip(torch.split(s, counts), torch.split(d, counts), torch.split(eid, counts)))
-        graph = dgl.heterograph({self.etypes[i]: parts[i][:2] for i in kept},
-                                num_nodes_dict=self.ids.sizes)
-        block = dgl.to_block(graph, dst_nodes=frontier)
-        # to_block numbers each type's edges by the throwaway graph's ids: per-type ids instead
-        for i in kept:
-            data = block.edges[self.etypes[i]].data
-            data[dgl.EID] = parts[i][2].index_select(0, data[dgl.EID])
-        return block
-
-
-def edges_by_type(graph: dgl.DGLGraph, etype_offsets: torch.Tensor
-                  ) -> tuple[dgl.DGLGraph, torch.Tensor]:
-    """``graph``'s edges split by edge type (read off each edge's homogeneous id,
-    ``edata["_ID"]``, against ``etype_offsets``): one heterograph over its nodes (one node
-    type, :data:`LOCAL`), edge type ``e`` named ``(LOCAL, str(e), LOCAL)`` with that type's
-    edges in ``graph``'s order, their ``edata["_ID"]`` as ``edata[HOM_EID]`` and their ids
-    in ``graph`` as ``edata[LOCAL_EID]``, and each edge's id in its type."""
-    u, v = graph.edges()
-    hom = graph.edata["_ID"]
-    etype = torch.searchsorted(etype_offsets, hom, right=True) - 1
-    edges, kept, pos = {}, {}, torch.empty(graph.num_edges(), dtype=torch.int64)
-    for e in range(etype_offsets.numel() - 1):
-        keep = kept[(LOCAL, str(e), LOCAL)] = torch.nonzero(etype == e).squeeze(1)
-        pos[keep] = torch.arange(keep.numel())
-        edges[(LOCAL, str(e), LOCAL)] = (u[keep], v[keep])
-    out = dgl.heterograph(edges, num_nodes_dict={LOCAL: graph.num_nodes()})
-    for key, keep in kept.items():
-        out.edges[key].data[HOM_EID] = hom.index_select(0, keep)
-        out.edges[key].data[LOCAL_EID] = keep
-    return out, pos
+        return Block.typed([frontier[t] for t in self.ids.ntypes], s, d, etype, eid,
+                           self.ids.ntypes, self.etypes)

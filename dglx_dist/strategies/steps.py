@@ -22,7 +22,7 @@ from dglx_dist.sampling.options import UNIFORM, SampleOptions
 
 __all__ = ["Blocks", "StepState", "Step", "EdgeStep", "UnderWay", "EdgeBatch", "PairMaker", "LoaderSpec",
            "LoaderPlan", "full_graph_loaders", "equal_step_sizes", "agreed_steps", "sampled_plan",
-           "epoch_batches", "sampled_epoch", "step_graphs", "place_step", "node_blocks",
+           "epoch_batches", "epoch_seed", "sampled_epoch", "step_graphs", "place_step", "node_blocks",
            "OUT_DEGREE"]
 
 OUT_DEGREE = "_dglx_out_degree"
@@ -268,13 +268,19 @@ def epoch_batches(rank: int, plan: LoaderPlan, spec: LoaderSpec,
     """The ids of each of the epoch's ``plan.steps`` batches over ``plan``'s ids (shuffled
     with a seed of the epoch and rank when ``spec.shuffle``; DGL's sampling seeded too)."""
     ids, steps = plan.data, plan.steps
-    seed = spec.seed * 1_000_003 + epoch * 7919 + rank
-    dgl.seed(seed)  # each epoch's sampling is reproducible on its own
+    seed = epoch_seed(spec, epoch, rank)
+    dgl.seed(seed)  # each epoch's sampling by DGL (LABOR, users' samplers) reproducible too
     order = ids
     if spec.shuffle:
         order = ids[torch.randperm(ids.numel(), generator=torch.Generator().manual_seed(seed))]
     sizes = equal_step_sizes(ids.numel(), steps, spec.batch_size, spec.drop_last)
     yield from torch.split(order[:sum(sizes)], sizes)
+
+
+def epoch_seed(spec: LoaderSpec, epoch: int, rank: int) -> int:
+    """The seed of a rank's epoch: its shuffle's, and (with the step's index) each step's
+    draws'."""
+    return spec.seed * 1_000_003 + epoch * 7919 + rank
 
 
 def sampled_epoch(sampler, rank: int, plan: LoaderPlan, spec: LoaderSpec,
@@ -283,13 +289,15 @@ def sampled_epoch(sampler, rank: int, plan: LoaderPlan, spec: LoaderSpec,
     ``spec.pairs``) edges (``sampler.sample_blocks`` is collective: every rank takes
     ``plan.steps`` steps). A step's ``blocks`` is the one subgraph a ``spec.draw`` of
     subgraphs (ShaDow-GNN's) gives."""
-    for seeds in epoch_batches(rank, plan, spec, epoch):
+    first = epoch_seed(spec, epoch, rank) * 1_000_003
+    for step, seeds in enumerate(epoch_batches(rank, plan, spec, epoch)):
         batch = None if spec.pairs is None else spec.pairs(seeds)
         nodes, exclude = (seeds, None) if batch is None else (batch.nodes, batch.exclude)
         if spec.draw is not None:
             drawn = spec.draw.draw(sampler, nodes, exclude)
-        else:
-            drawn = sampler.sample_blocks(nodes, spec.fanouts, exclude, spec.sampling)
+        else:  # the step's own seed: it draws the same wherever and whenever it is taken
+            options = dataclasses.replace(spec.sampling, seed=(first + step) % 2**62)
+            drawn = sampler.sample_blocks(nodes, spec.fanouts, exclude, options)
         if isinstance(drawn, dgl.DGLGraph):  # an induced subgraph, its seeds among its nodes
             inputs, outputs, graphs = drawn.ndata[dgl.NID], nodes, drawn
         else:  # (typed blocks: ids by type)

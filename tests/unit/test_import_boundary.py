@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Packages imported with every module under them, and single modules.
 CORE_PACKAGES = ["dglx_dist.data", "dglx_dist.partition", "dglx_dist.runtime",
-                 "dglx_dist.kvstore", "dglx_dist.checkpoint", "dglx_dist.offload"]
+                 "dglx_dist.kvstore", "dglx_dist.checkpoint", "dglx_dist.offload",
+                 "dglx_dist.sampling"]
 CORE_MODULES = ["dglx_dist", "dglx_dist.errors", "dglx_dist.registry", "dglx_dist.cli_flags",
                 "dglx_dist.config", "dglx_dist.memory",
                 "dglx_dist.report", "dglx_dist.testing", "tests.doubles.invoke_api"]
@@ -27,7 +28,7 @@ TASK_MODULES = ["dglx_dist.convs", "dglx_dist.convs.ops_base",
                 "dglx_dist.offload.tensor_fn.handler", "dglx_dist.offload.tensor_fn.worker"]
 # What needs DGL at import; the control below checks that the block really bites.
 DGL_MODULES = ["dglx_dist.api", "dglx_dist.convs.base", "dglx_dist.convs.sage.adapter",
-               "dglx_dist.models", "dglx_dist.sampling", "dglx_dist.strategies",
+               "dglx_dist.models", "dglx_dist.strategies",
                "dglx_dist.trainer"]
 
 _BLOCK = textwrap.dedent("""
