@@ -141,9 +141,6 @@ class Trainer:
                  metrics: TextIO | None = None, progress: bool = True,
                  checkpoint: Checkpointing | None = None, embeddings: Sequence[DistEmbedding] = (),
                  embed_dim: int | None = None, nonfinite_loss: str = "raise", measure_saved_bytes: bool = False, **options: Any):
-        if isinstance(strategy, Strategy) and options:
-            raise InvalidValueError(f"options {sorted(options)} given with a built strategy; "
-                                    f"pass them to STRATEGIES.build instead")
         if nonfinite_loss not in ("raise", "warn"):
             raise InvalidValueError(f"nonfinite_loss={nonfinite_loss!r}; expected 'raise' or "
                                     "'warn'")

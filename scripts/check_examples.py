@@ -28,7 +28,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from dglx_dist.runtime.env import free_local_port  # noqa: E402
 from dglx_dist.strategies import STRATEGIES  # noqa: E402
-from dglx_dist.strategies.abilities import TypedGraphs  # noqa: E402
 
 NAMES = ("sage_minibatch.py", "gcn_fullgraph.py", "rgcn_hetero.py", "weighted_sampling.py")
 TYPED = {"rgcn_hetero.py"}  # examples on a graph with node types: strategies that train one
@@ -92,7 +91,7 @@ def main():
     rows = []
     for name in args.examples:
         names = [s for s in args.strategies or STRATEGIES.names()
-                 if (name not in TYPED or issubclass(STRATEGIES.get(s), TypedGraphs))
+                 if (name not in TYPED or STRATEGIES.get(s).capabilities.typed_graphs)
                  and s in ONLY.get(name, (s,))]
         cells = [("plain DGL", 1)] * args.plain + [(s, n) for s in names for n in args.ranks]
         for strategy, n in cells:

@@ -43,7 +43,8 @@ from dglx_dist.data.convert import check_convertible, from_dgl, is_heterograph
 from dglx_dist.data.format import write_dataset
 from dglx_dist.data.hetero import HeteroDataset
 from dglx_dist.data.hetero_format import write_hetero_dataset
-from dglx_dist.errors import DatasetFormatError, InvalidValueError, NotSupportedError, StateError
+from dglx_dist.errors import (DatasetFormatError, DglxError, InvalidValueError, NotSupportedError,
+                              StateError)
 from dglx_dist.kvstore import RowPolicy
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.prepare import checked_cache, ensure_partitions, made_by_rank0
@@ -51,9 +52,9 @@ from dglx_dist.runtime.agree import differing_ranks
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.runtime.session import Session, current_session, init
 from dglx_dist.sampling import PartitionSampler, part_edge_weights
-from dglx_dist.strategies.abilities import FullGraphForm, TypedGraphs
-from dglx_dist.strategies.base import (STRATEGIES, SetupRequest, Strategy, check_partitions,
-                                       implied_layers, trainer_loaders)
+from dglx_dist.strategies.abilities import FullGraphForm
+from dglx_dist.strategies.base import (SetupRequest, Strategy, build_strategy,
+                                       check_partitions, implied_layers, trainer_loaders)
 from dglx_dist.strategies.steps import LoaderSpec
 
 __all__ = ["DistGraph", "NodeDataView", "distribute", "node_data_store", "current_graph"]
@@ -83,15 +84,6 @@ def _session(session: Session | None) -> Session:
         return init()  # shut down at exit (see Session)
 
 
-def _build(strategy: str | Strategy, options: dict[str, Any]) -> Strategy:
-    if isinstance(strategy, Strategy):
-        if options:
-            raise InvalidValueError(f"options {sorted(options)} given with a built strategy; pass "
-                                    f"them to STRATEGIES.build instead")
-        return strategy
-    return STRATEGIES.build(strategy, **options)
-
-
 class DistGraph(EdgeStructure):
     """A partitioned graph trained by one strategy (collective to build).
 
@@ -109,8 +101,11 @@ class DistGraph(EdgeStructure):
         self.session = _session(session)
         self.pdir = partitions if isinstance(partitions, PartitionDir) else \
             PartitionDir(partitions)
-        self.strategy = _build(strategy, options)
-        check_partitions(self.strategy, self.pdir, self.session.topology)
+        self.strategy = build_strategy(strategy, options)
+        try:  # every rank refuses the same partitions alike: one line, from rank 0
+            check_partitions(self.strategy, self.pdir, self.session.topology)
+        except DglxError as exc:
+            raise same_on_every_rank(exc) from None
         self.spaces = typed_spaces(self.pdir) if self.pdir.types is not None else {}
         self.store = node_data_store(self.session, self.pdir, self.spaces)
         self._setup: SetupRequest | None = None  # what the strategy was set up for
@@ -368,8 +363,8 @@ def distribute(g, strategy: str | Strategy = "distdgl", *,
     session = _session(session)
     if isinstance(g, (str, os.PathLike, PartitionDir)):
         return DistGraph(g, strategy, session=session, **options)
-    built = _build(strategy, options)
-    if is_heterograph(g) and isinstance(built, TypedGraphs):
+    built = build_strategy(strategy, options)
+    if is_heterograph(g) and built.capabilities.typed_graphs:
         built.check_typed("the heterograph given to distribute")  # before any collective
     try:  # every rank holds its own copy of the same graph: one line, from rank 0
         if not is_heterograph(g):

@@ -19,7 +19,6 @@ from dglx_dist.data.atomic import DirKind, check_target
 from dglx_dist.data.owned import read_record, remove_recorded, write_record
 from dglx_dist.errors import InvalidValueError, NotSupportedError
 from dglx_dist.runtime.agree import on_every_rank
-from dglx_dist.strategies.abilities import DrawsBlocks
 
 __all__ = ["inference", "export_parquet"]
 
@@ -49,7 +48,7 @@ def inference(model: DistModel, g: DistGraph, nodes=None, batch_size: int = 4096
     from dgl.dataloading import MultiLayerFullNeighborSampler, NeighborSampler
 
     nodes = torch.arange(g.num_nodes()) if nodes is None else nodes
-    if not isinstance(g.strategy, DrawsBlocks):  # full-graph steps: more would repeat the work
+    if not g.strategy.capabilities.draws_blocks:  # full-graph steps: more would repeat the work
         if fanouts is not None:
             raise NotSupportedError(f"inference: fanouts under {g.strategy.registered_name}: "
                                     f"its steps are full-graph forwards over every neighbour; "

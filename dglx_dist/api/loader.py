@@ -51,7 +51,7 @@ from dglx_dist.runtime.agree import differing_ranks, ids_digest, on_every_rank, 
 from dglx_dist.runtime.transfer import DeviceCopies
 from dglx_dist.sampling import even_chunk
 from dglx_dist.sampling.options import UNIFORM
-from dglx_dist.strategies.abilities import DrawsBlocks, HoldsRows, LinkPrediction, StepsInTurn
+from dglx_dist.strategies.abilities import HoldsRows
 from dglx_dist.strategies.base import SetupRequest, implied_layers
 from dglx_dist.strategies.steps import (EdgeStep, LoaderSpec, Step, UnderWay, place_step,
                                         sampled_epoch, sampled_plan, step_graphs)
@@ -137,7 +137,7 @@ class DataLoader:
         # layer-wise inference over arange(N) writes y[output_nodes[0]:output_nodes[-1] + 1])
         run = None if every is None or spec.shuffle else \
             even_chunk(every, session.world_size, session.rank)
-        if run is not None and isinstance(self.strategy, DrawsBlocks):
+        if run is not None and self.strategy.capabilities.draws_blocks:
             ids = run
         part_ids = graph.part_ids(ids) if ids is run else \
             ids if pairs else graph.part_ids(ids).sort().values
@@ -194,7 +194,7 @@ class DataLoader:
         else:
             steps = sampled_epoch(self.graph.sampler(), self.graph.session.rank, self.plan,
                                   self.spec, epoch)
-        ahead = self.lookahead and not isinstance(self.strategy, StepsInTurn)
+        ahead = self.lookahead and not self.strategy.capabilities.steps_in_turn
         for step in self._ahead(steps) if ahead else self._in_turn(steps):
             if isinstance(step, EdgeStep):
                 pairs = (step.pair_graph,) if step.neg_pair_graph is None else \
@@ -360,7 +360,7 @@ def _sampler_fields(graph: DistGraph, sampler, batch_size) -> dict:
             return {"fanouts": (), "draw": draw}
         return {"fanouts": sampler_fanouts(sampler, types),
                 "sampling": sampler_options(graph, sampler)}
-    if not isinstance(graph.strategy, LinkPrediction):
+    if not graph.strategy.capabilities.link_prediction:
         raise NotSupportedError(f"DataLoader: strategy {graph.strategy.registered_name!r} "
                                 "does not train link prediction (edge loaders run under "
                                 "distdgl, p3, granndis and fullgraph; docs/link_prediction.md)")

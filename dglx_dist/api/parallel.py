@@ -30,7 +30,7 @@ from dglx_dist.convs import adapter_for, graph_convs
 from dglx_dist.errors import InvalidTypeError, InvalidValueError
 from dglx_dist.runtime.agree import on_every_rank
 from dglx_dist.runtime.device import module_devices
-from dglx_dist.strategies.abilities import ConvTypes, Float32Only, OverlapsBackward, ShardedParams
+from dglx_dist.strategies.abilities import ConvTypes, OverlapsBackward, ShardedParams
 from dglx_dist.strategies.base import SetupRequest, implied_layers
 from dglx_dist.strategies.steps import OUT_DEGREE, Blocks, StepState
 
@@ -101,7 +101,7 @@ def _check_device(model: nn.Module, strategy, session) -> None:
 
 
 def _check_dtype(model: nn.Module, strategy) -> None:
-    if not isinstance(strategy, Float32Only):
+    if not strategy.capabilities.float32_only:
         return
     other = [(name, p.dtype) for name, p in model.named_parameters()
              if p.is_floating_point() and p.dtype != torch.float32]
@@ -193,7 +193,7 @@ class DistModel(nn.Module):
         else:
             blocks = Blocks.of(graph)
             self._check_inputs(blocks, x)
-        if isinstance(strategy, Float32Only) and _autocast_on():
+        if strategy.capabilities.float32_only and _autocast_on():
             raise InvalidValueError(f"strategy {strategy.registered_name!r} runs float32 alone "
                                     f"(its tensor tasks are float32 arrays); expected its forward "
                                     f"outside torch.autocast (distdgl, p3, granndis and "

@@ -16,7 +16,6 @@ from dglx_dist.errors import InvalidTypeError, NotSupportedError, UnknownNameErr
 from dglx_dist.kvstore.base import edge_key
 from dglx_dist.sampling.options import UNIFORM, SampleOptions, check_weights
 from dglx_dist.sampling.typed import typed_fanouts
-from dglx_dist.strategies.abilities import DrawsBlocks, DrawsSubgraphs
 
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
@@ -51,10 +50,10 @@ def user_sampler(graph: DistGraph, sampler) -> UserSampler | None:
     if isinstance(sampler, NeighborSampler):
         what += f"(edge_dir={sampler.edge_dir!r})"
     name = graph.strategy.registered_name
-    if not isinstance(graph.strategy, DrawsBlocks):
+    if not graph.strategy.capabilities.draws_blocks:
         raise NotSupportedError(f"{what} under strategy {name!r}, which does not sample its "
                                 "blocks; a sampler of your own runs under distdgl and p3")
-    if not isinstance(sampler, BlockSampler) and not isinstance(graph.strategy, DrawsSubgraphs):
+    if not isinstance(sampler, BlockSampler) and not graph.strategy.capabilities.draws_subgraphs:
         raise NotSupportedError(f"{what} (its steps are subgraphs, not blocks) under strategy "
                                 f"{name!r}, whose model's first layer runs on blocks; samplers "
                                 "of subgraphs run under distdgl")
@@ -124,7 +123,7 @@ def sampler_options(graph: DistGraph, sampler) -> SampleOptions:
         return options
     what = (f"NeighborSampler(prob={options.prob!r})" if options.prob is not None else
             "NeighborSampler(replace=True)")
-    if not isinstance(graph.strategy, DrawsBlocks):
+    if not graph.strategy.capabilities.draws_blocks:
         raise NotSupportedError(f"DataLoader: {what} under strategy "
                                 f"{graph.strategy.registered_name!r}, which does not sample "
                                 "its blocks; weighted and with-replacement draws run under "

@@ -256,16 +256,16 @@ def _emulated(setup: Setup, target: list[str]) -> str:
 def systems(extra: Options,
             task: str = "node") -> dict[str, Callable[[Setup], dict[str, Any]]]:
     """Every system by name that runs ``task``: the DGL baselines (``link``: DGL's DistDGL
-    alone), then each registered strategy (``link``: those with the ``LinkPrediction`` ability)."""
+    alone), then each registered strategy (``link``: those whose capabilities say
+    ``link_prediction``)."""
     from dglx_dist.strategies import STRATEGIES
-    from dglx_dist.strategies.abilities import LinkPrediction
 
     table: dict[str, Callable[[Setup], dict[str, Any]]] = {
         "dgl": run_single, "dgl-distdgl": run_dgl_distdgl}
     if task == "link":
         del table["dgl"]
     for name in STRATEGIES.names():
-        if task == "link" and not issubclass(STRATEGIES.get(name), LinkPrediction):
+        if task == "link" and not STRATEGIES.get(name).capabilities.link_prediction:
             continue
         table[name] = lambda setup, name=name: run_strategy(name, setup, extra)
     return table

@@ -4,8 +4,8 @@ type), batch, hidden width, epochs, seed and network.
 
 * ``dgl-distdgl``: DGL's own DistDGL (:func:`~dglx_dist.bench.harness.run_dgl_distdgl`; its
   worker partitions and trains a typed dataset with :mod:`dglx_dist.bench.dgl_distdgl_typed`);
-* every registered strategy with the :class:`~dglx_dist.strategies.abilities.TypedGraphs`
-  ability: the partitions it asks for, made first (as DGL's), then
+* every registered strategy whose :class:`~dglx_dist.strategies.abilities.Capabilities` say
+  ``typed_graphs``: the partitions it asks for, made first (as DGL's), then
   :mod:`dglx_dist.bench.typed_worker` under torchrun, our drop-in API in DGL's loop (timed
   phase by phase, as DGL's side).
 """
@@ -33,14 +33,13 @@ WORKER = ["-m", "dglx_dist.bench.typed_worker"]
 def typed_systems(extra: Options,
                   task: str = "node") -> dict[str, Callable[[Setup], dict[str, Any]]]:
     """Every system by name that trains a typed dataset: DGL's DistDGL, then each registered
-    strategy with the ``TypedGraphs`` ability (node classification only: :func:`check_typed`
-    refuses the link task first)."""
+    strategy whose capabilities say ``typed_graphs`` (node classification only:
+    :func:`check_typed` refuses the link task first)."""
     from dglx_dist.strategies import STRATEGIES
-    from dglx_dist.strategies.abilities import TypedGraphs
 
     table: dict[str, Callable[[Setup], dict[str, Any]]] = {"dgl-distdgl": run_dgl_distdgl}
     for name in STRATEGIES.names():
-        if issubclass(STRATEGIES.get(name), TypedGraphs):
+        if STRATEGIES.get(name).capabilities.typed_graphs:
             table[name] = lambda setup, name=name: run_typed_strategy(name, setup, extra)
     return table
 

@@ -39,12 +39,10 @@ from dglx_dist.distributed.embedding import DistEmbedding
 from dglx_dist.distributed.surface import (DGLS_OWN, SERVER_ONLY, find_edges, in_subgraph,
                                            sample_etype_neighbors, sample_neighbors,
                                            server_only)
-from dglx_dist.errors import DglxError, InvalidValueError
-from dglx_dist.partition.load import PartitionDir
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.prepare import checked_cache, made_by_rank0
-from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.runtime.session import current_session, init
-from dglx_dist.strategies.base import STRATEGIES, Strategy, check_partitions
+from dglx_dist.strategies.base import Strategy, build_strategy
 
 __all__ = ["initialize", "DistGraph", "node_split", "edge_split", "DistTensor", "DistEmbedding",
            "optim", "DistNodeDataLoader", "DistEdgeDataLoader", "DistDataLoader",
@@ -143,18 +141,11 @@ def DistGraph(graph_name: str, gpb=None, part_config: str | os.PathLike | None =
         session = current_session()
     except RuntimeError:
         session = init()  # adopts a process group the script made itself
-    if isinstance(strategy, Strategy) and options:
-        raise InvalidValueError(f"DistGraph: options {sorted(options)} given with a built "
-                                "strategy; pass them to STRATEGIES.build instead")
-    built = strategy if isinstance(strategy, Strategy) else STRATEGIES.build(strategy, **options)
+    built = build_strategy(strategy, options)
     path = Path(part_config)
     if path.suffix == ".json":  # the layout the strategy's partitioner writes, DGL's ids kept
         layout = built.partition_spec(session.topology).feature_layout or "rows"
         path = import_cached(path, session, cache_dir, layout=layout)
-    try:  # every rank refuses the same partitions alike: one line, from rank 0
-        check_partitions(built, PartitionDir(path), session.topology)
-    except DglxError as exc:
-        raise same_on_every_rank(exc) from None
     return _graph.DistGraph(path, built, session=session)
 
 

@@ -1,35 +1,36 @@
-"""The optional abilities of a strategy, each its own small ABC, checked with ``isinstance``.
+"""What a strategy can do beyond the core: abilities that carry methods (or data), each its
+own small ABC checked with ``isinstance``, and one frozen record, :class:`Capabilities`, of
+the yes-or-no ones a strategy declares (``capabilities = Capabilities(...)`` on its class).
 
 A strategy implements :class:`~dglx_dist.strategies.base.Strategy`'s core and inherits the
 abilities it has (as Lightning's fabric strategies add theirs): the drop-in API, the Trainer
-and ``dglx bench`` ask ``isinstance(strategy, Ability)``, never a flag that repeats it. A
-strategy without an ability gets the documented default of each row:
+and ``dglx bench`` ask ``isinstance(strategy, Ability)`` or read ``strategy.capabilities``,
+never a name. A strategy without an ability gets the documented default of each row:
 
 ======================  =====================================================  ===============
 ability                 what it adds                                           without it
 ======================  =====================================================  ===============
 :class:`FullGraphForm`  ``model(g, g.ndata["feat"])``: the full-graph form     refused
 :class:`OwnEpochs`      ``Trainer.fit``'s epochs from a pipeline of its own    the loader's
-:class:`LinkPrediction` edge loaders (``as_edge_prediction_sampler``)          refused
 :class:`ShardedParams`  parameters sharded over ranks (``clip_grad_norm_``)    all replicated
 :class:`Stateful`       state between epochs in checkpoints                    none kept
 :class:`MemoryModelled` its peak memory per rank, checked before a run         not checked
 :class:`HoldsRows`      rows of node data it holds without the KVStore         KVStore reads
-:class:`Float32Only`    float32 math alone (no bfloat16, no autocast)          any dtype
 :class:`ConvTypes`      the dgl.nn convs it can run                            any conv
-:class:`StepsInTurn`    each step trained before the loader samples the next   look-ahead
 :class:`Approximate`    options that turn its approximations off (contract)    exact defaults
 :class:`OverlapsBackward`  a hook when backward reaches the model's output      none
 :class:`OwnSplit`       its own ``node_split`` of ids among ranks              DistDGL's split
 :class:`ShapedByOptions`  depth and the Trainer's loaders from its options     the model's; full
-:class:`TypedGraphs`    graphs with node and edge types (heterographs)         refused
-:class:`DrawsBlocks`    loaders' own draws: ``prob``, ``replace``, samplers     refused
-:class:`DrawsSubgraphs`  steps that are induced subgraphs (ShaDow-GNN's)        refused
 ======================  =====================================================  ===============
+
+and the fields of :class:`Capabilities` (each False unless the strategy declares it):
+``link_prediction``, ``typed_graphs``, ``draws_blocks``, ``draws_subgraphs``,
+``steps_in_turn``, ``float32_only``.
 """
 from __future__ import annotations
 
 import abc
+import dataclasses
 from typing import Any, Iterator
 
 import torch
@@ -42,10 +43,41 @@ from dglx_dist.runtime.session import Session
 from dglx_dist.strategies.epochs import EpochResult, TrainHooks
 from dglx_dist.strategies.steps import Blocks, LoaderSpec, full_graph_loaders
 
-__all__ = ["FullGraphForm", "OwnEpochs", "LinkPrediction", "ShardedParams", "Stateful",
-           "MemoryModelled", "HoldsRows", "Float32Only", "ConvTypes", "StepsInTurn",
-           "Approximate", "OverlapsBackward", "OwnSplit", "ShapedByOptions", "DrawsBlocks",
-           "DrawsSubgraphs", "exact_options", "epochs_of", "StrategyState"]
+__all__ = ["Capabilities", "FullGraphForm", "OwnEpochs", "ShardedParams", "Stateful",
+           "MemoryModelled", "HoldsRows", "ConvTypes", "Approximate", "OverlapsBackward",
+           "OwnSplit", "ShapedByOptions", "exact_options", "epochs_of", "StrategyState"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """The yes-or-no abilities of a strategy, declared once on its class (a subclass widens
+    its parent's with ``dataclasses.replace``); a field left False is refused or, where the
+    text says so, done the default way.
+
+    Attributes:
+        link_prediction: edge loaders (``as_edge_prediction_sampler``) run under it: its
+            ``loader_plan`` takes a spec with ``pairs``.
+        typed_graphs: it trains graphs with node and edge types (a typed partitioning); its
+            loaders yield DGL's heterogeneous blocks, with node ids by type (options that do
+            not apply to one are refused by ``Strategy.check_typed``).
+        draws_blocks: its loaders' steps are sampled blocks, drawn as the loader asks: with
+            ``NeighborSampler``'s ``prob``, ``mask`` and ``replace`` (``LoaderSpec.sampling``)
+            or by a user's own ``BlockSampler`` (``LoaderSpec.draw``).
+        draws_subgraphs: its loaders' steps may be one subgraph instead of blocks (DGL's
+            ``ShaDowKHopSampler``): the model runs over it as over a whole graph.
+        steps_in_turn: each step must be trained before the loader asks for the next (P3's
+            pipeline launches its own work ahead), so loaders never sample ahead.
+        float32_only: its math runs in float32 alone (dorylus: tensor tasks travel as
+            float32 arrays): ``parallelize`` refuses other floating parameters, the forward
+            refuses autocast.
+    """
+
+    link_prediction: bool = False
+    typed_graphs: bool = False
+    draws_blocks: bool = False
+    draws_subgraphs: bool = False
+    steps_in_turn: bool = False
+    float32_only: bool = False
 
 
 class FullGraphForm(abc.ABC):
@@ -73,11 +105,6 @@ class OwnEpochs(abc.ABC):
         """The epochs ``epochs``, one :class:`EpochResult` each, in order, yielded on every rank
         once the epoch's update is applied (the trainer records, evaluates and checkpoints
         before asking for the next)."""
-
-
-class LinkPrediction(abc.ABC):
-    """Edge loaders (link prediction) run under it: its :meth:`loader_plan` takes a spec with
-    ``pairs``."""
 
 
 class ShardedParams(abc.ABC):
@@ -126,11 +153,6 @@ class HoldsRows(abc.ABC):
         return None
 
 
-class Float32Only(abc.ABC):
-    """Its math runs in float32 alone (dorylus: tensor tasks travel as float32 arrays):
-    ``parallelize`` refuses other floating parameters, the forward refuses autocast."""
-
-
 class ConvTypes(abc.ABC):
     """It runs only some dgl.nn convs.
 
@@ -140,33 +162,6 @@ class ConvTypes(abc.ABC):
     """
 
     conv_types: tuple[str, ...]
-
-
-class TypedGraphs(abc.ABC):
-    """It trains graphs with node and edge types (a typed partitioning): its loaders yield
-    DGL's heterogeneous blocks, with node ids by type."""
-
-    def check_typed(self, graph: str) -> None:
-        """Refuses options that do not apply to a typed graph (``graph`` names it), before
-        any collective where possible (``distribute`` of a heterograph, and
-        :func:`~dglx_dist.strategies.base.check_partitions`); by default none."""
-
-
-class DrawsBlocks(abc.ABC):
-    """Its loaders' steps are sampled blocks, drawn as the loader asks: with DGL
-    ``NeighborSampler``'s ``prob``, ``mask`` and ``replace`` (``LoaderSpec.sampling``), or
-    by a user's own ``BlockSampler`` (``LoaderSpec.draw``)."""
-
-
-class DrawsSubgraphs(abc.ABC):
-    """Its loaders' steps may be one subgraph instead of blocks (DGL's
-    ``ShaDowKHopSampler``): the model runs over the subgraph as over a whole graph, so its
-    first layer must not need blocks."""
-
-
-class StepsInTurn(abc.ABC):
-    """Each step must be trained before the loader asks for the next (P3's pipeline launches
-    its own work ahead), so loaders never sample ahead."""
 
 
 class Approximate(abc.ABC):

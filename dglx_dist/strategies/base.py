@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, Iterator, Sequence
+from typing import Any, ClassVar, Iterator, Sequence
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -45,11 +45,12 @@ from dglx_dist.runtime.health import DDP_GROUP
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import even_chunk
-from dglx_dist.strategies.abilities import OwnSplit, ShapedByOptions, TypedGraphs
+from dglx_dist.strategies.abilities import Capabilities, OwnSplit, ShapedByOptions
 from dglx_dist.strategies.steps import (LoaderPlan, LoaderSpec, Step, StepState,
                                         full_graph_loaders)
 
 __all__ = ["Strategy", "PartitionSpec", "SetupRequest", "STRATEGIES", "check_partitions",
+           "build_strategy",
            "implied_layers", "trainer_loaders", "split_ids", "with_depth",
            "ddp", "pull_features_once"]
 
@@ -102,9 +103,12 @@ class Strategy(abc.ABC):
         Config: its options, a frozen dataclass (the registry validates them).
         config: this instance's options.
         registered_name: the name it was built under (one class may sit behind several).
+        capabilities: its yes-or-no abilities (:class:`~dglx_dist.strategies.abilities.
+            Capabilities`; none unless its class declares them).
     """
 
     Config: type
+    capabilities: ClassVar[Capabilities] = Capabilities()
 
     def __init__(self, config: Any, name: str = ""):
         self.config, self.registered_name = config, name
@@ -154,6 +158,11 @@ class Strategy(abc.ABC):
         """Called after every backward pass (e.g. to account traffic done by DDP), with the
         states of the steps whose outputs it reached."""
 
+    def check_typed(self, graph: str) -> None:
+        """Refuses options that do not apply to a typed graph (``graph`` names it), before
+        any collective where possible (``distribute`` of a heterograph, and
+        :func:`check_partitions`); by default none."""
+
     def compute_device(self, session: Session) -> torch.device:
         """Where its model, blocks and input rows live: the session's device (a GPU; see
         :mod:`dglx_dist.runtime.device`) unless it computes on the host."""
@@ -163,16 +172,28 @@ class Strategy(abc.ABC):
         """Releases what setup acquired."""
 
 
+def build_strategy(strategy: "str | Strategy", options: dict[str, Any]) -> "Strategy":
+    """The strategy a user named (built with ``options``) or gave built (then with none)."""
+    if isinstance(strategy, Strategy):
+        if options:
+            raise InvalidValueError(f"options {sorted(options)} given with a built strategy; "
+                                    "pass them to STRATEGIES.build instead")
+        return strategy
+    return STRATEGIES.build(strategy, **options)
+
+
 def check_partitions(strategy: Strategy, pdir: PartitionDir, topology: Topology) -> None:
-    """Refuses a partition directory that does not fit ``strategy`` on ``topology``."""
+    """Refuses a partition directory that does not fit ``strategy`` on ``topology`` (the
+    graph checks it once, as it is built: :class:`~dglx_dist.api.graph.DistGraph`; and
+    ``dglx train`` before it launches)."""
     spec, name = strategy.partition_spec(topology), strategy.registered_name
     redo = f"`dglx partition --method {spec.method} --parts {spec.num_parts}`"
     if pdir.num_parts != spec.num_parts:
         raise PartitionError(f"{pdir.path} has {pdir.num_parts} parts; strategy {name!r} on "
                              f"{topology.num_servers} servers x {topology.ranks_per_server} "
                              f"ranks needs {spec.num_parts} (partition with {redo})")
-    if pdir.types is not None and not isinstance(strategy, TypedGraphs):
-        typed = [n for n in STRATEGIES.names() if issubclass(STRATEGIES.get(n), TypedGraphs)]
+    if pdir.types is not None and not strategy.capabilities.typed_graphs:
+        typed = [n for n in STRATEGIES.names() if STRATEGIES.get(n).capabilities.typed_graphs]
         raise NotSupportedError(f"{pdir.path} holds a graph with node types "
                                 f"{list(pdir.types.ntypes)}; strategy {name!r} trains graphs without "
                                 f"types only so far ({', '.join(typed)} train typed graphs)")

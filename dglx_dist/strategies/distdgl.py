@@ -44,8 +44,8 @@ from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import PartitionSampler, part_edge_weights
 from dglx_dist.sampling.typed import TypedBlockSampler, TypeIds
-from dglx_dist.strategies.abilities import DrawsSubgraphs, MemoryModelled, TypedGraphs
-from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, check_partitions,
+from dglx_dist.strategies.abilities import MemoryModelled
+from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest,
                                        ddp)
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
 from dglx_dist.strategies.steps import LoaderPlan, LoaderSpec, Step
@@ -54,8 +54,11 @@ __all__ = ["DistDGLStrategy", "traded_seeds"]
 
 
 @STRATEGIES.register("distdgl")
-class DistDGLStrategy(MiniBatchStrategy, MemoryModelled, TypedGraphs, DrawsSubgraphs):
+class DistDGLStrategy(MiniBatchStrategy, MemoryModelled):
     """METIS partitions + HALO, distributed sampling, KVStore features, DDP."""
+
+    capabilities = dataclasses.replace(MiniBatchStrategy.capabilities, typed_graphs=True,
+                                       draws_subgraphs=True)
 
     # peak RSS per rank fitted at 3 graph sizes (0.3M-1.2M nodes), docs/cluster_model.md
     # "Memory per rank": 2 servers x 1 rank, F=128, GCN hidden 64, fanouts 10,25, batch 1000
@@ -93,7 +96,6 @@ class DistDGLStrategy(MiniBatchStrategy, MemoryModelled, TypedGraphs, DrawsSubgr
 
     def setup(self, session: Session, pdir: PartitionDir, store: DistKVStore | None,
               request: SetupRequest) -> None:
-        check_partitions(self, pdir, session.topology)
         self.session, self.pdir, self.num_nodes = session, pdir, pdir.num_nodes
         server = session.server_id
         self._own_store = store is None

@@ -22,7 +22,7 @@ import logging
 
 from dglx_dist.errors import DglxError, InvalidValueError
 from dglx_dist.memory import GraphSize, MemoryModel, check_memory
-from dglx_dist.strategies.abilities import MemoryModelled, TypedGraphs
+from dglx_dist.strategies.abilities import MemoryModelled
 from dglx_dist.strategies.base import STRATEGIES, Strategy
 
 __all__ = ["JobSize", "check_job_memory", "memory_model_for", "peak_per_rank", "MARGIN"]
@@ -152,7 +152,7 @@ def _least(job: JobSize) -> tuple[str, float] | None:
             other = STRATEGIES.build(name)
         except DglxError:  # a plug-in that needs options to be built: not a candidate
             continue
-        if job.graph.typed and not isinstance(other, TypedGraphs):
+        if job.graph.typed and not other.capabilities.typed_graphs:
             continue
         peak = _checked_peak(other, job)
         if peak is not None and (best is None or peak < best[1]):

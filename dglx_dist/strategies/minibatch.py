@@ -15,8 +15,8 @@ import dgl
 import torch
 
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.strategies.abilities import (Approximate, FullGraphForm, LinkPrediction,
-                                            ShapedByOptions, DrawsBlocks)
+from dglx_dist.strategies.abilities import (Approximate, Capabilities, FullGraphForm,
+                                            ShapedByOptions)
 from dglx_dist.strategies.base import Strategy, split_ids
 from dglx_dist.strategies.steps import (OUT_DEGREE, Blocks, LoaderPlan, LoaderSpec, Step,
                                         sampled_epoch, sampled_plan)
@@ -50,10 +50,11 @@ class MiniBatchConfig:
             raise InvalidValueError("batch_size and eval_batch_size must be >= 1")
 
 
-class MiniBatchStrategy(Strategy, FullGraphForm, LinkPrediction, Approximate,
-                        ShapedByOptions, DrawsBlocks):
+class MiniBatchStrategy(Strategy, FullGraphForm, Approximate, ShapedByOptions):
     """Base of the strategies that train on sampled mini-batches of seed nodes (an edge
     loader's batches are sampled like node batches)."""
+
+    capabilities = Capabilities(link_prediction=True, draws_blocks=True)
 
     def num_layers(self) -> int:
         return len(self.config.fanouts)

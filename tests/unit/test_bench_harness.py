@@ -156,12 +156,11 @@ def test_summarize_link_records_keeps_ranking_metrics():
 def test_link_systems_are_those_that_train_it():
     from dglx_dist.bench.harness import systems
     from dglx_dist.strategies import STRATEGIES
-    from dglx_dist.strategies.abilities import LinkPrediction
 
     node, link = systems({}), systems({}, "link")
     assert "dgl" in node and "dorylus" in node
     assert set(link) == {"dgl-distdgl"} | {n for n in STRATEGIES.names()
-                                           if issubclass(STRATEGIES.get(n), LinkPrediction)}
+                                           if STRATEGIES.get(n).capabilities.link_prediction}
     assert {"distdgl", "p3", "granndis"} <= set(link) and "dorylus" not in link
 
 

@@ -81,14 +81,13 @@ def test_the_same_seed_gives_the_same_weights_whatever_the_relations_order(mag_g
 
 def test_the_kind_of_a_dataset_chooses_its_systems(tmp_path):
     from dglx_dist.strategies import STRATEGIES
-    from dglx_dist.strategies.abilities import TypedGraphs
 
     write_mag(TINY_MAG, tmp_path / "mag")
     assert kind_of(tmp_path / "mag") == "typed" and kind_of(builtin_path("cora")) == "graph"
     assert PRESETS["mag-small"].kind == "typed" and PRESETS["tiny"].kind == "graph"
     typed = typed_systems({})
     assert set(typed) == {"dgl-distdgl"} | {n for n in STRATEGIES.names()
-                                            if issubclass(STRATEGIES.get(n), TypedGraphs)}
+                                            if STRATEGIES.get(n).capabilities.typed_graphs}
     assert {"distdgl", "p3"} <= set(typed) and "dorylus" not in typed
     assert KINDS["typed"].model == "rgcn" and KINDS["graph"].model is None
     assert "dgl" in KINDS["graph"].systems({}, "node")

@@ -57,11 +57,11 @@ from dglx_dist.registry import Bounds
 from dglx_dist.runtime.autograd import GradientSync
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
-from dglx_dist.strategies.abilities import (Approximate, ConvTypes, Float32Only, FullGraphForm,
+from dglx_dist.strategies.abilities import (Approximate, Capabilities, ConvTypes, FullGraphForm,
                                             MemoryModelled, OverlapsBackward, OwnEpochs, OwnSplit,
                                             ShapedByOptions)
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, Strategy,
-                                       check_partitions, pull_features_once,
+                                       pull_features_once,
                                        with_depth)
 from dglx_dist.strategies.dorylus.graph import GraphServer
 from dglx_dist.convs.dorylus_base import summed_grads
@@ -98,10 +98,12 @@ class _Logits(torch.autograd.Function):
 
 
 @STRATEGIES.register("dorylus")
-class DorylusStrategy(Strategy, OwnEpochs, FullGraphForm, MemoryModelled, Float32Only, ConvTypes,
+class DorylusStrategy(Strategy, OwnEpochs, FullGraphForm, MemoryModelled, ConvTypes,
                       Approximate, OverlapsBackward, OwnSplit, ShapedByOptions):
     """Graph servers + serverless tensor tasks + bounded asynchrony (see module docstring):
     float32 alone (tensor tasks travel to the executors as float32 arrays), on the host."""
+
+    capabilities = Capabilities(float32_only=True)
 
     conv_types = ConvTypesOfAdapters()  # the convs whose adapter (dglx_dist.convs) has dorylus support
     # peak RSS per rank fitted at 3 graph sizes (0.3M-1.2M nodes), docs/cluster_model.md
@@ -192,7 +194,6 @@ class DorylusStrategy(Strategy, OwnEpochs, FullGraphForm, MemoryModelled, Float3
 
     # -- setup ---------------------------------------------------------------------------------
     def setup(self, session: Session, pdir: PartitionDir, store, request: SetupRequest) -> None:
-        check_partitions(self, pdir, session.topology)
         self.config = with_depth(self, request.num_layers)
         self.session, cfg, self._store = session, self.config, store
         part = pdir.load_part(session.rank, features=store is None)  # else the store has them

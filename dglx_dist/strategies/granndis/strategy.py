@@ -57,11 +57,11 @@ from dglx_dist.runtime.autograd import GradientSync
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import PartitionSampler
-from dglx_dist.strategies.abilities import (Approximate, FullGraphForm, HoldsRows, LinkPrediction,
+from dglx_dist.strategies.abilities import (Approximate, Capabilities, FullGraphForm, HoldsRows,
                                             MemoryModelled, OverlapsBackward, OwnSplit,
-                                            ShapedByOptions, TypedGraphs)
+                                            ShapedByOptions)
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, Strategy,
-                                       check_partitions, pull_features_once,
+                                       pull_features_once,
                                        with_depth)
 from dglx_dist.strategies.granndis.batching import (TARGETS, Batching, HeldRows, ServerGraph,
                                                     cobatch_plans, plan_of, step_layers,
@@ -88,10 +88,11 @@ _FITS = {"server": (MemoryModel(1508 * 2**20, 9921, 167.8),
 
 @STRATEGIES.register("fullgraph", scope="world", external_max_hop=0)
 @STRATEGIES.register("granndis")
-class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, HoldsRows,
-                       Approximate, OverlapsBackward, OwnSplit, ShapedByOptions, TypedGraphs):
+class GraNNDisStrategy(Strategy, FullGraphForm, MemoryModelled, HoldsRows, Approximate,
+                       OverlapsBackward, OwnSplit, ShapedByOptions):
     """Shared preloading + EAS + cooperative batching (or, as ``fullgraph``, none of them)."""
 
+    capabilities = Capabilities(link_prediction=True, typed_graphs=True)
     held_rows = frozenset({"feat"})
     memory_model, typed_memory_model = _FITS["server"]  # scope 'world' (fullgraph): its own
 
@@ -161,7 +162,6 @@ class GraNNDisStrategy(Strategy, FullGraphForm, LinkPrediction, MemoryModelled, 
         """Preloads the server's dependency subgraph (EAS); co-batches follow per count asked
         for (:meth:`batching`), so setting up from ``parallelize`` first gives the same
         co-batches as from the ``DataLoader`` first."""
-        check_partitions(self, pdir, session.topology)
         self.types = typed_ids(pdir, store, self.registered_name)
         if self.types is not None:  # the featured types' rows, by their names in the store
             self.held_rows = held_names(pdir.types)

@@ -58,8 +58,8 @@ from dglx_dist.sampling import (LocalSampler, PartitionSampler, owner_balanced_c
                                 part_edge_weights, whole_edge_weights, whole_graph)
 from dglx_dist.sampling.typed import TypedBlockSampler, TypeIds
 from dglx_dist.strategies.abilities import (HoldsRows, MemoryModelled, OverlapsBackward, OwnSplit,
-                                            ShardedParams, StepsInTurn, TypedGraphs)
-from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, check_partitions,
+                                            ShardedParams)
+from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest,
                                        ddp)
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
 from dglx_dist.strategies.p3.layer import ColumnSlice, P3FirstLayer
@@ -101,13 +101,15 @@ def plan_cache(budget: float, pdir: PartitionDir, topology: Topology) -> CachePl
 
 
 @STRATEGIES.register("p3")
-class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, StepsInTurn, ShardedParams,
-                 OverlapsBackward, OwnSplit, TypedGraphs):
+class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, ShardedParams,
+                 OverlapsBackward, OwnSplit):
     """Hash structure + feature-dimension slices; layer 1 model parallel, the rest DDP (its
     pipeline runs layer 1 ahead itself and needs steps in turn). Its state between epochs
     (:meth:`state_dict`) is the pipeline's deferred slice gradients. On a typed graph, the
     featured types' input projections run model parallel (:attr:`typed`)."""
 
+    capabilities = dataclasses.replace(MiniBatchStrategy.capabilities, typed_graphs=True,
+                                       steps_in_turn=True)
     held_rows = frozenset({"feat"})
     typed: TypedColumns | None = None  # a typed graph's column slices, set up
     # peak RSS per rank fitted at 3 graph sizes (0.3M-1.2M nodes), docs/cluster_model.md
@@ -144,7 +146,6 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, StepsInTurn, Shar
                     f"parallel); expected {option}={type(on)()}")
 
     def setup(self, session: Session, pdir: PartitionDir, store, request: SetupRequest) -> None:
-        check_partitions(self, pdir, session.topology)
         self.session, rank, topo = session, session.rank, session.topology
         self.pdir, self.num_nodes, self.store = pdir, pdir.num_nodes, store
         part = pdir.load_part(rank, features=pdir.types is None)
