@@ -164,7 +164,7 @@ def _draw_layer(kind, g, edges, weights, nodes, fanout):
     row, pos = draw_in_edges(edges, nodes, fanout, replace, weights if prob else None)
     src, eid = edges.src.index_select(0, pos), edges.eid.index_select(0, pos)
     drawn = time.perf_counter()
-    block = Block.untyped(nodes, src, nodes.index_select(0, row), eid).to_dgl()
+    block = Block.untyped(nodes, src, nodes.index_select(0, row), eid, g.num_nodes()).to_dgl()
     return drawn - start, time.perf_counter() - drawn, block.srcdata[dgl.NID]
 
 
@@ -198,7 +198,8 @@ def draws(preset: str, repeats: int) -> None:
             for who in ("ours", "DGL"):
                 for part in ("draw", "block"):
                     ms = [t * 1e3 for t in times[kind, who, layer, part]]
-                    summary[f"{kind}/{layer}/{who}/{part}_ms"] = ms
+                    summary[f"{kind}/{layer}/{who}/{part}_ms"] = {
+                        "median": statistics.median(ms), "min": min(ms), "max": max(ms)}
                     row[f"{who} {part} ms"] = (f"{statistics.median(ms):.2f} "
                                                f"({min(ms):.2f}..{max(ms):.2f})")
             rows.append(row)

@@ -21,22 +21,30 @@ UNTYPED = (("_N",), (("_N", "_E", "_N"),))
 """The node and edge types of a graph without types (DGL's names)."""
 
 
-def relabel(dst_nodes: torch.Tensor, *ends: torch.Tensor
+def relabel(dst_nodes: torch.Tensor, *ends: torch.Tensor, num_nodes: int | None = None
             ) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """DGL's ``to_block`` numbering: the source nodes are ``dst_nodes`` (unique) followed by
     the other ids of ``ends`` in the order of their first appearance (``ends`` in order);
-    returns them and each of ``ends`` as indices into them."""
+    returns them and each of ``ends`` as indices into them. With ``num_nodes`` (every id is
+    below it), by a table over the ids (no sort); else by ``torch.unique``."""
     both = torch.cat([dst_nodes.long(), *(e.long() for e in ends)])
-    unique, inverse = torch.unique(both, return_inverse=True)
-    first = torch.full((unique.numel(),), both.numel(), dtype=torch.int64,
-                       device=both.device).scatter_reduce_(
-        0, inverse, torch.arange(both.numel(), device=both.device), "amin")
-    order = torch.argsort(first)
-    rank = torch.empty_like(order)
-    rank[order] = torch.arange(order.numel(), device=order.device)
-    index = rank.index_select(0, inverse)
-    return unique.index_select(0, order), list(torch.split(index[dst_nodes.numel():],
-                                                           [e.numel() for e in ends]))
+    where = torch.arange(both.numel(), device=both.device)
+    if num_nodes is not None:  # each id's first position, read back where it is first
+        first = torch.full((num_nodes,), both.numel(), dtype=torch.int64, device=both.device)
+        first.scatter_reduce_(0, both, where, "amin")
+        nodes = both[first.index_select(0, both) == where]
+        rank = first  # reused: now each id's new number
+        rank.index_copy_(0, nodes, torch.arange(nodes.numel(), device=both.device))
+        index = rank.index_select(0, both)
+    else:
+        unique, inverse = torch.unique(both, return_inverse=True)
+        first = torch.full((unique.numel(),), both.numel(), dtype=torch.int64,
+                           device=both.device).scatter_reduce_(0, inverse, where, "amin")
+        order = torch.argsort(first)
+        rank = torch.empty_like(order)
+        rank[order] = torch.arange(order.numel(), device=order.device)
+        nodes, index = unique.index_select(0, order), rank.index_select(0, inverse)
+    return nodes, list(torch.split(index[dst_nodes.numel():], [e.numel() for e in ends]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,10 +76,10 @@ class Block:
 
     @classmethod
     def untyped(cls, dst_nodes: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
-                eid: torch.Tensor) -> "Block":
+                eid: torch.Tensor, num_nodes: int | None = None) -> "Block":
         """The block whose destinations are ``dst_nodes`` and whose edges ``src -> dst``
-        (ids) have ids ``eid``."""
-        nodes, (s, d) = relabel(dst_nodes, src, dst)
+        (ids, below ``num_nodes`` when it is given) have ids ``eid``."""
+        nodes, (s, d) = relabel(dst_nodes, src, dst, num_nodes=num_nodes)
         zeros = torch.zeros_like
         return cls(nodes, zeros(nodes), (dst_nodes.numel(),), s, d, eid.long(), zeros(s))
 

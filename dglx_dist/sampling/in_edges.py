@@ -130,9 +130,10 @@ def _allowed(edges: InEdges, start, count, weights, exclude):
         banned[edges.positions(exclude.to(pos.device))] = True
         allowed = ~banned.index_select(0, pos)
         keep = allowed if keep is None else keep & allowed
-    seg, pos = seg[keep], pos[keep]
-    weight = None if weight is None else weight[keep]
-    count = torch.bincount(seg, minlength=count.numel())
+    if keep is not None and not bool(keep.all()):
+        seg, pos = seg[keep], pos[keep]
+        weight = None if weight is None else weight[keep]
+        count = torch.bincount(seg, minlength=count.numel())
     return torch.cumsum(count, 0) - count, count, pos, weight
 
 

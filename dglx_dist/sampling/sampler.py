@@ -88,7 +88,7 @@ class BlockSampler(abc.ABC):
         routed = self.exclusions(exclude) if exclude is not None else None
         for layer, fanout in enumerate(reversed(fanouts)):
             src, dst, eid = self.sample_layer(frontier, fanout, routed, options.layer(layer))
-            blocks.insert(0, Block.untyped(frontier, src, dst, eid))
+            blocks.insert(0, Block.untyped(frontier, src, dst, eid, self.num_nodes))
             frontier = blocks[0].src_nodes
         return blocks
 

@@ -24,11 +24,12 @@ def _edge_set(block, etype=None):
     return sorted(zip(sid[s].tolist(), did[d].tolist(), eid[e].tolist()))
 
 
+@pytest.mark.parametrize("num_nodes", [None, 40], ids=["by-unique", "by-table"])
 @pytest.mark.parametrize("seed", range(5))
-def test_an_untyped_block_numbers_its_nodes_as_to_block_does(seed):
+def test_an_untyped_block_numbers_its_nodes_as_to_block_does(seed, num_nodes):
     dst_nodes, src, dst = _edges(seed)
     eid = torch.arange(src.numel()) * 3
-    ours = Block.untyped(dst_nodes, src, dst, eid).to_dgl()
+    ours = Block.untyped(dst_nodes, src, dst, eid, num_nodes).to_dgl()
     frontier = dgl.graph((src, dst), num_nodes=40)
     frontier.edata["w"] = eid
     ref = dgl.to_block(frontier, dst_nodes)
