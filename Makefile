@@ -33,7 +33,8 @@ CORE_TESTS := tests/unit/test_import_boundary.py tests/unit/test_book.py \
 	tests/unit/test_data.py tests/unit/test_hetero_data.py tests/unit/test_mag.py \
 	tests/unit/test_device.py tests/unit/test_errors.py \
 	tests/unit/test_fuzz_loaders.py \
-	tests/unit/test_health.py tests/unit/test_kvstore.py tests/unit/test_memory.py \
+	tests/unit/test_health.py tests/unit/test_in_edges.py tests/unit/test_kvstore.py \
+	tests/unit/test_memory.py \
 	tests/unit/test_no_unpickling.py tests/unit/test_graphbolt_reader.py \
 	tests/unit/test_offload_executors.py \
 	tests/unit/test_offload_ops.py tests/unit/test_offload_payload.py \

@@ -1,6 +1,6 @@
 """The package's own draw of in-edges (torch) against DGL's ``sample_neighbors``: the same
-edges where the draw is determined, the same distribution where it is not."""
-import dgl
+edges where the draw is determined, the same distribution where it is not. The tests that
+need no DGL also run in the DGL-free virtualenv (``make test-core``)."""
 import pytest
 import torch
 
@@ -22,7 +22,10 @@ def _drawn(edges, nodes, fanouts, **kw):
     return row, edges.src.index_select(0, pos), edges.eid.index_select(0, pos)
 
 
+@pytest.mark.dgl
 def test_every_in_edge_when_the_fanout_takes_all():
+    import dgl
+
     src, dst, _ = _graph()
     edges = InEdges.of(src, dst, 12)
     nodes = torch.tensor([3, 0, 7, 11])
@@ -75,11 +78,14 @@ def _frequencies(draw, num_edges):
     return seen / DRAWS
 
 
+@pytest.mark.dgl
 @pytest.mark.parametrize("replace", [False, True])
 @pytest.mark.parametrize("weighted", [False, True])
 def test_each_edge_is_drawn_as_often_as_dgl_draws_it(replace, weighted):
     """Per edge, how often it is drawn over 4000 draws, ours and DGL's, within five
     standard deviations of a count's spread (the same distribution)."""
+    import dgl
+
     src, dst, _ = _graph(3, nodes=6, edges=40)
     prob = torch.rand(40, generator=torch.Generator().manual_seed(1)) ** 2 if weighted else None
     edges = InEdges.of(src, dst, 6)
