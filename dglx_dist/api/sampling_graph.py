@@ -33,6 +33,7 @@ import torch
 
 from dglx_dist.api.ndata import as_node_ids
 from dglx_dist.errors import InvalidValueError, NotSupportedError, UnknownNameError
+from dglx_dist.sampling.in_edges import InEdges, draw_in_edges
 from dglx_dist.sampling.options import SampleOptions
 from dglx_dist.sampling.sampler import BlockSampler
 
@@ -161,9 +162,9 @@ class SamplingGraph:
     def _out_draw(self, seeds: torch.Tensor, k: int, prob, exclude_edges,
                   replace: bool) -> tuple[torch.Tensor, ...]:
         """Up to ``k`` out-edges of each seed: every out-edge of the seeds but
-        ``exclude_edges``, gathered from every part (collective), then drawn by DGL's
-        ``sample_neighbors`` on a graph of them (DGL's draws, with ``prob``'s rows read from
-        the store)."""
+        ``exclude_edges``, gathered from every part (collective), then drawn among them by
+        the package's draw (:func:`~dglx_dist.sampling.draw_in_edges` over them grouped by
+        source, with ``prob``'s rows read from the store)."""
         src, dst, eid = self._edges(self._sampler.out_edges, seeds)
         if exclude_edges is not None:
             keep = ~torch.isin(eid, torch.as_tensor(exclude_edges,
@@ -171,13 +172,10 @@ class SamplingGraph:
             src, dst, eid = src[keep], dst[keep], eid[keep]
         nodes, local = torch.unique(torch.cat([seeds, src, dst]), return_inverse=True)
         n, m = seeds.numel(), src.numel()
-        gathered = dgl.graph((local[n:n + m], local[n + m:]), num_nodes=nodes.numel())
-        if prob is not None:
-            gathered.edata["w"] = self._ids.edata[prob][eid]
-        drawn = dgl.sampling.sample_neighbors(gathered, local[:n], k, edge_dir="out",
-                                              prob=None if prob is None else "w",
-                                              replace=replace)
-        picked = drawn.edata[dgl.EID]
+        by_source = InEdges.of(local[n + m:], local[n:n + m], nodes.numel())
+        weights = None if prob is None else self._ids.edata[prob][eid]
+        _, pos = draw_in_edges(by_source, local[:n], k, replace, weights)
+        picked = by_source.eid.index_select(0, pos)
         return src[picked], dst[picked], eid[picked]
 
     def in_subgraph(self, nodes, relabel_nodes: bool = False, **kwargs) -> dgl.DGLGraph:
