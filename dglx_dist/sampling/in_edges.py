@@ -162,7 +162,8 @@ def _without_replacement(start, count, k, weight, generator):
         rows = picked[by == value]
         size = count.index_select(0, rows)
         cols = _floyd(size, value, generator) if weight is None else \
-            _smallest_keys(start.index_select(0, rows), size, value, weight, generator)
+            _smallest_keys(start.index_select(0, rows), size, value,
+                           int(k.index_select(0, rows).max()), weight, generator)
         at = first.index_select(0, rows)[:, None] + torch.arange(cols.shape[1],
                                                                  device=cols.device)
         got = start.index_select(0, rows)[:, None] + cols
@@ -195,19 +196,18 @@ def _bucket_widths(count: torch.Tensor) -> torch.Tensor:
     return torch.pow(2, torch.ceil(torch.log2(count.double()))).long()
 
 
-def _smallest_keys(start, count, width: int, weight, generator):
-    """For segments of at most ``width`` candidates: per row, the columns of its candidates
-    in the order of their keys ``Exp(1) / weight`` (the first ``k`` are a weighted draw of
-    ``k`` without replacement)."""
+def _smallest_keys(start, count, width: int, most: int, weight, generator):
+    """For segments of at most ``width`` candidates (more than ``most`` each): per row, the
+    columns of its ``most`` smallest keys ``Exp(1) / weight`` in order (Efraimidis and
+    Spirakis: the first ``k`` are a weighted draw of ``k`` without replacement)."""
     col = torch.arange(width, device=start.device)
     valid = col < count[:, None]
-    key = torch.rand(valid.shape, device=start.device, generator=generator)
-    if weight is not None:  # Efraimidis and Spirakis: Exp(1) / w, the smallest first
-        w = weight.index_select(0, (start[:, None] + col).clamp(max=weight.numel() - 1)
-                                .reshape(-1)).reshape(valid.shape)
-        key = -torch.log1p(-key) / w.float()
+    w = weight.index_select(0, (start[:, None] + col).clamp(max=weight.numel() - 1)
+                            .reshape(-1)).reshape(valid.shape)
+    key = -torch.log1p(-torch.rand(valid.shape, device=start.device, generator=generator)) \
+        / w.float()
     key = torch.where(valid, key, torch.full_like(key, float("inf")))
-    return torch.argsort(key, dim=1)
+    return torch.topk(key, most, dim=1, largest=False, sorted=True).indices
 
 
 def _with_replacement(start, count, k, weight, generator):
