@@ -50,8 +50,10 @@ class SampleOptions:
     seed2: float = 0.0
     seed: int | None = None
 
-    def layer(self, index: int) -> "SampleOptions":
-        """The options of layer ``index``'s draw (its own seed, derived from this one)."""
+    def stream(self, index: int) -> "SampleOptions":
+        """The options of the ``index``-th draw made under these (a layer's, or one call's
+        within a layer): the same, with a seed of its own derived from this one, so no two
+        draws of a step share their random numbers."""
         if self.seed is None:
             return self
         return dataclasses.replace(self, seed=(self.seed * 1_000_003 + index) % 2**62)

@@ -87,7 +87,7 @@ class BlockSampler(abc.ABC):
         frontier = seeds
         routed = self.exclusions(exclude) if exclude is not None else None
         for layer, fanout in enumerate(reversed(fanouts)):
-            src, dst, eid = self.sample_layer(frontier, fanout, routed, options.layer(layer))
+            src, dst, eid = self.sample_layer(frontier, fanout, routed, options.stream(layer))
             blocks.insert(0, Block.untyped(frontier, src, dst, eid, self.num_nodes))
             frontier = blocks[0].src_nodes
         return blocks
@@ -229,13 +229,14 @@ class PartitionSampler(BlockSampler):
         """
         mine, requests, skip, pending = self._requests(nodes, exclude)
         try:
-            counts, src, eid = self._grouped(mine, fanout, skip[self.member], options)
+            counts, src, eid = self._grouped(mine, fanout, skip[self.member],
+                                             options.stream(self.member))
         finally:
             received = pending.wait()
         srcs, dsts, eids = [src], [torch.repeat_interleave(mine, counts)], [eid]
         if fanout < 0 or options.labor is not None:  # LABOR: fanout edges in expectation
-            answers = [torch.cat(self._grouped(r.long(), fanout, x, options)).to(self.id_dtype)
-                       for r, x in zip(received, skip)]
+            answers = [torch.cat(self._grouped(r.long(), fanout, x, options.stream(s)))
+                       .to(self.id_dtype) for s, (r, x) in enumerate(zip(received, skip))]
             for asked, got in zip(requests, self.comm.all_to_all_v(answers)):
                 n = asked.numel()
                 counts = got[:n].long()
@@ -244,7 +245,8 @@ class PartitionSampler(BlockSampler):
                 eids.append(eid)
                 dsts.append(torch.repeat_interleave(asked.long(), counts))
         else:
-            answers = [self._padded(r.long(), fanout, x, options) for r, x in zip(received, skip)]
+            answers = [self._padded(r.long(), fanout, x, options.stream(s))
+                       for s, (r, x) in enumerate(zip(received, skip))]
             returned = self.comm.all_to_all_v(answers, recv_rows=[r.numel() for r in requests])
             for asked, got in zip(requests, returned):
                 src, eid = got[:, :fanout], got[:, fanout:]
@@ -278,11 +280,12 @@ class PartitionSampler(BlockSampler):
                                     "(PartitionSampler(..., etype_offsets=...))")
         mine, requests, skip, pending = self._requests(nodes, exclude)
         try:
-            got = [(mine, *self._grouped(mine, fanouts, skip[self.member], options, True))]
+            got = [(mine, *self._grouped(mine, fanouts, skip[self.member],
+                                         options.stream(self.member), True))]
         finally:
             received = pending.wait()
-        answers = [torch.cat(self._grouped(r.long(), fanouts, x, options, True))
-                   .to(self.id_dtype) for r, x in zip(received, skip)]
+        answers = [torch.cat(self._grouped(r.long(), fanouts, x, options.stream(s), True))
+                   .to(self.id_dtype) for s, (r, x) in enumerate(zip(received, skip))]
         for asked, answer in zip(requests, self.comm.all_to_all_v(answers)):
             n = asked.numel()
             counts = answer[:n].long()

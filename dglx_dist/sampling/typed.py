@@ -138,7 +138,7 @@ class TypedBlockSampler:
         blocks: list[Block] = []
         for layer, fanout in enumerate(reversed(fanouts)):
             src, dst, etype, eid = self.sampler.sample_typed_layer(
-                self.ids.join(frontier), fanout, routed, options.layer(layer))
+                self.ids.join(frontier), fanout, routed, options.stream(layer))
             blocks.insert(0, self._block(frontier, src, dst, etype, eid))
             frontier = {t: blocks[0].nodes_of(i) for i, t in enumerate(self.ids.ntypes)}
         return blocks

@@ -115,3 +115,20 @@ def test_each_edge_type_has_its_own_fanout():
         assert bool((mine[1:] >= mine[:-1]).all())  # by edge type within a node
         deg = [int(((dst == v) & (etype == e)).sum()) for e in range(3)]
         assert torch.bincount(mine, minlength=3).tolist() == [min(2, deg[0]), 0, deg[2]]
+
+
+def test_the_draws_of_one_step_have_streams_of_their_own():
+    """A step's seed gives every draw in it (each layer, each member's request) its own
+    random numbers: the same nodes drawn under two streams differ, under one stream agree."""
+    from dglx_dist.sampling.draws import Draws
+    from dglx_dist.sampling.options import SampleOptions
+
+    src, dst, _ = _graph(5, nodes=200, edges=8000)
+    draws = Draws(InEdges.of(src, dst, 200))
+    step = SampleOptions(seed=11)
+    nodes = torch.arange(200)
+    first, again, other = (draws(nodes, 5, o)[1] for o in (step.stream(0), step.stream(0),
+                                                            step.stream(1)))
+    assert torch.equal(first, again)
+    assert not torch.equal(first, other)
+    assert SampleOptions().stream(3) == SampleOptions()  # no seed: torch's own generator
