@@ -44,6 +44,18 @@ _CURRENT: contextvars.ContextVar["Session | None"] = contextvars.ContextVar(
     "dglx_dist_session", default=None)
 
 
+
+def _exit_on_sigterm(signum, frame) -> None:
+    """SIGTERM as ``sys.exit(128 + signum)``: the main thread unwinds, the atexit handler runs."""
+    sys.exit(128 + signum)
+
+
+def _exit_now(signum, frame) -> None:
+    """SIGTERM while the process is already exiting: its output flushed, it ends at once."""
+    sys.stdout.flush(), sys.stderr.flush()
+    os._exit(128 + signum)
+
+
 class Session:
     """One process's view of the job. Build it with :func:`init`.
 
@@ -242,11 +254,13 @@ class Session:
         atexit.register(self._at_exit)
         if threading.current_thread() is threading.main_thread() and \
                 signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
-            # SystemExit unwinds the main thread, so the atexit handler runs
-            signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+            signal.signal(signal.SIGTERM, _exit_on_sigterm)  # unwinds: the atexit handler runs
 
     def _at_exit(self) -> None:
         if self._store is not None:
+            if signal.getsignal(signal.SIGTERM) is _exit_on_sigterm:  # a launcher's SIGTERM
+                # now must not raise here ("Exception ignored in atexit callback" + traceback)
+                signal.signal(signal.SIGTERM, _exit_now)
             self.shutdown(self._exit_error)
 
     def shutdown(self, error: BaseException | None = None) -> None:

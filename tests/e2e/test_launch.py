@@ -241,3 +241,29 @@ def test_ctrl_c_in_a_users_script_is_one_line(tmp_path):
     assert err.count("dglx_dist: interrupted (SIGINT)") == 1, err[-3000:]
     assert "KeyboardInterrupt" not in err.replace("interrupted (SIGINT)", ""), err[-3000:]
     assert not live_children()
+
+
+def test_sigterm_while_the_session_shuts_down_at_exit_is_quiet(tmp_path):
+    """torchrun sends SIGTERM to a healthy rank once its peer has failed; when it arrived
+    while the rank's session was already shutting down at exit, the SystemExit it raised
+    there printed "Exception ignored in atexit callback" and a traceback (seen under load in
+    the peer-failure test). Here the signal is sent from inside that shutdown: the process
+    ends with 143 (128 + SIGTERM) and says nothing."""
+    script = tmp_path / "term.py"
+    script.write_text(
+        "import os, signal, time\n"
+        "import dglx_dist\n"
+        "from dglx_dist.runtime.session import Session\n"
+        "real = Session.shutdown\n"
+        "def slow(self, error=None):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(1)\n"
+        "    real(self, error)\n"
+        "Session.shutdown = slow\n"
+        "dglx_dist.init(backend='gloo', device='cpu')\n"
+        "print('started', flush=True)\n")
+    r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert "started" in r.stdout
+    assert r.returncode == 143, (r.returncode, r.stderr[-3000:])
+    assert "Exception ignored" not in r.stderr and "Traceback" not in r.stderr, r.stderr[-3000:]
