@@ -21,6 +21,7 @@ and runs on the device its tensors are on. Per group, with ``k`` its fanout:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Sequence
 
 import torch
@@ -65,9 +66,14 @@ class InEdges:
 
     def positions(self, eids: torch.Tensor) -> torch.Tensor:
         """The positions of edge ids ``eids``."""
+        return self._where.index_select(0, eids.long())
+
+    @functools.cached_property
+    def _where(self) -> torch.Tensor:
+        """Each edge id's position (made on first use: exclusions and LABOR need it)."""
         where = torch.empty_like(self.eid)
         where[self.eid] = torch.arange(self.eid.numel(), device=self.eid.device)
-        return where.index_select(0, eids.long())
+        return where
 
     def to(self, device, non_blocking: bool = False) -> "InEdges":
         """The structure on ``device``."""
