@@ -15,7 +15,7 @@ from typing import Sequence
 
 import torch
 
-__all__ = ["Block", "relabel", "UNTYPED"]
+__all__ = ["Block", "relabel", "map_tensors", "UNTYPED"]
 
 UNTYPED = (("_N",), (("_N", "_E", "_N"),))
 """The node and edge types of a graph without types (DGL's names)."""
@@ -115,15 +115,11 @@ class Block:
 
     def to(self, device, non_blocking: bool = False) -> "Block":
         """The block on ``device``."""
-        return dataclasses.replace(self, **{
-            f.name: getattr(self, f.name).to(device, non_blocking=non_blocking)
-            for f in dataclasses.fields(self) if isinstance(getattr(self, f.name), torch.Tensor)})
+        return map_tensors(self, lambda t: t.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> "Block":
         """The block in pinned memory (for ``to(device, non_blocking=True)``)."""
-        return dataclasses.replace(self, **{
-            f.name: getattr(self, f.name).pin_memory()
-            for f in dataclasses.fields(self) if isinstance(getattr(self, f.name), torch.Tensor)})
+        return map_tensors(self, torch.Tensor.pin_memory)
 
     def to_dgl(self, kept_etypes: bool = True):
         """DGL's block of the same structure: ``srcdata`` / ``dstdata[dgl.NID]`` the ids,
@@ -155,6 +151,13 @@ class Block:
         for i in kept:
             block.edges[self.etypes[i]].data[dgl.EID] = cut[i][2]
         return block
+
+
+def map_tensors(record, fn):
+    """A frozen dataclass with ``fn`` applied to each of its tensor fields."""
+    return dataclasses.replace(record, **{
+        f.name: fn(getattr(record, f.name)) for f in dataclasses.fields(record)
+        if isinstance(getattr(record, f.name), torch.Tensor)})
 
 
 def _rank_within(kind: torch.Tensor, types: int) -> torch.Tensor:

@@ -62,9 +62,8 @@ class Draws:
         if not bool(has.any()):
             return None
         values = self._weights(name).reshape(-1)
-        kinds = torch.empty_like(self.edges.eid)
-        kinds[self.edges.eid] = self.edges.etype
-        return torch.where(has.index_select(0, kinds), values, torch.ones_like(values))
+        return torch.where(has.index_select(0, self.edges.etype_of_edge), values,
+                           torch.ones_like(values))
 
     def _labor(self, nodes: torch.Tensor, fanout: int, options: SampleOptions,
                exclude: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -93,13 +92,8 @@ class Draws:
         """The structure as a DGLGraph in edge id order, its nodes in the shared ids."""
         import dgl  # noqa: PLC0415
 
-        edges = self.edges
-        src, dst = torch.empty_like(edges.eid), torch.empty_like(edges.eid)
-        src[edges.eid] = edges.src
-        group = torch.repeat_interleave(torch.arange(edges.indptr.numel() - 1),
-                                        edges.indptr.diff())
-        dst[edges.eid] = torch.div(group, edges.num_etypes, rounding_mode="floor")
+        src, dst = self.edges.ends()
         if self._shared is None:
-            return dgl.graph((src, dst), num_nodes=edges.num_nodes)
+            return dgl.graph((src, dst), num_nodes=self.edges.num_nodes)
         return dgl.graph((self._shared.index_select(0, src), self._shared.index_select(0, dst)),
                          num_nodes=int(self._shared.max()) + 1)

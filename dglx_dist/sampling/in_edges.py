@@ -26,6 +26,8 @@ from typing import Sequence
 
 import torch
 
+from dglx_dist.sampling.block import map_tensors
+
 __all__ = ["InEdges", "draw_in_edges"]
 
 
@@ -75,12 +77,49 @@ class InEdges:
         where[self.eid] = torch.arange(self.eid.numel(), device=self.eid.device)
         return where
 
+    def ends(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(src, dst)`` of every edge, in edge id order."""
+        group = torch.repeat_interleave(torch.arange(self.indptr.numel() - 1,
+                                                     device=self.indptr.device),
+                                        self.indptr.diff())
+        dst = torch.div(group, self.num_etypes, rounding_mode="floor")
+        return self.src.index_select(0, self._where), dst.index_select(0, self._where)
+
+    @functools.cached_property
+    def etype_of_edge(self) -> torch.Tensor:
+        """Each edge id's type (made on first use)."""
+        return self.etype.index_select(0, self._where)
+
+    def out_edges(self, nodes: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Every edge out of ``nodes``: each one's index in ``nodes``, its destination and
+        its edge id, grouped by node in order."""
+        row, pos = draw_in_edges(self._by_source, nodes, -1)
+        return row, self._by_source.src.index_select(0, pos), \
+            self._by_source.eid.index_select(0, pos)
+
+    @functools.cached_property
+    def _by_source(self) -> "InEdges":
+        src, dst = self.ends()
+        return InEdges.of(dst, src, self.num_nodes)
+
+    def has(self, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+        """Whether each edge ``src[i] -> dst[i]`` is here."""
+        keys = self._keys
+        key = dst.long() * self.num_nodes + src.long()
+        if not keys.numel():
+            return torch.zeros(key.numel(), dtype=torch.bool, device=key.device)
+        at = torch.searchsorted(keys, key).clamp(max=keys.numel() - 1)
+        return keys.index_select(0, at) == key
+
+    @functools.cached_property
+    def _keys(self) -> torch.Tensor:
+        """Each edge as the key ``dst * num_nodes + src``, sorted."""
+        src, dst = self.ends()
+        return torch.sort(dst * self.num_nodes + src).values
+
     def to(self, device, non_blocking: bool = False) -> "InEdges":
         """The structure on ``device``."""
-        move = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return dataclasses.replace(self, **{k: v.to(device, non_blocking=non_blocking)
-                                            for k, v in move.items()
-                                            if isinstance(v, torch.Tensor)})
+        return map_tensors(self, lambda t: t.to(device, non_blocking=non_blocking))
 
 
 def draw_in_edges(edges: InEdges, nodes: torch.Tensor, fanouts: int | Sequence[int],

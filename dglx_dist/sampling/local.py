@@ -8,7 +8,7 @@ import torch
 
 from dglx_dist.partition.layout import Partition
 from dglx_dist.sampling.draws import Draws
-from dglx_dist.sampling.in_edges import InEdges, draw_in_edges
+from dglx_dist.sampling.in_edges import InEdges
 from dglx_dist.sampling.options import UNIFORM, EdgeWeights, SampleOptions
 from dglx_dist.sampling.sampler import BlockSampler
 
@@ -67,7 +67,6 @@ class LocalSampler(BlockSampler):
         self.graph, self.num_nodes = graph, graph.num_nodes
         self.edges = InEdges.of(graph.src, graph.dst, graph.num_nodes)
         self.draws = Draws(self.edges, edge_weights)  # P3's hash partitions keep the user's ids
-        self._out = self._pairs = None  # built on first use
 
     def sample_layer(self, nodes: torch.Tensor, fanout: int,
                      exclude: torch.Tensor | None = None, options: SampleOptions = UNIFORM
@@ -80,20 +79,10 @@ class LocalSampler(BlockSampler):
     def out_edges(self, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Every edge out of ``nodes`` as ``(src, dst, eid)`` (global ids; the user's edge
         ids)."""
-        if self._out is None:
-            self._out = InEdges.of(self.graph.dst, self.graph.src, self.num_nodes)
         nodes = nodes.long()
-        row, pos = draw_in_edges(self._out, nodes, -1)
-        return nodes.index_select(0, row), self._out.src.index_select(0, pos), \
-            self.graph.eid.index_select(0, self._out.eid.index_select(0, pos))
+        row, dst, eid = self.edges.out_edges(nodes)
+        return nodes.index_select(0, row), dst, self.graph.eid.index_select(0, eid)
 
     def has_edges(self, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
         """Whether each edge ``src[i] -> dst[i]`` (global ids) is in the graph."""
-        n = self.num_nodes
-        if self._pairs is None:
-            self._pairs = torch.sort(self.graph.dst * n + self.graph.src).values
-        key = dst.long() * n + src.long()
-        if not self._pairs.numel():
-            return torch.zeros(key.numel(), dtype=torch.bool)
-        at = torch.searchsorted(self._pairs, key).clamp(max=self._pairs.numel() - 1)
-        return self._pairs.index_select(0, at) == key
+        return self.edges.has(src, dst)

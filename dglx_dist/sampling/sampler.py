@@ -12,8 +12,8 @@ times (with the same number of layers); members with nothing to sample pass empt
 
 Every sampled edge comes with its edge id in the user's graph (the part's ``edata["_ID"]``,
 its row in the dataset's edges), which the block (:class:`~dglx_dist.sampling.block.Block`)
-carries, and DGL's block it becomes as ``edata[dgl.EID]``. A layer draws uniformly without replacement unless the
-:class:`~dglx_dist.sampling.options.SampleOptions` given to ``sample_blocks`` say otherwise
+carries, and DGL's block it becomes as ``edata[dgl.EID]``. A layer draws uniformly without
+replacement unless the :class:`~dglx_dist.sampling.options.SampleOptions` given to ``sample_blocks`` say otherwise
 (DGL's ``prob`` / ``mask`` / ``replace``): the owner of a node draws its in-edges, with its own
 rows of the weights.
 
@@ -42,7 +42,7 @@ from dglx_dist.runtime.comm import Comm
 from dglx_dist.sampling.block import Block
 from dglx_dist.sampling.blocks import id_dtype
 from dglx_dist.sampling.draws import Draws
-from dglx_dist.sampling.in_edges import InEdges, draw_in_edges
+from dglx_dist.sampling.in_edges import InEdges
 from dglx_dist.sampling.options import UNIFORM, EdgeWeights, SampleOptions
 
 __all__ = ["BlockSampler", "PartitionSampler"]
@@ -137,11 +137,10 @@ class PartitionSampler(BlockSampler):
             self.etype_offsets = torch.tensor([int(o) for o in etype_offsets])
             kinds = torch.searchsorted(self.etype_offsets, self.local_eid, right=True) - 1
             types = self.etype_offsets.numel() - 1
-        self._src, self._dst = torch.from_numpy(part.src).long(), torch.from_numpy(part.dst).long()
-        self.edges = InEdges.of(self._src, self._dst, self.local_gid.numel(), kinds, types)
+        self.edges = InEdges.of(torch.from_numpy(part.src), torch.from_numpy(part.dst),
+                                self.local_gid.numel(), kinds, types)
         orig = torch.from_numpy(np.concatenate([part.core_orig, part.halo_orig])).long()
         self.draws = Draws(self.edges, edge_weights, orig, has_edge_data)
-        self._out = self._pairs = None  # out-edges, sorted (dst, src) keys: built on first use
 
     def exclusions(self, exclude: torch.Tensor) -> list[torch.Tensor]:
         """Per member, the local ids of this part's edges that member excludes (collective:
@@ -174,17 +173,14 @@ class PartitionSampler(BlockSampler):
         """Every edge out of ``nodes`` (global ids) as ``(src, dst, eid)``, wherever it is
         stored (collective: every member's nodes go to every member, which answers with its
         part's edges out of them)."""
-        if self._out is None:  # the part's edges grouped by source
-            self._out = InEdges.of(self._dst, self._src, self.local_gid.numel())
         answers = []
         for asked in self.comm.all_gather_v(nodes.to(self.id_dtype)):
             u, known = self._local_ids(asked.long())
             u = u[known]
-            row, pos = draw_in_edges(self._out, u, -1)
+            row, dst, eid = self.edges.out_edges(u)
             answers.append(torch.cat([self.local_gid.index_select(0, u.index_select(0, row)),
-                                      self.local_gid.index_select(0, self._out.src[pos]),
-                                      self.local_eid.index_select(0, self._out.eid[pos])
-                                      ]).to(self.id_dtype))
+                                      self.local_gid.index_select(0, dst),
+                                      self.local_eid.index_select(0, eid)]).to(self.id_dtype))
         got = [a.long().view(3, -1) for a in self.comm.all_to_all_v(answers)]
         return tuple(torch.cat(part) for part in zip(*got)) if got else (EMPTY,) * 3
 
@@ -201,15 +197,10 @@ class PartitionSampler(BlockSampler):
 
     def _has_local(self, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
         """:meth:`has_edges` for destinations this part owns."""
-        if self._pairs is None:  # each edge as one key dst * n + src, sorted
-            self._pairs = torch.sort(self._dst * self.local_gid.numel() + self._src).values
         u, known = self._local_ids(src)  # a source not here has no edge into this part
         out = torch.zeros(src.numel(), dtype=torch.bool)
-        if bool(known.any()) and self._pairs.numel():
-            v = torch.as_tensor(self.book.to_local(dst[known])).long()
-            key = v * self.local_gid.numel() + u[known]
-            at = torch.searchsorted(self._pairs, key).clamp(max=self._pairs.numel() - 1)
-            out[known] = self._pairs.index_select(0, at) == key
+        if bool(known.any()):
+            out[known] = self.edges.has(u[known], torch.as_tensor(self.book.to_local(dst[known])))
         return out
 
     def sample_layer(self, nodes: torch.Tensor, fanout: int,
