@@ -228,7 +228,7 @@ class SavedBytes:
 
     def pack(self, tensor):
         key, size = _footprint(tensor)
-        if key not in self._seen:
+        if key is None or key not in self._seen:
             self._seen.add(key)
             self._now += size
             self.peak = max(self.peak, self._now)
@@ -239,8 +239,9 @@ class SavedBytes:
         self.start()
 
 
-def _footprint(tensor) -> tuple[int, int]:
-    """An identity for the memory behind ``tensor`` and its size in bytes."""
+def _footprint(tensor) -> tuple[int | None, int]:
+    """Where the memory behind ``tensor`` starts (None: not known, counted every time) and its
+    size in bytes."""
     import torch  # here: only SavedBytes needs torch, importing this module does not
 
     if tensor.layout == torch.strided:
@@ -250,9 +251,10 @@ def _footprint(tensor) -> tuple[int, int]:
         parts = (tensor._indices(), tensor._values())
     elif tensor.layout == torch.sparse_csr:
         parts = (tensor.crow_indices(), tensor.col_indices(), tensor.values())
-    else:  # other layouts (mkldnn, blocked sparse): counted at their dense size
-        parts = (tensor,)
-    return id(tensor), sum(p.numel() * p.element_size() for p in parts)
+    else:  # other layouts (mkldnn, blocked sparse): counted at their dense size, each time
+        return None, tensor.numel() * tensor.element_size()
+    return parts[-1].untyped_storage().data_ptr(), sum(p.numel() * p.element_size()
+                                                       for p in parts)
 
 
 class PeakRSS:

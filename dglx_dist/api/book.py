@@ -8,18 +8,19 @@ the original ones, types in DGL's order (``dgl.to_homogeneous``'s numbering), as
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from dglx_dist.api.ndata import DEFAULT_NTYPE, NodeSpace, as_node_ids
-from dglx_dist.errors import InvalidValueError, NotSupportedError
+from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
 
-__all__ = ["PartitionBook"]
+__all__ = ["PartitionBook", "typed_edge_ids"]
 
 
 class PartitionBook:
@@ -127,7 +128,6 @@ class PartitionBook:
         with types), checked."""
         if not self.graph.is_typed:
             return as_node_ids(eids, self.graph.num_edges(), what, kind="edge")
-        from dglx_dist.api.typed_link import typed_edge_ids  # it imports the graph
         return typed_edge_ids(self.graph, {self.graph.to_canonical_etype(etype): eids}, what)
 
     @staticmethod
@@ -186,3 +186,21 @@ class PartitionBook:
 
     def __repr__(self) -> str:
         return f"PartitionBook(partid={self.partid}, parts={self.num_partitions()})"
+
+
+def typed_edge_ids(graph: DistGraph, indices, what: str = "DataLoader") -> torch.Tensor:
+    """The original homogeneous edge ids of per-type edge ``indices`` (DGL's dict of edge
+    type -> ids or boolean mask; a graph of one edge type may take ids alone)."""
+    if not isinstance(indices, Mapping):
+        if len(graph.canonical_etypes) != 1:
+            raise InvalidTypeError(f"{what}: this graph has edge types "
+                                   f"{graph.canonical_etypes}; pass the edge ids as a dict "
+                                   f"{{edge type: ids}}, e.g. {{{graph.etypes[0]!r}: eids}}")
+        indices = {graph.canonical_etypes[0]: indices}
+    out = [torch.zeros(0, dtype=torch.int64)]
+    for key, ids in indices.items():
+        etype = graph.to_canonical_etype(key)
+        ids = as_node_ids(ids, graph.num_edges(etype), f"{what} (edge type {etype})",
+                          kind="edge")
+        out.append(torch.from_numpy(graph.pdir.types.etype_to_homogeneous(etype, ids.numpy())))
+    return torch.cat(out)

@@ -253,8 +253,9 @@ class DistModel(nn.Module):
         strategy = self._graph.strategy
         sharded, comm = strategy.sharded_params() if isinstance(strategy, ShardedParams) else \
             ([], None)
-        ids = {id(p) for p in sharded}
-        grads = [p.grad for p in self.parameters() if p.grad is not None and id(p) not in ids]
+        held = {p.data_ptr() for p in sharded}  # the memory of the sharded parameters
+        grads = [p.grad for p in self.parameters() if p.grad is not None and
+                 p.data_ptr() not in held]
         shard_grads = [p.grad for p in sharded if p.grad is not None]
         p = float(norm_type)
         if p == float("inf"):

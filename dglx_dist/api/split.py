@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from dglx_dist.api.book import PartitionBook
+from dglx_dist.api.book import PartitionBook, typed_edge_ids
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.ndata import DEFAULT_NTYPE, NodeDataView, as_node_ids
-from dglx_dist.api.typed_link import typed_edge_ids
 from dglx_dist.errors import InvalidTypeError, InvalidValueError
 from dglx_dist.runtime.agree import differing_ranks, ids_digest, on_every_rank
 from dglx_dist.sampling import even_chunk

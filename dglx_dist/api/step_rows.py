@@ -13,8 +13,10 @@ the last step's optimizer step), which travels while the loader samples the step
 * the rows of every node-data name a loop has read with a loader's input nodes (sources) or
   output nodes (destinations) of a type before (:meth:`StepRows.note`).
 
-Each is offered under the very ids tensor the loader hands over; a read with that tensor
-takes the rows (once), any other read pulls as before. A push to a name (this rank's writes,
+Each is offered for the ids the loader hands over; a read with ids of the same values
+(that tensor, a copy, the ids moved to a GPU) takes the rows (once), any other read pulls as
+before. Reads are matched by the ids' values (:func:`~dglx_dist.kvstore.embedding.same_ids`),
+never by which tensor object the loop passes. A push to a name (this rank's writes,
 every collective push) drops its offer. Ranks may want different names: the exchange is one
 either way.
 """
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
+from dglx_dist.kvstore.embedding import same_ids
 from dglx_dist.runtime.peer import PeerError
 
 if TYPE_CHECKING:
@@ -47,7 +50,7 @@ class StepRows:
         self.embeddings: list = []  # the graph's DistEmbeddings, in creation order
         self.wanted: dict[tuple[str, str], NodeSpace] = {}  # (store name, side) -> its space
         self._offers: dict[str, tuple[torch.Tensor, int, Callable]] = {}
-        self._handed: dict[int, tuple[str, torch.Tensor]] = {}  # id(ids) -> side, ids
+        self._handed: list[tuple[str, str, torch.Tensor]] = []  # (side, node type, ids)
         self._pending = None
 
     def start(self, input_nodes: dict[str, torch.Tensor],
@@ -56,8 +59,8 @@ class StepRows:
         (collective: every rank at the same step)."""
         self.settle()
         sides = {"src": input_nodes, "dst": output_nodes or {}}
-        self._handed = {id(ids): (side, ids) for side, nodes in sides.items()
-                        for ids in nodes.values()}
+        self._handed = [(side, ntype, ids) for side, nodes in sides.items()
+                        for ntype, ids in nodes.items()]
         self._offers = {}
         embs = [(e, input_nodes[e.space.ntype]) for e in self.embeddings
                 if e.space.ntype in input_nodes]
@@ -77,20 +80,23 @@ class StepRows:
                                   lambda i=i: pending.wait()[i])
 
     def take(self, name: str, ids: object) -> torch.Tensor | None:
-        """The rows of store name ``name`` offered under ``ids`` (that very tensor), if no
-        push to the name came since they were pulled; None otherwise."""
+        """The rows of store name ``name`` offered for ids of ``ids``' values, if no push to
+        the name came since they were pulled; None otherwise."""
         offer = self._offers.pop(name, None)
-        if offer is None or offer[0] is not ids or \
+        if offer is None or not same_ids(offer[0], ids) or \
                 offer[1] != self.store.pushes.get(name, 0):
             return None
         return offer[2]()
 
     def note(self, name: str, space: NodeSpace, ids: object) -> None:
-        """Remembers that store name ``name`` (of node space ``space``) was read with ids
-        a loader handed over, so that the next steps pull it."""
-        handed = self._handed.get(id(ids))
-        if handed is not None and handed[1] is ids and name in self.store.names():
-            self.wanted[(name, handed[0])] = space
+        """Remembers that store name ``name`` (of node space ``space``) was read with the
+        values of ids a loader handed over, so that the next steps pull it."""
+        if name not in self.store.names():
+            return
+        side = next((side for side, ntype, handed in self._handed
+                     if ntype == space.ntype and same_ids(handed, ids)), None)
+        if side is not None:
+            self.wanted[(name, side)] = space
 
     def settle(self) -> None:
         """Waits for the pull under way, if any (its rows stay offered)."""

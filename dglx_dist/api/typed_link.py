@@ -32,35 +32,18 @@ import dgl
 import numpy as np
 import torch
 
+from dglx_dist.api.book import typed_edge_ids
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.ndata import as_node_ids
-from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
+from dglx_dist.errors import InvalidValueError, NotSupportedError
 from dglx_dist.strategies.steps import EdgeBatch
 
-__all__ = ["TypedEdgePairs", "typed_edge_ids"]
+__all__ = ["TypedEdgePairs"]
 
 Etype = tuple[str, str, str]
 EMPTY = torch.zeros(0, dtype=torch.int64)
 _WHERE = "as_edge_prediction_sampler"
 _MODES = ("self", "reverse_id", "reverse_types")
-
-
-def typed_edge_ids(graph: DistGraph, indices, what: str = "DataLoader") -> torch.Tensor:
-    """The original homogeneous edge ids of per-type edge ``indices`` (DGL's dict of edge
-    type -> ids or boolean mask; a graph of one edge type may take ids alone)."""
-    if not isinstance(indices, Mapping):
-        if len(graph.canonical_etypes) != 1:
-            raise InvalidTypeError(f"{what}: this graph has edge types "
-                                   f"{graph.canonical_etypes}; pass the edge ids as a dict "
-                                   f"{{edge type: ids}}, e.g. {{{graph.etypes[0]!r}: eids}}")
-        indices = {graph.canonical_etypes[0]: indices}
-    out = [EMPTY]
-    for key, ids in indices.items():
-        etype = graph.to_canonical_etype(key)
-        ids = as_node_ids(ids, graph.num_edges(etype), f"{what} (edge type {etype})",
-                          kind="edge")
-        out.append(torch.from_numpy(graph.pdir.types.etype_to_homogeneous(etype, ids.numpy())))
-    return torch.cat(out)
 
 
 def _by_etype(g, value, what: str, expected: str) -> Mapping:

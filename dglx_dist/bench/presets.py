@@ -13,13 +13,14 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from dglx_dist.config import RunConfig
+from dglx_dist.cli_flags import from_args
+from dglx_dist.config import TRAINING, RunConfig
 from dglx_dist.errors import InvalidValueError
 
 if TYPE_CHECKING:
     from dglx_dist.data.synthetic import SyntheticConfig
 
-__all__ = ["BENCH_RUN", "NETWORKS", "PRESETS", "Preset", "SET_BY_SETUP", "ScriptPreset",
+__all__ = ["BENCH_RUN", "bench_run", "NETWORKS", "PRESETS", "Preset", "SET_BY_SETUP", "ScriptPreset",
            "TypedPreset", "choose_network", "script_parser"]
 
 log = logging.getLogger("dglx_dist.bench")
@@ -218,3 +219,10 @@ def choose_network(choice: str, link_preset: str = "1g") -> str:
         log.warning("no emulated cluster here (%s); using virtual servers", exc)
         return "virtual"
     return NETWORKS[preset]
+
+
+def bench_run(args: argparse.Namespace) -> RunConfig:
+    """The common run config: :data:`BENCH_RUN` with the preset's
+    values, then the training flags given (``dglx bench`` adds them as an overlay)."""
+    return from_args(RunConfig, args, base=PRESETS[args.preset].run(BENCH_RUN),
+                     sections=TRAINING, skip=SET_BY_SETUP)

@@ -14,15 +14,14 @@ from typing import Any
 from dglx_dist.bench.floor import add_floors
 from dglx_dist.bench.harness import Setup, add_time_to_accuracy, run_system
 from dglx_dist.bench.kinds import KINDS, DataKind, kind_of
-from dglx_dist.bench.presets import BENCH_RUN, PRESETS, SET_BY_SETUP, choose_network
+from dglx_dist.bench.presets import PRESETS, bench_run, choose_network
 from dglx_dist.bench.report import markdown, plot, write_jsonl
-from dglx_dist.cli_flags import from_args, parse_key_values
-from dglx_dist.config import TRAINING, RunConfig
+from dglx_dist.cli_flags import parse_key_values
 from dglx_dist.data.atomic import DirKind, check_target
 from dglx_dist.data.owned import read_record, write_record
 from dglx_dist.errors import InvalidValueError, OutputExistsError
 
-__all__ = ["BENCH_DIR", "bench_run", "check_out", "data_kind", "extra_options", "replot",
+__all__ = ["BENCH_DIR", "check_out", "data_kind", "extra_options", "replot",
            "run_bench"]
 
 BENCH_DIR = DirKind("bench", "a dglx bench output directory")
@@ -30,13 +29,6 @@ _RENDERED = ("results.md", "bench.png")
 RESULTS = ("results.jsonl", "meta.json", *_RENDERED)
 
 log = logging.getLogger("dglx_dist.bench")
-
-
-def bench_run(args: argparse.Namespace) -> RunConfig:
-    """The common run config: :data:`~dglx_dist.bench.presets.BENCH_RUN` with the preset's
-    values, then the training flags given (``dglx bench`` adds them as an overlay)."""
-    return from_args(RunConfig, args, base=PRESETS[args.preset].run(BENCH_RUN),
-                     sections=TRAINING, skip=SET_BY_SETUP)
 
 
 def dataset(args: argparse.Namespace, workdir: Path) -> Path:

@@ -19,6 +19,7 @@ from typing import Any, Callable
 from dglx_dist.bench.dgl_distdgl import startup
 from dglx_dist.bench.harness import (Options, launch, parse_records, partition_first,
                                      run_dgl_distdgl, strategy_config, summarize)
+from dglx_dist.bench.presets import bench_run
 from dglx_dist.bench.shared import Setup
 from dglx_dist.cli_flags import to_argv
 from dglx_dist.errors import InvalidValueError
@@ -65,8 +66,6 @@ def check_typed(args: argparse.Namespace) -> None:
     """Refuses, in one line, what ``dglx bench`` cannot run on a typed dataset (before any
     work): the link task, another model, row normalisation, the memory check, evaluation
     fanouts."""
-    from dglx_dist.bench.suite import bench_run
-
     refusals = [
         (bench_run(args).task.name != "node", "--task link: link prediction on a typed graph "
          "is not supported yet; leave --task out"),

@@ -53,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategy-opt", action="append", default=[], metavar="NAME:KEY=VALUE",
                    help="an option for one strategy, repeatable (e.g. granndis:co_batches=4)")
     # the run config's training sections: dglx train's flags, over BENCH_RUN and the preset
-    # (epochs, hidden, lr, train_edges): a flag not given stays off args (suite.bench_run)
+    # (epochs, hidden, lr, train_edges): a flag not given stays off args (presets.bench_run)
     add_flags(p, RunConfig, sections=TRAINING, skip=SET_BY_SETUP, base=BENCH_RUN,
               overlay=True, changes={
                   "model": {"choices": None},
@@ -89,7 +89,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _check(args: argparse.Namespace) -> None:
     """Refuses what cannot run, before any work starts."""
-    from dglx_dist.bench.suite import bench_run, check_out, data_kind, extra_options
+    from dglx_dist.bench.presets import bench_run
+    from dglx_dist.bench.suite import check_out, data_kind, extra_options
 
     run = bench_run(args)
     _check_memory_limit(args, run.task.name)

@@ -14,10 +14,10 @@ __all__ = ["DistEmbedding"]
 
 class DistEmbedding:
     """Learnable rows, one per node, trained by :mod:`dglx_dist.distributed.optim` (collective
-    to create; calling it is a pull: every rank calls at the same step). On a graph with
-    types, a ``DataLoader`` step pulls the rows of its input nodes of the embedding's type
-    for every embedding of the graph at once; called with those ids (``input_nodes[ntype]``,
-    the tensor the loader gave), it takes them instead of pulling.
+    to create; calling it is a pull: every rank calls at the same step). A ``DataLoader``
+    step pulls the rows of its input nodes (of the embedding's type, on a graph with types)
+    for every embedding of the graph at once; called with those ids (the values of
+    ``input_nodes[ntype]``), it takes them instead of pulling.
 
     Args:
         num_embeddings: rows: the graph's node count (of one node type on a graph with types).

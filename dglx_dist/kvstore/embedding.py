@@ -32,7 +32,17 @@ from dglx_dist.kvstore.base import KVStore
 from dglx_dist.kvstore.ops import Init
 from dglx_dist.kvstore.policy import PartitionPolicy
 
-__all__ = ["DistEmbedding", "SparseOptimizer", "SparseAdagrad", "SparseAdam"]
+__all__ = ["DistEmbedding", "SparseOptimizer", "SparseAdagrad", "SparseAdam", "same_ids"]
+
+
+def same_ids(ids: torch.Tensor, other: object) -> bool:
+    """Whether ``other`` is a tensor of integer ids with the values of ``ids``, in the same
+    order, wherever it lives: how rows pulled ahead for ``ids`` are matched to a read (by
+    the ids' values, never by which tensor object a loop passes)."""
+    if not isinstance(other, torch.Tensor) or other.shape != ids.shape or \
+            other.dtype.is_floating_point or other.dtype.is_complex or other.dtype == torch.bool:
+        return False
+    return torch.equal(ids, other.to(ids.device, ids.dtype))
 
 
 class DistEmbedding:
@@ -69,18 +79,19 @@ class DistEmbedding:
         """
         return self._leaf(ids, self.store.pull(self.name, ids), device)
 
-    def offer(self, key: object, ids: torch.Tensor, rows: Callable[[], torch.Tensor]) -> None:
-        """Rows ``ids`` pulled ahead (a loader's prefetch; ``rows()`` gives them): the next
-        :meth:`take` of ``key`` (the same object) gets them instead of pulling. The next take
-        of anything else, or an optimizer's step, drops them."""
+    def offer(self, key: torch.Tensor, ids: torch.Tensor,
+              rows: Callable[[], torch.Tensor]) -> None:
+        """Rows ``ids`` pulled ahead (a loader's prefetch; ``rows()`` gives them) for the
+        caller's ids ``key``: the next :meth:`take` of ids of the same values gets them
+        instead of pulling. The next take of other ids, or an optimizer's step, drops them."""
         self._offer = (key, ids, rows)
 
     def take(self, key: object, device: torch.device | str | None = None
              ) -> torch.Tensor | None:
-        """The rows offered under ``key``, as :meth:`__call__` gives them; None when they
-        were not (the offer is dropped either way)."""
+        """The rows offered for ids of ``key``'s values, as :meth:`__call__` gives them;
+        None when they were not (the offer is dropped either way)."""
         offer, self._offer = self._offer, None
-        if offer is None or offer[0] is not key:
+        if offer is None or not same_ids(offer[0], key):
             return None
         return self._leaf(offer[1], offer[2](), device)
 
@@ -143,12 +154,12 @@ class SparseOptimizer(abc.ABC):
         """Pushes every embedding's summed gradient rows to their owners (collective): one
         push of all of a store's embeddings (:meth:`KVStore.push_many`)."""
         with torch.no_grad():
-            by_store: dict[int, tuple[KVStore, list]] = {}
+            by_store: dict[KVStore, list] = {}
             for emb in self.embeddings:
                 ids, grads = emb.gradients()
-                by_store.setdefault(id(emb.store), (emb.store, []))[1].append(
+                by_store.setdefault(emb.store, []).append(
                     (emb.name, ids, grads, self.op_name(emb)))
-            for store, pushes in by_store.values():
+            for store, pushes in by_store.items():
                 store.push_many(pushes)
             for emb in self.embeddings:
                 emb.clear_trace()

@@ -30,9 +30,11 @@ import torch
 
 from dglx_dist.data.checked import check_range
 from dglx_dist.errors import PartitionError, PartitionFormatError
+from dglx_dist.partition.dgl_graphbolt import read_graphbolt
+from dglx_dist.partition.dgl_tensors import PartGraph
 
 __all__ = ["NodeDataKeys", "node_data_keys", "found_keys", "keeps", "USUAL_NAMES", "load_id_map",
-           "load_typed_id_maps", "PartGraph", "load_part_graph"]
+           "load_typed_id_maps", "load_part_graph"]
 
 _ERR = PartitionFormatError
 
@@ -184,22 +186,6 @@ def _read_id_file(file: Path, what: str):
                          f"array per type (np.savez) or a .pt file (torch.save)")
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class PartGraph:
-    """One DGL part graph as the importers read it, from ``graph.dgl`` or GraphBolt's
-    ``fused_csc_sampling_graph.pt``: its edges in local ids and, as int64 (bool for
-    ``inner_node``) numpy arrays, the node data ``_ID`` and ``inner_node`` (and ``_TYPE`` of a
-    heterograph's ``graph.dgl``) and the edge data ``_ID`` (and ``_TYPE`` of a heterograph).
-    A GraphBolt file has no node types: the importer takes them from ``node_map``."""
-
-    file: Path
-    num_nodes: int
-    src: np.ndarray
-    dst: np.ndarray
-    ndata: dict[str, np.ndarray]
-    edata: dict[str, np.ndarray]
-
-
 def load_part_graph(files: Mapping[str, Path], core: tuple[int, int],
                     typed: bool = False) -> PartGraph:
     """The part graph named in one part's ``files``: ``part_graph`` (``graph.dgl``) or
@@ -208,8 +194,6 @@ def load_part_graph(files: Mapping[str, Path], core: tuple[int, int],
     range of DGL's new node ids."""
     if "part_graph" in files:
         return _load_dgl_graph(files["part_graph"], typed)
-    from dglx_dist.partition.dgl_graphbolt import read_graphbolt
-
     return read_graphbolt(files["part_graph_graphbolt"], core)
 
 

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from dglx_dist.errors import PartitionFormatError
-from dglx_dist.partition.dgl_files import PartGraph
+from dglx_dist.partition.dgl_tensors import PartGraph
 
 __all__ = ["read_graphbolt"]
 

@@ -1,4 +1,5 @@
-"""DGL's tensor files (a part's ``node_feat.dgl`` and ``edge_feat.dgl``), read without DGL.
+"""DGL's tensor files (a part's ``node_feat.dgl`` and ``edge_feat.dgl``), read without DGL,
+and :class:`PartGraph`, what a part graph's file (``graph.dgl`` or GraphBolt's) is read into.
 
 ``dgl.data.utils.save_tensors`` writes them (DGL's ``src/graph/serialize/tensor_serialize.cc``
 with dmlc-core's serializers for strings and vectors and ``SaveDLTensor`` of
@@ -31,11 +32,12 @@ import struct
 from pathlib import Path
 from typing import BinaryIO
 
+import numpy as np
 import torch
 
 from dglx_dist.errors import PartitionFormatError
 
-__all__ = ["read_tensor_file"]
+__all__ = ["PartGraph", "read_tensor_file"]
 
 _ERR = PartitionFormatError
 _FILE_MAGIC = 0xDD5A9FBE3FA2443F
@@ -190,3 +192,19 @@ def read_tensor_file(file: str | Path) -> dict[str, torch.Tensor]:
     except OSError as exc:
         raise _ERR(f"{file}: cannot be read ({exc.strerror or exc}); expected a DGL tensor "
                    f"file") from None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PartGraph:
+    """One DGL part graph as the importers read it, from ``graph.dgl`` or GraphBolt's
+    ``fused_csc_sampling_graph.pt``: its edges in local ids and, as int64 (bool for
+    ``inner_node``) numpy arrays, the node data ``_ID`` and ``inner_node`` (and ``_TYPE`` of a
+    heterograph's ``graph.dgl``) and the edge data ``_ID`` (and ``_TYPE`` of a heterograph).
+    A GraphBolt file has no node types: the importer takes them from ``node_map``."""
+
+    file: Path
+    num_nodes: int
+    src: np.ndarray
+    dst: np.ndarray
+    ndata: dict[str, np.ndarray]
+    edata: dict[str, np.ndarray]

@@ -58,9 +58,9 @@ from dglx_dist.errors import PartitionFormatError
 from dglx_dist.partition.book import RangeBook
 from dglx_dist.partition.dgl_data import DataImport
 from dglx_dist.partition.dgl_config import DglTypedConfig
-from dglx_dist.partition.dgl_files import (NodeDataKeys, PartGraph, checked_num_classes,
-                                           class_ids, inner_edges, keeps, load_part_graph)
-from dglx_dist.partition.dgl_tensors import read_tensor_file
+from dglx_dist.partition.dgl_files import (NodeDataKeys, checked_num_classes, class_ids,
+                                           inner_edges, keeps, load_part_graph)
+from dglx_dist.partition.dgl_tensors import PartGraph, read_tensor_file
 from dglx_dist.partition.layout import Partition
 
 __all__ = ["TypedImporter"]

@@ -153,7 +153,6 @@ class MetisPartitioner(Partitioner):
         try:
             import dgl
         except ImportError as e:  # a DGL-free install (docs/install.md: the core layers)
-            typed = "ntype" in split_masks
             raise MissingDependencyError(
                 f"metis backend 'dgl' runs DGL's METIS, and dgl does not import ({e}); install "
                 "dgl (docs/install.md), or use backend 'libmetis'") from e

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 import dglx_dist
 from dglx_dist.data import CoraGraphDataset
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.kvstore.embedding import same_ids
 from dglx_dist.models import GCN, SAGE
 from dglx_dist.strategies import STRATEGIES
 from dglx_dist.strategies.abilities import FullGraphForm, exact_options
@@ -546,13 +547,15 @@ def test_refusals_reach_every_rank(tmp_path, cache, what, expected):
     assert text.count(expected) == 2, text
 
 
-def _read_in_the_loop(session, cache, take):
-    """Two epochs of DGL loops on Cora over 2 servers reading rows themselves, with the
-    loader's ids (``take``: the rows the loader pulled for the step are taken) or with copies
-    of them (each read pulls alone): a node loader's loop (input nodes' features, output
-    nodes' labels, a DistEmbedding of every node trained by SparseAdam), then an edge
-    loader's (input nodes' features). The parameters and embedding rows at the end, and
-    whether each read found its rows pulled."""
+def _read_in_the_loop(session, cache, how):
+    """Two epochs of DGL loops on Cora over 2 servers reading rows themselves with the ids
+    the loader hands over, given as ``how`` says: the tensor itself or a copy (the rows the
+    loader pulled for the step are taken: reads are matched by the ids' values), or the ids
+    as a list (not a tensor the loader's ids can match: each read pulls alone). A node
+    loader's loop (input nodes' features, output nodes' labels, a DistEmbedding of every
+    node trained by SparseAdam), then an edge loader's (input nodes' features). The
+    parameters and embedding rows at the end, and whether each read found its rows
+    pulled."""
     import dgl
 
     import dglx_dist.dgl as ddgl
@@ -565,9 +568,9 @@ def _read_in_the_loop(session, cache, take):
     sparse = ddgl.distributed.optim.SparseAdam([emb], lr=0.1)
     model = dglx_dist.parallelize(seeded_model(lambda: SAGE(1437, 8, 7, 2, dropout=0.0)), g)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    given = (lambda ids: ids) if take else (lambda ids: ids.clone())
+    given = {"tensor": lambda ids: ids, "copy": torch.clone, "list": torch.Tensor.tolist}[how]
     offered = lambda name, ids: name in g.step_rows._offers and \
-        g.step_rows._offers[name][0] is ids  # noqa: E731
+        same_ids(g.step_rows._offers[name][0], ids)  # noqa: E731
     ids = dglx_dist.node_split(g.ndata["train_mask"], g)
     nodes = dglx_dist.DataLoader(g, ids, dgl.dataloading.NeighborSampler([3, 3]),
                                  batch_size=16, shuffle=True)
@@ -576,7 +579,7 @@ def _read_in_the_loop(session, cache, take):
         for input_nodes, output_nodes, blocks in nodes:
             inputs, outputs = given(input_nodes), given(output_nodes)
             taken += [offered("feat", inputs), offered("label", outputs),
-                      emb.inner._offer is not None and emb.inner._offer[0] is inputs]
+                      emb.inner._offer is not None and same_ids(emb.inner._offer[0], inputs)]
             x = torch.cat([g.ndata["feat"][inputs], emb(inputs)], 1)
             loss = F.cross_entropy(model(blocks, x), g.ndata["label"][outputs])
             opt.zero_grad()
@@ -591,7 +594,7 @@ def _read_in_the_loop(session, cache, take):
     for input_nodes, pair, neg, blocks in edges:
         inputs = given(input_nodes)
         taken.append(offered("feat", inputs))
-        x = torch.cat([g.ndata["feat"][inputs], torch.zeros(inputs.numel(), 4)], 1)
+        x = torch.cat([g.ndata["feat"][inputs], torch.zeros(len(inputs), 4)], 1)
         h = model(blocks, x)
         src, dst = pair.edges()
         loss = -(h[src] * h[dst]).sum(1).sigmoid().log().mean()
@@ -606,29 +609,32 @@ def _read_in_the_loop(session, cache, take):
     return {"rows": rows.tolist(), "params": params, "taken": taken, "wanted": wanted}
 
 
-def _reads_both_ways(session, cache):
-    """:func:`_read_in_the_loop` taking the loader's rows, then reading alone (one start)."""
-    return [_read_in_the_loop(session, cache, take) for take in (True, False)]
+def _reads_three_ways(session, cache):
+    """:func:`_read_in_the_loop` with the loader's ids, a copy of them, a list of them (one
+    start)."""
+    return [_read_in_the_loop(session, cache, how) for how in ("tensor", "copy", "list")]
 
 
 def test_rows_the_loader_pulled_train_as_rows_pulled_alone(tmp_path, cache):
     """A loop that reads g.ndata and a DistEmbedding itself with the ids a node or edge
-    loader hands over takes the rows the loader pulled for the step (from the second step
-    on: the first read tells it what to pull), and trains exactly as reads with other ids
-    tensors (each pulling alone at that point): the same parameters and embedding rows."""
-    res = run_workers(_reads_both_ways, 2, tmp_path / "run", cache,
+    loader hands over (that tensor or a copy of it: matched by value) takes the rows the
+    loader pulled for the step (from the second step on: the first read tells it what to
+    pull), and trains exactly as reads with ids it cannot match (a list, each pulling alone
+    at that point): the same parameters and embedding rows."""
+    res = run_workers(_reads_three_ways, 2, tmp_path / "run", cache,
                       env={"DGLX_VIRTUAL_SERVERS": "2"})
     for r in range(2):
-        took, alone = res[r]
-        # the first step's node data is read alone (the reads are noted for the steps after);
-        # the embedding's rows are pulled from the first step on
-        assert took["taken"][:3] == [False, False, True] and all(took["taken"][3:])
+        *took, alone = res[r]
         assert not any(alone["taken"]) and alone["wanted"] == []
-        assert [list(w) for w in took["wanted"]] == [["feat", "src"], ["label", "dst"]]
-        np.testing.assert_array_equal(np.array(took["rows"]), np.array(alone["rows"]))
-        assert (np.array(took["rows"]) != 0.5).any()  # trained
-        for a, b in zip(took["params"], alone["params"]):
-            np.testing.assert_array_equal(np.array(a), np.array(b))
+        for run in took:
+            # the first step's node data is read alone (the reads are noted for the steps
+            # after); the embedding's rows are pulled from the first step on
+            assert run["taken"][:3] == [False, False, True] and all(run["taken"][3:])
+            assert [list(w) for w in run["wanted"]] == [["feat", "src"], ["label", "dst"]]
+            np.testing.assert_array_equal(np.array(run["rows"]), np.array(alone["rows"]))
+            for a, b in zip(run["params"], alone["params"]):
+                np.testing.assert_array_equal(np.array(a), np.array(b))
+        assert (np.array(alone["rows"]) != 0.5).any()  # trained
 
 
 def _written_in_a_loop(session, cache):

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import dglx_dist
+from dglx_dist.kvstore.embedding import same_ids
 from dglx_dist.testing import run_workers
 
 pytestmark = pytest.mark.dist
@@ -359,9 +360,10 @@ def test_typed_data_reads_by_type_and_bad_input_is_one_line(tmp_path):
 
 def _train_embeddings(session, cache, take):
     """Two epochs of SparseAdam on two embeddings (authors, papers) through the loader, the
-    fields' features and the papers' labels read in the loop: with the loader's input and
-    output nodes (``take``: the rows the loader pulled for the step are taken) or with copies
-    of them (each read pulls alone); the rows at the end."""
+    fields' features and the papers' labels read in the loop: with copies of the loader's
+    input and output nodes (``take``: the rows the loader pulled for the step are taken, as
+    reads are matched by the ids' values) or with the ids as lists (each read pulls alone);
+    the rows at the end."""
     import dgl
 
     import dglx_dist.dgl as ddgl
@@ -381,11 +383,11 @@ def _train_embeddings(session, cache, take):
     taken = []
     for _ in range(2):
         for input_nodes, output_nodes, blocks in loader:
-            given = lambda ids: ids if take else ids.clone()  # noqa: E731
+            given = torch.clone if take else torch.Tensor.tolist
             x = {"field": g.nodes["field"].data["feat"][given(input_nodes["field"])]}
             for t, emb in embs.items():
                 ids = given(input_nodes[t])
-                taken.append(emb.inner._offer is not None and emb.inner._offer[0] is ids)
+                taken.append(emb.inner._offer is not None and same_ids(emb.inner._offer[0], ids))
                 x[t] = emb(ids)
             labels = g.nodes["paper"].data["label"][given(output_nodes["paper"])]
             F.cross_entropy(model(blocks, x)["paper"], labels).backward()

@@ -129,7 +129,7 @@ def test_the_model_names_are_the_reference_models():
 
 
 def test_bench_flags_lie_over_the_preset_and_its_base(tmp_path):
-    from dglx_dist.bench.suite import bench_run
+    from dglx_dist.bench.presets import bench_run
 
     args = build_parser().parse_args(["bench", "--preset", "small", "--hidden", "8",
                                       "--task", "link"])

@@ -49,3 +49,77 @@ def test_no_function_is_too_long():
              for line, name, n in long_functions(path.read_text())]
     assert not found, (f"functions over {MAX_FUNCTION_LINES} lines (split them into helpers):\n"
                        + "\n".join(found))
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """The package modules ``path`` imports when it runs: at the top and inside functions;
+    an import under ``if TYPE_CHECKING:`` is for annotations only and never runs."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.update(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules
+                         else node.module for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return found & modules
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import circle of ``graph`` (module -> the modules it imports), or []."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def walk(name: str) -> list[str]:
+        state[name] = 1
+        path.append(name)
+        for dep in sorted(graph[name]):
+            if state.get(dep) == 1:
+                return path[path.index(dep):] + [dep]
+            if dep not in state and (found := walk(dep)):
+                return found
+        state[name] = 2
+        path.pop()
+        return []
+
+    return next((found for name in sorted(graph) if name not in state
+                 and (found := walk(name))), [])
+
+
+def test_the_cycle_finder_finds_a_circle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": set(), "d": {"a", "c"}}) == []
+
+
+def test_no_module_imports_itself_through_others():
+    """A package's modules import one way (shared/DESIGN.md): no circle among them, not even
+    through an import deferred into a function (a circle hidden from import time only)."""
+    files = [p for p in sorted((ROOT / "dglx_dist").rglob("*.py"))]
+    modules = {_module_name(p) for p in files}
+    graph = {_module_name(p): _imports(p, modules) - {_module_name(p)} for p in files}
+    graph = {name: {d for d in deps if not name.startswith(d + ".")}  # a package's own
+             for name, deps in graph.items()}  # __init__ runs before its modules
+    assert _cycle(graph) == [], " -> ".join(_cycle(graph))
+
+
+def test_no_object_is_matched_by_identity():
+    """Rows and parameters are matched by their values or their memory, never by ``id()`` of
+    the object a caller happens to pass (issue 58)."""
+    found = [f"{path.relative_to(ROOT)}:{node.lineno}" for path in _package_files()
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+             and node.func.id == "id"]
+    assert not found, "id() calls:\n" + "\n".join(found)
