@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from dglx_dist.api.ndata import DEFAULT_NTYPE, NodeSpace, as_node_ids
+from dglx_dist.api.ndata import NodeSpace, as_node_ids
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
 
-__all__ = ["PartitionBook", "typed_edge_ids"]
+__all__ = ["PartitionBook", "given_edge_ids"]
 
 
 class PartitionBook:
@@ -52,10 +52,6 @@ class PartitionBook:
     def to_canonical_etype(self, etype) -> tuple[str, str, str]:
         return self.graph.to_canonical_etype(etype)
 
-    def _space(self, ntype: str | None) -> NodeSpace:
-        if ntype in (None, DEFAULT_NTYPE) and not self.graph.is_typed:
-            return self.graph.node_space
-        return self.graph.space(ntype)
 
     def _in_row_order(self, space: NodeSpace) -> torch.Tensor:
         if space.ntype not in self._owned:
@@ -66,13 +62,13 @@ class PartitionBook:
 
     def partid2nids(self, partid: int, ntype: str | None = None) -> torch.Tensor:
         """The ids (of ``ntype`` on a graph with types) of the nodes part ``partid`` holds."""
-        space = self._space(ntype)
+        space = self.graph.space(ntype)
         rows = torch.from_numpy(np.asarray(space.policy.book.core_ids(int(partid))))
         return self._in_row_order(space)[rows]
 
     def nid2partid(self, nids, ntype: str | None = None) -> torch.Tensor:
         """The part holding each node of ``nids`` (of ``ntype`` on a graph with types)."""
-        space = self._space(ntype)
+        space = self.graph.space(ntype)
         ids = space.check(nids, "nid2partid")
         return torch.as_tensor(space.policy.book.owner(space.rows(ids)))
 
@@ -99,7 +95,7 @@ class PartitionBook:
     def nid2localnid(self, nids, partid: int, ntype: str | None = None) -> torch.Tensor:
         """Each node's local id in part ``partid``, which must hold it (DGL's: core nodes
         number from 0 in the part; per node type on a graph with types, each type's from 0)."""
-        space = self._space(ntype)
+        space = self.graph.space(ntype)
         rows = space.rows(space.check(nids, "nid2localnid")).numpy()  # the type's rows
         self._held(space.policy.book.owner(rows), partid, "nid2localnid", "node")
         return torch.as_tensor(np.asarray(space.policy.book.to_local(rows), dtype=np.int64))
@@ -126,9 +122,7 @@ class PartitionBook:
     def _edge_ids(self, eids, etype, what: str) -> torch.Tensor:
         """The graph's (homogeneous) edge ids of ``eids`` (of edge type ``etype`` on a graph
         with types), checked."""
-        if not self.graph.is_typed:
-            return as_node_ids(eids, self.graph.num_edges(), what, kind="edge")
-        return typed_edge_ids(self.graph, {self.graph.to_canonical_etype(etype): eids}, what)
+        return given_edge_ids(self.graph, {self.graph.to_canonical_etype(etype): eids}, what)
 
     @staticmethod
     def _held(owners, partid: int, what: str, kind: str) -> None:
@@ -153,7 +147,7 @@ class PartitionBook:
 
     def map_to_homo_nid(self, ids, ntype: str) -> torch.Tensor:
         """Homogeneous ids of node type ``ntype``'s ``ids``."""
-        space = self._space(ntype)
+        space = self.graph.space(ntype)
         return space.check(ids, "map_to_homo_nid") + space.hom_offset
 
     def map_to_per_ntype(self, ids) -> tuple[torch.Tensor, torch.Tensor]:
@@ -188,19 +182,21 @@ class PartitionBook:
         return f"PartitionBook(partid={self.partid}, parts={self.num_partitions()})"
 
 
-def typed_edge_ids(graph: DistGraph, indices, what: str = "DataLoader") -> torch.Tensor:
-    """The original homogeneous edge ids of per-type edge ``indices`` (DGL's dict of edge
-    type -> ids or boolean mask; a graph of one edge type may take ids alone)."""
+def given_edge_ids(graph: DistGraph, indices, what: str = "DataLoader") -> torch.Tensor:
+    """The original homogeneous edge ids of the user's edge ``indices``: ids or a boolean
+    mask, or DGL's dict {edge type: per-type ids or mask} (a graph of one edge type, with or
+    without types, takes either)."""
     if not isinstance(indices, Mapping):
         if len(graph.canonical_etypes) != 1:
             raise InvalidTypeError(f"{what}: this graph has edge types "
                                    f"{graph.canonical_etypes}; pass the edge ids as a dict "
                                    f"{{edge type: ids}}, e.g. {{{graph.etypes[0]!r}: eids}}")
         indices = {graph.canonical_etypes[0]: indices}
-    out = [torch.zeros(0, dtype=torch.int64)]
+    out, types = [torch.zeros(0, dtype=torch.int64)], graph.pdir.types
     for key, ids in indices.items():
         etype = graph.to_canonical_etype(key)
-        ids = as_node_ids(ids, graph.num_edges(etype), f"{what} (edge type {etype})",
-                          kind="edge")
-        out.append(torch.from_numpy(graph.pdir.types.etype_to_homogeneous(etype, ids.numpy())))
+        where = f"{what} (edge type {etype})" if types is not None else what
+        ids = as_node_ids(ids, graph.num_edges(etype), where, kind="edge")
+        out.append(ids if types is None else
+                   torch.from_numpy(types.etype_to_homogeneous(etype, ids.numpy())))
     return torch.cat(out)

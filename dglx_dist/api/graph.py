@@ -167,8 +167,11 @@ class DistGraph(EdgeStructure):
         return False
 
     def space(self, ntype: str | None) -> NodeSpace:
-        """Node type ``ntype``'s rows (a typed graph; one line naming the types otherwise)."""
+        """Node type ``ntype``'s rows (on a graph without types, its one type ``_N``, or
+        None; one line naming the types otherwise)."""
         if not self.spaces:
+            if ntype in (None, DEFAULT_NTYPE):
+                return self.node_space
             raise NotSupportedError(f"node type {ntype!r}: this graph has no node types; "
                                     "use g.ndata")
         if ntype not in self.spaces:

@@ -1,29 +1,41 @@
-"""Link prediction's batches: DGL's ``as_edge_prediction_sampler`` over a DistGraph (one
-without edge types; :mod:`dglx_dist.api.typed_link` has the typed one's).
+"""Link prediction's batches: DGL's ``as_edge_prediction_sampler`` over a DistGraph, with or
+without node and edge types (a graph without them is the one-type case: ``_N``, ``_E``).
 
 ``DataLoader(g, train_eids, as_edge_prediction_sampler(NeighborSampler(...),
 negative_sampler=Uniform(k), exclude="reverse_id", reverse_eids=...), batch_size=...)``
-yields ``(input_nodes, pair_graph, neg_pair_graph, blocks)`` as DGL's does. A batch of edge
-ids becomes, here (:class:`EdgePairs`):
+yields ``(input_nodes, pair_graph, neg_pair_graph, blocks)`` as DGL's does; on a graph with
+edge types the ids are DGL's dict ``{etype: per-type ids}`` (edge ``i`` of a type is the
+type's ``i``-th edge in the graph given to ``distribute``) and the pair graphs and blocks are
+heterographs. The loader carries edge ids as original homogeneous ids (the type's offset plus
+the per-type id, :mod:`dglx_dist.partition.types`). A batch (:class:`EdgePairs`):
 
-1. the edges' endpoints (``g.find_edges``, pulled from the edges' owners);
-2. the negative pairs, from the user's negative sampler called on the DistGraph itself
-   (DGL's ``Uniform`` draws destinations from all nodes of all parts; ``GlobalUniform`` asks
-   the owners which drawn pairs are edges);
-3. both pair graphs over one compacted node set (``pair_graph.ndata[dgl.NID]``, the node
-   ids; ``pair_graph.edata[dgl.EID]``, the edge ids), whose nodes are the seeds of the
-   blocks: output row i of the model is pair-graph node i;
-4. the edges to leave out of the blocks (``exclude``: None, ``"self"``, ``"reverse_id"``
-   with ``reverse_eids``, or a callable on the batch's edge ids), excluded by the members
-   that store them, in every layer.
+1. is split by edge type into DGL's seeds (a dict ``{canonical etype: per-type ids}`` on a
+   graph with types, the ids themselves on one without, as DGL hands them to samplers);
+2. finds the edges' endpoints (``g.find_edges``, pulled from the edges' owners);
+3. calls the user's negative sampler on the DistGraph with those seeds (DGL's ``Uniform(k)``
+   draws ``k`` destinations of each edge's destination type per edge, uniformly;
+   ``GlobalUniform``, on a graph without types, asks the owners which drawn pairs are edges);
+4. compacts the nodes of both pair graphs per node type (sorted ids), over which the pair
+   graphs hold every canonical edge type, as DGL's do (``pair_graph.ndata[dgl.NID]``: the
+   node ids; ``pair_graph.edata[dgl.EID]``: the edge ids); those nodes, type by type, are the
+   blocks' seeds, so output row ``i`` of type ``t`` is the pair graphs' node ``i`` of ``t``;
+5. puts the sampler's ``prefetch_labels`` (edge data) on the pair graph's edges of each edge
+   type that has them, read through ``g.edges[etype].data`` by this rank alone;
+6. names the edges to leave out of every sampled layer with DGL's own ``find_exclude_eids``
+   (``"self"``, ``"reverse_id"`` with ``reverse_eids``, ``"reverse_types"`` with
+   ``reverse_etypes`` on a graph with types, or a callable on the seeds), as partitioned edge
+   ids: the members that store them leave them out
+   (:meth:`~dglx_dist.sampling.PartitionSampler.exclusions`).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Callable
 
 import dgl
 import torch
 
+from dglx_dist.api.book import given_edge_ids
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.ndata import as_node_ids
 from dglx_dist.errors import InvalidValueError, NotSupportedError
@@ -31,7 +43,10 @@ from dglx_dist.strategies.steps import EdgeBatch
 
 __all__ = ["EdgePairs", "is_edge_sampler"]
 
-_EXCLUDE = (None, "self", "reverse_id")
+Etype = tuple[str, str, str]
+EMPTY = torch.zeros(0, dtype=torch.int64)
+_WHERE = "as_edge_prediction_sampler"
+_MODES = ("self", "reverse_id", "reverse_types")
 
 
 def is_edge_sampler(sampler) -> bool:
@@ -41,68 +56,211 @@ def is_edge_sampler(sampler) -> bool:
     return isinstance(sampler, EdgePredictionSampler)
 
 
+def _of(g: DistGraph, etype: Etype) -> str:
+    """`` of <etype>`` in a message on a graph with types; nothing on one without."""
+    return f" of {etype}" if g.is_typed else ""
+
+
+def _by_etype(g: DistGraph, value, what: str, expected: str) -> Mapping:
+    """``value`` by edge type: as it is when a dict, else the one edge type's (refused, saying
+    ``what`` and the ``expected`` dict, on a graph with several)."""
+    if isinstance(value, Mapping):
+        return value
+    if len(g.canonical_etypes) != 1:
+        raise InvalidValueError(f"{what}; on a graph with edge types it must return a dict "
+                                f"{expected}")
+    return {g.canonical_etypes[0]: value}
+
+
+def _canonical(graph: DistGraph, key, what: str) -> Etype:
+    """``graph.to_canonical_etype(key)``, its refusal prefixed with ``what``."""
+    try:
+        return graph.to_canonical_etype(key)
+    except (KeyError, ValueError) as exc:
+        raise type(exc)(f"{what}: {exc}") from None
+
+
+def _reverse_etypes(graph: DistGraph, mapping) -> dict[Etype, Etype]:
+    if not graph.is_typed:
+        raise NotSupportedError(f"{_WHERE}: exclude='reverse_types' needs a graph with edge "
+                                "types; this one has none (use 'reverse_id' with reverse_eids)")
+    if not isinstance(mapping, Mapping) or not mapping:
+        raise InvalidValueError(f"{_WHERE}: exclude='reverse_types' needs reverse_etypes, a "
+                                "dict {edge type: its reverse edge type}")
+    out = {}
+    for key, value in mapping.items():
+        etype = _canonical(graph, key, f"{_WHERE}: reverse_etypes")
+        reverse = _canonical(graph, value, f"{_WHERE}: reverse_etypes")
+        if graph.num_edges(reverse) < graph.num_edges(etype):
+            raise InvalidValueError(
+                f"{_WHERE}: reverse_etypes maps {etype} ({graph.num_edges(etype)} edges) to "
+                f"{reverse} ({graph.num_edges(reverse)} edges); the reverse of edge i of a "
+                "type is edge i of its reverse type, which needs at least as many edges")
+        out[etype] = reverse
+    return out
+
+
+def _reverse_eids(graph: DistGraph, reverse_eids) -> dict[Etype, torch.Tensor]:
+    if not isinstance(reverse_eids, Mapping):
+        if reverse_eids is None or len(graph.canonical_etypes) != 1:
+            raise InvalidValueError(
+                f"{_WHERE}: exclude='reverse_id' needs reverse_eids, " +
+                ("a dict {edge type: tensor giving each edge of the type its reverse edge's "
+                 "id in the same type}" if graph.is_typed else
+                 "a tensor giving each edge id its reverse edge's id"))
+        reverse_eids = {graph.canonical_etypes[0]: reverse_eids}
+    out = {}
+    for key, value in reverse_eids.items():
+        etype = _canonical(graph, key, f"{_WHERE}: reverse_eids")
+        n, reverse = graph.num_edges(etype), torch.as_tensor(value)
+        what = f"reverse_eids[{etype}]" if graph.is_typed else "reverse_eids"
+        if reverse.shape != (n,):
+            raise InvalidValueError(f"{_WHERE}: {what} has shape {tuple(reverse.shape)}; "
+                                    f"expected one reverse edge id per edge"
+                                    f"{' of the type' if graph.is_typed else ''} ({n},)")
+        out[etype] = as_node_ids(reverse, n, f"{_WHERE}: {what}", kind="edge")
+    return out
+
+
 class EdgePairs:
     """Builds a batch's pair graphs and exclusions from its edge ids (see the module
-    docstring); collective when the negative sampler is (``GlobalUniform``)."""
+    docstring): the edge loader's :class:`~dglx_dist.strategies.steps.PairMaker`; collective
+    when the negative sampler is (``GlobalUniform``). Refuses, in one line, what it cannot
+    honour."""
 
     def __init__(self, graph: DistGraph, sampler):
+        from dgl.dataloading.negative_sampler import GlobalUniform
+
         self.graph, self.negative_sampler = graph, sampler.negative_sampler
-        self._exclude = self._exclusion(graph, sampler.exclude, sampler.reverse_eids,
-                                        sampler.reverse_etypes)
+        self.labels = list(sampler.prefetch_labels or [])
+        for key in self.labels:
+            if not any(key in graph.edges[et].data for et in graph.canonical_etypes):
+                raise InvalidValueError(f"{_WHERE}: prefetch_labels names {key!r}, which no "
+                                        f"edge type has; edge data here: "
+                                        f"{sorted(graph.edata.stored())}")
+        if graph.is_typed and isinstance(self.negative_sampler, GlobalUniform):
+            raise NotSupportedError(f"{_WHERE}: negative_sampler.GlobalUniform is not "
+                                    "supported on a graph with edge types yet; use "
+                                    "negative_sampler.Uniform(k)")
+        self._reverse_eids: dict[Etype, torch.Tensor] | None = None
+        self._exclude = self._exclusion(sampler)
 
     @property
     def excludes(self) -> bool:
         """Whether the batches exclude edges from their blocks."""
         return self._exclude is not None
 
-    @staticmethod
-    def _exclusion(graph: DistGraph, exclude, reverse_eids, reverse_etypes
-                   ) -> Callable[[torch.Tensor], torch.Tensor] | None:
-        if callable(exclude):
-            return lambda eids: as_node_ids(exclude(eids), graph.num_edges(),
-                                            "the exclude callable's result", kind="edge")
-        if exclude not in _EXCLUDE:
-            raise NotSupportedError(f"as_edge_prediction_sampler: exclude={exclude!r}; expected "
-                                    f"None, 'self', 'reverse_id' or a callable ('reverse_types' "
-                                    f"needs a graph with edge types; this one has none)")
-        if exclude == "self":
-            return lambda eids: eids
+    def _given(self, by_type: dict):
+        """``by_type`` as DGL hands seeds to samplers: the dict on a graph with types, the
+        one type's value on a graph without."""
+        return by_type if self.graph.is_typed else by_type.get(self.graph.canonical_etypes[0],
+                                                                EMPTY)
+
+    def _exclusion(self, sampler) -> Callable[[dict], object] | None:
+        exclude, graph = sampler.exclude, self.graph
+        if exclude is None:
+            return None
+        if not callable(exclude) and (not isinstance(exclude, str) or exclude not in _MODES):
+            raise NotSupportedError(f"{_WHERE}: exclude={exclude!r:.60}; expected None, 'self', "
+                                    "'reverse_types' (with reverse_etypes), 'reverse_id' (with "
+                                    "reverse_eids) or a callable")
+        reverse_etypes = _reverse_etypes(graph, sampler.reverse_etypes) \
+            if exclude == "reverse_types" else None
         if exclude == "reverse_id":
-            if reverse_eids is None or isinstance(reverse_eids, dict):
-                raise InvalidValueError("as_edge_prediction_sampler: exclude='reverse_id' needs "
-                                        "reverse_eids, a tensor giving each edge id its reverse "
-                                        "edge's id")
-            reverse = torch.as_tensor(reverse_eids)
-            if reverse.shape != (graph.num_edges(),):
-                raise InvalidValueError(f"as_edge_prediction_sampler: reverse_eids has shape "
-                                        f"{tuple(reverse.shape)}; expected one reverse edge id "
-                                        f"per edge ({graph.num_edges()},)")
-            reverse = as_node_ids(reverse, graph.num_edges(), "reverse_eids", kind="edge")
-            return lambda eids: torch.cat([eids, reverse[eids]])
-        if reverse_etypes is not None:
-            raise NotSupportedError("as_edge_prediction_sampler: reverse_etypes needs a graph "
-                                    "with edge types; this one has none")
-        return None
+            self._reverse_eids = _reverse_eids(graph, sampler.reverse_eids)
+        reverse = None if self._reverse_eids is None else self._given(self._reverse_eids)
+        return lambda seeds: dgl.dataloading.find_exclude_eids(
+            graph, self._given(seeds), exclude, reverse, reverse_etypes)
+
+    def read_ids(self, indices) -> torch.Tensor:
+        """The loader's edge ids (original homogeneous ids) of the user's ``indices``; with
+        ``exclude="reverse_id"`` every edge type among them needs its ``reverse_eids``."""
+        ids = given_edge_ids(self.graph, indices)
+        if self._reverse_eids is not None:
+            etypes = self.graph.canonical_etypes
+            types, _ = self.graph.get_partition_book().map_to_per_etype(ids)
+            missing = [etypes[i] for i in torch.unique(types).tolist()
+                       if etypes[i] not in self._reverse_eids]
+            if missing:
+                raise InvalidValueError(f"{_WHERE}: reverse_eids has no entry for edge types "
+                                        f"{missing} of the loader's edges")
+        return ids
 
     def __call__(self, eids: torch.Tensor) -> EdgeBatch:
         g = self.graph
-        src, dst = g.find_edges(eids)
-        ends = [src, dst]
-        if self.negative_sampler is not None:
-            neg = self.negative_sampler(g, eids)
-            ends += [as_node_ids(t, g.num_nodes(), f"the negative sampler's {what}")
-                     for t, what in zip(neg, ("sources", "destinations"))]
-        sizes = [t.numel() for t in ends]
-        nodes, local = torch.unique(g.part_ids(torch.cat(ends)), return_inverse=True)
-        pieces = torch.split(local, sizes)
-        node_ids = g.node_ids(nodes)
-        pair = dgl.graph((pieces[0], pieces[1]), num_nodes=nodes.numel())
-        pair.ndata[dgl.NID], pair.edata[dgl.EID] = node_ids, eids
-        neg_pair = None
-        if self.negative_sampler is not None:
-            neg_pair = dgl.graph((pieces[2], pieces[3]), num_nodes=nodes.numel())
-            neg_pair.ndata[dgl.NID] = node_ids
-        exclude = None
-        if self._exclude is not None:
-            exclude = g.edata.part_ids(self._exclude(eids))
+        seeds = self._seeds(eids)
+        pos = {et: g.find_edges(ids, etype=et) for et, ids in seeds.items()}
+        neg = self._negatives(seeds) if self.negative_sampler is not None else None
+        uniq, (pos_local, neg_local) = self._compact([pos, neg or {}])
+        pair = self._pair_graph(pos_local, uniq)
+        eids_by_type = {et: seeds.get(et, EMPTY) for et in g.canonical_etypes}
+        pair.edata[dgl.EID] = eids_by_type if len(eids_by_type) > 1 else \
+            eids_by_type[g.canonical_etypes[0]]
+        for key in self.labels:  # DGL's prefetch_labels: on the positive pairs' edges
+            for et, ids in seeds.items():
+                if key in g.edges[et].data:
+                    pair.edges[et].data[key] = g.edges[et].data[key][ids]
+        neg_pair = None if neg is None else self._pair_graph(neg_local, uniq)
+        nodes = torch.cat([EMPTY] + [g.part_ids(uniq[t] + g.space(t).hom_offset)
+                                     for t in g.ntypes])
+        exclude = None if self._exclude is None else self._excluded(self._exclude(seeds))
         return EdgeBatch(nodes, pair, neg_pair, exclude)
+
+    def _seeds(self, eids: torch.Tensor) -> dict[Etype, torch.Tensor]:
+        """DGL's seed dict of original homogeneous edge ids ``eids`` (order kept per type)."""
+        index, per_type = self.graph.get_partition_book().map_to_per_etype(eids)
+        etypes = self.graph.canonical_etypes
+        return {etypes[e]: per_type[index == e] for e in torch.unique(index).tolist()}
+
+    def _negatives(self, seeds: dict) -> dict[Etype, tuple[torch.Tensor, torch.Tensor]]:
+        """The negative sampler's pairs by canonical type, checked against each type's
+        nodes."""
+        g = self.graph
+        out = _by_etype(g, self.negative_sampler(g, self._given(seeds)), "the negative "
+                        "sampler returned one (src, dst) pair", "{edge type: (src, dst)}")
+        checked = {}
+        for key, (src, dst) in out.items():
+            et = _canonical(g, key, "the negative sampler's result")
+            src = g.space(et[0]).check(src, f"the negative sampler's sources{_of(g, et)}")
+            dst = g.space(et[2]).check(dst, f"the negative sampler's destinations{_of(g, et)}")
+            if src.numel() != dst.numel():
+                raise InvalidValueError(f"the negative sampler's pairs{_of(g, et)}: "
+                                        f"{src.numel()} sources for {dst.numel()} destinations")
+            checked[et] = (src, dst)
+        return checked
+
+    def _compact(self, groups: list[dict]) -> tuple[dict[str, torch.Tensor], list[dict]]:
+        """Each node type's nodes among the pairs of ``groups`` (sorted ids), and each group's
+        pairs in positions among them."""
+        ends = [(t, ids) for group in groups for et, (s, d) in group.items()
+                for t, ids in ((et[0], s), (et[2], d))]
+        local: list[torch.Tensor | None] = [None] * len(ends)
+        uniq = {}
+        for ntype in self.graph.ntypes:
+            at = [i for i, (t, _) in enumerate(ends) if t == ntype]
+            uniq[ntype], inverse = torch.unique(torch.cat([EMPTY] + [ends[i][1] for i in at]),
+                                                return_inverse=True)
+            for i, piece in zip(at, torch.split(inverse, [ends[i][1].numel() for i in at])):
+                local[i] = piece
+        pieces = iter(local)
+        return uniq, [{et: (next(pieces), next(pieces)) for et in group} for group in groups]
+
+    def _pair_graph(self, edges: dict, uniq: dict[str, torch.Tensor]) -> dgl.DGLGraph:
+        """A graph with every canonical edge type over the compacted nodes (one of DGL's
+        homogeneous graphs on a graph without types)."""
+        g = self.graph
+        pair = dgl.heterograph({et: edges.get(et, (EMPTY, EMPTY)) for et in g.canonical_etypes},
+                               num_nodes_dict={t: n.numel() for t, n in uniq.items()})
+        pair.ndata[dgl.NID] = uniq if len(g.ntypes) > 1 else uniq[g.ntypes[0]]
+        return pair
+
+    def _excluded(self, result) -> torch.Tensor:
+        """Partitioned edge ids of DGL's exclusion (per-type ids by edge type)."""
+        g = self.graph
+        result = _by_etype(g, result, "the exclude callable returned a tensor",
+                           "{edge type: edge ids}")
+        hom = [EMPTY]
+        for key, ids in result.items():
+            et = _canonical(g, key, "the edges to exclude")
+            hom.append(given_edge_ids(g, {et: ids}, f"the edges to exclude{_of(g, et)}"))
+        return g.edata.part_ids(torch.cat(hom))

@@ -11,8 +11,7 @@ Given DGL's ``as_edge_prediction_sampler(...)`` and edge ids, it is DGL's link-p
 loader (DistDGL's ``DistEdgeDataLoader``) and yields ``(input_nodes, pair_graph,
 neg_pair_graph, blocks)`` (see :mod:`dglx_dist.api.link`): sampled blocks under ``distdgl``
 and ``p3``, full-graph steps under ``granndis`` and ``fullgraph``; on a graph with edge types
-(``distdgl``), edge ids by type and heterogeneous pair graphs and blocks
-(:mod:`dglx_dist.api.typed_link`).
+(``distdgl``), edge ids by type and heterogeneous pair graphs and blocks.
 
 Every rank takes the same number of steps per epoch (sampling and the gradient all-reduce
 are collective): a rank whose ids make fewer batches cuts them more finely (see
@@ -39,11 +38,9 @@ import torch
 
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.link import EdgePairs, is_edge_sampler
-from dglx_dist.api.ndata import as_node_ids
 from dglx_dist.api.samplers import (edge_rows, prefetched_edge_feats, sampler_fanouts,
                                     sampler_options, user_sampler)
 from dglx_dist.api.split import edge_share, node_share
-from dglx_dist.api.typed_link import TypedEdgePairs
 from dglx_dist.api.types import typed_prefetch
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 from dglx_dist.kvstore.base import PullUnderWay
@@ -169,12 +166,10 @@ class DataLoader:
         ``use_ddp``), else the ids as given (collective); and all of the ids (sorted) where
         they were node ids split here (on a graph without types), else None."""
         g, session = self.graph, self.graph.session
-        count, kind = (g.num_edges(), "edge") if edges else (g.num_nodes(), "node")
 
         def read() -> torch.Tensor:
-            if g.is_typed:  # per-type ids in, original homogeneous ids out
-                return self.spec.pairs.read_ids(indices) if edges else typed_ids(g, indices)
-            return as_node_ids(indices, count, "DataLoader", kind=kind)
+            # (per-type) ids in, original homogeneous ids out
+            return self.spec.pairs.read_ids(indices) if edges else given_node_ids(g, indices)
 
         ids = on_every_rank(session, "DataLoader", read)
         same = not differing_ranks(session, ids_digest(ids))
@@ -267,13 +262,10 @@ class DataLoader:
         edge = isinstance(step, EdgeStep)
         node_sampler = self.sampler.sampler if edge else self.sampler
         put = []  # (layer, "src" or "dst", key, rows under way); labels first: few bytes
-        for key in getattr(self.sampler, "prefetch_labels", None) or []:
-            if edge:
-                pair = step.pair_graph
-                pair.edata[key] = self.graph.edata[key][pair.edata[dgl.EID]]
-            else:
-                put.append((-1, "dst", key, ndata[key].start_rows(step.output_nodes,
-                                                                  unique=True)))
+        labels = [] if edge else getattr(self.sampler, "prefetch_labels", None) or []
+        for key in labels:  # an edge step's are on its pair graph (EdgePairs)
+            put.append((-1, "dst", key, ndata[key].start_rows(step.output_nodes,
+                                                              unique=True)))
         for key in getattr(node_sampler, "prefetch_node_feats", None) or []:
             put.append((0, "src", key, self._source_rows(key, blocks[0], step.input_nodes)))
 
@@ -306,9 +298,10 @@ class DataLoader:
         return self.graph.ndata[key].start_rows(inputs, unique=True)
 
 
-def typed_ids(graph: DistGraph, indices) -> torch.Tensor:
-    """The original homogeneous ids of a typed graph's per-type ``indices`` (DGL's dict of
-    node type -> ids or boolean mask; a graph with one node type may take ids alone)."""
+def given_node_ids(graph: DistGraph, indices) -> torch.Tensor:
+    """The original homogeneous ids of the user's node ``indices``: ids or a boolean mask, or
+    DGL's dict {node type: per-type ids or mask} (a graph of one node type, with or without
+    types, takes either)."""
     if not isinstance(indices, dict):
         if len(graph.ntypes) != 1:
             raise InvalidTypeError(f"DataLoader: this graph has node types {graph.ntypes}; pass "
@@ -366,7 +359,7 @@ def _sampler_fields(graph: DistGraph, sampler, batch_size) -> dict:
                                 "distdgl, p3, granndis and fullgraph; docs/link_prediction.md)")
     node_sampler = sampler.sampler
     prefetched_edge_feats(graph, node_sampler)
-    pairs = (TypedEdgePairs if graph.is_typed else EdgePairs)(graph, sampler)
+    pairs = EdgePairs(graph, sampler)
     draw = user_sampler(graph, node_sampler)
     if draw is not None:
         return {"fanouts": (), "draw": draw, "pairs": pairs}

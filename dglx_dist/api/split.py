@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from dglx_dist.api.book import PartitionBook, typed_edge_ids
+from dglx_dist.api.book import PartitionBook, given_edge_ids
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.ndata import DEFAULT_NTYPE, NodeDataView, as_node_ids
 from dglx_dist.errors import InvalidTypeError, InvalidValueError
@@ -135,21 +135,11 @@ def edge_split(edges, partition_book: DistGraph | PartitionBook, etype: str | No
     (per-type ids in and out; it may be left out when there is one). ``force_even`` and
     ``edge_trainer_ids`` are DGL's, accepted."""
     graph = _checked(partition_book, rank, "edge_split")
-    if graph.is_typed:
-        return _typed_edge_split(edges, graph, etype)
-    ids = _same_everywhere(graph, "edge_split", "edge", lambda: torch.unique(
-        as_node_ids(edges, graph.num_edges(), "edge_split", kind="edge")))
-    return edge_share(ids, graph)
-
-
-def _typed_edge_split(edges, graph: DistGraph, etype) -> torch.Tensor:
-    """:func:`edge_split` of edge type ``etype``'s per-type ids (collective)."""
     canonical = on_every_rank(graph.session, "edge_split",
                               lambda: graph.to_canonical_etype(etype))
     ids = _same_everywhere(graph, "edge_split", "edge", lambda: torch.unique(
-        typed_edge_ids(graph, {canonical: edges}, "edge_split")))
-    types = graph.pdir.types
-    return edge_share(ids, graph) - int(types.etype_offsets[types.etype_index(canonical)])
+        given_edge_ids(graph, {canonical: edges}, "edge_split")))
+    return graph.get_partition_book().map_to_per_etype(edge_share(ids, graph))[1]
 
 
 def edge_share(ids: torch.Tensor, graph: DistGraph) -> torch.Tensor:
