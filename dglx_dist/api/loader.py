@@ -38,20 +38,17 @@ import torch
 
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.link import EdgePairs, is_edge_sampler
-from dglx_dist.api.samplers import (edge_rows, prefetched_edge_feats, sampler_fanouts,
-                                    sampler_options, user_sampler)
+from dglx_dist.api.prefetch import Prefetch
+from dglx_dist.api.samplers import (prefetched_edge_feats, sampler_fanouts, sampler_options,
+                                    user_sampler)
 from dglx_dist.api.split import edge_share, node_share
-from dglx_dist.api.types import typed_prefetch
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
-from dglx_dist.kvstore.base import PullUnderWay
 from dglx_dist.runtime.agree import differing_ranks, ids_digest, on_every_rank, same_call
-from dglx_dist.runtime.transfer import DeviceCopies
 from dglx_dist.sampling import even_chunk
 from dglx_dist.sampling.options import UNIFORM
-from dglx_dist.strategies.abilities import HoldsRows
 from dglx_dist.strategies.base import SetupRequest, implied_layers
-from dglx_dist.strategies.steps import (EdgeStep, LoaderSpec, Step, UnderWay, place_step,
-                                        sampled_epoch, sampled_plan, step_graphs)
+from dglx_dist.strategies.steps import (EdgeStep, LoaderSpec, Step, sampled_epoch,
+                                        sampled_plan)
 
 __all__ = ["DataLoader", "DistNodeDataLoader", "DistEdgeDataLoader"]
 
@@ -151,9 +148,7 @@ class DataLoader:
         self.indices, self.epoch = ids, 0
         self.lookahead = use_prefetch_thread is not False
         self.device = self.strategy.compute_device(session)
-        node_sampler = graph_sampler.sampler if pairs is not None else graph_sampler
-        self._edge_feats = list(getattr(node_sampler, "prefetch_edge_feats", None) or [])
-        self._copies = DeviceCopies(self.device)
+        self.prefetch = Prefetch(graph, graph_sampler, self.device)
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next iteration is (DGL's ``set_epoch``: it seeds the shuffling and
@@ -206,14 +201,14 @@ class DataLoader:
     def _in_turn(self, steps: Iterator[Step | EdgeStep]) -> Iterator[Step | EdgeStep]:
         """Each step with its rows, sampled and pulled when the previous one is done."""
         for step in steps:
-            yield self._start_prefetch(step).finish()
+            yield self.prefetch.start(step).finish()
 
     def _ahead(self, steps: Iterator[Step | EdgeStep]) -> Iterator[Step | EdgeStep]:
         """Each step with its rows; before a step is handed over, the next one is sampled and
         its rows are on their way, so they travel while the caller computes this one and
         while the step after is sampled (the store's pulls have groups of their own, so the
         sampler's exchanges do not wait for them)."""
-        start = lambda step: None if step is None else self._start_prefetch(step)  # noqa: E731
+        start = lambda step: None if step is None else self.prefetch.start(step)  # noqa: E731
         under = start(next(steps, None))
         while under is not None:
             ready = under.finish()  # starts the pull of the rows the loop reads itself,
@@ -224,78 +219,6 @@ class DataLoader:
                 if self.graph.session.is_open:  # at exit: the session went first
                     self.graph.step_rows.leave_loop(under)
                 raise
-
-    def _start_prefetch(self, step: Step | EdgeStep) -> UnderWay:
-        """:meth:`_prefetch`; its ``finish`` also starts the pull of the rows the loop
-        reads itself with the step's ids (:class:`~dglx_dist.api.step_rows.StepRows`; a
-        typed step's in :func:`~dglx_dist.api.types.typed_prefetch`) and gives the step with
-        the graph's own node ids (a typed step's are per type already)."""
-        under = self._prefetch(step)
-        if self.graph.is_typed:
-            return under
-        graph, ntype = self.graph, self.graph.node_space.ntype
-
-        def handed_over() -> Step | EdgeStep:
-            ids = {"input_nodes": graph.node_ids(step.input_nodes)}
-            if not isinstance(step, EdgeStep):
-                ids["output_nodes"] = graph.node_ids(step.output_nodes)
-            # after the last step's writes (its optimizer step), before this step's rows wait
-            graph.step_rows.start({ntype: ids["input_nodes"]},
-                                  {ntype: ids["output_nodes"]} if "output_nodes" in ids else None)
-            return under.finish()._replace(**ids)
-
-        return under._replace(finish=handed_over)
-
-    def _prefetch(self, step: Step | EdgeStep) -> UnderWay:
-        """DGL's ``prefetch_labels`` / ``prefetch_node_feats`` of the sampler, started; its
-        ``finish`` gives the step on the strategy's device with those rows on its
-        last block's destinations (edge labels: on the pair graph's edges) and its first
-        block's sources. Every rank is at the same step here, so rows the strategy does not
-        hold itself are pulled collectively (faster than each rank asking alone;
-        docs/porting.md has the numbers); rows the strategy holds itself are read at once."""
-        blocks, ndata = step_graphs(step), self.graph.ndata
-        state = getattr(step.blocks, "state", None)  # none on a subgraph
-        if not blocks or self.graph.is_typed and state is not None and state.rows is not None:
-            return UnderWay(lambda: place_step(step, self.device), lambda: None)  # a typed
-        if self.graph.is_typed:  # co-batch's outputs: some of its last block's destinations
-            return typed_prefetch(self.graph, self.sampler, step, self._copies, self.device)
-        edge = isinstance(step, EdgeStep)
-        node_sampler = self.sampler.sampler if edge else self.sampler
-        put = []  # (layer, "src" or "dst", key, rows under way); labels first: few bytes
-        labels = [] if edge else getattr(self.sampler, "prefetch_labels", None) or []
-        for key in labels:  # an edge step's are on its pair graph (EdgePairs)
-            put.append((-1, "dst", key, ndata[key].start_rows(step.output_nodes,
-                                                              unique=True)))
-        for key in getattr(node_sampler, "prefetch_node_feats", None) or []:
-            put.append((0, "src", key, self._source_rows(key, blocks[0], step.input_nodes)))
-
-        def finish() -> Step | EdgeStep:
-            # the rows' copies to the device start first, then the structure follows them
-            edge_rows(self.graph, blocks, self._edge_feats)
-            copies = []
-            for layer, side, key, rows in put:  # a handle (p3's column slice) as it is
-                value = rows.wait()
-                copies.append((layer, side, key, self._copies.start(value)
-                               if isinstance(value, torch.Tensor) else lambda v=value: v))
-            placed = place_step(step, self.device)
-            for layer, side, key, ready in copies:
-                block = step_graphs(placed)[layer]
-                (block.srcdata if side == "src" else block.dstdata)[key] = ready()
-            return placed
-
-        return UnderWay(finish, lambda: [rows.wait() for *_, rows in put])
-
-    def _source_rows(self, key: str, block, inputs: torch.Tensor) -> PullUnderWay:
-        """The rows of ``key`` for every source of a step's first block, on their way: the
-        strategy's, where it holds them (granndis completes a co-batch's own rows from its
-        peers: ``input_nodes`` are its own rows among the sources), else pulled."""
-        held = self.strategy.source_rows(key, block) \
-            if isinstance(self.strategy, HoldsRows) else None  # collective: all at this step
-        if held is not None:
-            return PullUnderWay(lambda: held)
-        if block.num_src_nodes() != inputs.numel():
-            inputs = block.srcdata[dgl.NID]
-        return self.graph.ndata[key].start_rows(inputs, unique=True)
 
 
 def given_node_ids(graph: DistGraph, indices) -> torch.Tensor:

@@ -18,18 +18,15 @@ import numpy as np
 import torch
 
 from dglx_dist.api.ndata import MASKS, NodeDataView, NodeSpace
-from dglx_dist.api.samplers import edge_rows
 from dglx_dist.errors import InvalidValueError, UnknownNameError
 from dglx_dist.kvstore import ColumnPolicy, RowPolicy
 from dglx_dist.partition.book import RangeBook
-from dglx_dist.strategies.steps import EdgeStep, UnderWay, place_step
 
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
     from dglx_dist.partition.load import PartitionDir
 
-__all__ = ["typed_spaces", "NodeTypeView", "store_typed_node_data", "space_for",
-           "typed_prefetch"]
+__all__ = ["typed_spaces", "NodeTypeView", "store_typed_node_data", "space_for"]
 
 
 def typed_spaces(pdir: PartitionDir) -> dict[str, NodeSpace]:
@@ -144,43 +141,3 @@ def space_for(graph: DistGraph, rows: int, part_policy, what: str) -> NodeSpace:
                                 "part_policy=g.get_node_partition_policy(ntype)")
     raise InvalidValueError(f"{what}: {rows} rows; tensors here have one row per node of a "
                             f"type ({sizes})")
-
-
-def typed_prefetch(graph: DistGraph, sampler, step, copies, device) -> UnderWay:
-    """A loader's prefetch of a typed step (DGL's ``prefetch_labels`` and
-    ``prefetch_node_feats`` of the sampler, for the node types that have the name; of an
-    edge step, the node features of its edge-prediction sampler's sampler), started; its
-    ``finish`` gives the step on ``device`` with the rows on its last block's
-    destinations (labels) and its first block's sources (features), and starts the pull of
-    the step's rows the loop reads itself (:class:`~dglx_dist.api.step_rows.StepRows`)."""
-    put = []  # (layer, side, node type, name, rows under way or a handle: p3's column slice)
-    edge = isinstance(step, EdgeStep)
-    node_sampler = sampler.sampler if edge else sampler
-    wanted = [(0, "src", step.input_nodes, getattr(node_sampler, "prefetch_node_feats", None))]
-    if not edge:  # an edge step's labels are edge data (refused on a typed graph)
-        wanted.insert(0, (-1, "dst", step.output_nodes, getattr(sampler, "prefetch_labels",
-                                                                   None)))
-    for layer, side, nodes, names in wanted:
-        for name in names or []:
-            for ntype, ids in nodes.items():
-                data = graph.nodes[ntype].data
-                if name in data and ids.numel():
-                    view = data[name]
-                    put.append((layer, side, ntype, name,
-                                view.start_rows(view.space.rows(ids), unique=True)))
-
-    def finish():
-        edge_rows(graph, step.blocks, getattr(node_sampler, "prefetch_edge_feats", None) or [])
-        # after the last step's writes (its optimizer step)
-        graph.step_rows.start(step.input_nodes, getattr(step, "output_nodes", None))
-        ready = [(layer, side, ntype, name, copies.start(value)
-                  if isinstance(value, torch.Tensor) else lambda v=value: v)
-                 for layer, side, ntype, name, value in ((*p[:4], p[4].wait()) for p in put)]
-        placed = place_step(step, device)
-        for layer, side, ntype, name, value in ready:
-            block = placed.blocks[layer]
-            frame = block.srcnodes[ntype] if side == "src" else block.dstnodes[ntype]
-            frame.data[name] = value()
-        return placed
-
-    return UnderWay(finish, lambda: [p[4].wait() for p in put])

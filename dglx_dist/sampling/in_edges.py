@@ -194,12 +194,21 @@ def _without_replacement(start, count, k, weight, generator):
     """Per segment, every candidate when it has at most ``k`` (or ``k < 0``), else ``k`` of
     them: uniformly by Floyd's algorithm (``k`` draws per segment, not one per candidate),
     or with weights the ``k`` with the smallest keys ``Exp(1) / weight``, chosen per bucket
-    of segments of like size by ``topk`` over a padded matrix (no sort of every candidate)."""
+    of segments of like size by ``topk`` over a padded matrix (no sort of every candidate).
+    A uniform draw among few candidates in all (:data:`_SORTED`) takes the ``k`` smallest
+    of uniform keys by one sort instead (:func:`_by_sort`: no loop of ``k`` steps)."""
     full = (k < 0) | (count <= k)
     seg, rank, first = _layout(start, torch.where(full, count, k))
     index = start.index_select(0, seg) + rank  # right for the whole segments
     picked = torch.nonzero(~full).squeeze(1)
     if not picked.numel():
+        return seg, index
+    if weight is None and int(count.index_select(0, picked).sum()) <= _SORTED:
+        wanted = k.index_select(0, picked)
+        _, rank, _ = _layout(start, wanted)
+        at = torch.repeat_interleave(first.index_select(0, picked), wanted) + rank
+        index[at] = _by_sort(start.index_select(0, picked), count.index_select(0, picked),
+                             wanted, generator)
         return seg, index
     by = k.index_select(0, picked) if weight is None else \
         _bucket_widths(count.index_select(0, picked))
@@ -221,18 +230,38 @@ def _without_replacement(start, count, k, weight, generator):
     return seg, index
 
 
+_SORTED = 4096
+"""At most this many candidates in all (the segments a draw picks from) are drawn by one
+sort: on the 2-core machine a sort of 4k keys takes ~60 us and one of 10k ~700 us, while
+Floyd's loop costs ~30 us a step whatever the size (docs/architecture.md)."""
+
+
+def _by_sort(start, count, k, generator) -> torch.Tensor:
+    """Per segment (more than ``k[s]`` candidates each), ``k[s]`` distinct positions,
+    uniformly: those with the smallest of uniform keys, found by one sort of every
+    candidate by segment and key (the segment is the key's whole part); segments in
+    order."""
+    seg, pos = _expand(start, count)
+    key = torch.rand(pos.numel(), dtype=torch.float64, device=pos.device, generator=generator)
+    order = torch.sort(key + seg).indices
+    seg = seg.index_select(0, order)
+    rank = torch.arange(seg.numel(), device=seg.device) - \
+        (torch.cumsum(count, 0) - count).index_select(0, seg)
+    return pos.index_select(0, order)[rank < k.index_select(0, seg)]
+
+
 def _floyd(count: torch.Tensor, k: int, generator) -> torch.Tensor:
     """``k`` distinct columns below ``count[r]`` per row ``r`` (every count above ``k``),
-    uniformly: Floyd's algorithm, one step per column for every row at once."""
-    u = torch.rand((count.numel(), k), dtype=torch.float64, device=count.device,
-                   generator=generator)
-    chosen = torch.empty((count.numel(), k), dtype=torch.int64, device=count.device)
-    for i in range(k):
-        top = count - k + i  # this step draws from [0, top]
-        pick = torch.minimum((u[:, i] * (top + 1)).long(), top)
-        if i:  # drawn before: take ``top`` itself, which no earlier step could reach
-            pick = torch.where((chosen[:, :i] == pick[:, None]).any(1), top, pick)
-        chosen[:, i] = pick
+    uniformly: Floyd's algorithm. Its step ``i`` draws from ``[0, top_i]`` (``top_i =
+    count - k + i``) and takes ``top_i`` itself when the draw was taken before (which no
+    earlier step could reach); every step's draw is made at once, only the check against the
+    steps before runs column by column, for every row at once."""
+    top = count[:, None] - k + torch.arange(k, device=count.device)  # (rows, k)
+    u = torch.rand(top.shape, dtype=torch.float64, device=count.device, generator=generator)
+    chosen = torch.minimum((u * (top + 1)).long(), top)
+    for i in range(1, k):
+        met = (chosen[:, :i] == chosen[:, i:i + 1]).any(1)
+        chosen[:, i] = torch.where(met, top[:, i], chosen[:, i])
     return chosen
 
 

@@ -40,7 +40,9 @@ def test_every_in_edge_when_the_fanout_takes_all():
 
 @pytest.mark.parametrize("replace", [False, True])
 def test_a_fanout_draws_min_of_it_and_the_degree(replace):
+    """Degrees around the fanout, and hubs far above it (drawn by rejection)."""
     src, dst, _ = _graph(1, nodes=30, edges=200)
+    src, dst = torch.cat([src, torch.arange(600) % 30]), torch.cat([dst, torch.arange(600) % 3])
     edges = InEdges.of(src, dst, 30)
     nodes = torch.arange(30)
     deg = torch.bincount(dst, minlength=30)
@@ -81,23 +83,28 @@ def _frequencies(draw, num_edges):
 @pytest.mark.dgl
 @pytest.mark.parametrize("replace", [False, True])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_each_edge_is_drawn_as_often_as_dgl_draws_it(replace, weighted):
+@pytest.mark.parametrize("num_nodes,num_edges", [(6, 40), (2, 100)])
+def test_each_edge_is_drawn_as_often_as_dgl_draws_it(replace, weighted, num_nodes, num_edges):
     """Per edge, how often it is drawn over 4000 draws, ours and DGL's, within five
-    standard deviations of a count's spread (the same distribution)."""
+    standard deviations of a count's spread (the same distribution); degrees near the
+    fanout, and far above it (a uniform draw without replacement by rejection there)."""
     import dgl
 
-    src, dst, _ = _graph(3, nodes=6, edges=40)
-    prob = torch.rand(40, generator=torch.Generator().manual_seed(1)) ** 2 if weighted else None
-    edges = InEdges.of(src, dst, 6)
-    g = dgl.graph((src, dst), num_nodes=6)
+    src, dst, _ = _graph(3, nodes=num_nodes, edges=num_edges)
+    prob = torch.rand(num_edges, generator=torch.Generator().manual_seed(1)) ** 2 \
+        if weighted else None
+    edges = InEdges.of(src, dst, num_nodes)
+    g = dgl.graph((src, dst), num_nodes=num_nodes)
     if weighted:
         g.edata["p"] = prob
-    nodes = torch.arange(6)
+    nodes = torch.arange(num_nodes)
     torch.manual_seed(0)
     dgl.seed(0)
-    ours = _frequencies(lambda: _drawn(edges, nodes, 3, replace=replace, weights=prob)[2], 40)
+    ours = _frequencies(lambda: _drawn(edges, nodes, 3, replace=replace, weights=prob)[2],
+                        num_edges)
     theirs = _frequencies(lambda: dgl.sampling.sample_neighbors(
-        g, nodes, 3, prob="p" if weighted else None, replace=replace).edata[dgl.EID], 40)
+        g, nodes, 3, prob="p" if weighted else None, replace=replace).edata[dgl.EID],
+        num_edges)
     spread = ((ours + theirs).clamp(min=0.01) / DRAWS) ** 0.5 * (1 if not replace else 2)
     assert bool(((ours - theirs).abs() <= 5 * spread).all()), (ours - theirs).abs().max()
 

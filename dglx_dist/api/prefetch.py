@@ -1,0 +1,128 @@
+"""The rows a loader puts on a step's blocks (DGL's ``prefetch_labels`` and
+``prefetch_node_feats`` of the sampler, ``prefetch_edge_feats``), on a graph with or without
+types (a graph without them is the one-type case, ``_N``).
+
+A step's rows are resolved once, when the step is ready, through an ordered list of sources:
+the strategy's own rows where it holds them (:meth:`~dglx_dist.strategies.abilities.HoldsRows.
+source_rows`: GraNNDis completes a co-batch's rows from its peers), else the store (a
+collective pull: every rank is at the same step; the store's cache answers what it holds).
+Labels go on the last block's destinations, features on the first block's sources, by node
+type (``block.dstnodes[ntype].data[name]``, ``block.srcnodes[ntype].data[name]``), edge
+features on each block's edges; the rows' copies to the strategy's device start before the
+structure follows them. When the step is handed over, its ids become the graph's own (per
+type on a graph with types) and the pull of the rows the loop reads itself starts
+(:class:`~dglx_dist.api.step_rows.StepRows`, after the last step's writes).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import dgl
+import torch
+
+from dglx_dist.api.graph import DistGraph
+from dglx_dist.api.samplers import edge_rows
+from dglx_dist.kvstore.base import PullUnderWay
+from dglx_dist.runtime.transfer import DeviceCopies
+from dglx_dist.strategies.abilities import HoldsRows
+from dglx_dist.strategies.steps import EdgeStep, Step, UnderWay, place_step, step_graphs
+
+__all__ = ["Prefetch"]
+
+Wanted = tuple[int, str, str, str, PullUnderWay]  # layer, side, node type, name, rows
+
+
+class Prefetch:
+    """A loader's prefetch of its steps' rows (see the module docstring).
+
+    Args:
+        graph: the loader's graph.
+        sampler: the loader's sampler (an edge-prediction sampler's node sampler names the
+            features; its labels are edge data, on the pair graph: :mod:`dglx_dist.api.link`).
+        device: where the steps go (the strategy's device).
+    """
+
+    def __init__(self, graph: DistGraph, sampler, device: torch.device):
+        self.graph, self.sampler, self.device = graph, sampler, device
+        self.copies = DeviceCopies(device)
+        node_sampler = getattr(sampler, "sampler", sampler)  # an edge-prediction sampler's
+        self.labels = list(getattr(sampler, "prefetch_labels", None) or [])
+        self.feats = list(getattr(node_sampler, "prefetch_node_feats", None) or [])
+        self.edge_feats = getattr(node_sampler, "prefetch_edge_feats", None) or []
+
+    def start(self, step: Step | EdgeStep) -> UnderWay:
+        """Starts the pulls of ``step``'s rows (collective: every rank at the same step); the
+        result's ``finish`` hands the step over with them on its blocks."""
+        blocks = step_graphs(step)
+        state = getattr(step.blocks, "state", None)  # none on a subgraph
+        # a typed co-batch's outputs are some of its last block's destinations: no rows
+        skip = not blocks or self.graph.is_typed and state is not None and \
+            state.rows is not None
+        wanted = [] if skip else self._wanted(step, blocks)
+
+        def finish() -> Step | EdgeStep:
+            edge_rows(self.graph, blocks, self.edge_feats)
+            handed = self._handed(step)  # after the last step's writes (its optimizer step)
+            ready = [(layer, side, ntype, name, self._copy(rows.wait()))
+                     for layer, side, ntype, name, rows in wanted]
+            placed = place_step(handed, self.device)
+            for layer, side, ntype, name, value in ready:
+                block = step_graphs(placed)[layer]
+                frame = block.srcnodes[ntype] if side == "src" else block.dstnodes[ntype]
+                frame.data[name] = value()
+            return placed
+
+        return UnderWay(finish, lambda: [rows.wait() for *_, rows in wanted])
+
+    def _wanted(self, step: Step | EdgeStep, blocks: list) -> list[Wanted]:
+        """The pulls of the step's labels (first: few bytes) and first-layer features."""
+        edge, out = isinstance(step, EdgeStep), []
+        sides = [(0, "src", step.input_nodes, self.feats)]
+        if not edge:  # an edge step's labels are on its pair graph
+            sides.insert(0, (-1, "dst", step.output_nodes, self.labels))
+        for layer, side, nodes, names in sides:
+            for ntype, rows in self._rows(nodes).items():
+                data = self.graph.nodes[ntype].data if self.graph.is_typed else self.graph.ndata
+                for name in names:
+                    if name in data or not self.graph.is_typed:  # types without it
+                        out.append((layer, side, ntype, name,
+                                    self._source(data[name], blocks[layer], side, rows)))
+        return out
+
+    def _rows(self, nodes) -> dict[str, torch.Tensor]:
+        """A step's nodes as store rows by node type (a step on a graph without types holds
+        partitioned ids, its rows already)."""
+        if not self.graph.is_typed:
+            return {self.graph.node_space.ntype: nodes}
+        return {t: self.graph.space(t).rows(ids) for t, ids in nodes.items()}
+
+    def _source(self, view, block, side: str, rows: torch.Tensor) -> PullUnderWay:
+        """The rows of ``view`` for ``rows``, on their way, from the first source that has
+        them: the strategy's own (a first block's sources; collective), else the store."""
+        strategy = self.graph.strategy
+        if side == "src" and isinstance(strategy, HoldsRows):
+            held = strategy.source_rows(view.name, block)
+            if held is not None:
+                return PullUnderWay(lambda: held)
+        if side == "src" and not self.graph.is_typed and block.num_src_nodes() != rows.numel():
+            rows = block.srcdata[dgl.NID]  # a co-batch: its input nodes are its own rows
+        return view.start_rows(rows, unique=True)
+
+    def _copy(self, value) -> Callable[[], object]:
+        """The copy of rows to the device, started (a handle, p3's column slice, as it is)."""
+        return self.copies.start(value) if isinstance(value, torch.Tensor) else lambda: value
+
+    def _handed(self, step: Step | EdgeStep) -> Step | EdgeStep:
+        """``step`` with the graph's own node ids (a typed step's are per type already); the
+        pull of the rows the loop reads itself with them, started."""
+        graph = self.graph
+        if not graph.is_typed:
+            ids = {"input_nodes": graph.node_ids(step.input_nodes)}
+            if not isinstance(step, EdgeStep):
+                ids["output_nodes"] = graph.node_ids(step.output_nodes)
+            step = step._replace(**ids)
+        by_type = (lambda n: n) if graph.is_typed else (lambda n: {graph.node_space.ntype: n})
+        outputs = getattr(step, "output_nodes", None)
+        graph.step_rows.start(by_type(step.input_nodes),
+                              None if outputs is None else by_type(outputs))
+        return step
