@@ -1,11 +1,15 @@
-"""The house rules on size (shared/DESIGN.md): no module of the package over 400 lines, no
-function over 60, checked on every .py file under dglx_dist/ (and benchmarks/, the research
-tooling moved out of it) so that a new offender fails here."""
+"""The house rules on shape (shared/DESIGN.md), checked on every .py file under dglx_dist/
+(and benchmarks/, the research tooling moved out of it) so that a new offender fails here:
+no function over 60 lines; a module holds one concept and is as long as that concept needs
+(~400 lines is the hint to look for a second concept inside it, not a count to split a class
+by; 600 is where this test asks for the seam: docs/architecture.md, "Module sizes"); modules
+import one way (no circle, not even through a deferred import); no object is matched by its
+identity."""
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-MAX_MODULE_LINES = 400
+MAX_MODULE_LINES = 600  # the ceiling; ~400 is the hint (module docstring)
 MAX_FUNCTION_LINES = 60
 
 
@@ -39,8 +43,8 @@ def test_the_checker_counts_lines_of_each_kind():
 def test_no_module_is_too_long():
     found = [f"{path.relative_to(ROOT)}: {n} lines" for path in _package_files()
              if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES]
-    assert not found, (f"modules over {MAX_MODULE_LINES} lines (split them into cohesive "
-                       "modules):\n" + "\n".join(found))
+    assert not found, (f"modules over {MAX_MODULE_LINES} lines (find the second concept each "
+                       "holds and give it a module):\n" + "\n".join(found))
 
 
 def test_no_function_is_too_long():
