@@ -224,8 +224,10 @@ class DistGraph(EdgeStructure):
         return self.session.rank
 
     def barrier(self) -> None:
-        """Waits for every rank (DGL's ``DistGraph.barrier``)."""
+        """Waits for every rank (DGL's ``DistGraph.barrier``); rows pulled ahead before it
+        are not offered to reads after it (other ranks' writes are seen after a barrier)."""
         self.session.world.barrier()
+        self.step_rows.barriers += 1
 
     @property
     def _client(self) -> types.SimpleNamespace:

@@ -11,11 +11,14 @@ type (``block.dstnodes[ntype].data[name]``, ``block.srcnodes[ntype].data[name]``
 features on each block's edges; the rows' copies to the strategy's device start before the
 structure follows them. When the step is handed over, its ids become the graph's own (per
 type on a graph with types) and the pull of the rows the loop reads itself starts
-(:class:`~dglx_dist.api.step_rows.StepRows`, after the last step's writes).
+(:class:`~dglx_dist.api.step_rows.StepRows`, after the last step's writes); the store's rows
+on the blocks are offered to those reads, so ``g.ndata[name][input_nodes]`` in the loop is
+the rows on the first block, not a second pull (matched by the ids' values; not after a
+write to the name or a barrier since they were pulled).
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import dgl
 import torch
@@ -29,7 +32,18 @@ from dglx_dist.strategies.steps import EdgeStep, Step, UnderWay, place_step, ste
 
 __all__ = ["Prefetch"]
 
-Wanted = tuple[int, str, str, str, PullUnderWay]  # layer, side, node type, name, rows
+
+
+class Wanted(NamedTuple):
+    """One name's rows for one side of a step, on their way."""
+
+    layer: int  # the block they go on
+    side: str  # "src" (the block's sources) or "dst" (its destinations)
+    ntype: str
+    name: str  # the user's name
+    rows: PullUnderWay
+    stamp: tuple[int, int] | None  # when the store's pull started (StepRows.stamp; None:
+    # the rows are not the store's rows of the step's ids, so no read of the loop takes them)
 
 
 class Prefetch:
@@ -62,17 +76,18 @@ class Prefetch:
 
         def finish() -> Step | EdgeStep:
             edge_rows(self.graph, blocks, self.edge_feats)
-            handed = self._handed(step)  # after the last step's writes (its optimizer step)
-            ready = [(layer, side, ntype, name, self._copy(rows.wait()))
-                     for layer, side, ntype, name, rows in wanted]
+            handed = self._handed(step, wanted)  # after the last step's writes
+            got = [w.rows.wait() for w in wanted]
+            ready = [self._copy(value) for value in got]
             placed = place_step(handed, self.device)
-            for layer, side, ntype, name, value in ready:
-                block = step_graphs(placed)[layer]
-                frame = block.srcnodes[ntype] if side == "src" else block.dstnodes[ntype]
-                frame.data[name] = value()
+            for w, value in zip(wanted, ready):
+                block = step_graphs(placed)[w.layer]
+                frame = block.srcnodes[w.ntype] if w.side == "src" else block.dstnodes[w.ntype]
+                frame.data[w.name] = value()
+            self._offer(handed, wanted, got)
             return placed
 
-        return UnderWay(finish, lambda: [rows.wait() for *_, rows in wanted])
+        return UnderWay(finish, lambda: [w.rows.wait() for w in wanted])
 
     def _wanted(self, step: Step | EdgeStep, blocks: list) -> list[Wanted]:
         """The pulls of the step's labels (first: few bytes) and first-layer features."""
@@ -85,8 +100,8 @@ class Prefetch:
                 data = self.graph.nodes[ntype].data if self.graph.is_typed else self.graph.ndata
                 for name in names:
                     if name in data or not self.graph.is_typed:  # types without it
-                        out.append((layer, side, ntype, name,
-                                    self._source(data[name], blocks[layer], side, rows)))
+                        out.append(self._source(data[name], (layer, side, ntype, name),
+                                                blocks[layer], rows))
         return out
 
     def _rows(self, nodes) -> dict[str, torch.Tensor]:
@@ -96,25 +111,29 @@ class Prefetch:
             return {self.graph.node_space.ntype: nodes}
         return {t: self.graph.space(t).rows(ids) for t, ids in nodes.items()}
 
-    def _source(self, view, block, side: str, rows: torch.Tensor) -> PullUnderWay:
-        """The rows of ``view`` for ``rows``, on their way, from the first source that has
-        them: the strategy's own (a first block's sources; collective), else the store."""
-        strategy = self.graph.strategy
+    def _source(self, view, where: tuple, block, rows: torch.Tensor) -> Wanted:
+        """The rows of ``view`` for ``rows`` (going ``where``: layer, side, node type,
+        name), on their way, from the first source that has them: the strategy's own (a
+        first block's sources; collective), else the store."""
+        strategy, side = self.graph.strategy, where[1]
         if side == "src" and isinstance(strategy, HoldsRows):
             held = strategy.source_rows(view.name, block)
             if held is not None:
-                return PullUnderWay(lambda: held)
+                return Wanted(*where, PullUnderWay(lambda: held), None)
         if side == "src" and not self.graph.is_typed and block.num_src_nodes() != rows.numel():
-            rows = block.srcdata[dgl.NID]  # a co-batch: its input nodes are its own rows
-        return view.start_rows(rows, unique=True)
+            # a co-batch: its input nodes are its own rows among the sources
+            return Wanted(*where, view.start_rows(block.srcdata[dgl.NID], unique=True), None)
+        stamp = self.graph.step_rows.stamp(view.name)
+        return Wanted(*where, view.start_rows(rows, unique=True), stamp)
 
     def _copy(self, value) -> Callable[[], object]:
         """The copy of rows to the device, started (a handle, p3's column slice, as it is)."""
         return self.copies.start(value) if isinstance(value, torch.Tensor) else lambda: value
 
-    def _handed(self, step: Step | EdgeStep) -> Step | EdgeStep:
+    def _handed(self, step: Step | EdgeStep, wanted: list[Wanted]) -> Step | EdgeStep:
         """``step`` with the graph's own node ids (a typed step's are per type already); the
-        pull of the rows the loop reads itself with them, started."""
+        pull of the rows the loop reads itself with them, started (but those ``wanted``
+        brings)."""
         graph = self.graph
         if not graph.is_typed:
             ids = {"input_nodes": graph.node_ids(step.input_nodes)}
@@ -123,6 +142,20 @@ class Prefetch:
             step = step._replace(**ids)
         by_type = (lambda n: n) if graph.is_typed else (lambda n: {graph.node_space.ntype: n})
         outputs = getattr(step, "output_nodes", None)
+        carried = frozenset((self._store_name(w), w.side) for w in wanted
+                            if w.stamp is not None)
         graph.step_rows.start(by_type(step.input_nodes),
-                              None if outputs is None else by_type(outputs))
+                              None if outputs is None else by_type(outputs), carried)
         return step
+
+    def _offer(self, step: Step | EdgeStep, wanted: list[Wanted], got: list) -> None:
+        """The store's rows of the step's own ids, offered to the loop's reads of those ids
+        (by value: ``g.ndata[name][input_nodes]`` is then the rows on the blocks)."""
+        for w, value in zip(wanted, got):
+            if w.stamp is not None and isinstance(value, torch.Tensor):
+                nodes = step.input_nodes if w.side == "src" else step.output_nodes
+                ids = nodes[w.ntype] if self.graph.is_typed else nodes
+                self.graph.step_rows.offer(self._store_name(w), ids, w.stamp, value)
+
+    def _store_name(self, w: Wanted) -> str:
+        return self.graph.space(w.ntype).key(w.name)

@@ -11,14 +11,17 @@ the last step's optimizer step), which travels while the loader samples the step
 
 * the rows of every ``DistEmbedding`` of the graph for the input nodes of its type;
 * the rows of every node-data name a loop has read with a loader's input nodes (sources) or
-  output nodes (destinations) of a type before (:meth:`StepRows.note`).
+  output nodes (destinations) of a type before (:meth:`StepRows.note`), but those the
+  loader put on the step's blocks itself (DGL's ``prefetch_node_feats`` and
+  ``prefetch_labels``: :mod:`dglx_dist.api.prefetch` offers those rows, :meth:`StepRows.offer`).
 
 Each is offered for the ids the loader hands over; a read with ids of the same values
 (that tensor, a copy, the ids moved to a GPU) takes the rows (once), any other read pulls as
 before. Reads are matched by the ids' values (:func:`~dglx_dist.kvstore.embedding.same_ids`),
-never by which tensor object the loop passes. A push to a name (this rank's writes,
-every collective push) drops its offer. Ranks may want different names: the exchange is one
-either way.
+never by which tensor object the loop passes. A push to a name (this rank's writes, every
+collective push) drops its offer, and so does the graph's barrier (after one, other ranks'
+writes are seen, as in DGL; a loader's rows pulled one step ahead may predate them). Ranks
+may want different names: the exchange is one either way.
 """
 from __future__ import annotations
 
@@ -49,14 +52,18 @@ class StepRows:
         self.store = store
         self.embeddings: list = []  # the graph's DistEmbeddings, in creation order
         self.wanted: dict[tuple[str, str], NodeSpace] = {}  # (store name, side) -> its space
-        self._offers: dict[str, tuple[torch.Tensor, int, Callable]] = {}
+        self._offers: dict[str, tuple[torch.Tensor, tuple[int, int], Callable]] = {}
+        self.barriers = 0  # the graph's barriers passed (other ranks' writes seen after one)
         self._handed: list[tuple[str, str, torch.Tensor]] = []  # (side, node type, ids)
         self._pending = None
 
     def start(self, input_nodes: dict[str, torch.Tensor],
-              output_nodes: dict[str, torch.Tensor] | None) -> None:
+              output_nodes: dict[str, torch.Tensor] | None,
+              carried: frozenset[tuple[str, str]] = frozenset()) -> None:
         """Starts the pull of a step with per-type ``input_nodes`` and ``output_nodes``
-        (collective: every rank at the same step)."""
+        (collective: every rank at the same step); ``carried``: the (store name, side) pairs
+        whose rows the loader put on the step's blocks itself (offered with :meth:`offer`,
+        not pulled again)."""
         self.settle()
         sides = {"src": input_nodes, "dst": output_nodes or {}}
         self._handed = [(side, ntype, ids) for side, nodes in sides.items()
@@ -66,7 +73,7 @@ class StepRows:
                 if e.space.ntype in input_nodes]
         data = [(name, sides[side][space.ntype], space) for (name, side), space
                 in sorted(self.wanted.items(), key=lambda kv: kv[0])
-                if space.ntype in sides[side]]
+                if space.ntype in sides[side] and (name, side) not in carried]
         rows = [e.space.rows(ids) for e, ids in embs] + [s.rows(ids) for _, ids, s in data]
         if not rows:
             return
@@ -76,15 +83,26 @@ class StepRows:
         for i, (emb, ids) in enumerate(embs):
             emb.inner.offer(ids, rows[i], lambda i=i: pending.wait()[i])
         for i, (name, ids, _) in enumerate(data, start=len(embs)):
-            self._offers[name] = (ids, self.store.pushes.get(name, 0),
-                                  lambda i=i: pending.wait()[i])
+            self._offers[name] = (ids, self.stamp(name), lambda i=i: pending.wait()[i])
+
+    def stamp(self, name: str) -> tuple[int, int]:
+        """When rows of store name ``name`` are pulled: the pushes to it so far (this rank's
+        writes, every collective push) and the graph's barriers passed (after one, every
+        rank's writes are seen, as in DGL). Rows pulled under another stamp are stale."""
+        return self.store.pushes.get(name, 0), self.barriers
+
+    def offer(self, name: str, ids: torch.Tensor, stamp: tuple[int, int],
+              rows: torch.Tensor) -> None:
+        """Rows of store name ``name`` for ids ``ids`` that the loader put on the step's
+        blocks, pulled under ``stamp`` (:meth:`stamp`): a read of those ids takes them
+        (once) unless a push or a barrier came since."""
+        self._offers[name] = (ids, stamp, lambda: rows)
 
     def take(self, name: str, ids: object) -> torch.Tensor | None:
         """The rows of store name ``name`` offered for ids of ``ids``' values, if no push to
-        the name came since they were pulled; None otherwise."""
+        the name and no barrier came since they were pulled; None otherwise."""
         offer = self._offers.pop(name, None)
-        if offer is None or not same_ids(offer[0], ids) or \
-                offer[1] != self.store.pushes.get(name, 0):
+        if offer is None or not same_ids(offer[0], ids) or offer[1] != self.stamp(name):
             return None
         return offer[2]()
 

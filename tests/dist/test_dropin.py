@@ -150,24 +150,33 @@ def _train(g, loader, classes, prefetch, name):
     return [p.detach().reshape(-1)[:50].tolist() for p in model.module.parameters()]
 
 
-def _prefetched_rows(g, loader) -> list[str]:
+def _prefetched_rows(g, loader) -> tuple[list[str], list[bool]]:
     """A loop left after one step (the next step's rows under way), then a whole epoch: what
     breaks DGL's contract in any step (every source's features on the first block, the
-    output nodes' labels on the last one's destinations; ``input_nodes`` are the first
-    sources, granndis's own rows among them)."""
+    output nodes' labels on the last one's destinations, each against a pull of its own;
+    ``input_nodes`` are the first sources, granndis's own rows among them); and per step
+    whether the loop's reads with the step's ids were answered by the rows on the blocks
+    (offered to them by value) rather than pulled again."""
     for _ in loader:
         break
-    wrong = []
+    wrong, taken = [], []
     for input_nodes, output_nodes, blocks in loader:
         src, dst, n = blocks[0].srcdata, blocks[-1].dstdata, len(input_nodes)
+        offered = [name in g.step_rows._offers for name in ("feat", "label")]
+        feat, label = g.ndata["feat"][input_nodes], g.ndata["label"][output_nodes]
+        taken.append(all(offered) and not any(name in g.step_rows._offers
+                                             for name in ("feat", "label")))
+        if not torch.equal(feat, g.ndata["feat"][input_nodes.tolist()]) or \
+                not torch.equal(label, g.ndata["label"][output_nodes.tolist()]):
+            wrong.append("a read with the step's ids not the rows pulled alone")
         if "feat" not in src or src["feat"].shape[0] != blocks[0].num_src_nodes():
             wrong.append("features not on every source")
-        elif not torch.equal(torch.as_tensor(src["feat"][:n]), g.ndata["feat"][input_nodes]):
+        elif not torch.equal(torch.as_tensor(src["feat"][:n]), feat):
             wrong.append("features not the input nodes'")
-        if blocks[-1].num_dst_nodes() != len(output_nodes) or \
-                not torch.equal(dst["label"], g.ndata["label"][output_nodes]):
+        if blocks[-1].num_dst_nodes() != len(output_nodes) or not torch.equal(dst["label"],
+                                                                               label):
             wrong.append("labels not the output nodes'")
-    return wrong
+    return wrong, taken
 
 
 def _prefetch(session, name, cache):
@@ -188,7 +197,8 @@ def _prefetch(session, name, cache):
                 g, ids, sampler if rows else dglx_dist.NeighborSampler([5, 5]), batch_size=16,
                 shuffle=True, use_prefetch_thread=not in_turn))
             runs.append(_train(g, loaders[-1], dataset.num_classes, prefetch, name))
-        return {"runs": runs, "wrong": _prefetched_rows(g, loaders[2])}
+        wrong, taken = _prefetched_rows(g, loaders[2])
+        return {"runs": runs, "wrong": wrong, "taken": taken}
     finally:
         g.close()
 
@@ -202,13 +212,16 @@ def prefetched(tmp_path_factory, cache):
 @pytest.mark.parametrize("name", STRATEGIES.names())
 def test_prefetching_changes_nothing(prefetched, name):
     """Every strategy honours DGL's prefetch contract, and training on the rows it gives is
-    training on the rows g.ndata gives."""
+    training on the rows g.ndata gives. Under distdgl (whose rows all come from the store),
+    the loop's g.ndata reads with the step's ids are answered by the rows on the blocks."""
     res = prefetched[name]
     for r in range(2):
         lazy, *others = (np.concatenate(run) for run in res[r]["runs"])
         for other in others:
             np.testing.assert_allclose(other, lazy, rtol=1e-5, atol=1e-6)
         assert res[r]["wrong"] == []
+        if name == "distdgl":
+            assert res[r]["taken"] and all(res[r]["taken"]), res[r]["taken"]
 
 
 # the calls of a script with an evaluation loop, in two orders: the loaders of different
@@ -635,6 +648,38 @@ def test_rows_the_loader_pulled_train_as_rows_pulled_alone(tmp_path, cache):
             for a, b in zip(run["params"], alone["params"]):
                 np.testing.assert_array_equal(np.array(a), np.array(b))
         assert (np.array(alone["rows"]) != 0.5).any()  # trained
+
+
+def _rows_written_by_a_peer(session, cache):
+    """A loop over a loader that prefetches the features (pulled one step ahead): rank 0
+    adds 1 to every node's features in each step, and every rank passes a barrier; whether
+    each step's read of g.ndata["feat"] with its input nodes equals the same rows pulled
+    alone then (the rows pulled ahead hold rank 0's writes of the step before only in part,
+    and this rank made no write of its own that would tell it so)."""
+    g = dglx_dist.distribute(_graph(), "distdgl", cache_dir=cache, session=session)
+    ids = dglx_dist.node_split(g.ndata["train_mask"], g)
+    loader = dglx_dist.DataLoader(g, ids, dglx_dist.NeighborSampler(
+        [3, 3], prefetch_node_feats=["feat"]), batch_size=16, shuffle=True)
+    fresh, everyone = [], torch.arange(g.num_nodes())
+    for step, (input_nodes, _, _) in enumerate(loader):
+        if step == 4:
+            break
+        fresh.append(torch.equal(g.ndata["feat"][input_nodes],
+                                 g.ndata["feat"][input_nodes.tolist()]))
+        if session.rank == 0:
+            g.ndata["feat"][everyone] = g.ndata["feat"][everyone] + 1
+        g.barrier()
+    g.close()
+    return fresh
+
+
+def test_rows_pulled_ahead_are_not_read_after_a_peer_wrote_them(tmp_path, cache):
+    """Rows a loader pulled ahead answer a loop's reads only while nothing may have written
+    them: after a barrier (other ranks' writes are seen after one, as in DGL) the read pulls
+    again, so rank 1 reads rank 0's writes, though it wrote nothing itself."""
+    res = run_workers(_rows_written_by_a_peer, 2, tmp_path / "run", cache)
+    for r in range(2):
+        assert res[r] == [True] * 4, (r, res[r])
 
 
 def _written_in_a_loop(session, cache):
