@@ -52,7 +52,6 @@ class PartitionBook:
     def to_canonical_etype(self, etype) -> tuple[str, str, str]:
         return self.graph.to_canonical_etype(etype)
 
-
     def _in_row_order(self, space: NodeSpace) -> torch.Tensor:
         if space.ntype not in self._owned:
             rows = space.to_rows
