@@ -20,7 +20,7 @@ from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedEr
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
 
-__all__ = ["PartitionBook", "given_edge_ids"]
+__all__ = ["PartitionBook", "given_edge_ids", "given_node_ids"]
 
 
 class PartitionBook:
@@ -146,8 +146,7 @@ class PartitionBook:
 
     def map_to_homo_nid(self, ids, ntype: str) -> torch.Tensor:
         """Homogeneous ids of node type ``ntype``'s ``ids``."""
-        space = self.graph.space(ntype)
-        return space.check(ids, "map_to_homo_nid") + space.hom_offset
+        return given_node_ids(self.graph, {ntype: ids}, "map_to_homo_nid")
 
     def map_to_per_ntype(self, ids) -> tuple[torch.Tensor, torch.Tensor]:
         """(node type id, per-type id) of homogeneous ``ids``."""
@@ -160,25 +159,35 @@ class PartitionBook:
 
     def map_to_homo_eid(self, ids, etype) -> torch.Tensor:
         """Homogeneous ids of edge type ``etype``'s ``ids``."""
-        t = self.graph.get_etype_id(etype)
-        ids = as_node_ids(ids, self.graph.num_edges(self.graph.to_canonical_etype(etype)),
-                          "map_to_homo_eid", kind="edge")
-        return ids + self._etype_offsets()[t]
+        return given_edge_ids(self.graph, {self.graph.to_canonical_etype(etype): ids},
+                              "map_to_homo_eid")
 
     def map_to_per_etype(self, ids) -> tuple[torch.Tensor, torch.Tensor]:
         """(edge type id, per-type id) of homogeneous edge ``ids``."""
         ids = as_node_ids(ids, self.graph.num_edges(), "map_to_per_etype", kind="edge")
-        offsets = self._etype_offsets()
+        offsets = _etype_offsets(self.graph)
         t = torch.searchsorted(offsets, ids, right=True) - 1
         return t, ids - offsets[t]
 
-    def _etype_offsets(self) -> torch.Tensor:
-        types = self.graph.pdir.types
-        return torch.zeros(1, dtype=torch.int64) if types is None else \
-            torch.as_tensor(types.etype_offsets[:-1], dtype=torch.int64)
-
     def __repr__(self) -> str:
         return f"PartitionBook(partid={self.partid}, parts={self.num_partitions()})"
+
+
+def given_node_ids(graph: DistGraph, indices, what: str = "DataLoader") -> torch.Tensor:
+    """The original homogeneous ids of the user's node ``indices``: ids or a boolean mask, or
+    DGL's dict {node type: per-type ids or mask} (a graph of one node type, with or without
+    types, takes either)."""
+    if not isinstance(indices, Mapping):
+        if len(graph.ntypes) != 1:
+            raise InvalidTypeError(f"{what}: this graph has node types {graph.ntypes}; pass "
+                                   "the ids as a dict {node type: ids}, e.g. "
+                                   f"{{{graph.ntypes[-1]!r}: train_ids}}")
+        indices = {graph.ntypes[0]: indices}
+    out = [torch.zeros(0, dtype=torch.int64)]
+    for ntype, ids in indices.items():
+        space = graph.space(ntype)
+        out.append(space.check(ids, what) + space.hom_offset)
+    return torch.cat(out)
 
 
 def given_edge_ids(graph: DistGraph, indices, what: str = "DataLoader") -> torch.Tensor:
@@ -191,11 +200,17 @@ def given_edge_ids(graph: DistGraph, indices, what: str = "DataLoader") -> torch
                                    f"{graph.canonical_etypes}; pass the edge ids as a dict "
                                    f"{{edge type: ids}}, e.g. {{{graph.etypes[0]!r}: eids}}")
         indices = {graph.canonical_etypes[0]: indices}
-    out, types = [torch.zeros(0, dtype=torch.int64)], graph.pdir.types
+    out, offsets = [torch.zeros(0, dtype=torch.int64)], _etype_offsets(graph)
     for key, ids in indices.items():
         etype = graph.to_canonical_etype(key)
-        where = f"{what} (edge type {etype})" if types is not None else what
+        where = f"{what} (edge type {etype})" if graph.is_typed else what
         ids = as_node_ids(ids, graph.num_edges(etype), where, kind="edge")
-        out.append(ids if types is None else
-                   torch.from_numpy(types.etype_to_homogeneous(etype, ids.numpy())))
+        out.append(ids + offsets[graph.get_etype_id(etype)])
     return torch.cat(out)
+
+
+def _etype_offsets(graph: DistGraph) -> torch.Tensor:
+    """Each edge type's first homogeneous edge id."""
+    types = graph.pdir.types
+    return torch.zeros(1, dtype=torch.int64) if types is None else \
+        torch.as_tensor(types.etype_offsets[:-1], dtype=torch.int64)

@@ -36,6 +36,7 @@ from typing import Iterator
 import dgl
 import torch
 
+from dglx_dist.api.book import given_node_ids
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.link import EdgePairs, is_edge_sampler
 from dglx_dist.api.prefetch import Prefetch
@@ -219,23 +220,6 @@ class DataLoader:
                 if self.graph.session.is_open:  # at exit: the session went first
                     self.graph.step_rows.leave_loop(under)
                 raise
-
-
-def given_node_ids(graph: DistGraph, indices) -> torch.Tensor:
-    """The original homogeneous ids of the user's node ``indices``: ids or a boolean mask, or
-    DGL's dict {node type: per-type ids or mask} (a graph of one node type, with or without
-    types, takes either)."""
-    if not isinstance(indices, dict):
-        if len(graph.ntypes) != 1:
-            raise InvalidTypeError(f"DataLoader: this graph has node types {graph.ntypes}; pass "
-                                   "the ids as a dict {node type: ids}, e.g. "
-                                   f"{{{graph.ntypes[-1]!r}: train_ids}}")
-        indices = {graph.ntypes[0]: indices}
-    out = [torch.zeros(0, dtype=torch.int64)]
-    for ntype, ids in indices.items():
-        space = graph.space(ntype)
-        out.append(space.check(ids, "DataLoader") + space.hom_offset)
-    return torch.cat(out)
 
 
 def _signature(spec: LoaderSpec, sampler) -> str:

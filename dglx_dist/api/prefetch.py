@@ -33,7 +33,6 @@ from dglx_dist.strategies.steps import EdgeStep, Step, UnderWay, place_step, ste
 __all__ = ["Prefetch"]
 
 
-
 class Wanted(NamedTuple):
     """One name's rows for one side of a step, on their way."""
 
@@ -41,6 +40,7 @@ class Wanted(NamedTuple):
     side: str  # "src" (the block's sources) or "dst" (its destinations)
     ntype: str
     name: str  # the user's name
+    key: str  # the store's name
     rows: PullUnderWay
     stamp: tuple[int, int] | None  # when the store's pull started (StepRows.stamp; None:
     # the rows are not the store's rows of the step's ids, so no read of the loop takes them)
@@ -57,7 +57,7 @@ class Prefetch:
     """
 
     def __init__(self, graph: DistGraph, sampler, device: torch.device):
-        self.graph, self.sampler, self.device = graph, sampler, device
+        self.graph, self.device = graph, device
         self.copies = DeviceCopies(device)
         node_sampler = getattr(sampler, "sampler", sampler)  # an edge-prediction sampler's
         self.labels = list(getattr(sampler, "prefetch_labels", None) or [])
@@ -100,7 +100,8 @@ class Prefetch:
                 data = self.graph.nodes[ntype].data if self.graph.is_typed else self.graph.ndata
                 for name in names:
                     if name in data or not self.graph.is_typed:  # types without it
-                        out.append(self._source(data[name], (layer, side, ntype, name),
+                        view = data[name]
+                        out.append(self._source(view, (layer, side, ntype, name, view.name),
                                                 blocks[layer], rows))
         return out
 
@@ -113,7 +114,7 @@ class Prefetch:
 
     def _source(self, view, where: tuple, block, rows: torch.Tensor) -> Wanted:
         """The rows of ``view`` for ``rows`` (going ``where``: layer, side, node type,
-        name), on their way, from the first source that has them: the strategy's own (a
+        name, store name), on their way, from the first source that has them: the strategy's own (a
         first block's sources; collective), else the store."""
         strategy, side = self.graph.strategy, where[1]
         if side == "src" and isinstance(strategy, HoldsRows):
@@ -142,8 +143,7 @@ class Prefetch:
             step = step._replace(**ids)
         by_type = (lambda n: n) if graph.is_typed else (lambda n: {graph.node_space.ntype: n})
         outputs = getattr(step, "output_nodes", None)
-        carried = frozenset((self._store_name(w), w.side) for w in wanted
-                            if w.stamp is not None)
+        carried = frozenset((w.key, w.side) for w in wanted if w.stamp is not None)
         graph.step_rows.start(by_type(step.input_nodes),
                               None if outputs is None else by_type(outputs), carried)
         return step
@@ -155,7 +155,4 @@ class Prefetch:
             if w.stamp is not None and isinstance(value, torch.Tensor):
                 nodes = step.input_nodes if w.side == "src" else step.output_nodes
                 ids = nodes[w.ntype] if self.graph.is_typed else nodes
-                self.graph.step_rows.offer(self._store_name(w), ids, w.stamp, value)
-
-    def _store_name(self, w: Wanted) -> str:
-        return self.graph.space(w.ntype).key(w.name)
+                self.graph.step_rows.offer(w.key, ids, w.stamp, value)
