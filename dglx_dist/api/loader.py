@@ -48,7 +48,7 @@ from dglx_dist.runtime.agree import differing_ranks, ids_digest, on_every_rank, 
 from dglx_dist.sampling import even_chunk
 from dglx_dist.sampling.options import UNIFORM
 from dglx_dist.strategies.base import SetupRequest, implied_layers
-from dglx_dist.strategies.steps import (EdgeStep, LoaderSpec, Step, sampled_epoch,
+from dglx_dist.strategies.steps import (Blocks, EdgeStep, LoaderSpec, Step, sampled_epoch,
                                         sampled_plan)
 
 __all__ = ["DataLoader", "DistNodeDataLoader", "DistEdgeDataLoader"]
@@ -187,12 +187,14 @@ class DataLoader:
                                   self.spec, epoch)
         ahead = self.lookahead and not self.strategy.capabilities.steps_in_turn
         for step in self._ahead(steps) if ahead else self._in_turn(steps):
+            # the edge: the step's blocks become DGL's, with the rows on them
+            blocks = step.blocks.to_dgl() if isinstance(step.blocks, Blocks) else step.blocks
             if isinstance(step, EdgeStep):
                 pairs = (step.pair_graph,) if step.neg_pair_graph is None else \
                     (step.pair_graph, step.neg_pair_graph)
-                yield step.input_nodes, *pairs, step.blocks
+                yield step.input_nodes, *pairs, blocks
             else:
-                yield step.input_nodes, step.output_nodes, step.blocks
+                yield step.input_nodes, step.output_nodes, blocks
         self.graph.step_rows.settle()
         # every rank takes the same steps: once all have finished the loop body of the last
         # one, what they wrote during the epoch (a layer-wise inference's DistTensor rows) is

@@ -208,11 +208,12 @@ class DistModel(nn.Module):
         return out
 
     def _on_device(self, blocks: Blocks, x) -> tuple[Blocks, Any]:
-        """The full-graph form's blocks and rows on the strategy's device."""
+        """The full-graph form's blocks (DGL's: the edge) and rows on the strategy's
+        device."""
         device = self._graph.strategy.compute_device(self._graph.session)
         if device.type == "cpu":
-            return blocks, x
-        moved = Blocks([b.to(device) for b in blocks], blocks.state)
+            return blocks.to_dgl(), x
+        moved = Blocks([b.to(device) for b in blocks], blocks.state).to_dgl()
         return moved, x.to(device) if isinstance(x, torch.Tensor) else x
 
     def _check_inputs(self, blocks: list, x) -> None:

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-import dgl
 import torch
 
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.samplers import edge_rows
 from dglx_dist.kvstore.base import PullUnderWay
 from dglx_dist.runtime.transfer import DeviceCopies
+from dglx_dist.sampling.frames import NID
 from dglx_dist.strategies.abilities import HoldsRows
 from dglx_dist.strategies.steps import EdgeStep, Step, UnderWay, place_step, step_graphs
 
@@ -123,7 +123,7 @@ class Prefetch:
                 return Wanted(*where, PullUnderWay(lambda: held), None)
         if side == "src" and not self.graph.is_typed and block.num_src_nodes() != rows.numel():
             # a co-batch: its input nodes are its own rows among the sources
-            return Wanted(*where, view.start_rows(block.srcdata[dgl.NID], unique=True), None)
+            return Wanted(*where, view.start_rows(block.srcdata[NID], unique=True), None)
         stamp = self.graph.step_rows.stamp(view.name)
         return Wanted(*where, view.start_rows(rows, unique=True), stamp)
 

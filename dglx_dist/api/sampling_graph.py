@@ -293,6 +293,10 @@ class UserSampler:
     def what(self) -> str:
         return f"DataLoader: sampler {type(self.sampler).__name__}"
 
+    def seed(self, value: int) -> None:
+        """Seeds DGL's random numbers, which the sampler draws with."""
+        dgl.seed(value)
+
     def draw(self, base: BlockSampler, seeds: torch.Tensor,
              exclude: torch.Tensor | None = None) -> list[dgl.DGLGraph] | dgl.DGLGraph:
         """The blocks (or the subgraph) the sampler draws for partitioned ids ``seeds`` but

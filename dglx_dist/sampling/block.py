@@ -7,6 +7,12 @@ edges (DGL's ``to_block``). With node and edge types, each node has a type and e
 and the numbering holds per node type: a graph without types is the one-type case (DGL's
 ``_N`` / ``_E``), not a second kind of block. :meth:`Block.to_dgl` gives DGL's block at the
 edge of the package, where DGL is installed.
+
+A block reads and holds rows as DGL's does (:mod:`dglx_dist.sampling.frames`): ``srcdata``,
+``dstdata``, ``edata``, ``srcnodes[ntype].data``, ``dstnodes[ntype].data``,
+``edges[etype].data`` (``"_ID"``, DGL's ``dgl.NID`` / ``dgl.EID``, the ids), so the loader's
+prefetch, the strategies' degrees and a script's reads are the same on both; its rows go
+with it to a device and onto DGL's block at the edge.
 """
 from __future__ import annotations
 
@@ -14,6 +20,8 @@ import dataclasses
 from typing import Sequence
 
 import torch
+
+from dglx_dist.sampling.frames import NID, DataView, EdgeSpace, NodeSpace
 
 __all__ = ["Block", "relabel", "map_tensors", "UNTYPED"]
 
@@ -47,21 +55,26 @@ def relabel(dst_nodes: torch.Tensor, *ends: torch.Tensor, num_nodes: int | None 
     return nodes, list(torch.split(index[dst_nodes.numel():], [e.numel() for e in ends]))
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Block:
-    """One layer's message flow graph.
+    """One layer's message flow graph, and the rows on it.
 
     Attributes:
         src_nodes: each source node's id (per-type ids where there are types), the
-            destination nodes of each type first among that type's sources.
+            destination nodes of each type first among that type's sources (but where
+            ``dst_nodes`` are given).
         src_type: each source node's type (an index into ``ntypes``).
         num_dst: the number of destination nodes of each type.
         src: each edge's source, its index among the source nodes of its type.
         dst: each edge's destination, its index among the destination nodes of its type.
         eid: each edge's id in the user's graph (per-type ids where there are types).
-        etype: each edge's type (an index into ``etypes``).
+        etype: each edge's type (an index into ``canonical_etypes``).
         ntypes: the node types' names.
-        etypes: the canonical edge types.
+        canonical_etypes: the edge types (source type, name, destination type).
+        dst_nodes: the destination nodes' ids where they are not the first sources (a block
+            of a strategy whose layers name nodes without edges; one type), else None.
+        frames: the rows on the block by side and type (read them through ``srcdata`` and
+            the other views below).
     """
 
     src_nodes: torch.Tensor
@@ -72,7 +85,9 @@ class Block:
     eid: torch.Tensor
     etype: torch.Tensor
     ntypes: tuple[str, ...] = UNTYPED[0]
-    etypes: tuple[tuple[str, str, str], ...] = UNTYPED[1]
+    canonical_etypes: tuple[tuple[str, str, str], ...] = UNTYPED[1]
+    dst_nodes: torch.Tensor | None = None
+    frames: dict = dataclasses.field(default_factory=dict, repr=False)
 
     @classmethod
     def untyped(cls, dst_nodes: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
@@ -82,6 +97,13 @@ class Block:
         nodes, (s, d) = relabel(dst_nodes, src, dst, num_nodes=num_nodes)
         zeros = torch.zeros_like
         return cls(nodes, zeros(nodes), (dst_nodes.numel(),), s, d, eid.long(), zeros(s))
+
+    @classmethod
+    def nodes_only(cls, src_nodes: torch.Tensor, dst_nodes: torch.Tensor) -> "Block":
+        """A block without edges from ``src_nodes`` to ``dst_nodes`` (one type)."""
+        none = torch.zeros(0, dtype=torch.int64, device=src_nodes.device)
+        return cls(src_nodes, torch.zeros_like(src_nodes), (dst_nodes.numel(),), none, none,
+                   none, none, dst_nodes=dst_nodes)
 
     @classmethod
     def typed(cls, dst_nodes: Sequence[torch.Tensor], src: torch.Tensor, dst: torch.Tensor,
@@ -104,53 +126,167 @@ class Block:
                    within.index_select(0, d), eid.long(), etype.long(), tuple(ntypes), etypes)
 
     @property
+    def untyped_form(self) -> bool:
+        """Whether the block is of a graph without types (DGL's ``_N`` / ``_E``)."""
+        return self.ntypes == UNTYPED[0] and self.canonical_etypes == UNTYPED[1]
+
+    @property
     def num_src(self) -> tuple[int, ...]:
         """The number of source nodes of each type."""
+        if len(self.ntypes) == 1:
+            return (self.src_nodes.numel(),)
         return tuple(torch.bincount(self.src_type, minlength=len(self.ntypes)).tolist())
 
     def nodes_of(self, ntype: int, dst: bool = False) -> torch.Tensor:
         """The ids of the source (``dst``: destination) nodes of type ``ntype``, in order."""
-        ids = self.src_nodes[self.src_type == ntype]
+        if dst and self.dst_nodes is not None:
+            return self.dst_nodes
+        ids = self.src_nodes if len(self.ntypes) == 1 else self.src_nodes[self.src_type == ntype]
         return ids[:self.num_dst[ntype]] if dst else ids
 
+    def edges_of(self, etype: int) -> torch.Tensor:
+        """The positions of the edges of type ``etype`` among the block's edges."""
+        if len(self.canonical_etypes) == 1:
+            return torch.arange(self.eid.numel(), device=self.eid.device)
+        return torch.nonzero(self.etype == etype).flatten()
+
+    # -- DGL's reading surface (rows by side and type; see frames.py) ----------------------
+    def frame(self, side: str, index: int) -> dict:
+        """The rows of the sources (``side`` "src"), destinations ("dst") or edges ("edge")
+        of type ``index``: a dict of name -> rows, holding at least their ids (``"_ID"``)."""
+        key = (side, index)
+        if key not in self.frames:
+            ids = self.eid.index_select(0, self.edges_of(index)) if side == "edge" else \
+                self.nodes_of(index, dst=side == "dst")
+            self.frames[key] = {NID: ids}
+        return self.frames[key]
+
+    @property
+    def srcnodes(self) -> NodeSpace:
+        return NodeSpace(self, "src")
+
+    @property
+    def dstnodes(self) -> NodeSpace:
+        return NodeSpace(self, "dst")
+
+    @property
+    def edges(self) -> EdgeSpace:
+        return EdgeSpace(self)
+
+    @property
+    def srcdata(self) -> DataView:
+        return DataView(self, "src", range(len(self.ntypes)))
+
+    @property
+    def dstdata(self) -> DataView:
+        return DataView(self, "dst", range(len(self.ntypes)))
+
+    @property
+    def edata(self) -> DataView:
+        return DataView(self, "edge", range(len(self.canonical_etypes)))
+
+    @property
+    def srctypes(self) -> list[str]:
+        return list(self.ntypes)
+
+    @property
+    def dsttypes(self) -> list[str]:
+        return list(self.ntypes)
+
+    @property
+    def etypes(self) -> list[str]:
+        """The edge types' names (DGL's ``etypes``)."""
+        return [e[1] for e in self.canonical_etypes]
+
+    @property
+    def is_block(self) -> bool:
+        return True
+
+    @property
+    def device(self) -> torch.device:
+        return self.src_nodes.device
+
+    def num_src_nodes(self, ntype: str | None = None) -> int:
+        return self._count(self.num_src, ntype)
+
+    def num_dst_nodes(self, ntype: str | None = None) -> int:
+        return self._count(self.num_dst, ntype)
+
+    number_of_src_nodes, number_of_dst_nodes = num_src_nodes, num_dst_nodes
+
+    def num_edges(self, etype=None) -> int:
+        if etype is None:
+            return self.eid.numel()
+        return int(self.edges_of(self.etype_index(etype)).numel())
+
+    def _count(self, counts: tuple[int, ...], ntype: str | None) -> int:
+        return sum(counts) if ntype is None else counts[self.ntypes.index(ntype)]
+
+    def etype_index(self, etype) -> int:
+        """The index of ``etype`` (canonical, or a name that names one type) among the
+        block's edge types."""
+        if isinstance(etype, tuple):
+            return self.canonical_etypes.index(tuple(etype))
+        named = [i for i, e in enumerate(self.canonical_etypes) if e[1] == etype]
+        if len(named) != 1:
+            raise KeyError(f"edge type {etype!r}: {len(named)} of the block's types have "
+                           f"that name; expected one (or a canonical type)")
+        return named[0]
+
+    def local_var(self) -> "Block":
+        """The block with rows of its own (the structure and the rows shared; new rows set on
+        it stay its own, as DGL's ``local_var``)."""
+        return dataclasses.replace(self, frames={k: dict(v) for k, v in self.frames.items()})
+
+    # -- moves and the edge ------------------------------------------------------------------
     def to(self, device, non_blocking: bool = False) -> "Block":
-        """The block on ``device``."""
-        return map_tensors(self, lambda t: t.to(device, non_blocking=non_blocking))
+        """The block, with its rows, on ``device``."""
+        return _mapped(self, lambda t: t.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> "Block":
-        """The block in pinned memory (for ``to(device, non_blocking=True)``)."""
-        return map_tensors(self, torch.Tensor.pin_memory)
+        """The block and its rows in pinned memory (for ``to(device, non_blocking=True)``)."""
+        return _mapped(self, torch.Tensor.pin_memory)
 
     def to_dgl(self, kept_etypes: bool = True):
-        """DGL's block of the same structure: ``srcdata`` / ``dstdata[dgl.NID]`` the ids,
-        ``edata[dgl.EID]`` the edges' ids. With types, only the edge types with edges are
-        kept (``kept_etypes``; every type when none has one), as DGL's distributed sampler
-        gives them."""
+        """DGL's block of the same structure, with the rows on this one (``srcdata`` /
+        ``dstdata[dgl.NID]`` the ids, ``edata[dgl.EID]`` the edges' ids). With types, only
+        the edge types with edges are kept (``kept_etypes``; every type when none has one),
+        as DGL's distributed sampler gives them."""
         import dgl  # noqa: PLC0415 - the edge: only here does a block become DGL's
 
-        if self.ntypes == UNTYPED[0] and self.etypes == UNTYPED[1]:
+        if self.untyped_form:
             block = dgl.create_block((self.src, self.dst), num_src_nodes=self.src_nodes.numel(),
-                                     num_dst_nodes=self.num_dst[0])
-            block.srcdata[dgl.NID] = self.src_nodes
-            block.dstdata[dgl.NID] = self.src_nodes[:self.num_dst[0]]
-            block.edata[dgl.EID] = self.eid
+                                     num_dst_nodes=self.num_dst[0], device=self.device)
+            for side, frame in (("src", block.srcdata), ("dst", block.dstdata),
+                                ("edge", block.edata)):
+                frame.update(self.frame(side, 0))
             return block
         return self._typed_dgl(dgl, kept_etypes)
 
     def _typed_dgl(self, dgl, kept_etypes: bool):
-        counts = torch.bincount(self.etype, minlength=len(self.etypes)).tolist()
+        counts = torch.bincount(self.etype, minlength=len(self.canonical_etypes)).tolist()
         kept = [i for i, c in enumerate(counts) if c or not kept_etypes] or \
             list(range(len(counts)))
-        cut = list(zip(*(torch.split(x, counts) for x in (self.src, self.dst, self.eid))))
-        block = dgl.create_block({self.etypes[i]: cut[i][:2] for i in kept},
+        cut = list(zip(*(torch.split(x, counts) for x in (self.src, self.dst))))
+        block = dgl.create_block({self.canonical_etypes[i]: cut[i] for i in kept},
                                  num_src_nodes=dict(zip(self.ntypes, self.num_src)),
-                                 num_dst_nodes=dict(zip(self.ntypes, self.num_dst)))
+                                 num_dst_nodes=dict(zip(self.ntypes, self.num_dst)),
+                                 device=self.device)
         for t, name in enumerate(self.ntypes):
-            block.srcnodes[name].data[dgl.NID] = self.nodes_of(t)
-            block.dstnodes[name].data[dgl.NID] = self.nodes_of(t, dst=True)
+            block.srcnodes[name].data.update(self.frame("src", t))
+            block.dstnodes[name].data.update(self.frame("dst", t))
         for i in kept:
-            block.edges[self.etypes[i]].data[dgl.EID] = cut[i][2]
+            block.edges[self.canonical_etypes[i]].data.update(self.frame("edge", i))
         return block
+
+
+def _mapped(block: Block, fn) -> Block:
+    """``block`` with ``fn`` applied to its tensors and to the tensors among its rows."""
+    moved = map_tensors(dataclasses.replace(block, frames={}), fn)
+    moved.frames.update({key: {name: fn(v) if isinstance(v, torch.Tensor) else v
+                               for name, v in frame.items()}
+                         for key, frame in block.frames.items()})
+    return moved
 
 
 def map_tensors(record, fn):

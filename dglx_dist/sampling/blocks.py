@@ -5,12 +5,9 @@ from __future__ import annotations
 import torch
 
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.sampling.frames import NID
 
 __all__ = ["id_dtype", "pack_block", "unpack_block"]
-
-NID = "_ID"
-"""DGL's ``dgl.NID``: the key of a block's node ids."""
-
 
 def id_dtype(num_nodes: int) -> torch.dtype:
     """The narrowest integer dtype that holds node ids (and counts) of a graph this size."""

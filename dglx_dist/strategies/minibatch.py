@@ -11,10 +11,10 @@ import dataclasses
 import functools
 from typing import Iterator
 
-import dgl
 import torch
 
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.sampling.frames import NID
 from dglx_dist.strategies.abilities import (Approximate, Capabilities, FullGraphForm,
                                             ShapedByOptions)
 from dglx_dist.strategies.base import Strategy, split_ids
@@ -98,17 +98,17 @@ class MiniBatchStrategy(Strategy, FullGraphForm, Approximate, ShapedByOptions):
     def full_graph_step(self, num_layers: int, index: int) -> tuple[Blocks, object]:
         cached = getattr(self, "_full_graph", None)
         if cached is None or len(cached) != num_layers:
-            cached = Blocks(self.sampler.sample_blocks(self.local_nodes(), (-1,) * num_layers))
+            cached = Blocks(self.sampler.draw_blocks(self.local_nodes(), (-1,) * num_layers))
             self._stamp_degrees(cached, range(num_layers))  # they hold a share of the edges
             self._full_graph = cached
-        return cached, self._input_rows(cached[0].srcdata[dgl.NID])
+        return cached, self._input_rows(cached[0].srcdata[NID])
 
     def _stamp_degrees(self, blocks, layers) -> None:
         """Gives ``blocks[i]`` for ``i`` in ``layers`` their sources' out-degrees in the whole
         graph (``srcdata[OUT_DEGREE]``: ``parallelize`` rescales the rows a conv normalises)."""
         for i in layers:
             blocks[i].srcdata[OUT_DEGREE] = self.out_degree.index_select(
-                0, blocks[i].srcdata[dgl.NID])
+                0, blocks[i].srcdata[NID])
 
     @functools.cached_property
     def out_degree(self) -> torch.Tensor:

@@ -3,22 +3,31 @@ them to the wrapped model.
 
 :class:`~dglx_dist.api.DataLoader` asks the strategy for a loader plan once and for an epoch of
 :class:`Step` s each time it is iterated. A step's ``blocks`` is a :class:`Blocks`: a plain
-list of DGL blocks (a model zips its layers with it as usual) that also holds what the wrapped
+list of blocks (a model zips its layers with it as usual) that also holds what the wrapped
 model must know about *this* step (which output rows are the step's, the weight of this
 rank's loss, Dorylus's epoch). Nothing of a step is kept on the strategy, so a user who
 prefetches batches (``list(loader)``) gets the same results as one who consumes them lazily.
+
+The blocks are the package's own (:class:`~dglx_dist.sampling.block.Block`) from the draw
+to the loader's rows; they become DGL's at the edge, where the loader hands a step to the
+user (:meth:`Blocks.to_dgl`). Blocks that come from DGL (a user's own sampler, a strategy
+whose layer computes on DGL's blocks) are DGL's throughout; both read and hold rows alike.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Iterator, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple, Protocol
 
-import dgl
 import torch
 
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.sampling.block import Block
+from dglx_dist.sampling.frames import NID
 from dglx_dist.sampling.options import UNIFORM, SampleOptions
+
+if TYPE_CHECKING:
+    import dgl
 
 __all__ = ["Blocks", "StepState", "Step", "EdgeStep", "UnderWay", "EdgeBatch", "PairMaker", "LoaderSpec",
            "LoaderPlan", "full_graph_loaders", "equal_step_sizes", "agreed_steps", "sampled_plan",
@@ -61,11 +70,11 @@ class Blocks(list):
     """The blocks of one step (input layer first), with its :class:`StepState`.
 
     Each block is a local copy (``local_var()``: structure and data shared, its own frames) of
-    the drawn one that carries the state as an attribute (the drawn one may be a strategy's
-    static block, yielded again at later steps, whose frames a step's rows must not fill), so
-    the state survives what a script does to its blocks: DGL's ``block.to(device)``, ``.int()``
-    and ``.long()`` copy a graph's attributes, and ``[b.to(device) for b in blocks]`` keeps
-    the blocks (:meth:`of` finds the state again)."""
+    the drawn one (which may be a strategy's static block, yielded again at later steps,
+    whose frames a step's rows must not fill). A DGL block carries the state as an attribute,
+    so the state survives what a script does to its blocks: DGL's ``block.to(device)``,
+    ``.int()`` and ``.long()`` copy a graph's attributes, and ``[b.to(device) for b in
+    blocks]`` keeps the blocks (:meth:`of` finds the state again)."""
 
     def __init__(self, blocks=(), state: StepState | None = None):
         state = state or StepState()
@@ -86,30 +95,31 @@ class Blocks(list):
                                     "the loader; pass the blocks of one step")
         return cls(blocks, states[0] if states else None)
 
+    def to_dgl(self) -> "Blocks":
+        """The blocks as DGL's (the edge: the package's converted with their rows, DGL's as
+        they are), with the same state."""
+        if not any(isinstance(b, Block) for b in self):
+            return self
+        return Blocks([b.to_dgl() if isinstance(b, Block) else b for b in self], self.state)
+
 
 def _carrying(block, state: StepState):
-    if not isinstance(block, dgl.DGLGraph):
+    if not hasattr(block, "local_var"):
         return block
     block = block.local_var()  # shares the structure and the data; a step's writes to its
-    setattr(block, _STATE, state)  # frames (the loader's prefetched rows) stay its own
+    if not isinstance(block, Block):  # frames (the loader's prefetched rows) stay its own
+        setattr(block, _STATE, state)  # (the package's blocks never reach a script)
     return block
 
 
-def node_blocks(inputs: torch.Tensor, outputs: torch.Tensor, num_layers: int) -> list:
+def node_blocks(inputs: torch.Tensor, outputs: torch.Tensor, num_layers: int) -> list[Block]:
     """Blocks without edges that name a step's nodes for a script to read
     (``blocks[0].srcdata[dgl.NID]``, ``blocks[-1].dstdata[dgl.NID]``,
     ``number_of_dst_nodes()``), for a strategy whose forward does not run on blocks (the
     edges stay where it computes): every layer maps ``inputs`` to ``inputs``, the last one
     to ``outputs``."""
     ends = [inputs] * num_layers + [outputs]
-    blocks = []
-    for src, dst in zip(ends[:-1], ends[1:]):
-        none = torch.empty(0, dtype=torch.int64)
-        block = dgl.create_block((none, none), num_src_nodes=src.numel(),
-                                 num_dst_nodes=dst.numel())
-        block.srcdata[dgl.NID], block.dstdata[dgl.NID] = src, dst
-        blocks.append(block)
-    return blocks
+    return [Block.nodes_only(src, dst) for src, dst in zip(ends[:-1], ends[1:])]
 
 
 class Step(NamedTuple):
@@ -117,7 +127,7 @@ class Step(NamedTuple):
 
     input_nodes: torch.Tensor
     output_nodes: torch.Tensor
-    blocks: Blocks | dgl.DGLGraph  # a graph: the subgraph of a sampler of subgraphs
+    blocks: "Blocks | dgl.DGLGraph"  # a graph: the subgraph of a sampler of subgraphs
 
 
 class EdgeStep(NamedTuple):
@@ -125,9 +135,9 @@ class EdgeStep(NamedTuple):
     without a negative sampler)."""
 
     input_nodes: torch.Tensor
-    pair_graph: dgl.DGLGraph
-    neg_pair_graph: dgl.DGLGraph | None
-    blocks: Blocks | dgl.DGLGraph
+    pair_graph: "dgl.DGLGraph"
+    neg_pair_graph: "dgl.DGLGraph | None"
+    blocks: "Blocks | dgl.DGLGraph"
 
 
 class UnderWay(NamedTuple):
@@ -151,8 +161,8 @@ class EdgeBatch(NamedTuple):
     """
 
     nodes: torch.Tensor
-    pair_graph: dgl.DGLGraph
-    neg_pair_graph: dgl.DGLGraph | None
+    pair_graph: "dgl.DGLGraph"
+    neg_pair_graph: "dgl.DGLGraph | None"
     exclude: torch.Tensor | None
 
 
@@ -173,9 +183,13 @@ class Drawer(Protocol):
     """A DGL sampler the strategy's sampler runs (``LoaderSpec.draw``)."""
 
     def draw(self, sampler, seeds: torch.Tensor,
-             exclude: torch.Tensor | None = None) -> list[dgl.DGLGraph] | dgl.DGLGraph:
+             exclude: torch.Tensor | None = None) -> "list[dgl.DGLGraph] | dgl.DGLGraph":
         """The blocks (or one subgraph with ``ndata[dgl.NID]``) drawn for ``seeds`` but the
         partitioned edge ids ``exclude`` (collective, as the sampler is)."""
+
+    def seed(self, value: int) -> None:
+        """Seeds the sampler's draws (an epoch's: its draws the same when it is taken
+        again)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,10 +280,11 @@ def sampled_plan(comm, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan:
 def epoch_batches(rank: int, plan: LoaderPlan, spec: LoaderSpec,
                   epoch: int) -> Iterator[torch.Tensor]:
     """The ids of each of the epoch's ``plan.steps`` batches over ``plan``'s ids (shuffled
-    with a seed of the epoch and rank when ``spec.shuffle``; DGL's sampling seeded too)."""
+    with a seed of the epoch and rank when ``spec.shuffle``; a user's sampler seeded too)."""
     ids, steps = plan.data, plan.steps
     seed = epoch_seed(spec, epoch, rank)
-    dgl.seed(seed)  # each epoch's sampling by DGL (LABOR, users' samplers) reproducible too
+    if spec.draw is not None:  # each epoch's draws by a user's sampler reproducible too
+        spec.draw.seed(seed)
     order = ids
     if spec.shuffle:
         order = ids[torch.randperm(ids.numel(), generator=torch.Generator().manual_seed(seed))]
@@ -287,8 +302,10 @@ def sampled_epoch(sampler, rank: int, plan: LoaderPlan, spec: LoaderSpec,
                   epoch: int) -> Iterator[Step | EdgeStep]:
     """One epoch of sampled mini-batches over ``plan``'s ids, nodes or (with
     ``spec.pairs``) edges (``sampler.sample_blocks`` is collective: every rank takes
-    ``plan.steps`` steps). A step's ``blocks`` is the one subgraph a ``spec.draw`` of
-    subgraphs (ShaDow-GNN's) gives."""
+    ``plan.steps`` steps). The blocks are the package's (:class:`Blocks` of
+    :class:`~dglx_dist.sampling.block.Block`), or DGL's where ``spec.draw`` draws them; a
+    step's ``blocks`` is the one subgraph a ``spec.draw`` of subgraphs (ShaDow-GNN's)
+    gives."""
     first = epoch_seed(spec, epoch, rank) * 1_000_003
     for step, seeds in enumerate(epoch_batches(rank, plan, spec, epoch)):
         batch = None if spec.pairs is None else spec.pairs(seeds)
@@ -297,19 +314,19 @@ def sampled_epoch(sampler, rank: int, plan: LoaderPlan, spec: LoaderSpec,
             drawn = spec.draw.draw(sampler, nodes, exclude)
         else:  # the step's own seed: it draws the same wherever and whenever it is taken
             options = dataclasses.replace(spec.sampling, seed=(first + step) % 2**62)
-            drawn = sampler.sample_blocks(nodes, spec.fanouts, exclude, options)
-        if isinstance(drawn, dgl.DGLGraph):  # an induced subgraph, its seeds among its nodes
-            inputs, outputs, graphs = drawn.ndata[dgl.NID], nodes, drawn
+            drawn = sampler.draw_blocks(nodes, spec.fanouts, exclude, options)
+        if not isinstance(drawn, list):  # an induced subgraph, its seeds among its nodes
+            inputs, outputs, graphs = drawn.ndata[NID], nodes, drawn
         else:  # (typed blocks: ids by type)
-            inputs, outputs = drawn[0].srcdata[dgl.NID], drawn[-1].dstdata[dgl.NID]
+            inputs, outputs = drawn[0].srcdata[NID], drawn[-1].dstdata[NID]
             graphs = Blocks(drawn, StepState(epoch=epoch))
         yield Step(inputs, outputs, graphs) if batch is None else \
             EdgeStep(inputs, batch.pair_graph, batch.neg_pair_graph, graphs)
 
 
-def step_graphs(step: Step | EdgeStep) -> list[dgl.DGLGraph]:
+def step_graphs(step: Step | EdgeStep) -> list:
     """A step's blocks, or its subgraph as the one graph of its input and output nodes."""
-    return [step.blocks] if isinstance(step.blocks, dgl.DGLGraph) else step.blocks
+    return step.blocks if isinstance(step.blocks, list) else [step.blocks]
 
 
 def place_step(step: Step | EdgeStep, device: torch.device) -> Step | EdgeStep:
@@ -317,7 +334,7 @@ def place_step(step: Step | EdgeStep, device: torch.device) -> Step | EdgeStep:
     ``device``; the step itself on the CPU."""
     if device.type == "cpu":
         return step
-    if isinstance(step.blocks, dgl.DGLGraph):  # a subgraph step
+    if not isinstance(step.blocks, list):  # a subgraph step
         step = step._replace(blocks=step.blocks.to(device))
     else:
         step.blocks[:] = [b.to(device) for b in step.blocks]

@@ -77,3 +77,86 @@ def test_a_block_moves_and_pins_as_a_whole():
     assert moved.num_src == block.num_src and bool((moved.src == block.src).all())
     if torch.cuda.is_available():
         assert block.pin_memory().src.is_pinned()
+
+
+def _typed_block(seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    ntypes = ("author", "paper")
+    etypes = (("author", "writes", "paper"), ("paper", "cites", "paper"))
+    dst = [torch.tensor([3, 1]), torch.tensor([0, 4, 2])]
+    src = torch.randint(0, 6, (12,), generator=gen)
+    kind = torch.tensor([0] * 5 + [1] * 7)
+    to = torch.cat([dst[1][torch.randint(0, 3, (5,), generator=gen)],
+                    dst[1][torch.randint(0, 3, (7,), generator=gen)]])
+    return Block.typed(dst, src, to, kind, torch.arange(12) + 50, ntypes, etypes)
+
+
+def test_rows_are_read_and_set_as_on_dgls_block():
+    """srcdata / dstdata / edata, srcnodes[t].data, edges[etype].data, edges() and the
+    counts answer as on the DGL block it becomes, and rows set on it go onto that block."""
+    dst_nodes, src, dst = _edges(1)
+    ours = Block.untyped(dst_nodes, src, dst, torch.arange(src.numel()) * 2)
+    ours.srcdata["x"] = torch.arange(ours.num_src_nodes()).float()
+    ours.dstnodes["_N"].data["y"] = dst_nodes * 10
+    ours.edges["_E"].data["w"] = torch.ones(ours.num_edges())
+    ref = ours.to_dgl()
+    assert ours.num_src_nodes() == ref.num_src_nodes()
+    assert ours.number_of_dst_nodes() == ref.number_of_dst_nodes() == dst_nodes.numel()
+    for name in ("x", dgl.NID):
+        assert torch.equal(ref.srcdata[name], ours.srcdata[name])
+    assert torch.equal(ref.dstdata["y"], dst_nodes * 10)
+    assert torch.equal(ref.edata["w"], ours.edata["w"])
+    assert torch.equal(ref.edata[dgl.EID], ours.edata[dgl.EID])
+    for mine, theirs in zip(ours.edges(form="all"), ref.edges(form="all")):
+        assert torch.equal(mine, theirs)
+    assert sorted(ours.srcdata.keys()) == sorted(ref.srcdata.keys())
+
+
+def test_a_typed_blocks_rows_are_by_type_as_on_dgls_block():
+    ours = _typed_block()
+    ref = ours.to_dgl()
+    assert ours.srcdata[dgl.NID].keys() == ref.srcdata[dgl.NID].keys()
+    for t in ours.ntypes:
+        assert torch.equal(ours.srcdata[dgl.NID][t], ref.srcdata[dgl.NID][t])
+        assert ours.num_src_nodes(t) == ref.num_src_nodes(t)
+    ours.srcdata["h"] = {"paper": torch.ones(ours.num_src_nodes("paper"), 2)}
+    assert list(ours.srcdata["h"]) == ["paper"]  # only the types that have it
+    with pytest.raises(TypeError):
+        ours.srcdata["h"] = torch.ones(3)
+    for etype in ours.canonical_etypes:
+        assert torch.equal(ours.edges[etype].data[dgl.EID], ref.edges[etype].data[dgl.EID])
+        assert torch.equal(ours.edges[etype[1]].data[dgl.EID], ref.edges[etype].data[dgl.EID])
+        for mine, theirs in zip(ours.edges(etype=etype), ref.edges(etype=etype)):
+            assert torch.equal(mine, theirs)
+    assert torch.equal(ours.to_dgl().srcnodes["paper"].data["h"], torch.ones(
+        ours.num_src_nodes("paper"), 2))
+
+
+def test_a_local_copy_keeps_its_rows_to_itself():
+    """local_var(), as DGL's: the rows shared, rows set later its own."""
+    dst_nodes, src, dst = _edges(2)
+    block = Block.untyped(dst_nodes, src, dst, torch.arange(src.numel()))
+    block.srcdata["a"] = torch.zeros(block.num_src_nodes())
+    mine = block.local_var()
+    mine.srcdata["b"] = torch.ones(block.num_src_nodes())
+    assert "a" in mine.srcdata and "b" not in block.srcdata
+
+
+def test_rows_move_with_the_block():
+    dst_nodes, src, dst = _edges(3)
+    block = Block.untyped(dst_nodes, src, dst, torch.arange(src.numel()))
+    block.srcdata["x"] = torch.randn(block.num_src_nodes(), 3)
+    block.srcdata["kept"] = "not a tensor"
+    moved = block.to("cpu")
+    assert torch.equal(moved.srcdata["x"], block.srcdata["x"])
+    assert moved.srcdata["kept"] == "not a tensor"
+    moved.srcdata["y"] = torch.zeros(1)
+    assert "y" not in block.srcdata
+
+
+def test_a_block_of_named_nodes_without_edges():
+    """A block whose destinations are not its first sources (Dorylus's steps)."""
+    block = Block.nodes_only(torch.tensor([5, 6, 7]), torch.tensor([7, 5]))
+    ref = block.to_dgl()
+    assert ref.num_edges() == 0 and ref.dstdata[dgl.NID].tolist() == [7, 5]
+    assert ref.srcdata[dgl.NID].tolist() == [5, 6, 7]

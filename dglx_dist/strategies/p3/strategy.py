@@ -284,6 +284,8 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, ShardedParams,
         last = None
         device = self.compute_device(self.session)
         for step in super().loader_epoch(plan, spec, epoch):  # launched 2 steps ahead
+            # layer 1 runs on DGL's blocks (the conv's adapter), the forward's own
+            step = step._replace(blocks=step.blocks.to_dgl())
             host = step.blocks[0]  # the forward gets the block on the device
             self._layer.launch(place_step(step, device).blocks[0], host)
             window.append(step)

@@ -1,0 +1,102 @@
+"""The rows on a :class:`~dglx_dist.sampling.block.Block`, read and written as on DGL's blocks.
+
+DGL's names and semantics: ``block.srcdata[name]`` is the rows of the sources when the block
+has one source type, else a dict of node type -> rows for the types that have the name (set
+it the same way); ``block.srcnodes[ntype].data`` is one type's dict; ``block.edges[etype].data``
+one edge type's (an edge type by its canonical triple or its name); ``block.edges()`` the
+edges as ``(src, dst)`` (``form="all"``: with their positions). The ids are ``"_ID"`` (DGL's
+``dgl.NID`` and ``dgl.EID``): the graph's node ids of each side, the user's edge ids.
+"""
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Iterator
+
+import torch
+
+if TYPE_CHECKING:
+    from dglx_dist.sampling.block import Block
+
+__all__ = ["NID", "DataView", "NodeSpace", "EdgeSpace"]
+
+NID = "_ID"
+"""DGL's ``dgl.NID`` (and ``dgl.EID``): the key of a block's node (edge) ids."""
+
+
+class DataView(MutableMapping):
+    """``srcdata`` / ``dstdata`` / ``edata`` of a block: one type's rows, or by type."""
+
+    def __init__(self, block: "Block", side: str, types: range):
+        self._frames = [block.frame(side, i) for i in types]
+        names = block.ntypes if side != "edge" else block.canonical_etypes
+        self._names = list(names)
+
+    def __getitem__(self, key: str):
+        if len(self._frames) == 1:
+            return self._frames[0][key]
+        found = {n: f[key] for n, f in zip(self._names, self._frames) if key in f}
+        if not found:
+            raise KeyError(key)
+        return found
+
+    def __setitem__(self, key: str, value) -> None:
+        if len(self._frames) == 1:
+            self._frames[0][key] = value
+            return
+        if not isinstance(value, dict):
+            raise TypeError(f"setting {key!r} on a block with several types takes a dict of "
+                            f"type -> rows; got {type(value).__name__}")
+        for name, rows in value.items():
+            self._frames[self._names.index(name)][key] = rows
+
+    def __delitem__(self, key: str) -> None:
+        held = [f for f in self._frames if key in f]
+        if not held:
+            raise KeyError(key)
+        for frame in held:
+            del frame[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys(k for f in self._frames for k in f))
+
+    def __len__(self) -> int:
+        return len(set(k for f in self._frames for k in f))
+
+
+class NodeSpace:
+    """``srcnodes`` / ``dstnodes`` of a block: ``[ntype].data`` one type's rows;
+    ``(ntype)`` the type's node indices."""
+
+    def __init__(self, block: "Block", side: str):
+        self._block, self._side = block, side
+
+    def __getitem__(self, ntype: str) -> SimpleNamespace:
+        return SimpleNamespace(data=self._block.frame(self._side,
+                                                      self._block.ntypes.index(ntype)))
+
+    def __call__(self, ntype: str | None = None) -> torch.Tensor:
+        count = self._block.num_src_nodes(ntype) if self._side == "src" else \
+            self._block.num_dst_nodes(ntype)
+        return torch.arange(count, device=self._block.device)
+
+
+class EdgeSpace:
+    """``edges`` of a block: ``[etype].data`` one edge type's rows; ``(form, etype)`` its
+    edges as ``(src, dst)`` indices (``form="all"``: and their positions among the type's
+    edges, DGL's ``form="all"``; ``"eid"``: the positions alone)."""
+
+    def __init__(self, block: "Block"):
+        self._block = block
+
+    def __getitem__(self, etype) -> SimpleNamespace:
+        return SimpleNamespace(data=self._block.frame("edge", self._block.etype_index(etype)))
+
+    def __call__(self, form: str = "uv", order: str = "eid", etype=None):
+        block = self._block
+        if etype is None and len(block.canonical_etypes) > 1:
+            raise KeyError("edges(): the block has several edge types; name one (etype=...)")
+        at = block.edges_of(0 if etype is None else block.etype_index(etype))
+        src, dst = block.src.index_select(0, at), block.dst.index_select(0, at)
+        ids = torch.arange(at.numel(), device=at.device)
+        return {"uv": (src, dst), "all": (src, dst, ids), "eid": ids}[form]
