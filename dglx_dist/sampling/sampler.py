@@ -7,18 +7,18 @@ on every server; p3: a part per rank, members = ``world``.) Frontier nodes owned
 members are sampled by their owners: per layer, the frontier is split by owner and exchanged;
 each owner samples and answers with the sources (see :meth:`PartitionSampler.sample_layer`).
 Own frontier nodes are sampled while the requests travel. Sampling is therefore
-*collective*: every member calls :meth:`PartitionSampler.sample_blocks` the same number of
+*collective*: every member calls :meth:`PartitionSampler.draw_blocks` the same number of
 times (with the same number of layers); members with nothing to sample pass empty seeds.
 
 Every sampled edge comes with its edge id in the user's graph (the part's ``edata["_ID"]``,
 its row in the dataset's edges), which the block (:class:`~dglx_dist.sampling.block.Block`)
 carries, and DGL's block it becomes as ``edata[dgl.EID]``. A layer draws uniformly without
-replacement unless the :class:`~dglx_dist.sampling.options.SampleOptions` given to ``sample_blocks`` say otherwise
+replacement unless the :class:`~dglx_dist.sampling.options.SampleOptions` given to ``draw_blocks`` say otherwise
 (DGL's ``prob`` / ``mask`` / ``replace``): the owner of a node draws its in-edges, with its own
 rows of the weights.
 
 Link prediction's loaders exclude edges from the sampled neighbourhoods (DGL's ``exclude``:
-a batch's positive edges and their reverses): ``sample_blocks(seeds, fanouts, exclude)``
+a batch's positive edges and their reverses): ``draw_blocks(seeds, fanouts, exclude)``
 takes partitioned edge ids; each goes once, with the requests of the step, to the member
 that stores the edge, which leaves it out of every layer it samples for this requester (on
 a typed partitioning too: an edge is excluded by its id in the part, whatever its type).
@@ -61,7 +61,7 @@ class BlockSampler(abc.ABC):
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sampled in-edges ``(src, dst, eid)`` of ``nodes`` (global ids; ``eid``: the user's
         edge ids), leaving out the edges ``exclude`` (what :meth:`exclusions` made of the
-        ids given to sample_blocks), drawn as ``options`` say."""
+        ids given to draw_blocks), drawn as ``options`` say."""
 
     @abc.abstractmethod
     def out_edges(self, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -91,13 +91,6 @@ class BlockSampler(abc.ABC):
             blocks.insert(0, Block.untyped(frontier, src, dst, eid, self.num_nodes))
             frontier = blocks[0].src_nodes
         return blocks
-
-    def sample_blocks(self, seeds: torch.Tensor, fanouts: Sequence[int],
-                      exclude: torch.Tensor | None = None,
-                      options: SampleOptions = UNIFORM) -> list:
-        """:meth:`draw_blocks` as DGL's blocks (the edge: global ids as ``dgl.NID``, the
-        user's edge ids as ``dgl.EID``)."""
-        return [b.to_dgl() for b in self.draw_blocks(seeds, fanouts, exclude, options)]
 
 
 class PartitionSampler(BlockSampler):

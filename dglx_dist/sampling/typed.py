@@ -1,13 +1,14 @@
-"""Mini-batches of a typed graph: DGL's heterogeneous blocks, sampled over a typed partitioning.
+"""Mini-batches of a typed graph: heterogeneous blocks, sampled over a typed partitioning.
 
 A typed partitioning numbers nodes once (partitioned ids, what parts and the node book speak);
 users speak per-type ids. :class:`TypeIds` translates: a node type's per-type ids to
 partitioned ids and back. :class:`TypedBlockSampler` samples layer by layer as DistDGL does
 for heterographs: the frontier's partitioned ids go to their owners, which sample each edge
 type's in-edges with that type's fanout (:meth:`PartitionSampler.sample_typed_layer`); the
-sampled edges, back in per-type ids, make a heterogeneous frontier that ``dgl.to_block`` turns
-into a block whose ``srcdata[dgl.NID]`` / ``dstdata[dgl.NID]`` hold per-type ids and each
-edge type's ``edata[dgl.EID]`` its per-type edge ids, as the blocks of DGL's own
+sampled edges, back in per-type ids, make the package's typed block
+(:meth:`~dglx_dist.sampling.block.Block.typed`, numbered as ``dgl.to_block`` numbers a
+heterogeneous frontier) whose ``srcdata[dgl.NID]`` / ``dstdata[dgl.NID]`` hold per-type ids
+and each edge type's ``edata[dgl.EID]`` its per-type edge ids, as the blocks of DGL's own
 ``NeighborSampler`` on a heterograph do. Edges a link-prediction batch
 excludes (partitioned edge ids) go once to the members that store them, which leave them out
 of every layer (:meth:`PartitionSampler.exclusions`).
@@ -142,16 +143,6 @@ class TypedBlockSampler:
             blocks.insert(0, self._block(frontier, src, dst, etype, eid))
             frontier = {t: blocks[0].nodes_of(i) for i, t in enumerate(self.ids.ntypes)}
         return blocks
-
-    def sample_blocks(self, seeds: torch.Tensor, fanouts: Sequence[Sequence[int]],
-                      exclude: torch.Tensor | None = None,
-                      options: SampleOptions = UNIFORM) -> list:
-        """:meth:`draw_blocks` as DGL's heterogeneous blocks (the edge), per-type ids as
-        ``dgl.NID`` / ``dgl.EID``, only the edge types with sampled edges kept, as DGL's
-        distributed sampler gives them (a HeteroGraphConv then computes no empty outputs for
-        types nothing reaches)."""
-        return [b.to_dgl(kept_etypes=True)
-                for b in self.draw_blocks(seeds, fanouts, exclude, options)]
 
     def _block(self, frontier: dict[str, torch.Tensor], src: torch.Tensor, dst: torch.Tensor,
                etype: torch.Tensor, eid: torch.Tensor) -> Block:

@@ -21,7 +21,7 @@ def _sample(session, pdir_path, fanouts, seeds_per_rank):
     rng = np.random.default_rng(session.rank)
     seeds = torch.from_numpy(np.sort(rng.choice(pdir.num_nodes, seeds_per_rank, replace=False)))
     before = session.counter.snapshot()
-    blocks = sampler.sample_blocks(seeds, fanouts)
+    blocks = sampler.draw_blocks(seeds, fanouts)
     after = session.counter.snapshot()
     out = []
     for b in blocks:

@@ -55,9 +55,10 @@ def test_no_function_is_too_long():
                        + "\n".join(found))
 
 
-def _imports(path: Path, modules: set[str]) -> set[str]:
-    """The package modules ``path`` imports when it runs: at the top and inside functions;
-    an import under ``if TYPE_CHECKING:`` is for annotations only and never runs."""
+def _imports(path: Path, modules: set[str] | None = None) -> set[str]:
+    """The package modules (None: all modules) ``path`` imports when it runs: at the top and
+    inside functions; an import under ``if TYPE_CHECKING:`` is for annotations only and never
+    runs."""
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
@@ -66,15 +67,15 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
                 visit(child)
             return
         if isinstance(node, ast.ImportFrom) and node.module:
-            found.update(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules
-                         else node.module for a in node.names)
+            found.update(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in
+                         (modules or ()) else node.module for a in node.names)
         elif isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         for child in ast.iter_child_nodes(node):
             visit(child)
 
     visit(ast.parse(path.read_text()))
-    return found & modules
+    return found if modules is None else found & modules
 
 
 def _module_name(path: Path) -> str:

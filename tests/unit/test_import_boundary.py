@@ -109,3 +109,53 @@ def test_the_block_bites(name):
     """Control: the modules that build on DGL fail to import under the same block."""
     proc = _run(f"importlib.import_module({name!r})")
     assert proc.returncode != 0 and "(blocked)" in proc.stderr, proc.stderr
+
+
+# Every module of the package that imports DGL when it runs (at the top or inside a function),
+# and why. The list is exact: a new module that imports DGL fails the test below, and so does
+# a module listed here that no longer does (the list only shrinks as the step moves below
+# the edge).
+IMPORTS_DGL = {
+    # the edge: DGL's API as users see it, and what converts to and from DGL's objects
+    **dict.fromkeys(["dglx_dist.api", "dglx_dist.api.graph", "dglx_dist.api.inference",
+                     "dglx_dist.api.link", "dglx_dist.api.loader", "dglx_dist.api.parallel",
+                     "dglx_dist.api.samplers", "dglx_dist.api.sampling_graph",
+                     "dglx_dist.api.structure", "dglx_dist.dgl", "dglx_dist.distributed",
+                     "dglx_dist.run", "dglx_dist.sampling.block", "dglx_dist.data.convert",
+                     "dglx_dist.partition.dgl_files"], "the edge"),
+    # dgl.nn's convs and the models built of them
+    **dict.fromkeys(["dglx_dist.convs.base", "dglx_dist.convs.gat.adapter",
+                     "dglx_dist.convs.graphconv.adapter", "dglx_dist.convs.sage.adapter",
+                     "dglx_dist.models.gat", "dglx_dist.models.gcn", "dglx_dist.models.rgcn",
+                     "dglx_dist.models.sage"], "dgl.nn"),
+    # DGL's DistDGL, run beside ours by `dglx bench`
+    **dict.fromkeys(["dglx_dist.bench.dgl_distdgl_link", "dglx_dist.bench.dgl_distdgl_nodes",
+                     "dglx_dist.bench.dgl_distdgl_typed", "dglx_dist.bench.dgl_distdgl_worker",
+                     "dglx_dist.bench.single", "dglx_dist.bench.typed_worker"], "the DGL baseline"),
+    # what still computes through DGL below the edge (issue 58 moves them)
+    "dglx_dist.sampling.draws": "LABOR's draws",
+    "dglx_dist.sampling.blocks": "P3's pushed blocks, unpacked as DGL's",
+    "dglx_dist.partition.metis": "METIS with several constraints",
+    "dglx_dist.partition.layout": "a part as a DGL graph (Partition.local_graph)",
+    "dglx_dist.strategies.granndis.cobatch": "co-batches' blocks are DGL's",
+    "dglx_dist.strategies.granndis.strategy": "co-batches' blocks are DGL's",
+    "dglx_dist.strategies.granndis.typed": "co-batches' blocks are DGL's",
+    "dglx_dist.strategies.p3.layer": "P3's first layer on DGL's blocks",
+    "dglx_dist.tasks.link": "link prediction's pair graphs",
+    "dglx_dist.trainer": "the Trainer's models and loaders",
+    # research tooling outside the wheel
+    **dict.fromkeys(["benchmarks.cache_policy", "benchmarks.costmodel.measure",
+                     "benchmarks.eval_degrees", "benchmarks.link_collapse",
+                     "benchmarks.sweeps.hetero_link"], "benchmarks"),
+}
+
+
+def test_only_the_modules_listed_import_dgl():
+    """From the modules' source (imports at the top and inside functions; TYPE_CHECKING
+    ones are annotations): the modules that import DGL are those of :data:`IMPORTS_DGL`."""
+    from tests.unit.test_house_rules import _imports, _module_name, _package_files
+
+    found = {_module_name(f) for f in _package_files()
+             if any(n == "dgl" or n.startswith("dgl.") for n in _imports(f))}
+    assert found - set(IMPORTS_DGL) == set(), "modules that import DGL but are not listed"
+    assert set(IMPORTS_DGL) - found == set(), "listed modules that no longer import DGL"
