@@ -21,6 +21,7 @@ from typing import Sequence
 
 import torch
 
+from dglx_dist.errors import UnknownNameError
 from dglx_dist.sampling.frames import NID, DataView, EdgeSpace, NodeSpace
 
 __all__ = ["Block", "relabel", "map_tensors", "UNTYPED"]
@@ -220,17 +221,24 @@ class Block:
         return int(self.edges_of(self.etype_index(etype)).numel())
 
     def _count(self, counts: tuple[int, ...], ntype: str | None) -> int:
-        return sum(counts) if ntype is None else counts[self.ntypes.index(ntype)]
+        return sum(counts) if ntype is None else counts[self.ntype_index(ntype)]
+
+    def ntype_index(self, ntype: str) -> int:
+        """The index of node type ``ntype`` among the block's."""
+        if ntype not in self.ntypes:
+            raise UnknownNameError(f"node type {ntype!r}: the block's are {list(self.ntypes)}")
+        return self.ntypes.index(ntype)
 
     def etype_index(self, etype) -> int:
         """The index of ``etype`` (canonical, or a name that names one type) among the
         block's edge types."""
-        if isinstance(etype, tuple):
+        if isinstance(etype, tuple) and tuple(etype) in self.canonical_etypes:
             return self.canonical_etypes.index(tuple(etype))
         named = [i for i, e in enumerate(self.canonical_etypes) if e[1] == etype]
         if len(named) != 1:
-            raise KeyError(f"edge type {etype!r}: {len(named)} of the block's types have "
-                           f"that name; expected one (or a canonical type)")
+            raise UnknownNameError(f"edge type {etype!r}: {len(named)} of the block's types "
+                                   f"have that name; expected one (or a canonical type of "
+                                   f"{list(self.canonical_etypes)})")
         return named[0]
 
     def local_var(self) -> "Block":

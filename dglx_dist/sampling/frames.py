@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Iterator
 
 import torch
 
+from dglx_dist.errors import InvalidTypeError, InvalidValueError, UnknownNameError
+
 if TYPE_CHECKING:
     from dglx_dist.sampling.block import Block
 
@@ -37,7 +39,8 @@ class DataView(MutableMapping):
             return self._frames[0][key]
         found = {n: f[key] for n, f in zip(self._names, self._frames) if key in f}
         if not found:
-            raise KeyError(key)
+            raise UnknownNameError(f"no type of the block has rows {key!r}; it has "
+                                   f"{sorted(self)}")
         return found
 
     def __setitem__(self, key: str, value) -> None:
@@ -45,15 +48,15 @@ class DataView(MutableMapping):
             self._frames[0][key] = value
             return
         if not isinstance(value, dict):
-            raise TypeError(f"setting {key!r} on a block with several types takes a dict of "
-                            f"type -> rows; got {type(value).__name__}")
+            raise InvalidTypeError(f"setting {key!r} on a block with several types takes a "
+                                   f"dict of type -> rows; got {type(value).__name__}")
         for name, rows in value.items():
             self._frames[self._names.index(name)][key] = rows
 
     def __delitem__(self, key: str) -> None:
         held = [f for f in self._frames if key in f]
         if not held:
-            raise KeyError(key)
+            raise UnknownNameError(f"the block has no rows {key!r}; it has {sorted(self)}")
         for frame in held:
             del frame[key]
 
@@ -73,7 +76,7 @@ class NodeSpace:
 
     def __getitem__(self, ntype: str) -> SimpleNamespace:
         return SimpleNamespace(data=self._block.frame(self._side,
-                                                      self._block.ntypes.index(ntype)))
+                                                      self._block.ntype_index(ntype)))
 
     def __call__(self, ntype: str | None = None) -> torch.Tensor:
         count = self._block.num_src_nodes(ntype) if self._side == "src" else \
@@ -95,7 +98,8 @@ class EdgeSpace:
     def __call__(self, form: str = "uv", order: str = "eid", etype=None):
         block = self._block
         if etype is None and len(block.canonical_etypes) > 1:
-            raise KeyError("edges(): the block has several edge types; name one (etype=...)")
+            raise InvalidValueError("edges(): the block has several edge types; name one "
+                                    "(etype=...)")
         at = block.edges_of(0 if etype is None else block.etype_index(etype))
         src, dst = block.src.index_select(0, at), block.dst.index_select(0, at)
         ids = torch.arange(at.numel(), device=at.device)
