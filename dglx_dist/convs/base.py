@@ -37,15 +37,17 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
-import dgl
 import torch
 from torch import nn
 
 from dglx_dist.convs.ops_base import Op
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.registry import Registry
+
+if TYPE_CHECKING:
+    import dgl
 
 __all__ = ["LAYERS", "ConvAdapter", "ConvWrapper", "DorylusSupport", "InputLinear", "adapter_for",
            "feat_dropout", "first_conv", "graph_convs"]

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dglx_dist.models.gcn import row_normalized
+from dglx_dist.data.normalize import row_normalized
 
 __all__ = ["GAT"]
 
@@ -19,7 +19,7 @@ class GAT(nn.Module):
         in_feats / hidden / num_classes: widths (``hidden`` per head).
         num_layers: GATConv layers (one block each).
         dropout: every conv's feature dropout (on its input).
-        row_normalize: see :func:`~dglx_dist.models.gcn.row_normalized`.
+        row_normalize: see :func:`~dglx_dist.data.normalize.row_normalized`.
         heads: attention heads of the hidden layers.
         attn_drop: every conv's attention dropout (None: ``dropout``).
     """

@@ -1,30 +1,14 @@
 """GCN and the deep residual ResGCN+ over blocks (or one whole graph per layer)."""
 from __future__ import annotations
 
-import warnings
-
 import dgl.nn as dglnn
 import torch
 from torch import nn
 
+from dglx_dist.data.normalize import row_normalized
 from dglx_dist.errors import InvalidValueError
 
-__all__ = ["GCN", "ResGCN", "row_normalized"]
-
-
-def row_normalized(x: torch.Tensor) -> torch.Tensor:
-    """Each row divided by its sum; rows whose sum is not positive stay as they are (what DGL's
-    Planetoid loaders do to non-negative bag-of-words features such as Cora's). Anything but
-    a tensor (p3's feature handle: the strategy normalises the rows it stores when the model
-    asks for it) passes as it is."""
-    if not isinstance(x, torch.Tensor):
-        return x
-    if bool((x < 0).any()):  # shown once per place (Python's warning filter)
-        warnings.warn("row_normalize: the features have negative values, so row sums can be "
-                      "near zero and the divided rows huge (DGL normalises non-negative "
-                      "bag-of-words rows only); train without --row-normalize", stacklevel=2)
-    total = x.sum(1, keepdim=True)
-    return torch.where(total > 0, x / total.clamp(min=1e-12), x)
+__all__ = ["GCN", "ResGCN"]
 
 
 class GCN(nn.Module):
@@ -34,7 +18,7 @@ class GCN(nn.Module):
         in_feats / hidden / num_classes: layer widths.
         num_layers: GraphConv layers (one block each).
         dropout: dropout before every layer but the first.
-        row_normalize: see :func:`row_normalized`.
+        row_normalize: see :func:`~dglx_dist.data.normalize.row_normalized`.
     """
 
     def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 2,
@@ -67,7 +51,7 @@ class ResGCN(nn.Module):
         num_layers: graph convs (one block each); trains at 28 and more.
         dropout: dropout inside every residual block and before the head.
         conv: "gcn" (GraphConv) or "sage" (SAGEConv, mean).
-        row_normalize: see :func:`row_normalized`.
+        row_normalize: see :func:`~dglx_dist.data.normalize.row_normalized`.
     """
 
     def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 28,

@@ -5,7 +5,7 @@ import dgl.nn as dglnn
 import torch
 from torch import nn
 
-from dglx_dist.models.gcn import row_normalized
+from dglx_dist.data.normalize import row_normalized
 
 __all__ = ["SAGE"]
 

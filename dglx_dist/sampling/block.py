@@ -24,10 +24,12 @@ import torch
 from dglx_dist.errors import UnknownNameError
 from dglx_dist.sampling.frames import NID, DataView, EdgeSpace, NodeSpace
 
-__all__ = ["Block", "relabel", "map_tensors", "UNTYPED"]
+__all__ = ["Block", "relabel", "map_tensors", "plan_of", "UNTYPED", "PLAN"]
 
 UNTYPED = (("_N",), (("_N", "_E", "_N"),))
 """The node and edge types of a graph without types (DGL's names)."""
+PLAN = "_dglx_plan"
+"""The attribute of DGL's block that holds the ``plan`` of the package's block it was."""
 
 
 def relabel(dst_nodes: torch.Tensor, *ends: torch.Tensor, num_nodes: int | None = None
@@ -68,14 +70,23 @@ class Block:
         num_dst: the number of destination nodes of each type.
         src: each edge's source, its index among the source nodes of its type.
         dst: each edge's destination, its index among the destination nodes of its type.
-        eid: each edge's id in the user's graph (per-type ids where there are types).
+        eid: each edge's id in the user's graph (per-type ids where there are types; None:
+            edges the block builds itself, without ids, as DGL's ``create_block``).
         etype: each edge's type (an index into ``canonical_etypes``).
         ntypes: the node types' names.
         canonical_etypes: the edge types (source type, name, destination type).
         dst_nodes: the destination nodes' ids where they are not the first sources (a block
             of a strategy whose layers name nodes without edges; one type), else None.
+        plan: a strategy's plan of this block where the block is static (GraNNDis's row
+            exchange of a co-batch's layer), None for a drawn one; DGL's block carries it as
+            the attribute ``PLAN`` (:func:`plan_of` reads it from either).
         frames: the rows on the block by side and type (read them through ``srcdata`` and
             the other views below).
+        all_etypes: DGL's block keeps every edge type, also those without edges (a
+            co-batch's, whose model sees the whole graph's relations); else only the types
+            with edges, as DGL's distributed sampler gives them.
+        dgl_form: DGL's block of the structure, once :meth:`to_dgl` built it (shared by the
+            local copies: a static block is converted once, its formats built once).
     """
 
     src_nodes: torch.Tensor
@@ -83,12 +94,15 @@ class Block:
     num_dst: tuple[int, ...]
     src: torch.Tensor
     dst: torch.Tensor
-    eid: torch.Tensor
+    eid: torch.Tensor | None
     etype: torch.Tensor
     ntypes: tuple[str, ...] = UNTYPED[0]
     canonical_etypes: tuple[tuple[str, str, str], ...] = UNTYPED[1]
     dst_nodes: torch.Tensor | None = None
+    plan: object = None
+    all_etypes: bool = False
     frames: dict = dataclasses.field(default_factory=dict, repr=False)
+    dgl_form: list = dataclasses.field(default_factory=list, repr=False)
 
     @classmethod
     def untyped(cls, dst_nodes: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
@@ -148,7 +162,7 @@ class Block:
     def edges_of(self, etype: int) -> torch.Tensor:
         """The positions of the edges of type ``etype`` among the block's edges."""
         if len(self.canonical_etypes) == 1:
-            return torch.arange(self.eid.numel(), device=self.eid.device)
+            return torch.arange(self.src.numel(), device=self.src.device)
         return torch.nonzero(self.etype == etype).flatten()
 
     # -- DGL's reading surface (rows by side and type; see frames.py) ----------------------
@@ -157,9 +171,11 @@ class Block:
         of type ``index``: a dict of name -> rows, holding at least their ids (``"_ID"``)."""
         key = (side, index)
         if key not in self.frames:
-            ids = self.eid.index_select(0, self.edges_of(index)) if side == "edge" else \
-                self.nodes_of(index, dst=side == "dst")
-            self.frames[key] = {NID: ids}
+            if side != "edge":
+                self.frames[key] = {NID: self.nodes_of(index, dst=side == "dst")}
+            else:
+                self.frames[key] = {} if self.eid is None else \
+                    {NID: self.eid.index_select(0, self.edges_of(index))}
         return self.frames[key]
 
     @property
@@ -217,7 +233,7 @@ class Block:
 
     def num_edges(self, etype=None) -> int:
         if etype is None:
-            return self.eid.numel()
+            return self.src.numel()
         return int(self.edges_of(self.etype_index(etype)).numel())
 
     def _count(self, counts: tuple[int, ...], ntype: str | None) -> int:
@@ -248,49 +264,61 @@ class Block:
 
     # -- moves and the edge ------------------------------------------------------------------
     def to(self, device, non_blocking: bool = False) -> "Block":
-        """The block, with its rows, on ``device``."""
+        """The block, with its rows, on ``device`` (itself where it is there already)."""
+        if self.device == torch.device(device):
+            return self
         return _mapped(self, lambda t: t.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> "Block":
         """The block and its rows in pinned memory (for ``to(device, non_blocking=True)``)."""
         return _mapped(self, torch.Tensor.pin_memory)
 
-    def to_dgl(self, kept_etypes: bool = True):
+    def to_dgl(self):
         """DGL's block of the same structure, with the rows on this one (``srcdata`` /
-        ``dstdata[dgl.NID]`` the ids, ``edata[dgl.EID]`` the edges' ids). With types, only
-        the edge types with edges are kept (``kept_etypes``; every type when none has one),
-        as DGL's distributed sampler gives them."""
-        import dgl  # noqa: PLC0415 - the edge: only here does a block become DGL's
-
+        ``dstdata[dgl.NID]`` the ids, ``edata[dgl.EID]`` the edges' ids) and its ``plan``
+        (the attribute ``PLAN``). With types, only the edge types with edges are kept
+        (every type when none has one, or with ``all_etypes``)."""
+        if not self.dgl_form:  # the structure once; each call a copy with rows of its own
+            self.dgl_form.append(self._dgl_structure())
+        block = self.dgl_form[0].local_var()
         if self.untyped_form:
-            block = dgl.create_block((self.src, self.dst), num_src_nodes=self.src_nodes.numel(),
-                                     num_dst_nodes=self.num_dst[0], device=self.device)
             for side, frame in (("src", block.srcdata), ("dst", block.dstdata),
                                 ("edge", block.edata)):
                 frame.update(self.frame(side, 0))
-            return block
-        return self._typed_dgl(dgl, kept_etypes)
+        else:
+            for t, name in enumerate(self.ntypes):
+                block.srcnodes[name].data.update(self.frame("src", t))
+                block.dstnodes[name].data.update(self.frame("dst", t))
+            for etype in block.canonical_etypes:
+                block.edges[etype].data.update(self.frame("edge", self.etype_index(etype)))
+        if self.plan is not None:
+            setattr(block, PLAN, self.plan)
+        return block
 
-    def _typed_dgl(self, dgl, kept_etypes: bool):
+    def _dgl_structure(self):
+        import dgl  # noqa: PLC0415 - the edge: only here does a block become DGL's
+
+        if self.untyped_form:
+            return dgl.create_block((self.src, self.dst), num_src_nodes=self.src_nodes.numel(),
+                                    num_dst_nodes=self.num_dst[0], device=self.device)
         counts = torch.bincount(self.etype, minlength=len(self.canonical_etypes)).tolist()
-        kept = [i for i, c in enumerate(counts) if c or not kept_etypes] or \
+        kept = [i for i, c in enumerate(counts) if c or self.all_etypes] or \
             list(range(len(counts)))
         cut = list(zip(*(torch.split(x, counts) for x in (self.src, self.dst))))
-        block = dgl.create_block({self.canonical_etypes[i]: cut[i] for i in kept},
-                                 num_src_nodes=dict(zip(self.ntypes, self.num_src)),
-                                 num_dst_nodes=dict(zip(self.ntypes, self.num_dst)),
-                                 device=self.device)
-        for t, name in enumerate(self.ntypes):
-            block.srcnodes[name].data.update(self.frame("src", t))
-            block.dstnodes[name].data.update(self.frame("dst", t))
-        for i in kept:
-            block.edges[self.canonical_etypes[i]].data.update(self.frame("edge", i))
-        return block
+        return dgl.create_block({self.canonical_etypes[i]: cut[i] for i in kept},
+                                num_src_nodes=dict(zip(self.ntypes, self.num_src)),
+                                num_dst_nodes=dict(zip(self.ntypes, self.num_dst)),
+                                device=self.device)
+
+
+def plan_of(block) -> object:
+    """The ``plan`` of a block (the package's, or DGL's it became); None where it has none."""
+    return block.plan if isinstance(block, Block) else getattr(block, PLAN, None)
 
 
 def _mapped(block: Block, fn) -> Block:
     """``block`` with ``fn`` applied to its tensors and to the tensors among its rows."""
-    moved = map_tensors(dataclasses.replace(block, frames={}), fn)
+    moved = map_tensors(dataclasses.replace(block, frames={}, dgl_form=[]), fn)
     moved.frames.update({key: {name: fn(v) if isinstance(v, torch.Tensor) else v
                                for name, v in frame.items()}
                          for key, frame in block.frames.items()})

@@ -1,10 +1,11 @@
-"""The dtype ids travel in; packing a DGL block's structure into one tensor to send it (P3's
-push of the first layer's blocks), and back."""
+"""The dtype ids travel in; packing a block's structure into one tensor to send it (P3's
+push of the first layer's blocks), and back into the package's block."""
 from __future__ import annotations
 
 import torch
 
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.sampling.block import Block
 from dglx_dist.sampling.frames import NID
 
 __all__ = ["id_dtype", "pack_block", "unpack_block"]
@@ -14,26 +15,31 @@ def id_dtype(num_nodes: int) -> torch.dtype:
     return torch.int32 if num_nodes < 2**31 else torch.int64
 
 
-def pack_block(block, dtype: torch.dtype) -> torch.Tensor:
-    """A block's structure as one 1-D ``dtype`` tensor: ``[num_src, num_dst, num_edges]``,
-    the source nodes' global ids, then the in-edges in CSC form (``indptr`` over destination
-    nodes, source indices); ``dtype`` must hold every id and count (:func:`id_dtype`)."""
-    indptr, indices, _ = block.adj_tensors("csc")
-    head = torch.tensor([block.num_src_nodes(), block.num_dst_nodes(), indices.numel()])
+def pack_block(block, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """A block's structure (the package's or DGL's) as one 1-D ``dtype`` tensor:
+    ``[num_src, num_dst, num_edges]``, the source nodes' global ids, then the in-edges in
+    CSC form (``indptr`` over destination nodes, source indices); ``dtype`` must hold every
+    id and count (:func:`id_dtype`). Also each packed edge's position among the block's
+    edges (what travels beside an edge, its weight, is packed in that order)."""
+    src, dst, eid = block.edges(form="all")
+    order = torch.argsort(dst, stable=True)
+    num_dst = block.num_dst_nodes()
+    indptr = torch.zeros(num_dst + 1, dtype=torch.int64, device=dst.device)
+    indptr[1:] = torch.cumsum(torch.bincount(dst.long(), minlength=num_dst), 0)
+    head = torch.tensor([block.num_src_nodes(), num_dst, src.numel()])
     if int(head.max()) > torch.iinfo(dtype).max:
         raise InvalidValueError(f"a block with {head.tolist()} (src, dst, edges) does not fit "
                                 f"{dtype}")
-    return torch.cat([head, block.srcdata[NID], indptr, indices]).to(dtype)
+    packed = torch.cat([head, block.srcdata[NID].cpu(), indptr.cpu(),
+                        src.index_select(0, order).cpu()]).to(dtype)
+    return packed, eid.index_select(0, order)
 
 
-def unpack_block(msg: torch.Tensor):
-    """The block :func:`pack_block` packed (int64 ids; edges in CSC order)."""
-    import dgl  # noqa: PLC0415 - P3's blocks are DGL's (the edge)
-
+def unpack_block(msg: torch.Tensor) -> Block:
+    """The block :func:`pack_block` packed (int64 ids; edges in CSC order, without ids)."""
     msg = msg.long()
     num_src, num_dst, num_edges = msg[:3].tolist()
     gids, indptr, indices = torch.split(msg[3:], [num_src, num_dst + 1, num_edges])
-    block = dgl.create_block(("csc", (indptr, indices, torch.zeros(0, dtype=torch.int64))),
-                             num_src_nodes=num_src, num_dst_nodes=num_dst)
-    block.srcdata[NID] = gids
-    return block
+    dst = torch.repeat_interleave(torch.arange(num_dst), indptr.diff())
+    zeros = torch.zeros_like
+    return Block(gids, zeros(gids), (num_dst,), indices, dst, None, zeros(dst))

@@ -44,14 +44,14 @@ _RANK = textwrap.dedent("""
     out = []
     for block in sampler.draw_blocks(seeds, fanouts):
         ends = []
-        for e, (st, _, dt) in enumerate(block.etypes):
+        for e, (st, _, dt) in enumerate(block.canonical_etypes):
             kind = block.etype == e
             src = block.nodes_of(block.ntypes.index(st))[block.src[kind]]
             dst = block.nodes_of(block.ntypes.index(dt), dst=True)[block.dst[kind]]
             ends.append([src.tolist(), dst.tolist(), block.eid[kind].tolist()])
         out.append({"dst": {name: block.nodes_of(t, dst=True).tolist()
                             for t, name in enumerate(block.ntypes)},
-                    "edges": {"/".join(et): e for et, e in zip(block.etypes, ends)}})
+                    "edges": {"/".join(et): e for et, e in zip(block.canonical_etypes, ends)}})
     drawn = sampler.draw_blocks(seeds, [[3] * len(types.canonical_etypes)] * 2
                                 if types is not None else [3, 3])
     assert "dgl" not in sys.modules, "DGL was imported"
@@ -68,15 +68,15 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _run_ranks(pdir: Path) -> list[dict]:
-    """Each rank's result (written to a file: a pipe that fills would stall a rank, and
-    with it its peer's collectives)."""
+def _run_ranks(pdir: Path, code: str = _RANK, *args: str) -> list[dict]:
+    """Each rank's result of ``code`` (written to a file: a pipe that fills would stall a
+    rank, and with it its peer's collectives)."""
     port, procs = _port(), []
     for rank in range(2):
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
                "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-        procs.append(subprocess.Popen([sys.executable, "-c", _BLOCK + _RANK, str(pdir),
-                                       str(pdir) + ".out"], cwd=ROOT, env=env,
+        procs.append(subprocess.Popen([sys.executable, "-c", _BLOCK + code, str(pdir),
+                                       str(pdir) + ".out", *args], cwd=ROOT, env=env,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                       text=True))
     for proc in procs:
@@ -130,3 +130,57 @@ def test_typed_blocks_are_drawn_without_dgl(tmp_path):
             assert sorted(zip(s, d, eid)) == _in_edges(table.src, table.dst,
                                                        np.arange(table.src.size), nodes)
         assert out["drawn"][1] > 0
+
+
+_STEPS = textwrap.dedent("""
+    import json, sys
+    import torch
+    import dglx_dist
+    from dglx_dist.partition import PartitionDir
+    from dglx_dist.sampling.block import Block
+    from dglx_dist.strategies import STRATEGIES
+    from dglx_dist.strategies.base import SetupRequest, split_ids
+    from dglx_dist.strategies.steps import LoaderSpec
+
+    session = dglx_dist.init(backend="gloo", device="cpu")
+    name, pdir = sys.argv[3], PartitionDir(sys.argv[1])
+    strategy = STRATEGIES.build(name, **json.loads(sys.argv[4]))
+    strategy.setup(session, pdir, None, SetupRequest(2))
+    ids = split_ids(strategy, torch.arange(pdir.num_nodes), pdir, session)
+    spec = LoaderSpec((4, 6), 200, shuffle=True, seed=3)
+    steps = []
+    for step in strategy.loader_epoch(strategy.loader_plan(ids, spec), spec, 0):
+        blocks = list(step.blocks)
+        assert all(isinstance(b, Block) for b in blocks), [type(b) for b in blocks]
+        steps.append({"outputs": step.output_nodes.tolist(),
+                      "last_dst": blocks[-1].dstdata["_ID"].tolist(),
+                      "edges": [b.num_edges() for b in blocks], "rows": step.blocks.state.rows
+                      is not None})
+    assert "dgl" not in sys.modules, "DGL was imported"
+    with open(sys.argv[2] + f".{session.rank}", "w") as f:
+        json.dump({"ids": ids.tolist(), "steps": steps}, f)
+    session.shutdown()
+""")
+
+
+@pytest.mark.parametrize("name,options", [
+    ("distdgl", {}), ("p3", {}), ("granndis", {"co_batches": 2}), ("fullgraph", {}),
+    ("dorylus", {})], ids=lambda v: v if isinstance(v, str) else "")
+def test_each_strategy_builds_its_steps_without_dgl(tmp_path, name, options):
+    """A 2-rank epoch of each strategy's own loader where DGL cannot be imported: its steps
+    are the package's blocks, and over the epoch they give each of the rank's ids once."""
+    from dglx_dist.runtime.topology import Topology
+    from dglx_dist.strategies import STRATEGIES
+
+    spec = STRATEGIES.build(name, **options).partition_spec(Topology(1, 2))
+    partition_dataset(builtin_path("cora"), tmp_path / "parts", spec.method, spec.num_parts,
+                      spec.options)
+    for out in _run_ranks(tmp_path / "parts", _STEPS, name, json.dumps(options)):
+        assert out["steps"], "no step"
+        outputs = [n for step in out["steps"] for n in step["outputs"]]
+        assert sorted(outputs) == sorted(out["ids"])  # each of the rank's ids once
+        for step in out["steps"]:
+            if not step["rows"]:  # the last block's destinations are the step's outputs
+                assert step["last_dst"] == step["outputs"]
+        if name in ("distdgl", "p3", "granndis", "fullgraph"):
+            assert sum(sum(step["edges"]) for step in out["steps"]) > 0

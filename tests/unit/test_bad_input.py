@@ -7,7 +7,7 @@ import torch
 from dglx_dist.api.loader import _checked
 from dglx_dist.api.ndata import fit_rows
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.models.gcn import row_normalized
+from dglx_dist.data.normalize import row_normalized
 from dglx_dist.config import TaskConfig
 from dglx_dist.tasks.link import check_eval_pairs, heldout, train_edge_ids
 

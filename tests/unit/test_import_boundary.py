@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Packages imported with every module under them, and single modules.
 CORE_PACKAGES = ["dglx_dist.data", "dglx_dist.partition", "dglx_dist.runtime",
                  "dglx_dist.kvstore", "dglx_dist.checkpoint", "dglx_dist.offload",
-                 "dglx_dist.sampling"]
+                 "dglx_dist.sampling", "dglx_dist.strategies", "dglx_dist.convs"]
 CORE_MODULES = ["dglx_dist", "dglx_dist.errors", "dglx_dist.registry", "dglx_dist.cli_flags",
                 "dglx_dist.config", "dglx_dist.memory",
                 "dglx_dist.report", "dglx_dist.testing", "tests.doubles.invoke_api"]
@@ -27,9 +27,7 @@ TASK_MODULES = ["dglx_dist.convs", "dglx_dist.convs.ops_base",
                 *CONV_FOLDERS, *[f"{folder}.ops" for folder in CONV_FOLDERS],
                 "dglx_dist.offload.tensor_fn.handler", "dglx_dist.offload.tensor_fn.worker"]
 # What needs DGL at import; the control below checks that the block really bites.
-DGL_MODULES = ["dglx_dist.api", "dglx_dist.convs.base", "dglx_dist.convs.sage.adapter",
-               "dglx_dist.models", "dglx_dist.strategies",
-               "dglx_dist.trainer"]
+DGL_MODULES = ["dglx_dist.api", "dglx_dist.models", "dglx_dist.trainer", "dglx_dist.tasks.link"]
 
 _BLOCK = textwrap.dedent("""
     import importlib, importlib.abc, pkgutil, sys
@@ -123,8 +121,8 @@ IMPORTS_DGL = {
                      "dglx_dist.api.structure", "dglx_dist.dgl", "dglx_dist.distributed",
                      "dglx_dist.run", "dglx_dist.sampling.block", "dglx_dist.data.convert",
                      "dglx_dist.partition.dgl_files"], "the edge"),
-    # dgl.nn's convs and the models built of them
-    **dict.fromkeys(["dglx_dist.convs.base", "dglx_dist.convs.gat.adapter",
+    # dgl.nn's convs (an adapter's example conv) and the models built of them
+    **dict.fromkeys(["dglx_dist.convs.gat.adapter",
                      "dglx_dist.convs.graphconv.adapter", "dglx_dist.convs.sage.adapter",
                      "dglx_dist.models.gat", "dglx_dist.models.gcn", "dglx_dist.models.rgcn",
                      "dglx_dist.models.sage"], "dgl.nn"),
@@ -134,13 +132,9 @@ IMPORTS_DGL = {
                      "dglx_dist.bench.single", "dglx_dist.bench.typed_worker"], "the DGL baseline"),
     # what still computes through DGL below the edge (issue 58 moves them)
     "dglx_dist.sampling.draws": "LABOR's draws",
-    "dglx_dist.sampling.blocks": "P3's pushed blocks, unpacked as DGL's",
     "dglx_dist.partition.metis": "METIS with several constraints",
     "dglx_dist.partition.layout": "a part as a DGL graph (Partition.local_graph)",
-    "dglx_dist.strategies.granndis.cobatch": "co-batches' blocks are DGL's",
-    "dglx_dist.strategies.granndis.strategy": "co-batches' blocks are DGL's",
-    "dglx_dist.strategies.granndis.typed": "co-batches' blocks are DGL's",
-    "dglx_dist.strategies.p3.layer": "P3's first layer on DGL's blocks",
+    "dglx_dist.strategies.granndis.typed": "dgl.nn's HeteroGraphConv, checked",
     "dglx_dist.tasks.link": "link prediction's pair graphs",
     "dglx_dist.trainer": "the Trainer's models and loaders",
     # research tooling outside the wheel

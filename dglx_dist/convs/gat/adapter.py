@@ -13,7 +13,6 @@ Both P3's column split and dorylus need one projection ``fc`` applied to the inp
 """
 from __future__ import annotations
 
-import dgl
 import torch.nn.functional as F
 from torch import nn
 
@@ -33,6 +32,8 @@ class GATAdapter(ConvAdapter):
     dorylus = DorylusSupport(GatLayers, TASKS)
 
     def example(self, in_feats, out_feats):
+        import dgl  # noqa: PLC0415 - DGL's conv: the edge
+
         return dgl.nn.GATConv(in_feats, out_feats, 2, allow_zero_in_degree=True)
 
     def check_column_split(self, conv: nn.Module) -> None:

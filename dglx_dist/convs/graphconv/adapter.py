@@ -16,10 +16,10 @@ conv's ``norm``. The column split, the GraNNDis source scaling and dorylus's gra
 """
 from __future__ import annotations
 
-import dgl
 from torch import nn
 
 from dglx_dist.convs.base import LAYERS, ConvAdapter, DorylusSupport, InputLinear
+from dglx_dist.convs.message import copy_u_sum, in_degrees, out_degrees, u_mul_e_sum
 from dglx_dist.convs.graphconv.dorylus import GcnLayers
 from dglx_dist.convs.graphconv.norm import degree_factor, norm_powers, weight_problem
 from dglx_dist.convs.graphconv.ops import TASKS
@@ -34,6 +34,8 @@ class GraphConvAdapter(ConvAdapter):
     dorylus = DorylusSupport(GcnLayers, TASKS)
 
     def example(self, in_feats, out_feats):
+        import dgl  # noqa: PLC0415 - DGL's conv: the edge
+
         return dgl.nn.GraphConv(in_feats, out_feats, allow_zero_in_degree=True)
 
     def check_column_split(self, conv: nn.Module) -> None:
@@ -46,20 +48,20 @@ class GraphConvAdapter(ConvAdapter):
         return [InputLinear("weight", 0)]
 
     def partial(self, conv, weights, block, x, edge_weight=None):
-        if not conv._allow_zero_in_degree and bool((block.in_degrees() == 0).any()):
+        if not conv._allow_zero_in_degree and bool((in_degrees(block) == 0).any()):
             raise InvalidValueError("GraphConv: the block has 0-in-degree nodes (add self-loops or "
                                     "build the layer with allow_zero_in_degree=True)")
         w = weights[0]
         p_src, p_dst = norm_powers(conv._norm)
         if p_src:
-            x = x * degree_factor(block.out_degrees().to(x), p_src).unsqueeze(1)
+            x = x * degree_factor(out_degrees(block).to(x), p_src).unsqueeze(1)
         lin_first = x.shape[1] > w.shape[1]
         h = x @ w if lin_first else x
-        h = dgl.ops.copy_u_sum(block, h) if edge_weight is None else \
-            dgl.ops.u_mul_e_sum(block, h, edge_weight.reshape(-1, 1).to(h))
+        h = copy_u_sum(block, h) if edge_weight is None else \
+            u_mul_e_sum(block, h, edge_weight.reshape(-1, 1).to(h))
         h = h if lin_first else h @ w
         if p_dst:
-            h = h * degree_factor(block.in_degrees().to(x), p_dst).unsqueeze(1)
+            h = h * degree_factor(in_degrees(block).to(x), p_dst).unsqueeze(1)
         return [h]
 
     def degree_source_scale(self, conv, block, out_degree):
@@ -69,7 +71,7 @@ class GraphConvAdapter(ConvAdapter):
         # GraphConv multiplies source rows by deg^-p of the block's out-degrees, linearly
         # before anything else: rows pre-scaled by (block_deg / true_deg)^p come out
         # normalised by the true degree
-        ratio = block.out_degrees().to(out_degree.dtype).clamp(min=1) / out_degree.clamp(min=1)
+        ratio = out_degrees(block).to(out_degree.dtype).clamp(min=1) / out_degree.clamp(min=1)
         return ratio.pow(p_src).float().unsqueeze(1)
 
     def finish(self, conv, block, totals, edge_weight=None):

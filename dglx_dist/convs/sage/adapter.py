@@ -15,12 +15,12 @@
 """
 from __future__ import annotations
 
-import dgl
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from dglx_dist.convs.base import LAYERS, ConvAdapter, DorylusSupport, InputLinear, feat_dropout
+from dglx_dist.convs.message import copy_u_max, copy_u_sum, in_degrees, u_mul_e_max, u_mul_e_sum
 from dglx_dist.convs.sage.dorylus import SageLayers
 from dglx_dist.convs.sage.ops import TASKS
 from dglx_dist.errors import InvalidValueError
@@ -35,6 +35,8 @@ class SAGEAdapter(ConvAdapter):
     dorylus = DorylusSupport(SageLayers, TASKS)
 
     def example(self, in_feats, out_feats):
+        import dgl  # noqa: PLC0415 - DGL's conv: the edge
+
         return dgl.nn.SAGEConv(in_feats, out_feats, "mean", activation=torch.relu)
 
     def check_column_split(self, conv: nn.Module) -> None:
@@ -59,9 +61,9 @@ class SAGEAdapter(ConvAdapter):
         w_neigh = weights[0]
         lin_first = x.shape[1] > w_neigh.shape[0]  # project first when it shrinks the rows
         h = F.linear(x, w_neigh) if lin_first else x
-        summed = dgl.ops.copy_u_sum(block, h) if w_e is None else \
-            dgl.ops.u_mul_e_sum(block, h, w_e)  # each message weighed, as SAGEConv does
-        deg = block.in_degrees().to(h).unsqueeze(1)
+        summed = copy_u_sum(block, h) if w_e is None else \
+            u_mul_e_sum(block, h, w_e)  # each message weighed, as SAGEConv does
+        deg = in_degrees(block).to(h).unsqueeze(1)
         if kind == "mean":  # (a node with no in-edge: zeros, as DGL's mean)
             neigh = summed / deg.clamp(min=1)
         else:  # gcn: the neighbours and the node itself, averaged
@@ -77,9 +79,9 @@ class SAGEAdapter(ConvAdapter):
             pooled = torch.relu(totals[0] + conv.fc_pool.bias)
             # dgl.ops' max leaves -inf on a node with no in-edges; update_all (the stock conv)
             # gives it zeros
-            neigh = dgl.ops.copy_u_max(block, pooled) if edge_weight is None else \
-                dgl.ops.u_mul_e_max(block, pooled, edge_weight.reshape(-1, 1).to(pooled))
-            neigh = neigh.masked_fill((block.in_degrees() == 0).unsqueeze(1), 0.0)
+            neigh = copy_u_max(block, pooled) if edge_weight is None else \
+                u_mul_e_max(block, pooled, edge_weight.reshape(-1, 1).to(pooled))
+            neigh = neigh.masked_fill((in_degrees(block) == 0).unsqueeze(1), 0.0)
             rst = conv.fc_neigh(neigh) + totals[1]
             bias = conv.fc_self.bias
         else:

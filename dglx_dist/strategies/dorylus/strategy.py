@@ -48,9 +48,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from dglx_dist.convs import graph_convs
+from dglx_dist.data.normalize import row_normalized
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.memory import MemoryModel
-from dglx_dist.models.gcn import row_normalized
 from dglx_dist.offload import EXECUTORS, TaskController
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.registry import Bounds

@@ -19,11 +19,12 @@ from tqdm.auto import tqdm
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.partition.metis_lib import part_graph, symmetric_csr
 from dglx_dist.runtime.comm import Comm
+from dglx_dist.sampling.block import PLAN, Block
 from dglx_dist.strategies.granndis.cobatch import (CoBatchPlan, GroupNodes, LayerPlan,
                                                    batch_edges, build_cobatch, levels,
                                                    outputs_only)
 
-__all__ = ["ServerGraph", "Batching", "HeldRows", "TARGETS", "LAYER_PLAN", "plan_of", "clusters",
+__all__ = ["ServerGraph", "Batching", "HeldRows", "TARGETS", "marked", "clusters",
            "cobatch_plans", "target_rows", "step_layers"]
 
 
@@ -47,14 +48,15 @@ class ServerGraph:
     out_degree: torch.Tensor
 
 
-LAYER_PLAN = "_dglx_layer_plan"
-"""A co-batch block's attribute: its layer plan (a conv given any other graph finds none)."""
-
-
-def plan_of(block) -> object | None:
-    """The layer plan of one of the co-batches' blocks (or of a copy of one); None for any
-    other graph."""
-    return getattr(block, LAYER_PLAN, None)
+def marked(lp):
+    """``lp`` (a co-batch's layer) with its block carrying it: :func:`~dglx_dist.sampling.
+    block.plan_of` finds it on the block and on its copies (moved, cast, made DGL's), and
+    a conv given any other graph finds none."""
+    if isinstance(lp.block, Block):
+        lp.block = dataclasses.replace(lp.block, plan=lp)
+    else:  # a typed co-batch's block is DGL's
+        setattr(lp.block, PLAN, lp)
+    return lp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,8 +71,8 @@ class Batching:
 
     def __post_init__(self) -> None:
         for plan in self.plans:  # a step's copies of the blocks, moved or cast, carry it too
-            for lp in plan.layers:
-                setattr(lp.block, LAYER_PLAN, lp)
+            for lp in dict.fromkeys(plan.layers):
+                marked(lp)
 
     @property
     def single(self) -> bool:
@@ -211,7 +213,6 @@ def step_layers(plans: list[CoBatchPlan], rows_of: list[torch.Tensor]) -> list[l
     for plan, rows in zip(plans, rows_of):
         layers = list(plan.layers)
         if rows.numel() != plan.num_targets:
-            layers[-1] = outputs_only(layers[-1], rows.to(layers[-1].block.device))
-            setattr(layers[-1].block, LAYER_PLAN, layers[-1])
+            layers[-1] = marked(outputs_only(layers[-1], rows.to(layers[-1].block.device)))
         out.append(layers)
     return out

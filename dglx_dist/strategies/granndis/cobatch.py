@@ -1,6 +1,6 @@
 """Cooperative batches: one server-level batch of target nodes, its dependencies split over the
-server's ranks (fetch-then-split, GraNNDis), as per-rank DGL blocks plus the row exchanges
-between layers.
+server's ranks (fetch-then-split, GraNNDis), as per-rank blocks (the package's
+:class:`~dglx_dist.sampling.block.Block`) plus the row exchanges between layers.
 
 A group of ranks (a server, or the whole job for plain full-graph training) holds a node set
 (:class:`GroupNodes`), each node on one member. For a batch of targets, every node's *level* is
@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 
-import dgl
 import torch
 
 from dglx_dist.errors import InternalError
 from dglx_dist.runtime.comm import Comm
+from dglx_dist.sampling.block import Block
+from dglx_dist.sampling.frames import NID
 from dglx_dist.strategies.granndis.eas import capped, gather_with_members
 
 __all__ = ["GroupNodes", "LayerPlan", "CoBatchPlan", "levels", "batch_edges", "build_cobatch",
@@ -74,7 +75,7 @@ class LayerPlan:
             (:func:`outputs_only`), the exchange's row of each source; None: in that order.
     """
 
-    block: dgl.DGLGraph
+    block: Block
     send_idx: list[torch.Tensor]
     recv_rows: list[int]
     out_degree: torch.Tensor
@@ -234,11 +235,8 @@ def _layer(rows: _Rows, num_dst: int, num_in: int, nodes: GroupNodes, group: Com
     where[by_holder] = torch.arange(by_holder.numel())
     block_src = esr.clone()
     block_src[~local] = num_in + where[inverse]
-    block = dgl.create_block((block_src, ed), num_src_nodes=num_in + remote.numel(),
-                             num_dst_nodes=num_dst)
-    src_ids = torch.cat([rows.ordered[:num_in], remote])
-    block.srcdata[dgl.NID] = src_ids
-    block.dstdata[dgl.NID] = rows.ordered[:num_dst]
+    src_ids = torch.cat([rows.ordered[:num_in], remote])  # the destinations first
+    block = _block(src_ids, num_dst, block_src, ed)
     if rows.etype is not None:
         block.edata[ETYPE] = rows.etype[sel]
     asks = [remote[holder == m] for m in range(group.size)]
@@ -265,11 +263,17 @@ def outputs_only(lp: LayerPlan, rows: torch.Tensor) -> LayerPlan:
     dst_row[rows] = torch.arange(rows.numel(), device=rows.device)
     src, dst, eid = block.edges(form="all")
     kept = dst_row[dst] >= 0
-    out = dgl.create_block((position[src[kept]], dst_row[dst[kept]]), num_src_nodes=n_src,
-                           num_dst_nodes=rows.numel(), device=block.device)
-    out.srcdata[dgl.NID] = block.srcdata[dgl.NID][order]
-    out.dstdata[dgl.NID] = block.dstdata[dgl.NID][rows]
+    # (the destinations kept, ``rows``, are the first sources, as ``order`` puts them)
+    out = _block(block.srcdata[NID][order], rows.numel(), position[src[kept]],
+                 dst_row[dst[kept]])
     for key, value in block.edata.items():
         out.edata[key] = value[eid[kept]]
     return LayerPlan(out, lp.send_idx, lp.recv_rows, lp.out_degree.index_select(0, order),
                      order)
+
+
+def _block(src_ids: torch.Tensor, num_dst: int, src: torch.Tensor, dst: torch.Tensor) -> Block:
+    """A block over the sources ``src_ids`` (the first ``num_dst`` are its destinations)
+    with edges ``src -> dst`` (indices), without edge ids (the co-batch builds them)."""
+    zeros = torch.zeros_like
+    return Block(src_ids, zeros(src_ids), (num_dst,), src, dst, None, zeros(src))

@@ -45,7 +45,6 @@ import dataclasses
 import logging
 from typing import Iterator
 
-import dgl
 import torch
 from torch import nn
 
@@ -57,6 +56,8 @@ from dglx_dist.runtime.autograd import GradientSync
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import PartitionSampler
+from dglx_dist.sampling.block import plan_of
+from dglx_dist.sampling.frames import NID
 from dglx_dist.strategies.abilities import (Approximate, Capabilities, FullGraphForm, HoldsRows,
                                             MemoryModelled, OverlapsBackward, OwnSplit,
                                             ShapedByOptions)
@@ -64,7 +65,7 @@ from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, 
                                        pull_features_once,
                                        with_depth)
 from dglx_dist.strategies.granndis.batching import (TARGETS, Batching, HeldRows, ServerGraph,
-                                                    cobatch_plans, plan_of, step_layers,
+                                                    cobatch_plans, step_layers,
                                                     target_rows)
 from dglx_dist.strategies.granndis.cobatch import GroupNodes
 from dglx_dist.strategies.granndis.eas import expand_external
@@ -178,7 +179,6 @@ class GraNNDisStrategy(Strategy, FullGraphForm, MemoryModelled, HoldsRows, Appro
         self._rel_degree = out_degrees(session.world, core_edges[0], core_etype, pdir)
         out_degree = self._rel_degree.sum(0)
         gen = torch.Generator().manual_seed(self.config.seed * 7919 + session.rank)
-        dgl.seed(self.config.seed * 7919 + session.rank)  # EAS's sampling: the same on a restart
         own, nodes, edges = self._server_graph(pdir, part, core_edges, core_etype, gen)
         self._server = ServerGraph(part, core_edges, own, nodes, edges, out_degree.double())
         self._device = device = self.compute_device(session)  # blocks and rows live there
@@ -365,7 +365,7 @@ class GraNNDisStrategy(Strategy, FullGraphForm, MemoryModelled, HoldsRows, Appro
         plan = plan_of(block)
         if plan is None or name != "feat" or self.types is not None:
             return None
-        ids = block.srcdata[dgl.NID]
+        ids = block.srcdata[NID]
         ids = ids if plan.order is None else ids.index_select(0, torch.argsort(plan.order))
         with torch.no_grad():
             return complete_rows(self.group, self.local_rows(name, ids[:plan.own_rows()]), plan)

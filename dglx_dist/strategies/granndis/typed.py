@@ -1,5 +1,5 @@
 """``granndis`` and ``fullgraph`` on a graph with node and edge types: the co-batches' blocks as
-DGL's heterogeneous blocks, and the row exchange of ``dgl.nn.HeteroGraphConv``.
+heterogeneous blocks, and the row exchange of ``dgl.nn.HeteroGraphConv``.
 
 Inside, everything stays homogeneous (preloading, EAS, co-batches and their exchanges over
 partitioned ids, each edge carrying its type: ``block.edata[ETYPE]``). At the boundary to the
@@ -11,7 +11,9 @@ user's model, :func:`typed_cobatch` turns each layer's block into a heterogeneou
   homogeneous block's order (by member, in the order asked); so ``h[t][:num_dst_nodes(t)]``
   means what it means on DGL's blocks;
 * ``srcnodes[t].data[dgl.NID]`` / ``dstnodes[t].data[dgl.NID]`` hold per-type ids, as on
-  DGL's blocks; each canonical edge type gets its edges;
+  DGL's blocks; each canonical edge type gets its edges, and DGL's block at the edge keeps
+  every edge type, also those without edges here (the package's typed block with
+  ``all_etypes``), so a HeteroGraphConv sees the relations of the whole graph;
 * the homogeneous exchange, split by type: type ``t``'s rows travel where they went before,
   in the same order, so one exchange per layer (:func:`halo_exchange_many`) fills them;
 * each source's out-degree per edge type in the whole graph (:func:`degree_key`), for the
@@ -28,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import dgl
 import torch
 from torch import nn
 
@@ -37,6 +38,8 @@ from dglx_dist.errors import InvalidValueError, NotSupportedError
 from dglx_dist.kvstore import typed_key
 from dglx_dist.runtime.autograd import halo_exchange_many
 from dglx_dist.runtime.comm import Comm
+from dglx_dist.sampling.block import Block
+from dglx_dist.sampling.frames import NID
 from dglx_dist.sampling.typed import TypeIds
 from dglx_dist.strategies.granndis.cobatch import ETYPE, CoBatchPlan, LayerPlan
 from dglx_dist.strategies.steps import Step
@@ -95,7 +98,7 @@ class TypedLayer:
         recv_rows: per node type, per member, the rows of that type it sends here.
     """
 
-    block: dgl.DGLGraph
+    block: Block
     send_idx: list[list[torch.Tensor]]
     recv_rows: list[list[int]]
 
@@ -149,7 +152,7 @@ def typed_cobatch(plan: CoBatchPlan, ids: TypeIds, etypes,
 
 def _typed_layer(lp: LayerPlan, ids: TypeIds, etypes, degree: torch.Tensor) -> TypedLayer:
     block = lp.block
-    src_ids = block.srcdata[dgl.NID]
+    src_ids = block.srcdata[NID]
     num_src, num_dst = block.num_src_nodes(), block.num_dst_nodes()
     num_in = num_src - sum(lp.recv_rows)
     ntype, per_type = ids.of_gids(src_ids)
@@ -159,16 +162,13 @@ def _typed_layer(lp: LayerPlan, ids: TypeIds, etypes, degree: torch.Tensor) -> T
     starts = torch.cumsum(counts, 0) - counts
     pos[order] = torch.arange(num_src) - starts[ntype[order]]
     u, v = block.edges()
-    etype = block.edata[ETYPE]
-    graph = {et: (pos[u[etype == e]], pos[v[etype == e]]) for e, et in enumerate(etypes)}
-    num_src_of = {t: int(counts[i]) for i, t in enumerate(ids.ntypes)}
-    dst_type = ntype[:num_dst]
-    num_dst_of = {t: int((dst_type == i).sum()) for i, t in enumerate(ids.ntypes)}
-    hetero = dgl.create_block(graph, num_src_nodes=num_src_of, num_dst_nodes=num_dst_of)
+    by_type = torch.argsort(block.edata[ETYPE], stable=True)  # the edges in their types' order
+    num_dst_of = torch.bincount(ntype[:num_dst], minlength=len(ids.ntypes)).tolist()
+    hetero = Block(per_type[order], ntype[order], tuple(num_dst_of), pos[u[by_type]],
+                   pos[v[by_type]], None, block.edata[ETYPE][by_type], tuple(ids.ntypes),
+                   tuple(tuple(e) for e in etypes), all_etypes=True)
     for i, t in enumerate(ids.ntypes):
         run = order[starts[i]:starts[i] + counts[i]]
-        hetero.srcnodes[t].data[dgl.NID] = per_type[run]
-        hetero.dstnodes[t].data[dgl.NID] = per_type[run][:num_dst_of[t]]
         for e, et in enumerate(etypes):
             if et[0] == t:
                 hetero.srcnodes[t].data[degree_key(et)] = degree[e].index_select(
@@ -189,7 +189,7 @@ def _source_degrees(conv: nn.Module):
         adapter = adapter_for(conv)
     except InvalidValueError:
         return None
-    one = dgl.create_block(([0], [0]), num_src_nodes=1, num_dst_nodes=1)
+    one = Block.untyped(*(torch.zeros(1, dtype=torch.int64),) * 4)
     scale = adapter.degree_source_scale(conv, one, torch.ones(1, dtype=torch.float64))
     return None if scale is None else adapter
 
@@ -240,7 +240,9 @@ class HeteroHaloConv(ConvWrapper):
     def of(cls, conv: nn.Module, plan_of, comm: Comm, ntypes, name: str) -> "HeteroHaloConv":
         """The wrapper of graph conv ``conv`` (``name``: how messages call it), which must be
         a HeteroGraphConv: a typed graph's co-batches have heterogeneous blocks."""
-        if not isinstance(conv, dgl.nn.HeteroGraphConv):
+        from dgl.nn import HeteroGraphConv  # noqa: PLC0415 - dgl.nn's (the edge)
+
+        if not isinstance(conv, HeteroGraphConv):
             raise NotSupportedError(f"{name} is a {type(conv).__name__}; on a graph with node "
                                     "types every graph conv must be a dgl.nn.HeteroGraphConv "
                                     "(of convs per relation)")

@@ -1,6 +1,6 @@
 """P3's first layer: split by input columns over the ranks, optionally pipelined.
 
-:class:`P3FirstLayer` replaces a model's first dgl.nn conv for the ``p3`` strategy (see
+:class:`P3FirstLayer` replaces a model's first graph conv for the ``p3`` strategy (see
 :mod:`dglx_dist.strategies.p3`). Synchronous mode: each call pushes the rank's block to every
 rank, computes every rank's partial from this rank's columns, and reduces the partials to
 their owners, all inside autograd (:func:`~dglx_dist.runtime.autograd.reduce_to_owners`).
@@ -22,9 +22,8 @@ import collections
 import dataclasses
 import inspect
 import warnings
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import dgl
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -36,22 +35,26 @@ from dglx_dist.runtime.autograd import (OwnerReduce, Ready, flatten_partials,
                                         reduce_to_owners, unflatten)
 from dglx_dist.runtime.comm import Comm, Pending
 from dglx_dist.sampling import id_dtype, pack_block, unpack_block
+from dglx_dist.sampling.frames import NID
 from dglx_dist.strategies.steps import OUT_DEGREE
+
+if TYPE_CHECKING:
+    from dglx_dist.sampling.block import Block
 
 __all__ = ["ColumnSlice", "P3FirstLayer", "exchange_blocks"]
 
 
-def exchange_blocks(server: Comm, cross: Comm | None, block: dgl.DGLGraph, dtype: torch.dtype,
-                    edge_weight: torch.Tensor | None = None) -> list[dgl.DGLGraph]:
+def exchange_blocks(server: Comm, cross: Comm | None, block, dtype: torch.dtype,
+                    edge_weight: torch.Tensor | None = None) -> list:
     """Every rank's block (structure and source ids only), in rank order (local order when
     ``cross`` is None: this server's ranks only); this rank's own block is returned as it is
     (collective: P3's push of the layer-1 graph). Two stages, so a block crosses to each other
     server once: gather across servers (``cross``), then share within the server.
     ``edge_weight`` (one per edge of ``block``) travels with it, as float32: every other
-    rank's block that came with weights has them as ``edata[_EDGE_WEIGHT]``."""
-    mine = pack_block(block, dtype)
+    rank's block that came with weights has them as ``edata[_EDGE_WEIGHT]``; the others'
+    blocks are the package's (:class:`~dglx_dist.sampling.block.Block`)."""
+    mine, eids = pack_block(block, dtype)
     if edge_weight is not None:  # in the packed (CSC) order of the edges, as float32 bits
-        eids = block.adj_tensors("csc")[2]
         bits = edge_weight.detach().reshape(-1)[eids].float().cpu().view(torch.int32)
         mine = torch.cat([mine, bits.to(dtype)])
     across = cross.all_gather_v(mine) if cross is not None else [mine]
@@ -59,7 +62,7 @@ def exchange_blocks(server: Comm, cross: Comm | None, block: dgl.DGLGraph, dtype
     shared = server.all_gather_v(torch.cat([lengths, *across]))
     num_servers = len(across)
     me = server.global_rank if cross is not None else server.group_rank
-    out: list[dgl.DGLGraph | None] = [None] * (server.size * num_servers)
+    out: list = [None] * (server.size * num_servers)
     for l, msg in enumerate(shared):  # msg: local rank l's blocks of every server
         sizes = msg[:num_servers].tolist()
         for s, packed in enumerate(torch.split(msg[num_servers:], sizes)):
@@ -79,7 +82,7 @@ _EDGE_WEIGHT = "_dglx_edge_weight"
 gives."""
 
 
-def _with_weights(packed: torch.Tensor) -> dgl.DGLGraph:
+def _with_weights(packed: torch.Tensor) -> "Block":
     """The block a rank packed, with the edge weights it sent after it (if any)."""
     num_src, num_dst, num_edges = packed[:3].tolist()
     size = 3 + num_src + num_dst + 1 + num_edges
@@ -93,7 +96,7 @@ def _with_weights(packed: torch.Tensor) -> dgl.DGLGraph:
 class _InFlight:
     """A pipelined mini-batch between its launch and the arrival of its gradients."""
 
-    block: dgl.DGLGraph
+    block: object  # the forward's block (the user's)
     stash: list[torch.Tensor]  # the weight slices its partials were computed with
     flats: list[torch.Tensor]  # its partials for every rank's batch (autograd to ``stash``)
     shapes: list[torch.Size]  # of the partials for this rank's batch
@@ -137,8 +140,8 @@ class P3FirstLayer(ConvWrapper):
         self.deferred: list[torch.Tensor] | None = None  # slice gradients to apply
         self.out_degree = out_degree
 
-    def _partials(self, block: dgl.DGLGraph, weights: list[torch.Tensor],
-                  host: dgl.DGLGraph | None = None, edge_weight: torch.Tensor | None = None):
+    def _partials(self, block, weights: list[torch.Tensor],
+                  host = None, edge_weight: torch.Tensor | None = None):
         """Every rank's partial of layer 1 from this rank's columns, on the weights' device.
         The structure travels and the rows are gathered in host memory (``host``: ``block``
         there, when the caller has it; else it is copied back), then copied to the device;
@@ -159,9 +162,9 @@ class P3FirstLayer(ConvWrapper):
                 **_weighed(None if weight is None else weight.to(device))))
         return partials
 
-    def _rows(self, block: dgl.DGLGraph, whole: bool, device: torch.device) -> torch.Tensor:
+    def _rows(self, block, whole: bool, device: torch.device) -> torch.Tensor:
         """This rank's columns of ``block``'s (on the host) source rows, on ``device``."""
-        ids = block.srcdata[dgl.NID]
+        ids = block.srcdata[NID]
         rows = rows_at(self.feat, ids, pin=device.type == "cuda")
         if whole:
             scale = self.adapter.degree_source_scale(self.conv, block,
@@ -169,7 +172,7 @@ class P3FirstLayer(ConvWrapper):
             rows = rows if scale is None else rows * scale
         return rows.to(device, non_blocking=True)
 
-    def forward(self, block: dgl.DGLGraph, x=None, edge_weight=None, **kwargs) -> torch.Tensor:
+    def forward(self, block, x=None, edge_weight=None, **kwargs) -> torch.Tensor:
         if kwargs:
             raise NotSupportedError(f"p3: the model's first conv runs split by input columns "
                                     f"and takes (block, features, edge_weight=) only, not "
@@ -191,7 +194,7 @@ class P3FirstLayer(ConvWrapper):
             block, list(self.weights), edge_weight=edge_weight))
         return self.adapter.finish(self.conv, block, totals, **_weighed(edge_weight))
 
-    def _check_edge_weight(self, block: dgl.DGLGraph, edge_weight) -> None:
+    def _check_edge_weight(self, block, edge_weight) -> None:
         if edge_weight is None:
             return
         if "edge_weight" not in inspect.signature(self.adapter.partial).parameters:
@@ -209,7 +212,7 @@ class P3FirstLayer(ConvWrapper):
                                     "later layer")
 
     # -- pipelined mode ---------------------------------------------------------------------
-    def launch(self, block: dgl.DGLGraph, host: dgl.DGLGraph | None = None) -> None:
+    def launch(self, block, host = None) -> None:
         """Starts layer 1 of a training batch that a later forward will use (collective);
         ``block`` is the one the forward will get, ``host`` the same block in host memory."""
         stash = [w.detach().clone().requires_grad_() for w in self.weights]
@@ -220,7 +223,7 @@ class P3FirstLayer(ConvWrapper):
         self._ahead.append(_InFlight(block, stash, flats, [t.shape for t in partials[plan.me]],
                                      plan, plan.start_forward(flats)))
 
-    def launched(self, block: dgl.DGLGraph) -> bool:
+    def launched(self, block) -> bool:
         """Whether ``block``'s layer 1 was launched and its forward has not run yet."""
         return any(entry.block is block for entry in self._ahead)
 

@@ -1,0 +1,58 @@
+"""Messages over a block's edges in torch: DGL's ``dgl.ops`` that the convs' adapters use.
+
+Each function takes a block (the package's :class:`~dglx_dist.sampling.block.Block` or DGL's:
+both give ``edges()``, ``num_src_nodes()`` and ``num_dst_nodes()``) and rows of its sources,
+and gives rows of its destinations, as DGL's functions of the same names do: ``copy_u_sum``
+sums each destination's sources' rows, ``u_mul_e_sum`` each row times its edge's weight,
+``copy_u_max`` / ``u_mul_e_max`` take the largest (``-inf`` where a destination has no
+in-edge, as DGL's). Written with torch's ``index_add`` and ``scatter_reduce``, on any device.
+"""
+from __future__ import annotations
+
+import torch
+
+__all__ = ["in_degrees", "out_degrees", "copy_u_sum", "u_mul_e_sum", "copy_u_max",
+           "u_mul_e_max"]
+
+
+def in_degrees(block) -> torch.Tensor:
+    """Each destination's in-edges in the block."""
+    _, dst = block.edges()
+    return torch.bincount(dst.long(), minlength=block.num_dst_nodes())
+
+
+def out_degrees(block) -> torch.Tensor:
+    """Each source's out-edges in the block."""
+    src, _ = block.edges()
+    return torch.bincount(src.long(), minlength=block.num_src_nodes())
+
+
+def copy_u_sum(block, h: torch.Tensor) -> torch.Tensor:
+    return u_mul_e_sum(block, h, None)
+
+
+def u_mul_e_sum(block, h: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+    """Each destination's sum of its sources' rows, each times its edge's ``weight`` (a row
+    per edge, broadcast over the row's width; None: 1)."""
+    src, dst = (x.long() for x in block.edges())
+    out = h.new_zeros((block.num_dst_nodes(), *h.shape[1:]))
+    return out.index_add(0, dst, _messages(h, src, weight))
+
+
+def copy_u_max(block, h: torch.Tensor) -> torch.Tensor:
+    return u_mul_e_max(block, h, None)
+
+
+def u_mul_e_max(block, h: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+    """Each destination's elementwise largest of its sources' rows (times ``weight``);
+    ``-inf`` where it has no in-edge."""
+    src, dst = (x.long() for x in block.edges())
+    msg = _messages(h, src, weight)
+    out = h.new_full((block.num_dst_nodes(), *h.shape[1:]), float("-inf"))
+    index = dst.view(-1, *([1] * (h.dim() - 1))).expand_as(msg)
+    return out.scatter_reduce(0, index, msg, "amax", include_self=True)
+
+
+def _messages(h: torch.Tensor, src: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+    msg = h.index_select(0, src)
+    return msg if weight is None else msg * weight.to(msg)
