@@ -45,6 +45,7 @@ from torch import nn
 from dglx_dist.convs.ops_base import Op
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.registry import Registry
+from dglx_dist.sampling.block import Block
 
 if TYPE_CHECKING:
     import dgl
@@ -94,6 +95,10 @@ class ConvAdapter(abc.ABC):
 
     #: How dorylus runs this conv type; None: dorylus refuses it.
     dorylus: DorylusSupport | None = None
+    #: Whether :meth:`partial` and :meth:`degree_source_scale` read the package's blocks
+    #: (:class:`~dglx_dist.sampling.block.Block`) as well as DGL's; an adapter written for
+    #: DGL's blocks alone (a plug-in's, with ``dgl.ops``) is given DGL's (:meth:`block_for`).
+    package_blocks: bool = False
 
     @dataclasses.dataclass(frozen=True)
     class Config:
@@ -101,6 +106,12 @@ class ConvAdapter(abc.ABC):
 
     def __init__(self, config=None, name: str = ""):
         self.config, self.registered_name = config, name
+
+    def block_for(self, block):
+        """``block`` as this adapter reads it (DGL's where it reads DGL's alone)."""
+        if self.package_blocks or not isinstance(block, Block):
+            return block
+        return block.to_dgl()
 
     @abc.abstractmethod
     def example(self, in_feats: int, out_feats: int) -> nn.Module:

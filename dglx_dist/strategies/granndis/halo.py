@@ -48,8 +48,8 @@ class HaloConv(ConvWrapper):
         if self._adapter is None:
             return None
         if plan not in self._scales:
-            self._scales[plan] = self._adapter.degree_source_scale(self.conv, plan.block,
-                                                                   plan.out_degree)
+            self._scales[plan] = self._adapter.degree_source_scale(
+                self.conv, self._adapter.block_for(plan.block), plan.out_degree)
         return self._scales[plan]
 
 
