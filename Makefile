@@ -27,7 +27,8 @@ CORE_VENV ?= .venv-core
 CORE_PY := $(CORE_VENV)/bin/python
 CORE_STAMP := $(CORE_VENV)/.dglx_dist-core-installed
 # The tests of the DGL-free layers (data, partition, runtime, comm, health, KVStore, autograd
-# exchanges, checkpoint files and layout, offload tasks); tests marked `dgl` in them are left out.
+# exchanges, checkpoint files and layout, offload tasks, sampling and each strategy's loader);
+# tests marked `dgl` in them are left out.
 CORE_TESTS := tests/unit/test_import_boundary.py tests/unit/test_book.py \
 	tests/unit/test_checkpoint_files.py tests/unit/test_checkpoint_layout.py \
 	tests/unit/test_data.py tests/unit/test_hetero_data.py tests/unit/test_mag.py \
@@ -42,7 +43,7 @@ CORE_TESTS := tests/unit/test_import_boundary.py tests/unit/test_book.py \
 	tests/unit/test_preflight.py \
 	tests/unit/test_registry.py tests/unit/test_runtime_env.py tests/unit/test_synthetic.py \
 	tests/unit/test_bench_h2d.py tests/dist/test_comm.py tests/dist/test_exchanges.py \
-	tests/dist/test_kvstore_dist.py
+	tests/dist/test_kvstore_dist.py tests/dist/test_sampling_without_dgl.py
 
 .PHONY: demo test test-core test-core-here docs install clean
 

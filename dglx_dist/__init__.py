@@ -25,7 +25,7 @@ _EXPORTS = {
     **dict.fromkeys(["PARTITIONERS", "PartitionDir", "partition_dataset"],
                     "dglx_dist.partition"),
     "Registry": "dglx_dist.registry",
-    "DistEmbedding": "dglx_dist.distributed",
+    **dict.fromkeys(["DistEmbedding", "SparseAdam", "SparseAdagrad"], "dglx_dist.api.embedding"),
     **dict.fromkeys(["RunConfig", "OptimizerConfig"], "dglx_dist.config"),
     **dict.fromkeys(["PeerError", "Session", "current_session", "init"], "dglx_dist.runtime"),
     **dict.fromkeys(["STRATEGIES", "Strategy"], "dglx_dist.strategies"),
@@ -42,7 +42,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and the API docs see; at run tim
                                 write_dataset)
     from dglx_dist.partition import PARTITIONERS, PartitionDir, partition_dataset
     from dglx_dist.config import OptimizerConfig, RunConfig
-    from dglx_dist.distributed import DistEmbedding
+    from dglx_dist.api.embedding import DistEmbedding, SparseAdagrad, SparseAdam
     from dglx_dist.registry import Registry
     from dglx_dist.runtime import PeerError, Session, current_session, init
     from dglx_dist.strategies import STRATEGIES, Strategy
@@ -56,7 +56,8 @@ __all__ = ["GraphDataset", "read_dataset", "write_dataset", "to_dgl", "from_dgl"
            "Trainer", "distribute", "DistGraph", "node_split", "edge_split", "DataLoader",
            "DistNodeDataLoader", "DistEdgeDataLoader", "parallelize", "DistModel", "accuracy",
            "ranking_metrics", "all_reduce", "inference", "export_parquet", "DistTensor",
-           "DistEmbedding", "NeighborSampler", "MultiLayerFullNeighborSampler", "as_edge_prediction_sampler",
+           "DistEmbedding", "SparseAdam", "SparseAdagrad", "NeighborSampler",
+           "MultiLayerFullNeighborSampler", "as_edge_prediction_sampler",
            "negative_sampler", "__version__"]
 
 

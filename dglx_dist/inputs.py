@@ -4,7 +4,7 @@ On a graph without types (:class:`PlainInputs`): the ``feat`` rows of the first 
 sources and the ``label`` rows of the last block's destinations. On a graph with node types
 (:class:`TypedInputs`), as DGL's R-GCN examples do: a dict by node type of the ``feat`` rows
 of the types that have features and of learnable rows (one
-:class:`~dglx_dist.distributed.DistEmbedding` per featureless type, trained by
+:class:`~dglx_dist.api.embedding.DistEmbedding` per featureless type, trained by
 ``SparseAdam`` beside the model's optimizer) for the others; the labels are those of the one
 node type with labels, the *category*, whose masks give the splits.
 """
@@ -64,8 +64,8 @@ class TypedInputs:
     """
 
     def __init__(self, graph: DistGraph, embed_dim: int | None, lr: float):
-        from dglx_dist.distributed import DistEmbedding
-        from dglx_dist.distributed.optim import SparseAdam
+        from dglx_dist.api.embedding import DistEmbedding
+        from dglx_dist.dgl.distributed.optim import SparseAdam
 
         self.graph, self.category = graph, category_of(graph)
         featureless = [nt for nt in graph.ntypes if "feat" not in graph.nodes[nt].data]

@@ -107,7 +107,7 @@ def main():
     in_sizes = {nt: g.nodes[nt].data["feat"].shape[1] for nt in g.ntypes if nt not in embeds}
     model = dglx_dist.parallelize(RGCN(in_sizes, g.etypes, args.hidden, num_classes, 0.5), g)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
-    emb_opt = dglx_dist.distributed.optim.SparseAdam(list(embeds.values()), lr=args.lr)
+    emb_opt = dglx_dist.SparseAdam(list(embeds.values()), lr=args.lr)
     for epoch in range(args.epochs):
         model.train()
         for input_nodes, output_nodes, blocks in dataloader:

@@ -6,7 +6,7 @@ its own rather than the Trainer's, so that it times each phase of a step as DGL'
 The loop is DGL's distributed R-GCN loop with our names: ``distribute`` of the partition
 directory (made beforehand, as DGL's are), ``node_split(..., ntype=)`` of the labeled type's
 masks, ``DataLoader(g, {ntype: ids}, NeighborSampler(fanouts))``, a ``DistEmbedding`` (zeros)
-per featureless type stepped by ``dglx_dist.distributed.optim.SparseAdam``,
+per featureless type stepped by ``dglx_dist.SparseAdam``,
 ``parallelize(RGCN(...))`` (:class:`~dglx_dist.models.RGCN`, the model DGL's side trains,
 same seed: same initial weights) and Adam. Every epoch's metrics record is ``dglx train``'s
 (:func:`~dglx_dist.api.metrics.epoch_record`: wall time, steps, bytes intra/inter server from
@@ -54,7 +54,7 @@ class _Job:
                      len(fanouts), dropout=config.model.dropout, category=self.category)
         self.model = dglx_dist.parallelize(model, g)
         self.opts = [config.optimizer.adam(self.model.parameters()),
-                     dglx_dist.distributed.optim.SparseAdam(list(self.embeds.values()),
+                     dglx_dist.SparseAdam(list(self.embeds.values()),
                                                             lr=config.optimizer.lr)]
         self.loader = dglx_dist.DataLoader(
             g, {self.category: self.ids["train"]}, dglx_dist.NeighborSampler(fanouts),

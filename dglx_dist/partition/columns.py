@@ -6,7 +6,7 @@ P3 (``feature_dim``) needs each part to hold a column slice of *every* node's fe
 masks, edge and other node data) and lays the features out as ``feature_dim`` would have: the
 width split into even slices, one per part (per node type on a typed partitioning,
 :func:`~dglx_dist.partition.typed.type_feature_slices`). This is how DGL's partitions train
-under ``p3`` without repartitioning (:func:`dglx_dist.distributed.import_cached`).
+under ``p3`` without repartitioning (:func:`dglx_dist.dgl.distributed.import_cached`).
 
 The whole feature matrix is gathered in memory once (of each featured type, one type at a
 time): the same peak as partitioning with ``feature_dim``.

@@ -132,7 +132,7 @@ def test_typed_dgl_partitions_open_as_a_typed_dist_graph(tmp_path):
 
 def _dgl_surface(session, json_path, cache):
     """What DGL's distributed example scripts read of a graph, through dgl.distributed."""
-    from dglx_dist import distributed as dist
+    from dglx_dist.dgl import distributed as dist
 
     g = dist.DistGraph("cora", part_config=json_path, cache_dir=cache)
     pb, keys = g.get_partition_book(), sorted(g.ndata)

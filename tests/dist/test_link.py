@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 import dgl
 import dglx_dist
-import dglx_dist.distributed
+import dglx_dist.dgl.distributed
 from dglx_dist.data import CoraGraphDataset
 from dglx_dist.models import SAGE
 from dglx_dist.strategies import STRATEGIES
@@ -91,7 +91,7 @@ def _exact_step(g, reverse, exclude):
     """One SGD step of the user's loop; the batch's pairs (node ids) and the parameters. The
     loader is built as DGL's DistDGL scripts build it: DistEdgeDataLoader with the edge
     options beside a block sampler (it wraps them with as_edge_prediction_sampler)."""
-    loader = dglx_dist.distributed.DistEdgeDataLoader(
+    loader = dglx_dist.dgl.distributed.DistEdgeDataLoader(
         g, torch.arange(SEEDS) * 37, dglx_dist.MultiLayerFullNeighborSampler(2),
         exclude=exclude, reverse_eids=reverse, negative_sampler=FixedNegatives(K),
         batch_size=SEEDS)

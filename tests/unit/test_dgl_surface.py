@@ -7,10 +7,10 @@ import types
 import dgl.distributed as theirs
 import pytest
 
-import dglx_dist.distributed as ours
+import dglx_dist.dgl.distributed as ours
 from dglx_dist.api.book import PartitionBook
 from dglx_dist.api.graph import DistGraph
-from dglx_dist.distributed.surface import DGLS_OWN, SERVER_ONLY
+from dglx_dist.dgl.distributed.surface import DGLS_OWN, SERVER_ONLY
 from dglx_dist.errors import NotSupportedError
 
 NOT_YET = {  # DGL's method -> why it is not built (docs/porting.md lists them)

@@ -118,8 +118,8 @@ IMPORTS_DGL = {
     **dict.fromkeys(["dglx_dist.api", "dglx_dist.api.graph", "dglx_dist.api.inference",
                      "dglx_dist.api.link", "dglx_dist.api.loader", "dglx_dist.api.parallel",
                      "dglx_dist.api.samplers", "dglx_dist.api.sampling_graph",
-                     "dglx_dist.api.structure", "dglx_dist.dgl", "dglx_dist.distributed",
-                     "dglx_dist.run", "dglx_dist.sampling.block", "dglx_dist.data.convert",
+                     "dglx_dist.api.structure", "dglx_dist.dgl", "dglx_dist.dgl.distributed",
+                     "dglx_dist.dgl.run", "dglx_dist.sampling.block", "dglx_dist.data.convert",
                      "dglx_dist.partition.dgl_files"], "the edge"),
     # dgl.nn's convs (an adapter's example conv) and the models built of them
     **dict.fromkeys(["dglx_dist.convs.gat.adapter",

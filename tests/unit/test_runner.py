@@ -33,12 +33,12 @@ def test_importing_dglx_dist_changes_nothing_in_dgl_or_torch():
     import dglx_dist.dgl  # noqa: F401  (a script's hand-changed import)
     import dglx_dist.run  # noqa: F401
 
-    dglx_dist.distributed  # noqa: B018
+    dglx_dist.dgl.distributed  # noqa: B018
     assert _dgl_own()
 
 
 def _options(tmp_path, *flags):
-    from dglx_dist.run import parse
+    from dglx_dist.dgl.run import parse
 
     script = tmp_path / "script.py"
     script.write_text("")
@@ -47,8 +47,8 @@ def _options(tmp_path, *flags):
 
 def test_the_runner_installs_its_pieces_and_restores_dgl_and_torch(tmp_path):
     from dglx_dist.api.loader import DataLoader
-    from dglx_dist.distributed import optim
-    from dglx_dist.run import installed
+    from dglx_dist.dgl.distributed import optim
+    from dglx_dist.dgl.run import installed
     from dglx_dist.strategies import base
 
     options = _options(tmp_path, "--strategy", "granndis")
@@ -74,7 +74,7 @@ def test_the_runner_installs_its_pieces_and_restores_dgl_and_torch(tmp_path):
         with pytest.raises(StateError, match="built no dgl.distributed.DistGraph"):
             contextvars.Context().run(DistributedDataParallel, torch.nn.ModuleList(
                 [dgl.nn.GraphConv(1, 1)]), device_ids=[0])  # (without a conv: torch's DDP)
-    assert _dgl_own() and dglx_dist.dgl.distributed.DistGraph.__module__ == "dglx_dist.distributed"
+    assert _dgl_own() and dglx_dist.dgl.distributed.DistGraph.__module__ == "dglx_dist.dgl.distributed"
 
 
 @pytest.mark.parametrize("flags,expected", [
@@ -89,10 +89,10 @@ def test_bad_strategy_flags_are_refused_listing_the_valid_ones(tmp_path, flags, 
 
 
 def test_bad_runner_input_is_one_line_and_exit_2(tmp_path, caplog, monkeypatch):
-    from dglx_dist.run import main
+    from dglx_dist.dgl.run import main
 
     monkeypatch.delenv("RANK", raising=False)
-    with caplog.at_level(logging.ERROR, logger="dglx_dist.run"):
+    with caplog.at_level(logging.ERROR, logger="dglx_dist.dgl.run"):
         assert main(["--strategy", "p3", str(tmp_path / "missing.py"), "--epochs", "3"]) == 2
     assert [r.getMessage() for r in caplog.records] == [
         f"dglx_dist.run: InvalidValueError: script {tmp_path / 'missing.py'}: no such file; "
@@ -127,7 +127,7 @@ def test_by_columns_lays_out_row_partitions_as_feature_dim_does(tmp_path, datase
 def test_a_script_failing_before_its_session_tells_torchrun(tmp_path, monkeypatch):
     """Issue 61, case 2h: a runner script failing at import left torchrun's summary without
     the error ("To enable traceback see ..."); the error file now holds its line."""
-    from dglx_dist.run import main
+    from dglx_dist.dgl.run import main
 
     script = tmp_path / "bad.py"
     script.write_text("import json\nimport no_such_module_here\n")

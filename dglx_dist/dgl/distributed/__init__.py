@@ -1,6 +1,6 @@
 """``dgl.distributed``'s API over dglx_dist: a DistDGL script runs with its imports changed.
 
-``import dglx_dist.dgl as dgl`` (or ``import dglx_dist.distributed``) in place of DGL gives
+``import dglx_dist.dgl as dgl`` (or ``import dglx_dist.dgl.distributed``) in place of DGL gives
 ``initialize``, ``DistGraph(graph_name, part_config=...)``, ``node_split``, ``edge_split``,
 ``DistTensor``, ``DistEmbedding``, ``optim.SparseAdam`` / ``optim.SparseAdagrad``,
 ``DistNodeDataLoader`` / ``DistEdgeDataLoader`` (DGL 2.4's place), ``DistDataLoader`` (a
@@ -8,14 +8,14 @@
 graph (``sample_neighbors``, ``find_edges``, ``in_subgraph``) with DGL's signatures, under
 torchrun: no ip_config, no servers, no SSH. DGL's offline tools (``partition_graph``,
 ``load_partition_book``...) are DGL's own; its server and RPC names refuse in one line
-(:mod:`~dglx_dist.distributed.surface`). Partitions written by DGL's
+(:mod:`~dglx_dist.dgl.distributed.surface`). Partitions written by DGL's
 ``partition_graph`` are imported once (rank 0, cached by the JSON's content; see
 :func:`~dglx_dist.partition.import_dgl_partitions`), with no repartitioning.
 
 The script's own ``torch.distributed.init_process_group`` and ``DistributedDataParallel`` keep
 working: the session adopts the process group the script made, and the graph trains under
 ``distdgl`` (DistDGL's own semantics). To swap strategy without changing a line, launch the
-script with ``torchrun ... -m dglx_dist.run --strategy NAME script.py`` (:mod:`dglx_dist.run`);
+script with ``torchrun ... -m dglx_dist.run --strategy NAME script.py`` (:mod:`dglx_dist.dgl.run`);
 by hand, pass ``strategy=`` to ``DistGraph`` and wrap the model with
 :func:`dglx_dist.parallelize` instead of DDP. A strategy that needs features by columns
 (``p3``) gets DGL's partitions laid out so, once (cached beside the import).
@@ -30,15 +30,15 @@ from typing import Any
 
 
 from dglx_dist.api import graph as _graph
+from dglx_dist.api.embedding import DistEmbedding
 from dglx_dist.api.loader import DistEdgeDataLoader, DistNodeDataLoader
 from dglx_dist.api.split import edge_split, node_split
 from dglx_dist.api.tensor import DistTensor
-from dglx_dist.distributed import optim
-from dglx_dist.distributed.dataloader import DistDataLoader
-from dglx_dist.distributed.embedding import DistEmbedding
-from dglx_dist.distributed.surface import (DGLS_OWN, SERVER_ONLY, find_edges, in_subgraph,
-                                           sample_etype_neighbors, sample_neighbors,
-                                           server_only)
+from dglx_dist.dgl.distributed import optim
+from dglx_dist.dgl.distributed.dataloader import DistDataLoader
+from dglx_dist.dgl.distributed.surface import (DGLS_OWN, SERVER_ONLY, find_edges,
+                                               in_subgraph, sample_etype_neighbors,
+                                               sample_neighbors, server_only)
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.prepare import checked_cache, made_by_rank0
 from dglx_dist.runtime.session import current_session, init
@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 def __getattr__(name: str) -> Any:
     """DGL's offline tools (``partition_graph``, ``load_partition_book``...) are DGL's own; its
     server and RPC names are stand-ins that refuse in one line
-    (:mod:`~dglx_dist.distributed.surface`)."""
+    (:mod:`~dglx_dist.dgl.distributed.surface`)."""
     if name in SERVER_ONLY:
         return server_only(name)
     if name in DGLS_OWN:
@@ -71,7 +71,7 @@ def initialize(ip_config: str | None = None, *args: Any, **kwargs: Any) -> None:
     no servers). The session starts with the first :class:`DistGraph`, after the script's own
     ``init_process_group`` if it has one."""
     if ip_config is not None:
-        log.info("dglx_dist.distributed.initialize: ip_config %s is not needed (torchrun)",
+        log.info("dglx_dist.dgl.distributed.initialize: ip_config %s is not needed (torchrun)",
                  ip_config)
 
 

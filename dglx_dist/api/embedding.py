@@ -1,19 +1,21 @@
-"""DGL's ``dgl.distributed.DistEmbedding`` over the graph's KVStore (node ids translated)."""
+"""DGL's ``dgl.distributed.DistEmbedding`` over the graph's KVStore (node ids translated), and
+the sparse optimizers of its rows (DGL's ``dgl.distributed.optim``)."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
 from dglx_dist.api.graph import DistGraph, current_graph
 from dglx_dist.api.types import space_for
+from dglx_dist.kvstore import embedding as _kv
 from dglx_dist.kvstore.embedding import DistEmbedding as _StoreEmbedding
 
-__all__ = ["DistEmbedding"]
+__all__ = ["DistEmbedding", "SparseAdam", "SparseAdagrad"]
 
 
 class DistEmbedding:
-    """Learnable rows, one per node, trained by :mod:`dglx_dist.distributed.optim` (collective
+    """Learnable rows, one per node, trained by :class:`SparseAdam` / :class:`SparseAdagrad` (collective
     to create; calling it is a pull: every rank calls at the same step). A ``DataLoader``
     step pulls the rows of its input nodes (of the embedding's type, on a graph with types)
     for every embedding of the graph at once; called with those ids (the values of
@@ -51,3 +53,21 @@ class DistEmbedding:
 
     def __repr__(self) -> str:
         return f"DistEmbedding({self.name!r}, {self.num_embeddings}, {self.embedding_dim})"
+
+
+def _inner(params: Sequence) -> list:
+    return [getattr(p, "inner", p) for p in params]
+
+
+class SparseAdagrad(_kv.SparseAdagrad):
+    """DGL's ``SparseAdagrad(params, lr, eps=1e-10)``."""
+
+    def __init__(self, params: Sequence, lr: float, eps: float = 1e-10):
+        super().__init__(_inner(params), lr, eps)
+
+
+class SparseAdam(_kv.SparseAdam):
+    """DGL's ``SparseAdam(params, lr, betas=(0.9, 0.999), eps=1e-08)``."""
+
+    def __init__(self, params: Sequence, lr: float, betas=(0.9, 0.999), eps: float = 1e-08):
+        super().__init__(_inner(params), lr, betas, eps)

@@ -1,4 +1,4 @@
-"""The rest of ``dgl.distributed``'s public names, as :mod:`dglx_dist.distributed` gives them.
+"""The rest of ``dgl.distributed``'s public names, as :mod:`dglx_dist.dgl.distributed` gives them.
 
 DGL's module holds three kinds of names beside the ones dglx_dist replaces (``DistGraph``,
 ``DistTensor``, the loaders, the splits...):

@@ -1,0 +1,42 @@
+"""DGL's API with dglx_dist's distributed parts: the one door to DGL's names.
+
+``import dglx_dist.dgl as dgl`` in a DistDGL script: every attribute is DGL's own, except
+``dgl.distributed`` (:mod:`dglx_dist.dgl.distributed`, ``dgl.distributed``'s API over the
+package) and, in ``dgl.dataloading``, ``DistNodeDataLoader`` and ``DistEdgeDataLoader``
+(:class:`dglx_dist.api.DataLoader` and its edge form). :mod:`dglx_dist.dgl.run` runs an
+unmodified DistDGL script with these in DGL's places (``python -m dglx_dist.run``). The
+package's own API is :mod:`dglx_dist.api`; nothing here is imported before it is used.
+"""
+from __future__ import annotations
+
+import importlib
+import types
+
+__all__ = ["distributed", "dataloading", "run"]
+
+
+def _dataloading() -> types.ModuleType:
+    """``dgl.dataloading`` with the distributed loaders swapped."""
+    import dgl.dataloading as theirs
+
+    from dglx_dist.api import loader
+
+    class Dataloading(types.ModuleType):
+        DistNodeDataLoader = loader.DataLoader
+        DistEdgeDataLoader = loader.DistEdgeDataLoader
+
+        def __getattr__(self, name: str):
+            return getattr(theirs, name)
+
+    return Dataloading(f"{__name__}.dataloading", theirs.__doc__)
+
+
+def __getattr__(name: str):
+    if name in ("distributed", "run"):
+        return importlib.import_module(f"{__name__}.{name}")
+    if name == "dataloading":
+        module = globals()["dataloading"] = _dataloading()
+        return module
+    import dgl
+
+    return getattr(dgl, name)
