@@ -1,6 +1,6 @@
-"""Drawing a graph's in-edges as :class:`~dglx_dist.sampling.options.SampleOptions` say: in
-torch (:func:`~dglx_dist.sampling.in_edges.draw_in_edges`), LABOR's by DGL's
-``sample_labors`` (the one draw still made by DGL)."""
+"""Drawing a graph's in-edges as :class:`~dglx_dist.sampling.options.SampleOptions` say, in
+torch: :func:`~dglx_dist.sampling.in_edges.draw_in_edges`, or LABOR's
+:func:`~dglx_dist.sampling.labor.draw_labor`."""
 from __future__ import annotations
 
 from typing import Callable, Sequence
@@ -9,6 +9,7 @@ import torch
 
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.sampling.in_edges import InEdges, draw_in_edges
+from dglx_dist.sampling.labor import draw_labor
 from dglx_dist.sampling.options import EdgeWeights, SampleOptions
 
 __all__ = ["Draws"]
@@ -33,7 +34,6 @@ class Draws:
                  has_edge_data: Callable[[int, str], bool] | None = None):
         self.edges, self._weights, self._shared = edges, weights, shared_ids
         self._has = has_edge_data
-        self._labor_graph = None
 
     def __call__(self, nodes: torch.Tensor, fanouts: int | Sequence[int],
                  options: SampleOptions, exclude: torch.Tensor | None = None
@@ -67,33 +67,7 @@ class Draws:
 
     def _labor(self, nodes: torch.Tensor, fanout: int, options: SampleOptions,
                exclude: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """LABOR's draw by DGL's ``sample_labors`` over the graph in the shared ids."""
-        import dgl  # noqa: PLC0415 - the one draw still made by DGL
-        import dgl.backend as F  # noqa: PLC0415
-
-        graph = self._labor_graph = self._labor_graph or self._dgl_graph()
-        seeds = nodes if self._shared is None else self._shared.index_select(0, nodes)
-        prob = None
-        if options.prob is not None:
-            graph.edata["_dglx_prob"] = self.weights(options.prob)
-            prob = "_dglx_prob"
-        frontier, _ = dgl.sampling.sample_labors(
-            graph, seeds, fanout, prob=prob, random_seed=F.zerocopy_to_dgl_ndarray(
-                torch.tensor(options.labor)), seed2_contribution=options.seed2,
-            exclude_edges=exclude, copy_ndata=False)
-        eid = frontier.edata[dgl.EID]  # the graph's edges are the structure's, by edge id
-        row = torch.full((graph.num_nodes(),), -1, dtype=torch.int64)
-        row[seeds.long()] = torch.arange(nodes.numel())
-        row = row.index_select(0, frontier.edges()[1])
-        order = torch.argsort(row, stable=True)
-        return row.index_select(0, order), self.edges.positions(eid.index_select(0, order))
-
-    def _dgl_graph(self):
-        """The structure as a DGLGraph in edge id order, its nodes in the shared ids."""
-        import dgl  # noqa: PLC0415
-
-        src, dst = self.edges.ends()
-        if self._shared is None:
-            return dgl.graph((src, dst), num_nodes=self.edges.num_nodes)
-        return dgl.graph((self._shared.index_select(0, src), self._shared.index_select(0, dst)),
-                         num_nodes=int(self._shared.max()) + 1)
+        """LABOR's draw (:func:`~dglx_dist.sampling.labor.draw_labor`), each source's
+        variate rolled by its shared id."""
+        return draw_labor(self.edges, nodes, fanout, options.labor, options.seed2,
+                          self.weights(options.prob), exclude, self._shared)

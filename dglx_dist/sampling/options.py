@@ -34,7 +34,7 @@ class SampleOptions:
             (unnormalised; DGL's ``prob``), or whose booleans say which in-edges may be
             drawn (DGL's ``mask``); None: uniform.
         replace: draw with replacement: a node with any in-edge gets exactly ``fanout``.
-        labor: LABOR's draw (DGL's ``sample_labors``, no importance sampling) with these
+        labor: LABOR's draw (as DGL's ``sample_labors``, no importance sampling) with these
             random seeds (one, or two with the second's ``seed2`` share), the same on every
             member, so each source node rolls one variate wherever its edges are stored;
             None: DGL's ``sample_neighbors``.

@@ -16,6 +16,8 @@ import torch.nn.functional as F
 
 import dglx_dist
 from dglx_dist.data import CoraGraphDataset
+from dglx_dist.sampling.in_edges import InEdges
+from dglx_dist.sampling.labor import draw_labor
 from dglx_dist.testing import run_workers
 from dglx_dist.testing.models import seeded_model
 
@@ -310,12 +312,34 @@ def test_a_users_sampler_trains_to_single_process_accuracy(runs, plain, name):
         assert out["test_acc"] >= plain - 0.02, (r, out["test_acc"], plain)
 
 
+class _OneProcess:
+    """Cora in one process whose ``sample_labors`` is the package's LABOR
+    (:func:`~dglx_dist.sampling.labor.draw_labor`) over the whole graph, each source's
+    variate rolled by its id: what DGL's ``LaborSampler`` draws on it is what one process
+    draws. (The law against DGL's own ``sample_labors``: tests/unit/test_labor.py.)"""
+
+    def __init__(self, g):
+        self.g, self.edges = g, InEdges.of(*g.edges(), g.num_nodes())
+        self.canonical_etypes = g.canonical_etypes
+
+    def sample_labors(self, seed_nodes, fanout, random_seed=None, seed2_contribution=0.0,
+                      exclude_edges=None, **kwargs):
+        seeds = tuple(torch.as_tensor(random_seed.asnumpy()).reshape(-1).tolist())
+        _, pos = draw_labor(self.edges, seed_nodes, fanout, seeds, seed2_contribution,
+                            exclude=exclude_edges)
+        eid = self.edges.eid[pos]
+        src, dst = self.g.find_edges(eid)
+        frontier = dgl.graph((src, dst), num_nodes=self.g.num_nodes())
+        frontier.edata[dgl.EID] = eid
+        return frontier, [torch.zeros(0)]
+
+
 @pytest.mark.parametrize("name", ["distdgl", "p3"])
-def test_labor_draws_what_single_process_dgl_draws(runs, name):
+def test_labor_draws_what_one_process_draws(runs, name):
     """LABOR over the partitions rolls each source's variate from the same seed on every
-    rank, so each step's blocks are those single-process DGL's LaborSampler draws for the
-    same seeds: the same edges, hence the same sources per layer."""
-    g = CoraGraphDataset()[0]
+    rank, so each step's blocks are those DGL's LaborSampler draws for the same seeds in one
+    process: the same edges, hence the same sources per layer."""
+    g = _OneProcess(CoraGraphDataset()[0])
     for r, out in runs[name].items():
         ref = dgl.dataloading.LaborSampler([3, 3], layer_dependency=True)
         ref.set_seed(123)
@@ -327,11 +351,11 @@ def test_labor_draws_what_single_process_dgl_draws(runs, name):
 
 
 @pytest.mark.parametrize("name", ["distdgl", "p3"])
-def test_labor_in_an_edge_loader_leaves_the_batch_out_as_dgl_does(runs, name):
+def test_labor_in_an_edge_loader_leaves_the_batch_out_as_one_process_does(runs, name):
     """``as_edge_prediction_sampler(LaborSampler(...), exclude="self")``: each step's blocks
-    are those single-process DGL's LaborSampler draws for the pair graph's nodes without the
+    are those DGL's LaborSampler draws in one process for the pair graph's nodes without the
     batch's edges, and hold none of them."""
-    g = CoraGraphDataset()[0]
+    g = _OneProcess(CoraGraphDataset()[0])
     for r, out in runs[name].items():
         ref = dgl.dataloading.LaborSampler([3, 3], layer_dependency=True)
         ref.set_seed(7)

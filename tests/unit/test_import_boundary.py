@@ -131,7 +131,6 @@ IMPORTS_DGL = {
                      "dglx_dist.bench.dgl_distdgl_typed", "dglx_dist.bench.dgl_distdgl_worker",
                      "dglx_dist.bench.single", "dglx_dist.bench.typed_worker"], "the DGL baseline"),
     # what still computes through DGL below the edge (issue 58 moves them)
-    "dglx_dist.sampling.draws": "LABOR's draws",
     "dglx_dist.partition.metis": "METIS with several constraints",
     "dglx_dist.partition.layout": "a part as a DGL graph (Partition.local_graph)",
     "dglx_dist.strategies.granndis.typed": "dgl.nn's HeteroGraphConv, checked",
