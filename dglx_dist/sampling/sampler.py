@@ -24,8 +24,9 @@ that stores the edge, which leaves it out of every layer it samples for this req
 a typed partitioning too: an edge is excluded by its id in the part, whatever its type).
 
 The draws themselves are the package's own, in torch
-(:func:`~dglx_dist.sampling.in_edges.draw_in_edges`; LABOR's, :mod:`~dglx_dist.sampling.
-labor`), over the part's in-edges grouped by destination and edge type: a graph without types is the one-type case.
+(:func:`~dglx_dist.sampling.in_edges.draw_in_edges`; LABOR's,
+:mod:`~dglx_dist.sampling.labor`), over the part's in-edges grouped by destination and edge
+type: a graph without types is the one-type case.
 """
 from __future__ import annotations
 
