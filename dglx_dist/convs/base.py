@@ -45,7 +45,7 @@ from torch import nn
 from dglx_dist.convs.ops_base import Op
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.registry import Registry
-from dglx_dist.sampling.block import Block
+from dglx_dist.sampling.block import Block, dgl_installed
 
 if TYPE_CHECKING:
     import dgl
@@ -95,10 +95,6 @@ class ConvAdapter(abc.ABC):
 
     #: How dorylus runs this conv type; None: dorylus refuses it.
     dorylus: DorylusSupport | None = None
-    #: Whether :meth:`partial` and :meth:`degree_source_scale` read the package's blocks
-    #: (:class:`~dglx_dist.sampling.block.Block`) as well as DGL's; an adapter written for
-    #: DGL's blocks alone (a plug-in's, with ``dgl.ops``) is given DGL's (:meth:`block_for`).
-    package_blocks: bool = False
 
     @dataclasses.dataclass(frozen=True)
     class Config:
@@ -107,11 +103,14 @@ class ConvAdapter(abc.ABC):
     def __init__(self, config=None, name: str = ""):
         self.config, self.registered_name = config, name
 
-    def block_for(self, block):
-        """``block`` as this adapter reads it (DGL's where it reads DGL's alone)."""
-        if self.package_blocks or not isinstance(block, Block):
-            return block
-        return block.to_dgl()
+    @staticmethod
+    def block_for(block):
+        """``block`` as an adapter is given it: DGL's where DGL is installed (DGL's kernels
+        aggregate on it, and an adapter of the user's may call ``dgl.ops``), else the
+        package's (the built-in adapters read either: :mod:`~dglx_dist.convs.message`)."""
+        if isinstance(block, Block) and dgl_installed():
+            return block.to_dgl()
+        return block
 
     @abc.abstractmethod
     def example(self, in_feats: int, out_feats: int) -> nn.Module:

@@ -17,6 +17,8 @@ with it to a device and onto DGL's block at the edge.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.util
 from typing import Sequence
 
 import torch
@@ -24,7 +26,7 @@ import torch
 from dglx_dist.errors import UnknownNameError
 from dglx_dist.sampling.frames import NID, DataView, EdgeSpace, NodeSpace
 
-__all__ = ["Block", "relabel", "map_tensors", "plan_of", "UNTYPED", "PLAN"]
+__all__ = ["Block", "relabel", "map_tensors", "plan_of", "dgl_installed", "UNTYPED", "PLAN"]
 
 UNTYPED = (("_N",), (("_N", "_E", "_N"),))
 """The node and edge types of a graph without types (DGL's names)."""
@@ -309,6 +311,15 @@ class Block:
                                 num_src_nodes=dict(zip(self.ntypes, self.num_src)),
                                 num_dst_nodes=dict(zip(self.ntypes, self.num_dst)),
                                 device=self.device)
+
+
+@functools.cache
+def dgl_installed() -> bool:
+    """Whether DGL can be imported here (its blocks are then what crosses the edge)."""
+    try:
+        return importlib.util.find_spec("dgl") is not None
+    except ImportError:  # a finder that refuses it
+        return False
 
 
 def plan_of(block) -> object:

@@ -130,6 +130,8 @@ IMPORTS_DGL = {
     **dict.fromkeys(["dglx_dist.bench.dgl_distdgl_link", "dglx_dist.bench.dgl_distdgl_nodes",
                      "dglx_dist.bench.dgl_distdgl_typed", "dglx_dist.bench.dgl_distdgl_worker",
                      "dglx_dist.bench.single", "dglx_dist.bench.typed_worker"], "the DGL baseline"),
+    # DGL's kernels where the block is DGL's (the torch ones on the package's)
+    "dglx_dist.convs.message": "dgl.ops on DGL's blocks",
     # what still computes through DGL below the edge (issue 58 moves them)
     "dglx_dist.partition.metis": "METIS with several constraints",
     "dglx_dist.partition.layout": "a part as a DGL graph (Partition.local_graph)",

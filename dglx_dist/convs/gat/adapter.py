@@ -30,7 +30,6 @@ class GATAdapter(ConvAdapter):
     """GATConv without residual and with one shared ``fc``: project, sum, then attention."""
 
     dorylus = DorylusSupport(GatLayers, TASKS)
-    package_blocks = True
 
     def example(self, in_feats, out_feats):
         import dgl  # noqa: PLC0415 - DGL's conv: the edge

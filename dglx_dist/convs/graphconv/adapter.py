@@ -32,7 +32,6 @@ class GraphConvAdapter(ConvAdapter):
     """GraphConv (any ``norm``) with its own weight."""
 
     dorylus = DorylusSupport(GcnLayers, TASKS)
-    package_blocks = True
 
     def example(self, in_feats, out_feats):
         import dgl  # noqa: PLC0415 - DGL's conv: the edge

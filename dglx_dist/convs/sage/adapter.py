@@ -33,7 +33,6 @@ class SAGEAdapter(ConvAdapter):
     """SAGEConv with the mean, gcn or pool aggregator."""
 
     dorylus = DorylusSupport(SageLayers, TASKS)
-    package_blocks = True
 
     def example(self, in_feats, out_feats):
         import dgl  # noqa: PLC0415 - DGL's conv: the edge
