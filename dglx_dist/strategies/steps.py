@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["Blocks", "StepState", "Step", "EdgeStep", "UnderWay", "EdgeBatch", "PairMaker", "LoaderSpec",
            "LoaderPlan", "full_graph_loaders", "equal_step_sizes", "agreed_steps", "sampled_plan",
            "epoch_batches", "epoch_seed", "sampled_epoch", "step_graphs", "place_step", "node_blocks",
+           "state_of",
            "OUT_DEGREE"]
 
 OUT_DEGREE = "_dglx_out_degree"
@@ -50,7 +51,8 @@ class StepState:
             output's gradient by strategies whose gradients cross ranks inside the model
             (None: none; DDP averages instead).
         epoch: the epoch the step belongs to (seeds dropout masks computed off the model).
-        plan: strategy-specific handle of the step's static structures (e.g. a co-batch).
+        plan: strategy-specific handle of the step (a co-batch's plan; P3's first layer,
+            launched ahead of the step's forward).
         ntype: on a graph with types, the node type ``rows`` are of: a model's outputs by
             type (a dict) become the step's rows of that type alone, as a model's outputs
             on DGL's sampled blocks of seeds of one type are.
@@ -89,7 +91,7 @@ class Blocks(list):
         if isinstance(blocks, Blocks):
             return blocks
         blocks = list(blocks)
-        states = [s for s in (getattr(b, _STATE, None) for b in blocks) if s is not None]
+        states = [s for s in map(state_of, blocks) if s is not None]
         if any(s is not states[0] for s in states):
             raise InvalidValueError("model(blocks, x): the blocks come from different steps of "
                                     "the loader; pass the blocks of one step")
@@ -101,6 +103,12 @@ class Blocks(list):
         if not any(isinstance(b, Block) for b in self):
             return self
         return Blocks([b.to_dgl() if isinstance(b, Block) else b for b in self], self.state)
+
+
+def state_of(block) -> StepState | None:
+    """The state of the step a block (as a model gets it) belongs to; None for a block that
+    did not come from a loader."""
+    return getattr(block, _STATE, None)
 
 
 def _carrying(block, state: StepState):

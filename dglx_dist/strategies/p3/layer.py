@@ -36,7 +36,7 @@ from dglx_dist.runtime.autograd import (OwnerReduce, Ready, flatten_partials,
 from dglx_dist.runtime.comm import Comm, Pending
 from dglx_dist.sampling import id_dtype, pack_block, unpack_block
 from dglx_dist.sampling.frames import NID
-from dglx_dist.strategies.steps import OUT_DEGREE
+from dglx_dist.strategies.steps import OUT_DEGREE, state_of
 
 if TYPE_CHECKING:
     from dglx_dist.sampling.block import Block
@@ -183,7 +183,8 @@ class P3FirstLayer(ConvWrapper):
                                    "split by columns across the ranks; it takes "
                                    "g.ndata['feat'][input_nodes] unchanged, not a tensor made from "
                                    "it. Transform the features before dglx_dist.distribute")
-        if self._ahead and self._ahead[0].block is block:
+        state = state_of(block)  # a launched batch's first layer travels with its step
+        if self._ahead and state is not None and self._ahead[0] is state.plan:
             if edge_weight is not None:
                 raise NotSupportedError("p3: the pipeline launched this batch's first conv "
                                         "before its forward, without the edge weights the "
@@ -212,9 +213,10 @@ class P3FirstLayer(ConvWrapper):
                                     "later layer")
 
     # -- pipelined mode ---------------------------------------------------------------------
-    def launch(self, block, host = None) -> None:
+    def launch(self, block, host=None) -> "_InFlight":
         """Starts layer 1 of a training batch that a later forward will use (collective);
-        ``block`` is the one the forward will get, ``host`` the same block in host memory."""
+        ``block`` is the one the forward will get, ``host`` the same block in host memory.
+        Returns the launch, for the step's state (:meth:`forward` finds it there)."""
         stash = [w.detach().clone().requires_grad_() for w in self.weights]
         with torch.enable_grad():
             partials = self._partials(block, stash, host)
@@ -222,10 +224,11 @@ class P3FirstLayer(ConvWrapper):
         plan = OwnerReduce(self.server, self.cross, [f.numel() for f in flats])
         self._ahead.append(_InFlight(block, stash, flats, [t.shape for t in partials[plan.me]],
                                      plan, plan.start_forward(flats)))
+        return self._ahead[-1]
 
-    def launched(self, block) -> bool:
-        """Whether ``block``'s layer 1 was launched and its forward has not run yet."""
-        return any(entry.block is block for entry in self._ahead)
+    def waiting(self, launch: object) -> bool:
+        """Whether ``launch`` (a step's) is one whose forward has not run yet."""
+        return any(entry is launch for entry in self._ahead)
 
     def _forward_launched(self, entry: _InFlight) -> torch.Tensor:
         entry.total = entry.plan.finish_forward(entry.sums).requires_grad_(self.training)

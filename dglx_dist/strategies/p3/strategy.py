@@ -64,7 +64,7 @@ from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest,
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
 from dglx_dist.strategies.p3.layer import ColumnSlice, P3FirstLayer
 from dglx_dist.strategies.p3.typed import TypedColumns
-from dglx_dist.strategies.steps import Step, place_step
+from dglx_dist.strategies.steps import Blocks, Step, place_step
 
 __all__ = ["P3Strategy", "CachePlan", "plan_cache"]
 
@@ -287,8 +287,9 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, ShardedParams,
             # layer 1 runs on DGL's blocks (the conv's adapter), the forward's own
             step = step._replace(blocks=step.blocks.to_dgl())
             host = step.blocks[0]  # the forward gets the block on the device
-            self._layer.launch(place_step(step, device).blocks[0], host)
-            window.append(step)
+            launch = self._layer.launch(place_step(step, device).blocks[0], host)
+            state = dataclasses.replace(step.blocks.state, plan=launch)  # rides with the step
+            window.append(step._replace(blocks=Blocks(step.blocks, state)))
             if len(window) == 3:
                 last = self._yield_checked(last)
                 yield (last := window.popleft())
@@ -300,7 +301,7 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, ShardedParams,
     def _yield_checked(self, last: Step | None) -> Step | None:
         """Refuses to run ahead of the model: the pipeline launches layer 1 of a batch with
         the weights of two steps before it trains, so batches must be trained as they come."""
-        if last is not None and self._layer.launched(last.blocks[0]):
+        if last is not None and self._layer.waiting(last.blocks.state.plan):
             raise StateError("p3 with pipeline=true launches layer 1 of each batch two steps "
                              "before it trains: train each batch before asking the loader "
                              "for the next (no list(loader) or prefetching), or build the "
