@@ -211,8 +211,6 @@ class DistModel(nn.Module):
         """The full-graph form's blocks (DGL's: the edge) and rows on the strategy's
         device."""
         device = self._graph.strategy.compute_device(self._graph.session)
-        if device.type == "cpu":
-            return blocks.to_dgl(), x
         moved = Blocks([b.to(device) for b in blocks], blocks.state).to_dgl()
         return moved, x.to(device) if isinstance(x, torch.Tensor) else x
 

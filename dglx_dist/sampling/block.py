@@ -205,23 +205,6 @@ class Block:
         return DataView(self, "edge", range(len(self.canonical_etypes)))
 
     @property
-    def srctypes(self) -> list[str]:
-        return list(self.ntypes)
-
-    @property
-    def dsttypes(self) -> list[str]:
-        return list(self.ntypes)
-
-    @property
-    def etypes(self) -> list[str]:
-        """The edge types' names (DGL's ``etypes``)."""
-        return [e[1] for e in self.canonical_etypes]
-
-    @property
-    def is_block(self) -> bool:
-        return True
-
-    @property
     def device(self) -> torch.device:
         return self.src_nodes.device
 
@@ -230,8 +213,6 @@ class Block:
 
     def num_dst_nodes(self, ntype: str | None = None) -> int:
         return self._count(self.num_dst, ntype)
-
-    number_of_src_nodes, number_of_dst_nodes = num_src_nodes, num_dst_nodes
 
     def num_edges(self, etype=None) -> int:
         if etype is None:

@@ -68,8 +68,7 @@ class DataView(MutableMapping):
 
 
 class NodeSpace:
-    """``srcnodes`` / ``dstnodes`` of a block: ``[ntype].data`` one type's rows;
-    ``(ntype)`` the type's node indices."""
+    """``srcnodes`` / ``dstnodes`` of a block: ``[ntype].data`` one type's rows."""
 
     def __init__(self, block: "Block", side: str):
         self._block, self._side = block, side
@@ -78,16 +77,11 @@ class NodeSpace:
         return SimpleNamespace(data=self._block.frame(self._side,
                                                       self._block.ntype_index(ntype)))
 
-    def __call__(self, ntype: str | None = None) -> torch.Tensor:
-        count = self._block.num_src_nodes(ntype) if self._side == "src" else \
-            self._block.num_dst_nodes(ntype)
-        return torch.arange(count, device=self._block.device)
-
 
 class EdgeSpace:
     """``edges`` of a block: ``[etype].data`` one edge type's rows; ``(form, etype)`` its
     edges as ``(src, dst)`` indices (``form="all"``: and their positions among the type's
-    edges, DGL's ``form="all"``; ``"eid"``: the positions alone)."""
+    edges, DGL's ``form="all"``)."""
 
     def __init__(self, block: "Block"):
         self._block = block
@@ -103,4 +97,4 @@ class EdgeSpace:
         at = block.edges_of(0 if etype is None else block.etype_index(etype))
         src, dst = block.src.index_select(0, at), block.dst.index_select(0, at)
         ids = torch.arange(at.numel(), device=at.device)
-        return {"uv": (src, dst), "all": (src, dst, ids), "eid": ids}[form]
+        return (src, dst, ids) if form == "all" else (src, dst)

@@ -101,7 +101,7 @@ def test_rows_are_read_and_set_as_on_dgls_block():
     ours.edges["_E"].data["w"] = torch.ones(ours.num_edges())
     ref = ours.to_dgl()
     assert ours.num_src_nodes() == ref.num_src_nodes()
-    assert ours.number_of_dst_nodes() == ref.number_of_dst_nodes() == dst_nodes.numel()
+    assert ours.num_dst_nodes() == ref.number_of_dst_nodes() == dst_nodes.numel()
     for name in ("x", dgl.NID):
         assert torch.equal(ref.srcdata[name], ours.srcdata[name])
     assert torch.equal(ref.dstdata["y"], dst_nodes * 10)

@@ -43,7 +43,7 @@ def test_blocks_of_two_steps_are_refused():
 
 def test_node_blocks_read_as_dgls():
     inputs, outputs = torch.tensor([5, 7, 9, 11]), torch.tensor([7, 11])
-    blocks = node_blocks(inputs, outputs, 2)
+    blocks = [b.to_dgl() for b in node_blocks(inputs, outputs, 2)]  # as a script gets them
     assert len(blocks) == 2 and all(b.is_block and b.num_edges() == 0 for b in blocks)
     assert blocks[0].srcdata[dgl.NID].tolist() == inputs.tolist()
     assert blocks[-1].dstdata[dgl.NID].tolist() == outputs.tolist()

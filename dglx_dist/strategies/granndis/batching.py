@@ -19,7 +19,6 @@ from tqdm.auto import tqdm
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.partition.metis_lib import part_graph, symmetric_csr
 from dglx_dist.runtime.comm import Comm
-from dglx_dist.sampling.block import PLAN, Block
 from dglx_dist.strategies.granndis.cobatch import (CoBatchPlan, GroupNodes, LayerPlan,
                                                    batch_edges, build_cobatch, levels,
                                                    outputs_only)
@@ -49,13 +48,10 @@ class ServerGraph:
 
 
 def marked(lp):
-    """``lp`` (a co-batch's layer) with its block carrying it: :func:`~dglx_dist.sampling.
-    block.plan_of` finds it on the block and on its copies (moved, cast, made DGL's), and
-    a conv given any other graph finds none."""
-    if isinstance(lp.block, Block):
-        lp.block = dataclasses.replace(lp.block, plan=lp)
-    else:  # a typed co-batch's block is DGL's
-        setattr(lp.block, PLAN, lp)
+    """``lp`` (a co-batch's layer, typed or not) with its block carrying it
+    (:func:`~dglx_dist.sampling.block.plan_of` finds it on the block and on its copies:
+    moved, cast, made DGL's); a conv given any other graph finds none."""
+    lp.block = dataclasses.replace(lp.block, plan=lp)
     return lp
 
 
