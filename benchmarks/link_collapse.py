@@ -100,8 +100,8 @@ def dgl_reference(data: Path, epochs: int, seed: int, row_normalize: bool) -> di
     from dglx_dist.tasks.link import eval_negatives, heldout_scores, link_loss, split_pairs
 
     torch.manual_seed(seed)
-    g = to_dgl(read_dataset(data))
-    train_g, reverse, _, test = split_pairs(g, seed)
+    train, reverse, _, test = split_pairs(read_dataset(data), seed)
+    train_g = to_dgl(train)
     x = train_g.ndata["feat"]
     if row_normalize:  # as --row-normalize: rows with a positive sum divided by it
         total = x.sum(1, keepdim=True)
@@ -129,7 +129,7 @@ def dgl_reference(data: Path, epochs: int, seed: int, row_normalize: bool) -> di
     with torch.no_grad():
         hidden = torch.relu(layers[0](train_g, x))
         emb = layers[1](train_g, hidden)
-    neg = eval_negatives(test[0].numel(), g.num_nodes(), 100, seed + 2)
+    neg = eval_negatives(test[0].numel(), train.num_nodes, 100, seed + 2)
     pos, negative = heldout_scores(emb, test[0], test[1], neg)
     m = ranking_from_scores(pos.double(), negative.double())
     return {"loss": round(float(np.mean(losses)), 5), "auc": round(m["auc"], 4),

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from dglx_dist.partition.layout import Partition
     from dglx_dist.partition.load import PartitionDir
 
-__all__ = ["EdgeStructure", "ENDS", "DEGREES", "store_structure"]
+__all__ = ["EdgeStructure", "ENDS", "DEGREES", "part_graph", "store_structure"]
 
 ENDS = INTERNAL_PREFIX + "edge_ends"
 """The KVStore name of every edge's ``(src, dst)`` in partitioned node ids, by partitioned
@@ -61,6 +61,21 @@ def store_structure(store: "DistKVStore", pdir: "PartitionDir", part_id: int,
     np.take(gid, part.src, out=ends[:, 0])
     np.take(gid, part.dst, out=ends[:, 1])
     store.init_data(ENDS, RowPolicy(pdir.edge_book()), {part_id: torch.from_numpy(ends)})
+
+
+def part_graph(part: "Partition"):
+    """Part ``part``'s structure as a DGLGraph over its local nodes (core, then HALO):
+    ndata ``_ID`` (partitioned ids), ``inner_node`` (core or HALO), ``orig_id``; edata
+    ``_ID`` (the edge's row in the dataset). The node rows stay in the part's arrays."""
+    import dgl
+
+    n = part.num_core + part.num_halo
+    g = dgl.graph((torch.from_numpy(part.src), torch.from_numpy(part.dst)), num_nodes=n)
+    g.ndata["_ID"] = torch.from_numpy(part.local_gid)
+    g.ndata["orig_id"] = torch.from_numpy(np.concatenate([part.core_orig, part.halo_orig]))
+    g.ndata["inner_node"] = torch.arange(n) < part.num_core
+    g.edata["_ID"] = torch.from_numpy(part.eid)
+    return g
 
 
 class EdgeStructure:
@@ -142,7 +157,7 @@ class EdgeStructure:
 
         if self._local_graph is None:
             part = self.pdir.load_part(self.get_partition_book().partid, features=False)
-            local = part.local_graph()  # NID: partitioned ids, the homogeneous ids of types
+            local = part_graph(part)  # NID: partitioned ids, the homogeneous ids of types
             if not self.is_typed:
                 local.ndata[dgl.NID] = self.node_ids(local.ndata[dgl.NID])
             else:

@@ -56,7 +56,8 @@ def partition_link(args: argparse.Namespace, graph_name: str) -> None:
     from dglx_dist.data import read_dataset, to_dgl
     from dglx_dist.tasks.link import split_pairs
 
-    train_g, reverse, val, test = split_pairs(to_dgl(read_dataset(args.data)), args.seed)
+    train, reverse, val, test = split_pairs(read_dataset(args.data), args.seed)
+    train_g = to_dgl(train)
     orig_nid, orig_eid = dgl.distributed.partition_graph(
         train_g, graph_name, args.parts, args.out, part_method="metis", balance_edges=True,
         return_mapping=True)

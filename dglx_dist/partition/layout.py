@@ -12,7 +12,6 @@ import dataclasses
 from typing import Iterator
 
 import numpy as np
-import torch
 
 from dglx_dist.data.format import GraphDataset
 from dglx_dist.partition.base import PartitionPlan
@@ -82,25 +81,6 @@ class Partition:
         """Per global id, how many of this part's edges leave it (summed over the parts,
         which store every edge once: its out-degree)."""
         return np.bincount(self.local_gid[self.src], minlength=num_nodes)
-
-    def local_graph(self):
-        """The part's structure as a DGLGraph over its local nodes.
-
-        ndata: ``_ID`` (global id), ``inner_node`` (core or HALO), ``orig_id``; edata: ``_ID``
-        (the edge's row in the dataset). Labels, masks and features stay in the arrays (they
-        cover core nodes only, or columns only, depending on the partitioner).
-        """
-        import dgl
-
-        n = self.num_core + self.num_halo
-        g = dgl.graph((torch.from_numpy(self.src), torch.from_numpy(self.dst)), num_nodes=n)
-        g.ndata["_ID"] = torch.from_numpy(self.local_gid)
-        g.ndata["orig_id"] = torch.from_numpy(np.concatenate([self.core_orig, self.halo_orig]))
-        inner = np.zeros(n, dtype=bool)
-        inner[:self.num_core] = True
-        g.ndata["inner_node"] = torch.from_numpy(inner)
-        g.edata["_ID"] = torch.from_numpy(self.eid)
-        return g
 
 
 def _small(owner: np.ndarray, num_parts: int) -> np.ndarray:

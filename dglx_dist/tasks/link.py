@@ -23,13 +23,13 @@ memory; then the validation metrics when evaluated) and one with the test metric
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
 from pathlib import Path
 from typing import TextIO
 
-import dgl
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 
 from dglx_dist.api.metrics import PhaseTimer, epoch_record
 from dglx_dist.config import RunConfig, TaskConfig
+from dglx_dist.data.format import GraphDataset
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.strategies.epochs import EpochResult
@@ -47,22 +48,24 @@ log = logging.getLogger(__name__)
 _HELDOUT = ("val_u", "val_v", "test_u", "test_v")  # the pairs' arrays beside the split's tables
 
 
-def split_pairs(g: dgl.DGLGraph, seed: int):
-    """The training graph (both directions of the training pairs, ``g``'s node data), its
-    reverse edge ids, and the validation and test pairs ``(u, v)``."""
-    src, dst = g.edges()
+def split_pairs(ds: GraphDataset, seed: int):
+    """The training graph (both directions of the training pairs, ``ds``'s nodes and their
+    data, no edge data), its reverse edge ids, and the validation and test pairs ``(u, v)``:
+    each undirected pair of distinct nodes once, shuffled by ``seed``, 5% to validation and
+    10% to test."""
+    n = ds.num_nodes
+    src, dst = torch.from_numpy(ds.src).long(), torch.from_numpy(ds.dst).long()
     lo, hi = torch.minimum(src, dst), torch.maximum(src, dst)
     keep = lo != hi
-    pairs = torch.unique(lo[keep] * g.num_nodes() + hi[keep])
-    u, v = pairs // g.num_nodes(), pairs % g.num_nodes()
+    pairs = torch.unique(lo[keep] * n + hi[keep])
+    u, v = pairs // n, pairs % n
     perm = torch.randperm(u.numel(), generator=torch.Generator().manual_seed(seed))
     n_val, n_test = int(0.05 * u.numel()), int(0.10 * u.numel())
     val, test, train = perm[:n_val], perm[n_val:n_val + n_test], perm[n_val + n_test:]
     tu, tv = u[train], v[train]
-    train_g = dgl.graph((torch.cat([tu, tv]), torch.cat([tv, tu])), num_nodes=g.num_nodes())
-    for key, value in g.ndata.items():
-        train_g.ndata[key] = value
-    return train_g, reverse_ids(train_g.num_edges()), (u[val], v[val]), (u[test], v[test])
+    train_ds = dataclasses.replace(ds, src=torch.cat([tu, tv]).numpy(),
+                                   dst=torch.cat([tv, tu]).numpy(), extra={}, edata={})
+    return train_ds, reverse_ids(train_ds.num_edges), (u[val], v[val]), (u[test], v[test])
 
 
 def reverse_ids(num_edges: int) -> torch.Tensor:
@@ -76,16 +79,17 @@ def split_once(data: Path, seed: int, session, cache_dir) -> tuple[Path, tuple, 
     (collective): the training graph as a dataset directory (partitioned as any dataset is,
     and reused by later runs) with the held-out pairs beside its tables, so that no other
     rank holds the whole graph. Returns it and the validation and test pairs (every rank)."""
-    from dglx_dist.data import from_dgl, read_dataset, to_dgl, write_dataset
+    from dglx_dist.data import read_dataset, write_dataset
     from dglx_dist.data.format import META_FILE
     from dglx_dist.prepare import checked_cache, derived_key, made_by_rank0
 
     out = checked_cache(cache_dir) / derived_key(data, "link-split", [seed])
 
     def make() -> None:
-        train_g, _, val, test = split_pairs(to_dgl(read_dataset(data)), seed)
+        train, _, val, test = split_pairs(read_dataset(data), seed)
         pairs = dict(zip(_HELDOUT, (*val, *test)))
-        write_dataset(from_dgl(train_g, link_split_of=str(data), seed=seed), out,
+        train = dataclasses.replace(train, extra={"link_split_of": str(data), "seed": seed})
+        write_dataset(train, out,
                       arrays={name: ids.numpy() for name, ids in pairs.items()})
 
     made_by_rank0(session, out, META_FILE, make, f"splitting the edges of {data}")
@@ -93,14 +97,13 @@ def split_once(data: Path, seed: int, session, cache_dir) -> tuple[Path, tuple, 
     return out, (pairs["val_u"], pairs["val_v"]), (pairs["test_u"], pairs["test_v"])
 
 
-def _scores(pair: dgl.DGLGraph, h: torch.Tensor) -> torch.Tensor:
-    with pair.local_scope():
-        pair.ndata["h"] = h
-        pair.apply_edges(dgl.function.u_dot_v("h", "h", "s"))
-        return pair.edata["s"].squeeze(1)
+def _scores(pair, h: torch.Tensor) -> torch.Tensor:
+    """The dot product of each pair's ends' rows of ``h`` (DGL's ``u_dot_v``)."""
+    u, v = pair.edges()
+    return (h.index_select(0, u.long()) * h.index_select(0, v.long())).sum(1)
 
 
-def link_loss(pair: dgl.DGLGraph, neg: dgl.DGLGraph, h: torch.Tensor) -> torch.Tensor:
+def link_loss(pair, neg, h: torch.Tensor) -> torch.Tensor:
     """Binary cross-entropy of the positive pairs' dot products (label 1) and the negatives'
     (label 0)."""
     pos, negative = _scores(pair, h), _scores(neg, h)

@@ -410,15 +410,16 @@ def test_the_link_split_is_made_once_by_rank_0_and_read_by_every_rank(tmp_path):
     """``dglx train --task link``'s split (tasks.link.split_once): rank 0 writes the
     training graph with the held-out pairs into the cache, every rank reads the same, and it
     is what split_pairs gives in one process."""
-    from dglx_dist.data import CoraGraphDataset
+    from dglx_dist.data import read_dataset
+    from dglx_dist.prepare import resolve_dataset
     from dglx_dist.tasks.link import split_pairs
 
     res = run_workers(_split, 2, tmp_path / "run", str(tmp_path / "cache"))
     assert res[0] == res[1]
-    full = CoraGraphDataset()[0]
-    train_g, _, val, test = split_pairs(full, 0)
+    full = read_dataset(resolve_dataset("cora"))
+    train, _, val, test = split_pairs(full, 0)
     assert res[0]["pairs"] == [t.tolist() for t in (*val, *test)]
-    assert res[0]["edges"] == [t.tolist() for t in train_g.edges()]
-    assert res[0]["feat"] == pytest.approx(full.ndata["feat"].sum().item())
+    assert res[0]["edges"] == [train.src.tolist(), train.dst.tolist()]
+    assert res[0]["feat"] == pytest.approx(full.feat.sum().item())
     entries = [p.name for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".")]
     assert entries == [Path(res[0]["path"]).name] and entries[0].startswith("cora-link-split-")

@@ -71,9 +71,11 @@ def _check_features(ds, pdir, loaded):
 
 @pytest.mark.dgl
 def test_local_graph_matches_part(tiny, tmp_path):
+    from dglx_dist.api.structure import part_graph
+
     _, pdir = _partition(tiny, tmp_path, "metis", 2)
     p = pdir.load_part(1)
-    g = p.local_graph()
+    g = part_graph(p)
     assert g.num_nodes() == p.num_core + p.num_halo and g.num_edges() == p.src.size
     assert int(g.ndata["inner_node"].sum()) == p.num_core
     assert g.ndata["_ID"].tolist() == p.local_gid.tolist()
