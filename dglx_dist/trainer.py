@@ -49,7 +49,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from dglx_dist.api import DataLoader, DistGraph, parallelize
+from dglx_dist.api import DataLoader, DistGraph, NeighborSampler, parallelize
 from dglx_dist.api.metrics import accuracy, epoch_record
 from dglx_dist.checkpoint import Checkpointing
 from dglx_dist.checkpoint.manager import CheckpointManager, RandomState
@@ -96,8 +96,6 @@ def _loader(graph: DistGraph, seeds, split: str, spec: LoaderSpec) -> DataLoader
     the graph in one batch, pulls one batch at a time, so its peak memory is one batch's, and
     its full layers normalise by the whole graph's degrees where the strategy says so
     (``LoaderSpec.whole_degrees``): a GCN is scored as it computes on the whole graph."""
-    from dgl.dataloading import NeighborSampler
-
     held = isinstance(graph.strategy, HoldsRows) and "feat" in graph.strategy.held_rows
     sampler = NeighborSampler(list(spec.fanouts), prefetch_node_feats=[] if held else ["feat"],
                               prefetch_labels=["label"])  # held rows: read where they are

@@ -136,7 +136,6 @@ IMPORTS_DGL = {
     "dglx_dist.partition.metis": "backend='dgl'",
     # what still computes through DGL below the edge (issue 59 brings the convs)
     "dglx_dist.strategies.granndis.typed": "dgl.nn's HeteroGraphConv, checked",
-    "dglx_dist.trainer": "the Trainer's models and loaders",
     # research tooling outside the wheel
     **dict.fromkeys(["benchmarks.cache_policy", "benchmarks.costmodel.measure",
                      "benchmarks.eval_degrees", "benchmarks.link_collapse",
