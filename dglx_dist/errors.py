@@ -8,7 +8,7 @@ one line on one rank (see :mod:`dglx_dist.runtime.failure`).
 from __future__ import annotations
 
 __all__ = ["DglxError", "InvalidValueError", "InvalidTypeError", "IdOutOfRangeError",
-           "UnknownNameError", "StateError", "ProtocolError", "NotSupportedError",
+           "UnknownNameError", "StateError", "ProtocolError", "NotSupportedError", "NotServedError",
            "DeadlineError", "StreamEndedError", "MissingDependencyError", "InternalError",
            "DatasetFormatError", "PartitionFormatError", "PartitionError",
            "InsufficientMemoryError", "CheckpointError", "NonFiniteLossError", "OutputExistsError",
@@ -64,6 +64,11 @@ class ProtocolError(DglxError, RuntimeError):
 
 class NotSupportedError(DglxError, NotImplementedError):
     """The chosen strategy or executor has no support for what was asked."""
+
+
+class NotServedError(NotSupportedError, AttributeError):
+    """An attribute the distributed graph does not have (``hasattr`` answers False), asked
+    for by a script or a sampler: the message names what it serves instead."""
 
 
 class DeadlineError(DglxError, TimeoutError):

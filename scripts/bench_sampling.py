@@ -12,7 +12,7 @@ alternated epoch by epoch:
 * ``labor``: ``LaborSampler([10, 25])`` (DGL's LABOR-0), through the graph's
   ``sample_labors``;
 * ``custom``: a ``BlockSampler`` of the user's own over ``g.sample_neighbors`` (DGL's user
-  guide's shape), run through :class:`~dglx_dist.api.sampling_graph.SamplingGraph`;
+  guide's shape), run over the graph's ``sample_neighbors`` (:mod:`dglx_dist.api.structure`);
 * ``out``: ``NeighborSampler([10, 25], edge_dir="out")`` (every out-edge of a layer's seeds
   gathered from every part, then drawn on the rank).
 

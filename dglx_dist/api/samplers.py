@@ -1,18 +1,20 @@
 """What a :class:`~dglx_dist.api.DataLoader` reads off DGL's samplers: the fanouts of
 ``NeighborSampler`` / ``MultiLayerFullNeighborSampler`` and how each layer draws (``prob``,
 ``mask``, ``replace``), or another DGL sampler (``BlockSampler``, ``ShaDowKHopSampler``)
-to run over the distributed graph (:mod:`dglx_dist.api.sampling_graph`), checked against
-the graph and the strategy before any step."""
+to run over the distributed graph (:class:`UserSampler`; the graph's methods it calls are
+:mod:`dglx_dist.api.structure`'s), checked against the graph and the strategy before any
+step."""
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import dgl
 import torch
 from dgl.dataloading import BlockSampler
 
-from dglx_dist.api.sampling_graph import UserSampler
-from dglx_dist.errors import InvalidTypeError, NotSupportedError, UnknownNameError
+from dglx_dist.errors import (InvalidTypeError, InvalidValueError, NotSupportedError,
+                              UnknownNameError)
 from dglx_dist.kvstore.base import edge_key
 from dglx_dist.sampling.options import UNIFORM, SampleOptions, check_weights
 from dglx_dist.sampling.typed import typed_fanouts
@@ -20,8 +22,8 @@ from dglx_dist.sampling.typed import typed_fanouts
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
 
-__all__ = ["sampler_fanouts", "sampler_options", "user_sampler", "OutNeighborSampler",
-           "prefetched_edge_feats", "edge_rows"]
+__all__ = ["sampler_fanouts", "sampler_options", "user_sampler", "UserSampler",
+           "OutNeighborSampler", "prefetched_edge_feats", "edge_rows"]
 
 
 def _neighbor_sampler(sampler):
@@ -190,3 +192,81 @@ def edge_rows(graph: DistGraph, blocks, names) -> None:
             rows = data[name][torch.cat(eids)]
             for block, part in zip(blocks, torch.split(rows, [e.numel() for e in eids])):
                 block.edges[etype].data[name] = part
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class UserSampler:
+    """A DGL sampler run over the distributed graph drawing through the strategy's sampler
+    (:meth:`~dglx_dist.api.structure.EdgeStructure.drawn_by`): a
+    ``BlockSampler`` of the user's own or DGL's (``LaborSampler``), whose ``sample_blocks``
+    gives blocks, checked to chain (each block's destinations the next one's sources, the
+    last one's the seeds); or another ``dgl.dataloading.Sampler`` whose ``sample`` gives one
+    subgraph (DGL's ``ShaDowKHopSampler``: the subgraph its draws induce), checked to carry
+    its nodes' ids and to be drawn for the seeds.
+
+    Attributes:
+        sampler: the DGL sampler.
+        graph: the distributed graph.
+    """
+
+    sampler: object
+    graph: "DistGraph"
+
+    @property
+    def what(self) -> str:
+        return f"DataLoader: sampler {type(self.sampler).__name__}"
+
+    def seed(self, value: int) -> None:
+        """Seeds DGL's random numbers, which the sampler draws with."""
+        dgl.seed(value)
+
+    def draw(self, base, seeds: torch.Tensor,
+             exclude: torch.Tensor | None = None) -> list[dgl.DGLGraph] | dgl.DGLGraph:
+        """The blocks (or the subgraph) the sampler draws for partitioned ids ``seeds`` but
+        the partitioned edge ids ``exclude`` (its ``exclude_eids``, in the user's ids), their
+        ``dgl.NID`` in partitioned ids (collective)."""
+        seeds = self.graph.node_ids(seeds)
+        skip = None if exclude is None else self.graph.edata.ids(exclude)
+        graph = self.graph.drawn_by(base, self.what)
+        if isinstance(self.sampler, dgl.dataloading.BlockSampler):
+            out, call = self.sampler.sample_blocks(graph, seeds, exclude_eids=skip), \
+                "sample_blocks"
+        else:
+            out, call = self.sampler.sample(graph, seeds, exclude_eids=skip), "sample"
+        drawn = out[2] if isinstance(out, tuple) and len(out) == 3 else None
+        if isinstance(drawn, dgl.DGLGraph) and not drawn.is_block:
+            self._check_subgraph(drawn, out[1], seeds)
+            drawn.ndata[dgl.NID] = self.graph.part_ids(drawn.ndata[dgl.NID])
+            return drawn
+        if not isinstance(drawn, list):
+            raise InvalidValueError(f"{self.what}.{call} returned {type(out).__name__}; "
+                                    "expected (input_nodes, output_nodes, blocks), as DGL's "
+                                    "BlockSampler does, or (input_nodes, output_nodes, "
+                                    "subgraph), as its ShaDowKHopSampler does")
+        self._check_chain(drawn, seeds)
+        for block in drawn:
+            for data in (block.srcdata, block.dstdata):
+                data[dgl.NID] = self.graph.part_ids(data[dgl.NID])
+        return drawn
+
+    def _check_subgraph(self, sub: dgl.DGLGraph, outputs, seeds: torch.Tensor) -> None:
+        if dgl.NID not in sub.ndata:
+            raise InvalidValueError(f"{self.what}: its subgraph has no ndata[dgl.NID] (make it "
+                                    "with g.subgraph(nodes))")
+        outputs = torch.as_tensor(outputs)
+        if outputs.numel() != seeds.numel() or not bool((outputs == seeds).all()):
+            raise InvalidValueError(f"{self.what}: the output nodes of its subgraph are not "
+                                    "the seeds it was given")
+
+    def _check_chain(self, blocks: list, seeds: torch.Tensor) -> None:
+        want, where = seeds, "the seeds"
+        for i in reversed(range(len(blocks))):
+            block = blocks[i]
+            if not getattr(block, "is_block", False) or dgl.NID not in block.dstdata:
+                raise InvalidValueError(f"{self.what}: blocks[{i}] is not a block with "
+                                        "dstdata[dgl.NID] (make it with dgl.to_block)")
+            dst = block.dstdata[dgl.NID]
+            if dst.numel() != want.numel() or not bool((dst == want).all()):
+                raise InvalidValueError(f"{self.what}: the blocks do not chain: blocks[{i}]'s "
+                                        f"destination nodes are not {where}")
+            want, where = block.srcdata[dgl.NID], f"blocks[{i}]'s source nodes"

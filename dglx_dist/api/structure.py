@@ -1,21 +1,40 @@
-"""What DGL's graph methods give a script about the edges of a DistGraph.
+"""DGL's graph methods on a DistGraph: its edges, degrees and draws over the partitions.
 
 DGL's negative samplers and edge loaders ask the graph for its edges' endpoints
 (``g.find_edges(eids)``), its node count and, for ``GlobalUniform``, pairs that are not
-edges (``g.global_uniform_negative_sampling``). :class:`EdgeStructure` gives a
-:class:`~dglx_dist.api.DistGraph` those methods, so DGL's own samplers (and a user's, written
-against the same methods) run on it unchanged:
+edges (``g.global_uniform_negative_sampling``); a ``dgl.dataloading.BlockSampler`` of the
+user's builds its blocks from the graph it is handed, ``sample_blocks(g, seed_nodes,
+exclude_eids)``, through the graph's methods (``g.sample_neighbors``, ``g.in_subgraph``,
+``g.in_edges`` ...) and ``dgl.to_block``, as DGL's user guide teaches, and DGL's
+``ShaDowKHopSampler`` returns the subgraph its draws induce (``g.subgraph``).
+:class:`EdgeStructure` gives a :class:`~dglx_dist.api.DistGraph` those methods with DGL's
+signatures and meanings, so DGL's own samplers (and a user's, written against the same
+methods) run on it unchanged; a loader hands a user's sampler the graph itself, drawing
+through the strategy's sampler (:meth:`EdgeStructure.drawn_by`), as DGL's loaders hand theirs
+the ``DistGraph``:
 
 * every edge's endpoints live in the KVStore as one row per edge, sharded like the edge data
   (with the edge's destination's owner), so ``find_edges`` is a pull by this rank alone (on a
   graph with edge types, ``find_edges(eids, etype=...)`` takes and gives per-type ids, as
-  DGL's, so DGL's ``negative_sampler.Uniform`` runs on it unchanged);
+  DGL's, so DGL's ``negative_sampler.Uniform`` runs on it unchanged); degrees are read from
+  the KVStore likewise;
+* every call that draws or reads in-edges is collective (each node's in-edges are drawn by
+  the member that stores them), so every rank makes the same calls in the same order, as the
+  loader's steps are (a sampler whose calls depend on the rank's own seeds beyond their
+  values, e.g. skipping a call when it has none, would wait for its peers); out-edges are
+  gathered from every part (each stores the in-edges of its own nodes);
+* node ids are the graph's own (those of the graph given to ``distribute``), in and out;
+  each returned graph spans every node and carries ``edata[dgl.EID]``, the graph's edge ids;
 * negative pairs are drawn uniformly over all nodes of all parts and checked against the
   structure by the destinations' owners (collective: every rank draws at the same time, as
-  the edge loader's steps do).
+  the edge loader's steps do);
+* an attribute the graph does not have is one line naming it and the methods samplers are
+  served (DGL's functions that need a local graph, ``dgl.in_subgraph(g, ...)``, reach for its
+  internals and are refused that way too: call the method instead).
 """
 from __future__ import annotations
 
+import copy
 import math
 from typing import TYPE_CHECKING
 
@@ -23,15 +42,17 @@ import numpy as np
 import torch
 
 from dglx_dist.api.ndata import INTERNAL_PREFIX, as_node_ids
-from dglx_dist.api.sampling_graph import SamplingGraph
-from dglx_dist.errors import InvalidValueError, NotSupportedError
+from dglx_dist.errors import (InvalidValueError, NotServedError, NotSupportedError,
+                              UnknownNameError)
+from dglx_dist.sampling.in_edges import InEdges, draw_in_edges
+from dglx_dist.sampling.options import SampleOptions
 
 if TYPE_CHECKING:
     from dglx_dist.kvstore import DistKVStore
     from dglx_dist.partition.layout import Partition
     from dglx_dist.partition.load import PartitionDir
 
-__all__ = ["EdgeStructure", "ENDS", "DEGREES", "part_graph", "store_structure"]
+__all__ = ["EdgeStructure", "ENDS", "DEGREES", "SERVED", "part_graph", "store_structure"]
 
 ENDS = INTERNAL_PREFIX + "edge_ends"
 """The KVStore name of every edge's ``(src, dst)`` in partitioned node ids, by partitioned
@@ -40,6 +61,9 @@ DEGREES = INTERNAL_PREFIX + "degrees"
 """The KVStore name of every node's ``(in-degree, out-degree)``, by partitioned node id (a
 graph without types only)."""
 ETYPE = ("_N", "_E", "_N")  # DGL's names for the one node and edge type of a homogeneous graph
+SERVED = ("sample_neighbors", "sample_labors", "in_subgraph", "subgraph", "in_edges",
+          "out_edges", "in_degrees", "out_degrees", "find_edges", "num_nodes", "num_edges")
+"""The structure methods a sampler is served (and named in the refusal of others)."""
 
 
 def store_structure(store: "DistKVStore", pdir: "PartitionDir", part_id: int,
@@ -86,9 +110,26 @@ class EdgeStructure:
     etypes = ["_E"]
     canonical_etypes = [ETYPE]
     is_typed = False
+    is_block = False
     _local_graph = None  # local_partition's graph, once read
+    _drawing = None  # the sampler a loader's user sampler draws through (drawn_by)
+    _asker = "DistGraph"  # who calls, as errors name it
     idtype = torch.int64
     device = torch.device("cpu")
+
+    def drawn_by(self, sampler, asker: str):
+        """This graph, its draws made through ``sampler`` (a strategy's sampler: a loader's
+        steps are drawn through it) and its errors naming ``asker`` (a user's sampler)."""
+        view = copy.copy(self)
+        view._drawing, view._asker = sampler, asker
+        return view
+
+    def _draws(self, what: str):
+        """The sampler the graph's draws go through (``what``: the method, for errors)."""
+        if self.is_typed:
+            raise NotSupportedError(f"{self._asker}: g.{what}: not supported on a graph with "
+                                    "edge types yet")
+        return self._drawing if self._drawing is not None else self.sampler()
 
     def to_canonical_etype(self, etype) -> tuple[str, str, str]:
         """DGL's: the canonical edge type of ``etype`` (a relation name only one canonical
@@ -189,28 +230,163 @@ class EdgeStructure:
         rows = self.store.pull(DEGREES, self.part_ids(ids), collective=False)[:, column]
         return int(rows[0]) if one else rows.long()
 
-    def sample_neighbors(self, seed_nodes, fanout, **kwargs):
-        """DGL's ``sample_neighbors`` over the partitions, in the graph's own ids (collective:
-        every rank calls it at once; see :mod:`dglx_dist.api.sampling_graph`)."""
-        return self._sampling("sample_neighbors").sample_neighbors(seed_nodes, fanout,
-                                                                   **kwargs)
+    def sample_neighbors(self, seed_nodes, fanout, edge_dir: str = "in", prob=None,
+                         exclude_edges=None, replace: bool = False, output_device=None,
+                         **kwargs):
+        """DGL's ``sample_neighbors``: up to ``fanout`` in-edges (``edge_dir="out"``:
+        out-edges) of each seed (-1: all), drawn as ``prob`` (an edge data name: weights or a
+        boolean mask) and ``replace`` say; a graph over every node with the drawn edges
+        (collective). In-edges are drawn by their owners; out-edges are gathered from every
+        part, all of each seed's, and drawn here."""
+        where = f"{self._asker}: g.sample_neighbors"
+        sampler = self._draws("sample_neighbors")
+        seeds, k = self._draw_args(where, seed_nodes, fanout, edge_dir, prob, ("in", "out"))
+        if edge_dir == "out":
+            return self._frontier(self._out_draw(sampler, seeds, k, prob, exclude_edges,
+                                                 bool(replace)))
+        return self._frontier(self._edges(sampler.sample_layer, seeds, k,
+                                          self._routed(sampler, exclude_edges),
+                                          SampleOptions(prob, bool(replace))))
 
-    def in_subgraph(self, nodes, **kwargs):
-        """DGL's ``in_subgraph``: every in-edge of ``nodes`` (collective)."""
-        return self._sampling("in_subgraph").in_subgraph(nodes, **kwargs)
+    def sample_labors(self, seed_nodes, fanout, edge_dir: str = "in", prob=None,
+                      importance_sampling: int = 0, random_seed=None,
+                      seed2_contribution: float = 0, output_device=None, exclude_edges=None,
+                      **kwargs):
+        """DGL's ``sample_labors`` (LABOR, what ``LaborSampler`` calls) without importance
+        sampling: each source node rolls one variate from ``random_seed`` (rank 0's, on
+        every rank; drawn there when None), so the draws are those of one process over the
+        same seeds (collective). Returns the graph of drawn edges and no importances (DGL's
+        answer for ``importance_sampling=0``)."""
+        where = f"{self._asker}: g.sample_labors"
+        if importance_sampling:
+            raise NotSupportedError(f"{where}(importance_sampling={importance_sampling}): "
+                                    "its iterations weigh each batch's seeds together, across "
+                                    "the parts; expected importance_sampling=0")
+        sampler = self._draws("sample_labors")
+        seeds, k = self._draw_args(where, seed_nodes, fanout, edge_dir, prob, ("in",))
+        skip = self._routed(sampler, exclude_edges)
+        seed = torch.randint(2**62, (1,)) if random_seed is None else \
+            torch.as_tensor(random_seed.asnumpy() if hasattr(random_seed, "asnumpy")
+                            else random_seed, dtype=torch.int64).reshape(-1)
+        options = SampleOptions(prob, labor=tuple(sampler.agree(seed).tolist()),
+                                seed2=float(seed2_contribution))
+        frontier = self._frontier(self._edges(sampler.sample_layer, seeds, k, skip, options))
+        return frontier, [torch.zeros(0)]
+
+    def _draw_args(self, where: str, seed_nodes, fanout, edge_dir, prob,
+                   directions: tuple[str, ...]) -> tuple[torch.Tensor, int]:
+        """The seeds (unique) and fanout of a draw, its options checked first (every rank
+        refuses the same call before any exchange)."""
+        if edge_dir not in directions:
+            raise NotSupportedError(f"{where}(edge_dir={edge_dir!r}): expected "
+                                    f"{' or '.join(map(repr, directions))}")
+        if isinstance(fanout, dict) or isinstance(seed_nodes, dict):
+            raise NotSupportedError(f"{where}: per-type seeds or fanouts need a graph with "
+                                    "types; this one has none")
+        if prob is not None and prob not in (names := self.edata.keys()):
+            raise UnknownNameError(f"{where}(prob={prob!r}): not edge data of this graph; "
+                                   f"it has {sorted(names)}")
+        k = -1 if fanout is None or int(fanout) < 0 else int(fanout)
+        return self._nodes(seed_nodes, where), k
+
+    def _routed(self, sampler, exclude_edges):
+        """The graph's edge ids ``exclude_edges`` routed to the members storing them
+        (collective; None: none)."""
+        if exclude_edges is None:
+            return None
+        eids = torch.as_tensor(exclude_edges, dtype=torch.int64).reshape(-1)
+        return sampler.exclusions(self.edata.part_ids(eids))
+
+    def _out_draw(self, sampler, seeds: torch.Tensor, k: int, prob, exclude_edges,
+                  replace: bool) -> tuple[torch.Tensor, ...]:
+        """Up to ``k`` out-edges of each seed: every out-edge of the seeds but
+        ``exclude_edges``, gathered from every part (collective), then drawn among them by
+        the package's draw (:func:`~dglx_dist.sampling.draw_in_edges` over them grouped by
+        source, with ``prob``'s rows read from the store)."""
+        src, dst, eid = self._edges(sampler.out_edges, seeds)
+        if exclude_edges is not None:
+            keep = ~torch.isin(eid, torch.as_tensor(exclude_edges,
+                                                    dtype=torch.int64).reshape(-1))
+            src, dst, eid = src[keep], dst[keep], eid[keep]
+        nodes, local = torch.unique(torch.cat([seeds, src, dst]), return_inverse=True)
+        n, m = seeds.numel(), src.numel()
+        by_source = InEdges.of(local[n + m:], local[n:n + m], nodes.numel())
+        weights = None if prob is None else self.edata[prob][eid]
+        _, pos = draw_in_edges(by_source, local[:n], k, replace, weights)
+        picked = by_source.eid.index_select(0, pos)
+        return src[picked], dst[picked], eid[picked]
+
+    def in_subgraph(self, nodes, relabel_nodes: bool = False, **kwargs):
+        """DGL's ``in_subgraph``: every in-edge of ``nodes``, over every node (collective)."""
+        if relabel_nodes:
+            raise NotSupportedError(f"{self._asker}: g.in_subgraph(relabel_nodes=True) is not "
+                                    "supported; expected relabel_nodes=False")
+        sampler = self._draws("in_subgraph")
+        seeds = self._nodes(nodes, f"{self._asker}: g.in_subgraph")
+        return self._frontier(self._edges(sampler.sample_layer, seeds, -1))
+
+    def subgraph(self, nodes, relabel_nodes: bool = True, store_ids: bool = True,
+                 output_device=None, **kwargs):
+        """DGL's ``subgraph`` (node-induced, what ``ShaDowKHopSampler`` calls): the edges
+        whose ends are both in ``nodes``, in edge id order, over ``nodes`` in their order
+        with ``ndata[dgl.NID]`` (``relabel_nodes=False``: over every node), and
+        ``edata[dgl.EID]`` (collective)."""
+        import dgl
+
+        where = f"{self._asker}: g.subgraph"
+        sampler = self._draws("subgraph")
+        if isinstance(nodes, dict):
+            raise NotSupportedError(f"{where}: per-type nodes need a graph with types; this "
+                                    "one has none")
+        ids = as_node_ids(nodes, self.num_nodes(), where)
+        if torch.unique(ids).numel() != ids.numel():
+            raise InvalidValueError(f"{where}: the nodes repeat; expected each node once")
+        src, dst, eid = self._edges(sampler.sample_layer, torch.unique(ids), -1)
+        inside = torch.isin(src, ids)
+        order = torch.argsort(eid[inside])
+        src, dst, eid = src[inside][order], dst[inside][order], eid[inside][order]
+        if not relabel_nodes:
+            sub = dgl.graph((src, dst), num_nodes=self.num_nodes())
+        else:  # each end's position in ``nodes``
+            sort = torch.sort(ids)
+            local = (sort.indices[torch.searchsorted(sort.values, src)],
+                     sort.indices[torch.searchsorted(sort.values, dst)])
+            sub = dgl.graph(local, num_nodes=ids.numel())
+            sub.ndata[dgl.NID] = ids
+        sub.edata[dgl.EID] = eid
+        return sub
 
     def in_edges(self, v, form: str = "uv", etype=None):
-        """DGL's ``in_edges`` of ``v`` (collective)."""
-        return self._sampling("in_edges").in_edges(v, form)
+        """DGL's ``in_edges``: the in-edges of ``v`` as ``(u, v)``, their ids (``"eid"``) or
+        all three (``"all"``), in the graph's ids (collective)."""
+        where = f"{self._asker}: g.in_edges"
+        sampler = self._draws("in_edges")
+        return _form(self._edges(sampler.sample_layer, self._nodes(v, where), -1), form,
+                     where)
 
     def out_edges(self, u, form: str = "uv", etype=None):
-        """DGL's ``out_edges`` of ``u``, gathered from every part (collective)."""
-        return self._sampling("out_edges").out_edges(u, form)
+        """DGL's ``out_edges`` of ``u``, as :meth:`in_edges` (collective: every part's)."""
+        where = f"{self._asker}: g.out_edges"
+        sampler = self._draws("out_edges")
+        return _form(self._edges(sampler.out_edges, self._nodes(u, where)), form, where)
 
-    def _sampling(self, what: str) -> SamplingGraph:
-        if self.is_typed:
-            raise NotSupportedError(f"g.{what}: not supported on a graph with edge types yet")
-        return SamplingGraph(self.sampler(), self, "DistGraph")
+    def _nodes(self, nodes, where: str) -> torch.Tensor:
+        """``nodes`` as unique int64 ids (each node's edges are drawn once)."""
+        return torch.unique(as_node_ids(nodes, self.num_nodes(), where))
+
+    def _edges(self, fn, nodes: torch.Tensor, *args) -> tuple[torch.Tensor, ...]:
+        """``fn`` (a sampler's method) of the graph's ids ``nodes``: its ``(src, dst, eid)``
+        with the ends in the graph's ids."""
+        src, dst, eid = fn(self.part_ids(nodes), *args)
+        return self.node_ids(src), self.node_ids(dst), eid
+
+    def _frontier(self, edges):
+        import dgl
+
+        src, dst, eid = edges
+        frontier = dgl.graph((src, dst), num_nodes=self.num_nodes())
+        frontier.edata[dgl.EID] = eid
+        return frontier
 
     def _has_edges(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Whether each ``u[i] -> v[i]`` is an edge (node ids; collective: every rank asks at
@@ -249,3 +425,19 @@ class EdgeStructure:
             order = first.sort().values
             u, v = u[order], v[order]
         return u[:num_samples], v[:num_samples]
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise NotServedError(f"{self._asker} asked the distributed graph for {name!r}, which "
+                             f"it does not have; samplers are served {', '.join(SERVED)} "
+                             "(call DGL's methods on g, not DGL's functions that need a local "
+                             "graph)")
+
+
+def _form(edges: tuple[torch.Tensor, ...], form: str, where: str):
+    """DGL's ``form`` of ``(src, dst, eid)``: ``"uv"``, ``"eid"`` or ``"all"``."""
+    if form not in ("uv", "eid", "all"):
+        raise InvalidValueError(f"{where}(form={form!r}); expected 'uv', 'eid' or 'all'")
+    src, dst, eid = edges
+    return {"uv": (src, dst), "eid": eid, "all": (src, dst, eid)}[form]

@@ -445,9 +445,9 @@ def test_what_the_graph_cannot_serve_is_one_line_on_every_rank(launches):
     res = {r: out["said"] for r, out in launches["p3"].items()}
     assert res[0] == res[1]
     out_edges, function, unchained, prob, granndis = res[0]
-    assert out_edges.startswith("NotSupportedError: DataLoader: sampler AsksOutEdges asked "
-                                "the distributed graph for 'out_subgraph', which it does not "
-                                "serve to samplers; it serves sample_neighbors, sample_labors, "
+    assert out_edges.startswith("NotServedError: DataLoader: sampler AsksOutEdges asked the "
+                                "distributed graph for 'out_subgraph', which it does not have; "
+                                "samplers are served sample_neighbors, sample_labors, "
                                 "in_subgraph")
     assert "for '_graph'" in function and "not DGL's functions that need a local graph" in \
         function

@@ -117,7 +117,7 @@ IMPORTS_DGL = {
     # the edge: DGL's API as users see it, and what converts to and from DGL's objects
     **dict.fromkeys(["dglx_dist.api", "dglx_dist.api.graph", "dglx_dist.api.inference",
                      "dglx_dist.api.link", "dglx_dist.api.loader", "dglx_dist.api.parallel",
-                     "dglx_dist.api.samplers", "dglx_dist.api.sampling_graph",
+                     "dglx_dist.api.samplers",
                      "dglx_dist.api.structure", "dglx_dist.dgl", "dglx_dist.dgl.distributed",
                      "dglx_dist.dgl.run", "dglx_dist.sampling.block", "dglx_dist.data.convert",
                      "dglx_dist.partition.dgl_files"], "the edge"),
