@@ -31,8 +31,7 @@ likewise for edges); this layout is checked, since the import relies on it.
 Older DGL releases wrote ``node_map`` / ``edge_map`` as lists of range ends; those are read too
 (homogeneous graphs). Releases that did not relabel node ids stored ``node_map`` as the name of
 a ``.npy`` file; those are refused (there are no per-part id ranges to keep). This module only
-reads JSON; the part files are read by :mod:`dglx_dist.partition.dgl_import` and
-:mod:`dglx_dist.partition.dgl_typed`.
+reads JSON; the part files are read by :mod:`dglx_dist.partition.dgl_import`.
 """
 from __future__ import annotations
 
@@ -90,7 +89,8 @@ class DglParts:
 
 @dataclasses.dataclass(frozen=True)
 class DglConfig(DglParts):
-    """A checked DGL partition configuration of a homogeneous graph.
+    """A checked DGL partition configuration of a homogeneous graph: the one-type case of
+    :class:`DglTypedConfig`, whose type names and ranges it gives too.
 
     Attributes:
         ntype, etype: the single node type and (canonical, ``src:rel:dst``) edge type name.
@@ -98,6 +98,24 @@ class DglConfig(DglParts):
 
     ntype: str
     etype: str
+
+    @property
+    def ntypes(self) -> list[str]:
+        return [self.ntype]
+
+    @property
+    def etypes(self) -> list[str]:
+        return [self.etype]
+
+    @property
+    def node_ranges(self) -> np.ndarray:
+        """``(1, parts, 2)``: the one node type's range in each part."""
+        return np.stack([self.node_offsets[:-1], self.node_offsets[1:]], axis=-1)[None]
+
+    @property
+    def edge_ranges(self) -> np.ndarray:
+        """``(1, parts, 2)``: the one edge type's range in each part."""
+        return np.stack([self.edge_offsets[:-1], self.edge_offsets[1:]], axis=-1)[None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +134,15 @@ class DglTypedConfig(DglParts):
     types: GraphTypes
     node_ranges: np.ndarray
     edge_ranges: np.ndarray
+
+    @property
+    def ntypes(self) -> list[str]:
+        return list(self.types.ntypes)
+
+    @property
+    def etypes(self) -> list[str]:
+        """The canonical edge types as DGL's keys spell them, ``src:rel:dst``."""
+        return [":".join(e) for e in self.types.canonical_etypes]
 
 
 def _is_int(v: Any) -> bool:

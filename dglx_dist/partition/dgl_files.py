@@ -1,7 +1,7 @@
-"""Reading the files of DGL's ``partition_graph`` output, shared by the homogeneous importer
-(:mod:`~dglx_dist.partition.dgl_import`) and the typed one
-(:mod:`~dglx_dist.partition.dgl_typed`): the part graphs, the feature files, the id maps
-``partition_graph(..., return_mapping=True)`` returns, and the names of the node data.
+"""Reading the files of DGL's ``partition_graph`` output for the importer
+(:mod:`~dglx_dist.partition.dgl_import`), with or without types: the part graphs, the feature
+files, the id maps ``partition_graph(..., return_mapping=True)`` returns, and the names of the
+node data.
 
 **Nothing is unpickled unchecked.** ``graph.dgl`` is read with ``dgl.load_graphs``; the
 feature files, DGL's tensor format (named arrays: dtype, shape, raw bytes), are read without

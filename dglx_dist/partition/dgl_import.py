@@ -2,42 +2,63 @@
 
 A DistDGL user's partitions (``graph_name.json`` plus ``part{i}/graph.dgl``, ``node_feat.dgl``,
 ``edge_feat.dgl``, see :mod:`dglx_dist.partition.dgl_config`) become a dglx partition directory
-(:mod:`dglx_dist.partition.io`) with the same decisions:
+(:mod:`dglx_dist.partition.io`) with the same decisions; a heterograph's (more than one node or
+edge type in the JSON) a *typed* one. A graph without types is read as the one-type case of a
+heterograph, DGL's node type ``_N`` and edge type ``_N:_E:_N``:
 
-* ownership and ids: part ``p`` owns DGL's new node ids ``node_map[p]``; these stay the global
-  ids (what a DistGraph user sees), so ``node_map``'s ranges become the
-  :class:`~dglx_dist.partition.book.RangeBook` offsets;
+* ownership and ids: DGL partitions a heterograph as its homogeneous form and relabels the
+  nodes: part ``p``'s new ids are one run, and inside it each node type's are one run, the
+  types in type order (``node_map[ntype][p]``); edges likewise. Part ``p`` owns the new ids of
+  its ranges, which stay the global ids (what a DistGraph user sees): the ranges become the
+  :class:`~dglx_dist.partition.book.RangeBook` offsets, and a typed part's ``ntype_counts``
+  are their lengths, so each part's core nodes of one type are one run of local ids.
 * structure: every edge whose destination is a core node (DGL's ``inner_node``) with its
-  sources, i.e. all in-edges of the core nodes; sources owned elsewhere are the HALO nodes. Edges
-  DGL keeps for deeper HALO hops (``num_hops > 1``) are left out, as our HALO rule has one hop;
-* node data: features, labels and train/val/test masks from ``node_feat.dgl`` (keys
-  ``NTYPE/NAME``, e.g. ``_N/feat``; the names are :class:`NodeDataKeys`); every other name
-  (``trainer_id``, which ``partition_graph(num_trainers_per_machine=N)`` adds, or the user's
-  own) becomes node data of that name, dtype and row shape kept
-  (:mod:`~dglx_dist.partition.dgl_data`);
-* original ids: DGL stores no map back to the input graph's ids; ``partition_graph(...,
-  return_mapping=True)`` returns it (``orig_nids``, ``orig_eids``) and the user may pass it
-  here. Without it, the original ids are DGL's new ids, and the manifest's ``dataset``
-  provenance says so.
-
+  sources, i.e. all in-edges of the core nodes; sources owned elsewhere are the HALO nodes.
+  Edges DGL keeps for deeper HALO hops (``num_hops > 1``) are left out, as our HALO rule has
+  one hop. A heterograph's part graph (``graph.dgl``) is homogeneous: ``ndata["_TYPE"]`` and
+  ``edata["_TYPE"]`` hold the type ids (GraphBolt's ``fused_csc_sampling_graph.pt`` holds the
+  edges' as ``type_per_edge`` and no node types: those follow from ``node_map``), checked
+  against ``node_map`` / ``edge_map`` and an edge's against its ends' types.
+* original ids: a node's ``orig_id`` is its original homogeneous id, the offset of its type
+  (types in DGL's sorted order, as ``dgl.to_homogeneous`` numbers them) plus its per-type id;
+  an edge's ``eid`` likewise. DGL keeps no map back to the input graph's ids in its files;
+  ``partition_graph(..., return_mapping=True)`` returns it (``orig_nids``, ``orig_eids``; for
+  a heterograph per type: ``orig_nids[ntype][i]`` is the input graph's id of the node that is
+  ``i``-th of its type in DGL's new order, its position in the type's ``node_map`` ranges,
+  part after part) and the user may pass it here. Without it, the (per-type) ids are DGL's
+  new ones (those DGL's own ``DistGraph`` uses), and the manifest's ``dataset`` provenance
+  says so.
+* node data, ``node_feat.dgl`` keys ``NTYPE/NAME`` (rows: the part's inner nodes of that
+  type; the names are :class:`NodeDataKeys`): ``NTYPE/feat`` the type's features,
+  ``NTYPE/label`` its labels, ``NTYPE/train_mask``, ``val_mask``, ``test_mask`` its masks
+  (absent: all false, recorded). Without types, ``_N/feat`` becomes ``feat.arrow`` and the
+  features and labels are required (found under DGL's other usual names where the default
+  one is missing, :func:`~dglx_dist.partition.dgl_files.found_keys`). With types, a type's
+  features become its ``feat-<type index>.arrow`` (a type without them has none); its labels
+  may also be named ``labels`` (DistDGL's R-GCN example), and a type with labels is
+  *labeled*; nodes of types without labels get label -1 and false masks, and a mask on such
+  a type is refused; every part must have the same of these names per type, and a key naming
+  a type the JSON does not list is refused (without types such a key is not imported).
+* other node data (``trainer_id``, which ``partition_graph(num_trainers_per_machine=N)``
+  adds, or the user's own) becomes node data of that name over the core nodes, dtype and row
+  shape kept, zeros on types without it (:mod:`~dglx_dist.partition.dgl_data`); a typed
+  manifest's ``node_data`` lists the types that have each name (``ntypes``).
 * edge data: each ``edge_feat.dgl`` tensor (keys ``SRC:REL:DST/NAME``, e.g. ``_N:_E:_N/w``)
-  becomes the edge-data column ``NAME`` (:mod:`~dglx_dist.partition.dgl_data`).
+  becomes the edge-data column ``NAME`` (:mod:`~dglx_dist.partition.dgl_data`); a typed
+  manifest's ``types.edge_data`` lists the types that have it.
 
 Node data that cannot be kept (more than one dimension per row, or a name that our stored
 names already take, such as ``label`` beside labels named ``labels``) is not imported: its
 names are recorded under ``not_imported`` in the provenance and logged, and nothing is
 refused.
 
-A heterograph's partitions (more than one node or edge type in the JSON) become a *typed*
-partition directory the same way; what differs (per-type ids, features and labels) is in
-:mod:`~dglx_dist.partition.dgl_typed`.
-
 **Nothing is unpickled unchecked** (how DGL's files are read:
-:mod:`~dglx_dist.partition.dgl_files`).
-
-The directory is written into a temporary sibling and renamed into place
-(:func:`~dglx_dist.partition.io.write_partitions`); an existing output is replaced only with
-``overwrite`` and only when it is itself a dglx partition directory.
+:mod:`~dglx_dist.partition.dgl_files`). Every refusal of DGL's files is a
+:class:`~dglx_dist.errors.PartitionFormatError` naming the file and the field, raised while
+the output is still a temporary directory (removed): the directory is written into a
+temporary sibling and renamed into place (:func:`~dglx_dist.partition.io.write_partitions`);
+an existing output is replaced only with ``overwrite`` and only when it is itself a dglx
+partition directory.
 """
 from __future__ import annotations
 
@@ -48,6 +69,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from tqdm.auto import tqdm
 
 from dglx_dist.data.atomic import check_target
@@ -60,23 +82,62 @@ from dglx_dist.partition.dgl_files import (USUAL_NAMES, NodeDataKeys, checked_nu
                                            class_ids, found_keys, inner_edges, keeps,
                                            load_id_map, load_part_graph, load_typed_id_maps,
                                            node_data_keys)
-from dglx_dist.partition.dgl_tensors import read_tensor_file
-from dglx_dist.partition.dgl_typed import TypedImporter
+from dglx_dist.partition.dgl_tensors import PartGraph, read_tensor_file
 from dglx_dist.partition.io import PARTITION_DIR, write_partitions
 from dglx_dist.partition.layout import Partition
+from dglx_dist.partition.types import GraphTypes
 
 __all__ = ["import_dgl_partitions", "NodeDataKeys", "load_id_map", "load_typed_id_maps"]
 
 log = logging.getLogger(__name__)
 _ERR = PartitionFormatError
+_SPLITS = ("train", "val", "test")
+
+
+class _Ids:
+    """DGL's new ids of one kind (nodes or edges) as types and per-type ids, and the original
+    homogeneous ids, from the ``(types, parts, 2)`` ranges of DGL's layout."""
+
+    def __init__(self, ranges: np.ndarray, maps: list[np.ndarray | None]):
+        num_types, num_parts = ranges.shape[:2]
+        counts = ranges[..., 1] - ranges[..., 0]
+        self.starts = ranges.transpose(1, 0, 2).reshape(-1, 2)[:, 0]  # part by part
+        self.type = np.tile(np.arange(num_types), num_parts)
+        self.base = (np.cumsum(counts, axis=1) - counts).T.reshape(-1)  # per-type id at start
+        self.offsets = np.concatenate([[0], np.cumsum(counts.sum(axis=1))[:-1]])
+        self.maps = maps
+
+    def split(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(type, DGL's new per-type id) of new ids (in range: checked by the caller)."""
+        k = np.searchsorted(self.starts, ids, side="right") - 1
+        return self.type[k], self.base[k] + ids - self.starts[k]
+
+    def original(self, ids: np.ndarray) -> np.ndarray:
+        """Original homogeneous ids of new ids."""
+        t, per = self.split(ids)
+        for i, m in enumerate(self.maps):
+            if m is not None:
+                sel = t == i
+                per[sel] = m[per[sel]]
+        return self.offsets[t] + per
+
+
+def _id_maps(cfg: DglConfig | DglTypedConfig, value, what: str) -> list[np.ndarray | None]:
+    """The id maps of ``what`` (``orig_nids`` / ``orig_eids``), one per type."""
+    nodes = what == "orig_nids"
+    if isinstance(cfg, DglConfig):
+        return [load_id_map(value, cfg.num_nodes if nodes else cfg.num_edges, what)]
+    ranges = cfg.node_ranges if nodes else cfg.edge_ranges
+    return load_typed_id_maps(value, cfg.ntypes if nodes else cfg.etypes,
+                              (ranges[..., 1] - ranges[..., 0]).sum(axis=1), what)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class _Structure:
-    """One part's structure in our local ids. ``core_order`` sorts DGL's inner-node rows (the
-    rows of ``node_feat.dgl``) into our core order (increasing global id)."""
+    """One part's structure in our local ids; ``orders[t]`` sorts the part's rows of node type
+    ``t`` in ``node_feat.dgl`` (its inner nodes of that type) into our core order."""
 
-    core_order: np.ndarray
+    orders: list[np.ndarray]
     halo_gid: np.ndarray
     src: np.ndarray
     dst: np.ndarray
@@ -84,161 +145,312 @@ class _Structure:
     new_eid: np.ndarray  # DGL's new edge ids of the part's edges
 
 
-class _Importer:
-    """Turns DGL's parts into :class:`Partition` objects, one at a time, checking each."""
+def _rows(file: Path, key: str, t: torch.Tensor, n: int, order: np.ndarray,
+          one_value: bool) -> np.ndarray:
+    if t.shape[:1] != (n,) or (one_value and t.numel() != n):
+        raise _ERR(f"{file}: {key!r} has shape {tuple(t.shape)}; expected {n} rows (the part's "
+                   f"inner nodes of that type){', one value each' if one_value else ''}")
+    return t.reshape(n, -1).numpy()[order]
 
-    def __init__(self, cfg: DglConfig, keys: NodeDataKeys, orig_nids: np.ndarray | None,
-                 orig_eids: np.ndarray | None, nonfinite: str):
+
+class _Importer:
+    """Turns DGL's parts into :class:`Partition` objects (typed ones for a heterograph), one
+    at a time, checking each (see the module docstring)."""
+
+    def __init__(self, cfg: DglConfig | DglTypedConfig, keys: NodeDataKeys, orig_nids,
+                 orig_eids, nonfinite: str):
         self.cfg, self.keys, self.nonfinite = cfg, keys, nonfinite
-        self.orig_nids, self.orig_eids = orig_nids, orig_eids
-        self.feat_dim: int | None = None
-        self.max_label = -1
-        self.edge_cut = 0
+        self.typed = isinstance(cfg, DglTypedConfig)
+        nids, eids = _id_maps(cfg, orig_nids, "orig_nids"), _id_maps(cfg, orig_eids, "orig_eids")
+        self.nodes, self.edges = _Ids(cfg.node_ranges, nids), _Ids(cfg.edge_ranges, eids)
+        self.given = (any(m is not None for m in nids), any(m is not None for m in eids))
+        self.ends = (np.array([[cfg.types.ntype_index(s), cfg.types.ntype_index(d)]
+                               for s, _, d in cfg.types.canonical_etypes], dtype=np.int64)
+                     if self.typed else np.zeros((1, 2), np.int64))  # each edge type's ends
+        self.names: tuple[dict, Path] | None = None  # per type, the data part 0 has
+        self.feat_dims: dict[int, int] = {}
+        self.labeled: set[int] = set()
+        self.max_label, self.edge_cut, self.relabeled = -1, 0, False
         self.absent: set[str] = set()
         self.not_imported: dict[str, set[str]] = {"node_data": set()}  # edge data all imported
-        self.edata = DataImport([cfg.etype], cfg.path)
-        self.ndata = DataImport([cfg.ntype], cfg.path, "node")
+        self.edata = DataImport(cfg.etypes, cfg.path)
+        self.ndata = DataImport(cfg.ntypes, cfg.path, "node")
 
     def part(self, p: int) -> Partition:
-        files = self.cfg.files[p]
+        cfg, files = self.cfg, self.cfg.files[p]
         s = self._structure(p, files)
-        nc = s.core_order.size
-        data, ndata = self._node_data(files["node_feats"], nc, s.core_order)
-        lo, hi = (int(x) for x in self.cfg.edge_offsets[p:p + 2])
-        edata = self.edata.part(files["edge_feats"], read_tensor_file(files["edge_feats"]),
-                                np.zeros(s.new_eid.size, np.int64), s.new_eid - lo,
-                                np.array([hi - lo]))
-        core = np.arange(self.cfg.node_offsets[p], self.cfg.node_offsets[p + 1], dtype=np.int64)
-        return Partition(part=p, core_gid=core, core_orig=self._orig(core), halo_gid=s.halo_gid,
-                         halo_orig=self._orig(s.halo_gid), src=s.src, dst=s.dst, eid=s.eid,
-                         feat_cols=(0, data["feat"].shape[1]), edata=edata, ndata=ndata, **data)
+        counts = cfg.node_ranges[:, p, 1] - cfg.node_ranges[:, p, 0]
+        data = self._node_data(files["node_feats"], counts, s.orders)
+        ranges = cfg.edge_ranges[:, p]
+        etype, _ = self.edges.split(s.new_eid)
+        edata = self.edata.part(files["edge_feats"], read_tensor_file(files["edge_feats"]), etype,
+                                s.new_eid - ranges[etype, 0], ranges[:, 1] - ranges[:, 0])
+        core = np.arange(cfg.node_offsets[p], cfg.node_offsets[p + 1], dtype=np.int64)
+        core_orig = self.nodes.original(core)
+        self.relabeled |= not np.array_equal(core_orig, core)
+        feats = data.pop("type_feat")
+        if self.typed:  # features per node type
+            data.update(feat=np.zeros((core.size, 0), np.float32), type_feat=feats,
+                        ntype_counts=counts.astype(np.int64))
+        else:
+            data.update(feat=feats[0])
+        return Partition(part=p, core_gid=core, core_orig=core_orig, halo_gid=s.halo_gid,
+                         halo_orig=self.nodes.original(s.halo_gid), src=s.src, dst=s.dst,
+                         eid=s.eid, feat_cols=(0, data["feat"].shape[1]), edata=edata, **data)
 
-    def _orig(self, gids: np.ndarray) -> np.ndarray:
-        return gids.copy() if self.orig_nids is None else self.orig_nids[gids]
+    def _field(self, key: str, p: int) -> str:
+        """The JSON field of part ``p``'s ranges of ``key`` (``node_map`` / ``edge_map``)."""
+        names = self.cfg.ntypes if key == "node_map" else self.cfg.etypes
+        return f"field {key!r} (part {p}'s ranges)" if self.typed else \
+            f"field {key!r}[{names[0]!r}][{p}]"
 
+    # -- structure ------------------------------------------------------------------------
     def _structure(self, p: int, files: dict[str, Path]) -> _Structure:
-        cfg = self.cfg
-        lo, hi = (int(x) for x in cfg.node_offsets[p:p + 2])
-        g = load_part_graph(files, (lo, hi))
-        file, inner, gid = g.file, g.ndata["inner_node"], g.ndata["_ID"]
-        node_map = f"[{lo}, {hi}) that {cfg.path} gives it in field 'node_map'[{cfg.ntype!r}][{p}]"
-        core_rows = np.flatnonzero(inner)
-        order = np.argsort(gid[core_rows], kind="stable")
-        if core_rows.size != hi - lo or not np.array_equal(gid[core_rows][order],
-                                                            np.arange(lo, hi)):
-            raise _ERR(f"{file}: its {core_rows.size} inner nodes (ndata['inner_node']) do not "
-                       f"have the ids (ndata['_ID']) {node_map}; expected exactly those "
-                       f"{hi - lo} ids (the part does not belong to this JSON)")
-        check_range(gid[~inner], 0, cfg.num_nodes, file, "_ID", "node id of a HALO node", _ERR)
-        if np.any((gid[~inner] >= lo) & (gid[~inner] < hi)):
-            raise _ERR(f"{file}: a HALO node (inner_node = 0) has an id in the range "
-                       f"{node_map}; expected HALO nodes to be owned by other parts")
+        lo, hi = (int(x) for x in self.cfg.node_offsets[p:p + 2])
+        g = load_part_graph(files, (lo, hi), typed=self.typed)
+        inner, gid, ntype = self._nodes(p, g)
         src, dst = g.src, g.dst
-        elo, ehi = (int(x) for x in cfg.edge_offsets[p:p + 2])
+        elo, ehi = (int(x) for x in self.cfg.edge_offsets[p:p + 2])
         keep, new_eid = inner_edges(g, inner[dst], elo, ehi,  # core nodes' in-edges
-                                    f"{cfg.path} gives it in field 'edge_map'[{cfg.etype!r}][{p}]")
+                                    f"{self.cfg.path} gives it in {self._field('edge_map', p)}")
+        if self.typed or "_TYPE" in g.edata:
+            self._check_edge_types(p, g, keep, new_eid, ntype)
         src, dst = src[keep], dst[keep]
         remote = ~inner[src]
         halo_gid = np.unique(gid[src[remote]])
         local = np.empty(g.num_nodes, dtype=np.int64)
-        local[core_rows[order]] = np.arange(hi - lo, dtype=np.int64)
+        local[inner] = gid[inner] - lo  # the core ids are exactly [lo, hi): checked
         local_src = local[src]
         local_src[remote] = (hi - lo) + np.searchsorted(halo_gid, gid[src[remote]])
         self.edge_cut += int(np.count_nonzero(remote))
-        eid = new_eid if self.orig_eids is None else self.orig_eids[new_eid]
-        return _Structure(order, halo_gid, local_src, local[dst], eid, new_eid)
+        orders = [np.argsort(gid[inner & (ntype == t)], kind="stable")
+                  for t in range(len(self.cfg.ntypes))]
+        return _Structure(orders, halo_gid, local_src, local[dst], self.edges.original(new_eid),
+                          new_eid)
 
-    def _node_data(self, file: Path, nc: int, order: np.ndarray) -> tuple[dict, dict]:
-        """Features, labels and masks of the core nodes, in our core order; and the other node
-        data by name."""
-        tensors, prefix = read_tensor_file(file), f"{self.cfg.ntype}/"
-        if self.feat_dim is None:  # the first part names the features and labels for all
-            self.keys = found_keys(self.keys, {k[len(prefix):]: t for k, t in tensors.items()
-                                               if k.startswith(prefix)})
-        wanted = {f"{prefix}{k}": ours for ours, k in dataclasses.asdict(self.keys).items()}
-        out: dict[str, np.ndarray] = {}
-        for key, ours in wanted.items():
-            t = tensors.get(key)
-            if t is None and ours in ("feat", "label"):
-                raise _ERR(f"{file}: no {key!r} (the {ours} key; found {sorted(tensors)}); pass "
-                           f"the name the graph's ndata used (NodeDataKeys / --key {ours}=NAME)")
-            if t is None:
+    def _nodes(self, p: int, g: PartGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The part graph's inner mask, new ids and node types, checked against node_map
+        (the types taken from node_map where the file has none: GraphBolt's, or no types)."""
+        cfg, names, file = self.cfg, self.cfg.ntypes, g.file
+        lo, hi = (int(x) for x in cfg.node_offsets[p:p + 2])
+        inner, gid = g.ndata["inner_node"], g.ndata["_ID"]
+        ranges = f"[{lo}, {hi}) that {cfg.path} gives it in {self._field('node_map', p)}"
+        if not np.array_equal(np.sort(gid[inner]), np.arange(lo, hi)):
+            raise _ERR(f"{file}: its {int(inner.sum())} inner nodes (ndata['inner_node']) do "
+                       f"not have the ids (ndata['_ID']) {ranges}; expected exactly those "
+                       f"{hi - lo} ids (the part does not belong to this JSON)")
+        check_range(gid, 0, cfg.num_nodes, file, "_ID", "node id", _ERR)
+        if np.any(~inner & (gid >= lo) & (gid < hi)):
+            raise _ERR(f"{file}: a HALO node (inner_node = 0) has an id in the range {ranges}; "
+                       f"expected HALO nodes to be owned by other parts")
+        expected, _ = self.nodes.split(gid)
+        ntype = g.ndata.get("_TYPE", expected)
+        check_range(ntype, 0, len(names), file, "_TYPE", "node type id of field 'ntypes'", _ERR)
+        bad = np.flatnonzero(ntype != expected)
+        if bad.size:
+            r = int(bad[0])
+            raise _ERR(f"{file}: ndata['_TYPE'] row {r} = {ntype[r]} ({names[ntype[r]]!r}) for "
+                       f"node {gid[r]}; field 'node_map' of {cfg.path} puts node {gid[r]} in "
+                       f"type {names[expected[r]]!r}; expected the same type")
+        return inner, gid, ntype
+
+    def _check_edge_types(self, p: int, g: PartGraph, keep: np.ndarray, new_eid: np.ndarray,
+                          ntype: np.ndarray) -> None:
+        """The types of the part's edges into inner nodes (rows ``keep``, DGL's new ids
+        ``new_eid``), checked against edge_map and the endpoints' types."""
+        cfg, etypes, file = self.cfg, self.cfg.etypes, g.file
+        if "_TYPE" not in g.edata:  # graph.dgl's absence is refused when it is read
+            raise _ERR(f"{file}: no edge types (type_per_edge); expected them in the part "
+                       f"graph of a heterograph ({len(etypes)} edge types in {cfg.path})")
+        all_types = g.edata["_TYPE"]
+        check_range(all_types, 0, len(etypes), file, "_TYPE", "edge type id of field 'etypes'",
+                    _ERR)
+        etype, (expected, _) = all_types[keep], self.edges.split(new_eid)
+        src, dst, ends = g.src[keep], g.dst[keep], self.ends[expected]
+        bad = np.flatnonzero((etype != expected) | (ntype[src] != ends[:, 0])
+                             | (ntype[dst] != ends[:, 1]))
+        if bad.size:
+            r, e = int(bad[0]), int(new_eid[bad[0]])
+            names, want = cfg.ntypes, etypes[expected[r]]
+            found = (f"edata['_TYPE'] = {etype[r]} ({etypes[etype[r]]!r})" if etype[r] !=
+                     expected[r] else f"its ends are of types {names[ntype[src[r]]]!r} "
+                     f"and {names[ntype[dst[r]]]!r} (ndata['_TYPE'])")
+            raise _ERR(f"{file}: edge {e} (edata['_ID']): {found}; field 'edge_map' of "
+                       f"{cfg.path} puts it in edge type {want!r}; expected that type and its "
+                       f"ends")
+
+    # -- node data ------------------------------------------------------------------------
+    def _by_type(self, file: Path, tensors: dict[str, torch.Tensor]) -> list[dict]:
+        """The tensors of each node type, by name; a key of no listed type is refused (not
+        imported without types: DGL writes ``_N/`` keys only)."""
+        names = self.cfg.ntypes
+        out: list[dict[str, torch.Tensor]] = [{} for _ in names]
+        for key, t in tensors.items():
+            ntype, sep, name = key.partition("/")
+            if sep and ntype in names:
+                out[names.index(ntype)][name] = t
+            elif not self.typed:
+                self.not_imported["node_data"].add(key)
+            else:
+                raise _ERR(f"{file}: key {key!r}: {ntype!r} is not one of the node types "
+                           f"{names} of field 'ntypes' of {self.cfg.path}; expected keys "
+                           f"NTYPE/NAME")
+        if not self.typed and self.names is None:  # the first part names them for all
+            self.keys = found_keys(self.keys, out[0])
+        return out
+
+    def _label_names(self) -> tuple[str, ...]:
+        return (("label", "labels") if self.typed and self.keys.label == "label"
+                else (self.keys.label,))
+
+    def _label_name(self, file: Path, ntype: str, data: dict) -> str | None:
+        found = [n for n in self._label_names() if n in data]
+        if len(found) > 1:
+            raise _ERR(f"{file}: node type {ntype!r} has both {ntype}/label and {ntype}/labels; "
+                       f"expected one (choose with --key label=NAME / keys={{'label': NAME}})")
+        return found[0] if found else None
+
+    def _node_data(self, file: Path, counts: np.ndarray, orders: list[np.ndarray]) -> dict:
+        """Labels, masks (type after type), per-type features and the other node data of the
+        part's core nodes."""
+        tensors = read_tensor_file(file)
+        by_type, seen, label, feats, other = self._by_type(file, tensors), {}, [], {}, {}
+        masks: dict[str, list[np.ndarray]] = {s: [] for s in _SPLITS}
+        for i, ntype in enumerate(self.cfg.ntypes):
+            data, n, order, keys = by_type[i], int(counts[i]), orders[i], self.keys
+            name = self._label_name(file, ntype, data)
+            self._required(file, ntype, data, name, sorted(tensors))
+            if keys.feat in data:
+                feats[i] = self._feat(file, i, f"{ntype}/{keys.feat}", data[keys.feat], n, order)
+            if name is not None:
+                label.append(self._label(file, f"{ntype}/{name}", data[name], n, order))
+                self.labeled.add(i)
+            else:
+                label.append(np.full(n, -1, dtype=np.int64))
+            for split in _SPLITS:
+                masks[split].append(self._mask(file, ntype, getattr(keys, split), data, order,
+                                               name is not None))
+            used = {keys.feat, name, keys.train, keys.val, keys.test}
+            seen[ntype] = sorted(k for k in data if k in used)
+            other.update({f"{ntype}/{k}": t for k, t in data.items() if k not in used})
+        self._same_names(file, seen)
+        kept = {k: t for k, t in other.items() if keeps(k, t)}
+        self.not_imported["node_data"].update(k for k in other if k not in kept)
+        ndata = self.ndata.part(file, kept, np.repeat(np.arange(counts.size), counts),
+                                np.concatenate(orders), counts)
+        return {"label": np.concatenate(label), "type_feat": feats, "ndata": ndata,
+                **{s: np.concatenate(m) for s, m in masks.items()}}
+
+    def _required(self, file: Path, ntype: str, data: dict, label: str | None,
+                  found: list[str]) -> None:
+        """Without types, the features and the labels are required."""
+        if self.typed:
+            return
+        for ours, name in (("feat", self.keys.feat), ("label", label)):
+            if name is None or name not in data:
+                key = f"{ntype}/{getattr(self.keys, ours)}"
+                raise _ERR(f"{file}: no {key!r} (the {ours} key; found {found}); pass the name "
+                           f"the graph's ndata used (NodeDataKeys / --key {ours}=NAME)")
+
+    def _mask(self, file: Path, ntype: str, name: str, data: dict, order: np.ndarray,
+              labeled: bool) -> np.ndarray:
+        key = f"{ntype}/{name}"
+        if name not in data:
+            if labeled:
                 self.absent.add(key)
-                out[ours] = np.zeros(nc, dtype=bool)
-                continue
-            if t.shape[:1] != (nc,) or (ours != "feat" and t.dim() > 1 and t[0].numel() != 1):
-                raise _ERR(f"{file}: {key!r} has shape {tuple(t.shape)}; expected {nc} rows (the "
-                           f"part's inner nodes){'' if ours == 'feat' else ', one value each'}")
-            out[ours] = self._convert(ours, t.reshape(nc, -1).numpy()[order], file, key)
-        other = {k: t for k, t in tensors.items()
-                 if k not in wanted and k.startswith(prefix) and keeps(k, t)}
-        self.not_imported["node_data"].update(k for k in tensors if k not in wanted and
-                                              k not in other)
-        return out, self.ndata.part(file, other, np.zeros(nc, np.int64), order,
-                                    np.array([nc]))
+            return np.zeros(order.size, dtype=bool)
+        if not labeled:
+            labels = " or ".join(f"{ntype}/{n}" for n in self._label_names())
+            raise _ERR(f"{file}: {key!r} is a mask of node type {ntype!r}, which has no "
+                       f"{labels}; expected masks only on labeled types")
+        return _rows(file, key, data[name], order.size, order, True).reshape(-1) != 0
 
-    def _convert(self, ours: str, a: np.ndarray, file: Path, key: str) -> np.ndarray:
-        if ours == "feat":
-            feat = np.ascontiguousarray(a, dtype=np.float32)
-            check_finite(feat, file, self.nonfinite, _ERR, key)
-            if self.feat_dim is not None and feat.shape[1] != self.feat_dim:
-                raise _ERR(f"{file}: {key!r} has {feat.shape[1]} columns; the parts before have "
-                           f"{self.feat_dim}")
-            self.feat_dim = feat.shape[1]
-            return feat
-        a = a.reshape(-1)
-        if ours != "label":
-            return a != 0
-        label = class_ids(a, file, key)
+    def _same_names(self, file: Path, seen: dict[str, list[str]]) -> None:
+        """With types, every part must have the node data part 0 has."""
+        if self.names is None:
+            self.names = (seen, file)
+        elif seen != self.names[0] and self.typed:
+            raise _ERR(f"{file}: node data {seen}; {self.names[1]} has {self.names[0]}; "
+                       f"expected every part to have the same node data per type")
+
+    def _feat(self, file: Path, i: int, key: str, t: torch.Tensor, n: int,
+              order: np.ndarray) -> np.ndarray:
+        feat = np.ascontiguousarray(_rows(file, key, t, n, order, False), dtype=np.float32)
+        check_finite(feat, file, self.nonfinite, _ERR, key)
+        if feat.shape[1] == 0 and self.typed:
+            raise _ERR(f"{file}: {key!r} has no columns; expected at least one (leave the "
+                       f"features out of a type that has none)")
+        width = self.feat_dims.setdefault(i, feat.shape[1])
+        if feat.shape[1] != width:
+            raise _ERR(f"{file}: {key!r} has {feat.shape[1]} columns; expected {width}, as "
+                       f"in the parts before")
+        return feat
+
+    def _label(self, file: Path, key: str, t: torch.Tensor, n: int,
+               order: np.ndarray) -> np.ndarray:
+        label = class_ids(_rows(file, key, t, n, order, True), file, key)
         self.max_label = max(self.max_label, int(label.max(initial=-1)))
         return label
 
+    # -- manifest ---------------------------------------------------------------------------
     def header(self, num_classes: int | None) -> dict[str, Any]:
-        """The manifest fields, once every part has been read."""
-        cfg = self.cfg
+        """The manifest's fields (a typed one's for a heterograph), once every part has been
+        read."""
+        cfg, typed = self.cfg, self.typed
         num_classes = checked_num_classes(self.max_label, num_classes, cfg.path)
-        ident = np.arange(cfg.num_nodes, dtype=np.int64)
-        relabeled = self.orig_nids is not None and not np.array_equal(self.orig_nids, ident)
+        feat_dim = 0 if typed else self.feat_dims[0]
+        spec, nspec = self.edata.spec(), self.ndata.spec()
+        if typed:
+            nspec = {n: {**v, "ntypes": [cfg.ntypes[i] for i in self.ndata.edge_data()[n]]}
+                     for n, v in nspec.items()}
         return {
             "partitioner": {"name": "dgl", "options": {
                 "part_method": cfg.part_method, "halo_hops": cfg.halo_hops,
                 "graph_name": cfg.graph_name}},
             "num_parts": cfg.num_parts, "num_nodes": cfg.num_nodes, "num_edges": cfg.num_edges,
-            "feat_dim": self.feat_dim, "num_classes": num_classes, "relabeled": relabeled,
+            "feat_dim": feat_dim, "num_classes": num_classes, "relabeled": self.relabeled,
             "node_book": RangeBook(cfg.node_offsets).to_json(), "feature_layout": "rows",
-            "feature_slices": [0, self.feat_dim], "dataset": self.provenance(),
-            "ndata_names": {k: getattr(self.keys, k) for k in USUAL_NAMES},
-            **({"edge_data": self.edata.spec()} if self.edata.kinds else {}),
-            **({"node_data": self.ndata.spec()} if self.ndata.kinds else {}),
-        }
+            "feature_slices": [0, feat_dim], "dataset": self.provenance(),
+            **({"types": self._types().to_json()} if typed else {}),
+            "ndata_names": self._ndata_names(), **({"edge_data": spec} if spec else {}),
+            **({"node_data": nspec} if nspec else {})}
+
+    def _types(self) -> GraphTypes:
+        """The typed manifest's :class:`~dglx_dist.partition.types.GraphTypes`."""
+        names = self.cfg.ntypes
+        labeled = tuple(t for i, t in enumerate(names) if i in self.labeled)
+        return dataclasses.replace(
+            self.cfg.types, feat_dims={t: self.feat_dims.get(i, 0) for i, t in enumerate(names)},
+            labeled=labeled, category=labeled[0] if len(labeled) == 1 else None,
+            edge_data=self.edata.edge_data())
+
+    def _ndata_names(self) -> dict[str, str]:
+        """The manifest's ``ndata_names``: the node data names of the graph. Without types,
+        those of the features and the labels; with types, the labels' where it is not
+        ``label`` (``labels`` in DGL's R-GCN example)."""
+        if not self.typed:
+            return {k: getattr(self.keys, k) for k in USUAL_NAMES}
+        seen = self.names[0].values() if self.names is not None else []
+        used = {n for names in seen for n in names if n in self._label_names()}
+        return {"label": used.pop()} if len(used) == 1 and "label" not in used else {}
 
     def provenance(self) -> dict[str, Any]:
-        cfg, given = self.cfg, "given (partition_graph's return_mapping=True output)"
-        dgl_ids = "DGL's relabelled ids: the input graph's ids were not given"
+        cfg, keys, typed = self.cfg, self.keys, self.typed
+        per_type = (", per type", "per-type ") if typed else ("", "")
+        given = f"given (partition_graph's return_mapping=True output{per_type[0]})"
+        dgl_ids = f"DGL's relabelled {per_type[1]}ids: the input graph's ids were not given"
+        prefix = "NTYPE" if typed else cfg.ntype
         return {
             "source": "dgl.distributed.partition_graph", "dgl_config": str(cfg.path),
             "dgl_config_sha256": cfg.sha256, "name": cfg.graph_name,
-            "node_ids": given if self.orig_nids is not None else dgl_ids,
-            "edge_ids": given if self.orig_eids is not None else dgl_ids,
-            "node_data_keys": {k: f"{cfg.ntype}/{v}"
-                               for k, v in dataclasses.asdict(self.keys).items()},
+            "node_ids": given if self.given[0] else dgl_ids,
+            "edge_ids": given if self.given[1] else dgl_ids,
+            "node_data_keys": {**{k: f"{prefix}/{v}" for k, v in dataclasses.asdict(keys).items()},
+                               "label": " or ".join(f"{prefix}/{n}" for n in self._label_names())},
             "absent_masks_as_false": sorted(self.absent),
             "not_imported": {k: sorted(v) for k, v in self.not_imported.items()},
             "edge_cut": self.edge_cut,
         }
-
-
-def _importer(cfg: DglConfig | DglTypedConfig, keys: NodeDataKeys, orig_nids, orig_eids,
-              nonfinite: str) -> _Importer | TypedImporter:
-    if not isinstance(cfg, DglTypedConfig):
-        return _Importer(cfg, keys, load_id_map(orig_nids, cfg.num_nodes, "orig_nids"),
-                         load_id_map(orig_eids, cfg.num_edges, "orig_eids"), nonfinite)
-    types = cfg.types
-    nids = load_typed_id_maps(orig_nids, types.ntypes, np.diff(types.ntype_offsets),
-                              "orig_nids")
-    eids = load_typed_id_maps(orig_eids, [":".join(e) for e in types.canonical_etypes],
-                              np.diff(types.etype_offsets), "orig_eids")
-    return TypedImporter(cfg, keys, nids, eids, nonfinite)
 
 
 def import_dgl_partitions(json_path: str | os.PathLike, out_dir: str | os.PathLike,
@@ -248,7 +460,7 @@ def import_dgl_partitions(json_path: str | os.PathLike, out_dir: str | os.PathLi
                           nonfinite: str = "reject", progress: bool = False) -> Path:
     """Turns DGL's ``partition_graph`` output into a dglx partition directory, keeping its
     node-to-part assignment and node ids (no repartitioning); a heterograph's into a typed
-    one (:mod:`~dglx_dist.partition.dgl_typed`).
+    one (see the module docstring).
 
     Args:
         json_path: the ``GRAPH_NAME.json`` file DGL wrote.
@@ -278,7 +490,7 @@ def import_dgl_partitions(json_path: str | os.PathLike, out_dir: str | os.PathLi
     cfg = read_dgl_config(json_path)
     out = Path(out_dir)
     check_target(out, overwrite, PARTITION_DIR, (cfg.path.parent,), PartitionError)
-    importer = _importer(cfg, node_data_keys(keys), orig_nids, orig_eids, nonfinite)
+    importer = _Importer(cfg, node_data_keys(keys), orig_nids, orig_eids, nonfinite)
     with tqdm(total=cfg.num_parts, desc="import DGL parts", disable=not progress,
               unit="part") as bar:
         def parts():
