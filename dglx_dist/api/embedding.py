@@ -7,7 +7,7 @@ from typing import Callable, Sequence
 import torch
 
 from dglx_dist.api.graph import DistGraph, current_graph
-from dglx_dist.api.types import space_for
+from dglx_dist.api.ndata import space_for
 from dglx_dist.kvstore import embedding as _kv
 from dglx_dist.kvstore.embedding import DistEmbedding as _StoreEmbedding
 

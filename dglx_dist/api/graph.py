@@ -34,11 +34,10 @@ from dgl.frame import Scheme
 
 from dglx_dist.api.book import PartitionBook
 from dglx_dist.api.edata import EdgeData, EdgeSpace, EdgeTypes
-from dglx_dist.api.ndata import DEFAULT_NTYPE, NodeData, NodeDataView, NodeSpace
+from dglx_dist.api.ndata import DEFAULT_NTYPE, NodeData, NodeDataView, NodeSpace, NodeTypeView
 from dglx_dist.api.step_rows import StepRows
-from dglx_dist.api.store import node_data_store, part_comm, part_of
+from dglx_dist.api.store import node_data_store, part_comm, part_of, type_spaces
 from dglx_dist.api.structure import EdgeStructure
-from dglx_dist.api.types import NodeTypeView, typed_spaces
 from dglx_dist.data.convert import check_convertible, from_dgl, is_heterograph
 from dglx_dist.data.format import write_dataset
 from dglx_dist.data.hetero import HeteroDataset
@@ -106,14 +105,15 @@ class DistGraph(EdgeStructure):
             check_partitions(self.strategy, self.pdir, self.session.topology)
         except DglxError as exc:
             raise same_on_every_rank(exc) from None
-        self.spaces = typed_spaces(self.pdir) if self.pdir.types is not None else {}
-        self.store = node_data_store(self.session, self.pdir, self.spaces)
-        self._setup: SetupRequest | None = None  # what the strategy was set up for
         maps = self.pdir.relabeling  # partitioned id -> original id, and back
         self._orig, self._part = (torch.from_numpy(m) for m in maps) if maps else (None, None)
         self.node_space = NodeSpace(DEFAULT_NTYPE, RowPolicy(self.pdir.book),
                                     int(self.pdir.num_nodes), self._part,
-                                    names=self.pdir.ndata_names)
+                                    names=self.pdir.ndata_names)  # every node, by its own id
+        self.spaces = type_spaces(self.pdir) if self.pdir.types is not None else \
+            {DEFAULT_NTYPE: self.node_space}  # one per node type
+        self.store = node_data_store(self.session, self.pdir, self.spaces)
+        self._setup: SetupRequest | None = None  # what the strategy was set up for
         self._names = itertools.count()
         self._book: PartitionBook | None = None
         self._sampler: PartitionSampler | None = None
@@ -130,15 +130,15 @@ class DistGraph(EdgeStructure):
     @property
     def is_typed(self) -> bool:
         """Whether the graph has node or edge types (a typed partitioning)."""
-        return bool(self.spaces)
+        return self.pdir.types is not None
 
     @property
     def ntypes(self) -> list[str]:
-        return list(self.spaces) if self.spaces else [DEFAULT_NTYPE]
+        return list(self.spaces)
 
     @property
     def canonical_etypes(self) -> list[tuple[str, str, str]]:
-        if self.spaces:
+        if self.is_typed:
             return [tuple(e) for e in self.pdir.types.canonical_etypes]
         return [(DEFAULT_NTYPE, "_E", DEFAULT_NTYPE)]
 
@@ -148,7 +148,7 @@ class DistGraph(EdgeStructure):
 
     def get_ntype_id(self, ntype: str) -> int:
         """The index of ``ntype`` in :attr:`ntypes` (DGL's)."""
-        return self.pdir.types.ntype_index(ntype) if self.spaces else 0
+        return self.pdir.types.ntype_index(ntype) if self.is_typed else 0
 
     def get_etype_id(self, etype) -> int:
         """The index of ``etype`` in :attr:`canonical_etypes` (DGL's)."""
@@ -167,13 +167,10 @@ class DistGraph(EdgeStructure):
         return False
 
     def space(self, ntype: str | None) -> NodeSpace:
-        """Node type ``ntype``'s rows (on a graph without types, its one type ``_N``, or
-        None; one line naming the types otherwise)."""
-        if not self.spaces:
-            if ntype in (None, DEFAULT_NTYPE):
-                return self.node_space
-            raise NotSupportedError(f"node type {ntype!r}: this graph has no node types; "
-                                    "use g.ndata")
+        """Node type ``ntype``'s rows (None: the graph's one type; one line naming the types
+        otherwise)."""
+        if ntype is None and len(self.spaces) == 1:
+            return next(iter(self.spaces.values()))
         if ntype not in self.spaces:
             raise InvalidValueError(f"node type {ntype!r} is not one of this graph's node types "
                                     f"{self.ntypes}")
@@ -194,8 +191,7 @@ class DistGraph(EdgeStructure):
     @property
     def nodes(self) -> dict[str, NodeTypeView]:
         """``g.nodes[ntype].data[name]``: node data by type (DGL's)."""
-        return {t: NodeTypeView(self, s) for t, s in self.spaces.items()} if self.spaces \
-            else {}
+        return {t: NodeTypeView(self, s) for t, s in self.spaces.items()}
 
     @property
     def edges(self) -> EdgeTypes:
@@ -203,12 +199,12 @@ class DistGraph(EdgeStructure):
         return EdgeTypes(self.edata)
 
     def num_nodes(self, ntype: str | None = None) -> int:
-        if ntype is not None and self.spaces:
+        if ntype is not None:
             return self.space(ntype).num_nodes
         return int(self.pdir.num_nodes)
 
     def num_edges(self, etype: str | tuple[str, str, str] | None = None) -> int:
-        if etype is not None and self.spaces:
+        if etype is not None and self.is_typed:
             t, offsets = self.pdir.types.etype_index(etype), self.pdir.types.etype_offsets
             return int(offsets[t + 1] - offsets[t])
         return int(self.pdir.num_edges)

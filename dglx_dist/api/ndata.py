@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
 
 __all__ = ["fit_rows", "stored_tensor", "DataViews", "NodeData", "NodeDataView", "NodeSpace",
-           "as_node_ids", "MASKS", "EDGE_PREFIX", "INTERNAL_PREFIX", "DEFAULT_NTYPE"]
+           "NodeTypeView", "space_for", "as_node_ids", "MASKS", "EDGE_PREFIX", "INTERNAL_PREFIX",
+           "DEFAULT_NTYPE"]
 
 MASKS = {"train_mask": "train", "val_mask": "val", "test_mask": "test"}
 DEFAULT_NTYPE = "_N"  # DGL's name of the one node type of a graph without types
@@ -160,31 +161,65 @@ class DataViews(abc.ABC):
 
 
 class NodeData(DataViews):
-    """``g.ndata``: a view per node-data name."""
+    """``g.ndata`` (a graph of one node type: ``space`` None) or ``g.nodes[ntype].data``
+    (``space`` the type's): a view per node-data name of one node type."""
 
     kind = "node"
 
-    def __init__(self, graph: DistGraph):
-        self._g = graph
+    def __init__(self, graph: DistGraph, space: NodeSpace | None = None):
+        self._g, self._space = graph, space
+
+    @property
+    def space(self) -> NodeSpace:
+        """The node type's rows (``g.ndata``: the graph's one type)."""
+        return self._space or next(iter(self._g.spaces.values()))
+
+    def _several(self) -> bool:
+        """Whether this is ``g.ndata`` of a graph of several node types (DGL's rule: it has
+        no data; ``g.nodes[ntype].data`` has)."""
+        return self._space is None and len(self._g.spaces) > 1
 
     def keys(self) -> list[str]:
-        if self._g.is_typed:
+        if self._several():
             return []
-        names = [n for n in self._g.store.names() if not n.startswith((EDGE_PREFIX, INTERNAL_PREFIX))]
-        names = names if "feat" in names else ["feat", *names]
-        return [self._g.node_space.shown(n) for n in names]
+        space = self.space
+        prefix = space.key("")
+        names = [n[len(prefix):] for n in self._g.store.names() if n.startswith(prefix)]
+        names = [n for n in names if not n.startswith((EDGE_PREFIX, INTERNAL_PREFIX))]
+        if not space.typed and "feat" not in names:  # rows a strategy holds itself
+            names = ["feat", *names]
+        return [space.shown(n) for n in names]
 
     def __contains__(self, name: object) -> bool:  # a renamed stored name reaches it too
-        return super().__contains__(name) or self._g.node_space.shown(name) != name
+        keys = self.keys()
+        return name in keys or (bool(keys) and self.space.shown(name) in keys)
 
     def __getitem__(self, name: str) -> Any:
-        if self._g.is_typed:  # DGL's rule: g.ndata is for a graph of one node type
+        if self._several():
             raise UnknownNameError(f"g.ndata[{name!r}]: this graph has node types "
                                    f"{self._g.ntypes}; use g.nodes[ntype].data[{name!r}]")
-        return super().__getitem__(name)
+        if name not in self:
+            owner = f"node type {self.space.ntype!r}" if self.space.typed else "this graph"
+            raise UnknownNameError(f"{self.space.what(name)}: {owner} has no such data; it "
+                                   f"has {self.keys()}")
+        return self.view(name)
 
     def view(self, name: str) -> "NodeDataView":
-        return NodeDataView(self._g, name)
+        return NodeDataView(self._g, name, self.space)
+
+
+class NodeTypeView:
+    """``g.nodes[ntype]``: DGL's node-type view; ``.data[name]`` is one of its data views."""
+
+    def __init__(self, graph: DistGraph, space: NodeSpace):
+        self._g, self.space = graph, space
+
+    @property
+    def data(self) -> NodeData:
+        return NodeData(self._g, self.space)
+
+    def __repr__(self) -> str:
+        return f"NodeTypeView({self.space.ntype!r}, num_nodes={self.space.num_nodes})"
 
 
 class NodeDataView:
@@ -381,3 +416,23 @@ def _whole(value):
     if isinstance(value, dict):
         return {k: _whole(v) for k, v in value.items()}
     return value
+
+
+def space_for(graph: DistGraph, rows: int, part_policy, what: str) -> NodeSpace:
+    """The node rows a tensor of ``rows`` rows follows: ``part_policy`` when given (from
+    ``g.get_node_partition_policy``), else, as DGL does, the one node type with that many
+    nodes. One line saying what would fit otherwise."""
+    if part_policy is not None and not isinstance(part_policy, NodeSpace):
+        raise InvalidValueError(f"{what}: part_policy={part_policy!r}; expected "
+                                "g.get_node_partition_policy(ntype)")
+    spaces = [part_policy] if part_policy is not None else \
+        [s for s in graph.spaces.values() if s.num_nodes == rows]
+    if len(spaces) == 1 and spaces[0].num_nodes == rows:
+        return spaces[0]
+    sizes = {s.ntype: s.num_nodes for s in graph.spaces.values()}
+    if len(spaces) > 1:
+        raise InvalidValueError(f"{what}: {rows} rows fit node types "
+                                f"{[s.ntype for s in spaces]}; pass "
+                                "part_policy=g.get_node_partition_policy(ntype)")
+    raise InvalidValueError(f"{what}: {rows} rows; tensors here have one row per node of a "
+                            f"type ({sizes})")

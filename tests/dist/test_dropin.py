@@ -381,6 +381,42 @@ def test_bad_ids_raise_on_every_rank(tmp_path, cache):
     assert "out of range" in text and "rank(s) [1]" in text, text
 
 
+def _one_node_type(session, cache):
+    g = dglx_dist.distribute(CoraGraphDataset()[0], "distdgl", cache_dir=cache,
+                             session=session)
+    ids = torch.tensor([0, 5, 2707])
+    said = []
+    for bad in (lambda: g.nodes["paper"], lambda: g.num_nodes("paper"), lambda: g.out_subgraph):
+        try:
+            bad()
+            said.append(None)
+        except Exception as exc:  # noqa: BLE001 - the test reads what was raised
+            said.append(f"{type(exc).__name__}: {exc}")
+    return {"ntypes": g.ntypes, "keys": [list(g.nodes["_N"].data.keys()), list(g.ndata.keys())],
+            "same": bool((g.nodes["_N"].data["feat"][ids] == g.ndata["feat"][ids]).all()),
+            "feat": g.nodes["_N"].data["feat"][ids].sum().item(),
+            "num": [g.num_nodes("_N"), g.num_nodes()], "said": said,
+            "hasattr": hasattr(g, "out_subgraph")}
+
+
+def test_a_graph_without_types_is_the_one_type_case(tmp_path, cache):
+    """As on DGL's homogeneous graphs, ``g.nodes["_N"].data`` is ``g.ndata``; another node
+    type, and an attribute the graph does not have, are one line each (the latter an
+    AttributeError, so ``hasattr`` answers False)."""
+    res = run_workers(_one_node_type, 2, tmp_path / "run", cache)
+    feat = CoraGraphDataset()[0].ndata["feat"][torch.tensor([0, 5, 2707])].sum().item()
+    for r in range(2):
+        out = res[r]
+        assert out["ntypes"] == ["_N"] and out["keys"][0] == out["keys"][1]
+        assert "feat" in out["keys"][0] and out["same"]
+        assert out["feat"] == pytest.approx(feat) and out["num"] == [2708, 2708]
+        node_type, num_nodes, attr = out["said"]
+        assert node_type == "KeyError: 'paper'", node_type
+        assert "is not one of this graph's node types ['_N']" in num_nodes
+        assert attr.startswith("NotServedError: DistGraph asked the distributed graph for "
+                               "'out_subgraph'") and not out["hasattr"]
+
+
 def _embedding(session, cache):
     import dglx_dist.dgl as dgl
 
