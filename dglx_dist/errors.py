@@ -9,7 +9,7 @@ from __future__ import annotations
 
 __all__ = ["DglxError", "InvalidValueError", "InvalidTypeError", "IdOutOfRangeError",
            "UnknownNameError", "StateError", "ProtocolError", "NotSupportedError", "NotServedError",
-           "DeadlineError", "StreamEndedError", "MissingDependencyError", "InternalError",
+           "DeadlineError", "MissingDependencyError", "InternalError",
            "DatasetFormatError", "PartitionFormatError", "PartitionError",
            "InsufficientMemoryError", "CheckpointError", "NonFiniteLossError", "OutputExistsError",
            "DiskFullError", "RunFailedError", "LearnedNothingError"]
@@ -73,10 +73,6 @@ class NotServedError(NotSupportedError, AttributeError):
 
 class DeadlineError(DglxError, TimeoutError):
     """Something the job waited for did not come within its deadline."""
-
-
-class StreamEndedError(DglxError, EOFError):
-    """A byte stream (a worker's pipe) ended inside a frame."""
 
 
 class MissingDependencyError(DglxError, ImportError):

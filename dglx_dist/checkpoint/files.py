@@ -29,7 +29,7 @@ from dglx_dist.errors import CheckpointError, InvalidValueError
 
 __all__ = ["FORMAT", "MANIFEST", "checkpoint_name", "staging_dir", "encode", "decode",
            "write_file", "commit", "read_manifest", "read_file", "verify", "find_latest",
-           "list_checkpoints", "describe_unusable", "checkpoint_record", "check_root",
+           "list_checkpoints", "describe_unusable", "checkpoint_record",
            "make_root", "check_contents", "check_matches", "LOCK_FILE"]
 
 log = logging.getLogger(__name__)
@@ -187,20 +187,6 @@ def check_contents(root: Path) -> None:
         raise CheckpointError(f"--checkpoint-dir {root} holds {describe_unproven(foreign)}, "
                               f"which are not checkpoints; choose an empty or new directory "
                               f"(old checkpoints are pruned there)")
-
-
-def check_root(root: Path) -> Path:
-    """Refuses a checkpoint root that is not a directory, cannot be written, or holds
-    anything but checkpoints (:func:`make_root`, :func:`check_contents`), leaving the
-    directories it had to create for the probe as they were (absent); returns it."""
-    root = Path(root)
-    for path in make_root(root):  # the first save makes them
-        try:
-            path.rmdir()
-        except OSError:  # another job put something there meanwhile: its directory now
-            break
-    check_contents(root)
-    return root
 
 
 def list_checkpoints(root: Path) -> list[tuple[int, Path]]:

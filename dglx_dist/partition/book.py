@@ -208,10 +208,6 @@ class FeatureSlices:
         """Columns of part ``part``."""
         return slice(int(self.bounds[part]), int(self.bounds[part + 1]))
 
-    def owner_of_column(self, cols: np.ndarray) -> np.ndarray:
-        """The part holding each column."""
-        return np.searchsorted(self.bounds, np.asarray(cols), side="right") - 1
-
     def to_json(self) -> list[int]:
         return [int(b) for b in self.bounds]
 

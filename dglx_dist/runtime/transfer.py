@@ -36,10 +36,6 @@ class DeviceCopies:
         self.pins = self.device.type == "cuda"
         self._stream = torch.cuda.Stream(self.device) if self.pins else None
 
-    def host_empty(self, shape, dtype: torch.dtype) -> torch.Tensor:
-        """An uninitialised host buffer to gather rows into, pinned when copies will follow."""
-        return torch.empty(shape, dtype=dtype, pin_memory=self.pins)
-
     def start(self, tensor: torch.Tensor) -> Ready:
         """Starts copying ``tensor`` to the device; the returned callable gives the device
         tensor once the current stream waits for the copy (``tensor`` itself where it already

@@ -66,8 +66,6 @@ def test_feature_slices_cover_columns_once(feat_dim, parts):
     assert np.array_equal(cols, np.arange(feat_dim))
     widths = np.diff(fs.bounds)
     assert widths.max() - widths.min() <= 1
-    assert np.array_equal(fs.owner_of_column(cols),
-                          np.repeat(np.arange(parts), widths))
 
 
 def test_book_from_json_rejects_unknown():

@@ -34,7 +34,7 @@ def test_a_second_holder_is_refused_naming_the_first(tmp_path):
                                   f"{os.getpid()} on host {socket.gethostname()}, started ")
         assert message.endswith("wait for it to end or choose another directory")
         assert "\n" not in message and "pytest" in message  # the holder's command
-        files.check_root(root)  # the lock file is the root's own
+        files.check_contents(root)  # the lock file is the root's own
     finally:
         first.release()
     assert not (root / LOCK_FILE).exists() and not first.held
@@ -131,6 +131,6 @@ def test_checkpoints_and_pruning_pass_the_lock_file_by(tmp_path):
                                            "files": {"rank-00000.pt": entry}}, keep=1)
         assert sorted(p.name for p in tmp_path.iterdir()) == [LOCK_FILE, "epoch-000003"]
         assert files.find_latest(tmp_path)[1]["epoch"] == 3
-        files.check_root(tmp_path)
+        files.check_contents(tmp_path)
     finally:
         held.release()

@@ -104,8 +104,6 @@ def test_the_environment_names_the_device():
 def test_copies_to_the_cpu_hand_over_the_tensor_itself():
     copies = DeviceCopies(torch.device("cpu"))
     assert not copies.pins  # page-locked memory only where a GPU copies from it
-    buf = copies.host_empty((4, 3), torch.float32)
-    assert buf.shape == (4, 3) and not buf.is_pinned()
     rows = torch.randn(5, 2)
     assert copies.start(rows)() is rows
 
