@@ -169,12 +169,12 @@ def _drop_lock(entry: Path) -> None:
         pass
 
 
-def prune(cache_dir: str | os.PathLike, limits: CacheLimits, keep: tuple[Path, ...] = (),
-          now: float | None = None) -> list[Path]:
+def prune(cache_dir: str | os.PathLike, limits: CacheLimits,
+          keep: tuple[Path, ...] = ()) -> list[Path]:
     """Removes the least recently used entries while the cache is over ``limits.max_bytes``,
     and every entry unused for longer than ``limits.max_age_s``; never ``keep`` nor one used
     within the last hour. Returns what was removed."""
-    now = time.time() if now is None else now
+    now = time.time()
     found = entries(cache_dir)
     total = sum(e.bytes for e in found)
     keep = {Path(k).resolve() for k in keep}
@@ -192,10 +192,9 @@ def prune(cache_dir: str | os.PathLike, limits: CacheLimits, keep: tuple[Path, .
     return removed
 
 
-def clear(cache_dir: str | os.PathLike, older_than_s: float = 0.0,
-          now: float | None = None) -> list[Path]:
+def clear(cache_dir: str | os.PathLike, older_than_s: float = 0.0) -> list[Path]:
     """Removes every entry unused for longer than ``older_than_s`` (all by default), as far as
     its record proves it dglx's. Returns what was removed."""
-    now = time.time() if now is None else now
+    now = time.time()
     return [e.path for e in entries(cache_dir)
             if now - e.last_used >= older_than_s and _remove(e)]

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import itertools
-import logging
 import os
 import types
 from typing import Any
@@ -58,7 +57,6 @@ from dglx_dist.strategies.steps import LoaderSpec
 
 __all__ = ["DistGraph", "NodeDataView", "distribute", "node_data_store", "current_graph"]
 
-log = logging.getLogger(__name__)
 # the graph DGL's DistTensor / DistEmbedding attach to when none is named, as DGL's own find
 # theirs through the client they were started with
 _CURRENT: contextvars.ContextVar["DistGraph | None"] = contextvars.ContextVar(

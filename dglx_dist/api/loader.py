@@ -28,7 +28,6 @@ the ids' check, the strategy's setup (the first loader) and the loader's plan.
 """
 from __future__ import annotations
 
-import logging
 import operator
 import warnings
 from typing import Iterator
@@ -53,7 +52,6 @@ from dglx_dist.strategies.steps import (Blocks, EdgeStep, LoaderSpec, Step, samp
 
 __all__ = ["DataLoader", "DistNodeDataLoader", "DistEdgeDataLoader"]
 
-log = logging.getLogger(__name__)
 _IGNORED = ("device", "use_uva", "num_workers", "use_alternate_streams", "pin_prefetcher",
             "gpu_cache", "persistent_workers", "pin_memory", "prefetch_factor")
 

@@ -20,7 +20,6 @@ import base64
 import concurrent.futures
 import dataclasses
 import json
-import logging
 import threading
 import time
 
@@ -34,7 +33,6 @@ from dglx_dist.offload.tensor_fn.payload import PayloadError, decode, encode
 
 __all__ = ["AwsExecutor", "split_request", "merge_responses"]
 
-log = logging.getLogger(__name__)
 _ENVELOPE = len(json.dumps({"payload": ""}))  # JSON around the base64 text
 _RESPONSE_SLACK = 1024  # response header and array descriptors, generously
 _RETRYABLE = {"TooManyRequestsException", "ServiceException", "EC2ThrottledException",

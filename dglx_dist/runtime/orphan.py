@@ -11,7 +11,6 @@ what would hang. Peers on other machines learn of the exit through their own tim
 """
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import threading
@@ -20,7 +19,6 @@ import psutil
 
 __all__ = ["LauncherWatch", "EXIT_ORPHANED"]
 
-log = logging.getLogger(__name__)
 EXIT_ORPHANED = 129  # 128 + SIGHUP: what a terminal's death would have given
 
 

@@ -32,7 +32,6 @@ steps the optimizer through the trainer's hook, and :meth:`Pipeline.train` yield
 from __future__ import annotations
 
 import dataclasses
-import logging
 import time
 from typing import Iterator
 
@@ -46,7 +45,6 @@ from dglx_dist.strategies.dorylus.params import Applied, WeightUpdates
 
 __all__ = ["Pipeline", "TensorSpec"]
 
-log = logging.getLogger(__name__)
 GRAPH_KINDS = ("GA", "SC", "BGA", "BSC")
 _DIRS = {"train": 0, "eval": 2}  # tag spaces: forward = base, backward = base + 1
 
