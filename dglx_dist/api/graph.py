@@ -49,7 +49,7 @@ from dglx_dist.prepare import checked_cache, ensure_partitions, made_by_rank0
 from dglx_dist.runtime.agree import differing_ranks
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.runtime.session import Session, current_session, init
-from dglx_dist.sampling import PartitionSampler, part_edge_weights
+from dglx_dist.sampling import PartitionSampler
 from dglx_dist.strategies.abilities import FullGraphForm
 from dglx_dist.strategies.base import (SetupRequest, Strategy, build_strategy,
                                        check_partitions, implied_layers, trainer_loaders)
@@ -285,9 +285,8 @@ class DistGraph(EdgeStructure):
         if self._sampler is None:
             part_id = part_of(self.session, self.pdir)
             comm = part_comm(self.session, self.pdir, part_id)
-            pdir, weights = self.pdir, part_edge_weights(self.pdir, part_id, self.store)
-            self._sampler = PartitionSampler(pdir.load_part(part_id), pdir.book, comm, part_id,
-                                             pdir.edge_book(), edge_weights=weights)
+            self._sampler = PartitionSampler.of(self.pdir, self.pdir.load_part(part_id), comm,
+                                                self.store)
         return self._sampler
 
     def close(self) -> None:

@@ -7,7 +7,7 @@ step."""
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import dgl
 import torch
@@ -17,7 +17,6 @@ from dglx_dist.errors import (InvalidTypeError, InvalidValueError, NotSupportedE
                               UnknownNameError)
 from dglx_dist.kvstore.base import edge_key
 from dglx_dist.sampling.options import UNIFORM, SampleOptions, check_weights
-from dglx_dist.sampling.typed import typed_fanouts
 
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
@@ -96,14 +95,14 @@ class OutNeighborSampler(BlockSampler):
 def sampler_fanouts(sampler, types=None) -> tuple:
     """The fanouts (input layer first) of DGL's ``NeighborSampler`` or
     ``MultiLayerFullNeighborSampler``; with the ``types`` of a typed partitioning, per
-    layer one fanout per edge type (:func:`~dglx_dist.sampling.typed.typed_fanouts`).
+    layer one fanout per edge type (:func:`_typed_fanouts`).
 
     Raises:
         TypeError: another sampler type.
     """
     sampler = _neighbor_sampler(sampler)
     if types is not None:
-        return typed_fanouts(sampler.fanouts, types)
+        return _typed_fanouts(sampler.fanouts, types)
     fanouts = []
     for f in sampler.fanouts:
         if isinstance(f, dict):
@@ -111,6 +110,33 @@ def sampler_fanouts(sampler, types=None) -> tuple:
                                    "types; this one has none")
         fanouts.append(-1 if f is None or int(f) < 0 else int(f))
     return tuple(fanouts)
+
+
+def _typed_fanouts(fanouts: Sequence, types) -> tuple[tuple[int, ...], ...]:
+    """Per layer (input first), the fanout of each edge type in order (-1: all), from DGL's
+    per-layer fanouts: one number for every edge type, or a dict naming every edge type (by
+    canonical type, or relation name when unique); ``types``: the partitioning's
+    :class:`~dglx_dist.partition.types.GraphTypes`."""
+    etypes, out = list(types.canonical_etypes), []
+    for layer, f in enumerate(fanouts):
+        where = f"NeighborSampler fanouts[{layer}]"
+        if not isinstance(f, dict):
+            k = -1 if f is None or int(f) < 0 else int(f)
+            out.append((k,) * len(etypes))
+            continue
+        per = {}
+        for key, k in f.items():
+            try:
+                index = types.etype_index(key)
+            except UnknownNameError as exc:
+                raise InvalidValueError(f"{where}: {exc}") from None
+            per[index] = -1 if k is None or int(k) < 0 else int(k)
+        missing = [etypes[i] for i in range(len(etypes)) if i not in per]
+        if missing:
+            raise InvalidValueError(f"{where}: no fanout for edge types {missing}; give every "
+                                    "edge type one (0 samples none)")
+        out.append(tuple(per[i] for i in range(len(etypes))))
+    return tuple(out)
 
 
 def sampler_options(graph: DistGraph, sampler) -> SampleOptions:

@@ -377,7 +377,7 @@ class EdgeStructure:
     def _edges(self, fn, nodes: torch.Tensor, *args) -> tuple[torch.Tensor, ...]:
         """``fn`` (a sampler's method) of the graph's ids ``nodes``: its ``(src, dst, eid)``
         with the ends in the graph's ids."""
-        src, dst, eid = fn(self.part_ids(nodes), *args)
+        src, dst, eid = fn(self.part_ids(nodes), *args)[:3]
         return self.node_ids(src), self.node_ids(dst), eid
 
     def _frontier(self, edges):

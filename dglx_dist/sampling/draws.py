@@ -7,7 +7,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from dglx_dist.errors import InvalidValueError
+from dglx_dist.errors import InvalidValueError, NotSupportedError
 from dglx_dist.sampling.in_edges import InEdges, draw_in_edges
 from dglx_dist.sampling.labor import draw_labor
 from dglx_dist.sampling.options import EdgeWeights, SampleOptions
@@ -40,8 +40,12 @@ class Draws:
                  ) -> tuple[torch.Tensor, torch.Tensor]:
         """The drawn in-edges of ``nodes`` (unique; but the edge ids ``exclude``): each one's
         index in ``nodes`` and its position in :attr:`edges`, grouped by node in order."""
-        if options.labor is not None:
-            return self._labor(nodes, int(fanouts), options, exclude)
+        if options.labor is not None:  # one fanout: a graph of one edge type
+            if self.edges.num_etypes > 1:
+                raise NotSupportedError("LABOR's draws on a graph with edge types are not "
+                                        "supported")
+            return self._labor(nodes, int(torch.as_tensor(fanouts).reshape(-1)[0]), options,
+                               exclude)
         weights = self.weights(options.prob)
         generator = None if options.seed is None else \
             torch.Generator(self.edges.indptr.device).manual_seed(options.seed)

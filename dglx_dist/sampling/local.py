@@ -11,6 +11,7 @@ from dglx_dist.sampling.draws import Draws
 from dglx_dist.sampling.in_edges import InEdges
 from dglx_dist.sampling.options import UNIFORM, EdgeWeights, SampleOptions
 from dglx_dist.sampling.sampler import BlockSampler
+from dglx_dist.sampling.types import TypeIds
 
 __all__ = ["LocalSampler", "WholeGraph", "whole_graph", "whole_edge_weights"]
 
@@ -65,16 +66,18 @@ class LocalSampler(BlockSampler):
 
     def __init__(self, graph: WholeGraph, edge_weights: EdgeWeights | None = None):
         self.graph, self.num_nodes = graph, graph.num_nodes
+        self.ids = TypeIds.one(graph.num_nodes)  # a replicated structure has no types
         self.edges = InEdges.of(graph.src, graph.dst, graph.num_nodes)
         self.draws = Draws(self.edges, edge_weights)  # P3's hash partitions keep the user's ids
 
     def sample_layer(self, nodes: torch.Tensor, fanout: int,
                      exclude: torch.Tensor | None = None, options: SampleOptions = UNIFORM
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                     ) -> tuple[torch.Tensor, ...]:
         nodes = nodes.long()
         row, pos = self.draws(nodes, fanout, options, exclude)
         return self.edges.src.index_select(0, pos), nodes.index_select(0, row), \
-            self.graph.eid.index_select(0, self.edges.eid.index_select(0, pos))
+            self.graph.eid.index_select(0, self.edges.eid.index_select(0, pos)), \
+            torch.zeros_like(pos)
 
     def out_edges(self, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Every edge out of ``nodes`` as ``(src, dst, eid)`` (global ids; the user's edge

@@ -9,6 +9,9 @@ each owner samples and answers with the sources (see :meth:`PartitionSampler.sam
 Own frontier nodes are sampled while the requests travel. Sampling is therefore
 *collective*: every member calls :meth:`PartitionSampler.draw_blocks` the same number of
 times (with the same number of layers); members with nothing to sample pass empty seeds.
+On a typed partitioning, the owners draw each edge type's in-edges with that type's fanout
+and the blocks speak per-type ids (:class:`~dglx_dist.sampling.types.TypeIds`), as DistDGL
+samples heterographs: a graph without types is the one-type case, in partitioned ids.
 
 Every sampled edge comes with its edge id in the user's graph (the part's ``edata["_ID"]``,
 its row in the dataset's edges), which the block (:class:`~dglx_dist.sampling.block.Block`)
@@ -44,7 +47,8 @@ from dglx_dist.sampling.block import Block
 from dglx_dist.sampling.blocks import id_dtype
 from dglx_dist.sampling.draws import Draws
 from dglx_dist.sampling.in_edges import InEdges
-from dglx_dist.sampling.options import UNIFORM, EdgeWeights, SampleOptions
+from dglx_dist.sampling.options import UNIFORM, EdgeWeights, SampleOptions, part_edge_weights
+from dglx_dist.sampling.types import TypeIds
 
 __all__ = ["BlockSampler", "PartitionSampler"]
 
@@ -52,17 +56,19 @@ EMPTY = torch.zeros(0, dtype=torch.int64)
 
 
 class BlockSampler(abc.ABC):
-    """Builds a GNN's blocks layer by layer from a ``sample_layer`` (subclasses provide it)."""
+    """Builds a GNN's blocks layer by layer from a ``sample_layer`` (subclasses provide it,
+    and ``ids``: the :class:`~dglx_dist.sampling.types.TypeIds` the blocks speak)."""
 
     num_nodes: int
+    ids: TypeIds
 
     @abc.abstractmethod
-    def sample_layer(self, nodes: torch.Tensor, fanout: int, exclude=None,
-                     options: SampleOptions = UNIFORM
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sampled in-edges ``(src, dst, eid)`` of ``nodes`` (global ids; ``eid``: the user's
-        edge ids), leaving out the edges ``exclude`` (what :meth:`exclusions` made of the
-        ids given to draw_blocks), drawn as ``options`` say."""
+    def sample_layer(self, nodes: torch.Tensor, fanouts: int | Sequence[int], exclude=None,
+                     options: SampleOptions = UNIFORM) -> tuple[torch.Tensor, ...]:
+        """Sampled in-edges ``(src, dst, eid, etype)`` of ``nodes`` (global ids; ``eid``: the
+        user's homogeneous edge ids; ``etype``: each edge's type), ``fanouts`` per node (one
+        number, or one per edge type), leaving out the edges ``exclude`` (what
+        :meth:`exclusions` made of the ids given to draw_blocks), drawn as ``options`` say."""
 
     @abc.abstractmethod
     def out_edges(self, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -77,20 +83,23 @@ class BlockSampler(abc.ABC):
         the first member's (collective where members draw for each other)."""
         return values
 
-    def draw_blocks(self, seeds: torch.Tensor, fanouts: Sequence[int],
+    def draw_blocks(self, seeds: torch.Tensor, fanouts: Sequence,
                     exclude: torch.Tensor | None = None,
                     options: SampleOptions = UNIFORM) -> list[Block]:
-        """The package's blocks for a GNN with ``len(fanouts)`` layers; ``fanouts[i]`` is
-        layer i's fanout (input layer first, as in DGL's NeighborSampler); -1 takes every
-        in-neighbor. ``exclude``: partitioned edge ids no layer may sample (DGL's
-        ``exclude_eids``); ``options``: how each layer draws (each layer its own seed)."""
-        blocks: list[Block] = []
-        frontier = seeds
+        """The package's blocks for a GNN with ``len(fanouts)`` layers whose last
+        destinations are the nodes of partitioned ids ``seeds``; ``fanouts[i]`` is layer i's
+        fanout, one number or one per edge type (input layer first, as in DGL's
+        NeighborSampler); -1 takes every in-neighbor. Their node ids are :attr:`ids`'
+        per-type ids (without types, the partitioned ids). ``exclude``: partitioned edge ids
+        no layer may sample (DGL's ``exclude_eids``); ``options``: how each layer draws (each
+        layer its own seed)."""
         routed = self.exclusions(exclude) if exclude is not None else None
+        frontier, blocks = self.ids.split(seeds), []
         for layer, fanout in enumerate(reversed(fanouts)):
-            src, dst, eid = self.sample_layer(frontier, fanout, routed, options.stream(layer))
-            blocks.insert(0, Block.untyped(frontier, src, dst, eid, self.num_nodes))
-            frontier = blocks[0].src_nodes
+            drawn = self.sample_layer(self.ids.join(frontier), fanout, routed,
+                                      options.stream(layer))
+            blocks.insert(0, self.ids.block(frontier, *drawn, self.num_nodes))
+            frontier = [blocks[0].nodes_of(t) for t in range(len(self.ids.ntypes))]
         return blocks
 
 
@@ -103,7 +112,8 @@ class PartitionSampler(BlockSampler):
         comm: the members, in part order.
         member: this rank's index in ``comm`` (the part it holds).
         edge_book: where each partitioned edge id is stored (``PartitionDir.edge_book()``).
-        etype_offsets: a typed partitioning's edge type offsets (None: no types).
+        ids: the partitioning's node and edge types (None: one of each, a graph without
+            types); the blocks' ids are their per-type ids.
         edge_weights: the part's edge data by name, for weighted draws
             (:func:`~dglx_dist.sampling.options.part_edge_weights`; None: none).
         has_edge_data: on a typed partitioning, whether edge type ``e`` has edge data
@@ -112,7 +122,7 @@ class PartitionSampler(BlockSampler):
     """
 
     def __init__(self, part: Partition, book: NodeBook, comm: Comm, member: int,
-                 edge_book: RangeBook, etype_offsets=None,
+                 edge_book: RangeBook, ids: TypeIds | None = None,
                  edge_weights: EdgeWeights | None = None,
                  has_edge_data: Callable[[int, str], bool] | None = None):
         if book.num_parts != comm.size:
@@ -125,16 +135,25 @@ class PartitionSampler(BlockSampler):
         self.num_nodes = book.num_nodes
         # node ids, edge ids and counts travel in one dtype, the same on every member
         self.id_dtype = id_dtype(max(book.num_nodes, edge_book.num_nodes))
-        # a typed partitioning: each edge's type, read off its id against the type offsets
-        self.etype_offsets, kinds, types = None, None, 1
-        if etype_offsets is not None:
-            self.etype_offsets = torch.tensor([int(o) for o in etype_offsets])
-            kinds = torch.searchsorted(self.etype_offsets, self.local_eid, right=True) - 1
-            types = self.etype_offsets.numel() - 1
+        self.ids = TypeIds.one(book.num_nodes) if ids is None else ids
+        # edge types: each edge's, read off its id against the type offsets
+        kinds, types = None, len(self.ids.etypes)
+        if types > 1:
+            kinds = torch.searchsorted(self.ids.etype_offsets, self.local_eid, right=True) - 1
         self.edges = InEdges.of(torch.from_numpy(part.src), torch.from_numpy(part.dst),
                                 self.local_gid.numel(), kinds, types)
         orig = torch.from_numpy(np.concatenate([part.core_orig, part.halo_orig])).long()
         self.draws = Draws(self.edges, edge_weights, orig, has_edge_data)
+
+    @classmethod
+    def of(cls, pdir, part: Partition, comm: Comm, store=None) -> "PartitionSampler":
+        """The sampler of ``pdir``'s part ``part`` (member ``part.part`` of ``comm``), in its
+        types' ids, its draws weighed by the part's edge data (``store``'s rows where it
+        holds them, else the files': :func:`~dglx_dist.sampling.options.part_edge_weights`)."""
+        types = pdir.types
+        return cls(part, pdir.book, comm, part.part, pdir.edge_book(), TypeIds.of(pdir),
+                   part_edge_weights(pdir, part.part, store),
+                   None if types is None else types.has_edge_data)
 
     def exclusions(self, exclude: torch.Tensor) -> list[torch.Tensor]:
         """Per member, the local ids of this part's edges that member excludes (collective:
@@ -197,49 +216,47 @@ class PartitionSampler(BlockSampler):
             out[known] = self.edges.has(u[known], torch.as_tensor(self.book.to_local(dst[known])))
         return out
 
-    def sample_layer(self, nodes: torch.Tensor, fanout: int,
+    def sample_layer(self, nodes: torch.Tensor, fanouts: int | Sequence[int],
                      exclude: list[torch.Tensor] | None = None,
-                     options: SampleOptions = UNIFORM
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sampled in-edges ``(src, dst, eid)`` of ``nodes`` (global ids), wherever they are
-        owned, drawn as ``options`` say by the owner.
+                     options: SampleOptions = UNIFORM) -> tuple[torch.Tensor, ...]:
+        """Sampled in-edges ``(src, dst, eid, etype)`` of ``nodes`` (global ids), wherever
+        they are owned, drawn as ``options`` say by the owner: ``fanouts`` in-edges per node
+        (one number, or ``fanouts[e]`` of edge type ``e``; -1: all; 0: none), but those
+        ``exclude`` names (what :meth:`exclusions` gave); ``eid`` the edges' homogeneous ids,
+        ``etype`` their types (zeros on a partitioning of one edge type).
 
-        A request is the node ids (``id_dtype``); own nodes are sampled while it travels. With
-        a fanout, the answer is one row per requested node: ``fanout`` sources, then their
-        ``fanout`` edge ids, padded with -1, so its size is known and the answer round needs
-        no round of counts; with the full neighbourhood (-1), or LABOR's draws (as many
-        edges as the fanout in expectation), it is, per requested node in request order, its
-        number of drawn in-edges, then all their sources, then their edge ids.
+        A request is the node ids (``id_dtype``); own nodes are sampled while it travels. An
+        answer's columns are the drawn edges' sources and edge ids (and their types, where
+        there are several). With one fanout of one edge type (:meth:`_width`), it is one row
+        per requested node: ``fanout`` of each column, padded with -1, so its size is known
+        and the answer round needs no round of counts; else (the full neighbourhood, per-type
+        fanouts, LABOR's ``fanout`` edges in expectation) it is, per requested node in
+        request order, its number of drawn in-edges, then each column of them all.
         The requester knows the destinations already.
         """
+        width = self._width(fanouts, options)
         mine, requests, skip, pending = self._requests(nodes, exclude)
         try:
-            counts, src, eid = self._grouped(mine, fanout, skip[self.member],
-                                             options.stream(self.member))
+            got = [(mine, *self._drawn(mine, fanouts, skip[self.member],
+                                       options.stream(self.member)))]
         finally:
             received = pending.wait()
-        srcs, dsts, eids = [src], [torch.repeat_interleave(mine, counts)], [eid]
-        if fanout < 0 or options.labor is not None:  # LABOR: fanout edges in expectation
-            answers = [torch.cat(self._grouped(r.long(), fanout, x, options.stream(s)))
-                       .to(self.id_dtype) for s, (r, x) in enumerate(zip(received, skip))]
-            for asked, got in zip(requests, self.comm.all_to_all_v(answers)):
-                n = asked.numel()
-                counts = got[:n].long()
-                src, eid = got[n:].long().view(2, -1)
-                srcs.append(src)
-                eids.append(eid)
-                dsts.append(torch.repeat_interleave(asked.long(), counts))
-        else:
-            answers = [self._padded(r.long(), fanout, x, options.stream(s))
-                       for s, (r, x) in enumerate(zip(received, skip))]
-            returned = self.comm.all_to_all_v(answers, recv_rows=[r.numel() for r in requests])
-            for asked, got in zip(requests, returned):
-                src, eid = got[:, :fanout], got[:, fanout:]
-                kept = src >= 0
-                srcs.append(src[kept].long())
-                eids.append(eid[kept].long())
-                dsts.append(torch.repeat_interleave(asked.long(), kept.sum(1)))
-        return torch.cat(srcs), torch.cat(dsts), torch.cat(eids)
+        answers = [self._answer(r.long(), fanouts, x, options.stream(s), width)
+                   for s, (r, x) in enumerate(zip(received, skip))]
+        rows = None if width is None else [r.numel() for r in requests]
+        for asked, answer in zip(requests, self.comm.all_to_all_v(answers, recv_rows=rows)):
+            got.append((asked.long(), *self._read(answer, asked.numel(), width)))
+        dst = torch.cat([torch.repeat_interleave(g[0], g[1]) for g in got])
+        src, eid, *etype = (torch.cat(c) for c in zip(*(g[2] for g in got)))
+        return src, dst, eid, etype[0] if etype else torch.zeros_like(dst)
+
+    def _width(self, fanouts, options: SampleOptions) -> int | None:
+        """The padded answer's width: the fanout where it bounds every node's drawn in-edges
+        (one fanout >= 0 of one edge type, not LABOR's); else None (counts, then edges)."""
+        k = torch.as_tensor(fanouts).reshape(-1)
+        if self.edges.num_etypes > 1 or k.numel() != 1 or options.labor is not None:
+            return None
+        return int(k) if int(k) >= 0 else None
 
     def _requests(self, nodes: torch.Tensor, exclude):
         """This member's own nodes of ``nodes``, the others' by owner (a request each, the
@@ -250,59 +267,41 @@ class PartitionSampler(BlockSampler):
         return (nodes[owner == self.member].long(), requests,
                 exclude or [None] * self.comm.size, self.comm.start_all_to_all_v(requests))
 
-    def sample_typed_layer(self, nodes: torch.Tensor, fanouts: Sequence[int],
-                           exclude: list[torch.Tensor] | None = None,
-                           options: SampleOptions = UNIFORM) -> tuple[torch.Tensor, ...]:
-        """:meth:`sample_layer` on a typed partitioning: ``fanouts[e]`` in-edges of edge type
-        ``e`` per node (-1: all; 0: none) but those ``exclude`` names (what
-        :meth:`exclusions` gave), as ``(src, dst, etype, eid)``: each sampled edge's
-        type and its homogeneous edge id, drawn as ``options`` say (``prob`` on the edge
-        types that have it). A request is the node ids; the answer, per requested node in
-        request order, its number of sampled edges, then their sources, then their edge
-        types, then their edge ids."""
-        if self.etype_offsets is None:
-            raise InvalidValueError("typed sampling needs a typed partitioning's edge types "
-                                    "(PartitionSampler(..., etype_offsets=...))")
-        mine, requests, skip, pending = self._requests(nodes, exclude)
-        try:
-            got = [(mine, *self._grouped(mine, fanouts, skip[self.member],
-                                         options.stream(self.member), True))]
-        finally:
-            received = pending.wait()
-        answers = [torch.cat(self._grouped(r.long(), fanouts, x, options.stream(s), True))
-                   .to(self.id_dtype) for s, (r, x) in enumerate(zip(received, skip))]
-        for asked, answer in zip(requests, self.comm.all_to_all_v(answers)):
-            n = asked.numel()
-            counts = answer[:n].long()
-            got.append((asked.long(), counts, *answer[n:].long().view(3, -1)))
-        dst = torch.cat([torch.repeat_interleave(g[0], g[1]) for g in got])
-        return (torch.cat([g[2] for g in got]), dst, *(torch.cat([g[i] for g in got])
-                                                      for i in (3, 4)))
-
-    def _grouped(self, gids: torch.Tensor, fanouts, exclude: torch.Tensor | None = None,
-                 options: SampleOptions = UNIFORM, typed: bool = False
-                 ) -> tuple[torch.Tensor, ...]:
+    def _drawn(self, gids: torch.Tensor, fanouts, exclude: torch.Tensor | None = None,
+               options: SampleOptions = UNIFORM) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Per owned node in ``gids`` (unique), its number of sampled in-edges (but the
-        part's edges ``exclude``), and their sources' global ids (with ``typed``, their edge
-        types) and their edge ids in the user's graph, grouped by node in ``gids`` order."""
+        part's edges ``exclude``), and the answer's columns of them: their sources' global
+        ids, their edge ids in the user's graph (and their types, where there are several),
+        grouped by node in ``gids`` order."""
         local = torch.as_tensor(self.book.to_local(gids)).long()
         row, pos = self.draws(local, fanouts, options, exclude)
-        counts = torch.bincount(row, minlength=gids.numel())
-        src = self.local_gid.index_select(0, self.edges.src.index_select(0, pos))
-        eid = self.local_eid.index_select(0, self.edges.eid.index_select(0, pos))
-        if not typed:
-            return counts, src, eid
-        return counts, src, self.edges.etype.index_select(0, pos), eid
+        columns = [self.local_gid.index_select(0, self.edges.src.index_select(0, pos)),
+                   self.local_eid.index_select(0, self.edges.eid.index_select(0, pos))]
+        if self.edges.etype is not None:
+            columns.append(self.edges.etype.index_select(0, pos))
+        return torch.bincount(row, minlength=gids.numel()), columns
 
-    def _padded(self, gids: torch.Tensor, fanout: int, exclude: torch.Tensor | None = None,
-                options: SampleOptions = UNIFORM) -> torch.Tensor:
-        """The sampled in-edges of each owned node in ``gids``: one row per node of
-        ``fanout`` sources, then their ``fanout`` edge ids, -1 where it has fewer."""
-        counts, src, eid = self._grouped(gids, fanout, exclude, options)
-        out = torch.full((gids.numel(), 2 * fanout), -1, dtype=self.id_dtype)
+    def _answer(self, gids: torch.Tensor, fanouts, exclude: torch.Tensor | None,
+                options: SampleOptions, width: int | None) -> torch.Tensor:
+        """The answer to a request for ``gids`` (see :meth:`sample_layer`): with ``width``,
+        one row per node of ``width`` of each column, -1 where it has fewer edges."""
+        counts, columns = self._drawn(gids, fanouts, exclude, options)
+        if width is None:
+            return torch.cat([counts, *columns]).to(self.id_dtype)
+        out = torch.full((gids.numel(), len(columns), width), -1, dtype=self.id_dtype)
         starts = torch.cumsum(counts, 0) - counts
         rows = torch.repeat_interleave(torch.arange(gids.numel()), counts)
-        cols = torch.arange(src.numel()) - starts.index_select(0, rows)
-        out[rows, cols] = src.to(self.id_dtype)
-        out[rows, cols + fanout] = eid.to(self.id_dtype)
-        return out
+        cols = torch.arange(rows.numel()) - starts.index_select(0, rows)
+        for c, column in enumerate(columns):
+            out[rows, c, cols] = column.to(self.id_dtype)
+        return out.view(gids.numel(), len(columns) * width)
+
+    def _read(self, answer: torch.Tensor, n: int, width: int | None
+              ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The counts and columns of an answer to a request of ``n`` nodes."""
+        columns = 2 if self.edges.etype is None else 3
+        if width is None:
+            return answer[:n].long(), list(answer[n:].long().view(columns, -1))
+        got = answer.reshape(n, columns, width)
+        kept = got[:, 0] >= 0
+        return kept.sum(1), [got[:, c][kept].long() for c in range(columns)]

@@ -42,8 +42,7 @@ from dglx_dist.partition.load import PartitionDir
 from dglx_dist.registry import Bounds
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
-from dglx_dist.sampling import PartitionSampler, part_edge_weights
-from dglx_dist.sampling.typed import TypedBlockSampler, TypeIds
+from dglx_dist.sampling import PartitionSampler
 from dglx_dist.strategies.abilities import MemoryModelled
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest,
                                        ddp)
@@ -113,16 +112,8 @@ class DistDGLStrategy(MiniBatchStrategy, MemoryModelled):
             self.store.pull_per_server()
         if self.config.cache_mb and self.store.cache is None:
             self.store.start_cache(int(self.config.cache_mb * 2**20))
-        if pdir.types is None:
-            self.sampler = PartitionSampler(part, pdir.book, session.cross, server,
-                                            pdir.edge_book(),
-                                            edge_weights=part_edge_weights(pdir, server, store))
-        else:  # DGL's heterogeneous blocks, per-type ids
-            self.sampler = TypedBlockSampler(
-                PartitionSampler(part, pdir.book, session.cross, server, pdir.edge_book(),
-                                 pdir.types.etype_offsets, part_edge_weights(pdir, server, store),
-                                 pdir.types.has_edge_data),
-                TypeIds.of(pdir), pdir.types.canonical_etypes)
+        # (with types, DGL's heterogeneous blocks in per-type ids)
+        self.sampler = PartitionSampler.of(pdir, part, session.cross, store)
 
     def loader_plan(self, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan:
         plan = super().loader_plan(ids, spec)

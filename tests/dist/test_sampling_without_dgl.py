@@ -27,19 +27,13 @@ _RANK = textwrap.dedent("""
     import dglx_dist
     from dglx_dist.partition import PartitionDir
     from dglx_dist.sampling import PartitionSampler
-    from dglx_dist.sampling.typed import TypedBlockSampler, TypeIds
 
     session = dglx_dist.init(backend="gloo", device="cpu")
     pdir = PartitionDir(sys.argv[1])
     part = pdir.load_part(session.rank)
     types = pdir.types
-    sampler = PartitionSampler(part, pdir.book, session.world, session.rank, pdir.edge_book(),
-                               None if types is None else types.etype_offsets)
-    if types is not None:
-        sampler = TypedBlockSampler(sampler, TypeIds.of(pdir), types.canonical_etypes)
-        fanouts = [[-1] * len(types.canonical_etypes)] * 2
-    else:
-        fanouts = [-1, -1]
+    sampler = PartitionSampler.of(pdir, part, session.world)
+    fanouts = [-1, -1] if types is None else [[-1] * len(types.canonical_etypes)] * 2
     seeds = torch.arange(session.rank, pdir.num_nodes, 7)
     out = []
     for block in sampler.draw_blocks(seeds, fanouts):

@@ -237,9 +237,7 @@ class GraNNDisStrategy(Strategy, FullGraphForm, MemoryModelled, HoldsRows, Appro
     def _server_graph(self, pdir: PartitionDir, part, core_edges, core_etype, gen):
         """This rank's nodes (inner + its share of the preloaded external ones), the group's
         node set, and the in-edges of this rank's nodes inside that set (collective)."""
-        offsets = None if pdir.types is None else pdir.types.etype_offsets
-        sampler = PartitionSampler(part, pdir.book, self.session.world, part.part,
-                                   pdir.edge_book(), offsets)
+        sampler = PartitionSampler.of(pdir, part, self.session.world)
         in_group = torch.zeros(pdir.num_parts, dtype=torch.bool)
         in_group[self.group.members] = True  # part p is rank p's
         hops = 0 if self.config.scope == "world" else self._max_hop()
@@ -248,11 +246,10 @@ class GraNNDisStrategy(Strategy, FullGraphForm, MemoryModelled, HoldsRows, Appro
                                          gen)
         own = torch.cat([torch.from_numpy(part.core_gid), self.preloaded]).sort().values
         nodes = GroupNodes.gather(self.group, own)
-        if offsets is None:
-            ext = sampler.sample_layer(self.preloaded, -1)[:2]
-        else:  # each edge's type: the core ones' from their ids, the others' from the sampler
-            ext = sampler.sample_typed_layer(self.preloaded, (-1,) * (len(offsets) - 1))[:3]
-            core_edges = (*core_edges, core_etype)
+        src, dst, _, etype = sampler.sample_layer(self.preloaded, -1)
+        ext = (src, dst)
+        if core_etype is not None:  # each edge's type: the core ones' from their ids, the
+            core_edges, ext = (*core_edges, core_etype), (src, dst, etype)  # others' drawn
         edges = tuple(torch.cat([c, e]) for c, e in zip(core_edges, ext))
         keep = nodes.contains(edges[0])
         return own, nodes, tuple(t[keep] for t in edges)

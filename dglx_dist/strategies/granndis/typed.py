@@ -40,7 +40,7 @@ from dglx_dist.runtime.autograd import halo_exchange_many
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.sampling.block import Block
 from dglx_dist.sampling.frames import NID
-from dglx_dist.sampling.typed import TypeIds
+from dglx_dist.sampling.types import TypeIds
 from dglx_dist.strategies.granndis.cobatch import ETYPE, CoBatchPlan, LayerPlan
 from dglx_dist.strategies.steps import Step
 

@@ -55,8 +55,7 @@ from dglx_dist.runtime.autograd import GradientSync
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import (LocalSampler, PartitionSampler, owner_balanced_chunks,
-                                part_edge_weights, whole_edge_weights, whole_graph)
-from dglx_dist.sampling.typed import TypedBlockSampler, TypeIds
+                                whole_edge_weights, whole_graph)
 from dglx_dist.strategies.abilities import (HoldsRows, MemoryModelled, OverlapsBackward, OwnSplit,
                                             ShardedParams)
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest,
@@ -150,11 +149,7 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, ShardedParams,
         self.pdir, self.num_nodes, self.store = pdir, pdir.num_nodes, store
         part = pdir.load_part(rank, features=pdir.types is None)
         if pdir.types is not None:  # DGL's heterogeneous blocks; projections split by columns
-            self.sampler = TypedBlockSampler(
-                PartitionSampler(part, pdir.book, session.world, rank, pdir.edge_book(),
-                                 pdir.types.etype_offsets, part_edge_weights(pdir, rank, store),
-                                 pdir.types.has_edge_data),
-                TypeIds.of(pdir), pdir.types.canonical_etypes)
+            self.sampler = PartitionSampler.of(pdir, part, session.world, store)
             self.typed = TypedColumns(session, pdir, store)
             self.held_rows = frozenset(self.typed.held)
             return
@@ -165,9 +160,7 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, ShardedParams,
             self.sampler = LocalSampler(whole_graph(parts, pdir.num_nodes),
                                         whole_edge_weights(pdir))
         else:
-            self.sampler = PartitionSampler(part, pdir.book, session.world, rank,
-                                            pdir.edge_book(),
-                                            edge_weights=part_edge_weights(pdir, rank, store))
+            self.sampler = PartitionSampler.of(pdir, part, session.world, store)
         # without feature caching a rank holds its slice; with it, each server holds every
         # column: local rank l the slices of the ranks with local index l on every server
         held = topo.cross_ranks(session.local_rank) if self.cache.features else [rank]
