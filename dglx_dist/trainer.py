@@ -20,10 +20,11 @@ and the labels are the category's: an R-GCN such as :class:`~dglx_dist.models.RG
 unchanged.
 
 Or ``trainer.fit(epochs)``, which also returns the per-epoch metrics records (wall time,
-steps, samples, bytes intra/inter-server, peak memory, loss, accuracy) and writes them as JSON
-lines. ``fit`` has one loop for every strategy: its epochs are the loader's steps, or a
-pipeline of the strategy's own (:class:`~dglx_dist.strategies.abilities.OwnEpochs`: dorylus's
-bounded asynchrony, which steps the optimizer through :meth:`Trainer.optimizer_step`).
+steps, samples, bytes intra/inter-server, peak memory, loss, the seconds of each phase of the
+step, accuracy) and writes them as JSON lines. ``fit`` has one loop for every strategy: its
+epochs are the loader's steps, or a pipeline of the strategy's own
+(:class:`~dglx_dist.strategies.abilities.OwnEpochs`: dorylus's bounded asynchrony, which steps
+the optimizer through :meth:`Trainer.optimizer_step`).
 
 Checkpoints: ``trainer.save(dir)`` / ``trainer.resume(dir)`` (collective), or
 ``Trainer(..., checkpoint=Checkpointing(dir, every=1))`` to save during ``fit``. A checkpoint
@@ -50,7 +51,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from dglx_dist.api import DataLoader, DistGraph, NeighborSampler, parallelize
-from dglx_dist.api.metrics import accuracy, epoch_record
+from dglx_dist.api.metrics import PhaseTimer, accuracy, epoch_record
 from dglx_dist.checkpoint import Checkpointing
 from dglx_dist.checkpoint.manager import CheckpointManager, RandomState
 from dglx_dist.config import TRAINER_OPTIMIZER, OptimizerConfig
@@ -178,25 +179,36 @@ class Trainer:
                       "data": self.graph.pdir.fingerprint()},
             meta={"servers": self.session.topology.num_servers})
 
-    def _batches(self, loader: DataLoader, epoch: int, desc: str) -> Iterator[Batch]:
+    def _batches(self, loader: DataLoader, epoch: int, desc: str,
+                 timer: PhaseTimer | None = None) -> Iterator[Batch]:
+        """The loader's steps with their rows; ``timer`` laps ``sample`` when the loader hands
+        a step over and ``pull`` once its rows are read."""
+        timer = timer or PhaseTimer()
         loader.set_epoch(epoch)
         steps = iter(loader)
         if self.progress and self.session.is_main:
             steps = tqdm(steps, desc=desc, unit="step", leave=False, total=len(loader))
         for input_nodes, output_nodes, blocks in steps:
+            timer.lap("sample")
             x, y, seeds = self.inputs.x_y(input_nodes, output_nodes, blocks)
             if isinstance(x, dict):  # rows read through g.ndata are on the host
                 x = {nt: v.to(self.device) for nt, v in x.items()}
             elif isinstance(x, torch.Tensor):
                 x = x.to(self.device)
-            yield Batch(blocks, x, y.to(self.device), seeds)
+            batch = Batch(blocks, x, y.to(self.device), seeds)
+            timer.lap("pull")
+            yield batch
 
     def batches(self, epoch: int | None = None) -> Iterator[Batch]:
         """One epoch of the training loader's steps (every rank gets the same number); once
         they are all consumed, ``self.epoch`` is ``epoch + 1``."""
+        yield from self._training_batches(epoch)
+
+    def _training_batches(self, epoch: int | None,
+                          timer: PhaseTimer | None = None) -> Iterator[Batch]:
         epoch = self.epoch if epoch is None else epoch
         self.model.train()
-        yield from self._batches(self.loader, epoch, f"epoch {epoch}")
+        yield from self._batches(self.loader, epoch, f"epoch {epoch}", timer)
         self.epoch = epoch + 1
 
     def forward(self, batch: Batch) -> torch.Tensor:
@@ -211,11 +223,14 @@ class Trainer:
 
     def step(self, loss: torch.Tensor) -> None:
         """Backward (the strategy's gradient exchange runs at its end) and optimizer step."""
+        self._backward(loss)
+        self.optimizer_step()
+
+    def _backward(self, loss: torch.Tensor) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         self.inputs.zero_grad()
         with self.session.peer_errors("all_reduce (gradients)"):
             loss.backward()
-        self.optimizer_step()
 
     def optimizer_step(self) -> None:
         """Steps the optimizer (and the sparse one of a typed graph's embeddings) on the
@@ -283,23 +298,34 @@ class Trainer:
         return self.history
 
     def _loader_epoch(self, epoch: int, loss_fn: Callable) -> EpochResult:
-        """One epoch of :meth:`batches`: forward, ``loss_fn``, :meth:`step`."""
+        """One epoch of :meth:`batches`: forward, ``loss_fn``, :meth:`step`; each phase of
+        the step timed (:data:`~dglx_dist.api.metrics.STEP_PHASES`: the record's
+        ``phases_max``). On a GPU the host's clock times what it waited for: a phase's
+        kernels may finish in a later one's."""
         if self.saved is not None:
             self.saved.reset()
         t0 = time.perf_counter()
         losses, steps, samples, bad_step = 0.0, 0, 0, None
-        for batch in self.batches(epoch):
+        timer = PhaseTimer()
+        for batch in self._training_batches(epoch, timer):
             logits = self.forward(batch)
             # a rank with no labelled rows in this step still runs backward (the strategy's
             # exchanges are collective) with a loss of zero
             loss = loss_fn(logits, batch.y) if batch.y.numel() else logits.sum() * 0.0
-            self.step(loss)
+            timer.lap("forward")
+            self._backward(loss)
+            timer.lap("backward+allreduce")
+            self.optimizer_step()
+            timer.lap("optimizer")
             losses += float(loss.detach())
             if bad_step is None and not math.isfinite(losses):
                 bad_step = steps
             steps += 1
             samples += batch.seeds.numel()
-        return EpochResult(epoch, time.perf_counter() - t0, steps, samples, losses, bad_step)
+            timer.restart()
+        wall = time.perf_counter() - t0
+        return EpochResult(epoch, wall, steps, samples, losses, bad_step,
+                           phases=timer.finish(wall))
 
     def _epoch_done(self, record: dict[str, Any], epochs: int, eval_every: int) -> None:
         """Evaluates as due, emits the epoch's record, then saves a checkpoint as due; stops

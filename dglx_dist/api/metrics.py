@@ -13,10 +13,14 @@ from dglx_dist.runtime.session import Session, current_session
 from dglx_dist.strategies.epochs import EpochResult
 
 __all__ = ["all_reduce", "accuracy", "ranking_metrics", "ranking_from_scores",
-           "epoch_record", "PhaseTimer"]
+           "epoch_record", "PhaseTimer", "STEP_PHASES"]
 
 _BYTES = ("sent_intra", "sent_inter", "recv_intra", "recv_inter")
 _CACHE = ("cache_hits", "cache_misses", "cache_saved")
+STEP_PHASES = ("sample", "pull", "forward", "backward+allreduce", "optimizer", "other")
+"""The phases of a training step a record's ``phases_max`` gives (:class:`PhaseTimer`'s
+laps): the loader's next batch, the rows' read, forward with the loss, backward (with the
+gradients' all-reduce), the optimizers, and the rest of the epoch."""
 
 
 def all_reduce(value, op: str = "sum", session: Session | None = None) -> torch.Tensor:
@@ -124,7 +128,10 @@ def epoch_record(result: EpochResult, before: Mapping[str, int], after: Mapping[
     byte counters (``session.counter.snapshot()``) before and after its training: numbers
     summed (bytes, samples, loss) or maxed (time, memory) over ranks, then the strategy's
     extra fields (collective). ``saved_peak``: this rank's largest activation bytes of a
-    forward, reported as ``peak_saved_mb`` (None: not measured, no such field)."""
+    forward, reported as ``peak_saved_mb`` (None: not measured, no such field). Where the
+    epoch timed its steps' phases (``result.phases``), ``phases_max`` gives each of
+    :data:`STEP_PHASES`, the largest over ranks (maxed with the time and memory: no
+    collective of its own)."""
     session = session or current_session()
     started = time.time() - result.wall
     world, steps = session.world, result.steps
@@ -136,8 +143,10 @@ def epoch_record(result: EpochResult, before: Mapping[str, int], after: Mapping[
                         dtype=torch.float64)
     world.all_reduce(sums)
     bad = result.first_nonfinite_step
+    phases = [] if result.phases is None else [result.phases.get(k, 0.0) for k in STEP_PHASES]
     maxes = torch.tensor([result.wall, float(peak_rss_bytes()), float(saved_peak or 0),
-                          -math.inf if bad is None else -bad, -started], dtype=torch.float64)
+                          -math.inf if bad is None else -bad, -started, *phases],
+                         dtype=torch.float64)
     world.all_reduce(maxes, op="max")
     record = {"epoch": result.epoch, "strategy": strategy, "world_size": session.world_size,
               "servers": session.topology.num_servers,
@@ -153,6 +162,8 @@ def epoch_record(result: EpochResult, before: Mapping[str, int], after: Mapping[
     record["peak_mem_mb"] = round(float(maxes[1]) / (1 << 20), 1)
     if saved_peak is not None:
         record["peak_saved_mb"] = round(float(maxes[2]) / (1 << 20), 2)
+    if phases:
+        record["phases_max"] = {k: round(float(v), 4) for k, v in zip(STEP_PHASES, maxes[5:])}
     if math.isfinite(float(maxes[3])):  # the earliest over ranks
         record["first_nonfinite_step"] = int(-maxes[3])
     record.update(result.extra)
@@ -161,7 +172,9 @@ def epoch_record(result: EpochResult, before: Mapping[str, int], after: Mapping[
 
 class PhaseTimer:
     """Accumulates wall time per phase of a training step (``t``: seconds by phase), for
-    the records' ``phases_max`` (:meth:`max_over_ranks`)."""
+    the records' ``phases_max`` (:meth:`finish` as :attr:`EpochResult.phases
+    <dglx_dist.strategies.epochs.EpochResult.phases>`; :func:`epoch_record` takes the
+    largest over ranks)."""
 
     def __init__(self) -> None:
         self.t: dict[str, float] = {}
@@ -189,4 +202,3 @@ class PhaseTimer:
         names = sorted(self.t)
         maxes = all_reduce([self.t[k] for k in names], op="max", session=session).tolist()
         return {k: round(v, 4) for k, v in zip(names, maxes)}
-

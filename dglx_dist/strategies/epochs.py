@@ -31,6 +31,9 @@ class EpochResult:
             steps and ranks).
         first_nonfinite_step: this rank's first step whose loss was NaN or infinite (None:
             none).
+        phases: this rank's seconds in each phase of the epoch's steps, by name
+            (:data:`~dglx_dist.api.metrics.STEP_PHASES`; the record's ``phases_max`` is the
+            largest over ranks); None: not timed (no such field).
         extra: fields the strategy adds to the record (numbers already reduced over the ranks,
             the same on every rank), in the order they are written.
     """
@@ -41,6 +44,7 @@ class EpochResult:
     samples: int
     loss_sum: float
     first_nonfinite_step: int | None = None
+    phases: Mapping[str, float] | None = None
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 

@@ -209,8 +209,8 @@ def timed_link_step(timer: PhaseTimer, g, model, batch, opt, device=None) -> flo
 
 
 def _epoch(model, g, loader, opt, epoch: int, progress: bool) -> EpochResult:
-    """One epoch of training steps on this rank; its record gets the seconds of each phase
-    of the step (``phases_max``: the largest over ranks, as DGL's side of ``dglx bench``
+    """One epoch of training steps on this rank, with the seconds of each phase of the step
+    (its record's ``phases_max``: the largest over ranks, as DGL's side of ``dglx bench``
     times them): the loader's next batch, the feature read, forward with the loss,
     backward, the optimizer."""
     start = time.perf_counter()
@@ -221,8 +221,7 @@ def _epoch(model, g, loader, opt, epoch: int, progress: bool) -> EpochResult:
         steps, samples = steps + 1, samples + batch[1].num_edges()
         timer.restart()
     wall = time.perf_counter() - start
-    return EpochResult(epoch, wall, steps, samples, total,
-                       extra={"phases_max": timer.max_over_ranks(wall, g.session)})
+    return EpochResult(epoch, wall, steps, samples, total, phases=timer.finish(wall))
 
 
 def train_link(data: Path, strategy, model: torch.nn.Module, config: RunConfig,
