@@ -147,7 +147,7 @@ def draw_in_edges(edges: InEdges, nodes: torch.Tensor, fanouts: int | Sequence[i
     draw = _with_replacement if replace else _without_replacement
     seg, index = draw(start, count, k, weight, generator)
     pos = index if pool is None else pool.index_select(0, index)
-    return torch.div(seg, types, rounding_mode="floor"), pos
+    return (seg if types == 1 else torch.div(seg, types, rounding_mode="floor")), pos
 
 
 def _expand(start: torch.Tensor, count: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
