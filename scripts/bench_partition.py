@@ -177,7 +177,7 @@ def _work_profile(data: Path, parts: int, out: Path) -> dict[str, Any]:
     from dglx_dist.partition.driver import _header
     from dglx_dist.partition.io import write_partitions
     from dglx_dist.partition.layout import Layout
-    from dglx_dist.partition.quality import QualityReport
+    from dglx_dist.partition.quality import PartTally, QualityReport
 
     phases: list[dict[str, Any]] = []
     t = time.perf_counter()
@@ -201,7 +201,7 @@ def _work_profile(data: Path, parts: int, out: Path) -> dict[str, Any]:
     mark("layout")
     write_partitions(out, _header(part, "metis", ds, plan), layout.parts())
     mark("write")
-    QualityReport.from_layout("metis", layout, [])
+    QualityReport.from_layout("metis", layout, PartTally(layout.types))
     mark("quality")
     return {"phases": phases}
 

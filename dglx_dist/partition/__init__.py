@@ -1,7 +1,7 @@
 """Partitioners, the partition book, and the partition directory format.
 
 Importing this package registers the built-in partitioners: ``hash``, ``metis``, ``feature_dim``.
-Typed datasets are partitioned over their homogeneous view (:mod:`~dglx_dist.partition.typed`);
+Typed datasets are partitioned over their homogeneous view (:mod:`~dglx_dist.partition.base`);
 :class:`GraphTypes` maps a typed partitioning's ids between that view and per-type ids.
 :func:`import_dgl_partitions` turns the output of DGL's ``dgl.distributed.partition_graph`` into
 a partition directory without repartitioning.

@@ -6,6 +6,12 @@ slices. Everything after the plan is shared: edges go with their destination nod
 sources owned elsewhere become HALO nodes of that part (see :mod:`dglx_dist.partition.layout`),
 and the files are written by :mod:`dglx_dist.partition.io`.
 
+Every dataset has node and edge types (:func:`graph_types`: one without is the one-type case).
+A typed one is planned on as the :class:`TypedGraph` it flattens to, over the original
+homogeneous ids (:mod:`dglx_dist.partition.types`), so every partitioner plans it unchanged:
+labels of types without labels are -1 (masks false), and the features stay per type (the
+types' widths differ; the view's ``feat`` has no columns).
+
 Register your own::
 
     from dglx_dist.partition import PARTITIONERS, Partitioner, PartitionPlan
@@ -25,16 +31,18 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
 from dglx_dist.data.format import DatasetMeta, GraphDataset
 from dglx_dist.errors import PartitionError
 from dglx_dist.partition.book import FeatureSlices, NodeBook
+from dglx_dist.partition.types import GraphTypes
 from dglx_dist.registry import Registry
 
-__all__ = ["Partitioner", "PartitionPlan", "PARTITIONERS", "dataset_bytes"]
+__all__ = ["Partitioner", "PartitionPlan", "PARTITIONERS", "dataset_bytes", "TypedMeta",
+           "TypedGraph", "graph_types", "type_feature_slices"]
 
 PARTITIONERS: Registry["Partitioner"] = Registry("partitioner",
                                                  entry_point_group="dglx_dist.partitioners")
@@ -64,6 +72,48 @@ class PartitionPlan:
         inv = np.empty_like(self.orig_ids)
         inv[self.orig_ids] = np.arange(self.orig_ids.size, dtype=self.orig_ids.dtype)
         return inv
+
+
+@dataclasses.dataclass(frozen=True)
+class TypedMeta(DatasetMeta):
+    """A typed dataset's sizes, what partitioners validate and estimate from: nodes and edges
+    of every type; ``feat_dim`` the mean feature width over all nodes (what the memory
+    estimate sizes features by: the per-type matrices hold ``sum(n_t * F_t)`` floats)."""
+
+    types: GraphTypes | None = None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TypedGraph(GraphDataset):
+    """The homogeneous view of a typed dataset: ``type_feat`` holds the features of each node
+    type that has them, by type index (row = per-type id)."""
+
+    types: GraphTypes | None = None
+    type_feat: Mapping[int, np.ndarray] = dataclasses.field(default_factory=dict)
+
+
+def graph_types(data: GraphDataset | DatasetMeta) -> GraphTypes:
+    """The node and edge types of a dataset (or of its sizes): a typed one's, or for one
+    without types the one-type case (:meth:`GraphTypes.one_type`)."""
+    if isinstance(data, (TypedGraph, TypedMeta)):
+        return data.types
+    return GraphTypes.one_type(data.num_nodes, data.num_edges, data.feat_dim)
+
+
+def type_feature_slices(types: GraphTypes, num_parts: int) -> dict[str, FeatureSlices]:
+    """The column slices of each featured node type under a column layout: its width split
+    into ``num_parts`` even slices (one line naming a type narrower than ``num_parts``)."""
+    narrow = {t: w for t, w in types.feat_dims.items() if w < num_parts}
+    if narrow and types.untyped:
+        raise PartitionError(f"feature_dim: num_parts = {num_parts} but the features have "
+                             f"only {narrow['_N']} columns; expected num_parts <= feat_dim")
+    narrow = {t: w for t, w in narrow.items() if w}
+    if narrow:
+        t, w = min(narrow.items(), key=lambda kv: kv[1])
+        raise PartitionError(f"feature_dim: node type {t!r} has {w} feature columns; expected "
+                             f"num_parts = {num_parts} <= the width of every node type with "
+                             f"features (at most {w} parts)")
+    return {t: FeatureSlices.even(w, num_parts) for t, w in types.feat_dims.items() if w}
 
 
 def dataset_bytes(meta: DatasetMeta) -> int:

@@ -5,7 +5,8 @@ P3 (``feature_dim``) needs each part to hold a column slice of *every* node's fe
 :func:`by_columns` keeps everything else as it is (node ownership and ids, structure, labels,
 masks, edge and other node data) and lays the features out as ``feature_dim`` would have: the
 width split into even slices, one per part (per node type on a typed partitioning,
-:func:`~dglx_dist.partition.typed.type_feature_slices`). This is how DGL's partitions train
+:func:`~dglx_dist.partition.base.type_feature_slices`; a partitioning without types is the
+one-type case). This is how DGL's partitions train
 under ``p3`` without repartitioning (:func:`dglx_dist.dgl.distributed.import_cached`).
 
 The whole feature matrix is gathered in memory once (of each featured type, one type at a
@@ -22,70 +23,60 @@ from typing import Any, Iterator
 import numpy as np
 
 from dglx_dist.errors import PartitionError
+from dglx_dist.partition.base import type_feature_slices
 from dglx_dist.partition.book import FeatureSlices
 from dglx_dist.partition.io import MANIFEST, write_partitions
 from dglx_dist.partition.layout import Partition
 from dglx_dist.partition.load import PartitionDir
-from dglx_dist.partition.typed import type_feature_slices
+from dglx_dist.partition.types import GraphTypes
 
 __all__ = ["by_columns"]
 
 log = logging.getLogger(__name__)
 
 
-def _header(pdir: PartitionDir, slices: FeatureSlices,
-            type_slices: dict[str, FeatureSlices] | None) -> dict[str, Any]:
+def _header(pdir: PartitionDir, types: GraphTypes,
+            slices: dict[str, FeatureSlices]) -> dict[str, Any]:
     m = {k: v for k, v in pdir.manifest.items() if k not in ("format", "version", "parts")}
     m["partitioner"] = {"name": m["partitioner"]["name"],
                         "options": {**m["partitioner"].get("options", {}),
                                     "feature_layout": "columns (by_columns)"}}
-    m["feature_layout"], m["feature_slices"] = "columns", slices.to_json()
-    if type_slices is not None:
-        m["type_feature_slices"] = {t: s.to_json() for t, s in type_slices.items()}
+    m["feature_layout"] = "columns"
+    if types.untyped:
+        m["feature_slices"] = slices["_N"].to_json()
+    else:  # the typed view has no columns
+        m["feature_slices"] = [0] * (pdir.num_parts + 1)
+        m["type_feature_slices"] = {t: s.to_json() for t, s in slices.items()}
     return m
 
 
-def _homogeneous(pdir: PartitionDir) -> tuple[FeatureSlices, Iterator[Partition]]:
-    k, width = pdir.num_parts, pdir.feat_dim
-    if k > width:
-        raise PartitionError(f"{pdir.path}: {k} parts but the features have only {width} "
-                             f"columns; laying them out by columns needs num_parts <= feat_dim")
-    full = np.empty((pdir.num_nodes, width), dtype=np.float32)  # rows by partitioned id
+def _whole(pdir: PartitionDir, types: GraphTypes, ntype: str) -> np.ndarray:
+    """Every row of node type ``ntype``'s features, in the order a column layout keeps them:
+    by partitioned id without types, by per-type id with them (gathered part by part)."""
+    k, i = pdir.num_parts, types.ntype_index(ntype)
+    if types.untyped:
+        rows = [pdir.book.core_ids(p) for p in range(k)]
+    else:
+        counts = [int(pdir.ntype_counts(p)[i]) for p in range(k)]
+        rows = np.split(pdir.type_rows(ntype), np.cumsum(counts)[:-1])
+    full = np.empty((int(types.ntype_offsets[i + 1] - types.ntype_offsets[i]),
+                     types.feat_dims[ntype]), dtype=np.float32)
     for p in range(k):
-        full[pdir.book.core_ids(p)] = pdir.load_feat(p)[0]
-    slices = FeatureSlices.even(width, k)
-
-    def parts() -> Iterator[Partition]:
-        for p in range(k):
-            sl = slices.slice(p)
-            pc = pdir.load_part(p, features=False)
-            yield dataclasses.replace(pc, feat=np.ascontiguousarray(full[:, sl]),
-                                      feat_cols=(sl.start, sl.stop),
-                                      edata=pdir.load_edge_data(p),
-                                      ndata=pdir.load_node_data(p))
-
-    return slices, parts()
+        full[rows[p]] = pdir.load_feat(p)[0] if types.untyped else pdir.load_type_feat(p, ntype)
+    return full
 
 
-def _typed(pdir: PartitionDir) -> tuple[dict[str, FeatureSlices], Iterator[Partition]]:
-    types, k = pdir.types, pdir.num_parts
-    type_slices = type_feature_slices(types, k)  # one line naming a type too narrow
-    full: dict[int, np.ndarray] = {}
-    for t in type_slices:  # rows by per-type id, as a typed column layout keeps them
-        rows = pdir.type_rows(t)
-        mat = np.empty((rows.size, types.feat_dims[t]), dtype=np.float32)
-        mat[rows] = np.concatenate([pdir.load_type_feat(p, t) for p in range(k)])
-        full[types.ntype_index(t)] = mat
-
-    def parts() -> Iterator[Partition]:
-        for p in range(k):
-            pc = pdir.load_part(p, features=False)
-            feats = {i: np.ascontiguousarray(mat[:, type_slices[types.ntypes[i]].slice(p)])
-                     for i, mat in full.items()}
-            yield dataclasses.replace(pc, type_feat=feats, edata=pdir.load_edge_data(p),
-                                      ndata=pdir.load_node_data(p))
-
-    return type_slices, parts()
+def _parts(pdir: PartitionDir, types: GraphTypes, slices: dict[str, FeatureSlices],
+           full: dict[int, np.ndarray]) -> Iterator[Partition]:
+    for p in range(pdir.num_parts):
+        pc = pdir.load_part(p, features=False)
+        feats = {i: np.ascontiguousarray(mat[:, slices[types.ntypes[i]].slice(p)])
+                 for i, mat in full.items()}
+        if types.untyped:
+            sl = slices["_N"].slice(p)
+            pc = dataclasses.replace(pc, feat=feats[0], feat_cols=(sl.start, sl.stop))
+        yield dataclasses.replace(pc, type_feat={} if types.untyped else feats,
+                                  edata=pdir.load_edge_data(p), ndata=pdir.load_node_data(p))
 
 
 def by_columns(src: str | os.PathLike, out: str | os.PathLike,
@@ -101,13 +92,10 @@ def by_columns(src: str | os.PathLike, out: str | os.PathLike,
     if pdir.feature_layout != "rows":
         raise PartitionError(f"{pdir.path} stores its features by {pdir.feature_layout} "
                              "already; expected a partition directory that stores rows")
-    if pdir.types is None:
-        slices, parts = _homogeneous(pdir)
-        type_slices = None
-    else:
-        type_slices, parts = _typed(pdir)
-        slices = FeatureSlices([0] * (pdir.num_parts + 1))  # the typed view has no columns
-    header = _header(pdir, slices, type_slices)
-    write_partitions(out, header, parts, overwrite=overwrite, inputs=(pdir.path,))
+    types = pdir.types or GraphTypes.one_type(pdir.num_nodes, pdir.num_edges, pdir.feat_dim)
+    slices = type_feature_slices(types, pdir.num_parts)  # one line naming a type too narrow
+    full = {types.ntype_index(t): _whole(pdir, types, t) for t in slices}
+    write_partitions(out, _header(pdir, types, slices), _parts(pdir, types, slices, full),
+                     overwrite=overwrite, inputs=(pdir.path,))
     log.info("laid the features of %s out by columns in %s", pdir.path / MANIFEST, out)
     return Path(out)

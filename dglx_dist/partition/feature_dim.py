@@ -6,7 +6,7 @@ masks are partitioned by the ``structure`` partitioner (``hash`` by default, as 
 
 A typed dataset's node types have feature widths of their own: part ``p`` stores column slice
 ``p`` of every node of each featured type, each type's width split evenly
-(:func:`~dglx_dist.partition.typed.type_feature_slices`, recorded in the manifest's
+(:func:`~dglx_dist.partition.base.type_feature_slices`, recorded in the manifest's
 ``type_feature_slices``); ``num_parts`` may not exceed any featured type's width.
 """
 from __future__ import annotations
@@ -15,9 +15,9 @@ import dataclasses
 
 from dglx_dist.data.format import DatasetMeta, GraphDataset
 from dglx_dist.errors import PartitionError
-from dglx_dist.partition.base import PARTITIONERS, Partitioner, PartitionPlan
+from dglx_dist.partition.base import (PARTITIONERS, Partitioner, PartitionPlan, graph_types,
+                                      type_feature_slices)
 from dglx_dist.partition.book import FeatureSlices
-from dglx_dist.partition.typed import TypedGraph, TypedMeta, type_feature_slices
 
 __all__ = ["FeatureDimPartitioner"]
 
@@ -44,11 +44,7 @@ class FeatureDimPartitioner(Partitioner):
 
     def validate(self, meta: DatasetMeta, num_parts: int) -> None:
         super().validate(meta, num_parts)
-        if isinstance(meta, TypedMeta):
-            type_feature_slices(meta.types, num_parts)  # every featured type wide enough
-        elif num_parts > meta.feat_dim:
-            raise PartitionError(f"feature_dim: num_parts = {num_parts} but the features have "
-                                 f"only {meta.feat_dim} columns; expected num_parts <= feat_dim")
+        type_feature_slices(graph_types(meta), num_parts)  # every featured type wide enough
         self._structure().validate(meta, num_parts)
 
     def estimate_peak_bytes(self, meta: DatasetMeta, num_parts: int) -> int:
@@ -61,6 +57,6 @@ class FeatureDimPartitioner(Partitioner):
             raise PartitionError(f"structure partitioner {self.config.structure!r} already "
                                  f"splits features; choose one that places whole rows")
         # a typed dataset's view has no columns: its types' slices are type_feature_slices
-        slices = FeatureSlices([0] * (num_parts + 1)) if isinstance(ds, TypedGraph) else \
-            FeatureSlices.even(ds.feat_dim, num_parts)
+        slices = FeatureSlices.even(ds.feat_dim, num_parts) if ds.feat_dim else \
+            FeatureSlices([0] * (num_parts + 1))
         return dataclasses.replace(base, feature_slices=slices)

@@ -5,6 +5,14 @@ of its core nodes). Sources of those edges owned elsewhere are the part's HALO n
 are replicated in the part's structure (so 1-hop sampling of core nodes is local) but their
 features stay with their owner. A part's local node ids are its core nodes in increasing global
 id (local ``0 .. num_core-1``) followed by its HALO nodes in increasing global id.
+
+Features are cut per node type (a graph without types is the one-type case,
+:func:`~dglx_dist.partition.base.graph_types`). Every partitioner keeps the original order
+within a part (``metis`` relabels by a stable sort by part), so a part's core nodes of one type
+form one run, the types' runs in type order (checked): a typed part's ``ntype_counts`` give a
+node's per-type row as its local id minus the start of its type's run. Under a column layout
+part ``p`` holds column slice ``p`` of *every* node of each featured type (in per-type id
+order; without types, in global-id order).
 """
 from __future__ import annotations
 
@@ -14,7 +22,8 @@ from typing import Iterator
 import numpy as np
 
 from dglx_dist.data.format import GraphDataset
-from dglx_dist.partition.base import PartitionPlan
+from dglx_dist.errors import PartitionError
+from dglx_dist.partition.base import PartitionPlan, graph_types, type_feature_slices
 
 __all__ = ["Partition", "Layout"]
 
@@ -98,6 +107,8 @@ class Layout:
     def __init__(self, ds: GraphDataset, plan: PartitionPlan, owner: np.ndarray | None = None):
         """``owner``: every node's owner if already computed (else asked from the book)."""
         self.ds, self.plan, self.book = ds, plan, plan.book
+        self.types = graph_types(ds)
+        self.type_feat = {0: ds.feat} if self.types.untyped else ds.type_feat
         k, n = self.book.num_parts, ds.num_nodes
         new_ids = plan.new_ids()
         self.src = ds.src if new_ids is None else new_ids[ds.src]
@@ -160,18 +171,40 @@ class Layout:
         self.local[halo] = saved
         core_orig = self.orig(core)
         ds = self.ds
-        if self.plan.feature_slices is None:
-            cols = (0, ds.feat_dim)
-            feat = ds.feat[core_orig]
-        else:
-            sl = self.plan.feature_slices.slice(p)
-            cols = (sl.start, sl.stop)
-            all_orig = self.orig(np.arange(ds.num_nodes, dtype=np.int64))
-            feat = np.ascontiguousarray(ds.feat[all_orig, sl] if self.plan.orig_ids is not None
-                                        else ds.feat[:, sl])
+        counts, feats = self._features(p, core_orig)
+        sl = slice(0, ds.feat_dim) if self.plan.feature_slices is None else \
+            self.plan.feature_slices.slice(p)
+        typed = {} if self.types.untyped else {"ntype_counts": counts, "type_feat": feats}
         return Partition(
             part=p, core_gid=core, core_orig=core_orig, halo_gid=halo, halo_orig=self.orig(halo),
             src=local_src, dst=self.local[dst], eid=idx.astype(np.int64),
             label=ds.label[core_orig], train=ds.train[core_orig], val=ds.val[core_orig],
-            test=ds.test[core_orig], feat=feat, feat_cols=cols,
-            edata={name: values[idx] for name, values in ds.edata.items()})
+            test=ds.test[core_orig], feat=feats[0] if self.types.untyped else ds.feat[core_orig],
+            feat_cols=(sl.start, sl.stop),
+            edata={name: values[idx] for name, values in ds.edata.items()}, **typed)
+
+    def _features(self, p: int, core_orig: np.ndarray) -> tuple[np.ndarray, dict]:
+        """Part ``p``'s core nodes per node type, and each featured type's features: the
+        part's rows of the type, or under a column layout its column slice of every row."""
+        types = self.types
+        node_type, _ = types.to_per_type(core_orig)
+        after = np.flatnonzero(np.diff(node_type) < 0)
+        if after.size:  # a plan that reordered nodes within a part
+            i = int(after[0])
+            raise PartitionError(
+                f"part {p}: core node {i + 1} is of type {types.ntypes[node_type[i + 1]]!r} "
+                f"after one of type {types.ntypes[node_type[i]]!r}; typed partitions need "
+                f"each part's core nodes in original-id order (a partitioner that relabels "
+                f"must keep the order within a part, as a stable sort by part does)")
+        counts = np.bincount(node_type, minlength=len(types.ntypes)).astype(np.int64)
+        if self.plan.feature_slices is None:
+            starts = np.concatenate([[0], np.cumsum(counts)])
+            return counts, {i: f[core_orig[starts[i]:starts[i + 1]] - types.ntype_offsets[i]]
+                            for i, f in self.type_feat.items()}
+        if types.untyped:  # the plan's slices, of every node in global-id order
+            slices, rows = {"_N": self.plan.feature_slices}, self.plan.orig_ids
+        else:  # each type's width split evenly, of every node in per-type id order
+            slices, rows = type_feature_slices(types, self.book.num_parts), None
+        rows = slice(None) if rows is None else rows
+        return counts, {i: np.ascontiguousarray(f[rows, slices[types.ntypes[i]].slice(p)])
+                        for i, f in self.type_feat.items()}

@@ -13,7 +13,7 @@ sharded like the edges: part ``p`` holds its edges' rows, so an edge's *partitio
 ``edge_offsets[p] + j`` for the part's edge ``j`` (a range book over edges, whatever the
 partitioner); ``edge_part_ids()`` maps the dataset's edge ids to them.
 
-A typed partitioning (:mod:`~dglx_dist.partition.typed`) has ``types`` (a
+A typed partitioning (:mod:`~dglx_dist.partition.layout`) has ``types`` (a
 :class:`~dglx_dist.partition.types.GraphTypes`: the node and edge types and the id maps
 between original homogeneous and per-type ids; None for a homogeneous one),
 ``ntype_counts(p)`` (part ``p``'s core nodes per type: each type's are one run of local ids,

@@ -3,8 +3,9 @@
 METIS runs through our binding of the METIS library (:mod:`~dglx_dist.partition.metis_lib`),
 with DistDGL's constraints laid out as DGL lays them out for ``metis_partition_assignment``
 (``balance_ntypes`` / ``balance_edges``): one 0/1 weight per node category (its split, crossed
-with its node type on a typed graph), then, with ``edges``, each category's in-degree. The same
-dataset, options and ``seed`` give the same parts in every run, on every rank, without DGL.
+with its node type on a graph with several), then, with ``edges``, each category's in-degree.
+The same dataset, options and ``seed`` give the same parts in every run, on every rank, without
+DGL.
 ``backend="dgl"`` runs DGL's bundled call instead (the same constraints; its parts differ from
 run to run).
 
@@ -13,7 +14,7 @@ cuts the graph into ``G`` groups (servers), then each group's induced subgraph i
 ``num_parts / G`` parts (its ranks), with the same constraints; parts ``g*P/G .. (g+1)*P/G - 1``
 belong to group ``g``.
 
-On a typed dataset (its homogeneous view, :mod:`~dglx_dist.partition.typed`) each node type
+On a typed dataset (its homogeneous view, :mod:`~dglx_dist.partition.base`) each node type
 is balanced too, as DistDGL's ``partition_graph`` does: a node's METIS category is its node
 type crossed with its split (train, val, test or none of them, for the splits in
 ``balance``), so every type's count, and every type's share of each split, is spread evenly;
@@ -33,10 +34,9 @@ import torch
 
 from dglx_dist.data.format import DatasetMeta, GraphDataset
 from dglx_dist.errors import InvalidValueError, MissingDependencyError, PartitionError
-from dglx_dist.partition.base import PARTITIONERS, Partitioner, PartitionPlan
+from dglx_dist.partition.base import PARTITIONERS, Partitioner, PartitionPlan, graph_types
 from dglx_dist.partition.book import RangeBook
 from dglx_dist.partition.metis_lib import part_graph, symmetric_csr
-from dglx_dist.partition.typed import TypedGraph, TypedMeta
 
 __all__ = ["MetisPartitioner", "BALANCE_CHOICES"]
 
@@ -124,7 +124,7 @@ class MetisPartitioner(Partitioner):
     def estimate_peak_bytes(self, meta: DatasetMeta, num_parts: int) -> int:
         # the symmetric CSR (and DGL's graph with backend dgl) plus METIS's coarsening levels
         ncon = 1 + len([b for b in self.config.balance if b != "edges"])
-        ncon *= len(meta.types.ntypes) if isinstance(meta, TypedMeta) else 1
+        ncon *= len(graph_types(meta).ntypes)
         ncon *= 2 if "edges" in self.config.balance else 1
         metis = meta.num_edges * 8 * 12 + meta.num_nodes * 8 * (ncon * 3 + 10)
         return super().estimate_peak_bytes(meta, num_parts) + metis
@@ -172,17 +172,19 @@ class MetisPartitioner(Partitioner):
 
 
 def _masks(ds: GraphDataset) -> dict[str, np.ndarray]:
-    """The per-node arrays METIS balances: the splits, and the node type of a typed graph."""
-    masks = {"train": ds.train, "val": ds.val, "test": ds.test}
-    if isinstance(ds, TypedGraph):
-        masks["ntype"] = ds.node_type
+    """The per-node arrays METIS balances: the splits, and the node type where there are
+    several."""
+    masks, types = {"train": ds.train, "val": ds.val, "test": ds.test}, graph_types(ds)
+    if len(types.ntypes) > 1:
+        masks["ntype"] = types.to_per_type(np.arange(ds.num_nodes))[0]
     return masks
 
 
 def _categories(split_masks: dict[str, np.ndarray],
                 balance: tuple[str, ...]) -> np.ndarray | None:
     """DGL's ``balance_ntypes``: each node's category, its first split among those balanced
-    (0: none), crossed with its node type on a typed graph; None when there is only one."""
+    (0: none), crossed with its node type where there are several; None when there is only
+    one."""
     masks = [split_masks[m] for m in ("train", "val", "test") if m in balance]
     if not masks and "ntype" not in split_masks:
         return None

@@ -6,10 +6,12 @@ from typing import Any
 
 import numpy as np
 
-from dglx_dist.partition.layout import Layout
+from dglx_dist.data.hetero import etype_key
+from dglx_dist.partition.layout import Layout, Partition
+from dglx_dist.partition.types import GraphTypes
 from dglx_dist.report import markdown_table
 
-__all__ = ["QualityReport", "imbalance"]
+__all__ = ["QualityReport", "PartTally", "imbalance"]
 
 _MB = 1 << 20
 
@@ -49,7 +51,7 @@ class QualityReport:
     per_type: dict[str, Any] | None = None
 
     @classmethod
-    def from_layout(cls, method: str, layout: Layout, halo_per_part: list[int]) -> "QualityReport":
+    def from_layout(cls, method: str, layout: Layout, tally: "PartTally") -> "QualityReport":
         ds, k = layout.ds, layout.book.num_parts
         owner = layout.node_owner_orig()
         loads = {"nodes": np.bincount(owner, minlength=k),
@@ -61,8 +63,9 @@ class QualityReport:
                    edge_cut=cut, edge_cut_frac=cut / max(ds.num_edges, 1),
                    imbalance={name: round(imbalance(v), 4) for name, v in loads.items()},
                    core_per_part=[int(c) for c in loads["nodes"]],
-                   halo_per_part=[int(h) for h in halo_per_part],
-                   edges_per_part=[int(e) for e in layout.edges_per_part])
+                   halo_per_part=[int(h) for h in tally.halos],
+                   edges_per_part=[int(e) for e in layout.edges_per_part],
+                   per_type=None if layout.types.untyped else tally.to_json())
 
     def with_cost(self, seconds: float, plan_seconds: float, peak_rss_bytes: int,
                   estimated_bytes: int) -> "QualityReport":
@@ -101,3 +104,38 @@ class QualityReport:
                                         "halo per part": " ".join(map(str, v["halo_per_part"]))}
                                        for et, v in self.per_type["etypes"].items()])]
         return "\n\n".join(tables)
+
+
+class PartTally:
+    """What the quality report counts part by part as the parts are written: HALO nodes and,
+    by type (not reported for a graph without types), core nodes per node type, and per
+    canonical edge type the edge cut (edges whose source is owned by another part than the
+    one storing them) and HALO nodes (distinct sources owned elsewhere of its edges)."""
+
+    def __init__(self, types: GraphTypes):
+        self.types, self.halos, self.counts, self.type_halos = types, [], [], []
+        self.cut = np.zeros(len(types.canonical_etypes), np.int64)
+
+    def add(self, pc: Partition) -> None:
+        self.halos.append(pc.num_halo)
+        if self.types.untyped:
+            return
+        k, n = len(self.types.canonical_etypes), max(pc.num_core + pc.num_halo, 1)
+        etype, _ = self.types.etype_of(pc.eid)
+        remote = pc.src >= pc.num_core
+        self.cut += np.bincount(etype[remote], minlength=k)
+        pairs = np.unique(etype[remote] * n + pc.src[remote])
+        self.type_halos.append(np.bincount(pairs // n, minlength=k))
+        self.counts.append(pc.ntype_counts)
+
+    def to_json(self) -> dict:
+        types, counts, halo = self.types, np.array(self.counts), np.array(self.type_halos)
+        ntypes = {t: {"core_per_part": [int(c) for c in counts[:, i]],
+                      "imbalance": round(imbalance(counts[:, i]), 4)}
+                  for i, t in enumerate(types.ntypes)}
+        sizes = np.diff(types.etype_offsets)
+        etypes = {etype_key(et): {"edges": int(sizes[i]), "edge_cut": int(self.cut[i]),
+                                  "edge_cut_frac": int(self.cut[i]) / max(int(sizes[i]), 1),
+                                  "halo_per_part": [int(h) for h in halo[:, i]]}
+                  for i, et in enumerate(types.canonical_etypes)}
+        return {"ntypes": ntypes, "etypes": etypes}

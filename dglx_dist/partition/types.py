@@ -4,7 +4,8 @@ A typed graph is partitioned as one homogeneous graph numbered the way ``dgl.to_
 numbers it: every node of the first node type (DGL's sorted order), then the second's, and so
 on, so a node's *original homogeneous id* is its type's offset plus its *per-type id*. Edges
 are numbered the same way by canonical edge type. :class:`GraphTypes` holds those offsets
-(the manifest's ``types`` object) and maps ids both ways; it needs numpy only.
+(the manifest's ``types`` object) and maps ids both ways; it needs numpy only. A graph without
+types is the one-type case (:meth:`GraphTypes.one_type`: DGL's ``_N`` and ``_N:_E:_N``).
 """
 from __future__ import annotations
 
@@ -58,6 +59,8 @@ class GraphTypes:
         category: the node type a node-classification run predicts, or None.
         edge_data: per edge-data name, the indices of the edge types that have it (the
             others hold zeros in its rows); None: every edge type has every name.
+        untyped: the one-type case of a graph without types, whose partitions keep the format
+            without types (``feat.arrow``, no ``types``); not part of the manifest.
     """
 
     ntypes: tuple[str, ...]
@@ -68,6 +71,13 @@ class GraphTypes:
     labeled: tuple[str, ...]
     category: str | None = None
     edge_data: Mapping[str, tuple[int, ...]] | None = None
+    untyped: bool = False
+
+    @classmethod
+    def one_type(cls, num_nodes: int, num_edges: int, feat_dim: int) -> "GraphTypes":
+        """A graph without types as the one-type case: DGL's ``_N`` and ``_N:_E:_N``."""
+        return cls(("_N",), [0, num_nodes], (("_N", "_E", "_N"),), [0, num_edges],
+                   {"_N": feat_dim}, ("_N",), untyped=True)
 
     def __post_init__(self) -> None:  # frozen all the way down: shared by every reader
         for name in ("ntype_offsets", "etype_offsets"):

@@ -148,11 +148,12 @@ def test_typed_partitioning_refuses_bad_input_before_writing(tmp_path):
 
 def test_a_plan_that_reorders_nodes_within_a_part_is_refused():
     from dglx_dist.partition import PartitionPlan, RangeBook
-    from dglx_dist.partition.typed import TypedLayout, typed_graph
+    from dglx_dist.partition.driver import typed_graph
+    from dglx_dist.partition.layout import Layout
 
     view = typed_graph(_toy())
     reverse = np.arange(view.num_nodes)[::-1].copy()  # new id -> original id, types reversed
-    layout = TypedLayout(view, PartitionPlan(RangeBook([0, view.num_nodes]), orig_ids=reverse))
+    layout = Layout(view, PartitionPlan(RangeBook([0, view.num_nodes]), orig_ids=reverse))
     with pytest.raises(PartitionError, match=r"part 0: core node 240 is of type 'field' after "
                                              r"one of type 'paper'; typed partitions need"):
         layout.part(0)
