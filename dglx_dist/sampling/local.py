@@ -77,7 +77,7 @@ class LocalSampler(BlockSampler):
         row, pos = self.draws(nodes, fanout, options, exclude)
         return self.edges.src.index_select(0, pos), nodes.index_select(0, row), \
             self.graph.eid.index_select(0, self.edges.eid.index_select(0, pos)), \
-            torch.zeros_like(pos)
+            pos.new_zeros(()).expand_as(pos)  # one edge type: zeros that hold no memory
 
     def out_edges(self, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Every edge out of ``nodes`` as ``(src, dst, eid)`` (global ids; the user's edge

@@ -223,7 +223,8 @@ class PartitionSampler(BlockSampler):
         they are owned, drawn as ``options`` say by the owner: ``fanouts`` in-edges per node
         (one number, or ``fanouts[e]`` of edge type ``e``; -1: all; 0: none), but those
         ``exclude`` names (what :meth:`exclusions` gave); ``eid`` the edges' homogeneous ids,
-        ``etype`` their types (zeros on a partitioning of one edge type).
+        ``etype`` their types (on a partitioning of one edge type, zeros: a view that holds no
+        memory).
 
         A request is the node ids (``id_dtype``); own nodes are sampled while it travels. An
         answer's columns are the drawn edges' sources and edge ids (and their types, where
@@ -248,7 +249,7 @@ class PartitionSampler(BlockSampler):
             got.append((asked.long(), *self._read(answer, asked.numel(), width)))
         dst = torch.cat([torch.repeat_interleave(g[0], g[1]) for g in got])
         src, eid, *etype = (torch.cat(c) for c in zip(*(g[2] for g in got)))
-        return src, dst, eid, etype[0] if etype else torch.zeros_like(dst)
+        return src, dst, eid, etype[0] if etype else dst.new_zeros(()).expand_as(dst)
 
     def _width(self, fanouts, options: SampleOptions) -> int | None:
         """The padded answer's width: the fanout where it bounds every node's drawn in-edges

@@ -246,10 +246,11 @@ class GraNNDisStrategy(Strategy, FullGraphForm, MemoryModelled, HoldsRows, Appro
                                          gen)
         own = torch.cat([torch.from_numpy(part.core_gid), self.preloaded]).sort().values
         nodes = GroupNodes.gather(self.group, own)
-        src, dst, _, etype = sampler.sample_layer(self.preloaded, -1)
+        src, dst, _eid, etype = sampler.sample_layer(self.preloaded, -1)
         ext = (src, dst)
         if core_etype is not None:  # each edge's type: the core ones' from their ids, the
             core_edges, ext = (*core_edges, core_etype), (src, dst, etype)  # others' drawn
+        del src, dst, _eid, etype  # the drawn edges' ids are not needed: no longer held
         edges = tuple(torch.cat([c, e]) for c, e in zip(core_edges, ext))
         keep = nodes.contains(edges[0])
         return own, nodes, tuple(t[keep] for t in edges)
