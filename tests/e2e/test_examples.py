@@ -3,9 +3,9 @@ script's test accuracy within 2 points (same seed, model, optimizer and epochs),
 without an explicit shutdown call (the session shuts down at exit).
 
 Every script of the module runs in :func:`launched`, two jobs at a time
-(tests/launches.py), the longest first: the plain scripts (one interpreter per group) and the
-ports (seeded: their results do not depend on timing), and the ports that read partitions
-other jobs wrote, each once those ended; the tests below check what each printed."""
+(tests/launches.py): the plain scripts (one interpreter per group) and the ports (seeded:
+their results do not depend on timing), then the ports that read partitions the first jobs
+wrote; the tests below check what each printed."""
 import json
 import os
 import re
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from dglx_dist.strategies import STRATEGIES
-from tests.launches import distinct_ports, run_after
+from tests.launches import distinct_ports, run_together
 
 pytestmark = pytest.mark.e2e
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -89,7 +89,7 @@ def _torchrun(ranks: int, args: list[str], cwd: Path, port: int, **env) -> dict:
             "cwd": cwd, "env": _env(**env), "timeout": 600}
 
 
-def _first_jobs(root: Path, ports) -> dict:
+def _first_jobs(root: Path) -> dict:
     """The jobs that need nothing written before them: the plain scripts (partitioning DGL's
     way first where a script reads partitions) and the ports of the self-contained scripts."""
     plain = [(name, ARGS[name]) for name in NAMES for _ in range(RUNS_OF.get(name, 1))] + \
@@ -105,17 +105,17 @@ def _first_jobs(root: Path, ports) -> dict:
                            ("partition_mag.py", [str(mag / "p2"), "--parts", "2"]),
                            *[("distdgl_rgcn.py", rgcn_plain)] * RGCN_RUNS], root),
             "rgcn_hetero": _plain([("rgcn_hetero.py", ["--epochs", "3"])], root)}
-    runs = [(name, strategy, ranks, ARGS[name]) for name, strategy, ranks in RUNS] + \
+    ports = [(name, strategy, ranks, ARGS[name]) for name, strategy, ranks in RUNS] + \
         [("link_prediction.py", strategy, ranks, ["--batch-size", str(1024 // ranks)])
          for strategy, ranks in LINK_RUNS] + [("rgcn_hetero.py", "distdgl", 2, ["--epochs", "5"])]
-    for (name, strategy, ranks, args), port in zip(runs, ports):
+    for (name, strategy, ranks, args), port in zip(ports, distinct_ports(len(ports))):
         jobs[name, strategy, ranks] = _torchrun(
             ranks, [str(EXAMPLES / name), "--strategy", strategy, *args], _fresh(root, "port"),
             port, **({"DGLX_VIRTUAL_SERVERS": "2"} if ranks == 4 else {}))
     return jobs
 
 
-def _then_jobs(root: Path, ports) -> dict:
+def _then_jobs(root: Path) -> dict:
     """The ports of DGL's DistDGL-API scripts on the partitions the first jobs wrote, 2
     processes as 2 virtual servers each; a script with a bad argument, and one that holds a
     loader's iterator to the end."""
@@ -127,11 +127,11 @@ def _then_jobs(root: Path, ports) -> dict:
             "rgcn_p3": ["-m", "dglx_dist.run", "--strategy", "p3",
                         str(EXAMPLES / "dgl" / "distdgl_rgcn.py"), *rgcn]}
     (root / "left.py").write_text(LEFT_ITERATOR)
-    jobs = {name: _torchrun(2, args, _fresh(root, name), next(ports), DGLX_VIRTUAL_SERVERS="2")
-            for name, args in runs.items()}
-    jobs["bad"] = _torchrun(2, [str(root / "bad.py")], root, next(ports))
-    jobs["left"] = _torchrun(2, [str(root / "left.py")], root, next(ports),
-                             DGLX_VIRTUAL_SERVERS="2")
+    *ports, bad, left = distinct_ports(len(runs) + 2)
+    jobs = {name: _torchrun(2, args, _fresh(root, name), p, DGLX_VIRTUAL_SERVERS="2")
+            for (name, args), p in zip(runs.items(), ports)}
+    jobs["bad"] = _torchrun(2, [str(root / "bad.py")], root, bad)
+    jobs["left"] = _torchrun(2, [str(root / "left.py")], root, left, DGLX_VIRTUAL_SERVERS="2")
     return jobs
 
 
@@ -144,33 +144,16 @@ def _fresh(root: Path, name: str) -> Path:
     raise AssertionError(root)
 
 
-# which jobs read what others wrote (DGL's partitions of Cora and mag-small)
-NEEDS = {"distdgl_sage": {"cora"}, "distdgl_rgcn": {"mag"}, "rgcn_p3": {"mag"}}
-
-
-def _longest_first(jobs: dict) -> list:
-    """The jobs' names: those that others need first, then the longest first (wall seconds
-    on a loaded 2-core machine, two jobs at a time, rounded; 40 for the others), so that the
-    last jobs to start are short ones and both slots finish about together."""
-    seconds = {"plain": 70, "rgcn_p3": 55, "distdgl_rgcn": 50, "distdgl_sage": 40, "bad": 35,
-               "left": 20, "rgcn_hetero": 15,
-               ("link_prediction.py", "distdgl", 4): 75, ("link_prediction.py", "p3", 2): 75,
-               ("sage_minibatch.py", "dorylus", 2): 60, ("sage_minibatch.py", "p3", 4): 50,
-               ("sage_minibatch.py", "distdgl", 4): 30, ("rgcn_hetero.py", "distdgl", 2): 30}
-    needed = set().union(*NEEDS.values())
-    return sorted(jobs, key=lambda name: (name not in needed, -seconds.get(name, 40)))
-
-
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory) -> dict:
     """Every run of the module, by name: the plain scripts' stdouts (lists) and the ports'
     completed processes."""
     root = tmp_path_factory.mktemp("examples")
-    ports = iter(distinct_ports(len(RUNS) + len(LINK_RUNS) + 1 + 5))  # every torchrun its own
-    jobs = {**_first_jobs(root, ports), **_then_jobs(root, ports)}
-    done = run_after({name: jobs[name] for name in _longest_first(jobs)}, NEEDS)
-    return {name: _outs(r) if name in ("plain", "cora", "mag", "rgcn_hetero") else r
-            for name, r in done.items()}
+    jobs = _first_jobs(root)
+    done = dict(zip(jobs, run_together(list(jobs.values()))))
+    out = {name: _outs(done.pop(name)) for name in ("plain", "cora", "mag", "rgcn_hetero")}
+    jobs = _then_jobs(root)
+    return {**out, **done, **dict(zip(jobs, run_together(list(jobs.values()))))}
 
 
 def _test_acc(stdout: str) -> float:
