@@ -381,9 +381,7 @@ def test_bad_ids_raise_on_every_rank(tmp_path, cache):
     assert "out of range" in text and "rank(s) [1]" in text, text
 
 
-def _one_node_type(session, cache):
-    g = dglx_dist.distribute(CoraGraphDataset()[0], "distdgl", cache_dir=cache,
-                             session=session)
+def _one_node_type(g) -> dict:
     ids = torch.tensor([0, 5, 2707])
     said = []
     for bad in (lambda: g.nodes["paper"], lambda: g.num_nodes("paper"), lambda: g.out_subgraph):
@@ -399,24 +397,6 @@ def _one_node_type(session, cache):
             "hasattr": hasattr(g, "out_subgraph")}
 
 
-def test_a_graph_without_types_is_the_one_type_case(tmp_path, cache):
-    """As on DGL's homogeneous graphs, ``g.nodes["_N"].data`` is ``g.ndata``; another node
-    type, and an attribute the graph does not have, are one line each (the latter an
-    AttributeError, so ``hasattr`` answers False)."""
-    res = run_workers(_one_node_type, 2, tmp_path / "run", cache)
-    feat = CoraGraphDataset()[0].ndata["feat"][torch.tensor([0, 5, 2707])].sum().item()
-    for r in range(2):
-        out = res[r]
-        assert out["ntypes"] == ["_N"] and out["keys"][0] == out["keys"][1]
-        assert "feat" in out["keys"][0] and out["same"]
-        assert out["feat"] == pytest.approx(feat) and out["num"] == [2708, 2708]
-        node_type, num_nodes, attr = out["said"]
-        assert node_type == "KeyError: 'paper'", node_type
-        assert "is not one of this graph's node types ['_N']" in num_nodes
-        assert attr.startswith("NotServedError: DistGraph asked the distributed graph for "
-                               "'out_subgraph'") and not out["hasattr"]
-
-
 def _embedding(session, cache):
     import dglx_dist.dgl as dgl
 
@@ -430,21 +410,43 @@ def _embedding(session, cache):
     rows.sum().backward()
     opt.step()
     g.barrier()
-    return emb(torch.tensor([2, 3, 7, 2000])).tolist()
+    return {"rows": emb(torch.tensor([2, 3, 7, 2000])).tolist(), "one_type": _one_node_type(g)}
 
 
-def test_dist_embedding_with_dgl_signatures(tmp_path, cache):
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory, cache):
+    """One job for the tests of a DistGraph of Cora under distdgl on 2 virtual servers."""
+    return run_workers(_embedding, 2, tmp_path_factory.mktemp("emb") / "run", cache,
+                       env={"DGLX_VIRTUAL_SERVERS": "2"})
+
+
+def test_dist_embedding_with_dgl_signatures(embedded):
     """DGL's DistEmbedding + SparseAdagrad over node ids: touched rows move (by the summed
     gradient of every rank), untouched rows do not."""
-    res = run_workers(_embedding, 2, tmp_path / "run", cache,
-                      env={"DGLX_VIRTUAL_SERVERS": "2"})
     for r in range(2):
-        node2, node3, node7, node2000 = (np.array(row) for row in res[r])
+        node2, node3, node7, node2000 = (np.array(row) for row in embedded[r]["rows"])
         np.testing.assert_allclose(node2, 1.0)  # untouched
         # Adagrad's first step moves a row by lr whatever its gradient's size
         np.testing.assert_allclose(node3, 0.9, rtol=1e-5)
         np.testing.assert_allclose(node7, 0.9, rtol=1e-5)
         np.testing.assert_allclose(node2000, 0.9, rtol=1e-5)
+
+
+def test_a_graph_without_types_is_the_one_type_case(embedded):
+    """As on DGL's homogeneous graphs, ``g.nodes["_N"].data`` is ``g.ndata``; another node
+    type, and an attribute the graph does not have, are one line each (the latter an
+    AttributeError, so ``hasattr`` answers False)."""
+    feat = CoraGraphDataset()[0].ndata["feat"][torch.tensor([0, 5, 2707])].sum().item()
+    for r in range(2):
+        out = embedded[r]["one_type"]
+        assert out["ntypes"] == ["_N"] and out["keys"][0] == out["keys"][1]
+        assert "feat" in out["keys"][0] and out["same"]
+        assert out["feat"] == pytest.approx(feat) and out["num"] == [2708, 2708]
+        node_type, num_nodes, attr = out["said"]
+        assert node_type == "KeyError: 'paper'", node_type
+        assert "is not one of this graph's node types ['_N']" in num_nodes
+        assert attr.startswith("NotServedError: DistGraph asked the distributed graph for "
+                               "'out_subgraph'") and not out["hasattr"]
 
 
 def _bad_pull(session, cache):
