@@ -254,10 +254,10 @@ class PartitionSampler(BlockSampler):
     def _width(self, fanouts, options: SampleOptions) -> int | None:
         """The padded answer's width: the fanout where it bounds every node's drawn in-edges
         (one fanout >= 0 of one edge type, not LABOR's); else None (counts, then edges)."""
-        k = torch.as_tensor(fanouts).reshape(-1)
-        if self.edges.num_etypes > 1 or k.numel() != 1 or options.labor is not None:
-            return None
-        return int(k) if int(k) >= 0 else None
+        if self.edges.num_etypes > 1 or options.labor is not None:
+            return None  # per-type fanouts, or LABOR's fanout edges in expectation
+        k = int(fanouts[0] if isinstance(fanouts, (tuple, list)) else fanouts)  # one type
+        return k if k >= 0 else None
 
     def _requests(self, nodes: torch.Tensor, exclude):
         """This member's own nodes of ``nodes``, the others' by owner (a request each, the
