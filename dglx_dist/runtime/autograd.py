@@ -34,7 +34,7 @@ from dglx_dist.errors import InvalidValueError
 from dglx_dist.runtime.comm import Comm, Pending
 
 __all__ = ["GradientSync", "OwnerReduce", "Ready", "flatten_partials", "halo_exchange",
-           "halo_exchange_many", "reduce_to_owners", "set_grads", "unflatten"]
+           "halo_exchange_many", "reduce_to_owners", "set_grads", "tie", "unflatten"]
 
 
 def _sum(parts: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -345,6 +345,24 @@ class _ScaleGrad(torch.autograd.Function):
         # a factor of 0 gives zeros even where the gradient is not finite (the mean loss of
         # an empty batch is NaN)
         return (grad * ctx.factor if ctx.factor else torch.zeros_like(grad)), None
+
+
+class _Tie(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, out: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
+        ctx.shapes = [(o.shape, o.dtype, o.device) for o in others]
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor, *_):
+        return (grad, *(torch.zeros(s, dtype=d, device=dev) for s, d, dev in ctx.shapes))
+
+
+def tie(out: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
+    """``out`` unchanged; whenever a gradient reaches it, ``others`` get zero gradients, so
+    the autograd functions behind them run their backward (collective ones on every rank,
+    also where their rows reach no loss here)."""
+    return _Tie.apply(out, *others) if torch.is_grad_enabled() else out
 
 
 def scale_grad(t: torch.Tensor, factor: float) -> torch.Tensor:

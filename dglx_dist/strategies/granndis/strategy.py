@@ -71,7 +71,7 @@ from dglx_dist.strategies.granndis.cobatch import GroupNodes
 from dglx_dist.strategies.granndis.eas import expand_external
 from dglx_dist.strategies.granndis.halo import HaloConv, complete_rows
 from dglx_dist.strategies.granndis.pairs import PairGather, pair_epoch, pair_plan
-from dglx_dist.strategies.granndis.typed import (HeteroHaloConv, TypedRows, edge_types,
+from dglx_dist.strategies.granndis.heteroconv import (HeteroHaloConv, TypedRows, edge_types,
                                                  held_names, out_degrees, target_types,
                                                  typed_cobatch, typed_ids, typed_rows,
                                                  typed_step)

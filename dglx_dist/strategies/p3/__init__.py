@@ -12,7 +12,7 @@
 * Caching (structure and feature slices replicated on every server within a budget):
   :func:`plan_cache` and :class:`CachePlan` in :mod:`.strategy` (``cache_mb``).
 * Graphs with node and edge types (an R-GCN): the featured types' input projections split by
-  feature columns, :mod:`.typed` (:class:`~dglx_dist.strategies.p3.typed.TypedColumns`).
+  feature columns, :mod:`.projections` (:class:`~dglx_dist.strategies.p3.projections.TypedColumns`).
 """
 from dglx_dist.strategies.p3.layer import ColumnSlice, P3FirstLayer
 from dglx_dist.strategies.p3.strategy import CachePlan, P3Strategy, plan_cache

@@ -277,7 +277,7 @@ class ColumnSlice:
     avoid, and the result is a plain tensor that the first layer refuses (it computes from the
     stored features; transform them before :func:`dglx_dist.distribute` instead).
 
-    On a graph with node types (:mod:`dglx_dist.strategies.p3.typed`) the handle also has a
+    On a graph with node types (:mod:`dglx_dist.strategies.p3.projections`) the handle also has a
     ``linear``: ``F.linear(handle, weight, bias)`` (an ``nn.Linear``) then runs P3's split
     linear map instead of materialising.
 

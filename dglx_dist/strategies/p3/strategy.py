@@ -22,7 +22,7 @@
   each block's structure is pushed from the host, and this rank's columns of its rows are
   gathered into pinned buffers and copied to the GPU.
 
-On a graph with node and edge types (an R-GCN; :mod:`dglx_dist.strategies.p3.typed`), what
+On a graph with node and edge types (an R-GCN; :mod:`dglx_dist.strategies.p3.projections`), what
 touches the raw features is each featured type's input projection (an ``nn.Linear``): that
 runs model parallel over the types' column slices, the rest data parallel under DDP; the
 pipeline and caching do not apply there and are refused.
@@ -62,7 +62,7 @@ from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest,
                                        ddp)
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
 from dglx_dist.strategies.p3.layer import ColumnSlice, P3FirstLayer
-from dglx_dist.strategies.p3.typed import TypedColumns
+from dglx_dist.strategies.p3.projections import TypedColumns
 from dglx_dist.strategies.steps import Blocks, Step, place_step
 
 __all__ = ["P3Strategy", "CachePlan", "plan_cache"]
@@ -216,7 +216,7 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, ShardedParams,
             self._sync.start()
 
     def after_backward(self, steps) -> None:
-        if self.typed is not None:  # DDP averages every gradient (see p3/typed.py)
+        if self.typed is not None:  # DDP averages every gradient (see p3/projections.py)
             self.session.world.account_all_reduce(self._grad_bytes)
             return
         self._layer.after_backward()  # pipelined slice gradients that arrived

@@ -36,7 +36,7 @@ from torch import nn
 from dglx_dist.convs import ConvWrapper, adapter_for
 from dglx_dist.errors import InvalidValueError, NotSupportedError
 from dglx_dist.kvstore import typed_key
-from dglx_dist.runtime.autograd import halo_exchange_many
+from dglx_dist.runtime.autograd import halo_exchange_many, tie
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.sampling.block import Block
 from dglx_dist.sampling.frames import NID
@@ -260,7 +260,7 @@ class HeteroHaloConv(ConvWrapper):
                                     "{node type: rows}")
         full = self._complete(plan, src)
         out = self.conv(block, (full, h[1]) if isinstance(h, tuple) else full, *args, **kwargs)
-        return {t: _tie(v, *full.values()) for t, v in out.items()}
+        return {t: tie(v, *full.values()) for t, v in out.items()}
 
     def _complete(self, plan: TypedLayer, src: dict) -> dict:
         """Every node type's rows with the rows other ranks send appended (collective). A
@@ -295,25 +295,6 @@ class HeteroHaloConv(ConvWrapper):
         recv = [plan.recv_rows[i] for i, _ in kept]
         full = halo_exchange_many(self._comm, hs, send, recv)
         return {t: f for (_, t), f in zip(kept, full)}
-
-
-class _Tie(torch.autograd.Function):
-    """``out`` unchanged; the others get zero gradients whenever ``out`` gets one, so a
-    layer's exchange runs backward on every rank whose output reaches the loss, also where
-    a type's rows feed no relation with edges here (HeteroGraphConv skips those)."""
-
-    @staticmethod
-    def forward(ctx, out: torch.Tensor, *others: torch.Tensor):
-        ctx.shapes = [(o.shape, o.dtype, o.device) for o in others]
-        return out.view_as(out)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor, *_):
-        return (grad, *(torch.zeros(s, dtype=d, device=dev) for s, d, dev in ctx.shapes))
-
-
-def _tie(out: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
-    return _Tie.apply(out, *others) if torch.is_grad_enabled() else out
 
 
 class TypedRows:

@@ -39,6 +39,7 @@ from dglx_dist.kvstore import typed_key
 from dglx_dist.kvstore.policy import rows_at
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.autograd import OwnerReduce, flatten_partials
+from dglx_dist.runtime.autograd import tie as tie_grads
 from dglx_dist.runtime.session import Session
 from dglx_dist.strategies.p3.layer import ColumnSlice
 
@@ -60,19 +61,6 @@ class _OwnerSum(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor, _token: torch.Tensor):
         grads = ctx.plan.finish_backward(ctx.plan.start_backward(grad.contiguous()))
         return (None, None, grad.new_zeros(ctx.token_shape), *grads)
-
-
-class _Tie(torch.autograd.Function):
-    """``out`` unchanged; its backward also reaches the last projection's token."""
-
-    @staticmethod
-    def forward(ctx, out: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
-        ctx.token_shape = token.shape
-        return out.view_as(out)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        return grad, grad.new_zeros(ctx.token_shape)
 
 
 class TypedColumns:
@@ -160,9 +148,9 @@ class TypedColumns:
         if token is None or not token.requires_grad:
             return None
         if isinstance(output, torch.Tensor) and output.requires_grad:
-            return _Tie.apply(output, token)
+            return tie_grads(output, token)
         if isinstance(output, dict):
             for key, value in output.items():
                 if isinstance(value, torch.Tensor) and value.requires_grad:
-                    return {**output, key: _Tie.apply(value, token)}
+                    return {**output, key: tie_grads(value, token)}
         return None
