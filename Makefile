@@ -50,8 +50,10 @@ CORE_TESTS := tests/unit/test_import_boundary.py tests/unit/test_book.py \
 demo: $(STAMP)
 	$(PY) -m dglx_dist demo
 
+# two workers (pytest-xdist), a whole file to a worker: the suite's tests wait on
+# launches, timeouts and peers' deadlines about half of the time one worker runs them
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile
 
 # the static site, into site/ (mkdocs.yml); the [test] extra the stamp installs includes [docs]
 docs: $(STAMP)

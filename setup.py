@@ -39,7 +39,7 @@ DOCS = ["mkdocs>=1.6.1", "mkdocs-material>=9.8", "mkdocstrings[python]>=1.0.8",
         "mkdocstrings-python>=2.0.11", "griffelib>=2.4"]
 
 # What the tests need besides the package (`make test-core` installs these with CORE_REQUIRES).
-TEST_REQUIRES = ["pytest>=7", "pytest-timeout", "hypothesis", "boto3"]
+TEST_REQUIRES = ["pytest>=7", "pytest-timeout", "pytest-xdist", "hypothesis", "boto3"]
 
 EXTRAS = {
     "test": [*TEST_REQUIRES, "matplotlib", "torchmetrics", *DOCS],  # a DGL script's metrics

@@ -56,3 +56,18 @@ def cora():
 @pytest.fixture
 def tiny():
     return tiny_dataset()
+
+
+# The files whose tests take longest, first: `make test` runs the suite on two workers
+# (pytest-xdist, a whole file to a worker), and the examples' fixture (about 200 s of
+# launches) started last would leave one worker idle for its length.
+_LONGEST = ("e2e/test_examples.py", "e2e/test_bench.py", "e2e/test_train.py",
+            "e2e/test_launch.py", "dist/test_dorylus.py", "dist/test_granndis.py")
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item) -> int:
+        path = item.path.as_posix()
+        return next((i for i, name in enumerate(_LONGEST) if path.endswith(name)),
+                    len(_LONGEST))
+    items.sort(key=rank)  # stable: a file's tests keep their order

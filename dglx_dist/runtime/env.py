@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import random
 import re
 import socket
 from typing import Mapping
@@ -217,8 +218,23 @@ def launch_position(environ: Mapping[str, str] | None = None) -> tuple[int, int,
     return 0, 1, None
 
 
+# Below Linux's ephemeral range (32768-60999) and macOS's (49152-65535): a port the kernel
+# hands to an outgoing connection (gloo opens many) is never one of these, so one found
+# free stays free until a launch binds it, unless another launch picks the same one
+LOCAL_PORTS = range(20000, 32768)
+
+
 def free_local_port() -> int:
-    """A TCP port free on 127.0.0.1 right now, for a local launch's rendezvous."""
-    with socket.socket() as s:
+    """A TCP port free on 127.0.0.1 right now, for a local launch's rendezvous: a random one
+    of :data:`LOCAL_PORTS` (the kernel's own pick, an ephemeral port, may be taken by an
+    outgoing connection of another job before the launch binds it)."""
+    for port in random.Random().sample(LOCAL_PORTS, 64):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # nearly all of them taken: the kernel's pick
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

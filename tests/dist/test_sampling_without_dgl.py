@@ -4,7 +4,6 @@ over their parts (typed and untyped) and build the package's blocks; the edges a
 the dataset, checked here with numpy."""
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -16,6 +15,7 @@ import pytest
 from dglx_dist.data import (EdgeTable, HeteroDataset, NodeTable, builtin_path, read_dataset,
                             write_hetero_dataset)
 from dglx_dist.partition import PartitionDir, partition_dataset
+from dglx_dist.runtime.env import free_local_port
 from tests.unit.test_import_boundary import _BLOCK
 
 pytestmark = pytest.mark.dist
@@ -56,16 +56,10 @@ _RANK = textwrap.dedent("""
 """)
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run_ranks(pdir: Path, code: str = _RANK, *args: str) -> list[dict]:
     """Each rank's result of ``code`` (written to a file: a pipe that fills would stall a
     rank, and with it its peer's collectives)."""
-    port, procs = _port(), []
+    port, procs = free_local_port(), []
     for rank in range(2):
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
                "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
