@@ -19,7 +19,6 @@ row-normalized), `cora-3703` (that plus 2,270 noise words, about 32 words a row 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import subprocess
@@ -64,8 +63,8 @@ def build(name: str, out: Path) -> Path:
         feat = np.concatenate([feat, rng.random((iso, 3703)) < 32 / 3703]).astype(np.float32)
         pad = {k: np.concatenate([getattr(d, k), np.zeros(iso, getattr(d, k).dtype)])
                for k in ("label", "train", "val", "test")}
-        d = dataclasses.replace(d, **pad)
-    write_dataset(dataclasses.replace(d, feat=feat.astype(np.float32)), path)
+        d = d.replace(**pad)
+    write_dataset(d.replace(feat=feat.astype(np.float32)), path)
     return path
 
 

@@ -21,8 +21,7 @@ from typing import Any, Callable
 import torch
 
 from dglx_dist.data.builtin import builtin_names, builtin_path
-from dglx_dist.data.format import read_meta
-from dglx_dist.data.hetero_format import is_hetero, read_hetero_meta
+from dglx_dist.data.format import is_hetero, read_hetero_meta, read_meta
 from dglx_dist.cache import CacheLimits, check_cache_dir, making, prune, touch
 from dglx_dist.errors import (DatasetFormatError, DeadlineError, OutputExistsError,
                               PartitionError, StateError)

@@ -23,13 +23,13 @@ import torch.nn.functional as F
 import dglx_dist
 from dglx_dist import DataLoader, MultiLayerFullNeighborSampler, NeighborSampler
 
-from dglx_dist.data import read_hetero_dataset, to_dgl
+from dglx_dist.data import read_dataset, to_dgl
 from dglx_dist.data.mag import MAG_PRESETS, mag_dataset
 
 
 def load_graph(data):
     """The DGL heterograph and its number of classes (papers carry feat, label, masks)."""
-    ds = read_hetero_dataset(data) if data else mag_dataset(MAG_PRESETS["mag-small"])
+    ds = read_dataset(data) if data else mag_dataset(MAG_PRESETS["mag-small"])
     return to_dgl(ds), ds.num_classes
 
 

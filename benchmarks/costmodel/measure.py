@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 
 from benchmarks.costmodel.shapes import GraphShape, Units, degree_quantiles
-from dglx_dist.data.format import GraphDataset
+from dglx_dist.data.dataset import GraphDataset
 
 __all__ = ["measure_graph", "measure_units", "metis_layout"]
 

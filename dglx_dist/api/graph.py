@@ -39,8 +39,6 @@ from dglx_dist.api.store import node_data_store, part_comm, part_of, type_spaces
 from dglx_dist.api.structure import EdgeStructure
 from dglx_dist.data.convert import check_convertible, from_dgl, is_heterograph
 from dglx_dist.data.format import write_dataset
-from dglx_dist.data.hetero import HeteroDataset
-from dglx_dist.data.hetero_format import write_hetero_dataset
 from dglx_dist.errors import (DatasetFormatError, DglxError, InvalidValueError, NotSupportedError,
                               StateError)
 from dglx_dist.kvstore import RowPolicy
@@ -373,8 +371,7 @@ def distribute(g, strategy: str | Strategy = "distdgl", *,
     key = fingerprint(g)
     _same_everywhere(session, key)
     data = checked_cache(cache_dir) / f"graph-{key}"
-    write = write_hetero_dataset if isinstance(dataset, HeteroDataset) else write_dataset
-    made_by_rank0(session, data, "meta.json", lambda: write(dataset, data),
+    made_by_rank0(session, data, "meta.json", lambda: write_dataset(dataset, data),
                   "writing the graph given to distribute", wait_timeout)
     parts = ensure_partitions(data, built, session, cache_dir, wait_timeout)
     return DistGraph(parts, built, session=session)

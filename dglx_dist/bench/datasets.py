@@ -59,7 +59,7 @@ def nonnegative_features(data: Path) -> bool:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from dglx_dist.data.hetero_format import is_hetero
+    from dglx_dist.data.format import is_hetero
 
     tables = sorted((data / "nodes").glob("*.parquet")) if is_hetero(data) else \
         [data / "nodes.parquet"]

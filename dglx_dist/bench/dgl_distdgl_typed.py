@@ -34,9 +34,9 @@ def partition_typed(args: argparse.Namespace, graph_name: str) -> None:
     import torch
 
     from dglx_dist.data import to_dgl
-    from dglx_dist.data.hetero_format import read_hetero_dataset
+    from dglx_dist.data.format import read_dataset
 
-    ds = read_hetero_dataset(args.data)
+    ds = read_dataset(args.data)
     labeled = ds.nodes[ds.category]
     split = np.zeros(labeled.num_nodes, dtype=np.int64)
     for i, mask in enumerate(labeled.masks().values(), start=1):  # train, val, test

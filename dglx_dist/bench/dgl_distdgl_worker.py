@@ -68,7 +68,7 @@ def partition_main(args: argparse.Namespace) -> None:
     import torch
 
     from dglx_dist.data import read_dataset, to_dgl
-    from dglx_dist.data.hetero_format import is_hetero
+    from dglx_dist.data.format import is_hetero
 
     t0 = time.perf_counter()
     if args.task == "link":

@@ -47,6 +47,6 @@ KINDS: dict[str, DataKind] = {
 def kind_of(data: Path) -> str:
     """The kind of the dataset directory ``data``: ``typed`` when its meta.json names node
     types, else ``graph``."""
-    from dglx_dist.data.hetero_format import is_hetero
+    from dglx_dist.data.format import is_hetero
 
     return "typed" if is_hetero(data) else "graph"

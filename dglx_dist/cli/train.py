@@ -127,7 +127,7 @@ def dataset_size(path: Path, embed_dim: int):
     typed one per node type (learned rows ``embed_dim`` wide for the featureless types, as
     the Trainer makes them), else its nodes, edges and feature width."""
     from dglx_dist.data import read_meta
-    from dglx_dist.data.hetero_format import is_hetero, read_hetero_meta
+    from dglx_dist.data.format import is_hetero, read_hetero_meta
     from dglx_dist.memory import GraphSize, NodeTypeSize
 
     if not is_hetero(path):

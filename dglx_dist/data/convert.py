@@ -1,7 +1,8 @@
 """Conversion between datasets and DGLGraphs.
 
-A homogeneous graph is a :class:`GraphDataset`, a graph with several node or edge types a
-:class:`~dglx_dist.data.hetero.HeteroDataset`. The DGLGraph carries node data ``feat``,
+A DGLGraph with one node type and one edge type (DGL's homogeneous graph) is a
+:class:`~dglx_dist.data.dataset.GraphDataset` without types, one with several a typed one. The
+DGLGraph carries node data ``feat``,
 ``label``, ``train_mask``, ``val_mask`` and ``test_mask`` (per node type on a heterograph:
 ``g.nodes[ntype].data``), the names DGL's own node-classification datasets use, and its edge
 data as the dataset's edge data (numeric tensors of one value or one vector per edge).
@@ -14,8 +15,7 @@ import numpy as np
 import torch
 
 from dglx_dist.data.edge_data import STRUCTURE
-from dglx_dist.data.format import GraphDataset
-from dglx_dist.data.hetero import EdgeTable, HeteroDataset, NodeTable
+from dglx_dist.data.dataset import EdgeTable, GraphDataset, NodeTable
 from dglx_dist.errors import DatasetFormatError
 
 __all__ = ["to_dgl", "from_dgl", "check_convertible", "is_heterograph"]
@@ -28,23 +28,9 @@ def is_heterograph(g) -> bool:
     return len(g.ntypes) != 1 or len(g.canonical_etypes) != 1
 
 
-def to_dgl(ds: GraphDataset | HeteroDataset):
-    """A DGLGraph with the dataset's edges (in file order) and node data."""
-    import dgl
-
-    if isinstance(ds, HeteroDataset):
-        return _hetero_to_dgl(ds)
-    g = dgl.graph((torch.from_numpy(ds.src), torch.from_numpy(ds.dst)), num_nodes=ds.num_nodes)
-    g.ndata["feat"] = torch.from_numpy(ds.feat)
-    g.ndata["label"] = torch.from_numpy(ds.label)
-    for ours, theirs in _MASK_KEYS.items():
-        g.ndata[theirs] = torch.from_numpy(getattr(ds, ours))
-    for name, values in ds.edata.items():
-        g.edata[name] = torch.from_numpy(values)
-    return g
-
-
-def _hetero_to_dgl(ds: HeteroDataset):
+def to_dgl(ds: GraphDataset):
+    """A DGLGraph with the dataset's edges (in file order) and node data (a graph without types
+    becomes DGL's homogeneous graph: its types are DGL's ``_N`` and ``_E``)."""
     import dgl
 
     g = dgl.heterograph({et: (torch.from_numpy(e.src), torch.from_numpy(e.dst))
@@ -92,13 +78,13 @@ def check_convertible(g, what: str) -> None:
                                  f"found {sorted(g.ndata.keys())}")
 
 
-def from_dgl(g, num_classes: int | None = None, **extra: Any) -> GraphDataset | HeteroDataset:
+def from_dgl(g, num_classes: int | None = None, **extra: Any) -> GraphDataset:
     """A dataset from a DGLGraph with node data feat/label/train_mask/val_mask/test_mask.
 
     Args:
         g: the graph. Homogeneous: missing masks are taken as all-false; a missing label (a
             graph for link prediction) as class 0 for every node. With several node or edge
-            types: a :class:`HeteroDataset`; each type keeps what it has (a type may have no
+            types: a typed dataset; each type keeps what it has (a type may have no
             features, and no labels; masks need labels).
         num_classes: defaults to the largest label + 1.
         **extra: free-form provenance stored in meta.json (e.g. ``name="cora"``).
@@ -134,7 +120,7 @@ def _node_table(g, ntype: str) -> NodeTable:
     return NodeTable(n, feat, _numpy(data["label"], torch.int64).reshape(-1), **masks)
 
 
-def _hetero_from_dgl(g, num_classes: int | None, extra: dict[str, Any]) -> HeteroDataset:
+def _hetero_from_dgl(g, num_classes: int | None, extra: dict[str, Any]) -> GraphDataset:
     if g.num_nodes() == 0:
         raise DatasetFormatError(f"from_dgl: the graph has no nodes (node types {g.ntypes}); "
                                  "expected at least one")
@@ -146,4 +132,4 @@ def _hetero_from_dgl(g, num_classes: int | None, extra: dict[str, Any]) -> Heter
     if num_classes is None:
         tops = [int(n.label.max()) + 1 for n in nodes.values() if n.labeled and n.label.size]
         num_classes = max(tops, default=1)
-    return HeteroDataset(nodes, edges, int(num_classes), extra=dict(extra))
+    return GraphDataset.typed(nodes, edges, int(num_classes), extra=dict(extra))

@@ -1,6 +1,7 @@
-"""The dataset directory format, read and written with pyarrow (nothing is pickled).
+"""The dataset directory formats, read and written with pyarrow (nothing is pickled).
 
-A dataset directory holds three files::
+A graph without types (:attr:`~dglx_dist.data.dataset.GraphDataset.untyped`) is a directory
+of three files::
 
     edges.parquet   src int64, dst int64           one row per directed edge (undirected graphs
                                                     list both directions); any other column
@@ -9,14 +10,27 @@ A dataset directory holds three files::
                     feat fixed_size_list<float32>[F]   one row per node, row i is node i
     meta.json       num_nodes, num_edges, feat_dim, num_classes (+ free-form provenance)
 
-Reading validates everything before returning: required files and fields, column types, row
-counts against meta.json, node ids in [0, num_nodes), labels in [0, num_classes), the feature
-width. Every problem raises :class:`~dglx_dist.errors.DatasetFormatError` naming the file, the
-field, the value found and the value expected.
+A graph with types is the typed directory::
+
+    meta.json                 format "dglx-hetero", version 1; ntypes {name: {num_nodes,
+                              feat_dim (0: none), labeled}}; canonical_etypes [[src, rel, dst],
+                              ...] and num_edges [...] in the same order; num_classes;
+                              category (the predicted node type, or null); free-form provenance
+    nodes/NTYPE.parquet       one row per node of the type (row i = per-type id i): feat
+                              fixed_size_list<float32>[feat_dim] when feat_dim > 0; label int64
+                              and train, val, test bool when labeled. No file for a type that
+                              has neither.
+    edges/I_REL.parquet       the I-th canonical edge type (I from 0, as listed in meta.json):
+                              src, dst int64 per-type ids; any other column is edge data
+
+:func:`read_dataset` reads either (:func:`is_hetero` tells them apart) and validates everything
+before returning: required files and fields, column types, row counts against meta.json, node
+ids in range, labels in [0, num_classes), feature widths. Every problem raises
+:class:`~dglx_dist.errors.DatasetFormatError` naming the file, the field, the value found and
+the value expected. :func:`write_dataset` writes either, atomically.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from pathlib import Path
@@ -29,67 +43,24 @@ import pyarrow.parquet as pq
 from dglx_dist.data.atomic import DirKind, atomic_directory
 from dglx_dist.data.checked import (WRITE_OPTIONS, check_finite, check_plausible, check_range,
                                    column_numpy, read_checked, read_feat, read_json_object)
+from dglx_dist.data.dataset import (MASKS, DatasetMeta, EdgeTable, Etype, GraphDataset,
+                                    NodeTable, check_type_name)
 from dglx_dist.data.edge_data import edge_data_arrays, edge_data_columns, to_arrow
 from dglx_dist.errors import DatasetFormatError
 
-__all__ = ["GraphDataset", "DatasetMeta", "read_dataset", "read_meta", "write_dataset",
-           "node_schema", "node_batch", "edge_batch", "EDGE_SCHEMA", "DATASET_DIR"]
+__all__ = ["read_dataset", "read_meta", "write_dataset", "is_hetero", "read_hetero_meta",
+           "HeteroMeta", "hetero_meta", "node_schema", "node_batch", "edge_batch", "EDGE_SCHEMA",
+           "DATASET_DIR", "FORMAT"]
 
 EDGES_FILE, NODES_FILE, META_FILE = "edges.parquet", "nodes.parquet", "meta.json"
 EDGE_SCHEMA = pa.schema([("src", pa.int64()), ("dst", pa.int64())])
 _META_INTS = ("num_nodes", "num_edges", "feat_dim", "num_classes")
 DATASET_DIR = DirKind("dataset", "a dglx dataset directory")
-_MASKS = ("train", "val", "test")
-
-
-@dataclasses.dataclass(frozen=True)
-class DatasetMeta:
-    """The sizes from meta.json; ``extra`` keeps the free-form provenance fields."""
-
-    num_nodes: int
-    num_edges: int
-    feat_dim: int
-    num_classes: int
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        out = {k: getattr(self, k) for k in _META_INTS}
-        out.update({k: v for k, v in self.extra.items() if k not in out})
-        return out
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class GraphDataset:
-    """A node-classification graph held in numpy arrays (node i is row i; ``edata`` holds
-    edge data by name, row j for edge j)."""
-
-    src: np.ndarray
-    dst: np.ndarray
-    feat: np.ndarray
-    label: np.ndarray
-    train: np.ndarray
-    val: np.ndarray
-    test: np.ndarray
-    num_classes: int
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
-    edata: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
-
-    @property
-    def num_nodes(self) -> int:
-        return int(self.label.shape[0])
-
-    @property
-    def num_edges(self) -> int:
-        return int(self.src.shape[0])
-
-    @property
-    def feat_dim(self) -> int:
-        return int(self.feat.shape[1])
-
-    @property
-    def meta(self) -> DatasetMeta:
-        return DatasetMeta(self.num_nodes, self.num_edges, self.feat_dim, self.num_classes,
-                           dict(self.extra))
+FORMAT, VERSION = "dglx-hetero", 1  # the typed directory's meta.json
+_KEYS = ("format", "version", "ntypes", "canonical_etypes", "num_edges", "num_classes",
+         "category")
+_LABELED = {"label": "integer", **{m: "bool" for m in MASKS}}  # a nodes table's, in order
+_FEAT = {"feat": "float list"}
 
 
 def node_schema(feat_dim: int) -> pa.Schema:
@@ -101,12 +72,11 @@ def node_schema(feat_dim: int) -> pa.Schema:
 def node_batch(label: np.ndarray, train: np.ndarray, val: np.ndarray, test: np.ndarray,
                feat: np.ndarray) -> pa.RecordBatch:
     """A record batch of nodes.parquet rows (features as a fixed-size list, no copy)."""
-    feat = np.ascontiguousarray(feat, dtype=np.float32)
-    flist = pa.FixedSizeListArray.from_arrays(pa.array(feat.reshape(-1)), feat.shape[1])
+    flist = to_arrow(np.asarray(feat, np.float32))
     return pa.RecordBatch.from_arrays(
         [pa.array(np.asarray(label, np.int64)), pa.array(np.asarray(train, bool)),
          pa.array(np.asarray(val, bool)), pa.array(np.asarray(test, bool)), flist],
-        schema=node_schema(feat.shape[1]))
+        schema=node_schema(flist.type.list_size))
 
 
 def edge_batch(src: np.ndarray, dst: np.ndarray,
@@ -128,7 +98,7 @@ def read_meta(path: str | os.PathLike) -> DatasetMeta:
     if "ntypes" in raw:
         raise DatasetFormatError(f"{path} holds a heterogeneous dataset (node types "
                                  f"{sorted(raw['ntypes'])}); this step takes a homogeneous "
-                                 "one (read_hetero_dataset reads it)")
+                                 "one (read_dataset reads either)")
     values = {}
     for key in _META_INTS:
         v = raw.get(key)
@@ -144,7 +114,7 @@ def read_meta(path: str | os.PathLike) -> DatasetMeta:
 
 
 def read_dataset(path: str | os.PathLike, nonfinite: str = "reject") -> GraphDataset:
-    """Reads and validates a dataset directory.
+    """Reads and validates a dataset directory, with types or without.
 
     Args:
         path: the directory.
@@ -154,46 +124,200 @@ def read_dataset(path: str | os.PathLike, nonfinite: str = "reject") -> GraphDat
         DatasetFormatError: a missing file, wrong schema, count or id (the message says which).
     """
     path = Path(path)
+    if is_hetero(path):
+        meta = read_hetero_meta(path)
+        nodes = {t: _read_nodes(path / node_file(t), s["num_nodes"],
+                                ({} if not s["feat_dim"] else _FEAT) |
+                                (_LABELED if s["labeled"] else {}),
+                                s["feat_dim"], meta.num_classes, nonfinite)
+                 for t, s in meta.ntypes.items()}
+        edges = {et: _read_edges(path / edge_file(i, et), meta.num_edges[i],
+                                 *((meta.ntypes[t]["num_nodes"], f"{t!r} node id")
+                                   for t in (et[0], et[2])), None)
+                 for i, et in enumerate(meta.etypes)}
+        return GraphDataset.typed(nodes, edges, meta.num_classes, meta.category, meta.extra)
+    return _read_one_type(path, nonfinite)
+
+
+def _read_one_type(path: Path, nonfinite: str) -> GraphDataset:
     meta = read_meta(path)
+    n = meta.num_nodes
+    e = _read_edges(path / EDGES_FILE, meta.num_edges, (n, "node id"), (n, "node id"),
+                    nonfinite)
+    node = _read_nodes(path / NODES_FILE, n, _LABELED | _FEAT, meta.feat_dim, meta.num_classes,
+                       nonfinite)
+    return GraphDataset(e.src, e.dst, node.feat, node.label, node.train, node.val, node.test,
+                        meta.num_classes, meta.extra, e.edata)
+
+
+def _read_nodes(file: Path, n: int, fields: dict[str, str], width: int, num_classes: int,
+                nonfinite: str) -> NodeTable:
+    """A node table from ``file``, which must hold ``fields`` (in its format's order)."""
+    if not fields:
+        return NodeTable(n)
+    err, label, masks, feat = DatasetFormatError, None, {}, None
+    table = read_checked(file, fields, n, err, read=tuple(k for k in fields if k != "feat"))
+    if "label" in fields:
+        label = column_numpy(table, "label", file, err)
+        check_range(label, 0, num_classes, file, "label", "class", err)
+        masks = {m: column_numpy(table, m, file, err) for m in MASKS}
+    if width:
+        feat = read_feat(file, n, width, err)
+        check_finite(feat, file, nonfinite, err)
+    return NodeTable(n, feat, label, **masks)
+
+
+def _read_edges(file: Path, count: int, src: tuple[int, str], dst: tuple[int, str],
+                nonfinite: str | None) -> EdgeTable:
+    """An edge table from ``file``: ``src`` / ``dst`` (node count, what the ids are) bound its
+    ends; float edge data is checked as ``nonfinite`` says (None: not checked)."""
     err = DatasetFormatError
-    ef, nf = path / EDGES_FILE, path / NODES_FILE
-    edges = read_checked(ef, {"src": "integer", "dst": "integer"}, meta.num_edges, err,
+    table = read_checked(file, {"src": "integer", "dst": "integer"}, count, err,
                          all_columns=True)
-    edata = edge_data_arrays(edges, edge_data_columns(edges.schema, ef, err), ef, err)
-    nodes = read_checked(nf, {"label": "integer", "train": "bool", "val": "bool",
-                              "test": "bool", "feat": "float list"}, meta.num_nodes, err,
-                         read=("label", "train", "val", "test"))
-    src, dst = (column_numpy(edges, c, ef, err) for c in ("src", "dst"))
-    for name, ids in (("src", src), ("dst", dst)):
-        check_range(ids, 0, meta.num_nodes, ef, name, "node id", err)
-    label = column_numpy(nodes, "label", nf, err)
-    check_range(label, 0, meta.num_classes, nf, "label", "class", err)
-    masks = {m: column_numpy(nodes, m, nf, err) for m in _MASKS}
-    feat = read_feat(nf, meta.num_nodes, meta.feat_dim, err)
-    check_finite(feat, nf, nonfinite, err)
+    edata = edge_data_arrays(table, edge_data_columns(table.schema, file, err), file, err)
+    ends = {end: column_numpy(table, end, file, err) for end in ("src", "dst")}
+    for (end, ids), (n, what) in zip(ends.items(), (src, dst)):
+        check_range(ids, 0, n, file, end, what, err)
     for name, values in edata.items():
-        if values.dtype.kind == "f":
-            check_finite(values.reshape(values.shape[0], -1), ef, nonfinite, err, field=name)
-    return GraphDataset(src, dst, feat, label, masks["train"], masks["val"], masks["test"],
-                        meta.num_classes, meta.extra, edata)
+        if nonfinite is not None and values.dtype.kind == "f":
+            check_finite(values.reshape(values.shape[0], -1), file, nonfinite, err, field=name)
+    return EdgeTable(ends["src"], ends["dst"], edata)
 
 
 def write_dataset(ds: GraphDataset, path: str | os.PathLike, overwrite: bool = False,
                   rows_per_group: int = 65536,
                   arrays: dict[str, np.ndarray] | None = None) -> Path:
-    """Writes ``ds`` as a dataset directory, atomically (temp dir + rename); ``overwrite``
-    replaces only a dataset directory. ``arrays``: more of what belongs with the graph (the
-    link task's held-out pairs), each written beside the tables as ``NAME.npy``."""
+    """Writes ``ds`` as a dataset directory (typed when it has types), atomically (temp dir +
+    rename); ``overwrite`` replaces only a dataset directory. ``arrays``: more of what belongs
+    with the graph (the link task's held-out pairs), each written beside the tables as
+    ``NAME.npy``; ``rows_per_group``: node rows per row group of a graph without types."""
     with atomic_directory(path, overwrite, kind=DATASET_DIR) as tmp:
         for name, value in (arrays or {}).items():
             np.save(tmp / f"{name}.npy", np.ascontiguousarray(value), allow_pickle=False)
-        edges = pa.Table.from_batches([edge_batch(ds.src, ds.dst, ds.edata)])
-        pq.write_table(edges, tmp / EDGES_FILE, **WRITE_OPTIONS)
-        with pq.ParquetWriter(tmp / NODES_FILE, node_schema(ds.feat_dim),
-                              **WRITE_OPTIONS) as writer:
-            for lo in range(0, max(ds.num_nodes, 1), rows_per_group):
-                hi = min(lo + rows_per_group, ds.num_nodes)
-                writer.write_batch(node_batch(ds.label[lo:hi], ds.train[lo:hi], ds.val[lo:hi],
-                                              ds.test[lo:hi], ds.feat[lo:hi]))
-        (tmp / META_FILE).write_text(json.dumps(ds.meta.to_json(), indent=2))
+        if ds.untyped:
+            _write_one_type(ds, tmp, rows_per_group)
+        else:
+            _write_typed(ds, tmp)
     return Path(path)
+
+
+def _write_one_type(ds: GraphDataset, tmp: Path, rows_per_group: int) -> None:
+    edges = pa.Table.from_batches([edge_batch(ds.src, ds.dst, ds.edata)])
+    pq.write_table(edges, tmp / EDGES_FILE, **WRITE_OPTIONS)
+    with pq.ParquetWriter(tmp / NODES_FILE, node_schema(ds.feat_dim), **WRITE_OPTIONS) as writer:
+        for lo in range(0, max(ds.num_nodes, 1), rows_per_group):
+            hi = min(lo + rows_per_group, ds.num_nodes)
+            writer.write_batch(node_batch(ds.label[lo:hi], ds.train[lo:hi], ds.val[lo:hi],
+                                          ds.test[lo:hi], ds.feat[lo:hi]))
+    (tmp / META_FILE).write_text(json.dumps(ds.meta.to_json(), indent=2))
+
+
+# -- the typed directory ---------------------------------------------------------------------
+def node_file(ntype: str) -> str:
+    return f"nodes/{ntype}.parquet"
+
+
+def edge_file(index: int, etype: Etype) -> str:
+    return f"edges/{index}_{etype[1]}.parquet"
+
+
+class HeteroMeta:
+    """meta.json of a typed dataset, checked: sizes per type, before any table is read."""
+
+    def __init__(self, raw: dict[str, Any], file: Path):
+        self.file = file
+        err = DatasetFormatError
+        if raw.get("format") != FORMAT or raw.get("version") != VERSION:
+            raise err(f"{file}: format {raw.get('format')!r} version {raw.get('version')!r}; "
+                      f"expected {FORMAT!r} version {VERSION}")
+        ntypes = raw.get("ntypes")
+        if not isinstance(ntypes, dict) or not ntypes:
+            raise err(f"{file}: field 'ntypes' = {ntypes!r}; expected {{name: {{num_nodes, "
+                      "feat_dim, labeled}}}")
+        self.ntypes: dict[str, dict[str, Any]] = {}
+        for name in sorted(ntypes):
+            spec = ntypes[name]
+            check_type_name(name, f"{file}: node type")
+            self.ntypes[name] = {k: _count(spec, k, f"{file}: ntypes[{name!r}]")
+                                 for k in ("num_nodes", "feat_dim")}
+            self.ntypes[name]["labeled"] = bool(spec.get("labeled", False))
+        self.etypes, self.num_edges = self._etypes(raw, file)
+        self.num_classes = _count(raw, "num_classes", str(file))
+        self.category = raw.get("category")
+        if self.category is not None and self.category not in self.ntypes:
+            raise err(f"{file}: category {self.category!r} is not a node type; expected one "
+                      f"of {sorted(self.ntypes)}")
+        check_plausible({"num_nodes": sum(t["num_nodes"] for t in self.ntypes.values()),
+                         "num_edges": sum(self.num_edges), "num_classes": self.num_classes},
+                        file, err)
+        self.extra = {k: v for k, v in raw.items() if k not in _KEYS}
+
+    def _etypes(self, raw: dict[str, Any], file: Path) -> tuple[list[Etype], list[int]]:
+        etypes, counts = raw.get("canonical_etypes"), raw.get("num_edges")
+        if not isinstance(etypes, list) or not isinstance(counts, list) or \
+                len(etypes) != len(counts):
+            raise DatasetFormatError(f"{file}: 'canonical_etypes' and 'num_edges' must be lists "
+                                     f"of one length; got {etypes!r} and {counts!r}")
+        out = []
+        for i, et in enumerate(etypes):
+            if not (isinstance(et, list) and len(et) == 3 and et[0] in self.ntypes and
+                    et[2] in self.ntypes):
+                raise DatasetFormatError(f"{file}: canonical_etypes[{i}] = {et!r}; expected "
+                                         f"[src type, relation, dst type] over the node types "
+                                         f"{sorted(self.ntypes)}")
+            check_type_name(et[1], f"{file}: relation")
+            out.append(tuple(et))
+        return out, [_count({"num_edges": c}, "num_edges", f"{file}: num_edges") for c in counts]
+
+
+def _count(d: Any, key: str, where: str) -> int:
+    v = d.get(key) if isinstance(d, dict) else None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise DatasetFormatError(f"{where}: field {key!r} = {v!r}; expected an integer >= 0")
+    return v
+
+
+def is_hetero(path: str | os.PathLike) -> bool:
+    """Whether ``path`` holds a typed dataset (its meta.json names node types)."""
+    file = Path(path) / META_FILE
+    try:
+        return file.is_file() and "ntypes" in json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+        return False
+
+
+def read_hetero_meta(path: str | os.PathLike) -> HeteroMeta:
+    file = Path(path) / META_FILE
+    return HeteroMeta(read_json_object(file, DatasetFormatError), file)
+
+
+def hetero_meta(ds: GraphDataset) -> dict[str, Any]:
+    """meta.json's content for ``ds``."""
+    ntypes = {name: {"num_nodes": n.num_nodes, "feat_dim": n.feat_dim, "labeled": n.labeled}
+              for name, n in ds.nodes.items()}
+    return {"format": FORMAT, "version": VERSION, "ntypes": ntypes,
+            "canonical_etypes": [list(e) for e in ds.edges],
+            "num_edges": [e.num_edges for e in ds.edges.values()],
+            "num_classes": ds.num_classes, "category": ds.category, **ds.extra}
+
+
+def _node_table(n: NodeTable) -> pa.Table:
+    columns: dict[str, pa.Array] = {}
+    if n.feat is not None:
+        columns["feat"] = to_arrow(np.asarray(n.feat, np.float32))
+    if n.label is not None:
+        columns["label"] = pa.array(np.asarray(n.label, np.int64))
+        columns.update({m: pa.array(np.asarray(v, bool)) for m, v in n.masks().items()})
+    return pa.table(columns)
+
+
+def _write_typed(ds: GraphDataset, tmp: Path) -> None:
+    (tmp / "nodes").mkdir()
+    (tmp / "edges").mkdir()
+    for name, n in ds.nodes.items():
+        if n.feat is not None or n.labeled:
+            pq.write_table(_node_table(n), tmp / node_file(name), **WRITE_OPTIONS)
+    for i, (etype, e) in enumerate(ds.edges.items()):
+        table = pa.Table.from_batches([edge_batch(e.src, e.dst, e.edata)])
+        pq.write_table(table, tmp / edge_file(i, etype), **WRITE_OPTIONS)
+    (tmp / META_FILE).write_text(json.dumps(hetero_meta(ds), indent=2))

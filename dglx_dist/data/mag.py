@@ -53,8 +53,8 @@ import psutil
 
 from dglx_dist.cli_flags import check_fields, option
 from dglx_dist.data.atomic import check_disk
-from dglx_dist.data.hetero import EdgeTable, Etype, HeteroDataset, NodeTable
-from dglx_dist.data.hetero_format import hetero_meta, write_hetero_dataset
+from dglx_dist.data.dataset import EdgeTable, Etype, GraphDataset, NodeTable
+from dglx_dist.data.format import hetero_meta, write_dataset
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.memory import check_memory
 from dglx_dist.registry import Bounds
@@ -314,7 +314,7 @@ def _provenance(config: MagConfig) -> dict[str, Any]:
             "config": dataclasses.asdict(config)}
 
 
-def mag_dataset(config: MagConfig) -> HeteroDataset:
+def mag_dataset(config: MagConfig) -> GraphDataset:
     """Generates the ogbn-mag-shaped typed graph in memory.
 
     Args:
@@ -331,7 +331,7 @@ def mag_dataset(config: MagConfig) -> HeteroDataset:
     edges.update({reverse_etype(e): EdgeTable(t.dst, t.src) for e, t in list(edges.items())})
     paper = NodeTable(n["paper"], _features(config, label), label, **_split(config, sizes))
     nodes = {t: NodeTable(c) for t, c in n.items() if t != "paper"} | {"paper": paper}
-    return HeteroDataset(nodes, edges, config.num_classes, "paper", _provenance(config))
+    return GraphDataset.typed(nodes, edges, config.num_classes, "paper", _provenance(config))
 
 
 # write_mag's peak above its starting memory, measured: 1,223 MiB at scale 1 with F = 128
@@ -385,6 +385,6 @@ def write_mag(config: MagConfig, out_dir: str | os.PathLike, overwrite: bool = F
     check_disk(estimate_mag_disk_bytes(config), out_dir, "dglx datagen")
     ds = mag_dataset(config)
     log.info("ogbn-mag-shaped graph at scale %g: %d nodes, %d edges; writing %s",
-             config.scale, ds.num_nodes(), ds.num_edges(), out_dir)
-    write_hetero_dataset(ds, out_dir, overwrite=overwrite)
+             config.scale, ds.num_nodes, ds.num_edges, out_dir)
+    write_dataset(ds, out_dir, overwrite=overwrite)
     return hetero_meta(ds)

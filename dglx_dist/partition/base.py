@@ -7,10 +7,11 @@ sources owned elsewhere become HALO nodes of that part (see :mod:`dglx_dist.part
 and the files are written by :mod:`dglx_dist.partition.io`.
 
 Every dataset has node and edge types (:func:`graph_types`: one without is the one-type case).
-A typed one is planned on as the :class:`TypedGraph` it flattens to, over the original
-homogeneous ids (:mod:`dglx_dist.partition.types`), so every partitioner plans it unchanged:
-labels of types without labels are -1 (masks false), and the features stay per type (the
-types' widths differ; the view's ``feat`` has no columns).
+Partitioners plan on its homogeneous view (``ds.src``, ``ds.dst``, ``ds.label``, ...: see
+:mod:`dglx_dist.data.dataset`), over the original homogeneous ids
+(:mod:`dglx_dist.partition.types`), so every partitioner plans a typed one unchanged: labels of
+types without labels are -1 (masks false), and the features stay per type (the types' widths
+differ; the view's ``feat`` has no columns).
 
 Register your own::
 
@@ -31,18 +32,18 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
-from dglx_dist.data.format import DatasetMeta, GraphDataset
+from dglx_dist.data.dataset import DatasetMeta, GraphDataset
 from dglx_dist.errors import PartitionError
 from dglx_dist.partition.book import FeatureSlices, NodeBook
 from dglx_dist.partition.types import GraphTypes
 from dglx_dist.registry import Registry
 
 __all__ = ["Partitioner", "PartitionPlan", "PARTITIONERS", "dataset_bytes", "TypedMeta",
-           "TypedGraph", "graph_types", "type_feature_slices"]
+           "graph_types", "type_feature_slices"]
 
 PARTITIONERS: Registry["Partitioner"] = Registry("partitioner",
                                                  entry_point_group="dglx_dist.partitioners")
@@ -83,20 +84,16 @@ class TypedMeta(DatasetMeta):
     types: GraphTypes | None = None
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class TypedGraph(GraphDataset):
-    """The homogeneous view of a typed dataset: ``type_feat`` holds the features of each node
-    type that has them, by type index (row = per-type id)."""
-
-    types: GraphTypes | None = None
-    type_feat: Mapping[int, np.ndarray] = dataclasses.field(default_factory=dict)
-
-
 def graph_types(data: GraphDataset | DatasetMeta) -> GraphTypes:
     """The node and edge types of a dataset (or of its sizes): a typed one's, or for one
     without types the one-type case (:meth:`GraphTypes.one_type`)."""
-    if isinstance(data, (TypedGraph, TypedMeta)):
+    if isinstance(data, TypedMeta):
         return data.types
+    if isinstance(data, GraphDataset) and not data.untyped:
+        return GraphTypes.of({t: (n.num_nodes, n.feat_dim, n.labeled)
+                              for t, n in data.nodes.items()},
+                             {et: (e.num_edges, list(e.edata)) for et, e in data.edges.items()},
+                             data.category)
     return GraphTypes.one_type(data.num_nodes, data.num_edges, data.feat_dim)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from dglx_dist.data.format import DatasetMeta, GraphDataset
+from dglx_dist.data.dataset import DatasetMeta, GraphDataset
 from dglx_dist.errors import PartitionError
 from dglx_dist.partition.base import (PARTITIONERS, Partitioner, PartitionPlan, graph_types,
                                       type_feature_slices)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from dglx_dist.data.format import GraphDataset
+from dglx_dist.data.dataset import GraphDataset
 from dglx_dist.partition.base import PARTITIONERS, Partitioner, PartitionPlan
 from dglx_dist.partition.book import HashBook
 

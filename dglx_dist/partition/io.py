@@ -31,7 +31,7 @@ chunks}} (``chunks``: the SHA-256 of every 1 MiB chunk,
 :mod:`~dglx_dist.partition.checksums`; absent in directories written before them, whose
 loads after a host's full check hash nothing).
 
-A typed partitioning (of a :class:`~dglx_dist.data.hetero.HeteroDataset`, over its original
+A typed partitioning (of a typed :class:`~dglx_dist.data.dataset.GraphDataset`, over its original
 homogeneous ids: :mod:`~dglx_dist.partition.types`) adds ``types`` (the
 :class:`~dglx_dist.partition.types.GraphTypes` JSON) and per part ``ntype_counts``; its
 ``feat_dim`` is 0 with ``feature_layout`` "rows", and instead of ``feat.arrow`` each part has
@@ -148,8 +148,7 @@ def still_verified(folder: Path, names) -> bool:
 
 
 def _feat_table(feat: np.ndarray) -> pa.Table:
-    flat = pa.array(np.ascontiguousarray(feat, dtype=np.float32).reshape(-1))
-    return pa.table({"feat": pa.FixedSizeListArray.from_arrays(flat, feat.shape[1])})
+    return pa.table({"feat": to_arrow(np.asarray(feat, np.float32))})
 
 
 def type_feat_table(index: int) -> str:

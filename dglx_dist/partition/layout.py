@@ -21,7 +21,7 @@ from typing import Iterator
 
 import numpy as np
 
-from dglx_dist.data.format import GraphDataset
+from dglx_dist.data.dataset import GraphDataset
 from dglx_dist.errors import PartitionError
 from dglx_dist.partition.base import PartitionPlan, graph_types, type_feature_slices
 
@@ -108,7 +108,7 @@ class Layout:
         """``owner``: every node's owner if already computed (else asked from the book)."""
         self.ds, self.plan, self.book = ds, plan, plan.book
         self.types = graph_types(ds)
-        self.type_feat = {0: ds.feat} if self.types.untyped else ds.type_feat
+        self.type_feat = ds.type_feat
         k, n = self.book.num_parts, ds.num_nodes
         new_ids = plan.new_ids()
         self.src = ds.src if new_ids is None else new_ids[ds.src]

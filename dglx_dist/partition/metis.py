@@ -32,7 +32,7 @@ import logging
 import numpy as np
 import torch
 
-from dglx_dist.data.format import DatasetMeta, GraphDataset
+from dglx_dist.data.dataset import DatasetMeta, GraphDataset
 from dglx_dist.errors import InvalidValueError, MissingDependencyError, PartitionError
 from dglx_dist.partition.base import PARTITIONERS, Partitioner, PartitionPlan, graph_types
 from dglx_dist.partition.book import RangeBook

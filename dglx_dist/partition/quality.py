@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from dglx_dist.data.hetero import etype_key
+from dglx_dist.data.dataset import etype_key
 from dglx_dist.partition.layout import Layout, Partition
 from dglx_dist.partition.types import GraphTypes
 from dglx_dist.report import markdown_table

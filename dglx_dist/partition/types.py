@@ -79,6 +79,23 @@ class GraphTypes:
         return cls(("_N",), [0, num_nodes], (("_N", "_E", "_N"),), [0, num_edges],
                    {"_N": feat_dim}, ("_N",), untyped=True)
 
+    @classmethod
+    def of(cls, ntypes: Mapping[str, tuple[int, int, bool]],
+           etypes: Mapping[Etype, tuple[int, Sequence[str]]],
+           category: str | None) -> "GraphTypes":
+        """The types of a typed dataset, in DGL's (sorted) order: ``ntypes`` {name: (num_nodes,
+        feat_dim, labeled)}, ``etypes`` {canonical edge type: (num_edges, edge-data names)}."""
+        names, ets = sorted(ntypes), sorted(etypes)
+        offsets = [np.concatenate([[0], np.cumsum(c, dtype=np.int64)])
+                   for c in ([ntypes[t][0] for t in names], [etypes[e][0] for e in ets])]
+        edge_data = {}
+        for i, et in enumerate(ets):
+            for name in etypes[et][1]:
+                edge_data.setdefault(name, []).append(i)
+        return cls(tuple(names), offsets[0], tuple(ets), offsets[1],
+                   {t: ntypes[t][1] for t in names}, tuple(t for t in names if ntypes[t][2]),
+                   category, {k: tuple(v) for k, v in sorted(edge_data.items())})
+
     def __post_init__(self) -> None:  # frozen all the way down: shared by every reader
         for name in ("ntype_offsets", "etype_offsets"):
             arr = np.array(getattr(self, name), dtype=np.int64)

@@ -23,7 +23,6 @@ memory; then the validation metrics when evaluated) and one with the test metric
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
@@ -37,7 +36,7 @@ from tqdm.auto import tqdm
 
 from dglx_dist.api.metrics import PhaseTimer, epoch_record
 from dglx_dist.config import RunConfig, TaskConfig
-from dglx_dist.data.format import GraphDataset
+from dglx_dist.data.dataset import GraphDataset
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.strategies.epochs import EpochResult
@@ -63,8 +62,8 @@ def split_pairs(ds: GraphDataset, seed: int):
     n_val, n_test = int(0.05 * u.numel()), int(0.10 * u.numel())
     val, test, train = perm[:n_val], perm[n_val:n_val + n_test], perm[n_val + n_test:]
     tu, tv = u[train], v[train]
-    train_ds = dataclasses.replace(ds, src=torch.cat([tu, tv]).numpy(),
-                                   dst=torch.cat([tv, tu]).numpy(), extra={}, edata={})
+    train_ds = ds.replace(src=torch.cat([tu, tv]).numpy(), dst=torch.cat([tv, tu]).numpy(),
+                          extra={}, edata={})
     return train_ds, reverse_ids(train_ds.num_edges), (u[val], v[val]), (u[test], v[test])
 
 
@@ -88,7 +87,7 @@ def split_once(data: Path, seed: int, session, cache_dir) -> tuple[Path, tuple, 
     def make() -> None:
         train, _, val, test = split_pairs(read_dataset(data), seed)
         pairs = dict(zip(_HELDOUT, (*val, *test)))
-        train = dataclasses.replace(train, extra={"link_split_of": str(data), "seed": seed})
+        train = train.replace(extra={"link_split_of": str(data), "seed": seed})
         write_dataset(train, out,
                       arrays={name: ids.numpy() for name, ids in pairs.items()})
 

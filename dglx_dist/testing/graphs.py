@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dglx_dist.data.format import GraphDataset
+from dglx_dist.data.dataset import GraphDataset
 
 __all__ = ["tiny_dataset"]
 

@@ -149,8 +149,6 @@ def test_a_nan_loss_stops_the_run_with_valid_json(tmp_path):
 
 
 def _no_training_nodes(session, tmp):
-    import dataclasses
-
     from dglx_dist.data import write_dataset
     from dglx_dist.errors import DatasetFormatError
     from dglx_dist.models import SAGE
@@ -160,7 +158,7 @@ def _no_training_nodes(session, tmp):
     ds = tiny_dataset()
     data = f"{tmp}/data"
     if session.is_main:
-        write_dataset(dataclasses.replace(ds, train=ds.train & False), data)
+        write_dataset(ds.replace(train=ds.train & False), data)
     session.world.barrier()
     from dglx_dist.prepare import ensure_partitions
     from dglx_dist.strategies import STRATEGIES

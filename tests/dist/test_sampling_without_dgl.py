@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dglx_dist.data import (EdgeTable, HeteroDataset, NodeTable, builtin_path, read_dataset,
-                            write_hetero_dataset)
+from dglx_dist.data import (EdgeTable, GraphDataset, NodeTable, builtin_path, read_dataset,
+                            write_dataset)
 from dglx_dist.partition import PartitionDir, partition_dataset
 from dglx_dist.runtime.env import free_local_port
 from tests.unit.test_import_boundary import _BLOCK
@@ -100,14 +100,14 @@ def _typed_dataset():
     rng = np.random.default_rng(3)
     ends = {("author", "writes", "paper"): (rng.integers(0, 30, 120), rng.integers(0, 50, 120)),
             ("paper", "cites", "paper"): (rng.integers(0, 50, 150), rng.integers(0, 50, 150))}
-    return HeteroDataset({"author": NodeTable(30),
+    return GraphDataset.typed({"author": NodeTable(30),
                           "paper": NodeTable(50, rng.normal(size=(50, 4)).astype(np.float32))},
                          {et: EdgeTable(s, d) for et, (s, d) in ends.items()}, num_classes=0)
 
 
 def test_typed_blocks_are_drawn_without_dgl(tmp_path):
     ds = _typed_dataset()
-    write_hetero_dataset(ds, tmp_path / "typed")
+    write_dataset(ds, tmp_path / "typed")
     partition_dataset(tmp_path / "typed", tmp_path / "parts", "hash", 2)
     for out in _run_ranks(tmp_path / "parts"):
         last = out["full"][-1]

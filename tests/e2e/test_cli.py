@@ -38,15 +38,14 @@ def test_datagen_then_partition(tmp_path):
 
 def test_datagen_writes_a_typed_graph_shaped_like_ogbn_mag(tmp_path):
     """--preset mag-small (OUT given as --out): a typed directory that reads back whole."""
-    from dglx_dist.data import read_hetero_dataset
 
     r = dglx("datagen", "--preset", "mag-small", "--out", tmp_path / "d")
     assert r.returncode == 0, r.stderr
     meta = json.loads(r.stdout.strip().splitlines()[-1])
     assert meta["format"] == "dglx-hetero" and meta["ntypes"]["paper"]["num_nodes"] == 2877
-    ds = read_hetero_dataset(tmp_path / "d")
+    ds = read_dataset(tmp_path / "d")
     assert ds.category == "paper" and ds.num_classes == 349 and len(ds.canonical_etypes) == 8
-    assert ds.num_edges() == sum(meta["num_edges"])
+    assert ds.num_edges == sum(meta["num_edges"])
 
 
 def test_demo_partitions_cora_with_every_partitioner():

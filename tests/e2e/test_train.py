@@ -39,11 +39,11 @@ def _typed_dataset(tmp_path):
     """A directory of dglx datagen --preset mag-small; its papers' majority class share."""
     import numpy as np
 
-    from dglx_dist.data import write_hetero_dataset
+    from dglx_dist.data import write_dataset
     from dglx_dist.data.mag import MAG_PRESETS, mag_dataset
 
     ds = mag_dataset(MAG_PRESETS["mag-small"])
-    write_hetero_dataset(ds, tmp_path / "mag")
+    write_dataset(ds, tmp_path / "mag")
     paper = ds.nodes["paper"]
     return np.bincount(paper.label[paper.test]).max() / paper.test.sum(), int(paper.train.sum())
 

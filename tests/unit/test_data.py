@@ -1,4 +1,3 @@
-import dataclasses
 import json
 
 import numpy as np
@@ -108,7 +107,7 @@ def test_nonfinite_features_are_refused_or_warned(tiny, tmp_path, caplog, bad):
     feat = tiny.feat.copy()
     feat[11, 3] = bad
     feat[40, 0] = bad
-    ds = dataclasses.replace(tiny, feat=feat)
+    ds = tiny.replace(feat=feat)
     out = write_dataset(ds, tmp_path / "d")
     with pytest.raises(DatasetFormatError, match=r"field 'feat' row 11 column 3 = .*expected "
                                                  r"finite values \(NaN or Inf in 2 cells"):
@@ -126,7 +125,7 @@ def _with_edge_data(ds):
     edata = {"w": rng.random(ds.num_edges).astype(np.float64),
              "kind": rng.integers(0, 5, (ds.num_edges, 2)),
              "seen": rng.random(ds.num_edges) < 0.5}
-    return dataclasses.replace(ds, edata=edata)
+    return ds.replace(edata=edata)
 
 
 @pytest.mark.dgl

@@ -4,8 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from dglx_dist.data import (EdgeTable, HeteroDataset, NodeTable, from_dgl, is_hetero, read_meta,
-                            read_hetero_dataset, to_dgl, write_hetero_dataset)
+from dglx_dist.data import (EdgeTable, GraphDataset, NodeTable, from_dgl, is_hetero, read_meta,
+                            read_dataset, to_dgl, write_dataset)
 from dglx_dist.errors import DatasetFormatError
 
 
@@ -18,11 +18,11 @@ def _toy(seed=0):
                                                       np.array([0, 0, 1, 4])),
              ("paper", "cites", "paper"): EdgeTable(np.array([0, 1, 4]), np.array([1, 2, 0]),
                                                     {"w": np.array([.5, 1., 2.], np.float32)})}
-    return HeteroDataset({"paper": paper, "author": NodeTable(4)}, edges, num_classes=4,
+    return GraphDataset.typed({"paper": paper, "author": NodeTable(4)}, edges, num_classes=4,
                          extra={"name": "toy"})
 
 
-def _same(a: HeteroDataset, b: HeteroDataset) -> None:
+def _same(a: GraphDataset, b: GraphDataset) -> None:
     assert a.ntypes == b.ntypes and a.canonical_etypes == b.canonical_etypes
     assert (a.num_classes, a.category) == (b.num_classes, b.category)
     for t in a.ntypes:
@@ -43,21 +43,21 @@ def test_types_are_in_dgls_order_and_the_one_labeled_type_is_the_category():
     ds = _toy()
     assert ds.ntypes == ["author", "paper"]
     assert ds.canonical_etypes == [("author", "writes", "paper"), ("paper", "cites", "paper")]
-    assert ds.category == "paper" and ds.num_nodes() == 9 and ds.num_edges() == 7
+    assert ds.category == "paper" and ds.num_nodes == 9 and ds.num_edges == 7
     assert ds.ntype_offsets().tolist() == [0, 4, 9]
     assert ds.node_types().tolist() == [0] * 4 + [1] * 5
 
 
 def test_directory_round_trip_keeps_every_type(tmp_path):
     ds = _toy()
-    write_hetero_dataset(ds, tmp_path / "d")
+    write_dataset(ds, tmp_path / "d")
     assert is_hetero(tmp_path / "d")
     assert not (tmp_path / "d" / "nodes" / "author.parquet").exists()  # nothing to store
-    _same(ds, read_hetero_dataset(tmp_path / "d"))
+    _same(ds, read_dataset(tmp_path / "d"))
 
 
 def test_the_homogeneous_reader_names_the_types_it_does_not_take(tmp_path):
-    write_hetero_dataset(_toy(), tmp_path / "d")
+    write_dataset(_toy(), tmp_path / "d")
     with pytest.raises(DatasetFormatError, match=r"heterogeneous dataset \(node types "
                        r"\['author', 'paper'\]\)"):
         read_meta(tmp_path / "d")
@@ -101,19 +101,19 @@ def _write_meta(path, **change):
 ])
 def test_a_typed_directory_that_disagrees_with_its_meta_is_refused_naming_the_file(
         tmp_path, change, match):
-    write_hetero_dataset(_toy(), tmp_path / "d")
+    write_dataset(_toy(), tmp_path / "d")
     _write_meta(tmp_path / "d", **change)
     with pytest.raises(DatasetFormatError, match=match):
-        read_hetero_dataset(tmp_path / "d")
+        read_dataset(tmp_path / "d")
 
 
 @pytest.mark.parametrize("build, match", [
-    (lambda: HeteroDataset({"paper": NodeTable(2)}, {("paper", "cites", "venue"): EdgeTable(
+    (lambda: GraphDataset.typed({"paper": NodeTable(2)}, {("paper", "cites", "venue"): EdgeTable(
         np.array([0]), np.array([0]))}), r"dst type 'venue' is not a node type"),
-    (lambda: HeteroDataset({"paper": NodeTable(2)}, {("paper", "cites", "paper"): EdgeTable(
+    (lambda: GraphDataset.typed({"paper": NodeTable(2)}, {("paper", "cites", "paper"): EdgeTable(
         np.array([0]), np.array([2]))}), r"dst id 2 is outside \[0, 2\) of node type 'paper'"),
-    (lambda: HeteroDataset({"a/b": NodeTable(2)}, {}), r"node type name 'a/b' cannot be stored"),
-    (lambda: HeteroDataset({"paper": NodeTable(2, label=np.array([0, 3]))}, {}, num_classes=3),
+    (lambda: GraphDataset.typed({"a/b": NodeTable(2)}, {}), r"node type name 'a/b' cannot be stored"),
+    (lambda: GraphDataset.typed({"paper": NodeTable(2, label=np.array([0, 3]))}, {}, num_classes=3),
      r"node type 'paper': labels span \[0, 3\]; expected classes in \[0, 3\)"),
 ])
 def test_bad_tables_are_refused_in_one_line_naming_the_type(build, match):

@@ -1,12 +1,12 @@
-"""Typed partitioning (issue 34): a HeteroDataset partitioned over its homogeneous view, the
+"""Typed partitioning (issue 34): a typed GraphDataset partitioned over its homogeneous view, the
 typed partition directory, PartitionDir's typed API, and the typed manifest's refusals."""
 import json
 
 import numpy as np
 import pytest
 
-from dglx_dist.data import EdgeTable, HeteroDataset, NodeTable, write_hetero_dataset
-from dglx_dist.data.hetero import etype_key
+from dglx_dist.data import EdgeTable, GraphDataset, NodeTable, write_dataset
+from dglx_dist.data.dataset import etype_key
 from dglx_dist.errors import (IdOutOfRangeError, InvalidValueError, PartitionError,
                               PartitionFormatError, UnknownNameError)
 from dglx_dist.partition import PartitionDir, partition_dataset
@@ -37,7 +37,7 @@ def _toy(seed=0, authors=120, papers=240, fields=60, edata=False):
                                               rng.integers(0, fields, 40))}
     edges = {et: EdgeTable(s, d, {"w": rng.random(s.size).astype(np.float32)} if edata else {})
              for et, (s, d) in ends.items()}
-    return HeteroDataset({"paper": paper, "field": field, "author": NodeTable(authors)}, edges,
+    return GraphDataset.typed({"paper": paper, "field": field, "author": NodeTable(authors)}, edges,
                          num_classes=4, extra={"name": "toy"})
 
 
@@ -65,9 +65,9 @@ def test_typed_partitions_hold_every_node_edge_and_row_once(method, parts, tmp_p
     assert dict(types.feat_dims) == {"author": 0, "field": 3, "paper": 5}
     loaded = [pdir.load_part(p) for p in range(parts)]
     core = np.concatenate([p.core_orig for p in loaded])
-    assert np.array_equal(np.sort(core), np.arange(ds.num_nodes()))  # each node core once
+    assert np.array_equal(np.sort(core), np.arange(ds.num_nodes))  # each node core once
     eids = np.concatenate([p.eid for p in loaded])
-    assert np.array_equal(np.sort(eids), np.arange(ds.num_edges()))  # each edge once
+    assert np.array_equal(np.sort(eids), np.arange(ds.num_edges))  # each edge once
     for p in loaded:
         counts = pdir.ntype_counts(p.part)
         assert np.array_equal(p.ntype_counts, counts) and counts.sum() == p.num_core
@@ -148,10 +148,9 @@ def test_typed_partitioning_refuses_bad_input_before_writing(tmp_path):
 
 def test_a_plan_that_reorders_nodes_within_a_part_is_refused():
     from dglx_dist.partition import PartitionPlan, RangeBook
-    from dglx_dist.partition.driver import typed_graph
     from dglx_dist.partition.layout import Layout
 
-    view = typed_graph(_toy())
+    view = _toy()  # partitioners plan on its homogeneous view
     reverse = np.arange(view.num_nodes)[::-1].copy()  # new id -> original id, types reversed
     layout = Layout(view, PartitionPlan(RangeBook([0, view.num_nodes]), orig_ids=reverse))
     with pytest.raises(PartitionError, match=r"part 0: core node 240 is of type 'field' after "
@@ -202,7 +201,7 @@ def test_edge_data_of_some_edge_types_is_stored_and_a_dtype_clash_is_refused(tmp
     ds.edges[cites].edata["year"] = rng.integers(1990, 2020, (600, 2))  # cites alone
     for source in (ds, tmp_path / "d"):
         if source != ds:
-            write_hetero_dataset(ds, source)
+            write_dataset(ds, source)
         _, pdir = _partition(source, tmp_path / f"p{source is ds}", "hash", 3)
         stored = {name: np.concatenate([pdir.load_edge_data(p)[name] for p in range(3)])
                   [pdir.edge_part_ids()] for name in ("w", "year")}
@@ -219,7 +218,7 @@ def test_edge_data_of_some_edge_types_is_stored_and_a_dtype_clash_is_refused(tmp
     with pytest.raises(PartitionError, match=r"edge data 'w' is float64\[\] in edge type "
                                              r"paper:cites:paper but float32\[\] in "):
         partition_dataset(ds, tmp_path / "bad", "hash", 2)
-    write_hetero_dataset(ds, tmp_path / "d2")
+    write_dataset(ds, tmp_path / "d2")
     with pytest.raises(PartitionError, match=r"edge data 'w' is double in edge type "
                                              r"paper:cites:paper but float in "):
         partition_dataset(tmp_path / "d2", tmp_path / "bad", "hash", 2)
@@ -342,7 +341,7 @@ def test_a_homogeneous_part_still_refuses_label_minus_one(tmp_path):
 def test_the_cli_partitions_and_verifies_a_typed_directory(tmp_path, capsys, caplog):
     from dglx_dist.cli import main
 
-    data = write_hetero_dataset(_toy(), tmp_path / "d")
+    data = write_dataset(_toy(), tmp_path / "d")
     out = tmp_path / "p"
     assert main(["partition", str(data), str(out), "--method", "hash", "--parts", "2"]) == 0
     printed = capsys.readouterr().out
@@ -366,7 +365,7 @@ def test_the_partition_cache_keys_a_typed_dataset_by_its_tables(tmp_path):
     from dglx_dist.data import write_dataset
     from dglx_dist.prepare import derived_key
 
-    typed = write_hetero_dataset(_toy(), tmp_path / "d")
+    typed = write_dataset(_toy(), tmp_path / "d")
     plain = write_dataset(_tiny(), tmp_path / "h")
     os.rename(plain, tmp_path / "x")
     os.rename(typed, tmp_path / "h")  # the same name as the homogeneous one had
@@ -407,15 +406,15 @@ def test_typed_partitions_are_checked_against_their_own_typed_dataset(tmp_path):
     with "this step takes a homogeneous one"; partitions of another dataset still are."""
     from dglx_dist.prepare import check_partitions_of, resolve_dataset
 
-    data = write_hetero_dataset(_toy(), tmp_path / "data")
+    data = write_dataset(_toy(), tmp_path / "data")
     partition_dataset(data, tmp_path / "parts", "hash", 2)
     check_partitions_of(tmp_path / "parts", data)  # its own: nothing to say
-    other = write_hetero_dataset(_toy(papers=200), tmp_path / "other")
+    other = write_dataset(_toy(papers=200), tmp_path / "other")
     with pytest.raises(PartitionError, match=r"its num_nodes is 420, the dataset's 380"):
         check_partitions_of(tmp_path / "parts", other)
     renamed = _toy()
     renamed.edges[("paper", "cites_", "paper")] = renamed.edges.pop(("paper", "cites", "paper"))
-    renamed = write_hetero_dataset(renamed, tmp_path / "renamed")
+    renamed = write_dataset(renamed, tmp_path / "renamed")
     with pytest.raises(PartitionError, match=r"its edge types is"):
         check_partitions_of(tmp_path / "parts", renamed)
     with pytest.raises(PartitionError, match=r"was not made from --data cora: its num_nodes"):

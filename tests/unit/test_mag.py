@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from dglx_dist.data import read_hetero_dataset
+from dglx_dist.data import read_dataset
 from dglx_dist.data.mag import MAG_PRESETS, MagConfig, mag_dataset, mag_sizes
 from dglx_dist.errors import InvalidValueError
 
@@ -42,10 +42,10 @@ def test_mag_small_has_the_scaled_counts(small):
     def scaled(n):
         return max(1, math.floor(n * scale + 0.5))
 
-    assert {t: small.num_nodes(t) for t in small.ntypes} == {t: scaled(n)
+    assert {t: small.nodes[t].num_nodes for t in small.ntypes} == {t: scaled(n)
                                                             for t, n in NODES.items()}
     assert small.nodes["paper"].num_nodes == 2877
-    assert {e: small.num_edges(e) for e in small.canonical_etypes} == \
+    assert {e: small.edges[e].num_edges for e in small.canonical_etypes} == \
         {e: scaled(m) for e, m in (EDGES | REVERSED).items()}
     paper = small.nodes["paper"]
     masks = paper.masks()
@@ -68,7 +68,7 @@ def test_tiny_scales_keep_every_count_at_least_one():
     assert min(sizes.nodes.values()) == 1 and min(sizes.edges.values()) >= 1
     assert min(sizes.split.values()) >= 1
     ds = mag_dataset(MagConfig(scale=1e-5, num_classes=5))
-    assert ds.num_nodes("institution") == 1 and ds.num_nodes("paper") == 7
+    assert ds.nodes["institution"].num_nodes == 1 and ds.nodes["paper"].num_nodes == 7
 
 
 def _same(a, b) -> bool:
@@ -117,7 +117,7 @@ def _neighbour_majority(ds) -> float:
 def test_features_tell_the_class_imperfectly_and_citations_add_to_them(small):
     """Measured on mag-small, seeds 0-2: 0.24-0.28 from features, 0.95 from the cited and
     citing papers' labels; chance (the largest class's share) is 0.06-0.07."""
-    chance = np.bincount(small.nodes["paper"].label).max() / small.num_nodes("paper")
+    chance = np.bincount(small.nodes["paper"].label).max() / small.nodes["paper"].num_nodes
     assert chance < 0.1
     from_features = _nearest_class_mean(small)
     assert 2 * chance < from_features < 0.5, from_features
@@ -135,7 +135,7 @@ def test_authors_and_fields_lean_to_their_papers_classes(small, etype, least):
     paper, other = (e.dst, e.src) if etype[2] == "paper" else (e.src, e.dst)
     per_other = np.zeros((other.max() + 1, small.num_classes), np.int64)
     np.add.at(per_other, (other, label[paper]), 1)
-    votes = np.zeros((small.num_nodes("paper"), small.num_classes), np.int64)
+    votes = np.zeros((small.nodes["paper"].num_nodes, small.num_classes), np.int64)
     np.add.at(votes, paper, per_other[other])
     np.add.at(votes, (paper, label[paper]), -1)  # not the paper's own label, through each one
     has = votes.sum(1) > 0
@@ -161,8 +161,8 @@ def test_datagen_writes_a_typed_directory_with_the_flags_over_the_preset(tmp_pat
     out = tmp_path / "d"
     assert main(["datagen", "--preset", "mag-small", "--out", str(out), "--feat-dim", "16",
                  "--seed", "3", "--homophily", "0.9"]) == 0
-    ds = read_hetero_dataset(out)
-    assert ds.nodes["paper"].feat_dim == 16 and ds.num_nodes("paper") == 2877
+    ds = read_dataset(out)
+    assert ds.nodes["paper"].feat_dim == 16 and ds.nodes["paper"].num_nodes == 2877
     config = ds.extra["config"]
     assert (config["seed"], config["homophily"], config["scale"]) == (3, 0.9, 1 / 256)
     assert _same(ds, mag_dataset(MagConfig(**config)))
@@ -223,6 +223,6 @@ def test_as_a_dgl_heterograph_it_has_dgls_types_and_counts(small):
 
     g = to_dgl(small)
     assert sorted(g.canonical_etypes) == sorted(EDGES | REVERSED)
-    assert {t: g.num_nodes(t) for t in g.ntypes} == {t: small.num_nodes(t) for t in small.ntypes}
+    assert {t: g.num_nodes(t) for t in g.ntypes} == {t: n.num_nodes for t, n in small.nodes.items()}
     assert g.nodes["paper"].data["feat"].shape == (2877, 128)
     assert set(g.nodes["paper"].data) == {"feat", "label", "train_mask", "val_mask", "test_mask"}

@@ -58,7 +58,7 @@ def test_memory_estimate_refuses_before_work(tiny, tmp_path):
 
 
 def test_estimate_grows_with_graph():
-    from dglx_dist.data.format import DatasetMeta
+    from dglx_dist.data.dataset import DatasetMeta
     from dglx_dist.partition import PARTITIONERS
     small, big = DatasetMeta(10**4, 10**5, 16, 4), DatasetMeta(10**6, 2 * 10**7, 128, 4)
     for name in PARTITIONERS.names():
@@ -268,14 +268,12 @@ def test_to_original_round_trip(pdir_path, tiny):
 
 
 def test_nonfinite_features_stop_partitioning_unless_warned(tiny, tmp_path):
-    import dataclasses
-
     from dglx_dist.data import write_dataset
     from dglx_dist.errors import DatasetFormatError
 
     feat = tiny.feat.copy()
     feat[5, 1] = np.nan
-    data = write_dataset(dataclasses.replace(tiny, feat=feat), tmp_path / "d")
+    data = write_dataset(tiny.replace(feat=feat), tmp_path / "d")
     with pytest.raises(DatasetFormatError, match=r"row 5 column 1 = nan"):
         partition_dataset(data, tmp_path / "parts", "hash", 2)
     assert not (tmp_path / "parts").exists()
@@ -287,12 +285,10 @@ def test_nonfinite_features_stop_partitioning_unless_warned(tiny, tmp_path):
 def test_edge_data_is_stored_with_its_edge(tiny, tmp_path, method):
     """Every edge's row lands in the part that stores the edge, and the partitioned edge ids
     lead back to it."""
-    import dataclasses
-
     rng = np.random.default_rng(0)
     edata = {"w": rng.random(tiny.num_edges).astype(np.float32),
              "pair": rng.integers(0, 9, (tiny.num_edges, 2))}
-    partition_dataset(dataclasses.replace(tiny, edata=edata), tmp_path / "p", method, 3)
+    partition_dataset(tiny.replace(edata=edata), tmp_path / "p", method, 3)
     pdir = PartitionDir(tmp_path / "p")
     assert pdir.edge_data == {"w": {"dtype": "float32", "shape": []},
                               "pair": {"dtype": "int64", "shape": [2]}}

@@ -4,7 +4,7 @@ by nodes and edges, and ``dglx train`` sizing a typed dataset and a typed partit
 import pytest
 
 from dglx_dist.config import RunConfig
-from dglx_dist.data import write_hetero_dataset
+from dglx_dist.data import write_dataset
 from dglx_dist.errors import InsufficientMemoryError
 from dglx_dist.memory import EMBEDDING_COPIES, GraphSize, MemoryModel, NodeTypeSize
 from dglx_dist.strategies import STRATEGIES
@@ -79,11 +79,11 @@ def test_dglx_train_sizes_a_typed_dataset_and_its_partition_per_type(tmp_path):
     from tests.unit.test_hetero_partition import _toy
 
     ds = _toy()  # paper 240 (F=5), field 60 (F=3), author 120 (no features)
-    write_hetero_dataset(ds, tmp_path / "typed")
+    write_dataset(ds, tmp_path / "typed")
     size = dataset_size(tmp_path / "typed", embed_dim=16)
     widths = {t.name: (t.nodes, t.feat_dim) for t in size.types}
     assert widths == {"paper": (240, 5), "field": (60, 3), "author": (120, 0)}
-    assert size.typed and size.embed_dim == 16 and size.edges == ds.num_edges()
+    assert size.typed and size.embed_dim == 16 and size.edges == ds.num_edges
     assert size.embedding_bytes == 4 * EMBEDDING_COPIES * 120 * 16
     assert size.feature_bytes == 4 * (240 * 5 + 60 * 3)
     partition_dataset(ds, tmp_path / "parts", "hash", 2)
@@ -95,7 +95,7 @@ def test_dglx_train_refuses_a_typed_job_by_its_typed_estimate(tmp_path):
     from dglx_dist.runtime.env import read_env
     from tests.unit.test_hetero_partition import _toy
 
-    write_hetero_dataset(_toy(), tmp_path / "typed")
+    write_dataset(_toy(), tmp_path / "typed")
     config = RunConfig().updated(data={"data": str(tmp_path / "typed")},
                                  job={"memory_limit": 1 << 20}, model={"hidden": 16})
     with pytest.raises(InsufficientMemoryError, match="paper 240 F=5") as exc:

@@ -9,7 +9,7 @@ import dataclasses
 
 import numpy as np
 
-from dglx_dist.data.format import GraphDataset
+from dglx_dist.data.dataset import GraphDataset
 from dglx_dist.partition import PartitionPlan, Partitioner
 from dglx_dist.partition.book import RangeBook
 
