@@ -1,6 +1,5 @@
 """`dglx train` refuses bad arguments before any process group or partitioning work: one line
 naming the flag or directory and what was expected, exit status 2."""
-import dataclasses
 import re
 
 import pytest
@@ -28,7 +27,7 @@ def test_numbers_out_of_range_are_refused(capsys, flag, value, expected):
 
 def test_partitions_of_another_dataset_are_refused(tiny, tmp_path, caplog):
     data = write_dataset(tiny, tmp_path / "data")
-    other = write_dataset(dataclasses.replace(tiny, extra={"name": "other"}), tmp_path / "other")
+    other = write_dataset(tiny.replace(extra={"name": "other"}), tmp_path / "other")
     partition_dataset(data, tmp_path / "parts", "hash", 2)
     assert main(["train", "--partitions", str(tmp_path / "parts"), "--data", str(other)]) == 2
     assert "was not made from --data" in caplog.text and "provenance" in caplog.text
