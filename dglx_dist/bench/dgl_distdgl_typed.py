@@ -2,10 +2,10 @@
 :mod:`dglx_dist.bench.dgl_distdgl_worker`, on a typed dataset directory), written as DGL's
 distributed R-GCN example (``examples/distributed/rgcn``) trains ogbn-mag:
 
-* ``partition``: the typed dataset as a DGL heterograph (:func:`~dglx_dist.data.to_dgl`),
-  ``dgl.distributed.partition_graph`` with METIS, each node type balanced and, within the
-  labeled type, each split (the categories our ``metis`` balances on a typed graph), and the
-  edges;
+* ``partition`` (the worker's, for every dataset): the typed dataset as a DGL heterograph
+  (:func:`~dglx_dist.data.to_dgl`), ``dgl.distributed.partition_graph`` with METIS, each node
+  type balanced and, within the labeled type, each split (the categories our ``metis``
+  balances on a typed graph), and the edges;
 * ``trainer``: ``DistGraph``, ``node_split(..., ntype=)`` of the labeled type's masks,
   ``DistNodeDataLoader`` over ``{ntype: ids}`` with ``NeighborSampler`` (one fanout for every
   edge type, as ours), a ``DistEmbedding`` (zeros, as ours) per featureless type stepped by
@@ -20,31 +20,9 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
 from dglx_dist.errors import DatasetFormatError
 
-__all__ = ["category_of", "node_job", "partition_typed"]
-
-
-def partition_typed(args: argparse.Namespace, graph_name: str) -> None:
-    """Partitions the typed dataset ``args.data`` into ``args.parts`` with DGL's
-    ``partition_graph`` (METIS; node types, the labeled type's splits and edges balanced)."""
-    import dgl
-    import torch
-
-    from dglx_dist.data import to_dgl
-    from dglx_dist.data.format import read_dataset
-
-    ds = read_dataset(args.data)
-    labeled = ds.nodes[ds.category]
-    split = np.zeros(labeled.num_nodes, dtype=np.int64)
-    for i, mask in enumerate(labeled.masks().values(), start=1):  # train, val, test
-        split[mask & (split == 0)] = i
-    _, split = np.unique(split, return_inverse=True)  # DGL wants them numbered 0..k-1
-    dgl.distributed.partition_graph(
-        to_dgl(ds), graph_name, args.parts, args.out, part_method="metis",
-        balance_ntypes={ds.category: torch.from_numpy(split)}, balance_edges=True)
+__all__ = ["category_of", "node_job"]
 
 
 def category_of(g) -> str:

@@ -24,7 +24,7 @@ server + one trainer, in the caller's namespace), ``server`` and ``trainer`` (st
 with our model (``--model``, default SAGE: the same class, the same seed, so the same initial
 weights), with its phases timed (:data:`PHASES`); ``--eval-every 1`` adds validation accuracy
 after every epoch. On a typed dataset the same loop trains the R-GCN of
-:mod:`dglx_dist.bench.dgl_distdgl_typed` (partitioned and built there).
+:mod:`dglx_dist.bench.dgl_distdgl_typed` (built there).
 """
 from __future__ import annotations
 
@@ -68,7 +68,6 @@ def partition_main(args: argparse.Namespace) -> None:
     import torch
 
     from dglx_dist.data import read_dataset, to_dgl
-    from dglx_dist.data.format import is_hetero
 
     t0 = time.perf_counter()
     if args.task == "link":
@@ -76,18 +75,16 @@ def partition_main(args: argparse.Namespace) -> None:
 
         partition_link(args, GRAPH_NAME)
         return _partitioned(args, t0)
-    if is_hetero(args.data):
-        from dglx_dist.bench.dgl_distdgl_typed import partition_typed
-
-        partition_typed(args, GRAPH_NAME)
-        return _partitioned(args, t0)
     ds = read_dataset(args.data)
-    g = to_dgl(ds)
-    category = np.zeros(ds.num_nodes, dtype=np.int64)
-    for i, m in enumerate(MASKS, start=1):  # the constraints our metis balances, in one vector
-        category[getattr(ds, m) & (category == 0)] = i
-    dgl.distributed.partition_graph(g, GRAPH_NAME, args.parts, args.out, part_method="metis",
-                                    balance_ntypes=torch.from_numpy(category),
+    labeled = ds.nodes["_N" if ds.untyped else ds.category]
+    split = np.zeros(labeled.num_nodes, dtype=np.int64)
+    for i, mask in enumerate(labeled.masks().values(), start=1):  # train, val, test: the
+        split[mask & (split == 0)] = i  # constraints our metis balances, in one vector
+    balance = torch.from_numpy(split)
+    if not ds.untyped:  # each node type, and within the labeled type each split
+        balance = {ds.category: torch.from_numpy(np.unique(split, return_inverse=True)[1])}
+    dgl.distributed.partition_graph(to_dgl(ds), GRAPH_NAME, args.parts, args.out,
+                                    part_method="metis", balance_ntypes=balance,
                                     balance_edges=True)
     _partitioned(args, t0)
 
