@@ -11,22 +11,21 @@ The pieces, in the order a run uses them:
   partition cache keys;
 * :mod:`~dglx_dist.bench.suite`: one benchmark from the parsed options: setup, every system,
   time to accuracy, the outputs in ``--out``;
-* :mod:`~dglx_dist.bench.kinds`: the systems by kind of dataset (without types, or typed);
+* :mod:`~dglx_dist.bench.kinds`: the kinds of dataset (without types, or typed), each as
+  data for the harness: its baselines, the strategies that train it, how they start;
 * :mod:`~dglx_dist.bench.shared`: the :class:`Setup` every system shares;
 * :mod:`~dglx_dist.bench.harness`: the systems (single-process DGL, DGL's DistDGL, every
-  registered strategy as ``dglx train`` under torchrun), one run of each -> a result row,
-  a rank's JSON lines summarised, time to accuracy; the benchmark scripts run through it too;
-* :mod:`~dglx_dist.bench.typed`: the systems of a typed dataset (DGL's DistDGL and every
-  strategy that trains one, through the drop-in API: :mod:`~dglx_dist.bench.typed_worker`),
-  each on the R-GCN;
+  registered strategy as ``dglx train`` under torchrun, or on a typed dataset in DGL's loop
+  through the drop-in API), one run of each -> a result row, a rank's JSON lines
+  summarised, time to accuracy; the benchmark scripts run through it too;
 * :mod:`~dglx_dist.bench.single`: the single-process DGL baseline (a child process,
   ``python -m dglx_dist.bench.single``);
 * :mod:`~dglx_dist.bench.dgl_distdgl`: DGL's own DistDGL on one host (partitions, 2 simulated
   machines), with its worker :mod:`~dglx_dist.bench.dgl_distdgl_worker` (``python -m
   dglx_dist.bench.dgl_distdgl_worker``: partition, machine, server, trainer), its
-  node-classification loop (:mod:`~dglx_dist.bench.dgl_distdgl_nodes`), its R-GCN on a typed
-  graph (:mod:`~dglx_dist.bench.dgl_distdgl_typed`) and its link prediction
-  (:mod:`~dglx_dist.bench.dgl_distdgl_link`);
+  node-classification loop (:mod:`~dglx_dist.bench.dgl_distdgl_nodes`: our reference model,
+  or the R-GCN on a typed graph; also our strategies' loop on a typed dataset, with the
+  drop-in API's names) and its link prediction (:mod:`~dglx_dist.bench.dgl_distdgl_link`);
 * :mod:`~dglx_dist.bench.procs`: process groups run together, killed on timeout, reaped;
 * :mod:`~dglx_dist.bench.report`: results.jsonl, the markdown table, the figure (matplotlib,
   the ``plot`` extra), drawn as panels (``draw``) like every benchmark script's figure.

@@ -1,22 +1,61 @@
-"""DGL's DistDGL node-classification loop, run by the worker's trainer
-(:mod:`dglx_dist.bench.dgl_distdgl_worker`): DGL's
-examples/distributed/graphsage/node_classification.py loop with its phases timed
-(:data:`~dglx_dist.bench.dgl_distdgl_worker.PHASES`), over a :class:`NodeJob`: our reference
-model on a graph without types (:func:`node_job`), or the R-GCN on a typed one
-(:func:`dglx_dist.bench.dgl_distdgl_typed.node_job`).
+"""DGL's node-classification loop with its phases timed
+(:data:`~dglx_dist.bench.dgl_distdgl_worker.PHASES`): DGL's
+examples/distributed/graphsage/node_classification.py loop, and on a graph with node and edge
+types its R-GCN example's (``examples/distributed/rgcn``), over a :class:`NodeJob`. The same
+loop trains both sides of a benchmark, since our drop-in API carries DGL's names:
+
+* DGL's DistDGL (:func:`node_job`: ``dgl.distributed``, ``DistNodeDataLoader``, DDP), in the
+  trainer of :mod:`dglx_dist.bench.dgl_distdgl_worker` (:func:`train_nodes`);
+* our strategies on a typed dataset (:func:`dropin_job`: ``dglx_dist``'s ``distribute`` of
+  the partition directory made beforehand, ``node_split``, ``DataLoader`` and
+  ``parallelize``), started under torchrun by ``dglx bench``'s runner as ``python -m
+  dglx_dist.bench.dgl_distdgl_nodes`` (:func:`main`): a loop of DGL's shape rather than the
+  Trainer's, so that both sides time the same phases and batch every strategy alike. Every
+  epoch's record is ``dglx train``'s (:func:`~dglx_dist.api.metrics.epoch_record`: bytes from
+  the comm layer's counters), then the validation accuracy (outside the epoch's clock); rank
+  0 writes them as JSON lines on stdout.
+
+What the kind of graph changes is data (:data:`MODELS_BY_KIND`): on a graph without types,
+our reference model (``--model``) over ``feat``; on a typed one, the labeled type's seeds
+(``node_split(..., ntype=)``, loaders over ``{ntype: ids}``) and the R-GCN
+(:class:`~dglx_dist.models.RGCN`, the same seed on both sides: the same initial weights) over
+``feat`` and a ``DistEmbedding`` (zeros) per featureless type stepped by ``SparseAdam``.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from dglx_dist.api.metrics import PhaseTimer
 from dglx_dist.bench.dgl_distdgl import epoch_bytes, sent_bytes
+from dglx_dist.cli_flags import add_flags, from_args, tuple_of
+from dglx_dist.config import RunConfig
+from dglx_dist.errors import DatasetFormatError, InvalidValueError
 from dglx_dist.memory import peak_rss_bytes
 
-__all__ = ["NodeJob", "evaluate", "node_job", "train_epoch", "train_nodes", "whole_degree_hooks"]
+__all__ = ["MASKS", "MODELS_BY_KIND", "NodeJob", "category_of", "dropin_job", "evaluate",
+           "main", "node_job", "train_epoch", "train_nodes", "typed", "whole_degree_hooks"]
+
+MASKS = ("train", "val", "test")
+
+
+def typed(g) -> bool:
+    """Whether ``g`` (a DGLGraph, DGL's DistGraph or ours) has node or edge types."""
+    return g.ntypes != ["_N"] or len(g.etypes) != 1
+
+
+def category_of(g) -> str:
+    """The node type with labels (the one the run classifies; ``_N`` without types) of
+    ``g``, a DGLGraph, DGL's DistGraph or ours."""
+    labeled = [nt for nt in g.ntypes if "label" in g.nodes[nt].data]
+    if len(labeled) != 1:
+        raise DatasetFormatError(f"expected one node type with labels (the typed dataset's "
+                                 f"category), found {labeled or 'none'}")
+    return labeled[0]
 
 
 def timed_step(timer: PhaseTimer, model, blocks, x, y, opts) -> float:
@@ -41,14 +80,16 @@ class NodeJob:
     """What DGL's node-classification loop trains (:func:`train_epoch`, :func:`evaluate`).
 
     Attributes:
-        model: the model (evaluated as it is).
-        ddp: the model under DDP (trained).
+        model: the model evaluated (DGL's: the module under DDP; ours: ``parallelize``'s).
+        ddp: the model trained.
         opts: the optimizers, zeroed and stepped in this order each step.
-        loader: the training loader (``DistNodeDataLoader``).
+        loader: the training loader.
         nids: this trainer's seeds of each split (``train``, ``val``, ``test``), as the
             loaders take them (a tensor; on a typed graph, ``{ntype: tensor}``).
         inputs: the first layer's input rows of a step's ``input_nodes`` (pulled).
         labels: the labels of a step's seeds.
+        loader_class: the evaluation's loader (DGL's ``DistNodeDataLoader``, or ours).
+        join: the context of an epoch's steps (DDP's ``join``: ranks may take uneven steps).
     """
 
     model: Any
@@ -58,27 +99,44 @@ class NodeJob:
     nids: dict[str, Any]
     inputs: Callable[[Any], Any]
     labels: Callable[[Any], Any]
+    loader_class: Callable[..., Any]
+    join: Callable[[], Any] = contextlib.nullcontext
+
+
+class Epoch(NamedTuple):
+    """One epoch's training on this trainer (:func:`train_epoch`)."""
+
+    wall: float
+    steps: int
+    samples: int
+    """Seeds trained on."""
+    loss_sum: float
+    rows: int
+    """Input rows of the steps."""
+    timer: PhaseTimer
+    """The phases' seconds (finished: ``other`` is what no phase took)."""
 
 
 def _count(nodes) -> int:
     return sum(v.numel() for v in nodes.values()) if isinstance(nodes, dict) else nodes.numel()
 
 
-def train_epoch(job: NodeJob) -> tuple[float, int, float, dict[str, float]]:
-    """One epoch of DGL's example loop; returns wall time, steps, mean loss and phase times."""
+def train_epoch(job: NodeJob) -> Epoch:
+    """One epoch of DGL's example loop."""
     t0 = time.perf_counter()
-    timer, steps, losses, rows = PhaseTimer(), 0, 0.0, 0
-    with job.ddp.join():
+    timer, steps, losses, rows, samples = PhaseTimer(), 0, 0.0, 0, 0
+    with job.join():
         for input_nodes, seeds, blocks in job.loader:
             timer.lap("sample")
             x, y = job.inputs(input_nodes), job.labels(seeds)
             timer.lap("pull")
             losses += timed_step(timer, job.ddp, blocks, x, y, job.opts)
-            steps += 1
+            steps, samples = steps + 1, samples + y.numel()
             rows += _count(input_nodes)
             timer.restart()
     wall = time.perf_counter() - t0
-    return wall, steps, losses / max(steps, 1), {**timer.finish(wall), "input_rows": rows}
+    timer.finish(wall)
+    return Epoch(wall, steps, samples, losses, rows, timer)
 
 
 def evaluate(g, job: NodeJob, nids, fanouts, batch_size: int) -> tuple[int, int]:
@@ -91,8 +149,8 @@ def evaluate(g, job: NodeJob, nids, fanouts, batch_size: int) -> tuple[int, int]
     model = job.model
     sampler = (dgl.dataloading.NeighborSampler(fanouts) if fanouts else
                dgl.dataloading.MultiLayerFullNeighborSampler(len(model.layers)))
-    loader = dgl.dataloading.DistNodeDataLoader(g, nids, sampler, batch_size=batch_size,
-                                                shuffle=False, drop_last=False)
+    loader = job.loader_class(g, nids, sampler, batch_size=batch_size, shuffle=False,
+                              drop_last=False)
     hooks = whole_degree_hooks(g, model, fanouts)
     model.eval()
     correct = total = 0
@@ -139,31 +197,105 @@ def whole_degree_hooks(g, model, fanouts) -> list:
     return hooks
 
 
-def node_job(args: argparse.Namespace, g, masks: tuple[str, ...]) -> NodeJob:
-    """Our reference model (``--model``) under DDP, Adam and the training loader over this
-    trainer's share of the training nodes (DGL's GraphSAGE example)."""
-    import dgl
+class JobModel(NamedTuple):
+    """The model of a job on a kind of graph, and its inputs (:data:`MODELS_BY_KIND`)."""
+
+    model: Any
+    embeds: dict[str, Any]
+    """A ``DistEmbedding`` per featureless node type (trained by ``SparseAdam``)."""
+    inputs: Callable[[Any], Any]
+    labels: Callable[[Any], Any]
+
+
+def _reference(args: argparse.Namespace, g, embedding, name) -> JobModel:
+    """Our reference model (``--model``) over ``feat``, seeded."""
     import torch
-    from torch.nn.parallel import DistributedDataParallel
 
     from dglx_dist.models import MODELS
 
-    pb = g.get_partition_book()
-    nids = {m: dgl.distributed.node_split(g.ndata[f"{m}_mask"], pb, force_even=True)
-            for m in masks}
     torch.manual_seed(args.seed)
     model = MODELS[args.model](g.ndata["feat"].shape[1], args.hidden, args.num_classes,
                                len(args.fanouts), dropout=args.dropout,
                                row_normalize=args.row_normalize)
-    ddp = DistributedDataParallel(model)
-    opt = torch.optim.Adam(ddp.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    feat, label = g.ndata["feat"], g.ndata["label"]
+    return JobModel(model, {}, lambda nodes: feat[nodes], lambda seeds: label[seeds].long())
+
+
+def _rgcn(args: argparse.Namespace, g, embedding, name) -> JobModel:
+    """The R-GCN over ``feat`` and ``embedding(...)`` (zeros; named ``name(ntype)``) per
+    featureless type, seeded; the labeled type's labels."""
+    import torch
+
+    from dglx_dist.models import RGCN, node_inputs
+
+    category = category_of(g)
+    embeds = {nt: embedding(g.num_nodes(nt), args.hidden, name(nt),
+                            part_policy=g.get_node_partition_policy(nt))
+              for nt in g.ntypes if "feat" not in g.nodes[nt].data}
+    in_sizes = {nt: g.nodes[nt].data["feat"].shape[1] for nt in g.ntypes if nt not in embeds}
+    torch.manual_seed(args.seed)
+    model = RGCN(in_sizes, g.etypes, args.hidden, args.num_classes, len(args.fanouts),
+                 dropout=args.dropout, category=category)
+    labels = g.nodes[category].data["label"]
+    return JobModel(model, embeds, lambda nodes: node_inputs(g, nodes, embeds),
+                    lambda seeds: labels[seeds[category]].long())
+
+
+MODELS_BY_KIND: dict[bool, Callable[..., JobModel]] = {False: _reference, True: _rgcn}
+"""The model of a job by whether its graph has types (:func:`typed`)."""
+
+
+def splits(g, node_split, book, masks: tuple[str, ...]) -> dict[str, Any]:
+    """This trainer's seeds of each split: ``node_split`` of the labeled type's masks, as the
+    loaders take them (``{ntype: ids}`` on a typed graph)."""
+    category = category_of(g)
+    data = g.nodes[category].data
+    ids = {m: node_split(data[f"{m}_mask"], book, ntype=category, force_even=True)
+           for m in masks}
+    return {m: {category: v} for m, v in ids.items()} if typed(g) else ids
+
+
+def node_job(args: argparse.Namespace, g, masks: tuple[str, ...]) -> NodeJob:
+    """DGL's side on its ``DistGraph`` ``g``: the model under DDP (``find_unused_parameters``
+    on a typed graph: the last layer's relations into other types carry no message), Adam
+    (and DGL's ``SparseAdam``) and ``DistNodeDataLoader`` over this trainer's share of the
+    training nodes (DGL's GraphSAGE and R-GCN examples)."""
+    import dgl
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+
+    nids = splits(g, dgl.distributed.node_split, g.get_partition_book(), masks)
+    job = MODELS_BY_KIND[typed(g)](args, g, dgl.distributed.DistEmbedding, "emb_{}".format)
+    ddp = DistributedDataParallel(job.model, find_unused_parameters=typed(g))
+    opts = [torch.optim.Adam(ddp.parameters(), lr=args.lr, weight_decay=args.weight_decay)]
+    if job.embeds:
+        opts.append(dgl.distributed.optim.SparseAdam(list(job.embeds.values()), lr=args.lr))
     dgl.seed(args.seed * 7919 + args.machine)
     loader = dgl.dataloading.DistNodeDataLoader(
         g, nids["train"], dgl.dataloading.NeighborSampler(args.fanouts),
         batch_size=args.batch_size, shuffle=True, drop_last=False)
-    feat, label = g.ndata["feat"], g.ndata["label"]
-    return NodeJob(model, ddp, [opt], loader, nids, inputs=lambda nodes: feat[nodes],
-                   labels=lambda seeds: label[seeds].long())
+    return NodeJob(job.model, ddp, opts, loader, nids, job.inputs, job.labels,
+                   dgl.dataloading.DistNodeDataLoader, ddp.join)
+
+
+def dropin_job(args: argparse.Namespace, g) -> NodeJob:
+    """Our side on ``distribute``'s graph ``g``, through the drop-in API: the model
+    ``parallelize`` wraps under ``g``'s strategy, Adam (and our ``SparseAdam``) and our
+    ``DataLoader`` over this rank's share of the training nodes."""
+    import torch
+
+    import dglx_dist
+
+    nids = splits(g, dglx_dist.node_split, g, MASKS)
+    job = MODELS_BY_KIND[typed(g)](args, g, dglx_dist.DistEmbedding, lambda nt: None)
+    model = dglx_dist.parallelize(job.model, g)
+    opts = [torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)]
+    if job.embeds:
+        opts.append(dglx_dist.SparseAdam(list(job.embeds.values()), lr=args.lr))
+    loader = dglx_dist.DataLoader(g, nids["train"], dglx_dist.NeighborSampler(args.fanouts),
+                                  batch_size=args.batch_size, shuffle=True, seed=args.seed)
+    return NodeJob(model, model, opts, loader, nids, job.inputs, job.labels,
+                   dglx_dist.DistNodeDataLoader)
 
 
 def train_nodes(args: argparse.Namespace, g, job: NodeJob, reduce) -> tuple[dict, float]:
@@ -176,8 +308,9 @@ def train_nodes(args: argparse.Namespace, g, job: NodeJob, reduce) -> tuple[dict
     records: list[dict[str, Any]] = []
     for epoch in range(args.epochs):
         sent, started = sent_bytes(args.ifname), time.time()
-        wall, steps, loss, phases = train_epoch(job)
-        names = sorted(phases)
+        wall, steps, _, loss_sum, rows, timer = train_epoch(job)
+        phases = {**timer.t, "input_rows": rows}
+        loss, names = loss_sum / max(steps, 1), sorted(phases)
         maxes = reduce([wall, steps, -started] + [phases[k] for k in names], dist.ReduceOp.MAX)
         mean_loss = reduce([loss], dist.ReduceOp.SUM)[0] / args.machines
         records.append({"epoch": epoch, "started_at": round(-maxes[2], 3),
@@ -195,3 +328,67 @@ def train_nodes(args: argparse.Namespace, g, job: NodeJob, reduce) -> tuple[dict
     out = {"records": records, "test_acc": round(correct / max(total, 1), 4),
            "test_nodes": int(total), "train_nodes_per_trainer": _count(nids["train"])}
     return out, peak_train
+
+
+def _accuracy(g, job: NodeJob, split: str, batch_size: int) -> float:
+    """Accuracy on ``split``'s seeds with full neighbourhoods (collective)."""
+    import dglx_dist
+
+    correct, total = dglx_dist.all_reduce(list(evaluate(g, job, job.nids[split], (),
+                                                         batch_size))).tolist()
+    return round(correct / max(total, 1), 4)
+
+
+def train_dropin(args: argparse.Namespace) -> None:
+    """Our side: trains on ``--partitions`` under ``--strategy`` (:func:`dropin_job`); rank
+    0 writes the records on stdout (collective)."""
+    import dgl
+    import numpy as np
+    import torch
+
+    import dglx_dist
+    from dglx_dist.api.metrics import epoch_record
+    from dglx_dist.report import json_record
+    from dglx_dist.strategies.epochs import EpochResult
+
+    config = from_args(RunConfig, args)
+    if config.data.partitions is None:
+        raise InvalidValueError("dgl_distdgl_nodes: --partitions is required (the harness "
+                                "partitions the dataset first)")
+    torch.manual_seed(config.loop.seed)
+    dgl.seed(config.loop.seed)
+    np.random.seed(config.loop.seed)
+    g = dglx_dist.distribute(config.data.partitions, config.strategy.build())
+    job, session, loop = dropin_job(args, g), g.session, config.loop
+    for epoch in range(loop.epochs):
+        before = session.counter.snapshot()
+        ran = train_epoch(job)
+        phases = {"phases_max": ran.timer.max_over_ranks(ran.wall)}  # in the epoch's bytes
+        record = epoch_record(EpochResult(epoch, ran.wall, ran.steps, ran.samples, ran.loss_sum,
+                                          extra=phases), before, session.counter.snapshot(),
+                              g.strategy.registered_name, session=session)
+        last = epoch == loop.epochs - 1
+        if last or loop.eval_every and (epoch + 1) % loop.eval_every == 0:
+            record["val_acc"] = _accuracy(g, job, "val", args.eval_batch_size)
+        if last:
+            record["test_acc"] = _accuracy(g, job, "test", args.eval_batch_size)
+        if session.is_main:  # the harness reads these lines
+            sys.stdout.write(json_record(record) + "\n")
+            sys.stdout.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Our side with the options of ``argv`` (``dglx train``'s flags, ``--partitions``
+    naming partitions made beforehand); returns the exit code."""
+    p = argparse.ArgumentParser(description="our strategies in DGL's loop (drop-in API)")
+    add_flags(p, RunConfig)
+    p.add_argument("--fanouts", type=tuple_of(int), required=True, help="per layer, input first")
+    p.add_argument("--batch-size", type=int, required=True, help="seeds per rank per step")
+    p.add_argument("--num-classes", type=int, required=True)
+    p.add_argument("--eval-batch-size", type=int, default=4096, help="seeds per step")
+    train_dropin(p.parse_args(argv))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -23,8 +23,8 @@ server + one trainer, in the caller's namespace), ``server`` and ``trainer`` (st
 ``machine``). The trainer is DGL's examples/distributed/graphsage/node_classification.py loop
 with our model (``--model``, default SAGE: the same class, the same seed, so the same initial
 weights), with its phases timed (:data:`PHASES`); ``--eval-every 1`` adds validation accuracy
-after every epoch. On a typed dataset the same loop trains the R-GCN of
-:mod:`dglx_dist.bench.dgl_distdgl_typed` (built there).
+after every epoch. On a typed dataset the same partitioning and loop
+(:mod:`dglx_dist.bench.dgl_distdgl_nodes`) train the R-GCN.
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from dglx_dist.cli_flags import add_flags
+from dglx_dist.cli_flags import add_flags, tuple_of
 from dglx_dist.config import TRAINING, RunConfig
 from dglx_dist.errors import InternalError
 from dglx_dist.memory import peak_rss_bytes
@@ -51,7 +51,6 @@ __all__ = ["PHASES", "main"]
 log = logging.getLogger("dglx_dist.bench")
 MODULE = "dglx_dist.bench.dgl_distdgl_worker"
 GRAPH_NAME = "bench"
-MASKS = ("train", "val", "test")
 SHUTDOWN_GRACE_S = 20
 """Seconds a trainer that finished may take in DGL's shutdown before it is killed."""
 PHASES = ("sample", "pull", "forward", "backward+allreduce", "allreduce", "optimizer", "other")
@@ -63,7 +62,9 @@ def status_mb() -> float:
 
 
 def partition_main(args: argparse.Namespace) -> None:
-    """Partitions a dataset directory the way DGL's DistDGL examples do (METIS, balanced)."""
+    """Partitions a dataset directory the way DGL's DistDGL examples do: METIS, balancing the
+    edges, each node type and, within the labeled type, each split (the constraints our
+    ``metis`` balances; without types, the one type ``_N``'s splits)."""
     import dgl
     import torch
 
@@ -188,11 +189,6 @@ def _setup(args: argparse.Namespace):
     return g
 
 
-def _typed(g) -> bool:
-    """Whether DGL's ``DistGraph`` ``g`` has node or edge types of its own."""
-    return g.ntypes != ["_N"] or len(g.etypes) != 1
-
-
 def _reduce(values: list[float], op) -> list[float]:
     import torch
     import torch.distributed as dist
@@ -220,10 +216,9 @@ def _node_trainer(args: argparse.Namespace, g) -> None:
     accuracy and the trainers' peak memory (after training, and at the end)."""
     import torch.distributed as dist
 
-    from dglx_dist.bench import dgl_distdgl_nodes, dgl_distdgl_typed
+    from dglx_dist.bench.dgl_distdgl_nodes import MASKS, node_job, train_nodes
 
-    make = dgl_distdgl_typed.node_job if _typed(g) else dgl_distdgl_nodes.node_job
-    out, peak_train = dgl_distdgl_nodes.train_nodes(args, g, make(args, g, MASKS), _reduce)
+    out, peak_train = train_nodes(args, g, node_job(args, g, MASKS), _reduce)
     peaks = [0.0] * (2 * args.machines)
     peaks[2 * args.machine:2 * args.machine + 2] = [peak_train, status_mb()]
     peaks = _reduce(peaks, dist.ReduceOp.SUM)
@@ -266,10 +261,6 @@ def _done_marker(args: argparse.Namespace) -> Path:
     return Path(args.result_dir, f"done{args.machine}.json")  # the launcher clears *.json
 
 
-def _int_list(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The subcommand and its options."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -285,7 +276,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             ("--master-port", int, 29500), ("--threads", int, 1), ("--timeout", float, 3600.0),
             ("--pg-timeout", float, 600.0), ("--batch-size", int, 1000),
             ("--eval-batch-size", int, 4096), ("--num-classes", int, 0),
-            ("--fanouts", _int_list, [10, 25]), ("--eval-fanouts", _int_list, [])):
+            ("--fanouts", tuple_of(int), (10, 25)), ("--eval-fanouts", tuple_of(int), ())):
         p.add_argument(flag, type=kind, default=default)
     # the run config's training sections: dglx train's flags (partition: --task and --seed
     # split link edges; trainer: --eval-every 1 adds validation accuracy after every epoch)

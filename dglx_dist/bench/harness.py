@@ -4,7 +4,12 @@
 * ``dgl-distdgl``: DGL 2.1's own DistDGL, 2 machines x 1 trainer on loopback
   (:func:`dglx_dist.bench.dgl_distdgl.run_dgl` and its worker);
 * every registered strategy (``STRATEGIES.names()``): ``dglx train`` under torchrun, on the
-  emulated cluster (``dglx_dist.cluster.emulate.run_job``) or on virtual servers.
+  emulated cluster (``dglx_dist.cluster.emulate.run_job``) or on virtual servers; on a
+  typed dataset, each whose capabilities say ``typed_graphs``, in DGL's loop through our
+  drop-in API instead (:func:`dropin_target`), as DGL's side trains it.
+
+Which systems run a kind of dataset, and how a strategy starts, is the kind's data
+(:data:`dglx_dist.bench.kinds.KINDS`, handed to :func:`systems`).
 
 Strategy options come from the common setup (``fanouts``, ``batch_size``, ``num_layers`` and
 ``--eval-fanouts`` are given to every strategy whose Config declares them), then
@@ -20,6 +25,7 @@ import logging
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from dglx_dist.bench.dgl_distdgl import MACHINES, dgl_batch, mean_phases, run_dgl, startup
@@ -30,10 +36,10 @@ from dglx_dist.config import TRAINING, StrategyConfig
 from dglx_dist.errors import RunFailedError
 from dglx_dist.runtime.env import free_local_port
 
-__all__ = ["REDUCERS", "STRATEGY_OPTIONS", "Setup", "add_time_to_accuracy", "attempt",
-           "first_reached", "launch", "parse_records", "reduce_records", "run_env",
-           "run_strategy", "run_system", "strategy_config", "summarize", "systems",
-           "train_command"]
+__all__ = ["BASELINES", "REDUCERS", "STRATEGY_OPTIONS", "Setup", "TASK_NEEDS", "Target",
+           "add_time_to_accuracy", "attempt", "dropin_target", "first_reached", "launch",
+           "parse_records", "reduce_records", "run_env", "run_strategy", "run_system",
+           "strategy_config", "summarize", "systems", "train_command", "train_target"]
 
 log = logging.getLogger("dglx_dist.bench")
 Options = Mapping[str, Mapping[str, Any] | Sequence[str]]
@@ -177,21 +183,44 @@ def describe(strategy: StrategyConfig, task: str = "node") -> str:
     return "its own batching"
 
 
-def run_strategy(name: str, setup: Setup, extra: Options,
-                 summary: Callable[[list[dict[str, Any]]], dict[str, Any]] = summarize
-                 ) -> dict[str, Any]:
-    """``dglx train --strategy name`` on the emulated cluster or on virtual servers; its
-    records made a row by ``summary``."""
-    strategy = strategy_config(name, setup, extra)
+Target = Callable[[Setup, StrategyConfig], tuple[list[str], str]]
+"""How a strategy's run starts: ``python TARGET`` under torchrun and the row's note, from
+the setup and the strategy (partitions made first where the run needs them)."""
+
+
+def train_target(setup: Setup, strategy: StrategyConfig) -> tuple[list[str], str]:
+    """``dglx train`` (the Trainer), on partitions made first (node task, none given)."""
     if (setup.run.task.name == "node" and setup.run.data.partitions is None
             and "--partitions" not in setup.train_flags):
         partition_first(strategy, setup)
+    return ["-m", "dglx_dist", *train_command(setup, strategy)], describe(
+        strategy, setup.run.task.name)
+
+
+def dropin_target(setup: Setup, strategy: StrategyConfig) -> tuple[list[str], str]:
+    """DGL's loop through our drop-in API (``python -m dglx_dist.bench.dgl_distdgl_nodes``),
+    on the partitions the strategy asks for, made first (as DGL's are)."""
+    parts = partition_first(strategy, setup)
+    run = setup.training(strategy).updated(data={"partitions": Path(parts)})
+    return ["-m", "dglx_dist.bench.dgl_distdgl_nodes", *to_argv(run), "--fanouts",
+            ",".join(map(str, setup.fanouts)), "--batch-size", str(setup.batch_size),
+            "--num-classes", str(setup.num_classes)], (
+        f"drop-in API (distribute, DataLoader, parallelize), batch {setup.batch_size} per "
+        f"rank")
+
+
+def run_strategy(name: str, setup: Setup, extra: Options,
+                 summary: Callable[[list[dict[str, Any]]], dict[str, Any]] = summarize,
+                 target: Target = train_target) -> dict[str, Any]:
+    """Strategy ``name`` on the emulated cluster or on virtual servers, started by
+    ``target`` (``dglx train``, unless told); its records made a row by ``summary``."""
+    strategy = strategy_config(name, setup, extra)
+    command, note = target(setup, strategy)
     t0, launched = time.perf_counter(), time.time()
-    stdout = launch(setup, ["-m", "dglx_dist", *train_command(setup, strategy)])
-    records = parse_records(stdout)
+    records = parse_records(launch(setup, command))
     return summary(records) | startup(records, launched) | {
         "network": setup.network, "run_wall_s": round(time.perf_counter() - t0, 1),
-        "note": describe(strategy, setup.run.task.name), "options": strategy.flag_pairs()}
+        "note": note, "options": strategy.flag_pairs()}
 
 
 def partition_first(strategy: StrategyConfig, setup: Setup) -> str:
@@ -253,21 +282,29 @@ def _emulated(setup: Setup, target: list[str]) -> str:
     return nodes[0].stdout
 
 
-def systems(extra: Options,
-            task: str = "node") -> dict[str, Callable[[Setup], dict[str, Any]]]:
-    """Every system by name that runs ``task``: the DGL baselines (``link``: DGL's DistDGL
-    alone), then each registered strategy (``link``: those whose capabilities say
-    ``link_prediction``)."""
+BASELINES: dict[str, Callable[[Setup], dict[str, Any]]] = {
+    "dgl": run_single, "dgl-distdgl": run_dgl_distdgl}
+"""The DGL systems by name."""
+TASK_NEEDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "node": (("dgl", "dgl-distdgl"), ()), "link": (("dgl-distdgl",), ("link_prediction",))}
+"""By task: the baselines that run it, and the capabilities a strategy needs to."""
+
+
+def systems(extra: Options, task: str = "node", baselines: Sequence[str] = tuple(BASELINES),
+            needs: Sequence[str] = (), target: Target = train_target
+            ) -> dict[str, Callable[[Setup], dict[str, Any]]]:
+    """Every system by name that runs ``task``: the ``baselines`` that run it, then each
+    registered strategy whose capabilities say ``needs`` and the task's (``link``:
+    ``link_prediction``), started by ``target``."""
     from dglx_dist.strategies import STRATEGIES
 
-    table: dict[str, Callable[[Setup], dict[str, Any]]] = {
-        "dgl": run_single, "dgl-distdgl": run_dgl_distdgl}
-    if task == "link":
-        del table["dgl"]
+    runs, task_needs = TASK_NEEDS[task]
+    table = {name: BASELINES[name] for name in baselines if name in runs}
     for name in STRATEGIES.names():
-        if task == "link" and not STRATEGIES.get(name).capabilities.link_prediction:
-            continue
-        table[name] = lambda setup, name=name: run_strategy(name, setup, extra)
+        capabilities = STRATEGIES.get(name).capabilities
+        if all(getattr(capabilities, c) for c in (*needs, *task_needs)):
+            table[name] = lambda setup, name=name: run_strategy(name, setup, extra,
+                                                                target=target)
     return table
 
 

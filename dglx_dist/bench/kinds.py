@@ -1,7 +1,9 @@
 """Which systems ``dglx bench`` runs, by the kind of dataset: a graph without types (``graph``)
 or one with node and edge types (``typed``). A dataset directory's kind is read from it
 (:func:`kind_of`); a preset's is its :attr:`~dglx_dist.bench.presets.Preset.kind`. Each
-kind in :data:`KINDS` says its systems, what it refuses, the model and the report's table.
+kind in :data:`KINDS` is data for the one harness (:func:`~dglx_dist.bench.harness.systems`):
+its baselines, the capabilities a strategy needs, how a strategy's run starts, what it
+refuses, the model and the report's table.
 """
 from __future__ import annotations
 
@@ -10,36 +12,65 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
-from dglx_dist.bench.harness import Options, systems
+from dglx_dist.bench.harness import Options, Target, dropin_target, systems, train_target
+from dglx_dist.bench.presets import bench_run
 from dglx_dist.bench.shared import Setup
-from dglx_dist.bench.typed import MODEL, check_typed, typed_systems
+from dglx_dist.errors import InvalidValueError
 
 __all__ = ["DataKind", "KINDS", "kind_of"]
 
 Runner = Callable[[Setup], dict[str, Any]]
-
-
-def _accept(args: argparse.Namespace) -> None:
-    """Refuses nothing."""
+Refusal = tuple[Callable[[argparse.Namespace], bool], str]
 
 
 @dataclasses.dataclass(frozen=True)
 class DataKind:
     """How ``dglx bench`` runs one kind of dataset."""
 
-    systems: Callable[[Options, str], dict[str, Runner]]
-    """The systems by name that run a task (``systems(strategy_options, task)``)."""
-    check: Callable[[argparse.Namespace], None] = _accept
-    """Refuses the options this kind cannot run, in one line, before any work."""
+    name: str
+    """What the refusals call it."""
+    baselines: tuple[str, ...] = ("dgl", "dgl-distdgl")
+    """The DGL systems that run it (:data:`~dglx_dist.bench.harness.BASELINES`)."""
+    needs: tuple[str, ...] = ()
+    """The capabilities a strategy needs to run it."""
+    target: Target = train_target
+    """How a strategy's run starts (``dglx train``, or DGL's loop through the drop-in API)."""
+    refusals: tuple[Refusal, ...] = ()
+    """The options it cannot run: ``(refused(args), why)``, ``why`` formatted with
+    ``args``; refused before any work."""
     model: str | None = None
     """The model every system trains where it is not ``--model``'s (the setup's ``model``)."""
     table: str | None = None
     """The report's table (:data:`dglx_dist.bench.report.TABLES`); None: the task's."""
 
+    def systems(self, extra: Options, task: str = "node") -> dict[str, Runner]:
+        """The systems by name that run ``task`` (``extra``: strategy options by name)."""
+        return systems(extra, task, self.baselines, self.needs, self.target)
+
+    def check(self, args: argparse.Namespace) -> None:
+        """Refuses, in one line, an option this kind cannot run (before any work)."""
+        for refused, why in self.refusals:
+            if refused(args):
+                raise InvalidValueError(f"dglx bench on a {self.name}: {why.format(args=args)}")
+
+
+TYPED_REFUSALS: tuple[Refusal, ...] = (
+    (lambda args: bench_run(args).task.name != "node", "--task link: link prediction on a "
+     "typed graph is not supported yet; leave --task out"),
+    (lambda args: getattr(args, "model", None) is not None, "--model {args.model}: on a "
+     "typed dataset every system trains the R-GCN (dglx_dist.models.RGCN); leave --model out"),
+    (lambda args: args.row_normalize == "on", "--row-normalize on: the R-GCN projects the "
+     "typed dataset's features as stored; leave it out"),
+    (lambda args: args.memory_limit is not None, "--memory-limit: the typed runs are not "
+     "checked for memory; leave it out"),
+    (lambda args: args.eval_fanouts is not None, "--eval-fanouts: the typed runs evaluate "
+     "with full neighbourhoods; leave it out"))
+"""What ``dglx bench`` cannot run on a typed dataset."""
 
 KINDS: dict[str, DataKind] = {
-    "graph": DataKind(systems),
-    "typed": DataKind(typed_systems, check_typed, model=MODEL, table="typed"),
+    "graph": DataKind("graph without types"),
+    "typed": DataKind("typed dataset", ("dgl-distdgl",), ("typed_graphs",), dropin_target,
+                      TYPED_REFUSALS, model="rgcn", table="typed"),
 }
 """The kinds of dataset by name."""
 

@@ -13,7 +13,6 @@ import torch.nn.functional as F
 from dglx_dist.bench.kinds import KINDS, kind_of
 from dglx_dist.bench.presets import PRESETS, TypedPreset
 from dglx_dist.bench.report import TYPED_COLUMNS, markdown, versus_dgl
-from dglx_dist.bench.typed import typed_systems
 from dglx_dist.cli import main
 from dglx_dist.config import RunConfig
 from dglx_dist.data import builtin_path, to_dgl
@@ -85,7 +84,7 @@ def test_the_kind_of_a_dataset_chooses_its_systems(tmp_path):
     write_mag(TINY_MAG, tmp_path / "mag")
     assert kind_of(tmp_path / "mag") == "typed" and kind_of(builtin_path("cora")) == "graph"
     assert PRESETS["mag-small"].kind == "typed" and PRESETS["tiny"].kind == "graph"
-    typed = typed_systems({})
+    typed = KINDS["typed"].systems({})
     assert set(typed) == {"dgl-distdgl"} | {n for n in STRATEGIES.names()
                                             if STRATEGIES.get(n).capabilities.typed_graphs}
     assert {"distdgl", "p3"} <= set(typed) and "dorylus" not in typed

@@ -97,7 +97,7 @@ def test_the_baselines_read_back_their_part_of_the_config(tmp_path):
     assert _sections(from_args(RunConfig, worker, sections=TRAINING)) == expected
     # the global batch (100 x 4 ranks) over DGL's 2 machines; validated every epoch
     assert (worker.batch_size, worker.fanouts, worker.num_classes, worker.eval_every) == (
-        200, [4, 6], 3, 1)
+        200, (4, 6), 3, 1)
 
 
 @pytest.mark.parametrize("flag, value", [("--lr", "0"), ("--dropout", "1"), ("--hidden", "0"),

@@ -128,8 +128,8 @@ IMPORTS_DGL = {
                      "dglx_dist.models.sage"], "dgl.nn"),
     # DGL's DistDGL, run beside ours by `dglx bench`
     **dict.fromkeys(["dglx_dist.bench.dgl_distdgl_link", "dglx_dist.bench.dgl_distdgl_nodes",
-                     "dglx_dist.bench.dgl_distdgl_typed", "dglx_dist.bench.dgl_distdgl_worker",
-                     "dglx_dist.bench.single", "dglx_dist.bench.typed_worker"], "the DGL baseline"),
+                     "dglx_dist.bench.dgl_distdgl_worker", "dglx_dist.bench.single"],
+                    "the DGL baseline"),
     # DGL's kernels where the block is DGL's (the torch ones on the package's)
     "dglx_dist.convs.message": "dgl.ops on DGL's blocks",
     # DGL's own METIS, when a user asks for it (`metis` partitioner, backend 'dgl')
