@@ -77,6 +77,11 @@ class InEdges:
         where[self.eid] = torch.arange(self.eid.numel(), device=self.eid.device)
         return where
 
+    @functools.cached_property
+    def degree(self) -> torch.Tensor:
+        """Each group's number of in-edges (made on first use)."""
+        return self.indptr.diff()
+
     def ends(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(src, dst)`` of every edge, in edge id order."""
         group = torch.repeat_interleave(torch.arange(self.indptr.numel() - 1,
@@ -134,13 +139,16 @@ def draw_in_edges(edges: InEdges, nodes: torch.Tensor, fanouts: int | Sequence[i
     Returns ``(row, pos)``: for each drawn edge the index in ``nodes`` of its destination and
     its position in ``edges``, grouped by row in order, by edge type within a row."""
     types, device = edges.num_etypes, edges.indptr.device
-    k = torch.as_tensor(fanouts, dtype=torch.int64, device=device).reshape(-1)
-    k = (k.expand(types) if k.numel() == 1 else k).repeat(nodes.numel())
-    group = (nodes.long().to(device)[:, None] * types
-             + torch.arange(types, device=device)).reshape(-1)
+    group = nodes.long().to(device)
+    if types > 1:
+        group = (group[:, None] * types + torch.arange(types, device=device)).reshape(-1)
     start = edges.indptr.index_select(0, group)
-    count = torch.where(k == 0, torch.zeros_like(k),
-                        edges.indptr.index_select(0, group + 1) - start)
+    count = edges.degree.index_select(0, group)
+    k = _fanouts(fanouts, types, nodes.numel(), device)
+    if not isinstance(k, int):  # a fanout of 0 draws nothing
+        count = torch.where(k == 0, torch.zeros_like(count), count)
+    elif k == 0:
+        count = torch.zeros_like(count)
     pool = weight = None  # the candidates: positions start[s]:start[s] + count[s]
     if weights is not None or (exclude is not None and exclude.numel()):
         start, count, pool, weight = _allowed(edges, start, count, weights, exclude)
@@ -150,13 +158,21 @@ def draw_in_edges(edges: InEdges, nodes: torch.Tensor, fanouts: int | Sequence[i
     return (seg if types == 1 else torch.div(seg, types, rounding_mode="floor")), pos
 
 
+def _fanouts(fanouts, types: int, num_nodes: int, device) -> int | torch.Tensor:
+    """The fanout of each group: one number where every group has the same, else a tensor
+    (groups of a node by edge type)."""
+    if isinstance(fanouts, int) or (isinstance(fanouts, torch.Tensor) and fanouts.numel() == 1):
+        return int(fanouts)
+    values = [int(f) for f in fanouts]
+    if len(values) == 1 or len(set(values)) == 1:
+        return values[0]
+    return torch.tensor(values, dtype=torch.int64, device=device).repeat(num_nodes)
+
+
 def _expand(start: torch.Tensor, count: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Every index of every segment (``start[s]:start[s] + count[s]``): ``(segment,
     index)``, segments in order."""
-    seg = torch.repeat_interleave(torch.arange(count.numel(), device=count.device), count)
-    first = torch.cumsum(count, 0) - count
-    index = torch.arange(seg.numel(), device=count.device) - first.index_select(0, seg) \
-        + start.index_select(0, seg)
+    seg, index, _ = _layout(start, count)
     return seg, index
 
 
@@ -183,86 +199,103 @@ def _allowed(edges: InEdges, start, count, weights, exclude):
 
 
 def _layout(start, drawn):
-    """Room for ``drawn[s]`` results per segment, in order: each result's segment and its
-    rank within it, and each segment's first result."""
-    seg = torch.repeat_interleave(torch.arange(drawn.numel(), device=drawn.device), drawn)
+    """Room for ``drawn[s]`` results per segment, in order: each result's segment, the
+    position ``start[s] + rank`` (its rank within the segment), and each segment's first
+    result."""
+    total = int(drawn.sum())
+    seg = torch.repeat_interleave(drawn, output_size=total)
     first = torch.cumsum(drawn, 0) - drawn
-    return seg, torch.arange(seg.numel(), device=drawn.device) - first.index_select(0, seg), first
+    index = torch.arange(total, device=drawn.device) + (start - first).index_select(0, seg)
+    return seg, index, first
 
 
 def _without_replacement(start, count, k, weight, generator):
     """Per segment, every candidate when it has at most ``k`` (or ``k < 0``), else ``k`` of
-    them: uniformly by Floyd's algorithm (``k`` draws per segment, not one per candidate),
-    or with weights the ``k`` with the smallest keys ``Exp(1) / weight``, chosen per bucket
-    of segments of like size by ``topk`` over a padded matrix (no sort of every candidate).
-    A uniform draw among few candidates in all (:data:`_SORTED`) takes the ``k`` smallest
-    of uniform keys by one sort instead (:func:`_by_sort`: no loop of ``k`` steps)."""
-    full = (k < 0) | (count <= k)
-    seg, rank, first = _layout(start, torch.where(full, count, k))
-    index = start.index_select(0, seg) + rank  # right for the whole segments
+    them: uniformly by Floyd's algorithm (``k`` draws per segment, not one per candidate:
+    :func:`_floyd`), or with weights the ``k`` with the smallest keys ``Exp(1) / weight``,
+    chosen per bucket of segments of like size by ``topk`` over a padded matrix."""
+    if isinstance(k, int):
+        if k < 0:
+            return _layout(start, count)[:2]
+        full = count <= k
+        drawn = torch.clamp(count, max=k)
+    else:
+        full = (k < 0) | (count <= k)
+        drawn = torch.where(full, count, k)
+    seg, index, first = _layout(start, drawn)
     picked = torch.nonzero(~full).squeeze(1)
     if not picked.numel():
         return seg, index
-    if weight is None and int(count.index_select(0, picked).sum()) <= _SORTED:
-        wanted = k.index_select(0, picked)
-        _, rank, _ = _layout(start, wanted)
-        at = torch.repeat_interleave(first.index_select(0, picked), wanted) + rank
-        index[at] = _by_sort(start.index_select(0, picked), count.index_select(0, picked),
-                             wanted, generator)
+    if weight is None:
+        by = None if isinstance(k, int) else k.index_select(0, picked)
+        for value, rows in _grouped(picked, by, k):
+            _place(index, first.index_select(0, rows),
+                   _floyd(count.index_select(0, rows), value, generator))
         return seg, index
-    by = k.index_select(0, picked) if weight is None else \
-        _bucket_widths(count.index_select(0, picked))
+    kk = k if isinstance(k, int) else None
+    by = _bucket_widths(count.index_select(0, picked))
     for value in torch.unique(by).tolist():
         rows = picked[by == value]
         size = count.index_select(0, rows)
-        cols = _floyd(size, value, generator) if weight is None else \
-            _smallest_keys(start.index_select(0, rows), size, value,
-                           int(k.index_select(0, rows).max()), weight, generator)
+        most = kk if kk is not None else int(k.index_select(0, rows).max())
+        cols = _smallest_keys(start.index_select(0, rows), size, value, most, weight,
+                              generator)
         at = first.index_select(0, rows)[:, None] + torch.arange(cols.shape[1],
                                                                  device=cols.device)
         got = start.index_select(0, rows)[:, None] + cols
-        if weight is None:  # rows grouped by k: every column is taken
-            index[at.reshape(-1)] = got.reshape(-1)
-        else:
-            taken = torch.arange(cols.shape[1], device=cols.device)[None, :] < \
-                k.index_select(0, rows)[:, None]
-            index[at[taken]] = got[taken]
+        wanted = torch.full_like(rows, most) if kk is not None else k.index_select(0, rows)
+        taken = torch.arange(cols.shape[1], device=cols.device)[None, :] < wanted[:, None]
+        index[at[taken]] = got[taken]
     return seg, index
 
 
-_SORTED = 4096
-"""At most this many candidates in all (the segments a draw picks from) are drawn by one
-sort: on the 2-core machine a sort of 4k keys takes ~60 us and one of 10k ~700 us, while
-Floyd's loop costs ~30 us a step whatever the size (docs/architecture.md)."""
+def _grouped(picked, by, k):
+    """``(value, rows)`` for each distinct value of ``by`` (all of ``picked`` at ``k`` when
+    ``by`` is None)."""
+    if by is None:
+        return [(k, picked)]
+    return [(value, picked[by == value]) for value in torch.unique(by).tolist()]
 
 
-def _by_sort(start, count, k, generator) -> torch.Tensor:
-    """Per segment (more than ``k[s]`` candidates each), ``k[s]`` distinct positions,
-    uniformly: those with the smallest of uniform keys, found by one sort of every
-    candidate by segment and key (the segment is the key's whole part); segments in
-    order."""
-    seg, pos = _expand(start, count)
-    key = torch.rand(pos.numel(), dtype=torch.float64, device=pos.device, generator=generator)
-    order = torch.sort(key + seg).indices
-    seg = seg.index_select(0, order)
-    rank = torch.arange(seg.numel(), device=seg.device) - \
-        (torch.cumsum(count, 0) - count).index_select(0, seg)
-    return pos.index_select(0, order)[rank < k.index_select(0, seg)]
+def _place(index, first, cols):
+    """Moves each row's ``cols[:, r]`` into ``index`` at its results ``first[r]:first[r] +
+    k``, which hold ``start[r] + rank``: they become ``start[r] + cols[:, r]``."""
+    step = torch.arange(cols.shape[0], device=cols.device)[:, None]
+    index.index_add_(0, (first + step).reshape(-1), (cols - step).reshape(-1))
 
 
 def _floyd(count: torch.Tensor, k: int, generator) -> torch.Tensor:
-    """``k`` distinct columns below ``count[r]`` per row ``r`` (every count above ``k``),
-    uniformly: Floyd's algorithm. Its step ``i`` draws from ``[0, top_i]`` (``top_i =
-    count - k + i``) and takes ``top_i`` itself when the draw was taken before (which no
-    earlier step could reach); every step's draw is made at once, only the check against the
-    steps before runs column by column, for every row at once."""
-    top = count[:, None] - k + torch.arange(k, device=count.device)  # (rows, k)
-    u = torch.rand(top.shape, dtype=torch.float64, device=count.device, generator=generator)
-    chosen = torch.minimum((u * (top + 1)).long(), top)
-    for i in range(1, k):
-        met = (chosen[:, :i] == chosen[:, i:i + 1]).any(1)
-        chosen[:, i] = torch.where(met, top[:, i], chosen[:, i])
-    return chosen
+    """``k`` distinct values below ``count[r]`` for each ``r`` (every count above ``k``),
+    uniformly, as a ``(k, rows)`` matrix: Floyd's algorithm, for every row and step at once.
+    Step ``i`` draws ``raw_i`` from ``[0, top_i]`` (``top_i = count - k + i``) and takes
+    ``top_i`` instead when ``raw_i`` was taken before: when it equals an earlier step's draw
+    (whatever that step took, the value is taken: found by the first step to write each
+    value into a table of every row's values), or the top of an earlier step that took its
+    top (a chain of steps, each pointing to an earlier one, followed by pointer doubling in
+    ``log2(k)`` rounds rather than step by step)."""
+    rows, device = count.numel(), count.device
+    step = torch.arange(k, device=device)[:, None]
+    low = count - k  # top_i = low + i
+    top = low + step
+    raw = _below(top + 1, generator)
+    key = (raw + (torch.cumsum(count, 0) - count)).reshape(-1)
+    order = step.to(torch.int32).expand(k, rows).reshape(-1)
+    first = torch.full((int(count.sum()),), k, dtype=torch.int32, device=device)
+    first.scatter_reduce_(0, key, order, "amin")
+    met = first.index_select(0, key) < order
+    link = raw - low  # the step j < i whose top raw_i is, where it is at least 0
+    ptr = (torch.where(link >= 0, link, step) * rows
+           + torch.arange(rows, device=device)).reshape(-1)
+    for _ in range(max(k - 1, 0).bit_length()):
+        met = met | met.index_select(0, ptr)
+        ptr = ptr.index_select(0, ptr)
+    return torch.where(met.view(k, rows), top, raw)
+
+
+def _below(bound: torch.Tensor, generator) -> torch.Tensor:
+    """A uniform integer in ``[0, bound)`` for each entry (float64's 53 bits)."""
+    u = torch.rand(bound.shape, dtype=torch.float64, device=bound.device, generator=generator)
+    return torch.minimum((u * bound).long(), bound - 1)
 
 
 def _bucket_widths(count: torch.Tensor) -> torch.Tensor:
@@ -287,8 +320,12 @@ def _smallest_keys(start, count, width: int, most: int, weight, generator):
 def _with_replacement(start, count, k, weight, generator):
     """Per segment with any candidate, all of them when ``k < 0``, else ``k`` independent
     draws among them (uniform, or proportional to ``weight``)."""
-    full = k < 0
-    seg, rank, _ = _layout(start, torch.where(full | (count == 0), count, k))
+    if isinstance(k, int) and k < 0:
+        return _layout(start, count)[:2]
+    full = None if isinstance(k, int) else k < 0
+    drawn = torch.where(count == 0, count, k) if full is None else \
+        torch.where(full | (count == 0), count, k)
+    seg, index, _ = _layout(start, drawn)
     base, size = start.index_select(0, seg), count.index_select(0, seg)
     u = torch.rand(seg.numel(), dtype=torch.float64, device=seg.device, generator=generator)
     if weight is None:
@@ -299,4 +336,4 @@ def _with_replacement(start, count, k, weight, generator):
         lo, hi = below.index_select(0, base), below.index_select(0, base + size)
         drawn = torch.minimum(torch.searchsorted(total, lo + u * (hi - lo), right=True),
                               base + size - 1)
-    return seg, torch.where(full.index_select(0, seg), base + rank, drawn)
+    return seg, drawn if full is None else torch.where(full.index_select(0, seg), index, drawn)

@@ -139,3 +139,34 @@ def test_the_draws_of_one_step_have_streams_of_their_own():
     assert torch.equal(first, again)
     assert not torch.equal(first, other)
     assert SampleOptions().stream(3) == SampleOptions()  # no seed: torch's own generator
+
+
+def test_floyds_steps_at_once_take_what_floyds_loop_takes(monkeypatch):
+    """Every draw of each step (``raw_i`` in ``[0, top_i]``) gives, drawn for all steps at
+    once, the values Floyd's loop takes step by step."""
+    import itertools
+
+    from dglx_dist.sampling import in_edges
+
+    for count, k in ((6, 4), (7, 5), (9, 3), (5, 5), (8, 6)):
+        tops = [count - k + i for i in range(k)]
+        raws = torch.tensor(list(itertools.product(*[range(t + 1) for t in tops])))
+        monkeypatch.setattr(in_edges, "_below", lambda bound, generator: raws.t())
+        drawn = in_edges._floyd(torch.full((raws.shape[0],), count), k, None)
+        for raw, got in zip(raws.tolist(), drawn.t().tolist()):
+            taken = []
+            for i, x in enumerate(raw):
+                taken.append(tops[i] if x in taken else x)
+            assert got == taken
+
+
+def test_every_subset_of_a_uniform_draw_is_as_likely():
+    """A node of degree 7 drawn 4 at a time, 70,000 times: each of its 35 subsets of edges
+    within five standard deviations of 2,000 draws."""
+    edges = InEdges.of(torch.arange(7), torch.zeros(7, dtype=torch.int64), 1)
+    nodes = torch.zeros(70_000, dtype=torch.int64)  # one node asked for many times
+    row, pos = draw_in_edges(edges, nodes, 4, generator=torch.Generator().manual_seed(3))
+    subset = torch.zeros(nodes.numel(), dtype=torch.int64).index_add_(0, row, 1 << pos)
+    seen = torch.bincount(subset, minlength=128)
+    assert int((seen > 0).sum()) == 35
+    assert bool(((seen[seen > 0] - 2000).abs() <= 5 * 2000 ** 0.5).all()), seen[seen > 0]
