@@ -152,8 +152,11 @@ def draw_in_edges(edges: InEdges, nodes: torch.Tensor, fanouts: int | Sequence[i
     pool = weight = None  # the candidates: positions start[s]:start[s] + count[s]
     if weights is not None or (exclude is not None and exclude.numel()):
         start, count, pool, weight = _allowed(edges, start, count, weights, exclude)
-    draw = _with_replacement if replace else _without_replacement
-    seg, index = draw(start, count, k, weight, generator)
+    if replace:
+        seg, index = _with_replacement(start, count, k, None if weight is None else weight[0],
+                                        generator)
+    else:
+        seg, index = _without_replacement(start, count, k, weight, generator)
     pos = index if pool is None else pool.index_select(0, index)
     return (seg if types == 1 else torch.div(seg, types, rounding_mode="floor")), pos
 
@@ -169,17 +172,11 @@ def _fanouts(fanouts, types: int, num_nodes: int, device) -> int | torch.Tensor:
     return torch.tensor(values, dtype=torch.int64, device=device).repeat(num_nodes)
 
 
-def _expand(start: torch.Tensor, count: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every index of every segment (``start[s]:start[s] + count[s]``): ``(segment,
-    index)``, segments in order."""
-    seg, index, _ = _layout(start, count)
-    return seg, index
-
-
 def _allowed(edges: InEdges, start, count, weights, exclude):
     """The candidates that may be drawn (weight above 0, not excluded) as segments of a
-    pool of positions: ``(start, count, pool, weight)`` (weight: None if uniform)."""
-    seg, pos = _expand(start, count)
+    pool of positions: ``(start, count, pool, weight)`` (weight: None if uniform; else
+    each candidate's, with its segment as ``(weight, segment)``)."""
+    seg, pos, _ = _layout(start, count)
     keep, weight = None, None
     if weights is not None:
         weight = weights.reshape(-1).to(pos.device).index_select(
@@ -195,7 +192,7 @@ def _allowed(edges: InEdges, start, count, weights, exclude):
         seg, pos = seg[keep], pos[keep]
         weight = None if weight is None else weight[keep]
         count = torch.bincount(seg, minlength=count.numel())
-    return torch.cumsum(count, 0) - count, count, pos, weight
+    return torch.cumsum(count, 0) - count, count, pos, None if weight is None else (weight, seg)
 
 
 def _layout(start, drawn):
@@ -212,8 +209,8 @@ def _layout(start, drawn):
 def _without_replacement(start, count, k, weight, generator):
     """Per segment, every candidate when it has at most ``k`` (or ``k < 0``), else ``k`` of
     them: uniformly by Floyd's algorithm (``k`` draws per segment, not one per candidate:
-    :func:`_floyd`), or with weights the ``k`` with the smallest keys ``Exp(1) / weight``,
-    chosen per bucket of segments of like size by ``topk`` over a padded matrix."""
+    :func:`_floyd`), or with weights the ``k`` with the smallest keys ``Exp(1) / weight``
+    (:func:`_smallest_keys`)."""
     if isinstance(k, int):
         if k < 0:
             return _layout(start, count)[:2]
@@ -232,19 +229,14 @@ def _without_replacement(start, count, k, weight, generator):
             _place(index, first.index_select(0, rows),
                    _floyd(count.index_select(0, rows), value, generator))
         return seg, index
-    kk = k if isinstance(k, int) else None
-    by = _bucket_widths(count.index_select(0, picked))
-    for value in torch.unique(by).tolist():
-        rows = picked[by == value]
-        size = count.index_select(0, rows)
-        most = kk if kk is not None else int(k.index_select(0, rows).max())
-        cols = _smallest_keys(start.index_select(0, rows), size, value, most, weight,
-                              generator)
-        at = first.index_select(0, rows)[:, None] + torch.arange(cols.shape[1],
-                                                                 device=cols.device)
-        got = start.index_select(0, rows)[:, None] + cols
-        wanted = torch.full_like(rows, most) if kk is not None else k.index_select(0, rows)
-        taken = torch.arange(cols.shape[1], device=cols.device)[None, :] < wanted[:, None]
+    wanted = k if isinstance(k, int) else k.index_select(0, picked)
+    got = _smallest_keys(start, count, picked, wanted, *weight, generator)
+    step = torch.arange(got.shape[1], device=got.device)
+    at = first.index_select(0, picked)[:, None] + step
+    if isinstance(k, int):
+        index.index_copy_(0, at.reshape(-1), got.reshape(-1))
+    else:
+        taken = step < wanted[:, None]
         index[at[taken]] = got[taken]
     return seg, index
 
@@ -298,23 +290,54 @@ def _below(bound: torch.Tensor, generator) -> torch.Tensor:
     return torch.minimum((u * bound).long(), bound - 1)
 
 
-def _bucket_widths(count: torch.Tensor) -> torch.Tensor:
-    """The power of two at or above each count (segments padded to it share a matrix)."""
-    return torch.pow(2, torch.ceil(torch.log2(count.double()))).long()
+_ABOVE = 4
+"""A weighted draw of ``k`` among more than ``_ABOVE * k`` candidates keeps, past a
+threshold on the keys, about ``_ABOVE * k`` of them to choose from (fewer when the weights
+are uneven; a segment left with fewer than ``k`` keeps them all)."""
 
 
-def _smallest_keys(start, count, width: int, most: int, weight, generator):
-    """For segments of at most ``width`` candidates (more than ``most`` each): per row, the
-    columns of its ``most`` smallest keys ``Exp(1) / weight`` in order (Efraimidis and
-    Spirakis: the first ``k`` are a weighted draw of ``k`` without replacement)."""
-    col = torch.arange(width, device=start.device)
-    valid = col < count[:, None]
-    w = weight.index_select(0, (start[:, None] + col).clamp(max=weight.numel() - 1)
-                            .reshape(-1)).reshape(valid.shape)
-    key = -torch.log1p(-torch.rand(valid.shape, device=start.device, generator=generator)) \
-        / w.float()
-    key = torch.where(valid, key, torch.full_like(key, float("inf")))
-    return torch.topk(key, most, dim=1, largest=False, sorted=True).indices
+def _smallest_keys(start, count, picked, k, weight, seg, generator) -> torch.Tensor:
+    """Per segment ``picked[r]`` (more than ``k`` candidates; ``k`` one number or one per
+    row), the positions of the candidates with the ``k`` smallest keys ``Exp(1) / weight``:
+    a ``(rows, max k)`` matrix, columns past a row's ``k`` unused (Efraimidis and Spirakis:
+    they are a weighted draw of ``k`` without replacement). The keys are drawn for every
+    candidate at once; those of a segment of many are first cut at ``_ABOVE * k / (the
+    segment's weight)``, which keeps about ``_ABOVE * k`` of them (a Poisson number: the
+    ``k`` smallest are kept unless fewer than ``k`` are, and then all are), so that one
+    ``topk`` over a narrow padded matrix chooses."""
+    weight = weight.float()
+    key = torch.empty_like(weight).exponential_(generator=generator) / weight
+    total = torch.cumsum(weight, 0)  # a segment's weight from it (float32 sums: any
+    a = start.index_select(0, picked)  # cut draws exactly; a poor one only costs time)
+    size = count.index_select(0, picked)
+    cut = torch.where(size > _ABOVE * k, _ABOVE * k / (
+        total.index_select(0, a + size - 1) - total.index_select(0, a)
+        + weight.index_select(0, a)).clamp(min=1e-30), float("inf"))
+    limit = torch.full((count.numel(),), float("-inf"), device=seg.device).index_copy_(
+        0, picked, cut.float())  # segments not picked keep none
+    kept, idx = _below_limit(seg, key, limit)
+    short = kept.index_select(0, picked) < k
+    if bool(short.any()):
+        kept, idx = _below_limit(seg, key, limit.index_fill_(0, picked[short], float("inf")))
+    most = k if isinstance(k, int) else int(k.max())
+    width = max(int(kept.max()), most)
+    first = torch.cumsum(kept, 0) - kept
+    row = torch.zeros_like(count).index_copy_(0, picked, torch.arange(picked.numel(),
+                                                                      device=seg.device))
+    slot = torch.arange(idx.numel(), device=seg.device) + \
+        (row * width - first).index_select(0, seg.index_select(0, idx))
+    keys = torch.full((picked.numel() * width,), float("inf"), device=seg.device)
+    keys.index_copy_(0, slot, key.index_select(0, idx))
+    cols = torch.topk(keys.view(-1, width), most, 1, largest=False, sorted=False).indices
+    return idx.index_select(0, (first.index_select(0, picked)[:, None] + cols)
+                            .clamp(max=idx.numel() - 1).reshape(-1)).view(cols.shape)
+
+
+def _below_limit(seg, key, limit):
+    """The candidates whose key is below their segment's limit: how many per segment, and
+    their indices in order."""
+    idx = torch.nonzero(key < limit.index_select(0, seg)).squeeze(1)
+    return torch.bincount(seg.index_select(0, idx), minlength=limit.numel()), idx
 
 
 def _with_replacement(start, count, k, weight, generator):

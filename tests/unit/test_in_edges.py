@@ -170,3 +170,28 @@ def test_every_subset_of_a_uniform_draw_is_as_likely():
     seen = torch.bincount(subset, minlength=128)
     assert int((seen > 0).sum()) == 35
     assert bool(((seen[seen > 0] - 2000).abs() <= 5 * 2000 ** 0.5).all()), seen[seen > 0]
+
+
+@pytest.mark.parametrize("degree,fanout,skew", [(14, 3, 1.0), (9, 2, 3.0), (20, 2, 6.0)])
+def test_a_weighted_draw_takes_each_edge_as_successive_draws_do(degree, fanout, skew):
+    """Each edge's chance to be among a weighted draw's, over 200,000 draws, within five
+    standard deviations of its chance under successive draws in proportion to the weights
+    of the edges not yet drawn (DGL's); degrees above the threshold's, and weights uneven
+    enough that a threshold keeps fewer edges than the fanout."""
+    import itertools
+
+    weight = torch.rand(degree, generator=torch.Generator().manual_seed(degree),
+                        dtype=torch.float64) ** skew + 1e-3
+    chance = torch.zeros(degree, dtype=torch.float64)
+    for order in itertools.permutations(range(degree), fanout):
+        p, left = 1.0, float(weight.sum())
+        for i in order:
+            p, left = p * float(weight[i]) / left, left - float(weight[i])
+        chance[list(order)] += p
+    edges = InEdges.of(torch.arange(degree), torch.zeros(degree, dtype=torch.int64), 1)
+    draws = 200_000
+    _, pos = draw_in_edges(edges, torch.zeros(draws, dtype=torch.int64), fanout,
+                           weights=weight.float(), generator=torch.Generator().manual_seed(5))
+    seen = torch.bincount(edges.eid[pos], minlength=degree).double() / draws
+    assert pos.numel() == draws * fanout
+    assert bool(((seen - chance).abs() <= 5 * (chance * (1 - chance) / draws).sqrt()).all())
