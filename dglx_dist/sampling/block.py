@@ -34,29 +34,42 @@ PLAN = "_dglx_plan"
 """The attribute of DGL's block that holds the ``plan`` of the package's block it was."""
 
 
-def relabel(dst_nodes: torch.Tensor, *ends: torch.Tensor, num_nodes: int | None = None
-            ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def relabel(dst_nodes: torch.Tensor, *ends: torch.Tensor, num_nodes: int | None = None,
+            inner: Sequence[torch.Tensor] = ()) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """DGL's ``to_block`` numbering: the source nodes are ``dst_nodes`` (unique) followed by
     the other ids of ``ends`` in the order of their first appearance (``ends`` in order);
-    returns them and each of ``ends`` as indices into them. With ``num_nodes`` (every id is
-    below it), by a table over the ids (no sort); else by ``torch.unique``."""
+    returns them and each of ``ends``, then each of ``inner`` (ids that are all among
+    ``dst_nodes``, which number nothing new), as indices into them. With ``num_nodes``
+    (every id is below it), by a table over the ids (no sort); else by ``torch.unique``."""
+    if num_nodes is None:
+        nodes, index = relabel_sorted(dst_nodes, *ends, *inner)
+        return nodes, index
+    both = torch.cat([dst_nodes.long(), *(e.long() for e in ends)])
+    small = torch.int32 if both.numel() < 2 ** 31 else torch.int64  # a table half the size
+    where = torch.arange(both.numel(), dtype=small, device=both.device)
+    # each id's first position, read back where it is first
+    first = torch.full((num_nodes,), both.numel(), dtype=small, device=both.device)
+    first.scatter_reduce_(0, both, where, "amin")
+    nodes = torch.masked_select(both, first.index_select(0, both) == where)
+    rank = first  # reused: now each id's new number
+    rank.index_copy_(0, nodes, torch.arange(nodes.numel(), dtype=small, device=both.device))
+    index = rank.index_select(0, both)[dst_nodes.numel():].long()
+    return nodes, list(torch.split(index, [e.numel() for e in ends])) + \
+        [rank.index_select(0, i.long()).long() for i in inner]
+
+
+def relabel_sorted(dst_nodes: torch.Tensor, *ends: torch.Tensor
+                   ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """:func:`relabel` by ``torch.unique`` (ids of any size)."""
     both = torch.cat([dst_nodes.long(), *(e.long() for e in ends)])
     where = torch.arange(both.numel(), device=both.device)
-    if num_nodes is not None:  # each id's first position, read back where it is first
-        first = torch.full((num_nodes,), both.numel(), dtype=torch.int64, device=both.device)
-        first.scatter_reduce_(0, both, where, "amin")
-        nodes = both[first.index_select(0, both) == where]
-        rank = first  # reused: now each id's new number
-        rank.index_copy_(0, nodes, torch.arange(nodes.numel(), device=both.device))
-        index = rank.index_select(0, both)
-    else:
-        unique, inverse = torch.unique(both, return_inverse=True)
-        first = torch.full((unique.numel(),), both.numel(), dtype=torch.int64,
-                           device=both.device).scatter_reduce_(0, inverse, where, "amin")
-        order = torch.argsort(first)
-        rank = torch.empty_like(order)
-        rank[order] = torch.arange(order.numel(), device=order.device)
-        nodes, index = unique.index_select(0, order), rank.index_select(0, inverse)
+    unique, inverse = torch.unique(both, return_inverse=True)
+    first = torch.full((unique.numel(),), both.numel(), dtype=torch.int64,
+                       device=both.device).scatter_reduce_(0, inverse, where, "amin")
+    order = torch.argsort(first)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(order.numel(), device=order.device)
+    nodes, index = unique.index_select(0, order), rank.index_select(0, inverse)
     return nodes, list(torch.split(index[dst_nodes.numel():], [e.numel() for e in ends]))
 
 
@@ -111,7 +124,7 @@ class Block:
                 eid: torch.Tensor, num_nodes: int | None = None) -> "Block":
         """The block whose destinations are ``dst_nodes`` and whose edges ``src -> dst``
         (ids, below ``num_nodes`` when it is given) have ids ``eid``."""
-        nodes, (s, d) = relabel(dst_nodes, src, dst, num_nodes=num_nodes)
+        nodes, (s, d) = relabel(dst_nodes, src, num_nodes=num_nodes, inner=(dst,))
         zeros = torch.zeros_like
         return cls(nodes, zeros(nodes), (dst_nodes.numel(),), s, d, eid.long(), zeros(s))
 

@@ -189,8 +189,8 @@ def _allowed(edges: InEdges, start, count, weights, exclude):
         allowed = ~banned.index_select(0, pos)
         keep = allowed if keep is None else keep & allowed
     if keep is not None and not bool(keep.all()):
-        seg, pos = seg[keep], pos[keep]
-        weight = None if weight is None else weight[keep]
+        seg, pos = torch.masked_select(seg, keep), torch.masked_select(pos, keep)
+        weight = None if weight is None else torch.masked_select(weight, keep)
         count = torch.bincount(seg, minlength=count.numel())
     return torch.cumsum(count, 0) - count, count, pos, None if weight is None else (weight, seg)
 
