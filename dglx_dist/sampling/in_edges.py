@@ -164,11 +164,10 @@ def draw_in_edges(edges: InEdges, nodes: torch.Tensor, fanouts: int | Sequence[i
 def _fanouts(fanouts, types: int, num_nodes: int, device) -> int | torch.Tensor:
     """The fanout of each group: one number where every group has the same, else a tensor
     (groups of a node by edge type)."""
-    if isinstance(fanouts, int) or (isinstance(fanouts, torch.Tensor) and fanouts.numel() == 1):
-        return int(fanouts)
-    values = [int(f) for f in fanouts]
-    if len(values) == 1 or len(set(values)) == 1:
-        return values[0]
+    values = [fanouts] if isinstance(fanouts, int) else \
+        torch.as_tensor(fanouts).reshape(-1).tolist()
+    if len(set(values)) == 1:
+        return int(values[0])
     return torch.tensor(values, dtype=torch.int64, device=device).repeat(num_nodes)
 
 
