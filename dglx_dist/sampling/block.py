@@ -44,16 +44,18 @@ def relabel(dst_nodes: torch.Tensor, *ends: torch.Tensor, num_nodes: int | None 
     if num_nodes is None:
         nodes, index = relabel_sorted(dst_nodes, *ends, *inner)
         return nodes, index
-    both = torch.cat([dst_nodes.long(), *(e.long() for e in ends)])
-    small = torch.int32 if both.numel() < 2 ** 31 else torch.int64  # a table half the size
-    where = torch.arange(both.numel(), dtype=small, device=both.device)
-    # each id's first position, read back where it is first
-    first = torch.full((num_nodes,), both.numel(), dtype=small, device=both.device)
-    first.scatter_reduce_(0, both, where, "amin")
-    nodes = torch.masked_select(both, first.index_select(0, both) == where)
+    dst = dst_nodes.long()
+    new = torch.cat([dst.new_zeros(0), *(e.long() for e in ends)])
+    small = torch.int32 if new.numel() < 2 ** 31 else torch.int64  # a table half the size
+    where = torch.arange(new.numel(), dtype=small, device=dst.device)
+    # each id's first position among the ends (the destinations' before any), read back
+    # where it is first
+    first = torch.full((num_nodes,), new.numel(), dtype=small, device=dst.device)
+    first.index_fill_(0, dst, -1).scatter_reduce_(0, new, where, "amin")
+    nodes = torch.cat([dst, torch.masked_select(new, first.index_select(0, new) == where)])
     rank = first  # reused: now each id's new number
-    rank.index_copy_(0, nodes, torch.arange(nodes.numel(), dtype=small, device=both.device))
-    index = rank.index_select(0, both)[dst_nodes.numel():].long()
+    rank.index_copy_(0, nodes, torch.arange(nodes.numel(), dtype=small, device=dst.device))
+    index = rank.index_select(0, new).long()
     return nodes, list(torch.split(index, [e.numel() for e in ends])) + \
         [rank.index_select(0, i.long()).long() for i in inner]
 
@@ -190,7 +192,8 @@ class Block:
                 self.frames[key] = {NID: self.nodes_of(index, dst=side == "dst")}
             else:
                 self.frames[key] = {} if self.eid is None else \
-                    {NID: self.eid.index_select(0, self.edges_of(index))}
+                    {NID: self.eid if len(self.canonical_etypes) == 1 else
+                     self.eid.index_select(0, self.edges_of(index))}
         return self.frames[key]
 
     @property

@@ -284,9 +284,10 @@ def _floyd(count: torch.Tensor, k: int, generator) -> torch.Tensor:
 
 
 def _below(bound: torch.Tensor, generator) -> torch.Tensor:
-    """A uniform integer in ``[0, bound)`` for each entry (float64's 53 bits)."""
+    """A uniform integer in ``[0, bound)`` for each entry (float64's 53 bits; ``u < 1`` times
+    a bound below 2**52 rounds below the bound)."""
     u = torch.rand(bound.shape, dtype=torch.float64, device=bound.device, generator=generator)
-    return torch.minimum((u * bound).long(), bound - 1)
+    return (u * bound).long()
 
 
 _ABOVE = 4
