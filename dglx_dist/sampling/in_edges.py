@@ -262,8 +262,8 @@ def _floyd(count: torch.Tensor, k: int, generator) -> torch.Tensor:
     ``top_i`` instead when ``raw_i`` was taken before: when it equals an earlier step's draw
     (whatever that step took, the value is taken: found by the first step to write each
     value into a table of every row's values), or the top of an earlier step that took its
-    top (a chain of steps, each pointing to an earlier one, followed by pointer doubling in
-    ``log2(k)`` rounds rather than step by step)."""
+    top (a chain of steps, each pointing to an earlier one: followed in ``k - 1`` rounds
+    over one step's row each, or by pointer doubling in ``log2(k)`` rounds over all)."""
     rows, device = count.numel(), count.device
     step = torch.arange(k, device=device)[:, None]
     low = count - k  # top_i = low + i
@@ -274,13 +274,24 @@ def _floyd(count: torch.Tensor, k: int, generator) -> torch.Tensor:
     first = torch.full((int(count.sum()),), k, dtype=torch.int32, device=device)
     first.scatter_reduce_(0, key, order, "amin")
     met = first.index_select(0, key) < order
-    link = raw - low  # the step j < i whose top raw_i is, where it is at least 0
-    ptr = (torch.where(link >= 0, link, step) * rows
-           + torch.arange(rows, device=device)).reshape(-1)
-    for _ in range(max(k - 1, 0).bit_length()):
+    ptr = raw - low  # the step j < i whose top raw_i is, where it is at least 0
+    ptr = torch.where(ptr >= 0, ptr, step)  # else i itself
+    if rows >= _STEPWISE * k:  # step by step: k - 1 rounds over one row of the matrix
+        met = met.view(k, rows)
+        for i in range(1, k):
+            met[i] |= met.gather(0, ptr[i:i + 1])[0]
+        return torch.where(met, top, raw)
+    ptr = (ptr * rows + torch.arange(rows, device=device)).reshape(-1)
+    for _ in range(max(k - 1, 0).bit_length()):  # doubling: log2(k) over the whole matrix
         met = met | met.index_select(0, ptr)
         ptr = ptr.index_select(0, ptr)
     return torch.where(met.view(k, rows), top, raw)
+
+
+_STEPWISE = 64
+"""Floyd's chains are followed step by step where there are at least this many rows per
+step (a round costs little over few rows, and the doubling's rounds cover the whole
+matrix), else by pointer doubling."""
 
 
 def _below(bound: torch.Tensor, generator) -> torch.Tensor:
