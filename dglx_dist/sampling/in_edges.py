@@ -339,7 +339,8 @@ def _smallest_keys(start, count, picked, k, weight, seg, generator) -> torch.Ten
         (row * width - first).index_select(0, seg.index_select(0, idx))
     keys = torch.full((picked.numel() * width,), float("inf"), device=seg.device)
     keys.index_copy_(0, slot, key.index_select(0, idx))
-    cols = torch.topk(keys.view(-1, width), most, 1, largest=False, sorted=False).indices
+    cols = torch.topk(keys.view(-1, width), most, 1, largest=False,  # a row's k first
+                      sorted=not isinstance(k, int)).indices
     return idx.index_select(0, (first.index_select(0, picked)[:, None] + cols)
                             .clamp(max=idx.numel() - 1).reshape(-1)).view(cols.shape)
 

@@ -195,3 +195,22 @@ def test_a_weighted_draw_takes_each_edge_as_successive_draws_do(degree, fanout, 
     seen = torch.bincount(edges.eid[pos], minlength=degree).double() / draws
     assert pos.numel() == draws * fanout
     assert bool(((seen - chance).abs() <= 5 * (chance * (1 - chance) / draws).sqrt()).all())
+
+
+def test_a_weighted_draw_takes_each_edge_types_own_fanout():
+    """With a fanout per edge type and weights (some 0), each node draws the smaller of its
+    type's fanout and its edges of that type with weight above 0, once each."""
+    src, dst, etype = _graph(6, nodes=8, edges=3000, etypes=3)
+    weight = torch.rand(3000, generator=torch.Generator().manual_seed(6))
+    weight[weight < 0.2] = 0
+    edges = InEdges.of(src, dst, 8, etype, 3)
+    nodes = torch.tensor([5, 1, 2, 7])
+    for fanouts in ([2, 0, -1], [30, 5, 200], [40, 1, 7]):
+        row, pos = draw_in_edges(edges, nodes, fanouts, weights=weight)
+        eid, kinds = edges.eid.index_select(0, pos), edges.etype.index_select(0, pos)
+        assert bool((weight[eid] > 0).all()) and eid.unique().numel() == eid.numel()
+        assert bool((dst[eid] == nodes[row]).all())
+        for i, v in enumerate(nodes.tolist()):
+            deg = [int(((dst == v) & (etype == e) & (weight > 0)).sum()) for e in range(3)]
+            want = [d if f < 0 else min(f, d) for f, d in zip(fanouts, deg)]
+            assert torch.bincount(kinds[row == i], minlength=3).tolist() == want
