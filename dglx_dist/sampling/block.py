@@ -312,10 +312,15 @@ class Block:
 def _untyped_dgl_block(src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int):
     """DGL's block of one node and edge type (``_N``, ``_E``) with edges ``src -> dst``, as
     ``dgl.create_block`` builds it less its checks and its general case (which take it 4-8x
-    as long): the package's numbering has put every end below its count."""
-    from dgl import graph_index, heterograph_index, utils  # noqa: PLC0415 - the edge
-    from dgl.heterograph import DGLBlock  # noqa: PLC0415
-
+    as long): the package's numbering has put every end below its count. These are DGL
+    2.1's own internals (what its ``create_block`` calls); a DGL without them gets its
+    public call."""
+    import dgl  # noqa: PLC0415 - the edge
+    try:
+        from dgl import graph_index, heterograph_index, utils  # noqa: PLC0415
+        from dgl.heterograph import DGLBlock  # noqa: PLC0415
+    except ImportError:
+        return dgl.create_block((src, dst), num_src_nodes=num_src, num_dst_nodes=num_dst)
     relation = heterograph_index.create_unitgraph_from_coo(2, num_src, num_dst, src, dst,
                                                            ["coo", "csr", "csc"])
     index = heterograph_index.create_heterograph_from_relations(
