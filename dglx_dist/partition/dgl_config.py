@@ -15,7 +15,7 @@ A part may name its graph in GraphBolt's format instead, or beside it: ``"part_g
 "part0/fused_csc_sampling_graph.pt"`` (``partition_graph(..., use_graphbolt=True)``,
 ``dgl_partition_to_graphbolt``; read by :mod:`~dglx_dist.partition.dgl_graphbolt`).
 
-For a heterograph (more than one node or edge type; :class:`DglTypedConfig`) the same fields
+For a heterograph (more than one node or edge type; :attr:`DglConfig.types`) the same fields
 hold one entry per type: ``ntypes`` maps each node type to its type id (0, 1, ... in sorted
 name order, as ``dgl.heterograph`` numbers them), ``etypes`` each canonical edge type, written
 ``"src:rel:dst"``, to its id (sorted by the triple), and ``node_map[ntype][p]`` is the range of
@@ -48,8 +48,7 @@ from dglx_dist.data.checked import read_json_object
 from dglx_dist.errors import PartitionFormatError
 from dglx_dist.partition.types import GraphTypes
 
-__all__ = ["DglParts", "DglConfig", "DglTypedConfig", "read_dgl_config", "find_dgl_config",
-           "PART_FILE_KEYS"]
+__all__ = ["DglConfig", "read_dgl_config", "find_dgl_config", "PART_FILE_KEYS"]
 
 _ERR = PartitionFormatError
 PART_FILE_KEYS = ("part_graph", "node_feats", "edge_feats")
@@ -58,8 +57,9 @@ _INTS = ("num_nodes", "num_edges", "num_parts")
 
 
 @dataclasses.dataclass(frozen=True)
-class DglParts:
-    """What every DGL partition configuration has.
+class DglConfig:
+    """A checked DGL partition configuration; a graph without types is the one-type case of a
+    heterograph's (its one node and edge type as the JSON names them, no :attr:`types`).
 
     Attributes:
         path: the JSON file.
@@ -72,6 +72,14 @@ class DglParts:
         files: per part, ``{"node_feats" | "edge_feats": absolute path}`` and the part graph,
             ``"part_graph"`` (``graph.dgl``) where the JSON names it and it is there, else
             ``"part_graph_graphbolt"`` (GraphBolt's ``fused_csc_sampling_graph.pt``).
+        ntypes, etypes: the node types and the canonical edge types as DGL's keys spell them
+            (``src:rel:dst``), in DGL's type-id order.
+        node_ranges: ``(node types, parts, 2)``: DGL's new node ids ``[start, end)`` of each
+            type in each part (field ``node_map``).
+        edge_ranges: ``(edge types, parts, 2)``: the same for edges (field ``edge_map``).
+        types: a heterograph's node and canonical edge types, each type's number of nodes and
+            edges as offsets; no features and no labels yet (the part files say which types
+            have them). None for a graph without types.
     """
 
     path: Path
@@ -85,64 +93,16 @@ class DglParts:
     node_offsets: np.ndarray
     edge_offsets: np.ndarray
     files: list[dict[str, Path]]
-
-
-@dataclasses.dataclass(frozen=True)
-class DglConfig(DglParts):
-    """A checked DGL partition configuration of a homogeneous graph: the one-type case of
-    :class:`DglTypedConfig`, whose type names and ranges it gives too.
-
-    Attributes:
-        ntype, etype: the single node type and (canonical, ``src:rel:dst``) edge type name.
-    """
-
-    ntype: str
-    etype: str
-
-    @property
-    def ntypes(self) -> list[str]:
-        return [self.ntype]
-
-    @property
-    def etypes(self) -> list[str]:
-        return [self.etype]
-
-    @property
-    def node_ranges(self) -> np.ndarray:
-        """``(1, parts, 2)``: the one node type's range in each part."""
-        return np.stack([self.node_offsets[:-1], self.node_offsets[1:]], axis=-1)[None]
-
-    @property
-    def edge_ranges(self) -> np.ndarray:
-        """``(1, parts, 2)``: the one edge type's range in each part."""
-        return np.stack([self.edge_offsets[:-1], self.edge_offsets[1:]], axis=-1)[None]
-
-
-@dataclasses.dataclass(frozen=True)
-class DglTypedConfig(DglParts):
-    """A checked DGL partition configuration of a heterograph.
-
-    Attributes:
-        types: the node and canonical edge types in DGL's type-id order, each type's number of
-            nodes and edges as offsets (``ntype_offsets``, ``etype_offsets``); no features
-            and no labels yet (the part files say which types have them).
-        node_ranges: ``(node types, parts, 2)``: DGL's new node ids ``[start, end)`` of each
-            type in each part (field ``node_map``).
-        edge_ranges: ``(edge types, parts, 2)``: the same for edges (field ``edge_map``).
-    """
-
-    types: GraphTypes
+    ntypes: list[str]
+    etypes: list[str]
     node_ranges: np.ndarray
     edge_ranges: np.ndarray
+    types: GraphTypes | None = None
 
     @property
-    def ntypes(self) -> list[str]:
-        return list(self.types.ntypes)
-
-    @property
-    def etypes(self) -> list[str]:
-        """The canonical edge types as DGL's keys spell them, ``src:rel:dst``."""
-        return [":".join(e) for e in self.types.canonical_etypes]
+    def typed(self) -> bool:
+        """Whether the JSON lists more than one node or edge type."""
+        return self.types is not None
 
 
 def _is_int(v: Any) -> bool:
@@ -241,7 +201,7 @@ def _typed_ranges(file: Path, m: dict[str, Any], key: str, names: list[str], num
     return ranges
 
 
-def _typed_config(file: Path, m: dict[str, Any], common: dict[str, Any]) -> DglTypedConfig:
+def _typed_config(file: Path, m: dict[str, Any], common: dict[str, Any]) -> DglConfig:
     k = common["num_parts"]
     ntypes = _type_ids(file, m, "ntypes", str)
     etypes = _type_ids(file, m, "etypes", lambda name: _etype(file, name, ntypes))
@@ -255,8 +215,9 @@ def _typed_config(file: Path, m: dict[str, Any], common: dict[str, Any]) -> DglT
          "canonical_etypes": [list(e) for e in etypes], "etype_offsets": offsets[1],
          "feat_dims": dict.fromkeys(ntypes, 0), "labeled": [], "category": None},
         f"{file} (fields 'ntypes' and 'etypes', as a dglx manifest would hold them)")
-    return DglTypedConfig(
-        **common, files=[], types=types, node_ranges=node_ranges, edge_ranges=edge_ranges,
+    return DglConfig(
+        **common, files=[], ntypes=ntypes, etypes=[":".join(e) for e in etypes], types=types,
+        node_ranges=node_ranges, edge_ranges=edge_ranges,
         node_offsets=np.append(node_ranges[0, :, 0], m["num_nodes"]),
         edge_offsets=np.append(edge_ranges[0, :, 0], m["num_edges"]))
 
@@ -292,10 +253,9 @@ def _part_file(file: Path, entry: dict[str, Any], p: int, key: str) -> Path:
     return path
 
 
-def read_dgl_config(json_path: str | os.PathLike) -> DglConfig | DglTypedConfig:
-    """Reads and checks DGL's partition JSON, and that every part file it names exists: a
-    :class:`DglTypedConfig` when it lists more than one node or edge type, else a
-    :class:`DglConfig`.
+def read_dgl_config(json_path: str | os.PathLike) -> DglConfig:
+    """Reads and checks DGL's partition JSON, and that every part file it names exists (with
+    :attr:`DglConfig.types` when it lists more than one node or edge type).
 
     Raises:
         PartitionFormatError: naming the file, the field and what was expected.
@@ -321,10 +281,12 @@ def read_dgl_config(json_path: str | os.PathLike) -> DglConfig | DglTypedConfig:
     if len(ntypes) > 1 or len(etypes) > 1:
         config = _typed_config(file, m, common)
     else:
-        config = DglConfig(
-            **common, ntype=ntypes[0], etype=etypes[0],
-            node_offsets=_ranges(file, m, "node_map", ntypes[0], k, m["num_nodes"]),
-            edge_offsets=_ranges(file, m, "edge_map", etypes[0], k, m["num_edges"]), files=[])
+        offsets = [_ranges(file, m, key, names[0], k, m[total]) for key, names, total in
+                   (("node_map", ntypes, "num_nodes"), ("edge_map", etypes, "num_edges"))]
+        config = DglConfig(**common, files=[], ntypes=ntypes[:1], etypes=etypes[:1],
+                           node_offsets=offsets[0], edge_offsets=offsets[1],
+                           node_ranges=np.stack([offsets[0][:-1], offsets[0][1:]], -1)[None],
+                           edge_ranges=np.stack([offsets[1][:-1], offsets[1][1:]], -1)[None])
     return dataclasses.replace(config, files=_part_files(file, m, k))
 
 

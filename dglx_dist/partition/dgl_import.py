@@ -76,7 +76,7 @@ from dglx_dist.data.atomic import check_target
 from dglx_dist.data.checked import check_finite, check_range
 from dglx_dist.errors import PartitionError, PartitionFormatError
 from dglx_dist.partition.book import RangeBook
-from dglx_dist.partition.dgl_config import DglConfig, DglTypedConfig, read_dgl_config
+from dglx_dist.partition.dgl_config import DglConfig, read_dgl_config
 from dglx_dist.partition.dgl_data import DataImport
 from dglx_dist.partition.dgl_files import (USUAL_NAMES, NodeDataKeys, checked_num_classes,
                                            class_ids, found_keys, inner_edges, keeps,
@@ -122,10 +122,10 @@ class _Ids:
         return self.offsets[t] + per
 
 
-def _id_maps(cfg: DglConfig | DglTypedConfig, value, what: str) -> list[np.ndarray | None]:
+def _id_maps(cfg: DglConfig, value, what: str) -> list[np.ndarray | None]:
     """The id maps of ``what`` (``orig_nids`` / ``orig_eids``), one per type."""
     nodes = what == "orig_nids"
-    if isinstance(cfg, DglConfig):
+    if not cfg.typed:
         return [load_id_map(value, cfg.num_nodes if nodes else cfg.num_edges, what)]
     ranges = cfg.node_ranges if nodes else cfg.edge_ranges
     return load_typed_id_maps(value, cfg.ntypes if nodes else cfg.etypes,
@@ -157,10 +157,9 @@ class _Importer:
     """Turns DGL's parts into :class:`Partition` objects (typed ones for a heterograph), one
     at a time, checking each (see the module docstring)."""
 
-    def __init__(self, cfg: DglConfig | DglTypedConfig, keys: NodeDataKeys, orig_nids,
-                 orig_eids, nonfinite: str):
-        self.cfg, self.keys, self.nonfinite = cfg, keys, nonfinite
-        self.typed = isinstance(cfg, DglTypedConfig)
+    def __init__(self, cfg: DglConfig, keys: NodeDataKeys, orig_nids, orig_eids,
+                 nonfinite: str):
+        self.cfg, self.keys, self.nonfinite, self.typed = cfg, keys, nonfinite, cfg.typed
         nids, eids = _id_maps(cfg, orig_nids, "orig_nids"), _id_maps(cfg, orig_eids, "orig_eids")
         self.nodes, self.edges = _Ids(cfg.node_ranges, nids), _Ids(cfg.edge_ranges, eids)
         self.given = (any(m is not None for m in nids), any(m is not None for m in eids))
@@ -439,7 +438,7 @@ class _Importer:
         per_type = (", per type", "per-type ") if typed else ("", "")
         given = f"given (partition_graph's return_mapping=True output{per_type[0]})"
         dgl_ids = f"DGL's relabelled {per_type[1]}ids: the input graph's ids were not given"
-        prefix = "NTYPE" if typed else cfg.ntype
+        prefix = "NTYPE" if typed else cfg.ntypes[0]
         return {
             "source": "dgl.distributed.partition_graph", "dgl_config": str(cfg.path),
             "dgl_config_sha256": cfg.sha256, "name": cfg.graph_name,
