@@ -1,56 +1,15 @@
 """Importing the output of DGL's ``dgl.distributed.partition_graph`` without repartitioning.
 
-A DistDGL user's partitions (``graph_name.json`` plus ``part{i}/graph.dgl``, ``node_feat.dgl``,
-``edge_feat.dgl``, see :mod:`dglx_dist.partition.dgl_config`) become a dglx partition directory
-(:mod:`dglx_dist.partition.io`) with the same decisions; a heterograph's (more than one node or
-edge type in the JSON) a *typed* one. A graph without types is read as the one-type case of a
-heterograph, DGL's node type ``_N`` and edge type ``_N:_E:_N``:
-
-* ownership and ids: DGL partitions a heterograph as its homogeneous form and relabels the
-  nodes: part ``p``'s new ids are one run, and inside it each node type's are one run, the
-  types in type order (``node_map[ntype][p]``); edges likewise. Part ``p`` owns the new ids of
-  its ranges, which stay the global ids (what a DistGraph user sees): the ranges become the
-  :class:`~dglx_dist.partition.book.RangeBook` offsets, and a typed part's ``ntype_counts``
-  are their lengths, so each part's core nodes of one type are one run of local ids.
-* structure: every edge whose destination is a core node (DGL's ``inner_node``) with its
-  sources, i.e. all in-edges of the core nodes; sources owned elsewhere are the HALO nodes.
-  Edges DGL keeps for deeper HALO hops (``num_hops > 1``) are left out, as our HALO rule has
-  one hop. A heterograph's part graph (``graph.dgl``) is homogeneous: ``ndata["_TYPE"]`` and
-  ``edata["_TYPE"]`` hold the type ids (GraphBolt's ``fused_csc_sampling_graph.pt`` holds the
-  edges' as ``type_per_edge`` and no node types: those follow from ``node_map``), checked
-  against ``node_map`` / ``edge_map`` and an edge's against its ends' types.
-* original ids: a node's ``orig_id`` is its original homogeneous id, the offset of its type
-  (types in DGL's sorted order, as ``dgl.to_homogeneous`` numbers them) plus its per-type id;
-  an edge's ``eid`` likewise. DGL keeps no map back to the input graph's ids in its files;
-  ``partition_graph(..., return_mapping=True)`` returns it (``orig_nids``, ``orig_eids``; for
-  a heterograph per type: ``orig_nids[ntype][i]`` is the input graph's id of the node that is
-  ``i``-th of its type in DGL's new order, its position in the type's ``node_map`` ranges,
-  part after part) and the user may pass it here. Without it, the (per-type) ids are DGL's
-  new ones (those DGL's own ``DistGraph`` uses), and the manifest's ``dataset`` provenance
-  says so.
-* node data, ``node_feat.dgl`` keys ``NTYPE/NAME`` (rows: the part's inner nodes of that
-  type; the names are :class:`NodeDataKeys`): ``NTYPE/feat`` the type's features,
-  ``NTYPE/label`` its labels, ``NTYPE/train_mask``, ``val_mask``, ``test_mask`` its masks
-  (absent: all false, recorded). Without types, ``_N/feat`` becomes ``feat.arrow`` and the
-  features and labels are required (found under DGL's other usual names where the default
-  one is missing, :func:`~dglx_dist.partition.dgl_files.found_keys`). With types, a type's
-  features become its ``feat-<type index>.arrow`` (a type without them has none); its labels
-  may also be named ``labels`` (DistDGL's R-GCN example), and a type with labels is
-  *labeled*; nodes of types without labels get label -1 and false masks, and a mask on such
-  a type is refused; every part must have the same of these names per type, and a key naming
-  a type the JSON does not list is refused (without types such a key is not imported).
-* other node data (``trainer_id``, which ``partition_graph(num_trainers_per_machine=N)``
-  adds, or the user's own) becomes node data of that name over the core nodes, dtype and row
-  shape kept, zeros on types without it (:mod:`~dglx_dist.partition.dgl_data`); a typed
-  manifest's ``node_data`` lists the types that have each name (``ntypes``).
-* edge data: each ``edge_feat.dgl`` tensor (keys ``SRC:REL:DST/NAME``, e.g. ``_N:_E:_N/w``)
-  becomes the edge-data column ``NAME`` (:mod:`~dglx_dist.partition.dgl_data`); a typed
-  manifest's ``types.edge_data`` lists the types that have it.
-
-Node data that cannot be kept (more than one dimension per row, or a name that our stored
-names already take, such as ``label`` beside labels named ``labels``) is not imported: its
-names are recorded under ``not_imported`` in the provenance and logged, and nothing is
-refused.
+A DistDGL user's partitions (``graph_name.json``, :mod:`~dglx_dist.partition.dgl_config`, plus
+per part ``graph.dgl`` or GraphBolt's part graph, ``node_feat.dgl`` and ``edge_feat.dgl``)
+become a dglx partition directory with the same decisions: the same owners and node ids (DGL's
+``node_map`` ranges become the range book's offsets), the in-edges of the core nodes with one
+HALO hop, features, labels and masks (also under DGL's other usual names,
+:func:`~dglx_dist.partition.dgl_files.found_keys`), other node data and edge data; a
+heterograph's (more than one node or edge type in the JSON) a *typed* one. A graph without
+types is read as the one-type case of a heterograph, DGL's node type ``_N`` and edge type
+``_N:_E:_N``. What goes where, and what is refused, is docs/partition_format.md ("Importing
+DGL's partition_graph output", with its GraphBolt and heterograph sections).
 
 **Nothing is unpickled unchecked** (how DGL's files are read:
 :mod:`~dglx_dist.partition.dgl_files`). Every refusal of DGL's files is a

@@ -1,51 +1,14 @@
 """The partition directory: one JSON manifest plus one folder of Arrow IPC files per part.
 
-Layout (format ``dglx-partition``, version 2)::
-
-    OUT/partition.json          the manifest, written last
-    OUT/part-00000/nodes.arrow      core nodes: gid, orig_id int64; label int64;
-                                    train, val, test bool            (one row per core node,
-                                                                      row i = local id i)
-                                    and the node_data columns, ``ndata/NAME``, if any
-    OUT/part-00000/halo.arrow       HALO nodes: gid, orig_id int64  (row i = local id num_core+i)
-    OUT/part-00000/edges.arrow      src, dst int64 local ids; eid int64 (row in the dataset's
-                                    edges.parquet); the dataset's edge data columns, if any
-                                    (:mod:`~dglx_dist.data.edge_data`)
-    OUT/part-00000/feat.arrow       feat fixed_size_list<float32>[W]: core rows when
-                                    feature_layout is "rows" (W = feat_dim); every node's column
-                                    slice in global-id order when it is "columns"
-
-The part files are uncompressed Arrow IPC files, memory-mapped when read (a part loads without
-decoding: 0.3 s where Parquet took 2.7 s for a 1M-node graph's half). Version 1 directories
-(the same tables as Parquet files, ``nodes.parquet`` and so on) are still read.
-
-Manifest fields: ``format``, ``version``, ``partitioner`` {name, options}, ``num_parts``,
-``num_nodes``, ``num_edges``, ``feat_dim``, ``num_classes``, ``relabeled`` (global ids differ
-from the dataset's), ``node_book`` (``{"kind": "range", "offsets": [...]}`` or
-``{"kind": "hash", "seed": s, ...}``), ``feature_layout``, ``feature_slices`` (column bounds, one
-slice per part), ``dataset`` (the dataset's provenance), ``edge_data`` (optional: name ->
-``{"dtype", "shape"}`` of one edge's row), ``node_data`` (optional, the same for node data
-other than labels and masks: what DGL's partitions hold besides them) and ``parts``: per part
-its ``dir``, ``num_core``, ``num_halo``, ``num_edges`` and ``files`` {name: {bytes, sha256,
-chunks}} (``chunks``: the SHA-256 of every 1 MiB chunk,
-:mod:`~dglx_dist.partition.checksums`; absent in directories written before them, whose
-loads after a host's full check hash nothing).
-
-A typed partitioning (of a typed :class:`~dglx_dist.data.dataset.GraphDataset`, over its original
-homogeneous ids: :mod:`~dglx_dist.partition.types`) adds ``types`` (the
-:class:`~dglx_dist.partition.types.GraphTypes` JSON) and per part ``ntype_counts``; its
-``feat_dim`` is 0 with ``feature_layout`` "rows", and instead of ``feat.arrow`` each part has
-``feat-<type index>.arrow`` for every node type with features (the part's core nodes of that
-type, in local order). Typed partitions by columns (``feature_dim``) have ``feature_layout``
-"columns", ``feature_slices`` all 0 (the homogeneous view has no columns) and
-``type_feature_slices`` {node type: column bounds, one slice per part} for every node type
-with features; their ``feat-<type index>.arrow`` holds the part's column slice of *every*
-node of that type, in per-type id order. Homogeneous manifests carry none of these fields.
-
-The whole directory is built under a temporary name and renamed into place when complete, so an
-interrupted partitioning never leaves a directory that loads. Loading part ``p`` reads the
-manifest and that part's files only, verifying their sizes and checksums: in full at a host's
-first load, then a random sample of their chunks at each load (:func:`still_verified`).
+docs/partition_format.md is the format: the part files (``nodes``, ``halo``, ``edges`` and
+``feat``, or a typed partitioning's ``feat-<type index>``: :data:`PART_TABLES`,
+:func:`part_tables`), the manifest's fields and what a typed partitioning adds. The part files
+are uncompressed Arrow IPC files, memory-mapped when read; version 1 directories (the same
+tables as Parquet files) are still read. The whole directory is built under a temporary name
+and renamed into place when complete, so an interrupted partitioning never leaves a directory
+that loads. Loading part ``p`` reads the manifest and that part's files only, verifying their
+sizes and checksums: in full at a host's first load, then a random sample of their chunks at
+each load (:func:`still_verified`).
 """
 from __future__ import annotations
 

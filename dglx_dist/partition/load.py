@@ -4,23 +4,10 @@
 no other part's), checking sizes and SHA-256 checksums against the manifest (every read of a
 part's files does: in full once per host and copy of the files, then a random sample of their
 chunks: see :meth:`PartitionDir.verify_part`) and every id against the part's ranges before
-returning.
-
-Edge data (the manifest's ``edge_data``) is read apart, by ``load_edge_data(p)``; so is node
-data other than labels and masks (``node_data``, imported from DGL's partitions), by
-``load_node_data(p)``, core rows in local order. Edge data rows are
-sharded like the edges: part ``p`` holds its edges' rows, so an edge's *partitioned id* is
-``edge_offsets[p] + j`` for the part's edge ``j`` (a range book over edges, whatever the
-partitioner); ``edge_part_ids()`` maps the dataset's edge ids to them.
-
-A typed partitioning (:mod:`~dglx_dist.partition.layout`) has ``types`` (a
-:class:`~dglx_dist.partition.types.GraphTypes`: the node and edge types and the id maps
-between original homogeneous and per-type ids; None for a homogeneous one),
-``ntype_counts(p)`` (part ``p``'s core nodes per type: each type's are one run of local ids,
-in type order) and ``load_type_feat(p, ntype)``; its parts' ``feat`` has no columns. Under a
-column layout (``feature_dim``), ``type_slices[ntype]`` are a featured type's column slices
-and ``load_type_feat(p, ntype)`` is slice ``p`` of every node of the type (per-type id order);
-``type_rows(ntype)`` gives the order of a type's rows in the graph's stores.
+returning. Edge data, node data other than labels and masks, and a typed partitioning's
+features per node type are read apart (``load_edge_data(p)``, ``load_node_data(p)``,
+``load_type_feat(p, ntype)``); docs/partition_format.md says what each holds and how a typed
+partitioning's ids and rows are laid out.
 """
 from __future__ import annotations
 
