@@ -27,9 +27,9 @@ from dglx_dist.errors import IdOutOfRangeError, InvalidValueError, PartitionForm
 from dglx_dist.partition import checksums
 from dglx_dist.partition.book import FeatureSlices, NodeBook, RangeBook, book_from_json
 from dglx_dist.partition.dgl_config import find_dgl_config
-from dglx_dist.partition.io import (MANIFEST, NODE_DATA_PREFIX, check_type_feature_slices,
-                                    keep_stamp_recorded, part_file_name, read_manifest,
-                                    record_verified, still_verified, type_feat_table)
+from dglx_dist.partition.io import (MANIFEST, NODE_DATA_PREFIX, keep_stamp_recorded,
+                                    part_file_name, read_manifest, record_verified,
+                                    still_verified, type_feat_table)
 from dglx_dist.partition.layout import Partition
 from dglx_dist.partition.types import GraphTypes
 
@@ -70,8 +70,7 @@ class PartitionDir:
                                           for f in ("edge_data", "node_data"))
         self.types: GraphTypes | None = (GraphTypes.from_json(m["types"], str(self.path / MANIFEST))
                                          if "types" in m else None)
-        slices = (check_type_feature_slices(self.path / MANIFEST, m, self.types)
-                  if self.types is not None else None)
+        slices = m.get("type_feature_slices") if self.types is not None else None  # checked
         self.type_slices: dict[str, FeatureSlices] = {t: FeatureSlices(b) for t, b in
                                                       (slices or {}).items()}
         self._orig_maps: dict[int, np.ndarray] = {}
@@ -201,20 +200,18 @@ class PartitionDir:
                            f"the manifest says {spec[name]['dtype']} of {spec[name]['shape']}")
         return out
 
-    def load_feat(self, part: int, verify: bool = True) -> tuple[np.ndarray, tuple[int, int]]:
+    def load_feat(self, part: int) -> tuple[np.ndarray, tuple[int, int]]:
         """Only part ``part``'s features and the columns they cover (for caching replicas)."""
         self._check_part(part)
-        if verify:
-            self.verify_part(part)
+        self.verify_part(part)
         return self._load_feat(part, self._entry(part)["num_core"])
 
-    def load_part(self, part: int, verify: bool = True, features: bool = True) -> Partition:
-        """Reads part ``part``; with ``verify``, checks file sizes and checksums first;
-        without ``features``, its ``feat`` is an empty array of no columns (for a reader that
-        needs the structure and node data only: the features are the largest file)."""
+    def load_part(self, part: int, features: bool = True) -> Partition:
+        """Reads part ``part``, its file sizes and checksums checked first; without
+        ``features``, its ``feat`` is an empty array of no columns (for a reader that needs
+        the structure and node data only: the features are the largest file)."""
         self._check_part(part)
-        if verify:
-            self.verify_part(part)
+        self.verify_part(part)
         entry = self._entry(part)
         nc, nh, ne = entry["num_core"], entry["num_halo"], entry["num_edges"]
         nf, hf, ef = (self._file(part, n) for n in ("nodes", "halo", "edges"))
@@ -277,7 +274,7 @@ class PartitionDir:
         t = (local[:, None] >= ends[part]).sum(axis=1)
         return t, before[part, t] + local - (ends - counts)[part, t]
 
-    def load_type_feat(self, part: int, ntype: str, verify: bool = True) -> np.ndarray:
+    def load_type_feat(self, part: int, ntype: str) -> np.ndarray:
         """The features (float32) of node type ``ntype`` in part ``part`` of a typed
         partitioning: one row per core node of the type, in local order; under a column
         layout, the part's column slice (:attr:`type_slices`) of every node of the type, in
@@ -289,8 +286,7 @@ class PartitionDir:
             raise InvalidValueError(f"node type {ntype!r} of {self.path} has no features; the "
                                     f"types with features: "
                                     f"{[t for t in types.ntypes if types.feat_dims[t]]}")
-        if verify:
-            self.verify_part(part)
+        self.verify_part(part)
         rows, file = int(self.ntype_counts(part)[i]), self._file(part, type_feat_table(i))
         if ntype in self.type_slices:  # a column slice of every node of the type
             cols = self.type_slices[ntype].slice(part)
