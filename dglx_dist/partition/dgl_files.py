@@ -108,10 +108,7 @@ def load_id_map(value, n: int, what: str) -> np.ndarray | None:
     """
     if value is None:
         return None
-    where = what
-    if isinstance(value, (str, os.PathLike)):
-        where = f"{value} ({what})"
-        value = _read_id_file(Path(value), what)
+    value, where = _given(value, what)
     if isinstance(value, Mapping):
         raise PartitionError(f"{where}: a dict by type {sorted(map(str, value))[:4]}; this "
                              f"graph is homogeneous: expected one array of {n} ids")
@@ -154,10 +151,7 @@ def load_typed_id_maps(value, names: Sequence[str], counts: Sequence[int],
     """
     if value is None:
         return [None] * len(names)
-    where = what
-    if isinstance(value, (str, os.PathLike)):
-        where = f"{value} ({what})"
-        value = _read_id_file(Path(value), what)
+    value, where = _given(value, what)
     if not isinstance(value, Mapping):
         raise PartitionError(f"{where}: {type(value).__name__}; this graph has types: expected "
                              f"a dict {{type: ids}}, as partition_graph(..., "
@@ -167,6 +161,13 @@ def load_typed_id_maps(value, names: Sequence[str], counts: Sequence[int],
         raise PartitionError(f"{where}: types {sorted(keyed)}; expected exactly "
                              f"{list(names)}")
     return [load_id_map(keyed[t], c, f"{where}[{t!r}]") for t, c in zip(names, counts)]
+
+
+def _given(value, what: str) -> tuple[Any, str]:
+    """An id map as given, or read from the file it names; and its name in messages."""
+    if not isinstance(value, (str, os.PathLike)):
+        return value, what
+    return _read_id_file(Path(value), what), f"{value} ({what})"
 
 
 def _read_id_file(file: Path, what: str):

@@ -1,10 +1,6 @@
-"""Reading a part graph that DGL saved in GraphBolt's format, ``fused_csc_sampling_graph.pt``.
-
-DGL turns its classic partitions into GraphBolt's ``FusedCSCSamplingGraph`` with
-``dgl.distributed.dgl_partition_to_graphbolt(part_config)``, or writes them so directly with
-``partition_graph(..., use_graphbolt=True)``: DGL 2.1 keeps each part's ``graph.dgl`` beside
-the new file, later releases write only the new file. Either way the JSON names it in field
-``part-{i}.part_graph_graphbolt``.
+"""Reading a part graph that DGL saved in GraphBolt's format, ``fused_csc_sampling_graph.pt``
+(named by the JSON's ``part-{i}.part_graph_graphbolt``; docs/partition_format.md, "GraphBolt's
+part graphs", says how DGL writes it and how it is imported).
 
 The file is ``torch.save``'s archive of a pickled ``FusedCSCSamplingGraph`` whose C++ graph
 (a TorchScript object) keeps its state as dicts of tensors (DGL's
@@ -22,11 +18,8 @@ The file is ``torch.save``'s archive of a pickled ``FusedCSCSamplingGraph`` whos
 It is read **without DGL and without running anything from the file**: ``torch.load`` with an
 unpickler that resolves only the globals such a file holds (torch's tensor rebuild function
 and ``OrderedDict``; storages are torch's own) and, for the two classes, stand-ins that keep
-their state and do nothing else; any other global is refused before it is looked up.
-What GraphBolt leaves out, the import derives: inner nodes are the nodes whose id lies in the
-part's range of ``node_map``, node types follow from ``node_map`` too. The edge ids cannot be
-derived (GraphBolt reorders the edges), so a file without them is refused, naming the
-conversion that keeps them.
+their state and do nothing else; any other global is refused before it is looked up. A file
+without edge ids is refused (GraphBolt reorders the edges): the import derives the rest.
 """
 from __future__ import annotations
 
