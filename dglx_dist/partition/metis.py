@@ -1,28 +1,15 @@
 """``metis``: DistDGL's partitioner, METIS with multi-constraint balancing and relabeling.
 
 METIS runs through our binding of the METIS library (:mod:`~dglx_dist.partition.metis_lib`),
-with DistDGL's constraints laid out as DGL lays them out for ``metis_partition_assignment``
-(``balance_ntypes`` / ``balance_edges``): one 0/1 weight per node category (its split, crossed
-with its node type on a graph with several), then, with ``edges``, each category's in-degree.
-The same dataset, options and ``seed`` give the same parts in every run, on every rank, without
-DGL.
-``backend="dgl"`` runs DGL's bundled call instead (the same constraints; its parts differ from
-run to run).
-
-With ``groups = G > 1`` the split is hierarchical, as GraNNDis partitions a cluster: METIS first
-cuts the graph into ``G`` groups (servers), then each group's induced subgraph into
-``num_parts / G`` parts (its ranks), with the same constraints; parts ``g*P/G .. (g+1)*P/G - 1``
-belong to group ``g``.
-
-On a typed dataset (its homogeneous view, :mod:`~dglx_dist.partition.base`) each node type
-is balanced too, as DistDGL's ``partition_graph`` does: a node's METIS category is its node
-type crossed with its split (train, val, test or none of them, for the splits in
-``balance``), so every type's count, and every type's share of each split, is spread evenly;
-with ``edges``, each category's in-degree sum as well. That always runs DGL's METIS.
-
-After METIS, node ids are relabeled so that part ``p``'s core nodes are the contiguous range
-``[offsets[p], offsets[p+1])`` (original order kept inside a part); the map back to the
-dataset's ids is stored with each part.
+reproducible for a given ``seed`` and without DGL, with DistDGL's constraints laid out as DGL
+lays them out for ``metis_partition_assignment`` (``balance_ntypes`` / ``balance_edges``: a
+node's category is its split, crossed with its node type on a typed graph, then with ``edges``
+each category's in-degree); ``backend="dgl"`` runs DGL's bundled call instead. With ``groups =
+G > 1`` METIS first cuts the graph into ``G`` groups (servers), then each group's induced
+subgraph into ``num_parts / G`` parts (its ranks): parts ``g*P/G .. (g+1)*P/G - 1`` belong to
+group ``g``. Node ids are then relabeled so that part ``p``'s core nodes are the range
+``[offsets[p], offsets[p+1])``, original order kept inside a part. docs/partitioners.md says
+more (what each constraint buys, measurements).
 """
 from __future__ import annotations
 
@@ -132,15 +119,16 @@ class MetisPartitioner(Partitioner):
     def _assign(self, src: np.ndarray, dst: np.ndarray, masks: dict[str, np.ndarray],
                 num_parts: int) -> np.ndarray:
         """METIS parts of the graph ``src -> dst`` over ``len(masks["train"])`` nodes."""
-        num_nodes = masks["train"].size
+        num_nodes, backend = masks["train"].size, self.config.backend
         if num_parts == 1:
             return np.zeros(num_nodes, dtype=np.int64)
-        if self.config.backend == "dgl":
-            return self._dgl_assignment(src, dst, masks, num_parts)
         categories = _categories(masks, self.config.balance)
-        log.info("METIS (libmetis, seed %d) into %d parts, balancing nodes%s%s",
-                 self.config.seed, num_parts, " per node type" if "ntype" in masks else "",
+        log.info("METIS (%s) into %d parts, balancing nodes%s%s",
+                 "DGL" if backend == "dgl" else f"libmetis, seed {self.config.seed}", num_parts,
+                 " per node type" if "ntype" in masks else "",
                  "".join(f", {b}" for b in self.config.balance))
+        if backend == "dgl":
+            return self._dgl_assignment(src, dst, num_nodes, categories, num_parts)
         indptr, indices = symmetric_csr(src, dst, num_nodes)
         vwgt = _weights(categories, np.bincount(dst, minlength=num_nodes),
                         "edges" in self.config.balance)
@@ -148,8 +136,8 @@ class MetisPartitioner(Partitioner):
                           objective=self.config.objective, seed=self.config.seed,
                           ncuts=self.config.ncuts)
 
-    def _dgl_assignment(self, src: np.ndarray, dst: np.ndarray,
-                        split_masks: dict[str, np.ndarray], num_parts: int) -> np.ndarray:
+    def _dgl_assignment(self, src: np.ndarray, dst: np.ndarray, num_nodes: int,
+                        categories: np.ndarray | None, num_parts: int) -> np.ndarray:
         try:
             import dgl
         except ImportError as e:  # a DGL-free install (docs/install.md: the core layers)
@@ -157,15 +145,10 @@ class MetisPartitioner(Partitioner):
                 f"metis backend 'dgl' runs DGL's METIS, and dgl does not import ({e}); install "
                 "dgl (docs/install.md), or use backend 'libmetis'") from e
 
-        num_nodes = split_masks["train"].size
         g = dgl.graph((torch.from_numpy(src), torch.from_numpy(dst)), num_nodes=num_nodes)
-        categories = _categories(split_masks, self.config.balance)
-        categories = None if categories is None else torch.from_numpy(categories)
-        log.info("METIS (DGL) into %d parts, balancing nodes%s%s", num_parts,
-                 " per node type" if "ntype" in split_masks else "",
-                 "".join(f", {b}" for b in self.config.balance))
         parts = dgl.metis_partition_assignment(
-            g, num_parts, balance_ntypes=categories,
+            g, num_parts, balance_ntypes=None if categories is None else
+            torch.from_numpy(categories),
             balance_edges="edges" in self.config.balance, mode="k-way",
             objtype=self.config.objective)
         return parts.numpy().astype(np.int64)
