@@ -13,20 +13,9 @@ Partitioners plan on its homogeneous view (``ds.src``, ``ds.dst``, ``ds.label``,
 types without labels are -1 (masks false), and the features stay per type (the types' widths
 differ; the view's ``feat`` has no columns).
 
-Register your own::
-
-    from dglx_dist.partition import PARTITIONERS, Partitioner, PartitionPlan
-
-    @PARTITIONERS.register("mine")
-    class MyPartitioner(Partitioner):
-        @dataclasses.dataclass(frozen=True)
-        class Config:
-            seed: int = dataclasses.field(default=0, metadata={"help": "..."})
-
-        def plan(self, ds, num_parts):
-            ...
-
-or from another package through the ``dglx_dist.partitioners`` entry-point group.
+Register your own with ``@PARTITIONERS.register(name)`` on a :class:`Partitioner` subclass with
+a frozen nested ``Config``, or through the ``dglx_dist.partitioners`` entry-point group
+(docs/partitioners.md, "Your own partitioner", has an example).
 """
 from __future__ import annotations
 

@@ -9,14 +9,9 @@ SHA-256, the SHA-256 of every :data:`CHUNK_BYTES` chunk of it (the last may be s
 
 ``of_sha256`` binds the list to the file checksum it was computed with: an entry whose file
 checksum was rewritten without its chunks (a hand edit, an older tool) has stale chunk sums,
-and they are not used. Writers compute both in one pass.
-
-A host's first load of a part hashes every chunk (the full check; one pass, as the file's own
-checksum took); later loads, which trust that host's stamp, hash a fresh random sample of
-each file's chunks (:func:`sample_size`: at least :data:`MIN_SAMPLE`, or
-:data:`SAMPLE_FRACTION` of them), so damage made in place after the full check, with the
-file's size and times kept, is found by one load with the probability
-``1 - C(n-k, s)/C(n, s)`` (:func:`catch_probability`) and by repeated loads almost surely.
+and they are not used. Writers compute both in one pass. When a load checks every chunk and
+when a sample of them (:func:`sample_size`), and how likely a sample finds damage
+(:func:`catch_probability`), is docs/partition_format.md ("Guarantees").
 """
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""From a plan to per-part contents: the rule shared by every partitioner.
-
-Every edge is stored once, with the owner of its destination node (a part holds all in-edges
-of its core nodes). Sources of those edges owned elsewhere are the part's HALO nodes: their ids
-are replicated in the part's structure (so 1-hop sampling of core nodes is local) but their
-features stay with their owner. A part's local node ids are its core nodes in increasing global
-id (local ``0 .. num_core-1``) followed by its HALO nodes in increasing global id.
+"""From a plan to per-part contents: the rule shared by every partitioner (docs/partitioners.md):
+every edge is stored once, with the owner of its destination node; sources owned elsewhere are
+the part's HALO nodes; local ids are the core nodes, then the HALO nodes, each by global id.
 
 Features are cut per node type (a graph without types is the one-type case,
 :func:`~dglx_dist.partition.base.graph_types`). Every partitioner keeps the original order
