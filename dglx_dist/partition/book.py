@@ -48,6 +48,14 @@ def _like(out: np.ndarray, as_torch: bool) -> Ids:
     return torch.from_numpy(np.ascontiguousarray(out)) if as_torch else out
 
 
+def _bounds(values: Sequence[int] | np.ndarray, what: str) -> np.ndarray:
+    """``values`` as int64 bounds of consecutive ranges: two or more, from 0, not decreasing."""
+    arr = np.asarray(values, dtype=np.int64)
+    if arr.ndim != 1 or arr.size < 2 or arr[0] != 0 or np.any(np.diff(arr) < 0):
+        raise InvalidValueError(f"{what} must start at 0 and not decrease; got {arr}")
+    return arr
+
+
 class NodeBook(abc.ABC):
     """Maps global node ids to owning parts and local ids."""
 
@@ -107,10 +115,7 @@ class RangeBook(NodeBook):
     kind = "range"
 
     def __init__(self, offsets: Sequence[int] | np.ndarray):
-        offsets = np.asarray(offsets, dtype=np.int64)
-        if offsets.ndim != 1 or offsets.size < 2 or offsets[0] != 0 or np.any(np.diff(offsets) < 0):
-            raise InvalidValueError("range offsets must start at 0 and not decrease; got "
-                                    f"{offsets[:8]}")
+        offsets = _bounds(offsets, "range offsets")
         super().__init__(int(offsets[-1]), offsets.size - 1)
         self.offsets = offsets
 
@@ -180,11 +185,7 @@ class FeatureSlices:
     """Contiguous column slices of a ``feat_dim``-wide feature matrix, one per part."""
 
     def __init__(self, bounds: Sequence[int] | np.ndarray):
-        bounds = np.asarray(bounds, dtype=np.int64)
-        if bounds.ndim != 1 or bounds.size < 2 or bounds[0] != 0 or np.any(np.diff(bounds) < 0):
-            raise InvalidValueError("feature slice bounds must start at 0 and not decrease; got "
-                                    f"{bounds}")
-        self.bounds = bounds
+        self.bounds = _bounds(bounds, "feature slice bounds")
 
     @classmethod
     def even(cls, feat_dim: int, num_parts: int) -> "FeatureSlices":
