@@ -195,9 +195,10 @@ class OwnSplit(abc.ABC):
 class ShapedByOptions(abc.ABC):
     """Its options imply the model's depth, and may say the loaders the Trainer uses."""
 
-    @abc.abstractmethod
     def num_layers(self) -> int:
-        """Graph convs its options imply (e.g. one fanout per layer)."""
+        """Graph convs its options imply: by default its ``num_layers`` option (a mini-batch
+        strategy's: one fanout per layer)."""
+        return self.config.num_layers
 
     def trainer_loaders(self, num_layers: int, num_nodes: int) -> tuple[LoaderSpec, LoaderSpec]:
         """The loaders the :class:`~dglx_dist.trainer.Trainer` trains and evaluates with: by

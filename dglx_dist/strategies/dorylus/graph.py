@@ -94,7 +94,7 @@ class GraphServer:
         self.a_in = csr(dst_row, col, val, (self.n, self.n + self.num_ghosts))
         # the in-edges one by one (a_in merges repeated edges), for per-edge layers (GAT)
         self.in_edges = (dst_row, col, src, src_owner)
-        self._setup_forward_routes(num_nodes)
+        self._setup_forward_routes()
         self._setup_backward(src, dst_row, src_owner, local, val, num_nodes)
 
     @staticmethod
@@ -109,14 +109,11 @@ class GraphServer:
         return slice(int(self.bounds[i]), int(self.bounds[i + 1]))
 
     # -- setup ---------------------------------------------------------------------------------
-    def _exchange(self, per_peer: list[torch.Tensor]) -> list[torch.Tensor]:
-        return self.comm.all_to_all_v(per_peer)
-
-    def _setup_forward_routes(self, num_nodes: int) -> None:
+    def _setup_forward_routes(self) -> None:
         """Ghost requests go to their owners; owners answer with each ghost's interval."""
         size = self.comm.size
         asks = [self.ghost_ids[self.ghost_owner == p] for p in range(size)]
-        asked = self._exchange(asks)  # what each peer needs from me (its ghost order)
+        asked = self.comm.all_to_all_v(asks)  # what each peer needs from me (its ghost order)
         send, answers = {}, []
         for p, ids in enumerate(asked):
             rows = torch.searchsorted(self.core, ids)
@@ -126,7 +123,7 @@ class GraphServer:
             answers.append(self.interval_of(rows))
             if ids.numel():
                 send[p] = (rows, answers[-1])
-        got = self._exchange(answers)
+        got = self.comm.all_to_all_v(answers)
         recv = {}
         for p in range(size):
             if got[p].numel():
@@ -140,10 +137,10 @@ class GraphServer:
         size, me = self.comm.size, self.comm.group_rank
         dst_g, dst_iv = self.core[dst_row], self.interval_of(dst_row)
         cross = [(~local) & (src_owner == p) for p in range(size)]
-        got_src = self._exchange([src[c] for c in cross])
-        got_dst = self._exchange([dst_g[c] for c in cross])
-        got_val = self._exchange([val[c] for c in cross])
-        got_iv = self._exchange([dst_iv[c] for c in cross])
+        got_src = self.comm.all_to_all_v([src[c] for c in cross])
+        got_dst = self.comm.all_to_all_v([dst_g[c] for c in cross])
+        got_val = self.comm.all_to_all_v([val[c] for c in cross])
+        got_iv = self.comm.all_to_all_v([dst_iv[c] for c in cross])
         # reverse ghosts: remote destinations sorted by (owner, id)
         r_ids = torch.cat(got_dst)
         r_owner = torch.cat([torch.full((t.numel(),), p, dtype=torch.int64)

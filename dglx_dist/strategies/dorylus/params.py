@@ -124,6 +124,3 @@ class WeightUpdates:
         self.s.ps.refresh()
         self.applied = epoch
         return Applied(epoch, float(flat[-1]), time.perf_counter() - self._t0)
-
-    def applied_through(self) -> int:
-        return self.applied

@@ -173,7 +173,7 @@ class Pipeline:
 
         ``updates``: ``epoch_done(e, acc)`` is called once every interval here finished epoch
         e (it starts the weight update), ``poll()`` advances updates under way and returns one
-        once applied, and ``applied_through()`` is the last epoch whose update is applied;
+        once applied, and ``applied`` is the last epoch whose update is applied;
         intervals start epoch e only once epoch e-1-S is applied, and the run ends once the
         last is.
         """
@@ -223,7 +223,7 @@ class Pipeline:
                 self._submit(("dorylus", it.epoch, it.index, it.stage), st, it, train, extra)
             self._sends = [t for t in self._sends if not t.done()]
             if all(it.finished and it.epoch == epochs.stop - 1 for it in its) and \
-                    (updates is None or updates.applied_through() >= epochs.stop - 1):
+                    (updates is None or updates.applied >= epochs.stop - 1):
                 break
             now = time.monotonic()
             if now - last_tune > 0.05:
@@ -263,7 +263,7 @@ class Pipeline:
         none or the staleness bound holds it back."""
         nxt = epochs.start if it.epoch < 0 else it.epoch + 1
         if nxt >= epochs.stop or (updates is not None and nxt > epochs.start and
-                                  updates.applied_through() < nxt - 1 - bound):
+                                  updates.applied < nxt - 1 - bound):
             return False
         if nxt not in posted:
             self._post_recvs(space, nxt, program)

@@ -70,7 +70,7 @@ from dglx_dist.strategies.dorylus.params import ParamServers, WeightUpdates
 from dglx_dist.strategies.dorylus.pipeline import Pipeline, TensorSpec
 from dglx_dist.strategies.epochs import EpochResult, TrainHooks
 from dglx_dist.strategies.steps import (Blocks, LoaderPlan, LoaderSpec, Step, StepState,
-                                        equal_step_sizes, node_blocks, sampled_plan)
+                                        epoch_batches, node_blocks, sampled_plan)
 
 __all__ = ["DorylusStrategy", "ParamServers"]  # ParamServers: params
 
@@ -177,9 +177,6 @@ class DorylusStrategy(Strategy, OwnEpochs, FullGraphForm, MemoryModelled, ConvTy
         def executor_kwargs(self) -> dict[str, str]:
             return dict(kv.split("=", 1) for kv in self.executor_options)
 
-    def num_layers(self) -> int:
-        return self.config.num_layers
-
     def compute_device(self, session: Session) -> torch.device:
         """The host, even in a GPU job: the tensor work goes to serverless workers."""
         return torch.device("cpu")
@@ -210,10 +207,9 @@ class DorylusStrategy(Strategy, OwnEpochs, FullGraphForm, MemoryModelled, ConvTy
         self.feat = pull_features_once(self.session, self._store, pdir, part,
                                        torch.cat([core, self.gs.ghost_ids]))
         self.labels = torch.from_numpy(part.label.astype("int64"))
-        self.masks = {s: torch.from_numpy(getattr(part, s).copy()) for s in ("train", "val",
-                                                                              "test")}
-        total = session.world.all_reduce(self.masks["train"].sum().double().reshape(1))
-        self._loss_weight = self.masks["train"].float() / float(total.clamp(min=1))
+        self.train_mask = torch.from_numpy(part.train.copy())
+        total = session.world.all_reduce(self.train_mask.sum().double().reshape(1))
+        self._loss_weight = self.train_mask.float() / float(total.clamp(min=1))
         self.executor = EXECUTORS.build(cfg.executor, **cfg.executor_kwargs())
         self.executor.start()
         log.info("dorylus rank %d: %d nodes, %d ghosts, %d reverse ghosts, %d intervals",
@@ -279,7 +275,7 @@ class DorylusStrategy(Strategy, OwnEpochs, FullGraphForm, MemoryModelled, ConvTy
         labels = lambda rows: {"labels": self.labels[rows].numpy(),  # noqa: E731
                                "weight": self._loss_weight[rows].numpy()}
         updates = WeightUpdates(self, hooks.optimizer_step, epochs.start)
-        samples = int(self.masks["train"].sum())
+        samples = int(self.train_mask.sum())
         seen = None  # the controller's counters at the previous update
         for applied in pipe.train(self.kind.train_program(cfg.num_layers), epochs, updates,
                                   sync=cfg.mode == "sync", staleness=cfg.staleness,
@@ -343,13 +339,7 @@ class DorylusStrategy(Strategy, OwnEpochs, FullGraphForm, MemoryModelled, ConvTy
     def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int) -> Iterator[Step]:
         """Layer-synchronous full-graph steps (the bounded-asynchronous pipeline runs under
         ``Trainer.fit``)."""
-        rows = plan.data
-        if spec.shuffle:
-            gen = torch.Generator().manual_seed(spec.seed * 1_000_003 + epoch * 7919 +
-                                                self.session.rank)
-            rows = rows[torch.randperm(rows.numel(), generator=gen)]
-        sizes = equal_step_sizes(rows.numel(), plan.steps, spec.batch_size, spec.drop_last)
-        for i, chunk in enumerate(torch.split(rows[:sum(sizes)], sizes)):
+        for i, chunk in enumerate(epoch_batches(self.session.rank, plan, spec, epoch)):
             state = StepState(rows=chunk, epoch=epoch * plan.steps + i)  # seeds dropout
             outputs = self.gs.core.index_select(0, chunk)
             blocks = node_blocks(self.gs.core, outputs, self.config.num_layers)

@@ -145,9 +145,6 @@ class GraNNDisStrategy(Strategy, FullGraphForm, MemoryModelled, HoldsRows, Appro
         self.memory_model, self.typed_memory_model = _FITS[config.scope]  # 'world': no preload
         self._batchings: dict[int, Batching] = {}  # by co-batch count
 
-    def num_layers(self) -> int:
-        return self.config.num_layers
-
     @classmethod
     def exact_options(cls, num_layers: int) -> dict:
         return {"num_layers": num_layers, "external_max_hop": -1, "external_fanout": -1}
