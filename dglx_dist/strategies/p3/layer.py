@@ -29,7 +29,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from dglx_dist.convs import ConvAdapter, ConvWrapper
-from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
+from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError, StateError
 from dglx_dist.kvstore.policy import rows_at
 from dglx_dist.runtime.autograd import (OwnerReduce, Ready, flatten_partials,
                                         reduce_to_owners, unflatten)
@@ -41,7 +41,7 @@ from dglx_dist.strategies.steps import OUT_DEGREE, state_of
 if TYPE_CHECKING:
     from dglx_dist.sampling.block import Block
 
-__all__ = ["ColumnSlice", "P3FirstLayer", "exchange_blocks"]
+__all__ = ["ColumnSlice", "P3FirstLayer", "exchange_blocks", "whole_rows"]
 
 
 def exchange_blocks(server: Comm, cross: Comm | None, block, dtype: torch.dtype,
@@ -263,6 +263,17 @@ class P3FirstLayer(ConvWrapper):
             else:
                 self.deferred = [a + g for a, g in zip(self.deferred, grads)]
         self._returning = []
+
+
+def whole_rows(store, name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A :class:`ColumnSlice`'s ``pull``: whole rows of ``name`` through the graph's KVStore
+    ``store`` (this rank alone; None: no store, refused)."""
+    def pull(ids: torch.Tensor) -> torch.Tensor:
+        if store is None or name not in store.names():
+            raise StateError("p3: whole feature rows can only be pulled through the graph "
+                             "dglx_dist.distribute returns")
+        return store.pull(name, ids, collective=False)
+    return pull
 
 
 class ColumnSlice:

@@ -41,7 +41,7 @@ from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.autograd import OwnerReduce, flatten_partials
 from dglx_dist.runtime.autograd import tie as tie_grads
 from dglx_dist.runtime.session import Session
-from dglx_dist.strategies.p3.layer import ColumnSlice
+from dglx_dist.strategies.p3.layer import ColumnSlice, whole_rows
 
 __all__ = ["TypedColumns"]
 
@@ -95,14 +95,8 @@ class TypedColumns:
         if ntype is None:
             return None
         return ColumnSlice(ids, rows_at(self.feat[ntype], ids), self.widths[ntype],
-                           functools.partial(self._pull, name),
+                           whole_rows(self.store, name),
                            linear=functools.partial(self.linear, ntype))
-
-    def _pull(self, name: str, ids: torch.Tensor) -> torch.Tensor:
-        if self.store is None:
-            raise StateError("p3: whole feature rows can only be pulled through the graph "
-                             "dglx_dist.distribute returns")
-        return self.store.pull(name, ids, collective=False)
 
     def linear(self, ntype: str, handle: ColumnSlice, weight: torch.Tensor,
                bias: torch.Tensor | None) -> torch.Tensor:

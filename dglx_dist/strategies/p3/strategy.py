@@ -61,7 +61,7 @@ from dglx_dist.strategies.abilities import (HoldsRows, MemoryModelled, OverlapsB
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest,
                                        ddp)
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
-from dglx_dist.strategies.p3.layer import ColumnSlice, P3FirstLayer
+from dglx_dist.strategies.p3.layer import ColumnSlice, P3FirstLayer, whole_rows
 from dglx_dist.strategies.p3.projections import TypedColumns
 from dglx_dist.strategies.steps import Blocks, Step, place_step
 
@@ -261,13 +261,8 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, ShardedParams,
         return self._input_rows(ids)
 
     def _input_rows(self, ids: torch.Tensor) -> ColumnSlice:
-        return ColumnSlice(ids, rows_at(self.feat, ids), self.pdir.feat_dim, self._pull_rows)
-
-    def _pull_rows(self, ids: torch.Tensor) -> torch.Tensor:
-        if self.store is None or "feat" not in self.store.names():
-            raise StateError("p3: whole feature rows can only be pulled through the graph "
-                             "dglx_dist.distribute returns")
-        return self.store.pull("feat", ids, collective=False)
+        return ColumnSlice(ids, rows_at(self.feat, ids), self.pdir.feat_dim,
+                           whole_rows(self.store, "feat"))
 
     def loader_epoch(self, plan, spec, epoch: int) -> Iterator[Step]:
         if not self.config.pipeline:
