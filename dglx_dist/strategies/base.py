@@ -50,7 +50,7 @@ from dglx_dist.strategies.steps import (LoaderPlan, LoaderSpec, Step, StepState,
                                         full_graph_loaders)
 
 __all__ = ["Strategy", "PartitionSpec", "SetupRequest", "STRATEGIES", "check_partitions",
-           "build_strategy",
+           "build_strategy", "check_typed_store",
            "implied_layers", "trainer_loaders", "split_ids", "with_depth",
            "ddp", "pull_features_once"]
 
@@ -203,6 +203,14 @@ def check_partitions(strategy: Strategy, pdir: PartitionDir, topology: Topology)
         raise PartitionError(f"{pdir.path} stores features as {pdir.feature_layout} "
                              f"(partitioner {pdir.partitioner!r}); strategy {name!r} needs "
                              f"{spec.feature_layout}: {redo}")
+
+
+def check_typed_store(pdir: PartitionDir, store, who: str) -> None:
+    """Refuses a typed partition directory without the graph's KVStore ``store``: a typed
+    graph's rows live there (``who``: the strategy, for the message)."""
+    if pdir.types is not None and store is None:
+        raise NotSupportedError(f"{pdir.path} holds a graph with node types; {who} trains it "
+                                "through dglx_dist.DistGraph")
 
 
 def implied_layers(strategy: Strategy) -> int | None:

@@ -35,7 +35,6 @@ from typing import Iterator
 
 import torch
 
-from dglx_dist.errors import NotSupportedError
 from dglx_dist.kvstore import DistKVStore, RowPolicy
 from dglx_dist.memory import MemoryModel
 from dglx_dist.partition.load import PartitionDir
@@ -45,7 +44,7 @@ from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import PartitionSampler
 from dglx_dist.strategies.abilities import MemoryModelled
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest,
-                                       ddp)
+                                       check_typed_store, ddp)
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
 from dglx_dist.strategies.steps import LoaderPlan, LoaderSpec, Step
 
@@ -98,9 +97,7 @@ class DistDGLStrategy(MiniBatchStrategy, MemoryModelled):
         self.session, self.pdir, self.num_nodes = session, pdir, pdir.num_nodes
         server = session.server_id
         self._own_store = store is None
-        if self._own_store and pdir.types is not None:  # typed rows live in the graph's store
-            raise NotSupportedError(f"{pdir.path} holds a graph with node types; distdgl "
-                                    "trains it through dglx_dist.DistGraph")
+        check_typed_store(pdir, store, "distdgl")
         part = pdir.load_part(server, features=self._own_store)  # else the store has them
         self.store = store if store is not None else DistKVStore(session)
         if self._own_store:

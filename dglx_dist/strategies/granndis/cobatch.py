@@ -85,10 +85,15 @@ class LayerPlan:
         """The sources that are this rank's own rows (the others are received)."""
         return self.block.num_src_nodes() - sum(self.recv_rows)
 
+    def to(self, device: torch.device) -> "LayerPlan":
+        return LayerPlan(self.block.to(device), [idx.to(device) for idx in self.send_idx],
+                         self.recv_rows, self.out_degree.to(device))
+
 
 @dataclasses.dataclass(eq=False)
 class CoBatchPlan:
-    """One rank's share of a cooperative batch.
+    """One rank's share of a cooperative batch (on a typed graph, a
+    :class:`~dglx_dist.strategies.granndis.heteroconv.TypedCoBatch`).
 
     Attributes:
         nodes: its nodes in the batch, by (level, id): the input rows of layer 0.
@@ -105,9 +110,7 @@ class CoBatchPlan:
         GPU job's), layers that share a plan still sharing one; its node ids stay here."""
         if device.type == "cpu":
             return self
-        moved = {lp: LayerPlan(lp.block.to(device), [idx.to(device) for idx in lp.send_idx],
-                               lp.recv_rows, lp.out_degree.to(device))
-                 for lp in dict.fromkeys(self.layers)}  # plans hash by identity (eq=False)
+        moved = {lp: lp.to(device) for lp in dict.fromkeys(self.layers)}  # by identity
         return dataclasses.replace(self, layers=[moved[lp] for lp in self.layers])
 
     def num_rows(self) -> int:

@@ -41,6 +41,7 @@ from dglx_dist.runtime.comm import Comm
 from dglx_dist.sampling.block import Block
 from dglx_dist.sampling.frames import NID
 from dglx_dist.sampling.types import TypeIds
+from dglx_dist.strategies.base import check_typed_store
 from dglx_dist.strategies.granndis.cobatch import ETYPE, CoBatchPlan, LayerPlan
 from dglx_dist.strategies.steps import Step
 
@@ -52,12 +53,8 @@ __all__ = ["TypedLayer", "TypedCoBatch", "typed_cobatch", "HeteroHaloConv", "typ
 def typed_ids(pdir, store, who: str) -> TypeIds | None:
     """The id maps of a typed partition directory (None: a graph without types); a typed
     graph's rows live in the graph's KVStore, so ``store`` must be given."""
-    if pdir.types is None:
-        return None
-    if store is None:
-        raise NotSupportedError(f"{pdir.path} holds a graph with node types; {who} trains it "
-                                "through dglx_dist.DistGraph")
-    return TypeIds.of(pdir)
+    check_typed_store(pdir, store, who)
+    return None if pdir.types is None else TypeIds.of(pdir)
 
 
 def held_names(types) -> frozenset[str]:
@@ -108,32 +105,20 @@ class TypedLayer:
 
 
 @dataclasses.dataclass(eq=False)
-class TypedCoBatch:
-    """One rank's share of a co-batch on a typed graph.
+class TypedCoBatch(CoBatchPlan):
+    """One rank's share of a co-batch on a typed graph: the homogeneous plan's ``nodes`` and
+    ``num_targets`` (partitioned ids in row order), its ``layers`` as :class:`TypedLayer` s
+    (shared where the homogeneous plan shares one), and
 
     Attributes:
-        nodes / num_targets: the homogeneous plan's (partitioned ids in row order).
         inputs: per node type, the partitioned ids of the rank's own input rows of that type,
             in order (the model's input rows).
         targets: per node type, the partitioned ids of its target rows (the last layer's
             destinations of that type), in order.
-        layers: one per layer, input first (shared where the homogeneous plan shares one).
     """
 
-    nodes: torch.Tensor
-    num_targets: int
     inputs: dict[str, torch.Tensor]
     targets: dict[str, torch.Tensor]
-    layers: list[TypedLayer]
-
-    def to(self, device: torch.device) -> "TypedCoBatch":
-        if device.type == "cpu":
-            return self
-        moved = {lp: lp.to(device) for lp in dict.fromkeys(self.layers)}
-        return dataclasses.replace(self, layers=[moved[lp] for lp in self.layers])
-
-    def num_rows(self) -> int:
-        return sum(lp.block.num_src_nodes() for lp in dict.fromkeys(self.layers))
 
 
 def typed_cobatch(plan: CoBatchPlan, ids: TypeIds, etypes,
@@ -146,8 +131,8 @@ def typed_cobatch(plan: CoBatchPlan, ids: TypeIds, etypes,
     head = ntype_of[:plan.num_targets]
     targets = {t: plan.nodes[:plan.num_targets][head == i] for i, t in enumerate(ids.ntypes)}
     converted = {lp: _typed_layer(lp, ids, etypes, degree) for lp in dict.fromkeys(plan.layers)}
-    return TypedCoBatch(plan.nodes, plan.num_targets, inputs, targets,
-                        [converted[lp] for lp in plan.layers])
+    return TypedCoBatch(plan.nodes, plan.num_targets, [converted[lp] for lp in plan.layers],
+                        inputs, targets)
 
 
 def _typed_layer(lp: LayerPlan, ids: TypeIds, etypes, degree: torch.Tensor) -> TypedLayer:
