@@ -199,13 +199,11 @@ class Trainer:
             timer.lap("pull")
             yield batch
 
-    def batches(self, epoch: int | None = None) -> Iterator[Batch]:
+    def batches(self, epoch: int | None = None,
+                timer: PhaseTimer | None = None) -> Iterator[Batch]:
         """One epoch of the training loader's steps (every rank gets the same number); once
-        they are all consumed, ``self.epoch`` is ``epoch + 1``."""
-        yield from self._training_batches(epoch)
-
-    def _training_batches(self, epoch: int | None,
-                          timer: PhaseTimer | None = None) -> Iterator[Batch]:
+        they are all consumed, ``self.epoch`` is ``epoch + 1``. ``timer`` laps ``sample`` and
+        ``pull`` of each step (``fit`` times its phases)."""
         epoch = self.epoch if epoch is None else epoch
         self.model.train()
         yield from self._batches(self.loader, epoch, f"epoch {epoch}", timer)
@@ -307,7 +305,7 @@ class Trainer:
         t0 = time.perf_counter()
         losses, steps, samples, bad_step = 0.0, 0, 0, None
         timer = PhaseTimer()
-        for batch in self._training_batches(epoch, timer):
+        for batch in self.batches(epoch, timer):
             logits = self.forward(batch)
             # a rank with no labelled rows in this step still runs backward (the strategy's
             # exchanges are collective) with a loss of zero
