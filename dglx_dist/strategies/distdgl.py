@@ -1,32 +1,9 @@
-"""``distdgl``: DistDGL's mini-batch training.
-
-* Partitioning: METIS with multi-constraint balancing (train/val/test nodes and edges), one
-  part per server, HALO nodes in each part's structure (``metis`` partitioner).
-* Owner-compute sampling: seeds come from the two-level training-set split (equal steps for
-  every rank; a rank's chunk lies mostly in its server's part); 1-hop sampling of owned nodes is
-  local thanks to HALO nodes, deeper hops of remote nodes are sampled by their owners
-  (:class:`~dglx_dist.sampling.PartitionSampler`).
-* Features are pulled from the KVStore: rows of the own server from shared memory, the rest
-  through the comm layer (a loader whose sampler prefetches them pulls them at every step,
-  every rank together; ``g.ndata`` reads are served to one rank at a time).
-* ``server_pulls``: the ranks of a server pull other servers' rows together, so a row
-  several of them want crosses the link once (:mod:`dglx_dist.kvstore.coalesce`; DistDGL's
-  trainers each ask alone).
-* ``cache_mb``: each server keeps copies of the other servers' feature rows its ranks pulled
-  most often in the first epoch, in that budget, and later pulls read them there (exact:
-  :mod:`dglx_dist.kvstore.cache`; not in DistDGL, which pulls every remote row every step).
-* ``seed_mixing``: each epoch that share of every rank's training seeds is pooled and dealt
-  at random over all ranks (:func:`traded_seeds`), so a batch mixes other servers' seeds
-  with the rank's own (more remote sampling and rows); 0 (the default, chosen by
-  docs/benchmarks.md's numbers) keeps DistDGL's split.
-* Synchronous SGD: the model is wrapped in DDP (its C++ all-reduce overlaps with backward and
-  waits at most the job's timeout); its bytes are accounted to the comm layer's counters.
-* On GPUs: the model (DDP with the rank's device), the steps' blocks and
-  their prefetched rows live on the rank's GPU; the structure, the sampler and the KVStore stay
-  in host memory, whose rows reach the GPU through pinned buffers
-  (:mod:`dglx_dist.runtime.transfer`).
-* Evaluation (the Trainer's): every partition's val/test nodes, with full neighborhoods (or
-  ``eval_fanouts``).
+"""``distdgl``: DistDGL's mini-batch training (METIS parts with HALO nodes, one per server;
+owner-compute sampling, :class:`~dglx_dist.sampling.PartitionSampler`; features pulled from
+the KVStore; DDP), with three options DistDGL lacks: ``server_pulls``
+(:mod:`dglx_dist.kvstore.coalesce`), ``cache_mb`` (:mod:`dglx_dist.kvstore.cache`) and
+``seed_mixing`` (:func:`traded_seeds`). What each does and what it costs:
+docs/strategies/distdgl.md; what lives on a GPU: docs/launching.md.
 """
 from __future__ import annotations
 
@@ -58,8 +35,7 @@ class DistDGLStrategy(MiniBatchStrategy, MemoryModelled):
     capabilities = dataclasses.replace(MiniBatchStrategy.capabilities, typed_graphs=True,
                                        draws_subgraphs=True)
 
-    # peak RSS per rank fitted at 3 graph sizes (0.3M-1.2M nodes), docs/cluster_model.md
-    # "Memory per rank": 2 servers x 1 rank, F=128, GCN hidden 64, fanouts 10,25, batch 1000
+    # peak RSS per rank, fitted: docs/cluster_model.md "Memory per rank" (MemoryModelled)
     memory_model = MemoryModel(base=1250 * 2**20, per_node=0, per_edge=272.8)
     # typed graphs: dglx train's R-GCN on mag-shaped graphs (1/8-1/4 of ogbn-mag, F 128/512,
     # hidden 64/256), docs/cluster_model.md "Graphs with node types"

@@ -1,41 +1,8 @@
 """``dorylus``: full-graph GCN, GraphSAGE and GAT training with computation separation
-(Dorylus, OSDI'21).
-
-* **Graph servers** are the ranks: each owns a METIS edge-cut part with ghost buffers for remote
-  in-neighbours and runs the graph tasks (:mod:`~dglx_dist.strategies.dorylus.graph`).
-* **Tensor tasks** (apply-vertex, GAT's apply-edge for attention, their backward; the last
-  layer's apply fused with the loss and its backward) go to a serverless executor
-  (:mod:`dglx_dist.offload`: ``local`` worker processes by default, ``aws`` Lambda through
-  boto3, ``inline`` on the graph server itself, the paper's CPU-only variant), one stateless
-  invocation per vertex interval, through a
-  :class:`~dglx_dist.offload.controller.TaskController` (timeouts, relaunches, autotuned
-  concurrency).
-* **Parameter servers** (:class:`~dglx_dist.strategies.dorylus.params.ParamServers`) hold the
-  weights: every one a full replica; an interval's weight version is stashed on the
-  least-loaded one when its epoch starts and used for its whole pass (weight stashing). The
-  weight update of an epoch sums every interval's gradients over the job and steps the
-  trainer's optimizer (SGD, Adam, ...) through the trainer's ``optimizer_step`` hook.
-* **Pipeline** (:mod:`~dglx_dist.strategies.dorylus.pipeline`): intervals flow through the
-  stages independently; ``mode="sync"`` puts a barrier at every layer (exact full-graph
-  training), ``mode="async"`` lets Gathers read stale rows, bounded by ``staleness`` epochs.
-* **Layer kinds** (found by :mod:`~dglx_dist.strategies.dorylus.layers`): what the stages
-  compute for a conv type, in its folder in :mod:`dglx_dist.convs` (``GraphConv``:
-  :mod:`~dglx_dist.convs.graphconv.dorylus`, ``SAGEConv``: :mod:`~dglx_dist.convs.sage.dorylus`,
-  ``GATConv``: :mod:`~dglx_dist.convs.gat.dorylus`), on the base
-  :mod:`~dglx_dist.convs.dorylus_base`. The conv's adapter names its kind and its tensor tasks
-  as objects; :attr:`DorylusStrategy.conv_types` is the conv types whose adapter does.
-
-Models: a stack of one conv type. ``dgl.nn.GraphConv`` (``norm="both"``, no activation inside
-the conv) with ReLU and dropout between layers, as :class:`dglx_dist.models.GCN`: dropout is
-the model's ``dropout`` module's. Or ``dgl.nn.GATConv`` (no residual, no activation inside)
-with ELU and flattened heads between layers and the output heads averaged, as
-:class:`dglx_dist.models.GAT`: dropout is each conv's ``feat_drop`` (and ``attn_drop`` on the
-attention). The
-``dropout`` option replaces the model's; a model whose ``row_normalize`` is set gets
-row-normalised features. ``Trainer.fit`` runs the pipeline (:meth:`DorylusStrategy.train_epochs`
-yields its epochs to the trainer's loop); a loop of one's own gets one
-batch per epoch (the rank's labelled training nodes) whose forward and backward run the same
-tasks layer-synchronously.
+(Dorylus, OSDI'21): graph servers, serverless tensor tasks, parameter servers and a bounded
+asynchronous pipeline (where each lives: :mod:`dglx_dist.strategies.dorylus`). What it does,
+the models it runs (a stack of one conv type) and how ``Trainer.fit`` and a loop of one's own
+drive it: docs/strategies/dorylus.md.
 """
 from __future__ import annotations
 
@@ -106,8 +73,7 @@ class DorylusStrategy(Strategy, OwnEpochs, FullGraphForm, MemoryModelled, ConvTy
     capabilities = Capabilities(float32_only=True)
 
     conv_types = ConvTypesOfAdapters()  # the convs whose adapter (dglx_dist.convs) has dorylus support
-    # peak RSS per rank fitted at 3 graph sizes (0.3M-1.2M nodes), docs/cluster_model.md
-    # "Memory per rank": 2 servers x 1 rank, F=128, GCN hidden 64, fanouts 10,25, batch 1000
+    # peak RSS per rank, fitted: docs/cluster_model.md "Memory per rank" (MemoryModelled)
     memory_model = MemoryModel(base=631 * 2**20, per_node=5880, per_edge=122.1)
 
     @dataclasses.dataclass(frozen=True)

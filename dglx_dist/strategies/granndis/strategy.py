@@ -1,43 +1,11 @@
-"""``granndis``: GraNNDis's shared preloading, expansion-aware sampling and cooperative batching;
-``fullgraph``: the plain full-graph baseline (halo exchange across every rank, PipeGCN-style).
-
-* Partitioning: METIS across servers, then within each server across its ranks (``metis`` with
-  ``groups`` = servers; one part per rank). A server's *inner* nodes are its ranks' parts.
-* Shared preloading: each server adds the external nodes its inner nodes depend on, bounded by
-  expansion-aware sampling (:mod:`dglx_dist.strategies.granndis.eas`: ``external_max_hop`` m,
-  ``external_fanout`` k; m = L, k = -1 is plain preloading). Their feature rows are pulled
-  from the KVStore once, at setup: the only feature rows that ever cross servers. External
-  nodes are then computed redundantly on every server that holds them, from their in-edges
-  inside the server's node set (all of them: internal dependencies are never sampled).
-* Training is layer-wise over the server's node set split among its ranks
-  (:mod:`dglx_dist.strategies.granndis.cobatch`): every rank holds its nodes' rows; before each
-  graph conv, ranks of a server swap the boundary rows the conv reads
-  (:func:`~dglx_dist.runtime.autograd.halo_exchange`, intra-server only, autograd through
-  it). Parameter gradients are summed over the job crossing servers once
-  (:meth:`~dglx_dist.runtime.session.Session.all_reduce_by_server`): the gradient of the
-  mean loss over every rank's labelled targets, since each rank's loss is weighted by its
-  share of them where it starts (gradients cross ranks through the exchanges, so weighting
-  the parameter gradients afterwards would be wrong).
-* Cooperative batching: the inner nodes are dealt into R co-batches per rank (at random, or
-  METIS clusters: ``cobatch_targets``), R being a loader's batches per rank (each loader gets
-  its own co-batches over the one preload; ``co_batches`` fixes R for all); a step trains one
-  co-batch per server: its targets
-  (those with one index on every rank) and the dependencies EAS admits around them (m hops,
-  k non-target in-neighbours per node and hop; all edges among them kept), split over the
-  server's ranks as they are held (fetch-then-split); their feature rows are gathered for the
-  step and dropped after it. R = 1 is full-graph training over the whole preloaded set.
-* On GPUs: the preloaded rows, the co-batches' blocks and exchange plans (built on the host,
-  then copied) and the model live on the rank's GPU; halo rows and parameter gradients travel
-  over NCCL under ``--backend nccl``.
-* ``fullgraph`` is the same machinery with the whole job as one group and nothing preloaded:
-  each layer exchanges boundary rows with every rank, across servers too.
-* Link prediction: full-graph steps whose pair nodes' rows are fetched from their owners
-  (:mod:`dglx_dist.strategies.granndis.pairs`).
-* Typed graphs: the same machinery, each edge keeping its type; the model sees DGL's
-  heterogeneous blocks, its ``HeteroGraphConv`` s exchanging rows per node type (:mod:`.typed`).
-
-The model keeps its ``forward(blocks, x)``: every dgl.nn conv is wrapped (:class:`HaloConv`);
-``x`` holds the rank's own rows only, so anything before the first conv must be per row.
+"""``granndis``: GraNNDis's shared preloading, expansion-aware sampling and cooperative
+batching; ``fullgraph``: the plain full-graph baseline (the same class with ``scope="world"``:
+halo exchange across every rank, nothing preloaded). Where each paper term lives:
+:mod:`dglx_dist.strategies.granndis`; what it does (partitions, preloading, layer-wise
+training with row swaps inside a server, co-batches, gradients of the mean loss) and the rule
+for the model (every dgl.nn conv is wrapped in :class:`HaloConv`; ``x`` holds the rank's own
+rows, so anything before the first conv must be per row): docs/strategies/granndis.md; typed
+graphs: docs/heterographs.md; what lives on a GPU: docs/launching.md.
 """
 from __future__ import annotations
 

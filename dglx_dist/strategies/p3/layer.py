@@ -5,16 +5,10 @@
 rank, computes every rank's partial from this rank's columns, and reduces the partials to
 their owners, all inside autograd (:func:`~dglx_dist.runtime.autograd.reduce_to_owners`).
 
-Pipelined mode (P3's 2-forward-2-backward schedule with 3 mini-batches in flight): the
-strategy calls :meth:`P3FirstLayer.launch` for a mini-batch two steps before it trains, which
-pushes its block, computes the partials with a *stash* (a copy) of the current weight slices
-and starts sending them; the forward of that batch later only waits for the sums. After its
-backward pass (:meth:`P3FirstLayer.after_backward`) the batch's output gradient starts
-travelling back; one step later it has arrived, the partials' backward runs on the stash, and
-the slice gradients join the next optimizer step. A batch's slice gradient is therefore
-computed with weights three optimizer steps old and applied then, the paper's bounded
-staleness ``w_{t+1} = w_t - lr * grad(w_{t-3})``; stashing keeps forward and backward of a
-batch on the same weight version. The inter-server stages overlap the other batches' work.
+Pipelined mode (P3's 2-forward-2-backward schedule, docs/strategies/p3.md, "Pipelining"):
+the strategy calls :meth:`P3FirstLayer.launch` for a mini-batch two steps before it trains,
+on a *stash* of the weight slices; :meth:`P3FirstLayer.after_backward` sends its output
+gradient back, and one step later its slice gradients join that step's update (staleness 3).
 """
 from __future__ import annotations
 

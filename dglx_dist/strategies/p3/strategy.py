@@ -1,38 +1,12 @@
-"""``p3``: P3's push-pull parallelism over hash-partitioned structure and sliced features.
-
-* Partitioning (``feature_dim`` over ``hash``, one part per rank): rank ``r`` owns the nodes
-  the hash gives it, with their in-edges (HALO sources included), and holds column slice ``r``
-  of *every* node's features. No feature row ever crosses the network.
-* Each rank's seeds are its own training nodes (balanced so every rank takes the same number
-  of steps); it samples their k-hop blocks, pulling structure only (remote frontier nodes are
-  sampled by their owners, :class:`~dglx_dist.sampling.PartitionSampler`).
-* Layer 1, model parallel ("1M"): every rank's first block is pushed to every rank; each rank
-  computes, from its own column slice, the partial layer-1 result of every rank's batch with its
-  slice of the layer-1 input weights (:mod:`dglx_dist.convs` says how for SAGEConv,
-  GraphConv and GATConv); the partials are summed at the batch's owner
-  (:func:`~dglx_dist.runtime.autograd.reduce_to_owners`).
-* The owner finishes layer 1 (bias, attention, activation, normalisation: "1D") and runs
-  layers 2..k data parallel under DDP. Backward mirrors it: the layer-1 output gradient is
-  pushed to every rank, which updates only its weight slice (no all-reduce for those); DDP
-  all-reduces the rest. Slice gradients are divided by the world size, as DDP averages.
-* Evaluation: every rank's share of the val/test nodes, full neighbourhoods by default.
-* On GPUs: the model (DDP with the rank's device), the steps' blocks and
-  the layer-1 partials, sums and their gradients live on the rank's GPU (NCCL under
-  ``--backend nccl``); the structure, the sampler and the column slices stay in host memory:
-  each block's structure is pushed from the host, and this rank's columns of its rows are
-  gathered into pinned buffers and copied to the GPU.
-
-On a graph with node and edge types (an R-GCN; :mod:`dglx_dist.strategies.p3.projections`), what
-touches the raw features is each featured type's input projection (an ``nn.Linear``): that
-runs model parallel over the types' column slices, the rest data parallel under DDP; the
-pipeline and caching do not apply there and are refused.
-
-The model keeps its ``forward(blocks, x)``: its first dgl.nn conv is replaced by
-:class:`P3FirstLayer`, which ignores the ``x`` it is given (the batch's ``x`` is this rank's
-column slice of its input rows) and computes from the column slices held by each rank, so
-nothing may transform the input features before the first conv. A model attribute
-``row_normalize = True`` (as in :class:`~dglx_dist.models.SAGE`) is honoured by normalising
-the stored slices with the global row sums once at setup.
+"""``p3``: P3's push-pull parallelism over hash-partitioned structure and feature columns
+sliced over the ranks (one part per rank; no feature row crosses the network): layer 1 model
+parallel in :class:`P3FirstLayer`, layers 2..k data parallel under DDP, the pipeline and
+caching (:func:`plan_cache`); on a typed graph the featured types' input projections split by
+columns (:mod:`dglx_dist.strategies.p3.projections`). Where each paper term lives:
+:mod:`dglx_dist.strategies.p3`; what it does, the first layers that split and the rules for
+the model (nothing may transform the input features before the first conv; ``row_normalize``
+is honoured on the stored slices): docs/strategies/p3.md; typed graphs:
+docs/heterographs.md; what lives on a GPU: docs/launching.md.
 """
 from __future__ import annotations
 
@@ -111,8 +85,7 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, ShardedParams,
                                        steps_in_turn=True)
     held_rows = frozenset({"feat"})
     typed: TypedColumns | None = None  # a typed graph's column slices, set up
-    # peak RSS per rank fitted at 3 graph sizes (0.3M-1.2M nodes), docs/cluster_model.md
-    # "Memory per rank": 2 servers x 1 rank, F=128, GCN hidden 64, fanouts 10,25, batch 1000
+    # peak RSS per rank, fitted: docs/cluster_model.md "Memory per rank" (MemoryModelled)
     memory_model = MemoryModel(base=1126 * 2**20, per_node=0, per_edge=303.3)
     # typed graphs: docs/cluster_model.md "Graphs with node types" (R-GCN, mag-shaped)
     typed_memory_model = MemoryModel(base=753 * 2**20, per_node=0, per_edge=0.0,
