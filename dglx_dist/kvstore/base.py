@@ -1,7 +1,8 @@
 """The KVStore interface: named tensors split into parts, read with pull, updated with push.
 
-Public methods validate their arguments and then call protected ``_init_data`` / ``_pull`` /
-``_push``, which subclasses implement. When the arguments are bad, the public method first calls
+Public methods validate their arguments and then call protected ``_init_data`` /
+``_start_pull_many`` / ``_push_many``, which subclasses implement (a single pull or push is
+the one-name case of those). When the arguments are bad, the public method first calls
 ``_pull_nothing`` / ``_push_nothing`` (a distributed store takes part in the collective steps
 with an empty request there, so the other ranks do not hang) and then raises on the caller.
 """
@@ -142,8 +143,7 @@ class KVStore(abc.ABC):
         """
         if collective:
             return self.start_pull(name, ids, dedup).wait()
-        entry = self._entry(name)
-        self._check_ids(entry, ids, "pull")
+        entry = self._checked_pull(name, ids)
         with torch.no_grad():
             return self._pull_p2p(entry, ids.cpu(), dedup)
 
@@ -156,14 +156,8 @@ class KVStore(abc.ABC):
         Raises:
             KeyError: unknown name. ValueError: ids not 1-D int64 within ``[0, num_rows)``.
         """
-        try:
-            entry = self._entry(name)
-            self._check_ids(entry, ids, "pull")
-        except (KeyError, ValueError):
-            self._pull_nothing()
-            raise
-        with torch.no_grad():
-            return PullUnderWay(self._start_pull(entry, ids.cpu(), dedup))
+        many = self.start_pull_many([(name, ids)], dedup)
+        return PullUnderWay(lambda: many.wait()[0])
 
     def start_pull_many(self, pulls: Sequence[tuple[str, torch.Tensor]],
                         dedup: bool = True) -> "PullUnderWay":
@@ -175,9 +169,7 @@ class KVStore(abc.ABC):
             KeyError: unknown name. ValueError: ids not 1-D int64 within ``[0, num_rows)``.
         """
         try:
-            entries = [self._entry(name) for name, _ in pulls]
-            for entry, (_, ids) in zip(entries, pulls):
-                self._check_ids(entry, ids, "pull")
+            entries = [self._checked_pull(name, ids) for name, ids in pulls]
         except (KeyError, ValueError):
             self._pull_nothing()
             raise
@@ -194,12 +186,7 @@ class KVStore(abc.ABC):
             KeyError / ValueError: as :meth:`push`; a name given twice.
         """
         try:
-            args = []
-            for name, ids, values, op in pushes:
-                entry, push_op = self._entry(name), self._op(op)
-                self._check_ids(entry, ids, "push")
-                self._check_values(entry, ids, values)
-                args.append((entry, push_op, ids.cpu(), values.detach().cpu()))
+            args = [self._checked_push(*push) for push in pushes]
             names = [name for name, *_ in pushes]
             if len(set(names)) != len(names):
                 raise InvalidValueError(f"push_many: names {names}; each name at most once")
@@ -208,7 +195,7 @@ class KVStore(abc.ABC):
             raise
         for name in names:
             self.pushes[name] = self.pushes.get(name, 0) + 1
-        with torch.no_grad():
+        with torch.no_grad():  # stored rows never join an autograd graph
             self._push_many(args)
 
     def push(self, name: str, ids: torch.Tensor, values: torch.Tensor,
@@ -224,21 +211,12 @@ class KVStore(abc.ABC):
             KeyError: unknown name or op. ValueError: bad ids, or values of the wrong dtype
                 or shape.
         """
-        try:
-            entry, push_op = self._entry(name), self._op(op)
-            self._check_ids(entry, ids, "push")
-            self._check_values(entry, ids, values)
-        except (KeyError, ValueError):
-            if collective:
-                self._push_nothing()
-            raise
+        if collective:
+            return self.push_many([(name, ids, values, op)])
+        args = self._checked_push(name, ids, values, op)
         self.pushes[name] = self.pushes.get(name, 0) + 1
-        with torch.no_grad():  # stored rows never join an autograd graph
-            args = (entry, push_op, ids.cpu(), values.detach().cpu())
-            if collective:
-                self._push(*args)
-            else:
-                self._push_p2p(*args)
+        with torch.no_grad():
+            self._push_p2p(*args)
 
     def checkpoint_parts(self, name: str) -> dict[int, torch.Tensor]:
         """The local tensors of the parts of ``name`` this process writes into a checkpoint and
@@ -277,36 +255,22 @@ class KVStore(abc.ABC):
         """Builds the entry (``spec`` None when local validation failed with ``error``)."""
 
     @abc.abstractmethod
-    def _pull(self, entry: TensorEntry, ids: torch.Tensor, dedup: bool) -> torch.Tensor: ...
-
-    def _start_pull(self, entry: TensorEntry, ids: torch.Tensor,
-                    dedup: bool) -> Callable[[], torch.Tensor]:
-        """A collective pull started; returns what finishes it (here: at once)."""
-        rows = self._pull(entry, ids, dedup)
-        return lambda: rows
+    def _start_pull_many(self, pulls: list) -> Callable[[], list[torch.Tensor]]:
+        """Collective pulls ``(entry, ids, dedup)`` started together; returns what finishes
+        them (their rows, a tensor per pull)."""
 
     @abc.abstractmethod
-    def _push(self, entry: TensorEntry, op: PushOp, ids: torch.Tensor,
-              values: torch.Tensor) -> None: ...
-
-    def _start_pull_many(self, pulls: list) -> Callable[[], list[torch.Tensor]]:
-        """Collective pulls ``(entry, ids, dedup)`` started together (here: one by one)."""
-        started = [self._start_pull(*pull) for pull in pulls]
-        return lambda: [finish() for finish in started]
-
     def _push_many(self, pushes: list) -> None:
-        """Collective pushes ``(entry, op, ids, values)`` (here: one by one)."""
-        for push in pushes:
-            self._push(*push)
+        """Collective pushes ``(entry, op, ids, values)``, applied as one after another."""
 
     def _pull_p2p(self, entry: TensorEntry, ids: torch.Tensor, dedup: bool) -> torch.Tensor:
-        """A pull by this process alone (a single-process store: the same as ``_pull``)."""
-        return self._pull(entry, ids, dedup)
+        """A pull by this process alone (a single-process store: the collective one)."""
+        return self._start_pull_many([(entry, ids, dedup)])()[0]
 
     def _push_p2p(self, entry: TensorEntry, op: PushOp, ids: torch.Tensor,
                   values: torch.Tensor) -> None:
-        """A push by this process alone (a single-process store: the same as ``_push``)."""
-        self._push(entry, op, ids, values)
+        """A push by this process alone (a single-process store: the collective one)."""
+        self._push_many([(entry, op, ids, values)])
 
     def _pull_nothing(self) -> None:
         """Takes part in a pull's collective steps without a request (bad arguments)."""
@@ -329,6 +293,19 @@ class KVStore(abc.ABC):
         return self._ops[op]
 
     # -- validation --------------------------------------------------------------------------
+    def _checked_pull(self, name: str, ids: torch.Tensor) -> TensorEntry:
+        entry = self._entry(name)
+        self._check_ids(entry, ids, "pull")
+        return entry
+
+    def _checked_push(self, name: str, ids: torch.Tensor, values: torch.Tensor,
+                      op: str) -> tuple:
+        """``(entry, op, ids, values)`` of a valid push, on the CPU."""
+        entry, push_op = self._entry(name), self._op(op)
+        self._check_ids(entry, ids, "push")
+        self._check_values(entry, ids, values)
+        return entry, push_op, ids.cpu(), values.detach().cpu()
+
     @staticmethod
     def _check_ids(entry: TensorEntry, ids: torch.Tensor, what: str) -> None:
         if not isinstance(ids, torch.Tensor) or ids.dtype != torch.int64 or ids.dim() != 1:

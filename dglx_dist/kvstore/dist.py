@@ -101,14 +101,6 @@ class DistKVStore(KVStore):
         return self._parts.create(self._shards, name, spec, error)
 
     # -- collective --------------------------------------------------------------------------
-    def _pull(self, entry: TensorEntry, ids: torch.Tensor, dedup: bool) -> torch.Tensor:
-        return self._start_pull(entry, ids, dedup)()
-
-    def _start_pull(self, entry: TensorEntry, ids: torch.Tensor,
-                    dedup: bool) -> Callable[[], torch.Tensor]:
-        finish = self._start_pull_many([(entry, ids, dedup)])
-        return lambda: finish()[0]
-
     def _start_pull_many(self, pulls: list[tuple[TensorEntry, torch.Tensor, bool]]
                          ) -> Callable[[], list[torch.Tensor]]:
         plans = [self._planned(entry, ids, dedup) for entry, ids, dedup in pulls]
@@ -217,10 +209,6 @@ class DistKVStore(KVStore):
             self._shards.entry_at(index, f"server {source}"), gids)
             for (index, _), gids in zip(heads, ids)])
 
-    def _push(self, entry: TensorEntry, op: PushOp, ids: torch.Tensor,
-              values: torch.Tensor) -> None:
-        self._push_many([(entry, op, ids, values)])
-
     def _push_many(self, pushes: list[tuple[TensorEntry, PushOp, torch.Tensor, torch.Tensor]]
                    ) -> None:
         messages: dict[int, list[Message]] = {}
@@ -268,7 +256,7 @@ class DistKVStore(KVStore):
         if messages:
             self._need_server("push").push(messages, own)
         elif own is not None:
-            self._shards.apply({self.session.rank: own})
+            self._shards.apply_many({self.session.rank: [own]})
 
     def _need_server(self, what: str) -> Server:
         if self._server is None:

@@ -6,11 +6,13 @@ concatenated in rank order here gives what the ranks' collective push gives ther
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from dglx_dist.kvstore.base import KVStore
 from dglx_dist.kvstore.entries import InitSpec, TensorEntry, apply_op
-from dglx_dist.kvstore.ops import PushOp, combine_duplicates
+from dglx_dist.kvstore.ops import combine_duplicates
 
 __all__ = ["LocalKVStore"]
 
@@ -31,15 +33,20 @@ class LocalKVStore(KVStore):
             entry.parts[part] = spec.initial_rows(part, self.seed).detach().clone().contiguous()
         return entry
 
-    def _pull(self, entry: TensorEntry, ids: torch.Tensor, dedup: bool) -> torch.Tensor:
+    def _start_pull_many(self, pulls: list) -> Callable[[], list[torch.Tensor]]:
+        rows = [self._rows(entry, ids) for entry, ids, _ in pulls]  # read at once
+        return lambda: rows
+
+    @staticmethod
+    def _rows(entry: TensorEntry, ids: torch.Tensor) -> torch.Tensor:
         out = torch.empty((ids.numel(), *entry.trailing), dtype=entry.dtype)
         for piece in entry.policy.split(ids):
             piece.fill(out, entry.parts[piece.part])
         return out
 
-    def _push(self, entry: TensorEntry, op: PushOp, ids: torch.Tensor,
-              values: torch.Tensor) -> None:
-        uniq, combined = combine_duplicates(ids, values, op.combine)
-        for piece in entry.policy.split(uniq):
-            apply_op(self._entries.values(), entry, op, piece.part, piece.local,
-                     combined[piece.index()])
+    def _push_many(self, pushes: list) -> None:
+        for entry, op, ids, values in pushes:  # one after another
+            uniq, combined = combine_duplicates(ids, values, op.combine)
+            for piece in entry.policy.split(uniq):
+                apply_op(self._entries.values(), entry, op, piece.part, piece.local,
+                         combined[piece.index()])

@@ -18,7 +18,7 @@ from typing import Callable, Union
 
 import torch
 
-from dglx_dist.errors import InvalidValueError, UnknownNameError
+from dglx_dist.errors import InvalidValueError
 
 __all__ = ["PushOp", "OpHandler", "Init", "BUILTIN_OPS", "COMBINE_RULES", "INITS",
            "combine_duplicates", "init_part"]
@@ -101,13 +101,10 @@ def init_part(init: Init, shape: tuple, dtype: torch.dtype, seed: int, name: str
     random state is untouched and any process building the part gets the same rows.
 
     Raises:
-        KeyError: an unknown initialiser name.
-        ValueError: a callable returned a tensor of the wrong shape.
+        ValueError: a callable returned a tensor of the wrong shape (a name is one of
+            :data:`INITS`: ``KVStore.init_data`` checked it).
     """
     if isinstance(init, str):
-        if init not in INITS:
-            raise UnknownNameError(f"unknown initialiser {init!r}; expected one of {sorted(INITS)} "
-                                   "or a callable init(shape, dtype)")
         return INITS[init](shape, dtype)
     part_seed = zlib.crc32(f"{seed}/{name}/{part}".encode())
     with torch.random.fork_rng(devices=[]):

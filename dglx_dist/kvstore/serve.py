@@ -118,7 +118,7 @@ class Server:
 
         def apply_own() -> None:  # rows this rank writes itself: no message
             if own is not None:
-                self.shards.apply({self.rank: own})
+                self.shards.apply_many({self.rank: [own]})
 
         self.exchange(requests, apply_own)
 
@@ -238,7 +238,7 @@ class Server:
             raise InvalidValueError(f"{entry.name!r}: ids outside [0, {entry.policy.num_rows})")
         if kind == PUSH:
             head = torch.cat([torch.tensor([index, op_index]), ids])
-            self.shards.apply({source: (head, body[8 * num_ids:])})
+            self.shards.apply_many({source: [(head, body[8 * num_ids:])]})
             return 0
         if kind != PULL or payload > out.numel():
             raise InvalidValueError(f"a request of kind {kind} for {payload} bytes in an answer "

@@ -75,8 +75,7 @@ class PullPlan:
             pos = torch.cat([q.pos for q in pieces])
             if len(pieces) > 1 and pieces[0].cols is not None:  # column pieces share rows
                 pos = torch.unique(pos)
-            asked[server] = (self.uniq.index_select(0, pos),
-                             sum(_piece_bytes(self.entry, q) for q in pieces))
+            asked[server] = (self.uniq.index_select(0, pos), self.answer_bytes(server))
         return asked
 
     def answer_bytes(self, server: int) -> int:
@@ -231,14 +230,10 @@ class Shards:
                                 torch.cat(chunks) if chunks else EMPTY_U8)
         return messages
 
-    def apply(self, messages: Mapping[int, Message]) -> None:
-        """Applies push messages by source rank: what every source sent is combined (in rank
-        order) per (name, op, part), then applied."""
-        self.apply_many({source: [message] for source, message in messages.items()})
-
     def apply_many(self, messages: Mapping[int, Sequence[Message]]) -> None:
-        """:meth:`apply` of several messages per source rank (each of another name), as
-        :func:`unpack_messages` gives them."""
+        """Applies push messages by source rank (each of another name, as
+        :func:`unpack_messages` gives them): what every source sent is combined (in rank
+        order) per (name, op, part), then applied."""
         groups: dict[tuple[int, int, int], list[tuple[torch.Tensor, torch.Tensor]]] = {}
         for source in sorted(messages):
             for head, buf in messages[source]:
