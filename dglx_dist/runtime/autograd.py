@@ -229,29 +229,6 @@ def reduce_to_owners(server: Comm, cross: Comm | None,
     return unflatten(total, [t.shape for t in partials[me]])
 
 
-class _HaloExchange(torch.autograd.Function):
-    """``h`` -> ``[h; rows of every member's h this rank asked for]``."""
-
-    @staticmethod
-    def forward(ctx, comm: Comm, send_idx: Sequence[torch.Tensor], recv_rows: Sequence[int],
-                h: torch.Tensor) -> torch.Tensor:
-        send_idx = [idx.to(h.device) for idx in send_idx]  # plans live on the host
-        ctx.comm, ctx.send_idx, ctx.recv_rows, ctx.rows = comm, send_idx, recv_rows, h.shape[0]
-        got = comm.all_to_all_v([h.index_select(0, idx) for idx in send_idx],
-                                recv_rows=recv_rows)
-        return torch.cat([h, *got])
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        grad_h = grad[:ctx.rows].clone()
-        remote = torch.split(grad[ctx.rows:], list(ctx.recv_rows))
-        back = ctx.comm.all_to_all_v([g.contiguous() for g in remote],
-                                     recv_rows=[idx.numel() for idx in ctx.send_idx])
-        for idx, g in zip(ctx.send_idx, back):
-            grad_h.index_add_(0, idx, g)
-        return None, None, None, grad_h
-
-
 def halo_exchange(comm: Comm, h: torch.Tensor, send_idx: Sequence[torch.Tensor],
                   recv_rows: Sequence[int]) -> torch.Tensor:
     """``h`` followed by the rows this rank needs from each member of ``comm`` (collective).
@@ -266,7 +243,7 @@ def halo_exchange(comm: Comm, h: torch.Tensor, send_idx: Sequence[torch.Tensor],
         ``h`` with the received rows appended in member order. Differentiable: the gradient of
         a received row goes back to its holder and is added to the row it came from.
     """
-    return _HaloExchange.apply(comm, send_idx, recv_rows, h)
+    return halo_exchange_many(comm, [h], [send_idx], [recv_rows])[0]
 
 
 def _rows_of(t: torch.Tensor) -> int:
@@ -288,8 +265,8 @@ class _HaloExchangeMany(torch.autograd.Function):
         got = _exchange_flat(comm, [[h.index_select(0, idx) for idx in per]
                                     for h, per in zip(hs, send_idx)],
                              [[n * w for n in per] for per, w in zip(recv_rows, widths)])
-        return tuple(torch.cat([h, *(g.view(-1, *h.shape[1:]) for g in parts)])
-                     for h, parts in zip(hs, got))
+        return tuple(torch.cat([h, *(g.view(int(n), *h.shape[1:]) for g, n in zip(parts, per))])
+                     for h, parts, per in zip(hs, got, recv_rows))
 
     @staticmethod
     def backward(ctx, *grads: torch.Tensor):
@@ -301,7 +278,7 @@ class _HaloExchangeMany(torch.autograd.Function):
                                                  for g, per in zip(outs, ctx.send_idx)])
         for g, per, parts in zip(outs, ctx.send_idx, back):
             for idx, part in zip(per, parts):
-                g.index_add_(0, idx, part.view(-1, *g.shape[1:]))
+                g.index_add_(0, idx, part.view(idx.numel(), *g.shape[1:]))
         return (None, None, None, *outs)
 
 
@@ -309,8 +286,8 @@ def _exchange_flat(comm: Comm, send: Sequence[Sequence[torch.Tensor]],
                    recv: Sequence[Sequence[int]]) -> list[list[torch.Tensor]]:
     """``send[t][j]``: rows of tensor ``t`` for member ``j``; ``recv[t][j]``: elements of
     tensor ``t`` member ``j`` sends here. Returns ``[t][j]`` what member ``j`` sent, flat."""
-    payload = [torch.cat([send[t][j].reshape(-1) for t in range(len(send))])
-               for j in range(comm.size)]
+    flat = [[rows[j].reshape(-1) for rows in send] for j in range(comm.size)]
+    payload = [f[0] if len(f) == 1 else torch.cat(f) for f in flat]  # one tensor: no copy
     got = comm.all_to_all_v(payload, recv_rows=[sum(r[j] for r in recv)
                                                 for j in range(comm.size)])
     return [[got[j].narrow(0, sum(r[j] for r in recv[:t]), recv[t][j])
