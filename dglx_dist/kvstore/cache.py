@@ -1,20 +1,10 @@
 """Copies of other servers' rows, kept on a server so that its pulls stop fetching them again.
 
-DistDGL pulls every remote row at every step. A :class:`RowCache` (``DistKVStore.start_cache``)
-first counts, for one epoch, how often this server's ranks pulled each row that lives
-elsewhere; then (``DistKVStore.fill_cache``, collective, at the end of that epoch) the rows
-pulled most often are copied into the server's shared memory, as many as the budget holds, and
-later pulls read them there. The choice is by visits: on the synthetic graphs of
-docs/benchmarks.md, rows chosen by in-degree or by edges into the server's own nodes serve
-about as many of the next epoch's pulls (within 1-3 points either way), but the count is what
-this run's own sampler, seeds and fanouts pull (weighted sampling, an edge loader's pairs,
-hops beyond the HALO), which a degree approximates only for uniform sampling; it costs the
-first epoch uncached.
-
-Exact: a name pushed during the counting epoch is not cached, and a collective push to a
-cached name drops its copies on every rank (a non-collective one is refused: the other
-servers could not be told). Whole rows only: column-partitioned tensors (p3's) are not
-cached here.
+A :class:`RowCache` (``DistKVStore.start_cache``) counts, for one epoch, how often this
+server's ranks pulled each row that lives elsewhere; ``DistKVStore.fill_cache`` (collective)
+copies the rows pulled most often, within the budget, into the server's shared memory, where
+later pulls read them. docs/kvstore.md ("A cache of other servers' rows") says what stays
+exact (pushes drop copies; whole rows only), what is refused and why visits, not degrees.
 """
 from __future__ import annotations
 

@@ -1,27 +1,9 @@
-"""One pull per server: the ranks of a server ask each other server once for the rows any of
-them wants.
+"""One pull per server (``DistKVStore.pull_per_server``): the ranks of a server ask each other
+server once for the rows any of them wants (a row two of them want crosses the link once),
+then hand each other the rows they got.
 
-Asking alone, each rank of a server sends every other server its own request, so a row that
-two ranks of the server both want crosses the link twice; ranks of one server sample
-overlapping neighbourhoods (docs/kvstore.md has the shares). Coalesced, a collective pull of
-whole rows goes:
-
-1. the ranks of the server share their requests (one all-gather of ids within the server);
-2. of the union of the ids asked of each (tensor, other server), a row only one rank wants
-   is asked for by that rank, and the rows several want are cut into as many contiguous runs
-   as the server has ranks, one run each; each rank asks the other server for its rows (the
-   cross-server exchange, as asking alone);
-3. once the answers are in, each rank sends every other rank of its server the rows it got
-   that rank wants, in the order that rank asked (one all-to-all within the server);
-4. each rank puts together, per other server, the answer it would have got asking alone.
-
-A pull of column slices (P3's features) goes alone: where any rank of the server asks for
-one, every rank of the server sends its own requests in that exchange.
-
-The exchanges of step 3 run in the order the pulls started, on every rank: waiting for a pull
-first finishes the pulls started before it. A rank whose cross-server answers failed still
-takes part in step 3 (its rows marked failed), so its server's other ranks raise, naming it,
-instead of waiting.
+docs/kvstore.md ("One pull per server") gives the four steps, the order their exchanges run
+in, what goes alone (column slices, p3's) and what a rank whose answers failed does.
 """
 from __future__ import annotations
 

@@ -85,10 +85,10 @@ class Server:
     Args:
         session: the running session (its communicators, counter, health, timeout, ranks).
         shards: the store's tensors: requests are cut by them and answered from them.
-        name: the communicator's name in errors.
     """
 
-    def __init__(self, session, shards: Shards, name: str = "kvserve"):
+    def __init__(self, session, shards: Shards):
+        name = "kvserve"  # the communicator's name in errors
         self.comm, self.shards = session.new_world_comm(name), shards
         self.rank, self.size, self.local_rank = session.rank, session.world_size, session.local_rank
         self.timeout = float(session.env.timeout)

@@ -231,8 +231,7 @@ class Comm:
                                                                  async_op=True))
 
         def finish() -> torch.Tensor:
-            share = 2 * tensor.nbytes // self.size
-            self._count([share] * self.size, [share] * self.size)
+            self.account_all_reduce(tensor.nbytes)
             return tensor
 
         return Pending(self, "all_reduce", work, finish, keep=tensor)

@@ -1,27 +1,13 @@
 """The launch environment: the only module that reads torchrun / SLURM environment variables.
 
-Sources, tried in order:
-
-* **torchrun** (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``,
-  ``MASTER_ADDR``, ``MASTER_PORT``): one torchrun node is one server.
-* **SLURM** ``srun`` (``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``, ``SLURM_NODEID``,
-  ``SLURM_JOB_NUM_NODES``, ``SLURM_STEP_NODELIST``/``SLURM_JOB_NODELIST``): the rendezvous host is
-  the first node of the list, the port ``DGLX_MASTER_PORT`` (or ``MASTER_PORT``, default 29500).
-  No SSH anywhere: srun starts every process.
-* nothing: a single process (rank 0 of 1).
-
-dglx_dist's own variables:
-
-* ``DGLX_VIRTUAL_SERVERS=N``: split the ranks of each machine into N virtual servers, so one
-  machine stands in for a cluster (intra- vs inter-server traffic is then counted for real).
-* ``DGLX_TIMEOUT``: seconds any collective may wait before the job fails (default 120).
-* ``DGLX_BACKEND``: force ``gloo`` or ``nccl`` (default: nccl when the device is a GPU).
-* ``DGLX_DEVICE``: ``auto`` (default: the rank's GPU when CUDA is available, else the CPU),
-  ``cpu``, ``cuda`` or ``cuda:N`` (see :mod:`dglx_dist.runtime.device`).
-* ``DGLX_MALLOC``: ``keep`` (default) or ``system``, see :mod:`dglx_dist.runtime.allocator`.
-* ``DGLX_HOST_RANKS``: the ranks that share this machine's memory, where several launcher
-  nodes run on one machine (``dglx emulate`` sets it; default: this node's ranks). The up-front
-  memory check counts them.
+Sources, tried in order: **torchrun** (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``: one torchrun node is
+one server), **SLURM** ``srun`` (what it reads: docs/launching.md, "SLURM"; no SSH anywhere),
+else a single process (rank 0 of 1). dglx_dist's own ``DGLX_*`` variables, checked by
+:class:`DistEnv`, are in docs/launching.md ("Environment variables"); besides those,
+``DGLX_HOST_RANKS`` names the ranks that share this machine's memory, where several launcher
+nodes run on one machine (``dglx emulate`` sets it; default: this node's ranks), for the
+up-front memory check.
 """
 from __future__ import annotations
 

@@ -85,10 +85,7 @@ class Health:
     def mark(self, state: str) -> None:
         """Records that this rank saw a failure ("failed") or is leaving cleanly ("exit"), so
         that peers diagnosing later do not take its exit for the cause."""
-        try:
-            self._within(self._flag, f"{state}/{self.rank}")
-        except (RuntimeError, TimeoutError):  # store gone or frozen: nothing to tell
-            pass
+        self._tell(self._flag, f"{state}/{self.rank}")
 
     def record_crash(self, message: str) -> None:
         """Records that this rank is leaving because of an exception (peers name it, quoting
@@ -97,8 +94,11 @@ class Health:
             self._set(f"crash_msg/{self.rank}", message[:500])
             self._flag(f"crashed/{self.rank}")
 
+        self._tell(record)
+
+    def _tell(self, fn, *args) -> None:
         try:
-            self._within(record)
+            self._within(fn, *args)
         except (RuntimeError, TimeoutError):  # store gone or frozen: nothing to tell
             pass
 

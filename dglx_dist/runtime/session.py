@@ -357,14 +357,18 @@ def init(backend: str | None = None, env: DistEnv | None = None, store=None,
     env = env or read_env()
     if dist.is_initialized():  # the script's own init_process_group (a DistDGL script)
         return _adopt(env, heartbeat, device)
-    cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    placement = choose_placement(env.rank, env.local_rank, env.local_world_size,
-                                 backend or env.backend, device or env.device, cuda_count)
+    placement = _placement(env, backend or env.backend, device)
     if store is None:
         url = f"tcp://{env.master_addr}:{env.master_port}"
         store, _, _ = next(dist.rendezvous(url, env.rank, env.world_size,
                                            timeout=datetime.timedelta(seconds=env.timeout)))
     return _checked(Session(env, placement, store, heartbeat))
+
+
+def _placement(env: DistEnv, backend: str | None, device: str | None) -> Placement:
+    cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return choose_placement(env.rank, env.local_rank, env.local_world_size, backend,
+                            device or env.device, cuda_count)
 
 
 def _checked(session: Session) -> Session:
@@ -386,10 +390,7 @@ def _adopt(env: DistEnv, heartbeat: float, device: str | None) -> Session:
     store = dist.distributed_c10d._get_default_store()
     backend = "nccl" if "nccl" in dist.get_backend() else "gloo"
     log.debug("adopting the default process group (%s)", dist.get_backend())
-    cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    placement = choose_placement(env.rank, env.local_rank, env.local_world_size, backend,
-                                 device or env.device, cuda_count)
-    return _checked(Session(env, placement, store, heartbeat, adopt=True))
+    return _checked(Session(env, _placement(env, backend, device), store, heartbeat, adopt=True))
 
 
 def current_session() -> Session:
