@@ -1,16 +1,9 @@
 """Collectives over one process group, with byte counters, timeouts and named failures.
 
 Every strategy sends through a :class:`Comm`, so byte counts cannot be forgotten. Counts are
-*logical* bytes under a direct-exchange model, split by whether the peer is on the same server:
-
-* ``all_to_all_v``: exactly the rows sent to / received from each peer (plus, as ``control``,
-  the 8-byte row counts exchanged first);
-* ``all_gather``: the tensor to every peer; ``reduce_scatter``: one chunk to every peer;
-  ``all_reduce``: ``2 * nbytes / size`` to and from every peer (reduce-scatter + all-gather);
-  ``broadcast``: the tensor from the source to every peer.
-
-Wire bytes of gloo's or NCCL's algorithms differ (rings, trees); the model makes counts
-deterministic and comparable across strategies. Bytes to oneself are not counted.
+*logical* bytes under a direct-exchange model (what each collective counts: docs/metrics.md,
+the ``bytes_*`` fields), split by whether the peer is on the same server; deterministic and
+comparable across strategies, unlike gloo's or NCCL's wire bytes.
 
 Device tensors: a group made under NCCL carries CUDA tensors itself (torch.distributed's
 ``"cpu:gloo,cuda:nccl"``: host tensors over gloo, device tensors over NCCL); on a group of

@@ -1,18 +1,11 @@
 """Where a rank computes: its torch device and the backend of its device collectives.
 
-One rank per GPU, as DistDGL and PyTorch's DDP run: under ``--backend nccl`` local rank ``i``
-computes on ``cuda:i`` and needs a GPU of its own. ``--backend gloo`` on a GPU machine still
-computes on the GPUs (several local ranks may share one: rank ``i`` takes ``cuda:i % count``)
-and moves device tensors through host memory for its collectives. Without CUDA every rank
-computes on the CPU over gloo.
-
-``--device`` (``DGLX_DEVICE``) overrides the choice: ``cpu``, ``cuda`` (the rank's GPU as
-above) or ``cuda:N``; ``auto`` (the default) is ``cuda`` when CUDA is available.
-
-Process groups under NCCL carry both backends (torch.distributed's ``"cpu:gloo,cuda:nccl"``):
-host tensors (sampling requests, KVStore rows, control) travel over gloo and device tensors
-(DDP's gradients, P3's partial activations) over NCCL, on the same group, dispatched by the
-tensor's device.
+docs/launching.md ("GPUs") gives the choices (``--device`` / ``DGLX_DEVICE``, ``--backend``):
+one GPU per rank under NCCL (local rank ``i`` on ``cuda:i``), GPUs shared under gloo (rank
+``i`` on ``cuda:i % count``, device tensors through host memory), the CPU without CUDA.
+Process groups under NCCL carry both backends (``"cpu:gloo,cuda:nccl"``): host tensors
+(sampling requests, KVStore rows, control) over gloo, device tensors over NCCL, dispatched by
+the tensor's device.
 
 Bad combinations are refused before any process group exists, each in one line naming the
 rank, the device and what is expected; :func:`mixed_devices` compares the ranks' choices

@@ -180,13 +180,16 @@ def _from_slurm(env: Mapping[str, str]) -> DistEnv:
                    restart_count=_int(env, "SLURM_RESTART_COUNT", 0), **_common(env))
 
 
+# each launcher's rank and world-size variables, and how its environment is read
+_LAUNCHERS = (("RANK", "WORLD_SIZE", _from_torchrun), ("SLURM_PROCID", "SLURM_NTASKS", _from_slurm))
+
+
 def read_env(environ: Mapping[str, str] | None = None) -> DistEnv:
     """Reads the launch environment (``os.environ`` by default)."""
     env = os.environ if environ is None else environ
-    if "RANK" in env and "WORLD_SIZE" in env:
-        return _from_torchrun(env)
-    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
-        return _from_slurm(env)
+    for rank_key, world_key, read in _LAUNCHERS:
+        if rank_key in env and world_key in env:
+            return read(env)
     return DistEnv(launcher="single", **_common(env))
 
 
@@ -195,7 +198,7 @@ def launch_position(environ: Mapping[str, str] | None = None) -> tuple[int, int,
     rest (a failure report needs them also when the environment itself is what failed);
     ``error_file`` is torchrun's ``TORCHELASTIC_ERROR_FILE``. ``(0, 1, None)`` without one."""
     env = os.environ if environ is None else environ
-    for rank_key, world_key in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+    for rank_key, world_key, _ in _LAUNCHERS:
         try:
             rank, world = int(env[rank_key]), int(env[world_key].split("(")[0])
         except (KeyError, ValueError):

@@ -11,6 +11,7 @@ what would hang. Peers on other machines learn of the exit through their own tim
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -50,16 +51,12 @@ class LauncherWatch:
         sys.stderr.flush()
         children = psutil.Process().children(recursive=True)
         for child in children:
-            try:
+            with contextlib.suppress(psutil.Error):
                 child.terminate()
-            except psutil.Error:
-                continue
         _, alive = psutil.wait_procs(children, timeout=2.0)
         for child in alive:
-            try:
+            with contextlib.suppress(psutil.Error):
                 child.kill()
-            except psutil.Error:
-                continue
         os._exit(EXIT_ORPHANED)
 
     def stop(self) -> None:
