@@ -31,31 +31,29 @@ class Topology:
 
     def server_of(self, rank: int) -> int:
         """The server holding ``rank``."""
-        self._check(rank)
+        _check("rank", rank, self.world_size)
         return rank // self.ranks_per_server
 
     def local_rank_of(self, rank: int) -> int:
         """``rank``'s index within its server."""
-        self._check(rank)
+        _check("rank", rank, self.world_size)
         return rank % self.ranks_per_server
 
     def server_ranks(self, server: int) -> list[int]:
         """Ranks of ``server``, in order."""
-        if not 0 <= server < self.num_servers:
-            raise IdOutOfRangeError(f"server {server} is outside [0, {self.num_servers})")
+        _check("server", server, self.num_servers)
         return list(range(server * self.ranks_per_server, (server + 1) * self.ranks_per_server))
 
     def cross_ranks(self, local_rank: int) -> list[int]:
         """The ranks with local index ``local_rank`` on every server, by server."""
-        if not 0 <= local_rank < self.ranks_per_server:
-            raise IdOutOfRangeError(f"local rank {local_rank} is outside [0, "
-                                    f"{self.ranks_per_server})")
+        _check("local rank", local_rank, self.ranks_per_server)
         return [s * self.ranks_per_server + local_rank for s in range(self.num_servers)]
 
     def same_server(self, a: int, b: int) -> bool:
         """Whether ranks ``a`` and ``b`` share a server (their traffic is intra-server)."""
         return self.server_of(a) == self.server_of(b)
 
-    def _check(self, rank: int) -> None:
-        if not 0 <= rank < self.world_size:
-            raise IdOutOfRangeError(f"rank {rank} is outside [0, {self.world_size})")
+
+def _check(what: str, index: int, count: int) -> None:
+    if not 0 <= index < count:
+        raise IdOutOfRangeError(f"{what} {index} is outside [0, {count})")
