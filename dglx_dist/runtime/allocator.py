@@ -1,17 +1,14 @@
 """Keeping freed memory for reuse: the C allocator setting a training process starts with.
 
-A training step allocates the same large tensors every time (a batch's input features, its
-activations and their gradients). glibc serves allocations above its mmap threshold (at most
-32 MiB) with fresh ``mmap`` pages and returns them on free, so every step pays a page fault per
-4 KiB of every such tensor on first touch; on the test machines that made gathering a batch's
-feature rows two to three times slower than with reused memory (34 MB of rows: 28 ms vs 9-13 ms).
-
+glibc serves allocations above its mmap threshold (at most 32 MiB: a batch's input features,
+its activations and their gradients) with fresh ``mmap`` pages and returns them on free, so
+every step page-faults them again (what that cost: docs/benchmarks.md, "The allocator").
 ``keep`` (the default, ``DGLX_MALLOC=keep``) asks glibc, through ``mallopt``, to serve every
 allocation from its heap and to trim the heap only beyond 2 GiB of free memory at its top, so
 memory freed in one step is reused by the next; the process's resident memory then stays near
-its high-water mark. ``system`` leaves
-the allocator alone (glibc's defaults; the setting a plain DGL script runs with). Where the C
-library is not glibc (no ``mallopt``) ``keep`` changes nothing and says so in the log.
+its high-water mark. ``system`` leaves the allocator alone (glibc's defaults; the setting a
+plain DGL script runs with). Where the C library is not glibc (no ``mallopt``) ``keep``
+changes nothing and says so in the log.
 """
 from __future__ import annotations
 
