@@ -27,8 +27,7 @@ from dglx_dist.kvstore import RowPolicy
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
 
-__all__ = ["EdgeData", "EdgeDataView", "EdgeTypes", "EdgeTypeData", "EdgeSpace", "edge_tensor",
-           "PREFIX"]
+__all__ = ["EdgeData", "EdgeDataView", "EdgeTypes", "EdgeSpace", "edge_tensor", "PREFIX"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,12 +67,15 @@ def edge_tensor(graph: DistGraph, shape: tuple[int, ...], dtype: torch.dtype, na
 
 
 class EdgeData(DataViews):
-    """``g.edata``: a view per edge-data name."""
+    """``g.edata`` (``space`` None: the graph's one edge type) or ``g.edges[etype].data``
+    (``space`` the type's, ``index`` None on a graph without types, whose one edge type has
+    every name): a view per edge-data name of one edge type, as
+    :class:`~dglx_dist.api.ndata.NodeData` is for node types."""
 
     kind = "edge"
 
-    def __init__(self, graph: DistGraph):
-        self._g = graph
+    def __init__(self, graph: DistGraph, space: EdgeSpace | None = None):
+        self._g, self._space = graph, space
         self._part: torch.Tensor | None = None  # the graph's edge id -> partitioned edge id
         self._ids: torch.Tensor | None = None  # and back
 
@@ -82,19 +84,27 @@ class EdgeData(DataViews):
         return [n[len(PREFIX):] for n in self._g.store.names() if n.startswith(PREFIX)]
 
     def keys(self) -> list[str]:
-        return [] if self._several_types() else self.stored()
+        if self._space is None:  # DGL's rule: g.edata is for a graph of one edge type
+            return [] if self._several_types() else self.stored()
+        index, types = self._space.index, self._g.pdir.types
+        return [n for n in self.stored() if index is None or types.has_edge_data(index, n)]
 
     def __getitem__(self, name: str) -> "EdgeDataView":
-        if self._several_types():  # DGL's rule: g.edata is for a graph of one edge type
+        if self._space is None and self._several_types():
             raise UnknownNameError(f"g.edata[{name!r}]: this graph has edge types "
                                    f"{self._g.etypes}; use g.edges[etype].data[{name!r}]")
-        return super().__getitem__(name)
+        if self._space is None or name in self.keys():
+            return super().__getitem__(name)
+        etype = self._space.etype
+        raise UnknownNameError(f"g.edges[{etype}].data[{name!r}]: edge type {etype} has no "
+                               f"such edge data; it has {self.keys()}")
 
     def _several_types(self) -> bool:
         return len(self._g.canonical_etypes) > 1
 
     def view(self, name: str) -> "EdgeDataView":
-        return EdgeDataView(self, name)
+        index = None if self._space is None else self._space.index
+        return EdgeDataView(self._g.edata, name, index)
 
     def part_ids(self, eids: torch.Tensor) -> torch.Tensor:
         """The partitioned ids (the KVStore's rows) of the graph's edge ids ``eids``."""
@@ -112,52 +122,21 @@ class EdgeData(DataViews):
 
 
 class EdgeTypes:
-    """``g.edges``: DGL's edge-type view; ``g.edges[etype].data`` is one edge type's data."""
+    """``g.edges``: DGL's edge-type view; ``g.edges[etype].data`` is one edge type's
+    :class:`EdgeData`."""
 
-    def __init__(self, edata: EdgeData):
-        self._edata = edata
+    def __init__(self, graph: DistGraph):
+        self._g = graph
 
-    def __getitem__(self, etype) -> "EdgeTypeData":
-        g = self._edata._g
-        if g.is_typed:
-            return EdgeTypeData(self._edata, g.pdir.types.etype_index(etype))
-        if etype not in (g.etypes[0], g.canonical_etypes[0]):
+    def __getitem__(self, etype) -> EdgeData:
+        g = self._g
+        if not g.is_typed and etype not in (g.etypes[0], g.canonical_etypes[0]):
             raise UnknownNameError(f"edge type {etype!r}: this graph has one edge type, "
                                    f"{g.canonical_etypes[0]}; use g.edata")
-        return EdgeTypeData(self._edata, None)
+        return EdgeData(g, g.get_edge_partition_policy(etype))
 
     def __repr__(self) -> str:
-        return f"EdgeTypes({self._edata._g.canonical_etypes})"
-
-
-class EdgeTypeData(DataViews):
-    """``g.edges[etype].data``: the names edge type ``index`` has (None: a graph without
-    types, whose one edge type has every name)."""
-
-    kind = "edge"
-
-    def __init__(self, edata: EdgeData, index: int | None):
-        self._edata, self._index = edata, index
-
-    @property
-    def data(self) -> "EdgeTypeData":
-        return self
-
-    def keys(self) -> list[str]:
-        types = self._edata._g.pdir.types
-        return [n for n in self._edata.stored()
-                if self._index is None or types.has_edge_data(self._index, n)]
-
-    def __getitem__(self, name: str) -> "EdgeDataView":
-        if name not in self.keys():
-            g, i = self._edata._g, self._index
-            etype = g.canonical_etypes[i or 0]
-            raise UnknownNameError(f"g.edges[{etype}].data[{name!r}]: edge type {etype} has "
-                                   f"no such edge data; it has {self.keys()}")
-        return self.view(name)
-
-    def view(self, name: str) -> "EdgeDataView":
-        return EdgeDataView(self._edata, name, self._index)
+        return f"EdgeTypes({self._g.canonical_etypes})"
 
 
 class EdgeDataView:

@@ -33,7 +33,7 @@ from dgl.frame import Scheme
 
 from dglx_dist.api.book import PartitionBook
 from dglx_dist.api.edata import EdgeData, EdgeSpace, EdgeTypes
-from dglx_dist.api.ndata import DEFAULT_NTYPE, NodeData, NodeDataView, NodeSpace, NodeTypeView
+from dglx_dist.api.ndata import DEFAULT_NTYPE, NodeData, NodeDataView, NodeSpace
 from dglx_dist.api.step_rows import StepRows
 from dglx_dist.api.store import node_data_store, part_comm, part_of, type_spaces
 from dglx_dist.api.structure import EdgeStructure
@@ -185,14 +185,14 @@ class DistGraph(EdgeStructure):
         return EdgeSpace(canonical, self.num_edges(canonical), index)
 
     @property
-    def nodes(self) -> dict[str, NodeTypeView]:
+    def nodes(self) -> dict[str, NodeData]:
         """``g.nodes[ntype].data[name]``: node data by type (DGL's)."""
-        return {t: NodeTypeView(self, s) for t, s in self.spaces.items()}
+        return {t: NodeData(self, s) for t, s in self.spaces.items()}
 
     @property
     def edges(self) -> EdgeTypes:
         """``g.edges[etype].data[name]``: edge data by edge type (DGL's)."""
-        return EdgeTypes(self.edata)
+        return EdgeTypes(self)
 
     def num_nodes(self, ntype: str | None = None) -> int:
         if ntype is not None:

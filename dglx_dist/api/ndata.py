@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
 
 __all__ = ["fit_rows", "stored_tensor", "DataViews", "NodeData", "NodeDataView", "NodeSpace",
-           "NodeTypeView", "space_for", "as_node_ids", "MASKS", "EDGE_PREFIX", "INTERNAL_PREFIX",
+           "space_for", "as_node_ids", "MASKS", "EDGE_PREFIX", "INTERNAL_PREFIX",
            "DEFAULT_NTYPE"]
 
 MASKS = {"train_mask": "train", "val_mask": "val", "test_mask": "test"}
@@ -141,6 +141,12 @@ class DataViews(abc.ABC):
     def view(self, name: str) -> Any:
         """The view of ``name`` (an existing name)."""
 
+    @property
+    def data(self) -> "DataViews":
+        """Itself: ``g.nodes[ntype]`` and ``g.edges[etype]`` are their type's data, so that
+        DGL's ``g.nodes[ntype].data[name]`` reads it."""
+        return self
+
     def __contains__(self, name: object) -> bool:
         return name in self.keys()
 
@@ -206,20 +212,6 @@ class NodeData(DataViews):
 
     def view(self, name: str) -> "NodeDataView":
         return NodeDataView(self._g, name, self.space)
-
-
-class NodeTypeView:
-    """``g.nodes[ntype]``: DGL's node-type view; ``.data[name]`` is one of its data views."""
-
-    def __init__(self, graph: DistGraph, space: NodeSpace):
-        self._g, self.space = graph, space
-
-    @property
-    def data(self) -> NodeData:
-        return NodeData(self._g, self.space)
-
-    def __repr__(self) -> str:
-        return f"NodeTypeView({self.space.ntype!r}, num_nodes={self.space.num_nodes})"
 
 
 class NodeDataView:

@@ -13,8 +13,7 @@ import torch
 
 from dglx_dist.api.edata import EdgeSpace, edge_tensor
 from dglx_dist.api.graph import DistGraph, NodeDataView, current_graph
-from dglx_dist.api.ndata import stored_tensor
-from dglx_dist.api.ndata import space_for
+from dglx_dist.api.ndata import space_for, stored_tensor
 
 __all__ = ["DistTensor"]
 
