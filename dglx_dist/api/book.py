@@ -121,7 +121,7 @@ class PartitionBook:
     def _edge_ids(self, eids, etype, what: str) -> torch.Tensor:
         """The graph's (homogeneous) edge ids of ``eids`` (of edge type ``etype`` on a graph
         with types), checked."""
-        return given_edge_ids(self.graph, {self.graph.to_canonical_etype(etype): eids}, what)
+        return given_edge_ids(self.graph, {etype: eids}, what)
 
     @staticmethod
     def _held(owners, partid: int, what: str, kind: str) -> None:
@@ -159,8 +159,7 @@ class PartitionBook:
 
     def map_to_homo_eid(self, ids, etype) -> torch.Tensor:
         """Homogeneous ids of edge type ``etype``'s ``ids``."""
-        return given_edge_ids(self.graph, {self.graph.to_canonical_etype(etype): ids},
-                              "map_to_homo_eid")
+        return self._edge_ids(ids, etype, "map_to_homo_eid")
 
     def map_to_per_etype(self, ids) -> tuple[torch.Tensor, torch.Tensor]:
         """(edge type id, per-type id) of homogeneous edge ``ids``."""

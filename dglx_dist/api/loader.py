@@ -252,26 +252,20 @@ def _sampler_fields(graph: DistGraph, sampler, batch_size) -> dict:
     if whole < 1:
         raise InvalidValueError(f"DataLoader: batch_size {batch_size!r}; expected an "
                                 f"integer >= 1")
-    types = graph.pdir.types if graph.is_typed else None
-    if not is_edge_sampler(sampler):
-        prefetched_edge_feats(graph, sampler)
-        draw = user_sampler(graph, sampler)
-        if draw is not None:
-            return {"fanouts": (), "draw": draw}
-        return {"fanouts": sampler_fanouts(sampler, types),
-                "sampling": sampler_options(graph, sampler)}
-    if not graph.strategy.capabilities.link_prediction:
+    edges = is_edge_sampler(sampler)  # an edge loader: its node sampler draws the blocks
+    if edges and not graph.strategy.capabilities.link_prediction:
         raise NotSupportedError(f"DataLoader: strategy {graph.strategy.registered_name!r} "
                                 "does not train link prediction (edge loaders run under "
                                 "distdgl, p3, granndis and fullgraph; docs/link_prediction.md)")
-    node_sampler = sampler.sampler
+    node_sampler = sampler.sampler if edges else sampler
     prefetched_edge_feats(graph, node_sampler)
-    pairs = EdgePairs(graph, sampler)
+    fields = {"pairs": EdgePairs(graph, sampler)} if edges else {}
     draw = user_sampler(graph, node_sampler)
     if draw is not None:
-        return {"fanouts": (), "draw": draw, "pairs": pairs}
-    return {"fanouts": sampler_fanouts(node_sampler, types), "pairs": pairs,
-            "sampling": sampler_options(graph, node_sampler)}
+        return {"fanouts": (), "draw": draw, **fields}
+    types = graph.pdir.types if graph.is_typed else None
+    return {"fanouts": sampler_fanouts(node_sampler, types),
+            "sampling": sampler_options(graph, node_sampler), **fields}
 
 
 DistNodeDataLoader = DataLoader
@@ -289,7 +283,7 @@ class DistEdgeDataLoader(DataLoader):
 
     def __init__(self, g: DistGraph, eids, graph_sampler, device=None, **kwargs):
         options = {k: kwargs.pop(k) for k in _EDGE_SAMPLER_ARGS if k in kwargs}
-        if not isinstance(graph_sampler, dgl.dataloading.EdgePredictionSampler):
+        if not is_edge_sampler(graph_sampler):
             graph_sampler = dgl.dataloading.as_edge_prediction_sampler(graph_sampler, **options)
         elif options:
             raise InvalidValueError(f"DistEdgeDataLoader: {sorted(options)} given with a "

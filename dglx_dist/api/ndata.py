@@ -288,12 +288,9 @@ class NodeDataView:
                           self._g.store.dtype(self.name), self.what)
         self._g.store.push(self.name, ids, values, "assign", collective=False)
 
-    def rows(self, ids: torch.Tensor, collective: bool = False) -> Any:
-        """Rows of partitioned ``ids``, in that order: this rank alone asks the owners, or,
-        with ``collective``, every rank at the same step (the faster path a loader takes,
-        since its ranks step together)."""
-        if collective:
-            return self.start_rows(ids).wait()
+    def rows(self, ids: torch.Tensor) -> Any:
+        """Rows of partitioned ``ids``, in that order: this rank alone asks the owners
+        (:meth:`start_rows`: every rank at the same step, the faster path a loader takes)."""
         if self._held_by_strategy():
             held = self._g.strategy.local_rows(self.name, ids)
             if held is not None:
@@ -301,7 +298,7 @@ class NodeDataView:
         return self._typed(self._stored().pull(self.name, ids, collective=False))
 
     def start_rows(self, ids: torch.Tensor, unique: bool = False) -> PullUnderWay:
-        """:meth:`rows` with ``collective``, returned while the rows of other servers travel;
+        """:meth:`rows`, collective (every rank at the same step), returned while the rows of other servers travel;
         ``wait()`` on the result gives them (``unique``: ``ids`` has no duplicates, e.g. a
         block's input nodes, so they are not deduplicated first). A name the strategy may
         hold itself is read by this rank alone, at once: ranks may differ in which of its

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from dglx_dist.api.book import given_edge_ids
 from dglx_dist.api.ndata import INTERNAL_PREFIX, as_node_ids
 from dglx_dist.errors import (InvalidValueError, NotServedError, NotSupportedError,
                               UnknownNameError)
@@ -124,12 +125,12 @@ class EdgeStructure:
         view._drawing, view._asker = sampler, asker
         return view
 
-    def _draws(self, what: str):
-        """The sampler the graph's draws go through (``what``: the method, for errors)."""
+    def _draws(self, what: str) -> tuple[str, object]:
+        """How errors name method ``what``, and the sampler the graph's draws go through."""
+        where = f"{self._asker}: g.{what}"
         if self.is_typed:
-            raise NotSupportedError(f"{self._asker}: g.{what}: not supported on a graph with "
-                                    "edge types yet")
-        return self._drawing if self._drawing is not None else self.sampler()
+            raise NotSupportedError(f"{where}: not supported on a graph with edge types yet")
+        return where, self._drawing if self._drawing is not None else self.sampler()
 
     def to_canonical_etype(self, etype) -> tuple[str, str, str]:
         """DGL's: the canonical edge type of ``etype`` (a relation name only one canonical
@@ -151,13 +152,7 @@ class EdgeStructure:
         edge type ``etype`` on a graph with types, per-type ids out), as DGL's
         ``find_edges``; pulled through the KVStore by this rank alone."""
         canonical = self.to_canonical_etype(etype)
-        if not self.is_typed:
-            ids = as_node_ids(eids, self.num_edges(), "find_edges", kind="edge")
-            ends = self.store.pull(ENDS, self.edata.part_ids(ids), collective=False).long()
-            return self.node_ids(ends[:, 0]), self.node_ids(ends[:, 1])
-        ids = as_node_ids(eids, self.num_edges(canonical),
-                          f"find_edges (edge type {canonical})", kind="edge")
-        hom = torch.from_numpy(self.pdir.types.etype_to_homogeneous(canonical, ids.numpy()))
+        hom = given_edge_ids(self, {canonical: eids}, "find_edges")
         ends = self.store.pull(ENDS, self.edata.part_ids(hom), collective=False).long()
         return (self.node_ids(ends[:, 0]) - self.space(canonical[0]).hom_offset,
                 self.node_ids(ends[:, 1]) - self.space(canonical[2]).hom_offset)
@@ -238,8 +233,7 @@ class EdgeStructure:
         boolean mask) and ``replace`` say; a graph over every node with the drawn edges
         (collective). In-edges are drawn by their owners; out-edges are gathered from every
         part, all of each seed's, and drawn here."""
-        where = f"{self._asker}: g.sample_neighbors"
-        sampler = self._draws("sample_neighbors")
+        where, sampler = self._draws("sample_neighbors")
         seeds, k = self._draw_args(where, seed_nodes, fanout, edge_dir, prob, ("in", "out"))
         if edge_dir == "out":
             return self._frontier(self._out_draw(sampler, seeds, k, prob, exclude_edges,
@@ -262,7 +256,7 @@ class EdgeStructure:
             raise NotSupportedError(f"{where}(importance_sampling={importance_sampling}): "
                                     "its iterations weigh each batch's seeds together, across "
                                     "the parts; expected importance_sampling=0")
-        sampler = self._draws("sample_labors")
+        _, sampler = self._draws("sample_labors")
         seeds, k = self._draw_args(where, seed_nodes, fanout, edge_dir, prob, ("in",))
         skip = self._routed(sampler, exclude_edges)
         seed = torch.randint(2**62, (1,)) if random_seed is None else \
@@ -321,8 +315,8 @@ class EdgeStructure:
         if relabel_nodes:
             raise NotSupportedError(f"{self._asker}: g.in_subgraph(relabel_nodes=True) is not "
                                     "supported; expected relabel_nodes=False")
-        sampler = self._draws("in_subgraph")
-        seeds = self._nodes(nodes, f"{self._asker}: g.in_subgraph")
+        where, sampler = self._draws("in_subgraph")
+        seeds = self._nodes(nodes, where)
         return self._frontier(self._edges(sampler.sample_layer, seeds, -1))
 
     def subgraph(self, nodes, relabel_nodes: bool = True, store_ids: bool = True,
@@ -333,8 +327,7 @@ class EdgeStructure:
         ``edata[dgl.EID]`` (collective)."""
         import dgl
 
-        where = f"{self._asker}: g.subgraph"
-        sampler = self._draws("subgraph")
+        where, sampler = self._draws("subgraph")
         if isinstance(nodes, dict):
             raise NotSupportedError(f"{where}: per-type nodes need a graph with types; this "
                                     "one has none")
@@ -359,15 +352,13 @@ class EdgeStructure:
     def in_edges(self, v, form: str = "uv", etype=None):
         """DGL's ``in_edges``: the in-edges of ``v`` as ``(u, v)``, their ids (``"eid"``) or
         all three (``"all"``), in the graph's ids (collective)."""
-        where = f"{self._asker}: g.in_edges"
-        sampler = self._draws("in_edges")
+        where, sampler = self._draws("in_edges")
         return _form(self._edges(sampler.sample_layer, self._nodes(v, where), -1), form,
                      where)
 
     def out_edges(self, u, form: str = "uv", etype=None):
         """DGL's ``out_edges`` of ``u``, as :meth:`in_edges` (collective: every part's)."""
-        where = f"{self._asker}: g.out_edges"
-        sampler = self._draws("out_edges")
+        where, sampler = self._draws("out_edges")
         return _form(self._edges(sampler.out_edges, self._nodes(u, where)), form, where)
 
     def _nodes(self, nodes, where: str) -> torch.Tensor:
