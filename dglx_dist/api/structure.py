@@ -104,13 +104,9 @@ def part_graph(part: "Partition"):
 
 
 class EdgeStructure:
-    """DGL's edge-structure methods, for :class:`DistGraph` (whose properties give a typed
-    graph's types)."""
+    """DGL's edge-structure methods, for :class:`DistGraph` (whose properties give the
+    graph's types: ``ntypes``, ``canonical_etypes``, ``is_typed``)."""
 
-    ntypes = ["_N"]
-    etypes = ["_E"]
-    canonical_etypes = [ETYPE]
-    is_typed = False
     is_block = False
     _local_graph = None  # local_partition's graph, once read
     _drawing = None  # the sampler a loader's user sampler draws through (drawn_by)
@@ -168,19 +164,15 @@ class EdgeStructure:
         if not store_ids:
             raise InvalidValueError("edge_subgraph: store_ids=False; DGL's edge_subgraph of a "
                                     "DistGraph always stores the ids (leave it out)")
-        if not self.is_typed and not isinstance(edges, dict):
-            ids = as_node_ids(edges, self.num_edges(), "edge_subgraph", kind="edge")
-            sub = dgl.graph(self.find_edges(ids), num_nodes=self.num_nodes())
-            sub.edata[dgl.EID] = ids
-        else:
-            by_type = {self.to_canonical_etype(t): e for t, e in
-                       (edges.items() if isinstance(edges, dict) else [(None, edges)])}
-            by_type = {c: as_node_ids(e, self.num_edges(c), f"edge_subgraph (edge type {c})",
-                                      kind="edge") for c, e in by_type.items()}
-            sub = dgl.heterograph({c: self.find_edges(e, c) for c, e in by_type.items()},
-                                  num_nodes_dict={t: self.num_nodes(t) for t in self.ntypes})
-            for c, e in by_type.items():
-                sub.edges[c].data[dgl.EID] = e
+        by_type = {self.to_canonical_etype(t): e for t, e in
+                   (edges.items() if isinstance(edges, dict) else [(None, edges)])}
+        by_type = {c: as_node_ids(e, self.num_edges(c), f"edge_subgraph (edge type {c})"
+                                  if self.is_typed else "edge_subgraph", kind="edge")
+                   for c, e in by_type.items()}  # a graph without types: its one type
+        sub = dgl.heterograph({c: self.find_edges(e, c) for c, e in by_type.items()},
+                              num_nodes_dict={t: self.num_nodes(t) for t in self.ntypes})
+        for c, e in by_type.items():
+            sub.edges[c].data[dgl.EID] = e
         return dgl.compact_graphs(sub) if relabel_nodes else sub
 
     def local_partition(self):

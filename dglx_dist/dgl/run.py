@@ -104,10 +104,9 @@ def _distributed_module(options: RunOptions, dgl_distributed: types.ModuleType):
     DistGraph.__doc__ = ours.DistGraph.__doc__
 
     class Distributed(types.ModuleType):
-        def __getattr__(self, name: str):  # what dglx_dist does not define: DGL's own
-            if name in SERVER_ONLY:  # DGL's servers and RPC: a stand-in refusing in one line
-                return server_only(name)
-            return getattr(dgl_distributed, name)
+        def __getattr__(self, name: str):  # what dglx_dist does not define: DGL's own, but
+            # its servers and RPC: a stand-in refusing in one line
+            return server_only(name) if name in SERVER_ONLY else getattr(dgl_distributed, name)
 
     module = Distributed("dgl.distributed", ours.__doc__)
     module.__dict__.update({n: getattr(ours, n) for n in ours.__all__})
