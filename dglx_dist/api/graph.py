@@ -53,7 +53,8 @@ from dglx_dist.strategies.base import (SetupRequest, Strategy, build_strategy,
                                        check_partitions, implied_layers, trainer_loaders)
 from dglx_dist.strategies.steps import LoaderSpec
 
-__all__ = ["DistGraph", "NodeDataView", "distribute", "node_data_store", "current_graph"]
+__all__ = ["DistGraph", "NodeDataView", "distribute", "node_data_store", "current_graph",
+           "job_session"]
 
 # the graph DGL's DistTensor / DistEmbedding attach to when none is named, as DGL's own find
 # theirs through the client they were started with
@@ -70,13 +71,15 @@ def current_graph() -> "DistGraph":
     return graph
 
 
-def _session(session: Session | None) -> Session:
+def job_session(session: Session | None = None) -> Session:
+    """``session``, else the current one, else one started here (it adopts a process group
+    the script made itself, and shuts down at exit: see Session)."""
     if session is not None:
         return session
     try:
         return current_session()
     except RuntimeError:
-        return init()  # shut down at exit (see Session)
+        return init()
 
 
 class DistGraph(EdgeStructure):
@@ -93,7 +96,7 @@ class DistGraph(EdgeStructure):
     def __init__(self, partitions: str | os.PathLike | PartitionDir,
                  strategy: str | Strategy = "distdgl", *, session: Session | None = None,
                  **options: Any):
-        self.session = _session(session)
+        self.session = job_session(session)
         self.pdir = partitions if isinstance(partitions, PartitionDir) else \
             PartitionDir(partitions)
         self.strategy = build_strategy(strategy, options)
@@ -356,7 +359,7 @@ def distribute(g, strategy: str | Strategy = "distdgl", *,
         wait_timeout: seconds the other ranks wait for rank 0's partitions.
         **options: the strategy's options.
     """
-    session = _session(session)
+    session = job_session(session)
     if isinstance(g, (str, os.PathLike, PartitionDir)):
         return DistGraph(g, strategy, session=session, **options)
     built = build_strategy(strategy, options)

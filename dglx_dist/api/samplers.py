@@ -69,12 +69,9 @@ def user_sampler(graph: DistGraph, sampler) -> UserSampler | None:
 
 
 class OutNeighborSampler(BlockSampler):
-    """DGL's ``NeighborSampler(fanouts, edge_dir="out")`` as its documentation describes
-    it: each layer's seeds aggregate up to ``fanout`` of their out-neighbours, drawn as the
-    sampler's ``prob`` / ``replace`` say. (DGL 2.x's own ``sample_blocks`` hands the out-edge
-    frontier to ``dgl.to_block`` as it is, so its blocks hold edges whose destinations are
-    not the block's; here the drawn edges are reversed first, each block's ``dgl.EID``
-    still the edges' ids.)"""
+    """DGL's ``NeighborSampler(fanouts, edge_dir="out")`` as its documentation describes it:
+    the drawn out-edges reversed into each block, ``dgl.EID`` kept (docs/porting.md says
+    how this differs from DGL 2.x's own ``sample_blocks``)."""
 
     def __init__(self, sampler):
         super().__init__()

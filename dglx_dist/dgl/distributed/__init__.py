@@ -41,7 +41,6 @@ from dglx_dist.dgl.distributed.surface import (DGLS_OWN, SERVER_ONLY, find_edges
                                                sample_neighbors, server_only)
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.prepare import checked_cache, made_by_rank0
-from dglx_dist.runtime.session import current_session, init
 from dglx_dist.strategies.base import Strategy, build_strategy
 
 __all__ = ["initialize", "DistGraph", "node_split", "edge_split", "DistTensor", "DistEmbedding",
@@ -137,10 +136,7 @@ def DistGraph(graph_name: str, gpb=None, part_config: str | os.PathLike | None =
                                 "dgl.distributed.partition_graph wrote, or a dglx partition "
                                 "directory); standalone graphs without partitions are not "
                                 "supported")
-    try:
-        session = current_session()
-    except RuntimeError:
-        session = init()  # adopts a process group the script made itself
+    session = _graph.job_session()
     built = build_strategy(strategy, options)
     path = Path(part_config)
     if path.suffix == ".json":  # the layout the strategy's partitioner writes, DGL's ids kept
