@@ -77,12 +77,8 @@ class PartitionBook:
         book = self.graph.pdir.edge_book()
         lo, hi = (int(book.offsets[i]) for i in (int(partid), int(partid) + 1))
         ids = self.graph.edata.ids(torch.arange(lo, hi)).sort().values
-        if not self.graph.is_typed:
-            return ids
-        types = self.graph.pdir.types
-        t = types.etype_index(self.graph.to_canonical_etype(etype))
-        first, last = (int(x) for x in types.etype_offsets[t:t + 2])
-        return ids[(ids >= first) & (ids < last)] - first
+        first = int(_etype_offsets(self.graph)[self.graph.get_etype_id(etype)])
+        return ids[(ids >= first) & (ids < first + self.graph.num_edges(etype))] - first
 
     def eid2partid(self, eids, etype=None) -> torch.Tensor:
         """The part storing each edge of ``eids`` (of edge type ``etype`` on a graph with

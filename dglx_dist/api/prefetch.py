@@ -97,7 +97,7 @@ class Prefetch:
             sides.insert(0, (-1, "dst", step.output_nodes, self.labels))
         for layer, side, nodes, names in sides:
             for ntype, rows in self._rows(nodes).items():
-                data = self.graph.nodes[ntype].data if self.graph.is_typed else self.graph.ndata
+                data = self.graph.nodes[ntype].data  # g.ndata's, on a graph without types
                 for name in names:
                     if name in data or not self.graph.is_typed:  # types without it
                         view = data[name]
