@@ -185,20 +185,14 @@ def from_args(cls: type, args: argparse.Namespace, base: Any = None,
     ``sections`` only, if given; not those in ``skip``) replaces its field of ``base``
     (default: ``cls()``). A section with a ``from_flags(base, **values)`` classmethod builds
     itself from its flags' values (the strategy's options)."""
-    return _build(cls, args, cls() if base is None else base, sections, set(skip))
-
-
-def _build(cls: type, args: argparse.Namespace, base: Any,
-           sections: Iterable[str] | None = None, skip: set[str] = frozenset()) -> Any:
-    changes = {}
-    for f in _flags(cls, None, skip):
-        if len(f.path) == 1 and hasattr(args, f.dest):
-            changes[f.path[0]] = getattr(args, f.dest)
+    base, skip = cls() if base is None else base, set(skip)
+    changes = {f.path[0]: getattr(args, f.dest) for f in _flags(cls, None, skip)
+               if len(f.path) == 1 and hasattr(args, f.dest)}
     hints = typing.get_type_hints(cls)
     for field in dataclasses.fields(cls):
         if _is_section(hints[field.name]) and (sections is None or field.name in sections):
-            section = getattr(base, field.name)
-            changes[field.name] = _build(hints[field.name], args, section, None, skip)
+            changes[field.name] = from_args(hints[field.name], args,
+                                            getattr(base, field.name), None, skip)
     if hasattr(cls, "from_flags"):
         return cls.from_flags(base, **changes)
     return dataclasses.replace(base, **changes) if changes else base

@@ -93,7 +93,9 @@ def _check(args: argparse.Namespace) -> None:
     from dglx_dist.bench.suite import check_out, data_kind, extra_options
 
     run = bench_run(args)
-    _check_memory_limit(args, run.task.name)
+    if args.memory_limit is not None and run.task.name != "node":
+        raise InvalidValueError("--memory-limit: only node classification runs are checked "
+                                "for memory; leave it out with --task link")
     kind = data_kind(args) if not args.replot else None
     if kind is not None:
         kind.check(args)
@@ -117,12 +119,6 @@ def _check(args: argparse.Namespace) -> None:
                                 f"{', '.join(table)}")
 
 
-def _check_memory_limit(args: argparse.Namespace, task: str) -> None:
-    if args.memory_limit is not None and task != "node":
-        raise InvalidValueError("--memory-limit: only node classification runs are checked "
-                                "for memory; leave it out with --task link")
-
-
 def run(args: argparse.Namespace, command: str) -> int:
     """Runs the benchmark (or, with ``--replot``, redraws it) and prints the table.
 
@@ -144,13 +140,9 @@ def run(args: argparse.Namespace, command: str) -> int:
     return 0 if all("error" not in r for r in rows) else 1
 
 
-def _cmd_bench(args: argparse.Namespace) -> int:
-    return run(args, "dglx " + shlex.join(args.argv))
-
-
 # name: (help, add the arguments, run)
 COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
     "bench": ("compare single-process DGL, DGL's DistDGL and every strategy on one dataset and "
               "model: epoch time, time to accuracy, bytes, memory, accuracy", add_arguments,
-              _cmd_bench),
+              lambda args: run(args, "dglx " + shlex.join(args.argv))),
 }

@@ -7,7 +7,8 @@ import logging
 import sys
 from typing import Callable
 
-from dglx_dist.cli_flags import number
+from dglx_dist.cli_flags import add_flags, flag_names, number
+from dglx_dist.config import JobConfig
 from dglx_dist.errors import InvalidValueError
 
 __all__ = ["COMMANDS"]
@@ -70,10 +71,7 @@ def _add_rdzvcheck(p: argparse.ArgumentParser) -> None:
 
 
 def _add_commcheck(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", default=None, help="gloo or nccl, the backend of the device "
-                   "collectives (default: nccl on GPUs; host traffic is always gloo's)")
-    p.add_argument("--device", default=None, help="auto, cpu, cuda or cuda:N (default auto: "
-                   "local rank i on GPU i when CUDA is available, else the CPU)")
+    add_flags(p, JobConfig, skip=set(flag_names(JobConfig)) - {"backend", "device"})  # train's
     p.add_argument("--fail-rank", type=int, default=-1,
                    help="this rank exits right after start-up (to see how a job fails)")
     p.add_argument("--payload-mb", type=float, default=0.0,
