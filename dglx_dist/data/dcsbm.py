@@ -1,6 +1,7 @@
 """The edges of the synthetic graph: a degree-corrected stochastic block model (DC-SBM) over
 the communities (labels), sampled in fixed RNG chunks so the output depends only on the
-config (:mod:`dglx_dist.data.synthetic`, whose module docstring has the model)."""
+config (:mod:`dglx_dist.data.synthetic`, whose module docstring has the model); and the
+draws both generators make alike (:mod:`dglx_dist.data.mag` too): class centroids, splits."""
 from __future__ import annotations
 
 import enum
@@ -9,7 +10,8 @@ import math
 
 import numpy as np
 
-__all__ = ["Stream", "EDGE_CHUNK", "edges", "rng"]
+__all__ = ["Stream", "EDGE_CHUNK", "CENTROID_DISTANCE", "edges", "rng", "centroids",
+           "split_masks"]
 
 log = logging.getLogger("dglx_dist.data.synthetic")
 
@@ -27,6 +29,26 @@ _MAX_ROUNDS = 12
 def rng(config, *key: int) -> np.random.Generator:
     """The generator for one purpose (and chunk): independent of every other draw."""
     return np.random.default_rng(np.random.SeedSequence(config.seed, spawn_key=key))
+
+
+CENTROID_DISTANCE = 3.0
+"""Typical distance between two class centroids, in units of unit-variance noise."""
+
+
+def centroids(rng: np.random.Generator, num_classes: int, feat_dim: int) -> np.ndarray:
+    """The ``(num_classes, feat_dim)`` float32 class centroids, about
+    :data:`CENTROID_DISTANCE` apart."""
+    scale = CENTROID_DISTANCE / math.sqrt(2 * feat_dim)
+    return (rng.standard_normal((num_classes, feat_dim)) * scale).astype(np.float32)
+
+
+def split_masks(rng: np.random.Generator, n: int, sizes: list[int]) -> list[np.ndarray]:
+    """Disjoint random masks over ``n`` nodes, of ``sizes`` nodes each (train, val, test)."""
+    perm, bounds = rng.permutation(n), np.cumsum([0, *sizes])
+    masks = [np.zeros(n, dtype=bool) for _ in sizes]
+    for mask, lo, hi in zip(masks, bounds[:-1], bounds[1:]):
+        mask[perm[lo:hi]] = True
+    return masks
 
 
 def _theta(config) -> np.ndarray:

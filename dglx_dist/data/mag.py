@@ -11,7 +11,7 @@ reading neighbours beats one reading features alone:
 * **Papers** belong to classes whose shares fall off as ``rank ** -CLASS_SKEW`` (a few large
   subjects, many small ones). Each paper has a popularity (capped Pareto) that makes some
   papers cited, written and tagged far more often than others.
-* **Features**: the paper's class centroid (centroids about ``CENTROID_DISTANCE`` apart) plus
+* **Features**: the paper's class centroid (:func:`~dglx_dist.data.dcsbm.centroids`) plus
   ``feature_noise`` times Gaussian noise: with hundreds of classes and the default noise,
   features alone are clearly imperfect.
 * **cites**: a citing paper drawn at random cites, with probability ``homophily``, a paper of
@@ -54,6 +54,7 @@ import psutil
 from dglx_dist.cli_flags import check_fields, option
 from dglx_dist.data.atomic import check_disk
 from dglx_dist.data.dataset import EdgeTable, Etype, GraphDataset, NodeTable
+from dglx_dist.data.dcsbm import centroids, rng as _rng, split_masks
 from dglx_dist.data.format import hetero_meta, write_dataset
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.memory import check_memory
@@ -79,8 +80,6 @@ REVERSE_PREFIX = "rev-"  # DGL's distributed R-GCN example's name for a reversed
 
 CLASS_SKEW = 0.7
 """Class ``r`` (from 0) holds a share of papers proportional to ``(r + 1) ** -CLASS_SKEW``."""
-CENTROID_DISTANCE = 3.0
-"""Typical distance between two class centroids, in units of unit-variance noise."""
 INSTITUTION_FOCUS = 0.6
 """Share of affiliations at an institution of the author's main class."""
 POPULARITY_EXPONENT, POPULARITY_CAP = 2.5, 100.0
@@ -168,10 +167,6 @@ def mag_sizes(scale: float) -> MagSizes:
     return MagSizes(nodes, {e: edges[e] for e in sorted(edges)}, split)
 
 
-def _rng(config: MagConfig, stream: _Stream) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence(config.seed, spawn_key=(stream,)))
-
-
 def _popularity(rng: np.random.Generator, n: int) -> np.ndarray:
     u = rng.random(n)
     return np.minimum((1.0 - u) ** (-1.0 / (POPULARITY_EXPONENT - 1.0)), POPULARITY_CAP)
@@ -220,29 +215,15 @@ def _labels(config: MagConfig, n: int) -> np.ndarray:
 
 def _features(config: MagConfig, label: np.ndarray) -> np.ndarray:
     """Class centroid plus noise, float32, updated in place chunk by chunk."""
-    scale = CENTROID_DISTANCE / math.sqrt(2 * config.feat_dim)
-    centroids = _rng(config, _Stream.CENTROIDS).standard_normal(
-        (config.num_classes, config.feat_dim)) * scale
-    centroids = centroids.astype(np.float32)
+    means = centroids(_rng(config, _Stream.CENTROIDS), config.num_classes, config.feat_dim)
     feat = _rng(config, _Stream.FEATURES).standard_normal((label.size, config.feat_dim),
                                                           dtype=np.float32)
     noise = np.float32(config.feature_noise)
     for lo in range(0, label.size, _FEAT_CHUNK):
         rows = feat[lo:lo + _FEAT_CHUNK]
         rows *= noise
-        rows += centroids[label[lo:lo + _FEAT_CHUNK]]
+        rows += means[label[lo:lo + _FEAT_CHUNK]]
     return feat
-
-
-def _split(config: MagConfig, sizes: MagSizes) -> dict[str, np.ndarray]:
-    n = sizes.nodes["paper"]
-    perm = _rng(config, _Stream.SPLIT).permutation(n)
-    bounds = np.cumsum([0] + [sizes.split[s] for s in ("train", "val", "test")])
-    masks = {}
-    for name, lo, hi in zip(("train", "val", "test"), bounds[:-1], bounds[1:]):
-        masks[name] = np.zeros(n, bool)
-        masks[name][perm[lo:hi]] = True
-    return masks
 
 
 def _redraw_repeats(src: np.ndarray, dst: np.ndarray, n_dst: int, draw,
@@ -329,7 +310,8 @@ def mag_dataset(config: MagConfig) -> GraphDataset:
     label = _labels(config, n["paper"])
     edges = _typed_edges(config, sizes, label)
     edges.update({reverse_etype(e): EdgeTable(t.dst, t.src) for e, t in list(edges.items())})
-    paper = NodeTable(n["paper"], _features(config, label), label, **_split(config, sizes))
+    masks = split_masks(_rng(config, _Stream.SPLIT), n["paper"], list(sizes.split.values()))
+    paper = NodeTable(n["paper"], _features(config, label), label, *masks)
     nodes = {t: NodeTable(c) for t, c in n.items() if t != "paper"} | {"paper": paper}
     return GraphDataset.typed(nodes, edges, config.num_classes, "paper", _provenance(config))
 

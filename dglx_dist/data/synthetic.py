@@ -49,7 +49,8 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from dglx_dist.data.atomic import atomic_directory, check_disk
-from dglx_dist.data.dcsbm import EDGE_CHUNK, Stream, edges as _edges, rng as _rng
+from dglx_dist.data.dcsbm import (CENTROID_DISTANCE, EDGE_CHUNK, Stream, centroids, edges as _edges,
+                                  rng as _rng, split_masks)
 from dglx_dist.data.checked import WRITE_OPTIONS
 from dglx_dist.data.format import (DATASET_DIR, EDGES_FILE, META_FILE, NODES_FILE,
                                    DatasetMeta, GraphDataset, edge_batch, node_batch, node_schema)
@@ -60,9 +61,6 @@ __all__ = ["SyntheticConfig", "SYNTHETIC_PRESETS", "estimate_peak_bytes", "estim
            "generate_synthetic", "write_synthetic", "CENTROID_DISTANCE"]
 
 log = logging.getLogger(__name__)
-
-CENTROID_DISTANCE = 3.0
-"""Typical distance between two class centroids, in units of unit-variance noise."""
 
 _FEAT_BLOCK = 4096  # rows per feature RNG block: fixed, so output is independent of chunking
 _MAX_NODES = 2**31 - 1  # keeps the (min * N + max) pair key inside int64
@@ -181,17 +179,10 @@ def _nodes(config: SyntheticConfig) -> _Nodes:
     n = config.num_nodes
     classes = np.arange(n, dtype=np.int64) % config.num_classes
     label = _rng(config, Stream.LABELS).permutation(classes)
-    perm = _rng(config, Stream.SPLIT).permutation(n)
     sizes = [int(math.floor(f * n + 1e-9))
              for f in (config.train_frac, config.val_frac, config.test_frac)]
-    bounds = np.cumsum([0] + sizes)
-    masks = [np.zeros(n, dtype=bool) for _ in sizes]
-    for mask, lo, hi in zip(masks, bounds[:-1], bounds[1:]):
-        mask[perm[lo:hi]] = True
-    scale = CENTROID_DISTANCE / math.sqrt(2 * config.feat_dim)
-    centroids = _rng(config, Stream.CENTROIDS).standard_normal((config.num_classes,
-                                                                config.feat_dim))
-    return _Nodes(label, *masks, (centroids * scale).astype(np.float32))
+    return _Nodes(label, *split_masks(_rng(config, Stream.SPLIT), n, sizes),
+                  centroids(_rng(config, Stream.CENTROIDS), config.num_classes, config.feat_dim))
 
 
 def _feature_rows(config: SyntheticConfig, nodes: _Nodes, lo: int, hi: int) -> np.ndarray:
