@@ -99,12 +99,7 @@ def read_meta(path: str | os.PathLike) -> DatasetMeta:
         raise DatasetFormatError(f"{path} holds a heterogeneous dataset (node types "
                                  f"{sorted(raw['ntypes'])}); this step takes a homogeneous "
                                  "one (read_dataset reads either)")
-    values = {}
-    for key in _META_INTS:
-        v = raw.get(key)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise DatasetFormatError(f"{file}: field {key!r} = {v!r}; expected an integer >= 0")
-        values[key] = v
+    values = {key: _count(raw, key, str(file)) for key in _META_INTS}
     check_plausible(values, file, DatasetFormatError)
     if values["num_classes"] < 1 or values["feat_dim"] < 1:
         raise DatasetFormatError(f"{file}: num_classes and feat_dim must be >= 1, got "
