@@ -62,8 +62,7 @@ def check_fields(config: Any) -> None:
     for f in dataclasses.fields(config):
         value, bounds, choices = (getattr(config, f.name), f.metadata.get("bounds"),
                                   f.metadata.get("choices"))
-        flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
-        where = f"{flag} {value!r}"
+        where = f"{_Flag((f.name,), f, None).name} {value!r}"
         field = f"({type(config).__name__}.{f.name})"
         if bounds is not None and value is not None and (
                 isinstance(value, bool) or not isinstance(value, (int, float))
