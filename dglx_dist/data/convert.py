@@ -92,18 +92,14 @@ def from_dgl(g, num_classes: int | None = None, **extra: Any) -> GraphDataset:
     if is_heterograph(g):
         return _hetero_from_dgl(g, num_classes, extra)
     check_convertible(g, "from_dgl")
-    feat = g.ndata["feat"].detach().cpu().to(torch.float32).reshape(g.num_nodes(), -1).numpy()
-    label = np.zeros(g.num_nodes(), np.int64) if "label" not in g.ndata else \
-        g.ndata["label"].detach().cpu().to(torch.int64).reshape(-1).numpy()
-    masks = {}
-    for ours, theirs in _MASK_KEYS.items():
-        m = g.ndata.get(theirs)
-        masks[ours] = (np.zeros(g.num_nodes(), bool) if m is None
-                       else m.detach().cpu().numpy().astype(bool).reshape(-1))
+    n = g.num_nodes()
+    feat = _numpy(g.ndata["feat"], torch.float32).reshape(n, -1)
+    label = np.zeros(n, np.int64) if "label" not in g.ndata else \
+        _numpy(g.ndata["label"], torch.int64).reshape(-1)
     src, dst = (t.cpu().to(torch.int64).numpy() for t in g.edges())
     n_cls = int(label.max()) + 1 if num_classes is None and label.size else int(num_classes or 1)
-    return GraphDataset(src, dst, np.ascontiguousarray(feat), label, masks["train"],
-                        masks["val"], masks["test"], n_cls, dict(extra), _edge_data(g))
+    return GraphDataset(src, dst, feat, label, *_masks(g.ndata, n).values(), n_cls, dict(extra),
+                        _edge_data(g))
 
 
 def _numpy(t: torch.Tensor, dtype: torch.dtype) -> np.ndarray:
@@ -115,9 +111,13 @@ def _node_table(g, ntype: str) -> NodeTable:
     feat = _numpy(data["feat"], torch.float32).reshape(n, -1) if "feat" in data else None
     if "label" not in data:
         return NodeTable(n, feat)
-    masks = {ours: (_numpy(data[theirs], torch.bool).reshape(-1) if theirs in data
-                    else np.zeros(n, bool)) for ours, theirs in _MASK_KEYS.items()}
-    return NodeTable(n, feat, _numpy(data["label"], torch.int64).reshape(-1), **masks)
+    return NodeTable(n, feat, _numpy(data["label"], torch.int64).reshape(-1), **_masks(data, n))
+
+
+def _masks(data, n: int) -> dict[str, np.ndarray]:
+    """The train, val and test masks of node data ``data`` (DGL's names), all-false if absent."""
+    return {ours: (_numpy(data[theirs], torch.bool).reshape(-1) if theirs in data
+                   else np.zeros(n, bool)) for ours, theirs in _MASK_KEYS.items()}
 
 
 def _hetero_from_dgl(g, num_classes: int | None, extra: dict[str, Any]) -> GraphDataset:

@@ -43,8 +43,8 @@ import pyarrow.parquet as pq
 from dglx_dist.data.atomic import DirKind, atomic_directory
 from dglx_dist.data.checked import (WRITE_OPTIONS, check_finite, check_plausible, check_range,
                                    column_numpy, read_checked, read_feat, read_json_object)
-from dglx_dist.data.dataset import (MASKS, DatasetMeta, EdgeTable, Etype, GraphDataset,
-                                    NodeTable, check_type_name)
+from dglx_dist.data.dataset import (_META_INTS, MASKS, DatasetMeta, EdgeTable, Etype,
+                                    GraphDataset, NodeTable, check_type_name)
 from dglx_dist.data.edge_data import edge_data_arrays, edge_data_columns, to_arrow
 from dglx_dist.errors import DatasetFormatError
 
@@ -54,7 +54,6 @@ __all__ = ["read_dataset", "read_meta", "write_dataset", "is_hetero", "read_hete
 
 EDGES_FILE, NODES_FILE, META_FILE = "edges.parquet", "nodes.parquet", "meta.json"
 EDGE_SCHEMA = pa.schema([("src", pa.int64()), ("dst", pa.int64())])
-_META_INTS = ("num_nodes", "num_edges", "feat_dim", "num_classes")
 DATASET_DIR = DirKind("dataset", "a dglx dataset directory")
 FORMAT, VERSION = "dglx-hetero", 1  # the typed directory's meta.json
 _KEYS = ("format", "version", "ntypes", "canonical_etypes", "num_edges", "num_classes",
