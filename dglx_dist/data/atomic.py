@@ -90,8 +90,7 @@ def check_target(out: str | os.PathLike, overwrite: bool, kind: DirKind | None =
     _check_replaceable(out, kind, error_cls)
 
 
-def _check_replaceable(out: Path, kind: DirKind | None,
-                      error_cls: type[Exception] = OutputExistsError) -> None:
+def _check_replaceable(out: Path, kind: DirKind | None, error_cls: type[Exception]) -> None:
     """Refuses ``out`` unless its record proves dglx wrote every file in it."""
     record = read_record(out)
     if record is None:
