@@ -2,10 +2,9 @@
 
 Rank 0 partitions the dataset the way the strategy asks for the job's topology into a cache
 directory keyed by the dataset's identity, the method, its options and the number of parts;
-the other ranks wait for the partition manifest to appear (a filesystem poll with its own,
-long timeout: partitioning can take longer than a collective may wait). On a multi-node job the
-cache directory must be on a filesystem every node sees; otherwise run ``dglx partition`` first
-and pass ``--partitions``.
+the other ranks wait for its manifest (:func:`made_by_rank0`). On a multi-node job the cache
+directory must be on a filesystem every node sees; otherwise run ``dglx partition`` first and
+pass ``--partitions``.
 """
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""``dglx verify`` and ``dglx cache``: the files dglx wrote.
-
-``dglx verify PATH...`` hashes every file of a partition directory, checkpoint or other
-directory dglx wrote in full against its manifest or record (streaming; after a host's full
-check, a partition's loads hash only a random sample of each file's chunks, this hashes them
-all and names the first damaged one), one JSON line per path. ``dglx cache ls``
-lists the partition cache, ``dglx cache clear`` empties it (:mod:`dglx_dist.cache`)."""
+"""``dglx verify`` and ``dglx cache``: the files dglx wrote (verify hashes every chunk of every
+file, where a load samples them: docs/partition_format.md#guarantees; the cache:
+:mod:`dglx_dist.cache`)."""
 from __future__ import annotations
 
 import argparse
