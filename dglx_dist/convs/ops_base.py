@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 __all__ = ["Arrays", "Op", "PayloadError", "activate", "activate_grad", "activated_loss",
-           "dropout_mask", "output_size", "weighted_cross_entropy"]
+           "dropout_mask", "linear_tasks", "output_size", "weighted_cross_entropy"]
 
 Arrays = dict[str, np.ndarray]
 
@@ -199,3 +199,75 @@ def output_size(op: Op, header: dict, arrays: Arrays) -> tuple[int, int]:
     per_row = sum(4 * w for name, w in widths.items() if name in op.row_outputs)
     fixed = sum(4 * w for name, w in widths.items() if name in op.sum_outputs)
     return per_row, fixed
+
+
+def linear_tasks(names: tuple[str, str, str], pairs: tuple[tuple[str, str], ...], need: str,
+                 validated: Callable[[Arrays], tuple[list, list, np.ndarray]],
+                 classes_from: str) -> dict[str, Op]:
+    """The forward, backward and fused-loss tasks (``names``) of a layer whose pre-activation
+    is ``Σ_k X_k @ W_k + b``: ``pairs`` names each (input, weight), ``validated`` checks the
+    arrays and gives ``([X_k], [W_k], b)``, ``need`` is the header flag asking for the inputs'
+    gradients ``dX_k``. GCN's (``av``: A, W) and GraphSAGE's (``sage_av``: X, M, Ws, Wn)."""
+    rows_of = pairs[0][0]
+
+    def pre(arrays: Arrays, with_ids: bool = True):
+        xs, ws, b = validated(arrays)
+        ids = _rows(arrays, "ids", "int64", xs[0].shape[0], of=rows_of) if with_ids else None
+        z = xs[0] @ ws[0]
+        for x, w in zip(xs[1:], ws[1:]):
+            z = z + x @ w
+        return xs, ws, (z + b).astype(np.float32, copy=False), ids
+
+    def grads(header: dict, xs: list, ws: list, dz: np.ndarray) -> Arrays:
+        out = {f"d{w}": (x.T @ dz).astype(np.float32, copy=False)
+               for x, (_, w) in zip(xs, pairs)}
+        out["db"] = dz.sum(axis=0, dtype=np.float32)
+        if _field(header, need, bool, False):
+            out.update({f"d{name}": (dz @ w.T).astype(np.float32, copy=False)
+                        for w, (name, _) in zip(ws, pairs)})
+        return out
+
+    def forward(header: dict, arrays: Arrays) -> Arrays:
+        *_, z, ids = pre(arrays)
+        return {"H": activate(header, z, ids)}
+
+    def backward(header: dict, arrays: Arrays) -> Arrays:
+        xs, ws, z, ids = pre(arrays)
+        dh = _array(arrays, "dH", "float32", 2)
+        return grads(header, xs, ws, activate_grad(header, z, dh, ids))
+
+    def fused_loss(header: dict, arrays: Arrays) -> Arrays:
+        xs, ws, z, _ = pre(arrays, with_ids=False)
+        loss, dz = activated_loss(header, z, arrays, classes_from)
+        return {**grads(header, xs, ws, dz), "loss": np.array([loss], dtype=np.float32)}
+
+    return _linear_ops(names, pairs, need, (forward, backward, fused_loss))
+
+
+def _linear_ops(names: tuple[str, str, str], pairs: tuple[tuple[str, str], ...], need: str,
+                fns: tuple[Callable, ...]) -> dict[str, Op]:
+    xs, ws = tuple(x for x, _ in pairs), tuple(w for _, w in pairs)
+    dxs = tuple(f"d{x}" for x in xs)
+    sums = tuple(f"d{w}" for w in ws) + ("db",)
+
+    def av_widths(header: dict, arrays: Arrays) -> dict[str, int]:
+        return {"H": _array(arrays, ws[0], "float32", 2).shape[1]}
+
+    def grad_widths(header: dict, arrays: Arrays) -> dict[str, int]:
+        fin, fout = _array(arrays, ws[0], "float32", 2).shape
+        out = {**{f"d{w}": fin * fout for w in ws}, "db": fout, "loss": 1}
+        if _field(header, need, bool, False):
+            out.update({d: fin for d in dxs})
+        return out
+
+    forward, backward, fused_loss = fns
+    return {
+        names[0]: Op(forward, inputs=xs + ws + ("b", "ids"), row_inputs=xs + ("ids",),
+                     row_outputs=("H",), sum_outputs=(), out_widths=av_widths),
+        names[1]: Op(backward, inputs=xs + ws + ("b", "ids", "dH"),
+                     row_inputs=xs + ("ids", "dH"), row_outputs=dxs, sum_outputs=sums,
+                     out_widths=grad_widths),
+        names[2]: Op(fused_loss, inputs=xs + ws + ("b", "labels", "weight"),
+                     row_inputs=xs + ("labels", "weight"), row_outputs=dxs,
+                     sum_outputs=("loss",) + sums, out_widths=grad_widths),
+    }

@@ -19,21 +19,20 @@ Arrays: ``X`` and ``M`` (rows x in), ``Ws`` and ``Wn`` (in x out: the transposed
 ``fc_self.weight`` and ``fc_neigh.weight``), ``b`` (out), ``ids`` (int64 per row; the dropout
 mask hashes (seed, id, column)), ``dH`` (rows x out), ``labels``/``weight`` (the loss).
 Header fields: ``act``, ``dropout``, ``seed``, ``train`` as for GCN's ``av``; ``need_dX``
-(bool, default False). Every task works row by row, so callers may chunk the rows like the
-GCN tasks'.
+(bool, default False). The tasks are :func:`~dglx_dist.convs.ops_base.linear_tasks` of
+``X Ws + M Wn + b``, as GCN's of ``A W + b``: they work row by row, so callers may chunk rows.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from dglx_dist.convs.ops_base import (Arrays, Op, _array, _expect, _field, _rows, activate,
-                                      activate_grad, activated_loss)
+from dglx_dist.convs.ops_base import Arrays, Op, _array, _expect, linear_tasks
 
 __all__ = ["TASKS"]
 
 
-def _inputs(arrays: Arrays) -> tuple[np.ndarray, ...]:
-    """Validated X, M (n x in), Ws, Wn (in x out), b (out,)."""
+def _inputs(arrays: Arrays) -> tuple[list, list, np.ndarray]:
+    """Validated [X, M] (n x in), [Ws, Wn] (in x out), b (out,)."""
     x = _array(arrays, "X", "float32", 2)
     m = _array(arrays, "M", "float32", 2)
     _expect(m.shape == x.shape, f"array 'M' has shape {m.shape}, expected {x.shape} (the "
@@ -47,66 +46,9 @@ def _inputs(arrays: Arrays) -> tuple[np.ndarray, ...]:
     b = _array(arrays, "b", "float32", 1)
     _expect(b.shape[0] == ws.shape[1], f"array 'b' has {b.shape[0]} entries but 'Ws' has "
             f"{ws.shape[1]} columns; expected them equal")
-    return x, m, ws, wn, b
+    return [x, m], [ws, wn], b
 
 
-def _pre(arrays: Arrays, with_ids: bool = True):
-    """(X, M, Ws, Wn, the pre-activation ``X Ws + M Wn + b``, ids or None)."""
-    x, m, ws, wn, b = _inputs(arrays)
-    ids = _rows(arrays, "ids", "int64", x.shape[0], of="X") if with_ids else None
-    return x, m, ws, wn, (x @ ws + m @ wn + b).astype(np.float32, copy=False), ids
-
-
-def _grads(header: dict, x: np.ndarray, m: np.ndarray, ws: np.ndarray, wn: np.ndarray,
-           dz: np.ndarray) -> Arrays:
-    out = {"dWs": (x.T @ dz).astype(np.float32, copy=False),
-           "dWn": (m.T @ dz).astype(np.float32, copy=False),
-           "db": dz.sum(axis=0, dtype=np.float32)}
-    if _field(header, "need_dX", bool, False):
-        out["dX"] = (dz @ ws.T).astype(np.float32, copy=False)
-        out["dM"] = (dz @ wn.T).astype(np.float32, copy=False)
-    return out
-
-
-def _sage_av(header: dict, arrays: Arrays) -> Arrays:
-    *_, z, ids = _pre(arrays)
-    return {"H": activate(header, z, ids)}
-
-
-def _sage_av_grad(header: dict, arrays: Arrays) -> Arrays:
-    x, m, ws, wn, z, ids = _pre(arrays)
-    dh = _array(arrays, "dH", "float32", 2)
-    return _grads(header, x, m, ws, wn, activate_grad(header, z, dh, ids))
-
-
-def _sage_loss(header: dict, arrays: Arrays) -> Arrays:
-    x, m, ws, wn, z, _ = _pre(arrays, with_ids=False)
-    loss, dz = activated_loss(header, z, arrays, "columns of 'Ws'")
-    out = _grads(header, x, m, ws, wn, dz)
-    out["loss"] = np.array([loss], dtype=np.float32)
-    return out
-
-
-def _av_widths(header: dict, arrays: Arrays) -> dict[str, int]:
-    return {"H": _array(arrays, "Ws", "float32", 2).shape[1]}
-
-
-def _grad_widths(header: dict, arrays: Arrays) -> dict[str, int]:
-    fin, fout = _array(arrays, "Ws", "float32", 2).shape
-    out = {"dWs": fin * fout, "dWn": fin * fout, "db": fout, "loss": 1}
-    if _field(header, "need_dX", bool, False):
-        out.update(dX=fin, dM=fin)
-    return out
-
-
-TASKS: dict[str, Op] = {
-    "sage_av": Op(_sage_av, inputs=("X", "M", "Ws", "Wn", "b", "ids"),
-                  row_inputs=("X", "M", "ids"), row_outputs=("H",), sum_outputs=(),
-                  out_widths=_av_widths),
-    "sage_av_grad": Op(_sage_av_grad, inputs=("X", "M", "Ws", "Wn", "b", "ids", "dH"),
-                       row_inputs=("X", "M", "ids", "dH"), row_outputs=("dX", "dM"),
-                       sum_outputs=("dWs", "dWn", "db"), out_widths=_grad_widths),
-    "sage_loss": Op(_sage_loss, inputs=("X", "M", "Ws", "Wn", "b", "labels", "weight"),
-                    row_inputs=("X", "M", "labels", "weight"), row_outputs=("dX", "dM"),
-                    sum_outputs=("loss", "dWs", "dWn", "db"), out_widths=_grad_widths),
-}
+TASKS: dict[str, Op] = linear_tasks(("sage_av", "sage_av_grad", "sage_loss"),
+                                    (("X", "Ws"), ("M", "Wn")), "need_dX", _inputs,
+                                    "columns of 'Ws'")
