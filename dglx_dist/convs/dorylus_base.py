@@ -23,7 +23,7 @@ A kind says:
 
 Also here: what every kind shares (:class:`Stage`, the gradient accumulators
 :func:`add_grad` / :func:`summed_grads`, :func:`activation_name`, :func:`task_seed`, the
-sparse matrix builder :func:`csr`).
+sparse matrix builder :func:`csr`, :func:`f32`).
 """
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ from torch import nn
 
 from dglx_dist.errors import InvalidValueError
 
-__all__ = ["LayerKind", "Slot", "Stage", "add_grad", "activation_name", "csr", "summed_grads",
-           "task_seed"]
+__all__ = ["LayerKind", "Slot", "Stage", "add_grad", "activation_name", "csr", "f32",
+           "summed_grads", "task_seed"]
 
 #: (parameter, (layer, gradient name), gradient -> the parameter's shape)
 Slot = tuple[nn.Parameter, tuple[int, str], Callable[[torch.Tensor], torch.Tensor]]
@@ -104,6 +104,12 @@ def activation_name(activation, conv: str) -> str:
 def task_seed(seed: int, epoch: int, layer: int) -> int:
     """The dropout seed of a layer in an epoch (forward and backward tasks agree on it)."""
     return (seed * 1_000_003 + epoch * 131 + layer) % (1 << 62)
+
+
+def f32(t: torch.Tensor | np.ndarray) -> np.ndarray:
+    """``t`` as a contiguous float32 array, a task's input."""
+    return np.ascontiguousarray(t.numpy() if isinstance(t, torch.Tensor) else t,
+                                dtype=np.float32)
 
 
 def csr(rows: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor, shape) -> torch.Tensor:

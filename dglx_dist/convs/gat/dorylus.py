@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dglx_dist.convs.dorylus_base import LayerKind, Stage, add_grad, task_seed
+from dglx_dist.convs.dorylus_base import LayerKind, Stage, add_grad, f32, task_seed
 from dglx_dist.convs.gat.projection import projection_problems
 from dglx_dist.errors import InvalidValueError
 
@@ -123,10 +123,6 @@ def build_edges(gs, heads: tuple[int, ...], feats: tuple[int, ...],
     keys = torch.cat([gs.core, gs.ghost_ids])[s_col] * gs.num_nodes + gs.core[s_dst]
     return GatEdges(s_dst, s_col, _ptr(s_dst, n), send, recv, o_src[by_src], o_col[by_src],
                     o_slot[by_src], _ptr(o_src, n), base, keys, heads, feats, attn_drop)
-
-
-def _f32(t: torch.Tensor) -> np.ndarray:
-    return np.ascontiguousarray(t.numpy(), dtype=np.float32)
 
 
 class GatLayers(LayerKind):
@@ -275,7 +271,7 @@ class GatLayers(LayerKind):
                   "dropout": drop, "seed": task_seed(self.spec.seed, epoch, l),
                   "train": bool(train and drop > 0)}
         h, f = self._hf(l)
-        arrays = {"X": _f32(self._x(l, i)), "W": np.ascontiguousarray(w.T),
+        arrays = {"X": f32(self._x(l, i)), "W": np.ascontiguousarray(w.T),
                   "al": al.reshape(h, f), "ar": ar.reshape(h, f),
                   "ids": self.ids[self.gs.rows(i)]}
         if l:
@@ -293,7 +289,7 @@ class GatLayers(LayerKind):
         e, _, c = self._edges(i)
         r = self.gs.rows(i)
         w = self.plan.heads[l] * self.plan.feats[l]
-        arrays = {"EL": _f32(self.Z[l][c, w:]), "ER": _f32(self.ER[l][r]),
+        arrays = {"EL": f32(self.Z[l][c, w:]), "ER": f32(self.ER[l][r]),
                   "ptr": (self.plan.ptr[r.start:r.stop + 1] - e.start).numpy()}
         p = self.plan.attn_drop[l] if train else 0.0
         header = {"op": op, "dropout": p, "train": p > 0,  # seeds apart from feature dropout's
@@ -310,25 +306,25 @@ class GatLayers(LayerKind):
         if st.kind == "AE":
             return self._scores("gat_ae", l, i, epoch, train)
         if st.kind in ("AVL", "AVO"):
-            arrays = {"X": _f32(self.saved[("out", l, i)]), "b": self._bias(weights, l)}
+            arrays = {"X": f32(self.saved[("out", l, i)]), "b": self._bias(weights, l)}
             if st.kind == "AVL":
                 arrays.update(extra["labels"](rows))
             return {"op": "gat_loss" if st.kind == "AVL" else "gat_out",
                     "heads": self.plan.heads[l]}, arrays
         if st.kind == "BAVO":
             return {"op": "gat_out_grad", "heads": self.plan.heads[l]}, \
-                {"dH": _f32(extra["dlogits"][rows])}
+                {"dH": f32(extra["dlogits"][rows])}
         if st.kind == "BAE":
             h, f = self._hf(l)
             _, d, c = self._edges(i)
             dout = self.saved[("dout", l, i)].view(-1, h, f)
             da = (dout[d] * self.Z[l][c, :h * f].view(-1, h, f)).sum(2)
             header, arrays = self._scores("gat_ae_grad", l, i, epoch, train)
-            return header, {**arrays, "dA": _f32(da)}
+            return header, {**arrays, "dA": f32(da)}
         header, arrays = self._vertex(st, i, epoch, weights, train)  # BAV
-        arrays.update(dZ=_f32(self.saved.pop(("dz", l, i))),
-                      dEL=_f32(self.saved.pop(("del", l, i))),
-                      dER=_f32(self.saved.pop(("der", l, i))))
+        arrays.update(dZ=f32(self.saved.pop(("dz", l, i))),
+                      dEL=f32(self.saved.pop(("del", l, i))),
+                      dER=f32(self.saved.pop(("der", l, i))))
         return {**header, "op": "gat_av_grad", "need_dX": l > 0}, arrays
 
     def result(self, st, i, epoch, out, acc):

@@ -16,15 +16,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from dglx_dist.convs.dorylus_base import LayerKind, Stage, activation_name, add_grad, task_seed
+from dglx_dist.convs.dorylus_base import (LayerKind, Stage, activation_name, add_grad, f32,
+                                          task_seed)
 from dglx_dist.convs.graphconv.norm import weight_problem
 from dglx_dist.errors import InvalidValueError
 
 __all__ = ["GcnLayers", "GcnPlan"]
-
-
-def _f32(t: torch.Tensor) -> np.ndarray:
-    return np.ascontiguousarray(t.numpy(), dtype=np.float32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +44,16 @@ class GcnLayers(LayerKind):
 
     Buffers: ``H[l]`` the input rows of layer l (own then ghosts), ``G[l]`` the gradients of
     layer l's gathered rows (own then reverse ghosts).
+
+    A subclass with the same program (:class:`~dglx_dist.convs.sage.dorylus.SageLayers`) names
+    its tasks in ``OPS`` (apply, its backward, the apply fused with the loss), their flag asking
+    for the inputs' gradients in ``NEED``, the weights' gradients in ``GRADS``, and overrides
+    :meth:`_arrays` and :meth:`_keep_input_grads`.
     """
+
+    OPS = ("av", "av_grad", "av_loss")
+    NEED = "need_dA"
+    GRADS = ("W", "b")
 
     def __init__(self, plan: GcnPlan, gs, feat, spec):
         super().__init__(plan, gs, feat, spec)
@@ -128,44 +134,47 @@ class GcnLayers(LayerKind):
         buf[route.rows] = msg.view(-1, buf.shape[1])
 
     # -- tensor tasks --------------------------------------------------------------------------
+    def _arrays(self, layer, i, rows, weights) -> dict:
+        """The task's inputs but ``ids``, ``dH`` and the loss's."""
+        W, b = weights[layer]
+        b = b if b is not None else np.zeros(W.shape[1], dtype=np.float32)
+        return {"A": self.saved_a[(layer, i)].numpy(), "W": W, "b": b}
+
+    def _keep_input_grads(self, layer, i, rows, out) -> None:
+        if "dA" in out:
+            self.G[layer][rows] = torch.from_numpy(np.array(out["dA"]))
+
     def request(self, st, i, epoch, weights, train, extra):
-        rows = self.gs.rows(i)
-        W, b = weights[st.layer]
-        if b is None:
-            b = np.zeros(W.shape[1], dtype=np.float32)
-        last = st.layer == self.L - 1
-        drop = self.spec.dropout[st.layer] if train else 0.0
-        arrays = {"A": self.saved_a[(st.layer, i)].numpy(), "W": W, "b": b,
-                  "ids": self.ids[rows]}
-        header = {"act": self.plan.act(st.layer), "dropout": drop,
-                  "seed": task_seed(self.spec.seed, epoch, st.layer),
-                  "train": bool(train and drop > 0)}
+        l, rows = st.layer, self.gs.rows(i)
+        drop = self.spec.dropout[l] if train else 0.0
+        arrays = {**self._arrays(l, i, rows, weights), "ids": self.ids[rows]}
+        header = {"act": self.plan.act(l), "dropout": drop,
+                  "seed": task_seed(self.spec.seed, epoch, l), "train": bool(train and drop > 0)}
         if st.kind == "AVL":
-            header = {"op": "av_loss", "act": header["act"], "need_dA": self.L > 1}
+            header = {"op": self.OPS[2], "act": header["act"], self.NEED: self.L > 1}
             arrays.pop("ids")
             arrays.update(extra["labels"](rows))
         elif st.kind == "BAV":
-            dh = (extra["dlogits"][rows] if last else self.saved_dh[(st.layer + 1, i)])
-            header.update(op="av_grad", need_dA=st.layer >= 1)
-            arrays["dH"] = _f32(dh)
-        else:
-            header["op"] = "av"
+            dh = extra["dlogits"][rows] if l == self.L - 1 else self.saved_dh[(l + 1, i)]
+            header.update({"op": self.OPS[1], self.NEED: l >= 1})
+            arrays["dH"] = f32(dh)
+        else:  # AV, AVO
+            header["op"] = self.OPS[0]
         return header, arrays
 
     def result(self, st, i, epoch, out, acc):
-        rows = self.gs.rows(i)
+        l, rows = st.layer, self.gs.rows(i)
         if st.kind == "AV":
-            self.H[st.layer + 1][rows] = torch.from_numpy(np.array(out["H"]))
+            self.H[l + 1][rows] = torch.from_numpy(np.array(out["H"]))
         elif st.kind == "AVO":
             acc["logits"][rows] = torch.from_numpy(np.array(out["H"]))
-        else:
-            add_grad(acc, epoch, (st.layer, "W"), out["dW"], i)
-            add_grad(acc, epoch, (st.layer, "b"), out["db"], i)
+        else:  # AVL, BAV
+            for name in self.GRADS:
+                add_grad(acc, epoch, (l, name), out["d" + name], i)
             if st.kind == "AVL":
                 acc["loss"][epoch] = acc["loss"].get(epoch, 0.0) + float(out["loss"][0])
-            if "dA" in out:
-                self.G[st.layer][rows] = torch.from_numpy(np.array(out["dA"]))
-        self.saved_dh.pop((st.layer + 1, i), None)
+            self._keep_input_grads(l, i, rows, out)
+        self.saved_dh.pop((l + 1, i), None)
 
 
 def _gcn_backward_from(layer: int) -> list[Stage]:

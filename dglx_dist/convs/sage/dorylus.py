@@ -33,7 +33,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from dglx_dist.convs.dorylus_base import activation_name, add_grad, csr, task_seed
+from dglx_dist.convs.dorylus_base import activation_name, csr, f32
 from dglx_dist.convs.graphconv.dorylus import GcnLayers, GcnPlan
 from dglx_dist.errors import InvalidValueError
 
@@ -77,11 +77,6 @@ def build_means(gs) -> tuple[torch.Tensor, torch.Tensor]:
     return mean_in, mean_out
 
 
-def _f32(t: torch.Tensor | np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(t.numpy() if isinstance(t, torch.Tensor) else t,
-                                dtype=np.float32)
-
-
 _SUPPORTED = ("dorylus runs SAGEConv with aggregator 'mean', norm=None, feat_drop=0 and "
               "activation None or ReLU (dropout between layers: the model's `dropout` module, "
               "as in dglx_dist.models.SAGE)")
@@ -93,6 +88,10 @@ class SageLayers(GcnLayers):
 
     Buffers: GCN's ``H[l]`` and ``G[l]`` (here: the gradients of the neighbour means).
     """
+
+    OPS = ("sage_av", "sage_av_grad", "sage_loss")
+    NEED = "need_dX"
+    GRADS = ("Ws", "Wn", "b")
 
     def __init__(self, plan: SagePlan, gs, feat, spec):
         super().__init__(plan, gs, feat, spec)
@@ -151,42 +150,13 @@ class SageLayers(GcnLayers):
                 self.saved_dx.pop((l, i))
 
     # -- tensor tasks --------------------------------------------------------------------------
-    def request(self, st, i, epoch, weights, train, extra):
-        l, rows = st.layer, self.gs.rows(i)
-        ws, wn, b = weights[l]
-        drop = self.spec.dropout[l] if train else 0.0
-        arrays = {"X": _f32(self.H[l][rows]), "M": _f32(self.saved_a[(l, i)]),
-                  "Ws": _f32(ws.T), "Wn": _f32(wn.T),
-                  "b": b if b is not None else np.zeros(ws.shape[0], dtype=np.float32),
-                  "ids": self.ids[rows]}
-        header = {"act": self.plan.act(l), "dropout": drop,
-                  "seed": task_seed(self.spec.seed, epoch, l), "train": bool(train and drop > 0)}
-        if st.kind == "AVL":
-            header = {"op": "sage_loss", "act": header["act"], "need_dX": self.L > 1}
-            arrays.pop("ids")
-            arrays.update(extra["labels"](rows))
-        elif st.kind == "BAV":
-            last = l == self.L - 1
-            dh = extra["dlogits"][rows] if last else self.saved_dh[(l + 1, i)]
-            header.update(op="sage_av_grad", need_dX=l >= 1)
-            arrays["dH"] = _f32(dh)
-        else:  # AV, AVO
-            header["op"] = "sage_av"
-        return header, arrays
+    def _arrays(self, layer, i, rows, weights) -> dict:
+        ws, wn, b = weights[layer]
+        return {"X": f32(self.H[layer][rows]), "M": f32(self.saved_a[(layer, i)]),
+                "Ws": f32(ws.T), "Wn": f32(wn.T),
+                "b": b if b is not None else np.zeros(ws.shape[0], dtype=np.float32)}
 
-    def result(self, st, i, epoch, out, acc):
-        l, rows = st.layer, self.gs.rows(i)
-        get = lambda k: torch.from_numpy(np.array(out[k]))  # noqa: E731  (a writable copy)
-        if st.kind == "AV":
-            self.H[l + 1][rows] = get("H")
-        elif st.kind == "AVO":
-            acc["logits"][rows] = get("H")
-        else:  # AVL, BAV
-            for name in ("Ws", "Wn", "b"):
-                add_grad(acc, epoch, (l, name), out["d" + name], i)
-            if st.kind == "AVL":
-                acc["loss"][epoch] = acc["loss"].get(epoch, 0.0) + float(out["loss"][0])
-            if "dM" in out:
-                self.G[l][rows] = get("dM")
-                self.saved_dx[(l, i)] = get("dX")
-        self.saved_dh.pop((l + 1, i), None)
+    def _keep_input_grads(self, layer, i, rows, out) -> None:
+        if "dM" in out:
+            self.G[layer][rows] = torch.from_numpy(np.array(out["dM"]))
+            self.saved_dx[(layer, i)] = torch.from_numpy(np.array(out["dX"]))
