@@ -1,10 +1,8 @@
 """The layer protocol: what the strategies need to know about one dgl.nn conv type.
 
-Every supported conv type has one folder in :mod:`dglx_dist.convs` (``sage/``,
-``graphconv/``, ``gat/``) holding everything about it: ``adapter.py``, one
-:class:`ConvAdapter` subclass registered under the conv's class name in :data:`LAYERS`
-(entry-point group ``dglx_dist.layers`` for plug-ins); ``dorylus.py``, its dorylus stages;
-``ops.py``, its numpy tensor tasks. An adapter says:
+Every supported conv type's folder in :mod:`dglx_dist.convs` (its layout: that package's
+docstring) registers one :class:`ConvAdapter` subclass under the conv's class name in
+:data:`LAYERS` (entry-point group ``dglx_dist.layers`` for plug-ins). An adapter says:
 
 * **P3, the column split.** A conv layer = linear maps applied to its input features (its
   *input linears*) + the rest (aggregation over the block's edges, bias, attention,
@@ -24,12 +22,8 @@ Every supported conv type has one folder in :mod:`dglx_dist.convs` (``sage/``,
   runs its stages and its tensor tasks, both as objects from the conv's own folder.
   ``DorylusStrategy.conv_types`` is the names whose adapter has one.
 
-Direction of imports: the strategies import this package, never the other way; the stage
-classes build on :mod:`dglx_dist.convs.dorylus_base` (the seam: the strategy hands them its
-graph server as an argument). The numpy tasks (``ops.py``, built on
-:mod:`dglx_dist.convs.ops_base`) import neither torch nor DGL, and ``dglx_dist.convs`` and the
-conv folders' ``__init__`` import nothing at import time, so a worker process or a Lambda loads
-them alone; ``dglx_dist.offload.tensor_fn.ops.OPS`` gathers them from the folders.
+The strategies import this package, never the other way (the dorylus seam:
+:mod:`dglx_dist.convs.dorylus_base`; the torch-free numpy tasks: :mod:`dglx_dist.convs`).
 
 :func:`adapter_for` finds the adapter for a module, :func:`graph_convs` a model's convs.
 """
@@ -51,7 +45,7 @@ if TYPE_CHECKING:
     import dgl
 
 __all__ = ["LAYERS", "ConvAdapter", "ConvWrapper", "DorylusSupport", "InputLinear", "adapter_for",
-           "feat_dropout", "first_conv", "graph_convs"]
+           "edge_column", "feat_dropout", "first_conv", "graph_convs"]
 
 LAYERS: Registry["ConvAdapter"] = Registry("layer adapter", entry_point_group="dglx_dist.layers")
 
@@ -223,3 +217,9 @@ def feat_dropout(conv: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """``x`` through the conv's ``feat_drop`` (unchanged when it has none)."""
     drop = getattr(conv, "feat_drop", None)
     return drop(x) if drop is not None else x
+
+
+def edge_column(edge_weight: torch.Tensor | None) -> torch.Tensor | None:
+    """A conv's ``edge_weight=`` as a column (one row per edge) for
+    :mod:`~dglx_dist.convs.message`'s ``u_mul_e_*``; None stays None (their ``copy_u_*``)."""
+    return None if edge_weight is None else edge_weight.reshape(-1, 1)

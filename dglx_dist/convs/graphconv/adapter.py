@@ -1,10 +1,7 @@
 """``dgl.nn.GraphConv``'s adapter: what the strategies need to know about it.
 
-GraphConv's degree normalisation is said once in :mod:`.norm` (:func:`~.norm.norm_powers`,
-:func:`~.norm.degree_factor`): a source row is multiplied by ``out_deg^-p_src`` before the sum over
-in-edges and a destination row by ``in_deg^-p_dst`` after it, with ``(p_src, p_dst)`` from the
-conv's ``norm``. The column split, the GraNNDis source scaling and dorylus's graph server
-(``Â = out_deg^-1/2 in_deg^-1/2`` of the whole graph) all use it.
+GraphConv's degree normalisation is said once in :mod:`.norm`; the column split, the GraNNDis
+source scaling and dorylus's graph server (``Â = out_deg^-1/2 in_deg^-1/2``) all use it.
 
 * P3's column split (any ``norm``, with its own weight): partial = the normalised aggregation
   of the slice times its weight rows; finish adds the bias and the activation.
@@ -18,8 +15,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from dglx_dist.convs.base import LAYERS, ConvAdapter, DorylusSupport, InputLinear
-from dglx_dist.convs.message import copy_u_sum, in_degrees, out_degrees, u_mul_e_sum
+from dglx_dist.convs.base import LAYERS, ConvAdapter, DorylusSupport, InputLinear, edge_column
+from dglx_dist.convs.message import in_degrees, out_degrees, u_mul_e_sum
 from dglx_dist.convs.graphconv.dorylus import GcnLayers
 from dglx_dist.convs.graphconv.norm import degree_factor, norm_powers, weight_problem
 from dglx_dist.convs.graphconv.ops import TASKS
@@ -57,8 +54,7 @@ class GraphConvAdapter(ConvAdapter):
             x = x * degree_factor(out_degrees(block).to(x), p_src).unsqueeze(1)
         lin_first = x.shape[1] > w.shape[1]
         h = x @ w if lin_first else x
-        h = copy_u_sum(block, h) if edge_weight is None else \
-            u_mul_e_sum(block, h, edge_weight.reshape(-1, 1).to(h))
+        h = u_mul_e_sum(block, h, edge_column(edge_weight))
         h = h if lin_first else h @ w
         if p_dst:
             h = h * degree_factor(in_degrees(block).to(x), p_dst).unsqueeze(1)

@@ -19,8 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dglx_dist.convs.base import LAYERS, ConvAdapter, DorylusSupport, InputLinear, feat_dropout
-from dglx_dist.convs.message import copy_u_max, copy_u_sum, in_degrees, u_mul_e_max, u_mul_e_sum
+from dglx_dist.convs.base import (LAYERS, ConvAdapter, DorylusSupport, InputLinear, edge_column,
+                                  feat_dropout)
+from dglx_dist.convs.message import in_degrees, u_mul_e_max, u_mul_e_sum
 from dglx_dist.convs.sage.dorylus import SageLayers
 from dglx_dist.convs.sage.ops import TASKS
 from dglx_dist.errors import InvalidValueError
@@ -54,15 +55,14 @@ class SAGEAdapter(ConvAdapter):
 
     def partial(self, conv, weights, block, x, edge_weight=None):
         x = feat_dropout(conv, x)
-        w_e = None if edge_weight is None else edge_weight.reshape(-1, 1).to(x)
         num_dst, kind = block.num_dst_nodes(), conv._aggre_type
         if kind == "pool":
             return [F.linear(x, weights[0]), F.linear(x[:num_dst], weights[1])]
         w_neigh = weights[0]
         lin_first = x.shape[1] > w_neigh.shape[0]  # project first when it shrinks the rows
         h = F.linear(x, w_neigh) if lin_first else x
-        summed = copy_u_sum(block, h) if w_e is None else \
-            u_mul_e_sum(block, h, w_e)  # each message weighed, as SAGEConv does
+        # each message weighed, as SAGEConv does
+        summed = u_mul_e_sum(block, h, edge_column(edge_weight))
         deg = in_degrees(block).to(h).unsqueeze(1)
         if kind == "mean":  # (a node with no in-edge: zeros, as DGL's mean)
             neigh = summed / deg.clamp(min=1)
@@ -79,8 +79,7 @@ class SAGEAdapter(ConvAdapter):
             pooled = torch.relu(totals[0] + conv.fc_pool.bias)
             # dgl.ops' max leaves -inf on a node with no in-edges; update_all (the stock conv)
             # gives it zeros
-            neigh = copy_u_max(block, pooled) if edge_weight is None else \
-                u_mul_e_max(block, pooled, edge_weight.reshape(-1, 1).to(pooled))
+            neigh = u_mul_e_max(block, pooled, edge_column(edge_weight))
             neigh = neigh.masked_fill((in_degrees(block) == 0).unsqueeze(1), 0.0)
             rst = conv.fc_neigh(neigh) + totals[1]
             bias = conv.fc_self.bias
