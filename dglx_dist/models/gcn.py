@@ -8,10 +8,32 @@ from torch import nn
 from dglx_dist.data.normalize import row_normalized
 from dglx_dist.errors import InvalidValueError
 
-__all__ = ["GCN", "ResGCN"]
+__all__ = ["ConvStack", "GCN", "ResGCN"]
 
 
-class GCN(nn.Module):
+class ConvStack(nn.Module):
+    """``num_layers`` convs ``make(in, out)`` with ReLU and dropout between them: GCN's and
+    :class:`~dglx_dist.models.SAGE`'s body (``row_normalize``: see
+    :func:`~dglx_dist.data.normalize.row_normalized`)."""
+
+    def __init__(self, make, in_feats: int, hidden: int, num_classes: int, num_layers: int,
+                 dropout: float, row_normalize: bool):
+        super().__init__()
+        self.row_normalize = row_normalize
+        dims = [in_feats] + [hidden] * (num_layers - 1) + [num_classes]
+        self.layers = nn.ModuleList(make(a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, blocks, x: torch.Tensor) -> torch.Tensor:
+        h = row_normalized(x) if self.row_normalize else x
+        for i, (layer, block) in enumerate(zip(self.layers, blocks)):
+            if i:
+                h = self.dropout(torch.relu(h))
+            h = layer(block, h)
+        return h
+
+
+class GCN(ConvStack):
     """``num_layers`` GraphConv layers (symmetric normalisation) with ReLU and dropout between.
 
     Args:
@@ -23,20 +45,8 @@ class GCN(nn.Module):
 
     def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 2,
                  dropout: float = 0.5, row_normalize: bool = False):
-        super().__init__()
-        self.row_normalize = row_normalize
-        dims = [in_feats] + [hidden] * (num_layers - 1) + [num_classes]
-        self.layers = nn.ModuleList(dglnn.GraphConv(a, b, allow_zero_in_degree=True)
-                                    for a, b in zip(dims[:-1], dims[1:]))
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, blocks, x: torch.Tensor) -> torch.Tensor:
-        h = row_normalized(x) if self.row_normalize else x
-        for i, (layer, block) in enumerate(zip(self.layers, blocks)):
-            if i:
-                h = self.dropout(torch.relu(h))
-            h = layer(block, h)
-        return h
+        super().__init__(lambda a, b: dglnn.GraphConv(a, b, allow_zero_in_degree=True),
+                         in_feats, hidden, num_classes, num_layers, dropout, row_normalize)
 
 
 class ResGCN(nn.Module):
