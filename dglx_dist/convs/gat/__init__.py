@@ -1,6 +1,2 @@
-"""``dgl.nn.GATConv``: its adapter (:mod:`.adapter`), what keeps it from one shared projection
-(:mod:`.projection`), its dorylus stages (:mod:`.dorylus`) and their numpy tensor tasks
-(:mod:`.ops`).
-
-Imports nothing, so that :mod:`.ops` loads without torch or DGL (see :mod:`dglx_dist.convs`).
-"""
+"""``dgl.nn.GATConv``'s folder (its layout: :mod:`dglx_dist.convs`), plus :mod:`.projection`;
+imports nothing, so that :mod:`.ops` loads without torch or DGL."""

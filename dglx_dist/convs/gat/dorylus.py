@@ -1,36 +1,9 @@
 """Dorylus for GAT (``dgl.nn.GATConv``): attention as ApplyEdge tasks, sums over edges on the
-graph servers.
-
-Per layer l and vertex interval (tasks in :mod:`.ops`)::
-
-    AV  (task)   previous bias + ELU + feature dropout, then z = xW, el, er of the rows
-    SC           [z | el] rows to the peers that hold them as ghosts
-    AE  (task)   α of the interval's in-edges (leaky ReLU, softmax per destination);
-                 waits (sync) for every rank's SC of layer l
-    GA           out_v = Σ_u α_uv z_u (per head), over own and ghost sources
-    AVL (task)   last layer: bias, mean over heads, loss and its gradient (fused); without
-                 the loss (AVO) in an evaluation or a loop of one's own, whose backward
-                 starts from given logit gradients (BAVO)
-
-and backward, from ``dout`` (the gradient of a layer's gathered rows)::
-
-    ∇AE (task)   dα_uv = <dout_v, z_u> (computed here, sent along) -> ds per edge, der
-    ∇SC          dout rows and [α | ds] of the in-edges whose sources live elsewhere go to the
-                 sources' owners (the reverse-ghost routes of GCN's backward, plus edges)
-    ∇GA          per own source u: dz_u = Σ_v α_uv dout_v and del_u = Σ_v ds_uv over its
-                 out-edges (own destinations and reverse ghosts); waits (sync) for every
-                 rank's ∇SC of layer l
-    ∇AV (task)   gradients of W, attn_l, attn_r, the previous bias and dout of layer l-1
-
-Each source's sums are thus done by its owner (pull), like GCN's backward gather, so async
-mode reads possibly stale rows and edges but never partial sums.
-
-Models: GATConv layers with one ``fc`` (no (src, dst) input sizes), no residual and no
-activation inside the conv; the model applies ELU and flattens the heads between layers and
-averages the output layer's heads (:class:`dglx_dist.models.GAT`). Feature dropout is each
-conv's ``feat_drop`` (or the strategy's ``dropout`` option), attention dropout each conv's
-``attn_drop``; both use the tasks' hash masks (attention: of the edge's source and
-destination ids), so they are reproducible but not torch's random streams.
+graph servers (tasks in :mod:`.ops`). Per layer and interval, ``AV SC AE GA ... AVL | ∇AE ∇SC
+∇GA ∇AV ...`` (AVO / BAVO: the logits only, and the backward from given logit gradients);
+each source's backward sums are done by its owner (pull), so async mode reads possibly stale
+rows and edges but never partial sums. docs/strategies/dorylus.md ("GAT", "Models") describes
+each stage and the models it runs, as :class:`dglx_dist.models.GAT`.
 """
 from __future__ import annotations
 

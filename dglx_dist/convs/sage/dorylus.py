@@ -1,30 +1,8 @@
-"""Dorylus for GraphSAGE (``dgl.nn.SAGEConv`` with the mean aggregator).
-
-A mean SAGEConv computes ``rst_v = x_v Ws + mean_{u -> v}(x_u) Wn + b``: the rows themselves
-(``fc_self``, with the bias) and the mean of their in-neighbours (``fc_neigh``). The program
-is GCN's (:class:`~dglx_dist.convs.graphconv.dorylus.GcnLayers`), per layer l and vertex
-interval (tasks in :mod:`.ops`)::
-
-    GA   (graph)  M = mean of each own row's in-neighbours in H[l] (own rows, then ghosts):
-                  the rows of D_in^-1 A (whole-graph in-degrees; 0 without in-edges, as DGL)
-    AV   (task)   H[l+1] = dropout(relu(X Ws + M Wn + b)) with X = the interval's own rows
-                  of H[l]; waits (sync) for every rank's SC of layer l-1 (through GA)
-    SC   (graph)  the new rows to the peers that hold them as ghosts
-    AVL  (task)   the last layer's apply (and the conv's own activation) fused with the loss
-
-and backward, from the gradient ``dH`` of a layer's output rows::
-
-    ∇AV  (task)   gradients of Ws, Wn, b; for layers after the first, of X (dX) and M (dM)
-    ∇SC  (graph)  dM rows to the peers that own in-neighbours of them (reverse ghosts)
-    ∇GA  (graph)  per own source u: dH_u = Σ_{u -> v} dM_v / in_deg(v) + dX_u, over its
-                  out-edges (own destinations and reverse ghosts)
-
-The self part never leaves its interval; only the mean's rows cross partitions, the same rows
-and routes as GCN's (so async mode reads possibly stale neighbour rows, never partial sums).
-
-Models: SAGEConv layers with aggregator "mean", no ``norm``, no ``feat_drop`` and ReLU or no
-activation inside the conv, with ReLU and dropout between layers (the model's ``dropout``
-module, or the strategy's ``dropout`` option), as :class:`dglx_dist.models.SAGE`.
+"""Dorylus for GraphSAGE (``dgl.nn.SAGEConv``, mean aggregator): :class:`SageLayers` runs
+GCN's program (:class:`~dglx_dist.convs.graphconv.dorylus.GcnLayers`) and routes with the
+neighbour mean ``M`` (:func:`build_means`) in place of GCN's normalised sum, the rows' own part
+kept in the applies (tasks in :mod:`.ops`); docs/strategies/dorylus.md ("GraphSAGE", "Models")
+describes the stages and the models it runs, as :class:`dglx_dist.models.SAGE`.
 """
 from __future__ import annotations
 
