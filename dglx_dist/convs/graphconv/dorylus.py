@@ -1,12 +1,8 @@
 """Dorylus for GCN (``dgl.nn.GraphConv``, ``norm="both"``): :class:`GcnLayers`, the stages
-of the paper's own model (tasks ``av``, ``av_grad``, ``av_loss`` in :mod:`.ops`).
-
-Per layer l and vertex interval: GA (graph) gathers ``Â H[l]`` over own rows and ghosts, AV
-(task) applies ``A W + b``, ReLU and dropout, SC (graph) sends the new rows to the peers that
-hold them as ghosts; the last layer's apply is fused with the loss (AVL). Backward: BAV
-(task) the gradients of W, b and of the gathered rows, BSC/BGA (graph) those rows back to
-their sources' owners and summed there. :class:`~dglx_dist.convs.sage.dorylus.SageLayers`
-reuses this program.
+of the paper's own model (tasks ``av``, ``av_grad``, ``av_loss`` in :mod:`.ops`), which
+:class:`~dglx_dist.convs.sage.dorylus.SageLayers` reuses. Per layer and vertex interval
+``GA AV SC ... GA AVL | BSC BGA BAV ...``; docs/strategies/dorylus.md ("Tasks per interval")
+describes each stage.
 """
 from __future__ import annotations
 

@@ -1,26 +1,18 @@
-"""The tensor tasks of a GraphSAGE layer (``dgl.nn.SAGEConv``, aggregator "mean"), as pure
-functions of float32 arrays.
+"""The tensor tasks of a GraphSAGE layer (``dgl.nn.SAGEConv``, aggregator "mean"): GCN's three
+(:mod:`dglx_dist.convs.graphconv.ops`) with the rows' own part kept, both
+:func:`~dglx_dist.convs.ops_base.linear_tasks`.
 
-A mean SAGEConv computes ``rst_v = x_v Ws + mean_{u -> v}(x_u) Wn + b`` (``fc_self`` with its
-bias, ``fc_neigh`` without), then its own activation. The graph server computes ``M``, the
-mean of each row's in-neighbours (zero for a row without in-edges, as in DGL); the tasks do
-the rest, row by row:
-
-* ``sage_av`` (ApplyVertex): ``H = dropout(act(X Ws + M Wn + b))``; ``act`` is the model's
-  ReLU between layers (or the conv's own activation), the dropout that of the GCN tasks.
-* ``sage_av_grad``: from ``dH``, the gradient of that output, to the gradients of ``Ws``,
-  ``Wn``, ``b`` and (``need_dX``) of ``X`` (the rows themselves) and ``M`` (their mean, which
-  the graph server sends back to the neighbours divided by the row's in-degree). The
-  pre-activation and the dropout mask are recomputed (tasks keep nothing).
-* ``sage_loss``: the last layer's apply (``act`` default "none") fused with the weighted
-  cross entropy and its backward.
+A mean SAGEConv computes ``rst_v = x_v Ws + mean_{u -> v}(x_u) Wn + b``; the graph server
+computes ``M``, the mean of each row's in-neighbours (zero without in-edges, as in DGL), and
+the tasks the rest: ``sage_av`` ``H = dropout(act(X Ws + M Wn + b))``, ``sage_av_grad`` the
+gradients of ``Ws``, ``Wn``, ``b`` and (``need_dX``) of ``X`` and ``M`` (which the graph
+server sends back to the neighbours divided by the row's in-degree), ``sage_loss`` the last
+layer's apply (``act`` default "none") fused with the loss and its backward.
 
 Arrays: ``X`` and ``M`` (rows x in), ``Ws`` and ``Wn`` (in x out: the transposed
-``fc_self.weight`` and ``fc_neigh.weight``), ``b`` (out), ``ids`` (int64 per row; the dropout
-mask hashes (seed, id, column)), ``dH`` (rows x out), ``labels``/``weight`` (the loss).
-Header fields: ``act``, ``dropout``, ``seed``, ``train`` as for GCN's ``av``; ``need_dX``
-(bool, default False). The tasks are :func:`~dglx_dist.convs.ops_base.linear_tasks` of
-``X Ws + M Wn + b``, as GCN's of ``A W + b``: they work row by row, so callers may chunk rows.
+``fc_self.weight`` and ``fc_neigh.weight``), ``b`` (out), ``ids`` (int64 per row), ``dH``
+(rows x out), ``labels``/``weight`` (the loss). Header fields: ``act``, ``dropout``, ``seed``,
+``train`` as for GCN's ``av``; ``need_dX`` (bool, default False).
 """
 from __future__ import annotations
 
