@@ -10,20 +10,10 @@ what a kind gets from it arrives as arguments (the graph server ``gs``, its rout
 through the methods their docstrings name. So imports go one way, from ``strategies/`` to
 ``convs/``, and no module names another by a string.
 
-A kind says:
-
-* class level (the strategy, once per model): :meth:`~LayerKind.check` the convs,
-  :meth:`~LayerKind.tensors` a parameter server snapshots per layer,
-  :meth:`~LayerKind.param_slots` mapping the tasks' gradients to parameters,
-  :meth:`~LayerKind.dropouts`, :meth:`~LayerKind.plan` (static structures, may use
-  collectives) and the programs;
-* instance level (one per pipeline): buffers, :meth:`~LayerKind.graph_task`, messages
-  (:meth:`~LayerKind.pack` / :meth:`~LayerKind.unpack`), :meth:`~LayerKind.request` and
-  :meth:`~LayerKind.result` of tensor tasks.
-
-Also here: what every kind shares (:class:`Stage`, the gradient accumulators
-:func:`add_grad` / :func:`summed_grads`, :func:`activation_name`, :func:`task_seed`, the
-sparse matrix builder :func:`csr`, :func:`f32`).
+What a kind says is :class:`LayerKind`'s methods: class level (the strategy, once per model)
+and instance level (one per pipeline). Also here: what every kind shares (:class:`Stage`, the
+gradient accumulators :func:`add_grad` / :func:`summed_grads`, :func:`activation_name`,
+:func:`dropout_p`, :func:`task_seed`, the sparse matrix builder :func:`csr`, :func:`f32`).
 """
 from __future__ import annotations
 
@@ -39,7 +29,7 @@ from torch import nn
 
 from dglx_dist.errors import InvalidValueError
 
-__all__ = ["LayerKind", "Slot", "Stage", "add_grad", "activation_name", "csr", "f32",
+__all__ = ["LayerKind", "Slot", "Stage", "add_grad", "activation_name", "csr", "dropout_p", "f32",
            "summed_grads", "task_seed"]
 
 #: (parameter, (layer, gradient name), gradient -> the parameter's shape)
@@ -99,6 +89,12 @@ def activation_name(activation, conv: str) -> str:
     raise InvalidValueError(f"dorylus cannot run {conv} with activation={activation!r}: the tensor "
                             f"tasks apply ReLU (F.relu, torch.relu, nn.ReLU) or no activation "
                             f"(None, nn.Identity)")
+
+
+def dropout_p(module, override: float) -> float:
+    """``override`` (the strategy's ``dropout`` option) unless it is -1, else ``module``'s
+    probability (0 unless it is an ``nn.Dropout``)."""
+    return override if override >= 0 else (module.p if isinstance(module, nn.Dropout) else 0.0)
 
 
 def task_seed(seed: int, epoch: int, layer: int) -> int:

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 __all__ = ["Arrays", "Op", "PayloadError", "activate", "activate_grad", "activated_loss",
-           "dropout_mask", "linear_tasks", "output_size", "weighted_cross_entropy"]
+           "dropout_mask", "dropout_scale", "linear_tasks", "output_size", "weighted_cross_entropy"]
 
 Arrays = dict[str, np.ndarray]
 
@@ -134,6 +134,11 @@ def dropout_mask(seed: int, ids: np.ndarray, cols: int, p: float) -> np.ndarray:
     return uniform >= p
 
 
+def dropout_scale(seed: int, ids: np.ndarray, cols: int, p: float) -> np.ndarray:
+    """:func:`dropout_mask` times ``1 / (1 - p)``: what a kept entry is multiplied by."""
+    return dropout_mask(seed, ids, cols, p) * np.float32(1.0 / (1.0 - p))
+
+
 def activate(header: dict, z: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """``z`` through the header's ``act``, then (``train`` and ``dropout`` > 0) the dropout of
     :func:`dropout_mask` for rows ``ids``; may overwrite ``z``."""
@@ -141,7 +146,7 @@ def activate(header: dict, z: np.ndarray, ids: np.ndarray) -> np.ndarray:
     p, seed = _dropout(header)
     h = np.maximum(z, 0, out=z) if act == "relu" else z
     if _field(header, "train", bool, False) and p > 0:
-        h *= dropout_mask(seed, ids, z.shape[1], p) * np.float32(1.0 / (1.0 - p))
+        h *= dropout_scale(seed, ids, z.shape[1], p)
     return h.astype(np.float32, copy=False)
 
 
@@ -154,7 +159,7 @@ def activate_grad(header: dict, z: np.ndarray, dh: np.ndarray, ids: np.ndarray) 
             f"(the layer's rows x its output columns)")
     dz = dh.copy()
     if p > 0:
-        dz *= dropout_mask(seed, ids, z.shape[1], p) * np.float32(1.0 / (1.0 - p))
+        dz *= dropout_scale(seed, ids, z.shape[1], p)
     if act == "relu":
         dz *= z > 0
     return dz

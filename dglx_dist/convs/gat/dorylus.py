@@ -11,9 +11,8 @@ import dataclasses
 
 import numpy as np
 import torch
-from torch import nn
 
-from dglx_dist.convs.dorylus_base import LayerKind, Stage, add_grad, f32, task_seed
+from dglx_dist.convs.dorylus_base import LayerKind, Stage, add_grad, dropout_p, f32, task_seed
 from dglx_dist.convs.gat.projection import projection_problems
 from dglx_dist.errors import InvalidValueError
 
@@ -150,8 +149,7 @@ class GatLayers(LayerKind):
 
     @classmethod
     def dropouts(cls, model, convs, override):
-        return tuple(override if override >= 0 else conv.feat_drop.p if
-                     isinstance(conv.feat_drop, nn.Dropout) else 0.0 for conv, _ in convs)
+        return tuple(dropout_p(conv.feat_drop, override) for conv, _ in convs)
 
     @classmethod
     def plan(cls, gs, convs):

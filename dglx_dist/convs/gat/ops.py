@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from dglx_dist.convs.ops_base import (Arrays, Op, PayloadError, _array, _dropout, _expect, _field,
-                                      _rows, dropout_mask, weighted_cross_entropy)
+                                      _rows, dropout_scale, weighted_cross_entropy)
 
 __all__ = ["TASKS", "segment_softmax"]
 
@@ -113,7 +113,7 @@ def _attn_keep(header: dict, arrays: Arrays, edges: int, heads: int) -> np.ndarr
     if not (_field(header, "train", bool, False) and p > 0):
         return None
     keys = _rows(arrays, "keys", "int64", edges)
-    return dropout_mask(seed, keys, heads, p) * np.float32(1.0 / (1.0 - p))
+    return dropout_scale(seed, keys, heads, p)
 
 
 def _gat_ae(header: dict, arrays: Arrays) -> Arrays:
@@ -175,7 +175,7 @@ def _prev(header: dict, arrays: Arrays, x: np.ndarray):
     p, seed = _dropout(header)
     scale = None
     if _field(header, "train", bool, False) and p > 0:
-        scale = dropout_mask(seed, arrays["ids"], x.shape[1], p) * np.float32(1.0 / (1.0 - p))
+        scale = dropout_scale(seed, arrays["ids"], x.shape[1], p)
         x = x * scale
     return x.astype(np.float32, copy=False), pre, scale
 

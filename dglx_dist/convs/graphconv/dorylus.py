@@ -10,10 +10,9 @@ import dataclasses
 
 import numpy as np
 import torch
-from torch import nn
 
-from dglx_dist.convs.dorylus_base import (LayerKind, Stage, activation_name, add_grad, f32,
-                                          task_seed)
+from dglx_dist.convs.dorylus_base import (LayerKind, Stage, activation_name, add_grad, dropout_p,
+                                          f32, task_seed)
 from dglx_dist.convs.graphconv.norm import weight_problem
 from dglx_dist.errors import InvalidValueError
 
@@ -83,8 +82,7 @@ class GcnLayers(LayerKind):
 
     @classmethod
     def dropouts(cls, model, convs, override):
-        drop = getattr(model, "dropout", None)
-        p = override if override >= 0 else (drop.p if isinstance(drop, nn.Dropout) else 0.0)
+        p = dropout_p(getattr(model, "dropout", None), override)
         return tuple([p] * (len(convs) - 1) + [0.0])  # after every layer but the last
 
     @classmethod
