@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 from dglx_dist.convs.ops_base import Op, output_size
-from dglx_dist.errors import InvalidTypeError, InvalidValueError, MissingDependencyError, StateError
+from dglx_dist.errors import InvalidValueError, MissingDependencyError, StateError
 from dglx_dist.offload.executor import EXECUTORS, Executor, InvocationError, WorkerLost
 from dglx_dist.offload.tensor_fn.ops import OPS
 from dglx_dist.offload.tensor_fn.payload import PayloadError, decode, encode
@@ -39,11 +39,6 @@ _RETRYABLE = {"TooManyRequestsException", "ServiceException", "EC2ThrottledExcep
               "ResourceNotReadyException", "ResourceConflictException", "SnapStartNotReadyException"}
 
 
-def _raw_capacity(max_payload_bytes: int) -> int:
-    """The largest raw payload whose base64 JSON envelope fits in ``max_payload_bytes``."""
-    return max(0, (max_payload_bytes - _ENVELOPE) // 4 * 3)
-
-
 def split_request(request: bytes, max_payload_bytes: int) -> tuple[list[bytes], Op | None]:
     """Splits ``request`` along its op's row inputs so each chunk and its response fit.
 
@@ -54,7 +49,7 @@ def split_request(request: bytes, max_payload_bytes: int) -> tuple[list[bytes], 
     Raises:
         InvocationError: even a single row would not fit.
     """
-    limit = _raw_capacity(max_payload_bytes)
+    limit = max(0, (max_payload_bytes - _ENVELOPE) // 4 * 3)  # raw bytes whose base64 JSON fits
     try:
         header, arrays = decode(request)
         op = OPS[header["op"]]
@@ -195,13 +190,11 @@ class AwsExecutor(Executor):
         return boto3.session.Session().client("lambda", **kwargs)
 
     def invoke(self, request: bytes) -> concurrent.futures.Future:
-        if not isinstance(request, (bytes, bytearray, memoryview)):
-            raise InvalidTypeError(f"request: expected bytes, got {type(request).__name__}")
-        self.start()
+        request = self._accept(request)
         outer: concurrent.futures.Future = concurrent.futures.Future()
         outer.set_running_or_notify_cancel()
         try:
-            chunks, op = split_request(bytes(request), self.config.max_payload_bytes)
+            chunks, op = split_request(request, self.config.max_payload_bytes)
         except InvocationError as exc:
             outer.set_exception(exc)
             return outer

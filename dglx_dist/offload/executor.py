@@ -22,7 +22,7 @@ import dataclasses
 import threading
 from typing import Any
 
-from dglx_dist.errors import DglxError
+from dglx_dist.errors import DglxError, InvalidTypeError
 from dglx_dist.registry import Registry
 
 __all__ = ["Executor", "EXECUTORS", "InvocationError", "WorkerLost", "ExecutorCounters"]
@@ -110,6 +110,13 @@ class Executor(abc.ABC):
     def close(self) -> None:
         """Stops every worker and thread; pending invocations fail with :class:`WorkerLost`.
         Idempotent."""
+
+    def _accept(self, request: Any) -> bytes:
+        """``request`` as bytes once it is checked and the executor started (for ``invoke``)."""
+        if not isinstance(request, (bytes, bytearray, memoryview)):
+            raise InvalidTypeError(f"request: expected bytes, got {type(request).__name__}")
+        self.start()
+        return bytes(request)
 
     def stats(self) -> dict[str, Any]:
         """Counters: invocations, worker_restarts, bytes_sent, bytes_received, busy_s (wall

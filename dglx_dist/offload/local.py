@@ -24,9 +24,9 @@ import threading
 import time
 from pathlib import Path
 
-from dglx_dist.errors import InvalidTypeError, InvalidValueError, StateError
+from dglx_dist.errors import InvalidValueError, StateError
 from dglx_dist.offload.executor import EXECUTORS, Executor, InvocationError, WorkerLost
-from dglx_dist.offload.tensor_fn.worker import STATUS_OK, read_frame, write_frame
+from dglx_dist.offload.tensor_fn.worker import STATUS_OK, THREAD_VARS, read_frame, write_frame
 
 __all__ = ["LocalExecutor"]
 
@@ -34,7 +34,6 @@ log = logging.getLogger(__name__)
 _ROOT = str(Path(__file__).resolve().parents[2])  # the directory that holds dglx_dist
 _BOOT = (f"import sys; sys.path.insert(0, {_ROOT!r}); "
          "from dglx_dist.offload.tensor_fn.worker import main; sys.exit(main())")
-_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 @dataclasses.dataclass(eq=False)
@@ -107,13 +106,11 @@ class LocalExecutor(Executor):
             return [s.proc.pid for s in self._slots if s.proc is not None]
 
     def invoke(self, request: bytes) -> concurrent.futures.Future:
-        if not isinstance(request, (bytes, bytearray, memoryview)):
-            raise InvalidTypeError(f"request: expected bytes, got {type(request).__name__}")
-        self.start()
+        request = self._accept(request)
         with self._lock:
             if self._closed:
                 raise StateError("LocalExecutor is closed; build a new one")
-            job = _Job(self._seq, bytes(request), concurrent.futures.Future())
+            job = _Job(self._seq, request, concurrent.futures.Future())
             self._seq += 1
             self._jobs[job.future] = job
         self.counters.add(invocations=1)
@@ -153,7 +150,7 @@ class LocalExecutor(Executor):
         while not self._queue.empty():
             job = self._queue.get_nowait()
             if job is not None:
-                self._fail(job, WorkerLost(f"invocation #{job.seq} dropped: executor closed"))
+                self._drop(job)
         log.debug("closed local executor: %s", self.stats())
 
     def stats(self) -> dict:
@@ -164,16 +161,14 @@ class LocalExecutor(Executor):
     # -- worker side ---------------------------------------------------------------------
 
     def worker_command(self) -> list[str]:
-        """The command that starts one worker: ``tensor_fn.worker`` alone (numpy only), with
-        the configured cold start. It reads request frames on stdin and answers each on stdout
-        (:mod:`~dglx_dist.offload.tensor_fn.worker`); its environment limits it to one compute
-        thread. The one seam for subclasses: a command starting another module that speaks the
-        same protocol changes nothing else (module docstring)."""
+        """The command that starts one worker: :mod:`~dglx_dist.offload.tensor_fn.worker` alone
+        (numpy only), with the configured cold start; the one seam for subclasses (module
+        docstring)."""
         return [sys.executable, "-c", _BOOT, "--cold-start", repr(self.config.cold_start_s)]
 
     def _spawn(self) -> subprocess.Popen:
         env = dict(os.environ)
-        env.update({var: "1" for var in _THREAD_VARS})
+        env.update({var: "1" for var in THREAD_VARS})
         return subprocess.Popen(self.worker_command(), stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, env=env, close_fds=True)
 
@@ -205,15 +200,6 @@ class LocalExecutor(Executor):
                      slot.index, old.pid, code, slot.proc.pid)
         return code
 
-    def _fail(self, job: _Job, exc: Exception) -> None:
-        with self._lock:
-            self._jobs.pop(job.future, None)
-            if job.aborted:
-                return
-            job.aborted = True
-        if not job.future.done():
-            job.future.set_exception(exc)
-
     def _feed(self, slot: _Slot) -> None:
         while True:
             job = self._queue.get()
@@ -229,7 +215,7 @@ class LocalExecutor(Executor):
                     self._jobs.pop(job.future, None)
                     continue
             if proc is None:
-                self._fail(job, WorkerLost(f"invocation #{job.seq} dropped: executor closed"))
+                self._drop(job)
                 continue
             self._run(slot, proc, job)
 
@@ -250,7 +236,7 @@ class LocalExecutor(Executor):
             code = self._respawn(slot, proc)
             reason = "executor closed" if self._closed else f"exit code {code}"
             self.counters.add(lost=0 if job.aborted else 1)
-            self._fail(job, WorkerLost(f"invocation #{job.seq}: local worker {slot.index} "
+            self._finish(job, error=WorkerLost(f"invocation #{job.seq}: local worker {slot.index} "
                                        f"(pid {proc.pid}) died mid-invocation ({reason})"))
         elif reply[:1] == bytes([STATUS_OK]):
             self._finish(job, result=reply[1:])
@@ -260,13 +246,19 @@ class LocalExecutor(Executor):
             self._finish(job, error=InvocationError(
                 f"invocation #{job.seq} rejected by the tensor function: {message}"))
 
+    def _drop(self, job: _Job) -> None:
+        self._finish(job, error=WorkerLost(f"invocation #{job.seq} dropped: executor closed"))
+
     def _finish(self, job: _Job, result: bytes | None = None,
                 error: Exception | None = None) -> None:
+        """Settles ``job`` once (with ``error`` or ``result``); abort() leaves it alone after."""
         with self._lock:
             self._jobs.pop(job.future, None)
             if job.aborted:
                 return
-            job.aborted = True  # from here on abort() leaves it alone
+            job.aborted = True
+        if job.future.done():  # cancelled by its owner before it started
+            return
         if error is not None:
             job.future.set_exception(error)
         else:

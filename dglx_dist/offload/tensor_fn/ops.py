@@ -7,10 +7,9 @@ Each conv type's folder in :mod:`dglx_dist.convs` holds its numpy tasks in ``ops
 the import. What the tasks share (the ``Op`` record, checks, dropout, the loss) is
 :mod:`dglx_dist.convs.ops_base`.
 
-Numpy only: ``dglx_dist.convs``, a conv folder and its ``ops.py`` import neither torch nor
-DGL, so local worker processes and the Lambda zip (``scripts/package_lambda.py``, which copies
-the same files) load them alone. Each task is a pure function of a header and float32 arrays;
-see :mod:`~dglx_dist.convs.ops_base` for how callers may split a task's rows into chunks.
+Numpy only, like all of :mod:`~dglx_dist.offload.tensor_fn` (see there). Each task is a pure
+function of a header and float32 arrays; see :mod:`~dglx_dist.convs.ops_base` for how callers
+may split a task's rows into chunks.
 """
 from __future__ import annotations
 

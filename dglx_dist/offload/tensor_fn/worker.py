@@ -15,12 +15,12 @@ import struct
 import sys
 import time
 
-__all__ = ["main", "STATUS_OK", "STATUS_ERROR", "read_frame", "write_frame"]
+__all__ = ["main", "STATUS_OK", "STATUS_ERROR", "THREAD_VARS", "read_frame", "write_frame"]
 
 STATUS_OK = 0
 STATUS_ERROR = 1
 _LEN = struct.Struct("<Q")
-_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def read_frame(stream) -> bytes | None:
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None, handle=None) -> int:
             :func:`~dglx_dist.offload.tensor_fn.handler.handle`, imported once the thread
             limits are set; a test's worker passes one that acts on a request first).
     """
-    for var in _THREAD_VARS:
+    for var in THREAD_VARS:
         os.environ[var] = "1"
     cold = _cold_start(sys.argv[1:] if argv is None else argv)
     if handle is None:
