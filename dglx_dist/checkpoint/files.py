@@ -97,12 +97,8 @@ def commit(root: Path, epoch: int, manifest: dict[str, Any], keep: int) -> Path:
     """Writes the manifest into the staging directory of ``epoch`` and renames it into place;
     then removes all but the newest ``keep`` checkpoints. Returns the checkpoint's path."""
     root, staging = Path(root), staging_dir(root, epoch)
-    tmp = staging / (MANIFEST + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(manifest, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.rename(tmp, staging / MANIFEST)
+    write_file(staging, MANIFEST + ".tmp", json.dumps(manifest, indent=1, sort_keys=True).encode())
+    os.rename(staging / (MANIFEST + ".tmp"), staging / MANIFEST)
     _fsync_dir(staging)
     final = root / checkpoint_name(epoch)
     if final.exists():  # an earlier run's checkpoint of this epoch: replaced if provably one
@@ -270,12 +266,11 @@ def verify(path: Path, manifest: dict[str, Any]) -> None:
         read_file(path, manifest, name)
 
 
-def _check(path: Path, epoch: int, check_files: bool) -> dict[str, Any]:
+def _check(path: Path, epoch: int) -> dict[str, Any]:
     manifest = read_manifest(path)
     if manifest["epoch"] != epoch:
         raise CheckpointError(f"{path}: the manifest says epoch {manifest['epoch']}")
-    if check_files:
-        verify(path, manifest)
+    verify(path, manifest)
     return manifest
 
 
@@ -288,7 +283,7 @@ def describe_unusable(root: Path) -> str:
     problems = []
     for epoch, path in list_checkpoints(root):
         try:
-            _check(path, epoch, True)
+            _check(path, epoch)
         except CheckpointError as exc:
             problems.append(str(exc))
     if not problems:
@@ -296,12 +291,12 @@ def describe_unusable(root: Path) -> str:
     return "; every checkpoint is damaged: " + "; ".join(problems)
 
 
-def find_latest(root: Path, check_files: bool = True) -> tuple[Path, dict[str, Any]] | None:
-    """The newest checkpoint under ``root`` whose manifest (and, with ``check_files``, every
-    file) is intact; damaged newer ones are skipped with a warning. None when there is none."""
+def find_latest(root: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint under ``root`` whose manifest and every file are intact; damaged
+    newer ones are skipped with a warning. None when there is none."""
     for epoch, path in reversed(list_checkpoints(root)):
         try:
-            return path, _check(path, epoch, check_files)
+            return path, _check(path, epoch)
         except CheckpointError as exc:
             log.warning("skipping checkpoint %s: %s", path, exc)
     return None

@@ -66,6 +66,11 @@ def _holder(fd: int, path: Path) -> str:
     return f"its record in {path} is unreadable"
 
 
+def _unusable(path: Path, verb: str, exc: OSError) -> CheckpointError:
+    return CheckpointError(f"--checkpoint-dir {path.parent}: cannot {verb} its lock file "
+                           f"{path.name} ({exc.strerror or exc}); choose a writable directory")
+
+
 def _same_file(fd: int, path: Path) -> bool:
     """Whether ``path`` still names the file open as ``fd`` (a holder removes it on release)."""
     try:
@@ -126,9 +131,7 @@ class JobLock:
             os.pwrite(fd, _this_job(), 0)
         except OSError as exc:
             os.close(fd)
-            raise CheckpointError(f"--checkpoint-dir {path.parent}: cannot write its lock file "
-                                  f"{path.name} ({exc.strerror or exc}); choose a writable "
-                                  f"directory") from None
+            raise _unusable(path, "write", exc) from None
         return cls(path, fd)
 
     @staticmethod
@@ -136,9 +139,7 @@ class JobLock:
         try:
             return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
-            raise CheckpointError(f"--checkpoint-dir {path.parent}: cannot open its lock file "
-                                  f"{path.name} ({exc.strerror or exc}); choose a writable "
-                                  f"directory") from None
+            raise _unusable(path, "open", exc) from None
 
     @property
     def held(self) -> bool:

@@ -37,11 +37,7 @@ log = logging.getLogger(__name__)
 class RandomState:
     """This rank's random number generators as a ``Stateful`` part (:mod:`.rng`)."""
 
-    def state_dict(self) -> dict[str, Any]:
-        return rng.capture()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        rng.restore(state)
+    state_dict, load_state_dict = staticmethod(rng.capture), staticmethod(rng.restore)
 
 
 class CheckpointManager:
