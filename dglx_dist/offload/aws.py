@@ -20,13 +20,12 @@ import base64
 import concurrent.futures
 import dataclasses
 import json
-import threading
 import time
 
 import numpy as np
 
 from dglx_dist.convs.ops_base import Op, output_size
-from dglx_dist.errors import InvalidValueError, MissingDependencyError, StateError
+from dglx_dist.errors import InvalidValueError, MissingDependencyError
 from dglx_dist.offload.executor import EXECUTORS, Executor, InvocationError, WorkerLost
 from dglx_dist.offload.tensor_fn.ops import OPS
 from dglx_dist.offload.tensor_fn.payload import PayloadError, decode, encode
@@ -149,12 +148,10 @@ class AwsExecutor(Executor):
 
     def __init__(self, config: Config, name: str = ""):
         super().__init__(config, name)
-        self._lock = threading.Lock()
         self._calls: dict[concurrent.futures.Future, _Call] = {}
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._client = None
         self._errors: tuple = ()
-        self._closed = False
 
     @property
     def capacity(self) -> int:
@@ -162,8 +159,7 @@ class AwsExecutor(Executor):
 
     def start(self) -> None:
         with self._lock:
-            if self._closed:
-                raise StateError("AwsExecutor is closed; build a new one")
+            self._check_open()
             if self._client is not None:
                 return
             self._client = self._make_client()
@@ -200,8 +196,7 @@ class AwsExecutor(Executor):
             return outer
         call = _Call(outer, op, [], [None] * len(chunks))
         with self._lock:
-            if self._closed:
-                raise StateError("AwsExecutor is closed; build a new one")
+            self._check_open()
             self._calls[outer] = call
             call.parts = [self._pool.submit(self._invoke_one, c) for c in chunks]
         for index, part in enumerate(call.parts):

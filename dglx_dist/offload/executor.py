@@ -22,7 +22,7 @@ import dataclasses
 import threading
 from typing import Any
 
-from dglx_dist.errors import DglxError, InvalidTypeError
+from dglx_dist.errors import DglxError, InvalidTypeError, StateError
 from dglx_dist.registry import Registry
 
 __all__ = ["Executor", "EXECUTORS", "InvocationError", "WorkerLost", "ExecutorCounters"]
@@ -78,6 +78,8 @@ class Executor(abc.ABC):
     def __init__(self, config: Any, name: str = ""):
         self.config, self.registered_name = config, name
         self.counters = ExecutorCounters()
+        self._lock = threading.Lock()
+        self._closed = False
 
     @property
     @abc.abstractmethod
@@ -110,6 +112,11 @@ class Executor(abc.ABC):
     def close(self) -> None:
         """Stops every worker and thread; pending invocations fail with :class:`WorkerLost`.
         Idempotent."""
+
+    def _check_open(self) -> None:
+        """Refuses work once ``close`` ran (callers hold ``self._lock``)."""
+        if self._closed:
+            raise StateError(f"{type(self).__name__} is closed; build a new one")
 
     def _accept(self, request: Any) -> bytes:
         """``request`` as bytes once it is checked and the executor started (for ``invoke``)."""

@@ -29,10 +29,6 @@ class InlineExecutor(Executor):
             default=0, metadata={"help": "Billed memory per invocation (0: nothing billed "
                                          "besides the graph server itself)."})
 
-    def __init__(self, config, name: str = ""):
-        super().__init__(config, name)
-        self._closed = False
-
     @property
     def capacity(self) -> int:
         return 1

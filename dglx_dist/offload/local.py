@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-from dglx_dist.errors import InvalidValueError, StateError
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.offload.executor import EXECUTORS, Executor, InvocationError, WorkerLost
 from dglx_dist.offload.tensor_fn.worker import STATUS_OK, THREAD_VARS, read_frame, write_frame
 
@@ -74,13 +74,11 @@ class LocalExecutor(Executor):
 
     def __init__(self, config: Config, name: str = ""):
         super().__init__(config, name)
-        self._lock = threading.Lock()
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._slots: list[_Slot] = []
         self._jobs: dict[concurrent.futures.Future, _Job] = {}
         self._seq = 0
         self._started = False
-        self._closed = False
 
     @property
     def capacity(self) -> int:
@@ -88,8 +86,7 @@ class LocalExecutor(Executor):
 
     def start(self) -> None:
         with self._lock:
-            if self._closed:
-                raise StateError("LocalExecutor is closed; build a new one")
+            self._check_open()
             if self._started:
                 return
             self._started = True
@@ -108,8 +105,7 @@ class LocalExecutor(Executor):
     def invoke(self, request: bytes) -> concurrent.futures.Future:
         request = self._accept(request)
         with self._lock:
-            if self._closed:
-                raise StateError("LocalExecutor is closed; build a new one")
+            self._check_open()
             job = _Job(self._seq, request, concurrent.futures.Future())
             self._seq += 1
             self._jobs[job.future] = job
