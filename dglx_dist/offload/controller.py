@@ -23,9 +23,9 @@ raises :class:`TaskFailedError` naming the key and every failure. A function err
 A result is delivered once per submission: an answer from a superseded attempt is dropped.
 
 Autotuning (``observe_queue``): the graph server reports its task-queue length periodically.
-When the last ``autotune_window`` observations grew strictly every time, graph tasks pile up
+When the last ``AUTOTUNE_WINDOW`` observations grew strictly every time, graph tasks pile up
 faster than the CPUs drain them, so one fewer invocation is kept in flight (at least 1); when
-the queue at least halved (``shrink_ratio``) over the window, the CPUs are outpacing the
+the queue at least halved (``SHRINK_RATIO``) over the window, the CPUs are outpacing the
 workers, so one more is allowed (at most ``executor.capacity``). After a change the window
 starts afresh.
 
@@ -83,30 +83,24 @@ class TaskController:
         max_attempts: attempts per task before :class:`TaskFailedError`.
         concurrency: invocations in flight at first (Dorylus: ``min(#intervals, 100)``);
             default ``min(executor.capacity, 100)``; clamped to ``[1, executor.capacity]``.
-        autotune_window: queue observations compared by :meth:`observe_queue`.
-        shrink_ratio: the queue shrinking to this fraction of its size over the window
-            counts as shrinking quickly.
     """
 
+    AUTOTUNE_WINDOW = 4  # queue observations compared by observe_queue
+    SHRINK_RATIO = 0.5  # the queue shrinking to this fraction over the window: quickly
+
     def __init__(self, executor: Executor, timeout_s: float, max_attempts: int = 3,
-                 concurrency: int | None = None, *, autotune_window: int = 4,
-                 shrink_ratio: float = 0.5):
+                 concurrency: int | None = None):
         if timeout_s <= 0:
             raise InvalidValueError(f"timeout_s must be > 0, got {timeout_s}")
         if max_attempts < 1:
             raise InvalidValueError(f"max_attempts must be >= 1, got {max_attempts}")
-        if autotune_window < 2 or not 0 < shrink_ratio < 1:
-            raise InvalidValueError(f"autotune_window must be >= 2 and shrink_ratio in (0, 1), got "
-                                    f"{autotune_window} and {shrink_ratio}")
         self.executor = executor
         self.timeout_s = float(timeout_s)
         self.max_attempts = max_attempts
         self._max_concurrency = max(1, executor.capacity)
         wanted = min(executor.capacity, 100) if concurrency is None else concurrency
         self._concurrency = min(max(1, wanted), self._max_concurrency)
-        self._window = autotune_window
-        self._shrink_ratio = shrink_ratio
-        self._observed: collections.deque[int] = collections.deque(maxlen=autotune_window)
+        self._observed: collections.deque[int] = collections.deque(maxlen=self.AUTOTUNE_WINDOW)
         self._queue: collections.deque[_Task] = collections.deque()
         self._running: dict[concurrent.futures.Future, _Attempt] = {}
         self._pending: dict[Hashable, _Task] = {}
@@ -233,12 +227,12 @@ class TaskController:
         if not isinstance(length, (int, np.integer)) or length < 0:
             raise InvalidValueError(f"queue length must be an int >= 0, got {length!r}")
         self._observed.append(int(length))
-        if len(self._observed) < self._window:
+        if len(self._observed) < self.AUTOTUNE_WINDOW:
             return
         obs = list(self._observed)
         if all(b > a for a, b in zip(obs, obs[1:])):
             self._set_concurrency(self._concurrency - 1, f"queue grew {obs}")
-        elif obs[0] > 0 and obs[-1] <= obs[0] * self._shrink_ratio:
+        elif obs[0] > 0 and obs[-1] <= obs[0] * self.SHRINK_RATIO:
             self._set_concurrency(self._concurrency + 1, f"queue shrank {obs}")
 
     def close(self) -> None:

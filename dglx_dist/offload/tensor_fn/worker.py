@@ -5,8 +5,7 @@ by that many bytes of request payload. Each request is answered by one frame of 
 whose body starts with a status byte: 0 and the response payload, or 1 and a UTF-8 error
 message. An error leaves the worker serving; it exits when stdin ends.
 
-Cold start: ``--cold-start S`` (or the environment variable ``DGLX_WORKER_COLD_START_S``)
-sleeps S seconds before serving. The worker uses one compute thread, like a Lambda.
+Cold start: ``--cold-start S`` sleeps S seconds before serving. The worker uses one compute thread, like a Lambda.
 """
 from __future__ import annotations
 
@@ -61,7 +60,7 @@ def write_frame(stream, *parts: bytes) -> None:
 
 
 def _cold_start(argv: list[str]) -> float:
-    seconds = os.environ.get("DGLX_WORKER_COLD_START_S", "0")
+    seconds = "0"
     if "--cold-start" in argv:
         index = argv.index("--cold-start")
         if index + 1 >= len(argv):
