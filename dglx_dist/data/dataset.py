@@ -29,12 +29,12 @@ import numpy as np
 from dglx_dist.errors import DatasetFormatError, InvalidValueError
 
 __all__ = ["GraphDataset", "DatasetMeta", "NodeTable", "EdgeTable", "Etype", "check_type_name",
-           "etype_key", "MASKS", "ONE_NTYPE", "ONE_ETYPE"]
+           "etype_key", "MASKS", "META_SIZES", "ONE_NTYPE", "ONE_ETYPE"]
 
 Etype = tuple[str, str, str]
 MASKS = ("train", "val", "test")
 ONE_NTYPE, ONE_ETYPE = "_N", ("_N", "_E", "_N")  # DGL's names for a graph without types
-_META_INTS = ("num_nodes", "num_edges", "feat_dim", "num_classes")
+META_SIZES = ("num_nodes", "num_edges", "feat_dim", "num_classes")  # meta.json's sizes
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 
@@ -102,7 +102,7 @@ class DatasetMeta:
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        out = {k: getattr(self, k) for k in _META_INTS}
+        out = {k: getattr(self, k) for k in META_SIZES}
         out.update({k: v for k, v in self.extra.items() if k not in out})
         return out
 

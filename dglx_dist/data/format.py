@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 from dglx_dist.data.atomic import DirKind, atomic_directory
 from dglx_dist.data.checked import (WRITE_OPTIONS, check_finite, check_plausible, check_range,
                                    column_numpy, read_checked, read_feat, read_json_object)
-from dglx_dist.data.dataset import (_META_INTS, MASKS, DatasetMeta, EdgeTable, Etype,
+from dglx_dist.data.dataset import (META_SIZES, MASKS, DatasetMeta, EdgeTable, Etype,
                                     GraphDataset, NodeTable, check_type_name)
 from dglx_dist.data.edge_data import edge_data_arrays, edge_data_columns, to_arrow
 from dglx_dist.errors import DatasetFormatError
@@ -98,12 +98,12 @@ def read_meta(path: str | os.PathLike) -> DatasetMeta:
         raise DatasetFormatError(f"{path} holds a heterogeneous dataset (node types "
                                  f"{sorted(raw['ntypes'])}); this step takes a homogeneous "
                                  "one (read_dataset reads either)")
-    values = {key: _count(raw, key, str(file)) for key in _META_INTS}
+    values = {key: _count(raw, key, str(file)) for key in META_SIZES}
     check_plausible(values, file, DatasetFormatError)
     if values["num_classes"] < 1 or values["feat_dim"] < 1:
         raise DatasetFormatError(f"{file}: num_classes and feat_dim must be >= 1, got "
                                  f"{values['num_classes']} and {values['feat_dim']}")
-    extra = {k: v for k, v in raw.items() if k not in _META_INTS}
+    extra = {k: v for k, v in raw.items() if k not in META_SIZES}
     return DatasetMeta(extra=extra, **values)
 
 

@@ -298,7 +298,8 @@ class Block:
         import dgl  # noqa: PLC0415 - the edge: only here does a block become DGL's
 
         if self.untyped_form:
-            return _untyped_dgl_block(self.src, self.dst, self.src_nodes.numel(), self.num_dst[0])
+            return _untyped_dgl_block(dgl, self.src, self.dst, self.src_nodes.numel(),
+                                      self.num_dst[0])
         counts = torch.bincount(self.etype, minlength=len(self.canonical_etypes)).tolist()
         kept = [i for i, c in enumerate(counts) if c or self.all_etypes] or \
             list(range(len(counts)))
@@ -309,13 +310,12 @@ class Block:
                                 device=self.device)
 
 
-def _untyped_dgl_block(src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int):
+def _untyped_dgl_block(dgl, src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int):
     """DGL's block of one node and edge type (``_N``, ``_E``) with edges ``src -> dst``, as
     ``dgl.create_block`` builds it less its checks and its general case (which take it 4-8x
     as long): the package's numbering has put every end below its count. These are DGL
     2.1's own internals (what its ``create_block`` calls); a DGL without them gets its
-    public call."""
-    import dgl  # noqa: PLC0415 - the edge
+    public call (``dgl``: the module, imported by the caller)."""
     try:
         from dgl import graph_index, heterograph_index, utils  # noqa: PLC0415
         from dgl.heterograph import DGLBlock  # noqa: PLC0415
