@@ -19,22 +19,13 @@ the featureless types (``embed_dim`` wide, trained by ``SparseAdam``; :mod:`dglx
 and the labels are the category's: an R-GCN such as :class:`~dglx_dist.models.RGCN` trains
 unchanged.
 
-Or ``trainer.fit(epochs)``, which also returns the per-epoch metrics records (wall time,
-steps, samples, bytes intra/inter-server, peak memory, loss, the seconds of each phase of the
-step, accuracy) and writes them as JSON lines. ``fit`` has one loop for every strategy: its
-epochs are the loader's steps, or a pipeline of the strategy's own
-(:class:`~dglx_dist.strategies.abilities.OwnEpochs`: dorylus's bounded asynchrony, which steps
-the optimizer through :meth:`Trainer.optimizer_step`).
+Or ``trainer.fit(epochs)``, which also returns (and writes as JSON lines) the per-epoch metrics
+records (docs/metrics.md); its epochs are the loader's steps, or a pipeline of the strategy's
+own (:class:`~dglx_dist.strategies.abilities.OwnEpochs`: dorylus).
 
-Checkpoints: ``trainer.save(dir)`` / ``trainer.resume(dir)`` (collective), or
-``Trainer(..., checkpoint=Checkpointing(dir, every=1))`` to save during ``fit``. A checkpoint
-holds every rank's model and optimizer state, the strategy's state between epochs, the epoch
-and step counters, the RNG states and the metrics history, plus the rows (and sparse optimizer
-state) of the ``embeddings`` the trainer was given, each part written by one rank of the server
-holding it. Resuming restores all of it; training continues at the epoch after the
-checkpoint's, so with every seed fixed the losses are those of an uninterrupted run. A
-directory the run saves into is its own until :meth:`Trainer.close` (locked: another job
-using it is refused, :mod:`dglx_dist.checkpoint.lock`).
+Checkpoints (collective): ``trainer.save(dir)`` / ``trainer.resume(dir)``, or
+``Trainer(..., checkpoint=Checkpointing(dir, every=1))`` to save during ``fit``; what one
+holds and how a run resumes: docs/reliability.md.
 """
 from __future__ import annotations
 
@@ -357,7 +348,7 @@ class Trainer:
         self.history = list(state["history"])
 
     def save(self, directory: str | Path, keep: int = 2) -> Path:
-        """Writes a checkpoint of the run as it stands (collective; see the module docstring)
+        """Writes a checkpoint of the run as it stands (collective; docs/reliability.md)
         into ``directory/epoch-NNNNNN`` and keeps the newest ``keep``. Call it between epochs:
         a resumed run starts at the epoch after ``self.epoch``'s last completed one."""
         return self._checkpoints.save(directory, keep)

@@ -1,20 +1,6 @@
-"""The conv types the strategies can run, one folder each, behind one registry.
-
-Each folder holds everything about one dgl.nn conv type: ``sage/`` (``SAGEConv``),
-``graphconv/`` (``GraphConv``), ``gat/`` (``GATConv``), each with
-
-* ``adapter.py``: its :class:`~dglx_dist.convs.base.ConvAdapter`, registered under the conv's
-  class name in :data:`LAYERS` (P3's column split, the degree rescaling of the full-graph
-  forms), whose ``dorylus`` names the two below as objects;
-* ``dorylus.py``: its dorylus stages (a :class:`~dglx_dist.convs.dorylus_base.LayerKind`);
-* ``ops.py``: its numpy tensor tasks (``TASKS``, :class:`~dglx_dist.convs.ops_base.Op`
-  records), run by serverless workers.
-
-:mod:`.base` is the adapter protocol (:class:`ConvAdapter`, :data:`LAYERS`, entry-point group
-``dglx_dist.layers``), :mod:`.dorylus_base` the stage classes' base (the seam with
-``strategies/dorylus``), :mod:`.ops_base` what the numpy tasks share. Adding a conv type is one
-new folder and its adapter's import below; a plug-in is one module with its adapter, through
-the entry point.
+"""The conv types the strategies can run, one folder each (``sage/``, ``graphconv/``,
+``gat/``: its ``adapter.py``, ``dorylus.py`` and numpy ``ops.py``), behind one registry
+(:mod:`.base`); the layout and how to add one: docs/architecture.md, "A conv type".
 
 The public names are imported on first use (PEP 562), as in :mod:`dglx_dist`: importing this
 package, a conv folder, or a folder's ``ops.py`` imports neither torch nor DGL, so a worker

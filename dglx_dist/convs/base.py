@@ -1,31 +1,12 @@
 """The layer protocol: what the strategies need to know about one dgl.nn conv type.
 
-Every supported conv type's folder in :mod:`dglx_dist.convs` (its layout: that package's
-docstring) registers one :class:`ConvAdapter` subclass under the conv's class name in
-:data:`LAYERS` (entry-point group ``dglx_dist.layers`` for plug-ins). An adapter says:
-
-* **P3, the column split.** A conv layer = linear maps applied to its input features (its
-  *input linears*) + the rest (aggregation over the block's edges, bias, attention,
-  activation, normalisation). Because the input linears are linear, a layer's input can be
-  cut into column slices: each slice's holder computes a *partial* from its columns with the
-  matching columns of the input linears, the partials are summed, and the rest runs on the
-  sum (P3's model-parallel first layer, "1M", followed by the owner's "1D" part):
-  :meth:`ConvAdapter.input_linears`, :meth:`~ConvAdapter.partial`,
-  :meth:`~ConvAdapter.finish`.
-* **GraNNDis and the full-graph form, degree scaling.** How a conv normalises by its sources'
-  out-degrees (:meth:`ConvAdapter.degree_source_scale`): on a block holding only part of a
-  source's out-edges (a rank's share of a full-graph layer) the block's own out-degree is too
-  small, and the adapter turns the graph's true out-degrees into a per-row factor that
-  restores the full-graph normalisation.
-* **Dorylus.** :attr:`ConvAdapter.dorylus` (a :class:`DorylusSupport`, None when dorylus
-  cannot run the conv): the :class:`~dglx_dist.convs.dorylus_base.LayerKind` subclass that
-  runs its stages and its tensor tasks, both as objects from the conv's own folder.
-  ``DorylusStrategy.conv_types`` is the names whose adapter has one.
-
-The strategies import this package, never the other way (the dorylus seam:
-:mod:`dglx_dist.convs.dorylus_base`; the torch-free numpy tasks: :mod:`dglx_dist.convs`).
-
-:func:`adapter_for` finds the adapter for a module, :func:`graph_convs` a model's convs.
+Each conv folder registers one :class:`ConvAdapter` under the conv's class name in
+:data:`LAYERS` (entry-point group ``dglx_dist.layers`` for plug-ins): P3's column split
+(:meth:`~ConvAdapter.input_linears`, :meth:`~ConvAdapter.partial`,
+:meth:`~ConvAdapter.finish`), the source-degree rescaling of GraNNDis and the full-graph form
+(:meth:`~ConvAdapter.degree_source_scale`) and dorylus's stages (:attr:`ConvAdapter.dorylus`);
+docs/architecture.md, "A conv type". :func:`adapter_for` finds a module's adapter,
+:func:`graph_convs` a model's convs.
 """
 from __future__ import annotations
 
@@ -84,8 +65,8 @@ class DorylusSupport:
 
 
 class ConvAdapter(abc.ABC):
-    """What the strategies need to know about one dgl.nn conv type (see the module
-    docstring): its column split, its source-degree normalisation, its dorylus support."""
+    """What the strategies need to know about one dgl.nn conv type: its column split, its
+    source-degree normalisation, its dorylus support."""
 
     #: How dorylus runs this conv type; None: dorylus refuses it.
     dorylus: DorylusSupport | None = None

@@ -1,19 +1,8 @@
-"""What dorylus asks of a conv type: the :class:`LayerKind` base its stage classes subclass.
-
-The seam between the conv folders and the dorylus strategy. A conv folder's ``dorylus.py``
-(``convs/graphconv/dorylus.py``, ``convs/sage/dorylus.py``, ``convs/gat/dorylus.py``) holds
-one :class:`LayerKind` subclass: its programs of stages, buffers, graph tasks and tensor-task
-requests; its adapter names the class itself in ``DorylusSupport(kind, tasks)``
-(:mod:`dglx_dist.convs.base`). The strategy (``strategies/dorylus/``: the pipeline, the graph
-server, the parameter servers) imports this module and the registry, never a conv folder:
-what a kind gets from it arrives as arguments (the graph server ``gs``, its routes), used
-through the methods their docstrings name. So imports go one way, from ``strategies/`` to
-``convs/``, and no module names another by a string.
-
-What a kind says is :class:`LayerKind`'s methods: class level (the strategy, once per model)
-and instance level (one per pipeline). Also here: what every kind shares (:class:`Stage`, the
-gradient accumulators :func:`add_grad` / :func:`summed_grads`, :func:`activation_name`,
-:func:`dropout_p`, :func:`task_seed`, the sparse matrix builder :func:`csr`, :func:`f32`).
+"""What dorylus asks of a conv type: the :class:`LayerKind` base its stage classes
+(``convs/<conv>/dorylus.py``) subclass, and what every kind shares (:class:`Stage`,
+:func:`add_grad` / :func:`summed_grads`, :func:`activation_name`, :func:`dropout_p`,
+:func:`task_seed`, :func:`csr`, :func:`f32`). The seam with ``strategies/dorylus/``:
+docs/architecture.md, "A conv type".
 """
 from __future__ import annotations
 
@@ -119,7 +108,7 @@ def csr(rows: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor, shape) -> to
 
 
 class LayerKind(abc.ABC):
-    """One conv type's share of the pipeline (see the module docstring).
+    """One conv type's share of the pipeline (docs/architecture.md, "A conv type").
 
     Args:
         plan: what :meth:`plan` returned.

@@ -22,10 +22,6 @@ ability                 what it adds                                           w
 :class:`OwnSplit`       its own ``node_split`` of ids among ranks              DistDGL's split
 :class:`ShapedByOptions`  depth and the Trainer's loaders from its options     the model's; full
 ======================  =====================================================  ===============
-
-and the fields of :class:`Capabilities` (each False unless the strategy declares it):
-``link_prediction``, ``typed_graphs``, ``draws_blocks``, ``draws_subgraphs``,
-``steps_in_turn``, ``float32_only``.
 """
 from __future__ import annotations
 
@@ -121,12 +117,10 @@ class MemoryModelled(abc.ABC):
     checks before it starts (:func:`~dglx_dist.strategies.footprint.check_job_memory`).
 
     Attributes:
-        memory_model: the fit for graphs without types (the built-in ones at F = 128, a
-            2-layer GCN of hidden 64 and the default options; docs/cluster_model.md, "Memory
-            per rank").
-        typed_memory_model: the fit for graphs with node types (the built-in ones on
-            mag-shaped graphs with the R-GCN of ``dglx train``, with feature and learned-row
-            terms); None: a typed graph is estimated by ``memory_model`` from its totals.
+        memory_model: the fit for graphs without types (docs/cluster_model.md, "Memory per
+            rank").
+        typed_memory_model: the fit for graphs with node types (its "Graphs with node
+            types"); None: a typed graph is estimated by ``memory_model`` from its totals.
     """
 
     memory_model: MemoryModel

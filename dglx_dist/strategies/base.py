@@ -1,31 +1,8 @@
-"""The core every distributed strategy implements, the strategy registry, and the helpers the
-drop-in API uses to drive any strategy.
-
-A strategy decides how the graph is partitioned, what a batch holds, how the model is wrapped
-and what happens between its layers; the user's ``forward(blocks, x)`` stays theirs. The
-drop-in API (:mod:`dglx_dist.api`, and the :class:`~dglx_dist.trainer.Trainer` built on it)
-drives any strategy through :class:`Strategy`'s core and the optional abilities of
+"""The core every distributed strategy implements (:class:`Strategy`), the registry
+:data:`STRATEGIES` (entry-point group ``dglx_dist.strategies``), and the helpers the drop-in
+API uses to drive any strategy through that core and the optional abilities of
 :mod:`dglx_dist.strategies.abilities`, checked with ``isinstance``: no code outside the
-registry compares strategy names.
-
-Register your own (or list it under the ``dglx_dist.strategies`` entry-point group)::
-
-    @STRATEGIES.register("mine")
-    class Mine(Strategy):
-        @dataclasses.dataclass(frozen=True)
-        class Config:
-            batch_size: int = dataclasses.field(default=1000, metadata={"help": "..."})
-
-        def partition_spec(self, topology): ...
-        def setup(self, session, pdir, store, request): ...
-        def wrap_model(self, model): ...
-        def loader_plan(self, ids, spec): ...
-        def loader_epoch(self, plan, spec, epoch): ...
-
-tests/plugins/dglx_test_plugins/strategy.py has one that implements the core alone. Every
-registered strategy is run by ``tests/dist/test_contract.py`` (with its
-:meth:`~dglx_dist.strategies.abilities.Approximate.exact_options` when it approximates)
-against single-process full-graph DGL.
+registry compares strategy names. Writing one: docs/architecture.md, "A strategy".
 """
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
-"""What an epoch of ``Trainer.fit`` yields, and the hooks the trainer lends a strategy for it.
-
-:meth:`Trainer.fit <dglx_dist.trainer.Trainer.fit>` has one loop for every strategy: it iterates
-the epochs (an :class:`~dglx_dist.strategies.abilities.OwnEpochs` strategy's own) and, for
-every :class:`EpochResult`, builds the epoch's metrics record, evaluates, emits the record
-and saves a checkpoint as due, before asking for the next epoch. By default a strategy's
-epochs are :attr:`TrainHooks.loader_epoch`: the trainer's loader steps (forward, loss,
-backward, :attr:`TrainHooks.optimizer_step`). A strategy whose epochs overlap in a pipeline of
-its own (dorylus's bounded asynchrony) yields each epoch once its weight update is applied,
-stepping the trainer's optimizer through :attr:`TrainHooks.optimizer_step`; it is suspended
-while the trainer records, evaluates and checkpoints, so those see the weights of that epoch.
+"""What an epoch of ``Trainer.fit`` yields (:class:`EpochResult`), and the hooks the trainer
+lends a strategy for it (:class:`TrainHooks`). ``fit`` has one loop for every strategy: the
+epochs are :attr:`TrainHooks.loader_epoch`'s, or an
+:class:`~dglx_dist.strategies.abilities.OwnEpochs` strategy's own, each yielded once its
+update is applied and suspended while the trainer records, evaluates and checkpoints
+(docs/architecture.md, "The Trainer and `dglx train`").
 """
 from __future__ import annotations
 

@@ -5,15 +5,9 @@ per-rank model (a :class:`~dglx_dist.strategies.abilities.MemoryModelled` strate
 :class:`~dglx_dist.memory.GraphSize`) and ranks, summed over the ranks that share this
 machine's memory.
 
-The built-in fits for graphs without types were measured at one feature width (F = 128), one
-model (a 2-layer GCN of hidden 64) and each strategy's default options; they know the graph's
-size only, and one size up they were from 8% under to 41% over the measured peaks
-(docs/cluster_model.md, "Memory per rank"). The typed fits were measured on mag-shaped graphs
-with ``dglx train``'s R-GCN and count each node type by its own width: feature bytes for the
-types with features, learned rows (with SparseAdam's state) for the others. The check adds
-:data:`MARGIN` to them, the largest under-estimate seen (dorylus at
-ogbn-products' size, under by more than the 3% its fit left, was killed instead of refused
-without it). A refusal is therefore an estimate, and ``dglx train --memory-limit`` overrides it.
+The fits, where they were measured and how far off they were: docs/cluster_model.md, "Memory
+per rank"; the check adds :data:`MARGIN`, so a refusal is an estimate (``dglx train
+--memory-limit`` overrides it).
 """
 from __future__ import annotations
 

@@ -1,17 +1,8 @@
-"""What a step of the drop-in API carries: the blocks, and the per-step state that travels with
-them to the wrapped model.
-
-:class:`~dglx_dist.api.DataLoader` asks the strategy for a loader plan once and for an epoch of
-:class:`Step` s each time it is iterated. A step's ``blocks`` is a :class:`Blocks`: a plain
-list of blocks (a model zips its layers with it as usual) that also holds what the wrapped
-model must know about *this* step (which output rows are the step's, the weight of this
-rank's loss, Dorylus's epoch). Nothing of a step is kept on the strategy, so a user who
-prefetches batches (``list(loader)``) gets the same results as one who consumes them lazily.
-
-The blocks are the package's own (:class:`~dglx_dist.sampling.block.Block`) from the draw
-to the loader's rows; they become DGL's at the edge, where the loader hands a step to the
-user (:meth:`Blocks.to_dgl`). Blocks that come from DGL (a user's own sampler, a strategy
-whose layer computes on DGL's blocks) are DGL's throughout; both read and hold rows alike.
+"""What a step of the drop-in API carries: its blocks (:class:`Blocks`: a plain list that also
+holds the step's :class:`StepState`, never kept on the strategy, so prefetched and lazily
+consumed batches train alike), the loader's spec and plan, and a sampled loader's epochs. The
+blocks are the package's from the draw and DGL's at the loader's output
+(:meth:`Blocks.to_dgl`); docs/architecture.md, "One batch, step by step".
 """
 from __future__ import annotations
 

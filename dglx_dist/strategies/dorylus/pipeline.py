@@ -1,33 +1,10 @@
-"""Dorylus's interval pipeline on one graph server (bounded pipeline asynchronous computation).
-
-The rank's nodes are cut into vertex intervals; each interval walks a *program* of stages,
-independently of the others. GCN's (GAT's: :mod:`~dglx_dist.convs.gat.dorylus`):
-
-    GA0 AV0 SC0 ... GA(L-1) AVL | ∇SC(L-1) ∇GA(L-1) ∇AV(L-2) ∇SC(L-2) ... ∇AV0
-
-Graph stages (GA, SC, ∇GA, ∇SC) run here, on the graph server; tensor stages (AV, AE, the
-fused last layer AVL = apply + loss + its backward, ∇AE, ∇AV) are invocations of the
-serverless executor through the :class:`~dglx_dist.offload.controller.TaskController`. What
-each stage computes, which buffers hold what and what a message carries is the conv type's
-:class:`~dglx_dist.convs.dorylus_base.LayerKind`; this module walks the programs,
-gates stages and moves the messages. Scatters are point-to-point messages per (peer,
-interval, layer, direction), received into ghost buffers whenever they arrive.
-
-* ``mode="sync"`` (the paper's "pipe"): a stage with a gate (GCN: a Gather of layer l) waits
-  until every interval of every rank has done the scatter it names (GCN: layer l-1's): a
-  barrier per layer; weights change once per epoch: exactly full-graph training.
-* ``mode="async"``: no layer barrier. A Gather reads the ghost and neighbour rows it has now,
-  which may be from an earlier epoch (the first epoch runs synchronously so that every buffer
-  holds real values). ``staleness`` S bounds how far intervals drift apart: an interval starts
-  epoch e once the weight update of epoch e-1-S is applied (S=0: all intervals are in the same
-  epoch; S=1: the fastest may be one epoch ahead). An interval uses the latest weights when
-  its epoch starts and keeps that version (weight stashing) for its whole forward and
-  backward pass.
-
-The weight update of an epoch (WU) is the sum of every interval's gradients over the job
-(an all-reduce on a group of its own, started when this rank's intervals are done, finished
-whenever it completes); :class:`~dglx_dist.strategies.dorylus.params.WeightUpdates` then
-steps the optimizer through the trainer's hook, and :meth:`Pipeline.train` yields the epoch.
+"""Dorylus's interval pipeline on one graph server (bounded pipeline asynchronous computation):
+each vertex interval walks a program of stages (the conv type's
+:class:`~dglx_dist.convs.dorylus_base.LayerKind` says what each computes); this module runs
+the graph stages here, the tensor stages through the
+:class:`~dglx_dist.offload.controller.TaskController`, gates stages (``mode``, ``staleness``)
+and moves the scatters' messages. The programs, the modes and the weight update:
+docs/strategies/dorylus.md, "What it does".
 """
 from __future__ import annotations
 

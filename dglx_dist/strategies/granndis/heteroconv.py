@@ -1,29 +1,16 @@
 """``granndis`` and ``fullgraph`` on a graph with node and edge types: the co-batches' blocks as
-heterogeneous blocks, and the row exchange of ``dgl.nn.HeteroGraphConv``.
+heterogeneous blocks, and the row exchange of ``dgl.nn.HeteroGraphConv`` (what a script sees:
+docs/heterographs.md, "Under granndis and fullgraph").
 
-Inside, everything stays homogeneous (preloading, EAS, co-batches and their exchanges over
-partitioned ids, each edge carrying its type: ``block.edata[ETYPE]``). At the boundary to the
-user's model, :func:`typed_cobatch` turns each layer's block into a heterogeneous block:
-
-* node type ``t``'s sources are the rank's own rows of type ``t`` in row order (the layer's
-  destinations of type ``t`` first: own rows are ordered by level, so a type's destinations
-  are a prefix of its own rows), then the rows of type ``t`` other ranks send, in the
-  homogeneous block's order (by member, in the order asked); so ``h[t][:num_dst_nodes(t)]``
-  means what it means on DGL's blocks;
-* ``srcnodes[t].data[dgl.NID]`` / ``dstnodes[t].data[dgl.NID]`` hold per-type ids, as on
-  DGL's blocks; each canonical edge type gets its edges, and DGL's block at the edge keeps
-  every edge type, also those without edges here (the package's typed block with
-  ``all_etypes``), so a HeteroGraphConv sees the relations of the whole graph;
-* the homogeneous exchange, split by type: type ``t``'s rows travel where they went before,
-  in the same order, so one exchange per layer (:func:`halo_exchange_many`) fills them;
-* each source's out-degree per edge type in the whole graph (:func:`degree_key`), for the
-  relation convs that normalise by it (:class:`RelationDegrees`).
-
-:class:`HeteroHaloConv` wraps a ``HeteroGraphConv``: its input dict ``{ntype: own rows}`` is
-completed with every type's boundary rows, then the conv runs on the heterogeneous block.
-The co-batches' targets are the labeled types' nodes (:func:`target_types`); a rank's rows of
-the featured types are pulled once and served as ``g.nodes[t].data["feat"]`` reads
-(:class:`TypedRows`).
+Inside, everything stays homogeneous (each edge carrying its type: ``block.edata[ETYPE]``); at
+the model, :func:`typed_cobatch` makes each layer's block heterogeneous: type ``t``'s sources
+are the rank's own rows of type ``t`` in row order (own rows are ordered by level, so a type's
+destinations are a prefix of them), then the rows of type ``t`` other ranks send, in the
+homogeneous block's order, so one exchange per layer (:func:`halo_exchange_many`) fills
+every type; each source's out-degree per edge type (:func:`degree_key`) serves the relation
+convs that normalise by it (:class:`RelationDegrees`). :class:`HeteroHaloConv` completes a
+``HeteroGraphConv``'s input dict with every type's boundary rows; :func:`target_types` are the
+co-batches' targets, :class:`TypedRows` the featured types' rows pulled once.
 """
 from __future__ import annotations
 
