@@ -181,9 +181,10 @@ class OwnSplit(abc.ABC):
     """Its own share of ids per rank (DGL's ``node_split``), e.g. a node's loss where its rows
     are."""
 
-    @abc.abstractmethod
     def split_ids(self, ids: torch.Tensor, pdir: PartitionDir, session: Session) -> torch.Tensor:
-        """This rank's share of ``ids`` (sorted, unique, the same on every rank)."""
+        """This rank's share of ``ids`` (sorted, unique, the same on every rank): by default
+        the ids its part owns (their outputs are computed there)."""
+        return ids[torch.as_tensor(pdir.book.owner(ids)) == session.rank]
 
 
 class ShapedByOptions(abc.ABC):

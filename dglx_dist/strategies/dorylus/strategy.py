@@ -283,10 +283,6 @@ class DorylusStrategy(Strategy, OwnEpochs, FullGraphForm, MemoryModelled, ConvTy
         return self._forward_logits(state.epoch, train=model.training)[rows]
 
     # -- the drop-in API -----------------------------------------------------------------------
-    def split_ids(self, ids: torch.Tensor, pdir: PartitionDir, session: Session) -> torch.Tensor:
-        """The ids this rank's graph server owns (their logits are computed there)."""
-        return ids[torch.as_tensor(pdir.book.owner(ids)) == session.rank]
-
     def loader_plan(self, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan | None:
         """The output rows of this rank's ``ids``, trained ``batch_size`` at a time: every
         step is a full-graph forward whose loss takes the step's rows (as many steps as the

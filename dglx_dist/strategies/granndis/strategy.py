@@ -245,10 +245,6 @@ class GraNNDisStrategy(Strategy, FullGraphForm, MemoryModelled, HoldsRows, Appro
                                  f"{self.registered_name}: the model's graph conv {name}")
 
     # -- the drop-in API -----------------------------------------------------------------------
-    def split_ids(self, ids: torch.Tensor, pdir: PartitionDir, session: Session) -> torch.Tensor:
-        """The ids this rank owns: a node's loss is computed where its rows are."""
-        return ids[torch.as_tensor(pdir.book.owner(ids)) == session.rank]
-
     def loader_plan(self, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan | None:
         """Per co-batch, the output rows of this rank's ``ids`` among the co-batch's targets
         (ids this rank does not own are refused: their outputs are computed elsewhere); an
