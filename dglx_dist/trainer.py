@@ -257,10 +257,7 @@ class Trainer:
             loss_fn: Callable = F.cross_entropy) -> list[dict[str, Any]]:
         """Trains until ``epochs`` epochs are complete (after :meth:`resume`, the remaining
         ones); returns (and writes) one metrics record per epoch, the resumed run's included.
-
-        The epochs are the loader's steps, or a pipeline of the strategy's own (an
-        :class:`~dglx_dist.strategies.abilities.OwnEpochs` strategy: dorylus). Validation accuracy is measured
-        every ``eval_every`` epochs and test accuracy after the last epoch (``test_acc`` in the
+        Validation accuracy is measured every ``eval_every`` epochs and test accuracy after the last epoch (``test_acc`` in the
         last record). With ``checkpoint`` set, a checkpoint is saved every
         ``checkpoint.every`` epochs and after the last one.
 

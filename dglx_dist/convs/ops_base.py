@@ -1,18 +1,8 @@
-"""What the tensor tasks of every layer kind share: the :class:`Op` record, the checks of header
-fields and arrays, dropout with a mask hashed from (seed, node id, column), the activation and
-the weighted cross-entropy loss.
-
-Row chunking: a task that works row by row on its ``row_inputs`` (the vertex interval's rows)
-lets a caller split those rows into chunks, run each chunk, concatenate ``row_outputs`` in
-order and add up ``sum_outputs``. The dropout mask is a hash of (seed, global node id, column),
-so it does not depend on how the rows were chunked.
-
-Errors are :class:`PayloadError` (a ValueError): the tasks are numpy-only and keep builtin
-exception kinds.
-
-Numpy and the standard library only, like every conv folder's ``ops.py`` built on it: a local
-worker process and the Lambda zip import them without torch or DGL
-(``dglx_dist.offload.tensor_fn``).
+"""What the tensor tasks of every layer kind share: the :class:`Op` record (how a task's rows
+may be chunked), the checks of header fields and arrays (:class:`PayloadError`, a ValueError),
+dropout with a mask hashed from (seed, node id, column), so that no chunking changes it, the
+activation and the weighted cross-entropy loss. Numpy and the standard library only, as every
+conv folder's ``ops.py`` (docs/architecture.md, "A conv type").
 """
 from __future__ import annotations
 

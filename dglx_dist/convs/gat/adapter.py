@@ -1,15 +1,8 @@
-"""``dgl.nn.GATConv``'s adapter: what the strategies need to know about it.
-
-Both P3's column split and dorylus need one projection ``fc`` applied to the input alone:
-:func:`~.projection.projection_problems` says, once, what keeps a GATConv from having it.
-
-* P3's column split: the projection ``fc(x_src)`` is the partial (``src x heads*out``);
-  finish is GATConv's own forward with ``fc`` replaced by the identity (attention needs the
-  full sum: P3's "sync" in P-TAGS).
-* GraNNDis: no source-degree normalisation (softmax over each destination's in-edges).
-* Dorylus: attention as ApplyEdge tasks, the sums over edges on the graph servers
-  (:class:`~dglx_dist.convs.gat.dorylus.GatLayers`; tasks ``gat_*`` in :mod:`.ops`, the
-  numpy forward and backward a serverless worker runs).
+"""``dgl.nn.GATConv``'s adapter: P3's column split (the projection ``fc(x_src)`` is the partial,
+GATConv's own forward runs on the sum; docs/strategies/p3.md, "First layers that split") and
+dorylus (:class:`~dglx_dist.convs.gat.dorylus.GatLayers`; tasks ``gat_*`` in :mod:`.ops`), both
+needing one projection ``fc`` applied to the input alone
+(:func:`~.projection.projection_problems`); no source-degree normalisation.
 """
 from __future__ import annotations
 

@@ -1,15 +1,8 @@
-"""``dgl.nn.GraphConv``'s adapter: what the strategies need to know about it.
-
-GraphConv's degree normalisation is said once in :mod:`.norm`; the column split, the GraNNDis
-source scaling and dorylus's graph server (``Â = out_deg^-1/2 in_deg^-1/2``) all use it.
-
-* P3's column split (any ``norm``, with its own weight): partial = the normalised aggregation
-  of the slice times its weight rows; finish adds the bias and the activation.
-* GraNNDis: ``norm`` "left" or "both" normalises by the sources' out-degrees; rows pre-scaled
-  by ``(block_deg / true_deg)^p_src`` come out normalised by the whole graph's degrees.
-* Dorylus: ``norm="both"``, the paper's GCN
-  (:class:`~dglx_dist.convs.graphconv.dorylus.GcnLayers`; tasks ``av``, ``av_grad``,
-  ``av_loss`` in :mod:`.ops`).
+"""``dgl.nn.GraphConv``'s adapter: P3's column split (any ``norm``, with its own weight;
+docs/strategies/p3.md, "First layers that split"), GraNNDis's source scaling (``norm`` "left"
+or "both": rows pre-scaled by ``(block_deg / true_deg)^p_src``) and dorylus's GCN
+(``norm="both"``: :class:`~dglx_dist.convs.graphconv.dorylus.GcnLayers`; tasks in :mod:`.ops`),
+all with the degree normalisation said once in :mod:`.norm`.
 """
 from __future__ import annotations
 

@@ -1,17 +1,7 @@
-"""``dgl.nn.SAGEConv``'s adapter: what the strategies need to know about it.
-
-* P3's column split (mean, gcn or pool aggregator; LSTM is refused):
-
-  * mean / gcn: partial = ``fc_neigh(aggregate(x)) + fc_self(x_dst)`` on the slice
-    (aggregation and projection commute), ``(dst, out)``; finish adds the bias, activation,
-    norm.
-  * pool: the pool projection comes before a ReLU and a max, so the partial is
-    ``[fc_pool(x_src) | fc_self(x_dst)]`` (rows of both stacked); finish does the rest. Costs
-    ``src x in_feats`` per exchange: correct, but pulling features would often be cheaper.
-
-* GraNNDis: no source-degree normalisation (the mean divides by in-degrees).
-* Dorylus: the mean aggregator, as GCN's program with the rows' own part kept
-  (:class:`~dglx_dist.convs.sage.dorylus.SageLayers`; tasks ``sage_*`` in :mod:`.ops`).
+"""``dgl.nn.SAGEConv``'s adapter: P3's column split of the mean, gcn and pool aggregators (LSTM
+is refused; each one's partial: docs/strategies/p3.md, "First layers that split"), no
+source-degree normalisation (the mean divides by in-degrees), and dorylus's mean aggregator
+(:class:`~dglx_dist.convs.sage.dorylus.SageLayers`; tasks ``sage_*`` in :mod:`.ops`).
 """
 from __future__ import annotations
 

@@ -1,20 +1,9 @@
-"""Dorylus's graph server: one rank's partition, its ghost buffers and its graph tasks.
-
-A rank owns the nodes of its (edge-cut) part. For a GCN layer (GraphConv, ``norm="both"``)
-the graph tasks are sparse products with the normalised adjacency
-``Â[v, u] = out_deg(u)^-1/2 in_deg(v)^-1/2`` (degrees of the whole graph):
-
-* **Gather** (GA) of an interval: ``Â[rows, :] @ H`` over the rank's in-edges. Columns are the
-  rank's own nodes, then *ghosts*: remote in-neighbours, whose rows arrive by Scatter.
-* **Scatter** (SC) of an interval: its new rows go to every peer that has them as ghosts.
-* **backward Gather** (∇GA): ``Âᵀ[rows, :] @ G`` over the rank's out-edges. Columns are its own
-  nodes, then *reverse ghosts*: remote out-neighbours, whose gradient rows arrive by ∇SC.
-* **backward Scatter** (∇SC): an interval's gradient rows go to every peer that has them as
-  reverse ghosts (the same cross-partition edges, the other way).
-
-Everything here is built once at setup with collectives; the messages of the pipeline itself
-are point-to-point (:meth:`~dglx_dist.runtime.comm.Comm.start_send`), one per (peer, interval,
-layer, direction), with sizes known to both sides from this plan.
+"""Dorylus's graph server: one rank's partition, its ghost buffers and its graph tasks: Gather
+(GA, ``Â[rows, :] @ H`` over the in-edges, columns its own nodes then its *ghosts*), Scatter
+(SC, an interval's rows to the peers that have them as ghosts) and their backward (∇GA over
+the out-edges, columns then *reverse ghosts*; ∇SC). Built once at setup with collectives; the
+pipeline's messages are point-to-point, one per (peer, interval, layer, direction), with sizes
+both sides know. docs/strategies/dorylus.md, "What it does".
 """
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
-"""Which :class:`~dglx_dist.convs.dorylus_base.LayerKind` runs a conv type: the registry
-lookup of the dorylus strategy.
-
-A conv type's dorylus stages live in its folder in :mod:`dglx_dist.convs` (``dorylus.py``,
-beside its adapter and its numpy tasks), and its adapter names the class itself:
-``dorylus = DorylusSupport(kind, tasks)`` (:mod:`dglx_dist.convs.base`). :func:`layer_kind`
-reads it from :data:`~dglx_dist.convs.LAYERS`, :func:`dorylus_conv_types` lists the conv types
-that have one (``DorylusStrategy.conv_types``). The base class and what every kind shares
-(stages, gradient accumulators) are in :mod:`dglx_dist.convs.dorylus_base`, to the left of
-this package, so the stage classes need nothing from here.
+"""Which :class:`~dglx_dist.convs.dorylus_base.LayerKind` runs a conv type: its adapter's
+``dorylus`` (a :class:`~dglx_dist.convs.base.DorylusSupport`), read from
+:data:`~dglx_dist.convs.LAYERS` (the seam: docs/architecture.md, "A conv type").
 """
 from __future__ import annotations
 

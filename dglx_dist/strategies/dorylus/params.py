@@ -1,11 +1,6 @@
-"""Dorylus's weights: parameter-server replicas with weight stashing, and the per-epoch update.
-
-* :class:`ParamServers`: ``count`` full replicas of every layer's parameters; an interval's
-  weight version is stashed on the least-loaded replica when its epoch starts and used for its
-  whole pass.
-* :class:`WeightUpdates`: the update of an epoch sums every interval's gradients over the job
-  (one all-reduce on a group of its own), then steps the trainer's optimizer (through the
-  trainer's ``optimizer_step`` hook: the strategy holds no optimizer).
+"""Dorylus's weights: parameter-server replicas with weight stashing (:class:`ParamServers`)
+and the per-epoch update, summed over the job and stepped through the trainer's optimizer
+(:class:`WeightUpdates`); docs/strategies/dorylus.md, "What it does".
 """
 from __future__ import annotations
 

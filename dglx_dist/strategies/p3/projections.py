@@ -1,31 +1,17 @@
-"""P3 on a graph with node and edge types: the input projections split by feature columns.
-
-A typed partitioning for ``p3`` (``feature_dim`` over ``hash``) gives rank ``r`` the nodes the
-hash gives it, with their in-edges, and column slice ``r`` of *every* node of each node type
-that has features (each type's width split evenly; ``PartitionDir.type_slices``).
-
-In an R-GCN (:class:`~dglx_dist.models.RGCN`) the raw features of a featured type only meet
-the model in its input projection, ``self.proj[ntype](x)``: an ``nn.Linear``. That is the part
-P3 runs model parallel. ``g.nodes[ntype].data["feat"][ids]`` gives a
-:class:`~dglx_dist.strategies.p3.layer.ColumnSlice` handle; ``F.linear(handle, W, b)`` (what
-``nn.Linear`` calls) runs :meth:`TypedColumns.linear`, collective over the job:
-
-* every rank's batch ids of that type are shared (P3's push);
-* each rank computes from its own columns the partial ``x[:, cols_r] @ W[:, cols_r].T`` of
-  every rank's batch; the partials are summed at the batch's owner (the two-stage exchange of
-  :class:`~dglx_dist.runtime.autograd.OwnerReduce`), which adds the bias.
+"""P3 on a graph with node and edge types: the featured types' input projections
+(``self.proj[ntype](x)``, an ``nn.Linear``) split by feature columns; what a script sees and
+the partitioning: docs/heterographs.md, "p3 on a typed graph". ``g.nodes[ntype].data["feat"]``
+gives a :class:`~dglx_dist.strategies.p3.layer.ColumnSlice` handle whose ``F.linear`` runs
+:meth:`TypedColumns.linear` (collective): the batch ids shared, each rank's partial from its
+columns summed at the batch's owner (:class:`~dglx_dist.runtime.autograd.OwnerReduce`).
 
 Backward pushes the owner's output gradient to every rank, so rank ``r``'s ``W.grad`` is
-nonzero only in its columns and holds the gradient of every rank's loss there; DDP's mean
-over the ranks is then exactly the gradient of the mean loss. Featureless types (embedding
-rows) and everything after the projections are data parallel, as under ``distdgl``.
-
-The projections are collective, forward and backward. Every rank must apply them for the same
-types in the same order (a batch with no node of a type still applies its projection, to no
-rows); a rank that does otherwise gets one line naming the types. Their backward exchanges run
-in the reverse order on every rank, whatever the model's graph looks like: each projection
-passes a *token* (an empty tensor) to the next, and the last one is tied to the model's output
-(forward hooks on the user's model), so autograd runs them last-to-first and never skips one.
+nonzero only in its columns and holds every rank's loss's gradient there: DDP's mean over the
+ranks is exactly the gradient of the mean loss. Every rank projects the same types in the same
+order (checked), and the backward exchanges run in the reverse order on every rank: each
+projection passes a *token* (an empty tensor) to the next, and the last one is tied to the
+model's output (forward hooks on the user's model), so autograd runs them last-to-first and
+never skips one.
 """
 from __future__ import annotations
 
