@@ -80,3 +80,20 @@ def test_parallelize_refuses_a_model_off_the_strategys_device():
                        "parameter on cpu \\(strategy 'dorylus' computes on the host; the job's "
                        "device is cuda:1\\)"):
         _check_device(model.to("meta"), STRATEGIES.build("dorylus"), session)
+
+
+def test_a_cobatch_layer_moved_to_a_device_keeps_its_source_order():
+    """GraNNDis's last layer computing only a step's outputs reorders its sources
+    (``outputs_only``); moving that layer keeps the order its exchange reads them in."""
+    import torch
+
+    from dglx_dist.sampling.block import Block
+    from dglx_dist.strategies.granndis.cobatch import LayerPlan, outputs_only
+
+    block = Block.untyped(torch.arange(4), torch.tensor([4, 5, 0, 2]), torch.tensor([0, 1, 2, 3]),
+                          torch.arange(4))
+    plan = LayerPlan(block, [torch.arange(2)], [0], torch.ones(block.num_src_nodes()))
+    cut = outputs_only(plan, torch.tensor([1, 3]))
+    moved = cut.to(torch.device("cpu"))
+    assert cut.order is not None and torch.equal(moved.order, cut.order)
+    assert torch.equal(moved.out_degree, cut.out_degree)

@@ -86,8 +86,9 @@ class LayerPlan:
         return self.block.num_src_nodes() - sum(self.recv_rows)
 
     def to(self, device: torch.device) -> "LayerPlan":
+        order = None if self.order is None else self.order.to(device)
         return LayerPlan(self.block.to(device), [idx.to(device) for idx in self.send_idx],
-                         self.recv_rows, self.out_degree.to(device))
+                         self.recv_rows, self.out_degree.to(device), order)
 
 
 @dataclasses.dataclass(eq=False)
