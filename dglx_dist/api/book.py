@@ -83,7 +83,7 @@ class PartitionBook:
     def eid2partid(self, eids, etype=None) -> torch.Tensor:
         """The part storing each edge of ``eids`` (of edge type ``etype`` on a graph with
         types): its destination's owner."""
-        ids = self._edge_ids(eids, etype, "eid2partid")
+        ids = given_edge_ids(self.graph, {etype: eids}, "eid2partid")
         book = self.graph.pdir.edge_book()
         return torch.as_tensor(book.owner(self.graph.edata.part_ids(ids).numpy()))
 
@@ -100,7 +100,8 @@ class PartitionBook:
         edges number from 0; per edge type on a graph with types, each type's from 0, in the
         part's order)."""
         graph = self.graph
-        part_ids = graph.edata.part_ids(self._edge_ids(eids, etype, "eid2localeid")).numpy()
+        ids = given_edge_ids(graph, {etype: eids}, "eid2localeid")
+        part_ids = graph.edata.part_ids(ids).numpy()
         book = graph.pdir.edge_book()
         self._held(book.owner(part_ids), partid, "eid2localeid", "edge")
         lo, hi = (int(book.offsets[i]) for i in (int(partid), int(partid) + 1))
@@ -113,11 +114,6 @@ class PartitionBook:
                 out[asked == t] = np.searchsorted(np.flatnonzero(kind == t), local[asked == t])
             local = out
         return torch.from_numpy(local)
-
-    def _edge_ids(self, eids, etype, what: str) -> torch.Tensor:
-        """The graph's (homogeneous) edge ids of ``eids`` (of edge type ``etype`` on a graph
-        with types), checked."""
-        return given_edge_ids(self.graph, {etype: eids}, what)
 
     @staticmethod
     def _held(owners, partid: int, what: str, kind: str) -> None:
@@ -147,15 +143,13 @@ class PartitionBook:
     def map_to_per_ntype(self, ids) -> tuple[torch.Tensor, torch.Tensor]:
         """(node type id, per-type id) of homogeneous ``ids``."""
         ids = as_node_ids(ids, self.graph.num_nodes(), "map_to_per_ntype")
-        if not self.graph.is_typed:
-            return torch.zeros_like(ids), ids
         offsets = torch.tensor([s.hom_offset for s in self.graph.spaces.values()])
         t = torch.searchsorted(offsets, ids, right=True) - 1
         return t, ids - offsets[t]
 
     def map_to_homo_eid(self, ids, etype) -> torch.Tensor:
         """Homogeneous ids of edge type ``etype``'s ``ids``."""
-        return self._edge_ids(ids, etype, "map_to_homo_eid")
+        return given_edge_ids(self.graph, {etype: ids}, "map_to_homo_eid")
 
     def map_to_per_etype(self, ids) -> tuple[torch.Tensor, torch.Tensor]:
         """(edge type id, per-type id) of homogeneous edge ``ids``."""

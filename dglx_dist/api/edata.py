@@ -1,16 +1,9 @@
 """``g.edata``: the edge data of a :class:`~dglx_dist.api.DistGraph`, one view per name.
 
-Edge data travels with the graph given to :func:`~dglx_dist.distribute` (and with datasets whose
-edges.parquet has edge-data columns) into the partitions, where each edge's row lives with the
-part that stores the edge (its destination's owner). ``g.edata[name][eids]`` gives the rows of
-``eids`` (the graph's own edge ids, in the order asked), pulled through the KVStore by this rank
-alone; ``g.edata[name][eids] = rows`` writes them (seen by other ranks after
-:meth:`~dglx_dist.api.DistGraph.barrier`), as DGL's ``DistGraph.edata`` does.
-
-On a graph with several edge types, as in DGL, ``g.edata`` is refused and each edge type has
-its own view, ``g.edges[etype].data[name][eids]`` with the type's own edge ids (``etype`` a
-canonical triple or a relation name only one of them has). The partitions hold one column
-per name over every edge; an edge type without the name does not list it.
+Each edge's row lives with the part that stores the edge; ``g.edata[name][eids]`` reads rows
+by this rank alone and ``g.edata[name][eids] = rows`` writes them, as DGL's ``DistGraph.edata``
+(docs/porting.md). On a graph of several edge types ``g.edata`` is refused and
+``g.edges[etype].data[name]`` takes per-type ids (docs/heterographs.md).
 """
 from __future__ import annotations
 

@@ -1,22 +1,11 @@
 """The distributed graph of the drop-in API: DGL's ``DistGraph`` shape over our partitions.
 
-``distribute(g, strategy=...)`` takes the DGLGraph a script built (after its own transforms),
-partitions it once for the job's shape (rank 0; cached by a fingerprint of the graph's
-content; the other ranks wait for the files) and returns a :class:`DistGraph`;
-``DistGraph(partition_dir)`` opens partitions made by ``dglx partition``.
-
-Node ids are those of the graph ``distribute`` was given (of the dataset, for partitions
-made by ``dglx partition``), so ids a script computed before distributing stay valid;
-partitioners relabel nodes internally and the graph translates at its edges (two int64 arrays
-of one entry per node when the partitioner relabelled).
-
-``g.ndata[name]`` is a :class:`NodeDataView`: ``view[ids]`` gives the rows of ``ids`` in the
-order asked (from rows the strategy holds, else pulled through the KVStore by this rank
-alone: the owners' serving threads answer, so ranks need not read in step, as in DGL;
-writes are seen by other ranks after :meth:`DistGraph.barrier`). A view used as an index (``logits[train_mask]``,
-``labels[train_mask]``) selects among the rows of this rank's nodes, ``g.local_nodes()``: the
-rows a full-graph forward ``model(g, features)`` returns. Given to any other torch function
-(``torch.nonzero(g.ndata["train_mask"])``), it is the whole tensor, one row per node.
+``distribute(g, strategy=...)`` partitions the DGLGraph a script built once for the job's shape
+(rank 0; cached by a fingerprint of the graph's content) and returns a :class:`DistGraph`;
+``DistGraph(partition_dir)`` opens partitions made by ``dglx partition``. Node ids are those of
+the graph given (partitioners relabel internally; the graph translates at its edges), and
+``g.ndata[name]`` is a :class:`NodeDataView` (docs/porting.md: "Node ids", "Masks as tensors",
+"Reads and writes need no lock-step").
 """
 from __future__ import annotations
 

@@ -1,31 +1,16 @@
 """Link prediction's batches: DGL's ``as_edge_prediction_sampler`` over a DistGraph, with or
-without node and edge types (a graph without them is the one-type case: ``_N``, ``_E``).
+without node and edge types (a graph without them is the one-type case: ``_N``, ``_E``); what
+the loader yields is docs/link_prediction.md's. The loader carries edge ids as original
+homogeneous ids (the type's offset plus the per-type id). A batch (:class:`EdgePairs`):
 
-``DataLoader(g, train_eids, as_edge_prediction_sampler(NeighborSampler(...),
-negative_sampler=Uniform(k), exclude="reverse_id", reverse_eids=...), batch_size=...)``
-yields ``(input_nodes, pair_graph, neg_pair_graph, blocks)`` as DGL's does; on a graph with
-edge types the ids are DGL's dict ``{etype: per-type ids}`` (edge ``i`` of a type is the
-type's ``i``-th edge in the graph given to ``distribute``) and the pair graphs and blocks are
-heterographs. The loader carries edge ids as original homogeneous ids (the type's offset plus
-the per-type id, :mod:`dglx_dist.partition.types`). A batch (:class:`EdgePairs`):
-
-1. is split by edge type into DGL's seeds (a dict ``{canonical etype: per-type ids}`` on a
-   graph with types, the ids themselves on one without, as DGL hands them to samplers);
-2. finds the edges' endpoints (``g.find_edges``, pulled from the edges' owners);
-3. calls the user's negative sampler on the DistGraph with those seeds (DGL's ``Uniform(k)``
-   draws ``k`` destinations of each edge's destination type per edge, uniformly;
-   ``GlobalUniform``, on a graph without types, asks the owners which drawn pairs are edges);
-4. compacts the nodes of both pair graphs per node type (sorted ids), over which the pair
-   graphs hold every canonical edge type, as DGL's do (``pair_graph.ndata[dgl.NID]``: the
-   node ids; ``pair_graph.edata[dgl.EID]``: the edge ids); those nodes, type by type, are the
-   blocks' seeds, so output row ``i`` of type ``t`` is the pair graphs' node ``i`` of ``t``;
-5. puts the sampler's ``prefetch_labels`` (edge data) on the pair graph's edges of each edge
-   type that has them, read through ``g.edges[etype].data`` by this rank alone;
-6. names the edges to leave out of every sampled layer with DGL's own ``find_exclude_eids``
-   (``"self"``, ``"reverse_id"`` with ``reverse_eids``, ``"reverse_types"`` with
-   ``reverse_etypes`` on a graph with types, or a callable on the seeds), as partitioned edge
-   ids: the members that store them leave them out
-   (:meth:`~dglx_dist.sampling.PartitionSampler.exclusions`).
+1. is split by edge type into DGL's seeds (a dict on a graph with types, the ids themselves
+   on one without) and finds their endpoints (``g.find_edges``);
+2. calls the user's negative sampler on the DistGraph with those seeds;
+3. compacts the nodes of both pair graphs per node type (sorted ids): they are the blocks'
+   seeds, so output row ``i`` of type ``t`` is the pair graphs' node ``i`` of ``t``;
+4. puts the sampler's ``prefetch_labels`` on the pair graph's edges of each edge type;
+5. names the edges to leave out of every sampled layer with DGL's own ``find_exclude_eids``,
+   as partitioned edge ids (:meth:`~dglx_dist.sampling.PartitionSampler.exclusions`).
 """
 from __future__ import annotations
 

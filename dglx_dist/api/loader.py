@@ -1,30 +1,11 @@
-"""``DataLoader``: DGL's node data loader over a :class:`~dglx_dist.api.DistGraph`.
+"""``DataLoader``: DGL's node and edge data loaders over a :class:`~dglx_dist.api.DistGraph`.
 
-``DataLoader(g, ids, sampler, batch_size=..., shuffle=..., drop_last=...)`` has the signature
-of ``dgl.dataloading.DataLoader`` (and ``dgl.distributed.DistNodeDataLoader``) and yields
-``(input_nodes, output_nodes, blocks)``. The fanouts come from DGL's own
-``NeighborSampler`` / ``MultiLayerFullNeighborSampler``; what a step holds is the strategy's
-(sampled blocks for ``distdgl`` and ``p3``; a co-batch for ``granndis``; the whole partition
-for ``dorylus``).
-
-Given DGL's ``as_edge_prediction_sampler(...)`` and edge ids, it is DGL's link-prediction
-loader (DistDGL's ``DistEdgeDataLoader``) and yields ``(input_nodes, pair_graph,
-neg_pair_graph, blocks)`` (see :mod:`dglx_dist.api.link`): sampled blocks under ``distdgl``
-and ``p3``, full-graph steps under ``granndis`` and ``fullgraph``; on a graph with edge types
-(``distdgl``), edge ids by type and heterogeneous pair graphs and blocks.
-
-Every rank takes the same number of steps per epoch (sampling and the gradient all-reduce
-are collective): a rank whose ids make fewer batches cuts them more finely (see
-:func:`~dglx_dist.strategies.steps.equal_step_sizes`), so DDP's ``join()`` is never needed
-(it is accepted). Ids that are the same on every rank (a single-machine script's whole
-training set) are split with :func:`~dglx_dist.api.node_split` first, as DGL's
-``use_ddp=True`` does; ids that differ are taken as this rank's share.
-
-Building a loader is collective, as in DGL: every rank builds its loaders in the same order.
-Its first exchanges check the arguments and compare the call's signature (sampler depth,
-batch size, shuffling, node or edge ids), so ranks that build different loaders at the same
-point get an error naming both calls instead of waiting in mismatched collectives. Then come
-the ids' check, the strategy's setup (the first loader) and the loader's plan.
+It has the signature of ``dgl.dataloading.DataLoader`` (and DistDGL's ``DistNodeDataLoader``)
+and yields ``(input_nodes, output_nodes, blocks)``; given DGL's ``as_edge_prediction_sampler``
+and edge ids, ``(input_nodes, pair_graph, neg_pair_graph, blocks)`` (:mod:`dglx_dist.api.link`).
+What a step holds is the strategy's. Building one is collective and checks the call on every
+rank first; every rank takes the same number of steps per epoch (docs/porting.md: the
+``DataLoader`` row, "Every rank takes the same number of steps"; docs/architecture.md).
 """
 from __future__ import annotations
 
@@ -263,8 +244,7 @@ def _sampler_fields(graph: DistGraph, sampler, batch_size) -> dict:
     draw = user_sampler(graph, node_sampler)
     if draw is not None:
         return {"fanouts": (), "draw": draw, **fields}
-    types = graph.pdir.types if graph.is_typed else None
-    return {"fanouts": sampler_fanouts(node_sampler, types),
+    return {"fanouts": sampler_fanouts(node_sampler, graph.pdir.types),
             "sampling": sampler_options(graph, node_sampler), **fields}
 
 

@@ -1,20 +1,13 @@
-"""The rows a loader puts on a step's blocks (DGL's ``prefetch_labels`` and
-``prefetch_node_feats`` of the sampler, ``prefetch_edge_feats``), on a graph with or without
-types (a graph without them is the one-type case, ``_N``).
+"""The rows a loader puts on a step's blocks (DGL's ``prefetch_labels``,
+``prefetch_node_feats`` and ``prefetch_edge_feats`` of the sampler), with or without types.
 
-A step's rows are resolved once, when the step is ready, through an ordered list of sources:
-the strategy's own rows where it holds them (:meth:`~dglx_dist.strategies.abilities.HoldsRows.
-source_rows`: GraNNDis completes a co-batch's rows from its peers), else the store (a
-collective pull: every rank is at the same step; the store's cache answers what it holds).
-Labels go on the last block's destinations, features on the first block's sources, by node
-type (``block.dstnodes[ntype].data[name]``, ``block.srcnodes[ntype].data[name]``), edge
-features on each block's edges; the rows' copies to the strategy's device start before the
-structure follows them. When the step is handed over, its ids become the graph's own (per
-type on a graph with types) and the pull of the rows the loop reads itself starts
-(:class:`~dglx_dist.api.step_rows.StepRows`, after the last step's writes); the store's rows
-on the blocks are offered to those reads, so ``g.ndata[name][input_nodes]`` in the loop is
-the rows on the first block, not a second pull (matched by the ids' values; not after a
-write to the name or a barrier since they were pulled).
+Each name's rows come from the strategy's own rows where it holds them
+(:meth:`~dglx_dist.strategies.abilities.HoldsRows.source_rows`), else from the store (a
+collective pull: every rank is at the same step). Labels go on the last block's destinations,
+features on the first block's sources, edge features on each block's edges. When the step is
+handed over its ids become the graph's own and :class:`~dglx_dist.api.step_rows.StepRows`
+starts the pull of the rows the loop reads itself; the store's rows on the blocks are offered
+to the loop's reads of the same ids (``g.ndata[name][input_nodes]`` is no second pull).
 """
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ import dgl
 import torch
 from dgl.dataloading import BlockSampler
 
+from dglx_dist.api.structure import fanout_of
 from dglx_dist.errors import (InvalidTypeError, InvalidValueError, NotSupportedError,
                               UnknownNameError)
 from dglx_dist.kvstore.base import edge_key
@@ -100,13 +101,10 @@ def sampler_fanouts(sampler, types=None) -> tuple:
     sampler = _neighbor_sampler(sampler)
     if types is not None:
         return _typed_fanouts(sampler.fanouts, types)
-    fanouts = []
-    for f in sampler.fanouts:
-        if isinstance(f, dict):
-            raise InvalidTypeError("DataLoader: per-edge-type fanouts need a graph with edge "
-                                   "types; this one has none")
-        fanouts.append(-1 if f is None or int(f) < 0 else int(f))
-    return tuple(fanouts)
+    if any(isinstance(f, dict) for f in sampler.fanouts):
+        raise InvalidTypeError("DataLoader: per-edge-type fanouts need a graph with edge "
+                               "types; this one has none")
+    return tuple(map(fanout_of, sampler.fanouts))
 
 
 def _typed_fanouts(fanouts: Sequence, types) -> tuple[tuple[int, ...], ...]:
@@ -118,8 +116,7 @@ def _typed_fanouts(fanouts: Sequence, types) -> tuple[tuple[int, ...], ...]:
     for layer, f in enumerate(fanouts):
         where = f"NeighborSampler fanouts[{layer}]"
         if not isinstance(f, dict):
-            k = -1 if f is None or int(f) < 0 else int(f)
-            out.append((k,) * len(etypes))
+            out.append((fanout_of(f),) * len(etypes))
             continue
         per = {}
         for key, k in f.items():
@@ -127,7 +124,7 @@ def _typed_fanouts(fanouts: Sequence, types) -> tuple[tuple[int, ...], ...]:
                 index = types.etype_index(key)
             except UnknownNameError as exc:
                 raise InvalidValueError(f"{where}: {exc}") from None
-            per[index] = -1 if k is None or int(k) < 0 else int(k)
+            per[index] = fanout_of(k)
         missing = [etypes[i] for i in range(len(etypes)) if i not in per]
         if missing:
             raise InvalidValueError(f"{where}: no fanout for edge types {missing}; give every "
@@ -178,26 +175,17 @@ def _check_prob(graph: DistGraph, name: str, what: str) -> None:
         check_weights(values, what)
 
 
-def prefetched_edge_feats(graph: DistGraph, sampler) -> list[str] | dict:
-    """The edge data ``sampler`` (a DGL sampler) prefetches on every block
-    (``prefetch_edge_feats``: names; on a graph with types, names for every edge type that
-    has them, or a dict of edge type -> names), checked to be this graph's."""
+def prefetched_edge_feats(graph: DistGraph, sampler) -> None:
+    """Refuses edge data ``sampler`` (a DGL sampler) prefetches on every block
+    (``prefetch_edge_feats``: names, for every edge type that has them, or a dict of edge
+    type -> names) that is not this graph's."""
     names = getattr(sampler, "prefetch_edge_feats", None) or []
-    if graph.is_typed:
-        per = names if isinstance(names, dict) else {None: names}
-        for etype, wanted in per.items():
-            have = graph.edges[etype].data.keys() if etype is not None else \
-                graph.edata.stored()
-            missing = [n for n in wanted if n not in have]
-            if missing:
-                raise UnknownNameError(f"DataLoader: prefetch_edge_feats {missing} are not edge "
-                                       f"data of {etype or 'any edge type'}; it has {have}")
-        return names
-    missing = [n for n in names if n not in graph.edata.keys()]
-    if isinstance(names, dict) or missing:
-        raise UnknownNameError(f"DataLoader: prefetch_edge_feats {list(names)} are not edge "
-                               f"data of this graph; it has {sorted(graph.edata.keys())}")
-    return list(names)
+    for etype, wanted in (names if isinstance(names, dict) else {None: names}).items():
+        have = graph.edges[etype].data.keys() if etype is not None else graph.edata.stored()
+        missing = [n for n in wanted if n not in have]
+        if missing:
+            raise UnknownNameError(f"DataLoader: prefetch_edge_feats {missing} are not edge "
+                                   f"data of {etype or 'any edge type'}; it has {have}")
 
 
 def edge_rows(graph: DistGraph, blocks, names) -> None:

@@ -6,7 +6,7 @@ import torch
 
 from dglx_dist.api.book import PartitionBook, given_edge_ids
 from dglx_dist.api.graph import DistGraph
-from dglx_dist.api.ndata import DEFAULT_NTYPE, NodeDataView, as_node_ids
+from dglx_dist.api.ndata import DEFAULT_NTYPE, NodeDataView
 from dglx_dist.errors import InvalidTypeError, InvalidValueError
 from dglx_dist.runtime.agree import differing_ranks, ids_digest, on_every_rank
 from dglx_dist.sampling import even_chunk
@@ -22,12 +22,6 @@ def _all_ids(nodes, graph: DistGraph) -> torch.Tensor:
             raise InvalidValueError("node_split: the mask belongs to another DistGraph")
         return torch.nonzero(nodes.full().bool()).squeeze(1)
     return nodes
-
-
-def _check(nodes, graph: DistGraph, ntype: str | None) -> torch.Tensor:
-    if ntype is None:
-        return torch.unique(as_node_ids(nodes, graph.num_nodes(), "node_split"))
-    return torch.unique(graph.space(ntype).check(nodes, "node_split"))
 
 
 def _node_type(nodes, graph: DistGraph, ntype: str) -> str | None:
@@ -77,7 +71,8 @@ def node_split(nodes, partition_book: DistGraph | PartitionBook | None = None,
                      getattr(nodes, "_g", None), rank, "node_split")
     ids = _all_ids(nodes, graph)
     kind = on_every_rank(graph.session, "node_split", lambda: _node_type(nodes, graph, ntype))
-    ids = _same_everywhere(graph, "node_split", "node", lambda: _check(ids, graph, kind))
+    ids = _same_everywhere(graph, "node_split", "node", lambda: torch.unique(
+        graph.space(kind).check(ids, "node_split")))
     topo = graph.session.topology
     if node_trainer_ids is not None and kind is None and topo.ranks_per_server > 1 and \
             graph.pdir.num_parts == topo.num_servers and not isinstance(graph.strategy, OwnSplit):

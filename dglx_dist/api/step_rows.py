@@ -1,27 +1,15 @@
-"""Rows a loader pulls for its step before the loop asks for them.
+"""Rows a loader pulls for its step before the loop asks for them (docs/porting.md, "Reads
+with the loader's ids are pulled for the step").
 
-A DGL loop reads a step's rows itself: ``g.ndata["feat"][input_nodes]`` (on a typed graph
-``g.nodes[t].data["feat"][input_nodes[t]]``), the labels of ``output_nodes``,
-``emb(input_nodes)`` of a ``DistEmbedding``. Each read is a pull of its own: a one-sided one
-(node data; the owner's serving thread answers, when its rank's main thread lets go of the
-interpreter) or a collective one (an embedding). A graph's :class:`StepRows` turns them into
-one collective exchange per step (:meth:`~dglx_dist.kvstore.KVStore.start_pull_many`),
-started when the loader hands the step over (so after the loop's writes of the step before:
-the last step's optimizer step), which travels while the loader samples the step after:
-
-* the rows of every ``DistEmbedding`` of the graph for the input nodes of its type;
-* the rows of every node-data name a loop has read with a loader's input nodes (sources) or
-  output nodes (destinations) of a type before (:meth:`StepRows.note`), but those the
-  loader put on the step's blocks itself (DGL's ``prefetch_node_feats`` and
-  ``prefetch_labels``: :mod:`dglx_dist.api.prefetch` offers those rows, :meth:`StepRows.offer`).
-
-Each is offered for the ids the loader hands over; a read with ids of the same values
-(that tensor, a copy, the ids moved to a GPU) takes the rows (once), any other read pulls as
-before. Reads are matched by the ids' values (:func:`~dglx_dist.kvstore.embedding.same_ids`),
-never by which tensor object the loop passes. A push to a name (this rank's writes, every
-collective push) drops its offer, and so does the graph's barrier (after one, other ranks'
-writes are seen, as in DGL; a loader's rows pulled one step ahead may predate them). Ranks
-may want different names: the exchange is one either way.
+A graph's :class:`StepRows` turns a loop's own reads of a step's rows (``g.ndata[name]`` with
+the loader's input or output nodes, ``emb(input_nodes)`` of a ``DistEmbedding``) into one
+collective exchange per step (:meth:`~dglx_dist.kvstore.KVStore.start_pull_many`), started
+when the loader hands the step over and travelling while it samples the next: every
+``DistEmbedding``'s rows of the input nodes of its type, and every name a loop read with the
+loader's ids before (:meth:`StepRows.note`), but those on the blocks already
+(:meth:`StepRows.offer`). A read with ids of the same values
+(:func:`~dglx_dist.kvstore.embedding.same_ids`) takes the rows once; a push to the name or the
+graph's barrier drops the offer.
 """
 from __future__ import annotations
 

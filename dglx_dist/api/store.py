@@ -1,16 +1,8 @@
 """The KVStore a :class:`~dglx_dist.api.DistGraph` reads its data from: what each rank puts
 into it (node data by rows, edge data and endpoints by edges, nodes' degrees) and which part
-is whose.
-
-Node rows live in one :class:`~dglx_dist.api.ndata.NodeSpace` per node type
-(:func:`type_spaces`), as DistDGL's per-type partition policies: a typed partitioning numbers
-every node once, in one homogeneous id space (:mod:`dglx_dist.partition.types`), and users
-keep their per-type ids; a type's rows are ordered by part and, inside a part, by local id,
-so part ``p`` holds one contiguous range of them (a
-:class:`~dglx_dist.partition.book.RangeBook` per type). ``g.nodes[ntype].data[name]`` reads
-and writes through the type's space, and ``g.get_node_partition_policy(ntype)`` hands it to
-``DistTensor`` and ``DistEmbedding``. A graph without types has one space, every node, under
-DGL's default type name ``"_N"``."""
+is whose. Node rows live in one :class:`~dglx_dist.api.ndata.NodeSpace` per node type
+(DistDGL's per-type partition policies; a graph without types has one, ``"_N"``;
+docs/architecture.md)."""
 from __future__ import annotations
 
 import numpy as np

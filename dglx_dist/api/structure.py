@@ -1,36 +1,12 @@
 """DGL's graph methods on a DistGraph: its edges, degrees and draws over the partitions.
 
-DGL's negative samplers and edge loaders ask the graph for its edges' endpoints
-(``g.find_edges(eids)``), its node count and, for ``GlobalUniform``, pairs that are not
-edges (``g.global_uniform_negative_sampling``); a ``dgl.dataloading.BlockSampler`` of the
-user's builds its blocks from the graph it is handed, ``sample_blocks(g, seed_nodes,
-exclude_eids)``, through the graph's methods (``g.sample_neighbors``, ``g.in_subgraph``,
-``g.in_edges`` ...) and ``dgl.to_block``, as DGL's user guide teaches, and DGL's
-``ShaDowKHopSampler`` returns the subgraph its draws induce (``g.subgraph``).
-:class:`EdgeStructure` gives a :class:`~dglx_dist.api.DistGraph` those methods with DGL's
-signatures and meanings, so DGL's own samplers (and a user's, written against the same
-methods) run on it unchanged; a loader hands a user's sampler the graph itself, drawing
-through the strategy's sampler (:meth:`EdgeStructure.drawn_by`), as DGL's loaders hand theirs
-the ``DistGraph``:
-
-* every edge's endpoints live in the KVStore as one row per edge, sharded like the edge data
-  (with the edge's destination's owner), so ``find_edges`` is a pull by this rank alone (on a
-  graph with edge types, ``find_edges(eids, etype=...)`` takes and gives per-type ids, as
-  DGL's, so DGL's ``negative_sampler.Uniform`` runs on it unchanged); degrees are read from
-  the KVStore likewise;
-* every call that draws or reads in-edges is collective (each node's in-edges are drawn by
-  the member that stores them), so every rank makes the same calls in the same order, as the
-  loader's steps are (a sampler whose calls depend on the rank's own seeds beyond their
-  values, e.g. skipping a call when it has none, would wait for its peers); out-edges are
-  gathered from every part (each stores the in-edges of its own nodes);
-* node ids are the graph's own (those of the graph given to ``distribute``), in and out;
-  each returned graph spans every node and carries ``edata[dgl.EID]``, the graph's edge ids;
-* negative pairs are drawn uniformly over all nodes of all parts and checked against the
-  structure by the destinations' owners (collective: every rank draws at the same time, as
-  the edge loader's steps do);
-* an attribute the graph does not have is one line naming it and the methods samplers are
-  served (DGL's functions that need a local graph, ``dgl.in_subgraph(g, ...)``, reach for its
-  internals and are refused that way too: call the method instead).
+:class:`EdgeStructure` gives a :class:`~dglx_dist.api.DistGraph` the methods DGL's samplers
+call (:data:`SERVED`: ``find_edges``, ``sample_neighbors``, ``in_subgraph``, ``subgraph``,
+``in_edges`` ...) with DGL's signatures and meanings, so DGL's own samplers and a user's
+``BlockSampler`` run on it unchanged (docs/porting.md, "Your own sampler"). Endpoints and
+degrees are KVStore rows read by this rank alone; every call that draws or reads edges is
+collective (every rank makes the same calls in the same order); ids are the graph's own, in
+and out; any other attribute is refused in one line naming what is served.
 """
 from __future__ import annotations
 
@@ -53,7 +29,8 @@ if TYPE_CHECKING:
     from dglx_dist.partition.layout import Partition
     from dglx_dist.partition.load import PartitionDir
 
-__all__ = ["EdgeStructure", "ENDS", "DEGREES", "SERVED", "part_graph", "store_structure"]
+__all__ = ["EdgeStructure", "ENDS", "DEGREES", "SERVED", "part_graph", "store_structure",
+           "fanout_of"]
 
 ENDS = INTERNAL_PREFIX + "edge_ends"
 """The KVStore name of every edge's ``(src, dst)`` in partitioned node ids, by partitioned
@@ -65,6 +42,11 @@ ETYPE = ("_N", "_E", "_N")  # DGL's names for the one node and edge type of a ho
 SERVED = ("sample_neighbors", "sample_labors", "in_subgraph", "subgraph", "in_edges",
           "out_edges", "in_degrees", "out_degrees", "find_edges", "num_nodes", "num_edges")
 """The structure methods a sampler is served (and named in the refusal of others)."""
+
+
+def fanout_of(fanout) -> int:
+    """DGL's fanout as a number of edges to draw (None or negative: all, -1)."""
+    return -1 if fanout is None or int(fanout) < 0 else int(fanout)
 
 
 def store_structure(store: "DistKVStore", pdir: "PartitionDir", part_id: int,
@@ -272,8 +254,7 @@ class EdgeStructure:
         if prob is not None and prob not in (names := self.edata.keys()):
             raise UnknownNameError(f"{where}(prob={prob!r}): not edge data of this graph; "
                                    f"it has {sorted(names)}")
-        k = -1 if fanout is None or int(fanout) < 0 else int(fanout)
-        return self._nodes(seed_nodes, where), k
+        return self._nodes(seed_nodes, where), fanout_of(fanout)
 
     def _routed(self, sampler, exclude_edges):
         """The graph's edge ids ``exclude_edges`` routed to the members storing them

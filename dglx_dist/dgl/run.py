@@ -2,25 +2,11 @@
 DistDGL script, trained by a dglx_dist strategy.
 
 The script runs as ``__main__`` with ``sys.argv = [SCRIPT, *ARGS]`` (``runpy``), in this
-process, after the runner has put dglx_dist's pieces where a script written against DGL finds
-DGL's (:func:`installed`, in this process only: importing :mod:`dglx_dist` changes nothing):
-
-* ``dgl.distributed`` (the attribute of ``dgl`` and the ``sys.modules`` entries of
-  ``dgl.distributed`` and ``dgl.distributed.optim``): :mod:`dglx_dist.dgl.distributed`, whose
-  ``DistGraph`` takes the run's strategy and options; DGL's server and RPC names refuse in
-  one line when called, and the names it does not define are DGL's own. A script already
-  ported by hand (``import dglx_dist.dgl as dgl``) gets the same ``dgl.distributed``;
-* ``dgl.dataloading.DistNodeDataLoader`` / ``DistEdgeDataLoader`` and their DGL 2.4 places in
-  ``dgl.distributed``: :class:`dglx_dist.api.DataLoader`;
-* ``torch.nn.parallel.DistributedDataParallel``: ``DistributedDataParallel(model, ...)``
-  returns ``dglx_dist.parallelize(model, g)`` of the DistGraph the script built (DDP's keyword
-  arguments, ``device_ids`` and the like, are ignored); a module without a graph conv (the
-  dense part of an embedding layer) gets torch's own DDP; ``isinstance(m,
-  DistributedDataParallel)`` holds for the wrapped model (and for torch's own DDP).
-
-Bad runner arguments (an unknown strategy or option, a script that is not there) are one line
-from rank 0 before any process group work; the script's own errors are reported as without
-the runner (a dglx_dist error: one line; the script's bug: its traceback).
+process, with dglx_dist's pieces where a script written against DGL finds DGL's
+(:func:`installed`, in this process only): ``dgl.distributed``, the distributed loaders and
+torch's ``DistributedDataParallel`` (docs/porting.md has the table of what becomes what).
+Bad runner arguments are one line from rank 0 before any process group work; the script's
+own errors are reported as without the runner.
 """
 from __future__ import annotations
 

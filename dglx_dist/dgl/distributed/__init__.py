@@ -1,24 +1,14 @@
 """``dgl.distributed``'s API over dglx_dist: a DistDGL script runs with its imports changed.
 
 ``import dglx_dist.dgl as dgl`` (or ``import dglx_dist.dgl.distributed``) in place of DGL gives
-``initialize``, ``DistGraph(graph_name, part_config=...)``, ``node_split``, ``edge_split``,
-``DistTensor``, ``DistEmbedding``, ``optim.SparseAdam`` / ``optim.SparseAdagrad``,
-``DistNodeDataLoader`` / ``DistEdgeDataLoader`` (DGL 2.4's place), ``DistDataLoader`` (a
-``collate_fn`` over items) and the functions over a
-graph (``sample_neighbors``, ``find_edges``, ``in_subgraph``) with DGL's signatures, under
-torchrun: no ip_config, no servers, no SSH. DGL's offline tools (``partition_graph``,
-``load_partition_book``...) are DGL's own; its server and RPC names refuse in one line
-(:mod:`~dglx_dist.dgl.distributed.surface`). Partitions written by DGL's
-``partition_graph`` are imported once (rank 0, cached by the JSON's content; see
-:func:`~dglx_dist.partition.import_dgl_partitions`), with no repartitioning.
-
-The script's own ``torch.distributed.init_process_group`` and ``DistributedDataParallel`` keep
-working: the session adopts the process group the script made, and the graph trains under
-``distdgl`` (DistDGL's own semantics). To swap strategy without changing a line, launch the
-script with ``torchrun ... -m dglx_dist.run --strategy NAME script.py`` (:mod:`dglx_dist.dgl.run`);
-by hand, pass ``strategy=`` to ``DistGraph`` and wrap the model with
-:func:`dglx_dist.parallelize` instead of DDP. A strategy that needs features by columns
-(``p3``) gets DGL's partitions laid out so, once (cached beside the import).
+``initialize``, ``DistGraph(graph_name, part_config=...)``, the splits, ``DistTensor``,
+``DistEmbedding``, ``optim``, the loaders and the functions over a graph with DGL's
+signatures, under torchrun: no ip_config, no servers, no SSH; the rest of DGL's names are
+placed by :mod:`~dglx_dist.dgl.distributed.surface` (docs/porting.md says which is whose).
+Partitions written by DGL's ``partition_graph`` are imported once (rank 0, cached by the
+JSON's content; :func:`~dglx_dist.partition.import_dgl_partitions`), laid out by columns once
+more for a strategy that needs it (``p3``). The graph trains under ``distdgl`` unless
+``dglx_dist.run --strategy NAME`` (:mod:`dglx_dist.dgl.run`) or ``strategy=`` says otherwise.
 """
 from __future__ import annotations
 

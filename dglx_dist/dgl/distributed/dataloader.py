@@ -1,14 +1,9 @@
 """``dgl.distributed.DistDataLoader``: batches of a dataset's items, each given to the script's
 ``collate_fn``, as DistDGL's first examples sample (``collate_fn`` calling
-``dgl.distributed.sample_neighbors`` and ``dgl.to_block``).
-
-DGL runs ``collate_fn`` in sampler processes and its sampling RPCs need no other trainer, so
-ranks may take different numbers of steps. Here ``collate_fn`` runs in the trainer, and the
-graph's sampling calls are collective (every rank draws at the same step), so every rank takes
-the same number of steps per epoch, as :class:`~dglx_dist.api.DataLoader` does: the most
-batches any rank has (the fewest whole ones with ``drop_last``), a rank with fewer items
-cutting them more finely (:func:`~dglx_dist.strategies.steps.equal_step_sizes`). Building one
-is collective: every rank builds its loaders in the same order.
+``dgl.distributed.sample_neighbors`` and ``dgl.to_block``). ``collate_fn`` runs in the trainer
+and sampling is collective, so every rank takes the same number of steps per epoch, as
+:class:`~dglx_dist.api.DataLoader` does (:func:`~dglx_dist.strategies.steps.equal_step_sizes`;
+docs/porting.md). Building one is collective.
 """
 from __future__ import annotations
 
