@@ -78,22 +78,20 @@ class EdgeData(DataViews):
 
     def keys(self) -> list[str]:
         if self._space is None:  # DGL's rule: g.edata is for a graph of one edge type
-            return [] if self._several_types() else self.stored()
+            return [] if self._several() else self.stored()
         index, types = self._space.index, self._g.pdir.types
         return [n for n in self.stored() if index is None or types.has_edge_data(index, n)]
 
-    def __getitem__(self, name: str) -> "EdgeDataView":
-        if self._space is None and self._several_types():
-            raise UnknownNameError(f"g.edata[{name!r}]: this graph has edge types "
-                                   f"{self._g.etypes}; use g.edges[etype].data[{name!r}]")
-        if self._space is None or name in self.keys():
-            return super().__getitem__(name)
-        etype = self._space.etype
-        raise UnknownNameError(f"g.edges[{etype}].data[{name!r}]: edge type {etype} has no "
-                               f"such edge data; it has {self.keys()}")
+    def _several(self) -> list[str]:
+        several = self._space is None and len(self._g.canonical_etypes) > 1
+        return self._g.etypes if several else []
 
-    def _several_types(self) -> bool:
-        return len(self._g.canonical_etypes) > 1
+    def _missing(self, name: str) -> str:
+        if self._space is None:
+            return f"g.edata[{name!r}]: no such edge data; this graph has {self.keys()}"
+        etype = self._space.etype
+        return (f"g.edges[{etype}].data[{name!r}]: edge type {etype} has no such edge data; "
+                f"it has {self.keys()}")
 
     def view(self, name: str) -> "EdgeDataView":
         index = None if self._space is None else self._space.index

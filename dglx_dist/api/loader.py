@@ -216,16 +216,6 @@ def _signature(spec: LoaderSpec, sampler) -> str:
 def _checked(graph: DistGraph, sampler, batch_size, whole_degrees: bool = False) -> dict:
     """The loader's spec fields of the sampler: its fanouts, for an edge loader its pairs,
     and its draws (options, or a user's sampler); refuses bad arguments."""
-    fields = _sampler_fields(graph, sampler, batch_size)
-    if whole_degrees and (graph.is_typed or "draw" in fields):
-        raise NotSupportedError("DataLoader(whole_degrees=True): blocks of DGL's neighbour "
-                                "samplers on a graph without types only; got "
-                                + ("a graph with types" if graph.is_typed else
-                                   f"{type(sampler).__name__}"))
-    return fields
-
-
-def _sampler_fields(graph: DistGraph, sampler, batch_size) -> dict:
     try:  # an integer of any kind (numpy's, a 0-d tensor's), not 2.5 rounded down
         whole = operator.index(batch_size) if not isinstance(batch_size, bool) else 0
     except TypeError:
@@ -242,10 +232,15 @@ def _sampler_fields(graph: DistGraph, sampler, batch_size) -> dict:
     prefetched_edge_feats(graph, node_sampler)
     fields = {"pairs": EdgePairs(graph, sampler)} if edges else {}
     draw = user_sampler(graph, node_sampler)
-    if draw is not None:
-        return {"fanouts": (), "draw": draw, **fields}
-    return {"fanouts": sampler_fanouts(node_sampler, graph.pdir.types),
-            "sampling": sampler_options(graph, node_sampler), **fields}
+    fields.update({"fanouts": (), "draw": draw} if draw is not None else
+                  {"fanouts": sampler_fanouts(node_sampler, graph.pdir.types),
+                   "sampling": sampler_options(graph, node_sampler)})
+    if whole_degrees and (graph.is_typed or draw is not None):
+        raise NotSupportedError("DataLoader(whole_degrees=True): blocks of DGL's neighbour "
+                                "samplers on a graph without types only; got "
+                                + ("a graph with types" if graph.is_typed else
+                                   f"{type(sampler).__name__}"))
+    return fields
 
 
 DistNodeDataLoader = DataLoader

@@ -129,7 +129,8 @@ def fit_rows(values, shape: tuple[int, ...], dtype: torch.dtype, what: str) -> t
 
 class DataViews(abc.ABC):
     """A read-only mapping of names to views (``g.ndata``, ``g.edata``): subclasses say which
-    names there are and how to view one."""
+    names there are, how to view one, the graph's types when it has several (``_several``)
+    and how a missing name is refused (``_missing``)."""
 
     kind = ""  # "node" or "edge", for messages
 
@@ -157,9 +158,12 @@ class DataViews(abc.ABC):
         return len(self.keys())
 
     def __getitem__(self, name: str) -> Any:
+        k, several = self.kind[0], self._several()  # DGL's rule: g.ndata of several types
+        if several:  # has no data; g.nodes[ntype].data has
+            raise UnknownNameError(f"g.{k}data[{name!r}]: this graph has {self.kind} types "
+                                   f"{several}; use g.{self.kind}s[{k}type].data[{name!r}]")
         if name not in self:
-            raise UnknownNameError(f"g.{self.kind[0]}data[{name!r}]: no such {self.kind} data; "
-                                   f"this graph has {self.keys()}")
+            raise UnknownNameError(self._missing(name))
         return self.view(name)
 
     def __repr__(self) -> str:
@@ -180,10 +184,8 @@ class NodeData(DataViews):
         """The node type's rows (``g.ndata``: the graph's one type)."""
         return self._space or next(iter(self._g.spaces.values()))
 
-    def _several(self) -> bool:
-        """Whether this is ``g.ndata`` of a graph of several node types (DGL's rule: it has
-        no data; ``g.nodes[ntype].data`` has)."""
-        return self._space is None and len(self._g.spaces) > 1
+    def _several(self) -> list[str]:
+        return self._g.ntypes if self._space is None and len(self._g.spaces) > 1 else []
 
     def keys(self) -> list[str]:
         if self._several():
@@ -200,15 +202,9 @@ class NodeData(DataViews):
         keys = self.keys()
         return name in keys or (bool(keys) and self.space.shown(name) in keys)
 
-    def __getitem__(self, name: str) -> Any:
-        if self._several():
-            raise UnknownNameError(f"g.ndata[{name!r}]: this graph has node types "
-                                   f"{self._g.ntypes}; use g.nodes[ntype].data[{name!r}]")
-        if name not in self:
-            owner = f"node type {self.space.ntype!r}" if self.space.typed else "this graph"
-            raise UnknownNameError(f"{self.space.what(name)}: {owner} has no such data; it "
-                                   f"has {self.keys()}")
-        return self.view(name)
+    def _missing(self, name: str) -> str:
+        owner = f"node type {self.space.ntype!r}" if self.space.typed else "this graph"
+        return f"{self.space.what(name)}: {owner} has no such data; it has {self.keys()}"
 
     def view(self, name: str) -> "NodeDataView":
         return NodeDataView(self._g, name, self.space)
