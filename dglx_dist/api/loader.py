@@ -58,17 +58,12 @@ class DataLoader:
         use_ddp: split ``indices`` among the ranks (DGL's meaning); also done when they are
             the same on every rank.
         ddp_seed: the shuffling seed (also ``seed=``).
-        use_prefetch_thread: False: a batch's rows are pulled when it is asked for. By
-            default the next batch is sampled and its rows are on their way before a batch
-            is handed over (as DGL's prefetch thread fetches ahead; unless the strategy needs
-            each batch trained before the next, as P3's pipeline), so they travel while the
-            caller computes; a loop that writes rows it reads later in the same epoch sees
-            the next batch's rows as they were before this batch's writes.
-        whole_degrees: dglx_dist's own, not DGL's (a graph without types): the blocks of the
-            layers that take every in-neighbour carry their sources' out-degrees in the whole
-            graph, so a GraphConv model computes on them what it computes on the whole graph
-            (the Trainer's evaluation); by default a block's source counts its edges within
-            the block, as in DGL.
+        use_prefetch_thread: False: a batch's rows are pulled when it is asked for; by
+            default the loader looks one batch ahead, as DGL's prefetch thread does
+            (docs/porting.md says what a loop that writes rows sees).
+        whole_degrees: dglx_dist's own (a graph without types): the blocks of full layers
+            carry their sources' out-degrees in the whole graph, so a GraphConv normalises as
+            on the whole graph; by default by the block's edges, as in DGL.
         **kwargs: DGL's worker / UVA / stream options, accepted with a warning.
     """
 

@@ -207,13 +207,10 @@ def edge_rows(graph: DistGraph, blocks, names) -> None:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class UserSampler:
-    """A DGL sampler run over the distributed graph drawing through the strategy's sampler
-    (:meth:`~dglx_dist.api.structure.EdgeStructure.drawn_by`): a
-    ``BlockSampler`` of the user's own or DGL's (``LaborSampler``), whose ``sample_blocks``
-    gives blocks, checked to chain (each block's destinations the next one's sources, the
-    last one's the seeds); or another ``dgl.dataloading.Sampler`` whose ``sample`` gives one
-    subgraph (DGL's ``ShaDowKHopSampler``: the subgraph its draws induce), checked to carry
-    its nodes' ids and to be drawn for the seeds.
+    """A DGL sampler (a ``BlockSampler``, or a sampler of subgraphs such as
+    ``ShaDowKHopSampler``) run over the distributed graph drawing through the strategy's
+    sampler (:meth:`~dglx_dist.api.structure.EdgeStructure.drawn_by`); its blocks are checked
+    to chain, its subgraph to carry its nodes' ids (docs/porting.md, "Your own sampler").
 
     Attributes:
         sampler: the DGL sampler.

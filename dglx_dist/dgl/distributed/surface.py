@@ -1,17 +1,9 @@
-"""The rest of ``dgl.distributed``'s public names, as :mod:`dglx_dist.dgl.distributed` gives them.
-
-DGL's module holds three kinds of names beside the ones dglx_dist replaces (``DistGraph``,
-``DistTensor``, the loaders, the splits...):
-
-* functions over a ``DistGraph`` (``sample_neighbors``, ``find_edges``, ``in_subgraph``): here
-  they call the graph's own methods, with DGL's signatures;
-* DGL's own offline tools and constants (``partition_graph``, ``load_partition_book``,
-  ``GraphPartitionBook``...), which need no servers: a script gets DGL's (:data:`DGLS_OWN`);
-* the servers, RPC and process machinery DistDGL runs on (:data:`SERVER_ONLY`): nothing of it
-  runs under torchrun, so each is a stand-in whose call raises one line naming what to use.
-
-``tests/unit/test_dgl_surface.py`` holds every public name of the installed DGL's module to
-one of these kinds (or to the replaced ones), so that what a new DGL adds shows up there.
+"""The rest of ``dgl.distributed``'s public names, as :mod:`dglx_dist.dgl.distributed` gives them
+(docs/porting.md): functions over a ``DistGraph`` call the graph's own methods, with DGL's
+signatures; DGL's offline tools and constants are DGL's own (:data:`DGLS_OWN`); its servers,
+RPC and process machinery are stand-ins that raise one line naming what to use
+(:data:`SERVER_ONLY`). ``tests/unit/test_dgl_surface.py`` holds every public name of the
+installed DGL's module to one of these kinds (or to the replaced ones).
 """
 from __future__ import annotations
 
