@@ -1,18 +1,12 @@
 """``parallelize``: the user's model as the strategy trains it, behind the model's own call.
 
-``model = dglx_dist.parallelize(model, g)`` returns a :class:`DistModel`. The user builds any
-optimizer on ``model.parameters()`` and calls ``loss.backward()`` and ``opt.step()`` as
-before; what the strategy must do after backward (P3's slice gradients, GraNNDis's and
-Dorylus's gradient all-reduce, byte accounting) runs in a callback queued on autograd's
-engine by a hook on the model's output, so it happens at the end of ``loss.backward()``.
-
-Two call forms, both the user's own:
-
-* ``model(blocks, x)`` with a step of :class:`~dglx_dist.api.DataLoader` (or any list of
-  blocks): the strategy's forward of that step (its per-step state travels on ``blocks``);
-* ``model(g, features)`` with the :class:`~dglx_dist.api.DistGraph` and ``g.ndata["feat"]``:
-  the full-graph form; the output rows are ``g.local_nodes()``'s. A model that calls every
-  conv as ``conv(g, h)`` gets each layer's block (a pre-hook on every graph conv picks it).
+``model = dglx_dist.parallelize(model, g)`` returns a :class:`DistModel`; the user's optimizer,
+``loss.backward()`` and ``opt.step()`` stay as they were: what the strategy does after
+backward runs in a callback queued on autograd's engine by a hook on the model's output. It
+takes ``model(blocks, x)`` with a :class:`~dglx_dist.api.DataLoader` step, or ``model(g,
+features)`` with the :class:`~dglx_dist.api.DistGraph` and ``g.ndata["feat"]`` (the
+full-graph form: output rows ``g.local_nodes()``'s; each conv called as ``conv(g, h)`` gets
+its layer's block). docs/architecture.md says when each piece runs.
 """
 from __future__ import annotations
 
