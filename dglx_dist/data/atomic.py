@@ -1,19 +1,10 @@
 """Whole-directory atomic writes and file checksums.
 
-Writers build the directory under a temporary sibling name and rename it into place at the end,
-so an interrupted write never leaves a directory that loads as if complete, and an existing
-directory is only replaced once its successor is fully written.
-
-Replacing is guarded: a writer names the :class:`DirKind` it makes, the finished directory
-ends with a record of every file in it (:mod:`~dglx_dist.data.owned`), and ``overwrite``
-replaces only a directory of that kind whose record proves dglx wrote every file in it and
-that does not hold the writer's input; anything else is refused with the reason, before any
-work, so nothing a user had is deleted by a mistyped path. A missing or empty directory is
-written without ``overwrite``. Temporaries are named ``.NAME.tmp-PID@HOST.*`` (and
-``.NAME.old-...`` while an old directory is being replaced), so the next writer into the same
-``NAME`` removes those whose creating process on this host is gone (a run killed with SIGKILL
-leaves its temporary behind); an old directory's files go only as far as its record proves
-them ours.
+Writers build the directory under a temporary sibling name (``.NAME.tmp-PID@HOST.*``) and
+rename it into place at the end; ``overwrite`` replaces only a directory of the writer's
+:class:`DirKind` whose record (:mod:`~dglx_dist.data.owned`) proves dglx wrote every file in it
+and that does not hold the writer's input, and a later writer removes the temporaries of gone
+processes. The rules are docs/reliability.md's ("Files dglx writes, and what it may delete").
 """
 from __future__ import annotations
 

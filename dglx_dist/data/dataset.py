@@ -6,14 +6,12 @@ type ``(src_type, relation, dst_type)`` its edges in per-type ids and its edge d
 (:class:`EdgeTable`). A graph without types is the one-type case, as in DGL: node type ``_N``
 and edge type ``("_N", "_E", "_N")`` (``GraphDataset(src, dst, feat, label, ...)`` builds it).
 
-Types are kept in DGL's order (names sorted), so the *homogeneous view* numbers nodes the way
-``dgl.to_homogeneous`` does: every node of the first type, then the second's, and so on; a
-node's homogeneous id is its type's offset plus its per-type id. Edges are numbered the same
-way by canonical edge type. The view's arrays (``src``, ``dst``, ``label``, the masks,
-``edata``) are what partitioners read: labels of types without labels are -1 (masks false),
-an edge-data name one column over every edge (zeros for edge types without it); features stay
-per type (``type_feat``; the widths differ), so a typed view's ``feat`` has no columns. For
-the one-type case the view is the tables' own arrays.
+Types are kept in DGL's order (names sorted), so the *homogeneous view* numbers nodes and edges
+as ``dgl.to_homogeneous`` does (docs/dataset_format.md, "Typed datasets"). The view's arrays
+(``src``, ``dst``, ``label``, the masks, ``edata``) are what partitioners read: labels of types
+without labels are -1 (masks false), an edge-data name one column over every edge (zeros for
+edge types without it); features stay per type (``type_feat``), so a typed view's ``feat`` has
+no columns. For the one-type case the view is the tables' own arrays.
 
 The directory formats are in :mod:`dglx_dist.data.format`.
 """

@@ -1,31 +1,9 @@
 """The dataset directory formats, read and written with pyarrow (nothing is pickled).
 
-A graph without types (:attr:`~dglx_dist.data.dataset.GraphDataset.untyped`) is a directory
-of three files::
-
-    edges.parquet   src int64, dst int64           one row per directed edge (undirected graphs
-                                                    list both directions); any other column
-                                                    is edge data (:mod:`~dglx_dist.data.edge_data`)
-    nodes.parquet   label int64, train bool, val bool, test bool,
-                    feat fixed_size_list<float32>[F]   one row per node, row i is node i
-    meta.json       num_nodes, num_edges, feat_dim, num_classes (+ free-form provenance)
-
-A graph with types is the typed directory::
-
-    meta.json                 format "dglx-hetero", version 1; ntypes {name: {num_nodes,
-                              feat_dim (0: none), labeled}}; canonical_etypes [[src, rel, dst],
-                              ...] and num_edges [...] in the same order; num_classes;
-                              category (the predicted node type, or null); free-form provenance
-    nodes/NTYPE.parquet       one row per node of the type (row i = per-type id i): feat
-                              fixed_size_list<float32>[feat_dim] when feat_dim > 0; label int64
-                              and train, val, test bool when labeled. No file for a type that
-                              has neither.
-    edges/I_REL.parquet       the I-th canonical edge type (I from 0, as listed in meta.json):
-                              src, dst int64 per-type ids; any other column is edge data
-
-:func:`read_dataset` reads either (:func:`is_hetero` tells them apart) and validates everything
-before returning: required files and fields, column types, row counts against meta.json, node
-ids in range, labels in [0, num_classes), feature widths. Every problem raises
+docs/dataset_format.md is the format: a graph without types is ``edges.parquet``,
+``nodes.parquet`` and ``meta.json``; a typed one (``meta.json`` format "dglx-hetero") has
+``nodes/NTYPE.parquet`` and ``edges/I_REL.parquet``. :func:`read_dataset` reads either
+(:func:`is_hetero` tells them apart) and validates everything before returning, raising
 :class:`~dglx_dist.errors.DatasetFormatError` naming the file, the field, the value found and
 the value expected. :func:`write_dataset` writes either, atomically.
 """

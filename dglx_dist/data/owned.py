@@ -1,25 +1,13 @@
 """What a dglx command can prove it wrote: the record every output directory ends with.
 
-A directory made by ``dglx datagen``, ``dglx partition`` (and its DGL import), ``dglx bench``
-or :func:`~dglx_dist.api.export_parquet` holds ``.dglx-written.json``: the kind of directory
-and every file the command wrote, with its size and SHA-256. Replacing or removing such a
-directory (``--overwrite``, a cache's pruning) removes the files the record lists whose bytes
-still hash to it, and nothing else: a file the user added or edited is not provably ours, so
-a directory holding one is refused before any work, and one that appears during the work is
-kept (the directory is moved aside under a visible ``.kept-`` name instead of removed).
-
-A subdirectory with a record of its own (a dataset cached inside a benchmark's outputs) is
-judged by its own record; checkpoints carry the same information in their ``manifest.json``
-(a :class:`Record` whose ``name`` is ``manifest.json``). A file a later command adds to the
-directory (a partition's verification stamps) is ours only once that command adds it to the
-record with its checksum (:func:`add_to_record`).
-
-Proof rests on listed names with their size and checksum, never on a pattern: a record's
-``derived`` patterns (written by earlier versions for the stamps) prove nothing, nor does an
-entry without a checksum, so a planted record naming ``"*"`` removes nothing.
-
-Directories written before this record existed have none and are refused by ``--overwrite``:
-nothing proves which of their files dglx wrote.
+``.dglx-written.json`` lists the kind of directory and every file the command wrote, with its
+size and SHA-256; replacing or removing the directory removes only the listed files whose
+bytes still hash to it (docs/reliability.md, "Files dglx writes, and what it may delete").
+A subdirectory with a record of its own is judged by it; checkpoints carry the same in their
+``manifest.json`` (a :class:`Record` named so); a file a later command adds is ours only once
+added with its checksum (:func:`add_to_record`). Proof rests on listed names with their size
+and checksum, never on a pattern (an older record's ``derived`` proves nothing), and a
+directory without a record is refused by ``--overwrite``.
 """
 from __future__ import annotations
 

@@ -6,12 +6,9 @@ slices. Everything after the plan is shared: edges go with their destination nod
 sources owned elsewhere become HALO nodes of that part (see :mod:`dglx_dist.partition.layout`),
 and the files are written by :mod:`dglx_dist.partition.io`.
 
-Every dataset has node and edge types (:func:`graph_types`: one without is the one-type case).
-Partitioners plan on its homogeneous view (``ds.src``, ``ds.dst``, ``ds.label``, ...: see
-:mod:`dglx_dist.data.dataset`), over the original homogeneous ids
-(:mod:`dglx_dist.partition.types`), so every partitioner plans a typed one unchanged: labels of
-types without labels are -1 (masks false), and the features stay per type (the types' widths
-differ; the view's ``feat`` has no columns).
+Every dataset has node and edge types (:func:`graph_types`: one without is the one-type case);
+partitioners plan on its homogeneous view (:mod:`dglx_dist.data.dataset`), so every partitioner
+plans a typed one unchanged.
 
 Register your own with ``@PARTITIONERS.register(name)`` on a :class:`Partitioner` subclass with
 a frozen nested ``Config``, or through the ``dglx_dist.partitioners`` entry-point group

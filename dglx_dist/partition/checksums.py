@@ -2,16 +2,10 @@
 that per-chunk checksums allow at every load.
 
 A part file's manifest entry (:mod:`~dglx_dist.partition.io`) holds, besides its size and
-SHA-256, the SHA-256 of every :data:`CHUNK_BYTES` chunk of it (the last may be shorter)::
-
-    "chunks": {"chunk_bytes": 1048576, "of_sha256": "<the file's sha256>",
-               "sha256": ["<chunk 0>", "<chunk 1>", ...]}
-
-``of_sha256`` binds the list to the file checksum it was computed with: an entry whose file
-checksum was rewritten without its chunks (a hand edit, an older tool) has stale chunk sums,
-and they are not used. Writers compute both in one pass. When a load checks every chunk and
-when a sample of them (:func:`sample_size`), and how likely a sample finds damage
-(:func:`catch_probability`), is docs/partition_format.md ("Guarantees").
+SHA-256, ``chunks``: the SHA-256 of every :data:`CHUNK_BYTES` chunk and ``of_sha256``, the file
+checksum they were computed with (stale chunk sums are not used); writers compute both in one
+pass. The entry, when a load checks every chunk and when a sample (:func:`sample_size`), and
+how likely a sample finds damage (:func:`catch_probability`), are docs/partition_format.md's.
 """
 from __future__ import annotations
 

@@ -1,37 +1,13 @@
-"""Reading and checking the JSON file DGL's ``dgl.distributed.partition_graph`` writes.
+"""Reading and checking the JSON file DGL's ``dgl.distributed.partition_graph`` writes
+(``out_path/graph_name.json``: sizes, ``node_map`` / ``edge_map`` id ranges per type and part,
+``ntypes`` / ``etypes`` type ids, and per part ``part-P`` the names of its files, the part graph
+as ``graph.dgl`` and/or GraphBolt's ``part_graph_graphbolt``).
 
-``partition_graph(g, graph_name, num_parts, out_path, ...)`` writes ``out_path/graph_name.json``
-(DGL 2.1, homogeneous graph)::
-
-    {"graph_name": "cora", "num_nodes": 2708, "num_edges": 10556, "part_method": "metis",
-     "num_parts": 2, "halo_hops": 1,
-     "node_map": {"_N": [[0, 1319], [1319, 2708]]},          # new node ids of part p
-     "edge_map": {"_N:_E:_N": [[0, 5133], [5133, 10556]]},   # new edge ids of part p
-     "ntypes": {"_N": 0}, "etypes": {"_N:_E:_N": 0},
-     "part-0": {"node_feats": "part0/node_feat.dgl", "edge_feats": "part0/edge_feat.dgl",
-                "part_graph": "part0/graph.dgl"}, ...}
-
-A part may name its graph in GraphBolt's format instead, or beside it: ``"part_graph_graphbolt":
-"part0/fused_csc_sampling_graph.pt"`` (``partition_graph(..., use_graphbolt=True)``,
-``dgl_partition_to_graphbolt``; read by :mod:`~dglx_dist.partition.dgl_graphbolt`).
-
-For a heterograph (more than one node or edge type; :attr:`DglConfig.types`) the same fields
-hold one entry per type: ``ntypes`` maps each node type to its type id (0, 1, ... in sorted
-name order, as ``dgl.heterograph`` numbers them), ``etypes`` each canonical edge type, written
-``"src:rel:dst"``, to its id (sorted by the triple), and ``node_map[ntype][p]`` is the range of
-DGL's new (homogeneous) node ids of that type in part ``p``::
-
-    "node_map": {"author": [[0, 15], [40, 55]], "field": [[15, 19], [55, 59]],
-                 "paper": [[19, 40], [59, 78]]},
-    "edge_map": {"author:writes:paper": [[0, 49], [180, 221]], ...},
-
-so each part's new ids are one run, its types' ranges one after another in type order (and
-likewise for edges); this layout is checked, since the import relies on it.
-
-Older DGL releases wrote ``node_map`` / ``edge_map`` as lists of range ends; those are read too
-(homogeneous graphs). Releases that did not relabel node ids stored ``node_map`` as the name of
-a ``.npy`` file; those are refused (there are no per-part id ranges to keep). This module only
-reads JSON; the part files are read by :mod:`dglx_dist.partition.dgl_import`.
+docs/partition_format.md ("Importing DGL's partition_graph output" and its heterograph
+section) says what each field means, the layout of a heterograph's ranges (checked here, since
+the import relies on it) and what is refused. Older releases' ``node_map`` lists of range ends
+are read; their ``node_map.npy`` is refused. The part files are read by
+:mod:`dglx_dist.partition.dgl_import`.
 """
 from __future__ import annotations
 
@@ -133,24 +109,6 @@ def _pairs(where: str, raw: Any, num_parts: int) -> np.ndarray:
     return np.array(raw, dtype=np.int64).reshape(num_parts, 2)
 
 
-def _ranges(file: Path, m: dict[str, Any], key: str, name: str, num_parts: int,
-            total: int) -> np.ndarray:
-    """Offsets ``[0, e_0, ..., total]`` from ``m[key][name]``: ``[[s, e], ...]`` or ends only."""
-    where = f"{file}: field {key!r}[{name!r}]"
-    raw = m[key][name]
-    if isinstance(raw, list) and all(_is_int(e) for e in raw):  # the old layout: ends only
-        raw = [[a, b] for a, b in zip([0] + raw[:-1], raw)]
-    pairs = _pairs(where, raw, num_parts)
-    starts, ends = pairs[:, 0], pairs[:, 1]
-    offsets = np.concatenate([starts, ends[-1:]])
-    if starts[0] != 0 or np.any(ends[:-1] != starts[1:]) or np.any(ends < starts) \
-            or ends[-1] != total:
-        total_key = "num_nodes" if key == "node_map" else "num_edges"
-        raise _ERR(f"{where} = {raw!r:.120}; expected contiguous ranges [[0, e0], [e0, e1], ...] "
-                   f"ending at {total_key} = {total}")
-    return offsets
-
-
 def _type_ids(file: Path, m: dict[str, Any], key: str, parse: Callable[[str], Any]) -> list:
     """The types of field ``key`` (``{name: type id}``) in type-id order, parsed; checked to
     be numbered 0, 1, ... in sorted order, as ``dgl.heterograph`` numbers them."""
@@ -176,17 +134,20 @@ def _etype(file: Path, name: str, ntypes: list[str]) -> tuple[str, str, str]:
     return parts[0], parts[1], parts[2]
 
 
-def _typed_ranges(file: Path, m: dict[str, Any], key: str, names: list[str], num_parts: int,
-                  total: int) -> np.ndarray:
-    """``(types, parts, 2)`` from field ``key``, checked to be DGL's heterograph layout: each
-    part's ids one run after the part before, its types' ranges one after another in type
-    order."""
+def _ranges(file: Path, m: dict[str, Any], key: str, names: list[str], num_parts: int,
+            total: int) -> np.ndarray:
+    """``(types, parts, 2)`` from field ``key``, checked to be DGL's layout: each part's ids
+    one run after the part before, its types' ranges one after another in type order (one
+    type: contiguous ranges, also as an old release's list of range ends)."""
     value, types_key = m[key], "ntypes" if key == "node_map" else "etypes"
     if sorted(value) != sorted(names):
         raise _ERR(f"{file}: field {key!r} lists the types {sorted(value)}; field "
                    f"{types_key!r} lists {sorted(names)}; expected the same types")
-    ranges = np.stack([_pairs(f"{file}: field {key!r}[{n!r}]", value[n], num_parts)
-                       for n in names])
+    raw = [value[n] for n in names]
+    if len(raw) == 1 and isinstance(raw[0], list) and all(map(_is_int, raw[0])):  # ends only
+        raw = [[[a, b] for a, b in zip([0] + raw[0][:-1], raw[0])]]
+    ranges = np.stack([_pairs(f"{file}: field {key!r}[{n!r}]", r, num_parts)
+                       for n, r in zip(names, raw)])
     flat = ranges.transpose(1, 0, 2).reshape(-1, 2)  # part by part, its types in order
     starts = np.concatenate([[0], flat[:-1, 1]])
     bad = np.flatnonzero((flat[:, 0] != starts) | (flat[:, 1] < flat[:, 0]))
@@ -194,6 +155,10 @@ def _typed_ranges(file: Path, m: dict[str, Any], key: str, names: list[str], num
         k = int(bad[0]) if bad.size else flat.shape[0] - 1
         p, t = divmod(k, len(names))
         total_key = "num_nodes" if key == "node_map" else "num_edges"
+        if len(names) == 1:
+            raise _ERR(f"{file}: field {key!r}[{names[0]!r}] = {raw[0]!r:.120}; expected "
+                       f"contiguous ranges [[0, e0], [e0, e1], ...] ending at {total_key} = "
+                       f"{total}")
         raise _ERR(f"{file}: field {key!r}[{names[t]!r}][{p}] = {flat[k].tolist()}; expected "
                    f"DGL's layout: a range starting at {int(starts[k])} (each part's ids one "
                    f"run, its types' ranges one after another in type order), the last ending "
@@ -201,25 +166,15 @@ def _typed_ranges(file: Path, m: dict[str, Any], key: str, names: list[str], num
     return ranges
 
 
-def _typed_config(file: Path, m: dict[str, Any], common: dict[str, Any]) -> DglConfig:
-    k = common["num_parts"]
-    ntypes = _type_ids(file, m, "ntypes", str)
-    etypes = _type_ids(file, m, "etypes", lambda name: _etype(file, name, ntypes))
-    node_ranges = _typed_ranges(file, m, "node_map", ntypes, k, m["num_nodes"])
-    edge_ranges = _typed_ranges(file, m, "edge_map", [":".join(e) for e in etypes], k,
-                                m["num_edges"])
+def _graph_types(file: Path, ntypes: list[str], etypes: list, node_ranges: np.ndarray,
+                 edge_ranges: np.ndarray) -> GraphTypes:
     offsets = [[0] + np.cumsum((r[..., 1] - r[..., 0]).sum(1)).tolist()
                for r in (node_ranges, edge_ranges)]
-    types = GraphTypes.from_json(
+    return GraphTypes.from_json(
         {"ntypes": ntypes, "ntype_offsets": offsets[0],
          "canonical_etypes": [list(e) for e in etypes], "etype_offsets": offsets[1],
          "feat_dims": dict.fromkeys(ntypes, 0), "labeled": [], "category": None},
         f"{file} (fields 'ntypes' and 'etypes', as a dglx manifest would hold them)")
-    return DglConfig(
-        **common, files=[], ntypes=ntypes, etypes=[":".join(e) for e in etypes], types=types,
-        node_ranges=node_ranges, edge_ranges=edge_ranges,
-        node_offsets=np.append(node_ranges[0, :, 0], m["num_nodes"]),
-        edge_offsets=np.append(edge_ranges[0, :, 0], m["num_edges"]))
 
 
 def _part_files(file: Path, m: dict[str, Any], num_parts: int) -> list[dict[str, Path]]:
@@ -274,20 +229,20 @@ def read_dgl_config(json_path: str | os.PathLike) -> DglConfig:
         raise _ERR(f"{file}: field 'halo_hops' = {hops!r}; expected an integer >= 1 (a part "
                    f"needs its core nodes' in-edges from other parts: partition with "
                    f"num_hops >= 1)")
-    common = dict(path=file.resolve(), sha256=hashlib.sha256(file.read_bytes()).hexdigest(),
-                  graph_name=m.get("graph_name"), part_method=m.get("part_method"),
-                  halo_hops=hops, num_nodes=m["num_nodes"], num_edges=m["num_edges"],
-                  num_parts=k)
-    if len(ntypes) > 1 or len(etypes) > 1:
-        config = _typed_config(file, m, common)
-    else:
-        offsets = [_ranges(file, m, key, names[0], k, m[total]) for key, names, total in
-                   (("node_map", ntypes, "num_nodes"), ("edge_map", etypes, "num_edges"))]
-        config = DglConfig(**common, files=[], ntypes=ntypes[:1], etypes=etypes[:1],
-                           node_offsets=offsets[0], edge_offsets=offsets[1],
-                           node_ranges=np.stack([offsets[0][:-1], offsets[0][1:]], -1)[None],
-                           edge_ranges=np.stack([offsets[1][:-1], offsets[1][1:]], -1)[None])
-    return dataclasses.replace(config, files=_part_files(file, m, k))
+    typed, canonical = len(ntypes) > 1 or len(etypes) > 1, []
+    if typed:
+        ntypes = _type_ids(file, m, "ntypes", str)
+        canonical = _type_ids(file, m, "etypes", lambda name: _etype(file, name, ntypes))
+        etypes = [":".join(e) for e in canonical]
+    node_ranges, edge_ranges = (_ranges(file, m, key, names, k, m[total]) for key, names, total
+                                in (("node_map", ntypes, "num_nodes"),
+                                    ("edge_map", etypes, "num_edges")))
+    types = _graph_types(file, ntypes, canonical, node_ranges, edge_ranges) if typed else None
+    return DglConfig(file.resolve(), hashlib.sha256(file.read_bytes()).hexdigest(),
+                     m.get("graph_name"), m.get("part_method"), hops, m["num_nodes"],
+                     m["num_edges"], k, np.append(node_ranges[0, :, 0], m["num_nodes"]),
+                     np.append(edge_ranges[0, :, 0], m["num_edges"]), _part_files(file, m, k),
+                     ntypes, etypes, node_ranges, edge_ranges, types)
 
 
 def _looks_like_dgl(file: Path) -> bool:

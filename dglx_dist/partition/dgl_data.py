@@ -1,15 +1,8 @@
-"""The edge data of DGL's ``partition_graph`` output (``edge_feat.dgl``) as edge-data columns,
-and its node data other than features, labels and masks (``node_feat.dgl``) the same way.
-
-DGL stores, per part, a tensor ``SRC:REL:DST/NAME`` for each edge type that has edge data
-``NAME``: one row per edge of that type the part owns, row ``i`` for the ``i``-th of them in
-DGL's new edge ids (an edge's row is its new id minus the first new id of its type in the
-part: ``edge_map``'s ranges). Here each name becomes one column over the part's edges in our
-order (:mod:`dglx_dist.data.edge_data`), zeros for edges of types without it; the types that
-have a name must agree on its dtype and row shape, and every part must have the same names
-per edge type. Node data (``NTYPE/NAME``, one row per inner node of the type) is read by the
-same rules over the part's core nodes. Refusals are
-:class:`~dglx_dist.errors.PartitionFormatError` s naming the file and key.
+"""The edge data of DGL's ``partition_graph`` output (``edge_feat.dgl``, ``SRC:REL:DST/NAME``)
+as edge-data columns (:mod:`dglx_dist.data.edge_data`), and its node data other than features,
+labels and masks (``node_feat.dgl``, ``NTYPE/NAME``) the same way over the part's core nodes:
+zeros for the types without a name; docs/partition_format.md's import tables say the rules.
+Refusals are :class:`~dglx_dist.errors.PartitionFormatError` s naming the file and key.
 """
 from __future__ import annotations
 

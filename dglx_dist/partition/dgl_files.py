@@ -3,19 +3,11 @@
 files, the id maps ``partition_graph(..., return_mapping=True)`` returns, and the names of the
 node data.
 
-**Nothing is unpickled unchecked.** ``graph.dgl`` is read with ``dgl.load_graphs``; the
-feature files, DGL's tensor format (named arrays: dtype, shape, raw bytes), are read without
-DGL by :mod:`~dglx_dist.partition.dgl_tensors`, which checks every length their headers declare
-against the file (DGL's own ``load_tensors`` trusts them and dies with SIGSEGV on a file cut
-inside its headers). ``load_graphs`` (``python/dgl/data/graph_serialize.py``) calls
-``_CAPI_LoadGraphFiles_V2`` (``src/graph/serialize/graph_serialize.cc`` and
-``heterograph_serialize.cc``), which reads the graph's index arrays and its ndata/edata in the
-same array format through a ``dmlc::Stream``. No Python object is rebuilt
-from the bytes (pickle in ``dgl.data.utils`` serves only ``save_info``/``load_info``, not used
-here). Id maps given as files are read with ``np.load(allow_pickle=False)`` (``.npy``, and
-``.npz`` for the per-type maps of a heterograph) or ``torch.load(weights_only=True)``.
-GraphBolt's part graphs are pickles; :mod:`~dglx_dist.partition.dgl_graphbolt` reads them with
-an unpickler that resolves only the globals they hold.
+**Nothing is unpickled unchecked**: how each file is read (``graph.dgl`` by
+``dgl.load_graphs`` after its magic, the feature files by
+:mod:`~dglx_dist.partition.dgl_tensors`, GraphBolt's pickles by
+:mod:`~dglx_dist.partition.dgl_graphbolt`, id maps by ``np.load(allow_pickle=False)`` or
+``torch.load(weights_only=True)``) is docs/partition_format.md's.
 """
 from __future__ import annotations
 

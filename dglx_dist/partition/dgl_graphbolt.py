@@ -1,25 +1,13 @@
 """Reading a part graph that DGL saved in GraphBolt's format, ``fused_csc_sampling_graph.pt``
 (named by the JSON's ``part-{i}.part_graph_graphbolt``; docs/partition_format.md, "GraphBolt's
-part graphs", says how DGL writes it and how it is imported).
+part graphs", says what the file holds and how it is imported).
 
 The file is ``torch.save``'s archive of a pickled ``FusedCSCSamplingGraph`` whose C++ graph
-(a TorchScript object) keeps its state as dicts of tensors (DGL's
-``graphbolt/src/fused_csc_sampling_graph.cc``, ``GetState``):
-
-* ``independent_tensors``: ``indptr`` and ``indices`` (the part graph in CSC: the in-edges of
-  local node ``v`` are ``indptr[v]:indptr[v+1]``, their sources in ``indices``, local ids as
-  in ``graph.dgl``), ``type_per_edge`` on a heterograph (edge type ids of the JSON's
-  ``etypes``), ``version_number``;
-* ``node_attributes``: ``_ID`` (DGL's new node ids), ``inner_node`` only when converted with
-  ``store_inner_node=True``;
-* ``edge_attributes``: ``_ID`` (DGL's new edge ids) when converted with ``store_eids=True``
-  (the default from DGL 2.2; DGL 2.1's default is False), ``inner_edge`` optionally.
-
-It is read **without DGL and without running anything from the file**: ``torch.load`` with an
-unpickler that resolves only the globals such a file holds (torch's tensor rebuild function
-and ``OrderedDict``; storages are torch's own) and, for the two classes, stand-ins that keep
-their state and do nothing else; any other global is refused before it is looked up. A file
-without edge ids is refused (GraphBolt reorders the edges): the import derives the rest.
+keeps its state as dicts of tensors (DGL's ``graphbolt/src/fused_csc_sampling_graph.cc``,
+``GetState``: ``independent_tensors``, ``node_attributes``, ``edge_attributes``). It is read
+**without DGL and without running anything from the file**: ``torch.load`` with an unpickler
+that resolves only the globals such a file holds, stand-ins for DGL's two classes; any other
+global is refused before it is looked up.
 """
 from __future__ import annotations
 

@@ -1,23 +1,13 @@
 """Importing the output of DGL's ``dgl.distributed.partition_graph`` without repartitioning.
 
-A DistDGL user's partitions (``graph_name.json``, :mod:`~dglx_dist.partition.dgl_config`, plus
-per part ``graph.dgl`` or GraphBolt's part graph, ``node_feat.dgl`` and ``edge_feat.dgl``)
-become a dglx partition directory with the same decisions: the same owners and node ids (DGL's
-``node_map`` ranges become the range book's offsets), the in-edges of the core nodes with one
-HALO hop, features, labels and masks (also under DGL's other usual names,
-:func:`~dglx_dist.partition.dgl_files.found_keys`), other node data and edge data; a
-heterograph's (more than one node or edge type in the JSON) a *typed* one. A graph without
-types is read as the one-type case of a heterograph, DGL's node type ``_N`` and edge type
-``_N:_E:_N``. What goes where, and what is refused, is docs/partition_format.md ("Importing
-DGL's partition_graph output", with its GraphBolt and heterograph sections).
-
-**Nothing is unpickled unchecked** (how DGL's files are read:
-:mod:`~dglx_dist.partition.dgl_files`). Every refusal of DGL's files is a
-:class:`~dglx_dist.errors.PartitionFormatError` naming the file and the field, raised while
-the output is still a temporary directory (removed): the directory is written into a
-temporary sibling and renamed into place (:func:`~dglx_dist.partition.io.write_partitions`);
-an existing output is replaced only with ``overwrite`` and only when it is itself a dglx
-partition directory.
+A DistDGL user's partitions (``graph_name.json``, :mod:`~dglx_dist.partition.dgl_config`, and
+per part the part graph, ``node_feat.dgl`` and ``edge_feat.dgl``, read by
+:mod:`~dglx_dist.partition.dgl_files`) become a dglx partition directory with the same owners
+and node ids; a heterograph's a *typed* one, a graph without types being the one-type case
+(DGL's ``_N`` and ``_N:_E:_N``). What goes where, and what is refused, is
+docs/partition_format.md ("Importing DGL's partition_graph output"). Every refusal is a
+:class:`~dglx_dist.errors.PartitionFormatError` naming the file and the field, raised while the
+output is still a temporary directory (:func:`~dglx_dist.partition.io.write_partitions`).
 """
 from __future__ import annotations
 

@@ -4,13 +4,8 @@ quality report.
 Everything that can be refused is refused before the dataset is loaded or anything is written:
 the partitioner's name and options, ``num_parts``, an existing output directory, the
 estimated peak memory against what the machine has available, and (typed datasets) edge data
-that is not the same columns in every edge type.
-
-A typed dataset (in memory or a directory) is planned on over its homogeneous view
-(:mod:`dglx_dist.data.dataset`). Its edge data is one homogeneous column per name, in edge
-order: an edge type may lack a name (its rows hold zeros, and ``GraphTypes.edge_data`` records
-which edge types have each name), but the types that have it must agree on its dtype and row
-shape.
+that is not the same columns in every edge type (one dtype and row shape per name: typed
+partitions store one column per name, zeros for the edge types without it).
 """
 from __future__ import annotations
 
