@@ -1,14 +1,9 @@
 """The owner / local-id vocabulary of a partitioning, as pure vectorised arithmetic.
 
 A *node book* answers, for global node ids: which part owns them (``owner``), where they sit in
-the owner's core list (``to_local``), and which ids a part owns (``core_ids``). Two kinds:
-
-* :class:`RangeBook` (``metis``): ids were relabeled so part ``p`` owns the contiguous range
-  ``[offsets[p], offsets[p+1])``; owner is a binary search over ``offsets``, local id a subtraction.
-* :class:`HashBook` (``hash``): ids keep their original values; the owner is a seeded 64-bit
-  hash of the id modulo the number of parts, computed on the fly with no lookup table. A part's
-  core ids are its owned ids in increasing order, so a local id is a rank within that list.
-
+the owner's core list (``to_local``), and which ids a part owns (``core_ids``):
+:class:`RangeBook` (``metis``: part ``p`` owns ``[offsets[p], offsets[p+1])``) or
+:class:`HashBook` (``hash``: a seeded hash of the id, no table; docs/partitioners.md).
 :class:`FeatureSlices` splits the feature columns into contiguous slices, one per part
 (``feature_dim``). Methods accept numpy arrays or torch tensors and answer in the same kind.
 """

@@ -1,13 +1,7 @@
-"""``feature_dim``: P3's feature partitioning, composed with a structure partitioner.
-
-The feature columns are split into ``num_parts`` contiguous slices; part ``p`` stores slice
-``p`` of *every* node's features, independent of which nodes it owns. Nodes, edges, labels and
-masks are partitioned by the ``structure`` partitioner (``hash`` by default, as in P3).
-
-A typed dataset's node types have feature widths of their own: part ``p`` stores column slice
-``p`` of every node of each featured type, each type's width split evenly
-(:func:`~dglx_dist.partition.base.type_feature_slices`, recorded in the manifest's
-``type_feature_slices``); ``num_parts`` may not exceed any featured type's width.
+"""``feature_dim``: P3's feature partitioning, composed with a structure partitioner: part ``p``
+stores column slice ``p`` of *every* node's features (of each featured node type, each type's
+width split evenly: :func:`~dglx_dist.partition.base.type_feature_slices`); nodes, edges,
+labels and masks are placed by the ``structure`` partitioner (docs/partitioners.md).
 """
 from __future__ import annotations
 

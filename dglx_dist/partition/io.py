@@ -72,12 +72,10 @@ def _stamps(folder: Path) -> dict[str, Any]:
 
 
 def record_verified(folder: Path, names) -> None:
-    """Records that this host hashed the files ``names`` of a part's ``folder`` in full and
-    found the manifest's checksums, as the files are now (device, inode, size, modification
-    time); other hosts' stamps are kept. The stamp is added to the partition directory's
-    record with its checksum (:func:`keep_stamp_recorded`), so ``--overwrite`` can prove it
-    ours. Where the folder cannot be written, nothing is recorded and the next load hashes
-    them again."""
+    """Records that this host hashed the files ``names`` of a part's ``folder`` in full, as
+    they are now (device, inode, size, modification time), beside other hosts' stamps, and
+    adds the stamp to the directory's record (:func:`keep_stamp_recorded`); an unwritable
+    folder records nothing."""
     stamps = _stamps(folder)
     stamps[socket.gethostname()] = {n: _identity(folder / n) for n in names}
     tmp = folder / f"{VERIFIED}.{os.getpid()}"
@@ -110,10 +108,6 @@ def still_verified(folder: Path, names) -> bool:
         return False
 
 
-def _feat_table(feat: np.ndarray) -> pa.Table:
-    return pa.table({"feat": to_arrow(np.asarray(feat, np.float32))})
-
-
 def type_feat_table(index: int) -> str:
     """The table of node type ``index``'s features in a typed part (``feat-<index>``)."""
     return f"feat-{index}"
@@ -131,7 +125,8 @@ def _write_part(pc: Partition, folder: Path) -> dict[str, Any]:
     }
     feats = ({"feat": pc.feat} if pc.ntype_counts is None else
              {type_feat_table(i): f for i, f in sorted(pc.type_feat.items())})
-    tables.update({name: _feat_table(f) for name, f in feats.items()})
+    tables.update({n: pa.table({"feat": to_arrow(np.asarray(f, np.float32))})
+                   for n, f in feats.items()})
     for name, table in tables.items():  # features in blocks: a reader's peak is one block
         write_arrow(table, folder / part_file_name(name), None if name in PART_TABLES[:3]
                     else 1 << 16)

@@ -88,11 +88,6 @@ class Partition:
         return np.bincount(self.local_gid[self.src], minlength=num_nodes)
 
 
-def _small(owner: np.ndarray, num_parts: int) -> np.ndarray:
-    """Owner ids in the narrowest integer type, so numpy's stable sort can use radix sort."""
-    return owner.astype(np.int16 if num_parts < 2**15 else np.int32)
-
-
 class Layout:
     """Edges grouped by destination owner, computed once and sliced per part.
 
@@ -111,7 +106,7 @@ class Layout:
         self.dst = ds.dst if new_ids is None else new_ids[ds.dst]
         if owner is None:
             owner = np.asarray(self.book.owner(np.arange(n, dtype=np.int64)))
-        self.owner = _small(owner, k)
+        self.owner = owner.astype(np.int16 if k < 2**15 else np.int32)  # radix-sortable
         self.node_order = np.argsort(self.owner, kind="stable")  # core ids of part 0, 1, ...
         self.node_bounds = np.concatenate([[0], np.cumsum(np.bincount(self.owner, minlength=k))])
         self.local = np.empty(n, dtype=np.int64)

@@ -330,13 +330,9 @@ class PartitionDir:
             raise _ERR(f"{file}: field {field!r} row {r}{value}; expected {expected}")
 
     def verify_part(self, part: int, full: bool = False) -> None:
-        """Checks part ``part``'s files against the manifest's sizes and checksums (once per
-        part: the graph, its store, its sampler and the strategy may each load a part). Files
-        this host hashed in full before, as they are now (the part's ``.verified.json``), are
-        not hashed in full again unless ``full``: a random sample of their chunks is
-        (:mod:`~dglx_dist.partition.checksums`; none for a manifest without chunk sums). Any
-        copy, replacement or rewrite of a file, and writing the part, make it hashed in full
-        at the next load."""
+        """Checks part ``part``'s files against the manifest's sizes and checksums, once per
+        part: in full, or where this host hashed them in full before as they are now (and not
+        ``full``) a random sample of their chunks (docs/partition_format.md, "Guarantees")."""
         if part in self._verified and not full:
             return
         folder, files = self.path / self._entry(part)["dir"], self._entry(part)["files"]

@@ -1,15 +1,13 @@
 """``metis``: DistDGL's partitioner, METIS with multi-constraint balancing and relabeling.
 
-METIS runs through our binding of the METIS library (:mod:`~dglx_dist.partition.metis_lib`),
-reproducible for a given ``seed`` and without DGL, with DistDGL's constraints laid out as DGL
-lays them out for ``metis_partition_assignment`` (``balance_ntypes`` / ``balance_edges``: a
+METIS runs through :mod:`~dglx_dist.partition.metis_lib` (``backend="dgl"``: DGL's bundled call)
+with DistDGL's constraints laid out as DGL's ``metis_partition_assignment`` lays them out (a
 node's category is its split, crossed with its node type on a typed graph, then with ``edges``
-each category's in-degree); ``backend="dgl"`` runs DGL's bundled call instead. With ``groups =
-G > 1`` METIS first cuts the graph into ``G`` groups (servers), then each group's induced
-subgraph into ``num_parts / G`` parts (its ranks): parts ``g*P/G .. (g+1)*P/G - 1`` belong to
-group ``g``. Node ids are then relabeled so that part ``p``'s core nodes are the range
-``[offsets[p], offsets[p+1])``, original order kept inside a part. docs/partitioners.md says
-more (what each constraint buys, measurements).
+each category's in-degree). With ``groups = G > 1`` the graph is cut into ``G`` groups, then
+each group's induced subgraph into ``num_parts / G`` parts (parts ``g*P/G .. (g+1)*P/G - 1``
+belong to group ``g``). Node ids are then relabeled so that part ``p``'s core nodes are the
+range ``[offsets[p], offsets[p+1])``, original order kept inside a part. docs/partitioners.md
+says more (what each constraint buys, measurements).
 """
 from __future__ import annotations
 

@@ -1,17 +1,12 @@
-"""A thin binding of the METIS C library (``METIS_PartGraphKway`` / ``Recursive``) over ctypes.
-
-METIS is deterministic for a given input and seed, which DGL's bundled call
-(``dgl.metis_partition_assignment``) is not (measured: 2 to 4 distinct results in 5 calls on
-one input); pymetis balances one constraint only. This binding takes several constraints per
-vertex (``vwgt``, node by constraint), their tolerances (``ubvec``), the objective (edge cut
-or communication volume) and a seed, and needs no DGL.
+"""A thin binding of the METIS C library (``METIS_PartGraphKway`` / ``Recursive``) over ctypes:
+several constraints per vertex (``vwgt``), their tolerances (``ubvec``), the objective and a
+seed, reproducible and without DGL (docs/partitioners.md says why not DGL's call or pymetis).
 
 The library: ``$DGLX_METIS_LIBRARY`` when set, else the ``cmeel-metis`` wheel's
-(``site-packages/cmeel.prefix/lib/libmetis.so``, with its ``libGKlib.so``; a dependency of
-this package), else the system's (``ctypes.util.find_library("metis")``, e.g. Debian's
-``libmetis5``). The index and real widths are read from the ``metis.h`` installed beside it
-(``../include``), else taken as METIS's defaults (32 bits each). With 32-bit indices the
-symmetric adjacency holds at most 2^31 - 1 entries; a larger graph is refused in one line.
+(``site-packages/cmeel.prefix/lib/libmetis.so``), else the system's
+(``ctypes.util.find_library("metis")``). The index and real widths are read from the
+``metis.h`` installed beside it (``../include``), else taken as 32 bits each; with 32-bit
+indices a symmetric adjacency of more than 2^31 - 1 entries is refused in one line.
 """
 from __future__ import annotations
 

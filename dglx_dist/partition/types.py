@@ -1,11 +1,10 @@
 """The node and edge types of a typed partitioning, and the id maps between its spaces.
 
-A typed graph is partitioned as one homogeneous graph numbered the way ``dgl.to_homogeneous``
-numbers it: every node of the first node type (DGL's sorted order), then the second's, and so
-on, so a node's *original homogeneous id* is its type's offset plus its *per-type id*. Edges
-are numbered the same way by canonical edge type. :class:`GraphTypes` holds those offsets
-(the manifest's ``types`` object) and maps ids both ways; it needs numpy only. A graph without
-types is the one-type case (:meth:`GraphTypes.one_type`: DGL's ``_N`` and ``_N:_E:_N``).
+A typed graph is partitioned as one homogeneous graph numbered as ``dgl.to_homogeneous``
+numbers it: a node's *original homogeneous id* is its type's offset plus its *per-type id*
+(docs/partition_format.md, "Typed (heterogeneous) partitions"). :class:`GraphTypes` holds those
+offsets (the manifest's ``types`` object) and maps ids both ways; it needs numpy only. A graph
+without types is the one-type case (:meth:`GraphTypes.one_type`: DGL's ``_N`` and ``_N:_E:_N``).
 """
 from __future__ import annotations
 
