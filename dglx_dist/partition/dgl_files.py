@@ -159,20 +159,17 @@ def _given(value, what: str) -> tuple[Any, str]:
     """An id map as given, or read from the file it names; and its name in messages."""
     if not isinstance(value, (str, os.PathLike)):
         return value, what
-    return _read_id_file(Path(value), what), f"{value} ({what})"
-
-
-def _read_id_file(file: Path, what: str):
+    file, where = Path(value), f"{value} ({what})"
     if not file.is_file():
         raise PartitionError(f"{file}: missing ({what})")
     try:
         if file.suffix == ".npy":
-            return np.load(file, allow_pickle=False)
+            return np.load(file, allow_pickle=False), where
         if file.suffix == ".npz":
             with np.load(file, allow_pickle=False) as z:
-                return {k: z[k] for k in z.files}
+                return {k: z[k] for k in z.files}, where
         if file.suffix in (".pt", ".pth"):
-            return torch.load(file, map_location="cpu", weights_only=True)
+            return torch.load(file, map_location="cpu", weights_only=True), where
     except Exception as exc:  # noqa: BLE001 - any reader failure is a bad file for the user
         raise PartitionError(f"{file}: could not be read as {what} ({exc})") from None
     raise PartitionError(f"{file}: {what} must be a .npy file (np.save), a .npz file of one "

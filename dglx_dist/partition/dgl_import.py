@@ -271,7 +271,9 @@ class _Importer:
             if keys.feat in data:
                 feats[i] = self._feat(file, i, f"{ntype}/{keys.feat}", data[keys.feat], n, order)
             if name is not None:
-                label.append(self._label(file, f"{ntype}/{name}", data[name], n, order))
+                key = f"{ntype}/{name}"
+                label.append(class_ids(_rows(file, key, data[name], n, order, True), file, key))
+                self.max_label = max(self.max_label, int(label[-1].max(initial=-1)))
                 self.labeled.add(i)
             else:
                 label.append(np.full(n, -1, dtype=np.int64))
@@ -333,12 +335,6 @@ class _Importer:
             raise _ERR(f"{file}: {key!r} has {feat.shape[1]} columns; expected {width}, as "
                        f"in the parts before")
         return feat
-
-    def _label(self, file: Path, key: str, t: torch.Tensor, n: int,
-               order: np.ndarray) -> np.ndarray:
-        label = class_ids(_rows(file, key, t, n, order, True), file, key)
-        self.max_label = max(self.max_label, int(label.max(initial=-1)))
-        return label
 
     # -- manifest ---------------------------------------------------------------------------
     def header(self, num_classes: int | None) -> dict[str, Any]:
