@@ -1,14 +1,9 @@
 """Edge data as Parquet columns: the convention shared by datasets and partitions.
 
 Every column of an edges file other than the structure (``src``, ``dst``, and ``eid`` in a
-partition) is edge data under its own name, one row per edge in the file's edge order:
-
-* a scalar per edge: any integer, floating or bool column (``w`` float32, ``etype`` int64);
-* a vector per edge: ``fixed_size_list<T>[k]`` with T integer, floating or bool; read as a
-  ``(num_edges, k)`` array.
-
-Nulls are refused. The dtype is kept as written (a float64 weight stays float64), so what a
-script put in ``g.edata`` comes back with the same dtype and shape.
+partition) is edge data under its own name, one row per edge: a scalar or a
+``fixed_size_list<T>[k]`` per edge, T integer, floating or bool, its dtype kept as written and
+nulls refused (docs/dataset_format.md, "Edge data").
 """
 from __future__ import annotations
 

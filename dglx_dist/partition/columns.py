@@ -1,16 +1,12 @@
 """A partition directory whose features are stored by rows, rewritten with them by columns.
 
 P3 (``feature_dim``) needs each part to hold a column slice of *every* node's features; DGL's
-``partition_graph`` and the row partitioners store each node's whole row with its owner.
-:func:`by_columns` keeps everything else as it is (node ownership and ids, structure, labels,
-masks, edge and other node data) and lays the features out as ``feature_dim`` would have: the
-width split into even slices, one per part (per node type on a typed partitioning,
-:func:`~dglx_dist.partition.base.type_feature_slices`; a partitioning without types is the
-one-type case). This is how DGL's partitions train
-under ``p3`` without repartitioning (:func:`dglx_dist.dgl.distributed.import_cached`).
-
-The whole feature matrix is gathered in memory once (of each featured type, one type at a
-time): the same peak as partitioning with ``feature_dim``.
+``partition_graph`` and the row partitioners store whole rows. :func:`by_columns` keeps
+everything else as it is and lays the features out as ``feature_dim`` would have (per node type
+on a typed partitioning, :func:`~dglx_dist.partition.base.type_feature_slices`), so that DGL's
+partitions train under ``p3`` without repartitioning (docs/porting.md). The whole feature
+matrix is gathered in memory once (of each featured type, one type at a time): the same peak
+as partitioning with ``feature_dim``.
 """
 from __future__ import annotations
 

@@ -16,14 +16,11 @@ with dmlc-core's serializers for strings and vectors and ``SaveDLTensor`` of
         i64 shape[ndim], i64 byte count (the elements times bits / 8)
         the bytes
 
-Why not DGL's ``load_tensors``: its C++ reader trusts every length it reads, so on most files
-cut short the process dies with SIGSEGV and prints nothing (DGL 2.1, Cora's ``node_feat.dgl``
-cut at 30 B, 100 B, 2 kB or 100 kB); other cuts, and files of another format, are refused
-with a 1.2 kB C++ backtrace, or the missing bytes are read as zeros. Here every header field
-is checked against the file's size before the next is read, and nothing is allocated until
-the whole file has been walked; a bad file is refused in one line naming it, the tensor, and
-the size expected against the size found. Nothing in the file is run: the data is copied into
-tensors of the dtype and shape the header gives.
+Why not DGL's ``load_tensors``: its C++ reader trusts every length it reads and dies with
+SIGSEGV on most files cut short (docs/reliability.md, case 2b). Here every header field is
+checked against the file's size before the next is read, nothing is allocated until the whole
+file has been walked, and a bad file is refused in one line naming it, the tensor, and the
+size expected against the size found; the data is copied into tensors as the header says.
 """
 from __future__ import annotations
 

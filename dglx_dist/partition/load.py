@@ -1,10 +1,8 @@
 """Loading a partition directory: the book for everyone, one part's arrays for its owner.
 
 ``PartitionDir(path)`` reads only the manifest. ``load_part(p)`` reads part ``p``'s files (and
-no other part's), checking sizes and SHA-256 checksums against the manifest (every read of a
-part's files does: in full once per host and copy of the files, then a random sample of their
-chunks: see :meth:`PartitionDir.verify_part`) and every id against the part's ranges before
-returning. Edge data, node data other than labels and masks, and a typed partitioning's
+no other part's), checking sizes and checksums (:meth:`PartitionDir.verify_part`) and every id
+against the part's ranges before returning. Edge data, node data other than labels and masks, and a typed partitioning's
 features per node type are read apart (``load_edge_data(p)``, ``load_node_data(p)``,
 ``load_type_feat(p, ntype)``); docs/partition_format.md says what each holds and how a typed
 partitioning's ids and rows are laid out.
