@@ -116,7 +116,6 @@ class PartitionDir:
 
     def halo_ids(self, part: int) -> np.ndarray:
         """Global ids of the HALO nodes of ``part`` (reads that part's halo file only)."""
-        self._check_part(part)
         self.verify_part(part)
         file = self._file(part, "halo")
         table = read_checked(file, {"gid": "integer"}, self._entry(part)["num_halo"], _ERR)
@@ -200,7 +199,6 @@ class PartitionDir:
 
     def load_feat(self, part: int) -> tuple[np.ndarray, tuple[int, int]]:
         """Only part ``part``'s features and the columns they cover (for caching replicas)."""
-        self._check_part(part)
         self.verify_part(part)
         return self._load_feat(part, self._entry(part)["num_core"])
 
@@ -208,7 +206,6 @@ class PartitionDir:
         """Reads part ``part``, its file sizes and checksums checked first; without
         ``features``, its ``feat`` is an empty array of no columns (for a reader that needs
         the structure and node data only: the features are the largest file)."""
-        self._check_part(part)
         self.verify_part(part)
         entry = self._entry(part)
         nc, nh, ne = entry["num_core"], entry["num_halo"], entry["num_edges"]
@@ -331,6 +328,7 @@ class PartitionDir:
         """Checks part ``part``'s files against the manifest's sizes and checksums, once per
         part: in full, or where this host hashed them in full before as they are now (and not
         ``full``) a random sample of their chunks (docs/partition_format.md, "Guarantees")."""
+        self._check_part(part)
         if part in self._verified and not full:
             return
         folder, files = self.path / self._entry(part)["dir"], self._entry(part)["files"]

@@ -29,9 +29,8 @@ class QualityReport:
     ``seconds`` covers reading, partitioning and writing; ``plan_seconds`` only the
     partitioner's decision (METIS, the hash, ...). ``per_type`` (typed datasets only, else
     None and left out of the JSON) holds ``ntypes``: {node type: {core_per_part, imbalance}}
-    and ``etypes``: {"src:rel:dst": {edges, edge_cut, edge_cut_frac, halo_per_part}}, where a
-    type's HALO nodes of a part are the distinct sources owned elsewhere of its edges of that
-    type (a node can count under several edge types).
+    and ``etypes``: {"src:rel:dst": {edges, edge_cut, edge_cut_frac, halo_per_part}}
+    (docs/partitioners.md, "Quality report").
     """
 
     method: str
@@ -108,9 +107,7 @@ class QualityReport:
 
 class PartTally:
     """What the quality report counts part by part as the parts are written: HALO nodes and,
-    by type (not reported for a graph without types), core nodes per node type, and per
-    canonical edge type the edge cut (edges whose source is owned by another part than the
-    one storing them) and HALO nodes (distinct sources owned elsewhere of its edges)."""
+    with types, its ``per_type`` counts."""
 
     def __init__(self, types: GraphTypes):
         self.types, self.halos, self.counts, self.type_halos = types, [], [], []
