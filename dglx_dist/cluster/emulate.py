@@ -1,32 +1,20 @@
-"""An emulated cluster on one Linux machine: a network namespace per server, rate-limited links.
+"""An emulated cluster on one Linux machine: a network namespace per server, rate-limited links
+(docs/launching.md, "An emulated cluster on one machine").
 
-:class:`EmulatedCluster` (a context manager, root only) creates, under a random token:
+:class:`EmulatedCluster` (a context manager, root only) creates, under a random token, one
+namespace per server (``dglx-<token>-s<i>``, loopback up, unshaped), a bridge (``dxbr<token>``)
+and per server a veth pair from the namespace's ``dxnet`` (``10.<a>.<b>.<i+1>/24``) to it, whose
+sending side a ``tc`` qdisc shapes (``tbf`` at the rate, or ``netem`` for a delay). Everything is
+removed in reverse order on exit, also after a half-way failure, Ctrl-C or SIGTERM;
+:func:`leftovers` / :func:`remove_leftovers` find and delete what runs killed outright left
+(each cluster records its creator's pid in ``/run/dglx-emulate``).
 
-* one network namespace per server (``dglx-<token>-s<i>``) with loopback up, so the ranks of a
-  server talk over their own loopback, unshaped;
-* a Linux bridge (``dxbr<token>``) with no address and no physical port, and per server a veth
-  pair joining the namespace (interface ``dxnet``, address ``10.<a>.<b>.<i+1>/24``) to the
-  bridge: traffic between servers crosses the bridge and nothing leaves the machine;
-* on each namespace's ``dxnet``, a ``tc`` qdisc shaping what the server sends: ``tbf`` at the
-  link's rate, or ``netem`` when a delay is asked for (rate and delay). A server's uplink is
-  therefore limited in each direction by the sender's qdisc.
-
-Everything created is recorded as it is created and removed in reverse order on exit, also when
-creation fails half-way, on Ctrl-C (KeyboardInterrupt) and on SIGTERM (:func:`run_job` turns it
-into SystemExit). :func:`leftovers` lists namespaces and bridges of runs whose process is gone
-(killed with SIGKILL, say; each cluster records its creator's pid in ``/run/dglx-emulate``) and
-:func:`remove_leftovers` deletes them.
-
-:func:`run_job` starts ``torchrun --nnodes N --node-rank i`` in every namespace against a c10d
-rendezvous on server 0's address, with ``GLOO_SOCKET_IFNAME=dxnet`` so gloo binds to the
-emulated network, waits for every node (with a timeout) and returns their outputs;
-:func:`emulated` gives a ``with`` block a cluster to start processes of its own in (DGL's
-DistDGL machines: :mod:`dglx_dist.bench.dgl_distdgl`). :func:`tx_bytes`, read by a process
-inside a namespace, is what that server has sent to the others so far (its ``dxnet``
-interface counter: payload plus TCP/IP headers).
-
-:func:`check_available` refuses, with the reason, where namespaces cannot be made (not root, no
-``ip``/``tc``, no permission) or where a delay is asked for and the kernel has no ``netem``.
+:func:`run_job` starts ``torchrun --nnodes N --node-rank i`` in every namespace (c10d rendezvous
+on server 0, ``GLOO_SOCKET_IFNAME=dxnet``) and returns the nodes' outputs; :func:`emulated`
+gives a ``with`` block a cluster to start processes of its own in
+(:mod:`dglx_dist.bench.dgl_distdgl`). :func:`tx_bytes`, read inside a namespace, is what that
+server has sent so far (``dxnet``'s counter: payload plus TCP/IP headers).
+:func:`check_available` refuses, with the reason, where namespaces or ``netem`` are missing.
 """
 from __future__ import annotations
 

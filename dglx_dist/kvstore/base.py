@@ -152,10 +152,7 @@ class KVStore(abc.ABC):
         overlap them with other work, e.g. the previous batch's compute); ``wait()`` on the
         result gives the rows. Own-server rows are read before it returns. Until it is waited
         for, the store's other collective calls queue behind its bytes on the same links.
-
-        Raises:
-            KeyError: unknown name. ValueError: ids not 1-D int64 within ``[0, num_rows)``.
-        """
+        Raises what :meth:`pull` raises."""
         many = self.start_pull_many([(name, ids)], dedup)
         return PullUnderWay(lambda: many.wait()[0])
 
@@ -163,11 +160,8 @@ class KVStore(abc.ABC):
                         dedup: bool = True) -> "PullUnderWay":
         """Several collective pulls (``(name, ids)`` each) started as one exchange; ``wait()``
         gives their rows, a tensor per pull in order. Every rank calls it where it would have
-        started one pull (ranks may ask for different names and numbers of pulls).
-
-        Raises:
-            KeyError: unknown name. ValueError: ids not 1-D int64 within ``[0, num_rows)``.
-        """
+        started one pull (ranks may ask for different names and numbers of pulls). Raises what
+        :meth:`pull` raises."""
         try:
             entries = [self._checked_pull(name, ids) for name, ids in pulls]
         except (KeyError, ValueError):

@@ -7,12 +7,8 @@ aborts and relaunches invocations. Executors are plug-ins in :data:`EXECUTORS`::
     with EXECUTORS.build("local", workers=4) as ex:
         response = ex.invoke(request).result()
 
-Failures come in two kinds, and callers treat them differently:
-
-* :class:`InvocationError`: the function ran and rejected the request (a bad payload); running
-  it again would fail the same way.
-* :class:`WorkerLost`: the worker died, was aborted, or could not be reached; the same request
-  may succeed on another attempt.
+Failures come in two kinds: :class:`InvocationError` (the function rejected the request; a
+retry fails the same way) and :class:`WorkerLost` (died, aborted, unreachable; retryable).
 """
 from __future__ import annotations
 
@@ -95,9 +91,8 @@ class Executor(abc.ABC):
         """Starts one invocation without blocking.
 
         Returns:
-            A future of the response payload (bytes). It fails with :class:`InvocationError`
-            when the function rejected the request, and with :class:`WorkerLost` when the
-            worker died, was aborted or could not be reached.
+            A future of the response payload (bytes); it fails with :class:`InvocationError`
+            or :class:`WorkerLost` (module docstring).
 
         Raises:
             RuntimeError: the executor is closed.

@@ -1,27 +1,10 @@
 """Differentiable collectives: exchanges that autograd can run backwards.
 
-:func:`halo_exchange` is the boundary exchange of row-partitioned full-graph training
-(GraNNDis within a server, the full-graph baseline across the job): each rank appends to its
-own rows the rows its peers hold that its next layer reads; backward returns those rows'
-gradients to their holders, which add them to their own.
-
-:func:`reduce_to_owners` is P3's pull + reduce of partial activations: every rank computes a
-partial result for every rank's batch, the partials travel to the batch's owner and are summed
-there. Its backward pass is the push of the output's gradient to every rank: the sum's gradient
-reaches each partial unchanged, so rank ``i`` receives owner ``j``'s output gradient as the
-gradient of the partial it computed for ``j``.
-
-Both directions are topology-aware, in two stages, so each partial crosses the slow
-inter-server links once per server instead of once per rank:
-
-* forward: within each server (``server`` group), the partials for the owners with local index
-  ``l`` are summed on the server's rank with local index ``l``; those sums go to their owners
-  across servers (``cross`` group: the ranks with one local index) and are summed there;
-* backward: the owner sends its gradient once to each server's rank with its local index,
-  which hands it to every rank of its server.
-
-Every size is known on both sides (each rank holds every batch's structure), so no exchange
-needs a round of counts.
+:func:`halo_exchange`: the boundary rows of row-partitioned full-graph training (GraNNDis,
+fullgraph); backward returns the rows' gradients to their holders. :func:`reduce_to_owners`:
+P3's partial activations summed at each batch's owner, in two stages (within the server, then
+once across servers; docs/strategies/p3.md); backward pushes the output gradient to every rank.
+Every size is known on both sides, so no exchange needs a round of counts.
 """
 from __future__ import annotations
 

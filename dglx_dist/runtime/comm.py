@@ -1,15 +1,10 @@
 """Collectives over one process group, with byte counters, timeouts and named failures.
 
-Every strategy sends through a :class:`Comm`, so byte counts cannot be forgotten. Counts are
-*logical* bytes under a direct-exchange model (what each collective counts: docs/metrics.md,
-the ``bytes_*`` fields), split by whether the peer is on the same server; deterministic and
-comparable across strategies, unlike gloo's or NCCL's wire bytes.
-
-Device tensors: a group made under NCCL carries CUDA tensors itself (torch.distributed's
-``"cpu:gloo,cuda:nccl"``: host tensors over gloo, device tensors over NCCL); on a group of
-gloo alone a device tensor goes through host memory (copied to the host, exchanged, copied
-back), so ranks sharing a GPU over gloo compute on it all the same. Results are on the
-input's device either way, and bytes are counted the same way.
+Every strategy sends through a :class:`Comm`, so byte counts cannot be forgotten: *logical*
+bytes under a direct-exchange model, split by whether the peer is on the same server
+(docs/metrics.md, the ``bytes_*`` fields). A group made under NCCL carries CUDA tensors itself
+(``"cpu:gloo,cuda:nccl"``); on gloo alone a device tensor goes through host memory. Results are
+on the input's device either way, and bytes are counted the same way.
 
 Every call waits at most ``timeout`` seconds. When a collective fails (a peer died: gloo
 notices at once; or the wait timed out), the error is a :class:`PeerError` that names the

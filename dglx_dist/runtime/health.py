@@ -7,10 +7,8 @@ ranks on this host whose process is gone, ranks whose heartbeat went stale (dead
 machine), and ranks still behind in the collective sequence (alive but stuck elsewhere). If the
 store itself is gone, the rank hosting it (rank 0) is named.
 
-A store whose host is frozen (SIGSTOP, a hung machine) does not refuse calls: it never answers
-them. So every store call on the failure path (marking this rank failed or crashed, the
-diagnosis) runs with its own deadline, ``store_timeout``, and a store that misses it counts as
-gone: the survivor names rank 0 instead of waiting for ever.
+Every store call on the failure path has its own deadline, ``store_timeout``: a store that
+misses it counts as gone (a frozen host never answers; docs/reliability.md).
 """
 from __future__ import annotations
 
