@@ -1,18 +1,11 @@
-"""Saving and finding checkpoints over all ranks (collective on the world group).
+"""Saving and finding checkpoints over all ranks (collective on the world group; the steps of
+a save and what a failed rank makes every rank raise: docs/reliability.md, "On disk").
 
-Saving: rank 0 prepares the staging directory; every rank writes its own files into it and
-reports their names, sizes and checksums (JSON over the comm layer); rank 0 writes the
-manifest and renames the directory into place only when every rank succeeded, and tells the
-others. A rank that fails (full disk, no permission) makes every rank raise the same
-:class:`~dglx_dist.errors.CheckpointError` naming it; the previous checkpoints stay as they
-were. The checkpoint root must be a directory every rank sees (a shared filesystem on a real
-cluster): rank 0 checks that each rank's files arrived with their sizes before committing.
-
-Finding: rank 0 picks the newest intact checkpoint (every file's checksum verified) and tells
-the others, so all ranks load the same one.
-
-Deciding: what only rank 0 does to the root (checking and locking it, :func:`on_rank_zero`)
-ends on every rank with rank 0's error when it fails.
+Saving: every rank writes its files into rank 0's staging directory and reports them (JSON over
+the comm layer); rank 0 checks they arrived, writes the manifest and renames the directory into
+place only when every rank succeeded. Finding: rank 0 picks the newest intact checkpoint, so
+all ranks load the same one. :func:`on_rank_zero`: what only rank 0 does to the root ends on
+every rank with rank 0's error when it fails.
 """
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
-"""The on-disk checkpoint format: one directory per checkpoint, its manifest written last.
+"""The on-disk checkpoint format: one directory per checkpoint, its manifest written last
+(docs/reliability.md, "On disk").
 
-A checkpoint root holds ``epoch-NNNNNN/`` directories (``NNNNNN``: epochs completed). Each is
-built under ``.epoch-NNNNNN.tmp`` and renamed into place once ``manifest.json`` (every file's
-size and SHA-256) is written and synced, so a crash at any point leaves either the complete
-new checkpoint or none of it, and the previous ones untouched. Files are ``torch.save``
-archives of tensors, numbers, strings, lists and dicts only, read back with
-``torch.load(weights_only=True)`` after their checksum matched: nothing is unpickled.
-
-Everything here is single-process; :mod:`dglx_dist.checkpoint.collective` runs it over ranks.
+``epoch-NNNNNN/`` (epochs completed) is built under ``.epoch-NNNNNN.tmp`` and renamed into place
+once ``manifest.json`` (every file's size and SHA-256) is synced. Files are ``torch.save``
+archives of plain data, read with ``torch.load(weights_only=True)`` after their checksum
+matched. Single-process; :mod:`dglx_dist.checkpoint.collective` runs it over ranks.
 """
 from __future__ import annotations
 

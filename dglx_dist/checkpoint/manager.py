@@ -1,12 +1,6 @@
 """A run's checkpoints from its stateful parts, as torchtitan's checkpoint manager keeps them:
-the caller names the parts (objects with torch's ``Stateful`` protocol, ``state_dict`` /
-``load_state_dict``), the manager names the files.
-
-Each rank writes one rank file holding ``{"rank": r, <part>: state, ...}`` plus the
-``progress`` part's fields at the top level (the epoch, the optimizer steps and the metrics
-history of :class:`~dglx_dist.trainer.Trainer`), and the sparse embeddings' shards
-(:mod:`~dglx_dist.checkpoint.layout`); :mod:`~dglx_dist.checkpoint.collective` commits them
-together over the ranks.
+the caller names the parts (torch's ``Stateful`` protocol), the manager names the files
+(:mod:`~dglx_dist.checkpoint.layout`) and :mod:`~dglx_dist.checkpoint.collective` commits them.
 
 A directory the manager saves into, or resumes and goes on in, is this job's until
 :meth:`CheckpointManager.close`: rank 0 locks it (:mod:`~dglx_dist.checkpoint.lock`) before

@@ -1,24 +1,11 @@
-"""Sparse learnable node embeddings kept in a KVStore, and the sparse optimizers that train them.
+"""Sparse learnable node embeddings kept in a KVStore, and the sparse optimizers that train them
+(docs/kvstore.md, "Sparse embeddings": the lazy semantics, what matches torch's optimizers).
 
-:class:`DistEmbedding` (DistDGL's role of the same name) registers an ``(num_embeddings, dim)``
-named tensor; calling it with ids pulls those rows into a fresh leaf tensor that requires grad
-and records ``(ids, leaf)``. A sparse optimizer's ``step()`` collects the gradients of the
-recorded leaves, sums the rows of duplicate ids and pushes them to the rows' owners with an op
-registered for that optimizer, which updates ONLY the touched rows and their optimizer state.
-The state lives in named tensors with the embedding's policy (``NAME/adagrad_sum``,
-``NAME/adam_m``, ``NAME/adam_v``, ``NAME/adam_step``).
-
-Semantics are *lazy*, like DGL's SparseAdagrad / SparseAdam: a row without gradient in a step
-is not touched, and SparseAdam counts steps per row for its bias correction. Adagrad therefore
-matches dense ``torch.optim.Adagrad`` exactly (a zero gradient leaves dense Adagrad's row
-unchanged too); Adam matches dense ``torch.optim.Adam`` on the rows touched in a step as long as
-they were touched in every earlier step (dense Adam also moves rows with zero gradient through
-their momentum, and counts steps globally).
-
-With a :class:`~dglx_dist.kvstore.dist.DistKVStore`, constructing an embedding or an optimizer,
-calling an embedding (a pull) and ``step()`` (one push of all its embeddings) are collective:
-every rank does them the same number of times in the same order. Dense parameters are not
-their business.
+Calling a :class:`DistEmbedding` pulls rows into a leaf that requires grad and records it; an
+optimizer's ``step()`` pushes the recorded gradients to the rows' owners with an op registered
+for it, which updates only the touched rows and their state (``NAME/adam_m``, ...). With a
+:class:`~dglx_dist.kvstore.dist.DistKVStore`, building an embedding or an optimizer, calling an
+embedding and ``step()`` are collective.
 """
 from __future__ import annotations
 

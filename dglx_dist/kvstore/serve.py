@@ -132,10 +132,7 @@ class Server:
             RuntimeError: an owner refused the request (its error text is quoted).
         """
         with self._lock:
-            if self.comm.failure is not None:
-                raise PeerError(f"kvstore request on the {self.comm.name} group: the group "
-                                f"already failed ({self.comm.failure})",
-                                self.comm.failure.ranks, "kvstore request")
+            self.comm.check_usable("kvstore request")
             deadline = time.monotonic() + self.timeout
             answers = [torch.empty(answer_bytes(r.payload), dtype=torch.uint8) for r in requests]
             recvs = [self._post(dist.irecv, a, r.peer, TAG_ANSWER)

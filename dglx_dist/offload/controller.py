@@ -1,7 +1,5 @@
-"""The task controller of a graph server: launches, times, relaunches and autotunes.
-
-Dorylus calls it the Lambda controller; it drives every executor (local worker processes,
-AWS Lambda, inline), not only Lambda.
+"""The task controller of a graph server: launches, times, relaunches and autotunes (Dorylus's
+Lambda controller, here for every executor).
 
 A graph server submits tensor tasks under keys of its choosing (e.g. ``(layer, interval)``) and
 collects their results as they finish; the controller keeps up to ``concurrency`` invocations in

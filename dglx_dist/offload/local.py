@@ -6,10 +6,8 @@ Requests wait in one shared queue, so ``workers`` is the concurrency cap, like a
 account's concurrency limit. A worker that dies fails its invocation with
 :class:`~dglx_dist.offload.executor.WorkerLost` and is replaced (a cold start).
 
-:meth:`LocalExecutor.worker_command` is the one seam for subclasses: the command that starts a
-worker. A subclass may start another module that speaks the same framed protocol, e.g. the
-tests' ``faulty-local`` executor (tests/plugins/dglx_test_plugins), whose worker injects
-latency, crashes and hangs before it calls this worker's handler.
+:meth:`LocalExecutor.worker_command` is the one seam for subclasses (e.g. the tests'
+``faulty-local``, docs/strategies/dorylus.md): a worker that speaks the same framed protocol.
 """
 from __future__ import annotations
 

@@ -303,7 +303,7 @@ class Comm:
             raise InvalidValueError(f"{kind} on {self.name}: peer {peer}; expected another member "
                                     f"in [0, {self.size})")
         op = f"{kind} (tag {tag}) {'to' if kind == 'send' else 'from'} rank {self.members[peer]}"
-        self._check_usable(op)
+        self.check_usable(op)
         work = self.guard(op, lambda: fn(tensor, self.members[peer], group=self.group,
                                           tag=tag))
         sizes = [tensor.nbytes if i == peer else 0 for i in range(self.size)]
@@ -331,7 +331,7 @@ class Comm:
         self.wait_work(op, self._start(op, start))
 
     def _start(self, op: str, start: Callable[[], dist.Work | None]) -> dist.Work | None:
-        self._check_usable(op)
+        self.check_usable(op)
         self._next_seq()
         return self.guard(op, start)
 
@@ -350,7 +350,8 @@ class Comm:
             self._broken = self._failure(op, exc)
             raise self._broken from exc
 
-    def _check_usable(self, op: str) -> None:
+    def check_usable(self, op: str) -> None:
+        """Raises the group's :class:`PeerError` for ``op`` once the group failed."""
         if self._broken is not None:
             raise PeerError(f"{op} on the {self.name} group: the group already failed "
                             f"({self._broken})", self._broken.ranks, op)
