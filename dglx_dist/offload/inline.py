@@ -11,7 +11,6 @@ import concurrent.futures
 import dataclasses
 import time
 
-from dglx_dist.errors import StateError
 from dglx_dist.offload.executor import EXECUTORS, Executor, InvocationError
 from dglx_dist.offload.tensor_fn import handler
 from dglx_dist.offload.tensor_fn.payload import PayloadError
@@ -37,8 +36,7 @@ class InlineExecutor(Executor):
         self._closed = False
 
     def invoke(self, request: bytes) -> concurrent.futures.Future:
-        if self._closed:
-            raise StateError("the inline executor is closed")
+        self._check_open()
         future: concurrent.futures.Future = concurrent.futures.Future()
         t0 = time.perf_counter()
         try:

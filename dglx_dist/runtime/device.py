@@ -1,15 +1,10 @@
 """Where a rank computes: its torch device and the backend of its device collectives.
 
-docs/launching.md ("GPUs") gives the choices (``--device`` / ``DGLX_DEVICE``, ``--backend``):
-one GPU per rank under NCCL (local rank ``i`` on ``cuda:i``), GPUs shared under gloo (rank
-``i`` on ``cuda:i % count``, device tensors through host memory), the CPU without CUDA.
-Process groups under NCCL carry both backends (``"cpu:gloo,cuda:nccl"``): host tensors
-(sampling requests, KVStore rows, control) over gloo, device tensors over NCCL, dispatched by
-the tensor's device.
-
-Bad combinations are refused before any process group exists, each in one line naming the
-rank, the device and what is expected; :func:`mixed_devices` compares the ranks' choices
-once the groups are up.
+docs/launching.md ("GPUs") gives the choices (``--device`` / ``DGLX_DEVICE``, ``--backend``).
+Process groups under NCCL carry both backends (``"cpu:gloo,cuda:nccl"``): host tensors over
+gloo, device tensors over NCCL, dispatched by the tensor's device. Bad combinations are refused
+before any process group exists, each in one line naming the rank, the device and what is
+expected; :func:`mixed_devices` compares the ranks' choices once the groups are up.
 """
 from __future__ import annotations
 

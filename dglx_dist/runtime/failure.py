@@ -1,21 +1,13 @@
-"""One line per failure: which rank tells the user, and what the launcher is told.
+"""One line per failure: which rank tells the user, and what the launcher is told
+(docs/troubleshooting.md has the table of who prints what).
 
-A job of N ranks that fails would otherwise print N tracebacks. Here a
-:class:`~dglx_dist.errors.DglxError` becomes one ``ERROR`` line from one rank, the *reporting
-rank* (:func:`reporting_rank`):
-
-* bad input that every rank refused together (its ``refused_on``, set by
-  :func:`dglx_dist.runtime.agree.on_every_rank`): the first rank that refused it;
-* a dead or frozen peer (:class:`~dglx_dist.runtime.comm.PeerError`): the lowest rank the error
-  does not name, so a dead rank 0 is still reported;
-* anything else raised before the job's process group existed (arguments, environment, data
-  checks: every rank reads the same ones), or marked :func:`same_on_every_rank`: rank 0;
-* anything raised inside a running session on some rank only: that rank.
-
-Every failing rank also writes the line to torchrun's error file (``TORCHELASTIC_ERROR_FILE``),
-so torchrun's closing summary quotes it instead of pointing at its ``@record`` docs, also for a
-failure only a quiet rank saw. torchrun still prints that summary (its own traceback and
-``ChildFailedError`` banner): the launcher's output is not ours to change.
+A :class:`~dglx_dist.errors.DglxError` becomes one ``ERROR`` line from the *reporting rank*
+(:func:`reporting_rank`): for bad input every rank refused together (``refused_on``, set by
+:func:`dglx_dist.runtime.agree.on_every_rank`) the first rank that refused it; for a
+:class:`~dglx_dist.runtime.comm.PeerError` the lowest rank it does not name; for what was raised
+before the process group existed, or marked :func:`same_on_every_rank`, rank 0; else the rank
+it was raised on. Every failing rank also writes the line to torchrun's error file
+(``TORCHELASTIC_ERROR_FILE``), which torchrun's closing summary quotes.
 """
 from __future__ import annotations
 

@@ -74,7 +74,7 @@ class Health:
         return self._read(key) is not None
 
     def start(self) -> None:
-        self._set(f"who/{self.rank}", json.dumps({"host": self._host, "pid": _pid()}))
+        self._set(f"who/{self.rank}", json.dumps({"host": self._host, "pid": os.getpid()}))
         self._beat()
         self._flag(f"joined/{self.rank}")
         self._thread = threading.Thread(target=self._run, name="dglx-heartbeat", daemon=True)
@@ -258,10 +258,6 @@ def call_within(seconds: float, fn, *args):
     if "error" in outcome:
         raise outcome["error"]
     return outcome.get("value")
-
-
-def _pid() -> int:
-    return psutil.Process().pid
 
 
 def _alive(pid: int) -> bool:
