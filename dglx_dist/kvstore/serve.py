@@ -2,8 +2,7 @@
 
 Every rank of a serving :class:`~dglx_dist.kvstore.dist.DistKVStore` holds a :class:`Server`:
 a thread answering requests for its server's rows, and this rank's own requests, on a process
-group of the store's own, so a rank can pull or push while its peers do something else
-entirely (DistDGL's servers, without separate server processes).
+group of the store's own (docs/kvstore.md, "How it works", non-collective).
 
 **Messages** (raw bytes with explicit sizes, never pickled):
 

@@ -1,9 +1,9 @@
 """The "aws" executor: tensor tasks as synchronous AWS Lambda invocations through boto3.
 
-The function is the ``tensor_fn`` package (``scripts/package_lambda.py`` builds and explains how
-to deploy it); ``endpoint_url`` points boto3 elsewhere, e.g. at
-``serve_in_subprocess`` of tests/doubles/invoke_api.py in tests. Each invocation sends
-``{"payload": base64(request)}`` and reads the same shape back.
+The function is the ``tensor_fn`` package (``scripts/package_lambda.py``; see
+docs/strategies/dorylus.md); ``endpoint_url`` points boto3 elsewhere (the tests'
+tests/doubles/invoke_api.py). Each invocation sends ``{"payload": base64(request)}`` and reads
+the same shape back.
 
 Lambda caps a synchronous request and response at about 6 MB. A request whose encoding (or
 whose estimated response) would exceed ``max_payload_bytes`` is split along the op's row inputs

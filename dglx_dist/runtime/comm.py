@@ -374,12 +374,6 @@ class Comm:
         return PeerError(f"{op} on the {self.name} group failed on rank {self.global_rank}: {who} "
                          f"[{cause}]", ranks, op)
 
-    def silent_peer(self, op: str, peer: int, waited: float) -> PeerError:
-        """The error for point-to-point ``op`` with global rank ``peer``, still pending after
-        ``waited`` seconds (:meth:`Transfer.fail`)."""
-        return PeerError(f"{op} on the {self.name} group: nothing for {waited:.0f}s "
-                         f"(rank {peer} dead or stuck?)", [peer], op)
-
 
 def _host(tensor: torch.Tensor) -> torch.Tensor:
     """A contiguous copy of ``tensor`` in host memory, for a group that does not carry its

@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 import torch.distributed as dist
 
+from dglx_dist.runtime.peer import PeerError
+
 if TYPE_CHECKING:  # annotations only: comm imports this module
-    from dglx_dist.runtime.comm import Comm, PeerError
+    from dglx_dist.runtime.comm import Comm
 
 __all__ = ["Pending", "Transfer", "Works"]
 
@@ -128,4 +130,5 @@ class Transfer:
 
     def fail(self, waited: float) -> PeerError:
         """The error for a transfer still pending after ``waited`` seconds."""
-        return self._comm.silent_peer(self.op, self.peer, waited)
+        return PeerError(f"{self.op} on the {self._comm.name} group: nothing for {waited:.0f}s "
+                         f"(rank {self.peer} dead or stuck?)", [self.peer], self.op)
