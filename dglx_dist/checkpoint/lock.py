@@ -1,15 +1,12 @@
-"""One job per checkpoint directory: the job using it holds ``.dglx-job.lock`` in it.
+"""One job per checkpoint directory: the job using it holds ``.dglx-job.lock`` in it
+(docs/reliability.md).
 
 Rank 0 of a job takes an exclusive ``flock`` on the lock file before it checks the directory
 and holds it for the job's life, as :func:`dglx_dist.cache.making` locks a cache entry; the
-operating system drops it when the process ends, however it ends, so a crashed job leaves no
-stale lock (only the file, which the next job takes over). The file records who holds it
-(host, pid, start time, command line, as JSON), so a second job is refused in one line that
-names the first. A clean release removes the file.
-
-On a shared filesystem the lock reaches across hosts where the filesystem supports ``flock``
-(NFSv4, Lustre mounted with ``flock``); where it does not, the job goes on unlocked with a
-warning rather than refusing to run.
+operating system drops it when the process ends, so a crashed job leaves no stale lock. The
+file records who holds it (host, pid, start time, command line, as JSON), so a second job is
+refused in one line that names the first. A clean release removes the file. Where a shared
+filesystem does not support ``flock``, the job goes on unlocked with a warning.
 """
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
 """Shared-memory tensors and raw-byte views, for the distributed store.
 
 A part's tensor lives in a file under ``/dev/shm`` (or the system temp directory where there is
-none) named by a per-job token. One rank creates and fills it; the other ranks of the server map
-the same file (``mmap``, no pickling, no handle objects); once every rank has mapped it, the
-creator unlinks the file, so nothing is left behind even if the job is killed later: the memory
-is freed when the last process unmaps it. :class:`SharedParts` does that for a distributed
-store's ``init_data``, collectively.
+none) named by a per-job token: one rank creates and fills it, the server's other ranks
+``mmap`` it, then it is unlinked (docs/kvstore.md, "How it works"). :class:`SharedParts` does
+that for a distributed store's ``init_data``, collectively.
 """
 from __future__ import annotations
 

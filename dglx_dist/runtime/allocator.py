@@ -1,14 +1,10 @@
-"""Keeping freed memory for reuse: the C allocator setting a training process starts with.
+"""Keeping freed memory for reuse: the C allocator setting a training process starts with
+(``DGLX_MALLOC``; why and what it saved: docs/benchmarks.md, "The allocator").
 
-glibc serves allocations above its mmap threshold (at most 32 MiB: a batch's input features,
-its activations and their gradients) with fresh ``mmap`` pages and returns them on free, so
-every step page-faults them again (what that cost: docs/benchmarks.md, "The allocator").
-``keep`` (the default, ``DGLX_MALLOC=keep``) asks glibc, through ``mallopt``, to serve every
-allocation from its heap and to trim the heap only beyond 2 GiB of free memory at its top, so
-memory freed in one step is reused by the next; the process's resident memory then stays near
-its high-water mark. ``system`` leaves the allocator alone (glibc's defaults; the setting a
-plain DGL script runs with). Where the C library is not glibc (no ``mallopt``) ``keep``
-changes nothing and says so in the log.
+``keep`` (the default) asks glibc, through ``mallopt``, to serve every allocation from its heap
+and to trim the heap only beyond 2 GiB of free memory at its top, so memory freed in one step
+is reused by the next. ``system`` leaves the allocator alone (glibc's defaults, as a plain DGL
+script runs). Where the C library has no ``mallopt``, ``keep`` changes nothing and says so.
 """
 from __future__ import annotations
 

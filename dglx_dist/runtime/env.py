@@ -4,10 +4,8 @@ Sources, tried in order: **torchrun** (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``: one torchrun node is
 one server), **SLURM** ``srun`` (what it reads: docs/launching.md, "SLURM"; no SSH anywhere),
 else a single process (rank 0 of 1). dglx_dist's own ``DGLX_*`` variables, checked by
-:class:`DistEnv`, are in docs/launching.md ("Environment variables"); besides those,
-``DGLX_HOST_RANKS`` names the ranks that share this machine's memory, where several launcher
-nodes run on one machine (``dglx emulate`` sets it; default: this node's ranks), for the
-up-front memory check.
+:class:`DistEnv`, are in docs/launching.md ("Environment variables"), besides
+``DGLX_HOST_RANKS`` (:attr:`DistEnv.host_ranks`; ``dglx emulate`` sets it).
 """
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
-"""A rank whose launcher is gone exits, with what it started.
+"""A rank whose launcher is gone exits, with what it started (docs/reliability.md, "When the
+launcher dies").
 
-torchrun's agent (or srun's step daemon) starts the ranks and, normally, stops them. When the
-agent itself is killed outright (SIGKILL, the OOM killer), its ranks are re-parented and would
-keep running, holding ports, GPU memory and Dorylus's executor workers, until the job ended on
-its own. :class:`LauncherWatch` notices: a daemon thread compares the parent pid with the one
-at start-up every ``interval`` seconds, and when it changed it logs one line, stops this
-process's own children (executor workers) and ends the process at once. It does not touch the
-job's store or process groups: the store may have lived in the dead agent, and a wait on it is
-what would hang. Peers on other machines learn of the exit through their own timeouts.
+:class:`LauncherWatch`'s daemon thread compares the parent pid with the one at start-up; when
+it changed, it logs one line, stops this process's own children (executor workers) and ends
+the process at once, leaving the job's store (which may have lived in the dead agent) and
+process groups alone.
 """
 from __future__ import annotations
 

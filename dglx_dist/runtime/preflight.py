@@ -1,11 +1,8 @@
 """Checks before a launch, for what would otherwise hang before dglx_dist's own code runs.
 
-A c10d rendezvous endpoint (``torchrun --rdzv-endpoint HOST:PORT``) or a static master port
-held by a process that is not a torch.distributed store makes torchrun wait at its rendezvous
-with no message: the connection succeeds, and the answer never comes. ``dglx rdzvcheck
-HOST:PORT`` tells the three cases apart before the job starts: nothing listens (free), a store
-answers (a job or its agent is up there), or something else holds the port (an error naming
-the process when it is on this machine).
+``dglx rdzvcheck HOST:PORT`` (docs/launching.md) tells apart a free rendezvous endpoint, a
+torch.distributed store, and something else holding the port (torchrun would wait at its
+rendezvous with no message), naming the process when it is on this machine.
 """
 from __future__ import annotations
 
