@@ -1,10 +1,8 @@
 """The KVStore interface: named tensors split into parts, read with pull, updated with push.
 
-Public methods validate their arguments and then call protected ``_init_data`` /
-``_start_pull_many`` / ``_push_many``, which subclasses implement (a single pull or push is
-the one-name case of those). When the arguments are bad, the public method first calls
-``_pull_nothing`` / ``_push_nothing`` (a distributed store takes part in the collective steps
-with an empty request there, so the other ranks do not hang) and then raises on the caller.
+Public methods validate their arguments, then call what subclasses implement (``_init_data``,
+``_start_pull_many``, ``_push_many``); on bad arguments they call ``_pull_nothing`` /
+``_push_nothing`` (so the other ranks do not hang) and then raise on the caller.
 """
 from __future__ import annotations
 

@@ -14,11 +14,9 @@ flight on an :class:`~dglx_dist.offload.executor.Executor`::
             ...                              # each key comes back exactly once
         ctl.observe_queue(len(cpu_task_queue))
 
-Failure handling (Dorylus §6): an invocation running longer than ``timeout_s`` is aborted and
-relaunched; a lost worker is relaunched; a task whose ``max_attempts`` attempts all failed
-raises :class:`TaskFailedError` naming the key and every failure. A function error
-(:class:`~dglx_dist.offload.executor.InvocationError`, i.e. a bad request) is raised at once.
-A result is delivered once per submission: an answer from a superseded attempt is dropped.
+Failure handling (Dorylus §6): a timed-out or lost attempt is relaunched, up to
+``max_attempts`` (then :class:`TaskFailedError`); a function error is raised at once. A result
+is delivered once per submission: an answer from a superseded attempt is dropped.
 
 Autotuning (``observe_queue``): the graph server reports its task-queue length periodically.
 When the last ``AUTOTUNE_WINDOW`` observations grew strictly every time, graph tasks pile up
@@ -299,12 +297,11 @@ class TaskController:
         if self._pending.get(key) is not attempt.task:
             self._stats["duplicates_dropped"] += 1
             return
+        del self._pending[key]
         try:
             header, arrays = decode(response)
         except PayloadError as exc:
-            del self._pending[key]
             raise InvocationError(f"task {key!r}: unreadable response: {exc}") from exc
-        del self._pending[key]
         self._stats["results"] += 1
         self._ready.append((key, header, arrays))
 

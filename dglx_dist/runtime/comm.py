@@ -42,7 +42,6 @@ class Comm:
         name: the group's name in errors and diagnostics ("world", "server", "cross").
         group: the torch.distributed group (None: the default group).
         members: global ranks of the group, in group-rank order.
-        global_rank: this process's global rank.
         topology: servers x local ranks, to classify peers.
         counter: the byte counter shared by the session's communicators.
         health: heartbeats used to name failed ranks (None: no diagnosis).

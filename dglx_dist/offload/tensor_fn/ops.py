@@ -4,12 +4,9 @@ Each conv type's folder in :mod:`dglx_dist.convs` holds its numpy tasks in ``ops
 (``TASKS``: name -> :class:`~dglx_dist.convs.ops_base.Op`), the same objects its adapter's
 ``dorylus.tasks`` names; :data:`OPS` is every folder's, found by the layout (a folder with an
 ``ops.py``), so no list of conv types is kept here. A task name defined by two folders fails
-the import. What the tasks share (the ``Op`` record, checks, dropout, the loss) is
-:mod:`dglx_dist.convs.ops_base`.
-
-Numpy only, like all of :mod:`~dglx_dist.offload.tensor_fn` (see there). Each task is a pure
-function of a header and float32 arrays; see :mod:`~dglx_dist.convs.ops_base` for how callers
-may split a task's rows into chunks.
+the import. What the tasks share (the ``Op`` record, checks, dropout, the loss, how callers
+may split a task's rows) is :mod:`dglx_dist.convs.ops_base`. Numpy only, like all of
+:mod:`~dglx_dist.offload.tensor_fn`: each task is a pure function of a header and float32 arrays.
 """
 from __future__ import annotations
 
