@@ -18,11 +18,7 @@ __all__ = ["LocalKVStore"]
 
 
 class LocalKVStore(KVStore):
-    """All parts of every named tensor in one process.
-
-    Args:
-        seed: mixed into the seeds of callable initialisers.
-    """
+    """All parts of every named tensor in one process (``seed`` as :class:`KVStore`'s)."""
 
     def _init_data(self, name: str, spec: InitSpec | None,
                    error: Exception | None) -> TensorEntry:
