@@ -170,14 +170,10 @@ class TaskController:
     def wait_any(self, timeout: float | None = None) -> int:
         """Blocks until at least one result is ready for :meth:`poll`, nothing is in flight,
         or ``timeout`` seconds passed; attempt timeouts and relaunches are handled while
-        waiting. Results are left for :meth:`poll` to collect.
+        waiting. Results are left for :meth:`poll` to collect; raises what :meth:`poll` raises.
 
         Returns:
             The number of results ready to be collected.
-
-        Raises:
-            InvocationError: the function rejected a task's request (as :meth:`poll`).
-            TaskFailedError: a task failed ``max_attempts`` times (as :meth:`poll`).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:

@@ -31,28 +31,23 @@ class ByteCounter:
     def __post_init__(self):
         self._lock = threading.Lock()  # not a field: snapshot() and reset() skip it
 
+    def _add(self, **amounts: int) -> None:
+        with self._lock:
+            for name, amount in amounts.items():
+                setattr(self, name, getattr(self, name) + amount)
+
     def add(self, intra: bool, sent: int, recv: int) -> None:
         """Counts ``sent`` / ``recv`` payload bytes exchanged with one peer."""
-        with self._lock:
-            if intra:
-                self.sent_intra += sent
-                self.recv_intra += recv
-            else:
-                self.sent_inter += sent
-                self.recv_inter += recv
+        kind = "intra" if intra else "inter"
+        self._add(**{f"sent_{kind}": sent, f"recv_{kind}": recv})
 
     def add_control(self, sent: int, calls: int = 0) -> None:
         """Counts ``sent`` metadata bytes and ``calls`` communication calls."""
-        with self._lock:
-            self.control_sent += sent
-            self.calls += calls
+        self._add(control_sent=sent, calls=calls)
 
     def add_cache(self, hits: int, misses: int, saved: int) -> None:
         """Counts a pull's rows read from the server's cache and asked of other servers."""
-        with self._lock:
-            self.cache_hits += hits
-            self.cache_misses += misses
-            self.cache_saved += saved
+        self._add(cache_hits=hits, cache_misses=misses, cache_saved=saved)
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:
