@@ -80,8 +80,7 @@ class DistKVStore(KVStore):
             session.add_closer(self._server.stop)
 
     def part_servers(self, policy: PartitionPolicy) -> list[int]:
-        """The server holding each part of ``policy`` (ValueError: the part count is neither
-        the number of servers nor the world size)."""
+        """The server holding each part of ``policy`` (:meth:`Shards.part_servers`)."""
         return self._shards.part_servers(policy)
 
     def _check_parts_held(self, policy: PartitionPolicy, parts: list[int]) -> None:

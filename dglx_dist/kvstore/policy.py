@@ -1,16 +1,10 @@
 """Partition policies: where the rows (or columns) of a named tensor live.
 
 A policy splits a tensor of ``num_rows`` rows into ``num_parts`` parts and answers, for global
-row ids, which part holds them and at which local row. Two kinds:
-
-* :class:`RowPolicy`: rows sharded by a :class:`~dglx_dist.partition.book.NodeBook`; part ``p``
-  holds the rows ``book.core_ids(p)`` in local-id order (DistDGL's node data).
-* :class:`ColumnPolicy`: part ``p`` holds the columns ``slices.slice(p)`` of *every* row (P3's
-  feature-dimension split); a row is then assembled from one piece per part.
-
-Stores never ask which kind a policy is: they call :meth:`PartitionPolicy.split`, which cuts a
-request into :class:`Piece` objects (a part, the positions in the request it answers, their
-local rows and the columns of the full row they fill). Both kinds answer it.
+row ids, which part holds them and at which local row: :class:`RowPolicy` (DistDGL's node data)
+or :class:`ColumnPolicy` (P3's feature-dimension split: a row assembled from one piece per
+part). Stores never ask which kind a policy is: :meth:`PartitionPolicy.split` cuts a request
+into :class:`Piece` objects for either.
 """
 from __future__ import annotations
 
