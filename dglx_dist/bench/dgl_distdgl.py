@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MACHINES", "WORKER", "dgl_batch", "epoch_bytes", "hyper",
            "mean_phases", "partitions", "run_dgl", "sent_bytes", "shm_wrapper",
-           "summarize_run"]
+           "summarize_run", "timed_epoch"]
 
 log = logging.getLogger("dglx_dist.bench")
 # not imported: ``python -m`` of a module the package has already imported warns (runpy)
@@ -77,6 +77,23 @@ def epoch_bytes(ifname: str, before: int | None, reduce) -> dict[str, int]:
     sent = sent_bytes(ifname) - before
     return {"bytes_sent_inter": int(reduce([sent], dist.ReduceOp.SUM)[0]),
             "bytes_sent_inter_busiest": int(reduce([sent], dist.ReduceOp.MAX)[0])}
+
+
+def timed_epoch(args, reduce, epoch: int, run) -> dict[str, Any]:
+    """(In a DGL trainer) epoch ``epoch``'s record of ``run()`` (wall time, steps, mean loss,
+    phase seconds), collective through ``reduce(values, op)``: its start, time, steps and
+    phases the largest over trainers, the loss their mean, and :func:`epoch_bytes`."""
+    import torch.distributed as dist
+
+    sent, started = sent_bytes(args.ifname), time.time()
+    wall, steps, loss, phases = run()
+    names = sorted(phases)
+    maxes = reduce([wall, steps, -started] + [phases[k] for k in names], dist.ReduceOp.MAX)
+    return {"epoch": epoch, "started_at": round(-maxes[2], 3), "epoch_time": round(maxes[0], 4),
+            "steps": int(maxes[1]),
+            "loss": round(reduce([loss], dist.ReduceOp.SUM)[0] / args.machines, 5),
+            "phases_max": {k: round(v, 4) for k, v in zip(names, maxes[3:])},
+            **epoch_bytes(args.ifname, sent, reduce)}
 
 
 def partitions(kind: str, data: Path, workdir: Path, env: dict[str, str],

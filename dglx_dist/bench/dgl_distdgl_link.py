@@ -1,23 +1,12 @@
 """DGL's own DistDGL training link prediction (``--task link`` of the worker,
-:mod:`dglx_dist.bench.dgl_distdgl_worker`): the same split, model, negatives and ranking
-protocol as ``dglx train --task link`` (:mod:`dglx_dist.tasks.link`), run through DGL's
-``DistEdgeDataLoader`` as DGL's distributed link-prediction example does.
-
-* ``partition``: :func:`~dglx_dist.tasks.link.split_pairs` of the dataset, then DGL's
-  ``partition_graph`` of the training graph (METIS, edges balanced). DGL renumbers nodes and
-  edges; the maps from original to DGL ids, the reverse edge ids in DGL's numbering, and the
-  held-out pairs (original ids) are saved beside the partitions as ``.npy`` files.
-* ``trainer``: ``DistEdgeDataLoader`` over the trainer's share of the training edges
-  (``edge_split``) with ``NeighborSampler``, ``Uniform(negatives)`` and
-  ``exclude="reverse_id"``; DDP; binary cross-entropy on dot products. DGL 2.1's
-  ``DistGraph.sample_neighbors`` takes ``exclude_edges`` and ignores it
-  (``dgl/distributed/dist_graph.py``), so DGL's blocks keep the batch's edges; ours leave
-  them out.
-* evaluation: the held-out pairs and negatives ``dglx train`` ranks
-  (:func:`~dglx_dist.tasks.link.heldout`, original ids mapped to DGL's); the trainers compute
-  the embeddings of the nodes they name (full neighbourhoods, or ``--eval-fanouts``) into a
-  ``DistTensor``, each scores its share of the pairs, and every trainer's scores are
-  gathered for :func:`~dglx_dist.api.metrics.ranking_from_scores`.
+:mod:`dglx_dist.bench.dgl_distdgl_worker`): the split, model, negatives and ranking of
+``dglx train --task link`` (:mod:`dglx_dist.tasks.link`) through DGL's
+``DistEdgeDataLoader``, as DGL's distributed link-prediction example does
+(docs/benchmarks.md, "Link prediction"). ``partition`` (:func:`partition_link`) writes DGL's
+partitions of the training graph and beside them the id maps and held-out pairs
+(:data:`ARRAYS`); the trainer (:func:`train_link_dgl`) ranks the held-out pairs as ``dglx
+train`` does. DGL 2.1's ``DistGraph.sample_neighbors`` ignores ``exclude_edges``, so DGL's
+blocks keep the batch's edges; ours leave them out.
 """
 from __future__ import annotations
 
@@ -28,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from dglx_dist.bench.dgl_distdgl import epoch_bytes, sent_bytes
+from dglx_dist.bench.dgl_distdgl import timed_epoch
 
 __all__ = ["ARRAYS", "link_config", "partition_link", "train_link_dgl"]
 
@@ -165,7 +154,6 @@ def train_link_dgl(args: argparse.Namespace, g, reduce) -> dict[str, Any]:
     records and the test metrics (every trainer). ``reduce(values, op)``: all-reduce."""
     import dgl
     import torch
-    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
     from dglx_dist.models import MODELS
@@ -180,23 +168,15 @@ def train_link_dgl(args: argparse.Namespace, g, reduce) -> dict[str, Any]:
     dgl.seed(args.seed * 7919 + args.machine)
     chosen = torch.zeros(g.num_edges(), dtype=torch.bool)
     chosen[arrays["new_eid"][train_edge_ids(g.num_edges(), config.task, config.loop.seed)]] = True
-    sampler = dgl.dataloading.NeighborSampler(args.fanouts)
     loader = dgl.dataloading.DistEdgeDataLoader(
         g, dgl.distributed.edge_split(chosen, g.get_partition_book(), force_even=True),
-        sampler, exclude="reverse_id", reverse_eids=arrays["reverse"],
+        dgl.dataloading.NeighborSampler(args.fanouts), exclude="reverse_id", reverse_eids=arrays["reverse"],
         negative_sampler=dgl.dataloading.negative_sampler.Uniform(config.task.negatives),
         batch_size=config.task.edge_batch_size, shuffle=True, drop_last=False)
     records = []
     for epoch in range(config.loop.epochs):
-        sent = sent_bytes(args.ifname)
-        wall, steps, loss, phases = _epoch(g, loader, ddp, opt)
-        names = sorted(phases)
-        maxes = reduce([wall, steps] + [phases[k] for k in names], dist.ReduceOp.MAX)
-        records.append({"epoch": epoch, "epoch_time": round(maxes[0], 4),
-                        "steps": int(maxes[1]),
-                        "phases_max": {k: round(v, 4) for k, v in zip(names, maxes[2:])},
-                        "loss": round(reduce([loss], dist.ReduceOp.SUM)[0] / args.machines, 5),
-                        **epoch_bytes(args.ifname, sent, reduce)})
+        records.append(timed_epoch(args, reduce, epoch,
+                                   lambda: _epoch(g, loader, ddp, opt)))
         metrics = _evaluate(g, model, arrays, "val", args, config.task, config.loop.seed + 1,
                             epoch)
         records[-1].update({f"val_{k}": round(m, 4) for k, m in metrics.items()})

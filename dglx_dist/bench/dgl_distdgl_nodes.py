@@ -1,25 +1,11 @@
-"""DGL's node-classification loop with its phases timed
-(:data:`~dglx_dist.bench.dgl_distdgl_worker.PHASES`): DGL's
-examples/distributed/graphsage/node_classification.py loop, and on a graph with node and edge
-types its R-GCN example's (``examples/distributed/rgcn``), over a :class:`NodeJob`. The same
-loop trains both sides of a benchmark, since our drop-in API carries DGL's names:
-
-* DGL's DistDGL (:func:`node_job`: ``dgl.distributed``, ``DistNodeDataLoader``, DDP), in the
-  trainer of :mod:`dglx_dist.bench.dgl_distdgl_worker` (:func:`train_nodes`);
-* our strategies on a typed dataset (:func:`dropin_job`: ``dglx_dist``'s ``distribute`` of
-  the partition directory made beforehand, ``node_split``, ``DataLoader`` and
-  ``parallelize``), started under torchrun by ``dglx bench``'s runner as ``python -m
-  dglx_dist.bench.dgl_distdgl_nodes`` (:func:`main`): a loop of DGL's shape rather than the
-  Trainer's, so that both sides time the same phases and batch every strategy alike. Every
-  epoch's record is ``dglx train``'s (:func:`~dglx_dist.api.metrics.epoch_record`: bytes from
-  the comm layer's counters), then the validation accuracy (outside the epoch's clock); rank
-  0 writes them as JSON lines on stdout.
-
-What the kind of graph changes is data (:data:`MODELS_BY_KIND`): on a graph without types,
-our reference model (``--model``) over ``feat``; on a typed one, the labeled type's seeds
-(``node_split(..., ntype=)``, loaders over ``{ntype: ids}``) and the R-GCN
-(:class:`~dglx_dist.models.RGCN`, the same seed on both sides: the same initial weights) over
-``feat`` and a ``DistEmbedding`` (zeros) per featureless type stepped by ``SparseAdam``.
+"""DGL's node-classification loop (its GraphSAGE example's; on a typed graph its R-GCN
+example's) with its phases timed (:data:`~dglx_dist.bench.dgl_distdgl_worker.PHASES`), over
+a :class:`NodeJob`. Since our drop-in API carries DGL's names, the same loop trains both
+sides of a benchmark: DGL's DistDGL (:func:`node_job`, in the worker's trainer:
+:func:`train_nodes`) and our strategies on a typed dataset (:func:`dropin_job`, started
+under torchrun as ``python -m dglx_dist.bench.dgl_distdgl_nodes``: :func:`main`; rank 0
+writes ``dglx train``'s records as JSON lines). What the kind of graph changes is data
+(:data:`MODELS_BY_KIND`). docs/benchmarks.md, "Graphs with node and edge types", says more.
 """
 from __future__ import annotations
 
@@ -31,7 +17,7 @@ import time
 from typing import Any, Callable, NamedTuple
 
 from dglx_dist.api.metrics import PhaseTimer
-from dglx_dist.bench.dgl_distdgl import epoch_bytes, sent_bytes
+from dglx_dist.bench.dgl_distdgl import timed_epoch
 from dglx_dist.cli_flags import add_flags, from_args, tuple_of
 from dglx_dist.config import RunConfig
 from dglx_dist.errors import DatasetFormatError, InvalidValueError
@@ -304,39 +290,31 @@ def train_nodes(args: argparse.Namespace, g, job: NodeJob, reduce) -> tuple[dict
     Returns the result and this trainer's peak memory in MiB before the test evaluation."""
     import torch.distributed as dist
 
-    nids = job.nids
-    records: list[dict[str, Any]] = []
-    for epoch in range(args.epochs):
-        sent, started = sent_bytes(args.ifname), time.time()
-        wall, steps, _, loss_sum, rows, timer = train_epoch(job)
-        phases = {**timer.t, "input_rows": rows}
-        loss, names = loss_sum / max(steps, 1), sorted(phases)
-        maxes = reduce([wall, steps, -started] + [phases[k] for k in names], dist.ReduceOp.MAX)
-        mean_loss = reduce([loss], dist.ReduceOp.SUM)[0] / args.machines
-        records.append({"epoch": epoch, "started_at": round(-maxes[2], 3),
-                        "epoch_time": round(maxes[0], 4), "steps": int(maxes[1]),
-                        "loss": round(mean_loss, 5),
-                        "phases_max": {k: round(v, 4) for k, v in zip(names, maxes[3:])},
-                        **epoch_bytes(args.ifname, sent, reduce)})
+    def epoch() -> tuple[float, int, float, dict[str, float]]:
+        ran = train_epoch(job)
+        return (ran.wall, ran.steps, ran.loss_sum / max(ran.steps, 1),
+                {**ran.timer.t, "input_rows": ran.rows})
+
+    total_of = lambda values: reduce(values, dist.ReduceOp.SUM)  # noqa: E731
+    records = []
+    for n in range(args.epochs):
+        records.append(timed_epoch(args, reduce, n, epoch))
         if args.eval_every == 1:  # after the epoch's clock stopped, as dglx train's val_acc
-            correct, total = reduce(list(evaluate(g, job, nids["val"], args.eval_fanouts,
-                                                  args.eval_batch_size)), dist.ReduceOp.SUM)
-            records[-1]["val_acc"] = round(correct / max(total, 1), 4)
+            records[-1]["val_acc"] = _accuracy(g, job, "val", args.eval_fanouts,
+                                              args.eval_batch_size, total_of)[0]
     peak_train = peak_rss_bytes() / 2**20
-    correct, total = reduce(list(evaluate(g, job, nids["test"], args.eval_fanouts,
-                                          args.eval_batch_size)), dist.ReduceOp.SUM)
-    out = {"records": records, "test_acc": round(correct / max(total, 1), 4),
-           "test_nodes": int(total), "train_nodes_per_trainer": _count(nids["train"])}
-    return out, peak_train
+    test_acc, total = _accuracy(g, job, "test", args.eval_fanouts, args.eval_batch_size,
+                               total_of)
+    return {"records": records, "test_acc": test_acc, "test_nodes": total,
+            "train_nodes_per_trainer": _count(job.nids["train"])}, peak_train
 
 
-def _accuracy(g, job: NodeJob, split: str, batch_size: int) -> float:
-    """Accuracy on ``split``'s seeds with full neighbourhoods (collective)."""
-    import dglx_dist
-
-    correct, total = dglx_dist.all_reduce(list(evaluate(g, job, job.nids[split], (),
-                                                         batch_size))).tolist()
-    return round(correct / max(total, 1), 4)
+def _accuracy(g, job: NodeJob, split: str, fanouts, batch_size: int,
+             total_of) -> tuple[float, int]:
+    """Accuracy on ``split``'s seeds (:func:`evaluate`) over every trainer, and their count
+    (collective: ``total_of(values)`` sums them over the trainers)."""
+    correct, total = total_of(list(evaluate(g, job, job.nids[split], fanouts, batch_size)))
+    return round(correct / max(total, 1), 4), int(total)
 
 
 def train_dropin(args: argparse.Namespace) -> None:
@@ -360,6 +338,7 @@ def train_dropin(args: argparse.Namespace) -> None:
     np.random.seed(config.loop.seed)
     g = dglx_dist.distribute(config.data.partitions, config.strategy.build())
     job, session, loop = dropin_job(args, g), g.session, config.loop
+    total_of = lambda values: dglx_dist.all_reduce(values).tolist()  # noqa: E731
     for epoch in range(loop.epochs):
         before = session.counter.snapshot()
         ran = train_epoch(job)
@@ -369,9 +348,9 @@ def train_dropin(args: argparse.Namespace) -> None:
                               g.strategy.registered_name, session=session)
         last = epoch == loop.epochs - 1
         if last or loop.eval_every and (epoch + 1) % loop.eval_every == 0:
-            record["val_acc"] = _accuracy(g, job, "val", args.eval_batch_size)
+            record["val_acc"] = _accuracy(g, job, "val", (), args.eval_batch_size, total_of)[0]
         if last:
-            record["test_acc"] = _accuracy(g, job, "test", args.eval_batch_size)
+            record["test_acc"] = _accuracy(g, job, "test", (), args.eval_batch_size, total_of)[0]
         if session.is_main:  # the harness reads these lines
             sys.stdout.write(json_record(record) + "\n")
             sys.stdout.flush()

@@ -18,13 +18,9 @@ Two machines on one host need two things DGL does not do by itself:
   its interfaces (``rpc_client.get_local_machine_id``); with every machine at 127.0.0.1 all
   trainers would say machine 0. The trainer replaces that lookup by its ``--machine`` number.
 
-Subcommands: ``partition`` (``dgl.distributed.partition_graph`` with METIS), ``machine`` (one
-server + one trainer, in the caller's namespace), ``server`` and ``trainer`` (started by
-``machine``). The trainer is DGL's examples/distributed/graphsage/node_classification.py loop
-with our model (``--model``, default SAGE: the same class, the same seed, so the same initial
-weights), with its phases timed (:data:`PHASES`); ``--eval-every 1`` adds validation accuracy
-after every epoch. On a typed dataset the same partitioning and loop
-(:mod:`dglx_dist.bench.dgl_distdgl_nodes`) train the R-GCN.
+Subcommands: ``partition`` (METIS), ``machine`` (one server + one trainer, in the caller's
+namespace), ``server`` and ``trainer`` (started by ``machine``; its loops:
+:mod:`~dglx_dist.bench.dgl_distdgl_nodes`, :mod:`~dglx_dist.bench.dgl_distdgl_link`).
 """
 from __future__ import annotations
 
@@ -199,46 +195,42 @@ def _reduce(values: list[float], op) -> list[float]:
 
 
 def trainer_main(args: argparse.Namespace) -> None:
-    """DGL's DistDGL training loop (node classification: GraphSAGE's example, or the R-GCN
-    on a typed graph; link prediction); rank 0 writes the per-epoch records."""
+    """DGL's DistDGL training loop of ``--task`` (:data:`_TRAINERS`); rank 0 writes its
+    result with every trainer's peak memory."""
     import torch
+    import torch.distributed as dist
 
     torch.set_num_threads(args.threads)
     g = _setup(args)
-    if args.task == "link":
-        return _link_trainer(args, g)
-    return _node_trainer(args, g)
+    out, peaks = _TRAINERS[args.task](args, g)
+    n = len(peaks)  # each machine's peaks at its place, summed over the trainers
+    every = [0.0] * (n * args.machines)
+    every[n * args.machine:n * (args.machine + 1)] = peaks.values()
+    every = _reduce(every, dist.ReduceOp.SUM)
+    out |= {k: [round(p, 1) for p in every[i::n]] for i, k in enumerate(peaks)}
+    _finish(args, out if dist.get_rank() == 0 else None)
 
 
-def _node_trainer(args: argparse.Namespace, g) -> None:
+def _node_trainer(args: argparse.Namespace, g) -> tuple[dict[str, Any], dict[str, float]]:
     """Node classification: :func:`dglx_dist.bench.dgl_distdgl_nodes.train_nodes` of our
-    reference model, or of the R-GCN on a typed graph; rank 0 writes its records, test
-    accuracy and the trainers' peak memory (after training, and at the end)."""
-    import torch.distributed as dist
-
+    reference model, or of the R-GCN on a typed graph; its result, and this trainer's peak
+    memory after training and at the end."""
     from dglx_dist.bench.dgl_distdgl_nodes import MASKS, node_job, train_nodes
 
     out, peak_train = train_nodes(args, g, node_job(args, g, MASKS), _reduce)
-    peaks = [0.0] * (2 * args.machines)
-    peaks[2 * args.machine:2 * args.machine + 2] = [peak_train, status_mb()]
-    peaks = _reduce(peaks, dist.ReduceOp.SUM)
-    out.update(peak_mem_mb_train=[round(p, 1) for p in peaks[0::2]],
-               peak_mem_mb_end=[round(p, 1) for p in peaks[1::2]])
-    _finish(args, out if dist.get_rank() == 0 else None)
+    return out, {"peak_mem_mb_train": peak_train, "peak_mem_mb_end": status_mb()}
 
 
-def _link_trainer(args: argparse.Namespace, g) -> None:
-    """``--task link``: :func:`dglx_dist.bench.dgl_distdgl_link.train_link_dgl`; rank 0
-    writes its records, test metrics and the trainers' peak memory."""
-    import torch.distributed as dist
-
+def _link_trainer(args: argparse.Namespace, g) -> tuple[dict[str, Any], dict[str, float]]:
+    """``--task link``: :func:`dglx_dist.bench.dgl_distdgl_link.train_link_dgl`; its
+    result, and this trainer's peak memory."""
     from dglx_dist.bench.dgl_distdgl_link import train_link_dgl
 
-    out = train_link_dgl(args, g, _reduce)
-    peaks = [0.0] * args.machines
-    peaks[args.machine] = status_mb()
-    out["peak_mem_mb_train"] = [round(p, 1) for p in _reduce(peaks, dist.ReduceOp.SUM)]
-    _finish(args, out if dist.get_rank() == 0 else None)
+    return train_link_dgl(args, g, _reduce), {"peak_mem_mb_train": status_mb()}
+
+
+_TRAINERS = {"node": _node_trainer, "link": _link_trainer}
+"""The trainer's loop by task: its result and this trainer's peak memory (MiB) by key."""
 
 
 def _finish(args: argparse.Namespace, out: dict[str, Any] | None) -> None:
@@ -289,15 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     """Runs one subcommand; returns the exit code."""
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    if args.command == "partition":
-        partition_main(args)
-    elif args.command == "machine":
-        return machine_main(args, argv[1:])
-    elif args.command == "server":
-        server_main(args)
-    else:
-        trainer_main(args)
-    return 0
+    run = {"partition": partition_main, "machine": lambda a: machine_main(a, argv[1:]),
+           "server": server_main, "trainer": trainer_main}[args.command]
+    return run(args) or 0
 
 
 if __name__ == "__main__":
