@@ -131,12 +131,13 @@ def _default(f: _Flag, base: Any) -> Any:
 
 def _argument(f: _Flag, default: Any, overlay: bool) -> dict[str, Any]:
     meta, help = f.field.metadata, f.field.metadata.get("help", "")
+    overlaid = {"default": argparse.SUPPRESS} if overlay else {}
     if f.kind is bool:
         return {"action": "store_false" if f.field.default else "store_true", "help": help,
-                **({"default": argparse.SUPPRESS} if overlay else {})}
+                **overlaid}
     if meta.get("repeat"):
         return {"action": "append", "metavar": meta.get("metavar") or "KEY=VALUE",
-                "help": help, **({"default": argparse.SUPPRESS} if overlay else {})}
+                "help": help, **overlaid}
     if f.kind in (int, float):
         kind = _number(f.kind, meta.get("bounds") or Bounds())
     elif typing.get_origin(f.kind) is tuple:
@@ -144,12 +145,10 @@ def _argument(f: _Flag, default: Any, overlay: bool) -> dict[str, Any]:
         default = ",".join(map(str, default)) if default is not None else None
     else:
         kind = f.kind if f.kind in (str, Path) else str
-    out = {"type": kind, "choices": meta.get("choices"), "help": help,
-           "metavar": meta.get("metavar")}
     if default is not None:
-        out["help"] += f" (default: {default})".replace("%", "%%")
-    out["default"] = argparse.SUPPRESS if overlay else default
-    return out
+        help += f" (default: {default})".replace("%", "%%")
+    return {"type": kind, "choices": meta.get("choices"), "help": help,
+            "metavar": meta.get("metavar"), "default": default, **overlaid}
 
 
 def add_flags(parser: argparse.ArgumentParser, cls: type, *,

@@ -1,17 +1,7 @@
-"""How far each ``dglx bench`` row is from what the hardware allows: the epoch's floor.
-
-Two limits bound an epoch from below:
-
-* the network: the bytes the busiest server sent to the others in an epoch
-  (``bytes_inter_busiest``) over its link's rate (an emulated network's; none on virtual
-  servers, whose loopback is not shaped);
-* the compute: single-process DGL's epoch (the ``dgl`` row: the same global batch and steps)
-  divided by the ranks that can compute at once (the job's ranks, at most the machine's
-  cores), as if the work split perfectly.
-
-A row's ``floor_s`` is the larger of the two it has and ``vs_floor`` its epoch time over that.
-Our bytes are payload, DGL's DistDGL's the interfaces' counters (headers included), so its
-network floor is a little higher for the same rows.
+"""How far each ``dglx bench`` row is from what the hardware allows: the epoch's floor, the
+larger of the network's (the busiest server's inter-server bytes over its emulated link's
+rate) and the compute's (single-process DGL's epoch over the ranks that compute at once).
+docs/benchmarks.md, "Every row beside its floor", says more.
 """
 from __future__ import annotations
 

@@ -1,21 +1,10 @@
-"""The systems ``dglx bench`` compares, and how one run of each becomes a result row.
-
-* ``dgl``: single-process plain DGL (:mod:`dglx_dist.bench.single`), global batch matched;
-* ``dgl-distdgl``: DGL 2.1's own DistDGL, 2 machines x 1 trainer on loopback
-  (:func:`dglx_dist.bench.dgl_distdgl.run_dgl` and its worker);
-* every registered strategy (``STRATEGIES.names()``): ``dglx train`` under torchrun, on the
-  emulated cluster (``dglx_dist.cluster.emulate.run_job``) or on virtual servers; on a
-  typed dataset, each whose capabilities say ``typed_graphs``, in DGL's loop through our
-  drop-in API instead (:func:`dropin_target`), as DGL's side trains it.
-
-Which systems run a kind of dataset, and how a strategy starts, is the kind's data
-(:data:`dglx_dist.bench.kinds.KINDS`, handed to :func:`systems`).
-
-Strategy options come from the common setup (``fanouts``, ``batch_size``, ``num_layers`` and
-``--eval-fanouts`` are given to every strategy whose Config declares them), then
-:data:`STRATEGY_OPTIONS`, then the command line, and are checked by the strategy registry
-(:meth:`StrategyConfig.of <dglx_dist.config.StrategyConfig.of>`). A strategy whose
-``conv_types`` cannot run the common model gets a row saying so.
+"""The systems ``dglx bench`` compares (single-process DGL, :mod:`~dglx_dist.bench.single`;
+DGL's DistDGL, :func:`~dglx_dist.bench.dgl_distdgl.run_dgl`; every registered strategy, as
+``dglx train`` under torchrun or, on a typed dataset, in DGL's loop through our drop-in API:
+:func:`dropin_target`), and how one run of each becomes a result row. Which systems run a
+kind of dataset, and how a strategy starts, is the kind's data
+(:data:`dglx_dist.bench.kinds.KINDS`, handed to :func:`systems`); a strategy's options are
+:func:`strategy_config`'s. docs/benchmarks.md, "Every system in one command", says more.
 """
 from __future__ import annotations
 

@@ -1,15 +1,10 @@
 """The single-process DGL baseline of ``dglx bench``: plain DGL, one process, no dglx_dist
 runtime.
 
-The same model class from :mod:`dglx_dist.models` (same seed, so the same initial weights as
-every other system), the same fanouts through ``dgl.dataloading.NeighborSampler`` and
-``dgl.dataloading.DataLoader``, the same Adam. Validation accuracy and test
-accuracy at the end use full neighbourhoods over the whole graph (as the strategies' evaluation
-does); evaluation is not inside ``epoch_time``. It takes the run config's
-:data:`~dglx_dist.config.TRAINING` flags, as ``dglx train`` does (validation every
-``--eval-every`` epochs and after the last). Prints one JSON line per epoch, in the shape of
-``dglx train``'s metrics records (``epoch_time``, ``steps``, ``loss``, ``val_acc``,
-``peak_mem_mb``; the last one also ``test_acc``). The harness runs it as a child process::
+The same model, seed, fanouts and Adam as every other system, the run config's
+:data:`~dglx_dist.config.TRAINING` flags as ``dglx train`` takes them, and one JSON line per
+epoch in the shape of ``dglx train``'s metrics records (evaluation with full neighbourhoods,
+outside ``epoch_time``; docs/benchmarks.md). The harness runs it as a child process::
 
     python -m dglx_dist.bench.single --data DIR --model gcn --epochs 5 --fanouts 10,25 ...
 """

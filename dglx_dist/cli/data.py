@@ -105,23 +105,16 @@ def _import_dgl(args: argparse.Namespace) -> int:
 
 
 _DATASET_ONLY = ("method", "parts", "opt", "memory_limit")
-
-
 _IMPORT_ONLY = ("orig_nids", "orig_eids", "num_classes", "key")
-
-
 _PARTITION_SOURCES: dict[str, Callable[[argparse.Namespace], int]] = {
     "dataset": _partition_dataset, "dgl": _import_dgl}
+"""``dglx partition`` by its source: a dataset directory, or DGL's partitions."""
 
 
 def _refuse_options(args: argparse.Namespace, names: Sequence[str], why: str) -> None:
     given = [f"--{n.replace('_', '-')}" for n in names if getattr(args, n) is not None]
     if given:
         raise InvalidValueError(f"dglx partition: {', '.join(given)} not accepted ({why})")
-
-
-def _cmd_partition(args: argparse.Namespace) -> int:
-    return _PARTITION_SOURCES[args.source](args)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -135,6 +128,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     _out(table)
     _out(f"\ntest accuracy: {records[-1]['test_acc']:.4f}")
     return 0
+
+
+_MEMORY_LIMIT = {"type": int, "default": None, "metavar": "BYTES", "help": "refuse when the "
+                 "estimated peak exceeds this (default: available memory)"}
 
 
 def _add_datagen(p: argparse.ArgumentParser) -> None:
@@ -153,8 +150,7 @@ def _add_datagen(p: argparse.ArgumentParser) -> None:
         add_flags(group, gen.config, overlay=True, skip=added)  # over --preset's values
         added |= set(flag_names(gen.config))
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
-    p.add_argument("--memory-limit", type=int, default=None, metavar="BYTES",
-                   help="refuse when the estimated peak exceeds this (default: available memory)")
+    p.add_argument("--memory-limit", **_MEMORY_LIMIT)
 
 
 def _add_partition(p: argparse.ArgumentParser) -> None:
@@ -170,8 +166,7 @@ def _add_partition(p: argparse.ArgumentParser) -> None:
     p.add_argument("--opt", action="append", metavar="KEY=VALUE",
                    help="partitioner option, repeatable (see `dglx partitioners`)")
     p.add_argument("--overwrite", action="store_true", help="replace OUT once the new one is done")
-    p.add_argument("--memory-limit", type=int, default=None, metavar="BYTES",
-                   help="refuse when the estimated peak exceeds this (default: available memory)")
+    p.add_argument("--memory-limit", **_MEMORY_LIMIT)
     p.add_argument("--nonfinite", choices=("reject", "warn"), default="reject",
                    help="NaN / Inf features: refuse the dataset (default) or warn and go on")
     g = p.add_argument_group("with --from-dgl")
@@ -213,7 +208,7 @@ COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
                 _cmd_datagen),
     "partition": ("partition a dataset directory and print the quality report, or import the "
                   "partitions of DGL's partition_graph (--from-dgl)", _add_partition,
-                  _cmd_partition),
+                  lambda args: _PARTITION_SOURCES[args.source](args)),
     "partitioners": ("list registered partitioners and their options", lambda p: None,
                      _cmd_partitioners),
     "demo": ("partition the built-in Cora with every partitioner, then train on 2 local "
