@@ -1,17 +1,9 @@
-"""Typed configs as command-line flags: the one path from a frozen dataclass to argparse and back.
-
-A config declares its flags in its fields (:func:`option`: help, range as a
-:class:`~dglx_dist.registry.Bounds`, choices, the flag's name when it is not ``--field-name``);
-nested dataclass fields are sections whose fields are flags too (the run config,
-:class:`~dglx_dist.config.RunConfig`). A parser gets the flags from :func:`add_flags`, the
-config comes back from :func:`from_args`, and a launcher renders a config as the same flags
-with :func:`to_argv` (``dglx bench`` starting ``dglx train`` and its baselines). A flag's
-``dest`` is its name without the dashes (``--model`` -> ``args.model``), so a namespace stays
-flat whatever the nesting.
-
-Plain dataclasses work too (:class:`~dglx_dist.data.synthetic.SyntheticConfig`, ``dglx
-datagen``): a field's ``metadata["help"]`` is its help. Imports neither torch nor DGL, so a
-script parses its flags before either loads.
+"""Typed configs as command-line flags: the one path from a frozen dataclass to argparse and back
+(docs/architecture.md). A field declares its flag (:func:`option`); nested dataclass fields
+are sections whose fields are flags too. :func:`add_flags` adds them to a parser,
+:func:`from_args` reads the config back, :func:`to_argv` renders one as the same flags. A
+flag's ``dest`` is its name without the dashes, so a namespace stays flat; a plain
+dataclass's ``metadata["help"]`` is its help. Imports neither torch nor DGL.
 """
 from __future__ import annotations
 

@@ -186,24 +186,21 @@ def run_dgl(setup: Setup, env: dict[str, str]) -> dict[str, Any]:
         raise RunFailedError(f"DGL run failed (exit codes {[p.returncode for p in procs]}); "
                              f"log tails: {json.dumps(tails, indent=1)}")
     res = json.loads((run_dir / "trainer.json").read_text())
-    hung = [m for m, lg in enumerate(logs) if "stuck in DGL's shutdown" in lg.read_text()]
-    if hung:  # the results are complete; the row says what happened
-        res["shutdown_killed"] = hung
-    res["hung_runs"] = attempt - 1
     servers = [json.loads((run_dir / f"server{m}.json").read_text())["peak_mb"]
                for m in range(MACHINES) if (run_dir / f"server{m}.json").is_file()]
+    hung = [m for m, lg in enumerate(logs) if "stuck in DGL's shutdown" in lg.read_text()]
+    how = {"server_peak_mb": max(servers, default=None), "leftover_procs": left,
+           "shutdown_killed": hung or None,  # the results are complete; the row says so
+           "hung_runs": attempt - 1}
     if link:  # the records as they are (dglx train's fields), for the harness to summarise
-        return {"records": res["records"], "test": res["test"], "leftover_procs": left,
-                "shutdown_killed": res.get("shutdown_killed"), "hung_runs": res["hung_runs"],
-                "peak_mem_mb": max(res["peak_mem_mb_train"]),
-                "server_peak_mb": max(servers) if servers else None}
+        return {"records": res["records"], "test": res["test"],
+                "peak_mem_mb": max(res["peak_mem_mb_train"])} | how
     row = summarize_run("DGL DistDGL 2.1", res["records"], wall, test_acc=res["test_acc"],
                         peak=max(res["peak_mem_mb_train"]))
-    row.update(server_peak_mb=max(servers) if servers else None, test_nodes=res["test_nodes"],
-               peak_mem_mb_after_eval=max(res["peak_mem_mb_end"]), leftover_procs=left,
-               shutdown_killed=res.get("shutdown_killed"), hung_runs=res["hung_runs"])
-    row["phases"] = mean_phases([r["phases_max"] for r in res["records"][1:]])
-    return row | startup(res["records"], launched)
+    return row | how | {"test_nodes": res["test_nodes"],
+                        "peak_mem_mb_after_eval": max(res["peak_mem_mb_end"]),
+                        "phases": mean_phases([r["phases_max"] for r in res["records"][1:]])
+                        } | startup(res["records"], launched)
 
 
 def startup(records: list[dict[str, Any]], launched: float) -> dict[str, Any]:

@@ -170,7 +170,8 @@ def train_link_dgl(args: argparse.Namespace, g, reduce) -> dict[str, Any]:
     chosen[arrays["new_eid"][train_edge_ids(g.num_edges(), config.task, config.loop.seed)]] = True
     loader = dgl.dataloading.DistEdgeDataLoader(
         g, dgl.distributed.edge_split(chosen, g.get_partition_book(), force_even=True),
-        dgl.dataloading.NeighborSampler(args.fanouts), exclude="reverse_id", reverse_eids=arrays["reverse"],
+        dgl.dataloading.NeighborSampler(args.fanouts), exclude="reverse_id",
+        reverse_eids=arrays["reverse"],
         negative_sampler=dgl.dataloading.negative_sampler.Uniform(config.task.negatives),
         batch_size=config.task.edge_batch_size, shuffle=True, drop_last=False)
     records = []

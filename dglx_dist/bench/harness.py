@@ -84,10 +84,7 @@ def run_single(setup: Setup) -> dict[str, Any]:
            "--fanouts", ",".join(map(str, setup.fanouts)),
            "--batch-size", str(setup.batch_size * setup.world)]
     t0 = time.perf_counter()
-    (proc,), _ = run_group([cmd], _env(setup), setup.timeout, [None])
-    if proc.returncode:
-        raise RunFailedError(f"single-process DGL failed with exit code {proc.returncode}")
-    return summarize(parse_records(proc.stdout)) | {
+    return summarize(parse_records(_stdout(cmd, _env(setup), setup, "single-process DGL"))) | {
         "network": "none (1 process)", "run_wall_s": round(time.perf_counter() - t0, 1),
         "note": f"batch {setup.batch_size * setup.world} (= the global batch)"}
 
@@ -251,9 +248,14 @@ def run_env(setup: Setup) -> dict[str, str]:
 def _virtual(setup: Setup, target: list[str]) -> str:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(setup.world),
            "--master-port", str(free_local_port()), *target]
-    (proc,), _ = run_group([cmd], run_env(setup), setup.timeout, [None])
+    return _stdout(cmd, run_env(setup), setup, "dglx train")
+
+
+def _stdout(cmd: list[str], env: dict[str, str], setup: Setup, what: str) -> str:
+    """The stdout of ``cmd`` run within the setup's timeout; ``what`` names it if it fails."""
+    (proc,), _ = run_group([cmd], env, setup.timeout, [None])
     if proc.returncode:
-        raise RunFailedError(f"dglx train failed with exit code {proc.returncode}")
+        raise RunFailedError(f"{what} failed with exit code {proc.returncode}")
     return proc.stdout
 
 

@@ -1,10 +1,7 @@
-"""The benchmark's presets (dataset shape, epochs, model width, cluster shape) and the choice
-of network the strategies run on. A preset is a frozen value; what it sets in a run is the
-:class:`~dglx_dist.config.RunConfig` it returns (:meth:`Preset.run`, :meth:`TypedPreset.run`,
-:meth:`ScriptPreset.run`), under the flags given on the command line
-(``cli_flags.add_flags(..., overlay=True)``). Its :attr:`~Preset.kind` says which kind of
-dataset it generates (a graph without types, or one with node and edge types), which chooses
-the systems that run (:data:`dglx_dist.bench.kinds.KINDS`)."""
+"""The benchmark's presets, frozen values that return the :class:`~dglx_dist.config.RunConfig`
+a run starts from (``run``; the flags given on the command line go over it), and the choice
+of network the strategies run on. A preset's ``kind`` (a graph without types, or a typed one)
+chooses the systems that run (:data:`dglx_dist.bench.kinds.KINDS`)."""
 from __future__ import annotations
 
 import argparse
