@@ -20,11 +20,8 @@ def synthetic_dataset(config, workdir: Path) -> Path:
     keyed by the config."""
     from dglx_dist.data.synthetic import write_synthetic
 
-    path = workdir / f"synthetic-{_config_key(config)}"
-    if not (path / "meta.json").is_file():
-        log.info("generating synthetic dataset %s: %s", path, config)
-        write_synthetic(config, path, progress=True)
-    return path
+    return _cached("synthetic", "synthetic", config, workdir,
+                   lambda path: write_synthetic(config, path, progress=True))
 
 
 def mag_dataset_dir(config, workdir: Path) -> Path:
@@ -33,16 +30,17 @@ def mag_dataset_dir(config, workdir: Path) -> Path:
     config."""
     from dglx_dist.data.mag import write_mag
 
-    path = workdir / f"mag-{_config_key(config)}"
-    if not (path / "meta.json").is_file():
-        log.info("generating typed dataset %s: %s", path, config)
-        write_mag(config, path)
-    return path
+    return _cached("mag", "typed", config, workdir, lambda path: write_mag(config, path))
 
 
-def _config_key(config) -> str:
+def _cached(prefix: str, what: str, config, workdir: Path, write) -> Path:
+    """``workdir/<prefix>-<config's key>``, written by ``write(path)`` unless it is there."""
     key = hashlib.sha1(json.dumps(dataclasses.asdict(config), sort_keys=True).encode())
-    return key.hexdigest()[:12]
+    path = workdir / f"{prefix}-{key.hexdigest()[:12]}"
+    if not (path / "meta.json").is_file():
+        log.info("generating %s dataset %s: %s", what, path, config)
+        write(path)
+    return path
 
 
 def data_key(data: Path) -> str:

@@ -1,10 +1,7 @@
 """DGL's own DistDGL, run on one host: partitions (DGL's, and ours made the same way) and a
 job of 2 simulated machines, each one DGL server and one trainer in its own mount namespace
 (:mod:`dglx_dist.bench.dgl_distdgl_worker`, started as ``python -m``; its docstring says why
-each machine needs a private /dev/shm).
-
-The result row (:func:`summarize_run`) has the per-epoch records, mean epoch time without the
-first, test accuracy, the trainers' and servers' peak memory and the phase times of DGL's loop.
+each machine needs a private /dev/shm); the result row (:func:`summarize_run`).
 """
 from __future__ import annotations
 

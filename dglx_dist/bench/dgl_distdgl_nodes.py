@@ -158,7 +158,6 @@ def whole_degree_hooks(g, model, fanouts) -> list:
     normalises by the sources' out-degrees in the whole graph (DistDGL's ``g.out_degrees``)
     rather than within the block; the handles, to remove."""
     from dglx_dist.convs import adapter_for
-    from dglx_dist.errors import InvalidValueError
 
     if len(g.ntypes) > 1:
         return []

@@ -105,22 +105,21 @@ def run_dgl_distdgl(setup: Setup) -> dict[str, Any]:
                  f"finishing")
     if res.get("hung_runs"):
         note += "; run again after a DGL trainer hung in its RPC"
+    link = setup.run.task.name == "link"
+    if link:
+        note += "; DGL 2.1's DistGraph ignores exclude_edges (blocks keep the batch's edges)"
     common = {"network": setup.network if emulated else "loopback (not shaped)",
-              "bytes_intra": None, "peak_mem_mb": res["peak_mem_mb"]}
-    if setup.run.task.name == "link":
+              "bytes_intra": None, "peak_mem_mb": res["peak_mem_mb"],
+              "run_wall_s": round(time.perf_counter() - t0, 1), "note": note}
+    if link:
         row = summarize(res["records"] + [res["test"]])
-        return row | common | {
-            "bytes_inter": row["bytes_inter"] if emulated else None,
-            "run_wall_s": round(time.perf_counter() - t0, 1),
-            "note": note + "; DGL 2.1's DistGraph ignores exclude_edges (blocks keep the "
-                           "batch's edges)"}
+        return row | common | {"bytes_inter": row["bytes_inter"] if emulated else None}
     records = [{"epoch_time": t, "val_acc": v} for t, v in
                zip(res["epoch_times"], res.get("val_accs") or [None] * res["epochs"])]
     return summarize(records) | common | {
         "startup_s": res.get("startup_s"), "test_acc": res["test_acc"], "steps": res["steps"],
         "bytes_inter": res.get("bytes_sent_inter_per_epoch"), "phases": res.get("phases"),
-        "bytes_inter_busiest": res.get("bytes_sent_inter_busiest_per_epoch"),
-        "run_wall_s": round(time.perf_counter() - t0, 1), "note": note}
+        "bytes_inter_busiest": res.get("bytes_sent_inter_busiest_per_epoch")}
 
 
 def strategy_config(name: str, setup: Setup, extra: Options) -> StrategyConfig:

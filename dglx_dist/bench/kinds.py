@@ -1,9 +1,7 @@
-"""Which systems ``dglx bench`` runs, by the kind of dataset: a graph without types (``graph``)
-or one with node and edge types (``typed``). A dataset directory's kind is read from it
-(:func:`kind_of`); a preset's is its :attr:`~dglx_dist.bench.presets.Preset.kind`. Each
-kind in :data:`KINDS` is data for the one harness (:func:`~dglx_dist.bench.harness.systems`):
-its baselines, the capabilities a strategy needs, how a strategy's run starts, what it
-refuses, the model and the report's table.
+"""Which systems ``dglx bench`` runs, by the kind of dataset (:data:`KINDS`): a graph without
+types (``graph``) or one with node and edge types (``typed``), read from a dataset directory
+(:func:`kind_of`) or a preset's ``kind``; each is data for the one harness
+(:func:`~dglx_dist.bench.harness.systems`).
 """
 from __future__ import annotations
 
