@@ -17,10 +17,6 @@ from dglx_dist.errors import InvalidValueError
 __all__ = ["COMMANDS", "add_arguments", "run"]
 
 
-def _names(text: str) -> list[str]:
-    return [x for x in text.split(",") if x]
-
-
 def _fanouts(text: str) -> tuple[int, ...]:
     parts = text.split(",")
     if not all(p.strip().isdigit() and int(p) > 0 for p in parts):
@@ -39,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "typed graph shaped like ogbn-mag, the R-GCN, ~2 min")
     p.add_argument("--data", help="a dataset directory (typed too) or built-in name (instead "
                                   "of the preset's synthetic graph)")
-    p.add_argument("--systems", type=_names,
+    p.add_argument("--systems", type=lambda text: [x for x in text.split(",") if x],
                    help="comma-separated (default: dgl, dgl-distdgl and every strategy; on a "
                         "typed dataset, dgl-distdgl and every strategy that trains one)")
     p.add_argument("--repeat", type=number(int, 1), default=1,
