@@ -113,14 +113,6 @@ def _get(config: Any, path: tuple[str, ...]) -> Any:
     return config
 
 
-def _default(f: _Flag, base: Any) -> Any:
-    if base is not None:
-        return _get(base, f.path)
-    if f.field.default is not dataclasses.MISSING:
-        return f.field.default
-    return None
-
-
 def _argument(f: _Flag, default: Any, overlay: bool) -> dict[str, Any]:
     meta, help = f.field.metadata, f.field.metadata.get("help", "")
     overlaid = {"default": argparse.SUPPRESS} if overlay else {}
@@ -165,7 +157,9 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, *,
         raise InvalidValueError(f"changes to flags {sorted(unknown)} that {cls.__name__} "
                                 f"does not add here")
     for f in flags:
-        kwargs = _argument(f, _default(f, base), overlay) | (changes or {}).get(f.dest, {})
+        default = (_get(base, f.path) if base is not None else
+                   None if f.field.default is dataclasses.MISSING else f.field.default)
+        kwargs = _argument(f, default, overlay) | (changes or {}).get(f.dest, {})
         parser.add_argument(f.name, dest=f.dest, **kwargs)
 
 

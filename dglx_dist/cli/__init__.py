@@ -29,16 +29,13 @@ _COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
     **data.COMMANDS, **files.COMMANDS, **train.COMMANDS, **cluster.COMMANDS, **bench.COMMANDS}
 
 
-_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-
-
 def _add_logging(p: argparse.ArgumentParser, default) -> None:
     """The logging flags, on the command and on each subcommand (``dglx train --debug``)."""
     p.add_argument("-v", "--verbose", "--debug", dest="log_level", action="store_const",
                    const="DEBUG", default=default,
                    help="debug logging, with tracebacks of errors (= --log-level DEBUG)")
-    p.add_argument("--log-level", choices=_LOG_LEVELS, type=str.upper, default=default,
-                   help="logging level (default INFO)")
+    p.add_argument("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"), type=str.upper,
+                   default=default, help="logging level (default INFO)")
 
 
 def build_parser() -> argparse.ArgumentParser:

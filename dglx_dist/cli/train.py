@@ -214,12 +214,8 @@ class _MetricsSink:
             self.file.close()
 
 
-def _add_train(p: argparse.ArgumentParser) -> None:
-    add_flags(p, RunConfig)  # every section of the run config (dglx_dist.config)
-
-
 # name: (help, add the arguments, run)
 COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
     "train": ("train a reference model under torchrun/srun with a strategy; JSON lines out",
-              _add_train, _cmd_train),
+              lambda p: add_flags(p, RunConfig), _cmd_train),  # every section's flags
 }
