@@ -50,20 +50,12 @@ def partition_link(args: argparse.Namespace, graph_name: str) -> None:
     orig_nid, orig_eid = dgl.distributed.partition_graph(
         train_g, graph_name, args.parts, args.out, part_method="metis", balance_edges=True,
         return_mapping=True)
-    new_nid, new_eid = _inverse(orig_nid), _inverse(orig_eid)
+    new_nid, new_eid = torch.argsort(orig_nid), torch.argsort(orig_eid)  # the inverse maps
     arrays = {"new_nid": new_nid, "new_eid": new_eid,
               "reverse": new_eid[reverse[orig_eid]],  # DGL edge e's reverse, in DGL's ids
               "val_u": val[0], "val_v": val[1], "test_u": test[0], "test_v": test[1]}
     for name, value in arrays.items():
         np.save(Path(args.out, f"link_{name}.npy"), torch.as_tensor(value).numpy())
-
-
-def _inverse(perm):
-    import torch
-
-    out = torch.empty_like(perm)
-    out[perm] = torch.arange(perm.numel(), dtype=perm.dtype)
-    return out
 
 
 def _arrays(part_config: str) -> dict[str, Any]:

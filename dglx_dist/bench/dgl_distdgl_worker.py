@@ -163,19 +163,14 @@ def server_main(args: argparse.Namespace) -> None:
         json.dumps({"peak_mb": round(status_mb(), 1)}))
 
 
-def _patch_machine_id(machine: int) -> None:
-    """Every "machine" is 127.0.0.1 here, so tell DGL's client which one it is on."""
-    from dgl.distributed import rpc_client
-
-    rpc_client.get_local_machine_id = lambda _namebook: machine
-
-
 def _setup(args: argparse.Namespace):
     """Initialises DGL and torch.distributed; returns the graph."""
     import dgl
     import torch.distributed as dist
+    from dgl.distributed import rpc_client
 
-    _patch_machine_id(args.machine)
+    # every "machine" is 127.0.0.1 here, so tell DGL's client which one it is on
+    rpc_client.get_local_machine_id = lambda _namebook: args.machine
     dgl.distributed.initialize(args.ip_config)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.pg_timeout))
     g = dgl.distributed.DistGraph(GRAPH_NAME, part_config=args.part_config)

@@ -90,9 +90,8 @@ def run_single(setup: Setup) -> dict[str, Any]:
 
 
 def run_dgl_distdgl(setup: Setup) -> dict[str, Any]:
-    """DGL's DistDGL: 2 simulated machines, one server + one trainer each, on the setup's
-    emulated network (each machine in a server's namespace; bytes from the interface
-    counters) or, on virtual servers, on loopback (not shaped; bytes not counted)."""
+    """DGL's DistDGL's row (:func:`~dglx_dist.bench.dgl_distdgl.run_dgl`): on the setup's
+    emulated network, or on loopback beside virtual servers (not shaped, bytes not counted)."""
     t0 = time.perf_counter()
     res = run_dgl(setup, _env(setup))
     emulated = setup.network.startswith("emulated-")

@@ -64,9 +64,8 @@ class Targets:
 
 
 TARGETS = {"typed": Targets("test_acc", points=1.0), "link": Targets("test_mrr", fewer_bytes=True)}
-"""The targets each table is checked against: issue 34's for typed graphs (median epoch time
-at most 0.8x DGL's DistDGL's, test accuracy within 1 point), issue 36's for link prediction
-(at most 0.8x its epoch time and fewer bytes)."""
+"""The targets each table is checked against (issue 34's for typed graphs, issue 36's for link
+prediction; :meth:`Targets.legend` says them)."""
 REFERENCE = "dgl-distdgl"
 
 
