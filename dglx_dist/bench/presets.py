@@ -91,7 +91,6 @@ class TypedPreset:
     setup's batch, fanouts and cluster shape (the defaults of examples/rgcn_hetero.py)."""
 
     kind: ClassVar[str] = "typed"
-    """The kind of dataset it generates (:data:`dglx_dist.bench.kinds.KINDS`)."""
 
     graph: str
     """A :data:`~dglx_dist.data.mag.MAG_PRESETS` name (its seed replaced by the run's)."""

@@ -135,14 +135,6 @@ def run_all(args: argparse.Namespace, setup: Setup, kind: DataKind) -> list[dict
     return rows
 
 
-def _write(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any], figure: bool) -> str:
-    write_jsonl(rows, out / "results.jsonl")
-    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-    text = _render(out, rows, meta, figure)
-    write_record(out, BENCH_DIR.name)  # the run's every file, its work/ caches included
-    return text
-
-
 def _render(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any], figure: bool) -> str:
     """Writes results.md (and bench.png) from the rows and meta; returns the markdown."""
     text = markdown(rows, meta)
@@ -176,7 +168,10 @@ def run_bench(args: argparse.Namespace, command: str) -> tuple[list[dict[str, An
             "target_fraction": args.target, "target_acc": target, "cpus": os.cpu_count(),
             "load_avg_1m": round(os.getloadavg()[0], 2),
             "wall_s": round(time.perf_counter() - t0, 1)}
-    text = _write(args.out, rows, meta, not args.no_plot)
+    write_jsonl(rows, args.out / "results.jsonl")
+    (args.out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    text = _render(args.out, rows, meta, not args.no_plot)
+    write_record(args.out, BENCH_DIR.name)  # the run's every file, its work/ caches included
     log.info("done in %.0f s; results in %s", meta["wall_s"], args.out)
     return rows, text
 
