@@ -125,31 +125,26 @@ def shm_wrapper() -> list[str]:
                             "shared-memory tensors")
 
 
-def _commands(setup: Setup, part_config: Path, run_dir: Path, addresses: list[str],
-              ifname: str) -> list[list[str]]:
-    """One ``machine`` command per simulated machine at ``addresses`` (its trainers' gloo on
-    ``ifname``), each under :func:`shm_wrapper`."""
-    ip_config = run_dir / "ip_config.txt"
-    ip_config.write_text("".join(f"{a} {free_local_port()}\n" for a in addresses))
-    common = ["--machines", str(MACHINES), "--ip-config", str(ip_config), "--part-config",
-              str(part_config), "--result-dir", str(run_dir), "--master-addr", addresses[0],
-              "--master-port", str(free_local_port()), "--ifname", ifname,
-              "--timeout", str(setup.timeout)] + hyper(setup)
-    return [shm_wrapper() + WORKER + ["machine", "--machine", str(m)] + common
-            for m in range(MACHINES)]
-
-
 def _run_machines(setup: Setup, part_config: Path, run_dir: Path, env: dict[str, str],
                   logs: list[Path]) -> tuple[list[subprocess.CompletedProcess], int]:
     """The machines on loopback, or each in its server's namespace of an emulated cluster
-    (``setup.network`` ``emulated-<preset>``, the link our strategies get)."""
+    (``setup.network`` ``emulated-<preset>``, the link our strategies get): one ``machine``
+    command each, its trainer's gloo on the cluster's interface."""
     from dglx_dist.cluster.emulate import IFNAME, PRESETS, emulated
 
     link = setup.network.removeprefix("emulated-")
     with (emulated(MACHINES, PRESETS[link]) if link in PRESETS
           else contextlib.nullcontext()) as cluster:
-        where = (cluster.addresses, IFNAME) if cluster else (["127.0.0.1"] * MACHINES, "lo")
-        cmds = _commands(setup, part_config, run_dir, *where)
+        addresses, ifname = ((cluster.addresses, IFNAME) if cluster
+                             else (["127.0.0.1"] * MACHINES, "lo"))
+        ip_config = run_dir / "ip_config.txt"
+        ip_config.write_text("".join(f"{a} {free_local_port()}\n" for a in addresses))
+        common = ["--machines", str(MACHINES), "--ip-config", str(ip_config), "--part-config",
+                  str(part_config), "--result-dir", str(run_dir), "--master-addr", addresses[0],
+                  "--master-port", str(free_local_port()), "--ifname", ifname,
+                  "--timeout", str(setup.timeout)] + hyper(setup)
+        cmds = [shm_wrapper() + WORKER + ["machine", "--machine", str(m)] + common
+                for m in range(MACHINES)]  # each machine with its own /dev/shm
         if cluster:
             cmds = [cluster.command(m, cmd) for m, cmd in enumerate(cmds)]
         log.info("dgl: %s", " ".join(cmds[0]))

@@ -25,6 +25,7 @@ namespace), ``server`` and ``trainer`` (started by ``machine``; its loops:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import logging
@@ -155,10 +156,8 @@ def server_main(args: argparse.Namespace) -> None:
     """A DGL graph server: ``initialize`` serves until the clients shut it down, then exits."""
     import dgl
 
-    try:
+    with contextlib.suppress(SystemExit):
         dgl.distributed.initialize(args.ip_config)
-    except SystemExit:
-        pass
     Path(args.result_dir, f"server{args.machine}.json").write_text(
         json.dumps({"peak_mb": round(status_mb(), 1)}))
 
