@@ -38,8 +38,7 @@ MACHINES = 2
 
 
 def dgl_batch(setup: Setup) -> int:
-    """Seeds (link: training edges) per DGL trainer per step: the setup's global batch over
-    the 2 simulated machines."""
+    """Seeds (link: training edges) per DGL trainer per step: the global batch over 2 machines."""
     return setup.batch_size * setup.world // MACHINES
 
 
