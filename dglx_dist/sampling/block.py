@@ -102,8 +102,9 @@ class Block:
         all_etypes: DGL's block keeps every edge type, also those without edges (a
             co-batch's, whose model sees the whole graph's relations); else only the types
             with edges, as DGL's distributed sampler gives them.
-        dgl_form: DGL's block of the structure, once :meth:`to_dgl` built it (shared by the
-            local copies: a static block is converted once, its formats built once).
+        dgl_form: DGL's block of the structure (one type: its graph index), once
+            :meth:`to_dgl` built it (shared by the local copies: a static block is converted
+            once, its formats built once).
     """
 
     src_nodes: torch.Tensor
@@ -280,7 +281,8 @@ class Block:
         if not self.dgl_form:  # the structure once; each call a copy with rows of its own
             self.dgl_form.append(self._dgl_structure())
         if self.untyped_form:
-            block = _with_rows(self.dgl_form[0], [self.frame(s, 0) for s in ("src", "dst", "edge")])
+            block = _with_rows(self.dgl_form[0], [self.frame(s, 0) for s in ("src", "dst", "edge")],
+                               (self.src_nodes.numel(), self.num_dst[0], self.src.numel()))
         else:
             block = self.dgl_form[0].local_var()
             for t, name in enumerate(self.ntypes):
@@ -296,7 +298,7 @@ class Block:
         import dgl  # noqa: PLC0415 - the edge: only here does a block become DGL's
 
         if self.untyped_form:
-            return _untyped_dgl_block(dgl, self.src, self.dst, self.src_nodes.numel(),
+            return _untyped_dgl_index(dgl, self.src, self.dst, self.src_nodes.numel(),
                                       self.num_dst[0])
         counts = torch.bincount(self.etype, minlength=len(self.canonical_etypes)).tolist()
         kept = [i for i, c in enumerate(counts) if c or self.all_etypes] or \
@@ -308,22 +310,21 @@ class Block:
                                 device=self.device)
 
 
-def _untyped_dgl_block(dgl, src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int):
-    """DGL's block of one node and edge type (``_N``, ``_E``) with edges ``src -> dst``, as
-    ``dgl.create_block`` builds it less its checks and its general case (which take it 4-8x
-    as long): the package's numbering has put every end below its count. These are DGL
-    2.1's own internals (what its ``create_block`` calls); a DGL without them gets its
-    public call (``dgl``: the module, imported by the caller)."""
+def _untyped_dgl_index(dgl, src: torch.Tensor, dst: torch.Tensor, num_src: int,
+                       num_dst: int):
+    """DGL's graph index of a block of one node and edge type (``_N``, ``_E``) with edges
+    ``src -> dst``, as ``dgl.create_block`` builds it less its checks and its general case
+    (which take it 4-8x as long): the package's numbering has put every end below its
+    count. These are DGL 2.1's own internals (what its ``create_block`` calls); a DGL
+    without them gets its public call's (``dgl``: the module, imported by the caller)."""
     try:
         from dgl import graph_index, heterograph_index  # noqa: PLC0415
-        from dgl.heterograph import DGLBlock  # noqa: PLC0415
     except ImportError:
-        return dgl.create_block((src, dst), num_src_nodes=num_src, num_dst_nodes=num_dst)
+        return dgl.create_block((src, dst), num_src_nodes=num_src, num_dst_nodes=num_dst)._graph
     relation = heterograph_index.create_unitgraph_from_coo(2, num_src, num_dst, src, dst,
                                                            ["coo", "csr", "csc"])
-    index = heterograph_index.create_heterograph_from_relations(
+    return heterograph_index.create_heterograph_from_relations(
         _metagraph(graph_index), [relation], None)  # the node counts: the relation's
-    return DGLBlock(index, (list(UNTYPED[0]), list(UNTYPED[0])), [UNTYPED[1][0][1]])
 
 
 @functools.cache
@@ -332,16 +333,16 @@ def _metagraph(graph_index):
     return graph_index.from_coo(2, [0], [1], True)
 
 
-def _with_rows(form, rows: list[dict]):
-    """A DGL block of one type on the structure of ``form`` whose source, destination and
-    edge rows are ``rows``: DGL's frames made at once (as its ``to_block`` makes them), not
-    through a copy's views (3-4x as long)."""
+def _with_rows(index, rows: list[dict], counts: tuple[int, int, int]):
+    """DGL's block of one type on the graph ``index`` whose source, destination and edge
+    rows are ``rows`` (``counts`` of each): DGL's frames made at once, as its ``to_block``
+    makes them, not through a block's views (3-4x as long)."""
     from dgl.frame import Frame  # noqa: PLC0415
+    from dgl.heterograph import DGLBlock  # noqa: PLC0415
 
-    counts = (form.num_src_nodes(), form.num_dst_nodes(), form.num_edges())
     frames = [Frame(row, n) for row, n in zip(rows, counts)]
-    return type(form)(form._graph, (list(UNTYPED[0]), list(UNTYPED[0])), [UNTYPED[1][0][1]],
-                      frames[:2], frames[2:])
+    return DGLBlock(index, (list(UNTYPED[0]), list(UNTYPED[0])), [UNTYPED[1][0][1]],
+                    frames[:2], frames[2:])
 
 
 @functools.cache
