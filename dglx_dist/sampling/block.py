@@ -311,8 +311,7 @@ class Block:
                                 device=self.device)
 
 
-def _untyped_dgl_index(dgl, src: torch.Tensor, dst: torch.Tensor, num_src: int,
-                       num_dst: int):
+def _untyped_dgl_index(dgl, src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int):
     """DGL's graph index of a block of one node and edge type (``_N``, ``_E``) with edges
     ``src -> dst``, as ``dgl.create_block`` builds it less its checks and its general case
     (which take it 4-8x as long): the package's numbering has put every end below its
@@ -335,9 +334,8 @@ def _metagraph(graph_index):
 
 
 def _with_rows(index, rows: list[dict], counts: tuple[int, int, int]):
-    """DGL's block of one type on the graph ``index`` whose source, destination and edge
-    rows are ``rows`` (``counts`` of each): DGL's frames made at once, as its ``to_block``
-    makes them, not through a block's views (3-4x as long)."""
+    """DGL's block of one type on the graph ``index`` with source, destination and edge rows
+    ``rows`` (``counts`` of each) as its frames (as ``to_block``; its views take 3-4x)."""
     from dgl.frame import Frame  # noqa: PLC0415
     from dgl.heterograph import DGLBlock  # noqa: PLC0415
 
