@@ -12,6 +12,7 @@ it was raised on. Every failing rank also writes the line to torchrun's error fi
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import sys
@@ -26,9 +27,10 @@ from dglx_dist.runtime.comm import PeerError
 from dglx_dist.runtime.env import launch_position
 
 __all__ = ["RankZeroParser", "reporting_rank", "one_line", "report", "tell_launcher", "mark_in_session",
-           "same_on_every_rank", "step_aside"]
+           "same_on_every_rank", "step_aside", "has_left"]
 
 LATER_S = 10  # how much later a rank that saw another's failure dates its error file
+_LEFT = "dglx_left_{}"  # a store key: the reporting rank of a failure has left
 D = TypeVar("D", bound=DglxError)
 # dglx_dist itself, the standard library and installed packages: not the user's script
 _NOT_USER_CODE = tuple({os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -94,11 +96,30 @@ def report(exc: BaseException, rank: int, world_size: int, error_file: str | Non
     return line if speaks else None
 
 
-def step_aside() -> None:
-    """Called by a rank that does not report a failure before it exits: the reporting rank
-    exits first, so torchrun (whose root cause is the first failed process it observes)
-    names it."""
+def step_aside(store=None, reporter: int | None = None) -> None:
+    """Called by a rank that does not report a failure before it exits, so that the
+    reporting rank exits first: torchrun's root cause is the earliest dated of the processes
+    it has seen fail, and a rank still running when it looks is stopped, not counted. With
+    the session's ``store``, waits until rank ``reporter`` has left (:func:`has_left`; at most
+    :data:`LATER_S` seconds: a loaded machine may take seconds to tear a process down),
+    then a moment for its process to end; without one, a second."""
+    if store is not None and reporter is not None:
+        try:
+            store.wait([_LEFT.format(reporter)], datetime.timedelta(seconds=LATER_S))
+            time.sleep(0.2)
+            return
+        except Exception:  # noqa: BLE001 - timed out, or the store is gone: as without one
+            pass
     time.sleep(1.0)
+
+
+def has_left(store, rank: int) -> None:
+    """Tells the ranks that :func:`step_aside` that reporting rank ``rank`` is leaving (its
+    last act before its process ends)."""
+    try:
+        store.set(_LEFT.format(rank), "1")
+    except Exception:  # noqa: BLE001 - the store is gone: the others wait out their limit
+        pass
 
 
 def tell_launcher(error_file: str | None, message: str, later: bool = False) -> None:

@@ -31,8 +31,9 @@ from dglx_dist.runtime.comm import ByteCounter, Comm, PeerError
 from dglx_dist.runtime.device import (Placement, choose_placement, group_backend, mixed_devices,
                                       nccl_environment)
 from dglx_dist.runtime.env import DistEnv, read_env
-from dglx_dist.runtime.failure import (mark_in_session, one_line, report, same_on_every_rank,
-                                      step_aside, tell_launcher)
+from dglx_dist.runtime.failure import (has_left, mark_in_session, one_line, report,
+                                      reporting_rank, same_on_every_rank, step_aside,
+                                      tell_launcher)
 from dglx_dist.runtime.health import DDP_GROUP, Health
 from dglx_dist.runtime.orphan import LauncherWatch
 from dglx_dist.runtime.topology import Topology
@@ -220,6 +221,7 @@ class Session:
     def _install_exit_handlers(self) -> None:
         """Shut down at exit if nobody did; remember an uncaught exception for the peers."""
         self._exit_error: BaseException | None = None
+        self._reported = False  # this rank printed the failure it leaves with
         self._previous_hook = sys.excepthook
 
         def excepthook(tp, value, tb):
@@ -245,10 +247,11 @@ class Session:
             log.debug("rank %d: uncaught", self.rank, exc_info=(tp, value, tb))
             line = report(value, self.rank, self.world_size, self.env.error_file,
                           prefix=f"dglx_dist error on rank {self.rank}: ")
+            self._reported = line is not None
             if line is not None:
                 sys.stderr.write(line + "\n")
             else:
-                step_aside()
+                step_aside(self._store, reporting_rank(value, self.rank, self.world_size))
 
         sys.excepthook = self._excepthook = excepthook
         atexit.register(self._at_exit)
@@ -288,6 +291,8 @@ class Session:
             # finish freeing them first.
             time.sleep(0.1)
             dist.destroy_process_group()
+        if getattr(self, "_reported", False) and self._store is not None:
+            has_left(self._store, self.rank)  # the ranks stepping aside may leave now
         self._store = None
         atexit.unregister(self._at_exit)
         if sys.excepthook is self._excepthook:

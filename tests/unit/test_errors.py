@@ -175,3 +175,34 @@ def test_cli_debug_adds_the_traceback(caplog):
     assert main(["train", "--data", "nosuch", "--debug"]) == 2
     [record] = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert record.exc_info is not None
+
+
+def test_a_rank_that_does_not_report_leaves_after_the_reporting_rank_has_left():
+    """torchrun names as root cause the earliest dated of the processes failed when it looks,
+    and stops those still running: a rank that only saw another's failure waits in the
+    session's store until the reporting rank says it is leaving (a loaded machine may take
+    more than a second to tear that rank down), then goes."""
+    import threading
+    import time
+
+    import torch.distributed as dist
+
+    from dglx_dist.runtime.failure import has_left, step_aside
+
+    store = dist.HashStore()
+    left_at: list[float] = []
+
+    def reporter():
+        time.sleep(1.5)  # longer than the second a rank stepped aside before
+        left_at.append(time.monotonic())
+        has_left(store, 1)
+
+    thread = threading.Thread(target=reporter)
+    thread.start()
+    step_aside(store, reporter=1)
+    done = time.monotonic()
+    thread.join()
+    assert left_at and done >= left_at[0]
+    start = time.monotonic()
+    step_aside(store, reporter=1)  # it has left: no second wait
+    assert time.monotonic() - start < 1.0
