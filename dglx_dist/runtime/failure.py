@@ -31,6 +31,7 @@ __all__ = ["RankZeroParser", "reporting_rank", "one_line", "report", "tell_launc
 
 LATER_S = 10  # how much later a rank that saw another's failure dates its error file
 _LEFT = "dglx_left_{}"  # a store key: the reporting rank of a failure has left
+ASIDE_S = 2.0  # how long a rank that does not report a failure waits for the one that does
 D = TypeVar("D", bound=DglxError)
 # dglx_dist itself, the standard library and installed packages: not the user's script
 _NOT_USER_CODE = tuple({os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -102,15 +103,13 @@ def step_aside(store=None, reporter: int | None = None) -> None:
     it has seen fail, and a rank still running when it looks is stopped, not counted. With
     the session's ``store``, waits until rank ``reporter`` has left (:func:`has_left`; at most
     :data:`LATER_S` seconds: a loaded machine may take seconds to tear a process down),
-    then a moment for its process to end; without one, a second."""
+    then :data:`ASIDE_S` for its interpreter to end; without one, :data:`ASIDE_S`."""
     if store is not None and reporter is not None:
         try:
             store.wait([_LEFT.format(reporter)], datetime.timedelta(seconds=LATER_S))
-            time.sleep(0.2)
-            return
         except Exception:  # noqa: BLE001 - timed out, or the store is gone: as without one
             pass
-    time.sleep(1.0)
+    time.sleep(ASIDE_S)
 
 
 def has_left(store, rank: int) -> None:

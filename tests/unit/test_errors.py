@@ -187,7 +187,7 @@ def test_a_rank_that_does_not_report_leaves_after_the_reporting_rank_has_left():
 
     import torch.distributed as dist
 
-    from dglx_dist.runtime.failure import has_left, step_aside
+    from dglx_dist.runtime.failure import ASIDE_S, has_left, step_aside
 
     store = dist.HashStore()
     left_at: list[float] = []
@@ -202,7 +202,7 @@ def test_a_rank_that_does_not_report_leaves_after_the_reporting_rank_has_left():
     step_aside(store, reporter=1)
     done = time.monotonic()
     thread.join()
-    assert left_at and done >= left_at[0]
+    assert left_at and done >= left_at[0] + ASIDE_S  # and its interpreter's end after
     start = time.monotonic()
-    step_aside(store, reporter=1)  # it has left: no second wait
-    assert time.monotonic() - start < 1.0
+    step_aside(store, reporter=1)  # it has left: no wait in the store
+    assert time.monotonic() - start < ASIDE_S + 1.0
