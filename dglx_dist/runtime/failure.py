@@ -30,7 +30,7 @@ __all__ = ["RankZeroParser", "reporting_rank", "one_line", "report", "tell_launc
            "same_on_every_rank", "step_aside", "has_left"]
 
 LATER_S = 10  # how much later a rank that saw another's failure dates its error file
-_LEFT = "dglx_left_{}"  # a store key: the reporting rank of a failure has left
+_LEFT = "dglx/left/{}"  # a store key: the reporting rank of a failure has left
 ASIDE_S = 2.0  # how long a rank that does not report a failure waits for the one that does
 D = TypeVar("D", bound=DglxError)
 # dglx_dist itself, the standard library and installed packages: not the user's script

@@ -92,6 +92,7 @@ class Session:
                              store_timeout=min(10.0, env.timeout / 2))
         self.counter = ByteCounter()
         self._store = store
+        self._reported = False  # this rank printed the failure it leaves with (shutdown says so)
         self._closers: list[Callable[[], None]] = []
         topo = self.topology
         # a script's own default group without gloo (plain NCCL) cannot carry host tensors
@@ -221,7 +222,6 @@ class Session:
     def _install_exit_handlers(self) -> None:
         """Shut down at exit if nobody did; remember an uncaught exception for the peers."""
         self._exit_error: BaseException | None = None
-        self._reported = False  # this rank printed the failure it leaves with
         self._previous_hook = sys.excepthook
 
         def excepthook(tp, value, tb):
@@ -291,7 +291,7 @@ class Session:
             # finish freeing them first.
             time.sleep(0.1)
             dist.destroy_process_group()
-        if getattr(self, "_reported", False) and self._store is not None:
+        if self._reported and self._store is not None:
             has_left(self._store, self.rank)  # the ranks stepping aside may leave now
         self._store = None
         atexit.unregister(self._at_exit)

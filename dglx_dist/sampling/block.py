@@ -44,9 +44,9 @@ def relabel(dst_nodes: torch.Tensor, *ends: torch.Tensor, num_nodes: int | None 
     if num_nodes is None:
         nodes, index = relabel_sorted(dst_nodes, *ends, *inner)
         return nodes, index
-    dst = dst_nodes.long()  # one end: itself, no copy (nor a split below)
-    new = ends[0].long() if len(ends) == 1 else torch.cat([dst.new_zeros(0),
-                                                           *(e.long() for e in ends)])
+    dst = dst_nodes.long()
+    new = ends[0].long() if len(ends) == 1 else \
+        torch.cat([dst.new_zeros(0), *(e.long() for e in ends)])  # one end: no copy
     small = torch.int32 if new.numel() < 2 ** 31 else torch.int64  # a table half the size
     where = torch.arange(new.numel(), dtype=small, device=dst.device)
     # each id's first position among the ends (the destinations' before any), read back
@@ -57,8 +57,8 @@ def relabel(dst_nodes: torch.Tensor, *ends: torch.Tensor, num_nodes: int | None 
     rank = first  # reused: now each id's new number
     rank.index_copy_(0, nodes, torch.arange(nodes.numel(), dtype=small, device=dst.device))
     index = rank.index_select(0, new).long()
-    parts = [index] if len(ends) == 1 else list(torch.split(index, [e.numel() for e in ends]))
-    return nodes, parts + [rank.index_select(0, i.long()).long() for i in inner]
+    return nodes, list(torch.split(index, [e.numel() for e in ends])) + \
+        [rank.index_select(0, i.long()).long() for i in inner]
 
 
 def relabel_sorted(dst_nodes: torch.Tensor, *ends: torch.Tensor
