@@ -238,11 +238,14 @@ def read_dgl_config(json_path: str | os.PathLike) -> DglConfig:
                                 in (("node_map", ntypes, "num_nodes"),
                                     ("edge_map", etypes, "num_edges")))
     types = _graph_types(file, ntypes, canonical, node_ranges, edge_ranges) if typed else None
-    return DglConfig(file.resolve(), hashlib.sha256(file.read_bytes()).hexdigest(),
-                     m.get("graph_name"), m.get("part_method"), hops, m["num_nodes"],
-                     m["num_edges"], k, np.append(node_ranges[0, :, 0], m["num_nodes"]),
-                     np.append(edge_ranges[0, :, 0], m["num_edges"]), _part_files(file, m, k),
-                     ntypes, etypes, node_ranges, edge_ranges, types)
+    return DglConfig(
+        path=file.resolve(), sha256=hashlib.sha256(file.read_bytes()).hexdigest(),
+        graph_name=m.get("graph_name"), part_method=m.get("part_method"), halo_hops=hops,
+        num_nodes=m["num_nodes"], num_edges=m["num_edges"], num_parts=k,
+        node_offsets=np.append(node_ranges[0, :, 0], m["num_nodes"]),
+        edge_offsets=np.append(edge_ranges[0, :, 0], m["num_edges"]),
+        files=_part_files(file, m, k), ntypes=ntypes, etypes=etypes, node_ranges=node_ranges,
+        edge_ranges=edge_ranges, types=types)
 
 
 def _looks_like_dgl(file: Path) -> bool:
