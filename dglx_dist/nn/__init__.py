@@ -1,0 +1,9 @@
+"""DGL's convs written in torch (issue 59), for training without DGL: each takes DGL's
+constructor arguments, holds DGL's parameters under DGL's names and gives what ``dgl.nn``'s
+module of the same name gives on the same block. The graph is the package's
+:class:`~dglx_dist.sampling.block.Block` (or anything with ``edges()``, ``num_src_nodes()``
+and ``num_dst_nodes()``, a DGL block included). Nothing here imports DGL."""
+from dglx_dist.nn.graphconv import GraphConv
+from dglx_dist.nn.sageconv import SAGEConv
+
+__all__ = ["GraphConv", "SAGEConv"]
