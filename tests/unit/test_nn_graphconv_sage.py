@@ -211,3 +211,24 @@ def test_reprs_and_parameter_order_match_dgl():
         assert repr(mine) == repr(theirs)
         assert [n for n, _ in mine.named_parameters()] == \
             [n for n, _ in theirs.named_parameters()]
+
+
+def test_the_convs_train_without_dgl():
+    """In an interpreter where ``import dgl`` fails: a step of each conv on the package's
+    block (forward, backward)."""
+    from tests.unit.test_import_boundary import _run
+
+    proc = _run("""
+        import torch
+        from dglx_dist.nn import GraphConv, SAGEConv
+        from dglx_dist.sampling.block import Block
+        block = Block.untyped(torch.arange(4), torch.tensor([0, 5, 6, 2, 3]),
+                              torch.tensor([0, 0, 1, 2, 3]), torch.arange(5))
+        feat = torch.randn(block.num_src_nodes(), 3)
+        for conv in (GraphConv(3, 2), SAGEConv(3, 2, "mean"), SAGEConv(3, 2, "gcn"),
+                     SAGEConv(3, 2, "pool")):
+            conv(block, feat, edge_weight=torch.rand(5)).sum().backward()
+            assert all(p.grad is not None for p in conv.parameters())
+        assert "dgl" not in sys.modules
+    """)
+    assert proc.returncode == 0, proc.stderr
