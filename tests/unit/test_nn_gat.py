@@ -163,3 +163,15 @@ def test_refusals():
         conv(ours_graph, x, edge_weight=torch.ones(NUM_EDGES, 1))
     with pytest.raises(InvalidTypeError, match="pair"):
         GATConv((8, 4), 3, 2, allow_zero_in_degree=True)(ours_graph, x)
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_gatconv_runs_on_dgls_graphs_too(full):
+    """On DGL's block (or graph) the messages are DGL's kernels: the same output."""
+    ours_graph, dgl_graph = _graphs(8, full=full)
+    _, ours = _pair(dict(in_feats=8, num_heads=4, residual=True))
+    x = torch.randn(ours_graph.num_src_nodes(), 8)
+    weight = torch.rand(NUM_EDGES) + 0.5
+    for got, ref in zip(ours(dgl_graph, x, weight, get_attention=True),
+                        ours(ours_graph, x, weight, get_attention=True), strict=True):
+        assert torch.allclose(got, ref, atol=1e-5)
