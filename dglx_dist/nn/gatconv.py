@@ -91,7 +91,7 @@ class GATConv(nn.Module):
             raise InvalidValueError(
                 f"GATConv: {lonely} destination node(s) without an in-edge, whose output would "
                 "hold no message; expected one in-edge at least per destination: add self loops "
-                "to the graph (dgl.add_self_loop) or pass allow_zero_in_degree=True")
+                "to the graph or pass allow_zero_in_degree=True")
         h_dst, feat_src, feat_dst = self._project(graph, feat)
         el = (feat_src * self.attn_l).sum(-1, keepdim=True)
         er = (feat_dst * self.attn_r).sum(-1, keepdim=True)
