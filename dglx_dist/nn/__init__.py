@@ -6,6 +6,8 @@ other. The graph is the package's :class:`~dglx_dist.sampling.block.Block` (or a
 imports DGL."""
 from dglx_dist.nn.gatconv import GATConv
 from dglx_dist.nn.graphconv import GraphConv
+from dglx_dist.nn.heteroconv import HeteroGraphConv
+from dglx_dist.nn.relgraphconv import RelGraphConv, TypedLinear
 from dglx_dist.nn.sageconv import SAGEConv
 
-__all__ = ["GraphConv", "SAGEConv", "GATConv"]
+__all__ = ["GraphConv", "SAGEConv", "GATConv", "RelGraphConv", "TypedLinear", "HeteroGraphConv"]
