@@ -184,6 +184,29 @@ class Block:
             return torch.arange(self.src.numel(), device=self.src.device)
         return torch.nonzero(self.etype == etype).flatten()
 
+    def relation_types(self) -> list[int]:
+        """The edge types DGL's block of this one has (:meth:`to_dgl`): those with edges
+        (every type where none has one, or with ``all_etypes``)."""
+        counts = torch.bincount(self.etype, minlength=len(self.canonical_etypes)).tolist()
+        return [i for i, c in enumerate(counts) if c or self.all_etypes] or \
+            list(range(len(counts)))
+
+    def relation(self, etype) -> "Block":
+        """The one-type block of edge type ``etype`` (DGL's ``block[stype, etype, dtype]``):
+        the ``stype`` sources to the ``dtype`` destinations over that type's edges (their
+        ids kept), its rows those of this block (shared, as DGL's)."""
+        t = self.etype_index(etype)
+        s, d = (self.ntype_index(n) for n in self.canonical_etypes[t][::2])
+        at = self.edges_of(t)
+        src, dst_nodes = self.nodes_of(s), self.dst_nodes if s == d else self.nodes_of(d, True)
+        rel = Block(src, torch.zeros_like(src), (self.num_dst[d],), self.src.index_select(0, at),
+                    self.dst.index_select(0, at),
+                    None if self.eid is None else self.eid.index_select(0, at),
+                    torch.zeros_like(at), dst_nodes=dst_nodes)
+        rel.frames.update({("src", 0): self.frame("src", s), ("dst", 0): self.frame("dst", d),
+                           ("edge", 0): self.frame("edge", t)})
+        return rel
+
     # -- DGL's reading surface (rows by side and type; see frames.py) ----------------------
     def frame(self, side: str, index: int) -> dict:
         """The rows of the sources (``side`` "src"), destinations ("dst") or edges ("edge")
@@ -302,8 +325,7 @@ class Block:
             return _untyped_dgl_index(dgl, self.src, self.dst, self.src_nodes.numel(),
                                       self.num_dst[0])
         counts = torch.bincount(self.etype, minlength=len(self.canonical_etypes)).tolist()
-        kept = [i for i, c in enumerate(counts) if c or self.all_etypes] or \
-            list(range(len(counts)))
+        kept = self.relation_types()
         cut = list(zip(*(torch.split(x, counts) for x in (self.src, self.dst))))
         return dgl.create_block({self.canonical_etypes[i]: cut[i] for i in kept},
                                 num_src_nodes=dict(zip(self.ntypes, self.num_src)),

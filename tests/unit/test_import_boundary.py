@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # Packages imported with every module under them, and single modules.
 CORE_PACKAGES = ["dglx_dist.data", "dglx_dist.partition", "dglx_dist.runtime",
                  "dglx_dist.kvstore", "dglx_dist.checkpoint", "dglx_dist.offload",
-                 "dglx_dist.sampling", "dglx_dist.strategies", "dglx_dist.convs"]
+                 "dglx_dist.sampling", "dglx_dist.strategies", "dglx_dist.convs",
+                 "dglx_dist.nn"]
 CORE_MODULES = ["dglx_dist", "dglx_dist.errors", "dglx_dist.registry", "dglx_dist.cli_flags",
                 "dglx_dist.config", "dglx_dist.memory",
                 "dglx_dist.report", "dglx_dist.testing", "tests.doubles.invoke_api"]
