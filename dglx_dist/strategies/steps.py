@@ -215,7 +215,7 @@ class LoaderSpec:
             ``replace``).
         draw: a user's own sampler: ``draw(sampler, seeds)`` is the blocks it draws for
             ``seeds`` through the strategy's sampler (None: the fanouts say; see
-            :class:`~dglx_dist.api.samplers.UserSampler`).
+            :class:`~dglx_dist.api.dgl_samplers.UserSampler`).
         whole_degrees: the layers that take every in-neighbour (fanout -1) carry their
             sources' out-degrees in the whole graph (``srcdata[OUT_DEGREE]``), so a conv that
             normalises by source degrees (GraphConv) computes what it computes on the whole
