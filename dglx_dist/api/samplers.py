@@ -43,13 +43,15 @@ class NeighborSampler:
             number.
         edge_dir: "in" (draw in-edges) or "out" (out-edges, reversed into the blocks: drawn
             through DGL, which must be installed).
-        prob / mask: the name of the edge data that weighs (or masks) each draw; one of the
-            two.
+        prob: the name of the edge data that weighs each draw.
+        mask: the name of the boolean edge data that masks each draw (``prob`` or ``mask``).
         replace: draw with replacement.
-        prefetch_node_feats / prefetch_labels / prefetch_edge_feats: node data put on the
-            first block's sources, on the last block's destinations, edge data on every
-            block's edges (names, or dicts by type on a graph with types).
-        output_device / fused: DGL's; kept, not used (the strategy places the blocks).
+        prefetch_node_feats: node data put on the first block's sources (names, or a dict
+            by type on a graph with types).
+        prefetch_labels: node data put on the last block's destinations.
+        prefetch_edge_feats: edge data put on every block's edges.
+        output_device: DGL's; kept, not used (the strategy places the blocks).
+        fused: DGL's; kept, not used.
     """
 
     def __init__(self, fanouts, edge_dir: str = "in", prob: str | None = None,
