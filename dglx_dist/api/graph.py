@@ -14,11 +14,10 @@ import hashlib
 import itertools
 import os
 import types
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from dgl.frame import Scheme
 
 from dglx_dist.api.book import PartitionBook
 from dglx_dist.api.edata import EdgeData, EdgeSpace, EdgeTypes
@@ -367,6 +366,13 @@ def distribute(g, strategy: str | Strategy = "distdgl", *,
                   "writing the graph given to distribute", wait_timeout)
     parts = ensure_partitions(data, built, session, cache_dir, wait_timeout)
     return DistGraph(parts, built, session=session)
+
+
+class Scheme(NamedTuple):
+    """A data name's row shape and dtype (the fields of DGL's ``dgl.frame.Scheme``)."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
 
 
 def _schemes(data) -> dict[str, Scheme]:

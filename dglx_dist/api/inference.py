@@ -13,6 +13,7 @@ import torch
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.loader import DataLoader
 from dglx_dist.api.parallel import DistModel
+from dglx_dist.api.samplers import MultiLayerFullNeighborSampler, NeighborSampler
 from dglx_dist.api.split import node_split
 from dglx_dist.api.tensor import DistTensor
 from dglx_dist.data.atomic import DirKind, check_target
@@ -45,8 +46,6 @@ def inference(model: DistModel, g: DistGraph, nodes=None, batch_size: int = 4096
             for graphs whose full neighbourhoods are too large to gather; None: full
             neighbourhoods.
     """
-    from dgl.dataloading import MultiLayerFullNeighborSampler, NeighborSampler
-
     nodes = torch.arange(g.num_nodes()) if nodes is None else nodes
     if not g.strategy.capabilities.draws_blocks:  # full-graph steps: more would repeat the work
         if fanouts is not None:

@@ -15,16 +15,19 @@ homogeneous ids (the type's offset plus the per-type id). A batch (:class:`EdgeP
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import dgl
 import torch
 
 from dglx_dist.api.book import given_edge_ids
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.ndata import as_node_ids
 from dglx_dist.errors import InvalidValueError, NotSupportedError
+from dglx_dist.sampling.block import is_dgl
 from dglx_dist.strategies.steps import EdgeBatch
+
+if TYPE_CHECKING:
+    import dgl
 
 __all__ = ["EdgePairs", "is_edge_sampler"]
 
@@ -36,9 +39,7 @@ _MODES = ("self", "reverse_id", "reverse_types")
 
 def is_edge_sampler(sampler) -> bool:
     """Whether ``sampler`` is DGL's ``as_edge_prediction_sampler(...)``."""
-    from dgl.dataloading import EdgePredictionSampler
-
-    return isinstance(sampler, EdgePredictionSampler)
+    return is_dgl(sampler, "dataloading.EdgePredictionSampler")
 
 
 def _of(g: DistGraph, etype: Etype) -> str:
@@ -154,7 +155,9 @@ class EdgePairs:
         if exclude == "reverse_id":
             self._reverse_eids = _reverse_eids(graph, sampler.reverse_eids)
         reverse = None if self._reverse_eids is None else self._given(self._reverse_eids)
-        return lambda seeds: dgl.dataloading.find_exclude_eids(
+        from dgl.dataloading import find_exclude_eids  # noqa: PLC0415
+
+        return lambda seeds: find_exclude_eids(
             graph, self._given(seeds), exclude, reverse, reverse_etypes)
 
     def read_ids(self, indices) -> torch.Tensor:
@@ -172,6 +175,8 @@ class EdgePairs:
         return ids
 
     def __call__(self, eids: torch.Tensor) -> EdgeBatch:
+        import dgl  # noqa: PLC0415
+
         g = self.graph
         seeds = self._seeds(eids)
         pos = {et: g.find_edges(ids, etype=et) for et, ids in seeds.items()}
@@ -233,6 +238,8 @@ class EdgePairs:
     def _pair_graph(self, edges: dict, uniq: dict[str, torch.Tensor]) -> dgl.DGLGraph:
         """A graph with every canonical edge type over the compacted nodes (one of DGL's
         homogeneous graphs on a graph without types)."""
+        import dgl  # noqa: PLC0415
+
         g = self.graph
         pair = dgl.heterograph({et: edges.get(et, (EMPTY, EMPTY)) for et in g.canonical_etypes},
                                num_nodes_dict={t: n.numel() for t, n in uniq.items()})

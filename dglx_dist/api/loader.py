@@ -13,7 +13,6 @@ import operator
 import warnings
 from typing import Iterator
 
-import dgl
 import torch
 
 from dglx_dist.api.book import given_node_ids
@@ -47,7 +46,9 @@ class DataLoader:
             edge ids (or an edge mask) with an edge-prediction sampler
             (:func:`~dglx_dist.api.edge_split`); on a graph with types, a dict of node
             (edge) type -> ids, per-type ids.
-        graph_sampler: DGL's NeighborSampler or MultiLayerFullNeighborSampler, or DGL's
+        graph_sampler: a :class:`~dglx_dist.api.NeighborSampler` or
+            ``MultiLayerFullNeighborSampler`` (the package's, or DGL's), another DGL sampler
+            (:func:`~dglx_dist.api.samplers.user_sampler`), or DGL's
             ``as_edge_prediction_sampler`` of one.
         batch_size: output nodes (edges) per batch.
         shuffle: reshuffle every epoch.
@@ -161,8 +162,8 @@ class DataLoader:
                                   self.spec, epoch)
         ahead = self.lookahead and not self.strategy.capabilities.steps_in_turn
         for step in self._ahead(steps) if ahead else self._in_turn(steps):
-            # the edge: the step's blocks become DGL's, with the rows on them
-            blocks = step.blocks.to_dgl() if isinstance(step.blocks, Blocks) else step.blocks
+            # the edge: the step's blocks as the model gets them (DGL's where DGL is installed)
+            blocks = step.blocks.for_model() if isinstance(step.blocks, Blocks) else step.blocks
             if isinstance(step, EdgeStep):
                 pairs = (step.pair_graph,) if step.neg_pair_graph is None else \
                     (step.pair_graph, step.neg_pair_graph)
@@ -254,7 +255,9 @@ class DistEdgeDataLoader(DataLoader):
     def __init__(self, g: DistGraph, eids, graph_sampler, device=None, **kwargs):
         options = {k: kwargs.pop(k) for k in _EDGE_SAMPLER_ARGS if k in kwargs}
         if not is_edge_sampler(graph_sampler):
-            graph_sampler = dgl.dataloading.as_edge_prediction_sampler(graph_sampler, **options)
+            from dgl.dataloading import as_edge_prediction_sampler  # noqa: PLC0415
+
+            graph_sampler = as_edge_prediction_sampler(graph_sampler, **options)
         elif options:
             raise InvalidValueError(f"DistEdgeDataLoader: {sorted(options)} given with a "
                                     "sampler that as_edge_prediction_sampler wrapped already; "

@@ -15,7 +15,6 @@ import functools
 import itertools
 from typing import Any
 
-import dgl
 import torch
 from torch import nn
 
@@ -24,6 +23,7 @@ from dglx_dist.convs import adapter_for, graph_convs
 from dglx_dist.errors import InvalidTypeError, InvalidValueError
 from dglx_dist.runtime.agree import on_every_rank
 from dglx_dist.runtime.device import module_devices
+from dglx_dist.sampling.block import Block, is_dgl
 from dglx_dist.strategies.abilities import ConvTypes, OverlapsBackward, ShardedParams
 from dglx_dist.strategies.base import SetupRequest, implied_layers
 from dglx_dist.strategies.steps import OUT_DEGREE, Blocks, StepState
@@ -37,7 +37,7 @@ def _router(index: int):
     the conv normalises by the sources' degrees in the whole graph)."""
 
     def hook(module: nn.Module, args: tuple) -> tuple | None:
-        if not args or not isinstance(args[0], dgl.DGLGraph | Blocks):
+        if not args or not (isinstance(args[0], Block | Blocks) or is_dgl(args[0])):
             return None
         block = args[0][index] if isinstance(args[0], Blocks) else args[0]
         rest = args[1:]
@@ -60,15 +60,16 @@ def _source_scale(conv: nn.Module, block, out_degree: torch.Tensor) -> torch.Ten
 
 def _check_convs(model: nn.Module, strategy) -> list[tuple[nn.Module, str]]:
     convs = graph_convs(model)
-    if not convs and type(model).__module__.startswith("dgl.nn"):
+    if not convs and type(model).__module__.startswith(("dgl.nn", "dglx_dist.nn")):
         raise InvalidValueError(f"parallelize: the model is a bare {type(model).__name__}; "
-                                f"expected a module that holds its dgl.nn convs as submodules "
-                                f"(self.conv = {type(model).__name__}(...), forward(blocks, x) "
-                                f"passing blocks[i] to the i-th conv), as DGL's examples do")
+                                f"expected a module that holds its dglx_dist.nn or dgl.nn convs "
+                                f"as submodules (self.conv = {type(model).__name__}(...), "
+                                f"forward(blocks, x) passing blocks[i] to the i-th conv), as "
+                                f"DGL's examples do")
     if not convs:
-        raise InvalidValueError(f"parallelize: {type(model).__name__} has no dgl.nn graph conv; "
-                                f"expected a model built from dgl.nn convs (SAGEConv, GraphConv, "
-                                f"GATConv)")
+        raise InvalidValueError(f"parallelize: {type(model).__name__} has no graph conv; "
+                                f"expected a model built from dglx_dist.nn or dgl.nn convs "
+                                f"(SAGEConv, GraphConv, GATConv)")
     allowed = strategy.conv_types if isinstance(strategy, ConvTypes) else None
     bad = [f"{name}: {type(conv).__name__}" for conv, name in convs
            if allowed is not None and type(conv).__name__ not in allowed]
@@ -181,7 +182,7 @@ class DistModel(nn.Module):
             index = self._full_steps if training else max(self._full_steps - 1, 0)
             blocks, x = self._on_device(*form.full_graph_step(self._num_layers, index))
             self._full_steps += training
-        elif isinstance(graph, dgl.DGLGraph):  # a subgraph step (ShaDow-GNN's sampler)
+        elif is_dgl(graph):  # a subgraph step (ShaDow-GNN's sampler)
             blocks = graph
             self._check_inputs([graph], x)
         else:
@@ -202,10 +203,10 @@ class DistModel(nn.Module):
         return out
 
     def _on_device(self, blocks: Blocks, x) -> tuple[Blocks, Any]:
-        """The full-graph form's blocks (DGL's: the edge) and rows on the strategy's
-        device."""
+        """The full-graph form's blocks (as the model gets them: the edge) and rows on the
+        strategy's device."""
         device = self._graph.strategy.compute_device(self._graph.session)
-        moved = Blocks([b.to(device) for b in blocks], blocks.state).to_dgl()
+        moved = Blocks([b.to(device) for b in blocks], blocks.state).for_model()
         return moved, x.to(device) if isinstance(x, torch.Tensor) else x
 
     def _check_inputs(self, blocks: list, x) -> None:
@@ -215,7 +216,7 @@ class DistModel(nn.Module):
         device = self._graph.strategy.compute_device(session)
         found = [(what, t.device) for what, t in (("blocks", blocks[0] if blocks else None),
                                                   ("input features", x))
-                 if isinstance(t, torch.Tensor | dgl.DGLGraph) and t.device != device]
+                 if (isinstance(t, torch.Tensor | Block) or is_dgl(t)) and t.device != device]
         if found:
             what, where = found[0]
             raise InvalidValueError(f"rank {session.rank}: the step's {what} are on {where}; the "

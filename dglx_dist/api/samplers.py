@@ -1,99 +1,162 @@
-"""What a :class:`~dglx_dist.api.DataLoader` reads off DGL's samplers: the fanouts of
-``NeighborSampler`` / ``MultiLayerFullNeighborSampler`` and how each layer draws (``prob``,
-``mask``, ``replace``), or another DGL sampler (``BlockSampler``, ``ShaDowKHopSampler``)
-to run over the distributed graph (:class:`UserSampler`; the graph's methods it calls are
-:mod:`dglx_dist.api.structure`'s), checked against the graph and the strategy before any
-step."""
+"""The samplers a :class:`~dglx_dist.api.DataLoader` takes and what it reads off them.
+
+:class:`NeighborSampler` and :class:`MultiLayerFullNeighborSampler` are DGL's by name,
+signature and attributes, and need no DGL: the loader reads their fanouts and how each layer
+draws (``prob``, ``mask``, ``replace``) and the strategy draws the blocks itself. DGL's own
+samplers of those names are read the same way where DGL is installed; another DGL sampler
+(``BlockSampler``, ``LaborSampler``, ``ShaDowKHopSampler``) or a neighbour sampler of
+out-edges runs over the distributed graph through DGL (:func:`user_sampler`,
+:mod:`dglx_dist.api.dgl_samplers`). Each is checked against the graph and the strategy
+before any step."""
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Sequence
 
-import dgl
 import torch
-from dgl.dataloading import BlockSampler
 
 from dglx_dist.api.structure import fanout_of
 from dglx_dist.errors import (InvalidTypeError, InvalidValueError, NotSupportedError,
                               UnknownNameError)
 from dglx_dist.kvstore.base import edge_key
+from dglx_dist.sampling.block import dgl_installed, is_dgl
+from dglx_dist.sampling.frames import NID
 from dglx_dist.sampling.options import UNIFORM, SampleOptions, check_weights
 
 if TYPE_CHECKING:
+    from dglx_dist.api.dgl_samplers import UserSampler
     from dglx_dist.api.graph import DistGraph
 
-__all__ = ["sampler_fanouts", "sampler_options", "user_sampler", "UserSampler",
-           "OutNeighborSampler", "prefetched_edge_feats", "edge_rows"]
+__all__ = ["NeighborSampler", "MultiLayerFullNeighborSampler", "sampler_fanouts",
+           "sampler_options", "user_sampler", "prefetched_edge_feats", "edge_rows"]
+
+_NEEDS_DGL = "pip install dglx-dist[dgl]"
+
+
+class NeighborSampler:
+    """Neighbour sampling by layer, as ``dgl.dataloading.NeighborSampler``: the same
+    constructor and attributes, without DGL. The :class:`~dglx_dist.api.DataLoader` reads
+    it; the strategy draws the blocks.
+
+    Args:
+        fanouts: per layer, input layer first, the neighbours to draw per node (-1: all);
+            on a graph with types, one number for every edge type or a dict of edge type ->
+            number.
+        edge_dir: "in" (draw in-edges) or "out" (out-edges, reversed into the blocks: drawn
+            through DGL, which must be installed).
+        prob: the name of the edge data that weighs each draw.
+        mask: the name of the boolean edge data that masks each draw (``prob`` or ``mask``).
+        replace: draw with replacement.
+        prefetch_node_feats: node data put on the first block's sources (names, or a dict
+            by type on a graph with types).
+        prefetch_labels: node data put on the last block's destinations.
+        prefetch_edge_feats: edge data put on every block's edges.
+        output_device: DGL's; kept, not used (the strategy places the blocks).
+        fused: DGL's; kept, not used.
+    """
+
+    def __init__(self, fanouts, edge_dir: str = "in", prob: str | None = None,
+                 mask: str | None = None, replace: bool = False, prefetch_node_feats=None,
+                 prefetch_labels=None, prefetch_edge_feats=None, output_device=None,
+                 fused: bool = True):
+        if prob is not None and mask is not None:
+            raise InvalidValueError(f"NeighborSampler: prob={prob!r} and mask={mask!r}; "
+                                    "expected one of the two (a mask is a weight of 0 or 1)")
+        if edge_dir not in ("in", "out"):
+            raise InvalidValueError(f"NeighborSampler: edge_dir={edge_dir!r}; expected 'in' "
+                                    "or 'out'")
+        self.fanouts, self.edge_dir = fanouts, edge_dir
+        self.prob = prob if prob is not None else mask
+        self.replace, self.fused, self.output_device = replace, fused, output_device
+        self.prefetch_node_feats = prefetch_node_feats or []
+        self.prefetch_labels = prefetch_labels or []
+        self.prefetch_edge_feats = prefetch_edge_feats or []
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({list(self.fanouts)}, edge_dir={self.edge_dir!r})"
+
+    def to_dgl(self):
+        """DGL's ``NeighborSampler`` of the same arguments (DGL installed), to draw on a
+        DGL graph."""
+        if not dgl_installed():
+            raise NotSupportedError(f"{self!r}.to_dgl(): DGL is not installed; {_NEEDS_DGL}")
+        from dgl.dataloading import NeighborSampler as DglNeighborSampler  # noqa: PLC0415
+
+        return DglNeighborSampler(
+            self.fanouts, edge_dir=self.edge_dir, prob=self.prob, replace=self.replace,
+            prefetch_node_feats=self.prefetch_node_feats, prefetch_labels=self.prefetch_labels,
+            prefetch_edge_feats=self.prefetch_edge_feats, output_device=self.output_device,
+            fused=self.fused)
+
+    def sample(self, g, seed_nodes, exclude_eids=None):
+        """DGL's ``sample`` on a DGL graph ``g`` (through :meth:`to_dgl`); the
+        :class:`~dglx_dist.api.DataLoader` does not call it."""
+        return self.to_dgl().sample(g, seed_nodes, exclude_eids)
+
+
+class MultiLayerFullNeighborSampler(NeighborSampler):
+    """Every neighbour in each of ``num_layers`` layers (DGL's class of this name:
+    :class:`NeighborSampler` with fanouts of -1; its other arguments by keyword)."""
+
+    def __init__(self, num_layers: int, **kwargs):
+        super().__init__([-1] * num_layers, **kwargs)
 
 
 def _neighbor_sampler(sampler):
-    from dgl.dataloading import NeighborSampler
-
-    if not isinstance(sampler, NeighborSampler):
+    if not _is_neighbor_sampler(sampler):
         raise InvalidTypeError(f"DataLoader: sampler {type(sampler).__name__} is not supported; "
-                               "use dgl.dataloading.NeighborSampler(fanouts), "
-                               "MultiLayerFullNeighborSampler(num_layers), LaborSampler, "
-                               "ShaDowKHopSampler or a dgl.dataloading.BlockSampler "
-                               "subclass of your own")
+                               "use dglx_dist.NeighborSampler(fanouts), "
+                               "MultiLayerFullNeighborSampler(num_layers) or, with DGL, its "
+                               "LaborSampler, ShaDowKHopSampler or a "
+                               "dgl.dataloading.BlockSampler subclass of your own")
     return sampler
 
 
-def user_sampler(graph: DistGraph, sampler) -> UserSampler | None:
-    """``sampler`` to run over the distributed graph when it is a DGL sampler other than
-    ``NeighborSampler`` of in-edges (whose fanouts the strategy draws itself; None then): a
-    ``BlockSampler`` (the user's own, ``LaborSampler``, ``NeighborSampler`` of out-edges,
-    whose every out-edge is gathered) or a sampler of subgraphs (``ShaDowKHopSampler``)."""
-    from dgl.dataloading import NeighborSampler, Sampler
+def _is_neighbor_sampler(sampler) -> bool:
+    """The package's neighbour sampler or DGL's."""
+    return isinstance(sampler, NeighborSampler) or is_dgl(sampler, "dataloading.NeighborSampler")
 
-    if not isinstance(sampler, Sampler) or isinstance(sampler, NeighborSampler) and \
-            getattr(sampler, "edge_dir", "in") == "in":
+
+def user_sampler(graph: DistGraph, sampler) -> UserSampler | None:
+    """``sampler`` to run over the distributed graph when it is a sampler other than a
+    neighbour sampler of in-edges (whose fanouts the strategy draws itself; None then): a
+    DGL ``BlockSampler`` (the user's own, ``LaborSampler``), a neighbour sampler of
+    out-edges (every out-edge gathered; through DGL) or a DGL sampler of subgraphs
+    (``ShaDowKHopSampler``)."""
+    neighbors = _is_neighbor_sampler(sampler)
+    if neighbors and getattr(sampler, "edge_dir", "in") == "in" or \
+            not neighbors and not is_dgl(sampler, "dataloading.Sampler"):
         return None
     what = f"DataLoader: sampler {type(sampler).__name__}"
-    if isinstance(sampler, NeighborSampler):
+    if neighbors:
         what += f"(edge_dir={sampler.edge_dir!r})"
+    if not dgl_installed():  # only the package's own sampler gets here without DGL
+        raise NotSupportedError(f"{what} draws through DGL, which is not installed: "
+                                f"{_NEEDS_DGL} (in-edges draw without it)")
     name = graph.strategy.registered_name
     if not graph.strategy.capabilities.draws_blocks:
         raise NotSupportedError(f"{what} under strategy {name!r}, which does not sample its "
                                 "blocks; a sampler of your own runs under distdgl and p3")
-    if not isinstance(sampler, BlockSampler) and not graph.strategy.capabilities.draws_subgraphs:
+    blocks = neighbors or is_dgl(sampler, "dataloading.BlockSampler")
+    if not blocks and not graph.strategy.capabilities.draws_subgraphs:
         raise NotSupportedError(f"{what} (its steps are subgraphs, not blocks) under strategy "
                                 f"{name!r}, whose model's first layer runs on blocks; samplers "
                                 "of subgraphs run under distdgl")
     if graph.is_typed:
         raise NotSupportedError(f"{what} on a graph with edge types: samplers of your own run "
                                 "on graphs without types only (not yet)")
-    if isinstance(sampler, NeighborSampler):  # of out-edges
+    from dglx_dist.api.dgl_samplers import OutNeighborSampler, UserSampler  # noqa: PLC0415
+
+    if neighbors:  # of out-edges
         if sampler.prob is not None:
             _check_prob(graph, sampler.prob, what)
         sampler = OutNeighborSampler(sampler)
     return UserSampler(sampler, graph)
 
 
-class OutNeighborSampler(BlockSampler):
-    """DGL's ``NeighborSampler(fanouts, edge_dir="out")`` as its documentation describes it:
-    the drawn out-edges reversed into each block, ``dgl.EID`` kept (docs/porting.md says
-    how this differs from DGL 2.x's own ``sample_blocks``)."""
-
-    def __init__(self, sampler):
-        super().__init__()
-        self.fanouts, self.prob, self.replace = sampler.fanouts, sampler.prob, sampler.replace
-
-    def sample_blocks(self, g, seed_nodes, exclude_eids=None):
-        output_nodes, blocks = seed_nodes, []
-        for fanout in reversed(self.fanouts):
-            frontier = g.sample_neighbors(seed_nodes, fanout, edge_dir="out", prob=self.prob,
-                                          replace=self.replace, exclude_edges=exclude_eids)
-            block = dgl.to_block(dgl.reverse(frontier), seed_nodes)
-            block.edata[dgl.EID] = frontier.edata[dgl.EID]
-            seed_nodes = block.srcdata[dgl.NID]
-            blocks.insert(0, block)
-        return seed_nodes, output_nodes, blocks
-
-
 def sampler_fanouts(sampler, types=None) -> tuple:
-    """The fanouts (input layer first) of DGL's ``NeighborSampler`` or
-    ``MultiLayerFullNeighborSampler``; with the ``types`` of a typed partitioning, per
-    layer one fanout per edge type (:func:`_typed_fanouts`).
+    """The fanouts (input layer first) of a ``NeighborSampler`` or
+    ``MultiLayerFullNeighborSampler`` (the package's or DGL's); with the ``types`` of a typed
+    partitioning, per layer one fanout per edge type (:func:`_typed_fanouts`).
 
     Raises:
         TypeError: another sampler type.
@@ -134,10 +197,10 @@ def _typed_fanouts(fanouts: Sequence, types) -> tuple[tuple[int, ...], ...]:
 
 
 def sampler_options(graph: DistGraph, sampler) -> SampleOptions:
-    """How ``sampler`` (DGL's ``NeighborSampler``) draws each layer, checked: its ``prob`` or
-    ``mask`` names this graph's edge data, whose rows on this rank are finite weights >= 0
-    (or booleans); the strategy draws with them (in-edges: :func:`user_sampler` takes
-    samplers of out-edges)."""
+    """How ``sampler`` (a ``NeighborSampler``, the package's or DGL's) draws each layer,
+    checked: its ``prob`` or ``mask`` names this graph's edge data, whose rows on this rank
+    are finite weights >= 0 (or booleans); the strategy draws with them (in-edges:
+    :func:`user_sampler` takes samplers of out-edges)."""
     sampler = _neighbor_sampler(sampler)
     options = SampleOptions(getattr(sampler, "prob", None),
                             bool(getattr(sampler, "replace", False)))
@@ -176,7 +239,7 @@ def _check_prob(graph: DistGraph, name: str, what: str) -> None:
 
 
 def prefetched_edge_feats(graph: DistGraph, sampler) -> None:
-    """Refuses edge data ``sampler`` (a DGL sampler) prefetches on every block
+    """Refuses edge data ``sampler`` prefetches on every block
     (``prefetch_edge_feats``: names, for every edge type that has them, or a dict of edge
     type -> names) that is not this graph's."""
     names = getattr(sampler, "prefetch_edge_feats", None) or []
@@ -198,83 +261,10 @@ def edge_rows(graph: DistGraph, blocks, names) -> None:
         wanted = names if not isinstance(names, dict) else \
             names.get(etype, names.get(etype[1], []))
         data = graph.edges[etype].data
-        eids = [b.edges[etype].data[dgl.EID] for b in blocks]
+        eids = [b.edges[etype].data[NID] for b in blocks]
         for name in (n for n in wanted if n in data.keys()):
             rows = data[name][torch.cat(eids)]
             for block, part in zip(blocks, torch.split(rows, [e.numel() for e in eids])):
                 block.edges[etype].data[name] = part
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class UserSampler:
-    """A DGL sampler (a ``BlockSampler``, or a sampler of subgraphs such as
-    ``ShaDowKHopSampler``) run over the distributed graph drawing through the strategy's
-    sampler (:meth:`~dglx_dist.api.structure.EdgeStructure.drawn_by`); its blocks are checked
-    to chain, its subgraph to carry its nodes' ids (docs/porting.md, "Your own sampler").
-
-    Attributes:
-        sampler: the DGL sampler.
-        graph: the distributed graph.
-    """
-
-    sampler: object
-    graph: "DistGraph"
-
-    @property
-    def what(self) -> str:
-        return f"DataLoader: sampler {type(self.sampler).__name__}"
-
-    def seed(self, value: int) -> None:
-        """Seeds DGL's random numbers, which the sampler draws with."""
-        dgl.seed(value)
-
-    def draw(self, base, seeds: torch.Tensor,
-             exclude: torch.Tensor | None = None) -> list[dgl.DGLGraph] | dgl.DGLGraph:
-        """The blocks (or the subgraph) the sampler draws for partitioned ids ``seeds`` but
-        the partitioned edge ids ``exclude`` (its ``exclude_eids``, in the user's ids), their
-        ``dgl.NID`` in partitioned ids (collective)."""
-        seeds = self.graph.node_ids(seeds)
-        skip = None if exclude is None else self.graph.edata.ids(exclude)
-        graph = self.graph.drawn_by(base, self.what)
-        if isinstance(self.sampler, dgl.dataloading.BlockSampler):
-            out, call = self.sampler.sample_blocks(graph, seeds, exclude_eids=skip), \
-                "sample_blocks"
-        else:
-            out, call = self.sampler.sample(graph, seeds, exclude_eids=skip), "sample"
-        drawn = out[2] if isinstance(out, tuple) and len(out) == 3 else None
-        if isinstance(drawn, dgl.DGLGraph) and not drawn.is_block:
-            self._check_subgraph(drawn, out[1], seeds)
-            drawn.ndata[dgl.NID] = self.graph.part_ids(drawn.ndata[dgl.NID])
-            return drawn
-        if not isinstance(drawn, list):
-            raise InvalidValueError(f"{self.what}.{call} returned {type(out).__name__}; "
-                                    "expected (input_nodes, output_nodes, blocks), as DGL's "
-                                    "BlockSampler does, or (input_nodes, output_nodes, "
-                                    "subgraph), as its ShaDowKHopSampler does")
-        self._check_chain(drawn, seeds)
-        for block in drawn:
-            for data in (block.srcdata, block.dstdata):
-                data[dgl.NID] = self.graph.part_ids(data[dgl.NID])
-        return drawn
-
-    def _check_subgraph(self, sub: dgl.DGLGraph, outputs, seeds: torch.Tensor) -> None:
-        if dgl.NID not in sub.ndata:
-            raise InvalidValueError(f"{self.what}: its subgraph has no ndata[dgl.NID] (make it "
-                                    "with g.subgraph(nodes))")
-        outputs = torch.as_tensor(outputs)
-        if outputs.numel() != seeds.numel() or not bool((outputs == seeds).all()):
-            raise InvalidValueError(f"{self.what}: the output nodes of its subgraph are not "
-                                    "the seeds it was given")
-
-    def _check_chain(self, blocks: list, seeds: torch.Tensor) -> None:
-        want, where = seeds, "the seeds"
-        for i in reversed(range(len(blocks))):
-            block = blocks[i]
-            if not getattr(block, "is_block", False) or dgl.NID not in block.dstdata:
-                raise InvalidValueError(f"{self.what}: blocks[{i}] is not a block with "
-                                        "dstdata[dgl.NID] (make it with dgl.to_block)")
-            dst = block.dstdata[dgl.NID]
-            if dst.numel() != want.numel() or not bool((dst == want).all()):
-                raise InvalidValueError(f"{self.what}: the blocks do not chain: blocks[{i}]'s "
-                                        f"destination nodes are not {where}")
-            want, where = block.srcdata[dgl.NID], f"blocks[{i}]'s source nodes"

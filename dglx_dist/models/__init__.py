@@ -1,4 +1,5 @@
-"""Reference layer-wise models built from dgl.nn, for tests, benchmarks and the CLI.
+"""Reference layer-wise models built from :mod:`dglx_dist.nn` (dgl.nn's convs in torch: no DGL
+needed), for tests, benchmarks and the CLI.
 
 :data:`MODELS` builds one by name: ``MODELS[name](in_feats, hidden, num_classes, num_layers,
 dropout=..., row_normalize=...)``. :class:`RGCN` (with :func:`node_inputs`) is the model

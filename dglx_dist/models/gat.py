@@ -1,11 +1,11 @@
 """GAT (graph attention network) over blocks (or one whole graph per layer)."""
 from __future__ import annotations
 
-import dgl.nn as dglnn
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+import dglx_dist.nn as gnn
 from dglx_dist.data.normalize import row_normalized
 
 __all__ = ["GAT"]
@@ -33,7 +33,7 @@ class GAT(nn.Module):
         dims = [in_feats] + [hidden * heads] * (num_layers - 1)
         outs = [(hidden, heads)] * (num_layers - 1) + [(num_classes, 1)]
         self.layers = nn.ModuleList(
-            dglnn.GATConv(d, out, h, feat_drop=dropout, attn_drop=attn_drop,
+            gnn.GATConv(d, out, h, feat_drop=dropout, attn_drop=attn_drop,
                           allow_zero_in_degree=True)
             for d, (out, h) in zip(dims, outs))
 

@@ -1,10 +1,10 @@
 """GCN and the deep residual ResGCN+ over blocks (or one whole graph per layer)."""
 from __future__ import annotations
 
-import dgl.nn as dglnn
 import torch
 from torch import nn
 
+import dglx_dist.nn as gnn
 from dglx_dist.data.normalize import row_normalized
 from dglx_dist.errors import InvalidValueError
 
@@ -45,7 +45,7 @@ class GCN(ConvStack):
 
     def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 2,
                  dropout: float = 0.5, row_normalize: bool = False):
-        super().__init__(lambda a, b: dglnn.GraphConv(a, b, allow_zero_in_degree=True),
+        super().__init__(lambda a, b: gnn.GraphConv(a, b, allow_zero_in_degree=True),
                          in_feats, hidden, num_classes, num_layers, dropout, row_normalize)
 
 
@@ -71,8 +71,8 @@ class ResGCN(nn.Module):
             raise InvalidValueError(f"conv {conv!r}; expected 'gcn' or 'sage'")
         self.row_normalize = row_normalize
         self.encoder = nn.Linear(in_feats, hidden)
-        make = ((lambda: dglnn.GraphConv(hidden, hidden, allow_zero_in_degree=True))
-                if conv == "gcn" else (lambda: dglnn.SAGEConv(hidden, hidden, "mean")))
+        make = ((lambda: gnn.GraphConv(hidden, hidden, allow_zero_in_degree=True))
+                if conv == "gcn" else (lambda: gnn.SAGEConv(hidden, hidden, "mean")))
         self.convs = nn.ModuleList(make() for _ in range(num_layers))
         self.norms = nn.ModuleList(nn.LayerNorm(hidden) for _ in range(num_layers))
         self.dropout = nn.Dropout(dropout)

@@ -2,8 +2,9 @@
 DGL original), shared by both sides of ``dglx bench`` on a typed graph so that DGL's DistDGL
 and ours train the same module with the same initial weights.
 
-Each layer is a ``dgl.nn.HeteroGraphConv`` of one ``GraphConv`` (right-normalised) per
-relation, summed per destination type, plus a self-loop linear map shared by every type.
+Each layer is a ``HeteroGraphConv`` of one ``GraphConv`` (right-normalised) per relation
+(:mod:`dglx_dist.nn`'s: DGL's in torch), summed per destination type, plus a self-loop linear
+map shared by every type.
 Types with features are projected to the hidden width first; featureless types enter as rows
 of a learnable embedding (a ``DistEmbedding`` in a distributed run) already that wide.
 """
@@ -11,10 +12,11 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-import dgl.nn as dglnn
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+import dglx_dist.nn as gnn
 
 __all__ = ["RGCN", "node_inputs"]
 
@@ -43,8 +45,8 @@ class RGCN(nn.Module):
         self.proj = nn.ModuleDict({nt: nn.Linear(in_sizes[nt], hidden)
                                    for nt in sorted(in_sizes)})
         sizes = [(hidden, hidden)] * (num_layers - 1) + [(hidden, num_classes)]
-        self.layers = nn.ModuleList([dglnn.HeteroGraphConv(
-            {rel: dglnn.GraphConv(i, o, norm="right", allow_zero_in_degree=True)
+        self.layers = nn.ModuleList([gnn.HeteroGraphConv(
+            {rel: gnn.GraphConv(i, o, norm="right", allow_zero_in_degree=True)
              for rel in sorted(set(rels))}, aggregate="sum") for i, o in sizes])
         self.loops = nn.ModuleList([nn.Linear(i, o) for i, o in sizes])
         self.dropout = nn.Dropout(dropout)

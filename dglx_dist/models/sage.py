@@ -1,8 +1,7 @@
 """GraphSAGE over blocks, as in DGL's node-classification examples."""
 from __future__ import annotations
 
-import dgl.nn as dglnn
-
+import dglx_dist.nn as gnn
 from dglx_dist.models.gcn import ConvStack
 
 __all__ = ["SAGE"]
@@ -14,12 +13,12 @@ class SAGE(ConvStack):
     Args:
         in_feats / hidden / num_classes: layer widths.
         num_layers: number of SAGEConv layers (one block each).
-        aggregator: SAGEConv aggregator ("mean", "gcn", "pool", "lstm").
+        aggregator: SAGEConv aggregator ("mean", "gcn", "pool").
         dropout: dropout between layers.
         row_normalize: see :func:`~dglx_dist.data.normalize.row_normalized`.
     """
 
     def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 2,
                  aggregator: str = "mean", dropout: float = 0.5, row_normalize: bool = False):
-        super().__init__(lambda a, b: dglnn.SAGEConv(a, b, aggregator), in_feats, hidden,
+        super().__init__(lambda a, b: gnn.SAGEConv(a, b, aggregator), in_feats, hidden,
                          num_classes, num_layers, dropout, row_normalize)

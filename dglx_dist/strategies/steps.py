@@ -1,8 +1,9 @@
 """What a step of the drop-in API carries: its blocks (:class:`Blocks`: a plain list that also
 holds the step's :class:`StepState`, never kept on the strategy, so prefetched and lazily
 consumed batches train alike), the loader's spec and plan, and a sampled loader's epochs. The
-blocks are the package's from the draw and DGL's at the loader's output
-(:meth:`Blocks.to_dgl`); docs/architecture.md, "One batch, step by step".
+blocks are the package's from the draw; at the loader's output they are DGL's where DGL is
+installed, else still the package's (:meth:`Blocks.for_model`); docs/architecture.md, "One
+batch, step by step".
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple, Protocol
 import torch
 
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.sampling.block import Block
+from dglx_dist.sampling.block import Block, dgl_installed
 from dglx_dist.sampling.frames import NID
 from dglx_dist.sampling.options import UNIFORM, SampleOptions
 
@@ -67,7 +68,8 @@ class Blocks(list):
     whose frames a step's rows must not fill). A DGL block carries the state as an attribute,
     so the state survives what a script does to its blocks: DGL's ``block.to(device)``,
     ``.int()`` and ``.long()`` copy a graph's attributes, and ``[b.to(device) for b in
-    blocks]`` keeps the blocks (:meth:`of` finds the state again)."""
+    blocks]`` keeps the blocks (:meth:`of` finds the state again); the package's block
+    carries it the same way (its ``to`` keeps it)."""
 
     def __init__(self, blocks=(), state: StepState | None = None):
         state = state or StepState()
@@ -95,6 +97,12 @@ class Blocks(list):
             return self
         return Blocks([b.to_dgl() if isinstance(b, Block) else b for b in self], self.state)
 
+    def for_model(self) -> "Blocks":
+        """The blocks as a script and its model get them (the edge, decided here alone): DGL's
+        where DGL is installed (:meth:`to_dgl`), else the package's as they are (the convs
+        of ``dglx_dist.nn`` run on either)."""
+        return self.to_dgl() if dgl_installed() else self
+
 
 def state_of(block) -> StepState | None:
     """The state of the step a block (as a model gets it) belongs to; None for a block that
@@ -106,9 +114,8 @@ def _carrying(block, state: StepState):
     if not hasattr(block, "local_var"):
         return block
     block = block.local_var()  # shares the structure and the data; a step's writes to its
-    if not isinstance(block, Block):  # frames (the loader's prefetched rows) stay its own
-        setattr(block, _STATE, state)  # (the package's blocks never reach a script)
-    return block
+    object.__setattr__(block, _STATE, state)  # frames (the loader's prefetched rows) stay its
+    return block  # own; the package's block is frozen, its attribute set past that
 
 
 def node_blocks(inputs: torch.Tensor, outputs: torch.Tensor, num_layers: int) -> list[Block]:
@@ -208,7 +215,7 @@ class LoaderSpec:
             ``replace``).
         draw: a user's own sampler: ``draw(sampler, seeds)`` is the blocks it draws for
             ``seeds`` through the strategy's sampler (None: the fanouts say; see
-            :class:`~dglx_dist.api.samplers.UserSampler`).
+            :class:`~dglx_dist.api.dgl_samplers.UserSampler`).
         whole_degrees: the layers that take every in-neighbour (fanout -1) carry their
             sources' out-degrees in the whole graph (``srcdata[OUT_DEGREE]``), so a conv that
             normalises by source degrees (GraphConv) computes what it computes on the whole

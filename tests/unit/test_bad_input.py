@@ -90,16 +90,19 @@ def test_graphs_distribute_cannot_take_are_named():
 
 
 def test_models_parallelize_cannot_wrap_are_named():
-    """A bare dgl.nn conv as the model (issue 38, case 3: it was told it "has no dgl.nn graph
-    conv"), and a model without convs."""
+    """A bare dgl.nn (or dglx_dist.nn) conv as the model (issue 38, case 3: it was told it
+    "has no dgl.nn graph conv"), and a model without convs."""
     import dgl.nn as dglnn
 
+    import dglx_dist.nn as gnn
     from dglx_dist.api.parallel import _check_convs
     from dglx_dist.strategies import STRATEGIES
 
     strategy = STRATEGIES.build("distdgl")
-    with pytest.raises(InvalidValueError, match=r"the model is a bare GraphConv; expected a "
-                                                r"module that holds its dgl.nn convs"):
-        _check_convs(dglnn.GraphConv(4, 2), strategy)
-    with pytest.raises(InvalidValueError, match="Linear has no dgl.nn graph conv"):
+    for conv in (dglnn.GraphConv(4, 2), gnn.GraphConv(4, 2)):
+        with pytest.raises(InvalidValueError, match=r"the model is a bare GraphConv; expected "
+                                                    r"a module that holds its dglx_dist.nn or "
+                                                    r"dgl.nn convs"):
+            _check_convs(conv, strategy)
+    with pytest.raises(InvalidValueError, match="Linear has no graph conv"):
         _check_convs(torch.nn.Linear(4, 2), strategy)

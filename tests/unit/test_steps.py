@@ -48,3 +48,14 @@ def test_node_blocks_read_as_dgls():
     assert blocks[0].srcdata[dgl.NID].tolist() == inputs.tolist()
     assert blocks[-1].dstdata[dgl.NID].tolist() == outputs.tolist()
     assert blocks[-1].number_of_dst_nodes() == 2 and blocks[0].number_of_dst_nodes() == 4
+
+
+def test_the_package_blocks_carry_the_state_too():
+    """Where DGL is absent the script gets the package's blocks: the state rides on them, also
+    through ``to``; ``for_model`` gives DGL's where DGL is installed (here), with the state."""
+    state = StepState(epoch=2)
+    blocks = Blocks(node_blocks(torch.tensor([5, 7]), torch.tensor([7]), 2), state)
+    assert Blocks.of([b.to("meta") for b in blocks]).state is state
+    handed = blocks.for_model()
+    assert all(isinstance(b, dgl.DGLGraph) for b in handed) and handed.state is state
+    assert Blocks.of(list(handed)).state is state
