@@ -381,11 +381,17 @@ def plan_of(block) -> object:
 
 
 def _mapped(block: Block, fn) -> Block:
-    """``block`` with ``fn`` applied to its tensors and to the tensors among its rows."""
+    """``block`` with ``fn`` applied to its tensors and to the tensors among its rows; the
+    attributes set on it beside its fields (a step's state) are the moved block's too, as
+    DGL's ``block.to`` keeps a graph's."""
     moved = map_tensors(dataclasses.replace(block, frames={}, dgl_form=[]), fn)
     moved.frames.update({key: {name: fn(v) if isinstance(v, torch.Tensor) else v
                                for name, v in frame.items()}
                          for key, frame in block.frames.items()})
+    fields = {f.name for f in dataclasses.fields(block)}
+    for name, value in vars(block).items():
+        if name not in fields:
+            object.__setattr__(moved, name, value)
     return moved
 
 

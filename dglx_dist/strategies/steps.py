@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple, Protocol
 import torch
 
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.sampling.block import Block
+from dglx_dist.sampling.block import Block, dgl_installed
 from dglx_dist.sampling.frames import NID
 from dglx_dist.sampling.options import UNIFORM, SampleOptions
 
@@ -90,8 +90,9 @@ class Blocks(list):
 
     def to_dgl(self) -> "Blocks":
         """The blocks as DGL's (the edge: the package's converted with their rows, DGL's as
-        they are), with the same state."""
-        if not any(isinstance(b, Block) for b in self):
+        they are), with the same state; where DGL is not installed, the package's as they
+        are (the models then run on them: ``dglx_dist.nn``'s convs read either)."""
+        if not dgl_installed() or not any(isinstance(b, Block) for b in self):
             return self
         return Blocks([b.to_dgl() if isinstance(b, Block) else b for b in self], self.state)
 
@@ -106,8 +107,9 @@ def _carrying(block, state: StepState):
     if not hasattr(block, "local_var"):
         return block
     block = block.local_var()  # shares the structure and the data; a step's writes to its
-    if not isinstance(block, Block):  # frames (the loader's prefetched rows) stay its own
-        setattr(block, _STATE, state)  # (the package's blocks never reach a script)
+    # frames (the loader's prefetched rows) stay its own; the package's block is frozen (its
+    # attributes beside its fields travel with its moves, as a DGL block's do)
+    object.__setattr__(block, _STATE, state)
     return block
 
 
