@@ -122,10 +122,8 @@ IMPORTS_DGL = {
                      "dglx_dist.api.structure", "dglx_dist.dgl", "dglx_dist.dgl.distributed",
                      "dglx_dist.dgl.run", "dglx_dist.sampling.block", "dglx_dist.data.convert",
                      "dglx_dist.partition.dgl_files"], "the edge"),
-    # dgl.nn's convs (an adapter's example conv) and the models built of them
-    **dict.fromkeys(["dglx_dist.convs.gat.adapter",
-                     "dglx_dist.convs.graphconv.adapter", "dglx_dist.convs.sage.adapter",
-                     "dglx_dist.models.gat", "dglx_dist.models.gcn", "dglx_dist.models.rgcn",
+    # dgl.nn's convs: the models built of them
+    **dict.fromkeys(["dglx_dist.models.gat", "dglx_dist.models.gcn", "dglx_dist.models.rgcn",
                      "dglx_dist.models.sage"], "dgl.nn"),
     # DGL's DistDGL, run beside ours by `dglx bench`
     **dict.fromkeys(["dglx_dist.bench.dgl_distdgl_link", "dglx_dist.bench.dgl_distdgl_nodes",
