@@ -100,7 +100,7 @@ def _check(res, ranks, name, norm):
     np.testing.assert_allclose(got.numpy(), mean.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
     assert total == 24
     _check_validation([o["val"] for o in outs], norm)
-    expected = ["every graph conv must be a dgl.nn.HeteroGraphConv",
+    expected = ["every graph conv must be a HeteroGraphConv",
                 "a DataLoader over node types ['author', 'paper']"]
     for got_msg, pattern in zip(outs[0]["refused"], expected):
         assert pattern in got_msg and "\n" not in got_msg, (pattern, got_msg)

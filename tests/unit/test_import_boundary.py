@@ -133,8 +133,6 @@ IMPORTS_DGL = {
     "dglx_dist.convs.message": "dgl.ops on DGL's blocks",
     # DGL's own METIS, when a user asks for it (`metis` partitioner, backend 'dgl')
     "dglx_dist.partition.metis": "backend='dgl'",
-    # what still computes through DGL below the edge (issue 59 brings the convs)
-    "dglx_dist.strategies.granndis.heteroconv": "dgl.nn's HeteroGraphConv, checked",
     # research tooling outside the wheel
     **dict.fromkeys(["benchmarks.cache_policy", "benchmarks.costmodel.measure",
                      "benchmarks.eval_degrees", "benchmarks.link_collapse",
