@@ -19,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
+import operator
+import sys
 from typing import Sequence
 
 import torch
@@ -26,7 +28,8 @@ import torch
 from dglx_dist.errors import UnknownNameError
 from dglx_dist.sampling.frames import NID, DataView, EdgeSpace, NodeSpace
 
-__all__ = ["Block", "relabel", "map_tensors", "plan_of", "dgl_installed", "UNTYPED", "PLAN"]
+__all__ = ["Block", "relabel", "map_tensors", "plan_of", "dgl_installed", "is_dgl", "UNTYPED",
+           "PLAN"]
 
 UNTYPED = (("_N",), (("_N", "_E", "_N"),))
 """The node and edge types of a graph without types (DGL's names)."""
@@ -246,6 +249,18 @@ class Block:
         return DataView(self, "edge", range(len(self.canonical_etypes)))
 
     @property
+    def srctypes(self) -> list[str]:
+        return list(self.ntypes)
+
+    @property
+    def dsttypes(self) -> list[str]:
+        return list(self.ntypes)
+
+    @property
+    def etypes(self) -> list[str]:
+        return [name for _, name, _ in self.canonical_etypes]
+
+    @property
     def device(self) -> torch.device:
         return self.src_nodes.device
 
@@ -292,6 +307,10 @@ class Block:
         if self.device == torch.device(device):
             return self
         return _mapped(self, lambda t: t.to(device, non_blocking=non_blocking))
+
+    def cpu(self) -> "Block":
+        """The block, with its rows, on the host (DGL's ``cpu``)."""
+        return self.to("cpu")
 
     def pin_memory(self) -> "Block":
         """The block and its rows in pinned memory (for ``to(device, non_blocking=True)``)."""
@@ -375,6 +394,16 @@ def dgl_installed() -> bool:
         return False
 
 
+def is_dgl(value, kind: str = "DGLGraph") -> bool:
+    """Whether ``value`` is an instance of DGL's ``kind`` (a dotted name under ``dgl``, e.g.
+    ``"DGLGraph"``, ``"dataloading.Sampler"``), without importing DGL: where no one has
+    imported it, no object of DGL's can exist (False)."""
+    dgl = sys.modules.get("dgl")
+    if dgl is None:
+        return False
+    return isinstance(value, operator.attrgetter(kind)(dgl))
+
+
 def plan_of(block) -> object:
     """The ``plan`` of a block (the package's, or DGL's it became); None where it has none."""
     return block.plan if isinstance(block, Block) else getattr(block, PLAN, None)
@@ -382,16 +411,16 @@ def plan_of(block) -> object:
 
 def _mapped(block: Block, fn) -> Block:
     """``block`` with ``fn`` applied to its tensors and to the tensors among its rows; the
-    attributes set on it beside its fields (a step's state) are the moved block's too, as
-    DGL's ``block.to`` keeps a graph's."""
+    attributes set on it besides its fields (a loader step's state) go with it, as DGL's
+    ``to`` keeps a graph's."""
     moved = map_tensors(dataclasses.replace(block, frames={}, dgl_form=[]), fn)
-    moved.frames.update({key: {name: fn(v) if isinstance(v, torch.Tensor) else v
-                               for name, v in frame.items()}
-                         for key, frame in block.frames.items()})
     fields = {f.name for f in dataclasses.fields(block)}
     for name, value in vars(block).items():
         if name not in fields:
             object.__setattr__(moved, name, value)
+    moved.frames.update({key: {name: fn(v) if isinstance(v, torch.Tensor) else v
+                               for name, v in frame.items()}
+                         for key, frame in block.frames.items()})
     return moved
 
 

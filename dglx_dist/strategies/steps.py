@@ -1,8 +1,9 @@
 """What a step of the drop-in API carries: its blocks (:class:`Blocks`: a plain list that also
 holds the step's :class:`StepState`, never kept on the strategy, so prefetched and lazily
 consumed batches train alike), the loader's spec and plan, and a sampled loader's epochs. The
-blocks are the package's from the draw and DGL's at the loader's output
-(:meth:`Blocks.to_dgl`); docs/architecture.md, "One batch, step by step".
+blocks are the package's from the draw; at the loader's output they are DGL's where DGL is
+installed, else still the package's (:meth:`Blocks.for_model`); docs/architecture.md, "One
+batch, step by step".
 """
 from __future__ import annotations
 
@@ -67,7 +68,8 @@ class Blocks(list):
     whose frames a step's rows must not fill). A DGL block carries the state as an attribute,
     so the state survives what a script does to its blocks: DGL's ``block.to(device)``,
     ``.int()`` and ``.long()`` copy a graph's attributes, and ``[b.to(device) for b in
-    blocks]`` keeps the blocks (:meth:`of` finds the state again)."""
+    blocks]`` keeps the blocks (:meth:`of` finds the state again); the package's block
+    carries it the same way (its ``to`` keeps it)."""
 
     def __init__(self, blocks=(), state: StepState | None = None):
         state = state or StepState()
@@ -90,11 +92,16 @@ class Blocks(list):
 
     def to_dgl(self) -> "Blocks":
         """The blocks as DGL's (the edge: the package's converted with their rows, DGL's as
-        they are), with the same state; where DGL is not installed, the package's as they
-        are (the models then run on them: ``dglx_dist.nn``'s convs read either)."""
-        if not dgl_installed() or not any(isinstance(b, Block) for b in self):
+        they are), with the same state."""
+        if not any(isinstance(b, Block) for b in self):
             return self
         return Blocks([b.to_dgl() if isinstance(b, Block) else b for b in self], self.state)
+
+    def for_model(self) -> "Blocks":
+        """The blocks as a script and its model get them (the edge, decided here alone): DGL's
+        where DGL is installed (:meth:`to_dgl`), else the package's as they are (the convs
+        of ``dglx_dist.nn`` run on either)."""
+        return self.to_dgl() if dgl_installed() else self
 
 
 def state_of(block) -> StepState | None:
@@ -107,10 +114,8 @@ def _carrying(block, state: StepState):
     if not hasattr(block, "local_var"):
         return block
     block = block.local_var()  # shares the structure and the data; a step's writes to its
-    # frames (the loader's prefetched rows) stay its own; the package's block is frozen (its
-    # attributes beside its fields travel with its moves, as a DGL block's do)
-    object.__setattr__(block, _STATE, state)
-    return block
+    object.__setattr__(block, _STATE, state)  # frames (the loader's prefetched rows) stay its
+    return block  # own; the package's block is frozen, its attribute set past that
 
 
 def node_blocks(inputs: torch.Tensor, outputs: torch.Tensor, num_layers: int) -> list[Block]:

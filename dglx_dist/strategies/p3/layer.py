@@ -141,7 +141,7 @@ class P3FirstLayer(ConvWrapper):
         there, when the caller has it; else it is copied back), then copied to the device;
         the conv's edge weights of each rank's block travel with it."""
         device = weights[0].device
-        host = host if host is not None else block.to(torch.device("cpu"))  # (either kind)
+        host = host if host is not None else block.cpu()
         # the full-graph form (every rank at once): blocks hold a share of their sources'
         # out-edges, so rows are rescaled to the sources' degrees in the whole graph
         whole = OUT_DEGREE in host.srcdata

@@ -245,8 +245,8 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, ShardedParams,
         last = None
         device = self.compute_device(self.session)
         for step in super().loader_epoch(plan, spec, epoch):  # launched 2 steps ahead
-            # layer 1 runs on DGL's blocks (the conv's adapter), the forward's own
-            step = step._replace(blocks=step.blocks.to_dgl())
+            # layer 1 runs on the blocks the forward gets (DGL's where DGL is installed)
+            step = step._replace(blocks=step.blocks.for_model())
             host = step.blocks[0]  # the forward gets the block on the device
             launch = self._layer.launch(place_step(step, device).blocks[0], host)
             state = dataclasses.replace(step.blocks.state, plan=launch)  # rides with the step
