@@ -159,24 +159,29 @@ class ConvWrapper(nn.Module):
             return getattr(self.conv, name)
 
 
-_NOT_CONVS = tuple(f"dgl.nn.pytorch.{m}" for m in ("utils", "linear", "sparse_emb", "factory"))
-"""dgl.nn's modules that run on no graph (``WeightBasis``, ``TypedLinear``, embeddings)."""
+_CONV_PACKAGES = ("dgl.nn", "dglx_dist.nn")
+"""Where graph convs come from: DGL's ``dgl.nn`` and the package's own (the same convs in
+torch)."""
+_NOT_CONVS = (*(f"dgl.nn.pytorch.{m}." for m in ("utils", "linear", "sparse_emb", "factory")),
+              "dglx_dist.nn.relgraphconv.TypedLinear")
+"""Their modules that run on no graph (``WeightBasis``, ``TypedLinear``, embeddings), by
+qualified name prefix."""
 
 
 def graph_convs(model: nn.Module) -> list[tuple[nn.Module, str]]:
     """The model's graph convs (in registration order) and their dotted names.
 
     A module counts as a conv when an adapter is registered for it or it comes from
-    ``dgl.nn`` (but for its helpers that run on no graph, :data:`_NOT_CONVS`); modules
-    inside a conv are part of it.
+    ``dgl.nn`` or ``dglx_dist.nn`` (but for their helpers that run on no graph,
+    :data:`_NOT_CONVS`); modules inside a conv are part of it.
     """
     found: list[tuple[nn.Module, str]] = []
     for name, module in model.named_modules():
         if module is model or any(name.startswith(f"{outer}.") for _, outer in found):
             continue
-        where = type(module).__module__
+        where = f"{type(module).__module__}.{type(module).__qualname__}"
         if any(c.__name__ in LAYERS for c in type(module).__mro__) or \
-                where.startswith("dgl.nn") and not where.startswith(_NOT_CONVS):
+                where.startswith(_CONV_PACKAGES) and not where.startswith(_NOT_CONVS):
             found.append((module, name))
     return found
 
