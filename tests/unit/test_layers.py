@@ -119,7 +119,7 @@ def test_unknown_first_layers_list_the_supported_ones():
     with pytest.raises(ValueError, match="has no dgl.nn conv layer"):
         first_conv(nn.Sequential(nn.Linear(3, 3)))
     conv, name = first_conv(SAGE(8, 4, 2))
-    assert name == "layers.0" and isinstance(conv, dglnn.SAGEConv)
+    assert name == "layers.0" and type(conv).__name__ == "SAGEConv"  # (either library's)
 
 
 def test_every_tensor_task_belongs_to_one_conv():
