@@ -1,4 +1,5 @@
-"""The layer protocol: what the strategies need to know about one dgl.nn conv type.
+"""The layer protocol: what the strategies need to know about one conv type (``dglx_dist.nn``'s
+or ``dgl.nn``'s class of that name: one adapter serves both).
 
 Each conv folder registers one :class:`ConvAdapter` under the conv's class name in
 :data:`LAYERS` (entry-point group ``dglx_dist.layers`` for plug-ins): P3's column split
@@ -65,7 +66,7 @@ class DorylusSupport:
 
 
 class ConvAdapter(abc.ABC):
-    """What the strategies need to know about one dgl.nn conv type: its column split, its
+    """What the strategies need to know about one conv type: its column split, its
     source-degree normalisation, its dorylus support."""
 
     #: How dorylus runs this conv type; None: dorylus refuses it.

@@ -16,7 +16,7 @@ ability                 what it adds                                           w
 :class:`Stateful`       state between epochs in checkpoints                    none kept
 :class:`MemoryModelled` its peak memory per rank, checked before a run         not checked
 :class:`HoldsRows`      rows of node data it holds without the KVStore         KVStore reads
-:class:`ConvTypes`      the dgl.nn convs it can run                            any conv
+:class:`ConvTypes`      the conv classes it can run (by name)                  any conv
 :class:`Approximate`    options that turn its approximations off (contract)    exact defaults
 :class:`OverlapsBackward`  a hook when backward reaches the model's output      none
 :class:`OwnSplit`       its own ``node_split`` of ids among ranks              DistDGL's split
@@ -148,7 +148,7 @@ class HoldsRows(abc.ABC):
 
 
 class ConvTypes(abc.ABC):
-    """It runs only some dgl.nn convs.
+    """It runs only some conv classes (``dglx_dist.nn``'s or ``dgl.nn``'s, by name).
 
     Attributes:
         conv_types: their class names (readable on the class: ``dglx bench`` checks a model

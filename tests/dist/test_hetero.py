@@ -2,6 +2,7 @@
 read node data by type, split ids by type, and one R-GCN step through DataLoader +
 parallelize gives single-process DGL's logits and gradients (the featureless type's
 embedding rows included), at 2 ranks and at 4 ranks as 2 servers."""
+import importlib
 import re
 
 import numpy as np
@@ -44,10 +45,11 @@ def typed_graph():
 
 class RGCN(torch.nn.Module):
     """Two HeteroGraphConv layers of GraphConv per relation over typed inputs: a projection
-    of each featured type, the given rows of the others."""
+    of each featured type, the given rows of the others; the convs of ``lib`` (``"dgl.nn"``
+    or ``"dglx_dist.nn"``: the same parameters from the same seed)."""
 
-    def __init__(self, rels, dims, norm="right"):
-        import dgl.nn as dglnn
+    def __init__(self, rels, dims, norm="right", lib="dgl.nn"):
+        dglnn = importlib.import_module(lib)
 
         super().__init__()
         torch.manual_seed(0)
@@ -74,9 +76,10 @@ def _grad(p):
     return (torch.zeros_like(p) if p.grad is None else p.grad).tolist()
 
 
-def rgcn_job(g, emb_name="author_emb", norm="right"):
+def rgcn_job(g, emb_name="author_emb", norm="right", lib="dgl.nn"):
     """One R-GCN step's pieces on ``g`` (collective, in this order): the authors' embedding,
-    this rank's training papers, a full-neighbourhood loader over them, the wrapped model."""
+    this rank's training papers, a full-neighbourhood loader over them, the wrapped model
+    (its convs ``lib``'s)."""
     import dglx_dist.dgl as dgl
 
     emb = dgl.distributed.DistEmbedding(g.num_nodes("author"), HID, emb_name, _emb_init,
@@ -86,12 +89,12 @@ def rgcn_job(g, emb_name="author_emb", norm="right"):
     loader = dglx_dist.DataLoader(g, {"paper": train},
                                   dgl.dataloading.MultiLayerFullNeighborSampler(2),
                                   batch_size=100)
-    return emb, train, loader, dglx_dist.parallelize(RGCN(g.etypes, DIMS, norm), g)
+    return emb, train, loader, dglx_dist.parallelize(RGCN(g.etypes, DIMS, norm, lib), g)
 
 
-def _one_step(session, cache):
+def _one_step(session, cache, lib):
     g = dglx_dist.distribute(typed_graph(), "distdgl", cache_dir=cache, session=session)
-    emb, train, loader, model = rgcn_job(g)
+    emb, train, loader, model = rgcn_job(g, lib=lib)
     out = {"ntypes": g.ntypes, "etypes": g.canonical_etypes, "papers": g.num_nodes("paper"),
            "train": train.tolist()}
     for input_nodes, output_nodes, blocks in loader:
@@ -158,9 +161,12 @@ def _reference(outputs, norm="right"):
     return out
 
 
-@pytest.mark.parametrize("ranks, servers", [(2, 2), (4, 2)])
-def test_one_rgcn_step_matches_single_process_dgl(tmp_path, ranks, servers):
-    res = run_workers(_one_step, ranks, tmp_path / "run", str(tmp_path / "cache"),
+@pytest.mark.parametrize("ranks, servers, lib", [(2, 2, "dgl.nn"), (4, 2, "dgl.nn"),
+                                                (2, 2, "dglx_dist.nn")])
+def test_one_rgcn_step_matches_single_process_dgl(tmp_path, ranks, servers, lib):
+    """(``lib``: the model's convs, dgl.nn's or dglx_dist.nn's; the reference's are
+    dgl.nn's.)"""
+    res = run_workers(_one_step, ranks, tmp_path / "run", str(tmp_path / "cache"), lib,
                       env={"DGLX_VIRTUAL_SERVERS": str(servers)})
     g = typed_graph()
     assert res[0]["ntypes"] == ["author", "field", "paper"]

@@ -24,9 +24,10 @@ def _graph(session, cache):
     return dglx_dist.distribute(typed_graph(), "p3", cache_dir=cache, session=session)
 
 
-def _step(g, session):
-    """One R-GCN step (full neighbourhoods) on this rank's training papers."""
-    emb, train, loader, model = rgcn_job(g)
+def _step(g, session, lib="dgl.nn"):
+    """One R-GCN step (full neighbourhoods) on this rank's training papers (the model's
+    convs ``lib``'s)."""
+    emb, train, loader, model = rgcn_job(g, lib=lib)
     out = {"train": train.tolist(), "keys": {t: sorted(g.nodes[t].data.keys()) for t in g.ntypes},
            "shape": list(g.nodes["paper"].data["feat"].shape)}
     for input_nodes, output_nodes, blocks in loader:
@@ -34,8 +35,8 @@ def _step(g, session):
     return out, model
 
 
-def _one_step(session, cache):
-    return _step(_graph(session, cache), session)[0]
+def _one_step(session, cache, lib):
+    return _step(_graph(session, cache), session, lib)[0]
 
 
 def _projections(session, cache):
@@ -126,7 +127,8 @@ def test_p3_rgcn_step_and_split_projections_at_2_ranks(tmp_path):
                             res[r]["mismatch"]), res[r]["mismatch"]
 
 
-def test_p3_rgcn_step_at_4_ranks_as_2_servers(tmp_path):
-    res = run_workers(_one_step, 4, tmp_path / "run", str(tmp_path / "cache"),
+@pytest.mark.parametrize("lib", ["dgl.nn", "dglx_dist.nn"])
+def test_p3_rgcn_step_at_4_ranks_as_2_servers(tmp_path, lib):
+    res = run_workers(_one_step, 4, tmp_path / "run", str(tmp_path / "cache"), lib,
                       env={"DGLX_VIRTUAL_SERVERS": "2"})
     _check_step(res, 4)

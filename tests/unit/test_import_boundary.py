@@ -121,10 +121,6 @@ IMPORTS_DGL = {
                      "dglx_dist.dgl", "dglx_dist.dgl.distributed", "dglx_dist.dgl.run",
                      "dglx_dist.sampling.block", "dglx_dist.data.convert",
                      "dglx_dist.partition.dgl_files"], "the edge"),
-    # dgl.nn's convs (an adapter's example conv)
-    **dict.fromkeys(["dglx_dist.convs.gat.adapter",
-                     "dglx_dist.convs.graphconv.adapter", "dglx_dist.convs.sage.adapter"],
-                    "dgl.nn"),
     # DGL's DistDGL, run beside ours by `dglx bench`
     **dict.fromkeys(["dglx_dist.bench.dgl_distdgl_link", "dglx_dist.bench.dgl_distdgl_nodes",
                      "dglx_dist.bench.dgl_distdgl_worker", "dglx_dist.bench.single"],
@@ -133,8 +129,6 @@ IMPORTS_DGL = {
     "dglx_dist.convs.message": "dgl.ops on DGL's blocks",
     # DGL's own METIS, when a user asks for it (`metis` partitioner, backend 'dgl')
     "dglx_dist.partition.metis": "backend='dgl'",
-    # what still computes through DGL below the edge (issue 59 brings the convs)
-    "dglx_dist.strategies.granndis.heteroconv": "dgl.nn's HeteroGraphConv, checked",
     # research tooling outside the wheel
     **dict.fromkeys(["benchmarks.cache_policy", "benchmarks.costmodel.measure",
                      "benchmarks.eval_degrees", "benchmarks.link_collapse",

@@ -1,4 +1,5 @@
-"""The layer protocol: column-split adapters reproduce the stock dgl.nn convs."""
+"""The layer protocol: column-split adapters reproduce the convs, dgl.nn's on DGL's blocks and
+dglx_dist.nn's on either kind."""
 import copy
 import re
 
@@ -8,20 +9,21 @@ import pytest
 import torch
 from torch import nn
 
-import dglx_dist.nn as gnn
+import dglx_dist.nn as dglx_nn
 from dglx_dist.convs import LAYERS, adapter_for, first_conv
 from dglx_dist.models import SAGE
+from dglx_dist.sampling.block import Block
 
-CONVS = {
-    "sage-mean-shrink": lambda: dglnn.SAGEConv(12, 5, "mean"),
-    "sage-mean-grow": lambda: dglnn.SAGEConv(12, 30, "mean", activation=torch.relu),
-    "sage-gcn": lambda: dglnn.SAGEConv(12, 5, "gcn"),
-    "sage-pool": lambda: dglnn.SAGEConv(12, 5, "pool", norm=nn.LayerNorm(5)),
-    "graphconv-both": lambda: dglnn.GraphConv(12, 5, allow_zero_in_degree=True),
-    "graphconv-left-grow": lambda: dglnn.GraphConv(12, 30, norm="left",
-                                                   allow_zero_in_degree=True),
-    "graphconv-right": lambda: dglnn.GraphConv(12, 5, norm="right", allow_zero_in_degree=True),
-    "gat": lambda: dglnn.GATConv(12, 4, 3, allow_zero_in_degree=True, activation=torch.tanh),
+CONVS = {  # each built from a conv library: dgl.nn, or dglx_dist.nn (the same classes in torch)
+    "sage-mean-shrink": lambda lib: lib.SAGEConv(12, 5, "mean"),
+    "sage-mean-grow": lambda lib: lib.SAGEConv(12, 30, "mean", activation=torch.relu),
+    "sage-gcn": lambda lib: lib.SAGEConv(12, 5, "gcn"),
+    "sage-pool": lambda lib: lib.SAGEConv(12, 5, "pool", norm=nn.LayerNorm(5)),
+    "graphconv-both": lambda lib: lib.GraphConv(12, 5, allow_zero_in_degree=True),
+    "graphconv-left-grow": lambda lib: lib.GraphConv(12, 30, norm="left",
+                                                     allow_zero_in_degree=True),
+    "graphconv-right": lambda lib: lib.GraphConv(12, 5, norm="right", allow_zero_in_degree=True),
+    "gat": lambda lib: lib.GATConv(12, 4, 3, allow_zero_in_degree=True, activation=torch.tanh),
 }
 
 
@@ -34,12 +36,22 @@ def _block():
     return dgl.to_block(dgl.in_subgraph(g, seeds), seeds)
 
 
-def _check_column_split(conv):
-    """The adapter's partials over three column slices sum to ``conv``'s output."""
+def _package_block(block) -> Block:
+    """The package's block of DGL's ``block`` (what a strategy's step gives where DGL is
+    absent)."""
+    src, dst = block.edges()
+    ids = block.srcdata[dgl.NID]
+    return Block(ids, torch.zeros_like(ids), (block.num_dst_nodes(),), src.long(), dst.long(),
+                 block.edata[dgl.EID].long(), torch.zeros_like(src.long()))
+
+
+def _check_column_split(conv, block=None):
+    """The adapter's partials over three column slices sum to ``conv``'s output (on
+    ``block``, DGL's by default)."""
     for pname, p in conv.named_parameters():
         if "bias" in pname:
             nn.init.normal_(p)
-    block = _block()
+    block = _block() if block is None else block
     x = torch.randn(block.num_src_nodes(), 12)
     want = conv(block, x)
     adapter = adapter_for(conv)
@@ -60,7 +72,21 @@ def _check_column_split(conv):
 @pytest.mark.parametrize("name", sorted(CONVS))
 def test_partials_over_column_slices_sum_to_the_stock_conv(name):
     torch.manual_seed(1)
-    _check_column_split(CONVS[name]())
+    _check_column_split(CONVS[name](dglnn))
+
+
+@pytest.mark.parametrize("name", sorted(CONVS))
+def test_dglx_nn_convs_split_on_the_packages_blocks_as_dgl_nn_convs_on_dgls(name):
+    """Where DGL is absent a strategy's step gives the package's blocks, and the model is of
+    ``dglx_dist.nn``'s convs: their adapters split them there, and the layer gives what
+    dgl.nn's conv of the same parameters gives on DGL's block."""
+    torch.manual_seed(1)
+    ours, stock = CONVS[name](dglx_nn), CONVS[name](dglnn)
+    _check_column_split(ours, _package_block(_block()))
+    stock.load_state_dict(ours.state_dict())
+    x = torch.randn(_block().num_src_nodes(), 12)
+    torch.testing.assert_close(ours(_package_block(_block()), x), stock(_block(), x),
+                               rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", LAYERS.names())
@@ -70,6 +96,8 @@ def test_every_registered_adapter_splits_its_example(name):
     conv = LAYERS.build(name).example(12, 5)
     assert any(c.__name__ == name for c in type(conv).__mro__), type(conv)
     _check_column_split(conv)
+    if type(conv).__module__.startswith("dglx_dist.nn"):  # (a plug-in's may need DGL's block)
+        _check_column_split(copy.deepcopy(conv), _package_block(_block()))
 
 
 @pytest.mark.parametrize("conv,message", [
@@ -91,7 +119,7 @@ def test_unknown_first_layers_list_the_supported_ones():
     with pytest.raises(ValueError, match="has no dgl.nn conv layer"):
         first_conv(nn.Sequential(nn.Linear(3, 3)))
     conv, name = first_conv(SAGE(8, 4, 2))  # the reference models' convs are dglx_dist.nn's
-    assert name == "layers.0" and isinstance(conv, gnn.SAGEConv)
+    assert name == "layers.0" and isinstance(conv, dglx_nn.SAGEConv)
 
 
 def test_every_tensor_task_belongs_to_one_conv():

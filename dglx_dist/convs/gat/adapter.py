@@ -1,8 +1,9 @@
-"""``dgl.nn.GATConv``'s adapter: P3's column split (the projection ``fc(x_src)`` is the partial,
-GATConv's own forward runs on the sum; docs/strategies/p3.md, "First layers that split") and
-dorylus (:class:`~dglx_dist.convs.gat.dorylus.GatLayers`; tasks ``gat_*`` in :mod:`.ops`), both
-needing one projection ``fc`` applied to the input alone
-(:func:`~.projection.projection_problems`); no source-degree normalisation.
+"""``GATConv``'s adapter (``dglx_dist.nn``'s and ``dgl.nn``'s: one class name): P3's column split
+(the projection ``fc(x_src)`` is the partial, GATConv's own forward runs on the sum;
+docs/strategies/p3.md, "First layers that split") and dorylus
+(:class:`~dglx_dist.convs.gat.dorylus.GatLayers`; tasks ``gat_*`` in :mod:`.ops`), both needing
+one projection ``fc`` applied to the input alone (:func:`~.projection.projection_problems`); no
+source-degree normalisation.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from dglx_dist.convs.gat.dorylus import GatLayers
 from dglx_dist.convs.gat.ops import TASKS
 from dglx_dist.convs.gat.projection import projection_problems
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.nn.gatconv import GATConv
 
 __all__ = ["GATAdapter"]
 
@@ -25,9 +27,7 @@ class GATAdapter(ConvAdapter):
     dorylus = DorylusSupport(GatLayers, TASKS)
 
     def example(self, in_feats, out_feats):
-        import dgl  # noqa: PLC0415 - DGL's conv: the edge
-
-        return dgl.nn.GATConv(in_feats, out_feats, 2, allow_zero_in_degree=True)
+        return GATConv(in_feats, out_feats, 2, allow_zero_in_degree=True)
 
     def check_column_split(self, conv: nn.Module) -> None:
         problems = projection_problems(conv)

@@ -1,4 +1,4 @@
-"""Dorylus for GAT (``dgl.nn.GATConv``): attention as ApplyEdge tasks, sums over edges on the
+"""Dorylus for GAT (``GATConv``): attention as ApplyEdge tasks, sums over edges on the
 graph servers (tasks in :mod:`.ops`). Per layer and interval, ``AV SC AE GA ... AVL | ∇AE ∇SC
 ∇GA ∇AV ...`` (AVO / BAVO: the logits only, and the backward from given logit gradients);
 each source's backward sums are done by its owner (pull), so async mode reads possibly stale

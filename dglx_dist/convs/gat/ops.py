@@ -1,4 +1,4 @@
-"""The tensor tasks of a GAT layer (``dgl.nn.GATConv``), as pure functions of float32 arrays.
+"""The tensor tasks of a GAT layer (``GATConv``), as pure functions of float32 arrays.
 
 A GATConv layer with H heads of F features computes ``z = x W`` (W: ``in x H*F``), per head
 ``el = <z, attn_l>`` and ``er = <z, attn_r>``, per edge ``s = el_u + er_v``,

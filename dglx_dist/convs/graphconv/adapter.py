@@ -1,8 +1,9 @@
-"""``dgl.nn.GraphConv``'s adapter: P3's column split (any ``norm``, with its own weight;
-docs/strategies/p3.md, "First layers that split"), GraNNDis's source scaling (``norm`` "left"
-or "both": rows pre-scaled by ``(block_deg / true_deg)^p_src``) and dorylus's GCN
-(``norm="both"``: :class:`~dglx_dist.convs.graphconv.dorylus.GcnLayers`; tasks in :mod:`.ops`),
-all with the degree normalisation said once in :mod:`.norm`.
+"""``GraphConv``'s adapter (``dglx_dist.nn``'s and ``dgl.nn``'s: one class name): P3's column
+split (any ``norm``, with its own weight; docs/strategies/p3.md, "First layers that split"),
+GraNNDis's source scaling (``norm`` "left" or "both": rows pre-scaled by
+``(block_deg / true_deg)^p_src``) and dorylus's GCN (``norm="both"``:
+:class:`~dglx_dist.convs.graphconv.dorylus.GcnLayers`; tasks in :mod:`.ops`), all with the
+degree normalisation said once in :mod:`.norm`.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from dglx_dist.convs.graphconv.dorylus import GcnLayers
 from dglx_dist.convs.graphconv.norm import degree_factor, norm_powers, weight_problem
 from dglx_dist.convs.graphconv.ops import TASKS
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.nn.graphconv import GraphConv
 
 __all__ = ["GraphConvAdapter"]
 
@@ -24,9 +26,7 @@ class GraphConvAdapter(ConvAdapter):
     dorylus = DorylusSupport(GcnLayers, TASKS)
 
     def example(self, in_feats, out_feats):
-        import dgl  # noqa: PLC0415 - DGL's conv: the edge
-
-        return dgl.nn.GraphConv(in_feats, out_feats, allow_zero_in_degree=True)
+        return GraphConv(in_feats, out_feats, allow_zero_in_degree=True)
 
     def check_column_split(self, conv: nn.Module) -> None:
         problem = weight_problem(conv)

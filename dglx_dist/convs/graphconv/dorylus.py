@@ -1,4 +1,4 @@
-"""Dorylus for GCN (``dgl.nn.GraphConv``, ``norm="both"``): :class:`GcnLayers`, the stages
+"""Dorylus for GCN (``GraphConv``, ``norm="both"``): :class:`GcnLayers`, the stages
 of the paper's own model (tasks ``av``, ``av_grad``, ``av_loss`` in :mod:`.ops`), which
 :class:`~dglx_dist.convs.sage.dorylus.SageLayers` reuses. Per layer and vertex interval
 ``GA AV SC ... GA AVL | BSC BGA BAV ...``; docs/strategies/dorylus.md ("Tasks per interval")

@@ -1,2 +1,2 @@
-"""``dgl.nn.SAGEConv``'s folder (its layout: :mod:`dglx_dist.convs`; dorylus: the mean
+"""``SAGEConv``'s folder (its layout: :mod:`dglx_dist.convs`; dorylus: the mean
 aggregator); imports nothing, so that :mod:`.ops` loads without torch or DGL."""

@@ -1,6 +1,7 @@
-"""``dgl.nn.SAGEConv``'s adapter: P3's column split of the mean, gcn and pool aggregators (LSTM
-is refused; each one's partial: docs/strategies/p3.md, "First layers that split"), no
-source-degree normalisation (the mean divides by in-degrees), and dorylus's mean aggregator
+"""``SAGEConv``'s adapter (``dglx_dist.nn``'s and ``dgl.nn``'s: one class name): P3's column split
+of the mean, gcn and pool aggregators (LSTM is refused; each one's partial:
+docs/strategies/p3.md, "First layers that split"), no source-degree normalisation (the mean
+divides by in-degrees), and dorylus's mean aggregator
 (:class:`~dglx_dist.convs.sage.dorylus.SageLayers`; tasks ``sage_*`` in :mod:`.ops`).
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dglx_dist.convs.message import in_degrees, u_mul_e_max, u_mul_e_sum
 from dglx_dist.convs.sage.dorylus import SageLayers
 from dglx_dist.convs.sage.ops import TASKS
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.nn.sageconv import SAGEConv
 
 __all__ = ["SAGEAdapter"]
 
@@ -26,9 +28,7 @@ class SAGEAdapter(ConvAdapter):
     dorylus = DorylusSupport(SageLayers, TASKS)
 
     def example(self, in_feats, out_feats):
-        import dgl  # noqa: PLC0415 - DGL's conv: the edge
-
-        return dgl.nn.SAGEConv(in_feats, out_feats, "mean", activation=torch.relu)
+        return SAGEConv(in_feats, out_feats, "mean", activation=torch.relu)
 
     def check_column_split(self, conv: nn.Module) -> None:
         if conv._aggre_type == "lstm":

@@ -1,4 +1,4 @@
-"""Dorylus for GraphSAGE (``dgl.nn.SAGEConv``, mean aggregator): :class:`SageLayers` runs
+"""Dorylus for GraphSAGE (``SAGEConv``, mean aggregator): :class:`SageLayers` runs
 GCN's program (:class:`~dglx_dist.convs.graphconv.dorylus.GcnLayers`) and routes with the
 neighbour mean ``M`` (:func:`build_means`) in place of GCN's normalised sum, the rows' own part
 kept in the applies (tasks in :mod:`.ops`); docs/strategies/dorylus.md ("GraphSAGE", "Models")

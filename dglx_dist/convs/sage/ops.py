@@ -1,4 +1,4 @@
-"""The tensor tasks of a GraphSAGE layer (``dgl.nn.SAGEConv``, aggregator "mean"): GCN's three
+"""The tensor tasks of a GraphSAGE layer (``SAGEConv``, aggregator "mean"): GCN's three
 (:mod:`dglx_dist.convs.graphconv.ops`) with the rows' own part kept, both
 :func:`~dglx_dist.convs.ops_base.linear_tasks`.
 

@@ -7,7 +7,7 @@
 * Expansion-aware sampling (EAS: external max_hop m, external fanout k): :mod:`.eas`.
 * Cooperative batching (fetch-then-split: server-level co-batches split over the server's
   ranks, rows swapped between layers): :mod:`.cobatch`.
-* Graphs with node and edge types (a model of ``dgl.nn.HeteroGraphConv``s): the co-batches'
+* Graphs with node and edge types (a model of ``HeteroGraphConv``s): the co-batches'
   layers as heterogeneous blocks and the row exchange per node type, :mod:`.heteroconv`.
 """
 from dglx_dist.strategies.granndis.halo import HaloConv

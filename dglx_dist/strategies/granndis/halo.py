@@ -17,7 +17,7 @@ class HaloConv(ConvWrapper):
     """A graph conv that first completes its input with the rows other ranks hold.
 
     Args:
-        conv: the user's dgl.nn conv (kept as ``self.conv``).
+        conv: the user's graph conv (kept as ``self.conv``).
         plan_of: the :class:`~dglx_dist.strategies.granndis.cobatch.LayerPlan` of a block.
         comm: the ranks exchanging rows.
     """

@@ -1,14 +1,14 @@
 """``granndis`` and ``fullgraph`` on a graph with node and edge types: the co-batches' blocks as
-heterogeneous blocks, and the row exchange of ``dgl.nn.HeteroGraphConv`` (what a script sees:
-docs/heterographs.md, "Under granndis and fullgraph").
+heterogeneous blocks, and the row exchange of a ``HeteroGraphConv`` (``dglx_dist.nn``'s or
+``dgl.nn``'s; what a script sees: docs/heterographs.md, "Under granndis and fullgraph").
 
 Inside, everything stays homogeneous (each edge carrying its type: ``block.edata[ETYPE]``); at
 the model, :func:`typed_cobatch` makes each layer's block heterogeneous: type ``t``'s sources
 are the rank's own rows of type ``t`` in row order (own rows are ordered by level, so a type's
 destinations are a prefix of them), then the rows of type ``t`` other ranks send, in the
 homogeneous block's order, so one exchange per layer (:func:`halo_exchange_many`) fills
-every type; each source's out-degree per edge type (:func:`degree_key`) serves the relation
-convs that normalise by it (:class:`RelationDegrees`). :class:`HeteroHaloConv` completes a
+every type; each edge carries its source's out-degree by its type in the whole graph
+(:data:`SOURCE_DEGREE`) for the relation convs that normalise by it (:class:`RelationDegrees`). :class:`HeteroHaloConv` completes a
 ``HeteroGraphConv``'s input dict with every type's boundary rows; :func:`target_types` are the
 co-batches' targets, :class:`TypedRows` the featured types' rows pulled once.
 """
@@ -33,7 +33,7 @@ from dglx_dist.strategies.granndis.cobatch import ETYPE, CoBatchPlan, LayerPlan
 from dglx_dist.strategies.steps import Step
 
 __all__ = ["TypedLayer", "TypedCoBatch", "typed_cobatch", "HeteroHaloConv", "typed_rows",
-           "typed_step", "TypedRows", "edge_types", "out_degrees", "degree_key", "typed_ids",
+           "typed_step", "TypedRows", "edge_types", "out_degrees", "SOURCE_DEGREE", "typed_ids",
            "held_names", "RelationDegrees", "target_types"]
 
 
@@ -49,10 +49,10 @@ def held_names(types) -> frozenset[str]:
     return frozenset(typed_key(t, "feat") for t in types.ntypes if types.feat_dims[t])
 
 
-def degree_key(etype) -> str:
-    """``srcdata`` key, on a co-batch's heterogeneous block, of the sources' out-degrees by
-    edge type ``etype`` (canonical) in the whole graph."""
-    return "_dglx_out_degree/" + ":".join(etype)
+SOURCE_DEGREE = "_dglx_source_out_degree"
+"""``edata`` key, on a co-batch's heterogeneous block, of each edge's source's out-degree by
+the edge's type in the whole graph: a relation's one-type block (DGL's or the package's) has
+its own, whatever it knows of its type's name."""
 
 
 def edge_types(types, eid) -> torch.Tensor:
@@ -111,8 +111,8 @@ class TypedCoBatch(CoBatchPlan):
 def typed_cobatch(plan: CoBatchPlan, ids: TypeIds, etypes,
                   degree: torch.Tensor) -> TypedCoBatch:
     """``plan`` with heterogeneous blocks and exchanges split by node type; ``degree``: every
-    node's out-degree per edge type (:func:`out_degrees`), kept on the blocks' sources
-    (:func:`degree_key`) for the relation convs that normalise by it."""
+    node's out-degree per edge type (:func:`out_degrees`), kept on the blocks' edges
+    (:data:`SOURCE_DEGREE`) for the relation convs that normalise by it."""
     ntype_of, _ = ids.of_gids(plan.nodes)
     inputs = {t: plan.nodes[ntype_of == i] for i, t in enumerate(ids.ntypes)}
     head = ntype_of[:plan.num_targets]
@@ -136,15 +136,13 @@ def _typed_layer(lp: LayerPlan, ids: TypeIds, etypes, degree: torch.Tensor) -> T
     u, v = block.edges()
     by_type = torch.argsort(block.edata[ETYPE], stable=True)  # the edges in their types' order
     num_dst_of = torch.bincount(ntype[:num_dst], minlength=len(ids.ntypes)).tolist()
+    etype = block.edata[ETYPE][by_type]
     hetero = Block(per_type[order], ntype[order], tuple(num_dst_of), pos[u[by_type]],
-                   pos[v[by_type]], None, block.edata[ETYPE][by_type], tuple(ids.ntypes),
+                   pos[v[by_type]], None, etype, tuple(ids.ntypes),
                    tuple(tuple(e) for e in etypes), all_etypes=True)
-    for i, t in enumerate(ids.ntypes):
-        run = order[starts[i]:starts[i] + counts[i]]
-        for e, et in enumerate(etypes):
-            if et[0] == t:
-                hetero.srcnodes[t].data[degree_key(et)] = degree[e].index_select(
-                    0, src_ids[run]).float()
+    source_degree = degree[etype, src_ids[u[by_type]]].float()  # (edges in type order)
+    for e, et in enumerate(etypes):
+        hetero.edges[tuple(et)].data[SOURCE_DEGREE] = source_degree[etype == e]
     member = torch.repeat_interleave(torch.arange(len(lp.recv_rows)),
                                      torch.tensor(lp.recv_rows, dtype=torch.int64))
     remote_type = ntype[num_in:]
@@ -169,26 +167,30 @@ def _source_degrees(conv: nn.Module):
 
 class RelationDegrees(ConvWrapper):
     """A relation's conv that normalises by its sources' out-degrees: given a co-batch's
-    relation block (whose sources carry their out-degrees by that edge type in the whole
-    graph, :func:`degree_key`), its source rows are rescaled by the adapter's factor, so the
-    conv normalises by the whole graph's degrees, as on a graph without types."""
+    relation block (whose edges carry their sources' out-degrees by that edge type in the
+    whole graph, :data:`SOURCE_DEGREE`), its source rows are rescaled by the adapter's
+    factor, so the conv normalises by the whole graph's degrees, as on a graph without
+    types."""
 
     def __init__(self, conv: nn.Module, adapter):
         super().__init__()
         self.conv, self._adapter = conv, adapter
 
     def forward(self, graph, inputs, *args, **kwargs):
-        key = degree_key(graph.canonical_etypes[0])
-        if key not in graph.srcdata or not isinstance(inputs, tuple):
+        if SOURCE_DEGREE not in graph.edata or not isinstance(inputs, tuple):
             return self.conv(graph, inputs, *args, **kwargs)
-        scale = self._adapter.degree_source_scale(self.conv, graph, graph.srcdata[key])
+        src_of = graph.edges()[0].long()  # a source without edges here: any degree (1)
+        degree = torch.ones(graph.num_src_nodes(), dtype=torch.float64, device=src_of.device)
+        degree[src_of] = graph.edata[SOURCE_DEGREE].to(degree)
+        scale = self._adapter.degree_source_scale(self.conv, graph, degree)
         src, dst = inputs
         return self.conv(graph, (src * scale.to(src.dtype), dst), *args, **kwargs)
 
 
 class HeteroHaloConv(ConvWrapper):
-    """A ``dgl.nn.HeteroGraphConv`` whose input dict is first completed, per node type, with
-    the rows other ranks hold (one exchange for all types, autograd through it).
+    """A ``HeteroGraphConv`` (``dglx_dist.nn``'s or ``dgl.nn``'s) whose input dict is first
+    completed, per node type, with the rows other ranks hold (one exchange for all types,
+    autograd through it).
 
     Args:
         conv: the user's HeteroGraphConv (kept as ``self.conv``).
@@ -212,13 +214,12 @@ class HeteroHaloConv(ConvWrapper):
     @classmethod
     def of(cls, conv: nn.Module, plan_of, comm: Comm, ntypes, name: str) -> "HeteroHaloConv":
         """The wrapper of graph conv ``conv`` (``name``: how messages call it), which must be
-        a HeteroGraphConv: a typed graph's co-batches have heterogeneous blocks."""
-        from dgl.nn import HeteroGraphConv  # noqa: PLC0415 - dgl.nn's (the edge)
-
-        if not isinstance(conv, HeteroGraphConv):
+        a HeteroGraphConv (a class of that name, or under it: ``dglx_dist.nn``'s or
+        ``dgl.nn``'s): a typed graph's co-batches have heterogeneous blocks."""
+        if not any(c.__name__ == "HeteroGraphConv" for c in type(conv).__mro__):
             raise NotSupportedError(f"{name} is a {type(conv).__name__}; on a graph with node "
-                                    "types every graph conv must be a dgl.nn.HeteroGraphConv "
-                                    "(of convs per relation)")
+                                    "types every graph conv must be a HeteroGraphConv "
+                                    "(dglx_dist.nn's or dgl.nn's, of convs per relation)")
         return cls(conv, plan_of, comm, ntypes, name)
 
     def forward(self, block, h, *args, **kwargs):

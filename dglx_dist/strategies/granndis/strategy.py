@@ -3,7 +3,7 @@ batching; ``fullgraph``: the plain full-graph baseline (the same class with ``sc
 halo exchange across every rank, nothing preloaded). Where each paper term lives:
 :mod:`dglx_dist.strategies.granndis`; what it does (partitions, preloading, layer-wise
 training with row swaps inside a server, co-batches, gradients of the mean loss) and the rule
-for the model (every dgl.nn conv is wrapped in :class:`HaloConv`; ``x`` holds the rank's own
+for the model (every graph conv is wrapped in :class:`HaloConv`; ``x`` holds the rank's own
 rows, so anything before the first conv must be per row): docs/strategies/granndis.md; typed
 graphs: docs/heterographs.md; what lives on a GPU: docs/launching.md.
 """
