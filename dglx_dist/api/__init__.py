@@ -14,8 +14,10 @@ build the graph, the loader and the model::
         loss = F.cross_entropy(model(blocks, x), y)
         opt.zero_grad(); loss.backward(); opt.step()
 """
-from dgl.dataloading import (MultiLayerFullNeighborSampler, NeighborSampler,  # DGL's own
-                             as_edge_prediction_sampler, negative_sampler)
+from dgl.dataloading import MultiLayerFullNeighborSampler, NeighborSampler  # DGL's own
+
+from dglx_dist.api import negative_sampler
+from dglx_dist.api.link import as_edge_prediction_sampler
 
 from dglx_dist.api.graph import DistGraph, NodeDataView, distribute
 from dglx_dist.api.inference import export_parquet, inference

@@ -19,6 +19,7 @@ CORE_PACKAGES = ["dglx_dist.data", "dglx_dist.partition", "dglx_dist.runtime",
                  "dglx_dist.sampling", "dglx_dist.strategies", "dglx_dist.convs",
                  "dglx_dist.nn"]
 CORE_MODULES = ["dglx_dist", "dglx_dist.errors", "dglx_dist.registry", "dglx_dist.cli_flags",
+                "dglx_dist.function",
                 "dglx_dist.config", "dglx_dist.memory",
                 "dglx_dist.report", "dglx_dist.testing", "tests.doubles.invoke_api"]
 # The numpy tensor tasks in the conv folders (and the packages above them): a worker process
@@ -117,7 +118,7 @@ def test_the_block_bites(name):
 IMPORTS_DGL = {
     # the edge: DGL's API as users see it, and what converts to and from DGL's objects
     **dict.fromkeys(["dglx_dist.api", "dglx_dist.api.graph", "dglx_dist.api.inference",
-                     "dglx_dist.api.link", "dglx_dist.api.loader", "dglx_dist.api.parallel",
+                     "dglx_dist.api.pair_graph", "dglx_dist.api.parallel",
                      "dglx_dist.api.samplers",
                      "dglx_dist.api.structure", "dglx_dist.dgl", "dglx_dist.dgl.distributed",
                      "dglx_dist.dgl.run", "dglx_dist.sampling.block", "dglx_dist.data.convert",
