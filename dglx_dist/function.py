@@ -21,6 +21,8 @@ import dataclasses
 
 import torch
 
+from dglx_dist.errors import InvalidValueError
+
 __all__ = ["EdgeFunction", "u_add_v", "u_sub_v", "u_mul_v", "u_div_v", "u_dot_v"]
 
 
@@ -45,6 +47,10 @@ class EdgeFunction:
         a, b = edges.src[self.lhs_field], edges.dst[self.rhs_field]
         scalar = a.dim() == 1 and b.dim() == 1  # one number per node: one per edge
         a, b = _aligned(a.unsqueeze(-1) if scalar else a, b.unsqueeze(-1) if scalar else b)
+        if self.op == "dot" and a.shape[-1] != b.shape[-1]:
+            raise InvalidValueError(f"u_dot_v: the rows {self.lhs_field!r} have shape "
+                                    f"{tuple(a.shape[1:])} and {self.rhs_field!r} "
+                                    f"{tuple(b.shape[1:])}; expected the same last dimension")
         rows = _OPS[self.op](a, b)
         return {self.out: rows.squeeze(-1) if scalar else rows}
 
