@@ -48,8 +48,8 @@ class DataLoader:
             edge ids (or an edge mask) with an edge-prediction sampler
             (:func:`~dglx_dist.api.edge_split`); on a graph with types, a dict of node
             (edge) type -> ids, per-type ids.
-        graph_sampler: DGL's NeighborSampler or MultiLayerFullNeighborSampler, or
-            ``as_edge_prediction_sampler`` of one (the package's or DGL's).
+        graph_sampler: DGL's NeighborSampler or MultiLayerFullNeighborSampler, or DGL's
+            ``as_edge_prediction_sampler`` of one.
         batch_size: output nodes (edges) per batch.
         shuffle: reshuffle every epoch.
         drop_last: drop the last partial batch.
