@@ -19,7 +19,7 @@ CORE_PACKAGES = ["dglx_dist.data", "dglx_dist.partition", "dglx_dist.runtime",
                  "dglx_dist.sampling", "dglx_dist.strategies", "dglx_dist.convs",
                  "dglx_dist.nn"]
 CORE_MODULES = ["dglx_dist", "dglx_dist.errors", "dglx_dist.registry", "dglx_dist.cli_flags",
-                "dglx_dist.function",
+                "dglx_dist.function", "dglx_dist.tasks.link",
                 "dglx_dist.config", "dglx_dist.memory",
                 "dglx_dist.report", "dglx_dist.testing", "tests.doubles.invoke_api"]
 # The numpy tensor tasks in the conv folders (and the packages above them): a worker process
@@ -29,7 +29,7 @@ TASK_MODULES = ["dglx_dist.convs", "dglx_dist.convs.ops_base",
                 *CONV_FOLDERS, *[f"{folder}.ops" for folder in CONV_FOLDERS],
                 "dglx_dist.offload.tensor_fn.handler", "dglx_dist.offload.tensor_fn.worker"]
 # What needs DGL at import; the control below checks that the block really bites.
-DGL_MODULES = ["dglx_dist.api", "dglx_dist.models", "dglx_dist.trainer", "dglx_dist.tasks.link"]
+DGL_MODULES = ["dglx_dist.api", "dglx_dist.models", "dglx_dist.trainer"]
 
 _BLOCK = textwrap.dedent("""
     import importlib, importlib.abc, pkgutil, sys
