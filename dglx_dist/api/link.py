@@ -1,45 +1,108 @@
-"""Link prediction's batches: DGL's ``as_edge_prediction_sampler`` over a DistGraph, with or
-without node and edge types (a graph without them is the one-type case: ``_N``, ``_E``); what
-the loader yields is docs/link_prediction.md's. The loader carries edge ids as original
-homogeneous ids (the type's offset plus the per-type id). A batch (:class:`EdgePairs`):
+"""Link prediction's batches: ``as_edge_prediction_sampler`` (DGL's name and signature, written
+here; DGL's own object is read the same) over a DistGraph, with or without node and edge
+types (a graph without them is the one-type case: ``_N``, ``_E``); what the loader yields is
+docs/link_prediction.md's. The loader carries edge ids as original homogeneous ids (the
+type's offset plus the per-type id). A batch (:class:`EdgePairs`):
 
 1. is split by edge type into DGL's seeds (a dict on a graph with types, the ids themselves
    on one without) and finds their endpoints (``g.find_edges``);
 2. calls the user's negative sampler on the DistGraph with those seeds;
 3. compacts the nodes of both pair graphs per node type (sorted ids): they are the blocks'
-   seeds, so output row ``i`` of type ``t`` is the pair graphs' node ``i`` of ``t``;
+   seeds, so output row ``i`` of type ``t`` is the pair graphs' node ``i`` of ``t``
+   (:class:`~dglx_dist.api.pair_graph.PairGraph`, DGL's graphs at the loader's output where
+   DGL is installed);
 4. puts the sampler's ``prefetch_labels`` on the pair graph's edges of each edge type;
-5. names the edges to leave out of every sampled layer with DGL's own ``find_exclude_eids``,
-   as partitioned edge ids (:meth:`~dglx_dist.sampling.PartitionSampler.exclusions`).
+5. names the edges to leave out of every sampled layer as DGL's ``exclude`` modes do, as
+   partitioned edge ids (:meth:`~dglx_dist.sampling.PartitionSampler.exclusions`).
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
 
 from dglx_dist.api.book import given_edge_ids
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.ndata import as_node_ids
-from dglx_dist.errors import InvalidValueError, NotSupportedError
+from dglx_dist.api.negative_sampler import GlobalUniform
+from dglx_dist.api.pair_graph import PairGraph
+from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 from dglx_dist.sampling.block import is_dgl
+from dglx_dist.sampling.frames import NID
 from dglx_dist.strategies.steps import EdgeBatch
 
-if TYPE_CHECKING:
-    import dgl
-
-__all__ = ["EdgePairs", "is_edge_sampler"]
+__all__ = ["EdgePredictionSampler", "as_edge_prediction_sampler", "EdgePairs",
+           "is_edge_sampler"]
 
 Etype = tuple[str, str, str]
 EMPTY = torch.zeros(0, dtype=torch.int64)
 _WHERE = "as_edge_prediction_sampler"
-_MODES = ("self", "reverse_id", "reverse_types")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class EdgePredictionSampler:
+    """A node sampler made an edge sampler (DGL's class of this name): for each batch of
+    edges, the pair graphs and the blocks that compute their ends' embeddings
+    (docs/link_prediction.md). Built by :func:`as_edge_prediction_sampler`; the attributes
+    are its arguments (``prefetch_labels`` a tuple)."""
+
+    sampler: object
+    exclude: object = None
+    reverse_eids: object = None
+    reverse_etypes: object = None
+    negative_sampler: object = None
+    prefetch_labels: tuple[str, ...] = ()
+
+
+def as_edge_prediction_sampler(sampler, exclude=None, reverse_eids=None, reverse_etypes=None,
+                               negative_sampler=None, prefetch_labels=None
+                               ) -> EdgePredictionSampler:
+    """DGL's ``as_edge_prediction_sampler``: the edge loader's sampler of node sampler
+    ``sampler`` (``NeighborSampler``, ``MultiLayerFullNeighborSampler`` or a DGL sampler
+    whose ``sample`` takes the edges to exclude). ``exclude``: None, ``"self"``,
+    ``"reverse_id"`` (with ``reverse_eids``), ``"reverse_types"`` (with ``reverse_etypes``)
+    or a callable of the batch's edge ids; ``negative_sampler``: a callable ``(g, eids) ->
+    (src, dst)`` (:mod:`dglx_dist.api.negative_sampler`'s, DGL's, or one's own);
+    ``prefetch_labels``: edge data put on the pair graph's edges. Checked against the graph
+    when a loader takes it."""
+    sample = getattr(sampler, "sample", None)
+    if callable(sample) and _positional(sample) < 3:
+        raise InvalidTypeError(f"{_WHERE}: {type(sampler).__name__}.sample takes no edges to "
+                               "exclude; expected a node sampler whose sample(g, seed_nodes, "
+                               "exclude_eids=None) takes them")
+    if isinstance(prefetch_labels, str):
+        raise InvalidTypeError(f"{_WHERE}: prefetch_labels={prefetch_labels!r}; expected a "
+                               f"list of edge data names, such as [{prefetch_labels!r}]")
+    return EdgePredictionSampler(sampler, exclude, reverse_eids, reverse_etypes,
+                                 negative_sampler, tuple(prefetch_labels or ()))
+
+
+def _positional(fn: Callable) -> int:
+    """How many positional arguments ``fn`` takes (many: it takes ``*args``)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: not refused
+        return 3
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if any(p.kind == inspect.Parameter.VAR_POSITIONAL for p in params):
+        return 3
+    return sum(p.kind in kinds for p in params)
 
 
 def is_edge_sampler(sampler) -> bool:
-    """Whether ``sampler`` is DGL's ``as_edge_prediction_sampler(...)``."""
-    return is_dgl(sampler, "dataloading.EdgePredictionSampler")
+    """Whether ``sampler`` is an ``as_edge_prediction_sampler(...)``, the package's or
+    DGL's."""
+    return isinstance(sampler, EdgePredictionSampler) or \
+        is_dgl(sampler, "dataloading.EdgePredictionSampler")
+
+
+def _is_global_uniform(negative_sampler) -> bool:
+    return isinstance(negative_sampler, GlobalUniform) or \
+        is_dgl(negative_sampler, "dataloading.negative_sampler.GlobalUniform")
 
 
 def _of(g: DistGraph, etype: Etype) -> str:
@@ -108,6 +171,33 @@ def _reverse_eids(graph: DistGraph, reverse_eids) -> dict[Etype, torch.Tensor]:
     return out
 
 
+def _self(_, seeds: dict) -> dict:
+    return seeds
+
+
+def _with_reverse_ids(reverse: dict[Etype, torch.Tensor], seeds: dict) -> dict:
+    """The seeds and, of each, the edge of its type that ``reverse`` names."""
+    return {et: torch.cat([ids, reverse[et].index_select(0, ids)]) for et, ids in seeds.items()}
+
+
+def _with_reverse_types(reverse: dict[Etype, Etype], seeds: dict) -> dict:
+    """The seeds and, of each seed of a type ``reverse`` maps, the edge of the same per-type
+    id in its reverse type (as DGL's ``reverse_types``, in the order of ``reverse``)."""
+    out = dict(seeds)
+    for et, rev in reverse.items():
+        if et in out:
+            out[rev] = torch.unique(torch.cat([out[et], out[rev]])) if rev in out else out[et]
+    return out
+
+
+# exclude mode -> (what reads its argument off the sampler, the edges it excludes)
+_MODES = {"self": (lambda graph, sampler: None, _self),
+          "reverse_id": (lambda graph, sampler: _reverse_eids(graph, sampler.reverse_eids),
+                         _with_reverse_ids),
+          "reverse_types": (lambda graph, sampler: _reverse_etypes(graph, sampler.reverse_etypes),
+                            _with_reverse_types)}
+
+
 class EdgePairs:
     """Builds a batch's pair graphs and exclusions from its edge ids (see the module
     docstring): the edge loader's :class:`~dglx_dist.strategies.steps.PairMaker`; collective
@@ -115,8 +205,6 @@ class EdgePairs:
     honour."""
 
     def __init__(self, graph: DistGraph, sampler):
-        from dgl.dataloading.negative_sampler import GlobalUniform
-
         self.graph, self.negative_sampler = graph, sampler.negative_sampler
         self.labels = list(sampler.prefetch_labels or [])
         for key in self.labels:
@@ -124,7 +212,7 @@ class EdgePairs:
                 raise InvalidValueError(f"{_WHERE}: prefetch_labels names {key!r}, which no "
                                         f"edge type has; edge data here: "
                                         f"{sorted(graph.edata.stored())}")
-        if graph.is_typed and isinstance(self.negative_sampler, GlobalUniform):
+        if graph.is_typed and _is_global_uniform(self.negative_sampler):
             raise NotSupportedError(f"{_WHERE}: negative_sampler.GlobalUniform is not "
                                     "supported on a graph with edge types yet; use "
                                     "negative_sampler.Uniform(k)")
@@ -143,22 +231,22 @@ class EdgePairs:
                                                                 EMPTY)
 
     def _exclusion(self, sampler) -> Callable[[dict], object] | None:
-        exclude, graph = sampler.exclude, self.graph
+        """The edges a batch's seeds (by canonical type) exclude, as the sampler's
+        ``exclude`` says (a callable is given the seeds as DGL gives them)."""
+        exclude = sampler.exclude
         if exclude is None:
             return None
-        if not callable(exclude) and (not isinstance(exclude, str) or exclude not in _MODES):
+        if callable(exclude):
+            return lambda seeds: exclude(self._given(seeds))
+        if not isinstance(exclude, str) or exclude not in _MODES:
             raise NotSupportedError(f"{_WHERE}: exclude={exclude!r:.60}; expected None, 'self', "
                                     "'reverse_types' (with reverse_etypes), 'reverse_id' (with "
                                     "reverse_eids) or a callable")
-        reverse_etypes = _reverse_etypes(graph, sampler.reverse_etypes) \
-            if exclude == "reverse_types" else None
+        read, excluded = _MODES[exclude]
+        reverse = read(self.graph, sampler)
         if exclude == "reverse_id":
-            self._reverse_eids = _reverse_eids(graph, sampler.reverse_eids)
-        reverse = None if self._reverse_eids is None else self._given(self._reverse_eids)
-        from dgl.dataloading import find_exclude_eids  # noqa: PLC0415
-
-        return lambda seeds: find_exclude_eids(
-            graph, self._given(seeds), exclude, reverse, reverse_etypes)
+            self._reverse_eids = reverse
+        return functools.partial(excluded, reverse)
 
     def read_ids(self, indices) -> torch.Tensor:
         """The loader's edge ids (original homogeneous ids) of the user's ``indices``; with
@@ -175,8 +263,6 @@ class EdgePairs:
         return ids
 
     def __call__(self, eids: torch.Tensor) -> EdgeBatch:
-        import dgl  # noqa: PLC0415
-
         g = self.graph
         seeds = self._seeds(eids)
         pos = {et: g.find_edges(ids, etype=et) for et, ids in seeds.items()}
@@ -184,7 +270,7 @@ class EdgePairs:
         uniq, (pos_local, neg_local) = self._compact([pos, neg or {}])
         pair = self._pair_graph(pos_local, uniq)
         eids_by_type = {et: seeds.get(et, EMPTY) for et in g.canonical_etypes}
-        pair.edata[dgl.EID] = eids_by_type if len(eids_by_type) > 1 else \
+        pair.edata[NID] = eids_by_type if len(eids_by_type) > 1 else \
             eids_by_type[g.canonical_etypes[0]]
         for key in self.labels:  # DGL's prefetch_labels: on the positive pairs' edges
             for et, ids in seeds.items():
@@ -235,15 +321,13 @@ class EdgePairs:
         pieces = iter(local)
         return uniq, [{et: (next(pieces), next(pieces)) for et in group} for group in groups]
 
-    def _pair_graph(self, edges: dict, uniq: dict[str, torch.Tensor]) -> dgl.DGLGraph:
-        """A graph with every canonical edge type over the compacted nodes (one of DGL's
-        homogeneous graphs on a graph without types)."""
-        import dgl  # noqa: PLC0415
-
+    def _pair_graph(self, edges: dict, uniq: dict[str, torch.Tensor]) -> PairGraph:
+        """A graph with every canonical edge type over the compacted nodes, their ids in
+        ``ndata["_ID"]`` (DGL's ``dgl.NID``)."""
         g = self.graph
-        pair = dgl.heterograph({et: edges.get(et, (EMPTY, EMPTY)) for et in g.canonical_etypes},
-                               num_nodes_dict={t: n.numel() for t, n in uniq.items()})
-        pair.ndata[dgl.NID] = uniq if len(g.ntypes) > 1 else uniq[g.ntypes[0]]
+        pair = PairGraph.of(edges, {t: n.numel() for t, n in uniq.items()}, tuple(g.ntypes),
+                            tuple(g.canonical_etypes))
+        pair.ndata[NID] = uniq if len(g.ntypes) > 1 else uniq[g.ntypes[0]]
         return pair
 
     def _excluded(self, result) -> torch.Tensor:

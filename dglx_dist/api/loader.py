@@ -1,8 +1,9 @@
 """``DataLoader``: DGL's node and edge data loaders over a :class:`~dglx_dist.api.DistGraph`.
 
 It has the signature of ``dgl.dataloading.DataLoader`` (and DistDGL's ``DistNodeDataLoader``)
-and yields ``(input_nodes, output_nodes, blocks)``; given DGL's ``as_edge_prediction_sampler``
-and edge ids, ``(input_nodes, pair_graph, neg_pair_graph, blocks)`` (:mod:`dglx_dist.api.link`).
+and yields ``(input_nodes, output_nodes, blocks)``; given ``as_edge_prediction_sampler`` (the
+package's or DGL's) and edge ids, ``(input_nodes, pair_graph, neg_pair_graph, blocks)``
+(:mod:`dglx_dist.api.link`).
 What a step holds is the strategy's. Building one is collective and checks the call on every
 rank first; every rank takes the same number of steps per epoch (docs/porting.md: the
 ``DataLoader`` row, "Every rank takes the same number of steps"; docs/architecture.md).
@@ -17,7 +18,8 @@ import torch
 
 from dglx_dist.api.book import given_node_ids
 from dglx_dist.api.graph import DistGraph
-from dglx_dist.api.link import EdgePairs, is_edge_sampler
+from dglx_dist.api.link import EdgePairs, as_edge_prediction_sampler, is_edge_sampler
+from dglx_dist.api.pair_graph import at_the_edge
 from dglx_dist.api.prefetch import Prefetch
 from dglx_dist.api.samplers import (prefetched_edge_feats, sampler_fanouts, sampler_options,
                                     user_sampler)
@@ -48,8 +50,8 @@ class DataLoader:
             (edge) type -> ids, per-type ids.
         graph_sampler: a :class:`~dglx_dist.api.NeighborSampler` or
             ``MultiLayerFullNeighborSampler`` (the package's, or DGL's), another DGL sampler
-            (:func:`~dglx_dist.api.samplers.user_sampler`), or DGL's
-            ``as_edge_prediction_sampler`` of one.
+            (:func:`~dglx_dist.api.samplers.user_sampler`), or an
+            ``as_edge_prediction_sampler`` of one (the package's or DGL's).
         batch_size: output nodes (edges) per batch.
         shuffle: reshuffle every epoch.
         drop_last: drop the last partial batch.
@@ -167,7 +169,7 @@ class DataLoader:
             if isinstance(step, EdgeStep):
                 pairs = (step.pair_graph,) if step.neg_pair_graph is None else \
                     (step.pair_graph, step.neg_pair_graph)
-                yield step.input_nodes, *pairs, blocks
+                yield step.input_nodes, *map(at_the_edge, pairs), blocks
             else:
                 yield step.input_nodes, step.output_nodes, blocks
         self.graph.step_rows.settle()
@@ -249,14 +251,12 @@ class DistEdgeDataLoader(DataLoader):
     """DGL's distributed link-prediction loader: :class:`DataLoader` over edge ids, with DGL's
     signature. A block sampler comes with the edge-prediction options (``exclude``,
     ``reverse_eids``, ``reverse_etypes``, ``negative_sampler``) among the keyword arguments
-    and is wrapped with ``dgl.dataloading.as_edge_prediction_sampler``, as DGL's loader does;
-    a sampler wrapped already is used as it is."""
+    and is wrapped with :func:`~dglx_dist.api.link.as_edge_prediction_sampler`, as DGL's
+    loader does; a sampler wrapped already (the package's or DGL's) is used as it is."""
 
     def __init__(self, g: DistGraph, eids, graph_sampler, device=None, **kwargs):
         options = {k: kwargs.pop(k) for k in _EDGE_SAMPLER_ARGS if k in kwargs}
         if not is_edge_sampler(graph_sampler):
-            from dgl.dataloading import as_edge_prediction_sampler  # noqa: PLC0415
-
             graph_sampler = as_edge_prediction_sampler(graph_sampler, **options)
         elif options:
             raise InvalidValueError(f"DistEdgeDataLoader: {sorted(options)} given with a "

@@ -26,7 +26,7 @@ from typing import Sequence
 import torch
 
 from dglx_dist.errors import UnknownNameError
-from dglx_dist.sampling.frames import NID, DataView, EdgeSpace, NodeSpace
+from dglx_dist.sampling.frames import NID, DataView, EdgeSpace, NodeSpace, Typed
 
 __all__ = ["Block", "relabel", "map_tensors", "plan_of", "dgl_installed", "is_dgl", "UNTYPED",
            "PLAN"]
@@ -80,8 +80,9 @@ def relabel_sorted(dst_nodes: torch.Tensor, *ends: torch.Tensor
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class Block:
-    """One layer's message flow graph, and the rows on it.
+class Block(Typed):
+    """One layer's message flow graph, and the rows on it (its type lookups and
+    ``num_edges``: :class:`~dglx_dist.sampling.frames.Typed`'s).
 
     Attributes:
         src_nodes: each source node's id (per-type ids where there are types), the
@@ -111,6 +112,7 @@ class Block:
             once, its formats built once).
     """
 
+    kind = "block"  # in errors (not a field)
     src_nodes: torch.Tensor
     src_type: torch.Tensor
     num_dst: tuple[int, ...]
@@ -180,12 +182,6 @@ class Block:
             return self.dst_nodes
         ids = self.src_nodes if len(self.ntypes) == 1 else self.src_nodes[self.src_type == ntype]
         return ids[:self.num_dst[ntype]] if dst else ids
-
-    def edges_of(self, etype: int) -> torch.Tensor:
-        """The positions of the edges of type ``etype`` among the block's edges."""
-        if len(self.canonical_etypes) == 1:
-            return torch.arange(self.src.numel(), device=self.src.device)
-        return torch.nonzero(self.etype == etype).flatten()
 
     def relation_types(self) -> list[int]:
         """The edge types DGL's block of this one has (:meth:`to_dgl`): those with edges
@@ -270,31 +266,8 @@ class Block:
     def num_dst_nodes(self, ntype: str | None = None) -> int:
         return self._count(self.num_dst, ntype)
 
-    def num_edges(self, etype=None) -> int:
-        if etype is None:
-            return self.src.numel()
-        return int(self.edges_of(self.etype_index(etype)).numel())
-
     def _count(self, counts: tuple[int, ...], ntype: str | None) -> int:
         return sum(counts) if ntype is None else counts[self.ntype_index(ntype)]
-
-    def ntype_index(self, ntype: str) -> int:
-        """The index of node type ``ntype`` among the block's."""
-        if ntype not in self.ntypes:
-            raise UnknownNameError(f"node type {ntype!r}: the block's are {list(self.ntypes)}")
-        return self.ntypes.index(ntype)
-
-    def etype_index(self, etype) -> int:
-        """The index of ``etype`` (canonical, or a name that names one type) among the
-        block's edge types."""
-        if isinstance(etype, tuple) and tuple(etype) in self.canonical_etypes:
-            return self.canonical_etypes.index(tuple(etype))
-        named = [i for i, e in enumerate(self.canonical_etypes) if e[1] == etype]
-        if len(named) != 1:
-            raise UnknownNameError(f"edge type {etype!r}: {len(named)} of the block's types "
-                                   f"have that name; expected one (or a canonical type of "
-                                   f"{list(self.canonical_etypes)})")
-        return named[0]
 
     def local_var(self) -> "Block":
         """The block with rows of its own (the structure and the rows shared; new rows set on

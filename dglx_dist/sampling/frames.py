@@ -6,40 +6,83 @@ it the same way); ``block.srcnodes[ntype].data`` is one type's dict; ``block.edg
 one edge type's (an edge type by its canonical triple or its name); ``block.edges()`` the
 edges as ``(src, dst)`` (``form="all"``: with their positions). The ids are ``"_ID"`` (DGL's
 ``dgl.NID`` and ``dgl.EID``): the graph's node ids of each side, the user's edge ids.
+The same views serve a link-prediction step's pair graph
+(:class:`~dglx_dist.api.pair_graph.PairGraph`), whose one side is ``"node"``; both find
+their types through :class:`Typed`.
 """
 from __future__ import annotations
 
 from collections.abc import MutableMapping
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 import torch
 
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, UnknownNameError
 
-if TYPE_CHECKING:
-    from dglx_dist.sampling.block import Block
 
-__all__ = ["NID", "DataView", "NodeSpace", "EdgeSpace"]
+__all__ = ["NID", "Typed", "DataView", "NodeSpace", "EdgeSpace"]
 
 NID = "_ID"
 """DGL's ``dgl.NID`` (and ``dgl.EID``): the key of a block's node (edge) ids."""
 
 
+class Typed:
+    """DGL's type lookups of a graph of the package whose ``src`` and ``etype`` tensors hold
+    each edge's source and type (edges in the order of their types): a
+    :class:`~dglx_dist.sampling.block.Block` or a pair graph; ``kind`` names it in errors."""
+
+    ntypes: tuple[str, ...]
+    canonical_etypes: tuple[tuple[str, str, str], ...]
+    src: torch.Tensor
+    etype: torch.Tensor
+    kind = "graph"
+
+    def ntype_index(self, ntype: str) -> int:
+        """The index of node type ``ntype`` among the graph's."""
+        if ntype not in self.ntypes:
+            raise UnknownNameError(f"node type {ntype!r}: the {self.kind}'s are "
+                                   f"{list(self.ntypes)}")
+        return self.ntypes.index(ntype)
+
+    def etype_index(self, etype) -> int:
+        """The index of ``etype`` (canonical, or a name that names one type) among the
+        graph's edge types."""
+        if isinstance(etype, tuple) and tuple(etype) in self.canonical_etypes:
+            return self.canonical_etypes.index(tuple(etype))
+        named = [i for i, e in enumerate(self.canonical_etypes) if e[1] == etype]
+        if len(named) != 1:
+            raise UnknownNameError(f"edge type {etype!r}: {len(named)} of the {self.kind}'s "
+                                   f"types have that name; expected one (or a canonical type "
+                                   f"of {list(self.canonical_etypes)})")
+        return named[0]
+
+    def edges_of(self, etype: int) -> torch.Tensor:
+        """The positions of the edges of type ``etype`` among the graph's edges."""
+        if len(self.canonical_etypes) == 1:
+            return torch.arange(self.src.numel(), device=self.src.device)
+        return torch.nonzero(self.etype == etype).flatten()
+
+    def num_edges(self, etype=None) -> int:
+        if etype is None:
+            return self.src.numel()
+        return int(self.edges_of(self.etype_index(etype)).numel())
+
+
 class DataView(MutableMapping):
     """``srcdata`` / ``dstdata`` / ``edata`` of a block: one type's rows, or by type."""
 
-    def __init__(self, block: "Block", side: str, types: range):
+    def __init__(self, block: "Typed", side: str, types: range):
         self._frames = [block.frame(side, i) for i in types]
         names = block.ntypes if side != "edge" else block.canonical_etypes
-        self._names = list(names)
+        self._names, self._kind = list(names), block.kind
 
     def __getitem__(self, key: str):
         if len(self._frames) == 1:
             return self._frames[0][key]
         found = {n: f[key] for n, f in zip(self._names, self._frames) if key in f}
         if not found:
-            raise UnknownNameError(f"no type of the block has rows {key!r}; it has "
+            raise UnknownNameError(f"no type of the {self._kind} has rows {key!r}; it has "
                                    f"{sorted(self)}")
         return found
 
@@ -48,7 +91,7 @@ class DataView(MutableMapping):
             self._frames[0][key] = value
             return
         if not isinstance(value, dict):
-            raise InvalidTypeError(f"setting {key!r} on a block with several types takes a "
+            raise InvalidTypeError(f"setting {key!r} on a {self._kind} with several types takes a "
                                    f"dict of type -> rows; got {type(value).__name__}")
         for name, rows in value.items():
             self._frames[self._names.index(name)][key] = rows
@@ -56,7 +99,7 @@ class DataView(MutableMapping):
     def __delitem__(self, key: str) -> None:
         held = [f for f in self._frames if key in f]
         if not held:
-            raise UnknownNameError(f"the block has no rows {key!r}; it has {sorted(self)}")
+            raise UnknownNameError(f"the {self._kind} has no rows {key!r}; it has {sorted(self)}")
         for frame in held:
             del frame[key]
 
@@ -70,7 +113,7 @@ class DataView(MutableMapping):
 class NodeSpace:
     """``srcnodes`` / ``dstnodes`` of a block: ``[ntype].data`` one type's rows."""
 
-    def __init__(self, block: "Block", side: str):
+    def __init__(self, block: "Typed", side: str):
         self._block, self._side = block, side
 
     def __getitem__(self, ntype: str) -> SimpleNamespace:
@@ -81,9 +124,9 @@ class NodeSpace:
 class EdgeSpace:
     """``edges`` of a block: ``[etype].data`` one edge type's rows; ``(form, etype)`` its
     edges as ``(src, dst)`` indices (``form="all"``: and their positions among the type's
-    edges, DGL's ``form="all"``)."""
+    edges, DGL's ``form="all"``; ``form="eid"``: the positions alone)."""
 
-    def __init__(self, block: "Block"):
+    def __init__(self, block: "Typed"):
         self._block = block
 
     def __getitem__(self, etype) -> SimpleNamespace:
@@ -91,10 +134,14 @@ class EdgeSpace:
 
     def __call__(self, form: str = "uv", order: str = "eid", etype=None):
         block = self._block
+        if form not in ("uv", "all", "eid"):
+            raise InvalidValueError(f"edges(form={form!r}); expected 'uv', 'all' or 'eid'")
         if etype is None and len(block.canonical_etypes) > 1:
-            raise InvalidValueError("edges(): the block has several edge types; name one "
-                                    "(etype=...)")
+            raise InvalidValueError(f"edges(): the {block.kind} has several edge types; name "
+                                    "one (etype=...)")
         at = block.edges_of(0 if etype is None else block.etype_index(etype))
-        src, dst = block.src.index_select(0, at), block.dst.index_select(0, at)
         ids = torch.arange(at.numel(), device=at.device)
+        if form == "eid":
+            return ids
+        src, dst = block.src.index_select(0, at), block.dst.index_select(0, at)
         return (src, dst, ids) if form == "all" else (src, dst)

@@ -21,6 +21,8 @@ from dglx_dist.sampling.options import UNIFORM, SampleOptions
 if TYPE_CHECKING:
     import dgl
 
+    from dglx_dist.api.pair_graph import PairGraph
+
 __all__ = ["Blocks", "StepState", "Step", "EdgeStep", "UnderWay", "EdgeBatch", "PairMaker", "LoaderSpec",
            "LoaderPlan", "full_graph_loaders", "equal_step_sizes", "agreed_steps", "sampled_plan",
            "epoch_batches", "epoch_seed", "sampled_epoch", "step_graphs", "place_step", "node_blocks",
@@ -138,11 +140,12 @@ class Step(NamedTuple):
 
 class EdgeStep(NamedTuple):
     """One mini-batch as DGL's link-prediction loaders yield it (``neg_pair_graph``: None
-    without a negative sampler)."""
+    without a negative sampler); the pair graphs become DGL's at the loader's output where
+    DGL is installed (:func:`~dglx_dist.api.pair_graph.at_the_edge`)."""
 
     input_nodes: torch.Tensor
-    pair_graph: "dgl.DGLGraph"
-    neg_pair_graph: "dgl.DGLGraph | None"
+    pair_graph: "PairGraph"
+    neg_pair_graph: "PairGraph | None"
     blocks: "Blocks | dgl.DGLGraph"
 
 
@@ -167,8 +170,8 @@ class EdgeBatch(NamedTuple):
     """
 
     nodes: torch.Tensor
-    pair_graph: "dgl.DGLGraph"
-    neg_pair_graph: "dgl.DGLGraph | None"
+    pair_graph: "PairGraph"
+    neg_pair_graph: "PairGraph | None"
     exclude: torch.Tensor | None
 
 

@@ -20,6 +20,10 @@
 One JSON line per epoch (``task`` and the fields of node classification's records from
 :func:`~dglx_dist.api.metrics.epoch_record`: ``epoch_time``, ``steps``, ``loss``, bytes,
 memory; then the validation metrics when evaluated) and one with the test metrics at the end.
+
+Nothing here needs DGL: a step's pairs are scored in torch from ``pair.edges()``, which
+DGL's pair graphs (where DGL is installed) and the package's both give, and the drop-in API
+is imported when the task runs.
 """
 from __future__ import annotations
 
@@ -27,19 +31,21 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from dglx_dist.api.metrics import PhaseTimer, epoch_record
 from dglx_dist.config import RunConfig, TaskConfig
 from dglx_dist.data.dataset import GraphDataset
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.strategies.epochs import EpochResult
+
+if TYPE_CHECKING:
+    from dglx_dist.api.metrics import PhaseTimer
 
 __all__ = ["at_most", "check_eval_pairs", "eval_negatives", "heldout", "heldout_scores",
            "link_loss", "reverse_ids", "split_once", "split_pairs", "timed_link_step", "train_edge_ids", "train_link"]
@@ -214,6 +220,8 @@ def _epoch(model, g, loader, opt, epoch: int, progress: bool) -> EpochResult:
     backward, the optimizer."""
     start = time.perf_counter()
     total, steps, samples = 0.0, 0, 0
+    from dglx_dist.api.metrics import PhaseTimer  # the drop-in API: imported when it runs
+
     timer = PhaseTimer()
     for batch in tqdm(loader, desc=f"epoch {epoch}", leave=False, disable=not progress):
         total += timed_link_step(timer, g, model, batch, opt, loader.device)
@@ -231,6 +239,7 @@ def train_link(data: Path, strategy, model: torch.nn.Module, config: RunConfig,
     bars from its job); writes the JSON lines to ``out`` (rank 0's; None elsewhere) and
     returns the test metrics."""
     import dglx_dist
+    from dglx_dist.api.metrics import epoch_record
     from dglx_dist.prepare import ensure_partitions
 
     task, loop = config.task, config.loop

@@ -162,6 +162,51 @@ def _leaks(g, reverse):
             "steps": len(loader), "mine": loader.indices.numel(), "prefetched": prefetched}
 
 
+def _step_record(g, batch) -> dict:
+    """A step of an edge loader in the graph's ids: its inputs, positive and negative pairs,
+    the pairs' edge ids and each block's edge ids (sorted; the count where it has none)."""
+    input_nodes, pair, neg, blocks = batch
+    nid = pair.ndata[dgl.NID]
+    return {"inputs": input_nodes.tolist(), "eids": pair.edata[dgl.EID].tolist(),
+            "pos": [nid[t].tolist() for t in pair.edges()],
+            "neg": [nid[t].tolist() for t in neg.edges()],
+            "graphs": [type(pair).__name__, type(neg).__name__],
+            "blocks": [sorted(b.edata[dgl.EID].tolist()) if dgl.EID in b.edata else
+                       b.num_edges() for b in blocks]}  # a full-graph block: no edge ids
+
+
+def _against_dgls(g, reverse, name):
+    """The package's as_edge_prediction_sampler and negative samplers beside DGL's, through
+    the same loader (the same seeds): whether every step is the same (inputs, pairs,
+    negatives, and the blocks' edges, so the same exclusions), and its negatives' counts and
+    ranges."""
+    exclude = EXCLUDE[name]
+    configs = [("Uniform", exclude)] + ([("GlobalUniform", "self")] if exclude else [])
+    out = {}
+    for negatives, mode in configs:
+        runs = []
+        for lib, wrap, nodes in ((dglx_dist, dglx_dist.as_edge_prediction_sampler, dglx_dist),
+                                 (dgl.dataloading, dgl.dataloading.as_edge_prediction_sampler,
+                                  dgl.dataloading)):
+            node = nodes.NeighborSampler([4, 4]) if exclude else \
+                nodes.MultiLayerFullNeighborSampler(2)
+            sampler = wrap(node, exclude=mode, negative_sampler=getattr(
+                lib.negative_sampler, negatives)(2),
+                reverse_eids=reverse if mode == "reverse_id" else None)
+            loader = dglx_dist.DataLoader(g, torch.arange(0, g.num_edges(), 7), sampler,
+                                          batch_size=256, shuffle=True, seed=3)
+            torch.manual_seed(11 + g.rank())
+            runs.append([_step_record(g, batch) for batch in loader])
+        ours, theirs = runs
+        neg = [n for step in ours for n in step["neg"][0] + step["neg"][1]]
+        out[f"{negatives}/{mode}"] = {
+            "same": ours == theirs, "steps": len(ours),
+            "pos": sum(len(step["eids"]) for step in ours),
+            "neg": sum(len(step["neg"][0]) for step in ours),
+            "range": [min(neg), max(neg)], "graphs": ours[0]["graphs"]}
+    return out
+
+
 def _global_uniform(g):
     torch.manual_seed(100 + g.rank())
     u, v = g.global_uniform_negative_sampling(4000)
@@ -221,7 +266,8 @@ def _job(session, name, cache):
     try:
         exact = _exact_step(g, reverse, EXCLUDE[name])
         return {"exact": exact, "leaks": _leaks(g, reverse), "global": _global_uniform(g),
-                "metrics": _metrics(g), "refused": _refused(g, reverse)}
+                "metrics": _metrics(g), "refused": _refused(g, reverse),
+                "against_dgls": _against_dgls(g, reverse, name)}
     finally:
         g.close()
 
@@ -316,6 +362,24 @@ def test_no_positive_edge_or_its_reverse_in_the_blocks(job):
         assert got["prefetched"] == got["batches"], (name, got)
     # the two ranks' shares are the training edges, each once
     assert sum(res[r]["leaks"]["mine"] for r in range(2)) == len(range(0, 10556, 3))
+
+
+def test_the_packages_edge_sampler_steps_as_dgls(job):
+    """``dglx_dist.as_edge_prediction_sampler`` with ``dglx_dist.negative_sampler``'s
+    ``Uniform`` (and ``GlobalUniform`` with ``exclude="self"`` where blocks are sampled) takes
+    the very steps DGL's own objects take through the loader; the negatives are k per
+    positive (GlobalUniform: at most k), node ids of the graph; the pair graphs are DGL's."""
+    name, res = job
+    for r in range(2):
+        got = res[r]["against_dgls"]
+        assert set(got) == {f"Uniform/{EXCLUDE[name]}"} | (
+            {"GlobalUniform/self"} if EXCLUDE[name] else set()), got
+        for key, run in got.items():
+            assert run["same"] and run["steps"] >= 2, (name, key, run)
+            k = 2 * run["pos"]
+            assert run["neg"] == k if key.startswith("Uniform") else 0.9 * k <= run["neg"] <= k
+            assert 0 <= run["range"][0] and run["range"][1] < 2708, (name, key, run)
+            assert run["graphs"] == ["DGLGraph", "DGLGraph"]
 
 
 def test_global_uniform_draws_every_part_in_proportion_and_no_edge(job):

@@ -20,6 +20,7 @@ CORE_PACKAGES = ["dglx_dist.data", "dglx_dist.partition", "dglx_dist.runtime",
                  "dglx_dist.nn", "dglx_dist.api", "dglx_dist.models"]
 CORE_MODULES = ["dglx_dist", "dglx_dist.errors", "dglx_dist.registry", "dglx_dist.cli_flags",
                 "dglx_dist.config", "dglx_dist.memory", "dglx_dist.trainer",
+                "dglx_dist.function", "dglx_dist.tasks.link",
                 "dglx_dist.report", "dglx_dist.testing", "tests.doubles.invoke_api"]
 # The numpy tensor tasks in the conv folders (and the packages above them): a worker process
 # and the Lambda zip import them without torch or DGL (test_tensor_tasks_import_alone).
@@ -116,8 +117,9 @@ def test_the_block_bites(name):
 # the edge).
 IMPORTS_DGL = {
     # the edge: DGL's API as users see it, and what converts to and from DGL's objects
-    **dict.fromkeys(["dglx_dist.api", "dglx_dist.api.dgl_samplers", "dglx_dist.api.link",
-                     "dglx_dist.api.loader", "dglx_dist.api.samplers", "dglx_dist.api.structure",
+    **dict.fromkeys(["dglx_dist.api.dgl_samplers",
+                     "dglx_dist.api.samplers", "dglx_dist.api.structure",
+                     "dglx_dist.api.pair_graph",
                      "dglx_dist.dgl", "dglx_dist.dgl.distributed", "dglx_dist.dgl.run",
                      "dglx_dist.sampling.block", "dglx_dist.data.convert",
                      "dglx_dist.partition.dgl_files"], "the edge"),
