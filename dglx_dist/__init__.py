@@ -2,8 +2,7 @@
 
 The public names below are imported on first use (PEP 562), so that ``import dglx_dist.runtime``
 does not pull in ``dglx_dist.api``. Nothing needs DGL to import: the drop-in API, the Trainer
-and the reference models train without it (DGL's ``as_edge_prediction_sampler`` and
-``negative_sampler`` are exported from DGL where it is installed);
+and the reference models train without it, link prediction included;
 ``tests/unit/test_import_boundary.py`` keeps it that way.
 """
 import importlib as _importlib
