@@ -23,7 +23,7 @@ from typing import Sequence
 
 import torch
 
-from dglx_dist.errors import UnknownNameError
+from dglx_dist.data.frames import etype_index, ntype_index
 from dglx_dist.sampling.frames import NID, DataView, EdgeSpace, NodeSpace
 
 __all__ = ["Block", "relabel", "map_tensors", "plan_of", "dgl_installed", "UNTYPED", "PLAN"]
@@ -235,15 +235,23 @@ class Block:
 
     @property
     def srcdata(self) -> DataView:
-        return DataView(self, "src", range(len(self.ntypes)))
+        return self._view("src")
 
     @property
     def dstdata(self) -> DataView:
-        return DataView(self, "dst", range(len(self.ntypes)))
+        return self._view("dst")
 
     @property
     def edata(self) -> DataView:
-        return DataView(self, "edge", range(len(self.canonical_etypes)))
+        return self._view("edge")
+
+    def _view(self, side: str) -> DataView:
+        if side == "edge":
+            names, index = self.canonical_etypes, self.etype_index
+        else:
+            names, index = self.ntypes, self.ntype_index
+        return DataView([self.frame(side, i) for i in range(len(names))], names, index,
+                        "the block")
 
     @property
     def device(self) -> torch.device:
@@ -265,21 +273,12 @@ class Block:
 
     def ntype_index(self, ntype: str) -> int:
         """The index of node type ``ntype`` among the block's."""
-        if ntype not in self.ntypes:
-            raise UnknownNameError(f"node type {ntype!r}: the block's are {list(self.ntypes)}")
-        return self.ntypes.index(ntype)
+        return ntype_index(self.ntypes, ntype, "the block")
 
     def etype_index(self, etype) -> int:
         """The index of ``etype`` (canonical, or a name that names one type) among the
         block's edge types."""
-        if isinstance(etype, tuple) and tuple(etype) in self.canonical_etypes:
-            return self.canonical_etypes.index(tuple(etype))
-        named = [i for i, e in enumerate(self.canonical_etypes) if e[1] == etype]
-        if len(named) != 1:
-            raise UnknownNameError(f"edge type {etype!r}: {len(named)} of the block's types "
-                                   f"have that name; expected one (or a canonical type of "
-                                   f"{list(self.canonical_etypes)})")
-        return named[0]
+        return etype_index(self.canonical_etypes, etype, "the block")
 
     def local_var(self) -> "Block":
         """The block with rows of its own (the structure and the rows shared; new rows set on

@@ -4,18 +4,19 @@ DGL's names and semantics: ``block.srcdata[name]`` is the rows of the sources wh
 has one source type, else a dict of node type -> rows for the types that have the name (set
 it the same way); ``block.srcnodes[ntype].data`` is one type's dict; ``block.edges[etype].data``
 one edge type's (an edge type by its canonical triple or its name); ``block.edges()`` the
-edges as ``(src, dst)`` (``form="all"``: with their positions). The ids are ``"_ID"`` (DGL's
+edges as ``(src, dst)`` (``form="all"``: with their positions). :class:`DataView` is the
+graph's (:mod:`dglx_dist.data.frames`), over the block's rows. The ids are ``"_ID"`` (DGL's
 ``dgl.NID`` and ``dgl.EID``): the graph's node ids of each side, the user's edge ids.
 """
 from __future__ import annotations
 
-from collections.abc import MutableMapping
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 import torch
 
-from dglx_dist.errors import InvalidTypeError, InvalidValueError, UnknownNameError
+from dglx_dist.data.frames import DataView
+from dglx_dist.errors import InvalidValueError
 
 if TYPE_CHECKING:
     from dglx_dist.sampling.block import Block
@@ -24,47 +25,6 @@ __all__ = ["NID", "DataView", "NodeSpace", "EdgeSpace"]
 
 NID = "_ID"
 """DGL's ``dgl.NID`` (and ``dgl.EID``): the key of a block's node (edge) ids."""
-
-
-class DataView(MutableMapping):
-    """``srcdata`` / ``dstdata`` / ``edata`` of a block: one type's rows, or by type."""
-
-    def __init__(self, block: "Block", side: str, types: range):
-        self._frames = [block.frame(side, i) for i in types]
-        names = block.ntypes if side != "edge" else block.canonical_etypes
-        self._names = list(names)
-
-    def __getitem__(self, key: str):
-        if len(self._frames) == 1:
-            return self._frames[0][key]
-        found = {n: f[key] for n, f in zip(self._names, self._frames) if key in f}
-        if not found:
-            raise UnknownNameError(f"no type of the block has rows {key!r}; it has "
-                                   f"{sorted(self)}")
-        return found
-
-    def __setitem__(self, key: str, value) -> None:
-        if len(self._frames) == 1:
-            self._frames[0][key] = value
-            return
-        if not isinstance(value, dict):
-            raise InvalidTypeError(f"setting {key!r} on a block with several types takes a "
-                                   f"dict of type -> rows; got {type(value).__name__}")
-        for name, rows in value.items():
-            self._frames[self._names.index(name)][key] = rows
-
-    def __delitem__(self, key: str) -> None:
-        held = [f for f in self._frames if key in f]
-        if not held:
-            raise UnknownNameError(f"the block has no rows {key!r}; it has {sorted(self)}")
-        for frame in held:
-            del frame[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(dict.fromkeys(k for f in self._frames for k in f))
-
-    def __len__(self) -> int:
-        return len(set(k for f in self._frames for k in f))
 
 
 class NodeSpace:
