@@ -46,11 +46,13 @@ def etype_index(canonical_etypes: Sequence[tuple[str, str, str]], etype, owner: 
 
 
 class Rows(MutableMapping):
-    """One type's rows on a graph: name -> a tensor of ``num`` rows on ``device`` (checked
-    when set, as DGL's frames are; ``what`` names the type in messages)."""
+    """One type's rows on a graph: name -> a tensor of ``num`` rows (one per ``item``, "node"
+    or "edge") on ``device``, checked when set as DGL's frames are; ``what`` names the type
+    in messages."""
 
-    def __init__(self, num: int, device: torch.device, what: str, data: dict | None = None):
-        self.num, self.device, self.what = num, device, what
+    def __init__(self, num: int, device: torch.device, what: str, item: str,
+                 data: dict | None = None):
+        self.num, self.device, self.what, self.item = num, device, what, item
         self._data: dict[str, torch.Tensor] = {}
         for key, value in (data or {}).items():
             self[key] = value
@@ -67,7 +69,7 @@ class Rows(MutableMapping):
                                    "expected a torch.Tensor")
         if value.dim() == 0 or value.shape[0] != self.num:
             raise InvalidValueError(f"{self.what} data {key!r} has shape {tuple(value.shape)}; "
-                                    f"expected one row per item: {self.num} rows")
+                                    f"expected {self.num} rows, one per {self.item}")
         if value.device != self.device:
             raise InvalidValueError(f"{self.what} data {key!r} is on {value.device}, the "
                                     f"graph on {self.device}; expected the graph's device "
@@ -92,7 +94,7 @@ class Rows(MutableMapping):
 
     def to(self, device: torch.device, **kwargs) -> "Rows":
         """The rows on ``device`` (``kwargs``: ``Tensor.to``'s)."""
-        return Rows(self.num, device, self.what,
+        return Rows(self.num, device, self.what, self.item,
                     {k: v.to(device, **kwargs) for k, v in self._data.items()})
 
 
