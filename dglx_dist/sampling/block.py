@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.util
 from typing import Sequence
 
 import torch
 
+from dglx_dist.data.convert import dgl_installed
 from dglx_dist.data.frames import etype_index, ntype_index
 from dglx_dist.sampling.frames import NID, DataView, EdgeSpace, NodeSpace
 
@@ -363,15 +363,6 @@ def _with_rows(index, rows: list[dict], counts: tuple[int, int, int]):
     frames = [Frame(row, n) for row, n in zip(rows, counts)]
     return DGLBlock(index, (list(UNTYPED[0]), list(UNTYPED[0])), [UNTYPED[1][0][1]],
                     frames[:2], frames[2:])
-
-
-@functools.cache
-def dgl_installed() -> bool:
-    """Whether DGL can be imported here (its blocks are then what crosses the edge)."""
-    try:
-        return importlib.util.find_spec("dgl") is not None
-    except ImportError:  # a finder that refuses it
-        return False
 
 
 def plan_of(block) -> object:
