@@ -14,7 +14,7 @@ by its canonical triple, or by a relation name that names one type).
 from __future__ import annotations
 
 from collections.abc import MutableMapping
-from typing import Callable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import torch
 
@@ -23,23 +23,23 @@ from dglx_dist.errors import InvalidTypeError, InvalidValueError, UnknownNameErr
 __all__ = ["DataView", "Rows", "ntype_index", "etype_index"]
 
 
-def ntype_index(ntypes: Sequence[str], ntype, owner: str) -> int:
-    """The index of node type ``ntype`` among ``ntypes`` (``owner``: "the graph" or "the
-    block", for the message)."""
+def ntype_index(ntypes: Sequence[str], ntype, kind: str) -> int:
+    """The index of node type ``ntype`` among ``ntypes`` of a ``kind`` ("graph", "block",
+    for the message)."""
     if ntype not in ntypes:
-        raise UnknownNameError(f"node type {ntype!r} is not one of {owner}'s node types "
+        raise UnknownNameError(f"node type {ntype!r} is not one of the {kind}'s node types "
                                f"{list(ntypes)}")
     return list(ntypes).index(ntype)
 
 
-def etype_index(canonical_etypes: Sequence[tuple[str, str, str]], etype, owner: str) -> int:
+def etype_index(canonical_etypes: Sequence[tuple[str, str, str]], etype, kind: str) -> int:
     """The index of ``etype`` (a canonical triple, or a relation name that names one type)
     among ``canonical_etypes``."""
     if isinstance(etype, (tuple, list)) and tuple(etype) in canonical_etypes:
         return list(canonical_etypes).index(tuple(etype))
     named = [i for i, e in enumerate(canonical_etypes) if e[1] == etype]
     if len(named) != 1:
-        raise UnknownNameError(f"edge type {etype!r}: {len(named)} of {owner}'s edge types "
+        raise UnknownNameError(f"edge type {etype!r}: {len(named)} of the {kind}'s edge types "
                                f"have that name; expected one (or a canonical type of "
                                f"{list(canonical_etypes)})")
     return named[0]
@@ -99,21 +99,24 @@ class Rows(MutableMapping):
 
 
 class DataView(MutableMapping):
-    """``ndata`` / ``edata`` (a block's ``srcdata`` / ``dstdata`` / ``edata``) over the
-    rows of each type (``frames``, one per name of ``names``; ``index`` finds a type named
-    in a dict that sets rows; the module docstring has the rules)."""
+    """``ndata`` / ``edata`` (a block's ``srcdata`` / ``dstdata`` / ``edata``) over the rows
+    of each of ``types`` of ``graph``'s ``side`` ("node", "src" or "dst": node types; "edge":
+    edge types), which ``graph.frame(side, index)`` holds; ``graph.kind`` names it in errors
+    (the module docstring has the rules)."""
 
-    def __init__(self, frames: Sequence[MutableMapping], names: Sequence,
-                 index: Callable[[object], int], owner: str):
-        self._frames, self._names, self._index, self._owner = list(frames), list(names), \
-            index, owner
+    def __init__(self, graph, side: str, types: range):
+        self._frames = [graph.frame(side, i) for i in types]
+        edges = side == "edge"
+        self._names = list(graph.canonical_etypes if edges else graph.ntypes)
+        self._index = graph.etype_index if edges else graph.ntype_index
+        self._kind = graph.kind
 
     def __getitem__(self, key: str):
         if len(self._frames) == 1:
             return self._frames[0][key]
         found = {n: f[key] for n, f in zip(self._names, self._frames) if key in f}
         if not found:
-            raise UnknownNameError(f"no type of {self._owner} has data {key!r}; it has "
+            raise UnknownNameError(f"no type of the {self._kind} has data {key!r}; it has "
                                    f"{sorted(self)}")
         return found
 
@@ -122,7 +125,7 @@ class DataView(MutableMapping):
             self._frames[0][key] = value
             return
         if not isinstance(value, dict):
-            raise InvalidTypeError(f"setting {key!r} on {self._owner} with several types takes "
+            raise InvalidTypeError(f"setting {key!r} on a {self._kind} with several types takes "
                                    f"a dict of type -> rows; got {type(value).__name__}")
         for name, rows in value.items():
             self._frames[self._index(name)][key] = rows
@@ -130,7 +133,8 @@ class DataView(MutableMapping):
     def __delitem__(self, key: str) -> None:
         held = [f for f in self._frames if key in f]
         if not held:
-            raise UnknownNameError(f"{self._owner} has no data {key!r}; it has {sorted(self)}")
+            raise UnknownNameError(f"the {self._kind} has no data {key!r}; it has "
+                                   f"{sorted(self)}")
         for frame in held:
             del frame[key]
 

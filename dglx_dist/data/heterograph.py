@@ -79,6 +79,22 @@ class Graph:
         """One node type and one edge type (DGL's test)."""
         return len(self._ntypes) == 1 and len(self._etypes) == 1
 
+    kind = "graph"  # in errors
+
+    def ntype_index(self, ntype: str) -> int:
+        """The index of ``ntype`` in :attr:`ntypes`."""
+        return ntype_index(self._ntypes, ntype, self.kind)
+
+    def etype_index(self, etype: str | Etype) -> int:
+        """The index of ``etype`` (canonical, or a relation name that names one type) in
+        :attr:`canonical_etypes`."""
+        return etype_index(self._etypes, etype, self.kind)
+
+    def frame(self, side: str, index: int) -> Rows:
+        """The data of node type ``index`` (``side`` "node") or edge type ``index``
+        ("edge")."""
+        return (self._edge_rows if side == "edge" else self._node_rows)[index]
+
     def get_ntype_id(self, ntype: str | None) -> int:
         """The index of ``ntype`` in :attr:`ntypes` (None: the graph's one node type)."""
         if ntype is None:
@@ -86,7 +102,7 @@ class Graph:
                 raise InvalidValueError(f"the graph has node types {self.ntypes}; name one "
                                         "(ntype=...)")
             return 0
-        return ntype_index(self._ntypes, ntype, "the graph")
+        return self.ntype_index(ntype)
 
     def get_etype_id(self, etype: str | Etype | None) -> int:
         """The index of ``etype`` (canonical, or a relation name that names one type) in
@@ -96,7 +112,7 @@ class Graph:
                 raise InvalidValueError(f"the graph has edge types {self.canonical_etypes}; "
                                         "name one (etype=...)")
             return 0
-        return etype_index(self._etypes, etype, "the graph")
+        return self.etype_index(etype)
 
     def to_canonical_etype(self, etype: str | Etype) -> Etype:
         return self._etypes[self.get_etype_id(etype)]
@@ -181,12 +197,12 @@ class Graph:
     @property
     def ndata(self) -> DataView:
         """Node data: one type's plain, several types' by type (DGL's rules)."""
-        return DataView(self._node_rows, self._ntypes, self.get_ntype_id, "the graph")
+        return DataView(self, "node", range(len(self._ntypes)))
 
     @property
     def edata(self) -> DataView:
         """Edge data: one edge type's plain, several types' by canonical type."""
-        return DataView(self._edge_rows, self._etypes, self.get_etype_id, "the graph")
+        return DataView(self, "edge", range(len(self._etypes)))
 
     def node_attr_schemes(self, ntype: str | None = None) -> dict[str, Scheme]:
         """Each node-data name of ``ntype`` with its rows' shape and dtype."""

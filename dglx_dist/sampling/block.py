@@ -108,6 +108,7 @@ class Block:
             once, its formats built once).
     """
 
+    kind = "block"  # in errors (not a field)
     src_nodes: torch.Tensor
     src_type: torch.Tensor
     num_dst: tuple[int, ...]
@@ -235,23 +236,15 @@ class Block:
 
     @property
     def srcdata(self) -> DataView:
-        return self._view("src")
+        return DataView(self, "src", range(len(self.ntypes)))
 
     @property
     def dstdata(self) -> DataView:
-        return self._view("dst")
+        return DataView(self, "dst", range(len(self.ntypes)))
 
     @property
     def edata(self) -> DataView:
-        return self._view("edge")
-
-    def _view(self, side: str) -> DataView:
-        if side == "edge":
-            names, index = self.canonical_etypes, self.etype_index
-        else:
-            names, index = self.ntypes, self.ntype_index
-        return DataView([self.frame(side, i) for i in range(len(names))], names, index,
-                        "the block")
+        return DataView(self, "edge", range(len(self.canonical_etypes)))
 
     @property
     def device(self) -> torch.device:
@@ -273,12 +266,12 @@ class Block:
 
     def ntype_index(self, ntype: str) -> int:
         """The index of node type ``ntype`` among the block's."""
-        return ntype_index(self.ntypes, ntype, "the block")
+        return ntype_index(self.ntypes, ntype, self.kind)
 
     def etype_index(self, etype) -> int:
         """The index of ``etype`` (canonical, or a name that names one type) among the
         block's edge types."""
-        return etype_index(self.canonical_etypes, etype, "the block")
+        return etype_index(self.canonical_etypes, etype, self.kind)
 
     def local_var(self) -> "Block":
         """The block with rows of its own (the structure and the rows shared; new rows set on
