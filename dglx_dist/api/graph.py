@@ -307,7 +307,9 @@ def _typed_parts(g) -> list[tuple[str, torch.Tensor]]:
 
 
 def fingerprint(g) -> str:
-    """A digest of a DGLGraph's structure, node and edge data (what its partitions hold)."""
+    """A digest of a graph's structure, node and edge data (what its partitions hold): a
+    DGLGraph or the package's graph, read through the same API (the same content, the same
+    digest)."""
     h = hashlib.sha256()
     if is_heterograph(g):
         parts = _typed_parts(g)
@@ -340,7 +342,8 @@ def distribute(g, strategy: str | Strategy = "distdgl", *,
     Args:
         g: a DGLGraph with ndata ``feat`` (``label`` and masks optional), or a heterograph
             with node data by type (a type may have none), built the same way on every rank;
-            or a partition directory (opened as it is).
+            or the package's graph of either kind (``dglx_dist.graph`` / ``heterograph``,
+            no DGL needed); or a partition directory (opened as it is).
         strategy: a registered strategy name or a built strategy.
         cache_dir: where the graph and its partitions are cached (shared by every node of a
             multi-node job).
