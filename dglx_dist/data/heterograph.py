@@ -18,6 +18,7 @@ the graph's nodes, which DGL's checks let through.
 """
 from __future__ import annotations
 
+import numbers
 import operator
 import types
 from typing import Any, Mapping, NamedTuple
@@ -182,7 +183,7 @@ class Graph:
         degrees = torch.bincount(self._ends[t][end].long(), minlength=n).to(self._idtype)
         if ids is None:
             return degrees
-        one = isinstance(ids, int) and not isinstance(ids, bool)
+        one = isinstance(ids, numbers.Integral) and not isinstance(ids, bool)
         at = torch.as_tensor(ids, device=self._device).reshape(-1)
         if at.is_floating_point() or at.is_complex() or at.dtype == torch.bool:
             raise InvalidTypeError(f"degrees: node ids of dtype {at.dtype}; expected integers")

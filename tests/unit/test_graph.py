@@ -43,6 +43,8 @@ HETERO = {  # name -> (data_dict, num_nodes_dict)
         {"a": 4, "b": 2, "c": 5}),
     "one type, named": ({("user", "knows", "user"): ([0, 3], [3, 1])}, None),
     "one relation name twice": ({("u", "r", "u"): ([0], [1]), ("u", "r", "v"): ([1], [0])}, None),
+    "one node type, two relations": ({("u", "a", "u"): ([0, 2], [1, 1]),
+                                      ("u", "b", "u"): ([3], [0])}, None),
 }
 
 
@@ -83,7 +85,7 @@ def _readings(g) -> list:
         n_dst, n_src = g.num_nodes(et[2]), g.num_nodes(et[0])
         out += [g.in_degrees(etype=et), g.out_degrees(etype=et)]
         if n_dst and n_src:
-            out += [g.in_degrees(n_dst - 1, etype=et), g.out_degrees(0, etype=et),
+            out += [g.in_degrees(n_dst - 1, etype=et), g.out_degrees(np.int64(0), etype=et),
                     g.in_degrees([0, n_dst - 1], etype=et), g.out_degrees(g.nodes(et[0])[-1:], etype=et)]
     if len(g.canonical_etypes) == 1:
         out += [g.edges(), g.edges(form="all", order="srcdst"), g.in_degrees(), g.out_degrees()]
@@ -116,7 +118,8 @@ def _fill(g):
     for t in g.ntypes:
         g.nodes[t].data["feat"] = torch.ones(g.num_nodes(t), 3)
     first = g.ntypes[0]
-    g.ndata["label"] = {first: torch.zeros(g.num_nodes(first), dtype=torch.int64)}
+    label = torch.zeros(g.num_nodes(first), dtype=torch.int64)
+    g.ndata["label"] = label if len(g.ntypes) == 1 else {first: label}  # DGL's rule
     for et in g.canonical_etypes:
         g.edges[et].data["w"] = torch.arange(g.num_edges(et), dtype=torch.float32)
 
@@ -134,7 +137,8 @@ def _data_readings(g) -> list:
 @pytest.mark.dgl
 @pytest.mark.parametrize("kind, name", [("graph", "tensors"), ("graph", "no edges"),
                                         ("heterograph", "two types"),
-                                        ("heterograph", "one type, named")])
+                                        ("heterograph", "one type, named"),
+                                        ("heterograph", "one node type, two relations")])
 def test_data_views_read_and_write_as_dgls(dgl, kind, name):
     theirs, ours = _both(dgl, kind, name)
     for g in (theirs, ours):
