@@ -22,7 +22,8 @@ import torch
 
 from dglx_dist.data.edge_data import STRUCTURE
 from dglx_dist.data.dataset import EdgeTable, GraphDataset, NodeTable
-from dglx_dist.data.heterograph import Graph, heterograph
+from dglx_dist.data.construct import heterograph
+from dglx_dist.data.heterograph import Graph
 from dglx_dist.errors import DatasetFormatError
 
 __all__ = ["to_dgl", "to_graph", "user_graph", "from_dgl", "check_convertible",
