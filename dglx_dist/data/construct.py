@@ -40,7 +40,8 @@ def graph(data, *, num_nodes: int | None = None, idtype: torch.dtype | None = No
         idtype: ``torch.int32`` or ``torch.int64`` (default: the ends' dtype if they are
             tensors, else int64).
         device: where the graph is (default: where the ends are).
-        row_sorted, col_sorted: DGL's hints that the edges are sorted; taken, not needed.
+        row_sorted: DGL's hint that the edges are sorted by source; taken, not needed.
+        col_sorted: DGL's hint that they are sorted by destination; taken, not needed.
     """
     del row_sorted, col_sorted
     src, dst, needs = _ends(data, idtype, "graph")

@@ -265,6 +265,7 @@ def test_without_dgl_the_loader_gives_the_package_graph_and_it_partitions(tmp_pa
 
 _DISTRIBUTE = """
 import json, sys
+import dglx_dist
 from dglx_dist.data import CoraGraphDataset, Graph, builtin_path, read_dataset, to_graph
 from dglx_dist.data.convert import dgl_installed
 
