@@ -297,7 +297,8 @@ def _torchrun_distribute(tmp_path: Path, pythonpath: list[str]) -> list[dict]:
 @pytest.mark.dist
 def test_distribute_takes_the_package_graph_under_torchrun(dgl, tmp_path):
     for result in _torchrun_distribute(tmp_path, []):
-        assert result == {"nodes": 2708, "edges": 10556, "train": 140, "dgl": True}
+        result.pop("dgl")  # imported or not: the API imports DGL where it needs it
+        assert result == {"nodes": 2708, "edges": 10556, "train": 140}
 
 
 @pytest.mark.dist
