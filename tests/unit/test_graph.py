@@ -215,7 +215,9 @@ def test_bad_input_is_one_line_naming_it(call, words):
 @pytest.mark.dgl
 def test_from_dgl_reads_either_graph_the_same(dgl):
     from dglx_dist.api.graph import fingerprint
-    from dglx_dist.data import to_dgl
+    from dglx_dist.data import CoraGraphDataset, to_dgl
+
+    assert isinstance(CoraGraphDataset()[0], dgl.DGLGraph)  # unchanged where DGL is installed
 
     cora = read_dataset(builtin_path("cora"))
     for ds in (cora, _toy()):
