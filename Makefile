@@ -31,7 +31,8 @@ CORE_STAMP := $(CORE_VENV)/.dglx_dist-core-installed
 # tests marked `dgl` in them are left out.
 CORE_TESTS := tests/unit/test_import_boundary.py tests/unit/test_book.py \
 	tests/unit/test_checkpoint_files.py tests/unit/test_checkpoint_layout.py \
-	tests/unit/test_data.py tests/unit/test_hetero_data.py tests/unit/test_mag.py \
+	tests/unit/test_data.py tests/unit/test_graph.py tests/unit/test_hetero_data.py \
+	tests/unit/test_mag.py \
 	tests/unit/test_device.py tests/unit/test_errors.py \
 	tests/unit/test_fuzz_loaders.py \
 	tests/unit/test_health.py tests/unit/test_in_edges.py tests/unit/test_kvstore.py \

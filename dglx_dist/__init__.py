@@ -21,7 +21,8 @@ _EXPORTS = {
                      "distribute", "export_parquet", "inference", "node_split", "edge_split",
                      "parallelize"], "dglx_dist.api"),
     **dict.fromkeys(["GraphDataset", "builtin_path", "from_dgl", "read_dataset", "to_dgl",
-                     "write_dataset"], "dglx_dist.data"),
+                     "to_graph", "write_dataset", "Graph", "graph", "heterograph"],
+                    "dglx_dist.data"),
     **dict.fromkeys(["PARTITIONERS", "PartitionDir", "partition_dataset"],
                     "dglx_dist.partition"),
     "Registry": "dglx_dist.registry",
@@ -38,8 +39,8 @@ if _typing.TYPE_CHECKING:  # what type checkers and the API docs see; at run tim
                                NeighborSampler, accuracy, all_reduce, as_edge_prediction_sampler,
                                distribute, edge_split, export_parquet, inference,
                                negative_sampler, node_split, parallelize, ranking_metrics)
-    from dglx_dist.data import (GraphDataset, builtin_path, from_dgl, read_dataset, to_dgl,
-                                write_dataset)
+    from dglx_dist.data import (Graph, GraphDataset, builtin_path, from_dgl, graph,
+                                heterograph, read_dataset, to_dgl, to_graph, write_dataset)
     from dglx_dist.partition import PARTITIONERS, PartitionDir, partition_dataset
     from dglx_dist.config import OptimizerConfig, RunConfig
     from dglx_dist.api.embedding import DistEmbedding, SparseAdagrad, SparseAdam
@@ -50,6 +51,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and the API docs see; at run tim
 
 __version__ = "0.1.0"
 __all__ = ["GraphDataset", "read_dataset", "write_dataset", "to_dgl", "from_dgl", "builtin_path",
+           "Graph", "graph", "heterograph", "to_graph",
            "PARTITIONERS", "partition_dataset", "PartitionDir", "Registry", "RunConfig",
            "OptimizerConfig", "init",
            "current_session", "Session", "PeerError", "STRATEGIES", "Strategy", "Batch",

@@ -14,7 +14,7 @@ import hashlib
 import itertools
 import os
 import types
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,6 +27,7 @@ from dglx_dist.api.store import node_data_store, part_comm, part_of, type_spaces
 from dglx_dist.api.structure import EdgeStructure
 from dglx_dist.data.convert import check_convertible, from_dgl, is_heterograph
 from dglx_dist.data.format import write_dataset
+from dglx_dist.data.heterograph import Scheme
 from dglx_dist.errors import (DatasetFormatError, DglxError, InvalidValueError, NotSupportedError,
                               StateError)
 from dglx_dist.kvstore import RowPolicy
@@ -306,7 +307,9 @@ def _typed_parts(g) -> list[tuple[str, torch.Tensor]]:
 
 
 def fingerprint(g) -> str:
-    """A digest of a DGLGraph's structure, node and edge data (what its partitions hold)."""
+    """A digest of a graph's structure, node and edge data (what its partitions hold): a
+    DGLGraph or the package's graph, read through the same API (the same content, the same
+    digest)."""
     h = hashlib.sha256()
     if is_heterograph(g):
         parts = _typed_parts(g)
@@ -339,7 +342,8 @@ def distribute(g, strategy: str | Strategy = "distdgl", *,
     Args:
         g: a DGLGraph with ndata ``feat`` (``label`` and masks optional), or a heterograph
             with node data by type (a type may have none), built the same way on every rank;
-            or a partition directory (opened as it is).
+            or the package's graph of either kind (``dglx_dist.graph`` / ``heterograph``,
+            no DGL needed); or a partition directory (opened as it is).
         strategy: a registered strategy name or a built strategy.
         cache_dir: where the graph and its partitions are cached (shared by every node of a
             multi-node job).
@@ -366,13 +370,6 @@ def distribute(g, strategy: str | Strategy = "distdgl", *,
                   "writing the graph given to distribute", wait_timeout)
     parts = ensure_partitions(data, built, session, cache_dir, wait_timeout)
     return DistGraph(parts, built, session=session)
-
-
-class Scheme(NamedTuple):
-    """A data name's row shape and dtype (the fields of DGL's ``dgl.frame.Scheme``)."""
-
-    shape: tuple[int, ...]
-    dtype: torch.dtype
 
 
 def _schemes(data) -> dict[str, Scheme]:

@@ -3,13 +3,14 @@
 ``CoraGraphDataset()[0]`` is the DGLGraph DGL's own ``dgl.data.CoraGraphDataset`` gives
 (2708 nodes, 10556 directed edges, the Planetoid split) with its features row-normalised as
 DGL's loader provides them, and ``num_classes``: numbers computed on it compare with DGL's
-directly. The shipped dataset directory (``dglx train --data cora``) holds the same
+directly. Where DGL is not installed it is the package's graph of the same edges and data
+(:func:`~dglx_dist.data.convert.user_graph` decides), read through the same API. The shipped dataset directory (``dglx train --data cora``) holds the same
 row-normalised features.
 """
 from __future__ import annotations
 
 from dglx_dist.data.builtin import builtin_path
-from dglx_dist.data.convert import to_dgl
+from dglx_dist.data.convert import user_graph
 from dglx_dist.data.format import read_dataset
 from dglx_dist.errors import IdOutOfRangeError
 
@@ -27,7 +28,7 @@ class CoraGraphDataset:
 
     def __init__(self, raw_features: bool = False):
         ds = read_dataset(builtin_path("cora"))
-        g = to_dgl(ds)
+        g = user_graph(ds)
         if raw_features:  # every word of a row has the same share of it
             g.ndata["feat"] = (g.ndata["feat"] > 0).to(g.ndata["feat"].dtype)
         self._graph, self.num_classes = g, int(ds.num_classes)

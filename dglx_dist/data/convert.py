@@ -1,31 +1,62 @@
-"""Conversion between datasets and DGLGraphs.
+"""Conversion between datasets and graphs: DGL's DGLGraph, or the package's
+:class:`~dglx_dist.data.heterograph.Graph` (no DGL), which :func:`from_dgl` reads through the
+same API.
 
-A DGLGraph with one node type and one edge type (DGL's homogeneous graph) is a
+A graph with one node type and one edge type (DGL's homogeneous graph) is a
 :class:`~dglx_dist.data.dataset.GraphDataset` without types, one with several a typed one. The
-DGLGraph carries node data ``feat``,
+graph carries node data ``feat``,
 ``label``, ``train_mask``, ``val_mask`` and ``test_mask`` (per node type on a heterograph:
 ``g.nodes[ntype].data``), the names DGL's own node-classification datasets use, and its edge
 data as the dataset's edge data (numeric tensors of one value or one vector per edge).
+:func:`user_graph` is the one place that chooses between the two: DGL's where DGL is
+installed, the package's where it is not (what the dataset loaders give).
 """
 from __future__ import annotations
 
-from typing import Any
+import functools
+import importlib.util
+import operator
+import sys
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from dglx_dist.data.edge_data import STRUCTURE
 from dglx_dist.data.dataset import EdgeTable, GraphDataset, NodeTable
+from dglx_dist.data.construct import heterograph
+from dglx_dist.data.heterograph import Graph
 from dglx_dist.errors import DatasetFormatError
 
-__all__ = ["to_dgl", "from_dgl", "check_convertible", "is_heterograph"]
+__all__ = ["to_dgl", "to_graph", "user_graph", "from_dgl", "check_convertible", "is_dgl",
+           "is_heterograph", "dgl_installed"]
 
 _MASK_KEYS = {"train": "train_mask", "val": "val_mask", "test": "test_mask"}
 
 
 def is_heterograph(g) -> bool:
-    """Whether a DGLGraph has several node or edge types (DGL's own test)."""
+    """Whether a graph (DGL's or the package's) has several node or edge types (DGL's own
+    test)."""
     return len(g.ntypes) != 1 or len(g.canonical_etypes) != 1
+
+
+@functools.cache
+def dgl_installed() -> bool:
+    """Whether DGL can be imported here."""
+    try:
+        return importlib.util.find_spec("dgl") is not None
+    except ImportError:  # a finder that refuses it
+        return False
+
+
+def is_dgl(value, kind: str = "DGLGraph") -> bool:
+    """Whether ``value`` is an instance of DGL's ``kind`` (a dotted name under ``dgl``, e.g.
+    ``"DGLGraph"``, ``"dataloading.Sampler"``), without importing DGL: where no one has
+    imported it, no object of DGL's can exist (False)."""
+    dgl = sys.modules.get("dgl")
+    if dgl is None:
+        return False
+    return isinstance(value, operator.attrgetter(kind)(dgl))
 
 
 def to_dgl(ds: GraphDataset):
@@ -33,9 +64,27 @@ def to_dgl(ds: GraphDataset):
     becomes DGL's homogeneous graph: its types are DGL's ``_N`` and ``_E``)."""
     import dgl
 
-    g = dgl.heterograph({et: (torch.from_numpy(e.src), torch.from_numpy(e.dst))
-                         for et, e in ds.edges.items()},
-                        num_nodes_dict={t: n.num_nodes for t, n in ds.nodes.items()})
+    return _filled(ds, dgl.heterograph)
+
+
+def to_graph(ds: GraphDataset) -> Graph:
+    """The package's graph of the dataset, without DGL (what :func:`to_dgl` gives, read
+    through the same API)."""
+    return _filled(ds, heterograph)
+
+
+def user_graph(ds: GraphDataset):
+    """The dataset as the graph a script here expects: DGL's where DGL is installed, else the
+    package's."""
+    return to_dgl(ds) if dgl_installed() else to_graph(ds)
+
+
+def _filled(ds: GraphDataset, build: Callable):
+    """The graph ``build`` (``dgl.heterograph`` or the package's) makes of the dataset's
+    edges, with its node and edge data."""
+    g = build({et: (torch.from_numpy(e.src), torch.from_numpy(e.dst))
+               for et, e in ds.edges.items()},
+              num_nodes_dict={t: n.num_nodes for t, n in ds.nodes.items()})
     for ntype, n in ds.nodes.items():
         data = g.nodes[ntype].data
         if n.feat is not None:
@@ -66,7 +115,7 @@ def _edge_data(g, edata=None) -> dict:
 
 
 def check_convertible(g, what: str) -> None:
-    """Refuses a homogeneous DGLGraph :func:`from_dgl` cannot take: no nodes, no
+    """Refuses a homogeneous graph :func:`from_dgl` cannot take: no nodes, no
     ``ndata['feat']``.
 
     Raises:
@@ -79,7 +128,8 @@ def check_convertible(g, what: str) -> None:
 
 
 def from_dgl(g, num_classes: int | None = None, **extra: Any) -> GraphDataset:
-    """A dataset from a DGLGraph with node data feat/label/train_mask/val_mask/test_mask.
+    """A dataset from a graph (a DGLGraph, or the package's :class:`Graph`) with node data
+    feat/label/train_mask/val_mask/test_mask.
 
     Args:
         g: the graph. Homogeneous: missing masks are taken as all-false; a missing label (a

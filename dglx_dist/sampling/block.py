@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.util
-import operator
-import sys
 from typing import Sequence
 
 import torch
 
-from dglx_dist.errors import UnknownNameError
+from dglx_dist.data.convert import dgl_installed, is_dgl
 from dglx_dist.sampling.frames import NID, DataView, EdgeSpace, NodeSpace, Typed
 
 __all__ = ["Block", "relabel", "map_tensors", "plan_of", "dgl_installed", "is_dgl", "UNTYPED",
@@ -356,25 +353,6 @@ def _with_rows(index, rows: list[dict], counts: tuple[int, int, int]):
     frames = [Frame(row, n) for row, n in zip(rows, counts)]
     return DGLBlock(index, (list(UNTYPED[0]), list(UNTYPED[0])), [UNTYPED[1][0][1]],
                     frames[:2], frames[2:])
-
-
-@functools.cache
-def dgl_installed() -> bool:
-    """Whether DGL can be imported here (its blocks are then what crosses the edge)."""
-    try:
-        return importlib.util.find_spec("dgl") is not None
-    except ImportError:  # a finder that refuses it
-        return False
-
-
-def is_dgl(value, kind: str = "DGLGraph") -> bool:
-    """Whether ``value`` is an instance of DGL's ``kind`` (a dotted name under ``dgl``, e.g.
-    ``"DGLGraph"``, ``"dataloading.Sampler"``), without importing DGL: where no one has
-    imported it, no object of DGL's can exist (False)."""
-    dgl = sys.modules.get("dgl")
-    if dgl is None:
-        return False
-    return isinstance(value, operator.attrgetter(kind)(dgl))
 
 
 def plan_of(block) -> object:

@@ -4,7 +4,8 @@ DGL's names and semantics: ``block.srcdata[name]`` is the rows of the sources wh
 has one source type, else a dict of node type -> rows for the types that have the name (set
 it the same way); ``block.srcnodes[ntype].data`` is one type's dict; ``block.edges[etype].data``
 one edge type's (an edge type by its canonical triple or its name); ``block.edges()`` the
-edges as ``(src, dst)`` (``form="all"``: with their positions). The ids are ``"_ID"`` (DGL's
+edges as ``(src, dst)`` (``form="all"``: with their positions). :class:`DataView` is the
+graph's (:mod:`dglx_dist.data.frames`), over the block's rows. The ids are ``"_ID"`` (DGL's
 ``dgl.NID`` and ``dgl.EID``): the graph's node ids of each side, the user's edge ids.
 The same views serve a link-prediction step's pair graph
 (:class:`~dglx_dist.api.pair_graph.PairGraph`), whose one side is ``"node"``; both find
@@ -12,14 +13,12 @@ their types through :class:`Typed`.
 """
 from __future__ import annotations
 
-from collections.abc import MutableMapping
 from types import SimpleNamespace
-from typing import Iterator
 
 import torch
 
-from dglx_dist.errors import InvalidTypeError, InvalidValueError, UnknownNameError
-
+from dglx_dist.data.frames import DataView, etype_index, ntype_index
+from dglx_dist.errors import InvalidValueError
 
 __all__ = ["NID", "Typed", "DataView", "NodeSpace", "EdgeSpace"]
 
@@ -40,22 +39,12 @@ class Typed:
 
     def ntype_index(self, ntype: str) -> int:
         """The index of node type ``ntype`` among the graph's."""
-        if ntype not in self.ntypes:
-            raise UnknownNameError(f"node type {ntype!r}: the {self.kind}'s are "
-                                   f"{list(self.ntypes)}")
-        return self.ntypes.index(ntype)
+        return ntype_index(self.ntypes, ntype, self.kind)
 
     def etype_index(self, etype) -> int:
         """The index of ``etype`` (canonical, or a name that names one type) among the
         graph's edge types."""
-        if isinstance(etype, tuple) and tuple(etype) in self.canonical_etypes:
-            return self.canonical_etypes.index(tuple(etype))
-        named = [i for i, e in enumerate(self.canonical_etypes) if e[1] == etype]
-        if len(named) != 1:
-            raise UnknownNameError(f"edge type {etype!r}: {len(named)} of the {self.kind}'s "
-                                   f"types have that name; expected one (or a canonical type "
-                                   f"of {list(self.canonical_etypes)})")
-        return named[0]
+        return etype_index(self.canonical_etypes, etype, self.kind)
 
     def edges_of(self, etype: int) -> torch.Tensor:
         """The positions of the edges of type ``etype`` among the graph's edges."""
@@ -67,47 +56,6 @@ class Typed:
         if etype is None:
             return self.src.numel()
         return int(self.edges_of(self.etype_index(etype)).numel())
-
-
-class DataView(MutableMapping):
-    """``srcdata`` / ``dstdata`` / ``edata`` of a block: one type's rows, or by type."""
-
-    def __init__(self, block: "Typed", side: str, types: range):
-        self._frames = [block.frame(side, i) for i in types]
-        names = block.ntypes if side != "edge" else block.canonical_etypes
-        self._names, self._kind = list(names), block.kind
-
-    def __getitem__(self, key: str):
-        if len(self._frames) == 1:
-            return self._frames[0][key]
-        found = {n: f[key] for n, f in zip(self._names, self._frames) if key in f}
-        if not found:
-            raise UnknownNameError(f"no type of the {self._kind} has rows {key!r}; it has "
-                                   f"{sorted(self)}")
-        return found
-
-    def __setitem__(self, key: str, value) -> None:
-        if len(self._frames) == 1:
-            self._frames[0][key] = value
-            return
-        if not isinstance(value, dict):
-            raise InvalidTypeError(f"setting {key!r} on a {self._kind} with several types takes a "
-                                   f"dict of type -> rows; got {type(value).__name__}")
-        for name, rows in value.items():
-            self._frames[self._names.index(name)][key] = rows
-
-    def __delitem__(self, key: str) -> None:
-        held = [f for f in self._frames if key in f]
-        if not held:
-            raise UnknownNameError(f"the {self._kind} has no rows {key!r}; it has {sorted(self)}")
-        for frame in held:
-            del frame[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(dict.fromkeys(k for f in self._frames for k in f))
-
-    def __len__(self) -> int:
-        return len(set(k for f in self._frames for k in f))
 
 
 class NodeSpace:

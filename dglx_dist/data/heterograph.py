@@ -1,0 +1,263 @@
+"""A graph without DGL: the part of DGLGraph's API that data-preparation code (and
+:func:`dglx_dist.distribute`) reads, in torch.
+
+A :class:`Graph` holds each edge type's ends as torch tensors, and node and edge data per
+type; :mod:`dglx_dist.data.construct` builds it (``graph`` / ``heterograph``, DGL's
+arguments). A graph without types is the one-type case (node type ``_N``, edge type
+``("_N", "_E", "_N")``, as DGL's), not a second class. As in DGL, types are sorted by name and
+edges keep the order given (their ids). ``g.ndata`` / ``g.edata`` follow DGL's rules
+(:mod:`dglx_dist.data.frames`): one type's data plain, several types' by type, each type's
+through ``g.nodes[ntype].data`` / ``g.edges[etype].data``.
+"""
+from __future__ import annotations
+
+import numbers
+import types
+from typing import Any, Mapping, NamedTuple
+
+import torch
+
+from dglx_dist.data.dataset import Etype
+from dglx_dist.data.frames import DataView, Rows, etype_index, ntype_index
+from dglx_dist.errors import IdOutOfRangeError, InvalidTypeError, InvalidValueError
+
+__all__ = ["Graph", "Scheme"]
+
+
+class Scheme(NamedTuple):
+    """One data name's row shape and dtype (DGL's ``Scheme``, as ``repr(g)`` shows it)."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+class Graph:
+    """A graph of node types and canonical edge types, its edges as torch tensors.
+
+    Build it with :func:`~dglx_dist.data.construct.graph` or
+    :func:`~dglx_dist.data.construct.heterograph` (this constructor takes checked
+    ends: ``num_nodes`` by node type, ``ends`` by canonical edge type as ``(src, dst)``
+    per-type ids of dtype ``idtype`` on ``device``).
+    """
+
+    def __init__(self, num_nodes: Mapping[str, int], ends: Mapping[Etype, tuple],
+                 idtype: torch.dtype, device: torch.device):
+        self._ntypes = tuple(sorted(num_nodes))
+        self._etypes = tuple(sorted(ends))
+        self._counts = tuple(int(num_nodes[t]) for t in self._ntypes)
+        self._ends = tuple(ends[e] for e in self._etypes)
+        self._idtype, self._device = idtype, torch.device(device)
+        self._node_rows = tuple(Rows(n, self._device, f"node type {t!r}", "node")
+                                for t, n in zip(self._ntypes, self._counts))
+        self._edge_rows = tuple(Rows(int(s.numel()), self._device, f"edge type {e}", "edge")
+                                for e, (s, _) in zip(self._etypes, self._ends))
+
+    # -- types -------------------------------------------------------------------------------
+    @property
+    def ntypes(self) -> list[str]:
+        return list(self._ntypes)
+
+    @property
+    def etypes(self) -> list[str]:
+        return [rel for _, rel, _ in self._etypes]
+
+    @property
+    def canonical_etypes(self) -> list[Etype]:
+        return list(self._etypes)
+
+    @property
+    def is_homogeneous(self) -> bool:
+        """One node type and one edge type (DGL's test)."""
+        return len(self._ntypes) == 1 and len(self._etypes) == 1
+
+    kind = "graph"  # in errors
+
+    def ntype_index(self, ntype: str) -> int:
+        """The index of ``ntype`` in :attr:`ntypes`."""
+        return ntype_index(self._ntypes, ntype, self.kind)
+
+    def etype_index(self, etype: str | Etype) -> int:
+        """The index of ``etype`` (canonical, or a relation name that names one type) in
+        :attr:`canonical_etypes`."""
+        return etype_index(self._etypes, etype, self.kind)
+
+    def frame(self, side: str, index: int) -> Rows:
+        """The data of node type ``index`` (``side`` "node") or edge type ``index``
+        ("edge")."""
+        return (self._edge_rows if side == "edge" else self._node_rows)[index]
+
+    def get_ntype_id(self, ntype: str | None) -> int:
+        """The index of ``ntype`` in :attr:`ntypes` (None: the graph's one node type)."""
+        if ntype is None:
+            if len(self._ntypes) != 1:
+                raise InvalidValueError(f"the graph has node types {self.ntypes}; name one "
+                                        "(ntype=...)")
+            return 0
+        return self.ntype_index(ntype)
+
+    def get_etype_id(self, etype: str | Etype | None) -> int:
+        """The index of ``etype`` (canonical, or a relation name that names one type) in
+        :attr:`canonical_etypes` (None: the graph's one edge type)."""
+        if etype is None:
+            if len(self._etypes) != 1:
+                raise InvalidValueError(f"the graph has edge types {self.canonical_etypes}; "
+                                        "name one (etype=...)")
+            return 0
+        return self.etype_index(etype)
+
+    def to_canonical_etype(self, etype: str | Etype) -> Etype:
+        return self._etypes[self.get_etype_id(etype)]
+
+    # -- sizes -------------------------------------------------------------------------------
+    @property
+    def idtype(self) -> torch.dtype:
+        return self._idtype
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    def num_nodes(self, ntype: str | None = None) -> int:
+        """Node type ``ntype``'s node count (None: every type's)."""
+        return sum(self._counts) if ntype is None else self._counts[self.get_ntype_id(ntype)]
+
+    def num_edges(self, etype: str | Etype | None = None) -> int:
+        """Edge type ``etype``'s edge count (None: every type's)."""
+        if etype is None:
+            return sum(int(s.numel()) for s, _ in self._ends)
+        return int(self._ends[self.get_etype_id(etype)][0].numel())
+
+    number_of_nodes, number_of_edges = num_nodes, num_edges
+
+    # -- structure ---------------------------------------------------------------------------
+    @property
+    def nodes(self) -> "_NodeView":
+        """``g.nodes(ntype)``: the node ids; ``g.nodes[ntype].data``: one type's data."""
+        return _NodeView(self)
+
+    @property
+    def edges(self) -> "_EdgeView":
+        """``g.edges(form, order, etype)``: :meth:`all_edges`; ``g.edges[etype].data``: one
+        edge type's data."""
+        return _EdgeView(self)
+
+    def all_edges(self, form: str = "uv", order: str = "eid",
+                  etype: str | Etype | None = None):
+        """Edge type ``etype``'s edges: ``form`` "uv" ``(src, dst)``, "eid" their ids,
+        "all" ``(src, dst, eid)``; ``order`` "eid" by id, "srcdst" by source then
+        destination (ties by id)."""
+        if form not in _FORMS:
+            raise InvalidValueError(f"edges(): form {form!r} is not one of {list(_FORMS)}")
+        if order not in ("eid", "srcdst"):
+            raise InvalidValueError(f"edges(): order {order!r} is not one of ['eid', 'srcdst']")
+        src, dst = self._ends[self.get_etype_id(etype)]
+        eid = torch.arange(src.numel(), dtype=self._idtype, device=self._device)
+        if order == "srcdst":  # two stable sorts: by source, ties by destination then id
+            eid = eid.index_select(0, torch.sort(dst, stable=True).indices)
+            eid = eid.index_select(0, torch.sort(src.index_select(0, eid), stable=True).indices)
+            src, dst = src.index_select(0, eid), dst.index_select(0, eid)
+        return _FORMS[form](src, dst, eid)
+
+    def in_degrees(self, v: Any = None, etype: str | Etype | None = None):
+        """The in-degrees over edge type ``etype`` of nodes ``v`` (an int: an int; ids: a
+        tensor of ``idtype``; None: every node of the type's destination type)."""
+        return self._degrees(v, etype, end=1)
+
+    def out_degrees(self, u: Any = None, etype: str | Etype | None = None):
+        """The out-degrees over edge type ``etype`` of nodes ``u`` (as :meth:`in_degrees`)."""
+        return self._degrees(u, etype, end=0)
+
+    def _degrees(self, ids: Any, etype, end: int):
+        t = self.get_etype_id(etype)
+        n = self._counts[self._ntypes.index(self._etypes[t][2 * end])]
+        degrees = torch.bincount(self._ends[t][end].long(), minlength=n).to(self._idtype)
+        if ids is None:
+            return degrees
+        one = isinstance(ids, numbers.Integral) and not isinstance(ids, bool)
+        at = torch.as_tensor(ids, device=self._device).reshape(-1)
+        if at.is_floating_point() or at.is_complex() or at.dtype == torch.bool:
+            raise InvalidTypeError(f"degrees: node ids of dtype {at.dtype}; expected integers")
+        if at.numel() and (int(at.min()) < 0 or int(at.max()) >= n):
+            raise IdOutOfRangeError(f"degrees: node ids {int(at.min())}..{int(at.max())}; "
+                                    f"expected ids in [0, {n}) of node type "
+                                    f"{self._etypes[t][2 * end]!r}")
+        picked = degrees.index_select(0, at.long())
+        return int(picked[0]) if one else picked
+
+    # -- data --------------------------------------------------------------------------------
+    @property
+    def ndata(self) -> DataView:
+        """Node data: one type's plain, several types' by type (DGL's rules)."""
+        return DataView(self, "node", range(len(self._ntypes)))
+
+    @property
+    def edata(self) -> DataView:
+        """Edge data: one edge type's plain, several types' by canonical type."""
+        return DataView(self, "edge", range(len(self._etypes)))
+
+    def node_attr_schemes(self, ntype: str | None = None) -> dict[str, Scheme]:
+        """Each node-data name of ``ntype`` with its rows' shape and dtype."""
+        return _schemes(self._node_rows[self.get_ntype_id(ntype)])
+
+    def edge_attr_schemes(self, etype: str | Etype | None = None) -> dict[str, Scheme]:
+        """Each edge-data name of ``etype`` with its rows' shape and dtype."""
+        return _schemes(self._edge_rows[self.get_etype_id(etype)])
+
+    # -- moves -------------------------------------------------------------------------------
+    def to(self, device, **kwargs) -> "Graph":
+        """The graph, with its data, on ``device`` (itself where it is there already;
+        ``kwargs``: ``Tensor.to``'s)."""
+        device = torch.device(device)
+        if device == self._device:
+            return self
+        moved = Graph(dict(zip(self._ntypes, self._counts)),
+                      {e: tuple(x.to(device, **kwargs) for x in ends)
+                       for e, ends in zip(self._etypes, self._ends)}, self._idtype, device)
+        moved._node_rows = tuple(r.to(device, **kwargs) for r in self._node_rows)
+        moved._edge_rows = tuple(r.to(device, **kwargs) for r in self._edge_rows)
+        return moved
+
+    def __repr__(self) -> str:
+        if self.is_homogeneous:
+            return (f"Graph(num_nodes={self.num_nodes()}, num_edges={self.num_edges()},\n"
+                    f"      ndata_schemes={self.node_attr_schemes()}\n"
+                    f"      edata_schemes={self.edge_attr_schemes()})")
+        nodes = dict(zip(self._ntypes, self._counts))
+        edges = {e: int(s.numel()) for e, (s, _) in zip(self._etypes, self._ends)}
+        meta = [(s, d, rel) for s, rel, d in self._etypes]
+        return f"Graph(num_nodes={nodes},\n      num_edges={edges},\n      metagraph={meta})"
+
+
+_FORMS = types.MappingProxyType({"uv": lambda s, d, e: (s, d), "eid": lambda s, d, e: e,
+                                 "all": lambda s, d, e: (s, d, e)})
+
+
+def _schemes(rows: Rows) -> dict[str, Scheme]:
+    return {name: Scheme(tuple(t.shape[1:]), t.dtype) for name, t in rows.items()}
+
+
+class _NodeView:
+    """``g.nodes``: called, a type's node ids; indexed by a type, its data."""
+
+    def __init__(self, g: Graph):
+        self._g = g
+
+    def __call__(self, ntype: str | None = None) -> torch.Tensor:
+        g = self._g
+        return torch.arange(g._counts[g.get_ntype_id(ntype)], dtype=g.idtype, device=g.device)
+
+    def __getitem__(self, ntype: str | None) -> types.SimpleNamespace:
+        return types.SimpleNamespace(data=self._g._node_rows[self._g.get_ntype_id(ntype)])
+
+
+class _EdgeView:
+    """``g.edges``: called, :meth:`Graph.all_edges`; indexed by an edge type, its data."""
+
+    def __init__(self, g: Graph):
+        self._g = g
+
+    def __call__(self, form: str = "uv", order: str = "eid", etype=None):
+        return self._g.all_edges(form, order, etype)
+
+    def __getitem__(self, etype) -> types.SimpleNamespace:
+        return types.SimpleNamespace(data=self._g._edge_rows[self._g.get_etype_id(etype)])
