@@ -120,10 +120,13 @@ def run(check: Check, out: Path, cache: Path, timeout: float) -> dict:
     result = next((r[k] for r in reversed(records) for k in ("test_acc", "test_mrr") if k in r),
                   None)
     errors = [ln for ln in text.splitlines() if "Error" in ln or "error:" in ln]
-    return {**dataclasses.asdict(check), "name": check.name, "rc": rc,
-            "status": "ok" if rc == 0 and records else ("timeout" if rc == 124 else "FAIL"),
-            "result": result, "epoch_time": statistics.median(times) if times else None,
-            "seconds": round(seconds, 1), "error": errors[-1][:160] if rc and errors else ""}
+    row = {**dataclasses.asdict(check), "name": check.name, "rc": rc,
+           "status": "ok" if rc == 0 and records else ("timeout" if rc == 124 else "FAIL"),
+           "result": result, "epoch_time": statistics.median(times) if times else None,
+           "seconds": round(seconds, 1), "error": errors[-1][:160] if rc and errors else ""}
+    with open(out / "rows.jsonl", "a") as f:  # what is done survives a cut-off list
+        f.write(json.dumps(row) + "\n")
+    return row
 
 
 def _prepare(args, out: Path) -> tuple[str, str]:
