@@ -103,13 +103,17 @@ def _records(text: str) -> list[dict]:
     return out
 
 
-def run(check: Check, out: Path, cache: Path, timeout: float) -> dict:
-    """One run: its status, result (test accuracy or MRR), median epoch time, seconds."""
+def run(check: Check, out: Path, cache: Path, timeout: float,
+        threads: int | None = None) -> dict:
+    """One run: its status, result (test accuracy or MRR), median epoch time, seconds;
+    ``threads``: torch's threads per process (runs side by side share the cores: left to
+    torch, each takes them all, and the CPU-bound phases of four runs took 10-30x longer)."""
     log = out / f"{check.name}.log"
+    env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
     start = time.perf_counter()
     try:
         proc = subprocess.run(check.command(cache), capture_output=True, text=True,
-                              timeout=timeout)
+                              timeout=timeout, env=env)
         text, rc = proc.stdout + proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as exc:
         text, rc = f"{exc.stdout or ''}{exc.stderr or ''}\nTIMEOUT after {timeout} s", 124
@@ -178,7 +182,8 @@ def main(argv=None) -> int:
         runs = [c for c in runs if c.kind in args.only]
         timed = [c for c in timed if c.kind in args.only]
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        rows = list(pool.map(lambda c: run(c, out, cache, args.timeout), runs))
+        threads = max(1, (os.cpu_count() or 1) // (args.jobs * 2))  # 2 ranks at most a run
+        rows = list(pool.map(lambda c: run(c, out, cache, args.timeout, threads), runs))
     rows += [run(c, out, cache, args.timeout) for c in timed]
     (out / "checklist.json").write_text(json.dumps(rows, indent=1))
     print(json.dumps({"device": args.device, "runs": len(rows),
