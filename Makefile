@@ -1,7 +1,9 @@
 # The two commands a newcomer runs: `make demo` and `make test` (`make docs` builds the site).
 # Each installs what is missing first: into the active virtualenv if there is one, otherwise into
 # ./.venv (created with python3), with the checked stack's exact versions (CONSTRAINTS, which
-# needs Python 3.11). `make install CONSTRAINTS=` installs from setup.py's ranges alone.
+# needs Python 3.11). `make demo` installs the package without DGL (on another Python, from
+# setup.py's ranges); `make test` adds the [dgl,test] extras, since the suite compares with
+# DGL. `make install CONSTRAINTS=` installs from setup.py's ranges alone.
 # `make test-core` runs the DGL-free layers' tests in ./.venv-core: newest torch and numpy, no DGL.
 # docs/install.md has the matrix.
 PYTHON ?= python3
@@ -15,6 +17,7 @@ else
 endif
 PY := $(ENV_DIR)/bin/python
 STAMP := $(ENV_DIR)/.dglx_dist-installed
+DEMO_STAMP := $(ENV_DIR)/.dglx_dist-demo-installed
 # no pip cache: a fresh clone's CI fills no disk with a second copy of the wheels
 PIP := -m pip install --disable-pip-version-check --no-cache-dir -q
 
@@ -44,11 +47,12 @@ CORE_TESTS := tests/unit/test_import_boundary.py tests/unit/test_book.py \
 	tests/unit/test_preflight.py \
 	tests/unit/test_registry.py tests/unit/test_runtime_env.py tests/unit/test_synthetic.py \
 	tests/unit/test_bench_h2d.py tests/dist/test_comm.py tests/dist/test_exchanges.py \
-	tests/dist/test_kvstore_dist.py tests/dist/test_sampling_without_dgl.py
+	tests/dist/test_kvstore_dist.py tests/dist/test_sampling_without_dgl.py \
+	tests/e2e/test_train_without_dgl.py
 
 .PHONY: demo test test-core test-core-here docs install clean
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(PY) -m dglx_dist demo
 
 # two workers (pytest-xdist), a whole file to a worker: the suite's tests wait on
@@ -62,13 +66,20 @@ docs: $(STAMP)
 
 install: $(STAMP)
 
+# `make demo` needs no DGL: the package and what it requires, at the checked versions on
+# Python 3.11 (CONSTRAINTS), from setup.py's ranges on another Python
+$(DEMO_STAMP): setup.py $(CONSTRAINTS)
+	@test -x $(PY) || $(PYTHON) -m venv $(ENV_DIR)
+	$(PY) $(PIP) $(if $(strip $(CONSTRAINTS)),$$($(PY) -c 'import sys; print("-c $(CONSTRAINTS)" if sys.version_info[:2] == (3, 11) else "")')) -e .
+	@touch $(DEMO_STAMP)
+
 $(STAMP): setup.py $(CONSTRAINTS)
 	@test -x $(PY) || $(PYTHON) -m venv $(ENV_DIR)
 ifneq ($(strip $(CONSTRAINTS)),)
 	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "$(CONSTRAINTS) is the stack checked on Python 3.11 (DGL 2.1 with torch 2.2.1, on CPU), exact versions checked there only; this is Python " + sys.version.split()[0] + ". Use Python 3.11 (PYTHON=python3.11), or install from the ranges without it: make install CONSTRAINTS= (DGL 2.1-2.4 with a matching torch, Python 3.10-3.12; see docs/install.md)")'
-	$(PY) $(PIP) -c $(CONSTRAINTS) -e ".[test]"
+	$(PY) $(PIP) -c $(CONSTRAINTS) -e ".[dgl,test]"
 else
-	$(PY) $(PIP) -e ".[test]"
+	$(PY) $(PIP) -e ".[dgl,test]"
 endif
 	@touch $(STAMP)
 

@@ -9,8 +9,8 @@ file of the checked stack (constraints/cpu-py311.txt), which `make` installs wit
 """
 from setuptools import find_packages, setup
 
-# What the DGL-free layers import (data, partition, runtime, kvstore, checkpoint, offload):
-# `make test-core` installs these, newest, without DGL.
+# What the package needs (its install_requires): `make test-core` installs these, newest,
+# without DGL.
 CORE_REQUIRES = [
     "torch>=2.0",  # DGL 2.1 supports torch 2.0-2.2, DGL 2.4 up to 2.4; the core runs on newer
     "numpy>=1.26",  # numpy 2 too, except with torch < 2.3 (the constraints file pins < 2)
@@ -21,8 +21,11 @@ CORE_REQUIRES = [
     "tqdm",
 ]
 
-INSTALL_REQUIRES = [
-    *CORE_REQUIRES,
+# DGL is an extra (`pip install dglx-dist[dgl]`): the training path needs none of it (the
+# package's blocks, samplers, convs and graphs are torch). It serves what is DGL's own: the
+# runner of DistDGL scripts, dgl.nn models, DGL's samplers other than NeighborSampler, --from-dgl
+# imports and the DGL rows of `dglx bench`.
+DGL_REQUIRES = [
     # DGL 2.1 is the newest on the package index (CPU); DGL 2.2-2.4 come from DGL's wheel site,
     # one build per torch version. DGL declares none of the torch pairing.
     "dgl>=2.1",
@@ -42,6 +45,8 @@ DOCS = ["mkdocs>=1.6.1", "mkdocs-material>=9.8", "mkdocstrings[python]>=1.0.8",
 TEST_REQUIRES = ["pytest>=7", "pytest-timeout", "pytest-xdist", "hypothesis", "boto3"]
 
 EXTRAS = {
+    "dgl": DGL_REQUIRES,
+    # the whole suite compares with DGL, so it needs the dgl extra too (`make test` installs both)
     "test": [*TEST_REQUIRES, "matplotlib", "torchmetrics", *DOCS],  # a DGL script's metrics
     "docs": DOCS,
     "aws": ["boto3"],
@@ -64,7 +69,7 @@ setup(
     ],
     packages=find_packages(include=["dglx_dist", "dglx_dist.*"]),
     package_data={"dglx_dist.data": ["builtin/*/*.parquet", "builtin/*/*.json"]},
-    install_requires=INSTALL_REQUIRES,
+    install_requires=CORE_REQUIRES,
     extras_require=EXTRAS,
     entry_points={
         "console_scripts": ["dglx=dglx_dist.cli:main"],
