@@ -64,8 +64,7 @@ class TypedInputs:
     """
 
     def __init__(self, graph: DistGraph, embed_dim: int | None, lr: float):
-        from dglx_dist.api.embedding import DistEmbedding
-        from dglx_dist.dgl.distributed.optim import SparseAdam
+        from dglx_dist.api.embedding import DistEmbedding, SparseAdam
 
         self.graph, self.category = graph, category_of(graph)
         featureless = [nt for nt in graph.ntypes if "feat" not in graph.nodes[nt].data]

@@ -52,10 +52,13 @@ class Check:
     task: str = "node"
     epochs: int = 10
     hidden: int = 16
+    blocked: bool = False  # ``import dgl`` fails in every process of the run
+    servers: int = 0  # DGLX_VIRTUAL_SERVERS, where not 0
 
     @property
     def name(self) -> str:
-        return f"{self.kind}-{self.strategy}-{self.device.replace(':', '')}"
+        name = f"{self.kind}-{self.strategy}-{self.device.replace(':', '')}"
+        return name + ("-nodgl" if self.blocked else "")
 
     @property
     def cache_key(self) -> str:
@@ -103,13 +106,30 @@ def _records(text: str) -> list[dict]:
     return out
 
 
+def _env(check: Check, out: Path, threads: int | None) -> dict:
+    """The run's environment: ``threads``, its virtual servers, and where ``check.blocked`` a
+    ``sitecustomize`` that blocks DGL first on the path of each of its processes."""
+    from dglx_dist.testing.nodgl import blocking_path
+
+    env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
+    if check.servers:
+        env["DGLX_VIRTUAL_SERVERS"] = str(check.servers)
+    if check.blocked:
+        folder = out / "nodgl"  # a caller's own sitecustomize there is kept
+        if not (folder / "sitecustomize.py").exists():
+            blocking_path(folder)
+        path = [str(folder), env.get("PYTHONPATH", "")]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
+    return env
+
+
 def run(check: Check, out: Path, cache: Path, timeout: float,
         threads: int | None = None) -> dict:
     """One run: its status, result (test accuracy or MRR), median epoch time, seconds;
     ``threads``: torch's threads per process (runs side by side share the cores: left to
     torch, each takes them all, and the CPU-bound phases of four runs took 10-30x longer)."""
     log = out / f"{check.name}.log"
-    env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
+    env = _env(check, out, threads)
     start = time.perf_counter()
     try:
         proc = subprocess.run(check.command(cache), capture_output=True, text=True,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 
 from dglx_dist.api.structure import fanout_of
+from dglx_dist.data.convert import DGL_EXTRA as _NEEDS_DGL
 from dglx_dist.errors import (InvalidTypeError, InvalidValueError, NotSupportedError,
                               UnknownNameError)
 from dglx_dist.kvstore.base import edge_key
@@ -28,9 +29,6 @@ if TYPE_CHECKING:
 
 __all__ = ["NeighborSampler", "MultiLayerFullNeighborSampler", "sampler_fanouts",
            "sampler_options", "user_sampler", "prefetched_edge_feats", "edge_rows"]
-
-_NEEDS_DGL = "pip install dglx-dist[dgl]"
-
 
 class NeighborSampler:
     """Neighbour sampling by layer, as ``dgl.dataloading.NeighborSampler``: the same

@@ -26,10 +26,10 @@ from dglx_dist.data.edge_data import STRUCTURE
 from dglx_dist.data.dataset import EdgeTable, GraphDataset, NodeTable
 from dglx_dist.data.construct import heterograph
 from dglx_dist.data.heterograph import Graph
-from dglx_dist.errors import DatasetFormatError
+from dglx_dist.errors import DatasetFormatError, MissingDependencyError
 
 __all__ = ["to_dgl", "to_graph", "user_graph", "from_dgl", "check_convertible", "is_dgl",
-           "is_heterograph", "dgl_installed"]
+           "is_heterograph", "dgl_installed", "require_dgl", "DGL_EXTRA"]
 
 _MASK_KEYS = {"train": "train_mask", "val": "val_mask", "test": "test_mask"}
 
@@ -47,6 +47,17 @@ def dgl_installed() -> bool:
         return importlib.util.find_spec("dgl") is not None
     except ImportError:  # a finder that refuses it
         return False
+
+
+DGL_EXTRA = "pip install dglx-dist[dgl]"
+
+
+def require_dgl(what: str, instead: str = "") -> None:
+    """Refuses ``what`` in one line where DGL cannot be imported: a MissingDependencyError
+    naming the extra to install (and ``instead``, what works without DGL)."""
+    if not dgl_installed():
+        raise MissingDependencyError(f"{what} needs DGL, which is not installed: {DGL_EXTRA}"
+                                     + (f" ({instead})" if instead else ""))
 
 
 def is_dgl(value, kind: str = "DGLGraph") -> bool:

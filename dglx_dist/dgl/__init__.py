@@ -6,11 +6,18 @@ package) and, in ``dgl.dataloading``, ``DistNodeDataLoader`` and ``DistEdgeDataL
 (:class:`dglx_dist.api.DataLoader` and its edge form). :mod:`dglx_dist.dgl.run` runs an
 unmodified DistDGL script with these in DGL's places (``python -m dglx_dist.run``). The
 package's own API is :mod:`dglx_dist.api`; nothing here is imported before it is used.
+Where DGL is not installed, importing this package (or its runner) is refused in one line
+naming the extra to install.
 """
 from __future__ import annotations
 
 import importlib
 import types
+
+from dglx_dist.data.convert import require_dgl
+
+require_dgl("dglx_dist.dgl (DGL's API, and the runner of DistDGL scripts)",
+            "the package's own API, dglx_dist.api, and dglx train need no DGL")
 
 __all__ = ["distributed", "dataloading", "run"]
 

@@ -24,8 +24,8 @@ from dglx_dist.cli_flags import add_flags, from_args
 from dglx_dist.config import RunConfig, StrategyConfig
 from dglx_dist.errors import DglxError, InvalidValueError, StateError
 from dglx_dist.runtime.env import launch_position
-from dglx_dist.runtime.failure import (RankZeroParser, one_line, report, same_on_every_rank,
-                                      step_aside, tell_launcher)
+from dglx_dist.runtime.failure import (RankZeroParser, one_line, refused, same_on_every_rank,
+                                      tell_launcher)
 from dglx_dist.runtime.session import current_session
 
 __all__ = ["RunOptions", "parse", "installed", "main"]
@@ -210,13 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         options = parse(sys.argv[1:] if argv is None else argv)
     except DglxError as exc:
-        rank, world_size, error_file = launch_position()
-        line = report(exc, rank, world_size, error_file, prefix="dglx_dist.run: ")
-        if line is not None:
-            log.error("%s", line)
-        else:
-            step_aside()
-        return 2
+        return refused(exc, log, prefix="dglx_dist.run: ")
     run(options)
     return 0
 

@@ -21,6 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from dglx_dist.data.checked import read_json_object
+from dglx_dist.data.convert import dgl_installed
 from dglx_dist.errors import PartitionFormatError
 from dglx_dist.partition.types import GraphTypes
 
@@ -191,6 +192,8 @@ def _part_files(file: Path, m: dict[str, Any], num_parts: int) -> list[dict[str,
                        f"(fused_csc_sampling_graph.pt)")
         paths = {key: _part_file(file, entry, p, key) for key in ("node_feats", "edge_feats")}
         found = [k for k in graphs if (file.parent / str(entry[k])).is_file()]
+        if not dgl_installed():  # GraphBolt's file is read without DGL, graph.dgl through it
+            found.sort(key=lambda k: k != "part_graph_graphbolt")
         key = (found or graphs)[0]  # DGL's graph.dgl first, where it is there
         paths[key] = _part_file(file, entry, p, key)
         out.append(paths)

@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from dglx_dist.data.atomic import check_target
 from dglx_dist.data.checked import check_finite, check_range
+from dglx_dist.data.convert import require_dgl
 from dglx_dist.errors import PartitionError, PartitionFormatError
 from dglx_dist.partition.book import RangeBook
 from dglx_dist.partition.dgl_config import DglConfig, read_dgl_config
@@ -430,8 +431,13 @@ def import_dgl_partitions(json_path: str | os.PathLike, out_dir: str | os.PathLi
         PartitionFormatError: DGL's files are incomplete or inconsistent (the message
             names the file, the field and what was expected).
         PartitionError: a bad argument or output directory, before anything is written.
+        MissingDependencyError: a part's graph is a ``graph.dgl`` (no GraphBolt file beside
+            it) and DGL is not installed.
     """
     cfg = read_dgl_config(json_path)
+    if any("part_graph" in files for files in cfg.files):
+        require_dgl(f"{cfg.path}: reading its parts' graph.dgl", "DGL's GraphBolt parts, "
+                    "dgl.distributed.dgl_partition_to_graphbolt, are read without it")
     out = Path(out_dir)
     check_target(out, overwrite, PARTITION_DIR, (cfg.path.parent,), PartitionError)
     importer = _Importer(cfg, node_data_keys(keys), orig_nids, orig_eids, nonfinite)

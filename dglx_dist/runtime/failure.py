@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import logging
 import os
 import sys
 import sysconfig
@@ -27,7 +28,7 @@ from dglx_dist.runtime.comm import PeerError
 from dglx_dist.runtime.env import launch_position
 
 __all__ = ["RankZeroParser", "reporting_rank", "one_line", "report", "tell_launcher", "mark_in_session",
-           "same_on_every_rank", "step_aside", "has_left"]
+           "same_on_every_rank", "step_aside", "has_left", "refused"]
 
 LATER_S = 10  # how much later a rank that saw another's failure dates its error file
 _LEFT = "dglx/left/{}"  # a store key: the reporting rank of a failure has left
@@ -95,6 +96,18 @@ def report(exc: BaseException, rank: int, world_size: int, error_file: str | Non
     # a second after: whole seconds, and it may be the slower one)
     tell_launcher(error_file, line, later=isinstance(exc, PeerError) or not speaks)
     return line if speaks else None
+
+
+def refused(exc: DglxError, log: logging.Logger, prefix: str = "") -> int:
+    """A command's refusal before it starts a session: ``exc`` as one line on ``log`` (an
+    error) from the reporting rank, the others step aside (:func:`step_aside`); exit status 2."""
+    rank, world_size, error_file = launch_position()
+    line = report(exc, rank, world_size, error_file, prefix=prefix)
+    if line is not None:
+        log.error("%s", line)
+    else:
+        step_aside()
+    return 2
 
 
 def step_aside(store=None, reporter: int | None = None) -> None:

@@ -13,6 +13,7 @@ runs the blocked jobs alone.
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -21,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dglx_dist.testing.nodgl import blocking_path
 from tests.launches import run_together
-from tests.unit.test_import_boundary import _BLOCK
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,15 +80,18 @@ def _cases(typed: Path) -> dict[str, tuple[str, ...]]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def block_dir(tmp_path_factory) -> Path:
+    """A folder whose sitecustomize.py blocks DGL and says so on stderr."""
+    return blocking_path(tmp_path_factory.mktemp("nodgl"), textwrap.dedent(f"""
+        sys.stderr.write({SAID!r} + "\\n")
+    """))
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, block_dir):
     """Each case with DGL blocked (and, where DGL is installed, importable), two jobs at a
     time: {(case, blocked): (records, stderr)}, once each exited 0; and the typed graph's
     chance."""
-    block_dir = tmp_path_factory.mktemp("nodgl")
-    (block_dir / "sitecustomize.py").write_text(
-        _BLOCK + textwrap.dedent(f"""
-            sys.stderr.write({SAID!r} + "\\n")
-        """))
     typed = tmp_path_factory.mktemp("typed")
     chance = _typed_dataset(typed / "mag")
     cases = _cases(typed / "mag")
@@ -135,3 +139,33 @@ def test_learns_what_the_same_run_learns_with_dgl(runs, name):
         return
     assert abs(without[-1]["test_acc"] - with_dgl[-1]["test_acc"]) <= 0.01, (without[-1],
                                                                                with_dgl[-1])
+
+
+def _records(r: subprocess.CompletedProcess) -> list[dict]:
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert r.stderr.count(SAID) >= 3, r.stderr[-3000:]
+    return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+
+
+def test_resumes_from_its_checkpoints_where_dgl_cannot_be_imported(tmp_path, block_dir):
+    """With DGL blocked, under distdgl and granndis: 4 epochs with a checkpoint every 2; with
+    the last one removed, ``--resume`` goes on from epoch 2 with the uninterrupted job's
+    losses (each strategy's two jobs run one after the other, the strategies side by side)."""
+    strategies = ["distdgl", "granndis"]
+
+    def jobs(*extra: str) -> list[dict]:
+        return [_job(tmp_path / s, block_dir, "--strategy", s, "--eval-every", "0",
+                     "--epochs", "4", "--checkpoint-every", "2", "--checkpoint-dir",
+                     str(tmp_path / s / "ckpt"), *extra) for s in strategies]
+
+    for s in strategies:
+        (tmp_path / s).mkdir()
+    whole = [[r for r in _records(p) if "loss" in r] for p in run_together(jobs())]
+    for s in strategies:
+        shutil.rmtree(tmp_path / s / "ckpt" / "epoch-000004")
+    for s, want, proc in zip(strategies, whole, run_together(jobs("--resume"))):
+        got = [r for r in _records(proc) if "loss" in r]
+        assert f"resumed from {tmp_path / s / 'ckpt' / 'epoch-000002'}" in proc.stderr
+        assert [r["epoch"] for r in got] == [2, 3] and [r["epoch"] for r in want] == [0, 1, 2, 3]
+        assert [r["loss"] for r in got] == pytest.approx([r["loss"] for r in want[2:]],
+                                                         abs=2e-5), s

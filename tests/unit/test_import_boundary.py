@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from dglx_dist.testing.nodgl import NO_DGL
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Packages imported with every module under them (but those of DGL_MODULES), and single modules.
@@ -31,18 +33,7 @@ TASK_MODULES = ["dglx_dist.convs", "dglx_dist.convs.ops_base",
 # What needs DGL at import; the control below checks that the block really bites.
 DGL_MODULES = ["dglx_dist.api.dgl_samplers"]
 
-_BLOCK = textwrap.dedent("""
-    import importlib, importlib.abc, pkgutil, sys
-
-    class NoDgl(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "dgl" or name.startswith("dgl."):
-                raise ModuleNotFoundError(f"No module named {name!r} (blocked)", name=name)
-
-    sys.meta_path.insert(0, NoDgl())
-    for name in [m for m in sys.modules if m == "dgl" or m.startswith("dgl.")]:
-        del sys.modules[name]
-""")
+_BLOCK = NO_DGL
 
 
 def _run(code: str) -> subprocess.CompletedProcess:

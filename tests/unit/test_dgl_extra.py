@@ -1,0 +1,76 @@
+"""What is DGL's own, where DGL is not installed (issue 59): each entry point of it refuses
+with one line naming the extra to install (``pip install dglx-dist[dgl]``) and a nonzero exit,
+never a bare ImportError from deep inside. Each case runs in a fresh interpreter whose
+``sitecustomize`` blocks ``import dgl`` (:mod:`dglx_dist.testing.nodgl`)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dglx_dist.testing.nodgl import blocking_path
+
+ROOT = Path(__file__).resolve().parents[2]
+EXTRA = "pip install dglx-dist[dgl]"
+
+
+def _dgl_partition(folder: Path, graphs: dict[str, str]) -> Path:
+    """A one-part DGL partition JSON naming ``graphs`` (key -> file, each an empty file): the
+    refusal and the choice of file come before any part file is read."""
+    (folder / "part0").mkdir(parents=True)
+    entry = {"node_feats": "part0/node_feat.dgl", "edge_feats": "part0/edge_feat.dgl", **graphs}
+    for rel in entry.values():
+        (folder / rel).touch()
+    config = {"graph_name": "g", "num_nodes": 4, "num_edges": 3, "num_parts": 1,
+              "halo_hops": 1, "node_map": {"_N": [[0, 4]]}, "edge_map": {"_N:_E:_N": [[0, 3]]},
+              "ntypes": {"_N": 0}, "etypes": {"_N:_E:_N": 0}, "part-0": entry}
+    (folder / "g.json").write_text(json.dumps(config))
+    return folder / "g.json"
+
+
+def _cases(tmp: Path) -> dict[str, list[str]]:
+    script = tmp / "train.py"
+    script.write_text("import dgl\n")
+    dgl_json = _dgl_partition(tmp / "dgl-parts", {"part_graph": "part0/graph.dgl"})
+    return {
+        "runner": ["-m", "dglx_dist.run", "--strategy", "p3", str(script)],
+        "partition --from-dgl": ["-m", "dglx_dist", "partition", "--from-dgl", str(dgl_json),
+                                 str(tmp / "out")],
+        "import dglx_dist.dgl": ["-c", "import dglx_dist.dgl"],
+        "out-edge sampler": ["-c", "import dglx_dist; "
+                             "dglx_dist.NeighborSampler([2], edge_dir='out').to_dgl()"],
+    }
+
+
+def _run(tmp: Path, args: list[str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(blocking_path(tmp / "nodgl")), str(ROOT)])}
+    return subprocess.run([sys.executable, *args], cwd=tmp, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize("case", ["runner", "partition --from-dgl", "import dglx_dist.dgl",
+                                  "out-edge sampler"])
+def test_dgls_own_features_refuse_in_one_line_naming_the_extra(tmp_path, case):
+    """A command (the runner, the CLI) prints that one line alone; Python code that imports
+    or calls DGL's part ends in it (the last line of the traceback)."""
+    proc = _run(tmp_path, _cases(tmp_path)[case])
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode != 0, proc.stderr
+    assert [ln for ln in lines if EXTRA in ln] == lines[-1:], proc.stderr
+    if case in ("runner", "partition --from-dgl"):
+        assert len(lines) == 1 and proc.returncode == 2, proc.stderr
+
+
+def test_without_dgl_the_import_reads_graphbolts_file_where_both_are_there(tmp_path):
+    """A part with DGL's graph.dgl and GraphBolt's file: without DGL the import reads
+    GraphBolt's (the package reads it itself) and does not refuse."""
+    dgl_json = _dgl_partition(tmp_path / "dgl-parts", {
+        "part_graph": "part0/graph.dgl",
+        "part_graph_graphbolt": "part0/fused_csc_sampling_graph.pt"})
+    proc = _run(tmp_path, ["-c", "from dglx_dist.partition.dgl_config import read_dgl_config;"
+                           f"print(sorted(read_dgl_config({str(dgl_json)!r}).files[0]))"])
+    assert proc.returncode == 0, proc.stderr
+    assert "'part_graph_graphbolt'" in proc.stdout and "'part_graph'" not in proc.stdout
