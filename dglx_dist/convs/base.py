@@ -140,7 +140,8 @@ def adapter_for(module: nn.Module) -> ConvAdapter:
     for cls in () if is_foreign_conv(module) else type(module).__mro__:
         if cls.__name__ in LAYERS:
             return LAYERS.build(cls.__name__)
-    raise InvalidValueError(f"no layer adapter for {_where(type(module))}; supported first "
+    what = _where(type(module)) if is_foreign_conv(module) else type(module).__name__
+    raise InvalidValueError(f"no layer adapter for {what}; supported first "
                             f"layers: {', '.join(LAYERS.names())} (register one in "
                             "dglx_dist.convs.LAYERS)")
 
