@@ -42,7 +42,10 @@ DOCS = ["mkdocs>=1.6.1", "mkdocs-material>=9.8", "mkdocstrings[python]>=1.0.8",
         "mkdocstrings-python>=2.0.11", "griffelib>=2.4"]
 
 # What the tests need besides the package (`make test-core` installs these with CORE_REQUIRES).
-TEST_REQUIRES = ["pytest>=7", "pytest-timeout", "pytest-xdist", "hypothesis", "boto3"]
+# torch_geometric: PyG's convs on the package's blocks (tests/unit/test_pyg.py, the PyG example);
+# pure Python, it needs no DGL.
+TEST_REQUIRES = ["pytest>=7", "pytest-timeout", "pytest-xdist", "hypothesis", "boto3",
+                 "torch_geometric"]
 
 EXTRAS = {
     "dgl": DGL_REQUIRES,

@@ -67,6 +67,10 @@ class DataLoader:
         whole_degrees: dglx_dist's own (a graph without types): the blocks of full layers
             carry their sources' out-degrees in the whole graph, so a GraphConv normalises as
             on the whole graph; by default by the block's edges, as in DGL.
+        package_blocks: dglx_dist's own: the steps' blocks (and pair graphs) are the
+            package's :class:`~dglx_dist.sampling.block.Block` even where DGL is installed
+            (by default DGL's there): what a model of PyG's convs needs, which reads
+            ``block.edge_index`` and ``block.size`` (docs/porting.md, "PyG's convs").
         **kwargs: DGL's worker / UVA / stream options, accepted with a warning.
     """
 
@@ -74,7 +78,7 @@ class DataLoader:
                  use_ddp: bool = False, ddp_seed: int = 0, batch_size: int = 1,
                  drop_last: bool = False, shuffle: bool = False,
                  use_prefetch_thread: bool | None = None, whole_degrees: bool = False,
-                 **kwargs):
+                 package_blocks: bool = False, **kwargs):
         if device is not None:
             kwargs["device"] = device
         seed = int(kwargs.pop("seed", ddp_seed))
@@ -98,7 +102,8 @@ class DataLoader:
             graph, graph_sampler, batch_size, whole_degrees))
         spec = self.spec = LoaderSpec(batch_size=int(batch_size), shuffle=bool(shuffle),
                                       drop_last=bool(drop_last), seed=seed,
-                                      whole_degrees=bool(whole_degrees), **fields)
+                                      whole_degrees=bool(whole_degrees),
+                                      package_blocks=bool(package_blocks), **fields)
         pairs, call = spec.pairs, _signature(spec, graph_sampler)
         same_call(session, call)
         ids, every = self._own_ids(indices, use_ddp, edges=pairs is not None)
@@ -165,11 +170,13 @@ class DataLoader:
         ahead = self.lookahead and not self.strategy.capabilities.steps_in_turn
         for step in self._ahead(steps) if ahead else self._in_turn(steps):
             # the edge: the step's blocks as the model gets them (DGL's where DGL is installed)
-            blocks = step.blocks.for_model() if isinstance(step.blocks, Blocks) else step.blocks
+            package = self.spec.package_blocks
+            blocks = step.blocks.for_model(package) if isinstance(step.blocks, Blocks) else \
+                step.blocks
             if isinstance(step, EdgeStep):
                 pairs = (step.pair_graph,) if step.neg_pair_graph is None else \
                     (step.pair_graph, step.neg_pair_graph)
-                yield step.input_nodes, *map(at_the_edge, pairs), blocks
+                yield step.input_nodes, *(at_the_edge(p, package) for p in pairs), blocks
             else:
                 yield step.input_nodes, step.output_nodes, blocks
         self.graph.step_rows.settle()
@@ -208,7 +215,8 @@ def _signature(spec: LoaderSpec, sampler) -> str:
     drawn += f", {spec.sampling}" if spec.sampling != UNIFORM else ""
     return (f"DataLoader({'edge' if spec.pairs else 'node'} ids, {drawn}, "
             f"batch_size={spec.batch_size}, shuffle={spec.shuffle}"
-            f"{', whole_degrees=True' if spec.whole_degrees else ''})")
+            f"{', whole_degrees=True' if spec.whole_degrees else ''}"
+            f"{', package_blocks=True' if spec.package_blocks else ''})")
 
 
 def _checked(graph: DistGraph, sampler, batch_size, whole_degrees: bool = False) -> dict:

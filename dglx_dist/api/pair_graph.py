@@ -210,9 +210,10 @@ class _Rows(Mapping):
         return len(self._frame)
 
 
-def at_the_edge(pair: PairGraph | None):
+def at_the_edge(pair: PairGraph | None, package: bool = False):
     """What a step hands over of ``pair``: DGL's graph where DGL is importable (the edge, as
-    for the blocks), the package's otherwise; None stays None."""
-    if pair is None or not dgl_installed():
+    for the blocks), the package's otherwise or with ``package`` (a loader's
+    ``package_blocks``); None stays None."""
+    if pair is None or package or not dgl_installed():
         return pair
     return pair.to_dgl()

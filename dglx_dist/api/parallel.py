@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from dglx_dist.api.graph import DistGraph, NodeDataView
-from dglx_dist.convs import adapter_for, graph_convs
+from dglx_dist.convs import adapter_for, graph_convs, is_foreign_conv
 from dglx_dist.errors import InvalidTypeError, InvalidValueError
 from dglx_dist.runtime.agree import on_every_rank
 from dglx_dist.runtime.device import module_devices
@@ -70,6 +70,13 @@ def _check_convs(model: nn.Module, strategy) -> list[tuple[nn.Module, str]]:
         raise InvalidValueError(f"parallelize: {type(model).__name__} has no graph conv; "
                                 f"expected a model built from dglx_dist.nn or dgl.nn convs "
                                 f"(SAGEConv, GraphConv, GATConv)")
+    foreign = [f"{name}: {type(conv).__module__}.{type(conv).__name__}" for conv, name in convs
+               if is_foreign_conv(conv)]
+    if foreign and not strategy.capabilities.foreign_convs:
+        raise InvalidValueError(f"parallelize: strategy {strategy.registered_name!r} runs "
+                                f"dglx_dist.nn or dgl.nn convs (it splits or wraps them); the "
+                                f"model has {', '.join(foreign)}: expected distdgl for PyG's "
+                                f"convs, or their dglx_dist.nn counterparts")
     allowed = strategy.conv_types if isinstance(strategy, ConvTypes) else None
     bad = [f"{name}: {type(conv).__name__}" for conv, name in convs
            if allowed is not None and type(conv).__name__ not in allowed]
@@ -137,7 +144,8 @@ def parallelize(model: nn.Module, g: DistGraph) -> "DistModel":
     wrapped = strategy.wrap_model(model)
     for i, name in enumerate(names):
         model.get_submodule(name).register_forward_pre_hook(_router(i))
-    return DistModel(wrapped, g, len(convs))
+    reads_blocks = next((name for conv, name in convs if is_foreign_conv(conv)), None)
+    return DistModel(wrapped, g, len(convs), reads_blocks)
 
 
 class DistModel(nn.Module):
@@ -149,10 +157,12 @@ class DistModel(nn.Module):
             strategy; a layer-wise inference loop over ``model.module.layers`` runs on it.
     """
 
-    def __init__(self, wrapped: nn.Module, graph: DistGraph, num_layers: int):
+    def __init__(self, wrapped: nn.Module, graph: DistGraph, num_layers: int,
+                 reads_blocks: str | None = None):
         super().__init__()
         self.wrapped = wrapped
         self._graph, self._num_layers = graph, num_layers
+        self._reads_blocks = reads_blocks  # a PyG conv's name: it needs the package's blocks
         self._full_steps = 0  # training full-graph forwards so far (they seed dropout)
         self._pass: list[StepState] | None = None  # the states a pending backward reached
 
@@ -182,6 +192,11 @@ class DistModel(nn.Module):
             index = self._full_steps if training else max(self._full_steps - 1, 0)
             blocks, x = self._on_device(*form.full_graph_step(self._num_layers, index))
             self._full_steps += training
+        elif self._reads_blocks and (is_dgl(graph) or any(map(is_dgl, graph))):
+            raise InvalidTypeError(f"model(blocks, x): the model's {self._reads_blocks} is "
+                                   f"PyG's and reads block.edge_index, which DGL's blocks lack; "
+                                   f"expected the package's blocks: DataLoader(..., "
+                                   f"package_blocks=True)")
         elif is_dgl(graph):  # a subgraph step (ShaDow-GNN's sampler)
             blocks = graph
             self._check_inputs([graph], x)

@@ -11,13 +11,13 @@ import typing as _typing
 if _typing.TYPE_CHECKING:  # what type checkers see; at run time, __getattr__ below
     from dglx_dist.convs.base import (LAYERS, ConvAdapter, ConvWrapper, DorylusSupport,
                                       InputLinear, adapter_for, feat_dropout, first_conv,
-                                      graph_convs)
+                                      graph_convs, is_foreign_conv)
     from dglx_dist.convs.gat.adapter import GATAdapter
     from dglx_dist.convs.graphconv.adapter import GraphConvAdapter
     from dglx_dist.convs.sage.adapter import SAGEAdapter
 
 __all__ = ["LAYERS", "ConvAdapter", "ConvWrapper", "DorylusSupport", "InputLinear",
-           "adapter_for", "feat_dropout", "first_conv", "graph_convs", "GATAdapter",
+           "adapter_for", "feat_dropout", "first_conv", "graph_convs", "is_foreign_conv", "GATAdapter",
            "GraphConvAdapter", "SAGEAdapter"]
 
 

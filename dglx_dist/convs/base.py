@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import dgl
 
 __all__ = ["LAYERS", "ConvAdapter", "ConvWrapper", "DorylusSupport", "InputLinear", "adapter_for",
-           "edge_column", "feat_dropout", "first_conv", "graph_convs"]
+           "edge_column", "feat_dropout", "first_conv", "graph_convs", "is_foreign_conv"]
 
 LAYERS: Registry["ConvAdapter"] = Registry("layer adapter", entry_point_group="dglx_dist.layers")
 
@@ -137,10 +137,11 @@ def adapter_for(module: nn.Module) -> ConvAdapter:
     Raises:
         ValueError: no adapter for this type; the message lists the supported ones.
     """
-    for cls in type(module).__mro__:
+    for cls in () if is_foreign_conv(module) else type(module).__mro__:
         if cls.__name__ in LAYERS:
             return LAYERS.build(cls.__name__)
-    raise InvalidValueError(f"no layer adapter for {type(module).__name__}; supported first "
+    what = _where(type(module)) if is_foreign_conv(module) else type(module).__name__
+    raise InvalidValueError(f"no layer adapter for {what}; supported first "
                             f"layers: {', '.join(LAYERS.names())} (register one in "
                             "dglx_dist.convs.LAYERS)")
 
@@ -168,20 +169,37 @@ _NOT_CONVS = (*(f"dgl.nn.pytorch.{m}." for m in ("utils", "linear", "sparse_emb"
 qualified name prefix."""
 
 
+_FOREIGN_BASES = ("torch_geometric.nn.conv.message_passing.MessagePassing",)
+"""The bases of other libraries' graph convs (PyG's), by qualified name: such a conv reads
+the block itself (``block.edge_index``, ``block.size``: the package's blocks), has no adapter
+(its class name, e.g. ``SAGEConv``, names an adapter of another conv) and runs under the
+strategies that run a model as it is (``Capabilities.foreign_convs``)."""
+
+
+def _where(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def is_foreign_conv(module: nn.Module) -> bool:
+    """Whether ``module`` is another library's graph conv (:data:`_FOREIGN_BASES`)."""
+    return any(_where(c) in _FOREIGN_BASES for c in type(module).__mro__)
+
+
 def graph_convs(model: nn.Module) -> list[tuple[nn.Module, str]]:
     """The model's graph convs (in registration order) and their dotted names.
 
     A module counts as a conv when an adapter is registered for it or it comes from
     ``dgl.nn`` or ``dglx_dist.nn`` (but for their helpers that run on no graph,
-    :data:`_NOT_CONVS`); modules inside a conv are part of it.
+    :data:`_NOT_CONVS`), or it is another library's conv (:func:`is_foreign_conv`: PyG's
+    ``MessagePassing``); modules inside a conv are part of it.
     """
     found: list[tuple[nn.Module, str]] = []
     for name, module in model.named_modules():
         if module is model or any(name.startswith(f"{outer}.") for _, outer in found):
             continue
-        where = f"{type(module).__module__}.{type(module).__qualname__}"
-        if any(c.__name__ in LAYERS for c in type(module).__mro__) or \
-                where.startswith(_CONV_PACKAGES) and not where.startswith(_NOT_CONVS):
+        where = _where(type(module))
+        if is_foreign_conv(module) or any(c.__name__ in LAYERS for c in type(module).__mro__) \
+                or where.startswith(_CONV_PACKAGES) and not where.startswith(_NOT_CONVS):
             found.append((module, name))
     return found
 

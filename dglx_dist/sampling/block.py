@@ -23,6 +23,7 @@ from typing import Sequence
 import torch
 
 from dglx_dist.data.convert import dgl_installed, is_dgl
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.sampling.frames import NID, DataView, EdgeSpace, NodeSpace, Typed
 
 __all__ = ["Block", "relabel", "map_tensors", "plan_of", "dgl_installed", "is_dgl", "UNTYPED",
@@ -172,6 +173,29 @@ class Block(Typed):
         if len(self.ntypes) == 1:
             return (self.src_nodes.numel(),)
         return tuple(torch.bincount(self.src_type, minlength=len(self.ntypes)).tolist())
+
+    @property
+    def edge_index(self) -> torch.Tensor:
+        """The edges as PyG's convs take them (``conv((x_src, x_dst), block.edge_index,
+        size=block.size)``): a 2 x E int64 tensor, row 0 each edge's source (its index among
+        the source rows), row 1 its destination (among the destination rows), in the block's
+        edge order (PyG's ``flow="source_to_target"``). One edge type only: on a block with
+        types, per relation (``block.relation(etype).edge_index``)."""
+        self._one_relation("edge_index")
+        return torch.stack([self.src.long(), self.dst.long()])
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """``(number of source nodes, number of destination nodes)``: PyG's ``size=`` of a
+        bipartite conv on :attr:`edge_index` (one edge type, as it)."""
+        self._one_relation("size")
+        return self.src_nodes.numel(), self.num_dst[0]
+
+    def _one_relation(self, what: str) -> None:
+        if len(self.ntypes) > 1 or len(self.canonical_etypes) > 1:
+            raise InvalidValueError(
+                f"block.{what}: the block has edge types {[e for _, e, _ in self.canonical_etypes]}"
+                f"; expected one: take it per relation, block.relation(etype).{what}")
 
     def nodes_of(self, ntype: int, dst: bool = False) -> torch.Tensor:
         """The ids of the source (``dst``: destination) nodes of type ``ntype``, in order."""

@@ -66,6 +66,9 @@ class Capabilities:
         float32_only: its math runs in float32 alone (dorylus: tensor tasks travel as
             float32 arrays): ``parallelize`` refuses other floating parameters, the forward
             refuses autocast.
+        foreign_convs: it runs a model of other libraries' convs (PyG's ``MessagePassing``,
+            :func:`~dglx_dist.convs.base.is_foreign_conv`) as it is: no adapter, no wrapper
+            around a conv; the model reads each block itself (``block.edge_index``).
     """
 
     link_prediction: bool = False
@@ -74,6 +77,7 @@ class Capabilities:
     draws_subgraphs: bool = False
     steps_in_turn: bool = False
     float32_only: bool = False
+    foreign_convs: bool = False
 
 
 class FullGraphForm(abc.ABC):

@@ -33,7 +33,7 @@ class DistDGLStrategy(MiniBatchStrategy, MemoryModelled):
     """METIS partitions + HALO, distributed sampling, KVStore features, DDP."""
 
     capabilities = dataclasses.replace(MiniBatchStrategy.capabilities, typed_graphs=True,
-                                       draws_subgraphs=True)
+                                       draws_subgraphs=True, foreign_convs=True)
 
     # peak RSS per rank, fitted: docs/cluster_model.md "Memory per rank" (MemoryModelled)
     memory_model = MemoryModel(base=1250 * 2**20, per_node=0, per_edge=272.8)

@@ -99,11 +99,12 @@ class Blocks(list):
             return self
         return Blocks([b.to_dgl() if isinstance(b, Block) else b for b in self], self.state)
 
-    def for_model(self) -> "Blocks":
+    def for_model(self, package: bool = False) -> "Blocks":
         """The blocks as a script and its model get them (the edge, decided here alone): DGL's
-        where DGL is installed (:meth:`to_dgl`), else the package's as they are (the convs
-        of ``dglx_dist.nn`` run on either)."""
-        return self.to_dgl() if dgl_installed() else self
+        where DGL is installed (:meth:`to_dgl`), else, or with ``package`` (a loader's
+        ``package_blocks``: a model of PyG's convs reads ``block.edge_index``), the
+        package's as they are (the convs of ``dglx_dist.nn`` run on either)."""
+        return self.to_dgl() if dgl_installed() and not package else self
 
 
 def state_of(block) -> StepState | None:
@@ -224,6 +225,8 @@ class LoaderSpec:
             normalises by source degrees (GraphConv) computes what it computes on the whole
             graph rather than on the block (the Trainer's evaluation; DGL's blocks, and so
             this package's by default, count a source's edges within the block).
+        package_blocks: the steps' blocks and pair graphs are the package's even where DGL is
+            installed (:meth:`Blocks.for_model`).
     """
 
     fanouts: tuple[int, ...] | tuple[tuple[int, ...], ...]
@@ -235,6 +238,7 @@ class LoaderSpec:
     sampling: SampleOptions = UNIFORM
     draw: "Drawer | None" = None
     whole_degrees: bool = False
+    package_blocks: bool = False
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

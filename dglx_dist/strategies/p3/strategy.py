@@ -246,7 +246,7 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, ShardedParams,
         device = self.compute_device(self.session)
         for step in super().loader_epoch(plan, spec, epoch):  # launched 2 steps ahead
             # layer 1 runs on the blocks the forward gets (DGL's where DGL is installed)
-            step = step._replace(blocks=step.blocks.for_model())
+            step = step._replace(blocks=step.blocks.for_model(spec.package_blocks))
             host = step.blocks[0]  # the forward gets the block on the device
             launch = self._layer.launch(place_step(step, device).blocks[0], host)
             state = dataclasses.replace(step.blocks.state, plan=launch)  # rides with the step
