@@ -204,7 +204,7 @@ def _reference(args: argparse.Namespace, g, embedding, name) -> JobModel:
     torch.manual_seed(args.seed)
     model = MODELS[args.model](g.ndata["feat"].shape[1], args.hidden, args.num_classes,
                                len(args.fanouts), dropout=args.dropout,
-                               row_normalize=args.row_normalize)
+                               row_normalize=args.row_normalize, convs=args.convs)
     feat, label = g.ndata["feat"], g.ndata["label"]
     return JobModel(model, {}, lambda nodes: feat[nodes], lambda seeds: label[seeds].long())
 

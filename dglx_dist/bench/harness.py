@@ -146,8 +146,9 @@ def model_mismatch(name: str, setup: Setup) -> str | None:
 
     cls = STRATEGIES.get(name)
     allowed = cls.conv_types if issubclass(cls, ConvTypes) else None
-    model = MODELS[setup.run.model.name](4, 4, 2, setup.layers)
-    convs = {type(m).__name__ for m in model.modules() if type(m).__module__.startswith("dgl.nn")}
+    model = MODELS[setup.run.model.name](4, 4, 2, setup.layers, convs=setup.run.model.convs)
+    convs = {type(m).__name__ for m in model.modules()
+             if type(m).__module__.startswith(("dgl.nn", "dglx_dist.nn"))}
     if allowed is None or convs <= set(allowed):
         return None
     return (f"not run: {name} runs {', '.join(allowed)}; the common model "
