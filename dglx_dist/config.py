@@ -3,7 +3,7 @@
 ::
 
     RunConfig
-      model      ModelConfig      --model --hidden --layers --dropout --row-normalize
+      model      ModelConfig      --model --hidden --layers --dropout --row-normalize --convs
       optimizer  OptimizerConfig  --lr --weight-decay
       loop       LoopConfig       --epochs --eval-every --seed
       task       TaskConfig       --task --edge-batch-size --negatives --train-edges
@@ -34,12 +34,15 @@ from typing import Any
 from dglx_dist.cli_flags import check_fields, option, parse_key_values
 from dglx_dist.registry import Bounds
 
-__all__ = ["MODEL_NAMES", "TRAINING", "TRAINER_OPTIMIZER", "DataConfig", "JobConfig",
+__all__ = ["CONV_LIBRARY_NAMES", "MODEL_NAMES", "TRAINING", "TRAINER_OPTIMIZER", "DataConfig", "JobConfig",
            "LoopConfig", "ModelConfig", "OptimizerConfig", "RunConfig", "StrategyConfig",
            "TaskConfig"]
 
 MODEL_NAMES = ("sage", "gcn", "gat", "resgcn")
 """The reference models of :data:`dglx_dist.models.MODELS` (a test keeps the two equal)."""
+CONV_LIBRARY_NAMES = ("dglx", "dgl")
+"""The libraries their convs may come from (:data:`dglx_dist.models.library.CONV_LIBRARIES`;
+a test keeps the two equal)."""
 
 TRAINING = ("model", "optimizer", "loop", "task")
 """The sections that say what is computed (not where, nor by which strategy): what the
@@ -70,6 +73,10 @@ class ModelConfig(_Section):
                                         "Planetoid loaders do to bag-of-words features; the "
                                         "shipped Cora is stored so already); default: "
                                         "features as stored")
+    convs: str = option("dglx", "the reference model's convs: the package's (dglx_dist.nn, "
+                                "no DGL needed) or DGL's dgl.nn (to compare them; needs DGL); "
+                                "the R-GCN's are always the package's",
+                        choices=CONV_LIBRARY_NAMES)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -154,7 +154,8 @@ def train_link_dgl(args: argparse.Namespace, g, reduce) -> dict[str, Any]:
     config, arrays, layers = link_config(args), _arrays(args.part_config), len(args.fanouts)
     torch.manual_seed(args.seed)
     model = MODELS[args.model](g.ndata["feat"].shape[1], args.hidden, args.hidden, layers,
-                               dropout=args.dropout, row_normalize=args.row_normalize)
+                               dropout=args.dropout, row_normalize=args.row_normalize,
+                               convs=args.convs)
     ddp = DistributedDataParallel(model)
     opt = torch.optim.Adam(ddp.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     dgl.seed(args.seed * 7919 + args.machine)

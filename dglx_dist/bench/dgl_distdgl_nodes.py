@@ -75,6 +75,9 @@ class NodeJob:
         inputs: the first layer's input rows of a step's ``input_nodes`` (pulled).
         labels: the labels of a step's seeds.
         loader_class: the evaluation's loader (DGL's ``DistNodeDataLoader``, or ours).
+        sampling: where the evaluation's ``NeighborSampler`` and
+            ``MultiLayerFullNeighborSampler`` come from (``dgl.dataloading``, or
+            :mod:`dglx_dist`: no DGL needed).
         join: the context of an epoch's steps (DDP's ``join``: ranks may take uneven steps).
     """
 
@@ -86,6 +89,7 @@ class NodeJob:
     inputs: Callable[[Any], Any]
     labels: Callable[[Any], Any]
     loader_class: Callable[..., Any]
+    sampling: Any
     join: Callable[[], Any] = contextlib.nullcontext
 
 
@@ -129,12 +133,11 @@ def evaluate(g, job: NodeJob, nids, fanouts, batch_size: int) -> tuple[int, int]
     """Correct predictions and count on ``nids`` (full neighborhoods unless ``fanouts``),
     each full layer's GraphConv normalised by its sources' out-degrees in the whole graph
     (:func:`whole_degree_hooks`), as ``dglx train`` and single-process DGL score."""
-    import dgl
     import torch
 
     model = job.model
-    sampler = (dgl.dataloading.NeighborSampler(fanouts) if fanouts else
-               dgl.dataloading.MultiLayerFullNeighborSampler(len(model.layers)))
+    sampler = (job.sampling.NeighborSampler(fanouts) if fanouts else
+               job.sampling.MultiLayerFullNeighborSampler(len(model.layers)))
     loader = job.loader_class(g, nids, sampler, batch_size=batch_size, shuffle=False,
                               drop_last=False)
     hooks = whole_degree_hooks(g, model, fanouts)
@@ -201,7 +204,7 @@ def _reference(args: argparse.Namespace, g, embedding, name) -> JobModel:
     torch.manual_seed(args.seed)
     model = MODELS[args.model](g.ndata["feat"].shape[1], args.hidden, args.num_classes,
                                len(args.fanouts), dropout=args.dropout,
-                               row_normalize=args.row_normalize)
+                               row_normalize=args.row_normalize, convs=args.convs)
     feat, label = g.ndata["feat"], g.ndata["label"]
     return JobModel(model, {}, lambda nodes: feat[nodes], lambda seeds: label[seeds].long())
 
@@ -260,7 +263,7 @@ def node_job(args: argparse.Namespace, g, masks: tuple[str, ...]) -> NodeJob:
         g, nids["train"], dgl.dataloading.NeighborSampler(args.fanouts),
         batch_size=args.batch_size, shuffle=True, drop_last=False)
     return NodeJob(job.model, ddp, opts, loader, nids, job.inputs, job.labels,
-                   dgl.dataloading.DistNodeDataLoader, ddp.join)
+                   dgl.dataloading.DistNodeDataLoader, dgl.dataloading, ddp.join)
 
 
 def dropin_job(args: argparse.Namespace, g) -> NodeJob:
@@ -280,7 +283,7 @@ def dropin_job(args: argparse.Namespace, g) -> NodeJob:
     loader = dglx_dist.DataLoader(g, nids["train"], dglx_dist.NeighborSampler(args.fanouts),
                                   batch_size=args.batch_size, shuffle=True, seed=args.seed)
     return NodeJob(model, model, opts, loader, nids, job.inputs, job.labels,
-                   dglx_dist.DistNodeDataLoader)
+                   dglx_dist.DistNodeDataLoader, dglx_dist)
 
 
 def train_nodes(args: argparse.Namespace, g, job: NodeJob, reduce) -> tuple[dict, float]:
@@ -316,10 +319,20 @@ def _accuracy(g, job: NodeJob, split: str, fanouts, batch_size: int,
     return round(correct / max(total, 1), 4), int(total)
 
 
+def _seed_dgl(seed: int) -> None:
+    """Seeds DGL's random numbers where DGL is installed (its sampling may serve the drop-in
+    API there); without DGL, nothing of DGL's draws any."""
+    from dglx_dist.data.convert import dgl_installed
+
+    if dgl_installed():
+        import dgl
+
+        dgl.seed(seed)
+
+
 def train_dropin(args: argparse.Namespace) -> None:
     """Our side: trains on ``--partitions`` under ``--strategy`` (:func:`dropin_job`); rank
     0 writes the records on stdout (collective)."""
-    import dgl
     import numpy as np
     import torch
 
@@ -333,7 +346,7 @@ def train_dropin(args: argparse.Namespace) -> None:
         raise InvalidValueError("dgl_distdgl_nodes: --partitions is required (the harness "
                                 "partitions the dataset first)")
     torch.manual_seed(config.loop.seed)
-    dgl.seed(config.loop.seed)
+    _seed_dgl(config.loop.seed)
     np.random.seed(config.loop.seed)
     g = dglx_dist.distribute(config.data.partitions, config.strategy.build())
     job, session, loop = dropin_job(args, g), g.session, config.loop

@@ -28,7 +28,8 @@ from dglx_dist.runtime.env import free_local_port
 __all__ = ["BASELINES", "REDUCERS", "STRATEGY_OPTIONS", "Setup", "TASK_NEEDS", "Target",
            "add_time_to_accuracy", "attempt", "dropin_target", "first_reached", "launch",
            "parse_records", "reduce_records", "run_env", "run_strategy", "run_system",
-           "strategy_config", "summarize", "systems", "train_command", "train_target"]
+           "skipped_baselines", "strategy_config", "summarize", "systems", "train_command",
+           "train_target"]
 
 log = logging.getLogger("dglx_dist.bench")
 Options = Mapping[str, Mapping[str, Any] | Sequence[str]]
@@ -145,8 +146,9 @@ def model_mismatch(name: str, setup: Setup) -> str | None:
 
     cls = STRATEGIES.get(name)
     allowed = cls.conv_types if issubclass(cls, ConvTypes) else None
-    model = MODELS[setup.run.model.name](4, 4, 2, setup.layers)
-    convs = {type(m).__name__ for m in model.modules() if type(m).__module__.startswith("dgl.nn")}
+    model = MODELS[setup.run.model.name](4, 4, 2, setup.layers, convs=setup.run.model.convs)
+    convs = {type(m).__name__ for m in model.modules()
+             if type(m).__module__.startswith(("dgl.nn", "dglx_dist.nn"))}
     if allowed is None or convs <= set(allowed):
         return None
     return (f"not run: {name} runs {', '.join(allowed)}; the common model "
@@ -279,16 +281,26 @@ TASK_NEEDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 """By task: the baselines that run it, and the capabilities a strategy needs to."""
 
 
+def skipped_baselines(baselines: Sequence[str] = tuple(BASELINES),
+                      task: str = "node") -> tuple[str, ...]:
+    """The ``baselines`` that run ``task`` but cannot run here: every one (they are DGL's
+    own) where DGL is not installed; none where it is."""
+    from dglx_dist.data.convert import dgl_installed
+
+    return () if dgl_installed() else tuple(b for b in baselines if b in TASK_NEEDS[task][0])
+
+
 def systems(extra: Options, task: str = "node", baselines: Sequence[str] = tuple(BASELINES),
             needs: Sequence[str] = (), target: Target = train_target
             ) -> dict[str, Callable[[Setup], dict[str, Any]]]:
-    """Every system by name that runs ``task``: the ``baselines`` that run it, then each
-    registered strategy whose capabilities say ``needs`` and the task's (``link``:
-    ``link_prediction``), started by ``target``."""
+    """Every system by name that runs ``task``: the ``baselines`` that run it (where DGL is
+    installed: :func:`skipped_baselines`), then each registered strategy whose capabilities
+    say ``needs`` and the task's (``link``: ``link_prediction``), started by ``target``."""
     from dglx_dist.strategies import STRATEGIES
 
     runs, task_needs = TASK_NEEDS[task]
-    table = {name: BASELINES[name] for name in baselines if name in runs}
+    skipped = skipped_baselines(baselines, task)
+    table = {name: BASELINES[name] for name in baselines if name in runs and name not in skipped}
     for name in STRATEGIES.names():
         capabilities = STRATEGIES.get(name).capabilities
         if all(getattr(capabilities, c) for c in (*needs, *task_needs)):

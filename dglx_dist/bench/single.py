@@ -69,7 +69,7 @@ def train(args: argparse.Namespace) -> None:
     m, loop = config.model, config.loop
     torch.manual_seed(loop.seed)
     model = MODELS[m.name](ds.feat.shape[1], m.hidden, ds.num_classes, m.layers,
-                           dropout=m.dropout, row_normalize=m.row_normalize)
+                           dropout=m.dropout, row_normalize=m.row_normalize, convs=m.convs)
     opt = config.optimizer.adam(model.parameters())
     dgl.seed(loop.seed)
     ids = {m: torch.nonzero(g.ndata[f"{m}_mask"]).flatten() for m in ("train", "val", "test")}

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dglx_dist.bench.floor import add_floors
-from dglx_dist.bench.harness import Setup, add_time_to_accuracy, run_system
+from dglx_dist.bench.harness import Setup, add_time_to_accuracy, run_system, skipped_baselines
 from dglx_dist.bench.kinds import KINDS, DataKind, kind_of
 from dglx_dist.bench.presets import PRESETS, bench_run, choose_network
 from dglx_dist.bench.report import markdown, plot, write_jsonl
@@ -123,6 +123,10 @@ def run_all(args: argparse.Namespace, setup: Setup, kind: DataKind) -> list[dict
     from tqdm import tqdm
 
     table = kind.systems(extra_options(args.strategy_opt), setup.run.task.name)
+    skipped = skipped_baselines(kind.baselines, setup.run.task.name)
+    if skipped:
+        log.warning("DGL is not installed: the DGL rows (%s) are skipped; pip install "
+                    "dglx-dist[dgl] to run them", ", ".join(skipped))
     rows = []
     bar = tqdm([(run, name) for run in range(1, args.repeat + 1)
                 for name in args.systems or list(table)], desc="bench runs", unit="run")

@@ -12,7 +12,7 @@ from typing import Callable
 
 from dglx_dist.cli_flags import add_flags, number
 from dglx_dist.config import TRAINING, RunConfig
-from dglx_dist.errors import InvalidValueError
+from dglx_dist.errors import InvalidValueError, MissingDependencyError
 
 __all__ = ["COMMANDS", "add_arguments", "run"]
 
@@ -85,6 +85,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _check(args: argparse.Namespace) -> None:
     """Refuses what cannot run, before any work starts."""
+    from dglx_dist.bench.harness import skipped_baselines
     from dglx_dist.bench.presets import bench_run
     from dglx_dist.bench.suite import check_out, data_kind, extra_options
 
@@ -103,6 +104,10 @@ def _check(args: argparse.Namespace) -> None:
         return
     table = kind.systems(extra_options(args.strategy_opt), run.task.name)
     unknown = [s for s in args.systems or () if s not in table]
+    missing = [s for s in unknown if s in skipped_baselines(kind.baselines, run.task.name)]
+    if missing:
+        raise MissingDependencyError(f"--systems: {', '.join(missing)} run DGL, which is not "
+                                     f"installed: pip install dglx-dist[dgl], or leave them out")
     if unknown:
         from dglx_dist.bench.kinds import KINDS
 

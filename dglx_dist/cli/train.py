@@ -64,7 +64,7 @@ def _model(config: RunConfig, strategy, in_feats: int, out_feats: int):
     m = config.model
     torch.manual_seed(config.loop.seed)
     return MODELS[m.name](in_feats, m.hidden, out_feats, implied_layers(strategy) or m.layers,
-                          dropout=m.dropout, row_normalize=m.row_normalize)
+                          dropout=m.dropout, row_normalize=m.row_normalize, convs=m.convs)
 
 
 def _typed_model(config: RunConfig, pdir):

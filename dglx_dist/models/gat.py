@@ -5,8 +5,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import dglx_dist.nn as gnn
 from dglx_dist.data.normalize import row_normalized
+from dglx_dist.models.library import conv_library
 
 __all__ = ["GAT"]
 
@@ -22,12 +22,14 @@ class GAT(nn.Module):
         row_normalize: see :func:`~dglx_dist.data.normalize.row_normalized`.
         heads: attention heads of the hidden layers.
         attn_drop: every conv's attention dropout (None: ``dropout``).
+        convs: whose GATConv (:data:`~dglx_dist.models.library.CONV_LIBRARIES`).
     """
 
     def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 2,
                  dropout: float = 0.5, row_normalize: bool = False, heads: int = 4,
-                 attn_drop: float | None = None):
+                 attn_drop: float | None = None, convs: str = "dglx"):
         super().__init__()
+        gnn = conv_library(convs)
         self.row_normalize = row_normalize
         attn_drop = dropout if attn_drop is None else attn_drop
         dims = [in_feats] + [hidden * heads] * (num_layers - 1)

@@ -4,9 +4,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-import dglx_dist.nn as gnn
 from dglx_dist.data.normalize import row_normalized
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.models.library import conv_library
 
 __all__ = ["ConvStack", "GCN", "ResGCN"]
 
@@ -41,10 +41,12 @@ class GCN(ConvStack):
         num_layers: GraphConv layers (one block each).
         dropout: dropout before every layer but the first.
         row_normalize: see :func:`~dglx_dist.data.normalize.row_normalized`.
+        convs: whose GraphConv (:data:`~dglx_dist.models.library.CONV_LIBRARIES`).
     """
 
     def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 2,
-                 dropout: float = 0.5, row_normalize: bool = False):
+                 dropout: float = 0.5, row_normalize: bool = False, convs: str = "dglx"):
+        gnn = conv_library(convs)
         super().__init__(lambda a, b: gnn.GraphConv(a, b, allow_zero_in_degree=True),
                          in_feats, hidden, num_classes, num_layers, dropout, row_normalize)
 
@@ -62,11 +64,14 @@ class ResGCN(nn.Module):
         dropout: dropout inside every residual block and before the head.
         conv: "gcn" (GraphConv) or "sage" (SAGEConv, mean).
         row_normalize: see :func:`~dglx_dist.data.normalize.row_normalized`.
+        convs: whose convs (:data:`~dglx_dist.models.library.CONV_LIBRARIES`).
     """
 
     def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 28,
-                 dropout: float = 0.5, conv: str = "gcn", row_normalize: bool = False):
+                 dropout: float = 0.5, conv: str = "gcn", row_normalize: bool = False,
+                 convs: str = "dglx"):
         super().__init__()
+        gnn = conv_library(convs)
         if conv not in ("gcn", "sage"):
             raise InvalidValueError(f"conv {conv!r}; expected 'gcn' or 'sage'")
         self.row_normalize = row_normalize

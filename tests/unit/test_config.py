@@ -15,14 +15,15 @@ from dglx_dist.bench.harness import Setup, train_command
 from dglx_dist.bench.single import parse_args as single_args
 from dglx_dist.cli import build_parser
 from dglx_dist.cli_flags import add_flags, from_args, to_argv
-from dglx_dist.config import (MODEL_NAMES, TRAINING, DataConfig, JobConfig, LoopConfig,
+from dglx_dist.config import (CONV_LIBRARY_NAMES, MODEL_NAMES, TRAINING, DataConfig, JobConfig, LoopConfig,
                               ModelConfig, OptimizerConfig, RunConfig, StrategyConfig,
                               TaskConfig)
 from dglx_dist.errors import InvalidValueError
 
 # every field with a flag away from its default, so a flag that is not passed on shows up
 CHANGED = RunConfig(
-    model=ModelConfig("gat", hidden=24, layers=3, dropout=0.25, row_normalize=True),
+    model=ModelConfig("gat", hidden=24, layers=3, dropout=0.25, row_normalize=True,
+                      convs="dgl"),
     optimizer=OptimizerConfig(lr=0.002, weight_decay=0.0),
     loop=LoopConfig(epochs=7, eval_every=2, seed=5),
     task=TaskConfig("link", edge_batch_size=99, negatives=3, train_edges=1234, eval_pairs=321),
@@ -124,8 +125,10 @@ def test_the_example_declares_the_same_flags(monkeypatch, capsys):
 @pytest.mark.dgl
 def test_the_model_names_are_the_reference_models():
     from dglx_dist.models import MODELS
+    from dglx_dist.models.library import CONV_LIBRARIES
 
     assert set(MODEL_NAMES) == set(MODELS)
+    assert CONV_LIBRARY_NAMES == tuple(CONV_LIBRARIES)
 
 
 def test_bench_flags_lie_over_the_preset_and_its_base(tmp_path):

@@ -120,6 +120,8 @@ IMPORTS_DGL = {
                     "the DGL baseline"),
     # DGL's kernels where the block is DGL's (the torch ones on the package's)
     "dglx_dist.convs.message": "dgl.ops on DGL's blocks",
+    # dgl.nn's convs in the reference models, when a user asks for them (--convs dgl)
+    "dglx_dist.models.library": "--convs dgl",
     # DGL's own METIS, when a user asks for it (`metis` partitioner, backend 'dgl')
     "dglx_dist.partition.metis": "backend='dgl'",
     # research tooling outside the wheel
