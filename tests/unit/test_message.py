@@ -39,17 +39,3 @@ def test_degrees_are_dgls():
     for block in (ours, theirs):
         assert torch.equal(message.in_degrees(block), theirs.in_degrees())
         assert torch.equal(message.out_degrees(block), theirs.out_degrees())
-
-
-@pytest.mark.parametrize("width", [(3,), (2, 3), ()])
-def test_weighted_sums_give_dgls_gradients_for_the_weights_too(width):
-    ours, theirs = _blocks(5)
-    gen = torch.Generator().manual_seed(7)
-    h = torch.randn(ours.num_src_nodes(), *width, generator=gen, requires_grad=True)
-    w = (torch.rand(ours.num_edges(), *([1] * len(width)), generator=gen) + 0.5).requires_grad_()
-    ref = dgl.ops.u_mul_e_sum(theirs, h, w)
-    grads = torch.autograd.grad((ref * ref).sum(), (h, w))
-    got = message.u_mul_e_sum(ours, h, w)
-    assert torch.allclose(got, ref, atol=1e-6)
-    for g, g_ref in zip(torch.autograd.grad((got * got).sum(), (h, w)), grads):
-        assert torch.allclose(g, g_ref, atol=1e-5)
