@@ -7,6 +7,7 @@ import types
 
 import pytest
 import torch
+import torch_geometric.nn as pyg_nn  # a test requirement (setup.py's TEST_REQUIRES)
 from torch import nn
 
 from dglx_dist.api.parallel import _check_convs
@@ -16,7 +17,6 @@ from dglx_dist.nn import SAGEConv
 from dglx_dist.sampling.block import Block
 from dglx_dist.strategies.abilities import Capabilities
 
-pyg_nn = pytest.importorskip("torch_geometric.nn")
 
 
 def _block(seed: int = 0, nodes: int = 50, edges: int = 200) -> Block:
