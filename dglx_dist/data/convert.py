@@ -42,11 +42,14 @@ def is_heterograph(g) -> bool:
 
 @functools.cache
 def dgl_installed() -> bool:
-    """Whether DGL can be imported here."""
+    """Whether DGL can be imported here: a package named ``dgl`` with a file behind it. A
+    folder named ``dgl`` on the path with no ``__init__.py`` (``examples/dgl`` beside a script
+    run from ``examples/``) is a namespace package, not DGL."""
     try:
-        return importlib.util.find_spec("dgl") is not None
+        spec = importlib.util.find_spec("dgl")
     except ImportError:  # a finder that refuses it
         return False
+    return spec is not None and spec.origin is not None
 
 
 DGL_EXTRA = "pip install dglx-dist[dgl]"
@@ -65,9 +68,10 @@ def is_dgl(value, kind: str = "DGLGraph") -> bool:
     ``"DGLGraph"``, ``"dataloading.Sampler"``), without importing DGL: where no one has
     imported it, no object of DGL's can exist (False)."""
     dgl = sys.modules.get("dgl")
-    if dgl is None:
+    try:
+        return dgl is not None and isinstance(value, operator.attrgetter(kind)(dgl))
+    except AttributeError:  # a ``dgl`` that is not DGL (a namespace package, see above)
         return False
-    return isinstance(value, operator.attrgetter(kind)(dgl))
 
 
 def to_dgl(ds: GraphDataset):

@@ -74,3 +74,29 @@ def test_without_dgl_the_import_reads_graphbolts_file_where_both_are_there(tmp_p
                            f"print(sorted(read_dgl_config({str(dgl_json)!r}).files[0]))"])
     assert proc.returncode == 0, proc.stderr
     assert "'part_graph_graphbolt'" in proc.stdout and "'part_graph'" not in proc.stdout
+
+
+def test_a_folder_named_dgl_is_not_dgl(tmp_path):
+    """A script run from examples/ has examples/dgl (DGL's originals, no __init__.py) on its
+    path: where DGL is not installed, ``import dgl`` gives that folder as a namespace package,
+    which the edge must not take for DGL (found on a GPU machine: examples/pyg_sage.py
+    converted its pair graphs through it)."""
+    (tmp_path / "dgl").mkdir()
+    code = f"""
+import importlib.machinery, sys
+
+class OnlyTheFolder:  # DGL's own package hidden, the folder named dgl found
+    def find_spec(self, name, path=None, target=None):
+        if name == "dgl":
+            return importlib.machinery.PathFinder.find_spec("dgl", [{str(tmp_path)!r}])
+
+sys.meta_path.insert(0, OnlyTheFolder())
+import dgl
+assert dgl.__spec__.origin is None, dgl.__spec__  # the namespace package
+from dglx_dist.data.convert import dgl_installed, is_dgl
+print(dgl_installed(), is_dgl(object()), is_dgl(object(), "dataloading.Sampler"))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "False", "False"]
