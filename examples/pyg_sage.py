@@ -92,7 +92,8 @@ def main():
                               package_blocks=True)
     val_loader = DataLoader(g, val_ids, sampler, batch_size=1000, package_blocks=True)
 
-    model = SAGE(g.ndata["feat"].shape[1], 16, dataset.num_classes, 0.5)
+    # the rank's device (a GPU where there is one; the loader's blocks and rows are there)
+    model = SAGE(g.ndata["feat"].shape[1], 16, dataset.num_classes, 0.5).to(g.session.device)
     model = dglx_dist.parallelize(model, g)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=5e-4)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=20, gamma=0.5)
