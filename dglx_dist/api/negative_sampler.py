@@ -9,6 +9,7 @@ on the :class:`~dglx_dist.api.DistGraph` (``g.find_edges``, ``g.num_nodes``,
 """
 from __future__ import annotations
 
+import abc
 import dataclasses
 import operator
 from collections.abc import Mapping
@@ -32,7 +33,7 @@ def _check_k(k, name: str) -> None:
                                 "negatives per edge; expected an integer >= 1")
 
 
-class _ByEdgeType:
+class _ByEdgeType(abc.ABC):
     """DGL's call of a negative sampler: the batch's ids by edge type in, pairs out in the
     same form (one type's pairs where the ids were one tensor)."""
 
@@ -46,8 +47,9 @@ class _ByEdgeType:
                                     "as a dict {edge type: ids}")
         return self._generate(g, eids, g.canonical_etypes[0])
 
+    @abc.abstractmethod
     def _generate(self, g, eids: torch.Tensor, etype: Etype):
-        raise NotImplementedError
+        """The negative pairs ``(src, dst)`` of the edges ``eids`` of type ``etype``."""
 
 
 @dataclasses.dataclass(frozen=True)

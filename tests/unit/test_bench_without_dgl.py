@@ -5,6 +5,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from tests.unit.test_import_boundary import _BLOCK, ROOT
 
 _CHOOSE = """
@@ -62,12 +64,8 @@ def test_systems_naming_a_dgl_row_without_dgl_says_to_install_it():
                                    "dglx-dist[dgl], or leave them out"), proc.stderr[-2000:]
 
 
+@pytest.mark.dgl
 def test_with_dgl_no_row_is_skipped():
-    import pytest
-
     from dglx_dist.bench.harness import skipped_baselines, systems
-    from dglx_dist.data.convert import dgl_installed
 
-    if not dgl_installed():
-        pytest.skip("DGL is not installed here")
     assert skipped_baselines() == () and {"dgl", "dgl-distdgl"} <= set(systems({}))

@@ -305,8 +305,6 @@ def test_distribute_takes_the_package_graph_under_torchrun(dgl, tmp_path):
 
 @pytest.mark.dist
 def test_distribute_without_dgl_under_torchrun(tmp_path):
-    if _blocked("import dglx_dist.api").returncode != 0:
-        pytest.skip("the drop-in API (dglx_dist.api) does not import without DGL yet")
     blocker = tmp_path / "nodgl"
     blocker.mkdir()
     (blocker / "sitecustomize.py").write_text(_BLOCK)
