@@ -18,6 +18,7 @@ from dglx_dist.bench.presets import PRESETS, bench_run, choose_network
 from dglx_dist.bench.report import markdown, plot, write_jsonl
 from dglx_dist.cli_flags import parse_key_values
 from dglx_dist.data.atomic import DirKind, check_target
+from dglx_dist.data.convert import DGL_EXTRA
 from dglx_dist.data.owned import read_record, write_record
 from dglx_dist.errors import InvalidValueError, OutputExistsError
 
@@ -125,8 +126,8 @@ def run_all(args: argparse.Namespace, setup: Setup, kind: DataKind) -> list[dict
     table = kind.systems(extra_options(args.strategy_opt), setup.run.task.name)
     skipped = skipped_baselines(kind.baselines, setup.run.task.name)
     if skipped:
-        log.warning("DGL is not installed: the DGL rows (%s) are skipped; pip install "
-                    "dglx-dist[dgl] to run them", ", ".join(skipped))
+        log.warning("DGL is not installed: the DGL rows (%s) are skipped; %s to run them",
+                    ", ".join(skipped), DGL_EXTRA)
     rows = []
     bar = tqdm([(run, name) for run in range(1, args.repeat + 1)
                 for name in args.systems or list(table)], desc="bench runs", unit="run")

@@ -12,7 +12,7 @@ from typing import Callable
 
 from dglx_dist.cli_flags import add_flags, number
 from dglx_dist.config import TRAINING, RunConfig
-from dglx_dist.errors import InvalidValueError, MissingDependencyError
+from dglx_dist.errors import InvalidValueError
 
 __all__ = ["COMMANDS", "add_arguments", "run"]
 
@@ -88,6 +88,7 @@ def _check(args: argparse.Namespace) -> None:
     from dglx_dist.bench.harness import skipped_baselines
     from dglx_dist.bench.presets import bench_run
     from dglx_dist.bench.suite import check_out, data_kind, extra_options
+    from dglx_dist.data.convert import require_dgl
 
     run = bench_run(args)
     if args.memory_limit is not None and run.task.name != "node":
@@ -106,8 +107,7 @@ def _check(args: argparse.Namespace) -> None:
     unknown = [s for s in args.systems or () if s not in table]
     missing = [s for s in unknown if s in skipped_baselines(kind.baselines, run.task.name)]
     if missing:
-        raise MissingDependencyError(f"--systems: {', '.join(missing)} run DGL, which is not "
-                                     f"installed: pip install dglx-dist[dgl], or leave them out")
+        require_dgl(f"--systems {', '.join(missing)}", "or leave them out")
     if unknown:
         from dglx_dist.bench.kinds import KINDS
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Callable
 
-from dglx_dist.errors import MissingDependencyError
-
 __all__ = ["CONV_LIBRARIES", "conv_library"]
 
 
@@ -20,12 +18,10 @@ def _dglx() -> ModuleType:
 
 
 def _dgl() -> ModuleType:
-    from dglx_dist.data.convert import dgl_installed
+    from dglx_dist.data.convert import require_dgl
 
-    if not dgl_installed():
-        raise MissingDependencyError("--convs dgl: dgl.nn's convs need DGL, which is not "
-                                     "installed: pip install dglx-dist[dgl], or leave --convs "
-                                     "out (the package's own, dglx_dist.nn)")
+    require_dgl("--convs dgl (dgl.nn's convs)",
+                "or leave --convs out: the package's own, dglx_dist.nn")
     import dgl.nn.pytorch  # noqa: PLC0415 - on request only
 
     return dgl.nn.pytorch

@@ -60,8 +60,8 @@ def test_systems_naming_a_dgl_row_without_dgl_says_to_install_it():
     """)
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
-    assert proc.stdout.strip() == ("--systems: dgl run DGL, which is not installed: pip install "
-                                   "dglx-dist[dgl], or leave them out"), proc.stderr[-2000:]
+    assert proc.stdout.strip() == ("--systems dgl needs DGL, which is not installed: pip install "
+                                   "dglx-dist[dgl] (or leave them out)"), proc.stderr[-2000:]
 
 
 @pytest.mark.dgl

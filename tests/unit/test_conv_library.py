@@ -33,5 +33,5 @@ def test_dgl_convs_without_dgl_say_to_install_the_extra():
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert proc.stdout.strip() == (
-        "--convs dgl: dgl.nn's convs need DGL, which is not installed: pip install "
-        "dglx-dist[dgl], or leave --convs out (the package's own, dglx_dist.nn)"), proc.stderr
+        "--convs dgl (dgl.nn's convs) needs DGL, which is not installed: pip install "
+        "dglx-dist[dgl] (or leave --convs out: the package's own, dglx_dist.nn)"), proc.stderr
