@@ -61,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):  # unwind: temporaries go
+    unwind = signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None)
+    if unwind:  # a SIGTERM while the command runs unwinds it: its temporaries go
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         return args.run(args)
@@ -81,6 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.debug("rank %d: %s", rank, one_line(exc), exc_info=debug)
             step_aside()
         return 2
+    finally:  # one at exit (torchrun stopping a rank whose peer failed) ends it as the
+        if unwind:  # default does: no SystemExit raised inside the interpreter's cleanup
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 if __name__ == "__main__":
