@@ -213,7 +213,8 @@ def make_plan(graph: GraphShape, work: Workload, cluster: Cluster, *,
         raise InvalidValueError(f"plan: no strategy with a cost model takes the options "
                                 f"{sorted(given)} (and trains this graph); leave them out")
     rows = [_row(name, Situation(name, type(built.config), graph, work, cluster,
-                                 measured.units, given, _peak(built, graph, cluster)))
+                                 measured.units, {k: getattr(built.config, k) for k in given},
+                                 _peak(built, graph, cluster)))
             for name, built in found]
     rows.sort(key=lambda r: (r.fits is False, r.rank_s, r.strategy))
     if rows[0].fits is False:
