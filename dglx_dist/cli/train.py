@@ -63,14 +63,16 @@ def planned(config: RunConfig, env) -> RunConfig:
     total; every rank plans alike), among the strategies given partitions fit; the plan's
     two lines logged by rank 0."""
     from dglx_dist.plan.auto import cluster_of, resolve, workload_for
+    from dglx_dist.runtime.topology import Topology
+    from dglx_dist.strategies.base import fits_partitions
 
     s, m = config.strategy, config.model
-    pdir = _partitions(config)
+    pdir, topology = _partitions(config), Topology(env.num_servers, env.ranks_per_server)
     name, options, _ = resolve(
         s.name, s.values(), lambda: _plan_graph(config, pdir),
         lambda: cluster_of(env.num_servers, env.ranks_per_server, _server_memory(config, env)),
         lambda given: workload_for(given, m.name, m.hidden, m.layers),
-        accept=None if pdir is None else lambda built: _fits(built, pdir, env),
+        accept=None if pdir is None else lambda built: fits_partitions(built, pdir, topology),
         tell=env.rank == 0)
     return dataclasses.replace(config, strategy=StrategyConfig.of(name, **options))
 
@@ -98,19 +100,6 @@ def _server_memory(config: RunConfig, env) -> float:
 
     limit = config.job.memory_limit or psutil.virtual_memory().total
     return limit * env.ranks_per_server / env.ranks_on_host
-
-
-def _fits(strategy, pdir, env) -> bool:
-    """Whether ``pdir`` fits ``strategy`` on the launch's topology."""
-    from dglx_dist.errors import DglxError
-    from dglx_dist.runtime.topology import Topology
-    from dglx_dist.strategies.base import check_partitions
-
-    try:
-        check_partitions(strategy, pdir, Topology(env.num_servers, env.ranks_per_server))
-    except DglxError:
-        return False
-    return True
 
 
 def _model(config: RunConfig, strategy, in_feats: int, out_feats: int):

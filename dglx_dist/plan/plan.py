@@ -92,8 +92,8 @@ class Plan:
         c, k = self.choice, self.cluster
         options = "its default options" if not c.options else f"options {c.option_text()}"
         return (f"plan: strategy {c.strategy!r} with {options} (predicted "
-                f"{c.epoch_s:.3g} s an epoch on {k.servers} servers x {k.ranks_per_server} ranks "
-                f"at {k.link_gbit:g} Gbit/s)")
+                f"{c.epoch_s:.3g} s an epoch on {_count(k.servers, 'server')} x "
+                f"{_count(k.ranks_per_server, 'rank')} at {k.link_gbit:g} Gbit/s)")
 
     def why(self) -> str:
         """The second line: two or three sentences on why."""
@@ -121,6 +121,10 @@ class Plan:
                 "options": {k: list(v) if isinstance(v, tuple) else v
                             for k, v in self.choice.options.items()},
                 "summary": self.summary(), "why": self.why()}
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'s' if n != 1 else ''}"
 
 
 def _kind(row: PlanRow) -> str:
