@@ -232,6 +232,6 @@ def _nothing_fits(rows: Iterable[PlanRow], cluster: Cluster) -> InsufficientMemo
     return InsufficientMemoryError(
         f"plan: no strategy fits in {cluster.memory_bytes / _MB:,.0f} MiB a server "
         f"({g} rank{'s' if g != 1 else ''} a server); the smallest requirement is "
-        f"{least.strategy!r}'s, about {least.peak_bytes * g / _MB:,.0f} MiB a server "
+        f"{least.strategy!r}: about {least.peak_bytes * g / _MB:,.0f} MiB a server "
         f"({least.peak_bytes / _MB:,.0f} MiB a rank, by its memory fit plus margin): give "
         f"each server more memory, use more servers, or fewer ranks a server")
