@@ -138,7 +138,7 @@ class TaskConfig(_Section):
 
 AUTO = "auto"
 """The strategy name that asks a plan to choose the strategy and its options
-(:func:`dglx_dist.plan.auto.resolve`, before the strategy is built)."""
+(:func:`dglx_dist.planner.auto.resolve`, before the strategy is built)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,7 +146,7 @@ class StrategyConfig:
     """The strategy: a registered name and that strategy's own typed options (its registered
     ``Config``, made and checked by ``STRATEGIES.make_config``; None: its defaults); or
     :data:`AUTO` and the options given with it, as ``(key, value)`` pairs, kept for the plan
-    that resolves it (:func:`dglx_dist.plan.auto.resolve`)."""
+    that resolves it (:func:`dglx_dist.planner.auto.resolve`)."""
 
     name: str = option("distdgl", "registered strategy, or auto: the one `dglx plan` chooses "
                                   "for this graph and launch, with its options (those given "
@@ -205,7 +205,7 @@ class StrategyConfig:
 
         if self.name == AUTO:
             raise StateError("strategy 'auto' is resolved by a plan before it is built "
-                             "(dglx_dist.plan.auto.resolve); build the strategy it chose")
+                             "(dglx_dist.planner.auto.resolve); build the strategy it chose")
 
         return STRATEGIES.build(self.name, **self.values())
 

@@ -18,9 +18,9 @@ from benchmarks.sweeps.common import emit_json, emit_text
 from dglx_dist.bench.report import Panel, Series, draw
 from dglx_dist.cli_flags import number
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.plan.laws import LAWS
-from dglx_dist.plan.predict import Calibration, predict
-from dglx_dist.plan.shapes import Cluster, GraphShape, Units, Workload
+from dglx_dist.planner.laws import LAWS
+from dglx_dist.planner.predict import Calibration, predict
+from dglx_dist.planner.shapes import Cluster, GraphShape, Units, Workload
 from dglx_dist.report import markdown_table
 
 __all__ = ["main"]

@@ -1,6 +1,6 @@
 """The calibration of one strategy from one measured run: the constants with which the plan's
-:func:`~dglx_dist.plan.predict.predict` gives that run back (research tooling: the package
-ships the prediction and its default constants, :mod:`dglx_dist.plan.units`).
+:func:`~dglx_dist.planner.predict.predict` gives that run back (research tooling: the package
+ships the prediction and its default constants, :mod:`dglx_dist.planner.units`).
 
 A calibration fits, from one measured run, the per-step overhead (what the units do not cover:
 Python, the framework, waiting) and a factor per byte count (headers, ids and what the law
@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from dglx_dist.plan.predict import Calibration, law_work, phases, predict
-from dglx_dist.plan.shapes import Cluster, GraphShape, Units, Workload
+from dglx_dist.planner.predict import Calibration, law_work, phases, predict
+from dglx_dist.planner.shapes import Cluster, GraphShape, Units, Workload
 
 __all__ = ["Calibration", "calibrate", "phases", "predict"]
 

@@ -32,7 +32,7 @@ from dglx_dist.errors import (DatasetFormatError, DglxError, InvalidValueError, 
                               StateError)
 from dglx_dist.kvstore import RowPolicy
 from dglx_dist.partition.load import PartitionDir
-from dglx_dist.plan import graph_of_dataset, graph_of_partitions
+from dglx_dist.planner import graph_of_dataset, graph_of_partitions
 from dglx_dist.prepare import checked_cache, ensure_partitions, made_by_rank0
 from dglx_dist.runtime.agree import differing_ranks
 from dglx_dist.runtime.failure import same_on_every_rank
@@ -79,7 +79,7 @@ class DistGraph(EdgeStructure):
     Args:
         partitions: a partition directory (``dglx partition`` or :func:`distribute`).
         strategy: a registered strategy name (``"auto"``: the plan's choice among those the
-            partitions fit, :mod:`dglx_dist.plan.auto`) or a built strategy.
+            partitions fit, :mod:`dglx_dist.planner.auto`) or a built strategy.
         session: the job's session (default: the current one, started if there is none).
         **options: the strategy's options (defaults work; the depth of ``granndis`` and
             ``dorylus`` comes from the model or the loader's sampler).
@@ -352,7 +352,7 @@ def distribute(g, strategy: str | Strategy = "distdgl", *,
             or the package's graph of either kind (``dglx_dist.graph`` / ``heterograph``,
             no DGL needed); or a partition directory (opened as it is).
         strategy: a registered strategy name (``"auto"``: the plan's choice for this graph
-            and the session's topology, :mod:`dglx_dist.plan.auto`) or a built strategy.
+            and the session's topology, :mod:`dglx_dist.planner.auto`) or a built strategy.
         cache_dir: where the graph and its partitions are cached (shared by every node of a
             multi-node job).
         session: the job's session (default: the current one, started if there is none).
@@ -384,13 +384,13 @@ def distribute(g, strategy: str | Strategy = "distdgl", *,
 def planned(strategy: str | Strategy, options: dict[str, Any], session: Session, graph,
             accept=None) -> tuple[str | Strategy, dict[str, Any]]:
     """``strategy`` and ``options``, with ``"auto"`` resolved by a plan
-    (:func:`dglx_dist.plan.auto.resolve`) for ``graph()`` on the session's topology (a
+    (:func:`dglx_dist.planner.auto.resolve`) for ``graph()`` on the session's topology (a
     server's memory: the machine's total, shared by the servers emulated on it; the model
     is not known here: a GraphSAGE, hidden 64, of the depth the options imply); rank 0
     logs the plan's two lines."""
     import psutil
 
-    from dglx_dist.plan.auto import cluster_of, resolve, workload_for
+    from dglx_dist.planner.auto import cluster_of, resolve, workload_for
 
     topo, env = session.topology, session.env
     memory = psutil.virtual_memory().total * topo.ranks_per_server / env.ranks_on_host

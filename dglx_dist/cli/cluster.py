@@ -60,8 +60,8 @@ def _cmd_commcheck(args: argparse.Namespace) -> int:
 def _link_gbit(topology, payload_mb: float, seconds: float | None) -> float | None:
     """The rate between servers the timed exchange saw (each server sent ``payload_mb`` from
     each of its ranks to each rank of the others through its link), cached for ``dglx plan``
-    (:mod:`dglx_dist.plan.units`); None without servers to cross or a timing."""
-    from dglx_dist.plan.units import save_measured
+    (:mod:`dglx_dist.planner.units`); None without servers to cross or a timing."""
+    from dglx_dist.planner.units import save_measured
 
     g, w = topology.ranks_per_server, topology.world_size
     if not seconds or topology.num_servers < 2:

@@ -1,5 +1,5 @@
 """``dglx plan``: which strategy, with which options, for a graph, a model and a cluster
-(:mod:`dglx_dist.plan`; docs/choosing.md, "Planning"). A markdown table of every strategy,
+(:mod:`dglx_dist.planner`; docs/choosing.md, "Planning"). A markdown table of every strategy,
 then the choice and why; ``--json`` prints one JSON object instead. ``--measure`` measures
 this machine's unit costs first and caches them for later plans."""
 from __future__ import annotations
@@ -81,7 +81,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _graph(args: argparse.Namespace):
-    from dglx_dist.plan import DEFAULT_CUTS, graph_of_directory, graph_of_partitions, graph_shape
+    from dglx_dist.planner import DEFAULT_CUTS, graph_of_directory, graph_of_partitions, graph_shape
     from dglx_dist.prepare import resolve_dataset
 
     given = [f for f in ("data", "partitions", "nodes") if getattr(args, f) is not None]
@@ -105,9 +105,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     import psutil
 
     from dglx_dist.cli_flags import parse_key_values
-    from dglx_dist.plan import Cluster, make_plan
-    from dglx_dist.plan.auto import workload_for
-    from dglx_dist.plan.units import (DEFAULT_LINK_GBIT, load_measured, measure_units,
+    from dglx_dist.planner import Cluster, make_plan
+    from dglx_dist.planner.auto import workload_for
+    from dglx_dist.planner.units import (DEFAULT_LINK_GBIT, load_measured, measure_units,
                                       save_measured)
 
     if args.measure:

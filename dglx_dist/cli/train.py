@@ -57,12 +57,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def planned(config: RunConfig, env) -> RunConfig:
-    """``config`` with ``--strategy auto`` resolved (:func:`dglx_dist.plan.auto.resolve`;
+    """``config`` with ``--strategy auto`` resolved (:func:`dglx_dist.planner.auto.resolve`;
     any other strategy as it is): planned for the dataset or partitions, the launch's servers
     and ranks, and a server's memory (``--memory-limit`` for this machine's ranks, else its
     total; every rank plans alike), among the strategies given partitions fit; the plan's
     two lines logged by rank 0."""
-    from dglx_dist.plan.auto import cluster_of, resolve, workload_for
+    from dglx_dist.planner.auto import cluster_of, resolve, workload_for
     from dglx_dist.runtime.topology import Topology
     from dglx_dist.strategies.base import fits_partitions
 
@@ -84,7 +84,7 @@ def _partitions(config: RunConfig):
 
 
 def _plan_graph(config: RunConfig, pdir):
-    from dglx_dist.plan import graph_of_directory, graph_of_partitions
+    from dglx_dist.planner import graph_of_directory, graph_of_partitions
     from dglx_dist.prepare import resolve_dataset
 
     if pdir is not None:

@@ -7,11 +7,11 @@ import pytest
 
 from dglx_dist.config import AUTO, StrategyConfig
 from dglx_dist.errors import InsufficientMemoryError, StateError
-from dglx_dist.plan import Cluster, Workload, graph_of_directory, graph_shape, make_plan
-from dglx_dist.plan.auto import resolve, workload_for
-from dglx_dist.plan.laws import LAWS
-from dglx_dist.plan.options import Situation, cache_hits, choose
-from dglx_dist.plan.units import DEFAULT_UNITS, Measured, load_measured, save_measured
+from dglx_dist.planner import Cluster, Workload, graph_of_directory, graph_shape, make_plan
+from dglx_dist.planner.auto import resolve, workload_for
+from dglx_dist.planner.laws import LAWS
+from dglx_dist.planner.options import Situation, cache_hits, choose
+from dglx_dist.planner.units import DEFAULT_UNITS, Measured, load_measured, save_measured
 from dglx_dist.prepare import resolve_dataset
 from dglx_dist.strategies import STRATEGIES
 
@@ -122,6 +122,13 @@ def test_cached_measurements_replace_the_defaults_and_bad_ones_do_not(tmp_path):
     assert load_measured(path) == Measured()
     path.write_text("not json")
     assert load_measured(path) == Measured()
+
+
+def test_dglx_dist_plan_is_the_public_function(cora):
+    import dglx_dist
+
+    got = dglx_dist.plan(cora, Workload("sage", 16), Cluster(1, 2, memory_bytes=16 * GIB))
+    assert got.choice.strategy in STRATEGIES.names()
 
 
 def test_dglx_plan_prints_json_and_a_table(capsys):

@@ -1,6 +1,6 @@
 """Each strategy's options, chosen for a graph, a workload and a cluster (:data:`CHOOSERS`,
 one function per strategy name), with what they change: the epoch's
-:class:`~dglx_dist.plan.laws.Work`, the memory per rank, and whether the exchange overlaps the
+:class:`~dglx_dist.planner.laws.Work`, the memory per rank, and whether the exchange overlaps the
 compute. Options the user gave are kept and modelled as given; the rest are chosen.
 
 - ``distdgl``: ``server_pulls`` on when a server's ranks would pull the same rows (more than
@@ -22,8 +22,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from dglx_dist.plan.laws import ID, Work
-from dglx_dist.plan.shapes import Cluster, GraphShape, Units, Workload
+from dglx_dist.planner.laws import ID, Work
+from dglx_dist.planner.shapes import Cluster, GraphShape, Units, Workload
 
 __all__ = ["CACHE_SHARE", "CHOOSERS", "Choice", "MIN_SAVING", "Situation", "cache_hits",
            "choose"]

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from dglx_dist.memory import GraphSize, NodeTypeSize
-from dglx_dist.plan.shapes import GraphShape, degree_quantiles
+from dglx_dist.planner.shapes import GraphShape, degree_quantiles
 
 __all__ = ["DEFAULT_CUTS", "graph_of_dataset", "graph_of_directory", "graph_of_partitions",
            "graph_shape", "memory_size"]

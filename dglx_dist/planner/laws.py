@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from dglx_dist.plan.shapes import WEIGHTS, Cluster, GraphShape, Workload
+from dglx_dist.planner.shapes import WEIGHTS, Cluster, GraphShape, Workload
 
 __all__ = ["GRANNDIS_EAS", "LAWS", "Block", "Law", "Work", "expansion", "halo_rows", "law"]
 
@@ -133,7 +133,7 @@ class Law:
     Attributes:
         work: the epoch's :class:`Work` from the graph, the workload and the cluster.
         full_graph: one optimizer step per epoch over full neighbourhoods (more epochs to
-            the same accuracy than sampled mini-batches: :data:`dglx_dist.plan.units.EPOCHS`).
+            the same accuracy than sampled mini-batches: :data:`dglx_dist.planner.units.EPOCHS`).
     """
 
     work: Callable[[GraphShape, Workload, Cluster], Work]

@@ -4,11 +4,11 @@ the shapes alone (:mod:`.laws`), prices it with one rank's unit costs (:mod:`.un
 :mod:`.predict`), chooses its options (:mod:`.options`), estimates its memory per rank from
 the strategy's measured fit, and picks the fastest that fits (:mod:`.plan`);
 :mod:`.auto` resolves ``--strategy auto``."""
-from dglx_dist.plan.inputs import (DEFAULT_CUTS, graph_of_dataset, graph_of_directory,
+from dglx_dist.planner.inputs import (DEFAULT_CUTS, graph_of_dataset, graph_of_directory,
                                    graph_of_partitions, graph_shape)
-from dglx_dist.plan.plan import Plan, PlanRow, make_plan
-from dglx_dist.plan.shapes import Cluster, GraphShape, Units, Workload
-from dglx_dist.plan.units import load_measured
+from dglx_dist.planner.plan import Plan, PlanRow, make_plan
+from dglx_dist.planner.shapes import Cluster, GraphShape, Units, Workload
+from dglx_dist.planner.units import load_measured
 
 __all__ = ["DEFAULT_CUTS", "Cluster", "GraphShape", "Plan", "PlanRow", "Units", "Workload",
            "graph_of_dataset", "graph_of_directory", "graph_of_partitions", "graph_shape",
@@ -20,6 +20,6 @@ def plan(graph: GraphShape, work: Workload | None = None, cluster: Cluster | Non
     """The plan for ``work`` (default: a 2-layer GraphSAGE, hidden 64, fanouts 10,25, 1000
     seeds a rank) on ``graph`` with ``cluster`` (default: one server of one rank, memory not
     checked), with the unit costs cached on this machine, else the defaults
-    (:func:`~dglx_dist.plan.plan.make_plan` takes the keywords)."""
+    (:func:`~dglx_dist.planner.plan.make_plan` takes the keywords)."""
     kwargs.setdefault("measured", load_measured())
     return make_plan(graph, work or Workload("sage"), cluster or Cluster(1, 1), **kwargs)

@@ -15,9 +15,9 @@ import logging
 from typing import Any, Callable, Mapping
 
 from dglx_dist.config import AUTO
-from dglx_dist.plan.plan import Plan, make_plan
-from dglx_dist.plan.shapes import Cluster, GraphShape, Workload
-from dglx_dist.plan.units import DEFAULT_LINK_GBIT, Measured, load_measured
+from dglx_dist.planner.plan import Plan, make_plan
+from dglx_dist.planner.shapes import Cluster, GraphShape, Workload
+from dglx_dist.planner.units import DEFAULT_LINK_GBIT, Measured, load_measured
 
 __all__ = ["cluster_of", "resolve", "workload_for"]
 
@@ -44,7 +44,7 @@ def workload_for(options: Mapping[str, Any], model: str = "sage", hidden: int = 
 def cluster_of(servers: int, ranks_per_server: int, memory_bytes: float | None = None,
                measured: Measured | None = None) -> Cluster:
     """The cluster of a launch: its shape, a server's memory, the link rate measured here
-    (else :data:`~dglx_dist.plan.units.DEFAULT_LINK_GBIT`)."""
+    (else :data:`~dglx_dist.planner.units.DEFAULT_LINK_GBIT`)."""
     measured = load_measured() if measured is None else measured
     return Cluster(servers, ranks_per_server, measured.link_gbit or DEFAULT_LINK_GBIT,
                    memory_bytes=memory_bytes)

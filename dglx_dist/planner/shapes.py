@@ -156,7 +156,7 @@ class Cluster:
     link_gbit: float = 1.0
     latency_s: float = 0.0
     """One-way latency between servers, paid once per round of messages that crosses them
-    (:attr:`~dglx_dist.plan.laws.Work.rounds`)."""
+    (:attr:`~dglx_dist.planner.laws.Work.rounds`)."""
     memory_bytes: float | None = None
     """Memory of one server, shared by its ranks (None: not checked)."""
     shared_cores: int | None = None
@@ -187,7 +187,7 @@ class Cluster:
 
 @dataclasses.dataclass(frozen=True)
 class Units:
-    """One rank's unit costs (:mod:`dglx_dist.plan.units`: documented defaults, or measured
+    """One rank's unit costs (:mod:`dglx_dist.planner.units`: documented defaults, or measured
     on this machine)."""
 
     sample_s_per_edge: float

@@ -1,8 +1,8 @@
-"""The plan: every strategy with a law, its options chosen (:mod:`~dglx_dist.plan.options`),
-its epoch predicted (:mod:`~dglx_dist.plan.predict`) and its memory per rank estimated (the
+"""The plan: every strategy with a law, its options chosen (:mod:`~dglx_dist.planner.options`),
+its epoch predicted (:mod:`~dglx_dist.planner.predict`) and its memory per rank estimated (the
 strategy's own measured fit, :mod:`dglx_dist.strategies.footprint`, plus its margin); the
 fastest that fits is the choice, ranked by epoch time x the epochs its kind of training needs
-(:data:`~dglx_dist.plan.units.EPOCHS`). Pure arithmetic: the same inputs give the same plan.
+(:data:`~dglx_dist.planner.units.EPOCHS`). Pure arithmetic: the same inputs give the same plan.
 """
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import dataclasses
 from typing import Any, Callable, Iterable, Mapping
 
 from dglx_dist.errors import DglxError, InsufficientMemoryError, InvalidValueError
-from dglx_dist.plan.inputs import memory_size
-from dglx_dist.plan.laws import LAWS
-from dglx_dist.plan.options import Choice, Situation, choose
-from dglx_dist.plan.predict import phases
-from dglx_dist.plan.shapes import Cluster, GraphShape, Workload
-from dglx_dist.plan.units import EPOCHS, Measured, calibration
+from dglx_dist.planner.inputs import memory_size
+from dglx_dist.planner.laws import LAWS
+from dglx_dist.planner.options import Choice, Situation, choose
+from dglx_dist.planner.predict import phases
+from dglx_dist.planner.shapes import Cluster, GraphShape, Workload
+from dglx_dist.planner.units import EPOCHS, Measured, calibration
 from dglx_dist.report import markdown_table
 
 __all__ = ["Plan", "PlanRow", "make_plan"]
@@ -201,7 +201,7 @@ def make_plan(graph: GraphShape, work: Workload, cluster: Cluster, *,
     """The plan for training ``work`` on ``graph`` with ``cluster``.
 
     Args:
-        measured: the unit costs (:func:`~dglx_dist.plan.units.load_measured`).
+        measured: the unit costs (:func:`~dglx_dist.planner.units.load_measured`).
         given: options the user set (kept; only strategies that take them all are planned).
         accept: only the strategies (built) it accepts (e.g. those that fit a partition
             directory).

@@ -1,6 +1,6 @@
-"""Epoch time and bytes from a strategy's :class:`~dglx_dist.plan.laws.Work` and a rank's
-:class:`~dglx_dist.plan.shapes.Units`, with a strategy's :class:`Calibration` (its per-step
-overhead and byte factors: :mod:`dglx_dist.plan.units` holds the defaults;
+"""Epoch time and bytes from a strategy's :class:`~dglx_dist.planner.laws.Work` and a rank's
+:class:`~dglx_dist.planner.shapes.Units`, with a strategy's :class:`Calibration` (its per-step
+overhead and byte factors: :mod:`dglx_dist.planner.units` holds the defaults;
 ``benchmarks/costmodel`` fits them from measured runs).
 
 The time of an epoch is the sum of its phases, nothing overlapped::
@@ -17,8 +17,8 @@ import dataclasses
 from typing import Any
 
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.plan.laws import LAWS, Work
-from dglx_dist.plan.shapes import Cluster, GraphShape, Units, Workload
+from dglx_dist.planner.laws import LAWS, Work
+from dglx_dist.planner.shapes import Cluster, GraphShape, Units, Workload
 
 __all__ = ["Calibration", "law_work", "phases", "predict"]
 

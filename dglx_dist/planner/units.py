@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from dglx_dist.plan.predict import Calibration
-from dglx_dist.plan.shapes import Units
+from dglx_dist.planner.predict import Calibration
+from dglx_dist.planner.shapes import Units
 
 __all__ = ["DEFAULT_LINK_GBIT", "DEFAULT_UNITS", "EPOCHS", "Measured", "OVERHEAD_S_PER_STEP",
            "calibration", "load_measured", "measure_units", "save_measured", "units_path"]
