@@ -31,6 +31,7 @@ _EXPORTS = {
     **dict.fromkeys(["PeerError", "Session", "current_session", "init"], "dglx_dist.runtime"),
     **dict.fromkeys(["STRATEGIES", "Strategy"], "dglx_dist.strategies"),
     **dict.fromkeys(["Batch", "Trainer"], "dglx_dist.trainer"),
+    "plan": "dglx_dist.planner",
 }
 
 if _typing.TYPE_CHECKING:  # what type checkers and the API docs see; at run time, __getattr__ below
@@ -42,6 +43,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and the API docs see; at run tim
     from dglx_dist.data import (Graph, GraphDataset, builtin_path, from_dgl, graph,
                                 heterograph, read_dataset, to_dgl, to_graph, write_dataset)
     from dglx_dist.partition import PARTITIONERS, PartitionDir, partition_dataset
+    from dglx_dist.planner import plan
     from dglx_dist.config import OptimizerConfig, RunConfig
     from dglx_dist.api.embedding import DistEmbedding, SparseAdagrad, SparseAdam
     from dglx_dist.registry import Registry
@@ -60,7 +62,7 @@ __all__ = ["GraphDataset", "read_dataset", "write_dataset", "to_dgl", "from_dgl"
            "ranking_metrics", "all_reduce", "inference", "export_parquet", "DistTensor",
            "DistEmbedding", "SparseAdam", "SparseAdagrad", "NeighborSampler",
            "MultiLayerFullNeighborSampler", "as_edge_prediction_sampler",
-           "negative_sampler", "__version__"]
+           "negative_sampler", "plan", "__version__"]
 
 
 def __getattr__(name: str):

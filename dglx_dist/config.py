@@ -32,9 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from dglx_dist.cli_flags import check_fields, option, parse_key_values
+from dglx_dist.errors import StateError
 from dglx_dist.registry import Bounds
 
-__all__ = ["CONV_LIBRARY_NAMES", "MODEL_NAMES", "TRAINING", "TRAINER_OPTIMIZER", "DataConfig", "JobConfig",
+__all__ = ["AUTO", "CONV_LIBRARY_NAMES", "MODEL_NAMES", "TRAINING", "TRAINER_OPTIMIZER", "DataConfig", "JobConfig",
            "LoopConfig", "ModelConfig", "OptimizerConfig", "RunConfig", "StrategyConfig",
            "TaskConfig"]
 
@@ -135,12 +136,21 @@ class TaskConfig(_Section):
                                           "random choice; default all)", bounds=_POSITIVE)
 
 
+AUTO = "auto"
+"""The strategy name that asks a plan to choose the strategy and its options
+(:func:`dglx_dist.planner.auto.resolve`, before the strategy is built)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class StrategyConfig:
     """The strategy: a registered name and that strategy's own typed options (its registered
-    ``Config``, made and checked by ``STRATEGIES.make_config``; None: its defaults)."""
+    ``Config``, made and checked by ``STRATEGIES.make_config``; None: its defaults); or
+    :data:`AUTO` and the options given with it, as ``(key, value)`` pairs, kept for the plan
+    that resolves it (:func:`dglx_dist.planner.auto.resolve`)."""
 
-    name: str = option("distdgl", "registered strategy", flag="--strategy")
+    name: str = option("distdgl", "registered strategy, or auto: the one `dglx plan` chooses "
+                                  "for this graph and launch, with its options (those given "
+                                  "are kept)", flag="--strategy")
     options: Any = option(None, "strategy option, repeatable (see docs/strategies)",
                           flag="--strategy-opt", repeat=True)
 
@@ -154,6 +164,8 @@ class StrategyConfig:
         """
         from dglx_dist.strategies import STRATEGIES
 
+        if name == AUTO:  # checked by the plan, against the strategies that take them
+            return cls(name, tuple(sorted(options.items())))
         return cls(name, STRATEGIES.make_config(name, **options))
 
     @classmethod
@@ -170,18 +182,30 @@ class StrategyConfig:
         """The options as keywords (empty: the strategy's defaults)."""
         if self.options is None:
             return {}
+        if self.name == AUTO:
+            return dict(self.options)
         return {f.name: getattr(self.options, f.name) for f in dataclasses.fields(self.options)}
 
     def flag_pairs(self) -> list[str]:
         """The options that differ from the strategy's defaults, as ``KEY=VALUE``."""
         if self.options is None:
             return []
+        if self.name == AUTO:
+            return [f"{k}={_text(v)}" for k, v in self.options]
         default = StrategyConfig.of(self.name).values()
         return [f"{k}={_text(v)}" for k, v in self.values().items() if v != default[k]]
 
     def build(self):
-        """The strategy instance (``STRATEGIES.build``)."""
+        """The strategy instance (``STRATEGIES.build``).
+
+        Raises:
+            StateError: the name is :data:`AUTO`, which a plan resolves first.
+        """
         from dglx_dist.strategies import STRATEGIES
+
+        if self.name == AUTO:
+            raise StateError("strategy 'auto' is resolved by a plan before it is built "
+                             "(dglx_dist.planner.auto.resolve); build the strategy it chose")
 
         return STRATEGIES.build(self.name, **self.values())
 

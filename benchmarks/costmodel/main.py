@@ -10,10 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from benchmarks.costmodel.laws import LAWS
 from benchmarks.costmodel.memory import MB, fit_memory, parse_sizes
-from benchmarks.costmodel.predict import Calibration, predict
-from benchmarks.costmodel.shapes import Cluster, GraphShape, Units, Workload
 from benchmarks.costmodel.typed_memory import add_typed_flags, typed_memory
 from benchmarks.costmodel.validate import (RunShape, accuracy, compare, measured_rows,
                                            parse_shape)
@@ -21,6 +18,9 @@ from benchmarks.sweeps.common import emit_json, emit_text
 from dglx_dist.bench.report import Panel, Series, draw
 from dglx_dist.cli_flags import number
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.planner.laws import LAWS
+from dglx_dist.planner.predict import Calibration, predict
+from dglx_dist.planner.shapes import Cluster, GraphShape, Units, Workload
 from dglx_dist.report import markdown_table
 
 __all__ = ["main"]

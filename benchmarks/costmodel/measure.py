@@ -1,8 +1,8 @@
 """What the cluster model measures here: one rank's
-:class:`~benchmarks.costmodel.shapes.Units` (DGL's neighbour sampling and ``to_block``, a
+:class:`~dglx_dist.planner.shapes.Units` (DGL's neighbour sampling and ``to_block``, a
 feature-row gather, DGL's ``copy_u_sum``, a dense ``torch.mm``, TCP over loopback; each on one
 thread, the median of ``repeat`` timings) and a dataset's
-:class:`~benchmarks.costmodel.shapes.GraphShape` (its degrees and METIS's 2-way cut)."""
+:class:`~dglx_dist.planner.shapes.GraphShape` (its degrees and METIS's 2-way cut)."""
 from __future__ import annotations
 
 import math
@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from benchmarks.costmodel.shapes import GraphShape, Units, degree_quantiles
+from dglx_dist.planner.shapes import GraphShape, Units, degree_quantiles
 from dglx_dist.data.dataset import GraphDataset
 
 __all__ = ["measure_graph", "measure_units", "metis_layout"]

@@ -32,6 +32,7 @@ from dglx_dist.errors import (DatasetFormatError, DglxError, InvalidValueError, 
                               StateError)
 from dglx_dist.kvstore import RowPolicy
 from dglx_dist.partition.load import PartitionDir
+from dglx_dist.planner import graph_of_dataset, graph_of_partitions
 from dglx_dist.prepare import checked_cache, ensure_partitions, made_by_rank0
 from dglx_dist.runtime.agree import differing_ranks
 from dglx_dist.runtime.failure import same_on_every_rank
@@ -39,7 +40,8 @@ from dglx_dist.runtime.session import Session, current_session, init
 from dglx_dist.sampling import PartitionSampler
 from dglx_dist.strategies.abilities import FullGraphForm
 from dglx_dist.strategies.base import (SetupRequest, Strategy, build_strategy,
-                                       check_partitions, implied_layers, trainer_loaders)
+                                       check_partitions, fits_partitions, implied_layers,
+                                       trainer_loaders)
 from dglx_dist.strategies.steps import LoaderSpec
 
 __all__ = ["DistGraph", "NodeDataView", "distribute", "node_data_store", "current_graph",
@@ -76,7 +78,8 @@ class DistGraph(EdgeStructure):
 
     Args:
         partitions: a partition directory (``dglx partition`` or :func:`distribute`).
-        strategy: a registered strategy name or a built strategy.
+        strategy: a registered strategy name (``"auto"``: the plan's choice among those the
+            partitions fit, :mod:`dglx_dist.planner.auto`) or a built strategy.
         session: the job's session (default: the current one, started if there is none).
         **options: the strategy's options (defaults work; the depth of ``granndis`` and
             ``dorylus`` comes from the model or the loader's sampler).
@@ -88,6 +91,10 @@ class DistGraph(EdgeStructure):
         self.session = job_session(session)
         self.pdir = partitions if isinstance(partitions, PartitionDir) else \
             PartitionDir(partitions)
+        strategy, options = planned(strategy, options, self.session,
+                                    lambda: graph_of_partitions(self.pdir),
+                                    lambda built: fits_partitions(built, self.pdir,
+                                                                  self.session.topology))
         self.strategy = build_strategy(strategy, options)
         try:  # every rank refuses the same partitions alike: one line, from rank 0
             check_partitions(self.strategy, self.pdir, self.session.topology)
@@ -344,7 +351,8 @@ def distribute(g, strategy: str | Strategy = "distdgl", *,
             with node data by type (a type may have none), built the same way on every rank;
             or the package's graph of either kind (``dglx_dist.graph`` / ``heterograph``,
             no DGL needed); or a partition directory (opened as it is).
-        strategy: a registered strategy name or a built strategy.
+        strategy: a registered strategy name (``"auto"``: the plan's choice for this graph
+            and the session's topology, :mod:`dglx_dist.planner.auto`) or a built strategy.
         cache_dir: where the graph and its partitions are cached (shared by every node of a
             multi-node job).
         session: the job's session (default: the current one, started if there is none).
@@ -354,15 +362,16 @@ def distribute(g, strategy: str | Strategy = "distdgl", *,
     session = job_session(session)
     if isinstance(g, (str, os.PathLike, PartitionDir)):
         return DistGraph(g, strategy, session=session, **options)
-    built = build_strategy(strategy, options)
-    if is_heterograph(g) and built.capabilities.typed_graphs:
-        built.check_typed("the heterograph given to distribute")  # before any collective
     try:  # every rank holds its own copy of the same graph: one line, from rank 0
         if not is_heterograph(g):
             check_convertible(g, "distribute")
         dataset = from_dgl(g, source="dglx_dist.distribute")  # views of g's tensors mostly
     except DatasetFormatError as exc:
         raise same_on_every_rank(exc) from None
+    strategy, options = planned(strategy, options, session, lambda: graph_of_dataset(dataset))
+    built = build_strategy(strategy, options)
+    if is_heterograph(g) and built.capabilities.typed_graphs:
+        built.check_typed("the heterograph given to distribute")  # before any collective
     key = fingerprint(g)
     _same_everywhere(session, key)
     data = checked_cache(cache_dir) / f"graph-{key}"
@@ -370,6 +379,26 @@ def distribute(g, strategy: str | Strategy = "distdgl", *,
                   "writing the graph given to distribute", wait_timeout)
     parts = ensure_partitions(data, built, session, cache_dir, wait_timeout)
     return DistGraph(parts, built, session=session)
+
+
+def planned(strategy: str | Strategy, options: dict[str, Any], session: Session, graph,
+            accept=None) -> tuple[str | Strategy, dict[str, Any]]:
+    """``strategy`` and ``options``, with ``"auto"`` resolved by a plan
+    (:func:`dglx_dist.planner.auto.resolve`) for ``graph()`` on the session's topology (a
+    server's memory: the machine's total, shared by the servers emulated on it; the model
+    is not known here: a GraphSAGE, hidden 64, of the depth the options imply); rank 0
+    logs the plan's two lines."""
+    import psutil
+
+    from dglx_dist.planner.auto import cluster_of, resolve, workload_for
+
+    topo, env = session.topology, session.env
+    memory = psutil.virtual_memory().total * topo.ranks_per_server / env.ranks_on_host
+    name, options, _ = resolve(
+        strategy, options, graph,
+        lambda: cluster_of(topo.num_servers, topo.ranks_per_server, memory), workload_for,
+        accept=accept, tell=session.is_main)
+    return name, options
 
 
 def _schemes(data) -> dict[str, Scheme]:

@@ -1,7 +1,7 @@
-"""The ``dglx`` command: datagen, partition, partitioners, demo, verify, cache, train,
+"""The ``dglx`` command: datagen, partition, partitioners, demo, verify, cache, train, plan,
 commcheck, rdzvcheck, emulate, bench (one module per group of subcommands:
 :mod:`~dglx_dist.cli.data`, :mod:`~dglx_dist.cli.files`, :mod:`~dglx_dist.cli.train`,
-:mod:`~dglx_dist.cli.cluster`, :mod:`~dglx_dist.cli.bench`).
+:mod:`~dglx_dist.cli.plan`, :mod:`~dglx_dist.cli.cluster`, :mod:`~dglx_dist.cli.bench`).
 
 Results go to stdout (a markdown table and a JSON line); logs and progress bars to stderr.
 """
@@ -13,7 +13,7 @@ import signal
 import sys
 from typing import Callable, Sequence
 
-from dglx_dist.cli import bench, cluster, data, files, train
+from dglx_dist.cli import bench, cluster, data, files, plan, train
 from dglx_dist.errors import DglxError
 from dglx_dist.runtime.env import launch_position
 from dglx_dist.runtime.failure import (RankZeroParser, one_line, report, step_aside,
@@ -26,7 +26,8 @@ log = logging.getLogger("dglx_dist.cli")
 
 # name: (help, add the arguments, run), in the order `dglx --help` lists them
 _COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
-    **data.COMMANDS, **files.COMMANDS, **train.COMMANDS, **cluster.COMMANDS, **bench.COMMANDS}
+    **data.COMMANDS, **files.COMMANDS, **train.COMMANDS, **plan.COMMANDS, **cluster.COMMANDS,
+    **bench.COMMANDS}
 
 
 def _add_logging(p: argparse.ArgumentParser, default) -> None:

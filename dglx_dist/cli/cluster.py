@@ -51,9 +51,24 @@ def _cmd_commcheck(args: argparse.Namespace) -> int:
                       "device": str(s.device), "launcher": s.env.launcher,
                       "exchange_ok": int(total.item()) == s.world_size,
                       "payload_mb": args.payload_mb, "payload_seconds": seconds,
+                      "link_gbit": _link_gbit(s.topology, args.payload_mb, seconds),
                       "bytes": [dict(zip(keys, c.tolist())) for c in counts]}
             sys.stdout.write(json.dumps(report) + "\n")
     return 0
+
+
+def _link_gbit(topology, payload_mb: float, seconds: float | None) -> float | None:
+    """The rate between servers the timed exchange saw (each server sent ``payload_mb`` from
+    each of its ranks to each rank of the others through its link), cached for ``dglx plan``
+    (:mod:`dglx_dist.planner.units`); None without servers to cross or a timing."""
+    from dglx_dist.planner.units import save_measured
+
+    g, w = topology.ranks_per_server, topology.world_size
+    if not seconds or topology.num_servers < 2:
+        return None
+    rate = round(8 * g * (w - g) * payload_mb * 2**20 / seconds / 1e9, 3)
+    log.info("link rate %.3g Gbit/s cached in %s", rate, save_measured({"link_gbit": rate}))
+    return rate
 
 
 def _cmd_rdzvcheck(args: argparse.Namespace) -> int:
@@ -75,7 +90,9 @@ def _add_commcheck(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fail-rank", type=int, default=-1,
                    help="this rank exits right after start-up (to see how a job fails)")
     p.add_argument("--payload-mb", type=float, default=0.0,
-                   help="also time an exchange of this many MiB from every rank to every other")
+                   help="also time an exchange of this many MiB from every rank to every "
+                        "other; on several servers, the link rate it saw is cached for "
+                        "`dglx plan` and --strategy auto")
 
 
 def _cmd_emulate(args: argparse.Namespace) -> int:

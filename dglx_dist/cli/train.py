@@ -2,15 +2,16 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Callable
 
 from dglx_dist.cli_flags import add_flags, from_args
-from dglx_dist.config import MODEL_NAMES, RunConfig
+from dglx_dist.config import AUTO, MODEL_NAMES, RunConfig, StrategyConfig
 from dglx_dist.errors import InvalidValueError
 
-__all__ = ["COMMANDS", "dataset_size", "partition_size"]
+__all__ = ["COMMANDS", "dataset_size", "partition_size", "planned"]
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -26,8 +27,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from dglx_dist.runtime.env import read_env
     from dglx_dist.trainer import Trainer
 
-    strategy, data, job = config.strategy.build(), config.data, config.job
     env = read_env()
+    config = planned(config, env)  # --strategy auto: the plan's choice and options
+    strategy, data, job = config.strategy.build(), config.data, config.job
     _check_before_start(config, strategy, env)
     with init(backend=job.backend, env=env, device=job.device) as session:
         parts = data.partitions or ensure_partitions(data.data or "cora", strategy, session,
@@ -52,6 +54,52 @@ def _cmd_train(args: argparse.Namespace) -> int:
             trainer.close()
             sink.close()
     return 0
+
+
+def planned(config: RunConfig, env) -> RunConfig:
+    """``config`` with ``--strategy auto`` resolved (:func:`dglx_dist.planner.auto.resolve`;
+    any other strategy as it is): planned for the dataset or partitions, the launch's servers
+    and ranks, and a server's memory (``--memory-limit`` for this machine's ranks, else its
+    total; every rank plans alike), among the strategies given partitions fit; the plan's
+    two lines logged by rank 0."""
+    from dglx_dist.planner.auto import cluster_of, resolve, workload_for
+    from dglx_dist.runtime.topology import Topology
+    from dglx_dist.strategies.base import fits_partitions
+
+    s, m = config.strategy, config.model
+    pdir, topology = _partitions(config), Topology(env.num_servers, env.ranks_per_server)
+    name, options, _ = resolve(
+        s.name, s.values(), lambda: _plan_graph(config, pdir),
+        lambda: cluster_of(env.num_servers, env.ranks_per_server, _server_memory(config, env)),
+        lambda given: workload_for(given, m.name, m.hidden, m.layers),
+        accept=None if pdir is None else lambda built: fits_partitions(built, pdir, topology),
+        tell=env.rank == 0)
+    return dataclasses.replace(config, strategy=StrategyConfig.of(name, **options))
+
+
+def _partitions(config: RunConfig):
+    from dglx_dist.partition import PartitionDir
+
+    return None if config.data.partitions is None else PartitionDir(config.data.partitions)
+
+
+def _plan_graph(config: RunConfig, pdir):
+    from dglx_dist.planner import graph_of_directory, graph_of_partitions
+    from dglx_dist.prepare import resolve_dataset
+
+    if pdir is not None:
+        return graph_of_partitions(pdir, embed_dim=config.model.hidden)
+    return graph_of_directory(resolve_dataset(config.data.data or "cora"),
+                              embed_dim=config.model.hidden)
+
+
+def _server_memory(config: RunConfig, env) -> float:
+    """A server's memory: ``--memory-limit`` (this machine's ranks) or the machine's total,
+    shared by the servers emulated on it."""
+    import psutil
+
+    limit = config.job.memory_limit or psutil.virtual_memory().total
+    return limit * env.ranks_per_server / env.ranks_on_host
 
 
 def _model(config: RunConfig, strategy, in_feats: int, out_feats: int):
@@ -164,12 +212,14 @@ def _cmd_train_link(config: RunConfig) -> int:
 
     job = config.job
     for flag, value, why in (
+            ("--strategy auto", config.strategy.name == AUTO, "the plan models node "
+                                                              "classification; name a strategy"),
             ("--partitions", config.data.partitions, "it partitions the training graph it "
                                                      "splits off --data"),
             ("--checkpoint-dir", job.checkpoint_dir, "it keeps no checkpoints"),
             ("--memory-limit", job.memory_limit, "its memory is not estimated: the strategies' "
                                                  "memory fits were measured on node training")):
-        if value is not None:
+        if value not in (None, False):
             raise InvalidValueError(f"{flag} is not supported with --task link ({why})")
     strategy = config.strategy.build()
     data = resolve_dataset(config.data.data or "cora")

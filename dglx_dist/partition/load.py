@@ -360,6 +360,15 @@ class PartitionDir:
             self._orig_maps[part] = column_numpy(table, "orig_id", file, _ERR)
         return self._orig_maps[part]
 
+    def train_nodes(self) -> int:
+        """Training nodes of every part together (their ``train`` column)."""
+        total = 0
+        for part in range(self.num_parts):
+            file = self._file(part, "nodes")
+            table = read_checked(file, {"train": "bool"}, self._entry(part)["num_core"], _ERR)
+            total += int(np.count_nonzero(column_numpy(table, "train", file, _ERR)))
+        return total
+
     def _entry(self, part: int) -> dict[str, Any]:
         return self.manifest["parts"][part]
 

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Iterator, Sequence
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from dglx_dist.errors import InvalidValueError, NotSupportedError, PartitionError
+from dglx_dist.errors import DglxError, InvalidValueError, NotSupportedError, PartitionError
 from dglx_dist.kvstore import DistKVStore, RowPolicy
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.registry import Registry
@@ -27,6 +27,7 @@ from dglx_dist.strategies.steps import (LoaderPlan, LoaderSpec, Step, StepState,
                                         full_graph_loaders)
 
 __all__ = ["Strategy", "PartitionSpec", "SetupRequest", "STRATEGIES", "check_partitions",
+           "fits_partitions",
            "build_strategy", "check_typed_store",
            "implied_layers", "trainer_loaders", "split_ids", "with_depth",
            "ddp", "pull_features_once"]
@@ -157,6 +158,15 @@ def build_strategy(strategy: "str | Strategy", options: dict[str, Any]) -> "Stra
                                     "pass them to STRATEGIES.build instead")
         return strategy
     return STRATEGIES.build(strategy, **options)
+
+
+def fits_partitions(strategy: Strategy, pdir: PartitionDir, topology: Topology) -> bool:
+    """Whether :func:`check_partitions` lets ``strategy`` train ``pdir`` on ``topology``."""
+    try:
+        check_partitions(strategy, pdir, topology)
+    except DglxError:
+        return False
+    return True
 
 
 def check_partitions(strategy: Strategy, pdir: PartitionDir, topology: Topology) -> None:

@@ -117,7 +117,7 @@ def test_the_laws_follow_each_strategys_design(shape):
 
 
 def test_the_granndis_law_uses_the_strategys_eas_defaults():
-    from benchmarks.costmodel.laws import GRANNDIS_EAS
+    from dglx_dist.planner.laws import GRANNDIS_EAS
     from dglx_dist.strategies import STRATEGIES
 
     config = STRATEGIES.get("granndis").Config()
@@ -136,7 +136,7 @@ def test_graph_shapes_and_cluster_shapes_refuse_bad_values():
         GraphShape(nodes=10, edges=10, feat_dim=1, num_classes=2, train_frac=0.1,
                    edge_cuts=(1.5,))
     with pytest.raises(InvalidValueError, match="model"):
-        Workload(model="gat")
+        Workload(model="gin")
 
 
 def test_measured_units_are_positive_and_finite():
@@ -192,10 +192,10 @@ def test_predict_on_mag_counts_features_of_papers_and_learned_rows_of_the_other_
     """--graph mag: ogbn-mag's node types, papers 128 features wide, the rest learned rows
     --hidden wide; distdgl pulls less per row than the untyped graph of the same size at
     F = 128 would, and pushes the learned rows' gradients back."""
-    from benchmarks.costmodel.laws import distdgl
     from benchmarks.costmodel.main import main
-    from benchmarks.costmodel.shapes import Cluster
     from dglx_dist.data.mag import OGBN_MAG_NODES
+    from dglx_dist.planner.laws import distdgl
+    from dglx_dist.planner.shapes import Cluster
 
     cal = {"graph": dataclasses.asdict(shape), "workload": dataclasses.asdict(Workload()),
            "units": dataclasses.asdict(UNITS),

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CORE_PACKAGES = ["dglx_dist.data", "dglx_dist.partition", "dglx_dist.runtime",
                  "dglx_dist.kvstore", "dglx_dist.checkpoint", "dglx_dist.offload",
                  "dglx_dist.sampling", "dglx_dist.strategies", "dglx_dist.convs",
-                 "dglx_dist.nn", "dglx_dist.api", "dglx_dist.models"]
+                 "dglx_dist.nn", "dglx_dist.api", "dglx_dist.models", "dglx_dist.planner"]
 CORE_MODULES = ["dglx_dist", "dglx_dist.errors", "dglx_dist.registry", "dglx_dist.cli_flags",
                 "dglx_dist.config", "dglx_dist.memory", "dglx_dist.trainer",
                 "dglx_dist.function", "dglx_dist.tasks.link",

@@ -29,6 +29,7 @@ from dglx_dist.dgl.distributed.dataloader import DistDataLoader
 from dglx_dist.dgl.distributed.surface import (DGLS_OWN, SERVER_ONLY, find_edges,
                                                in_subgraph, sample_etype_neighbors,
                                                sample_neighbors, server_only)
+from dglx_dist.config import AUTO
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.prepare import checked_cache, made_by_rank0
 from dglx_dist.strategies.base import Strategy, build_strategy
@@ -117,7 +118,8 @@ def DistGraph(graph_name: str, gpb=None, part_config: str | os.PathLike | None =
         gpb: DGL's; accepted (the partition book comes from the partitions).
         part_config: the JSON ``partition_graph`` wrote, or a dglx partition directory.
         strategy: the strategy to train with (DistDGL's own by default), a registered name
-            or a built strategy.
+            (``"auto"``: the plan's choice among the strategies the partitions fit) or a
+            built strategy.
         cache_dir: where imported partitions are kept.
         **options: the strategy's options.
     """
@@ -127,11 +129,14 @@ def DistGraph(graph_name: str, gpb=None, part_config: str | os.PathLike | None =
                                 "directory); standalone graphs without partitions are not "
                                 "supported")
     session = _graph.job_session()
-    built = build_strategy(strategy, options)
     path = Path(part_config)
-    if path.suffix == ".json":  # the layout the strategy's partitioner writes, DGL's ids kept
+    if strategy == AUTO:  # DGL's parts are METIS rows: 'auto' chooses among those they fit
+        layout, built, options = "rows", strategy, options
+    else:
+        built, options = build_strategy(strategy, options), {}
         layout = built.partition_spec(session.topology).feature_layout or "rows"
+    if path.suffix == ".json":  # the layout the strategy's partitioner writes, DGL's ids kept
         path = import_cached(path, session, cache_dir, layout=layout)
-    return _graph.DistGraph(path, built, session=session)
+    return _graph.DistGraph(path, built, session=session, **options)
 
 

@@ -1,7 +1,8 @@
 """What each strategy does in one epoch, counted from the shapes alone (:class:`Work`): sampled
-edges, gathered bytes, message passing, dense FLOPs per rank, and the bytes every rank sends
-inside and across servers. One law per strategy in :data:`LAWS`; each follows the strategy's
-own description (``dglx_dist.strategies``) and the paper's.
+edges, gathered bytes, message passing, dense FLOPs per rank, the bytes every rank sends
+inside and across servers, and the rounds of messages that cross servers. One law per
+strategy in :data:`LAWS` (:func:`law` registers one); each follows the strategy's own
+description (``dglx_dist.strategies``) and the paper's.
 
 The counts use expected values over the degree distribution: a seed (a uniform training node)
 keeps ``min(degree, fanout)`` in-edges, a sampled node (reached by an edge, so chosen in
@@ -16,9 +17,9 @@ from typing import Callable
 
 import numpy as np
 
-from benchmarks.costmodel.shapes import WEIGHTS, Cluster, GraphShape, Workload
+from dglx_dist.planner.shapes import WEIGHTS, Cluster, GraphShape, Workload
 
-__all__ = ["GRANNDIS_EAS", "LAWS", "Block", "Work", "expansion", "halo_rows"]
+__all__ = ["GRANNDIS_EAS", "LAWS", "Block", "Law", "Work", "expansion", "halo_rows", "law"]
 
 F32 = 4
 ID = 8
@@ -50,10 +51,15 @@ class Work:
     intra_bytes: float = 0.0
     offload_bytes: float = 0.0
     """Rows to tensor-task executors and back (Dorylus; not in the comm layer's counters)."""
+    pull_inter_bytes: float = 0.0
+    """The part of ``inter_bytes`` that fetches input rows from their owners (and the
+    sampling requests that go with them); the rest exchanges activations and gradients."""
+    rounds: float = 0.0
+    """Rounds of messages that cross servers, one after the other (each waits a latency)."""
 
 
 def _kept(deg: np.ndarray, fanout: int, weighted: bool) -> float:
-    kept = np.minimum(deg, fanout)
+    kept = np.minimum(deg, fanout if fanout > 0 else np.inf)  # -1: every in-edge
     return float((deg * kept).sum() / deg.sum() if weighted else kept.mean())
 
 
@@ -115,13 +121,36 @@ def _split(total: float, inter_frac: float) -> tuple[float, float]:
     return total * inter_frac, total * (1 - inter_frac)
 
 
-LAWS: dict[str, Callable[[GraphShape, Workload, Cluster], Work]] = {}
+def _ring_rounds(cluster: Cluster, steps: int) -> float:
+    """Rounds of ``steps`` ring all-reduces that cross servers (2 (W - 1) hops each)."""
+    return 2.0 * (cluster.world - 1) * steps if cluster.servers > 1 else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Law:
+    """A strategy's law and what kind of training it is.
+
+    Attributes:
+        work: the epoch's :class:`Work` from the graph, the workload and the cluster.
+        full_graph: one optimizer step per epoch over full neighbourhoods (more epochs to
+            the same accuracy than sampled mini-batches: :data:`dglx_dist.planner.units.EPOCHS`).
+    """
+
+    work: Callable[[GraphShape, Workload, Cluster], Work]
+    full_graph: bool = False
+
+    def __call__(self, graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
+        return self.work(graph, work, cluster)
+
+
+LAWS: dict[str, Law] = {}
 """The law of each strategy the model knows, by strategy name."""
 
 
-def law(name: str):
+def law(name: str, full_graph: bool = False):
+    """Registers the decorated function as strategy ``name``'s law."""
     def register(fn):
-        LAWS[name] = fn
+        LAWS[name] = Law(fn, full_graph)
         return fn
     return register
 
@@ -157,8 +186,10 @@ def distdgl(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
             fanout = work.fanouts[len(blocks) - hop - 1]
             sample += remote * (ID + 2 * ID * _kept(deg, fanout, True))
     inter, intra = _allreduce(graph, work, cluster, steps)
-    return dataclasses.replace(base, inter_bytes=inter + steps * cluster.world * (pull + sample),
-                               intra_bytes=intra)
+    fetched = steps * cluster.world * (pull + sample)
+    rounds = steps * 2 * work.layers + _ring_rounds(cluster, steps) if cluster.servers > 1 else 0
+    return dataclasses.replace(base, inter_bytes=inter + fetched, intra_bytes=intra,
+                               pull_inter_bytes=fetched, rounds=rounds)
 
 
 @law("p3")
@@ -187,7 +218,9 @@ def p3(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
     intra = staged * s * (g - 1) + sample_intra + learned_intra
     upper = work.params(graph) - WEIGHTS[work.model] * graph.feat_dim * work.hidden
     ar_inter, ar_intra = _allreduce(graph, work, cluster, steps, upper)
-    return dataclasses.replace(base, inter_bytes=inter + ar_inter, intra_bytes=intra + ar_intra)
+    rounds = steps * (2 * work.layers + 1) + _ring_rounds(cluster, steps) if s > 1 else 0
+    return dataclasses.replace(base, inter_bytes=inter + ar_inter, intra_bytes=intra + ar_intra,
+                               pull_inter_bytes=sample_inter + learned_inter, rounds=rounds)
 
 
 def _full_compute(graph: GraphShape, work: Workload, nodes: float, halo: float,
@@ -207,7 +240,7 @@ def _exchange_dims(graph: GraphShape, work: Workload) -> int:
     return dims[0] + 2 * sum(dims[1:])
 
 
-@law("fullgraph")
+@law("fullgraph", full_graph=True)
 def fullgraph(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
     """One METIS part per rank; before each conv every rank reads its halo rows from their
     owners (their gradients go back), across servers too."""
@@ -217,7 +250,10 @@ def fullgraph(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
     inter_frac = graph.cut(cluster.servers) / graph.cut(w) if w > 1 else 0.0
     inter, intra = _split(total * _exchange_dims(graph, work) * F32, inter_frac)
     ar_inter, ar_intra = _allreduce(graph, work, cluster, 1)
-    return dataclasses.replace(base, inter_bytes=inter + ar_inter, intra_bytes=intra + ar_intra)
+    features = total * graph.feat_dim * F32 * inter_frac  # the first conv's input rows
+    rounds = 2 * work.layers - 1 + _ring_rounds(cluster, 1) if cluster.servers > 1 else 0
+    return dataclasses.replace(base, inter_bytes=inter + ar_inter, intra_bytes=intra + ar_intra,
+                               pull_inter_bytes=features, rounds=rounds)
 
 
 GRANNDIS_EAS = (1, 15)
@@ -240,7 +276,7 @@ def _closure(graph: GraphShape, inner: float, cut: float, hops: int, fanout: int
     return outside
 
 
-@law("granndis")
+@law("granndis", full_graph=True)
 def granndis(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
     """Each server preloads its part and the external nodes EAS admits (:data:`GRANNDIS_EAS`)
     once, at setup, and trains them full-graph, its ranks swapping halo rows inside the
@@ -252,10 +288,11 @@ def granndis(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
     base = _full_compute(graph, work, held / g, halo / g, graph.edges * held / graph.nodes / g)
     inter, _ = _allreduce(graph, work, Cluster(s, 1), 1)  # one rank of each server
     intra = s * halo * _exchange_dims(graph, work) * F32
-    return dataclasses.replace(base, inter_bytes=inter, intra_bytes=intra)
+    return dataclasses.replace(base, inter_bytes=inter, intra_bytes=intra,
+                               rounds=_ring_rounds(Cluster(s, 1), 1))
 
 
-@law("dorylus")
+@law("dorylus", full_graph=True)
 def dorylus(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
     """Each rank is a graph server of one METIS part with ghost rows: after every layer but the
     last its scatter sends the new rows to the ghosts that read them (gradients back);
@@ -268,4 +305,6 @@ def dorylus(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
     inter_frac = graph.cut(cluster.servers) / graph.cut(w) if w > 1 else 0.0
     inter, intra = _split(ghosts, inter_frac)
     tasks = graph.nodes * 2 * sum(a + b for a, b in zip(dims, dims[1:])) * F32
-    return dataclasses.replace(base, inter_bytes=inter, intra_bytes=intra, offload_bytes=tasks)
+    rounds = 2 * (work.layers - 1) if cluster.servers > 1 else 0
+    return dataclasses.replace(base, inter_bytes=inter, intra_bytes=intra, offload_bytes=tasks,
+                               rounds=rounds)

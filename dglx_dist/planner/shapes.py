@@ -1,5 +1,6 @@
-"""The cluster model's inputs: the shape of a graph, the training workload, the cluster, and the
-unit costs of one rank. All are frozen dataclasses; none imports torch or DGL."""
+"""The plan's inputs: the shape of a graph, the training workload, the cluster, and the unit
+costs of one rank. All are frozen dataclasses; none imports torch or DGL (the research tooling
+that measures and checks them, ``benchmarks/costmodel``, imports them from here)."""
 from __future__ import annotations
 
 import dataclasses
@@ -112,7 +113,8 @@ class GraphShape:
 
 @dataclasses.dataclass(frozen=True)
 class Workload:
-    """The model and its batching: GCN or GraphSAGE-mean, ``fanouts`` input layer first."""
+    """The model and its batching: ``model`` one of :data:`WEIGHTS`, ``fanouts`` input layer
+    first (their count is the depth; the full-graph strategies use the depth alone)."""
 
     model: str = "gcn"
     hidden: int = 64
@@ -138,8 +140,11 @@ class Workload:
         return sum(WEIGHTS[self.model] * a * b + b for a, b in zip(dims, dims[1:]))
 
 
-WEIGHTS = {"gcn": 1, "sage": 2}
-"""Weight matrices per layer of each model the cluster model knows (SAGE: self and neighbour)."""
+WEIGHTS = {"gcn": 1, "sage": 2, "gat": 4, "resgcn": 1}
+"""Weight matrices per layer of each model the cluster model knows (SAGE: self and neighbour;
+GAT: its 4 heads, their attention scores not counted; ResGCN+: a GCN layer, its norms and
+residuals not counted). Only ``gcn`` was checked against measured runs
+(docs/cluster_model.md)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +154,11 @@ class Cluster:
     servers: int
     ranks_per_server: int
     link_gbit: float = 1.0
+    latency_s: float = 0.0
+    """One-way latency between servers, paid once per round of messages that crosses them
+    (:attr:`~dglx_dist.planner.laws.Work.rounds`)."""
+    memory_bytes: float | None = None
+    """Memory of one server, shared by its ranks (None: not checked)."""
     shared_cores: int | None = None
     """All ranks share this many cores (one machine emulating the cluster, as in validation);
     None: every rank has its own."""
@@ -157,6 +167,14 @@ class Cluster:
     were measured on (a GPU, or the threads of a many-core server)."""
     sample_speedup: float = 1.0
     """The same for sampling and gathering rows (sampler processes, threads)."""
+
+    def __post_init__(self) -> None:
+        if min(self.servers, self.ranks_per_server) < 1 or not self.link_gbit > 0 or \
+                self.latency_s < 0 or (self.memory_bytes is not None and self.memory_bytes <= 0):
+            raise InvalidValueError(f"Cluster{(self.servers, self.ranks_per_server)}: expected "
+                                    f">= 1 servers and ranks per server, a link rate > 0, a "
+                                    f"latency >= 0 and memory > 0 (link {self.link_gbit} Gbit/s,"
+                                    f" latency {self.latency_s} s, memory {self.memory_bytes})")
 
     @property
     def world(self) -> int:
@@ -169,7 +187,8 @@ class Cluster:
 
 @dataclasses.dataclass(frozen=True)
 class Units:
-    """One rank's unit costs, measured (:mod:`benchmarks.costmodel.units`)."""
+    """One rank's unit costs (:mod:`dglx_dist.planner.units`: documented defaults, or measured
+    on this machine)."""
 
     sample_s_per_edge: float
     """Neighbour sampling and block building, per sampled edge."""

@@ -1,0 +1,78 @@
+"""``--strategy auto``: the strategy name :data:`~dglx_dist.config.AUTO` resolved by a plan,
+in one place (:func:`resolve`), before a strategy is built: by ``dglx train`` (the dataset or
+partitions, the launch's servers and ranks, its memory), by
+:func:`~dglx_dist.api.distribute` and :class:`~dglx_dist.api.DistGraph` (the graph given,
+the session's topology; the runner's scripts reach them). Options a user passed are kept,
+and only the strategies that take them all are planned; the rest of the options come from
+the plan. Every other name passes through unchanged.
+
+Every rank plans alike: the inputs are the same everywhere (the graph, the topology, the
+cached unit costs, and the memory of a server as its total, not what is free at the moment).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Mapping
+
+from dglx_dist.config import AUTO
+from dglx_dist.planner.plan import Plan, make_plan
+from dglx_dist.planner.shapes import Cluster, GraphShape, Workload
+from dglx_dist.planner.units import DEFAULT_LINK_GBIT, Measured, load_measured
+
+__all__ = ["cluster_of", "resolve", "workload_for"]
+
+log = logging.getLogger("dglx_dist.plan")
+
+_DEFAULT_FANOUTS = (10, 25)
+
+
+def workload_for(options: Mapping[str, Any], model: str = "sage", hidden: int = 64,
+                 layers: int = 2) -> Workload:
+    """The workload ``options`` imply (their ``fanouts``, ``batch_size`` or ``num_layers``,
+    as given on a command line or in Python), else ``layers`` layers of fanouts 10,...,25
+    and 1000 seeds a rank, for ``model`` ``hidden`` wide."""
+    from dglx_dist.registry import coerce_option
+
+    depth = int(coerce_option(options.get("num_layers", layers), int, "option num_layers"))
+    fanouts = (tuple(coerce_option(options["fanouts"], tuple[int, ...], "option fanouts"))
+               if "fanouts" in options else (10,) * (depth - 2) + _DEFAULT_FANOUTS[-depth:])
+    batch = int(coerce_option(options.get("batch_size", 1000), int, "option batch_size"))
+    return Workload(model if model in ("gcn", "sage", "gat", "resgcn") else "sage", hidden,
+                    fanouts, batch)
+
+
+def cluster_of(servers: int, ranks_per_server: int, memory_bytes: float | None = None,
+               measured: Measured | None = None) -> Cluster:
+    """The cluster of a launch: its shape, a server's memory, the link rate measured here
+    (else :data:`~dglx_dist.planner.units.DEFAULT_LINK_GBIT`)."""
+    measured = load_measured() if measured is None else measured
+    return Cluster(servers, ranks_per_server, measured.link_gbit or DEFAULT_LINK_GBIT,
+                   memory_bytes=memory_bytes)
+
+
+def resolve(name: Any, options: Mapping[str, Any], graph: Callable[[], GraphShape],
+            cluster: Callable[[], Cluster], work: Callable[[Mapping[str, Any]], Workload],
+            *, accept: Callable[[Any], bool] | None = None, tell: bool = True,
+            measured: Measured | None = None) -> tuple[Any, dict[str, Any], Plan | None]:
+    """``(name, options, None)`` for any name but :data:`~dglx_dist.config.AUTO`; for it,
+    the plan's choice, its options (the given ones kept) and the plan, its two lines logged
+    where ``tell`` (rank 0).
+
+    Args:
+        graph, cluster, work: the plan's inputs, made only for ``auto`` (``work`` from the
+            given options).
+        accept: only the strategies (built) it accepts.
+
+    Raises:
+        InsufficientMemoryError: nothing fits (one line naming the smallest requirement).
+        InvalidValueError: no strategy takes the given options.
+    """
+    if name != AUTO:
+        return name, dict(options), None
+    measured = load_measured() if measured is None else measured
+    plan = make_plan(graph(), work(options), cluster(), measured=measured, given=options,
+                     accept=accept)
+    if tell:
+        log.info("%s", plan.summary())
+        log.info("%s", plan.why())
+    return plan.choice.strategy, dict(plan.choice.options), plan

@@ -1,0 +1,129 @@
+"""The plan's graph, from what a user has: a dataset directory or built-in name, a dataset in
+memory (what :func:`~dglx_dist.api.distribute` converts a DGLGraph to), a partition
+directory, or just its sizes (:func:`graph_shape`); and the same graph as the strategies'
+memory fits see it (:func:`memory_size`).
+
+The METIS cuts are not measured here (that takes a partitioning per part count): every graph
+gets :data:`DEFAULT_CUTS` unless told. Degrees are the dataset's own where its edges are read
+(a directory without types, a dataset in memory); otherwise all nodes have the mean degree.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import numpy as np
+
+from dglx_dist.memory import GraphSize, NodeTypeSize
+from dglx_dist.planner.shapes import GraphShape, degree_quantiles
+
+__all__ = ["DEFAULT_CUTS", "graph_of_dataset", "graph_of_directory", "graph_of_partitions",
+           "graph_shape", "memory_size"]
+
+DEFAULT_CUTS = (0.106, 0.161, 0.193)
+"""Fractions of the edges METIS cuts into 2, 4 and 8 parts, measured on the 100k-node
+synthetic graph of docs/cluster_model.md (a DC-SBM graph: community structure, as most real
+graphs have; a graph with less locality is cut more)."""
+
+
+def graph_shape(nodes: int, edges: int, feat_dim: int, num_classes: int = 2,
+                train_frac: float = 0.1, edge_cuts: tuple[float, ...] = DEFAULT_CUTS,
+                node_types: tuple[tuple[float, int], ...] = (),
+                embed_dim: int = 0) -> GraphShape:
+    """A graph known by its sizes alone (every node of the mean degree)."""
+    return GraphShape(nodes=int(nodes), edges=int(edges), feat_dim=int(feat_dim),
+                      num_classes=int(num_classes), train_frac=float(train_frac),
+                      edge_cuts=tuple(edge_cuts), node_types=node_types, embed_dim=embed_dim)
+
+
+def _degrees(dst: np.ndarray, nodes: int) -> tuple[float, ...]:
+    counts = np.bincount(np.asarray(dst, dtype=np.int64), minlength=nodes)
+    return degree_quantiles(counts) if counts.sum() > 0 else (1.0,)
+
+
+def graph_of_dataset(ds, edge_cuts: tuple[float, ...] = DEFAULT_CUTS,
+                     embed_dim: int = 0) -> GraphShape:
+    """The shape of a :class:`~dglx_dist.data.dataset.GraphDataset` in memory (its degrees
+    and split; a typed one by its node types, learned rows ``embed_dim`` wide)."""
+    if not ds.untyped:
+        return _typed(ds, edge_cuts, embed_dim)
+    shape = graph_shape(ds.num_nodes, int(ds.src.size), ds.feat.shape[1],
+                        max(int(ds.num_classes), 1),
+                        float(np.count_nonzero(ds.train)) / max(ds.num_nodes, 1), edge_cuts)
+    return _with_degrees(shape, _degrees(ds.dst, ds.num_nodes))
+
+
+def _typed(ds, edge_cuts: tuple[float, ...], embed_dim: int) -> GraphShape:
+    nodes = sum(t.num_nodes for t in ds.nodes.values())
+    edges = sum(e.num_edges for e in ds.edges.values())
+    widths = [(t.num_nodes / nodes, int(t.feat_dim)) for _, t in sorted(ds.nodes.items())]
+    train = ds.nodes[ds.category].train if ds.category else np.zeros(0, bool)
+    return graph_shape(nodes, edges, max(w for _, w in widths) or 1, max(ds.num_classes, 1),
+                       float(np.count_nonzero(train)) / nodes, edge_cuts, tuple(widths),
+                       embed_dim if any(w == 0 for _, w in widths) else 0)
+
+
+def _with_degrees(shape: GraphShape, degrees: tuple[float, ...]) -> GraphShape:
+    return dataclasses.replace(shape, rel_degrees=degrees)
+
+
+def graph_of_directory(path: str | os.PathLike, edge_cuts: tuple[float, ...] = DEFAULT_CUTS,
+                       embed_dim: int = 0) -> GraphShape:
+    """The shape of a dataset directory: meta.json, the training mask and (without types)
+    the edges' destinations for the degrees; nothing else is read."""
+    import pyarrow.parquet as pq
+
+    from dglx_dist.data import read_meta
+    from dglx_dist.data.format import EDGES_FILE, NODES_FILE, is_hetero, read_hetero_meta
+
+    path = Path(path)
+    if is_hetero(path):
+        meta = read_hetero_meta(path)
+        nodes = sum(s["num_nodes"] for s in meta.ntypes.values())
+        widths = tuple((s["num_nodes"] / nodes, int(s["feat_dim"]))
+                       for _, s in sorted(meta.ntypes.items()))
+        category = next((t for t, s in meta.ntypes.items() if s.get("labeled")), None)
+        train = 0 if category is None else _count_train(path / "nodes" / f"{category}.parquet")
+        return graph_shape(nodes, sum(meta.num_edges), max(w for _, w in widths) or 1,
+                           max(int(meta.num_classes), 1), train / nodes, edge_cuts, widths,
+                           embed_dim if any(w == 0 for _, w in widths) else 0)
+    meta = read_meta(path)
+    dst = pq.read_table(path / EDGES_FILE, columns=["dst"]).column("dst").to_numpy()
+    shape = graph_shape(meta.num_nodes, meta.num_edges, meta.feat_dim, meta.num_classes,
+                        _count_train(path / NODES_FILE) / meta.num_nodes, edge_cuts)
+    return _with_degrees(shape, _degrees(dst, meta.num_nodes))
+
+
+def _count_train(file: Path) -> int:
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    return int(pc.sum(pq.read_table(file, columns=["train"]).column("train")).as_py() or 0)
+
+
+def graph_of_partitions(pdir, edge_cuts: tuple[float, ...] = DEFAULT_CUTS,
+                        embed_dim: int = 0) -> GraphShape:
+    """The shape of a :class:`~dglx_dist.partition.PartitionDir`: its manifest's sizes and
+    the parts' training masks (every node of the mean degree)."""
+    types, train = pdir.types, pdir.train_nodes()
+    if types is None:
+        return graph_shape(pdir.num_nodes, pdir.num_edges, pdir.feat_dim, pdir.num_classes,
+                           train / pdir.num_nodes, edge_cuts)
+    counts = [int(n) for n in types.ntype_offsets[1:] - types.ntype_offsets[:-1]]
+    nodes = sum(counts)
+    widths = tuple((n / nodes, int(types.feat_dims.get(t, 0)))
+                   for t, n in zip(types.ntypes, counts))
+    return graph_shape(nodes, types.num_edges, max(w for _, w in widths) or 1,
+                       pdir.num_classes, train / nodes, edge_cuts, widths,
+                       embed_dim if any(w == 0 for _, w in widths) else 0)
+
+
+def memory_size(graph: GraphShape) -> GraphSize:
+    """``graph`` as the strategies' memory fits take it (:class:`~dglx_dist.memory.GraphSize`:
+    per node type when it has types)."""
+    if not graph.node_types:
+        return GraphSize.homogeneous(graph.nodes, graph.edges, graph.feat_dim)
+    return GraphSize(tuple(NodeTypeSize(f"type{i}", round(share * graph.nodes), width)
+                           for i, (share, width) in enumerate(graph.node_types)),
+                     graph.edges, embed_dim=graph.embed_dim, typed=True)

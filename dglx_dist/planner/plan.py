@@ -1,0 +1,237 @@
+"""The plan: every strategy with a law, its options chosen (:mod:`~dglx_dist.planner.options`),
+its epoch predicted (:mod:`~dglx_dist.planner.predict`) and its memory per rank estimated (the
+strategy's own measured fit, :mod:`dglx_dist.strategies.footprint`, plus its margin); the
+fastest that fits is the choice, ranked by epoch time x the epochs its kind of training needs
+(:data:`~dglx_dist.planner.units.EPOCHS`). Pure arithmetic: the same inputs give the same plan.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterable, Mapping
+
+from dglx_dist.errors import DglxError, InsufficientMemoryError, InvalidValueError
+from dglx_dist.planner.inputs import memory_size
+from dglx_dist.planner.laws import LAWS
+from dglx_dist.planner.options import Choice, Situation, choose
+from dglx_dist.planner.predict import phases
+from dglx_dist.planner.shapes import Cluster, GraphShape, Workload
+from dglx_dist.planner.units import EPOCHS, Measured, calibration
+from dglx_dist.report import markdown_table
+
+__all__ = ["Plan", "PlanRow", "make_plan"]
+
+_MB = 1 << 20
+PARTS = ("sample", "pull", "compute", "exchange", "overhead")
+"""The parts of an epoch a row shows: sampling and local row gathers; fetching input rows
+from other servers; the model's math; the other exchanges (activations, halos, gradients,
+intra-server traffic, latency); the per-step overhead."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanRow:
+    """One strategy in a plan (times in seconds, bytes per epoch, memory per rank)."""
+
+    strategy: str
+    epoch_s: float
+    parts: dict[str, float]
+    steps: int
+    inter_bytes: float
+    peak_bytes: float | None
+    fits: bool | None
+    options: dict[str, Any]
+    full_graph: bool
+
+    @property
+    def rank_s(self) -> float:
+        """What the plan ranks by: the epoch time x the epochs to accuracy of its kind."""
+        return self.epoch_s * EPOCHS[self.full_graph]
+
+    @property
+    def dominant(self) -> str:
+        return max(self.parts, key=lambda k: self.parts[k])
+
+    def option_text(self) -> str:
+        return " ".join(f"{k}={_text(v)}" for k, v in sorted(self.options.items())) or "-"
+
+    def public(self) -> dict[str, Any]:
+        return {"strategy": self.strategy, "epoch_s": _round(self.epoch_s),
+                **{f"{k}_s": _round(v) for k, v in self.parts.items()}, "steps": self.steps,
+                "inter_mb": _round(self.inter_bytes / 1e6),
+                "peak_mb": None if self.peak_bytes is None else round(self.peak_bytes / _MB),
+                "fits": {True: "yes", False: "no", None: "?"}[self.fits],
+                "options": self.option_text(), "rank_s": _round(self.rank_s)}
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return str(value).lower() if isinstance(value, bool) else f"{value:g}" if isinstance(
+        value, float) else str(value)
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.3g}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Rows fastest first (those that fit before those that do not), the choice and why."""
+
+    graph: GraphShape
+    work: Workload
+    cluster: Cluster
+    rows: tuple[PlanRow, ...]
+    source: str
+
+    @property
+    def choice(self) -> PlanRow:
+        return self.rows[0]
+
+    def summary(self) -> str:
+        """The first of the two lines: the choice, its options and its epoch."""
+        c, k = self.choice, self.cluster
+        options = "its default options" if not c.options else f"options {c.option_text()}"
+        return (f"plan: strategy {c.strategy!r} with {options} (predicted "
+                f"{c.epoch_s:.3g} s an epoch on {_count(k.servers, 'server')} x "
+                f"{_count(k.ranks_per_server, 'rank')} at {k.link_gbit:g} Gbit/s)")
+
+    def why(self) -> str:
+        """The second line: two or three sentences on why."""
+        c = self.choice
+        text = [f"{c.strategy} is predicted fastest to accuracy: {_parts(c)}{_kind(c)}."]
+        others = [r for r in self.rows[1:] if r.fits is not False]
+        if others:
+            r = others[0]
+            text.append(f"The runner-up, {r.strategy}, would take {r.epoch_s:.3g} s an epoch, "
+                        f"{_parts(r, short=True)}{_kind(r)}: {r.rank_s / c.rank_s:.2g}x the "
+                        f"time to accuracy.")
+        out = [r.strategy for r in self.rows if r.fits is False]
+        if out:
+            text.append(f"{', '.join(out)} would not fit in "
+                        f"{self.cluster.memory_bytes / _MB:,.0f} MiB a server.")
+        return " ".join(text)
+
+    def table(self) -> str:
+        return markdown_table([r.public() for r in self.rows])
+
+    def public(self) -> dict[str, Any]:
+        return {"graph": self.graph.public(), "workload": dataclasses.asdict(self.work),
+                "cluster": dataclasses.asdict(self.cluster), "units": self.source,
+                "rows": [r.public() for r in self.rows], "choice": self.choice.strategy,
+                "options": {k: list(v) if isinstance(v, tuple) else v
+                            for k, v in self.choice.options.items()},
+                "summary": self.summary(), "why": self.why()}
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'s' if n != 1 else ''}"
+
+
+def _kind(row: PlanRow) -> str:
+    return (f", counted {EPOCHS[True]:g} times as full-graph training (one step an epoch)"
+            if row.full_graph else "")
+
+
+def _parts(row: PlanRow, short: bool = False) -> str:
+    dom = row.dominant
+    what = f"mostly {dom}" if short else (f"{row.epoch_s:.3g} s an epoch, mostly {dom} "
+                                          f"({row.parts[dom]:.3g} s)")
+    if dom in ("pull", "exchange") and row.inter_bytes:
+        what += f" with {row.inter_bytes / 1e6:,.0f} MB between servers"
+    return what
+
+
+def _row(name: str, s: Situation) -> PlanRow:
+    law = LAWS[name]
+    chosen: Choice = choose(s, law(s.graph, s.work, s.cluster))
+    w, cluster = chosen.work, s.cluster
+    ph = phases(w, s.units, cluster, calibration(name))
+    pull = ph["inter"] * (w.pull_inter_bytes / w.inter_bytes) if w.inter_bytes else 0.0
+    exchange = ph["inter"] - pull + ph["intra"] + ph["latency"]
+    if chosen.overlap:  # hidden behind the compute as far as it lasts
+        exchange = max(0.0, exchange - ph["compute"])
+    parts = {"sample": ph["sample"] + ph["gather"], "pull": pull, "compute": ph["compute"],
+             "exchange": exchange, "overhead": ph["overhead"]}
+    peak = chosen.peak_per_rank
+    fits = None if peak is None or cluster.memory_bytes is None else \
+        cluster.ranks_per_server * peak <= cluster.memory_bytes
+    return PlanRow(name, sum(parts.values()), parts, w.steps, w.inter_bytes, peak, fits,
+                   chosen.options, law.full_graph)
+
+
+def _peak(strategy, graph: GraphShape, cluster: Cluster) -> float | None:
+    """The strategy's memory fit for a rank, plus the check's margin (None: no fit)."""
+    from dglx_dist.strategies.footprint import MARGIN, JobSize, peak_per_rank
+
+    job = JobSize(memory_size(graph), cluster.world, cluster.ranks_per_server)
+    peak = peak_per_rank(strategy, job)
+    return None if peak is None else peak * (1 + MARGIN)
+
+
+def candidates(given: Mapping[str, Any], graph: GraphShape,
+               accept: Callable[[Any], bool] | None = None) -> list[tuple[str, Any]]:
+    """The registered strategies with a law that take every option in ``given``, train the
+    graph (one with types: those that train typed graphs), and that ``accept`` takes (built
+    with ``given``): ``(name, built)`` in registry order."""
+    from dglx_dist.strategies import STRATEGIES
+
+    out = []
+    for name in STRATEGIES.names():
+        if name not in LAWS:
+            continue
+        fields = {f.name for f in dataclasses.fields(STRATEGIES.get(name).Config)}
+        if set(given) - fields:
+            continue
+        try:
+            built = STRATEGIES.build(name, **given)
+            if graph.node_types:
+                if not built.capabilities.typed_graphs:
+                    continue
+                built.check_typed("the planned graph")
+        except DglxError:
+            continue
+        if accept is None or accept(built):
+            out.append((name, built))
+    return out
+
+
+def make_plan(graph: GraphShape, work: Workload, cluster: Cluster, *,
+              measured: Measured = Measured(), given: Mapping[str, Any] | None = None,
+              accept: Callable[[Any], bool] | None = None) -> Plan:
+    """The plan for training ``work`` on ``graph`` with ``cluster``.
+
+    Args:
+        measured: the unit costs (:func:`~dglx_dist.planner.units.load_measured`).
+        given: options the user set (kept; only strategies that take them all are planned).
+        accept: only the strategies (built) it accepts (e.g. those that fit a partition
+            directory).
+
+    Raises:
+        InvalidValueError: no registered strategy takes the given options.
+        InsufficientMemoryError: no strategy fits the cluster's memory (one line naming the
+            smallest requirement).
+    """
+    given = dict(given or {})
+    found = candidates(given, graph, accept)
+    if not found:
+        raise InvalidValueError(f"plan: no strategy with a cost model takes the options "
+                                f"{sorted(given)} (and trains this graph); leave them out")
+    rows = [_row(name, Situation(name, type(built.config), graph, work, cluster,
+                                 measured.units, {k: getattr(built.config, k) for k in given},
+                                 _peak(built, graph, cluster)))
+            for name, built in found]
+    rows.sort(key=lambda r: (r.fits is False, r.rank_s, r.strategy))
+    if rows[0].fits is False:
+        raise _nothing_fits(rows, cluster)
+    return Plan(graph, work, cluster, tuple(rows), measured.source)
+
+
+def _nothing_fits(rows: Iterable[PlanRow], cluster: Cluster) -> InsufficientMemoryError:
+    least = min(rows, key=lambda r: r.peak_bytes)
+    g = cluster.ranks_per_server
+    return InsufficientMemoryError(
+        f"plan: no strategy fits in {cluster.memory_bytes / _MB:,.0f} MiB a server "
+        f"({g} rank{'s' if g != 1 else ''} a server); the smallest requirement is "
+        f"{least.strategy!r}: about {least.peak_bytes * g / _MB:,.0f} MiB a server "
+        f"({least.peak_bytes / _MB:,.0f} MiB a rank, by its memory fit plus margin): give "
+        f"each server more memory, use more servers, or fewer ranks a server")

@@ -1,0 +1,75 @@
+"""Epoch time and bytes from a strategy's :class:`~dglx_dist.planner.laws.Work` and a rank's
+:class:`~dglx_dist.planner.shapes.Units`, with a strategy's :class:`Calibration` (its per-step
+overhead and byte factors: :mod:`dglx_dist.planner.units` holds the defaults;
+``benchmarks/costmodel`` fits them from measured runs).
+
+The time of an epoch is the sum of its phases, nothing overlapped::
+
+    (sample + gather) / sample speedup + 3 x (message passing + dense) / compute speedup
+                                                         (all x ranks per core where shared)
+    + inter-server bytes / servers / link rate + rounds across servers x latency
+    + intra-server bytes / ranks x s per byte
+    + steps x the strategy's per-step overhead (CPU time: x ranks per core where shared)
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from dglx_dist.errors import InvalidValueError
+from dglx_dist.planner.laws import LAWS, Work
+from dglx_dist.planner.shapes import Cluster, GraphShape, Units, Workload
+
+__all__ = ["Calibration", "law_work", "phases", "predict"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """One strategy's fitted constants (identity: no calibration)."""
+
+    overhead_s_per_step: float = 0.0
+    compute_factor: float = 1.0
+    inter_factor: float = 1.0
+    intra_factor: float = 1.0
+
+    def public(self) -> dict[str, float]:
+        return {k: float(f"{v:.4g}") for k, v in dataclasses.asdict(self).items()}
+
+
+def law_work(strategy: str, graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
+    """The :class:`Work` of an epoch of ``strategy`` by its law.
+
+    Raises:
+        InvalidValueError: no law for ``strategy``, naming those there are.
+    """
+    if strategy not in LAWS:
+        raise InvalidValueError(f"cluster model: no law for strategy {strategy!r}; it knows "
+                                f"{', '.join(LAWS)}")
+    return LAWS[strategy](graph, work, cluster)
+
+
+def phases(w: Work, units: Units, cluster: Cluster, calib: Calibration) -> dict[str, float]:
+    """Seconds of each phase of one epoch (``overhead``: the calibrated per-step part)."""
+    share = cluster.contention()
+    cpu = share * calib.compute_factor / cluster.sample_speedup
+    compute = 3 * (w.spmm_edge_dims * units.spmm_s_per_edge_dim +
+                   w.flops * units.dense_s_per_flop) / cluster.compute_speedup
+    link_bytes_per_s = cluster.link_gbit * 1e9 / 8
+    return {"sample": cpu * w.sample_edges * units.sample_s_per_edge,
+            "gather": cpu * w.gather_bytes * units.gather_s_per_byte,
+            "compute": share * calib.compute_factor * compute,
+            "inter": calib.inter_factor * w.inter_bytes / cluster.servers / link_bytes_per_s,
+            "latency": w.rounds * cluster.latency_s,
+            "intra": (calib.intra_factor * w.intra_bytes + w.offload_bytes) / cluster.world *
+            units.intra_s_per_byte,
+            "overhead": share * w.steps * calib.overhead_s_per_step}
+
+
+def predict(strategy: str, graph: GraphShape, work: Workload, cluster: Cluster, units: Units,
+            calib: Calibration = Calibration()) -> dict[str, Any]:
+    """The predicted epoch of ``strategy``: seconds, phases, steps, bytes."""
+    w = law_work(strategy, graph, work, cluster)
+    ph = phases(w, units, cluster, calib)
+    return {"epoch_time": sum(ph.values()), "phases": ph, "steps": w.steps,
+            "bytes_inter": calib.inter_factor * w.inter_bytes,
+            "bytes_intra": calib.intra_factor * w.intra_bytes}

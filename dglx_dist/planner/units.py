@@ -1,0 +1,184 @@
+"""The plan's constants: one rank's unit costs, each strategy's per-step overhead, how many
+epochs a kind of training needs, and the link between servers, as documented defaults
+(measured on the development machine: docs/cluster_model.md) or as measured on this machine
+and cached (:func:`load_measured`).
+
+What writes the cache (a JSON file, :func:`units_path`): ``dglx plan --measure`` (this
+machine's unit costs: a row gather, message passing, a dense product, TCP over loopback;
+torch only, one thread, about a second) and ``dglx commcheck --payload-mb N`` on more than
+one server (the rate between servers its timed exchange saw). A key the cache does not hold
+keeps its default; a flag of ``dglx plan`` beats both.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import socket
+import statistics
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from dglx_dist.planner.predict import Calibration
+from dglx_dist.planner.shapes import Units
+
+__all__ = ["DEFAULT_LINK_GBIT", "DEFAULT_UNITS", "EPOCHS", "Measured", "OVERHEAD_S_PER_STEP",
+           "calibration", "load_measured", "measure_units", "save_measured", "units_path"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_UNITS = Units(sample_s_per_edge=7.16e-08, gather_s_per_byte=7.32e-10,
+                      spmm_s_per_edge_dim=8.45e-10, dense_s_per_flop=1.55e-11,
+                      intra_s_per_byte=2.51e-10)
+"""One core of the development machine (docs/cluster_model.md, "Checked where it can be"):
+DGL's sampling and ``to_block`` per sampled edge, a row gather per byte, ``copy_u_sum`` per
+edge and column, ``torch.mm`` per FLOP, TCP over loopback per byte."""
+
+OVERHEAD_S_PER_STEP = {"distdgl": 0.017, "p3": 0.021, "fullgraph": 0.028, "granndis": 0.031,
+                       "dorylus": 0.170}
+"""Each strategy's calibrated per-step overhead (what the units do not cover: Python, the
+framework, waiting; dorylus: its executor's round trips), fitted on 2 servers x 2 ranks
+there. A strategy not listed: 0."""
+
+EPOCHS = {False: 1.0, True: 3.0}
+"""Epochs to the same accuracy, relative, by whether the training is full-graph (one
+optimizer step per epoch): measured 2.5-3x those of sampled mini-batches on the tiny and
+small presets (docs/choosing.md). The plan ranks strategies by epoch time x this."""
+
+DEFAULT_LINK_GBIT = 10.0
+"""The link between servers when neither a flag nor a measurement says."""
+
+_KEYS = {f.name for f in dataclasses.fields(Units)}
+
+
+def calibration(strategy: str) -> Calibration:
+    """The default :class:`Calibration` of ``strategy`` (its per-step overhead)."""
+    return Calibration(overhead_s_per_step=OVERHEAD_S_PER_STEP.get(strategy, 0.0))
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """What the plan uses: the units, the link rate (None: not measured) and where each
+    came from."""
+
+    units: Units = DEFAULT_UNITS
+    link_gbit: float | None = None
+    source: str = "defaults (docs/cluster_model.md)"
+
+
+def units_path() -> Path:
+    """The cache: ``$XDG_CACHE_HOME/dglx_dist/units.json`` (``~/.cache`` when unset)."""
+    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(root) / "dglx_dist" / "units.json"
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        log.warning("%s: unreadable (%s); the plan uses its defaults", path, exc)
+        return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e12
+
+
+def load_measured(path: Path | None = None) -> Measured:
+    """The cached measurements at ``path`` (default :func:`units_path`) over the defaults;
+    a missing or unreadable file, or a value that is not a positive number, is the default."""
+    path = units_path() if path is None else path
+    raw = _read(path)
+    units = {k: float(v) for k, v in raw.get("units", {}).items() if k in _KEYS and _positive(v)}
+    link = raw.get("link_gbit")
+    link = float(link) if _positive(link) else None
+    if not units and link is None:
+        return Measured()
+    what = ", ".join([*(["unit costs"] if units else []), *(["link rate"] if link else [])])
+    return Measured(dataclasses.replace(DEFAULT_UNITS, **units), link,
+                    f"{what} measured here ({path}), defaults for the rest")
+
+
+def save_measured(changes: Mapping[str, Any], path: Path | None = None) -> Path:
+    """Merges ``changes`` (``units``: a dict of unit costs; ``link_gbit``) into the cache,
+    written whole through a temporary file; returns its path."""
+    path = units_path() if path is None else path
+    data = _read(path)
+    for key, value in changes.items():
+        data[key] = {**data.get(key, {}), **value} if isinstance(value, Mapping) else value
+    data["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+    return path
+
+
+def _median_s(fn: Callable[[], Any], repeat: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _loopback_s_per_byte(total: int, repeat: int) -> float:
+    """Seconds per byte sent from one thread to another over a TCP loopback connection."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        peer, _ = server.accept()
+    chunk = b"\0" * (1 << 20)
+    total -= total % len(chunk)
+
+    def drain() -> None:
+        left = total
+        while left:
+            left -= len(peer.recv(min(left, 1 << 20)))
+
+    def once() -> None:
+        reader = threading.Thread(target=drain)
+        reader.start()
+        for _ in range(total // len(chunk)):
+            client.sendall(chunk)
+        reader.join()
+
+    try:
+        return _median_s(once, repeat) / total
+    finally:
+        client.close()
+        peer.close()
+
+
+def measure_units(nodes: int = 100_000, edges: int = 1_000_000, repeat: int = 3) -> Units:
+    """This machine's unit costs on one thread, with torch alone: a row gather, message
+    passing as ``index_add_`` over a random graph, ``torch.mm``, TCP over loopback. Sampling
+    is not measured (DGL's sampler was; the default stays)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        gen = torch.Generator().manual_seed(0)
+        src = torch.randint(0, nodes, (edges,), generator=gen)
+        dst = torch.randint(0, nodes, (edges,), generator=gen)
+        table = torch.randn(nodes, 128, generator=gen)
+        rows = torch.randint(0, nodes, (50_000,), generator=gen)
+        gather = _median_s(lambda: table.index_select(0, rows), repeat) / (rows.numel() * 512)
+        x, out = torch.randn(nodes, 64, generator=gen), torch.zeros(nodes, 64)
+        spmm = _median_s(lambda: out.index_add_(0, dst, x.index_select(0, src)),
+                         repeat) / (edges * 64)
+        a, b = torch.randn(20_000, 128, generator=gen), torch.randn(128, 64, generator=gen)
+        dense = _median_s(lambda: torch.mm(a, b), repeat) / (2 * a.shape[0] * 128 * 64)
+    finally:
+        torch.set_num_threads(threads)
+    return dataclasses.replace(DEFAULT_UNITS, gather_s_per_byte=gather, spmm_s_per_edge_dim=spmm,
+                               dense_s_per_flop=dense,
+                               intra_s_per_byte=_loopback_s_per_byte(32 << 20, repeat))
