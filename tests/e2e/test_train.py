@@ -292,19 +292,18 @@ def test_a_run_that_learns_nothing_is_not_a_silent_success(tmp_path):
         r.stderr, r.stderr[-3000:]
 
 
-def test_dglx_train_strategy_auto_plans_logs_and_trains(tmp_path):
-    """--strategy auto on Cora, 2 ranks as 2 virtual servers: rank 0 logs the plan's two
-    lines once, and the job trains the strategy they name with the options they name."""
-    cmd = _train_job(tmp_path, distinct_ports(1)[0], "--strategy", "auto", "--data", "cora",
-                     "--epochs", "2", "--eval-every", "0")
-    cmd["env"] = _env(XDG_CACHE_HOME=str(tmp_path / "xdg"))  # no measurement cached here
-    (r,) = run_together([cmd], width=1)
-    assert r.returncode == 0, r.stderr[-4000:]
+def test_dglx_train_strategy_auto_plans_logs_and_trains(tmp_path, block_dir):
+    """--strategy auto on Cora, 2 ranks as 2 virtual servers, DGL blocked: rank 0 logs the
+    plan's two lines once, and the job trains the strategy they name."""
+    job = _job(tmp_path, block_dir, "--strategy", "auto", "--data", "cora", "--epochs", "2",
+               "--eval-every", "0")
+    job["env"]["XDG_CACHE_HOME"] = str(tmp_path / "xdg")  # no measurement cached here
+    (r,) = run_together([job], width=1)
+    records = _records(r)
     summary = [ln for ln in r.stderr.splitlines() if "dglx_dist.plan: plan: strategy" in ln]
     why = [ln for ln in r.stderr.splitlines() if "is predicted fastest to accuracy" in ln]
     assert len(summary) == 1 and len(why) == 1, r.stderr[-4000:]
     chosen = summary[0].split("strategy '")[1].split("'")[0]
-    records = _json_lines(r.stdout)
     assert [rec["epoch"] for rec in records] == [0, 1]
     assert {rec["strategy"] for rec in records} == {chosen}
     assert records[0]["servers"] == 2 and "test_acc" in records[-1]
