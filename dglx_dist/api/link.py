@@ -9,8 +9,8 @@ type's offset plus the per-type id). A batch (:class:`EdgePairs`):
 2. calls the user's negative sampler on the DistGraph with those seeds;
 3. compacts the nodes of both pair graphs per node type (sorted ids): they are the blocks'
    seeds, so output row ``i`` of type ``t`` is the pair graphs' node ``i`` of ``t``
-   (:class:`~dglx_dist.api.pair_graph.PairGraph`, DGL's graphs at the loader's output where
-   DGL is installed);
+   (the package's :class:`~dglx_dist.data.heterograph.Graph`, DGL's graphs at the loader's
+   output where DGL is installed: :func:`~dglx_dist.data.convert.user_graph`);
 4. puts the sampler's ``prefetch_labels`` on the pair graph's edges of each edge type;
 5. names the edges to leave out of every sampled layer as DGL's ``exclude`` modes do, as
    partitioned edge ids (:meth:`~dglx_dist.sampling.PartitionSampler.exclusions`).
@@ -29,7 +29,8 @@ from dglx_dist.api.book import given_edge_ids
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.ndata import as_node_ids
 from dglx_dist.api.negative_sampler import GlobalUniform
-from dglx_dist.api.pair_graph import PairGraph
+from dglx_dist.data.construct import heterograph
+from dglx_dist.data.heterograph import Graph
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 from dglx_dist.sampling.block import is_dgl
 from dglx_dist.sampling.frames import NID
@@ -321,12 +322,12 @@ class EdgePairs:
         pieces = iter(local)
         return uniq, [{et: (next(pieces), next(pieces)) for et in group} for group in groups]
 
-    def _pair_graph(self, edges: dict, uniq: dict[str, torch.Tensor]) -> PairGraph:
-        """A graph with every canonical edge type over the compacted nodes, their ids in
-        ``ndata["_ID"]`` (DGL's ``dgl.NID``)."""
+    def _pair_graph(self, edges: dict, uniq: dict[str, torch.Tensor]) -> Graph:
+        """A graph with every canonical edge type over the compacted nodes (a type without
+        pairs has no edges), their ids in ``ndata["_ID"]`` (DGL's ``dgl.NID``)."""
         g = self.graph
-        pair = PairGraph.of(edges, {t: n.numel() for t, n in uniq.items()}, tuple(g.ntypes),
-                            tuple(g.canonical_etypes))
+        pair = heterograph({et: edges.get(et, (EMPTY, EMPTY)) for et in g.canonical_etypes},
+                           num_nodes_dict={t: n.numel() for t, n in uniq.items()})
         pair.ndata[NID] = uniq if len(g.ntypes) > 1 else uniq[g.ntypes[0]]
         return pair
 

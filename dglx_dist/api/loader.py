@@ -19,11 +19,11 @@ import torch
 from dglx_dist.api.book import given_node_ids
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.link import EdgePairs, as_edge_prediction_sampler, is_edge_sampler
-from dglx_dist.api.pair_graph import at_the_edge
 from dglx_dist.api.prefetch import Prefetch
 from dglx_dist.api.samplers import (prefetched_edge_feats, sampler_fanouts, sampler_options,
                                     user_sampler)
 from dglx_dist.api.split import edge_share, node_share
+from dglx_dist.data.convert import user_graph
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 from dglx_dist.runtime.agree import differing_ranks, ids_digest, on_every_rank, same_call
 from dglx_dist.sampling import even_chunk
@@ -176,7 +176,7 @@ class DataLoader:
             if isinstance(step, EdgeStep):
                 pairs = (step.pair_graph,) if step.neg_pair_graph is None else \
                     (step.pair_graph, step.neg_pair_graph)
-                yield step.input_nodes, *(at_the_edge(p, package) for p in pairs), blocks
+                yield step.input_nodes, *(user_graph(p, package) for p in pairs), blocks
             else:
                 yield step.input_nodes, step.output_nodes, blocks
         self.graph.step_rows.settle()

@@ -8,8 +8,10 @@ graph carries node data ``feat``,
 ``label``, ``train_mask``, ``val_mask`` and ``test_mask`` (per node type on a heterograph:
 ``g.nodes[ntype].data``), the names DGL's own node-classification datasets use, and its edge
 data as the dataset's edge data (numeric tensors of one value or one vector per edge).
-:func:`user_graph` is the one place that chooses between the two: DGL's where DGL is
-installed, the package's where it is not (what the dataset loaders give).
+:func:`to_dgl` is the one path from the package's graph (or a dataset) to DGL's, and
+:func:`user_graph` the one place that chooses between the two: DGL's where DGL is installed,
+the package's where it is not (what the dataset loaders give, and a link-prediction step's
+pair graphs).
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import functools
 import importlib.util
 import operator
 import sys
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -74,32 +76,30 @@ def is_dgl(value, kind: str = "DGLGraph") -> bool:
         return False
 
 
-def to_dgl(ds: GraphDataset):
-    """A DGLGraph with the dataset's edges (in file order) and node data (a graph without types
-    becomes DGL's homogeneous graph: its types are DGL's ``_N`` and ``_E``)."""
+def to_dgl(source: GraphDataset | Graph):
+    """DGL's graph of a dataset (its edges in file order and its node and edge data, as
+    :func:`to_graph` gives them) or of the package's :class:`Graph` (its edges, types and
+    data: a pair graph at the edge), on the graph's device. A graph without types becomes
+    DGL's homogeneous graph (its types are DGL's ``_N`` and ``_E``)."""
     import dgl
 
-    return _filled(ds, dgl.heterograph)
+    g = to_graph(source) if isinstance(source, GraphDataset) else source
+    out = dgl.heterograph({et: g.edges(etype=et) for et in g.canonical_etypes},
+                          num_nodes_dict={t: g.num_nodes(t) for t in g.ntypes},
+                          idtype=g.idtype, device=g.device)
+    for t in g.ntypes:
+        out.nodes[t].data.update(g.nodes[t].data)
+    for et in g.canonical_etypes:
+        out.edges[et].data.update(g.edges[et].data)
+    return out
 
 
 def to_graph(ds: GraphDataset) -> Graph:
-    """The package's graph of the dataset, without DGL (what :func:`to_dgl` gives, read
-    through the same API)."""
-    return _filled(ds, heterograph)
-
-
-def user_graph(ds: GraphDataset):
-    """The dataset as the graph a script here expects: DGL's where DGL is installed, else the
-    package's."""
-    return to_dgl(ds) if dgl_installed() else to_graph(ds)
-
-
-def _filled(ds: GraphDataset, build: Callable):
-    """The graph ``build`` (``dgl.heterograph`` or the package's) makes of the dataset's
-    edges, with its node and edge data."""
-    g = build({et: (torch.from_numpy(e.src), torch.from_numpy(e.dst))
-               for et, e in ds.edges.items()},
-              num_nodes_dict={t: n.num_nodes for t, n in ds.nodes.items()})
+    """The package's graph of the dataset, without DGL: its edges (in file order) and its
+    node and edge data."""
+    g = heterograph({et: (torch.from_numpy(e.src), torch.from_numpy(e.dst))
+                     for et, e in ds.edges.items()},
+                    num_nodes_dict={t: n.num_nodes for t, n in ds.nodes.items()})
     for ntype, n in ds.nodes.items():
         data = g.nodes[ntype].data
         if n.feat is not None:
@@ -112,6 +112,15 @@ def _filled(ds: GraphDataset, build: Callable):
         for name, values in e.edata.items():
             g.edges[etype].data[name] = torch.from_numpy(values)
     return g
+
+
+def user_graph(source: GraphDataset | Graph, package: bool = False):
+    """A dataset, or the package's :class:`Graph` (a link-prediction step's pair graphs), as
+    the graph a script here expects: DGL's where DGL is installed (the edge, as for the
+    blocks), else, or with ``package`` (a loader's ``package_blocks``), the package's."""
+    if dgl_installed() and not package:
+        return to_dgl(source)
+    return to_graph(source) if isinstance(source, GraphDataset) else source
 
 
 def _edge_data(g, edata=None) -> dict:

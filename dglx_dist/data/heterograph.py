@@ -8,20 +8,33 @@ arguments). A graph without types is the one-type case (node type ``_N``, edge t
 edges keep the order given (their ids). ``g.ndata`` / ``g.edata`` follow DGL's rules
 (:mod:`dglx_dist.data.frames`): one type's data plain, several types' by type, each type's
 through ``g.nodes[ntype].data`` / ``g.edges[etype].data``.
+
+It is also the pair graph of a link-prediction step (DGL's ``pair_graph`` and
+``neg_pair_graph``: the batch's pairs as edges over its compacted nodes, built by
+:mod:`dglx_dist.api.link`), so it has what a scorer calls on one: ``local_scope()``,
+``local_var()`` and ``apply_edges(func)`` for a function ``(edges) -> {name: rows}``
+(:class:`Edges`; :mod:`dglx_dist.function`'s ``u_dot_v`` and the like are such functions).
+:func:`~dglx_dist.data.convert.to_dgl` makes DGL's graph of it, and
+:func:`~dglx_dist.data.convert.user_graph` decides which of the two a script gets.
 """
 from __future__ import annotations
 
+import contextlib
 import numbers
 import types
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
 import torch
 
 from dglx_dist.data.dataset import Etype
 from dglx_dist.data.frames import DataView, Rows, etype_index, ntype_index
-from dglx_dist.errors import IdOutOfRangeError, InvalidTypeError, InvalidValueError
+from dglx_dist.errors import (IdOutOfRangeError, InvalidTypeError, InvalidValueError,
+                              NotSupportedError)
 
-__all__ = ["Graph", "Scheme"]
+__all__ = ["Graph", "Scheme", "Edges", "ALL"]
+
+ALL = "__ALL__"
+"""DGL's ``dgl.ALL``: every edge (of a type)."""
 
 
 class Scheme(NamedTuple):
@@ -203,13 +216,51 @@ class Graph:
         """Each edge-data name of ``etype`` with its rows' shape and dtype."""
         return _schemes(self._edge_rows[self.get_etype_id(etype)])
 
+    # -- scorers' calls (DGL's) -----------------------------------------------------------
+    @contextlib.contextmanager
+    def local_scope(self) -> Iterator[None]:
+        """Data set or removed inside the ``with`` is undone at its end (DGL's)."""
+        frames = self._node_rows + self._edge_rows
+        kept = [dict(rows) for rows in frames]
+        try:
+            yield
+        finally:
+            for rows, data in zip(frames, kept):
+                rows.clear()
+                rows.update(data)
+
+    def local_var(self) -> "Graph":
+        """The graph with data of its own (the structure and the tensors shared; DGL's)."""
+        return self._copy(self._device)
+
+    def apply_edges(self, func: Callable, edges=ALL, etype: str | Etype | None = None) -> None:
+        """DGL's ``apply_edges`` on every edge of type ``etype`` (None: of every type):
+        ``func(edges)`` (:class:`Edges`) returns ``{name: rows}``, set on those edges."""
+        if not callable(func):
+            raise InvalidTypeError(f"apply_edges: func is a {type(func).__name__}; expected a "
+                                   "function (edges) -> {name: rows}, such as "
+                                   "dglx_dist.function.u_dot_v('h', 'h', 'score')")
+        if not isinstance(edges, str) or edges != ALL:
+            raise NotSupportedError("apply_edges(edges=...): the graph applies a function to "
+                                    "all of its edges (of a type); leave edges out")
+        for t in range(len(self._etypes)) if etype is None else [self.get_etype_id(etype)]:
+            et = self._etypes[t]
+            out = func(Edges(et, self._ends[t], self._node_rows[self._ntypes.index(et[0])],
+                             self._node_rows[self._ntypes.index(et[2])], self._edge_rows[t]))
+            if not isinstance(out, Mapping):
+                raise InvalidTypeError(f"apply_edges: the function returned a "
+                                       f"{type(out).__name__}; expected a dict name -> rows")
+            self._edge_rows[t].update(out)
+
     # -- moves -------------------------------------------------------------------------------
     def to(self, device, **kwargs) -> "Graph":
         """The graph, with its data, on ``device`` (itself where it is there already;
         ``kwargs``: ``Tensor.to``'s)."""
         device = torch.device(device)
-        if device == self._device:
-            return self
+        return self if device == self._device else self._copy(device, **kwargs)
+
+    def _copy(self, device: torch.device, **kwargs) -> "Graph":
+        """The graph with data of its own, on ``device``."""
         moved = Graph(dict(zip(self._ntypes, self._counts)),
                       {e: tuple(x.to(device, **kwargs) for x in ends)
                        for e, ends in zip(self._etypes, self._ends)}, self._idtype, device)
@@ -261,3 +312,36 @@ class _EdgeView:
 
     def __getitem__(self, etype) -> types.SimpleNamespace:
         return types.SimpleNamespace(data=self._g._edge_rows[self._g.get_etype_id(etype)])
+
+
+class Edges:
+    """What an edge function reads of the edges of one type (DGL's ``EdgeBatch``): ``src``
+    and ``dst``, their ends' rows, and ``data``, their own, each read by name."""
+
+    def __init__(self, canonical_etype: Etype, ends: tuple, src_rows: Rows, dst_rows: Rows,
+                 data: Rows):
+        self.canonical_etype, self._ends = canonical_etype, ends
+        self.src, self.dst = _Gathered(src_rows, ends[0]), _Gathered(dst_rows, ends[1])
+        self.data = data
+
+    def edges(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._ends
+
+    def batch_size(self) -> int:
+        return int(self._ends[0].numel())
+
+
+class _Gathered(Mapping):
+    """A node type's rows at ``index`` (each edge's end), gathered when read."""
+
+    def __init__(self, rows: Rows, index: torch.Tensor):
+        self._rows, self._index = rows, index
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self._rows[name].index_select(0, self._index)
+
+    def __iter__(self):
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)

@@ -6,10 +6,8 @@ it the same way); ``block.srcnodes[ntype].data`` is one type's dict; ``block.edg
 one edge type's (an edge type by its canonical triple or its name); ``block.edges()`` the
 edges as ``(src, dst)`` (``form="all"``: with their positions). :class:`DataView` is the
 graph's (:mod:`dglx_dist.data.frames`), over the block's rows. The ids are ``"_ID"`` (DGL's
-``dgl.NID`` and ``dgl.EID``): the graph's node ids of each side, the user's edge ids.
-The same views serve a link-prediction step's pair graph
-(:class:`~dglx_dist.api.pair_graph.PairGraph`), whose one side is ``"node"``; both find
-their types through :class:`Typed`.
+``dgl.NID`` and ``dgl.EID``): the graph's node ids of each side, the user's edge ids. A
+block finds its types through :class:`Typed`.
 """
 from __future__ import annotations
 
@@ -29,7 +27,7 @@ NID = "_ID"
 class Typed:
     """DGL's type lookups of a graph of the package whose ``src`` and ``etype`` tensors hold
     each edge's source and type (edges in the order of their types): a
-    :class:`~dglx_dist.sampling.block.Block` or a pair graph; ``kind`` names it in errors."""
+    :class:`~dglx_dist.sampling.block.Block`; ``kind`` names it in errors."""
 
     ntypes: tuple[str, ...]
     canonical_etypes: tuple[tuple[str, str, str], ...]

@@ -21,7 +21,7 @@ from dglx_dist.sampling.options import UNIFORM, SampleOptions
 if TYPE_CHECKING:
     import dgl
 
-    from dglx_dist.api.pair_graph import PairGraph
+    from dglx_dist.data.heterograph import Graph
 
 __all__ = ["Blocks", "StepState", "Step", "EdgeStep", "UnderWay", "EdgeBatch", "PairMaker", "LoaderSpec",
            "LoaderPlan", "full_graph_loaders", "equal_step_sizes", "agreed_steps", "sampled_plan",
@@ -142,11 +142,11 @@ class Step(NamedTuple):
 class EdgeStep(NamedTuple):
     """One mini-batch as DGL's link-prediction loaders yield it (``neg_pair_graph``: None
     without a negative sampler); the pair graphs become DGL's at the loader's output where
-    DGL is installed (:func:`~dglx_dist.api.pair_graph.at_the_edge`)."""
+    DGL is installed (:func:`~dglx_dist.data.convert.user_graph`)."""
 
     input_nodes: torch.Tensor
-    pair_graph: "PairGraph"
-    neg_pair_graph: "PairGraph | None"
+    pair_graph: "Graph"
+    neg_pair_graph: "Graph | None"
     blocks: "Blocks | dgl.DGLGraph"
 
 
@@ -171,8 +171,8 @@ class EdgeBatch(NamedTuple):
     """
 
     nodes: torch.Tensor
-    pair_graph: "PairGraph"
-    neg_pair_graph: "PairGraph | None"
+    pair_graph: "Graph"
+    neg_pair_graph: "Graph | None"
     exclude: torch.Tensor | None
 
 

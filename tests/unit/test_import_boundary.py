@@ -110,7 +110,6 @@ IMPORTS_DGL = {
     # the edge: DGL's API as users see it, and what converts to and from DGL's objects
     **dict.fromkeys(["dglx_dist.api.dgl_samplers",
                      "dglx_dist.api.samplers", "dglx_dist.api.structure",
-                     "dglx_dist.api.pair_graph",
                      "dglx_dist.dgl", "dglx_dist.dgl.distributed", "dglx_dist.dgl.run",
                      "dglx_dist.sampling.block", "dglx_dist.data.convert",
                      "dglx_dist.partition.dgl_files"], "the edge"),

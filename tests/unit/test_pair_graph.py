@@ -1,5 +1,5 @@
-"""Link prediction's pieces written in torch against DGL's: the package's pair graph reads as
-DGL's graph of the same pairs (edges, counts, types, rows, ``apply_edges``), the edge
+"""Link prediction's pieces written in torch against DGL's: the package's graph, as a pair
+graph, reads as DGL's graph of the same pairs (edges, counts, types, rows, ``apply_edges``), the edge
 functions of ``dglx_dist.function`` give what ``dgl.function``'s built-ins give (on either
 graph), the negative samplers draw what DGL's draw, and bad arguments are one clear line."""
 import dgl
@@ -11,7 +11,9 @@ import dglx_dist
 import dglx_dist.function as fn
 from dglx_dist.api.link import EdgePredictionSampler, as_edge_prediction_sampler, \
     is_edge_sampler
-from dglx_dist.api.pair_graph import PairGraph, at_the_edge
+from dglx_dist.data.construct import heterograph
+from dglx_dist.data.convert import to_dgl, user_graph
+from dglx_dist.data.heterograph import Graph
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, UnknownNameError
 
 NTYPES = ("author", "paper")
@@ -20,21 +22,22 @@ ETYPES = (("author", "writes", "paper"), ("paper", "cites", "paper"),
 SIZES = {"author": 7, "paper": 11}
 
 
-def _untyped(seed=0, nodes=9, edges=20) -> PairGraph:
+def _untyped(seed=0, nodes=9, edges=20) -> Graph:
     gen = torch.Generator().manual_seed(seed)
     src, dst = (torch.randint(0, nodes, (edges,), generator=gen) for _ in range(2))
-    pair = PairGraph.of({("_N", "_E", "_N"): (src, dst)}, {"_N": nodes})
+    pair = dglx_dist.graph((src, dst), num_nodes=nodes)
     pair.ndata[dgl.NID] = torch.arange(nodes) * 10
     pair.edata[dgl.EID] = torch.arange(edges) + 100
     return pair
 
 
-def _typed(seed=0) -> PairGraph:
+def _typed(seed=0) -> Graph:
     gen = torch.Generator().manual_seed(seed)
     edges = {et: (torch.randint(0, SIZES[et[0]], (5 + i,), generator=gen),
                   torch.randint(0, SIZES[et[2]], (5 + i,), generator=gen))
-             for i, et in enumerate(ETYPES) if i != 1}  # no "cites" pairs: an empty type
-    pair = PairGraph.of(edges, SIZES, NTYPES, ETYPES)
+             for i, et in enumerate(ETYPES) if i != 1}
+    edges[ETYPES[1]] = (torch.zeros(0, dtype=torch.int64),) * 2  # no "cites" pairs
+    pair = heterograph(edges, num_nodes_dict=SIZES)
     pair.ndata[dgl.NID] = {t: torch.arange(n) + 1000 * i
                            for i, (t, n) in enumerate(SIZES.items())}
     return pair
@@ -42,25 +45,25 @@ def _typed(seed=0) -> PairGraph:
 
 def test_an_untyped_pair_graph_reads_as_dgls():
     ours = _untyped()
-    ref = ours.to_dgl()
-    assert isinstance(ref, dgl.DGLGraph) and ref.canonical_etypes == list(ours.canonical_etypes)
+    ref = to_dgl(ours)
+    assert isinstance(ref, dgl.DGLGraph) and ref.canonical_etypes == ours.canonical_etypes
     for form in ("uv", "all", "eid"):
         got, want = ours.edges(form=form), ref.edges(form=form)
         assert [t.tolist() for t in got] == [t.tolist() for t in want] if form != "eid" \
             else got.tolist() == want.tolist()
     assert (ours.num_nodes(), ours.num_edges()) == (ref.num_nodes(), ref.num_edges()) == (9, 20)
-    assert ours.ntypes == tuple(ref.ntypes) and ours.etypes == ref.etypes
+    assert ours.ntypes == ref.ntypes and ours.etypes == ref.etypes
     assert torch.equal(ours.ndata[dgl.NID], ref.ndata[dgl.NID])
     assert torch.equal(ours.edata[dgl.EID], ref.edata[dgl.EID])
-    assert torch.equal(at_the_edge(ours).edata[dgl.EID], ref.edata[dgl.EID])
-    assert at_the_edge(None) is None
+    assert torch.equal(user_graph(ours).edata[dgl.EID], ref.edata[dgl.EID])
+    assert user_graph(ours, package=True) is ours
 
 
 def test_a_typed_pair_graph_reads_as_dgls():
     ours = _typed()
-    ref = ours.to_dgl()
-    assert list(ours.canonical_etypes) == ref.canonical_etypes
-    assert ours.etypes == ref.etypes and list(ours.ntypes) == ref.ntypes
+    ref = to_dgl(ours)
+    assert ours.canonical_etypes == ref.canonical_etypes
+    assert ours.etypes == ref.etypes and ours.ntypes == ref.ntypes
     for et in ETYPES:
         assert [t.tolist() for t in ours.edges(etype=et)] == \
             [t.tolist() for t in ref.edges(etype=et)]
@@ -70,7 +73,7 @@ def test_a_typed_pair_graph_reads_as_dgls():
         assert ours.num_nodes(t) == ref.num_nodes(t)
         assert torch.equal(ours.nodes[t].data[dgl.NID], ref.nodes[t].data[dgl.NID])
     assert ours.num_nodes() == ref.num_nodes() and ours.num_edges() == ref.num_edges()
-    with pytest.raises(InvalidValueError, match="several edge types; name one"):
+    with pytest.raises(InvalidValueError, match="the graph has edge types .*; name one"):
         ours.edges()
     with pytest.raises(UnknownNameError, match="node type 'venue'"):
         ours.num_nodes("venue")
@@ -90,7 +93,7 @@ def test_edge_functions_give_dgls_builtins(op, shapes):
                                                     r"\(2, 1\) and 'k' \(1, 3\); expected"):
             pair.apply_edges(fn.u_dot_v("h", "k", "out"))
         return
-    ref = pair.to_dgl()
+    ref = to_dgl(pair)
     ref.ndata["h"], ref.ndata["k"] = h, k
     ref.apply_edges(getattr(dfn, f"u_{op}_v")("h", "k", "out"))
     want = ref.edata["out"]
@@ -107,7 +110,7 @@ def test_edge_functions_give_dgls_builtins(op, shapes):
 
 def test_apply_edges_on_a_typed_pair_graph_by_type_and_on_every_type():
     ours, h = _typed(1), {t: torch.randn(n, 3) for t, n in SIZES.items()}
-    ref = ours.to_dgl()
+    ref = to_dgl(ours)
     ours.ndata["h"], ref.ndata["h"] = h, h
     ours.apply_edges(fn.u_dot_v("h", "h", "s"), etype="writes")
     ref.apply_edges(dfn.u_dot_v("h", "h", "s"), etype="writes")
@@ -128,7 +131,7 @@ def test_a_pair_graph_moves_with_its_rows():
     pair.ndata["h"] = torch.randn(9, 2)
     assert pair.to("cpu") is pair
     moved = pair.to("meta")
-    assert moved.src.device.type == "meta" and moved.ndata["h"].device.type == "meta"
+    assert moved.edges()[0].device.type == "meta" and moved.ndata["h"].device.type == "meta"
     assert pair.ndata["h"].device.type == "cpu"
 
 
@@ -137,8 +140,8 @@ def test_bad_edge_functions_are_one_clear_error():
     with pytest.raises(InvalidTypeError, match=r"apply_edges: func is a str; expected a "
                                                r"function \(edges\)"):
         pair.apply_edges("u_dot_v")
-    with pytest.raises(UnknownNameError, match=r"reads node rows 'h'; the nodes have \['_ID'\] "
-                                               r"\(set g.ndata\['h'\] first\)"):
+    with pytest.raises(UnknownNameError, match=r"node type '_N' has no data 'h'; it has "
+                                               r"\['_ID'\]"):
         pair.apply_edges(fn.u_dot_v("h", "h", "s"))
     with pytest.raises(InvalidTypeError, match="the function returned a Tensor; expected a "
                                                "dict"):
