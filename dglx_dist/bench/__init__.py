@@ -11,6 +11,8 @@ command (docs/benchmarks.md). The pieces, in the order a run uses them:
 * :mod:`~dglx_dist.bench.shared`: the :class:`Setup` every system shares;
 * :mod:`~dglx_dist.bench.harness`: the systems, one run of each -> a result row, time to
   accuracy; the benchmark scripts run through it too;
+* :mod:`~dglx_dist.bench.planned`: ``--systems auto``, the plan of the setup (the strategy
+  ``dglx plan`` picks, run as its own row is);
 * :mod:`~dglx_dist.bench.single`: the single-process DGL baseline (a child process);
 * :mod:`~dglx_dist.bench.dgl_distdgl`: DGL's own DistDGL on one host, with its worker
   (:mod:`~dglx_dist.bench.dgl_distdgl_worker`), its node-classification loop

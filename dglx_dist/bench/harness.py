@@ -21,15 +21,15 @@ from dglx_dist.bench.dgl_distdgl import MACHINES, dgl_batch, mean_phases, run_dg
 from dglx_dist.bench.procs import run_group
 from dglx_dist.bench.shared import Setup, process_env as _env
 from dglx_dist.cli_flags import parse_key_values, to_argv
-from dglx_dist.config import TRAINING, StrategyConfig
+from dglx_dist.config import AUTO, TRAINING, StrategyConfig
 from dglx_dist.errors import RunFailedError
 from dglx_dist.runtime.env import free_local_port
 
-__all__ = ["BASELINES", "REDUCERS", "STRATEGY_OPTIONS", "Setup", "TASK_NEEDS", "Target",
-           "add_time_to_accuracy", "attempt", "dropin_target", "first_reached", "launch",
-           "parse_records", "reduce_records", "run_env", "run_strategy", "run_system",
-           "skipped_baselines", "strategy_config", "summarize", "systems", "train_command",
-           "train_target"]
+__all__ = ["BASELINES", "NAMED_ONLY", "PLANNED_TASKS", "REDUCERS", "STRATEGY_OPTIONS", "Setup",
+           "TASK_NEEDS", "Target", "add_time_to_accuracy", "attempt", "dropin_target",
+           "first_reached", "launch", "parse_records", "reduce_records", "run_env",
+           "run_planned", "run_strategy", "run_system", "skipped_baselines",
+           "strategy_config", "summarize", "systems", "train_command", "train_target"]
 
 log = logging.getLogger("dglx_dist.bench")
 Options = Mapping[str, Mapping[str, Any] | Sequence[str]]
@@ -124,7 +124,8 @@ def run_dgl_distdgl(setup: Setup) -> dict[str, Any]:
 
 def strategy_config(name: str, setup: Setup, extra: Options) -> StrategyConfig:
     """Strategy ``name``'s typed options: the common ones it declares, the table, ``extra``'s
-    (keywords, or ``KEY=VALUE`` strings as the sweeps give them)."""
+    (keywords, or ``KEY=VALUE`` strings as the sweeps give them), each over the ones
+    before."""
     from dglx_dist.strategies import STRATEGIES
 
     fields = {f.name for f in dataclasses.fields(STRATEGIES.get(name).Config)}
@@ -134,8 +135,8 @@ def strategy_config(name: str, setup: Setup, extra: Options) -> StrategyConfig:
     given = extra.get(name, {})
     if not isinstance(given, Mapping):
         given = parse_key_values(given, "--strategy-opt")
-    return StrategyConfig.of(name, **{k: v for k, v in common.items() if k in fields},
-                             **STRATEGY_OPTIONS.get(name, {}) | dict(given))
+    return StrategyConfig.of(name, **{k: v for k, v in common.items() if k in fields}
+                             | STRATEGY_OPTIONS.get(name, {}) | dict(given))
 
 
 def model_mismatch(name: str, setup: Setup) -> str | None:
@@ -209,6 +210,26 @@ def run_strategy(name: str, setup: Setup, extra: Options,
         "note": note, "options": strategy.flag_pairs()}
 
 
+def run_planned(setup: Setup, extra: Options, needs: Sequence[str] = (),
+                target: Target = train_target) -> dict[str, Any]:
+    """``auto``: the strategy a plan picks for the setup
+    (:func:`~dglx_dist.bench.planned.plan_setup`; ``--strategy-opt auto:KEY=VALUE`` kept),
+    among those that run the common model and have the capabilities ``needs``, run as its
+    own row is (:func:`run_strategy`) with the plan's options; the row is named
+    ``auto (STRATEGY)`` and keeps the plan's lines."""
+    from dglx_dist.bench.planned import plan_fields, plan_setup, row_name
+
+    def runs_here(built) -> bool:
+        return (all(getattr(built.capabilities, c) for c in needs)
+                and model_mismatch(built.registered_name, setup) is None)
+
+    name, options, plan = plan_setup(setup, extra.get(AUTO, ()), runs_here)
+    row = run_strategy(name, setup, {name: options}, target=target)
+    predicted = f"planned: {plan.choice.epoch_s:.3g} s an epoch predicted"
+    return row | {"system": row_name(name), "strategy": name,
+                  "note": f"{predicted}; {row['note']}"} | plan_fields(plan)
+
+
 def partition_first(strategy: StrategyConfig, setup: Setup) -> str:
     """Makes the partitions ``dglx train`` will find in the setup's cache, so that a run's
     start-up is the job's own, as DGL's partitioning comes before its run (node task; a link
@@ -279,6 +300,11 @@ BASELINES: dict[str, Callable[[Setup], dict[str, Any]]] = {
 TASK_NEEDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "node": (("dgl", "dgl-distdgl"), ()), "link": (("dgl-distdgl",), ("link_prediction",))}
 """By task: the baselines that run it, and the capabilities a strategy needs to."""
+PLANNED_TASKS = ("node",)
+"""The tasks ``auto`` (:func:`run_planned`) runs: those a plan models."""
+NAMED_ONLY = (AUTO,)
+"""Systems that run only where ``--systems`` names them (``auto`` runs one of the
+strategies again)."""
 
 
 def skipped_baselines(baselines: Sequence[str] = tuple(BASELINES),
@@ -295,7 +321,9 @@ def systems(extra: Options, task: str = "node", baselines: Sequence[str] = tuple
             ) -> dict[str, Callable[[Setup], dict[str, Any]]]:
     """Every system by name that runs ``task``: the ``baselines`` that run it (where DGL is
     installed: :func:`skipped_baselines`), then each registered strategy whose capabilities
-    say ``needs`` and the task's (``link``: ``link_prediction``), started by ``target``."""
+    say ``needs`` and the task's (``link``: ``link_prediction``), started by ``target``, and
+    ``auto`` (:func:`run_planned`) for the tasks a plan models (:data:`NAMED_ONLY`: not run
+    unless named)."""
     from dglx_dist.strategies import STRATEGIES
 
     runs, task_needs = TASK_NEEDS[task]
@@ -306,6 +334,8 @@ def systems(extra: Options, task: str = "node", baselines: Sequence[str] = tuple
         if all(getattr(capabilities, c) for c in (*needs, *task_needs)):
             table[name] = lambda setup, name=name: run_strategy(name, setup, extra,
                                                                 target=target)
+    if task in PLANNED_TASKS:
+        table[AUTO] = lambda setup: run_planned(setup, extra, needs, target)
     return table
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from dglx_dist.bench.floor import add_floors
-from dglx_dist.bench.harness import Setup, add_time_to_accuracy, run_system, skipped_baselines
+from dglx_dist.bench.harness import (NAMED_ONLY, Setup, add_time_to_accuracy, run_system,
+                                     skipped_baselines)
 from dglx_dist.bench.kinds import KINDS, DataKind, kind_of
 from dglx_dist.bench.presets import PRESETS, bench_run, choose_network
 from dglx_dist.bench.report import markdown, plot, write_jsonl
@@ -119,8 +120,9 @@ def _clear_results(out: Path) -> None:
 
 
 def run_all(args: argparse.Namespace, setup: Setup, kind: DataKind) -> list[dict[str, Any]]:
-    """Runs the selected systems one after the other, ``--repeat`` times in turn (tqdm over
-    the runs); with repeats, each row's ``run`` says which."""
+    """Runs the selected systems (default: every one but those run only when named, such as
+    ``auto``) one after the other, ``--repeat`` times in turn (tqdm over the runs); with
+    repeats, each row's ``run`` says which."""
     from tqdm import tqdm
 
     table = kind.systems(extra_options(args.strategy_opt), setup.run.task.name)
@@ -130,7 +132,8 @@ def run_all(args: argparse.Namespace, setup: Setup, kind: DataKind) -> list[dict
                     ", ".join(skipped), DGL_EXTRA)
     rows = []
     bar = tqdm([(run, name) for run in range(1, args.repeat + 1)
-                for name in args.systems or list(table)], desc="bench runs", unit="run")
+                for name in args.systems or [n for n in table if n not in NAMED_ONLY]],
+               desc="bench runs", unit="run")
     for run, name in bar:
         bar.set_postfix_str(name)
         row = run_system(name, table[name], setup)

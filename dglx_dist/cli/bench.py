@@ -37,7 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                   "of the preset's synthetic graph)")
     p.add_argument("--systems", type=lambda text: [x for x in text.split(",") if x],
                    help="comma-separated (default: dgl, dgl-distdgl and every strategy; on a "
-                        "typed dataset, dgl-distdgl and every strategy that trains one)")
+                        "typed dataset, dgl-distdgl and every strategy that trains one); auto: "
+                        "the strategy `dglx plan` picks for this benchmark, its row named "
+                        "'auto (STRATEGY)' (options: --strategy-opt auto:KEY=VALUE)")
     p.add_argument("--repeat", type=number(int, 1), default=1,
                    help="run the systems this many times, in turn (rows say which run)")
     p.add_argument("--network", choices=("auto", "virtual", "1g", "10g"), default="auto")

@@ -28,7 +28,7 @@ from dglx_dist.runtime.failure import (RankZeroParser, one_line, refused, same_o
                                       tell_launcher)
 from dglx_dist.runtime.session import current_session
 
-__all__ = ["RunOptions", "parse", "installed", "main"]
+__all__ = ["RunOptions", "parse", "installed", "main", "plan_lines"]
 
 log = logging.getLogger(__name__)
 _SECTIONS = ("strategy", "data")
@@ -174,13 +174,40 @@ def installed(options: RunOptions) -> Iterator[None]:
                 sys.modules[k] = value
 
 
+class _UnlessConfigured(logging.StreamHandler):
+    """stderr, while the script has configured no logging of its own (once it has, the
+    records reach its handlers on the root logger instead)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not logging.getLogger().handlers:
+            super().emit(record)
+
+
+@contextlib.contextmanager
+def plan_lines() -> Iterator[None]:
+    """``--strategy auto``'s two lines (logged by rank 0 at INFO, logger ``dglx_dist.plan``)
+    shown on stderr, which a DistDGL script that sets up no logging would not show;
+    restored on exit."""
+    logger = logging.getLogger("dglx_dist.plan")
+    handler, level = _UnlessConfigured(sys.stderr), logger.level
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 def run(options: RunOptions) -> None:
-    """Runs the script as ``__main__`` with its own argv, the pieces installed."""
+    """Runs the script as ``__main__`` with its own argv, the pieces installed (and a
+    plan's lines shown: :func:`plan_lines`)."""
     script = str(options.script)
     sys.argv = [script, *options.script_args]
     sys.path[0] = str(options.script.resolve().parent)  # as `python SCRIPT` sets it
     log.debug("dglx_dist.run: %s under strategy %s", script, options.strategy.name)
-    with installed(options):
+    with installed(options), plan_lines():
         try:
             runpy.run_path(script, run_name="__main__")
         except (SystemExit, Exception) as exc:

@@ -976,3 +976,37 @@ def test_export_parquet_replaces_only_an_earlier_export(tmp_path, cache):
     ids, values = table["node_id"].to_numpy(), np.stack(table["value"].to_numpy(False))
     assert sorted(ids.tolist()) == list(range(2708))
     np.testing.assert_array_equal(values, np.stack([ids, 2 * ids], 1))
+
+
+def _auto(session, cache):
+    """``distribute(g, "auto", fanouts=...)``: the strategy of the returned graph, its
+    fanouts, and the lines this rank logged on ``dglx_dist.plan``."""
+    import logging
+
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logger = logging.getLogger("dglx_dist.plan")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        g = dglx_dist.distribute(CoraGraphDataset()[0], "auto", fanouts=(5, 5),
+                                 cache_dir=cache, session=session)
+    finally:
+        logger.removeHandler(handler)
+    try:
+        return g.strategy.registered_name, g.strategy.config.fanouts, lines
+    finally:
+        g.close()
+
+
+def test_distribute_auto_is_the_plans_choice_logged_on_rank_0(tmp_path, cache):
+    """``distribute(g, strategy="auto")`` on 2 virtual servers: the graph's strategy is the
+    one rank 0's plan line names, the option given is kept, and only rank 0 logs the two
+    lines."""
+    res = run_workers(_auto, 2, tmp_path / "run", cache, env={"DGLX_VIRTUAL_SERVERS": "2"})
+    (name, fanouts, said), (other, _, quiet) = res[0], res[1]
+    assert len(said) == 2 and said[0].startswith(f"plan: strategy '{name}'"), said
+    assert f"{name} is predicted fastest to accuracy" in said[1]
+    assert "on 2 servers x 1 rank" in said[0] and "fanouts=5,5" in said[0]
+    assert other == name and tuple(fanouts) == (5, 5) and quiet == []

@@ -137,3 +137,21 @@ def test_bench_typed_preset_runs_dgl_distdgl_and_distdgl(benches):
         assert 0.1 < row["test_acc"] <= 1 and 0.1 < row["val_acc"] <= 1, row
     assert "| dgl-distdgl | loopback (not shaped) |" in r.stdout
     assert "Against DGL's DistDGL in the same run" in r.stdout and "| distdgl |" in r.stdout
+
+
+def test_bench_auto_runs_the_strategy_the_plan_picks(tmp_path):
+    """``--systems auto`` on the tiny preset: the plan's two lines logged once, and the
+    strategy it picked run with the plan's options, in a row named ``auto (STRATEGY)``."""
+    r = subprocess.run(capture_output=True, text=True, **_job(
+        tmp_path, "--preset", "tiny", "--systems", "auto", "--no-plot"))
+    assert r.returncode == 0, r.stderr[-4000:]
+    said = [ln.split("dglx_dist.plan: ", 1)[1] for ln in r.stderr.splitlines()
+            if "dglx_dist.plan: " in ln]
+    assert len(said) == 2 and said[0].startswith("plan: strategy '"), said
+    chosen = said[0].split("'")[1]
+    assert f"{chosen} is predicted fastest to accuracy" in said[1]
+    (row,) = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").open()]
+    assert (row["system"], row["strategy"]) == (f"auto ({chosen})", chosen), row
+    assert row["plan"]["summary"] == said[0] and "error" not in row
+    assert row["epochs"] == 2 and 0.3 <= row["val_acc"] <= 1, row
+    assert f"| auto ({chosen}) | virtual |" in r.stdout

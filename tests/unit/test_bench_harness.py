@@ -298,3 +298,38 @@ def test_each_row_sits_beside_its_floor():
                            {"system": "distdgl", "epoch_time": 3.0, "bytes_inter_busiest": 9}],
                "virtual", ranks=1, cpus=8)
     assert virtual[1]["floor_net_s"] is None and virtual[1]["floor_s"] == 4.0
+
+
+def test_auto_runs_the_plans_choice_in_a_row_named_for_it(tmp_path, monkeypatch, caplog):
+    """``--systems auto``: the strategy the plan picks for the setup (``auto:`` options
+    kept), run as its own row is, the row named ``auto (STRATEGY)`` with the plan's two
+    lines (logged once); node classification only, and run only where named."""
+    import types
+
+    from dglx_dist.bench import harness, suite
+    from dglx_dist.prepare import resolve_dataset
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # the default unit costs
+    ran = []
+    monkeypatch.setattr(harness, "run_strategy", lambda name, setup, extra, target: ran.append(
+        (name, dict(extra[name]))) or {"note": "sampled mini-batches", "epoch_time": 1.0})
+    node = harness.systems({"auto": ["cache_mb=5"]})
+    assert "auto" in node and "auto" not in harness.systems({}, "link")
+    setup = Setup(data=resolve_dataset("cora"), num_classes=7,
+                  run=RunConfig().updated(job={"memory_limit": 16 << 30}))
+    with caplog.at_level("INFO", "dglx_dist.plan"):
+        row = harness.run_system("auto", node["auto"], setup)
+    (name, options), = ran
+    said = [r.getMessage() for r in caplog.records if r.name == "dglx_dist.plan"]
+    assert len(said) == 2 and said[0].startswith(f"plan: strategy '{name}' with options")
+    assert f"{name} is predicted fastest to accuracy" in said[1]
+    assert name == "distdgl" and options["cache_mb"] == 5.0  # only distdgl takes cache_mb
+    assert (row["system"], row["strategy"]) == (f"auto ({name})", name)
+    assert row["plan"]["summary"] == said[0] and row["plan"]["why"] == said[1]
+    assert row["note"].startswith("planned: ") and row["note"].endswith("sampled mini-batches")
+    monkeypatch.setattr(suite, "run_system", lambda name, runner, setup: {"system": name})
+    args = types.SimpleNamespace(strategy_opt=[], repeat=1, systems=None)
+    rows = suite.run_all(args, setup, suite.KINDS["graph"])
+    assert rows and "auto" not in {r["system"] for r in rows}  # not by default
+    args.systems = ["auto"]
+    assert [r["system"] for r in suite.run_all(args, setup, suite.KINDS["graph"])] == ["auto"]

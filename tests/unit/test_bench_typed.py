@@ -85,7 +85,7 @@ def test_the_kind_of_a_dataset_chooses_its_systems(tmp_path):
     assert kind_of(tmp_path / "mag") == "typed" and kind_of(builtin_path("cora")) == "graph"
     assert PRESETS["mag-small"].kind == "typed" and PRESETS["tiny"].kind == "graph"
     typed = KINDS["typed"].systems({})
-    assert set(typed) == {"dgl-distdgl"} | {n for n in STRATEGIES.names()
+    assert set(typed) == {"dgl-distdgl", "auto"} | {n for n in STRATEGIES.names()
                                             if STRATEGIES.get(n).capabilities.typed_graphs}
     assert {"distdgl", "p3"} <= set(typed) and "dorylus" not in typed
     assert KINDS["typed"].model == "rgcn" and KINDS["graph"].model is None

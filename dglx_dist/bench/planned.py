@@ -1,0 +1,70 @@
+"""``dglx bench --systems auto``: the plan of a benchmark's setup (``dglx plan``'s, the one
+:func:`~dglx_dist.planner.auto.resolve` that ``dglx train --strategy auto`` uses): the
+setup's dataset, model and batching on its servers and ranks, with a server's share of this
+machine's memory (``--memory-limit``, else its total: every rank of a benchmark runs here),
+among the strategies that can run the benchmark's model and kind of dataset. The row it runs
+is named :func:`row_name`, and carries the plan's two lines (:func:`plan_fields`)."""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+from dglx_dist.bench.shared import Setup
+from dglx_dist.config import AUTO
+
+__all__ = ["plan_fields", "plan_setup", "row_name", "server_memory"]
+
+
+def row_name(strategy: str) -> str:
+    """What the table, the figure and results.jsonl call the row: ``auto (distdgl)``."""
+    return f"{AUTO} ({strategy})"
+
+
+def server_memory(setup: Setup) -> float:
+    """A server's memory: its ranks' share of ``--memory-limit`` or of this machine's total
+    (all of the benchmark's ranks run on this machine)."""
+    import psutil
+
+    limit = setup.run.job.memory_limit or psutil.virtual_memory().total
+    return limit * setup.ranks_per_server / setup.world
+
+
+def _given(options: Mapping[str, Any] | Sequence[str]) -> dict[str, Any]:
+    """``--strategy-opt auto:KEY=VALUE``'s options (keywords, or the sweeps' ``KEY=VALUE``s)."""
+    from dglx_dist.cli_flags import parse_key_values
+
+    return dict(options) if isinstance(options, Mapping) else \
+        parse_key_values(options, f"--strategy-opt {AUTO}:")
+
+
+def plan_setup(setup: Setup, given: Mapping[str, Any] | Sequence[str] = (),
+               accept: Callable[[Any], bool] | None = None):
+    """``(strategy, options, plan)``: the plan's choice for ``setup`` with the ``given``
+    options kept (the workload: the setup's fanouts, batch and depth, as every strategy of
+    the benchmark gets them), among the strategies ``accept`` takes (built); the plan's two
+    lines logged (logger ``dglx_dist.plan``).
+
+    Raises:
+        InsufficientMemoryError: no strategy fits a server's memory.
+        InvalidValueError: no strategy takes the given options.
+    """
+    from dglx_dist.planner import graph_of_directory
+    from dglx_dist.planner.auto import cluster_of, resolve, workload_for
+
+    hidden = setup.run.model.hidden
+    common = {"fanouts": setup.fanouts, "batch_size": setup.batch_size,
+              "num_layers": setup.layers}
+    return resolve(AUTO, _given(given), lambda: graph_of_directory(setup.data, embed_dim=hidden),
+                   lambda: cluster_of(setup.servers, setup.ranks_per_server,
+                                      server_memory(setup)),
+                   lambda options: workload_for(common | dict(options),
+                                                setup.model or setup.run.model.name, hidden,
+                                                setup.layers),
+                   accept=accept)
+
+
+def plan_fields(plan) -> dict[str, Any]:
+    """What a row keeps of its plan: the two lines, the predicted epoch and the options."""
+    choice = plan.choice
+    return {"plan": {"summary": plan.summary(), "why": plan.why(),
+                     "predicted_epoch_s": round(choice.epoch_s, 4),
+                     "options": choice.option_text(), "units": plan.source}}
