@@ -50,7 +50,7 @@ def benches(tmp_path_factory):
     pytest.importorskip("matplotlib")
     dirs = {name: tmp_path_factory.mktemp(name) for name in ("tiny", "link", "typed")}
     network, systems = _tiny_network(dirs["tiny"])
-    jobs = {"tiny": _job(dirs["tiny"], "--preset", "tiny", "--systems", systems,
+    jobs = {"tiny": _job(dirs["tiny"], "--preset", "tiny", "--systems", systems + ",auto",
                          network=network),
             "link": _job(dirs["link"], "--task", "link", "--data", "cora", "--systems",
                          "dgl-distdgl,distdgl", "--train-edges", "2000", "--hidden", "32",
@@ -71,14 +71,15 @@ def _rows(out, r) -> tuple[list[dict], object]:
 
 
 def test_bench_tiny_three_systems_on_the_emulated_network(benches):
-    """The tiny preset with single-process DGL, DGL's DistDGL and distdgl in one run (one run
-    instead of two: the suite's time budget). DGL's machines sit in the emulated servers'
+    """The tiny preset with single-process DGL, DGL's DistDGL, distdgl (and ``auto``, below)
+    in one run (one run instead of several: the suite's time budget). DGL's machines sit in the emulated servers'
     namespaces, as ours: the same shaped link, and its inter-server bytes read from the
     namespaces' interface counters. Where this machine cannot emulate, the bench refuses
     `--network 1g` saying why, and the run goes on virtual servers."""
     (rows, r, out), (network, systems) = benches[0]["tiny"], benches[1]
     by = {row["system"]: row for row in rows}
-    assert set(by) == set(systems.split(",")) and not any("error" in row for row in rows)
+    assert set(by) - {row["system"] for row in rows if "plan" in row} == set(
+        systems.split(",")) and not any("error" in row for row in rows)
     shown = "emulated-1g" if network == "1g" else "virtual"
     assert by["distdgl"]["network"] == shown and by["distdgl"]["strategy"] == "distdgl"
     assert by["distdgl"]["bytes_inter"] > 0  # two servers: features and gradients cross
@@ -139,19 +140,17 @@ def test_bench_typed_preset_runs_dgl_distdgl_and_distdgl(benches):
     assert "Against DGL's DistDGL in the same run" in r.stdout and "| distdgl |" in r.stdout
 
 
-def test_bench_auto_runs_the_strategy_the_plan_picks(tmp_path):
-    """``--systems auto`` on the tiny preset: the plan's two lines logged once, and the
+def test_bench_auto_runs_the_strategy_the_plan_picks(benches):
+    """``auto`` among the tiny run's systems: the plan's two lines logged once, and the
     strategy it picked run with the plan's options, in a row named ``auto (STRATEGY)``."""
-    r = subprocess.run(capture_output=True, text=True, **_job(
-        tmp_path, "--preset", "tiny", "--systems", "auto", "--no-plot"))
-    assert r.returncode == 0, r.stderr[-4000:]
+    (rows, r, _), (network, _) = benches[0]["tiny"], benches[1]
     said = [ln.split("dglx_dist.plan: ", 1)[1] for ln in r.stderr.splitlines()
             if "dglx_dist.plan: " in ln]
     assert len(said) == 2 and said[0].startswith("plan: strategy '"), said
     chosen = said[0].split("'")[1]
     assert f"{chosen} is predicted fastest to accuracy" in said[1]
-    (row,) = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").open()]
+    (row,) = [row for row in rows if "plan" in row]
     assert (row["system"], row["strategy"]) == (f"auto ({chosen})", chosen), row
     assert row["plan"]["summary"] == said[0] and "error" not in row
-    assert row["epochs"] == 2 and 0.3 <= row["val_acc"] <= 1, row
-    assert f"| auto ({chosen}) | virtual |" in r.stdout
+    shown = "emulated-1g" if network == "1g" else "virtual"
+    assert f"| auto ({chosen}) | {shown} |" in r.stdout
