@@ -32,7 +32,7 @@ CORE_STAMP := $(CORE_VENV)/.dglx_dist-core-installed
 # The tests of the DGL-free layers (data, partition, runtime, comm, health, KVStore, autograd
 # exchanges, checkpoint files and layout, offload tasks, sampling and each strategy's loader);
 # tests marked `dgl` in them are left out.
-CORE_TESTS := tests/unit/test_import_boundary.py tests/unit/test_book.py \
+CORE_TESTS := tests/unit/test_import_boundary.py tests/unit/test_book.py tests/unit/test_aggregate.py \
 	tests/unit/test_checkpoint_files.py tests/unit/test_checkpoint_layout.py \
 	tests/unit/test_data.py tests/unit/test_graph.py tests/unit/test_hetero_data.py \
 	tests/unit/test_mag.py \

@@ -80,6 +80,14 @@ def _stats(values: list[float]) -> str:
     return f"{statistics.median(values):.4f} ({min(values):.4f}..{max(values):.4f})"
 
 
+def _phases(ok: list[dict]) -> str:
+    """The median forward / backward phase ("-" where the strategy reports none: dorylus)."""
+    if any(r["forward"] is None or r["backward"] is None for r in ok):
+        return "-"
+    return "{:.4f} / {:.4f}".format(statistics.median(r["forward"] for r in ok),
+                                    statistics.median(r["backward"] for r in ok))
+
+
 def table(runs: list[dict], strategies, arms) -> list[dict]:
     """Per strategy: each arm's median epoch time (range), forward and backward medians,
     and (a)/(b): the DGL-free arm over dgl.nn's."""
@@ -93,9 +101,7 @@ def table(runs: list[dict], strategies, arms) -> list[dict]:
                 continue
             med[arm] = statistics.median(r["epoch_time"] for r in ok)
             row[arm] = _stats([r["epoch_time"] for r in ok])
-            row[f"{arm} fwd/bwd"] = "{:.4f} / {:.4f}".format(
-                statistics.median(r["forward"] for r in ok),
-                statistics.median(r["backward"] for r in ok))
+            row[f"{arm} fwd/bwd"] = _phases(ok)
         if "nodgl-dglx" in med and "dgl-dgl" in med:
             row["nodgl-dglx / dgl-dgl"] = round(med["nodgl-dglx"] / med["dgl-dgl"], 2)
         out.append(row)

@@ -12,6 +12,7 @@ import math
 import torch
 from torch import nn
 
+from dglx_dist.convs.message import copy_e_sum
 from dglx_dist.errors import InvalidValueError
 
 __all__ = ["TypedLinear", "RelGraphConv"]
@@ -141,11 +142,10 @@ class RelGraphConv(nn.Module):
         DGL's) from the sources' rows ``feat``, with each edge's relation ``etypes`` (in the
         order of ``g``'s edges) and ``norm`` (a row per edge; None: 1). ``presorted``: the
         edges are in the order of their relations."""
-        src, dst = (x.long() for x in g.edges())
-        msg = self.linear_r(feat.index_select(0, src), etypes, presorted)
+        msg = self.linear_r(feat.index_select(0, g.edges()[0].long()), etypes, presorted)
         if norm is not None:
             msg = msg * norm
-        h = msg.new_zeros((g.num_dst_nodes(), msg.shape[1])).index_add(0, dst, msg)
+        h = copy_e_sum(g, msg)
         if self.layer_norm:
             h = self.layer_norm_weight(h)
         if self.bias:

@@ -108,6 +108,9 @@ class Block(Typed):
         dgl_form: DGL's block of the structure (one type: its graph index), once
             :meth:`to_dgl` built it (shared by the local copies: a static block is converted
             once, its formats built once).
+        layout: the edges grouped by destination and by source
+            (:class:`~dglx_dist.convs.aggregate.Layout`), once a conv's sum built it (shared
+            by the local copies, as ``dgl_form``; a copy on another device builds its own).
     """
 
     kind = "block"  # in errors (not a field)
@@ -125,6 +128,7 @@ class Block(Typed):
     all_etypes: bool = False
     frames: dict = dataclasses.field(default_factory=dict, repr=False)
     dgl_form: list = dataclasses.field(default_factory=list, repr=False)
+    layout: list = dataclasses.field(default_factory=list, repr=False)
 
     @classmethod
     def untyped(cls, dst_nodes: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
@@ -388,7 +392,7 @@ def _mapped(block: Block, fn) -> Block:
     """``block`` with ``fn`` applied to its tensors and to the tensors among its rows; the
     attributes set on it besides its fields (a loader step's state) go with it, as DGL's
     ``to`` keeps a graph's."""
-    moved = map_tensors(dataclasses.replace(block, frames={}, dgl_form=[]), fn)
+    moved = map_tensors(dataclasses.replace(block, frames={}, dgl_form=[], layout=[]), fn)
     fields = {f.name for f in dataclasses.fields(block)}
     for name, value in vars(block).items():
         if name not in fields:

@@ -1,0 +1,188 @@
+"""Sums over a block's edges by destination, without a row per edge: the kernels behind
+:mod:`~dglx_dist.convs.message` on the package's blocks.
+
+A block's :class:`Layout` is its edges grouped by destination (each group in edge order, as
+DGL's in-edge CSR has them) and, for the backward, by source; it is built once per block and
+kept on it (:attr:`~dglx_dist.sampling.block.Block.layout`: the block is the batch, so the
+layout goes where the batch goes and is dropped with it).
+
+Each sum is an autograd function whose forward and backward are both one fused gather-sum,
+the backward over the reversed layout:
+
+- without weights, ``embedding_bag(mode="sum")`` over the grouped sources;
+- with one weight per edge, a CSR product (``torch.sparse.mm``) whose values are the
+  weights; ``embedding_bag``'s ``per_sample_weights`` would do it too, but on CPU it
+  multiplies and adds in one rounding (fused multiply-add), so float32 sums differ from
+  DGL's in the last bits, while the CSR product rounds the product and the sum apart, as
+  DGL's kernel and ``index_add`` of weighted rows do;
+- ``copy_e_sum`` (a row per edge already made: R-GCN's messages) is ``embedding_bag`` over
+  the edges in their groups' order, its backward each edge's destination's gradient row.
+
+Each destination adds its rows in edge order, one after the other, as DGL's CPU kernels and
+``index_add`` do: on CPU the float32 results are DGL's bit for bit (checked in
+tests/unit/test_aggregate.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import torch
+from torch.nn import functional as F
+
+__all__ = ["Layout", "layout_of", "sum_by_dst", "weighted_sum_by_dst", "copy_e_sum"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """A block's edges grouped by destination and by source.
+
+    Attributes:
+        order: the edge ids grouped by destination (stable: edge order in each group).
+        src: each of those edges' source (``src[order]``).
+        offsets: where each destination's group starts in ``order`` (and the end: D + 1).
+        rorder: the edge ids grouped by source (stable).
+        rdst: each of those edges' destination (``dst[rorder]``).
+        roffsets: where each source's group starts in ``rorder`` (S + 1).
+        edge_src: each edge's source, in edge order (int64).
+        edge_dst: each edge's destination, in edge order (int64).
+    """
+
+    order: torch.Tensor
+    src: torch.Tensor
+    offsets: torch.Tensor
+    rorder: torch.Tensor
+    rdst: torch.Tensor
+    roffsets: torch.Tensor
+    edge_src: torch.Tensor
+    edge_dst: torch.Tensor
+
+    @classmethod
+    def of_edges(cls, src: torch.Tensor, dst: torch.Tensor, num_src: int,
+                 num_dst: int) -> "Layout":
+        src, dst = src.long(), dst.long()
+        order, offsets = _grouped(dst, num_dst)
+        rorder, roffsets = _grouped(src, num_src)
+        return cls(order, src.index_select(0, order), offsets, rorder,
+                   dst.index_select(0, rorder), roffsets, src, dst)
+
+    @property
+    def in_degrees(self) -> torch.Tensor:
+        return self.offsets.diff()
+
+    @property
+    def out_degrees(self) -> torch.Tensor:
+        return self.roffsets.diff()
+
+    @property
+    def num_edges(self) -> int:
+        return self.order.numel()
+
+
+def _grouped(key: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The positions of ``key`` grouped by value (stable), and each group's start (and end).
+    The key is sorted as int32 where its values allow (half the bytes: twice as fast here)."""
+    small = groups < 2 ** 31 and key.numel() < 2 ** 31
+    order = torch.argsort(key.int() if small else key, stable=True)
+    counts = torch.bincount(key, minlength=groups)
+    return order, torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+
+
+def layout_of(block) -> Layout:
+    """The block's :class:`Layout`: the one kept on it (built on first use), or a new one for
+    a graph that has no place to keep it."""
+    kept = getattr(block, "layout", None)
+    if isinstance(kept, list) and kept:
+        return kept[0]
+    src, dst = block.edges()
+    layout = Layout.of_edges(src, dst, block.num_src_nodes(), block.num_dst_nodes())
+    if isinstance(kept, list):
+        kept.append(layout)
+    return layout
+
+
+def sum_by_dst(layout: Layout, h: torch.Tensor) -> torch.Tensor:
+    """Each destination's sum of its sources' rows of ``h`` (any trailing shape)."""
+    flat = h.reshape(h.shape[0], -1)
+    out = _Sum.apply(flat, layout)
+    return out.view(out.shape[0], *h.shape[1:])
+
+
+def weighted_sum_by_dst(layout: Layout, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Each destination's sum of its sources' rows of ``h``, each times its edge's
+    ``weight`` (one number per edge, any shape of E elements)."""
+    flat = h.reshape(h.shape[0], -1)
+    out = _WeightedSum.apply(flat, weight.reshape(-1).to(h.dtype), layout)
+    return out.view(out.shape[0], *h.shape[1:])
+
+
+def copy_e_sum(layout: Layout, rows: torch.Tensor) -> torch.Tensor:
+    """Each destination's sum of its in-edges' ``rows`` (a row per edge)."""
+    flat = rows.reshape(rows.shape[0], -1)
+    out = _EdgeSum.apply(flat, layout)
+    return out.view(out.shape[0], *rows.shape[1:])
+
+
+def _bags(indices: torch.Tensor, rows: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """Each group's sum of ``rows[indices]`` (groups by ``offsets``, D + 1 of them)."""
+    if indices.numel() == 0 or rows.shape[1] == 0:
+        return rows.new_zeros((offsets.numel() - 1, rows.shape[1]))
+    return F.embedding_bag(indices, rows, offsets[:-1], mode="sum")
+
+
+class _Sum(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, h, layout):
+        ctx.layout = layout
+        return _bags(layout.src, h.contiguous(), layout.offsets)
+
+    @staticmethod
+    def backward(ctx, grad):
+        layout = ctx.layout
+        return _bags(layout.rdst, grad.contiguous(), layout.roffsets), None
+
+
+def _csr(offsets, columns, values, shape) -> torch.Tensor:
+    with warnings.catch_warnings():  # "sparse CSR support is in beta": the product works
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(offsets, columns, values, shape)
+
+
+def _product(offsets, columns, values, rows: torch.Tensor) -> torch.Tensor:
+    """The CSR matrix (``offsets``, ``columns``, ``values``) times ``rows``."""
+    out_rows = offsets.numel() - 1
+    if columns.numel() == 0 or rows.shape[1] == 0:
+        return rows.new_zeros((out_rows, rows.shape[1]))
+    matrix = _csr(offsets, columns, values, (out_rows, rows.shape[0]))
+    return torch.sparse.mm(matrix, rows.contiguous())
+
+
+class _WeightedSum(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, h, weight, layout):
+        ctx.layout = layout
+        ctx.save_for_backward(h, weight)
+        return _product(layout.offsets, layout.src, weight.index_select(0, layout.order), h)
+
+    @staticmethod
+    def backward(ctx, grad):
+        layout, (h, weight) = ctx.layout, ctx.saved_tensors
+        grad_h = grad_w = None
+        if ctx.needs_input_grad[0]:
+            grad_h = _product(layout.roffsets, layout.rdst,
+                              weight.index_select(0, layout.rorder), grad)
+        if ctx.needs_input_grad[1]:  # each edge's message's gradient, dotted with its row
+            grad_w = (grad.index_select(0, layout.edge_dst) *
+                      h.index_select(0, layout.edge_src)).sum(-1)
+        return grad_h, grad_w, None
+
+
+class _EdgeSum(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, rows, layout):
+        ctx.layout = layout
+        return _bags(layout.order, rows.contiguous(), layout.offsets)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.index_select(0, ctx.layout.edge_dst), None
