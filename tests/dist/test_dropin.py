@@ -704,7 +704,8 @@ def _rows_written_by_a_peer(session, cache):
             break
         fresh.append(torch.equal(g.ndata["feat"][input_nodes],
                                  g.ndata["feat"][input_nodes.tolist()]))
-        if session.rank == 0:
+        g.barrier()  # every rank read this step's rows before rank 0 writes (else a slow
+        if session.rank == 0:  # rank's first read could see the write: a race, not a stale row)
             g.ndata["feat"][everyone] = g.ndata["feat"][everyone] + 1
         g.barrier()
     g.close()
