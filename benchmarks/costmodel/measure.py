@@ -7,15 +7,11 @@ from __future__ import annotations
 
 import math
 import os
-import socket
-import statistics
-import threading
-import time
-from typing import Callable
 
 import numpy as np
 
 from dglx_dist.planner.shapes import GraphShape, Units, degree_quantiles
+from dglx_dist.planner.units import loopback_s_per_byte, median_s
 from dglx_dist.data.dataset import GraphDataset
 
 __all__ = ["measure_graph", "measure_units", "metis_layout"]
@@ -45,43 +41,6 @@ def measure_graph(data: str | os.PathLike | GraphDataset, parts: int = 8) -> Gra
                       edge_cuts=cuts, rel_degrees=degree_quantiles(degrees))
 
 
-def _median_s(fn: Callable[[], None], repeat: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def _loopback_s_per_byte(total: int, repeat: int) -> float:
-    """Seconds per byte sent from one thread to another over a TCP loopback connection."""
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        client = socket.create_connection(server.getsockname())
-        peer, _ = server.accept()
-    chunk = b"\0" * min(total, 1 << 20)
-    total -= total % len(chunk)  # whole chunks
-
-    def drain() -> None:
-        left = total
-        while left:
-            left -= len(peer.recv(min(left, 1 << 20)))
-
-    def once() -> None:
-        reader = threading.Thread(target=drain)
-        reader.start()
-        for _ in range(total // len(chunk)):
-            client.sendall(chunk)
-        reader.join()
-
-    try:
-        return _median_s(once, repeat) / total
-    finally:
-        client.close()
-        peer.close()
-
-
 def measure_units(nodes: int = 200_000, edges: int = 2_000_000, repeat: int = 5,
                   seed: int = 0, loopback_bytes: int = 64 << 20) -> Units:
     """The unit costs on a random graph of ``nodes`` and ``edges`` (one thread)."""
@@ -95,17 +54,17 @@ def measure_units(nodes: int = 200_000, edges: int = 2_000_000, repeat: int = 5,
         g = dgl.rand_graph(nodes, edges)
         seeds = torch.randperm(nodes)[:min(nodes, 2000)]
         counted = dgl.sampling.sample_neighbors(g, seeds, 10).num_edges()
-        sample = _median_s(lambda: dgl.to_block(dgl.sampling.sample_neighbors(g, seeds, 10),
+        sample = median_s(lambda: dgl.to_block(dgl.sampling.sample_neighbors(g, seeds, 10),
                                                 seeds), repeat) / counted
         table = torch.randn(nodes, 128)
         rows = torch.randint(0, nodes, (min(nodes, 50_000),))
-        gather = _median_s(lambda: table.index_select(0, rows), repeat) / (rows.numel() * 512)
+        gather = median_s(lambda: table.index_select(0, rows), repeat) / (rows.numel() * 512)
         x = torch.randn(nodes, 64)
-        spmm = _median_s(lambda: dgl.ops.copy_u_sum(g, x), repeat) / (edges * 64)
+        spmm = median_s(lambda: dgl.ops.copy_u_sum(g, x), repeat) / (edges * 64)
         a, b = torch.randn(20_000, 128), torch.randn(128, 64)
-        dense = _median_s(lambda: torch.mm(a, b), repeat) / (2 * a.shape[0] * 128 * 64)
+        dense = median_s(lambda: torch.mm(a, b), repeat) / (2 * a.shape[0] * 128 * 64)
     finally:
         torch.set_num_threads(threads)
     return Units(sample_s_per_edge=sample, gather_s_per_byte=gather,
                  spmm_s_per_edge_dim=spmm, dense_s_per_flop=dense,
-                 intra_s_per_byte=_loopback_s_per_byte(loopback_bytes, repeat))
+                 intra_s_per_byte=loopback_s_per_byte(loopback_bytes, repeat))

@@ -26,6 +26,7 @@ from dglx_dist.planner.predict import Calibration
 from dglx_dist.planner.shapes import Units
 
 __all__ = ["DEFAULT_LINK_GBIT", "DEFAULT_UNITS", "EPOCHS", "Measured", "OVERHEAD_S_PER_STEP",
+           "loopback_s_per_byte", "median_s",
            "calibration", "load_measured", "measure_units", "save_measured", "units_path"]
 
 log = logging.getLogger(__name__)
@@ -120,7 +121,7 @@ def save_measured(changes: Mapping[str, Any], path: Path | None = None) -> Path:
     return path
 
 
-def _median_s(fn: Callable[[], Any], repeat: int) -> float:
+def median_s(fn: Callable[[], Any], repeat: int) -> float:
     fn()  # warm-up
     times = []
     for _ in range(repeat):
@@ -130,13 +131,13 @@ def _median_s(fn: Callable[[], Any], repeat: int) -> float:
     return statistics.median(times)
 
 
-def _loopback_s_per_byte(total: int, repeat: int) -> float:
+def loopback_s_per_byte(total: int, repeat: int) -> float:
     """Seconds per byte sent from one thread to another over a TCP loopback connection."""
     with socket.create_server(("127.0.0.1", 0)) as server:
         client = socket.create_connection(server.getsockname())
         peer, _ = server.accept()
-    chunk = b"\0" * (1 << 20)
-    total -= total % len(chunk)
+    chunk = b"\0" * min(total, 1 << 20)
+    total -= total % len(chunk)  # whole chunks
 
     def drain() -> None:
         left = total
@@ -151,7 +152,7 @@ def _loopback_s_per_byte(total: int, repeat: int) -> float:
         reader.join()
 
     try:
-        return _median_s(once, repeat) / total
+        return median_s(once, repeat) / total
     finally:
         client.close()
         peer.close()
@@ -159,9 +160,12 @@ def _loopback_s_per_byte(total: int, repeat: int) -> float:
 
 def measure_units(nodes: int = 100_000, edges: int = 1_000_000, repeat: int = 3) -> Units:
     """This machine's unit costs on one thread, with torch alone: a row gather, message
-    passing as ``index_add_`` over a random graph, ``torch.mm``, TCP over loopback. Sampling
-    is not measured (DGL's sampler was; the default stays)."""
+    passing as the package sums a block's rows (:func:`~dglx_dist.convs.aggregate.sum_by_dst`)
+    on a random graph, ``torch.mm``, TCP over loopback. Sampling is not measured (DGL's
+    sampler was; the default stays)."""
     import torch
+
+    from dglx_dist.convs.aggregate import Layout, sum_by_dst
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -171,14 +175,14 @@ def measure_units(nodes: int = 100_000, edges: int = 1_000_000, repeat: int = 3)
         dst = torch.randint(0, nodes, (edges,), generator=gen)
         table = torch.randn(nodes, 128, generator=gen)
         rows = torch.randint(0, nodes, (50_000,), generator=gen)
-        gather = _median_s(lambda: table.index_select(0, rows), repeat) / (rows.numel() * 512)
-        x, out = torch.randn(nodes, 64, generator=gen), torch.zeros(nodes, 64)
-        spmm = _median_s(lambda: out.index_add_(0, dst, x.index_select(0, src)),
-                         repeat) / (edges * 64)
+        gather = median_s(lambda: table.index_select(0, rows), repeat) / (rows.numel() * 512)
+        x = torch.randn(nodes, 64, generator=gen)
+        layout = Layout.of_edges(src, dst, nodes, nodes)
+        spmm = median_s(lambda: sum_by_dst(layout, x), repeat) / (edges * 64)
         a, b = torch.randn(20_000, 128, generator=gen), torch.randn(128, 64, generator=gen)
-        dense = _median_s(lambda: torch.mm(a, b), repeat) / (2 * a.shape[0] * 128 * 64)
+        dense = median_s(lambda: torch.mm(a, b), repeat) / (2 * a.shape[0] * 128 * 64)
     finally:
         torch.set_num_threads(threads)
     return dataclasses.replace(DEFAULT_UNITS, gather_s_per_byte=gather, spmm_s_per_edge_dim=spmm,
                                dense_s_per_flop=dense,
-                               intra_s_per_byte=_loopback_s_per_byte(32 << 20, repeat))
+                               intra_s_per_byte=loopback_s_per_byte(32 << 20, repeat))
