@@ -87,17 +87,17 @@ def test_no_edges_gives_zeros():
         out.sum().backward()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-@pytest.mark.parametrize("case", CASES)
-def test_sums_on_cuda_equal_the_hosts(case):
-    block, shape, wshape = _block(), *CASES[case]
-    h = _rows(NODES, *shape, scale=1.0)
-    w = None if wshape is None else _rows(EDGES, *wshape, seed=2, scale=1.0)
-    host = _with_grads(lambda: message.u_mul_e_sum(block, h, w), [h, w])
-    hc, wc = (None if x is None else x.detach().cuda().requires_grad_() for x in (h, w))
-    dev = _with_grads(lambda: message.u_mul_e_sum(block.to("cuda"), hc, wc), [hc, wc])
-    for a, b in zip(dev, host, strict=True):
-        torch.testing.assert_close(a.cpu(), b, atol=1e-4, rtol=1e-5)
+if torch.cuda.is_available():  # defined where CUDA exists (the GPU checklist runs this file)
+    @pytest.mark.parametrize("case", CASES)
+    def test_sums_on_cuda_equal_the_hosts(case):
+        block, shape, wshape = _block(), *CASES[case]
+        h = _rows(NODES, *shape, scale=1.0)
+        w = None if wshape is None else _rows(EDGES, *wshape, seed=2, scale=1.0)
+        host = _with_grads(lambda: message.u_mul_e_sum(block, h, w), [h, w])
+        hc, wc = (None if x is None else x.detach().cuda().requires_grad_() for x in (h, w))
+        dev = _with_grads(lambda: message.u_mul_e_sum(block.to("cuda"), hc, wc), [hc, wc])
+        for a, b in zip(dev, host, strict=True):
+            torch.testing.assert_close(a.cpu(), b, atol=1e-4, rtol=1e-5)
 
 
 @pytest.mark.dgl
