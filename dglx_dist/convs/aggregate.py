@@ -81,9 +81,13 @@ class Layout:
 
 def _grouped(key: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The positions of ``key`` grouped by value (stable), and each group's start (and end).
-    The key is sorted as int32 where its values allow (half the bytes: twice as fast here)."""
-    small = groups < 2 ** 31 and key.numel() < 2 ** 31
-    order = torch.argsort(key.int() if small else key, stable=True)
+    A key in order already is not sorted again; else it is sorted as int32 where its values
+    allow (half the bytes: twice as fast here)."""
+    if key.numel() < 2 or bool((key[1:] >= key[:-1]).all()):  # grouped already: a sampler's
+        order = torch.arange(key.numel(), device=key.device)  # destinations come in order
+    else:
+        small = groups < 2 ** 31 and key.numel() < 2 ** 31
+        order = torch.argsort(key.int() if small else key, stable=True)
     counts = torch.bincount(key, minlength=groups)
     return order, torch.cat([counts.new_zeros(1), counts.cumsum(0)])
 
