@@ -32,7 +32,9 @@ __all__ = ["RankZeroParser", "reporting_rank", "one_line", "report", "tell_launc
 
 LATER_S = 10  # how much later a rank that saw another's failure dates its error file
 _LEFT = "dglx/left/{}"  # a store key: the reporting rank of a failure has left
-ASIDE_S = 2.0  # how long a rank that does not report a failure waits for the one that does
+ASIDE_S = 4.0  # how long a rank that does not report a failure waits for the one that does
+# (after the reporter said it left: 2 s was seen too short for its interpreter to end on a busy
+# machine, and torchrun then stopped it and took the waiting rank's error as the root cause)
 D = TypeVar("D", bound=DglxError)
 # dglx_dist itself, the standard library and installed packages: not the user's script
 _NOT_USER_CODE = tuple({os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
