@@ -98,8 +98,8 @@ def u_mul_e_max(block, h: torch.Tensor, weight: torch.Tensor | None) -> torch.Te
 
         return dgl.ops.copy_u_max(block, h) if weight is None else \
             dgl.ops.u_mul_e_max(block, h, weight.to(h))
-    layout = layout_of(block)
-    return _max_per_dst(block, layout.edge_dst, _messages(h, layout.edge_src, weight))
+    src, dst = (x.long() for x in block.edges())  # no grouping built for a max alone
+    return _max_per_dst(block, dst, _messages(h, src, weight))
 
 
 def edge_softmax(block, logits: torch.Tensor) -> torch.Tensor:
