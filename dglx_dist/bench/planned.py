@@ -63,8 +63,11 @@ def plan_setup(setup: Setup, given: Mapping[str, Any] | Sequence[str] = (),
 
 
 def plan_fields(plan) -> dict[str, Any]:
-    """What a row keeps of its plan: the two lines, the predicted epoch and the options."""
+    """What a row keeps of its plan: the two lines, the predicted epoch and the options, and
+    every strategy's row (``dglx plan``'s: predicted epoch, what it is ranked by, whether it
+    fits), which ``benchmarks/plan_check.py`` compares with the measured rows."""
     choice = plan.choice
     return {"plan": {"summary": plan.summary(), "why": plan.why(),
                      "predicted_epoch_s": round(choice.epoch_s, 4),
-                     "options": choice.option_text(), "units": plan.source}}
+                     "options": choice.option_text(), "units": plan.source,
+                     "rows": [r.public() for r in plan.rows]}}

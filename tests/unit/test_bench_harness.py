@@ -326,6 +326,13 @@ def test_auto_runs_the_plans_choice_in_a_row_named_for_it(tmp_path, monkeypatch,
     assert name == "distdgl" and options["cache_mb"] == 5.0  # only distdgl takes cache_mb
     assert (row["system"], row["strategy"]) == (f"auto ({name})", name)
     assert row["plan"]["summary"] == said[0] and row["plan"]["why"] == said[1]
+    rows = row["plan"]["rows"]  # every strategy planned (those that take cache_mb), best first
+    planned = rows[0]
+    assert planned["strategy"] == name and len({r["strategy"] for r in rows}) == len(rows) > 1
+    assert [r["rank_s"] for r in rows if r["fits"] != "no"] == sorted(
+        r["rank_s"] for r in rows if r["fits"] != "no")  # its epoch to 3 digits, as plan's
+    assert abs(planned["epoch_s"] - row["plan"]["predicted_epoch_s"]) <= 0.005 * planned[
+        "epoch_s"] + 5e-5
     assert row["note"].startswith("planned: ") and row["note"].endswith("sampled mini-batches")
     monkeypatch.setattr(suite, "run_system", lambda name, runner, setup: {"system": name})
     args = types.SimpleNamespace(strategy_opt=[], repeat=1, systems=None)

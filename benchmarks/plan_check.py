@@ -1,0 +1,255 @@
+"""Is the plan right? ``dglx bench`` of every strategy and ``auto`` in twelve configurations on
+the emulated cluster, each varying one thing the strategies are sensitive to; for each, the
+measured ranking beside the plan's, and whether the plan's pick (the ``auto (STRATEGY)`` row,
+run with the plan's options) was the measured fastest or within 10% of it.
+
+    python -m benchmarks.plan_check --workdir plan-check          # root (emulated links)
+    python -m benchmarks.plan_check --only base,f16 --list        # what would run
+
+"Fastest" is the time to accuracy as the plan ranks it: the epochs until val_acc first
+reached the bench's target (0.95 x the best row's final) times the median epoch after the
+first (the first epoch's warm-up is a start-up cost the plan does not model, and on these
+small graphs it would be most of the bench's own ``time_to_accuracy``); for link prediction
+(no accuracy target) the median epoch. A row that did not reach the target, failed or did
+not fit ranks last. Every
+configuration's ``dglx bench`` output stays in ``WORKDIR/runs/NAME`` and is reused when
+complete, so an interrupted check goes on where it stopped. Prints JSON, then the markdown
+table; ``--plot`` draws predicted against measured epoch time, one point per strategy and
+configuration (docs/choosing.md).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks.sweeps.common import emit_json, emit_text
+from dglx_dist.report import markdown_table
+
+log = logging.getLogger("dglx_dist.bench")
+
+STRATEGY_SYSTEMS = ("distdgl", "p3", "granndis", "dorylus", "fullgraph")
+WITHIN = 1.10
+"""The pick counts as right when its measured time is at most this times the fastest's."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Graph:
+    """A dataset made by ``dglx datagen`` with these flags (cached in WORKDIR/data/NAME)."""
+
+    name: str
+    flags: tuple[str, ...]
+
+
+TINY = ("--num-nodes", "20000", "--num-edges", "300000", "--num-classes", "16")
+GRAPHS = {g.name: g for g in (
+    Graph("tiny-f128", (*TINY, "--feat-dim", "128")),
+    Graph("tiny-f16", (*TINY, "--feat-dim", "16")),
+    Graph("tiny-f1024", (*TINY, "--feat-dim", "1024")),
+    Graph("small", ("--num-nodes", "200000", "--num-edges", "2000000", "--num-classes", "16",
+                    "--feat-dim", "128")),
+    Graph("g1m", ("--num-nodes", "1000000", "--num-edges", "20000000", "--num-classes", "16",
+                  "--feat-dim", "128")),
+    Graph("mag-small", ("--preset", "mag-small")))}
+
+BASE = ("--epochs", "6", "--hidden", "64", "--batch-size", "250", "--fanouts", "10,25",
+        "--servers", "2", "--ranks-per-server", "1", "--network", "1g")
+"""Every configuration's flags but the model (a typed graph's is always the R-GCN)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One configuration: a graph, ``dglx bench``'s flags (later ones win over BASE's), and
+    what it varies."""
+
+    name: str
+    graph: str
+    flags: tuple[str, ...]
+    varies: str
+    model: tuple[str, ...] = ("--model", "gcn")
+
+    def argv(self) -> list[str]:
+        return [*BASE, *self.model, *self.flags]
+
+
+CONFIGS = {c.name: c for c in (
+    Config("base", "tiny-f128", (), "the base: 20k nodes, F 128, GCN 2x64, fanouts 10,25, "
+                                   "2 servers x 1 rank, 1 Gbit/s"),
+    Config("f16", "tiny-f16", (), "feature width 16"),
+    Config("f1024", "tiny-f1024", (), "feature width 1024"),
+    Config("deep", "tiny-f128", ("--fanouts", "3,3,3,3,3,3,3,3", "--hidden", "32"),
+           "8 layers (fanout 3 each), hidden 32"),
+    Config("wide", "tiny-f128", ("--fanouts", "100,100"),
+           "fanouts 100,100: full neighbourhoods in the sampled strategies too"),
+    Config("10g", "tiny-f128", ("--network", "10g"), "10 Gbit/s links"),
+    Config("4x1", "tiny-f128", ("--servers", "4"), "4 servers x 1 rank"),
+    Config("2x2", "tiny-f128", ("--ranks-per-server", "2"), "2 ranks a server"),
+    Config("small", "small", ("--epochs", "5", "--batch-size", "1000"),
+           "200k nodes, 2M edges"),
+    Config("1m", "g1m", ("--epochs", "3", "--model", "sage", "--hidden", "32",
+                         "--batch-size", "1000"), "1M nodes, 20M edges; GraphSAGE 2x32"),
+    Config("memory", "tiny-f128", ("--memory-limit", str(3200 << 20)),
+           "3200 MiB for the two servers: granndis's preload does not fit"),
+    Config("typed", "mag-small", ("--epochs", "6", "--batch-size", "128", "--fanouts", "10,10",
+                                  "--hidden", "64"),
+           "a typed graph (ogbn-mag's shape, 1/256), R-GCN", model=()),
+    Config("link", "tiny-f128", ("--task", "link", "--epochs", "3", "--batch-size", "500",
+                                 "--eval-pairs", "500"), "link prediction"),
+)}
+
+
+def dataset(graph: Graph, workdir: Path) -> Path:
+    """The graph's dataset directory, made once."""
+    path = workdir / "data" / graph.name
+    if not (path / "meta.json").is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        log.info("making %s", graph.name)
+        subprocess.run([sys.executable, "-m", "dglx_dist", "datagen", *graph.flags,
+                        "--overwrite", str(path)], check=True, stdout=subprocess.DEVNULL)
+    return path
+
+
+def measure(config: Config, workdir: Path, timeout: float) -> list[dict[str, Any]]:
+    """``dglx bench``'s rows for ``config`` (its every strategy and ``auto``), run once."""
+    out = workdir / "runs" / config.name
+    results = out / "results.jsonl"
+    if not results.is_file():
+        data = dataset(GRAPHS[config.graph], workdir)
+        cmd = [sys.executable, "-m", "dglx_dist", "bench", "--data", str(data), "--systems",
+               ",".join(("auto", *STRATEGY_SYSTEMS)), *config.argv(), "--timeout",
+               str(timeout), "--out", str(out), "--overwrite", "--no-plot"]
+        log.info("%s: %s", config.name, " ".join(cmd[3:]))
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, check=False)
+        if not results.is_file():
+            raise SystemExit(f"plan_check: dglx bench wrote no results for {config.name!r}")
+    return [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+
+
+def _time(row: dict[str, Any], by: str) -> float:
+    """``by``: ``epoch_time`` (the median epoch after the first) or ``time_to_accuracy``
+    (that times the epochs until val_acc first reached the bench's target)."""
+    from dglx_dist.bench.harness import first_reached
+
+    median = None if "error" in row else row.get("epoch_time_median")
+    if median is None:
+        return math.inf
+    if by == "epoch_time":
+        return float(median)
+    reached = first_reached(row["epoch_times"], row["val_acc_per_epoch"], row["target_acc"])
+    return math.inf if reached is None else reached[1] * float(median)
+
+
+def verdict(config: Config, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The configuration's measured and predicted rankings and whether the pick was right."""
+    auto = next((r for r in rows if r["system"].startswith("auto")), None)
+    if auto is None or "plan" not in auto:
+        return {"config": config.name, "varies": config.varies,
+                "error": (auto or {}).get("error", "no auto row")[:200]}
+    by = "time_to_accuracy" if any(r.get("target_acc") for r in rows) else "epoch_time"
+    measured = sorted((r for r in rows if r is not auto), key=lambda r: _time(r, by))
+    fastest = min(_time(r, by) for r in rows)
+    picked = _time(auto, by)
+    predicted = [r["strategy"] for r in auto["plan"]["rows"]]
+    return {"config": config.name, "varies": config.varies, "by": by,
+            "pick": auto["strategy"], "options": auto["plan"]["options"],
+            "pick_s": picked, "fastest": measured[0]["system"] if measured else None,
+            "fastest_s": fastest, "pick_over_fastest": round(picked / fastest, 3)
+            if math.isfinite(picked) and fastest > 0 else None,
+            "right": math.isfinite(picked) and picked <= WITHIN * fastest,
+            "measured_ranking": [_label(r, by) for r in measured],
+            "predicted_ranking": predicted,
+            "points": _points(auto["plan"]["rows"], rows)}
+
+
+def _label(row: dict[str, Any], by: str) -> str:
+    t = _time(row, by)
+    why = "failed" if "error" in row else "not reached"
+    return f"{row['system']} {t:.3g}" if math.isfinite(t) else f"{row['system']} ({why})"
+
+
+def _points(planned: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[dict]:
+    """(predicted, measured) epoch seconds of each strategy the plan and the bench both ran
+    (the measured row with the strategy's defaults; the plan's with its options)."""
+    ran = {r["system"]: r for r in rows if "error" not in r and r.get("epoch_time_median")}
+    return [{"strategy": p["strategy"], "predicted": p["epoch_s"],
+             "measured": ran[p["strategy"]]["epoch_time_median"]}
+            for p in planned if p["strategy"] in ran]
+
+
+def table(verdicts: list[dict[str, Any]]) -> str:
+    """One markdown row per configuration."""
+    return markdown_table([{
+        "config": v["config"], "varies": v["varies"], "pick (options)":
+        f"{v.get('pick')} ({v.get('options') or '-'})" if "pick" in v else v.get("error"),
+        "pick / fastest": v.get("pick_over_fastest"),
+        "measured ranking": ", ".join(v.get("measured_ranking", [])),
+        "predicted ranking": ", ".join(v.get("predicted_ranking", [])),
+        "right": {True: "yes", False: "no"}.get(v.get("right"), "-")} for v in verdicts])
+
+
+def plot(verdicts: list[dict[str, Any]], path: Path) -> None:
+    """Predicted against measured epoch time, log-log, one point per strategy and
+    configuration, a colour per strategy, the line y = x."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 5.5))
+    points = [p | {"config": v["config"]} for v in verdicts for p in v.get("points", [])]
+    for name in STRATEGY_SYSTEMS:
+        mine = [p for p in points if p["strategy"] == name]
+        if mine:
+            ax.scatter([p["measured"] for p in mine], [p["predicted"] for p in mine],
+                       label=name, s=28)
+    if points:
+        lo = min(min(p["measured"], p["predicted"]) for p in points) / 1.5
+        hi = max(max(p["measured"], p["predicted"]) for p in points) * 1.5
+        ax.plot([lo, hi], [lo, hi], color="grey", linestyle="--", label="predicted = measured")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured epoch time (s)")
+    ax.set_ylabel("predicted epoch time (s)")
+    ax.set_title("dglx plan: predicted vs measured epoch time")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--workdir", type=Path, default=Path("plan-check"))
+    p.add_argument("--only", help="comma-separated configurations (default: all)")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
+    p.add_argument("--out", type=Path, help="also write the JSON here")
+    p.add_argument("--plot", type=Path, help="write the predicted-vs-measured PNG here")
+    p.add_argument("--list", action="store_true", help="print the configurations and stop")
+    args = p.parse_args(argv)
+    names = args.only.split(",") if args.only else list(CONFIGS)
+    unknown = [n for n in names if n not in CONFIGS]
+    if unknown:
+        p.error(f"unknown configurations {unknown}; expected some of {', '.join(CONFIGS)}")
+    if args.list:
+        for n in names:
+            emit_text(f"{n}: {CONFIGS[n].varies}: dglx bench {' '.join(CONFIGS[n].argv())}")
+        return 0
+    verdicts = [verdict(CONFIGS[n], measure(CONFIGS[n], args.workdir, args.timeout))
+                for n in names]
+    right = sum(bool(v.get("right")) for v in verdicts)
+    emit_json({"configs": verdicts, "right": right, "of": len(verdicts)}, args.out)
+    emit_text(table(verdicts) + f"\n\nThe pick was the fastest or within "
+              f"{round(100 * (WITHIN - 1))}% of it in {right} of {len(verdicts)}.")
+    if args.plot:
+        plot(verdicts, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    sys.exit(main())
