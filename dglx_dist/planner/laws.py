@@ -218,25 +218,26 @@ def _sampled(graph: GraphShape, work: Workload, steps: int) -> tuple[list[Block]
 
 @law("distdgl")
 def distdgl(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
-    """Owner-compute seeds; a node h hops out is on another server with probability
-    ``1 - (1 - cut(S)) ** h``; remote feature rows are pulled (on a typed graph, the learned
-    rows of featureless types too, and their gradients pushed back), remote frontier nodes
-    are sampled by their owners (ids out, edges back); DDP all-reduces the gradients."""
+    """Owner-compute seeds (the link task's: a share on other servers, :func:`_seeds_away`);
+    a node h hops out is on another server with probability ``1 - (1 - cut(S)) ** h`` (near
+    a remote seed: remote); remote feature rows are pulled (on a typed graph, the learned rows of featureless types
+    too, and their gradients pushed back), remote frontier nodes are sampled by their owners
+    (ids out, edges back); DDP all-reduces the gradients."""
     steps = _steps(graph, work, cluster)
     blocks, base = _sampled(graph, work, steps)
     cut = graph.cut(cluster.servers)
     deg = graph.degrees()
     away = _seeds_away(graph, work, cut, 1 - 1 / cluster.servers)  # 0: the node task's
-    pull = away * (graph.row_bytes + graph.learned_bytes + ID)
-    sample = away * (ID + 2 * ID * _kept(deg, work.fanouts[-1], False))
+    share, row = away / blocks[-1].dst, graph.row_bytes + graph.learned_bytes + ID
+    rows, sample = away, away * (ID + 2 * ID * _kept(deg, work.fanouts[-1], False))
     for hop, b in enumerate(reversed(blocks), 1):
-        remote = b.new * (1 - (1 - cut) ** hop)
-        pull += remote * (graph.row_bytes + graph.learned_bytes + ID)
+        remote = b.new * (1 - (1 - share) * (1 - cut) ** hop)  # near a remote seed: remote
+        rows += remote
         if hop < len(blocks):  # these nodes are the next block's destinations
             fanout = work.fanouts[len(blocks) - hop - 1]
             sample += remote * (ID + 2 * ID * _kept(deg, fanout, True))
     inter, intra = _allreduce(graph, work, cluster, steps)
-    fetched = steps * cluster.world * (pull + sample)
+    fetched = steps * cluster.world * (rows * row + sample)
     rounds = steps * 2 * work.layers + _ring_rounds(cluster, steps) if cluster.servers > 1 else 0
     return dataclasses.replace(base, inter_bytes=inter + fetched, intra_bytes=intra,
                                pull_inter_bytes=fetched, rounds=rounds)

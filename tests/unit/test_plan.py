@@ -211,7 +211,7 @@ def test_a_link_step_seeds_the_ends_and_negatives_and_full_graph_steps_repeat(co
     """A link step's seeds: the distinct ends of its edges and negatives, a few fewer than
     batch x (2 + negatives) on a big graph, at most every node on a small one; a full-graph
     strategy's link epoch is its full-graph epoch over the training graph at every step,
-    and the pairs' rows on top."""
+    and the pairs' rows on top; distdgl pulls the rows of the seeds on other servers."""
     big = dataclasses.replace(LINK, batch_size=1000, negatives=2)
     uniform, ends = step_seeds(PRODUCTS, big)
     assert 3900 < uniform + ends < 4000 and 1900 < ends < 2000
@@ -224,6 +224,13 @@ def test_a_link_step_seeds_the_ends_and_negatives_and_full_graph_steps_repeat(co
     assert epoch.spmm_edge_dims == pytest.approx(9 * once.spmm_edge_dims)
     assert epoch.inter_bytes > 9 * once.inter_bytes and epoch.flops > 9 * once.flops
     assert LAWS["distdgl"](cora, LINK, cluster).steps == 9
+    # uncut, a node batch pulls nothing from the other server; a link batch pulls the rows
+    # of its negatives there (uniform: half of them) and of the nodes near them
+    uncut = dataclasses.replace(cora, edge_cuts=(0.0,))
+    assert LAWS["distdgl"](uncut, dataclasses.replace(LINK, task="node"), cluster) \
+        .pull_inter_bytes == 0
+    rows = LAWS["distdgl"](uncut, LINK, cluster).pull_inter_bytes / (9 * 2 * cora.row_bytes)
+    assert step_seeds(cora, LINK)[0] / 2 < rows < cora.nodes / 2
 
 
 @pytest.mark.parametrize("bad, said", [({"task": "edges"}, "task 'edges'"),
