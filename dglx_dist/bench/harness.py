@@ -300,7 +300,7 @@ BASELINES: dict[str, Callable[[Setup], dict[str, Any]]] = {
 TASK_NEEDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "node": (("dgl", "dgl-distdgl"), ()), "link": (("dgl-distdgl",), ("link_prediction",))}
 """By task: the baselines that run it, and the capabilities a strategy needs to."""
-PLANNED_TASKS = ("node",)
+PLANNED_TASKS = ("node", "link")
 """The tasks ``auto`` (:func:`run_planned`) runs: those a plan models."""
 NAMED_ONLY = (AUTO,)
 """Systems that run only where ``--systems`` names them (``auto`` runs one of the
@@ -335,7 +335,7 @@ def systems(extra: Options, task: str = "node", baselines: Sequence[str] = tuple
             table[name] = lambda setup, name=name: run_strategy(name, setup, extra,
                                                                 target=target)
     if task in PLANNED_TASKS:
-        table[AUTO] = lambda setup: run_planned(setup, extra, needs, target)
+        table[AUTO] = lambda setup: run_planned(setup, extra, (*needs, *task_needs), target)
     return table
 
 

@@ -1,8 +1,9 @@
 """``dglx bench --systems auto``: the plan of a benchmark's setup (``dglx plan``'s, the one
 :func:`~dglx_dist.planner.auto.resolve` that ``dglx train --strategy auto`` uses): the
-setup's dataset, model and batching on its servers and ranks, with a server's share of this
-machine's memory (``--memory-limit``, else its total: every rank of a benchmark runs here),
-among the strategies that can run the benchmark's model and kind of dataset. The row it runs
+setup's task, dataset, model and batching on its servers and ranks, with a server's share of
+this machine's memory (``--memory-limit``, else its total: every rank of a benchmark runs
+here), among the strategies that can run the benchmark's model, kind of dataset and task
+(link prediction: those that train it). The row it runs
 is named :func:`row_name`, and carries the plan's two lines (:func:`plan_fields`)."""
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ def plan_setup(setup: Setup, given: Mapping[str, Any] | Sequence[str] = (),
                accept: Callable[[Any], bool] | None = None):
     """``(strategy, options, plan)``: the plan's choice for ``setup`` with the ``given``
     options kept (the workload: the setup's fanouts, batch and depth, as every strategy of
-    the benchmark gets them), among the strategies ``accept`` takes (built); the plan's two
+    the benchmark gets them, and its task: the link task's batch of edges, negatives and
+    training edges), among the strategies ``accept`` takes (built); the plan's two
     lines logged (logger ``dglx_dist.plan``).
 
     Raises:
@@ -58,7 +60,7 @@ def plan_setup(setup: Setup, given: Mapping[str, Any] | Sequence[str] = (),
                                       server_memory(setup)),
                    lambda options: workload_for(common | dict(options),
                                                 setup.model or setup.run.model.name, hidden,
-                                                setup.layers),
+                                                setup.layers, setup.training().task),
                    accept=accept)
 
 

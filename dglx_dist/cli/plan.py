@@ -13,6 +13,7 @@ from typing import Callable
 from dglx_dist.cli_flags import number, tuple_of
 from dglx_dist.config import MODEL_NAMES
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.planner.shapes import TASKS
 
 __all__ = ["COMMANDS", "LINKS", "parse_link"]
 
@@ -56,8 +57,16 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--hidden", type=number(int, 1), default=64)
     m.add_argument("--fanouts", type=tuple_of(int), default=(10, 25),
                    help="per layer, input layer first; their count is the depth (default 10,25)")
-    m.add_argument("--batch-size", type=number(int, 1), default=1000,
-                   help="seeds per rank per step")
+    m.add_argument("--batch-size", type=number(int, 1), help="seeds per rank per step "
+                   "(default 1000); with --task link, training edges per rank per step "
+                   "(default 1024, dglx train's --edge-batch-size)")
+    t = p.add_argument_group("the task")
+    t.add_argument("--task", choices=TASKS, default="node", help="node classification, or "
+                   "link prediction on the graph's edges (as dglx train --task link)")
+    t.add_argument("--negatives", type=number(int, 1), default=1,
+                   help="--task link: uniform negatives per training edge")
+    t.add_argument("--train-edges", type=number(int, 1), help="--task link: training edges "
+                   "an epoch (default: every edge of the training graph)")
     c = p.add_argument_group("the cluster")
     c.add_argument("--servers", type=number(int, 1), default=1)
     c.add_argument("--ranks-per-server", type=number(int, 1), default=1,
@@ -122,8 +131,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                       latency_s=args.latency_ms / 1000,
                       memory_bytes=args.memory_per_server or psutil.virtual_memory().total,
                       compute_speedup=args.compute_speedup, sample_speedup=args.sample_speedup)
-    work = workload_for({"fanouts": args.fanouts, "batch_size": args.batch_size, **given},
-                        args.model, args.hidden)
+    work = workload_for({"fanouts": args.fanouts, "batch_size": args.batch_size or 1000,
+                         **given}, args.model, args.hidden, task=_task(args))
     plan = make_plan(graph, work, cluster, measured=measured, given=given,
                      accept=None if pdir is None else _fitting(pdir, cluster))
     if args.json:
@@ -131,6 +140,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(f"{plan.table()}\n{plan.summary()}\n{plan.why()}\n")
     return 0
+
+
+def _task(args: argparse.Namespace):
+    """The task of the flags, as ``dglx train``'s run config holds it."""
+    from dglx_dist.config import TaskConfig
+
+    return TaskConfig(name=args.task, edge_batch_size=args.batch_size or
+                      TaskConfig.edge_batch_size, negatives=args.negatives,
+                      train_edges=args.train_edges)
 
 
 def _fitting(pdir, cluster) -> Callable:

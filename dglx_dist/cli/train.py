@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from dglx_dist.cli_flags import add_flags, from_args
-from dglx_dist.config import AUTO, MODEL_NAMES, RunConfig, StrategyConfig
+from dglx_dist.config import MODEL_NAMES, RunConfig, StrategyConfig
 from dglx_dist.errors import InvalidValueError
 
 __all__ = ["COMMANDS", "dataset_size", "partition_size", "planned"]
@@ -58,10 +58,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def planned(config: RunConfig, env) -> RunConfig:
     """``config`` with ``--strategy auto`` resolved (:func:`dglx_dist.planner.auto.resolve`;
-    any other strategy as it is): planned for the dataset or partitions, the launch's servers
-    and ranks, and a server's memory (``--memory-limit`` for this machine's ranks, else its
-    total; every rank plans alike), among the strategies given partitions fit; the plan's
-    two lines logged by rank 0."""
+    any other strategy as it is): planned for the run's task, the dataset or partitions, the
+    launch's servers and ranks, and a server's memory (``--memory-limit`` for this machine's
+    ranks, else its total; every rank plans alike), among the strategies given partitions
+    fit (and, for the link task, that train it); the plan's two lines logged by rank 0."""
     from dglx_dist.planner.auto import cluster_of, resolve, workload_for
     from dglx_dist.runtime.topology import Topology
     from dglx_dist.strategies.base import fits_partitions
@@ -71,7 +71,7 @@ def planned(config: RunConfig, env) -> RunConfig:
     name, options, _ = resolve(
         s.name, s.values(), lambda: _plan_graph(config, pdir),
         lambda: cluster_of(env.num_servers, env.ranks_per_server, _server_memory(config, env)),
-        lambda given: workload_for(given, m.name, m.hidden, m.layers),
+        lambda given: workload_for(given, m.name, m.hidden, m.layers, config.task),
         accept=None if pdir is None else lambda built: fits_partitions(built, pdir, topology),
         tell=env.rank == 0)
     return dataclasses.replace(config, strategy=StrategyConfig.of(name, **options))
@@ -207,13 +207,12 @@ def _cmd_train_link(config: RunConfig) -> int:
     from dglx_dist.prepare import resolve_dataset
     from dglx_dist.runtime import init
     from dglx_dist.runtime.agree import on_every_rank
+    from dglx_dist.runtime.env import read_env
     from dglx_dist.tasks.collapse import act_on, link_verdict
     from dglx_dist.tasks.link import train_link
 
     job = config.job
     for flag, value, why in (
-            ("--strategy auto", config.strategy.name == AUTO, "the plan models node "
-                                                              "classification; name a strategy"),
             ("--partitions", config.data.partitions, "it partitions the training graph it "
                                                      "splits off --data"),
             ("--checkpoint-dir", job.checkpoint_dir, "it keeps no checkpoints"),
@@ -221,9 +220,11 @@ def _cmd_train_link(config: RunConfig) -> int:
                                                  "memory fits were measured on node training")):
         if value not in (None, False):
             raise InvalidValueError(f"{flag} is not supported with --task link ({why})")
+    env = read_env()
+    config = planned(config, env)  # --strategy auto: the plan's choice for the link task
     strategy = config.strategy.build()
     data = resolve_dataset(config.data.data or "cora")
-    with init(backend=job.backend, device=job.device) as session:
+    with init(backend=job.backend, env=env, device=job.device) as session:
         hidden = config.model.hidden  # embeddings as wide as the hidden layers
         model = _model(config, strategy, read_meta(data).feat_dim, hidden)
         sink = on_every_rank(session, "--metrics-file", lambda: _MetricsSink(

@@ -11,10 +11,11 @@ cached unit costs, and the memory of a server as its total, not what is free at 
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, Callable, Mapping
 
-from dglx_dist.config import AUTO
+from dglx_dist.config import AUTO, TaskConfig
 from dglx_dist.planner.plan import Plan, make_plan
 from dglx_dist.planner.shapes import Cluster, GraphShape, Workload
 from dglx_dist.planner.units import DEFAULT_LINK_GBIT, Measured, load_measured
@@ -27,11 +28,17 @@ _DEFAULT_FANOUTS = (10, 25)
 
 
 def workload_for(options: Mapping[str, Any], model: str = "sage", hidden: int = 64,
-                 layers: int = 2) -> Workload:
+                 layers: int = 2, task: TaskConfig | None = None) -> Workload:
     """The workload ``options`` imply (their ``fanouts``, ``batch_size`` or ``num_layers``,
     as given on a command line or in Python), else ``layers`` layers of fanouts 10,...,25
-    and 1000 seeds a rank, for ``model`` ``hidden`` wide."""
+    and 1000 seeds a rank, for ``model`` ``hidden`` wide; with ``task`` (a run config's), its
+    task: link prediction's batch (``edge_batch_size``), ``negatives`` and ``train_edges``."""
     from dglx_dist.registry import coerce_option
+
+    if task is not None and task.name == "link":
+        work = workload_for(options, model, hidden, layers)
+        return dataclasses.replace(work, task="link", batch_size=task.edge_batch_size,
+                                   negatives=task.negatives, train_edges=task.train_edges)
 
     depth = int(coerce_option(options.get("num_layers", layers), int, "option num_layers"))
     fanouts = (tuple(coerce_option(options["fanouts"], tuple[int, ...], "option fanouts"))

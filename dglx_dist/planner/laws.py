@@ -8,6 +8,13 @@ The counts use expected values over the degree distribution: a seed (a uniform t
 keeps ``min(degree, fanout)`` in-edges, a sampled node (reached by an edge, so chosen in
 proportion to its degree) keeps the degree-weighted mean of it; ``e`` draws of sampled nodes
 hit ``sum_i 1 - exp(-e * d_i / edges)`` distinct nodes.
+
+The link task (:attr:`Workload.task <dglx_dist.planner.shapes.Workload.task>`) is counted on
+its training graph (:meth:`~dglx_dist.planner.shapes.Workload.trained`): an epoch is its
+training edges over ``batch_size`` x world steps; a step's seeds are the distinct ends of its
+edges (drawn by degree) and of their negatives (uniform), and its dense part adds the pairs'
+dot products; a full-graph strategy takes its full-graph step at every one of those steps and
+fetches the pairs' rows from the ranks that computed them (:func:`pair_steps`).
 """
 from __future__ import annotations
 
@@ -19,7 +26,8 @@ import numpy as np
 
 from dglx_dist.planner.shapes import WEIGHTS, Cluster, GraphShape, Workload
 
-__all__ = ["GRANNDIS_EAS", "LAWS", "Block", "Law", "Work", "expansion", "halo_rows", "law"]
+__all__ = ["GRANNDIS_EAS", "LAWS", "Block", "Law", "Work", "expansion", "halo_rows", "law",
+           "pair_steps", "step_seeds"]
 
 F32 = 4
 ID = 8
@@ -63,18 +71,48 @@ def _kept(deg: np.ndarray, fanout: int, weighted: bool) -> float:
     return float((deg * kept).sum() / deg.sum() if weighted else kept.mean())
 
 
-def _distinct(graph: GraphShape, draws: float, pool: float | None = None) -> float:
-    """Distinct nodes among ``draws`` degree-biased draws (from ``pool`` nodes, default all)."""
+def _distinct(graph: GraphShape, draws: float, pool: float | None = None,
+              uniform: float = 0.0) -> float:
+    """Distinct nodes among ``draws`` degree-biased draws and ``uniform`` uniform ones (from
+    ``pool`` nodes, default all)."""
     pool = graph.nodes if pool is None else pool
     q = np.asarray(graph.rel_degrees)
-    return float(pool * np.mean(1 - np.exp(-draws * q / graph.nodes)))
+    return float(pool * np.mean(1 - np.exp(-(draws * q + uniform) / graph.nodes)))
 
 
-def expansion(graph: GraphShape, work: Workload, seeds: float) -> list[Block]:
-    """The sampled blocks of ``seeds`` seeds, input layer first (as DGL's
-    ``sample_neighbors`` + ``to_block`` build them: sources include the destinations)."""
+def step_seeds(graph: GraphShape, work: Workload) -> tuple[float, float]:
+    """A step's seeds, (chosen uniformly, chosen by degree): the batch's training nodes; for
+    the link task, the distinct ends of its edges (by degree) and the distinct others of
+    their negatives (uniform), fewer than ``batch_size x (2 + negatives)`` by collisions."""
+    if not work.link:
+        return float(work.batch_size), 0.0
+    ends = _distinct(graph, 2 * work.batch_size)
+    every = _distinct(graph, 2 * work.batch_size, uniform=work.batch_size * work.negatives)
+    return every - ends, ends
+
+
+def _seeds_away(graph: GraphShape, work: Workload, cut: float, away: float) -> float:
+    """A step's seeds another part holds: none for the node task (a rank's seeds are its
+    own); for the link task, an edge's source ``cut`` of the time (an edge is with its
+    destination), a negative ``away`` of the time."""
+    if not work.link:
+        return 0.0
+    uniform, ends = step_seeds(graph, work)
+    return ends / 2 * cut + uniform * away
+
+
+def _scoring(work: Workload) -> float:
+    """Dense FLOPs of a step's link scores: a dot product of ``hidden`` columns per pair."""
+    return 2.0 * work.batch_size * (1 + work.negatives) * work.hidden if work.link else 0.0
+
+
+def expansion(graph: GraphShape, work: Workload, seeds: float,
+              biased: float = 0.0) -> list[Block]:
+    """The sampled blocks of ``seeds`` seeds chosen uniformly and ``biased`` chosen by degree,
+    input layer first (as DGL's ``sample_neighbors`` + ``to_block`` build them: sources
+    include the destinations)."""
     deg = graph.degrees()
-    uniform, biased = float(seeds), 0.0  # destination nodes chosen uniformly / by degree
+    uniform, biased = float(seeds), float(biased)  # destinations chosen uniformly / by degree
     blocks: list[Block] = []
     for fanout in reversed(work.fanouts):
         dst = uniform + biased
@@ -140,7 +178,15 @@ class Law:
     full_graph: bool = False
 
     def __call__(self, graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
-        return self.work(graph, work, cluster)
+        trained = work.trained(graph)
+        epoch = self.work(trained, work, cluster)
+        return pair_steps(trained, work, cluster, epoch) if self.full_graph and work.link \
+            else epoch
+
+    def steps_once(self, work: Workload) -> bool:
+        """One optimizer step an epoch: full-graph training of the node task (a link epoch
+        takes a step per batch of edges under every strategy)."""
+        return self.full_graph and not work.link
 
 
 LAWS: dict[str, Law] = {}
@@ -156,13 +202,15 @@ def law(name: str, full_graph: bool = False):
 
 
 def _steps(graph: GraphShape, work: Workload, cluster: Cluster) -> int:
-    return max(1, math.ceil(graph.nodes * graph.train_frac / (work.batch_size * cluster.world)))
+    """Steps an epoch: its training nodes (or edges) over the batch of every rank."""
+    return max(1, math.ceil(work.epoch_items(graph) / (work.batch_size * cluster.world)))
 
 
 def _sampled(graph: GraphShape, work: Workload, steps: int) -> tuple[list[Block], Work]:
     """Blocks of one step and the per-rank compute of an epoch of sampled mini-batches."""
-    blocks = expansion(graph, work, work.batch_size)
+    blocks = expansion(graph, work, *step_seeds(graph, work))
     spmm, flops = _compute(work, work.dims(graph), blocks)
+    flops += _scoring(work)
     return blocks, Work(steps=steps, sample_edges=steps * sum(b.edges for b in blocks),
                         gather_bytes=steps * blocks[0].src * graph.row_bytes,
                         spmm_edge_dims=steps * spmm, flops=steps * flops)
@@ -170,23 +218,26 @@ def _sampled(graph: GraphShape, work: Workload, steps: int) -> tuple[list[Block]
 
 @law("distdgl")
 def distdgl(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
-    """Owner-compute seeds; a node h hops out is on another server with probability
-    ``1 - (1 - cut(S)) ** h``; remote feature rows are pulled (on a typed graph, the learned
-    rows of featureless types too, and their gradients pushed back), remote frontier nodes
-    are sampled by their owners (ids out, edges back); DDP all-reduces the gradients."""
+    """Owner-compute seeds (the link task's: a share on other servers, :func:`_seeds_away`);
+    a node h hops out is on another server with probability ``1 - (1 - cut(S)) ** h`` (near
+    a remote seed: remote); remote feature rows are pulled (on a typed graph, the learned rows of featureless types
+    too, and their gradients pushed back), remote frontier nodes are sampled by their owners
+    (ids out, edges back); DDP all-reduces the gradients."""
     steps = _steps(graph, work, cluster)
     blocks, base = _sampled(graph, work, steps)
     cut = graph.cut(cluster.servers)
     deg = graph.degrees()
-    pull = sample = 0.0
+    away = _seeds_away(graph, work, cut, 1 - 1 / cluster.servers)  # 0: the node task's
+    share, row = away / blocks[-1].dst, graph.row_bytes + graph.learned_bytes + ID
+    rows, sample = away, away * (ID + 2 * ID * _kept(deg, work.fanouts[-1], False))
     for hop, b in enumerate(reversed(blocks), 1):
-        remote = b.new * (1 - (1 - cut) ** hop)
-        pull += remote * (graph.row_bytes + graph.learned_bytes + ID)
+        remote = b.new * (1 - (1 - share) * (1 - cut) ** hop)  # near a remote seed: remote
+        rows += remote
         if hop < len(blocks):  # these nodes are the next block's destinations
             fanout = work.fanouts[len(blocks) - hop - 1]
             sample += remote * (ID + 2 * ID * _kept(deg, fanout, True))
     inter, intra = _allreduce(graph, work, cluster, steps)
-    fetched = steps * cluster.world * (pull + sample)
+    fetched = steps * cluster.world * (rows * row + sample)
     rounds = steps * 2 * work.layers + _ring_rounds(cluster, steps) if cluster.servers > 1 else 0
     return dataclasses.replace(base, inter_bytes=inter + fetched, intra_bytes=intra,
                                pull_inter_bytes=fetched, rounds=rounds)
@@ -210,6 +261,8 @@ def p3(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
     staged = steps * w * (block + partials)
     sample = steps * w * sum(b.new * (w - 1) / w * (ID + 2 * ID * _kept(deg, f, True))
                              for b, f in zip(blocks[1:], work.fanouts))
+    away = _seeds_away(graph, work, (w - 1) / w, (w - 1) / w)  # sampled by their owners
+    sample += steps * w * away * (ID + 2 * ID * _kept(deg, work.fanouts[-1], False))
     inter_frac = (w - g) / (w - 1) if w > 1 else 0.0
     sample_inter, sample_intra = _split(sample, inter_frac)
     learned = steps * w * first.src * (w - 1) / w * (2 * graph.learned_bytes)
@@ -231,6 +284,23 @@ def _full_compute(graph: GraphShape, work: Workload, nodes: float, halo: float,
     spmm, flops = _compute(work, dims, blocks)
     return Work(steps=1, gather_bytes=nodes * graph.row_bytes, spmm_edge_dims=spmm,
                 flops=flops)
+
+
+def pair_steps(graph: GraphShape, work: Workload, cluster: Cluster, epoch: Work) -> Work:
+    """A full-graph strategy's link epoch: its full-graph ``epoch`` at each of the epoch's
+    steps; at each, the rows of the pairs' nodes (``hidden`` wide) fetched from the ranks
+    that computed them after a round of their ids, their gradients sent back
+    (:mod:`dglx_dist.strategies.granndis.pairs`), and the pairs' scores."""
+    steps, w, g = _steps(graph, work, cluster), cluster.world, cluster.ranks_per_server
+    scaled = {f.name: getattr(epoch, f.name) * steps for f in dataclasses.fields(Work)
+              if f.name != "steps"}
+    fetched = sum(step_seeds(graph, work)) * (w - 1) / w  # a rank's, computed elsewhere
+    inter, intra = _split(steps * w * fetched * (ID + 2 * work.hidden * F32),
+                          (w - g) / (w - 1) if w > 1 else 0.0)
+    return Work(**{**scaled, "steps": steps, "flops": scaled["flops"] + steps * _scoring(work),
+                   "inter_bytes": scaled["inter_bytes"] + inter,
+                   "intra_bytes": scaled["intra_bytes"] + intra,
+                   "rounds": scaled["rounds"] + (3 * steps if cluster.servers > 1 else 0)})
 
 
 def _exchange_dims(graph: GraphShape, work: Workload) -> int:

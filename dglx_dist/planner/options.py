@@ -10,9 +10,11 @@ compute. Options the user gave are kept and modelled as given; the rest are chos
 - ``p3``: ``pipeline`` on with 3 or more steps an epoch (the layer-1 exchange of the next
   batches overlaps the training of this one; staleness up to 3 steps).
 - ``granndis``: ``co_batches`` R > 1 where one co-batch does not fit: R co-batches hold 1/R
-  of the activations (the preload stays whole), for R steps an epoch.
+  of the activations (the preload stays whole), for R steps an epoch (never for the link
+  task: each of its steps is one co-batch over the whole graph).
 - every strategy: the depth and batching of the workload (``fanouts``, ``batch_size``,
-  ``num_layers``) where they differ from its defaults.
+  ``num_layers``) where they differ from its defaults (the link task's batch of edges is
+  the task's, not a strategy option).
 """
 from __future__ import annotations
 
@@ -112,8 +114,9 @@ def chooser(name: str) -> Callable[[Chooser], Chooser]:
 
 def _workload_options(s: Situation) -> dict[str, Any]:
     """The workload's depth and batching, for the options that differ from the defaults."""
-    wanted = {"fanouts": tuple(s.work.fanouts), "batch_size": s.work.batch_size,
-              "num_layers": s.work.layers}
+    wanted = {"fanouts": tuple(s.work.fanouts), "num_layers": s.work.layers}
+    if not s.work.link:  # the link task's batch is its own (edges), not the strategy's
+        wanted["batch_size"] = s.work.batch_size
     return {k: v for k, v in wanted.items() if s.takes(k) and v != s.default(k)}
 
 
@@ -180,7 +183,7 @@ def _p3(s: Situation, work: Work) -> Choice:
 def _granndis(s: Situation, work: Work) -> Choice:
     c, peak = s.cluster, s.peak_per_rank
     given = s.given.get("co_batches")
-    if peak is None or c.memory_bytes is None:
+    if peak is None or c.memory_bytes is None or s.work.link:  # a link step: one co-batch
         return Choice({}, work, peak)
     nodes = work.gather_bytes / s.graph.row_bytes  # the rank's share of the held nodes
     act = nodes * 4 * ACTIVATION_COPIES * sum(s.work.dims(s.graph)[1:])

@@ -18,7 +18,7 @@ from dglx_dist.planner.shapes import Cluster, GraphShape, Workload
 from dglx_dist.planner.units import EPOCHS, Measured, calibration
 from dglx_dist.report import markdown_table
 
-__all__ = ["Plan", "PlanRow", "make_plan"]
+__all__ = ["TASK_NEEDS", "Plan", "PlanRow", "candidates", "for_task", "make_plan"]
 
 _MB = 1 << 20
 PARTS = ("sample", "pull", "compute", "exchange", "overhead")
@@ -40,6 +40,7 @@ class PlanRow:
     fits: bool | None
     options: dict[str, Any]
     full_graph: bool
+    """One optimizer step an epoch (full-graph training of the node task)."""
 
     @property
     def rank_s(self) -> float:
@@ -91,8 +92,9 @@ class Plan:
         """The first of the two lines: the choice, its options and its epoch."""
         c, k = self.choice, self.cluster
         options = "its default options" if not c.options else f"options {c.option_text()}"
+        task = " of link prediction" if self.work.link else ""
         return (f"plan: strategy {c.strategy!r} with {options} (predicted "
-                f"{c.epoch_s:.3g} s an epoch on {_count(k.servers, 'server')} x "
+                f"{c.epoch_s:.3g} s an epoch{task} on {_count(k.servers, 'server')} x "
                 f"{_count(k.ranks_per_server, 'rank')} at {k.link_gbit:g} Gbit/s)")
 
     def why(self) -> str:
@@ -156,7 +158,7 @@ def _row(name: str, s: Situation) -> PlanRow:
     fits = None if peak is None or cluster.memory_bytes is None else \
         cluster.ranks_per_server * peak <= cluster.memory_bytes
     return PlanRow(name, sum(parts.values()), parts, w.steps, w.inter_bytes, peak, fits,
-                   chosen.options, law.full_graph)
+                   chosen.options, law.steps_once(s.work))
 
 
 def _peak(strategy, graph: GraphShape, cluster: Cluster) -> float | None:
@@ -168,11 +170,20 @@ def _peak(strategy, graph: GraphShape, cluster: Cluster) -> float | None:
     return None if peak is None else peak * (1 + MARGIN)
 
 
+TASK_NEEDS: dict[str, tuple[str, ...]] = {"node": (), "link": ("link_prediction",)}
+"""By task, the capabilities a strategy needs to be planned for it."""
+
+
+def for_task(work: Workload) -> Callable[[Any], bool]:
+    """Whether a strategy (built) has the capabilities ``work``'s task needs."""
+    return lambda built: all(getattr(built.capabilities, c) for c in TASK_NEEDS[work.task])
+
+
 def candidates(given: Mapping[str, Any], graph: GraphShape,
                accept: Callable[[Any], bool] | None = None) -> list[tuple[str, Any]]:
     """The registered strategies with a law that take every option in ``given``, train the
     graph (one with types: those that train typed graphs), and that ``accept`` takes (built
-    with ``given``): ``(name, built)`` in registry order."""
+    with ``given``; e.g. :func:`for_task`): ``(name, built)`` in registry order."""
     from dglx_dist.strategies import STRATEGIES
 
     out = []
@@ -204,18 +215,21 @@ def make_plan(graph: GraphShape, work: Workload, cluster: Cluster, *,
         measured: the unit costs (:func:`~dglx_dist.planner.units.load_measured`).
         given: options the user set (kept; only strategies that take them all are planned).
         accept: only the strategies (built) it accepts (e.g. those that fit a partition
-            directory).
+            directory); only those with the capabilities ``work``'s task needs are planned
+            (:data:`TASK_NEEDS`).
 
     Raises:
         InvalidValueError: no registered strategy takes the given options.
         InsufficientMemoryError: no strategy fits the cluster's memory (one line naming the
             smallest requirement).
     """
-    given = dict(given or {})
-    found = candidates(given, graph, accept)
+    given, task = dict(given or {}), for_task(work)
+    found = candidates(given, graph, lambda built: task(built) and (accept is None or
+                                                                     accept(built)))
     if not found:
         raise InvalidValueError(f"plan: no strategy with a cost model takes the options "
-                                f"{sorted(given)} (and trains this graph); leave them out")
+                                f"{sorted(given)} (and trains this graph, task "
+                                f"{work.task!r}); leave them out")
     rows = [_row(name, Situation(name, type(built.config), graph, work, cluster,
                                  measured.units, {k: getattr(built.config, k) for k in given},
                                  _peak(built, graph, cluster)))

@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.tasks.shares import split_sizes
 
-__all__ = ["Cluster", "GraphShape", "Units", "Workload", "degree_quantiles"]
+__all__ = ["TASKS", "Cluster", "GraphShape", "Units", "Workload", "degree_quantiles"]
 
 QUANTILES = 512
 """Points of a degree distribution a :class:`GraphShape` keeps."""
@@ -113,33 +114,73 @@ class GraphShape:
 
 @dataclasses.dataclass(frozen=True)
 class Workload:
-    """The model and its batching: ``model`` one of :data:`WEIGHTS`, ``fanouts`` input layer
-    first (their count is the depth; the full-graph strategies use the depth alone)."""
+    """The model, its batching and the task: ``model`` one of :data:`WEIGHTS`, ``fanouts``
+    input layer first (their count is the depth; the full-graph strategies use the depth
+    alone), ``task`` one of :data:`TASKS`."""
 
     model: str = "gcn"
     hidden: int = 64
     fanouts: tuple[int, ...] = (10, 25)
     batch_size: int = 1000
-    """Seeds per rank per step (sampled strategies)."""
+    """Seeds per rank per step (sampled strategies); the link task: training edges per rank
+    per step (every strategy)."""
+    task: str = "node"
+    """``node`` classification, or ``link`` prediction on the graph's edges
+    (:mod:`dglx_dist.tasks.link`: the training graph holds the training pairs' two
+    directions, a step scores its edges and ``negatives`` uniform negatives each)."""
+    negatives: int = 1
+    """The link task: uniform negatives per training edge."""
+    train_edges: int | None = None
+    """The link task: training edges an epoch (None: every edge of the training graph)."""
 
     def __post_init__(self) -> None:
         if self.model not in WEIGHTS:
             raise InvalidValueError(f"Workload: model {self.model!r}; the cluster model knows "
                                     f"{', '.join(WEIGHTS)}")
+        if self.task not in TASKS or self.batch_size < 1 or self.negatives < 1 or (
+                self.train_edges is not None and self.train_edges < 1):
+            raise InvalidValueError(f"Workload: task {self.task!r}, batch_size "
+                                    f"{self.batch_size}, negatives {self.negatives}, "
+                                    f"train_edges {self.train_edges}; expected a task of "
+                                    f"{', '.join(TASKS)} and counts >= 1 (train_edges: or "
+                                    f"None, all)")
 
     @property
     def layers(self) -> int:
         return len(self.fanouts)
 
+    @property
+    def link(self) -> bool:
+        return self.task == "link"
+
     def dims(self, graph: GraphShape) -> list[int]:
-        """Widths of the layers' inputs and of the output: F, hidden..., classes."""
-        return [graph.feat_dim] + [self.hidden] * (self.layers - 1) + [graph.num_classes]
+        """Widths of the layers' inputs and of the output: F, hidden..., classes (the link
+        task: embeddings ``hidden`` wide)."""
+        out = self.hidden if self.link else graph.num_classes
+        return [graph.feat_dim] + [self.hidden] * (self.layers - 1) + [out]
 
     def params(self, graph: GraphShape) -> int:
         dims = self.dims(graph)
         return sum(WEIGHTS[self.model] * a * b + b for a, b in zip(dims, dims[1:]))
 
+    def trained(self, graph: GraphShape) -> GraphShape:
+        """The graph messages pass over: ``graph``; for the link task its training graph,
+        both directions of the training pairs of its ``edges / 2`` undirected pairs
+        (:func:`~dglx_dist.tasks.shares.split_sizes`)."""
+        if not self.link:
+            return graph
+        return dataclasses.replace(graph, edges=max(1, 2 * split_sizes(graph.edges // 2)[2]))
 
+    def epoch_items(self, graph: GraphShape) -> float:
+        """What an epoch trains on, of ``graph`` as :meth:`trained` gives it: its training
+        nodes; for the link task its edges (``train_edges`` of them, at most all)."""
+        if not self.link:
+            return graph.nodes * graph.train_frac
+        return float(min(self.train_edges or graph.edges, graph.edges))
+
+
+TASKS = ("node", "link")
+"""The tasks a plan models."""
 WEIGHTS = {"gcn": 1, "sage": 2, "gat": 4, "resgcn": 1}
 """Weight matrices per layer of each model the cluster model knows (SAGE: self and neighbour;
 GAT: its 4 heads, their attention scores not counted; ResGCN+: a GCN layer, its norms and

@@ -43,6 +43,7 @@ from dglx_dist.data.dataset import GraphDataset
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.strategies.epochs import EpochResult
+from dglx_dist.tasks.shares import split_sizes
 
 if TYPE_CHECKING:
     from dglx_dist.api.metrics import PhaseTimer
@@ -65,7 +66,7 @@ def split_pairs(ds: GraphDataset, seed: int):
     pairs = torch.unique(lo[keep] * n + hi[keep])
     u, v = pairs // n, pairs % n
     perm = torch.randperm(u.numel(), generator=torch.Generator().manual_seed(seed))
-    n_val, n_test = int(0.05 * u.numel()), int(0.10 * u.numel())
+    n_val, n_test, _ = split_sizes(u.numel())
     val, test, train = perm[:n_val], perm[n_val:n_val + n_test], perm[n_val + n_test:]
     tu, tv = u[train], v[train]
     train_ds = ds.replace(src=torch.cat([tu, tv]).numpy(), dst=torch.cat([tv, tu]).numpy(),

@@ -1,6 +1,7 @@
 """``dglx bench`` end to end: the tiny preset with single-process DGL, DGL's DistDGL and ours on
 the emulated 1 Gbit/s cluster (virtual servers where it cannot be emulated); link prediction
-against DGL's DistDGL; the typed preset (DGL's DistDGL and distdgl training the R-GCN)."""
+against DGL's DistDGL; the typed preset (DGL's DistDGL and distdgl training the R-GCN); and
+``auto`` in the tiny and link runs."""
 import json
 import os
 import subprocess
@@ -53,7 +54,7 @@ def benches(tmp_path_factory):
     jobs = {"tiny": _job(dirs["tiny"], "--preset", "tiny", "--systems", systems + ",auto",
                          network=network),
             "link": _job(dirs["link"], "--task", "link", "--data", "cora", "--systems",
-                         "dgl-distdgl,distdgl", "--train-edges", "2000", "--hidden", "32",
+                         "dgl-distdgl,distdgl,auto", "--train-edges", "2000", "--hidden", "32",
                          "--eval-pairs", "200", "--eval-fanouts", "50,50"),
             # p3 trains typed graphs too: measured, not here
             "typed": _job(dirs["typed"], "--preset", "mag-small", "--batch-size", "256",
@@ -103,8 +104,9 @@ def test_bench_tiny_three_systems_on_the_emulated_network(benches):
 def test_bench_link_prediction_against_dgl_distdgl(benches):
     """DGL's own DistDGL link loop and ours on Cora's edges, same split and negatives."""
     rows, r, _ = benches[0]["link"]
-    by = {row["system"]: row for row in rows}
+    by = {row["system"]: row for row in rows if "plan" not in row}  # auto's: below
     assert set(by) == {"dgl-distdgl", "distdgl"} and not any("error" in row for row in rows)
+    rows = list(by.values())
     assert by["distdgl"]["bytes_inter"] > 0 and by["dgl-distdgl"]["bytes_inter"] is None
     for row in rows:
         assert row["epochs"] == 2 and row["steps"] == 4  # 2000 edges / (2 x 250) per epoch
@@ -154,3 +156,21 @@ def test_bench_auto_runs_the_strategy_the_plan_picks(benches):
     assert row["plan"]["summary"] == said[0] and "error" not in row
     shown = "emulated-1g" if network == "1g" else "virtual"
     assert f"| auto ({chosen}) | {shown} |" in r.stdout
+
+
+def test_bench_link_auto_runs_the_link_strategy_the_plan_picks(benches):
+    """``auto`` in the link run: the link plan's lines logged once, naming a strategy that
+    trains links, run for the steps the plan counts, in a row named ``auto (STRATEGY)``."""
+    from dglx_dist.strategies import STRATEGIES
+
+    rows, r, _ = benches[0]["link"]
+    said = [ln.split("dglx_dist.plan: ", 1)[1] for ln in r.stderr.splitlines()
+            if "dglx_dist.plan: " in ln]
+    assert len(said) == 2 and "s an epoch of link prediction on 2 servers" in said[0], said
+    chosen = said[0].split("'")[1]
+    assert STRATEGIES.get(chosen).capabilities.link_prediction, chosen
+    (row,) = [row for row in rows if "plan" in row]
+    assert (row["system"], row["strategy"]) == (f"auto ({chosen})", chosen), row
+    assert "error" not in row and row["epochs"] == 2 and row["steps"] == 4, row
+    assert row["test_pairs"] == 200 and row["plan"]["summary"] == said[0]
+    assert f"| auto ({chosen}) |" in r.stdout

@@ -159,8 +159,8 @@ def test_link_systems_are_those_that_train_it():
 
     node, link = systems({}), systems({}, "link")
     assert "dgl" in node and "dorylus" in node
-    assert set(link) == {"dgl-distdgl"} | {n for n in STRATEGIES.names()
-                                           if STRATEGIES.get(n).capabilities.link_prediction}
+    assert set(link) == {"dgl-distdgl", "auto"} | {
+        n for n in STRATEGIES.names() if STRATEGIES.get(n).capabilities.link_prediction}
     assert {"distdgl", "p3", "granndis"} <= set(link) and "dorylus" not in link
 
 
@@ -303,7 +303,7 @@ def test_each_row_sits_beside_its_floor():
 def test_auto_runs_the_plans_choice_in_a_row_named_for_it(tmp_path, monkeypatch, caplog):
     """``--systems auto``: the strategy the plan picks for the setup (``auto:`` options
     kept), run as its own row is, the row named ``auto (STRATEGY)`` with the plan's two
-    lines (logged once); node classification only, and run only where named."""
+    lines (logged once); run only where named."""
     import types
 
     from dglx_dist.bench import harness, suite
@@ -314,7 +314,7 @@ def test_auto_runs_the_plans_choice_in_a_row_named_for_it(tmp_path, monkeypatch,
     monkeypatch.setattr(harness, "run_strategy", lambda name, setup, extra, target: ran.append(
         (name, dict(extra[name]))) or {"note": "sampled mini-batches", "epoch_time": 1.0})
     node = harness.systems({"auto": ["cache_mb=5"]})
-    assert "auto" in node and "auto" not in harness.systems({}, "link")
+    assert "auto" in node
     setup = Setup(data=resolve_dataset("cora"), num_classes=7,
                   run=RunConfig().updated(job={"memory_limit": 16 << 30}))
     with caplog.at_level("INFO", "dglx_dist.plan"):
@@ -340,3 +340,34 @@ def test_auto_runs_the_plans_choice_in_a_row_named_for_it(tmp_path, monkeypatch,
     assert rows and "auto" not in {r["system"] for r in rows}  # not by default
     args.systems = ["auto"]
     assert [r["system"] for r in suite.run_all(args, setup, suite.KINDS["graph"])] == ["auto"]
+
+
+def test_auto_plans_the_link_task_among_the_strategies_that_train_it(tmp_path, monkeypatch,
+                                                                    caplog):
+    """``--task link --systems auto``: the link plan of the setup (its batch of edges,
+    negatives and training edges), among the strategies that train links, run as their
+    own rows are."""
+    from dglx_dist.bench import harness
+    from dglx_dist.bench.planned import plan_setup
+    from dglx_dist.prepare import resolve_dataset
+    from dglx_dist.strategies import STRATEGIES
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # the default unit costs
+    ran = []
+    monkeypatch.setattr(harness, "run_strategy", lambda name, setup, extra, target: ran.append(
+        (name, dict(extra[name]))) or {"note": "n", "epoch_time": 1.0})
+    setup = Setup(data=resolve_dataset("cora"), num_classes=7, batch_size=250,
+                  run=RunConfig().updated(task={"name": "link", "negatives": 2,
+                                                "train_edges": 2000}))
+    with caplog.at_level("INFO", "dglx_dist.plan"):
+        row = harness.run_system("auto", harness.systems({}, "link")["auto"], setup)
+    (name, options), = ran
+    assert STRATEGIES.get(name).capabilities.link_prediction and "batch_size" not in options
+    work = row["plan"]["summary"]
+    assert "s an epoch of link prediction on 2 servers" in work, work
+    said = [r.getMessage() for r in caplog.records if r.name == "dglx_dist.plan"]
+    assert said[0] == work and "dorylus" not in said[1]
+    _, _, plan = plan_setup(setup)
+    w = plan.work
+    assert (w.task, w.batch_size, w.negatives, w.train_edges) == ("link", 250, 2, 2000)
+    assert {r.steps for r in plan.rows} == {4}  # 2000 edges / (250 x 2 ranks)

@@ -1,15 +1,18 @@
 """The plan (dglx_dist.plan, `dglx plan`, --strategy auto): deterministic, its options
-accepted by the strategies, given options kept, one line when nothing fits."""
+accepted by the strategies, given options kept, one line when nothing fits; the link task
+planned among the strategies that train it, with the steps it takes."""
 import dataclasses
 import json
+import math
 
 import pytest
 
-from dglx_dist.config import AUTO, StrategyConfig
-from dglx_dist.errors import InsufficientMemoryError, StateError
-from dglx_dist.planner import Cluster, Workload, graph_of_directory, graph_shape, make_plan
+from dglx_dist.config import AUTO, StrategyConfig, TaskConfig
+from dglx_dist.errors import InsufficientMemoryError, InvalidValueError, StateError
+from dglx_dist.planner import (Cluster, Workload, graph_of_dataset, graph_of_directory,
+                               graph_shape, make_plan)
 from dglx_dist.planner.auto import resolve, workload_for
-from dglx_dist.planner.laws import LAWS
+from dglx_dist.planner.laws import LAWS, step_seeds
 from dglx_dist.planner.options import Situation, cache_hits, choose
 from dglx_dist.planner.units import DEFAULT_UNITS, Measured, load_measured, save_measured
 from dglx_dist.prepare import resolve_dataset
@@ -146,3 +149,112 @@ def test_dglx_plan_prints_json_and_a_table(capsys):
     text = capsys.readouterr().out
     assert text.startswith("| strategy | epoch_s |") and "is predicted fastest" in text
     assert main(["plan", "--data", "cora", "--memory-per-server", str(100 << 20)]) == 2
+
+
+LINK = Workload("sage", 64, (10, 25), 512, task="link")
+LINK_STRATEGIES = {n for n in STRATEGIES.names()
+                   if n in LAWS and STRATEGIES.get(n).capabilities.link_prediction}
+
+
+@pytest.mark.parametrize("cluster", [Cluster(2, 1, memory_bytes=16 * GIB),
+                                     Cluster(2, 2, 1.0, latency_s=1e-4, memory_bytes=16 * GIB)])
+def test_the_link_plan_is_deterministic_and_plans_the_strategies_that_train_links(cora,
+                                                                                  cluster):
+    plan = make_plan(cora, LINK, cluster)
+    assert plan.public() == make_plan(cora, LINK, cluster).public()
+    assert {r.strategy for r in plan.rows} == LINK_STRATEGIES
+    assert "dorylus" not in LINK_STRATEGIES and len(LINK_STRATEGIES) == 4  # it has a law
+    for row in plan.rows:
+        built = STRATEGIES.build(row.strategy, **row.options)
+        assert built.capabilities.link_prediction and "batch_size" not in row.options
+        assert "co_batches" not in row.options  # a link step is one co-batch
+        # every strategy takes a step per batch of edges: none is counted as full-graph
+        assert row.rank_s == row.epoch_s and row.epoch_s == pytest.approx(sum(row.parts.values()))
+    assert "s an epoch of link prediction on 2 servers" in plan.summary()
+    node = make_plan(cora, dataclasses.replace(LINK, task="node"), cluster)
+    assert "dorylus" in {r.strategy for r in node.rows}
+
+
+def _link_steps(num_edges: int, batch: int, world: int) -> int:
+    """The steps of the link task's loader: each rank's even share of the epoch's edges
+    (dglx_dist.api.split.edge_share), the most batches any rank has (agreed_steps)."""
+    import torch
+
+    from dglx_dist.sampling import even_chunk
+
+    return max(math.ceil(even_chunk(torch.arange(num_edges), world, r).numel() / batch)
+               for r in range(world))
+
+
+@pytest.mark.parametrize("batch, servers, ranks, train_edges",
+                         [(512, 2, 1, None), (300, 1, 3, None), (250, 2, 1, 2000),
+                          (64, 2, 2, 999)])
+def test_link_steps_are_those_the_link_task_takes(batch, servers, ranks, train_edges):
+    """The plan's steps an epoch, for every strategy, from the training graph that the link
+    task's own split of Cora gives (tasks/link.py), at its batch and ranks."""
+    from dglx_dist.data import read_dataset
+    from dglx_dist.tasks.link import split_pairs, train_edge_ids
+
+    ds = read_dataset(resolve_dataset("cora"))
+    train, _, _, _ = split_pairs(ds, seed=0)
+    task = TaskConfig(name="link", edge_batch_size=batch, train_edges=train_edges)
+    edges = train_edge_ids(train.num_edges, task, seed=0).numel()
+    want = _link_steps(edges, batch, servers * ranks)
+    work = workload_for({}, "sage", 64, 2, task)
+    assert (work.task, work.batch_size, work.train_edges) == ("link", batch, train_edges)
+    plan = make_plan(graph_of_dataset(ds), work, Cluster(servers, ranks))
+    assert {r.strategy: r.steps for r in plan.rows} == dict.fromkeys(LINK_STRATEGIES, want)
+    assert want > 1
+
+
+def test_a_link_step_seeds_the_ends_and_negatives_and_full_graph_steps_repeat(cora):
+    """A link step's seeds: the distinct ends of its edges and negatives, a few fewer than
+    batch x (2 + negatives) on a big graph, at most every node on a small one; a full-graph
+    strategy's link epoch is its full-graph epoch over the training graph at every step,
+    and the pairs' rows on top; distdgl pulls the rows of the seeds on other servers."""
+    big = dataclasses.replace(LINK, batch_size=1000, negatives=2)
+    uniform, ends = step_seeds(PRODUCTS, big)
+    assert 3900 < uniform + ends < 4000 and 1900 < ends < 2000
+    assert sum(step_seeds(cora, dataclasses.replace(LINK, batch_size=4096))) < cora.nodes
+    assert step_seeds(cora, dataclasses.replace(LINK, task="node")) == (512.0, 0.0)
+    cluster = Cluster(2, 1)
+    epoch = LAWS["fullgraph"](cora, LINK, cluster)
+    once = LAWS["fullgraph"].work(LINK.trained(cora), LINK, cluster)
+    assert epoch.steps == 9 and LINK.trained(cora).edges == 8976 < cora.edges
+    assert epoch.spmm_edge_dims == pytest.approx(9 * once.spmm_edge_dims)
+    assert epoch.inter_bytes > 9 * once.inter_bytes and epoch.flops > 9 * once.flops
+    assert LAWS["distdgl"](cora, LINK, cluster).steps == 9
+    # uncut, a node batch pulls nothing from the other server; a link batch pulls the rows
+    # of its negatives there (uniform: half of them) and of the nodes near them
+    uncut = dataclasses.replace(cora, edge_cuts=(0.0,))
+    assert LAWS["distdgl"](uncut, dataclasses.replace(LINK, task="node"), cluster) \
+        .pull_inter_bytes == 0
+    rows = LAWS["distdgl"](uncut, LINK, cluster).pull_inter_bytes / (9 * 2 * cora.row_bytes)
+    assert step_seeds(cora, LINK)[0] / 2 < rows < cora.nodes / 2
+
+
+@pytest.mark.parametrize("bad, said", [({"task": "edges"}, "task 'edges'"),
+                                       ({"task": "link", "negatives": 0}, "negatives 0"),
+                                       ({"task": "link", "train_edges": 0}, "train_edges 0")])
+def test_a_bad_task_or_count_is_one_line(bad, said):
+    with pytest.raises(InvalidValueError) as err:
+        Workload("sage", **bad)
+    assert said in str(err.value) and "\n" not in str(err.value)
+    assert "expected a task of node, link" in str(err.value)
+
+
+def test_dglx_plan_task_link_and_auto_resolves_it(capsys, cora):
+    from dglx_dist.cli import main
+
+    args = ["plan", "--data", "cora", "--task", "link", "--batch-size", "512",
+            "--negatives", "2", "--servers", "2", "--memory-per-server", str(16 * GIB)]
+    assert main(args + ["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {r["strategy"] for r in out["rows"]} == LINK_STRATEGIES
+    assert out["workload"]["task"] == "link" and out["workload"]["negatives"] == 2
+    assert {r["steps"] for r in out["rows"]} == {9} and "of link prediction" in out["summary"]
+    name, options, plan = resolve(AUTO, {}, lambda: cora, lambda: Cluster(2, 1),
+                                  lambda given: workload_for(given, task=TaskConfig(
+                                      name="link", edge_batch_size=512)), tell=False)
+    assert name in LINK_STRATEGIES and plan.work.link and plan.work.batch_size == 512
+    STRATEGIES.build(name, **options)
