@@ -73,6 +73,8 @@ class Config:
     flags: tuple[str, ...]
     varies: str
     model: tuple[str, ...] = ("--model", "gcn")
+    systems: tuple[str, ...] = STRATEGY_SYSTEMS
+    """The strategies that run it (dorylus runs no link prediction)."""
 
     def argv(self) -> list[str]:
         return [*BASE, *self.model, *self.flags]
@@ -100,7 +102,8 @@ CONFIGS = {c.name: c for c in (
                                   "--hidden", "64"),
            "a typed graph (ogbn-mag's shape, 1/256), R-GCN", model=()),
     Config("link", "tiny-f128", ("--task", "link", "--epochs", "3", "--batch-size", "500",
-                                 "--eval-pairs", "500"), "link prediction"),
+                                 "--eval-pairs", "500"), "link prediction",
+           systems=("distdgl", "p3", "granndis", "fullgraph")),
 )}
 
 
@@ -122,7 +125,7 @@ def measure(config: Config, workdir: Path, timeout: float) -> list[dict[str, Any
     if not results.is_file():
         data = dataset(GRAPHS[config.graph], workdir)
         cmd = [sys.executable, "-m", "dglx_dist", "bench", "--data", str(data), "--systems",
-               ",".join(("auto", *STRATEGY_SYSTEMS)), *config.argv(), "--timeout",
+               ",".join(("auto", *config.systems)), *config.argv(), "--timeout",
                str(timeout), "--out", str(out), "--overwrite", "--no-plot"]
         log.info("%s: %s", config.name, " ".join(cmd[3:]))
         subprocess.run(cmd, stdout=subprocess.DEVNULL, check=False)

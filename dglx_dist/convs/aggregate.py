@@ -19,8 +19,9 @@ the backward over the reversed layout:
   the edges in their groups' order, its backward each edge's destination's gradient row.
 
 Each destination adds its rows in edge order, one after the other, as DGL's CPU kernels and
-``index_add`` do: on CPU the float32 results are DGL's bit for bit (checked in
-tests/unit/test_aggregate.py).
+``index_add`` do: on CPU the float32 sums without per-edge weights are DGL's bit for bit;
+with them, MKL's CSR product adds in an order that depends on the CPU (DGL's bit for bit on
+an AVX2 CPU, a few ulps apart on an AVX-512 one; checked in tests/unit/test_aggregate.py).
 """
 from __future__ import annotations
 

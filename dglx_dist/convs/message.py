@@ -10,7 +10,8 @@ in-edges (DGL's ``dgl.nn.functional.edge_softmax``); ``copy_e_sum`` sums each
 destination's in-edges' rows. On DGL's blocks, DGL's own kernels; on the package's, the sums
 are :mod:`~dglx_dist.convs.aggregate`'s fused gather-sums over the block's kept
 :class:`~dglx_dist.convs.aggregate.Layout` (no row per edge made, but for a weight's
-gradient; as fast as DGL's kernel on this CPU, and bit for bit its float32 results), the
+gradient; as fast as DGL's kernel on this CPU, and its float32 results: bit for bit without
+per-edge weights, within rounding with them), the
 largest and the softmax torch's ``scatter_reduce`` and ``index_add`` (a row per edge; their
 rows are narrow in the convs here: GAT's scores, one per head), on any device.
 """

@@ -1,6 +1,6 @@
 """convs/aggregate.py's fused sums (what convs/message.py sums with on the package's blocks):
-the same sums and gradients as a row per edge added with index_add, float32 bit for bit as
-DGL's kernels where DGL is installed, and the layout kept on the block (built once, dropped
+the same sums and gradients as a row per edge added with index_add, float32 as DGL's kernels
+where DGL is installed (bit for bit without per-edge weights), and the layout kept on the block (built once, dropped
 by a move)."""
 import pytest
 import torch
@@ -102,7 +102,10 @@ if torch.cuda.is_available():  # defined where CUDA exists (the GPU checklist ru
 
 @pytest.mark.dgl
 @pytest.mark.parametrize("case", CASES)
-def test_float32_sums_are_dgls_bit_for_bit(case):
+def test_float32_sums_are_dgls(case):
+    """Bit for bit without per-edge weights (the fused gather-sum adds in DGL's order); with
+    them, MKL's CSR product adds in an order that depends on the CPU (bit for bit on an AVX2
+    CPU, a few ulps apart on an AVX-512 one), so within float32 rounding there."""
     import dgl  # noqa: PLC0415 - marked: only where DGL is installed
     block = _block(seed=4)
     graph = block.to_dgl()
@@ -114,6 +117,9 @@ def test_float32_sums_are_dgls_bit_for_bit(case):
     ref = _with_grads(lambda: dgl.ops.copy_u_sum(graph, h) if w is None else
                       dgl.ops.u_mul_e_sum(graph, h, w), [h])
     for a, b in zip(got, ref, strict=True):
-        assert torch.equal(a, b), (a - b).abs().max()
+        if w is None:
+            assert torch.equal(a, b), (a - b).abs().max()
+        else:  # values up to ~1e3: a dropped or doubled edge is off by far more
+            torch.testing.assert_close(a, b, atol=1e-3, rtol=1e-6)
     edge_rows = _rows(EDGES, 5)
     assert torch.equal(message.copy_e_sum(block, edge_rows), dgl.ops.copy_e_sum(graph, edge_rows))
