@@ -24,6 +24,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -128,10 +129,18 @@ def measure(config: Config, workdir: Path, timeout: float) -> list[dict[str, Any
                ",".join(("auto", *config.systems)), *config.argv(), "--timeout",
                str(timeout), "--out", str(out), "--overwrite", "--no-plot"]
         log.info("%s: %s", config.name, " ".join(cmd[3:]))
+        before = os.getloadavg()[0]
         subprocess.run(cmd, stdout=subprocess.DEVNULL, check=False)
         if not results.is_file():
             raise SystemExit(f"plan_check: dglx bench wrote no results for {config.name!r}")
+        (out / "load.json").write_text(json.dumps([before, os.getloadavg()[0]]))
     return [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+
+
+def load(config: Config, workdir: Path) -> list[float] | None:
+    """The load average (1 minute) as ``config``'s run began and ended."""
+    file = workdir / "runs" / config.name / "load.json"
+    return json.loads(file.read_text()) if file.is_file() else None
 
 
 def _time(row: dict[str, Any], by: str) -> float:
@@ -193,7 +202,9 @@ def table(verdicts: list[dict[str, Any]]) -> str:
         "pick / fastest": v.get("pick_over_fastest"),
         "measured ranking": ", ".join(v.get("measured_ranking", [])),
         "predicted ranking": ", ".join(v.get("predicted_ranking", [])),
-        "right": {True: "yes", False: "no"}.get(v.get("right"), "-")} for v in verdicts])
+        "right": {True: "yes", False: "no"}.get(v.get("right"), "-"),
+        "load": "-" if not v.get("load") else "%.1f / %.1f" % tuple(v["load"])}
+        for v in verdicts])
 
 
 def plot(verdicts: list[dict[str, Any]], path: Path) -> None:
@@ -243,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
             emit_text(f"{n}: {CONFIGS[n].varies}: dglx bench {' '.join(CONFIGS[n].argv())}")
         return 0
     verdicts = [verdict(CONFIGS[n], measure(CONFIGS[n], args.workdir, args.timeout))
-                for n in names]
+                | {"load": load(CONFIGS[n], args.workdir)} for n in names]
     right = sum(bool(v.get("right")) for v in verdicts)
     emit_json({"configs": verdicts, "right": right, "of": len(verdicts)}, args.out)
     emit_text(table(verdicts) + f"\n\nThe pick was the fastest or within "

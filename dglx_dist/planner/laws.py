@@ -27,7 +27,7 @@ import numpy as np
 from dglx_dist.planner.shapes import WEIGHTS, Cluster, GraphShape, Workload
 
 __all__ = ["GRANNDIS_EAS", "LAWS", "Block", "Law", "Work", "expansion", "halo_rows", "law",
-           "pair_steps", "step_seeds"]
+           "pair_steps", "sampled_steps", "step_seeds"]
 
 F32 = 4
 ID = 8
@@ -170,8 +170,8 @@ class Law:
 
     Attributes:
         work: the epoch's :class:`Work` from the graph, the workload and the cluster.
-        full_graph: one optimizer step per epoch over full neighbourhoods (more epochs to
-            the same accuracy than sampled mini-batches: :data:`dglx_dist.planner.units.EPOCHS`).
+        full_graph: one optimizer step per epoch over full neighbourhoods (so more epochs to
+            the same accuracy than sampled mini-batches: :func:`sampled_steps` of theirs).
     """
 
     work: Callable[[GraphShape, Workload, Cluster], Work]
@@ -201,8 +201,9 @@ def law(name: str, full_graph: bool = False):
     return register
 
 
-def _steps(graph: GraphShape, work: Workload, cluster: Cluster) -> int:
-    """Steps an epoch: its training nodes (or edges) over the batch of every rank."""
+def sampled_steps(graph: GraphShape, work: Workload, cluster: Cluster) -> int:
+    """Steps an epoch of sampled mini-batches: its training nodes (or edges) over the batch
+    of every rank."""
     return max(1, math.ceil(work.epoch_items(graph) / (work.batch_size * cluster.world)))
 
 
@@ -223,7 +224,7 @@ def distdgl(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
     a remote seed: remote); remote feature rows are pulled (on a typed graph, the learned rows of featureless types
     too, and their gradients pushed back), remote frontier nodes are sampled by their owners
     (ids out, edges back); DDP all-reduces the gradients."""
-    steps = _steps(graph, work, cluster)
+    steps = sampled_steps(graph, work, cluster)
     blocks, base = _sampled(graph, work, steps)
     cut = graph.cut(cluster.servers)
     deg = graph.degrees()
@@ -250,7 +251,7 @@ def p3(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
     gradients go back, both in two stages (once across servers, then inside each); remote
     frontier nodes are sampled by their owners; the layers above the first are all-reduced (on
     a typed graph, the learned rows of featureless types are pulled and pushed as distdgl's)."""
-    steps = _steps(graph, work, cluster)
+    steps = sampled_steps(graph, work, cluster)
     blocks, base = _sampled(graph, work, steps)
     w, s, g, deg = cluster.world, cluster.servers, cluster.ranks_per_server, graph.degrees()
     first = blocks[0]
@@ -291,7 +292,7 @@ def pair_steps(graph: GraphShape, work: Workload, cluster: Cluster, epoch: Work)
     steps; at each, the rows of the pairs' nodes (``hidden`` wide) fetched from the ranks
     that computed them after a round of their ids, their gradients sent back
     (:mod:`dglx_dist.strategies.granndis.pairs`), and the pairs' scores."""
-    steps, w, g = _steps(graph, work, cluster), cluster.world, cluster.ranks_per_server
+    steps, w, g = sampled_steps(graph, work, cluster), cluster.world, cluster.ranks_per_server
     scaled = {f.name: getattr(epoch, f.name) * steps for f in dataclasses.fields(Work)
               if f.name != "steps"}
     fetched = sum(step_seeds(graph, work)) * (w - 1) / w  # a rank's, computed elsewhere

@@ -180,17 +180,19 @@ def _p3(s: Situation, work: Work) -> Choice:
 
 
 @chooser("granndis")
-def _granndis(s: Situation, work: Work) -> Choice:
+@chooser("fullgraph")
+def _co_batches(s: Situation, work: Work) -> Choice:
     c, peak = s.cluster, s.peak_per_rank
     given = s.given.get("co_batches")
-    if peak is None or c.memory_bytes is None or s.work.link:  # a link step: one co-batch
+    if s.work.link:  # a link step: one co-batch
         return Choice({}, work, peak)
     nodes = work.gather_bytes / s.graph.row_bytes  # the rank's share of the held nodes
     act = nodes * 4 * ACTIVATION_COPIES * sum(s.work.dims(s.graph)[1:])
-    fits = [r for r in range(1, 65)
-            if c.ranks_per_server * (peak - act * (1 - 1 / r)) <= c.memory_bytes]
+    fits = [] if peak is None or c.memory_bytes is None else [
+        r for r in range(1, 65)
+        if c.ranks_per_server * (peak - act * (1 - 1 / r)) <= c.memory_bytes]
     r = given if given is not None and given > 0 else (fits[0] if fits else 1)
     if r == 1:
         return Choice({}, work, peak)
     return Choice({"co_batches": r}, dataclasses.replace(work, steps=work.steps * r),
-                  peak - act * (1 - 1 / r))
+                  None if peak is None else peak - act * (1 - 1 / r))

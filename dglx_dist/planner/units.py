@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping
 from dglx_dist.planner.predict import Calibration
 from dglx_dist.planner.shapes import Units
 
-__all__ = ["DEFAULT_LINK_GBIT", "DEFAULT_UNITS", "EPOCHS", "Measured", "OVERHEAD_S_PER_STEP",
+__all__ = ["DEFAULT_LINK_GBIT", "DEFAULT_UNITS", "Measured", "OVERHEAD_S_PER_STEP",
            "loopback_s_per_byte", "median_s",
            "calibration", "load_measured", "measure_units", "save_measured", "units_path"]
 
@@ -44,10 +44,6 @@ OVERHEAD_S_PER_STEP = {"distdgl": 0.017, "p3": 0.021, "fullgraph": 0.028, "grann
 framework, waiting; dorylus: its executor's round trips), fitted on 2 servers x 2 ranks
 there. A strategy not listed: 0."""
 
-EPOCHS = {False: 1.0, True: 3.0}
-"""Epochs to the same accuracy, relative, by whether the training is full-graph (one
-optimizer step per epoch): measured 2.5-3x those of sampled mini-batches on the tiny and
-small presets (docs/choosing.md). The plan ranks strategies by epoch time x this."""
 
 DEFAULT_LINK_GBIT = 10.0
 """The link between servers when neither a flag nor a measurement says."""

@@ -258,3 +258,24 @@ def test_dglx_plan_task_link_and_auto_resolves_it(capsys, cora):
                                       name="link", edge_batch_size=512)), tell=False)
     assert name in LINK_STRATEGIES and plan.work.link and plan.work.batch_size == 512
     STRATEGIES.build(name, **options)
+
+
+@pytest.mark.parametrize("co_batches", [None, 2])
+def test_full_graph_rows_take_a_sampled_epochs_steps_in_epochs(co_batches, cora):
+    """Accuracy comes with optimizer steps: a full-graph row (one step an epoch, or R with
+    granndis's co-batches, the one strategy that takes them) is ranked by its epoch x the
+    sampled epoch's steps over its own; the sampled rows by their epoch."""
+    work, cluster = Workload("gcn", 16, (10, 25), 16), Cluster(2, 1, 1.0)
+    given = {} if co_batches is None else {"co_batches": co_batches}
+    plan = make_plan(cora, work, cluster, given=given)
+    sampled = math.ceil(round(cora.nodes * cora.train_frac) / (16 * 2))
+    assert sampled == 5  # Cora's 140 training nodes, 32 a step
+    assert {r.full_graph for r in plan.rows} == ({True} if co_batches else {True, False})
+    for row in plan.rows:
+        assert row.steps == ((co_batches or 1) if row.full_graph else sampled), row.strategy
+        assert row.rank_s == pytest.approx(row.epoch_s * sampled / row.steps)
+    assert [r.rank_s for r in plan.rows] == sorted(r.rank_s for r in plan.rows)
+    full = next(r for r in plan.rows if r.full_graph)
+    if full in plan.rows[:2]:  # the choice or the runner-up: the why says how it counted
+        assert f"counted {sampled / full.steps:.3g} times: {full.steps} optimizer step" in \
+            plan.why()
