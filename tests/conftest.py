@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,6 +22,12 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 # the default for every torchrun started below (the CLI's, the examples', bench's, emulate's).
 # A command line that passes --monitor-interval (benchmarks/chaos.py: 0.5) still decides.
 os.environ.setdefault("PET_MONITOR_INTERVAL", "0.5")
+
+# The plan's cache of unit costs (``$XDG_CACHE_HOME/dglx_dist/units.json``): written by
+# `dglx plan --measure` and `dglx commcheck` across servers, read by every plan. The tests'
+# processes keep theirs in a directory of this session, never the user's (a test's emulated
+# or loaded link would otherwise become the link rate of the user's next plans).
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="dglx-tests-cache-")
 
 import pytest  # noqa: E402
 

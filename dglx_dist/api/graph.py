@@ -396,7 +396,8 @@ def planned(strategy: str | Strategy, options: dict[str, Any], session: Session,
     memory = psutil.virtual_memory().total * topo.ranks_per_server / env.ranks_on_host
     name, options, _ = resolve(
         strategy, options, graph,
-        lambda: cluster_of(topo.num_servers, topo.ranks_per_server, memory), workload_for,
+        lambda: cluster_of(topo.num_servers, topo.ranks_per_server, memory),
+        lambda given: workload_for(given, loaders=True),  # a script's DataLoaders
         accept=accept, tell=session.is_main)
     return name, options
 

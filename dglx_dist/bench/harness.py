@@ -211,7 +211,7 @@ def run_strategy(name: str, setup: Setup, extra: Options,
 
 
 def run_planned(setup: Setup, extra: Options, needs: Sequence[str] = (),
-                target: Target = train_target) -> dict[str, Any]:
+                target: Target = train_target, loaders: bool = False) -> dict[str, Any]:
     """``auto``: the strategy a plan picks for the setup
     (:func:`~dglx_dist.bench.planned.plan_setup`; ``--strategy-opt auto:KEY=VALUE`` kept),
     among those that run the common model and have the capabilities ``needs``, run as its
@@ -223,7 +223,7 @@ def run_planned(setup: Setup, extra: Options, needs: Sequence[str] = (),
         return (all(getattr(built.capabilities, c) for c in needs)
                 and model_mismatch(built.registered_name, setup) is None)
 
-    name, options, plan = plan_setup(setup, extra.get(AUTO, ()), runs_here)
+    name, options, plan = plan_setup(setup, extra.get(AUTO, ()), runs_here, loaders)
     row = run_strategy(name, setup, {name: options}, target=target)
     predicted = f"planned: {plan.choice.epoch_s:.3g} s an epoch predicted"
     return row | {"system": row_name(name), "strategy": name,
@@ -317,7 +317,7 @@ def skipped_baselines(baselines: Sequence[str] = tuple(BASELINES),
 
 
 def systems(extra: Options, task: str = "node", baselines: Sequence[str] = tuple(BASELINES),
-            needs: Sequence[str] = (), target: Target = train_target
+            needs: Sequence[str] = (), target: Target = train_target, loaders: bool = False
             ) -> dict[str, Callable[[Setup], dict[str, Any]]]:
     """Every system by name that runs ``task``: the ``baselines`` that run it (where DGL is
     installed: :func:`skipped_baselines`), then each registered strategy whose capabilities
@@ -335,7 +335,8 @@ def systems(extra: Options, task: str = "node", baselines: Sequence[str] = tuple
             table[name] = lambda setup, name=name: run_strategy(name, setup, extra,
                                                                 target=target)
     if task in PLANNED_TASKS:
-        table[AUTO] = lambda setup: run_planned(setup, extra, (*needs, *task_needs), target)
+        table[AUTO] = lambda setup: run_planned(setup, extra, (*needs, *task_needs), target,
+                                                loaders)
     return table
 
 

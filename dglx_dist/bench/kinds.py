@@ -33,6 +33,9 @@ class DataKind:
     """The capabilities a strategy needs to run it."""
     target: Target = train_target
     """How a strategy's run starts (``dglx train``, or DGL's loop through the drop-in API)."""
+    loaders: bool = False
+    """Its runs train under the drop-in API's DataLoaders, where a full-graph strategy takes
+    a co-batch per batch (what ``auto`` plans)."""
     refusals: tuple[Refusal, ...] = ()
     """The options it cannot run: ``(refused(args), why)``, ``why`` formatted with
     ``args``; refused before any work."""
@@ -43,7 +46,7 @@ class DataKind:
 
     def systems(self, extra: Options, task: str = "node") -> dict[str, Runner]:
         """The systems by name that run ``task`` (``extra``: strategy options by name)."""
-        return systems(extra, task, self.baselines, self.needs, self.target)
+        return systems(extra, task, self.baselines, self.needs, self.target, self.loaders)
 
     def check(self, args: argparse.Namespace) -> None:
         """Refuses, in one line, an option this kind cannot run (before any work)."""
@@ -68,7 +71,7 @@ TYPED_REFUSALS: tuple[Refusal, ...] = (
 KINDS: dict[str, DataKind] = {
     "graph": DataKind("graph without types"),
     "typed": DataKind("typed dataset", ("dgl-distdgl",), ("typed_graphs",), dropin_target,
-                      TYPED_REFUSALS, model="rgcn", table="typed"),
+                      True, TYPED_REFUSALS, model="rgcn", table="typed"),
 }
 """The kinds of dataset by name."""
 

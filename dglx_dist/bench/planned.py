@@ -1,7 +1,8 @@
 """``dglx bench --systems auto``: the plan of a benchmark's setup (``dglx plan``'s, the one
 :func:`~dglx_dist.planner.auto.resolve` that ``dglx train --strategy auto`` uses): the
-setup's task, dataset, model and batching on its servers and ranks, with a server's share of
-this machine's memory (``--memory-limit``, else its total: every rank of a benchmark runs
+setup's task, dataset, model and batching on its servers and ranks and their link (the
+emulated one's rate, or loopback's on virtual servers), with a server's share of this
+machine's memory (``--memory-limit``, else its total: every rank of a benchmark runs
 here), among the strategies that can run the benchmark's model, kind of dataset and task
 (link prediction: those that train it). The row it runs
 is named :func:`row_name`, and carries the plan's two lines (:func:`plan_fields`)."""
@@ -12,7 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 from dglx_dist.bench.shared import Setup
 from dglx_dist.config import AUTO
 
-__all__ = ["plan_fields", "plan_setup", "row_name", "server_memory"]
+__all__ = ["link_gbit", "plan_fields", "plan_setup", "row_name", "server_memory"]
 
 
 def row_name(strategy: str) -> str:
@@ -29,6 +30,16 @@ def server_memory(setup: Setup) -> float:
     return limit * setup.ranks_per_server / setup.world
 
 
+def link_gbit(setup: Setup) -> float:
+    """The rate between the benchmark's servers: its emulated link's, or, on virtual servers,
+    loopback's (the unit cost of a byte inside a server)."""
+    from dglx_dist.bench.floor import link_bytes_per_s
+    from dglx_dist.planner.units import load_measured
+
+    rate = link_bytes_per_s(setup.network)
+    return 8 * rate / 1e9 if rate else 8 / load_measured().units.intra_s_per_byte / 1e9
+
+
 def _given(options: Mapping[str, Any] | Sequence[str]) -> dict[str, Any]:
     """``--strategy-opt auto:KEY=VALUE``'s options (keywords, or the sweeps' ``KEY=VALUE``s)."""
     from dglx_dist.cli_flags import parse_key_values
@@ -38,7 +49,7 @@ def _given(options: Mapping[str, Any] | Sequence[str]) -> dict[str, Any]:
 
 
 def plan_setup(setup: Setup, given: Mapping[str, Any] | Sequence[str] = (),
-               accept: Callable[[Any], bool] | None = None):
+               accept: Callable[[Any], bool] | None = None, loaders: bool = False):
     """``(strategy, options, plan)``: the plan's choice for ``setup`` with the ``given``
     options kept (the workload: the setup's fanouts, batch and depth, as every strategy of
     the benchmark gets them, and its task: the link task's batch of edges, negatives and
@@ -57,10 +68,11 @@ def plan_setup(setup: Setup, given: Mapping[str, Any] | Sequence[str] = (),
               "num_layers": setup.layers}
     return resolve(AUTO, _given(given), lambda: graph_of_directory(setup.data, embed_dim=hidden),
                    lambda: cluster_of(setup.servers, setup.ranks_per_server,
-                                      server_memory(setup)),
+                                      server_memory(setup), link_gbit=link_gbit(setup)),
                    lambda options: workload_for(common | dict(options),
                                                 setup.model or setup.run.model.name, hidden,
-                                                setup.layers, setup.training().task),
+                                                setup.layers, setup.training().task,
+                                                loaders),
                    accept=accept)
 
 

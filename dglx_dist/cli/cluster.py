@@ -51,23 +51,30 @@ def _cmd_commcheck(args: argparse.Namespace) -> int:
                       "device": str(s.device), "launcher": s.env.launcher,
                       "exchange_ok": int(total.item()) == s.world_size,
                       "payload_mb": args.payload_mb, "payload_seconds": seconds,
-                      "link_gbit": _link_gbit(s.topology, args.payload_mb, seconds),
+                      "link_gbit": _link_gbit(s.topology, args.payload_mb, seconds,
+                                              s.env.virtual_servers > 1),
                       "bytes": [dict(zip(keys, c.tolist())) for c in counts]}
             sys.stdout.write(json.dumps(report) + "\n")
     return 0
 
 
-def _link_gbit(topology, payload_mb: float, seconds: float | None) -> float | None:
+def _link_gbit(topology, payload_mb: float, seconds: float | None,
+               virtual: bool) -> float | None:
     """The rate between servers the timed exchange saw (each server sent ``payload_mb`` from
     each of its ranks to each rank of the others through its link), cached for ``dglx plan``
-    (:mod:`dglx_dist.planner.units`); None without servers to cross or a timing."""
+    (:mod:`dglx_dist.planner.units`) unless the servers are ``virtual`` (one machine's ranks
+    on its loopback: no link between servers to remember); None without servers to cross or
+    a timing."""
     from dglx_dist.planner.units import save_measured
 
     g, w = topology.ranks_per_server, topology.world_size
     if not seconds or topology.num_servers < 2:
         return None
     rate = round(8 * g * (w - g) * payload_mb * 2**20 / seconds / 1e9, 3)
-    log.info("link rate %.3g Gbit/s cached in %s", rate, save_measured({"link_gbit": rate}))
+    if virtual:
+        log.info("link rate %.3g Gbit/s between virtual servers (loopback): not cached", rate)
+    else:
+        log.info("link rate %.3g Gbit/s cached in %s", rate, save_measured({"link_gbit": rate}))
     return rate
 
 

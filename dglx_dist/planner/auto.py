@@ -28,15 +28,17 @@ _DEFAULT_FANOUTS = (10, 25)
 
 
 def workload_for(options: Mapping[str, Any], model: str = "sage", hidden: int = 64,
-                 layers: int = 2, task: TaskConfig | None = None) -> Workload:
+                 layers: int = 2, task: TaskConfig | None = None,
+                 loaders: bool = False) -> Workload:
     """The workload ``options`` imply (their ``fanouts``, ``batch_size`` or ``num_layers``,
     as given on a command line or in Python), else ``layers`` layers of fanouts 10,...,25
     and 1000 seeds a rank, for ``model`` ``hidden`` wide; with ``task`` (a run config's), its
-    task: link prediction's batch (``edge_batch_size``), ``negatives`` and ``train_edges``."""
+    task: link prediction's batch (``edge_batch_size``), ``negatives`` and ``train_edges``;
+    ``loaders``: trained under the drop-in API's DataLoaders (:attr:`Workload.loaders`)."""
     from dglx_dist.registry import coerce_option
 
     if task is not None and task.name == "link":
-        work = workload_for(options, model, hidden, layers)
+        work = workload_for(options, model, hidden, layers, loaders=loaders)
         return dataclasses.replace(work, task="link", batch_size=task.edge_batch_size,
                                    negatives=task.negatives, train_edges=task.train_edges)
 
@@ -45,16 +47,16 @@ def workload_for(options: Mapping[str, Any], model: str = "sage", hidden: int = 
                if "fanouts" in options else (10,) * (depth - 2) + _DEFAULT_FANOUTS[-depth:])
     batch = int(coerce_option(options.get("batch_size", 1000), int, "option batch_size"))
     return Workload(model if model in ("gcn", "sage", "gat", "resgcn") else "sage", hidden,
-                    fanouts, batch)
+                    fanouts, batch, loaders=loaders)
 
 
 def cluster_of(servers: int, ranks_per_server: int, memory_bytes: float | None = None,
-               measured: Measured | None = None) -> Cluster:
-    """The cluster of a launch: its shape, a server's memory, the link rate measured here
-    (else :data:`~dglx_dist.planner.units.DEFAULT_LINK_GBIT`)."""
+               measured: Measured | None = None, link_gbit: float | None = None) -> Cluster:
+    """The cluster of a launch: its shape, a server's memory, the link rate ``link_gbit``
+    where known, else measured here (else :data:`~dglx_dist.planner.units.DEFAULT_LINK_GBIT`)."""
     measured = load_measured() if measured is None else measured
-    return Cluster(servers, ranks_per_server, measured.link_gbit or DEFAULT_LINK_GBIT,
-                   memory_bytes=memory_bytes)
+    return Cluster(servers, ranks_per_server, link_gbit or measured.link_gbit or
+                   DEFAULT_LINK_GBIT, memory_bytes=memory_bytes)
 
 
 def resolve(name: Any, options: Mapping[str, Any], graph: Callable[[], GraphShape],

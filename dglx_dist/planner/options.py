@@ -9,9 +9,12 @@ compute. Options the user gave are kept and modelled as given; the rest are chos
   remote rows serves :func:`cache_hits` of the pulls (measured at ogbn-products' size).
 - ``p3``: ``pipeline`` on with 3 or more steps an epoch (the layer-1 exchange of the next
   batches overlaps the training of this one; staleness up to 3 steps).
-- ``granndis``: ``co_batches`` R > 1 where one co-batch does not fit: R co-batches hold 1/R
-  of the activations (the preload stays whole), for R steps an epoch (never for the link
-  task: each of its steps is one co-batch over the whole graph).
+- ``granndis`` and ``fullgraph`` (granndis's batching without its preload): ``co_batches``
+  R > 1 where one co-batch does not fit: R co-batches hold 1/R of the activations (the
+  preload, or the part and its halo, stays whole), for R steps an epoch. Under the drop-in
+  API's DataLoaders (``Workload.loaders``) R is at least the loader's batches, as their
+  default ``co_batches=-1`` takes. Never for the link task: each of its steps is one co-batch
+  over the whole graph.
 - every strategy: the depth and batching of the workload (``fanouts``, ``batch_size``,
   ``num_layers``) where they differ from its defaults (the link task's batch of edges is
   the task's, not a strategy option).
@@ -24,7 +27,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from dglx_dist.planner.laws import ID, Work
+from dglx_dist.planner.laws import ID, Work, sampled_steps
 from dglx_dist.planner.shapes import Cluster, GraphShape, Units, Workload
 
 __all__ = ["CACHE_SHARE", "CHOOSERS", "Choice", "MIN_SAVING", "Situation", "cache_hits",
@@ -191,8 +194,11 @@ def _co_batches(s: Situation, work: Work) -> Choice:
     fits = [] if peak is None or c.memory_bytes is None else [
         r for r in range(1, 65)
         if c.ranks_per_server * (peak - act * (1 - 1 / r)) <= c.memory_bytes]
-    r = given if given is not None and given > 0 else (fits[0] if fits else 1)
+    loader = sampled_steps(s.graph, s.work, c) if s.work.loaders else 1  # co_batches=-1
+    chosen = max(loader, fits[0] if fits else 1)
+    r = given if given is not None and given > 0 else chosen
     if r == 1:
         return Choice({}, work, peak)
-    return Choice({"co_batches": r}, dataclasses.replace(work, steps=work.steps * r),
+    return Choice({} if r == loader and given is None else {"co_batches": r},
+                  dataclasses.replace(work, steps=work.steps * r),
                   None if peak is None else peak - act * (1 - 1 / r))

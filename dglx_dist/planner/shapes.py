@@ -132,6 +132,11 @@ class Workload:
     """The link task: uniform negatives per training edge."""
     train_edges: int | None = None
     """The link task: training edges an epoch (None: every edge of the training graph)."""
+    loaders: bool = False
+    """Trained under the drop-in API's DataLoaders (a script's, the runner's): a full-graph
+    strategy (granndis, fullgraph) takes a co-batch per batch of the loader (their
+    ``co_batches=-1``), as many steps as sampled mini-batches; else (``dglx train``'s
+    Trainer) one full-graph step an epoch."""
 
     def __post_init__(self) -> None:
         if self.model not in WEIGHTS:

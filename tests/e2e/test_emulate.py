@@ -14,6 +14,7 @@ import pytest
 
 from dglx_dist.cluster.emulate import (OWNERS, EmulatedCluster, EmulationUnavailable, LinkSpec,
                                        check_available)
+from dglx_dist.planner.units import load_measured
 from dglx_dist.testing.procs import live_children
 
 pytestmark = pytest.mark.e2e
@@ -45,6 +46,10 @@ def test_two_emulated_servers_with_a_shaped_link():
     floor = PAYLOAD_MB * 2**20 * 8 / (RATE_MBIT * 1e6)
     assert rep["payload_seconds"] >= 0.9 * floor, rep
     assert rep["bytes"][0]["sent_inter"] >= PAYLOAD_MB * 2**20
+    # the rate it saw is the plan's link rate from now on (in this session's cache, not the
+    # user's: tests/conftest.py)
+    assert 0 < rep["link_gbit"] <= 1.1 * RATE_MBIT / 1e3
+    assert load_measured().link_gbit == rep["link_gbit"]
     # nothing of this cluster left behind: namespaces, bridge, veths, owner file, processes
     token = re.search(r"emulated cluster ([0-9a-f]{6}):", r.stderr).group(1)
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout

@@ -326,6 +326,10 @@ def test_auto_runs_the_plans_choice_in_a_row_named_for_it(tmp_path, monkeypatch,
     assert name == "distdgl" and options["cache_mb"] == 5.0  # only distdgl takes cache_mb
     assert (row["system"], row["strategy"]) == (f"auto ({name})", name)
     assert row["plan"]["summary"] == said[0] and row["plan"]["why"] == said[1]
+    # planned at the benchmark's link: loopback's rate on virtual servers, an emulated link's
+    from dglx_dist.bench.planned import link_gbit
+    assert said[0].endswith(f"at {link_gbit(setup):g} Gbit/s)") and link_gbit(setup) > 10
+    assert link_gbit(dataclasses.replace(setup, network="emulated-1g")) == 1.0
     rows = row["plan"]["rows"]  # every strategy planned (those that take cache_mb), best first
     planned = rows[0]
     assert planned["strategy"] == name and len({r["strategy"] for r in rows}) == len(rows) > 1

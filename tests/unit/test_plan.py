@@ -279,3 +279,38 @@ def test_full_graph_rows_take_a_sampled_epochs_steps_in_epochs(co_batches, cora)
     if full in plan.rows[:2]:  # the choice or the runner-up: the why says how it counted
         assert f"counted {sampled / full.steps:.3g} times: {full.steps} optimizer step" in \
             plan.why()
+
+
+def test_commcheck_caches_the_link_rate_of_real_servers_only():
+    """`dglx commcheck --payload-mb` remembers the rate between servers for later plans,
+    but not between virtual servers (one machine's ranks on its loopback)."""
+    from dglx_dist.cli.cluster import _link_gbit
+    from dglx_dist.runtime.topology import Topology
+
+    topology = Topology(2, 1)
+    rate = 8 * 1 * 1 * 2**20 / 0.5 / 1e9  # 1 MiB each way in 0.5 s
+    assert _link_gbit(topology, 1.0, 0.5, virtual=True) == pytest.approx(rate, abs=1e-3)
+    assert load_measured() == Measured()
+    assert _link_gbit(topology, 1.0, 0.5, virtual=False) == load_measured().link_gbit
+    assert _link_gbit(Topology(1, 2), 1.0, 0.5, virtual=False) is None  # no link crossed
+
+
+def test_under_a_scripts_loaders_full_graph_strategies_take_a_co_batch_per_batch(cora):
+    """The drop-in API's DataLoaders (``Workload.loaders``: distribute's and the runner's
+    plans, the typed bench): granndis and fullgraph take as many co-batches as the loader's
+    batches (their default co_batches=-1), so they step as often as the sampled ones."""
+    cluster = Cluster(2, 1, 1.0)
+    plain = make_plan(cora, Workload("gcn", 16, (10, 25), 16), cluster)
+    looped = make_plan(cora, Workload("gcn", 16, (10, 25), 16, loaders=True), cluster)
+    sampled = next(r.steps for r in plain.rows if not r.full_graph)
+    for before, row in ((next(b for b in plain.rows if b.strategy == r.strategy), r)
+                        for r in looped.rows):
+        if row.strategy in ("granndis", "fullgraph"):
+            assert (before.steps, row.steps, row.rank_s) == (1, sampled, row.epoch_s)
+            assert "co_batches" not in row.options  # the default -1 takes the loader's
+            assert row.epoch_s > before.epoch_s  # the overhead of every step
+        else:
+            assert row == before
+    assert resolve(AUTO, {}, lambda: cora, lambda: cluster, lambda given: workload_for(
+        given, loaders=True))[2].rows == make_plan(cora, workload_for({}, loaders=True),
+                                                   cluster).rows
