@@ -143,30 +143,16 @@ def measure(config: Config, workdir: Path, timeout: float,
     return [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
 
 
-def replan(config: Config, workdir: Path, rows: list[dict[str, Any]],
+def replan(config: Config, workdir: Path, rows: list[dict[str, Any]], tag: str | None,
            timeout: float) -> list[dict[str, Any]]:
-    """``rows`` with the auto row run again (``dglx bench --systems auto`` into
-    ``runs/NAME/auto``, kept and reused) where the plan as it is now would pick another
-    strategy than the recorded auto row ran: the measured rows of the strategies stay."""
-    auto = next((r for r in rows if r["system"].startswith("auto")), None)
-    out = workdir / "runs" / config.name / "auto"
-    if auto is None or "plan" not in auto or (
-            not (out / "results.jsonl").is_file() and _choice(auto, rows) == auto["strategy"]):
+    """``rows`` with the auto row run again by ``dglx bench --systems auto`` into
+    ``runs/NAME/auto-TAG`` (kept and reused) where ``tag`` is given: the plan as it is now,
+    beside the strategies' rows as they were measured."""
+    if tag is None:
         return rows
-    again = measure(dataclasses.replace(config, systems=()), workdir, timeout, out)
-    return [r for r in rows if r is not auto] + again
-
-
-def _choice(auto: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    """What the plan recorded in the auto row picks when its full-graph rows count the
-    sampled epoch's steps over their own (the ranking as it is now)."""
-    sampled = next((r["steps"] for r in auto["plan"]["rows"] if r["strategy"] in
-                    ("distdgl", "p3")), None) or next(
-        (r.get("steps") for r in rows if r["system"] in ("distdgl", "p3")), 1)
-    full = {"granndis", "fullgraph", "dorylus"}
-    ok = [r for r in auto["plan"]["rows"] if r["fits"] != "no"]
-    return min(ok, key=lambda r: r["epoch_s"] * (sampled / r["steps"] if r["strategy"] in full
-                                                 else 1))["strategy"]
+    again = measure(dataclasses.replace(config, systems=()), workdir, timeout,
+                    workdir / "runs" / config.name / f"auto-{tag}")
+    return [r for r in rows if not r["system"].startswith("auto")] + again
 
 
 def load(config: Config, workdir: Path) -> list[float] | None:
@@ -276,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="also write the JSON here")
     p.add_argument("--plot", type=Path, help="write the predicted-vs-measured PNG here")
     p.add_argument("--list", action="store_true", help="print the configurations and stop")
+    p.add_argument("--rerun-auto", metavar="TAG", help="run the auto rows again (into "
+                   "runs/NAME/auto-TAG, kept), after a change to the plan")
     args = p.parse_args(argv)
     names = args.only.split(",") if args.only else list(CONFIGS)
     unknown = [n for n in names if n not in CONFIGS]
@@ -286,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             emit_text(f"{n}: {CONFIGS[n].varies}: dglx bench {' '.join(CONFIGS[n].argv())}")
         return 0
     verdicts = [verdict(CONFIGS[n], replan(CONFIGS[n], args.workdir, measure(
-        CONFIGS[n], args.workdir, args.timeout), args.timeout))
+        CONFIGS[n], args.workdir, args.timeout), args.rerun_auto, args.timeout))
                 | {"load": load(CONFIGS[n], args.workdir)} for n in names]
     right = sum(bool(v.get("right")) for v in verdicts)
     emit_json({"configs": verdicts, "right": right, "of": len(verdicts)}, args.out)

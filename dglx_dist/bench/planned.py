@@ -1,13 +1,14 @@
 """``dglx bench --systems auto``: the plan of a benchmark's setup (``dglx plan``'s, the one
 :func:`~dglx_dist.planner.auto.resolve` that ``dglx train --strategy auto`` uses): the
 setup's task, dataset, model and batching on its servers and ranks and their link (the
-emulated one's rate, or loopback's on virtual servers), with a server's share of this
-machine's memory (``--memory-limit``, else its total: every rank of a benchmark runs
+emulated one's rate, or loopback's on virtual servers) and this machine's cores shared by
+them all, with a server's share of this machine's memory (``--memory-limit``, else its total: every rank of a benchmark runs
 here), among the strategies that can run the benchmark's model, kind of dataset and task
 (link prediction: those that train it). The row it runs
 is named :func:`row_name`, and carries the plan's two lines (:func:`plan_fields`)."""
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Mapping, Sequence
 
 from dglx_dist.bench.shared import Setup
@@ -68,7 +69,8 @@ def plan_setup(setup: Setup, given: Mapping[str, Any] | Sequence[str] = (),
               "num_layers": setup.layers}
     return resolve(AUTO, _given(given), lambda: graph_of_directory(setup.data, embed_dim=hidden),
                    lambda: cluster_of(setup.servers, setup.ranks_per_server,
-                                      server_memory(setup), link_gbit=link_gbit(setup)),
+                                      server_memory(setup), link_gbit=link_gbit(setup),
+                                      shared_cores=os.cpu_count()),
                    lambda options: workload_for(common | dict(options),
                                                 setup.model or setup.run.model.name, hidden,
                                                 setup.layers, setup.training().task,

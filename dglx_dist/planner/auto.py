@@ -51,12 +51,14 @@ def workload_for(options: Mapping[str, Any], model: str = "sage", hidden: int = 
 
 
 def cluster_of(servers: int, ranks_per_server: int, memory_bytes: float | None = None,
-               measured: Measured | None = None, link_gbit: float | None = None) -> Cluster:
+               measured: Measured | None = None, link_gbit: float | None = None,
+               shared_cores: int | None = None) -> Cluster:
     """The cluster of a launch: its shape, a server's memory, the link rate ``link_gbit``
-    where known, else measured here (else :data:`~dglx_dist.planner.units.DEFAULT_LINK_GBIT`)."""
+    where known, else measured here (else :data:`~dglx_dist.planner.units.DEFAULT_LINK_GBIT`);
+    ``shared_cores``: every rank runs on one machine with this many cores."""
     measured = load_measured() if measured is None else measured
     return Cluster(servers, ranks_per_server, link_gbit or measured.link_gbit or
-                   DEFAULT_LINK_GBIT, memory_bytes=memory_bytes)
+                   DEFAULT_LINK_GBIT, shared_cores=shared_cores, memory_bytes=memory_bytes)
 
 
 def resolve(name: Any, options: Mapping[str, Any], graph: Callable[[], GraphShape],

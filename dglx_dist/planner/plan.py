@@ -2,9 +2,9 @@
 its epoch predicted (:mod:`~dglx_dist.planner.predict`) and its memory per rank estimated (the
 strategy's own measured fit, :mod:`dglx_dist.strategies.footprint`, plus its margin); the
 fastest that fits is the choice, ranked by epoch time x the epochs its kind of training needs
-(:attr:`PlanRow.epochs`: an optimizer step is a step, so full-graph training, one step an
-epoch, takes as many epochs as a sampled epoch has steps). Pure arithmetic: the same inputs
-give the same plan.
+(:attr:`PlanRow.epochs`: accuracy comes with optimizer steps, so full-graph training, one
+step an epoch, takes epochs in proportion to a sampled epoch's steps). Pure arithmetic: the
+same inputs give the same plan.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from dglx_dist.planner.laws import LAWS, sampled_steps
 from dglx_dist.planner.options import Choice, Situation, choose
 from dglx_dist.planner.predict import phases
 from dglx_dist.planner.shapes import Cluster, GraphShape, Workload
-from dglx_dist.planner.units import Measured, calibration
+from dglx_dist.planner.units import FULL_STEP, Measured, calibration
 from dglx_dist.report import markdown_table
 
 __all__ = ["TASK_NEEDS", "Plan", "PlanRow", "candidates", "for_task", "make_plan"]
@@ -45,9 +45,10 @@ class PlanRow:
     """One optimizer step an epoch (full-graph training of the node task)."""
     epochs: float = 1.0
     """Its epochs to the accuracy a sampled strategy reaches in one: accuracy comes with
-    optimizer steps, and a full-graph step counts as one step of sampled mini-batches, so a
-    full-graph row (``steps`` a step or a few: granndis's co-batches) takes a sampled
-    epoch's steps over its own (checked in docs/choosing.md, "Is the plan right?")."""
+    optimizer steps, and a full-graph step is worth 1 / :data:`~dglx_dist.planner.units.FULL_STEP`
+    steps of sampled mini-batches, so a full-graph row (``steps`` a step or a few: co-batches)
+    takes FULL_STEP x a sampled epoch's steps over its own (docs/choosing.md, "Is the plan
+    right?")."""
 
     @property
     def rank_s(self) -> float:
@@ -137,9 +138,10 @@ def _count(n: int, what: str) -> str:
 
 
 def _kind(row: PlanRow) -> str:
+    steps = round(row.epochs * row.steps / FULL_STEP)
     return (f", counted {row.epochs:.3g} times: {_count(row.steps, 'optimizer step')} an "
-            f"epoch against {_count(round(row.epochs * row.steps), 'step')} of sampled "
-            f"mini-batches" if row.full_graph else "")
+            f"epoch against {_count(steps, 'step')} of sampled mini-batches" if row.full_graph
+            else "")
 
 
 def _parts(row: PlanRow, short: bool = False) -> str:
@@ -166,7 +168,7 @@ def _row(name: str, s: Situation) -> PlanRow:
     fits = None if peak is None or cluster.memory_bytes is None else \
         cluster.ranks_per_server * peak <= cluster.memory_bytes
     once = law.steps_once(s.work)
-    epochs = sampled_steps(s.graph, s.work, cluster) / w.steps if once else 1.0
+    epochs = FULL_STEP * sampled_steps(s.graph, s.work, cluster) / w.steps if once else 1.0
     return PlanRow(name, sum(parts.values()), parts, w.steps, w.inter_bytes, peak, fits,
                    chosen.options, once, epochs)
 

@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping
 from dglx_dist.planner.predict import Calibration
 from dglx_dist.planner.shapes import Units
 
-__all__ = ["DEFAULT_LINK_GBIT", "DEFAULT_UNITS", "Measured", "OVERHEAD_S_PER_STEP",
+__all__ = ["DEFAULT_LINK_GBIT", "DEFAULT_UNITS", "FULL_STEP", "Measured", "OVERHEAD_S_PER_STEP",
            "loopback_s_per_byte", "median_s",
            "calibration", "load_measured", "measure_units", "save_measured", "units_path"]
 
@@ -37,6 +37,13 @@ DEFAULT_UNITS = Units(sample_s_per_edge=7.16e-08, gather_s_per_byte=7.32e-10,
 """One core of the development machine (docs/cluster_model.md, "Checked where it can be"):
 DGL's sampling and ``to_block`` per sampled edge, a row gather per byte, ``copy_u_sum`` per
 edge and column, ``torch.mm`` per FLOP, TCP over loopback per byte."""
+
+FULL_STEP = 0.6
+"""The sampled mini-batch steps one full-graph step is worth on the way to the same accuracy,
+inverted: full-graph training reached the check's target in 0.5-0.63 of the sampled
+strategies' steps (docs/choosing.md, "Is the plan right?": 5 against 8 on the tiny graph at 2
+and at 4 servers, 2 against 4 at F = 1024; 8 against 15 on the small preset), in 0.75 or
+more at F = 16; the plan counts 0.6."""
 
 OVERHEAD_S_PER_STEP = {"distdgl": 0.017, "p3": 0.021, "fullgraph": 0.028, "granndis": 0.031,
                        "dorylus": 0.170}

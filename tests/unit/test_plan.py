@@ -14,7 +14,8 @@ from dglx_dist.planner import (Cluster, Workload, graph_of_dataset, graph_of_dir
 from dglx_dist.planner.auto import resolve, workload_for
 from dglx_dist.planner.laws import LAWS, step_seeds
 from dglx_dist.planner.options import Situation, cache_hits, choose
-from dglx_dist.planner.units import DEFAULT_UNITS, Measured, load_measured, save_measured
+from dglx_dist.planner.units import (DEFAULT_UNITS, FULL_STEP, Measured, load_measured,
+                                     save_measured)
 from dglx_dist.prepare import resolve_dataset
 from dglx_dist.strategies import STRATEGIES
 
@@ -273,11 +274,13 @@ def test_full_graph_rows_take_a_sampled_epochs_steps_in_epochs(co_batches, cora)
     assert {r.full_graph for r in plan.rows} == ({True} if co_batches else {True, False})
     for row in plan.rows:
         assert row.steps == ((co_batches or 1) if row.full_graph else sampled), row.strategy
-        assert row.rank_s == pytest.approx(row.epoch_s * sampled / row.steps)
+        assert row.rank_s == pytest.approx(row.epoch_s * (
+            FULL_STEP * sampled / row.steps if row.full_graph else 1))
     assert [r.rank_s for r in plan.rows] == sorted(r.rank_s for r in plan.rows)
     full = next(r for r in plan.rows if r.full_graph)
     if full in plan.rows[:2]:  # the choice or the runner-up: the why says how it counted
-        assert f"counted {sampled / full.steps:.3g} times: {full.steps} optimizer step" in \
+        assert f"counted {FULL_STEP * sampled / full.steps:.3g} times: {full.steps} " \
+               f"optimizer step" in \
             plan.why()
 
 
@@ -306,7 +309,8 @@ def test_under_a_scripts_loaders_full_graph_strategies_take_a_co_batch_per_batch
     for before, row in ((next(b for b in plain.rows if b.strategy == r.strategy), r)
                         for r in looped.rows):
         if row.strategy in ("granndis", "fullgraph"):
-            assert (before.steps, row.steps, row.rank_s) == (1, sampled, row.epoch_s)
+            assert (before.steps, row.steps) == (1, sampled)
+            assert row.rank_s == pytest.approx(row.epoch_s * FULL_STEP)
             assert "co_batches" not in row.options  # the default -1 takes the loader's
             assert row.epoch_s > before.epoch_s  # the overhead of every step
         else:
