@@ -1,11 +1,12 @@
 """Every strategy trains a model of ``dglx_dist.nn``'s convs as it trains the same model of
-``dgl.nn``'s (issue 59): two real processes per run, each strategy's own loader, forward,
+``dgl.nn``'s (issue 59): two real processes per job, each strategy's own loader, forward,
 backward, gradient exchange and an optimizer step, the strategy driven as ``parallelize``
 and the ``DataLoader`` drive it. Three runs of the same steps: ``dglx_dist.nn``'s convs where
 DGL cannot be imported (the package's blocks reach the model), the same where DGL is
-installed (DGL's blocks reach it), and ``dgl.nn``'s convs of the same parameters; the losses
-and every parameter's gradients agree, step by step. The first conv is P3's split layer,
-GraNNDis's halo conv (GCN's degree rescaling included), one of Dorylus's stage kinds."""
+installed (DGL's blocks reach it), and ``dgl.nn``'s convs of the same parameters (these two
+in one job, one after the other); the losses and every parameter's gradients agree, step by
+step. The first conv is P3's split layer, GraNNDis's halo conv (GCN's degree rescaling
+included), one of Dorylus's stage kinds."""
 import json
 import os
 import subprocess
@@ -39,7 +40,6 @@ _RANK = textwrap.dedent("""
     from dglx_dist.strategies.steps import LoaderSpec
     from dglx_dist.testing import seeded_model
 
-    lib = importlib.import_module(sys.argv[3])
     ours = importlib.import_module("dglx_dist.nn")
 
     class Net(nn.Module):
@@ -57,15 +57,15 @@ _RANK = textwrap.dedent("""
             out = self.layers[1](blocks[1], h)
             return out.mean(1) if out.dim() == 3 else out
 
-    def model_of(kind, f, c):  # the same parameters from either library
+    def model_of(lib, kind, f, c):  # the same parameters from either library
         made = seeded_model(lambda: Net(ours, kind, f, c))
         twin = Net(lib, kind, f, c)
         twin.load_state_dict(made.state_dict())
         return twin
 
-    def train(session, strategy, pdir, kind):
+    def train(session, lib, strategy, pdir, kind):
         strategy.setup(session, pdir, None, SetupRequest(2))
-        model = model_of(kind, pdir.feat_dim, pdir.num_classes)
+        model = model_of(lib, kind, pdir.feat_dim, pdir.num_classes)
         wrapped = strategy.wrap_model(model)
         opt = torch.optim.SGD(wrapped.parameters(), lr=0.1)
         ids = split_ids(strategy, torch.arange(pdir.num_nodes), pdir, session)
@@ -93,11 +93,13 @@ _RANK = textwrap.dedent("""
 
     session = dglx_dist.init(backend="gloo", device="cpu")
     out = {}
-    for name, options, kinds in json.loads(sys.argv[4]):
-        for kind in kinds:
-            pdir = PartitionDir(Path(sys.argv[1]) / name)
-            out[f"{name}{options}/{kind}"] = train(session, STRATEGIES.build(name, **options),
-                                                   pdir, kind)
+    for lib_name in sys.argv[3].split(","):  # each library's runs in turn, on the same ranks
+        lib, out[lib_name] = importlib.import_module(lib_name), {}
+        for name, options, kinds in json.loads(sys.argv[4]):
+            for kind in kinds:
+                pdir = PartitionDir(Path(sys.argv[1]) / name)
+                out[lib_name][f"{name}{options}/{kind}"] = train(
+                    session, lib, STRATEGIES.build(name, **options), pdir, kind)
     assert ("dgl" in sys.modules) != (sys.argv[5] == "blocked"), "DGL imported (or not)"
     with open(sys.argv[2] + f".{session.rank}", "w") as f:
         json.dump(out, f)
@@ -111,23 +113,25 @@ RUNS = [("distdgl", {}, ["sage", "gat"]), ("p3", {}, ["sage", "gcn", "gat"]),
         ("fullgraph", {}, ["sage"]), ("dorylus", {}, ["sage", "gcn", "gat"])]
 
 
-def _run(parts: Path, lib: str, blocked: bool) -> list[dict]:
-    """Each rank's steps of every run of :data:`RUNS` (written to a file: a pipe that fills
+def _run(parts: Path, libs: list[str], blocked: bool) -> dict[str, list[dict]]:
+    """{library: each rank's steps of every run of :data:`RUNS`}, the libraries' runs one
+    after another in one job of 2 ranks (the results written to a file: a pipe that fills
     would stall a rank, and with it its peer's collectives)."""
-    port, procs, out = free_local_port(), [], f"{parts}.{lib}.{blocked}"
+    port, procs, out = free_local_port(), [], f"{parts}.{'+'.join(libs)}.{blocked}"
     for rank in range(2):
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
                "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                "OMP_NUM_THREADS": "1"}
         code = (_BLOCK if blocked else "") + _RANK
         procs.append(subprocess.Popen(
-            [sys.executable, "-c", code, str(parts), out, lib, json.dumps(RUNS),
+            [sys.executable, "-c", code, str(parts), out, ",".join(libs), json.dumps(RUNS),
              "blocked" if blocked else "dgl"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE, text=True))
     for proc in procs:
         _, stderr = proc.communicate(timeout=400)
         assert proc.returncode == 0, stderr[-3000:]
-    return [json.loads(Path(f"{out}.{rank}").read_text()) for rank in range(2)]
+    ranks = [json.loads(Path(f"{out}.{rank}").read_text()) for rank in range(2)]
+    return {lib: [rank[lib] for rank in ranks] for lib in libs}
 
 
 @pytest.fixture(scope="module")
@@ -156,6 +160,10 @@ def _same(got: list[dict], want: list[dict], what: str) -> None:
 
 
 def test_dglx_nn_models_train_through_every_strategy_as_dgl_nn_models(parts):
-    stock = _run(parts, "dgl.nn", blocked=False)
-    _same(_run(parts, "dglx_dist.nn", blocked=True), stock, "dglx_dist.nn without DGL")
-    _same(_run(parts, "dglx_dist.nn", blocked=False), stock, "dglx_dist.nn with DGL")
+    """Where DGL is installed, dgl.nn's runs and then dglx_dist.nn's share one job (two jobs
+    in all instead of three: the suite's time); each run builds its strategy and model anew."""
+    installed = _run(parts, ["dgl.nn", "dglx_dist.nn"], blocked=False)
+    stock = installed["dgl.nn"]
+    _same(_run(parts, ["dglx_dist.nn"], blocked=True)["dglx_dist.nn"], stock,
+          "dglx_dist.nn without DGL")
+    _same(installed["dglx_dist.nn"], stock, "dglx_dist.nn with DGL")

@@ -3,20 +3,21 @@ script's test accuracy within 2 points (same seed, model, optimizer and epochs),
 without an explicit shutdown call (the session shuts down at exit).
 
 Every script of the module runs in :func:`launched`, two jobs at a time
-(tests/launches.py): the plain scripts (one interpreter per group) and the ports (seeded:
-their results do not depend on timing), then the ports that read partitions the first jobs
-wrote; the tests below check what each printed."""
+(tests/launches.py): the plain scripts (two interpreters) and the ports (seeded:
+their results do not depend on timing), and the ports that read the partitions DGL's scripts
+wrote, queued once those are written; the tests below check what each printed."""
 import json
 import os
 import re
 import statistics
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from dglx_dist.strategies import STRATEGIES
-from tests.launches import distinct_ports, run_together
+from tests.launches import Together, fresh_ports
 
 pytestmark = pytest.mark.e2e
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -90,33 +91,41 @@ def _torchrun(ranks: int, args: list[str], cwd: Path, port: int, **env) -> dict:
             "cwd": cwd, "env": _env(**env), "timeout": 600}
 
 
-def _first_jobs(root: Path) -> dict:
+# The plain scripts of the second interpreter, by the name the tests read their stdouts under
+# (how many each): DGL's partitioning and its standalone DistDGL runs, then the typed graph's
+# R-GCN, one interpreter for all three (torch and DGL imported once)
+GROUPS = {"cora": 3, "mag": 2 + RGCN_RUNS, "rgcn_hetero": 1}
+
+
+def _first_jobs(root: Path, ports: Iterator[int]) -> dict:
     """The jobs that need nothing written before them: the plain scripts (partitioning DGL's
     way first where a script reads partitions) and the ports of the self-contained scripts."""
     plain = [(name, ARGS[name]) for name in NAMES for _ in range(RUNS_OF.get(name, 1))] + \
         [("link_prediction.py", [])]
     cora, mag = root / "cora", root / "mag"
     rgcn_plain = ["--part-config", str(mag / "p1" / "mag.json"), "--standalone", "--epochs", "5"]
+    groups = {"cora": [("partition_cora.py", [str(cora / "p1"), "--parts", "1"]),
+                       ("partition_cora.py", [str(cora / "p2"), "--parts", "2"]),
+                       ("distdgl_sage.py", ["--part-config", str(cora / "p1" / "cora.json"),
+                                            "--standalone"])],
+              "mag": [("partition_mag.py", [str(mag / "p1"), "--parts", "1"]),
+                      ("partition_mag.py", [str(mag / "p2"), "--parts", "2"]),
+                      *[("distdgl_rgcn.py", rgcn_plain)] * RGCN_RUNS],
+              "rgcn_hetero": [("rgcn_hetero.py", ["--epochs", "3"])]}
+    assert {name: len(runs) for name, runs in groups.items()} == GROUPS
     jobs = {"plain": _plain(plain, root),
-            "cora": _plain([("partition_cora.py", [str(cora / "p1"), "--parts", "1"]),
-                            ("partition_cora.py", [str(cora / "p2"), "--parts", "2"]),
-                            ("distdgl_sage.py", ["--part-config", str(cora / "p1" / "cora.json"),
-                                                 "--standalone"])], root),
-            "mag": _plain([("partition_mag.py", [str(mag / "p1"), "--parts", "1"]),
-                           ("partition_mag.py", [str(mag / "p2"), "--parts", "2"]),
-                           *[("distdgl_rgcn.py", rgcn_plain)] * RGCN_RUNS], root),
-            "rgcn_hetero": _plain([("rgcn_hetero.py", ["--epochs", "3"])], root)}
-    ports = [(name, strategy, ranks, ARGS[name]) for name, strategy, ranks in RUNS] + \
+            "groups": _plain([run for runs in groups.values() for run in runs], root)}
+    runs = [(name, strategy, ranks, ARGS[name]) for name, strategy, ranks in RUNS] + \
         [("link_prediction.py", strategy, ranks, ["--batch-size", str(1024 // ranks)])
          for strategy, ranks in LINK_RUNS] + [("rgcn_hetero.py", "distdgl", 2, ["--epochs", "5"])]
-    for (name, strategy, ranks, args), port in zip(ports, distinct_ports(len(ports))):
+    for name, strategy, ranks, args in runs:
         jobs[name, strategy, ranks] = _torchrun(
             ranks, [str(EXAMPLES / name), "--strategy", strategy, *args], _fresh(root, "port"),
-            port, **({"DGLX_VIRTUAL_SERVERS": "2"} if ranks == 4 else {}))
+            next(ports), **({"DGLX_VIRTUAL_SERVERS": "2"} if ranks == 4 else {}))
     return jobs
 
 
-def _then_jobs(root: Path) -> dict:
+def _then_jobs(root: Path, ports: Iterator[int]) -> dict:
     """The ports of DGL's DistDGL-API scripts on the partitions the first jobs wrote, 2
     processes as 2 virtual servers each; a script with a bad argument, and one that holds a
     loader's iterator to the end."""
@@ -128,11 +137,11 @@ def _then_jobs(root: Path) -> dict:
             "rgcn_p3": ["-m", "dglx_dist.run", "--strategy", "p3",
                         str(EXAMPLES / "dgl" / "distdgl_rgcn.py"), *rgcn]}
     (root / "left.py").write_text(LEFT_ITERATOR)
-    *ports, bad, left = distinct_ports(len(runs) + 2)
-    jobs = {name: _torchrun(2, args, _fresh(root, name), p, DGLX_VIRTUAL_SERVERS="2")
-            for (name, args), p in zip(runs.items(), ports)}
-    jobs["bad"] = _torchrun(2, [str(root / "bad.py")], root, bad)
-    jobs["left"] = _torchrun(2, [str(root / "left.py")], root, left, DGLX_VIRTUAL_SERVERS="2")
+    jobs = {name: _torchrun(2, args, _fresh(root, name), next(ports), DGLX_VIRTUAL_SERVERS="2")
+            for name, args in runs.items()}
+    jobs["bad"] = _torchrun(2, [str(root / "bad.py")], root, next(ports))
+    jobs["left"] = _torchrun(2, [str(root / "left.py")], root, next(ports),
+                             DGLX_VIRTUAL_SERVERS="2")
     return jobs
 
 
@@ -149,12 +158,19 @@ def _fresh(root: Path, name: str) -> Path:
 def launched(tmp_path_factory) -> dict:
     """Every run of the module, by name: the plain scripts' stdouts (lists) and the ports'
     completed processes."""
-    root = tmp_path_factory.mktemp("examples")
-    jobs = _first_jobs(root)
-    done = dict(zip(jobs, run_together(list(jobs.values()))))
-    out = {name: _outs(done.pop(name)) for name in ("plain", "cora", "mag", "rgcn_hetero")}
-    jobs = _then_jobs(root)
-    return {**out, **done, **dict(zip(jobs, run_together(list(jobs.values()))))}
+    root, ports = tmp_path_factory.mktemp("examples"), fresh_ports()
+    first, then = _first_jobs(root, ports), _then_jobs(root, ports)
+    with Together(2) as pool:
+        started = {name: pool.submit(job) for name, job in first.items()}
+        grouped = _outs(started.pop("groups").result())  # DGL's partitions are written
+        # the ports that read them join the queue behind the first jobs still waiting
+        started.update({name: pool.submit(job) for name, job in then.items()})
+        done = {name: future.result() for name, future in started.items()}
+    out = {"plain": _outs(done.pop("plain"))}
+    assert len(grouped) == sum(GROUPS.values()), len(grouped)
+    for name, count in GROUPS.items():
+        out[name], grouped = grouped[:count], grouped[count:]
+    return {**out, **done}
 
 
 def _test_acc(stdout: str) -> float:

@@ -130,6 +130,14 @@ def test_ranks_exit_when_their_launcher_is_killed(tmp_path, strategy="dorylus"):
     assert "its launcher" in agent.stderr.read()
 
 
+@pytest.fixture(scope="module")
+def cora_cache(tmp_path_factory) -> str:
+    """One partition cache for the module's scripts on Cora (distdgl's parts, made by the
+    first script that needs them): what a run does after ``distribute`` is what the tests
+    below look at, not how the cache was filled."""
+    return str(tmp_path_factory.mktemp("cache"))
+
+
 _FAILING_SCRIPT = '''
 import sys
 import time
@@ -166,7 +174,7 @@ for step, (input_nodes, output_nodes, blocks) in enumerate(loader):
 
 @pytest.mark.parametrize("how,servers", [("raises", "1"), ("stalls", "1"), ("leaves", "1"),
                                          ("raises", "2"), ("exits", "2")])
-def test_a_peer_failing_in_a_users_ddp_loop_is_named(tmp_path, how, servers):
+def test_a_peer_failing_in_a_users_ddp_loop_is_named(tmp_path, cora_cache, how, servers):
     """Issue 40, case 10: under distdgl (DDP) in a user's own script, the healthy rank's
     gloo error in backward becomes the comm layer's one line naming the peer (and quoting its
     error), and torchrun's root cause is the failing rank's own error. Issue 61, case 2a:
@@ -177,8 +185,7 @@ def test_a_peer_failing_in_a_users_ddp_loop_is_named(tmp_path, how, servers):
     script.write_text(_FAILING_SCRIPT)
     runner = ["-m", "dglx_dist.run", "--strategy", "distdgl"] if how == "exits" else []
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-port", str(free_local_port()), *runner, str(script), how,
-           str(tmp_path / "cache")]
+           "--master-port", str(free_local_port()), *runner, str(script), how, cora_cache]
     # "stalls" and "leaves" wait out the collective timeout on purpose (the healthy rank's
     # all-reduce is never met), so it is short; a partition cache being written is waited for
     # without it (distribute's wait_timeout), and the ranks' other collectives meet in well
@@ -207,7 +214,7 @@ def test_a_peer_failing_in_a_users_ddp_loop_is_named(tmp_path, how, servers):
     assert not live_children()
 
 
-def test_ctrl_c_in_a_users_script_is_one_line(tmp_path):
+def test_ctrl_c_in_a_users_script_is_one_line(tmp_path, cora_cache):
     """Issue 40, case 11: SIGINT to the whole job (a terminal's Ctrl-C) gave a
     KeyboardInterrupt traceback from every rank; now one line from rank 0."""
     import signal
@@ -216,7 +223,7 @@ def test_ctrl_c_in_a_users_script_is_one_line(tmp_path):
     script = tmp_path / "loop.py"
     script.write_text("import time\nimport dglx_dist\n"
                       "from dglx_dist.data import CoraGraphDataset\n"
-                      "g = dglx_dist.distribute(CoraGraphDataset()[0], cache_dir='cache')\n"
+                      f"g = dglx_dist.distribute(CoraGraphDataset()[0], cache_dir={cora_cache!r})\n"
                       "open(f'ready{g.session.rank}', 'w').close()\n"
                       "while True:\n    g.barrier()\n    time.sleep(0.05)\n")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",

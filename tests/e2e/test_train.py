@@ -45,6 +45,10 @@ COMPARED = ["distdgl"]  # run with DGL importable too, where it is
 # the least test accuracy a case must reach (else twice chance): dorylus's 40 asynchronous
 # epochs learn without reaching the others' accuracy (chance is 0.14-0.3 by split)
 FLOOR = {"granndis": 0.78, "dorylus": 0.6}
+# granndis's GCN on Cora, 2 servers x 2 ranks (seeded, on the METIS parts: the same numbers
+# every run): test accuracy 0.788 after 100 epochs, 0.792 after 150, 0.796 after 200; 150
+# keeps the floor's margin and saves a quarter of the job (about 9 s on 4 ranks)
+GRANNDIS_EPOCHS = 150
 
 
 def _env(block_dir: Path | None) -> dict:
@@ -84,8 +88,8 @@ def _cases(typed: Path) -> dict[str, tuple[str, ...]]:
     an R-GCN on the typed graph and link prediction."""
     cases = {name: ("--strategy", name, *CORA) for name in STRATEGIES}
     cases["distdgl"] = ("--strategy", "distdgl", "--epochs", "30", "--eval-every", "10")
-    cases["granndis"] = ("--strategy", "granndis", "--model", "gcn", "--epochs", "200",
-                         "--eval-every", "0", "--row-normalize")
+    cases["granndis"] = ("--strategy", "granndis", "--model", "gcn", "--epochs",
+                         str(GRANNDIS_EPOCHS), "--eval-every", "0", "--row-normalize")
     cases["dorylus"] = ("--strategy", "dorylus", "--model", "gcn", "--epochs", "40",
                         "--eval-every", "10", "--row-normalize", "--strategy-opt",
                         "staleness=1", "--strategy-opt", "intervals=4")
@@ -178,7 +182,7 @@ def test_dglx_train_granndis_gcn_on_two_servers(runs):
     """GraNNDis with its defaults (EAS m=1, k=15, R=1) and a GCN on 2 servers x 2 ranks: after
     the first epoch (the preloading) only gradients cross servers."""
     records, _, _ = runs[0][("granndis", True)]
-    assert len(records) == 200
+    assert len(records) == GRANNDIS_EPOCHS
     params = 1433 * 16 + 16 + 16 * 7 + 7  # GCN(1433 -> 16 -> 7)
     # every rank all-reduces its half of the gradients with its peer on the other server
     assert {rec["bytes_sent_inter"] for rec in records} == {4 * 4 * -(-params // 2)}
