@@ -1,4 +1,4 @@
-"""Is the plan right? ``dglx bench`` of every strategy and ``auto`` in twelve configurations on
+"""Is the plan right? ``dglx bench`` of every strategy and ``auto`` in thirteen configurations on
 the emulated cluster, each varying one thing the strategies are sensitive to; for each, the
 measured ranking beside the plan's, and whether the plan's pick (the ``auto (STRATEGY)`` row,
 run with the plan's options) was the measured fastest or within 10% of it.
