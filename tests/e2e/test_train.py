@@ -296,18 +296,24 @@ def test_a_run_that_learns_nothing_is_not_a_silent_success(tmp_path):
         r.stderr, r.stderr[-3000:]
 
 
-def test_dglx_train_strategy_auto_plans_logs_and_trains(tmp_path, block_dir):
-    """--strategy auto on Cora, 2 ranks as 2 virtual servers, DGL blocked: rank 0 logs the
-    plan's two lines once, and the job trains the strategy they name."""
-    job = _job(tmp_path, block_dir, "--strategy", "auto", "--data", "cora", "--epochs", "2",
-               "--eval-every", "0")
+def _planned(tmp_path, block_dir, *args):
+    """``dglx train --strategy auto ARGS`` (DGL blocked, no unit costs cached): its records,
+    the plan's first line, and the strategy it names, after checking that rank 0 logged the
+    plan's two lines once."""
+    job = _job(tmp_path, block_dir, "--strategy", "auto", *args)
     job["env"]["XDG_CACHE_HOME"] = str(tmp_path / "xdg")  # no measurement cached here
     (r,) = run_together([job], width=1)
-    records = _records(r)
     summary = [ln for ln in r.stderr.splitlines() if "dglx_dist.plan: plan: strategy" in ln]
     why = [ln for ln in r.stderr.splitlines() if "is predicted fastest to accuracy" in ln]
     assert len(summary) == 1 and len(why) == 1, r.stderr[-4000:]
-    chosen = summary[0].split("strategy '")[1].split("'")[0]
+    return _records(r), summary[0], summary[0].split("strategy '")[1].split("'")[0]
+
+
+def test_dglx_train_strategy_auto_plans_logs_and_trains(tmp_path, block_dir):
+    """--strategy auto on Cora, 2 ranks as 2 virtual servers, DGL blocked: rank 0 logs the
+    plan's two lines once, and the job trains the strategy they name."""
+    records, _, chosen = _planned(tmp_path, block_dir, "--data", "cora", "--epochs", "2",
+                                  "--eval-every", "0")
     assert [rec["epoch"] for rec in records] == [0, 1]
     assert {rec["strategy"] for rec in records} == {chosen}
     assert records[0]["servers"] == 2 and "test_acc" in records[-1]
@@ -319,17 +325,11 @@ def test_dglx_train_strategy_auto_task_link_plans_logs_and_trains(tmp_path, bloc
     trains it for the steps the plan counts (2000 edges / (250 x 2 ranks))."""
     from dglx_dist.strategies import STRATEGIES
 
-    job = _job(tmp_path, block_dir, "--strategy", "auto", "--task", "link", "--data", "cora",
-               "--epochs", "2", "--eval-every", "0", "--hidden", "32", "--dropout", "0",
-               "--edge-batch-size", "250", "--train-edges", "2000", "--eval-pairs", "200")
-    job["env"]["XDG_CACHE_HOME"] = str(tmp_path / "xdg")  # no measurement cached here
-    (r,) = run_together([job], width=1)
-    records = _records(r)
-    summary = [ln for ln in r.stderr.splitlines() if "dglx_dist.plan: plan: strategy" in ln]
-    why = [ln for ln in r.stderr.splitlines() if "is predicted fastest to accuracy" in ln]
-    assert len(summary) == 1 and len(why) == 1, r.stderr[-4000:]
-    assert "s an epoch of link prediction on 2 servers x 1 rank" in summary[0], summary
-    chosen = summary[0].split("strategy '")[1].split("'")[0]
+    records, summary, chosen = _planned(
+        tmp_path, block_dir, "--task", "link", "--data", "cora", "--epochs", "2",
+        "--eval-every", "0", "--hidden", "32", "--dropout", "0", "--edge-batch-size", "250",
+        "--train-edges", "2000", "--eval-pairs", "200")
+    assert "s an epoch of link prediction on 2 servers x 1 rank" in summary, summary
     assert STRATEGIES.get(chosen).capabilities.link_prediction, chosen
     epochs, test = records[:-1], records[-1]
     assert [rec["epoch"] for rec in epochs] == [0, 1]
