@@ -67,13 +67,14 @@ def tiny():
 
 # The files whose tests take longest, first (measured on the 2-core machine, longest first):
 # `make test` runs the suite on two workers (pytest-xdist, a whole file to a worker), and a
-# long file started last (the examples' fixture alone is minutes of launches) would leave one
+# long file started last (an examples fixture alone is minutes of launches) would leave one
 # worker idle for its length; the short files after these fill the tail on both workers.
-_LONGEST = ("e2e/test_examples.py", "e2e/test_train.py", "dist/test_dorylus.py",
-            "e2e/test_launch.py", "dist/test_dropin.py", "e2e/test_bench.py",
-            "e2e/test_cli.py", "dist/test_granndis.py", "unit/test_owned.py",
-            "dist/test_nn_strategies.py", "dist/test_user_samplers.py", "e2e/test_elastic.py",
-            "e2e/test_checkpoint_jobs.py", "dist/test_hetero_link.py", "unit/test_graph.py")
+_LONGEST = ("e2e/test_train.py", "e2e/test_examples.py", "dist/test_dorylus.py",
+            "e2e/test_examples_distdgl.py", "e2e/test_launch.py", "dist/test_dropin.py",
+            "e2e/test_bench.py", "e2e/test_cli.py", "dist/test_granndis.py",
+            "unit/test_owned.py", "dist/test_nn_strategies.py", "dist/test_user_samplers.py",
+            "e2e/test_elastic.py", "e2e/test_checkpoint_jobs.py", "dist/test_hetero_link.py",
+            "unit/test_graph.py")
 
 
 def pytest_configure(config):
