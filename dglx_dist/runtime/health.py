@@ -117,23 +117,30 @@ class Health:
         run beside this one under the same launcher: a stopped process cannot take the
         launcher's SIGTERM, whose grace would add 30 s to the job's end. Returns those ranks."""
         ended = []
-        try:
-            siblings = psutil.Process(os.getppid()).children()
-        except psutil.Error:
-            return ended
-        for proc in siblings:
+        for rank, proc in _siblings(frozen):
             try:
-                rank = int(proc.environ().get("RANK", "-1"))
-                if proc.pid == os.getpid() or rank not in frozen:
-                    continue
                 for p in [*proc.children(recursive=True), proc]:
                     p.kill()
                 ended.append(rank)
-            except (psutil.Error, ValueError):
+            except psutil.Error:
                 continue
         if ended:
             log.warning("ended frozen rank(s) %s on this host (SIGKILL)", sorted(ended))
         return ended
+
+    def outlast(self, ranks: list[int], limit: float) -> None:
+        """Waits (at most ``limit`` seconds) until the processes of those of ``ranks`` that
+        crashed and run beside this one under the same launcher have ended: the launcher names
+        as the root cause only processes it has seen fail, so the rank reporting a peer's crash
+        leaves after it (one stuck but alive is stopped by the launcher, not waited for)."""
+        try:
+            crashed = {r for r in ranks if self._within(self._has, f"crashed/{r}")}
+        except (RuntimeError, TimeoutError):  # store gone or frozen
+            return
+        procs = [proc for _, proc in _siblings(crashed)]
+        deadline = time.monotonic() + limit
+        while any(_alive(p.pid) for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def stop(self) -> None:
         self._stop.set()
@@ -258,6 +265,23 @@ def call_within(seconds: float, fn, *args):
     if "error" in outcome:
         raise outcome["error"]
     return outcome.get("value")
+
+
+def _siblings(ranks: set[int]) -> list[tuple[int, psutil.Process]]:
+    """(rank, process) of the other ranks in ``ranks`` started by this process's launcher."""
+    try:
+        siblings = psutil.Process(os.getppid()).children()
+    except psutil.Error:
+        return []
+    found = []
+    for proc in siblings:
+        try:
+            rank = int(proc.environ().get("RANK", "-1"))
+        except (psutil.Error, ValueError):
+            continue
+        if proc.pid != os.getpid() and rank in ranks:
+            found.append((rank, proc))
+    return found
 
 
 def _alive(pid: int) -> bool:

@@ -31,7 +31,7 @@ from dglx_dist.runtime.comm import ByteCounter, Comm, PeerError
 from dglx_dist.runtime.device import (Placement, choose_placement, group_backend, mixed_devices,
                                       nccl_environment)
 from dglx_dist.runtime.env import DistEnv, read_env
-from dglx_dist.runtime.failure import (has_left, mark_in_session, one_line, report,
+from dglx_dist.runtime.failure import (LATER_S, has_left, mark_in_session, one_line, report,
                                       reporting_rank, same_on_every_rank, step_aside,
                                       tell_launcher)
 from dglx_dist.runtime.health import DDP_GROUP, Health
@@ -93,6 +93,7 @@ class Session:
         self.counter = ByteCounter()
         self._store = store
         self._reported = False  # this rank printed the failure it leaves with (shutdown says so)
+        self._named: list[int] = []  # the failed peers it named (it leaves after them)
         self._closers: list[Callable[[], None]] = []
         topo = self.topology
         # a script's own default group without gloo (plain NCCL) cannot carry host tensors
@@ -250,6 +251,7 @@ class Session:
             self._reported = line is not None
             if line is not None:
                 sys.stderr.write(line + "\n")
+                self._named = value.ranks if isinstance(value, PeerError) else []
             else:
                 step_aside(self._store, reporting_rank(value, self.rank, self.world_size))
 
@@ -291,6 +293,8 @@ class Session:
             # finish freeing them first.
             time.sleep(0.1)
             dist.destroy_process_group()
+        if self._named:  # torchrun's root cause is a failed process it has seen end
+            self.health.outlast(self._named, LATER_S)
         if self._reported and self._store is not None:
             has_left(self._store, self.rank)  # the ranks stepping aside may leave now
         self._store = None
