@@ -81,6 +81,12 @@ class Config:
     def argv(self) -> list[str]:
         return [*BASE, *self.model, *self.flags]
 
+    def world(self) -> int:
+        """Its ranks: servers x ranks a server (the last of each flag wins)."""
+        argv = self.argv()
+        last = lambda flag: int(argv[len(argv) - 1 - argv[::-1].index(flag) + 1])  # noqa: E731
+        return last("--servers") * last("--ranks-per-server")
+
 
 CONFIGS = {c.name: c for c in (
     Config("base", "tiny-f128", (), "the base: 20k nodes, F 128, GCN 2x64, fanouts 10,25, "
@@ -155,6 +161,76 @@ def replan(config: Config, workdir: Path, rows: list[dict[str, Any]], tag: str |
     return [r for r in rows if not r["system"].startswith("auto")] + again
 
 
+def plan_now(config: Config, workdir: Path) -> dict[str, Any]:
+    """The plan as it is now for ``config``, made as ``dglx bench`` makes it (the same setup,
+    this machine's cores), without running anything: what an auto row keeps of it."""
+    from dglx_dist.bench.kinds import KINDS, kind_of
+    from dglx_dist.bench.planned import plan_fields, plan_setup
+    from dglx_dist.bench.presets import NETWORKS
+    from dglx_dist.bench.suite import make_setup
+    from dglx_dist.cli import build_parser
+
+    data = dataset(GRAPHS[config.graph], workdir)
+    args = build_parser().parse_args(["bench", "--data", str(data), *config.argv(), "--out",
+                                      str(workdir / "replan")])
+    kind = KINDS[kind_of(data)]
+    setup = make_setup(args, data, NETWORKS[args.network], kind)
+    name, _, plan = plan_setup(setup, accept=lambda built: built.registered_name in
+                               config.systems, loaders=kind.loaders)
+    return {"system": f"auto ({name})", "strategy": name, **plan_fields(plan)}
+
+
+def recompute(rows: list[dict[str, Any]], planned: dict[str, Any]) -> list[dict[str, Any]]:
+    """``rows`` with the auto row replaced by the plan as it is now (:func:`plan_now`), its
+    measurements those of its strategy's own row (that strategy with its default options:
+    the plan's options, such as a cache, were not run)."""
+    own = next((r for r in rows if r["system"] == planned["strategy"]), {"error": "not run"})
+    measured = {k: v for k, v in own.items() if k not in ("system", "strategy", "plan")}
+    return [r for r in rows if not r["system"].startswith("auto")] + [measured | planned]
+
+
+FITTED = ("base", "f16", "f1024", "wide", "10g", "4x1", "2x2", "small", "memory")
+"""The configurations the per-step constants are fitted on: a GCN's node classification on
+an untyped graph (the model's compute is checked for the GCN alone; a link step and a typed
+graph's relations carry costs the law does not have)."""
+
+
+def fit_constants(verdicts: list[dict[str, Any]], configs: dict[str, Config]) -> dict[str, Any]:
+    """The cost of a round across servers and each strategy's per-step overhead that fit the
+    measured rows best: least squares through 0 of (measured - predicted without them) over
+    the :data:`FITTED` configurations, each row divided by its measured time (relative
+    errors: the plan ranks). The round's cost, a property of the machine, is fitted with
+    distdgl's overhead on distdgl's rows (every step crosses servers in 2 rounds a layer),
+    then each other strategy's overhead with it fixed."""
+    import numpy as np
+
+    from dglx_dist.planner.units import OVERHEAD_S_PER_STEP, load_measured
+
+    round_s = load_measured().units.round_s
+    rows: dict[str, list[tuple[float, float, float]]] = {}
+    for v in verdicts:
+        if v["config"] not in FITTED:
+            continue
+        share = max(1.0, configs[v["config"]].world() / (os.cpu_count() or 1))
+        for p in v.get("points", ()):
+            known = share * (p["steps"] * OVERHEAD_S_PER_STEP.get(p["strategy"], 0.0) +
+                             p["rounds"] * round_s)
+            y = p["measured"] - p["predicted"] + known
+            rows.setdefault(p["strategy"], []).append(
+                np.array([share * p["steps"], share * p["rounds"], y]) / p["measured"])
+    if "distdgl" not in rows:
+        return {}
+    d = np.array(rows.pop("distdgl"))
+    overhead, fitted = np.linalg.lstsq(d[:, :2], d[:, 2], rcond=None)[0]
+    out = {"round_s": float(f"{fitted:.3g}"),
+           "overhead_s_per_step": {"distdgl": float(f"{overhead:.3g}")}, "points": len(d)}
+    for name, found in rows.items():
+        a = np.array(found)
+        k = np.linalg.lstsq(a[:, :1], a[:, 2] - fitted * a[:, 1], rcond=None)[0][0]
+        out["overhead_s_per_step"][name] = float(f"{max(k, 0.0):.3g}")
+    return out
+
+
 def load(config: Config, workdir: Path) -> list[float] | None:
     """The load average (1 minute) as ``config``'s run began and ended."""
     file = workdir / "runs" / config.name / "load.json"
@@ -208,7 +284,8 @@ def _points(planned: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[d
     (the measured row with the strategy's defaults; the plan's with its options)."""
     ran = {r["system"]: r for r in rows if "error" not in r and r.get("epoch_time_median")}
     return [{"strategy": p["strategy"], "predicted": p["epoch_s"],
-             "measured": ran[p["strategy"]]["epoch_time_median"]}
+             "measured": ran[p["strategy"]]["epoch_time_median"],
+             "steps": p["steps"], "rounds": p.get("rounds", 0.0)}
             for p in planned if p["strategy"] in ran]
 
 
@@ -254,6 +331,13 @@ def plot(verdicts: list[dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def _rows(config: Config, args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = measure(config, args.workdir, args.timeout)
+    if args.replan:
+        return recompute(rows, plan_now(config, args.workdir))
+    return replan(config, args.workdir, rows, args.rerun_auto, args.timeout)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workdir", type=Path, default=Path("plan-check"))
@@ -264,20 +348,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--list", action="store_true", help="print the configurations and stop")
     p.add_argument("--rerun-auto", metavar="TAG", help="run the auto rows again (into "
                    "runs/NAME/auto-TAG, kept), after a change to the plan")
+    p.add_argument("--replan", action="store_true", help="run nothing new: the plan as it is "
+                   "now against the strategies' measured rows (the pick's own row stands for "
+                   "the auto row), and the fitted cost of a round across servers")
     args = p.parse_args(argv)
     names = args.only.split(",") if args.only else list(CONFIGS)
     unknown = [n for n in names if n not in CONFIGS]
     if unknown:
         p.error(f"unknown configurations {unknown}; expected some of {', '.join(CONFIGS)}")
+    if args.replan:  # those measured
+        names = [n for n in names if (args.workdir / "runs" / n / "results.jsonl").is_file()]
     if args.list:
         for n in names:
             emit_text(f"{n}: {CONFIGS[n].varies}: dglx bench {' '.join(CONFIGS[n].argv())}")
         return 0
-    verdicts = [verdict(CONFIGS[n], replan(CONFIGS[n], args.workdir, measure(
-        CONFIGS[n], args.workdir, args.timeout), args.rerun_auto, args.timeout))
+    verdicts = [verdict(CONFIGS[n], _rows(CONFIGS[n], args))
                 | {"load": load(CONFIGS[n], args.workdir)} for n in names]
     right = sum(bool(v.get("right")) for v in verdicts)
-    emit_json({"configs": verdicts, "right": right, "of": len(verdicts)}, args.out)
+    fit = {"fit": fit_constants(verdicts, CONFIGS)} if args.replan else {}
+    emit_json({"configs": verdicts, "right": right, "of": len(verdicts), **fit}, args.out)
     emit_text(table(verdicts) + f"\n\nThe pick was the fastest or within "
               f"{round(100 * (WITHIN - 1))}% of it in {right} of {len(verdicts)}.")
     if args.plot:

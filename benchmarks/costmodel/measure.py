@@ -11,7 +11,7 @@ import os
 import numpy as np
 
 from dglx_dist.planner.shapes import GraphShape, Units, degree_quantiles
-from dglx_dist.planner.units import loopback_s_per_byte, median_s
+from dglx_dist.planner.units import DEFAULT_UNITS, loopback_s_per_byte, median_s
 from dglx_dist.data.dataset import GraphDataset
 
 __all__ = ["measure_graph", "measure_units", "metis_layout"]
@@ -67,4 +67,5 @@ def measure_units(nodes: int = 200_000, edges: int = 2_000_000, repeat: int = 5,
         torch.set_num_threads(threads)
     return Units(sample_s_per_edge=sample, gather_s_per_byte=gather,
                  spmm_s_per_edge_dim=spmm, dense_s_per_flop=dense,
-                 intra_s_per_byte=loopback_s_per_byte(loopback_bytes, repeat))
+                 intra_s_per_byte=loopback_s_per_byte(loopback_bytes, repeat),
+                 round_s=DEFAULT_UNITS.round_s)  # not measured on one rank: the plan's

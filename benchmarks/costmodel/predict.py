@@ -27,7 +27,7 @@ def calibrate(strategy: str, graph: GraphShape, work: Workload, cluster: Cluster
     calib = Calibration(inter_factor=factor(measured.get("bytes_inter"), w.inter_bytes),
                         intra_factor=factor(measured.get("bytes_intra"), w.intra_bytes))
     ph = phases(w, units, cluster, calib)
-    comm = ph["inter"] + ph["intra"] + ph["latency"]
+    comm = ph["inter"] + ph["intra"] + ph["latency"] + ph["rounds"]
     compute = ph["sample"] + ph["gather"] + ph["compute"]
     residual = measured["epoch_time"] - comm - compute
     if residual >= 0:  # CPU time, shared like the rest

@@ -200,5 +200,5 @@ def _co_batches(s: Situation, work: Work) -> Choice:
     if r == 1:
         return Choice({}, work, peak)
     return Choice({} if r == loader and given is None else {"co_batches": r},
-                  dataclasses.replace(work, steps=work.steps * r),
+                  dataclasses.replace(work, steps=work.steps * r, rounds=work.rounds * r),
                   None if peak is None else peak - act * (1 - 1 / r))

@@ -26,7 +26,7 @@ _MB = 1 << 20
 PARTS = ("sample", "pull", "compute", "exchange", "overhead")
 """The parts of an epoch a row shows: sampling and local row gathers; fetching input rows
 from other servers; the model's math; the other exchanges (activations, halos, gradients,
-intra-server traffic, latency); the per-step overhead."""
+intra-server traffic, latency, the rounds' own cost); the per-step overhead."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +43,9 @@ class PlanRow:
     options: dict[str, Any]
     full_graph: bool
     """One optimizer step an epoch (full-graph training of the node task)."""
+    rounds: float = 0.0
+    """Rounds of messages an epoch that cross servers, one after another (each pays the link's
+    latency and a round's own cost: :attr:`~dglx_dist.planner.shapes.Units.round_s`)."""
     epochs: float = 1.0
     """Its epochs to the accuracy a sampled strategy reaches in one: accuracy comes with
     optimizer steps, and a full-graph step is worth 1 / :data:`~dglx_dist.planner.units.FULL_STEP`
@@ -65,7 +68,7 @@ class PlanRow:
     def public(self) -> dict[str, Any]:
         return {"strategy": self.strategy, "epoch_s": _round(self.epoch_s),
                 **{f"{k}_s": _round(v) for k, v in self.parts.items()}, "steps": self.steps,
-                "inter_mb": _round(self.inter_bytes / 1e6),
+                "inter_mb": _round(self.inter_bytes / 1e6), "rounds": _round(self.rounds),
                 "peak_mb": None if self.peak_bytes is None else round(self.peak_bytes / _MB),
                 "fits": {True: "yes", False: "no", None: "?"}[self.fits],
                 "options": self.option_text(), "rank_s": _round(self.rank_s)}
@@ -162,6 +165,7 @@ def _row(name: str, s: Situation) -> PlanRow:
     exchange = ph["inter"] - pull + ph["intra"] + ph["latency"]
     if chosen.overlap:  # hidden behind the compute as far as it lasts
         exchange = max(0.0, exchange - ph["compute"])
+    exchange += ph["rounds"]  # the rounds' own CPU time: nothing hides it
     parts = {"sample": ph["sample"] + ph["gather"], "pull": pull, "compute": ph["compute"],
              "exchange": exchange, "overhead": ph["overhead"]}
     peak = chosen.peak_per_rank
@@ -170,7 +174,7 @@ def _row(name: str, s: Situation) -> PlanRow:
     once = law.steps_once(s.work)
     epochs = FULL_STEP * sampled_steps(s.graph, s.work, cluster) / w.steps if once else 1.0
     return PlanRow(name, sum(parts.values()), parts, w.steps, w.inter_bytes, peak, fits,
-                   chosen.options, once, epochs)
+                   chosen.options, once, w.rounds, epochs)
 
 
 def _peak(strategy, graph: GraphShape, cluster: Cluster) -> float | None:

@@ -8,6 +8,7 @@ The time of an epoch is the sum of its phases, nothing overlapped::
     (sample + gather) / sample speedup + 3 x (message passing + dense) / compute speedup
                                                          (all x ranks per core where shared)
     + inter-server bytes / servers / link rate + rounds across servers x latency
+    + rounds across servers x a round's own cost (CPU time: x ranks per core where shared)
     + intra-server bytes / ranks x s per byte
     + steps x the strategy's per-step overhead (CPU time: x ranks per core where shared)
 """
@@ -60,6 +61,7 @@ def phases(w: Work, units: Units, cluster: Cluster, calib: Calibration) -> dict[
             "compute": share * calib.compute_factor * compute,
             "inter": calib.inter_factor * w.inter_bytes / cluster.servers / link_bytes_per_s,
             "latency": w.rounds * cluster.latency_s,
+            "rounds": w.rounds * share * units.round_s,
             "intra": (calib.intra_factor * w.intra_bytes + w.offload_bytes) / cluster.world *
             units.intra_s_per_byte,
             "overhead": share * w.steps * calib.overhead_s_per_step}

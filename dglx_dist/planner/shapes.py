@@ -246,6 +246,10 @@ class Units:
     """Dense matrix products, per floating-point operation."""
     intra_s_per_byte: float
     """Sending to another process of the same server (TCP over loopback), per byte."""
+    round_s: float = 0.0
+    """A round of messages that crosses servers, beyond the link's latency: the collective's
+    own software and the network stack of both ends (CPU time: x ranks per core where
+    shared)."""
 
     def public(self) -> dict[str, float]:
         return {k: float(f"{v:.4g}") for k, v in dataclasses.asdict(self).items()}

@@ -31,12 +31,15 @@ __all__ = ["DEFAULT_LINK_GBIT", "DEFAULT_UNITS", "FULL_STEP", "Measured", "OVERH
 
 log = logging.getLogger(__name__)
 
-DEFAULT_UNITS = Units(sample_s_per_edge=7.16e-08, gather_s_per_byte=7.32e-10,
+DEFAULT_UNITS = Units(sample_s_per_edge=1.18e-07, gather_s_per_byte=7.32e-10,
                       spmm_s_per_edge_dim=8.45e-10, dense_s_per_flop=1.55e-11,
-                      intra_s_per_byte=2.51e-10)
+                      intra_s_per_byte=2.51e-10, round_s=4.16e-3)
 """One core of the development machine (docs/cluster_model.md, "Checked where it can be"):
 DGL's sampling and ``to_block`` per sampled edge, a row gather per byte, ``copy_u_sum`` per
-edge and column, ``torch.mm`` per FLOP, TCP over loopback per byte."""
+edge and column, ``torch.mm`` per FLOP, TCP over loopback per byte; a round of messages
+across its emulated servers (gloo over TCP between network namespaces, the ranks sharing 2
+cores: the median that distdgl's rows in ``benchmarks/plan_check.py`` imply, docs/choosing.md,
+"Is the plan right?")."""
 
 FULL_STEP = 0.6
 """The sampled mini-batch steps one full-graph step is worth on the way to the same accuracy,
@@ -45,8 +48,8 @@ strategies' steps (docs/choosing.md, "Is the plan right?": 5 against 8 on the ti
 and at 4 servers, 2 against 4 at F = 1024; 8 against 15 on the small preset), in 0.75 or
 more at F = 16; the plan counts 0.6."""
 
-OVERHEAD_S_PER_STEP = {"distdgl": 0.017, "p3": 0.021, "fullgraph": 0.028, "granndis": 0.031,
-                       "dorylus": 0.170}
+OVERHEAD_S_PER_STEP = {"distdgl": 0.0071, "p3": 0.0353, "fullgraph": 0.0, "granndis": 0.0053,
+                       "dorylus": 0.126}
 """Each strategy's calibrated per-step overhead (what the units do not cover: Python, the
 framework, waiting; dorylus: its executor's round trips), fitted on 2 servers x 2 ranks
 there. A strategy not listed: 0."""
@@ -162,13 +165,15 @@ def loopback_s_per_byte(total: int, repeat: int) -> float:
 
 
 def measure_units(nodes: int = 100_000, edges: int = 1_000_000, repeat: int = 3) -> Units:
-    """This machine's unit costs on one thread, with torch alone: a row gather, message
-    passing as the package sums a block's rows (:func:`~dglx_dist.convs.aggregate.sum_by_dst`)
-    on a random graph, ``torch.mm``, TCP over loopback. Sampling is not measured (DGL's
-    sampler was; the default stays)."""
+    """This machine's unit costs on one thread, with torch alone: sampling a 2-layer block
+    as the package draws it (:class:`~dglx_dist.sampling.LocalSampler`, fanouts 10,25) on a
+    random graph, a row gather, message passing as the package sums a block's rows
+    (:func:`~dglx_dist.convs.aggregate.sum_by_dst`), ``torch.mm``, TCP over loopback. A
+    round across servers is not measured here (:data:`DEFAULT_UNITS`)."""
     import torch
 
     from dglx_dist.convs.aggregate import Layout, sum_by_dst
+    from dglx_dist.sampling.local import LocalSampler, WholeGraph
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -179,6 +184,10 @@ def measure_units(nodes: int = 100_000, edges: int = 1_000_000, repeat: int = 3)
         table = torch.randn(nodes, 128, generator=gen)
         rows = torch.randint(0, nodes, (50_000,), generator=gen)
         gather = median_s(lambda: table.index_select(0, rows), repeat) / (rows.numel() * 512)
+        sampler = LocalSampler(WholeGraph(src, dst, torch.arange(edges), nodes))
+        seeds = rows[:1000]
+        drawn = sum(b.num_edges() for b in sampler.draw_blocks(seeds, [10, 25]))
+        sample = median_s(lambda: sampler.draw_blocks(seeds, [10, 25]), repeat) / drawn
         x = torch.randn(nodes, 64, generator=gen)
         layout = Layout.of_edges(src, dst, nodes, nodes)
         spmm = median_s(lambda: sum_by_dst(layout, x), repeat) / (edges * 64)
@@ -186,6 +195,7 @@ def measure_units(nodes: int = 100_000, edges: int = 1_000_000, repeat: int = 3)
         dense = median_s(lambda: torch.mm(a, b), repeat) / (2 * a.shape[0] * 128 * 64)
     finally:
         torch.set_num_threads(threads)
-    return dataclasses.replace(DEFAULT_UNITS, gather_s_per_byte=gather, spmm_s_per_edge_dim=spmm,
+    return dataclasses.replace(DEFAULT_UNITS, sample_s_per_edge=sample, gather_s_per_byte=gather,
+                               spmm_s_per_edge_dim=spmm,
                                dense_s_per_flop=dense,
                                intra_s_per_byte=loopback_s_per_byte(32 << 20, repeat))

@@ -143,8 +143,8 @@ def test_measured_units_are_positive_and_finite():
     from benchmarks.costmodel.measure import measure_units
 
     units = measure_units(nodes=5_000, edges=50_000, repeat=1, loopback_bytes=1 << 20)
-    for name, value in dataclasses.asdict(units).items():
-        assert math.isfinite(value) and 0 < value < 1e-3, name
+    for name, value in dataclasses.asdict(units).items():  # per edge, byte, flop; a round
+        assert math.isfinite(value) and 0 < value < (1.0 if name == "round_s" else 1e-3), name
 
 
 def test_predict_command_extrapolates_a_calibration(tmp_path, shape, capsys):

@@ -76,6 +76,25 @@ def test_p3_pipelines_with_three_steps_or_more():
     assert next(r for r in plan.rows if r.strategy == "p3").options == {"pipeline": True}
 
 
+def test_rounds_across_servers_cost_their_own_time_which_no_pipeline_hides():
+    """A round of messages between servers costs ``round_s`` (x ranks per core where shared)
+    beyond the link's latency, in every row that crosses servers (its ``rounds`` shown), and
+    p3's pipeline, which hides the exchange behind the compute, does not hide it."""
+    cluster = Cluster(4, 4, 1.0, memory_bytes=64 * GIB)
+    free = Measured(dataclasses.replace(DEFAULT_UNITS, round_s=0.0))
+    dear = Measured(dataclasses.replace(DEFAULT_UNITS, round_s=0.01))
+    for shared in (None, 8):
+        c = dataclasses.replace(cluster, shared_cores=shared)
+        rows = {r.strategy: r for r in make_plan(PRODUCTS, LARGE, c, measured=free).rows}
+        for r in make_plan(PRODUCTS, LARGE, c, measured=dear).rows:
+            assert r.rounds == rows[r.strategy].rounds > 0
+            added = r.parts["exchange"] - rows[r.strategy].parts["exchange"]
+            assert added == pytest.approx(0.01 * r.rounds * c.contention()), r.strategy
+            assert r.public()["rounds"] == pytest.approx(r.rounds, rel=1e-2)
+    one = make_plan(PRODUCTS, LARGE, Cluster(1, 4, memory_bytes=64 * GIB), measured=dear)
+    assert all(r.rounds == 0 for r in one.rows)  # one server: nothing crosses
+
+
 def test_granndis_cuts_co_batches_where_one_does_not_fit():
     cluster = Cluster(2, 2, memory_bytes=64 * GIB)
     base = make_plan(PRODUCTS, LARGE, cluster)
@@ -312,7 +331,7 @@ def test_under_a_scripts_loaders_full_graph_strategies_take_a_co_batch_per_batch
             assert (before.steps, row.steps) == (1, sampled)
             assert row.rank_s == pytest.approx(row.epoch_s * FULL_STEP)
             assert "co_batches" not in row.options  # the default -1 takes the loader's
-            assert row.epoch_s > before.epoch_s  # the overhead of every step
+            assert row.epoch_s > before.epoch_s  # every step's rounds across servers
         else:
             assert row == before
     assert resolve(AUTO, {}, lambda: cora, lambda: cluster, lambda given: workload_for(
