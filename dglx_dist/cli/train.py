@@ -59,10 +59,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def planned(config: RunConfig, env) -> RunConfig:
     """``config`` with ``--strategy auto`` resolved (:func:`dglx_dist.planner.auto.resolve`;
     any other strategy as it is): planned for the run's task, the dataset or partitions, the
-    launch's servers and ranks, and a server's memory (``--memory-limit`` for this machine's
-    ranks, else its total; every rank plans alike), among the strategies given partitions
+    launch's servers and ranks (sharing this machine's cores where all run on it), and a
+    server's memory (``--memory-limit`` for this machine's ranks, else its total; every rank
+    plans alike), among the strategies given partitions
     fit (and, for the link task, that train it); the plan's two lines logged by rank 0."""
-    from dglx_dist.planner.auto import cluster_of, resolve, workload_for
+    from dglx_dist.planner.auto import cluster_of, resolve, shared_cores, workload_for
     from dglx_dist.runtime.topology import Topology
     from dglx_dist.strategies.base import fits_partitions
 
@@ -70,7 +71,8 @@ def planned(config: RunConfig, env) -> RunConfig:
     pdir, topology = _partitions(config), Topology(env.num_servers, env.ranks_per_server)
     name, options, _ = resolve(
         s.name, s.values(), lambda: _plan_graph(config, pdir),
-        lambda: cluster_of(env.num_servers, env.ranks_per_server, _server_memory(config, env)),
+        lambda: cluster_of(env.num_servers, env.ranks_per_server, _server_memory(config, env),
+                           shared_cores=shared_cores(env.ranks_on_host, env.world_size)),
         lambda given: workload_for(given, m.name, m.hidden, m.layers, config.task),
         accept=None if pdir is None else lambda built: fits_partitions(built, pdir, topology),
         tell=env.rank == 0)

@@ -20,7 +20,7 @@ from dglx_dist.planner.plan import Plan, make_plan
 from dglx_dist.planner.shapes import Cluster, GraphShape, Workload
 from dglx_dist.planner.units import DEFAULT_LINK_GBIT, Measured, load_measured
 
-__all__ = ["cluster_of", "resolve", "workload_for"]
+__all__ = ["cluster_of", "resolve", "shared_cores", "workload_for"]
 
 log = logging.getLogger("dglx_dist.plan")
 
@@ -48,6 +48,14 @@ def workload_for(options: Mapping[str, Any], model: str = "sage", hidden: int = 
     batch = int(coerce_option(options.get("batch_size", 1000), int, "option batch_size"))
     return Workload(model if model in ("gcn", "sage", "gat", "resgcn") else "sage", hidden,
                     fanouts, batch, loaders=loaders)
+
+
+def shared_cores(ranks_on_host: int, world_size: int) -> int | None:
+    """This machine's cores where every rank of the job runs on it (virtual servers, or an
+    emulated cluster: they share its cores), else None (each machine's ranks have their own)."""
+    import os
+
+    return os.cpu_count() if ranks_on_host >= world_size else None
 
 
 def cluster_of(servers: int, ranks_per_server: int, memory_bytes: float | None = None,

@@ -95,6 +95,14 @@ def test_rounds_across_servers_cost_their_own_time_which_no_pipeline_hides():
     assert all(r.rounds == 0 for r in one.rows)  # one server: nothing crosses
 
 
+def test_ranks_all_on_this_machine_share_its_cores():
+    import os
+
+    from dglx_dist.planner.auto import shared_cores
+
+    assert shared_cores(4, 4) == os.cpu_count() and shared_cores(2, 4) is None
+
+
 def test_granndis_cuts_co_batches_where_one_does_not_fit():
     cluster = Cluster(2, 2, memory_bytes=64 * GIB)
     base = make_plan(PRODUCTS, LARGE, cluster)
