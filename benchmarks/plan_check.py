@@ -76,7 +76,7 @@ class Config:
     model: tuple[str, ...] = ("--model", "gcn")
     systems: tuple[str, ...] = STRATEGY_SYSTEMS
     """The strategies that run it (dorylus runs no link prediction, no ResGCN+ and no typed
-    graph)."""
+    graph; p3 no ResGCN+, whose features pass a Linear before its first conv)."""
 
     def argv(self) -> list[str]:
         return [*BASE, *self.model, *self.flags]
@@ -96,7 +96,7 @@ CONFIGS = {c.name: c for c in (
     Config("deep", "tiny-f128", ("--fanouts", "3,3,3,3,3,3,3,3", "--hidden", "32"),
            "8 layers (fanout 3 each) of ResGCN+, hidden 32 (an 8-layer GCN did not learn "
            "here: 0.07 after 6 epochs)", model=("--model", "resgcn"),
-           systems=("distdgl", "p3", "granndis", "fullgraph")),
+           systems=("distdgl", "granndis", "fullgraph")),
     Config("wide", "tiny-f128", ("--fanouts", "100,100"),
            "fanouts 100,100: full neighbourhoods in the sampled strategies too"),
     Config("10g", "tiny-f128", ("--network", "10g"), "10 Gbit/s links"),

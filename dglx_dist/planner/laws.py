@@ -172,10 +172,12 @@ class Law:
         work: the epoch's :class:`Work` from the graph, the workload and the cluster.
         full_graph: one optimizer step per epoch over full neighbourhoods (so more epochs to
             the same accuracy than sampled mini-batches: :func:`sampled_steps` of theirs).
+        models: the models it trains (None: every one the model knows).
     """
 
     work: Callable[[GraphShape, Workload, Cluster], Work]
     full_graph: bool = False
+    models: tuple[str, ...] | None = None
 
     def __call__(self, graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
         trained = work.trained(graph)
@@ -193,10 +195,10 @@ LAWS: dict[str, Law] = {}
 """The law of each strategy the model knows, by strategy name."""
 
 
-def law(name: str, full_graph: bool = False):
+def law(name: str, full_graph: bool = False, models: tuple[str, ...] | None = None):
     """Registers the decorated function as strategy ``name``'s law."""
     def register(fn):
-        LAWS[name] = Law(fn, full_graph)
+        LAWS[name] = Law(fn, full_graph, models)
         return fn
     return register
 
@@ -244,7 +246,7 @@ def distdgl(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
                                pull_inter_bytes=fetched, rounds=rounds)
 
 
-@law("p3")
+@law("p3", models=("gcn", "sage", "gat"))  # not ResGCN+: its features pass a Linear first
 def p3(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
     """One hash part and one feature slice per rank: the first block's structure goes to every
     rank, every rank's partial layer-1 rows of each batch are summed at its owner and the

@@ -195,6 +195,12 @@ def for_task(work: Workload) -> Callable[[Any], bool]:
     return lambda built: all(getattr(built.capabilities, c) for c in TASK_NEEDS[work.task])
 
 
+def _trains(built, work: Workload) -> bool:
+    """Whether the strategy (built) trains ``work``'s model (its law's ``models``)."""
+    models = LAWS[built.registered_name].models
+    return models is None or work.model in models
+
+
 def candidates(given: Mapping[str, Any], graph: GraphShape,
                accept: Callable[[Any], bool] | None = None) -> list[tuple[str, Any]]:
     """The registered strategies with a law that take every option in ``given``, train the
@@ -240,12 +246,12 @@ def make_plan(graph: GraphShape, work: Workload, cluster: Cluster, *,
             smallest requirement).
     """
     given, task = dict(given or {}), for_task(work)
-    found = candidates(given, graph, lambda built: task(built) and (accept is None or
-                                                                     accept(built)))
+    found = candidates(given, graph, lambda built: task(built) and _trains(built, work) and
+                       (accept is None or accept(built)))
     if not found:
         raise InvalidValueError(f"plan: no strategy with a cost model takes the options "
-                                f"{sorted(given)} (and trains this graph, task "
-                                f"{work.task!r}); leave them out")
+                                f"{sorted(given)} (and trains this graph, model "
+                                f"{work.model!r}, task {work.task!r}); leave them out")
     rows = [_row(name, Situation(name, type(built.config), graph, work, cluster,
                                  measured.units, {k: getattr(built.config, k) for k in given},
                                  _peak(built, graph, cluster)))

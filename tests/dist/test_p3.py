@@ -310,3 +310,22 @@ def test_plan_cache_is_greedy_smallest_first():
         (False, False), (False, True), (False, True), (True, True)]
     assert (plans[0].structure_bytes, plans[0].feature_bytes) == (struct, feat)
     assert not plan_cache(1e12, pdir, Topology(1, 4)).features  # one server holds all anyway
+
+
+def _resgcn(session, pdir_path):
+    from dglx_dist.models import ResGCN
+
+    pdir = PartitionDir(pdir_path)
+    Trainer(ResGCN(pdir.feat_dim, 8, pdir.num_classes, 2), pdir, "p3", session=session,
+            progress=False)
+
+
+def test_a_model_whose_features_pass_a_linear_first_is_refused_in_one_line(tmp_path, cora_p3):
+    """ResGCN+ sends the features through its input Linear before the first conv, whose
+    input p3 splits by the features' columns: refused on every rank alike, naming the conv,
+    both widths and what to use instead (an IndexError from a slice before)."""
+    from dglx_dist.testing import WorkerError
+
+    with pytest.raises(WorkerError, match=r"p3: ResGCN's first graph conv \(convs.0\) takes 8 "
+                                          r"input columns, but the features have 1433"):
+        run_workers(_resgcn, 2, tmp_path, str(cora_p3[2]), env={"DGLX_VIRTUAL_SERVERS": "2"})

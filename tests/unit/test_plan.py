@@ -345,3 +345,12 @@ def test_under_a_scripts_loaders_full_graph_strategies_take_a_co_batch_per_batch
     assert resolve(AUTO, {}, lambda: cora, lambda: cluster, lambda given: workload_for(
         given, loaders=True))[2].rows == make_plan(cora, workload_for({}, loaders=True),
                                                    cluster).rows
+
+
+def test_resgcn_is_not_planned_for_p3_whose_first_conv_must_take_the_features(cora):
+    """ResGCN+'s features pass a Linear before its first conv, which p3 cannot split by
+    columns: the plan leaves p3 out for it, and p3 refuses such a model in one line."""
+    rows = make_plan(cora, Workload("resgcn", 16), Cluster(2, 1, memory_bytes=16 * GIB)).rows
+    assert "p3" not in {r.strategy for r in rows} and "distdgl" in {r.strategy for r in rows}
+    assert "p3" in {r.strategy for r in make_plan(cora, Workload("gcn", 16), Cluster(
+        2, 1, memory_bytes=16 * GIB)).rows}

@@ -25,6 +25,7 @@ from dglx_dist.kvstore.policy import rows_at
 from dglx_dist.memory import MemoryModel
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.registry import Bounds
+from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.runtime.autograd import GradientSync
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
@@ -151,6 +152,7 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, ShardedParams,
         conv, name = first_conv(model)
         adapter = adapter_for(conv)
         adapter.check_column_split(conv)
+        self._check_features_reach(model, conv, name, adapter)
         for lin in adapter.input_linears(conv):  # slices must come from one model: rank 0's
             self.session.world.broadcast(conv.get_parameter(lin.path).data)
         if getattr(model, "row_normalize", False):
@@ -168,6 +170,20 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, ShardedParams,
         self._grad_bytes = sum(p.numel() * p.element_size() for n, p in model.named_parameters()
                                if p.requires_grad and n not in ignored)
         return ddp(model, self.session, self.compute_device(self.session))
+
+    def _check_features_reach(self, model, conv, name: str, adapter) -> None:
+        """Refuses (alike on every rank) a model whose features pass another layer before its
+        first graph conv (ResGCN+'s input Linear): p3 splits the features' columns inside
+        that conv, so its input must be the features themselves."""
+        for lin in adapter.input_linears(conv):
+            width = conv.get_parameter(lin.path).shape[lin.in_axis]
+            if width != self.pdir.feat_dim:
+                raise same_on_every_rank(InvalidValueError(
+                    f"p3: {type(model).__name__}'s first graph conv ({name}) takes {width} "
+                    f"input columns, but the features have {self.pdir.feat_dim}: p3 splits "
+                    f"the features' columns inside that conv, so they must reach it directly, "
+                    f"not through another layer first; train this model with distdgl, "
+                    f"granndis or fullgraph"))
 
     def _row_normalize(self) -> None:
         """Divides every row by its sum over all columns (rows summing to <= 0 stay)."""
