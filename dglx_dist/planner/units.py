@@ -35,11 +35,12 @@ DEFAULT_UNITS = Units(sample_s_per_edge=1.18e-07, gather_s_per_byte=7.32e-10,
                       spmm_s_per_edge_dim=8.45e-10, dense_s_per_flop=1.55e-11,
                       intra_s_per_byte=2.51e-10, round_s=4.16e-3)
 """One core of the development machine (docs/cluster_model.md, "Checked where it can be"):
-DGL's sampling and ``to_block`` per sampled edge, a row gather per byte, ``copy_u_sum`` per
-edge and column, ``torch.mm`` per FLOP, TCP over loopback per byte; a round of messages
-across its emulated servers (gloo over TCP between network namespaces, the ranks sharing 2
-cores: the median that distdgl's rows in ``benchmarks/plan_check.py`` imply, docs/choosing.md,
-"Is the plan right?")."""
+the package's own sampling and block building per sampled edge (:func:`measure_units`), a
+row gather per byte, ``copy_u_sum`` per edge and column, ``torch.mm`` per FLOP, TCP over
+loopback per byte; a round of messages across its emulated servers (gloo over TCP between
+network namespaces, the ranks sharing 2 cores), fitted with distdgl's per-step overhead on
+the measured rows of ``benchmarks/plan_check.py`` (``--replan``; docs/choosing.md, "Is the
+plan right?")."""
 
 FULL_STEP = 0.6
 """The sampled mini-batch steps one full-graph step is worth on the way to the same accuracy,
@@ -50,9 +51,10 @@ more at F = 16; the plan counts 0.6."""
 
 OVERHEAD_S_PER_STEP = {"distdgl": 0.0071, "p3": 0.0353, "fullgraph": 0.0, "granndis": 0.0053,
                        "dorylus": 0.126}
-"""Each strategy's calibrated per-step overhead (what the units do not cover: Python, the
-framework, waiting; dorylus: its executor's round trips), fitted on 2 servers x 2 ranks
-there. A strategy not listed: 0."""
+"""Each strategy's per-step overhead (what the units and the rounds do not cover: Python,
+the framework, waiting; dorylus: its executor's round trips), fitted with ``round_s`` fixed
+by ``benchmarks/plan_check.py --replan`` on the check's GCN node-classification rows. A
+strategy not listed: 0."""
 
 
 DEFAULT_LINK_GBIT = 10.0
