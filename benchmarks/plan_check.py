@@ -15,7 +15,8 @@ not fit ranks last. Every
 configuration's ``dglx bench`` output stays in ``WORKDIR/runs/NAME`` and is reused when
 complete, so an interrupted check goes on where it stopped. Prints JSON, then the markdown
 table; ``--plot`` draws predicted against measured epoch time, one point per strategy and
-configuration (docs/choosing.md).
+configuration (docs/choosing.md). ``--replan`` runs nothing new: the plan as it is now
+against the measured rows, and the plan's constants fitted to them (:func:`fit_constants`).
 """
 from __future__ import annotations
 
@@ -207,7 +208,7 @@ def fit_constants(verdicts: list[dict[str, Any]], configs: dict[str, Config]) ->
     from dglx_dist.planner.units import OVERHEAD_S_PER_STEP, load_measured
 
     round_s = load_measured().units.round_s
-    rows: dict[str, list[tuple[float, float, float]]] = {}
+    rows: dict[str, list] = {}  # per strategy: (steps, rounds, residual) / measured
     for v in verdicts:
         if v["config"] not in FITTED:
             continue
