@@ -150,8 +150,8 @@ def measure(config: Config, workdir: Path, timeout: float,
     return [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
 
 
-def replan(config: Config, workdir: Path, rows: list[dict[str, Any]], tag: str | None,
-           timeout: float) -> list[dict[str, Any]]:
+def rerun_auto(config: Config, workdir: Path, rows: list[dict[str, Any]], tag: str | None,
+               timeout: float) -> list[dict[str, Any]]:
     """``rows`` with the auto row run again by ``dglx bench --systems auto`` into
     ``runs/NAME/auto-TAG`` (kept and reused) where ``tag`` is given: the plan as it is now,
     beside the strategies' rows as they were measured."""
@@ -348,7 +348,7 @@ def _rows(config: Config, args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = measure(config, args.workdir, args.timeout)
     if args.replan:
         return recompute(rows, plan_now(config, args.workdir))
-    return replan(config, args.workdir, rows, args.rerun_auto, args.timeout)
+    return rerun_auto(config, args.workdir, rows, args.rerun_auto, args.timeout)
 
 
 def main(argv: list[str] | None = None) -> int:

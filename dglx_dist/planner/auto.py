@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from typing import Any, Callable, Mapping
 
 from dglx_dist.config import AUTO, TaskConfig
@@ -53,8 +54,6 @@ def workload_for(options: Mapping[str, Any], model: str = "sage", hidden: int = 
 def shared_cores(ranks_on_host: int, world_size: int) -> int | None:
     """This machine's cores where every rank of the job runs on it (virtual servers, or an
     emulated cluster: they share its cores), else None (each machine's ranks have their own)."""
-    import os
-
     return os.cpu_count() if ranks_on_host >= world_size else None
 
 
