@@ -17,7 +17,7 @@ from dglx_dist.planner.laws import LAWS, sampled_steps
 from dglx_dist.planner.options import Choice, Situation, choose
 from dglx_dist.planner.predict import phases
 from dglx_dist.planner.shapes import Cluster, GraphShape, Workload
-from dglx_dist.planner.units import FULL_STEP, Measured, calibration
+from dglx_dist.planner.units import Measured, calibration, full_step
 from dglx_dist.report import markdown_table
 
 __all__ = ["TASK_NEEDS", "Plan", "PlanRow", "candidates", "for_task", "make_plan"]
@@ -48,9 +48,9 @@ class PlanRow:
     latency and a round's own cost: :attr:`~dglx_dist.planner.shapes.Units.round_s`)."""
     epochs: float = 1.0
     """Its epochs to the accuracy a sampled strategy reaches in one: accuracy comes with
-    optimizer steps, and a full-graph step is worth 1 / :data:`~dglx_dist.planner.units.FULL_STEP`
+    optimizer steps, and a full-graph step is worth 1 / :func:`~dglx_dist.planner.units.full_step`
     steps of sampled mini-batches, so a full-graph row (``steps`` a step or a few: co-batches)
-    takes FULL_STEP x a sampled epoch's steps over its own (docs/choosing.md, "Is the plan
+    takes ``full_step`` x a sampled epoch's steps over its own (docs/choosing.md, "Is the plan
     right?")."""
 
     @property
@@ -111,13 +111,15 @@ class Plan:
     def why(self) -> str:
         """The second line: two or three sentences on why."""
         c = self.choice
-        text = [f"{c.strategy} is predicted fastest to accuracy: {_parts(c)}{_kind(c)}."]
+        ratio = full_step(self.graph, self.work)
+        text = [f"{c.strategy} is predicted fastest to accuracy: {_parts(c)}"
+                f"{_kind(c, ratio)}."]
         others = [r for r in self.rows[1:] if r.fits is not False]
         if others:
             r = others[0]
             text.append(f"The runner-up, {r.strategy}, would take {r.epoch_s:.3g} s an epoch, "
-                        f"{_parts(r, short=True)}{_kind(r)}: {r.rank_s / c.rank_s:.2g}x the "
-                        f"time to accuracy.")
+                        f"{_parts(r, short=True)}{_kind(r, ratio)}: "
+                        f"{r.rank_s / c.rank_s:.2g}x the time to accuracy.")
         out = [r.strategy for r in self.rows if r.fits is False]
         if out:
             text.append(f"{', '.join(out)} would not fit in "
@@ -140,8 +142,9 @@ def _count(n: int, what: str) -> str:
     return f"{n} {what}{'s' if n != 1 else ''}"
 
 
-def _kind(row: PlanRow) -> str:
-    steps = round(row.epochs * row.steps / FULL_STEP)
+def _kind(row: PlanRow, ratio: float) -> str:
+    """How a full-graph row's epochs were counted (``ratio``: :func:`full_step`)."""
+    steps = round(row.epochs * row.steps / ratio)
     return (f", counted {row.epochs:.3g} times: {_count(row.steps, 'optimizer step')} an "
             f"epoch against {_count(steps, 'step')} of sampled mini-batches" if row.full_graph
             else "")
@@ -172,7 +175,8 @@ def _row(name: str, s: Situation) -> PlanRow:
     fits = None if peak is None or cluster.memory_bytes is None else \
         cluster.ranks_per_server * peak <= cluster.memory_bytes
     once = law.steps_once(s.work)
-    epochs = FULL_STEP * sampled_steps(s.graph, s.work, cluster) / w.steps if once else 1.0
+    epochs = full_step(s.graph, s.work) * sampled_steps(s.graph, s.work, cluster) / w.steps \
+        if once else 1.0
     return PlanRow(name, sum(parts.values()), parts, w.steps, w.inter_bytes, peak, fits,
                    chosen.options, once, w.rounds, epochs)
 

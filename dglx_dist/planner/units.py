@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import socket
 import statistics
@@ -23,9 +24,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from dglx_dist.planner.predict import Calibration
-from dglx_dist.planner.shapes import Units
+from dglx_dist.planner.shapes import GraphShape, Units, Workload
 
 __all__ = ["DEFAULT_LINK_GBIT", "DEFAULT_UNITS", "FULL_STEP", "Measured", "OVERHEAD_S_PER_STEP",
+           "full_step",
            "loopback_s_per_byte", "median_s",
            "calibration", "load_measured", "measure_units", "save_measured", "units_path"]
 
@@ -44,10 +46,24 @@ plan right?")."""
 
 FULL_STEP = 0.6
 """The sampled mini-batch steps one full-graph step is worth on the way to the same accuracy,
-inverted: full-graph training reached the check's target in 0.5-0.63 of the sampled
-strategies' steps (docs/choosing.md, "Is the plan right?": 5 against 8 on the tiny graph at 2
-and at 4 servers, 2 against 4 at F = 1024; 8 against 15 on the small preset), in 0.75 or
-more at F = 16; the plan counts 0.6."""
+inverted, for a 2-layer model whose features are at least as wide as its hidden layer:
+full-graph training reached the check's target in 0.5-0.63 of the sampled strategies' steps
+(docs/choosing.md, "Is the plan right?": 5 against 8 on the tiny graph at 2 and at 4
+servers, 2 against 4 at F = 1024; 8 against 15 on the small preset). :func:`full_step` widens
+it for narrow features and deep models."""
+
+
+def full_step(graph: GraphShape, work: Workload) -> float:
+    """Full-graph steps to accuracy per sampled step: :data:`FULL_STEP`, times the square root
+    of how much narrower the features are than the hidden layer and of the depth over 2
+    layers. Where the features are 4x narrower (F = 16, hidden 64) full-graph training
+    needed about as many steps as the sampled strategies, or more (at least 7 against 5-8),
+    and so did 8 layers of ResGCN+ (at 0.21 of the target after 6 steps where the sampled
+    strategies needed 21-24): 1.2 for both (docs/choosing.md, "Is the plan right?")."""
+    narrow = max(1.0, work.hidden / graph.feat_dim)
+    deep = max(1.0, work.layers / 2)
+    return FULL_STEP * math.sqrt(narrow * deep)
+
 
 OVERHEAD_S_PER_STEP = {"distdgl": 0.0071, "p3": 0.0353, "fullgraph": 0.0, "granndis": 0.0053,
                        "dorylus": 0.126}

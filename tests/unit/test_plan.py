@@ -14,7 +14,7 @@ from dglx_dist.planner import (Cluster, Workload, graph_of_dataset, graph_of_dir
 from dglx_dist.planner.auto import resolve, workload_for
 from dglx_dist.planner.laws import LAWS, step_seeds
 from dglx_dist.planner.options import Situation, cache_hits, choose
-from dglx_dist.planner.units import (DEFAULT_UNITS, FULL_STEP, Measured, load_measured,
+from dglx_dist.planner.units import (DEFAULT_UNITS, FULL_STEP, Measured, full_step, load_measured,
                                      save_measured)
 from dglx_dist.prepare import resolve_dataset
 from dglx_dist.strategies import STRATEGIES
@@ -309,6 +309,24 @@ def test_full_graph_rows_take_a_sampled_epochs_steps_in_epochs(co_batches, cora)
         assert f"counted {FULL_STEP * sampled / full.steps:.3g} times: {full.steps} " \
                f"optimizer step" in \
             plan.why()
+
+
+def test_narrow_features_and_deep_models_count_more_full_graph_steps(cora):
+    """A full-graph step is worth fewer sampled steps where the features are narrower than the
+    hidden layer, or the model deeper than 2 layers: full_step's square root of each."""
+    work, cluster = Workload("gcn", 16, (10, 25), 16), Cluster(2, 1, 1.0)
+    narrow = dataclasses.replace(cora, feat_dim=4)  # 4x narrower than the hidden layer
+    deep = Workload("gcn", 16, (10,) * 8, 16)
+    assert full_step(cora, work) == FULL_STEP  # Cora's 1433 features, 2 layers
+    assert full_step(narrow, work) == pytest.approx(2 * FULL_STEP)
+    assert full_step(cora, deep) == pytest.approx(2 * FULL_STEP)
+    assert full_step(narrow, deep) == pytest.approx(4 * FULL_STEP)
+
+    def epochs(graph):
+        return {r.strategy: r.epochs for r in make_plan(graph, work, cluster).rows}
+    wide, thin = epochs(cora), epochs(narrow)
+    for name, count in wide.items():
+        assert thin[name] == pytest.approx(count * (2 if LAWS[name].full_graph else 1)), name
 
 
 def test_commcheck_caches_the_link_rate_of_real_servers_only():
