@@ -75,7 +75,7 @@ setup(
     install_requires=CORE_REQUIRES,
     extras_require=EXTRAS,
     entry_points={
-        "console_scripts": ["dglx=dglx_dist.cli:main"],
+        "console_scripts": ["dglx=dglx_dist.cli:run"],
         # Third-party plug-ins register in these groups (docs/architecture.md, "Adding your
         # own"; tests/plugins/ has one of each). A conv type's adapter (dglx_dist.layers) also
         # says how dorylus runs it.

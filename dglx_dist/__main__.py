@@ -1,6 +1,4 @@
 """``python -m dglx_dist`` is the ``dglx`` command."""
-import sys
+from dglx_dist.cli import run
 
-from dglx_dist.cli import main
-
-sys.exit(main())
+run()

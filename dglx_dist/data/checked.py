@@ -18,11 +18,12 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dglx_dist.errors import InvalidValueError
 
-__all__ = ["read_checked", "column_numpy", "read_feat", "feat_to_numpy", "check_range",
+__all__ = ["read_checked", "arrow_numpy", "column_numpy", "read_feat", "feat_to_numpy", "check_range",
            "check_finite", "check_plausible", "read_json_object", "write_arrow", "WRITE_OPTIONS",
            "NONFINITE", "PLAUSIBLE", "ARROW_SUFFIX"]
 
@@ -172,12 +173,26 @@ def read_checked(file: Path, fields: dict[str, str], rows: int | None,
     return source.read(None if all_columns else list(fields if read is None else read))
 
 
+def arrow_numpy(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A numeric or bool Arrow array without nulls as numpy: zero-copy (read-only) for one
+    chunk of numbers, a fresh array for several or for booleans. Through DLPack, not
+    ``to_numpy``: pyarrow's ``to_numpy`` imports pandas (to look for its types), 0.75 s of
+    every rank's start where nothing else needs it."""
+    chunks = (arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr]) or \
+        [pa.nulls(0, arr.type)]
+    if pa.types.is_boolean(arr.type):  # bit-packed: a byte each first
+        return np.concatenate([np.from_dlpack(pc.cast(c, pa.uint8())) for c in chunks]
+                              ).view(bool)
+    parts = [np.from_dlpack(c) for c in chunks]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
 def column_numpy(table: pa.Table, name: str, file: Path, error_cls: type[Exception]) -> np.ndarray:
     """A writable numpy copy of an integer (as int64) or bool column without nulls."""
     col = table.column(name)
     if col.null_count:
         raise error_cls(f"{file}: field {name!r} has {col.null_count} nulls; expected none")
-    out = col.to_numpy()  # zero-copy (read-only) for one chunk, a fresh array for several
+    out = arrow_numpy(col)
     target = bool if out.dtype == bool else np.int64
     if out.dtype != target or not out.flags.writeable:
         out = out.astype(target)
@@ -213,7 +228,7 @@ def feat_to_numpy(arr: pa.Array, feat_dim: int, file: Path, error_cls: type[Exce
             raise error_cls(f"{file}: field {field!r} has width {arr.type.list_size}; "
                             f"expected {feat_dim}")
     else:
-        lengths = np.diff(arr.offsets.to_numpy())
+        lengths = np.diff(arrow_numpy(arr.offsets))
         bad = np.nonzero(lengths != feat_dim)[0]
         if bad.size:
             raise error_cls(f"{file}: field {field!r} row {row_offset + int(bad[0])} has "
@@ -221,7 +236,7 @@ def feat_to_numpy(arr: pa.Array, feat_dim: int, file: Path, error_cls: type[Exce
     values = arr.flatten()
     if values.null_count:
         raise error_cls(f"{file}: field {field!r} has {values.null_count} null values")
-    out = values.to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    out = arrow_numpy(values).astype(np.float32, copy=False)
     return out.reshape(len(arr), feat_dim)
 
 

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 
+from dglx_dist.data.checked import arrow_numpy
 from dglx_dist.errors import InvalidValueError
 
 __all__ = ["edge_data_columns", "edge_data_arrays", "edge_data_spec", "checked_spec", "to_arrow",
@@ -47,10 +48,10 @@ def edge_data_arrays(table: pa.Table, names: list[str], file: Path,
             raise error_cls(f"{file}: edge data field {name!r} has nulls; expected a value "
                             f"for every edge")
         if pa.types.is_fixed_size_list(col.type):
-            flat = col.flatten().to_numpy(zero_copy_only=False)
+            flat = arrow_numpy(col.flatten())
             out[name] = flat.reshape(len(col), col.type.list_size).copy()
         else:
-            out[name] = col.to_numpy(zero_copy_only=False).copy()
+            out[name] = arrow_numpy(col).copy()
     return out
 
 

@@ -75,6 +75,7 @@ def graph_of_directory(path: str | os.PathLike, edge_cuts: tuple[float, ...] = D
     import pyarrow.parquet as pq
 
     from dglx_dist.data import read_meta
+    from dglx_dist.data.checked import arrow_numpy
     from dglx_dist.data.format import EDGES_FILE, NODES_FILE, is_hetero, read_hetero_meta
 
     path = Path(path)
@@ -89,7 +90,7 @@ def graph_of_directory(path: str | os.PathLike, edge_cuts: tuple[float, ...] = D
                            max(int(meta.num_classes), 1), train / nodes, edge_cuts, widths,
                            embed_dim if any(w == 0 for _, w in widths) else 0)
     meta = read_meta(path)
-    dst = pq.read_table(path / EDGES_FILE, columns=["dst"]).column("dst").to_numpy()
+    dst = arrow_numpy(pq.read_table(path / EDGES_FILE, columns=["dst"]).column("dst"))
     shape = graph_shape(meta.num_nodes, meta.num_edges, meta.feat_dim, meta.num_classes,
                         _count_train(path / NODES_FILE) / meta.num_nodes, edge_cuts)
     return _with_degrees(shape, _degrees(dst, meta.num_nodes))

@@ -20,7 +20,7 @@ from dglx_dist.errors import DglxError
 from dglx_dist.runtime.allocator import MALLOC_MODES
 
 __all__ = ["DistEnv", "read_env", "expand_nodelist", "EnvError", "free_local_port",
-           "launch_position"]
+           "launch_position", "launched"]
 
 DEFAULT_TIMEOUT = 120.0
 MAX_TIMEOUT = 1e6  # seconds (11 days): beyond it, torch's timeouts overflow
@@ -189,6 +189,12 @@ def read_env(environ: Mapping[str, str] | None = None) -> DistEnv:
         if rank_key in env and world_key in env:
             return read(env)
     return DistEnv(launcher="single", **_common(env))
+
+
+def launched(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether a launcher (torchrun, Slurm) started this process as one of a job's ranks."""
+    env = os.environ if environ is None else environ
+    return any(rank_key in env for rank_key, _, _ in _LAUNCHERS)
 
 
 def launch_position(environ: Mapping[str, str] | None = None) -> tuple[int, int, str | None]:
