@@ -50,16 +50,19 @@ def relabel(dst_nodes: torch.Tensor, *ends: torch.Tensor, num_nodes: int | None 
         torch.cat([dst.new_zeros(0), *(e.long() for e in ends)])  # one end: no copy
     small = torch.int32 if new.numel() < 2 ** 31 else torch.int64  # a table half the size
     where = torch.arange(new.numel(), dtype=small, device=dst.device)
-    # each id's first position among the ends (the destinations' before any), read back
-    # where it is first
+    # each id's first position among the ends, read back where it is first; a destination
+    # holds -1 - its rank instead (below every position: the minimum keeps it)
     first = torch.full((num_nodes,), new.numel(), dtype=small, device=dst.device)
-    first.index_fill_(0, dst, -1).scatter_reduce_(0, new, where, "amin")
-    nodes = torch.cat([dst, torch.masked_select(new, first.index_select(0, new) == where)])
-    rank = first  # reused: now each id's new number
-    rank.index_copy_(0, nodes, torch.arange(nodes.numel(), dtype=small, device=dst.device))
-    index = rank.index_select(0, new).long()
+    first.index_copy_(0, dst, -1 - torch.arange(dst.numel(), dtype=small, device=dst.device))
+    first.scatter_reduce_(0, new, where, "amin")
+    at = first.index_select(0, new)
+    fresh = at == where  # an id's first appearance, not a destination's
+    nodes = torch.cat([dst, torch.masked_select(new, fresh)])
+    # a new id's number: the destinations', then the first appearances before its own
+    before = torch.cumsum(fresh, 0, dtype=small) + (dst.numel() - 1)
+    index = torch.where(at < 0, -1 - at, before.index_select(0, at.clamp(min=0))).long()
     return nodes, list(torch.split(index, [e.numel() for e in ends])) + \
-        [rank.index_select(0, i.long()).long() for i in inner]
+        [(-1 - first.index_select(0, i.long())).long() for i in inner]
 
 
 def relabel_sorted(dst_nodes: torch.Tensor, *ends: torch.Tensor

@@ -130,7 +130,7 @@ class PartitionSampler(BlockSampler):
                                     f"partition has {book.num_parts} parts for {comm.size} members")
         self.book, self.comm, self.member, self.edge_book = book, comm, member, edge_book
         self.local_gid = torch.from_numpy(part.local_gid).long()
-        self.local_eid = torch.from_numpy(part.eid).long()  # each edge's id in the user's graph
+        local_eid = torch.from_numpy(part.eid).long()  # each edge's id in the user's graph
         self.num_core = part.num_core
         self.num_nodes = book.num_nodes
         # node ids, edge ids and counts travel in one dtype, the same on every member
@@ -139,9 +139,12 @@ class PartitionSampler(BlockSampler):
         # edge types: each edge's, read off its id against the type offsets
         kinds, types = None, len(self.ids.etypes)
         if types > 1:
-            kinds = torch.searchsorted(self.ids.etype_offsets, self.local_eid, right=True) - 1
+            kinds = torch.searchsorted(self.ids.etype_offsets, local_eid, right=True) - 1
         self.edges = InEdges.of(torch.from_numpy(part.src), torch.from_numpy(part.dst),
                                 self.local_gid.numel(), kinds, types)
+        # each in-edge's id in the user's graph by its position in ``edges`` (a drawn edge's
+        # is one gather, not two)
+        self.user_eid = local_eid.index_select(0, self.edges.eid)
         orig = torch.from_numpy(np.concatenate([part.core_orig, part.halo_orig])).long()
         self.draws = Draws(self.edges, edge_weights, orig, has_edge_data)
 
@@ -193,7 +196,8 @@ class PartitionSampler(BlockSampler):
             row, dst, eid = self.edges.out_edges(u)
             answers.append(torch.cat([self.local_gid.index_select(0, u.index_select(0, row)),
                                       self.local_gid.index_select(0, dst),
-                                      self.local_eid.index_select(0, eid)]).to(self.id_dtype))
+                                      self.user_eid.index_select(
+                                          0, self.edges.positions(eid))]).to(self.id_dtype))
         got = [a.long().view(3, -1) for a in self.comm.all_to_all_v(answers)]
         return tuple(torch.cat(part) for part in zip(*got)) if got else (EMPTY,) * 3
 
@@ -277,7 +281,7 @@ class PartitionSampler(BlockSampler):
         local = torch.as_tensor(self.book.to_local(gids)).long()
         row, pos = self.draws(local, fanouts, options, exclude)
         columns = [self.local_gid.index_select(0, self.edges.src.index_select(0, pos)),
-                   self.local_eid.index_select(0, self.edges.eid.index_select(0, pos))]
+                   self.user_eid.index_select(0, pos)]
         if self.edges.etype is not None:
             columns.append(self.edges.etype.index_select(0, pos))
         return torch.bincount(row, minlength=gids.numel()), columns
