@@ -48,21 +48,23 @@ def relabel(dst_nodes: torch.Tensor, *ends: torch.Tensor, num_nodes: int | None 
     dst = dst_nodes.long()
     new = ends[0].long() if len(ends) == 1 else \
         torch.cat([dst.new_zeros(0), *(e.long() for e in ends)])  # one end: no copy
-    small = torch.int32 if new.numel() < 2 ** 31 else torch.int64  # a table half the size
-    where = torch.arange(new.numel(), dtype=small, device=dst.device)
-    # each id's first position among the ends, read back where it is first; a destination
-    # holds -1 - its rank instead (below every position: the minimum keeps it)
-    first = torch.full((num_nodes,), new.numel(), dtype=small, device=dst.device)
-    first.index_copy_(0, dst, -1 - torch.arange(dst.numel(), dtype=small, device=dst.device))
+    num_dst, device = dst.numel(), dst.device
+    small = torch.int32 if num_dst + new.numel() < 2 ** 31 else torch.int64  # half the table
+    # each id's slot: a destination's rank, else its first position among the ends plus
+    # len(dst_nodes) (the minimum over its positions; a rank is below them all)
+    where = torch.arange(num_dst, num_dst + new.numel(), dtype=small, device=device)
+    first = torch.full((num_nodes,), num_dst + new.numel(), dtype=small, device=device)
+    first.index_copy_(0, dst, torch.arange(num_dst, dtype=small, device=device))
     first.scatter_reduce_(0, new, where, "amin")
     at = first.index_select(0, new)
     fresh = at == where  # an id's first appearance, not a destination's
     nodes = torch.cat([dst, torch.masked_select(new, fresh)])
-    # a new id's number: the destinations', then the first appearances before its own
-    before = torch.cumsum(fresh, 0, dtype=small) + (dst.numel() - 1)
-    index = torch.where(at < 0, -1 - at, before.index_select(0, at.clamp(min=0))).long()
+    # each slot's number: a destination's rank, then the first appearances in order
+    number = torch.cat([torch.arange(num_dst, device=device),
+                        torch.cumsum(fresh, 0).add_(num_dst - 1)])
+    index = number.index_select(0, at)
     return nodes, list(torch.split(index, [e.numel() for e in ends])) + \
-        [(-1 - first.index_select(0, i.long())).long() for i in inner]
+        [first.index_select(0, i.long()).long() for i in inner]
 
 
 def relabel_sorted(dst_nodes: torch.Tensor, *ends: torch.Tensor

@@ -331,7 +331,7 @@ def _below(bound: torch.Tensor, generator) -> torch.Tensor:
     """A uniform integer in ``[0, bound)`` for each entry (float64's 53 bits; ``u < 1`` times
     a bound below 2**52 rounds below the bound)."""
     u = torch.rand(bound.shape, dtype=torch.float64, device=bound.device, generator=generator)
-    return (u * bound).long()
+    return u.mul_(bound).long()
 
 
 _ABOVE = 4

@@ -293,13 +293,15 @@ class PartitionSampler(BlockSampler):
         counts, columns = self._drawn(gids, fanouts, exclude, options)
         if width is None:
             return torch.cat([counts, *columns]).to(self.id_dtype)
-        out = torch.full((gids.numel(), len(columns), width), -1, dtype=self.id_dtype)
+        n, row_width = gids.numel(), len(columns) * width
+        out = torch.full((n * row_width,), -1, dtype=self.id_dtype)
+        # edge i of node r, its rank j among r's, goes to r * row_width + c * width + j
         starts = torch.cumsum(counts, 0) - counts
-        rows = torch.repeat_interleave(torch.arange(gids.numel()), counts)
-        cols = torch.arange(rows.numel()) - starts.index_select(0, rows)
-        for c, column in enumerate(columns):
-            out[rows, c, cols] = column.to(self.id_dtype)
-        return out.view(gids.numel(), len(columns) * width)
+        slot = torch.arange(int(counts.sum())) + torch.repeat_interleave(
+            torch.arange(n) * row_width - starts, counts)
+        slots = slot + torch.arange(len(columns))[:, None] * width  # a row per column
+        out.index_copy_(0, slots.reshape(-1), torch.stack(columns).to(self.id_dtype).reshape(-1))
+        return out.view(n, row_width)
 
     def _read(self, answer: torch.Tensor, n: int, width: int | None
               ) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -307,6 +309,10 @@ class PartitionSampler(BlockSampler):
         columns = 2 if self.edges.etype is None else 3
         if width is None:
             return answer[:n].long(), list(answer[n:].long().view(columns, -1))
-        got = answer.reshape(n, columns, width)
-        kept = got[:, 0] >= 0
-        return kept.sum(1), [got[:, c][kept].long() for c in range(columns)]
+        kept = answer.reshape(n, columns, width)[:, 0] >= 0
+        # a kept entry i = r * width + j (node r, rank j) of column c is at
+        # r * columns * width + c * width + j of the answer
+        at = torch.nonzero(kept.reshape(-1)).squeeze(1)
+        at = at + torch.div(at, width, rounding_mode="floor") * ((columns - 1) * width)
+        flat = answer.reshape(-1)
+        return kept.sum(1), [flat.index_select(0, at + c * width).long() for c in range(columns)]
