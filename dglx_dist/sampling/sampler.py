@@ -34,6 +34,7 @@ type: a graph without types is the one-type case.
 from __future__ import annotations
 
 import abc
+import functools
 from typing import Callable, Sequence
 
 import numpy as np
@@ -43,7 +44,7 @@ from dglx_dist.errors import InvalidValueError
 from dglx_dist.partition.book import NodeBook, RangeBook
 from dglx_dist.partition.layout import Partition
 from dglx_dist.runtime.comm import Comm
-from dglx_dist.sampling.block import Block
+from dglx_dist.sampling.block import Block, IdTable
 from dglx_dist.sampling.blocks import id_dtype
 from dglx_dist.sampling.draws import Draws
 from dglx_dist.sampling.in_edges import InEdges
@@ -98,9 +99,15 @@ class BlockSampler(abc.ABC):
         for layer, fanout in enumerate(reversed(fanouts)):
             drawn = self.sample_layer(self.ids.join(frontier), fanout, routed,
                                       options.stream(layer))
-            blocks.insert(0, self.ids.block(frontier, *drawn, self.num_nodes))
+            blocks.insert(0, self.ids.block(frontier, *drawn, self._id_table))
             frontier = [blocks[0].nodes_of(t) for t in range(len(self.ids.ntypes))]
         return blocks
+
+    @functools.cached_property
+    def _id_table(self) -> IdTable:
+        """The table the blocks' numbering reuses (:class:`~dglx_dist.sampling.block.IdTable`
+        over :attr:`num_nodes`; made on first use)."""
+        return IdTable(self.num_nodes)
 
 
 class PartitionSampler(BlockSampler):
