@@ -26,8 +26,8 @@ from dglx_dist.data.convert import dgl_installed, is_dgl
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.sampling.frames import NID, DataView, EdgeSpace, NodeSpace, Typed
 
-__all__ = ["Block", "IdTable", "relabel", "map_tensors", "plan_of", "dgl_installed", "is_dgl", "UNTYPED",
-           "PLAN"]
+__all__ = ["Block", "IdTable", "relabel", "map_tensors", "plan_of", "dgl_installed", "is_dgl",
+           "UNTYPED", "PLAN"]
 
 UNTYPED = (("_N",), (("_N", "_E", "_N"),))
 """The node and edge types of a graph without types (DGL's names)."""
