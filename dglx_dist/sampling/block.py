@@ -184,6 +184,16 @@ class Block(Typed):
         return cls(nodes, zeros(nodes), (dst_nodes.numel(),), s, d, eid.long(), zeros(s))
 
     @classmethod
+    def untyped_rows(cls, dst_nodes: torch.Tensor, src: torch.Tensor, row: torch.Tensor,
+                     eid: torch.Tensor, num_nodes: int | IdTable | None = None) -> "Block":
+        """:meth:`untyped`'s block of the edges ``src -> dst_nodes[row]``: each edge's
+        destination given as its index among ``dst_nodes`` (its number in the block)."""
+        nodes, (s,) = relabel(dst_nodes, src, num_nodes=num_nodes)
+        zeros = torch.zeros_like
+        return cls(nodes, zeros(nodes), (dst_nodes.numel(),), s, row.long(), eid.long(),
+                   zeros(s))
+
+    @classmethod
     def nodes_only(cls, src_nodes: torch.Tensor, dst_nodes: torch.Tensor) -> "Block":
         """A block without edges from ``src_nodes`` to ``dst_nodes`` (one type)."""
         none = torch.zeros(0, dtype=torch.int64, device=src_nodes.device)

@@ -97,11 +97,25 @@ class BlockSampler(abc.ABC):
         routed = self.exclusions(exclude) if exclude is not None else None
         frontier, blocks = self.ids.split(seeds), []
         for layer, fanout in enumerate(reversed(fanouts)):
-            drawn = self.sample_layer(self.ids.join(frontier), fanout, routed,
-                                      options.stream(layer))
-            blocks.insert(0, self.ids.block(frontier, *drawn, self._id_table))
+            nodes = self.ids.join(frontier)
+            rows = self.sample_rows(nodes, fanout, routed, options.stream(layer)) \
+                if self.ids.untyped else None
+            if rows is not None:  # the destinations' numbers are the rows: not looked up
+                blocks.insert(0, Block.untyped_rows(nodes, *rows[:3], self._id_table))
+            else:
+                drawn = self.sample_layer(nodes, fanout, routed, options.stream(layer))
+                blocks.insert(0, self.ids.block(frontier, *drawn, self._id_table))
             frontier = [blocks[0].nodes_of(t) for t in range(len(self.ids.ntypes))]
         return blocks
+
+    def sample_rows(self, nodes: torch.Tensor, fanouts: int | Sequence[int], exclude=None,
+                    options: SampleOptions = UNIFORM) -> tuple[torch.Tensor, ...] | None:
+        """:meth:`sample_layer`'s edges with each one's destination as its index in
+        ``nodes`` (``(src, row, eid, etype)``, ``dst = nodes[row]``), where the sampler
+        knows it without a lookup; None (the default): it draws through ``sample_layer``
+        only. The same draw as ``sample_layer``'s (a subclass that overrides
+        ``sample_layer`` overrides this too, or returns None)."""
+        return None
 
     @functools.cached_property
     def _id_table(self) -> IdTable:
@@ -246,21 +260,32 @@ class PartitionSampler(BlockSampler):
         request order, its number of drawn in-edges, then each column of them all.
         The requester knows the destinations already.
         """
+        src, row, eid, etype = self.sample_rows(nodes, fanouts, exclude, options)
+        dst = nodes.long().index_select(0, row)
+        return src, dst, eid, etype if etype is not None else dst.new_zeros(()).expand_as(dst)
+
+    def sample_rows(self, nodes: torch.Tensor, fanouts: int | Sequence[int],
+                    exclude: list[torch.Tensor] | None = None,
+                    options: SampleOptions = UNIFORM) -> tuple[torch.Tensor, ...]:
+        """:meth:`sample_layer`'s draw, each edge's destination as its index in ``nodes``:
+        ``(src, row, eid, etype)`` (``etype`` None on a partitioning of one edge type)."""
         width = self._width(fanouts, options)
-        mine, requests, skip, pending = self._requests(nodes, exclude)
+        at, mine, requests, skip, pending = self._requests(nodes, exclude)
         try:
-            got = [(mine, *self._drawn(mine, fanouts, skip[self.member],
-                                       options.stream(self.member)))]
+            got = [(at[self.member], *self._drawn(mine, fanouts, skip[self.member],
+                                                  options.stream(self.member)))]
         finally:
             received = pending.wait()
         answers = [self._answer(r.long(), fanouts, x, options.stream(s), width)
                    for s, (r, x) in enumerate(zip(received, skip))]
         rows = None if width is None else [r.numel() for r in requests]
-        for asked, answer in zip(requests, self.comm.all_to_all_v(answers, recv_rows=rows)):
-            got.append((asked.long(), *self._read(answer, asked.numel(), width)))
-        dst = torch.cat([torch.repeat_interleave(g[0], g[1]) for g in got])
+        for s, (asked, answer) in enumerate(zip(requests, self.comm.all_to_all_v(
+                answers, recv_rows=rows))):
+            if s != self.member:  # (the own request is empty)
+                got.append((at[s], *self._read(answer, asked.numel(), width)))
+        row = torch.cat([torch.repeat_interleave(g[0], g[1]) for g in got])
         src, eid, *etype = (torch.cat(c) for c in zip(*(g[2] for g in got)))
-        return src, dst, eid, etype[0] if etype else dst.new_zeros(()).expand_as(dst)
+        return src, row, eid, etype[0] if etype else None
 
     def _width(self, fanouts, options: SampleOptions) -> int | None:
         """The padded answer's width: the fanout where it bounds every node's drawn in-edges
@@ -271,12 +296,14 @@ class PartitionSampler(BlockSampler):
         return k if k >= 0 else None
 
     def _requests(self, nodes: torch.Tensor, exclude):
-        """This member's own nodes of ``nodes``, the others' by owner (a request each, the
-        own one empty), the exclusions by member and the requests' exchange, started."""
+        """The indices in ``nodes`` of each member's nodes, this member's own nodes, the
+        others' by owner (a request each, the own one empty), the exclusions by member and
+        the requests' exchange, started."""
         owner = torch.as_tensor(self.book.owner(nodes))
-        requests = [nodes[owner == s].to(self.id_dtype) if s != self.member else
+        at = [torch.nonzero(owner == s).squeeze(1) for s in range(self.comm.size)]
+        requests = [nodes.index_select(0, at[s]).to(self.id_dtype) if s != self.member else
                     torch.zeros(0, dtype=self.id_dtype) for s in range(self.comm.size)]
-        return (nodes[owner == self.member].long(), requests,
+        return (at, nodes.index_select(0, at[self.member]).long(), requests,
                 exclude or [None] * self.comm.size, self.comm.start_all_to_all_v(requests))
 
     def _drawn(self, gids: torch.Tensor, fanouts, exclude: torch.Tensor | None = None,
