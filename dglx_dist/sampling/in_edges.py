@@ -257,18 +257,50 @@ def _place(index, first, cols):
 
 def _floyd(count: torch.Tensor, k: int, generator) -> torch.Tensor:
     """``k`` distinct values below ``count[r]`` for each ``r`` (every count above ``k``),
-    uniformly, as a ``(k, rows)`` matrix: Floyd's algorithm, for every row and step at once.
-    Step ``i`` draws ``raw_i`` from ``[0, top_i]`` (``top_i = count - k + i``) and takes
-    ``top_i`` instead when ``raw_i`` was taken before: when it equals an earlier step's draw
-    (whatever that step took, the value is taken: found by the first step to write each
-    value into a table of every row's values), or the top of an earlier step that took its
-    top (a chain of steps, each pointing to an earlier one: followed in ``k - 1`` rounds
-    over one step's row each, or by pointer doubling in ``log2(k)`` rounds over all)."""
+    uniformly, as a ``(k, rows)`` matrix: Floyd's algorithm, for every row at once. Step
+    ``i`` draws ``raw_i`` from ``[0, top_i]`` (``top_i = count - k + i``) and takes ``top_i``
+    instead when ``raw_i`` was taken before (``top_i`` never was: every earlier value is
+    below it). The draws are made for every step first (one ``(k, rows)`` matrix of
+    random numbers); then a small ``k`` compares each step's draw with the values the
+    earlier steps took (:func:`_floyd_steps`), a large one finds them through a table of
+    every row's values (:func:`_floyd_table`): the same values either way."""
+    top = (count - k) + torch.arange(k, device=count.device)[:, None]
+    raw = _below(top + 1, generator)
+    if k <= _PAIRWISE:
+        return _floyd_steps(raw, top)
+    return _floyd_table(count, k, raw, top)
+
+
+_PAIRWISE = 32
+"""Floyd's draws of at most this many values per row look for a repeated draw by comparing
+each step's with the values taken before (``k * (k - 1) / 2`` compares a row); of more,
+through a table of every row's values (its size the rows' candidates: a few passes whose
+cost does not grow with ``k``). Measured on one thread, rows of 180 candidates on average
+(products' frontier): the compares take 1/4-1/2 of the table's time at ``k`` 10-32 over
+13,000 rows, and about as long at ``k = 48``."""
+
+
+def _floyd_steps(raw: torch.Tensor, top: torch.Tensor) -> torch.Tensor:
+    """Floyd's values from the ``(k, rows)`` draws ``raw``, step by step: step ``i`` takes
+    ``top[i]`` where ``raw[i]`` is among the values steps ``0 .. i-1`` took, else ``raw[i]``."""
+    taken = raw.clone()
+    for i in range(1, raw.shape[0]):  # (the largest of bytes: faster than any() over dim 0)
+        seen = torch.eq(taken[:i], raw[i]).view(torch.uint8).amax(0).view(torch.bool)
+        torch.where(seen, top[i], raw[i], out=taken[i])
+    return taken
+
+
+def _floyd_table(count: torch.Tensor, k: int, raw: torch.Tensor, top: torch.Tensor
+                 ) -> torch.Tensor:
+    """Floyd's values from the ``(k, rows)`` draws ``raw``, through a table of every row's
+    values: a step takes its top when its draw equals an earlier step's draw (whatever
+    that step took, the value is taken: found by the first step to write each value into
+    the table), or the top of an earlier step that took its top (a chain of steps, each
+    pointing to an earlier one: followed in ``k - 1`` rounds over one step's row each, or
+    by pointer doubling in ``log2(k)`` rounds over all)."""
     rows, device = count.numel(), count.device
     step = torch.arange(k, device=device)[:, None]
     low = count - k  # top_i = low + i
-    top = low + step
-    raw = _below(top + 1, generator)
     key = (raw + (torch.cumsum(count, 0) - count)).reshape(-1)
     order = step.to(torch.int32).expand(k, rows).reshape(-1)
     first = torch.full((int(count.sum()),), k, dtype=torch.int32, device=device)
@@ -289,16 +321,16 @@ def _floyd(count: torch.Tensor, k: int, generator) -> torch.Tensor:
 
 
 _STEPWISE = 64
-"""Floyd's chains are followed step by step where there are at least this many rows per
-step (a round costs little over few rows, and the doubling's rounds cover the whole
-matrix), else by pointer doubling."""
+"""Floyd's chains (:func:`_floyd_table`) are followed step by step where there are at least
+this many rows per step (a round costs little over few rows, and the doubling's rounds
+cover the whole matrix), else by pointer doubling."""
 
 
 def _below(bound: torch.Tensor, generator) -> torch.Tensor:
     """A uniform integer in ``[0, bound)`` for each entry (float64's 53 bits; ``u < 1`` times
     a bound below 2**52 rounds below the bound)."""
     u = torch.rand(bound.shape, dtype=torch.float64, device=bound.device, generator=generator)
-    return (u * bound).long()
+    return u.mul_(bound).long()
 
 
 _ABOVE = 4

@@ -65,18 +65,26 @@ class LocalSampler(BlockSampler):
     """
 
     def __init__(self, graph: WholeGraph, edge_weights: EdgeWeights | None = None):
-        self.graph, self.num_nodes = graph, graph.num_nodes
+        self.num_nodes = graph.num_nodes
         self.ids = TypeIds.one(graph.num_nodes)  # a replicated structure has no types
         self.edges = InEdges.of(graph.src, graph.dst, graph.num_nodes)
+        # each in-edge's id in the user's graph by its position in ``edges`` (a drawn edge's
+        # is one gather, not two; the graph's own arrays are not kept)
+        self.user_eid = graph.eid.long().index_select(0, self.edges.eid)
         self.draws = Draws(self.edges, edge_weights)  # P3's hash partitions keep the user's ids
 
     def sample_layer(self, nodes: torch.Tensor, fanout: int,
                      exclude: torch.Tensor | None = None, options: SampleOptions = UNIFORM
                      ) -> tuple[torch.Tensor, ...]:
-        nodes = nodes.long()
-        row, pos = self.draws(nodes, fanout, options, exclude)
-        return self.edges.src.index_select(0, pos), nodes.index_select(0, row), \
-            self.graph.eid.index_select(0, self.edges.eid.index_select(0, pos)), \
+        src, row, eid, etype = self.sample_rows(nodes, fanout, exclude, options)
+        return src, nodes.long().index_select(0, row), eid, etype
+
+    def sample_rows(self, nodes: torch.Tensor, fanout: int,
+                    exclude: torch.Tensor | None = None, options: SampleOptions = UNIFORM
+                    ) -> tuple[torch.Tensor, ...]:
+        """:meth:`sample_layer`'s draw, each edge's destination as its index in ``nodes``."""
+        row, pos = self.draws(nodes.long(), fanout, options, exclude)
+        return self.edges.src.index_select(0, pos), row, self.user_eid.index_select(0, pos), \
             pos.new_zeros(()).expand_as(pos)  # one edge type: zeros that hold no memory
 
     def out_edges(self, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -84,7 +92,8 @@ class LocalSampler(BlockSampler):
         ids)."""
         nodes = nodes.long()
         row, dst, eid = self.edges.out_edges(nodes)
-        return nodes.index_select(0, row), dst, self.graph.eid.index_select(0, eid)
+        return nodes.index_select(0, row), dst, \
+            self.user_eid.index_select(0, self.edges.positions(eid))
 
     def has_edges(self, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
         """Whether each edge ``src[i] -> dst[i]`` (global ids) is in the graph."""

@@ -34,6 +34,7 @@ type: a graph without types is the one-type case.
 from __future__ import annotations
 
 import abc
+import functools
 from typing import Callable, Sequence
 
 import numpy as np
@@ -43,7 +44,7 @@ from dglx_dist.errors import InvalidValueError
 from dglx_dist.partition.book import NodeBook, RangeBook
 from dglx_dist.partition.layout import Partition
 from dglx_dist.runtime.comm import Comm
-from dglx_dist.sampling.block import Block
+from dglx_dist.sampling.block import Block, IdTable
 from dglx_dist.sampling.blocks import id_dtype
 from dglx_dist.sampling.draws import Draws
 from dglx_dist.sampling.in_edges import InEdges
@@ -96,11 +97,31 @@ class BlockSampler(abc.ABC):
         routed = self.exclusions(exclude) if exclude is not None else None
         frontier, blocks = self.ids.split(seeds), []
         for layer, fanout in enumerate(reversed(fanouts)):
-            drawn = self.sample_layer(self.ids.join(frontier), fanout, routed,
-                                      options.stream(layer))
-            blocks.insert(0, self.ids.block(frontier, *drawn, self.num_nodes))
+            nodes = self.ids.join(frontier)
+            rows = self.sample_rows(nodes, fanout, routed, options.stream(layer)) \
+                if self.ids.untyped else None
+            if rows is not None:  # the destinations' numbers are the rows: not looked up
+                blocks.insert(0, Block.untyped_rows(nodes, *rows[:3], self._id_table))
+            else:
+                drawn = self.sample_layer(nodes, fanout, routed, options.stream(layer))
+                blocks.insert(0, self.ids.block(frontier, *drawn, self._id_table))
             frontier = [blocks[0].nodes_of(t) for t in range(len(self.ids.ntypes))]
         return blocks
+
+    def sample_rows(self, nodes: torch.Tensor, fanouts: int | Sequence[int], exclude=None,
+                    options: SampleOptions = UNIFORM) -> tuple[torch.Tensor, ...] | None:
+        """:meth:`sample_layer`'s edges with each one's destination as its index in
+        ``nodes`` (``(src, row, eid, etype)``, ``dst = nodes[row]``), where the sampler
+        knows it without a lookup; None (the default): it draws through ``sample_layer``
+        only. The same draw as ``sample_layer``'s (a subclass that overrides
+        ``sample_layer`` overrides this too, or returns None)."""
+        return None
+
+    @functools.cached_property
+    def _id_table(self) -> IdTable:
+        """The table the blocks' numbering reuses (:class:`~dglx_dist.sampling.block.IdTable`
+        over :attr:`num_nodes`; made on first use)."""
+        return IdTable(self.num_nodes)
 
 
 class PartitionSampler(BlockSampler):
@@ -130,7 +151,7 @@ class PartitionSampler(BlockSampler):
                                     f"partition has {book.num_parts} parts for {comm.size} members")
         self.book, self.comm, self.member, self.edge_book = book, comm, member, edge_book
         self.local_gid = torch.from_numpy(part.local_gid).long()
-        self.local_eid = torch.from_numpy(part.eid).long()  # each edge's id in the user's graph
+        local_eid = torch.from_numpy(part.eid).long()  # each edge's id in the user's graph
         self.num_core = part.num_core
         self.num_nodes = book.num_nodes
         # node ids, edge ids and counts travel in one dtype, the same on every member
@@ -139,9 +160,12 @@ class PartitionSampler(BlockSampler):
         # edge types: each edge's, read off its id against the type offsets
         kinds, types = None, len(self.ids.etypes)
         if types > 1:
-            kinds = torch.searchsorted(self.ids.etype_offsets, self.local_eid, right=True) - 1
+            kinds = torch.searchsorted(self.ids.etype_offsets, local_eid, right=True) - 1
         self.edges = InEdges.of(torch.from_numpy(part.src), torch.from_numpy(part.dst),
                                 self.local_gid.numel(), kinds, types)
+        # each in-edge's id in the user's graph by its position in ``edges`` (a drawn edge's
+        # is one gather, not two)
+        self.user_eid = local_eid.index_select(0, self.edges.eid)
         orig = torch.from_numpy(np.concatenate([part.core_orig, part.halo_orig])).long()
         self.draws = Draws(self.edges, edge_weights, orig, has_edge_data)
 
@@ -193,7 +217,8 @@ class PartitionSampler(BlockSampler):
             row, dst, eid = self.edges.out_edges(u)
             answers.append(torch.cat([self.local_gid.index_select(0, u.index_select(0, row)),
                                       self.local_gid.index_select(0, dst),
-                                      self.local_eid.index_select(0, eid)]).to(self.id_dtype))
+                                      self.user_eid.index_select(
+                                          0, self.edges.positions(eid))]).to(self.id_dtype))
         got = [a.long().view(3, -1) for a in self.comm.all_to_all_v(answers)]
         return tuple(torch.cat(part) for part in zip(*got)) if got else (EMPTY,) * 3
 
@@ -235,21 +260,32 @@ class PartitionSampler(BlockSampler):
         request order, its number of drawn in-edges, then each column of them all.
         The requester knows the destinations already.
         """
+        src, row, eid, etype = self.sample_rows(nodes, fanouts, exclude, options)
+        dst = nodes.long().index_select(0, row)
+        return src, dst, eid, etype if etype is not None else dst.new_zeros(()).expand_as(dst)
+
+    def sample_rows(self, nodes: torch.Tensor, fanouts: int | Sequence[int],
+                    exclude: list[torch.Tensor] | None = None,
+                    options: SampleOptions = UNIFORM) -> tuple[torch.Tensor, ...]:
+        """:meth:`sample_layer`'s draw, each edge's destination as its index in ``nodes``:
+        ``(src, row, eid, etype)`` (``etype`` None on a partitioning of one edge type)."""
         width = self._width(fanouts, options)
-        mine, requests, skip, pending = self._requests(nodes, exclude)
+        at, mine, requests, skip, pending = self._requests(nodes, exclude)
         try:
-            got = [(mine, *self._drawn(mine, fanouts, skip[self.member],
-                                       options.stream(self.member)))]
+            got = [(at[self.member], *self._drawn(mine, fanouts, skip[self.member],
+                                                  options.stream(self.member)))]
         finally:
             received = pending.wait()
         answers = [self._answer(r.long(), fanouts, x, options.stream(s), width)
                    for s, (r, x) in enumerate(zip(received, skip))]
         rows = None if width is None else [r.numel() for r in requests]
-        for asked, answer in zip(requests, self.comm.all_to_all_v(answers, recv_rows=rows)):
-            got.append((asked.long(), *self._read(answer, asked.numel(), width)))
-        dst = torch.cat([torch.repeat_interleave(g[0], g[1]) for g in got])
+        for s, (asked, answer) in enumerate(zip(requests, self.comm.all_to_all_v(
+                answers, recv_rows=rows))):
+            if s != self.member:  # (the own request is empty)
+                got.append((at[s], *self._read(answer, asked.numel(), width)))
+        row = torch.cat([torch.repeat_interleave(g[0], g[1]) for g in got])
         src, eid, *etype = (torch.cat(c) for c in zip(*(g[2] for g in got)))
-        return src, dst, eid, etype[0] if etype else dst.new_zeros(()).expand_as(dst)
+        return src, row, eid, etype[0] if etype else None
 
     def _width(self, fanouts, options: SampleOptions) -> int | None:
         """The padded answer's width: the fanout where it bounds every node's drawn in-edges
@@ -260,12 +296,14 @@ class PartitionSampler(BlockSampler):
         return k if k >= 0 else None
 
     def _requests(self, nodes: torch.Tensor, exclude):
-        """This member's own nodes of ``nodes``, the others' by owner (a request each, the
-        own one empty), the exclusions by member and the requests' exchange, started."""
+        """The indices in ``nodes`` of each member's nodes, this member's own nodes, the
+        others' by owner (a request each, the own one empty), the exclusions by member and
+        the requests' exchange, started."""
         owner = torch.as_tensor(self.book.owner(nodes))
-        requests = [nodes[owner == s].to(self.id_dtype) if s != self.member else
+        at = [torch.nonzero(owner == s).squeeze(1) for s in range(self.comm.size)]
+        requests = [nodes.index_select(0, at[s]).to(self.id_dtype) if s != self.member else
                     torch.zeros(0, dtype=self.id_dtype) for s in range(self.comm.size)]
-        return (nodes[owner == self.member].long(), requests,
+        return (at, nodes.index_select(0, at[self.member]).long(), requests,
                 exclude or [None] * self.comm.size, self.comm.start_all_to_all_v(requests))
 
     def _drawn(self, gids: torch.Tensor, fanouts, exclude: torch.Tensor | None = None,
@@ -277,7 +315,7 @@ class PartitionSampler(BlockSampler):
         local = torch.as_tensor(self.book.to_local(gids)).long()
         row, pos = self.draws(local, fanouts, options, exclude)
         columns = [self.local_gid.index_select(0, self.edges.src.index_select(0, pos)),
-                   self.local_eid.index_select(0, self.edges.eid.index_select(0, pos))]
+                   self.user_eid.index_select(0, pos)]
         if self.edges.etype is not None:
             columns.append(self.edges.etype.index_select(0, pos))
         return torch.bincount(row, minlength=gids.numel()), columns
@@ -289,13 +327,15 @@ class PartitionSampler(BlockSampler):
         counts, columns = self._drawn(gids, fanouts, exclude, options)
         if width is None:
             return torch.cat([counts, *columns]).to(self.id_dtype)
-        out = torch.full((gids.numel(), len(columns), width), -1, dtype=self.id_dtype)
+        n, row_width = gids.numel(), len(columns) * width
+        out = torch.full((n * row_width,), -1, dtype=self.id_dtype)
+        # edge i of node r, its rank j among r's, goes to r * row_width + c * width + j
         starts = torch.cumsum(counts, 0) - counts
-        rows = torch.repeat_interleave(torch.arange(gids.numel()), counts)
-        cols = torch.arange(rows.numel()) - starts.index_select(0, rows)
-        for c, column in enumerate(columns):
-            out[rows, c, cols] = column.to(self.id_dtype)
-        return out.view(gids.numel(), len(columns) * width)
+        slot = torch.arange(int(counts.sum())) + torch.repeat_interleave(
+            torch.arange(n) * row_width - starts, counts)
+        slots = slot + torch.arange(len(columns))[:, None] * width  # a row per column
+        out.index_copy_(0, slots.reshape(-1), torch.stack(columns).to(self.id_dtype).reshape(-1))
+        return out.view(n, row_width)
 
     def _read(self, answer: torch.Tensor, n: int, width: int | None
               ) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -303,6 +343,10 @@ class PartitionSampler(BlockSampler):
         columns = 2 if self.edges.etype is None else 3
         if width is None:
             return answer[:n].long(), list(answer[n:].long().view(columns, -1))
-        got = answer.reshape(n, columns, width)
-        kept = got[:, 0] >= 0
-        return kept.sum(1), [got[:, c][kept].long() for c in range(columns)]
+        kept = answer.reshape(n, columns, width)[:, 0] >= 0
+        # a kept entry i = r * width + j (node r, rank j) of column c is at
+        # r * columns * width + c * width + j of the answer
+        at = torch.nonzero(kept.reshape(-1)).squeeze(1)
+        at = at + torch.div(at, width, rounding_mode="floor") * ((columns - 1) * width)
+        flat = answer.reshape(-1)
+        return kept.sum(1), [flat.index_select(0, at + c * width).long() for c in range(columns)]

@@ -17,7 +17,7 @@ from typing import Sequence
 
 import torch
 
-from dglx_dist.sampling.block import UNTYPED, Block
+from dglx_dist.sampling.block import UNTYPED, Block, IdTable
 
 __all__ = ["TypeIds"]
 
@@ -96,10 +96,12 @@ class TypeIds:
         return [ids[t == i] for i in range(len(self.ntypes))]
 
     def block(self, frontier: Sequence[torch.Tensor], src: torch.Tensor, dst: torch.Tensor,
-              eid: torch.Tensor, etype: torch.Tensor, num_nodes: int | None = None) -> Block:
+              eid: torch.Tensor, etype: torch.Tensor, num_nodes: int | IdTable | None = None
+              ) -> Block:
         """The block of a layer's drawn edges ``src -> dst`` (partitioned ids, below
-        ``num_nodes``) of types ``etype`` and homogeneous ids ``eid``, whose destinations
-        are ``frontier`` (per-type ids, by type index): in per-type ids."""
+        ``num_nodes``: a number, or an :class:`~dglx_dist.sampling.block.IdTable` of them)
+        of types ``etype`` and homogeneous ids ``eid``, whose destinations are ``frontier``
+        (per-type ids, by type index): in per-type ids."""
         if self.untyped:
             return Block.untyped(frontier[0], src, dst, eid, num_nodes)
         # grouped by edge type (a stable sort keeps each type's edges in order); an edge
