@@ -33,11 +33,13 @@ __all__ = ["DEFAULT_LINK_GBIT", "DEFAULT_UNITS", "FULL_STEP", "Measured", "OVERH
 
 log = logging.getLogger(__name__)
 
-DEFAULT_UNITS = Units(sample_s_per_edge=1.18e-07, gather_s_per_byte=7.32e-10,
+DEFAULT_UNITS = Units(sample_s_per_edge=7.35e-08, gather_s_per_byte=7.32e-10,
                       spmm_s_per_edge_dim=8.45e-10, dense_s_per_flop=1.55e-11,
                       intra_s_per_byte=2.51e-10, round_s=4.16e-3)
 """One core of the development machine (docs/cluster_model.md, "Checked where it can be"):
-the package's own sampling and block building per sampled edge (:func:`measure_units`), a
+the package's own sampling and block building per sampled edge (:func:`measure_units`; 1.18e-7
+before the sampler's speed-up of 2026-11-28, which took 0.62 of the time there: medians of
+five alternating measurements, 8.1e-8 against 1.30e-7), a
 row gather per byte, ``copy_u_sum`` per edge and column, ``torch.mm`` per FLOP, TCP over
 loopback per byte; a round of messages across its emulated servers (gloo over TCP between
 network namespaces, the ranks sharing 2 cores), fitted with distdgl's per-step overhead on

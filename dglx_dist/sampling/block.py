@@ -56,9 +56,10 @@ class IdTable:
 
     def take(self, device: torch.device) -> torch.Tensor:
         """A table on ``device``, every entry ``EMPTY`` (int32)."""
-        free = self._free.get(device)
-        return free.pop() if free else \
-            torch.full((self.num_nodes,), self.EMPTY, dtype=torch.int32, device=device)
+        try:  # one pop each: calls at once (a prefetching thread's) never share a table
+            return self._free.get(device, []).pop()
+        except IndexError:
+            return torch.full((self.num_nodes,), self.EMPTY, dtype=torch.int32, device=device)
 
     def give(self, table: torch.Tensor) -> None:
         """Takes back a table whose entries all hold ``EMPTY`` again."""
