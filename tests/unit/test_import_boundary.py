@@ -172,7 +172,8 @@ IMPORTS_DGL = {
     # research tooling outside the wheel
     **dict.fromkeys(["benchmarks.cache_policy", "benchmarks.costmodel.measure",
                      "benchmarks.eval_degrees", "benchmarks.link_collapse",
-                     "benchmarks.sweeps.hetero_link"], "benchmarks"),
+                     "benchmarks.sampling_speed", "benchmarks.sweeps.hetero_link"],
+                    "benchmarks"),
 }
 
 
