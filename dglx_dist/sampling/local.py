@@ -73,19 +73,12 @@ class LocalSampler(BlockSampler):
         self.user_eid = graph.eid.long().index_select(0, self.edges.eid)
         self.draws = Draws(self.edges, edge_weights)  # P3's hash partitions keep the user's ids
 
-    def sample_layer(self, nodes: torch.Tensor, fanout: int,
-                     exclude: torch.Tensor | None = None, options: SampleOptions = UNIFORM
-                     ) -> tuple[torch.Tensor, ...]:
-        src, row, eid, etype = self.sample_rows(nodes, fanout, exclude, options)
-        return src, nodes.long().index_select(0, row), eid, etype
-
     def sample_rows(self, nodes: torch.Tensor, fanout: int,
                     exclude: torch.Tensor | None = None, options: SampleOptions = UNIFORM
                     ) -> tuple[torch.Tensor, ...]:
-        """:meth:`sample_layer`'s draw, each edge's destination as its index in ``nodes``."""
         row, pos = self.draws(nodes.long(), fanout, options, exclude)
         return self.edges.src.index_select(0, pos), row, self.user_eid.index_select(0, pos), \
-            pos.new_zeros(()).expand_as(pos)  # one edge type: zeros that hold no memory
+            None  # one edge type
 
     def out_edges(self, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Every edge out of ``nodes`` as ``(src, dst, eid)`` (global ids; the user's edge

@@ -5,7 +5,7 @@ Every member of the communicator the sampler is given holds one part: its core n
 local. (distdgl: a part per server, members = ``cross``, the ranks with this rank's local index
 on every server; p3: a part per rank, members = ``world``.) Frontier nodes owned by other
 members are sampled by their owners: per layer, the frontier is split by owner and exchanged;
-each owner samples and answers with the sources (see :meth:`PartitionSampler.sample_layer`).
+each owner samples and answers with the sources (see :meth:`PartitionSampler.sample_rows`).
 Own frontier nodes are sampled while the requests travel. Sampling is therefore
 *collective*: every member calls :meth:`PartitionSampler.draw_blocks` the same number of
 times (with the same number of layers); members with nothing to sample pass empty seeds.
@@ -57,26 +57,36 @@ EMPTY = torch.zeros(0, dtype=torch.int64)
 
 
 class BlockSampler(abc.ABC):
-    """Builds a GNN's blocks layer by layer from a ``sample_layer`` (subclasses provide it,
+    """Builds a GNN's blocks layer by layer from a ``sample_rows`` (subclasses provide it,
     and ``ids``: the :class:`~dglx_dist.sampling.types.TypeIds` the blocks speak)."""
 
     num_nodes: int
     ids: TypeIds
 
     @abc.abstractmethod
+    def sample_rows(self, nodes: torch.Tensor, fanouts: int | Sequence[int], exclude=None,
+                    options: SampleOptions = UNIFORM) -> tuple[torch.Tensor, ...]:
+        """Sampled in-edges ``(src, row, eid, etype)`` of ``nodes`` (global ids), each edge's
+        destination as its index in ``nodes`` (``dst = nodes[row]``: the draw knows it, no
+        lookup; ``eid``: the user's homogeneous edge ids; ``etype``: each edge's type, None
+        with one edge type), ``fanouts`` per node (one number, or one per edge type),
+        leaving out the edges ``exclude`` (what :meth:`exclusions` made of the ids given to
+        draw_blocks), drawn as ``options`` say."""
+
     def sample_layer(self, nodes: torch.Tensor, fanouts: int | Sequence[int], exclude=None,
                      options: SampleOptions = UNIFORM) -> tuple[torch.Tensor, ...]:
-        """Sampled in-edges ``(src, dst, eid, etype)`` of ``nodes`` (global ids; ``eid``: the
-        user's homogeneous edge ids; ``etype``: each edge's type), ``fanouts`` per node (one
-        number, or one per edge type), leaving out the edges ``exclude`` (what
-        :meth:`exclusions` made of the ids given to draw_blocks), drawn as ``options`` say."""
+        """:meth:`sample_rows`' draw with each edge's destination as its id: ``(src, dst,
+        eid, etype)`` (``etype`` zeros with one edge type: a view that holds no memory)."""
+        src, row, eid, etype = self.sample_rows(nodes, fanouts, exclude, options)
+        dst = nodes.long().index_select(0, row)
+        return src, dst, eid, etype if etype is not None else dst.new_zeros(()).expand_as(dst)
 
     @abc.abstractmethod
     def out_edges(self, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Every edge out of ``nodes`` (global ids) as ``(src, dst, eid)``."""
 
     def exclusions(self, exclude: torch.Tensor):
-        """What :meth:`sample_layer` gets for the partitioned edge ids ``exclude``."""
+        """What :meth:`sample_rows` gets for the partitioned edge ids ``exclude``."""
         return exclude
 
     def agree(self, values: torch.Tensor) -> torch.Tensor:
@@ -98,24 +108,16 @@ class BlockSampler(abc.ABC):
         frontier, blocks = self.ids.split(seeds), []
         for layer, fanout in enumerate(reversed(fanouts)):
             nodes = self.ids.join(frontier)
-            rows = self.sample_rows(nodes, fanout, routed, options.stream(layer)) \
-                if self.ids.untyped else None
-            if rows is not None:  # the destinations' numbers are the rows: not looked up
-                blocks.insert(0, Block.untyped_rows(nodes, *rows[:3], self._id_table))
+            src, row, eid, etype = self.sample_rows(nodes, fanout, routed,
+                                                    options.stream(layer))
+            if self.ids.untyped:  # the destinations' numbers are the rows: not looked up
+                block = Block.untyped_rows(nodes, src, row, eid, self._id_table)
             else:
-                drawn = self.sample_layer(nodes, fanout, routed, options.stream(layer))
-                blocks.insert(0, self.ids.block(frontier, *drawn, self._id_table))
+                block = self.ids.block(frontier, src, nodes.long().index_select(0, row), eid,
+                                       etype, self._id_table)
+            blocks.insert(0, block)
             frontier = [blocks[0].nodes_of(t) for t in range(len(self.ids.ntypes))]
         return blocks
-
-    def sample_rows(self, nodes: torch.Tensor, fanouts: int | Sequence[int], exclude=None,
-                    options: SampleOptions = UNIFORM) -> tuple[torch.Tensor, ...] | None:
-        """:meth:`sample_layer`'s edges with each one's destination as its index in
-        ``nodes`` (``(src, row, eid, etype)``, ``dst = nodes[row]``), where the sampler
-        knows it without a lookup; None (the default): it draws through ``sample_layer``
-        only. The same draw as ``sample_layer``'s (a subclass that overrides
-        ``sample_layer`` overrides this too, or returns None)."""
-        return None
 
     @functools.cached_property
     def _id_table(self) -> IdTable:
@@ -241,15 +243,14 @@ class PartitionSampler(BlockSampler):
             out[known] = self.edges.has(u[known], torch.as_tensor(self.book.to_local(dst[known])))
         return out
 
-    def sample_layer(self, nodes: torch.Tensor, fanouts: int | Sequence[int],
-                     exclude: list[torch.Tensor] | None = None,
-                     options: SampleOptions = UNIFORM) -> tuple[torch.Tensor, ...]:
-        """Sampled in-edges ``(src, dst, eid, etype)`` of ``nodes`` (global ids), wherever
-        they are owned, drawn as ``options`` say by the owner: ``fanouts`` in-edges per node
-        (one number, or ``fanouts[e]`` of edge type ``e``; -1: all; 0: none), but those
-        ``exclude`` names (what :meth:`exclusions` gave); ``eid`` the edges' homogeneous ids,
-        ``etype`` their types (on a partitioning of one edge type, zeros: a view that holds no
-        memory).
+    def sample_rows(self, nodes: torch.Tensor, fanouts: int | Sequence[int],
+                    exclude: list[torch.Tensor] | None = None,
+                    options: SampleOptions = UNIFORM) -> tuple[torch.Tensor, ...]:
+        """Sampled in-edges ``(src, row, eid, etype)`` of ``nodes`` (global ids; see
+        :meth:`BlockSampler.sample_rows`), wherever they are owned, drawn as ``options`` say
+        by the owner: ``fanouts`` in-edges per node (one number, or ``fanouts[e]`` of edge
+        type ``e``; -1: all; 0: none), but those ``exclude`` names (what :meth:`exclusions`
+        gave).
 
         A request is the node ids (``id_dtype``); own nodes are sampled while it travels. An
         answer's columns are the drawn edges' sources and edge ids (and their types, where
@@ -260,15 +261,6 @@ class PartitionSampler(BlockSampler):
         request order, its number of drawn in-edges, then each column of them all.
         The requester knows the destinations already.
         """
-        src, row, eid, etype = self.sample_rows(nodes, fanouts, exclude, options)
-        dst = nodes.long().index_select(0, row)
-        return src, dst, eid, etype if etype is not None else dst.new_zeros(()).expand_as(dst)
-
-    def sample_rows(self, nodes: torch.Tensor, fanouts: int | Sequence[int],
-                    exclude: list[torch.Tensor] | None = None,
-                    options: SampleOptions = UNIFORM) -> tuple[torch.Tensor, ...]:
-        """:meth:`sample_layer`'s draw, each edge's destination as its index in ``nodes``:
-        ``(src, row, eid, etype)`` (``etype`` None on a partitioning of one edge type)."""
         width = self._width(fanouts, options)
         at, mine, requests, skip, pending = self._requests(nodes, exclude)
         try:
@@ -322,7 +314,7 @@ class PartitionSampler(BlockSampler):
 
     def _answer(self, gids: torch.Tensor, fanouts, exclude: torch.Tensor | None,
                 options: SampleOptions, width: int | None) -> torch.Tensor:
-        """The answer to a request for ``gids`` (see :meth:`sample_layer`): with ``width``,
+        """The answer to a request for ``gids`` (see :meth:`sample_rows`): with ``width``,
         one row per node of ``width`` of each column, -1 where it has fewer edges."""
         counts, columns = self._drawn(gids, fanouts, exclude, options)
         if width is None:
