@@ -1,7 +1,9 @@
 """Shared fixtures. Every test is checked for leaked environment variables and child processes."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -26,8 +28,11 @@ os.environ.setdefault("PET_MONITOR_INTERVAL", "0.5")
 # The plan's cache of unit costs (``$XDG_CACHE_HOME/dglx_dist/units.json``): written by
 # `dglx plan --measure` and `dglx commcheck` across servers, read by every plan. The tests'
 # processes keep theirs in a directory of this session, never the user's (a test's emulated
-# or loaded link would otherwise become the link rate of the user's next plans).
-os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="dglx-tests-cache-")
+# or loaded link would otherwise become the link rate of the user's next plans); the
+# directory goes when the process that made it ends.
+_CACHE_HOME = tempfile.mkdtemp(prefix="dglx-tests-cache-")
+os.environ["XDG_CACHE_HOME"] = _CACHE_HOME
+atexit.register(shutil.rmtree, _CACHE_HOME, ignore_errors=True)
 
 import pytest  # noqa: E402
 

@@ -37,13 +37,19 @@ class Held:
 
 
 def choose_rows(counts: dict[int, torch.Tensor], row_bytes: dict[int, int],
-                budget: int) -> dict[int, torch.Tensor]:
+                budget: int, spare: dict[int, torch.Tensor] | None = None
+                ) -> dict[int, torch.Tensor]:
     """The rows to cache by name index: the most often pulled first (ties: lower name index,
     then lower id), while their bytes (``row_bytes`` plus :data:`ID_BYTES` each) add up to at
-    most ``budget``; each name's ids sorted. Rows never pulled are never chosen."""
+    most ``budget``; each name's ids sorted. A row never pulled is chosen only where
+    ``spare`` (per name index, a mask over its rows: another server's) allows it, after every
+    pulled row, so that a budget larger than the pulled rows still fills."""
     names, ids, seen, cost = [], [], [], []
     for index in sorted(counts):
-        pulled = torch.nonzero(counts[index]).squeeze(1)
+        wanted = counts[index] > 0
+        if spare is not None and index in spare:
+            wanted = wanted | spare[index]
+        pulled = torch.nonzero(wanted).squeeze(1)
         names.append(torch.full_like(pulled, index))
         ids.append(pulled)
         seen.append(counts[index].index_select(0, pulled).long())

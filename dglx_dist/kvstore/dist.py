@@ -283,7 +283,8 @@ class DistKVStore(KVStore):
 
     def fill_cache(self) -> None:
         """Ends the counting: copies the rows this server's ranks pulled most often, within the
-        budget, into its shared memory; later pulls read them there (collective: every rank,
+        budget (then, while it lasts, other servers' rows never pulled), into its shared
+        memory; later pulls read them there (collective: every rank,
         at the same point, e.g. the end of an epoch). Nothing when no cache is counting."""
         cache, session = self._shards.cache, self.session
         if cache is None or not cache.counting:
@@ -291,7 +292,8 @@ class DistKVStore(KVStore):
         counts = self._server_counts(cache)
         cache.counts, cache.counting = {}, False
         entries = {index: self._shards.entry_at(index, "the cache") for index in counts}
-        chosen = choose_rows(counts, {i: e.row_bytes for i, e in entries.items()}, cache.budget)
+        chosen = choose_rows(counts, {i: e.row_bytes for i, e in entries.items()}, cache.budget,
+                             {i: self._shards.elsewhere(e) for i, e in entries.items()})
         lead = session.topology.server_ranks(session.server_id)[0]
         self._shards.cache = None  # the lead's pull of the chosen rows is not a cached pull
         try:

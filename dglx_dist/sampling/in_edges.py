@@ -150,14 +150,20 @@ def draw_in_edges(edges: InEdges, nodes: torch.Tensor, fanouts: int | Sequence[i
     elif k == 0:
         count = torch.zeros_like(count)
     pool = weight = None  # the candidates: positions start[s]:start[s] + count[s]
-    if weights is not None or (exclude is not None and exclude.numel()):
+    if weights is not None:
         start, count, pool, weight = _allowed(edges, start, count, weights, exclude)
+    elif exclude is not None and exclude.numel():
+        start, count, pool = _not_excluded(edges, group, start, count, exclude)
     if replace:
         seg, index = _with_replacement(start, count, k, None if weight is None else weight[0],
                                         generator)
     else:
         seg, index = _without_replacement(start, count, k, weight, generator)
-    pos = index if pool is None else pool.index_select(0, index)
+    if weights is None and pool is not None:  # positions, then the pool past them
+        pos = torch.where(index < edges.src.numel(), index,
+                          pool.index_select(0, (index - edges.src.numel()).clamp(min=0)))
+    else:
+        pos = index if pool is None else pool.index_select(0, index)
     return (seg if types == 1 else torch.div(seg, types, rounding_mode="floor")), pos
 
 
@@ -192,6 +198,32 @@ def _allowed(edges: InEdges, start, count, weights, exclude):
         weight = None if weight is None else torch.masked_select(weight, keep)
         count = torch.bincount(seg, minlength=count.numel())
     return torch.cumsum(count, 0) - count, count, pos, None if weight is None else (weight, seg)
+
+
+def _not_excluded(edges: InEdges, group, start, count, exclude):
+    """The candidates of uniform draws that leave out the edge ids ``exclude``, laid out
+    only for the groups an excluded edge is in (a batch's few), not for every group asked
+    for: ``(start, count, pool)`` where a start below the edges' number is a position as
+    before, and one past it, ``edges`` + ``i``, is ``pool[i]`` on (the touched groups'
+    allowed positions)."""
+    banned = torch.unique(edges.positions(exclude.to(group.device)))  # sorted
+    hit = torch.searchsorted(edges.indptr, banned, right=True) - 1  # their groups, sorted
+    touched = torch.nonzero(_among(group, hit)).squeeze(1)
+    if not touched.numel():
+        return start, count, None
+    seg, pos, _ = _layout(start.index_select(0, touched), count.index_select(0, touched))
+    keep = ~_among(pos, banned)
+    seg, pool = seg[keep], pos[keep]
+    kept = torch.bincount(seg, minlength=touched.numel())
+    past = edges.src.numel() + torch.cumsum(kept, 0) - kept
+    return start.index_copy(0, touched, past), count.index_copy(0, touched, kept), pool
+
+
+def _among(values: torch.Tensor, ordered: torch.Tensor) -> torch.Tensor:
+    """Whether each of ``values`` is in ``ordered`` (sorted, not empty): a binary search
+    each (``torch.isin`` sorts both sides, several times slower here)."""
+    at = torch.searchsorted(ordered, values).clamp(max=ordered.numel() - 1)
+    return ordered.index_select(0, at) == values
 
 
 def _layout(start, drawn):

@@ -44,7 +44,9 @@ def _expected_choice(server: int, ranks: list[int]) -> dict[str, torch.Tensor]:
         for ids in _asks(r):
             remote = ids[(ids >= N // 2) != (server == 1)]
             counts.index_add_(0, remote, torch.ones(remote.numel(), dtype=torch.int32))
-    return choose_rows({0: counts}, {0: F * 4}, BUDGET).get(0, torch.zeros(0, dtype=torch.int64))
+    elsewhere = (torch.arange(N) >= N // 2) != (server == 1)  # never pulled: cached after
+    return choose_rows({0: counts}, {0: F * 4}, BUDGET, {0: elsewhere}).get(
+        0, torch.zeros(0, dtype=torch.int64))
 
 
 def _cache_job(session):

@@ -73,6 +73,27 @@ def test_excluded_and_masked_edges_are_never_drawn():
         torch.bincount(dst[allowed], minlength=10).clamp(max=3).tolist()
 
 
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("fanouts,etypes", [(3, 1), (-1, 1), (40, 1), ([2, -1], 2)])
+def test_excluding_lays_out_only_the_groups_it_touches_and_draws_the_same(
+        replace, fanouts, etypes):
+    """Exclusions alone lay out the candidates of the groups an excluded edge is in, not of
+    every group: the draws are the very edges the layout of every candidate (an all-True
+    mask beside the exclusions) gives from the same random numbers."""
+    src, dst, etype = _graph(3, nodes=40, edges=600, etypes=etypes)
+    edges = InEdges.of(src, dst, 40, etype if etypes > 1 else None, etypes)
+    nodes = torch.tensor([5, 0, 39, 12, 7, 33, 21])
+    exclude = torch.tensor([4, 4, 17, 250, 599, 300])  # a repeat; most groups untouched
+    everything = torch.ones(600, dtype=torch.bool)
+    for seed in range(10):
+        draws = [draw_in_edges(edges, nodes, fanouts, replace, mask, exclude,
+                               torch.Generator().manual_seed(seed))
+                 for mask in (None, everything)]
+        assert draws[0][0].tolist() == draws[1][0].tolist()
+        assert draws[0][1].tolist() == draws[1][1].tolist()
+        assert not bool(torch.isin(edges.eid[draws[0][1]], exclude).any())
+
+
 def _frequencies(draw, num_edges):
     seen = torch.zeros(num_edges)
     for _ in range(DRAWS):

@@ -420,17 +420,23 @@ def test_shards_place_parts_and_wait_for_entries():
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(st.integers(0, 4), min_size=1, max_size=30), min_size=1, max_size=3),
-       st.lists(st.integers(1, 40), min_size=3, max_size=3), st.integers(0, 600))
-def test_cache_takes_the_most_pulled_rows_that_fit(counts, widths, budget):
+       st.lists(st.integers(1, 40), min_size=3, max_size=3), st.integers(0, 600),
+       st.none() | st.integers(0, 2**30))
+def test_cache_takes_the_most_pulled_rows_that_fit(counts, widths, budget, spare_seed):
     """choose_rows is the longest run of rows, most pulled first (ties: name, then id), whose
-    bytes (row plus its 8-byte id) fit the budget; never a row nobody pulled."""
+    bytes (row plus its 8-byte id) fit the budget; a row nobody pulled only where ``spare``
+    allows it, after every pulled row (by name, then id)."""
     from dglx_dist.kvstore.cache import ID_BYTES, choose_rows
 
     tensors = {2 * i: torch.tensor(c, dtype=torch.int32) for i, c in enumerate(counts)}
     row_bytes = {2 * i: widths[i] for i in range(len(counts))}
-    got = choose_rows(tensors, row_bytes, budget)
+    spare = None if spare_seed is None else {
+        name: torch.rand(c.numel(), generator=torch.Generator().manual_seed(spare_seed)) < 0.5
+        for name, c in tensors.items()}
+    got = choose_rows(tensors, row_bytes, budget, spare)
     order = sorted(((-n, name, row) for name, c in tensors.items()
-                    for row, n in enumerate(c.tolist()) if n), key=lambda t: t)
+                    for row, n in enumerate(c.tolist())
+                    if n or (spare is not None and bool(spare[name][row]))), key=lambda t: t)
     want, used = {}, 0
     for _, name, row in order:
         used += row_bytes[name] + ID_BYTES
