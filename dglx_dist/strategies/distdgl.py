@@ -50,7 +50,8 @@ class DistDGLStrategy(MiniBatchStrategy, MemoryModelled):
         cache_mb: float = dataclasses.field(
             default=0.0, metadata={"help": "Per-server memory (MiB) for copies of other "
                                            "servers' rows: those its ranks pulled most often "
-                                           "in the first epoch; 0: no cache.",
+                                           "in the first epoch, then others while it lasts; "
+                                           "0: no cache.",
                                    "bounds": Bounds(0)})
         server_pulls: bool = dataclasses.field(
             default=False, metadata={"help": "The ranks of a server pull other servers' rows "
