@@ -3,8 +3,9 @@
 A :class:`RowCache` (``DistKVStore.start_cache``) counts, for one epoch, how often this
 server's ranks pulled each row that lives elsewhere; ``DistKVStore.fill_cache`` (collective)
 copies the rows pulled most often, within the budget (then other servers' rows nobody
-pulled, while it lasts), into the server's shared memory, where later pulls read them. docs/kvstore.md ("A cache of other servers' rows") says what stays
-exact (pushes drop copies; whole rows only), what is refused and why visits, not degrees.
+pulled, while it lasts), into the server's shared memory, where later pulls read them.
+docs/kvstore.md ("A cache of other servers' rows") says what stays exact (pushes drop
+copies; whole rows only), what is refused and why visits, not degrees.
 """
 from __future__ import annotations
 

@@ -284,8 +284,8 @@ class DistKVStore(KVStore):
     def fill_cache(self) -> None:
         """Ends the counting: copies the rows this server's ranks pulled most often, within the
         budget (then, while it lasts, other servers' rows never pulled), into its shared
-        memory; later pulls read them there (collective: every rank,
-        at the same point, e.g. the end of an epoch). Nothing when no cache is counting."""
+        memory; later pulls read them there (collective: every rank, at the same point, e.g.
+        the end of an epoch). Nothing when no cache is counting."""
         cache, session = self._shards.cache, self.session
         if cache is None or not cache.counting:
             return

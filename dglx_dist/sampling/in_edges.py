@@ -149,21 +149,23 @@ def draw_in_edges(edges: InEdges, nodes: torch.Tensor, fanouts: int | Sequence[i
         count = torch.where(k == 0, torch.zeros_like(count), count)
     elif k == 0:
         count = torch.zeros_like(count)
-    pool = weight = None  # the candidates: positions start[s]:start[s] + count[s]
+    pool = weight = spill = None  # the candidates: positions start[s]:start[s] + count[s]
     if weights is not None:
         start, count, pool, weight = _allowed(edges, start, count, weights, exclude)
     elif exclude is not None and exclude.numel():
-        start, count, pool = _not_excluded(edges, group, start, count, exclude)
+        start, count, spill = _not_excluded(edges, group, start, count, exclude)
     if replace:
         seg, index = _with_replacement(start, count, k, None if weight is None else weight[0],
                                         generator)
     else:
         seg, index = _without_replacement(start, count, k, weight, generator)
-    if weights is None and pool is not None:  # positions, then the pool past them
-        pos = torch.where(index < edges.src.numel(), index,
-                          pool.index_select(0, (index - edges.src.numel()).clamp(min=0)))
+    if pool is not None:
+        pos = pool.index_select(0, index)
+    elif spill is not None:  # a number past the positions is the spill's entry
+        past = index - edges.src.numel()
+        pos = torch.where(past < 0, index, spill.index_select(0, past.clamp(min=0)))
     else:
-        pos = index if pool is None else pool.index_select(0, index)
+        pos = index
     return (seg if types == 1 else torch.div(seg, types, rounding_mode="floor")), pos
 
 
@@ -203,9 +205,9 @@ def _allowed(edges: InEdges, start, count, weights, exclude):
 def _not_excluded(edges: InEdges, group, start, count, exclude):
     """The candidates of uniform draws that leave out the edge ids ``exclude``, laid out
     only for the groups an excluded edge is in (a batch's few), not for every group asked
-    for: ``(start, count, pool)`` where a start below the edges' number is a position as
-    before, and one past it, ``edges`` + ``i``, is ``pool[i]`` on (the touched groups'
-    allowed positions)."""
+    for: ``(start, count, spill)``. An untouched group keeps its positions; a touched one's
+    allowed positions go to ``spill``, and its start becomes ``E + i`` (``E`` the number of
+    edges), which stands for ``spill[i]``."""
     banned = torch.unique(edges.positions(exclude.to(group.device)))  # sorted
     hit = torch.searchsorted(edges.indptr, banned, right=True) - 1  # their groups, sorted
     touched = torch.nonzero(_among(group, hit)).squeeze(1)
