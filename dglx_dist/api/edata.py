@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Callable
 import torch
 
 from dglx_dist.api.ndata import (EDGE_PREFIX as PREFIX, DataViews, as_node_ids, fit_rows,
-                                 looked_up, stored_tensor)
+                                 stored_tensor)
 from dglx_dist.errors import InvalidValueError, UnknownNameError
 from dglx_dist.kvstore import RowPolicy
+from dglx_dist.kvstore.policy import rows_at
 
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
@@ -101,7 +102,7 @@ class EdgeData(DataViews):
         """The partitioned ids (the KVStore's rows) of the graph's edge ids ``eids``."""
         if self._part is None:
             self._part = torch.from_numpy(self._g.pdir.edge_part_ids())
-        return looked_up(self._part, eids)
+        return rows_at(self._part, eids)
 
     def ids(self, part_eids: torch.Tensor) -> torch.Tensor:
         """The graph's edge ids of partitioned edge ids (:meth:`part_ids` reversed)."""

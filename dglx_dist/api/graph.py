@@ -21,8 +21,7 @@ import torch
 
 from dglx_dist.api.book import PartitionBook
 from dglx_dist.api.edata import EdgeData, EdgeSpace, EdgeTypes
-from dglx_dist.api.ndata import (DEFAULT_NTYPE, NodeData, NodeDataView, NodeSpace,
-                                 looked_up)
+from dglx_dist.api.ndata import DEFAULT_NTYPE, NodeData, NodeDataView, NodeSpace
 from dglx_dist.api.step_rows import StepRows
 from dglx_dist.api.store import node_data_store, part_comm, part_of, type_spaces
 from dglx_dist.api.structure import EdgeStructure
@@ -32,6 +31,7 @@ from dglx_dist.data.heterograph import Scheme
 from dglx_dist.errors import (DatasetFormatError, DglxError, InvalidValueError, NotSupportedError,
                               StateError)
 from dglx_dist.kvstore import RowPolicy
+from dglx_dist.kvstore.policy import rows_at
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.planner import graph_of_dataset, graph_of_partitions
 from dglx_dist.prepare import checked_cache, ensure_partitions, made_by_rank0
@@ -240,7 +240,7 @@ class DistGraph(EdgeStructure):
 
     def node_ids(self, part_ids: torch.Tensor) -> torch.Tensor:
         """The node ids (the graph's own) of partitioned ids."""
-        return part_ids if self._orig is None else looked_up(self._orig, part_ids)
+        return part_ids if self._orig is None else rows_at(self._orig, part_ids)
 
     def local_nodes(self) -> torch.Tensor:
         """This rank's nodes, in the order of a full-graph forward's output rows."""

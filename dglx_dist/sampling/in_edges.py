@@ -191,9 +191,7 @@ def _allowed(edges: InEdges, start, count, weights, exclude):
         keep = weight if weight.dtype == torch.bool else weight > 0
         weight = None if weight.dtype == torch.bool else weight
     if exclude is not None and exclude.numel():
-        banned = torch.zeros(edges.eid.numel(), dtype=torch.bool, device=pos.device)
-        banned[edges.positions(exclude.to(pos.device))] = True
-        allowed = ~banned.index_select(0, pos)
+        allowed = ~_among(pos, _banned(edges, exclude))
         keep = allowed if keep is None else keep & allowed
     if keep is not None and not bool(keep.all()):
         seg, pos = torch.masked_select(seg, keep), torch.masked_select(pos, keep)
@@ -208,7 +206,7 @@ def _not_excluded(edges: InEdges, group, start, count, exclude):
     for: ``(start, count, spill)``. An untouched group keeps its positions; a touched one's
     allowed positions go to ``spill``, and its start becomes ``E + i`` (``E`` the number of
     edges), which stands for ``spill[i]``."""
-    banned = torch.unique(edges.positions(exclude.to(group.device)))  # sorted
+    banned = _banned(edges, exclude)
     hit = torch.searchsorted(edges.indptr, banned, right=True) - 1  # their groups, sorted
     touched = torch.nonzero(_among(group, hit)).squeeze(1)
     if not touched.numel():
@@ -219,6 +217,11 @@ def _not_excluded(edges: InEdges, group, start, count, exclude):
     kept = torch.bincount(seg, minlength=touched.numel())
     past = edges.src.numel() + torch.cumsum(kept, 0) - kept
     return start.index_copy(0, touched, past), count.index_copy(0, touched, kept), pool
+
+
+def _banned(edges: InEdges, exclude: torch.Tensor) -> torch.Tensor:
+    """The positions of edge ids ``exclude``, sorted, each once."""
+    return torch.unique(edges.positions(exclude.to(edges.indptr.device)))
 
 
 def _among(values: torch.Tensor, ordered: torch.Tensor) -> torch.Tensor:
