@@ -306,7 +306,8 @@ class DistKVStore(KVStore):
         rows = self._parts.share(f"cache-{self._parts.token}-s{session.server_id}",
                                  dict.fromkeys(chosen, lead), dict(zip(chosen, pulled)).get,
                                  shapes, "the remote-row cache", "copies")
-        cache.held = {i: Held(ids, rows[i]) for i, ids in chosen.items()}
+        cache.held = {i: Held.of(ids, rows[i], entries[i].policy.num_rows)
+                      for i, ids in chosen.items()}
         if session.rank == lead:
             seen = sum(int(c.sum()) for c in counts.values())
             covered = sum(int(counts[i].index_select(0, ids).sum()) for i, ids in chosen.items())
