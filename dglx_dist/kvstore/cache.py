@@ -35,13 +35,18 @@ class Held:
     ids: torch.Tensor
     rows: torch.Tensor
     slots: torch.Tensor
+    base: int | None = None
+    whole: torch.Tensor | None = None
 
     @classmethod
-    def of(cls, ids: torch.Tensor, rows: torch.Tensor, num_rows: int) -> "Held":
-        """``rows`` held for the sorted global ``ids`` of a name with ``num_rows`` rows."""
+    def of(cls, ids: torch.Tensor, rows: torch.Tensor, num_rows: int,
+           base: int | None = None, whole: torch.Tensor | None = None) -> "Held":
+        """``rows`` held for the sorted global ``ids`` of a name with ``num_rows`` rows; with
+        ``base``, ``whole`` is one tensor of the own part ``base``'s rows followed by ``rows``
+        (so that a pull gathers own and cached rows in one pass)."""
         slots = torch.full((num_rows,), -1, dtype=torch.int32)
         slots[ids] = torch.arange(ids.numel(), dtype=torch.int32)
-        return cls(ids, rows, slots)
+        return cls(ids, rows, slots, base, whole)
 
     @property
     def nbytes(self) -> int:

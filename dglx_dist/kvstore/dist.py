@@ -301,13 +301,7 @@ class DistKVStore(KVStore):
                                            if session.rank == lead else [])()
         finally:
             self._shards.cache = cache
-        shapes = {i: ((ids.numel(), *entries[i].trailing), entries[i].dtype)
-                  for i, ids in chosen.items()}
-        rows = self._parts.share(f"cache-{self._parts.token}-s{session.server_id}",
-                                 dict.fromkeys(chosen, lead), dict(zip(chosen, pulled)).get,
-                                 shapes, "the remote-row cache", "copies")
-        cache.held = {i: Held.of(ids, rows[i], entries[i].policy.num_rows)
-                      for i, ids in chosen.items()}
+        cache.held = self._hold(entries, chosen, dict(zip(chosen, pulled)), lead)
         if session.rank == lead:
             seen = sum(int(c.sum()) for c in counts.values())
             covered = sum(int(counts[i].index_select(0, ids).sum()) for i, ids in chosen.items())
@@ -316,6 +310,32 @@ class DistKVStore(KVStore):
                      sum(ids.numel() for ids in chosen.values()),
                      sorted(entries[i].name for i in chosen), cache.nbytes / 2**20,
                      cache.budget / 2**20, 100 * covered / max(seen, 1))
+
+    def _hold(self, entries: dict[int, TensorEntry], chosen: dict[int, torch.Tensor],
+              pulled: dict[int, torch.Tensor], lead: int) -> dict[int, Held]:
+        """Puts the ``pulled`` copies of the ``chosen`` rows (on ``lead``) in the server's shared
+        memory (collective). Where a name has one part on this server, its copies follow that
+        part's rows in one new tensor, which becomes the part's (one gather then reads a pull's
+        own and cached rows; the part's old tensor is freed)."""
+        base = {i: next(iter(entries[i].parts)) if len(entries[i].parts) == 1 else None
+                for i in chosen}
+        own = {i: 0 if base[i] is None else entries[i].parts[base[i]].shape[0] for i in chosen}
+        shapes = {i: ((own[i] + ids.numel(), *entries[i].trailing), entries[i].dtype)
+                  for i, ids in chosen.items()}
+        made = lambda i: pulled[i] if base[i] is None else (  # noqa: E731
+            entries[i].parts[base[i]], pulled[i])
+        whole = self._parts.share(f"cache-{self._parts.token}-s{self.session.server_id}",
+                                  dict.fromkeys(chosen, lead), made, shapes,
+                                  "the remote-row cache", "copies")
+        held = {}
+        for i, ids in chosen.items():
+            num_rows, n = entries[i].policy.num_rows, own[i]
+            if base[i] is None:
+                held[i] = Held.of(ids, whole[i], num_rows)
+                continue
+            entries[i].parts[base[i]] = whole[i][:n]
+            held[i] = Held.of(ids, whole[i][n:], num_rows, base[i], whole[i])
+        return held
 
     def _server_counts(self, cache: RowCache) -> dict[int, torch.Tensor]:
         """Pulls per remote row by this server's ranks, of every name some rank counted and no

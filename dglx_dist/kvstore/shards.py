@@ -11,7 +11,7 @@ from typing import Iterator, Mapping, Sequence
 import torch
 
 from dglx_dist.errors import InvalidValueError, ProtocolError
-from dglx_dist.kvstore.cache import RowCache
+from dglx_dist.kvstore.cache import Held, RowCache
 from dglx_dist.kvstore.entries import TensorEntry, apply_op
 from dglx_dist.kvstore.ops import PushOp, combine_duplicates
 from dglx_dist.kvstore.policy import PartitionPolicy, Piece, rows_at, split_contiguous
@@ -50,7 +50,7 @@ class PullPlan:
     """One pull cut by where its rows live (:meth:`Shards.plan_pull`): ``out`` gets a row per
     id of ``uniq`` (``inverse``: the row of each requested id; None: ``out`` is in request
     order) from the own server's pieces (``local``), the other servers' (``remote``) and the
-    server's copies of other servers' rows (``cached``: pieces into ``held``, see
+    server's copies of other servers' rows (``cached``: pieces into ``held.rows``, see
     :mod:`~dglx_dist.kvstore.cache`)."""
 
     entry: TensorEntry
@@ -61,7 +61,7 @@ class PullPlan:
     remote: dict[int, list[Piece]]
     pin: bool
     cached: list[Piece] = dataclasses.field(default_factory=list)
-    held: torch.Tensor | None = None
+    held: Held | None = None
 
     def cache_counts(self) -> tuple[int, int]:
         """Rows of other servers this pull reads from the cache, and rows it asks them for."""
@@ -83,20 +83,25 @@ class PullPlan:
         return sum(_piece_bytes(self.entry, q) for q in self.remote[server])
 
     def fill_local(self) -> None:
-        """Reads the own server's rows (from its shared memory)."""
-        parts, out = self.entry.parts, self.out
+        """Reads the own server's rows and its copies of other servers' (shared memory)."""
+        parts, out, cached = self.entry.parts, self.out, self.cached
         if len(self.local) == 1 and self.local[0].cols is None and self.local[0].span() is None:
             # one pass: gather every row of ``out`` from the part, rows of other servers
             # from its row 0 (overwritten when their answers arrive); cheaper than a gather
             # into a buffer plus a scatter of it
             q, index = self.local[0], torch.zeros(out.shape[0], dtype=torch.int64)
             index[q.pos] = q.local
-            torch.index_select(parts[q.part], 0, index, out=out)
+            source = parts[q.part]
+            if cached and self.held.base == q.part:  # the copies follow the part's rows
+                for c in cached:
+                    index[c.pos] = c.local + source.shape[0]
+                source, cached = self.held.whole, []
+            torch.index_select(source, 0, index, out=out)
         else:
             for q in self.local:
                 q.fill(out, parts[q.part])
-        for q in self.cached:  # after the one-pass gather, which wrote row 0 there
-            q.fill(out, self.held)
+        for q in cached:  # after the one-pass gather, which wrote row 0 there
+            q.fill(out, self.held.rows)
 
     def take(self, server: int, answer: torch.Tensor) -> None:
         """Writes ``server``'s answer (raw bytes) into place."""
@@ -199,7 +204,7 @@ class Shards:
         if self.cache is None:
             return PullPlan(entry, uniq, inverse, out, local, remote, self.pin)
         remote, cached = self.cache.serve(entry, uniq, remote)
-        held = self.cache.held[entry.index].rows if cached else None
+        held = self.cache.held[entry.index] if cached else None
         return PullPlan(entry, uniq, inverse, out, local, remote, self.pin, cached, held)
 
     def read(self, entry: TensorEntry, ids: torch.Tensor,

@@ -56,8 +56,9 @@ def _map(fd: int, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return torch.frombuffer(mapping, dtype=dtype).view(shape)
 
 
-def create_shared(path: Path, rows: torch.Tensor) -> torch.Tensor:
-    """Creates ``path`` (it must not exist), copies ``rows`` into it, returns the mapped tensor.
+def create_shared(path: Path, rows: torch.Tensor | tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """Creates ``path`` (it must not exist), copies ``rows`` into it (a tuple: its tensors one
+    after another along dim 0, never concatenated in memory first), returns the mapped tensor.
 
     Empty tensors need no file: a plain empty tensor is returned and nothing is created. On
     failure the file is removed again.
@@ -70,14 +71,19 @@ def create_shared(path: Path, rows: torch.Tensor) -> torch.Tensor:
         FileExistsError: ``path`` exists (another job's or a stale file: never overwritten).
         DiskFullError: the file system cannot hold the tensor (an ``OSError``).
     """
-    shape, dtype = tuple(rows.shape), rows.dtype
+    pieces = rows if isinstance(rows, tuple) else (rows,)
+    shape = (sum(t.shape[0] for t in pieces), *pieces[0].shape[1:])
+    dtype = pieces[0].dtype
     if _nbytes(shape, dtype) == 0:
         return torch.empty(shape, dtype=dtype)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         _reserve(fd, path, _nbytes(shape, dtype))
         tensor = _map(fd, shape, dtype)
-        tensor.copy_(rows)
+        start = 0
+        for piece in pieces:
+            tensor[start:start + piece.shape[0]].copy_(piece)
+            start += piece.shape[0]
     except BaseException:
         os.unlink(path)  # what this call created, it removes
         raise

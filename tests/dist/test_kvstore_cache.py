@@ -64,9 +64,13 @@ def _cache_job(session):
     for epoch in range(2):
         before = session.counter.snapshot()
         for ids in _asks(session.rank):
+            mixed = ids[torch.randperm(ids.numel(), generator=torch.Generator().manual_seed(0))]
             for name in ("feat", "emb"):
                 if not torch.equal(store.pull(name, ids), ref.pull(name, ids)):
                     out.setdefault("wrong", []).append(f"{name} epoch {epoch}")
+                # unique ids in mixed order: one gather of own and cached rows
+                if not torch.equal(store.pull(name, mixed, dedup=False), ref.pull(name, mixed)):
+                    out.setdefault("wrong", []).append(f"{name} epoch {epoch}, one gather")
         if epoch == 0:  # "emb" is written while counting: never cached
             store.push("emb", torch.tensor([0]), torch.zeros(1, F))
             ref.push("emb", torch.tensor([0]), torch.zeros(1, F))
@@ -75,7 +79,8 @@ def _cache_job(session):
         inter.append(after["recv_inter"] - before["recv_inter"])
     held = store.cache.held
     out.update(inter=inter, hits=after["cache_hits"], cached=sorted(held),
-               nbytes=store.cache.nbytes, ids=held[0].ids.tolist() if 0 in held else [])
+               nbytes=store.cache.nbytes, ids=held[0].ids.tolist() if 0 in held else [],
+               joined=held[0].base if 0 in held else None)
     try:  # one rank's push cannot reach the other servers' copies
         store.push("feat", torch.tensor([1]), torch.zeros(1, F), collective=False)
         out["p2p"] = "not refused"
@@ -103,6 +108,7 @@ def test_cache_chooses_serves_and_drops_rows_exactly(tmp_path):
         assert out.get("wrong") is None, out["wrong"]
         want = _expected_choice(server, [2 * server, 2 * server + 1])
         assert out["cached"] == [0] and out["ids"] == want.tolist()  # "emb" (index 1) not
+        assert out["joined"] == server  # the copies follow the server's one part
         assert 0 < out["nbytes"] <= BUDGET and out["nbytes"] == want.numel() * ROW
         assert out["hits"] > 0 and out["inter"][1] < out["inter"][0], out
         assert "collective=False" in out["p2p"] and "cached" in out["p2p"], out["p2p"]
