@@ -11,11 +11,6 @@ import typing as _typing
 
 # DGL asks for a backend on first import and writes ~/.dgl/config.json otherwise.
 _os.environ.setdefault("DGLBACKEND", "pytorch")
-# torch's CPU allocator backs tensors of 2 MB and more with transparent huge pages (read once,
-# at torch's first allocation: effective where dglx_dist is imported before torch, as under
-# `dglx` and `-m dglx_dist`). A pull's rows are a new tensor every step: at ogbn-products'
-# size (60 MB) its page faults were half the time of the gather. THP_MEM_ALLOC_ENABLE=0 opts out.
-_os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 # public name -> the module that defines it
 _EXPORTS = {
