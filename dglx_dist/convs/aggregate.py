@@ -31,6 +31,8 @@ import warnings
 import torch
 from torch.nn import functional as F
 
+from dglx_dist.sampling.blocks import group_by
+
 __all__ = ["Layout", "layout_of", "sum_by_dst", "weighted_sum_by_dst", "copy_e_sum"]
 
 
@@ -62,8 +64,8 @@ class Layout:
     def of_edges(cls, src: torch.Tensor, dst: torch.Tensor, num_src: int,
                  num_dst: int) -> "Layout":
         src, dst = src.long(), dst.long()
-        order, offsets = _grouped(dst, num_dst)
-        rorder, roffsets = _grouped(src, num_src)
+        order, offsets = group_by(dst, num_dst)
+        rorder, roffsets = group_by(src, num_src)
         return cls(order, src.index_select(0, order), offsets, rorder,
                    dst.index_select(0, rorder), roffsets, src, dst)
 
@@ -78,19 +80,6 @@ class Layout:
     @property
     def num_edges(self) -> int:
         return self.order.numel()
-
-
-def _grouped(key: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The positions of ``key`` grouped by value (stable), and each group's start (and end).
-    A key in order already is not sorted again; else it is sorted as int32 where its values
-    allow (half the bytes: twice as fast here)."""
-    if key.numel() < 2 or bool((key[1:] >= key[:-1]).all()):  # grouped already: a sampler's
-        order = torch.arange(key.numel(), device=key.device)  # destinations come in order
-    else:
-        small = groups < 2 ** 31 and key.numel() < 2 ** 31
-        order = torch.argsort(key.int() if small else key, stable=True)
-    counts = torch.bincount(key, minlength=groups)
-    return order, torch.cat([counts.new_zeros(1), counts.cumsum(0)])
 
 
 def layout_of(block) -> Layout:

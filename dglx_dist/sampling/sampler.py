@@ -275,9 +275,7 @@ class PartitionSampler(BlockSampler):
                 answers, recv_rows=rows))):
             if s != self.member:  # (the own request is empty)
                 got.append((at[s], *self._read(answer, asked.numel(), width)))
-        row = torch.cat([torch.repeat_interleave(g[0], g[1]) for g in got])
-        src, eid, *etype = (torch.cat(c) for c in zip(*(g[2] for g in got)))
-        return src, row, eid, etype[0] if etype else None
+        return _in_row_order(got, nodes.numel())
 
     def _width(self, fanouts, options: SampleOptions) -> int | None:
         """The padded answer's width: the fanout where it bounds every node's drawn in-edges
@@ -342,3 +340,25 @@ class PartitionSampler(BlockSampler):
         at = at + torch.div(at, width, rounding_mode="floor") * ((columns - 1) * width)
         flat = answer.reshape(-1)
         return kept.sum(1), [flat.index_select(0, at + c * width).long() for c in range(columns)]
+
+
+def _in_row_order(got: list, n: int) -> tuple[torch.Tensor, ...]:
+    """``(src, row, eid, etype)`` of the members' answers ``got`` (each: the rows of its
+    nodes, in order, their counts and their edges' columns), the edges grouped by row in
+    row order, each row's edges in their drawn order: the block's destinations come in order,
+    so its sums' grouping needs no sort (:func:`~dglx_dist.sampling.blocks.group_by`), and the
+    block is the same whichever member owns which node. A merge of the members' runs: one
+    gather, no sort."""
+    columns = [torch.cat(c) for c in zip(*(g[2] for g in got))]
+    at, counts = torch.cat([g[0] for g in got]), torch.cat([g[1] for g in got]).long()
+    if len(got) > 1:  # the runs of the node in row r, in order of r
+        where = torch.empty_like(at)
+        where[at] = torch.arange(at.numel())
+        starts = torch.cumsum(counts, 0) - counts
+        counts = counts.index_select(0, where)
+        moved = starts.index_select(0, where) - (torch.cumsum(counts, 0) - counts)
+        order = torch.arange(int(counts.sum())) + torch.repeat_interleave(moved, counts)
+        columns = [c.index_select(0, order) for c in columns]
+        at = torch.arange(n)
+    src, eid, *etype = columns
+    return src, torch.repeat_interleave(at, counts), eid, etype[0] if etype else None

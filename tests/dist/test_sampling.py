@@ -31,7 +31,8 @@ def _sample(session, pdir_path, fanouts, seeds_per_rank):
         out.append({"dst_nodes": pdir.to_original(b.dstdata[dgl.NID].numpy()).tolist(),
                     "src_nodes": pdir.to_original(b.srcdata[dgl.NID].numpy()).tolist(),
                     "edges": np.stack([pdir.to_original(src_g), pdir.to_original(dst_g)],
-                                      1).tolist()})
+                                      1).tolist(),
+                    "dst_in_order": bool((dst[1:] >= dst[:-1]).all())})
     return {"blocks": out, "inter": after["recv_inter"] - before["recv_inter"]}
 
 
@@ -51,6 +52,9 @@ def test_full_neighborhood_blocks_match_dgl(tmp_path, cora_parts, world, env):
             assert sorted(map(tuple, block["edges"])) == expected
             # DGL's convention: destination nodes first among the sources
             assert block["src_nodes"][:len(dst_nodes)] == dst_nodes
+            # the edges grouped by destination in the destinations' order, wherever each is
+            # owned (the sums group them without a sort)
+            assert block["dst_in_order"]
             dst_nodes = block["src_nodes"]
         assert out["inter"] > 0  # remote nodes were sampled by the other server
 

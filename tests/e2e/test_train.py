@@ -270,11 +270,16 @@ def _train(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-def test_dglx_train_task_link_refuses_partitions(tmp_path):
-    r = _train(tmp_path, "--task", "link", "--partitions", str(tmp_path))
-    assert r.returncode != 0
-    assert "--partitions is not supported with --task link" in r.stderr, r.stderr[-2000:]
-    assert "Traceback" not in r.stderr
+def test_dglx_train_task_link_refuses_partitions(tmp_path, caplog):
+    """Refused in one line before anything starts (in this process: no job is launched)."""
+    from dglx_dist.cli import main
+
+    assert main(["train", "--task", "link", "--partitions", str(tmp_path), "--no-progress",
+                 "--cache-dir", str(tmp_path / "cache")]) == 2
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and errors[0].exc_info is None, caplog.text[-2000:]
+    assert "--partitions is not supported with --task link" in errors[0].getMessage()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_run_that_learns_nothing_is_not_a_silent_success(tmp_path):

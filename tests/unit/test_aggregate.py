@@ -78,6 +78,20 @@ def test_edge_sum_degrees_and_the_kept_layout():
     assert not block.to("meta").layout  # a copy elsewhere builds its own
 
 
+@pytest.mark.parametrize("groups", [1, 300, 1 << 16, (1 << 16) + 1])  # 16-bit radix or torch
+@pytest.mark.parametrize("in_order", [False, True])
+def test_group_by_is_a_stable_sort_and_its_offsets(groups, in_order):
+    from dglx_dist.sampling.blocks import group_by
+
+    key = torch.randint(0, groups, (5000,), generator=torch.Generator().manual_seed(groups))
+    key = key.sort().values if in_order else key
+    for k in (key, key.int()):
+        order, offsets = group_by(k, groups)
+        assert torch.equal(order.long(), torch.argsort(key, stable=True))
+        assert offsets[0] == 0
+        assert torch.equal(offsets.diff(), torch.bincount(key, minlength=groups))
+
+
 def test_no_edges_gives_zeros():
     block = _block(edges=0)
     h = _rows(block.num_src_nodes(), 3)
