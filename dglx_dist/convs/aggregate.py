@@ -31,7 +31,7 @@ import warnings
 import torch
 from torch.nn import functional as F
 
-from dglx_dist.sampling.blocks import group_by
+from dglx_dist.sampling.blocks import group_by, in_order
 
 __all__ = ["Layout", "layout_of", "sum_by_dst", "weighted_sum_by_dst", "copy_e_sum"]
 
@@ -66,8 +66,10 @@ class Layout:
         src, dst = src.long(), dst.long()
         order, offsets = group_by(dst, num_dst)
         rorder, roffsets = group_by(src, num_src)
-        return cls(order, src.index_select(0, order), offsets, rorder,
-                   dst.index_select(0, rorder), roffsets, src, dst)
+        every = torch.arange(src.numel(), device=src.device)
+        return cls(every if order is None else order, in_order(src, order), offsets,
+                   every if rorder is None else rorder, in_order(dst, rorder), roffsets, src,
+                   dst)
 
     @property
     def in_degrees(self) -> torch.Tensor:

@@ -85,9 +85,13 @@ class EdgeSpace:
         if etype is None and len(block.canonical_etypes) > 1:
             raise InvalidValueError(f"edges(): the {block.kind} has several edge types; name "
                                     "one (etype=...)")
-        at = block.edges_of(0 if etype is None else block.etype_index(etype))
-        ids = torch.arange(at.numel(), device=at.device)
+        index = 0 if etype is None else block.etype_index(etype)
+        if len(block.canonical_etypes) == 1:  # every edge: the block's own ends
+            src, dst = block.src, block.dst
+        else:
+            at = block.edges_of(index)
+            src, dst = block.src.index_select(0, at), block.dst.index_select(0, at)
+        ids = torch.arange(src.numel(), device=src.device)
         if form == "eid":
             return ids
-        src, dst = block.src.index_select(0, at), block.dst.index_select(0, at)
         return (src, dst, ids) if form == "all" else (src, dst)
