@@ -66,10 +66,8 @@ class Layout:
         src, dst = src.long(), dst.long()
         order, offsets = group_by(dst, num_dst)
         rorder, roffsets = group_by(src, num_src)
-        every = torch.arange(src.numel(), device=src.device)
-        return cls(every if order is None else order, in_order(src, order), offsets,
-                   every if rorder is None else rorder, in_order(dst, rorder), roffsets, src,
-                   dst)
+        return cls(_positions(order, src), in_order(src, order), offsets,
+                   _positions(rorder, src), in_order(dst, rorder), roffsets, src, dst)
 
     @property
     def in_degrees(self) -> torch.Tensor:
@@ -82,6 +80,11 @@ class Layout:
     @property
     def num_edges(self) -> int:
         return self.order.numel()
+
+
+def _positions(order: torch.Tensor | None, edges: torch.Tensor) -> torch.Tensor:
+    """The edge ids in :func:`group_by`'s ``order`` (None: the edges' own order)."""
+    return torch.arange(edges.numel(), device=edges.device) if order is None else order
 
 
 def layout_of(block) -> Layout:

@@ -21,10 +21,11 @@ def group_by(key: torch.Tensor, groups: int) -> tuple[torch.Tensor | None, torch
     """The positions of ``key`` (integers in ``[0, groups)``) grouped by value, each group
     in position order, and where each group starts (and the end: ``groups + 1`` offsets):
     a block's edges grouped by destination (CSC) or by source. For a key in order already
-    (a sampler's destinations) the positions are None: nothing to sort or move. Else, on CPU with at most 2^16 groups (a
-    mini-batch block's sources), numpy sorts it as 16-bit integers, a radix sort (2-3x
-    torch's sort of 60k-1M keys on the 2-core machine); else torch sorts it, as int32 where
-    its values allow (half the bytes: about twice as fast on CPU)."""
+    (a sampler's destinations) the positions are None: nothing to sort or move. Else, on
+    CPU with at most 2^16 groups (a mini-batch block's sources), numpy sorts it as 16-bit
+    integers, a radix sort (2-3x torch's sort of 60k-1M keys on the 2-core machine); else
+    torch sorts it, as int32 where its values allow (half the bytes: about twice as fast on
+    CPU)."""
     if key.numel() < 2 or bool((key[1:] >= key[:-1]).all()):
         order = None
     elif key.device.type == "cpu" and groups <= 1 << 16:

@@ -85,7 +85,7 @@ class EdgeSpace:
         if etype is None and len(block.canonical_etypes) > 1:
             raise InvalidValueError(f"edges(): the {block.kind} has several edge types; name "
                                     "one (etype=...)")
-        index = 0 if etype is None else block.etype_index(etype)
+        index = 0 if etype is None else block.etype_index(etype)  # a wrong name refused
         if len(block.canonical_etypes) == 1:  # every edge: the block's own ends
             src, dst = block.src, block.dst
         else:
