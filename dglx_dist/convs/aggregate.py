@@ -31,7 +31,7 @@ import warnings
 import torch
 from torch.nn import functional as F
 
-from dglx_dist.sampling.blocks import group_by, in_order
+from dglx_dist.sampling.block import group_by, in_order
 
 __all__ = ["Layout", "layout_of", "sum_by_dst", "weighted_sum_by_dst", "copy_e_sum"]
 

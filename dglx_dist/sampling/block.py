@@ -20,14 +20,15 @@ import dataclasses
 import functools
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from dglx_dist.data.convert import dgl_installed, is_dgl
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.sampling.frames import NID, DataView, EdgeSpace, NodeSpace, Typed
 
-__all__ = ["Block", "IdTable", "relabel", "map_tensors", "plan_of", "dgl_installed", "is_dgl",
-           "UNTYPED", "PLAN"]
+__all__ = ["Block", "IdTable", "relabel", "map_tensors", "plan_of", "group_by", "in_order",
+           "dgl_installed", "is_dgl", "UNTYPED", "PLAN"]
 
 UNTYPED = (("_N",), (("_N", "_E", "_N"),))
 """The node and edge types of a graph without types (DGL's names)."""
@@ -467,10 +468,36 @@ def map_tensors(record, fn):
 
 def _rank_within(kind: torch.Tensor, types: int) -> torch.Tensor:
     """Each item's index among the items of its kind (order kept)."""
-    order = torch.argsort(kind, stable=True)
-    count = torch.bincount(kind, minlength=types)
-    first = torch.cumsum(count, 0) - count
+    order, offsets = group_by(kind, types)
+    first = offsets.index_select(0, kind.long())  # where each item's kind starts
+    every = torch.arange(kind.numel(), device=kind.device)
+    if order is None:
+        return every - first
     rank = torch.empty_like(order)
-    rank[order] = torch.arange(order.numel(), device=order.device) - \
-        first.index_select(0, kind.index_select(0, order))
+    rank[order] = every - first.index_select(0, order)
     return rank
+
+
+def group_by(key: torch.Tensor, groups: int) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """The positions of ``key`` (integers in ``[0, groups)``) grouped by value, each group
+    in position order, and where each group starts (and the end: ``groups + 1`` offsets):
+    a block's edges grouped by destination (CSC) or by source. For a key in order already
+    (a sampler's destinations) the positions are None: nothing to sort or move. Else, on
+    CPU with at most 2^16 groups (a mini-batch block's sources), numpy sorts it as 16-bit
+    integers, a radix sort (2-3x torch's sort of 60k-1M keys on the 2-core machine); else
+    torch sorts it, as int32 where its values allow (half the bytes: about twice as fast on
+    CPU)."""
+    if key.numel() < 2 or bool((key[1:] >= key[:-1]).all()):
+        order = None
+    elif key.device.type == "cpu" and groups <= 1 << 16:
+        order = torch.from_numpy(np.argsort(key.numpy().astype(np.uint16), kind="stable"))
+    else:
+        small = groups < 2 ** 31 and key.numel() < 2 ** 31
+        order = torch.argsort(key.int() if small else key.long(), stable=True)
+    counts = torch.bincount(key.long(), minlength=groups)
+    return order, torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+
+
+def in_order(values: torch.Tensor, order: torch.Tensor | None) -> torch.Tensor:
+    """``values`` in the order :func:`group_by` gave (None: as they are)."""
+    return values if order is None else values.index_select(0, order)

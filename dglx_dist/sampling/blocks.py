@@ -2,39 +2,18 @@
 push of the first layer's blocks), and back into the package's block."""
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.sampling.block import Block
+from dglx_dist.sampling.block import Block, group_by, in_order
 from dglx_dist.sampling.frames import NID
 
-__all__ = ["id_dtype", "group_by", "in_order", "pack_block", "unpack_block"]
+__all__ = ["id_dtype", "pack_block", "unpack_block"]
 
 
 def id_dtype(num_nodes: int) -> torch.dtype:
     """The narrowest integer dtype that holds node ids (and counts) of a graph this size."""
     return torch.int32 if num_nodes < 2**31 else torch.int64
-
-
-def group_by(key: torch.Tensor, groups: int) -> tuple[torch.Tensor | None, torch.Tensor]:
-    """The positions of ``key`` (integers in ``[0, groups)``) grouped by value, each group
-    in position order, and where each group starts (and the end: ``groups + 1`` offsets):
-    a block's edges grouped by destination (CSC) or by source. For a key in order already
-    (a sampler's destinations) the positions are None: nothing to sort or move. Else, on
-    CPU with at most 2^16 groups (a mini-batch block's sources), numpy sorts it as 16-bit
-    integers, a radix sort (2-3x torch's sort of 60k-1M keys on the 2-core machine); else
-    torch sorts it, as int32 where its values allow (half the bytes: about twice as fast on
-    CPU)."""
-    if key.numel() < 2 or bool((key[1:] >= key[:-1]).all()):
-        order = None
-    elif key.device.type == "cpu" and groups <= 1 << 16:
-        order = torch.from_numpy(np.argsort(key.numpy().astype(np.uint16), kind="stable"))
-    else:
-        small = groups < 2 ** 31 and key.numel() < 2 ** 31
-        order = torch.argsort(key.int() if small else key.long(), stable=True)
-    counts = torch.bincount(key.long(), minlength=groups)
-    return order, torch.cat([counts.new_zeros(1), counts.cumsum(0)])
 
 
 def pack_block(block, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,11 +32,6 @@ def pack_block(block, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     packed = torch.cat([head, block.srcdata[NID].cpu(), indptr.cpu(),
                         in_order(src, order).cpu()]).to(dtype)
     return packed, in_order(eid, order)
-
-
-def in_order(values: torch.Tensor, order: torch.Tensor | None) -> torch.Tensor:
-    """``values`` in the order :func:`group_by` gave (None: as they are)."""
-    return values if order is None else values.index_select(0, order)
 
 
 def unpack_block(msg: torch.Tensor) -> Block:

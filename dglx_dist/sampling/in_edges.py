@@ -28,7 +28,7 @@ import torch
 
 from dglx_dist.sampling.block import map_tensors
 
-__all__ = ["InEdges", "draw_in_edges"]
+__all__ = ["InEdges", "draw_in_edges", "segment_slots"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,7 +183,7 @@ def _allowed(edges: InEdges, start, count, weights, exclude):
     """The candidates that may be drawn (weight above 0, not excluded) as segments of a
     pool of positions: ``(start, count, pool, weight)`` (weight: None if uniform; else
     each candidate's, with its segment as ``(weight, segment)``)."""
-    seg, pos, _ = _layout(start, count)
+    seg, pos, _ = segment_slots(start, count)
     keep, weight = None, None
     if weights is not None:
         weight = weights.reshape(-1).to(pos.device).index_select(
@@ -211,7 +211,7 @@ def _not_excluded(edges: InEdges, group, start, count, exclude):
     touched = torch.nonzero(_among(group, hit)).squeeze(1)
     if not touched.numel():
         return start, count, None
-    seg, pos, _ = _layout(start.index_select(0, touched), count.index_select(0, touched))
+    seg, pos, _ = segment_slots(start.index_select(0, touched), count.index_select(0, touched))
     keep = ~_among(pos, banned)
     seg, pool = seg[keep], pos[keep]
     kept = torch.bincount(seg, minlength=touched.numel())
@@ -231,7 +231,7 @@ def _among(values: torch.Tensor, ordered: torch.Tensor) -> torch.Tensor:
     return ordered.index_select(0, at) == values
 
 
-def _layout(start, drawn):
+def segment_slots(start, drawn):
     """Room for ``drawn[s]`` results per segment, in order: each result's segment, the
     position ``start[s] + rank`` (its rank within the segment), and each segment's first
     result."""
@@ -249,13 +249,13 @@ def _without_replacement(start, count, k, weight, generator):
     (:func:`_smallest_keys`)."""
     if isinstance(k, int):
         if k < 0:
-            return _layout(start, count)[:2]
+            return segment_slots(start, count)[:2]
         full = count <= k
         drawn = torch.clamp(count, max=k)
     else:
         full = (k < 0) | (count <= k)
         drawn = torch.where(full, count, k)
-    seg, index, first = _layout(start, drawn)
+    seg, index, first = segment_slots(start, drawn)
     picked = torch.nonzero(~full).squeeze(1)
     if not picked.numel():
         return seg, index
@@ -425,11 +425,11 @@ def _with_replacement(start, count, k, weight, generator):
     """Per segment with any candidate, all of them when ``k < 0``, else ``k`` independent
     draws among them (uniform, or proportional to ``weight``)."""
     if isinstance(k, int) and k < 0:
-        return _layout(start, count)[:2]
+        return segment_slots(start, count)[:2]
     full = None if isinstance(k, int) else k < 0
     drawn = torch.where(count == 0, count, k) if full is None else \
         torch.where(full | (count == 0), count, k)
-    seg, index, _ = _layout(start, drawn)
+    seg, index, _ = segment_slots(start, drawn)
     base, size = start.index_select(0, seg), count.index_select(0, seg)
     u = torch.rand(seg.numel(), dtype=torch.float64, device=seg.device, generator=generator)
     if weight is None:

@@ -47,7 +47,7 @@ from dglx_dist.runtime.comm import Comm
 from dglx_dist.sampling.block import Block, IdTable
 from dglx_dist.sampling.blocks import id_dtype
 from dglx_dist.sampling.draws import Draws
-from dglx_dist.sampling.in_edges import InEdges
+from dglx_dist.sampling.in_edges import InEdges, segment_slots
 from dglx_dist.sampling.options import UNIFORM, EdgeWeights, SampleOptions, part_edge_weights
 from dglx_dist.sampling.types import TypeIds
 
@@ -320,9 +320,7 @@ class PartitionSampler(BlockSampler):
         n, row_width = gids.numel(), len(columns) * width
         out = torch.full((n * row_width,), -1, dtype=self.id_dtype)
         # edge i of node r, its rank j among r's, goes to r * row_width + c * width + j
-        starts = torch.cumsum(counts, 0) - counts
-        slot = torch.arange(int(counts.sum())) + torch.repeat_interleave(
-            torch.arange(n) * row_width - starts, counts)
+        _, slot, _ = segment_slots(torch.arange(n) * row_width, counts)
         slots = slot + torch.arange(len(columns))[:, None] * width  # a row per column
         out.index_copy_(0, slots.reshape(-1), torch.stack(columns).to(self.id_dtype).reshape(-1))
         return out.view(n, row_width)
@@ -346,19 +344,18 @@ def _in_row_order(got: list, n: int) -> tuple[torch.Tensor, ...]:
     """``(src, row, eid, etype)`` of the members' answers ``got`` (each: the rows of its
     nodes, in order, their counts and their edges' columns), the edges grouped by row in
     row order, each row's edges in their drawn order: the block's destinations come in order,
-    so its sums' grouping needs no sort (:func:`~dglx_dist.sampling.blocks.group_by`), and the
+    so its sums' grouping needs no sort (:func:`~dglx_dist.sampling.block.group_by`), and the
     block is the same whichever member owns which node. A merge of the members' runs: one
     gather, no sort."""
     columns = [torch.cat(c) for c in zip(*(g[2] for g in got))]
     at, counts = torch.cat([g[0] for g in got]), torch.cat([g[1] for g in got]).long()
-    if len(got) > 1:  # the runs of the node in row r, in order of r
+    if len(got) == 1:
+        row = torch.repeat_interleave(at, counts)
+    else:  # the run of the node in row r (where it lies among the joined edges), r by r
         where = torch.empty_like(at)
-        where[at] = torch.arange(at.numel())
+        where[at] = torch.arange(n)
         starts = torch.cumsum(counts, 0) - counts
-        counts = counts.index_select(0, where)
-        moved = starts.index_select(0, where) - (torch.cumsum(counts, 0) - counts)
-        order = torch.arange(int(counts.sum())) + torch.repeat_interleave(moved, counts)
+        row, order, _ = segment_slots(starts.index_select(0, where), counts.index_select(0, where))
         columns = [c.index_select(0, order) for c in columns]
-        at = torch.arange(n)
     src, eid, *etype = columns
-    return src, torch.repeat_interleave(at, counts), eid, etype[0] if etype else None
+    return src, row, eid, etype[0] if etype else None

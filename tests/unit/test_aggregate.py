@@ -81,7 +81,7 @@ def test_edge_sum_degrees_and_the_kept_layout():
 @pytest.mark.parametrize("groups", [1, 300, 1 << 16, (1 << 16) + 1])  # 16-bit radix or torch
 @pytest.mark.parametrize("in_order", [False, True])
 def test_group_by_is_a_stable_sort_and_its_offsets(groups, in_order):
-    from dglx_dist.sampling.blocks import group_by
+    from dglx_dist.sampling.block import group_by
 
     key = torch.randint(0, groups, (5000,), generator=torch.Generator().manual_seed(groups))
     key = key.sort().values if in_order else key
