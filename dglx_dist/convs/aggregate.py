@@ -2,9 +2,10 @@
 :mod:`~dglx_dist.convs.message` on the package's blocks.
 
 A block's :class:`Layout` is its edges grouped by destination (each group in edge order, as
-DGL's in-edge CSR has them) and, for the backward, by source; it is built once per block and
-kept on it (:attr:`~dglx_dist.sampling.block.Block.layout`: the block is the batch, so the
-layout goes where the batch goes and is dropped with it).
+DGL's in-edge CSR has them) and, for the backward, by source (sorted when a backward first
+asks); it is built once per block and kept on it
+(:attr:`~dglx_dist.sampling.block.Block.layout`: the block is the batch, so the layout goes
+where the batch goes and is dropped with it).
 
 Each sum is an autograd function whose forward and backward are both one fused gather-sum,
 the backward over the reversed layout:
@@ -26,6 +27,7 @@ an AVX2 CPU, a few ulps apart on an AVX-512 one; checked in tests/unit/test_aggr
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 
 import torch
@@ -38,36 +40,54 @@ __all__ = ["Layout", "layout_of", "sum_by_dst", "weighted_sum_by_dst", "copy_e_s
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    """A block's edges grouped by destination and by source.
+    """A block's edges grouped by destination and, on first use, by source.
 
     Attributes:
         order: the edge ids grouped by destination (stable: edge order in each group).
         src: each of those edges' source (``src[order]``).
         offsets: where each destination's group starts in ``order`` (and the end: D + 1).
-        rorder: the edge ids grouped by source (stable).
-        rdst: each of those edges' destination (``dst[rorder]``).
-        roffsets: where each source's group starts in ``rorder`` (S + 1).
         edge_src: each edge's source, in edge order (int64).
         edge_dst: each edge's destination, in edge order (int64).
+        num_src: the block's source nodes (S).
+
+    The grouping by source (:attr:`rorder`, :attr:`rdst`, :attr:`roffsets`) is what a sum's
+    backward reads; it is sorted the first time a backward asks, so a layer whose input needs
+    no gradient (the first layer's features) and evaluation never sort the sources.
     """
 
     order: torch.Tensor
     src: torch.Tensor
     offsets: torch.Tensor
-    rorder: torch.Tensor
-    rdst: torch.Tensor
-    roffsets: torch.Tensor
     edge_src: torch.Tensor
     edge_dst: torch.Tensor
+    num_src: int
 
     @classmethod
     def of_edges(cls, src: torch.Tensor, dst: torch.Tensor, num_src: int,
                  num_dst: int) -> "Layout":
         src, dst = src.long(), dst.long()
         order, offsets = group_by(dst, num_dst)
-        rorder, roffsets = group_by(src, num_src)
-        return cls(_positions(order, src), in_order(src, order), offsets,
-                   _positions(rorder, src), in_order(dst, rorder), roffsets, src, dst)
+        return cls(_positions(order, src), in_order(src, order), offsets, src, dst, num_src)
+
+    @functools.cached_property
+    def _by_source(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        rorder, roffsets = group_by(self.edge_src, self.num_src)
+        return _positions(rorder, self.edge_src), in_order(self.edge_dst, rorder), roffsets
+
+    @property
+    def rorder(self) -> torch.Tensor:
+        """The edge ids grouped by source (stable)."""
+        return self._by_source[0]
+
+    @property
+    def rdst(self) -> torch.Tensor:
+        """Each of :attr:`rorder`'s edges' destination (``dst[rorder]``)."""
+        return self._by_source[1]
+
+    @property
+    def roffsets(self) -> torch.Tensor:
+        """Where each source's group starts in :attr:`rorder` (S + 1)."""
+        return self._by_source[2]
 
     @property
     def in_degrees(self) -> torch.Tensor:
@@ -75,7 +95,7 @@ class Layout:
 
     @property
     def out_degrees(self) -> torch.Tensor:
-        return self.roffsets.diff()
+        return torch.bincount(self.edge_src, minlength=self.num_src)
 
     @property
     def num_edges(self) -> int:

@@ -78,6 +78,19 @@ def test_edge_sum_degrees_and_the_kept_layout():
     assert not block.to("meta").layout  # a copy elsewhere builds its own
 
 
+def test_sources_are_grouped_only_for_a_backward():
+    """A sum whose rows need no gradient (a first layer's features, evaluation) leaves the
+    grouping by source unsorted; the first backward sorts it, once."""
+    block = _block(seed=4)
+    message.u_mul_e_sum(block, _rows(NODES, 5).detach(), None)
+    layout = block.layout[0]
+    assert "_by_source" not in vars(layout)
+    message.u_mul_e_sum(block, _rows(NODES, 5), None).sum().backward()
+    src = block.edges()[0].long()
+    assert torch.equal(layout.rorder, torch.argsort(src, stable=True))
+    assert layout._by_source is vars(layout)["_by_source"]
+
+
 @pytest.mark.parametrize("groups", [1, 300, 1 << 16, (1 << 16) + 1])  # 16-bit radix or torch
 @pytest.mark.parametrize("in_order", [False, True])
 def test_group_by_is_a_stable_sort_and_its_offsets(groups, in_order):
