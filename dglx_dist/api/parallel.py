@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from dglx_dist.api.graph import DistGraph, NodeDataView
-from dglx_dist.convs import adapter_for, graph_convs, is_foreign_conv
+from dglx_dist.convs import adapter_for, graph_convs, is_foreign_conv, reads_package_blocks
 from dglx_dist.errors import InvalidTypeError, InvalidValueError
 from dglx_dist.runtime.agree import on_every_rank
 from dglx_dist.runtime.device import module_devices
@@ -140,12 +140,12 @@ def parallelize(model: nn.Module, g: DistGraph) -> "DistModel":
     strategy = g.setup(SetupRequest(len(convs) or implied_layers(g.strategy) or 2,
                                     by="parallelize"))
     convs = on_every_rank(g.session, "parallelize", lambda: _checked(model, strategy, g.session))
-    names = [name for _, name in convs]
+    names, package = [name for _, name in convs], reads_package_blocks(model)
     wrapped = strategy.wrap_model(model)
     for i, name in enumerate(names):
         model.get_submodule(name).register_forward_pre_hook(_router(i))
     reads_blocks = next((name for conv, name in convs if is_foreign_conv(conv)), None)
-    return DistModel(wrapped, g, len(convs), reads_blocks)
+    return DistModel(wrapped, g, len(convs), reads_blocks, package)
 
 
 class DistModel(nn.Module):
@@ -155,12 +155,15 @@ class DistModel(nn.Module):
         wrapped: what the strategy made of it (DDP's wrapper, or the model itself).
         module: the user's model (as DDP's ``.module``), its convs possibly wrapped by the
             strategy; a layer-wise inference loop over ``model.module.layers`` runs on it.
+        package_blocks: the model runs on the package's blocks as they are
+            (:func:`~dglx_dist.convs.base.reads_package_blocks`): the package's own loops
+            (``inference``, the link task) ask their loaders for those.
     """
 
     def __init__(self, wrapped: nn.Module, graph: DistGraph, num_layers: int,
-                 reads_blocks: str | None = None):
+                 reads_blocks: str | None = None, package_blocks: bool = False):
         super().__init__()
-        self.wrapped = wrapped
+        self.wrapped, self.package_blocks = wrapped, package_blocks
         self._graph, self._num_layers = graph, num_layers
         self._reads_blocks = reads_blocks  # a PyG conv's name: it needs the package's blocks
         self._full_steps = 0  # training full-graph forwards so far (they seed dropout)
@@ -221,7 +224,7 @@ class DistModel(nn.Module):
         """The full-graph form's blocks (as the model gets them: the edge) and rows on the
         strategy's device."""
         device = self._graph.strategy.compute_device(self._graph.session)
-        moved = Blocks([b.to(device) for b in blocks], blocks.state).for_model()
+        moved = Blocks([b.to(device) for b in blocks], blocks.state).for_model(self.package_blocks)
         return moved, x.to(device) if isinstance(x, torch.Tensor) else x
 
     def _check_inputs(self, blocks: list, x) -> None:

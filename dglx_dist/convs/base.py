@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     import dgl
 
 __all__ = ["LAYERS", "ConvAdapter", "ConvWrapper", "DorylusSupport", "InputLinear", "adapter_for",
-           "edge_column", "feat_dropout", "first_conv", "graph_convs", "is_foreign_conv"]
+           "edge_column", "feat_dropout", "first_conv", "graph_convs", "is_foreign_conv",
+           "reads_package_blocks"]
 
 LAYERS: Registry["ConvAdapter"] = Registry("layer adapter", entry_point_group="dglx_dist.layers")
 
@@ -71,6 +72,10 @@ class ConvAdapter(abc.ABC):
 
     #: How dorylus runs this conv type; None: dorylus refuses it.
     dorylus: DorylusSupport | None = None
+    #: Whether its methods read the package's blocks as they are (the built-in adapters: they
+    #: aggregate with :mod:`~dglx_dist.convs.message`, which reads either form); else they
+    #: are given DGL's where DGL is installed (an adapter of the user's may call ``dgl.ops``).
+    reads_package_blocks: bool = False
 
     @dataclasses.dataclass(frozen=True)
     class Config:
@@ -79,12 +84,10 @@ class ConvAdapter(abc.ABC):
     def __init__(self, config=None, name: str = ""):
         self.config, self.registered_name = config, name
 
-    @staticmethod
-    def block_for(block):
-        """``block`` as an adapter is given it: DGL's where DGL is installed (DGL's kernels
-        aggregate on it, and an adapter of the user's may call ``dgl.ops``), else the
-        package's (the built-in adapters read either: :mod:`~dglx_dist.convs.message`)."""
-        if isinstance(block, Block) and dgl_installed():
+    def block_for(self, block):
+        """``block`` as this adapter is given it: the package's as it is where the adapter
+        reads it (:attr:`reads_package_blocks`) or DGL is not installed, else DGL's."""
+        if isinstance(block, Block) and dgl_installed() and not self.reads_package_blocks:
             return block.to_dgl()
         return block
 
@@ -202,6 +205,21 @@ def graph_convs(model: nn.Module) -> list[tuple[nn.Module, str]]:
                 or where.startswith(_CONV_PACKAGES) and not where.startswith(_NOT_CONVS):
             found.append((module, name))
     return found
+
+
+def reads_package_blocks(model: nn.Module) -> bool:
+    """Whether ``model`` runs on the package's blocks as they are, where DGL is installed
+    too: its graph convs (:func:`graph_convs`) are all ``dglx_dist.nn``'s or another
+    library's (PyG's), and no module in it is DGL's. The package's own loops (the
+    ``Trainer``, ``dglx train``'s link task, ``inference``) hand such a model the package's
+    blocks, so no step is made into DGL's; a model with a ``dgl.nn`` conv, or with a conv an
+    adapter registers (it may call DGL's message passing on the block), gets DGL's blocks
+    where DGL is installed, as a DGL script's loader would give them."""
+    convs = graph_convs(model)
+    return bool(convs) and all(
+        is_foreign_conv(conv) or type(conv).__module__.startswith("dglx_dist.nn.")
+        for conv, _ in convs) and not any(
+        type(m).__module__.partition(".")[0] == "dgl" for m in model.modules())
 
 
 def first_conv(model: nn.Module) -> tuple[nn.Module, str]:

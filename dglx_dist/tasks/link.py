@@ -260,7 +260,8 @@ def train_link(data: Path, strategy, model: torch.nn.Module, config: RunConfig,
         node_sampler, exclude=exclude, reverse_eids=reverse if exclude else None,
         negative_sampler=dglx_dist.negative_sampler.Uniform(task.negatives))
     loader = dglx_dist.DataLoader(g, train_edge_ids(g.num_edges(), task, loop.seed), sampler,
-                                  batch_size=task.edge_batch_size, shuffle=True, seed=loop.seed)
+                                  batch_size=task.edge_batch_size, shuffle=True, seed=loop.seed,
+                                  package_blocks=model.package_blocks)
     opt = config.optimizer.adam(model.parameters())
     session = g.session
     for epoch in range(loop.epochs):

@@ -4,12 +4,13 @@ process of each job (the launcher and every rank) starts with a ``sitecustomize`
 graph with types, and link prediction trains under a sampling strategy and a full-graph one;
 the tests read each job's metrics records (what they count, what the run learned).
 
-Where DGL is installed, distdgl's job runs again with DGL importable (same seed: DGL's blocks
-under the same dglx_dist.nn convs) and the test marked ``dgl`` checks that both learn the
-same. The other cases are compared elsewhere: each strategy's steps give what dgl.nn's convs
-give on DGL's blocks, step by step (tests/dist/test_nn_strategies.py), and every strategy
-side by side at 2 and 4 ranks, typed too, is docs/install.md's table
-(scripts/dgl_free_table.py). ``make test-core`` (no DGL) runs the blocked jobs alone.
+Where DGL is installed, distdgl's job runs again with DGL importable (same seed; the reference
+models read the package's blocks there too: ``convs.reads_package_blocks``) and the test
+marked ``dgl`` checks that both learn the same. The other cases are compared elsewhere: each
+strategy's steps give what dgl.nn's convs give on DGL's blocks, step by step
+(tests/dist/test_nn_strategies.py), and every strategy side by side at 2 and 4 ranks, typed
+too, is docs/install.md's table (scripts/dgl_free_table.py). ``make test-core`` (no DGL)
+runs the blocked jobs alone.
 """
 import importlib.util
 import json

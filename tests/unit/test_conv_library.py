@@ -1,5 +1,6 @@
 """``--convs``: the reference models' convs from the package (``dglx_dist.nn``) or from DGL
-(``dgl.nn``); without DGL, asking for DGL's says so in one line."""
+(``dgl.nn``); without DGL, asking for DGL's says so in one line; which blocks the package's
+own loops hand each."""
 import subprocess
 import sys
 import textwrap
@@ -18,6 +19,23 @@ def test_the_models_take_their_convs_from_the_library_named(name, convs, module)
     found = {type(m).__module__.split(".")[0] + ".nn" for m in model.modules()
              if type(m).__name__ in ("GraphConv", "SAGEConv", "GATConv")}
     assert found == {module}
+
+
+@pytest.mark.dgl
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_a_model_of_the_packages_convs_reads_the_package_blocks(name):
+    """The Trainer, the link task and ``inference`` hand a model of ``dglx_dist.nn`` convs
+    the package's blocks where DGL is installed too (no step made into DGL's), and a model
+    with a ``dgl.nn`` conv, or any module of DGL's, DGL's blocks."""
+    import dgl
+
+    from dglx_dist.convs import reads_package_blocks
+
+    assert reads_package_blocks(MODELS[name](4, 4, 2, 2, convs="dglx"))
+    assert not reads_package_blocks(MODELS[name](4, 4, 2, 2, convs="dgl"))
+    mixed = MODELS[name](4, 4, 2, 2, convs="dglx")
+    mixed.norm = dgl.nn.EdgeWeightNorm()
+    assert not reads_package_blocks(mixed)
 
 
 def test_dgl_convs_without_dgl_say_to_install_the_extra():
