@@ -84,10 +84,12 @@ class ConvAdapter(abc.ABC):
     def __init__(self, config=None, name: str = ""):
         self.config, self.registered_name = config, name
 
-    def block_for(self, block):
-        """``block`` as this adapter is given it: the package's as it is where the adapter
-        reads it (:attr:`reads_package_blocks`) or DGL is not installed, else DGL's."""
-        if isinstance(block, Block) and dgl_installed() and not self.reads_package_blocks:
+    def block_for(self, conv: nn.Module, block):
+        """``block`` as this adapter is given it for ``conv``: DGL's where DGL is installed
+        and the conv is ``dgl.nn``'s (DGL's kernels, as the user's DGL model would run) or the
+        adapter does not read the package's (:attr:`reads_package_blocks`); else as it is."""
+        if isinstance(block, Block) and dgl_installed() and (
+                not self.reads_package_blocks or type(conv).__module__.startswith("dgl.")):
             return block.to_dgl()
         return block
 

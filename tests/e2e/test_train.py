@@ -45,11 +45,11 @@ LINK_CASES = [f"link-{s}" for s in LINK_STRATEGIES]
 COMPARED = ["distdgl"]  # run with DGL importable too, where it is
 # the least test accuracy a case must reach (else twice chance): dorylus's 40 asynchronous
 # epochs learn without reaching the others' accuracy (chance is 0.14-0.3 by split)
-FLOOR = {"granndis": 0.78, "dorylus": 0.6}
-# granndis's GCN on Cora, 2 servers x 2 ranks (seeded, on the METIS parts: the same numbers
-# every run): test accuracy 0.788 after 100 epochs, 0.792 after 150, 0.796 after 200; 150
-# keeps the floor's margin and saves a quarter of the job (about 9 s on 4 ranks)
-GRANNDIS_EPOCHS = 150
+FLOOR = {"dorylus": 0.6}
+# granndis's GCN on Cora, 2 servers x 2 ranks (seeded, on the METIS parts): test accuracy
+# 0.674 after 40 epochs, 0.744 after 60, 0.788 after 150; 60 clears twice chance by 10 points
+# (GraNNDis's accuracy against exact preloading, 150 epochs: tests/dist/test_granndis.py)
+GRANNDIS_EPOCHS = 60
 
 
 def _env(block_dir: Path | None) -> dict:
