@@ -10,7 +10,6 @@ out (tests/unit/test_dorylus_parts.py checks both).
 """
 from __future__ import annotations
 
-import dgl
 import torch.nn.functional as F
 from torch import nn
 
@@ -22,6 +21,8 @@ class GINAdapter(ConvAdapter):
     """GINConv with ``apply_func=nn.Linear(...)`` and the sum or mean aggregator."""
 
     def example(self, in_feats: int, out_feats: int) -> nn.Module:
+        import dgl  # on use: every process that looks an adapter up loads this plug-in
+
         return dgl.nn.GINConv(nn.Linear(in_feats, out_feats), "mean", init_eps=0.5,
                               activation=F.relu)
 
@@ -37,6 +38,8 @@ class GINAdapter(ConvAdapter):
         return [InputLinear("apply_func.weight", 1)]
 
     def partial(self, conv, weights, block, x):
+        import dgl
+
         reduce = dgl.ops.copy_u_sum if conv._aggregator_type == "sum" else dgl.ops.copy_u_mean
         h = (1 + conv.eps) * x[: block.num_dst_nodes()] + reduce(block, x)
         return [F.linear(h, weights[0])]
