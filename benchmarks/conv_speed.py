@@ -9,8 +9,9 @@ Three arms, ``dglx train`` under torchrun (2 ranks as 2 virtual servers, one thr
   user without DGL runs;
 * ``dgl-dgl``: DGL installed, ``--convs dgl``: dgl.nn's convs on DGL's blocks, today's DGL
   user;
-* ``dgl-dglx``: DGL installed, ``--convs dglx``: the package's convs on DGL's blocks (they
-  aggregate through DGL's kernels there).
+* ``dgl-dglx``: DGL installed, ``--convs dglx``: the package's convs, which get the
+  package's blocks there too since 2026-11-29 (``convs.reads_package_blocks``; before, DGL's
+  blocks, aggregated through DGL's kernels): ``nodgl-dglx`` with DGL importable.
 
 The arms alternate run by run (``--repeat`` rounds, every strategy in each). Per run: the
 median epoch time without the first epoch and the forward and backward phases (the largest
