@@ -72,10 +72,6 @@ class ConvAdapter(abc.ABC):
 
     #: How dorylus runs this conv type; None: dorylus refuses it.
     dorylus: DorylusSupport | None = None
-    #: Whether its methods read the package's blocks as they are (the built-in adapters: they
-    #: aggregate with :mod:`~dglx_dist.convs.message`, which reads either form); else they
-    #: are given DGL's where DGL is installed (an adapter of the user's may call ``dgl.ops``).
-    reads_package_blocks: bool = False
 
     @dataclasses.dataclass(frozen=True)
     class Config:
@@ -84,12 +80,13 @@ class ConvAdapter(abc.ABC):
     def __init__(self, config=None, name: str = ""):
         self.config, self.registered_name = config, name
 
-    def block_for(self, conv: nn.Module, block):
-        """``block`` as this adapter is given it for ``conv``: DGL's where DGL is installed
-        and the conv is ``dgl.nn``'s (DGL's kernels, as the user's DGL model would run) or the
-        adapter does not read the package's (:attr:`reads_package_blocks`); else as it is."""
-        if isinstance(block, Block) and dgl_installed() and (
-                not self.reads_package_blocks or type(conv).__module__.startswith("dgl.")):
+    @staticmethod
+    def block_for(conv: nn.Module, block):
+        """``block`` as an adapter is given it for ``conv``: as it is for a ``dglx_dist.nn``
+        conv (its adapter, a built-in one, aggregates with :mod:`~dglx_dist.convs.message`,
+        which reads either form) or where DGL is not installed; else DGL's (a ``dgl.nn`` conv
+        keeps DGL's kernels, and a plug-in's adapter may call ``dgl.ops``)."""
+        if isinstance(block, Block) and dgl_installed() and not _runs_on_package_blocks(conv):
             return block.to_dgl()
         return block
 
@@ -209,6 +206,12 @@ def graph_convs(model: nn.Module) -> list[tuple[nn.Module, str]]:
     return found
 
 
+def _runs_on_package_blocks(conv: nn.Module) -> bool:
+    """A conv that reads the package's blocks as they are: ``dglx_dist.nn``'s or another
+    library's (:func:`is_foreign_conv`)."""
+    return is_foreign_conv(conv) or type(conv).__module__.startswith("dglx_dist.nn.")
+
+
 def reads_package_blocks(model: nn.Module) -> bool:
     """Whether ``model`` runs on the package's blocks as they are, where DGL is installed
     too: its graph convs (:func:`graph_convs`) are all ``dglx_dist.nn``'s or another
@@ -218,10 +221,8 @@ def reads_package_blocks(model: nn.Module) -> bool:
     adapter registers (it may call DGL's message passing on the block), gets DGL's blocks
     where DGL is installed, as a DGL script's loader would give them."""
     convs = graph_convs(model)
-    return bool(convs) and all(
-        is_foreign_conv(conv) or type(conv).__module__.startswith("dglx_dist.nn.")
-        for conv, _ in convs) and not any(
-        type(m).__module__.partition(".")[0] == "dgl" for m in model.modules())
+    return bool(convs) and all(_runs_on_package_blocks(conv) for conv, _ in convs) and \
+        not any(type(m).__module__.partition(".")[0] == "dgl" for m in model.modules())
 
 
 def first_conv(model: nn.Module) -> tuple[nn.Module, str]:

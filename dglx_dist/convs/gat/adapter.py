@@ -24,7 +24,6 @@ __all__ = ["GATAdapter"]
 class GATAdapter(ConvAdapter):
     """GATConv without residual and with one shared ``fc``: project, sum, then attention."""
 
-    reads_package_blocks = True
     dorylus = DorylusSupport(GatLayers, TASKS)
 
     def example(self, in_feats, out_feats):

@@ -23,7 +23,6 @@ __all__ = ["GraphConvAdapter"]
 class GraphConvAdapter(ConvAdapter):
     """GraphConv (any ``norm``) with its own weight."""
 
-    reads_package_blocks = True
     dorylus = DorylusSupport(GcnLayers, TASKS)
 
     def example(self, in_feats, out_feats):

@@ -25,7 +25,6 @@ __all__ = ["SAGEAdapter"]
 class SAGEAdapter(ConvAdapter):
     """SAGEConv with the mean, gcn or pool aggregator."""
 
-    reads_package_blocks = True
     dorylus = DorylusSupport(SageLayers, TASKS)
 
     def example(self, in_feats, out_feats):
