@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import torch
-from torch.distributed.checkpoint.stateful import Stateful
 
 from dglx_dist.checkpoint import Checkpointing, collective, rng
 from dglx_dist.checkpoint.files import (check_contents, check_matches, decode,
@@ -22,6 +21,9 @@ from dglx_dist.checkpoint.layout import encode_shards, rank_file, restore_shards
 from dglx_dist.checkpoint.lock import JobLock
 from dglx_dist.errors import CheckpointError
 from dglx_dist.runtime.session import Session
+
+if TYPE_CHECKING:  # torch.distributed.checkpoint: about 0.6 s of a rank's start (sympy)
+    from torch.distributed.checkpoint.stateful import Stateful
 
 __all__ = ["CheckpointManager", "RandomState"]
 

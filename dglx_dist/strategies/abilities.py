@@ -30,7 +30,6 @@ import dataclasses
 from typing import Any, Iterator
 
 import torch
-from torch.distributed.checkpoint.stateful import Stateful
 
 from dglx_dist.errors import CheckpointError
 from dglx_dist.memory import MemoryModel
@@ -218,6 +217,21 @@ def epochs_of(strategy: object, epochs: range, hooks: TrainHooks) -> Iterator[Ep
     return (hooks.loader_epoch(epoch) for epoch in epochs)
 
 
+def _stateful() -> type:
+    """torch's ``Stateful``, imported when a checkpoint first needs it: importing
+    torch.distributed.checkpoint takes about 0.6 s of CPU (sympy among it), in every rank of a
+    run that may never checkpoint."""
+    from torch.distributed.checkpoint.stateful import Stateful
+
+    return Stateful
+
+
+def __getattr__(name: str) -> Any:  # the export ``Stateful``, as the module had it
+    if name == "Stateful":
+        return _stateful()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 class StrategyState:
     """A strategy's state between epochs as a checkpoint part (torch's ``Stateful``): its own
     when it is :class:`Stateful`, else nothing (and a checkpoint holding some is refused)."""
@@ -226,10 +240,10 @@ class StrategyState:
         self.strategy = strategy
 
     def state_dict(self) -> dict[str, Any]:
-        return self.strategy.state_dict() if isinstance(self.strategy, Stateful) else {}
+        return self.strategy.state_dict() if isinstance(self.strategy, _stateful()) else {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if isinstance(self.strategy, Stateful):
+        if isinstance(self.strategy, _stateful()):
             self.strategy.load_state_dict(state)
         elif state:
             name = getattr(self.strategy, "registered_name", "")

@@ -186,3 +186,25 @@ def test_only_the_modules_listed_import_dgl():
              if any(n == "dgl" or n.startswith("dgl.") for n in _imports(f))}
     assert found - set(IMPORTS_DGL) == set(), "modules that import DGL but are not listed"
     assert set(IMPORTS_DGL) - found == set(), "listed modules that no longer import DGL"
+
+
+def test_torchs_checkpoint_library_is_imported_only_for_a_checkpoint():
+    """What a rank of ``dglx train`` imports leaves torch.distributed.checkpoint out (about 0.6 s
+    of CPU in every rank: sympy among it) until a checkpoint's part asks for ``Stateful``;
+    ``abilities.Stateful`` is still torch's, and a strategy's state is still read through it."""
+    proc = _run("""
+        import dglx_dist.cli, dglx_dist.prepare, dglx_dist.trainer, dglx_dist.strategies
+        import dglx_dist.checkpoint.manager
+        from dglx_dist.strategies import STRATEGIES
+        from dglx_dist.strategies.abilities import StrategyState
+        assert "torch.distributed.checkpoint" not in sys.modules
+        class Kept:
+            def state_dict(self): return {"step": 3}
+            def load_state_dict(self, state): pass
+        assert StrategyState(Kept()).state_dict() == {"step": 3}
+        assert StrategyState(object()).state_dict() == {}
+        from dglx_dist.strategies import abilities
+        from torch.distributed.checkpoint.stateful import Stateful
+        assert abilities.Stateful is Stateful
+    """)
+    assert proc.returncode == 0, proc.stderr[-3000:]
