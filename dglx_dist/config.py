@@ -75,8 +75,8 @@ class ModelConfig(_Section):
                                         "shipped Cora is stored so already); default: "
                                         "features as stored")
     convs: str = option("dglx", "the reference model's convs: the package's (dglx_dist.nn, "
-                                "no DGL needed) or DGL's dgl.nn (to compare them; needs DGL); "
-                                "the R-GCN's are always the package's",
+                                "no DGL needed) or DGL's dgl.nn (to compare them; needs DGL), "
+                                "the R-GCN's of a typed graph too",
                         choices=CONV_LIBRARY_NAMES)
 
 

@@ -1,7 +1,8 @@
 """Without DGL beside with DGL (issue 59; docs/install.md, "Without DGL beside with DGL"):
 each strategy trains Cora (node classification, 30 epochs) at 2 and at 4 ranks, and each
 strategy with typed graphs trains ``dglx datagen --preset mag-small`` at 2 ranks, once with
-``import dgl`` failing in every process of the job and once with DGL importable.
+``import dgl`` failing in every process of the job (the package's convs on its own blocks) and
+once on DGL's path (DGL importable, ``--convs dgl``: dgl.nn's convs on DGL's blocks).
 
 Each run is one ``torchrun ... -m dglx_dist train`` of scripts/gpu_checklist.py (its ``Check``
 and ``run``), one rank per virtual server (DGLX_VIRTUAL_SERVERS), OMP_NUM_THREADS=1, the
@@ -34,7 +35,7 @@ def checks(epochs: int, ranks: list[int], mag: str, only: list[str]) -> list[Che
     rows = [("cora", s, n, "cora", epochs) for n in ranks for s in STRATEGIES]
     rows += [("typed", s, 2, mag, 3) for s in STRATEGIES if _capabilities(s).typed_graphs]
     return [Check(f"{kind}-{n}r", s, "cpu", n, data=data, epochs=ep, hidden=16 if kind == "cora"
-                  else 32, blocked=blocked, servers=n)
+                  else 32, blocked=blocked, servers=n, convs="dglx" if blocked else "dgl")
             for kind, s, n, data, ep in rows if kind in only for blocked in (True, False)]
 
 

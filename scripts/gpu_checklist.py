@@ -54,6 +54,7 @@ class Check:
     hidden: int = 16
     blocked: bool = False  # ``import dgl`` fails in every process of the run
     servers: int = 0  # DGLX_VIRTUAL_SERVERS, where not 0
+    convs: str = "dglx"  # the reference model's (--convs): "dgl" is DGL's path, dgl.nn's convs
 
     @property
     def name(self) -> str:
@@ -70,7 +71,7 @@ class Check:
                 "--nproc-per-node", str(self.ranks), "-m", "dglx_dist", "train",
                 "--strategy", self.strategy, "--data", self.data, "--task", self.task,
                 "--device", self.device, "--backend", self.backend, "--epochs", str(self.epochs),
-                "--hidden", str(self.hidden),
+                "--hidden", str(self.hidden), "--convs", self.convs,
                 "--eval-every", "0", "--no-progress", "--cache-dir", str(cache / self.cache_key)]
 
 

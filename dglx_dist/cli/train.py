@@ -128,7 +128,7 @@ def _typed_model(config: RunConfig, pdir):
     torch.manual_seed(config.loop.seed)  # no predicted type: the Trainer refuses the graph
     return RGCN({t: d for t, d in types.feat_dims.items() if d},
                 [rel for _, rel, _ in types.canonical_etypes], m.hidden, pdir.num_classes,
-                m.layers, dropout=m.dropout, category=types.predicted())
+                m.layers, dropout=m.dropout, category=types.predicted(), convs=m.convs)
 
 
 def _check_learned(trainer, epochs: int, fail: bool) -> None:

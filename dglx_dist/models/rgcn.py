@@ -3,8 +3,8 @@ DGL original), shared by both sides of ``dglx bench`` on a typed graph so that D
 and ours train the same module with the same initial weights.
 
 Each layer is a ``HeteroGraphConv`` of one ``GraphConv`` (right-normalised) per relation
-(:mod:`dglx_dist.nn`'s: DGL's in torch), summed per destination type, plus a self-loop linear
-map shared by every type.
+(:mod:`dglx_dist.nn`'s, DGL's in torch; or ``dgl.nn``'s, ``convs="dgl"``), summed per
+destination type, plus a self-loop linear map shared by every type.
 Types with features are projected to the hidden width first; featureless types enter as rows
 of a learnable embedding (a ``DistEmbedding`` in a distributed run) already that wide.
 """
@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import dglx_dist.nn as gnn
+from dglx_dist.models.library import conv_library
 
 __all__ = ["RGCN", "node_inputs"]
 
@@ -35,12 +35,16 @@ class RGCN(nn.Module):
         num_layers: layers (one block each).
         dropout: dropout after every layer but the last.
         category: the node type whose outputs are returned.
+        convs: whose HeteroGraphConv and GraphConv
+            (:data:`~dglx_dist.models.library.CONV_LIBRARIES`); both give the same parameters
+            by name from the same seed.
     """
 
     def __init__(self, in_sizes: Mapping[str, int], rels: Sequence[str], hidden: int,
                  num_classes: int, num_layers: int = 2, dropout: float = 0.5,
-                 category: str = "paper"):
+                 category: str = "paper", convs: str = "dglx"):
         super().__init__()
+        gnn = conv_library(convs)
         self.category = category
         self.proj = nn.ModuleDict({nt: nn.Linear(in_sizes[nt], hidden)
                                    for nt in sorted(in_sizes)})

@@ -78,6 +78,27 @@ def test_the_same_seed_gives_the_same_weights_whatever_the_relations_order(mag_g
     assert all(torch.equal(p, b.state_dict()[n]) for n, p in a.state_dict().items())
 
 
+def test_the_rgcn_of_dgl_nn_convs_is_the_same_model(mag_graph):
+    """``convs="dgl"`` (``dglx train --convs dgl`` on a typed graph) builds dgl.nn's
+    HeteroGraphConv and GraphConv: from the same seed the same parameters by name, and the same
+    logits and gradients on the same blocks."""
+    g = mag_graph
+    embeds = {nt: torch.nn.Embedding(g.num_nodes(nt), 16) for nt in g.ntypes
+              if "feat" not in g.nodes[nt].data}
+    models = []
+    for convs in ("dglx", "dgl"):
+        torch.manual_seed(0)
+        models.append(RGCN({"paper": 16}, g.etypes, 16, 8, dropout=0.5, convs=convs))
+    ours, theirs = models
+    assert type(theirs.layers[0]).__module__.startswith("dgl.nn")
+    assert type(ours.layers[0]).__module__.startswith("dglx_dist.nn")
+    assert ours.state_dict().keys() == theirs.state_dict().keys()
+    assert all(torch.equal(p, theirs.state_dict()[n]) for n, p in ours.state_dict().items())
+    (logits, grads), (their_logits, their_grads) = (_step(g, m, embeds, seed=5) for m in models)
+    assert torch.allclose(logits, their_logits, atol=1e-5)
+    assert all(torch.allclose(grads[n], their_grads[n], atol=1e-5) for n in grads)
+
+
 def test_the_kind_of_a_dataset_chooses_its_systems(tmp_path):
     from dglx_dist.strategies import STRATEGIES
 
