@@ -5,7 +5,6 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
@@ -17,6 +16,7 @@ from dglx_dist.api.samplers import MultiLayerFullNeighborSampler, NeighborSample
 from dglx_dist.api.split import node_split
 from dglx_dist.api.tensor import DistTensor
 from dglx_dist.data.atomic import DirKind, check_target
+from dglx_dist.data.checked import to_arrow
 from dglx_dist.data.owned import read_record, remove_recorded, write_record
 from dglx_dist.errors import InvalidValueError, NotSupportedError
 from dglx_dist.runtime.agree import on_every_rank
@@ -101,9 +101,7 @@ def export_parquet(directory: str | os.PathLike, tensor: DistTensor, nodes=None,
     ids = node_split(torch.arange(g.num_nodes()) if nodes is None else nodes, g)
     rows = tensor[ids].detach().cpu().to(torch.float32).reshape(ids.numel(), -1).numpy()
     out.mkdir(parents=True, exist_ok=True)
-    value = pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(rows).reshape(-1)),
-                                              rows.shape[1])
-    table = pa.table({"node_id": pa.array(ids.numpy()), "value": value})
+    table = pa.table({"node_id": to_arrow(ids.numpy()), "value": to_arrow(rows)})
     path = out / f"part-{g.session.rank:05d}.parquet"
     tmp = path.with_name(path.name + ".tmp")
     pq.write_table(table, tmp)

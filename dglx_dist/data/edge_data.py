@@ -16,7 +16,7 @@ import pyarrow as pa
 from dglx_dist.data.checked import arrow_numpy
 from dglx_dist.errors import InvalidValueError
 
-__all__ = ["edge_data_columns", "edge_data_arrays", "edge_data_spec", "checked_spec", "to_arrow",
+__all__ = ["edge_data_columns", "edge_data_arrays", "edge_data_spec", "checked_spec",
            "STRUCTURE"]
 
 STRUCTURE = ("src", "dst", "eid")  # edges-file columns that are not edge data
@@ -53,17 +53,6 @@ def edge_data_arrays(table: pa.Table, names: list[str], file: Path,
         else:
             out[name] = arrow_numpy(col).copy()
     return out
-
-
-def to_arrow(values: np.ndarray) -> pa.Array:
-    """One edge-data array as an Arrow column (2-D as a fixed-size list, no copy)."""
-    values = np.ascontiguousarray(values)
-    if values.ndim == 1:
-        return pa.array(values)
-    if values.ndim != 2:
-        raise InvalidValueError(f"edge data of shape {values.shape}: expected one value or one "
-                                f"vector per edge")
-    return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), values.shape[1])
 
 
 def edge_data_spec(edata: Mapping[str, np.ndarray]) -> dict[str, dict[str, Any]]:

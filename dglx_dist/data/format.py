@@ -20,10 +20,11 @@ import pyarrow.parquet as pq
 
 from dglx_dist.data.atomic import DirKind, atomic_directory
 from dglx_dist.data.checked import (WRITE_OPTIONS, check_finite, check_plausible, check_range,
-                                   column_numpy, read_checked, read_feat, read_json_object)
+                                   column_numpy, read_checked, read_feat, read_json_object,
+                                   to_arrow)
 from dglx_dist.data.dataset import (META_SIZES, MASKS, DatasetMeta, EdgeTable, Etype,
                                     GraphDataset, NodeTable, check_type_name)
-from dglx_dist.data.edge_data import edge_data_arrays, edge_data_columns, to_arrow
+from dglx_dist.data.edge_data import edge_data_arrays, edge_data_columns
 from dglx_dist.errors import DatasetFormatError
 
 __all__ = ["read_dataset", "read_meta", "write_dataset", "is_hetero", "read_hetero_meta",
@@ -51,8 +52,8 @@ def node_batch(label: np.ndarray, train: np.ndarray, val: np.ndarray, test: np.n
     """A record batch of nodes.parquet rows (features as a fixed-size list, no copy)."""
     flist = to_arrow(np.asarray(feat, np.float32))
     return pa.RecordBatch.from_arrays(
-        [pa.array(np.asarray(label, np.int64)), pa.array(np.asarray(train, bool)),
-         pa.array(np.asarray(val, bool)), pa.array(np.asarray(test, bool)), flist],
+        [to_arrow(np.asarray(label, np.int64)), to_arrow(np.asarray(train, bool)),
+         to_arrow(np.asarray(val, bool)), to_arrow(np.asarray(test, bool)), flist],
         schema=node_schema(flist.type.list_size))
 
 
@@ -60,7 +61,7 @@ def edge_batch(src: np.ndarray, dst: np.ndarray,
                edata: dict[str, np.ndarray] | None = None) -> pa.RecordBatch:
     """A record batch of edges.parquet rows (``edata``: extra columns, one row per edge)."""
     edata = edata or {}
-    arrays = [pa.array(np.asarray(src, np.int64)), pa.array(np.asarray(dst, np.int64)),
+    arrays = [to_arrow(np.asarray(src, np.int64)), to_arrow(np.asarray(dst, np.int64)),
               *(to_arrow(a) for a in edata.values())]
     return pa.RecordBatch.from_arrays(arrays, names=[*EDGE_SCHEMA.names, *edata])
 
@@ -278,8 +279,8 @@ def _node_table(n: NodeTable) -> pa.Table:
     if n.feat is not None:
         columns["feat"] = to_arrow(np.asarray(n.feat, np.float32))
     if n.label is not None:
-        columns["label"] = pa.array(np.asarray(n.label, np.int64))
-        columns.update({m: pa.array(np.asarray(v, bool)) for m, v in n.masks().items()})
+        columns["label"] = to_arrow(np.asarray(n.label, np.int64))
+        columns.update({m: to_arrow(np.asarray(v, bool)) for m, v in n.masks().items()})
     return pa.table(columns)
 
 

@@ -23,8 +23,7 @@ import pyarrow as pa
 
 from dglx_dist.data.atomic import DirKind, atomic_directory
 from dglx_dist.data.owned import add_to_record, write_record
-from dglx_dist.data.checked import check_plausible, read_json_object, write_arrow
-from dglx_dist.data.edge_data import to_arrow
+from dglx_dist.data.checked import check_plausible, read_json_object, to_arrow, write_arrow
 from dglx_dist.errors import OutputExistsError, PartitionFormatError
 from dglx_dist.partition import checksums
 from dglx_dist.partition.layout import Partition
@@ -116,18 +115,17 @@ def type_feat_table(index: int) -> str:
 def _write_part(pc: Partition, folder: Path) -> dict[str, Any]:
     folder.mkdir()
     tables = {
-        "nodes": pa.table({"gid": pc.core_gid, "orig_id": pc.core_orig, "label": pc.label,
-                           "train": pc.train, "val": pc.val, "test": pc.test,
-                           **{NODE_DATA_PREFIX + n: to_arrow(a) for n, a in pc.ndata.items()}}),
-        "halo": pa.table({"gid": pc.halo_gid, "orig_id": pc.halo_orig}),
-        "edges": pa.table({"src": pc.src, "dst": pc.dst, "eid": pc.eid,
-                           **{n: to_arrow(a) for n, a in pc.edata.items()}}),
+        "nodes": {"gid": pc.core_gid, "orig_id": pc.core_orig, "label": pc.label,
+                  "train": pc.train, "val": pc.val, "test": pc.test,
+                  **{NODE_DATA_PREFIX + n: a for n, a in pc.ndata.items()}},
+        "halo": {"gid": pc.halo_gid, "orig_id": pc.halo_orig},
+        "edges": {"src": pc.src, "dst": pc.dst, "eid": pc.eid, **pc.edata},
     }
     feats = ({"feat": pc.feat} if pc.ntype_counts is None else
              {type_feat_table(i): f for i, f in sorted(pc.type_feat.items())})
-    tables.update({n: pa.table({"feat": to_arrow(np.asarray(f, np.float32))})
-                   for n, f in feats.items()})
-    for name, table in tables.items():  # features in blocks: a reader's peak is one block
+    tables.update({n: {"feat": np.asarray(f, np.float32)} for n, f in feats.items()})
+    for name, columns in tables.items():  # features in blocks: a reader's peak is one block
+        table = pa.table({c: to_arrow(a) for c, a in columns.items()})
         write_arrow(table, folder / part_file_name(name), None if name in PART_TABLES[:3]
                     else 1 << 16)
     files = {n: _file_entry(folder / n) for n in map(part_file_name, tables)}
