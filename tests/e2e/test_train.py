@@ -4,10 +4,10 @@ process of each job (the launcher and every rank) starts with a ``sitecustomize`
 graph with types, and link prediction trains under a sampling strategy and a full-graph one;
 the tests read each job's metrics records (what they count, what the run learned).
 
-Where DGL is installed, distdgl's job runs again with DGL importable (same seed; the reference
-models read the package's blocks there too: ``convs.reads_package_blocks``) and the test
-marked ``dgl`` checks that both learn the same. The other cases are compared elsewhere: each
-strategy's steps give what dgl.nn's convs give on DGL's blocks, step by step
+Where DGL is installed, distdgl's job runs again on DGL's path (same seed, DGL importable,
+``--convs dgl``: dgl.nn's convs on DGL's blocks; its ranks must say they imported DGL) and the
+test marked ``dgl`` checks that both learn the same. The other cases are compared elsewhere:
+each strategy's steps give what dgl.nn's convs give on DGL's blocks, step by step
 (tests/dist/test_nn_strategies.py), and every strategy side by side at 2 and 4 ranks, typed
 too, is docs/install.md's table (scripts/dgl_free_table.py). ``make test-core`` (no DGL)
 runs the blocked jobs alone.
@@ -40,6 +40,7 @@ LINK = ("--task", "link", "--data", "cora", "--epochs", "2", "--eval-every", "0"
         "--eval-pairs", "300")
 LINK_STRATEGIES = ["distdgl", "fullgraph"]
 SAID = "sitecustomize: import dgl is blocked"
+IMPORTED = "sitecustomize: dgl imported at exit: True"
 NODE_CASES = STRATEGIES + ["typed"]
 LINK_CASES = [f"link-{s}" for s in LINK_STRATEGIES]
 COMPARED = ["distdgl"]  # run with DGL importable too, where it is
@@ -53,7 +54,8 @@ GRANNDIS_EPOCHS = 60
 
 
 def _env(block_dir: Path | None) -> dict:
-    """The job's environment; with ``block_dir`` (a sitecustomize.py that blocks DGL) first on
+    """The job's environment; with ``block_dir`` (a sitecustomize.py: one that blocks DGL, or
+    :func:`watch_dir`'s) first on
     the path of every process it starts."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DGLX_")}
     env.update({"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "DGLX_TIMEOUT": "120",
@@ -115,7 +117,19 @@ def block_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, block_dir):
+def watch_dir(tmp_path_factory) -> Path:
+    """A folder whose sitecustomize.py says on stderr, as each process exits, whether it had
+    imported DGL (the runs on DGL's path must have: the package's convs never import it)."""
+    folder = tmp_path_factory.mktemp("watch")
+    (folder / "sitecustomize.py").write_text(
+        "import atexit, sys\n"
+        "atexit.register(lambda: sys.stderr.write("
+        "f'sitecustomize: dgl imported at exit: {\"dgl\" in sys.modules}\\n'))\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, block_dir, watch_dir):
     """Each case with DGL blocked (and, where DGL is installed, importable), two jobs at a
     time: {(case, blocked): (records, stderr, directory)}, once each exited 0; and the typed
     graph's chance and training papers."""
@@ -126,8 +140,8 @@ def runs(tmp_path_factory, block_dir):
             if blocked or HAVE_DGL and name in COMPARED]
     dirs = [tmp_path_factory.mktemp(f"{name}-{'nodgl' if blocked else 'dgl'}")
             for name, blocked in keys]
-    jobs = [_job(path, block_dir if blocked else None, *cases[name],
-                 ranks=4 if name == "granndis" else 2)
+    jobs = [_job(path, block_dir if blocked else watch_dir, *cases[name],
+                 *(() if blocked else ("--convs", "dgl")), ranks=4 if name == "granndis" else 2)
             for (name, blocked), path in zip(keys, dirs)]
     out = {}
     for key, path, r in zip(keys, dirs, run_together(jobs)):
@@ -156,10 +170,10 @@ def test_trains_where_dgl_cannot_be_imported(runs, name):
 @pytest.mark.dgl
 @pytest.mark.parametrize("name", COMPARED)
 def test_learns_what_the_same_run_learns_with_dgl(runs, name):
-    """Without DGL the run scores within a point of the same run with DGL."""
+    """Without DGL the run scores within a point of the same run on DGL's path."""
     records, _ = runs
     (without, _, _), (with_dgl, said_there, _) = records[(name, True)], records[(name, False)]
-    assert SAID not in said_there
+    assert SAID not in said_there and said_there.count(IMPORTED) >= 2, said_there[-3000:]
     assert abs(without[-1]["test_acc"] - with_dgl[-1]["test_acc"]) <= 0.01, (without[-1],
                                                                                with_dgl[-1])
 
