@@ -23,9 +23,9 @@ import pyarrow.parquet as pq
 
 from dglx_dist.errors import InvalidValueError
 
-__all__ = ["read_checked", "arrow_numpy", "to_arrow", "column_numpy", "read_feat", "feat_to_numpy", "check_range",
-           "check_finite", "check_plausible", "read_json_object", "write_arrow", "WRITE_OPTIONS",
-           "NONFINITE", "PLAUSIBLE", "ARROW_SUFFIX"]
+__all__ = ["read_checked", "arrow_numpy", "to_arrow", "column_numpy", "read_feat",
+           "feat_to_numpy", "check_range", "check_finite", "check_plausible", "read_json_object",
+           "write_arrow", "WRITE_OPTIONS", "NONFINITE", "PLAUSIBLE", "ARROW_SUFFIX"]
 
 NONFINITE = ("reject", "warn")  # what a loader does with NaN / Inf features
 

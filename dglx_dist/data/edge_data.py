@@ -14,7 +14,6 @@ import numpy as np
 import pyarrow as pa
 
 from dglx_dist.data.checked import arrow_numpy
-from dglx_dist.errors import InvalidValueError
 
 __all__ = ["edge_data_columns", "edge_data_arrays", "edge_data_spec", "checked_spec",
            "STRUCTURE"]
