@@ -21,10 +21,12 @@ import fcntl
 import logging
 import os
 import re
+import stat
 import time
 from pathlib import Path
 from typing import Iterator, Mapping
 
+from dglx_dist.data.nolinks import open_own
 from dglx_dist.data.owned import (describe_unproven, flock_within, read_record, remove_recorded,
                                   unproven)
 from dglx_dist.errors import DeadlineError, InvalidValueError, OutputExistsError
@@ -95,14 +97,14 @@ def making(entry: Path, timeout: float) -> Iterator[None]:
     ``timeout`` seconds (DeadlineError naming the lock)."""
     entry.parent.mkdir(parents=True, exist_ok=True)
     lock = _lock_of(entry)
-    with open(lock, "a") as f:
-        if not flock_within(f.fileno(), timeout, pause=0.2):
+    fd = open_own(lock)  # never a link planted under the lock's name
+    try:
+        if not flock_within(fd, timeout, pause=0.2):
             raise DeadlineError(f"waited {timeout:.0f}s for another job making {entry} "
                                 f"(it holds {lock}); is that job stuck?")
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def check_cache_dir(cache_dir: str | os.PathLike) -> None:
@@ -162,11 +164,17 @@ def _drop_lock(entry: Path) -> None:
     """Removes a removed entry's lock file (:func:`making`), unless a job holds it."""
     lock = _lock_of(entry)
     try:
-        with open(lock) as f:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:  # none, or a symbolic link someone planted: not ours to remove
+        return
+    try:
+        if os.fstat(fd).st_nlink == 1 and stat.S_ISREG(os.fstat(fd).st_mode):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             lock.unlink()
-    except OSError:  # none, or held by a job making the entry again
+    except OSError:  # held by a job making the entry again
         pass
+    finally:
+        os.close(fd)
 
 
 def prune(cache_dir: str | os.PathLike, limits: CacheLimits,

@@ -12,7 +12,7 @@ __all__ = ["DglxError", "InvalidValueError", "InvalidTypeError", "IdOutOfRangeEr
            "DeadlineError", "MissingDependencyError", "InternalError",
            "DatasetFormatError", "PartitionFormatError", "PartitionError",
            "InsufficientMemoryError", "CheckpointError", "NonFiniteLossError", "OutputExistsError",
-           "DiskFullError", "RunFailedError", "LearnedNothingError"]
+           "DiskFullError", "RunFailedError", "LearnedNothingError", "LinkedFileError"]
 
 
 class DglxError(Exception):
@@ -109,6 +109,12 @@ class NonFiniteLossError(DglxError, FloatingPointError):
 
 class OutputExistsError(DglxError, FileExistsError):
     """An output directory exists and may not be replaced (the message says why)."""
+
+
+class LinkedFileError(DglxError, ValueError):
+    """A file dglx would create or rewrite in a directory a user named is a link it did not
+    make (symbolic, or a hard link with other names) or no regular file: nothing was written
+    through it (:mod:`dglx_dist.data.nolinks`)."""
 
 
 class DiskFullError(DglxError, OSError):

@@ -21,6 +21,7 @@ import torch
 
 from dglx_dist.data.builtin import builtin_names, builtin_path
 from dglx_dist.data.format import is_hetero, read_hetero_meta, read_meta
+from dglx_dist.data.nolinks import replace_file
 from dglx_dist.cache import CacheLimits, check_cache_dir, making, prune, touch
 from dglx_dist.errors import (DatasetFormatError, DeadlineError, OutputExistsError,
                               PartitionError, StateError)
@@ -166,9 +167,7 @@ def made_by_rank0(session: Session, out: Path, marker: str, make: Callable[[], A
             _make_once(out, marker, make, what, wait_timeout)
         except BaseException as exc:
             failed.parent.mkdir(parents=True, exist_ok=True)
-            tmp = failed.with_name(f"{failed.name}.{attempt}")
-            tmp.write_text(f"{attempt}\n{type(exc).__name__}: {exc}")
-            os.replace(tmp, failed)
+            replace_file(failed, f"{attempt}\n{type(exc).__name__}: {exc}")
             raise
         failed.unlink(missing_ok=True)  # an earlier run's (no waiter takes it for this one's)
     deadline = time.monotonic() + wait_timeout

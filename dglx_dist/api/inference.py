@@ -17,6 +17,7 @@ from dglx_dist.api.split import node_split
 from dglx_dist.api.tensor import DistTensor
 from dglx_dist.data.atomic import DirKind, check_target
 from dglx_dist.data.checked import to_arrow
+from dglx_dist.data.nolinks import replacing
 from dglx_dist.data.owned import read_record, remove_recorded, write_record
 from dglx_dist.errors import InvalidValueError, NotSupportedError
 from dglx_dist.runtime.agree import on_every_rank
@@ -103,9 +104,8 @@ def export_parquet(directory: str | os.PathLike, tensor: DistTensor, nodes=None,
     out.mkdir(parents=True, exist_ok=True)
     table = pa.table({"node_id": to_arrow(ids.numpy()), "value": to_arrow(rows)})
     path = out / f"part-{g.session.rank:05d}.parquet"
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(path)
+    with replacing(path) as f:  # never through a link planted under its name
+        pq.write_table(table, f)
     g.session.world.barrier()
     if g.session.is_main:  # every rank's file is in place: rank 0 records them
         write_record(out, EXPORT_DIR.name)

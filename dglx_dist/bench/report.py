@@ -8,6 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from dglx_dist.data.nolinks import replacing
 from dglx_dist.errors import DglxError
 from dglx_dist.report import json_record, markdown_table
 
@@ -79,7 +80,7 @@ def _reference_name(rows: list[dict[str, Any]]) -> str:
 
 def write_jsonl(rows: list[dict[str, Any]], path: Path) -> None:
     """One JSON object per run."""
-    with open(path, "w") as f:
+    with replacing(path, "w") as f:
         for r in rows:
             f.write(json_record(r) + "\n")
 
@@ -303,7 +304,8 @@ def draw(panels: list[Panel], path: Path, title: str = "", columns: int = 3) -> 
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with replacing(path) as f:
+        fig.savefig(f, dpi=100, format="png")
     plt.close(fig)
 
 

@@ -19,6 +19,7 @@ from dglx_dist.bench.presets import PRESETS, bench_run, choose_network
 from dglx_dist.bench.report import markdown, plot, write_jsonl
 from dglx_dist.cli_flags import parse_key_values
 from dglx_dist.data.atomic import DirKind, check_target
+from dglx_dist.data.nolinks import replace_file
 from dglx_dist.data.convert import DGL_EXTRA
 from dglx_dist.data.owned import read_record, write_record
 from dglx_dist.errors import InvalidValueError, OutputExistsError
@@ -146,7 +147,7 @@ def run_all(args: argparse.Namespace, setup: Setup, kind: DataKind) -> list[dict
 def _render(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any], figure: bool) -> str:
     """Writes results.md (and bench.png) from the rows and meta; returns the markdown."""
     text = markdown(rows, meta)
-    (out / "results.md").write_text(text)
+    replace_file(out / "results.md", text)
     if figure:
         plot(rows, out / "bench.png", meta["command"],
              meta.get("table") or meta["setup"].get("task", "node"))
@@ -177,7 +178,7 @@ def run_bench(args: argparse.Namespace, command: str) -> tuple[list[dict[str, An
             "load_avg_1m": round(os.getloadavg()[0], 2),
             "wall_s": round(time.perf_counter() - t0, 1)}
     write_jsonl(rows, args.out / "results.jsonl")
-    (args.out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    replace_file(args.out / "meta.json", json.dumps(meta, indent=2) + "\n")
     text = _render(args.out, rows, meta, not args.no_plot)
     write_record(args.out, BENCH_DIR.name)  # the run's every file, its work/ caches included
     log.info("done in %.0f s; results in %s", meta["wall_s"], args.out)

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from dglx_dist.data.atomic import replace_directory
+from dglx_dist.data.nolinks import create_new, open_new
 from dglx_dist.data.owned import Record, describe_unproven, remove_recorded, unproven
 from dglx_dist.errors import CheckpointError, InvalidValueError
 
@@ -83,7 +84,7 @@ def write_file(directory: Path, name: str, data: bytes) -> dict[str, Any]:
     """Writes ``data`` to ``directory/name`` and syncs it; returns its manifest entry."""
     if not _FILE.match(name):
         raise InvalidValueError(f"checkpoint file name {name!r}; expected letters, digits, '_.-'")
-    with open(Path(directory) / name, "wb") as f:
+    with open_new(Path(directory) / name) as f:  # never through a planted link
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
@@ -162,7 +163,7 @@ def make_root(root: Path) -> list[Path]:
     try:
         root.mkdir(parents=True, exist_ok=True)
         probe = root / f".write-probe-{os.getpid()}"
-        probe.write_bytes(b"")
+        os.close(create_new(probe))  # never through a planted link
         probe.unlink()
     except OSError as exc:
         raise CheckpointError(f"--checkpoint-dir {root} cannot be written "

@@ -5,7 +5,8 @@ Rank 0 of a job takes an exclusive ``flock`` on the lock file before it checks t
 and holds it for the job's life, as :func:`dglx_dist.cache.making` locks a cache entry; the
 operating system drops it when the process ends, so a crashed job leaves no stale lock. The
 file records who holds it (host, pid, start time, command line, as JSON), so a second job is
-refused in one line that names the first. A clean release removes the file. Where a shared
+refused in one line that names the first. The file is never a link: one planted under its
+name is refused (:func:`~dglx_dist.data.nolinks.open_own`), not written through. A clean release removes the file. Where a shared
 filesystem does not support ``flock``, the job goes on unlocked with a warning.
 """
 from __future__ import annotations
@@ -21,8 +22,9 @@ import time
 from pathlib import Path
 
 from dglx_dist.checkpoint.files import LOCK_FILE, make_root
+from dglx_dist.data.nolinks import open_own
 from dglx_dist.data.owned import flock_within
-from dglx_dist.errors import CheckpointError
+from dglx_dist.errors import CheckpointError, LinkedFileError
 
 __all__ = ["JobLock", "LOCK_FILE"]
 
@@ -133,8 +135,12 @@ class JobLock:
 
     @staticmethod
     def _open(path: Path) -> int:
+        """The lock file, never a link someone planted under its name (:func:`open_own`)."""
         try:
-            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            return open_own(path)
+        except LinkedFileError as exc:
+            raise CheckpointError(f"--checkpoint-dir {path.parent}: its lock file: {exc}") \
+                from None
         except OSError as exc:
             raise _unusable(path, "open", exc) from None
 

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from dglx_dist.data.nolinks import replace_file
+
 __all__ = ["RECORD", "Record", "sha256_file", "write_record", "add_to_record", "read_record",
            "unproven", "remove_recorded", "describe_unproven", "flock_within"]
 
@@ -101,9 +103,7 @@ def write_record(directory: str | os.PathLike, kind: str,
 
 def _write(directory: Path, kind: str, files: Mapping[str, Mapping[str, Any]]) -> None:
     body = {"format": _FORMAT, "kind": kind, "files": files}
-    tmp = directory / f"{RECORD}.{os.getpid()}"
-    tmp.write_text(json.dumps(body, indent=1, sort_keys=True))
-    os.replace(tmp, directory / RECORD)
+    replace_file(directory / RECORD, json.dumps(body, indent=1, sort_keys=True))
 
 
 def add_to_record(directory: str | os.PathLike, rels: tuple[str, ...]) -> bool:
@@ -137,7 +137,6 @@ def add_to_record(directory: str | os.PathLike, rels: tuple[str, ...]) -> bool:
                     files[rel] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
             _write(directory, record.kind, files)
     except OSError:
-        (directory / f"{RECORD}.{os.getpid()}").unlink(missing_ok=True)
         return False
     return True
 

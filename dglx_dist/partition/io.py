@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from dglx_dist.data.atomic import DirKind, atomic_directory
 from dglx_dist.data.owned import add_to_record, write_record
+from dglx_dist.data.nolinks import replace_file
 from dglx_dist.data.checked import check_plausible, read_json_object, to_arrow, write_arrow
 from dglx_dist.errors import OutputExistsError, PartitionFormatError
 from dglx_dist.partition import checksums
@@ -77,12 +78,9 @@ def record_verified(folder: Path, names) -> None:
     folder records nothing."""
     stamps = _stamps(folder)
     stamps[socket.gethostname()] = {n: _identity(folder / n) for n in names}
-    tmp = folder / f"{VERIFIED}.{os.getpid()}"
     try:
-        tmp.write_text(json.dumps(stamps))
-        os.replace(tmp, folder / VERIFIED)
+        replace_file(folder / VERIFIED, json.dumps(stamps))
     except OSError:
-        tmp.unlink(missing_ok=True)
         return
     keep_stamp_recorded(folder)
 

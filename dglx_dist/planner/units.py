@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from dglx_dist.data.nolinks import replace_file
 from dglx_dist.planner.predict import Calibration
 from dglx_dist.planner.shapes import GraphShape, Units, Workload
 
@@ -141,9 +142,7 @@ def save_measured(changes: Mapping[str, Any], path: Path | None = None) -> Path:
         data[key] = {**data.get(key, {}), **value} if isinstance(value, Mapping) else value
     data["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    replace_file(path, json.dumps(data, indent=2, sort_keys=True))
     return path
 
 

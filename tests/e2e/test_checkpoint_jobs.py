@@ -117,3 +117,23 @@ def test_a_second_job_on_a_checkpoint_dir_is_refused_and_the_first_goes_on(tmp_p
     assert f"resumed from {root / f'epoch-{EPOCHS:06d}'}" in after.stderr
     assert [e for e, _ in files.list_checkpoints(root)] == [EPOCHS + 1, EPOCHS + 2]
     assert not (root / files.LOCK_FILE).exists()
+
+
+def test_a_lock_link_planted_in_the_checkpoint_dir_is_refused_and_its_target_kept(tmp_path):
+    """Issue 77, item 1, as its tester ran it: a symbolic link planted as the lock file of a
+    two-rank job's --checkpoint-dir; the job is refused before it trains, in one line from
+    rank 0, and the file the link points to keeps its bytes (both kinds of link, and every
+    other file dglx writes in a user's directory: tests/unit/test_nolinks.py)."""
+    root, victim = tmp_path / "ckpt", tmp_path / "victim" / "notes.txt"
+    root.mkdir()
+    victim.parent.mkdir()
+    victim.write_text("notes\n")
+    (root / files.LOCK_FILE).symlink_to("../victim/notes.txt")
+    job = subprocess.run(_two_ranks(tmp_path, free_local_port(), 2), capture_output=True,
+                         text=True, env=_env(), timeout=120, cwd=tmp_path)
+    assert job.returncode != 0, job.stderr[-3000:]
+    said = _said(job.stderr, "is a symbolic link (to ../victim/notes.txt)")
+    assert len(said) == 1 and "ERROR" in said[0], job.stderr[-3000:]
+    assert not [ln for ln in job.stderr.splitlines() if 'File "' in ln and "/dglx_dist/" in ln]
+    assert victim.read_text() == "notes\n" and '"epoch"' not in job.stdout
+    assert (root / files.LOCK_FILE).is_symlink() and sorted(os.listdir(root)) == [files.LOCK_FILE]
