@@ -59,10 +59,28 @@ DGL_EXTRA = "pip install dglx-dist[dgl]"
 
 def require_dgl(what: str, instead: str = "") -> None:
     """Refuses ``what`` in one line where DGL cannot be imported: a MissingDependencyError
-    naming the extra to install (and ``instead``, what works without DGL)."""
-    if not dgl_installed():
-        raise MissingDependencyError(f"{what} needs DGL, which is not installed: {DGL_EXTRA}"
+    naming the extra to install (and ``instead``, what works without DGL), or, where DGL is
+    installed but its import fails, that failure (a DGL built for another torch, numpy 2, a
+    missing library), so it is never taken for DGL being absent."""
+    problem = _dgl_problem()
+    if problem is not None:
+        raise MissingDependencyError(f"{what} needs DGL, {problem}"
                                      + (f" ({instead})" if instead else ""))
+
+
+def _dgl_problem() -> str | None:
+    """Why DGL cannot be used here (None where ``import dgl`` works): not installed, or
+    installed at a path where its import raises (that error, in one line)."""
+    if not dgl_installed():
+        return f"which is not installed: {DGL_EXTRA}"
+    try:
+        importlib.import_module("dgl")
+    except Exception as exc:  # a broken install raises ImportError, OSError, RuntimeError...
+        origin = importlib.util.find_spec("dgl").origin
+        error = " ".join(f"{type(exc).__name__}: {exc}".split())
+        return (f"which is installed ({origin}) but fails to import: {error}; DGL 2.1 needs "
+                f"torch 2.0-2.2 and numpy < 2 (docs/install.md)")
+    return None
 
 
 def is_dgl(value, kind: str = "DGLGraph") -> bool:

@@ -22,6 +22,7 @@ from torch import nn
 
 from dglx_dist.convs.message import edge_softmax, in_degrees, u_mul_e_sum
 from dglx_dist.errors import InvalidTypeError, InvalidValueError
+from dglx_dist.nn.graphconv import src_and_dst
 
 __all__ = ["GATConv"]
 
@@ -113,6 +114,7 @@ class GATConv(nn.Module):
         """The destinations' input after dropout, and the sources' and destinations'
         projections, (nodes, ..., heads, out_feats)."""
         heads = (self._num_heads, self._out_feats)
+        src_and_dst(graph, feat, "GATConv")  # rows of the block's nodes, or one line
         if isinstance(feat, tuple):
             h_src, h_dst = (self.feat_drop(x) for x in feat)
             fc_src, fc_dst = (self.fc, self.fc) if hasattr(self, "fc") else \

@@ -91,12 +91,27 @@ class GraphConv(nn.Module):
 
 
 # -- the pieces SAGEConv shares ------------------------------------------------------------------
-def src_and_dst(graph, feat) -> tuple[torch.Tensor, torch.Tensor]:
+def src_and_dst(graph, feat, conv: str = "GraphConv") -> tuple[torch.Tensor, torch.Tensor]:
     """``feat`` as (the sources' rows, the destinations' rows): a pair as it is; one tensor
-    holds the sources' rows, the destinations' the first of them (a block numbers them first)."""
+    holds the sources' rows, the destinations' the first of them (a block numbers them first).
+    Rows that do not match the block's nodes are refused (:func:`check_rows`)."""
     if isinstance(feat, tuple):
+        check_rows(graph, conv, *feat)
         return feat
+    check_rows(graph, conv, feat)
     return feat, feat[:graph.num_dst_nodes()]
+
+
+def check_rows(graph, conv: str, feat_src: torch.Tensor,
+               feat_dst: torch.Tensor | None = None) -> None:
+    """Refuses rows of another count than the block's sources (and destinations), in one line
+    as DGL's convs do, before any kernel sees them."""
+    for rows, count, what in ((feat_src, graph.num_src_nodes(), "source"),
+                              (feat_dst, graph.num_dst_nodes(), "destination")):
+        if rows is not None and rows.shape[0] != count:
+            raise InvalidValueError(f"{conv}: the block has {count} {what} nodes but the "
+                                    f"features have {rows.shape[0]} rows; expected one row per "
+                                    f"{what} node")
 
 
 def refuse_zero_in_degree(graph, conv: str) -> None:

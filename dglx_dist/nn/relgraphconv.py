@@ -14,6 +14,7 @@ from torch import nn
 
 from dglx_dist.convs.message import copy_e_sum
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.nn.graphconv import check_rows
 
 __all__ = ["TypedLinear", "RelGraphConv"]
 
@@ -142,6 +143,7 @@ class RelGraphConv(nn.Module):
         DGL's) from the sources' rows ``feat``, with each edge's relation ``etypes`` (in the
         order of ``g``'s edges) and ``norm`` (a row per edge; None: 1). ``presorted``: the
         edges are in the order of their relations."""
+        check_rows(g, "RelGraphConv", feat)
         msg = self.linear_r(feat.index_select(0, g.edges()[0].long()), etypes, presorted)
         if norm is not None:
             msg = msg * norm

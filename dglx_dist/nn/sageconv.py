@@ -25,7 +25,7 @@ from torch.nn import functional as F
 
 from dglx_dist.convs.message import in_degrees, u_mul_e_max
 from dglx_dist.errors import InvalidValueError, NotSupportedError
-from dglx_dist.nn.graphconv import edge_factor, per_row, weighted_sum
+from dglx_dist.nn.graphconv import edge_factor, per_row, src_and_dst, weighted_sum
 
 __all__ = ["SAGEConv"]
 
@@ -76,11 +76,10 @@ class SAGEConv(nn.Module):
     def forward(self, graph, feat, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
         """Rows of the destinations from ``feat`` (rows of the sources, or a pair ``(rows of
         the sources, rows of the destinations)``)."""
-        if isinstance(feat, tuple):
-            feat_src, feat_dst = self.feat_drop(feat[0]), self.feat_drop(feat[1])
-        else:
-            feat_src = self.feat_drop(feat)
-            feat_dst = feat_src[:graph.num_dst_nodes()]
+        feat_src, feat_dst = src_and_dst(graph, feat, "SAGEConv")
+        feat_src = self.feat_drop(feat_src)
+        feat_dst = self.feat_drop(feat_dst) if isinstance(feat, tuple) else \
+            feat_src[:graph.num_dst_nodes()]
         if self._aggre_type == "pool":
             pooled = u_mul_e_max(graph, F.relu(self.fc_pool(feat_src)),
                                  edge_factor(graph, edge_weight, feat_src))

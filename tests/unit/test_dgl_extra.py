@@ -100,3 +100,27 @@ print(dgl_installed(), is_dgl(object()), is_dgl(object(), "dataloading.Sampler")
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["False", "False", "False"]
+
+
+@pytest.mark.parametrize("case", ["runner", "import dglx_dist.dgl"])
+def test_a_dgl_that_fails_to_import_is_named_with_its_error_not_as_absent(tmp_path, case):
+    """Issue 77, item 6: where a package ``dgl`` is installed but its import raises (here a
+    ``dgl`` whose ``__init__`` raises as a DGL built for another torch does), the refusal
+    says so, with the import's own error, instead of "not installed"."""
+    fake = tmp_path / "broken" / "dgl"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise ImportError("libdgl.so: cannot open shared '
+                                      'object file")\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake.parent), str(ROOT)])}
+    proc = subprocess.run([sys.executable, *_cases(tmp_path)[case]], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode != 0, proc.stderr
+    assert lines[-1].endswith(f"needs DGL, which is installed ({fake / '__init__.py'}) but fails "
+                              f"to import: ImportError: libdgl.so: cannot open shared object "
+                              f"file; DGL 2.1 needs torch 2.0-2.2 and numpy < 2 "
+                              f"(docs/install.md) (the package's own API, dglx_dist.api, and "
+                              f"dglx train need no DGL)"), proc.stderr
+    assert "not installed" not in proc.stderr
+    if case == "runner":
+        assert len(lines) == 1 and proc.returncode == 2, proc.stderr

@@ -232,3 +232,29 @@ def test_the_convs_train_without_dgl():
         assert "dgl" not in sys.modules
     """)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("conv", ["sage", "graph", "gat", "rel"])
+@pytest.mark.parametrize("form", ["package", "dgl"])
+@pytest.mark.parametrize("extra", [2, -3])
+def test_rows_of_another_count_than_the_blocks_sources_are_refused_in_one_line(conv, form,
+                                                                               extra):
+    """Issue 77, item 6: on either form of block, rows that do not match the block's sources
+    are refused with the package's one-line error (DGL's conv raises its own DGLError there),
+    never a kernel's check with a C++ stack or a broadcast error from torch."""
+    block = _block(self_loops=True)
+    graph = block if form == "package" else block.to_dgl()
+    rows = torch.randn(block.num_src_nodes() + extra, 4)
+    mine = {"sage": lambda: ours.SAGEConv(4, 3, "mean"), "graph": lambda: ours.GraphConv(4, 3),
+            "gat": lambda: ours.GATConv(4, 3, 2), "rel": lambda: ours.RelGraphConv(4, 3, 2)}[conv]()
+    args = (torch.zeros(block.num_edges(), dtype=torch.long),) if conv == "rel" else ()
+    with pytest.raises(InvalidValueError) as refused:
+        mine(graph, rows, *args)
+    message = str(refused.value)
+    assert message == (f"{type(mine).__name__}: the block has {block.num_src_nodes()} source "
+                       f"nodes but the features have {rows.shape[0]} rows; expected one row "
+                       f"per source node")
+    theirs = {"sage": lambda: dglnn.SAGEConv(4, 3, "mean"), "graph": lambda: dglnn.GraphConv(4, 3),
+              "gat": lambda: dglnn.GATConv(4, 3, 2), "rel": lambda: dglnn.RelGraphConv(4, 3, 2)}
+    with pytest.raises(Exception):  # DGL refuses the same rows (a DGLError)
+        theirs[conv]()(block.to_dgl(), rows, *args)
