@@ -26,7 +26,7 @@ import stat
 from pathlib import Path
 from typing import IO, Iterator
 
-from dglx_dist.errors import LinkedFileError
+from dglx_dist.errors import LinkedFileError, OutputExistsError
 
 __all__ = ["create_new", "open_new", "replacing", "replace_file", "open_own"]
 
@@ -125,8 +125,8 @@ def _fresh_beside(path: Path, tries: int = 100) -> tuple[int, Path]:
             return os.open(tmp, os.O_WRONLY | _NEW, 0o666), tmp
         except FileExistsError:
             continue
-    raise FileExistsError(errno.EEXIST, f"no fresh temporary name beside {path} in {tries} "
-                                        f"tries")
+    raise OutputExistsError(f"no fresh temporary name beside {path} in {tries} tries: is "
+                            f"something making files of these names there?")
 
 
 def _check_replaceable(path: Path) -> None:
