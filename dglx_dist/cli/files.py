@@ -1,6 +1,6 @@
-"""``dglx verify`` and ``dglx cache``: the files dglx wrote (verify hashes every chunk of every
-file, where a load samples them: docs/partition_format.md#guarantees; the cache:
-:mod:`dglx_dist.cache`)."""
+"""``dglx verify`` and ``dglx cache``: the files dglx wrote (verify runs the full check of
+every part file, its SHA-256 and every chunk sum, where loads after a host's first sample the
+chunks: docs/partition_format.md#guarantees; the cache: :mod:`dglx_dist.cache`)."""
 from __future__ import annotations
 
 import argparse

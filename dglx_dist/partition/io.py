@@ -7,8 +7,9 @@ are uncompressed Arrow IPC files, memory-mapped when read; version 1 directories
 tables as Parquet files) are still read. The whole directory is built under a temporary name
 and renamed into place when complete, so an interrupted partitioning never leaves a directory
 that loads. Loading part ``p`` reads the manifest and that part's files only, verifying their
-sizes and checksums: in full at a host's first load, then a random sample of their chunks at
-each load (:func:`still_verified`).
+sizes and checksums: in full at a host's first load (each file's SHA-256 and every chunk sum)
+and whenever the files or the manifest changed since, else a random sample of their chunks
+(:func:`still_verified`; :mod:`~dglx_dist.partition.checksums`).
 """
 from __future__ import annotations
 
@@ -96,11 +97,14 @@ def keep_stamp_recorded(folder: Path) -> None:
 def still_verified(folder: Path, names) -> bool:
     """Whether this host hashed every one of ``names`` in full since it was last written (a
     copied, replaced or rewritten file has another identity; a missing or unreadable stamp,
-    or another host's, is no stamp). Writing a part is not verifying it."""
+    or another host's, is no stamp), against the manifest as it is now (one changed since the
+    stamp was written is checked in full again). Writing a part is not verifying it."""
     record = _stamps(folder).get(socket.gethostname())
     try:
-        return isinstance(record, dict) and all(record.get(n) == _identity(folder / n)
-                                                for n in names)
+        return (isinstance(record, dict)
+                and all(record.get(n) == _identity(folder / n) for n in names)
+                and (folder.parent / MANIFEST).stat().st_mtime_ns
+                < (folder / VERIFIED).stat().st_mtime_ns)
     except OSError:
         return False
 

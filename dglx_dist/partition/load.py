@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import os
 import random
 from pathlib import Path
@@ -34,6 +35,7 @@ from dglx_dist.partition.types import GraphTypes
 __all__ = ["PartitionDir", "Partition"]
 
 _ERR = PartitionFormatError
+log = logging.getLogger(__name__)
 
 
 class PartitionDir:
@@ -326,18 +328,29 @@ class PartitionDir:
 
     def verify_part(self, part: int, full: bool = False) -> None:
         """Checks part ``part``'s files against the manifest's sizes and checksums, once per
-        part: in full, or where this host hashed them in full before as they are now (and not
-        ``full``) a random sample of their chunks (docs/partition_format.md, "Guarantees")."""
+        part: in full (each file's SHA-256 and every chunk sum), or where this host hashed them
+        in full before as they and the manifest are now (and not ``full``) a random sample of
+        the chunks of the files with usable chunk sums, the others in full; logs one line
+        saying which (docs/partition_format.md, "Guarantees")."""
         self._check_part(part)
         if part in self._verified and not full:
             return
         folder, files = self.path / self._entry(part)["dir"], self._entry(part)["files"]
         if full or not still_verified(folder, files):
-            checksums.verify_files(folder, files)
+            done = checksums.verify_files(folder, files)
             record_verified(folder, files)
+            unchunked = sum(not checksums.usable(i) for i in files.values())
+            log.info("%s: full check of %d files (%d bytes): SHA-256 and every chunk sum; "
+                     "later loads on this host hash a sample of chunks%s", folder, done.files,
+                     sum(i["bytes"] for i in files.values()),
+                     f" ({unchunked} files without chunk sums: whole)" if unchunked else "")
         else:
-            checksums.verify_files(folder, files, self._sampler)
+            done = checksums.verify_files(folder, files, self._sampler)
             keep_stamp_recorded(folder)
+            whole = f"; {done.whole} without chunk sums hashed whole" if done.whole else ""
+            log.info("%s: sampled check of %d of %d chunks%s (loads after this host's first "
+                     "full check hash a sample of chunks; `dglx verify` hashes every byte)",
+                     folder, done.sampled, done.of_chunks, whole)
         self._verified.add(part)
 
     def _load_feat(self, part: int, num_core: int) -> tuple[np.ndarray, tuple[int, int]]:

@@ -32,16 +32,18 @@ def _drop_chunk_sums(out):
     (out / "partition.json").write_text(json.dumps(m))
 
 
-def test_verify_finds_damage_a_stamped_load_trusts(tiny, tmp_path):
-    """A manifest without chunk sums (an older directory) loads as before: a stamped load
-    hashes nothing; ``dglx verify`` hashes every file."""
+def test_without_chunk_sums_every_load_and_verify_hash_every_file(tiny, tmp_path):
+    """A manifest without chunk sums (an older directory) loads, and every load hashes its
+    files whole, stamp or not (issue 77: before, a stamped load hashed nothing); ``dglx
+    verify`` hashes every file."""
     out = tmp_path / "P"
     partition_dataset(tiny, out, "hash", 2)
     _drop_chunk_sums(out)
     PartitionDir(out).load_part(0)  # this host's full check: stamped
     assert verify_path(out)["kind"] == "partition"
     _rot(out / "part-00000" / "feat.arrow")
-    PartitionDir(out).load_part(0)  # the stamp still matches, and there are no chunks to sample
+    with pytest.raises(PartitionFormatError, match=r"part-00000/feat.arrow: sha256"):
+        PartitionDir(out).load_part(0)  # the stamp still matches; no chunks to sample
     with pytest.raises(PartitionFormatError, match=r"part-00000/feat.arrow: sha256"):
         verify_path(out)
     assert main(["verify", str(out)]) == 2
