@@ -133,6 +133,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                       compute_speedup=args.compute_speedup, sample_speedup=args.sample_speedup)
     work = workload_for({"fanouts": args.fanouts, "batch_size": args.batch_size or 1000,
                          **given}, args.model, args.hidden, task=_task(args))
+    if pdir is not None:
+        _check_parts(pdir, cluster, given, graph, work)
     plan = make_plan(graph, work, cluster, measured=measured, given=given,
                      accept=None if pdir is None else _fitting(pdir, cluster))
     if args.json:
@@ -152,11 +154,40 @@ def _task(args: argparse.Namespace):
 
 
 def _fitting(pdir, cluster) -> Callable:
+    """Takes the strategies (built) that train ``pdir`` on ``cluster``; raises why not."""
     from dglx_dist.runtime.topology import Topology
-    from dglx_dist.strategies.base import fits_partitions
+    from dglx_dist.strategies.base import check_partitions
 
     topology = Topology(cluster.servers, cluster.ranks_per_server)
-    return lambda built: fits_partitions(built, pdir, topology)
+    return lambda built: check_partitions(built, pdir, topology) or True
+
+
+def _check_parts(pdir, cluster, given, graph, work) -> None:
+    """Refuses a partition directory whose part count no planned strategy takes on
+    ``cluster``, in one line: its parts against the cluster's servers and ranks."""
+    from dglx_dist.errors import PartitionError
+    from dglx_dist.planner.plan import candidates, for_task
+    from dglx_dist.runtime.topology import Topology
+
+    topology = Topology(cluster.servers, cluster.ranks_per_server)
+    needs: dict[int, list[str]] = {}
+    for name, built in candidates(given, graph, for_task(work)):
+        needs.setdefault(built.partition_spec(topology).num_parts, []).append(name)
+    parts = pdir.num_parts
+    if not needs or parts in needs:
+        return
+    wants = "; ".join(f"{', '.join(names)} need{'s' if len(names) == 1 else ''} {n}"
+                      for n, names in sorted(needs.items()))
+    raise PartitionError(
+        f"dglx plan: --partitions {pdir.path} has {parts} parts; this cluster has "
+        f"{_count(cluster.servers, 'server')} x {_count(cluster.ranks_per_server, 'rank')} "
+        f"({_count(cluster.world, 'rank')} in all), on which {wants}: plan for the cluster "
+        f"the parts were made for (--servers {parts} --ranks-per-server 1 takes {parts} parts "
+        f"under every strategy), or partition again (`dglx partition --parts N`)")
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'s' if n != 1 else ''}"
 
 
 # name: (help, add the arguments, run)

@@ -2,7 +2,8 @@
 ``--strategy auto`` (docs/choosing.md, "Planning"). A plan counts each strategy's epoch from
 the shapes alone (:mod:`.laws`), prices it with one rank's unit costs (:mod:`.units`,
 :mod:`.predict`), chooses its options (:mod:`.options`), estimates its memory per rank from
-the strategy's measured fit, and picks the fastest that fits (:mod:`.plan`);
+the strategy's measured fit and what it holds at the plan's widths, and picks the fastest
+that fits (:mod:`.plan`);
 :mod:`.auto` resolves ``--strategy auto``."""
 from dglx_dist.planner.inputs import (DEFAULT_CUTS, graph_of_dataset, graph_of_directory,
                                    graph_of_partitions, graph_shape)

@@ -31,15 +31,17 @@ from dglx_dist.planner.laws import ID, Work, sampled_steps
 from dglx_dist.planner.shapes import Cluster, GraphShape, Units, Workload
 
 __all__ = ["CACHE_SHARE", "CHOOSERS", "Choice", "MIN_SAVING", "Situation", "cache_hits",
-           "choose"]
+           "choose", "workload_options"]
 
 MIN_SAVING = 0.05
 """The share of a server's pulled rows that must be shared by its ranks to pull together."""
 CACHE_SHARE = 0.5
 """The share of a server's free memory a distdgl cache takes (the rest is slack for what the
-memory fits do not model: wide features, the batches)."""
+memory estimates miss: they count the features, the batches and the activations at the plan's
+widths from the graph's sizes, not its degrees)."""
 ACTIVATION_COPIES = 3
-"""Activations a full-graph rank holds per layer and node: outputs, saved inputs, gradients."""
+"""Activations a full-graph rank holds per layer and node: outputs, saved inputs, gradients
+(as the strategies' memory estimates count them: ``dglx_dist.strategies.holdings``)."""
 _HITS = ((0.0, 0.0), (0.1, 0.4), (0.2, 0.54), (1.0, 1.0))
 
 
@@ -60,7 +62,9 @@ class Situation:
         config: its options class (the defaults, and which options it takes).
         graph, work, cluster, units: the plan's inputs.
         given: the options the user gave (kept).
-        peak_per_rank: the memory fit's estimate for a rank (bytes), None: not modelled.
+        peak_per_rank: the strategy's memory estimate for a rank with the given options and
+            the workload's (bytes: its fit, what it holds at the plan's widths, the margin),
+            None: not modelled.
     """
 
     strategy: str
@@ -71,12 +75,6 @@ class Situation:
     units: Units
     given: Mapping[str, Any]
     peak_per_rank: float | None
-
-    def takes(self, option: str) -> bool:
-        return option in {f.name for f in dataclasses.fields(self.config)}
-
-    def default(self, option: str) -> Any:
-        return next(f.default for f in dataclasses.fields(self.config) if f.name == option)
 
     def free_per_server(self) -> float | None:
         """Memory a server has left after its ranks' estimated peaks (None: unknown)."""
@@ -115,17 +113,19 @@ def chooser(name: str) -> Callable[[Chooser], Chooser]:
     return register
 
 
-def _workload_options(s: Situation) -> dict[str, Any]:
-    """The workload's depth and batching, for the options that differ from the defaults."""
-    wanted = {"fanouts": tuple(s.work.fanouts), "num_layers": s.work.layers}
-    if not s.work.link:  # the link task's batch is its own (edges), not the strategy's
-        wanted["batch_size"] = s.work.batch_size
-    return {k: v for k, v in wanted.items() if s.takes(k) and v != s.default(k)}
+def workload_options(config: type, work: Workload) -> dict[str, Any]:
+    """``work``'s depth and batching as options of a strategy's ``config`` class, those it
+    takes that differ from its defaults."""
+    wanted = {"fanouts": tuple(work.fanouts), "num_layers": work.layers}
+    if not work.link:  # the link task's batch is its own (edges), not the strategy's
+        wanted["batch_size"] = work.batch_size
+    fields = {f.name: f.default for f in dataclasses.fields(config)}
+    return {k: v for k, v in wanted.items() if k in fields and v != fields[k]}
 
 
 def choose(s: Situation, work: Work) -> Choice:
     """The options of ``s.strategy`` (the given ones kept) and what they change."""
-    base = Choice({**_workload_options(s), **s.given}, work, s.peak_per_rank)
+    base = Choice({**workload_options(s.config, s.work), **s.given}, work, s.peak_per_rank)
     fn = CHOOSERS.get(s.strategy)
     if fn is None:
         return base
@@ -171,7 +171,8 @@ def _distdgl(s: Situation, work: Work) -> Choice:
         work = dataclasses.replace(
             work, inter_bytes=work.inter_bytes - hits * work.pull_inter_bytes,
             pull_inter_bytes=(1 - hits) * work.pull_inter_bytes)
-        peak = None if peak is None else peak + cache_mb * 2**20 / g
+        if "cache_mb" not in s.given:  # a given cache is in the strategy's own estimate
+            peak = None if peak is None else peak + cache_mb * 2**20 / g
     return Choice(options, work, peak)
 
 

@@ -1,6 +1,7 @@
 """The plan: every strategy with a law, its options chosen (:mod:`~dglx_dist.planner.options`),
 its epoch predicted (:mod:`~dglx_dist.planner.predict`) and its memory per rank estimated (the
-strategy's own measured fit, :mod:`dglx_dist.strategies.footprint`, plus its margin); the
+strategy's own measured fit and what it holds at the plan's widths,
+:mod:`dglx_dist.strategies.footprint`, plus its margin); the
 fastest that fits is the choice, ranked by epoch time x the epochs its kind of training needs
 (:attr:`PlanRow.epochs`: accuracy comes with optimizer steps, so full-graph training, one
 step an epoch, takes epochs in proportion to a sampled epoch's steps). Pure arithmetic: the
@@ -11,12 +12,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Iterable, Mapping
 
-from dglx_dist.errors import DglxError, InsufficientMemoryError, InvalidValueError
+from dglx_dist.errors import (DglxError, InsufficientMemoryError, InvalidValueError,
+                              NotSupportedError)
 from dglx_dist.planner.inputs import memory_size
 from dglx_dist.planner.laws import LAWS, sampled_steps
-from dglx_dist.planner.options import Choice, Situation, choose
+from dglx_dist.planner.options import Choice, Situation, choose, workload_options
 from dglx_dist.planner.predict import phases
-from dglx_dist.planner.shapes import Cluster, GraphShape, Workload
+from dglx_dist.planner.shapes import WEIGHTS, Cluster, GraphShape, Workload
 from dglx_dist.planner.units import Measured, calibration, full_step
 from dglx_dist.report import markdown_table
 
@@ -181,12 +183,21 @@ def _row(name: str, s: Situation) -> PlanRow:
                    chosen.options, once, w.rounds, epochs)
 
 
-def _peak(strategy, graph: GraphShape, cluster: Cluster) -> float | None:
-    """The strategy's memory fit for a rank, plus the check's margin (None: no fit)."""
-    from dglx_dist.strategies.footprint import MARGIN, JobSize, peak_per_rank
+def _peak(name: str, options: Mapping[str, Any], graph: GraphShape, work: Workload,
+          cluster: Cluster) -> float | None:
+    """A rank's memory under strategy ``name`` built with ``options`` and the workload's
+    depth and batching: its fit at the graph's share, what it holds at the plan's widths
+    (features, a step's rows, activations, parameters), plus the check's margin (None: no
+    memory model)."""
+    from dglx_dist.strategies import STRATEGIES
+    from dglx_dist.strategies.footprint import MARGIN, JobSize, ModelSize, peak_per_rank
 
-    job = JobSize(memory_size(graph), cluster.world, cluster.ranks_per_server)
-    peak = peak_per_rank(strategy, job)
+    model = ModelSize(work.hidden, work.dims(graph)[-1], WEIGHTS[work.model])
+    job = JobSize(memory_size(graph), cluster.world, cluster.ranks_per_server, model,
+                  cluster.ranks_per_server, graph.cut)
+    built = STRATEGIES.build(name, **{**workload_options(STRATEGIES.get(name).Config, work),
+                                      **options})
+    peak = peak_per_rank(built, job)
     return None if peak is None else peak * (1 + MARGIN)
 
 
@@ -206,29 +217,35 @@ def _trains(built, work: Workload) -> bool:
 
 
 def candidates(given: Mapping[str, Any], graph: GraphShape,
-               accept: Callable[[Any], bool] | None = None) -> list[tuple[str, Any]]:
+               accept: Callable[[Any], bool] | None = None,
+               refused: dict[str, str] | None = None) -> list[tuple[str, Any]]:
     """The registered strategies with a law that take every option in ``given``, train the
     graph (one with types: those that train typed graphs), and that ``accept`` takes (built
-    with ``given``; e.g. :func:`for_task`): ``(name, built)`` in registry order."""
+    with ``given``; e.g. :func:`for_task`; it may raise a :class:`~dglx_dist.errors.DglxError`
+    that says why not): ``(name, built)`` in registry order. ``refused``, where given, gets
+    why each of the others was left out, by name."""
     from dglx_dist.strategies import STRATEGIES
 
-    out = []
+    out, refused = [], {} if refused is None else refused
     for name in STRATEGIES.names():
         if name not in LAWS:
             continue
         fields = {f.name for f in dataclasses.fields(STRATEGIES.get(name).Config)}
         if set(given) - fields:
+            refused[name] = f"no option {', '.join(sorted(set(given) - fields))}"
             continue
         try:
             built = STRATEGIES.build(name, **given)
+            if graph.node_types and not built.capabilities.typed_graphs:
+                raise NotSupportedError("graphs with node types are not trained")
             if graph.node_types:
-                if not built.capabilities.typed_graphs:
-                    continue
                 built.check_typed("the planned graph")
-        except DglxError:
-            continue
-        if accept is None or accept(built):
-            out.append((name, built))
+            if accept is None or accept(built):
+                out.append((name, built))
+            else:
+                refused[name] = "left out by the caller (e.g. it does not fit the partitions)"
+        except DglxError as exc:
+            refused[name] = str(exc)
     return out
 
 
@@ -241,29 +258,47 @@ def make_plan(graph: GraphShape, work: Workload, cluster: Cluster, *,
         measured: the unit costs (:func:`~dglx_dist.planner.units.load_measured`).
         given: options the user set (kept; only strategies that take them all are planned).
         accept: only the strategies (built) it accepts (e.g. those that fit a partition
-            directory); only those with the capabilities ``work``'s task needs are planned
-            (:data:`TASK_NEEDS`).
+            directory; it may raise a :class:`~dglx_dist.errors.DglxError` saying why not,
+            which the refusal names); only those with the capabilities ``work``'s task needs
+            are planned (:data:`TASK_NEEDS`).
 
     Raises:
-        InvalidValueError: no registered strategy takes the given options.
+        InvalidValueError: no registered strategy can be planned (one line: why each was
+            left out).
         InsufficientMemoryError: no strategy fits the cluster's memory (one line naming the
             smallest requirement).
     """
-    given, task = dict(given or {}), for_task(work)
-    found = candidates(given, graph, lambda built: task(built) and _trains(built, work) and
-                       (accept is None or accept(built)))
+    given, task, refused = dict(given or {}), for_task(work), {}
+
+    def planned(built) -> bool:
+        if not task(built):
+            raise NotSupportedError(f"the {work.task!r} task is not trained")
+        if not _trains(built, work):
+            raise NotSupportedError(f"model {work.model!r} is not trained")
+        return accept is None or accept(built)
+
+    found = candidates(given, graph, planned, refused)
     if not found:
-        raise InvalidValueError(f"plan: no strategy with a cost model takes the options "
-                                f"{sorted(given)} (and trains this graph, model "
-                                f"{work.model!r}, task {work.task!r}); leave them out")
+        raise _none_planned(refused, given)
     rows = [_row(name, Situation(name, type(built.config), graph, work, cluster,
                                  measured.units, {k: getattr(built.config, k) for k in given},
-                                 _peak(built, graph, cluster)))
+                                 _peak(name, given, graph, work, cluster)))
             for name, built in found]
     rows.sort(key=lambda r: (r.fits is False, r.rank_s, r.strategy))
     if rows[0].fits is False:
         raise _nothing_fits(rows, cluster)
     return Plan(graph, work, cluster, tuple(rows), measured.source)
+
+
+def _none_planned(refused: Mapping[str, str], given: Mapping[str, Any]) -> InvalidValueError:
+    """No strategy can be planned: why each was left out (the same reasons together)."""
+    by_reason: dict[str, list[str]] = {}
+    for name, reason in refused.items():
+        by_reason.setdefault(reason, []).append(name)
+    why = "; ".join(f"{', '.join(names)}: {reason}" for reason, names in by_reason.items())
+    options = f" with the options {sorted(given)}" if given else ""
+    return InvalidValueError(f"plan: no strategy with a cost model can be planned here"
+                             f"{options} ({why or 'none is registered'})")
 
 
 def _nothing_fits(rows: Iterable[PlanRow], cluster: Cluster) -> InsufficientMemoryError:
@@ -273,5 +308,6 @@ def _nothing_fits(rows: Iterable[PlanRow], cluster: Cluster) -> InsufficientMemo
         f"plan: no strategy fits in {cluster.memory_bytes / _MB:,.0f} MiB a server "
         f"({g} rank{'s' if g != 1 else ''} a server); the smallest requirement is "
         f"{least.strategy!r}: about {least.peak_bytes * g / _MB:,.0f} MiB a server "
-        f"({least.peak_bytes / _MB:,.0f} MiB a rank, by its memory fit plus margin): give "
-        f"each server more memory, use more servers, or fewer ranks a server")
+        f"({least.peak_bytes / _MB:,.0f} MiB a rank, by its memory estimate at the plan's "
+        f"widths plus margin): give each server more memory, use more servers, or fewer ranks "
+        f"a server")

@@ -36,6 +36,7 @@ from dglx_dist.memory import MemoryModel
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.session import Session
 from dglx_dist.strategies.epochs import EpochResult, TrainHooks
+from dglx_dist.strategies.holdings import Holdings, JobSize, feature_bytes, param_bytes
 from dglx_dist.strategies.steps import Blocks, LoaderSpec, full_graph_loaders
 
 __all__ = ["Capabilities", "FullGraphForm", "OwnEpochs", "ShardedParams", "Stateful",
@@ -117,7 +118,8 @@ class ShardedParams(abc.ABC):
 
 class MemoryModelled(abc.ABC):
     """Its measured peak resident memory per rank as the graph grows, which ``dglx train``
-    checks before it starts (:func:`~dglx_dist.strategies.footprint.check_job_memory`).
+    checks before it starts (:func:`~dglx_dist.strategies.footprint.check_job_memory`) and
+    the plan counts, with what it holds at the job's widths (:meth:`holdings`).
 
     Attributes:
         memory_model: the fit for graphs without types (docs/cluster_model.md, "Memory per
@@ -128,6 +130,15 @@ class MemoryModelled(abc.ABC):
 
     memory_model: MemoryModel
     typed_memory_model: MemoryModel | None = None
+
+    def holdings(self, job: JobSize) -> Holdings:
+        """What a rank holds at ``job``'s widths (:mod:`dglx_dist.strategies.holdings`), which
+        :func:`~dglx_dist.strategies.footprint.peak_per_rank` adds to the fit beyond what it
+        held at the fit's widths. By default its share of the feature rows and the
+        parameters; a strategy counts what it holds (a halo, a preload, a batch, a cache)."""
+        layers = self.num_layers() if isinstance(self, ShapedByOptions) else 2
+        return Holdings(features=feature_bytes(job, job.nodes / job.world),
+                        params=param_bytes(job, layers))
 
 
 class HoldsRows(abc.ABC):

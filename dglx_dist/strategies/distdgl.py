@@ -22,6 +22,8 @@ from dglx_dist.sampling import PartitionSampler
 from dglx_dist.strategies.abilities import MemoryModelled
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest,
                                        check_typed_store, ddp)
+from dglx_dist.strategies.holdings import (Holdings, JobSize, feature_bytes,
+                                           minibatch_step_bytes, param_bytes)
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
 from dglx_dist.strategies.steps import LoaderPlan, LoaderSpec, Step
 
@@ -64,6 +66,15 @@ class DistDGLStrategy(MiniBatchStrategy, MemoryModelled):
                                            "batches drawn from the whole training set, as "
                                            "one process draws them); 0: DistDGL's split.",
                                    "bounds": Bounds(0, 1)})
+
+    def holdings(self, job: JobSize) -> Holdings:
+        """Its share of its server's part in the KVStore (feature rows), the larger sampled
+        step's input rows and activations, the parameters, and its share of the server's
+        ``cache_mb``."""
+        c = self.config
+        batch, activations = minibatch_step_bytes(job, c)
+        return Holdings(feature_bytes(job, job.nodes / job.world) + batch, activations,
+                        param_bytes(job, len(c.fanouts)), c.cache_mb * 2**20 / job.group)
 
     def partition_spec(self, topology: Topology) -> PartitionSpec:
         return PartitionSpec("metis", topology.num_servers, {"balance": list(self.config.balance)},

@@ -2,8 +2,10 @@
 per-rank model (a :class:`~dglx_dist.strategies.abilities.MemoryModelled` strategy's
 ``memory_model``, or its ``typed_memory_model`` for a graph with node types; a
 :class:`~dglx_dist.memory.MemoryModel`) applied to the job's graph (a
-:class:`~dglx_dist.memory.GraphSize`) and ranks, summed over the ranks that share this
-machine's memory.
+:class:`~dglx_dist.memory.GraphSize`) and ranks, with what the strategy holds at the job's
+widths beyond the fit's (its ``holdings``: :mod:`dglx_dist.strategies.holdings`), summed over
+the ranks that share this machine's memory. The plan (``dglx plan``, ``--strategy auto``)
+takes the same estimate.
 
 The fits, where they were measured and how far off they were: docs/cluster_model.md, "Memory
 per rank"; the check adds :data:`MARGIN`, so a refusal is an estimate (``dglx train
@@ -14,48 +16,20 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from dglx_dist.errors import DglxError, InvalidValueError
+from dglx_dist.errors import DglxError
 from dglx_dist.memory import GraphSize, MemoryModel, check_memory
 from dglx_dist.strategies.abilities import MemoryModelled
 from dglx_dist.strategies.base import STRATEGIES, Strategy
+from dglx_dist.strategies.holdings import REFERENCE_FEAT_DIM, JobSize, ModelSize
 
-__all__ = ["JobSize", "check_job_memory", "memory_model_for", "peak_per_rank", "MARGIN"]
+__all__ = ["JobSize", "ModelSize", "check_job_memory", "fewest_servers", "memory_model_for",
+           "peak_per_rank", "MARGIN"]
 
 log = logging.getLogger(__name__)
 _MB = 1 << 20
 MARGIN = 0.08
 """What the check adds to a fit's estimate: the largest under-estimate of the fits one graph
 size up from where they were measured (docs/cluster_model.md, "Memory per rank")."""
-
-
-@dataclasses.dataclass(frozen=True)
-class JobSize:
-    """What a training job's memory estimate needs to know of it.
-
-    Attributes:
-        graph: the graph's nodes and feature widths per node type, edges and learned-row
-            width (:class:`~dglx_dist.memory.GraphSize`).
-        world: ranks in the job (servers x ranks per server).
-        ranks_here: ranks on this machine, which share its memory.
-    """
-
-    graph: GraphSize
-    world: int
-    ranks_here: int
-
-    def __post_init__(self):
-        if not 1 <= self.ranks_here <= self.world:
-            raise InvalidValueError(f"JobSize(world={self.world}, ranks_here={self.ranks_here})"
-                                    ": expected 1 <= ranks_here <= world")
-
-    @classmethod
-    def homogeneous(cls, nodes: int, edges: int, world: int, ranks_here: int) -> "JobSize":
-        """A job on a graph without types (sized by its nodes and edges, as measured at
-        F = 128)."""
-        if min(nodes, edges) < 0:
-            raise InvalidValueError(f"JobSize(nodes={nodes}, edges={edges}): expected nodes, "
-                                    "edges >= 0")
-        return cls(GraphSize.homogeneous(nodes, edges), world, ranks_here)
 
 
 def memory_model_for(strategy: Strategy, graph: GraphSize) -> MemoryModel | None:
@@ -69,9 +43,22 @@ def memory_model_for(strategy: Strategy, graph: GraphSize) -> MemoryModel | None
 
 def peak_per_rank(strategy: Strategy, job: JobSize) -> float | None:
     """The estimated peak resident bytes of one of ``job``'s ranks under ``strategy``; None
-    when the strategy has no memory model."""
+    when the strategy has no memory model.
+
+    A fit without a feature term (measured at one width, F = 128, with the
+    :data:`~dglx_dist.strategies.holdings.REFERENCE` model) counts, beside the fit, what the
+    strategy holds at the job's widths beyond what it held at the fit's
+    (:meth:`~dglx_dist.strategies.abilities.MemoryModelled.holdings`; the fit's growth above
+    its base is taken to hold that much, at most all of it), never less than the fit; every
+    fit adds the fixed budgets of the strategy's options (a cache)."""
     model = memory_model_for(strategy, job.graph)
-    return None if model is None else model.estimate(job.graph, job.world)
+    if model is None:
+        return None
+    fit, now = model.estimate(job.graph, job.world), strategy.holdings(job)
+    if model.per_feature_byte:  # a fit that scales with the feature bytes itself (typed)
+        return fit + now.fixed
+    then = min(strategy.holdings(job.at_reference()).scaled, fit - model.base)
+    return fit + max(0.0, now.scaled - then) + now.fixed
 
 
 def check_job_memory(strategy: Strategy, job: JobSize, limit: int | None,
@@ -106,10 +93,36 @@ def check_job_memory(strategy: Strategy, job: JobSize, limit: int | None,
 def _measured(strategy: Strategy, graph: GraphSize) -> str:
     """How the fit that estimates ``graph`` was measured, for the message."""
     if not graph.typed:
-        return "measured at F=128"
+        width = graph.feature_bytes / max(graph.nodes, 1) / 4
+        rows = "" if round(width) == REFERENCE_FEAT_DIM else f" and its rows at F={width:,.0f}"
+        return f"measured at F={REFERENCE_FEAT_DIM}{rows}"
     if strategy.typed_memory_model is not None:  # a MemoryModelled one: it has an estimate
         return "measured on mag-shaped typed graphs (R-GCN, per-type widths)"
     return "measured at F=128 without types, from the typed graph's totals"
+
+
+MAX_SERVERS = 1 << 16
+"""The most servers :func:`fewest_servers` tries."""
+
+
+def fewest_servers(strategy: Strategy, job: JobSize, budget: float) -> int | None:
+    """The fewest machines of ``job.ranks_here`` ranks each over which ``job`` spread fits
+    ``budget`` bytes a machine by the checked estimate (with :data:`MARGIN`); None when not
+    even :data:`MAX_SERVERS` would (what a rank holds however many there are does not fit)
+    or the strategy has no memory model."""
+    here = job.ranks_here
+
+    def fits(servers: int) -> bool:
+        peak = _checked_peak(strategy, dataclasses.replace(job, world=servers * here))
+        return peak is not None and peak * here <= budget
+
+    if not fits(MAX_SERVERS):
+        return None
+    low, high = 1, MAX_SERVERS
+    while low < high:  # the estimate falls as the servers grow
+        mid = (low + high) // 2
+        low, high = (low, mid) if fits(mid) else (mid + 1, high)
+    return low
 
 
 def _advice(strategy: Strategy, job: JobSize, budget: int, per_rank: float,
@@ -117,10 +130,14 @@ def _advice(strategy: Strategy, job: JobSize, budget: int, per_rank: float,
     """What to do instead: how many servers would do, the strategy that needs the least and
     whether it fits, or the override."""
     model, here = memory_model_for(strategy, job.graph), job.ranks_here
-    servers = model.fewest_servers(job.graph, here, budget / (1 + MARGIN))
-    if servers is None:
+    servers = fewest_servers(strategy, job, budget)
+    if servers is None and here * model.base * (1 + MARGIN) >= budget:
         tips = [f"more servers do not help (a rank's base alone is about "
                 f"{model.base / _MB:,.0f} MiB)"]
+    elif servers is None:
+        floor = _checked_peak(strategy, dataclasses.replace(job, world=MAX_SERVERS * here))
+        tips = [f"more servers do not help (a rank would hold about {floor / _MB:,.0f} MiB "
+                f"on {MAX_SERVERS:,} servers: the model's parameters and a step's rows)"]
     else:
         tips = [f"use more servers (by this estimate {servers} machines of {_ranks(here)} "
                 f"each would fit)"]

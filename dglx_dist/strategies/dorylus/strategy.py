@@ -36,6 +36,8 @@ from dglx_dist.strategies.dorylus.layers import ConvTypesOfAdapters, layer_kind
 from dglx_dist.strategies.dorylus.params import ParamServers, WeightUpdates
 from dglx_dist.strategies.dorylus.pipeline import Pipeline, TensorSpec
 from dglx_dist.strategies.epochs import EpochResult, TrainHooks
+from dglx_dist.strategies.holdings import (Holdings, JobSize, activation_bytes,
+                                           feature_bytes, halo_rows, param_bytes)
 from dglx_dist.strategies.steps import (Blocks, LoaderPlan, LoaderSpec, Step, StepState,
                                         epoch_batches, node_blocks, sampled_plan)
 
@@ -150,6 +152,18 @@ class DorylusStrategy(Strategy, OwnEpochs, FullGraphForm, MemoryModelled, ConvTy
     @classmethod
     def exact_options(cls, num_layers: int) -> dict:
         return {"num_layers": num_layers, "mode": "sync"}
+
+    def holdings(self, job: JobSize) -> Holdings:
+        """The feature rows of its part and of its ghosts (pulled once at setup), every
+        layer's activations of its part (held for the epoch), the hidden layers' ghost
+        buffers (rows and their gradients), the parameters."""
+        c = self.config
+        own = job.nodes / job.world
+        ghosts = halo_rows(job, job.world, own)
+        buffers = 2 * 4 * ghosts * job.model.hidden * (c.num_layers - 1)
+        return Holdings(feature_bytes(job, own + ghosts),
+                        activation_bytes(job, [own] * c.num_layers) + buffers,
+                        param_bytes(job, c.num_layers))
 
     def partition_spec(self, topology: Topology) -> PartitionSpec:
         return PartitionSpec("metis", topology.world_size, {"balance": ["train", "edges"]},

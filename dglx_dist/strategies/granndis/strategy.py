@@ -43,6 +43,8 @@ from dglx_dist.strategies.granndis.heteroconv import (HeteroHaloConv, TypedRows,
                                                  held_names, out_degrees, target_types,
                                                  typed_cobatch, typed_ids, typed_rows,
                                                  typed_step)
+from dglx_dist.strategies.holdings import (Holdings, JobSize, activation_bytes,
+                                           closure_rows, feature_bytes, halo_rows, param_bytes)
 from dglx_dist.strategies.steps import Blocks, LoaderPlan, LoaderSpec, Step, StepState
 
 __all__ = ["GraNNDisStrategy"]
@@ -116,6 +118,21 @@ class GraNNDisStrategy(Strategy, FullGraphForm, MemoryModelled, HoldsRows, Appro
     @classmethod
     def exact_options(cls, num_layers: int) -> dict:
         return {"num_layers": num_layers, "external_max_hop": -1, "external_fanout": -1}
+
+    def holdings(self, job: JobSize) -> Holdings:
+        """The feature rows of its share of its group's nodes (the inner ones and the
+        external ones EAS preloads; ``scope='world'``: its part) and of the halo it reads from
+        the group's other ranks, the activations of those rows at every layer (one co-batch
+        of them all; the plan takes the saving of more co-batches off), the parameters."""
+        c = self.config
+        group = job.group if c.scope == "server" else job.world
+        groups = max(1, job.world // group)
+        inner = job.nodes / groups
+        held = inner + closure_rows(job, inner, groups, self._max_hop(), c.external_fanout)
+        own = held / group
+        rows = own + halo_rows(job, group, own, held)
+        return Holdings(feature_bytes(job, rows), activation_bytes(job, [rows] * c.num_layers),
+                        param_bytes(job, c.num_layers))
 
     def partition_spec(self, topology: Topology) -> PartitionSpec:
         groups = topology.num_servers if self.config.scope == "server" else 1

@@ -35,6 +35,8 @@ from dglx_dist.strategies.abilities import (HoldsRows, MemoryModelled, OverlapsB
                                             ShardedParams)
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest,
                                        ddp)
+from dglx_dist.strategies.holdings import (Holdings, JobSize, feature_bytes,
+                                           minibatch_step_bytes, param_bytes, sampled_blocks)
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
 from dglx_dist.strategies.p3.layer import ColumnSlice, P3FirstLayer, whole_rows
 from dglx_dist.strategies.p3.projections import TypedColumns
@@ -104,6 +106,19 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, ShardedParams,
                                              "runs and travels while one trains (3 in flight); "
                                              "layer-1 weight slices see gradients 3 steps "
                                              "stale, stashed per batch."})
+
+    def holdings(self, job: JobSize) -> Holdings:
+        """Its feature-column slice of every node; its slice of every rank's step input rows
+        (W steps at 1/W of the columns: one step's rows), the partial layer-1 rows of its own
+        step from every rank and the activations; its slice of the first layer's weights and
+        the other layers'; its share of the server's replicas (``cache_mb``)."""
+        c, w = self.config, job.world
+        batch, activations = minibatch_step_bytes(job, c)
+        first = sampled_blocks(job, c.fanouts, c.batch_size)[0][1]
+        partials = w * first * job.model.hidden * 4
+        return Holdings(feature_bytes(job, job.nodes) / w + batch, activations + partials,
+                        param_bytes(job, len(c.fanouts), first_share=1 / w),
+                        c.cache_mb * 2**20 / job.group)
 
     def partition_spec(self, topology: Topology) -> PartitionSpec:
         return PartitionSpec("feature_dim", topology.world_size, {"structure": "hash"},
