@@ -152,7 +152,7 @@ def _check_before_start(config: RunConfig, strategy, env) -> None:
     from dglx_dist.prepare import check_partitions_of, resolve_dataset
     from dglx_dist.runtime.topology import Topology
     from dglx_dist.strategies.base import check_partitions
-    from dglx_dist.strategies.footprint import JobSize, check_job_memory
+    from dglx_dist.strategies.footprint import JobSize, ModelSize, check_job_memory
 
     data = config.data
     if data.partitions is not None:
@@ -168,8 +168,9 @@ def _check_before_start(config: RunConfig, strategy, env) -> None:
                                 "--dropout); leave --model out")
     if data.partitions is not None:
         check_partitions(strategy, graph, Topology(env.num_servers, env.ranks_per_server))
-    check_job_memory(strategy, JobSize(size, env.world_size, env.ranks_on_host),
-                     config.job.memory_limit, override="--memory-limit BYTES")
+    job = JobSize(size, env.world_size, env.ranks_on_host,
+                  ModelSize(hidden=config.model.hidden), env.ranks_per_server)
+    check_job_memory(strategy, job, config.job.memory_limit, override="--memory-limit BYTES")
 
 
 def dataset_size(path: Path, embed_dim: int):
