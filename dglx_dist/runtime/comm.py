@@ -349,6 +349,19 @@ class Comm:
             self._broken = self._failure(op, exc)
             raise self._broken from exc
 
+    def stalled(self, op: str, waited: float, suspect: int | None = None) -> PeerError:
+        """The :class:`PeerError` for ``op``, still under way after ``waited`` seconds
+        without an error (a frozen peer keeps its connections open, so nothing raises): the
+        failure path of a collective that timed out (the diagnosis names the failed ranks and
+        ends frozen ones beside this one), breaking this group; ``suspect``: the global rank
+        named when the diagnosis names none. A group that failed already returns its error."""
+        if self._broken is None:
+            failure = self._failure(op, TimeoutError(f"timed out after {waited:.0f}s"))
+            if not failure.ranks and suspect is not None:
+                failure = PeerError(f"{failure} (rank {suspect} dead or stuck?)", [suspect], op)
+            self._broken = failure
+        return self._broken
+
     def check_usable(self, op: str) -> None:
         """Raises the group's :class:`PeerError` for ``op`` once the group failed."""
         if self._broken is not None:
@@ -366,7 +379,7 @@ class Comm:
             self.health.mark("failed")
             ranks, why, frozen = self.health.diagnose(seqs or self.name, self.members)
             self.health.end_frozen(frozen)
-        timed_out = "timed out" in str(exc).lower()
+        timed_out = any(s in str(exc).lower() for s in ("timed out", "timeout"))
         cause = (f"timed out after {self.timeout.total_seconds():g}s" if timed_out
                  else f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
         who = why or "no failed rank could be identified"

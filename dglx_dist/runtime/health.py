@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import socket
+import sys
 import threading
 import time
 
@@ -29,6 +31,7 @@ __all__ = ["Health", "call_within", "DDP_GROUP"]
 # the one its next backward joins (strategies.base.ddp), so a rank that never reaches it is "behind"
 DDP_GROUP = "ddp"
 _SILENT = "sent no heartbeat"
+REPORT_S = 5.0  # how long a rank that ended a frozen sibling runs on after a SIGTERM
 
 log = logging.getLogger(__name__)
 _PREFIX = "dglx/health/"
@@ -115,7 +118,8 @@ class Health:
     def end_frozen(self, frozen: set[int]) -> list[int]:
         """Ends (SIGKILL, with their children) the processes of the ``frozen`` ranks that
         run beside this one under the same launcher: a stopped process cannot take the
-        launcher's SIGTERM, whose grace would add 30 s to the job's end. Returns those ranks."""
+        launcher's SIGTERM, whose grace would add 30 s to the job's end. A SIGTERM of this
+        rank then waits a little (:func:`_report_before_sigterm`). Returns those ranks."""
         ended = []
         for rank, proc in _siblings(frozen):
             try:
@@ -126,6 +130,7 @@ class Health:
                 continue
         if ended:
             log.warning("ended frozen rank(s) %s on this host (SIGKILL)", sorted(ended))
+            _report_before_sigterm()
         return ended
 
     def outlast(self, ranks: list[int], limit: float) -> None:
@@ -265,6 +270,29 @@ def call_within(seconds: float, fn, *args):
     if "error" in outcome:
         raise outcome["error"]
     return outcome.get("value")
+
+
+def _report_before_sigterm() -> None:
+    """A SIGTERM from now on ends this process :data:`REPORT_S` seconds later, not at once.
+    A rank that ended a frozen sibling is on its way out with the error naming it, and its
+    launcher, seeing the sibling die, may stop it before it printed that line (torchrun looks
+    every 5 s, and the line comes 0.1-0.2 s after the kill: it went missing in 1 of 8 jobs
+    here, and in every job with ``--monitor-interval 0.1``). Only the main thread sets signal
+    handlers; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def later(signum, frame) -> None:
+        timer = threading.Timer(REPORT_S, _exit_now, (128 + signum,))
+        timer.daemon = True
+        timer.start()
+
+    signal.signal(signal.SIGTERM, later)
+
+
+def _exit_now(code: int) -> None:
+    sys.stdout.flush(), sys.stderr.flush()
+    os._exit(code)
 
 
 def _siblings(ranks: set[int]) -> list[tuple[int, psutil.Process]]:

@@ -1,6 +1,8 @@
 """What a failed peer looks like: the error naming it, and the backend errors that mean one.
 
-gloo reports a dead peer at once (a closed connection); NCCL, with the asynchronous error
+gloo reports a dead peer at once (a closed connection), and a frozen one once a wait times out:
+that wait's error names the timeout, and every other wait on the same connection then fails
+with "Application timeout caused pair closure". NCCL, with the asynchronous error
 handling the session sets (:func:`dglx_dist.runtime.device.nccl_environment`), raises in the
 waiting call when its watchdog aborts a collective that timed out or whose peer is gone.
 """
@@ -14,7 +16,8 @@ __all__ = ["PeerError", "is_peer_failure"]
 
 _PEER_SIGNS = ("timed out", "timing out", "connection", "read error", "write error", "closed",
                "reset by peer", "broken pipe", "socket", "unreachable", "nccl error", "aborted",
-               "watchdog", "wait timeout")  # the last: the store, waiting for a new group's peers
+               "watchdog", "wait timeout",  # the store, waiting for a new group's peers
+               "pair closure")  # gloo: another wait on this connection timed out and closed it
 
 
 def is_peer_failure(exc: Exception) -> bool:

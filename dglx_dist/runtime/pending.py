@@ -54,6 +54,11 @@ class Pending:
             self._result, self._done, self._keep = self._finish(), True, None
         return self._result
 
+    def fail(self, waited: float) -> PeerError:
+        """The error for a collective still under way after ``waited`` seconds, which a caller
+        polling :meth:`done` uses when its own deadline passes (see :meth:`Comm.stalled`)."""
+        return self._comm.stalled(self._op, waited)
+
 
 class Works:
     """The backend works of one exchange made of point-to-point messages, waited for as one
@@ -129,6 +134,7 @@ class Transfer:
         self._count()
 
     def fail(self, waited: float) -> PeerError:
-        """The error for a transfer still pending after ``waited`` seconds."""
-        return PeerError(f"{self.op} on the {self._comm.name} group: nothing for {waited:.0f}s "
-                         f"(rank {self.peer} dead or stuck?)", [self.peer], self.op)
+        """The error for a transfer still pending after ``waited`` seconds: the group's
+        failure, diagnosed as a collective's (see :meth:`Comm.stalled`), naming the peer when
+        the diagnosis names nobody."""
+        return self._comm.stalled(self.op, waited, self.peer)

@@ -10,6 +10,7 @@ from dglx_dist.convs import LAYERS, graph_convs
 from dglx_dist.errors import InternalError
 from dglx_dist.models import GAT, GCN, SAGE
 from dglx_dist.registry import RegistryError
+from dglx_dist.runtime.peer import PeerError
 from dglx_dist.strategies import STRATEGIES
 from dglx_dist.convs.dorylus_base import LayerKind, Stage, activation_name
 from dglx_dist.convs.graphconv.dorylus import GcnLayers
@@ -185,3 +186,25 @@ def test_the_pipeline_submits_only_the_conv_types_tasks():
     with pytest.raises(InternalError, match=r"task 'ae' for stage AE0; its conv type's tasks "
                                             r"are \['av'\]"):
         pipe._submit("k", Stage("AE", 0), interval, True, {})
+
+
+def test_a_stalled_pipeline_names_the_frozen_peer_of_its_weight_update():
+    """The pipeline waits on nothing but a weight update's all-reduce (its messages are in)
+    when a peer freezes: after its deadline it fails as that collective timing out, naming
+    the frozen rank and breaking the group, instead of a DeadlineError that blames nobody and
+    leaves the group usable for a closing barrier to wait on again (issue 77, item 4)."""
+    from dglx_dist.runtime.pending import Pending
+    from dglx_dist.strategies.dorylus.params import WeightUpdates
+    from tests.unit.test_health import _comm, _FrozenPeerHealth
+
+    comm = _comm(_FrozenPeerHealth())
+    never = SimpleNamespace(is_completed=lambda: False, wait=lambda timeout=None: True)
+    updates = WeightUpdates.__new__(WeightUpdates)
+    updates._queue = [(4, Pending(comm, "all_reduce", never, lambda: None))]
+    pipe = Pipeline.__new__(Pipeline)
+    pipe.comm, pipe._recvs, pipe._sends = comm, {}, []
+    pipe.ctl = SimpleNamespace(in_flight=0)
+    with pytest.raises(PeerError, match="all_reduce on the world group failed on rank 0: "
+                                        "rank 1 sent no heartbeat") as got:
+        pipe._stalled(20.0, updates)
+    assert got.value.ranks == [1] and comm.failure is got.value

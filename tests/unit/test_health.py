@@ -1,11 +1,13 @@
 """Naming the failed rank when the store's host is frozen: a real TCPStore served by another
 process, stopped with SIGSTOP (as a frozen rank 0 hosting the job's store would be). Every
-store call on the failure path returns within its deadline instead of waiting for ever."""
+store call on the failure path returns within its deadline instead of waiting for ever. And a
+frozen peer: every wait on it that fails or is given up on takes the group's failure path."""
 import datetime
 import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch.distributed as dist
@@ -86,3 +88,66 @@ def test_entries_another_client_wrote_give_one_line_not_a_traceback(case):
     assert time.monotonic() - start < 2.0
     store.set("after", "1")  # the store still answers this rank
     assert store.get("after") == b"1"
+
+
+class _FrozenPeerHealth:
+    """Heartbeats as a survivor reads them when rank 1 is frozen (for a :class:`Comm`)."""
+
+    def __init__(self, names=(1,)):
+        self.op_seqs, self.names, self.ended, self.marked = {}, list(names), [], []
+
+    def mark(self, state):
+        self.marked.append(state)
+
+    def diagnose(self, group, members):
+        why = "; ".join(f"rank {r} sent no heartbeat for 20.4s" for r in self.names)
+        return self.names, why, set(self.names)
+
+    def end_frozen(self, frozen):
+        self.ended.append(sorted(frozen))
+
+
+def _comm(health):
+    from dglx_dist.runtime.comm import ByteCounter, Comm
+    from dglx_dist.runtime.topology import Topology
+
+    return Comm("world", None, [0, 1], 0, Topology(1, 2), ByteCounter(), health, 20.0)
+
+
+def test_gloos_pair_closure_is_a_frozen_peers_failure():
+    """Once one wait on a connection to a frozen peer times out, gloo closes it and every other
+    wait on it fails with "Application timeout caused pair closure" (issue 77, item 4: two raw
+    tracebacks): the group's failure path, naming the frozen rank."""
+    from dglx_dist.runtime.comm import PeerError
+
+    health = _FrozenPeerHealth()
+    comm = _comm(health)
+
+    def closed():
+        raise RuntimeError("Application timeout caused pair closure")
+
+    with pytest.raises(PeerError, match=r"recv \(tag 7\) from rank 1 on the world group failed "
+                                        r"on rank 0: rank 1 sent no heartbeat .*\[timed out"):
+        comm.guard("recv (tag 7) from rank 1", closed)
+    assert comm.failure is not None and comm.failure.ranks == [1] and health.ended == [[1]]
+
+
+def test_a_wait_past_its_deadline_fails_the_group_as_a_timed_out_collective():
+    """A transfer or collective its poller gave up on (a frozen peer never closes its
+    connections) is diagnosed like a collective that timed out: the frozen rank named and
+    ended, the group broken, so nothing on the way out waits on it again."""
+    from dglx_dist.runtime.pending import Pending, Transfer
+
+    health = _FrozenPeerHealth()
+    comm = _comm(health)
+    never = SimpleNamespace(is_completed=lambda: False, wait=lambda timeout=None: True)
+    err = Pending(comm, "all_reduce", never, lambda: None).fail(20.0)
+    assert err.ranks == [1] and "rank 1 sent no heartbeat" in str(err), err
+    assert comm.failure is err and health.marked == ["failed"] and health.ended == [[1]]
+    # a group that failed already gives its first failure, without a second diagnosis
+    transfer = Transfer(comm, "recv (tag 3) from rank 1", never, lambda: None, None, 1)
+    assert transfer.fail(20.0) is err and health.ended == [[1]]
+    # heartbeats that blame nobody: the transfer's peer is named
+    comm = _comm(_FrozenPeerHealth(names=()))
+    err = Transfer(comm, "send (tag 3) to rank 1", never, lambda: None, None, 1).fail(20.0)
+    assert err.ranks == [1] and "(rank 1 dead or stuck?)" in str(err) and comm.failure is err

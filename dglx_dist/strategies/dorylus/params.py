@@ -108,6 +108,11 @@ class WeightUpdates:
                          [torch.tensor([acc["loss"].pop(epoch, 0.0)])]).double()
         self._queue.append((epoch, self.s.wu_comm.start_all_reduce(flat)))
 
+    def in_flight(self) -> list:
+        """The all-reduces of updates under way (:class:`~dglx_dist.runtime.pending.Pending`),
+        oldest first."""
+        return [pending for _, pending in self._queue]
+
     def poll(self) -> Applied | None:
         """Applies the oldest update if its all-reduce completed; returns it (None: none)."""
         if not self._queue or not self._queue[0][1].done():

@@ -209,7 +209,7 @@ class Pipeline:
             if progressed:
                 last_progress = now
             elif now - last_progress > self.timeout:
-                self._stalled(now - last_progress)
+                self._stalled(now - last_progress, updates)
             elif self.ctl.in_flight:
                 self.ctl.wait_any(0.002)
             else:  # waiting on peers' messages or the weight update: yield the core to them
@@ -262,12 +262,15 @@ class Pipeline:
             key = (st.kind == "BSC", st.layer)
             cnt[key] = cnt.get(key, 0) + 1
 
-    def _stalled(self, waited: float) -> None:
-        if self._recvs:
-            raise next(iter(self._recvs.values())).fail(waited)
-        pending = [t for t in self._sends if not t.done()]
-        if pending:
-            raise pending[0].fail(waited)
+    def _stalled(self, waited: float, updates: WeightUpdates | None) -> None:
+        """No progress for ``waited`` seconds: what the run waits on from its peers (messages,
+        then a weight update's all-reduce) fails as a collective that timed out, naming the
+        rank that failed (:meth:`~dglx_dist.runtime.comm.Comm.stalled`); with nothing from
+        peers outstanding, the executor is what stalled."""
+        peers = [*self._recvs.values(), *(t for t in self._sends if not t.done()),
+                 *(updates.in_flight() if updates is not None else ())]
+        if peers:
+            raise peers[0].fail(waited)
         raise DeadlineError(f"dorylus pipeline on rank {self.comm.global_rank}: no progress for "
                             f"{waited:.0f}s with {self.ctl.in_flight} invocations in flight")
 
