@@ -1,9 +1,10 @@
 """DGL's own published DistDGL examples, unchanged, through ``dglx_dist.run`` under every
-strategy, beside DGL's own run of the same script: exit codes, the median test accuracy over
-the runs and its range, the median epoch time, as JSON lines and a markdown table
-(docs/porting.md has the measured one).
+strategy, beside DGL's own run of the same script: exit codes, the median and mean test
+accuracy over the runs and its range, the median epoch time, as JSON lines and a markdown
+table (docs/porting.md has the measured ones; docs/reliability.md issue 77's R-GCN seeds).
 
     .venv/bin/python scripts/dgl_examples.py --dgl-repo PATH/TO/dmlc/dgl [--tags v2.1.0 ...]
+        [--examples rgcn-issue77 ...] [--runs N | --seeds S ...]
 
 The scripts are read from a clone of dmlc/dgl (``git show TAG:examples/distributed/...``),
 never copied into this repository; a tag without a script is skipped. Their data is
@@ -23,6 +24,21 @@ servers):
   (papers with features, ``labels`` renumbered so every class is present, as ogbn-mag's
   are; the other types featureless), the flags of DGL's README but ``--batch-size 128
   --n-epochs 10`` (mag-small has 2,460 training papers); it imports ``ogb``.
+* ``rgcn-issue77``: the same script and graph with issue 77's flags, ``--n-epochs 10
+  --n-bases 2 --fanout 10,10 --batch-size 64 --n-hidden 64 --sparse-embedding`` (torch's
+  sparse ``nn.Embedding`` per featureless type, in a DDP-wrapped embedding layer, and
+  torch's ``SparseAdam``; the script's defaults otherwise: no dropout, lr 0.01), at v2.4.0;
+  only when named (``--examples rgcn-issue77``).
+
+Each run is one of: DGL's standalone run, DGL's own DistDGL (2 simulated machines, each a
+DGL server and one trainer, as ``dglx bench``'s DGL rows run it, in a private /dev/shm
+from :func:`~dglx_dist.bench.dgl_distdgl.shm_wrapper`), and the runner under each strategy.
+``--runs N`` repeats every cell N times, unseeded; ``--seeds S ...`` instead runs every cell
+once per seed: a prologue seeds Python's ``random``, numpy, torch and DGL (``dgl.seed``)
+with it before the script runs (in DGL's runs in the trainer and in each DGL server, where
+DistDGL samples), and under the runner also gives the script's loaders ``ddp_seed=S`` and
+the strategy ``seed=S`` (the runner's loaders shuffle and sample from that seed, not from
+torch's generator; GraNNDis's co-batches are drawn from the strategy's).
 
 DGL's own run goes through a shim that, on a DGL older than 2.4, puts the two loaders where
 DGL 2.4's scripts look for them (``dgl.distributed.DistNodeDataLoader`` and
@@ -71,17 +87,45 @@ dgl.distributed.partition_graph(g, "mag", int(sys.argv[2]), sys.argv[1], part_me
                                 balance_ntypes={"paper": g.nodes["paper"].data["train_mask"]},
                                 balance_edges=True)
 """
-SHIM = """
+SEED = """
+def _seed():  # EXAMPLE_SEED: every generator a script draws from, seeded before it runs
+    import os, random
+    if os.environ.get("EXAMPLE_SEED") is None:
+        return None
+    import dgl, numpy, torch
+    seed = int(os.environ["EXAMPLE_SEED"])
+    random.seed(seed)
+    numpy.random.seed(seed)
+    torch.manual_seed(seed)
+    dgl.seed(seed)
+    return seed
+"""
+SHIM = SEED + """
 import runpy, sys
 import dgl.dataloading, dgl.distributed
 for name in ("DistNodeDataLoader", "DistEdgeDataLoader"):  # DGL 2.4's places, on an older DGL
     if not hasattr(dgl.distributed, name):
         setattr(dgl.distributed, name, getattr(dgl.dataloading, name))
+_seed()
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
+RUNNER_SEED = SEED + """
+import functools, os, runpy, sys
+seed = _seed()
+if seed is not None:  # the runner's loaders draw from their ddp_seed, not torch's generator
+    import dgl
+    for name in ("DistNodeDataLoader", "DistEdgeDataLoader"):
+        setattr(dgl.distributed, name,
+                functools.partial(getattr(dgl.distributed, name), ddp_seed=seed))
+sys.argv = sys.argv[1:]
+sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+"""Run by the runner in the script's place under ``--seeds``: seeds as :data:`SHIM` does,
+then runs the script."""
 
-MACHINE = """
+MACHINE = SEED + """
 import os, runpy, subprocess, sys
 role, machine = sys.argv[1], sys.argv[2]
 os.chdir(os.path.dirname(os.path.abspath(__file__)))  # what the script writes stays there
@@ -92,6 +136,7 @@ if role in ("server", "trainer"):  # DGL's launch runs the script itself in both
     for name in ("DistNodeDataLoader", "DistEdgeDataLoader"):  # as SHIM does
         if not hasattr(dgl.distributed, name):
             setattr(dgl.distributed, name, getattr(dgl.dataloading, name))
+    _seed()  # the server too: DistDGL's trainers sample on the servers
     sys.argv = sys.argv[3:]
     try:
         runpy.run_path(sys.argv[0], run_name="__main__")
@@ -124,6 +169,7 @@ class Example:
     each_rank: bool = False  # every rank prints it once (the mean is taken), or the last one
     standalone_flag: bool = False  # the script itself takes --standalone
     strategies: tuple[str, ...] | None = None  # None: every registered one
+    by_default: bool = True  # run without --examples
 
 
 SAGE = "examples/distributed/graphsage/"
@@ -143,6 +189,11 @@ EXAMPLES = {
         "--layer-norm", "--ip-config", "ip_config.txt", "--sparse-embedding", "--dgl-sparse"),
         r"Test Acc ([0-9.]+)",  # DGL's own run without --standalone: DGL's SparseAdam needs
         strategies=("distdgl", "p3", "granndis", "fullgraph")),  # the process group it skips
+    "rgcn-issue77": Example("examples/distributed/rgcn/node_classification.py", "mag", (
+        "--graph-name", "mag", "--dataset", "ogbn-mag", "--ip-config", "ip_config.txt",
+        "--n-epochs", "10", "--n-bases", "2", "--fanout", "10,10", "--batch-size", "64",
+        "--n-hidden", "64", "--sparse-embedding"), r"Test Acc ([0-9.]+)",
+        strategies=("distdgl", "p3", "granndis", "fullgraph"), by_default=False),
 }
 CONFIG_FLAG = {"cora": "--part_config", "mag": "--conf-path"}
 
@@ -187,22 +238,30 @@ def _measure(cmd: list, cwd: Path, env: dict[str, str], example: Example) -> dic
             "error": errors[-1][-300:] if r.returncode and errors else None}
 
 
-def _runs(example: Example, path: Path, out: Path, strategies: list[str]):
-    """DGL's standalone run, then the runner's under each strategy: (system, command, env)."""
+def _runs(example: Example, path: Path, out: Path, strategies: list[str],
+          seed: int | None = None):
+    """DGL's standalone run, then the runner's under each strategy: (system, command, env);
+    with ``seed``, each seeded (the module docstring says how)."""
     flag = CONFIG_FLAG[example.data]
     one, two = (out / f"{example.data}{n}" / f"{example.data}.json" for n in (1, 2))
+    seeded = {} if seed is None else {"EXAMPLE_SEED": str(seed)}
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--master-port"]
     plain = [*torchrun, str(free_local_port()), "--nproc-per-node", "1", str(out / "shim.py"),
              str(path), *example.args, flag, str(one)]
     plain += ["--standalone"] if example.standalone_flag else []
-    yield "DGL standalone (1 part, 1 process)", plain, run_env(DGL_DIST_MODE="standalone")
-    yield "DGL DistDGL (2 machines, 1 trainer each)", *_dgl_machines(example, path, out, two)
+    yield ("DGL standalone (1 part, 1 process)", plain,
+           run_env(DGL_DIST_MODE="standalone", **seeded))
+    cmds, env = _dgl_machines(example, path, out, two)
+    yield "DGL DistDGL (2 machines, 1 trainer each)", cmds, {**env, **seeded}
+    script = [str(path)] if seed is None else [
+        *("--strategy-opt", f"seed={seed}"), str(out / "seeded.py"), str(path)]
     for strategy in strategies:
         if example.strategies is None or strategy in example.strategies:
             cmd = [*torchrun, str(free_local_port()), "--nproc-per-node", "2", "-m",
                    "dglx_dist.run", "--strategy", strategy, "--cache-dir", str(out / "cache"),
-                   str(path), *example.args, flag, str(two)]
-            yield f"dglx_dist.run {strategy}", cmd, run_env(DGLX_VIRTUAL_SERVERS="2")
+                   *script, *example.args, flag, str(two)]
+            yield (f"dglx_dist.run {strategy}", cmd,
+                   run_env(DGLX_VIRTUAL_SERVERS="2", **seeded))
 
 
 def _dgl_machines(example: Example, path: Path, out: Path, config: Path):
@@ -222,8 +281,8 @@ def _dgl_machines(example: Example, path: Path, out: Path, config: Path):
 
 
 def summary(rows: list[dict]) -> list[dict]:
-    """One row per (example, tag, system): exit codes, the median test accuracy and its
-    range, the median epoch time."""
+    """One row per (example, tag, system): exit codes, the median and mean test accuracy
+    and its range, the median epoch time."""
     cells: dict[tuple, list[dict]] = {}
     for row in rows:
         cells.setdefault((row["example"], row["tag"], row["system"]), []).append(row)
@@ -234,6 +293,7 @@ def summary(rows: list[dict]) -> list[dict]:
         out.append({"example": example, "tag": tag, "system": system,
                     "exit": " ".join(str(r["exit"]) for r in runs),
                     "test_acc": statistics.median(accs) if accs else None,
+                    "mean": round(statistics.mean(accs), 4) if accs else None,
                     "range": f"{min(accs):.3f}-{max(accs):.3f}" if accs else "",
                     "epoch_s": statistics.median(epochs) if epochs else None})
     return out
@@ -244,28 +304,34 @@ def main() -> None:
     parser.add_argument("--dgl-repo", required=True, help="a clone of dmlc/dgl with its tags")
     parser.add_argument("--tags", nargs="+", default=["v2.1.0", "v2.4.0", "master"])
     parser.add_argument("--strategies", nargs="+", default=STRATEGIES.names())
-    parser.add_argument("--examples", nargs="+", default=list(EXAMPLES), choices=EXAMPLES)
+    parser.add_argument("--examples", nargs="+", choices=EXAMPLES,
+                        default=[n for n, e in EXAMPLES.items() if e.by_default])
     parser.add_argument("--out", default="dgl-examples")
     parser.add_argument("--runs", type=int, default=3, help="runs per cell (DGL's too)")
+    parser.add_argument("--seeds", type=int, nargs="+", help="instead of --runs: one run "
+                        "per cell per seed, every generator seeded with it")
     args = parser.parse_args()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     (out / "ip_config.txt").write_text("127.0.0.1\n")
     (out / "shim.py").write_text(SHIM)
     (out / "machine.py").write_text(MACHINE)
+    (out / "seeded.py").write_text(RUNNER_SEED)
     for data, code in (("cora", CORA), ("mag", MAG)):
         for parts in (1, 2):
             if not (out / f"{data}{parts}" / f"{data}.json").is_file():
                 subprocess.run([sys.executable, "-c", code, str(out / f"{data}{parts}"),
                                 str(parts)], check=True, capture_output=True, env=run_env())
     rows = []
+    seeds = args.seeds or [None] * args.runs
     for name in args.examples:
         example = EXAMPLES[name]
         for tag in args.tags:
             path = _script(Path(args.dgl_repo), tag, example, out)
-            for _ in range(args.runs if path is not None else 0):  # cells alternate
-                for system, cmd, env in _runs(example, path, out, args.strategies):
+            for seed in seeds if path is not None else []:  # cells alternate
+                for system, cmd, env in _runs(example, path, out, args.strategies, seed):
                     row = {"example": name, "tag": tag, "system": system,
+                           **({} if seed is None else {"seed": seed}),
                            **_measure(cmd, out, env, example)}
                     print(json.dumps(row), flush=True)
                     rows.append(row)
