@@ -6,7 +6,8 @@ type's offset plus the per-type id). A batch (:class:`EdgePairs`):
 
 1. is split by edge type into DGL's seeds (a dict on a graph with types, the ids themselves
    on one without) and finds their endpoints (``g.find_edges``);
-2. calls the user's negative sampler on the DistGraph with those seeds;
+2. calls the user's negative sampler on the DistGraph with those seeds, torch's generator
+   seeded by the step (:func:`negatives_drawn`: each rank and step draws its own);
 3. compacts the nodes of both pair graphs per node type (sorted ids): they are the blocks'
    seeds, so output row ``i`` of type ``t`` is the pair graphs' node ``i`` of ``t``
    (the package's :class:`~dglx_dist.data.heterograph.Graph`, DGL's graphs at the loader's
@@ -17,6 +18,7 @@ type's offset plus the per-type id). A batch (:class:`EdgePairs`):
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -37,7 +39,7 @@ from dglx_dist.sampling.frames import NID
 from dglx_dist.strategies.steps import EdgeBatch
 
 __all__ = ["EdgePredictionSampler", "as_edge_prediction_sampler", "EdgePairs",
-           "is_edge_sampler"]
+           "is_edge_sampler", "negatives_drawn"]
 
 Etype = tuple[str, str, str]
 EMPTY = torch.zeros(0, dtype=torch.int64)
@@ -92,6 +94,27 @@ def _positional(fn: Callable) -> int:
     if any(p.kind == inspect.Parameter.VAR_POSITIONAL for p in params):
         return 3
     return sum(p.kind in kinds for p in params)
+
+
+@contextlib.contextmanager
+def negatives_drawn(seed: int | None):
+    """Inside it, torch's CPU generator is seeded from a step's ``seed`` (the loader's
+    :func:`~dglx_dist.strategies.steps.step_seed`) and given back as it was after: a negative
+    sampler (DGL's, the package's or one's own, which draw from torch's generator) draws
+    each step's negatives from the step's own numbers. DGL's ``Uniform`` draws each
+    destination independently of every other; ranks that seeded torch alike (a script's
+    ``torch.manual_seed(seed)`` on every rank) would otherwise draw the same destinations at
+    every step, so a global batch of P ranks held each negative P times. None: torch's
+    generator as it stands."""
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed((seed * 1_000_003 + _NEGATIVES_STREAM) % 2**62)
+        yield
+
+
+_NEGATIVES_STREAM = 999_983  # the step's stream of negatives (its sampler's layers: 0, 1, ...)
 
 
 def is_edge_sampler(sampler) -> bool:
@@ -263,11 +286,11 @@ class EdgePairs:
                                         f"{missing} of the loader's edges")
         return ids
 
-    def __call__(self, eids: torch.Tensor) -> EdgeBatch:
+    def __call__(self, eids: torch.Tensor, seed: int | None = None) -> EdgeBatch:
         g = self.graph
         seeds = self._seeds(eids)
         pos = {et: g.find_edges(ids, etype=et) for et, ids in seeds.items()}
-        neg = self._negatives(seeds) if self.negative_sampler is not None else None
+        neg = self._negatives(seeds, seed) if self.negative_sampler is not None else None
         uniq, (pos_local, neg_local) = self._compact([pos, neg or {}])
         pair = self._pair_graph(pos_local, uniq)
         eids_by_type = {et: seeds.get(et, EMPTY) for et in g.canonical_etypes}
@@ -289,12 +312,15 @@ class EdgePairs:
         etypes = self.graph.canonical_etypes
         return {etypes[e]: per_type[index == e] for e in torch.unique(index).tolist()}
 
-    def _negatives(self, seeds: dict) -> dict[Etype, tuple[torch.Tensor, torch.Tensor]]:
-        """The negative sampler's pairs by canonical type, checked against each type's
-        nodes."""
+    def _negatives(self, seeds: dict,
+                   seed: int | None) -> dict[Etype, tuple[torch.Tensor, torch.Tensor]]:
+        """The negative sampler's pairs by canonical type (drawn with the step's ``seed``:
+        :func:`negatives_drawn`), checked against each type's nodes."""
         g = self.graph
-        out = _by_etype(g, self.negative_sampler(g, self._given(seeds)), "the negative "
-                        "sampler returned one (src, dst) pair", "{edge type: (src, dst)}")
+        with negatives_drawn(seed):
+            drawn = self.negative_sampler(g, self._given(seeds))
+        out = _by_etype(g, drawn, "the negative sampler returned one (src, dst) pair",
+                        "{edge type: (src, dst)}")
         checked = {}
         for key, (src, dst) in out.items():
             et = _canonical(g, key, "the negative sampler's result")

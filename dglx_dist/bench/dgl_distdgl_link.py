@@ -5,8 +5,19 @@
 (docs/benchmarks.md, "Link prediction"). ``partition`` (:func:`partition_link`) writes DGL's
 partitions of the training graph and beside them the id maps and held-out pairs
 (:data:`ARRAYS`); the trainer (:func:`train_link_dgl`) ranks the held-out pairs as ``dglx
-train`` does. DGL 2.1's ``DistGraph.sample_neighbors`` ignores ``exclude_edges``, so DGL's
-blocks keep the batch's edges; ours leave them out.
+train`` does.
+
+Two things DGL's own definitions say that DGL 2.1's distributed loop does not do, done here
+so that both sides train the same math (docs/benchmarks.md, "Link prediction"):
+
+* ``exclude="reverse_id"`` leaves the batch's edges and their reverses out of the blocks
+  (``dgl.dataloading.find_exclude_eids``), but ``DistGraph.sample_neighbors`` accepts
+  ``exclude_edges`` and ignores it: :func:`excluding_sampler` drops them from each layer's
+  frontier (ours leave them out of the draw itself).
+* ``negative_sampler.Uniform`` draws every destination independently, from torch's
+  generator; trainers seeded alike would draw the same destinations at every step, so each
+  trainer's generator is seeded by its rank once the model is built (as ``dglx train``
+  does; its negatives are drawn from each step's own seed).
 """
 from __future__ import annotations
 
@@ -19,7 +30,7 @@ import numpy as np
 
 from dglx_dist.bench.dgl_distdgl import timed_epoch
 
-__all__ = ["ARRAYS", "link_config", "partition_link", "train_link_dgl"]
+__all__ = ["ARRAYS", "excluding_sampler", "link_config", "partition_link", "train_link_dgl"]
 
 ARRAYS = ("new_nid", "new_eid", "reverse", "val_u", "val_v", "test_u", "test_v")
 """The ``.npy`` files ``partition`` writes beside DGL's partitions (``link_<name>.npy``)."""
@@ -56,6 +67,33 @@ def partition_link(args: argparse.Namespace, graph_name: str) -> None:
               "val_u": val[0], "val_v": val[1], "test_u": test[0], "test_v": test[1]}
     for name, value in arrays.items():
         np.save(Path(args.out, f"link_{name}.npy"), torch.as_tensor(value).numpy())
+
+
+def excluding_sampler(fanouts: list[int]):
+    """DGL's ``NeighborSampler(fanouts)`` whose blocks leave out ``exclude_eids``, as DGL's
+    sampler does on a single machine, also on a ``DistGraph`` (whose ``sample_neighbors``
+    ignores them in DGL 2.1): each layer's frontier is drawn as DGL draws it, then the
+    excluded edges are removed before ``to_block`` (a destination that drew one has one
+    neighbour fewer, where DGL's single-machine draw would take another if it has one)."""
+    import dgl
+    import torch
+
+    class _Excluding(dgl.dataloading.NeighborSampler):
+        def sample_blocks(self, g, seed_nodes, exclude_eids=None):
+            output_nodes, blocks = seed_nodes, []
+            for fanout in reversed(self.fanouts):
+                frontier = g.sample_neighbors(seed_nodes, fanout, edge_dir=self.edge_dir,
+                                              prob=self.prob, replace=self.replace)
+                if exclude_eids is not None:
+                    drop = torch.isin(frontier.edata[dgl.EID], exclude_eids)
+                    frontier = dgl.remove_edges(frontier, torch.nonzero(drop).squeeze(1))
+                block = dgl.to_block(frontier, seed_nodes)
+                block.edata[dgl.EID] = frontier.edata[dgl.EID]
+                seed_nodes = block.srcdata[dgl.NID]
+                blocks.insert(0, block)
+            return seed_nodes, output_nodes, blocks
+
+    return _Excluding(fanouts)
 
 
 def _arrays(part_config: str) -> dict[str, Any]:
@@ -149,21 +187,22 @@ def train_link_dgl(args: argparse.Namespace, g, reduce) -> dict[str, Any]:
     from torch.nn.parallel import DistributedDataParallel
 
     from dglx_dist.models import MODELS
-    from dglx_dist.tasks.link import train_edge_ids
+    from dglx_dist.tasks.link import rank_seed, train_edge_ids
 
     config, arrays, layers = link_config(args), _arrays(args.part_config), len(args.fanouts)
     torch.manual_seed(args.seed)
     model = MODELS[args.model](g.ndata["feat"].shape[1], args.hidden, args.hidden, layers,
                                dropout=args.dropout, row_normalize=args.row_normalize,
                                convs=args.convs)
-    ddp = DistributedDataParallel(model)
+    ddp = DistributedDataParallel(model)  # rank 0's weights on every trainer
     opt = torch.optim.Adam(ddp.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     dgl.seed(args.seed * 7919 + args.machine)
+    torch.manual_seed(rank_seed(args.seed, torch.distributed.get_rank()))  # own negatives
     chosen = torch.zeros(g.num_edges(), dtype=torch.bool)
     chosen[arrays["new_eid"][train_edge_ids(g.num_edges(), config.task, config.loop.seed)]] = True
     loader = dgl.dataloading.DistEdgeDataLoader(
         g, dgl.distributed.edge_split(chosen, g.get_partition_book(), force_even=True),
-        dgl.dataloading.NeighborSampler(args.fanouts), exclude="reverse_id",
+        excluding_sampler(args.fanouts), exclude="reverse_id",
         reverse_eids=arrays["reverse"],
         negative_sampler=dgl.dataloading.negative_sampler.Uniform(config.task.negatives),
         batch_size=config.task.edge_batch_size, shuffle=True, drop_last=False)

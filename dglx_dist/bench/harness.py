@@ -107,7 +107,8 @@ def run_dgl_distdgl(setup: Setup) -> dict[str, Any]:
         note += "; run again after a DGL trainer hung in its RPC"
     link = setup.run.task.name == "link"
     if link:
-        note += "; DGL 2.1's DistGraph ignores exclude_edges (blocks keep the batch's edges)"
+        note += ("; the batch's edges left out of its blocks after DGL draws them (DGL 2.1's "
+                 "DistGraph ignores exclude_edges), negatives drawn per trainer")
     common = {"network": setup.network if emulated else "loopback (not shaped)",
               "bytes_intra": None, "peak_mem_mb": res["peak_mem_mb"],
               "run_wall_s": round(time.perf_counter() - t0, 1), "note": note}

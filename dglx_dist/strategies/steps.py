@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Blocks", "StepState", "Step", "EdgeStep", "UnderWay", "EdgeBatch", "PairMaker", "LoaderSpec",
            "LoaderPlan", "full_graph_loaders", "equal_step_sizes", "agreed_steps", "sampled_plan",
-           "epoch_batches", "epoch_seed", "sampled_epoch", "step_graphs", "place_step", "node_blocks",
+           "epoch_batches", "epoch_seed", "step_seed", "sampled_epoch", "step_graphs", "place_step", "node_blocks",
            "state_of",
            "OUT_DEGREE"]
 
@@ -185,8 +185,10 @@ class PairMaker(Protocol):
 
     excludes: bool
 
-    def __call__(self, eids: torch.Tensor) -> EdgeBatch:
-        """The batch of edge ids ``eids`` (collective)."""
+    def __call__(self, eids: torch.Tensor, seed: int | None = None) -> EdgeBatch:
+        """The batch of edge ids ``eids`` (collective); ``seed``: the step's
+        (:func:`step_seed`), which its negatives are drawn with (None: torch's generator as
+        it stands)."""
 
 
 class Drawer(Protocol):
@@ -311,6 +313,13 @@ def epoch_seed(spec: LoaderSpec, epoch: int, rank: int) -> int:
     return spec.seed * 1_000_003 + epoch * 7919 + rank
 
 
+def step_seed(spec: LoaderSpec, epoch: int, rank: int, step: int) -> int:
+    """The seed of a rank's step: its sampler's draws and an edge loader's negatives are
+    drawn from seeds derived from it, so a step draws the same wherever and whenever it is
+    taken, and no two ranks (nor steps) draw the same."""
+    return (epoch_seed(spec, epoch, rank) * 1_000_003 + step) % 2**62
+
+
 def sampled_epoch(sampler, rank: int, plan: LoaderPlan, spec: LoaderSpec,
                   epoch: int) -> Iterator[Step | EdgeStep]:
     """One epoch of sampled mini-batches over ``plan``'s ids, nodes or (with
@@ -319,14 +328,14 @@ def sampled_epoch(sampler, rank: int, plan: LoaderPlan, spec: LoaderSpec,
     :class:`~dglx_dist.sampling.block.Block`), or DGL's where ``spec.draw`` draws them; a
     step's ``blocks`` is the one subgraph a ``spec.draw`` of subgraphs (ShaDow-GNN's)
     gives."""
-    first = epoch_seed(spec, epoch, rank) * 1_000_003
     for step, seeds in enumerate(epoch_batches(rank, plan, spec, epoch)):
-        batch = None if spec.pairs is None else spec.pairs(seeds)
+        seed = step_seed(spec, epoch, rank, step)
+        batch = None if spec.pairs is None else spec.pairs(seeds, seed)
         nodes, exclude = (seeds, None) if batch is None else (batch.nodes, batch.exclude)
         if spec.draw is not None:
             drawn = spec.draw.draw(sampler, nodes, exclude)
         else:  # the step's own seed: it draws the same wherever and whenever it is taken
-            options = dataclasses.replace(spec.sampling, seed=(first + step) % 2**62)
+            options = dataclasses.replace(spec.sampling, seed=seed)
             drawn = sampler.draw_blocks(nodes, spec.fanouts, exclude, options)
         if not isinstance(drawn, list):  # an induced subgraph, its seeds among its nodes
             inputs, outputs, graphs = drawn.ndata[NID], nodes, drawn

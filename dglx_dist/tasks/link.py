@@ -6,9 +6,11 @@
   2E), so held-out pairs never pass messages.
 * Training: a step scores a batch of training edges (all of them each epoch, or a seeded
   random ``train_edges`` of them, the same every epoch; the settings are the run config's
-  :class:`~dglx_dist.config.TaskConfig`) and ``negatives`` uniform negatives
-  per edge by the dot product of the model's embeddings (binary cross-entropy). Where the strategy
-  samples blocks (distdgl, p3) the batch's edges and their reverses are left out of them
+  :class:`~dglx_dist.config.TaskConfig`) and ``negatives`` uniform negatives per edge (each
+  rank and step its own draws: :func:`~dglx_dist.api.link.negatives_drawn`; each rank its own
+  dropout: :func:`rank_seed`) by the dot product of the model's embeddings (binary
+  cross-entropy). Where the strategy samples blocks (distdgl, p3) the batch's edges and their
+  reverses are left out of them
   (DGL's ``exclude="reverse_id"``); the full-graph strategies pass messages over the whole
   training graph.
 * Evaluation: each held-out pair (or a seeded ``eval_pairs`` of them) is ranked against
@@ -49,7 +51,7 @@ if TYPE_CHECKING:
     from dglx_dist.api.metrics import PhaseTimer
 
 __all__ = ["at_most", "check_eval_pairs", "eval_negatives", "heldout", "heldout_scores",
-           "link_loss", "reverse_ids", "split_once", "split_pairs", "timed_link_step", "train_edge_ids", "train_link"]
+           "link_loss", "rank_seed", "reverse_ids", "split_once", "split_pairs", "timed_link_step", "train_edge_ids", "train_link"]
 log = logging.getLogger(__name__)
 _HELDOUT = ("val_u", "val_v", "test_u", "test_v")  # the pairs' arrays beside the split's tables
 
@@ -78,6 +80,14 @@ def reverse_ids(num_edges: int) -> torch.Tensor:
     """Each edge's reverse in a training graph of :func:`split_pairs`: (e + E/2) mod E."""
     e = num_edges // 2
     return torch.cat([torch.arange(e) + e, torch.arange(e)])
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    """The seed of rank ``rank``'s torch generator once its model is built (the same
+    weights on every rank: DDP's are rank 0's): its dropout (and any negative sampler drawn
+    outside a loader's steps) its own, where ranks seeded alike would all draw the same
+    numbers (torch's CPU dropout takes one number from the generator whatever its size)."""
+    return (seed * 1_000_003 + 7 * rank + 1) % 2**62
 
 
 def split_once(data: Path, seed: int, session, cache_dir) -> tuple[Path, tuple, tuple]:
@@ -251,6 +261,7 @@ def train_link(data: Path, strategy, model: torch.nn.Module, config: RunConfig,
     g = dglx_dist.distribute(parts, strategy, session=session)
     reverse = reverse_ids(g.num_edges())
     model = dglx_dist.parallelize(model.to(strategy.compute_device(g.session)), g)
+    torch.manual_seed(rank_seed(loop.seed, g.session.rank))  # each rank its own dropout
     fanouts = getattr(strategy.config, "fanouts", None)  # the sampled strategies' own
     eval_fanouts = getattr(strategy.config, "eval_fanouts", ())  # theirs, or full
     node_sampler = dglx_dist.NeighborSampler(list(fanouts)) if fanouts else \

@@ -24,7 +24,7 @@ from dglx_dist.errors import NotSupportedError
 from dglx_dist.runtime.autograd import halo_exchange
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.strategies.steps import (Blocks, EdgeStep, LoaderPlan, LoaderSpec, StepState,
-                                        epoch_batches, sampled_plan)
+                                        epoch_batches, sampled_plan, step_seed)
 
 if TYPE_CHECKING:
     from dglx_dist.strategies.granndis.strategy import GraNNDisStrategy
@@ -93,8 +93,8 @@ def pair_epoch(strategy: "GraNNDisStrategy", plan: LoaderPlan, spec: LoaderSpec,
     plan (collective: every rank takes ``plan.steps`` steps)."""
     session, first = strategy.session, strategy.whole_graph("an edge loader").plans[0]
     targets = first.nodes[:first.num_targets]
-    for eids in epoch_batches(session.rank, plan, spec, epoch):
-        batch = spec.pairs(eids)
+    for step, eids in enumerate(epoch_batches(session.rank, plan, spec, epoch)):
+        batch = spec.pairs(eids, step_seed(spec, epoch, session.rank, step))
         owner = torch.as_tensor(strategy.pdir.book.owner(batch.nodes))
         gather = gather_plan(session.world, batch.nodes, owner, targets)
         state = StepState(epoch=epoch, plan=gather)
