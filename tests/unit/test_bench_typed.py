@@ -203,7 +203,8 @@ def test_bench_on_a_typed_dataset_refuses_in_one_line(argv, words, tmp_path, cap
 
 def test_the_link_table_checks_issue_36s_targets():
     """--task link: at most 0.8x DGL's median epoch and fewer inter-server bytes; the test
-    MRR's difference is shown, not a target (DGL's blocks keep the batch's edges)."""
+    MRR's difference is shown, not a target (GraphConv's per-block degrees differ with the
+    per-trainer batch: docs/benchmarks.md, "Link quality beside DGL's DistDGL")."""
     def link_row(system, median, nbytes, mrr, run):
         return {"system": system, "network": "emulated-1g", "epoch_time_median": median,
                 "bytes_inter": nbytes, "peak_mem_mb": 1000.0, "test_mrr": mrr, "run": run}
