@@ -176,15 +176,6 @@ class MemoryModel:
             return None
         return max(0, int((budget / world - self.base) * world / slope))
 
-    def fewest_servers(self, graph: GraphSize, ranks: int, budget: float) -> int | None:
-        """The fewest servers of ``ranks`` ranks each whose ranks fit together in ``budget``
-        bytes on every server, training ``graph``; None when the ranks' base alone does not
-        fit."""
-        room = budget - ranks * self.base
-        if room <= 0:
-            return None
-        return max(1, math.ceil(self._growth(graph) / room))
-
     def public(self) -> dict[str, Any]:
         """The fit as the docs' tables show it (MiB, bytes per node, bytes per edge; the
         typed terms where it has them)."""

@@ -9,7 +9,8 @@ import pytest
 from dglx_dist.errors import InsufficientMemoryError, InvalidValueError
 from dglx_dist.memory import GraphSize, MemoryModel
 from dglx_dist.strategies import STRATEGIES
-from dglx_dist.strategies.footprint import MARGIN, JobSize, check_job_memory, peak_per_rank
+from dglx_dist.strategies.footprint import (MARGIN, JobSize, check_job_memory,
+                                            fewest_servers, peak_per_rank)
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCTS = dict(nodes=2_449_029, edges=61_859_140)  # ogbn-products' size
@@ -42,12 +43,14 @@ def test_the_estimate_is_the_fit_at_the_jobs_share_of_the_graph():
     job = JobSize.homogeneous(**PRODUCTS, world=2, ranks_here=2)
     expected = 1508 * MB + (9921 * PRODUCTS["nodes"] + 167.8 * PRODUCTS["edges"]) / 2
     assert peak_per_rank(STRATEGIES.build("granndis"), job) == pytest.approx(expected)
-    model = MemoryModel(base=800 * MB, per_node=1000, per_edge=100)
-    servers = model.fewest_servers(GraphSize.homogeneous(1e6, 2e7), ranks=2, budget=4e9)
-    fits = [2 * model.peak(1e6, 2e7, 2 * s) <= 4e9 for s in (servers - 1, servers)]
+    granndis, budget = STRATEGIES.build("granndis"), 20e9
+    servers = fewest_servers(granndis, job, budget)
+    fits = [2 * peak_per_rank(granndis, JobSize.homogeneous(**PRODUCTS, world=2 * s,
+                                                            ranks_here=2)) * (1 + MARGIN)
+            <= budget for s in (servers - 1, servers)]
     assert fits == [False, True]
-    eight = model.fewest_servers(GraphSize.homogeneous(1e6, 2e7), ranks=8, budget=4e9)
-    assert eight is None  # 8 bases exceed it
+    eight = JobSize.homogeneous(**PRODUCTS, world=8, ranks_here=8)
+    assert fewest_servers(granndis, eight, 8 * MB * 1508) is None  # 8 bases exceed it
     with pytest.raises(InvalidValueError, match="must be finite numbers >= 0"):
         MemoryModel(base=-1, per_node=0, per_edge=math.nan)
 
