@@ -21,7 +21,6 @@ import fcntl
 import logging
 import os
 import re
-import stat
 import time
 from pathlib import Path
 from typing import Iterator, Mapping
@@ -29,7 +28,7 @@ from typing import Iterator, Mapping
 from dglx_dist.data.nolinks import open_own
 from dglx_dist.data.owned import (describe_unproven, flock_within, read_record, remove_recorded,
                                   unproven)
-from dglx_dist.errors import DeadlineError, InvalidValueError, OutputExistsError
+from dglx_dist.errors import DeadlineError, InvalidValueError, LinkedFileError, OutputExistsError
 
 __all__ = ["CacheEntry", "CacheLimits", "check_cache_dir", "entries", "touch", "prune", "clear",
            "making"]
@@ -164,13 +163,12 @@ def _drop_lock(entry: Path) -> None:
     """Removes a removed entry's lock file (:func:`making`), unless a job holds it."""
     lock = _lock_of(entry)
     try:
-        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:  # none, or a symbolic link someone planted: not ours to remove
+        fd = open_own(lock, create=False)
+    except (OSError, LinkedFileError):  # none, or a link someone planted: not ours to remove
         return
     try:
-        if os.fstat(fd).st_nlink == 1 and stat.S_ISREG(os.fstat(fd).st_mode):
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            lock.unlink()
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock.unlink()
     except OSError:  # held by a job making the entry again
         pass
     finally:

@@ -144,19 +144,20 @@ def replace_file(path: str | os.PathLike, data: bytes | str, fsync: bool = False
         f.write(data)
 
 
-def open_own(path: str | os.PathLike, mode: int = 0o644) -> int:
-    """A read-write file descriptor of ``path``, created where missing, that is a regular
-    file with this one name: a file dglx made and may rewrite in place (a lock).
+def open_own(path: str | os.PathLike, mode: int = 0o644, create: bool = True) -> int:
+    """A read-write file descriptor of ``path``, created where missing (unless not
+    ``create``), that is a regular file with this one name: a file dglx made and may rewrite
+    in place or remove (a lock).
 
     Raises:
         LinkedFileError: ``path`` is a symbolic or hard link, or no regular file (closed
             again: nothing was written).
-        OSError: ``path`` cannot be opened or created.
+        OSError: ``path`` cannot be opened or created (missing, without ``create``).
     """
     path = Path(path)
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
-                     mode)
+        fd = os.open(path, flags | (os.O_CREAT if create else 0), mode)
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a symbolic link
             _raise_if_linked(path)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from dglx_dist.errors import InsufficientMemoryError, InvalidValueError
-from dglx_dist.memory import GraphSize, MemoryModel
+from dglx_dist.memory import MemoryModel
 from dglx_dist.strategies import STRATEGIES
 from dglx_dist.strategies.footprint import (MARGIN, JobSize, check_job_memory,
                                             fewest_servers, peak_per_rank)
