@@ -25,7 +25,7 @@ from dglx_dist.runtime.env import free_local_port
 if TYPE_CHECKING:
     from dglx_dist.bench.harness import Setup
 
-__all__ = ["MACHINES", "WORKER", "dgl_batch", "epoch_bytes", "hyper",
+__all__ = ["MACHINES", "WORKER", "dgl_layout", "epoch_bytes", "hyper",
            "mean_phases", "partitions", "run_dgl", "sent_bytes", "shm_wrapper",
            "summarize_run", "timed_epoch"]
 
@@ -34,20 +34,26 @@ log = logging.getLogger("dglx_dist.bench")
 WORKER = [sys.executable, "-m", "dglx_dist.bench.dgl_distdgl_worker"]
 """The worker's command line (subcommand and options follow)."""
 MACHINES = 2
-"""Simulated machines, each one DGL server and one trainer."""
+"""Simulated machines, each one DGL server and its trainers."""
 
 
-def dgl_batch(setup: Setup) -> int:
-    """Seeds (link: training edges) per DGL trainer per step: the global batch over 2 machines."""
-    return setup.batch_size * setup.world // MACHINES
+def dgl_layout(setup: Setup) -> tuple[int, int]:
+    """DGL's trainers per machine and seeds (link: training edges) per trainer per step: as
+    many trainers as the setup has ranks, each with the setup's batch, as DGL's launch.py
+    ``--num_trainers`` runs one trainer per GPU of a machine; where the ranks do not divide
+    over the machines, one trainer each with the global batch's share."""
+    if setup.world % MACHINES == 0:
+        return setup.world // MACHINES, setup.batch_size
+    return 1, setup.batch_size * setup.world // MACHINES
 
 
 def hyper(setup: Setup) -> list[str]:
     """The setup's run config (its :data:`~dglx_dist.config.TRAINING` sections), batch and
     fanouts as worker options (validation accuracy after every epoch where the setup
     evaluates every epoch: ``--eval-every 1``)."""
-    return [*to_argv(setup.training(), sections=TRAINING), "--batch-size",
-            str(dgl_batch(setup)), "--fanouts", ",".join(map(str, setup.fanouts)),
+    trainers, batch = dgl_layout(setup)
+    return [*to_argv(setup.training(), sections=TRAINING), "--trainers", str(trainers),
+            "--batch-size", str(batch), "--fanouts", ",".join(map(str, setup.fanouts)),
             "--num-classes", str(setup.num_classes)] + (
         ["--eval-fanouts", ",".join(map(str, setup.eval_fanouts))] if setup.eval_fanouts
         else [])
@@ -62,15 +68,16 @@ def sent_bytes(ifname: str) -> int | None:
     return None if ifname == "lo" else tx_bytes(ifname)
 
 
-def epoch_bytes(ifname: str, before: int | None, reduce) -> dict[str, int]:
+def epoch_bytes(ifname: str, before: int | None, reduce, counts: bool = True) -> dict[str, int]:
     """``bytes_sent_inter``: every machine's bytes sent since its ``before`` (:func:`sent_bytes`;
     collective through ``reduce(values, op)``), summed as ``dglx train`` sums its ranks'; and
-    ``bytes_sent_inter_busiest``, the most one machine sent; empty where not counted."""
+    ``bytes_sent_inter_busiest``, the most one machine sent; empty where not counted. Of a
+    machine's trainers, which read the same counter, only the one that ``counts`` adds it."""
     import torch.distributed as dist
 
     if before is None:
         return {}
-    sent = sent_bytes(ifname) - before
+    sent = sent_bytes(ifname) - before if counts else 0
     return {"bytes_sent_inter": int(reduce([sent], dist.ReduceOp.SUM)[0]),
             "bytes_sent_inter_busiest": int(reduce([sent], dist.ReduceOp.MAX)[0])}
 
@@ -78,7 +85,8 @@ def epoch_bytes(ifname: str, before: int | None, reduce) -> dict[str, int]:
 def timed_epoch(args, reduce, epoch: int, run) -> dict[str, Any]:
     """(In a DGL trainer) epoch ``epoch``'s record of ``run()`` (wall time, steps, mean loss,
     phase seconds), collective through ``reduce(values, op)``: its start, time, steps and
-    phases the largest over trainers, the loss their mean, and :func:`epoch_bytes`."""
+    phases the largest over trainers, the loss their mean, and :func:`epoch_bytes` (counted
+    by each machine's first trainer)."""
     import torch.distributed as dist
 
     sent, started = sent_bytes(args.ifname), time.time()
@@ -87,9 +95,9 @@ def timed_epoch(args, reduce, epoch: int, run) -> dict[str, Any]:
     maxes = reduce([wall, steps, -started] + [phases[k] for k in names], dist.ReduceOp.MAX)
     return {"epoch": epoch, "started_at": round(-maxes[2], 3), "epoch_time": round(maxes[0], 4),
             "steps": int(maxes[1]),
-            "loss": round(reduce([loss], dist.ReduceOp.SUM)[0] / args.machines, 5),
+            "loss": round(reduce([loss], dist.ReduceOp.SUM)[0] / dist.get_world_size(), 5),
             "phases_max": {k: round(v, 4) for k, v in zip(names, maxes[3:])},
-            **epoch_bytes(args.ifname, sent, reduce)}
+            **epoch_bytes(args.ifname, sent, reduce, counts=args.local == 0)}
 
 
 def partitions(kind: str, data: Path, workdir: Path, env: dict[str, str],
@@ -128,7 +136,7 @@ def _run_machines(setup: Setup, part_config: Path, run_dir: Path, env: dict[str,
                   logs: list[Path]) -> tuple[list[subprocess.CompletedProcess], int]:
     """The machines on loopback, or each in its server's namespace of an emulated cluster
     (``setup.network`` ``emulated-<preset>``, the link our strategies get): one ``machine``
-    command each, its trainer's gloo on the cluster's interface."""
+    command each, its trainers' gloo on the cluster's interface."""
     from dglx_dist.cluster.emulate import IFNAME, PRESETS, emulated
 
     link = setup.network.removeprefix("emulated-")
@@ -151,8 +159,9 @@ def _run_machines(setup: Setup, part_config: Path, run_dir: Path, env: dict[str,
 
 
 def run_dgl(setup: Setup, env: dict[str, str]) -> dict[str, Any]:
-    """DGL's DistDGL on the setup's data, training config, global batch, fanouts and network:
-    2 simulated machines, each one server + one trainer, with environment ``env``."""
+    """DGL's DistDGL on the setup's data, training config, batch, fanouts and network: 2
+    simulated machines, each one server and :func:`dgl_layout`'s trainers, with environment
+    ``env``."""
     link = setup.run.task.name == "link"
     part_config = partitions("dgl", setup.data, setup.workdir, env,
                              setup.run.loop.seed if link else None)

@@ -196,7 +196,7 @@ def train_link_dgl(args: argparse.Namespace, g, reduce) -> dict[str, Any]:
                                convs=args.convs)
     ddp = DistributedDataParallel(model)  # rank 0's weights on every trainer
     opt = torch.optim.Adam(ddp.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    dgl.seed(args.seed * 7919 + args.machine)
+    dgl.seed(args.seed * 7919 + torch.distributed.get_rank())  # each trainer its draws
     torch.manual_seed(rank_seed(args.seed, torch.distributed.get_rank()))  # own negatives
     chosen = torch.zeros(g.num_edges(), dtype=torch.bool)
     chosen[arrays["new_eid"][train_edge_ids(g.num_edges(), config.task, config.loop.seed)]] = True

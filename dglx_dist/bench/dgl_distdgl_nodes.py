@@ -258,7 +258,7 @@ def node_job(args: argparse.Namespace, g, masks: tuple[str, ...]) -> NodeJob:
     opts = [torch.optim.Adam(ddp.parameters(), lr=args.lr, weight_decay=args.weight_decay)]
     if job.embeds:
         opts.append(dgl.distributed.optim.SparseAdam(list(job.embeds.values()), lr=args.lr))
-    dgl.seed(args.seed * 7919 + args.machine)
+    dgl.seed(args.seed * 7919 + torch.distributed.get_rank())  # each trainer its draws
     loader = dgl.dataloading.DistNodeDataLoader(
         g, nids["train"], dgl.dataloading.NeighborSampler(args.fanouts),
         batch_size=args.batch_size, shuffle=True, drop_last=False)

@@ -2,7 +2,8 @@
 :mod:`dglx_dist.bench.dgl_distdgl`, run as ``python -m dglx_dist.bench.dgl_distdgl_worker``).
 
 DGL 2.1 ships no launcher in the wheel (``tools/launch.py`` lives in its source tree), so this
-module does what that launcher does: one graph server and one trainer per "machine", with the
+module does what that launcher does: one graph server and ``--trainers`` trainers per "machine"
+(launch.py's ``--num_trainers``), with the
 ``DGL_*`` environment variables ``dgl.distributed.initialize`` reads (``dist_context.py``), and
 the trainers wired into ``torch.distributed`` (gloo) through ``MASTER_ADDR``/``RANK``/...
 
@@ -18,7 +19,11 @@ Two machines on one host need two things DGL does not do by itself:
   its interfaces (``rpc_client.get_local_machine_id``); with every machine at 127.0.0.1 all
   trainers would say machine 0. The trainer replaces that lookup by its ``--machine`` number.
 
-Subcommands: ``partition`` (METIS), ``machine`` (one server + one trainer, in the caller's
+A trainer's rank is the one DGL gives it (``DistGraph.rank()``: a machine's trainers
+contiguous, in the order they connected), and its process group takes that rank, so that
+``node_split`` and ``edge_split`` (which use DGL's) and torch agree.
+
+Subcommands: ``partition`` (METIS), ``machine`` (one server + its trainers, in the caller's
 namespace), ``server`` and ``trainer`` (started by ``machine``; its loops:
 :mod:`~dglx_dist.bench.dgl_distdgl_nodes`, :mod:`~dglx_dist.bench.dgl_distdgl_link`).
 """
@@ -95,27 +100,31 @@ def _partitioned(args: argparse.Namespace, t0: float) -> None:
 def _dgl_env(args: argparse.Namespace) -> dict[str, str]:
     """The variables DGL's launch.py gives both servers and trainers."""
     return {**os.environ, "DGL_NUM_SAMPLER": "0", "OMP_NUM_THREADS": str(args.threads),
-            "DGL_NUM_CLIENT": str(args.machines), "DGL_CONF_PATH": args.part_config,
+            "DGL_NUM_CLIENT": str(args.machines * args.trainers),
+            "DGL_CONF_PATH": args.part_config,
             "DGL_IP_CONFIG": args.ip_config, "DGL_NUM_SERVER": "1",
             "DGL_GRAPH_FORMAT": "csc", "GLOO_SOCKET_IFNAME": args.ifname}
 
 
 def machine_main(args: argparse.Namespace, options: list[str]) -> int:
-    """One machine: its server (partition ``--machine``) and its trainer; waits for both.
+    """One machine: its server (partition ``--machine``) and its ``--trainers`` trainers;
+    waits for them all.
 
     Args:
         args: the parsed options.
-        options: the command line after ``machine``, handed on to the server and the trainer.
+        options: the command line after ``machine``, handed on to the server and the trainers
+            (each with its ``--local`` index on the machine).
     """
     me = [sys.executable, "-m", MODULE]
     server_env = {**_dgl_env(args), "DGL_ROLE": "server", "DGL_SERVER_ID": str(args.machine)}
     trainer_env = {**_dgl_env(args), "DGL_ROLE": "client", "DGL_DIST_MODE": "distributed",
                    "DGL_GROUP_ID": "0", "MASTER_ADDR": args.master_addr,
-                   "MASTER_PORT": str(args.master_port), "RANK": str(args.machine),
-                   "WORLD_SIZE": str(args.machines), "LOCAL_RANK": "0"}
+                   "MASTER_PORT": str(args.master_port)}
     server = subprocess.Popen(me + ["server"] + options, env=server_env)
-    trainer = subprocess.Popen(me + ["trainer"] + options, env=trainer_env)
-    rc, hung = _wait_trainer(args, trainer)
+    trainers = [subprocess.Popen(me + ["trainer"] + options + ["--local", str(i)],
+                                 env=trainer_env | {"LOCAL_RANK": str(i)})
+                for i in range(args.trainers)]
+    rc, hung = _wait_trainers(args, trainers)
     try:  # the servers leave once the last client has said goodbye
         server.wait(timeout=5 if rc or hung else 60)
     except subprocess.TimeoutExpired:
@@ -125,31 +134,38 @@ def machine_main(args: argparse.Namespace, options: list[str]) -> int:
     return rc or (0 if hung else server.returncode)
 
 
-def _wait_trainer(args: argparse.Namespace, trainer: subprocess.Popen) -> tuple[int, bool]:
-    """The trainer's exit code, and whether it was killed after its training was done: DGL's
-    ``exit_client`` at interpreter exit now and then never returns (seen once in this
-    project's test runs, both machines' trainers after the link loop had written its
-    results), nor does gloo's teardown (:func:`_finish`), so a trainer that marked itself
-    done gets ``SHUTDOWN_GRACE_S`` to exit; one still running at ``--timeout`` is killed as
-    failed."""
-    deadline, done_at = time.monotonic() + args.timeout, None
-    while trainer.poll() is None:
+def _wait_trainers(args: argparse.Namespace,
+                   trainers: list[subprocess.Popen]) -> tuple[int, bool]:
+    """The first non-zero exit code of the machine's trainers (else 0), and whether one was
+    killed after its training was done: DGL's ``exit_client`` at interpreter exit now and then
+    never returns (seen once in this project's test runs, both machines' trainers after the
+    link loop had written its results), nor does gloo's teardown (:func:`_finish`), so a
+    trainer that marked itself done gets ``SHUTDOWN_GRACE_S`` to exit; one still running at
+    ``--timeout`` is killed as failed."""
+    deadline, done_at = time.monotonic() + args.timeout, {}
+    codes, hung = {}, False
+    while len(codes) < len(trainers):
         now = time.monotonic()
-        if done_at is None and _done_marker(args).exists():
-            done_at = now
-        if done_at is not None and now - done_at > SHUTDOWN_GRACE_S:
-            log.warning("machine %d: trainer done but stuck in DGL's shutdown for %ss; killing "
-                        "it (its results are complete)", args.machine, SHUTDOWN_GRACE_S)
-            trainer.kill()
-            trainer.wait()
-            return 0, True
-        if now > deadline:
-            log.warning("machine %d: trainer still running after %ss; killing", args.machine,
-                        args.timeout)
-            trainer.kill()
-            return trainer.wait(), False
+        for i, trainer in enumerate(trainers):
+            if i in codes or trainer.poll() is not None:
+                codes.setdefault(i, trainer.returncode)
+                continue
+            if i not in done_at and _done_marker(args, i).exists():
+                done_at[i] = now
+            if i in done_at and now - done_at[i] > SHUTDOWN_GRACE_S:
+                log.warning("machine %d: trainer %d done but stuck in DGL's shutdown for %ss; "
+                            "killing it (its results are complete)", args.machine, i,
+                            SHUTDOWN_GRACE_S)
+                trainer.kill()
+                trainer.wait()
+                codes[i], hung = 0, True
+            elif now > deadline:
+                log.warning("machine %d: trainer %d still running after %ss; killing",
+                            args.machine, i, args.timeout)
+                trainer.kill()
+                codes[i] = trainer.wait()
         time.sleep(0.2)
-    return trainer.returncode, False
+    return next((c for c in codes.values() if c), 0), hung
 
 
 def server_main(args: argparse.Namespace) -> None:
@@ -171,11 +187,14 @@ def _setup(args: argparse.Namespace):
     # every "machine" is 127.0.0.1 here, so tell DGL's client which one it is on
     rpc_client.get_local_machine_id = lambda _namebook: args.machine
     dgl.distributed.initialize(args.ip_config)
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.pg_timeout))
     g = dgl.distributed.DistGraph(GRAPH_NAME, part_config=args.part_config)
-    if g.rank() != dist.get_rank() or g.get_partition_book().partid != args.machine:
-        raise InternalError(f"machine {args.machine}: DGL trainer rank {g.rank()}, torch rank "
-                            f"{dist.get_rank()}, partition {g.get_partition_book().partid}")
+    first = args.machine * args.trainers  # DGL ranks a machine's trainers contiguously
+    if (not first <= g.rank() < first + args.trainers
+            or g.get_partition_book().partid != args.machine):
+        raise InternalError(f"machine {args.machine}: DGL trainer rank {g.rank()}, partition "
+                            f"{g.get_partition_book().partid}")
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.pg_timeout),
+                            rank=g.rank(), world_size=args.machines * args.trainers)
     return g
 
 
@@ -197,9 +216,9 @@ def trainer_main(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     g = _setup(args)
     out, peaks = _TRAINERS[args.task](args, g)
-    n = len(peaks)  # each machine's peaks at its place, summed over the trainers
-    every = [0.0] * (n * args.machines)
-    every[n * args.machine:n * (args.machine + 1)] = peaks.values()
+    n, rank = len(peaks), dist.get_rank()  # each trainer's peaks at its place, summed
+    every = [0.0] * (n * dist.get_world_size())
+    every[n * rank:n * (rank + 1)] = peaks.values()
     every = _reduce(every, dist.ReduceOp.SUM)
     out |= {k: [round(p, 1) for p in every[i::n]] for i, k in enumerate(peaks)}
     _finish(args, out if dist.get_rank() == 0 else None)
@@ -243,8 +262,11 @@ def _finish(args: argparse.Namespace, out: dict[str, Any] | None) -> None:
     dist.destroy_process_group()
 
 
-def _done_marker(args: argparse.Namespace) -> Path:
-    return Path(args.result_dir, f"done{args.machine}.json")  # the launcher clears *.json
+def _done_marker(args: argparse.Namespace, local: int | None = None) -> Path:
+    """Where trainer ``local`` of this machine (default: this trainer) marks itself done (the
+    launcher clears ``*.json``)."""
+    return Path(args.result_dir, f"done{args.machine}-{args.local if local is None else local}"
+                                 ".json")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -259,6 +281,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             ("--ip-config", str, None), ("--master-addr", str, "127.0.0.1"),
             ("--part-config", str, None), ("--result-dir", str, None),
             ("--parts", int, 2), ("--machine", int, 0), ("--machines", int, 2),
+            ("--trainers", int, 1), ("--local", int, 0),
             ("--master-port", int, 29500), ("--threads", int, 1), ("--timeout", float, 3600.0),
             ("--pg-timeout", float, 600.0), ("--batch-size", int, 1000),
             ("--eval-batch-size", int, 4096), ("--num-classes", int, 0),

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from dglx_dist.bench.dgl_distdgl import MACHINES, dgl_batch, mean_phases, run_dgl, startup
+from dglx_dist.bench.dgl_distdgl import MACHINES, dgl_layout, mean_phases, run_dgl, startup
 from dglx_dist.bench.procs import run_group
 from dglx_dist.bench.shared import Setup, process_env as _env
 from dglx_dist.cli_flags import parse_key_values, to_argv
@@ -96,7 +96,8 @@ def run_dgl_distdgl(setup: Setup) -> dict[str, Any]:
     t0 = time.perf_counter()
     res = run_dgl(setup, _env(setup))
     emulated = setup.network.startswith("emulated-")
-    note = (f"{MACHINES} machines x 1 trainer, batch {dgl_batch(setup)}; trainer peak "
+    trainers, batch = dgl_layout(setup)
+    note = (f"{MACHINES} machines x {trainers} trainer(s), batch {batch}; trainer peak "
             f"(+{res.get('server_peak_mb')} MB per server process); " + (
                 "bytes: the machines' interface counters (payload and TCP/IP headers)"
                 if emulated else "bytes not counted"))

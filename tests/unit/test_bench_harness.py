@@ -269,10 +269,11 @@ def test_a_dgl_trainer_stuck_after_finishing_is_killed_as_done(done, expected, t
     monkeypatch.setattr(worker, "SHUTDOWN_GRACE_S", 0.5)
     args = argparse.Namespace(result_dir=str(tmp_path), machine=1, timeout=3.0)
     if done:
-        (tmp_path / "done1.json").write_text("")
+        (tmp_path / "done1-1.json").write_text("")  # the machine's second trainer
+    ok = subprocess.Popen([sys.executable, "-c", "pass"])
     stuck = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     t0 = time.monotonic()
-    assert worker._wait_trainer(args, stuck) == expected
+    assert worker._wait_trainers(args, [ok, stuck]) == expected
     assert stuck.poll() is not None  # killed, not left behind
     assert time.monotonic() - t0 < (2.0 if done else 5.0)
 
