@@ -82,6 +82,11 @@ ifneq ($(strip $(CONSTRAINTS)),)
 else
 	$(PY) $(PIP) -e ".[dgl,test]"
 endif
+	@# ogb (the test extra's) starts a thread at every `import dgl` (DGL's dgl.data imports it)
+	@# that asks PyPI's JSON API whether ogb is outdated, and each process waits for it at exit
+	@# (3 s a process where only the package index is reachable): without its `outdated`
+	@# package, ogb skips the check
+	$(PY) -m pip uninstall -y -q outdated
 	@touch $(STAMP)
 
 test-core: $(CORE_STAMP)

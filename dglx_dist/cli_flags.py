@@ -23,7 +23,8 @@ __all__ = ["option", "check_fields", "add_flags", "from_args", "to_argv", "flag_
 
 def option(default: Any = None, help: str = "", *, flag: str | None = None,
            bounds: Bounds | None = None, choices: tuple[str, ...] | None = None,
-           metavar: str | None = None, cli: bool = True, repeat: bool = False) -> Any:
+           metavar: str | None = None, cli: bool = True, repeat: bool = False,
+           aliases: tuple[str, ...] = ()) -> Any:
     """A config field that is also a command-line flag.
 
     Args:
@@ -36,12 +37,13 @@ def option(default: Any = None, help: str = "", *, flag: str | None = None,
         metavar: the value's name in the usage line.
         cli: False: no flag (set from Python only).
         repeat: a repeatable ``KEY=VALUE`` flag; the section's ``from_flags`` reads the pairs.
+        aliases: other spellings the parser also takes (a flag's older name, kept working).
     """
     if isinstance(default, bool) and default and not flag:
         raise InvalidValueError("a bool option that defaults to True needs its --no-... flag")
     return dataclasses.field(default=default, metadata={
         "help": help, "flag": flag, "bounds": bounds, "choices": choices, "metavar": metavar,
-        "cli": cli, "repeat": repeat})
+        "cli": cli, "repeat": repeat, "aliases": tuple(aliases)})
 
 
 def check_fields(config: Any) -> None:
@@ -160,7 +162,7 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, *,
         default = (_get(base, f.path) if base is not None else
                    None if f.field.default is dataclasses.MISSING else f.field.default)
         kwargs = _argument(f, default, overlay) | (changes or {}).get(f.dest, {})
-        parser.add_argument(f.name, dest=f.dest, **kwargs)
+        parser.add_argument(f.name, *f.field.metadata.get("aliases", ()), dest=f.dest, **kwargs)
 
 
 def from_args(cls: type, args: argparse.Namespace, base: Any = None,

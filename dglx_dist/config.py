@@ -9,7 +9,7 @@
       task       TaskConfig       --task --edge-batch-size --negatives --train-edges
       strategy   StrategyConfig   --strategy --strategy-opt KEY=VALUE (the strategy's own Config)
       data       DataConfig       --data --partitions --cache-dir
-      job        JobConfig        --backend --device --no-progress --metrics-file --checkpoint-*
+      job        JobConfig        --backend --device --no-progress --metrics-out --json --checkpoint-*
                                   --resume --nonfinite-loss --fail-on-collapse
                                   --measure-saved-bytes --memory-limit
 
@@ -239,7 +239,13 @@ class JobConfig(_Section):
     device: str | None = option(None, "auto, cpu, cuda or cuda:N (default auto: local rank i "
                                       "on GPU i when CUDA is available, else the CPU)")
     progress: bool = option(True, "no progress bars", flag="--no-progress")
-    metrics_file: Path | None = option(None, "also append the JSON lines to this file")
+    metrics_file: Path | None = option(None, "append each epoch's metrics record to FILE as a "
+                                             "JSON line (--metrics-file: the same)",
+                                       flag="--metrics-out", aliases=("--metrics-file",),
+                                       metavar="FILE")
+    json: bool = option(False, "the metrics records as JSON lines on stdout also where it is "
+                               "a terminal (elsewhere they are written anyway); a terminal "
+                               "otherwise gets the summary table")
     checkpoint_dir: Path | None = option(None, "save checkpoints here (a directory every rank "
                                                "sees); a run restarted by torchrun "
                                                "--max-restarts resumes from it")

@@ -46,12 +46,13 @@ from dglx_dist.api.metrics import PhaseTimer, accuracy, epoch_record
 from dglx_dist.checkpoint import Checkpointing
 from dglx_dist.checkpoint.manager import CheckpointManager, RandomState
 from dglx_dist.config import TRAINER_OPTIMIZER, OptimizerConfig
+from dglx_dist.console import EpochBar, bar_disable
 from dglx_dist.convs import graph_convs, reads_package_blocks
 from dglx_dist.errors import DatasetFormatError, InvalidValueError, NonFiniteLossError
 from dglx_dist.inputs import inputs_for
 from dglx_dist.kvstore.embedding import DistEmbedding
 from dglx_dist.memory import SavedBytes
-from dglx_dist.report import json_record
+from dglx_dist.report import json_record, key_values
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.runtime.session import Session
 from dglx_dist.strategies.abilities import HoldsRows, StrategyState, epochs_of
@@ -116,7 +117,9 @@ class Trainer:
         lr: replaces ``optim``'s learning rate (a DGL-style keyword).
         weight_decay: replaces ``optim``'s weight decay (a DGL-style keyword).
         metrics: a stream receiving one JSON line per epoch on rank 0 (e.g. ``sys.stdout``).
-        progress: tqdm progress bars on rank 0.
+        progress: tqdm progress bars on rank 0 where stderr is a terminal (over the epochs,
+            with the loss, the last validation accuracy and the epoch's time; over each
+            epoch's steps while it runs).
         checkpoint: when ``fit`` saves checkpoints (None: never).
         embeddings: sparse embeddings trained alongside the model; checkpoints include their
             rows and optimizer state.
@@ -185,7 +188,8 @@ class Trainer:
         loader.set_epoch(epoch)
         steps = iter(loader)
         if self.progress and self.session.is_main:
-            steps = tqdm(steps, desc=desc, unit="step", leave=False, total=len(loader))
+            steps = tqdm(steps, desc=desc, unit="step", leave=False, total=len(loader),
+                         disable=bar_disable(True))
         for input_nodes, output_nodes, blocks in steps:
             timer.lap("sample")
             x, y, seeds = self.inputs.x_y(input_nodes, output_nodes, blocks)
@@ -274,9 +278,8 @@ class Trainer:
         """
         hooks = TrainHooks(functools.partial(self._loader_epoch, loss_fn=loss_fn),
                            self.optimizer_step, loss_fn)
-        bar = tqdm(total=max(epochs - self.epoch, 0), desc="epochs", unit="epoch", leave=False,
-                   disable=not (self.progress and self.session.is_main))
-        try:
+        with EpochBar(max(epochs, self.epoch), self.progress and self.session.is_main,
+                      initial=self.epoch) as bar:
             before = self.session.counter.snapshot()
             for result in epochs_of(self.strategy, range(self.epoch, epochs), hooks):
                 peak = self.saved.peak if self.saved is not None else None
@@ -285,9 +288,7 @@ class Trainer:
                 self.epoch = result.epoch + 1
                 self._epoch_done(record, epochs, eval_every)
                 before = self.session.counter.snapshot()
-                bar.update(1)
-        finally:
-            bar.close()
+                bar.update(record)
         return self.history
 
     def _loader_epoch(self, epoch: int, loss_fn: Callable) -> EpochResult:
@@ -331,7 +332,8 @@ class Trainer:
                 self._emit(record)
                 raise NonFiniteLossError(f"{message}; lower the learning rate, check the "
                                          f"features for NaN/Inf, or pass nonfinite_loss='warn'")
-            log.warning("%s; going on (nonfinite_loss='warn')", message)
+            if self.session.is_main:  # the record is the same on every rank
+                log.warning("%s; going on (nonfinite_loss='warn')", message)
         record.pop("first_nonfinite_step", None)
         done, last = record["epoch"] + 1, record["epoch"] + 1 == epochs
         if last or (eval_every and done % eval_every == 0):
@@ -372,8 +374,8 @@ class Trainer:
 
     def _emit(self, record: dict[str, Any]) -> None:
         self.history.append(record)
-        if self.session.is_main:
-            log.info("epoch %d: %s", record["epoch"], record)
+        if self.session.is_main:  # the detail with -v; the console has the bar
+            log.debug("epoch %d: %s", record["epoch"], key_values(record))
             if self.metrics is not None:
                 self.metrics.write(json_record(record) + "\n")
                 self.metrics.flush()

@@ -89,11 +89,11 @@ class DataLoader:
         unknown = sorted(k for k in kwargs if k not in _IGNORED)
         if unknown:
             raise InvalidTypeError(f"DataLoader: unknown arguments {unknown}")
-        if ignored:
+        session = graph.session
+        if ignored and session.is_main:  # every rank is given them: said once
             warnings.warn(f"dglx_dist.DataLoader: {ignored} have no meaning here (the strategy "
                           f"decides where batches are built and where they live); ignored",
                           stacklevel=2)
-        session = graph.session
         self.graph, self.sampler = graph, graph_sampler
         # collective, in this order: the arguments' check, the call's signature (ranks building
         # other loaders here stop, naming both), the ids' check and whether they are the same

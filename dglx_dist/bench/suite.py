@@ -23,6 +23,7 @@ from dglx_dist.data.nolinks import replace_file
 from dglx_dist.data.convert import DGL_EXTRA
 from dglx_dist.data.owned import read_record, write_record
 from dglx_dist.errors import InvalidValueError, OutputExistsError
+from dglx_dist.report import key_values
 
 __all__ = ["BENCH_DIR", "check_out", "data_kind", "extra_options", "replot",
            "run_bench"]
@@ -134,13 +135,13 @@ def run_all(args: argparse.Namespace, setup: Setup, kind: DataKind) -> list[dict
     rows = []
     bar = tqdm([(run, name) for run in range(1, args.repeat + 1)
                 for name in args.systems or [n for n in table if n not in NAMED_ONLY]],
-               desc="bench runs", unit="run")
+               desc="bench runs", unit="run", disable=None)  # a terminal's only
     for run, name in bar:
         bar.set_postfix_str(name)
         row = run_system(name, table[name], setup)
         rows.append({"run": run} | row if args.repeat > 1 else row)
-        log.info("%s: %s", name, row.get("error") or {k: row.get(k) for k in (
-            "epoch_time", "bytes_inter", "peak_mem_mb", "val_acc", "test_acc", "run_wall_s")})
+        log.info("%s: %s", name, row.get("error") or key_values({k: row.get(k) for k in (
+            "epoch_time", "bytes_inter", "peak_mem_mb", "val_acc", "test_acc", "run_wall_s")}))
     return rows
 
 
@@ -167,7 +168,7 @@ def run_bench(args: argparse.Namespace, command: str) -> tuple[list[dict[str, An
     data = dataset(args, args.out / "work")
     kind = KINDS[kind_of(data)]
     setup = make_setup(args, data, choose_network(args.network), kind)
-    log.info("setup: %s", setup.public())
+    log.info("setup: %s", key_values(setup.public()))
     rows = run_all(args, setup, kind)
     target = add_time_to_accuracy(rows, args.target)
     add_floors(rows, setup.network, setup.world)

@@ -92,7 +92,7 @@ def save(world: Comm, root: Path, epoch: int, meta: dict[str, Any], blobs: dict[
                               f"({detail}); the previous checkpoints are unchanged")
     path = root / files.checkpoint_name(epoch)
     if rank == 0:
-        log.info("checkpoint written: %s", path)
+        log.debug("checkpoint written: %s", path)
     return path
 
 

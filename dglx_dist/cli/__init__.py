@@ -3,7 +3,8 @@ commcheck, rdzvcheck, emulate, bench (one module per group of subcommands:
 :mod:`~dglx_dist.cli.data`, :mod:`~dglx_dist.cli.files`, :mod:`~dglx_dist.cli.train`,
 :mod:`~dglx_dist.cli.plan`, :mod:`~dglx_dist.cli.cluster`, :mod:`~dglx_dist.cli.bench`).
 
-Results go to stdout (a markdown table and a JSON line); logs and progress bars to stderr.
+Results go to stdout (a markdown table and a JSON line); logs and progress bars to stderr
+(rank 0's, each warning once; ``-v`` for every rank's detail: :mod:`dglx_dist.console`).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import threading
 from typing import Callable, NoReturn, Sequence
 
 from dglx_dist.cli import bench, cluster, data, files, plan, train
+from dglx_dist.console import setup_logging
 from dglx_dist.errors import DglxError
 from dglx_dist.runtime.env import launch_position, launched
 from dglx_dist.runtime.failure import (RankZeroParser, one_line, report, step_aside,
@@ -37,7 +39,9 @@ def _add_logging(p: argparse.ArgumentParser, default) -> None:
     """The logging flags, on the command and on each subcommand (``dglx train --debug``)."""
     p.add_argument("-v", "--verbose", "--debug", dest="log_level", action="store_const",
                    const="DEBUG", default=default,
-                   help="debug logging, with tracebacks of errors (= --log-level DEBUG)")
+                   help="the detail: every rank's log lines with the time, each epoch's "
+                        "metrics as key=value, debug logging and tracebacks of errors "
+                        "(= --log-level DEBUG)")
     p.add_argument("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"), type=str.upper,
                    default=default, help="logging level (default INFO)")
 
@@ -63,8 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     parser.set_defaults(argv=argv)  # `dglx bench` records its command line
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(args.log_level, verbose=args.log_level == "DEBUG")
     unwind = signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None)
     if unwind:  # a SIGTERM while the command runs unwinds it: its temporaries go
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))

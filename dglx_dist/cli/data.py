@@ -1,4 +1,4 @@
-"""``dglx datagen | partition | partitioners | demo``: datasets and partitions."""
+"""``dglx datagen | data import | partition | partitioners | demo``: datasets and partitions."""
 from __future__ import annotations
 
 import argparse
@@ -120,11 +120,13 @@ def _refuse_options(args: argparse.Namespace, names: Sequence[str], why: str) ->
 def _cmd_demo(args: argparse.Namespace) -> int:
     from dglx_dist.demo import partition_demo, training_demo
 
-    _out(partition_demo(args.dataset, args.parts))
+    verbose = args.log_level == "DEBUG"
+    _out(partition_demo(args.dataset, args.parts, verbose))
     if args.no_train:
         return 0
-    table, records = training_demo("distdgl", args.nproc, args.epochs, args.dataset)
     _out(f"\n## distdgl training on {args.nproc} local processes (torchrun, gloo)\n")
+    table, records = training_demo("distdgl", args.nproc, args.epochs, args.dataset,
+                                   verbose=verbose, metrics_out=args.metrics_out)
     _out(table)
     _out(f"\ntest accuracy: {records[-1]['test_acc']:.4f}")
     return 0
@@ -192,6 +194,55 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nproc", type=int, default=2, help="training processes (default: 2)")
     p.add_argument("--epochs", type=int, default=60, help="training epochs (default: 60)")
     p.add_argument("--no-train", action="store_true", help="partition reports only")
+    p.add_argument("--metrics-out", type=Path, metavar="FILE", help="append each training "
+                   "epoch's metrics record to FILE as a JSON line")
+
+
+def _import_ogb(args: argparse.Namespace) -> int:
+    from dglx_dist.data.ogb_import import import_ogb
+
+    ds = import_ogb(args.name, args.out, args.ogb_root, overwrite=args.overwrite,
+                    directed=args.directed, download=args.download)
+    split = {m: int(sum(n.masks()[m].sum() for n in ds.nodes.values()))
+             for m in ("train", "val", "test")}
+    _out(json.dumps({"out": str(args.out), "name": args.name, "task": ds.extra["task"],
+                     "num_nodes": ds.num_nodes, "num_edges": ds.num_edges,
+                     "num_classes": ds.num_classes, "edges": ds.extra["edges"],
+                     **({"split": split} if ds.extra["task"] == "node" else {}),
+                     **({} if ds.untyped else {"ntypes": ds.ntypes})}))
+    return 0
+
+
+def _add_import(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", metavar="NAME", help="OGB's name of the dataset: ogbn-* (node "
+                   "classification; ogbn-mag as a typed dataset) or ogbl-* (link prediction "
+                   "on a graph without types)")
+    p.add_argument("out", type=Path, metavar="OUT", help="dataset directory to create")
+    p.add_argument("--ogb-root", type=Path, metavar="ROOT", help="where OGB keeps its datasets "
+                   "(ROOT/ogbn_arxiv/...), or downloads them to (default: OGB's own, ./dataset)")
+    p.add_argument("--no-download", dest="download", action="store_false",
+                   help="refuse, instead of letting OGB download, a dataset ROOT lacks")
+    p.add_argument("--directed", action="store_true", help="keep a node task's edges as OGB "
+                   "lists them (default: each edge OGB lists one way also the other way; "
+                   "ogbn-mag's relations reversed as rev-REL)")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT if dglx wrote it")
+
+
+# ``dglx data ACTION``: (help, add the arguments, run)
+_DATA_ACTIONS: dict[str, tuple[str, Callable, Callable]] = {
+    "import": ("write an OGB dataset (through the ogb package, pip install 'dglx_dist[ogb]') "
+               "as a dataset directory with OGB's split", _add_import, _import_ogb),
+}
+
+
+def _add_data(p: argparse.ArgumentParser) -> None:
+    from dglx_dist.cli import _add_logging  # the -v flags after the action's arguments too
+
+    sub = p.add_subparsers(dest="data_action", required=True, metavar="ACTION")
+    for name, (help_text, add_args, _) in _DATA_ACTIONS.items():
+        action = sub.add_parser(name, help=help_text, description=help_text)
+        add_args(action)
+        _add_logging(action, argparse.SUPPRESS)
 
 
 def _cmd_partitioners(args: argparse.Namespace) -> int:
@@ -206,6 +257,9 @@ COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
     "datagen": ("write a synthetic graph as a dataset directory (a community graph, or a "
                 "typed one shaped like ogbn-mag)", _add_datagen,
                 _cmd_datagen),
+    "data": ("datasets from elsewhere: `dglx data import ogbn-arxiv DIR` writes OGB's as a "
+             "dataset directory", _add_data,
+             lambda args: _DATA_ACTIONS[args.data_action][2](args)),
     "partition": ("partition a dataset directory and print the quality report, or import the "
                   "partitions of DGL's partition_graph (--from-dgl)", _add_partition,
                   lambda args: _PARTITION_SOURCES[args.source](args)),

@@ -1,8 +1,12 @@
-"""``dglx train``: a reference model under torchrun/srun with a strategy, JSON lines out."""
+"""``dglx train``: a reference model under torchrun/srun with a strategy. Rank 0 shows a
+progress bar over the epochs (on a terminal) and writes the metrics records: as JSON lines to
+stdout where it is not a terminal or with ``--json``, else the summary table at the end; and
+to ``--metrics-out FILE`` (``--metrics-file``, its older name) as JSON lines."""
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 from pathlib import Path
 from typing import Callable
@@ -37,8 +41,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         pdir = PartitionDir(parts)
         model = (_typed_model(config, pdir) if pdir.types is not None else
                  _model(config, strategy, pdir.feat_dim, pdir.num_classes))
-        sink = on_every_rank(session, "--metrics-file", lambda: _MetricsSink(
-            sys.stdout, job.metrics_file if session.is_main else None))
+        sink = on_every_rank(session, "--metrics-out", lambda: _MetricsSink(
+            job.metrics_file if session.is_main else None, job.json))
         checkpoint = (Checkpointing(job.checkpoint_dir, every=job.checkpoint_every)
                       if job.checkpoint_dir else None)
         trainer = Trainer(model, pdir, strategy, session=session, optim=config.optimizer,
@@ -49,6 +53,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         try:
             trainer.resume_or_start(job.resume)
             trainer.fit(config.loop.epochs, eval_every=config.loop.eval_every)
+            if session.is_main:
+                sink.summarize()
             _check_learned(trainer, config.loop.epochs, job.fail_on_collapse)
         finally:  # e.g. dorylus's executor processes go with the trainer, also on failure
             trainer.close()
@@ -230,10 +236,12 @@ def _cmd_train_link(config: RunConfig) -> int:
     with init(backend=job.backend, env=env, device=job.device) as session:
         hidden = config.model.hidden  # embeddings as wide as the hidden layers
         model = _model(config, strategy, read_meta(data).feat_dim, hidden)
-        sink = on_every_rank(session, "--metrics-file", lambda: _MetricsSink(
-            sys.stdout, job.metrics_file) if session.is_main else None)
+        sink = on_every_rank(session, "--metrics-out", lambda: _MetricsSink(
+            job.metrics_file, job.json) if session.is_main else None)
         try:
             test = train_link(data, strategy, model, config, sink, session)
+            if sink is not None:
+                sink.summarize()
             act_on(link_verdict(test.get("auc"), config.loop.epochs), job.fail_on_collapse)
         finally:
             if sink is not None:
@@ -242,19 +250,26 @@ def _cmd_train_link(config: RunConfig) -> int:
 
 
 class _MetricsSink:
-    """Writes metrics lines to stdout and, optionally, appends them to a file."""
+    """Where rank 0's metrics records go: appended to ``path`` (``--metrics-out``) as JSON
+    lines, and to stdout as JSON lines where it is not a terminal or with ``json_stdout``
+    (``--json``); a terminal gets the summary table instead (:meth:`summarize`)."""
 
-    def __init__(self, stream, path: Path | None):
-        self.stream = stream
+    def __init__(self, path: Path | None, json_stdout: bool = False, stream=None):
+        self.stream = sys.stdout if stream is None else stream
+        self.json = json_stdout or not _is_terminal(self.stream)
+        self.records: list[dict] = []
         try:  # opened before the first epoch: a bad path is refused before any training
             self.file = open(path, "a") if path is not None else None
         except OSError as exc:
-            raise InvalidValueError(f"--metrics-file {path}: cannot be opened for appending "
+            raise InvalidValueError(f"--metrics-out {path}: cannot be opened for appending "
                                     f"({exc.strerror or exc}); expected a file in an existing, "
                                     f"writable directory") from None
 
     def write(self, text: str) -> None:
-        self.stream.write(text)
+        if self.json:
+            self.stream.write(text)
+        else:  # the records, for the table (the lines are the package's own JSON)
+            self.records += [json.loads(line) for line in text.splitlines() if line.strip()]
         if self.file is not None:
             self.file.write(text)
 
@@ -263,13 +278,31 @@ class _MetricsSink:
         if self.file is not None:
             self.file.flush()
 
+    def summarize(self) -> None:
+        """The run's summary table and test result, where stdout takes no JSON lines."""
+        from dglx_dist.report import epoch_table, result_line
+
+        if self.json or not self.records:
+            return
+        result = result_line(self.records)
+        self.stream.write(epoch_table(self.records) + (f"\n\n{result}\n" if result else "\n"))
+        self.stream.flush()
+
     def close(self) -> None:
         if self.file is not None:
             self.file.close()
 
 
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
 # name: (help, add the arguments, run)
 COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
-    "train": ("train a reference model under torchrun/srun with a strategy; JSON lines out",
+    "train": ("train a reference model under torchrun/srun with a strategy; metrics records "
+              "as JSON lines (--metrics-out FILE, --json) and a summary table",
               lambda p: add_flags(p, RunConfig), _cmd_train),  # every section's flags
 }

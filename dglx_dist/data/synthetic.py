@@ -287,7 +287,7 @@ def write_synthetic(config: SyntheticConfig, out_dir: str | os.PathLike, overwri
         del src, dst, edata
         with pq.ParquetWriter(tmp / NODES_FILE, node_schema(config.feat_dim),
                               **WRITE_OPTIONS) as writer, \
-                tqdm(total=n, unit="node", desc="nodes", disable=not progress) as bar:
+                tqdm(total=n, unit="node", desc="nodes", disable=None if progress else True) as bar:
             for lo in range(0, n, rows_per_chunk):
                 hi = min(lo + rows_per_chunk, n)
                 writer.write_batch(node_batch(

@@ -22,6 +22,7 @@ from typing import Any, Iterator, Sequence
 
 from dglx_dist.cli_flags import add_flags, from_args
 from dglx_dist.config import RunConfig, StrategyConfig
+from dglx_dist.console import quiet_other_ranks
 from dglx_dist.errors import DglxError, InvalidValueError, StateError
 from dglx_dist.runtime.env import launch_position
 from dglx_dist.runtime.failure import (RankZeroParser, one_line, refused, same_on_every_rank,
@@ -202,12 +203,13 @@ def plan_lines() -> Iterator[None]:
 
 def run(options: RunOptions) -> None:
     """Runs the script as ``__main__`` with its own argv, the pieces installed (and a
-    plan's lines shown: :func:`plan_lines`)."""
+    plan's lines shown: :func:`plan_lines`; the package's lines below WARNING from rank 0
+    only: :func:`~dglx_dist.console.quiet_other_ranks`)."""
     script = str(options.script)
     sys.argv = [script, *options.script_args]
     sys.path[0] = str(options.script.resolve().parent)  # as `python SCRIPT` sets it
     log.debug("dglx_dist.run: %s under strategy %s", script, options.strategy.name)
-    with installed(options), plan_lines():
+    with installed(options), plan_lines(), quiet_other_ranks():
         try:
             runpy.run_path(script, run_name="__main__")
         except (SystemExit, Exception) as exc:

@@ -441,7 +441,7 @@ def import_dgl_partitions(json_path: str | os.PathLike, out_dir: str | os.PathLi
     out = Path(out_dir)
     check_target(out, overwrite, PARTITION_DIR, (cfg.path.parent,), PartitionError)
     importer = _Importer(cfg, node_data_keys(keys), orig_nids, orig_eids, nonfinite)
-    with tqdm(total=cfg.num_parts, desc="import DGL parts", disable=not progress,
+    with tqdm(total=cfg.num_parts, desc="import DGL parts", disable=None if progress else True,
               unit="part") as bar:
         def parts():
             for p in range(cfg.num_parts):

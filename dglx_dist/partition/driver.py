@@ -71,8 +71,8 @@ def partition_dataset(data: str | os.PathLike | GraphDataset,
     check_memory(estimate, memory_limit, "partitioning",
                  "use a machine with more memory, more parts on a bigger machine, or a "
                  "cheaper partitioner (hash)")
-    bar = tqdm(total=num_parts + 2, desc=f"{method} x{num_parts}", disable=not progress,
-               unit="step")
+    bar = tqdm(total=num_parts + 2, desc=f"{method} x{num_parts}", unit="step", leave=False,
+               disable=None if progress else True)  # a terminal's only
     with PeakRSS() as rss, bar:
         ds = load()
         bar.update()
@@ -84,7 +84,7 @@ def partition_dataset(data: str | os.PathLike | GraphDataset,
         report = _write(Layout(ds, plan, owner), _header(partitioner, method, ds, plan), out,
                         overwrite, inputs, bar.update)
     report = report.with_cost(rss.seconds, plan_seconds, rss.peak, estimate)
-    log.info("partitioned %s into %d parts with %s in %.2fs (edge cut %.2f%%)", out, num_parts,
+    log.debug("partitioned %s into %d parts with %s in %.2fs (edge cut %.2f%%)", out, num_parts,
              report.method, rss.seconds, 100 * report.edge_cut_frac)
     return report
 

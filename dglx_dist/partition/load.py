@@ -340,7 +340,7 @@ class PartitionDir:
             done = checksums.verify_files(folder, files)
             record_verified(folder, files)
             unchunked = sum(not checksums.usable(i) for i in files.values())
-            log.info("%s: full check of %d files (%d bytes): SHA-256 and every chunk sum; "
+            log.debug("%s: full check of %d files (%d bytes): SHA-256 and every chunk sum; "
                      "later loads on this host hash a sample of chunks%s", folder, done.files,
                      sum(i["bytes"] for i in files.values()),
                      f" ({unchunked} files without chunk sums: whole)" if unchunked else "")
@@ -348,7 +348,7 @@ class PartitionDir:
             done = checksums.verify_files(folder, files, self._sampler)
             keep_stamp_recorded(folder)
             whole = f"; {done.whole} without chunk sums hashed whole" if done.whole else ""
-            log.info("%s: sampled check of %d of %d chunks%s (loads after this host's first "
+            log.debug("%s: sampled check of %d of %d chunks%s (loads after this host's first "
                      "full check hash a sample of chunks; `dglx verify` hashes every byte)",
                      folder, done.sampled, done.of_chunks, whole)
         self._verified.add(part)

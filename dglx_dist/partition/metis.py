@@ -121,7 +121,7 @@ class MetisPartitioner(Partitioner):
         if num_parts == 1:
             return np.zeros(num_nodes, dtype=np.int64)
         categories = _categories(masks, self.config.balance)
-        log.info("METIS (%s) into %d parts, balancing nodes%s%s",
+        log.debug("METIS (%s) into %d parts, balancing nodes%s%s",
                  "DGL" if backend == "dgl" else f"libmetis, seed {self.config.seed}", num_parts,
                  " per node type" if "ntype" in masks else "",
                  "".join(f", {b}" for b in self.config.balance))

@@ -41,8 +41,10 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from dglx_dist.config import RunConfig, TaskConfig
+from dglx_dist.console import EpochBar, bar_disable
 from dglx_dist.data.dataset import GraphDataset
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.report import key_values
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.strategies.epochs import EpochResult
 from dglx_dist.tasks.shares import split_sizes
@@ -94,12 +96,17 @@ def split_once(data: Path, seed: int, session, cache_dir) -> tuple[Path, tuple, 
     """:func:`split_pairs` of dataset ``data``, made once by rank 0 into the partition cache
     (collective): the training graph as a dataset directory (partitioned as any dataset is,
     and reused by later runs) with the held-out pairs beside its tables, so that no other
-    rank holds the whole graph. Returns it and the validation and test pairs (every rank)."""
+    rank holds the whole graph. Returns it and the validation and test pairs (every rank).
+    A dataset that holds such pairs already (``dglx data import ogbl-*``: a split given with
+    the data, laid out as this split's output is) is its own training graph."""
     from dglx_dist.data import read_dataset, write_dataset
     from dglx_dist.data.format import META_FILE
     from dglx_dist.prepare import checked_cache, derived_key, made_by_rank0
 
-    out = checked_cache(cache_dir) / derived_key(data, "link-split", [seed])
+    if all((Path(data) / f"{name}.npy").is_file() for name in _HELDOUT):
+        out = Path(data)
+    else:
+        out = checked_cache(cache_dir) / derived_key(data, "link-split", [seed])
 
     def make() -> None:
         train, _, val, test = split_pairs(read_dataset(data), seed)
@@ -108,7 +115,8 @@ def split_once(data: Path, seed: int, session, cache_dir) -> tuple[Path, tuple, 
         write_dataset(train, out,
                       arrays={name: ids.numpy() for name, ids in pairs.items()})
 
-    made_by_rank0(session, out, META_FILE, make, f"splitting the edges of {data}")
+    if out != Path(data):
+        made_by_rank0(session, out, META_FILE, make, f"splitting the edges of {data}")
     pairs = {name: torch.from_numpy(np.load(out / f"{name}.npy")) for name in _HELDOUT}
     return out, (pairs["val_u"], pairs["val_v"]), (pairs["test_u"], pairs["test_v"])
 
@@ -234,7 +242,8 @@ def _epoch(model, g, loader, opt, epoch: int, progress: bool) -> EpochResult:
     from dglx_dist.api.metrics import PhaseTimer  # the drop-in API: imported when it runs
 
     timer = PhaseTimer()
-    for batch in tqdm(loader, desc=f"epoch {epoch}", leave=False, disable=not progress):
+    batches = tqdm(loader, desc=f"epoch {epoch}", leave=False, disable=bar_disable(progress))
+    for batch in batches:
         total += timed_link_step(timer, g, model, batch, opt, loader.device)
         steps, samples = steps + 1, samples + batch[1].num_edges()
         timer.restart()
@@ -274,17 +283,21 @@ def train_link(data: Path, strategy, model: torch.nn.Module, config: RunConfig,
                                   batch_size=task.edge_batch_size, shuffle=True, seed=loop.seed,
                                   package_blocks=model.package_blocks)
     opt = config.optimizer.adam(model.parameters())
-    session = g.session
-    for epoch in range(loop.epochs):
-        before = session.counter.snapshot()
-        result = _epoch(model, g, loader, opt, epoch, config.job.progress and session.is_main)
-        record = {"task": "link", **epoch_record(result, before, session.counter.snapshot(),
-                                                 g.strategy.registered_name, session=session)}
-        last = epoch == loop.epochs - 1
-        if loop.eval_every and ((epoch + 1) % loop.eval_every == 0 or last):
-            metrics = _evaluate(model, g, val, task, loop.seed + 1, eval_fanouts)
-            record.update({f"val_{k}": round(m, 4) for k, m in metrics.items()})
-        _write(out, record)
+    session, show = g.session, config.job.progress and g.session.is_main
+    with EpochBar(loop.epochs, show) as bar:
+        for epoch in range(loop.epochs):
+            before = session.counter.snapshot()
+            result = _epoch(model, g, loader, opt, epoch, show)
+            record = {"task": "link", **epoch_record(result, before, session.counter.snapshot(),
+                                                     g.strategy.registered_name, session=session)}
+            last = epoch == loop.epochs - 1
+            if loop.eval_every and ((epoch + 1) % loop.eval_every == 0 or last):
+                metrics = _evaluate(model, g, val, task, loop.seed + 1, eval_fanouts)
+                record.update({f"val_{k}": round(m, 4) for k, m in metrics.items()})
+            _write(out, record)
+            bar.update(record)
+            if session.is_main:  # the detail with -v
+                log.debug("epoch %d: %s", epoch, key_values(record))
     test_metrics = _evaluate(model, g, test, task, loop.seed + 2, eval_fanouts)
     _write(out, {f"test_{k}": round(m, 4) for k, m in test_metrics.items()})
     return test_metrics

@@ -30,7 +30,7 @@ CHANGED = RunConfig(
     strategy=StrategyConfig("p3"),
     data=DataConfig("some-data", Path("parts"), Path("cache")),
     job=JobConfig(backend="gloo", device="cpu", progress=False, metrics_file=Path("m.jsonl"),
-                  checkpoint_dir=Path("ck"), checkpoint_every=3, nonfinite_loss="warn",
+                  json=True, checkpoint_dir=Path("ck"), checkpoint_every=3, nonfinite_loss="warn",
                   fail_on_collapse=True, measure_saved_bytes=True, resume=True,
                   memory_limit=10**9))
 
@@ -96,9 +96,13 @@ def test_the_baselines_read_back_their_part_of_the_config(tmp_path):
     assert _sections(from_args(RunConfig, single, sections=TRAINING)) == expected
     worker = worker_args(["trainer", *hyper(setup)])
     assert _sections(from_args(RunConfig, worker, sections=TRAINING)) == expected
-    # the global batch (100 x 4 ranks) over DGL's 2 machines; validated every epoch
-    assert (worker.batch_size, worker.fanouts, worker.num_classes, worker.eval_every) == (
-        200, (4, 6), 3, 1)
+    # DGL's 2 machines with 2 trainers each, as many as the ranks, each with their batch (as
+    # launch.py's --num_trainers runs a trainer per GPU); validated every epoch
+    assert (worker.trainers, worker.batch_size, worker.fanouts, worker.num_classes,
+            worker.eval_every) == (2, 100, (4, 6), 3, 1)
+    odd = worker_args(["trainer", *hyper(dataclasses.replace(setup, servers=3,
+                                                             ranks_per_server=1))])
+    assert (odd.trainers, odd.batch_size) == (1, 150)  # 3 ranks over 2 machines: the share
 
 
 @pytest.mark.parametrize("flag, value", [("--lr", "0"), ("--dropout", "1"), ("--hidden", "0"),

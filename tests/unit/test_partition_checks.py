@@ -156,9 +156,9 @@ def test_manifests_without_chunk_sums_are_hashed_whole_at_every_load(out, monkey
 
 
 def test_the_load_says_what_it_checked(out, caplog):
-    """A load logs one line: the full check, or the sample that loads after this host's
-    full check hash."""
-    with caplog.at_level(logging.INFO, logger="dglx_dist.partition.load"):
+    """A load logs one line (at DEBUG: ``-v``): the full check, or the sample that loads
+    after this host's full check hash."""
+    with caplog.at_level(logging.DEBUG, logger="dglx_dist.partition.load"):
         PartitionDir(out).load_part(0)
         PartitionDir(out).load_part(0)
     said = [r.getMessage() for r in caplog.records if r.name == "dglx_dist.partition.load"]

@@ -163,7 +163,7 @@ def cobatch_plans(server: ServerGraph, R: int, num_layers: int, group: Comm, max
     cluster_of_own = torch.full((own.numel(),), -1, dtype=torch.int64)
     cluster_of_own[is_core] = cluster[torch.searchsorted(core, own[is_core])]
     plans = []
-    for b in tqdm(range(R), desc="co-batches", disable=not progress, leave=False):
+    for b in tqdm(range(R), desc="co-batches", disable=None if progress else True, leave=False):
         targets, mine = cluster_of_own == b, server.edges
         if targetable is not None:
             targets &= targetable
