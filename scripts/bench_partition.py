@@ -38,7 +38,7 @@ import psutil
 import pyarrow.parquet as pq
 
 from dglx_dist.bench.presets import script_parser
-from dglx_dist.data.convert import to_dgl
+from dglx_dist.data import to_dgl
 from dglx_dist.data.format import read_dataset
 from dglx_dist.data.synthetic import SYNTHETIC_PRESETS, SyntheticConfig, write_synthetic
 from dglx_dist.memory import peak_rss_bytes

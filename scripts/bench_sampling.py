@@ -53,8 +53,7 @@ import torch
 
 import dglx_dist
 from dglx_dist.bench.presets import PRESETS
-from dglx_dist.data import read_dataset
-from dglx_dist.data.convert import to_dgl
+from dglx_dist.data import read_dataset, to_dgl
 from dglx_dist.report import markdown_table
 from dglx_dist.sampling.block import Block
 from dglx_dist.sampling.in_edges import InEdges, draw_in_edges

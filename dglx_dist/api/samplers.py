@@ -6,7 +6,7 @@ draws (``prob``, ``mask``, ``replace``) and the strategy draws the blocks itself
 samplers of those names are read the same way where DGL is installed; another DGL sampler
 (``BlockSampler``, ``LaborSampler``, ``ShaDowKHopSampler``) or a neighbour sampler of
 out-edges runs over the distributed graph through DGL (:func:`user_sampler`,
-:mod:`dglx_dist.api.dgl_samplers`). Each is checked against the graph and the strategy
+:mod:`dglx_dist.dgl.samplers`). Each is checked against the graph and the strategy
 before any step."""
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from dglx_dist.sampling.frames import NID
 from dglx_dist.sampling.options import UNIFORM, SampleOptions, check_weights
 
 if TYPE_CHECKING:
-    from dglx_dist.api.dgl_samplers import UserSampler
+    from dglx_dist.dgl.samplers import UserSampler
     from dglx_dist.api.graph import DistGraph
 
 __all__ = ["NeighborSampler", "MultiLayerFullNeighborSampler", "sampler_fanouts",
@@ -142,7 +142,7 @@ def user_sampler(graph: DistGraph, sampler) -> UserSampler | None:
     if graph.is_typed:
         raise NotSupportedError(f"{what} on a graph with edge types: samplers of your own run "
                                 "on graphs without types only (not yet)")
-    from dglx_dist.api.dgl_samplers import OutNeighborSampler, UserSampler  # noqa: PLC0415
+    from dglx_dist.dgl.samplers import OutNeighborSampler, UserSampler  # noqa: PLC0415
 
     if neighbors:  # of out-edges
         if sampler.prob is not None:

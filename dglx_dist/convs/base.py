@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import TYPE_CHECKING, Mapping
+from typing import Any, Mapping
 
 import torch
 from torch import nn
@@ -23,8 +23,8 @@ from dglx_dist.errors import InvalidValueError
 from dglx_dist.registry import Registry
 from dglx_dist.sampling.block import Block, dgl_installed
 
-if TYPE_CHECKING:
-    import dgl
+# A block an adapter's conv runs on is the package's Block or DGL's DGLBlock; ``Any`` names
+# the second without importing DGL, which only dglx_dist/dgl/ imports (issue 78).
 
 __all__ = ["LAYERS", "ConvAdapter", "ConvWrapper", "DorylusSupport", "InputLinear", "adapter_for",
            "edge_column", "feat_dropout", "first_conv", "graph_convs", "is_foreign_conv",
@@ -103,7 +103,7 @@ class ConvAdapter(abc.ABC):
         """The weights applied to the input features, in the order :meth:`partial` takes."""
 
     @abc.abstractmethod
-    def partial(self, conv: nn.Module, weights: list[torch.Tensor], block: dgl.DGLGraph,
+    def partial(self, conv: nn.Module, weights: list[torch.Tensor], block: Block | Any,
                 x: torch.Tensor, edge_weight: torch.Tensor | None = None) -> list[torch.Tensor]:
         """This column slice's share of the layer: ``x`` holds the slice's columns of the
         block's source nodes, ``weights`` the input linears' matching columns, ``edge_weight``
@@ -111,12 +111,12 @@ class ConvAdapter(abc.ABC):
         only on the block and the conv, so every slice's partials can be summed."""
 
     @abc.abstractmethod
-    def finish(self, conv: nn.Module, block: dgl.DGLGraph, totals: list[torch.Tensor],
+    def finish(self, conv: nn.Module, block: Block | Any, totals: list[torch.Tensor],
                edge_weight: torch.Tensor | None = None) -> torch.Tensor:
         """The layer's output from the sums of every slice's partials (``edge_weight`` as in
         :meth:`partial`)."""
 
-    def degree_source_scale(self, conv: nn.Module, block: dgl.DGLGraph,
+    def degree_source_scale(self, conv: nn.Module, block: Block | Any,
                             out_degree: torch.Tensor) -> torch.Tensor | None:
         """A factor per source row of ``block`` such that ``conv`` on the scaled rows
         normalises by ``out_degree`` (each source node's out-degree in the whole graph) instead

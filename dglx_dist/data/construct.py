@@ -8,7 +8,7 @@ or int64) says otherwise or the ends are int32 tensors; the node counts are the 
 unless given (a CSR/CSC matrix counts its rows); the graph is on the ends' device unless
 ``device`` moves it. Input DGL would refuse is refused in one line (a
 :class:`~dglx_dist.errors.DglxError`), and so are negative ids and ids past the graph's
-nodes, which DGL's checks let through.
+nodes, which DGL's checks let through. :func:`to_graph` is the package's graph of a dataset.
 """
 from __future__ import annotations
 
@@ -18,12 +18,15 @@ from typing import Any, Mapping
 
 import torch
 
-from dglx_dist.data.dataset import ONE_ETYPE, ONE_NTYPE, Etype
+from dglx_dist.data.dataset import ONE_ETYPE, ONE_NTYPE, Etype, GraphDataset
 from dglx_dist.data.heterograph import Graph
 from dglx_dist.errors import (IdOutOfRangeError, InvalidTypeError, InvalidValueError,
                               UnknownNameError)
 
-__all__ = ["graph", "heterograph"]
+__all__ = ["graph", "heterograph", "to_graph", "MASK_KEYS"]
+
+MASK_KEYS = {"train": "train_mask", "val": "val_mask", "test": "test_mask"}
+"""The dataset's splits (ours) -> the names of their masks in a graph's node data (DGL's)."""
 
 _IDTYPES = (torch.int32, torch.int64)
 
@@ -229,3 +232,23 @@ def _csc(indptr, indices, eids, what: str) -> tuple:
 _FORMATS = types.MappingProxyType({"coo": (_coo, ("src", "dst")),
                                    "csr": (_csr, ("indptr", "indices", "eids")),
                                    "csc": (_csc, ("indptr", "indices", "eids"))})
+
+
+def to_graph(ds: GraphDataset) -> Graph:
+    """The package's graph of the dataset, without DGL: its edges (in file order) and its
+    node and edge data."""
+    g = heterograph({et: (torch.from_numpy(e.src), torch.from_numpy(e.dst))
+                     for et, e in ds.edges.items()},
+                    num_nodes_dict={t: n.num_nodes for t, n in ds.nodes.items()})
+    for ntype, n in ds.nodes.items():
+        data = g.nodes[ntype].data
+        if n.feat is not None:
+            data["feat"] = torch.from_numpy(n.feat)
+        if n.labeled:
+            data["label"] = torch.from_numpy(n.label)
+            for ours, values in n.masks().items():
+                data[MASK_KEYS[ours]] = torch.from_numpy(values)
+    for etype, e in ds.edges.items():
+        for name, values in e.edata.items():
+            g.edges[etype].data[name] = torch.from_numpy(values)
+    return g

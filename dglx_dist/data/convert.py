@@ -8,10 +8,11 @@ graph carries node data ``feat``,
 ``label``, ``train_mask``, ``val_mask`` and ``test_mask`` (per node type on a heterograph:
 ``g.nodes[ntype].data``), the names DGL's own node-classification datasets use, and its edge
 data as the dataset's edge data (numeric tensors of one value or one vector per edge).
-:func:`to_dgl` is the one path from the package's graph (or a dataset) to DGL's, and
-:func:`user_graph` the one place that chooses between the two: DGL's where DGL is installed,
-the package's where it is not (what the dataset loaders give, and a link-prediction step's
-pair graphs).
+:func:`~dglx_dist.dgl.conversion.to_dgl` (DGL's door) is the one path from the package's graph
+(or a dataset) to DGL's, :func:`~dglx_dist.data.construct.to_graph` the one to the package's,
+and :func:`user_graph` the one place that chooses between the two: DGL's where DGL is
+installed, the package's where it is not (what the dataset loaders give, and a
+link-prediction step's pair graphs). Nothing here imports DGL.
 """
 from __future__ import annotations
 
@@ -26,14 +27,12 @@ import torch
 
 from dglx_dist.data.edge_data import STRUCTURE
 from dglx_dist.data.dataset import EdgeTable, GraphDataset, NodeTable
-from dglx_dist.data.construct import heterograph
+from dglx_dist.data.construct import MASK_KEYS, to_graph
 from dglx_dist.data.heterograph import Graph
 from dglx_dist.errors import DatasetFormatError, MissingDependencyError
 
-__all__ = ["to_dgl", "to_graph", "user_graph", "from_dgl", "check_convertible", "is_dgl",
-           "is_heterograph", "dgl_installed", "require_dgl", "DGL_EXTRA"]
-
-_MASK_KEYS = {"train": "train_mask", "val": "val_mask", "test": "test_mask"}
+__all__ = ["user_graph", "from_dgl", "check_convertible", "is_dgl", "is_heterograph",
+           "dgl_installed", "require_dgl", "DGL_EXTRA"]
 
 
 def is_heterograph(g) -> bool:
@@ -94,49 +93,13 @@ def is_dgl(value, kind: str = "DGLGraph") -> bool:
         return False
 
 
-def to_dgl(source: GraphDataset | Graph):
-    """DGL's graph of a dataset (its edges in file order and its node and edge data, as
-    :func:`to_graph` gives them) or of the package's :class:`Graph` (its edges, types and
-    data: a pair graph at the edge), on the graph's device. A graph without types becomes
-    DGL's homogeneous graph (its types are DGL's ``_N`` and ``_E``)."""
-    import dgl
-
-    g = to_graph(source) if isinstance(source, GraphDataset) else source
-    out = dgl.heterograph({et: g.edges(etype=et) for et in g.canonical_etypes},
-                          num_nodes_dict={t: g.num_nodes(t) for t in g.ntypes},
-                          idtype=g.idtype, device=g.device)
-    for t in g.ntypes:
-        out.nodes[t].data.update(g.nodes[t].data)
-    for et in g.canonical_etypes:
-        out.edges[et].data.update(g.edges[et].data)
-    return out
-
-
-def to_graph(ds: GraphDataset) -> Graph:
-    """The package's graph of the dataset, without DGL: its edges (in file order) and its
-    node and edge data."""
-    g = heterograph({et: (torch.from_numpy(e.src), torch.from_numpy(e.dst))
-                     for et, e in ds.edges.items()},
-                    num_nodes_dict={t: n.num_nodes for t, n in ds.nodes.items()})
-    for ntype, n in ds.nodes.items():
-        data = g.nodes[ntype].data
-        if n.feat is not None:
-            data["feat"] = torch.from_numpy(n.feat)
-        if n.labeled:
-            data["label"] = torch.from_numpy(n.label)
-            for ours, values in n.masks().items():
-                data[_MASK_KEYS[ours]] = torch.from_numpy(values)
-    for etype, e in ds.edges.items():
-        for name, values in e.edata.items():
-            g.edges[etype].data[name] = torch.from_numpy(values)
-    return g
-
-
 def user_graph(source: GraphDataset | Graph, package: bool = False):
     """A dataset, or the package's :class:`Graph` (a link-prediction step's pair graphs), as
     the graph a script here expects: DGL's where DGL is installed (the edge, as for the
     blocks), else, or with ``package`` (a loader's ``package_blocks``), the package's."""
     if dgl_installed() and not package:
+        from dglx_dist.dgl.conversion import to_dgl  # noqa: PLC0415 - DGL's door, when it is used
+
         return to_dgl(source)
     return to_graph(source) if isinstance(source, GraphDataset) else source
 
@@ -209,7 +172,7 @@ def _node_table(g, ntype: str) -> NodeTable:
 def _masks(data, n: int) -> dict[str, np.ndarray]:
     """The train, val and test masks of node data ``data`` (DGL's names), all-false if absent."""
     return {ours: (_numpy(data[theirs], torch.bool).reshape(-1) if theirs in data
-                   else np.zeros(n, bool)) for ours, theirs in _MASK_KEYS.items()}
+                   else np.zeros(n, bool)) for ours, theirs in MASK_KEYS.items()}
 
 
 def _hetero_from_dgl(g, num_classes: int | None, extra: dict[str, Any]) -> GraphDataset:

@@ -14,7 +14,7 @@ It is also the pair graph of a link-prediction step (DGL's ``pair_graph`` and
 :mod:`dglx_dist.api.link`), so it has what a scorer calls on one: ``local_scope()``,
 ``local_var()`` and ``apply_edges(func)`` for a function ``(edges) -> {name: rows}``
 (:class:`Edges`; :mod:`dglx_dist.function`'s ``u_dot_v`` and the like are such functions).
-:func:`~dglx_dist.data.convert.to_dgl` makes DGL's graph of it, and
+:func:`~dglx_dist.dgl.conversion.to_dgl` makes DGL's graph of it, and
 :func:`~dglx_dist.data.convert.user_graph` decides which of the two a script gets.
 """
 from __future__ import annotations

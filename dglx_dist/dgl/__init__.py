@@ -6,6 +6,12 @@ package) and, in ``dgl.dataloading``, ``DistNodeDataLoader`` and ``DistEdgeDataL
 (:class:`dglx_dist.api.DataLoader` and its edge form). :mod:`dglx_dist.dgl.run` runs an
 unmodified DistDGL script with these in DGL's places (``python -m dglx_dist.run``). The
 package's own API is :mod:`dglx_dist.api`; nothing here is imported before it is used.
+This is the one place the package imports DGL (issue 78): besides the above, the converter to
+DGL's graphs (:mod:`~dglx_dist.dgl.conversion`), DGL's samplers for a user's ``BlockSampler``
+(:mod:`~dglx_dist.dgl.samplers`), DGL's ``graph.dgl`` files
+(:mod:`~dglx_dist.dgl.graph_files`) and DGL's METIS (:mod:`~dglx_dist.dgl.metis`), each
+imported by the layers below only inside the function that needs it, and named apart from
+DGL's modules so that none hides one of DGL's attributes.
 Where DGL is not installed, importing this package (or its runner) is refused in one line
 naming the extra to install.
 """

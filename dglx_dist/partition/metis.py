@@ -1,6 +1,7 @@
 """``metis``: DistDGL's partitioner, METIS with multi-constraint balancing and relabeling.
 
-METIS runs through :mod:`~dglx_dist.partition.metis_lib` (``backend="dgl"``: DGL's bundled call)
+METIS runs through :mod:`~dglx_dist.partition.metis_lib` (``backend="dgl"``: DGL's bundled call,
+in DGL's door, :mod:`dglx_dist.dgl.metis`)
 with DistDGL's constraints laid out as DGL's ``metis_partition_assignment`` lays them out (a
 node's category is its split, crossed with its node type on a typed graph, then with ``edges``
 each category's in-degree). With ``groups = G > 1`` the graph is cut into ``G`` groups, then
@@ -15,10 +16,10 @@ import dataclasses
 import logging
 
 import numpy as np
-import torch
 
+from dglx_dist.data.convert import require_dgl
 from dglx_dist.data.dataset import DatasetMeta, GraphDataset
-from dglx_dist.errors import InvalidValueError, MissingDependencyError, PartitionError
+from dglx_dist.errors import InvalidValueError, PartitionError
 from dglx_dist.partition.base import PARTITIONERS, Partitioner, PartitionPlan, graph_types
 from dglx_dist.partition.book import RangeBook
 from dglx_dist.partition.metis_lib import part_graph, symmetric_csr
@@ -136,20 +137,13 @@ class MetisPartitioner(Partitioner):
 
     def _dgl_assignment(self, src: np.ndarray, dst: np.ndarray, num_nodes: int,
                         categories: np.ndarray | None, num_parts: int) -> np.ndarray:
-        try:
-            import dgl
-        except ImportError as e:  # a DGL-free install (docs/install.md: the core layers)
-            raise MissingDependencyError(
-                f"metis backend 'dgl' runs DGL's METIS, and dgl does not import ({e}); install "
-                "dgl (docs/install.md), or use backend 'libmetis'") from e
+        # a DGL-free install (docs/install.md: the core layers) is refused in one line
+        require_dgl("metis backend 'dgl' (DGL's METIS)", "or use backend 'libmetis'")
+        from dglx_dist.dgl.metis import metis_assignment  # noqa: PLC0415 - DGL's door
 
-        g = dgl.graph((torch.from_numpy(src), torch.from_numpy(dst)), num_nodes=num_nodes)
-        parts = dgl.metis_partition_assignment(
-            g, num_parts, balance_ntypes=None if categories is None else
-            torch.from_numpy(categories),
-            balance_edges="edges" in self.config.balance, mode="k-way",
-            objtype=self.config.objective)
-        return parts.numpy().astype(np.int64)
+        return metis_assignment(src, dst, num_nodes, categories, num_parts,
+                                balance_edges="edges" in self.config.balance,
+                                objective=self.config.objective)
 
 
 def _masks(ds: GraphDataset) -> dict[str, np.ndarray]:

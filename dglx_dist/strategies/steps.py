@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Protocol
 
 import torch
 
@@ -19,9 +19,10 @@ from dglx_dist.sampling.frames import NID
 from dglx_dist.sampling.options import UNIFORM, SampleOptions
 
 if TYPE_CHECKING:
-    import dgl
-
     from dglx_dist.data.heterograph import Graph
+
+# DGL's DGLGraph (a user sampler's blocks or subgraph) is annotated ``Any``: only dglx_dist/dgl/
+# imports DGL (issue 78).
 
 __all__ = ["Blocks", "StepState", "Step", "EdgeStep", "UnderWay", "EdgeBatch", "PairMaker", "LoaderSpec",
            "LoaderPlan", "full_graph_loaders", "equal_step_sizes", "agreed_steps", "sampled_plan",
@@ -136,7 +137,7 @@ class Step(NamedTuple):
 
     input_nodes: torch.Tensor
     output_nodes: torch.Tensor
-    blocks: "Blocks | dgl.DGLGraph"  # a graph: the subgraph of a sampler of subgraphs
+    blocks: "Blocks | Any"  # a graph: the subgraph of a sampler of subgraphs
 
 
 class EdgeStep(NamedTuple):
@@ -147,7 +148,7 @@ class EdgeStep(NamedTuple):
     input_nodes: torch.Tensor
     pair_graph: "Graph"
     neg_pair_graph: "Graph | None"
-    blocks: "Blocks | dgl.DGLGraph"
+    blocks: "Blocks | Any"
 
 
 class UnderWay(NamedTuple):
@@ -195,7 +196,7 @@ class Drawer(Protocol):
     """A DGL sampler the strategy's sampler runs (``LoaderSpec.draw``)."""
 
     def draw(self, sampler, seeds: torch.Tensor,
-             exclude: torch.Tensor | None = None) -> "list[dgl.DGLGraph] | dgl.DGLGraph":
+             exclude: torch.Tensor | None = None) -> "list[Any] | Any":
         """The blocks (or one subgraph with ``ndata[dgl.NID]``) drawn for ``seeds`` but the
         partitioned edge ids ``exclude`` (collective, as the sampler is)."""
 
@@ -221,7 +222,7 @@ class LoaderSpec:
             ``replace``).
         draw: a user's own sampler: ``draw(sampler, seeds)`` is the blocks it draws for
             ``seeds`` through the strategy's sampler (None: the fanouts say; see
-            :class:`~dglx_dist.api.dgl_samplers.UserSampler`).
+            :class:`~dglx_dist.dgl.samplers.UserSampler`).
         whole_degrees: the layers that take every in-neighbour (fanout -1) carry their
             sources' out-degrees in the whole graph (``srcdata[OUT_DEGREE]``), so a conv that
             normalises by source degrees (GraphConv) computes what it computes on the whole

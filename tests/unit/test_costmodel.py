@@ -38,7 +38,7 @@ def test_the_expansion_matches_dgls_sampled_blocks(dataset, shape):
     import dgl
     import torch
 
-    from dglx_dist.data.convert import to_dgl
+    from dglx_dist.data import to_dgl
 
     g, work = to_dgl(dataset), Workload(fanouts=(10, 25), batch_size=250)
     torch.manual_seed(0)
