@@ -152,7 +152,8 @@ class Trainer:
         if not bool(self.inputs.mask("train").full().any()):
             raise same_on_every_rank(DatasetFormatError(
                 f"{self.graph.pdir.path}: no training nodes (train is false for every node); "
-                "nothing to train on"))
+                "nothing to train on (a link-prediction dataset, such as `dglx data import "
+                "ogbl-*` writes, trains with --task link)"))
         num_layers = len(graph_convs(model)) or None
         train, self._eval_spec = self.graph.trainer_loaders(num_layers)
         self._package_blocks = reads_package_blocks(model)

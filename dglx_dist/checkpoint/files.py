@@ -44,6 +44,9 @@ LOCK_FILE = ".dglx-job.lock"  # the lock of the job using the root (checkpoint.l
 # of the job using it
 _OURS = re.compile(r"^(epoch-\d{6,9}|\.epoch-\d{6,9}\.(tmp|old-.*|tmp-.*)|"
                    r"epoch-\d{6,9}\.kept-.*|\.write-probe-\d+|\.dglx-job\.lock)$")
+# the names of those that are directories dglx made (a link or file there is not its own)
+_DIR_NAMES = re.compile(r"^(epoch-\d{6,9}|\.epoch-\d{6,9}\.(tmp|old-.*|tmp-.*)|"
+                        r"epoch-\d{6,9}\.kept-.*)$")
 
 
 def checkpoint_name(epoch: int) -> str:
@@ -104,6 +107,8 @@ def commit(root: Path, epoch: int, manifest: dict[str, Any], keep: int) -> Path:
     replace_directory(staging, final, record_of=checkpoint_record)
     _fsync_dir(root)
     for _, path in list_checkpoints(root)[:-keep] if keep > 0 else []:
+        if path.is_symlink():  # not ours, nor what it points to: never pruned through
+            continue
         left = remove_recorded(path, checkpoint_record(path))
         if left:
             log.warning("kept %s: it holds %s, which its manifest does not list", path,
@@ -113,16 +118,22 @@ def commit(root: Path, epoch: int, manifest: dict[str, Any], keep: int) -> Path:
 
 def _clear_for(final: Path) -> None:
     """Lets a new checkpoint take ``final``'s place: a checkpoint whose own files changed
-    since (the damaged one a resume skipped) is moved aside whole, ``NAME.kept-*`` with a
-    warning; one holding anything its manifest does not list (or with no manifest: the
-    user's) is refused."""
+    since, or whose manifest cannot be read (the damaged one a resume skipped), is moved
+    aside whole, ``NAME.kept-*`` with a warning; one holding anything its manifest does not
+    list (or with no manifest: the user's) is refused."""
+    if final.is_symlink() or not final.is_dir():
+        raise CheckpointError(f"{final} is {_not_a_dir(final)}, "
+                              f"where dglx writes a checkpoint; refusing to replace it: remove "
+                              f"it or choose another --checkpoint-dir")
     record = checkpoint_record(final)
     bad = unproven(final, record)
-    if bad and record is not None and all(rel in record.files for rel in bad):
+    damaged = record is None and (final / MANIFEST).is_file()  # a manifest a resume skipped
+    if bad and (damaged or record is not None and all(rel in record.files for rel in bad)):
         aside = Path(tempfile.mkdtemp(prefix=f"{final.name}.kept-", dir=final.parent))
-        os.replace(final, aside / final.name)
-        log.warning("%s is damaged (%s changed since it was written); moved aside whole to %s",
-                    final, describe_unproven(bad), aside)
+        os.replace(final, aside / final.name)  # whole: nothing is lost, whoever's it was
+        what = "its manifest cannot be read" if damaged else \
+            f"{describe_unproven(bad)} changed since it was written"
+        log.warning("%s is damaged (%s); moved aside whole to %s", final, what, aside)
     elif bad:
         raise CheckpointError(f"{final} holds {describe_unproven(bad)}, which no checkpoint "
                               f"manifest lists; refusing to replace it: move it or choose "
@@ -181,6 +192,20 @@ def check_contents(root: Path) -> None:
         raise CheckpointError(f"--checkpoint-dir {root} holds {describe_unproven(foreign)}, "
                               f"which are not checkpoints; choose an empty or new directory "
                               f"(old checkpoints are pruned there)")
+    for path in sorted(root.iterdir()) if root.is_dir() else []:
+        if _DIR_NAMES.match(path.name) and (path.is_symlink() or not path.is_dir()):
+            raise CheckpointError(f"--checkpoint-dir {root} holds {path.name}, {_not_a_dir(path)}"
+                                  f", under a name where dglx keeps its checkpoints (it never "
+                                  f"writes or deletes through a link, nor replaces a file it did "
+                                  f"not make): remove it (what a link points to is left as it is)"
+                                  f" or choose another directory")
+
+
+def _not_a_dir(path: Path) -> str:
+    """What ``path``, found where dglx keeps a checkpoint directory, is instead."""
+    if path.is_symlink():
+        return f"a symbolic link (to {os.readlink(path)})"
+    return "not a directory"
 
 
 def list_checkpoints(root: Path) -> list[tuple[int, Path]]:

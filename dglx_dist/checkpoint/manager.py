@@ -20,6 +20,7 @@ from dglx_dist.checkpoint.files import (check_contents, check_matches, decode,
 from dglx_dist.checkpoint.layout import encode_shards, rank_file, restore_shards
 from dglx_dist.checkpoint.lock import JobLock
 from dglx_dist.errors import CheckpointError
+from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.runtime.session import Session
 
 if TYPE_CHECKING:  # torch.distributed.checkpoint: about 0.6 s of a rank's start (sympy)
@@ -113,8 +114,9 @@ class CheckpointManager:
         """
         if checkpoint is None:
             if resume:
-                raise CheckpointError("resume asked for, but the trainer has no checkpoint "
-                                      "directory (Trainer(checkpoint=Checkpointing(dir)))")
+                raise same_on_every_rank(CheckpointError(
+                    "--resume needs a checkpoint directory to resume from: pass "
+                    "--checkpoint-dir DIR (in a script: Trainer(checkpoint=Checkpointing(DIR)))"))
             return False
         root = Path(checkpoint.dir)
         claimed = self.claim(root, check=True, resume=resume)

@@ -5,15 +5,18 @@ to ``--metrics-out FILE`` (``--metrics-file``, its older name) as JSON lines."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import errno
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Callable
 
 from dglx_dist.cli_flags import add_flags, from_args
 from dglx_dist.config import MODEL_NAMES, RunConfig, StrategyConfig
-from dglx_dist.errors import InvalidValueError
+from dglx_dist.errors import DiskFullError, InvalidValueError
 
 __all__ = ["COMMANDS", "dataset_size", "partition_size", "planned"]
 
@@ -161,6 +164,7 @@ def _check_before_start(config: RunConfig, strategy, env) -> None:
     from dglx_dist.strategies.footprint import JobSize, ModelSize, check_job_memory
 
     data = config.data
+    _check_roles(config)
     if data.partitions is not None:
         if data.data is not None:
             check_partitions_of(data.partitions, data.data)
@@ -177,6 +181,23 @@ def _check_before_start(config: RunConfig, strategy, env) -> None:
     job = JobSize(size, env.world_size, env.ranks_on_host,
                   ModelSize(hidden=config.model.hidden), env.ranks_per_server)
     check_job_memory(strategy, job, config.job.memory_limit, override="--memory-limit BYTES")
+
+
+def _check_roles(config: RunConfig) -> None:
+    """Refuses a path given inside ``--checkpoint-dir``, which holds checkpoints alone (the
+    job refused the directory it had just put its cache or metrics file in, asking for the
+    empty directory the user had given)."""
+    root = config.job.checkpoint_dir
+    data = config.data
+    for flag, path in (("--cache-dir", data.cache_dir), ("--metrics-out", config.job.metrics_file),
+                       ("--partitions", data.partitions), ("--data", data.data)):
+        if root is None or path is None or (flag == "--data" and not Path(path).exists()):
+            continue  # --data: a built-in name is no path
+        inside = Path(path).resolve()
+        if inside == Path(root).resolve() or Path(root).resolve() in inside.parents:
+            raise InvalidValueError(f"{flag} {path} is inside --checkpoint-dir {root}, which "
+                                    f"holds checkpoints alone (old ones are pruned there); "
+                                    f"choose another place for one of them")
 
 
 def dataset_size(path: Path, embed_dim: int):
@@ -258,11 +279,14 @@ class _MetricsSink:
         self.stream = sys.stdout if stream is None else stream
         self.json = json_stdout or not _is_terminal(self.stream)
         self.records: list[dict] = []
+        self.path = path
         try:  # opened before the first epoch: a bad path is refused before any training
-            self.file = open(path, "a") if path is not None else None
+            self.file = _open_appending(path) if path is not None else None
         except OSError as exc:
+            why = "a named pipe nobody reads" if exc.errno == errno.ENXIO else \
+                exc.strerror or exc
             raise InvalidValueError(f"--metrics-out {path}: cannot be opened for appending "
-                                    f"({exc.strerror or exc}); expected a file in an existing, "
+                                    f"({why}); expected a file in an existing, "
                                     f"writable directory") from None
 
     def write(self, text: str) -> None:
@@ -270,13 +294,11 @@ class _MetricsSink:
             self.stream.write(text)
         else:  # the records, for the table (the lines are the package's own JSON)
             self.records += [json.loads(line) for line in text.splitlines() if line.strip()]
-        if self.file is not None:
-            self.file.write(text)
+        self._to_file(lambda file: file.write(text))
 
     def flush(self) -> None:
         self.stream.flush()
-        if self.file is not None:
-            self.file.flush()
+        self._to_file(lambda file: file.flush())
 
     def summarize(self) -> None:
         """The run's summary table and test result, where stdout takes no JSON lines."""
@@ -289,8 +311,34 @@ class _MetricsSink:
         self.stream.flush()
 
     def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
+        self._to_file(lambda file: file.close())
+        self.file = None
+
+    def _to_file(self, act: Callable) -> None:
+        """``act(file)`` where there is a file; a write the file refuses (its disk is full, the
+        pipe's reader left) is one line, and the file is given up (nothing more goes there)."""
+        if self.file is None:
+            return
+        try:
+            act(self.file)
+        except OSError as exc:
+            file, self.file = self.file, None
+            with contextlib.suppress(OSError):
+                file.close()  # its descriptor goes too, whatever was left unwritten
+            kind = DiskFullError if exc.errno in (errno.ENOSPC, errno.EDQUOT) else \
+                InvalidValueError
+            raise kind(f"--metrics-out {self.path}: the metrics records could not be written "
+                       f"({exc.strerror or exc}); those written before are kept: free space "
+                       f"there or choose another file") from None
+
+
+def _open_appending(path: Path):
+    """``path`` opened for appending, as ``open(path, "a")``, without waiting for a reader
+    where it is a named pipe (no reader: ENXIO, instead of blocking rank 0 for good)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC,
+                 0o666)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "a")
 
 
 def _is_terminal(stream) -> bool:

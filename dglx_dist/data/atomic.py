@@ -225,7 +225,11 @@ def _dispose(old: Path, out: Path,
     """Removes the moved-aside directory ``old/d`` of ``out`` as far as its record proves it
     ours; what is left moves to a visible sibling of ``out``."""
     inner = old / "d"
-    if inner.is_dir():
+    if inner.is_symlink() or (inner.exists() and not inner.is_dir()):  # the user's, whole:
+        keep = Path(tempfile.mkdtemp(prefix=f"{out.name}.kept-", dir=out.parent))  # nothing
+        os.rename(inner, keep / out.name)  # is removed through a link
+        log.warning("%s was a link or file dglx did not write: kept in %s", out, keep)
+    elif inner.is_dir():
         left = remove_recorded(inner, record_of(inner))
         if left:
             keep = Path(tempfile.mkdtemp(prefix=f"{out.name}.kept-", dir=out.parent))

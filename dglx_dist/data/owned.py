@@ -228,6 +228,8 @@ def remove_recorded(directory: str | os.PathLike, record: Record | None) -> list
     match it, the record; nested records likewise), then the directories left
     empty, ``directory`` included. Returns what is left, as :func:`unproven` names it."""
     directory = Path(directory)
+    if directory.is_symlink() or not directory.is_dir():  # never delete through a link
+        return ["."] if os.path.lexists(directory) else []
     left, last = [], None
     for rel, path, nested in _walk(directory):
         if nested is not None:

@@ -240,8 +240,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = parse(sys.argv[1:] if argv is None else argv)
     except DglxError as exc:
         return refused(exc, log, prefix="dglx_dist.run: ")
-    run(options)
+    try:
+        run(options)
+    except Exception as exc:  # the script's own error, shown as `python SCRIPT` shows it
+        tb = _from_the_script(exc.__traceback__)
+        sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+        return 1
     return 0
+
+
+def _from_the_script(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """``tb`` from the script's first frame on: without the runner's frames (this module's,
+    runpy's), which said nothing about the script's error (None for an error in compiling
+    it: a ``SyntaxError`` names its line itself)."""
+    while tb is not None and (tb.tb_frame.f_code.co_filename.startswith("<frozen") or
+                              tb.tb_frame.f_code.co_filename == __file__):
+        tb = tb.tb_next
+    return tb
 
 
 if __name__ == "__main__":

@@ -85,6 +85,8 @@ class DistEnv:
         if self.virtual_servers < 1 or self.local_world_size % self.virtual_servers:
             raise EnvError(f"DGLX_VIRTUAL_SERVERS={self.virtual_servers} must divide the "
                            f"{self.local_world_size} ranks of a machine")
+        if not 0 < self.master_port < 65536:
+            raise EnvError(f"MASTER_PORT={self.master_port}; expected a TCP port in [1, 65535]")
         if not 0 < self.timeout <= MAX_TIMEOUT:  # NaN fails this too
             raise EnvError(f"DGLX_TIMEOUT={self.timeout}; expected seconds > 0 and at most "
                            f"{MAX_TIMEOUT:g}")

@@ -57,6 +57,8 @@ def same_on_every_rank(exc: D) -> D:
 
 def reporting_rank(exc: BaseException, rank: int, world_size: int) -> int:
     """The rank that prints ``exc`` (see the module docstring); ``rank`` is the asking rank."""
+    if not 0 <= rank < world_size:  # a launch whose RANK is outside its WORLD_SIZE: no rank 0
+        return rank  # speaks for this one (it was silent, exit 2)
     if not isinstance(exc, DglxError):
         return 0
     if exc.refused_on:
@@ -159,9 +161,9 @@ class RankZeroParser(argparse.ArgumentParser):
     on every rank)."""
 
     def error(self, message: str):
-        rank, _, error_file = launch_position()
+        rank, world_size, error_file = launch_position()
         tell_launcher(error_file, f"{self.prog}: error: {message}")
-        if rank == 0:
+        if rank == 0 or not 0 <= rank < world_size:  # (as in reporting_rank)
             self.print_usage(sys.stderr)
             self.exit(2, f"{self.prog}: error: {message}\n")
         self.exit(2)

@@ -30,7 +30,7 @@ from dglx_dist.runtime.allocator import configure_malloc
 from dglx_dist.runtime.comm import ByteCounter, Comm, PeerError
 from dglx_dist.runtime.device import (Placement, choose_placement, group_backend, mixed_devices,
                                       nccl_environment)
-from dglx_dist.runtime.env import DistEnv, read_env
+from dglx_dist.runtime.env import DistEnv, EnvError, read_env
 from dglx_dist.runtime.failure import (LATER_S, has_left, mark_in_session, one_line, report,
                                       reporting_rank, same_on_every_rank, step_aside,
                                       tell_launcher)
@@ -368,10 +368,30 @@ def init(backend: str | None = None, env: DistEnv | None = None, store=None,
         return _adopt(env, heartbeat, device)
     placement = _placement(env, backend or env.backend, device)
     if store is None:
-        url = f"tcp://{env.master_addr}:{env.master_port}"
+        store = _meet(env)
+    return _checked(Session(env, placement, store, heartbeat))
+
+
+def _meet(env: DistEnv):
+    """The job's TCPStore at the launch's master address, once every rank has met there.
+
+    Raises:
+        EnvError: the ranks did not meet within ``DGLX_TIMEOUT`` (a WORLD_SIZE larger than
+            the ranks started, ranks given other addresses), or the address cannot be used.
+    """
+    url = f"tcp://{env.master_addr}:{env.master_port}"
+    try:
         store, _, _ = next(dist.rendezvous(url, env.rank, env.world_size,
                                            timeout=datetime.timedelta(seconds=env.timeout)))
-    return _checked(Session(env, placement, store, heartbeat))
+    except RuntimeError as exc:  # torch's DistStoreError, DistNetworkError: a raw traceback
+        why = " ".join(str(exc).split())
+        error = EnvError(f"rank {env.rank} of {env.world_size}: the ranks did not meet at "
+                         f"{env.master_addr}:{env.master_port} ({why}); start all "
+                         f"{env.world_size} ranks (WORLD_SIZE) with the same MASTER_ADDR and "
+                         f"MASTER_PORT (torchrun does)")
+        mark_in_session(error)  # this rank's own view: each rank says what it saw
+        raise error from None
+    return store
 
 
 def _placement(env: DistEnv, backend: str | None, device: str | None) -> Placement:

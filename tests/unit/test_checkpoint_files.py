@@ -78,6 +78,26 @@ def test_a_damaged_checkpoint_of_the_same_epoch_is_moved_aside_whole(tmp_path, c
     assert [e for e, _ in files.list_checkpoints(tmp_path)] == [1, 2]
 
 
+@pytest.mark.parametrize("manifest", ["[]", "", '{"epoch": "2"}'])
+def test_a_checkpoint_whose_manifest_is_damaged_is_moved_aside_whole(tmp_path, caplog,
+                                                                     manifest):
+    """The resume skips a checkpoint whose manifest is damaged and trains its epoch again;
+    the new one takes its place and the old is kept whole (hostile re-pass of issue 77: the
+    save was refused, "holds manifest.json, rank-00000.pt, rank-00001.pt, which no
+    checkpoint manifest lists", and the job failed after training the epoch again)."""
+    _checkpoint(tmp_path, 1)
+    _checkpoint(tmp_path, 2)
+    (tmp_path / "epoch-000002" / files.MANIFEST).write_text(manifest)
+    assert _load(tmp_path)[0] == 1
+    with caplog.at_level("WARNING"):
+        _checkpoint(tmp_path, 2)
+    assert _load(tmp_path)[0] == 2 and "its manifest cannot be read" in caplog.text
+    (aside,) = tmp_path.glob("epoch-000002.kept-*/epoch-000002")
+    assert (aside / files.MANIFEST).read_text() == manifest
+    assert sorted(p.name for p in aside.iterdir()) == ["manifest.json", "rank-00000.pt",
+                                                       "rank-00001.pt"]
+
+
 def test_pruning_removes_only_the_files_a_manifest_lists(tmp_path):
     """A user's file inside a checkpoint, or a checkpoint file changed since, survives the
     pruning of its checkpoint (issue 40: only files provably written are deleted)."""
@@ -99,6 +119,50 @@ def test_a_root_holding_other_files_is_refused(tmp_path):
     (tmp_path / "ok" / "thesis.tex").write_text("x")
     with pytest.raises(CheckpointError, match="holds thesis.tex, which are not checkpoints"):
         files.check_contents(tmp_path / "ok")
+
+
+def _backup_of_epoch(tmp_path: Path, epoch: int) -> tuple[Path, dict]:
+    """A user's copy of a checkpoint outside the root, and its files' bytes."""
+    _checkpoint(tmp_path / "made", epoch)
+    backup = tmp_path / "backup" / f"epoch-{epoch:06d}"
+    backup.parent.mkdir()
+    shutil.copytree(tmp_path / "made" / backup.name, backup)
+    return backup, {p.name: p.read_bytes() for p in backup.iterdir()}
+
+
+@pytest.mark.parametrize("epoch", [1, 3], ids=["pruned", "replaced"])
+def test_a_link_under_a_checkpoints_name_is_never_deleted_through(tmp_path, epoch):
+    """A symbolic link planted in the root under a checkpoint's name, to the user's copy of
+    a checkpoint (absolute), is refused before the first epoch; pruning and a commit of its
+    epoch never delete through it (hostile re-pass of issue 77: both deleted the copy's
+    files, exit 0)."""
+    backup, before = _backup_of_epoch(tmp_path, epoch)
+    root = tmp_path / "ck"
+    _checkpoint(root, 2)
+    (root / backup.name).symlink_to(backup.resolve(), target_is_directory=True)
+    with pytest.raises(CheckpointError, match=f"holds {backup.name}, a symbolic link "
+                                              f"\\(to {backup.resolve()}\\)"):
+        files.check_contents(root)
+    if epoch == 1:  # the oldest: pruning passes it by
+        _checkpoint(root, 3, keep=1)
+    else:  # the commit of its epoch refuses to replace it
+        with pytest.raises(CheckpointError, match="epoch-000003 is a symbolic link"):
+            _checkpoint(root, 3, keep=1)
+    assert {p.name: p.read_bytes() for p in backup.iterdir()} == before
+    assert (root / backup.name).is_symlink()
+
+
+def test_a_file_under_a_checkpoints_name_is_refused_not_hidden(tmp_path):
+    """A user's file named like a checkpoint directory is refused before the first epoch, and
+    a commit of its epoch leaves it where it was (it was moved into a hidden
+    ``.epoch-N.old-*`` directory, without a word)."""
+    _checkpoint(tmp_path, 2)
+    (tmp_path / "epoch-000003").write_text("junk")
+    with pytest.raises(CheckpointError, match="holds epoch-000003, not a directory"):
+        files.check_contents(tmp_path)
+    with pytest.raises(CheckpointError, match="epoch-000003 is not a directory"):
+        _checkpoint(tmp_path, 3)
+    assert (tmp_path / "epoch-000003").read_text() == "junk"
 
 
 def test_a_save_cut_short_leaves_the_previous_one(tmp_path):

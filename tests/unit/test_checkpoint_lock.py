@@ -134,3 +134,16 @@ def test_checkpoints_and_pruning_pass_the_lock_file_by(tmp_path):
         files.check_contents(tmp_path)
     finally:
         held.release()
+
+
+def test_resume_without_a_checkpoint_dir_is_named_in_the_users_terms():
+    """``dglx train --resume`` without ``--checkpoint-dir``: one line from rank 0 naming the
+    flag (hostile re-pass of issue 77: every rank printed "the trainer has no checkpoint
+    directory (Trainer(checkpoint=...))")."""
+    from dglx_dist.checkpoint.manager import CheckpointManager
+    from dglx_dist.runtime.failure import reporting_rank
+
+    with pytest.raises(CheckpointError, match="--resume needs a checkpoint directory to resume "
+                                              "from: pass --checkpoint-dir DIR") as refused:
+        CheckpointManager(None, {}, None).resume_or_start(None, resume=True)
+    assert [reporting_rank(refused.value, r, 2) for r in (0, 1)] == [0, 0]

@@ -88,6 +88,20 @@ def test_reporting_rank(exc, rank, expected):
     assert reporting_rank(exc, rank, 4) == expected
 
 
+def test_a_rank_outside_its_world_reports_its_own_error(monkeypatch, tmp_path, caplog, capsys):
+    """RANK=3 with WORLD_SIZE=2: no rank 0 speaks for it, so it prints its own line (hostile
+    re-pass of issue 77: ``dglx train`` exited 2 without a word)."""
+    assert reporting_rank(InvalidValueError("x"), 3, 2) == 3
+    _as_rank(monkeypatch, tmp_path, 3)
+    with caplog.at_level(logging.INFO):
+        assert main(["train", "--data", "cora"]) == 2
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == [
+        "EnvError: rank 3 is outside [0, world_size=2)"]
+    with pytest.raises(SystemExit):
+        main(["train", "--hidden", "0"])
+    assert "argument --hidden: '0'" in capsys.readouterr().err
+
+
 def test_refused_input_is_reported_by_the_first_refusing_rank():
     exc = InvalidValueError("batch_size 0")
     exc.refused_on = (2, 3)

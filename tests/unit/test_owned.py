@@ -122,6 +122,33 @@ def test_a_dead_writers_old_directory_loses_only_recorded_files(tiny, tmp_path):
     assert not old.exists() and _tree(kept[0]) == {"d/mine.txt": b"keep"}
 
 
+def test_nothing_is_removed_through_a_link_in_place_of_a_directory(tiny, tmp_path):
+    """A link (absolute) to a recorded directory of the user's, where dglx replaces or prunes
+    a directory: nothing behind it is removed, and what was there (a link or a file) is kept
+    in a visible ``NAME.kept-*`` (hostile re-pass of issue 77: the files behind the link were
+    deleted, a file was hidden in ``.NAME.old-*``)."""
+    from dglx_dist.data.atomic import replace_directory
+
+    backup = tmp_path / "backup"
+    write_dataset(tiny, backup)
+    before = _tree(backup)
+    assert remove_recorded(tmp_path / "nowhere", None) == []
+    for name, plant in (("linked", lambda p: p.symlink_to(backup.resolve())),
+                        ("filed", lambda p: p.write_text("junk"))):
+        out = tmp_path / "root" / name
+        out.parent.mkdir(exist_ok=True)
+        plant(out)
+        assert remove_recorded(out, read_record(backup)) == ["."]
+        new = tmp_path / "root" / f".{name}.tmp"
+        new.mkdir()
+        replace_directory(new, out)
+        (kept,) = [p for p in out.parent.iterdir() if p.name.startswith(f"{name}.kept-")]
+        assert out.is_dir() and not out.is_symlink()
+        assert (kept / name).is_symlink() or (kept / name).read_text() == "junk"
+    assert _tree(backup) == before
+    assert not [p for p in (tmp_path / "root").iterdir() if p.name.startswith(".")]
+
+
 def test_datagen_overwrite_on_a_users_directory_is_one_line(tmp_path):
     """The issue's command line, exactly: exit 2, one line, every file still there."""
     mine = tmp_path / "U"

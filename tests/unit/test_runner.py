@@ -124,9 +124,12 @@ def test_by_columns_lays_out_row_partitions_as_feature_dim_does(tmp_path, datase
     _same_columns(PartitionDir(tmp_path / "out"), PartitionDir(tmp_path / "cols"))
 
 
-def test_a_script_failing_before_its_session_tells_torchrun(tmp_path, monkeypatch):
+def test_a_script_failing_before_its_session_tells_torchrun(tmp_path, monkeypatch, capsys):
     """Issue 61, case 2h: a runner script failing at import left torchrun's summary without
-    the error ("To enable traceback see ..."); the error file now holds its line."""
+    the error ("To enable traceback see ..."); the error file now holds its line. Its
+    traceback is the script's alone, as ``python SCRIPT`` shows it (hostile re-pass of issue
+    77: the runner's own frames, 4 of this package's and runpy's, came before it), also for a
+    script that does not compile; the exit status is Python's, 1."""
     from dglx_dist.dgl.run import main
 
     script = tmp_path / "bad.py"
@@ -135,7 +138,13 @@ def test_a_script_failing_before_its_session_tells_torchrun(tmp_path, monkeypatc
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
-    with pytest.raises(ModuleNotFoundError):
-        main(["--strategy", "distdgl", str(script)])
+    assert main(["--strategy", "distdgl", str(script)]) == 1
     said = json.loads(error_file.read_text())["message"]["message"]
     assert said == "ModuleNotFoundError: No module named 'no_such_module_here' (at bad.py:2)"
+    script.write_text("x = (\n")
+    assert main(["--strategy", "distdgl", str(script)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("Traceback (most recent call last):") == 1, err  # a SyntaxError has none
+    assert "dglx_dist" not in err and "runpy" not in err, err
+    assert f'File "{script}", line 2, in <module>' in err and f'File "{script}", line 1\n' \
+        in err and "SyntaxError: '(' was never closed" in err

@@ -47,6 +47,9 @@ def test_expand_nodelist(nodelist, hosts):
     ({"RANK": "0", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4", "DGLX_VIRTUAL_SERVERS": "3"},
      r"DGLX_VIRTUAL_SERVERS=3 must divide the 4 ranks"),
     ({"DGLX_TIMEOUT": "-1"}, r"DGLX_TIMEOUT=-1.0; expected seconds > 0"),
+    ({"RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": "99999"},  # urllib's raw ValueError
+     r"MASTER_PORT=99999; expected a TCP port in \[1, 65535\]"),  # (hostile re-pass, 77)
+    ({"RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": "0"}, r"MASTER_PORT=0; expected"),
     ({"DGLX_BACKEND": "mpi"}, r"DGLX_BACKEND='mpi'; expected 'gloo' or 'nccl'"),
     ({"DGLX_MALLOC": "jemalloc"}, r"DGLX_MALLOC='jemalloc'; expected one of \['keep', 'system'\]"),
     ({"RANK": "0", "WORLD_SIZE": "3", "LOCAL_WORLD_SIZE": "2"}, r"same number of processes"),
@@ -146,3 +149,18 @@ def test_release_free_memory_returns_the_heap():
                          check=True).stdout.split()
     before, after = int(out[0]), int(out[1])
     assert before - after > 200 * 2**20, (before, after)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_ranks_that_never_meet_are_one_line_not_torchs_traceback(rank):
+    """A WORLD_SIZE larger than the ranks started: rank 0's store waits for clients that never
+    come, rank 1 connects to nobody (hostile re-pass of issue 77: torch's DistStoreError or
+    DistNetworkError with its traceback); each rank names itself, the address and why."""
+    from dglx_dist.runtime.env import free_local_port
+    from dglx_dist.runtime.session import init
+
+    env = read_env({"RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": str(free_local_port()), "DGLX_TIMEOUT": "1"})
+    with pytest.raises(EnvError, match=rf"rank {rank} of 2: the ranks did not meet at "
+                                       rf"127.0.0.1:{env.master_port} \(.*(joined|timed out)"):
+        init(env=env, backend="gloo", device="cpu")
