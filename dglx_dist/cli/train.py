@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import errno
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -17,6 +18,8 @@ from typing import Callable
 from dglx_dist.cli_flags import add_flags, from_args
 from dglx_dist.config import MODEL_NAMES, RunConfig, StrategyConfig
 from dglx_dist.errors import DiskFullError, InvalidValueError
+
+log = logging.getLogger("dglx_dist.train")
 
 __all__ = ["COMMANDS", "dataset_size", "partition_size", "planned"]
 
@@ -121,8 +124,14 @@ def _model(config: RunConfig, strategy, in_feats: int, out_feats: int):
     from dglx_dist.strategies.base import implied_layers
 
     m = config.model
+    implied = implied_layers(strategy)
+    if implied and m.layers not in (implied, type(m)().layers):  # --layers given, and unused
+        option = "fanouts" if hasattr(strategy.config, "fanouts") else "num_layers"
+        log.warning("--layers %d is not used: strategy %r takes the depth from its option %s "
+                    "(%d layers); give it there (--strategy-opt %s:%s=...)", m.layers,
+                    strategy.registered_name, option, implied, strategy.registered_name, option)
     torch.manual_seed(config.loop.seed)
-    return MODELS[m.name](in_feats, m.hidden, out_feats, implied_layers(strategy) or m.layers,
+    return MODELS[m.name](in_feats, m.hidden, out_feats, implied or m.layers,
                           dropout=m.dropout, row_normalize=m.row_normalize, convs=m.convs)
 
 

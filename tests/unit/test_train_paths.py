@@ -73,3 +73,24 @@ def test_a_path_inside_the_checkpoint_dir_is_refused_before_anything(tmp_path, m
     with pytest.raises(InvalidValueError, match=refused.replace(".", r"\.")):
         _check_roles(config)
     assert [p.name for p in tmp_path.iterdir()] == ["ck"] and not any((tmp_path / "ck").iterdir())
+
+
+def test_layers_a_strategy_does_not_use_are_named(caplog):
+    """``--layers 3`` under distdgl, whose fanouts give the depth, trained 2 layers without a
+    word (hostile re-pass of issue 77); now it is said, and the depth stays the strategy's."""
+    import logging
+
+    from dglx_dist.cli.train import _model
+    from dglx_dist.convs.base import graph_convs
+    from dglx_dist.strategies import STRATEGIES
+
+    for layers, said in ((3, True), (2, False)):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="dglx_dist"):
+            model = _model(RunConfig().updated(model={"layers": layers}),
+                           STRATEGIES.build("distdgl"), 8, 3)
+        assert len(graph_convs(model)) == 2
+        warned = [r.getMessage() for r in caplog.records]
+        assert bool(warned) == said, warned
+        if said:
+            assert "--layers 3 is not used" in warned[0] and "distdgl:fanouts=" in warned[0]
