@@ -279,6 +279,10 @@ class Trainer:
         """
         hooks = TrainHooks(functools.partial(self._loader_epoch, loss_fn=loss_fn),
                            self.optimizer_step, loss_fn)
+        if self.epoch >= epochs and self.epoch and self.session.is_main:  # said, not silent
+            log.warning("nothing to train: the run resumed after epoch %d, and fit was asked "
+                        "for %d epoch(s) in all (--epochs counts the resumed ones too)",
+                        self.epoch, epochs)
         with EpochBar(max(epochs, self.epoch), self.progress and self.session.is_main,
                       initial=self.epoch) as bar:
             before = self.session.counter.snapshot()

@@ -188,6 +188,22 @@ def test_an_in_process_run_writes_one_record_per_epoch_and_logs_no_dicts(tmp_pat
     assert "val_acc=" in detail[1] and "{" not in "".join(detail)
 
 
+def test_a_resumed_run_with_nothing_left_to_train_says_so(tmp_path, monkeypatch, caplog):
+    """``--resume --epochs 1`` on a checkpoint of epoch 2 trained nothing and exited 0 without
+    a word (hostile re-pass of issue 77); now it says why, and exits 0."""
+    from dglx_dist.cli import main
+
+    _one_rank(monkeypatch)
+    common = ["train", "--data", "cora", "--device", "cpu", "--no-progress", "--eval-every",
+              "0", "--cache-dir", str(tmp_path / "cache"), "--checkpoint-dir",
+              str(tmp_path / "ck")]
+    assert main(common + ["--epochs", "2"]) == 0
+    with caplog.at_level(logging.WARNING, logger="dglx_dist"):
+        assert main(common + ["--epochs", "1", "--resume"]) == 0
+    said = [r.getMessage() for r in caplog.records if "nothing to train" in r.getMessage()]
+    assert len(said) == 1 and "after epoch 2" in said[0], caplog.text
+
+
 def test_the_link_task_writes_its_records_and_their_detail_too(tmp_path, monkeypatch, caplog):
     """``dglx train --task link``, one rank: a record per epoch, then the test metrics."""
     from dglx_dist.cli import main
