@@ -70,9 +70,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(args.log_level, verbose=args.log_level == "DEBUG")
     unwind = signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None)
     if unwind:  # a SIGTERM while the command runs unwinds it: its temporaries go
-        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         return args.run(args)
+    except SystemExit as exc:
+        if unwind and exc.code == TERMINATED and launch_position()[0] == 0:
+            log.error("terminated (SIGTERM); what was being written was removed")
+        raise
     except KeyboardInterrupt:  # Ctrl-C reaches every rank: one line, from rank 0
         rank, _, error_file = launch_position()
         tell_launcher(error_file, "interrupted (SIGINT)")
@@ -92,6 +96,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:  # one at exit (torchrun stopping a rank whose peer failed) ends it as the
         if unwind:  # default does: no SystemExit raised inside the interpreter's cleanup
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+TERMINATED = 128 + signal.SIGTERM
+"""The exit status of a command ended by SIGTERM (as a shell reports it)."""
+
+
+def _terminated(signum: int, frame) -> NoReturn:
+    """SIGTERM: the job is ending (a launcher sends it to every rank), so the session's
+    closers skip their barriers; then the command unwinds, its temporaries removed."""
+    from dglx_dist.runtime.session import end_current  # torch's: imported when a job runs
+
+    end_current(f"signal {signum}")
+    sys.exit(128 + signum)
 
 
 def run() -> NoReturn:

@@ -384,7 +384,8 @@ class DistKVStore(KVStore):
         after its last pull or push) and drops this process's mappings (the files were
         unlinked at init). Idempotent."""
         if self._server is not None:
-            failed = self.session.failure is not None  # then a barrier would only time out
+            # a failed job, or one ending early (a signal): a barrier would only time out
+            failed = self.session.failure is not None or self.session.ended_early is not None
             try:
                 if not failed:
                     self.session.world.barrier()  # nobody asks this rank for rows any more

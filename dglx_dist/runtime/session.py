@@ -38,7 +38,7 @@ from dglx_dist.runtime.health import DDP_GROUP, Health
 from dglx_dist.runtime.orphan import LauncherWatch
 from dglx_dist.runtime.topology import Topology
 
-__all__ = ["Session", "init", "current_session"]
+__all__ = ["Session", "init", "current_session", "end_current"]
 
 log = logging.getLogger(__name__)
 _CURRENT: contextvars.ContextVar["Session | None"] = contextvars.ContextVar(
@@ -93,6 +93,9 @@ class Session:
         self.counter = ByteCounter()
         self._store = store
         self._reported = False  # this rank printed the failure it leaves with (shutdown says so)
+        self.ended_early: str | None = None
+        """Why the job is ending before its work is done (a signal, :func:`end_current`):
+        then the closers skip the barriers that would wait for peers that are ending too."""
         self._named: list[int] = []  # the failed peers it named (it leaves after them)
         self._closers: list[Callable[[], None]] = []
         topo = self.topology
@@ -420,6 +423,15 @@ def _adopt(env: DistEnv, heartbeat: float, device: str | None) -> Session:
     backend = "nccl" if "nccl" in dist.get_backend() else "gloo"
     log.debug("adopting the default process group (%s)", dist.get_backend())
     return _checked(Session(env, _placement(env, backend, device), store, heartbeat, adopt=True))
+
+
+def end_current(reason: str) -> None:
+    """Marks the session current in this context, if there is one, as ending before its work
+    is done (``reason``: e.g. a signal every rank of the job receives): its closers skip the
+    barriers that would wait out the timeout for peers that are ending too."""
+    session = _CURRENT.get()
+    if session is not None:
+        session.ended_early = reason
 
 
 def current_session() -> Session:

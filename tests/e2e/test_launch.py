@@ -275,3 +275,43 @@ def test_sigterm_while_the_session_shuts_down_at_exit_is_quiet(tmp_path):
     assert "started" in r.stdout
     assert r.returncode == 143, (r.returncode, r.stderr[-3000:])
     assert "Exception ignored" not in r.stderr and "Traceback" not in r.stderr, r.stderr[-3000:]
+
+
+def test_sigterm_to_the_launcher_ends_a_training_job_at_once_in_one_line(tmp_path):
+    """SIGTERM to torchrun's agent, which passes it to every rank: the ranks used to wait out
+    DGLX_TIMEOUT in the KVStore's closing barrier and then print two misleading warnings
+    (hostile re-pass of issue 77, under granndis with checkpoints). Now the session is marked
+    as ending, its closers skip their barriers, and rank 0 says "terminated" once; the
+    checkpoints written stay whole."""
+    import signal
+
+    from dglx_dist.checkpoint import list_checkpoints
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--master-port", str(free_local_port()), "-m", "dglx_dist", "train", "--data",
+           "cora", "--strategy", "granndis", "--epochs", "100000", "--eval-every", "0",
+           "--checkpoint-dir", "ck", "--cache-dir", "cache"]
+    with open(tmp_path / "stderr", "w") as stderr, open(tmp_path / "stdout", "w") as stdout:
+        p = subprocess.Popen(cmd, cwd=tmp_path, env=_env(DGLX_VIRTUAL_SERVERS="2",
+                                                         DGLX_TIMEOUT="30"),
+                             stdout=stdout, stderr=stderr)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((tmp_path / "ck").is_dir() and list_checkpoints(tmp_path / "ck")):
+            assert p.poll() is None and time.monotonic() < deadline, "the job did not start"
+            time.sleep(0.2)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=120)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    err = (tmp_path / "stderr").read_text()
+    assert p.returncode != 0
+    assert took < 15, (took, err[-3000:])  # not DGLX_TIMEOUT's 30 s in a barrier
+    assert err.count("terminated (SIGTERM)") == 1, err[-3000:]
+    assert "did its loop end early" not in err and "kvstore close" not in err, err[-3000:]
+    assert list_checkpoints(tmp_path / "ck")
+    assert not live_children()
