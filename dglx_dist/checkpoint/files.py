@@ -42,11 +42,10 @@ LOCK_FILE = ".dglx-job.lock"  # the lock of the job using the root (checkpoint.l
 # what a checkpoint root may hold: checkpoints, their staging and replaced directories
 # (atomic's temporaries), what a replacement kept of files no manifest listed, and the lock
 # of the job using it
-_OURS = re.compile(r"^(epoch-\d{6,9}|\.epoch-\d{6,9}\.(tmp|old-.*|tmp-.*)|"
-                   r"epoch-\d{6,9}\.kept-.*|\.write-probe-\d+|\.dglx-job\.lock)$")
+_DIRS = r"epoch-\d{6,9}|\.epoch-\d{6,9}\.(tmp|old-.*|tmp-.*)|epoch-\d{6,9}\.kept-.*"
+_OURS = re.compile(rf"^({_DIRS}|\.write-probe-\d+|\.dglx-job\.lock)$")
 # the names of those that are directories dglx made (a link or file there is not its own)
-_DIR_NAMES = re.compile(r"^(epoch-\d{6,9}|\.epoch-\d{6,9}\.(tmp|old-.*|tmp-.*)|"
-                        r"epoch-\d{6,9}\.kept-.*)$")
+_DIR_NAMES = re.compile(rf"^({_DIRS})$")
 
 
 def checkpoint_name(epoch: int) -> str:

@@ -196,14 +196,16 @@ def _check_roles(config: RunConfig) -> None:
     """Refuses a path given inside ``--checkpoint-dir``, which holds checkpoints alone (the
     job refused the directory it had just put its cache or metrics file in, asking for the
     empty directory the user had given)."""
-    root = config.job.checkpoint_dir
-    data = config.data
+    from dglx_dist.data.atomic import holds
+
+    root, data = config.job.checkpoint_dir, config.data
+    if root is None:
+        return
     for flag, path in (("--cache-dir", data.cache_dir), ("--metrics-out", config.job.metrics_file),
                        ("--partitions", data.partitions), ("--data", data.data)):
-        if root is None or path is None or (flag == "--data" and not Path(path).exists()):
+        if path is None or (flag == "--data" and not Path(path).exists()):
             continue  # --data: a built-in name is no path
-        inside = Path(path).resolve()
-        if inside == Path(root).resolve() or Path(root).resolve() in inside.parents:
+        if holds(root, path):
             raise InvalidValueError(f"{flag} {path} is inside --checkpoint-dir {root}, which "
                                     f"holds checkpoints alone (old ones are pruned there); "
                                     f"choose another place for one of them")

@@ -26,7 +26,7 @@ from dglx_dist.data.owned import (RECORD, Record, describe_unproven, read_record
                                   remove_recorded, unproven, write_record)
 from dglx_dist.errors import DiskFullError, OutputExistsError
 
-__all__ = ["DirKind", "atomic_directory", "check_disk", "check_target", "replace_directory",
+__all__ = ["DirKind", "atomic_directory", "check_disk", "check_target", "holds", "replace_directory",
            "remove_stale_temporaries"]
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,12 @@ class DirKind:
     what: str
 
 
+def holds(directory: str | os.PathLike, path: str | os.PathLike) -> bool:
+    """Whether ``path`` is ``directory`` or lies under it (both resolved: links followed)."""
+    directory, path = Path(directory).resolve(), Path(path).resolve()
+    return path == directory or directory in path.parents
+
+
 def check_target(out: str | os.PathLike, overwrite: bool, kind: DirKind | None = None,
                  inputs: Sequence[str | os.PathLike] = (),
                  error_cls: type[Exception] = OutputExistsError) -> None:
@@ -63,12 +69,10 @@ def check_target(out: str | os.PathLike, overwrite: bool, kind: DirKind | None =
         error_cls: the exception raised.
     """
     out = Path(out)
-    target = out.resolve()
     for source in inputs:
-        source = Path(source).resolve()
-        if target == source or target in source.parents:
-            raise error_cls(f"{out}: the output directory would hold the input {source}; "
-                            f"choose a directory outside it")
+        if holds(out, source):
+            raise error_cls(f"{out}: the output directory would hold the input "
+                            f"{Path(source).resolve()}; choose a directory outside it")
     if not out.exists() and not out.is_symlink():
         return
     if not out.is_dir() or out.is_symlink():
@@ -225,16 +229,13 @@ def _dispose(old: Path, out: Path,
     """Removes the moved-aside directory ``old/d`` of ``out`` as far as its record proves it
     ours; what is left moves to a visible sibling of ``out``."""
     inner = old / "d"
-    if inner.is_symlink() or (inner.exists() and not inner.is_dir()):  # the user's, whole:
-        keep = Path(tempfile.mkdtemp(prefix=f"{out.name}.kept-", dir=out.parent))  # nothing
-        os.rename(inner, keep / out.name)  # is removed through a link
-        log.warning("%s was a link or file dglx did not write: kept in %s", out, keep)
-    elif inner.is_dir():
-        left = remove_recorded(inner, record_of(inner))
-        if left:
-            keep = Path(tempfile.mkdtemp(prefix=f"{out.name}.kept-", dir=out.parent))
-            os.rename(inner, keep / out.name)
-            log.warning("%s held %d file(s) dglx did not write (%s): kept in %s", out,
-                        len(left), describe_unproven(left), keep)
+    whole = inner.is_symlink() or not inner.is_dir()  # a link or file: the user's, whole
+    left = remove_recorded(inner, None if whole else record_of(inner))  # never through a link
+    if left:
+        keep = Path(tempfile.mkdtemp(prefix=f"{out.name}.kept-", dir=out.parent))
+        os.rename(inner, keep / out.name)
+        what = ("was a link or file dglx did not write" if whole else
+                f"held {len(left)} file(s) dglx did not write ({describe_unproven(left)})")
+        log.warning("%s %s: kept in %s", out, what, keep)
     with contextlib.suppress(OSError):
         os.rmdir(old)

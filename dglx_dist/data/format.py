@@ -27,13 +27,17 @@ from dglx_dist.data.dataset import (META_SIZES, MASKS, DatasetMeta, EdgeTable, E
 from dglx_dist.data.edge_data import edge_data_arrays, edge_data_columns
 from dglx_dist.errors import DatasetFormatError
 
-__all__ = ["read_dataset", "read_meta", "write_dataset", "is_hetero", "read_hetero_meta",
+__all__ = ["HELDOUT_ARRAYS", "read_dataset", "read_meta", "write_dataset", "is_hetero", "read_hetero_meta",
            "HeteroMeta", "hetero_meta", "node_schema", "node_batch", "edge_batch", "EDGE_SCHEMA",
            "DATASET_DIR", "FORMAT"]
 
 EDGES_FILE, NODES_FILE, META_FILE = "edges.parquet", "nodes.parquet", "meta.json"
 EDGE_SCHEMA = pa.schema([("src", pa.int64()), ("dst", pa.int64())])
 DATASET_DIR = DirKind("dataset", "a dglx dataset directory")
+HELDOUT_ARRAYS = ("val_u", "val_v", "test_u", "test_v")
+"""The held-out pairs of a link-prediction dataset, as arrays beside its tables (``NAME.npy``):
+its split made once by ``dglx train --task link``, or given with the data (``dglx data
+import ogbl-*``)."""
 FORMAT, VERSION = "dglx-hetero", 1  # the typed directory's meta.json
 _KEYS = ("format", "version", "ntypes", "canonical_etypes", "num_edges", "num_classes",
          "category")

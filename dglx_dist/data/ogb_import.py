@@ -37,7 +37,7 @@ import numpy as np
 
 from dglx_dist.data.atomic import check_target
 from dglx_dist.data.dataset import ONE_ETYPE, ONE_NTYPE, EdgeTable, Etype, GraphDataset, NodeTable
-from dglx_dist.data.format import DATASET_DIR, write_dataset
+from dglx_dist.data.format import DATASET_DIR, HELDOUT_ARRAYS, write_dataset
 from dglx_dist.data.mag import reverse_etype
 from dglx_dist.data.ogb_files import (OGB_SPLIT, OgbDataset, by_type, check_layout,
                                       fetch_dataset, link_split_files, need_features,
@@ -45,13 +45,10 @@ from dglx_dist.data.ogb_files import (OGB_SPLIT, OgbDataset, by_type, check_layo
                                       read_master, read_split)
 from dglx_dist.errors import DatasetFormatError, InvalidValueError, UnknownNameError
 
-__all__ = ["OgbDataset", "ogb_dataset", "import_ogb", "ogb_package",
-           "LINK_SPLIT_ARRAYS", "DEFAULT_ROOT"]
+__all__ = ["OgbDataset", "ogb_dataset", "import_ogb", "ogb_package", "DEFAULT_ROOT"]
 
 log = logging.getLogger(__name__)
 DEFAULT_ROOT = Path("dataset")  # OGB's own default root
-# the held-out pairs a link dataset carries (dglx_dist.tasks.link reads them by these names)
-LINK_SPLIT_ARRAYS = ("val_u", "val_v", "test_u", "test_v")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,10 +179,10 @@ def _link_dataset(ds: OgbDataset, folder: Path,
                          np.zeros(n, np.int64), none, none, none, num_classes=1,
                          extra=_provenance(ds, "both directions (edge e's reverse is e + E/2)"))
     GraphDataset.typed(graph.nodes, graph.edges, 1)  # checks the ids against the node count
-    for name, ids in zip(LINK_SPLIT_ARRAYS, (*val, *test)):
+    for name, ids in zip(HELDOUT_ARRAYS, (*val, *test)):
         if ids.size and (ids.min() < 0 or ids.max() >= n):
             raise DatasetFormatError(f"{ds.name}: held-out {name} id outside [0, {n})")
-    return graph, dict(zip(LINK_SPLIT_ARRAYS, (*val, *test)))
+    return graph, dict(zip(HELDOUT_ARRAYS, (*val, *test)))
 
 
 def _provenance(ds: OgbDataset, edges: str) -> dict[str, Any]:

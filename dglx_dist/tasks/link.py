@@ -55,7 +55,6 @@ if TYPE_CHECKING:
 __all__ = ["at_most", "check_eval_pairs", "eval_negatives", "heldout", "heldout_scores",
            "link_loss", "rank_seed", "reverse_ids", "split_once", "split_pairs", "timed_link_step", "train_edge_ids", "train_link"]
 log = logging.getLogger(__name__)
-_HELDOUT = ("val_u", "val_v", "test_u", "test_v")  # the pairs' arrays beside the split's tables
 
 
 def split_pairs(ds: GraphDataset, seed: int):
@@ -100,24 +99,23 @@ def split_once(data: Path, seed: int, session, cache_dir) -> tuple[Path, tuple, 
     A dataset that holds such pairs already (``dglx data import ogbl-*``: a split given with
     the data, laid out as this split's output is) is its own training graph."""
     from dglx_dist.data import read_dataset, write_dataset
-    from dglx_dist.data.format import META_FILE
+    from dglx_dist.data.format import HELDOUT_ARRAYS, META_FILE
     from dglx_dist.prepare import checked_cache, derived_key, made_by_rank0
 
-    if all((Path(data) / f"{name}.npy").is_file() for name in _HELDOUT):
-        out = Path(data)
-    else:
-        out = checked_cache(cache_dir) / derived_key(data, "link-split", [seed])
+    given = all((Path(data) / f"{name}.npy").is_file() for name in HELDOUT_ARRAYS)
+    out = Path(data) if given else checked_cache(cache_dir) / derived_key(data, "link-split",
+                                                                          [seed])
 
     def make() -> None:
         train, _, val, test = split_pairs(read_dataset(data), seed)
-        pairs = dict(zip(_HELDOUT, (*val, *test)))
+        pairs = dict(zip(HELDOUT_ARRAYS, (*val, *test)))
         train = train.replace(extra={"link_split_of": str(data), "seed": seed})
         write_dataset(train, out,
                       arrays={name: ids.numpy() for name, ids in pairs.items()})
 
-    if out != Path(data):
+    if not given:
         made_by_rank0(session, out, META_FILE, make, f"splitting the edges of {data}")
-    pairs = {name: torch.from_numpy(np.load(out / f"{name}.npy")) for name in _HELDOUT}
+    pairs = {name: torch.from_numpy(np.load(out / f"{name}.npy")) for name in HELDOUT_ARRAYS}
     return out, (pairs["val_u"], pairs["val_v"]), (pairs["test_u"], pairs["test_v"])
 
 

@@ -26,7 +26,7 @@ if importlib.util.find_spec("ogb") is None:  # not imported here: its import ask
 
 from dglx_dist.cli import main  # noqa: E402
 from dglx_dist.data import read_dataset  # noqa: E402
-from dglx_dist.data.ogb_import import LINK_SPLIT_ARRAYS, import_ogb, ogb_package  # noqa: E402
+from dglx_dist.data.ogb_import import import_ogb, ogb_package  # noqa: E402
 from dglx_dist.errors import (DatasetFormatError, InvalidValueError,  # noqa: E402
                               MissingDependencyError, OutputExistsError)
 
@@ -241,12 +241,6 @@ def test_ogbl_collab_trains_on_its_training_edges_and_keeps_its_held_out_pairs(t
         for end, col in (("u", 0), ("v", 1)):
             np.testing.assert_array_equal(np.load(tmp_path / "collab" / f"{prefix}_{end}.npy"),
                                           split[part]["edge"][:, col])
-
-
-def test_the_link_task_reads_the_arrays_by_these_names():
-    from dglx_dist.tasks.link import _HELDOUT
-
-    assert LINK_SPLIT_ARRAYS == _HELDOUT
 
 
 # -- partition and train take it ------------------------------------------------------------
