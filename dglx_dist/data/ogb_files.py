@@ -6,7 +6,7 @@
 holds OGB's files of a dataset, :func:`fetch_dataset` downloads them as OGB's loaders do, and
 :func:`read_graph`, :func:`read_labels` and :func:`read_split` read them with OGB's own readers
 (``ogb.io.read_graph_raw``) and the arguments its loaders pass, a ``.pt`` split as numpy arrays
-alone (:mod:`~dglx_dist.data.numpy_pickle`). A failure of OGB's readers is one line
+alone (:func:`read_numpy_file`). A failure of OGB's readers is one line
 (:class:`~dglx_dist.errors.DatasetFormatError`), and what they print goes to stderr.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator, Mapping
 import numpy as np
 
 from dglx_dist.data.dataset import MASKS, ONE_ETYPE, ONE_NTYPE, Etype
-from dglx_dist.data.numpy_pickle import read_numpy_pickle
+from dglx_dist.data.torch_files import RefusedGlobal, load_allowed, numpy_globals
 from dglx_dist.errors import DatasetFormatError, InvalidValueError, MissingDependencyError
 
 __all__ = ["OgbDataset", "ogb_package", "read_master", "check_layout", "fetch_dataset", "ogb_output",
@@ -248,7 +248,7 @@ def read_split(ds: OgbDataset, folder: Path, files: Callable[[Path], dict[str, A
     path = folder / "split" / ds.info["split"]
     with reading(folder, f"the split split/{ds.info['split']}"):
         if (path / "split_dict.pt").is_file():
-            return read_numpy_pickle(path / "split_dict.pt")
+            return read_numpy_file(path / "split_dict.pt")
         return files(path)
 
 
@@ -266,4 +266,23 @@ def node_split_files(ds: OgbDataset) -> Callable[[Path], dict[str, Any]]:
 
 
 def link_split_files(path: Path) -> dict[str, Any]:
-    return {s: read_numpy_pickle(path / f"{s}.pt") for s in OGB_SPLIT.values()}
+    return {s: read_numpy_file(path / f"{s}.pt") for s in OGB_SPLIT.values()}
+
+
+def read_numpy_file(file: Path) -> Any:
+    """The dicts, lists and numpy arrays ``torch.save`` wrote to ``file`` (OGB keeps some
+    splits so), read with numpy's globals alone (:func:`~dglx_dist.data.torch_files.
+    numpy_globals`): nothing in the file is run.
+
+    Raises:
+        DatasetFormatError: the file names another global (a torch tensor's rebuilder too),
+            or is no ``torch.save`` file (one line).
+    """
+    try:
+        return load_allowed(file, numpy_globals())
+    except RefusedGlobal as exc:
+        raise DatasetFormatError(f"{file}: names {exc}, which a file of numpy arrays does not "
+                                 f"hold (nothing in the file was run)") from None
+    except Exception as exc:  # noqa: BLE001 - any reader failure is a bad file for the user
+        raise DatasetFormatError(f"{file}: not a torch.save file of numpy arrays "
+                                 f"({type(exc).__name__}: {exc})") from None

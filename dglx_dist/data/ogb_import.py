@@ -11,7 +11,7 @@ unpickle their cache (``processed/data_processed``) with ``torch.load``, which r
 file names and fails under torch >= 2.6, write that cache into ROOT and ask on stdin when a
 folder lacks its release file. Here ROOT is only read (OGB downloads into it where the
 dataset's folder is missing), its ``.pt`` split files are read as numpy arrays alone
-(:mod:`~dglx_dist.data.numpy_pickle`), and the test checks that the result is what OGB's
+(:mod:`~dglx_dist.data.torch_files`), and the test checks that the result is what OGB's
 classes give on the same files.
 
 * **Node tasks** (``ogbn-*`` with one class per node): nodes, features, labels and the masks

@@ -12,14 +12,13 @@ global is refused before it is looked up.
 from __future__ import annotations
 
 import collections
-import pickle
-import types
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from dglx_dist.data.torch_files import RefusedGlobal, load_allowed
 from dglx_dist.errors import PartitionFormatError
 from dglx_dist.partition.dgl_tensors import PartGraph
 
@@ -27,11 +26,6 @@ __all__ = ["read_graphbolt"]
 
 _ERR = PartitionFormatError
 _SCRIPT_CLASS = "__torch__.torch.classes.graphbolt.FusedCSCSamplingGraph"
-
-
-class _Refused(PartitionFormatError):
-    """A global the file names that a GraphBolt part graph does not hold (turned into the
-    one-line refusal naming the file)."""
 
 
 class _Stand:
@@ -50,23 +44,11 @@ _ALLOWED = {
 }
 
 
-class _Unpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        found = _ALLOWED.get((module, name))
-        if found is None:
-            raise _Refused(f"{module}.{name}")
-        return found
-
-
-_PICKLE = types.ModuleType("dglx_graphbolt_pickle")
-_PICKLE.Unpickler = _Unpickler  # torch.load subclasses it (its storages, its persistent ids)
-
-
 def _graph_state(file: Path) -> dict[str, Any]:
-    """The C++ graph's state dict, read with :class:`_Unpickler`."""
+    """The C++ graph's state dict, read with :data:`_ALLOWED`'s globals alone."""
     try:
-        top = torch.load(file, map_location="cpu", pickle_module=_PICKLE, weights_only=False)
-    except _Refused as exc:
+        top = load_allowed(file, _ALLOWED)
+    except RefusedGlobal as exc:
         raise _ERR(f"{file}: names {exc}, which a GraphBolt part graph does not hold; expected "
                    f"the FusedCSCSamplingGraph DGL's dgl_partition_to_graphbolt writes "
                    f"(nothing in the file was run)") from None
