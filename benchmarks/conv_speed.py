@@ -5,7 +5,7 @@ Three arms, ``dglx train`` under torchrun (2 ranks as 2 virtual servers, one thr
 ``dglx bench`` runs them) on the graph of ``dglx bench``'s preset (``tiny`` unless told):
 
 * ``nodgl-dglx``: ``import dgl`` blocked (a ``sitecustomize`` this script writes), ``--convs
-  dglx``: the package's blocks and torch's kernels (:mod:`dglx_dist.convs.message`), what a
+  dglx``: the package's blocks and torch's kernels (:mod:`dglx_dist.graphcore.message`), what a
   user without DGL runs;
 * ``dgl-dgl``: DGL installed, ``--convs dgl``: dgl.nn's convs on DGL's blocks, today's DGL
   user;

@@ -27,7 +27,7 @@ With ``--draws``, one process instead, no loader: each layer's draw of the packa
 sampler (:func:`~dglx_dist.sampling.in_edges.draw_in_edges`, torch) beside DGL's C++
 ``sample_neighbors`` on the same graph for the same nodes (batches of 1000 seeds, fanout 25
 then 10 as the loader draws them, output layer first), and the block made of the drawn edges
-(:class:`~dglx_dist.sampling.block.Block`, handed to DGL) beside ``dgl.to_block``; the two
+(:class:`~dglx_dist.graphcore.block.Block`, handed to DGL) beside ``dgl.to_block``; the two
 alternated call by call, per draw kind (uniform, ``prob``, ``replace``).
 
 Usage::
@@ -55,7 +55,7 @@ import dglx_dist
 from dglx_dist.bench.presets import PRESETS
 from dglx_dist.data import read_dataset, to_dgl
 from dglx_dist.report import markdown_table
-from dglx_dist.sampling.block import Block
+from dglx_dist.graphcore.block import Block
 from dglx_dist.sampling.in_edges import InEdges, draw_in_edges
 from dglx_dist.testing import run_workers
 

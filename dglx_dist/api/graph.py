@@ -27,7 +27,7 @@ from dglx_dist.api.store import node_data_store, part_comm, part_of, type_spaces
 from dglx_dist.api.structure import EdgeStructure
 from dglx_dist.data.convert import check_convertible, from_dgl, is_heterograph
 from dglx_dist.data.format import write_dataset
-from dglx_dist.data.heterograph import Scheme
+from dglx_dist.graphcore.heterograph import Scheme
 from dglx_dist.errors import (DatasetFormatError, DglxError, InvalidValueError, NotSupportedError,
                               StateError)
 from dglx_dist.kvstore import RowPolicy

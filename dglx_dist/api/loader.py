@@ -68,7 +68,7 @@ class DataLoader:
             carry their sources' out-degrees in the whole graph, so a GraphConv normalises as
             on the whole graph; by default by the block's edges, as in DGL.
         package_blocks: dglx_dist's own: the steps' blocks (and pair graphs) are the
-            package's :class:`~dglx_dist.sampling.block.Block` even where DGL is installed
+            package's :class:`~dglx_dist.graphcore.block.Block` even where DGL is installed
             (by default DGL's there): what a model of PyG's convs needs, which reads
             ``block.edge_index`` and ``block.size`` (docs/porting.md, "PyG's convs").
         **kwargs: DGL's worker / UVA / stream options, accepted with a warning.

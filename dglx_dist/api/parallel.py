@@ -23,7 +23,7 @@ from dglx_dist.convs import adapter_for, graph_convs, is_foreign_conv, reads_pac
 from dglx_dist.errors import InvalidTypeError, InvalidValueError
 from dglx_dist.runtime.agree import on_every_rank
 from dglx_dist.runtime.device import module_devices
-from dglx_dist.sampling.block import Block, is_dgl
+from dglx_dist.graphcore.block import Block, is_dgl
 from dglx_dist.strategies.abilities import ConvTypes, OverlapsBackward, ShardedParams
 from dglx_dist.strategies.base import SetupRequest, implied_layers
 from dglx_dist.strategies.steps import OUT_DEGREE, Blocks, StepState

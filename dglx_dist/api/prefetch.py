@@ -19,7 +19,7 @@ from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.samplers import edge_rows
 from dglx_dist.kvstore.base import PullUnderWay
 from dglx_dist.runtime.transfer import DeviceCopies
-from dglx_dist.sampling.frames import NID
+from dglx_dist.graphcore.frames import NID
 from dglx_dist.strategies.abilities import HoldsRows
 from dglx_dist.strategies.steps import EdgeStep, Step, UnderWay, place_step, step_graphs
 

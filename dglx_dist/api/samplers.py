@@ -19,8 +19,8 @@ from dglx_dist.data.convert import DGL_EXTRA as _NEEDS_DGL
 from dglx_dist.errors import (InvalidTypeError, InvalidValueError, NotSupportedError,
                               UnknownNameError)
 from dglx_dist.kvstore.base import edge_key
-from dglx_dist.sampling.block import dgl_installed, is_dgl
-from dglx_dist.sampling.frames import NID
+from dglx_dist.graphcore.block import dgl_installed, is_dgl
+from dglx_dist.graphcore.frames import NID
 from dglx_dist.sampling.options import UNIFORM, SampleOptions, check_weights
 
 if TYPE_CHECKING:

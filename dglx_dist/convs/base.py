@@ -21,7 +21,7 @@ from torch import nn
 from dglx_dist.convs.ops_base import Op
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.registry import Registry
-from dglx_dist.sampling.block import Block, dgl_installed
+from dglx_dist.graphcore.block import Block, dgl_installed
 
 # A block an adapter's conv runs on is the package's Block or DGL's DGLBlock; ``Any`` names
 # the second without importing DGL, which only dglx_dist/dgl/ imports (issue 78).
@@ -83,7 +83,7 @@ class ConvAdapter(abc.ABC):
     @staticmethod
     def block_for(conv: nn.Module, block):
         """``block`` as an adapter is given it for ``conv``: as it is for a ``dglx_dist.nn``
-        conv (its adapter, a built-in one, aggregates with :mod:`~dglx_dist.convs.message`,
+        conv (its adapter, a built-in one, aggregates with :mod:`~dglx_dist.graphcore.message`,
         which reads either form) or where DGL is not installed; else DGL's (a ``dgl.nn`` conv
         keeps DGL's kernels, and a plug-in's adapter may call ``dgl.ops``)."""
         if isinstance(block, Block) and dgl_installed() and not _runs_on_package_blocks(conv):
@@ -247,5 +247,5 @@ def feat_dropout(conv: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 def edge_column(edge_weight: torch.Tensor | None) -> torch.Tensor | None:
     """A conv's ``edge_weight=`` as a column (one row per edge) for
-    :mod:`~dglx_dist.convs.message`'s ``u_mul_e_*``; None stays None (their ``copy_u_*``)."""
+    :mod:`~dglx_dist.graphcore.message`'s ``u_mul_e_*``; None stays None (their ``copy_u_*``)."""
     return None if edge_weight is None else edge_weight.reshape(-1, 1)

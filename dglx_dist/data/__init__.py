@@ -4,11 +4,11 @@ synthetic generators, Cora. :func:`to_dgl` is DGL's door's (:mod:`dglx_dist.dgl.
 imported from there when called, so that this package imports without DGL."""
 from dglx_dist.data.builtin import builtin_names, builtin_path
 from dglx_dist.data.citation import CoraGraphDataset
-from dglx_dist.data.construct import graph, heterograph, to_graph
 from dglx_dist.data.convert import from_dgl, user_graph
 from dglx_dist.data.dataset import DatasetMeta, EdgeTable, GraphDataset, NodeTable
 from dglx_dist.data.format import is_hetero, read_dataset, read_meta, write_dataset
-from dglx_dist.data.heterograph import Graph
+from dglx_dist.graphcore.construct import graph, heterograph, to_graph
+from dglx_dist.graphcore.heterograph import Graph
 
 __all__ = ["GraphDataset", "DatasetMeta", "NodeTable", "EdgeTable", "read_dataset", "read_meta",
            "write_dataset", "is_hetero", "to_dgl", "from_dgl", "builtin_path", "builtin_names",

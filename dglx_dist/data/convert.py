@@ -1,5 +1,5 @@
 """Conversion between datasets and graphs: DGL's DGLGraph, or the package's
-:class:`~dglx_dist.data.heterograph.Graph` (no DGL), which :func:`from_dgl` reads through the
+:class:`~dglx_dist.graphcore.heterograph.Graph` (no DGL), which :func:`from_dgl` reads through the
 same API.
 
 A graph with one node type and one edge type (DGL's homogeneous graph) is a
@@ -9,7 +9,7 @@ graph carries node data ``feat``,
 ``g.nodes[ntype].data``), the names DGL's own node-classification datasets use, and its edge
 data as the dataset's edge data (numeric tensors of one value or one vector per edge).
 :func:`~dglx_dist.dgl.conversion.to_dgl` (DGL's door) is the one path from the package's graph
-(or a dataset) to DGL's, :func:`~dglx_dist.data.construct.to_graph` the one to the package's,
+(or a dataset) to DGL's, :func:`~dglx_dist.graphcore.construct.to_graph` the one to the package's,
 and :func:`user_graph` the one place that chooses between the two: DGL's where DGL is
 installed, the package's where it is not (what the dataset loaders give, and a
 link-prediction step's pair graphs). Nothing here imports DGL.
@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from dglx_dist.data.edge_data import STRUCTURE
 from dglx_dist.data.dataset import EdgeTable, GraphDataset, NodeTable
-from dglx_dist.data.construct import MASK_KEYS, to_graph
-from dglx_dist.data.heterograph import Graph
+from dglx_dist.data.edge_data import STRUCTURE
 from dglx_dist.errors import DatasetFormatError, MissingDependencyError
+from dglx_dist.graphcore.construct import MASK_KEYS, to_graph
+from dglx_dist.graphcore.heterograph import Graph
 
 __all__ = ["user_graph", "from_dgl", "check_convertible", "is_dgl", "is_heterograph",
            "dgl_installed", "require_dgl", "DGL_EXTRA"]
@@ -188,3 +188,4 @@ def _hetero_from_dgl(g, num_classes: int | None, extra: dict[str, Any]) -> Graph
         tops = [int(n.label.max()) + 1 for n in nodes.values() if n.labeled and n.label.size]
         num_classes = max(tops, default=1)
     return GraphDataset.typed(nodes, edges, int(num_classes), extra=dict(extra))
+

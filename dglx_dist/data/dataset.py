@@ -25,13 +25,12 @@ from typing import Any, Mapping
 import numpy as np
 
 from dglx_dist.errors import DatasetFormatError, InvalidValueError
+from dglx_dist.graphcore.types import ONE_ETYPE, ONE_NTYPE, Etype
 
-__all__ = ["GraphDataset", "DatasetMeta", "NodeTable", "EdgeTable", "Etype", "check_type_name",
-           "etype_key", "MASKS", "META_SIZES", "ONE_NTYPE", "ONE_ETYPE"]
+__all__ = ["GraphDataset", "DatasetMeta", "NodeTable", "EdgeTable", "check_type_name",
+           "etype_key", "MASKS", "META_SIZES"]
 
-Etype = tuple[str, str, str]
 MASKS = ("train", "val", "test")
-ONE_NTYPE, ONE_ETYPE = "_N", ("_N", "_E", "_N")  # DGL's names for a graph without types
 META_SIZES = ("num_nodes", "num_edges", "feat_dim", "num_classes")  # meta.json's sizes
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
@@ -333,3 +332,4 @@ def _check(ds: GraphDataset) -> None:
                 raise DatasetFormatError(f"edge type {etype_key(etype)}: edge data {name!r} "
                                          f"has {values.shape[:1]} rows; expected "
                                          f"{e.num_edges}")
+

@@ -53,7 +53,8 @@ import psutil
 
 from dglx_dist.cli_flags import check_fields, option
 from dglx_dist.data.atomic import check_disk
-from dglx_dist.data.dataset import EdgeTable, Etype, GraphDataset, NodeTable
+from dglx_dist.data.dataset import EdgeTable, GraphDataset, NodeTable
+from dglx_dist.graphcore.types import Etype
 from dglx_dist.data.dcsbm import centroids, rng as _rng, split_masks
 from dglx_dist.data.format import hetero_meta, write_dataset
 from dglx_dist.errors import InvalidValueError

@@ -23,7 +23,9 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
-from dglx_dist.data.dataset import MASKS, ONE_ETYPE, ONE_NTYPE, Etype
+from dglx_dist.data.dataset import MASKS
+
+from dglx_dist.graphcore.types import ONE_ETYPE, ONE_NTYPE, Etype
 from dglx_dist.data.torch_files import RefusedGlobal, load_allowed, numpy_globals
 from dglx_dist.errors import DatasetFormatError, InvalidValueError, MissingDependencyError
 

@@ -36,7 +36,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from dglx_dist.data.atomic import check_target
-from dglx_dist.data.dataset import ONE_ETYPE, ONE_NTYPE, EdgeTable, Etype, GraphDataset, NodeTable
+from dglx_dist.data.dataset import EdgeTable, GraphDataset, NodeTable
+from dglx_dist.graphcore.types import ONE_ETYPE, ONE_NTYPE, Etype
 from dglx_dist.data.format import DATASET_DIR, HELDOUT_ARRAYS, write_dataset
 from dglx_dist.data.mag import reverse_etype
 from dglx_dist.data.ogb_files import (OGB_SPLIT, OgbDataset, by_type, check_layout,

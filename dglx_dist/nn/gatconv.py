@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dglx_dist.convs.message import edge_softmax, in_degrees, u_mul_e_sum
+from dglx_dist.graphcore.message import edge_softmax, in_degrees, u_mul_e_sum
 from dglx_dist.errors import InvalidTypeError, InvalidValueError
 from dglx_dist.nn.graphconv import src_and_dst
 

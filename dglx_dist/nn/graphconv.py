@@ -15,8 +15,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dglx_dist.convs.graphconv.norm import degree_factor, norm_powers
-from dglx_dist.convs.message import in_degrees, out_degrees, u_mul_e_sum
+from dglx_dist.graphcore.norm import degree_factor, norm_powers
+from dglx_dist.graphcore.message import in_degrees, out_degrees, u_mul_e_sum
 from dglx_dist.errors import InvalidValueError
 
 __all__ = ["GraphConv"]

@@ -12,7 +12,7 @@ import math
 import torch
 from torch import nn
 
-from dglx_dist.convs.message import copy_e_sum
+from dglx_dist.graphcore.message import copy_e_sum
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.nn.graphconv import check_rows
 

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from dglx_dist.convs.message import in_degrees, u_mul_e_max
+from dglx_dist.graphcore.message import in_degrees, u_mul_e_max
 from dglx_dist.errors import InvalidValueError, NotSupportedError
 from dglx_dist.nn.graphconv import edge_factor, per_row, src_and_dst, weighted_sum
 

@@ -21,7 +21,8 @@ from tqdm.auto import tqdm
 
 from dglx_dist.data.atomic import check_target
 from dglx_dist.data.edge_data import edge_data_columns, edge_data_spec
-from dglx_dist.data.dataset import DatasetMeta, Etype, GraphDataset, etype_key
+from dglx_dist.data.dataset import DatasetMeta, GraphDataset, etype_key
+from dglx_dist.graphcore.types import Etype
 from dglx_dist.data.format import (HeteroMeta, edge_file, is_hetero, read_dataset,
                                    read_hetero_meta, read_meta)
 from dglx_dist.errors import DatasetFormatError, PartitionError

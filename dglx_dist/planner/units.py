@@ -187,11 +187,11 @@ def measure_units(nodes: int = 100_000, edges: int = 1_000_000, repeat: int = 3)
     """This machine's unit costs on one thread, with torch alone: sampling a 2-layer block
     as the package draws it (:class:`~dglx_dist.sampling.LocalSampler`, fanouts 10,25) on a
     random graph, a row gather, message passing as the package sums a block's rows
-    (:func:`~dglx_dist.convs.aggregate.sum_by_dst`), ``torch.mm``, TCP over loopback. A
+    (:func:`~dglx_dist.graphcore.aggregate.sum_by_dst`), ``torch.mm``, TCP over loopback. A
     round across servers is not measured here (:data:`DEFAULT_UNITS`)."""
     import torch
 
-    from dglx_dist.convs.aggregate import Layout, sum_by_dst
+    from dglx_dist.graphcore.aggregate import Layout, sum_by_dst
     from dglx_dist.sampling.local import LocalSampler, WholeGraph
 
     threads = torch.get_num_threads()

@@ -1,6 +1,6 @@
 """Distributed neighbor sampling over partitions, in torch, into the package's own blocks
 (DGL's at the edge); the training-set split. Nothing here imports DGL at import."""
-from dglx_dist.sampling.block import Block
+from dglx_dist.graphcore.block import Block
 from dglx_dist.sampling.blocks import id_dtype, pack_block, unpack_block
 from dglx_dist.sampling.in_edges import InEdges, draw_in_edges
 from dglx_dist.sampling.local import LocalSampler, whole_edge_weights, whole_graph

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.sampling.block import Block, group_by, in_order
-from dglx_dist.sampling.frames import NID
+from dglx_dist.graphcore.block import Block, group_by, in_order
+from dglx_dist.graphcore.frames import NID
 
 __all__ = ["id_dtype", "pack_block", "unpack_block"]
 

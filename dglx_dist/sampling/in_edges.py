@@ -26,7 +26,7 @@ from typing import Sequence
 
 import torch
 
-from dglx_dist.sampling.block import map_tensors
+from dglx_dist.graphcore.block import map_tensors
 
 __all__ = ["InEdges", "draw_in_edges", "segment_slots"]
 

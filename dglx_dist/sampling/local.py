@@ -11,7 +11,7 @@ from dglx_dist.sampling.draws import Draws
 from dglx_dist.sampling.in_edges import InEdges
 from dglx_dist.sampling.options import UNIFORM, EdgeWeights, SampleOptions
 from dglx_dist.sampling.sampler import BlockSampler
-from dglx_dist.sampling.types import TypeIds
+from dglx_dist.graphcore.ids import TypeIds
 
 __all__ = ["LocalSampler", "WholeGraph", "whole_graph", "whole_edge_weights"]
 

@@ -10,11 +10,11 @@ Own frontier nodes are sampled while the requests travel. Sampling is therefore
 *collective*: every member calls :meth:`PartitionSampler.draw_blocks` the same number of
 times (with the same number of layers); members with nothing to sample pass empty seeds.
 On a typed partitioning, the owners draw each edge type's in-edges with that type's fanout
-and the blocks speak per-type ids (:class:`~dglx_dist.sampling.types.TypeIds`), as DistDGL
+and the blocks speak per-type ids (:class:`~dglx_dist.graphcore.ids.TypeIds`), as DistDGL
 samples heterographs: a graph without types is the one-type case, in partitioned ids.
 
 Every sampled edge comes with its edge id in the user's graph (the part's ``edata["_ID"]``,
-its row in the dataset's edges), which the block (:class:`~dglx_dist.sampling.block.Block`)
+its row in the dataset's edges), which the block (:class:`~dglx_dist.graphcore.block.Block`)
 carries, and DGL's block it becomes as ``edata[dgl.EID]``. A layer draws uniformly without
 replacement unless the :class:`~dglx_dist.sampling.options.SampleOptions` given to ``draw_blocks`` say otherwise
 (DGL's ``prob`` / ``mask`` / ``replace``): the owner of a node draws its in-edges, with its own
@@ -44,12 +44,12 @@ from dglx_dist.errors import InvalidValueError
 from dglx_dist.partition.book import NodeBook, RangeBook
 from dglx_dist.partition.layout import Partition
 from dglx_dist.runtime.comm import Comm
-from dglx_dist.sampling.block import Block, IdTable
+from dglx_dist.graphcore.block import Block, IdTable
 from dglx_dist.sampling.blocks import id_dtype
 from dglx_dist.sampling.draws import Draws
 from dglx_dist.sampling.in_edges import InEdges, segment_slots
 from dglx_dist.sampling.options import UNIFORM, EdgeWeights, SampleOptions, part_edge_weights
-from dglx_dist.sampling.types import TypeIds
+from dglx_dist.graphcore.ids import TypeIds
 
 __all__ = ["BlockSampler", "PartitionSampler"]
 
@@ -58,7 +58,7 @@ EMPTY = torch.zeros(0, dtype=torch.int64)
 
 class BlockSampler(abc.ABC):
     """Builds a GNN's blocks layer by layer from a ``sample_rows`` (subclasses provide it,
-    and ``ids``: the :class:`~dglx_dist.sampling.types.TypeIds` the blocks speak)."""
+    and ``ids``: the :class:`~dglx_dist.graphcore.ids.TypeIds` the blocks speak)."""
 
     num_nodes: int
     ids: TypeIds
@@ -121,7 +121,7 @@ class BlockSampler(abc.ABC):
 
     @functools.cached_property
     def _id_table(self) -> IdTable:
-        """The table the blocks' numbering reuses (:class:`~dglx_dist.sampling.block.IdTable`
+        """The table the blocks' numbering reuses (:class:`~dglx_dist.graphcore.block.IdTable`
         over :attr:`num_nodes`; made on first use)."""
         return IdTable(self.num_nodes)
 
@@ -344,7 +344,7 @@ def _in_row_order(got: list, n: int) -> tuple[torch.Tensor, ...]:
     """``(src, row, eid, etype)`` of the members' answers ``got`` (each: the rows of its
     nodes, in order, their counts and their edges' columns), the edges grouped by row in
     row order, each row's edges in their drawn order: the block's destinations come in order,
-    so its sums' grouping needs no sort (:func:`~dglx_dist.sampling.block.group_by`), and the
+    so its sums' grouping needs no sort (:func:`~dglx_dist.graphcore.block.group_by`), and the
     block is the same whichever member owns which node. A merge of the members' runs: one
     gather, no sort."""
     columns = [torch.cat(c) for c in zip(*(g[2] for g in got))]

@@ -14,7 +14,7 @@ from typing import Iterator
 import torch
 
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.sampling.frames import NID
+from dglx_dist.graphcore.frames import NID
 from dglx_dist.strategies.abilities import (Approximate, Capabilities, FullGraphForm,
                                             ShapedByOptions)
 from dglx_dist.strategies.base import Strategy, split_ids

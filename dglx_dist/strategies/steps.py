@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Protocol
 import torch
 
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.sampling.block import Block, dgl_installed
-from dglx_dist.sampling.frames import NID
+from dglx_dist.graphcore.block import Block, dgl_installed
+from dglx_dist.graphcore.frames import NID
 from dglx_dist.sampling.options import UNIFORM, SampleOptions
 
 if TYPE_CHECKING:
-    from dglx_dist.data.heterograph import Graph
+    from dglx_dist.graphcore.heterograph import Graph
 
 # DGL's DGLGraph (a user sampler's blocks or subgraph) is annotated ``Any``: only dglx_dist/dgl/
 # imports DGL (issue 78).
@@ -326,7 +326,7 @@ def sampled_epoch(sampler, rank: int, plan: LoaderPlan, spec: LoaderSpec,
     """One epoch of sampled mini-batches over ``plan``'s ids, nodes or (with
     ``spec.pairs``) edges (``sampler.sample_blocks`` is collective: every rank takes
     ``plan.steps`` steps). The blocks are the package's (:class:`Blocks` of
-    :class:`~dglx_dist.sampling.block.Block`), or DGL's where ``spec.draw`` draws them; a
+    :class:`~dglx_dist.graphcore.block.Block`), or DGL's where ``spec.draw`` draws them; a
     step's ``blocks`` is the one subgraph a ``spec.draw`` of subgraphs (ShaDow-GNN's)
     gives."""
     for step, seeds in enumerate(epoch_batches(rank, plan, spec, epoch)):

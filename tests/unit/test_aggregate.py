@@ -1,12 +1,12 @@
-"""convs/aggregate.py's fused sums (what convs/message.py sums with on the package's blocks):
+"""graphcore/aggregate.py's fused sums (what graphcore/message.py sums with on the package's blocks):
 the same sums and gradients as a row per edge added with index_add, float32 as DGL's kernels
 where DGL is installed (bit for bit without per-edge weights), and the layout kept on the block (built once, dropped
 by a move)."""
 import pytest
 import torch
 
-from dglx_dist.convs import message
-from dglx_dist.sampling.block import Block
+from dglx_dist.graphcore import message
+from dglx_dist.graphcore.block import Block
 
 NODES, DSTS, EDGES = 400, 120, 3000
 
@@ -94,7 +94,7 @@ def test_sources_are_grouped_only_for_a_backward():
 @pytest.mark.parametrize("groups", [1, 300, 1 << 16, (1 << 16) + 1])  # 16-bit radix or torch
 @pytest.mark.parametrize("in_order", [False, True])
 def test_group_by_is_a_stable_sort_and_its_offsets(groups, in_order):
-    from dglx_dist.sampling.block import group_by
+    from dglx_dist.graphcore.block import group_by
 
     key = torch.randint(0, groups, (5000,), generator=torch.Generator().manual_seed(groups))
     key = key.sort().values if in_order else key

@@ -4,7 +4,7 @@ import dgl
 import pytest
 import torch
 
-from dglx_dist.sampling.block import Block
+from dglx_dist.graphcore.block import Block
 
 
 def _edges(seed, nodes=40, edges=120):

@@ -160,7 +160,7 @@ def test_several_types_data_by_type_and_a_name_none_has_is_a_key_error():
     g.edata["w"] = {"plays": torch.ones(2)}  # a relation name, as DGL takes it
     assert list(g.edata["w"]) == [("u", "plays", "game")]
     with pytest.raises(KeyError, match="no type of the graph has data 'y'"):
-        g.ndata["y"]  # DGL's gives {} (the module docstring of data/frames.py)
+        g.ndata["y"]  # DGL's gives {} (the module docstring of graphcore/frames.py)
     with pytest.raises(TypeError, match="takes a dict"):
         g.ndata["z"] = torch.zeros(7)
 

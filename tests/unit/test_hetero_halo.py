@@ -9,7 +9,7 @@ import torch
 
 import dglx_dist.nn as dglx_nn
 from dglx_dist.errors import NotSupportedError
-from dglx_dist.sampling.block import Block
+from dglx_dist.graphcore.block import Block
 from dglx_dist.strategies.granndis.heteroconv import SOURCE_DEGREE, HeteroHaloConv
 
 NTYPES = ("author", "paper")

@@ -159,8 +159,8 @@ def test_the_block_bites(blocked_imports, name):
 OUTSIDE_THE_DOOR = {
     "dglx_dist.api.samplers": "NeighborSampler.to_dgl(): DGL's sampler of the same arguments",
     "dglx_dist.api.structure": "DGL's graphs of a DistGraph for DGL's samplers (part_graph ...)",
-    "dglx_dist.sampling.block": "Block.to_dgl(): DGL's block, through DGL's graph index and Frame",
-    "dglx_dist.convs.message": "the _of_dgl branches: dgl.ops on DGL's blocks",
+    "dglx_dist.graphcore.block": "Block.to_dgl(): DGL's block, through DGL's graph index and Frame",
+    "dglx_dist.graphcore.message": "the _of_dgl branches: dgl.ops on DGL's blocks",
     "dglx_dist.models.library": "--convs dgl: the reference models made of dgl.nn's convs",
 }
 

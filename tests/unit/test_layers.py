@@ -12,7 +12,7 @@ from torch import nn
 import dglx_dist.nn as dglx_nn
 from dglx_dist.convs import LAYERS, adapter_for, first_conv
 from dglx_dist.models import SAGE
-from dglx_dist.sampling.block import Block
+from dglx_dist.graphcore.block import Block
 
 CONVS = {  # each built from a conv library: dgl.nn, or dglx_dist.nn (the same classes in torch)
     "sage-mean-shrink": lambda lib: lib.SAGEConv(12, 5, "mean"),

@@ -1,11 +1,11 @@
-"""The torch messages of convs/message.py against DGL's ``dgl.ops`` of the same names, on
+"""The torch messages of graphcore/message.py against DGL's ``dgl.ops`` of the same names, on
 DGL's blocks and on the package's: values and gradients."""
 import dgl
 import pytest
 import torch
 
-from dglx_dist.convs import message
-from dglx_dist.sampling.block import Block
+from dglx_dist.graphcore import message
+from dglx_dist.graphcore.block import Block
 
 
 def _blocks(seed):

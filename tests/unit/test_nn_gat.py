@@ -1,14 +1,14 @@
-"""dglx_dist.nn.GATConv and convs/message.py's edge_softmax against DGL's: the same parameters
+"""dglx_dist.nn.GATConv and graphcore/message.py's edge_softmax against DGL's: the same parameters
 (state_dicts load strictly both ways), the same outputs, attention and gradients (of the input,
 the edge weights and every parameter) on the same random blocks, and our refusals."""
 import dgl
 import pytest
 import torch
 
-from dglx_dist.convs.message import edge_softmax
+from dglx_dist.graphcore.message import edge_softmax
 from dglx_dist.errors import DglxError, InvalidTypeError, InvalidValueError
 from dglx_dist.nn import GATConv
-from dglx_dist.sampling.block import Block
+from dglx_dist.graphcore.block import Block
 
 NUM_DST, NUM_NODES, NUM_EDGES = 30, 80, 300
 

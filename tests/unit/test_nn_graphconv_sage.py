@@ -10,7 +10,7 @@ from dgl import nn as dglnn  # noqa: E402
 
 from dglx_dist import nn as ours  # noqa: E402
 from dglx_dist.errors import DglxError, InvalidValueError, NotSupportedError  # noqa: E402
-from dglx_dist.sampling.block import Block  # noqa: E402
+from dglx_dist.graphcore.block import Block  # noqa: E402
 
 NODES, DSTS, EDGES, LONELY = 150, 50, 300, 6
 
@@ -221,7 +221,7 @@ def test_the_convs_train_without_dgl():
     proc = _run("""
         import torch
         from dglx_dist.nn import GraphConv, SAGEConv
-        from dglx_dist.sampling.block import Block
+        from dglx_dist.graphcore.block import Block
         block = Block.untyped(torch.arange(4), torch.tensor([0, 5, 6, 2, 3]),
                               torch.tensor([0, 0, 1, 2, 3]), torch.arange(5))
         feat = torch.randn(block.num_src_nodes(), 3)

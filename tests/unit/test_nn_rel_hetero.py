@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from dglx_dist.convs.message import copy_u_sum
+from dglx_dist.graphcore.message import copy_u_sum
 from dglx_dist.errors import InvalidValueError, UnknownNameError
 from dglx_dist.nn import HeteroGraphConv, RelGraphConv, TypedLinear
-from dglx_dist.sampling.block import Block
+from dglx_dist.graphcore.block import Block
 
 ATOL = 1e-5
 NTYPES = ["user", "item", "tag"]

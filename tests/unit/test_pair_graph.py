@@ -11,9 +11,9 @@ import dglx_dist
 import dglx_dist.function as fn
 from dglx_dist.api.link import EdgePredictionSampler, as_edge_prediction_sampler, \
     is_edge_sampler
-from dglx_dist.data.construct import heterograph
+from dglx_dist.graphcore.construct import heterograph
 from dglx_dist.data import to_dgl, user_graph
-from dglx_dist.data.heterograph import Graph
+from dglx_dist.graphcore.heterograph import Graph
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, UnknownNameError
 
 NTYPES = ("author", "paper")

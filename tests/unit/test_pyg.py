@@ -14,7 +14,7 @@ from dglx_dist.api.parallel import _check_convs
 from dglx_dist.convs import adapter_for, graph_convs, is_foreign_conv
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.nn import SAGEConv
-from dglx_dist.sampling.block import Block
+from dglx_dist.graphcore.block import Block
 from dglx_dist.strategies.abilities import Capabilities
 
 

@@ -87,7 +87,7 @@ def test_a_cobatch_layer_moved_to_a_device_keeps_its_source_order():
     (``outputs_only``); moving that layer keeps the order its exchange reads them in."""
     import torch
 
-    from dglx_dist.sampling.block import Block
+    from dglx_dist.graphcore.block import Block
     from dglx_dist.strategies.granndis.cobatch import LayerPlan, outputs_only
 
     block = Block.untyped(torch.arange(4), torch.tensor([4, 5, 0, 2]), torch.tensor([0, 1, 2, 3]),

@@ -10,9 +10,9 @@ from __future__ import annotations
 from torch import nn
 
 from dglx_dist.convs.base import LAYERS, ConvAdapter, DorylusSupport, InputLinear, edge_column
-from dglx_dist.convs.message import in_degrees, out_degrees, u_mul_e_sum
+from dglx_dist.graphcore.message import in_degrees, out_degrees, u_mul_e_sum
 from dglx_dist.convs.graphconv.dorylus import GcnLayers
-from dglx_dist.convs.graphconv.norm import degree_factor, norm_powers, weight_problem
+from dglx_dist.graphcore.norm import degree_factor, norm_powers, weight_problem
 from dglx_dist.convs.graphconv.ops import TASKS
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.nn.graphconv import GraphConv

@@ -13,7 +13,7 @@ import torch
 
 from dglx_dist.convs.dorylus_base import (LayerKind, Stage, activation_name, add_grad, dropout_p,
                                           f32, task_seed)
-from dglx_dist.convs.graphconv.norm import weight_problem
+from dglx_dist.graphcore.norm import weight_problem
 from dglx_dist.errors import InvalidValueError
 
 __all__ = ["GcnLayers", "GcnPlan"]

@@ -12,7 +12,7 @@ from torch import nn
 
 from dglx_dist.convs.base import (LAYERS, ConvAdapter, DorylusSupport, InputLinear, edge_column,
                                   feat_dropout)
-from dglx_dist.convs.message import in_degrees, u_mul_e_max, u_mul_e_sum
+from dglx_dist.graphcore.message import in_degrees, u_mul_e_max, u_mul_e_sum
 from dglx_dist.convs.sage.dorylus import SageLayers
 from dglx_dist.convs.sage.ops import TASKS
 from dglx_dist.errors import InvalidValueError

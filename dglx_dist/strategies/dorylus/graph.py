@@ -12,7 +12,7 @@ import dataclasses
 import torch
 
 from dglx_dist.convs.dorylus_base import csr
-from dglx_dist.convs.graphconv.norm import degree_factor, norm_powers
+from dglx_dist.graphcore.norm import degree_factor, norm_powers
 from dglx_dist.errors import ProtocolError
 from dglx_dist.runtime.comm import Comm
 

@@ -49,7 +49,7 @@ class ServerGraph:
 
 def marked(lp):
     """``lp`` (a co-batch's layer, typed or not) with its block carrying it
-    (:func:`~dglx_dist.sampling.block.plan_of` finds it on the block and on its copies:
+    (:func:`~dglx_dist.graphcore.block.plan_of` finds it on the block and on its copies:
     moved, cast, made DGL's); a conv given any other graph finds none."""
     lp.block = dataclasses.replace(lp.block, plan=lp)
     return lp

@@ -1,6 +1,6 @@
 """Cooperative batches: one server-level batch of target nodes, its dependencies split over the
 server's ranks (fetch-then-split, GraNNDis), as per-rank blocks (the package's
-:class:`~dglx_dist.sampling.block.Block`) plus the row exchanges between layers.
+:class:`~dglx_dist.graphcore.block.Block`) plus the row exchanges between layers.
 
 A group of ranks (a server, or the whole job for plain full-graph training) holds a node set
 (:class:`GroupNodes`), each node on one member. For a batch of targets, every node's *level* is
@@ -25,8 +25,8 @@ import torch
 
 from dglx_dist.errors import InternalError
 from dglx_dist.runtime.comm import Comm
-from dglx_dist.sampling.block import Block
-from dglx_dist.sampling.frames import NID
+from dglx_dist.graphcore.block import Block
+from dglx_dist.graphcore.frames import NID
 from dglx_dist.strategies.granndis.eas import capped, gather_with_members
 
 __all__ = ["GroupNodes", "LayerPlan", "CoBatchPlan", "levels", "batch_edges", "build_cobatch",

@@ -25,9 +25,9 @@ from dglx_dist.errors import InvalidValueError, NotSupportedError
 from dglx_dist.kvstore import typed_key
 from dglx_dist.runtime.autograd import halo_exchange_many, tie
 from dglx_dist.runtime.comm import Comm
-from dglx_dist.sampling.block import Block
-from dglx_dist.sampling.frames import NID
-from dglx_dist.sampling.types import TypeIds
+from dglx_dist.graphcore.block import Block
+from dglx_dist.graphcore.frames import NID
+from dglx_dist.graphcore.ids import TypeIds
 from dglx_dist.strategies.base import check_typed_store
 from dglx_dist.strategies.granndis.cobatch import ETYPE, CoBatchPlan, LayerPlan
 from dglx_dist.strategies.steps import Step

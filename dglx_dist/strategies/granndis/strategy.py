@@ -24,8 +24,8 @@ from dglx_dist.runtime.autograd import GradientSync
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import PartitionSampler
-from dglx_dist.sampling.block import plan_of
-from dglx_dist.sampling.frames import NID
+from dglx_dist.graphcore.block import plan_of
+from dglx_dist.graphcore.frames import NID
 from dglx_dist.strategies.abilities import (Approximate, Capabilities, FullGraphForm, HoldsRows,
                                             MemoryModelled, OverlapsBackward, OwnSplit,
                                             ShapedByOptions)

@@ -29,11 +29,11 @@ from dglx_dist.runtime.autograd import (OwnerReduce, Ready, flatten_partials,
                                         reduce_to_owners, unflatten)
 from dglx_dist.runtime.comm import Comm, Pending
 from dglx_dist.sampling import id_dtype, pack_block, unpack_block
-from dglx_dist.sampling.frames import NID
+from dglx_dist.graphcore.frames import NID
 from dglx_dist.strategies.steps import OUT_DEGREE, state_of
 
 if TYPE_CHECKING:
-    from dglx_dist.sampling.block import Block
+    from dglx_dist.graphcore.block import Block
 
 __all__ = ["ColumnSlice", "P3FirstLayer", "exchange_blocks", "whole_rows"]
 
@@ -46,7 +46,7 @@ def exchange_blocks(server: Comm, cross: Comm | None, block, dtype: torch.dtype,
     server once: gather across servers (``cross``), then share within the server.
     ``edge_weight`` (one per edge of ``block``) travels with it, as float32: every other
     rank's block that came with weights has them as ``edata[_EDGE_WEIGHT]``; the others'
-    blocks are the package's (:class:`~dglx_dist.sampling.block.Block`)."""
+    blocks are the package's (:class:`~dglx_dist.graphcore.block.Block`)."""
     mine, eids = pack_block(block, dtype)
     if edge_weight is not None:  # in the packed (CSC) order of the edges, as float32 bits
         bits = edge_weight.detach().reshape(-1)[eids].float().cpu().view(torch.int32)

@@ -8,7 +8,7 @@ and the numbering holds per node type: a graph without types is the one-type cas
 ``_N`` / ``_E``), not a second kind of block. :meth:`Block.to_dgl` gives DGL's block at the
 edge of the package, where DGL is installed.
 
-A block reads and holds rows as DGL's does (:mod:`dglx_dist.sampling.frames`): ``srcdata``,
+A block reads and holds rows as DGL's does (:mod:`dglx_dist.graphcore.frames`): ``srcdata``,
 ``dstdata``, ``edata``, ``srcnodes[ntype].data``, ``dstnodes[ntype].data``,
 ``edges[etype].data`` (``"_ID"``, DGL's ``dgl.NID`` / ``dgl.EID``, the ids), so the loader's
 prefetch, the strategies' degrees and a script's reads are the same on both; its rows go
@@ -25,7 +25,7 @@ import torch
 
 from dglx_dist.data.convert import dgl_installed, is_dgl
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.sampling.frames import NID, DataView, EdgeSpace, NodeSpace, Typed
+from dglx_dist.graphcore.frames import NID, DataView, EdgeSpace, NodeSpace, Typed
 
 __all__ = ["Block", "IdTable", "relabel", "map_tensors", "plan_of", "group_by", "in_order",
            "dgl_installed", "is_dgl", "UNTYPED", "PLAN"]
@@ -125,7 +125,7 @@ def relabel_sorted(dst_nodes: torch.Tensor, *ends: torch.Tensor
 @dataclasses.dataclass(frozen=True, eq=False)
 class Block(Typed):
     """One layer's message flow graph, and the rows on it (its type lookups and
-    ``num_edges``: :class:`~dglx_dist.sampling.frames.Typed`'s).
+    ``num_edges``: :class:`~dglx_dist.graphcore.frames.Typed`'s).
 
     Attributes:
         src_nodes: each source node's id (per-type ids where there are types), the
@@ -154,7 +154,7 @@ class Block(Typed):
             :meth:`to_dgl` built it (shared by the local copies: a static block is converted
             once, its formats built once).
         layout: the edges grouped by destination and by source
-            (:class:`~dglx_dist.convs.aggregate.Layout`), once a conv's sum built it (shared
+            (:class:`~dglx_dist.graphcore.aggregate.Layout`), once a conv's sum built it (shared
             by the local copies, as ``dgl_form``; a copy on another device builds its own).
     """
 

@@ -1,10 +1,10 @@
 """Sums over a block's edges by destination, without a row per edge: the kernels behind
-:mod:`~dglx_dist.convs.message` on the package's blocks.
+:mod:`~dglx_dist.graphcore.message` on the package's blocks.
 
 A block's :class:`Layout` is its edges grouped by destination (each group in edge order, as
 DGL's in-edge CSR has them) and, for the backward, by source (sorted when a backward first
 asks); it is built once per block and kept on it
-(:attr:`~dglx_dist.sampling.block.Block.layout`: the block is the batch, so the layout goes
+(:attr:`~dglx_dist.graphcore.block.Block.layout`: the block is the batch, so the layout goes
 where the batch goes and is dropped with it).
 
 Each sum is an autograd function whose forward and backward are both one fused gather-sum,
@@ -33,7 +33,7 @@ import warnings
 import torch
 from torch.nn import functional as F
 
-from dglx_dist.sampling.block import group_by, in_order
+from dglx_dist.graphcore.block import group_by, in_order
 
 __all__ = ["Layout", "layout_of", "sum_by_dst", "weighted_sum_by_dst", "copy_e_sum"]
 

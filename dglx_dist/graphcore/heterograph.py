@@ -2,11 +2,11 @@
 :func:`dglx_dist.distribute`) reads, in torch.
 
 A :class:`Graph` holds each edge type's ends as torch tensors, and node and edge data per
-type; :mod:`dglx_dist.data.construct` builds it (``graph`` / ``heterograph``, DGL's
+type; :mod:`dglx_dist.graphcore.construct` builds it (``graph`` / ``heterograph``, DGL's
 arguments). A graph without types is the one-type case (node type ``_N``, edge type
 ``("_N", "_E", "_N")``, as DGL's), not a second class. As in DGL, types are sorted by name and
 edges keep the order given (their ids). ``g.ndata`` / ``g.edata`` follow DGL's rules
-(:mod:`dglx_dist.data.frames`): one type's data plain, several types' by type, each type's
+(:mod:`dglx_dist.graphcore.frames`): one type's data plain, several types' by type, each type's
 through ``g.nodes[ntype].data`` / ``g.edges[etype].data``.
 
 It is also the pair graph of a link-prediction step (DGL's ``pair_graph`` and
@@ -26,10 +26,10 @@ from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
 import torch
 
-from dglx_dist.data.dataset import Etype
-from dglx_dist.data.frames import DataView, Rows, etype_index, ntype_index
 from dglx_dist.errors import (IdOutOfRangeError, InvalidTypeError, InvalidValueError,
                               NotSupportedError)
+from dglx_dist.graphcore.frames import DataView, Rows, etype_index, ntype_index
+from dglx_dist.graphcore.types import Etype
 
 __all__ = ["Graph", "Scheme", "Edges", "ALL"]
 
@@ -47,8 +47,8 @@ class Scheme(NamedTuple):
 class Graph:
     """A graph of node types and canonical edge types, its edges as torch tensors.
 
-    Build it with :func:`~dglx_dist.data.construct.graph` or
-    :func:`~dglx_dist.data.construct.heterograph` (this constructor takes checked
+    Build it with :func:`~dglx_dist.graphcore.construct.graph` or
+    :func:`~dglx_dist.graphcore.construct.heterograph` (this constructor takes checked
     ends: ``num_nodes`` by node type, ``ends`` by canonical edge type as ``(src, dst)``
     per-type ids of dtype ``idtype`` on ``device``).
     """

@@ -3,13 +3,13 @@
 A typed partitioning numbers nodes once (partitioned ids, what parts and the node book speak);
 users speak per-type ids. :class:`TypeIds` translates: a node type's per-type ids to
 partitioned ids and back, and a layer's drawn edges (partitioned node ids, homogeneous edge
-ids) into the package's typed block (:meth:`~dglx_dist.sampling.block.Block.typed`, numbered
+ids) into the package's typed block (:meth:`~dglx_dist.graphcore.block.Block.typed`, numbered
 as ``dgl.to_block`` numbers a heterogeneous frontier) whose ``srcdata[dgl.NID]`` /
 ``dstdata[dgl.NID]`` hold per-type ids and each edge type's ``edata[dgl.EID]`` its per-type
 edge ids, as the blocks of DGL's own ``NeighborSampler`` on a heterograph do. A partitioning
 without types is the one-type case (DGL's ``_N`` / ``_E``, :meth:`TypeIds.one`) whose ids are
 the partitioned ids themselves: nothing is translated, and its block is numbered by a table
-over the ids (:meth:`~dglx_dist.sampling.block.Block.untyped`).
+over the ids (:meth:`~dglx_dist.graphcore.block.Block.untyped`).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Sequence
 
 import torch
 
-from dglx_dist.sampling.block import UNTYPED, Block, IdTable
+from dglx_dist.graphcore.block import UNTYPED, Block, IdTable
 
 __all__ = ["TypeIds"]
 
@@ -99,7 +99,7 @@ class TypeIds:
               eid: torch.Tensor, etype: torch.Tensor, num_nodes: int | IdTable | None = None
               ) -> Block:
         """The block of a layer's drawn edges ``src -> dst`` (partitioned ids, below
-        ``num_nodes``: a number, or an :class:`~dglx_dist.sampling.block.IdTable` of them)
+        ``num_nodes``: a number, or an :class:`~dglx_dist.graphcore.block.IdTable` of them)
         of types ``etype`` and homogeneous ids ``eid``, whose destinations are ``frontier``
         (per-type ids, by type index): in per-type ids."""
         if self.untyped:

@@ -1,5 +1,5 @@
 """DGL's ``dgl.graph`` / ``dgl.heterograph`` without DGL: the package's
-:class:`~dglx_dist.data.heterograph.Graph` from DGL's arguments.
+:class:`~dglx_dist.graphcore.heterograph.Graph` from DGL's arguments.
 
 ``graph((src, dst), num_nodes=None, idtype=None, device=None)`` and
 ``heterograph({(src_type, relation, dst_type): (src, dst), ...}, num_nodes_dict=None, ...)``.
@@ -18,10 +18,10 @@ from typing import Any, Mapping
 
 import torch
 
-from dglx_dist.data.dataset import ONE_ETYPE, ONE_NTYPE, Etype, GraphDataset
-from dglx_dist.data.heterograph import Graph
 from dglx_dist.errors import (IdOutOfRangeError, InvalidTypeError, InvalidValueError,
                               UnknownNameError)
+from dglx_dist.graphcore.heterograph import Graph
+from dglx_dist.graphcore.types import ONE_ETYPE, ONE_NTYPE, Etype
 
 __all__ = ["graph", "heterograph", "to_graph", "MASK_KEYS"]
 
@@ -64,7 +64,8 @@ def heterograph(data_dict: Mapping, num_nodes_dict: Mapping[str, int] | None = N
             ids, in any form :func:`graph` takes.
         num_nodes_dict: node type -> node count (default: each type's largest id + 1; a type
             named here only is a type without edges).
-        idtype, device: as :func:`graph`'s (every edge type's ids of one dtype).
+        idtype: as :func:`graph`'s (every edge type's ids of one dtype).
+        device: as :func:`graph`'s.
     """
     if not isinstance(data_dict, Mapping) or not data_dict:
         raise InvalidValueError(f"heterograph: data_dict is {data_dict!r}; expected a non-empty "
@@ -234,9 +235,9 @@ _FORMATS = types.MappingProxyType({"coo": (_coo, ("src", "dst")),
                                    "csc": (_csc, ("indptr", "indices", "eids"))})
 
 
-def to_graph(ds: GraphDataset) -> Graph:
-    """The package's graph of the dataset, without DGL: its edges (in file order) and its
-    node and edge data."""
+def to_graph(ds) -> Graph:
+    """The package's graph of a :class:`~dglx_dist.data.dataset.GraphDataset`, without DGL:
+    its edges (in file order) and its node and edge data."""
     g = heterograph({et: (torch.from_numpy(e.src), torch.from_numpy(e.dst))
                      for et, e in ds.edges.items()},
                     num_nodes_dict={t: n.num_nodes for t, n in ds.nodes.items()})

@@ -1,6 +1,6 @@
 """Messages over a block's edges in torch: DGL's ``dgl.ops`` that the convs' adapters use.
 
-Each function takes a block (the package's :class:`~dglx_dist.sampling.block.Block` or DGL's:
+Each function takes a block (the package's :class:`~dglx_dist.graphcore.block.Block` or DGL's:
 both give ``edges()``, ``num_src_nodes()`` and ``num_dst_nodes()``) and rows of its sources,
 and gives rows of its destinations, as DGL's functions of the same names do: ``copy_u_sum``
 sums each destination's sources' rows, ``u_mul_e_sum`` each row times its edge's weight,
@@ -8,8 +8,8 @@ sums each destination's sources' rows, ``u_mul_e_sum`` each row times its edge's
 in-edge, as DGL's); ``edge_softmax`` normalizes a score per edge over each destination's
 in-edges (DGL's ``dgl.nn.functional.edge_softmax``); ``copy_e_sum`` sums each
 destination's in-edges' rows. On DGL's blocks, DGL's own kernels; on the package's, the sums
-are :mod:`~dglx_dist.convs.aggregate`'s fused gather-sums over the block's kept
-:class:`~dglx_dist.convs.aggregate.Layout` (no row per edge made, but for a weight's
+are :mod:`~dglx_dist.graphcore.aggregate`'s fused gather-sums over the block's kept
+:class:`~dglx_dist.graphcore.aggregate.Layout` (no row per edge made, but for a weight's
 gradient; as fast as DGL's kernel on this CPU, and its float32 results: bit for bit without
 per-edge weights, within rounding with them), the
 largest and the softmax torch's ``scatter_reduce`` and ``index_add`` (a row per edge; their
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from dglx_dist.convs.aggregate import copy_e_sum as _copy_e_sum
-from dglx_dist.convs.aggregate import layout_of, sum_by_dst, weighted_sum_by_dst
+from dglx_dist.graphcore.aggregate import copy_e_sum as _copy_e_sum
+from dglx_dist.graphcore.aggregate import layout_of, sum_by_dst, weighted_sum_by_dst
 
 __all__ = ["in_degrees", "out_degrees", "copy_u_sum", "u_mul_e_sum", "copy_u_max",
            "u_mul_e_max", "edge_softmax", "copy_e_sum"]
