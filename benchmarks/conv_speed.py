@@ -7,11 +7,11 @@ Three arms, ``dglx train`` under torchrun (2 ranks as 2 virtual servers, one thr
 * ``nodgl-dglx``: ``import dgl`` blocked (a ``sitecustomize`` this script writes), ``--convs
   dglx``: the package's blocks and torch's kernels (:mod:`dglx_dist.graphcore.message`), what a
   user without DGL runs;
-* ``dgl-dgl``: DGL installed, ``--convs dgl``: dgl.nn's convs on DGL's blocks, today's DGL
-  user;
+* ``dgl-dgl``: DGL installed, ``--convs dgl``: dgl.nn's convs on DGL's blocks (made at the
+  model's edge by DGL's door), today's DGL user;
 * ``dgl-dglx``: DGL installed, ``--convs dglx``: the package's convs, which get the
-  package's blocks there too since 2026-11-29 (``convs.reads_package_blocks``; before, DGL's
-  blocks, aggregated through DGL's kernels): ``nodgl-dglx`` with DGL importable.
+  package's blocks there too since 2026-11-29 (before, DGL's blocks, aggregated through
+  DGL's kernels): ``nodgl-dglx`` with DGL importable.
 
 The arms alternate run by run (``--repeat`` rounds, every strategy in each). Per run: the
 median epoch time without the first epoch and the forward and backward phases (the largest

@@ -205,16 +205,18 @@ def fit_constants(verdicts: list[dict[str, Any]], configs: dict[str, Config]) ->
     then each other strategy's overhead with it fixed."""
     import numpy as np
 
-    from dglx_dist.planner.units import OVERHEAD_S_PER_STEP, load_measured
+    from dglx_dist.planner.predict import costs
+    from dglx_dist.planner.units import load_measured
 
-    round_s = load_measured().units.round_s
+    round_s, overhead = load_measured().units.round_s, {
+        name: cost.overhead_s_per_step for name, cost in costs().items()}
     rows: dict[str, list] = {}  # per strategy: (steps, rounds, residual) / measured
     for v in verdicts:
         if v["config"] not in FITTED:
             continue
         share = max(1.0, configs[v["config"]].world() / (os.cpu_count() or 1))
         for p in v.get("points", ()):
-            known = share * (p["steps"] * OVERHEAD_S_PER_STEP.get(p["strategy"], 0.0) +
+            known = share * (p["steps"] * overhead.get(p["strategy"], 0.0) +
                              p["rounds"] * round_s)
             y = p["measured"] - p["predicted"] + known
             rows.setdefault(p["strategy"], []).append(

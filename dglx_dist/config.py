@@ -34,8 +34,9 @@ from typing import Any
 from dglx_dist.cli_flags import check_fields, option, parse_key_values
 from dglx_dist.errors import StateError
 from dglx_dist.registry import Bounds
+from dglx_dist.strategies.cost.shapes import TASK_NAMES
 
-__all__ = ["AUTO", "CONV_LIBRARY_NAMES", "MODEL_NAMES", "TRAINING", "TRAINER_OPTIMIZER", "DataConfig", "JobConfig",
+__all__ = ["AUTO", "CONV_LIBRARY_NAMES", "MODEL_NAMES", "TASK_NAMES", "TRAINING", "TRAINER_OPTIMIZER", "DataConfig", "JobConfig",
            "LoopConfig", "ModelConfig", "OptimizerConfig", "RunConfig", "StrategyConfig",
            "TaskConfig"]
 
@@ -122,7 +123,7 @@ class TaskConfig(_Section):
 
     name: str = option("node", "node classification (the Trainer), or link prediction on the "
                                "dataset's edges (docs/link_prediction.md)",
-                       flag="--task", choices=("node", "link"))
+                       flag="--task", choices=TASK_NAMES)
     edge_batch_size: int = option(1024, "--task link: training edges per rank per step",
                                   bounds=_POSITIVE)
     negatives: int = option(1, "--task link: uniform negatives per training edge",

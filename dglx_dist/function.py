@@ -14,56 +14,14 @@ runs on DGL's graphs (``apply_edges`` takes it as a user-defined function). ``u`
 source nodes' ``lhs_field``, ``v`` the destination nodes' ``rhs_field``; the features'
 shapes (the first dimension aside) broadcast as DGL's do, and ``dot`` keeps its reduced last
 dimension as 1 (``(E, D)`` rows give ``(E, 1)``; one number per node gives one per edge).
+The package's graphs also take DGL's own ``dgl.function`` objects of these names
+(:func:`~dglx_dist.graphcore.message.edge_function`).
 """
 from __future__ import annotations
 
-import dataclasses
-
-import torch
-
-from dglx_dist.errors import InvalidValueError
+from dglx_dist.graphcore.message import EdgeFunction
 
 __all__ = ["EdgeFunction", "u_add_v", "u_sub_v", "u_mul_v", "u_div_v", "u_dot_v"]
-
-
-def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return (a * b).sum(-1, keepdim=True)
-
-
-_OPS = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "dot": _dot}
-
-
-@dataclasses.dataclass(frozen=True)
-class EdgeFunction:
-    """``op`` (a name of ``_OPS``) of each edge's source rows ``lhs_field`` and destination
-    rows ``rhs_field``, written to the edges' ``out``."""
-
-    op: str
-    lhs_field: str
-    rhs_field: str
-    out: str
-
-    def __call__(self, edges) -> dict[str, torch.Tensor]:
-        a, b = edges.src[self.lhs_field], edges.dst[self.rhs_field]
-        scalar = a.dim() == 1 and b.dim() == 1  # one number per node: one per edge
-        a, b = _aligned(a.unsqueeze(-1) if scalar else a, b.unsqueeze(-1) if scalar else b)
-        if self.op == "dot" and a.shape[-1] != b.shape[-1]:
-            raise InvalidValueError(f"u_dot_v: the rows {self.lhs_field!r} have shape "
-                                    f"{tuple(a.shape[1:])} and {self.rhs_field!r} "
-                                    f"{tuple(b.shape[1:])}; expected the same last dimension")
-        rows = _OPS[self.op](a, b)
-        return {self.out: rows.squeeze(-1) if scalar else rows}
-
-
-def _aligned(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``a`` and ``b`` with as many dimensions, the missing ones of a feature's shape added
-    after the first (rows) dimension, as DGL broadcasts features."""
-    more = b.dim() - a.dim()
-    if more > 0:
-        a = a.reshape(a.shape[0], *([1] * more), *a.shape[1:])
-    elif more < 0:
-        b = b.reshape(b.shape[0], *([1] * -more), *b.shape[1:])
-    return a, b
 
 
 def u_add_v(lhs_field: str, rhs_field: str, out: str) -> EdgeFunction:

@@ -1,7 +1,8 @@
 """Memory measurement: a process's peak resident memory and the bytes autograd saves for
 backward (reported as ``peak_rss_mb`` and ``peak_saved_mb``); the up-front refusal of work
 whose estimated peak does not fit (:func:`check_memory`); and the measured model of a rank's
-peak as the graph grows (:class:`MemoryModel`, applied to a :class:`GraphSize`)."""
+peak as the graph grows (:class:`MemoryModel`, applied to a
+:class:`~dglx_dist.strategies.cost.shapes.GraphShape`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,9 +14,7 @@ from typing import Any, Callable
 import psutil
 
 from dglx_dist.errors import InsufficientMemoryError, InvalidValueError
-
-__all__ = ["EMBEDDING_COPIES", "GraphSize", "MemoryModel", "NodeTypeSize", "PeakRSS",
-           "SavedBytes", "check_memory", "peak_rss_bytes"]
+__all__ = ["MemoryModel", "PeakRSS", "SavedBytes", "check_memory", "peak_rss_bytes"]
 
 _MB = 1 << 20
 
@@ -37,91 +36,14 @@ def check_memory(estimate: int, limit: int | None, what: str,
             f"{advice if isinstance(advice, str) else advice(available)}")
 
 
-EMBEDDING_COPIES = 3
-"""Copies of a featureless type's learned rows a job holds: the rows and SparseAdam's two
-moment estimates."""
-
-
-@dataclasses.dataclass(frozen=True)
-class NodeTypeSize:
-    """One node type of a graph, as a memory estimate sees it.
-
-    Attributes:
-        name: the type's name (``"_N"`` for a graph without types).
-        nodes: its node count.
-        feat_dim: its feature width; 0 for a type without features (it trains learned rows).
-    """
-
-    name: str
-    nodes: int
-    feat_dim: int
-
-
-@dataclasses.dataclass(frozen=True)
-class GraphSize:
-    """What a memory estimate knows of a graph: nodes and feature widths per node type, the
-    edges (every edge type's, directed, as the dataset lists them), and how wide the learned
-    rows of the types without features are.
-
-    Attributes:
-        types: the node types (a graph without types: one).
-        edges: edges of every edge type together.
-        embed_dim: width of the learned rows of each featureless type (0: none are learned).
-        typed: whether the graph has node and edge types (a typed dataset or partition).
-    """
-
-    types: tuple[NodeTypeSize, ...]
-    edges: int
-    embed_dim: int = 0
-    typed: bool = False
-
-    def __post_init__(self):
-        counts = [(t.nodes, t.feat_dim) for t in self.types]
-        if not self.types or min(min(c) for c in counts) < 0 or min(self.edges,
-                                                                      self.embed_dim) < 0:
-            raise InvalidValueError(f"GraphSize(types={counts}, edges={self.edges}, embed_dim="
-                                    f"{self.embed_dim}): expected at least one node type, "
-                                    "every count and width >= 0")
-
-    @classmethod
-    def homogeneous(cls, nodes: int, edges: int, feat_dim: int = 128) -> "GraphSize":
-        """A graph without types (the one-type case)."""
-        return cls((NodeTypeSize("_N", int(nodes), int(feat_dim)),), int(edges))
-
-    @property
-    def nodes(self) -> int:
-        return sum(t.nodes for t in self.types)
-
-    @property
-    def feature_bytes(self) -> int:
-        """float32 feature rows of the featured types: sum of ``nodes x feat_dim x 4``."""
-        return sum(4 * t.nodes * t.feat_dim for t in self.types)
-
-    @property
-    def embedding_bytes(self) -> int:
-        """Learned rows of the featureless types with their optimizer state: sum of ``nodes x
-        embed_dim x 4 x`` :data:`EMBEDDING_COPIES`."""
-        return sum(4 * EMBEDDING_COPIES * t.nodes * self.embed_dim
-                   for t in self.types if t.feat_dim == 0)
-
-    def describe(self) -> str:
-        """``N nodes and M edges``, with the types when it has them."""
-        text = f"{self.nodes:,} nodes and {self.edges:,} edges"
-        if not self.typed:
-            return text
-        kinds = ", ".join(f"{t.name} {t.nodes:,}" + (f" F={t.feat_dim}" if t.feat_dim else
-                                                     f" learned {self.embed_dim}")
-                          for t in self.types)
-        return f"{text} ({kinds})"
-
-
 @dataclasses.dataclass(frozen=True)
 class MemoryModel:
     """A rank's peak resident bytes as the graph grows, fitted to measured peaks: ``base +
     (per_node x nodes + per_edge x edges + per_feature_byte x feature bytes +
-    per_embedding_byte x embedding bytes) / W`` for a graph (a :class:`GraphSize`) trained by
+    per_embedding_byte x embedding bytes) / W`` for a graph (a
+    :class:`~dglx_dist.strategies.cost.shapes.GraphShape`) trained by
     ``W`` ranks (``benchmarks/cluster_model.py memory`` measures and fits it; the strategies'
-    fits are their ``memory_model`` and ``typed_memory_model``).
+    fits are their cost's ``memory`` and ``typed_memory``).
 
     The fits on graphs without types were measured at one feature width (F = 128) and carry
     no feature term: their per-node bytes hold the features at that width. The typed fits
@@ -133,9 +55,9 @@ class MemoryModel:
         per_node: bytes per node of the rank's share of the graph.
         per_edge: bytes per edge of the rank's share.
         per_feature_byte: resident bytes per byte of float32 features of the rank's share
-            (:attr:`GraphSize.feature_bytes`; its copies: store, pulls, batches).
+            (its ``feature_bytes``; their copies: store, pulls, batches).
         per_embedding_byte: resident bytes per byte of learned rows with their optimizer state
-            (:attr:`GraphSize.embedding_bytes`).
+            (its ``embedding_bytes``).
     """
 
     base: float
@@ -155,13 +77,16 @@ class MemoryModel:
     def peak(self, nodes: float, edges: float, world: int) -> float:
         """Peak bytes of one of ``world`` ranks training a graph of ``nodes`` and ``edges``
         without types at F = 128 (:meth:`estimate` of the one-type graph)."""
-        return self.estimate(GraphSize.homogeneous(nodes, edges), world)
+        nodes, edges = int(nodes), int(edges)
+        return self.base + (self.per_node * nodes + self.per_edge * edges
+                            + self.per_feature_byte * 4 * nodes * 128) / world
 
-    def estimate(self, graph: GraphSize, world: int) -> float:
-        """Peak bytes of one of ``world`` ranks training ``graph``."""
+    def estimate(self, graph, world: int) -> float:
+        """Peak bytes of one of ``world`` ranks training ``graph`` (its ``nodes``, ``edges``,
+        ``feature_bytes`` and ``embedding_bytes``)."""
         return self.base + self._growth(graph) / world
 
-    def _growth(self, graph: GraphSize) -> float:
+    def _growth(self, graph) -> float:
         """The bytes that grow with ``graph``, all ranks together."""
         return (self.per_node * graph.nodes + self.per_edge * graph.edges
                 + self.per_feature_byte * graph.feature_bytes

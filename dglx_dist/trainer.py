@@ -47,9 +47,9 @@ from dglx_dist.checkpoint import Checkpointing
 from dglx_dist.checkpoint.manager import CheckpointManager, RandomState
 from dglx_dist.config import TRAINER_OPTIMIZER, OptimizerConfig
 from dglx_dist.console import EpochBar, bar_disable
-from dglx_dist.convs import graph_convs, reads_package_blocks
+from dglx_dist.convs import graph_convs
 from dglx_dist.errors import DatasetFormatError, InvalidValueError, NonFiniteLossError
-from dglx_dist.inputs import inputs_for
+from dglx_dist.inputs import StepInputs
 from dglx_dist.kvstore.embedding import DistEmbedding
 from dglx_dist.memory import SavedBytes
 from dglx_dist.report import json_record, key_values
@@ -83,31 +83,28 @@ class Batch:
     seeds: torch.Tensor
 
 
-def _loader(graph: DistGraph, seeds, split: str, spec: LoaderSpec,
-            package_blocks: bool) -> DataLoader:
+def _loader(graph: DistGraph, seeds, split: str, spec: LoaderSpec) -> DataLoader:
     """The loader of ``split``'s nodes. Training looks one batch ahead (its rows travel while
     the previous batch computes); evaluation, whose full neighbourhoods can reach most of
     the graph in one batch, pulls one batch at a time, so its peak memory is one batch's, and
     its full layers normalise by the whole graph's degrees where the strategy says so
-    (``LoaderSpec.whole_degrees``): a GCN is scored as it computes on the whole graph.
-    ``package_blocks``: the model runs on the package's blocks (no step made into DGL's)."""
+    (``LoaderSpec.whole_degrees``): a GCN is scored as it computes on the whole graph."""
     held = isinstance(graph.strategy, HoldsRows) and "feat" in graph.strategy.held_rows
     sampler = NeighborSampler(list(spec.fanouts), prefetch_node_feats=[] if held else ["feat"],
                               prefetch_labels=["label"])  # held rows: read where they are
     return DataLoader(graph, seeds, sampler, batch_size=spec.batch_size,
                       shuffle=spec.shuffle, drop_last=spec.drop_last, seed=spec.seed,
                       use_prefetch_thread=split == "train",
-                      whole_degrees=spec.whole_degrees and not graph.is_typed,
-                      package_blocks=package_blocks)
+                      whole_degrees=spec.whole_degrees and not graph.is_typed)
 
 
 class Trainer:
     """Trains ``model`` on a partition directory with a registered strategy.
 
     Args:
-        model: the user's module; ``forward(blocks, x)`` returns logits. A model of
-            ``dglx_dist.nn`` convs (the reference models) gets the package's blocks, one of
-            ``dgl.nn`` convs DGL's where DGL is installed (``convs.reads_package_blocks``).
+        model: the user's module; ``forward(blocks, x)`` returns logits. It gets the
+            package's blocks; one of ``dgl.nn`` convs gets DGL's, made at its edge
+            (:func:`~dglx_dist.convs.base.at_the_edge`).
         partitions: a partition directory (path or :class:`PartitionDir`).
         strategy: a registered strategy name (``dglx_dist.STRATEGIES.names()``) or a strategy
             built with ``STRATEGIES.build`` (then ``options`` must be empty).
@@ -146,7 +143,7 @@ class Trainer:
         self.session, self.nonfinite_loss = self.graph.session, nonfinite_loss
         self.optim = (optim or TRAINER_OPTIMIZER).with_changes(lr, weight_decay)
         try:
-            self.inputs = inputs_for(self.graph, embed_dim, self.optim.lr)
+            self.inputs = StepInputs(self.graph, embed_dim, self.optim.lr)
         except (DatasetFormatError, InvalidValueError) as exc:
             raise same_on_every_rank(exc) from None
         if not bool(self.inputs.mask("train").full().any()):
@@ -156,9 +153,7 @@ class Trainer:
                 "ogbl-*` writes, trains with --task link)"))
         num_layers = len(graph_convs(model)) or None
         train, self._eval_spec = self.graph.trainer_loaders(num_layers)
-        self._package_blocks = reads_package_blocks(model)
-        self.loader = _loader(self.graph, self.inputs.seeds("train"), "train", train,
-                              self._package_blocks)
+        self.loader = _loader(self.graph, self.inputs.seeds("train"), "train", train)
         # the strategy's device (the rank's GPU in a GPU job), as Lightning's Trainer places it
         self.device = self.graph.strategy.compute_device(self.session)
         self.model = parallelize(model.to(self.device), self.graph)
@@ -249,7 +244,7 @@ class Trainer:
             raise InvalidValueError(f"split {split!r}; expected 'train', 'val' or 'test'")
         if split not in self._eval_loaders:
             self._eval_loaders[split] = _loader(self.graph, self.inputs.seeds(split), split,
-                                                self._eval_spec, self._package_blocks)
+                                                self._eval_spec)
         was_training = self.model.training
         self.model.eval()
         preds, labels = [], []

@@ -2,7 +2,7 @@
 dglx_dist (--strategy distdgl: the strategy that runs a model as it is).
 
 examples/sage_minibatch.py is the same script with dgl.nn's convs. The loaders here yield the
-package's blocks (``package_blocks=True``, also where DGL is installed): each gives its edges
+package's blocks (dglx_dist.DataLoader's always are): each gives its edges
 as PyG's bipartite convs take them, ``block.edge_index`` and ``block.size``, the destination
 nodes first among the sources (docs/porting.md, "PyG's convs"). No DGL is imported. Launch
 with torchrun:
@@ -49,7 +49,7 @@ def layerwise_inference(model, g, batch_size):
     model.eval()
     net = getattr(model, "module", model)
     loader = DataLoader(g, torch.arange(g.num_nodes()), MultiLayerFullNeighborSampler(1),
-                        batch_size=batch_size, package_blocks=True)
+                        batch_size=batch_size)
     feat = g.ndata["feat"]
     for i, layer in enumerate(net.layers):
         out = dglx_dist.DistTensor((g.num_nodes(), layer.out_channels), torch.float32)
@@ -88,9 +88,8 @@ def main():
     train_ids = torch.nonzero(g.ndata["train_mask"]).squeeze(1)
     val_ids = torch.nonzero(g.ndata["val_mask"]).squeeze(1)
     sampler = NeighborSampler([10, 10])
-    train_loader = DataLoader(g, train_ids, sampler, batch_size=args.batch_size, shuffle=True,
-                              package_blocks=True)
-    val_loader = DataLoader(g, val_ids, sampler, batch_size=1000, package_blocks=True)
+    train_loader = DataLoader(g, train_ids, sampler, batch_size=args.batch_size, shuffle=True)
+    val_loader = DataLoader(g, val_ids, sampler, batch_size=1000)
 
     # the rank's device (a GPU where there is one; the loader's blocks and rows are there)
     model = SAGE(g.ndata["feat"].shape[1], 16, dataset.num_classes, 0.5).to(g.session.device)

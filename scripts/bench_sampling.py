@@ -52,6 +52,7 @@ import dgl
 import torch
 
 import dglx_dist
+from dglx_dist.dgl.blocks import to_dgl_block
 from dglx_dist.bench.presets import PRESETS
 from dglx_dist.data import read_dataset, to_dgl
 from dglx_dist.report import markdown_table
@@ -163,7 +164,8 @@ def _draw_layer(kind, g, edges, weights, nodes, fanout):
     row, pos = draw_in_edges(edges, nodes, fanout, replace, weights if prob else None)
     src, eid = edges.src.index_select(0, pos), edges.eid.index_select(0, pos)
     drawn = time.perf_counter()
-    block = Block.untyped(nodes, src, nodes.index_select(0, row), eid, g.num_nodes()).to_dgl()
+    block = to_dgl_block(Block.untyped(nodes, src, nodes.index_select(0, row), eid,
+                                       g.num_nodes()))
     return drawn - start, time.perf_counter() - drawn, block.srcdata[dgl.NID]
 
 

@@ -10,7 +10,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from benchmarks.costmodel import LAWS
 from benchmarks.costmodel.memory import MB, fit_memory, parse_sizes
+from benchmarks.costmodel.predict import Calibration, predict
 from benchmarks.costmodel.typed_memory import add_typed_flags, typed_memory
 from benchmarks.costmodel.validate import (RunShape, accuracy, compare, measured_rows,
                                            parse_shape)
@@ -18,10 +20,8 @@ from benchmarks.sweeps.common import emit_json, emit_text
 from dglx_dist.bench.report import Panel, Series, draw
 from dglx_dist.cli_flags import number
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.planner.laws import LAWS
-from dglx_dist.planner.predict import Calibration, predict
-from dglx_dist.planner.shapes import Cluster, GraphShape, Units, Workload
 from dglx_dist.report import markdown_table
+from dglx_dist.strategies.cost.shapes import Cluster, GraphShape, Units, Workload
 
 __all__ = ["main"]
 

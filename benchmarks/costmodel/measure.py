@@ -1,8 +1,8 @@
 """What the cluster model measures here: one rank's
-:class:`~dglx_dist.planner.shapes.Units` (DGL's neighbour sampling and ``to_block``, a
+:class:`~dglx_dist.strategies.cost.shapes.Units` (DGL's neighbour sampling and ``to_block``, a
 feature-row gather, DGL's ``copy_u_sum``, a dense ``torch.mm``, TCP over loopback; each on one
 thread, the median of ``repeat`` timings) and a dataset's
-:class:`~dglx_dist.planner.shapes.GraphShape` (its degrees and METIS's 2-way cut)."""
+:class:`~dglx_dist.strategies.cost.shapes.GraphShape` (its degrees and METIS's 2-way cut)."""
 from __future__ import annotations
 
 import math
@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from dglx_dist.planner.shapes import GraphShape, Units, degree_quantiles
+from dglx_dist.strategies.cost.shapes import GraphShape, Units, degree_quantiles
 from dglx_dist.planner.units import DEFAULT_UNITS, loopback_s_per_byte, median_s
 from dglx_dist.data.dataset import GraphDataset
 

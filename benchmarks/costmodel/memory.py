@@ -2,8 +2,8 @@
 measured at several graph sizes, fitted as ``base + a x nodes per rank + b x edges per rank``,
 and the largest graph of a given degree that fits a machine (``benchmarks/cluster_model.py
 memory``). The fit is a :class:`dglx_dist.memory.MemoryModel`, the form in which each strategy
-carries its own measured fit (a ``MemoryModelled`` strategy's ``memory_model``) for ``dglx
-train``'s refusal."""
+carries its own measured fit (a ``Costed`` strategy's ``cost.memory``) for ``dglx train``'s
+refusal."""
 from __future__ import annotations
 
 import numpy as np

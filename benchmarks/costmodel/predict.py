@@ -1,6 +1,7 @@
-"""The calibration of one strategy from one measured run: the constants with which the plan's
-:func:`~dglx_dist.planner.predict.predict` gives that run back (research tooling: the package
-ships the prediction and its default constants, :mod:`dglx_dist.planner.units`).
+"""The prediction of one strategy's epoch (:func:`predict`, the plan's phases summed) and its
+calibration from one measured run: the constants with which :func:`predict` gives that run
+back (research tooling: the package ships the phases and their default constants,
+:mod:`dglx_dist.planner.predict`, :mod:`dglx_dist.planner.units`).
 
 A calibration fits, from one measured run, the per-step overhead (what the units do not cover:
 Python, the framework, waiting) and a factor per byte count (headers, ids and what the law
@@ -12,10 +13,35 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from dglx_dist.planner.predict import Calibration, law_work, phases, predict
-from dglx_dist.planner.shapes import Cluster, GraphShape, Units, Workload
+from dglx_dist.errors import InvalidValueError
+from dglx_dist.planner.predict import Calibration, costs, phases
+from dglx_dist.strategies.cost.counts import Work
+from dglx_dist.strategies.cost.shapes import Cluster, GraphShape, Units, Workload
 
-__all__ = ["Calibration", "calibrate", "phases", "predict"]
+__all__ = ["Calibration", "calibrate", "law_work", "phases", "predict"]
+
+
+def law_work(strategy: str, graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
+    """The :class:`Work` of an epoch of registered strategy ``strategy`` by its cost's law.
+
+    Raises:
+        InvalidValueError: no law for ``strategy``, naming those there are.
+    """
+    known = costs()
+    if strategy not in known:
+        raise InvalidValueError(f"cluster model: no law for strategy {strategy!r}; it knows "
+                                f"{', '.join(known)}")
+    return known[strategy].epoch(graph, work, cluster)
+
+
+def predict(strategy: str, graph: GraphShape, work: Workload, cluster: Cluster, units: Units,
+            calib: Calibration = Calibration()) -> dict[str, Any]:
+    """The predicted epoch of ``strategy``: seconds, phases, steps, bytes."""
+    w = law_work(strategy, graph, work, cluster)
+    ph = phases(w, units, cluster, calib)
+    return {"epoch_time": sum(ph.values()), "phases": ph, "steps": w.steps,
+            "bytes_inter": calib.inter_factor * w.inter_bytes,
+            "bytes_intra": calib.intra_factor * w.intra_bytes}
 
 
 def calibrate(strategy: str, graph: GraphShape, work: Workload, cluster: Cluster, units: Units,

@@ -4,7 +4,8 @@ types) on ogbn-mag-shaped graphs (:mod:`dglx_dist.data.mag`) at several points, 
 strategy's peak resident memory per rank read from its metrics, fitted as
 ``base + (per_edge x edges + per_feature_byte x feature bytes + per_embedding_byte x
 learned-row bytes) / ranks`` (a :class:`~dglx_dist.memory.MemoryModel` whose terms
-:class:`~dglx_dist.memory.GraphSize` counts per type), and the fit checked at larger points.
+:class:`~dglx_dist.strategies.cost.shapes.GraphShape` counts per type), and the fit checked at
+larger points.
 
 A point is ``SCALE[:fF][:hH]``: ogbn-mag's counts times ``SCALE`` (a fraction such as ``1/8``
 too), paper features ``F`` wide (default 128), ``--hidden`` and learned rows ``H`` wide
@@ -29,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.memory import GraphSize, MemoryModel
+from dglx_dist.memory import MemoryModel
+from dglx_dist.strategies.cost.shapes import GraphShape
 
 __all__ = ["TypedPoint", "fit_typed_memory", "measure_point", "parse_points", "typed_size"]
 
@@ -72,23 +74,22 @@ def parse_points(text: str) -> list[TypedPoint]:
     return points
 
 
-def typed_size(point: TypedPoint) -> GraphSize:
-    """The :class:`GraphSize` ``dglx train`` checks for ``point`` (as its typed dataset's
-    meta.json gives it)."""
+def typed_size(point: TypedPoint) -> GraphShape:
+    """The graph ``dglx train`` checks for ``point`` (as its typed dataset's meta.json gives
+    it)."""
     from dglx_dist.data.mag import mag_sizes
-    from dglx_dist.memory import NodeTypeSize
 
     sizes = mag_sizes(float(point.scale))
-    return GraphSize(tuple(NodeTypeSize(t, n, point.feat_dim if t == "paper" else 0)
-                           for t, n in sorted(sizes.nodes.items())),
-                     sum(sizes.edges.values()), embed_dim=point.hidden, typed=True)
+    return GraphShape.of_types([(t, n, point.feat_dim if t == "paper" else 0)
+                                for t, n in sorted(sizes.nodes.items())],
+                               sum(sizes.edges.values()), point.hidden)
 
 
-def _columns(size: GraphSize) -> list[float]:
+def _columns(size: GraphShape) -> list[float]:
     return [1.0, size.edges, size.feature_bytes, size.embedding_bytes]
 
 
-def fit_typed_memory(points: list[tuple[GraphSize, int, float]]) -> MemoryModel:
+def fit_typed_memory(points: list[tuple[GraphShape, int, float]]) -> MemoryModel:
     """The non-negative least-squares fit of ``(graph, ranks, peak bytes per rank)`` points:
     base, per edge, per feature byte and per learned-row byte (no per-node term: see the
     module docstring)."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from benchmarks.costmodel.predict import Calibration, calibrate, predict
 from dglx_dist.errors import InvalidValueError, RunFailedError
-from dglx_dist.planner.shapes import Cluster, GraphShape, Units, Workload
+from dglx_dist.strategies.cost.shapes import Cluster, GraphShape, Units, Workload
 
 __all__ = ["RunShape", "accuracy", "compare", "measured_rows", "parse_shape"]
 

@@ -4,12 +4,12 @@ graph's own ids.
 DGL's book speaks its relabeled ids; here every id is the one the user knows (the graph given
 to ``distribute``, the dataset's rows), per type on a graph with types. Homogeneous ids are
 the original ones, types in DGL's order (``dgl.to_homogeneous``'s numbering), as
-``map_to_homo_nid`` and ``map_to_per_ntype`` use them.
+``map_to_homo_nid`` and ``map_to_per_ntype`` use them. ``graph`` is the DistGraph, not
+imported here (:mod:`~dglx_dist.api.ndata`).
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -17,16 +17,13 @@ import torch
 from dglx_dist.api.ndata import NodeSpace, as_node_ids
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 
-if TYPE_CHECKING:
-    from dglx_dist.api.graph import DistGraph
-
 __all__ = ["PartitionBook", "given_edge_ids", "given_node_ids"]
 
 
 class PartitionBook:
     """Which part holds which nodes (DGL's ``GraphPartitionBook`` surface)."""
 
-    def __init__(self, graph: DistGraph, partid: int):
+    def __init__(self, graph, partid: int):
         self.graph, self.partid = graph, int(partid)
         self._owned: dict[str, torch.Tensor] = {}  # node type -> its ids in row order
 
@@ -162,7 +159,7 @@ class PartitionBook:
         return f"PartitionBook(partid={self.partid}, parts={self.num_partitions()})"
 
 
-def given_node_ids(graph: DistGraph, indices, what: str = "DataLoader") -> torch.Tensor:
+def given_node_ids(graph, indices, what: str = "DataLoader") -> torch.Tensor:
     """The original homogeneous ids of the user's node ``indices``: ids or a boolean mask, or
     DGL's dict {node type: per-type ids or mask} (a graph of one node type, with or without
     types, takes either)."""
@@ -179,7 +176,7 @@ def given_node_ids(graph: DistGraph, indices, what: str = "DataLoader") -> torch
     return torch.cat(out)
 
 
-def given_edge_ids(graph: DistGraph, indices, what: str = "DataLoader") -> torch.Tensor:
+def given_edge_ids(graph, indices, what: str = "DataLoader") -> torch.Tensor:
     """The original homogeneous edge ids of the user's edge ``indices``: ids or a boolean
     mask, or DGL's dict {edge type: per-type ids or mask} (a graph of one edge type, with or
     without types, takes either)."""
@@ -198,7 +195,7 @@ def given_edge_ids(graph: DistGraph, indices, what: str = "DataLoader") -> torch
     return torch.cat(out)
 
 
-def _etype_offsets(graph: DistGraph) -> torch.Tensor:
+def _etype_offsets(graph) -> torch.Tensor:
     """Each edge type's first homogeneous edge id."""
     types = graph.pdir.types
     return torch.zeros(1, dtype=torch.int64) if types is None else \

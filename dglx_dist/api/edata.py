@@ -3,12 +3,13 @@
 Each edge's row lives with the part that stores the edge; ``g.edata[name][eids]`` reads rows
 by this rank alone and ``g.edata[name][eids] = rows`` writes them, as DGL's ``DistGraph.edata``
 (docs/porting.md). On a graph of several edge types ``g.edata`` is refused and
-``g.edges[etype].data[name]`` takes per-type ids (docs/heterographs.md).
+``g.edges[etype].data[name]`` takes per-type ids (docs/heterographs.md). As in
+:mod:`~dglx_dist.api.ndata`, ``graph`` is the DistGraph, not imported here.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
 
@@ -17,9 +18,6 @@ from dglx_dist.api.ndata import (EDGE_PREFIX as PREFIX, DataViews, as_node_ids, 
 from dglx_dist.errors import InvalidValueError, UnknownNameError
 from dglx_dist.kvstore import RowPolicy
 from dglx_dist.kvstore.policy import rows_at
-
-if TYPE_CHECKING:
-    from dglx_dist.api.graph import DistGraph
 
 __all__ = ["EdgeData", "EdgeDataView", "EdgeTypes", "EdgeSpace", "edge_tensor", "PREFIX"]
 
@@ -47,7 +45,7 @@ class EdgeSpace:
         return self.num_edges
 
 
-def edge_tensor(graph: DistGraph, shape: tuple[int, ...], dtype: torch.dtype, name: str,
+def edge_tensor(graph, shape: tuple[int, ...], dtype: torch.dtype, name: str,
                 init: Callable | None, space: EdgeSpace) -> "EdgeDataView":
     """DGL's ``DistTensor`` with an edge policy: one row per edge of ``space``'s type, stored
     with the edges (collective to create); a view of it, also ``g.edata[name]`` (of its
@@ -68,7 +66,7 @@ class EdgeData(DataViews):
 
     kind = "edge"
 
-    def __init__(self, graph: DistGraph, space: EdgeSpace | None = None):
+    def __init__(self, graph, space: EdgeSpace | None = None):
         self._g, self._space = graph, space
         self._part: torch.Tensor | None = None  # the graph's edge id -> partitioned edge id
         self._ids: torch.Tensor | None = None  # and back
@@ -117,7 +115,7 @@ class EdgeTypes:
     """``g.edges``: DGL's edge-type view; ``g.edges[etype].data`` is one edge type's
     :class:`EdgeData`."""
 
-    def __init__(self, graph: DistGraph):
+    def __init__(self, graph):
         self._g = graph
 
     def __getitem__(self, etype) -> EdgeData:

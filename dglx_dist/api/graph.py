@@ -391,16 +391,15 @@ def planned(strategy: str | Strategy, options: dict[str, Any], session: Session,
     logs the plan's two lines."""
     import psutil
 
-    from dglx_dist.planner.auto import cluster_of, resolve, shared_cores, workload_for
+    from dglx_dist.planner.auto import Launch, resolve, shared_cores
 
     topo, env = session.topology, session.env
     memory = psutil.virtual_memory().total * topo.ranks_per_server / env.ranks_on_host
-    name, options, _ = resolve(
-        strategy, options, graph,
-        lambda: cluster_of(topo.num_servers, topo.ranks_per_server, memory,
-                           shared_cores=shared_cores(env.ranks_on_host, env.world_size)),
-        lambda given: workload_for(given, loaders=True),  # a script's DataLoaders
-        accept=accept, tell=session.is_main)
+    launch = Launch(topo.num_servers, topo.ranks_per_server, memory,
+                    shared_cores=shared_cores(env.ranks_on_host, env.world_size),
+                    loaders=True)  # a script's DataLoaders
+    name, options, _ = resolve(strategy, options, graph, launch, accept=accept,
+                               tell=session.is_main)
     return name, options
 
 

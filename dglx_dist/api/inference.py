@@ -59,8 +59,7 @@ def inference(model: DistModel, g: DistGraph, nodes=None, batch_size: int = 4096
                                 f"entries; the model has {model._num_layers} layers, one each")
     sampler = (MultiLayerFullNeighborSampler(model._num_layers) if fanouts is None else
                NeighborSampler(list(fanouts)))
-    loader = DataLoader(g, node_split(nodes, g), sampler, batch_size=batch_size,
-                        package_blocks=model.package_blocks)
+    loader = DataLoader(g, node_split(nodes, g), sampler, batch_size=batch_size)
     was_training = model.training
     model.eval()
     out: DistTensor | None = None

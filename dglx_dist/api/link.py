@@ -10,8 +10,8 @@ type's offset plus the per-type id). A batch (:class:`EdgePairs`):
    seeded by the step (:func:`negatives_drawn`: each rank and step draws its own);
 3. compacts the nodes of both pair graphs per node type (sorted ids): they are the blocks'
    seeds, so output row ``i`` of type ``t`` is the pair graphs' node ``i`` of ``t``
-   (the package's :class:`~dglx_dist.graphcore.heterograph.Graph`, DGL's graphs at the loader's
-   output where DGL is installed: :func:`~dglx_dist.data.convert.user_graph`);
+   (the package's :class:`~dglx_dist.graphcore.heterograph.Graph`; DGL's graphs from DGL's
+   loaders of :mod:`dglx_dist.dgl`);
 4. puts the sampler's ``prefetch_labels`` on the pair graph's edges of each edge type;
 5. names the edges to leave out of every sampled layer as DGL's ``exclude`` modes do, as
    partitioned edge ids (:meth:`~dglx_dist.sampling.PartitionSampler.exclusions`).
@@ -34,7 +34,7 @@ from dglx_dist.api.negative_sampler import GlobalUniform
 from dglx_dist.graphcore.construct import heterograph
 from dglx_dist.graphcore.heterograph import Graph
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
-from dglx_dist.graphcore.block import is_dgl
+from dglx_dist.data.convert import is_dgl
 from dglx_dist.graphcore.frames import NID
 from dglx_dist.strategies.steps import EdgeBatch
 

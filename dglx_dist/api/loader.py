@@ -3,8 +3,8 @@
 It has the signature of ``dgl.dataloading.DataLoader`` (and DistDGL's ``DistNodeDataLoader``)
 and yields ``(input_nodes, output_nodes, blocks)``; given ``as_edge_prediction_sampler`` (the
 package's or DGL's) and edge ids, ``(input_nodes, pair_graph, neg_pair_graph, blocks)``
-(:mod:`dglx_dist.api.link`).
-What a step holds is the strategy's. Building one is collective and checks the call on every
+(:mod:`dglx_dist.api.link`): the package's blocks and pair graphs (DGL's loaders of these
+names, in :mod:`dglx_dist.dgl`, hand a DGL script DGL's). What a step holds is the strategy's. Building one is collective and checks the call on every
 rank first; every rank takes the same number of steps per epoch (docs/porting.md: the
 ``DataLoader`` row, "Every rank takes the same number of steps"; docs/architecture.md).
 """
@@ -23,13 +23,12 @@ from dglx_dist.api.prefetch import Prefetch
 from dglx_dist.api.samplers import (prefetched_edge_feats, sampler_fanouts, sampler_options,
                                     user_sampler)
 from dglx_dist.api.split import edge_share, node_share
-from dglx_dist.data.convert import user_graph
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 from dglx_dist.runtime.agree import differing_ranks, ids_digest, on_every_rank, same_call
 from dglx_dist.sampling import even_chunk
 from dglx_dist.sampling.options import UNIFORM
 from dglx_dist.strategies.base import SetupRequest, implied_layers
-from dglx_dist.strategies.steps import (Blocks, EdgeStep, LoaderSpec, Step, sampled_epoch,
+from dglx_dist.strategies.steps import (EdgeStep, LoaderSpec, Step, sampled_epoch,
                                         sampled_plan)
 
 __all__ = ["DataLoader", "DistNodeDataLoader", "DistEdgeDataLoader"]
@@ -67,10 +66,6 @@ class DataLoader:
         whole_degrees: dglx_dist's own (a graph without types): the blocks of full layers
             carry their sources' out-degrees in the whole graph, so a GraphConv normalises as
             on the whole graph; by default by the block's edges, as in DGL.
-        package_blocks: dglx_dist's own: the steps' blocks (and pair graphs) are the
-            package's :class:`~dglx_dist.graphcore.block.Block` even where DGL is installed
-            (by default DGL's there): what a model of PyG's convs needs, which reads
-            ``block.edge_index`` and ``block.size`` (docs/porting.md, "PyG's convs").
         **kwargs: DGL's worker / UVA / stream options, accepted with a warning.
     """
 
@@ -78,7 +73,7 @@ class DataLoader:
                  use_ddp: bool = False, ddp_seed: int = 0, batch_size: int = 1,
                  drop_last: bool = False, shuffle: bool = False,
                  use_prefetch_thread: bool | None = None, whole_degrees: bool = False,
-                 package_blocks: bool = False, **kwargs):
+                 **kwargs):
         if device is not None:
             kwargs["device"] = device
         seed = int(kwargs.pop("seed", ddp_seed))
@@ -102,8 +97,7 @@ class DataLoader:
             graph, graph_sampler, batch_size, whole_degrees))
         spec = self.spec = LoaderSpec(batch_size=int(batch_size), shuffle=bool(shuffle),
                                       drop_last=bool(drop_last), seed=seed,
-                                      whole_degrees=bool(whole_degrees),
-                                      package_blocks=bool(package_blocks), **fields)
+                                      whole_degrees=bool(whole_degrees), **fields)
         pairs, call = spec.pairs, _signature(spec, graph_sampler)
         same_call(session, call)
         ids, every = self._own_ids(indices, use_ddp, edges=pairs is not None)
@@ -169,16 +163,12 @@ class DataLoader:
                                   self.spec, epoch)
         ahead = self.lookahead and not self.strategy.capabilities.steps_in_turn
         for step in self._ahead(steps) if ahead else self._in_turn(steps):
-            # the edge: the step's blocks as the model gets them (DGL's where DGL is installed)
-            package = self.spec.package_blocks
-            blocks = step.blocks.for_model(package) if isinstance(step.blocks, Blocks) else \
-                step.blocks
             if isinstance(step, EdgeStep):
                 pairs = (step.pair_graph,) if step.neg_pair_graph is None else \
                     (step.pair_graph, step.neg_pair_graph)
-                yield step.input_nodes, *(user_graph(p, package) for p in pairs), blocks
+                yield step.input_nodes, *pairs, step.blocks
             else:
-                yield step.input_nodes, step.output_nodes, blocks
+                yield step.input_nodes, step.output_nodes, step.blocks
         self.graph.step_rows.settle()
         # every rank takes the same steps: once all have finished the loop body of the last
         # one, what they wrote during the epoch (a layer-wise inference's DistTensor rows) is
@@ -215,8 +205,7 @@ def _signature(spec: LoaderSpec, sampler) -> str:
     drawn += f", {spec.sampling}" if spec.sampling != UNIFORM else ""
     return (f"DataLoader({'edge' if spec.pairs else 'node'} ids, {drawn}, "
             f"batch_size={spec.batch_size}, shuffle={spec.shuffle}"
-            f"{', whole_degrees=True' if spec.whole_degrees else ''}"
-            f"{', package_blocks=True' if spec.package_blocks else ''})")
+            f"{', whole_degrees=True' if spec.whole_degrees else ''})")
 
 
 def _checked(graph: DistGraph, sampler, batch_size, whole_degrees: bool = False) -> dict:

@@ -1,10 +1,11 @@
 """``g.ndata``: one view per node-data name of a :class:`~dglx_dist.api.DistGraph` (see
-:mod:`dglx_dist.api.graph` for what a view means as an index and as a whole tensor)."""
+:mod:`dglx_dist.api.graph` for what a view means as an index and as a whole tensor). A view
+holds its graph (``graph``: the DistGraph) without importing it: the graph imports its views."""
 from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
 import torch
 
@@ -14,9 +15,6 @@ from dglx_dist.kvstore import INTERNAL_PREFIX, PullUnderWay, RowPolicy, typed_ke
 from dglx_dist.kvstore.base import EDGE_PREFIX
 from dglx_dist.kvstore.policy import rows_at
 from dglx_dist.strategies.abilities import HoldsRows
-
-if TYPE_CHECKING:
-    from dglx_dist.api.graph import DistGraph
 
 __all__ = ["fit_rows", "stored_tensor", "DataViews", "NodeData", "NodeDataView", "NodeSpace",
            "space_for", "as_node_ids", "MASKS", "EDGE_PREFIX", "INTERNAL_PREFIX",
@@ -177,7 +175,7 @@ class NodeData(DataViews):
 
     kind = "node"
 
-    def __init__(self, graph: DistGraph, space: NodeSpace | None = None):
+    def __init__(self, graph, space: NodeSpace | None = None):
         self._g, self._space = graph, space
 
     @property
@@ -215,7 +213,7 @@ class NodeDataView:
     """One node-data name of a :class:`DistGraph`, of one node type on a graph with types
     (see the module docstring)."""
 
-    def __init__(self, graph: DistGraph, name: str, space: NodeSpace | None = None):
+    def __init__(self, graph, name: str, space: NodeSpace | None = None):
         self._g, self.space = graph, space or graph.node_space
         self.key, self.name = name, self.space.key(name)  # the user's name, the store's
         self.what = self.space.what(name)
@@ -404,7 +402,7 @@ def _whole(value):
     return value
 
 
-def space_for(graph: DistGraph, rows: int, part_policy, what: str) -> NodeSpace:
+def space_for(graph, rows: int, part_policy, what: str) -> NodeSpace:
     """The node rows a tensor of ``rows`` rows follows: ``part_policy`` when given (from
     ``g.get_node_partition_policy``), else, as DGL does, the one node type with that many
     nodes. One line saying what would fit otherwise."""

@@ -6,7 +6,9 @@ backward runs in a callback queued on autograd's engine by a hook on the model's
 takes ``model(blocks, x)`` with a :class:`~dglx_dist.api.DataLoader` step, or ``model(g,
 features)`` with the :class:`~dglx_dist.api.DistGraph` and ``g.ndata["feat"]`` (the
 full-graph form: output rows ``g.local_nodes()``'s; each conv called as ``conv(g, h)`` gets
-its layer's block). docs/architecture.md says when each piece runs.
+its layer's block). The model gets the package's blocks; a model of ``dgl.nn``'s modules is
+wrapped once at its edge to get DGL's (:func:`~dglx_dist.convs.base.at_the_edge`).
+docs/architecture.md says when each piece runs.
 """
 from __future__ import annotations
 
@@ -19,11 +21,12 @@ import torch
 from torch import nn
 
 from dglx_dist.api.graph import DistGraph, NodeDataView
-from dglx_dist.convs import adapter_for, graph_convs, is_foreign_conv, reads_package_blocks
+from dglx_dist.convs import adapter_for, at_the_edge, graph_convs, is_foreign_conv
 from dglx_dist.errors import InvalidTypeError, InvalidValueError
 from dglx_dist.runtime.agree import on_every_rank
 from dglx_dist.runtime.device import module_devices
-from dglx_dist.graphcore.block import Block, is_dgl
+from dglx_dist.data.convert import is_dgl
+from dglx_dist.graphcore.block import Block
 from dglx_dist.strategies.abilities import ConvTypes, OverlapsBackward, ShardedParams
 from dglx_dist.strategies.base import SetupRequest, implied_layers
 from dglx_dist.strategies.steps import OUT_DEGREE, Blocks, StepState
@@ -140,12 +143,13 @@ def parallelize(model: nn.Module, g: DistGraph) -> "DistModel":
     strategy = g.setup(SetupRequest(len(convs) or implied_layers(g.strategy) or 2,
                                     by="parallelize"))
     convs = on_every_rank(g.session, "parallelize", lambda: _checked(model, strategy, g.session))
-    names, package = [name for _, name in convs], reads_package_blocks(model)
+    names = [name for _, name in convs]
     wrapped = strategy.wrap_model(model)
     for i, name in enumerate(names):
         model.get_submodule(name).register_forward_pre_hook(_router(i))
+    at_the_edge(model)  # after the routers: a conv picks its block, then it is made DGL's
     reads_blocks = next((name for conv, name in convs if is_foreign_conv(conv)), None)
-    return DistModel(wrapped, g, len(convs), reads_blocks, package)
+    return DistModel(wrapped, g, len(convs), reads_blocks)
 
 
 class DistModel(nn.Module):
@@ -155,15 +159,12 @@ class DistModel(nn.Module):
         wrapped: what the strategy made of it (DDP's wrapper, or the model itself).
         module: the user's model (as DDP's ``.module``), its convs possibly wrapped by the
             strategy; a layer-wise inference loop over ``model.module.layers`` runs on it.
-        package_blocks: the model runs on the package's blocks as they are
-            (:func:`~dglx_dist.convs.base.reads_package_blocks`): the package's own loops
-            (``inference``, the link task) ask their loaders for those.
     """
 
     def __init__(self, wrapped: nn.Module, graph: DistGraph, num_layers: int,
-                 reads_blocks: str | None = None, package_blocks: bool = False):
+                 reads_blocks: str | None = None):
         super().__init__()
-        self.wrapped, self.package_blocks = wrapped, package_blocks
+        self.wrapped = wrapped
         self._graph, self._num_layers = graph, num_layers
         self._reads_blocks = reads_blocks  # a PyG conv's name: it needs the package's blocks
         self._full_steps = 0  # training full-graph forwards so far (they seed dropout)
@@ -198,8 +199,8 @@ class DistModel(nn.Module):
         elif self._reads_blocks and (is_dgl(graph) or any(map(is_dgl, graph))):
             raise InvalidTypeError(f"model(blocks, x): the model's {self._reads_blocks} is "
                                    f"PyG's and reads block.edge_index, which DGL's blocks lack; "
-                                   f"expected the package's blocks: DataLoader(..., "
-                                   f"package_blocks=True)")
+                                   f"expected the package's blocks: dglx_dist.DataLoader's "
+                                   f"(not the DGL loaders of dglx_dist.dgl)")
         elif is_dgl(graph):  # a subgraph step (ShaDow-GNN's sampler)
             blocks = graph
             self._check_inputs([graph], x)
@@ -221,10 +222,9 @@ class DistModel(nn.Module):
         return out
 
     def _on_device(self, blocks: Blocks, x) -> tuple[Blocks, Any]:
-        """The full-graph form's blocks (as the model gets them: the edge) and rows on the
-        strategy's device."""
+        """The full-graph form's blocks and rows on the strategy's device."""
         device = self._graph.strategy.compute_device(self._graph.session)
-        moved = Blocks([b.to(device) for b in blocks], blocks.state).for_model(self.package_blocks)
+        moved = Blocks([b.to(device) for b in blocks], blocks.state)
         return moved, x.to(device) if isinstance(x, torch.Tensor) else x
 
     def _check_inputs(self, blocks: list, x) -> None:

@@ -16,10 +16,10 @@ import torch
 
 from dglx_dist.api.structure import fanout_of
 from dglx_dist.data.convert import DGL_EXTRA as _NEEDS_DGL
+from dglx_dist.data.convert import dgl_installed, is_dgl
 from dglx_dist.errors import (InvalidTypeError, InvalidValueError, NotSupportedError,
                               UnknownNameError)
 from dglx_dist.kvstore.base import edge_key
-from dglx_dist.graphcore.block import dgl_installed, is_dgl
 from dglx_dist.graphcore.frames import NID
 from dglx_dist.sampling.options import UNIFORM, SampleOptions, check_weights
 
@@ -74,16 +74,12 @@ class NeighborSampler:
 
     def to_dgl(self):
         """DGL's ``NeighborSampler`` of the same arguments (DGL installed), to draw on a
-        DGL graph."""
+        DGL graph (made by DGL's door, :func:`dglx_dist.dgl.samplers.dgl_neighbor_sampler`)."""
         if not dgl_installed():
             raise NotSupportedError(f"{self!r}.to_dgl(): DGL is not installed; {_NEEDS_DGL}")
-        from dgl.dataloading import NeighborSampler as DglNeighborSampler  # noqa: PLC0415
+        from dglx_dist.dgl.samplers import dgl_neighbor_sampler  # noqa: PLC0415 - DGL's door
 
-        return DglNeighborSampler(
-            self.fanouts, edge_dir=self.edge_dir, prob=self.prob, replace=self.replace,
-            prefetch_node_feats=self.prefetch_node_feats, prefetch_labels=self.prefetch_labels,
-            prefetch_edge_feats=self.prefetch_edge_feats, output_device=self.output_device,
-            fused=self.fused)
+        return dgl_neighbor_sampler(self)
 
     def sample(self, g, seed_nodes, exclude_eids=None):
         """DGL's ``sample`` on a DGL graph ``g`` (through :meth:`to_dgl`); the

@@ -21,6 +21,7 @@ from dglx_dist.api.book import given_edge_ids
 from dglx_dist.api.ndata import INTERNAL_PREFIX, as_node_ids
 from dglx_dist.errors import (InvalidValueError, NotServedError, NotSupportedError,
                               UnknownNameError)
+from dglx_dist.graphcore.frames import NID
 from dglx_dist.sampling.in_edges import InEdges, draw_in_edges
 from dglx_dist.sampling.options import SampleOptions
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from dglx_dist.partition.layout import Partition
     from dglx_dist.partition.load import PartitionDir
 
-__all__ = ["EdgeStructure", "ENDS", "DEGREES", "SERVED", "part_graph", "store_structure",
+__all__ = ["EdgeStructure", "ENDS", "DEGREES", "SERVED", "store_structure",
            "fanout_of"]
 
 ENDS = INTERNAL_PREFIX + "edge_ends"
@@ -68,21 +69,6 @@ def store_structure(store: "DistKVStore", pdir: "PartitionDir", part_id: int,
     np.take(gid, part.src, out=ends[:, 0])
     np.take(gid, part.dst, out=ends[:, 1])
     store.init_data(ENDS, RowPolicy(pdir.edge_book()), {part_id: torch.from_numpy(ends)})
-
-
-def part_graph(part: "Partition"):
-    """Part ``part``'s structure as a DGLGraph over its local nodes (core, then HALO):
-    ndata ``_ID`` (partitioned ids), ``inner_node`` (core or HALO), ``orig_id``; edata
-    ``_ID`` (the edge's row in the dataset). The node rows stay in the part's arrays."""
-    import dgl
-
-    n = part.num_core + part.num_halo
-    g = dgl.graph((torch.from_numpy(part.src), torch.from_numpy(part.dst)), num_nodes=n)
-    g.ndata["_ID"] = torch.from_numpy(part.local_gid)
-    g.ndata["orig_id"] = torch.from_numpy(np.concatenate([part.core_orig, part.halo_orig]))
-    g.ndata["inner_node"] = torch.arange(n) < part.num_core
-    g.edata["_ID"] = torch.from_numpy(part.eid)
-    return g
 
 
 class EdgeStructure:
@@ -140,8 +126,9 @@ class EdgeStructure:
         type on a graph with types) and their ends, the edges' ids in ``edata[dgl.EID]``;
         with ``relabel_nodes``, only the ends, their ids in ``ndata[dgl.NID]``
         (``dgl.compact_graphs``). The ends are pulled by this rank alone; as in DGL, no
-        features are copied and the ids are always stored."""
-        import dgl
+        features are copied and the ids are always stored (DGL's graph: DGL's door,
+        :mod:`dglx_dist.dgl.graphs`)."""
+        from dglx_dist.dgl.graphs import dgl_edge_subgraph  # noqa: PLC0415 - DGL's door
 
         if not store_ids:
             raise InvalidValueError("edge_subgraph: store_ids=False; DGL's edge_subgraph of a "
@@ -151,30 +138,29 @@ class EdgeStructure:
         by_type = {c: as_node_ids(e, self.num_edges(c), f"edge_subgraph (edge type {c})"
                                   if self.is_typed else "edge_subgraph", kind="edge")
                    for c, e in by_type.items()}  # a graph without types: its one type
-        sub = dgl.heterograph({c: self.find_edges(e, c) for c, e in by_type.items()},
-                              num_nodes_dict={t: self.num_nodes(t) for t in self.ntypes})
-        for c, e in by_type.items():
-            sub.edges[c].data[dgl.EID] = e
-        return dgl.compact_graphs(sub) if relabel_nodes else sub
+        return dgl_edge_subgraph({c: self.find_edges(e, c) for c, e in by_type.items()},
+                                 by_type, {t: self.num_nodes(t) for t in self.ntypes},
+                                 relabel_nodes)
 
     def local_partition(self):
         """DGL's ``local_partition``: this rank's part (its server's) as a DGLGraph over its
         local nodes, core nodes first, then the HALO nodes: ``ndata[dgl.NID]`` the graph's
         node ids (homogeneous ids on a graph with types, with ``ndata[dgl.NTYPE]``),
         ``ndata["inner_node"]``; ``edata[dgl.EID]`` the edges' ids (with ``edata[dgl.ETYPE]``
-        on a graph with types). Every in-edge of the core nodes is there."""
-        import dgl
+        on a graph with types). Every in-edge of the core nodes is there (DGL's graph: DGL's
+        door, :func:`dglx_dist.dgl.graphs.part_graph`)."""
+        from dglx_dist.dgl.graphs import part_graph  # noqa: PLC0415 - DGL's door
 
         if self._local_graph is None:
             part = self.pdir.load_part(self.get_partition_book().partid, features=False)
             local = part_graph(part)  # NID: partitioned ids, the homogeneous ids of types
             if not self.is_typed:
-                local.ndata[dgl.NID] = self.node_ids(local.ndata[dgl.NID])
+                local.ndata[NID] = self.node_ids(local.ndata[NID])
             else:
                 types = self.pdir.types
-                local.ndata[dgl.NTYPE] = torch.from_numpy(
+                local.ndata["_TYPE"] = torch.from_numpy(  # DGL's NTYPE
                     self.pdir.type_row_of(part.local_gid)[0])
-                local.edata[dgl.ETYPE] = torch.from_numpy(
+                local.edata["_TYPE"] = torch.from_numpy(  # DGL's ETYPE
                     np.searchsorted(types.etype_offsets, part.eid, side="right") - 1)
             self._local_graph = local
         return self._local_graph
@@ -297,8 +283,8 @@ class EdgeStructure:
         """DGL's ``subgraph`` (node-induced, what ``ShaDowKHopSampler`` calls): the edges
         whose ends are both in ``nodes``, in edge id order, over ``nodes`` in their order
         with ``ndata[dgl.NID]`` (``relabel_nodes=False``: over every node), and
-        ``edata[dgl.EID]`` (collective)."""
-        import dgl
+        ``edata[dgl.EID]`` (collective; DGL's graph: DGL's door, :mod:`dglx_dist.dgl.graphs`)."""
+        from dglx_dist.dgl.graphs import dgl_graph  # noqa: PLC0415 - DGL's door
 
         where, sampler = self._draws("subgraph")
         if isinstance(nodes, dict):
@@ -312,15 +298,11 @@ class EdgeStructure:
         order = torch.argsort(eid[inside])
         src, dst, eid = src[inside][order], dst[inside][order], eid[inside][order]
         if not relabel_nodes:
-            sub = dgl.graph((src, dst), num_nodes=self.num_nodes())
-        else:  # each end's position in ``nodes``
-            sort = torch.sort(ids)
-            local = (sort.indices[torch.searchsorted(sort.values, src)],
-                     sort.indices[torch.searchsorted(sort.values, dst)])
-            sub = dgl.graph(local, num_nodes=ids.numel())
-            sub.ndata[dgl.NID] = ids
-        sub.edata[dgl.EID] = eid
-        return sub
+            return dgl_graph(src, dst, self.num_nodes(), edata={NID: eid})
+        sort = torch.sort(ids)  # each end's position in ``nodes``
+        return dgl_graph(sort.indices[torch.searchsorted(sort.values, src)],
+                         sort.indices[torch.searchsorted(sort.values, dst)], ids.numel(),
+                         {NID: ids}, {NID: eid})
 
     def in_edges(self, v, form: str = "uv", etype=None):
         """DGL's ``in_edges``: the in-edges of ``v`` as ``(u, v)``, their ids (``"eid"``) or
@@ -345,12 +327,10 @@ class EdgeStructure:
         return self.node_ids(src), self.node_ids(dst), eid
 
     def _frontier(self, edges):
-        import dgl
+        from dglx_dist.dgl.graphs import dgl_graph  # noqa: PLC0415 - DGL's door
 
         src, dst, eid = edges
-        frontier = dgl.graph((src, dst), num_nodes=self.num_nodes())
-        frontier.edata[dgl.EID] = eid
-        return frontier
+        return dgl_graph(src, dst, self.num_nodes(), edata={NID: eid})
 
     def _has_edges(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Whether each ``u[i] -> v[i]`` is an edge (node ids; collective: every rank asks at

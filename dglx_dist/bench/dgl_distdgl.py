@@ -13,17 +13,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dglx_dist.bench.datasets import data_key
 from dglx_dist.bench.procs import run_group
+from dglx_dist.bench.shared import Setup
 from dglx_dist.cli_flags import to_argv
 from dglx_dist.config import TRAINING
 from dglx_dist.errors import NotSupportedError, RunFailedError
 from dglx_dist.runtime.env import free_local_port
-
-if TYPE_CHECKING:
-    from dglx_dist.bench.harness import Setup
 
 __all__ = ["MACHINES", "WORKER", "dgl_layout", "epoch_bytes", "hyper",
            "mean_phases", "partitions", "run_dgl", "sent_bytes", "shm_wrapper",

@@ -62,20 +62,16 @@ def plan_setup(setup: Setup, given: Mapping[str, Any] | Sequence[str] = (),
         InvalidValueError: no strategy takes the given options.
     """
     from dglx_dist.planner import graph_of_directory
-    from dglx_dist.planner.auto import cluster_of, resolve, workload_for
+    from dglx_dist.planner.auto import Launch, resolve
 
     hidden = setup.run.model.hidden
-    common = {"fanouts": setup.fanouts, "batch_size": setup.batch_size,
-              "num_layers": setup.layers}
+    launch = Launch(setup.servers, setup.ranks_per_server, server_memory(setup),
+                    link_gbit(setup), os.cpu_count(), setup.model or setup.run.model.name,
+                    hidden, setup.layers, setup.training().task, loaders,
+                    (("fanouts", setup.fanouts), ("batch_size", setup.batch_size),
+                     ("num_layers", setup.layers)))
     return resolve(AUTO, _given(given), lambda: graph_of_directory(setup.data, embed_dim=hidden),
-                   lambda: cluster_of(setup.servers, setup.ranks_per_server,
-                                      server_memory(setup), link_gbit=link_gbit(setup),
-                                      shared_cores=os.cpu_count()),
-                   lambda options: workload_for(common | dict(options),
-                                                setup.model or setup.run.model.name, hidden,
-                                                setup.layers, setup.training().task,
-                                                loaders),
-                   accept=accept)
+                   launch, accept=accept)
 
 
 def plan_fields(plan) -> dict[str, Any]:

@@ -31,38 +31,56 @@ fanouts and the link batch from the batch (:meth:`~dglx_dist.bench.harness.Setup
 and row normalisation chosen by the dataset (``--row-normalize auto|on|off``)."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Preset:
-    """One preset of ``dglx bench``: the synthetic graph it generates, the run config it
-    starts from (:meth:`run`) and the setup's batch, fanouts and cluster shape."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Preset:
+    """What every preset of ``dglx bench`` sets: the run's epochs, hidden width and learning
+    rate (:meth:`run`), and the setup's batch, fanouts and cluster shape."""
+
+    kind: ClassVar[str]
+    """The kind of dataset it generates (:data:`dglx_dist.bench.kinds.KINDS`)."""
+
+    epochs: int
+    hidden: int
+    lr: float
+    batch_size: int
+    """Seeds (of the labeled type) per trainer per step."""
+    servers: int
+    ranks_per_server: int
+    fanouts: tuple[int, ...] = (10, 25)
+    """Sampled neighbours (of every edge type) per layer, input layer first, unless
+    ``--fanouts`` says."""
+
+    def __post_init__(self) -> None:
+        if self.epochs < 2:
+            raise InvalidValueError(f"{type(self).__name__}: epochs must be >= 2 (the first "
+                                    "epoch is warm-up and not averaged)")
+
+    def run(self, base: RunConfig) -> RunConfig:
+        """``base`` with the preset's epochs, hidden width and learning rate."""
+        return base.updated(model={"hidden": self.hidden}, optimizer={"lr": self.lr},
+                            loop={"epochs": self.epochs})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Preset(_Preset):
+    """A preset on the synthetic graph it generates, whose run also sets the link task's
+    training edges."""
 
     kind: ClassVar[str] = "graph"
-    """The kind of dataset it generates (:data:`dglx_dist.bench.kinds.KINDS`)."""
 
     num_nodes: int
     num_edges: int
     feat_dim: int
     num_classes: int
-    epochs: int
-    hidden: int
-    lr: float
-    batch_size: int
-    """Seeds per trainer per step."""
-    servers: int
-    ranks_per_server: int
     train_edges: int
     """``--task link``: training edges per epoch (a seeded choice of the training graph's)."""
-    fanouts: tuple[int, ...] = (10, 25)
-    """Sampled neighbours per layer, input layer first, unless ``--fanouts`` says."""
 
     def __post_init__(self) -> None:
         small = [f.name for f in dataclasses.fields(self)
                  if isinstance(getattr(self, f.name), (int, float)) and getattr(self, f.name) <= 0]
         if small:
             raise InvalidValueError(f"Preset: {', '.join(small)} must be > 0")
-        if self.epochs < 2:
-            raise InvalidValueError("Preset: epochs must be >= 2 (the first epoch is warm-up "
-                                    "and not averaged)")
+        super().__post_init__()
 
     def synthetic(self, seed: int):
         """The :class:`~dglx_dist.data.synthetic.SyntheticConfig` of its graph."""
@@ -78,31 +96,21 @@ class Preset:
         return synthetic_dataset(self.synthetic(seed), workdir)
 
     def run(self, base: RunConfig) -> RunConfig:
-        """``base`` with the preset's epochs, hidden width, learning rate and training edges."""
-        return base.updated(model={"hidden": self.hidden}, optimizer={"lr": self.lr},
-                            loop={"epochs": self.epochs},
-                            task={"train_edges": self.train_edges})
+        """Also the link task's training edges."""
+        return super().run(base).updated(task={"train_edges": self.train_edges})
 
 
-@dataclasses.dataclass(frozen=True)
-class TypedPreset:
-    """A preset of ``dglx bench`` on a graph with node and edge types: an ogbn-mag-shaped graph
-    (:data:`~dglx_dist.data.mag.MAG_PRESETS`), the R-GCN's run config (:meth:`run`) and the
-    setup's batch, fanouts and cluster shape (the defaults of examples/rgcn_hetero.py)."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TypedPreset(_Preset):
+    """A preset on a graph with node and edge types: an ogbn-mag-shaped graph
+    (:data:`~dglx_dist.data.mag.MAG_PRESETS`) and the R-GCN's run (the defaults of
+    examples/rgcn_hetero.py)."""
 
     kind: ClassVar[str] = "typed"
 
     graph: str
     """A :data:`~dglx_dist.data.mag.MAG_PRESETS` name (its seed replaced by the run's)."""
-    epochs: int
-    hidden: int
-    lr: float
-    batch_size: int
-    """Seeds of the labeled type per trainer per step."""
-    servers: int
-    ranks_per_server: int
     fanouts: tuple[int, ...] = (10, 10)
-    """Sampled neighbours of every edge type per layer, input layer first."""
 
     def __post_init__(self) -> None:
         from dglx_dist.data.mag import MAG_PRESETS
@@ -110,9 +118,7 @@ class TypedPreset:
         if self.graph not in MAG_PRESETS:
             raise InvalidValueError(f"TypedPreset: graph {self.graph!r}; choose from "
                                     f"{', '.join(MAG_PRESETS)}")
-        if self.epochs < 2:
-            raise InvalidValueError("TypedPreset: epochs must be >= 2 (the first epoch is "
-                                    "warm-up and not timed)")
+        super().__post_init__()
 
     def dataset(self, seed: int, workdir: Path) -> Path:
         """Its typed graph with ``seed``, generated once and cached in ``workdir``."""
@@ -122,10 +128,8 @@ class TypedPreset:
         return mag_dataset_dir(dataclasses.replace(MAG_PRESETS[self.graph], seed=seed), workdir)
 
     def run(self, base: RunConfig) -> RunConfig:
-        """``base`` with the preset's epochs, hidden width and learning rate, and Adam without
-        weight decay (the R-GCN examples' optimizer)."""
-        return base.updated(model={"hidden": self.hidden}, loop={"epochs": self.epochs},
-                            optimizer={"lr": self.lr, "weight_decay": 0.0})
+        """Also Adam without weight decay (the R-GCN examples' optimizer)."""
+        return super().run(base).updated(optimizer={"weight_decay": 0.0})
 
 
 PRESETS: dict[str, Preset | TypedPreset] = {

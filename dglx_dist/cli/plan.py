@@ -11,9 +11,8 @@ import sys
 from typing import Callable
 
 from dglx_dist.cli_flags import number, tuple_of
-from dglx_dist.config import MODEL_NAMES
+from dglx_dist.config import MODEL_NAMES, TASK_NAMES
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.planner.shapes import TASKS
 
 __all__ = ["COMMANDS", "LINKS", "parse_link"]
 
@@ -61,7 +60,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    "(default 1000); with --task link, training edges per rank per step "
                    "(default 1024, dglx train's --edge-batch-size)")
     t = p.add_argument_group("the task")
-    t.add_argument("--task", choices=TASKS, default="node", help="node classification, or "
+    t.add_argument("--task", choices=TASK_NAMES, default="node", help="node classification, or "
                    "link prediction on the graph's edges (as dglx train --task link)")
     t.add_argument("--negatives", type=number(int, 1), default=1,
                    help="--task link: uniform negatives per training edge")

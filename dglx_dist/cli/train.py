@@ -75,17 +75,17 @@ def planned(config: RunConfig, env) -> RunConfig:
     server's memory (``--memory-limit`` for this machine's ranks, else its total; every rank
     plans alike), among the strategies given partitions
     fit (and, for the link task, that train it); the plan's two lines logged by rank 0."""
-    from dglx_dist.planner.auto import cluster_of, resolve, shared_cores, workload_for
+    from dglx_dist.planner.auto import Launch, resolve, shared_cores
     from dglx_dist.runtime.topology import Topology
     from dglx_dist.strategies.base import fits_partitions
 
     s, m = config.strategy, config.model
     pdir, topology = _partitions(config), Topology(env.num_servers, env.ranks_per_server)
+    launch = Launch(env.num_servers, env.ranks_per_server, _server_memory(config, env),
+                    shared_cores=shared_cores(env.ranks_on_host, env.world_size), model=m.name,
+                    hidden=m.hidden, layers=m.layers, task=config.task)
     name, options, _ = resolve(
-        s.name, s.values(), lambda: _plan_graph(config, pdir),
-        lambda: cluster_of(env.num_servers, env.ranks_per_server, _server_memory(config, env),
-                           shared_cores=shared_cores(env.ranks_on_host, env.world_size)),
-        lambda given: workload_for(given, m.name, m.hidden, m.layers, config.task),
+        s.name, s.values(), lambda: _plan_graph(config, pdir), launch,
         accept=None if pdir is None else lambda built: fits_partitions(built, pdir, topology),
         tell=env.rank == 0)
     return dataclasses.replace(config, strategy=StrategyConfig.of(name, **options))
@@ -212,34 +212,41 @@ def _check_roles(config: RunConfig) -> None:
 
 
 def dataset_size(path: Path, embed_dim: int):
-    """The :class:`~dglx_dist.memory.GraphSize` of a dataset directory, from its meta.json: a
-    typed one per node type (learned rows ``embed_dim`` wide for the featureless types, as
-    the Trainer makes them), else its nodes, edges and feature width."""
+    """The :class:`~dglx_dist.strategies.cost.shapes.GraphShape` the memory check sizes for a
+    dataset directory, from its meta.json alone (cut by
+    :data:`~dglx_dist.strategies.holdings.CHECK_CUTS`): a typed one per node type (learned
+    rows ``embed_dim`` wide for the featureless types, as the Trainer makes them), else its
+    nodes, edges and feature width."""
     from dglx_dist.data import read_meta
     from dglx_dist.data.format import is_hetero, read_hetero_meta
-    from dglx_dist.memory import GraphSize, NodeTypeSize
+    from dglx_dist.strategies.cost.shapes import GraphShape
+    from dglx_dist.strategies.holdings import CHECK_CUTS
 
     if not is_hetero(path):
         meta = read_meta(path)
-        return GraphSize.homogeneous(meta.num_nodes, meta.num_edges, meta.feat_dim)
+        return GraphShape(meta.num_nodes, meta.num_edges, meta.feat_dim,
+                          max(meta.num_classes, 1), edge_cuts=CHECK_CUTS)
     meta = read_hetero_meta(path)
-    return GraphSize(tuple(NodeTypeSize(t, s["num_nodes"], s["feat_dim"])
-                           for t, s in meta.ntypes.items()), sum(meta.num_edges),
-                     embed_dim=embed_dim, typed=True)
+    return GraphShape.of_types([(t, s["num_nodes"], s["feat_dim"])
+                                for t, s in meta.ntypes.items()], sum(meta.num_edges),
+                               embed_dim, num_classes=max(meta.num_classes, 1),
+                               edge_cuts=CHECK_CUTS)
 
 
 def partition_size(pdir, embed_dim: int):
-    """The :class:`~dglx_dist.memory.GraphSize` of a partition directory, from its manifest
-    (a typed one per node type, as :func:`dataset_size`)."""
-    from dglx_dist.memory import GraphSize, NodeTypeSize
+    """The same (:func:`dataset_size`) for a partition directory, from its manifest."""
+    from dglx_dist.strategies.cost.shapes import GraphShape
+    from dglx_dist.strategies.holdings import CHECK_CUTS
 
     types = pdir.types
     if types is None:
-        return GraphSize.homogeneous(pdir.num_nodes, pdir.num_edges, pdir.feat_dim)
+        return GraphShape(pdir.num_nodes, pdir.num_edges, pdir.feat_dim,
+                          max(pdir.num_classes, 1), edge_cuts=CHECK_CUTS)
     counts = [int(n) for n in types.ntype_offsets[1:] - types.ntype_offsets[:-1]]
-    return GraphSize(tuple(NodeTypeSize(t, n, int(types.feat_dims.get(t, 0)))
-                           for t, n in zip(types.ntypes, counts)), types.num_edges,
-                     embed_dim=embed_dim, typed=True)
+    return GraphShape.of_types([(t, n, types.feat_dims.get(t, 0))
+                                for t, n in zip(types.ntypes, counts)], types.num_edges,
+                               embed_dim, num_classes=max(pdir.num_classes, 1),
+                               edge_cuts=CHECK_CUTS)
 
 
 def _cmd_train_link(config: RunConfig) -> int:

@@ -11,14 +11,14 @@ import typing as _typing
 if _typing.TYPE_CHECKING:  # what type checkers see; at run time, __getattr__ below
     from dglx_dist.convs.base import (LAYERS, ConvAdapter, ConvWrapper, DorylusSupport,
                                       InputLinear, adapter_for, feat_dropout, first_conv,
-                                      graph_convs, is_foreign_conv, reads_package_blocks)
+                                      graph_convs, is_foreign_conv, at_the_edge)
     from dglx_dist.convs.gat.adapter import GATAdapter
     from dglx_dist.convs.graphconv.adapter import GraphConvAdapter
     from dglx_dist.convs.sage.adapter import SAGEAdapter
 
 __all__ = ["LAYERS", "ConvAdapter", "ConvWrapper", "DorylusSupport", "InputLinear",
            "adapter_for", "feat_dropout", "first_conv", "graph_convs", "is_foreign_conv",
-           "reads_package_blocks", "GATAdapter", "GraphConvAdapter", "SAGEAdapter"]
+           "at_the_edge", "GATAdapter", "GraphConvAdapter", "SAGEAdapter"]
 
 
 def __getattr__(name: str):

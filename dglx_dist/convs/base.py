@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import importlib
 from typing import Any, Mapping
 
 import torch
@@ -21,14 +22,15 @@ from torch import nn
 from dglx_dist.convs.ops_base import Op
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.registry import Registry
-from dglx_dist.graphcore.block import Block, dgl_installed
+from dglx_dist.graphcore.block import Block
 
-# A block an adapter's conv runs on is the package's Block or DGL's DGLBlock; ``Any`` names
-# the second without importing DGL, which only dglx_dist/dgl/ imports (issue 78).
+# A block an adapter's conv runs on is the package's Block, or DGL's DGLBlock where a model of
+# dgl.nn's modules passes one on; ``Any`` names the second without importing DGL, which only
+# dglx_dist/dgl/ imports (issue 78).
 
 __all__ = ["LAYERS", "ConvAdapter", "ConvWrapper", "DorylusSupport", "InputLinear", "adapter_for",
            "edge_column", "feat_dropout", "first_conv", "graph_convs", "is_foreign_conv",
-           "reads_package_blocks"]
+           "library_door", "at_the_edge"]
 
 LAYERS: Registry["ConvAdapter"] = Registry("layer adapter", entry_point_group="dglx_dist.layers")
 
@@ -79,16 +81,6 @@ class ConvAdapter(abc.ABC):
 
     def __init__(self, config=None, name: str = ""):
         self.config, self.registered_name = config, name
-
-    @staticmethod
-    def block_for(conv: nn.Module, block):
-        """``block`` as an adapter is given it for ``conv``: as it is for a ``dglx_dist.nn``
-        conv (its adapter, a built-in one, aggregates with :mod:`~dglx_dist.graphcore.message`,
-        which reads either form) or where DGL is not installed; else DGL's (a ``dgl.nn`` conv
-        keeps DGL's kernels, and a plug-in's adapter may call ``dgl.ops``)."""
-        if isinstance(block, Block) and dgl_installed() and not _runs_on_package_blocks(conv):
-            return block.to_dgl()
-        return block
 
     @abc.abstractmethod
     def example(self, in_feats: int, out_feats: int) -> nn.Module:
@@ -206,23 +198,26 @@ def graph_convs(model: nn.Module) -> list[tuple[nn.Module, str]]:
     return found
 
 
-def _runs_on_package_blocks(conv: nn.Module) -> bool:
-    """A conv that reads the package's blocks as they are: ``dglx_dist.nn``'s or another
-    library's (:func:`is_foreign_conv`)."""
-    return is_foreign_conv(conv) or type(conv).__module__.startswith("dglx_dist.nn.")
+_DOORS = {"dgl": "dglx_dist.dgl.models"}
+"""The door of each other library whose modules a model may hold, by the library's top-level
+package: a module giving ``CONVS`` (the library's convs, for the reference models) and
+``at_edge(model)`` (makes a model of its modules take the package's blocks). It is imported by
+its name on first use, as an entry point is: nothing below the door imports it."""
 
 
-def reads_package_blocks(model: nn.Module) -> bool:
-    """Whether ``model`` runs on the package's blocks as they are, where DGL is installed
-    too: its graph convs (:func:`graph_convs`) are all ``dglx_dist.nn``'s or another
-    library's (PyG's), and no module in it is DGL's. The package's own loops (the
-    ``Trainer``, ``dglx train``'s link task, ``inference``) hand such a model the package's
-    blocks, so no step is made into DGL's; a model with a ``dgl.nn`` conv, or with a conv an
-    adapter registers (it may call DGL's message passing on the block), gets DGL's blocks
-    where DGL is installed, as a DGL script's loader would give them."""
-    convs = graph_convs(model)
-    return bool(convs) and all(_runs_on_package_blocks(conv) for conv, _ in convs) and \
-        not any(type(m).__module__.partition(".")[0] == "dgl" for m in model.modules())
+def library_door(name: str):
+    """The door module of library ``name`` (:data:`_DOORS`; importing it may refuse where the
+    library is not installed)."""
+    return importlib.import_module(_DOORS[name])
+
+
+def at_the_edge(model: nn.Module) -> None:
+    """Wraps ``model`` once for each other library it holds modules of (its door's
+    ``at_edge``: a model of ``dgl.nn``'s modules gets DGL's blocks): the package's loops hand
+    every model the package's blocks."""
+    held = {type(m).__module__.partition(".")[0] for m in model.modules()}
+    for name in sorted(held & _DOORS.keys()):
+        library_door(name).at_edge(model)
 
 
 def first_conv(model: nn.Module) -> tuple[nn.Module, str]:

@@ -10,9 +10,9 @@ graph carries node data ``feat``,
 data as the dataset's edge data (numeric tensors of one value or one vector per edge).
 :func:`~dglx_dist.dgl.conversion.to_dgl` (DGL's door) is the one path from the package's graph
 (or a dataset) to DGL's, :func:`~dglx_dist.graphcore.construct.to_graph` the one to the package's,
-and :func:`user_graph` the one place that chooses between the two: DGL's where DGL is
-installed, the package's where it is not (what the dataset loaders give, and a
-link-prediction step's pair graphs). Nothing here imports DGL.
+and :func:`user_graph` the one place that chooses between the two for a dataset's graph:
+DGL's where DGL is installed, the package's where it is not (what the dataset loaders give).
+Nothing here imports DGL.
 """
 from __future__ import annotations
 
@@ -93,11 +93,11 @@ def is_dgl(value, kind: str = "DGLGraph") -> bool:
         return False
 
 
-def user_graph(source: GraphDataset | Graph, package: bool = False):
-    """A dataset, or the package's :class:`Graph` (a link-prediction step's pair graphs), as
-    the graph a script here expects: DGL's where DGL is installed (the edge, as for the
-    blocks), else, or with ``package`` (a loader's ``package_blocks``), the package's."""
-    if dgl_installed() and not package:
+def user_graph(source: GraphDataset | Graph):
+    """A dataset (or the package's :class:`Graph`) as the graph a script that reads a
+    dataset expects (DGL's dataset classes' ``dataset[0]``, :mod:`~dglx_dist.data.citation`):
+    DGL's where DGL is installed, else the package's."""
+    if dgl_installed():
         from dglx_dist.dgl.conversion import to_dgl  # noqa: PLC0415 - DGL's door, when it is used
 
         return to_dgl(source)

@@ -143,13 +143,13 @@ def installed(options: RunOptions) -> Iterator[None]:
     import dglx_dist.api  # noqa: F401  (holds torch's DDP before it is replaced)
     import dglx_dist.dgl
     import dglx_dist.strategies  # noqa: F401
-    from dglx_dist.api.loader import DataLoader, DistEdgeDataLoader
     from dglx_dist.dgl.distributed import optim
+    from dglx_dist.dgl.distributed.dataloader import DistEdgeDataLoader, DistNodeDataLoader
 
     real_dist = sys.modules["dgl.distributed"]
     module = _distributed_module(options, real_dist)
     places = [(dgl, "distributed", module), (dglx_dist.dgl, "distributed", module),
-              (dgl.dataloading, "DistNodeDataLoader", DataLoader),
+              (dgl.dataloading, "DistNodeDataLoader", DistNodeDataLoader),
               (dgl.dataloading, "DistEdgeDataLoader", DistEdgeDataLoader),
               (torch.nn.parallel, "DistributedDataParallel",
                _ddp_class(torch.nn.parallel.DistributedDataParallel))]

@@ -3,7 +3,7 @@ graph (a ``BlockSampler`` of the user's, ``LaborSampler``, ``ShaDowKHopSampler``
 ``NeighborSampler`` of out-edges: :class:`UserSampler`, drawing through the graph's methods of
 :mod:`dglx_dist.api.structure`), with DGL installed. Imported only when the loader is given
 one (:func:`dglx_dist.api.samplers.user_sampler`): the package's own ``NeighborSampler`` of
-in-edges needs none of this."""
+in-edges needs none of this; its ``to_dgl()`` is :func:`dgl_neighbor_sampler`."""
 from __future__ import annotations
 
 import dataclasses
@@ -18,7 +18,18 @@ from dglx_dist.errors import InvalidValueError
 if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
 
-__all__ = ["UserSampler", "OutNeighborSampler"]
+__all__ = ["UserSampler", "OutNeighborSampler", "dgl_neighbor_sampler"]
+
+
+def dgl_neighbor_sampler(sampler) -> dgl.dataloading.NeighborSampler:
+    """DGL's ``NeighborSampler`` of the arguments of ``sampler`` (the package's
+    :class:`~dglx_dist.api.NeighborSampler`), to draw on a DGL graph."""
+    return dgl.dataloading.NeighborSampler(
+        sampler.fanouts, edge_dir=sampler.edge_dir, prob=sampler.prob, replace=sampler.replace,
+        prefetch_node_feats=sampler.prefetch_node_feats,
+        prefetch_labels=sampler.prefetch_labels,
+        prefetch_edge_feats=sampler.prefetch_edge_feats,
+        output_device=sampler.output_device, fused=sampler.fused)
 
 
 class OutNeighborSampler(BlockSampler):

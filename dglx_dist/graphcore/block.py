@@ -5,30 +5,28 @@ A block has destination nodes and source nodes; the destination nodes come first
 source nodes, the other sources follow in the order of their first appearance among the
 edges (DGL's ``to_block``). With node and edge types, each node has a type and each edge one,
 and the numbering holds per node type: a graph without types is the one-type case (DGL's
-``_N`` / ``_E``), not a second kind of block. :meth:`Block.to_dgl` gives DGL's block at the
-edge of the package, where DGL is installed.
+``_N`` / ``_E``), not a second kind of block. Only DGL's door makes DGL's block of it
+(:func:`dglx_dist.dgl.blocks.to_dgl_block`), for a ``dgl.nn`` module or a DGL script.
 
 A block reads and holds rows as DGL's does (:mod:`dglx_dist.graphcore.frames`): ``srcdata``,
 ``dstdata``, ``edata``, ``srcnodes[ntype].data``, ``dstnodes[ntype].data``,
 ``edges[etype].data`` (``"_ID"``, DGL's ``dgl.NID`` / ``dgl.EID``, the ids), so the loader's
 prefetch, the strategies' degrees and a script's reads are the same on both; its rows go
-with it to a device and onto DGL's block at the edge.
+with it to a device and onto DGL's block at the door.
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Sequence
 
 import numpy as np
 import torch
 
-from dglx_dist.data.convert import dgl_installed, is_dgl
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.graphcore.frames import NID, DataView, EdgeSpace, NodeSpace, Typed
 
 __all__ = ["Block", "IdTable", "relabel", "map_tensors", "plan_of", "group_by", "in_order",
-           "dgl_installed", "is_dgl", "UNTYPED", "PLAN"]
+           "UNTYPED", "PLAN"]
 
 UNTYPED = (("_N",), (("_N", "_E", "_N"),))
 """The node and edge types of a graph without types (DGL's names)."""
@@ -150,12 +148,12 @@ class Block(Typed):
         all_etypes: DGL's block keeps every edge type, also those without edges (a
             co-batch's, whose model sees the whole graph's relations); else only the types
             with edges, as DGL's distributed sampler gives them.
-        dgl_form: DGL's block of the structure (one type: its graph index), once
-            :meth:`to_dgl` built it (shared by the local copies: a static block is converted
-            once, its formats built once).
+        forms: the structure in another library's form, by the library's name, kept by
+            whoever made it (DGL's door: DGL's graph index), shared by the local copies: a
+            static block is converted once, its formats built once.
         layout: the edges grouped by destination and by source
             (:class:`~dglx_dist.graphcore.aggregate.Layout`), once a conv's sum built it (shared
-            by the local copies, as ``dgl_form``; a copy on another device builds its own).
+            by the local copies, as ``forms``; a copy on another device builds its own).
     """
 
     kind = "block"  # in errors (not a field)
@@ -172,7 +170,7 @@ class Block(Typed):
     plan: object = None
     all_etypes: bool = False
     frames: dict = dataclasses.field(default_factory=dict, repr=False)
-    dgl_form: list = dataclasses.field(default_factory=list, repr=False)
+    forms: dict = dataclasses.field(default_factory=dict, repr=False)
     layout: list = dataclasses.field(default_factory=list, repr=False)
 
     @classmethod
@@ -222,6 +220,16 @@ class Block(Typed):
                    tuple(int(x.numel()) for x in dst_nodes), within.index_select(0, s),
                    within.index_select(0, d), eid.long(), etype.long(), tuple(ntypes), etypes)
 
+    def __getattr__(self, name: str):
+        """What the package's block lacks of DGL's (``local_scope``, ``update_all``...): one
+        line saying where DGL's blocks come from."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise AttributeError(f"the package's Block has no {name!r} (DGL's block has): a model "
+                             f"of dgl.nn's modules gets DGL's blocks through "
+                             f"dglx_dist.parallelize, a DGL script through the loaders of "
+                             f"dglx_dist.dgl (docs/porting.md)")
+
     @property
     def untyped_form(self) -> bool:
         """Whether the block is of a graph without types (DGL's ``_N`` / ``_E``)."""
@@ -265,7 +273,7 @@ class Block(Typed):
         return ids[:self.num_dst[ntype]] if dst else ids
 
     def relation_types(self) -> list[int]:
-        """The edge types DGL's block of this one has (:meth:`to_dgl`): those with edges
+        """The edge types DGL's block of this one has (DGL's door makes it): those with edges
         (every type where none has one, or with ``all_etypes``)."""
         counts = torch.bincount(self.etype, minlength=len(self.canonical_etypes)).tolist()
         return [i for i, c in enumerate(counts) if c or self.all_etypes] or \
@@ -355,7 +363,7 @@ class Block(Typed):
         it stay its own, as DGL's ``local_var``)."""
         return dataclasses.replace(self, frames={k: dict(v) for k, v in self.frames.items()})
 
-    # -- moves and the edge ------------------------------------------------------------------
+    # -- moves ----------------------------------------------------------------------------
     def to(self, device, non_blocking: bool = False) -> "Block":
         """The block, with its rows, on ``device`` (itself where it is there already)."""
         if self.device == torch.device(device):
@@ -370,74 +378,6 @@ class Block(Typed):
         """The block and its rows in pinned memory (for ``to(device, non_blocking=True)``)."""
         return _mapped(self, torch.Tensor.pin_memory)
 
-    def to_dgl(self):
-        """DGL's block of the same structure, with the rows on this one (``srcdata`` /
-        ``dstdata[dgl.NID]`` the ids, ``edata[dgl.EID]`` the edges' ids) and its ``plan``
-        (the attribute ``PLAN``). With types, only the edge types with edges are kept
-        (every type when none has one, or with ``all_etypes``)."""
-        if not self.dgl_form:  # the structure once; each call a copy with rows of its own
-            self.dgl_form.append(self._dgl_structure())
-        if self.untyped_form:
-            block = _with_rows(self.dgl_form[0], [self.frame(s, 0) for s in ("src", "dst", "edge")],
-                               (self.src_nodes.numel(), self.num_dst[0], self.src.numel()))
-        else:
-            block = self.dgl_form[0].local_var()
-            for t, name in enumerate(self.ntypes):
-                block.srcnodes[name].data.update(self.frame("src", t))
-                block.dstnodes[name].data.update(self.frame("dst", t))
-            for etype in block.canonical_etypes:
-                block.edges[etype].data.update(self.frame("edge", self.etype_index(etype)))
-        if self.plan is not None:
-            setattr(block, PLAN, self.plan)
-        return block
-
-    def _dgl_structure(self):
-        import dgl  # noqa: PLC0415 - the edge: only here does a block become DGL's
-
-        if self.untyped_form:
-            return _untyped_dgl_index(dgl, self.src, self.dst, self.src_nodes.numel(),
-                                      self.num_dst[0])
-        counts = torch.bincount(self.etype, minlength=len(self.canonical_etypes)).tolist()
-        kept = self.relation_types()
-        cut = list(zip(*(torch.split(x, counts) for x in (self.src, self.dst))))
-        return dgl.create_block({self.canonical_etypes[i]: cut[i] for i in kept},
-                                num_src_nodes=dict(zip(self.ntypes, self.num_src)),
-                                num_dst_nodes=dict(zip(self.ntypes, self.num_dst)),
-                                device=self.device)
-
-
-def _untyped_dgl_index(dgl, src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int):
-    """DGL's graph index of a block of one node and edge type (``_N``, ``_E``) with edges
-    ``src -> dst``, as ``dgl.create_block`` builds it less its checks and its general case
-    (which take it 4-8x as long): the package's numbering has put every end below its
-    count. These are DGL 2.1's own internals (what its ``create_block`` calls); a DGL
-    without them gets its public call's (``dgl``: the module, imported by the caller)."""
-    try:
-        from dgl import graph_index, heterograph_index  # noqa: PLC0415
-    except ImportError:
-        return dgl.create_block((src, dst), num_src_nodes=num_src, num_dst_nodes=num_dst)._graph
-    relation = heterograph_index.create_unitgraph_from_coo(2, num_src, num_dst, src, dst,
-                                                           ["coo", "csr", "csc"])
-    return heterograph_index.create_heterograph_from_relations(
-        _metagraph(graph_index), [relation], None)  # the node counts: the relation's
-
-
-@functools.cache
-def _metagraph(graph_index):
-    """DGL's metagraph of a block of one type (``_N`` -> ``_N``), immutable: made once."""
-    return graph_index.from_coo(2, [0], [1], True)
-
-
-def _with_rows(index, rows: list[dict], counts: tuple[int, int, int]):
-    """DGL's block of one type on the graph ``index`` with source, destination and edge rows
-    ``rows`` (``counts`` of each) as its frames (as ``to_block``; its views take 3-4x)."""
-    from dgl.frame import Frame  # noqa: PLC0415
-    from dgl.heterograph import DGLBlock  # noqa: PLC0415
-
-    frames = [Frame(row, n) for row, n in zip(rows, counts)]
-    return DGLBlock(index, (list(UNTYPED[0]), list(UNTYPED[0])), [UNTYPED[1][0][1]],
-                    frames[:2], frames[2:])
-
 
 def plan_of(block) -> object:
     """The ``plan`` of a block (the package's, or DGL's it became); None where it has none."""
@@ -448,7 +388,7 @@ def _mapped(block: Block, fn) -> Block:
     """``block`` with ``fn`` applied to its tensors and to the tensors among its rows; the
     attributes set on it besides its fields (a loader step's state) go with it, as DGL's
     ``to`` keeps a graph's."""
-    moved = map_tensors(dataclasses.replace(block, frames={}, dgl_form=[], layout=[]), fn)
+    moved = map_tensors(dataclasses.replace(block, frames={}, forms={}, layout=[]), fn)
     fields = {f.name for f in dataclasses.fields(block)}
     for name, value in vars(block).items():
         if name not in fields:

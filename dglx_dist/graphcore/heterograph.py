@@ -29,6 +29,7 @@ import torch
 from dglx_dist.errors import (IdOutOfRangeError, InvalidTypeError, InvalidValueError,
                               NotSupportedError)
 from dglx_dist.graphcore.frames import DataView, Rows, etype_index, ntype_index
+from dglx_dist.graphcore.message import edge_function
 from dglx_dist.graphcore.types import Etype
 
 __all__ = ["Graph", "Scheme", "Edges", "ALL"]
@@ -235,7 +236,9 @@ class Graph:
 
     def apply_edges(self, func: Callable, edges=ALL, etype: str | Etype | None = None) -> None:
         """DGL's ``apply_edges`` on every edge of type ``etype`` (None: of every type):
-        ``func(edges)`` (:class:`Edges`) returns ``{name: rows}``, set on those edges."""
+        ``func(edges)`` (:class:`Edges`) returns ``{name: rows}``, set on those edges; DGL's
+        ``dgl.function.u_<op>_v`` too (:func:`~dglx_dist.graphcore.message.edge_function`)."""
+        func = edge_function(func)
         if not callable(func):
             raise InvalidTypeError(f"apply_edges: func is a {type(func).__name__}; expected a "
                                    "function (edges) -> {name: rows}, such as "

@@ -1,7 +1,8 @@
 """The library a reference model's convs come from (``--convs``, :attr:`ModelConfig.convs
 <dglx_dist.config.ModelConfig.convs>`): the package's :mod:`dglx_dist.nn` (torch: no DGL
-needed), or DGL's ``dgl.nn`` (the same classes by name, for comparing the two: e.g. their
-epoch times in docs/benchmarks.md, "The package's convs beside dgl.nn's").
+needed), or DGL's ``dgl.nn`` (from DGL's door, :mod:`dglx_dist.dgl.models`: the same classes
+by name, for comparing the two: e.g. their epoch times in docs/benchmarks.md, "The package's
+convs beside dgl.nn's").
 """
 from __future__ import annotations
 
@@ -18,13 +19,12 @@ def _dglx() -> ModuleType:
 
 
 def _dgl() -> ModuleType:
+    from dglx_dist.convs.base import library_door
     from dglx_dist.data.convert import require_dgl
 
     require_dgl("--convs dgl (dgl.nn's convs)",
                 "or leave --convs out: the package's own, dglx_dist.nn")
-    import dgl.nn.pytorch  # noqa: PLC0415 - on request only
-
-    return dgl.nn.pytorch
+    return library_door("dgl").CONVS  # DGL's door: dgl.nn's convs, on request only
 
 
 CONV_LIBRARIES: dict[str, Callable[[], ModuleType]] = {"dglx": _dglx, "dgl": _dgl}

@@ -2,7 +2,7 @@
 that relation's one-type block, and their results aggregated per destination type.
 
 It walks the relations as DGL does on DGL's block of the same structure
-(:meth:`~dglx_dist.graphcore.block.Block.to_dgl`): only the edge types that block keeps
+(:func:`~dglx_dist.dgl.blocks.to_dgl_block`): only the edge types that block keeps
 (those with edges), in the sorted order of their canonical triples (``dgl.create_block``
 sorts them), which is the order ``"stack"`` stacks in. On DGL's graphs it walks theirs.
 """

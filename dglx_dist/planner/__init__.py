@@ -1,15 +1,16 @@
 """Which strategy, with which options, for a graph, a model and a cluster: ``dglx plan`` and
-``--strategy auto`` (docs/choosing.md, "Planning"). A plan counts each strategy's epoch from
-the shapes alone (:mod:`.laws`), prices it with one rank's unit costs (:mod:`.units`,
-:mod:`.predict`), chooses its options (:mod:`.options`), estimates its memory per rank from
-the strategy's measured fit and what it holds at the plan's widths, and picks the fastest
-that fits (:mod:`.plan`);
-:mod:`.auto` resolves ``--strategy auto``."""
+``--strategy auto`` (docs/choosing.md, "Planning"). A plan reads each registered strategy's
+own cost (:class:`~dglx_dist.strategies.cost.Cost`, beside the strategy: its epoch law, its
+option chooser, its per-step overhead, its memory fits), prices the epoch with one rank's
+unit costs (:mod:`.units`, :mod:`.predict`), estimates its memory per rank from the fit and
+what it holds at the plan's widths, and picks the fastest that fits (:mod:`.plan`); a
+strategy without a cost is listed as not planned. :mod:`.auto` resolves ``--strategy
+auto``."""
 from dglx_dist.planner.inputs import (DEFAULT_CUTS, graph_of_dataset, graph_of_directory,
                                    graph_of_partitions, graph_shape)
 from dglx_dist.planner.plan import Plan, PlanRow, make_plan
-from dglx_dist.planner.shapes import Cluster, GraphShape, Units, Workload
 from dglx_dist.planner.units import load_measured
+from dglx_dist.strategies.cost.shapes import Cluster, GraphShape, Units, Workload
 
 __all__ = ["DEFAULT_CUTS", "Cluster", "GraphShape", "Plan", "PlanRow", "Units", "Workload",
            "graph_of_dataset", "graph_of_directory", "graph_of_partitions", "graph_shape",

@@ -2,7 +2,8 @@
 in one place (:func:`resolve`), before a strategy is built: by ``dglx train`` (the dataset or
 partitions, the launch's servers and ranks, its memory), by
 :func:`~dglx_dist.api.distribute` and :class:`~dglx_dist.api.DistGraph` (the graph given,
-the session's topology; the runner's scripts reach them). Options a user passed are kept,
+the session's topology; the runner's scripts reach them) and by ``dglx bench --systems
+auto`` (the benchmark's setup), each with its :class:`Launch`. Options a user passed are kept,
 and only the strategies that take them all are planned; the rest of the options come from
 the plan. Every other name passes through unchanged.
 
@@ -18,10 +19,10 @@ from typing import Any, Callable, Mapping
 
 from dglx_dist.config import AUTO, TaskConfig
 from dglx_dist.planner.plan import Plan, make_plan
-from dglx_dist.planner.shapes import Cluster, GraphShape, Workload
 from dglx_dist.planner.units import DEFAULT_LINK_GBIT, Measured, load_measured
+from dglx_dist.strategies.cost.shapes import Cluster, GraphShape, Workload
 
-__all__ = ["cluster_of", "resolve", "shared_cores", "workload_for"]
+__all__ = ["Launch", "resolve", "shared_cores", "workload_for"]
 
 log = logging.getLogger("dglx_dist.plan")
 
@@ -57,29 +58,49 @@ def shared_cores(ranks_on_host: int, world_size: int) -> int | None:
     return os.cpu_count() if ranks_on_host >= world_size else None
 
 
-def cluster_of(servers: int, ranks_per_server: int, memory_bytes: float | None = None,
-               measured: Measured | None = None, link_gbit: float | None = None,
-               shared_cores: int | None = None) -> Cluster:
-    """The cluster of a launch: its shape, a server's memory, the link rate ``link_gbit``
-    where known, else measured here (else :data:`~dglx_dist.planner.units.DEFAULT_LINK_GBIT`);
-    ``shared_cores``: every rank runs on one machine with this many cores."""
-    measured = load_measured() if measured is None else measured
-    return Cluster(servers, ranks_per_server, link_gbit or measured.link_gbit or
-                   DEFAULT_LINK_GBIT, shared_cores=shared_cores, memory_bytes=memory_bytes)
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """What ``auto`` is planned for beside the graph: the job's shape, a server's memory
+    (None: not checked), the link (None: measured here, else
+    :data:`~dglx_dist.planner.units.DEFAULT_LINK_GBIT`), the cores every rank shares
+    (:func:`shared_cores`), the training (:func:`workload_for`) and ``defaults``, options
+    the workload takes unless given (a benchmark's batching)."""
+
+    servers: int
+    ranks_per_server: int
+    memory_bytes: float | None = None
+    link_gbit: float | None = None
+    shared_cores: int | None = None
+    model: str = "sage"
+    hidden: int = 64
+    layers: int = 2
+    task: TaskConfig | None = None
+    loaders: bool = False
+    defaults: tuple[tuple[str, Any], ...] = ()
+
+    def cluster(self, measured: Measured) -> Cluster:
+        return Cluster(self.servers, self.ranks_per_server, self.link_gbit or
+                       measured.link_gbit or DEFAULT_LINK_GBIT, shared_cores=self.shared_cores,
+                       memory_bytes=self.memory_bytes)
+
+    def workload(self, options: Mapping[str, Any]) -> Workload:
+        return workload_for({**dict(self.defaults), **options}, self.model, self.hidden,
+                            self.layers, self.task, self.loaders)
 
 
 def resolve(name: Any, options: Mapping[str, Any], graph: Callable[[], GraphShape],
-            cluster: Callable[[], Cluster], work: Callable[[Mapping[str, Any]], Workload],
-            *, accept: Callable[[Any], bool] | None = None, tell: bool = True,
+            launch: Launch, *, accept: Callable[[Any], bool] | None = None, tell: bool = True,
             measured: Measured | None = None) -> tuple[Any, dict[str, Any], Plan | None]:
     """``(name, options, None)`` for any name but :data:`~dglx_dist.config.AUTO`; for it,
     the plan's choice, its options (the given ones kept) and the plan, its two lines logged
-    where ``tell`` (rank 0).
+    where ``tell`` (rank 0). ``dglx train``, :func:`~dglx_dist.api.distribute` and ``dglx
+    bench`` resolve ``auto`` here alone.
 
     Args:
-        graph, cluster, work: the plan's inputs, made only for ``auto`` (``work`` from the
-            given options).
+        graph: the plan's graph, made only for ``auto``.
+        launch: the rest of the plan's inputs (the workload from the given options).
         accept: only the strategies (built) it accepts.
+        measured: the unit costs (default: cached here, else the defaults).
 
     Raises:
         InsufficientMemoryError: nothing fits (one line naming the smallest requirement).
@@ -88,8 +109,8 @@ def resolve(name: Any, options: Mapping[str, Any], graph: Callable[[], GraphShap
     if name != AUTO:
         return name, dict(options), None
     measured = load_measured() if measured is None else measured
-    plan = make_plan(graph(), work(options), cluster(), measured=measured, given=options,
-                     accept=accept)
+    plan = make_plan(graph(), launch.workload(options), launch.cluster(measured),
+                     measured=measured, given=options, accept=accept)
     if tell:
         log.info("%s", plan.summary())
         log.info("%s", plan.why())

@@ -1,7 +1,6 @@
 """The plan's graph, from what a user has: a dataset directory or built-in name, a dataset in
 memory (what :func:`~dglx_dist.api.distribute` converts a DGLGraph to), a partition
-directory, or just its sizes (:func:`graph_shape`); and the same graph as the strategies'
-memory fits see it (:func:`memory_size`).
+directory, or just its sizes (:func:`graph_shape`).
 
 The METIS cuts are not measured here (that takes a partitioning per part count): every graph
 gets :data:`DEFAULT_CUTS` unless told. Degrees are the dataset's own where its edges are read
@@ -15,16 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from dglx_dist.memory import GraphSize, NodeTypeSize
-from dglx_dist.planner.shapes import GraphShape, degree_quantiles
+from dglx_dist.strategies.cost.shapes import DEFAULT_CUTS, GraphShape, degree_quantiles
 
 __all__ = ["DEFAULT_CUTS", "graph_of_dataset", "graph_of_directory", "graph_of_partitions",
-           "graph_shape", "memory_size"]
-
-DEFAULT_CUTS = (0.106, 0.161, 0.193)
-"""Fractions of the edges METIS cuts into 2, 4 and 8 parts, measured on the 100k-node
-synthetic graph of docs/cluster_model.md (a DC-SBM graph: community structure, as most real
-graphs have; a graph with less locality is cut more)."""
+           "graph_shape"]
 
 
 def graph_shape(nodes: int, edges: int, feat_dim: int, num_classes: int = 2,
@@ -56,12 +49,12 @@ def graph_of_dataset(ds, edge_cuts: tuple[float, ...] = DEFAULT_CUTS,
 
 def _typed(ds, edge_cuts: tuple[float, ...], embed_dim: int) -> GraphShape:
     nodes = sum(t.num_nodes for t in ds.nodes.values())
-    edges = sum(e.num_edges for e in ds.edges.values())
-    widths = [(t.num_nodes / nodes, int(t.feat_dim)) for _, t in sorted(ds.nodes.items())]
     train = ds.nodes[ds.category].train if ds.category else np.zeros(0, bool)
-    return graph_shape(nodes, edges, max(w for _, w in widths) or 1, max(ds.num_classes, 1),
-                       float(np.count_nonzero(train)) / nodes, edge_cuts, tuple(widths),
-                       embed_dim if any(w == 0 for _, w in widths) else 0)
+    types = [(n, t.num_nodes, t.feat_dim) for n, t in sorted(ds.nodes.items())]
+    return GraphShape.of_types(types, sum(e.num_edges for e in ds.edges.values()), embed_dim,
+                               num_classes=max(int(ds.num_classes), 1),
+                               train_frac=float(np.count_nonzero(train)) / nodes,
+                               edge_cuts=tuple(edge_cuts))
 
 
 def _with_degrees(shape: GraphShape, degrees: tuple[float, ...]) -> GraphShape:
@@ -82,13 +75,12 @@ def graph_of_directory(path: str | os.PathLike, edge_cuts: tuple[float, ...] = D
     if is_hetero(path):
         meta = read_hetero_meta(path)
         nodes = sum(s["num_nodes"] for s in meta.ntypes.values())
-        widths = tuple((s["num_nodes"] / nodes, int(s["feat_dim"]))
-                       for _, s in sorted(meta.ntypes.items()))
         category = next((t for t, s in meta.ntypes.items() if s.get("labeled")), None)
         train = 0 if category is None else _count_train(path / "nodes" / f"{category}.parquet")
-        return graph_shape(nodes, sum(meta.num_edges), max(w for _, w in widths) or 1,
-                           max(int(meta.num_classes), 1), train / nodes, edge_cuts, widths,
-                           embed_dim if any(w == 0 for _, w in widths) else 0)
+        types = sorted((t, s["num_nodes"], s["feat_dim"]) for t, s in meta.ntypes.items())
+        return GraphShape.of_types(types, sum(meta.num_edges), embed_dim,
+                                   num_classes=max(int(meta.num_classes), 1),
+                                   train_frac=train / nodes, edge_cuts=tuple(edge_cuts))
     meta = read_meta(path)
     dst = arrow_numpy(pq.read_table(path / EDGES_FILE, columns=["dst"]).column("dst"))
     shape = graph_shape(meta.num_nodes, meta.num_edges, meta.feat_dim, meta.num_classes,
@@ -112,19 +104,7 @@ def graph_of_partitions(pdir, edge_cuts: tuple[float, ...] = DEFAULT_CUTS,
         return graph_shape(pdir.num_nodes, pdir.num_edges, pdir.feat_dim, pdir.num_classes,
                            train / pdir.num_nodes, edge_cuts)
     counts = [int(n) for n in types.ntype_offsets[1:] - types.ntype_offsets[:-1]]
-    nodes = sum(counts)
-    widths = tuple((n / nodes, int(types.feat_dims.get(t, 0)))
-                   for t, n in zip(types.ntypes, counts))
-    return graph_shape(nodes, types.num_edges, max(w for _, w in widths) or 1,
-                       pdir.num_classes, train / nodes, edge_cuts, widths,
-                       embed_dim if any(w == 0 for _, w in widths) else 0)
-
-
-def memory_size(graph: GraphShape) -> GraphSize:
-    """``graph`` as the strategies' memory fits take it (:class:`~dglx_dist.memory.GraphSize`:
-    per node type when it has types)."""
-    if not graph.node_types:
-        return GraphSize.homogeneous(graph.nodes, graph.edges, graph.feat_dim)
-    return GraphSize(tuple(NodeTypeSize(f"type{i}", round(share * graph.nodes), width)
-                           for i, (share, width) in enumerate(graph.node_types)),
-                     graph.edges, embed_dim=graph.embed_dim, typed=True)
+    return GraphShape.of_types([(t, n, types.feat_dims.get(t, 0))
+                                for t, n in zip(types.ntypes, counts)], types.num_edges,
+                               embed_dim, num_classes=int(pdir.num_classes),
+                               train_frac=train / sum(counts), edge_cuts=tuple(edge_cuts))

@@ -1,11 +1,12 @@
-"""The plan: every strategy with a law, its options chosen (:mod:`~dglx_dist.planner.options`),
-its epoch predicted (:mod:`~dglx_dist.planner.predict`) and its memory per rank estimated (the
-strategy's own measured fit and what it holds at the plan's widths,
-:mod:`dglx_dist.strategies.footprint`, plus its margin); the
-fastest that fits is the choice, ranked by epoch time x the epochs its kind of training needs
-(:attr:`PlanRow.epochs`: accuracy comes with optimizer steps, so full-graph training, one
-step an epoch, takes epochs in proportion to a sampled epoch's steps). Pure arithmetic: the
-same inputs give the same plan.
+"""The plan: every registered strategy that declares a cost
+(:class:`~dglx_dist.strategies.cost.Cost`, read off the built strategy), its options chosen
+by its cost's chooser, its epoch predicted (:mod:`~dglx_dist.planner.predict`) and its
+memory per rank estimated (the strategy's own measured fit and what it holds at the plan's
+widths, :mod:`dglx_dist.strategies.footprint`, plus its margin); the others are listed as
+not planned, with why. The fastest that fits is the choice, ranked by epoch time x the
+epochs its kind of training needs (:attr:`PlanRow.epochs`: accuracy comes with optimizer
+steps, so full-graph training, one step an epoch, takes epochs in proportion to a sampled
+epoch's steps). Pure arithmetic: the same inputs give the same plan.
 """
 from __future__ import annotations
 
@@ -14,13 +15,14 @@ from typing import Any, Callable, Iterable, Mapping
 
 from dglx_dist.errors import (DglxError, InsufficientMemoryError, InvalidValueError,
                               NotSupportedError)
-from dglx_dist.planner.inputs import memory_size
-from dglx_dist.planner.laws import LAWS, sampled_steps
-from dglx_dist.planner.options import Choice, Situation, choose, workload_options
-from dglx_dist.planner.predict import phases
-from dglx_dist.planner.shapes import WEIGHTS, Cluster, GraphShape, Workload
-from dglx_dist.planner.units import Measured, calibration, full_step
+from dglx_dist.planner.predict import Calibration, cost_of, phases
+from dglx_dist.planner.units import Measured, full_step
 from dglx_dist.report import markdown_table
+from dglx_dist.strategies import STRATEGIES
+from dglx_dist.strategies.cost import Choice, Cost, Situation, workload_options
+from dglx_dist.strategies.cost.counts import sampled_steps
+from dglx_dist.strategies.cost.shapes import WEIGHTS, Cluster, GraphShape, Workload
+from dglx_dist.strategies.footprint import MARGIN, JobSize, ModelSize, peak_per_rank
 
 __all__ = ["TASK_NEEDS", "Plan", "PlanRow", "candidates", "for_task", "make_plan"]
 
@@ -47,7 +49,7 @@ class PlanRow:
     """One optimizer step an epoch (full-graph training of the node task)."""
     rounds: float = 0.0
     """Rounds of messages an epoch that cross servers, one after another (each pays the link's
-    latency and a round's own cost: :attr:`~dglx_dist.planner.shapes.Units.round_s`)."""
+    latency and a round's own cost: :attr:`~dglx_dist.strategies.cost.shapes.Units.round_s`)."""
     epochs: float = 1.0
     """Its epochs to the accuracy a sampled strategy reaches in one: accuracy comes with
     optimizer steps, and a full-graph step is worth 1 / :func:`~dglx_dist.planner.units.full_step`
@@ -89,13 +91,15 @@ def _round(x: float) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """Rows fastest first (those that fit before those that do not), the choice and why."""
+    """Rows fastest first (those that fit before those that do not), the choice and why;
+    the registered strategies not planned, with why (``(name, reason)``)."""
 
     graph: GraphShape
     work: Workload
     cluster: Cluster
     rows: tuple[PlanRow, ...]
     source: str
+    not_planned: tuple[tuple[str, str], ...] = ()
 
     @property
     def choice(self) -> PlanRow:
@@ -129,7 +133,10 @@ class Plan:
         return " ".join(text)
 
     def table(self) -> str:
-        return markdown_table([r.public() for r in self.rows])
+        """Every planned row, then each strategy not planned with why."""
+        rows = [r.public() for r in self.rows]
+        return markdown_table(rows + [{"strategy": name, "epoch_s": "not planned",
+                                       "options": why} for name, why in self.not_planned])
 
     def public(self) -> dict[str, Any]:
         return {"graph": self.graph.public(), "workload": dataclasses.asdict(self.work),
@@ -137,7 +144,8 @@ class Plan:
                 "rows": [r.public() for r in self.rows], "choice": self.choice.strategy,
                 "options": {k: list(v) if isinstance(v, tuple) else v
                             for k, v in self.choice.options.items()},
-                "summary": self.summary(), "why": self.why()}
+                "summary": self.summary(), "why": self.why(),
+                "not_planned": dict(self.not_planned)}
 
 
 def _count(n: int, what: str) -> str:
@@ -161,11 +169,10 @@ def _parts(row: PlanRow, short: bool = False) -> str:
     return what
 
 
-def _row(name: str, s: Situation) -> PlanRow:
-    law = LAWS[name]
-    chosen: Choice = choose(s, law(s.graph, s.work, s.cluster))
+def _row(cost: Cost, s: Situation) -> PlanRow:
+    chosen: Choice = cost.choose(s, cost.epoch(s.graph, s.work, s.cluster))
     w, cluster = chosen.work, s.cluster
-    ph = phases(w, s.units, cluster, calibration(name))
+    ph = phases(w, s.units, cluster, Calibration(cost.overhead_s_per_step))
     pull = ph["inter"] * (w.pull_inter_bytes / w.inter_bytes) if w.inter_bytes else 0.0
     exchange = ph["inter"] - pull + ph["intra"] + ph["latency"]
     if chosen.overlap:  # hidden behind the compute as far as it lasts
@@ -176,10 +183,10 @@ def _row(name: str, s: Situation) -> PlanRow:
     peak = chosen.peak_per_rank
     fits = None if peak is None or cluster.memory_bytes is None else \
         cluster.ranks_per_server * peak <= cluster.memory_bytes
-    once = law.steps_once(s.work)
+    once = cost.steps_once(s.work)
     epochs = full_step(s.graph, s.work) * sampled_steps(s.graph, s.work, cluster) / w.steps \
         if once else 1.0
-    return PlanRow(name, sum(parts.values()), parts, w.steps, w.inter_bytes, peak, fits,
+    return PlanRow(s.strategy, sum(parts.values()), parts, w.steps, w.inter_bytes, peak, fits,
                    chosen.options, once, w.rounds, epochs)
 
 
@@ -189,12 +196,9 @@ def _peak(name: str, options: Mapping[str, Any], graph: GraphShape, work: Worklo
     depth and batching: its fit at the graph's share, what it holds at the plan's widths
     (features, a step's rows, activations, parameters), plus the check's margin (None: no
     memory model)."""
-    from dglx_dist.strategies import STRATEGIES
-    from dglx_dist.strategies.footprint import MARGIN, JobSize, ModelSize, peak_per_rank
-
     model = ModelSize(work.hidden, work.dims(graph)[-1], WEIGHTS[work.model])
-    job = JobSize(memory_size(graph), cluster.world, cluster.ranks_per_server, model,
-                  cluster.ranks_per_server, graph.cut)
+    job = JobSize(graph, cluster.world, cluster.ranks_per_server, model,
+                  cluster.ranks_per_server)
     built = STRATEGIES.build(name, **{**workload_options(STRATEGIES.get(name).Config, work),
                                       **options})
     peak = peak_per_rank(built, job)
@@ -210,32 +214,23 @@ def for_task(work: Workload) -> Callable[[Any], bool]:
     return lambda built: all(getattr(built.capabilities, c) for c in TASK_NEEDS[work.task])
 
 
-def _trains(built, work: Workload) -> bool:
-    """Whether the strategy (built) trains ``work``'s model (its law's ``models``)."""
-    models = LAWS[built.registered_name].models
-    return models is None or work.model in models
-
-
 def candidates(given: Mapping[str, Any], graph: GraphShape,
                accept: Callable[[Any], bool] | None = None,
                refused: dict[str, str] | None = None) -> list[tuple[str, Any]]:
-    """The registered strategies with a law that take every option in ``given``, train the
+    """The registered strategies with a cost that take every option in ``given``, train the
     graph (one with types: those that train typed graphs), and that ``accept`` takes (built
     with ``given``; e.g. :func:`for_task`; it may raise a :class:`~dglx_dist.errors.DglxError`
     that says why not): ``(name, built)`` in registry order. ``refused``, where given, gets
     why each of the others was left out, by name."""
-    from dglx_dist.strategies import STRATEGIES
-
     out, refused = [], {} if refused is None else refused
     for name in STRATEGIES.names():
-        if name not in LAWS:
-            continue
         fields = {f.name for f in dataclasses.fields(STRATEGIES.get(name).Config)}
         if set(given) - fields:
             refused[name] = f"no option {', '.join(sorted(set(given) - fields))}"
             continue
         try:
             built = STRATEGIES.build(name, **given)
+            cost_of(built)  # raises: it declares none
             if graph.node_types and not built.capabilities.typed_graphs:
                 raise NotSupportedError("graphs with node types are not trained")
             if graph.node_types:
@@ -273,21 +268,21 @@ def make_plan(graph: GraphShape, work: Workload, cluster: Cluster, *,
     def planned(built) -> bool:
         if not task(built):
             raise NotSupportedError(f"the {work.task!r} task is not trained")
-        if not _trains(built, work):
+        if not cost_of(built).trains(work.model):
             raise NotSupportedError(f"model {work.model!r} is not trained")
         return accept is None or accept(built)
 
     found = candidates(given, graph, planned, refused)
     if not found:
         raise _none_planned(refused, given)
-    rows = [_row(name, Situation(name, type(built.config), graph, work, cluster,
-                                 measured.units, {k: getattr(built.config, k) for k in given},
-                                 _peak(name, given, graph, work, cluster)))
+    rows = [_row(cost_of(built), Situation(
+        name, type(built.config), graph, work, cluster, measured.units,
+        {k: getattr(built.config, k) for k in given}, _peak(name, given, graph, work, cluster)))
             for name, built in found]
     rows.sort(key=lambda r: (r.fits is False, r.rank_s, r.strategy))
     if rows[0].fits is False:
         raise _nothing_fits(rows, cluster)
-    return Plan(graph, work, cluster, tuple(rows), measured.source)
+    return Plan(graph, work, cluster, tuple(rows), measured.source, tuple(refused.items()))
 
 
 def _none_planned(refused: Mapping[str, str], given: Mapping[str, Any]) -> InvalidValueError:

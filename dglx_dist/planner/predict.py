@@ -1,7 +1,8 @@
-"""Epoch time and bytes from a strategy's :class:`~dglx_dist.planner.laws.Work` and a rank's
-:class:`~dglx_dist.planner.shapes.Units`, with a strategy's :class:`Calibration` (its per-step
-overhead and byte factors: :mod:`dglx_dist.planner.units` holds the defaults;
-``benchmarks/costmodel`` fits them from measured runs).
+"""Epoch time and bytes from a strategy's :class:`~dglx_dist.strategies.cost.counts.Work` and
+a rank's :class:`~dglx_dist.strategies.cost.shapes.Units`, with a strategy's
+:class:`Calibration` (its per-step overhead, by default its cost's, and byte factors;
+``benchmarks/costmodel`` fits them from measured runs); each registered strategy's cost
+(:func:`costs`). ``benchmarks/costmodel`` predicts and calibrates with the same phases.
 
 The time of an epoch is the sum of its phases, nothing overlapped::
 
@@ -17,11 +18,40 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from dglx_dist.errors import InvalidValueError
-from dglx_dist.planner.laws import LAWS, Work
-from dglx_dist.planner.shapes import Cluster, GraphShape, Units, Workload
+from dglx_dist.errors import DglxError, NotSupportedError
+from dglx_dist.strategies import STRATEGIES
+from dglx_dist.strategies.abilities import Costed
+from dglx_dist.strategies.cost import Cost
+from dglx_dist.strategies.cost.counts import Work
+from dglx_dist.strategies.cost.shapes import Cluster, Units
 
-__all__ = ["Calibration", "law_work", "phases", "predict"]
+__all__ = ["NO_COST", "Calibration", "cost_of", "costs", "phases"]
+
+NO_COST = "it declares no cost (strategies/cost: a Costed strategy with a law)"
+"""Why a strategy without an epoch law is not planned."""
+
+
+def cost_of(built: Any) -> Cost:
+    """The cost of a strategy (built), with its law.
+
+    Raises:
+        NotSupportedError: it declares none (:data:`NO_COST`).
+    """
+    if not isinstance(built, Costed) or built.cost.law is None:
+        raise NotSupportedError(NO_COST)
+    return built.cost
+
+
+def costs() -> dict[str, Cost]:
+    """The cost of every registered strategy (built with its defaults) that declares one, by
+    name, in registry order."""
+    out = {}
+    for name in STRATEGIES.names():
+        try:
+            out[name] = cost_of(STRATEGIES.build(name))
+        except DglxError:  # no cost, or options needed to be built: not planned
+            continue
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,18 +65,6 @@ class Calibration:
 
     def public(self) -> dict[str, float]:
         return {k: float(f"{v:.4g}") for k, v in dataclasses.asdict(self).items()}
-
-
-def law_work(strategy: str, graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
-    """The :class:`Work` of an epoch of ``strategy`` by its law.
-
-    Raises:
-        InvalidValueError: no law for ``strategy``, naming those there are.
-    """
-    if strategy not in LAWS:
-        raise InvalidValueError(f"cluster model: no law for strategy {strategy!r}; it knows "
-                                f"{', '.join(LAWS)}")
-    return LAWS[strategy](graph, work, cluster)
 
 
 def phases(w: Work, units: Units, cluster: Cluster, calib: Calibration) -> dict[str, float]:
@@ -65,13 +83,3 @@ def phases(w: Work, units: Units, cluster: Cluster, calib: Calibration) -> dict[
             "intra": (calib.intra_factor * w.intra_bytes + w.offload_bytes) / cluster.world *
             units.intra_s_per_byte,
             "overhead": share * w.steps * calib.overhead_s_per_step}
-
-
-def predict(strategy: str, graph: GraphShape, work: Workload, cluster: Cluster, units: Units,
-            calib: Calibration = Calibration()) -> dict[str, Any]:
-    """The predicted epoch of ``strategy``: seconds, phases, steps, bytes."""
-    w = law_work(strategy, graph, work, cluster)
-    ph = phases(w, units, cluster, calib)
-    return {"epoch_time": sum(ph.values()), "phases": ph, "steps": w.steps,
-            "bytes_inter": calib.inter_factor * w.inter_bytes,
-            "bytes_intra": calib.intra_factor * w.intra_bytes}

@@ -1,5 +1,6 @@
-"""The plan's constants: one rank's unit costs, each strategy's per-step overhead, how many
-epochs a kind of training needs, and the link between servers, as documented defaults
+"""The plan's constants: one rank's unit costs, how many epochs a kind of training needs, and
+the link between servers (each strategy's per-step overhead is its cost's,
+:class:`~dglx_dist.strategies.cost.Cost`), as documented defaults
 (measured on the development machine: docs/cluster_model.md) or as measured on this machine
 and cached (:func:`load_measured`).
 
@@ -24,13 +25,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from dglx_dist.data.nolinks import replace_file
-from dglx_dist.planner.predict import Calibration
-from dglx_dist.planner.shapes import GraphShape, Units, Workload
+from dglx_dist.strategies.cost.shapes import GraphShape, Units, Workload
 
-__all__ = ["DEFAULT_LINK_GBIT", "DEFAULT_UNITS", "FULL_STEP", "Measured", "OVERHEAD_S_PER_STEP",
-           "full_step",
-           "loopback_s_per_byte", "median_s",
-           "calibration", "load_measured", "measure_units", "save_measured", "units_path"]
+__all__ = ["DEFAULT_LINK_GBIT", "DEFAULT_UNITS", "FULL_STEP", "Measured", "full_step",
+           "loopback_s_per_byte", "median_s", "load_measured", "measure_units",
+           "save_measured", "units_path"]
 
 log = logging.getLogger(__name__)
 
@@ -68,23 +67,10 @@ def full_step(graph: GraphShape, work: Workload) -> float:
     return FULL_STEP * math.sqrt(narrow * deep)
 
 
-OVERHEAD_S_PER_STEP = {"distdgl": 0.0071, "p3": 0.0353, "fullgraph": 0.0, "granndis": 0.0053,
-                       "dorylus": 0.126}
-"""Each strategy's per-step overhead (what the units and the rounds do not cover: Python,
-the framework, waiting; dorylus: its executor's round trips), fitted with ``round_s`` fixed
-by ``benchmarks/plan_check.py --replan`` on the check's GCN node-classification rows. A
-strategy not listed: 0."""
-
-
 DEFAULT_LINK_GBIT = 10.0
 """The link between servers when neither a flag nor a measurement says."""
 
 _KEYS = {f.name for f in dataclasses.fields(Units)}
-
-
-def calibration(strategy: str) -> Calibration:
-    """The default :class:`Calibration` of ``strategy`` (its per-step overhead)."""
-    return Calibration(overhead_s_per_step=OVERHEAD_S_PER_STEP.get(strategy, 0.0))
 
 
 @dataclasses.dataclass(frozen=True)

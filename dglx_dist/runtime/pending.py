@@ -1,22 +1,20 @@
 """Communication under way: the handles that :class:`~dglx_dist.runtime.comm.Comm`'s
 ``start_*`` methods return, a collective (:class:`Pending`) or a point-to-point message
 (:class:`Transfer`). Both wait with their communicator's timeout and turn a failed peer into
-its :class:`~dglx_dist.runtime.comm.PeerError`.
+its :class:`~dglx_dist.runtime.comm.PeerError`. ``comm`` is that Comm (not imported: comm
+imports this module).
 """
 from __future__ import annotations
 
 import datetime
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 
 from dglx_dist.runtime.peer import PeerError
-
-if TYPE_CHECKING:  # annotations only: comm imports this module
-    from dglx_dist.runtime.comm import Comm
 
 __all__ = ["Pending", "Transfer", "Works"]
 
@@ -28,7 +26,7 @@ class Pending:
     and returns the result; later calls return the same result.
     """
 
-    def __init__(self, comm: Comm, op: str, work: dist.Work | None,
+    def __init__(self, comm, op: str, work: dist.Work | None,
                  finish: Callable[[], Any], keep: Any = None):
         self._comm, self._op, self._work, self._finish = comm, op, work, finish
         self._keep = keep  # the send buffer must outlive the transfer
@@ -92,7 +90,7 @@ class Transfer:
     caller polling several transfers uses when its own deadline passes.
     """
 
-    def __init__(self, comm: Comm, op: str, work: dist.Work, count: Callable[[], None],
+    def __init__(self, comm, op: str, work: dist.Work, count: Callable[[], None],
                  tensor: torch.Tensor, peer: int, keep: torch.Tensor | None = None):
         self._comm, self.op, self._work, self._count = comm, op, work, count
         self.tensor, self.peer = tensor, peer  # what wait() returns

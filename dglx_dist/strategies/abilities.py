@@ -14,7 +14,7 @@ ability                 what it adds                                           w
 :class:`OwnEpochs`      ``Trainer.fit``'s epochs from a pipeline of its own    the loader's
 :class:`ShardedParams`  parameters sharded over ranks (``clip_grad_norm_``)    all replicated
 :class:`Stateful`       state between epochs in checkpoints                    none kept
-:class:`MemoryModelled` its peak memory per rank, checked before a run         not checked
+:class:`Costed`         its cost: planned, its memory checked before a run     neither
 :class:`HoldsRows`      rows of node data it holds without the KVStore         KVStore reads
 :class:`ConvTypes`      the conv classes it can run (by name)                  any conv
 :class:`Approximate`    options that turn its approximations off (contract)    exact defaults
@@ -32,15 +32,15 @@ from typing import Any, Iterator
 import torch
 
 from dglx_dist.errors import CheckpointError
-from dglx_dist.memory import MemoryModel
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.session import Session
+from dglx_dist.strategies.cost import Cost
 from dglx_dist.strategies.epochs import EpochResult, TrainHooks
 from dglx_dist.strategies.holdings import Holdings, JobSize, feature_bytes, param_bytes
 from dglx_dist.strategies.steps import Blocks, LoaderSpec, full_graph_loaders
 
 __all__ = ["Capabilities", "FullGraphForm", "OwnEpochs", "ShardedParams", "Stateful",
-           "MemoryModelled", "HoldsRows", "ConvTypes", "Approximate", "OverlapsBackward",
+           "Costed", "HoldsRows", "ConvTypes", "Approximate", "OverlapsBackward",
            "OwnSplit", "ShapedByOptions", "exact_options", "epochs_of", "StrategyState"]
 
 
@@ -116,20 +116,14 @@ class ShardedParams(abc.ABC):
         the whole."""
 
 
-class MemoryModelled(abc.ABC):
-    """Its measured peak resident memory per rank as the graph grows, which ``dglx train``
-    checks before it starts (:func:`~dglx_dist.strategies.footprint.check_job_memory`) and
-    the plan counts, with what it holds at the job's widths (:meth:`holdings`).
+class Costed(abc.ABC):
+    """Its cost (:class:`~dglx_dist.strategies.cost.Cost`, declared in its folder's
+    ``cost.py``): the plan counts its epochs and chooses its options; ``dglx train`` checks
+    its measured peak memory per rank before it starts
+    (:func:`~dglx_dist.strategies.footprint.check_job_memory`) and the plan counts it, with
+    what it holds at the job's widths (:meth:`holdings`)."""
 
-    Attributes:
-        memory_model: the fit for graphs without types (docs/cluster_model.md, "Memory per
-            rank").
-        typed_memory_model: the fit for graphs with node types (its "Graphs with node
-            types"); None: a typed graph is estimated by ``memory_model`` from its totals.
-    """
-
-    memory_model: MemoryModel
-    typed_memory_model: MemoryModel | None = None
+    cost: Cost
 
     def holdings(self, job: JobSize) -> Holdings:
         """What a rank holds at ``job``'s widths (:mod:`dglx_dist.strategies.holdings`), which

@@ -1,11 +1,11 @@
 """Whether a training job fits in memory, asked before it starts: the strategy's measured
-per-rank model (a :class:`~dglx_dist.strategies.abilities.MemoryModelled` strategy's
-``memory_model``, or its ``typed_memory_model`` for a graph with node types; a
+per-rank model (a :class:`~dglx_dist.strategies.abilities.Costed` strategy's
+``cost.memory``, or its ``cost.typed_memory`` for a graph with node types; a
 :class:`~dglx_dist.memory.MemoryModel`) applied to the job's graph (a
-:class:`~dglx_dist.memory.GraphSize`) and ranks, with what the strategy holds at the job's
-widths beyond the fit's (its ``holdings``: :mod:`dglx_dist.strategies.holdings`), summed over
-the ranks that share this machine's memory. The plan (``dglx plan``, ``--strategy auto``)
-takes the same estimate.
+:class:`~dglx_dist.strategies.cost.shapes.GraphShape`) and ranks, with what the strategy
+holds at the job's widths beyond the fit's (its ``holdings``:
+:mod:`dglx_dist.strategies.holdings`), summed over the ranks that share this machine's
+memory. The plan (``dglx plan``, ``--strategy auto``) takes the same estimate.
 
 The fits, where they were measured and how far off they were: docs/cluster_model.md, "Memory
 per rank"; the check adds :data:`MARGIN`, so a refusal is an estimate (``dglx train
@@ -17,9 +17,10 @@ import dataclasses
 import logging
 
 from dglx_dist.errors import DglxError
-from dglx_dist.memory import GraphSize, MemoryModel, check_memory
-from dglx_dist.strategies.abilities import MemoryModelled
+from dglx_dist.memory import MemoryModel, check_memory
+from dglx_dist.strategies.abilities import Costed
 from dglx_dist.strategies.base import STRATEGIES, Strategy
+from dglx_dist.strategies.cost.shapes import GraphShape
 from dglx_dist.strategies.holdings import REFERENCE_FEAT_DIM, JobSize, ModelSize
 
 __all__ = ["JobSize", "ModelSize", "check_job_memory", "fewest_servers", "memory_model_for",
@@ -32,13 +33,13 @@ MARGIN = 0.08
 size up from where they were measured (docs/cluster_model.md, "Memory per rank")."""
 
 
-def memory_model_for(strategy: Strategy, graph: GraphSize) -> MemoryModel | None:
+def memory_model_for(strategy: Strategy, graph: GraphShape) -> MemoryModel | None:
     """The fit that estimates ``graph`` under ``strategy``: its typed fit for a typed graph
     where it has one, else its fit for graphs without types (None: not modelled)."""
-    if not isinstance(strategy, MemoryModelled):
+    if not isinstance(strategy, Costed):
         return None
-    typed = strategy.typed_memory_model
-    return typed if graph.typed and typed is not None else strategy.memory_model
+    typed = strategy.cost.typed_memory
+    return typed if graph.typed and typed is not None else strategy.cost.memory
 
 
 def peak_per_rank(strategy: Strategy, job: JobSize) -> float | None:
@@ -48,7 +49,7 @@ def peak_per_rank(strategy: Strategy, job: JobSize) -> float | None:
     A fit without a feature term (measured at one width, F = 128, with the
     :data:`~dglx_dist.strategies.holdings.REFERENCE` model) counts, beside the fit, what the
     strategy holds at the job's widths beyond what it held at the fit's
-    (:meth:`~dglx_dist.strategies.abilities.MemoryModelled.holdings`; the fit's growth above
+    (:meth:`~dglx_dist.strategies.abilities.Costed.holdings`; the fit's growth above
     its base is taken to hold that much, at most all of it), never less than the fit; every
     fit adds the fixed budgets of the strategy's options (a cache)."""
     model = memory_model_for(strategy, job.graph)
@@ -90,13 +91,13 @@ def check_job_memory(strategy: Strategy, job: JobSize, limit: int | None,
                  lambda budget: _advice(strategy, job, budget, per_rank, override))
 
 
-def _measured(strategy: Strategy, graph: GraphSize) -> str:
+def _measured(strategy: Strategy, graph: GraphShape) -> str:
     """How the fit that estimates ``graph`` was measured, for the message."""
     if not graph.typed:
-        width = graph.feature_bytes / max(graph.nodes, 1) / 4
+        width = graph.feature_bytes / graph.nodes / 4
         rows = "" if round(width) == REFERENCE_FEAT_DIM else f" and its rows at F={width:,.0f}"
         return f"measured at F={REFERENCE_FEAT_DIM}{rows}"
-    if strategy.typed_memory_model is not None:  # a MemoryModelled one: it has an estimate
+    if strategy.cost.typed_memory is not None:  # a Costed one: it has an estimate
         return "measured on mag-shaped typed graphs (R-GCN, per-type widths)"
     return "measured at F=128 without types, from the typed graph's totals"
 

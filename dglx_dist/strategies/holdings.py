@@ -1,9 +1,11 @@
 """What a rank holds at the job's widths (:class:`Holdings`): feature rows (its share of the
 graph, a halo, a preload, a step's input rows), activations at the model's widths, the
 parameters with their optimizer state, and the fixed budgets its options add (a cache); and
-the job it is counted for (:class:`JobSize`, with the model's widths in :class:`ModelSize`).
+the job it is counted for (:class:`JobSize`: its graph, a
+:class:`~dglx_dist.strategies.cost.shapes.GraphShape`, its ranks, and the model's widths in
+:class:`ModelSize`).
 
-Each :class:`~dglx_dist.strategies.abilities.MemoryModelled` strategy says which of these it
+Each :class:`~dglx_dist.strategies.abilities.Costed` strategy says which of these it
 holds (its ``holdings``, in its own folder) with the plain functions here, counted from the
 graph's sizes alone (every node of the mean degree). The measured fits of the strategies were
 taken at one width (:data:`REFERENCE_FEAT_DIM`, :data:`REFERENCE`);
@@ -14,14 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Sequence
+from typing import Sequence
 
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.memory import GraphSize
+from dglx_dist.strategies.cost.shapes import DEFAULT_CUTS, GraphShape
 
-__all__ = ["ACTIVATION_COPIES", "BATCH_COPIES", "PARAM_COPIES", "REFERENCE",
+__all__ = ["ACTIVATION_COPIES", "BATCH_COPIES", "CHECK_CUTS", "PARAM_COPIES", "REFERENCE",
            "REFERENCE_FEAT_DIM", "Holdings", "JobSize", "ModelSize", "activation_bytes",
-           "closure_rows", "default_cut", "feature_bytes", "halo_rows", "minibatch_step_bytes",
+           "closure_rows", "feature_bytes", "halo_rows", "minibatch_step_bytes",
            "param_bytes", "sampled_blocks", "sampled_step_bytes"]
 
 F32 = 4
@@ -37,15 +39,10 @@ PARAM_COPIES = 4
 """Copies of the parameters: the weights, their gradients and Adam's two moments."""
 REFERENCE_FEAT_DIM = 128
 """The feature width the fits for graphs without types were measured at."""
-_CUT_2 = 0.106
-"""The synthetic graph's METIS cut into 2 parts (the planner's ``DEFAULT_CUTS``)."""
-
-
-def default_cut(parts: int) -> float:
-    """Fraction of the edges between ``parts`` parts where the job does not say: the
-    synthetic graph's cut into 2, the same fraction again at every bisection (above its
-    measured cuts into 4 and 8: an estimate on the high side)."""
-    return 0.0 if parts <= 1 else 1 - (1 - _CUT_2) ** math.log2(parts)
+CHECK_CUTS = DEFAULT_CUTS[:1]
+"""The cuts of a graph the memory check sizes (``dglx train``, :meth:`JobSize.homogeneous`):
+the synthetic graph's cut into 2, the same fraction again at every bisection (above its
+measured cuts into 4 and 8: an estimate on the high side)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,23 +80,20 @@ class JobSize:
     """What a training job's memory estimate needs to know of it.
 
     Attributes:
-        graph: the graph's nodes and feature widths per node type, edges and learned-row
-            width (:class:`~dglx_dist.memory.GraphSize`).
+        graph: the graph: its nodes and feature widths per node type, edges, learned-row
+            width and METIS cuts.
         world: ranks in the job (servers x ranks per server).
         ranks_here: ranks on this machine, which share its memory.
         model: the model's widths (default: the fits' own, :data:`REFERENCE`).
         ranks_per_server: ranks of a server, which share what it preloads and caches
             (None: ``ranks_here``).
-        cut: fraction of the edges between ``parts`` METIS parts (the plan's measured or
-            assumed cuts; default :func:`default_cut`).
     """
 
-    graph: GraphSize
+    graph: GraphShape
     world: int
     ranks_here: int
     model: ModelSize = REFERENCE
     ranks_per_server: int | None = None
-    cut: Callable[[int], float] = default_cut
 
     def __post_init__(self):
         group = self.ranks_here if self.ranks_per_server is None else self.ranks_per_server
@@ -111,11 +105,9 @@ class JobSize:
     @classmethod
     def homogeneous(cls, nodes: int, edges: int, world: int, ranks_here: int) -> "JobSize":
         """A job on a graph without types (sized by its nodes and edges, as measured at
-        F = 128)."""
-        if min(nodes, edges) < 0:
-            raise InvalidValueError(f"JobSize(nodes={nodes}, edges={edges}): expected nodes, "
-                                    "edges >= 0")
-        return cls(GraphSize.homogeneous(nodes, edges), world, ranks_here)
+        F = 128; cut by :data:`CHECK_CUTS`)."""
+        return cls(GraphShape(int(nodes), int(edges), REFERENCE_FEAT_DIM,
+                              edge_cuts=CHECK_CUTS), world, ranks_here)
 
     @property
     def group(self) -> int:
@@ -128,7 +120,7 @@ class JobSize:
 
     @property
     def nodes(self) -> float:
-        return float(max(self.graph.nodes, 1))
+        return float(self.graph.nodes)
 
     @property
     def degree(self) -> float:
@@ -148,10 +140,10 @@ class JobSize:
     def at_reference(self) -> "JobSize":
         """This job at the widths the fits were measured at: features
         :data:`REFERENCE_FEAT_DIM` wide (every featured type), the :data:`REFERENCE` model."""
-        types = tuple(dataclasses.replace(t, feat_dim=REFERENCE_FEAT_DIM) if t.feat_dim else t
-                      for t in self.graph.types)
-        return dataclasses.replace(self, graph=dataclasses.replace(self.graph, types=types),
-                                   model=REFERENCE)
+        types = tuple((share, REFERENCE_FEAT_DIM if w else 0)
+                      for share, w in self.graph.node_types)
+        graph = dataclasses.replace(self.graph, feat_dim=REFERENCE_FEAT_DIM, node_types=types)
+        return dataclasses.replace(self, graph=graph, model=REFERENCE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,7 +223,7 @@ def halo_rows(job: JobSize, parts: int, own: float, pool: float | None = None) -
     of ``own`` rows reads over its in-edges, with the job's cut into ``parts``."""
     if parts <= 1:
         return 0.0
-    cut, pool = job.cut(parts), job.nodes if pool is None else pool
+    cut, pool = job.graph.cut(parts), job.nodes if pool is None else pool
     reach = own * (parts - 1) * (1 - (1 - cut / (parts - 1)) ** job.degree)
     return max(0.0, min(reach, pool - own))
 
@@ -244,7 +236,7 @@ def closure_rows(job: JobSize, inner: float, parts: int, hops: int, fanout: int)
         return 0.0
     cap = job.degree if fanout < 0 else min(fanout, job.degree)
     known, outside = inner, 0.0
-    draws = inner * min(job.degree * job.cut(parts), cap)
+    draws = inner * min(job.degree * job.graph.cut(parts), cap)
     for _ in range(hops):
         new = _reached(job, draws, job.nodes - known)
         outside, known = outside + new, known + new

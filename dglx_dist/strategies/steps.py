@@ -1,9 +1,9 @@
 """What a step of the drop-in API carries: its blocks (:class:`Blocks`: a plain list that also
 holds the step's :class:`StepState`, never kept on the strategy, so prefetched and lazily
 consumed batches train alike), the loader's spec and plan, and a sampled loader's epochs. The
-blocks are the package's from the draw; at the loader's output they are DGL's where DGL is
-installed, else still the package's (:meth:`Blocks.for_model`); docs/architecture.md, "One
-batch, step by step".
+blocks are the package's from the draw to the model (DGL's door makes them DGL's for a DGL
+script's loader and at the edge of a model of ``dgl.nn``'s modules); docs/architecture.md,
+"One batch, step by step".
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Protocol
 import torch
 
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.graphcore.block import Block, dgl_installed
+from dglx_dist.graphcore.block import Block
 from dglx_dist.graphcore.frames import NID
 from dglx_dist.sampling.options import UNIFORM, SampleOptions
 
@@ -93,20 +93,6 @@ class Blocks(list):
                                     "the loader; pass the blocks of one step")
         return cls(blocks, states[0] if states else None)
 
-    def to_dgl(self) -> "Blocks":
-        """The blocks as DGL's (the edge: the package's converted with their rows, DGL's as
-        they are), with the same state."""
-        if not any(isinstance(b, Block) for b in self):
-            return self
-        return Blocks([b.to_dgl() if isinstance(b, Block) else b for b in self], self.state)
-
-    def for_model(self, package: bool = False) -> "Blocks":
-        """The blocks as a script and its model get them (the edge, decided here alone): DGL's
-        where DGL is installed (:meth:`to_dgl`), else, or with ``package`` (a loader's
-        ``package_blocks``: a model of PyG's convs reads ``block.edge_index``), the
-        package's as they are (the convs of ``dglx_dist.nn`` run on either)."""
-        return self.to_dgl() if dgl_installed() and not package else self
-
 
 def state_of(block) -> StepState | None:
     """The state of the step a block (as a model gets it) belongs to; None for a block that
@@ -142,8 +128,8 @@ class Step(NamedTuple):
 
 class EdgeStep(NamedTuple):
     """One mini-batch as DGL's link-prediction loaders yield it (``neg_pair_graph``: None
-    without a negative sampler); the pair graphs become DGL's at the loader's output where
-    DGL is installed (:func:`~dglx_dist.data.convert.user_graph`)."""
+    without a negative sampler); the pair graphs are the package's graphs (DGL's loaders in
+    :mod:`dglx_dist.dgl` hand a script DGL's)."""
 
     input_nodes: torch.Tensor
     pair_graph: "Graph"
@@ -228,8 +214,6 @@ class LoaderSpec:
             normalises by source degrees (GraphConv) computes what it computes on the whole
             graph rather than on the block (the Trainer's evaluation; DGL's blocks, and so
             this package's by default, count a source's edges within the block).
-        package_blocks: the steps' blocks and pair graphs are the package's even where DGL is
-            installed (:meth:`Blocks.for_model`).
     """
 
     fanouts: tuple[int, ...] | tuple[tuple[int, ...], ...]
@@ -241,7 +225,6 @@ class LoaderSpec:
     sampling: SampleOptions = UNIFORM
     draw: "Drawer | None" = None
     whole_degrees: bool = False
-    package_blocks: bool = False
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -24,7 +24,7 @@ One JSON line per epoch (``task`` and the fields of node classification's record
 memory; then the validation metrics when evaluated) and one with the test metrics at the end.
 
 Nothing here needs DGL: a step's pairs are scored in torch from ``pair.edges()``, which
-DGL's pair graphs (where DGL is installed) and the package's both give, and the drop-in API
+DGL's pair graphs (DGL's loaders') and the package's both give, and the drop-in API
 is imported when the task runs.
 """
 from __future__ import annotations
@@ -47,7 +47,7 @@ from dglx_dist.errors import InvalidValueError
 from dglx_dist.report import key_values
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.strategies.epochs import EpochResult
-from dglx_dist.tasks.shares import split_sizes
+from dglx_dist.strategies.cost.shapes import split_sizes
 
 if TYPE_CHECKING:
     from dglx_dist.api.metrics import PhaseTimer
@@ -278,8 +278,7 @@ def train_link(data: Path, strategy, model: torch.nn.Module, config: RunConfig,
         node_sampler, exclude=exclude, reverse_eids=reverse if exclude else None,
         negative_sampler=dglx_dist.negative_sampler.Uniform(task.negatives))
     loader = dglx_dist.DataLoader(g, train_edge_ids(g.num_edges(), task, loop.seed), sampler,
-                                  batch_size=task.edge_batch_size, shuffle=True, seed=loop.seed,
-                                  package_blocks=model.package_blocks)
+                                  batch_size=task.edge_batch_size, shuffle=True, seed=loop.seed)
     opt = config.optimizer.adam(model.parameters())
     session, show = g.session, config.job.progress and g.session.is_main
     with EpochBar(loop.epochs, show) as bar:

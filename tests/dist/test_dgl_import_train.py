@@ -67,7 +67,8 @@ def _typed_read_and_step(session, parts, batch_size):
     input_nodes, output_nodes, blocks = next(iter(loader))
     out.update(train=train.tolist(), seeds=output_nodes["paper"].tolist(),
                inputs={t: sorted(v.tolist()) for t, v in input_nodes.items()},
-               edges=[{":".join(e): b.num_edges(e) for e in b.canonical_etypes} for b in blocks])
+               edges=[{":".join(e): b.num_edges(e) for e in b.canonical_etypes if b.num_edges(e)}
+                      for b in blocks])
     sub = g.edge_subgraph({g.canonical_etypes[0]: torch.tensor([0, 3, 2])}, relabel_nodes=False)
     local = g.local_partition()
     inner = local.ndata["inner_node"].bool()

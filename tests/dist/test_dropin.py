@@ -756,8 +756,10 @@ def _layerwise(session, name, cache):
     try:
         dglx_dist.DataLoader(g, g.ndata["train_mask"], dglx_dist.NeighborSampler([5, 5]),
                              batch_size=64)
-        loader = dglx_dist.DataLoader(g, torch.arange(g.num_nodes()),
-                                      dglx_dist.MultiLayerFullNeighborSampler(1), batch_size=300)
+        from dglx_dist.dgl.distributed import DistNodeDataLoader  # DGL's blocks: a dgl.nn conv
+
+        loader = DistNodeDataLoader(g, torch.arange(g.num_nodes()),
+                                    dglx_dist.MultiLayerFullNeighborSampler(1), batch_size=300)
         feat, conv = g.ndata["feat"].to("cpu"), _conv()
         y = dglx_dist.DistTensor((g.num_nodes(), 4), torch.float32)
         batches = []

@@ -368,7 +368,8 @@ def test_the_packages_edge_sampler_steps_as_dgls(job):
     """``dglx_dist.as_edge_prediction_sampler`` with ``dglx_dist.negative_sampler``'s
     ``Uniform`` (and ``GlobalUniform`` with ``exclude="self"`` where blocks are sampled) takes
     the very steps DGL's own objects take through the loader; the negatives are k per
-    positive (GlobalUniform: at most k), node ids of the graph; the pair graphs are DGL's."""
+    positive (GlobalUniform: at most k), node ids of the graph; the pair graphs are the
+    package's."""
     name, res = job
     for r in range(2):
         got = res[r]["against_dgls"]
@@ -379,7 +380,7 @@ def test_the_packages_edge_sampler_steps_as_dgls(job):
             k = 2 * run["pos"]
             assert run["neg"] == k if key.startswith("Uniform") else 0.9 * k <= run["neg"] <= k
             assert 0 <= run["range"][0] and run["range"][1] < 2708, (name, key, run)
-            assert run["graphs"] == ["DGLGraph", "DGLGraph"]
+            assert run["graphs"] == ["Graph", "Graph"]  # the package's (DGL's: DGL's loaders)
 
 
 def test_global_uniform_draws_every_part_in_proportion_and_no_edge(job):

@@ -37,6 +37,7 @@ _RANK = textwrap.dedent("""
     from dglx_dist.strategies import STRATEGIES
     from dglx_dist.strategies.abilities import HoldsRows, OverlapsBackward
     from dglx_dist.strategies.base import SetupRequest, split_ids
+    from dglx_dist.convs import at_the_edge
     from dglx_dist.strategies.steps import LoaderSpec
     from dglx_dist.testing import seeded_model
 
@@ -67,12 +68,13 @@ _RANK = textwrap.dedent("""
         strategy.setup(session, pdir, None, SetupRequest(2))
         model = model_of(lib, kind, pdir.feat_dim, pdir.num_classes)
         wrapped = strategy.wrap_model(model)
+        at_the_edge(model)  # as parallelize: a dgl.nn model gets DGL's blocks at its edge
         opt = torch.optim.SGD(wrapped.parameters(), lr=0.1)
         ids = split_ids(strategy, torch.arange(pdir.num_nodes), pdir, session)
         spec = LoaderSpec((3, 5), 40, shuffle=True, seed=3)
         steps = []
         for step in strategy.loader_epoch(strategy.loader_plan(ids, spec), spec, 0):
-            blocks = step.blocks.for_model()  # the edge, as the DataLoader has it
+            blocks = step.blocks  # the package's, as the DataLoader hands them
             x = strategy.local_rows("feat", step.input_nodes) \\
                 if isinstance(strategy, HoldsRows) else \\
                 strategy._input_rows(step.input_nodes) if hasattr(strategy, "_input_rows") \\

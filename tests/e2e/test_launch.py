@@ -152,8 +152,7 @@ from dglx_dist.models import SAGE
 how = sys.argv[1]
 g = dglx_dist.distribute(CoraGraphDataset()[0], cache_dir=sys.argv[2])
 loader = dglx_dist.DataLoader(g, torch.nonzero(g.ndata["train_mask"]).squeeze(1),
-                              dglx_dist.NeighborSampler([5, 5]), batch_size=8,
-                              package_blocks=True)  # dglx_dist.nn's SAGE: no DGL blocks made
+                              dglx_dist.NeighborSampler([5, 5]), batch_size=8)
 model = dglx_dist.parallelize(SAGE(1433, 8, 7, 2), g)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for step, (input_nodes, output_nodes, blocks) in enumerate(loader):

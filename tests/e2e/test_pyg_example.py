@@ -1,7 +1,7 @@
 """examples/pyg_sage.py (a GraphSAGE of PyG's convs on the package's blocks) under torchrun,
 2 ranks, distdgl: it trains with DGL blocked (every process starts with the ``sitecustomize``
-of tests/unit/test_import_boundary.py's ``_BLOCK``; with ``package_blocks=True`` the model
-gets the package's blocks whether or not DGL is importable, so one run covers both). The
+of tests/unit/test_import_boundary.py's ``_BLOCK``; the model gets the package's blocks
+whether or not DGL is importable, so one run covers both). The
 conv's math against dglx_dist.nn's: tests/unit/test_pyg.py."""
 import json
 import os

@@ -136,8 +136,11 @@ def test_float32_sums_are_dgls(case):
     them, MKL's CSR product adds in an order that depends on the CPU (bit for bit on an AVX2
     CPU, a few ulps apart on an AVX-512 one), so within float32 rounding there."""
     import dgl  # noqa: PLC0415 - marked: only where DGL is installed
+
+    from dglx_dist.dgl.blocks import to_dgl_block  # noqa: PLC0415
+
     block = _block(seed=4)
-    graph = block.to_dgl()
+    graph = to_dgl_block(block)
     shape, wshape = CASES[case]
     h = _rows(block.num_src_nodes(), *shape)
     w = None if wshape is None else \

@@ -93,7 +93,7 @@ def test_presets_are_frozen_and_checked():
         6, 64, 0.01, 16_000)
     with pytest.raises(InvalidValueError, match="epochs must be >= 2"):
         dataclasses.replace(tiny, epochs=1)
-    with pytest.raises(InvalidValueError, match="num_nodes, hidden must be > 0"):
+    with pytest.raises(InvalidValueError, match="hidden, num_nodes must be > 0"):
         dataclasses.replace(tiny, num_nodes=0, hidden=-1)
     assert isinstance(tiny, Preset)
 

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from dglx_dist.graphcore.block import Block
+from dglx_dist.dgl.blocks import to_dgl_block
 
 
 def _edges(seed, nodes=40, edges=120):
@@ -29,7 +30,7 @@ def _edge_set(block, etype=None):
 def test_an_untyped_block_numbers_its_nodes_as_to_block_does(seed, num_nodes):
     dst_nodes, src, dst = _edges(seed)
     eid = torch.arange(src.numel()) * 3
-    ours = Block.untyped(dst_nodes, src, dst, eid, num_nodes).to_dgl()
+    ours = to_dgl_block(Block.untyped(dst_nodes, src, dst, eid, num_nodes))
     frontier = dgl.graph((src, dst), num_nodes=40)
     frontier.edata["w"] = eid
     ref = dgl.to_block(frontier, dst_nodes)
@@ -56,8 +57,9 @@ def test_a_typed_block_numbers_each_types_nodes_as_to_block_does(seed):
         parts[etypes[e]] = (s, d)
         srcs.append(s), dsts.append(d), kinds.append(torch.full((n,), e)), \
             eids.append(torch.arange(n) + 100 * e)
-    ours = Block.typed([frontier[t] for t in ntypes], torch.cat(srcs), torch.cat(dsts),
-                       torch.cat(kinds), torch.cat(eids), ntypes, etypes).to_dgl()
+    ours = to_dgl_block(Block.typed([frontier[t] for t in ntypes], torch.cat(srcs),
+                                    torch.cat(dsts), torch.cat(kinds), torch.cat(eids), ntypes,
+                                    etypes))
     graph = dgl.heterograph(parts, num_nodes_dict=sizes)
     for e, key in enumerate(etypes):
         graph.edges[key].data["w"] = eids[e]
@@ -99,7 +101,7 @@ def test_rows_are_read_and_set_as_on_dgls_block():
     ours.srcdata["x"] = torch.arange(ours.num_src_nodes()).float()
     ours.dstnodes["_N"].data["y"] = dst_nodes * 10
     ours.edges["_E"].data["w"] = torch.ones(ours.num_edges())
-    ref = ours.to_dgl()
+    ref = to_dgl_block(ours)
     assert ours.num_src_nodes() == ref.num_src_nodes()
     assert ours.num_dst_nodes() == ref.number_of_dst_nodes() == dst_nodes.numel()
     for name in ("x", dgl.NID):
@@ -114,7 +116,7 @@ def test_rows_are_read_and_set_as_on_dgls_block():
 
 def test_a_typed_blocks_rows_are_by_type_as_on_dgls_block():
     ours = _typed_block()
-    ref = ours.to_dgl()
+    ref = to_dgl_block(ours)
     assert ours.srcdata[dgl.NID].keys() == ref.srcdata[dgl.NID].keys()
     for t in ours.ntypes:
         assert torch.equal(ours.srcdata[dgl.NID][t], ref.srcdata[dgl.NID][t])
@@ -128,7 +130,7 @@ def test_a_typed_blocks_rows_are_by_type_as_on_dgls_block():
         assert torch.equal(ours.edges[etype[1]].data[dgl.EID], ref.edges[etype].data[dgl.EID])
         for mine, theirs in zip(ours.edges(etype=etype), ref.edges(etype=etype)):
             assert torch.equal(mine, theirs)
-    assert torch.equal(ours.to_dgl().srcnodes["paper"].data["h"], torch.ones(
+    assert torch.equal(to_dgl_block(ours).srcnodes["paper"].data["h"], torch.ones(
         ours.num_src_nodes("paper"), 2))
 
 
@@ -159,6 +161,6 @@ def test_rows_move_with_the_block():
 def test_a_block_of_named_nodes_without_edges():
     """A block whose destinations are not its first sources (Dorylus's steps)."""
     block = Block.nodes_only(torch.tensor([5, 6, 7]), torch.tensor([7, 5]))
-    ref = block.to_dgl()
+    ref = to_dgl_block(block)
     assert ref.num_edges() == 0 and ref.dstdata[dgl.NID].tolist() == [7, 5]
     assert ref.srcdata[dgl.NID].tolist() == [5, 6, 7]

@@ -117,7 +117,7 @@ def test_the_laws_follow_each_strategys_design(shape):
 
 
 def test_the_granndis_law_uses_the_strategys_eas_defaults():
-    from dglx_dist.planner.laws import GRANNDIS_EAS
+    from dglx_dist.strategies.granndis.cost import GRANNDIS_EAS
     from dglx_dist.strategies import STRATEGIES
 
     config = STRATEGIES.get("granndis").Config()
@@ -194,8 +194,8 @@ def test_predict_on_mag_counts_features_of_papers_and_learned_rows_of_the_other_
     F = 128 would, and pushes the learned rows' gradients back."""
     from benchmarks.costmodel.main import main
     from dglx_dist.data.mag import OGBN_MAG_NODES
-    from dglx_dist.planner.laws import distdgl
-    from dglx_dist.planner.shapes import Cluster
+    from dglx_dist.strategies.cost.shapes import Cluster
+    from dglx_dist.strategies.distdgl.cost import epoch as distdgl
 
     cal = {"graph": dataclasses.asdict(shape), "workload": dataclasses.asdict(Workload()),
            "units": dataclasses.asdict(UNITS),

@@ -31,11 +31,11 @@ def test_every_builtin_strategy_carries_the_measured_fit_of_the_docs():
     fits = _docs_fits()
     assert set(fits) == {"distdgl", "p3", "fullgraph", "granndis", "dorylus"}
     for name, fit in fits.items():
-        assert STRATEGIES.build(name).memory_model.public() == fit, name
+        assert STRATEGIES.build(name).cost.memory.public() == fit, name
     # granndis's class carries its own; an instance with the whole job as one group is
     # fullgraph, whatever name built it
-    assert STRATEGIES.get("granndis").memory_model.public() == fits["granndis"]
-    assert STRATEGIES.build("granndis", scope="world").memory_model.public() == \
+    assert STRATEGIES.get("granndis").cost.memory.public() == fits["granndis"]
+    assert STRATEGIES.build("granndis", scope="world").cost.memory.public() == \
         fits["fullgraph"]
 
 
@@ -91,7 +91,7 @@ def test_a_small_graph_fits_and_a_strategy_without_a_model_is_not_checked():
     cora = JobSize.homogeneous(nodes=2708, edges=10556, world=2, ranks_here=2)
     for name in STRATEGIES.names():
         check_job_memory(STRATEGIES.build(name), cora, 4 * 2**30)
-    unmeasured = STRATEGIES.build("range_distdgl")  # the test plug-in: no MemoryModelled
+    unmeasured = STRATEGIES.build("range_distdgl")  # the test plug-in: not Costed
     assert peak_per_rank(unmeasured, cora) is None
     check_job_memory(unmeasured, cora, 1)
     measured = [n for n in STRATEGIES.names() if peak_per_rank(STRATEGIES.build(n), cora)]

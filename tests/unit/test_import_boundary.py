@@ -6,6 +6,7 @@ share one: :data:`_CHECKS`). A core module may still reach DGL's door
 (``dglx_dist/dgl/``) inside a function (``to_dgl``, DGL's METIS on request), never at import.
 """
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -35,7 +36,8 @@ TASK_MODULES = ["dglx_dist.convs", "dglx_dist.convs.ops_base",
 # What needs DGL at import (DGL's door, dglx_dist/dgl/); the control below checks that the
 # block really bites.
 DGL_MODULES = ["dglx_dist.dgl.samplers", "dglx_dist.dgl.conversion",
-               "dglx_dist.dgl.graph_files", "dglx_dist.dgl.metis"]
+               "dglx_dist.dgl.graph_files", "dglx_dist.dgl.metis", "dglx_dist.dgl.blocks",
+               "dglx_dist.dgl.models", "dglx_dist.dgl.graphs"]
 
 _BLOCK = NO_DGL
 
@@ -152,32 +154,26 @@ def test_the_block_bites(blocked_imports, name):
         error.startswith("MissingDependencyError") and "is not installed" in error)), error
 
 
-# The modules outside DGL's door (dglx_dist/dgl/) and bench/'s DGL baseline that still import
-# DGL, each with why: the block-form switches issue 78 removes with the graph core. The list
-# is exact and only shrinks: a new module importing DGL outside the door fails
-# test_dgl_is_imported_only_at_its_door, and so does one listed here that no longer does.
-OUTSIDE_THE_DOOR = {
-    "dglx_dist.api.samplers": "NeighborSampler.to_dgl(): DGL's sampler of the same arguments",
-    "dglx_dist.api.structure": "DGL's graphs of a DistGraph for DGL's samplers (part_graph ...)",
-    "dglx_dist.graphcore.block": "Block.to_dgl(): DGL's block, through DGL's graph index and Frame",
-    "dglx_dist.graphcore.message": "the _of_dgl branches: dgl.ops on DGL's blocks",
-    "dglx_dist.models.library": "--convs dgl: the reference models made of dgl.nn's convs",
-}
+# What a block's form was chosen by before issue 78 put DGL at one door: outside the door these
+# words name nothing (test_no_block_form_switch_outside_the_door).
+SWITCHES = re.compile(r"package_blocks|block_for|reads_package_blocks|_of_dgl")
 
 # Every module of the package that imports DGL when it runs (at the top or inside a function),
 # and why. The list is exact: a new module that imports DGL fails the test below, and so does
 # a module listed here that no longer does.
 IMPORTS_DGL = {
-    # DGL's door: DGL's API as users see it, and what converts to and from DGL's objects,
+    # DGL's door: DGL's API as users see it, and what converts to and from DGL's objects
+    # (graphs, blocks, a model of dgl.nn's modules at its edge, the DistGraph's DGL graphs),
     # DGL's samplers for a user's BlockSampler, DGL's graph files, DGL's METIS
     **dict.fromkeys(["dglx_dist.dgl", "dglx_dist.dgl.distributed", "dglx_dist.dgl.run",
                      "dglx_dist.dgl.conversion", "dglx_dist.dgl.samplers",
-                     "dglx_dist.dgl.graph_files", "dglx_dist.dgl.metis"], "the door"),
+                     "dglx_dist.dgl.graph_files", "dglx_dist.dgl.metis",
+                     "dglx_dist.dgl.blocks", "dglx_dist.dgl.models", "dglx_dist.dgl.graphs"],
+                    "the door"),
     # DGL's DistDGL, run beside ours by `dglx bench`
     **dict.fromkeys(["dglx_dist.bench.dgl_distdgl_link", "dglx_dist.bench.dgl_distdgl_nodes",
                      "dglx_dist.bench.dgl_distdgl_worker", "dglx_dist.bench.single"],
                     "the DGL baseline"),
-    **OUTSIDE_THE_DOOR,
     # research tooling outside the wheel
     **dict.fromkeys(["benchmarks.cache_policy", "benchmarks.costmodel.measure",
                      "benchmarks.eval_degrees", "benchmarks.link_collapse",
@@ -187,8 +183,8 @@ IMPORTS_DGL = {
 
 
 def test_only_the_modules_listed_import_dgl():
-    """From the modules' source (imports at the top and inside functions; TYPE_CHECKING
-    ones are annotations): the modules that import DGL are those of :data:`IMPORTS_DGL`."""
+    """From the modules' source (imports at the top, inside functions and under
+    TYPE_CHECKING): the modules that import DGL are those of :data:`IMPORTS_DGL`."""
     from tests.unit.test_house_rules import _imports, _module_name, _package_files
 
     found = {_module_name(f) for f in _package_files()
@@ -197,19 +193,31 @@ def test_only_the_modules_listed_import_dgl():
     assert set(IMPORTS_DGL) - found == set(), "listed modules that no longer import DGL"
 
 
+def _outside_the_door() -> list[Path]:
+    """The package's modules but DGL's door's (``dglx_dist/dgl/``) and ``bench/``'s DGL
+    baseline (DGL's DistDGL, run beside ours)."""
+    return [f for f in sorted((ROOT / "dglx_dist").rglob("*.py"))
+            if f.relative_to(ROOT / "dglx_dist").parts[0] not in ("dgl", "bench")]
+
+
 def test_dgl_is_imported_only_at_its_door():
-    """Issue 78: outside ``dglx_dist/dgl/`` and ``bench/``'s DGL baseline, only the modules
-    of :data:`OUTSIDE_THE_DOOR` import DGL (at the top, or inside a function)."""
+    """Issue 78: outside ``dglx_dist/dgl/`` and ``bench/``'s DGL baseline, no module imports
+    DGL (at the top, or inside a function)."""
     from tests.unit.test_house_rules import _imports, _module_name
 
-    found = {_module_name(f) for f in sorted((ROOT / "dglx_dist").rglob("*.py"))
-             if any(n == "dgl" or n.startswith("dgl.") for n in _imports(f))}
-    outside = {m for m in found if m != "dglx_dist.dgl"
-               and not m.startswith(("dglx_dist.dgl.", "dglx_dist.bench."))}
-    assert outside - set(OUTSIDE_THE_DOOR) == set(), \
+    outside = [_module_name(f) for f in _outside_the_door()
+               if any(n == "dgl" or n.startswith("dgl.") for n in _imports(f))]
+    assert outside == [], \
         "modules that import DGL outside its door (dglx_dist/dgl/): move the import there"
-    assert set(OUTSIDE_THE_DOOR) - outside == set(), \
-        "modules that no longer import DGL: strike them from OUTSIDE_THE_DOOR"
+
+
+def test_no_block_form_switch_outside_the_door():
+    """Issue 78: the package's loops run the package's blocks, and DGL's door alone makes
+    DGL's (for a DGL script's loader, and at the edge of a model of ``dgl.nn``'s modules):
+    the switches that chose a block's form (:data:`SWITCHES`) are gone from the rest."""
+    found = [f"{f.relative_to(ROOT)}:{n}" for f in _outside_the_door()
+             for n, line in enumerate(f.read_text().splitlines(), 1) if SWITCHES.search(line)]
+    assert found == [], "block-form switches outside DGL's door"
 
 
 def test_torchs_checkpoint_library_is_imported_only_for_a_checkpoint():

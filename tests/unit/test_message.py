@@ -6,6 +6,7 @@ import torch
 
 from dglx_dist.graphcore import message
 from dglx_dist.graphcore.block import Block
+from dglx_dist.dgl.blocks import to_dgl_block
 
 
 def _blocks(seed):
@@ -14,7 +15,7 @@ def _blocks(seed):
     src = torch.randint(0, 20, (40,), generator=gen)
     dst = torch.randint(0, 6, (40,), generator=gen)  # node 6 has no in-edge
     ours = Block.untyped(dst_nodes, src, dst, torch.arange(40), 20)
-    return ours, ours.to_dgl()
+    return ours, to_dgl_block(ours)
 
 
 @pytest.mark.parametrize("op", ["copy_u_sum", "u_mul_e_sum", "copy_u_max", "u_mul_e_max"])

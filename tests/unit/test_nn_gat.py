@@ -9,6 +9,7 @@ from dglx_dist.graphcore.message import edge_softmax
 from dglx_dist.errors import DglxError, InvalidTypeError, InvalidValueError
 from dglx_dist.nn import GATConv
 from dglx_dist.graphcore.block import Block
+from dglx_dist.dgl.blocks import to_dgl_block
 
 NUM_DST, NUM_NODES, NUM_EDGES = 30, 80, 300
 
@@ -22,7 +23,7 @@ def _graphs(seed, full=False):
     dst = torch.randint(0, num_dst - 5, (NUM_EDGES,), generator=gen)
     ours = Block.untyped(torch.arange(num_dst), src, dst, torch.arange(NUM_EDGES), NUM_NODES)
     if not full:
-        return ours, ours.to_dgl()
+        return ours, to_dgl_block(ours)
     assert ours.num_src_nodes() == ours.num_dst_nodes() == NUM_NODES
     return ours, dgl.graph(tuple(ours.edges()), num_nodes=NUM_NODES)
 

@@ -1,5 +1,5 @@
 """dglx_dist.nn's GraphConv and SAGEConv against dgl.nn's (issue 59): on random blocks (the
-package's Block and its to_dgl()), with one state_dict loaded both ways (strict), the outputs
+package's Block and DGL's door's to_dgl_block of it), with one state_dict loaded both ways (strict), the outputs
 and the gradients of the inputs and of every parameter agree (atol 1e-5); the refusals raise
 the package's errors."""
 import pytest
@@ -11,6 +11,7 @@ from dgl import nn as dglnn  # noqa: E402
 from dglx_dist import nn as ours  # noqa: E402
 from dglx_dist.errors import DglxError, InvalidValueError, NotSupportedError  # noqa: E402
 from dglx_dist.graphcore.block import Block  # noqa: E402
+from dglx_dist.dgl.blocks import to_dgl_block  # noqa: E402
 
 NODES, DSTS, EDGES, LONELY = 150, 50, 300, 6
 
@@ -32,7 +33,7 @@ def _dgl_form(block: Block, full: bool):
     if full:
         src, dst = block.edges()
         return dgl.graph((src, dst), num_nodes=block.num_src_nodes())
-    return block.to_dgl()
+    return to_dgl_block(block)
 
 
 def _leaves(values: dict, dtype) -> dict:
@@ -92,7 +93,7 @@ def test_graphconv_equals_dgl(norm, weight, bias, widths, weighted):
     theirs = dglnn.GraphConv(*widths, **args)
     if bias:  # DGL's bias starts at 0: a drawn one checks that it is added
         torch.nn.init.normal_(theirs.bias)
-    _compare(theirs, ours.GraphConv(*widths, **args), block, block.to_dgl(), inputs)
+    _compare(theirs, ours.GraphConv(*widths, **args), block, to_dgl_block(block), inputs)
 
 
 @pytest.mark.parametrize("full", [False, True])
@@ -110,7 +111,7 @@ def test_graphconv_self_loops_pairs_full_graph_float32(full, pair):
 def test_graphconv_on_a_dgl_block():
     """Given DGL's block itself, ours computes through message.py's DGL kernels, alike."""
     block = _block(seed=5)
-    graph = block.to_dgl()
+    graph = to_dgl_block(block)
     args = dict(norm="both", allow_zero_in_degree=True)
     _compare(dglnn.GraphConv(6, 3, **args), ours.GraphConv(6, 3, **args), graph, graph,
              {"feat": _feat(block, 6)})
@@ -146,7 +147,7 @@ def test_sageconv_equals_dgl(aggregator, widths, bias, weighted):
     theirs = dglnn.SAGEConv(*widths, aggregator, bias=bias)
     if bias and aggregator == "gcn":
         torch.nn.init.normal_(theirs.bias)
-    _compare(theirs, ours.SAGEConv(*widths, aggregator, bias=bias), block, block.to_dgl(), inputs)
+    _compare(theirs, ours.SAGEConv(*widths, aggregator, bias=bias), block, to_dgl_block(block), inputs)
 
 
 @pytest.mark.parametrize("aggregator", ["mean", "gcn", "pool"])
@@ -184,7 +185,7 @@ def test_sageconv_single_input_full_graph_and_no_edges(aggregator):
 
 def test_sageconv_on_a_dgl_block():
     block = _block(seed=10)
-    graph = block.to_dgl()
+    graph = to_dgl_block(block)
     _compare(dglnn.SAGEConv(6, 3, "pool"), ours.SAGEConv(6, 3, "pool"), graph, graph,
              {"feat": _feat(block, 6), "edge_weight": _edge_weight(block)})
 
@@ -243,7 +244,7 @@ def test_rows_of_another_count_than_the_blocks_sources_are_refused_in_one_line(c
     are refused with the package's one-line error (DGL's conv raises its own DGLError there),
     never a kernel's check with a C++ stack or a broadcast error from torch."""
     block = _block(self_loops=True)
-    graph = block if form == "package" else block.to_dgl()
+    graph = block if form == "package" else to_dgl_block(block)
     rows = torch.randn(block.num_src_nodes() + extra, 4)
     mine = {"sage": lambda: ours.SAGEConv(4, 3, "mean"), "graph": lambda: ours.GraphConv(4, 3),
             "gat": lambda: ours.GATConv(4, 3, 2), "rel": lambda: ours.RelGraphConv(4, 3, 2)}[conv]()
@@ -257,4 +258,4 @@ def test_rows_of_another_count_than_the_blocks_sources_are_refused_in_one_line(c
     theirs = {"sage": lambda: dglnn.SAGEConv(4, 3, "mean"), "graph": lambda: dglnn.GraphConv(4, 3),
               "gat": lambda: dglnn.GATConv(4, 3, 2), "rel": lambda: dglnn.RelGraphConv(4, 3, 2)}
     with pytest.raises(Exception):  # DGL refuses the same rows (a DGLError)
-        theirs[conv]()(block.to_dgl(), rows, *args)
+        theirs[conv]()(to_dgl_block(block), rows, *args)

@@ -11,6 +11,7 @@ from dglx_dist.graphcore.message import copy_u_sum
 from dglx_dist.errors import InvalidValueError, UnknownNameError
 from dglx_dist.nn import HeteroGraphConv, RelGraphConv, TypedLinear
 from dglx_dist.graphcore.block import Block
+from dglx_dist.dgl.blocks import to_dgl_block
 
 ATOL = 1e-5
 NTYPES = ["user", "item", "tag"]
@@ -102,7 +103,7 @@ def test_relgraphconv_equals_dgls(regularizer, num_bases, self_loop, layer_norm,
     etypes = torch.randint(0, rels, (block.num_edges(),), generator=gen)
     norm = None if bias else torch.rand(block.num_edges(), 1, generator=gen)
     got = _run(ours, block, feat, etypes, norm)
-    want = _run(theirs, block.to_dgl(), feat, etypes, norm)
+    want = _run(theirs, to_dgl_block(block), feat, etypes, norm)
     for ours_part, theirs_part in zip(got, want):
         _assert_same(ours_part, theirs_part)
 
@@ -115,7 +116,7 @@ def test_relgraphconv_presorted_and_list_etypes(regularizer):
     _swap_weights(ours, theirs)
     feat = {"x": torch.randn(block.num_src_nodes(), 4, generator=gen)}
     etypes = torch.sort(torch.randint(0, 3, (block.num_edges(),), generator=gen)).values
-    want = _run(theirs, block.to_dgl(), feat, etypes, presorted=True)
+    want = _run(theirs, to_dgl_block(block), feat, etypes, presorted=True)
     for got in (_run(ours, block, feat, etypes, presorted=True),
                 _run(ours, block, feat, etypes.tolist())):
         for ours_part, theirs_part in zip(got, want):
@@ -163,7 +164,7 @@ def _stack_by_name(outs, ntype):
 @pytest.mark.parametrize("aggregate", ["sum", "mean", "max", "min", "stack", _stack_by_name])
 def test_heterographconv_equals_dgls(aggregate):
     block = _typed_block(5)
-    dgl_block = block.to_dgl()
+    dgl_block = to_dgl_block(block)
     assert ("item", "tagged", "tag") not in dgl_block.canonical_etypes
     ours = HeteroGraphConv(_mods(), aggregate)
     theirs = dglnn.HeteroGraphConv(_mods(), aggregate)
@@ -187,7 +188,7 @@ def test_heterographconv_pair_inputs_and_missing_types():
     gen = torch.Generator().manual_seed(3)
     src = {t: torch.randn(block.num_src_nodes(t), 5, generator=gen) for t in ("user", "item")}
     dst = {t: torch.randn(block.num_dst_nodes(t), 5, generator=gen) for t in NTYPES}
-    got, want = ours(block, (src, dst)), theirs(block.to_dgl(), (src, dst))
+    got, want = ours(block, (src, dst)), theirs(to_dgl_block(block), (src, dst))
     assert set(got) == set(want) == {"user", "item"}  # "labels" skipped: no "tag" sources
     _assert_same(got, want)
 
@@ -203,7 +204,7 @@ def test_heterographconv_refuses_what_it_cannot_run():
 
 def test_a_relation_is_dgls_relation_graph():
     block = _typed_block(8)
-    dgl_block = block.to_dgl()
+    dgl_block = to_dgl_block(block)
     for etype in dgl_block.canonical_etypes:
         rel, theirs = block.relation(etype), dgl_block[etype]
         assert (rel.num_src_nodes(), rel.num_dst_nodes(), rel.num_edges()) == \
@@ -213,5 +214,5 @@ def test_a_relation_is_dgls_relation_graph():
         assert torch.equal(rel.srcdata[dgl.NID], theirs.srcdata[dgl.NID])
         assert torch.equal(rel.dstdata[dgl.NID], theirs.dstdata[dgl.NID])
         assert torch.equal(rel.edata[dgl.EID], theirs.edata[dgl.EID])
-        assert torch.equal(rel.to_dgl().edges()[0], theirs.edges()[0])
+        assert torch.equal(to_dgl_block(rel).edges()[0], theirs.edges()[0])
     assert block.relation(("item", "tagged", "tag")).num_edges() == 0

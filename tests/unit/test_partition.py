@@ -71,7 +71,7 @@ def _check_features(ds, pdir, loaded):
 
 @pytest.mark.dgl
 def test_local_graph_matches_part(tiny, tmp_path):
-    from dglx_dist.api.structure import part_graph
+    from dglx_dist.dgl.graphs import part_graph
 
     _, pdir = _partition(tiny, tmp_path, "metis", 2)
     p = pdir.load_part(1)

@@ -11,17 +11,20 @@ from dglx_dist.config import AUTO, StrategyConfig, TaskConfig
 from dglx_dist.errors import InsufficientMemoryError, InvalidValueError, StateError
 from dglx_dist.planner import (Cluster, Workload, graph_of_dataset, graph_of_directory,
                                graph_shape, make_plan)
-from dglx_dist.planner.auto import resolve, workload_for
-from dglx_dist.planner.laws import LAWS, step_seeds
-from dglx_dist.planner.options import Situation, cache_hits, choose
+from dglx_dist.planner.auto import Launch, resolve, workload_for
+from dglx_dist.planner.predict import costs
 from dglx_dist.planner.units import (DEFAULT_UNITS, FULL_STEP, Measured, full_step, load_measured,
                                      save_measured)
 from dglx_dist.prepare import resolve_dataset
 from dglx_dist.strategies import STRATEGIES
+from dglx_dist.strategies.cost import Situation
+from dglx_dist.strategies.cost.counts import step_seeds
+from dglx_dist.strategies.distdgl.cost import cache_hits
 
 GIB = 1 << 30
 PRODUCTS = graph_shape(2_449_029, 123_718_280, 100, 47, 0.08)  # the `large` preset's shape
 LARGE = Workload("gcn", 256, (10, 25), 1000)
+COSTS = costs()
 
 
 @pytest.fixture(autouse=True)
@@ -107,12 +110,12 @@ def test_granndis_cuts_co_batches_where_one_does_not_fit():
     cluster = Cluster(2, 2, memory_bytes=64 * GIB)
     base = make_plan(PRODUCTS, LARGE, cluster)
     row = next(r for r in base.rows if r.strategy == "granndis")
-    work = LAWS["granndis"](PRODUCTS, LARGE, cluster)
+    work = COSTS["granndis"].epoch(PRODUCTS, LARGE, cluster)
     need = row.peak_bytes * cluster.ranks_per_server
     tight = dataclasses.replace(cluster, memory_bytes=need * 0.97)
     s = Situation("granndis", STRATEGIES.get("granndis").Config, PRODUCTS, LARGE, tight,
                   DEFAULT_UNITS, {}, row.peak_bytes)
-    chosen = choose(s, work)
+    chosen = COSTS["granndis"].choose(s, work)
     assert chosen.options["co_batches"] > 1 and chosen.work.steps == chosen.options["co_batches"]
     assert chosen.peak_per_rank * 2 <= tight.memory_bytes
 
@@ -130,11 +133,10 @@ def test_auto_is_kept_with_its_options_until_a_plan_resolves_it(cora):
     assert config.values() == {"cache_mb": "5"} and config.flag_pairs() == ["cache_mb=5"]
     with pytest.raises(StateError, match="resolved by a plan"):
         config.build()
-    same = resolve("p3", {"pipeline": True}, None, None, None)
+    same = resolve("p3", {"pipeline": True}, None, None)
     assert same == ("p3", {"pipeline": True}, None)
     name, options, plan = resolve(AUTO, {"cache_mb": "5"}, lambda: cora,
-                                  lambda: Cluster(2, 1, memory_bytes=16 * GIB), workload_for,
-                                  tell=False)
+                                  Launch(2, 1, 16 * GIB, link_gbit=1.0), tell=False)
     assert name in ("distdgl", "p3") and options["cache_mb"] == 5.0
     STRATEGIES.build(name, **options)
     assert workload_for({"fanouts": "5,5,5"}).fanouts == (5, 5, 5)
@@ -181,7 +183,7 @@ def test_dglx_plan_prints_json_and_a_table(capsys):
 
 LINK = Workload("sage", 64, (10, 25), 512, task="link")
 LINK_STRATEGIES = {n for n in STRATEGIES.names()
-                   if n in LAWS and STRATEGIES.get(n).capabilities.link_prediction}
+                   if n in COSTS and STRATEGIES.get(n).capabilities.link_prediction}
 
 
 @pytest.mark.parametrize("cluster", [Cluster(2, 1, memory_bytes=16 * GIB),
@@ -246,18 +248,18 @@ def test_a_link_step_seeds_the_ends_and_negatives_and_full_graph_steps_repeat(co
     assert sum(step_seeds(cora, dataclasses.replace(LINK, batch_size=4096))) < cora.nodes
     assert step_seeds(cora, dataclasses.replace(LINK, task="node")) == (512.0, 0.0)
     cluster = Cluster(2, 1)
-    epoch = LAWS["fullgraph"](cora, LINK, cluster)
-    once = LAWS["fullgraph"].work(LINK.trained(cora), LINK, cluster)
+    epoch = COSTS["fullgraph"].epoch(cora, LINK, cluster)
+    once = COSTS["fullgraph"].law(LINK.trained(cora), LINK, cluster)
     assert epoch.steps == 9 and LINK.trained(cora).edges == 8976 < cora.edges
     assert epoch.spmm_edge_dims == pytest.approx(9 * once.spmm_edge_dims)
     assert epoch.inter_bytes > 9 * once.inter_bytes and epoch.flops > 9 * once.flops
-    assert LAWS["distdgl"](cora, LINK, cluster).steps == 9
+    assert COSTS["distdgl"].epoch(cora, LINK, cluster).steps == 9
     # uncut, a node batch pulls nothing from the other server; a link batch pulls the rows
     # of its negatives there (uniform: half of them) and of the nodes near them
     uncut = dataclasses.replace(cora, edge_cuts=(0.0,))
-    assert LAWS["distdgl"](uncut, dataclasses.replace(LINK, task="node"), cluster) \
+    assert COSTS["distdgl"].epoch(uncut, dataclasses.replace(LINK, task="node"), cluster) \
         .pull_inter_bytes == 0
-    rows = LAWS["distdgl"](uncut, LINK, cluster).pull_inter_bytes / (9 * 2 * cora.row_bytes)
+    rows = COSTS["distdgl"].epoch(uncut, LINK, cluster).pull_inter_bytes / (9 * 2 * cora.row_bytes)
     assert step_seeds(cora, LINK)[0] / 2 < rows < cora.nodes / 2
 
 
@@ -281,9 +283,9 @@ def test_dglx_plan_task_link_and_auto_resolves_it(capsys, cora):
     assert {r["strategy"] for r in out["rows"]} == LINK_STRATEGIES
     assert out["workload"]["task"] == "link" and out["workload"]["negatives"] == 2
     assert {r["steps"] for r in out["rows"]} == {9} and "of link prediction" in out["summary"]
-    name, options, plan = resolve(AUTO, {}, lambda: cora, lambda: Cluster(2, 1),
-                                  lambda given: workload_for(given, task=TaskConfig(
-                                      name="link", edge_batch_size=512)), tell=False)
+    name, options, plan = resolve(AUTO, {}, lambda: cora, Launch(2, 1, link_gbit=1.0,
+                                  task=TaskConfig(name="link", edge_batch_size=512)),
+                                  tell=False)
     assert name in LINK_STRATEGIES and plan.work.link and plan.work.batch_size == 512
     STRATEGIES.build(name, **options)
 
@@ -326,7 +328,7 @@ def test_narrow_features_and_deep_models_count_more_full_graph_steps(cora):
         return {r.strategy: r.epochs for r in make_plan(graph, work, cluster).rows}
     wide, thin = epochs(cora), epochs(narrow)
     for name, count in wide.items():
-        assert thin[name] == pytest.approx(count * (2 if LAWS[name].full_graph else 1)), name
+        assert thin[name] == pytest.approx(count * (2 if COSTS[name].full_graph else 1)), name
 
 
 def test_commcheck_caches_the_link_rate_of_real_servers_only():
@@ -360,9 +362,8 @@ def test_under_a_scripts_loaders_full_graph_strategies_take_a_co_batch_per_batch
             assert row.epoch_s > before.epoch_s  # every step's rounds across servers
         else:
             assert row == before
-    assert resolve(AUTO, {}, lambda: cora, lambda: cluster, lambda given: workload_for(
-        given, loaders=True))[2].rows == make_plan(cora, workload_for({}, loaders=True),
-                                                   cluster).rows
+    assert resolve(AUTO, {}, lambda: cora, Launch(2, 1, link_gbit=1.0, loaders=True))[2].rows \
+        == make_plan(cora, workload_for({}, loaders=True), cluster).rows
 
 
 def test_resgcn_is_not_planned_for_p3_whose_first_conv_must_take_the_features(cora):
@@ -372,3 +373,28 @@ def test_resgcn_is_not_planned_for_p3_whose_first_conv_must_take_the_features(co
     assert "p3" not in {r.strategy for r in rows} and "distdgl" in {r.strategy for r in rows}
     assert "p3" in {r.strategy for r in make_plan(cora, Workload("gcn", 16), Cluster(
         2, 1, memory_bytes=16 * GIB)).rows}
+
+
+def test_a_plug_in_with_a_cost_is_planned_and_one_without_is_listed_as_not_planned(
+        monkeypatch, capsys):
+    """The plan reads each registered strategy's own cost: a plug-in that declares one
+    (the test plug-ins' ``CostedRangeStrategy``, registered here) is a row of `dglx plan`'s
+    table; ``range_distdgl``, which declares none, is listed as not planned, with why."""
+    from dglx_test_plugins.strategy import CostedRangeStrategy
+
+    from dglx_dist.cli import main
+    from dglx_dist.planner.predict import NO_COST
+
+    STRATEGIES.names()  # the entry points loaded, then a registry of this test's own
+    monkeypatch.setattr(STRATEGIES, "_entries", dict(STRATEGIES._entries))
+    STRATEGIES.add("costed_range", CostedRangeStrategy)
+    args = ["plan", "--nodes", "100000", "--edges", "2000000", "--servers", "2",
+            "--memory-per-server", str(64 * GIB)]
+    assert main(args + ["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "costed_range" in {r["strategy"] for r in out["rows"]} and len(out["rows"]) == 6
+    assert out["not_planned"] == {"range_distdgl": NO_COST}
+    assert main(args) == 0
+    table = capsys.readouterr().out
+    assert "| costed_range | " in table
+    assert "| range_distdgl | not planned |" in table and NO_COST in table

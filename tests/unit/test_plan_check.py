@@ -5,7 +5,8 @@ import os
 import pytest
 
 from benchmarks.plan_check import CONFIGS, FITTED, fit_constants
-from dglx_dist.planner.units import OVERHEAD_S_PER_STEP, load_measured
+from dglx_dist.planner.predict import costs
+from dglx_dist.planner.units import load_measured
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +31,7 @@ def test_the_fit_recovers_the_constants_that_made_the_rows():
         points = []
         for strategy, ov in true.items():
             steps, rounds, predicted = 2 + n, (6 + n) * (strategy != "granndis") + 2, 0.1 + n / 50
-            known = share * (steps * OVERHEAD_S_PER_STEP[strategy] + rounds * used)
+            known = share * (steps * costs()[strategy].overhead_s_per_step + rounds * used)
             measured = predicted - known + share * (steps * ov + rounds * round_s)
             if name == "link":
                 measured *= 3  # far off: must not count

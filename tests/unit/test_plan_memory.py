@@ -10,12 +10,12 @@ import pytest
 from dglx_dist.cli import main
 from dglx_dist.config import AUTO
 from dglx_dist.errors import InsufficientMemoryError
-from dglx_dist.memory import GraphSize
 from dglx_dist.planner import Cluster, Workload, graph_shape, make_plan
-from dglx_dist.planner.auto import resolve, workload_for
-from dglx_dist.planner.options import ACTIVATION_COPIES
+from dglx_dist.planner.auto import Launch, resolve
 from dglx_dist.strategies import STRATEGIES
+from dglx_dist.strategies.cost.shapes import GraphShape
 from dglx_dist.strategies.footprint import JobSize, check_job_memory, peak_per_rank
+from dglx_dist.strategies.holdings import CHECK_CUTS
 
 GIB = 1 << 30
 STRATEGY_NAMES = {"distdgl", "p3", "fullgraph", "granndis", "dorylus"}
@@ -66,12 +66,11 @@ def test_dglx_plan_and_auto_refuse_the_wide_features_and_plan_the_narrow_ones(ca
         assert main(args + ["--feat-dim", "100000"]) == 2
     assert "plan: no strategy fits in 65,536 MiB a server" in caplog.text
     assert main(args + ["--feat-dim", "128"]) == 0
-    cluster = Cluster(1, 1, memory_bytes=64 * GIB)
+    launch = Launch(1, 1, 64 * GIB, link_gbit=1.0)
     for width, picked in ((100_000, False), (128, True)):
         graph = graph_shape(1_000_000, 10_000_000, width)
         try:
-            name, _, plan = resolve(AUTO, {}, lambda: graph, lambda: cluster, workload_for,
-                                    tell=False)
+            name, _, plan = resolve(AUTO, {}, lambda: graph, launch, tell=False)
         except InsufficientMemoryError:
             name = None
         assert (name in STRATEGY_NAMES) is picked, (width, name)
@@ -83,20 +82,18 @@ def test_the_estimate_is_the_fit_at_its_widths_and_counts_what_wider_rows_hold()
     (docs/cluster_model.md, "Memory per rank"); the 400 GB matrix is refused by the check
     ``dglx train`` makes too."""
     distdgl = STRATEGIES.build("distdgl")
-    narrow = JobSize(GraphSize.homogeneous(1_000_000, 20_000_000, 128), 4, 2)
+    narrow = JobSize(GraphShape(1_000_000, 20_000_000, 128, edge_cuts=CHECK_CUTS), 4, 2)
     assert peak_per_rank(distdgl, narrow) == pytest.approx(
-        distdgl.memory_model.estimate(narrow.graph, 4))
-    wide = JobSize(GraphSize.homogeneous(1_000_000, 20_000_000, 1024), 4, 2)
+        distdgl.cost.memory.estimate(narrow.graph, 4))
+    wide = JobSize(GraphShape(1_000_000, 20_000_000, 1024, edge_cuts=CHECK_CUTS), 4, 2)
     assert 5.5e9 < peak_per_rank(distdgl, wide) < 7.5e9
-    huge = JobSize(GraphSize.homogeneous(1_000_000, 10_000_000, 100_000), 1, 1)
+    huge = JobSize(GraphShape(1_000_000, 10_000_000, 100_000, edge_cuts=CHECK_CUTS), 1, 1)
     for name in STRATEGY_NAMES:
         with pytest.raises(InsufficientMemoryError, match="its rows at F=100,000"):
             check_job_memory(STRATEGIES.build(name), huge, 64 * GIB)
 
 
 def test_a_cache_given_is_counted_once():
-    from dglx_dist.strategies import holdings
-
     graph = graph_shape(1_000_000, 10_000_000, 128)
     cluster = Cluster(2, 1)
     bare = make_plan(graph, Workload("sage"), cluster, given={"server_pulls": False})
@@ -104,7 +101,6 @@ def test_a_cache_given_is_counted_once():
     peak = {p: next(r.peak_bytes for r in plan.rows if r.strategy == "distdgl")
             for p, plan in (("bare", bare), ("cached", cached))}
     assert peak["cached"] - peak["bare"] == pytest.approx(1000 * 2**20 * 1.08)
-    assert holdings.ACTIVATION_COPIES == ACTIVATION_COPIES  # the plan's co-batches count alike
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import dgl
 import pytest
 import torch
 
+from dglx_dist.dgl.blocks import to_dgl_block
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.strategies.steps import Blocks, StepState, node_blocks
 
@@ -43,7 +44,7 @@ def test_blocks_of_two_steps_are_refused():
 
 def test_node_blocks_read_as_dgls():
     inputs, outputs = torch.tensor([5, 7, 9, 11]), torch.tensor([7, 11])
-    blocks = [b.to_dgl() for b in node_blocks(inputs, outputs, 2)]  # as a script gets them
+    blocks = [to_dgl_block(b) for b in node_blocks(inputs, outputs, 2)]  # as a script gets them
     assert len(blocks) == 2 and all(b.is_block and b.num_edges() == 0 for b in blocks)
     assert blocks[0].srcdata[dgl.NID].tolist() == inputs.tolist()
     assert blocks[-1].dstdata[dgl.NID].tolist() == outputs.tolist()
@@ -51,11 +52,14 @@ def test_node_blocks_read_as_dgls():
 
 
 def test_the_package_blocks_carry_the_state_too():
-    """Where DGL is absent the script gets the package's blocks: the state rides on them, also
-    through ``to``; ``for_model`` gives DGL's where DGL is installed (here), with the state."""
+    """The model gets the package's blocks: the state rides on them, also through ``to``;
+    DGL's door makes them DGL's (a DGL script's loader, a model of dgl.nn's modules) with
+    the state."""
+    from dglx_dist.dgl.blocks import dgl_blocks
+
     state = StepState(epoch=2)
     blocks = Blocks(node_blocks(torch.tensor([5, 7]), torch.tensor([7]), 2), state)
     assert Blocks.of([b.to("meta") for b in blocks]).state is state
-    handed = blocks.for_model()
+    handed = dgl_blocks(blocks)
     assert all(isinstance(b, dgl.DGLGraph) for b in handed) and handed.state is state
     assert Blocks.of(list(handed)).state is state

@@ -6,18 +6,19 @@ import pytest
 from dglx_dist.config import RunConfig
 from dglx_dist.data import write_dataset
 from dglx_dist.errors import InsufficientMemoryError
-from dglx_dist.memory import EMBEDDING_COPIES, GraphSize, MemoryModel, NodeTypeSize
+from dglx_dist.memory import MemoryModel
 from dglx_dist.strategies import STRATEGIES
+from dglx_dist.strategies.cost.shapes import EMBEDDING_COPIES, GraphShape
 from dglx_dist.strategies.footprint import JobSize, check_job_memory, peak_per_rank
+from dglx_dist.strategies.holdings import CHECK_CUTS
 
 MB = 1 << 20
 PRODUCTS = dict(nodes=2_449_029, edges=61_859_140)
 
 
 def _mag_like(embed_dim=64, paper_dim=128):
-    return GraphSize((NodeTypeSize("author", 1_000_000, 0), NodeTypeSize("paper", 700_000,
-                                                                          paper_dim)),
-                     40_000_000, embed_dim=embed_dim, typed=True)
+    return GraphShape.of_types([("author", 1_000_000, 0), ("paper", 700_000, paper_dim)],
+                               40_000_000, embed_dim)
 
 
 def test_a_graph_without_types_is_the_one_type_case_of_the_old_estimate():
@@ -26,15 +27,15 @@ def test_a_graph_without_types_is_the_one_type_case_of_the_old_estimate():
     n, e = PRODUCTS["nodes"], PRODUCTS["edges"]
     for name in STRATEGIES.names():
         strategy = STRATEGIES.build(name)
-        model = getattr(strategy, "memory_model", None)
+        model = getattr(getattr(strategy, "cost", None), "memory", None)
         if model is None:
             continue
         old = model.base + (model.per_node * n + model.per_edge * e) / 4
         assert model.peak(n, e, 4) == pytest.approx(old), name
         for job in (JobSize.homogeneous(n, e, 4, 2),
-                    JobSize(GraphSize.homogeneous(n, e, 128), 4, 2)):
+                    JobSize(GraphShape(n, e, 128, edge_cuts=CHECK_CUTS), 4, 2)):
             assert peak_per_rank(strategy, job) == pytest.approx(old), name
-    size = GraphSize.homogeneous(n, e, 128)
+    size = GraphShape(n, e, 128)
     assert (size.nodes, size.edges, size.typed) == (n, e, False)
     assert (size.feature_bytes, size.embedding_bytes) == (4 * 128 * n, 0)
 
@@ -62,7 +63,7 @@ def test_the_typed_fit_of_every_typed_strategy_is_used_for_a_typed_graph():
     graph = _mag_like()
     for name in ("distdgl", "p3", "fullgraph", "granndis"):
         strategy = STRATEGIES.build(name)
-        typed = strategy.typed_memory_model
+        typed = strategy.cost.typed_memory
         assert typed is not None and typed.per_embedding_byte + typed.per_feature_byte > 0
         job = JobSize(graph, 2, 2)
         assert peak_per_rank(strategy, job) == pytest.approx(typed.estimate(graph, 2))
@@ -81,7 +82,8 @@ def test_dglx_train_sizes_a_typed_dataset_and_its_partition_per_type(tmp_path):
     ds = _toy()  # paper 240 (F=5), field 60 (F=3), author 120 (no features)
     write_dataset(ds, tmp_path / "typed")
     size = dataset_size(tmp_path / "typed", embed_dim=16)
-    widths = {t.name: (t.nodes, t.feat_dim) for t in size.types}
+    widths = {t: (round(share * size.nodes), w)
+              for t, (share, w) in zip(size.type_names, size.node_types)}
     assert widths == {"paper": (240, 5), "field": (60, 3), "author": (120, 0)}
     assert size.typed and size.embed_dim == 16 and size.edges == ds.num_edges
     assert size.embedding_bytes == 4 * EMBEDDING_COPIES * 120 * 16
@@ -117,7 +119,7 @@ def test_every_typed_strategy_carries_the_typed_fit_of_the_docs():
             if "per_feature_byte" in header and len(c) == len(header)}
     assert set(rows) == {"distdgl", "p3", "fullgraph", "granndis"}
     for name, row in rows.items():
-        fit = STRATEGIES.build(name).typed_memory_model.public()
+        fit = STRATEGIES.build(name).cost.typed_memory.public()
         assert fit == {"base_mb": int(row["base_mb"]), "bytes_per_node": 0,
                        "bytes_per_edge": float(row["bytes_per_edge"]),
                        "per_feature_byte": float(row["per_feature_byte"]),

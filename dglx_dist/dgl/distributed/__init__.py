@@ -21,11 +21,11 @@ from typing import Any
 
 from dglx_dist.api import graph as _graph
 from dglx_dist.api.embedding import DistEmbedding
-from dglx_dist.api.loader import DistEdgeDataLoader, DistNodeDataLoader
 from dglx_dist.api.split import edge_split, node_split
 from dglx_dist.api.tensor import DistTensor
 from dglx_dist.dgl.distributed import optim
-from dglx_dist.dgl.distributed.dataloader import DistDataLoader
+from dglx_dist.dgl.distributed.dataloader import (DistDataLoader, DistEdgeDataLoader,
+                                                  DistNodeDataLoader)
 from dglx_dist.dgl.distributed.surface import (DGLS_OWN, SERVER_ONLY, find_edges,
                                                in_subgraph, sample_etype_neighbors,
                                                sample_neighbors, server_only)

@@ -1,4 +1,7 @@
-"""``dgl.distributed.DistDataLoader``: batches of a dataset's items, each given to the script's
+"""DGL's distributed loaders over the package's: ``DistNodeDataLoader`` and
+``DistEdgeDataLoader`` (:class:`~dglx_dist.api.DataLoader` and its edge form, yielding DGL's
+blocks and pair graphs, :func:`~dglx_dist.dgl.blocks.dgl_batch`), and
+``dgl.distributed.DistDataLoader``: batches of a dataset's items, each given to the script's
 ``collate_fn``, as DistDGL's first examples sample (``collate_fn`` calling
 ``dgl.distributed.sample_neighbors`` and ``dgl.to_block``). ``collate_fn`` runs in the trainer
 and sampling is collective, so every rank takes the same number of steps per epoch, as
@@ -13,12 +16,37 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
+from dglx_dist.api import loader
+from dglx_dist.dgl.blocks import dgl_batch
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.runtime.agree import same_call
 from dglx_dist.runtime.session import current_session
 from dglx_dist.strategies.steps import agreed_steps, equal_step_sizes
 
-__all__ = ["DistDataLoader"]
+__all__ = ["DistNodeDataLoader", "DistEdgeDataLoader", "DistDataLoader"]
+
+
+class DGLBatches:
+    """A loader of the package's whose batches a DGL script gets as DGL's loaders give them:
+    DGL's blocks (with their rows) and pair graphs."""
+
+    def __iter__(self) -> Iterator[tuple]:
+        batches = super().__iter__()
+        try:
+            for batch in batches:
+                yield dgl_batch(batch)
+        finally:  # a loop left early leaves the package's loader as its own break does
+            batches.close()
+
+
+class DistNodeDataLoader(DGLBatches, loader.DataLoader):
+    """DGL's ``DistNodeDataLoader`` (and ``dgl.dataloading.DataLoader`` over a distributed
+    graph): :class:`~dglx_dist.api.DataLoader`, DGL's blocks out."""
+
+
+class DistEdgeDataLoader(DGLBatches, loader.DistEdgeDataLoader):
+    """DGL's ``DistEdgeDataLoader``: :class:`~dglx_dist.api.loader.DistEdgeDataLoader`, DGL's
+    blocks and pair graphs out."""
 
 
 def _scalar(item: Any) -> Any:

@@ -15,7 +15,8 @@
 * Parameter servers with weight stashing, the weight update (WU): :mod:`.params`
   (:class:`ParamServers`, :class:`WeightUpdates`).
 * The strategy (setup, training loop, the cost estimate and "value" = 1/(time x cost) in the
-  metrics): :mod:`.strategy` (:class:`DorylusStrategy`).
+  metrics): :mod:`.strategy` (:class:`DorylusStrategy`); its cost for the plan (epoch law,
+  overhead, memory fit): :mod:`.cost`.
 """
 from dglx_dist.strategies.dorylus.graph import GraphServer
 from dglx_dist.convs.dorylus_base import LayerKind, Stage

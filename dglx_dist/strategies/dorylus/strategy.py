@@ -17,7 +17,6 @@ from torch import nn
 from dglx_dist.convs import graph_convs
 from dglx_dist.data.normalize import row_normalized
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.memory import MemoryModel
 from dglx_dist.offload import EXECUTORS, TaskController
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.registry import Bounds
@@ -25,11 +24,12 @@ from dglx_dist.runtime.autograd import GradientSync
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.strategies.abilities import (Approximate, Capabilities, ConvTypes, FullGraphForm,
-                                            MemoryModelled, OverlapsBackward, OwnEpochs, OwnSplit,
+                                            Costed, OverlapsBackward, OwnEpochs, OwnSplit,
                                             ShapedByOptions)
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, Strategy,
                                        pull_features_once,
                                        with_depth)
+from dglx_dist.strategies.dorylus.cost import COST
 from dglx_dist.strategies.dorylus.graph import GraphServer
 from dglx_dist.convs.dorylus_base import summed_grads
 from dglx_dist.strategies.dorylus.layers import ConvTypesOfAdapters, layer_kind
@@ -67,7 +67,7 @@ class _Logits(torch.autograd.Function):
 
 
 @STRATEGIES.register("dorylus")
-class DorylusStrategy(Strategy, OwnEpochs, FullGraphForm, MemoryModelled, ConvTypes,
+class DorylusStrategy(Strategy, OwnEpochs, FullGraphForm, Costed, ConvTypes,
                       Approximate, OverlapsBackward, OwnSplit, ShapedByOptions):
     """Graph servers + serverless tensor tasks + bounded asynchrony (see module docstring):
     float32 alone (tensor tasks travel to the executors as float32 arrays), on the host."""
@@ -75,8 +75,7 @@ class DorylusStrategy(Strategy, OwnEpochs, FullGraphForm, MemoryModelled, ConvTy
     capabilities = Capabilities(float32_only=True)
 
     conv_types = ConvTypesOfAdapters()  # the convs whose adapter (dglx_dist.convs) has dorylus support
-    # peak RSS per rank, fitted: docs/cluster_model.md "Memory per rank" (MemoryModelled)
-    memory_model = MemoryModel(base=631 * 2**20, per_node=5880, per_edge=122.1)
+    cost = COST
 
     @dataclasses.dataclass(frozen=True)
     class Config:

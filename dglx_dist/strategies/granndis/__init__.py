@@ -9,6 +9,7 @@
   ranks, rows swapped between layers): :mod:`.cobatch`.
 * Graphs with node and edge types (a model of ``HeteroGraphConv``s): the co-batches'
   layers as heterogeneous blocks and the row exchange per node type, :mod:`.heteroconv`.
+* The cost of each (epoch law, ``co_batches`` chosen, overhead, memory fits): :mod:`.cost`.
 """
 from dglx_dist.strategies.granndis.halo import HaloConv
 from dglx_dist.strategies.granndis.strategy import GraNNDisStrategy

@@ -49,7 +49,7 @@ class HaloConv(ConvWrapper):
             return None
         if plan not in self._scales:
             self._scales[plan] = self._adapter.degree_source_scale(
-                self.conv, self._adapter.block_for(self.conv, plan.block), plan.out_degree)
+                self.conv, plan.block, plan.out_degree)
         return self._scales[plan]
 
 

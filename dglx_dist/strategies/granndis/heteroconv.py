@@ -160,8 +160,7 @@ def _source_degrees(conv: nn.Module):
     except InvalidValueError:
         return None
     one = Block.untyped(*(torch.zeros(1, dtype=torch.int64),) * 4)
-    scale = adapter.degree_source_scale(conv, adapter.block_for(conv, one),
-                                        torch.ones(1, dtype=torch.float64))
+    scale = adapter.degree_source_scale(conv, one, torch.ones(1, dtype=torch.float64))
     return None if scale is None else adapter
 
 

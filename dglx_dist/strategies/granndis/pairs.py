@@ -16,7 +16,7 @@ from the graph before ``distribute`` instead.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 import torch
 
@@ -25,9 +25,6 @@ from dglx_dist.runtime.autograd import halo_exchange
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.strategies.steps import (Blocks, EdgeStep, LoaderPlan, LoaderSpec, StepState,
                                         epoch_batches, sampled_plan, step_seed)
-
-if TYPE_CHECKING:
-    from dglx_dist.strategies.granndis.strategy import GraNNDisStrategy
 
 __all__ = ["PairGather", "pair_plan", "pair_epoch"]
 
@@ -72,9 +69,9 @@ def gather_plan(world: Comm, nodes: torch.Tensor, owner: torch.Tensor,
     return PairGather([rows_of(w) for w in wanted], [a.numel() for a in asked], index)
 
 
-def pair_plan(strategy: "GraNNDisStrategy", ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan:
-    """An edge loader's plan: this rank's edge ids (collective); refuses what a full-graph
-    step cannot do."""
+def pair_plan(strategy, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan:
+    """An edge loader's plan under ``strategy`` (the GraNNDis strategy, which imports this
+    module): this rank's edge ids (collective); refuses what a full-graph step cannot do."""
     name = strategy.registered_name
     if strategy.types is not None:
         raise NotSupportedError(f"{name}: edge loaders (link prediction) on a graph with edge "
@@ -87,7 +84,7 @@ def pair_plan(strategy: "GraNNDisStrategy", ids: torch.Tensor, spec: LoaderSpec)
     return sampled_plan(strategy.session.world, ids, spec)
 
 
-def pair_epoch(strategy: "GraNNDisStrategy", plan: LoaderPlan, spec: LoaderSpec,
+def pair_epoch(strategy, plan: LoaderPlan, spec: LoaderSpec,
                epoch: int) -> Iterator[EdgeStep]:
     """An epoch of an edge loader: per batch, the full-graph blocks and the pairs' gather
     plan (collective: every rank takes ``plan.steps`` steps)."""

@@ -18,7 +18,6 @@ from torch import nn
 
 from dglx_dist.convs import graph_convs
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.memory import MemoryModel
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.runtime.autograd import GradientSync
 from dglx_dist.runtime.session import Session
@@ -27,7 +26,7 @@ from dglx_dist.sampling import PartitionSampler
 from dglx_dist.graphcore.block import plan_of
 from dglx_dist.graphcore.frames import NID
 from dglx_dist.strategies.abilities import (Approximate, Capabilities, FullGraphForm, HoldsRows,
-                                            MemoryModelled, OverlapsBackward, OwnSplit,
+                                            Costed, OverlapsBackward, OwnSplit,
                                             ShapedByOptions)
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, Strategy,
                                        pull_features_once,
@@ -36,6 +35,7 @@ from dglx_dist.strategies.granndis.batching import (TARGETS, Batching, HeldRows,
                                                     cobatch_plans, step_layers,
                                                     target_rows)
 from dglx_dist.strategies.granndis.cobatch import GroupNodes
+from dglx_dist.strategies.granndis.cost import COSTS
 from dglx_dist.strategies.granndis.eas import expand_external
 from dglx_dist.strategies.granndis.halo import HaloConv, complete_rows
 from dglx_dist.strategies.granndis.pairs import PairGather, pair_epoch, pair_plan
@@ -50,22 +50,17 @@ from dglx_dist.strategies.steps import Blocks, LoaderPlan, LoaderSpec, Step, Ste
 __all__ = ["GraNNDisStrategy"]
 
 log = logging.getLogger(__name__)
-# peak RSS per rank by scope (granndis, fullgraph), untyped and typed: docs/cluster_model.md
-_FITS = {"server": (MemoryModel(1508 * 2**20, 9921, 167.8),
-                    MemoryModel(549 * 2**20, 0, 491.2, 5.08, 19.46)),
-         "world": (MemoryModel(716 * 2**20, 8358, 122.2),
-                   MemoryModel(636 * 2**20, 0, 440.4, 2.8, 13.21))}
 
 
 @STRATEGIES.register("fullgraph", scope="world", external_max_hop=0)
 @STRATEGIES.register("granndis")
-class GraNNDisStrategy(Strategy, FullGraphForm, MemoryModelled, HoldsRows, Approximate,
+class GraNNDisStrategy(Strategy, FullGraphForm, Costed, HoldsRows, Approximate,
                        OverlapsBackward, OwnSplit, ShapedByOptions):
     """Shared preloading + EAS + cooperative batching (or, as ``fullgraph``, none of them)."""
 
     capabilities = Capabilities(link_prediction=True, typed_graphs=True)
     held_rows = frozenset({"feat"})
-    memory_model, typed_memory_model = _FITS["server"]  # scope 'world' (fullgraph): its own
+    cost = COSTS["server"]  # scope 'world' (fullgraph): its own
 
     @dataclasses.dataclass(frozen=True)
     class Config:
@@ -106,13 +101,13 @@ class GraNNDisStrategy(Strategy, FullGraphForm, MemoryModelled, HoldsRows, Appro
                                         "-1) and k >= 1 (or -1)")
             if self.co_batches < 1 and self.co_batches != -1:
                 raise InvalidValueError(f"co_batches {self.co_batches}: must be >= 1 (or -1: auto)")
-            for name, valid in (("scope", tuple(_FITS)), ("cobatch_targets", TARGETS)):
+            for name, valid in (("scope", tuple(COSTS)), ("cobatch_targets", TARGETS)):
                 if (value := getattr(self, name)) not in valid:
                     raise InvalidValueError(f"{name} {value!r}; expected one of {valid}")
 
     def __init__(self, config, name: str = ""):
         super().__init__(config, name)
-        self.memory_model, self.typed_memory_model = _FITS[config.scope]  # 'world': no preload
+        self.cost = COSTS[config.scope]  # 'world': no preload
         self._batchings: dict[int, Batching] = {}  # by co-batch count
 
     @classmethod

@@ -13,6 +13,7 @@
   :func:`plan_cache` and :class:`CachePlan` in :mod:`.strategy` (``cache_mb``).
 * Graphs with node and edge types (an R-GCN): the featured types' input projections split by
   feature columns, :mod:`.projections` (:class:`~dglx_dist.strategies.p3.projections.TypedColumns`).
+* Its cost (epoch law, ``pipeline`` chosen, overhead, memory fits): :mod:`.cost`.
 """
 from dglx_dist.strategies.p3.layer import ColumnSlice, P3FirstLayer
 from dglx_dist.strategies.p3.strategy import CachePlan, P3Strategy, plan_cache

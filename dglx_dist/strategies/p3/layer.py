@@ -152,7 +152,7 @@ class P3FirstLayer(ConvWrapper):
             # the stored features in the weights' dtype (a bfloat16 model's layer 1 is too)
             partials.append(self.adapter.partial(
                 self.conv, weights,
-                block if b is host else self.adapter.block_for(self.conv, b.to(device)),
+                block if b is host else b.to(device),
                 self._rows(b, whole, device).to(weights[0].dtype),
                 **_weighed(None if weight is None else weight.to(device))))
         return partials
@@ -162,8 +162,7 @@ class P3FirstLayer(ConvWrapper):
         ids = block.srcdata[NID]
         rows = rows_at(self.feat, ids, pin=device.type == "cuda")
         if whole:
-            scale = self.adapter.degree_source_scale(self.conv,
-                                                     self.adapter.block_for(self.conv, block),
+            scale = self.adapter.degree_source_scale(self.conv, block,
                                                      self.out_degree().index_select(0, ids))
             rows = rows if scale is None else rows * scale
         return rows.to(device, non_blocking=True)

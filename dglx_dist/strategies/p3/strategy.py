@@ -22,7 +22,6 @@ from torch.nn.parallel import DistributedDataParallel
 from dglx_dist.convs import adapter_for, first_conv
 from dglx_dist.errors import InvalidValueError, NotSupportedError, StateError
 from dglx_dist.kvstore.policy import rows_at
-from dglx_dist.memory import MemoryModel
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.registry import Bounds
 from dglx_dist.runtime.failure import same_on_every_rank
@@ -31,13 +30,14 @@ from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import (LocalSampler, PartitionSampler, owner_balanced_chunks,
                                 whole_edge_weights, whole_graph)
-from dglx_dist.strategies.abilities import (HoldsRows, MemoryModelled, OverlapsBackward, OwnSplit,
+from dglx_dist.strategies.abilities import (Costed, HoldsRows, OverlapsBackward, OwnSplit,
                                             ShardedParams)
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest,
                                        ddp)
 from dglx_dist.strategies.holdings import (Holdings, JobSize, feature_bytes,
                                            minibatch_step_bytes, param_bytes, sampled_blocks)
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
+from dglx_dist.strategies.p3.cost import COST
 from dglx_dist.strategies.p3.layer import ColumnSlice, P3FirstLayer, whole_rows
 from dglx_dist.strategies.p3.projections import TypedColumns
 from dglx_dist.strategies.steps import Blocks, Step, place_step
@@ -77,7 +77,7 @@ def plan_cache(budget: float, pdir: PartitionDir, topology: Topology) -> CachePl
 
 
 @STRATEGIES.register("p3")
-class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, ShardedParams,
+class P3Strategy(MiniBatchStrategy, Costed, HoldsRows, ShardedParams,
                  OverlapsBackward, OwnSplit):
     """Hash structure + feature-dimension slices; layer 1 model parallel, the rest DDP (its
     pipeline runs layer 1 ahead itself and needs steps in turn). Its state between epochs
@@ -88,11 +88,7 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, ShardedParams,
                                        steps_in_turn=True)
     held_rows = frozenset({"feat"})
     typed: TypedColumns | None = None  # a typed graph's column slices, set up
-    # peak RSS per rank, fitted: docs/cluster_model.md "Memory per rank" (MemoryModelled)
-    memory_model = MemoryModel(base=1126 * 2**20, per_node=0, per_edge=303.3)
-    # typed graphs: docs/cluster_model.md "Graphs with node types" (R-GCN, mag-shaped)
-    typed_memory_model = MemoryModel(base=753 * 2**20, per_node=0, per_edge=0.0,
-                                     per_feature_byte=6.95, per_embedding_byte=12.33)
+    cost = COST
 
     @dataclasses.dataclass(frozen=True)
     class Config(MiniBatchConfig):
@@ -276,8 +272,6 @@ class P3Strategy(MiniBatchStrategy, MemoryModelled, HoldsRows, ShardedParams,
         last = None
         device = self.compute_device(self.session)
         for step in super().loader_epoch(plan, spec, epoch):  # launched 2 steps ahead
-            # layer 1 runs on the blocks the forward gets (DGL's where DGL is installed)
-            step = step._replace(blocks=step.blocks.for_model(spec.package_blocks))
             host = step.blocks[0]  # the forward gets the block on the device
             launch = self._layer.launch(place_step(step, device).blocks[0], host)
             state = dataclasses.replace(step.blocks.state, plan=launch)  # rides with the step

@@ -9,7 +9,9 @@ the registries' names, cover these plug-ins with no edit to the package or to th
 
 * :mod:`.partitioner`: ``range``, contiguous id ranges (``dglx_dist.partitioners``);
 * :mod:`.strategy`: ``range_distdgl``, DistDGL-style training on ``range`` parts, written
-  against the strategy core alone (``dglx_dist.strategies``);
+  against the strategy core alone (``dglx_dist.strategies``), so the plan lists it as not
+  planned; beside it ``CostedRangeStrategy``, the same with a cost, which the plan's test
+  registers itself (so no other test plans it);
 * :mod:`.conv`: the column split of ``dgl.nn.GINConv`` (``dglx_dist.layers``);
 * :mod:`.executor`: ``threads``, tensor tasks in a thread pool (``dglx_dist.executors``);
 * :mod:`.faulty`: ``faulty-local``, the ``local`` executor with latency, crashes and hangs

@@ -40,8 +40,12 @@ class GINAdapter(ConvAdapter):
     def partial(self, conv, weights, block, x):
         import dgl
 
+        from dglx_dist.dgl.blocks import to_dgl_block  # DGL's door: the package's block as DGL's
+        from dglx_dist.graphcore.block import Block
+
+        graph = to_dgl_block(block) if isinstance(block, Block) else block
         reduce = dgl.ops.copy_u_sum if conv._aggregator_type == "sum" else dgl.ops.copy_u_mean
-        h = (1 + conv.eps) * x[: block.num_dst_nodes()] + reduce(block, x)
+        h = (1 + conv.eps) * x[: block.num_dst_nodes()] + reduce(graph, x)
         return [F.linear(h, weights[0])]
 
     def finish(self, conv, block, totals):

@@ -14,7 +14,10 @@ import dataclasses
 import torch
 
 from dglx_dist.sampling import PartitionSampler
+from dglx_dist.strategies.abilities import Costed
 from dglx_dist.strategies.base import PartitionSpec, Strategy, check_partitions, ddp
+from dglx_dist.strategies.cost import Cost
+from dglx_dist.strategies.cost.counts import allreduce, sampled, sampled_steps
 from dglx_dist.strategies.steps import sampled_epoch, sampled_plan
 
 
@@ -43,3 +46,20 @@ class RangeDistDGLStrategy(Strategy):
 
     def loader_epoch(self, plan, spec, epoch):
         return sampled_epoch(self.sampler, self.session.rank, plan, spec, epoch)
+
+
+def range_epoch(graph, work, cluster):
+    """An epoch of :class:`RangeDistDGLStrategy`: sampled blocks; a range part holds 1/S of
+    the input rows, the others are pulled; DDP all-reduces the gradients."""
+    steps = sampled_steps(graph, work, cluster)
+    blocks, base = sampled(graph, work, steps)
+    inter, intra = allreduce(graph, work, cluster, steps)
+    pulled = steps * cluster.world * blocks[0].src * (1 - 1 / cluster.servers) * graph.row_bytes
+    return dataclasses.replace(base, inter_bytes=inter + pulled, intra_bytes=intra,
+                               pull_inter_bytes=pulled)
+
+
+class CostedRangeStrategy(RangeDistDGLStrategy, Costed):
+    """``range_distdgl`` with a cost: what a plug-in declares to be planned."""
+
+    cost = Cost(law=range_epoch, overhead_s_per_step=0.01)

@@ -3,7 +3,7 @@ owner-compute sampling, :class:`~dglx_dist.sampling.PartitionSampler`; features 
 the KVStore; DDP), with three options DistDGL lacks: ``server_pulls``
 (:mod:`dglx_dist.kvstore.coalesce`), ``cache_mb`` (:mod:`dglx_dist.kvstore.cache`) and
 ``seed_mixing`` (:func:`traded_seeds`). What each does and what it costs:
-docs/strategies/distdgl.md; what lives on a GPU: docs/launching.md.
+docs/strategies/distdgl.md; what lives on a GPU: docs/launching.md; its cost: :mod:`.cost`.
 """
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from typing import Iterator
 import torch
 
 from dglx_dist.kvstore import DistKVStore, RowPolicy
-from dglx_dist.memory import MemoryModel
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.registry import Bounds
 from dglx_dist.runtime.session import Session
 from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import PartitionSampler
-from dglx_dist.strategies.abilities import MemoryModelled
+from dglx_dist.strategies.abilities import Costed
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest,
                                        check_typed_store, ddp)
+from dglx_dist.strategies.distdgl.cost import COST
 from dglx_dist.strategies.holdings import (Holdings, JobSize, feature_bytes,
                                            minibatch_step_bytes, param_bytes)
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
@@ -31,18 +31,13 @@ __all__ = ["DistDGLStrategy", "traded_seeds"]
 
 
 @STRATEGIES.register("distdgl")
-class DistDGLStrategy(MiniBatchStrategy, MemoryModelled):
+class DistDGLStrategy(MiniBatchStrategy, Costed):
     """METIS partitions + HALO, distributed sampling, KVStore features, DDP."""
 
     capabilities = dataclasses.replace(MiniBatchStrategy.capabilities, typed_graphs=True,
                                        draws_subgraphs=True, foreign_convs=True)
 
-    # peak RSS per rank, fitted: docs/cluster_model.md "Memory per rank" (MemoryModelled)
-    memory_model = MemoryModel(base=1250 * 2**20, per_node=0, per_edge=272.8)
-    # typed graphs: dglx train's R-GCN on mag-shaped graphs (1/8-1/4 of ogbn-mag, F 128/512,
-    # hidden 64/256), docs/cluster_model.md "Graphs with node types"
-    typed_memory_model = MemoryModel(base=843 * 2**20, per_node=0, per_edge=0.0,
-                                     per_feature_byte=10.5, per_embedding_byte=9.68)
+    cost = COST
 
     @dataclasses.dataclass(frozen=True)
     class Config(MiniBatchConfig):

@@ -1,18 +1,33 @@
-"""The plan's inputs: the shape of a graph, the training workload, the cluster, and the unit
-costs of one rank. All are frozen dataclasses; none imports torch or DGL (the research tooling
-that measures and checks them, ``benchmarks/costmodel``, imports them from here)."""
+"""What a strategy's cost is counted from: the shape of a graph, the training workload, the
+cluster, and the unit costs of one rank. All are frozen dataclasses; none imports torch or DGL
+(the research tooling that measures and checks them, ``benchmarks/costmodel``, imports them
+from here)."""
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.tasks.shares import split_sizes
 
-__all__ = ["TASKS", "Cluster", "GraphShape", "Units", "Workload", "degree_quantiles"]
+__all__ = ["DEFAULT_CUTS", "EMBEDDING_COPIES", "HELDOUT", "TASK_NAMES", "Cluster", "GraphShape",
+           "Units", "Workload", "degree_quantiles", "split_sizes"]
+
+TASK_NAMES = ("node", "link")
+"""What a run learns (``--task``): node classification or link prediction; the plan models
+both."""
+
+HELDOUT = (0.05, 0.10)
+"""The link task's shares of the pairs held out for validation and for test
+(:func:`dglx_dist.tasks.link.split_pairs`)."""
+
+
+def split_sizes(pairs: int) -> tuple[int, int, int]:
+    """(validation, test, training) pairs of ``pairs`` undirected pairs."""
+    val, test = (int(share * pairs) for share in HELDOUT)
+    return val, test, pairs - val - test
 
 QUANTILES = 512
 """Points of a degree distribution a :class:`GraphShape` keeps."""
@@ -28,17 +43,27 @@ def degree_quantiles(degrees: np.ndarray, points: int = QUANTILES) -> tuple[floa
     return tuple(round(float(x), 6) for x in q)
 
 
+DEFAULT_CUTS = (0.106, 0.161, 0.193)
+"""Fractions of the edges METIS cuts into 2, 4 and 8 parts, measured on the 100k-node
+synthetic graph of docs/cluster_model.md (a DC-SBM graph: community structure, as most real
+graphs have; a graph with less locality is cut more)."""
+EMBEDDING_COPIES = 3
+"""Copies of a featureless type's learned rows a job holds: the rows and SparseAdam's two
+moment estimates."""
+
+
 @dataclasses.dataclass(frozen=True)
 class GraphShape:
-    """A graph as the model sees it: sizes, split, the METIS cut and the degree distribution."""
+    """A graph as the cost laws and the memory estimates see it: sizes (per node type where
+    it has types), split, the METIS cut and the degree distribution."""
 
     nodes: int
     edges: int
-    """Directed edges (both directions of an undirected edge count)."""
+    """Directed edges of every edge type (both directions of an undirected edge count)."""
     feat_dim: int
-    num_classes: int
-    train_frac: float
-    edge_cuts: tuple[float, ...]
+    num_classes: int = 2
+    train_frac: float = 0.1
+    edge_cuts: tuple[float, ...] = DEFAULT_CUTS
     """Fractions of edges METIS cuts into 2, 4, 8, ... parts (measured; :meth:`cut` goes on
     from the last two, linear in log2 of the parts)."""
     rel_degrees: tuple[float, ...] = (1.0,)
@@ -49,6 +74,20 @@ class GraphShape:
     gradients pushed back); ``()``: every node has ``feat_dim`` features."""
     embed_dim: int = 0
     """Width of the learned rows of the featureless types."""
+    type_names: tuple[str, ...] = ()
+    """The node types' names, in the order of ``node_types`` (for messages; ``()``: type0,
+    type1, ...)."""
+
+    @classmethod
+    def of_types(cls, types: Sequence[tuple[str, int, int]], edges: int, embed_dim: int = 0,
+                 **fields: Any) -> "GraphShape":
+        """A graph with node types, from each type's (name, nodes, feature width; 0: learned
+        rows ``embed_dim`` wide) and the edges of every edge type; ``fields``: the rest."""
+        nodes = sum(n for _, n, _ in types)
+        widths = tuple((n / max(nodes, 1), int(w)) for _, n, w in types)
+        return cls(int(nodes), int(edges), max(w for _, w in widths) or 1, **fields,
+                   node_types=widths, type_names=tuple(t for t, _, _ in types),
+                   embed_dim=embed_dim if any(w == 0 for _, w in widths) else 0)
 
     def __post_init__(self) -> None:
         bad = [n for n in ("nodes", "edges", "feat_dim", "num_classes") if getattr(self, n) < 1]
@@ -58,6 +97,8 @@ class GraphShape:
         if self.node_types and (abs(sum(f for f, _ in self.node_types) - 1) > 1e-6 or min(
                 w for _, w in self.node_types) < 0 or self.embed_dim < 0):
             bad.append("node_types (shares summing to 1, widths >= 0)")
+        if self.type_names and len(self.type_names) != len(self.node_types):
+            bad.append("type_names (one per node type)")
         if bad:
             raise InvalidValueError(f"GraphShape: {', '.join(bad)} out of range (sizes >= 1, "
                                     f"fractions in [0, 1])")
@@ -84,6 +125,39 @@ class GraphShape:
         return sum(f * w for f, w in self.node_types)
 
     @property
+    def typed(self) -> bool:
+        """Whether the graph has node types (a typed dataset or partition)."""
+        return bool(self.node_types)
+
+    def _type_sizes(self) -> list[tuple[int, int]]:
+        """(nodes, feature width) of each node type; the whole graph where it has none."""
+        if not self.node_types:
+            return [(self.nodes, self.feat_dim)]
+        return [(round(share * self.nodes), w) for share, w in self.node_types]
+
+    @property
+    def feature_bytes(self) -> int:
+        """float32 feature rows of the featured types: sum of ``nodes x feat_dim x 4``."""
+        return sum(4 * n * w for n, w in self._type_sizes())
+
+    @property
+    def embedding_bytes(self) -> int:
+        """Learned rows of the featureless types with their optimizer state: sum of ``nodes x
+        embed_dim x 4 x`` :data:`EMBEDDING_COPIES`."""
+        return sum(4 * EMBEDDING_COPIES * n * self.embed_dim
+                   for n, w in self._type_sizes() if w == 0)
+
+    def describe(self) -> str:
+        """``N nodes and M edges``, with the types when it has them."""
+        text = f"{self.nodes:,} nodes and {self.edges:,} edges"
+        if not self.typed:
+            return text
+        names = self.type_names or [f"type{i}" for i in range(len(self.node_types))]
+        kinds = ", ".join(f"{t} {n:,}" + (f" F={w}" if w else f" learned {self.embed_dim}")
+                          for t, (n, w) in zip(names, self._type_sizes()))
+        return f"{text} ({kinds})"
+
+    @property
     def mean_degree(self) -> float:
         return self.edges / self.nodes
 
@@ -108,7 +182,8 @@ class GraphShape:
         return float(min(max(value, 0.0), 1 - 1 / parts))
 
     def public(self) -> dict[str, Any]:
-        skip = {"rel_degrees"} | (set() if self.node_types else {"node_types", "embed_dim"})
+        skip = {"rel_degrees", "type_names"} | (set() if self.node_types else
+                                                  {"node_types", "embed_dim"})
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
 
 
@@ -116,7 +191,7 @@ class GraphShape:
 class Workload:
     """The model, its batching and the task: ``model`` one of :data:`WEIGHTS`, ``fanouts``
     input layer first (their count is the depth; the full-graph strategies use the depth
-    alone), ``task`` one of :data:`TASKS`."""
+    alone), ``task`` one of :data:`TASK_NAMES`."""
 
     model: str = "gcn"
     hidden: int = 64
@@ -142,12 +217,12 @@ class Workload:
         if self.model not in WEIGHTS:
             raise InvalidValueError(f"Workload: model {self.model!r}; the cluster model knows "
                                     f"{', '.join(WEIGHTS)}")
-        if self.task not in TASKS or self.batch_size < 1 or self.negatives < 1 or (
+        if self.task not in TASK_NAMES or self.batch_size < 1 or self.negatives < 1 or (
                 self.train_edges is not None and self.train_edges < 1):
             raise InvalidValueError(f"Workload: task {self.task!r}, batch_size "
                                     f"{self.batch_size}, negatives {self.negatives}, "
                                     f"train_edges {self.train_edges}; expected a task of "
-                                    f"{', '.join(TASKS)} and counts >= 1 (train_edges: or "
+                                    f"{', '.join(TASK_NAMES)} and counts >= 1 (train_edges: or "
                                     f"None, all)")
 
     @property
@@ -171,7 +246,7 @@ class Workload:
     def trained(self, graph: GraphShape) -> GraphShape:
         """The graph messages pass over: ``graph``; for the link task its training graph,
         both directions of the training pairs of its ``edges / 2`` undirected pairs
-        (:func:`~dglx_dist.tasks.shares.split_sizes`)."""
+        (:func:`split_sizes`)."""
         if not self.link:
             return graph
         return dataclasses.replace(graph, edges=max(1, 2 * split_sizes(graph.edges // 2)[2]))
@@ -184,8 +259,6 @@ class Workload:
         return float(min(self.train_edges or graph.edges, graph.edges))
 
 
-TASKS = ("node", "link")
-"""The tasks a plan models."""
 WEIGHTS = {"gcn": 1, "sage": 2, "gat": 4, "resgcn": 1}
 """Weight matrices per layer of each model the cluster model knows (SAGE: self and neighbour;
 GAT: its 4 heads, their attention scores not counted; ResGCN+: a GCN layer, its norms and
@@ -202,7 +275,7 @@ class Cluster:
     link_gbit: float = 1.0
     latency_s: float = 0.0
     """One-way latency between servers, paid once per round of messages that crosses them
-    (:attr:`~dglx_dist.planner.laws.Work.rounds`)."""
+    (:attr:`~dglx_dist.strategies.cost.counts.Work.rounds`)."""
     memory_bytes: float | None = None
     """Memory of one server, shared by its ranks (None: not checked)."""
     shared_cores: int | None = None
