@@ -17,7 +17,7 @@ import torch
 from dglx_dist.api.ndata import NodeSpace, as_node_ids
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 
-__all__ = ["PartitionBook", "given_edge_ids", "given_node_ids"]
+__all__ = ["PartitionBook", "given_edge_ids", "given_node_ids", "of_type"]
 
 
 class PartitionBook:
@@ -102,15 +102,13 @@ class PartitionBook:
         book = graph.pdir.edge_book()
         self._held(book.owner(part_ids), partid, "eid2localeid", "edge")
         lo, hi = (int(book.offsets[i]) for i in (int(partid), int(partid) + 1))
-        local = part_ids - lo
-        if graph.is_typed:  # the rank among the part's edges of the same type
-            kind = np.searchsorted(graph.pdir.types.etype_offsets,
-                                   graph.edata.ids(torch.arange(lo, hi)).numpy(), side="right") - 1
-            asked, out = kind[local], np.empty_like(local)
-            for t in np.unique(asked):
-                out[asked == t] = np.searchsorted(np.flatnonzero(kind == t), local[asked == t])
-            local = out
-        return torch.from_numpy(local)
+        local = part_ids - lo  # its rank among the part's edges of the same type:
+        kind = np.searchsorted(graph.types.etype_offsets,
+                               graph.edata.ids(torch.arange(lo, hi)).numpy(), side="right") - 1
+        asked, out = kind[local], np.empty_like(local)
+        for t in np.unique(asked):
+            out[asked == t] = np.searchsorted(np.flatnonzero(kind == t), local[asked == t])
+        return torch.from_numpy(out)
 
     @staticmethod
     def _held(owners, partid: int, what: str, kind: str) -> None:
@@ -189,14 +187,17 @@ def given_edge_ids(graph, indices, what: str = "DataLoader") -> torch.Tensor:
     out, offsets = [torch.zeros(0, dtype=torch.int64)], _etype_offsets(graph)
     for key, ids in indices.items():
         etype = graph.to_canonical_etype(key)
-        where = f"{what} (edge type {etype})" if graph.is_typed else what
-        ids = as_node_ids(ids, graph.num_edges(etype), where, kind="edge")
+        ids = as_node_ids(ids, graph.num_edges(etype), of_type(graph, what, etype), kind="edge")
         out.append(ids + offsets[graph.get_etype_id(etype)])
     return torch.cat(out)
 
 
 def _etype_offsets(graph) -> torch.Tensor:
     """Each edge type's first homogeneous edge id."""
-    types = graph.pdir.types
-    return torch.zeros(1, dtype=torch.int64) if types is None else \
-        torch.as_tensor(types.etype_offsets[:-1], dtype=torch.int64)
+    return torch.as_tensor(graph.types.etype_offsets[:-1], dtype=torch.int64)
+
+
+def of_type(graph, what: str, etype) -> str:
+    """``what`` naming edge type ``etype`` on a graph with types (a message on a graph
+    without leaves its one type out, as DGL's)."""
+    return f"{what} (edge type {etype})" if graph.is_typed else what

@@ -15,7 +15,7 @@ import torch
 
 from dglx_dist.api.ndata import (EDGE_PREFIX as PREFIX, DataViews, as_node_ids, fit_rows,
                                  stored_tensor)
-from dglx_dist.errors import InvalidValueError, UnknownNameError
+from dglx_dist.errors import InvalidValueError
 from dglx_dist.kvstore import RowPolicy
 from dglx_dist.kvstore.policy import rows_at
 
@@ -25,12 +25,12 @@ __all__ = ["EdgeData", "EdgeDataView", "EdgeTypes", "EdgeSpace", "edge_tensor", 
 @dataclasses.dataclass(frozen=True)
 class EdgeSpace:
     """The rows of one edge type (DGL's edge partition policy, what
-    ``g.get_edge_partition_policy(etype)`` gives): ``index`` is the type's index on a graph
-    with types, None on one without."""
+    ``g.get_edge_partition_policy(etype)`` gives): ``index`` is the type's index (0: the one
+    type ``_E`` of a graph without types)."""
 
     etype: tuple[str, str, str]
     num_edges: int
-    index: int | None = None
+    index: int = 0
 
     @property
     def policy_str(self) -> str:
@@ -60,8 +60,7 @@ def edge_tensor(graph, shape: tuple[int, ...], dtype: torch.dtype, name: str,
 
 class EdgeData(DataViews):
     """``g.edata`` (``space`` None: the graph's one edge type) or ``g.edges[etype].data``
-    (``space`` the type's, ``index`` None on a graph without types, whose one edge type has
-    every name): a view per edge-data name of one edge type, as
+    (``space`` the type's): a view per edge-data name of one edge type, as
     :class:`~dglx_dist.api.ndata.NodeData` is for node types."""
 
     kind = "edge"
@@ -78,8 +77,7 @@ class EdgeData(DataViews):
     def keys(self) -> list[str]:
         if self._space is None:  # DGL's rule: g.edata is for a graph of one edge type
             return [] if self._several() else self.stored()
-        index, types = self._space.index, self._g.pdir.types
-        return [n for n in self.stored() if index is None or types.has_edge_data(index, n)]
+        return [n for n in self.stored() if self._g.types.has_edge_data(self._space.index, n)]
 
     def _several(self) -> list[str]:
         several = self._space is None and len(self._g.canonical_etypes) > 1
@@ -93,8 +91,8 @@ class EdgeData(DataViews):
                 f"it has {self.keys()}")
 
     def view(self, name: str) -> "EdgeDataView":
-        index = None if self._space is None else self._space.index
-        return EdgeDataView(self._g.edata, name, index)
+        space = self._space or self._g.get_edge_partition_policy(None)
+        return EdgeDataView(self._g.edata, name, space.index)
 
     def part_ids(self, eids: torch.Tensor) -> torch.Tensor:
         """The partitioned ids (the KVStore's rows) of the graph's edge ids ``eids``."""
@@ -119,11 +117,7 @@ class EdgeTypes:
         self._g = graph
 
     def __getitem__(self, etype) -> EdgeData:
-        g = self._g
-        if not g.is_typed and etype not in (g.etypes[0], g.canonical_etypes[0]):
-            raise UnknownNameError(f"edge type {etype!r}: this graph has one edge type, "
-                                   f"{g.canonical_etypes[0]}; use g.edata")
-        return EdgeData(g, g.get_edge_partition_policy(etype))
+        return EdgeData(self._g, self._g.get_edge_partition_policy(etype))
 
     def __repr__(self) -> str:
         return f"EdgeTypes({self._g.canonical_etypes})"
@@ -133,17 +127,14 @@ class EdgeDataView:
     """One edge-data name (of one edge type: ``etype``, its index): ``view[eids]`` reads
     rows, ``view[eids] = rows`` writes them."""
 
-    def __init__(self, edata: EdgeData, name: str, etype: int | None = None):
+    def __init__(self, edata: EdgeData, name: str, etype: int = 0):
         self._edata, self.name = edata, name
-        self._store = edata._g.store
-        types = edata._g.pdir.types
-        self._first, self._count = 0, self._store.shape(PREFIX + name)[0]
-        if etype is not None:  # the type's edges: a run of the homogeneous edge ids
-            self._first = int(types.etype_offsets[etype])
-            self._count = int(types.etype_offsets[etype + 1]) - self._first
-            self._what = f"g.edges[{types.canonical_etypes[etype]}].data[{name!r}]"
-        else:
-            self._what = f"g.edata[{name!r}]"
+        self._store, types = edata._g.store, edata._g.types
+        self._first = int(types.etype_offsets[etype])  # the type's edges: a run of the
+        self._count = int(types.etype_offsets[etype + 1]) - self._first  # homogeneous ids
+        several = len(types.canonical_etypes) > 1  # DGL's rule: g.edata on one edge type
+        self._what = f"g.edges[{types.canonical_etypes[etype]}].data[{name!r}]" if several \
+            else f"g.edata[{name!r}]"
 
     @property
     def shape(self) -> torch.Size:

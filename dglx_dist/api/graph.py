@@ -33,6 +33,7 @@ from dglx_dist.errors import (DatasetFormatError, DglxError, InvalidValueError, 
 from dglx_dist.kvstore import RowPolicy
 from dglx_dist.kvstore.policy import rows_at
 from dglx_dist.partition.load import PartitionDir
+from dglx_dist.partition.types import GraphTypes
 from dglx_dist.planner import graph_of_dataset, graph_of_partitions
 from dglx_dist.prepare import checked_cache, ensure_partitions, made_by_rank0
 from dglx_dist.runtime.agree import differing_ranks
@@ -108,6 +109,8 @@ class DistGraph(EdgeStructure):
                                     names=self.pdir.ndata_names)  # every node, by its own id
         self.spaces = type_spaces(self.pdir) if self.pdir.types is not None else \
             {DEFAULT_NTYPE: self.node_space}  # one per node type
+        self.types = self.pdir.types or GraphTypes.one_type(  # without types: _N, _E
+            int(self.pdir.num_nodes), int(self.pdir.num_edges), self.pdir.feat_dim)
         self.store = node_data_store(self.session, self.pdir, self.spaces)
         self._setup: SetupRequest | None = None  # what the strategy was set up for
         self._names = itertools.count()
@@ -134,9 +137,7 @@ class DistGraph(EdgeStructure):
 
     @property
     def canonical_etypes(self) -> list[tuple[str, str, str]]:
-        if self.is_typed:
-            return [tuple(e) for e in self.pdir.types.canonical_etypes]
-        return [(DEFAULT_NTYPE, "_E", DEFAULT_NTYPE)]
+        return [tuple(e) for e in self.types.canonical_etypes]
 
     @property
     def etypes(self) -> list[str]:
@@ -144,7 +145,7 @@ class DistGraph(EdgeStructure):
 
     def get_ntype_id(self, ntype: str) -> int:
         """The index of ``ntype`` in :attr:`ntypes` (DGL's)."""
-        return self.pdir.types.ntype_index(ntype) if self.is_typed else 0
+        return self.ntypes.index(self.space(ntype).ntype)
 
     def get_etype_id(self, etype) -> int:
         """The index of ``etype`` in :attr:`canonical_etypes` (DGL's)."""
@@ -181,8 +182,7 @@ class DistGraph(EdgeStructure):
         """Where edge type ``etype``'s rows live: give it to ``DistTensor`` as
         ``part_policy`` for one row per edge of the type (DGL's)."""
         canonical = self.to_canonical_etype(etype)
-        index = self.pdir.types.etype_index(canonical) if self.is_typed else None
-        return EdgeSpace(canonical, self.num_edges(canonical), index)
+        return EdgeSpace(canonical, self.num_edges(canonical), self.get_etype_id(canonical))
 
     @property
     def nodes(self) -> dict[str, NodeData]:
@@ -200,10 +200,10 @@ class DistGraph(EdgeStructure):
         return int(self.pdir.num_nodes)
 
     def num_edges(self, etype: str | tuple[str, str, str] | None = None) -> int:
-        if etype is not None and self.is_typed:
-            t, offsets = self.pdir.types.etype_index(etype), self.pdir.types.etype_offsets
-            return int(offsets[t + 1] - offsets[t])
-        return int(self.pdir.num_edges)
+        if etype is None:
+            return int(self.pdir.num_edges)
+        t, offsets = self.get_etype_id(etype), self.types.etype_offsets
+        return int(offsets[t + 1] - offsets[t])
 
     number_of_nodes, number_of_edges = num_nodes, num_edges
 

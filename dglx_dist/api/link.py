@@ -27,7 +27,7 @@ from typing import Callable
 
 import torch
 
-from dglx_dist.api.book import given_edge_ids
+from dglx_dist.api.book import given_edge_ids, of_type
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.ndata import as_node_ids
 from dglx_dist.api.negative_sampler import GlobalUniform
@@ -127,11 +127,6 @@ def is_edge_sampler(sampler) -> bool:
 def _is_global_uniform(negative_sampler) -> bool:
     return isinstance(negative_sampler, GlobalUniform) or \
         is_dgl(negative_sampler, "dataloading.negative_sampler.GlobalUniform")
-
-
-def _of(g: DistGraph, etype: Etype) -> str:
-    """`` of <etype>`` in a message on a graph with types; nothing on one without."""
-    return f" of {etype}" if g.is_typed else ""
 
 
 def _by_etype(g: DistGraph, value, what: str, expected: str) -> Mapping:
@@ -324,10 +319,10 @@ class EdgePairs:
         checked = {}
         for key, (src, dst) in out.items():
             et = _canonical(g, key, "the negative sampler's result")
-            src = g.space(et[0]).check(src, f"the negative sampler's sources{_of(g, et)}")
-            dst = g.space(et[2]).check(dst, f"the negative sampler's destinations{_of(g, et)}")
+            src = g.space(et[0]).check(src, of_type(g, "the negative sampler's sources", et))
+            dst = g.space(et[2]).check(dst, of_type(g, "the negative sampler's destinations", et))
             if src.numel() != dst.numel():
-                raise InvalidValueError(f"the negative sampler's pairs{_of(g, et)}: "
+                raise InvalidValueError(f"{of_type(g, 'the negative sampler', et)}: "
                                         f"{src.numel()} sources for {dst.numel()} destinations")
             checked[et] = (src, dst)
         return checked
@@ -365,5 +360,5 @@ class EdgePairs:
         hom = [EMPTY]
         for key, ids in result.items():
             et = _canonical(g, key, "the edges to exclude")
-            hom.append(given_edge_ids(g, {et: ids}, f"the edges to exclude{_of(g, et)}"))
+            hom.append(given_edge_ids(g, {et: ids}, "the edges to exclude"))
         return g.edata.part_ids(torch.cat(hom))

@@ -24,22 +24,19 @@ def _all_ids(nodes, graph: DistGraph) -> torch.Tensor:
     return nodes
 
 
-def _node_type(nodes, graph: DistGraph, ntype: str) -> str | None:
-    """The node type ``node_split`` splits (None: a graph without types)."""
-    if not graph.is_typed:
-        if ntype != DEFAULT_NTYPE:
-            graph.space(ntype)  # refuses, naming the type
-        return None
-    typed_view = isinstance(nodes, NodeDataView) and nodes.space.typed
-    if typed_view and ntype == DEFAULT_NTYPE:
-        return nodes.space.ntype  # DGL asks for ntype; the view says it
-    if ntype == DEFAULT_NTYPE:
-        raise InvalidValueError(f"node_split: this graph has node types {graph.ntypes}; pass "
-                                "ntype= naming the type of the nodes")
-    space = graph.space(ntype)
-    if typed_view and nodes.space is not space:
+def _node_type(nodes, graph: DistGraph, ntype: str) -> str:
+    """The node type ``node_split`` splits (``_N``, DGL's default, on a graph without types;
+    where the graph has no ``_N``, a mask of a type says its type)."""
+    view = nodes.space if isinstance(nodes, NodeDataView) else None
+    if ntype == DEFAULT_NTYPE and ntype not in graph.spaces:  # DGL's default, not a type
+        if view is None:
+            raise InvalidValueError(f"node_split: this graph has node types {graph.ntypes}; "
+                                    "pass ntype= naming the type of the nodes")
+        ntype = view.ntype  # DGL asks for ntype; the view says it
+    space = graph.space(ntype)  # refuses an unknown type, naming the graph's
+    if view is not None and view is not space:
         raise InvalidValueError(f"node_split: {nodes.what} is a mask of node type "
-                                f"{nodes.space.ntype!r}, not of ntype={ntype!r}")
+                                f"{view.ntype!r}, not of ntype={ntype!r}")
     return space.ntype
 
 
@@ -74,8 +71,9 @@ def node_split(nodes, partition_book: DistGraph | PartitionBook | None = None,
     ids = _same_everywhere(graph, "node_split", "node", lambda: torch.unique(
         graph.space(kind).check(ids, "node_split")))
     topo = graph.session.topology
-    if node_trainer_ids is not None and kind is None and topo.ranks_per_server > 1 and \
-            graph.pdir.num_parts == topo.num_servers and not isinstance(graph.strategy, OwnSplit):
+    by_trainer = node_trainer_ids is not None and len(graph.spaces) == 1 and \
+        topo.ranks_per_server > 1 and graph.pdir.num_parts == topo.num_servers
+    if by_trainer and not isinstance(graph.strategy, OwnSplit):
         return trainer_share(ids, graph, node_trainer_ids)
     return node_share(ids, graph, kind)
 
@@ -112,7 +110,7 @@ def trainer_share(ids: torch.Tensor, graph: DistGraph, trainer_ids) -> torch.Ten
 
 def node_share(ids: torch.Tensor, graph: DistGraph, ntype: str | None = None) -> torch.Tensor:
     """This rank's share of node ids ``ids`` (unique, the same on every rank; per-type ids of
-    ``ntype`` on a graph with types): the strategy's split of their partitioned ids, in the
+    ``ntype``, else homogeneous ids): the strategy's split of their partitioned ids, in the
     graph's ids."""
     offset = 0 if ntype is None else graph.space(ntype).hom_offset
     mine = split_ids(graph.strategy, graph.part_ids(ids + offset).sort().values, graph.pdir,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from dglx_dist.api.book import given_edge_ids
+from dglx_dist.api.book import given_edge_ids, of_type
 from dglx_dist.api.ndata import INTERNAL_PREFIX, as_node_ids
 from dglx_dist.errors import (InvalidValueError, NotServedError, NotSupportedError,
                               UnknownNameError)
@@ -39,7 +39,6 @@ edge id (internal: not listed in ``g.ndata`` or ``g.edata``)."""
 DEGREES = INTERNAL_PREFIX + "degrees"
 """The KVStore name of every node's ``(in-degree, out-degree)``, by partitioned node id (a
 graph without types only)."""
-ETYPE = ("_N", "_E", "_N")  # DGL's names for the one node and edge type of a homogeneous graph
 SERVED = ("sample_neighbors", "sample_labors", "in_subgraph", "subgraph", "in_edges",
           "out_edges", "in_degrees", "out_degrees", "find_edges", "num_nodes", "num_edges")
 """The structure methods a sampler is served (and named in the refusal of others)."""
@@ -73,7 +72,7 @@ def store_structure(store: "DistKVStore", pdir: "PartitionDir", part_id: int,
 
 class EdgeStructure:
     """DGL's edge-structure methods, for :class:`DistGraph` (whose properties give the
-    graph's types: ``ntypes``, ``canonical_etypes``, ``is_typed``)."""
+    graph's types: ``types``, ``ntypes``, ``canonical_etypes``, ``is_typed``)."""
 
     is_block = False
     _local_graph = None  # local_partition's graph, once read
@@ -98,18 +97,13 @@ class EdgeStructure:
 
     def to_canonical_etype(self, etype) -> tuple[str, str, str]:
         """DGL's: the canonical edge type of ``etype`` (a relation name only one canonical
-        type has, or a triple; None on a graph of one edge type)."""
-        if not self.is_typed:
-            if etype not in (None, "_E", ETYPE):
-                raise InvalidValueError(f"edge type {etype!r}: the graph is homogeneous (edge "
-                                        "type '_E')")
-            return ETYPE
+        type has, or a triple; None on a graph of one edge type: ``_E`` without types)."""
         if etype is None:
             if len(self.canonical_etypes) == 1:
                 return self.canonical_etypes[0]
             raise InvalidValueError(f"this graph has edge types {self.canonical_etypes}; pass "
                                     "etype= naming one")
-        return self.canonical_etypes[self.pdir.types.etype_index(etype)]
+        return self.canonical_etypes[self.types.etype_index(etype)]
 
     def find_edges(self, eids, etype=None) -> tuple[torch.Tensor, torch.Tensor]:
         """The source and destination node ids of edges ``eids`` (the graph's own ids; per
@@ -135,9 +129,8 @@ class EdgeStructure:
                                     "DistGraph always stores the ids (leave it out)")
         by_type = {self.to_canonical_etype(t): e for t, e in
                    (edges.items() if isinstance(edges, dict) else [(None, edges)])}
-        by_type = {c: as_node_ids(e, self.num_edges(c), f"edge_subgraph (edge type {c})"
-                                  if self.is_typed else "edge_subgraph", kind="edge")
-                   for c, e in by_type.items()}  # a graph without types: its one type
+        by_type = {c: as_node_ids(e, self.num_edges(c), of_type(self, "edge_subgraph", c),
+                                  kind="edge") for c, e in by_type.items()}
         return dgl_edge_subgraph({c: self.find_edges(e, c) for c, e in by_type.items()},
                                  by_type, {t: self.num_nodes(t) for t in self.ntypes},
                                  relabel_nodes)

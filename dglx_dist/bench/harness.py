@@ -5,6 +5,7 @@ DGL's DistDGL, :func:`~dglx_dist.bench.dgl_distdgl.run_dgl`; every registered st
 kind of dataset, and how a strategy starts, is the kind's data
 (:data:`dglx_dist.bench.kinds.KINDS`, handed to :func:`systems`); a strategy's options are
 :func:`strategy_config`'s. docs/benchmarks.md, "Every system in one command", says more.
+One concept at some 410 lines: from a system's name to its row, for every system.
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from dglx_dist.data.synthetic import SyntheticConfig
 
 __all__ = ["BENCH_RUN", "bench_run", "NETWORKS", "PRESETS", "Preset", "SET_BY_SETUP", "ScriptPreset",
-           "TypedPreset", "choose_network", "script_parser"]
+           "MagPreset", "choose_network", "script_parser"]
 
 log = logging.getLogger("dglx_dist.bench")
 BENCH_RUN = RunConfig().updated(model={"name": "gcn", "hidden": 64},
@@ -101,8 +101,8 @@ class Preset(_Preset):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class TypedPreset(_Preset):
-    """A preset on a graph with node and edge types: an ogbn-mag-shaped graph
+class MagPreset(_Preset):
+    """A preset on an ogbn-mag-shaped graph, with node and edge types
     (:data:`~dglx_dist.data.mag.MAG_PRESETS`) and the R-GCN's run (the defaults of
     examples/rgcn_hetero.py)."""
 
@@ -116,7 +116,7 @@ class TypedPreset(_Preset):
         from dglx_dist.data.mag import MAG_PRESETS
 
         if self.graph not in MAG_PRESETS:
-            raise InvalidValueError(f"TypedPreset: graph {self.graph!r}; choose from "
+            raise InvalidValueError(f"MagPreset: graph {self.graph!r}; choose from "
                                     f"{', '.join(MAG_PRESETS)}")
         super().__post_init__()
 
@@ -132,7 +132,7 @@ class TypedPreset(_Preset):
         return super().run(base).updated(optimizer={"weight_decay": 0.0})
 
 
-PRESETS: dict[str, Preset | TypedPreset] = {
+PRESETS: dict[str, Preset | MagPreset] = {
     # a few minutes on 2 cores: 7 runs of ~20-40 s, most of it start-up and partitioning
     "tiny": Preset(num_nodes=20_000, num_edges=300_000, feat_dim=128, num_classes=16, epochs=6,
                    hidden=64, lr=0.01, batch_size=250, servers=2, ranks_per_server=1,
@@ -148,7 +148,7 @@ PRESETS: dict[str, Preset | TypedPreset] = {
                     ranks_per_server=4, train_edges=1_000_000),
     # ogbn-mag's shape at 1/256 (2,877 papers, 7,577 nodes, 164,930 edges with the reverses);
     # the R-GCN of examples/rgcn_hetero.py, DGL's DistDGL and distdgl: about a minute each
-    "mag-small": TypedPreset(graph="mag-small", epochs=10, hidden=64, lr=0.01, batch_size=128,
+    "mag-small": MagPreset(graph="mag-small", epochs=10, hidden=64, lr=0.01, batch_size=128,
                              servers=2, ranks_per_server=1),
 }
 

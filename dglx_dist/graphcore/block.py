@@ -12,7 +12,8 @@ A block reads and holds rows as DGL's does (:mod:`dglx_dist.graphcore.frames`): 
 ``dstdata``, ``edata``, ``srcnodes[ntype].data``, ``dstnodes[ntype].data``,
 ``edges[etype].data`` (``"_ID"``, DGL's ``dgl.NID`` / ``dgl.EID``, the ids), so the loader's
 prefetch, the strategies' degrees and a script's reads are the same on both; its rows go
-with it to a device and onto DGL's block at the door.
+with it to a device and onto DGL's block at the door. One concept past ~400 lines: the block
+and DGL's ``to_block`` numbering that builds it.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import numpy as np
 import torch
 
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.graphcore.frames import NID, DataView, EdgeSpace, NodeSpace, Typed
+from dglx_dist.graphcore.frames import NID, DataView, EdgeSpace, NodeSpace, TypeLookup
 
 __all__ = ["Block", "IdTable", "relabel", "map_tensors", "plan_of", "group_by", "in_order",
            "UNTYPED", "PLAN"]
@@ -121,9 +122,9 @@ def relabel_sorted(dst_nodes: torch.Tensor, *ends: torch.Tensor
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class Block(Typed):
+class Block(TypeLookup):
     """One layer's message flow graph, and the rows on it (its type lookups and
-    ``num_edges``: :class:`~dglx_dist.graphcore.frames.Typed`'s).
+    ``num_edges``: :class:`~dglx_dist.graphcore.frames.TypeLookup`'s).
 
     Attributes:
         src_nodes: each source node's id (per-type ids where there are types), the

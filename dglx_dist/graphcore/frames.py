@@ -16,7 +16,7 @@ DGL's blocks: ``block.srcdata[name]`` is the sources' rows when the block has on
 else a dict by type; ``block.srcnodes[ntype].data`` one type's dict (:class:`NodeSpace`);
 ``block.edges[etype].data`` one edge type's and ``block.edges()`` the edges
 (:class:`EdgeSpace`). The ids are under ``"_ID"`` (:data:`NID`, DGL's ``dgl.NID`` and
-``dgl.EID``). A graph or block finds its types through :class:`Typed`.
+``dgl.EID``). A graph or block finds its types through :class:`TypeLookup`.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import torch
 
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, UnknownNameError
 
-__all__ = ["DataView", "Rows", "ntype_index", "etype_index", "NID", "Typed", "NodeSpace",
+__all__ = ["DataView", "Rows", "ntype_index", "etype_index", "NID", "TypeLookup", "NodeSpace",
            "EdgeSpace"]
 
 NID = "_ID"
@@ -160,7 +160,7 @@ class DataView(MutableMapping):
         return repr({k: self[k] for k in self})
 
 
-class Typed:
+class TypeLookup:
     """DGL's type lookups of a graph of the package whose ``src`` and ``etype`` tensors hold
     each edge's source and type (edges in the order of their types): a
     :class:`~dglx_dist.graphcore.block.Block`; ``kind`` names it in errors."""
@@ -195,7 +195,7 @@ class Typed:
 class NodeSpace:
     """``srcnodes`` / ``dstnodes`` of a block: ``[ntype].data`` one type's rows."""
 
-    def __init__(self, block: "Typed", side: str):
+    def __init__(self, block: "TypeLookup", side: str):
         self._block, self._side = block, side
 
     def __getitem__(self, ntype: str) -> SimpleNamespace:
@@ -208,7 +208,7 @@ class EdgeSpace:
     edges as ``(src, dst)`` indices (``form="all"``: and their positions among the type's
     edges, DGL's ``form="all"``; ``form="eid"``: the positions alone)."""
 
-    def __init__(self, block: "Typed"):
+    def __init__(self, block: "TypeLookup"):
         self._block = block
 
     def __getitem__(self, etype) -> SimpleNamespace:

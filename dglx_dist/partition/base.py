@@ -22,14 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from dglx_dist.data.dataset import DatasetMeta, GraphDataset
+from dglx_dist.data.dataset import GraphDataset
 from dglx_dist.errors import PartitionError
 from dglx_dist.partition.book import FeatureSlices, NodeBook
 from dglx_dist.partition.types import GraphTypes
 from dglx_dist.registry import Registry
 
-__all__ = ["Partitioner", "PartitionPlan", "PARTITIONERS", "dataset_bytes", "TypedMeta",
-           "graph_types", "type_feature_slices"]
+__all__ = ["Partitioner", "PartitionPlan", "PARTITIONERS", "dataset_bytes", "graph_types",
+           "type_feature_slices"]
 
 PARTITIONERS: Registry["Partitioner"] = Registry("partitioner",
                                                  entry_point_group="dglx_dist.partitioners")
@@ -61,36 +61,17 @@ class PartitionPlan:
         return inv
 
 
-@dataclasses.dataclass(frozen=True)
-class TypedMeta(DatasetMeta):
-    """A typed dataset's sizes, what partitioners validate and estimate from: nodes and edges
-    of every type; ``feat_dim`` the mean feature width over all nodes (what the memory
-    estimate sizes features by: the per-type matrices hold ``sum(n_t * F_t)`` floats)."""
-
-    types: GraphTypes | None = None
-
-
-def graph_types(data: GraphDataset | DatasetMeta) -> GraphTypes:
-    """The node and edge types of a dataset (or of its sizes): a typed one's, or for one
-    without types the one-type case (:meth:`GraphTypes.one_type`)."""
-    if isinstance(data, TypedMeta):
-        return data.types
-    if isinstance(data, GraphDataset) and not data.untyped:
-        return GraphTypes.of({t: (n.num_nodes, n.feat_dim, n.labeled)
-                              for t, n in data.nodes.items()},
-                             {et: (e.num_edges, list(e.edata)) for et, e in data.edges.items()},
-                             data.category)
-    return GraphTypes.one_type(data.num_nodes, data.num_edges, data.feat_dim)
+def graph_types(ds: GraphDataset) -> GraphTypes:
+    """The node and edge types of a dataset (one without types: DGL's ``_N`` / ``_E``)."""
+    return GraphTypes.of({t: (n.num_nodes, n.feat_dim, n.labeled) for t, n in ds.nodes.items()},
+                         {et: (e.num_edges, list(e.edata)) for et, e in ds.edges.items()},
+                         ds.category)
 
 
 def type_feature_slices(types: GraphTypes, num_parts: int) -> dict[str, FeatureSlices]:
     """The column slices of each featured node type under a column layout: its width split
     into ``num_parts`` even slices (one line naming a type narrower than ``num_parts``)."""
-    narrow = {t: w for t, w in types.feat_dims.items() if w < num_parts}
-    if narrow and types.untyped:
-        raise PartitionError(f"feature_dim: num_parts = {num_parts} but the features have "
-                             f"only {narrow['_N']} columns; expected num_parts <= feat_dim")
-    narrow = {t: w for t, w in narrow.items() if w}
+    narrow = {t: w for t, w in types.feat_dims.items() if 0 < w < num_parts}
     if narrow:
         t, w = min(narrow.items(), key=lambda kv: kv[1])
         raise PartitionError(f"feature_dim: node type {t!r} has {w} feature columns; expected "
@@ -99,9 +80,9 @@ def type_feature_slices(types: GraphTypes, num_parts: int) -> dict[str, FeatureS
     return {t: FeatureSlices.even(w, num_parts) for t, w in types.feat_dims.items() if w}
 
 
-def dataset_bytes(meta: DatasetMeta) -> int:
+def dataset_bytes(types: GraphTypes) -> int:
     """Bytes a dataset takes in memory once loaded (edges, features, labels, masks)."""
-    return meta.num_edges * 16 + meta.num_nodes * (meta.feat_dim * 4 + 8 + 3)
+    return types.num_edges * 16 + types.num_nodes * (types.feat_dim * 4 + 8 + 3)
 
 
 class Partitioner(abc.ABC):
@@ -115,28 +96,29 @@ class Partitioner(abc.ABC):
     def plan(self, ds: GraphDataset, num_parts: int) -> PartitionPlan:
         """Decides ownership (and relabeling, feature slices) for ``num_parts`` parts."""
 
-    def validate(self, meta: DatasetMeta, num_parts: int) -> None:
-        """Rejects impossible arguments before anything is read or written.
+    def validate(self, types: GraphTypes, num_parts: int) -> None:
+        """Rejects impossible arguments, from the dataset's types and sizes, before anything
+        is read or written.
 
         Raises:
             PartitionError: the message names the argument, its value and the valid range.
         """
         if isinstance(num_parts, bool) or not isinstance(num_parts, (int, np.integer)):
             raise PartitionError(f"num_parts must be an integer, got {num_parts!r}")
-        if not 1 <= num_parts <= max(meta.num_nodes, 1):
+        if not 1 <= num_parts <= max(types.num_nodes, 1):
             raise PartitionError(f"num_parts = {num_parts}; expected 1 <= num_parts <= "
-                                 f"num_nodes ({meta.num_nodes})")
+                                 f"num_nodes ({types.num_nodes})")
 
-    def estimate_peak_bytes(self, meta: DatasetMeta, num_parts: int) -> int:
-        """Estimated peak resident memory of partitioning ``meta``'s dataset.
+    def estimate_peak_bytes(self, types: GraphTypes, num_parts: int) -> int:
+        """Estimated peak resident memory of partitioning the dataset of ``types``.
 
         The base estimate covers the loaded dataset, the relabeled edge arrays, the edge order
         by owner and the largest part being written; subclasses add their algorithm's own.
         """
-        per_part_rows = -(-meta.num_nodes // num_parts)
-        layout = meta.num_edges * 8 * 5 + meta.num_nodes * 8 * 3
-        writing = per_part_rows * meta.feat_dim * 4 * 2 + -(-meta.num_edges // num_parts) * 48
-        return dataset_bytes(meta) + layout + writing
+        per_part_rows = -(-types.num_nodes // num_parts)
+        layout = types.num_edges * 8 * 5 + types.num_nodes * 8 * 3
+        writing = per_part_rows * types.feat_dim * 4 * 2 + -(-types.num_edges // num_parts) * 48
+        return dataset_bytes(types) + layout + writing
 
     def options(self) -> dict[str, Any]:
         """The config as a JSON-ready dict (recorded in the partition manifest)."""

@@ -7,7 +7,8 @@ and node ids; a heterograph's a *typed* one, a graph without types being the one
 (DGL's ``_N`` and ``_N:_E:_N``). What goes where, and what is refused, is
 docs/partition_format.md ("Importing DGL's partition_graph output"). Every refusal is a
 :class:`~dglx_dist.errors.PartitionFormatError` naming the file and the field, raised while the
-output is still a temporary directory (:func:`~dglx_dist.partition.io.write_partitions`).
+output is still a temporary directory (:func:`~dglx_dist.partition.io.write_partitions`). One
+concept past ~400 lines: the importer, which turns each of DGL's parts into one of ours.
 """
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ partitions store one column per name, zeros for the edge types without it).
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -21,21 +22,21 @@ from tqdm.auto import tqdm
 
 from dglx_dist.data.atomic import check_target
 from dglx_dist.data.edge_data import edge_data_columns, edge_data_spec
-from dglx_dist.data.dataset import DatasetMeta, GraphDataset, etype_key
+from dglx_dist.data.dataset import GraphDataset, etype_key
 from dglx_dist.graphcore.types import Etype
-from dglx_dist.data.format import (HeteroMeta, edge_file, is_hetero, read_dataset,
-                                   read_hetero_meta, read_meta)
+from dglx_dist.data.format import (edge_file, is_hetero, read_dataset, read_hetero_meta,
+                                   read_meta)
 from dglx_dist.errors import DatasetFormatError, PartitionError
 from dglx_dist.memory import PeakRSS, check_memory
-from dglx_dist.partition.base import (PARTITIONERS, Partitioner, PartitionPlan, TypedMeta,
-                                      graph_types, type_feature_slices)
+from dglx_dist.partition.base import (PARTITIONERS, Partitioner, PartitionPlan, graph_types,
+                                      type_feature_slices)
 from dglx_dist.partition.book import FeatureSlices
 from dglx_dist.partition.io import PARTITION_DIR, write_partitions
 from dglx_dist.partition.layout import Layout, Partition
 from dglx_dist.partition.quality import PartTally, QualityReport
 from dglx_dist.partition.types import GraphTypes
 
-__all__ = ["partition_dataset", "check_memory", "open_typed"]
+__all__ = ["partition_dataset", "check_memory"]
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +66,10 @@ def partition_dataset(data: str | os.PathLike | GraphDataset,
         edge type for a typed dataset).
     """
     partitioner = PARTITIONERS.build(method, **(options or {}))
-    meta, inputs, load = _open(data, nonfinite)
-    partitioner.validate(meta, num_parts)
+    types, inputs, load = _open(data, nonfinite)
+    partitioner.validate(types, num_parts)
     check_target(out, overwrite, PARTITION_DIR, inputs, PartitionError)
-    estimate = partitioner.estimate_peak_bytes(meta, num_parts)
+    estimate = partitioner.estimate_peak_bytes(types, num_parts)
     check_memory(estimate, memory_limit, "partitioning",
                  "use a machine with more memory, more parts on a bigger machine, or a "
                  "cheaper partitioner (hash)")
@@ -91,15 +92,19 @@ def partition_dataset(data: str | os.PathLike | GraphDataset,
 
 
 def _open(data: str | os.PathLike | GraphDataset,
-          nonfinite: str) -> tuple[DatasetMeta, tuple, Callable[[], GraphDataset]]:
-    """The dataset's sizes (read without loading it), the paths it is read from, and what
-    loads it."""
-    if isinstance(data, GraphDataset) and data.untyped:
-        return data.meta, (), lambda: data
-    if isinstance(data, GraphDataset) or is_hetero(data):
-        meta, load = open_typed(data, nonfinite)
-        return meta, () if isinstance(data, GraphDataset) else (data,), load
-    return read_meta(data), (data,), lambda: read_dataset(data, nonfinite)
+          nonfinite: str) -> tuple[GraphTypes, tuple, Callable[[], GraphDataset]]:
+    """The dataset's types and sizes (read and checked without loading it: edge data that
+    differs between edge types is refused here), the paths it is read from, and what loads
+    it."""
+    if isinstance(data, GraphDataset):
+        _check_edge_data({et: {k: f"{v.dtype}{list(v.shape[1:])}" for k, v in e.edata.items()}
+                          for et, e in data.edges.items()}, "the dataset")
+        return graph_types(data), (), lambda: data
+    load = functools.partial(read_dataset, data, nonfinite)
+    if not is_hetero(data):  # the directory format without types (meta.json's sizes)
+        meta = read_meta(data)
+        return GraphTypes.one_type(meta.num_nodes, meta.num_edges, meta.feat_dim), (data,), load
+    return _hetero_types(Path(data)), (data,), load
 
 
 def _write(layout: Layout, header: dict[str, Any], out: str | os.PathLike, overwrite: bool,
@@ -122,11 +127,13 @@ def _write(layout: Layout, header: dict[str, Any], out: str | os.PathLike, overw
 
 def _header(partitioner: Partitioner, method: str, ds: GraphDataset,
             plan: PartitionPlan) -> dict[str, Any]:
-    slices, types = plan.feature_slices or FeatureSlices([0, ds.feat_dim]), graph_types(ds)
-    by_type = {} if types.untyped else {"types": types.to_json()}
-    if not types.untyped and plan.feature_slices is not None:
-        by_type["type_feature_slices"] = {t: s.to_json() for t, s in type_feature_slices(
-            types, plan.book.num_parts).items()}
+    slices, types, by_type = plan.feature_slices or FeatureSlices([0, ds.feat_dim]), \
+        graph_types(ds), {}
+    if not types.untyped:  # the format with types (a graph without types keeps the one without)
+        by_type["types"] = types.to_json()
+        if plan.feature_slices is not None:
+            by_type["type_feature_slices"] = {t: s.to_json() for t, s in type_feature_slices(
+                types, plan.book.num_parts).items()}
     return {
         "partitioner": {"name": method, "options": partitioner.options()},
         "num_parts": plan.book.num_parts, "num_nodes": ds.num_nodes, "num_edges": ds.num_edges,
@@ -151,15 +158,9 @@ def _check_edge_data(specs: dict[Etype, dict[str, str]], where: str) -> None:
                     f"name: give it one dtype and row shape in every edge type, or rename one")
 
 
-def open_typed(data: str | os.PathLike | GraphDataset,
-               nonfinite: str) -> tuple[TypedMeta, Callable[[], GraphDataset]]:
-    """A typed dataset (directory or in memory): its sizes, read and checked without loading
-    it (edge data that differs between edge types is refused here), and what loads it."""
-    if isinstance(data, GraphDataset):
-        _check_edge_data({et: {k: f"{v.dtype}{list(v.shape[1:])}" for k, v in e.edata.items()}
-                          for et, e in data.edges.items()}, "the dataset")
-        return _typed_meta(graph_types(data), data), lambda: data
-    path, meta = Path(data), read_hetero_meta(data)
+def _hetero_types(path: Path) -> GraphTypes:
+    """A typed dataset directory's types, from its meta.json and its edge files' schemas."""
+    meta = read_hetero_meta(path)
     specs = {}
     for i, etype in enumerate(meta.etypes):
         file = path / edge_file(i, etype)
@@ -170,15 +171,7 @@ def open_typed(data: str | os.PathLike | GraphDataset,
         specs[tuple(etype)] = {n: str(schema.field(n).type)
                                for n in edge_data_columns(schema, file, DatasetFormatError)}
     _check_edge_data(specs, str(path))
-    types = GraphTypes.of({t: (s["num_nodes"], s["feat_dim"], s["labeled"])
-                           for t, s in meta.ntypes.items()},
-                          {et: (n, list(specs[et])) for et, n in zip(specs, meta.num_edges)},
-                          meta.category)
-    return _typed_meta(types, meta), lambda: read_dataset(path, nonfinite)
-
-
-def _typed_meta(types: GraphTypes, source: GraphDataset | HeteroMeta) -> TypedMeta:
-    floats = sum(int(n) * types.feat_dims[t] for t, n in zip(types.ntypes,
-                                                           np.diff(types.ntype_offsets)))
-    return TypedMeta(types.num_nodes, types.num_edges, -(-floats // max(types.num_nodes, 1)),
-                     source.num_classes, dict(source.extra), types=types)
+    return GraphTypes.of({t: (s["num_nodes"], s["feat_dim"], s["labeled"])
+                          for t, s in meta.ntypes.items()},
+                         {et: (n, list(specs[et])) for et, n in zip(specs, meta.num_edges)},
+                         meta.category)

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from dglx_dist.data.dataset import DatasetMeta, GraphDataset
+from dglx_dist.data.dataset import GraphDataset
 from dglx_dist.errors import PartitionError
-from dglx_dist.partition.base import (PARTITIONERS, Partitioner, PartitionPlan, graph_types,
+from dglx_dist.partition.base import (PARTITIONERS, Partitioner, PartitionPlan,
                                       type_feature_slices)
 from dglx_dist.partition.book import FeatureSlices
+from dglx_dist.partition.types import GraphTypes
 
 __all__ = ["FeatureDimPartitioner"]
 
@@ -36,14 +37,14 @@ class FeatureDimPartitioner(Partitioner):
         opts = {"seed": self.config.seed} if "seed" in fields else {}
         return PARTITIONERS.build(self.config.structure, **opts)
 
-    def validate(self, meta: DatasetMeta, num_parts: int) -> None:
-        super().validate(meta, num_parts)
-        type_feature_slices(graph_types(meta), num_parts)  # every featured type wide enough
-        self._structure().validate(meta, num_parts)
+    def validate(self, types: GraphTypes, num_parts: int) -> None:
+        super().validate(types, num_parts)
+        type_feature_slices(types, num_parts)  # every featured type wide enough
+        self._structure().validate(types, num_parts)
 
-    def estimate_peak_bytes(self, meta: DatasetMeta, num_parts: int) -> int:
-        column_slice = meta.num_nodes * (-(-meta.feat_dim // num_parts)) * 4 * 2
-        return self._structure().estimate_peak_bytes(meta, num_parts) + column_slice
+    def estimate_peak_bytes(self, types: GraphTypes, num_parts: int) -> int:
+        column_slice = types.num_nodes * (-(-types.feat_dim // num_parts)) * 4 * 2
+        return self._structure().estimate_peak_bytes(types, num_parts) + column_slice
 
     def plan(self, ds: GraphDataset, num_parts: int) -> PartitionPlan:
         base = self._structure().plan(ds, num_parts)

@@ -18,11 +18,12 @@ import logging
 import numpy as np
 
 from dglx_dist.data.convert import require_dgl
-from dglx_dist.data.dataset import DatasetMeta, GraphDataset
+from dglx_dist.data.dataset import GraphDataset
 from dglx_dist.errors import InvalidValueError, PartitionError
-from dglx_dist.partition.base import PARTITIONERS, Partitioner, PartitionPlan, graph_types
+from dglx_dist.partition.base import PARTITIONERS, Partitioner, PartitionPlan
 from dglx_dist.partition.book import RangeBook
 from dglx_dist.partition.metis_lib import part_graph, symmetric_csr
+from dglx_dist.partition.types import GraphTypes
 
 __all__ = ["MetisPartitioner", "BALANCE_CHOICES"]
 
@@ -79,8 +80,8 @@ class MetisPartitioner(Partitioner):
             if self.groups < 1:
                 raise InvalidValueError(f"groups {self.groups}: must be >= 1")
 
-    def validate(self, meta: DatasetMeta, num_parts: int) -> None:
-        super().validate(meta, num_parts)
+    def validate(self, types: GraphTypes, num_parts: int) -> None:
+        super().validate(types, num_parts)
         if num_parts % self.config.groups:
             raise PartitionError(f"metis with groups={self.config.groups}: {num_parts} parts do "
                                  f"not split evenly into the groups; use a multiple of "
@@ -107,13 +108,13 @@ class MetisPartitioner(Partitioner):
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         return PartitionPlan(RangeBook(offsets), orig_ids=orig_ids)
 
-    def estimate_peak_bytes(self, meta: DatasetMeta, num_parts: int) -> int:
+    def estimate_peak_bytes(self, types: GraphTypes, num_parts: int) -> int:
         # the symmetric CSR (and DGL's graph with backend dgl) plus METIS's coarsening levels
         ncon = 1 + len([b for b in self.config.balance if b != "edges"])
-        ncon *= len(graph_types(meta).ntypes)
+        ncon *= len(types.ntypes)
         ncon *= 2 if "edges" in self.config.balance else 1
-        metis = meta.num_edges * 8 * 12 + meta.num_nodes * 8 * (ncon * 3 + 10)
-        return super().estimate_peak_bytes(meta, num_parts) + metis
+        metis = types.num_edges * 8 * 12 + types.num_nodes * 8 * (ncon * 3 + 10)
+        return super().estimate_peak_bytes(types, num_parts) + metis
 
     def _assign(self, src: np.ndarray, dst: np.ndarray, masks: dict[str, np.ndarray],
                 num_parts: int) -> np.ndarray:
@@ -149,9 +150,9 @@ class MetisPartitioner(Partitioner):
 def _masks(ds: GraphDataset) -> dict[str, np.ndarray]:
     """The per-node arrays METIS balances: the splits, and the node type where there are
     several."""
-    masks, types = {"train": ds.train, "val": ds.val, "test": ds.test}, graph_types(ds)
-    if len(types.ntypes) > 1:
-        masks["ntype"] = types.to_per_type(np.arange(ds.num_nodes))[0]
+    masks = {"train": ds.train, "val": ds.val, "test": ds.test}
+    if len(ds.nodes) > 1:
+        masks["ntype"] = ds.node_types()
     return masks
 
 

@@ -16,10 +16,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from dglx_dist.errors import IdOutOfRangeError, PartitionFormatError, UnknownNameError
+from dglx_dist.graphcore.types import ONE_ETYPE, ONE_NTYPE, Etype
 
 __all__ = ["GraphTypes", "Etype"]
 
-Etype = tuple[str, str, str]
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 
 
@@ -58,8 +58,9 @@ class GraphTypes:
         category: the node type a node-classification run predicts, or None.
         edge_data: per edge-data name, the indices of the edge types that have it (the
             others hold zeros in its rows); None: every edge type has every name.
-        untyped: the one-type case of a graph without types, whose partitions keep the format
-            without types (``feat.arrow``, no ``types``); not part of the manifest.
+        untyped: the one-type case of a graph without types (DGL's names only), whose
+            partitions keep the format without types (``feat.arrow``, no ``types``); not part
+            of the manifest.
     """
 
     ntypes: tuple[str, ...]
@@ -75,8 +76,8 @@ class GraphTypes:
     @classmethod
     def one_type(cls, num_nodes: int, num_edges: int, feat_dim: int) -> "GraphTypes":
         """A graph without types as the one-type case: DGL's ``_N`` and ``_N:_E:_N``."""
-        return cls(("_N",), [0, num_nodes], (("_N", "_E", "_N"),), [0, num_edges],
-                   {"_N": feat_dim}, ("_N",), untyped=True)
+        return cls((ONE_NTYPE,), [0, num_nodes], (ONE_ETYPE,), [0, num_edges],
+                   {ONE_NTYPE: feat_dim}, (ONE_NTYPE,), untyped=True)
 
     @classmethod
     def of(cls, ntypes: Mapping[str, tuple[int, int, bool]],
@@ -93,7 +94,8 @@ class GraphTypes:
                 edge_data.setdefault(name, []).append(i)
         return cls(tuple(names), offsets[0], tuple(ets), offsets[1],
                    {t: ntypes[t][1] for t in names}, tuple(t for t in names if ntypes[t][2]),
-                   category, {k: tuple(v) for k, v in sorted(edge_data.items())})
+                   category, {k: tuple(v) for k, v in sorted(edge_data.items())},
+                   (names, ets) == ([ONE_NTYPE], [ONE_ETYPE]))
 
     def __post_init__(self) -> None:  # frozen all the way down: shared by every reader
         for name in ("ntype_offsets", "etype_offsets"):
@@ -112,6 +114,14 @@ class GraphTypes:
     @property
     def num_edges(self) -> int:
         return int(self.etype_offsets[-1])
+
+    @property
+    def feat_dim(self) -> int:
+        """The mean feature width over all nodes, rounded up (what memory estimates size
+        features by: ``sum(n_t * F_t)`` floats); the one type's width without types."""
+        floats = sum(int(n) * self.feat_dims[t] for t, n in zip(self.ntypes,
+                                                               np.diff(self.ntype_offsets)))
+        return -(-floats // max(self.num_nodes, 1))
 
     # -- names ------------------------------------------------------------------------------
     def ntype_index(self, ntype: str) -> int:

@@ -7,6 +7,7 @@ launcher dies exits within a second, with its workers (:mod:`dglx_dist.runtime.o
 nobody shut down is shut down at interpreter exit (an ``atexit`` handler; SIGTERM exits
 through it too), with the uncaught exception the script died of, if any, so that peers name
 it; the order is the one that avoids gloo's teardown crash (see :meth:`Session.shutdown`).
+One concept at some 440 lines: a session's life, from meeting the peers to its last close.
 """
 from __future__ import annotations
 

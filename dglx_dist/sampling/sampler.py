@@ -47,7 +47,8 @@ from dglx_dist.runtime.comm import Comm
 from dglx_dist.graphcore.block import Block, IdTable
 from dglx_dist.sampling.blocks import id_dtype
 from dglx_dist.sampling.draws import Draws
-from dglx_dist.sampling.in_edges import InEdges, segment_slots
+from dglx_dist.sampling.choose import segment_slots
+from dglx_dist.sampling.in_edges import InEdges
 from dglx_dist.sampling.options import UNIFORM, EdgeWeights, SampleOptions, part_edge_weights
 from dglx_dist.graphcore.ids import TypeIds
 

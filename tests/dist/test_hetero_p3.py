@@ -55,7 +55,7 @@ def _projections(session, cache):
     out["weights"] = [proj.weight.tolist(), proj.bias.tolist()]
     # rank 0 leaves the field projection out of its loss: the token chain still runs its
     # backward exchange there, in the same order as on rank 1 (else rank 1 would wait)
-    typed, paper = g.strategy.typed, model.module.proj["paper"]
+    typed, paper = g.strategy.projections, model.module.proj["paper"]
     proj.zero_grad()
     typed.begin()
     y_paper = paper(g.nodes["paper"].data["feat"][torch.tensor([session.rank, 9])])

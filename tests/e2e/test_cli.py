@@ -69,7 +69,7 @@ BAD_PARTITION_ARGS = [
     (["--method", "grid"], "unknown partitioner 'grid'; valid names: feature_dim, hash, metis"),
     (["--opt", "colour=red"], "unknown option(s) ['colour'] for partitioner 'metis'"),
     (["--method", "feature_dim", "--parts", "2000"],
-     "feature_dim: num_parts = 2000 but the features have only 1433 columns"),
+     "feature_dim: node type '_N' has 1433 feature columns; expected num_parts = 2000"),
     (["--memory-limit", "1000"], "needs about"),
 ]
 

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from dglx_dist.bench.kinds import KINDS, kind_of
-from dglx_dist.bench.presets import PRESETS, TypedPreset
+from dglx_dist.bench.presets import PRESETS, MagPreset
 from dglx_dist.bench.report import TYPED_COLUMNS, markdown, versus_dgl
 from dglx_dist.cli import main
 from dglx_dist.config import RunConfig
@@ -115,7 +115,7 @@ def test_the_kind_of_a_dataset_chooses_its_systems(tmp_path):
 
 def test_the_typed_preset_is_checked_and_sets_the_r_gcn_run():
     mag = PRESETS["mag-small"]
-    assert isinstance(mag, TypedPreset) and mag.fanouts == (10, 10)
+    assert isinstance(mag, MagPreset) and mag.fanouts == (10, 10)
     run = mag.run(RunConfig())
     assert (run.model.hidden, run.optimizer.lr, run.optimizer.weight_decay, run.loop.epochs) == (
         64, 0.01, 0.0, mag.epochs)

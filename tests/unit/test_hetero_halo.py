@@ -1,4 +1,4 @@
-"""GraNNDis's typed graph conv (``HeteroHaloConv``) on one process: it takes a
+"""GraNNDis's graph conv (``HaloConv``) on a typed graph, on one process: it takes a
 ``HeteroGraphConv`` of either library (by class name) and refuses any other conv, and a relation
 conv that normalises by its sources' out-degrees normalises by the degrees each edge carries
 (``SOURCE_DEGREE``), on the package's heterogeneous block (what a model gets where DGL is
@@ -11,7 +11,8 @@ import dglx_dist.nn as dglx_nn
 from dglx_dist.errors import NotSupportedError
 from dglx_dist.graphcore.block import Block
 from dglx_dist.dgl.blocks import to_dgl_block
-from dglx_dist.strategies.granndis.heteroconv import SOURCE_DEGREE, HeteroHaloConv
+from dglx_dist.strategies.granndis.cobatch import SOURCE_DEGREE
+from dglx_dist.strategies.granndis.halo import HaloConv
 
 NTYPES = ("author", "paper")
 ETYPES = (("author", "writes", "paper"), ("paper", "cites", "paper"))
@@ -33,7 +34,7 @@ def _convs(lib, norm):
 
 def _halo(conv):
     """The wrapper as the strategy makes it, on blocks of the caller's own (no exchange)."""
-    return HeteroHaloConv.of(conv, lambda block: None, None, NTYPES, "layers.0")
+    return HaloConv.of(conv, lambda block: None, None, NTYPES, ETYPES, "layers.0")
 
 
 def _rows(block):

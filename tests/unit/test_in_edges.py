@@ -167,13 +167,13 @@ def test_floyds_steps_at_once_take_what_floyds_loop_takes(monkeypatch):
     once, the values Floyd's loop takes step by step."""
     import itertools
 
-    from dglx_dist.sampling import in_edges
+    from dglx_dist.sampling import choose
 
     for count, k in ((6, 4), (7, 5), (9, 3), (5, 5), (8, 6)):
         tops = [count - k + i for i in range(k)]
         raws = torch.tensor(list(itertools.product(*[range(t + 1) for t in tops])))
-        monkeypatch.setattr(in_edges, "_below", lambda bound, generator: raws.t())
-        drawn = in_edges._floyd(torch.full((raws.shape[0],), count), k, None)
+        monkeypatch.setattr(choose, "_below", lambda bound, generator: raws.t())
+        drawn = choose._floyd(torch.full((raws.shape[0],), count), k, None)
         for raw, got in zip(raws.tolist(), drawn.t().tolist()):
             taken = []
             for i, x in enumerate(raw):

@@ -58,9 +58,8 @@ def test_memory_estimate_refuses_before_work(tiny, tmp_path):
 
 
 def test_estimate_grows_with_graph():
-    from dglx_dist.data.dataset import DatasetMeta
-    from dglx_dist.partition import PARTITIONERS
-    small, big = DatasetMeta(10**4, 10**5, 16, 4), DatasetMeta(10**6, 2 * 10**7, 128, 4)
+    from dglx_dist.partition import PARTITIONERS, GraphTypes
+    small, big = GraphTypes.one_type(10**4, 10**5, 16), GraphTypes.one_type(10**6, 2 * 10**7, 128)
     for name in PARTITIONERS.names():
         part = PARTITIONERS.build(name)
         assert part.estimate_peak_bytes(big, 4) > 50 * part.estimate_peak_bytes(small, 4)

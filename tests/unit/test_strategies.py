@@ -88,12 +88,14 @@ def test_a_cobatch_layer_moved_to_a_device_keeps_its_source_order():
     import torch
 
     from dglx_dist.graphcore.block import Block
-    from dglx_dist.strategies.granndis.cobatch import LayerPlan, outputs_only
+    from dglx_dist.strategies.granndis.cobatch import SOURCE_DEGREE, LayerPlan, outputs_only
 
     block = Block.untyped(torch.arange(4), torch.tensor([4, 5, 0, 2]), torch.tensor([0, 1, 2, 3]),
                           torch.arange(4))
-    plan = LayerPlan(block, [torch.arange(2)], [0], torch.ones(block.num_src_nodes()))
+    block.edata[SOURCE_DEGREE] = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    plan = LayerPlan(block, [[torch.arange(2)]], [[0]])
     cut = outputs_only(plan, torch.tensor([1, 3]))
     moved = cut.to(torch.device("cpu"))
-    assert cut.order is not None and torch.equal(moved.order, cut.order)
-    assert torch.equal(moved.out_degree, cut.out_degree)
+    assert cut.order is not None and torch.equal(moved.order[0], cut.order[0])
+    assert torch.equal(moved.block.edata[SOURCE_DEGREE], cut.block.edata[SOURCE_DEGREE])
+    assert cut.block.edata[SOURCE_DEGREE].tolist() == [2.0, 4.0]  # the kept edges' own

@@ -7,8 +7,9 @@
 * Expansion-aware sampling (EAS: external max_hop m, external fanout k): :mod:`.eas`.
 * Cooperative batching (fetch-then-split: server-level co-batches split over the server's
   ranks, rows swapped between layers): :mod:`.cobatch`.
-* Graphs with node and edge types (a model of ``HeteroGraphConv``s): the co-batches'
-  layers as heterogeneous blocks and the row exchange per node type, :mod:`.heteroconv`.
+* Graphs with node and edge types (a model of ``HeteroGraphConv``s), of which a graph without
+  types is the one-type case: the same co-batches, their blocks numbered per node type and the
+  row exchange per node type (:mod:`.cobatch`, :mod:`.halo`).
 * The cost of each (epoch law, ``co_batches`` chosen, overhead, memory fits): :mod:`.cost`.
 """
 from dglx_dist.strategies.granndis.halo import HaloConv

@@ -5,7 +5,8 @@ EAS neighbourhood), and the feature rows held for them.
 :class:`~dglx_dist.strategies.granndis.strategy.GraNNDisStrategy` builds one set of co-batches
 per count a loader asks for (its batches per rank; one for full-graph use, or the
 ``co_batches`` option for all), over the one preloaded subgraph; every set reads its rows from
-one :class:`HeldRows`.
+one :class:`HeldRows` per store name; a step is the co-batch's rows and blocks as DGL presents
+them (:func:`cobatch_step`). A graph without types is the one-type case throughout.
 """
 from __future__ import annotations
 
@@ -16,15 +17,19 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from dglx_dist.errors import InvalidValueError
+from dglx_dist.errors import InvalidValueError, NotSupportedError
+from dglx_dist.graphcore.ids import TypeIds
+from dglx_dist.kvstore import typed_key
 from dglx_dist.partition.metis_lib import part_graph, symmetric_csr
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.strategies.granndis.cobatch import (CoBatchPlan, GroupNodes, LayerPlan,
                                                    batch_edges, build_cobatch, levels,
                                                    outputs_only)
+from dglx_dist.strategies.steps import Step
 
 __all__ = ["ServerGraph", "Batching", "HeldRows", "TARGETS", "marked", "clusters",
-           "cobatch_plans", "target_rows", "step_layers"]
+           "cobatch_plans", "target_rows", "step_layers", "store_rows", "out_degrees",
+           "edge_types", "target_types", "output_type", "cobatch_step"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,8 +40,9 @@ class ServerGraph:
         part: this rank's partition; ``core_edges`` its inner nodes' in-edges (global ids).
         own: this rank's nodes (inner and its share of the preloaded external ones), sorted.
         nodes: the group's node set; ``edges`` the in-edges of ``own`` inside it (``(src,
-            dst)``, and on a typed graph each edge's type index).
-        out_degree: every node's out-degree in the whole graph.
+            dst, type index)``).
+        ids: the graph's node types; ``degree``: every node's out-degree in the whole graph,
+            per edge type (:func:`out_degrees`).
     """
 
     part: Any
@@ -44,11 +50,41 @@ class ServerGraph:
     own: torch.Tensor
     nodes: GroupNodes
     edges: tuple[torch.Tensor, ...]
-    out_degree: torch.Tensor
+    ids: TypeIds
+    degree: torch.Tensor
+
+
+def edge_types(ids: TypeIds, eid) -> torch.Tensor:
+    """The edge type index of each of a part's edges (original homogeneous ids ``eid``)."""
+    eid = torch.from_numpy(eid).long()
+    if len(ids.etypes) == 1:  # (a graph without types numbers no edge types)
+        return torch.zeros_like(eid)
+    return torch.searchsorted(ids.etype_offsets, eid, right=True) - 1
+
+
+def out_degrees(world: Comm, src: torch.Tensor, etype: torch.Tensor, ids: TypeIds,
+                num_nodes: int) -> torch.Tensor:
+    """Every node's out-degree in the whole graph, per edge type (a row each), from each
+    rank's in-edges of its nodes ``src`` of types ``etype`` (collective)."""
+    rows = len(ids.etypes)
+    deg = torch.bincount(etype * num_nodes + src, minlength=rows * num_nodes).to(torch.int32)
+    return world.all_reduce(deg).view(rows, num_nodes).double()
+
+
+def store_rows(pdir, gids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The feature rows of partitioned ids ``gids`` by the KVStore's name of each featured
+    node type's (order kept within a type): on a graph without types its one type's,
+    ``"feat"``, numbered by partitioned id."""
+    types = pdir.types
+    if types is None:
+        return {"feat": gids}
+    tix, rows = (torch.from_numpy(a) for a in pdir.type_row_of(gids.numpy()))
+    return {typed_key(t, "feat"): rows[tix == i] for i, t in enumerate(types.ntypes)
+            if types.feat_dims.get(t, 0)}
 
 
 def marked(lp):
-    """``lp`` (a co-batch's layer, typed or not) with its block carrying it
+    """``lp`` (a co-batch's layer) with its block carrying it
     (:func:`~dglx_dist.graphcore.block.plan_of` finds it on the block and on its copies:
     moved, cast, made DGL's); a conv given any other graph finds none."""
     lp.block = dataclasses.replace(lp.block, plan=lp)
@@ -76,12 +112,13 @@ class Batching:
 
 
 class HeldRows:
-    """The preloaded feature rows of a rank's nodes, pulled once each and shared by every set
-    of co-batches: a row is pulled the first time a set needs it (the first set's rows in its
-    order, so that the one co-batch of the full-graph form reads them without a copy).
+    """The preloaded feature rows of one store name (:func:`store_rows`) of a rank's nodes,
+    pulled once each and shared by every set of co-batches: a row is pulled the first time a
+    set needs it (the first set's rows in its order, so that the one co-batch of the
+    full-graph form reads them without a copy).
 
     Args:
-        own: this rank's nodes (inner and preloaded external), sorted.
+        own: this rank's rows of that name (inner and preloaded external nodes), sorted.
         device: where the rows live.
     """
 
@@ -149,14 +186,24 @@ def clusters(server: ServerGraph, R: int, seed: int = 0, how: str = "random") ->
     return torch.from_numpy(part_graph(indptr, indices, R, vwgt=vwgt, seed=seed))
 
 
+def target_types(ids: TypeIds, labeled, own: torch.Tensor) -> torch.Tensor:
+    """Which of the partitioned ids ``own`` may be co-batch targets: the nodes of the labeled
+    types (every node when no type is), so that the last layer computes what a loss reads,
+    and the layers before it what that needs, as DGL's blocks from labeled seeds do."""
+    if not labeled:
+        return torch.ones(own.numel(), dtype=torch.bool)
+    ntype, _ = ids.of_gids(own)
+    return torch.isin(ntype, torch.tensor([ids.ntypes.index(t) for t in labeled]))
+
+
 def cobatch_plans(server: ServerGraph, R: int, num_layers: int, group: Comm, max_hop: int,
                   fanout: int, gen: torch.Generator, progress: bool = False,
                   targetable: torch.Tensor | None = None, seed: int = 0,
                   how: str = "random") -> list[CoBatchPlan]:
     """Every one of the ``R`` co-batches' plans on this rank (collective over ``group``);
     with ``R > 1`` each has its own EAS neighbourhood (``max_hop``, ``fanout``, sampled with
-    ``gen``) inside the group's set. ``targetable``: a mask over ``server.own`` of the nodes that may be targets
-    (None: every inner node; a typed graph's labeled types); ``how``: see :func:`clusters`."""
+    ``gen``) inside the group's set. ``targetable``: a mask over ``server.own`` of the nodes
+    that may be targets (None: every inner node; :func:`target_types`); ``how``: see :func:`clusters`."""
     own, core = server.own, torch.from_numpy(server.part.core_gid)
     cluster = clusters(server, R, seed, how)
     is_core = torch.isin(own, core)
@@ -172,14 +219,28 @@ def cobatch_plans(server: ServerGraph, R: int, num_layers: int, group: Comm, max
                                gen)
         level = levels(own, mine, targets, num_layers, server.nodes, group)
         plans.append(build_cobatch(own, level, mine, num_layers, server.nodes, group,
-                                   server.out_degree))
+                                   server.ids, server.degree))
     return plans
 
 
-def target_rows(plans: list, ids: torch.Tensor, ntype: str | None,
+def output_type(ids: TypeIds, gids: torch.Tensor, labeled, name: str) -> str:
+    """The one node type of a loader's partitioned ids ``gids`` (its outputs are that type's
+    rows), one of the types the co-batches target (:func:`target_types`)."""
+    ntype, _ = ids.of_gids(gids)
+    present = [ids.ntypes[i] for i in torch.unique(ntype).tolist()]
+    if len(present) > 1:
+        raise NotSupportedError(f"{name}: a DataLoader over node types {present}; the model "
+                                "outputs the rows of one node type: build one loader per type")
+    if labeled and present and present[0] not in labeled:
+        raise NotSupportedError(f"{name}: a DataLoader over node type {present[0]!r}; the "
+                                f"co-batches' outputs are the labeled types' {list(labeled)}")
+    return present[0] if present else (list(labeled) or ids.ntypes)[-1]
+
+
+def target_rows(plans: list[CoBatchPlan], ids: torch.Tensor, ntype: str,
                 who: str) -> list[torch.Tensor]:
-    """Per co-batch, the output rows of ``ids`` (partitioned) among its targets (of node type
-    ``ntype`` on a typed graph: the rows of the model's output of that type), sorted.
+    """Per co-batch, the output rows of ``ids`` (partitioned) among its targets of node type
+    ``ntype`` (the rows of the model's output of that type), sorted.
 
     Raises:
         InvalidValueError: some ids are no co-batch's targets here (``who``: the strategy and
@@ -187,7 +248,7 @@ def target_rows(plans: list, ids: torch.Tensor, ntype: str | None,
     """
     rows, found = [], 0
     for plan in plans:
-        targets = plan.nodes[:plan.num_targets] if ntype is None else plan.targets[ntype]
+        targets = plan.targets[ntype]
         order = torch.argsort(targets)
         at = torch.searchsorted(targets[order], ids).clamp(max=max(targets.numel() - 1, 0))
         hit = targets[order][at] == ids if targets.numel() else torch.zeros_like(ids, bool)
@@ -200,15 +261,31 @@ def target_rows(plans: list, ids: torch.Tensor, ntype: str | None,
     return rows
 
 
-def step_layers(plans: list[CoBatchPlan], rows_of: list[torch.Tensor]) -> list[list[LayerPlan]]:
+def step_layers(plans: list[CoBatchPlan], rows_of: list[torch.Tensor],
+                ntype: int = 0) -> list[list[LayerPlan]]:
     """Per co-batch, the layers a loader's step runs when its outputs are the targets' rows
-    ``rows_of[b]``: the co-batch's own, the last one computing only those rows (unless they
-    are all its targets), so that the model's output and the last block's destinations are
-    the step's output nodes, as on DGL's sampled blocks."""
+    ``rows_of[b]`` of node type ``ntype`` (an index): the co-batch's own, the last one
+    computing only those rows (unless they are all its targets), so that the model's output
+    and the last block's destinations are the step's output nodes, as on DGL's sampled
+    blocks."""
     out = []
     for plan, rows in zip(plans, rows_of):
         layers = list(plan.layers)
         if rows.numel() != plan.num_targets:
-            layers[-1] = marked(outputs_only(layers[-1], rows.to(layers[-1].block.device)))
+            layers[-1] = marked(outputs_only(layers[-1], rows.to(layers[-1].block.device),
+                                             ntype))
         out.append(layers)
     return out
+
+
+def cobatch_step(cob: CoBatchPlan, ids: TypeIds, ntype: str, rows: torch.Tensor,
+                 blocks) -> Step:
+    """A co-batch's step: its input nodes this rank's own rows of each type, its output nodes
+    its targets' rows ``rows`` of node type ``ntype``, as DGL presents them: per-type ids in
+    dicts by type on a graph with types, the ids themselves without."""
+    outputs = {t: g[:0] for t, g in cob.targets.items()}
+    outputs[ntype] = cob.targets[ntype].index_select(0, rows)
+    if ids.untyped:  # DGL's graph without types: tensors
+        return Step(cob.nodes, outputs[ntype], blocks)
+    return Step({t: ids.of_gids(g)[1] for t, g in cob.inputs.items()},
+                {t: ids.of_gids(g)[1] for t, g in outputs.items()}, blocks)

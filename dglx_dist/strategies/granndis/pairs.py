@@ -73,7 +73,7 @@ def pair_plan(strategy, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan:
     """An edge loader's plan under ``strategy`` (the GraNNDis strategy, which imports this
     module): this rank's edge ids (collective); refuses what a full-graph step cannot do."""
     name = strategy.registered_name
-    if strategy.types is not None:
+    if not strategy.types.untyped:
         raise NotSupportedError(f"{name}: edge loaders (link prediction) on a graph with edge "
                                 "types are not supported yet; train them under distdgl")
     strategy.whole_graph("link prediction (every node's embedding at each step)")

@@ -5,7 +5,8 @@ halo exchange across every rank, nothing preloaded). Where each paper term lives
 training with row swaps inside a server, co-batches, gradients of the mean loss) and the rule
 for the model (every graph conv is wrapped in :class:`HaloConv`; ``x`` holds the rank's own
 rows, so anything before the first conv must be per row): docs/strategies/granndis.md; typed
-graphs: docs/heterographs.md; what lives on a GPU: docs/launching.md.
+graphs (of which a graph without types is the one-type case): docs/heterographs.md; what lives
+on a GPU: docs/launching.md.
 """
 from __future__ import annotations
 
@@ -28,21 +29,18 @@ from dglx_dist.graphcore.frames import NID
 from dglx_dist.strategies.abilities import (Approximate, Capabilities, FullGraphForm, HoldsRows,
                                             Costed, OverlapsBackward, OwnSplit,
                                             ShapedByOptions)
+from dglx_dist.graphcore.ids import TypeIds
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, Strategy,
-                                       pull_features_once,
-                                       with_depth)
+                                       check_typed_store, pull_features_once, with_depth)
 from dglx_dist.strategies.granndis.batching import (TARGETS, Batching, HeldRows, ServerGraph,
-                                                    cobatch_plans, step_layers,
-                                                    target_rows)
+                                                    cobatch_plans, cobatch_step, edge_types,
+                                                    out_degrees, output_type, step_layers,
+                                                    store_rows, target_rows, target_types)
 from dglx_dist.strategies.granndis.cobatch import GroupNodes
 from dglx_dist.strategies.granndis.cost import COSTS
 from dglx_dist.strategies.granndis.eas import expand_external
 from dglx_dist.strategies.granndis.halo import HaloConv, complete_rows
 from dglx_dist.strategies.granndis.pairs import PairGather, pair_epoch, pair_plan
-from dglx_dist.strategies.granndis.heteroconv import (HeteroHaloConv, TypedRows, edge_types,
-                                                 held_names, out_degrees, target_types,
-                                                 typed_cobatch, typed_ids, typed_rows,
-                                                 typed_step)
 from dglx_dist.strategies.holdings import (Holdings, JobSize, activation_bytes,
                                            closure_rows, feature_bytes, halo_rows, param_bytes)
 from dglx_dist.strategies.steps import Blocks, LoaderPlan, LoaderSpec, Step, StepState
@@ -140,9 +138,9 @@ class GraNNDisStrategy(Strategy, FullGraphForm, Costed, HoldsRows, Approximate,
         """Preloads the server's dependency subgraph (EAS); co-batches follow per count asked
         for (:meth:`batching`), so setting up from ``parallelize`` first gives the same
         co-batches as from the ``DataLoader`` first."""
-        self.types = typed_ids(pdir, store, self.registered_name)
-        if self.types is not None:  # the featured types' rows, by their names in the store
-            self.held_rows = held_names(pdir.types)
+        check_typed_store(pdir, store, self.registered_name)
+        self.types = TypeIds.of(pdir)  # a graph without types: one, DGL's _N / _E
+        self._labeled = () if pdir.types is None else tuple(pdir.types.labeled)
         self.config = with_depth(self, request.num_layers)
         self.session, self._store, self.pdir = session, store, pdir
         self._set_up_by = request.by
@@ -151,16 +149,17 @@ class GraNNDisStrategy(Strategy, FullGraphForm, Costed, HoldsRows, Approximate,
         core = torch.from_numpy(part.core_gid)
         core_edges = (torch.from_numpy(part.local_gid)[torch.from_numpy(part.src)],
                       core[torch.from_numpy(part.dst)])
-        core_etype = None if pdir.types is None else edge_types(pdir.types, part.eid)
-        # every node's out-degree in the whole graph (on a typed graph, per edge type too)
-        self._rel_degree = out_degrees(session.world, core_edges[0], core_etype, pdir)
-        out_degree = self._rel_degree.sum(0)
+        core_etype = edge_types(self.types, part.eid)
+        # every node's out-degree in the whole graph, per edge type
+        degree = out_degrees(session.world, core_edges[0], core_etype, self.types,
+                             pdir.num_nodes)
         gen = torch.Generator().manual_seed(self.config.seed * 7919 + session.rank)
-        own, nodes, edges = self._server_graph(pdir, part, core_edges, core_etype, gen)
-        self._server = ServerGraph(part, core_edges, own, nodes, edges, out_degree.double())
+        own, nodes, edges = self._server_graph(pdir, part, (*core_edges, core_etype), gen)
+        self._server = ServerGraph(part, core_edges, own, nodes, edges, self.types, degree)
         self._device = device = self.compute_device(session)  # blocks and rows live there
-        self._rows = TypedRows(store, pdir, own, device) if self.types is not None else \
-            HeldRows(own, device)
+        self._rows = {name: HeldRows(rows.sort().values, device)  # by the store's names
+                      for name, rows in store_rows(pdir, own).items()}
+        self.held_rows = frozenset(self._rows)
         log.info("%s rank %d: %d inner + %d external nodes (group of %d holds %d)",
                  self.registered_name, session.rank, core.numel(), self.preloaded.numel(),
                  self.group.size, nodes.ids.numel())
@@ -181,8 +180,7 @@ class GraNNDisStrategy(Strategy, FullGraphForm, Costed, HoldsRows, Approximate,
             return known
         server, cfg = self._server, self.config
         own = server.own
-        targetable = None if self.types is None else \
-            target_types(self.types, self.pdir.types.labeled, own)
+        targetable = target_types(self.types, self._labeled, own)
         # EAS around each co-batch from a generator of this count's: a set does not depend
         # on which sets were built before it
         gen = torch.Generator().manual_seed((cfg.seed * 7919 + self.session.rank) * 1_000_003
@@ -190,17 +188,20 @@ class GraNNDisStrategy(Strategy, FullGraphForm, Costed, HoldsRows, Approximate,
         plans = cobatch_plans(server, count, cfg.num_layers, self.group, self._cobatch_hops(),
                               cfg.external_fanout, gen, self.session.is_main, targetable,
                               cfg.seed, cfg.cobatch_targets)
-        if self.types is not None:  # DGL's heterogeneous blocks; the rows are every own node's
-            plans = [typed_cobatch(p, self.types, self.pdir.types.canonical_etypes,
-                                   self._rel_degree) for p in plans]
-        else:  # the rows of the nodes these co-batches read that were not pulled before
-            ids = plans[0].nodes if count == 1 else torch.cat([p.nodes for p in plans]).unique()
-            self._rows.cover(ids, lambda ids: pull_features_once(
-                self.session, self._store, self.pdir, server.part, ids))
+        # the rows of the nodes these co-batches read that were not pulled before
+        ids = plans[0].nodes if count == 1 else torch.cat([p.nodes for p in plans]).unique()
+        for name, rows in store_rows(self.pdir, ids).items():
+            self._rows[name].cover(rows, lambda rows, name=name: self._pull(name, rows))
         self._batchings[count] = batching = Batching([p.to(self._device) for p in plans])
         log.info("%s rank %d: %d co-batches (%s); rows per co-batch %s", self.registered_name,
                  self.session.rank, count, by, [p.num_rows() for p in plans])
         return batching
+
+    def _pull(self, name: str, rows: torch.Tensor) -> torch.Tensor:
+        """Rows ``rows`` of store name ``name`` (collective)."""
+        if self._store is not None:
+            return self._store.pull(name, rows, dedup=False)
+        return pull_features_once(self.session, self._store, self.pdir, self._server.part, rows)
 
     def _max_hop(self) -> int:
         return self.config.num_layers if (m := self.config.external_max_hop) < 0 else m
@@ -209,24 +210,22 @@ class GraNNDisStrategy(Strategy, FullGraphForm, Costed, HoldsRows, Approximate,
         """EAS hops around a co-batch's targets: m for METIS clusters (they hold most of their
         neighbourhoods), else L (random targets; fullgraph's typed labeled nodes)."""
         m, random = self._max_hop(), self.config.cobatch_targets == "random"
-        return self.config.num_layers if random or (m == 0 and self.types is not None) else m
+        return self.config.num_layers if random or (m == 0 and not self.types.untyped) else m
 
-    def _server_graph(self, pdir: PartitionDir, part, core_edges, core_etype, gen):
+    def _server_graph(self, pdir: PartitionDir, part, core_edges, gen):
         """This rank's nodes (inner + its share of the preloaded external ones), the group's
         node set, and the in-edges of this rank's nodes inside that set (collective)."""
         sampler = PartitionSampler.of(pdir, part, self.session.world)
         in_group = torch.zeros(pdir.num_parts, dtype=torch.bool)
         in_group[self.group.members] = True  # part p is rank p's
         hops = 0 if self.config.scope == "world" else self._max_hop()
-        self.preloaded = expand_external(core_edges, lambda ids: ~in_group[pdir.book.owner(ids)],
-                                         sampler, self.group, hops, self.config.external_fanout,
+        self.preloaded = expand_external(core_edges[:2],
+                                         lambda ids: ~in_group[pdir.book.owner(ids)], sampler, self.group, hops, self.config.external_fanout,
                                          gen)
         own = torch.cat([torch.from_numpy(part.core_gid), self.preloaded]).sort().values
         nodes = GroupNodes.gather(self.group, own)
         src, dst, _eid, etype = sampler.sample_layer(self.preloaded, -1)
-        ext = (src, dst)
-        if core_etype is not None:  # each edge's type: the core ones' from their ids, the
-            core_edges, ext = (*core_edges, core_etype), (src, dst, etype)  # others' drawn
+        ext = (src, dst, etype)  # each edge's type: the core ones' from their ids
         del src, dst, _eid, etype  # the drawn edges' ids are not needed: no longer held
         edges = tuple(torch.cat([c, e]) for c, e in zip(core_edges, ext))
         keep = nodes.contains(edges[0])
@@ -249,12 +248,9 @@ class GraNNDisStrategy(Strategy, FullGraphForm, Costed, HoldsRows, Approximate,
         return model
 
     def _wrap(self, conv: nn.Module, name: str) -> nn.Module:
-        """The conv that exchanges rows before ``conv`` runs (per node type on a typed graph,
-        where every graph conv must be a HeteroGraphConv: its blocks are heterogeneous)."""
-        if self.types is None:
-            return HaloConv(conv, plan_of, self.group)
-        return HeteroHaloConv.of(conv, plan_of, self.group, self.types.ntypes,
-                                 f"{self.registered_name}: the model's graph conv {name}")
+        """The conv that exchanges rows, per node type, before ``conv`` runs."""
+        return HaloConv.of(conv, plan_of, self.group, self.types.ntypes, self.types.etypes,
+                           f"{self.registered_name}: the model's graph conv {name}")
 
     # -- the drop-in API -----------------------------------------------------------------------
     def loader_plan(self, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan | None:
@@ -269,29 +265,26 @@ class GraNNDisStrategy(Strategy, FullGraphForm, Costed, HoldsRows, Approximate,
         counts = self.session.world.all_gather(torch.tensor([ids.numel()]))
         batches = max(1, -(-int(max(int(c) for c in counts)) // spec.batch_size))
         batching = self.batching(batches, f"a DataLoader(batch_size={spec.batch_size})")
-        ntype = typed_rows(self.types, ids, self.pdir.types, self.registered_name)
+        ntype = output_type(self.types, ids, self._labeled, self.registered_name)
         rows = target_rows(batching.plans, ids, ntype, f"{self.registered_name} (rank "
                            f"{self.session.rank})")
-        layers = None if ntype is not None else step_layers(batching.plans, rows)
+        layers = step_layers(batching.plans, rows, self.types.ntypes.index(ntype))
         return LoaderPlan(len(batching.plans), (batching.plans, rows, ntype, layers))
 
     def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int) -> Iterator[Step]:
         if spec.pairs is not None:
             yield from pair_epoch(self, plan, spec, epoch)
             return
-        plans, rows_of, ntype, layers = plan.data  # layers: the steps' own (untyped)
+        plans, rows_of, ntype, layers = plan.data
         order = range(len(plans))
         if spec.shuffle:  # the same order on every rank: the co-batch's convs exchange rows
             gen = torch.Generator().manual_seed(spec.seed * 1_000_003 + epoch)
             order = torch.randperm(len(plans), generator=gen).tolist()
         weight = 1.0 / self.session.world_size  # DDP's mean of the ranks' mean losses
-        for b in order:
-            cob, rows, typed = plans[b], rows_of[b], ntype is not None  # typed: rows of
-            state = StepState(rows=rows if typed else None, weight=weight, epoch=epoch,
-                              plan=b, ntype=ntype)  # the model's outputs of type ntype
-            blocks = Blocks([lp.block for lp in (cob.layers if typed else layers[b])], state)
-            yield typed_step(cob, self.types, ntype, blocks) if typed else \
-                Step(cob.nodes, cob.nodes.index_select(0, rows), blocks)
+        for b in order:  # a model's outputs by type: the step's are ntype's
+            state = StepState(weight=weight, epoch=epoch, plan=b, ntype=ntype)
+            blocks = Blocks([lp.block for lp in layers[b]], state)
+            yield cobatch_step(plans[b], self.types, ntype, rows_of[b], blocks)
 
     def step_forward(self, model: nn.Module, blocks, x) -> torch.Tensor:
         """An edge loader's step: its pair nodes' rows, fetched from the ranks that computed
@@ -309,8 +302,9 @@ class GraNNDisStrategy(Strategy, FullGraphForm, Costed, HoldsRows, Approximate,
         batching = self.whole_graph("the full-graph form model(g, features)")
         state = StepState(weight=1.0 / self.session.world_size)
         first = batching.plans[0]  # a typed graph's rows are read by type (local_rows)
-        feat = torch.zeros(0) if self.types is not None else self._rows.get(first.nodes)
-        return Blocks([lp.block for lp in first.layers], state), feat
+        feat = self.local_rows("feat", first.nodes)
+        return Blocks([lp.block for lp in first.layers], state), \
+            torch.zeros(0) if feat is None else feat
 
     def whole_graph(self, by: str) -> Batching:
         """The one co-batch over the whole graph (collective when it is built here)."""
@@ -324,22 +318,23 @@ class GraNNDisStrategy(Strategy, FullGraphForm, Costed, HoldsRows, Approximate,
         return batching
 
     def local_rows(self, name: str, ids: torch.Tensor):
-        """Preloaded feature rows of ``ids`` (on a typed graph, rows of a featured type's,
-        ``name`` its store name); None where some are not held here."""
-        if self.types is not None:  # a typed graph: by type rows
-            return self._rows.get(name, ids)
-        return self._rows.get(ids) if name == "feat" else None
+        """Preloaded feature rows ``ids`` of store name ``name`` (:func:`store_rows`); None
+        where some are not held here."""
+        held = self._rows.get(name)
+        return None if held is None else held.get(ids)
 
     def source_rows(self, name: str, block) -> torch.Tensor | None:
         """A co-batch's first block's every source row: this rank's preloaded ones and its
-        peers' (the group's exchange, within the server, as the first conv's)."""
+        peers' (the group's exchange, within the server, as the first conv's); the one type's
+        of a graph without types (``"feat"``; a typed graph's types are read from the store)."""
         plan = plan_of(block)
-        if plan is None or name != "feat" or self.types is not None:
+        if plan is None or name != "feat" or name not in self._rows:
             return None
         ids = block.srcdata[NID]
-        ids = ids if plan.order is None else ids.index_select(0, torch.argsort(plan.order))
+        ids = ids if plan.order is None else ids.index_select(0, torch.argsort(plan.order[0]))
         with torch.no_grad():
-            return complete_rows(self.group, self.local_rows(name, ids[:plan.own_rows()]), plan)
+            own = self.local_rows(name, ids[:plan.own_rows()])
+            return complete_rows(self.group, plan, {0: own})[0]
 
     def before_backward(self) -> None:
         self._sync.start()

@@ -12,7 +12,8 @@
 * Caching (structure and feature slices replicated on every server within a budget):
   :func:`plan_cache` and :class:`CachePlan` in :mod:`.strategy` (``cache_mb``).
 * Graphs with node and edge types (an R-GCN): the featured types' input projections split by
-  feature columns, :mod:`.projections` (:class:`~dglx_dist.strategies.p3.projections.TypedColumns`).
+  feature columns, :mod:`.projections` (:class:`~.projections.SplitProjections`; not the
+  one-type case of the first layer's split, which splits a graph conv).
 * Its cost (epoch law, ``pipeline`` chosen, overhead, memory fits): :mod:`.cost`.
 """
 from dglx_dist.strategies.p3.layer import ColumnSlice, P3FirstLayer

@@ -2,7 +2,7 @@
 (``self.proj[ntype](x)``, an ``nn.Linear``) split by feature columns; what a script sees and
 the partitioning: docs/heterographs.md, "p3 on a typed graph". ``g.nodes[ntype].data["feat"]``
 gives a :class:`~dglx_dist.strategies.p3.layer.ColumnSlice` handle whose ``F.linear`` runs
-:meth:`TypedColumns.linear` (collective): the batch ids shared, each rank's partial from its
+:meth:`SplitProjections.linear` (collective): the batch ids shared, each rank's partial from its
 columns summed at the batch's owner (:class:`~dglx_dist.runtime.autograd.OwnerReduce`).
 
 Backward pushes the owner's output gradient to every rank, so rank ``r``'s ``W.grad`` is
@@ -29,7 +29,7 @@ from dglx_dist.runtime.autograd import tie as tie_grads
 from dglx_dist.runtime.session import Session
 from dglx_dist.strategies.p3.layer import ColumnSlice, whole_rows
 
-__all__ = ["TypedColumns"]
+__all__ = ["SplitProjections"]
 
 
 class _OwnerSum(torch.autograd.Function):
@@ -49,9 +49,13 @@ class _OwnerSum(torch.autograd.Function):
         return (None, None, grad.new_zeros(ctx.token_shape), *grads)
 
 
-class TypedColumns:
+class SplitProjections:
     """This rank's column slice of every featured node type (rows in the graph's row order
-    of the type) and P3's split input projection over them (see the module docstring).
+    of the type) and P3's split input projection over them (see the module docstring). Not
+    the typed twin of :class:`~dglx_dist.strategies.p3.layer.P3FirstLayer`: that splits a
+    graph conv (every rank's block shared, partial aggregations, the pipeline, slices kept
+    out of DDP), this a row-wise linear map before any conv (only ids shared, DDP's mean), so
+    a graph without types is not its one-type case.
 
     Args:
         session: the job's session (one part per rank).

@@ -39,7 +39,7 @@ from dglx_dist.strategies.holdings import (Holdings, JobSize, feature_bytes,
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
 from dglx_dist.strategies.p3.cost import COST
 from dglx_dist.strategies.p3.layer import ColumnSlice, P3FirstLayer, whole_rows
-from dglx_dist.strategies.p3.projections import TypedColumns
+from dglx_dist.strategies.p3.projections import SplitProjections
 from dglx_dist.strategies.steps import Blocks, Step, place_step
 
 __all__ = ["P3Strategy", "CachePlan", "plan_cache"]
@@ -82,12 +82,12 @@ class P3Strategy(MiniBatchStrategy, Costed, HoldsRows, ShardedParams,
     """Hash structure + feature-dimension slices; layer 1 model parallel, the rest DDP (its
     pipeline runs layer 1 ahead itself and needs steps in turn). Its state between epochs
     (:meth:`state_dict`) is the pipeline's deferred slice gradients. On a typed graph, the
-    featured types' input projections run model parallel (:attr:`typed`)."""
+    featured types' input projections run model parallel (:attr:`projections`)."""
 
     capabilities = dataclasses.replace(MiniBatchStrategy.capabilities, typed_graphs=True,
                                        steps_in_turn=True)
     held_rows = frozenset({"feat"})
-    typed: TypedColumns | None = None  # a typed graph's column slices, set up
+    projections: SplitProjections | None = None  # a typed graph's column slices, set up
     cost = COST
 
     @dataclasses.dataclass(frozen=True)
@@ -135,8 +135,8 @@ class P3Strategy(MiniBatchStrategy, Costed, HoldsRows, ShardedParams,
         part = pdir.load_part(rank, features=pdir.types is None)
         if pdir.types is not None:  # DGL's heterogeneous blocks; projections split by columns
             self.sampler = PartitionSampler.of(pdir, part, session.world, store)
-            self.typed = TypedColumns(session, pdir, store)
-            self.held_rows = frozenset(self.typed.held)
+            self.projections = SplitProjections(session, pdir, store)
+            self.held_rows = frozenset(self.projections.held)
             return
         self.cache = plan_cache(self.config.cache_mb * 2**20, pdir, topo)
         log.info("p3 caching: %s", self.cache)
@@ -154,9 +154,9 @@ class P3Strategy(MiniBatchStrategy, Costed, HoldsRows, ShardedParams,
         self.feat = torch.from_numpy(np.concatenate([f for f, _ in feats], axis=1))
 
     def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        if self.typed is not None:  # the projections' chain starts and ends with the forward
-            model.register_forward_pre_hook(self.typed.begin)
-            model.register_forward_hook(self.typed.tie)
+        if self.projections is not None:  # their chain starts and ends with the forward
+            model.register_forward_pre_hook(self.projections.begin)
+            model.register_forward_hook(self.projections.tie)
             self._slices, self._grad_bytes = [], sum(
                 p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
             return ddp(model, self.session, self.compute_device(self.session), find_unused=True)
@@ -207,16 +207,16 @@ class P3Strategy(MiniBatchStrategy, Costed, HoldsRows, ShardedParams,
     def sharded_params(self):
         """The first layer's weight slices: every rank's columns (each server's, when every
         server holds all columns); none on a typed graph (DDP averages whole weights)."""
-        if self.typed is not None:
+        if self.projections is not None:
             return [], self.session.world
         return self._slices, (self.session.server if self.cache.features else self.session.world)
 
     def before_backward(self) -> None:
-        if self.typed is None:
+        if self.projections is None:
             self._sync.start()
 
     def after_backward(self, steps) -> None:
-        if self.typed is not None:  # DDP averages every gradient (see p3/projections.py)
+        if self.projections is not None:  # DDP averages every gradient (see p3/projections.py)
             self.session.world.account_all_reduce(self._grad_bytes)
             return
         self._layer.after_backward()  # pipelined slice gradients that arrived
@@ -232,7 +232,7 @@ class P3Strategy(MiniBatchStrategy, Costed, HoldsRows, ShardedParams,
     def state_dict(self) -> dict:
         """The pipeline's slice gradients that arrived after the epoch's last step (applied at
         the next epoch's first step)."""
-        deferred = self._layer.deferred if self.typed is None else None
+        deferred = self._layer.deferred if self.projections is None else None
         return {"deferred": [g.clone() for g in deferred] if deferred is not None else []}
 
     def load_state_dict(self, state: dict) -> None:
@@ -241,7 +241,7 @@ class P3Strategy(MiniBatchStrategy, Costed, HoldsRows, ShardedParams,
             raise InvalidValueError(f"the checkpoint holds {len(deferred)} deferred slice "
                                     f"gradients; this model's first layer has {len(self._slices)} "
                                     "slices")
-        if self.typed is not None:
+        if self.projections is not None:
             return
         # checkpoints load on the CPU; the slices may be on a GPU
         self._layer.deferred = [g.to(w.device) for g, w in zip(deferred, self._slices)] or None
@@ -254,8 +254,8 @@ class P3Strategy(MiniBatchStrategy, Costed, HoldsRows, ShardedParams,
         return owner_balanced_chunks(owned)[session.rank].sort().values
 
     def local_rows(self, name: str, ids: torch.Tensor):
-        if self.typed is not None:
-            return self.typed.rows(name, ids)
+        if self.projections is not None:
+            return self.projections.rows(name, ids)
         if name != "feat":
             return None
         return self._input_rows(ids)
