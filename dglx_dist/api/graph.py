@@ -5,7 +5,8 @@
 ``DistGraph(partition_dir)`` opens partitions made by ``dglx partition``. Node ids are those of
 the graph given (partitioners relabel internally; the graph translates at its edges), and
 ``g.ndata[name]`` is a :class:`NodeDataView` (docs/porting.md: "Node ids", "Masks as tensors",
-"Reads and writes need no lock-step").
+"Reads and writes need no lock-step"). One concept at some 400 lines: the graph, as DGL keeps
+``DistGraph`` in one file; its views, book and structure are modules of their own.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """``g.ndata``: one view per node-data name of a :class:`~dglx_dist.api.DistGraph` (see
 :mod:`dglx_dist.api.graph` for what a view means as an index and as a whole tensor). A view
-holds its graph (``graph``: the DistGraph) without importing it: the graph imports its views."""
+holds its graph (``graph``: the DistGraph) without importing it: the graph imports its views.
+One concept at some 420 lines: a node-data name's view, its spaces and the ids it takes."""
 from __future__ import annotations
 
 import abc
