@@ -205,7 +205,7 @@ def fit_constants(verdicts: list[dict[str, Any]], configs: dict[str, Config]) ->
     then each other strategy's overhead with it fixed."""
     import numpy as np
 
-    from dglx_dist.planner.predict import costs
+    from benchmarks.costmodel.predict import costs
     from dglx_dist.planner.units import load_measured
 
     round_s, overhead = load_measured().units.round_s, {

@@ -36,9 +36,9 @@ from dglx_dist.errors import StateError
 from dglx_dist.registry import Bounds
 from dglx_dist.strategies.cost.shapes import TASK_NAMES
 
-__all__ = ["AUTO", "CONV_LIBRARY_NAMES", "MODEL_NAMES", "TASK_NAMES", "TRAINING", "TRAINER_OPTIMIZER", "DataConfig", "JobConfig",
-           "LoopConfig", "ModelConfig", "OptimizerConfig", "RunConfig", "StrategyConfig",
-           "TaskConfig"]
+__all__ = ["AUTO", "CONV_LIBRARY_NAMES", "MODEL_NAMES", "TASK_NAMES", "TRAINING",
+           "TRAINER_OPTIMIZER", "DataConfig", "JobConfig", "LoopConfig", "ModelConfig",
+           "OptimizerConfig", "RunConfig", "StrategyConfig", "TaskConfig"]
 
 MODEL_NAMES = ("sage", "gcn", "gat", "resgcn")
 """The reference models of :data:`dglx_dist.models.MODELS` (a test keeps the two equal)."""

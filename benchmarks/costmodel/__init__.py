@@ -5,8 +5,8 @@ run (:mod:`.predict`) and checked on others (:mod:`.validate`), memory fits (:mo
 cost, :class:`dglx_dist.strategies.cost.Cost`), the shapes in :mod:`dglx_dist.strategies.cost`
 and the phases of an epoch in :mod:`dglx_dist.planner` (behind ``dglx plan``); they are
 re-exported here, the laws by strategy name (:data:`LAWS`)."""
-from benchmarks.costmodel.predict import calibrate, predict
-from dglx_dist.planner.predict import Calibration, costs
+from benchmarks.costmodel.predict import calibrate, costs, predict
+from dglx_dist.planner.predict import Calibration
 from dglx_dist.strategies.cost.counts import Work, expansion, halo_rows
 from dglx_dist.strategies.cost.shapes import Cluster, GraphShape, Units, Workload, degree_quantiles
 

@@ -13,12 +13,26 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from dglx_dist.errors import InvalidValueError
-from dglx_dist.planner.predict import Calibration, costs, phases
+from dglx_dist.errors import DglxError, InvalidValueError
+from dglx_dist.planner.predict import Calibration, cost_of, phases
+from dglx_dist.strategies import STRATEGIES
+from dglx_dist.strategies.cost import Cost
 from dglx_dist.strategies.cost.counts import Work
 from dglx_dist.strategies.cost.shapes import Cluster, GraphShape, Units, Workload
 
-__all__ = ["Calibration", "calibrate", "law_work", "phases", "predict"]
+__all__ = ["Calibration", "calibrate", "costs", "law_work", "phases", "predict"]
+
+
+def costs() -> dict[str, Cost]:
+    """The cost of every registered strategy (built with its defaults) that declares one, by
+    name, in registry order."""
+    out = {}
+    for name in STRATEGIES.names():
+        try:
+            out[name] = cost_of(STRATEGIES.build(name))
+        except DglxError:  # no cost, or options needed to be built: not modelled
+            continue
+    return out
 
 
 def law_work(strategy: str, graph: GraphShape, work: Workload, cluster: Cluster) -> Work:

@@ -4,9 +4,10 @@ It has the signature of ``dgl.dataloading.DataLoader`` (and DistDGL's ``DistNode
 and yields ``(input_nodes, output_nodes, blocks)``; given ``as_edge_prediction_sampler`` (the
 package's or DGL's) and edge ids, ``(input_nodes, pair_graph, neg_pair_graph, blocks)``
 (:mod:`dglx_dist.api.link`): the package's blocks and pair graphs (DGL's loaders of these
-names, in :mod:`dglx_dist.dgl`, hand a DGL script DGL's). What a step holds is the strategy's. Building one is collective and checks the call on every
-rank first; every rank takes the same number of steps per epoch (docs/porting.md: the
-``DataLoader`` row, "Every rank takes the same number of steps"; docs/architecture.md).
+names, in :mod:`dglx_dist.dgl`, hand a DGL script DGL's). What a step holds is the
+strategy's. Building one is collective and checks the call on every rank first; every rank
+takes the same number of steps per epoch (docs/porting.md: the ``DataLoader`` row, "Every
+rank takes the same number of steps"; docs/architecture.md).
 """
 from __future__ import annotations
 

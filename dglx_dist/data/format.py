@@ -22,10 +22,11 @@ from dglx_dist.data.atomic import DirKind, atomic_directory
 from dglx_dist.data.checked import (WRITE_OPTIONS, check_finite, check_plausible, check_range,
                                    column_numpy, read_checked, read_feat, read_json_object,
                                    to_arrow)
-from dglx_dist.data.dataset import META_SIZES, MASKS, DatasetMeta, EdgeTable, GraphDataset, NodeTable, check_type_name
-from dglx_dist.graphcore.types import Etype
+from dglx_dist.data.dataset import (MASKS, META_SIZES, DatasetMeta, EdgeTable, GraphDataset,
+                                    NodeTable, check_type_name)
 from dglx_dist.data.edge_data import edge_data_arrays, edge_data_columns
 from dglx_dist.errors import DatasetFormatError
+from dglx_dist.graphcore.types import Etype
 
 __all__ = ["HELDOUT_ARRAYS", "read_dataset", "read_meta", "write_dataset", "is_hetero", "read_hetero_meta",
            "HeteroMeta", "hetero_meta", "node_schema", "node_batch", "edge_batch", "EDGE_SCHEMA",

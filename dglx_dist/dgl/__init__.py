@@ -3,16 +3,17 @@
 ``import dglx_dist.dgl as dgl`` in a DistDGL script: every attribute is DGL's own, except
 ``dgl.distributed`` (:mod:`dglx_dist.dgl.distributed`, ``dgl.distributed``'s API over the
 package) and, in ``dgl.dataloading``, ``DistNodeDataLoader`` and ``DistEdgeDataLoader``
-(:class:`dglx_dist.api.DataLoader` and its edge form, DGL's blocks out). :mod:`dglx_dist.dgl.run` runs an
-unmodified DistDGL script with these in DGL's places (``python -m dglx_dist.run``). The
-package's own API is :mod:`dglx_dist.api`; nothing here is imported before it is used.
-This is the one place the package imports DGL (issue 78): besides the above, the converters to
-DGL's graphs (:mod:`~dglx_dist.dgl.conversion`) and blocks (:mod:`~dglx_dist.dgl.blocks`), a
-model of ``dgl.nn``'s modules at its edge (:mod:`~dglx_dist.dgl.models`), DGL's samplers for a user's ``BlockSampler``
-(:mod:`~dglx_dist.dgl.samplers`), DGL's ``graph.dgl`` files
-(:mod:`~dglx_dist.dgl.graph_files`) and DGL's METIS (:mod:`~dglx_dist.dgl.metis`), each
-imported by the layers below only inside the function that needs it, and named apart from
-DGL's modules so that none hides one of DGL's attributes.
+(:class:`dglx_dist.api.DataLoader` and its edge form, DGL's blocks out).
+:mod:`dglx_dist.dgl.run` runs an unmodified DistDGL script with these in DGL's places
+(``python -m dglx_dist.run``). The package's own API is :mod:`dglx_dist.api`; nothing here
+is imported before it is used. This is the one place the package imports DGL (issue 78):
+besides the above, the converters to DGL's graphs (:mod:`~dglx_dist.dgl.conversion`) and
+blocks (:mod:`~dglx_dist.dgl.blocks`), a model of ``dgl.nn``'s modules at its edge
+(:mod:`~dglx_dist.dgl.models`), DGL's samplers for a user's ``BlockSampler``
+(:mod:`~dglx_dist.dgl.samplers`), DGL's ``graph.dgl`` files (:mod:`~dglx_dist.dgl.graph_files`)
+and DGL's METIS (:mod:`~dglx_dist.dgl.metis`), each imported by the layers below only inside
+the function that needs it, and named apart from DGL's modules so that none hides one of
+DGL's attributes.
 Where DGL is not installed, importing this package (or its runner) is refused in one line
 naming the extra to install.
 """

@@ -4,9 +4,9 @@
 partitioning as blocks speak them (:mod:`.ids`), the names of types (:mod:`.types`), and the
 ops on a block's edges (:mod:`.message` by ``dgl.ops``' names, the fused sums of
 :mod:`.aggregate`, GraphConv's degree normalisation :mod:`.norm`). A graph without types is
-the one-type case (DGL's ``_N`` / ``_E``). The constructors are
-:mod:`.construct`'s (``dglx_dist.data.graph``, ``dglx_dist.dgl.graph``). Nothing here imports DGL, and importing the
-package imports none of its modules: the names below load on first use (PEP 562), so a conv
+the one-type case (DGL's ``_N`` / ``_E``). The constructors are :mod:`.construct`'s
+(``dglx_dist.data.graph``, ``dglx_dist.dgl.graph``). Nothing here imports DGL, and importing
+the package imports none of its modules: the names below load on first use (PEP 562), so a conv
 folder's numpy tasks can read :mod:`.norm` without torch."""
 import importlib as _importlib
 

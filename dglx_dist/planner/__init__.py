@@ -6,11 +6,11 @@ unit costs (:mod:`.units`, :mod:`.predict`), estimates its memory per rank from 
 what it holds at the plan's widths, and picks the fastest that fits (:mod:`.plan`); a
 strategy without a cost is listed as not planned. :mod:`.auto` resolves ``--strategy
 auto``."""
-from dglx_dist.planner.inputs import (DEFAULT_CUTS, graph_of_dataset, graph_of_directory,
-                                   graph_of_partitions, graph_shape)
+from dglx_dist.planner.inputs import (graph_of_dataset, graph_of_directory, graph_of_partitions,
+                                   graph_shape)
 from dglx_dist.planner.plan import Plan, PlanRow, make_plan
 from dglx_dist.planner.units import load_measured
-from dglx_dist.strategies.cost.shapes import Cluster, GraphShape, Units, Workload
+from dglx_dist.strategies.cost.shapes import DEFAULT_CUTS, Cluster, GraphShape, Units, Workload
 
 __all__ = ["DEFAULT_CUTS", "Cluster", "GraphShape", "Plan", "PlanRow", "Units", "Workload",
            "graph_of_dataset", "graph_of_directory", "graph_of_partitions", "graph_shape",

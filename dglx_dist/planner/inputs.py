@@ -16,7 +16,7 @@ import numpy as np
 
 from dglx_dist.strategies.cost.shapes import DEFAULT_CUTS, GraphShape, degree_quantiles
 
-__all__ = ["DEFAULT_CUTS", "graph_of_dataset", "graph_of_directory", "graph_of_partitions",
+__all__ = ["graph_of_dataset", "graph_of_directory", "graph_of_partitions",
            "graph_shape"]
 
 

@@ -1,8 +1,8 @@
 """Epoch time and bytes from a strategy's :class:`~dglx_dist.strategies.cost.counts.Work` and
 a rank's :class:`~dglx_dist.strategies.cost.shapes.Units`, with a strategy's
 :class:`Calibration` (its per-step overhead, by default its cost's, and byte factors;
-``benchmarks/costmodel`` fits them from measured runs); each registered strategy's cost
-(:func:`costs`). ``benchmarks/costmodel`` predicts and calibrates with the same phases.
+``benchmarks/costmodel`` fits them from measured runs); a strategy's cost (:func:`cost_of`).
+``benchmarks/costmodel`` predicts and calibrates with the same phases.
 
 The time of an epoch is the sum of its phases, nothing overlapped::
 
@@ -18,14 +18,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from dglx_dist.errors import DglxError, NotSupportedError
-from dglx_dist.strategies import STRATEGIES
+from dglx_dist.errors import NotSupportedError
 from dglx_dist.strategies.abilities import Costed
 from dglx_dist.strategies.cost import Cost
 from dglx_dist.strategies.cost.counts import Work
 from dglx_dist.strategies.cost.shapes import Cluster, Units
 
-__all__ = ["NO_COST", "Calibration", "cost_of", "costs", "phases"]
+__all__ = ["NO_COST", "Calibration", "cost_of", "phases"]
 
 NO_COST = "it declares no cost (strategies/cost: a Costed strategy with a law)"
 """Why a strategy without an epoch law is not planned."""
@@ -40,18 +39,6 @@ def cost_of(built: Any) -> Cost:
     if not isinstance(built, Costed) or built.cost.law is None:
         raise NotSupportedError(NO_COST)
     return built.cost
-
-
-def costs() -> dict[str, Cost]:
-    """The cost of every registered strategy (built with its defaults) that declares one, by
-    name, in registry order."""
-    out = {}
-    for name in STRATEGIES.names():
-        try:
-            out[name] = cost_of(STRATEGIES.build(name))
-        except DglxError:  # no cost, or options needed to be built: not planned
-            continue
-    return out
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,7 @@ from dglx_dist.errors import InsufficientMemoryError, InvalidValueError, StateEr
 from dglx_dist.planner import (Cluster, Workload, graph_of_dataset, graph_of_directory,
                                graph_shape, make_plan)
 from dglx_dist.planner.auto import Launch, resolve, workload_for
-from dglx_dist.planner.predict import costs
+from benchmarks.costmodel.predict import costs
 from dglx_dist.planner.units import (DEFAULT_UNITS, FULL_STEP, Measured, full_step, load_measured,
                                      save_measured)
 from dglx_dist.prepare import resolve_dataset

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from benchmarks.plan_check import CONFIGS, FITTED, fit_constants
-from dglx_dist.planner.predict import costs
+from benchmarks.costmodel.predict import costs
 from dglx_dist.planner.units import load_measured
 
 

@@ -103,13 +103,15 @@ class GraphShape:
             raise InvalidValueError(f"GraphShape: {', '.join(bad)} out of range (sizes >= 1, "
                                     f"fractions in [0, 1])")
 
+    def _types(self) -> tuple[tuple[float, int], ...]:
+        """Each node type's (share, feature width): a graph without types is one type."""
+        return self.node_types or ((1.0, self.feat_dim),)
+
     @property
     def row_bytes(self) -> float:
         """Mean bytes of a node's input row: its features, or its learned row where its type
         has none."""
-        if not self.node_types:
-            return 4.0 * self.feat_dim
-        return 4.0 * sum(f * (w or self.embed_dim) for f, w in self.node_types)
+        return 4.0 * sum(f * (w or self.embed_dim) for f, w in self._types())
 
     @property
     def learned_bytes(self) -> float:
@@ -118,22 +120,13 @@ class GraphShape:
         return 4.0 * self.embed_dim * sum(f for f, w in self.node_types if w == 0)
 
     @property
-    def featured_width(self) -> float:
-        """Mean feature width over the nodes (what a feature-sliced first layer splits)."""
-        if not self.node_types:
-            return float(self.feat_dim)
-        return sum(f * w for f, w in self.node_types)
-
-    @property
     def typed(self) -> bool:
         """Whether the graph has node types (a typed dataset or partition)."""
         return bool(self.node_types)
 
     def _type_sizes(self) -> list[tuple[int, int]]:
-        """(nodes, feature width) of each node type; the whole graph where it has none."""
-        if not self.node_types:
-            return [(self.nodes, self.feat_dim)]
-        return [(round(share * self.nodes), w) for share, w in self.node_types]
+        """(nodes, feature width) of each node type (the whole graph where it has none)."""
+        return [(round(share * self.nodes), w) for share, w in self._types()]
 
     @property
     def feature_bytes(self) -> int:

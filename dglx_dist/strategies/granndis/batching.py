@@ -203,7 +203,8 @@ def cobatch_plans(server: ServerGraph, R: int, num_layers: int, group: Comm, max
     """Every one of the ``R`` co-batches' plans on this rank (collective over ``group``);
     with ``R > 1`` each has its own EAS neighbourhood (``max_hop``, ``fanout``, sampled with
     ``gen``) inside the group's set. ``targetable``: a mask over ``server.own`` of the nodes
-    that may be targets (None: every inner node; :func:`target_types`); ``how``: see :func:`clusters`."""
+    that may be targets (None: every inner node; :func:`target_types`); ``how``: see
+    :func:`clusters`."""
     own, core = server.own, torch.from_numpy(server.part.core_gid)
     cluster = clusters(server, R, seed, how)
     is_core = torch.isin(own, core)

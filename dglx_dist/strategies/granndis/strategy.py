@@ -220,8 +220,8 @@ class GraNNDisStrategy(Strategy, FullGraphForm, Costed, HoldsRows, Approximate,
         in_group[self.group.members] = True  # part p is rank p's
         hops = 0 if self.config.scope == "world" else self._max_hop()
         self.preloaded = expand_external(core_edges[:2],
-                                         lambda ids: ~in_group[pdir.book.owner(ids)], sampler, self.group, hops, self.config.external_fanout,
-                                         gen)
+                                         lambda ids: ~in_group[pdir.book.owner(ids)], sampler,
+                                         self.group, hops, self.config.external_fanout, gen)
         own = torch.cat([torch.from_numpy(part.core_gid), self.preloaded]).sort().values
         nodes = GroupNodes.gather(self.group, own)
         src, dst, _eid, etype = sampler.sample_layer(self.preloaded, -1)
