@@ -52,17 +52,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and the API docs see; at run tim
     from dglx_dist.trainer import Batch, Trainer
 
 __version__ = "0.1.0"
-__all__ = ["GraphDataset", "read_dataset", "write_dataset", "to_dgl", "from_dgl", "builtin_path",
-           "Graph", "graph", "heterograph", "to_graph",
-           "PARTITIONERS", "partition_dataset", "PartitionDir", "Registry", "RunConfig",
-           "OptimizerConfig", "init",
-           "current_session", "Session", "PeerError", "STRATEGIES", "Strategy", "Batch",
-           "Trainer", "distribute", "DistGraph", "node_split", "edge_split", "DataLoader",
-           "DistNodeDataLoader", "DistEdgeDataLoader", "parallelize", "DistModel", "accuracy",
-           "ranking_metrics", "all_reduce", "inference", "export_parquet", "DistTensor",
-           "DistEmbedding", "SparseAdam", "SparseAdagrad", "NeighborSampler",
-           "MultiLayerFullNeighborSampler", "as_edge_prediction_sampler",
-           "negative_sampler", "plan", "__version__"]
+__all__ = [*_EXPORTS, "__version__"]
 
 
 def __getattr__(name: str):

@@ -125,7 +125,7 @@ def _argument(f: _Flag, default: Any, overlay: bool) -> dict[str, Any]:
         return {"action": "append", "metavar": meta.get("metavar") or "KEY=VALUE",
                 "help": help, **overlaid}
     if f.kind in (int, float):
-        kind = _number(f.kind, meta.get("bounds") or Bounds())
+        kind = number(f.kind, **dataclasses.asdict(meta.get("bounds") or Bounds()))
     elif typing.get_origin(f.kind) is tuple:
         kind = tuple_of(typing.get_args(f.kind)[0])
         default = ",".join(map(str, default)) if default is not None else None
@@ -207,10 +207,7 @@ def number(kind: type, low: float | None = None, high: float | None = None, *,
            high_open: bool = False, low_open: bool = False):
     """An argparse ``type=`` for a finite ``kind`` (int or float) in ``[low, high]`` (either
     end open on request); anything else is refused naming the value and the range."""
-    return _number(kind, Bounds(low, high, low_open, high_open))
-
-
-def _number(kind: type, bounds: Bounds):
+    bounds = Bounds(low, high, low_open, high_open)
     expected = bounds.describe(f"a finite {kind.__name__}")
 
     def parse(text: str):

@@ -28,12 +28,13 @@ them when they are first needed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from dglx_dist.cli_flags import check_fields, option, parse_key_values
 from dglx_dist.errors import StateError
-from dglx_dist.registry import Bounds
+from dglx_dist.registry import Bounds, RegistryError
 from dglx_dist.strategies.cost.shapes import TASK_NAMES
 
 __all__ = ["AUTO", "CONV_LIBRARY_NAMES", "MODEL_NAMES", "TASK_NAMES", "TRAINING",
@@ -142,12 +143,44 @@ AUTO = "auto"
 (:func:`dglx_dist.planner.auto.resolve`, before the strategy is built)."""
 
 
+class _PlanFirst:
+    """What stands for the strategy registry under the name :data:`AUTO`: the options given
+    with it are kept as given, in a Config of their own without defaults, for the plan that
+    checks them against the strategies that take them; nothing is built before it."""
+
+    @staticmethod
+    def make_config(name: str, **options: Any) -> Any:
+        try:
+            return _given_options(tuple(sorted(options)))(**options)
+        except TypeError:  # not a name any strategy's option has
+            raise RegistryError(f"strategy 'auto': options {sorted(options)}: expected option "
+                                f"names") from None
+
+    @staticmethod
+    def build(name: str, **options: Any) -> NoReturn:
+        raise StateError("strategy 'auto' is resolved by a plan before it is built "
+                         "(dglx_dist.planner.auto.resolve); build the strategy it chose")
+
+
+@functools.cache
+def _given_options(keys: tuple[str, ...]) -> type:
+    return dataclasses.make_dataclass("AutoOptions", keys, frozen=True)
+
+
+def _registry(name: str):
+    """What makes strategy ``name``'s options and builds it: the strategy registry, or for
+    :data:`AUTO` :class:`_PlanFirst`."""
+    from dglx_dist.strategies import STRATEGIES
+
+    return _PlanFirst if name == AUTO else STRATEGIES
+
+
 @dataclasses.dataclass(frozen=True)
 class StrategyConfig:
     """The strategy: a registered name and that strategy's own typed options (its registered
     ``Config``, made and checked by ``STRATEGIES.make_config``; None: its defaults); or
-    :data:`AUTO` and the options given with it, as ``(key, value)`` pairs, kept for the plan
-    that resolves it (:func:`dglx_dist.planner.auto.resolve`)."""
+    :data:`AUTO` and the options given with it, kept for the plan that resolves it
+    (:func:`dglx_dist.planner.auto.resolve`)."""
 
     name: str = option("distdgl", "registered strategy, or auto: the one `dglx plan` chooses "
                                   "for this graph and launch, with its options (those given "
@@ -158,16 +191,12 @@ class StrategyConfig:
     @classmethod
     def of(cls, name: str, **options: Any) -> StrategyConfig:
         """``name`` with ``options`` (strings from the command line are coerced), checked by
-        the strategy registry.
+        the strategy registry (:data:`AUTO`'s by the plan that resolves it).
 
         Raises:
             RegistryError: an unknown strategy or option, or a value of the wrong type.
         """
-        from dglx_dist.strategies import STRATEGIES
-
-        if name == AUTO:  # checked by the plan, against the strategies that take them
-            return cls(name, tuple(sorted(options.items())))
-        return cls(name, STRATEGIES.make_config(name, **options))
+        return cls(name, _registry(name).make_config(name, **options))
 
     @classmethod
     def from_flags(cls, base: StrategyConfig, name: str | None = None,
@@ -183,18 +212,16 @@ class StrategyConfig:
         """The options as keywords (empty: the strategy's defaults)."""
         if self.options is None:
             return {}
-        if self.name == AUTO:
-            return dict(self.options)
         return {f.name: getattr(self.options, f.name) for f in dataclasses.fields(self.options)}
 
     def flag_pairs(self) -> list[str]:
-        """The options that differ from the strategy's defaults, as ``KEY=VALUE``."""
+        """The options that differ from the strategy's defaults (:data:`AUTO` has none), as
+        ``KEY=VALUE``."""
         if self.options is None:
             return []
-        if self.name == AUTO:
-            return [f"{k}={_text(v)}" for k, v in self.options]
         default = StrategyConfig.of(self.name).values()
-        return [f"{k}={_text(v)}" for k, v in self.values().items() if v != default[k]]
+        return [f"{k}={_text(v)}" for k, v in self.values().items()
+                if k not in default or v != default[k]]
 
     def build(self):
         """The strategy instance (``STRATEGIES.build``).
@@ -202,13 +229,7 @@ class StrategyConfig:
         Raises:
             StateError: the name is :data:`AUTO`, which a plan resolves first.
         """
-        from dglx_dist.strategies import STRATEGIES
-
-        if self.name == AUTO:
-            raise StateError("strategy 'auto' is resolved by a plan before it is built "
-                             "(dglx_dist.planner.auto.resolve); build the strategy it chose")
-
-        return STRATEGIES.build(self.name, **self.values())
+        return _registry(self.name).build(self.name, **self.values())
 
 
 def _text(value: Any) -> str:

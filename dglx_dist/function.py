@@ -24,27 +24,20 @@ from dglx_dist.graphcore.message import EdgeFunction
 __all__ = ["EdgeFunction", "u_add_v", "u_sub_v", "u_mul_v", "u_div_v", "u_dot_v"]
 
 
-def u_add_v(lhs_field: str, rhs_field: str, out: str) -> EdgeFunction:
-    """Each edge's source ``lhs_field`` plus its destination ``rhs_field``, into ``out``."""
-    return EdgeFunction("add", lhs_field, rhs_field, out)
+def _u_op_v(op: str, what: str):
+    """DGL's edge function ``u_<op>_v``: ``what`` each edge's source ``lhs_field`` and its
+    destination ``rhs_field`` make, into ``out``."""
+    def edge_function(lhs_field: str, rhs_field: str, out: str) -> EdgeFunction:
+        return EdgeFunction(op, lhs_field, rhs_field, out)
+
+    edge_function.__name__ = edge_function.__qualname__ = f"u_{op}_v"
+    edge_function.__doc__ = f"{what} of each edge's source ``lhs_field`` and destination " \
+                            "``rhs_field``, into ``out``."
+    return edge_function
 
 
-def u_sub_v(lhs_field: str, rhs_field: str, out: str) -> EdgeFunction:
-    """Each edge's source ``lhs_field`` minus its destination ``rhs_field``, into ``out``."""
-    return EdgeFunction("sub", lhs_field, rhs_field, out)
-
-
-def u_mul_v(lhs_field: str, rhs_field: str, out: str) -> EdgeFunction:
-    """Each edge's source ``lhs_field`` times its destination ``rhs_field``, into ``out``."""
-    return EdgeFunction("mul", lhs_field, rhs_field, out)
-
-
-def u_div_v(lhs_field: str, rhs_field: str, out: str) -> EdgeFunction:
-    """Each edge's source ``lhs_field`` over its destination ``rhs_field``, into ``out``."""
-    return EdgeFunction("div", lhs_field, rhs_field, out)
-
-
-def u_dot_v(lhs_field: str, rhs_field: str, out: str) -> EdgeFunction:
-    """The dot product of each edge's source ``lhs_field`` and destination ``rhs_field`` over
-    their last dimension (kept, as 1), into ``out``."""
-    return EdgeFunction("dot", lhs_field, rhs_field, out)
+u_add_v = _u_op_v("add", "The sum")
+u_sub_v = _u_op_v("sub", "The difference (source minus destination)")
+u_mul_v = _u_op_v("mul", "The product")
+u_div_v = _u_op_v("div", "The quotient (source over destination)")
+u_dot_v = _u_op_v("dot", "The dot product over the last dimension (kept, as 1)")

@@ -9,6 +9,7 @@ import dataclasses
 import math
 import threading
 import time
+import types
 from typing import Any, Callable
 
 import psutil
@@ -77,9 +78,7 @@ class MemoryModel:
     def peak(self, nodes: float, edges: float, world: int) -> float:
         """Peak bytes of one of ``world`` ranks training a graph of ``nodes`` and ``edges``
         without types at F = 128 (:meth:`estimate` of the one-type graph)."""
-        nodes, edges = int(nodes), int(edges)
-        return self.base + (self.per_node * nodes + self.per_edge * edges
-                            + self.per_feature_byte * 4 * nodes * 128) / world
+        return self.estimate(_one_type(int(nodes), int(edges)), world)
 
     def estimate(self, graph, world: int) -> float:
         """Peak bytes of one of ``world`` ranks training ``graph`` (its ``nodes``, ``edges``,
@@ -96,7 +95,7 @@ class MemoryModel:
         """Nodes of the largest graph without types (F = 128) with ``degree`` edges per node
         whose ``world`` ranks fit in ``budget`` bytes together; None when it does not grow
         with the graph."""
-        slope = self.per_node + self.per_edge * degree + self.per_feature_byte * 4 * 128
+        slope = self._growth(_one_type(1, degree))
         if slope <= 0:
             return None
         return max(0, int((budget / world - self.base) * world / slope))
@@ -110,6 +109,13 @@ class MemoryModel:
             out |= {"per_feature_byte": round(self.per_feature_byte, 2),
                     "per_embedding_byte": round(self.per_embedding_byte, 2)}
         return out
+
+
+def _one_type(nodes: float, edges: float) -> types.SimpleNamespace:
+    """The shape of a graph without types at F = 128 (what :meth:`MemoryModel.estimate`
+    reads)."""
+    return types.SimpleNamespace(nodes=nodes, edges=edges, feature_bytes=4 * 128 * nodes,
+                                 embedding_bytes=0)
 
 
 def peak_rss_bytes() -> int:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any, Iterable, Sequence
 
 __all__ = ["json_record", "markdown_table", "key_values", "EPOCH_COLUMNS", "epoch_table",
-           "result_line"]
+           "result_line", "print_line"]
 
 EPOCH_COLUMNS = ("epoch", "epoch_time", "steps", "loss", "bytes_sent_intra", "bytes_sent_inter",
                  "peak_mem_mb", "val_acc", "test_acc")
@@ -23,6 +24,13 @@ def json_record(record: dict[str, Any]) -> str:
     if bad:
         record = {**{k: None if k in bad else v for k, v in record.items()}, "nonfinite": bad}
     return json.dumps(record, allow_nan=False)
+
+
+def print_line(text: str) -> None:
+    """``text`` as a line on stdout, flushed: a command's result, a record a harness reads
+    (logs go to stderr)."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
 
 
 def _cell(v: Any) -> str:

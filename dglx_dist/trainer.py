@@ -90,8 +90,9 @@ def _loader(graph: DistGraph, seeds, split: str, spec: LoaderSpec) -> DataLoader
     its full layers normalise by the whole graph's degrees where the strategy says so
     (``LoaderSpec.whole_degrees``): a GCN is scored as it computes on the whole graph."""
     held = isinstance(graph.strategy, HoldsRows) and "feat" in graph.strategy.held_rows
-    sampler = NeighborSampler(list(spec.fanouts), prefetch_node_feats=[] if held else ["feat"],
-                              prefetch_labels=["label"])  # held rows: read where they are
+    featured = any("feat" in graph.nodes[t].data for t in graph.ntypes)
+    sampler = NeighborSampler(list(spec.fanouts), prefetch_labels=["label"],
+                              prefetch_node_feats=["feat"] if featured and not held else [])
     return DataLoader(graph, seeds, sampler, batch_size=spec.batch_size,
                       shuffle=spec.shuffle, drop_last=spec.drop_last, seed=spec.seed,
                       use_prefetch_thread=split == "train",

@@ -9,15 +9,16 @@ imported here (:mod:`~dglx_dist.api.ndata`).
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 import numpy as np
 import torch
 
-from dglx_dist.api.ndata import NodeSpace, as_node_ids
+from dglx_dist.api.ndata import as_node_ids
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 
-__all__ = ["PartitionBook", "given_edge_ids", "given_node_ids", "of_type"]
+__all__ = ["PartitionBook", "by_type", "given_edge_ids", "given_node_ids", "of_type"]
 
 
 class PartitionBook:
@@ -25,7 +26,6 @@ class PartitionBook:
 
     def __init__(self, graph, partid: int):
         self.graph, self.partid = graph, int(partid)
-        self._owned: dict[str, torch.Tensor] = {}  # node type -> its ids in row order
 
     def num_partitions(self) -> int:
         return self.graph.pdir.num_parts
@@ -49,18 +49,17 @@ class PartitionBook:
     def to_canonical_etype(self, etype) -> tuple[str, str, str]:
         return self.graph.to_canonical_etype(etype)
 
-    def _in_row_order(self, space: NodeSpace) -> torch.Tensor:
-        if space.ntype not in self._owned:
-            rows = space.to_rows
-            self._owned[space.ntype] = torch.arange(space.num_nodes) if rows is None else \
-                torch.argsort(rows)
-        return self._owned[space.ntype]
+    @functools.cached_property
+    def _in_row_order(self) -> dict[str, torch.Tensor]:
+        """Each node type's ids in row order."""
+        return {t: torch.arange(s.num_nodes) if s.to_rows is None else torch.argsort(s.to_rows)
+                for t, s in self.graph.spaces.items()}
 
     def partid2nids(self, partid: int, ntype: str | None = None) -> torch.Tensor:
         """The ids (of ``ntype`` on a graph with types) of the nodes part ``partid`` holds."""
         space = self.graph.space(ntype)
         rows = torch.from_numpy(np.asarray(space.policy.book.core_ids(int(partid))))
-        return self._in_row_order(space)[rows]
+        return self._in_row_order[space.ntype][rows]
 
     def nid2partid(self, nids, ntype: str | None = None) -> torch.Tensor:
         """The part holding each node of ``nids`` (of ``ntype`` on a graph with types)."""
@@ -157,16 +156,23 @@ class PartitionBook:
         return f"PartitionBook(partid={self.partid}, parts={self.num_partitions()})"
 
 
+def by_type(value, types: list, error: Exception) -> Mapping:
+    """``value`` by type: as it is when a dict (DGL's per-type form), else the one type's (a
+    graph of one type, with or without types, takes either: DGL's rule); ``error`` is
+    raised on a graph of several types."""
+    if isinstance(value, Mapping):
+        return value
+    if len(types) != 1:
+        raise error
+    return {types[0]: value}
+
+
 def given_node_ids(graph, indices, what: str = "DataLoader") -> torch.Tensor:
     """The original homogeneous ids of the user's node ``indices``: ids or a boolean mask, or
-    DGL's dict {node type: per-type ids or mask} (a graph of one node type, with or without
-    types, takes either)."""
-    if not isinstance(indices, Mapping):
-        if len(graph.ntypes) != 1:
-            raise InvalidTypeError(f"{what}: this graph has node types {graph.ntypes}; pass "
-                                   "the ids as a dict {node type: ids}, e.g. "
-                                   f"{{{graph.ntypes[-1]!r}: train_ids}}")
-        indices = {graph.ntypes[0]: indices}
+    DGL's dict {node type: per-type ids or mask} (:func:`by_type`)."""
+    indices = by_type(indices, graph.ntypes, InvalidTypeError(
+        f"{what}: this graph has node types {graph.ntypes}; pass the ids as a dict {{node "
+        f"type: ids}}, e.g. {{{graph.ntypes[-1]!r}: train_ids}}"))
     out = [torch.zeros(0, dtype=torch.int64)]
     for ntype, ids in indices.items():
         space = graph.space(ntype)
@@ -176,14 +182,10 @@ def given_node_ids(graph, indices, what: str = "DataLoader") -> torch.Tensor:
 
 def given_edge_ids(graph, indices, what: str = "DataLoader") -> torch.Tensor:
     """The original homogeneous edge ids of the user's edge ``indices``: ids or a boolean
-    mask, or DGL's dict {edge type: per-type ids or mask} (a graph of one edge type, with or
-    without types, takes either)."""
-    if not isinstance(indices, Mapping):
-        if len(graph.canonical_etypes) != 1:
-            raise InvalidTypeError(f"{what}: this graph has edge types "
-                                   f"{graph.canonical_etypes}; pass the edge ids as a dict "
-                                   f"{{edge type: ids}}, e.g. {{{graph.etypes[0]!r}: eids}}")
-        indices = {graph.canonical_etypes[0]: indices}
+    mask, or DGL's dict {edge type: per-type ids or mask} (:func:`by_type`)."""
+    indices = by_type(indices, graph.canonical_etypes, InvalidTypeError(
+        f"{what}: this graph has edge types {graph.canonical_etypes}; pass the edge ids as a "
+        f"dict {{edge type: ids}}, e.g. {{{graph.etypes[0]!r}: eids}}"))
     out, offsets = [torch.zeros(0, dtype=torch.int64)], _etype_offsets(graph)
     for key, ids in indices.items():
         etype = graph.to_canonical_etype(key)

@@ -132,6 +132,12 @@ class DistGraph(EdgeStructure):
         """Whether the graph has node or edge types (a typed partitioning)."""
         return self.pdir.types is not None
 
+    def refuse_types(self, message: str) -> None:
+        """Refuses, with ``message``, what the package does on a graph without types only
+        (yet): the one place that asks whether the graph has types to say no."""
+        if self.is_typed:
+            raise NotSupportedError(message)
+
     @property
     def ntypes(self) -> list[str]:
         return list(self.spaces)
@@ -263,9 +269,8 @@ class DistGraph(EdgeStructure):
 
     def full_graph_form(self, by: str) -> FullGraphForm:
         """The strategy, set up, for the full-graph form (``by``: the call, for messages)."""
-        if self.is_typed:
-            raise NotSupportedError(f"{by}: a graph with node types {self.ntypes} has no "
-                                    "full-graph form yet; iterate a dglx_dist.DataLoader")
+        self.refuse_types(f"{by}: a graph with node types {self.ntypes} has no full-graph "
+                          "form yet; iterate a dglx_dist.DataLoader")
         if not isinstance(self.strategy, FullGraphForm):
             raise NotSupportedError(f"{by}: strategy {self.strategy.registered_name!r} has no "
                                     "full-graph form; iterate a dglx_dist.DataLoader instead")
@@ -300,37 +305,24 @@ class DistGraph(EdgeStructure):
                 f"parts={self.pdir.num_parts}, strategy={self.strategy.registered_name!r})")
 
 
-def _typed_parts(g) -> list[tuple[str, torch.Tensor]]:
-    """A heterograph's arrays by a name each: every edge type's ends and data, every node
-    type's data and size."""
+def fingerprint(g) -> str:
+    """A digest of a graph's structure, node and edge data (what its partitions hold): a
+    DGLGraph or the package's graph, with or without types (one type: ``_N``, ``_E``), read
+    through the same API (the same content, the same digest)."""
+    h = hashlib.sha256()
     parts = []
-    for et in g.canonical_etypes:
+    for et in g.canonical_etypes:  # every edge type's ends and data
         key = ":".join(et)
         src, dst = g.edges(etype=et)
         parts += [(f"src@{key}", src), (f"dst@{key}", dst)] + \
             [(f"edge:{name}@{key}", t) for name, t in sorted(g.edges[et].data.items())]
-    for nt in g.ntypes:
+    for nt in g.ntypes:  # every node type's data and size
         parts += [(f"{name}@{nt}", t) for name, t in sorted(g.nodes[nt].data.items())]
         parts.append((f"nodes@{nt}", torch.tensor([g.num_nodes(nt)])))
-    return parts
-
-
-def fingerprint(g) -> str:
-    """A digest of a graph's structure, node and edge data (what its partitions hold): a
-    DGLGraph or the package's graph, read through the same API (the same content, the same
-    digest)."""
-    h = hashlib.sha256()
-    if is_heterograph(g):
-        parts = _typed_parts(g)
-    else:
-        src, dst = g.edges()
-        parts = [("src", src), ("dst", dst)] + sorted(g.ndata.items()) + \
-            [(f"edge:{name}", t) for name, t in sorted(g.edata.items())]
     for name, t in parts:
         array = np.ascontiguousarray(t.detach().cpu().numpy())
         h.update(f"{name}:{array.dtype}:{array.shape}".encode())
         h.update(array.data)
-    h.update(f"nodes:{g.num_nodes()}".encode())
     return h.hexdigest()[:16]
 
 

@@ -27,7 +27,7 @@ from typing import Callable
 
 import torch
 
-from dglx_dist.api.book import given_edge_ids, of_type
+from dglx_dist.api.book import by_type, given_edge_ids, of_type
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.ndata import as_node_ids
 from dglx_dist.api.negative_sampler import GlobalUniform
@@ -130,14 +130,10 @@ def _is_global_uniform(negative_sampler) -> bool:
 
 
 def _by_etype(g: DistGraph, value, what: str, expected: str) -> Mapping:
-    """``value`` by edge type: as it is when a dict, else the one edge type's (refused, saying
-    ``what`` and the ``expected`` dict, on a graph with several)."""
-    if isinstance(value, Mapping):
-        return value
-    if len(g.canonical_etypes) != 1:
-        raise InvalidValueError(f"{what}; on a graph with edge types it must return a dict "
-                                f"{expected}")
-    return {g.canonical_etypes[0]: value}
+    """``value`` by edge type (:func:`~dglx_dist.api.book.by_type`), refused, saying ``what``
+    and the ``expected`` dict, on a graph with several."""
+    return by_type(value, g.canonical_etypes, InvalidValueError(
+        f"{what}; on a graph with edge types it must return a dict {expected}"))
 
 
 def _canonical(graph: DistGraph, key, what: str) -> Etype:
@@ -169,16 +165,14 @@ def _reverse_etypes(graph: DistGraph, mapping) -> dict[Etype, Etype]:
 
 
 def _reverse_eids(graph: DistGraph, reverse_eids) -> dict[Etype, torch.Tensor]:
-    if not isinstance(reverse_eids, Mapping):
-        if reverse_eids is None or len(graph.canonical_etypes) != 1:
-            raise InvalidValueError(
-                f"{_WHERE}: exclude='reverse_id' needs reverse_eids, " +
-                ("a dict {edge type: tensor giving each edge of the type its reverse edge's "
-                 "id in the same type}" if graph.is_typed else
-                 "a tensor giving each edge id its reverse edge's id"))
-        reverse_eids = {graph.canonical_etypes[0]: reverse_eids}
+    error = InvalidValueError(
+        f"{_WHERE}: exclude='reverse_id' needs reverse_eids, " +
+        ("a dict {edge type: tensor giving each edge of the type its reverse edge's id in the "
+         "same type}" if graph.is_typed else "a tensor giving each edge id its reverse edge's id"))
+    if reverse_eids is None:
+        raise error
     out = {}
-    for key, value in reverse_eids.items():
+    for key, value in by_type(reverse_eids, graph.canonical_etypes, error).items():
         etype = _canonical(graph, key, f"{_WHERE}: reverse_eids")
         n, reverse = graph.num_edges(etype), torch.as_tensor(value)
         what = f"reverse_eids[{etype}]" if graph.is_typed else "reverse_eids"
@@ -231,10 +225,9 @@ class EdgePairs:
                 raise InvalidValueError(f"{_WHERE}: prefetch_labels names {key!r}, which no "
                                         f"edge type has; edge data here: "
                                         f"{sorted(graph.edata.stored())}")
-        if graph.is_typed and _is_global_uniform(self.negative_sampler):
-            raise NotSupportedError(f"{_WHERE}: negative_sampler.GlobalUniform is not "
-                                    "supported on a graph with edge types yet; use "
-                                    "negative_sampler.Uniform(k)")
+        if _is_global_uniform(self.negative_sampler):
+            graph.refuse_types(f"{_WHERE}: negative_sampler.GlobalUniform is not supported on "
+                               "a graph with edge types yet; use negative_sampler.Uniform(k)")
         self._reverse_eids: dict[Etype, torch.Tensor] | None = None
         self._exclude = self._exclusion(sampler)
 
@@ -288,9 +281,8 @@ class EdgePairs:
         neg = self._negatives(seeds, seed) if self.negative_sampler is not None else None
         uniq, (pos_local, neg_local) = self._compact([pos, neg or {}])
         pair = self._pair_graph(pos_local, uniq)
-        eids_by_type = {et: seeds.get(et, EMPTY) for et in g.canonical_etypes}
-        pair.edata[NID] = eids_by_type if len(eids_by_type) > 1 else \
-            eids_by_type[g.canonical_etypes[0]]
+        for et in g.canonical_etypes:
+            pair.edges[et].data[NID] = seeds.get(et, EMPTY)
         for key in self.labels:  # DGL's prefetch_labels: on the positive pairs' edges
             for et, ids in seeds.items():
                 if key in g.edges[et].data:
@@ -349,7 +341,8 @@ class EdgePairs:
         g = self.graph
         pair = heterograph({et: edges.get(et, (EMPTY, EMPTY)) for et in g.canonical_etypes},
                            num_nodes_dict={t: n.numel() for t, n in uniq.items()})
-        pair.ndata[NID] = uniq if len(g.ntypes) > 1 else uniq[g.ntypes[0]]
+        for ntype, ids in uniq.items():
+            pair.nodes[ntype].data[NID] = ids
         return pair
 
     def _excluded(self, result) -> torch.Tensor:

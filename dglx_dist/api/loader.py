@@ -231,11 +231,12 @@ def _checked(graph: DistGraph, sampler, batch_size, whole_degrees: bool = False)
     fields.update({"fanouts": (), "draw": draw} if draw is not None else
                   {"fanouts": sampler_fanouts(node_sampler, graph.pdir.types),
                    "sampling": sampler_options(graph, node_sampler)})
-    if whole_degrees and (graph.is_typed or draw is not None):
-        raise NotSupportedError("DataLoader(whole_degrees=True): blocks of DGL's neighbour "
-                                "samplers on a graph without types only; got "
-                                + ("a graph with types" if graph.is_typed else
-                                   f"{type(sampler).__name__}"))
+    if whole_degrees:
+        why = "DataLoader(whole_degrees=True): blocks of DGL's neighbour samplers on a " \
+            "graph without types only; got "
+        graph.refuse_types(why + "a graph with types")
+        if draw is not None:
+            raise NotSupportedError(why + type(sampler).__name__)
     return fields
 
 

@@ -10,8 +10,7 @@ from typing import Any, Iterator
 
 import torch
 
-from dglx_dist.errors import (IdOutOfRangeError, InvalidValueError, NotSupportedError,
-                              UnknownNameError)
+from dglx_dist.errors import IdOutOfRangeError, InvalidValueError, UnknownNameError
 from dglx_dist.kvstore import INTERNAL_PREFIX, PullUnderWay, RowPolicy, typed_key
 from dglx_dist.kvstore.base import EDGE_PREFIX
 from dglx_dist.kvstore.policy import rows_at
@@ -322,10 +321,8 @@ class NodeDataView:
         return rows.bool() if self.key in MASKS else rows
 
     def local(self) -> Any:
-        """The rows of this rank's nodes (:meth:`DistGraph.local_nodes`)."""
-        if self.space.typed:
-            raise NotSupportedError(f"{self.what}: a graph with node types has no full-graph "
-                                    "rows; index it with node ids of its type")
+        """The rows of this rank's nodes (:meth:`DistGraph.local_nodes`; the full-graph form
+        refuses a graph with types)."""
         return self._placed(self.rows(
             self._g.full_graph_form(f"{self.what}.local()").local_nodes()))
 

@@ -17,6 +17,7 @@ import torch
 
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.samplers import edge_rows
+from dglx_dist.errors import UnknownNameError
 from dglx_dist.kvstore.base import PullUnderWay
 from dglx_dist.runtime.transfer import DeviceCopies
 from dglx_dist.graphcore.frames import NID
@@ -56,20 +57,23 @@ class Prefetch:
         self.labels = list(getattr(sampler, "prefetch_labels", None) or [])
         self.feats = list(getattr(node_sampler, "prefetch_node_feats", None) or [])
         self.edge_feats = getattr(node_sampler, "prefetch_edge_feats", None) or []
+        node_names = self.feats + ([] if node_sampler is not sampler else self.labels)
+        for name in node_names:  # a type without it is skipped; a name no type has is a typo
+            if not any(name in graph.nodes[t].data for t in graph.ntypes):
+                raise UnknownNameError(f"the sampler's prefetch names {name!r}, which no node "
+                                       f"type of the graph has (node types: {graph.ntypes})")
 
     def start(self, step: Step | EdgeStep) -> UnderWay:
         """Starts the pulls of ``step``'s rows (collective: every rank at the same step); the
         result's ``finish`` hands the step over with them on its blocks."""
         blocks = step_graphs(step)
-        state = getattr(step.blocks, "state", None)  # none on a subgraph
-        # a typed co-batch's outputs are some of its last block's destinations: no rows
-        skip = not blocks or self.graph.is_typed and state is not None and \
-            state.rows is not None
-        wanted = [] if skip else self._wanted(step, blocks)
+        inputs = self._by_type(step.input_nodes)
+        outputs = None if isinstance(step, EdgeStep) else self._by_type(step.output_nodes)
+        wanted = self._wanted(inputs, outputs, blocks) if blocks else []
 
         def finish() -> Step | EdgeStep:
             edge_rows(self.graph, blocks, self.edge_feats)
-            handed = self._handed(step, wanted)  # after the last step's writes
+            handed = self._handed(step, inputs, outputs, wanted)  # after the last step's writes
             got = [w.rows.wait() for w in wanted]
             ready = [self._copy(value) for value in got]
             placed = place_step(handed, self.device)
@@ -77,33 +81,36 @@ class Prefetch:
                 block = step_graphs(placed)[w.layer]
                 frame = block.srcnodes[w.ntype] if w.side == "src" else block.dstnodes[w.ntype]
                 frame.data[w.name] = value()
-            self._offer(handed, wanted, got)
+            for w, value in zip(wanted, got):  # the store's rows of the step's own ids,
+                if w.stamp is not None and isinstance(value, torch.Tensor):  # offered to
+                    ids = (inputs if w.side == "src" else outputs)[w.ntype]  # the loop's reads
+                    self.graph.step_rows.offer(w.key, ids, w.stamp, value)
             return placed
 
         return UnderWay(finish, lambda: [w.rows.wait() for w in wanted])
 
-    def _wanted(self, step: Step | EdgeStep, blocks: list) -> list[Wanted]:
-        """The pulls of the step's labels (first: few bytes) and first-layer features."""
-        edge, out = isinstance(step, EdgeStep), []
-        sides = [(0, "src", step.input_nodes, self.feats)]
-        if not edge:  # an edge step's labels are on its pair graph
-            sides.insert(0, (-1, "dst", step.output_nodes, self.labels))
-        for layer, side, nodes, names in sides:
-            for ntype, rows in self._rows(nodes).items():
-                data = self.graph.nodes[ntype].data  # g.ndata's, on a graph without types
-                for name in names:
-                    if name in data or not self.graph.is_typed:  # types without it
-                        view = data[name]
-                        out.append(self._source(view, (layer, side, ntype, name, view.name),
-                                                blocks[layer], rows))
-        return out
+    def _by_type(self, nodes) -> dict[str, torch.Tensor]:
+        """A step's nodes by node type in the graph's own ids: the dict of a step with types
+        as it is; a step of one type holds its partitioned ids (the one type's)."""
+        if isinstance(nodes, dict):
+            return nodes
+        return {self.graph.node_space.ntype: self.graph.node_ids(nodes)}
 
-    def _rows(self, nodes) -> dict[str, torch.Tensor]:
-        """A step's nodes as store rows by node type (a step on a graph without types holds
-        partitioned ids, its rows already)."""
-        if not self.graph.is_typed:
-            return {self.graph.node_space.ntype: nodes}
-        return {t: self.graph.space(t).rows(ids) for t, ids in nodes.items()}
+    def _wanted(self, inputs: dict, outputs: dict | None, blocks: list) -> list[Wanted]:
+        """The pulls of the step's labels (first: few bytes) and first-layer features, of
+        the node types that have them (as DGL's prefetch on a graph with types; the others
+        are skipped)."""
+        sides = [(0, "src", inputs, self.feats)]
+        if outputs is not None:  # an edge step's labels are on its pair graph
+            sides.insert(0, (-1, "dst", outputs, self.labels))
+        out = []
+        for layer, side, nodes, names in sides:
+            for ntype, ids in nodes.items():
+                data, rows = self.graph.nodes[ntype].data, self.graph.space(ntype).rows(ids)
+                for view in (data[name] for name in names if name in data):
+                    out.append(self._source(view, (layer, side, ntype, view.key, view.name),
+                                            blocks[layer], rows))
+        return out
 
     def _source(self, view, where: tuple, block, rows: torch.Tensor) -> Wanted:
         """The rows of ``view`` for ``rows`` (going ``where``: layer, side, node type,
@@ -124,28 +131,16 @@ class Prefetch:
         """The copy of rows to the device, started (a handle, p3's column slice, as it is)."""
         return self.copies.start(value) if isinstance(value, torch.Tensor) else lambda: value
 
-    def _handed(self, step: Step | EdgeStep, wanted: list[Wanted]) -> Step | EdgeStep:
-        """``step`` with the graph's own node ids (a typed step's are per type already); the
-        pull of the rows the loop reads itself with them, started (but those ``wanted``
-        brings)."""
-        graph = self.graph
-        if not graph.is_typed:
-            ids = {"input_nodes": graph.node_ids(step.input_nodes)}
-            if not isinstance(step, EdgeStep):
-                ids["output_nodes"] = graph.node_ids(step.output_nodes)
-            step = step._replace(**ids)
-        by_type = (lambda n: n) if graph.is_typed else (lambda n: {graph.node_space.ntype: n})
-        outputs = getattr(step, "output_nodes", None)
+    def _handed(self, step: Step | EdgeStep, inputs: dict, outputs: dict | None,
+                wanted: list[Wanted]) -> Step | EdgeStep:
+        """``step`` with the graph's own node ids, as DGL hands them: dicts by type on a
+        graph with types, the one type's ids without; the pull of the rows the loop reads
+        itself with them, started (but those ``wanted`` brings)."""
         carried = frozenset((w.key, w.side) for w in wanted if w.stamp is not None)
-        graph.step_rows.start(by_type(step.input_nodes),
-                              None if outputs is None else by_type(outputs), carried)
-        return step
-
-    def _offer(self, step: Step | EdgeStep, wanted: list[Wanted], got: list) -> None:
-        """The store's rows of the step's own ids, offered to the loop's reads of those ids
-        (by value: ``g.ndata[name][input_nodes]`` is then the rows on the blocks)."""
-        for w, value in zip(wanted, got):
-            if w.stamp is not None and isinstance(value, torch.Tensor):
-                nodes = step.input_nodes if w.side == "src" else step.output_nodes
-                ids = nodes[w.ntype] if self.graph.is_typed else nodes
-                self.graph.step_rows.offer(w.key, ids, w.stamp, value)
+        self.graph.step_rows.start(inputs, outputs, carried)
+        if isinstance(step.input_nodes, dict):
+            return step
+        one = self.graph.node_space.ntype
+        if isinstance(step, EdgeStep):
+            return step._replace(input_nodes=inputs[one])
+        return step._replace(input_nodes=inputs[one], output_nodes=outputs[one])

@@ -135,9 +135,8 @@ def user_sampler(graph: DistGraph, sampler) -> UserSampler | None:
         raise NotSupportedError(f"{what} (its steps are subgraphs, not blocks) under strategy "
                                 f"{name!r}, whose model's first layer runs on blocks; samplers "
                                 "of subgraphs run under distdgl")
-    if graph.is_typed:
-        raise NotSupportedError(f"{what} on a graph with edge types: samplers of your own run "
-                                "on graphs without types only (not yet)")
+    graph.refuse_types(f"{what} on a graph with edge types: samplers of your own run on "
+                       "graphs without types only (not yet)")
     from dglx_dist.dgl.samplers import OutNeighborSampler, UserSampler  # noqa: PLC0415
 
     if neighbors:  # of out-edges
@@ -220,14 +219,13 @@ def _check_prob(graph: DistGraph, name: str, what: str) -> None:
     if name not in names:
         raise UnknownNameError(f"{what}: {name!r} is not edge data of this graph; it has "
                                f"{sorted(names)}")
-    types, offsets = graph.pdir.types, graph.pdir.edge_offsets
+    types, offsets = graph.types, graph.pdir.edge_offsets
+    has = torch.tensor([types.has_edge_data(e, name) for e in range(len(graph.etypes))])
     for part, values in graph.store.local_parts(edge_key(name)).items():
-        if types is not None:  # the rows of the edge types that have it
+        if not has.all():  # the rows of the edge types that have it
             hom = graph.edata.ids(torch.arange(int(offsets[part]), int(offsets[part + 1])))
             etype = torch.searchsorted(torch.as_tensor(types.etype_offsets), hom,
                                        right=True) - 1
-            has = torch.tensor([types.has_edge_data(e, name)
-                                for e in range(len(types.canonical_etypes))])
             values = values[has[etype]]
         check_weights(values, what)
 

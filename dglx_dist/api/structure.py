@@ -91,8 +91,7 @@ class EdgeStructure:
     def _draws(self, what: str) -> tuple[str, object]:
         """How errors name method ``what``, and the sampler the graph's draws go through."""
         where = f"{self._asker}: g.{what}"
-        if self.is_typed:
-            raise NotSupportedError(f"{where}: not supported on a graph with edge types yet")
+        self.refuse_types(f"{where}: not supported on a graph with edge types yet")
         return where, self._drawing if self._drawing is not None else self.sampler()
 
     def to_canonical_etype(self, etype) -> tuple[str, str, str]:
@@ -169,8 +168,7 @@ class EdgeStructure:
         return self._degrees(u, etype, 1, "out_degrees")
 
     def _degrees(self, nodes, etype, column: int, what: str):
-        if self.is_typed:
-            raise NotSupportedError(f"g.{what}: not supported on a graph with edge types yet")
+        self.refuse_types(f"g.{what}: not supported on a graph with edge types yet")
         self.to_canonical_etype(etype)
         one = isinstance(nodes, int) or (torch.is_tensor(nodes) and nodes.dim() == 0)
         ids = torch.arange(self.num_nodes()) if nodes is None else \
@@ -342,10 +340,8 @@ class EdgeStructure:
         edges (nor self-loops, with ``exclude_self_loops``; distinct, unless ``replace``), as
         DGL's method of this name (what ``negative_sampler.GlobalUniform`` calls). Collective:
         every rank calls it at the same step (the edge loader does)."""
-        if self.is_typed:
-            raise NotSupportedError("global_uniform_negative_sampling (GlobalUniform): not "
-                                    "supported on a graph with edge types yet; use "
-                                    "negative_sampler.Uniform(k)")
+        self.refuse_types("global_uniform_negative_sampling (GlobalUniform): not supported "
+                          "on a graph with edge types yet; use negative_sampler.Uniform(k)")
         self.to_canonical_etype(etype)
         n = self.num_nodes()
         draws = math.ceil(num_samples * (1.0 + (1.3 if redundancy is None else redundancy)))

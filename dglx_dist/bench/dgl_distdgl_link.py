@@ -125,19 +125,16 @@ def _embeddings(g, model, nodes, fanouts: list[int], layers: int, hidden: int, n
     import torch
     import torch.distributed as dist
 
+    from dglx_dist.bench.dgl_distdgl_nodes import inference_batches
+
     emb = dgl.distributed.DistTensor((g.num_nodes(), hidden), torch.float32, name=name)
     wanted = torch.zeros(g.num_nodes(), dtype=torch.bool)
     wanted[nodes] = True
     mine = dgl.distributed.node_split(wanted, g.get_partition_book(), force_even=True)
-    sampler = (dgl.dataloading.NeighborSampler(fanouts) if fanouts else
-               dgl.dataloading.MultiLayerFullNeighborSampler(layers))
-    loader = dgl.dataloading.DistNodeDataLoader(g, mine, sampler, batch_size=4096,
-                                                shuffle=False, drop_last=False)
-    model.eval()
-    with torch.no_grad():
-        for input_nodes, seeds, blocks in loader:
-            emb[seeds] = model(blocks, g.ndata["feat"][input_nodes])
-    model.train()
+    for input_nodes, seeds, blocks in inference_batches(g, model, mine, fanouts, layers, 4096,
+                                                        dgl.dataloading.DistNodeDataLoader,
+                                                        dgl.dataloading):
+        emb[seeds] = model(blocks, g.ndata["feat"][input_nodes])
     dist.barrier()
     return emb
 

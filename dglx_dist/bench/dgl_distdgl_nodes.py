@@ -24,7 +24,8 @@ from dglx_dist.errors import DatasetFormatError, InvalidValueError
 from dglx_dist.memory import peak_rss_bytes
 
 __all__ = ["MASKS", "MODELS_BY_KIND", "NodeJob", "category_of", "dropin_job", "evaluate",
-           "main", "node_job", "train_epoch", "train_nodes", "typed", "whole_degree_hooks"]
+           "inference_batches", "main", "node_job", "train_epoch", "train_nodes", "typed",
+           "whole_degree_hooks"]
 
 MASKS = ("train", "val", "test")
 
@@ -129,27 +130,36 @@ def train_epoch(job: NodeJob) -> Epoch:
     return Epoch(wall, steps, samples, losses, rows, timer)
 
 
+def inference_batches(g, model, nids, fanouts, layers: int, batch_size: int, loader_class,
+                      sampling):
+    """The ``(input_nodes, seeds, blocks)`` of ``nids`` (``layers`` full neighbourhoods
+    unless ``fanouts``) from ``loader_class`` and ``sampling``'s samplers (DGL's or ours),
+    with ``model`` in eval mode and no gradients (back in train mode after)."""
+    import torch
+
+    sampler = (sampling.NeighborSampler(fanouts) if fanouts else
+               sampling.MultiLayerFullNeighborSampler(layers))
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield from loader_class(g, nids, sampler, batch_size=batch_size, shuffle=False,
+                                    drop_last=False)
+    finally:
+        model.train()
+
+
 def evaluate(g, job: NodeJob, nids, fanouts, batch_size: int) -> tuple[int, int]:
     """Correct predictions and count on ``nids`` (full neighborhoods unless ``fanouts``),
     each full layer's GraphConv normalised by its sources' out-degrees in the whole graph
     (:func:`whole_degree_hooks`), as ``dglx train`` and single-process DGL score."""
-    import torch
-
-    model = job.model
-    sampler = (job.sampling.NeighborSampler(fanouts) if fanouts else
-               job.sampling.MultiLayerFullNeighborSampler(len(model.layers)))
-    loader = job.loader_class(g, nids, sampler, batch_size=batch_size, shuffle=False,
-                              drop_last=False)
-    hooks = whole_degree_hooks(g, model, fanouts)
-    model.eval()
+    hooks = whole_degree_hooks(g, job.model, fanouts)
     correct = total = 0
-    with torch.no_grad():
-        for input_nodes, seeds, blocks in loader:
-            pred = model(blocks, job.inputs(input_nodes)).argmax(1)
-            y = job.labels(seeds)
-            correct += int((pred == y).sum())
-            total += y.numel()
-    model.train()
+    for input_nodes, seeds, blocks in inference_batches(
+            g, job.model, nids, fanouts, len(job.model.layers), batch_size, job.loader_class,
+            job.sampling):
+        y = job.labels(seeds)
+        correct += int((job.model(blocks, job.inputs(input_nodes)).argmax(1) == y).sum())
+        total += y.numel()
     for hook in hooks:
         hook.remove()
     return correct, total
@@ -319,17 +329,6 @@ def _accuracy(g, job: NodeJob, split: str, fanouts, batch_size: int,
     return round(correct / max(total, 1), 4), int(total)
 
 
-def _seed_dgl(seed: int) -> None:
-    """Seeds DGL's random numbers where DGL is installed (its sampling may serve the drop-in
-    API there); without DGL, nothing of DGL's draws any."""
-    from dglx_dist.data.convert import dgl_installed
-
-    if dgl_installed():
-        import dgl
-
-        dgl.seed(seed)
-
-
 def train_dropin(args: argparse.Namespace) -> None:
     """Our side: trains on ``--partitions`` under ``--strategy`` (:func:`dropin_job`); rank
     0 writes the records on stdout (collective)."""
@@ -338,7 +337,8 @@ def train_dropin(args: argparse.Namespace) -> None:
 
     import dglx_dist
     from dglx_dist.api.metrics import epoch_record
-    from dglx_dist.report import json_record
+    from dglx_dist.data.convert import dgl_installed
+    from dglx_dist.report import json_record, print_line
     from dglx_dist.strategies.epochs import EpochResult
 
     config = from_args(RunConfig, args)
@@ -346,7 +346,10 @@ def train_dropin(args: argparse.Namespace) -> None:
         raise InvalidValueError("dgl_distdgl_nodes: --partitions is required (the harness "
                                 "partitions the dataset first)")
     torch.manual_seed(config.loop.seed)
-    _seed_dgl(config.loop.seed)
+    if dgl_installed():  # DGL's sampling may serve the drop-in API there
+        import dgl
+
+        dgl.seed(config.loop.seed)
     np.random.seed(config.loop.seed)
     g = dglx_dist.distribute(config.data.partitions, config.strategy.build())
     job, session, loop = dropin_job(args, g), g.session, config.loop
@@ -364,8 +367,7 @@ def train_dropin(args: argparse.Namespace) -> None:
         if last:
             record["test_acc"] = _accuracy(g, job, "test", (), args.eval_batch_size, total_of)[0]
         if session.is_main:  # the harness reads these lines
-            sys.stdout.write(json_record(record) + "\n")
-            sys.stdout.flush()
+            print_line(json_record(record))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -79,13 +79,13 @@ def partition_main(args: argparse.Namespace) -> None:
         partition_link(args, GRAPH_NAME)
         return _partitioned(args, t0)
     ds = read_dataset(args.data)
-    labeled = ds.nodes["_N" if ds.untyped else ds.category]
+    category = ds.category or "_N"  # the labeled type: without types, the one type
+    labeled = ds.nodes[category]
     split = np.zeros(labeled.num_nodes, dtype=np.int64)
     for i, mask in enumerate(labeled.masks().values(), start=1):  # train, val, test: the
         split[mask & (split == 0)] = i  # constraints our metis balances, in one vector
-    balance = torch.from_numpy(split)
-    if not ds.untyped:  # each node type, and within the labeled type each split
-        balance = {ds.category: torch.from_numpy(np.unique(split, return_inverse=True)[1])}
+    # each node type, and within the labeled type each split (DGL takes one type's alone)
+    balance = {category: torch.from_numpy(np.unique(split, return_inverse=True)[1])}
     dgl.distributed.partition_graph(to_dgl(ds), GRAPH_NAME, args.parts, args.out,
                                     part_method="metis", balance_ntypes=balance,
                                     balance_edges=True)
@@ -208,42 +208,30 @@ def _reduce(values: list[float], op) -> list[float]:
 
 
 def trainer_main(args: argparse.Namespace) -> None:
-    """DGL's DistDGL training loop of ``--task`` (:data:`_TRAINERS`); rank 0 writes its
-    result with every trainer's peak memory."""
+    """DGL's DistDGL training loop of ``--task``: node classification
+    (:func:`dglx_dist.bench.dgl_distdgl_nodes.train_nodes` of our reference model, or of the
+    R-GCN on a typed graph) or link prediction
+    (:func:`dglx_dist.bench.dgl_distdgl_link.train_link_dgl`); rank 0 writes its result with
+    every trainer's peak memory (MiB; the node task's after training and at the end)."""
     import torch
     import torch.distributed as dist
 
+    from dglx_dist.bench.dgl_distdgl_link import train_link_dgl
+    from dglx_dist.bench.dgl_distdgl_nodes import MASKS, node_job, train_nodes
+
     torch.set_num_threads(args.threads)
     g = _setup(args)
-    out, peaks = _TRAINERS[args.task](args, g)
+    if args.task == "link":
+        out, peaks = train_link_dgl(args, g, _reduce), {"peak_mem_mb_train": status_mb()}
+    else:
+        out, peak_train = train_nodes(args, g, node_job(args, g, MASKS), _reduce)
+        peaks = {"peak_mem_mb_train": peak_train, "peak_mem_mb_end": status_mb()}
     n, rank = len(peaks), dist.get_rank()  # each trainer's peaks at its place, summed
     every = [0.0] * (n * dist.get_world_size())
     every[n * rank:n * (rank + 1)] = peaks.values()
     every = _reduce(every, dist.ReduceOp.SUM)
     out |= {k: [round(p, 1) for p in every[i::n]] for i, k in enumerate(peaks)}
     _finish(args, out if dist.get_rank() == 0 else None)
-
-
-def _node_trainer(args: argparse.Namespace, g) -> tuple[dict[str, Any], dict[str, float]]:
-    """Node classification: :func:`dglx_dist.bench.dgl_distdgl_nodes.train_nodes` of our
-    reference model, or of the R-GCN on a typed graph; its result, and this trainer's peak
-    memory after training and at the end."""
-    from dglx_dist.bench.dgl_distdgl_nodes import MASKS, node_job, train_nodes
-
-    out, peak_train = train_nodes(args, g, node_job(args, g, MASKS), _reduce)
-    return out, {"peak_mem_mb_train": peak_train, "peak_mem_mb_end": status_mb()}
-
-
-def _link_trainer(args: argparse.Namespace, g) -> tuple[dict[str, Any], dict[str, float]]:
-    """``--task link``: :func:`dglx_dist.bench.dgl_distdgl_link.train_link_dgl`; its
-    result, and this trainer's peak memory."""
-    from dglx_dist.bench.dgl_distdgl_link import train_link_dgl
-
-    return train_link_dgl(args, g, _reduce), {"peak_mem_mb_train": status_mb()}
-
-
-_TRAINERS = {"node": _node_trainer, "link": _link_trainer}
-"""The trainer's loop by task: its result and this trainer's peak memory (MiB) by key."""
 
 
 def _finish(args: argparse.Namespace, out: dict[str, Any] | None) -> None:

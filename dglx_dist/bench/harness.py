@@ -10,6 +10,7 @@ One concept at some 410 lines: from a system's name to its row, for every system
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import statistics
@@ -28,7 +29,7 @@ from dglx_dist.runtime.env import free_local_port
 
 __all__ = ["BASELINES", "NAMED_ONLY", "PLANNED_TASKS", "REDUCERS", "STRATEGY_OPTIONS", "Setup",
            "TASK_NEEDS", "Target", "add_time_to_accuracy", "attempt", "dropin_target",
-           "first_reached", "launch", "parse_records", "reduce_records", "run_env",
+           "first_reached", "given_options", "launch", "parse_records", "reduce_records", "run_env",
            "run_planned", "run_strategy", "run_system", "skipped_baselines",
            "strategy_config", "summarize", "systems", "train_command", "train_target"]
 
@@ -135,11 +136,16 @@ def strategy_config(name: str, setup: Setup, extra: Options) -> StrategyConfig:
     common = {"fanouts": setup.fanouts, "batch_size": setup.batch_size,
               "num_layers": setup.layers} | (
         {"eval_fanouts": setup.eval_fanouts} if setup.eval_fanouts else {})
-    given = extra.get(name, {})
-    if not isinstance(given, Mapping):
-        given = parse_key_values(given, "--strategy-opt")
     return StrategyConfig.of(name, **{k: v for k, v in common.items() if k in fields}
-                             | STRATEGY_OPTIONS.get(name, {}) | dict(given))
+                             | STRATEGY_OPTIONS.get(name, {}) | given_options(extra, name))
+
+
+def given_options(extra: Options, name: str) -> dict[str, Any]:
+    """``--strategy-opt NAME:KEY=VALUE``'s options of ``name`` (keywords, or the sweeps'
+    ``KEY=VALUE``s)."""
+    given = extra.get(name, {})
+    return dict(given) if isinstance(given, Mapping) else \
+        parse_key_values(given, f"--strategy-opt {name}:")
 
 
 def model_mismatch(name: str, setup: Setup) -> str | None:
@@ -220,16 +226,16 @@ def run_planned(setup: Setup, extra: Options, needs: Sequence[str] = (),
     among those that run the common model and have the capabilities ``needs``, run as its
     own row is (:func:`run_strategy`) with the plan's options; the row is named
     ``auto (STRATEGY)`` and keeps the plan's lines."""
-    from dglx_dist.bench.planned import plan_fields, plan_setup, row_name
+    from dglx_dist.bench.planned import plan_fields, plan_setup
 
     def runs_here(built) -> bool:
         return (all(getattr(built.capabilities, c) for c in needs)
                 and model_mismatch(built.registered_name, setup) is None)
 
-    name, options, plan = plan_setup(setup, extra.get(AUTO, ()), runs_here, loaders)
+    name, options, plan = plan_setup(setup, given_options(extra, AUTO), runs_here, loaders)
     row = run_strategy(name, setup, {name: options}, target=target)
     predicted = f"planned: {plan.choice.epoch_s:.3g} s an epoch predicted"
-    return row | {"system": row_name(name), "strategy": name,
+    return row | {"system": f"{AUTO} ({name})", "strategy": name,
                   "note": f"{predicted}; {row['note']}"} | plan_fields(plan)
 
 
@@ -407,9 +413,6 @@ def first_reached(epoch_times: list[float], accs: list[float | None],
                   target: float) -> tuple[float, int] | None:
     """(training seconds, epochs) until an accuracy first reaches ``target`` (an epoch not
     evaluated still costs its time); None when none does."""
-    spent = 0.0
-    for epoch, (t, acc) in enumerate(zip(epoch_times, accs), 1):
-        spent += t
-        if acc is not None and acc >= target:
-            return spent, epoch
-    return None
+    spent = itertools.accumulate(epoch_times)
+    return next(((s, epoch) for epoch, (s, acc) in enumerate(zip(spent, accs), 1)
+                 if acc is not None and acc >= target), None)

@@ -4,22 +4,17 @@ setup's task, dataset, model and batching on its servers and ranks and their lin
 emulated one's rate, or loopback's on virtual servers) and this machine's cores shared by
 them all, with a server's share of this machine's memory (``--memory-limit``, else its total: every rank of a benchmark runs
 here), among the strategies that can run the benchmark's model, kind of dataset and task
-(link prediction: those that train it). The row it runs
-is named :func:`row_name`, and carries the plan's two lines (:func:`plan_fields`)."""
+(link prediction: those that train it). The row it runs is named ``auto (STRATEGY)``, and
+carries the plan's two lines (:func:`plan_fields`)."""
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 from dglx_dist.bench.shared import Setup
 from dglx_dist.config import AUTO
 
-__all__ = ["link_gbit", "plan_fields", "plan_setup", "row_name", "server_memory"]
-
-
-def row_name(strategy: str) -> str:
-    """What the table, the figure and results.jsonl call the row: ``auto (distdgl)``."""
-    return f"{AUTO} ({strategy})"
+__all__ = ["link_gbit", "plan_fields", "plan_setup", "server_memory"]
 
 
 def server_memory(setup: Setup) -> float:
@@ -41,15 +36,7 @@ def link_gbit(setup: Setup) -> float:
     return 8 * rate / 1e9 if rate else 8 / load_measured().units.intra_s_per_byte / 1e9
 
 
-def _given(options: Mapping[str, Any] | Sequence[str]) -> dict[str, Any]:
-    """``--strategy-opt auto:KEY=VALUE``'s options (keywords, or the sweeps' ``KEY=VALUE``s)."""
-    from dglx_dist.cli_flags import parse_key_values
-
-    return dict(options) if isinstance(options, Mapping) else \
-        parse_key_values(options, f"--strategy-opt {AUTO}:")
-
-
-def plan_setup(setup: Setup, given: Mapping[str, Any] | Sequence[str] = (),
+def plan_setup(setup: Setup, given: Mapping[str, Any] | None = None,
                accept: Callable[[Any], bool] | None = None, loaders: bool = False):
     """``(strategy, options, plan)``: the plan's choice for ``setup`` with the ``given``
     options kept (the workload: the setup's fanouts, batch and depth, as every strategy of
@@ -70,8 +57,8 @@ def plan_setup(setup: Setup, given: Mapping[str, Any] | Sequence[str] = (),
                     hidden, setup.layers, setup.training().task, loaders,
                     (("fanouts", setup.fanouts), ("batch_size", setup.batch_size),
                      ("num_layers", setup.layers)))
-    return resolve(AUTO, _given(given), lambda: graph_of_directory(setup.data, embed_dim=hidden),
-                   launch, accept=accept)
+    return resolve(AUTO, dict(given or {}),
+                   lambda: graph_of_directory(setup.data, embed_dim=hidden), launch, accept=accept)
 
 
 def plan_fields(plan) -> dict[str, Any]:

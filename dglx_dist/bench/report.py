@@ -4,6 +4,7 @@ script draws its plots with."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import statistics
 from pathlib import Path
 from typing import Any
@@ -312,13 +313,10 @@ def draw(panels: list[Panel], path: Path, title: str = "", columns: int = 3) -> 
 def _curve(r: dict[str, Any], metric: str) -> Series:
     """Validation ``metric`` (acc, mrr) against the training time spent so far (evaluated
     epochs)."""
-    t, pts = 0.0, []
-    for dt, a in zip(r["epoch_times"], r[f"val_{metric}_per_epoch"]):
-        t += dt
-        if a is not None:
-            pts.append((t, a))
-    return Series(_name(r), *(tuple(v) for v in zip(*pts))) if pts else Series(
-        _name(r), (), ())
+    pts = [(t, a) for t, a in zip(itertools.accumulate(r["epoch_times"]),
+                                  r[f"val_{metric}_per_epoch"]) if a is not None]
+    xs, ys = tuple(zip(*pts)) or ((), ())
+    return Series(_name(r), xs, ys)
 
 
 def _name(r: dict[str, Any]) -> str:

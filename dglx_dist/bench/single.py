@@ -18,7 +18,7 @@ from dglx_dist.cli_flags import add_flags, from_args
 from dglx_dist.config import TRAINING, RunConfig
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.memory import peak_rss_bytes
-from dglx_dist.report import json_record
+from dglx_dist.report import json_record, print_line
 
 __all__ = ["main", "train"]
 
@@ -88,8 +88,7 @@ def train(args: argparse.Namespace) -> None:
             record["val_acc"] = _accuracy(model, g, ids["val"])
         if last:
             record["test_acc"] = _accuracy(model, g, ids["test"])
-        sys.stdout.write(json_record(record) + "\n")  # the harness reads these lines
-        sys.stdout.flush()
+        print_line(json_record(record))  # the harness reads these lines
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

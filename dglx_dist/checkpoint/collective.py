@@ -36,11 +36,6 @@ def _exchange_json(world: Comm, obj: Any) -> list[Any]:
     return [json.loads(bytes(t.tolist())) for t in world.all_gather_v(raw)]
 
 
-def _agree(world: Comm, ok: bool) -> bool:
-    flag = torch.tensor([1.0 if ok else 0.0], dtype=torch.float64)
-    return bool(world.all_reduce(flag, op="min")[0] > 0)
-
-
 def save(world: Comm, root: Path, epoch: int, meta: dict[str, Any], blobs: dict[str, bytes],
          keep: int) -> Path:
     """Writes this rank's ``blobs`` (file name -> bytes) into the checkpoint of ``epoch`` under
@@ -56,7 +51,7 @@ def save(world: Comm, root: Path, epoch: int, meta: dict[str, Any], blobs: dict[
             staging.mkdir()
         except OSError as exc:
             error = f"cannot create {staging}: {exc.strerror or exc}"
-    if not _agree(world, not error):
+    if world.failed_ranks(not error):
         raise CheckpointError(f"checkpoint of epoch {epoch}: rank 0 could not prepare {root}"
                               + (f" ({error})" if error else " (see rank 0's log)"))
     entries: dict[str, Any] = {}
@@ -84,7 +79,7 @@ def save(world: Comm, root: Path, epoch: int, meta: dict[str, Any], blobs: dict[
             files.commit(root, epoch, manifest, keep)
         except (OSError, CheckpointError) as exc:
             failed[0] = f"committing: {exc}"
-    if not _agree(world, not failed):
+    if world.failed_ranks(not failed):
         if rank == 0:
             shutil.rmtree(staging, ignore_errors=True)
         detail = "; ".join(f"rank {r}: {msg}" for r, msg in failed.items()) or "see rank 0's log"

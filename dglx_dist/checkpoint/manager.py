@@ -12,8 +12,6 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-import torch
-
 from dglx_dist.checkpoint import Checkpointing, collective, rng
 from dglx_dist.checkpoint.files import (check_contents, check_matches, decode,
                                         describe_unusable, encode, list_checkpoints)
@@ -90,8 +88,7 @@ class CheckpointManager:
             self._load(decode(read(rank_file(self.session.rank)), f"{path} (rank file)"), read)
         except (CheckpointError, KeyError, RuntimeError, ValueError, TypeError) as exc:
             error = f"{type(exc).__name__}: {exc}"
-        flags = self.session.world.all_gather(torch.tensor([0 if error else 1]))
-        failed = [r for r, f in enumerate(flags) if not int(f)]
+        failed = self.session.world.failed_ranks(not error)
         if failed:
             raise CheckpointError(f"resuming from {path} failed on ranks {failed}"
                                   + (f"; here: {error}" if error else " (see their errors)"))

@@ -50,13 +50,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser = RankZeroParser(prog="dglx", description="datasets, partitions and distributed GNN "
                      "training for DGL users (`dglx COMMAND --help` for each command)")
     _add_logging(parser, "INFO")
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name, (help_text, add_args, run) in _COMMANDS.items():
+    _add_commands(parser, _COMMANDS, "command")
+    return parser
+
+
+def _add_commands(parser: argparse.ArgumentParser, commands: dict[str, tuple], dest: str,
+                 **kwargs) -> None:
+    """A subcommand of ``parser`` per entry of ``commands`` (name: (help, add the arguments,
+    run)), each with the logging flags and ``run`` (``dglx data ACTION`` too)."""
+    sub = parser.add_subparsers(dest=dest, required=True, **kwargs)
+    for name, (help_text, add_args, run) in commands.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         add_args(p)
         _add_logging(p, argparse.SUPPRESS)  # a subcommand's flag overrides, its absence not
         p.set_defaults(run=run)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,6 +10,7 @@ from typing import Callable
 from dglx_dist.cli_flags import add_flags, flag_names, number
 from dglx_dist.config import JobConfig
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.report import print_line
 
 __all__ = ["COMMANDS"]
 
@@ -54,7 +55,7 @@ def _cmd_commcheck(args: argparse.Namespace) -> int:
                       "link_gbit": _link_gbit(s.topology, args.payload_mb, seconds,
                                               s.env.virtual_servers > 1),
                       "bytes": [dict(zip(keys, c.tolist())) for c in counts]}
-            sys.stdout.write(json.dumps(report) + "\n")
+            print_line(json.dumps(report))
     return 0
 
 
@@ -81,7 +82,7 @@ def _link_gbit(topology, payload_mb: float, seconds: float | None,
 def _cmd_rdzvcheck(args: argparse.Namespace) -> int:
     from dglx_dist.runtime.preflight import check_rendezvous_endpoint
 
-    sys.stdout.write(f"{check_rendezvous_endpoint(args.endpoint, args.timeout)}\n")
+    print_line(str(check_rendezvous_endpoint(args.endpoint, args.timeout)))
     return 0
 
 
@@ -107,7 +108,7 @@ def _cmd_emulate(args: argparse.Namespace) -> int:
                                            remove_leftovers, run_job)
 
     if args.remove_leftovers:
-        sys.stdout.write(json.dumps({"removed": remove_leftovers()}) + "\n")
+        print_line(json.dumps({"removed": remove_leftovers()}))
         return 0
     target = args.target[1:] if args.target[:1] == ["--"] else args.target
     if not target:

@@ -4,20 +4,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from dglx_dist.cli_flags import add_flags, flag_names, from_args, parse_key_values
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.report import print_line as _out
 
 __all__ = ["COMMANDS"]
-
-
-def _out(text: str) -> None:
-    """A command's result on stdout (JSON lines and tables; logs go to stderr)."""
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,13 +230,9 @@ _DATA_ACTIONS: dict[str, tuple[str, Callable, Callable]] = {
 
 
 def _add_data(p: argparse.ArgumentParser) -> None:
-    from dglx_dist.cli import _add_logging  # the -v flags after the action's arguments too
+    from dglx_dist.cli import _add_commands  # (it imports this module)
 
-    sub = p.add_subparsers(dest="data_action", required=True, metavar="ACTION")
-    for name, (help_text, add_args, _) in _DATA_ACTIONS.items():
-        action = sub.add_parser(name, help=help_text, description=help_text)
-        add_args(action)
-        _add_logging(action, argparse.SUPPRESS)
+    _add_commands(p, _DATA_ACTIONS, "data_action", metavar="ACTION")  # each sets its run
 
 
 def _cmd_partitioners(args: argparse.Namespace) -> int:
@@ -258,8 +248,7 @@ COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
                 "typed one shaped like ogbn-mag)", _add_datagen,
                 _cmd_datagen),
     "data": ("datasets from elsewhere: `dglx data import ogbn-arxiv DIR` writes OGB's as a "
-             "dataset directory", _add_data,
-             lambda args: _DATA_ACTIONS[args.data_action][2](args)),
+             "dataset directory", _add_data, None),
     "partition": ("partition a dataset directory and print the quality report, or import the "
                   "partitions of DGL's partition_graph (--from-dgl)", _add_partition,
                   lambda args: _PARTITION_SOURCES[args.source](args)),

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from dglx_dist.errors import CheckpointError, InvalidValueError, PartitionFormatError
+from dglx_dist.report import markdown_table, print_line
 
 __all__ = ["COMMANDS", "verify_path"]
 
@@ -87,8 +87,7 @@ def _add_verify(p: argparse.ArgumentParser) -> None:
 def _cmd_verify(args: argparse.Namespace) -> int:
     for path in args.paths:
         try:
-            sys.stdout.write(json.dumps(verify_path(path)) + "\n")
-            sys.stdout.flush()
+            print_line(json.dumps(verify_path(path)))
         except (PartitionFormatError, CheckpointError) as exc:
             raise type(exc)(f"dglx verify: {exc}") from None
     return 0
@@ -107,20 +106,19 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     import time
 
     from dglx_dist.cache import check_cache_dir, clear, entries
-    from dglx_dist.report import markdown_table
 
     check_cache_dir(args.cache_dir)
     if args.action == "clear":
         removed = clear(args.cache_dir, args.older_than_days * 86400.0)
-        sys.stdout.write(json.dumps({"cache_dir": str(args.cache_dir), "left": len(entries(
-            args.cache_dir)), "removed": [p.name for p in removed]}) + "\n")
+        print_line(json.dumps({"cache_dir": str(args.cache_dir), "left": len(entries(
+            args.cache_dir)), "removed": [p.name for p in removed]}))
         return 0
     now = time.time()
     found = entries(args.cache_dir)
     rows = [{"entry": e.path.name, "kind": e.kind, "GiB": f"{e.bytes / _GIB:.3f}",
              "unused for (days)": f"{(now - e.last_used) / 86400:.1f}"} for e in found]
-    sys.stdout.write(markdown_table(rows) + f"\n{len(found)} entries, "
-                     f"{sum(e.bytes for e in found) / _GIB:.3f} GiB\n")
+    print_line(markdown_table(rows) + f"\n{len(found)} entries, "
+               f"{sum(e.bytes for e in found) / _GIB:.3f} GiB")
     return 0
 
 

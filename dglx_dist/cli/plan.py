@@ -7,12 +7,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 from typing import Callable
 
 from dglx_dist.cli_flags import number, tuple_of
 from dglx_dist.config import MODEL_NAMES, TASK_NAMES
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.report import print_line
 
 __all__ = ["COMMANDS", "LINKS", "parse_link"]
 
@@ -136,10 +136,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         _check_parts(pdir, cluster, given, graph, work)
     plan = make_plan(graph, work, cluster, measured=measured, given=given,
                      accept=None if pdir is None else _fitting(pdir, cluster))
-    if args.json:
-        sys.stdout.write(json.dumps(plan.public()) + "\n")
-    else:
-        sys.stdout.write(f"{plan.table()}\n{plan.summary()}\n{plan.why()}\n")
+    print_line(json.dumps(plan.public()) if args.json else
+               f"{plan.table()}\n{plan.summary()}\n{plan.why()}")
     return 0
 
 

@@ -156,9 +156,9 @@ def _check_learned(trainer, epochs: int, fail: bool) -> None:
     test_acc = trainer.history[-1].get("test_acc") if trainer.history else None
     if test_acc is None:  # nothing trained in this run (a resumed, finished one)
         return
-    inputs = trainer.inputs
-    labels = (trainer.graph.nodes[inputs.category].data["label"] if trainer.graph.is_typed
-              else trainer.graph.ndata["label"]).full()[inputs.mask("test").full().bool()]
+    inputs = trainer.inputs  # the labeled type's labels (``_N``'s without types)
+    labels = trainer.graph.nodes[inputs.category].data["label"].full()[
+        inputs.mask("test").full().bool()]
     act_on(node_verdict(test_acc, majority_rate(labels), epochs), fail)
 
 

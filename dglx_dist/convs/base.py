@@ -29,7 +29,7 @@ from dglx_dist.graphcore.block import Block
 # dglx_dist/dgl/ imports (issue 78).
 
 __all__ = ["LAYERS", "ConvAdapter", "ConvWrapper", "DorylusSupport", "InputLinear", "adapter_for",
-           "edge_column", "feat_dropout", "first_conv", "graph_convs", "is_foreign_conv",
+           "feat_dropout", "first_conv", "graph_convs", "is_foreign_conv",
            "library_door", "at_the_edge"]
 
 LAYERS: Registry["ConvAdapter"] = Registry("layer adapter", entry_point_group="dglx_dist.layers")
@@ -238,9 +238,3 @@ def feat_dropout(conv: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """``x`` through the conv's ``feat_drop`` (unchanged when it has none)."""
     drop = getattr(conv, "feat_drop", None)
     return drop(x) if drop is not None else x
-
-
-def edge_column(edge_weight: torch.Tensor | None) -> torch.Tensor | None:
-    """A conv's ``edge_weight=`` as a column (one row per edge) for
-    :mod:`~dglx_dist.graphcore.message`'s ``u_mul_e_*``; None stays None (their ``copy_u_*``)."""
-    return None if edge_weight is None else edge_weight.reshape(-1, 1)

@@ -1,13 +1,14 @@
 """What dorylus asks of a conv type: the :class:`LayerKind` base its stage classes
 (``convs/<conv>/dorylus.py``) subclass, and what every kind shares (:class:`Stage`,
 :func:`add_grad` / :func:`summed_grads`, :func:`activation_name`, :func:`dropout_p`,
-:func:`task_seed`, :func:`csr`, :func:`f32`). The seam with ``strategies/dorylus/``:
-docs/architecture.md, "A conv type".
+:func:`task_seed`, :func:`dropout_header`, :func:`cross_edges`, :func:`csr`, :func:`f32`). The
+seam with ``strategies/dorylus/``: docs/architecture.md, "A conv type".
 """
 from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 import warnings
 from typing import Callable
 
@@ -18,8 +19,9 @@ from torch import nn
 
 from dglx_dist.errors import InvalidValueError
 
-__all__ = ["LayerKind", "Slot", "Stage", "add_grad", "activation_name", "csr", "dropout_p", "f32",
-           "summed_grads", "task_seed"]
+__all__ = ["LayerKind", "Slot", "Stage", "add_grad", "activation_name", "cross_edges", "csr",
+           "dropout_header",
+           "dropout_p", "f32", "summed_grads", "task_seed"]
 
 #: (parameter, (layer, gradient name), gradient -> the parameter's shape)
 Slot = tuple[nn.Parameter, tuple[int, str], Callable[[torch.Tensor], torch.Tensor]]
@@ -54,14 +56,9 @@ def add_grad(acc: dict, epoch: int, key: tuple[int, str], value: np.ndarray,
 def summed_grads(grads: dict | None) -> dict[tuple[int, str], torch.Tensor]:
     """An epoch's gradients by (layer, name): every interval's, summed in interval order (an
     interval's own contributions in the order its program made them)."""
-    out = {}
-    for key, per_interval in (grads or {}).items():
-        parts = [g for i in sorted(per_interval) for g in per_interval[i]]
-        total = parts[0].clone()
-        for g in parts[1:]:
-            total += g
-        out[key] = total
-    return out
+    return {key: functools.reduce(torch.add, [g for i in sorted(per_interval)
+                                              for g in per_interval[i]])
+            for key, per_interval in (grads or {}).items()}
 
 
 def activation_name(activation, conv: str) -> str:
@@ -91,10 +88,36 @@ def task_seed(seed: int, epoch: int, layer: int) -> int:
     return (seed * 1_000_003 + epoch * 131 + layer) % (1 << 62)
 
 
+def dropout_header(p: float, train: bool, seed: int) -> dict:
+    """A task's dropout fields: probability ``p`` in training (none otherwise), ``seed``."""
+    p = p if train else 0.0
+    return {"dropout": p, "seed": seed, "train": bool(p > 0)}
+
+
+def _to_param(param: torch.Tensor, transposed: bool) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A gradient of the tasks' as ``param``'s."""
+    return (lambda g: g.t()) if transposed else (lambda g: g.reshape(param.shape))
+
+
 def f32(t: torch.Tensor | np.ndarray) -> np.ndarray:
     """``t`` as a contiguous float32 array, a task's input."""
     return np.ascontiguousarray(t.numpy() if isinstance(t, torch.Tensor) else t,
                                 dtype=np.float32)
+
+
+def cross_edges(gs, extra: torch.Tensor) -> tuple[list[torch.Tensor], list[tuple]]:
+    """Sends each in-edge whose source another rank owns to that owner, with its ``extra``
+    (one value per in-edge; collective). Returns the masks of the in-edges sent to each rank,
+    and per rank what came from it: the sources' own rows, the destinations' columns among
+    the reverse ghosts (after the own rows) and their ``extra``."""
+    dst_row, _, src, src_owner = gs.in_edges
+    me = gs.comm.group_rank
+    cross = [(src_owner == p) & (p != me) for p in range(gs.comm.size)]
+    got = [gs.comm.all_to_all_v([t[c] for c in cross]) for t in (src, gs.core[dst_row], extra)]
+    rkey = gs.rghost_owner * gs.num_nodes + gs.rghost_ids  # sorted: the reverse-ghost columns
+    return cross, [(torch.searchsorted(gs.core, s),
+                    gs.n + torch.searchsorted(rkey, p * gs.num_nodes + d), x)
+                   for p, (s, d, x) in enumerate(zip(*got))]
 
 
 def csr(rows: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor, shape) -> torch.Tensor:
@@ -128,15 +151,24 @@ class LayerKind(abc.ABC):
     def check(cls, convs: list[tuple[nn.Module, str]]) -> None:
         """Raises ValueError naming the conv and what is expected when one cannot run."""
 
+    #: The gradient names of :meth:`tensors`, in order (a task returns ``d<name>``).
+    GRADS: tuple[str, ...] = ()
+    #: Those whose gradient is its parameter's transpose (a task's ``x @ W`` of an
+    #: ``nn.Linear``'s weight).
+    TRANSPOSED: frozenset[str] = frozenset()
+
     @classmethod
     @abc.abstractmethod
     def tensors(cls, conv: nn.Module) -> tuple[torch.Tensor | None, ...]:
         """What a parameter server keeps of this layer (in the order requests read it)."""
 
     @classmethod
-    @abc.abstractmethod
     def param_slots(cls, conv: nn.Module, layer: int) -> list[Slot]:
-        """The conv's parameters and where their gradients come from."""
+        """The conv's parameters (:meth:`tensors` but None) and where their gradients come
+        from: the tasks' ``d<name>`` (:attr:`GRADS`), transposed where :attr:`TRANSPOSED`
+        says so, else shaped as the parameter."""
+        return [(p, (layer, name), _to_param(p, name in cls.TRANSPOSED))
+                for p, name in zip(cls.tensors(conv), cls.GRADS) if p is not None]
 
     @classmethod
     @abc.abstractmethod
@@ -150,20 +182,34 @@ class LayerKind(abc.ABC):
         """Static structures the pipelines share (may run collectives: every rank calls it)."""
         return None
 
+    #: The stage that starts the backward from given logit gradients.
+    LOGITS_BACKWARD = "BAV"
+
     @staticmethod
     @abc.abstractmethod
-    def train_program(num_layers: int) -> list[Stage]:
+    def forward_stages(num_layers: int) -> list[Stage]:
+        """The forward up to the last layer's apply (AVL or AVO)."""
+
+    @staticmethod
+    @abc.abstractmethod
+    def backward_stages(num_layers: int) -> list[Stage]:
+        """The backward after the last layer's apply's (AVL or :attr:`LOGITS_BACKWARD`)."""
+
+    @classmethod
+    def train_program(cls, num_layers: int) -> list[Stage]:
         """Forward, the fused loss, the backward."""
+        return cls.forward_stages(num_layers) + [Stage("AVL", num_layers - 1)] + \
+            cls.backward_stages(num_layers)
 
-    @staticmethod
-    @abc.abstractmethod
-    def forward_program(num_layers: int) -> list[Stage]:
+    @classmethod
+    def forward_program(cls, num_layers: int) -> list[Stage]:
         """Forward only, ending with the logits (AVO)."""
+        return cls.forward_stages(num_layers) + [Stage("AVO", num_layers - 1)]
 
-    @staticmethod
-    @abc.abstractmethod
-    def backward_program(num_layers: int) -> list[Stage]:
+    @classmethod
+    def backward_program(cls, num_layers: int) -> list[Stage]:
         """The backward from given logit gradients (a loop of one's own)."""
+        return [Stage(cls.LOGITS_BACKWARD, num_layers - 1)] + cls.backward_stages(num_layers)
 
     # -- one pipeline --------------------------------------------------------------------------
     @property
@@ -176,17 +222,22 @@ class LayerKind(abc.ABC):
         """Runs a graph stage of interval ``i`` (for SC/BSC: what precedes the sends)."""
 
     @abc.abstractmethod
+    def buffer(self, back: bool, layer: int) -> torch.Tensor:
+        """The rows a scatter of ``layer`` (forward or ``back``) sends and fills."""
+
     def pack(self, back: bool, layer: int, route) -> torch.Tensor:
         """The message of a scatter along ``route`` (the graph server's ``Route``: ``peer``,
         ``interval`` and the buffer ``rows`` it carries), 1-D."""
+        return self.buffer(back, layer)[route.rows].reshape(-1)
 
-    @abc.abstractmethod
     def recv_numel(self, back: bool, layer: int, route) -> int:
         """Elements of the message arriving along ``route``."""
+        return route.rows.numel() * self.buffer(back, layer).shape[1]
 
-    @abc.abstractmethod
     def unpack(self, back: bool, layer: int, route, msg: torch.Tensor) -> None:
-        """Stores a message that arrived along ``route``."""
+        """Stores a message that arrived along ``route`` (its first rows: the buffer's)."""
+        buf = self.buffer(back, layer)
+        buf[route.rows] = msg[:route.rows.numel() * buf.shape[1]].view(-1, buf.shape[1])
 
     @abc.abstractmethod
     def request(self, st: Stage, i: int, epoch: int, weights: list, train: bool,

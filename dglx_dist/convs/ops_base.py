@@ -39,7 +39,8 @@ class Op:
         row_outputs: outputs whose first axis is the interval's rows (concatenate chunks').
         sum_outputs: outputs that are sums over rows (add chunks' up).
         out_widths: ``(header, arrays) -> {output: elements per row (row outputs) or in total
-            (sum outputs)}``, all float32; used to estimate response sizes before invoking.
+            (sum outputs)}``, all float32; used to estimate response sizes before invoking
+            (none: a task that is not chunkable, whose size is never needed for splitting).
         chunkable: False for a task whose inputs cannot be cut by rows alone (GAT's per-edge
             tasks); callers then send it whole.
     """
@@ -49,7 +50,7 @@ class Op:
     row_inputs: tuple[str, ...]
     row_outputs: tuple[str, ...]
     sum_outputs: tuple[str, ...]
-    out_widths: Callable[[dict, Arrays], dict[str, int]]
+    out_widths: Callable[[dict, Arrays], dict[str, int]] = lambda header, arrays: {}
     chunkable: bool = True
 
 

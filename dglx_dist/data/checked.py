@@ -46,31 +46,25 @@ ARROW_SUFFIX = ".arrow"
 _READ_ERRORS = (pa.ArrowException, OSError, ValueError)
 
 
-def _open(file: Path, error_cls: type[Exception]) -> pq.ParquetFile:
-    try:
-        return pq.ParquetFile(file, page_checksum_verification=True)
-    except _READ_ERRORS as exc:
-        raise error_cls(f"{file}: not a readable Parquet file ({exc})") from None
-
-
 class _Source:
     """One file's schema, row count and reads, whether Parquet or memory-mapped Arrow IPC."""
 
     def __init__(self, file: Path, error_cls: type[Exception]):
         self.file, self.error_cls = file, error_cls
-        if file.suffix != ARROW_SUFFIX:
-            self._parquet = _open(file, error_cls)
-            self.schema = self._parquet.schema_arrow
-            self.num_rows = self._parquet.metadata.num_rows
-            return
-        self._parquet = None
+        ipc, self._parquet = file.suffix == ARROW_SUFFIX, None
         try:
+            if not ipc:
+                self._parquet = pq.ParquetFile(file, page_checksum_verification=True)
+                self.schema = self._parquet.schema_arrow
+                self.num_rows = self._parquet.metadata.num_rows
+                return
             self._ipc = pa.ipc.open_file(pa.memory_map(str(file)))
             self.schema = self._ipc.schema
             self.num_rows = sum(self._ipc.get_batch(i).num_rows
                                 for i in range(self._ipc.num_record_batches))
         except _READ_ERRORS as exc:
-            raise error_cls(f"{file}: not a readable Arrow IPC file ({exc})") from None
+            raise error_cls(f"{file}: not a readable {'Arrow IPC' if ipc else 'Parquet'} file "
+                            f"({exc})") from None
 
     def read(self, columns: list[str] | None) -> pa.Table:
         try:

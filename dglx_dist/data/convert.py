@@ -104,11 +104,53 @@ def user_graph(source: GraphDataset | Graph):
     return to_graph(source) if isinstance(source, GraphDataset) else source
 
 
-def _edge_data(g, edata=None) -> dict:
-    """``g.edata`` (or one edge type's ``edata``) as numpy arrays of one value or one vector
+def check_convertible(g, what: str) -> None:
+    """Refuses a graph :func:`from_dgl` cannot take: no nodes, or a graph without types
+    without ``ndata['feat']``.
+
+    Raises:
+        DatasetFormatError: naming ``what`` and the reason."""
+    if g.num_nodes() == 0:
+        raise DatasetFormatError(f"{what}: the graph has no nodes (node types {g.ntypes}); "
+                                 "expected at least one")
+    if not is_heterograph(g) and "feat" not in g.ndata:
+        raise DatasetFormatError(f"{what}: g.ndata['feat'] is missing; "
+                                 f"found {sorted(g.ndata.keys())}")
+
+
+def from_dgl(g, num_classes: int | None = None, **extra: Any) -> GraphDataset:
+    """A dataset from a graph (a DGLGraph, or the package's :class:`Graph`) with node data
+    feat/label/train_mask/val_mask/test_mask.
+
+    Args:
+        g: the graph. Homogeneous (DGL's graph without types): missing masks are taken as
+            all-false; a missing label (a graph for link prediction) as class 0 for every
+            node. With several node or edge types: a typed dataset; each type keeps what it
+            has (a type may have no features, and no labels; masks need labels).
+        num_classes: defaults to the largest label + 1.
+        **extra: free-form provenance stored in meta.json (e.g. ``name="cora"``).
+    """
+    check_convertible(g, "from_dgl")
+    one_type = not is_heterograph(g)
+    nodes = [_node_table(g, t, labeled=one_type) for t in g.ntypes]
+    edges = [EdgeTable(*(_numpy(t, torch.int64) for t in g.edges(etype=et)),
+                       _edge_data(g.edges[et].data)) for et in g.canonical_etypes]
+    if num_classes is None:
+        tops = [int(n.label.max()) + 1 for n in nodes if n.labeled and n.label.size]
+        num_classes = max(tops, default=1)
+    if one_type:  # DGL's graph without types, whatever its one type's names: ``_N`` / ``_E``
+        [n], [e] = nodes, edges
+        return GraphDataset(e.src, e.dst, n.feat, n.label, n.train, n.val, n.test,
+                            int(num_classes), dict(extra), e.edata)
+    return GraphDataset.typed(dict(zip(g.ntypes, nodes)), dict(zip(g.canonical_etypes, edges)),
+                              int(num_classes), extra=dict(extra))
+
+
+def _edge_data(edata) -> dict:
+    """Edge data (``g.edata`` of one edge type) as numpy arrays of one value or one vector
     per edge."""
     out = {}
-    for name, t in (g.edata if edata is None else edata).items():
+    for name, t in edata.items():
         if name in STRUCTURE or t.dim() not in (1, 2) or t.is_complex():
             raise DatasetFormatError(f"from_dgl: g.edata[{name!r}] has shape {tuple(t.shape)} "
                                      f"and dtype {t.dtype}; expected one number or one vector "
@@ -119,73 +161,18 @@ def _edge_data(g, edata=None) -> dict:
     return out
 
 
-def check_convertible(g, what: str) -> None:
-    """Refuses a homogeneous graph :func:`from_dgl` cannot take: no nodes, no
-    ``ndata['feat']``.
-
-    Raises:
-        DatasetFormatError: naming ``what`` and the reason."""
-    if g.num_nodes() == 0:
-        raise DatasetFormatError(f"{what}: the graph has no nodes; expected at least one")
-    if "feat" not in g.ndata:
-        raise DatasetFormatError(f"{what}: g.ndata['feat'] is missing; "
-                                 f"found {sorted(g.ndata.keys())}")
-
-
-def from_dgl(g, num_classes: int | None = None, **extra: Any) -> GraphDataset:
-    """A dataset from a graph (a DGLGraph, or the package's :class:`Graph`) with node data
-    feat/label/train_mask/val_mask/test_mask.
-
-    Args:
-        g: the graph. Homogeneous: missing masks are taken as all-false; a missing label (a
-            graph for link prediction) as class 0 for every node. With several node or edge
-            types: a typed dataset; each type keeps what it has (a type may have no
-            features, and no labels; masks need labels).
-        num_classes: defaults to the largest label + 1.
-        **extra: free-form provenance stored in meta.json (e.g. ``name="cora"``).
-    """
-    if is_heterograph(g):
-        return _hetero_from_dgl(g, num_classes, extra)
-    check_convertible(g, "from_dgl")
-    n = g.num_nodes()
-    feat = _numpy(g.ndata["feat"], torch.float32).reshape(n, -1)
-    label = np.zeros(n, np.int64) if "label" not in g.ndata else \
-        _numpy(g.ndata["label"], torch.int64).reshape(-1)
-    src, dst = (t.cpu().to(torch.int64).numpy() for t in g.edges())
-    n_cls = int(label.max()) + 1 if num_classes is None and label.size else int(num_classes or 1)
-    return GraphDataset(src, dst, feat, label, *_masks(g.ndata, n).values(), n_cls, dict(extra),
-                        _edge_data(g))
-
-
 def _numpy(t: torch.Tensor, dtype: torch.dtype) -> np.ndarray:
     return np.ascontiguousarray(t.detach().cpu().to(dtype).numpy())
 
 
-def _node_table(g, ntype: str) -> NodeTable:
+def _node_table(g, ntype: str, labeled: bool) -> NodeTable:
+    """One node type's data; ``labeled``: a missing label is class 0 for every node."""
     data, n = g.nodes[ntype].data, g.num_nodes(ntype)
     feat = _numpy(data["feat"], torch.float32).reshape(n, -1) if "feat" in data else None
-    if "label" not in data:
+    if "label" not in data and not labeled:
         return NodeTable(n, feat)
-    return NodeTable(n, feat, _numpy(data["label"], torch.int64).reshape(-1), **_masks(data, n))
-
-
-def _masks(data, n: int) -> dict[str, np.ndarray]:
-    """The train, val and test masks of node data ``data`` (DGL's names), all-false if absent."""
-    return {ours: (_numpy(data[theirs], torch.bool).reshape(-1) if theirs in data
-                   else np.zeros(n, bool)) for ours, theirs in MASK_KEYS.items()}
-
-
-def _hetero_from_dgl(g, num_classes: int | None, extra: dict[str, Any]) -> GraphDataset:
-    if g.num_nodes() == 0:
-        raise DatasetFormatError(f"from_dgl: the graph has no nodes (node types {g.ntypes}); "
-                                 "expected at least one")
-    nodes = {t: _node_table(g, t) for t in g.ntypes}
-    edges = {}
-    for et in g.canonical_etypes:
-        src, dst = (_numpy(t, torch.int64) for t in g.edges(etype=et))
-        edges[et] = EdgeTable(src, dst, _edge_data(g, g.edges[et].data))
-    if num_classes is None:
-        tops = [int(n.label.max()) + 1 for n in nodes.values() if n.labeled and n.label.size]
-        num_classes = max(tops, default=1)
-    return GraphDataset.typed(nodes, edges, int(num_classes), extra=dict(extra))
-
+    label = _numpy(data["label"], torch.int64).reshape(-1) if "label" in data else \
+        np.zeros(n, np.int64)
+    masks = {ours: (_numpy(data[theirs], torch.bool).reshape(-1) if theirs in data
+                    else np.zeros(n, bool)) for ours, theirs in MASK_KEYS.items()}
+    return NodeTable(n, feat, label, **masks)

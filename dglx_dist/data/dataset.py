@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 import numpy as np
 
@@ -28,7 +28,7 @@ from dglx_dist.errors import DatasetFormatError, InvalidValueError
 from dglx_dist.graphcore.types import ONE_ETYPE, ONE_NTYPE, Etype
 
 __all__ = ["GraphDataset", "DatasetMeta", "NodeTable", "EdgeTable", "check_type_name",
-           "etype_key", "MASKS", "META_SIZES"]
+           "check_etype", "etype_key", "MASKS", "META_SIZES"]
 
 MASKS = ("train", "val", "test")
 META_SIZES = ("num_nodes", "num_edges", "feat_dim", "num_classes")  # meta.json's sizes
@@ -41,6 +41,19 @@ def check_type_name(name: Any, what: str) -> str:
         raise DatasetFormatError(f"{what} name {name!r} cannot be stored; expected letters, "
                                  "digits, '_', '.' or '-' (not first), at most 100 characters")
     return name
+
+
+def check_etype(value: Any, ntypes: Collection[str], where: str) -> Etype:
+    """``value`` as a canonical edge type over the node types ``ntypes``; else one line
+    naming ``where`` and what is wrong."""
+    ends = value[::2] if isinstance(value, (list, tuple)) and len(value) == 3 else [None]
+    for end, name in zip(("src", "dst"), ends):
+        if name not in ntypes:
+            raise DatasetFormatError(f"{where} {value!r}: {end} type {name!r} is not a node "
+                                     f"type; expected (src type, relation, dst type) over the "
+                                     f"node types {sorted(ntypes)}")
+    check_type_name(value[1], f"{where} {value!r}: relation")
+    return tuple(value)
 
 
 def etype_key(etype: Etype) -> str:
@@ -106,19 +119,18 @@ class DatasetMeta:
 
 class _View:
     """One array of a :class:`GraphDataset`'s homogeneous view (the module docstring says
-    what it holds): the one type's own array, or the typed view's, computed once."""
+    what it holds), computed once."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
     def __get__(self, ds: "GraphDataset | None", owner: type | None = None) -> Any:
-        if ds is None:
-            return self
-        if ds.untyped:
-            table = ds.edges[ONE_ETYPE] if self.name in ("src", "dst", "edata") else \
-                ds.nodes[ONE_NTYPE]
-            return getattr(table, self.name)
-        return ds._typed_view[self.name]
+        return self if ds is None else ds._view[self.name]
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """``parts`` end to end; one part is itself (no copy of a one-type graph's arrays)."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 @dataclasses.dataclass(frozen=True, eq=False, init=False)
@@ -142,7 +154,7 @@ class GraphDataset:
     num_classes: int
     category: str | None
     extra: dict[str, Any]
-    src, dst, feat, label, train, val, test, edata = (_View() for _ in range(8))
+    src, dst, label, train, val, test, edata = (_View() for _ in range(7))
 
     def __init__(self, src: np.ndarray, dst: np.ndarray, feat: np.ndarray, label: np.ndarray,
                  train: np.ndarray, val: np.ndarray, test: np.ndarray, num_classes: int,
@@ -158,11 +170,11 @@ class GraphDataset:
               num_classes: int = 1, category: str | None = None,
               extra: dict[str, Any] | None = None) -> "GraphDataset":
         """A graph with node and edge types, checked (one line naming what is wrong)."""
-        ds = cls.__new__(cls)
         edges = {tuple(k): v for k, v in edges.items()}
         if category is None:
             labeled = [t for t in sorted(nodes) if nodes[t].labeled]
             category = labeled[0] if len(labeled) == 1 else None
+        ds = cls.__new__(cls)
         ds._set({k: nodes[k] for k in sorted(nodes)}, {k: edges[k] for k in sorted(edges)},
                 num_classes, category, {} if extra is None else extra)
         _check(ds)
@@ -175,19 +187,36 @@ class GraphDataset:
             object.__setattr__(self, name, value)
 
     def replace(self, **changes: Any) -> "GraphDataset":
-        """This graph without types with some of its arrays (or ``num_classes``, ``extra``)
-        replaced."""
-        if not self.untyped:
-            raise InvalidValueError(f"replace takes a graph without types; this one has node "
-                                    f"types {self.ntypes} (build it with GraphDataset.typed)")
-        keep = {k: getattr(self, k) for k in ("src", "dst", "feat", "label", *MASKS,
-                                              "num_classes", "extra", "edata")}
-        return GraphDataset(**(keep | changes))
+        """This graph of one node type and one edge type with some of its tables' arrays
+        (``src``, ``dst``, ``edata``, ``feat``, ``label``, the masks) or ``num_classes``,
+        ``extra`` replaced, checked."""
+        if len(self.nodes) != 1 or len(self.edges) != 1:
+            raise InvalidValueError(f"replace takes a graph of one node type and one edge "
+                                    f"type; this one has {self.ntypes} and "
+                                    f"{self.canonical_etypes} (build it with GraphDataset.typed)")
+        [(ntype, node)], [(etype, edge)] = self.nodes.items(), self.edges.items()
+        parts = {t: {k: v for k, v in changes.items() if k in t.__dataclass_fields__}
+                 for t in (NodeTable, EdgeTable)}
+        unknown = set(changes) - {*parts[NodeTable], *parts[EdgeTable], "num_classes", "extra"}
+        if unknown:
+            raise InvalidValueError(f"replace: {sorted(unknown)} cannot be replaced; expected "
+                                    f"the tables' arrays, num_classes, extra")
+        node = dataclasses.replace(node, **parts[NodeTable])
+        edge = dataclasses.replace(edge, **parts[EdgeTable])
+        out = GraphDataset.__new__(GraphDataset)  # typed(), keeping the category as it is
+        out._set({ntype: node}, {etype: edge}, changes.get("num_classes", self.num_classes),
+                 self.category, changes.get("extra", self.extra))
+        _check(out)
+        return out
 
     @property
     def untyped(self) -> bool:
-        """Whether this is a graph without types: DGL's ``_N`` and ``_N:_E:_N`` only."""
-        return list(self.nodes) == [ONE_NTYPE] and list(self.edges) == [ONE_ETYPE]
+        """Whether this is DGL's graph without types as it is stored: node type ``_N`` (with
+        features and labels) and edge type ``_N:_E:_N`` only; any other graph, one of those
+        names without features or labels too, is stored with its types."""
+        one = self.nodes.get(ONE_NTYPE)
+        return list(self.nodes) == [ONE_NTYPE] and list(self.edges) == [ONE_ETYPE] and \
+            one.feat is not None and one.labeled
 
     # -- DGL's names ------------------------------------------------------------------------
     @property
@@ -212,9 +241,17 @@ class GraphDataset:
 
     # -- the homogeneous view -----------------------------------------------------------------
     @property
+    def feat(self) -> np.ndarray:
+        """The view's features: a graph without types hands its one type's, as DGL's
+        ``g.ndata`` does; a typed one none (its types' are :attr:`type_feat`)."""
+        if self.untyped:
+            return self.nodes[ONE_NTYPE].feat
+        return np.zeros((self.num_nodes, 0), np.float32)
+
+    @property
     def feat_dim(self) -> int:
-        """The view's feature width: the one type's; 0 with types (:attr:`type_feat`)."""
-        return self.nodes[ONE_NTYPE].feat_dim if self.untyped else 0
+        """The view's feature width (0 with types)."""
+        return int(self.feat.shape[1])
 
     @property
     def meta(self) -> DatasetMeta:
@@ -224,55 +261,49 @@ class GraphDataset:
     @property
     def type_feat(self) -> dict[int, np.ndarray]:
         """The features of each node type that has them, by type index (row = per-type id)."""
-        return {i: n.feat if self.untyped else np.asarray(n.feat, np.float32)
-                for i, n in enumerate(self.nodes.values()) if n.feat is not None}
+        return {i: np.asarray(n.feat, np.float32) for i, n in enumerate(self.nodes.values())
+                if n.feat is not None}
 
     @functools.cached_property
-    def _typed_view(self) -> dict[str, Any]:
+    def _view(self) -> dict[str, Any]:
         src, dst = self.homogeneous_edges()
         nodes, edges = list(self.nodes.values()), list(self.edges.values())
-        label = np.concatenate([np.full(n.num_nodes, -1, np.int64) if n.label is None
-                                else np.asarray(n.label, np.int64) for n in nodes])
-        masks = {m: np.concatenate([np.asarray(n.masks()[m], bool) for n in nodes])
-                 for m in MASKS}
+        label = _joined([np.full(n.num_nodes, -1, np.int64) if n.label is None
+                         else np.asarray(n.label, np.int64) for n in nodes])
+        masks = {m: _joined([np.asarray(n.masks()[m], bool) for n in nodes]) for m in MASKS}
         first = {}
         for e in edges:
             for name, values in e.edata.items():
                 first.setdefault(name, values)
-        edata = {name: np.concatenate([e.edata[name] if name in e.edata else
-                                       np.zeros((e.num_edges, *v.shape[1:]), v.dtype)
-                                       for e in edges]) for name, v in first.items()}
-        return {"src": src.astype(np.int64), "dst": dst.astype(np.int64), "edata": edata,
-                "feat": np.zeros((label.size, 0), np.float32), "label": label, **masks}
+        edata = {name: _joined([e.edata[name] if name in e.edata else
+                                np.zeros((e.num_edges, *v.shape[1:]), v.dtype)
+                                for e in edges]) for name, v in first.items()}
+        return {"src": src, "dst": dst, "edata": edata, "label": label, **masks}
 
     def ntype_offsets(self) -> np.ndarray:
         """``[0, n_0, n_0 + n_1, ...]``: type ``i``'s homogeneous ids start at entry ``i``."""
-        return np.concatenate([[0], np.cumsum([n.num_nodes for n in self.nodes.values()])]
-                              ).astype(np.int64)
+        return np.cumsum([0, *(n.num_nodes for n in self.nodes.values())], dtype=np.int64)
 
     def etype_offsets(self) -> np.ndarray:
         """The same for edges, by canonical edge type."""
-        return np.concatenate([[0], np.cumsum([e.num_edges for e in self.edges.values()])]
-                              ).astype(np.int64)
+        return np.cumsum([0, *(e.num_edges for e in self.edges.values())], dtype=np.int64)
 
     def homogeneous_edges(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every edge's homogeneous (src, dst), edge types in order."""
-        start = dict(zip(self.ntypes, self.ntype_offsets()[:-1]))
-        src = [e.src + start[s] for (s, _, _), e in self.edges.items()]
-        dst = [e.dst + start[d] for (_, _, d), e in self.edges.items()]
+        """Every edge's homogeneous (src, dst) as int64, edge types in order."""
+        start = dict(zip(self.ntypes, self.ntype_offsets()[:-1].tolist()))
+
+        def shifted(ids: np.ndarray, ntype: str) -> np.ndarray:  # from 0: the table's own
+            ids = np.asarray(ids, np.int64)
+            return ids + start[ntype] if start[ntype] else ids
+
         empty = [np.zeros(0, np.int64)]
-        return np.concatenate(src or empty), np.concatenate(dst or empty)
+        return (_joined([shifted(e.src, s) for (s, _, _), e in self.edges.items()] or empty),
+                _joined([shifted(e.dst, d) for (_, _, d), e in self.edges.items()] or empty))
 
     def node_types(self) -> np.ndarray:
         """Every node's type index, in homogeneous order."""
         return np.repeat(np.arange(len(self.nodes), dtype=np.int64),
                          [n.num_nodes for n in self.nodes.values()])
-
-
-def _check_rows(name: str, what: str, array: np.ndarray | None, rows: int) -> None:
-    if array is not None and (array.ndim < 1 or array.shape[0] != rows):
-        raise DatasetFormatError(f"node type {name!r}: {what} has {array.shape[:1]} rows; "
-                                 f"expected {rows}, one per node")
 
 
 def _check_nodes(ds: GraphDataset) -> None:
@@ -281,8 +312,10 @@ def _check_nodes(ds: GraphDataset) -> None:
         if n.num_nodes < 0:
             raise DatasetFormatError(f"node type {name!r}: num_nodes = {n.num_nodes}; "
                                      "expected >= 0")
-        for what in ("feat", "label", *MASKS):
-            _check_rows(name, what, getattr(n, what), n.num_nodes)
+        for what, array in ((w, getattr(n, w)) for w in ("feat", "label", *MASKS)):
+            if array is not None and (array.ndim < 1 or array.shape[0] != n.num_nodes):
+                raise DatasetFormatError(f"node type {name!r}: {what} has {array.shape[:1]} "
+                                         f"rows; expected {n.num_nodes}, one per node")
         if n.feat is not None and (n.feat.ndim != 2 or n.feat.shape[1] < 1):
             raise DatasetFormatError(f"node type {name!r}: feat has shape {n.feat.shape}; "
                                      "expected (num_nodes, F) with F >= 1")
@@ -300,24 +333,12 @@ def _check(ds: GraphDataset) -> None:
     if not ds.nodes:
         raise DatasetFormatError("a heterogeneous dataset needs at least one node type")
     _check_nodes(ds)
-    one = ds.nodes.get(ONE_NTYPE)
-    if ds.untyped and (one.feat is None or not one.labeled):
-        raise DatasetFormatError(f"node type {ONE_NTYPE!r} with edge type "
-                                 f"{etype_key(ONE_ETYPE)} is DGL's graph without types, which "
-                                 "is stored with features and labels; give it both, or name "
-                                 "the types otherwise")
     if ds.category is not None and ds.category not in ds.nodes:
         raise DatasetFormatError(f"category {ds.category!r} is not a node type; expected one "
                                  f"of {ds.ntypes}")
     for etype, e in ds.edges.items():
-        if len(etype) != 3:
-            raise DatasetFormatError(f"edge type {etype!r}: expected (src type, relation, "
-                                     "dst type)")
-        check_type_name(etype[1], "relation")
+        check_etype(etype, ds.nodes, "edge type")
         for end, ntype, ids in (("src", etype[0], e.src), ("dst", etype[2], e.dst)):
-            if ntype not in ds.nodes:
-                raise DatasetFormatError(f"edge type {etype_key(etype)}: {end} type {ntype!r} "
-                                         f"is not a node type; expected one of {ds.ntypes}")
             if ids.shape != e.src.shape or ids.ndim != 1:
                 raise DatasetFormatError(f"edge type {etype_key(etype)}: src and dst must be "
                                          f"1-d of one length; got {e.src.shape} and "

@@ -1,19 +1,50 @@
 """The edges of the synthetic graph: a degree-corrected stochastic block model (DC-SBM) over
 the communities (labels), sampled in fixed RNG chunks so the output depends only on the
-config (:mod:`dglx_dist.data.synthetic`, whose module docstring has the model); and the
-draws both generators make alike (:mod:`dglx_dist.data.mag` too): class centroids, splits."""
+config (:mod:`dglx_dist.data.synthetic`, whose module docstring has the model); and what both
+generators do alike (:mod:`dglx_dist.data.mag` too): config checks, draws by weight within a
+group (:class:`Picker`), class centroids, splits."""
 from __future__ import annotations
 
 import enum
 import logging
 import math
+import numbers
+from typing import Any
 
 import numpy as np
 
+from dglx_dist.cli_flags import check_fields
+from dglx_dist.errors import InvalidValueError
+from dglx_dist.registry import Bounds
+
 __all__ = ["Stream", "EDGE_CHUNK", "CENTROID_DISTANCE", "edges", "rng", "centroids",
-           "split_masks"]
+           "split_masks", "check_numbers", "Picker"]
 
 log = logging.getLogger("dglx_dist.data.synthetic")
+
+
+def check_numbers(config: Any, integers: tuple[str, ...],
+                  bounds: dict[str, Bounds] | None = None) -> None:
+    """A generator config's ``__post_init__``: the ``integers`` fields are integers, every
+    number is stored as a plain int or float (JSON-friendly: numpy's too), and each is in
+    its ``bounds`` (a field's own, :func:`~dglx_dist.cli_flags.check_fields`, or here).
+
+    Raises:
+        InvalidValueError: naming the flag, its value and what is expected."""
+    for name, value in vars(config).items():
+        flag, field = f"--{name.replace('_', '-')}", f"({type(config).__name__}.{name})"
+        if name in integers and (isinstance(value, bool) or
+                                 not isinstance(value, numbers.Integral)):
+            raise InvalidValueError(f"{flag} {value!r}: expected an integer {field}")
+        number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        if number:
+            object.__setattr__(config, name, int(value) if name in integers else float(value))
+        limit = (bounds or {}).get(name)
+        if limit is not None and not (number and limit.holds(value)):
+            raise InvalidValueError(f"{flag} {value!r}: expected "
+                                    f"{limit.describe('a finite number')} {field}")
+    check_fields(config)
+
 
 class Stream(enum.IntEnum):
     """The purposes of the generator's independent RNG streams (their values are part of the
@@ -65,21 +96,43 @@ def _theta(config) -> np.ndarray:
     return theta
 
 
-class _Sampler:
-    """Draws candidate undirected pairs from the DC-SBM as sorted unique int64 keys."""
+class Picker:
+    """Draws items proportional to their weight, from one group or from all: items sorted by
+    group share one cumulative-weight array in which a group is a contiguous interval, and a
+    uniform number inside that interval maps back to an item (``np.searchsorted``). Group
+    ``num_groups`` (and any empty group) stands for every item."""
+
+    def __init__(self, group: np.ndarray, weight: np.ndarray, num_groups: int):
+        self.order = np.argsort(group, kind="stable")
+        self.cum = np.cumsum(weight[self.order])
+        counts = np.bincount(group, minlength=num_groups)
+        end = np.append(np.cumsum(counts), group.size)
+        start = np.append(end[:-1] - counts, 0)
+        empty = start == end
+        self.start, self.end = np.where(empty, 0, start), np.where(empty, group.size, end)
+        self.lo = np.where(self.start > 0, self.cum[self.start - 1], 0.0)
+        self.hi = self.cum[self.end - 1]
+        self.all = num_groups
+
+    def draw(self, rng: np.random.Generator, groups: np.ndarray, focus: float) -> np.ndarray:
+        """One item per entry of ``groups``: from that group with probability ``focus``, else
+        from all items."""
+        groups = np.where(rng.random(groups.size) < focus, groups, self.all)
+        lo, hi = self.lo[groups], self.hi[groups]
+        u = lo + rng.random(groups.size) * (hi - lo)
+        pos = np.searchsorted(self.cum, u, "right")
+        return self.order[np.clip(pos, self.start[groups], self.end[groups] - 1)]
+
+
+class _Sampler(Picker):
+    """Draws candidate undirected pairs from the DC-SBM as sorted unique int64 keys: the
+    nodes are the items, weighted by ``theta``, grouped by community (none is empty)."""
 
     def __init__(self, config, label: np.ndarray):
-        self.config, n = config, config.num_nodes
-        self.order = np.argsort(label, kind="stable")
+        super().__init__(label, _theta(config), config.num_classes)
+        self.config, self.n = config, config.num_nodes
         self.comm = label[self.order]
-        self.cum = np.cumsum(_theta(config)[self.order])
-        sizes = np.bincount(label, minlength=config.num_classes)
-        self.first = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-        self.last = self.first + sizes - 1
-        self.mass_lo = np.where(self.first > 0, self.cum[self.first - 1], 0.0)
-        self.mass = self.cum[self.last] - self.mass_lo
         self.total = float(self.cum[-1])
-        self.n = n
 
     def keys(self, inside: bool, rnd: int, count: int) -> np.ndarray:
         """``count`` intra- (or inter-) community candidates of round ``rnd``, in chunks."""
@@ -92,7 +145,7 @@ class _Sampler:
         u = gen.random(size) * self.total
         s_pos = np.minimum(np.searchsorted(self.cum, u, "right"), last)
         c = self.comm[s_pos]
-        lo, mass = self.mass_lo[c], self.mass[c]
+        lo, mass = self.lo[c], self.hi[c] - self.lo[c]
         x = gen.random(size)
         if inside:  # proportional to theta inside the community's mass interval
             x = lo + x * mass
@@ -101,7 +154,7 @@ class _Sampler:
             x += (x >= lo) * mass
         d_pos = np.minimum(np.searchsorted(self.cum, x, "right"), last)
         if inside:
-            d_pos = np.clip(d_pos, self.first[c], self.last[c])
+            d_pos = np.clip(d_pos, self.start[c], self.end[c] - 1)
         src, dst = self.order[s_pos], self.order[d_pos]
         keep = src != dst
         src, dst = src[keep], dst[keep]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -23,14 +23,14 @@ from dglx_dist.data.checked import (WRITE_OPTIONS, check_finite, check_plausible
                                    column_numpy, read_checked, read_feat, read_json_object,
                                    to_arrow)
 from dglx_dist.data.dataset import (MASKS, META_SIZES, DatasetMeta, EdgeTable, GraphDataset,
-                                    NodeTable, check_type_name)
+                                    NodeTable, check_etype, check_type_name)
 from dglx_dist.data.edge_data import edge_data_arrays, edge_data_columns
 from dglx_dist.errors import DatasetFormatError
 from dglx_dist.graphcore.types import Etype
 
-__all__ = ["HELDOUT_ARRAYS", "read_dataset", "read_meta", "write_dataset", "is_hetero", "read_hetero_meta",
-           "HeteroMeta", "hetero_meta", "node_schema", "node_batch", "edge_batch", "EDGE_SCHEMA",
-           "DATASET_DIR", "FORMAT"]
+__all__ = ["HELDOUT_ARRAYS", "read_dataset", "read_meta", "write_dataset", "is_hetero",
+           "read_hetero_meta", "HeteroMeta", "hetero_meta", "write_edges", "write_nodes",
+           "EDGE_SCHEMA", "DATASET_DIR", "FORMAT"]
 
 EDGES_FILE, NODES_FILE, META_FILE = "edges.parquet", "nodes.parquet", "meta.json"
 EDGE_SCHEMA = pa.schema([("src", pa.int64()), ("dst", pa.int64())])
@@ -52,23 +52,16 @@ def node_schema(feat_dim: int) -> pa.Schema:
                       ("test", pa.bool_()), ("feat", pa.list_(pa.float32(), feat_dim))])
 
 
-def node_batch(label: np.ndarray, train: np.ndarray, val: np.ndarray, test: np.ndarray,
-               feat: np.ndarray) -> pa.RecordBatch:
-    """A record batch of nodes.parquet rows (features as a fixed-size list, no copy)."""
-    flist = to_arrow(np.asarray(feat, np.float32))
-    return pa.RecordBatch.from_arrays(
-        [to_arrow(np.asarray(label, np.int64)), to_arrow(np.asarray(train, bool)),
-         to_arrow(np.asarray(val, bool)), to_arrow(np.asarray(test, bool)), flist],
-        schema=node_schema(flist.type.list_size))
-
-
-def edge_batch(src: np.ndarray, dst: np.ndarray,
-               edata: dict[str, np.ndarray] | None = None) -> pa.RecordBatch:
-    """A record batch of edges.parquet rows (``edata``: extra columns, one row per edge)."""
-    edata = edata or {}
-    arrays = [to_arrow(np.asarray(src, np.int64)), to_arrow(np.asarray(dst, np.int64)),
-              *(to_arrow(a) for a in edata.values())]
-    return pa.RecordBatch.from_arrays(arrays, names=[*EDGE_SCHEMA.names, *edata])
+def node_batch(n: NodeTable) -> pa.RecordBatch:
+    """Rows of a nodes file: ``label`` and the masks where the type is labeled, then ``feat``
+    (a fixed-size list, no copy) where it has features."""
+    columns = {}
+    if n.label is not None:
+        columns["label"] = to_arrow(np.asarray(n.label, np.int64))
+        columns.update({m: to_arrow(np.asarray(v, bool)) for m, v in n.masks().items()})
+    if n.feat is not None:
+        columns["feat"] = to_arrow(np.asarray(n.feat, np.float32))
+    return pa.RecordBatch.from_arrays(list(columns.values()), names=list(columns))
 
 
 def read_meta(path: str | os.PathLike) -> DatasetMeta:
@@ -111,7 +104,7 @@ def read_dataset(path: str | os.PathLike, nonfinite: str = "reject") -> GraphDat
                  for t, s in meta.ntypes.items()}
         edges = {et: _read_edges(path / edge_file(i, et), meta.num_edges[i],
                                  *((meta.ntypes[t]["num_nodes"], f"{t!r} node id")
-                                   for t in (et[0], et[2])), None)
+                                   for t in (et[0], et[2])), nonfinite)
                  for i, et in enumerate(meta.etypes)}
         return GraphDataset.typed(nodes, edges, meta.num_classes, meta.category, meta.extra)
     return _read_one_type(path, nonfinite)
@@ -146,9 +139,9 @@ def _read_nodes(file: Path, n: int, fields: dict[str, str], width: int, num_clas
 
 
 def _read_edges(file: Path, count: int, src: tuple[int, str], dst: tuple[int, str],
-                nonfinite: str | None) -> EdgeTable:
+                nonfinite: str) -> EdgeTable:
     """An edge table from ``file``: ``src`` / ``dst`` (node count, what the ids are) bound its
-    ends; float edge data is checked as ``nonfinite`` says (None: not checked)."""
+    ends; float edge data is checked as ``nonfinite`` says."""
     err = DatasetFormatError
     table = read_checked(file, {"src": "integer", "dst": "integer"}, count, err,
                          all_columns=True)
@@ -157,7 +150,7 @@ def _read_edges(file: Path, count: int, src: tuple[int, str], dst: tuple[int, st
     for (end, ids), (n, what) in zip(ends.items(), (src, dst)):
         check_range(ids, 0, n, file, end, what, err)
     for name, values in edata.items():
-        if nonfinite is not None and values.dtype.kind == "f":
+        if values.dtype.kind == "f":
             check_finite(values.reshape(values.shape[0], -1), file, nonfinite, err, field=name)
     return EdgeTable(ends["src"], ends["dst"], edata)
 
@@ -180,14 +173,33 @@ def write_dataset(ds: GraphDataset, path: str | os.PathLike, overwrite: bool = F
 
 
 def _write_one_type(ds: GraphDataset, tmp: Path, rows_per_group: int) -> None:
-    edges = pa.Table.from_batches([edge_batch(ds.src, ds.dst, ds.edata)])
-    pq.write_table(edges, tmp / EDGES_FILE, **WRITE_OPTIONS)
-    with pq.ParquetWriter(tmp / NODES_FILE, node_schema(ds.feat_dim), **WRITE_OPTIONS) as writer:
-        for lo in range(0, max(ds.num_nodes, 1), rows_per_group):
-            hi = min(lo + rows_per_group, ds.num_nodes)
-            writer.write_batch(node_batch(ds.label[lo:hi], ds.train[lo:hi], ds.val[lo:hi],
-                                          ds.test[lo:hi], ds.feat[lo:hi]))
-    (tmp / META_FILE).write_text(json.dumps(ds.meta.to_json(), indent=2))
+    write_edges(tmp / EDGES_FILE, ds.src, ds.dst, ds.edata)
+    write_nodes(tmp, ds.meta, rows_per_group, lambda lo, hi: NodeTable(
+        hi - lo, ds.feat[lo:hi], ds.label[lo:hi], ds.train[lo:hi], ds.val[lo:hi],
+        ds.test[lo:hi]))
+
+
+def write_edges(file: Path, src: np.ndarray, dst: np.ndarray,
+                edata: dict[str, np.ndarray]) -> None:
+    """An edges file (``edata``: more columns, one row per edge)."""
+    arrays = [to_arrow(np.asarray(src, np.int64)), to_arrow(np.asarray(dst, np.int64)),
+              *(to_arrow(a) for a in edata.values())]
+    table = pa.table(arrays, names=[*EDGE_SCHEMA.names, *edata])
+    pq.write_table(table, file, **WRITE_OPTIONS)
+
+
+def write_nodes(tmp: Path, meta: DatasetMeta, rows_per_group: int,
+                rows: Callable[[int, int], NodeTable],
+                done: Callable[[int], Any] = lambda count: None) -> None:
+    """nodes.parquet of a graph without types, ``rows(lo, hi)`` (nodes lo..hi-1) a row group
+    at a time (``done(rows)`` after each), and meta.json."""
+    with pq.ParquetWriter(tmp / NODES_FILE, node_schema(meta.feat_dim),
+                          **WRITE_OPTIONS) as writer:
+        for lo in range(0, max(meta.num_nodes, 1), rows_per_group):
+            hi = min(lo + rows_per_group, meta.num_nodes)
+            writer.write_batch(node_batch(rows(lo, hi)))
+            done(hi - lo)
+    (tmp / META_FILE).write_text(json.dumps(meta.to_json(), indent=2))
 
 
 # -- the typed directory ---------------------------------------------------------------------
@@ -236,15 +248,8 @@ class HeteroMeta:
                 len(etypes) != len(counts):
             raise DatasetFormatError(f"{file}: 'canonical_etypes' and 'num_edges' must be lists "
                                      f"of one length; got {etypes!r} and {counts!r}")
-        out = []
-        for i, et in enumerate(etypes):
-            if not (isinstance(et, list) and len(et) == 3 and et[0] in self.ntypes and
-                    et[2] in self.ntypes):
-                raise DatasetFormatError(f"{file}: canonical_etypes[{i}] = {et!r}; expected "
-                                         f"[src type, relation, dst type] over the node types "
-                                         f"{sorted(self.ntypes)}")
-            check_type_name(et[1], f"{file}: relation")
-            out.append(tuple(et))
+        out = [check_etype(et, self.ntypes, f"{file}: canonical_etypes[{i}]")
+               for i, et in enumerate(etypes)]
         return out, [_count({"num_edges": c}, "num_edges", f"{file}: num_edges") for c in counts]
 
 
@@ -279,23 +284,13 @@ def hetero_meta(ds: GraphDataset) -> dict[str, Any]:
             "num_classes": ds.num_classes, "category": ds.category, **ds.extra}
 
 
-def _node_table(n: NodeTable) -> pa.Table:
-    columns: dict[str, pa.Array] = {}
-    if n.feat is not None:
-        columns["feat"] = to_arrow(np.asarray(n.feat, np.float32))
-    if n.label is not None:
-        columns["label"] = to_arrow(np.asarray(n.label, np.int64))
-        columns.update({m: to_arrow(np.asarray(v, bool)) for m, v in n.masks().items()})
-    return pa.table(columns)
-
-
 def _write_typed(ds: GraphDataset, tmp: Path) -> None:
     (tmp / "nodes").mkdir()
     (tmp / "edges").mkdir()
     for name, n in ds.nodes.items():
         if n.feat is not None or n.labeled:
-            pq.write_table(_node_table(n), tmp / node_file(name), **WRITE_OPTIONS)
+            pq.write_table(pa.Table.from_batches([node_batch(n)]), tmp / node_file(name),
+                           **WRITE_OPTIONS)
     for i, (etype, e) in enumerate(ds.edges.items()):
-        table = pa.Table.from_batches([edge_batch(e.src, e.dst, e.edata)])
-        pq.write_table(table, tmp / edge_file(i, etype), **WRITE_OPTIONS)
+        write_edges(tmp / edge_file(i, etype), e.src, e.dst, e.edata)
     (tmp / META_FILE).write_text(json.dumps(hetero_meta(ds), indent=2))

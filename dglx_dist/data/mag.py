@@ -43,7 +43,6 @@ import dataclasses
 import enum
 import logging
 import math
-import numbers
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -51,13 +50,12 @@ from typing import Any
 import numpy as np
 import psutil
 
-from dglx_dist.cli_flags import check_fields, option
+from dglx_dist.cli_flags import option
 from dglx_dist.data.atomic import check_disk
 from dglx_dist.data.dataset import EdgeTable, GraphDataset, NodeTable
 from dglx_dist.graphcore.types import Etype
-from dglx_dist.data.dcsbm import centroids, rng as _rng, split_masks
+from dglx_dist.data.dcsbm import Picker, centroids, check_numbers, rng as _rng, split_masks
 from dglx_dist.data.format import hetero_meta, write_dataset
-from dglx_dist.errors import InvalidValueError
 from dglx_dist.memory import check_memory
 from dglx_dist.registry import Bounds
 
@@ -120,13 +118,7 @@ class MagConfig:
                                 bounds=Bounds(0, 1))
 
     def __post_init__(self) -> None:
-        for name in ("seed", "feat_dim", "num_classes"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                raise InvalidValueError(f"--{name.replace('_', '-')} {value!r}: expected an "
-                                        f"integer (MagConfig.{name})")
-            object.__setattr__(self, name, int(value))  # numpy integers too: JSON-friendly
-        check_fields(self)
+        check_numbers(self, ("seed", "feat_dim", "num_classes"))
 
 
 MAG_PRESETS: dict[str, MagConfig] = {
@@ -173,34 +165,6 @@ def _popularity(rng: np.random.Generator, n: int) -> np.ndarray:
     return np.minimum((1.0 - u) ** (-1.0 / (POPULARITY_EXPONENT - 1.0)), POPULARITY_CAP)
 
 
-class _Picker:
-    """Draws items proportional to their weight, from one group or from all: items sorted by
-    group share one cumulative-weight array in which a group is a contiguous interval, and a
-    uniform number inside that interval maps back to an item (``np.searchsorted``). Group
-    ``num_groups`` (and any empty group) stands for every item."""
-
-    def __init__(self, group: np.ndarray, weight: np.ndarray, num_groups: int):
-        self.order = np.argsort(group, kind="stable")
-        self.cum = np.cumsum(weight[self.order])
-        counts = np.bincount(group, minlength=num_groups)
-        end = np.append(np.cumsum(counts), group.size)
-        start = np.append(end[:-1] - counts, 0)
-        empty = start == end
-        self.start, self.end = np.where(empty, 0, start), np.where(empty, group.size, end)
-        self.lo = np.where(self.start > 0, self.cum[self.start - 1], 0.0)
-        self.hi = self.cum[self.end - 1]
-        self.all = num_groups
-
-    def draw(self, rng: np.random.Generator, groups: np.ndarray, focus: float) -> np.ndarray:
-        """One item per entry of ``groups``: from that group with probability ``focus``, else
-        from all items."""
-        groups = np.where(rng.random(groups.size) < focus, groups, self.all)
-        lo, hi = self.lo[groups], self.hi[groups]
-        u = lo + rng.random(groups.size) * (hi - lo)
-        pos = np.searchsorted(self.cum, u, "right")
-        return self.order[np.clip(pos, self.start[groups], self.end[groups] - 1)]
-
-
 def _spread(rng: np.random.Generator, n: int, m: int) -> np.ndarray:
     """``m`` items of ``n`` as evenly as possible: each ``m // n`` times, and ``m % n``
     distinct random items once more."""
@@ -227,13 +191,15 @@ def _features(config: MagConfig, label: np.ndarray) -> np.ndarray:
     return feat
 
 
-def _redraw_repeats(src: np.ndarray, dst: np.ndarray, n_dst: int, draw,
-                   self_loops: bool = True) -> np.ndarray:
-    """``dst`` with repeated ``(src, dst)`` pairs (and self loops, unless ``self_loops``)
-    drawn again by ``draw(positions)``, a few rounds; what is still repeated stays (a small
-    class cannot always give an author or a paper enough distinct partners)."""
+def _relation(rng: np.random.Generator, src: np.ndarray, groups: np.ndarray,
+              picker: Picker, focus: float, self_loops: bool = True) -> EdgeTable:
+    """Edges from each ``src`` to an item of its group in ``groups`` (with probability
+    ``focus``, else any item); repeated pairs (and self loops, unless ``self_loops``) are
+    drawn again, a few rounds, and what is still repeated stays (a small class cannot always
+    give an author or a paper enough distinct partners)."""
+    dst = picker.draw(rng, groups, focus)
     for _ in range(_REDRAW_ROUNDS):
-        _, first = np.unique(src * n_dst + dst, return_index=True)
+        _, first = np.unique(src * picker.order.size + dst, return_index=True)
         again = np.ones(src.size, bool)
         again[first] = False
         if not self_loops:
@@ -241,18 +207,7 @@ def _redraw_repeats(src: np.ndarray, dst: np.ndarray, n_dst: int, draw,
         positions = np.flatnonzero(again)
         if positions.size == 0:
             break
-        dst[positions] = draw(positions)
-    return dst
-
-
-def _relation(rng: np.random.Generator, src: np.ndarray, groups: np.ndarray,
-              picker: _Picker, focus: float, self_loops: bool = True) -> EdgeTable:
-    """Edges from each ``src`` to an item of its group in ``groups`` (with probability
-    ``focus``, else any item), with repeats (and self loops, if not wanted) drawn again."""
-    def draw(positions: np.ndarray) -> np.ndarray:
-        return picker.draw(rng, groups[positions], focus)
-
-    dst = _redraw_repeats(src, draw(np.arange(src.size)), picker.order.size, draw, self_loops)
+        dst[positions] = picker.draw(rng, groups[positions], focus)
     return EdgeTable(src, dst)
 
 
@@ -265,10 +220,10 @@ def _typed_edges(config: MagConfig, sizes: MagSizes, label: np.ndarray) -> dict[
                                              for t in ("author", "field_of_study",
                                                        "institution"))
     rng = _rng(config, _Stream.POPULARITY)
-    papers = _Picker(label, _popularity(rng, n["paper"]), k)
-    authors = _Picker(np.zeros(n["author"], np.int64), _popularity(rng, n["author"]), 1)
-    fields = _Picker(field_class, _popularity(rng, n["field_of_study"]), k)
-    institutions = _Picker(inst_class, _popularity(rng, n["institution"]), k)
+    papers = Picker(label, _popularity(rng, n["paper"]), k)
+    authors = Picker(np.zeros(n["author"], np.int64), _popularity(rng, n["author"]), 1)
+    fields = Picker(field_class, _popularity(rng, n["field_of_study"]), k)
+    institutions = Picker(inst_class, _popularity(rng, n["institution"]), k)
     m = {rel: count for (_, rel, _), count in sizes.edges.items()}
 
     rng = _rng(config, _Stream.WRITES)

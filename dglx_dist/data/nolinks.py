@@ -56,15 +56,17 @@ def _refusal(path: Path, st: os.stat_result) -> LinkedFileError | None:
     return None
 
 
-def _raise_if_linked(path: Path) -> None:
+def _raise_if_linked(path: Path, hard_links: bool = True) -> None:
     """Raises :class:`LinkedFileError` where ``path`` exists and is a link (or no regular
-    file); a missing path passes."""
+    file; a hard link only with ``hard_links``: one that is replaced by a new file is no write
+    through it); a missing path passes."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return
     refusal = _refusal(path, st)
-    if refusal is not None:
+    if refusal is not None and (hard_links or stat.S_ISLNK(st.st_mode)
+                                or not stat.S_ISREG(st.st_mode)):
         raise refusal
 
 
@@ -100,7 +102,7 @@ def replacing(path: str | os.PathLike, mode: str = "wb",
             no regular file; checked before anything is written.
     """
     path = Path(path)
-    _check_replaceable(path)
+    _raise_if_linked(path, hard_links=False)
     fd, tmp = _fresh_beside(path)
     try:
         with os.fdopen(fd, mode) as f:
@@ -108,7 +110,7 @@ def replacing(path: str | os.PathLike, mode: str = "wb",
             if fsync:
                 f.flush()
                 os.fsync(f.fileno())
-        _check_replaceable(path)  # planted while the block ran
+        _raise_if_linked(path, hard_links=False)  # planted while the block ran
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -127,15 +129,6 @@ def _fresh_beside(path: Path, tries: int = 100) -> tuple[int, Path]:
             continue
     raise OutputExistsError(f"no fresh temporary name beside {path} in {tries} tries: is "
                             f"something making files of these names there?")
-
-
-def _check_replaceable(path: Path) -> None:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
-        raise _refusal(path, st)  # a hard link is replaced by a new file: no write through
 
 
 def replace_file(path: str | os.PathLike, data: bytes | str, fsync: bool = False) -> None:

@@ -19,7 +19,7 @@ import sys
 import zlib
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -29,9 +29,8 @@ from dglx_dist.graphcore.types import ONE_ETYPE, ONE_NTYPE, Etype
 from dglx_dist.data.torch_files import RefusedGlobal, load_allowed, numpy_globals
 from dglx_dist.errors import DatasetFormatError, InvalidValueError, MissingDependencyError
 
-__all__ = ["OgbDataset", "ogb_package", "read_master", "check_layout", "fetch_dataset", "ogb_output",
-           "reading", "read_graph", "by_type", "need_features", "read_labels", "read_split",
-           "node_split_files", "link_split_files", "OGB_SPLIT"]
+__all__ = ["OgbDataset", "ogb_package", "read_master", "check_layout", "fetch_dataset",
+           "ogb_output", "reading", "read_graph", "read_labels", "read_split", "OGB_SPLIT"]
 
 OGB_SPLIT = dict(zip(MASKS, ("train", "valid", "test")))  # ours: OGB's
 
@@ -190,8 +189,12 @@ def reading(folder: Path, what: str) -> Iterator[None]:
                                  f"files as it extracted them?") from exc
 
 
-def read_graph(ds: OgbDataset, folder: Path) -> dict[str, Any]:
-    """The graph as OGB's loader of ``ds`` reads it (``ogb.io.read_graph_raw``)."""
+def read_graph(ds: OgbDataset, folder: Path) -> tuple[dict[str, int], dict[str, np.ndarray],
+                                                     dict[Etype, np.ndarray]]:
+    """The graph as OGB's loader of ``ds`` reads it (``ogb.io.read_graph_raw``): node counts,
+    features and edges (2, E) by type (a graph without types is DGL's one-type case). A graph
+    whose features OGB's reader did not find is refused (OGB lists them for every dataset
+    dglx imports)."""
     from ogb.io import read_graph_raw as r
 
     raw, inverse = str(folder / "raw"), ds.flag("add_inverse_edge")
@@ -202,31 +205,19 @@ def read_graph(ds: OgbDataset, folder: Path) -> dict[str, Any]:
                (True, False): lambda: r.read_binary_graph_raw(raw, inverse),
                (True, True): lambda: r.read_binary_heterograph_raw(raw, inverse)}
     with reading(folder, "the graph"):
-        return readers[kind(ds)]()[0]
-
-
-def by_type(graph: dict[str, Any]) -> tuple[dict[str, int], dict[str, np.ndarray],
-                                             dict[Etype, np.ndarray]]:
-    """OGB's graph (typed or not) as node counts, features and edges (2, E) by type; a graph
-    without types is DGL's one-type case."""
+        graph = readers[kind(ds)]()[0]
     if "edge_index_dict" in graph:
         counts, feats = graph["num_nodes_dict"], graph.get("node_feat_dict") or {}
         edges = graph["edge_index_dict"]
     else:
         counts, edges = {ONE_NTYPE: graph["num_nodes"]}, {ONE_ETYPE: graph["edge_index"]}
-        feats = {} if graph.get("node_feat") is None else {ONE_NTYPE: graph["node_feat"]}
-    return ({t: int(n) for t, n in counts.items()},
-            {t: np.asarray(f, np.float32) for t, f in feats.items() if f is not None},
-            {tuple(et): np.asarray(e, np.int64) for et, e in edges.items()})
-
-
-def need_features(ds: OgbDataset, folder: Path, counts: Mapping[str, int],
-                   feats: Mapping[str, np.ndarray]) -> None:
-    """Refuses a graph without types whose features OGB's reader did not find (OGB lists
-    them for every dataset dglx imports)."""
-    if ONE_NTYPE in counts and ONE_NTYPE not in feats:
+        feats = {ONE_NTYPE: graph.get("node_feat")}
+    feats = {t: np.asarray(f, np.float32) for t, f in feats.items() if f is not None}
+    if not feats:
         raise DatasetFormatError(f"{folder}: no node features (raw/node-feat.csv.gz, or "
                                  f"node_feat in raw/data.npz); OGB lists them for {ds.name}")
+    return ({t: int(n) for t, n in counts.items()}, feats,
+            {tuple(et): np.asarray(e, np.int64) for et, e in edges.items()})
 
 
 def read_labels(ds: OgbDataset, folder: Path) -> dict[str, np.ndarray]:
@@ -244,31 +235,23 @@ def read_labels(ds: OgbDataset, folder: Path) -> dict[str, np.ndarray]:
         return readers[kind(ds)]()
 
 
-def read_split(ds: OgbDataset, folder: Path, files: Callable[[Path], dict[str, Any]]) -> dict:
+def read_split(ds: OgbDataset, folder: Path) -> dict:
     """OGB's split of ``ds``: its ``split_dict.pt`` where there is one (OGB's loaders take
-    that first), else ``files(split folder)``."""
-    path = folder / "split" / ds.info["split"]
-    with reading(folder, f"the split split/{ds.info['split']}"):
-        if (path / "split_dict.pt").is_file():
-            return read_numpy_file(path / "split_dict.pt")
-        return files(path)
-
-
-def node_split_files(ds: OgbDataset) -> Callable[[Path], dict[str, Any]]:
+    that first), else the files its loader reads (a node task's ``train.csv.gz`` ..., typed
+    ones through OGB's reader; a link task's ``train.pt`` ...)."""
     import pandas as pd
     from ogb.io import read_graph_raw as r
 
-    def typed(path: Path) -> dict[str, Any]:
-        return dict(zip(OGB_SPLIT.values(), r.read_nodesplitidx_split_hetero(str(path))))
-
-    def one_type(path: Path) -> dict[str, Any]:
-        return {s: pd.read_csv(path / f"{s}.csv.gz", compression="gzip", header=None).values.T[0]
-                for s in OGB_SPLIT.values()}
-    return typed if ds.flag("is hetero") else one_type
-
-
-def link_split_files(path: Path) -> dict[str, Any]:
-    return {s: read_numpy_file(path / f"{s}.pt") for s in OGB_SPLIT.values()}
+    path, names = folder / "split" / ds.info["split"], list(OGB_SPLIT.values())
+    readers = {("ogbn", False): lambda: {s: pd.read_csv(path / f"{s}.csv.gz", compression="gzip",
+                                                        header=None).values.T[0] for s in names},
+               ("ogbn", True): lambda: dict(zip(names, r.read_nodesplitidx_split_hetero(
+                   str(path)))),
+               ("ogbl", False): lambda: {s: read_numpy_file(path / f"{s}.pt") for s in names}}
+    with reading(folder, f"the split split/{ds.info['split']}"):
+        if (path / "split_dict.pt").is_file():
+            return read_numpy_file(path / "split_dict.pt")
+        return readers[ds.family, ds.flag("is hetero")]()
 
 
 def read_numpy_file(file: Path) -> Any:

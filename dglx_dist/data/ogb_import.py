@@ -40,10 +40,9 @@ from dglx_dist.data.dataset import EdgeTable, GraphDataset, NodeTable
 from dglx_dist.graphcore.types import ONE_ETYPE, ONE_NTYPE, Etype
 from dglx_dist.data.format import DATASET_DIR, HELDOUT_ARRAYS, write_dataset
 from dglx_dist.data.mag import reverse_etype
-from dglx_dist.data.ogb_files import (OGB_SPLIT, OgbDataset, by_type, check_layout,
-                                      fetch_dataset, link_split_files, need_features,
-                                      node_split_files, ogb_package, read_graph, read_labels,
-                                      read_master, read_split)
+from dglx_dist.data.ogb_files import (OGB_SPLIT, OgbDataset, check_layout, fetch_dataset,
+                                      ogb_package, read_graph, read_labels, read_master,
+                                      read_split)
 from dglx_dist.errors import DatasetFormatError, InvalidValueError, UnknownNameError
 
 __all__ = ["OgbDataset", "ogb_dataset", "import_ogb", "ogb_package", "DEFAULT_ROOT"]
@@ -128,10 +127,9 @@ def _with_reverses(edges: dict[Etype, EdgeTable]) -> dict[Etype, EdgeTable]:
 
 def _node_dataset(ds: OgbDataset, folder: Path,
                   directed: bool) -> tuple[GraphDataset, dict[str, np.ndarray]]:
-    counts, feats, edge_index = by_type(read_graph(ds, folder))
-    need_features(ds, folder, counts, feats)
+    counts, feats, edge_index = read_graph(ds, folder)
     labels = read_labels(ds, folder)
-    split = read_split(ds, folder, node_split_files(ds))
+    split = read_split(ds, folder)
     if not isinstance(split, Mapping) or set(split) < set(OGB_SPLIT.values()):
         raise DatasetFormatError(f"{folder}: the split holds {type(split).__name__} "
                                  f"{sorted(split)[:5] if isinstance(split, Mapping) else ''}; "
@@ -169,9 +167,8 @@ def _link_dataset(ds: OgbDataset, folder: Path,
     if directed:
         raise InvalidValueError(f"dglx data import {ds.name}: --directed not accepted (the "
                                 f"link task trains on both directions of each training edge)")
-    counts, feats, _ = by_type(read_graph(ds, folder))
-    need_features(ds, folder, counts, feats)
-    split = read_split(ds, folder, link_split_files)
+    counts, feats, _ = read_graph(ds, folder)
+    split = read_split(ds, folder)
     (u, v), val, test = (_positives(split.get(s) if isinstance(split, Mapping) else None, ds, s)
                          for s in OGB_SPLIT.values())
     n = counts[ONE_NTYPE]

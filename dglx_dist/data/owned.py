@@ -83,11 +83,14 @@ def write_record(directory: str | os.PathLike, kind: str,
                  only: tuple[str, ...] | None = None) -> Record:
     """Records every file now under ``directory`` as written by dglx (hashing those not in
     ``known``), or with ``only``, adds just those files (relative paths) to the record there
-    is; subdirectories with a record of their own are left to it (a file added later is
-    recorded by its writer: :func:`add_to_record`). Written atomically."""
+    is (one of them gone is dropped from it); subdirectories with a record of their own are
+    left to it (a file added later is recorded by its writer: :func:`add_to_record`).
+    Written atomically."""
     directory, known = Path(directory), dict(known or {})
     old = read_record(directory) if only is not None else None
     files: dict[str, dict[str, Any]] = dict(old.files) if old is not None else {}
+    for rel in only or ():
+        files.pop(rel, None)
     for rel, path, nested in _walk(directory):
         if nested is not None or rel == RECORD or path.is_symlink() \
                 or (only is not None and rel not in only):
@@ -129,13 +132,7 @@ def add_to_record(directory: str | os.PathLike, rels: tuple[str, ...]) -> bool:
             record = read_record(directory)  # again: another writer may have added since
             if record is None:
                 return False
-            files = dict(record.files)
-            for rel in rels:
-                path = directory / rel
-                files.pop(rel, None)
-                if path.is_file() and not path.is_symlink():
-                    files[rel] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
-            _write(directory, record.kind, files)
+            write_record(directory, record.kind, only=tuple(rels))
     except OSError:
         return False
     return True

@@ -34,26 +34,24 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import logging
 import math
-import numbers
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import psutil
-import pyarrow as pa
-import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from dglx_dist.data.atomic import atomic_directory, check_disk
-from dglx_dist.data.dcsbm import (CENTROID_DISTANCE, EDGE_CHUNK, Stream, centroids, edges as _edges,
-                                  rng as _rng, split_masks)
-from dglx_dist.data.checked import WRITE_OPTIONS
-from dglx_dist.data.format import (DATASET_DIR, EDGES_FILE, META_FILE, NODES_FILE,
-                                   DatasetMeta, GraphDataset, edge_batch, node_batch, node_schema)
+from dglx_dist.cli_flags import option
+from dglx_dist.data.dcsbm import (CENTROID_DISTANCE, EDGE_CHUNK, Stream, centroids, check_numbers,
+                                  edges as _edges, rng as _rng, split_masks)
+from dglx_dist.registry import Bounds
+from dglx_dist.data.dataset import NodeTable
+from dglx_dist.data.format import (DATASET_DIR, EDGES_FILE, DatasetMeta, GraphDataset,
+                                   write_edges, write_nodes)
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.memory import check_memory
 
@@ -66,67 +64,57 @@ _FEAT_BLOCK = 4096  # rows per feature RNG block: fixed, so output is independen
 _MAX_NODES = 2**31 - 1  # keeps the (min * N + max) pair key inside int64
 
 
+# the fields' ranges, checked in Python only: on the command line --seed, --homophily, ... are
+# MagConfig's flags too, and each generator refuses its own values
+_BOUNDS = {"num_nodes": Bounds(2, _MAX_NODES), "num_classes": Bounds(2), "feat_dim": Bounds(1),
+           "homophily": Bounds(0, 1), **dict.fromkeys(("train_frac", "val_frac", "test_frac"),
+                                                    Bounds(0, 1)),
+           **dict.fromkeys(("num_edges", "edge_feat_dim", "seed", "feature_noise",
+                            "degree_exponent"), Bounds(0))}
+
+
 @dataclass(frozen=True)
 class SyntheticConfig:
     """Parameters of the DC-SBM generator (validated on construction).
 
     Raises:
-        ValueError: a field out of range; the message names the field, its value and the range.
+        InvalidValueError: a field out of range; the message names the field, its value and
+            the range.
     """
 
-    num_nodes: int = field(default=10_000, metadata={"help": "number of nodes"})
-    num_edges: int = field(default=200_000, metadata={
-        "help": "requested directed edges (both directions of each undirected edge count); "
-                "the result is even and may be a little under"})
-    num_classes: int = field(default=8, metadata={"help": "number of communities = classes"})
-    feat_dim: int = field(default=64, metadata={"help": "node feature width"})
-    homophily: float = field(default=0.8, metadata={
-        "help": "expected fraction of edges inside a community, in [0, 1]"})
-    degree_exponent: float = field(default=2.5, metadata={
-        "help": "power-law exponent of degree propensities (> 1), or 0 for uniform"})
-    feature_noise: float = field(default=1.0, metadata={
-        "help": "std of the Gaussian noise added to the class centroid"})
-    train_frac: float = field(default=0.1, metadata={"help": "fraction of nodes in train"})
-    val_frac: float = field(default=0.1, metadata={"help": "fraction of nodes in val"})
-    test_frac: float = field(default=0.2, metadata={"help": "fraction of nodes in test"})
-    seed: int = field(default=0, metadata={"help": "random seed (>= 0)"})
-    edge_feat_dim: int = field(default=0, metadata={
-        "help": "width of the edge feature 'feat' (0: no edge data); it says, with noise, "
-                "whether an edge stays inside a community"})
+    num_nodes: int = option(10_000, "number of nodes")
+    num_edges: int = option(200_000, "requested directed edges (both directions of each "
+                            "undirected edge count); the result is even and may be a little "
+                            "under")
+    num_classes: int = option(8, "number of communities = classes")
+    feat_dim: int = option(64, "node feature width")
+    homophily: float = option(0.8, "expected fraction of edges inside a community, in [0, 1]")
+    degree_exponent: float = option(2.5, "power-law exponent of degree propensities (> 1), "
+                                    "or 0 for uniform")
+    feature_noise: float = option(1.0, "std of the Gaussian noise added to the class centroid")
+    train_frac: float = option(0.1, "fraction of nodes in train")
+    val_frac: float = option(0.1, "fraction of nodes in val")
+    test_frac: float = option(0.2, "fraction of nodes in test")
+    seed: int = option(0, "random seed (>= 0)")
+    edge_feat_dim: int = option(0, "width of the edge feature 'feat' (0: no edge data); it "
+                                "says, with noise, whether an edge stays inside a community")
 
     def __post_init__(self) -> None:
-        n = self._set("num_nodes", 2, _MAX_NODES, integer=True)
-        self._set("num_edges", 0, n * (n - 1), integer=True)
-        self._set("num_classes", 2, n, integer=True)
-        self._set("feat_dim", 1, None, integer=True)
-        self._set("edge_feat_dim", 0, None, integer=True)
-        self._set("seed", 0, None, integer=True)
-        self._set("homophily", 0, 1)
-        self._set("feature_noise", 0, None)
-        if self._set("degree_exponent", 0, None) != 0 and self.degree_exponent <= 1:
+        check_numbers(self, ("num_nodes", "num_edges", "num_classes", "feat_dim",
+                             "edge_feat_dim", "seed"), _BOUNDS)
+        n = self.num_nodes
+        for name, value, most in (("num_edges", self.num_edges, n * (n - 1)),
+                                  ("num_classes", self.num_classes, n)):
+            if value > most:
+                raise InvalidValueError(f"{name} = {value!r}; expected at most {most} for "
+                                        f"{n} nodes")
+        if 0 < self.degree_exponent <= 1:
             raise InvalidValueError(f"degree_exponent = {self.degree_exponent!r}; expected 0 "
                                     "(uniform degrees) or a number > 1")
-        fracs = [self._set(f, 0, 1) for f in ("train_frac", "val_frac", "test_frac")]
-        if sum(fracs) > 1 + 1e-9:
-            raise InvalidValueError(f"train_frac + val_frac + test_frac = {sum(fracs)!r}; expected "
+        fracs = self.train_frac + self.val_frac + self.test_frac
+        if fracs > 1 + 1e-9:
+            raise InvalidValueError(f"train_frac + val_frac + test_frac = {fracs!r}; expected "
                                     "a sum in [0, 1]")
-
-    def _set(self, name: str, lo: float, hi: float | None, integer: bool = False) -> float:
-        """Validates field ``name`` and stores it as a plain int/float (JSON-friendly)."""
-        value = _check(name, getattr(self, name), lo, hi, integer)
-        object.__setattr__(self, name, value)
-        return value
-
-
-def _check(name: str, value: Any, lo: float, hi: float | None, integer: bool = False) -> float:
-    kind = numbers.Integral if integer else numbers.Real
-    ok = (isinstance(value, kind) and not isinstance(value, bool)
-          and (integer or math.isfinite(value)))
-    if not ok or value < lo or (hi is not None and value > hi):
-        allowed = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
-        what = "an integer" if integer else "a finite number"
-        raise InvalidValueError(f"{name} = {value!r}; expected {what} {allowed}")
-    return int(value) if integer else float(value)
 
 
 SYNTHETIC_PRESETS: dict[str, SyntheticConfig] = {
@@ -270,7 +258,9 @@ def write_synthetic(config: SyntheticConfig, out_dir: str | os.PathLike, overwri
         ValueError: ``rows_per_chunk`` < 1.
         InsufficientMemoryError: the estimated peak does not fit, before anything is written.
     """
-    _check("rows_per_chunk", rows_per_chunk, 1, None, integer=True)
+    if isinstance(rows_per_chunk, bool) or not isinstance(rows_per_chunk, int) or \
+            rows_per_chunk < 1:
+        raise InvalidValueError(f"rows_per_chunk = {rows_per_chunk!r}; expected an integer >= 1")
     check_memory(estimate_peak_bytes(config, rows_per_chunk=rows_per_chunk), memory_limit,
                  "generating this graph", "use a machine with more memory, or fewer edges "
                  "(--num-edges) or features (--feat-dim)")
@@ -280,22 +270,13 @@ def write_synthetic(config: SyntheticConfig, out_dir: str | os.PathLike, overwri
         log.info("synthetic graph: %d nodes, generating ~%d edges", n, config.num_edges)
         nodes = _nodes(config)
         src, dst = _edges(config, nodes.label)
-        num_edges = int(src.size)
-        edata = _edge_features(config, nodes.label, src, dst)
-        pq.write_table(pa.Table.from_batches([edge_batch(src, dst, edata)]),
-                       tmp / EDGES_FILE, **WRITE_OPTIONS)
-        del src, dst, edata
-        with pq.ParquetWriter(tmp / NODES_FILE, node_schema(config.feat_dim),
-                              **WRITE_OPTIONS) as writer, \
-                tqdm(total=n, unit="node", desc="nodes", disable=None if progress else True) as bar:
-            for lo in range(0, n, rows_per_chunk):
-                hi = min(lo + rows_per_chunk, n)
-                writer.write_batch(node_batch(
-                    nodes.label[lo:hi], nodes.train[lo:hi], nodes.val[lo:hi], nodes.test[lo:hi],
-                    _feature_rows(config, nodes, lo, hi)))
-                bar.update(hi - lo)
-        meta = DatasetMeta(n, num_edges, config.feat_dim, config.num_classes,
+        meta = DatasetMeta(n, int(src.size), config.feat_dim, config.num_classes,
                            _provenance(config))
-        (tmp / META_FILE).write_text(json.dumps(meta.to_json(), indent=2))
-    log.info("wrote %s: %d nodes, %d directed edges", out_dir, n, num_edges)
+        write_edges(tmp / EDGES_FILE, src, dst, _edge_features(config, nodes.label, src, dst))
+        del src, dst
+        with tqdm(total=n, unit="node", desc="nodes", disable=None if progress else True) as bar:
+            write_nodes(tmp, meta, rows_per_chunk, lambda lo, hi: NodeTable(
+                hi - lo, _feature_rows(config, nodes, lo, hi), nodes.label[lo:hi],
+                nodes.train[lo:hi], nodes.val[lo:hi], nodes.test[lo:hi]), bar.update)
+    log.info("wrote %s: %d nodes, %d directed edges", out_dir, n, meta.num_edges)
     return meta

@@ -19,6 +19,7 @@ import sys
 import types
 from pathlib import Path
 from typing import Any, Iterator, Sequence
+from unittest import mock
 
 from dglx_dist.cli_flags import add_flags, from_args
 from dglx_dist.config import RunConfig, StrategyConfig
@@ -154,25 +155,19 @@ def installed(options: RunOptions) -> Iterator[None]:
               (torch.nn.parallel, "DistributedDataParallel",
                _ddp_class(torch.nn.parallel.DistributedDataParallel))]
     entries = {"dgl.distributed": module, "dgl.distributed.optim": optim}
-    missing = object()
-    saved = [(obj, name, obj.__dict__.get(name, missing)) for obj, name, _ in places]
     saved_entries = {k: sys.modules.get(k) for k in entries}
-    try:
+    with contextlib.ExitStack() as stack:
         for obj, name, value in places:
-            setattr(obj, name, value)
-        sys.modules.update(entries)
-        yield
-    finally:
-        for obj, name, value in saved:
-            if value is missing:
-                delattr(obj, name)
-            else:
-                setattr(obj, name, value)
-        for k, value in saved_entries.items():
-            if value is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = value
+            stack.enter_context(mock.patch.object(obj, name, value))
+        try:
+            sys.modules.update(entries)
+            yield
+        finally:
+            for k, value in saved_entries.items():
+                if value is None:
+                    sys.modules.pop(k, None)
+                else:
+                    sys.modules[k] = value
 
 
 class _UnlessConfigured(logging.StreamHandler):

@@ -122,23 +122,24 @@ def layout_of(block) -> Layout:
 
 def sum_by_dst(layout: Layout, h: torch.Tensor) -> torch.Tensor:
     """Each destination's sum of its sources' rows of ``h`` (any trailing shape)."""
-    flat = h.reshape(h.shape[0], -1)
-    out = _Sum.apply(flat, layout)
-    return out.view(out.shape[0], *h.shape[1:])
+    return _by_row(_Sum, h, layout)
 
 
 def weighted_sum_by_dst(layout: Layout, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """Each destination's sum of its sources' rows of ``h``, each times its edge's
     ``weight`` (one number per edge, any shape of E elements)."""
-    flat = h.reshape(h.shape[0], -1)
-    out = _WeightedSum.apply(flat, weight.reshape(-1).to(h.dtype), layout)
-    return out.view(out.shape[0], *h.shape[1:])
+    return _by_row(_WeightedSum, h, weight.reshape(-1).to(h.dtype), layout)
 
 
 def copy_e_sum(layout: Layout, rows: torch.Tensor) -> torch.Tensor:
     """Each destination's sum of its in-edges' ``rows`` (a row per edge)."""
-    flat = rows.reshape(rows.shape[0], -1)
-    out = _EdgeSum.apply(flat, layout)
+    return _by_row(_EdgeSum, rows, layout)
+
+
+def _by_row(function, rows: torch.Tensor, *args) -> torch.Tensor:
+    """The autograd ``function`` of ``rows`` flattened to one row each (and ``args``), its
+    rows in ``rows``' trailing shape."""
+    out = function.apply(rows.reshape(rows.shape[0], -1), *args)
     return out.view(out.shape[0], *rows.shape[1:])
 
 

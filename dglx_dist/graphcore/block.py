@@ -18,18 +18,20 @@ and DGL's ``to_block`` numbering that builds it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Sequence
 
 import numpy as np
 import torch
 
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.graphcore.frames import NID, DataView, EdgeSpace, NodeSpace, TypeLookup
+from dglx_dist.graphcore.frames import NID, DataView, NodeSpace, TypeLookup, in_form
+from dglx_dist.graphcore.types import ONE_ETYPE, ONE_NTYPE
 
 __all__ = ["Block", "IdTable", "relabel", "map_tensors", "plan_of", "group_by", "in_order",
            "UNTYPED", "PLAN"]
 
-UNTYPED = (("_N",), (("_N", "_E", "_N"),))
+UNTYPED = ((ONE_NTYPE,), (ONE_ETYPE,))
 """The node and edge types of a graph without types (DGL's names)."""
 PLAN = "_dglx_plan"
 """The attribute of DGL's block that holds the ``plan`` of the package's block it was."""
@@ -123,12 +125,12 @@ def relabel_sorted(dst_nodes: torch.Tensor, *ends: torch.Tensor
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Block(TypeLookup):
-    """One layer's message flow graph, and the rows on it (its type lookups and
-    ``num_edges``: :class:`~dglx_dist.graphcore.frames.TypeLookup`'s).
+    """One layer's message flow graph, and the rows on it (its type lookups:
+    :class:`~dglx_dist.graphcore.frames.TypeLookup`'s).
 
     Attributes:
-        src_nodes: each source node's id (per-type ids where there are types), the
-            destination nodes of each type first among that type's sources (but where
+        src_nodes: each source node's id (per-type ids where there are types), type by type,
+            the destination nodes of each type first among that type's sources (but where
             ``dst_nodes`` are given).
         src_type: each source node's type (an index into ``ntypes``).
         num_dst: the number of destination nodes of each type.
@@ -136,7 +138,8 @@ class Block(TypeLookup):
         dst: each edge's destination, its index among the destination nodes of its type.
         eid: each edge's id in the user's graph (per-type ids where there are types; None:
             edges the block builds itself, without ids, as DGL's ``create_block``).
-        etype: each edge's type (an index into ``canonical_etypes``).
+        etype: each edge's type (an index into ``canonical_etypes``; the edges come type by
+            type).
         ntypes: the node types' names.
         canonical_etypes: the edge types (source type, name, destination type).
         dst_nodes: the destination nodes' ids where they are not the first sources (a block
@@ -177,22 +180,13 @@ class Block(TypeLookup):
     @classmethod
     def untyped(cls, dst_nodes: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
                 eid: torch.Tensor, num_nodes: int | IdTable | None = None) -> "Block":
-        """The block whose destinations are ``dst_nodes`` and whose edges ``src -> dst``
-        (ids, below ``num_nodes`` when it is given: a number, or a reused
-        :class:`IdTable`) have ids ``eid``."""
-        nodes, (s, d) = relabel(dst_nodes, src, num_nodes=num_nodes, inner=(dst,))
-        zeros = torch.zeros_like
-        return cls(nodes, zeros(nodes), (dst_nodes.numel(),), s, d, eid.long(), zeros(s))
-
-    @classmethod
-    def untyped_rows(cls, dst_nodes: torch.Tensor, src: torch.Tensor, row: torch.Tensor,
-                     eid: torch.Tensor, num_nodes: int | IdTable | None = None) -> "Block":
-        """:meth:`untyped`'s block of the edges ``src -> dst_nodes[row]``: each edge's
-        destination given as its index among ``dst_nodes`` (its number in the block)."""
-        nodes, (s,) = relabel(dst_nodes, src, num_nodes=num_nodes)
-        zeros = torch.zeros_like
-        return cls(nodes, zeros(nodes), (dst_nodes.numel(),), s, row.long(), eid.long(),
-                   zeros(s))
+        """The one-type case of :meth:`typed` (DGL's ``_N`` / ``_E``): the block whose
+        destinations are ``dst_nodes`` and whose edges ``src -> dst`` (ids, below
+        ``num_nodes`` when it is given: a number, or a reused :class:`IdTable`) have ids
+        ``eid``."""
+        return cls.numbered(dst_nodes, src, dst, lambda n: (torch.zeros_like(n), n),
+                            (dst_nodes.numel(),), eid, torch.zeros_like(src), *UNTYPED,
+                            num_nodes=num_nodes)
 
     @classmethod
     def nodes_only(cls, src_nodes: torch.Tensor, dst_nodes: torch.Tensor) -> "Block":
@@ -207,19 +201,38 @@ class Block(TypeLookup):
               etypes: Sequence[tuple[str, str, str]]) -> "Block":
         """The block whose destinations of type ``t`` are ``dst_nodes[t]`` (per-type ids)
         and whose edges ``src -> dst`` (per-type ids) have types ``etype`` and per-type ids
-        ``eid``, edges in the order of their types."""
-        etypes = tuple(tuple(e) for e in etypes)
+        ``eid``, edges in the order of their types (a node's key: its id times the number
+        of node types, plus its type)."""
         index = {t: i for i, t in enumerate(ntypes)}
+        n = len(ntypes)
         src_t, dst_t = (torch.tensor([index[e[end]] for e in etypes], dtype=torch.int64)
                         .index_select(0, etype.long()) for end in (0, 2))
-        keyed = torch.cat([d.long() * len(ntypes) + t for t, d in enumerate(dst_nodes)])
-        nodes, (s, d) = relabel(keyed, src.long() * len(ntypes) + src_t,
-                                dst.long() * len(ntypes) + dst_t)
-        kind = nodes % len(ntypes)
-        within = _rank_within(kind, len(ntypes))
-        return cls(nodes.div(len(ntypes), rounding_mode="floor"), kind,
-                   tuple(int(x.numel()) for x in dst_nodes), within.index_select(0, s),
-                   within.index_select(0, d), eid.long(), etype.long(), tuple(ntypes), etypes)
+        keyed = torch.cat([d.long() * n + t for t, d in enumerate(dst_nodes)])
+        return cls.numbered(keyed, src.long() * n + src_t, dst.long() * n + dst_t,
+                            lambda k: (k % n, k.div(n, rounding_mode="floor")),
+                            [x.numel() for x in dst_nodes], eid, etype, ntypes, etypes)
+
+    @classmethod
+    def numbered(cls, dst_keys: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
+                 decode, num_dst: Sequence[int], eid: torch.Tensor, etype: torch.Tensor,
+                 ntypes: Sequence[str], etypes: Sequence[tuple[str, str, str]],
+                 num_nodes: int | IdTable | None = None, rows: bool = False) -> "Block":
+        """DGL's ``to_block`` of edges ``src -> dst`` of types ``etype`` and ids ``eid``
+        (edges in the order of their types), their ends given as node keys (one per node of
+        any type, below ``num_nodes`` when it is given: :func:`relabel`'s; with ``rows``,
+        ``dst`` as indices into ``dst_keys``), whose destinations are ``dst_keys``
+        (``num_dst[t]`` of type ``t``, type by type); ``decode(keys)`` is the keys' ``(type
+        index, per-type id)``."""
+        inner = () if rows else (dst,)
+        nodes, (s, *looked_up) = relabel(dst_keys, src, num_nodes=num_nodes, inner=inner)
+        kind, ids = decode(nodes)
+        order, offsets = group_by(kind, len(ntypes))  # the sources type by type
+        d = looked_up[0] if looked_up else dst.long()
+        if int((offsets.diff() > 0).sum()) > 1:  # else every node is its type's by number
+            within = _rank_within(kind, order, offsets)  # each one's number among its type's
+            s, d = within.index_select(0, s), within.index_select(0, d)
+        return cls(in_order(ids, order), in_order(kind, order), tuple(int(x) for x in num_dst),
+                   s, d, eid.long(), etype.long(), tuple(ntypes), tuple(tuple(e) for e in etypes))
 
     def __getattr__(self, name: str):
         """What the package's block lacks of DGL's (``local_scope``, ``update_all``...): one
@@ -236,11 +249,9 @@ class Block(TypeLookup):
         """Whether the block is of a graph without types (DGL's ``_N`` / ``_E``)."""
         return self.ntypes == UNTYPED[0] and self.canonical_etypes == UNTYPED[1]
 
-    @property
+    @functools.cached_property
     def num_src(self) -> tuple[int, ...]:
         """The number of source nodes of each type."""
-        if len(self.ntypes) == 1:
-            return (self.src_nodes.numel(),)
         return tuple(torch.bincount(self.src_type, minlength=len(self.ntypes)).tolist())
 
     @property
@@ -266,17 +277,44 @@ class Block(TypeLookup):
                 f"block.{what}: the block has edge types {[e for _, e, _ in self.canonical_etypes]}"
                 f"; expected one: take it per relation, block.relation(etype).{what}")
 
+    @functools.cached_property
+    def num_edges_by_type(self) -> tuple[int, ...]:
+        """The number of edges of each type."""
+        return tuple(torch.bincount(self.etype, minlength=len(self.canonical_etypes)).tolist())
+
+    def _span(self, etype: int) -> slice:
+        """Where the edges of type ``etype`` lie among the block's (they come type by
+        type)."""
+        start = sum(self.num_edges_by_type[:etype])
+        return slice(start, start + self.num_edges_by_type[etype])
+
+    def edges_of(self, etype: int) -> torch.Tensor:
+        """The positions of the edges of type ``etype`` among the block's edges."""
+        span = self._span(etype)
+        return torch.arange(span.start, span.stop, device=self.src.device)
+
+    def num_edges(self, etype=None) -> int:
+        return self._count(self.num_edges_by_type, etype, self.etype_index)
+
+    def all_edges(self, form: str = "uv", order: str = "eid", etype=None):
+        """``block.edges(form, order, etype)``: edge type ``etype``'s edges as ``(src, dst)``
+        indices (``form="all"``: and their positions among the type's edges, DGL's
+        ``form="all"``; ``form="eid"``: the positions alone)."""
+        span = self._span(self.get_etype_id(etype))  # a wrong name refused
+        src, dst = self.src[span], self.dst[span]
+        return in_form(form, src, dst, torch.arange(src.numel(), device=src.device))
+
     def nodes_of(self, ntype: int, dst: bool = False) -> torch.Tensor:
         """The ids of the source (``dst``: destination) nodes of type ``ntype``, in order."""
         if dst and self.dst_nodes is not None:
             return self.dst_nodes
-        ids = self.src_nodes if len(self.ntypes) == 1 else self.src_nodes[self.src_type == ntype]
-        return ids[:self.num_dst[ntype]] if dst else ids
+        start = sum(self.num_src[:ntype])  # the sources come type by type
+        return self.src_nodes[start:start + (self.num_dst if dst else self.num_src)[ntype]]
 
     def relation_types(self) -> list[int]:
         """The edge types DGL's block of this one has (DGL's door makes it): those with edges
         (every type where none has one, or with ``all_etypes``)."""
-        counts = torch.bincount(self.etype, minlength=len(self.canonical_etypes)).tolist()
+        counts = self.num_edges_by_type
         return [i for i, c in enumerate(counts) if c or self.all_etypes] or \
             list(range(len(counts)))
 
@@ -286,12 +324,11 @@ class Block(TypeLookup):
         ids kept), its rows those of this block (shared, as DGL's)."""
         t = self.etype_index(etype)
         s, d = (self.ntype_index(n) for n in self.canonical_etypes[t][::2])
-        at = self.edges_of(t)
+        at = self._span(t)
         src, dst_nodes = self.nodes_of(s), self.dst_nodes if s == d else self.nodes_of(d, True)
-        rel = Block(src, torch.zeros_like(src), (self.num_dst[d],), self.src.index_select(0, at),
-                    self.dst.index_select(0, at),
-                    None if self.eid is None else self.eid.index_select(0, at),
-                    torch.zeros_like(at), dst_nodes=dst_nodes)
+        rel = Block(src, torch.zeros_like(src), (self.num_dst[d],), self.src[at], self.dst[at],
+                    None if self.eid is None else self.eid[at],
+                    torch.zeros_like(self.etype[at]), dst_nodes=dst_nodes)
         rel.frames.update({("src", 0): self.frame("src", s), ("dst", 0): self.frame("dst", d),
                            ("edge", 0): self.frame("edge", t)})
         return rel
@@ -305,9 +342,7 @@ class Block(TypeLookup):
             if side != "edge":
                 self.frames[key] = {NID: self.nodes_of(index, dst=side == "dst")}
             else:
-                self.frames[key] = {} if self.eid is None else \
-                    {NID: self.eid if len(self.canonical_etypes) == 1 else
-                     self.eid.index_select(0, self.edges_of(index))}
+                self.frames[key] = {} if self.eid is None else {NID: self.eid[self._span(index)]}
         return self.frames[key]
 
     @property
@@ -319,20 +354,12 @@ class Block(TypeLookup):
         return NodeSpace(self, "dst")
 
     @property
-    def edges(self) -> EdgeSpace:
-        return EdgeSpace(self)
-
-    @property
     def srcdata(self) -> DataView:
-        return DataView(self, "src", range(len(self.ntypes)))
+        return DataView(self, "src")
 
     @property
     def dstdata(self) -> DataView:
-        return DataView(self, "dst", range(len(self.ntypes)))
-
-    @property
-    def edata(self) -> DataView:
-        return DataView(self, "edge", range(len(self.canonical_etypes)))
+        return DataView(self, "dst")
 
     @property
     def srctypes(self) -> list[str]:
@@ -343,21 +370,14 @@ class Block(TypeLookup):
         return list(self.ntypes)
 
     @property
-    def etypes(self) -> list[str]:
-        return [name for _, name, _ in self.canonical_etypes]
-
-    @property
     def device(self) -> torch.device:
         return self.src_nodes.device
 
     def num_src_nodes(self, ntype: str | None = None) -> int:
-        return self._count(self.num_src, ntype)
+        return self._count(self.num_src, ntype, self.ntype_index)
 
     def num_dst_nodes(self, ntype: str | None = None) -> int:
-        return self._count(self.num_dst, ntype)
-
-    def _count(self, counts: tuple[int, ...], ntype: str | None) -> int:
-        return sum(counts) if ntype is None else counts[self.ntype_index(ntype)]
+        return self._count(self.num_dst, ntype, self.ntype_index)
 
     def local_var(self) -> "Block":
         """The block with rows of its own (the structure and the rows shared; new rows set on
@@ -407,9 +427,10 @@ def map_tensors(record, fn):
         if isinstance(getattr(record, f.name), torch.Tensor)})
 
 
-def _rank_within(kind: torch.Tensor, types: int) -> torch.Tensor:
-    """Each item's index among the items of its kind (order kept)."""
-    order, offsets = group_by(kind, types)
+def _rank_within(kind: torch.Tensor, order: torch.Tensor | None, offsets: torch.Tensor
+                 ) -> torch.Tensor:
+    """Each item's index among the items of its kind (order kept), from :func:`group_by`'s
+    ``order`` and ``offsets`` of ``kind``."""
     first = offsets.index_select(0, kind.long())  # where each item's kind starts
     every = torch.arange(kind.numel(), device=kind.device)
     if order is None:

@@ -199,9 +199,9 @@ def _coo(src: torch.Tensor, dst: torch.Tensor, what: str) -> tuple:
 
 
 def _compressed(indptr: torch.Tensor, indices: torch.Tensor, eids: torch.Tensor,
-                what: str) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """A compressed matrix's (row of each entry, column of each entry) in edge-id order,
-    and its row count."""
+                what: str, by_dst: bool = False) -> tuple:
+    """A compressed matrix's edges ``(src, dst, (sources' count, destinations' count))`` in
+    edge-id order: rows are the sources (CSR), or with ``by_dst`` the destinations (CSC)."""
     m, rows = indices.numel(), indptr.numel() - 1
     if rows < 0 or int(indptr[0]) != 0 or int(indptr[-1]) != m or \
             bool((indptr[1:] < indptr[:-1]).any()):
@@ -209,29 +209,24 @@ def _compressed(indptr: torch.Tensor, indices: torch.Tensor, eids: torch.Tensor,
                                 f"0 first, {m} last, never decreasing")
     row = torch.repeat_interleave(torch.arange(rows, dtype=indices.dtype, device=indices.device),
                                   (indptr[1:] - indptr[:-1]).long())
-    if not eids.numel():
-        return row, indices, rows
-    order = torch.arange(m, dtype=eids.dtype, device=eids.device)
-    if eids.numel() != m or not torch.equal(torch.sort(eids).values, order):
-        raise InvalidValueError(f"{what}: the edge ids are not one each of 0..{m - 1}; expected "
-                                "one id per index, or none")
-    by_id = torch.empty_like(eids).index_put_((eids.long(),), order)  # entry of each edge id
-    return row.index_select(0, by_id.long()), indices.index_select(0, by_id.long()), rows
-
-
-def _csr(indptr, indices, eids, what: str) -> tuple:
-    src, dst, rows = _compressed(indptr, indices, eids, what)
-    return src, dst, (rows, _top(indices))
+    if eids.numel():
+        order = torch.arange(m, dtype=eids.dtype, device=eids.device)
+        if eids.numel() != m or not torch.equal(torch.sort(eids).values, order):
+            raise InvalidValueError(f"{what}: the edge ids are not one each of 0..{m - 1}; "
+                                    "expected one id per index, or none")
+        by_id = torch.empty_like(eids).index_put_((eids.long(),), order)  # each id's entry
+        row, indices = row.index_select(0, by_id.long()), indices.index_select(0, by_id.long())
+    ends, counts = (row, indices), (rows, _top(indices))
+    return (*ends[::-1], counts[::-1]) if by_dst else (*ends, counts)
 
 
 def _csc(indptr, indices, eids, what: str) -> tuple:
-    dst, src, rows = _compressed(indptr, indices, eids, what)
-    return src, dst, (_top(indices), rows)
+    return _compressed(indptr, indices, eids, what, by_dst=True)
 
 
 # sparse format -> (its edges, the names of its arrays)
 _FORMATS = types.MappingProxyType({"coo": (_coo, ("src", "dst")),
-                                   "csr": (_csr, ("indptr", "indices", "eids")),
+                                   "csr": (_compressed, ("indptr", "indices", "eids")),
                                    "csc": (_csc, ("indptr", "indices", "eids"))})
 
 

@@ -8,53 +8,29 @@ name, and is set the same way (DGL's ``g.ndata`` on a heterograph). One differen
 DGL's: a name no type has is a ``KeyError`` (an :class:`~dglx_dist.errors.UnknownNameError`),
 not an empty dict, so ``name in view`` says whether some type has it.
 
-:func:`ntype_index` and :func:`etype_index` find a type by its name as DGL does (an edge type
-by its canonical triple, or by a relation name that names one type).
-
 A block's rows (:class:`~dglx_dist.graphcore.block.Block`) are read through the same views, as on
 DGL's blocks: ``block.srcdata[name]`` is the sources' rows when the block has one source type,
 else a dict by type; ``block.srcnodes[ntype].data`` one type's dict (:class:`NodeSpace`);
 ``block.edges[etype].data`` one edge type's and ``block.edges()`` the edges
-(:class:`EdgeSpace`). The ids are under ``"_ID"`` (:data:`NID`, DGL's ``dgl.NID`` and
-``dgl.EID``). A graph or block finds its types through :class:`TypeLookup`.
+(:class:`EdgeSpace`; a graph's ``nodes`` and ``edges`` are the same views). The ids are under
+``"_ID"`` (:data:`NID`, DGL's ``dgl.NID`` and ``dgl.EID``). A graph or block finds its types
+through :class:`TypeLookup`, by name as DGL does (an edge type by its canonical triple, or by
+a relation name that names one type).
 """
 from __future__ import annotations
 
 from collections.abc import MutableMapping
-from types import SimpleNamespace
+from types import MappingProxyType, SimpleNamespace
 from typing import Iterator, Sequence
 
 import torch
 
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, UnknownNameError
 
-__all__ = ["DataView", "Rows", "ntype_index", "etype_index", "NID", "TypeLookup", "NodeSpace",
-           "EdgeSpace"]
+__all__ = ["DataView", "Rows", "NID", "TypeLookup", "NodeSpace", "EdgeSpace", "in_form"]
 
 NID = "_ID"
 """DGL's ``dgl.NID`` (and ``dgl.EID``): the key of a block's node (edge) ids."""
-
-
-def ntype_index(ntypes: Sequence[str], ntype, kind: str) -> int:
-    """The index of node type ``ntype`` among ``ntypes`` of a ``kind`` ("graph", "block",
-    for the message)."""
-    if ntype not in ntypes:
-        raise UnknownNameError(f"node type {ntype!r} is not one of the {kind}'s node types "
-                               f"{list(ntypes)}")
-    return list(ntypes).index(ntype)
-
-
-def etype_index(canonical_etypes: Sequence[tuple[str, str, str]], etype, kind: str) -> int:
-    """The index of ``etype`` (a canonical triple, or a relation name that names one type)
-    among ``canonical_etypes``."""
-    if isinstance(etype, (tuple, list)) and tuple(etype) in canonical_etypes:
-        return list(canonical_etypes).index(tuple(etype))
-    named = [i for i, e in enumerate(canonical_etypes) if e[1] == etype]
-    if len(named) != 1:
-        raise UnknownNameError(f"edge type {etype!r}: {len(named)} of the {kind}'s edge types "
-                               f"have that name; expected one (or a canonical type of "
-                               f"{list(canonical_etypes)})")
-    return named[0]
 
 
 class Rows(MutableMapping):
@@ -112,14 +88,14 @@ class Rows(MutableMapping):
 
 class DataView(MutableMapping):
     """``ndata`` / ``edata`` (a block's ``srcdata`` / ``dstdata`` / ``edata``) over the rows
-    of each of ``types`` of ``graph``'s ``side`` ("node", "src" or "dst": node types; "edge":
-    edge types), which ``graph.frame(side, index)`` holds; ``graph.kind`` names it in errors
+    of each type of ``graph``'s ``side`` ("node", "src" or "dst": node types; "edge": edge
+    types), which ``graph.frame(side, index)`` holds; ``graph.kind`` names it in errors
     (the module docstring has the rules)."""
 
-    def __init__(self, graph, side: str, types: range):
-        self._frames = [graph.frame(side, i) for i in types]
+    def __init__(self, graph, side: str):
         edges = side == "edge"
         self._names = list(graph.canonical_etypes if edges else graph.ntypes)
+        self._frames = [graph.frame(side, i) for i in range(len(self._names))]
         self._index = graph.etype_index if edges else graph.ntype_index
         self._kind = graph.kind
 
@@ -160,74 +136,109 @@ class DataView(MutableMapping):
         return repr({k: self[k] for k in self})
 
 
-class TypeLookup:
-    """DGL's type lookups of a graph of the package whose ``src`` and ``etype`` tensors hold
-    each edge's source and type (edges in the order of their types): a
-    :class:`~dglx_dist.graphcore.block.Block`; ``kind`` names it in errors."""
+_FORMS = MappingProxyType({"uv": lambda s, d, e: (s, d), "eid": lambda s, d, e: e,
+                           "all": lambda s, d, e: (s, d, e)})
 
-    ntypes: tuple[str, ...]
-    canonical_etypes: tuple[tuple[str, str, str], ...]
-    src: torch.Tensor
-    etype: torch.Tensor
+
+def in_form(form: str, src: torch.Tensor, dst: torch.Tensor, eid: torch.Tensor):
+    """Edges as DGL's ``edges(form=...)`` gives them: "uv" ``(src, dst)``, "eid" their ids,
+    "all" ``(src, dst, eid)``."""
+    if form not in _FORMS:
+        raise InvalidValueError(f"edges(): form {form!r} is not one of {list(_FORMS)}")
+    return _FORMS[form](src, dst, eid)
+
+
+class TypeLookup:
+    """DGL's type lookups of a graph of the package (a
+    :class:`~dglx_dist.graphcore.heterograph.Graph` or a
+    :class:`~dglx_dist.graphcore.block.Block`) of ``ntypes`` and ``canonical_etypes``;
+    ``kind`` names it in errors."""
+
+    ntypes: Sequence[str]
+    canonical_etypes: Sequence[tuple[str, str, str]]
     kind = "graph"
+
+    @property
+    def etypes(self) -> list[str]:
+        return [rel for _, rel, _ in self.canonical_etypes]
 
     def ntype_index(self, ntype: str) -> int:
         """The index of node type ``ntype`` among the graph's."""
-        return ntype_index(self.ntypes, ntype, self.kind)
+        if ntype not in self.ntypes:
+            raise UnknownNameError(f"node type {ntype!r} is not one of the {self.kind}'s node "
+                                   f"types {list(self.ntypes)}")
+        return list(self.ntypes).index(ntype)
 
     def etype_index(self, etype) -> int:
-        """The index of ``etype`` (canonical, or a name that names one type) among the
-        graph's edge types."""
-        return etype_index(self.canonical_etypes, etype, self.kind)
+        """The index of ``etype`` (a canonical triple, or a relation name that names one
+        type) among the graph's edge types."""
+        etypes = [tuple(e) for e in self.canonical_etypes]
+        if isinstance(etype, (tuple, list)) and tuple(etype) in etypes:
+            return etypes.index(tuple(etype))
+        named = [i for i, e in enumerate(etypes) if e[1] == etype]
+        if len(named) != 1:
+            raise UnknownNameError(f"edge type {etype!r}: {len(named)} of the {self.kind}'s "
+                                   f"edge types have that name; expected one (or a canonical "
+                                   f"type of {etypes})")
+        return named[0]
 
-    def edges_of(self, etype: int) -> torch.Tensor:
-        """The positions of the edges of type ``etype`` among the graph's edges."""
-        if len(self.canonical_etypes) == 1:
-            return torch.arange(self.src.numel(), device=self.src.device)
-        return torch.nonzero(self.etype == etype).flatten()
+    def get_ntype_id(self, ntype: str | None) -> int:
+        """The index of ``ntype`` in :attr:`ntypes` (None: the graph's one node type)."""
+        return self._type_id(ntype, self.ntypes, self.ntype_index, "node")
 
-    def num_edges(self, etype=None) -> int:
-        if etype is None:
-            return self.src.numel()
-        return int(self.edges_of(self.etype_index(etype)).numel())
+    def get_etype_id(self, etype) -> int:
+        """The index of ``etype`` (canonical, or a relation name that names one type) in
+        :attr:`canonical_etypes` (None: the graph's one edge type)."""
+        return self._type_id(etype, self.canonical_etypes, self.etype_index, "edge")
+
+    def _type_id(self, name, names: Sequence, index, what: str) -> int:
+        if name is not None:
+            return index(name)
+        if len(names) != 1:
+            raise InvalidValueError(f"the {self.kind} has {what} types {list(names)}; name "
+                                    f"one ({what[0]}type=...)")
+        return 0
+
+    def to_canonical_etype(self, etype) -> tuple[str, str, str]:
+        return self.canonical_etypes[self.get_etype_id(etype)]
+
+    @property
+    def edges(self) -> "EdgeSpace":
+        """``edges(form, order, etype)``: the graph's ``all_edges``; ``edges[etype].data``:
+        one edge type's data."""
+        return EdgeSpace(self)
+
+    @property
+    def edata(self) -> DataView:
+        """Edge data: one edge type's plain, several types' by canonical type."""
+        return DataView(self, "edge")
+
+    def _count(self, counts: Sequence[int], name, index) -> int:
+        """``counts`` of the type ``name`` (found by ``index``; None: their sum)."""
+        return sum(counts) if name is None else counts[index(name)]
 
 
 class NodeSpace:
-    """``srcnodes`` / ``dstnodes`` of a block: ``[ntype].data`` one type's rows."""
+    """``nodes`` of a graph, ``srcnodes`` / ``dstnodes`` of a block (``side``):
+    ``[ntype].data`` one type's rows."""
 
-    def __init__(self, block: "TypeLookup", side: str):
-        self._block, self._side = block, side
+    def __init__(self, graph: TypeLookup, side: str):
+        self._graph, self._side = graph, side
 
-    def __getitem__(self, ntype: str) -> SimpleNamespace:
-        return SimpleNamespace(data=self._block.frame(self._side,
-                                                      self._block.ntype_index(ntype)))
+    def __getitem__(self, ntype: str | None) -> SimpleNamespace:
+        return SimpleNamespace(data=self._graph.frame(self._side,
+                                                      self._graph.get_ntype_id(ntype)))
 
 
 class EdgeSpace:
-    """``edges`` of a block: ``[etype].data`` one edge type's rows; ``(form, etype)`` its
-    edges as ``(src, dst)`` indices (``form="all"``: and their positions among the type's
-    edges, DGL's ``form="all"``; ``form="eid"``: the positions alone)."""
+    """``edges`` of a graph or a block: ``[etype].data`` one edge type's rows; called, the
+    graph's ``all_edges(form, order, etype)``."""
 
-    def __init__(self, block: "TypeLookup"):
-        self._block = block
+    def __init__(self, graph: TypeLookup):
+        self._graph = graph
 
     def __getitem__(self, etype) -> SimpleNamespace:
-        return SimpleNamespace(data=self._block.frame("edge", self._block.etype_index(etype)))
+        return SimpleNamespace(data=self._graph.frame("edge", self._graph.get_etype_id(etype)))
 
     def __call__(self, form: str = "uv", order: str = "eid", etype=None):
-        block = self._block
-        if form not in ("uv", "all", "eid"):
-            raise InvalidValueError(f"edges(form={form!r}); expected 'uv', 'all' or 'eid'")
-        if etype is None and len(block.canonical_etypes) > 1:
-            raise InvalidValueError(f"edges(): the {block.kind} has several edge types; name "
-                                    "one (etype=...)")
-        index = 0 if etype is None else block.etype_index(etype)  # a wrong name refused
-        if len(block.canonical_etypes) == 1:  # every edge: the block's own ends
-            src, dst = block.src, block.dst
-        else:
-            at = block.edges_of(index)
-            src, dst = block.src.index_select(0, at), block.dst.index_select(0, at)
-        ids = torch.arange(src.numel(), device=src.device)
-        if form == "eid":
-            return ids
-        return (src, dst, ids) if form == "all" else (src, dst)
+        return self._graph.all_edges(form, order, etype)

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import numbers
-import types
 from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
 import torch
 
 from dglx_dist.errors import (IdOutOfRangeError, InvalidTypeError, InvalidValueError,
                               NotSupportedError)
-from dglx_dist.graphcore.frames import DataView, Rows, etype_index, ntype_index
+from dglx_dist.graphcore.frames import DataView, NodeSpace, Rows, TypeLookup, in_form
 from dglx_dist.graphcore.message import edge_function
 from dglx_dist.graphcore.types import Etype
 
@@ -45,8 +44,9 @@ class Scheme(NamedTuple):
     dtype: torch.dtype
 
 
-class Graph:
-    """A graph of node types and canonical edge types, its edges as torch tensors.
+class Graph(TypeLookup):
+    """A graph of node types and canonical edge types, its edges as torch tensors (its type
+    lookups: :class:`~dglx_dist.graphcore.frames.TypeLookup`'s).
 
     Build it with :func:`~dglx_dist.graphcore.construct.graph` or
     :func:`~dglx_dist.graphcore.construct.heterograph` (this constructor takes checked
@@ -72,10 +72,6 @@ class Graph:
         return list(self._ntypes)
 
     @property
-    def etypes(self) -> list[str]:
-        return [rel for _, rel, _ in self._etypes]
-
-    @property
     def canonical_etypes(self) -> list[Etype]:
         return list(self._etypes)
 
@@ -84,43 +80,10 @@ class Graph:
         """One node type and one edge type (DGL's test)."""
         return len(self._ntypes) == 1 and len(self._etypes) == 1
 
-    kind = "graph"  # in errors
-
-    def ntype_index(self, ntype: str) -> int:
-        """The index of ``ntype`` in :attr:`ntypes`."""
-        return ntype_index(self._ntypes, ntype, self.kind)
-
-    def etype_index(self, etype: str | Etype) -> int:
-        """The index of ``etype`` (canonical, or a relation name that names one type) in
-        :attr:`canonical_etypes`."""
-        return etype_index(self._etypes, etype, self.kind)
-
     def frame(self, side: str, index: int) -> Rows:
         """The data of node type ``index`` (``side`` "node") or edge type ``index``
         ("edge")."""
         return (self._edge_rows if side == "edge" else self._node_rows)[index]
-
-    def get_ntype_id(self, ntype: str | None) -> int:
-        """The index of ``ntype`` in :attr:`ntypes` (None: the graph's one node type)."""
-        if ntype is None:
-            if len(self._ntypes) != 1:
-                raise InvalidValueError(f"the graph has node types {self.ntypes}; name one "
-                                        "(ntype=...)")
-            return 0
-        return self.ntype_index(ntype)
-
-    def get_etype_id(self, etype: str | Etype | None) -> int:
-        """The index of ``etype`` (canonical, or a relation name that names one type) in
-        :attr:`canonical_etypes` (None: the graph's one edge type)."""
-        if etype is None:
-            if len(self._etypes) != 1:
-                raise InvalidValueError(f"the graph has edge types {self.canonical_etypes}; "
-                                        "name one (etype=...)")
-            return 0
-        return self.etype_index(etype)
-
-    def to_canonical_etype(self, etype: str | Etype) -> Etype:
-        return self._etypes[self.get_etype_id(etype)]
 
     # -- sizes -------------------------------------------------------------------------------
     @property
@@ -133,13 +96,11 @@ class Graph:
 
     def num_nodes(self, ntype: str | None = None) -> int:
         """Node type ``ntype``'s node count (None: every type's)."""
-        return sum(self._counts) if ntype is None else self._counts[self.get_ntype_id(ntype)]
+        return self._count(self._counts, ntype, self.ntype_index)
 
     def num_edges(self, etype: str | Etype | None = None) -> int:
         """Edge type ``etype``'s edge count (None: every type's)."""
-        if etype is None:
-            return sum(int(s.numel()) for s, _ in self._ends)
-        return int(self._ends[self.get_etype_id(etype)][0].numel())
+        return self._count([int(s.numel()) for s, _ in self._ends], etype, self.etype_index)
 
     number_of_nodes, number_of_edges = num_nodes, num_edges
 
@@ -147,21 +108,13 @@ class Graph:
     @property
     def nodes(self) -> "_NodeView":
         """``g.nodes(ntype)``: the node ids; ``g.nodes[ntype].data``: one type's data."""
-        return _NodeView(self)
-
-    @property
-    def edges(self) -> "_EdgeView":
-        """``g.edges(form, order, etype)``: :meth:`all_edges`; ``g.edges[etype].data``: one
-        edge type's data."""
-        return _EdgeView(self)
+        return _NodeView(self, "node")
 
     def all_edges(self, form: str = "uv", order: str = "eid",
                   etype: str | Etype | None = None):
         """Edge type ``etype``'s edges: ``form`` "uv" ``(src, dst)``, "eid" their ids,
         "all" ``(src, dst, eid)``; ``order`` "eid" by id, "srcdst" by source then
         destination (ties by id)."""
-        if form not in _FORMS:
-            raise InvalidValueError(f"edges(): form {form!r} is not one of {list(_FORMS)}")
         if order not in ("eid", "srcdst"):
             raise InvalidValueError(f"edges(): order {order!r} is not one of ['eid', 'srcdst']")
         src, dst = self._ends[self.get_etype_id(etype)]
@@ -170,7 +123,7 @@ class Graph:
             eid = eid.index_select(0, torch.sort(dst, stable=True).indices)
             eid = eid.index_select(0, torch.sort(src.index_select(0, eid), stable=True).indices)
             src, dst = src.index_select(0, eid), dst.index_select(0, eid)
-        return _FORMS[form](src, dst, eid)
+        return in_form(form, src, dst, eid)
 
     def in_degrees(self, v: Any = None, etype: str | Etype | None = None):
         """The in-degrees over edge type ``etype`` of nodes ``v`` (an int: an int; ids: a
@@ -202,12 +155,7 @@ class Graph:
     @property
     def ndata(self) -> DataView:
         """Node data: one type's plain, several types' by type (DGL's rules)."""
-        return DataView(self, "node", range(len(self._ntypes)))
-
-    @property
-    def edata(self) -> DataView:
-        """Edge data: one edge type's plain, several types' by canonical type."""
-        return DataView(self, "edge", range(len(self._etypes)))
+        return DataView(self, "node")
 
     def node_attr_schemes(self, ntype: str | None = None) -> dict[str, Scheme]:
         """Each node-data name of ``ntype`` with its rows' shape and dtype."""
@@ -282,39 +230,16 @@ class Graph:
         return f"Graph(num_nodes={nodes},\n      num_edges={edges},\n      metagraph={meta})"
 
 
-_FORMS = types.MappingProxyType({"uv": lambda s, d, e: (s, d), "eid": lambda s, d, e: e,
-                                 "all": lambda s, d, e: (s, d, e)})
-
-
 def _schemes(rows: Rows) -> dict[str, Scheme]:
     return {name: Scheme(tuple(t.shape[1:]), t.dtype) for name, t in rows.items()}
 
 
-class _NodeView:
+class _NodeView(NodeSpace):
     """``g.nodes``: called, a type's node ids; indexed by a type, its data."""
 
-    def __init__(self, g: Graph):
-        self._g = g
-
     def __call__(self, ntype: str | None = None) -> torch.Tensor:
-        g = self._g
+        g = self._graph
         return torch.arange(g._counts[g.get_ntype_id(ntype)], dtype=g.idtype, device=g.device)
-
-    def __getitem__(self, ntype: str | None) -> types.SimpleNamespace:
-        return types.SimpleNamespace(data=self._g._node_rows[self._g.get_ntype_id(ntype)])
-
-
-class _EdgeView:
-    """``g.edges``: called, :meth:`Graph.all_edges`; indexed by an edge type, its data."""
-
-    def __init__(self, g: Graph):
-        self._g = g
-
-    def __call__(self, form: str = "uv", order: str = "eid", etype=None):
-        return self._g.all_edges(form, order, etype)
-
-    def __getitem__(self, etype) -> types.SimpleNamespace:
-        return types.SimpleNamespace(data=self._g._edge_rows[self._g.get_etype_id(etype)])
 
 
 class Edges:

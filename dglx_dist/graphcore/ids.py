@@ -6,10 +6,9 @@ partitioned ids and back, and a layer's drawn edges (partitioned node ids, homog
 ids) into the package's typed block (:meth:`~dglx_dist.graphcore.block.Block.typed`, numbered
 as ``dgl.to_block`` numbers a heterogeneous frontier) whose ``srcdata[dgl.NID]`` /
 ``dstdata[dgl.NID]`` hold per-type ids and each edge type's ``edata[dgl.EID]`` its per-type
-edge ids, as the blocks of DGL's own ``NeighborSampler`` on a heterograph do. A partitioning
-without types is the one-type case (DGL's ``_N`` / ``_E``, :meth:`TypeIds.one`) whose ids are
-the partitioned ids themselves: nothing is translated, and its block is numbered by a table
-over the ids (:meth:`~dglx_dist.graphcore.block.Block.untyped`).
+edge ids, as the blocks of DGL's own ``NeighborSampler`` on a heterograph do. A block is
+numbered by a table over the partitioned ids. A partitioning without types is the one-type
+case (DGL's ``_N`` / ``_E``, :meth:`TypeIds.one`) whose per-type ids are the partitioned ids.
 """
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from typing import Sequence
 
 import torch
 
-from dglx_dist.graphcore.block import UNTYPED, Block, IdTable
+from dglx_dist.graphcore.block import UNTYPED, Block, IdTable, group_by, in_order
 
 __all__ = ["TypeIds"]
 
@@ -44,12 +43,8 @@ class TypeIds:
         self.offsets = torch.tensor([int(o) for o in ntype_offsets])
         self.etype_offsets = torch.tensor([int(o) for o in etype_offsets])
         self.orig, self.part = orig, part
-        self.sizes = {t: int(self.offsets[i + 1] - self.offsets[i])
-                      for i, t in enumerate(self.ntypes)}
+        # DGL's graph without types (its user's edge: tensors, not dicts by type)
         self.untyped = (tuple(self.ntypes), self.etypes) == UNTYPED and orig is None
-        index = {t: i for i, t in enumerate(self.ntypes)}
-        self._src_offset, self._dst_offset = (self.offsets.index_select(0, torch.tensor(
-            [index[e[end]] for e in self.etypes], dtype=torch.int64)) for end in (0, 2))
 
     @classmethod
     def of(cls, pdir) -> "TypeIds":
@@ -68,10 +63,6 @@ class TypeIds:
         are the partitioned ids."""
         return cls(UNTYPED[0], (0, num_nodes), None, None)
 
-    def to_gids(self, ntype: str, ids: torch.Tensor) -> torch.Tensor:
-        hom = ids.long() + self.offsets[self.ntypes.index(ntype)]
-        return hom if self.part is None else self.part[hom]
-
     def hom(self, gids: torch.Tensor) -> torch.Tensor:
         """The original homogeneous ids of partitioned ids."""
         return gids.long() if self.orig is None else self.orig[gids.long()]
@@ -79,36 +70,33 @@ class TypeIds:
     def of_gids(self, gids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Each partitioned id's type index and per-type id."""
         hom = self.hom(gids)
-        t = torch.searchsorted(self.offsets, hom, right=True) - 1
-        return t, hom - self.offsets[t]
+        t = torch.searchsorted(self.offsets[1:-1], hom, right=True)
+        return t, hom - self.offsets.index_select(0, t)
+
+    def etype_of(self, eid: torch.Tensor) -> torch.Tensor:
+        """Each homogeneous edge id's type index."""
+        return torch.searchsorted(self.etype_offsets[1:-1], eid.long(), right=True)
 
     def join(self, by_type: Sequence[torch.Tensor]) -> torch.Tensor:
         """The partitioned ids of per-type ids, by type index."""
-        if self.untyped:
-            return by_type[0]
-        return torch.cat([EMPTY] + [self.to_gids(t, ids) for t, ids in zip(self.ntypes, by_type)])
+        hom = torch.cat([EMPTY] + [ids.long() + self.offsets[t] for t, ids in enumerate(by_type)])
+        return hom if self.part is None else self.part[hom]
 
     def split(self, gids: torch.Tensor) -> list[torch.Tensor]:
         """Partitioned ids as per-type ids, by type index (order kept within a type)."""
-        if self.untyped:
-            return [gids]
         t, ids = self.of_gids(gids)
         return [ids[t == i] for i in range(len(self.ntypes))]
 
-    def block(self, frontier: Sequence[torch.Tensor], src: torch.Tensor, dst: torch.Tensor,
-              eid: torch.Tensor, etype: torch.Tensor, num_nodes: int | IdTable | None = None
+    def block(self, frontier: Sequence[torch.Tensor], nodes: torch.Tensor, src: torch.Tensor,
+              row: torch.Tensor, eid: torch.Tensor, num_nodes: int | IdTable | None = None
               ) -> Block:
-        """The block of a layer's drawn edges ``src -> dst`` (partitioned ids, below
+        """The block of a layer's drawn edges ``src -> nodes[row]`` (partitioned ids, below
         ``num_nodes``: a number, or an :class:`~dglx_dist.graphcore.block.IdTable` of them)
-        of types ``etype`` and homogeneous ids ``eid``, whose destinations are ``frontier``
-        (per-type ids, by type index): in per-type ids."""
-        if self.untyped:
-            return Block.untyped(frontier[0], src, dst, eid, num_nodes)
-        # grouped by edge type (a stable sort keeps each type's edges in order); an edge
-        # type says its ends' node types, so only their offsets are subtracted
-        etype, order = torch.sort(etype, stable=True)
-        s, d = (self.hom(x.index_select(0, order)) for x in (src, dst))
-        s, d = s - self._src_offset.index_select(0, etype), \
-            d - self._dst_offset.index_select(0, etype)
-        eid = eid.index_select(0, order) - self.etype_offsets.index_select(0, etype)
-        return Block.typed(frontier, s, d, etype, eid, self.ntypes, self.etypes)
+        of homogeneous ids ``eid``, whose destinations are ``frontier`` (per-type ids, by
+        type index; ``nodes``: their partitioned ids, :meth:`join`'s): in per-type ids."""
+        etype = self.etype_of(eid)
+        order, _ = group_by(etype, len(self.etypes))  # each type's edges in order
+        src, row, eid, etype = (in_order(x, order) for x in (src, row, eid, etype))
+        eid = eid - self.etype_offsets.index_select(0, etype)
+        return Block.numbered(nodes, src, row, self.of_gids, [f.numel() for f in frontier],
+                              eid, etype, self.ntypes, self.etypes, num_nodes, rows=True)

@@ -17,6 +17,7 @@ from dglx_dist.errors import InvalidTypeError, InvalidValueError, UnknownNameErr
 from dglx_dist.kvstore.entries import InitSpec, TensorEntry
 from dglx_dist.kvstore.ops import BUILTIN_OPS, COMBINE_RULES, INITS, Init, OpHandler, PushOp
 from dglx_dist.kvstore.policy import PartitionPolicy
+from dglx_dist.runtime.pending import Pending
 
 __all__ = ["KVStore", "PullUnderWay", "INTERNAL_PREFIX", "EDGE_PREFIX", "typed_key", "edge_key"]
 
@@ -36,19 +37,12 @@ def typed_key(ntype: str, name: str) -> str:
     return f"{INTERNAL_PREFIX}ntype/{ntype}/{name}"
 
 
-class PullUnderWay:
+class PullUnderWay(Pending):
     """A collective pull under way (:meth:`KVStore.start_pull`): ``wait()`` gives the rows
-    (later calls the same rows)."""
+    (later calls the same rows), read by ``finish()`` outside autograd."""
 
     def __init__(self, finish: Callable[[], torch.Tensor]):
-        self._finish, self._rows = finish, None
-
-    def wait(self) -> torch.Tensor:
-        if self._finish is not None:
-            with torch.no_grad():
-                self._rows = self._finish()
-            self._finish = None
-        return self._rows
+        super().__init__(None, "pull", None, torch.no_grad()(finish))
 
 
 def _part_index(key) -> int | None:

@@ -100,10 +100,6 @@ class DistEmbedding:
             return torch.zeros(0, dtype=torch.int64), torch.zeros((0, self.dim), dtype=self.dtype)
         return torch.cat(ids), torch.cat(grads)
 
-    def clear_trace(self) -> None:
-        """Forgets the recorded leaves (``step()`` does this after pushing)."""
-        self._trace.clear()
-
     def zero_grad(self) -> None:
         """Drops the gradients of the recorded leaves (keeps the leaves)."""
         for _, leaf in self._trace:
@@ -128,10 +124,11 @@ class SparseOptimizer(abc.ABC):
             raise InvalidValueError(f"{type(self).__name__}: lr={lr}; expected > 0")
         self.embeddings, self.lr = list(embeddings), float(lr)
         for emb in self.embeddings:
-            for suffix, trailing in self._state(emb).items():
+            handler, state = self._handler(emb)
+            for suffix, trailing in state.items():
                 emb.store.init_data(f"{emb.name}/{suffix}", emb.policy, trailing_shape=trailing,
                                     dtype=emb.dtype)
-            emb.store.register_op(self.op_name(emb), self._handler(emb), combine="sum")
+            emb.store.register_op(self.op_name(emb), handler, combine="sum")
 
     def op_name(self, emb: DistEmbedding) -> str:
         """The push op this optimizer registered for ``emb``."""
@@ -149,7 +146,7 @@ class SparseOptimizer(abc.ABC):
             for store, pushes in by_store.items():
                 store.push_many(pushes)
             for emb in self.embeddings:
-                emb.clear_trace()
+                emb._trace.clear()  # the recorded leaves are pushed
                 emb._offer = None  # pulled before this step's writes
 
     def zero_grad(self) -> None:
@@ -158,12 +155,9 @@ class SparseOptimizer(abc.ABC):
             emb.zero_grad()
 
     @abc.abstractmethod
-    def _state(self, emb: DistEmbedding) -> dict[str, tuple[int, ...]]:
-        """State tensors to register: name suffix -> row shape."""
-
-    @abc.abstractmethod
-    def _handler(self, emb: DistEmbedding):
-        """The op ``fn(rows, grad, local_ids, state) -> new_rows`` for ``emb``."""
+    def _handler(self, emb: DistEmbedding) -> tuple[Callable, dict[str, tuple[int, ...]]]:
+        """The op ``fn(rows, grad, local_ids, state) -> new_rows`` for ``emb``, and the state
+        tensors it keeps (registered first): name suffix -> row shape."""
 
 
 class SparseAdagrad(SparseOptimizer):
@@ -181,9 +175,6 @@ class SparseAdagrad(SparseOptimizer):
         self.eps = float(eps)
         super().__init__(embeddings, lr)
 
-    def _state(self, emb: DistEmbedding) -> dict[str, tuple[int, ...]]:
-        return {"adagrad_sum": (emb.dim,)}
-
     def _handler(self, emb: DistEmbedding):
         key, lr, eps = f"{emb.name}/adagrad_sum", self.lr, self.eps
 
@@ -192,7 +183,7 @@ class SparseAdagrad(SparseOptimizer):
             new_sum = total[local] + grad * grad
             total[local] = new_sum
             return rows - lr * grad / (new_sum.sqrt() + eps)
-        return adagrad
+        return adagrad, {"adagrad_sum": (emb.dim,)}
 
 
 class SparseAdam(SparseOptimizer):
@@ -219,9 +210,6 @@ class SparseAdam(SparseOptimizer):
         self.betas, self.eps = (float(betas[0]), float(betas[1])), float(eps)
         super().__init__(embeddings, lr)
 
-    def _state(self, emb: DistEmbedding) -> dict[str, tuple[int, ...]]:
-        return {"adam_m": (emb.dim,), "adam_v": (emb.dim,), "adam_step": ()}
-
     def _handler(self, emb: DistEmbedding):
         keys = [f"{emb.name}/{s}" for s in ("adam_m", "adam_v", "adam_step")]
         lr, (b1, b2), eps = self.lr, self.betas, self.eps
@@ -237,4 +225,4 @@ class SparseAdam(SparseOptimizer):
             bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
             denom = v_new.sqrt() / bc2.sqrt() + eps
             return rows - (lr / bc1) * m_new / denom
-        return adam
+        return adam, {"adam_m": (emb.dim,), "adam_v": (emb.dim,), "adam_step": ()}

@@ -86,11 +86,7 @@ def combine_duplicates(ids: torch.Tensor, values: torch.Tensor,
     return uniq, COMBINE_RULES[rule](inverse, values, uniq.numel())
 
 
-def _zeros(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
-    return torch.zeros(shape, dtype=dtype)
-
-
-INITS: dict[str, Callable[[tuple, torch.dtype], torch.Tensor]] = {"zeros": _zeros}
+INITS = {"zeros": torch.zeros}  # by name: called as ``INITS[name](shape, dtype=dtype)``
 
 
 def init_part(init: Init, shape: tuple, dtype: torch.dtype, seed: int, name: str,
@@ -105,7 +101,7 @@ def init_part(init: Init, shape: tuple, dtype: torch.dtype, seed: int, name: str
             :data:`INITS`: ``KVStore.init_data`` checked it).
     """
     if isinstance(init, str):
-        return INITS[init](shape, dtype)
+        return INITS[init](shape, dtype=dtype)
     part_seed = zlib.crc32(f"{seed}/{name}/{part}".encode())
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(part_seed)

@@ -42,7 +42,6 @@ import torch.distributed as dist
 from dglx_dist.errors import InvalidValueError, ProtocolError
 from dglx_dist.kvstore.shards import Message, PullPlan, Shards
 from dglx_dist.kvstore.shm import EMPTY_U8, from_bytes, to_bytes
-from dglx_dist.runtime.comm import PeerError
 
 __all__ = ["Server", "Request", "PULL", "PUSH", "STOP", "MIN_ANSWER"]
 
@@ -150,26 +149,13 @@ class Server:
                 out.append(self._payload(r, answer))
             return out
 
-    def _guard(self, op: str, peer: int, fn: Callable):
-        """``fn()``; a failed peer becomes the group's :class:`PeerError` (naming ``peer`` when
-        the heartbeats blame nobody)."""
-        try:
-            return fn()
-        except RuntimeError as exc:
-            failure = self.comm.peer_failure(op, exc)
-            if failure is None:
-                raise
-            if failure.ranks:
-                raise failure from exc
-            raise PeerError(f"{failure} (rank {peer} dead or stuck?)", [peer], op) from exc
-
     def _post(self, fn: Callable, tensor: torch.Tensor, peer: int, tag: int) -> dist.Work:
-        return self._guard(f"kvstore {fn.__name__} (rank {peer})", peer,
-                           lambda: fn(tensor, peer, group=self.comm.group, tag=tag))
+        return self.comm.guard(f"kvstore {fn.__name__} (rank {peer})",
+                               lambda: fn(tensor, peer, group=self.comm.group, tag=tag), peer)
 
     def _finish(self, work: dist.Work, peer: int, what: str, deadline: float) -> None:
         left = datetime.timedelta(seconds=max(deadline - time.monotonic(), 0.001))
-        self._guard(f"kvstore {what} rank {peer}", peer, lambda: work.wait(timeout=left))
+        self.comm.guard(f"kvstore {what} rank {peer}", lambda: work.wait(timeout=left), peer)
 
     def _payload(self, request: Request, answer: torch.Tensor) -> torch.Tensor:
         status, length = from_bytes(answer[:STATUS_BYTES], (2,), torch.int64).tolist()

@@ -225,19 +225,16 @@ class SharedParts:
                 except (OSError, RuntimeError, ValueError, KeyError) as exc:
                     log.error("%s on rank %d: %s", call, me, exc)
                     ok = False
-                self._all_ok(ok, call, f"could not create its shared-memory {what}" if create
-                             else f"could not map its server's shared-memory {what}")
+                bad = self.world.failed_ranks(ok)
+                if bad:
+                    did = "create its" if create else "map its server's"
+                    raise StateError(f"{call}: ranks {bad} could not {did} shared-memory {what} "
+                                     f"in {self.dir} (see their logs)")
         finally:
             for made in created:
                 made.unlink(missing_ok=True)
         self.server.barrier()  # no rank returns before its server's files are gone
         return out
-
-    def _all_ok(self, ok: bool, call: str, what: str) -> None:
-        flags = self._gather(torch.tensor([int(ok)]))[:, 0].tolist()
-        bad = [r for r, f in enumerate(flags) if not f]
-        if bad:
-            raise StateError(f"{call}: ranks {bad} {what} in {self.dir} (see their logs)")
 
     def _gather(self, row: torch.Tensor) -> torch.Tensor:
         """Every rank's ``row`` (the same length everywhere), stacked by rank."""

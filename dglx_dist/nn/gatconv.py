@@ -20,9 +20,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dglx_dist.graphcore.message import edge_softmax, in_degrees, u_mul_e_sum
+from dglx_dist.graphcore.message import edge_softmax, u_mul_e_sum
 from dglx_dist.errors import InvalidTypeError, InvalidValueError
-from dglx_dist.nn.graphconv import src_and_dst
+from dglx_dist.nn.graphconv import refuse_zero_in_degree, src_and_dst
 
 __all__ = ["GATConv"]
 
@@ -88,11 +88,8 @@ class GATConv(nn.Module):
 
     def forward(self, graph, feat, edge_weight: torch.Tensor | None = None,
                 get_attention: bool = False):
-        if not self._allow_zero_in_degree and (lonely := int((in_degrees(graph) == 0).sum())):
-            raise InvalidValueError(
-                f"GATConv: {lonely} destination node(s) without an in-edge, whose output would "
-                "hold no message; expected one in-edge at least per destination: add self loops "
-                "to the graph or pass allow_zero_in_degree=True")
+        if not self._allow_zero_in_degree:
+            refuse_zero_in_degree(graph, "GATConv")
         h_dst, feat_src, feat_dst = self._project(graph, feat)
         el = (feat_src * self.attn_l).sum(-1, keepdim=True)
         er = (feat_dst * self.attn_r).sum(-1, keepdim=True)

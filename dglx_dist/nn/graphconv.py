@@ -59,20 +59,10 @@ class GraphConv(nn.Module):
         the sources, rows of the destinations)``)."""
         if not self._allow_zero_in_degree:
             refuse_zero_in_degree(graph, "GraphConv")
-        feat_src, feat_dst = src_and_dst(graph, feat)
+        feat_src, _ = src_and_dst(graph, feat)
         weight = self._weight(weight)
-        p_src, p_dst = norm_powers(self._norm)
-        if p_src:
-            feat_src = feat_src * per_row(degree_factor(out_degrees(graph).to(feat_src), p_src),
-                                          feat_src)
-        narrower = weight is not None and self._in_feats > self._out_feats
-        if narrower:
-            feat_src = torch.matmul(feat_src, weight)
-        rst = weighted_sum(graph, feat_src, edge_weight)
-        if weight is not None and not narrower:
-            rst = torch.matmul(rst, weight)
-        if p_dst:
-            rst = rst * per_row(degree_factor(in_degrees(graph).to(feat_dst), p_dst), rst)
+        rst = normalized_sum(graph, feat_src, weight, self._norm, edge_weight,
+                             weight is not None and self._in_feats > self._out_feats)
         if self.bias is not None:
             rst = rst + self.bias
         return rst if self._activation is None else self._activation(rst)
@@ -88,6 +78,26 @@ class GraphConv(nn.Module):
     def extra_repr(self) -> str:
         return (f"in={self._in_feats}, out={self._out_feats}, normalization={self._norm}, "
                 f"activation={self._activation}")
+
+
+def normalized_sum(graph, feat_src: torch.Tensor, weight: torch.Tensor | None, norm: str,
+                   edge_weight: torch.Tensor | None, weight_first: bool) -> torch.Tensor:
+    """GraphConv's rows before its bias: the sources' rows scaled by ``norm``, times
+    ``weight`` (None: none; before the sum where ``weight_first``), summed per destination
+    (times ``edge_weight``), scaled by ``norm`` again; its P3 partial too
+    (:class:`~dglx_dist.convs.graphconv.adapter.GraphConvAdapter`)."""
+    p_src, p_dst = norm_powers(norm)
+    if p_src:
+        feat_src = feat_src * per_row(degree_factor(out_degrees(graph).to(feat_src), p_src),
+                                      feat_src)
+    if weight_first:
+        feat_src = torch.matmul(feat_src, weight)
+    rst = weighted_sum(graph, feat_src, edge_weight)
+    if weight is not None and not weight_first:
+        rst = torch.matmul(rst, weight)
+    if p_dst:
+        rst = rst * per_row(degree_factor(in_degrees(graph).to(rst), p_dst), rst)
+    return rst
 
 
 # -- the pieces SAGEConv shares ------------------------------------------------------------------

@@ -27,7 +27,7 @@ from dglx_dist.graphcore.message import in_degrees, u_mul_e_max
 from dglx_dist.errors import InvalidValueError, NotSupportedError
 from dglx_dist.nn.graphconv import edge_factor, per_row, src_and_dst, weighted_sum
 
-__all__ = ["SAGEConv"]
+__all__ = ["SAGEConv", "averaged"]
 
 AGGREGATORS = ("mean", "gcn", "pool")
 
@@ -101,14 +101,23 @@ class SAGEConv(nn.Module):
             raise InvalidValueError(
                 f"SAGEConv('gcn'): the sources' rows are {tuple(feat_src.shape[1:])} wide and "
                 f"the destinations' {tuple(feat_dst.shape[1:])}; expected the same")
-        early = self._in_src_feats > self._out_feats
-        h_src = self.fc_neigh(feat_src) if early else feat_src
-        deg = per_row(in_degrees(graph).to(feat_dst), h_src)
-        total = weighted_sum(graph, h_src, edge_weight)
-        if self._aggre_type == "mean":
-            neigh = total / deg.clamp(min=1)
-        else:  # "gcn": each destination's own row counts as one more neighbour
-            own = h_src[:graph.num_dst_nodes()] if not pair else \
-                self.fc_neigh(feat_dst) if early else feat_dst
-            neigh = (total + own) / (deg + 1)
-        return neigh if early else self.fc_neigh(neigh)
+        return averaged(graph, feat_src, self.fc_neigh, self._in_src_feats > self._out_feats,
+                        self._aggre_type, edge_weight, feat_dst if pair else None)
+
+
+def averaged(graph, feat_src: torch.Tensor, fc, fc_first: bool, kind: str,
+             edge_weight: torch.Tensor | None, feat_dst: torch.Tensor | None = None
+             ) -> torch.Tensor:
+    """``"mean"``'s or ``"gcn"``'s (``kind``) neighbourhood row through ``fc`` (before the
+    sum where ``fc_first``), ``feat_dst`` the destinations' own rows (None: the first of
+    ``feat_src``); its P3 partial too (:class:`~dglx_dist.convs.sage.adapter.SAGEAdapter`)."""
+    h_src = fc(feat_src) if fc_first else feat_src
+    deg = per_row(in_degrees(graph).to(h_src), h_src)
+    total = weighted_sum(graph, h_src, edge_weight)
+    if kind == "mean":
+        neigh = total / deg.clamp(min=1)
+    else:  # "gcn": each destination's own row counts as one more neighbour
+        own = h_src[:graph.num_dst_nodes()] if feat_dst is None else \
+            fc(feat_dst) if fc_first else feat_dst
+        neigh = (total + own) / (deg + 1)
+    return neigh if fc_first else fc(neigh)

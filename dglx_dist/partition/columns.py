@@ -20,9 +20,8 @@ import numpy as np
 
 from dglx_dist.errors import PartitionError
 from dglx_dist.partition.base import type_feature_slices
-from dglx_dist.partition.book import FeatureSlices
 from dglx_dist.partition.io import MANIFEST, write_partitions
-from dglx_dist.partition.layout import Partition
+from dglx_dist.partition.layout import Partition, format_fields, stored
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.partition.types import GraphTypes
 
@@ -31,48 +30,40 @@ __all__ = ["by_columns"]
 log = logging.getLogger(__name__)
 
 
-def _header(pdir: PartitionDir, types: GraphTypes,
-            slices: dict[str, FeatureSlices]) -> dict[str, Any]:
+def _header(pdir: PartitionDir, types: GraphTypes) -> dict[str, Any]:
     m = {k: v for k, v in pdir.manifest.items() if k not in ("format", "version", "parts")}
     m["partitioner"] = {"name": m["partitioner"]["name"],
                         "options": {**m["partitioner"].get("options", {}),
                                     "feature_layout": "columns (by_columns)"}}
     m["feature_layout"] = "columns"
-    if types.untyped:
-        m["feature_slices"] = slices["_N"].to_json()
-    else:  # the typed view has no columns
-        m["feature_slices"] = [0] * (pdir.num_parts + 1)
-        m["type_feature_slices"] = {t: s.to_json() for t, s in slices.items()}
-    return m
+    return {**m, **format_fields(types, pdir.num_parts, columns=True)}
 
 
 def _whole(pdir: PartitionDir, types: GraphTypes, ntype: str) -> np.ndarray:
-    """Every row of node type ``ntype``'s features, in the order a column layout keeps them:
-    by partitioned id without types, by per-type id with them (gathered part by part)."""
-    k, i = pdir.num_parts, types.ntype_index(ntype)
-    if types.untyped:
-        rows = [pdir.book.core_ids(p) for p in range(k)]
-    else:
-        counts = [int(pdir.ntype_counts(p)[i]) for p in range(k)]
-        rows = np.split(pdir.type_rows(ntype), np.cumsum(counts)[:-1])
-    full = np.empty((int(types.ntype_offsets[i + 1] - types.ntype_offsets[i]),
-                     types.feat_dims[ntype]), dtype=np.float32)
-    for p in range(k):
-        full[rows[p]] = pdir.load_feat(p)[0] if types.untyped else pdir.load_type_feat(p, ntype)
+    """Every row of node type ``ntype``'s features, by per-type id (gathered part by part:
+    a part's core nodes of one type are one run, their rows in local order)."""
+    i = types.ntype_index(ntype)
+    lo, hi = (int(x) for x in types.ntype_offsets[i:i + 2])
+    full = np.empty((hi - lo, types.feat_dims[ntype]), dtype=np.float32)
+    for p in range(pdir.num_parts):
+        orig = pdir.to_original(pdir.book.core_ids(p))
+        rows = orig[(orig >= lo) & (orig < hi)] - lo
+        full[rows] = pdir.load_feat(p)[0] if pdir.types is None else \
+            pdir.load_type_feat(p, ntype)  # the format without types, or with them
     return full
 
 
-def _parts(pdir: PartitionDir, types: GraphTypes, slices: dict[str, FeatureSlices],
+def _parts(pdir: PartitionDir, types: GraphTypes, fields: dict[str, Any],
            full: dict[int, np.ndarray]) -> Iterator[Partition]:
+    slices = type_feature_slices(types, pdir.num_parts)
+    orig_ids = pdir.relabeling[0] if pdir.relabeling is not None else None
     for p in range(pdir.num_parts):
         pc = pdir.load_part(p, features=False)
         feats = {i: np.ascontiguousarray(mat[:, slices[types.ntypes[i]].slice(p)])
                  for i, mat in full.items()}
-        if types.untyped:
-            sl = slices["_N"].slice(p)
-            pc = dataclasses.replace(pc, feat=feats[0], feat_cols=(sl.start, sl.stop))
-        yield dataclasses.replace(pc, type_feat={} if types.untyped else feats,
-                                  edata=pdir.load_edge_data(p), ndata=pdir.load_node_data(p))
+        pc = dataclasses.replace(pc, type_feat=feats, edata=pdir.load_edge_data(p),
+                                 ndata=pdir.load_node_data(p))
+        yield stored(pc, fields, True, orig_ids)
 
 
 def by_columns(src: str | os.PathLike, out: str | os.PathLike,
@@ -91,7 +82,8 @@ def by_columns(src: str | os.PathLike, out: str | os.PathLike,
     types = pdir.types or GraphTypes.one_type(pdir.num_nodes, pdir.num_edges, pdir.feat_dim)
     slices = type_feature_slices(types, pdir.num_parts)  # one line naming a type too narrow
     full = {types.ntype_index(t): _whole(pdir, types, t) for t in slices}
-    write_partitions(out, _header(pdir, types, slices), _parts(pdir, types, slices, full),
-                     overwrite=overwrite, inputs=(pdir.path,))
+    header = _header(pdir, types)
+    write_partitions(out, header, _parts(pdir, types, header, full), overwrite=overwrite,
+                     inputs=(pdir.path,))
     log.info("laid the features of %s out by columns in %s", pdir.path / MANIFEST, out)
     return Path(out)

@@ -56,7 +56,7 @@ class DglConfig:
         edge_ranges: ``(edge types, parts, 2)``: the same for edges (field ``edge_map``).
         types: a heterograph's node and canonical edge types, each type's number of nodes and
             edges as offsets; no features and no labels yet (the part files say which types
-            have them). None for a graph without types.
+            have them); a graph without types has the one type (DGL's ``_N`` and ``_E``).
     """
 
     path: Path
@@ -74,12 +74,12 @@ class DglConfig:
     etypes: list[str]
     node_ranges: np.ndarray
     edge_ranges: np.ndarray
-    types: GraphTypes | None = None
+    types: GraphTypes
 
     @property
     def typed(self) -> bool:
         """Whether the JSON lists more than one node or edge type."""
-        return self.types is not None
+        return not self.types.untyped
 
 
 def _is_int(v: Any) -> bool:
@@ -240,7 +240,8 @@ def read_dgl_config(json_path: str | os.PathLike) -> DglConfig:
     node_ranges, edge_ranges = (_ranges(file, m, key, names, k, m[total]) for key, names, total
                                 in (("node_map", ntypes, "num_nodes"),
                                     ("edge_map", etypes, "num_edges")))
-    types = _graph_types(file, ntypes, canonical, node_ranges, edge_ranges) if typed else None
+    types = (_graph_types(file, ntypes, canonical, node_ranges, edge_ranges) if typed else
+             GraphTypes.one_type(m["num_nodes"], m["num_edges"], 0))  # DGL's _N, _N:_E:_N
     return DglConfig(
         path=file.resolve(), sha256=hashlib.sha256(file.read_bytes()).hexdigest(),
         graph_name=m.get("graph_name"), part_method=m.get("part_method"), halo_hops=hops,

@@ -25,8 +25,8 @@ from dglx_dist.errors import PartitionError, PartitionFormatError
 from dglx_dist.partition.dgl_graphbolt import read_graphbolt
 from dglx_dist.partition.dgl_tensors import PartGraph
 
-__all__ = ["NodeDataKeys", "node_data_keys", "found_keys", "keeps", "USUAL_NAMES", "load_id_map",
-           "load_typed_id_maps", "load_part_graph"]
+__all__ = ["NodeDataKeys", "node_data_keys", "found_keys", "keeps", "USUAL_NAMES", "load_id_maps",
+           "load_part_graph"]
 
 _ERR = PartitionFormatError
 
@@ -86,24 +86,45 @@ def node_data_keys(keys: NodeDataKeys | dict[str, str] | None) -> NodeDataKeys:
     return NodeDataKeys(**keys)
 
 
-def load_id_map(value, n: int, what: str) -> np.ndarray | None:
-    """An id map from ``partition_graph(..., return_mapping=True)``, checked to be a
-    permutation of ``[0, n)``.
+def load_id_maps(value, names: Sequence[str], counts: Sequence[int], what: str,
+                 typed: bool) -> list[np.ndarray | None]:
+    """The id maps ``partition_graph(..., return_mapping=True)`` returns, one per type in
+    ``names`` order (all None when ``value`` is None), each checked to be a permutation of
+    ``[0, count)``.
 
     Args:
-        value: None, an array or tensor, or a ``.npy`` / ``.pt`` file holding one.
-        n: its expected length.
+        value: None; without types an array or tensor (or a ``.npy`` / ``.pt`` file holding
+            one); for a heterograph a dict ``{node type: ids}`` / ``{canonical edge type:
+            ids}``, edge types as ``(src, rel, dst)`` tuples or ``"src:rel:dst"`` (or a
+            ``.pt`` (``torch.save``) / ``.npz`` (``np.savez``) file holding one).
+        names: the types (``src:rel:dst`` for edge types); counts: each type's number of ids.
         what: its name in error messages (``orig_nids``, ``orig_eids``).
+        typed: whether the graph has types (DGL returns dicts by type for it).
 
     Raises:
-        PartitionError: the value is not a permutation of ``[0, n)`` (or the file is unreadable).
+        PartitionError: not what the graph's kind takes (a dict of exactly its types, or one
+            array), a bad map, or an unreadable file.
     """
     if value is None:
-        return None
+        return [None] * len(names)
     value, where = _given(value, what)
-    if isinstance(value, Mapping):
-        raise PartitionError(f"{where}: a dict by type {sorted(map(str, value))[:4]}; this "
-                             f"graph is homogeneous: expected one array of {n} ids")
+    if isinstance(value, Mapping) != typed:
+        raise PartitionError(
+            f"{where}: {type(value).__name__}; this graph has types: expected a dict "
+            f"{{type: ids}}, as partition_graph(..., return_mapping=True) returns for a "
+            f"heterograph" if typed else f"{where}: a dict by type "
+            f"{sorted(map(str, value))[:4]}; this graph is homogeneous: expected one array of "
+            f"{counts[0]} ids")
+    keyed = {_type_name(k): v for k, v in value.items()} if typed else {names[0]: value}
+    if sorted(keyed) != sorted(names):
+        raise PartitionError(f"{where}: types {sorted(keyed)}; expected exactly "
+                             f"{list(names)}")
+    return [_id_map(keyed[t], c, f"{where}[{t!r}]" if typed else where)
+            for t, c in zip(names, counts)]
+
+
+def _id_map(value, n: int, where: str) -> np.ndarray:
+    """One id map, checked to be a permutation of ``[0, n)``."""
     if isinstance(value, torch.Tensor):
         value = value.detach().cpu().numpy()
     arr = np.asarray(value)
@@ -123,36 +144,6 @@ def _type_name(key: Any) -> str:
     if isinstance(key, (tuple, list)) and all(isinstance(k, str) for k in key):
         return ":".join(key)
     return str(key)
-
-
-def load_typed_id_maps(value, names: Sequence[str], counts: Sequence[int],
-                       what: str) -> list[np.ndarray | None]:
-    """The per-type id maps a heterograph's ``partition_graph(..., return_mapping=True)``
-    returns (``{node type: ids}``, ``{canonical edge type: ids}``), one per type in
-    ``names`` order (all None when ``value`` is None), each checked by :func:`load_id_map`.
-
-    Args:
-        value: None, a dict, or a ``.pt`` (``torch.save``) / ``.npz`` (``np.savez``) file
-            holding one; edge types as ``(src, rel, dst)`` tuples or ``"src:rel:dst"``.
-        names: the types (``src:rel:dst`` for edge types).
-        counts: each type's number of ids.
-        what: its name in error messages.
-
-    Raises:
-        PartitionError: not a dict of exactly these types, or a bad map.
-    """
-    if value is None:
-        return [None] * len(names)
-    value, where = _given(value, what)
-    if not isinstance(value, Mapping):
-        raise PartitionError(f"{where}: {type(value).__name__}; this graph has types: expected "
-                             f"a dict {{type: ids}}, as partition_graph(..., "
-                             f"return_mapping=True) returns for a heterograph")
-    keyed = {_type_name(k): v for k, v in value.items()}
-    if sorted(keyed) != sorted(names):
-        raise PartitionError(f"{where}: types {sorted(keyed)}; expected exactly "
-                             f"{list(names)}")
-    return [load_id_map(keyed[t], c, f"{where}[{t!r}]") for t, c in zip(names, counts)]
 
 
 def _given(value, what: str) -> tuple[Any, str]:

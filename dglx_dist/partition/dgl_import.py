@@ -31,14 +31,12 @@ from dglx_dist.partition.dgl_config import DglConfig, read_dgl_config
 from dglx_dist.partition.dgl_data import DataImport
 from dglx_dist.partition.dgl_files import (USUAL_NAMES, NodeDataKeys, checked_num_classes,
                                            class_ids, found_keys, inner_edges, keeps,
-                                           load_id_map, load_part_graph, load_typed_id_maps,
-                                           node_data_keys)
+                                           load_id_maps, load_part_graph, node_data_keys)
 from dglx_dist.partition.dgl_tensors import PartGraph, read_tensor_file
 from dglx_dist.partition.io import PARTITION_DIR, write_partitions
-from dglx_dist.partition.layout import Partition
-from dglx_dist.partition.types import GraphTypes
+from dglx_dist.partition.layout import Partition, format_fields, stored
 
-__all__ = ["import_dgl_partitions", "NodeDataKeys", "load_id_map", "load_typed_id_maps"]
+__all__ = ["import_dgl_partitions", "NodeDataKeys"]
 
 log = logging.getLogger(__name__)
 _ERR = PartitionFormatError
@@ -76,11 +74,9 @@ class _Ids:
 def _id_maps(cfg: DglConfig, value, what: str) -> list[np.ndarray | None]:
     """The id maps of ``what`` (``orig_nids`` / ``orig_eids``), one per type."""
     nodes = what == "orig_nids"
-    if not cfg.typed:
-        return [load_id_map(value, cfg.num_nodes if nodes else cfg.num_edges, what)]
     ranges = cfg.node_ranges if nodes else cfg.edge_ranges
-    return load_typed_id_maps(value, cfg.ntypes if nodes else cfg.etypes,
-                              (ranges[..., 1] - ranges[..., 0]).sum(axis=1), what)
+    return load_id_maps(value, cfg.ntypes if nodes else cfg.etypes,
+                        (ranges[..., 1] - ranges[..., 0]).sum(axis=1), what, cfg.typed)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -114,9 +110,8 @@ class _Importer:
         nids, eids = _id_maps(cfg, orig_nids, "orig_nids"), _id_maps(cfg, orig_eids, "orig_eids")
         self.nodes, self.edges = _Ids(cfg.node_ranges, nids), _Ids(cfg.edge_ranges, eids)
         self.given = (any(m is not None for m in nids), any(m is not None for m in eids))
-        self.ends = (np.array([[cfg.types.ntype_index(s), cfg.types.ntype_index(d)]
-                               for s, _, d in cfg.types.canonical_etypes], dtype=np.int64)
-                     if self.typed else np.zeros((1, 2), np.int64))  # each edge type's ends
+        self.ends = np.array([[cfg.types.ntype_index(s), cfg.types.ntype_index(d)]
+                              for s, _, d in cfg.types.canonical_etypes])  # each edge type's
         self.names: tuple[dict, Path] | None = None  # per type, the data part 0 has
         self.feat_dims: dict[int, int] = {}
         self.labeled: set[int] = set()
@@ -138,15 +133,11 @@ class _Importer:
         core = np.arange(cfg.node_offsets[p], cfg.node_offsets[p + 1], dtype=np.int64)
         core_orig = self.nodes.original(core)
         self.relabeled |= not np.array_equal(core_orig, core)
-        feats = data.pop("type_feat")
-        if self.typed:  # features per node type
-            data.update(feat=np.zeros((core.size, 0), np.float32), type_feat=feats,
-                        ntype_counts=counts.astype(np.int64))
-        else:
-            data.update(feat=feats[0])
-        return Partition(part=p, core_gid=core, core_orig=core_orig, halo_gid=s.halo_gid,
-                         halo_orig=self.nodes.original(s.halo_gid), src=s.src, dst=s.dst,
-                         eid=s.eid, feat_cols=(0, data["feat"].shape[1]), edata=edata, **data)
+        pc = Partition(part=p, core_gid=core, core_orig=core_orig, halo_gid=s.halo_gid,
+                       halo_orig=self.nodes.original(s.halo_gid), src=s.src, dst=s.dst, eid=s.eid,
+                       feat=np.zeros((core.size, 0), np.float32), feat_cols=(0, 0), edata=edata,
+                       ntype_counts=counts.astype(np.int64), **data)
+        return stored(pc, self._format(), columns=False)
 
     def _field(self, key: str, p: int) -> str:
         """The JSON field of part ``p``'s ranges of ``key`` (``node_map`` / ``edge_map``)."""
@@ -344,8 +335,7 @@ class _Importer:
         read."""
         cfg, typed = self.cfg, self.typed
         num_classes = checked_num_classes(self.max_label, num_classes, cfg.path)
-        feat_dim = 0 if typed else self.feat_dims[0]
-        spec, nspec = self.edata.spec(), self.ndata.spec()
+        fmt, spec, nspec = self._format(), self.edata.spec(), self.ndata.spec()
         if typed:
             nspec = {n: {**v, "ntypes": [cfg.ntypes[i] for i in self.ndata.edge_data()[n]]}
                      for n, v in nspec.items()}
@@ -354,21 +344,23 @@ class _Importer:
                 "part_method": cfg.part_method, "halo_hops": cfg.halo_hops,
                 "graph_name": cfg.graph_name}},
             "num_parts": cfg.num_parts, "num_nodes": cfg.num_nodes, "num_edges": cfg.num_edges,
-            "feat_dim": feat_dim, "num_classes": num_classes, "relabeled": self.relabeled,
-            "node_book": RangeBook(cfg.node_offsets).to_json(), "feature_layout": "rows",
-            "feature_slices": [0, feat_dim], "dataset": self.provenance(),
-            **({"types": self._types().to_json()} if typed else {}),
+            "feat_dim": fmt["feat_dim"], "num_classes": num_classes,
+            "relabeled": self.relabeled, "node_book": RangeBook(cfg.node_offsets).to_json(),
+            "feature_layout": "rows", "feature_slices": fmt["feature_slices"],
+            "dataset": self.provenance(), **fmt,
             "ndata_names": self._ndata_names(), **({"edge_data": spec} if spec else {}),
             **({"node_data": nspec} if nspec else {})}
 
-    def _types(self) -> GraphTypes:
-        """The typed manifest's :class:`~dglx_dist.partition.types.GraphTypes`."""
-        names = self.cfg.ntypes
+    def _format(self) -> dict[str, Any]:
+        """The manifest's format fields (:func:`~dglx_dist.partition.layout.format_fields`) of
+        the types read so far."""
+        names = self.cfg.types.ntypes
         labeled = tuple(t for i, t in enumerate(names) if i in self.labeled)
-        return dataclasses.replace(
+        types = dataclasses.replace(
             self.cfg.types, feat_dims={t: self.feat_dims.get(i, 0) for i, t in enumerate(names)},
             labeled=labeled, category=labeled[0] if len(labeled) == 1 else None,
             edge_data=self.edata.edge_data())
+        return format_fields(types, self.cfg.num_parts, columns=False)
 
     def _ndata_names(self) -> dict[str, str]:
         """The manifest's ``ndata_names``: the node data names of the graph. Without types,
@@ -444,13 +436,9 @@ def import_dgl_partitions(json_path: str | os.PathLike, out_dir: str | os.PathLi
     importer = _Importer(cfg, node_data_keys(keys), orig_nids, orig_eids, nonfinite)
     with tqdm(total=cfg.num_parts, desc="import DGL parts", disable=None if progress else True,
               unit="part") as bar:
-        def parts():
-            for p in range(cfg.num_parts):
-                yield importer.part(p)
-                bar.update()
-
-        write_partitions(out, lambda: importer.header(num_classes), parts(), overwrite=overwrite,
-                         inputs=(cfg.path.parent,))
+        write_partitions(out, lambda: importer.header(num_classes),
+                         map(importer.part, range(cfg.num_parts)), overwrite=overwrite,
+                         on_part=lambda _: bar.update(), inputs=(cfg.path.parent,))
     prov = importer.provenance()
     log.info("imported %d DGL parts of %s into %s (edge cut %d of %d edges)", cfg.num_parts,
              cfg.path, out, importer.edge_cut, cfg.num_edges)

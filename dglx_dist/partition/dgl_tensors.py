@@ -25,6 +25,7 @@ size expected against the size found; the data is copied into tensors as the hea
 from __future__ import annotations
 
 import dataclasses
+import math
 import struct
 from pathlib import Path
 from typing import BinaryIO
@@ -143,10 +144,7 @@ def _entry(w: _Walker, i: int, count: int) -> _Entry:
                        f"one of (code, bits) {sorted(_DTYPES)} with 1 lane")
     shape = w.fields(f"{ndim}q", f"the shape of {at}: {ndim} dimensions")
     (nbytes,) = w.fields("q", f"the byte count of {at}")
-    numel = 1
-    for d in shape:
-        numel *= d
-    if min(shape, default=0) < 0 or nbytes != numel * (bits // 8):
+    if min(shape, default=0) < 0 or nbytes != math.prod(shape) * (bits // 8):
         raise w.refuse(f"{at}: shape {shape} of {bits}-bit elements, {nbytes:,} bytes",
                        f"sizes >= 0 and {bits // 8} bytes per element")
     kind = f"{str(dtype).replace('torch.', '')} {tuple(shape)}"

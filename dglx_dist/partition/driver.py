@@ -28,11 +28,9 @@ from dglx_dist.data.format import (edge_file, is_hetero, read_dataset, read_hete
                                    read_meta)
 from dglx_dist.errors import DatasetFormatError, PartitionError
 from dglx_dist.memory import PeakRSS, check_memory
-from dglx_dist.partition.base import (PARTITIONERS, Partitioner, PartitionPlan, graph_types,
-                                      type_feature_slices)
-from dglx_dist.partition.book import FeatureSlices
+from dglx_dist.partition.base import PARTITIONERS, Partitioner, PartitionPlan, graph_types
 from dglx_dist.partition.io import PARTITION_DIR, write_partitions
-from dglx_dist.partition.layout import Layout, Partition
+from dglx_dist.partition.layout import Layout, Partition, format_fields
 from dglx_dist.partition.quality import PartTally, QualityReport
 from dglx_dist.partition.types import GraphTypes
 
@@ -127,21 +125,15 @@ def _write(layout: Layout, header: dict[str, Any], out: str | os.PathLike, overw
 
 def _header(partitioner: Partitioner, method: str, ds: GraphDataset,
             plan: PartitionPlan) -> dict[str, Any]:
-    slices, types, by_type = plan.feature_slices or FeatureSlices([0, ds.feat_dim]), \
-        graph_types(ds), {}
-    if not types.untyped:  # the format with types (a graph without types keeps the one without)
-        by_type["types"] = types.to_json()
-        if plan.feature_slices is not None:
-            by_type["type_feature_slices"] = {t: s.to_json() for t, s in type_feature_slices(
-                types, plan.book.num_parts).items()}
+    fmt = format_fields(graph_types(ds), plan.book.num_parts, plan.feature_slices is not None)
     return {
         "partitioner": {"name": method, "options": partitioner.options()},
         "num_parts": plan.book.num_parts, "num_nodes": ds.num_nodes, "num_edges": ds.num_edges,
-        "feat_dim": ds.feat_dim, "num_classes": ds.num_classes,
+        "feat_dim": fmt["feat_dim"], "num_classes": ds.num_classes,
         "relabeled": plan.orig_ids is not None, "node_book": plan.book.to_json(),
         "feature_layout": "rows" if plan.feature_slices is None else "columns",
-        "feature_slices": slices.to_json(), "dataset": ds.extra,
-        **({"edge_data": edge_data_spec(ds.edata)} if ds.edata else {}), **by_type}
+        "feature_slices": fmt["feature_slices"], "dataset": ds.extra,
+        **({"edge_data": edge_data_spec(ds.edata)} if ds.edata else {}), **fmt}
 
 
 # -- a typed dataset ------------------------------------------------------------------------

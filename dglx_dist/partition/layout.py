@@ -8,20 +8,25 @@ within a part (``metis`` relabels by a stable sort by part), so a part's core no
 form one run, the types' runs in type order (checked): a typed part's ``ntype_counts`` give a
 node's per-type row as its local id minus the start of its type's run. Under a column layout
 part ``p`` holds column slice ``p`` of *every* node of each featured type (in per-type id
-order; without types, in global-id order).
+order). Every writer makes its parts so; :func:`stored` lays one out in the format the
+manifest's fields say (:func:`format_fields`): a graph without types keeps the format without
+types (its features as ``feat``; under a column layout in global-id order).
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
 from dglx_dist.data.dataset import GraphDataset
 from dglx_dist.errors import PartitionError
+from dglx_dist.graphcore.types import ONE_NTYPE
 from dglx_dist.partition.base import PartitionPlan, graph_types, type_feature_slices
+from dglx_dist.partition.book import FeatureSlices
+from dglx_dist.partition.types import GraphTypes
 
-__all__ = ["Partition", "Layout"]
+__all__ = ["Partition", "Layout", "format_fields", "stored"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -88,6 +93,38 @@ class Partition:
         return np.bincount(self.local_gid[self.src], minlength=num_nodes)
 
 
+def format_fields(types: GraphTypes, num_parts: int, columns: bool) -> dict[str, Any]:
+    """The manifest's fields that say how features are stored: per node type (``types``,
+    ``feat_dim`` 0, and ``type_feature_slices`` under a column layout: each featured type's
+    width split evenly), or for a graph without types (the one-type case) the format without
+    types, its one type's width as ``feat_dim`` and its column bounds as ``feature_slices``."""
+    slices = ({t: s.to_json() for t, s in type_feature_slices(types, num_parts).items()}
+              if columns else {})
+    none = [0] * (num_parts + 1 if columns else 2)
+    if types.untyped:  # the format without types (DGL's one type, ``_N``)
+        width = types.feat_dims[ONE_NTYPE]
+        return {"feat_dim": width, "feature_slices": slices.get(ONE_NTYPE, none[:-1] + [width])}
+    return {"feat_dim": 0, "feature_slices": none, "types": types.to_json(),
+            **({"type_feature_slices": slices} if columns else {})}
+
+
+def stored(pc: Partition, fields: dict[str, Any], columns: bool,
+           orig_ids: np.ndarray | None = None) -> Partition:
+    """Part ``pc`` as every writer makes it (typed: ``ntype_counts``, ``type_feat``) in the
+    format of the manifest ``fields`` (:func:`format_fields`). Without ``types`` its one type's
+    features become ``feat``: the core rows, or under a column layout its slice of every node
+    in partitioned-id order (``orig_ids[gid]``: the original id of each; None: the same)."""
+    if "types" in fields:  # the format with types keeps the part as it is
+        return pc
+    feat = pc.type_feat.get(0, np.zeros((pc.num_core, 0), np.float32))
+    bounds = FeatureSlices(fields["feature_slices"])
+    sl = bounds.slice(pc.part) if columns else slice(0, bounds.feat_dim)
+    if columns and orig_ids is not None:
+        feat = feat[orig_ids]
+    return dataclasses.replace(pc, feat=feat, feat_cols=(sl.start, sl.stop), ntype_counts=None,
+                               type_feat={})
+
+
 class Layout:
     """Edges grouped by destination owner, computed once and sliced per part.
 
@@ -100,6 +137,8 @@ class Layout:
         self.ds, self.plan, self.book = ds, plan, plan.book
         self.types = graph_types(ds)
         self.type_feat = ds.type_feat
+        self.columns = plan.feature_slices is not None
+        self.fields = format_fields(self.types, plan.book.num_parts, self.columns)
         k, n = self.book.num_parts, ds.num_nodes
         new_ids = plan.new_ids()
         self.src = ds.src if new_ids is None else new_ids[ds.src]
@@ -125,11 +164,8 @@ class Layout:
 
     def node_owner_orig(self) -> np.ndarray:
         """Owner of every node, indexed by original id."""
-        if self.plan.orig_ids is None:
-            return self.owner.astype(np.int64)
-        owner = np.empty(self.ds.num_nodes, dtype=np.int64)
-        owner[self.plan.orig_ids] = self.owner
-        return owner
+        owner = self.owner.astype(np.int64)
+        return owner if self.plan.orig_ids is None else owner[self.plan.new_ids()]
 
     def edge_cut(self) -> int:
         """Edges whose endpoints have different owners."""
@@ -163,16 +199,14 @@ class Layout:
         core_orig = self.orig(core)
         ds = self.ds
         counts, feats = self._features(p, core_orig)
-        sl = slice(0, ds.feat_dim) if self.plan.feature_slices is None else \
-            self.plan.feature_slices.slice(p)
-        typed = {} if self.types.untyped else {"ntype_counts": counts, "type_feat": feats}
-        return Partition(
+        pc = Partition(
             part=p, core_gid=core, core_orig=core_orig, halo_gid=halo, halo_orig=self.orig(halo),
             src=local_src, dst=self.local[dst], eid=idx.astype(np.int64),
             label=ds.label[core_orig], train=ds.train[core_orig], val=ds.val[core_orig],
-            test=ds.test[core_orig], feat=feats[0] if self.types.untyped else ds.feat[core_orig],
-            feat_cols=(sl.start, sl.stop),
-            edata={name: values[idx] for name, values in ds.edata.items()}, **typed)
+            test=ds.test[core_orig], feat=np.zeros((core.size, 0), np.float32), feat_cols=(0, 0),
+            edata={name: values[idx] for name, values in ds.edata.items()},
+            ntype_counts=counts, type_feat=feats)
+        return stored(pc, self.fields, self.columns, self.plan.orig_ids)
 
     def _features(self, p: int, core_orig: np.ndarray) -> tuple[np.ndarray, dict]:
         """Part ``p``'s core nodes per node type, and each featured type's features: the
@@ -188,14 +222,10 @@ class Layout:
                 f"each part's core nodes in original-id order (a partitioner that relabels "
                 f"must keep the order within a part, as a stable sort by part does)")
         counts = np.bincount(node_type, minlength=len(types.ntypes)).astype(np.int64)
-        if self.plan.feature_slices is None:
+        if not self.columns:
             starts = np.concatenate([[0], np.cumsum(counts)])
             return counts, {i: f[core_orig[starts[i]:starts[i + 1]] - types.ntype_offsets[i]]
                             for i, f in self.type_feat.items()}
-        if types.untyped:  # the plan's slices, of every node in global-id order
-            slices, rows = {"_N": self.plan.feature_slices}, self.plan.orig_ids
-        else:  # each type's width split evenly, of every node in per-type id order
-            slices, rows = type_feature_slices(types, self.book.num_parts), None
-        rows = slice(None) if rows is None else rows
-        return counts, {i: np.ascontiguousarray(f[rows, slices[types.ntypes[i]].slice(p)])
+        slices = type_feature_slices(types, self.book.num_parts)  # of every node, per-type order
+        return counts, {i: np.ascontiguousarray(f[:, slices[types.ntypes[i]].slice(p)])
                         for i, f in self.type_feat.items()}

@@ -119,9 +119,7 @@ class PartitionDir:
     def halo_ids(self, part: int) -> np.ndarray:
         """Global ids of the HALO nodes of ``part`` (reads that part's halo file only)."""
         self.verify_part(part)
-        file = self._file(part, "halo")
-        table = read_checked(file, {"gid": "integer"}, self._entry(part)["num_halo"], _ERR)
-        return column_numpy(table, "gid", file, _ERR)
+        return self._column(part, "halo", "gid", "integer", "num_halo")
 
     def to_original(self, ids) -> np.ndarray:
         """The dataset's ids of global ids (identity when the partitioner did not relabel)."""
@@ -163,10 +161,8 @@ class PartitionDir:
         out = np.full(self.num_edges, -1, dtype=np.int64)
         for p, lo in enumerate(self.edge_offsets[:-1]):
             self.verify_part(p)
-            file = self._file(p, "edges")
-            table = read_checked(file, {"eid": "integer"}, self._entry(p)["num_edges"], _ERR)
-            eid = column_numpy(table, "eid", file, _ERR)
-            check_range(eid, 0, self.num_edges, file, "eid", "edge id", _ERR)
+            eid = self._column(p, "edges", "eid", "integer", "num_edges")
+            check_range(eid, 0, self.num_edges, self._file(p, "edges"), "eid", "edge id", _ERR)
             out[eid] = lo + np.arange(eid.size, dtype=np.int64)
         if (out < 0).any():
             raise _ERR(f"{self.path}: edges {np.flatnonzero(out < 0)[:5].tolist()} are in no "
@@ -202,7 +198,15 @@ class PartitionDir:
     def load_feat(self, part: int) -> tuple[np.ndarray, tuple[int, int]]:
         """Only part ``part``'s features and the columns they cover (for caching replicas)."""
         self.verify_part(part)
-        return self._load_feat(part, self._entry(part)["num_core"])
+        num_core = self._entry(part)["num_core"]
+        if self.types is not None:  # features per node type: load_type_feat
+            return np.zeros((num_core, 0), dtype=np.float32), (0, 0)
+        if self.feature_layout == "rows":
+            cols, rows = (0, self.feat_dim), num_core
+        else:
+            sl = self.feature_slices.slice(part)
+            cols, rows = (sl.start, sl.stop), self.num_nodes
+        return self._read_feat(part, "feat", rows, cols[1] - cols[0]), cols
 
     def load_part(self, part: int, features: bool = True) -> Partition:
         """Reads part ``part``, its file sizes and checksums checked first; without
@@ -230,7 +234,7 @@ class PartitionDir:
         if not np.array_equal(cols["n.gid"], self.book.core_ids(part)):
             raise _ERR(f"{nf}: field 'gid' does not list the core ids the node book gives part "
                        f"{part}; the part does not belong to this manifest")
-        feat, feat_cols = (self._load_feat(part, nc) if features else
+        feat, feat_cols = (self.load_feat(part) if features else
                            (np.empty((0, 0), dtype=np.float32), (0, 0)))
         return Partition(part, cols["n.gid"], cols["n.orig_id"], cols["h.gid"], cols["h.orig_id"],
                          cols["e.src"], cols["e.dst"], cols["e.eid"], cols["n.label"],
@@ -250,14 +254,11 @@ class PartitionDir:
         """The per-type ids of node type ``ntype``'s rows in the order the graph's stores keep
         them: by part, then by local id (part ``p``'s are one contiguous range)."""
         types = self._typed()
-        i, lo = types.ntype_index(ntype), int(types.ntype_offsets[types.ntype_index(ntype)])
-        out = []
-        for p in range(self.num_parts):
-            counts = self.ntype_counts(p)
-            start = int(counts[:i].sum())
-            gids = self.book.core_ids(p)[start:start + int(counts[i])]
-            out.append(self.to_original(gids) - lo)
-        return np.concatenate(out).astype(np.int64)
+        i = types.ntype_index(ntype)
+        lo, hi = (int(x) for x in types.ntype_offsets[i:i + 2])
+        orig = self.to_original(np.concatenate([self.book.core_ids(p)
+                                                for p in range(self.num_parts)]))
+        return orig[(orig >= lo) & (orig < hi)] - lo
 
     def type_row_of(self, gids) -> tuple[np.ndarray, np.ndarray]:
         """(node type index, row among the type's rows) of partitioned ids ``gids`` of a
@@ -284,13 +285,12 @@ class PartitionDir:
                                     f"types with features: "
                                     f"{[t for t in types.ntypes if types.feat_dims[t]]}")
         self.verify_part(part)
-        rows, file = int(self.ntype_counts(part)[i]), self._file(part, type_feat_table(i))
-        if ntype in self.type_slices:  # a column slice of every node of the type
+        rows = int(self.ntype_counts(part)[i])
+        if self.feature_layout == "columns":  # a column slice of every node of the type
             cols = self.type_slices[ntype].slice(part)
             rows, width = int(types.ntype_offsets[i + 1] - types.ntype_offsets[i]), \
                 cols.stop - cols.start
-        read_checked(file, {"feat": "float list"}, rows, _ERR, read=())
-        return read_feat(file, rows, width, _ERR)
+        return self._read_feat(part, type_feat_table(i), rows, width)
 
     def _typed(self) -> GraphTypes:
         if self.types is None:
@@ -353,34 +353,28 @@ class PartitionDir:
                      folder, done.sampled, done.of_chunks, whole)
         self._verified.add(part)
 
-    def _load_feat(self, part: int, num_core: int) -> tuple[np.ndarray, tuple[int, int]]:
-        if self.types is not None:  # features per node type: load_type_feat
-            return np.zeros((num_core, 0), dtype=np.float32), (0, 0)
-        if self.feature_layout == "rows":
-            cols, rows = (0, self.feat_dim), num_core
-        else:
-            sl = self.feature_slices.slice(part)
-            cols, rows = (sl.start, sl.stop), self.num_nodes
-        file = self._file(part, "feat")
+    def _read_feat(self, part: int, table: str, rows: int, width: int) -> np.ndarray:
+        file = self._file(part, table)
         read_checked(file, {"feat": "float list"}, rows, _ERR, read=())
-        return read_feat(file, rows, cols[1] - cols[0], _ERR), cols
+        return read_feat(file, rows, width, _ERR)
 
     def _orig_map(self, part: int) -> np.ndarray:
         if part not in self._orig_maps:
             self.verify_part(part)
-            file = self._file(part, "nodes")
-            table = read_checked(file, {"orig_id": "integer"}, self._entry(part)["num_core"], _ERR)
-            self._orig_maps[part] = column_numpy(table, "orig_id", file, _ERR)
+            self._orig_maps[part] = self._column(part, "nodes", "orig_id", "integer", "num_core")
         return self._orig_maps[part]
 
     def train_nodes(self) -> int:
         """Training nodes of every part together (their ``train`` column)."""
-        total = 0
-        for part in range(self.num_parts):
-            file = self._file(part, "nodes")
-            table = read_checked(file, {"train": "bool"}, self._entry(part)["num_core"], _ERR)
-            total += int(np.count_nonzero(column_numpy(table, "train", file, _ERR)))
-        return total
+        return sum(int(np.count_nonzero(self._column(p, "nodes", "train", "bool", "num_core")))
+                   for p in range(self.num_parts))
+
+    def _column(self, part: int, table: str, name: str, kind: str, rows: str) -> np.ndarray:
+        """Column ``name`` of part ``part``'s ``table``, of ``kind``, as many rows as the
+        part's entry says under ``rows``."""
+        file = self._file(part, table)
+        read = read_checked(file, {name: kind}, self._entry(part)[rows], _ERR)
+        return column_numpy(read, name, file, _ERR)
 
     def _entry(self, part: int) -> dict[str, Any]:
         return self.manifest["parts"][part]

@@ -125,7 +125,7 @@ class MetisPartitioner(Partitioner):
         categories = _categories(masks, self.config.balance)
         log.debug("METIS (%s) into %d parts, balancing nodes%s%s",
                  "DGL" if backend == "dgl" else f"libmetis, seed {self.config.seed}", num_parts,
-                 " per node type" if "ntype" in masks else "",
+                 " per node type" if masks["ntype"].any() else "",
                  "".join(f", {b}" for b in self.config.balance))
         if backend == "dgl":
             return self._dgl_assignment(src, dst, num_nodes, categories, num_parts)
@@ -148,28 +148,21 @@ class MetisPartitioner(Partitioner):
 
 
 def _masks(ds: GraphDataset) -> dict[str, np.ndarray]:
-    """The per-node arrays METIS balances: the splits, and the node type where there are
-    several."""
-    masks = {"train": ds.train, "val": ds.val, "test": ds.test}
-    if len(ds.nodes) > 1:
-        masks["ntype"] = ds.node_types()
-    return masks
+    """The per-node arrays METIS balances: the splits, and the node type."""
+    return {"train": ds.train, "val": ds.val, "test": ds.test, "ntype": ds.node_types()}
 
 
 def _categories(split_masks: dict[str, np.ndarray],
                 balance: tuple[str, ...]) -> np.ndarray | None:
     """DGL's ``balance_ntypes``: each node's category, its first split among those balanced
-    (0: none), crossed with its node type where there are several; None when there is only
-    one."""
+    (0: none), crossed with its node type; None when there is nothing to balance (no split,
+    one node type)."""
     masks = [split_masks[m] for m in ("train", "val", "test") if m in balance]
-    if not masks and "ntype" not in split_masks:
-        return None
     cat = np.zeros(split_masks["train"].size, dtype=np.int64)
     for i, mask in enumerate(masks, start=1):
         cat[mask & (cat == 0)] = i
-    if "ntype" in split_masks:
-        cat += split_masks["ntype"] * (len(masks) + 1)
-    return cat
+    cat += split_masks["ntype"] * (len(masks) + 1)
+    return cat if masks or cat.any() else None
 
 
 def _weights(categories: np.ndarray | None, in_degree: np.ndarray,

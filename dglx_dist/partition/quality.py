@@ -106,8 +106,8 @@ class QualityReport:
 
 
 class PartTally:
-    """What the quality report counts part by part as the parts are written: HALO nodes and,
-    with types, its ``per_type`` counts."""
+    """What the quality report counts part by part as the parts are written: HALO nodes and
+    its ``per_type`` counts (reported with types)."""
 
     def __init__(self, types: GraphTypes):
         self.types, self.halos, self.counts, self.type_halos = types, [], [], []
@@ -115,15 +115,14 @@ class PartTally:
 
     def add(self, pc: Partition) -> None:
         self.halos.append(pc.num_halo)
-        if self.types.untyped:
-            return
         k, n = len(self.types.canonical_etypes), max(pc.num_core + pc.num_halo, 1)
         etype, _ = self.types.etype_of(pc.eid)
         remote = pc.src >= pc.num_core
         self.cut += np.bincount(etype[remote], minlength=k)
         pairs = np.unique(etype[remote] * n + pc.src[remote])
         self.type_halos.append(np.bincount(pairs // n, minlength=k))
-        self.counts.append(pc.ntype_counts)
+        self.counts.append(np.bincount(self.types.to_per_type(pc.core_orig)[0],
+                                       minlength=len(self.types.ntypes)))
 
     def to_json(self) -> dict:
         types, counts, halo = self.types, np.array(self.counts), np.array(self.type_halos)

@@ -40,20 +40,22 @@ def graph_of_dataset(ds, edge_cuts: tuple[float, ...] = DEFAULT_CUTS,
     """The shape of a :class:`~dglx_dist.data.dataset.GraphDataset` in memory (its degrees
     and split; a typed one by its node types, learned rows ``embed_dim`` wide)."""
     if not ds.untyped:
-        return _typed(ds, edge_cuts, embed_dim)
+        train = ds.nodes[ds.category].train if ds.category else np.zeros(0, bool)
+        return _of_types([(n, t.num_nodes, t.feat_dim) for n, t in sorted(ds.nodes.items())],
+                         sum(e.num_edges for e in ds.edges.values()), embed_dim,
+                         ds.num_classes, np.count_nonzero(train), edge_cuts)
     shape = graph_shape(ds.num_nodes, int(ds.src.size), ds.feat.shape[1],
                         max(int(ds.num_classes), 1),
                         float(np.count_nonzero(ds.train)) / max(ds.num_nodes, 1), edge_cuts)
     return _with_degrees(shape, _degrees(ds.dst, ds.num_nodes))
 
 
-def _typed(ds, edge_cuts: tuple[float, ...], embed_dim: int) -> GraphShape:
-    nodes = sum(t.num_nodes for t in ds.nodes.values())
-    train = ds.nodes[ds.category].train if ds.category else np.zeros(0, bool)
-    types = [(n, t.num_nodes, t.feat_dim) for n, t in sorted(ds.nodes.items())]
-    return GraphShape.of_types(types, sum(e.num_edges for e in ds.edges.values()), embed_dim,
-                               num_classes=max(int(ds.num_classes), 1),
-                               train_frac=float(np.count_nonzero(train)) / nodes,
+def _of_types(types: list[tuple[str, int, int]], edges: int, embed_dim: int, num_classes: int,
+              train: int, edge_cuts: tuple[float, ...]) -> GraphShape:
+    """A graph of node types ``types`` (name, nodes, feature width) with ``train`` training
+    nodes."""
+    return GraphShape.of_types(types, edges, embed_dim, num_classes=max(int(num_classes), 1),
+                               train_frac=float(train) / sum(n for _, n, _ in types),
                                edge_cuts=tuple(edge_cuts))
 
 
@@ -74,13 +76,11 @@ def graph_of_directory(path: str | os.PathLike, edge_cuts: tuple[float, ...] = D
     path = Path(path)
     if is_hetero(path):
         meta = read_hetero_meta(path)
-        nodes = sum(s["num_nodes"] for s in meta.ntypes.values())
         category = next((t for t, s in meta.ntypes.items() if s.get("labeled")), None)
         train = 0 if category is None else _count_train(path / "nodes" / f"{category}.parquet")
         types = sorted((t, s["num_nodes"], s["feat_dim"]) for t, s in meta.ntypes.items())
-        return GraphShape.of_types(types, sum(meta.num_edges), embed_dim,
-                                   num_classes=max(int(meta.num_classes), 1),
-                                   train_frac=train / nodes, edge_cuts=tuple(edge_cuts))
+        return _of_types(types, sum(meta.num_edges), embed_dim, meta.num_classes, train,
+                         edge_cuts)
     meta = read_meta(path)
     dst = arrow_numpy(pq.read_table(path / EDGES_FILE, columns=["dst"]).column("dst"))
     shape = graph_shape(meta.num_nodes, meta.num_edges, meta.feat_dim, meta.num_classes,
@@ -104,7 +104,5 @@ def graph_of_partitions(pdir, edge_cuts: tuple[float, ...] = DEFAULT_CUTS,
         return graph_shape(pdir.num_nodes, pdir.num_edges, pdir.feat_dim, pdir.num_classes,
                            train / pdir.num_nodes, edge_cuts)
     counts = [int(n) for n in types.ntype_offsets[1:] - types.ntype_offsets[:-1]]
-    return GraphShape.of_types([(t, n, types.feat_dims.get(t, 0))
-                                for t, n in zip(types.ntypes, counts)], types.num_edges,
-                               embed_dim, num_classes=int(pdir.num_classes),
-                               train_frac=train / sum(counts), edge_cuts=tuple(edge_cuts))
+    return _of_types([(t, n, types.feat_dims.get(t, 0)) for t, n in zip(types.ntypes, counts)],
+                     types.num_edges, embed_dim, pdir.num_classes, train, edge_cuts)

@@ -301,7 +301,7 @@ def _nothing_fits(rows: Iterable[PlanRow], cluster: Cluster) -> InsufficientMemo
     g = cluster.ranks_per_server
     return InsufficientMemoryError(
         f"plan: no strategy fits in {cluster.memory_bytes / _MB:,.0f} MiB a server "
-        f"({g} rank{'s' if g != 1 else ''} a server); the smallest requirement is "
+        f"({_count(g, 'rank')} a server); the smallest requirement is "
         f"{least.strategy!r}: about {least.peak_bytes * g / _MB:,.0f} MiB a server "
         f"({least.peak_bytes / _MB:,.0f} MiB a rank, by its memory estimate at the plan's "
         f"widths plus margin): give each server more memory, use more servers, or fewer ranks "

@@ -26,8 +26,7 @@ def on_every_rank(session: Session, what: str, check: Callable[[], T]) -> T:
         result, error = check(), None
     except _BAD_INPUT as exc:
         result, error = None, exc
-    flags = session.world.all_gather(torch.tensor([0 if error else 1]))
-    failed = [r for r, f in enumerate(flags) if not int(f)]
+    failed = session.world.failed_ranks(error is None)
     if failed and error is None:
         error = InvalidValueError(f"{what}: the arguments of rank(s) {failed} were refused (see "
                                   "their error); every rank stops here")

@@ -16,7 +16,7 @@ import torch
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.runtime.comm import Comm, Pending
 
-__all__ = ["GradientSync", "OwnerReduce", "Ready", "flatten_partials", "halo_exchange",
+__all__ = ["GradientSync", "OwnerReduce", "flatten_partials", "halo_exchange",
            "halo_exchange_many", "reduce_to_owners", "set_grads", "tie", "unflatten"]
 
 
@@ -25,16 +25,6 @@ def _sum(parts: Sequence[torch.Tensor]) -> torch.Tensor:
     for part in parts[1:]:  # member order: the same sum on every run
         total += part
     return total
-
-
-class Ready:
-    """An exchange that needed no transfer (one server): ``wait()`` returns its result."""
-
-    def __init__(self, result):
-        self._result = result
-
-    def wait(self):
-        return self._result
 
 
 class OwnerReduce:
@@ -61,7 +51,7 @@ class OwnerReduce:
         """Sizes of the partials for the owners with local index ``l``, by server."""
         return [self.sizes[self._owner(s, l)] for s in range(self.num_servers)]
 
-    def start_forward(self, flats: Sequence[torch.Tensor]) -> Pending | Ready:
+    def start_forward(self, flats: Sequence[torch.Tensor]) -> Pending:
         """Stage 1 (within the server: this server's partials for the owners with local index
         ``l`` summed on local rank ``l``) done; stage 2 (the sums to their owners, across
         servers) started."""
@@ -71,24 +61,24 @@ class OwnerReduce:
         mine = self._across(server.group_rank)
         got = server.all_to_all_v(send, recv_rows=[sum(mine)] * server.size)
         sums = list(torch.split(_sum(got), mine))
-        if cross is None:
-            return Ready(sums)
+        if cross is None:  # no transfer: done already
+            return Pending(server, "reduce_to_owners", None, lambda: sums)
         return cross.start_all_to_all_v(sums, recv_rows=[self.sizes[self.me]] * cross.size)
 
     @staticmethod
-    def finish_forward(pending: Pending | Ready) -> torch.Tensor:
+    def finish_forward(pending: Pending) -> torch.Tensor:
         """The sum of every rank's partial for this rank's batch."""
         return _sum(pending.wait())
 
-    def start_backward(self, grad: torch.Tensor) -> Pending | Ready:
+    def start_backward(self, grad: torch.Tensor) -> Pending:
         """Stage 1 started: this batch's output gradient to each server's rank with this
         rank's local index."""
         if self.cross is None:
-            return Ready([grad.contiguous()])
+            return Pending(self.server, "reduce_to_owners", None, lambda: [grad.contiguous()])
         return self.cross.start_all_to_all_v([grad.contiguous()] * self.cross.size,
                                              recv_rows=self._across(self.server.group_rank))
 
-    def finish_backward(self, pending: Pending | Ready) -> list[torch.Tensor]:
+    def finish_backward(self, pending: Pending) -> list[torch.Tensor]:
         """Stage 2 (hand the gradients to every rank of the server) done; returns, per rank
         ``j``, the gradient of the partial this rank computed for ``j``'s batch."""
         server = self.server

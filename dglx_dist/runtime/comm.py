@@ -108,10 +108,9 @@ class Comm:
                 raise InvalidValueError(f"all_to_all_v: tensor {i} is {t.dtype}{tuple(t.shape)} "
                                         f"on {t.device}; expected {dtype} with trailing shape "
                                         f"{tuple(trailing)} on {device}")
-        if self._staged(device):
-            pending = self._start_exchange([_host(t) for t in send], recv_rows, trailing, dtype)
-            return pending.map(lambda recv: [r.to(device) for r in recv])
-        return self._start_exchange(send, recv_rows, trailing, dtype)
+        pending = self._start_exchange([self._carried(t) for t in send], recv_rows, trailing,
+                                       dtype)
+        return pending.map(lambda recv: [r.to(device) for r in recv])
 
     def _start_exchange(self, send: Sequence[torch.Tensor], recv_rows: Sequence[int] | None,
                         trailing: torch.Size, dtype: torch.dtype) -> "Pending":
@@ -151,10 +150,12 @@ class Comm:
 
         return Pending(self, "all_to_all_v", work, finish, keep=keep)
 
-    def _staged(self, device: torch.device) -> bool:
-        """Whether tensors on ``device`` go through host memory on this group (see the module
-        docstring)."""
-        return device.type not in self.native
+    def _carried(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` where this group carries its device, else a contiguous copy in host
+        memory (see the module docstring; the caller writes results back where they belong)."""
+        if tensor.device.type in self.native:
+            return tensor
+        return tensor.to("cpu", copy=True, memory_format=torch.contiguous_format)
 
     def _post_exchange(self, send: list[torch.Tensor], recv: list[torch.Tensor]) -> Works:
         """Every non-empty message of an exchange posted at once (rows to oneself copied)."""
@@ -177,17 +178,13 @@ class Comm:
         Args:
             count: False for the session's own bookkeeping (not the job's traffic).
         """
-        if self._staged(tensor.device):
-            return [t.to(tensor.device) for t in self._all_gather(_host(tensor), count)]
-        return self._all_gather(tensor, count)
-
-    def _all_gather(self, tensor: torch.Tensor, count: bool) -> list[torch.Tensor]:
-        out = [torch.empty_like(tensor) for _ in range(self.size)]
-        self._run("all_gather", lambda: dist.all_gather(out, tensor.contiguous(),
-                                                        group=self.group, async_op=True))
+        src = self._carried(tensor).contiguous()
+        out = [torch.empty_like(src) for _ in range(self.size)]
+        self._run("all_gather", lambda: dist.all_gather(out, src, group=self.group,
+                                                        async_op=True))
         if count:
-            self._count([tensor.nbytes] * self.size, [t.nbytes for t in out])
-        return out
+            self._count([src.nbytes] * self.size, [t.nbytes for t in out])
+        return [t.to(tensor.device) for t in out]
 
     def all_gather_v(self, tensor: torch.Tensor) -> list[torch.Tensor]:
         """Every member's ``tensor``; the first dimension may differ between members."""
@@ -197,6 +194,11 @@ class Comm:
         padded[: tensor.shape[0]] = tensor
         gathered = self.all_gather(padded)
         return [g[:n] for g, n in zip(gathered, sizes)]
+
+    def failed_ranks(self, ok: bool) -> list[int]:
+        """The members (group ranks) whose ``ok`` is False: every member passes its own."""
+        flags = self.all_gather(torch.tensor([int(ok)]))
+        return [r for r, f in enumerate(flags) if not int(f)]
 
     def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
         """Reduces ``tensor`` in place across members (op: sum, max, min, product)."""
@@ -208,20 +210,15 @@ class Comm:
         order."""
         if op not in _OPS:
             raise InvalidValueError(f"all_reduce op {op!r}; expected one of {sorted(_OPS)}")
-        if self._staged(tensor.device):
-            return self._start_all_reduce(_host(tensor), op).map(tensor.copy_)
-        return self._start_all_reduce(tensor, op)
-
-    def _start_all_reduce(self, tensor: torch.Tensor, op: str) -> "Pending":
-        work = self._start("all_reduce", lambda: dist.all_reduce(tensor, _OPS[op],
-                                                                 group=self.group,
+        buf = self._carried(tensor)
+        work = self._start("all_reduce", lambda: dist.all_reduce(buf, _OPS[op], group=self.group,
                                                                  async_op=True))
 
         def finish() -> torch.Tensor:
             self.account_all_reduce(tensor.nbytes)
-            return tensor
+            return tensor if buf is tensor else tensor.copy_(buf)
 
-        return Pending(self, "all_reduce", work, finish, keep=tensor)
+        return Pending(self, "all_reduce", work, finish, keep=buf)
 
     def account_all_reduce(self, nbytes: int) -> None:
         """Counts an all-reduce of ``nbytes`` that another library ran on this group (DDP's
@@ -238,42 +235,32 @@ class Comm:
             return exc
         if not isinstance(exc, RuntimeError) or not is_peer_failure(exc):
             return None
-        if self._broken is None:
-            self._broken = self._failure(op, exc, seqs)
-        return self._broken
+        return self._break(op, exc, seqs=seqs)
 
     def reduce_scatter(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
         """Sums ``tensor`` (``size`` equal chunks along dim 0) and returns this member's chunk."""
         if tensor.shape[0] % self.size:
             raise InvalidValueError(f"reduce_scatter: {tensor.shape[0]} rows do not split into "
                                     f"{self.size} equal chunks")
-        if self._staged(tensor.device):
-            return self._reduce_scatter(_host(tensor), op).to(tensor.device)
-        return self._reduce_scatter(tensor, op)
-
-    def _reduce_scatter(self, tensor: torch.Tensor, op: str) -> torch.Tensor:
-        out = tensor.new_empty((tensor.shape[0] // self.size, *tensor.shape[1:]))
+        src = self._carried(tensor).contiguous()
+        out = src.new_empty((src.shape[0] // self.size, *src.shape[1:]))
         # gloo runs reduce_scatter_tensor only synchronously (bounded by the group's timeout)
         self._run("reduce_scatter", lambda: dist.reduce_scatter_tensor(
-            out, tensor.contiguous(), _OPS[op], group=self.group))
+            out, src, _OPS[op], group=self.group))
         self._count([out.nbytes] * self.size, [out.nbytes] * self.size)
-        return out
+        return out.to(tensor.device)
 
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
         """Copies member ``src``'s ``tensor`` into every member's ``tensor`` (in place)."""
-        if self._staged(tensor.device):
-            return tensor.copy_(self._broadcast(_host(tensor), src))
-        return self._broadcast(tensor, src)
-
-    def _broadcast(self, tensor: torch.Tensor, src: int) -> torch.Tensor:
-        self._run("broadcast", lambda: dist.broadcast(tensor, self.members[src],
+        buf = self._carried(tensor)
+        self._run("broadcast", lambda: dist.broadcast(buf, self.members[src],
                                                       group=self.group, async_op=True))
         if self.group_rank == src:
             self._count([tensor.nbytes] * self.size, [0] * self.size)
         else:
             self._count([0] * self.size, [tensor.nbytes if i == src else 0
                                           for i in range(self.size)])
-        return tensor
+        return tensor if buf is tensor else tensor.copy_(buf)
 
     def barrier(self) -> None:
         """Waits until every member arrives (with the timeout)."""
@@ -285,16 +272,13 @@ class Comm:
         exchanges whose order is not the same on every rank, e.g. Dorylus's asynchronous
         scatters); the receiver posts :meth:`start_recv` with the same tag and a tensor of the
         same shape. Returns at once; poll ``done()`` or ``wait()``."""
-        if self._staged(tensor.device):
-            return self._p2p("send", dist.isend, _host(tensor), peer, tag)
-        return self._p2p("send", dist.isend, tensor.contiguous(), peer, tag)
+        return self._p2p("send", dist.isend, self._carried(tensor).contiguous(), peer, tag)
 
     def start_recv(self, tensor: torch.Tensor, peer: int, tag: int) -> "Transfer":
         """Starts receiving member ``peer``'s message ``tag`` into ``tensor`` (see
         :meth:`start_send`)."""
-        if self._staged(tensor.device):  # into host memory, then into ``tensor``
-            return self._p2p("recv", dist.irecv, _host(tensor), peer, tag, into=tensor)
-        return self._p2p("recv", dist.irecv, tensor, peer, tag)
+        buf = self._carried(tensor)  # into host memory, then into ``tensor``
+        return self._p2p("recv", dist.irecv, buf, peer, tag, into=None if buf is tensor else tensor)
 
     def _p2p(self, kind: str, fn: Callable, tensor: torch.Tensor, peer: int,
              tag: int, into: torch.Tensor | None = None) -> "Transfer":
@@ -327,27 +311,22 @@ class Comm:
         """Issues a collective and waits for it with the timeout: errors while issuing (bad
         arguments) propagate, errors while waiting (a peer failed) become a :class:`PeerError`;
         ``start`` gives None for ops gloo runs synchronously (the group's timeout bounds them)."""
-        self.wait_work(op, self._start(op, start))
+        Pending(self, op, self._start(op, start), lambda: None).wait()
 
     def _start(self, op: str, start: Callable[[], dist.Work | None]) -> dist.Work | None:
         self.check_usable(op)
         self._next_seq()
         return self.guard(op, start)
 
-    def wait_work(self, op: str, work: dist.Work | None) -> None:
-        """Waits for ``work`` of ``op`` (None: done already) with the timeout, as :meth:`guard`."""
-        if work is not None:
-            self.guard(op, lambda: work.wait(timeout=self.timeout))
-
-    def guard(self, op: str, fn: Callable[[], Any]) -> Any:
-        """``fn()``; a peer's failure in it breaks this group with a :class:`PeerError`."""
+    def guard(self, op: str, fn: Callable[[], Any], suspect: int | None = None) -> Any:
+        """``fn()``; a peer's failure in it breaks this group with a :class:`PeerError`
+        (naming ``suspect``, a global rank, when the diagnosis names none)."""
         try:
             return fn()
         except RuntimeError as exc:
             if not is_peer_failure(exc):
                 raise
-            self._broken = self._failure(op, exc)
-            raise self._broken from exc
+            raise self._break(op, exc, suspect) from exc
 
     def stalled(self, op: str, waited: float, suspect: int | None = None) -> PeerError:
         """The :class:`PeerError` for ``op``, still under way after ``waited`` seconds
@@ -355,8 +334,13 @@ class Comm:
         failure path of a collective that timed out (the diagnosis names the failed ranks and
         ends frozen ones beside this one), breaking this group; ``suspect``: the global rank
         named when the diagnosis names none. A group that failed already returns its error."""
+        return self._break(op, TimeoutError(f"timed out after {waited:.0f}s"), suspect)
+
+    def _break(self, op: str, exc: Exception, suspect: int | None = None,
+               seqs: str = "") -> PeerError:
+        """The group's failure: the first one diagnosed (see :meth:`stalled`)."""
         if self._broken is None:
-            failure = self._failure(op, TimeoutError(f"timed out after {waited:.0f}s"))
+            failure = self._failure(op, exc, seqs)
             if not failure.ranks and suspect is not None:
                 failure = PeerError(f"{failure} (rank {suspect} dead or stuck?)", [suspect], op)
             self._broken = failure
@@ -386,8 +370,3 @@ class Comm:
         return PeerError(f"{op} on the {self.name} group failed on rank {self.global_rank}: {who} "
                          f"[{cause}]", ranks, op)
 
-
-def _host(tensor: torch.Tensor) -> torch.Tensor:
-    """A contiguous copy of ``tensor`` in host memory, for a group that does not carry its
-    device (always a copy: the caller writes the result back where it belongs)."""
-    return tensor.to("cpu", copy=True, memory_format=torch.contiguous_format)

@@ -283,14 +283,16 @@ def _report_before_sigterm() -> None:
         return
 
     def later(signum, frame) -> None:
-        timer = threading.Timer(REPORT_S, _exit_now, (128 + signum,))
+        timer = threading.Timer(REPORT_S, exit_now, (128 + signum,))
         timer.daemon = True
         timer.start()
 
     signal.signal(signal.SIGTERM, later)
 
 
-def _exit_now(code: int) -> None:
+def exit_now(code: int) -> None:
+    """Ends the process at once with ``code``, its output flushed (a SIGTERM while it is
+    already exiting, or one :func:`_report_before_sigterm` delays)."""
     sys.stdout.flush(), sys.stderr.flush()
     os._exit(code)
 

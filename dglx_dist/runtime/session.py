@@ -35,7 +35,7 @@ from dglx_dist.runtime.env import DistEnv, EnvError, read_env
 from dglx_dist.runtime.failure import (LATER_S, has_left, mark_in_session, one_line, report,
                                       reporting_rank, same_on_every_rank, step_aside,
                                       tell_launcher)
-from dglx_dist.runtime.health import DDP_GROUP, Health
+from dglx_dist.runtime.health import DDP_GROUP, Health, exit_now
 from dglx_dist.runtime.orphan import LauncherWatch
 from dglx_dist.runtime.topology import Topology
 
@@ -50,12 +50,6 @@ _CURRENT: contextvars.ContextVar["Session | None"] = contextvars.ContextVar(
 def _exit_on_sigterm(signum, frame) -> None:
     """SIGTERM as ``sys.exit(128 + signum)``: the main thread unwinds, the atexit handler runs."""
     sys.exit(128 + signum)
-
-
-def _exit_now(signum, frame) -> None:
-    """SIGTERM while the process is already exiting: its output flushed, it ends at once."""
-    sys.stdout.flush(), sys.stderr.flush()
-    os._exit(128 + signum)
 
 
 class Session:
@@ -269,7 +263,7 @@ class Session:
         if self._store is not None:
             if signal.getsignal(signal.SIGTERM) is _exit_on_sigterm:  # a launcher's SIGTERM
                 # now must not raise here ("Exception ignored in atexit callback" + traceback)
-                signal.signal(signal.SIGTERM, _exit_now)
+                signal.signal(signal.SIGTERM, lambda signum, _: exit_now(128 + signum))
             self.shutdown(self._exit_error)
 
     def shutdown(self, error: BaseException | None = None) -> None:

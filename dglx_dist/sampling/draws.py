@@ -44,8 +44,10 @@ class Draws:
             if self.edges.num_etypes > 1:
                 raise NotSupportedError("LABOR's draws on a graph with edge types are not "
                                         "supported")
-            return self._labor(nodes, int(torch.as_tensor(fanouts).reshape(-1)[0]), options,
-                               exclude)
+            # each source's variate rolled by its shared id
+            return draw_labor(self.edges, nodes, int(torch.as_tensor(fanouts).reshape(-1)[0]),
+                              options.labor, options.seed2, self.weights(options.prob),
+                              exclude, self._shared)
         weights = self.weights(options.prob)
         generator = None if options.seed is None else \
             torch.Generator(self.edges.indptr.device).manual_seed(options.seed)
@@ -68,10 +70,3 @@ class Draws:
         values = self._weights(name).reshape(-1)
         return torch.where(has.index_select(0, self.edges.etype_of_edge), values,
                            torch.ones_like(values))
-
-    def _labor(self, nodes: torch.Tensor, fanout: int, options: SampleOptions,
-               exclude: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """LABOR's draw (:func:`~dglx_dist.sampling.labor.draw_labor`), each source's
-        variate rolled by its shared id."""
-        return draw_labor(self.edges, nodes, fanout, options.labor, options.seed2,
-                          self.weights(options.prob), exclude, self._shared)

@@ -141,7 +141,7 @@ def draw_in_edges(edges: InEdges, nodes: torch.Tensor, fanouts: int | Sequence[i
     its position in ``edges``, grouped by row in order, by edge type within a row."""
     types, device = edges.num_etypes, edges.indptr.device
     group = nodes.long().to(device)
-    if types > 1:
+    if types > 1:  # (node, edge type); one type: the node (a division by 1 costs as much)
         group = (group[:, None] * types + torch.arange(types, device=device)).reshape(-1)
     start = edges.indptr.index_select(0, group)
     count = edges.degree.index_select(0, group)
@@ -182,19 +182,15 @@ def _fanouts(fanouts, types: int, num_nodes: int, device) -> int | torch.Tensor:
 
 def _allowed(edges: InEdges, start, count, weights, exclude):
     """The candidates that may be drawn (weight above 0, not excluded) as segments of a
-    pool of positions: ``(start, count, pool, weight)`` (weight: None if uniform; else
+    pool of positions: ``(start, count, pool, weight)`` (weight: None for a mask; else
     each candidate's, with its segment as ``(weight, segment)``)."""
     seg, pos, _ = segment_slots(start, count)
-    keep, weight = None, None
-    if weights is not None:
-        weight = weights.reshape(-1).to(pos.device).index_select(
-            0, edges.eid.index_select(0, pos))
-        keep = weight if weight.dtype == torch.bool else weight > 0
-        weight = None if weight.dtype == torch.bool else weight
+    weight = weights.reshape(-1).to(pos.device).index_select(0, edges.eid.index_select(0, pos))
+    keep = weight if weight.dtype == torch.bool else weight > 0
+    weight = None if weight.dtype == torch.bool else weight
     if exclude is not None and exclude.numel():
-        allowed = ~_among(pos, _banned(edges, exclude))
-        keep = allowed if keep is None else keep & allowed
-    if keep is not None and not bool(keep.all()):
+        keep = keep & ~_among(pos, _banned(edges, exclude))
+    if not bool(keep.all()):
         seg, pos = torch.masked_select(seg, keep), torch.masked_select(pos, keep)
         weight = None if weight is None else torch.masked_select(weight, keep)
         count = torch.bincount(seg, minlength=count.numel())

@@ -77,8 +77,7 @@ class LocalSampler(BlockSampler):
                     exclude: torch.Tensor | None = None, options: SampleOptions = UNIFORM
                     ) -> tuple[torch.Tensor, ...]:
         row, pos = self.draws(nodes.long(), fanout, options, exclude)
-        return self.edges.src.index_select(0, pos), row, self.user_eid.index_select(0, pos), \
-            None  # one edge type
+        return self.edges.src.index_select(0, pos), row, self.user_eid.index_select(0, pos)
 
     def out_edges(self, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Every edge out of ``nodes`` as ``(src, dst, eid)`` (global ids; the user's edge

@@ -67,20 +67,19 @@ class BlockSampler(abc.ABC):
     @abc.abstractmethod
     def sample_rows(self, nodes: torch.Tensor, fanouts: int | Sequence[int], exclude=None,
                     options: SampleOptions = UNIFORM) -> tuple[torch.Tensor, ...]:
-        """Sampled in-edges ``(src, row, eid, etype)`` of ``nodes`` (global ids), each edge's
-        destination as its index in ``nodes`` (``dst = nodes[row]``: the draw knows it, no
-        lookup; ``eid``: the user's homogeneous edge ids; ``etype``: each edge's type, None
-        with one edge type), ``fanouts`` per node (one number, or one per edge type),
+        """Sampled in-edges ``(src, row, eid)`` of ``nodes`` (global ids), each edge's
+        destination as its index in ``nodes`` (``dst = nodes[row]``: the draw knows it;
+        ``eid``: the user's homogeneous edge ids, which say the edges' types),
+        ``fanouts`` per node (one number, or one per edge type),
         leaving out the edges ``exclude`` (what :meth:`exclusions` made of the ids given to
         draw_blocks), drawn as ``options`` say."""
 
     def sample_layer(self, nodes: torch.Tensor, fanouts: int | Sequence[int], exclude=None,
                      options: SampleOptions = UNIFORM) -> tuple[torch.Tensor, ...]:
-        """:meth:`sample_rows`' draw with each edge's destination as its id: ``(src, dst,
-        eid, etype)`` (``etype`` zeros with one edge type: a view that holds no memory)."""
-        src, row, eid, etype = self.sample_rows(nodes, fanouts, exclude, options)
-        dst = nodes.long().index_select(0, row)
-        return src, dst, eid, etype if etype is not None else dst.new_zeros(()).expand_as(dst)
+        """:meth:`sample_rows`' draw with each edge's destination as its id and its type:
+        ``(src, dst, eid, etype)``."""
+        src, row, eid = self.sample_rows(nodes, fanouts, exclude, options)
+        return src, nodes.long().index_select(0, row), eid, self.ids.etype_of(eid)
 
     @abc.abstractmethod
     def out_edges(self, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -109,14 +108,8 @@ class BlockSampler(abc.ABC):
         frontier, blocks = self.ids.split(seeds), []
         for layer, fanout in enumerate(reversed(fanouts)):
             nodes = self.ids.join(frontier)
-            src, row, eid, etype = self.sample_rows(nodes, fanout, routed,
-                                                    options.stream(layer))
-            if self.ids.untyped:  # the destinations' numbers are the rows: not looked up
-                block = Block.untyped_rows(nodes, src, row, eid, self._id_table)
-            else:
-                block = self.ids.block(frontier, src, nodes.long().index_select(0, row), eid,
-                                       etype, self._id_table)
-            blocks.insert(0, block)
+            src, row, eid = self.sample_rows(nodes, fanout, routed, options.stream(layer))
+            blocks.insert(0, self.ids.block(frontier, nodes, src, row, eid, self._id_table))
             frontier = [blocks[0].nodes_of(t) for t in range(len(self.ids.ntypes))]
         return blocks
 
@@ -163,7 +156,7 @@ class PartitionSampler(BlockSampler):
         # edge types: each edge's, read off its id against the type offsets
         kinds, types = None, len(self.ids.etypes)
         if types > 1:
-            kinds = torch.searchsorted(self.ids.etype_offsets, local_eid, right=True) - 1
+            kinds = self.ids.etype_of(local_eid)
         self.edges = InEdges.of(torch.from_numpy(part.src), torch.from_numpy(part.dst),
                                 self.local_gid.numel(), kinds, types)
         # each in-edge's id in the user's graph by its position in ``edges`` (a drawn edge's
@@ -247,20 +240,20 @@ class PartitionSampler(BlockSampler):
     def sample_rows(self, nodes: torch.Tensor, fanouts: int | Sequence[int],
                     exclude: list[torch.Tensor] | None = None,
                     options: SampleOptions = UNIFORM) -> tuple[torch.Tensor, ...]:
-        """Sampled in-edges ``(src, row, eid, etype)`` of ``nodes`` (global ids; see
+        """Sampled in-edges ``(src, row, eid)`` of ``nodes`` (global ids; see
         :meth:`BlockSampler.sample_rows`), wherever they are owned, drawn as ``options`` say
         by the owner: ``fanouts`` in-edges per node (one number, or ``fanouts[e]`` of edge
         type ``e``; -1: all; 0: none), but those ``exclude`` names (what :meth:`exclusions`
         gave).
 
         A request is the node ids (``id_dtype``); own nodes are sampled while it travels. An
-        answer's columns are the drawn edges' sources and edge ids (and their types, where
-        there are several). With one fanout of one edge type (:meth:`_width`), it is one row
-        per requested node: ``fanout`` of each column, padded with -1, so its size is known
-        and the answer round needs no round of counts; else (the full neighbourhood, per-type
-        fanouts, LABOR's ``fanout`` edges in expectation) it is, per requested node in
-        request order, its number of drawn in-edges, then each column of them all.
-        The requester knows the destinations already.
+        answer's columns are the drawn edges' sources and edge ids (which say their types).
+        With one fanout of one edge type (:meth:`_width`), it is one row per requested node:
+        ``fanout`` of each column, padded with -1, so its size is known and the answer round
+        needs no round of counts; else (the full neighbourhood, per-type fanouts, LABOR's
+        ``fanout`` edges in expectation) it is, per requested node in request order, its
+        number of drawn in-edges, then each column of them all. The requester knows the
+        destinations already.
         """
         width = self._width(fanouts, options)
         at, mine, requests, skip, pending = self._requests(nodes, exclude)
@@ -301,14 +294,11 @@ class PartitionSampler(BlockSampler):
                options: SampleOptions = UNIFORM) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Per owned node in ``gids`` (unique), its number of sampled in-edges (but the
         part's edges ``exclude``), and the answer's columns of them: their sources' global
-        ids, their edge ids in the user's graph (and their types, where there are several),
-        grouped by node in ``gids`` order."""
+        ids and their edge ids in the user's graph, grouped by node in ``gids`` order."""
         local = torch.as_tensor(self.book.to_local(gids)).long()
         row, pos = self.draws(local, fanouts, options, exclude)
         columns = [self.local_gid.index_select(0, self.edges.src.index_select(0, pos)),
                    self.user_eid.index_select(0, pos)]
-        if self.edges.etype is not None:
-            columns.append(self.edges.etype.index_select(0, pos))
         return torch.bincount(row, minlength=gids.numel()), columns
 
     def _answer(self, gids: torch.Tensor, fanouts, exclude: torch.Tensor | None,
@@ -329,7 +319,7 @@ class PartitionSampler(BlockSampler):
     def _read(self, answer: torch.Tensor, n: int, width: int | None
               ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The counts and columns of an answer to a request of ``n`` nodes."""
-        columns = 2 if self.edges.etype is None else 3
+        columns = 2  # sources, edge ids
         if width is None:
             return answer[:n].long(), list(answer[n:].long().view(columns, -1))
         kept = answer.reshape(n, columns, width)[:, 0] >= 0
@@ -342,7 +332,7 @@ class PartitionSampler(BlockSampler):
 
 
 def _in_row_order(got: list, n: int) -> tuple[torch.Tensor, ...]:
-    """``(src, row, eid, etype)`` of the members' answers ``got`` (each: the rows of its
+    """``(src, row, eid)`` of the members' answers ``got`` (each: the rows of its
     nodes, in order, their counts and their edges' columns), the edges grouped by row in
     row order, each row's edges in their drawn order: the block's destinations come in order,
     so its sums' grouping needs no sort (:func:`~dglx_dist.graphcore.block.group_by`), and the
@@ -358,5 +348,4 @@ def _in_row_order(got: list, n: int) -> tuple[torch.Tensor, ...]:
         starts = torch.cumsum(counts, 0) - counts
         row, order, _ = segment_slots(starts.index_select(0, where), counts.index_select(0, where))
         columns = [c.index_select(0, order) for c in columns]
-    src, eid, *etype = columns
-    return src, row, eid, etype[0] if etype else None
+    return columns[0], row, columns[1]

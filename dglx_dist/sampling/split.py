@@ -33,11 +33,6 @@ def owner_balanced_chunks(owned: list[torch.Tensor]) -> list[torch.Tensor]:
     total = sum(int(o.numel()) for o in owned)
     share = [total // world + (1 if r < total % world else 0) for r in range(world)]
     keep = [o[:share[r]] for r, o in enumerate(owned)]
-    spare = [o[share[r]:] for r, o in enumerate(owned) if o.numel() > share[r]]
-    pool = torch.cat(spare) if spare else torch.zeros(0, dtype=torch.int64)
-    chunks, used = [], 0
-    for r, k in enumerate(keep):
-        need = share[r] - k.numel()
-        chunks.append(torch.cat([k, pool[used:used + need]]))
-        used += need
-    return chunks
+    pool = torch.cat([o[share[r]:] for r, o in enumerate(owned)])
+    need = [share[r] - k.numel() for r, k in enumerate(keep)]
+    return [torch.cat([k, fill]) for k, fill in zip(keep, torch.split(pool[:sum(need)], need))]

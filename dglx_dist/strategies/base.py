@@ -126,11 +126,7 @@ class Strategy(abc.ABC):
         this rank's loss applied (see :class:`~dglx_dist.strategies.steps.StepState`)."""
         out = model(blocks, x)
         state = getattr(blocks, "state", None)
-        if state is None:
-            return out
-        if isinstance(out, dict) and state.ntype is not None:  # outputs by node type
-            return {state.ntype: step_rows(out[state.ntype], state)}
-        return step_rows(out, state)
+        return out if state is None else step_rows(out, state)
 
     def after_backward(self, steps: Sequence[StepState]) -> None:
         """Called after every backward pass (e.g. to account traffic done by DDP), with the
@@ -262,16 +258,16 @@ def ddp(model: torch.nn.Module, session: Session, device: torch.device,
 
 
 def pull_features_once(session: Session, store, pdir: PartitionDir, part,
-                       ids: torch.Tensor) -> torch.Tensor:
-    """Feature rows of ``ids``, pulled once at setup (layer 0's rows never change): through
-    the graph's KVStore ``store`` when there is one, else through a store that lives for this
-    pull alone (collective)."""
+                       ids: torch.Tensor, name: str = "feat") -> torch.Tensor:
+    """Rows of ``ids`` of node data ``name`` (a store name), pulled once (layer 0's rows
+    never change): through the graph's KVStore ``store`` when there is one, else (features
+    of a graph without types) through a store that lives for this pull alone (collective)."""
     if store is not None:
-        return store.pull("feat", ids, dedup=False)
+        return store.pull(name, ids, dedup=False)
     own = DistKVStore(session)
     try:
-        own.init_data("feat", RowPolicy(pdir.book), {part.part: torch.from_numpy(part.feat)})
-        return own.pull("feat", ids, dedup=False)
+        own.init_data(name, RowPolicy(pdir.book), {part.part: torch.from_numpy(part.feat)})
+        return own.pull(name, ids, dedup=False)
     finally:
         own.close()
 

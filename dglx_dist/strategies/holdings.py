@@ -15,15 +15,15 @@ beyond what it held at those widths (docs/choosing.md, "Memory at the plan's wid
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Sequence
 
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.strategies.cost.shapes import DEFAULT_CUTS, GraphShape
+from dglx_dist.strategies.cost import counts
+from dglx_dist.strategies.cost.shapes import DEFAULT_CUTS, GraphShape, Workload
 
 __all__ = ["ACTIVATION_COPIES", "BATCH_COPIES", "CHECK_CUTS", "PARAM_COPIES", "REFERENCE",
            "REFERENCE_FEAT_DIM", "Holdings", "JobSize", "ModelSize", "activation_bytes",
-           "closure_rows", "feature_bytes", "halo_rows", "minibatch_step_bytes",
+           "feature_bytes", "halo_rows", "minibatch_step_bytes",
            "param_bytes", "sampled_blocks", "sampled_step_bytes"]
 
 F32 = 4
@@ -123,6 +123,11 @@ class JobSize:
         return float(self.graph.nodes)
 
     @property
+    def flat(self) -> GraphShape:
+        """Its graph with every node of the mean degree, as what a rank holds is counted."""
+        return dataclasses.replace(self.graph, rel_degrees=(1.0,))
+
+    @property
     def degree(self) -> float:
         """Edges per node."""
         return self.graph.edges / self.nodes
@@ -191,22 +196,14 @@ def activation_bytes(job: JobSize, rows: Sequence[float]) -> float:
     return F32 * ACTIVATION_COPIES * sum(r * w for r, w in zip(rows, widths))
 
 
-def _reached(job: JobSize, draws: float, pool: float) -> float:
-    """Distinct nodes of ``pool`` among ``draws`` draws over the whole graph."""
-    return max(pool, 0.0) * (1 - math.exp(-draws / job.nodes))
-
-
 def sampled_blocks(job: JobSize, fanouts: Sequence[int],
                    seeds: float) -> list[tuple[float, float]]:
     """(source rows, destination rows) of each sampled block of a step of ``seeds`` seeds,
-    input layer first (-1: every in-edge; sources include the destinations)."""
-    dst, blocks = min(float(seeds), job.nodes), []
-    for fanout in reversed(fanouts):
-        kept = job.degree if fanout < 0 else min(fanout, job.degree)
-        src = dst + _reached(job, dst * kept, job.nodes - dst)
-        blocks.append((src, dst))
-        dst = src
-    return blocks[::-1]
+    input layer first (-1: every in-edge; sources include the destinations): the plan's
+    :func:`~dglx_dist.strategies.cost.counts.expansion` on :attr:`JobSize.flat`."""
+    blocks = counts.expansion(job.flat, Workload(fanouts=tuple(fanouts)),
+                              min(float(seeds), job.nodes))
+    return [(b.src, b.dst) for b in blocks]
 
 
 def sampled_step_bytes(job: JobSize, fanouts: Sequence[int], seeds: float,
@@ -221,27 +218,8 @@ def sampled_step_bytes(job: JobSize, fanouts: Sequence[int], seeds: float,
 def halo_rows(job: JobSize, parts: int, own: float, pool: float | None = None) -> float:
     """Rows of the other ``parts - 1`` parts (of ``pool`` nodes, default all) that a part
     of ``own`` rows reads over its in-edges, with the job's cut into ``parts``."""
-    if parts <= 1:
-        return 0.0
-    cut, pool = job.graph.cut(parts), job.nodes if pool is None else pool
-    reach = own * (parts - 1) * (1 - (1 - cut / (parts - 1)) ** job.degree)
-    return max(0.0, min(reach, pool - own))
-
-
-def closure_rows(job: JobSize, inner: float, parts: int, hops: int, fanout: int) -> float:
-    """External rows a part of ``inner`` nodes (of ``parts``) preloads: up to ``hops`` hops
-    out over its in-edges, at most ``fanout`` (-1: all) external in-neighbours a node and
-    hop (GraNNDis's expansion-aware sampling)."""
-    if parts <= 1 or hops <= 0:
-        return 0.0
-    cap = job.degree if fanout < 0 else min(fanout, job.degree)
-    known, outside = inner, 0.0
-    draws = inner * min(job.degree * job.graph.cut(parts), cap)
-    for _ in range(hops):
-        new = _reached(job, draws, job.nodes - known)
-        outside, known = outside + new, known + new
-        draws = new * cap * (1 - known / job.nodes)
-    return outside
+    reach = counts.halo_rows(job.flat, parts, job.graph.cut(parts), own)
+    return max(0.0, min(reach, (job.nodes if pool is None else pool) - own))
 
 
 def minibatch_step_bytes(job: JobSize, config) -> tuple[float, float]:

@@ -9,15 +9,18 @@ from __future__ import annotations
 import abc
 import dataclasses
 import functools
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.graphcore.frames import NID
 from dglx_dist.strategies.abilities import (Approximate, Capabilities, FullGraphForm,
                                             ShapedByOptions)
-from dglx_dist.strategies.base import Strategy, split_ids
+from dglx_dist.strategies.base import Strategy, ddp, split_ids
+from dglx_dist.strategies.holdings import (Holdings, JobSize, feature_bytes,
+                                           minibatch_step_bytes, param_bytes)
 from dglx_dist.strategies.steps import (OUT_DEGREE, Blocks, LoaderPlan, LoaderSpec, Step,
                                         sampled_epoch, sampled_plan)
 
@@ -91,6 +94,35 @@ class MiniBatchStrategy(Strategy, FullGraphForm, Approximate, ShapedByOptions):
                 yield step
 
         return stamped()
+
+    def holdings(self, job: JobSize) -> Holdings:
+        """(A :class:`~dglx_dist.strategies.abilities.Costed` one's.) Its share of the feature
+        rows, the larger sampled step's input rows and activations, the parameters, and its
+        share of the server's ``cache_mb`` (where it has that option)."""
+        c = self.config
+        batch, activations = minibatch_step_bytes(job, c)
+        return Holdings(feature_bytes(job, job.nodes / job.world) + batch, activations,
+                        param_bytes(job, len(c.fanouts)),
+                        getattr(c, "cache_mb", 0.0) * 2**20 / job.group)
+
+    def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        return self._ddp(model)
+
+    def _ddp(self, model: torch.nn.Module, ignored: Sequence[str] = ()) -> torch.nn.Module:
+        """``model`` in DDP (:func:`~dglx_dist.strategies.base.ddp`: its own C++ all-reduce,
+        overlapped with backward, bounded by the group's timeout), but for the parameters
+        named ``ignored``; the bytes it all-reduces are accounted to the comm layer after each
+        backward (:meth:`after_backward`). On a graph with types a step may leave a relation's
+        weights unused, so DDP looks for them."""
+        if ignored:
+            DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, ignored)
+        self._grad_bytes = sum(p.numel() * p.element_size() for n, p in model.named_parameters()
+                               if p.requires_grad and n not in ignored)
+        return ddp(model, self.session, self.compute_device(self.session),
+                   find_unused=self.pdir.types is not None)
+
+    def after_backward(self, steps) -> None:
+        self.session.world.account_all_reduce(self._grad_bytes)
 
     def local_nodes(self) -> torch.Tensor:
         return split_ids(self, torch.arange(self.num_nodes), self.pdir, self.session)

@@ -46,18 +46,14 @@ class StepState:
             output's gradient by strategies whose gradients cross ranks inside the model
             (None: none; DDP averages instead).
         epoch: the epoch the step belongs to (seeds dropout masks computed off the model).
-        plan: strategy-specific handle of the step (a co-batch's plan; P3's first layer,
-            launched ahead of the step's forward).
-        ntype: on a graph with types, the node type ``rows`` are of: a model's outputs by
-            type (a dict) become the step's rows of that type alone, as a model's outputs
-            on DGL's sampled blocks of seeds of one type are.
+        plan: strategy-specific handle of the step (a co-batch's output node type; P3's
+            first layer, launched ahead of the step's forward).
     """
 
     rows: torch.Tensor | None = None
     weight: float | None = None
     epoch: int = 0
     plan: object = None
-    ntype: str | None = None
 
 
 _STATE = "_dglx_step_state"  # a yielded block's attribute: the state of its step
@@ -178,19 +174,6 @@ class PairMaker(Protocol):
         it stands)."""
 
 
-class Drawer(Protocol):
-    """A DGL sampler the strategy's sampler runs (``LoaderSpec.draw``)."""
-
-    def draw(self, sampler, seeds: torch.Tensor,
-             exclude: torch.Tensor | None = None) -> "list[Any] | Any":
-        """The blocks (or one subgraph with ``ndata[dgl.NID]``) drawn for ``seeds`` but the
-        partitioned edge ids ``exclude`` (collective, as the sampler is)."""
-
-    def seed(self, value: int) -> None:
-        """Seeds the sampler's draws (an epoch's: its draws the same when it is taken
-        again)."""
-
-
 @dataclasses.dataclass(frozen=True)
 class LoaderSpec:
     """What a :class:`~dglx_dist.api.DataLoader` was asked for.
@@ -206,9 +189,10 @@ class LoaderSpec:
             :class:`EdgeBatch` (collective; None: a node loader; see :class:`PairMaker`).
         sampling: how each layer draws a node's in-edges (DGL's ``prob`` / ``mask`` /
             ``replace``).
-        draw: a user's own sampler: ``draw(sampler, seeds)`` is the blocks it draws for
-            ``seeds`` through the strategy's sampler (None: the fanouts say; see
-            :class:`~dglx_dist.dgl.samplers.UserSampler`).
+        draw: a user's own sampler (:class:`~dglx_dist.dgl.samplers.UserSampler`):
+            ``draw.draw(sampler, seeds, exclude)`` is the blocks (or one subgraph) it draws
+            for ``seeds`` through the strategy's sampler, ``draw.seed(value)`` seeds an
+            epoch's draws (None: the fanouts say).
         whole_degrees: the layers that take every in-neighbour (fanout -1) carry their
             sources' out-degrees in the whole graph (``srcdata[OUT_DEGREE]``), so a conv that
             normalises by source degrees (GraphConv) computes what it computes on the whole
@@ -223,7 +207,7 @@ class LoaderSpec:
     seed: int = 0
     pairs: "PairMaker | None" = None
     sampling: SampleOptions = UNIFORM
-    draw: "Drawer | None" = None
+    draw: Any = None
     whole_degrees: bool = False
 
 

@@ -252,6 +252,9 @@ def _surface(session, cache):
         _refused(lambda: g.edges["rev-writes"].data["w"]),
         _refused(lambda: g.edges["venue"]),
         _refused(lambda: g.edges["cites"].data["w"][torch.tensor([70])]),
+        _refused(lambda: dglx_dist.DataLoader(g, {"paper": torch.arange(3)},
+                                              dgl.dataloading.NeighborSampler(
+                                                  [2, 2], prefetch_node_feats=["fet"]))),
     ]
     return out
 
@@ -358,6 +361,8 @@ def test_typed_data_reads_by_type_and_bad_input_is_one_line(tmp_path):
             r"edge type 'venue' is not a relation of the canonical edge types",
             r"g.edges\[\('paper', 'cites', 'paper'\)\].data\['w'\]\[...\]: ids \[70\] out of "
             r"range; the graph has edges 0..69",
+            r"UnknownNameError: the sampler's prefetch names 'fet', which no node type of the "
+            r"graph has",
         ]
         assert len(out["refused"]) == len(expected)
         for got, pattern in zip(out["refused"], expected):

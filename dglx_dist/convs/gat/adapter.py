@@ -2,7 +2,7 @@
 (the projection ``fc(x_src)`` is the partial, GATConv's own forward runs on the sum;
 docs/strategies/p3.md, "First layers that split") and dorylus
 (:class:`~dglx_dist.convs.gat.dorylus.GatLayers`; tasks ``gat_*`` in :mod:`.ops`), both needing
-one projection ``fc`` applied to the input alone (:func:`~.projection.projection_problems`); no
+one projection ``fc`` applied to the input alone (:func:`~.dorylus.projection_problems`); no
 source-degree normalisation.
 """
 from __future__ import annotations
@@ -11,9 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from dglx_dist.convs.base import LAYERS, ConvAdapter, DorylusSupport, InputLinear, feat_dropout
-from dglx_dist.convs.gat.dorylus import GatLayers
+from dglx_dist.convs.gat.dorylus import GatLayers, projection_problems
 from dglx_dist.convs.gat.ops import TASKS
-from dglx_dist.convs.gat.projection import projection_problems
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.nn.gatconv import GATConv
 

@@ -12,11 +12,25 @@ import dataclasses
 import numpy as np
 import torch
 
-from dglx_dist.convs.dorylus_base import LayerKind, Stage, add_grad, dropout_p, f32, task_seed
-from dglx_dist.convs.gat.projection import projection_problems
+from dglx_dist.convs.dorylus_base import (LayerKind, Stage, add_grad, cross_edges,
+                                          dropout_header, dropout_p, f32, task_seed)
 from dglx_dist.errors import InvalidValueError
 
-__all__ = ["GatEdges", "GatLayers"]
+__all__ = ["GatEdges", "GatLayers", "projection_problems"]
+
+
+def projection_problems(conv) -> list[str]:
+    """What keeps a ``GATConv`` from being one shared projection ``fc`` of its input (empty: it
+    is one), said once for P3's column split (:mod:`.adapter`) and dorylus, which both need
+    it."""
+    problems = []
+    if not hasattr(conv, "fc"):
+        problems.append("(src, dst) input sizes: two projections fc_src/fc_dst (build it with "
+                        "one int in_feats)")
+    if getattr(conv, "res_fc", None) is not None:
+        problems.append("residual=True: it adds the input or its own projection of it to the "
+                        "output (build it with residual=False)")
+    return problems
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,31 +75,26 @@ def _ptr(rows: torch.Tensor, n: int) -> torch.Tensor:
 def build_edges(gs, heads: tuple[int, ...], feats: tuple[int, ...],
                 attn_drop: tuple[float, ...]) -> GatEdges:
     """The plan (collective: exchanges the cross-partition edges with their sources' owners)."""
-    dst_row, col, src, src_owner = gs.in_edges
-    n, size, me = gs.n, gs.comm.size, gs.comm.group_rank
+    dst_row, col, _, _ = gs.in_edges
+    n = gs.n
     order = torch.argsort(dst_row * (n + gs.num_ghosts + 1) + col, stable=True)
     at = torch.empty_like(order)
     at[order] = torch.arange(order.numel())  # original edge index -> sorted position
     dst_iv = gs.interval_of(dst_row)
-    cross = [(src_owner == p) & (p != me) for p in range(size)]
-    got = [gs.comm.all_to_all_v([t[c] for c in cross])
-           for t in (src, gs.core[dst_row], dst_iv)]
+    cross, arrived = cross_edges(gs, dst_iv)
     send = {}
-    for p in range(size):
-        for i in torch.unique(dst_iv[cross[p]]).tolist():
-            send[(p, i)] = at[torch.nonzero(cross[p] & (dst_iv == i)).squeeze(1)]
-    e = order.numel()
-    rkey = gs.rghost_owner * gs.num_nodes + gs.rghost_ids
-    recv, rows, cols, slots, base = {}, [], [], [], e
-    for p in range(size):
-        g_src, g_dst, g_iv = (t[p] for t in got)
-        idx = torch.arange(base, base + g_src.numel())
+    for p, sent in enumerate(cross):
+        for i in torch.unique(dst_iv[sent]).tolist():
+            send[(p, i)] = at[torch.nonzero(sent & (dst_iv == i)).squeeze(1)]
+    recv, rows, cols, slots, base = {}, [], [], [], order.numel()
+    for p, (row, column, g_iv) in enumerate(arrived):
+        idx = torch.arange(base, base + row.numel())
         for i in torch.unique(g_iv).tolist():
             recv[(p, i)] = idx[g_iv == i]
-        rows.append(torch.searchsorted(gs.core, g_src))
-        cols.append(n + torch.searchsorted(rkey, p * gs.num_nodes + g_dst))
+        rows.append(row)
+        cols.append(column)
         slots.append(idx)
-        base += g_src.numel()
+        base += row.numel()
     s_dst, s_col = dst_row[order], col[order]
     own = torch.nonzero(s_col < n).squeeze(1)
     o_src = torch.cat([s_col[own]] + rows)
@@ -104,6 +113,9 @@ class GatLayers(LayerKind):
     ``A[l]`` α of my in-edges; ``GD[l]`` dout of own rows then reverse ghosts; ``EB[l]``
     ``[α | ds]`` per edge slot.
     """
+
+    GRADS = ("W", "al", "ar", "b")
+    TRANSPOSED = frozenset({"W"})
 
     def __init__(self, plan: GatEdges, gs, feat, spec):
         super().__init__(plan, gs, feat, spec)
@@ -138,16 +150,6 @@ class GatLayers(LayerKind):
         return (conv.fc.weight, conv.attn_l, conv.attn_r, conv.bias)
 
     @classmethod
-    def param_slots(cls, conv, layer):
-        shape = conv.attn_l.shape
-        out = [(conv.fc.weight, (layer, "W"), lambda g: g.t()),
-               (conv.attn_l, (layer, "al"), lambda g: g.reshape(shape)),
-               (conv.attn_r, (layer, "ar"), lambda g: g.reshape(shape))]
-        if conv.bias is not None:
-            out.append((conv.bias, (layer, "b"), lambda g: g))
-        return out
-
-    @classmethod
     def dropouts(cls, model, convs, override):
         return tuple(dropout_p(conv.feat_drop, override) for conv, _ in convs)
 
@@ -157,18 +159,18 @@ class GatLayers(LayerKind):
                            tuple(c._out_feats for c, _ in convs),
                            tuple(float(c.attn_drop.p) for c, _ in convs))
 
-    @staticmethod
-    def train_program(num_layers):
-        return _forward(num_layers) + [Stage("AVL", num_layers - 1)] + _backward(num_layers)
+    #: from given logit gradients: the last layer's bias and head mean backward
+    LOGITS_BACKWARD = "BAVO"
 
     @staticmethod
-    def forward_program(num_layers):
-        return _forward(num_layers) + [Stage("AVO", num_layers - 1)]
+    def forward_stages(num_layers):
+        return [Stage(kind, l, gate=(False, l) if kind == "AE" else None)
+                for l in range(num_layers) for kind in ("AV", "SC", "AE", "GA")]
 
     @staticmethod
-    def backward_program(num_layers):
-        """From given logit gradients: the last layer's bias and head mean backward (BAVO)."""
-        return [Stage("BAVO", num_layers - 1)] + _backward(num_layers)
+    def backward_stages(num_layers):
+        return [Stage(kind, l, gate=(True, l) if kind == "BGA" else None)
+                for l in reversed(range(num_layers)) for kind in ("BAE", "BSC", "BGA", "BAV")]
 
     @property
     def logits_width(self):
@@ -204,30 +206,26 @@ class GatLayers(LayerKind):
             self.saved[("dz", l, i)] = torch.zeros(n, h, f).index_add_(0, s, msg).view(n, -1)
             self.saved[("del", l, i)] = torch.zeros(n, h).index_add_(0, s, eb[:, h:])
 
-    def _fwd(self, back, layer):
+    def buffer(self, back, layer):
         return self.GD[layer] if back else self.Z[layer]
 
+    # a backward scatter carries the edges' [α | ds] after the rows
     def pack(self, back, layer, route):
-        rows = self._fwd(back, layer)[route.rows].reshape(-1)
+        rows = super().pack(back, layer, route)
         if not back:
             return rows
         return torch.cat([rows, self.EB[layer][self.plan.send[(route.peer, route.interval)]]
                           .reshape(-1)])
 
     def recv_numel(self, back, layer, route):
-        numel = route.rows.numel() * self._fwd(back, layer).shape[1]
-        if back:
-            numel += self.plan.recv[(route.peer, route.interval)].numel() * \
-                self.EB[layer].shape[1]
-        return numel
+        edges = self.plan.recv[(route.peer, route.interval)].numel() if back else 0
+        return super().recv_numel(back, layer, route) + edges * self.EB[layer].shape[1]
 
     def unpack(self, back, layer, route, msg):
-        buf = self._fwd(back, layer)
-        k = route.rows.numel() * buf.shape[1]
-        buf[route.rows] = msg[:k].view(-1, buf.shape[1])
+        super().unpack(back, layer, route, msg)
         if back:
-            eb = self.EB[layer]
-            eb[self.plan.recv[(route.peer, route.interval)]] = msg[k:].view(-1, eb.shape[1])
+            eb, slots = self.EB[layer], self.plan.recv[(route.peer, route.interval)]
+            eb[slots] = msg[msg.numel() - slots.numel() * eb.shape[1]:].view(-1, eb.shape[1])
 
     # -- tensor tasks --------------------------------------------------------------------------
     def _x(self, layer: int, i: int) -> torch.Tensor:
@@ -237,10 +235,9 @@ class GatLayers(LayerKind):
     def _vertex(self, st, i, epoch, weights, train) -> tuple[dict, dict]:
         l = st.layer
         w, al, ar, _ = weights[l]
-        drop = self.spec.dropout[l] if train else 0.0
         header = {"heads": self.plan.heads[l], "prev": "elu" if l else "none",
-                  "dropout": drop, "seed": task_seed(self.spec.seed, epoch, l),
-                  "train": bool(train and drop > 0)}
+                  **dropout_header(self.spec.dropout[l], train,
+                                   task_seed(self.spec.seed, epoch, l))}
         h, f = self._hf(l)
         arrays = {"X": f32(self._x(l, i)), "W": np.ascontiguousarray(w.T),
                   "al": al.reshape(h, f), "ar": ar.reshape(h, f),
@@ -262,10 +259,9 @@ class GatLayers(LayerKind):
         w = self.plan.heads[l] * self.plan.feats[l]
         arrays = {"EL": f32(self.Z[l][c, w:]), "ER": f32(self.ER[l][r]),
                   "ptr": (self.plan.ptr[r.start:r.stop + 1] - e.start).numpy()}
-        p = self.plan.attn_drop[l] if train else 0.0
-        header = {"op": op, "dropout": p, "train": p > 0,  # seeds apart from feature dropout's
-                  "seed": task_seed(self.spec.seed, epoch, self.L + l)}
-        if p > 0:
+        header = {"op": op, **dropout_header(  # seeds apart from feature dropout's
+            self.plan.attn_drop[l], train, task_seed(self.spec.seed, epoch, self.L + l))}
+        if header["train"]:
             arrays["keys"] = self.plan.keys[e].numpy()
         return header, arrays
 
@@ -322,19 +318,3 @@ class GatLayers(LayerKind):
             if l:
                 add_grad(acc, epoch, (l - 1, "b"), out["dbprev"], i)
                 self.saved[("dout", l - 1, i)] = get("dX")
-
-
-def _backward(num_layers: int) -> list[Stage]:
-    out = []
-    for l in range(num_layers - 1, -1, -1):
-        out += [Stage("BAE", l), Stage("BSC", l), Stage("BGA", l, gate=(True, l)),
-                Stage("BAV", l)]
-    return out
-
-
-def _forward(num_layers: int) -> list[Stage]:
-    out = []
-    for l in range(num_layers):
-        out += [Stage("AV", l), Stage("SC", l), Stage("AE", l, gate=(False, l)),
-                Stage("GA", l)]
-    return out

@@ -231,16 +231,20 @@ def _gat_out(header: dict, arrays: Arrays) -> Arrays:
 def _gat_loss(header: dict, arrays: Arrays) -> Arrays:
     z, h = _head_logits(header, arrays)
     loss, dz = weighted_cross_entropy(z, arrays, "the output layer's width")
-    dx = np.tile(dz / np.float32(h), (1, h))  # the mean over heads spreads it evenly
-    return {"loss": np.array([loss], dtype=np.float32), "db": dx.sum(0, dtype=np.float32),
-            "dX": dx}
+    return {"loss": np.array([loss], dtype=np.float32), **_spread_heads(dz, h)}
 
 
 def _gat_out_grad(header: dict, arrays: Arrays) -> Arrays:
     dh = _array(arrays, "dH", "float32", 2)
     h = _field(header, "heads", int)
     _expect(h >= 1, f"header field 'heads': got {h}, expected >= 1")
-    dx = np.tile(dh / np.float32(h), (1, h)).astype(np.float32, copy=False)
+    return _spread_heads(dh, h)
+
+
+def _spread_heads(dz: np.ndarray, h: int) -> Arrays:
+    """The last layer's bias and row gradients from its logits' ``dz``: the mean over ``h``
+    heads spreads it evenly."""
+    dx = np.tile(dz / np.float32(h), (1, h)).astype(np.float32, copy=False)
     return {"db": dx.sum(0, dtype=np.float32), "dX": dx}
 
 
@@ -258,10 +262,6 @@ def _av_grad_widths(header: dict, arrays: Arrays) -> dict[str, int]:
     return {"dW": fin * fout, "dal": fout, "dar": fout, "dbprev": fin, "dX": fin}
 
 
-def _edge_widths(header: dict, arrays: Arrays) -> dict[str, int]:
-    return {}  # not chunkable: the size of the response is never needed for splitting
-
-
 def _loss_widths(header: dict, arrays: Arrays) -> dict[str, int]:
     width = _array(arrays, "X", "float32", 2).shape[1]
     return {"loss": 1, "db": width, "dX": width,
@@ -277,10 +277,9 @@ TASKS: dict[str, Op] = {
     "gat_av": Op(_gat_av, inputs=("X", "W", "al", "ar", "ids"), row_inputs=("X", "ids"),
                  row_outputs=("Z", "EL", "ER"), sum_outputs=(), out_widths=_av_widths),
     "gat_ae": Op(_gat_ae, inputs=("EL", "ER", "ptr"), row_inputs=(), row_outputs=(),
-                 sum_outputs=(), out_widths=_edge_widths, chunkable=False),
+                 sum_outputs=(), chunkable=False),
     "gat_ae_grad": Op(_gat_ae_grad, inputs=("EL", "ER", "ptr", "dA"), row_inputs=(),
-                      row_outputs=(), sum_outputs=(), out_widths=_edge_widths,
-                      chunkable=False),
+                      row_outputs=(), sum_outputs=(), chunkable=False),
     "gat_av_grad": Op(_gat_av_grad, inputs=("X", "W", "al", "ar", "ids", "dZ", "dEL", "dER"),
                       row_inputs=("X", "ids", "dZ", "dEL", "dER"), row_outputs=("dX",),
                       sum_outputs=("dW", "dal", "dar", "dbprev"), out_widths=_av_grad_widths),

@@ -1,2 +1,2 @@
-"""``GraphConv``'s folder (its layout: :mod:`dglx_dist.convs`; dorylus: ``norm="both"``),
-plus :mod:`.norm`; imports nothing, so that :mod:`.ops` loads without torch or DGL."""
+"""``GraphConv``'s folder (its layout: :mod:`dglx_dist.convs`; dorylus: ``norm="both"``);
+imports nothing, so that :mod:`.ops` loads without torch or DGL."""

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from torch import nn
 
-from dglx_dist.convs.base import LAYERS, ConvAdapter, DorylusSupport, InputLinear, edge_column
-from dglx_dist.graphcore.message import in_degrees, out_degrees, u_mul_e_sum
+from dglx_dist.convs.base import LAYERS, ConvAdapter, DorylusSupport, InputLinear
+from dglx_dist.graphcore.message import out_degrees
 from dglx_dist.convs.graphconv.dorylus import GcnLayers
-from dglx_dist.graphcore.norm import degree_factor, norm_powers, weight_problem
+from dglx_dist.graphcore.norm import norm_powers, weight_problem
 from dglx_dist.convs.graphconv.ops import TASKS
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.nn.graphconv import GraphConv
+from dglx_dist.nn.graphconv import GraphConv, normalized_sum, refuse_zero_in_degree
 
 __all__ = ["GraphConvAdapter"]
+
 
 @LAYERS.register("GraphConv")
 class GraphConvAdapter(ConvAdapter):
@@ -38,20 +39,10 @@ class GraphConvAdapter(ConvAdapter):
         return [InputLinear("weight", 0)]
 
     def partial(self, conv, weights, block, x, edge_weight=None):
-        if not conv._allow_zero_in_degree and bool((in_degrees(block) == 0).any()):
-            raise InvalidValueError("GraphConv: the block has 0-in-degree nodes (add self-loops or "
-                                    "build the layer with allow_zero_in_degree=True)")
+        if not conv._allow_zero_in_degree:
+            refuse_zero_in_degree(block, "GraphConv")
         w = weights[0]
-        p_src, p_dst = norm_powers(conv._norm)
-        if p_src:
-            x = x * degree_factor(out_degrees(block).to(x), p_src).unsqueeze(1)
-        lin_first = x.shape[1] > w.shape[1]
-        h = x @ w if lin_first else x
-        h = u_mul_e_sum(block, h, edge_column(edge_weight))
-        h = h if lin_first else h @ w
-        if p_dst:
-            h = h * degree_factor(in_degrees(block).to(x), p_dst).unsqueeze(1)
-        return [h]
+        return [normalized_sum(block, x, w, conv._norm, edge_weight, x.shape[1] > w.shape[1])]
 
     def degree_source_scale(self, conv, block, out_degree):
         p_src = norm_powers(conv._norm)[0]

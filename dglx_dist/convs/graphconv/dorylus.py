@@ -11,8 +11,8 @@ import dataclasses
 import numpy as np
 import torch
 
-from dglx_dist.convs.dorylus_base import (LayerKind, Stage, activation_name, add_grad, dropout_p,
-                                          f32, task_seed)
+from dglx_dist.convs.dorylus_base import (LayerKind, Stage, activation_name, add_grad,
+                                          dropout_header, dropout_p, f32, task_seed)
 from dglx_dist.graphcore.norm import weight_problem
 from dglx_dist.errors import InvalidValueError
 
@@ -75,12 +75,6 @@ class GcnLayers(LayerKind):
         return (conv.weight, conv.bias)
 
     @classmethod
-    def param_slots(cls, conv, layer):
-        same = lambda g: g  # noqa: E731
-        return [(p, (layer, key), same) for p, key in ((conv.weight, "W"), (conv.bias, "b"))
-                if p is not None]
-
-    @classmethod
     def dropouts(cls, model, convs, override):
         p = dropout_p(getattr(model, "dropout", None), override)
         return tuple([p] * (len(convs) - 1) + [0.0])  # after every layer but the last
@@ -91,17 +85,21 @@ class GcnLayers(LayerKind):
                        tuple(activation_name(conv._activation, name) for conv, name in convs))
 
     @staticmethod
-    def train_program(num_layers):
-        return _gcn_forward_to_last(num_layers) + [Stage("AVL", num_layers - 1)] + \
-            _gcn_backward_from(num_layers - 1)
+    def forward_stages(num_layers):
+        out = []
+        for l in range(num_layers):
+            gate = (False, l - 1) if l else None
+            out += [Stage("GA", l, gate=gate)] + \
+                ([Stage("AV", l), Stage("SC", l)] if l < num_layers - 1 else [])
+        return out
 
     @staticmethod
-    def forward_program(num_layers):
-        return _gcn_forward_to_last(num_layers) + [Stage("AVO", num_layers - 1)]
-
-    @staticmethod
-    def backward_program(num_layers):
-        return [Stage("BAV", num_layers - 1)] + _gcn_backward_from(num_layers - 1)
+    def backward_stages(num_layers):
+        out = []
+        for l in reversed(range(num_layers)):
+            out += [Stage("BAV", l)] if l != num_layers - 1 else []
+            out += [Stage("BSC", l), Stage("BGA", l, gate=(True, l))] if l >= 1 else []
+        return out
 
     @property
     def logits_width(self):
@@ -114,18 +112,8 @@ class GcnLayers(LayerKind):
         elif st.kind == "BGA":
             self.saved_dh[(st.layer, i)] = self.gs.gather_back(i, self.G[st.layer])
 
-    def _buffer(self, back, layer):
+    def buffer(self, back, layer):
         return self.G[layer] if back else self.H[layer + 1]
-
-    def pack(self, back, layer, route):
-        return self._buffer(back, layer)[route.rows].reshape(-1)
-
-    def recv_numel(self, back, layer, route):
-        return route.rows.numel() * self._buffer(back, layer).shape[1]
-
-    def unpack(self, back, layer, route, msg):
-        buf = self._buffer(back, layer)
-        buf[route.rows] = msg.view(-1, buf.shape[1])
 
     # -- tensor tasks --------------------------------------------------------------------------
     def _arrays(self, layer, i, rows, weights) -> dict:
@@ -140,10 +128,9 @@ class GcnLayers(LayerKind):
 
     def request(self, st, i, epoch, weights, train, extra):
         l, rows = st.layer, self.gs.rows(i)
-        drop = self.spec.dropout[l] if train else 0.0
         arrays = {**self._arrays(l, i, rows, weights), "ids": self.ids[rows]}
-        header = {"act": self.plan.act(l), "dropout": drop,
-                  "seed": task_seed(self.spec.seed, epoch, l), "train": bool(train and drop > 0)}
+        header = {"act": self.plan.act(l), **dropout_header(
+            self.spec.dropout[l], train, task_seed(self.spec.seed, epoch, l))}
         if st.kind == "AVL":
             header = {"op": self.OPS[2], "act": header["act"], self.NEED: self.L > 1}
             arrays.pop("ids")
@@ -169,22 +156,3 @@ class GcnLayers(LayerKind):
                 acc["loss"][epoch] = acc["loss"].get(epoch, 0.0) + float(out["loss"][0])
             self._keep_input_grads(l, i, rows, out)
         self.saved_dh.pop((l + 1, i), None)
-
-
-def _gcn_backward_from(layer: int) -> list[Stage]:
-    out = []
-    for l in range(layer, -1, -1):
-        if l != layer:
-            out.append(Stage("BAV", l))
-        if l >= 1:
-            out += [Stage("BSC", l), Stage("BGA", l, gate=(True, l))]
-    return out
-
-
-def _gcn_forward_to_last(num_layers: int) -> list[Stage]:
-    out = []
-    for l in range(num_layers - 1):
-        out += [Stage("GA", l, gate=(False, l - 1) if l else None), Stage("AV", l),
-                Stage("SC", l)]
-    last = num_layers - 1
-    return out + [Stage("GA", last, gate=(False, last - 1) if last else None)]

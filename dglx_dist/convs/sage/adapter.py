@@ -10,13 +10,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dglx_dist.convs.base import (LAYERS, ConvAdapter, DorylusSupport, InputLinear, edge_column,
-                                  feat_dropout)
-from dglx_dist.graphcore.message import in_degrees, u_mul_e_max, u_mul_e_sum
+from dglx_dist.convs.base import LAYERS, ConvAdapter, DorylusSupport, InputLinear, feat_dropout
+from dglx_dist.graphcore.message import in_degrees, u_mul_e_max
 from dglx_dist.convs.sage.dorylus import SageLayers
 from dglx_dist.convs.sage.ops import TASKS
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.nn.sageconv import SAGEConv
+from dglx_dist.nn.graphconv import edge_factor
+from dglx_dist.nn.sageconv import SAGEConv, averaged
 
 __all__ = ["SAGEAdapter"]
 
@@ -48,17 +48,9 @@ class SAGEAdapter(ConvAdapter):
         num_dst, kind = block.num_dst_nodes(), conv._aggre_type
         if kind == "pool":
             return [F.linear(x, weights[0]), F.linear(x[:num_dst], weights[1])]
-        w_neigh = weights[0]
-        lin_first = x.shape[1] > w_neigh.shape[0]  # project first when it shrinks the rows
-        h = F.linear(x, w_neigh) if lin_first else x
-        # each message weighed, as SAGEConv does
-        summed = u_mul_e_sum(block, h, edge_column(edge_weight))
-        deg = in_degrees(block).to(h).unsqueeze(1)
-        if kind == "mean":  # (a node with no in-edge: zeros, as DGL's mean)
-            neigh = summed / deg.clamp(min=1)
-        else:  # gcn: the neighbours and the node itself, averaged
-            neigh = (summed + h[:num_dst]) / (deg + 1)
-        out = neigh if lin_first else F.linear(neigh, w_neigh)
+        w_neigh = weights[0]  # project first when it shrinks the rows
+        out = averaged(block, x, lambda h: F.linear(h, w_neigh), x.shape[1] > w_neigh.shape[0],
+                       kind, edge_weight)
         if kind == "mean":
             out = out + F.linear(x[:num_dst], weights[1])
         return [out]
@@ -69,7 +61,7 @@ class SAGEAdapter(ConvAdapter):
             pooled = torch.relu(totals[0] + conv.fc_pool.bias)
             # dgl.ops' max leaves -inf on a node with no in-edges; update_all (the stock conv)
             # gives it zeros
-            neigh = u_mul_e_max(block, pooled, edge_column(edge_weight))
+            neigh = u_mul_e_max(block, pooled, edge_factor(block, edge_weight, pooled))
             neigh = neigh.masked_fill((in_degrees(block) == 0).unsqueeze(1), 0.0)
             rst = conv.fc_neigh(neigh) + totals[1]
             bias = conv.fc_self.bias

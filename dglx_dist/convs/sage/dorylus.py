@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from dglx_dist.convs.dorylus_base import activation_name, csr, f32
+from dglx_dist.convs.dorylus_base import activation_name, cross_edges, csr, f32
 from dglx_dist.convs.graphconv.dorylus import GcnLayers, GcnPlan
 from dglx_dist.errors import InvalidValueError
 
@@ -37,20 +37,14 @@ def build_means(gs) -> tuple[torch.Tensor, torch.Tensor]:
     """``(mean_in, mean_out)`` of :class:`SagePlan` (collective: every in-edge whose source
     lives elsewhere goes, with its weight, to the source's owner)."""
     dst_row, col, src, src_owner = gs.in_edges
-    n, size, me = gs.n, gs.comm.size, gs.comm.group_rank
+    n = gs.n
     in_deg = torch.bincount(dst_row, minlength=n).double()
     val = (1.0 / in_deg[dst_row]).float()  # every row here has its in-edges: exact degrees
     mean_in = csr(dst_row, col, val, (n, n + gs.num_ghosts))
-    local = src_owner == me
-    cross = [(~local) & (src_owner == p) for p in range(size)]
-    got_src, got_dst, got_val = [gs.comm.all_to_all_v([t[c] for c in cross])
-                                 for t in (src, gs.core[dst_row], val)]
-    rkey = gs.rghost_owner * gs.num_nodes + gs.rghost_ids  # sorted: the reverse-ghost columns
-    rows = [torch.searchsorted(gs.core, src[local])]
-    rows += [torch.searchsorted(gs.core, t) for t in got_src]
-    cols = [dst_row[local]]
-    cols += [n + torch.searchsorted(rkey, p * gs.num_nodes + t) for p, t in enumerate(got_dst)]
-    mean_out = csr(torch.cat(rows), torch.cat(cols), torch.cat([val[local]] + got_val),
+    local = src_owner == gs.comm.group_rank
+    rows, cols, vals = zip(*cross_edges(gs, val)[1])
+    mean_out = csr(torch.cat([torch.searchsorted(gs.core, src[local]), *rows]),
+                   torch.cat([dst_row[local], *cols]), torch.cat([val[local], *vals]),
                    (n, n + gs.num_rghosts))
     return mean_in, mean_out
 
@@ -70,6 +64,7 @@ class SageLayers(GcnLayers):
     OPS = ("sage_av", "sage_av_grad", "sage_loss")
     NEED = "need_dX"
     GRADS = ("Ws", "Wn", "b")
+    TRANSPOSED = frozenset({"Ws", "Wn"})
 
     def __init__(self, plan: SagePlan, gs, feat, spec):
         super().__init__(plan, gs, feat, spec)
@@ -102,14 +97,6 @@ class SageLayers(GcnLayers):
     @classmethod
     def tensors(cls, conv):
         return (conv.fc_self.weight, conv.fc_neigh.weight, conv.fc_self.bias)
-
-    @classmethod
-    def param_slots(cls, conv, layer):
-        out = [(conv.fc_self.weight, (layer, "Ws"), lambda g: g.t()),
-               (conv.fc_neigh.weight, (layer, "Wn"), lambda g: g.t())]
-        if conv.fc_self.bias is not None:
-            out.append((conv.fc_self.bias, (layer, "b"), lambda g: g))
-        return out
 
     @classmethod
     def plan(cls, gs, convs):

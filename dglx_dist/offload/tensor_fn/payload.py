@@ -66,11 +66,12 @@ def _check_header(header: object) -> dict:
 
 
 def _header_bytes(header: dict) -> bytes:
+    """The payload's prefix and ``header``."""
     _check_header(header)
     raw = json.dumps(header, separators=(",", ":"), allow_nan=False).encode("utf-8")
     if len(raw) > 0xFFFFFFFF:
         raise PayloadError(f"header: {len(raw)} bytes of JSON, expected at most 4 GiB")
-    return raw
+    return _PREFIX.pack(MAGIC, VERSION, len(raw)) + raw
 
 
 def _descriptor(name: str, arr: np.ndarray) -> tuple[bytes, np.ndarray]:
@@ -106,9 +107,7 @@ def encode(header: dict, arrays: dict[str, np.ndarray]) -> bytes:
     """
     if len(arrays) > 0xFFFF:
         raise PayloadError(f"{len(arrays)} arrays, expected at most {0xFFFF}")
-    raw_header = _header_bytes(header)
-    parts: list = [_PREFIX.pack(MAGIC, VERSION, len(raw_header)), raw_header,
-                   _U16.pack(len(arrays))]
+    parts: list = [_header_bytes(header), _U16.pack(len(arrays))]
     datas = []
     for name, arr in arrays.items():
         desc, data = _descriptor(name, arr)
@@ -167,9 +166,7 @@ def replace_header(buf: bytes | bytearray | memoryview, header: dict) -> bytes:
     """The payload ``buf`` with its header replaced by ``header`` and its arrays untouched."""
     reader = _Reader(buf)
     _read_header(reader)
-    raw_header = _header_bytes(header)
-    return b"".join([_PREFIX.pack(MAGIC, VERSION, len(raw_header)), raw_header,
-                     reader.view[reader.pos:]])
+    return b"".join([_header_bytes(header), reader.view[reader.pos:]])
 
 
 def _read_descriptor(reader: _Reader, index: int) -> tuple[str, np.dtype, tuple[int, ...], int]:

@@ -28,27 +28,16 @@ def read_frame(stream) -> bytes | None:
     Raises:
         EOFError: the stream ended inside a frame.
     """
-    head = _read_exactly(stream, _LEN.size)
-    if head is None:
+    head = stream.read(_LEN.size)  # a buffered stream reads all n bytes unless it ends
+    if not head:
         return None
+    if len(head) < _LEN.size:
+        raise EOFError(f"stream ended after {len(head)} of {_LEN.size} bytes")
     (length,) = _LEN.unpack(head)
-    body = _read_exactly(stream, length)
-    if body is None and length:
+    body = stream.read(length)
+    if len(body) < length:
         raise EOFError(f"stream ended inside a frame of {length} bytes")
-    return body or b""
-
-
-def _read_exactly(stream, n: int) -> bytes | None:
-    chunks, got = [], 0
-    while got < n:
-        chunk = stream.read(n - got)
-        if not chunk:
-            if got:
-                raise EOFError(f"stream ended after {got} of {n} bytes")
-            return None
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
+    return body
 
 
 def write_frame(stream, *parts: bytes) -> None:

@@ -26,7 +26,8 @@ import numpy as np
 
 from dglx_dist.strategies.cost.shapes import WEIGHTS, Cluster, GraphShape, Workload
 
-__all__ = ["F32", "ID", "Block", "Work", "allreduce", "compute", "distinct", "exchange_dims",
+__all__ = ["F32", "ID", "Block", "Work", "allreduce", "closure_rows", "compute", "distinct",
+           "exchange_dims",
            "expansion", "full_compute", "halo_rows", "kept", "pair_steps", "ring_rounds",
            "sampled", "sampled_steps", "seeds_away", "split", "step_seeds"]
 
@@ -134,6 +135,22 @@ def halo_rows(graph: GraphShape, parts: int, cut: float, nodes: float | None = N
     deg = graph.degrees()
     per_node = (parts - 1) * (1 - (1 - cut / (parts - 1)) ** deg)
     return float((graph.nodes if nodes is None else nodes) * per_node.mean())
+
+
+def closure_rows(graph: GraphShape, inner: float, cut: float, hops: int, fanout: int) -> float:
+    """External nodes a server of ``inner`` nodes preloads: up to ``hops`` hops out over its
+    in-edges, ``cut`` of a node's in-edges external, at most ``fanout`` (-1: all) external
+    in-neighbours of a node per hop (GraNNDis's expansion-aware sampling)."""
+    deg = graph.degrees()
+    cap = np.inf if fanout < 0 else fanout
+    known, outside = inner, 0.0
+    draws = inner * float(np.minimum(deg * cut, cap).mean())
+    for _ in range(hops):
+        new = distinct(graph, draws, graph.nodes - known) if known < graph.nodes else 0.0
+        outside, known = outside + new, known + new
+        weighted = float((deg * np.minimum(deg, cap)).sum() / deg.sum())
+        draws = new * weighted * (1 - known / graph.nodes)
+    return outside
 
 
 def compute(work: Workload, dims: list[int], blocks: list[Block]) -> tuple[float, float]:

@@ -20,10 +20,8 @@ from dglx_dist.runtime.topology import Topology
 from dglx_dist.sampling import PartitionSampler
 from dglx_dist.strategies.abilities import Costed
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest,
-                                       check_typed_store, ddp)
+                                       check_typed_store)
 from dglx_dist.strategies.distdgl.cost import COST
-from dglx_dist.strategies.holdings import (Holdings, JobSize, feature_bytes,
-                                           minibatch_step_bytes, param_bytes)
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
 from dglx_dist.strategies.steps import LoaderPlan, LoaderSpec, Step
 
@@ -61,15 +59,6 @@ class DistDGLStrategy(MiniBatchStrategy, Costed):
                                            "batches drawn from the whole training set, as "
                                            "one process draws them); 0: DistDGL's split.",
                                    "bounds": Bounds(0, 1)})
-
-    def holdings(self, job: JobSize) -> Holdings:
-        """Its share of its server's part in the KVStore (feature rows), the larger sampled
-        step's input rows and activations, the parameters, and its share of the server's
-        ``cache_mb``."""
-        c = self.config
-        batch, activations = minibatch_step_bytes(job, c)
-        return Holdings(feature_bytes(job, job.nodes / job.world) + batch, activations,
-                        param_bytes(job, len(c.fanouts)), c.cache_mb * 2**20 / job.group)
 
     def partition_spec(self, topology: Topology) -> PartitionSpec:
         return PartitionSpec("metis", topology.num_servers, {"balance": list(self.config.balance)},
@@ -113,17 +102,6 @@ class DistDGLStrategy(MiniBatchStrategy, Costed):
         yield from super().loader_epoch(plan, spec, epoch)
         if self.config.cache_mb:  # every rank has taken the epoch's steps and has their
             self.store.fill_cache()  # rows: the first whole epoch's counts fill the cache
-
-    def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        # DDP's own C++ all-reduce (overlapped with backward, bounded by the group's timeout);
-        # its bytes are accounted to the comm layer after each backward
-        self._grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters()
-                               if p.requires_grad)
-        return ddp(model, self.session, self.compute_device(self.session),
-                   find_unused=self.pdir.types is not None)
-
-    def after_backward(self, steps) -> None:
-        self.session.world.account_all_reduce(self._grad_bytes)
 
     def close(self) -> None:
         if self._own_store:

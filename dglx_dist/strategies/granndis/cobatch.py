@@ -304,14 +304,10 @@ def outputs_only(lp: LayerPlan, rows: torch.Tensor, ntype: int = 0) -> LayerPlan
     sources (a conv takes its destinations' own rows as the first sources), then the other
     sources in their order; the exchange stays ``lp``'s."""
     block, device = lp.block, rows.device
-    order = []
-    for t, n in enumerate(block.num_src):
-        if t != ntype:
-            order.append(torch.arange(n, device=device))
-            continue
-        others = torch.ones(n, dtype=torch.bool, device=device)
-        others[rows] = False
-        order.append(torch.cat([rows, torch.nonzero(others).squeeze(1)]))
+    order = [torch.arange(n, device=device) for n in block.num_src]
+    others = torch.ones(block.num_src[ntype], dtype=torch.bool, device=device)
+    others[rows] = False
+    order[ntype] = torch.cat([rows, torch.nonzero(others).squeeze(1)])
     flat = torch.cat([torch.empty_like(o).index_copy_(0, o, torch.arange(o.numel(), device=device))
                       for o in order])  # each old source's new position within its type
     starts = torch.tensor([0, *block.num_src], device=device).cumsum(0)[:-1]

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-
 from dglx_dist.memory import MemoryModel
 from dglx_dist.strategies.cost import Choice, Cost, Situation
-from dglx_dist.strategies.cost.counts import (F32, Work, allreduce, distinct, exchange_dims,
-                                              full_compute, halo_rows, ring_rounds,
-                                              sampled_steps, split)
+from dglx_dist.strategies.cost.counts import (F32, Work, allreduce, closure_rows,
+                                              exchange_dims, full_compute, halo_rows,
+                                              ring_rounds, sampled_steps, split)
 from dglx_dist.strategies.cost.shapes import Cluster, GraphShape, Workload
 from dglx_dist.strategies.holdings import ACTIVATION_COPIES
 
@@ -44,28 +42,13 @@ def fullgraph(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
                                pull_inter_bytes=features, rounds=rounds)
 
 
-def _closure(graph: GraphShape, inner: float, cut: float, hops: int, fanout: int) -> float:
-    """External nodes a server of ``inner`` nodes preloads: up to ``hops`` hops out, at most
-    ``fanout`` (-1: all) external in-neighbours of a node per hop."""
-    deg = graph.degrees()
-    cap = np.inf if fanout < 0 else fanout
-    known, outside = inner, 0.0
-    draws = inner * float(np.minimum(deg * cut, cap).mean())
-    for _ in range(hops):
-        new = distinct(graph, draws, graph.nodes - known) if known < graph.nodes else 0.0
-        outside, known = outside + new, known + new
-        weighted = float((deg * np.minimum(deg, cap)).sum() / deg.sum())
-        draws = new * weighted * (1 - known / graph.nodes)
-    return outside
-
-
 def granndis(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
     """Each server preloads its part and the external nodes EAS admits (:data:`GRANNDIS_EAS`)
     once, at setup, and trains them full-graph, its ranks swapping halo rows inside the
     server; gradients cross servers once per step (all-reduce by server)."""
     s, g = cluster.servers, cluster.ranks_per_server
     inner = graph.nodes / s
-    held = inner + _closure(graph, inner, graph.cut(s), *GRANNDIS_EAS)
+    held = inner + closure_rows(graph, inner, graph.cut(s), *GRANNDIS_EAS)
     halo = halo_rows(graph, g, graph.cut(g), held)
     base = full_compute(graph, work, held / g, halo / g, graph.edges * held / graph.nodes / g)
     inter, _ = allreduce(graph, work, Cluster(s, 1), 1)  # one rank of each server

@@ -11,6 +11,7 @@ on a GPU: docs/launching.md.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from typing import Iterator
 
@@ -31,7 +32,8 @@ from dglx_dist.strategies.abilities import (Approximate, Capabilities, FullGraph
                                             ShapedByOptions)
 from dglx_dist.graphcore.ids import TypeIds
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, Strategy,
-                                       check_typed_store, pull_features_once, with_depth)
+                                       check_typed_store, pull_features_once, step_rows,
+                                       with_depth)
 from dglx_dist.strategies.granndis.batching import (TARGETS, Batching, HeldRows, ServerGraph,
                                                     cobatch_plans, cobatch_step, edge_types,
                                                     out_degrees, output_type, step_layers,
@@ -41,8 +43,9 @@ from dglx_dist.strategies.granndis.cost import COSTS
 from dglx_dist.strategies.granndis.eas import expand_external
 from dglx_dist.strategies.granndis.halo import HaloConv, complete_rows
 from dglx_dist.strategies.granndis.pairs import PairGather, pair_epoch, pair_plan
-from dglx_dist.strategies.holdings import (Holdings, JobSize, activation_bytes,
-                                           closure_rows, feature_bytes, halo_rows, param_bytes)
+from dglx_dist.strategies.cost.counts import closure_rows
+from dglx_dist.strategies.holdings import (Holdings, JobSize, activation_bytes, feature_bytes,
+                                           halo_rows, param_bytes)
 from dglx_dist.strategies.steps import Blocks, LoaderPlan, LoaderSpec, Step, StepState
 
 __all__ = ["GraNNDisStrategy"]
@@ -121,7 +124,8 @@ class GraNNDisStrategy(Strategy, FullGraphForm, Costed, HoldsRows, Approximate,
         group = job.group if c.scope == "server" else job.world
         groups = max(1, job.world // group)
         inner = job.nodes / groups
-        held = inner + closure_rows(job, inner, groups, self._max_hop(), c.external_fanout)
+        held = inner + closure_rows(job.flat, inner, job.graph.cut(groups), self._max_hop(),
+                                    c.external_fanout)
         own = held / group
         rows = own + halo_rows(job, group, own, held)
         return Holdings(feature_bytes(job, rows), activation_bytes(job, [rows] * c.num_layers),
@@ -191,17 +195,13 @@ class GraNNDisStrategy(Strategy, FullGraphForm, Costed, HoldsRows, Approximate,
         # the rows of the nodes these co-batches read that were not pulled before
         ids = plans[0].nodes if count == 1 else torch.cat([p.nodes for p in plans]).unique()
         for name, rows in store_rows(self.pdir, ids).items():
-            self._rows[name].cover(rows, lambda rows, name=name: self._pull(name, rows))
+            self._rows[name].cover(rows, functools.partial(
+                pull_features_once, self.session, self._store, self.pdir, self._server.part,
+                name=name))
         self._batchings[count] = batching = Batching([p.to(self._device) for p in plans])
         log.info("%s rank %d: %d co-batches (%s); rows per co-batch %s", self.registered_name,
                  self.session.rank, count, by, [p.num_rows() for p in plans])
         return batching
-
-    def _pull(self, name: str, rows: torch.Tensor) -> torch.Tensor:
-        """Rows ``rows`` of store name ``name`` (collective)."""
-        if self._store is not None:
-            return self._store.pull(name, rows, dedup=False)
-        return pull_features_once(self.session, self._store, self.pdir, self._server.part, rows)
 
     def _max_hop(self) -> int:
         return self.config.num_layers if (m := self.config.external_max_hop) < 0 else m
@@ -239,18 +239,15 @@ class GraNNDisStrategy(Strategy, FullGraphForm, Costed, HoldsRows, Approximate,
                                     f"({', '.join(n for _, n in convs)}); the strategy was set up "
                                     f"for num_layers={self.config.num_layers} by {self._set_up_by}"
                                     f": pass num_layers={len(convs)}, or call parallelize first")
-        for conv, name in convs:
+        for conv, name in convs:  # each exchanges rows, per node type, before it runs
+            halo = HaloConv.of(conv, plan_of, self.group, self.types.ntypes, self.types.etypes,
+                               f"{self.registered_name}: the model's graph conv {name}")
             parent, _, child = name.rpartition(".")
-            setattr(model.get_submodule(parent) if parent else model, child, self._wrap(conv, name))
+            setattr(model.get_submodule(parent) if parent else model, child, halo)
         for t in list(model.parameters()) + list(model.buffers()):  # one model: rank 0's
             self.session.world.broadcast(t.data, 0)
         self._sync = GradientSync(p for p in model.parameters() if p.requires_grad)
         return model
-
-    def _wrap(self, conv: nn.Module, name: str) -> nn.Module:
-        """The conv that exchanges rows, per node type, before ``conv`` runs."""
-        return HaloConv.of(conv, plan_of, self.group, self.types.ntypes, self.types.etypes,
-                           f"{self.registered_name}: the model's graph conv {name}")
 
     # -- the drop-in API -----------------------------------------------------------------------
     def loader_plan(self, ids: torch.Tensor, spec: LoaderSpec) -> LoaderPlan | None:
@@ -282,17 +279,24 @@ class GraNNDisStrategy(Strategy, FullGraphForm, Costed, HoldsRows, Approximate,
             order = torch.randperm(len(plans), generator=gen).tolist()
         weight = 1.0 / self.session.world_size  # DDP's mean of the ranks' mean losses
         for b in order:  # a model's outputs by type: the step's are ntype's
-            state = StepState(weight=weight, epoch=epoch, plan=b, ntype=ntype)
+            state = StepState(weight=weight, epoch=epoch, plan=ntype)
             blocks = Blocks([lp.block for lp in layers[b]], state)
             yield cobatch_step(plans[b], self.types, ntype, rows_of[b], blocks)
 
     def step_forward(self, model: nn.Module, blocks, x) -> torch.Tensor:
         """An edge loader's step: its pair nodes' rows, fetched from the ranks that computed
-        them (its backward is averaged over the ranks in :meth:`after_backward`)."""
+        them (its backward is averaged over the ranks in :meth:`after_backward`). A node
+        loader's step whose model outputs rows by node type (a dict): the step's rows of its
+        output type (``StepState.plan``) alone, as a model's outputs on DGL's sampled blocks
+        of seeds of one type are."""
         state = getattr(blocks, "state", None)
-        if state is None or not isinstance(state.plan, PairGather):
-            return super().step_forward(model, blocks, x)
-        return state.plan.rows(self.session.world, model(blocks, x))
+        plan = getattr(state, "plan", None)
+        if isinstance(plan, PairGather):
+            return plan.rows(self.session.world, model(blocks, x))
+        out = model(blocks, x)
+        if isinstance(out, dict) and isinstance(plan, str):
+            return {plan: step_rows(out[plan], state)}
+        return out if state is None else step_rows(out, state)
 
     def local_nodes(self) -> torch.Tensor:
         first = self.whole_graph("the full-graph form (g.local_nodes())").plans[0]

@@ -25,7 +25,7 @@ from torch.nn import functional as F
 from dglx_dist.convs import ConvAdapter, ConvWrapper
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError, StateError
 from dglx_dist.kvstore.policy import rows_at
-from dglx_dist.runtime.autograd import (OwnerReduce, Ready, flatten_partials,
+from dglx_dist.runtime.autograd import (OwnerReduce, flatten_partials,
                                         reduce_to_owners, unflatten)
 from dglx_dist.runtime.comm import Comm, Pending
 from dglx_dist.sampling import id_dtype, pack_block, unpack_block
@@ -95,9 +95,9 @@ class _InFlight:
     flats: list[torch.Tensor]  # its partials for every rank's batch (autograd to ``stash``)
     shapes: list[torch.Size]  # of the partials for this rank's batch
     plan: OwnerReduce
-    sums: Pending | Ready  # the partial sums on their way
+    sums: Pending  # the partial sums on their way
     total: torch.Tensor | None = None  # this batch's layer-1 sum (a leaf: its .grad)
-    back: Pending | Ready | None = None  # the output gradient on its way back
+    back: Pending | None = None  # the output gradient on its way back
 
 
 class P3FirstLayer(ConvWrapper):

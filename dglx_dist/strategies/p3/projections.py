@@ -81,9 +81,9 @@ class SplitProjections:
     def rows(self, name: str, ids: torch.Tensor) -> ColumnSlice | None:
         """The handle on rows ``ids`` (row ids of the type) of store name ``name``, or None
         when this is not a featured type's ``feat``."""
-        ntype = self.held.get(name)
-        if ntype is None:
+        if name not in self.held:
             return None
+        ntype = self.held[name]
         return ColumnSlice(ids, rows_at(self.feat[ntype], ids), self.widths[ntype],
                            whole_rows(self.store, name),
                            linear=functools.partial(self.linear, ntype))
@@ -114,8 +114,8 @@ class SplitProjections:
         that project different types at this point."""
         mine = self.index[ntype]
         got = self.session.world.all_gather_v(torch.cat([torch.tensor([mine]), ids.long()]))
-        names = [list(self.index)[int(m[0])] for m in got]
-        if any(n != ntype for n in names):
+        if any(int(m[0]) != mine for m in got):
+            names = [list(self.index)[int(m[0])] for m in got]
             raise StateError(f"p3: the ranks apply input projections of node types {names} "
                              "(by rank) at the same point; every rank must project the same "
                              "node types in the same order (a batch without nodes of a type "

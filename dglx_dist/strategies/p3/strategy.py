@@ -17,7 +17,6 @@ from typing import Iterator
 
 import numpy as np
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
 from dglx_dist.convs import adapter_for, first_conv
 from dglx_dist.errors import InvalidValueError, NotSupportedError, StateError
@@ -32,10 +31,8 @@ from dglx_dist.sampling import (LocalSampler, PartitionSampler, owner_balanced_c
                                 whole_edge_weights, whole_graph)
 from dglx_dist.strategies.abilities import (Costed, HoldsRows, OverlapsBackward, OwnSplit,
                                             ShardedParams)
-from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest,
-                                       ddp)
-from dglx_dist.strategies.holdings import (Holdings, JobSize, feature_bytes,
-                                           minibatch_step_bytes, param_bytes, sampled_blocks)
+from dglx_dist.strategies.base import STRATEGIES, PartitionSpec, SetupRequest
+from dglx_dist.strategies.holdings import Holdings, JobSize, param_bytes, sampled_blocks
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
 from dglx_dist.strategies.p3.cost import COST
 from dglx_dist.strategies.p3.layer import ColumnSlice, P3FirstLayer, whole_rows
@@ -108,13 +105,11 @@ class P3Strategy(MiniBatchStrategy, Costed, HoldsRows, ShardedParams,
         (W steps at 1/W of the columns: one step's rows), the partial layer-1 rows of its own
         step from every rank and the activations; its slice of the first layer's weights and
         the other layers'; its share of the server's replicas (``cache_mb``)."""
-        c, w = self.config, job.world
-        batch, activations = minibatch_step_bytes(job, c)
+        c, w, held = self.config, job.world, super().holdings(job)
         first = sampled_blocks(job, c.fanouts, c.batch_size)[0][1]
         partials = w * first * job.model.hidden * 4
-        return Holdings(feature_bytes(job, job.nodes) / w + batch, activations + partials,
-                        param_bytes(job, len(c.fanouts), first_share=1 / w),
-                        c.cache_mb * 2**20 / job.group)
+        return dataclasses.replace(held, activations=held.activations + partials,
+                                   params=param_bytes(job, len(c.fanouts), first_share=1 / w))
 
     def partition_spec(self, topology: Topology) -> PartitionSpec:
         return PartitionSpec("feature_dim", topology.world_size, {"structure": "hash"},
@@ -134,6 +129,7 @@ class P3Strategy(MiniBatchStrategy, Costed, HoldsRows, ShardedParams,
         self.pdir, self.num_nodes, self.store = pdir, pdir.num_nodes, store
         part = pdir.load_part(rank, features=pdir.types is None)
         if pdir.types is not None:  # DGL's heterogeneous blocks; projections split by columns
+            self.cache = CachePlan()  # (cache_mb refused: check_typed)
             self.sampler = PartitionSampler.of(pdir, part, session.world, store)
             self.projections = SplitProjections(session, pdir, store)
             self.held_rows = frozenset(self.projections.held)
@@ -157,9 +153,8 @@ class P3Strategy(MiniBatchStrategy, Costed, HoldsRows, ShardedParams,
         if self.projections is not None:  # their chain starts and ends with the forward
             model.register_forward_pre_hook(self.projections.begin)
             model.register_forward_hook(self.projections.tie)
-            self._slices, self._grad_bytes = [], sum(
-                p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-            return ddp(model, self.session, self.compute_device(self.session), find_unused=True)
+            self._slices = []
+            return self._ddp(model)
         conv, name = first_conv(model)
         adapter = adapter_for(conv)
         adapter.check_column_split(conv)
@@ -176,11 +171,7 @@ class P3Strategy(MiniBatchStrategy, Costed, HoldsRows, ShardedParams,
         setattr(model.get_submodule(parent) if parent else model, child, layer)
         self._layer, self._slices = layer, list(layer.weights)
         self._sync = GradientSync(self._slices)
-        ignored = [f"{name}.weights.{i}" for i in range(len(self._slices))]
-        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, ignored)
-        self._grad_bytes = sum(p.numel() * p.element_size() for n, p in model.named_parameters()
-                               if p.requires_grad and n not in ignored)
-        return ddp(model, self.session, self.compute_device(self.session))
+        return self._ddp(model, [f"{name}.weights.{i}" for i in range(len(self._slices))])
 
     def _check_features_reach(self, model, conv, name: str, adapter) -> None:
         """Refuses (alike on every rank) a model whose features pass another layer before its
@@ -207,8 +198,6 @@ class P3Strategy(MiniBatchStrategy, Costed, HoldsRows, ShardedParams,
     def sharded_params(self):
         """The first layer's weight slices: every rank's columns (each server's, when every
         server holds all columns); none on a typed graph (DDP averages whole weights)."""
-        if self.projections is not None:
-            return [], self.session.world
         return self._slices, (self.session.server if self.cache.features else self.session.world)
 
     def before_backward(self) -> None:
@@ -216,13 +205,11 @@ class P3Strategy(MiniBatchStrategy, Costed, HoldsRows, ShardedParams,
             self._sync.start()
 
     def after_backward(self, steps) -> None:
-        if self.projections is not None:  # DDP averages every gradient (see p3/projections.py)
-            self.session.world.account_all_reduce(self._grad_bytes)
-            return
-        self._layer.after_backward()  # pipelined slice gradients that arrived
-        # DDP averages the other gradients over the ranks; the slices' are this pass's own
-        self._sync.finish(self._reduce_slices)
-        self.session.world.account_all_reduce(self._grad_bytes)
+        if self.projections is None:  # (typed: DDP averages every gradient, p3/projections.py)
+            self._layer.after_backward()  # pipelined slice gradients that arrived
+            # DDP averages the other gradients over the ranks; the slices' are this pass's own
+            self._sync.finish(self._reduce_slices)
+        super().after_backward(steps)
 
     def _reduce_slices(self, flat: torch.Tensor) -> torch.Tensor:
         if self.cache.features:  # the same columns on every server: sum their gradients
