@@ -14,16 +14,7 @@ from typing import Any, Callable, Mapping
 from dglx_dist.bench.shared import Setup
 from dglx_dist.config import AUTO
 
-__all__ = ["link_gbit", "plan_fields", "plan_setup", "server_memory"]
-
-
-def server_memory(setup: Setup) -> float:
-    """A server's memory: its ranks' share of ``--memory-limit`` or of this machine's total
-    (all of the benchmark's ranks run on this machine)."""
-    import psutil
-
-    limit = setup.run.job.memory_limit or psutil.virtual_memory().total
-    return limit * setup.ranks_per_server / setup.world
+__all__ = ["link_gbit", "plan_fields", "plan_setup"]
 
 
 def link_gbit(setup: Setup) -> float:
@@ -49,10 +40,11 @@ def plan_setup(setup: Setup, given: Mapping[str, Any] | None = None,
         InvalidValueError: no strategy takes the given options.
     """
     from dglx_dist.planner import graph_of_directory
-    from dglx_dist.planner.auto import Launch, resolve
+    from dglx_dist.planner.auto import Launch, resolve, server_memory
 
     hidden = setup.run.model.hidden
-    launch = Launch(setup.servers, setup.ranks_per_server, server_memory(setup),
+    memory = server_memory(setup.run.job.memory_limit, setup.ranks_per_server, setup.world)
+    launch = Launch(setup.servers, setup.ranks_per_server, memory,
                     link_gbit(setup), os.cpu_count(), setup.model or setup.run.model.name,
                     hidden, setup.layers, setup.training().task, loaders,
                     (("fanouts", setup.fanouts), ("batch_size", setup.batch_size),

@@ -75,13 +75,14 @@ def planned(config: RunConfig, env) -> RunConfig:
     server's memory (``--memory-limit`` for this machine's ranks, else its total; every rank
     plans alike), among the strategies given partitions
     fit (and, for the link task, that train it); the plan's two lines logged by rank 0."""
-    from dglx_dist.planner.auto import Launch, resolve, shared_cores
+    from dglx_dist.planner.auto import Launch, resolve, server_memory, shared_cores
     from dglx_dist.runtime.topology import Topology
     from dglx_dist.strategies.base import fits_partitions
 
     s, m = config.strategy, config.model
     pdir, topology = _partitions(config), Topology(env.num_servers, env.ranks_per_server)
-    launch = Launch(env.num_servers, env.ranks_per_server, _server_memory(config, env),
+    memory = server_memory(config.job.memory_limit, env.ranks_per_server, env.ranks_on_host)
+    launch = Launch(env.num_servers, env.ranks_per_server, memory,
                     shared_cores=shared_cores(env.ranks_on_host, env.world_size), model=m.name,
                     hidden=m.hidden, layers=m.layers, task=config.task)
     name, options, _ = resolve(
@@ -105,15 +106,6 @@ def _plan_graph(config: RunConfig, pdir):
         return graph_of_partitions(pdir, embed_dim=config.model.hidden)
     return graph_of_directory(resolve_dataset(config.data.data or "cora"),
                               embed_dim=config.model.hidden)
-
-
-def _server_memory(config: RunConfig, env) -> float:
-    """A server's memory: ``--memory-limit`` (this machine's ranks) or the machine's total,
-    shared by the servers emulated on it."""
-    import psutil
-
-    limit = config.job.memory_limit or psutil.virtual_memory().total
-    return limit * env.ranks_per_server / env.ranks_on_host
 
 
 def _model(config: RunConfig, strategy, in_feats: int, out_feats: int):

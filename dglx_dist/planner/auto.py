@@ -22,7 +22,7 @@ from dglx_dist.planner.plan import Plan, make_plan
 from dglx_dist.planner.units import DEFAULT_LINK_GBIT, Measured, load_measured
 from dglx_dist.strategies.cost.shapes import Cluster, GraphShape, Workload
 
-__all__ = ["Launch", "resolve", "shared_cores", "workload_for"]
+__all__ = ["Launch", "resolve", "server_memory", "shared_cores", "workload_for"]
 
 log = logging.getLogger("dglx_dist.plan")
 
@@ -56,6 +56,14 @@ def shared_cores(ranks_on_host: int, world_size: int) -> int | None:
     """This machine's cores where every rank of the job runs on it (virtual servers, or an
     emulated cluster: they share its cores), else None (each machine's ranks have their own)."""
     return os.cpu_count() if ranks_on_host >= world_size else None
+
+
+def server_memory(memory_limit: int | None, ranks_per_server: int, ranks_on_host: int) -> float:
+    """A server's memory: its ranks' share of ``--memory-limit`` (this machine's ranks) or of
+    this machine's total, shared by the servers emulated on it."""
+    import psutil
+
+    return (memory_limit or psutil.virtual_memory().total) * ranks_per_server / ranks_on_host
 
 
 @dataclasses.dataclass(frozen=True)

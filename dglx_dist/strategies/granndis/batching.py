@@ -29,7 +29,7 @@ from dglx_dist.strategies.steps import Step
 
 __all__ = ["ServerGraph", "Batching", "HeldRows", "TARGETS", "marked", "clusters",
            "cobatch_plans", "target_rows", "step_layers", "store_rows", "out_degrees",
-           "edge_types", "target_types", "output_type", "cobatch_step"]
+           "target_types", "output_type", "cobatch_step"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,14 +52,6 @@ class ServerGraph:
     edges: tuple[torch.Tensor, ...]
     ids: TypeIds
     degree: torch.Tensor
-
-
-def edge_types(ids: TypeIds, eid) -> torch.Tensor:
-    """The edge type index of each of a part's edges (original homogeneous ids ``eid``)."""
-    eid = torch.from_numpy(eid).long()
-    if len(ids.etypes) == 1:  # (a graph without types numbers no edge types)
-        return torch.zeros_like(eid)
-    return torch.searchsorted(ids.etype_offsets, eid, right=True) - 1
 
 
 def out_degrees(world: Comm, src: torch.Tensor, etype: torch.Tensor, ids: TypeIds,

@@ -35,7 +35,7 @@ from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest, 
                                        check_typed_store, pull_features_once, step_rows,
                                        with_depth)
 from dglx_dist.strategies.granndis.batching import (TARGETS, Batching, HeldRows, ServerGraph,
-                                                    cobatch_plans, cobatch_step, edge_types,
+                                                    cobatch_plans, cobatch_step,
                                                     out_degrees, output_type, step_layers,
                                                     store_rows, target_rows, target_types)
 from dglx_dist.strategies.granndis.cobatch import GroupNodes
@@ -153,7 +153,7 @@ class GraNNDisStrategy(Strategy, FullGraphForm, Costed, HoldsRows, Approximate,
         core = torch.from_numpy(part.core_gid)
         core_edges = (torch.from_numpy(part.local_gid)[torch.from_numpy(part.src)],
                       core[torch.from_numpy(part.dst)])
-        core_etype = edge_types(self.types, part.eid)
+        core_etype = self.types.etype_of(torch.from_numpy(part.eid))
         # every node's out-degree in the whole graph, per edge type
         degree = out_degrees(session.world, core_edges[0], core_etype, self.types,
                              pdir.num_nodes)
