@@ -21,7 +21,7 @@ from dglx_dist.api.book import given_node_ids
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.link import EdgePairs, as_edge_prediction_sampler, is_edge_sampler
 from dglx_dist.api.prefetch import Prefetch
-from dglx_dist.api.samplers import (prefetched_edge_feats, sampler_fanouts, sampler_options,
+from dglx_dist.api.samplers import (prefetched_names, sampler_fanouts, sampler_options,
                                     user_sampler)
 from dglx_dist.api.split import edge_share, node_share
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
@@ -225,7 +225,7 @@ def _checked(graph: DistGraph, sampler, batch_size, whole_degrees: bool = False)
                                 "does not train link prediction (edge loaders run under "
                                 "distdgl, p3, granndis and fullgraph; docs/link_prediction.md)")
     node_sampler = sampler.sampler if edges else sampler
-    prefetched_edge_feats(graph, node_sampler)
+    prefetched_names(graph, node_sampler, labels=not edges)  # an edge loader's: edge data
     fields = {"pairs": EdgePairs(graph, sampler)} if edges else {}
     draw = user_sampler(graph, node_sampler)
     fields.update({"fanouts": (), "draw": draw} if draw is not None else

@@ -17,7 +17,6 @@ import torch
 
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.samplers import edge_rows
-from dglx_dist.errors import UnknownNameError
 from dglx_dist.kvstore.base import PullUnderWay
 from dglx_dist.runtime.transfer import DeviceCopies
 from dglx_dist.graphcore.frames import NID
@@ -57,11 +56,6 @@ class Prefetch:
         self.labels = list(getattr(sampler, "prefetch_labels", None) or [])
         self.feats = list(getattr(node_sampler, "prefetch_node_feats", None) or [])
         self.edge_feats = getattr(node_sampler, "prefetch_edge_feats", None) or []
-        node_names = self.feats + ([] if node_sampler is not sampler else self.labels)
-        for name in node_names:  # a type without it is skipped; a name no type has is a typo
-            if not any(name in graph.nodes[t].data for t in graph.ntypes):
-                raise UnknownNameError(f"the sampler's prefetch names {name!r}, which no node "
-                                       f"type of the graph has (node types: {graph.ntypes})")
 
     def start(self, step: Step | EdgeStep) -> UnderWay:
         """Starts the pulls of ``step``'s rows (collective: every rank at the same step); the

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from dglx_dist.api.graph import DistGraph
 
 __all__ = ["NeighborSampler", "MultiLayerFullNeighborSampler", "sampler_fanouts",
-           "sampler_options", "user_sampler", "prefetched_edge_feats", "edge_rows"]
+           "sampler_options", "user_sampler", "prefetched_names", "edge_rows"]
 
 class NeighborSampler:
     """Neighbour sampling by layer, as ``dgl.dataloading.NeighborSampler``: the same
@@ -230,10 +230,17 @@ def _check_prob(graph: DistGraph, name: str, what: str) -> None:
         check_weights(values, what)
 
 
-def prefetched_edge_feats(graph: DistGraph, sampler) -> None:
-    """Refuses edge data ``sampler`` prefetches on every block
-    (``prefetch_edge_feats``: names, for every edge type that has them, or a dict of edge
-    type -> names) that is not this graph's."""
+def prefetched_names(graph: DistGraph, sampler, labels: bool = True) -> None:
+    """Refuses data ``sampler`` prefetches that is not this graph's: node data
+    (``prefetch_node_feats``, and ``labels``: ``prefetch_labels``) that no node type has (a
+    type without it is skipped), and edge data on every block (``prefetch_edge_feats``:
+    names, for every edge type that has them, or a dict of edge type -> names)."""
+    node_names = [*(getattr(sampler, "prefetch_node_feats", None) or []),
+                  *((getattr(sampler, "prefetch_labels", None) or []) if labels else [])]
+    for name in node_names:
+        if not any(name in graph.nodes[t].data for t in graph.ntypes):
+            raise UnknownNameError(f"the sampler's prefetch names {name!r}, which no node "
+                                   f"type of the graph has (node types: {graph.ntypes})")
     names = getattr(sampler, "prefetch_edge_feats", None) or []
     for etype, wanted in (names if isinstance(names, dict) else {None: names}).items():
         have = graph.edges[etype].data.keys() if etype is not None else graph.edata.stored()
