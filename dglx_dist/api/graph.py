@@ -120,6 +120,7 @@ class DistGraph(EdgeStructure):
         self.ndata = NodeData(self)
         self.edata = EdgeData(self)
         self.step_rows = StepRows(self.store)  # what a loader pulls for its steps
+        self.loader_lane = None  # its loaders' worker threads' groups (api.pipeline.Lane)
         _CURRENT.set(self)
 
     def new_name(self, prefix: str) -> str:

@@ -20,6 +20,7 @@ import torch
 from dglx_dist.api.book import given_node_ids
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.link import EdgePairs, as_edge_prediction_sampler, is_edge_sampler
+from dglx_dist.api.pipeline import Lane, Worker
 from dglx_dist.api.prefetch import Prefetch
 from dglx_dist.api.samplers import (prefetched_names, sampler_fanouts, sampler_options,
                                     user_sampler)
@@ -28,14 +29,15 @@ from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedEr
 from dglx_dist.runtime.agree import differing_ranks, ids_digest, on_every_rank, same_call
 from dglx_dist.sampling import even_chunk
 from dglx_dist.sampling.options import UNIFORM
+from dglx_dist.strategies.abilities import DrawsOffThread
 from dglx_dist.strategies.base import SetupRequest, implied_layers
 from dglx_dist.strategies.steps import (EdgeStep, LoaderSpec, Step, sampled_epoch,
                                         sampled_plan)
 
 __all__ = ["DataLoader", "DistNodeDataLoader", "DistEdgeDataLoader"]
 
-_IGNORED = ("device", "use_uva", "num_workers", "use_alternate_streams", "pin_prefetcher",
-            "gpu_cache", "persistent_workers", "pin_memory", "prefetch_factor")
+_IGNORED = ("device", "use_uva", "use_alternate_streams", "pin_prefetcher",
+            "gpu_cache", "persistent_workers", "pin_memory")
 
 
 class DataLoader:
@@ -61,9 +63,19 @@ class DataLoader:
         use_ddp: split ``indices`` among the ranks (DGL's meaning); also done when they are
             the same on every rank.
         ddp_seed: the shuffling seed (also ``seed=``).
-        use_prefetch_thread: False: a batch's rows are pulled when it is asked for; by
-            default the loader looks one batch ahead, as DGL's prefetch thread does
-            (docs/porting.md says what a loop that writes rows sees).
+        use_prefetch_thread: False (and ``num_workers=0``): each step is drawn and its
+            rows pulled when it is asked for, in turn with the loop. By default a worker
+            thread draws the next ``prefetch_factor`` steps and starts the pulls of their
+            rows while the loop computes (its exchanges on communicators of its own:
+            :mod:`dglx_dist.api.pipeline`), where the strategy can draw off the calling
+            thread (:class:`~dglx_dist.strategies.abilities.DrawsOffThread`; not yet an edge
+            loader's or a user sampler's steps), else the loader looks one step ahead on the
+            calling thread. The batches are the same either way (docs/porting.md says what
+            a loop that writes rows sees).
+        num_workers: DGL's sampler processes; 0, or more for a worker thread (processes are
+            not run yet: said once, with a warning).
+        prefetch_factor: how many steps the worker thread may draw ahead of the loop
+            (DGL's; default 2).
         whole_degrees: dglx_dist's own (a graph without types): the blocks of full layers
             carry their sources' out-degrees in the whole graph, so a GraphConv normalises as
             on the whole graph; by default by the block's edges, as in DGL.
@@ -74,22 +86,15 @@ class DataLoader:
                  use_ddp: bool = False, ddp_seed: int = 0, batch_size: int = 1,
                  drop_last: bool = False, shuffle: bool = False,
                  use_prefetch_thread: bool | None = None, whole_degrees: bool = False,
-                 **kwargs):
+                 num_workers: int = 0, prefetch_factor: int | None = None, **kwargs):
         if device is not None:
             kwargs["device"] = device
         seed = int(kwargs.pop("seed", ddp_seed))
         if not isinstance(graph, DistGraph):
             raise InvalidTypeError(f"dglx_dist.DataLoader needs the graph dglx_dist.distribute (or "
                                    f"DistGraph) returned; got {type(graph).__name__}")
-        ignored = sorted(k for k in kwargs if k in _IGNORED)
-        unknown = sorted(k for k in kwargs if k not in _IGNORED)
-        if unknown:
-            raise InvalidTypeError(f"DataLoader: unknown arguments {unknown}")
         session = graph.session
-        if ignored and session.is_main:  # every rank is given them: said once
-            warnings.warn(f"dglx_dist.DataLoader: {ignored} have no meaning here (the strategy "
-                          f"decides where batches are built and where they live); ignored",
-                          stacklevel=2)
+        depth = _options(session, kwargs, num_workers, prefetch_factor)
         self.graph, self.sampler = graph, graph_sampler
         # collective, in this order: the arguments' check, the call's signature (ranks building
         # other loaders here stop, naming both), the ids' check and whether they are the same
@@ -124,9 +129,31 @@ class DataLoader:
             ids, part_ids = run, graph.part_ids(run)
         self.plan = plan if self._own else sampled_plan(session.world, part_ids, self.spec)
         self.indices, self.epoch = ids, 0
-        self.lookahead = use_prefetch_thread is not False
+        self.lookahead = use_prefetch_thread is not False or bool(num_workers)
         self.device = self.strategy.compute_device(session)
         self.prefetch = Prefetch(graph, graph_sampler, self.device)
+        self.depth, self._threaded = depth, None
+        if self.lookahead and not self.strategy.capabilities.steps_in_turn:
+            self._threaded = self._thread_parts()  # collective: the lane's groups
+
+    def _thread_parts(self):
+        """What this loader's worker thread draws and pulls with (the sampler and the store
+        on the graph's :class:`~dglx_dist.api.pipeline.Lane`), or None: its steps are drawn
+        on the calling thread (collective: the lane's groups are made on first use)."""
+        g = self.graph
+        if self._own:
+            if not isinstance(self.strategy, DrawsOffThread):
+                return None
+            lane = _lane(g)
+            sampler = self.strategy.thread_sampler(self.spec, lane.twin)
+        else:
+            if self.spec.pairs is not None or self.spec.draw is not None:
+                return None
+            lane = _lane(g)
+            sampler = g.sampler().on(lane.twin)
+        if sampler is None:
+            return None
+        return lane, sampler, g.store.on(lane.twin)
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next iteration is (DGL's ``set_epoch``: it seeds the shuffling and
@@ -157,13 +184,15 @@ class DataLoader:
 
     def __iter__(self) -> Iterator[tuple]:
         epoch, self.epoch = self.epoch, self.epoch + 1
-        if self._own:
-            steps = self.strategy.loader_epoch(self.plan, self.spec, epoch)
+        threaded = self._threaded is not None and self._threaded[0].take()
+        if threaded:
+            drawn = self._drawn(epoch, self._threaded[1])
         else:
-            steps = sampled_epoch(self.graph.sampler(), self.graph.session.rank, self.plan,
-                                  self.spec, epoch)
+            drawn = self._drawn(epoch)
         ahead = self.lookahead and not self.strategy.capabilities.steps_in_turn
-        for step in self._ahead(steps) if ahead else self._in_turn(steps):
+        steps = self._pipelined(drawn) if threaded else \
+            self._ahead(drawn) if ahead else self._in_turn(drawn)
+        for step in steps:
             if isinstance(step, EdgeStep):
                 pairs = (step.pair_graph,) if step.neg_pair_graph is None else \
                     (step.pair_graph, step.neg_pair_graph)
@@ -175,6 +204,32 @@ class DataLoader:
         # one, what they wrote during the epoch (a layer-wise inference's DistTensor rows) is
         # where every rank reads it
         self.graph.barrier()
+
+    def _drawn(self, epoch: int, sampler=None) -> Iterator[Step | EdgeStep]:
+        """The epoch's steps, drawn by ``sampler`` (a worker thread's) or the strategy's."""
+        if self._own:
+            return self.strategy.loader_epoch(self.plan, self.spec, epoch) if sampler is None \
+                else self.strategy.loader_epoch(self.plan, self.spec, epoch, sampler=sampler)
+        return sampled_epoch(sampler or self.graph.sampler(), self.graph.session.rank,
+                             self.plan, self.spec, epoch)
+
+    def _pipelined(self, steps: Iterator[Step | EdgeStep]) -> Iterator[Step | EdgeStep]:
+        """Each step with its rows, drawn and its pulls started on a worker thread,
+        :attr:`depth` steps ahead (:mod:`dglx_dist.api.pipeline`), handed over here."""
+        lane, _, store = self._threaded
+        session = self.graph.session
+        started = (self.prefetch.start(step, store) for step in steps)
+        worker = Worker(started, self.depth, session.rank, session.env.timeout + 30)
+        done = False
+        try:
+            for under in worker:
+                yield under.finish()
+            done = True
+        finally:  # a break on every rank, or an error on this one (not at exit: the
+            if not done and session.is_open:  # session went first): every rank's worker
+                worker.close(lambda under: under.drain())  # draws the steps it was allowed
+                self.graph.step_rows.leave_loop(None)
+            lane.give_back()
 
     def _in_turn(self, steps: Iterator[Step | EdgeStep]) -> Iterator[Step | EdgeStep]:
         """Each step with its rows, sampled and pulled when the previous one is done."""
@@ -197,6 +252,48 @@ class DataLoader:
                 if self.graph.session.is_open:  # at exit: the session went first
                     self.graph.step_rows.leave_loop(under)
                 raise
+
+
+def _lane(graph: DistGraph) -> Lane:
+    """The graph's loader lane (made by its first loader that draws on a worker thread)."""
+    if graph.loader_lane is None:
+        graph.loader_lane = Lane(graph.session)
+    return graph.loader_lane
+
+
+def _options(session, kwargs: dict, num_workers, prefetch_factor) -> int:
+    """Refuses unknown arguments, warns of those without meaning here and of
+    ``num_workers`` (once: every rank is given them); the steps a worker thread may draw
+    ahead (:func:`_depth`)."""
+    ignored = sorted(k for k in kwargs if k in _IGNORED)
+    unknown = sorted(k for k in kwargs if k not in _IGNORED)
+    if unknown:
+        raise InvalidTypeError(f"DataLoader: unknown arguments {unknown}")
+    if ignored and session.is_main:
+        warnings.warn(f"dglx_dist.DataLoader: {ignored} have no meaning here (the strategy "
+                      f"decides where batches are built and where they live); ignored",
+                      stacklevel=3)
+    depth = _depth(num_workers, prefetch_factor)
+    if num_workers and session.is_main:
+        warnings.warn(f"dglx_dist.DataLoader: num_workers={num_workers}: sampler processes "
+                      f"are not run yet; one worker thread draws prefetch_factor={depth} "
+                      f"steps ahead instead", stacklevel=3)
+    return depth
+
+
+def _depth(num_workers, prefetch_factor) -> int:
+    """Steps a worker thread may draw ahead (DGL's ``prefetch_factor``, default 2)."""
+    for name, value, least in (("num_workers", num_workers, 0),
+                               ("prefetch_factor", 2 if prefetch_factor is None
+                                else prefetch_factor, 1)):
+        try:
+            ok = not isinstance(value, bool) and operator.index(value) >= least
+        except TypeError:
+            ok = False
+        if not ok:
+            raise InvalidValueError(f"DataLoader: {name}={value!r}; expected an integer "
+                                    f">= {least}")
+    return 2 if prefetch_factor is None else operator.index(prefetch_factor)
 
 
 def _signature(spec: LoaderSpec, sampler) -> str:

@@ -292,16 +292,20 @@ class NodeDataView:
                 return held
         return self._typed(self._stored().pull(self.name, ids, collective=False))
 
-    def start_rows(self, ids: torch.Tensor, unique: bool = False) -> PullUnderWay:
+    def start_rows(self, ids: torch.Tensor, unique: bool = False,
+                   store=None) -> PullUnderWay:
         """:meth:`rows`, collective (every rank at the same step), returned while the rows of other servers travel;
         ``wait()`` on the result gives them (``unique``: ``ids`` has no duplicates, e.g. a
         block's input nodes, so they are not deduplicated first). A name the strategy may
         hold itself is read by this rank alone, at once: ranks may differ in which of its
-        rows they hold, so no collective could be agreed on."""
+        rows they hold, so no collective could be agreed on. ``store``: the graph's
+        store on other communicators (:meth:`~dglx_dist.kvstore.KVStore.on`: a loader's
+        worker thread pulls through it), by default the graph's."""
         if self._held_by_strategy():
             rows = self.rows(ids)
             return PullUnderWay(lambda: rows)
-        pending = self._stored().start_pull(self.name, ids, dedup=not unique)
+        store = self._stored() if store is None else store
+        pending = store.start_pull(self.name, ids, dedup=not unique)
         return PullUnderWay(lambda: self._typed(pending.wait()))
 
     def _held_by_strategy(self) -> bool:

@@ -57,13 +57,15 @@ class Prefetch:
         self.feats = list(getattr(node_sampler, "prefetch_node_feats", None) or [])
         self.edge_feats = getattr(node_sampler, "prefetch_edge_feats", None) or []
 
-    def start(self, step: Step | EdgeStep) -> UnderWay:
+    def start(self, step: Step | EdgeStep, store=None) -> UnderWay:
         """Starts the pulls of ``step``'s rows (collective: every rank at the same step); the
-        result's ``finish`` hands the step over with them on its blocks."""
+        result's ``finish`` hands the step over with them on its blocks (on the calling
+        thread). ``store``: the graph's store on a worker thread's communicators
+        (:meth:`~dglx_dist.kvstore.KVStore.on`), by default the graph's."""
         blocks = step_graphs(step)
         inputs = self._by_type(step.input_nodes)
         outputs = None if isinstance(step, EdgeStep) else self._by_type(step.output_nodes)
-        wanted = self._wanted(inputs, outputs, blocks) if blocks else []
+        wanted = self._wanted(inputs, outputs, blocks, store) if blocks else []
 
         def finish() -> Step | EdgeStep:
             edge_rows(self.graph, blocks, self.edge_feats)
@@ -90,7 +92,8 @@ class Prefetch:
             return nodes
         return {self.graph.node_space.ntype: self.graph.node_ids(nodes)}
 
-    def _wanted(self, inputs: dict, outputs: dict | None, blocks: list) -> list[Wanted]:
+    def _wanted(self, inputs: dict, outputs: dict | None, blocks: list,
+                store=None) -> list[Wanted]:
         """The pulls of the step's labels (first: few bytes) and first-layer features, of
         the node types that have them (as DGL's prefetch on a graph with types; the others
         are skipped)."""
@@ -103,10 +106,10 @@ class Prefetch:
                 data, rows = self.graph.nodes[ntype].data, self.graph.space(ntype).rows(ids)
                 for view in (data[name] for name in names if name in data):
                     out.append(self._source(view, (layer, side, ntype, view.key, view.name),
-                                            blocks[layer], rows))
+                                            blocks[layer], rows, store))
         return out
 
-    def _source(self, view, where: tuple, block, rows: torch.Tensor) -> Wanted:
+    def _source(self, view, where: tuple, block, rows: torch.Tensor, store=None) -> Wanted:
         """The rows of ``view`` for ``rows`` (going ``where``: layer, side, node type,
         name, store name), on their way, from the first source that has them: the strategy's own (a
         first block's sources; collective), else the store."""
@@ -117,9 +120,10 @@ class Prefetch:
                 return Wanted(*where, PullUnderWay(lambda: held), None)
         if side == "src" and not self.graph.is_typed and block.num_src_nodes() != rows.numel():
             # a co-batch: its input nodes are its own rows among the sources
-            return Wanted(*where, view.start_rows(block.srcdata[NID], unique=True), None)
+            return Wanted(*where, view.start_rows(block.srcdata[NID], unique=True, store=store),
+                          None)
         stamp = self.graph.step_rows.stamp(view.name)
-        return Wanted(*where, view.start_rows(rows, unique=True), stamp)
+        return Wanted(*where, view.start_rows(rows, unique=True, store=store), stamp)
 
     def _copy(self, value) -> Callable[[], object]:
         """The copy of rows to the device, started (a handle, p3's column slice, as it is)."""

@@ -217,6 +217,14 @@ class KVStore(abc.ABC):
         into the store land in them)."""
         return dict(self._entry(name).parts)
 
+    def on(self, twin) -> "KVStore":
+        """This store with its collective pulls on ``twin(comm)`` for each communicator
+        ``comm`` they exchange on (a group of its own with the same members; collective):
+        what a loader's worker thread pulls through while the calling thread pulls and pushes
+        through this one. It shares the names, rows and push counts; use it for pulls only.
+        A store whose pulls exchange nothing is itself."""
+        return self
+
     def names(self) -> list[str]:
         """Registered names, in registration order."""
         return list(self._entries)

@@ -20,6 +20,7 @@ push messages and what is collective; details it leaves out:
 """
 from __future__ import annotations
 
+import copy
 import logging
 from pathlib import Path
 from typing import Callable
@@ -78,6 +79,14 @@ class DistKVStore(KVStore):
         if serve and session.world_size > 1:
             self._server = Server(session, self._shards)
             session.add_closer(self._server.stop)
+
+    def on(self, twin) -> "DistKVStore":
+        """(:meth:`KVStore.on`.) Each rank of the copy asks the owners alone (no
+        ``pull_per_server`` coalescing: the same rows, more bytes) and it serves nothing."""
+        other = copy.copy(self)
+        other._cross = None if self._cross is None else twin(self._cross)
+        other._server_pulls, other._server = None, None
+        return other
 
     def part_servers(self, policy: PartitionPolicy) -> list[int]:
         """The server holding each part of ``policy`` (:meth:`Shards.part_servers`)."""

@@ -158,6 +158,20 @@ class Session:
         return self._new_comm(name, topo.cross_ranks, topo.ranks_per_server,
                               topo.local_rank_of(self.rank))
 
+    def twin(self, comm: Comm, name: str) -> Comm:
+        """A communicator with ``comm``'s members on process groups of its own (collective,
+        as :meth:`new_world_comm`): a loader's worker thread runs its exchanges there, so
+        they never interleave with those the calling thread runs on ``comm``."""
+        topo, members = self.topology, list(comm.members)
+        if members == list(range(self.world_size)):
+            return self.new_world_comm(name)
+        if members == topo.cross_ranks(topo.local_rank_of(self.rank)):
+            return self.new_cross_comm(name)
+        if members == topo.server_ranks(topo.server_of(self.rank)):
+            return self.new_server_comm(name)
+        raise InvalidValueError(f"no twin of communicator {comm.name!r} (ranks {members}): "
+                                "only the world, server and cross groups have one")
+
     def _new_comm(self, name: str, ranks_of: Callable[[int], list[int]], count: int,
                   mine: int) -> Comm:
         """A communicator over ``ranks_of(mine)``: one new process group per ``ranks_of(i)``,

@@ -34,6 +34,7 @@ type: a graph without types is the one-type case.
 from __future__ import annotations
 
 import abc
+import copy
 import functools
 from typing import Callable, Sequence
 
@@ -93,6 +94,14 @@ class BlockSampler(abc.ABC):
         """``values`` (a random seed) the same on every member that draws for this one:
         the first member's (collective where members draw for each other)."""
         return values
+
+    def on(self, twin: Callable[[Comm], Comm]) -> "BlockSampler":
+        """This sampler with its exchanges on ``twin(comm)`` for each communicator ``comm``
+        it exchanges on (a group of its own with the same members; collective): what a
+        loader's worker thread draws with. It shares everything else, which drawing only
+        reads (each draw seeds its own generator; :class:`IdTable` gives calls at once tables
+        of their own). One that exchanges nothing is itself."""
+        return self
 
     def draw_blocks(self, seeds: torch.Tensor, fanouts: Sequence,
                     exclude: torch.Tensor | None = None,
@@ -174,6 +183,11 @@ class PartitionSampler(BlockSampler):
         return cls(part, pdir.book, comm, part.part, pdir.edge_book(), TypeIds.of(pdir),
                    part_edge_weights(pdir, part.part, store),
                    None if types is None else types.has_edge_data)
+
+    def on(self, twin: Callable[[Comm], Comm]) -> "PartitionSampler":
+        other = copy.copy(self)
+        other.comm = twin(self.comm)
+        return other
 
     def exclusions(self, exclude: torch.Tensor) -> list[torch.Tensor]:
         """Per member, the local ids of this part's edges that member excludes (collective:

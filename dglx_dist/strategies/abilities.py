@@ -21,6 +21,7 @@ ability                 what it adds                                           w
 :class:`OverlapsBackward`  a hook when backward reaches the model's output      none
 :class:`OwnSplit`       its own ``node_split`` of ids among ranks              DistDGL's split
 :class:`ShapedByOptions`  depth and the Trainer's loaders from its options     the model's; full
+:class:`DrawsOffThread`  its loaders' steps drawn on a worker thread            drawn in turn
 ======================  =====================================================  ===============
 """
 from __future__ import annotations
@@ -41,7 +42,7 @@ from dglx_dist.strategies.steps import Blocks, LoaderSpec, full_graph_loaders
 
 __all__ = ["Capabilities", "FullGraphForm", "OwnEpochs", "ShardedParams", "Stateful",
            "Costed", "HoldsRows", "ConvTypes", "Approximate", "OverlapsBackward",
-           "OwnSplit", "ShapedByOptions", "exact_options", "epochs_of", "StrategyState"]
+           "OwnSplit", "ShapedByOptions", "DrawsOffThread", "exact_options", "epochs_of", "StrategyState"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +154,21 @@ class HoldsRows(abc.ABC):
         loader's ``prefetch_node_feats``; collective: every rank at the same step), or None
         (then read as any rows)."""
         return None
+
+
+class DrawsOffThread(abc.ABC):
+    """Its loaders' steps may be drawn off the calling thread: a loader's worker thread
+    draws the next steps (``prefetch_factor`` deep) with :meth:`thread_sampler`'s sampler,
+    whose exchanges run on communicators of the loader's own, through
+    ``loader_epoch(plan, spec, epoch, sampler=...)``, while the model computes."""
+
+    @abc.abstractmethod
+    def thread_sampler(self, spec: LoaderSpec, twin) -> Any | None:
+        """Its sampler for the epochs of a loader of ``spec`` on a worker thread: the one it
+        draws with, exchanging on ``twin(comm)`` where that exchanges on ``comm``
+        (collective: every rank builds the loader), or None: this loader's steps are drawn in
+        turn on the calling thread (its epochs run collectives of their own, or touch state
+        the calling thread touches)."""
 
 
 class ConvTypes(abc.ABC):

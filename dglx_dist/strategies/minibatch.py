@@ -16,8 +16,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.graphcore.frames import NID
-from dglx_dist.strategies.abilities import (Approximate, Capabilities, FullGraphForm,
-                                            ShapedByOptions)
+from dglx_dist.strategies.abilities import (Approximate, Capabilities, DrawsOffThread,
+                                            FullGraphForm, ShapedByOptions)
 from dglx_dist.strategies.base import Strategy, ddp, split_ids
 from dglx_dist.strategies.holdings import (Holdings, JobSize, feature_bytes,
                                            minibatch_step_bytes, param_bytes)
@@ -53,7 +53,7 @@ class MiniBatchConfig:
             raise InvalidValueError("batch_size and eval_batch_size must be >= 1")
 
 
-class MiniBatchStrategy(Strategy, FullGraphForm, Approximate, ShapedByOptions):
+class MiniBatchStrategy(Strategy, FullGraphForm, Approximate, ShapedByOptions, DrawsOffThread):
     """Base of the strategies that train on sampled mini-batches of seed nodes (an edge
     loader's batches are sampled like node batches)."""
 
@@ -82,8 +82,18 @@ class MiniBatchStrategy(Strategy, FullGraphForm, Approximate, ShapedByOptions):
             self.out_degree  # collective the first time: every rank builds the loader
         return sampled_plan(self.session.world, ids, spec)
 
-    def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int) -> Iterator[Step]:
-        steps = sampled_epoch(self.sampler, self.session.rank, plan, spec, epoch)
+    def thread_sampler(self, spec: LoaderSpec, twin):
+        """Its sampler on the loader's communicators; None for an edge loader (its negatives
+        draw from torch's global generator, which the model's dropout draws from too) and a
+        user's own sampler (seeded through torch's global generator)."""
+        if spec.pairs is not None or spec.draw is not None:
+            return None
+        return self.sampler.on(twin)
+
+    def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int,
+                     sampler=None) -> Iterator[Step]:
+        """(``sampler``: a :meth:`thread_sampler`'s, drawing on a loader's worker thread.)"""
+        steps = sampled_epoch(sampler or self.sampler, self.session.rank, plan, spec, epoch)
         if not spec.whole_degrees:
             return steps
         full = [i for i, fanout in enumerate(spec.fanouts) if fanout == -1]

@@ -94,12 +94,19 @@ class DistDGLStrategy(MiniBatchStrategy, Costed):
         """Whether a loader's seeds are traded: a shuffled node loader's, with mixing on."""
         return bool(self.config.seed_mixing) and spec.shuffle and spec.pairs is None
 
-    def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int) -> Iterator[Step]:
+    def thread_sampler(self, spec: LoaderSpec, twin):
+        """(:class:`~dglx_dist.strategies.abilities.DrawsOffThread`.) None with ``cache_mb``:
+        the cache counts the pulls of both threads and is filled by a collective at the
+        epoch's end."""
+        return None if self.config.cache_mb else super().thread_sampler(spec, twin)
+
+    def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int,
+                     sampler=None) -> Iterator[Step]:
         if self._mixes(spec):
             mine = traded_seeds(plan.data, self.session.rank, self.config.seed_mixing,
                                 spec.seed * 1_000_003 + epoch)
             plan = LoaderPlan(plan.steps, mine)
-        yield from super().loader_epoch(plan, spec, epoch)
+        yield from super().loader_epoch(plan, spec, epoch, sampler)
         if self.config.cache_mb:  # every rank has taken the epoch's steps and has their
             self.store.fill_cache()  # rows: the first whole epoch's counts fill the cache
 

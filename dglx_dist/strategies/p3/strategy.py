@@ -100,6 +100,13 @@ class P3Strategy(MiniBatchStrategy, Costed, HoldsRows, ShardedParams,
                                              "layer-1 weight slices see gradients 3 steps "
                                              "stale, stashed per batch."})
 
+    def __init__(self, config, name: str = ""):
+        super().__init__(config, name)
+        # only P3's pipeline (layer 1 launched two steps ahead) needs the steps in turn;
+        # without it a loader may draw the next steps while the model computes
+        self.capabilities = dataclasses.replace(type(self).capabilities,
+                                                steps_in_turn=bool(config.pipeline))
+
     def holdings(self, job: JobSize) -> Holdings:
         """Its feature-column slice of every node; its slice of every rank's step input rows
         (W steps at 1/W of the columns: one step's rows), the partial layer-1 rows of its own
@@ -251,9 +258,9 @@ class P3Strategy(MiniBatchStrategy, Costed, HoldsRows, ShardedParams,
         return ColumnSlice(ids, rows_at(self.feat, ids), self.pdir.feat_dim,
                            whole_rows(self.store, "feat"))
 
-    def loader_epoch(self, plan, spec, epoch: int) -> Iterator[Step]:
+    def loader_epoch(self, plan, spec, epoch: int, sampler=None) -> Iterator[Step]:
         if not self.config.pipeline:
-            yield from super().loader_epoch(plan, spec, epoch)
+            yield from super().loader_epoch(plan, spec, epoch, sampler)
             return
         window: collections.deque[Step] = collections.deque()
         last = None

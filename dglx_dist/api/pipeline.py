@@ -1,0 +1,159 @@
+"""A loader's worker thread: the next steps drawn and their rows pulled while the model
+computes (DGL's ``use_prefetch_thread``, ``prefetch_factor`` steps deep).
+
+The worker draws each step with the strategy's sampler on communicators of its own
+(:class:`Lane`: twins of the session's groups, :meth:`~dglx_dist.runtime.session.Session.twin`)
+and starts the pull of its rows through the store on its own communicators
+(:meth:`~dglx_dist.kvstore.KVStore.on`), so its exchanges never interleave with those of the
+calling thread (DDP's all-reduce, the loop's own reads and writes, the step's hand-over). The
+caller takes the steps in order; their hand-over (``UnderWay.finish``: the rows waited for and
+put on the blocks, the pull of the rows the loop reads itself) stays on the calling thread.
+What a step needs travels with it (its blocks carry its state; the pulls are the step's own).
+
+How far the worker runs is counted in steps the caller took, never in time: it may start
+step ``i`` once the caller took step ``i - depth``, so at a break every rank's worker has
+drawn the same steps and finishes them (no rank waits on a peer that stopped sooner). A
+failure while drawing reaches the caller at the step it belongs to, as the same exception.
+"""
+from __future__ import annotations
+
+import contextvars
+import logging
+import queue
+import threading
+from typing import Callable, Iterator
+
+from dglx_dist.errors import StateError
+from dglx_dist.runtime.comm import Comm
+from dglx_dist.runtime.peer import PeerError
+from dglx_dist.strategies.steps import UnderWay
+
+__all__ = ["Lane", "Worker"]
+
+log = logging.getLogger(__name__)
+
+_END = object()
+
+
+class Lane:
+    """A graph's communicators for its loaders' worker threads: one twin of each of the
+    session's communicators a worker exchanges on, made collectively on first use (every rank
+    builds its loaders in the same order) and kept. One worker uses them at a time
+    (:meth:`take`; a loader that finds them taken draws in turn).
+
+    Args:
+        session: the graph's session.
+    """
+
+    def __init__(self, session):
+        self.session = session
+        self._twins: dict[str, Comm] = {}
+        self.busy = False
+
+    def twin(self, comm: Comm) -> Comm:
+        """``comm``'s twin (collective the first time)."""
+        if comm.name not in self._twins:
+            self._twins[comm.name] = self.session.twin(comm, f"loader-{comm.name}")
+        return self._twins[comm.name]
+
+    def take(self) -> bool:
+        """Takes the lane for a worker; False when another worker has it (the calling
+        thread decides, at the same point on every rank)."""
+        if self.busy:
+            return False
+        self.busy = True
+        return True
+
+    def give_back(self) -> None:
+        self.busy = False
+
+
+class Worker:
+    """A thread that runs ``produce`` (each item a step under way) ``depth`` steps ahead of
+    the caller (see the module docstring).
+
+    Args:
+        produce: the epoch's steps, drawn and their pulls started (runs on the thread).
+        depth: steps the worker may be ahead of the caller (>= 1).
+        rank: this rank (the thread's name).
+        timeout: seconds the caller waits for a step beyond the worker's own timeouts.
+    """
+
+    def __init__(self, produce: Iterator[UnderWay], depth: int, rank: int, timeout: float):
+        self._produce, self._rank, self._timeout = produce, rank, timeout
+        self._permits = threading.Semaphore(depth)
+        self._stop = threading.Event()
+        self._out: queue.SimpleQueue = queue.SimpleQueue()
+        context = contextvars.copy_context()  # the session and graph are current there too
+        self._thread = threading.Thread(target=context.run, args=(self._run,), daemon=True,
+                                        name=f"dglx-loader-rank{rank}")
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while self._permit():
+                under = next(self._produce, _END)
+                self._out.put(under)
+                if under is _END:
+                    return
+        except BaseException as exc:  # noqa: BLE001  (the caller re-raises it at its step)
+            self._out.put(exc)
+            return
+        self._out.put(_END)  # stopped
+
+    def _permit(self) -> bool:
+        """Waits until the caller has taken enough steps; False once it stopped and no step
+        it allowed is left to draw."""
+        while not self._permits.acquire(timeout=0.05):
+            if self._stop.is_set():
+                return False
+        return True
+
+    def __iter__(self) -> Iterator[UnderWay]:
+        """The steps in order (each taken allows the worker one more)."""
+        while True:
+            item = self._get()
+            if item is _END:
+                self._thread.join(timeout=1.0)
+                return
+            if isinstance(item, BaseException):
+                raise item
+            self._permits.release()
+            yield item
+
+    def _get(self) -> object:
+        """The worker's next item (a step, an error, or the end); the end once the thread is
+        gone without one (it put its error already, or was never allowed more)."""
+        waited = 0.0
+        while True:
+            try:
+                return self._out.get(timeout=0.5)
+            except queue.Empty:
+                waited += 0.5
+            if not self._thread.is_alive() and self._out.empty():
+                return _END
+            if waited > self._timeout:
+                raise StateError(f"rank {self._rank}: the loader's worker thread gave no "
+                                 f"step in {waited:.0f}s")
+
+    def close(self, finish: Callable[[UnderWay], None]) -> None:
+        """Stops the worker after the steps it was allowed (every rank's worker draws the
+        same ones) and passes each step drawn but not taken to ``finish`` (which waits for
+        its pulls); a failure met here is logged (the loop's own error, or the session's
+        report of a peer's, is what the job ends with)."""
+        self._stop.set()
+        while True:
+            try:
+                item = self._get()
+                if item is _END:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                finish(item)
+            except PeerError as exc:
+                log.debug("rank %d: a loader's worker at its loop's end: %s", self._rank, exc)
+                break
+            except Exception as exc:  # noqa: BLE001  (the loop is ending already)
+                log.warning("rank %d: a loader's worker at its loop's end: %s", self._rank, exc)
+                break
+        self._thread.join(timeout=1.0)
