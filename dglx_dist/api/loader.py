@@ -11,6 +11,7 @@ rank takes the same number of steps"; docs/architecture.md).
 """
 from __future__ import annotations
 
+import functools
 import operator
 import warnings
 from typing import Iterator
@@ -31,8 +32,8 @@ from dglx_dist.sampling import even_chunk
 from dglx_dist.sampling.options import UNIFORM
 from dglx_dist.strategies.abilities import DrawsOffThread
 from dglx_dist.strategies.base import SetupRequest, implied_layers
-from dglx_dist.strategies.steps import (EdgeStep, LoaderSpec, Step, sampled_epoch,
-                                        sampled_plan)
+from dglx_dist.strategies.steps import (EdgeStep, LoaderSpec, Step, UnderWay,
+                                        sampled_epoch, sampled_plan)
 
 __all__ = ["DataLoader", "DistNodeDataLoader", "DistEdgeDataLoader"]
 
@@ -184,14 +185,13 @@ class DataLoader:
 
     def __iter__(self) -> Iterator[tuple]:
         epoch, self.epoch = self.epoch, self.epoch + 1
-        threaded = self._threaded is not None and self._threaded[0].take()
-        if threaded:
-            drawn = self._drawn(epoch, self._threaded[1])
-        else:
-            drawn = self._drawn(epoch)
         ahead = self.lookahead and not self.strategy.capabilities.steps_in_turn
-        steps = self._pipelined(drawn) if threaded else \
-            self._ahead(drawn) if ahead else self._in_turn(drawn)
+        # the lane is free unless another loader's loop runs around this one (the calling
+        # thread decides, at the same step on every rank): then this one looks ahead here
+        if self._threaded is not None and self._threaded[0].take():
+            steps = self._pipelined(epoch)
+        else:
+            steps = (self._ahead if ahead else self._in_turn)(self._drawn(epoch))
         for step in steps:
             if isinstance(step, EdgeStep):
                 pairs = (step.pair_graph,) if step.neg_pair_graph is None else \
@@ -213,21 +213,34 @@ class DataLoader:
         return sampled_epoch(sampler or self.graph.sampler(), self.graph.session.rank,
                              self.plan, self.spec, epoch)
 
-    def _pipelined(self, steps: Iterator[Step | EdgeStep]) -> Iterator[Step | EdgeStep]:
-        """Each step with its rows, drawn and its pulls started on a worker thread,
-        :attr:`depth` steps ahead (:mod:`dglx_dist.api.pipeline`), handed over here."""
-        lane, _, store = self._threaded
-        session = self.graph.session
-        started = (self.prefetch.start(step, store) for step in steps)
-        worker = Worker(started, self.depth, session.rank, session.env.timeout + 30)
-        done = False
+    def _pipelined(self, epoch: int) -> Iterator[Step | EdgeStep]:
+        """Each step of ``epoch`` with its rows, drawn and its pulls started on a worker
+        thread, :attr:`depth` steps ahead (:mod:`dglx_dist.api.pipeline`), handed over here;
+        the lane given back at the end."""
+        lane, sampler, store = self._threaded
+        session, done = self.graph.session, False
+        try:
+            started = (self.prefetch.start(step, store)
+                       for step in self._drawn(epoch, sampler))
+            worker = Worker(started, self.depth, session.rank, session.env.timeout + 30)
+        except BaseException:
+            lane.give_back()
+            raise
+        # an iterator a script still holds at exit: the worker finishes the steps it was
+        # allowed before the groups go (every rank's worker draws the same ones)
+        closer = functools.partial(worker.close, _drain)
+        session.add_closer(closer)
         try:
             for under in worker:
                 yield under.finish()
             done = True
-        finally:  # a break on every rank, or an error on this one (not at exit: the
-            if not done and session.is_open:  # session went first): every rank's worker
-                worker.close(lambda under: under.drain())  # draws the steps it was allowed
+        finally:
+            # a loop left early (a break on every rank, or an error on this one; not at
+            # exit, where the session went first): every rank's worker draws the steps it
+            # was allowed and their pulls are waited for, so no peer waits on this rank
+            session.remove_closer(closer)
+            if not done and session.is_open:
+                worker.close(_drain)
                 self.graph.step_rows.leave_loop(None)
             lane.give_back()
 
@@ -252,6 +265,10 @@ class DataLoader:
                 if self.graph.session.is_open:  # at exit: the session went first
                     self.graph.step_rows.leave_loop(under)
                 raise
+
+
+def _drain(under: UnderWay) -> None:
+    under.drain()
 
 
 def _lane(graph: DistGraph) -> Lane:

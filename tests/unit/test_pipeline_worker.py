@@ -1,0 +1,60 @@
+"""The loader's worker thread (dglx_dist.api.pipeline.Worker) without processes: how far it
+runs is counted in steps taken, never in time; its error reaches the caller at its step;
+closing it draws exactly the steps it was allowed and finishes each one not taken."""
+import threading
+import time
+
+import pytest
+
+from dglx_dist.api.pipeline import Lane, Worker
+
+
+def _counting(n, drawn, fail_at=None):
+    for i in range(n):
+        if i == fail_at:
+            raise ValueError(f"step {i} failed")
+        drawn.append(i)
+        yield i
+
+
+def _settle():
+    time.sleep(0.2)  # the worker runs as far as it may
+
+
+def test_the_worker_runs_depth_steps_ahead_of_the_caller():
+    drawn = []
+    worker = Worker(_counting(10, drawn), depth=2, rank=0, timeout=10)
+    _settle()
+    assert drawn == [0, 1]
+    steps = iter(worker)
+    assert next(steps) == 0
+    _settle()
+    assert drawn == [0, 1, 2]
+    assert list(steps) == list(range(1, 10))
+    assert drawn == list(range(10))
+
+
+def test_an_error_while_drawing_reaches_the_caller_at_its_step():
+    taken = []
+    worker = Worker(_counting(10, [], fail_at=3), depth=2, rank=0, timeout=10)
+    with pytest.raises(ValueError, match="step 3 failed"):
+        for i in worker:
+            taken.append(i)
+    assert taken == [0, 1, 2]
+
+
+def test_closing_draws_the_steps_allowed_and_finishes_those_not_taken():
+    drawn, finished = [], []
+    worker = Worker(_counting(10, drawn), depth=3, rank=0, timeout=10)
+    steps = iter(worker)
+    assert [next(steps), next(steps)] == [0, 1]  # allowed: 3 + 2 taken
+    worker.close(finished.append)
+    assert drawn == [0, 1, 2, 3, 4] and finished == [2, 3, 4]
+    assert not any(t.name.startswith("dglx-loader") for t in threading.enumerate())
+
+
+def test_a_lane_is_taken_by_one_worker_at_a_time():
+    lane = Lane(session=None)
+    assert lane.take() and not lane.take()
+    lane.give_back()
+    assert lane.take()
