@@ -139,6 +139,9 @@ def _traffic(session, pdir_path, cache_mb=0.0):
     trainer = Trainer(_model("sage", pdir.feat_dim, pdir.num_classes), pdir, "p3",
                       session=session, progress=False, fanouts=(-1, -1), batch_size=10,
                       cache_mb=cache_mb)
+    # the steps in turn: a pipelined loader draws the next steps (and counts their bytes)
+    # while this one is measured
+    trainer.loader.lookahead, trainer.loader._threaded = False, None
     counter = session.counter
     s0 = counter.snapshot()
     batch = next(iter(trainer.batches(0)))
