@@ -105,7 +105,9 @@ class DataLoader:
         spec = self.spec = LoaderSpec(batch_size=int(batch_size), shuffle=bool(shuffle),
                                       drop_last=bool(drop_last), seed=seed,
                                       whole_degrees=bool(whole_degrees), **fields)
-        pairs, call = spec.pairs, _signature(spec, graph_sampler)
+        # (how deep it draws is part of the call: a worker's groups are made collectively)
+        lookahead = use_prefetch_thread is not False or bool(num_workers)
+        pairs, call = spec.pairs, _signature(spec, graph_sampler, lookahead, depth)
         same_call(session, call)
         ids, every = self._own_ids(indices, use_ddp, edges=pairs is not None)
         depth = len(spec.fanouts) or implied_layers(graph.strategy) or 2
@@ -130,7 +132,7 @@ class DataLoader:
             ids, part_ids = run, graph.part_ids(run)
         self.plan = plan if self._own else sampled_plan(session.world, part_ids, self.spec)
         self.indices, self.epoch = ids, 0
-        self.lookahead = use_prefetch_thread is not False or bool(num_workers)
+        self.lookahead = lookahead
         self.device = self.strategy.compute_device(session)
         self.prefetch = Prefetch(graph, graph_sampler, self.device)
         self.depth, self._threaded = depth, None
@@ -313,14 +315,16 @@ def _depth(num_workers, prefetch_factor) -> int:
     return 2 if prefetch_factor is None else operator.index(prefetch_factor)
 
 
-def _signature(spec: LoaderSpec, sampler) -> str:
+def _signature(spec: LoaderSpec, sampler, lookahead: bool = True, depth: int = 2) -> str:
     """The loader's call as ranks compare it and errors name it."""
     drawn = f"fanouts={list(spec.fanouts)}" if spec.draw is None else \
         f"sampler={type(sampler).__name__}"
     drawn += f", {spec.sampling}" if spec.sampling != UNIFORM else ""
     return (f"DataLoader({'edge' if spec.pairs else 'node'} ids, {drawn}, "
             f"batch_size={spec.batch_size}, shuffle={spec.shuffle}"
-            f"{', whole_degrees=True' if spec.whole_degrees else ''})")
+            f"{', whole_degrees=True' if spec.whole_degrees else ''}"
+            f"{', use_prefetch_thread=False' if not lookahead else ''}"
+            f"{f', prefetch_factor={depth}' if lookahead and depth != 2 else ''})")
 
 
 def _checked(graph: DistGraph, sampler, batch_size, whole_degrees: bool = False) -> dict:

@@ -123,8 +123,9 @@ class Prefetch:
             return Wanted(*where, view.start_rows(block.srcdata[NID], unique=True, store=store),
                           None)
         stamp = self.graph.step_rows.stamp(view.name)
-        if store is not None and stamp[0]:  # a worker thread's pull is not ordered after
-            stamp = None  # this rank's pushes on their owners: its rows answer no read
+        if store is not None and stamp[0]:  # a worker thread's pull is not ordered after a
+            stamp = None  # push still landing on an owner: once a name was pushed, its rows
+            # stay on the blocks but answer no read of the loop (which pulls again)
         return Wanted(*where, view.start_rows(rows, unique=True, store=store), stamp)
 
     def _copy(self, value) -> Callable[[], object]:
