@@ -239,11 +239,15 @@ class DataLoader:
         finally:
             # a loop left early (a break on every rank, or an error on this one; not at
             # exit, where the session went first): every rank's worker draws the steps it
-            # was allowed and their pulls are waited for, so no peer waits on this rank
+            # was allowed and their pulls are waited for, so no peer waits on this rank.
+            # After a peer's failure nothing is waited for: its steps never come, and the
+            # launcher's signal must not find this rank still waiting in a generator's close
             session.remove_closer(closer)
-            if not done and session.is_open:
+            if not done and session.is_open and session.failure is None:
                 worker.close(_drain)
                 self.graph.step_rows.leave_loop(None)
+            elif not done:
+                worker.stop()
             lane.give_back()
 
     def _in_turn(self, steps: Iterator[Step | EdgeStep]) -> Iterator[Step | EdgeStep]:

@@ -136,12 +136,17 @@ class Worker:
                 raise StateError(f"rank {self._rank}: the loader's worker thread gave no "
                                  f"step in {waited:.0f}s")
 
+    def stop(self) -> None:
+        """Stops the worker after the step it is drawing, waiting for nothing (a peer
+        failed: the daemon thread's collectives end with the session's groups)."""
+        self._stop.set()
+
     def close(self, finish: Callable[[UnderWay], None]) -> None:
         """Stops the worker after the steps it was allowed (every rank's worker draws the
         same ones) and passes each step drawn but not taken to ``finish`` (which waits for
         its pulls); a failure met here is logged (the loop's own error, or the session's
         report of a peer's, is what the job ends with)."""
-        self._stop.set()
+        self.stop()
         while True:
             try:
                 item = self._get()
