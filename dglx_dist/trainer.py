@@ -180,7 +180,8 @@ class Trainer:
     def _batches(self, loader: DataLoader, epoch: int, desc: str,
                  timer: PhaseTimer | None = None) -> Iterator[Batch]:
         """The loader's steps with their rows; ``timer`` laps ``sample`` when the loader hands
-        a step over and ``pull`` once its rows are read."""
+        a step over and ``pull`` once its rows are read, and is given the loader's times at
+        the end (:meth:`~dglx_dist.api.metrics.PhaseTimer.loader_epoch`)."""
         timer = timer or PhaseTimer()
         loader.set_epoch(epoch)
         steps = iter(loader)
@@ -197,6 +198,7 @@ class Trainer:
             batch = Batch(blocks, x, y.to(self.device), seeds)
             timer.lap("pull")
             yield batch
+        timer.loader_epoch(loader.times.draw, loader.times.rows)
 
     def batches(self, epoch: int | None = None,
                 timer: PhaseTimer | None = None) -> Iterator[Batch]:

@@ -11,8 +11,10 @@ rank takes the same number of steps"; docs/architecture.md).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import operator
+import time
 import warnings
 from typing import Iterator
 
@@ -35,10 +37,26 @@ from dglx_dist.strategies.base import SetupRequest, implied_layers
 from dglx_dist.strategies.steps import (EdgeStep, LoaderSpec, Step, UnderWay,
                                         sampled_epoch, sampled_plan)
 
-__all__ = ["DataLoader", "DistNodeDataLoader", "DistEdgeDataLoader"]
+__all__ = ["DataLoader", "DistNodeDataLoader", "DistEdgeDataLoader", "LoaderTimes"]
 
 _IGNORED = ("device", "use_uva", "use_alternate_streams", "pin_prefetcher",
             "gpu_cache", "persistent_workers", "pin_memory")
+
+
+@dataclasses.dataclass
+class LoaderTimes:
+    """Seconds a loader's epoch spent, by what (:attr:`DataLoader.times`, the last
+    iteration's; ``dglx bench``'s phases read them through the Trainer).
+
+    Attributes:
+        draw: the draws of its steps, the sampler's exchanges included, on whichever thread
+            drew them (a worker thread's overlap the loop).
+        rows: the hand-overs' wait for the steps' rows (and their copies to the device), on
+            the calling thread: part of the wait for each step the loop sees.
+    """
+
+    draw: float = 0.0
+    rows: float = 0.0
 
 
 class DataLoader:
@@ -110,8 +128,8 @@ class DataLoader:
         pairs, call = spec.pairs, _signature(spec, graph_sampler, lookahead, depth)
         same_call(session, call)
         ids, every = self._own_ids(indices, use_ddp, edges=pairs is not None)
-        depth = len(spec.fanouts) or implied_layers(graph.strategy) or 2
-        self.strategy = graph.setup(SetupRequest(depth, by=call))
+        layers = len(spec.fanouts) or implied_layers(graph.strategy) or 2
+        self.strategy = graph.setup(SetupRequest(layers, by=call))
         # ids the same on every rank, unshuffled, into sampled blocks: DGL's use_ddp split, a
         # contiguous run of them per rank, in their order, batches in that order (a
         # layer-wise inference over arange(N) writes y[output_nodes[0]:output_nodes[-1] + 1])
@@ -136,6 +154,7 @@ class DataLoader:
         self.device = self.strategy.compute_device(session)
         self.prefetch = Prefetch(graph, graph_sampler, self.device)
         self.depth, self._threaded = depth, None
+        self.times = LoaderTimes()
         if self.lookahead and not self.strategy.capabilities.steps_in_turn:
             self._threaded = self._thread_parts()  # collective: the lane's groups
 
@@ -187,6 +206,7 @@ class DataLoader:
 
     def __iter__(self) -> Iterator[tuple]:
         epoch, self.epoch = self.epoch, self.epoch + 1
+        self.times = LoaderTimes()
         ahead = self.lookahead and not self.strategy.capabilities.steps_in_turn
         # the lane is free unless another loader's loop runs around this one (the calling
         # thread decides, at the same step on every rank): then this one looks ahead here
@@ -208,12 +228,29 @@ class DataLoader:
         self.graph.barrier()
 
     def _drawn(self, epoch: int, sampler=None) -> Iterator[Step | EdgeStep]:
-        """The epoch's steps, drawn by ``sampler`` (a worker thread's) or the strategy's."""
+        """The epoch's steps, drawn by ``sampler`` (a worker thread's) or the strategy's,
+        each draw timed (``times.draw``)."""
         if self._own:
-            return self.strategy.loader_epoch(self.plan, self.spec, epoch) if sampler is None \
+            steps = self.strategy.loader_epoch(self.plan, self.spec, epoch) if sampler is None \
                 else self.strategy.loader_epoch(self.plan, self.spec, epoch, sampler=sampler)
-        return sampled_epoch(sampler or self.graph.sampler(), self.graph.session.rank,
-                             self.plan, self.spec, epoch)
+        else:
+            steps = sampled_epoch(sampler or self.graph.sampler(), self.graph.session.rank,
+                                  self.plan, self.spec, epoch)
+        times = self.times
+        while True:
+            t0 = time.perf_counter()
+            step = next(steps, None)
+            times.draw += time.perf_counter() - t0
+            if step is None:
+                return
+            yield step
+
+    def _handed(self, under: UnderWay) -> Step | EdgeStep:
+        """``under`` handed over (its rows waited for: ``times.rows``)."""
+        t0 = time.perf_counter()
+        step = under.finish()
+        self.times.rows += time.perf_counter() - t0
+        return step
 
     def _pipelined(self, epoch: int) -> Iterator[Step | EdgeStep]:
         """Each step of ``epoch`` with its rows, drawn and its pulls started on a worker
@@ -234,7 +271,7 @@ class DataLoader:
         session.add_closer(closer)
         try:
             for under in worker:
-                yield under.finish()
+                yield self._handed(under)
             done = True
         finally:
             # a loop left early (a break on every rank, or an error on this one; not at
@@ -253,7 +290,7 @@ class DataLoader:
     def _in_turn(self, steps: Iterator[Step | EdgeStep]) -> Iterator[Step | EdgeStep]:
         """Each step with its rows, sampled and pulled when the previous one is done."""
         for step in steps:
-            yield self.prefetch.start(step).finish()
+            yield self._handed(self.prefetch.start(step))
 
     def _ahead(self, steps: Iterator[Step | EdgeStep]) -> Iterator[Step | EdgeStep]:
         """Each step with its rows; before a step is handed over, the next one is sampled and
@@ -263,7 +300,7 @@ class DataLoader:
         start = lambda step: None if step is None else self.prefetch.start(step)  # noqa: E731
         under = start(next(steps, None))
         while under is not None:
-            ready = under.finish()  # starts the pull of the rows the loop reads itself,
+            ready = self._handed(under)  # starts the pull of the rows the loop reads itself,
             under = start(next(steps, None))  # which travel while the step after is sampled
             try:
                 yield ready

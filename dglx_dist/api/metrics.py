@@ -17,10 +17,14 @@ __all__ = ["all_reduce", "accuracy", "ranking_metrics", "ranking_from_scores",
 
 _BYTES = ("sent_intra", "sent_inter", "recv_intra", "recv_inter")
 _CACHE = ("cache_hits", "cache_misses", "cache_saved")
-STEP_PHASES = ("sample", "pull", "forward", "backward+allreduce", "optimizer", "other")
+STEP_PHASES = ("sample", "pull", "forward", "backward+allreduce", "optimizer", "other",
+               "sample work")
 """The phases of a training step a record's ``phases_max`` gives (:class:`PhaseTimer`'s
-laps): the loader's next batch, the rows' read, forward with the loss, backward (with the
-gradients' all-reduce), the optimizers, and the rest of the epoch."""
+laps): the step's wait for the loader's next batch, its wait for the batch's rows (handed
+over, and read), forward with the loss, backward (with the gradients' all-reduce), the
+optimizers, and the rest of the epoch; these add up to the epoch. ``sample work`` is not a
+lap: the seconds the loader's draws took, on whichever thread drew them (the sampler's
+exchanges included), which a worker thread overlaps with the laps."""
 
 
 def all_reduce(value, op: str = "sum", session: Session | None = None) -> torch.Tensor:
@@ -178,6 +182,7 @@ class PhaseTimer:
 
     def __init__(self) -> None:
         self.t: dict[str, float] = {}
+        self.work: dict[str, float] = {}  # overlapped with the laps: not in the epoch's sum
         self._last = time.perf_counter()
 
     def lap(self, name: str) -> None:
@@ -190,15 +195,24 @@ class PhaseTimer:
         """Counts the time since the last lap as no phase's (it ends up in ``other``)."""
         self._last = time.perf_counter()
 
+    def loader_epoch(self, draw: float, rows: float) -> None:
+        """A loader's epoch (:class:`~dglx_dist.api.loader.LoaderTimes`): of the waits
+        lapped as ``sample``, ``rows`` seconds were the hand-overs' wait for the steps' rows
+        (they become ``pull``'s), and its draws took ``draw`` seconds (``sample work``)."""
+        moved = min(rows, self.t.get("sample", 0.0))
+        self.t["sample"] = self.t.get("sample", 0.0) - moved
+        self.t["pull"] = self.t.get("pull", 0.0) + moved
+        self.work["sample work"] = self.work.get("sample work", 0.0) + draw
+
     def finish(self, wall: float) -> dict[str, float]:
         """The phases' seconds of an epoch of ``wall`` seconds, what no phase took as
-        ``other``."""
+        ``other``, and the work overlapped with them (``sample work``)."""
         self.t["other"] = wall - sum(v for k, v in self.t.items() if k != "other")
-        return self.t
+        return self.t | self.work
 
     def max_over_ranks(self, wall: float, session: Session | None = None) -> dict[str, float]:
         """:meth:`finish`, each phase the largest over the ranks (collective)."""
-        self.finish(wall)
-        names = sorted(self.t)
-        maxes = all_reduce([self.t[k] for k in names], op="max", session=session).tolist()
+        finished = self.finish(wall)
+        names = sorted(finished)
+        maxes = all_reduce([finished[k] for k in names], op="max", session=session).tolist()
         return {k: round(v, 4) for k, v in zip(names, maxes)}

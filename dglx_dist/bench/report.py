@@ -133,8 +133,11 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(text) + "\n"
 
 
-PHASES = ("sample", "pull", "forward", "backward+allreduce", "optimizer", "other")
-"""The training step's phases both sides of a typed or link benchmark time (DGL's worker's)."""
+PHASES = ("sample", "sample work", "pull", "forward", "backward+allreduce", "optimizer",
+          "other")
+"""The training step's phases both sides of a typed or link benchmark time (DGL's worker's);
+``sample work`` is the package's only (its draws' seconds, which a worker thread overlaps
+with the step: :data:`~dglx_dist.api.metrics.STEP_PHASES`)."""
 
 
 def phases_table(rows: list[dict[str, Any]]) -> str:
@@ -147,7 +150,9 @@ def phases_table(rows: list[dict[str, Any]]) -> str:
     cells = [{"run": r.get("run", ""), "system": r["system"]} | {
         p: r["phases"].get(p, "") for p in PHASES} for r in timed]
     return ("Where an epoch's time goes (seconds in each phase of the step; mean without the "
-            "first epoch, the largest over ranks):\n\n" + markdown_table(cells, columns))
+            "first epoch, the largest over ranks; `sample` and `pull` are what the step "
+            "waited for, `sample work` what the package's draws took, on a worker thread "
+            "beside the step where the loader pipelines):\n\n" + markdown_table(cells, columns))
 
 
 def _columns(targets: Targets) -> tuple[str, ...]:

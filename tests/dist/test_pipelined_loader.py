@@ -4,6 +4,7 @@ order, and the same trained parameters as the loop in turn (``use_prefetch_threa
 under distdgl and p3 on 2 ranks of 2 virtual servers (sampling and pulls cross ranks); a
 loop left early leaves no worker behind; a failure while drawing reaches the caller at its
 step."""
+import dataclasses
 import threading
 import time
 
@@ -37,9 +38,12 @@ def _train(g, loader, classes) -> dict:
         lambda: SAGE(g.ndata["feat"].shape[1], 8, classes, 2, dropout=0.5)), g)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     torch.manual_seed(1)
-    steps, workers = [], set()
+    steps, workers, times = [], set(), []
     for _ in range(2):
+        drawn = _drawn_counts(loader)
         for input_nodes, output_nodes, blocks in loader:
+            drawn["taken"] += 1
+            drawn["ahead"] = max(drawn["ahead"], drawn["drawn"] - drawn["taken"])
             workers.update(t.name for t in threading.enumerate()
                            if t.name.startswith("dglx-loader"))
             steps.append([_ids(input_nodes), _ids(output_nodes)] +
@@ -49,8 +53,23 @@ def _train(g, loader, classes) -> dict:
             opt.zero_grad()
             loss.backward()
             opt.step()
+        loader.prefetch.start = drawn.pop("start")
+        times.append({**dataclasses.asdict(loader.times), **drawn})
     params = [p.detach().reshape(-1).tolist() for p in model.module.parameters()]
-    return {"steps": steps, "params": params, "workers": sorted(workers)}
+    return {"steps": steps, "params": params, "workers": sorted(workers), "times": times,
+            "depth": loader.depth}
+
+
+def _drawn_counts(loader) -> dict:
+    """Counts the steps drawn (their pulls started) against those the loop has taken."""
+    counts = {"drawn": 0, "taken": 0, "ahead": 0, "start": loader.prefetch.start}
+
+    def start(step, store=None):
+        counts["drawn"] += 1
+        return counts["start"](step, store)
+
+    loader.prefetch.start = start
+    return counts
 
 
 def _compare(session, cache):
@@ -96,12 +115,20 @@ def test_pipelined_batches_and_parameters_are_the_loop_in_turns(compared, name):
         turn = runs["in turn"]
         assert not turn["threaded"] and turn["workers"] == []
         assert len(turn["steps"]) > 4
-        for mode in ("pipelined", "3 deep"):
+        for mode, depth in (("pipelined", 2), ("3 deep", 3)):
             got = runs[mode]
             assert got["threaded"] and got["workers"] == [f"dglx-loader-rank{r}"], got["workers"]
+            # the worker is never more than prefetch_factor steps ahead of the loop, and each
+            # epoch's draws and hand-overs were timed (dglx bench's "sample work" and the
+            # step's wait for its rows)
+            assert got["depth"] == depth
+            for t in got["times"]:
+                assert t["ahead"] <= depth and t["drawn"] == t["taken"], t
+                assert t["draw"] > 0 and t["rows"] > 0, t
             assert got["steps"] == turn["steps"], (r, mode)
             for a, b in zip(got["params"], turn["params"]):
                 np.testing.assert_array_equal(np.array(a), np.array(b))
+        assert all(t["ahead"] == 0 and t["draw"] > 0 for t in turn["times"]), turn["times"]
         after = runs["after break"]
         assert after["left"] == [] and after["steps"] == after["len"], after
 

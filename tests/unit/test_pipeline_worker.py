@@ -58,3 +58,23 @@ def test_a_lane_is_taken_by_one_worker_at_a_time():
     assert lane.take() and not lane.take()
     lane.give_back()
     assert lane.take()
+
+
+def test_a_loaders_times_move_the_rows_wait_to_pull_and_keep_work_out_of_the_sum():
+    """dglx bench's phases: the hand-overs' wait for rows, lapped as the step's wait for
+    its batch, is counted as ``pull``; the draws' seconds are ``sample work``, beside the
+    laps (a worker thread overlaps them), so the laps still add up to the epoch."""
+    from dglx_dist.api.metrics import STEP_PHASES, PhaseTimer
+    timer = PhaseTimer()
+    timer.t.update({"sample": 0.5, "pull": 0.1, "forward": 1.0})
+    timer.loader_epoch(draw=2.0, rows=0.2)
+    phases = timer.finish(wall=3.0)
+    assert phases["sample"] == pytest.approx(0.3) and phases["pull"] == pytest.approx(0.3)
+    assert phases["sample work"] == 2.0 and phases["other"] == pytest.approx(1.4)
+    assert set(phases) <= set(STEP_PHASES)
+    # a wait for rows larger than what was lapped as sample (another loop's times) moves
+    # only what there is
+    timer = PhaseTimer()
+    timer.t["sample"] = 0.1
+    timer.loader_epoch(draw=0.0, rows=0.5)
+    assert timer.t["sample"] == 0.0 and timer.t["pull"] == pytest.approx(0.1)
