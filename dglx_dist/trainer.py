@@ -84,8 +84,8 @@ class Batch:
 
 
 def _loader(graph: DistGraph, seeds, split: str, spec: LoaderSpec) -> DataLoader:
-    """The loader of ``split``'s nodes. Training looks one batch ahead (its rows travel while
-    the previous batch computes); evaluation, whose full neighbourhoods can reach most of
+    """The loader of ``split``'s nodes. Training looks ahead (its rows travel while the
+    previous batch computes; on a GPU a worker thread draws, as DGL's default); evaluation, whose full neighbourhoods can reach most of
     the graph in one batch, pulls one batch at a time, so its peak memory is one batch's, and
     its full layers normalise by the whole graph's degrees where the strategy says so
     (``LoaderSpec.whole_degrees``): a GCN is scored as it computes on the whole graph."""
@@ -95,7 +95,7 @@ def _loader(graph: DistGraph, seeds, split: str, spec: LoaderSpec) -> DataLoader
                               prefetch_node_feats=["feat"] if featured and not held else [])
     return DataLoader(graph, seeds, sampler, batch_size=spec.batch_size,
                       shuffle=spec.shuffle, drop_last=spec.drop_last, seed=spec.seed,
-                      use_prefetch_thread=split == "train",
+                      use_prefetch_thread=None if split == "train" else False,
                       whole_degrees=spec.whole_degrees and not graph.is_typed)
 
 

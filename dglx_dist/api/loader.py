@@ -23,7 +23,7 @@ import torch
 from dglx_dist.api.book import given_node_ids
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.link import EdgePairs, as_edge_prediction_sampler, is_edge_sampler
-from dglx_dist.api.pipeline import Lane, Worker
+from dglx_dist.api.pipeline import FedPairs, Lane, Worker
 from dglx_dist.api.prefetch import Prefetch
 from dglx_dist.api.samplers import (prefetched_names, sampler_fanouts, sampler_options,
                                     user_sampler)
@@ -83,14 +83,17 @@ class DataLoader:
             the same on every rank.
         ddp_seed: the shuffling seed (also ``seed=``).
         use_prefetch_thread: False (and ``num_workers=0``): each step is drawn and its
-            rows pulled when it is asked for, in turn with the loop. By default a worker
-            thread draws the next ``prefetch_factor`` steps and starts the pulls of their
+            rows pulled when it is asked for, in turn with the loop. True (by default where
+            the steps go to a GPU, as in DGL; or ``num_workers`` > 0): a worker thread
+            draws the next ``prefetch_factor`` steps and starts the pulls of their
             rows while the loop computes (its exchanges on communicators of its own:
             :mod:`dglx_dist.api.pipeline`), where the strategy can draw off the calling
-            thread (:class:`~dglx_dist.strategies.abilities.DrawsOffThread`; not yet an edge
-            loader's or a user sampler's steps), else the loader looks one step ahead on the
-            calling thread. The batches are the same either way (docs/porting.md says what
-            a loop that writes rows sees).
+            thread (:class:`~dglx_dist.strategies.abilities.DrawsOffThread`; an edge
+            loader's pairs are made on the calling thread, its blocks on the worker; not yet
+            a user sampler's steps). Otherwise (by default on a CPU) the loader looks one
+            step ahead on the calling thread: the next step drawn and its rows on their way
+            before it hands this one over. The batches are the same every way
+            (docs/porting.md says what a loop that writes rows sees).
         num_workers: DGL's sampler processes; 0, or more for a worker thread (processes are
             not run yet: said once, with a warning).
         prefetch_factor: how many steps the worker thread may draw ahead of the loop
@@ -125,7 +128,8 @@ class DataLoader:
                                       whole_degrees=bool(whole_degrees), **fields)
         # (how deep it draws is part of the call: a worker's groups are made collectively)
         lookahead = use_prefetch_thread is not False or bool(num_workers)
-        pairs, call = spec.pairs, _signature(spec, graph_sampler, lookahead, depth)
+        asked = bool(num_workers) or bool(use_prefetch_thread)  # None: DGL's default, below
+        pairs, call = spec.pairs, _signature(spec, graph_sampler, lookahead, depth, asked)
         same_call(session, call)
         ids, every = self._own_ids(indices, use_ddp, edges=pairs is not None)
         layers = len(spec.fanouts) or implied_layers(graph.strategy) or 2
@@ -155,7 +159,10 @@ class DataLoader:
         self.prefetch = Prefetch(graph, graph_sampler, self.device)
         self.depth, self._threaded = depth, None
         self.times = LoaderTimes()
-        if self.lookahead and not self.strategy.capabilities.steps_in_turn:
+        # DGL's default: the thread where the steps go to a GPU (on a CPU the model's step
+        # and the draws share the cores; the loader looks ahead on the calling thread)
+        threaded = asked or (use_prefetch_thread is None and self.device.type == "cuda")
+        if threaded and self.lookahead and not self.strategy.capabilities.steps_in_turn:
             self._threaded = self._thread_parts()  # collective: the lane's groups
 
     def _thread_parts(self):
@@ -169,7 +176,7 @@ class DataLoader:
             lane = _lane(g)
             sampler = self.strategy.thread_sampler(self.spec, lane.twin)
         else:
-            if self.spec.pairs is not None or self.spec.draw is not None:
+            if self.spec.draw is not None:
                 return None
             lane = _lane(g)
             sampler = g.sampler().on(lane.twin)
@@ -222,20 +229,23 @@ class DataLoader:
             else:
                 yield step.input_nodes, step.output_nodes, step.blocks
         self.graph.step_rows.settle()
+        if self._own:
+            self.strategy.loader_epoch_done(self.spec)
         # every rank takes the same steps: once all have finished the loop body of the last
         # one, what they wrote during the epoch (a layer-wise inference's DistTensor rows) is
         # where every rank reads it
         self.graph.barrier()
 
-    def _drawn(self, epoch: int, sampler=None) -> Iterator[Step | EdgeStep]:
-        """The epoch's steps, drawn by ``sampler`` (a worker thread's) or the strategy's,
-        each draw timed (``times.draw``)."""
+    def _drawn(self, epoch: int, sampler=None, spec=None) -> Iterator[Step | EdgeStep]:
+        """The epoch's steps, drawn by ``sampler`` (a worker thread's, with ``spec``: its
+        pairs fed) or the strategy's, each draw timed (``times.draw``)."""
+        spec = spec or self.spec
         if self._own:
-            steps = self.strategy.loader_epoch(self.plan, self.spec, epoch) if sampler is None \
-                else self.strategy.loader_epoch(self.plan, self.spec, epoch, sampler=sampler)
+            steps = self.strategy.loader_epoch(self.plan, spec, epoch) if sampler is None \
+                else self.strategy.loader_epoch(self.plan, spec, epoch, sampler=sampler)
         else:
             steps = sampled_epoch(sampler or self.graph.sampler(), self.graph.session.rank,
-                                  self.plan, self.spec, epoch)
+                                  self.plan, spec, epoch)
         times = self.times
         while True:
             t0 = time.perf_counter()
@@ -258,10 +268,16 @@ class DataLoader:
         the lane given back at the end."""
         lane, sampler, store = self._threaded
         session, done = self.graph.session, False
+        wait = session.env.timeout + 30
         try:
+            # an edge loader's pairs are made here, as the worker is allowed each step
+            fed = None if self.spec.pairs is None else \
+                FedPairs(self.spec, self.plan, epoch, session.rank, wait)
+            spec = self.spec if fed is None else dataclasses.replace(self.spec, pairs=fed)
             started = (self.prefetch.start(step, store)
-                       for step in self._drawn(epoch, sampler))
-            worker = Worker(started, self.depth, session.rank, session.env.timeout + 30)
+                       for step in self._drawn(epoch, sampler, spec))
+            worker = Worker(started, self.depth, session.rank, wait,
+                            allow=None if fed is None else fed.allow)
         except BaseException:
             lane.give_back()
             raise
@@ -356,7 +372,8 @@ def _depth(num_workers, prefetch_factor) -> int:
     return 2 if prefetch_factor is None else operator.index(prefetch_factor)
 
 
-def _signature(spec: LoaderSpec, sampler, lookahead: bool = True, depth: int = 2) -> str:
+def _signature(spec: LoaderSpec, sampler, lookahead: bool = True, depth: int = 2,
+               threaded: bool = False) -> str:
     """The loader's call as ranks compare it and errors name it."""
     drawn = f"fanouts={list(spec.fanouts)}" if spec.draw is None else \
         f"sampler={type(sampler).__name__}"
@@ -365,6 +382,7 @@ def _signature(spec: LoaderSpec, sampler, lookahead: bool = True, depth: int = 2
             f"batch_size={spec.batch_size}, shuffle={spec.shuffle}"
             f"{', whole_degrees=True' if spec.whole_degrees else ''}"
             f"{', use_prefetch_thread=False' if not lookahead else ''}"
+            f"{', use_prefetch_thread=True' if threaded else ''}"
             f"{f', prefetch_factor={depth}' if lookahead and depth != 2 else ''})")
 
 

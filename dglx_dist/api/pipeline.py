@@ -14,6 +14,11 @@ How far the worker runs is counted in steps the caller took, never in time: it m
 step ``i`` once the caller took step ``i - depth``, so at a break every rank's worker has
 drawn the same steps and finishes them (no rank waits on a peer that stopped sooner). A
 failure while drawing reaches the caller at the step it belongs to, as the same exception.
+
+An edge loader's pairs (DGL's ``find_edges``, the exclusions and the negatives, which a
+negative sampler draws from torch's global generator, the one the model's dropout draws
+from) are made on the calling thread, through its communicators, each as the step it is for
+is allowed (:class:`FedPairs`); the worker draws the step's blocks around them.
 """
 from __future__ import annotations
 
@@ -23,12 +28,15 @@ import queue
 import threading
 from typing import Callable, Iterator
 
+import torch
+
 from dglx_dist.errors import StateError
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.runtime.peer import PeerError
-from dglx_dist.strategies.steps import UnderWay
+from dglx_dist.strategies.steps import (EdgeBatch, LoaderPlan, LoaderSpec, UnderWay,
+                                        epoch_batches, step_seed)
 
-__all__ = ["Lane", "Worker"]
+__all__ = ["FedPairs", "Lane", "Worker"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +76,48 @@ class Lane:
         self.busy = False
 
 
+class FedPairs:
+    """An edge loader's pair maker as a worker thread calls it: each call is the next
+    step's batch, which the calling thread made (:meth:`allow`) before it allowed the worker
+    that step, with the loader's own pair maker, in step order (the same batches as the loop
+    in turn: :func:`~dglx_dist.strategies.steps.sampled_epoch`'s seeds and step seeds).
+
+    Args:
+        spec: the loader's (its ``pairs`` makes the batches).
+        plan: its plan.
+        epoch: the epoch.
+        rank: this rank.
+        timeout: seconds a call waits for a batch (never in practice: the worker draws only
+            steps it was allowed).
+    """
+
+    def __init__(self, spec: LoaderSpec, plan: LoaderPlan, epoch: int, rank: int,
+                 timeout: float):
+        self.excludes = spec.pairs.excludes
+        self._made = ((eids, spec.pairs(eids, step_seed(spec, epoch, rank, step)))
+                      for step, eids in enumerate(epoch_batches(rank, plan, spec, epoch)))
+        self._fed: queue.SimpleQueue = queue.SimpleQueue()
+        self._timeout = timeout
+
+    def allow(self) -> None:
+        """Makes the next step's batch (collective, on the calling thread); none after the
+        last."""
+        made = next(self._made, None)
+        if made is not None:
+            self._fed.put(made)
+
+    def __call__(self, eids: torch.Tensor, seed: int | None = None) -> EdgeBatch:
+        try:
+            made, batch = self._fed.get(timeout=self._timeout)
+        except queue.Empty:
+            raise StateError(f"a loader's worker waited {self._timeout:.0f}s for a step's "
+                             f"pairs") from None
+        if not torch.equal(made, eids):  # the two threads walk the same steps
+            raise StateError("a loader's worker drew a step other than the one its pairs "
+                             "were made for")
+        return batch
+
+
 class Worker:
     """A thread that runs ``produce`` (each item a step under way) ``depth`` steps ahead of
     the caller (see the module docstring).
@@ -77,10 +127,16 @@ class Worker:
         depth: steps the worker may be ahead of the caller (>= 1).
         rank: this rank (the thread's name).
         timeout: seconds the caller waits for a step beyond the worker's own timeouts.
+        allow: called on the calling thread for each step the worker is allowed, before it
+            may draw it (``depth`` times at the start; :meth:`FedPairs.allow`).
     """
 
-    def __init__(self, produce: Iterator[UnderWay], depth: int, rank: int, timeout: float):
+    def __init__(self, produce: Iterator[UnderWay], depth: int, rank: int, timeout: float,
+                 allow: Callable[[], None] | None = None):
         self._produce, self._rank, self._timeout = produce, rank, timeout
+        self._allow = allow or (lambda: None)
+        for _ in range(depth):
+            self._allow()
         self._permits = threading.Semaphore(depth)
         self._stop = threading.Event()
         self._out: queue.SimpleQueue = queue.SimpleQueue()
@@ -118,6 +174,7 @@ class Worker:
                 return
             if isinstance(item, BaseException):
                 raise item
+            self._allow()
             self._permits.release()
             yield item
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import threading
 from pathlib import Path
 
 import psutil
@@ -112,6 +113,8 @@ class RowCache:
         self.counting = True
         self.counts: dict[int, torch.Tensor] = {}  # name index -> pulls per global row
         self.held: dict[int, Held] = {}  # name index -> cached rows
+        # a loader's worker thread pulls (and counts) while the loop's thread does
+        self._counting = threading.Lock()
 
     @property
     def nbytes(self) -> int:
@@ -122,20 +125,25 @@ class RowCache:
         """Forgets name ``index``'s copies (its rows were written)."""
         self.held.pop(index, None)
 
+    def _count(self, entry: TensorEntry, uniq: torch.Tensor,
+               remote: dict[int, list[Piece]]) -> None:
+        counts = self.counts.get(entry.index)
+        if counts is None:
+            counts = self.counts[entry.index] = torch.zeros(entry.policy.num_rows,
+                                                            dtype=torch.int32)
+        for pieces in remote.values():
+            for q in pieces:
+                counts.index_add_(0, uniq.index_select(0, q.pos),
+                                  torch.ones(q.pos.numel(), dtype=torch.int32))
+
     def serve(self, entry: TensorEntry, uniq: torch.Tensor,
               remote: dict[int, list[Piece]]) -> tuple[dict[int, list[Piece]], list[Piece]]:
         """A pull's remote pieces, less the rows held here; and pieces reading the held rows
         (``local`` indexes :attr:`Held.rows`). While counting, counts the remote rows."""
         if self.counting:
             if remote and not entry.policy.splits_columns:
-                counts = self.counts.get(entry.index)
-                if counts is None:
-                    counts = self.counts[entry.index] = torch.zeros(entry.policy.num_rows,
-                                                                    dtype=torch.int32)
-                for pieces in remote.values():
-                    for q in pieces:
-                        counts.index_add_(0, uniq.index_select(0, q.pos),
-                                          torch.ones(q.pos.numel(), dtype=torch.int32))
+                with self._counting:
+                    self._count(entry, uniq, remote)
             return remote, []
         held = self.held.get(entry.index)
         if held is None or not held.ids.numel() or not remote:

@@ -180,6 +180,8 @@ def _row(cost: Cost, s: Situation) -> PlanRow:
     exchange += ph["rounds"]  # the rounds' own CPU time: nothing hides it
     parts = {"sample": ph["sample"] + ph["gather"], "pull": pull, "compute": ph["compute"],
              "exchange": exchange, "overhead": ph["overhead"]}
+    if chosen.pipelined:
+        parts = _pipelined(parts, cluster)
     peak = chosen.peak_per_rank
     fits = None if peak is None or cluster.memory_bytes is None else \
         cluster.ranks_per_server * peak <= cluster.memory_bytes
@@ -188,6 +190,20 @@ def _row(cost: Cost, s: Situation) -> PlanRow:
         if once else 1.0
     return PlanRow(s.strategy, sum(parts.values()), parts, w.steps, w.inter_bytes, peak, fits,
                    chosen.options, once, w.rounds, epochs)
+
+
+def _pipelined(parts: dict[str, float], cluster: Cluster) -> dict[str, float]:
+    """``parts`` of an epoch whose loader runs on a worker thread: the loader's stage (its
+    draws, ``sample``, and the wire time of its pulls, ``pull``) hides behind the model's
+    (compute, exchange, overhead) as far as that lasts, the pull first; the draws hide only
+    where each rank's worker has a core of its own (ranks sharing cores run them in turn
+    with the model). What is left of each is what the step waits for: the epoch is the
+    larger stage where the cores are free."""
+    model = parts["compute"] + parts["exchange"] + parts["overhead"]
+    free = cluster.shared_cores is None or cluster.shared_cores >= 2 * cluster.world
+    hidden = min(model, parts["pull"] + (parts["sample"] if free else 0.0))
+    pull = min(hidden, parts["pull"])
+    return parts | {"pull": parts["pull"] - pull, "sample": parts["sample"] - (hidden - pull)}
 
 
 def _peak(name: str, options: Mapping[str, Any], graph: GraphShape, work: Workload,

@@ -4,7 +4,8 @@ a rank's :class:`~dglx_dist.strategies.cost.shapes.Units`, with a strategy's
 ``benchmarks/costmodel`` fits them from measured runs); a strategy's cost (:func:`cost_of`).
 ``benchmarks/costmodel`` predicts and calibrates with the same phases.
 
-The time of an epoch is the sum of its phases, nothing overlapped::
+The time of an epoch is the sum of its phases, nothing overlapped (the plan then hides what
+a strategy's choice overlaps: p3's pipelined exchange, a loader's worker thread)::
 
     (sample + gather) / sample speedup + 3 x (message passing + dense) / compute speedup
                                                          (all x ranks per core where shared)

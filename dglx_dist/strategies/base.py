@@ -121,6 +121,11 @@ class Strategy(abc.ABC):
     def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int) -> Iterator[Step]:
         """One epoch of a loader's steps; every rank yields the same number (collective)."""
 
+    def loader_epoch_done(self, spec: LoaderSpec) -> None:
+        """Called on the loop's thread once it has taken every step of an epoch of its own
+        loader's (:meth:`loader_epoch`), on every rank at the same point (collectives allowed:
+        a worker thread that drew the steps has finished); by default nothing."""
+
     def step_forward(self, model: torch.nn.Module, blocks, x) -> torch.Tensor:
         """The model's output rows of one step: the step's rows, with the gradient weight of
         this rank's loss applied (see :class:`~dglx_dist.strategies.steps.StepState`)."""

@@ -83,10 +83,10 @@ class MiniBatchStrategy(Strategy, FullGraphForm, Approximate, ShapedByOptions, D
         return sampled_plan(self.session.world, ids, spec)
 
     def thread_sampler(self, spec: LoaderSpec, twin):
-        """Its sampler on the loader's communicators; None for an edge loader (its negatives
-        draw from torch's global generator, which the model's dropout draws from too) and a
-        user's own sampler (seeded through torch's global generator)."""
-        if spec.pairs is not None or spec.draw is not None:
+        """Its sampler on the loader's communicators; None for a user's own sampler (seeded
+        through torch's global generator, which the model's dropout draws from too). An edge
+        loader's pairs are made on the calling thread (``api.pipeline.FedPairs``)."""
+        if spec.draw is not None:
             return None
         return self.sampler.on(twin)
 

@@ -1,9 +1,9 @@
 """The pipelined loader (a worker thread draws the next ``prefetch_factor`` steps and starts
 their pulls, on communicators of its own): for a fixed seed the same batches, in the same
 order, and the same trained parameters as the loop in turn (``use_prefetch_thread=False``),
-under distdgl and p3 on 2 ranks of 2 virtual servers (sampling and pulls cross ranks); a
-loop left early leaves no worker behind; a failure while drawing reaches the caller at its
-step."""
+under distdgl (with and without its cache of remote rows) and p3 on 2 ranks of 2 virtual
+servers (sampling and pulls cross ranks), for node and edge loaders; a loop left early
+leaves no worker behind; a failure while drawing reaches the caller at its step."""
 import dataclasses
 import threading
 import time
@@ -18,13 +18,16 @@ from dglx_dist.data import CoraGraphDataset
 from dglx_dist.graphcore.frames import NID
 from dglx_dist.models import SAGE
 from dglx_dist.runtime.peer import PeerError
+from dglx_dist.tasks.link import link_loss
 from dglx_dist.testing import run_workers
 from dglx_dist.testing.models import seeded_model
 
 pytestmark = pytest.mark.dist
-NAMES = ("distdgl", "p3")
-MODES = {"in turn": {"use_prefetch_thread": False}, "pipelined": {},
-         "3 deep": {"prefetch_factor": 3}}
+NAMES = ("distdgl", "p3", "distdgl cached")
+OPTIONS = {"distdgl cached": {"cache_mb": 0.2}}  # the worker's pulls counted, the cache
+# filled on the loop's thread after the first epoch (0.2 MB: some of the other part's rows)
+MODES = {"in turn": {"use_prefetch_thread": False}, "pipelined": {"use_prefetch_thread": True},
+         "3 deep": {"use_prefetch_thread": True, "prefetch_factor": 3}}
 
 
 def _ids(t) -> list:
@@ -76,7 +79,8 @@ def _compare(session, cache):
     out = {}
     dataset = CoraGraphDataset()
     for name in NAMES:
-        g = dglx_dist.distribute(dataset[0], name, cache_dir=cache, session=session)
+        g = dglx_dist.distribute(dataset[0], name.split()[0], cache_dir=cache,
+                                 session=session, **OPTIONS.get(name, {}))
         ids = dglx_dist.node_split(g.ndata["train_mask"], g)
         sampler = dglx_dist.NeighborSampler([4, 4], prefetch_node_feats=["feat"],
                                             prefetch_labels=["label"])
@@ -85,8 +89,11 @@ def _compare(session, cache):
             for mode, options in MODES.items():
                 loader = dglx_dist.DataLoader(g, ids, sampler, batch_size=16, shuffle=True,
                                               **options)
+                hits = g.session.counter.snapshot().get("cache_hits", 0)
                 runs[mode] = _train(g, loader, dataset.num_classes)
                 runs[mode]["threaded"] = loader._threaded is not None
+                runs[mode]["cache_hits"] = g.session.counter.snapshot().get(
+                    "cache_hits", 0) - hits
             # a loop left after two steps on every rank, then a whole epoch: nothing left
             # running, the lane free again, the epoch's steps all there
             for i, _ in enumerate(loader):
@@ -95,10 +102,60 @@ def _compare(session, cache):
             left = [t.name for t in threading.enumerate() if t.name.startswith("dglx-loader")]
             runs["after break"] = {"left": left, "steps": sum(1 for _ in loader),
                                    "len": len(loader)}
+            # DGL's default: a prefetch thread only where the steps go to a GPU
+            default = dglx_dist.DataLoader(g, ids, sampler, batch_size=16)
+            runs["default"] = {"threaded": default._threaded is not None,
+                               "lookahead": default.lookahead}
             out[name] = runs
         finally:
             g.close()
     return out
+
+
+def _train_edges(g, loader) -> dict:
+    """Two epochs of a link-prediction loop over ``loader`` (dropout on); each step's pair
+    graphs, negatives and blocks, and the parameters."""
+    model = dglx_dist.parallelize(seeded_model(
+        lambda: SAGE(g.ndata["feat"].shape[1], 8, 8, 2, dropout=0.5)), g)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    torch.manual_seed(1)
+    steps = []
+    for _ in range(2):
+        for input_nodes, pair, neg, blocks in loader:
+            ends = [[_ids(t) for t in graph.edges()] + [_ids(graph.ndata[NID])]
+                    for graph in (pair, neg)]
+            steps.append([_ids(input_nodes), ends] +
+                         [[_ids(b.srcdata[NID]), _ids(b.dstdata[NID])] for b in blocks])
+            loss = link_loss(pair, neg, model(blocks, blocks[0].srcdata["feat"]))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    params = [p.detach().reshape(-1).tolist() for p in model.module.parameters()]
+    return {"steps": steps, "params": params, "threaded": loader._threaded is not None}
+
+
+def _compare_edges(session, cache):
+    """An edge loader (reverse edges excluded, the package's uniform negatives) pipelined
+    and in turn, under distdgl."""
+    cora = CoraGraphDataset()[0]
+    src, dst = cora.edges()
+    keep = src < dst  # each undirected edge as u->v (id e) and v->u (id e + E)
+    u, v = src[keep], dst[keep]
+    both = dglx_dist.graph((torch.cat([u, v]), torch.cat([v, u])), num_nodes=cora.num_nodes())
+    both.ndata["feat"] = cora.ndata["feat"]
+    g = dglx_dist.distribute(both, "distdgl", cache_dir=cache, session=session)
+    n, e = g.num_edges(), u.numel()
+    reverse = torch.cat([torch.arange(e) + e, torch.arange(e)])
+    sampler = dglx_dist.as_edge_prediction_sampler(
+        dglx_dist.NeighborSampler([4, 4], prefetch_node_feats=["feat"]), exclude="reverse_id",
+        reverse_eids=reverse, negative_sampler=dglx_dist.negative_sampler.Uniform(2))
+    train = dglx_dist.edge_split(torch.arange(0, n, 7), g)
+    try:
+        return {mode: _train_edges(g, dglx_dist.DataLoader(g, train, sampler, batch_size=32,
+                                                           shuffle=True, **options))
+                for mode, options in MODES.items()}
+    finally:
+        g.close()
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +188,26 @@ def test_pipelined_batches_and_parameters_are_the_loop_in_turns(compared, name):
         assert all(t["ahead"] == 0 and t["draw"] > 0 for t in turn["times"]), turn["times"]
         after = runs["after break"]
         assert after["left"] == [] and after["steps"] == after["len"], after
+        assert runs["default"] == {"threaded": False, "lookahead": True}  # on a CPU
+        if name == "distdgl cached":  # filled after the first epoch in turn, then read
+            assert all(runs[mode]["cache_hits"] > 0 for mode in MODES), runs
+        else:
+            assert not any(runs[mode]["cache_hits"] for mode in MODES)
+
+
+def test_an_edge_loaders_pipelined_steps_and_parameters_are_the_loop_in_turns(tmp_path):
+    """Its pairs are made on the calling thread (the negatives from torch's generator, the
+    model's dropout's too, seeded per step), its blocks on the worker: the same pair graphs,
+    negatives, blocks and trained parameters as in turn."""
+    got = run_workers(_compare_edges, 2, tmp_path, str(tmp_path / "cache"), timeout=300,
+                      env={"DGLX_VIRTUAL_SERVERS": "2"})
+    for runs in got.values():
+        turn = runs["in turn"]
+        assert not turn["threaded"] and len(turn["steps"]) > 4
+        for mode in ("pipelined", "3 deep"):
+            assert runs[mode]["threaded"] and runs[mode]["steps"] == turn["steps"], mode
+            for a, b in zip(runs[mode]["params"], turn["params"]):
+                np.testing.assert_array_equal(np.array(a), np.array(b))
 
 
 def _failing_worker(session, cache):
@@ -139,7 +216,7 @@ def _failing_worker(session, cache):
                              session=session)
     loader = dglx_dist.DataLoader(g, dglx_dist.node_split(g.ndata["train_mask"], g),
                                   dglx_dist.NeighborSampler([4, 4], prefetch_node_feats=["feat"]),
-                                  batch_size=16, shuffle=True)
+                                  batch_size=16, shuffle=True, use_prefetch_thread=True)
     start, calls = loader.prefetch.start, []
 
     def failing(step, store=None):

@@ -79,6 +79,43 @@ def test_p3_pipelines_with_three_steps_or_more():
     assert next(r for r in plan.rows if r.strategy == "p3").options == {"pipeline": True}
 
 
+def test_a_pipelined_loaders_stage_hides_behind_the_models(monkeypatch):
+    """distdgl's loader draws and pulls on a worker thread: with a core for each worker, its
+    epoch is the larger of the loader's stage (sample, pull) and the model's (compute,
+    exchange, overhead); where ranks share the cores, only the pulls' wire time hides. p3
+    with its own pipeline takes its steps in turn, and its parts add up unhidden."""
+    import importlib
+
+    planning = importlib.import_module("dglx_dist.planner.plan")  # (the module, not plan())
+    pipelined = planning._pipelined
+
+    parts = {"sample": 3.0, "pull": 4.0, "compute": 2.0, "exchange": 1.0, "overhead": 1.0}
+    free = pipelined(parts, Cluster(2, 1, 1.0))
+    assert sum(free.values()) == pytest.approx(max(3.0 + 4.0, 2.0 + 1.0 + 1.0))
+    assert free["pull"] == 0.0 and free["sample"] == pytest.approx(3.0)
+    shared = pipelined(parts, Cluster(2, 1, 1.0, shared_cores=2))
+    assert sum(shared.values()) == pytest.approx(3.0 + max(4.0, 4.0))
+    little = pipelined(parts | {"pull": 1.0, "sample": 0.5}, Cluster(2, 1, 1.0))
+    assert sum(little.values()) == pytest.approx(4.0)  # the model's stage: the loader hides
+    rows = {}
+    for hides in (True, False):
+        if not hides:
+            monkeypatch.setattr(planning, "_pipelined", lambda parts, cluster: parts)
+        for shared in (None, 2):
+            cluster = Cluster(2, 1, 1.0, memory_bytes=64 * GIB, shared_cores=shared)
+            rows[hides, shared] = {r.strategy: r for r in make_plan(PRODUCTS, LARGE,
+                                                                    cluster).rows}
+    for shared in (None, 2):
+        cluster = Cluster(2, 1, 1.0, shared_cores=shared)
+        hidden, summed = rows[True, shared], rows[False, shared]
+        want = pipelined(summed["distdgl"].parts, cluster)
+        assert hidden["distdgl"].parts == pytest.approx(want)
+        assert hidden["distdgl"].epoch_s == pytest.approx(sum(want.values()))
+        assert hidden["distdgl"].epoch_s < summed["distdgl"].epoch_s
+        assert hidden["p3"].options == {"pipeline": True}  # in turn: nothing hides
+        assert hidden["p3"].epoch_s == pytest.approx(summed["p3"].epoch_s)
+
+
 def test_rounds_across_servers_cost_their_own_time_which_no_pipeline_hides():
     """A round of messages between servers costs ``round_s`` (x ranks per core where shared)
     beyond the link's latency, in every row that crosses servers (its ``rounds`` shown), and

@@ -63,12 +63,17 @@ class Choice:
         work: the epoch under these options.
         peak_per_rank: memory of a rank under these options (bytes; None: not modelled).
         overlap: the exchange overlaps the compute (its time beyond the compute counts).
+        pipelined: its loader draws the next steps and pulls their rows on a worker thread
+            while the model computes (``dglx_dist.api.pipeline``): the loader's stage hides
+            behind the model's as far as it lasts (its draws only where the worker has a
+            core of its own).
     """
 
     options: dict[str, Any]
     work: Work
     peak_per_rank: float | None
     overlap: bool = False
+    pipelined: bool = False
 
 
 Chooser = Callable[[Situation, Work], Choice]

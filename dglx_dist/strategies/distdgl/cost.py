@@ -97,7 +97,7 @@ def _choose(s: Situation, work: Work) -> Choice:
             pull_inter_bytes=(1 - hits) * work.pull_inter_bytes)
         if "cache_mb" not in s.given:  # a given cache is in the strategy's own estimate
             peak = None if peak is None else peak + cache_mb * 2**20 / g
-    return Choice(options, work, peak)
+    return Choice(options, work, peak, pipelined=True)  # its loader's worker thread
 
 
 COST = Cost(

@@ -94,12 +94,6 @@ class DistDGLStrategy(MiniBatchStrategy, Costed):
         """Whether a loader's seeds are traded: a shuffled node loader's, with mixing on."""
         return bool(self.config.seed_mixing) and spec.shuffle and spec.pairs is None
 
-    def thread_sampler(self, spec: LoaderSpec, twin):
-        """(:class:`~dglx_dist.strategies.abilities.DrawsOffThread`.) None with ``cache_mb``:
-        the cache counts the pulls of both threads and is filled by a collective at the
-        epoch's end."""
-        return None if self.config.cache_mb else super().thread_sampler(spec, twin)
-
     def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int,
                      sampler=None) -> Iterator[Step]:
         if self._mixes(spec):
@@ -107,8 +101,12 @@ class DistDGLStrategy(MiniBatchStrategy, Costed):
                                 spec.seed * 1_000_003 + epoch)
             plan = LoaderPlan(plan.steps, mine)
         yield from super().loader_epoch(plan, spec, epoch, sampler)
-        if self.config.cache_mb:  # every rank has taken the epoch's steps and has their
-            self.store.fill_cache()  # rows: the first whole epoch's counts fill the cache
+
+    def loader_epoch_done(self, spec: LoaderSpec) -> None:
+        """Every rank has taken the epoch's steps and has their rows: the first whole
+        epoch's counts fill the cache (``cache_mb``; collective, on the loop's thread)."""
+        if self.config.cache_mb:
+            self.store.fill_cache()
 
     def close(self) -> None:
         if self._own_store:

@@ -51,7 +51,9 @@ def epoch(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
 def _choose(s: Situation, work: Work) -> Choice:
     typed = bool(s.graph.node_types)  # p3 refuses its pipeline on a typed graph
     on = s.option("pipeline", work.steps >= 3 and s.cluster.world > 1 and not typed)
-    return Choice({"pipeline": True} if on else {}, work, s.peak_per_rank, overlap=bool(on))
+    # its own pipeline takes the steps in turn; without it the loader's worker thread draws
+    return Choice({"pipeline": True} if on else {}, work, s.peak_per_rank, overlap=bool(on),
+                  pipelined=not on)
 
 
 COST = Cost(
