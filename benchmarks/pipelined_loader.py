@@ -1,6 +1,6 @@
-"""The epoch of distdgl's loop in turn (``use_prefetch_thread=False``) against the pipelined
-loader (a worker thread ``prefetch_factor`` steps deep; issue 79, item 1), alternating, on a
-synthetic graph. Under torchrun, from the repository root, 2 ranks as 2 virtual servers::
+"""The epoch of distdgl's loop in turn (``use_prefetch_thread=False``), its look-ahead on
+the calling thread (a CPU job's default) and the pipelined loader (a worker thread
+``prefetch_factor`` steps deep; issue 79, item 1), alternating, on a synthetic graph. Under torchrun, from the repository root, 2 ranks as 2 virtual servers::
 
     DGLX_VIRTUAL_SERVERS=2 OMP_NUM_THREADS=1 torchrun --nproc-per-node 2 \\
         -m benchmarks.pipelined_loader --runs 3
@@ -19,8 +19,10 @@ import time
 
 __all__ = ["main"]
 
-MODES = {"in turn": {"use_prefetch_thread": False}, "pipelined, depth 2": {},
-         "pipelined, depth 4": {"prefetch_factor": 4}}
+MODES = {"in turn": {"use_prefetch_thread": False},
+         "one ahead (the CPU's default)": {},
+         "pipelined, depth 2": {"use_prefetch_thread": True},
+         "pipelined, depth 4": {"use_prefetch_thread": True, "prefetch_factor": 4}}
 
 
 def _epoch(g, loader, model, opt) -> float:
