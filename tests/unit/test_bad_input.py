@@ -4,7 +4,7 @@ more training edges than the graph has, row normalisation of signed features."""
 import pytest
 import torch
 
-from dglx_dist.api.loader import _checked
+from dglx_dist.api.loader_call import checked_call as _checked
 from dglx_dist.api.ndata import fit_rows
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.data.normalize import row_normalized
