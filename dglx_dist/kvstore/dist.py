@@ -17,6 +17,10 @@ push messages and what is collective; details it leaves out:
   (:mod:`~dglx_dist.kvstore.serve`). A serving thread and its rank's main thread never apply
   at the same time (a lock); a collective push and other ranks' non-collective ones to the same
   rows are not ordered, and a pull may read rows while they are written (as in DistDGL).
+
+One module, over 400 lines: the pulls, the pushes, their point-to-point twins, a loader's
+copy on its own groups (:meth:`DistKVStore.on`) and the cache's collective fill all plan
+and send the same messages over the same shards.
 """
 from __future__ import annotations
 
