@@ -162,7 +162,8 @@ def draw_in_edges(edges: InEdges, nodes: torch.Tensor, fanouts: int | Sequence[i
         seg, index = without_replacement(start, count, k, weight, generator)
     if pool is not None:
         pos = pool.index_select(0, index)
-    elif spill is not None:  # a number past the positions is the spill's entry
+    elif spill is not None and spill.numel():  # a number past the positions is the
+        # spill's entry (an empty spill: every touched group lost all its candidates)
         past = index - edges.src.numel()
         pos = torch.where(past < 0, index, spill.index_select(0, past.clamp(min=0)))
     else:

@@ -74,6 +74,28 @@ def test_excluded_and_masked_edges_are_never_drawn():
 
 
 @pytest.mark.parametrize("replace", [False, True])
+def test_a_node_whose_every_in_edge_is_excluded_draws_none(replace):
+    """The only group an exclusion touches loses all its candidates: it draws nothing, the
+    others draw as without the exclusion (this raised an IndexError on the empty layout of
+    the touched groups' candidates, under link prediction's exclude="reverse_id" with
+    reverse ids that were not the graph's)."""
+    src = torch.tensor([1, 2, 0, 0, 3, 1])
+    dst = torch.tensor([0, 0, 1, 2, 2, 3])
+    edges = InEdges.of(src, dst, 4)
+    nodes = torch.tensor([0, 1, 2, 3])
+    for seed in range(5):
+        gen = lambda: torch.Generator().manual_seed(seed)  # noqa: E731
+        row, pos = draw_in_edges(edges, nodes, 4, replace, exclude=torch.tensor([0, 1]),
+                                 generator=gen())
+        plain_row, plain_pos = draw_in_edges(edges, nodes, 4, replace, generator=gen())
+        assert 0 not in row.tolist()  # node 0's in-edges are edges 0 and 1: none left
+        kept = plain_row != 0
+        assert row.tolist() == plain_row[kept].tolist()
+        if not replace:  # every candidate drawn (degrees below the fanout): the same edges
+            assert edges.eid[pos].tolist() == edges.eid[plain_pos[kept]].tolist()
+
+
+@pytest.mark.parametrize("replace", [False, True])
 @pytest.mark.parametrize("fanouts,etypes", [(3, 1), (-1, 1), (40, 1), ([2, -1], 2)])
 def test_excluding_lays_out_only_the_groups_it_touches_and_draws_the_same(
         replace, fanouts, etypes):
