@@ -163,16 +163,13 @@ class DataLoader:
         on the graph's :class:`~dglx_dist.api.pipeline.Lane`), or None: its steps are drawn
         on the calling thread (collective: the lane's groups are made on first use)."""
         g = self.graph
-        if self._own:
-            if not isinstance(self.strategy, DrawsOffThread):
-                return None
-            lane = _lane(g)
-            sampler = self.strategy.thread_sampler(self.spec, lane.twin)
-        else:
-            if self.spec.draw is not None:
-                return None
-            lane = _lane(g)
-            sampler = g.sampler().on(lane.twin)
+        off_thread = isinstance(self.strategy, DrawsOffThread) if self._own else \
+            self.spec.draw is None  # (a user's sampler seeds torch's global generator)
+        if not off_thread:
+            return None
+        lane = _lane(g)
+        sampler = self.strategy.thread_sampler(self.spec, lane.twin) if self._own else \
+            g.sampler().on(lane.twin)
         if sampler is None:
             return None
         return lane, sampler, g.store.on(lane.twin)

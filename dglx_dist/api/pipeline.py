@@ -34,7 +34,7 @@ from dglx_dist.errors import StateError
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.runtime.peer import PeerError
 from dglx_dist.strategies.steps import (EdgeBatch, LoaderPlan, LoaderSpec, UnderWay,
-                                        epoch_batches, step_seed)
+                                        seeded_batches)
 
 __all__ = ["FedPairs", "Lane", "Worker"]
 
@@ -80,7 +80,7 @@ class FedPairs:
     """An edge loader's pair maker as a worker thread calls it: each call is the next
     step's batch, which the calling thread made (:meth:`allow`) before it allowed the worker
     that step, with the loader's own pair maker, in step order (the same batches as the loop
-    in turn: :func:`~dglx_dist.strategies.steps.sampled_epoch`'s seeds and step seeds).
+    in turn: :func:`~dglx_dist.strategies.steps.seeded_batches`).
 
     Args:
         spec: the loader's (its ``pairs`` makes the batches).
@@ -94,8 +94,7 @@ class FedPairs:
     def __init__(self, spec: LoaderSpec, plan: LoaderPlan, epoch: int, rank: int,
                  timeout: float):
         self.excludes = spec.pairs.excludes
-        self._made = ((eids, spec.pairs(eids, step_seed(spec, epoch, rank, step)))
-                      for step, eids in enumerate(epoch_batches(rank, plan, spec, epoch)))
+        self._made = ((eids, batch) for eids, _, batch in seeded_batches(rank, plan, spec, epoch))
         self._fed: queue.SimpleQueue = queue.SimpleQueue()
         self._timeout = timeout
 

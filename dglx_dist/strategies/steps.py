@@ -24,11 +24,10 @@ if TYPE_CHECKING:
 # DGL's DGLGraph (a user sampler's blocks or subgraph) is annotated ``Any``: only dglx_dist/dgl/
 # imports DGL (issue 78).
 
-__all__ = ["Blocks", "StepState", "Step", "EdgeStep", "UnderWay", "EdgeBatch", "PairMaker", "LoaderSpec",
-           "LoaderPlan", "full_graph_loaders", "equal_step_sizes", "agreed_steps", "sampled_plan",
-           "epoch_batches", "epoch_seed", "step_seed", "sampled_epoch", "step_graphs", "place_step", "node_blocks",
-           "state_of",
-           "OUT_DEGREE"]
+__all__ = ["Blocks", "StepState", "Step", "EdgeStep", "UnderWay", "EdgeBatch", "PairMaker",
+           "LoaderSpec", "LoaderPlan", "full_graph_loaders", "equal_step_sizes", "agreed_steps",
+           "sampled_plan", "epoch_batches", "epoch_seed", "step_seed", "seeded_batches",
+           "sampled_epoch", "step_graphs", "place_step", "node_blocks", "state_of", "OUT_DEGREE"]
 
 OUT_DEGREE = "_dglx_out_degree"
 """``block.srcdata`` key of the sources' out-degrees in the whole graph, on blocks that hold
@@ -288,6 +287,16 @@ def step_seed(spec: LoaderSpec, epoch: int, rank: int, step: int) -> int:
     return (epoch_seed(spec, epoch, rank) * 1_000_003 + step) % 2**62
 
 
+def seeded_batches(rank: int, plan: LoaderPlan, spec: LoaderSpec, epoch: int
+                   ) -> Iterator[tuple[torch.Tensor, int, EdgeBatch | None]]:
+    """Each of the epoch's batches (:func:`epoch_batches`) with its step's seed
+    (:func:`step_seed`) and, for an edge loader, what ``spec.pairs`` makes of it with that
+    seed (collective), else None."""
+    for step, ids in enumerate(epoch_batches(rank, plan, spec, epoch)):
+        seed = step_seed(spec, epoch, rank, step)
+        yield ids, seed, None if spec.pairs is None else spec.pairs(ids, seed)
+
+
 def sampled_epoch(sampler, rank: int, plan: LoaderPlan, spec: LoaderSpec,
                   epoch: int) -> Iterator[Step | EdgeStep]:
     """One epoch of sampled mini-batches over ``plan``'s ids, nodes or (with
@@ -296,9 +305,7 @@ def sampled_epoch(sampler, rank: int, plan: LoaderPlan, spec: LoaderSpec,
     :class:`~dglx_dist.graphcore.block.Block`), or DGL's where ``spec.draw`` draws them; a
     step's ``blocks`` is the one subgraph a ``spec.draw`` of subgraphs (ShaDow-GNN's)
     gives."""
-    for step, seeds in enumerate(epoch_batches(rank, plan, spec, epoch)):
-        seed = step_seed(spec, epoch, rank, step)
-        batch = None if spec.pairs is None else spec.pairs(seeds, seed)
+    for seeds, seed, batch in seeded_batches(rank, plan, spec, epoch):
         nodes, exclude = (seeds, None) if batch is None else (batch.nodes, batch.exclude)
         if spec.draw is not None:
             drawn = spec.draw.draw(sampler, nodes, exclude)

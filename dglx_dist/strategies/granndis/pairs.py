@@ -24,7 +24,7 @@ from dglx_dist.errors import NotSupportedError
 from dglx_dist.runtime.autograd import halo_exchange
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.strategies.steps import (Blocks, EdgeStep, LoaderPlan, LoaderSpec, StepState,
-                                        epoch_batches, sampled_plan, step_seed)
+                                        sampled_plan, seeded_batches)
 
 __all__ = ["PairGather", "pair_plan", "pair_epoch"]
 
@@ -90,8 +90,7 @@ def pair_epoch(strategy, plan: LoaderPlan, spec: LoaderSpec,
     plan (collective: every rank takes ``plan.steps`` steps)."""
     session, first = strategy.session, strategy.whole_graph("an edge loader").plans[0]
     targets = first.nodes[:first.num_targets]
-    for step, eids in enumerate(epoch_batches(session.rank, plan, spec, epoch)):
-        batch = spec.pairs(eids, step_seed(spec, epoch, session.rank, step))
+    for _, _, batch in seeded_batches(session.rank, plan, spec, epoch):
         owner = torch.as_tensor(strategy.pdir.book.owner(batch.nodes))
         gather = gather_plan(session.world, batch.nodes, owner, targets)
         state = StepState(epoch=epoch, plan=gather)
