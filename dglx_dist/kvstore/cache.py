@@ -1,9 +1,11 @@
 """Copies of other servers' rows, kept on a server so that its pulls stop fetching them again.
 
 A :class:`RowCache` (``DistKVStore.start_cache``) counts, for one epoch, how often this
-server's ranks pulled each row that lives elsewhere; ``DistKVStore.fill_cache`` (collective)
-copies the rows pulled most often, within the budget (then other servers' rows nobody
-pulled, while it lasts), into the server's shared memory, where later pulls read them.
+server's ranks pulled each row that lives elsewhere, and keeps a copy of each such row as its
+answer arrives (:class:`Kept`); ``DistKVStore.fill_cache`` (collective) puts the rows pulled
+most often, within the budget, into the server's shared memory, where later pulls read them:
+the copies come from the ranks' kept rows, so the fill sends no rows between servers. While
+the budget has room, the next epoch's misses are counted and kept for the next fill.
 docs/kvstore.md ("A cache of other servers' rows") says what stays exact (pushes drop
 copies; whole rows only), what is refused and why visits, not degrees.
 """
@@ -21,7 +23,7 @@ from dglx_dist.errors import InvalidValueError
 from dglx_dist.kvstore.entries import TensorEntry
 from dglx_dist.kvstore.policy import Piece
 
-__all__ = ["RowCache", "Held", "choose_rows", "check_budget", "ID_BYTES"]
+__all__ = ["RowCache", "Held", "Kept", "choose_rows", "check_budget", "ID_BYTES"]
 
 ID_BYTES = 8  # each cached row's global id, kept sorted beside the rows
 
@@ -55,19 +57,13 @@ class Held:
 
 
 def choose_rows(counts: dict[int, torch.Tensor], row_bytes: dict[int, int],
-                budget: int, spare: dict[int, torch.Tensor] | None = None
-                ) -> dict[int, torch.Tensor]:
+                budget: int) -> dict[int, torch.Tensor]:
     """The rows to cache by name index: the most often pulled first (ties: lower name index,
     then lower id), while their bytes (``row_bytes`` plus :data:`ID_BYTES` each) add up to at
-    most ``budget``; each name's ids sorted. A row never pulled is chosen only where
-    ``spare`` (per name index, a mask over its rows: another server's) allows it, after every
-    pulled row, so that a budget larger than the pulled rows still fills."""
+    most ``budget``; each name's ids sorted. Rows never pulled are never chosen."""
     names, ids, seen, cost = [], [], [], []
     for index in sorted(counts):
-        wanted = counts[index] > 0
-        if spare is not None and index in spare:
-            wanted = wanted | spare[index]
-        pulled = torch.nonzero(wanted).squeeze(1)
+        pulled = torch.nonzero(counts[index] > 0).squeeze(1)
         names.append(torch.full_like(pulled, index))
         ids.append(pulled)
         seen.append(counts[index].index_select(0, pulled).long())
@@ -83,6 +79,38 @@ def choose_rows(counts: dict[int, torch.Tensor], row_bytes: dict[int, int],
         if mine.numel():
             chosen[index] = torch.sort(mine).values
     return chosen
+
+
+@dataclasses.dataclass
+class Kept:
+    """The remote rows of one name a rank pulled since the last fill, a copy of each (from
+    the first answer that brought it); ``seen`` marks their global ids."""
+
+    seen: torch.Tensor
+    ids: list[torch.Tensor] = dataclasses.field(default_factory=list)
+    rows: list[torch.Tensor] = dataclasses.field(default_factory=list)
+
+    def add(self, gids: torch.Tensor, rows: torch.Tensor) -> int:
+        """Keeps the rows of ``gids`` not kept yet (``rows`` aligned, a view of an answer);
+        returns the bytes added."""
+        new = ~self.seen.index_select(0, gids)
+        if not bool(new.any()):
+            return 0
+        gids, rows = gids[new], rows[new]  # a copy: the answer's buffer is not kept
+        self.seen[gids] = True
+        self.ids.append(gids)
+        self.rows.append(rows)
+        return rows.nbytes + gids.numel() * ID_BYTES
+
+    def lookup(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """For global ``ids``: which of them are kept, and the rows of those (in order; None
+        when there are none)."""
+        have = self.seen.index_select(0, ids)
+        if not bool(have.any()):
+            return have, None
+        every, order = torch.sort(torch.cat(self.ids))
+        at = torch.searchsorted(every, ids[have])
+        return have, torch.cat(self.rows).index_select(0, order.index_select(0, at))
 
 
 def check_budget(budget: int, shm_dir: Path, server: int) -> None:
@@ -102,17 +130,22 @@ def check_budget(budget: int, shm_dir: Path, server: int) -> None:
 
 
 class RowCache:
-    """This rank's view of its server's cache: the counts while counting, then the held rows.
+    """This rank's view of its server's cache: the held rows and, while the cache learns
+    (``counting``), the counts and kept copies of the remote rows pulled since the last fill.
 
     Args:
-        budget: bytes per server for cached rows and their ids.
+        budget: bytes per server for cached rows and their ids (each rank keeps at most as
+            many bytes of copies between fills).
     """
 
     def __init__(self, budget: int):
         self.budget = int(budget)
         self.counting = True
         self.counts: dict[int, torch.Tensor] = {}  # name index -> pulls per global row
+        self.kept: dict[int, Kept] = {}  # name index -> copies of the rows pulled
+        self.kept_bytes = 0
         self.held: dict[int, Held] = {}  # name index -> cached rows
+        self.fills = 0
         # a loader's worker thread pulls (and counts) while the loop's thread does
         self._counting = threading.Lock()
 
@@ -136,15 +169,35 @@ class RowCache:
                 counts.index_add_(0, uniq.index_select(0, q.pos),
                                   torch.ones(q.pos.numel(), dtype=torch.int32))
 
+    def keep(self, entry: TensorEntry, gids: torch.Tensor, rows: torch.Tensor) -> None:
+        """Keeps copies of the remote rows an answer brought (``rows`` of ``gids``), for the
+        next fill, until this rank's copies reach the budget."""
+        with self._counting:
+            if self.kept_bytes >= self.budget:
+                return
+            kept = self.kept.get(entry.index)
+            if kept is None:
+                kept = self.kept[entry.index] = Kept(
+                    torch.zeros(entry.policy.num_rows, dtype=torch.bool))
+            self.kept_bytes += kept.add(gids, rows)
+
+    def take_learnt(self) -> dict[int, Kept]:
+        """The copies kept since the last fill; they and the counts start again."""
+        kept, self.kept, self.counts, self.kept_bytes = self.kept, {}, {}, 0
+        return kept
+
     def serve(self, entry: TensorEntry, uniq: torch.Tensor,
               remote: dict[int, list[Piece]]) -> tuple[dict[int, list[Piece]], list[Piece]]:
         """A pull's remote pieces, less the rows held here; and pieces reading the held rows
-        (``local`` indexes :attr:`Held.rows`). While counting, counts the remote rows."""
-        if self.counting:
-            if remote and not entry.policy.splits_columns:
-                with self._counting:
-                    self._count(entry, uniq, remote)
-            return remote, []
+        (``local`` indexes :attr:`Held.rows`). While counting, counts the rows still remote."""
+        left, cached = self._split(entry, uniq, remote)
+        if self.counting and left and not entry.policy.splits_columns:
+            with self._counting:
+                self._count(entry, uniq, left)
+        return left, cached
+
+    def _split(self, entry: TensorEntry, uniq: torch.Tensor,
+               remote: dict[int, list[Piece]]) -> tuple[dict[int, list[Piece]], list[Piece]]:
         held = self.held.get(entry.index)
         if held is None or not held.ids.numel() or not remote:
             return remote, []

@@ -33,7 +33,7 @@ import torch
 
 from dglx_dist.errors import InvalidValueError, ProtocolError, StateError
 from dglx_dist.kvstore.base import KVStore
-from dglx_dist.kvstore.cache import Held, RowCache, check_budget, choose_rows
+from dglx_dist.kvstore.cache import Held, Kept, RowCache, check_budget, choose_rows
 from dglx_dist.kvstore.coalesce import ServerPulls
 from dglx_dist.kvstore.entries import InitSpec, TensorEntry
 from dglx_dist.kvstore.ops import PushOp
@@ -280,7 +280,7 @@ class DistKVStore(KVStore):
     def _planned(self, entry: TensorEntry, ids: torch.Tensor, dedup: bool) -> PullPlan:
         plan = self._shards.plan_pull(entry, ids, dedup)
         cache = self._shards.cache
-        if cache is not None and not cache.counting:
+        if cache is not None and cache.held:
             hits, misses = plan.cache_counts()
             self.session.counter.add_cache(hits, misses, hits * entry.row_bytes)
         return plan
@@ -295,37 +295,86 @@ class DistKVStore(KVStore):
         self._shards.cache = RowCache(budget)
 
     def fill_cache(self) -> None:
-        """Ends the counting: copies the rows this server's ranks pulled most often, within the
-        budget (then, while it lasts, other servers' rows never pulled), into its shared
-        memory; later pulls read them there (collective: every rank, at the same point, e.g.
-        the end of an epoch). Nothing when no cache is counting."""
+        """Puts the rows this server's ranks pulled most often since the last fill, within the
+        budget left, into its shared memory, from the copies its ranks kept as the rows
+        arrived (a row no rank kept, beyond a rank's share of the budget, is pulled once);
+        later pulls read them there. The cache goes on counting and keeping the rows still
+        pulled from other servers, for the next fill, while every row counted fitted
+        (collective: every rank, at the same point, e.g. the end of an epoch). Nothing when
+        no cache is counting."""
         cache, session = self._shards.cache, self.session
         if cache is None or not cache.counting:
             return
         counts = self._server_counts(cache)
-        cache.counts, cache.counting = {}, False
+        kept = cache.take_learnt()
         entries = {index: self._shards.entry_at(index, "the cache") for index in counts}
-        chosen = choose_rows(counts, {i: e.row_bytes for i, e in entries.items()}, cache.budget,
-                             {i: self._shards.elsewhere(e) for i, e in entries.items()})
+        chosen = choose_rows(counts, {i: e.row_bytes for i, e in entries.items()},
+                             cache.budget - cache.nbytes)
         lead = session.topology.server_ranks(session.server_id)[0]
-        self._shards.cache = None  # the lead's pull of the chosen rows is not a cached pull
-        try:
-            pulled = self._start_pull_many([(entries[i], ids, False) for i, ids in chosen.items()]
-                                           if session.rank == lead else [])()
-        finally:
-            self._shards.cache = cache
-        cache.held = self._hold(entries, chosen, dict(zip(chosen, pulled)), lead)
+        rows = self._rows_of(entries, chosen, kept, lead)
+        merged = {i: self._merged(cache.held.get(i), ids, rows.get(i)) for i, ids in chosen.items()}
+        cache.fills += 1
+        cache.held.update(self._hold(entries, {i: m[0] for i, m in merged.items()},
+                                     {i: m[1] for i, m in merged.items()}, lead, cache.fills))
+        every = all(int((counts[i] > 0).sum()) == chosen.get(i, counts[i][:0]).numel()
+                    for i in counts)
+        again = torch.tensor([int(every and any(ids.numel() for ids in chosen.values()))])
+        cache.counting = bool(session.world.all_reduce(again, op="max"))
         if session.rank == lead:
             seen = sum(int(c.sum()) for c in counts.values())
             covered = sum(int(counts[i].index_select(0, ids).sum()) for i, ids in chosen.items())
-            log.info("server %d: cached %d rows of %s (%.1f of %.1f MB): %.1f%% of the remote "
-                     "rows its ranks pulled while counting", session.server_id,
-                     sum(ids.numel() for ids in chosen.values()),
+            log.info("server %d, fill %d: cached %d more rows of %s (%.1f of %.1f MB): %.1f%% "
+                     "of the remote rows its ranks pulled since the last fill", session.server_id,
+                     cache.fills, sum(ids.numel() for ids in chosen.values()),
                      sorted(entries[i].name for i in chosen), cache.nbytes / 2**20,
                      cache.budget / 2**20, 100 * covered / max(seen, 1))
 
+    def _rows_of(self, entries: dict[int, TensorEntry], chosen: dict[int, torch.Tensor],
+                 kept: dict[int, Kept], lead: int) -> dict[int, torch.Tensor]:
+        """The rows of the ``chosen`` ids, on ``lead`` (nothing elsewhere): each from the
+        lowest rank of the server that kept it (sent within the server), the rest pulled by
+        the lead from their servers (collective)."""
+        server, rows, missing = self.session.server, {}, {}
+        for i, ids in chosen.items():
+            entry = entries[i]
+            have, mine = kept[i].lookup(ids) if i in kept else (
+                torch.zeros(ids.numel(), dtype=torch.bool), None)
+            holder = torch.where(have, server.group_rank, server.size)
+            if server.size > 1:
+                server.all_reduce(holder, op="min")
+            if mine is None:
+                mine = torch.empty((0, *entry.trailing), dtype=entry.dtype)
+            else:  # rows a lower rank of the server kept too are sent by that one
+                mine = mine[holder[have] == server.group_rank]
+            got = server.all_to_all_v([mine if m == lead else mine[:0] for m in server.members]
+                                      ) if server.size > 1 else [mine]
+            if self.session.rank == lead:
+                rows[i] = torch.empty((ids.numel(), *entry.trailing), dtype=entry.dtype)
+                for m, part in enumerate(got):
+                    rows[i][holder == m] = part
+            missing[i] = holder == server.size
+        cache, self._shards.cache = self._shards.cache, None  # the lead's pull is not cached
+        try:
+            asked = [(entries[i], chosen[i][gone], False) for i, gone in missing.items()]
+            pulled = self._start_pull_many(asked if self.session.rank == lead else [])()
+        finally:
+            self._shards.cache = cache
+        for (i, gone), got in zip(missing.items(), pulled):
+            rows[i][gone] = got
+        return rows
+
+    @staticmethod
+    def _merged(held: Held | None, ids: torch.Tensor, rows: torch.Tensor | None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The ids (sorted) and rows (None off the lead) a name's cache holds after a fill
+        adds ``ids``' ``rows`` to what it ``held``."""
+        if held is None:
+            return ids, rows
+        every, order = torch.sort(torch.cat([held.ids, ids]))
+        return every, None if rows is None else torch.cat([held.rows, rows]).index_select(0, order)
+
     def _hold(self, entries: dict[int, TensorEntry], chosen: dict[int, torch.Tensor],
-              pulled: dict[int, torch.Tensor], lead: int) -> dict[int, Held]:
+              pulled: dict[int, torch.Tensor | None], lead: int, fill: int) -> dict[int, Held]:
         """Puts the ``pulled`` copies of the ``chosen`` rows (on ``lead``) in the server's shared
         memory (collective). Where a name has one part on this server, its copies follow that
         part's rows in one new tensor, which becomes the part's (one gather then reads a pull's
@@ -337,7 +386,7 @@ class DistKVStore(KVStore):
                   for i, ids in chosen.items()}
         made = lambda i: pulled[i] if base[i] is None else (  # noqa: E731
             entries[i].parts[base[i]], pulled[i])
-        whole = self._parts.share(f"cache-{self._parts.token}-s{self.session.server_id}",
+        whole = self._parts.share(f"cache-{self._parts.token}-s{self.session.server_id}-f{fill}",
                                   dict.fromkeys(chosen, lead), made, shapes,
                                   "the remote-row cache", "copies")
         held = {}

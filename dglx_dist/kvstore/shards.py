@@ -51,7 +51,8 @@ class PullPlan:
     id of ``uniq`` (``inverse``: the row of each requested id; None: ``out`` is in request
     order) from the own server's pieces (``local``), the other servers' (``remote``) and the
     server's copies of other servers' rows (``cached``: pieces into ``held.rows``, see
-    :mod:`~dglx_dist.kvstore.cache`)."""
+    :mod:`~dglx_dist.kvstore.cache`); ``keeper``, a cache that keeps the remote rows the
+    answers bring (while it learns)."""
 
     entry: TensorEntry
     uniq: torch.Tensor
@@ -62,6 +63,7 @@ class PullPlan:
     pin: bool
     cached: list[Piece] = dataclasses.field(default_factory=list)
     held: Held | None = None
+    keeper: RowCache | None = None
 
     def cache_counts(self) -> tuple[int, int]:
         """Rows of other servers this pull reads from the cache, and rows it asks them for."""
@@ -107,6 +109,8 @@ class PullPlan:
         """Writes ``server``'s answer (raw bytes) into place."""
         for q, rows in _unpack(self.entry, self.remote[server], answer):
             q.take(self.out, rows)
+            if self.keeper is not None:
+                self.keeper.keep(self.entry, self.uniq.index_select(0, q.pos), rows)
 
     def rows(self) -> torch.Tensor:
         """The rows in request order (once every answer is taken)."""
@@ -205,7 +209,8 @@ class Shards:
             return PullPlan(entry, uniq, inverse, out, local, remote, self.pin)
         remote, cached = self.cache.serve(entry, uniq, remote)
         held = self.cache.held[entry.index] if cached else None
-        return PullPlan(entry, uniq, inverse, out, local, remote, self.pin, cached, held)
+        keeper = self.cache if self.cache.counting and not entry.policy.splits_columns else None
+        return PullPlan(entry, uniq, inverse, out, local, remote, self.pin, cached, held, keeper)
 
     def read(self, entry: TensorEntry, ids: torch.Tensor,
              out: torch.Tensor | None = None) -> torch.Tensor:

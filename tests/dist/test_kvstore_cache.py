@@ -1,6 +1,8 @@
 """The remote-row cache (dglx_dist.kvstore.cache) on real gloo process groups, 2 servers x 2
 ranks: the rows it chooses, pulls through it equal to a LocalKVStore's, its budget, a push
-that drops it, refusals; and distdgl training with and without it on the same steps."""
+that drops it, refusals; fills from the rows the pulls brought (no rows between servers) and
+again with the next epoch's misses; and distdgl training with and without it on the same
+steps."""
 import pytest
 import torch
 
@@ -44,9 +46,7 @@ def _expected_choice(server: int, ranks: list[int]) -> dict[str, torch.Tensor]:
         for ids in _asks(r):
             remote = ids[(ids >= N // 2) != (server == 1)]
             counts.index_add_(0, remote, torch.ones(remote.numel(), dtype=torch.int32))
-    elsewhere = (torch.arange(N) >= N // 2) != (server == 1)  # never pulled: cached after
-    return choose_rows({0: counts}, {0: F * 4}, BUDGET, {0: elsewhere}).get(
-        0, torch.zeros(0, dtype=torch.int64))
+    return choose_rows({0: counts}, {0: F * 4}, BUDGET).get(0, torch.zeros(0, dtype=torch.int64))
 
 
 def _cache_job(session):
@@ -113,6 +113,44 @@ def test_cache_chooses_serves_and_drops_rows_exactly(tmp_path):
         assert out["hits"] > 0 and out["inter"][1] < out["inter"][0], out
         assert "collective=False" in out["p2p"] and "cached" in out["p2p"], out["p2p"]
         assert out["after_push"] == [] and out["rows_after_push"], out
+
+
+def _refill_job(session):
+    """Two epochs of different pulls with a budget that holds every remote row: what each
+    fill moved between servers, and the ids held after each."""
+    store, ref = DistKVStore(session), LocalKVStore()
+    _register(store, session)
+    _register(ref)
+    store.start_cache(N * ROW)
+    out = {"wrong": [], "fill_bytes": [], "held": [], "counting": []}
+    g = torch.Generator().manual_seed(session.rank)
+    for epoch in range(2):  # epoch 0: ids below 3N/4 (and their mirror); epoch 1: any
+        for _ in range(3):
+            ids = torch.unique(torch.randint(0, N if epoch else 3 * N // 4, (40,), generator=g))
+            if not torch.equal(store.pull("feat", ids), ref.pull("feat", ids)):
+                out["wrong"].append(epoch)
+        before = session.counter.snapshot()["recv_inter"]
+        store.fill_cache()
+        out["fill_bytes"].append(session.counter.snapshot()["recv_inter"] - before)
+        out["held"].append(store.cache.held[0].ids.tolist())
+        out["counting"].append(store.cache.counting)
+    every = torch.arange(N)
+    out["rows"] = torch.equal(store.pull("feat", every), ref.pull("feat", every))
+    store.close()
+    return out
+
+
+def test_fills_come_from_the_rows_pulled_and_grow_with_later_misses(tmp_path):
+    res = run_workers(_refill_job, 4, tmp_path, env=VIRTUAL_2x2)
+    for rank, out in res.items():
+        assert out["wrong"] == [] and out["rows"], out
+        first, second = (set(h) for h in out["held"])
+        # flags only: two rows of F floats would be more (the first fill alone holds dozens)
+        assert len(first) > 10 and all(b < 2 * F * 4 for b in out["fill_bytes"]), out
+        assert first and first < second, (len(first), len(second))  # epoch 1's misses added
+        assert out["counting"] == [True, True]  # every row counted fitted: it goes on
+        mates = [res[r]["held"] for r in res if r // 2 == rank // 2]
+        assert all(h == out["held"] for h in mates)  # one cache per server
 
 
 def _train(session, pdir_path):

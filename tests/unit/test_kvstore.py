@@ -420,23 +420,17 @@ def test_shards_place_parts_and_wait_for_entries():
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(st.integers(0, 4), min_size=1, max_size=30), min_size=1, max_size=3),
-       st.lists(st.integers(1, 40), min_size=3, max_size=3), st.integers(0, 600),
-       st.none() | st.integers(0, 2**30))
-def test_cache_takes_the_most_pulled_rows_that_fit(counts, widths, budget, spare_seed):
+       st.lists(st.integers(1, 40), min_size=3, max_size=3), st.integers(0, 600))
+def test_cache_takes_the_most_pulled_rows_that_fit(counts, widths, budget):
     """choose_rows is the longest run of rows, most pulled first (ties: name, then id), whose
-    bytes (row plus its 8-byte id) fit the budget; a row nobody pulled only where ``spare``
-    allows it, after every pulled row (by name, then id)."""
+    bytes (row plus its 8-byte id) fit the budget; a row nobody pulled never."""
     from dglx_dist.kvstore.cache import ID_BYTES, choose_rows
 
     tensors = {2 * i: torch.tensor(c, dtype=torch.int32) for i, c in enumerate(counts)}
     row_bytes = {2 * i: widths[i] for i in range(len(counts))}
-    spare = None if spare_seed is None else {
-        name: torch.rand(c.numel(), generator=torch.Generator().manual_seed(spare_seed)) < 0.5
-        for name, c in tensors.items()}
-    got = choose_rows(tensors, row_bytes, budget, spare)
-    order = sorted(((-n, name, row) for name, c in tensors.items()
-                    for row, n in enumerate(c.tolist())
-                    if n or (spare is not None and bool(spare[name][row]))), key=lambda t: t)
+    got = choose_rows(tensors, row_bytes, budget)
+    order = sorted((-n, name, row) for name, c in tensors.items()
+                   for row, n in enumerate(c.tolist()) if n)
     want, used = {}, 0
     for _, name, row in order:
         used += row_bytes[name] + ID_BYTES
@@ -444,3 +438,27 @@ def test_cache_takes_the_most_pulled_rows_that_fit(counts, widths, budget, spare
             break
         want.setdefault(name, []).append(row)
     assert {k: v.tolist() for k, v in got.items()} == {k: sorted(v) for k, v in want.items()}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 19), max_size=12), min_size=1, max_size=5),
+       st.lists(st.integers(0, 19), max_size=20))
+def test_kept_rows_are_the_first_answer_of_each_and_found_again(answers, wanted):
+    """Kept copies each row once (duplicates in one answer too) and finds the rows of any ids,
+    in order, as they were in the answers."""
+    from dglx_dist.kvstore.cache import ID_BYTES, Kept
+
+    table = torch.arange(20 * 3, dtype=torch.float32).view(20, 3)
+    kept, added = Kept(torch.zeros(20, dtype=torch.bool)), 0
+    for ids in answers:
+        gids = torch.tensor(ids, dtype=torch.int64)
+        added += kept.add(gids, table.index_select(0, gids))
+    pulled = sorted({i for ids in answers for i in ids})
+    assert added >= len(pulled) * (3 * 4 + ID_BYTES)
+    ids = torch.tensor(wanted, dtype=torch.int64)
+    have, rows = kept.lookup(ids)
+    assert have.tolist() == [i in pulled for i in wanted]
+    if rows is None:
+        assert not have.any()
+    else:
+        assert torch.equal(rows, table.index_select(0, ids[have]))
