@@ -69,9 +69,10 @@ class DataLoader:
         batch_size: output nodes (edges) per batch.
         shuffle: reshuffle every epoch.
         drop_last: drop the last partial batch.
-        device: DGL's; accepted with a warning: the steps' blocks and prefetched rows are
-            on the strategy's device (the rank's GPU in a GPU job, see
+        device: where the steps' blocks and prefetched rows go (DGL's); by default the
+            strategy's device (the rank's GPU in a GPU job, see
             :meth:`~dglx_dist.strategies.base.Strategy.compute_device`); ids stay on the host.
+            A CUDA device the rank does not have is refused.
         use_ddp: split ``indices`` among the ranks (DGL's meaning); also done when they are
             the same on every rank.
         ddp_seed: the shuffling seed (also ``seed=``).
@@ -94,7 +95,12 @@ class DataLoader:
         whole_degrees: dglx_dist's own (a graph without types): the blocks of full layers
             carry their sources' out-degrees in the whole graph, so a GraphConv normalises as
             on the whole graph; by default by the block's edges, as in DGL.
-        **kwargs: DGL's worker / UVA / stream options, accepted with a warning.
+        **kwargs: DGL's ``pin_prefetcher`` and ``use_alternate_streams`` (rows reach a GPU
+            from pinned memory, on a copy stream of their own; by default where the steps go
+            to a GPU), ``persistent_workers`` (with ``num_workers`` > 0: the worker's
+            communicators are kept between epochs, as they always are), ``use_uva`` (needs a
+            GPU; the steps are still sampled on the host, with a warning) and ``gpu_cache``
+            (ignored, with a warning); :class:`~dglx_dist.api.loader_call.Delivery`.
     """
 
     def __init__(self, graph: DistGraph, indices, graph_sampler, device=None,
@@ -109,7 +115,7 @@ class DataLoader:
             raise InvalidTypeError(f"dglx_dist.DataLoader needs the graph dglx_dist.distribute (or "
                                    f"DistGraph) returned; got {type(graph).__name__}")
         session = graph.session
-        depth = call_options(session, kwargs, num_workers, prefetch_factor)
+        depth, delivery = call_options(session, kwargs, num_workers, prefetch_factor)
         self.graph, self.sampler = graph, graph_sampler
         # collective, in this order: the arguments' check, the call's signature (ranks building
         # other loaders here stop, naming both), the ids' check and whether they are the same
@@ -146,10 +152,10 @@ class DataLoader:
         if not self._own and run is not None:  # a strategy's own split, but sampled blocks
             ids, part_ids = run, graph.part_ids(run)
         self.plan = plan if self._own else sampled_plan(session.world, part_ids, self.spec)
-        self.indices, self.epoch = ids, 0
-        self.lookahead = lookahead
-        self.device = self.strategy.compute_device(session)
-        self.prefetch = Prefetch(graph, graph_sampler, self.device)
+        self.indices, self.epoch, self.lookahead = ids, 0, lookahead
+        self.delivery = delivery.on(delivery.device or self.strategy.compute_device(session))
+        self.device = self.delivery.device
+        self.prefetch = Prefetch(graph, graph_sampler, self.delivery)
         self.depth, self._threaded = depth, None
         self.times = LoaderTimes()
         # DGL's default: the thread where the steps go to a GPU (on a CPU the model's step
@@ -210,7 +216,7 @@ class DataLoader:
         if self._threaded is not None and self._threaded[0].take():
             steps = self._pipelined(epoch)
         else:
-            steps = (self._ahead if ahead else self._in_turn)(self._drawn(epoch))
+            steps = self._here(self._drawn(epoch), ahead)
         for step in steps:
             if isinstance(step, EdgeStep):
                 pairs = (step.pair_graph,) if step.neg_pair_graph is None else \
@@ -293,21 +299,23 @@ class DataLoader:
                 worker.stop()
             lane.give_back()
 
-    def _in_turn(self, steps: Iterator[Step | EdgeStep]) -> Iterator[Step | EdgeStep]:
-        """Each step with its rows, sampled and pulled when the previous one is done."""
-        for step in steps:
-            yield self._handed(self.prefetch.start(step))
-
-    def _ahead(self, steps: Iterator[Step | EdgeStep]) -> Iterator[Step | EdgeStep]:
-        """Each step with its rows; before a step is handed over, the next one is sampled and
-        its rows are on their way, so they travel while the caller computes this one and
-        while the step after is sampled (the store's pulls have groups of their own, so the
-        sampler's exchanges do not wait for them)."""
-        start = lambda step: None if step is None else self.prefetch.start(step)  # noqa: E731
-        under = start(next(steps, None))
-        while under is not None:
+    def _here(self, steps: Iterator[Step | EdgeStep],
+              ahead: bool) -> Iterator[Step | EdgeStep]:
+        """Each step with its rows, drawn on the calling thread: in turn (each when the
+        previous one is done), or ``ahead``: before a step is handed over, the next one is
+        drawn and its rows are on their way, so they travel while the caller computes this
+        one and while the step after is drawn (the store's pulls have groups of their own,
+        so the sampler's exchanges do not wait for them)."""
+        under = None
+        while True:
+            if under is None:
+                step = next(steps, None)
+                under = None if step is None else self.prefetch.start(step)
+            if under is None:
+                return
             ready = self._handed(under)  # starts the pull of the rows the loop reads itself,
-            under = start(next(steps, None))  # which travel while the step after is sampled
+            step = next(steps, None) if ahead else None  # which travel while the step after
+            under = None if step is None else self.prefetch.start(step)  # is drawn
             try:
                 yield ready
             except GeneratorExit:  # the caller left the loop (a break, or an error); not

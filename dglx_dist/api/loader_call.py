@@ -1,11 +1,15 @@
 """What a :class:`~dglx_dist.api.loader.DataLoader` call asks for, checked before the
-loader is built: DGL's options (refused, honoured or said to be ignored), how deep a worker
-thread draws, the sampler's fields of the loader's spec, and the call as every rank
-compares it (``same_call``) and errors name it."""
+loader is built: DGL's options (refused where DGL refuses them, else honoured:
+:class:`Delivery`; ``gpu_cache`` said to be ignored), how deep a worker thread draws, the
+sampler's fields of the loader's spec, and the call as every rank compares it
+(``same_call``) and errors name it."""
 from __future__ import annotations
 
+import dataclasses
 import operator
 import warnings
+
+import torch
 
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.link import EdgePairs, is_edge_sampler
@@ -15,31 +19,116 @@ from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedEr
 from dglx_dist.sampling.options import UNIFORM
 from dglx_dist.strategies.steps import LoaderSpec
 
-__all__ = ["call_options", "prefetch_depth", "call_signature", "checked_call"]
+__all__ = ["Delivery", "call_options", "prefetch_depth", "call_signature", "checked_call"]
 
-_IGNORED = ("device", "use_uva", "use_alternate_streams", "pin_prefetcher",
-            "gpu_cache", "persistent_workers", "pin_memory")
-"""DGL's loader options accepted with a warning: they have no meaning here yet."""
+_IGNORED = ("gpu_cache",)
+"""DGL's loader options accepted with a warning: they have no meaning here yet (a cache of
+rows on the device is not built)."""
+
+_DELIVERY = ("device", "use_uva", "use_alternate_streams", "pin_prefetcher",
+             "persistent_workers")
+"""DGL's loader options that say where the steps go and how (:class:`Delivery`)."""
 
 
-def call_options(session, kwargs: dict, num_workers, prefetch_factor) -> int:
-    """Refuses unknown arguments, warns of those without meaning here and of
-    ``num_workers`` (once: every rank is given them); the steps a worker thread may draw
-    ahead (:func:`prefetch_depth`)."""
+@dataclasses.dataclass(frozen=True)
+class Delivery:
+    """Where a loader's steps go and how they get there, as DGL's ``DataLoader`` options say.
+
+    Attributes:
+        device: where the blocks and their rows go (DGL's ``device``); None: the strategy's
+            device (the rank's GPU in a GPU job).
+        pin: rows are copied to a GPU from page-locked memory (``pin_prefetcher``; None:
+            where the steps go to a GPU, DGL's default).
+        side_stream: the copies run on a CUDA stream of their own (``use_alternate_streams``;
+            None: where the steps go to a GPU).
+        uva: DGL's ``use_uva`` (a GPU reads the graph from pinned host memory).
+        persistent: DGL's ``persistent_workers``.
+    """
+
+    device: torch.device | None = None
+    pin: bool | None = None
+    side_stream: bool | None = None
+    uva: bool = False
+    persistent: bool = False
+
+    def on(self, device: torch.device) -> "Delivery":
+        """The options for steps that go to ``device`` (given, or the strategy's), the
+        defaults that depend on it decided; ``pin_prefetcher=True`` for steps that stay on
+        the host is refused, as DGL refuses it."""
+        gpu = device.type == "cuda"
+        if self.pin and not gpu:
+            raise InvalidValueError(f"DataLoader: pin_prefetcher=True, but the steps go to "
+                                    f"{device}: pinned memory only speeds up copies to a GPU "
+                                    "(DGL refuses it too); expected pin_prefetcher=False or a "
+                                    "CUDA device")
+        return dataclasses.replace(self, device=device, pin=gpu if self.pin is None else self.pin,
+                                   side_stream=gpu if self.side_stream is None
+                                   else self.side_stream)
+
+
+def _device(value) -> torch.device:
+    """DGL's ``device`` argument as a torch device this rank has (an int: that GPU)."""
+    try:
+        device = torch.device("cuda", value) if isinstance(value, int) else torch.device(value)
+    except (RuntimeError, TypeError) as exc:
+        raise InvalidValueError(f"DataLoader: device={value!r}; expected a torch.device, "
+                                "'cpu', 'cuda' or 'cuda:N'") from exc
+    count = torch.cuda.device_count() if device.type == "cuda" else 0
+    if device.type == "cuda" and (not count or (device.index or 0) >= count):
+        raise InvalidValueError(f"DataLoader: device={value!r}, but this rank has "
+                                f"{count} CUDA device(s); expected 'cpu'"
+                                f"{' or cuda:0 to cuda:' + str(count - 1) if count else ''}")
+    if device.type not in ("cpu", "cuda"):
+        raise InvalidValueError(f"DataLoader: device={value!r}; expected 'cpu' or 'cuda'")
+    return device
+
+
+def delivery(kwargs: dict, num_workers) -> Delivery:
+    """The delivery options of a call's ``kwargs``, refused where DGL's loader (or torch's,
+    which it passes them to) refuses them."""
+    device = kwargs.get("device")
+    out = Delivery(device=None if device is None else _device(device),
+                   pin=kwargs.get("pin_prefetcher"), side_stream=kwargs.get(
+                       "use_alternate_streams"), uva=bool(kwargs.get("use_uva", False)),
+                   persistent=bool(kwargs.get("persistent_workers", False)))
+    if out.persistent and not num_workers:
+        raise InvalidValueError("DataLoader: persistent_workers=True needs num_workers > 0 "
+                                "(as in torch's and DGL's DataLoader)")
+    if out.uva and num_workers:
+        raise InvalidValueError("DataLoader: use_uva=True needs num_workers=0 (as in DGL)")
+    if out.uva and not torch.cuda.is_available():
+        raise InvalidValueError("DataLoader: use_uva=True has a GPU read the graph from "
+                                "pinned host memory, and this rank has no CUDA device; "
+                                "expected use_uva=False")
+    return out
+
+
+def call_options(session, kwargs: dict, num_workers, prefetch_factor
+                 ) -> tuple[int, Delivery]:
+    """Refuses unknown arguments and refused combinations, warns of those without meaning
+    here and of ``num_workers`` (once: every rank is given them); the steps a worker thread
+    may draw ahead (:func:`prefetch_depth`) and the :class:`Delivery` asked for."""
+    if "pin_memory" in kwargs:
+        raise InvalidTypeError("DataLoader: pin_memory is torch's name; DGL's loader takes "
+                               "pin_prefetcher (whether rows go to a GPU from pinned memory)")
     ignored = sorted(k for k in kwargs if k in _IGNORED)
-    unknown = sorted(k for k in kwargs if k not in _IGNORED)
+    unknown = sorted(k for k in kwargs if k not in _IGNORED + _DELIVERY)
     if unknown:
         raise InvalidTypeError(f"DataLoader: unknown arguments {unknown}")
     if ignored and session.is_main:
-        warnings.warn(f"dglx_dist.DataLoader: {ignored} have no meaning here (the strategy "
-                      f"decides where batches are built and where they live); ignored",
-                      stacklevel=3)
+        warnings.warn(f"dglx_dist.DataLoader: {ignored}: a cache of rows on the device is not "
+                      "built yet; ignored", stacklevel=3)
     depth = prefetch_depth(num_workers, prefetch_factor)
+    asked = delivery(kwargs, num_workers)
+    if asked.uva and session.is_main:
+        warnings.warn("dglx_dist.DataLoader: use_uva=True: sampling on the GPU is not built "
+                      "yet; the steps are sampled on the host and reach the GPU from pinned "
+                      "memory", stacklevel=3)
     if num_workers and session.is_main:
         warnings.warn(f"dglx_dist.DataLoader: num_workers={num_workers}: sampler processes "
                       f"are not run yet; one worker thread draws prefetch_factor={depth} "
                       f"steps ahead instead", stacklevel=3)
-    return depth
+    return depth, asked
 
 
 def prefetch_depth(num_workers, prefetch_factor) -> int:

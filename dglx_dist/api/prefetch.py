@@ -46,12 +46,13 @@ class Prefetch:
         graph: the loader's graph.
         sampler: the loader's sampler (an edge-prediction sampler's node sampler names the
             features; its labels are edge data, on the pair graph: :mod:`dglx_dist.api.link`).
-        device: where the steps go (the strategy's device).
+        delivery: where the steps go and how their rows get there (the loader's options,
+            :class:`~dglx_dist.api.loader_call.Delivery`, their device decided).
     """
 
-    def __init__(self, graph: DistGraph, sampler, device: torch.device):
-        self.graph, self.device = graph, device
-        self.copies = DeviceCopies(device)
+    def __init__(self, graph: DistGraph, sampler, delivery):
+        self.graph, self.device = graph, delivery.device
+        self.copies = DeviceCopies(delivery.device, delivery.pin, delivery.side_stream)
         node_sampler = getattr(sampler, "sampler", sampler)  # an edge-prediction sampler's
         self.labels = list(getattr(sampler, "prefetch_labels", None) or [])
         self.feats = list(getattr(node_sampler, "prefetch_node_feats", None) or [])

@@ -25,16 +25,25 @@ current stream."""
 class DeviceCopies:
     """Copies host tensors to ``device`` (see the module docstring).
 
+    Args:
+        device: where the copies go.
+        pin: copy from page-locked memory (DGL's ``pin_prefetcher``; None: when ``device``
+            is a GPU). Only a GPU's copies pin.
+        side_stream: copy on a stream of its own (DGL's ``use_alternate_streams``; None:
+            when ``device`` is a GPU); False: on the current stream, in its order.
+
     Attributes:
         device: where the copies go.
-        pins: whether host buffers are pinned (only when ``device`` is a CUDA device, which
-            needs CUDA to exist).
+        pins: whether host buffers are pinned.
     """
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, pin: bool | None = None,
+                 side_stream: bool | None = None):
         self.device = torch.device(device)
-        self.pins = self.device.type == "cuda"
-        self._stream = torch.cuda.Stream(self.device) if self.pins else None
+        gpu = self.device.type == "cuda"
+        self.pins = gpu and (pin is None or bool(pin))
+        stream = gpu and (side_stream is None or bool(side_stream))
+        self._stream = torch.cuda.Stream(self.device) if stream else None
 
     def start(self, tensor: torch.Tensor) -> Ready:
         """Starts copying ``tensor`` to the device; the returned callable gives the device
@@ -42,10 +51,10 @@ class DeviceCopies:
         is on the device)."""
         if tensor.device == self.device or (tensor.device.type == self.device.type == "cpu"):
             return lambda: tensor
-        if self._stream is None:  # a device this class does not stream to: a plain copy
-            out = tensor.to(self.device)
+        source = tensor if not self.pins or tensor.is_pinned() else tensor.pin_memory()
+        if self._stream is None:  # on the current stream (asynchronous from pinned memory)
+            out = source.to(self.device, non_blocking=self.pins)
             return lambda: out
-        source = tensor if tensor.is_pinned() else tensor.pin_memory()
         with torch.cuda.stream(self._stream):
             out = source.to(self.device, non_blocking=True)
             copied = torch.cuda.Event()

@@ -26,8 +26,10 @@ pytestmark = pytest.mark.dist
 NAMES = ("distdgl", "p3", "distdgl cached")
 OPTIONS = {"distdgl cached": {"cache_mb": 0.2}}  # the worker's pulls counted, the cache
 # filled on the loop's thread after the first epoch (0.2 MB: some of the other part's rows)
+# (DGL's delivery options where the steps stay on the host change nothing about them)
 MODES = {"in turn": {"use_prefetch_thread": False}, "pipelined": {"use_prefetch_thread": True},
-         "3 deep": {"use_prefetch_thread": True, "prefetch_factor": 3}}
+         "3 deep": {"use_prefetch_thread": True, "prefetch_factor": 3, "device": "cpu",
+                    "pin_prefetcher": False, "use_alternate_streams": True}}
 
 
 def _ids(t) -> list:
@@ -106,10 +108,28 @@ def _compare(session, cache):
             default = dglx_dist.DataLoader(g, ids, sampler, batch_size=16)
             runs["default"] = {"threaded": default._threaded is not None,
                                "lookahead": default.lookahead}
+            if name == "distdgl":
+                runs["device"] = _to_device(g, ids, sampler)
             out[name] = runs
         finally:
             g.close()
     return out
+
+
+def _to_device(g, ids, sampler) -> dict:
+    """DGL's ``device``: a GPU's steps (their blocks and rows there, a worker thread by
+    default) where the rank has one, else refused in one line; and ``persistent_workers``
+    with ``num_workers``."""
+    kept = dglx_dist.DataLoader(g, ids, sampler, batch_size=16, num_workers=1,
+                                persistent_workers=True)
+    out = {"persistent": kept.delivery.persistent and kept._threaded is not None}
+    try:
+        loader = dglx_dist.DataLoader(g, ids, sampler, batch_size=16, device="cuda")
+    except ValueError as exc:
+        return {**out, "refused": str(exc)}
+    _, _, blocks = next(iter(loader))
+    return {**out, "threaded": loader._threaded is not None, "blocks": str(blocks[0].device),
+            "feat": str(blocks[0].srcdata["feat"].device), "pinned": loader.delivery.pin}
 
 
 def _train_edges(g, loader) -> dict:
@@ -189,6 +209,14 @@ def test_pipelined_batches_and_parameters_are_the_loop_in_turns(compared, name):
         after = runs["after break"]
         assert after["left"] == [] and after["steps"] == after["len"], after
         assert runs["default"] == {"threaded": False, "lookahead": True}  # on a CPU
+        if name == "distdgl":
+            device = runs["device"]
+            assert device["persistent"], device
+            if torch.cuda.is_available():
+                assert device["threaded"] and device["pinned"], device
+                assert device["blocks"].startswith("cuda") and device["feat"].startswith("cuda")
+            else:
+                assert "device='cuda', but this rank has 0 CUDA device(s)" in device["refused"]
         if name == "distdgl cached":  # filled after the first epoch in turn, then read
             assert all(runs[mode]["cache_hits"] > 0 for mode in MODES), runs
         else:

@@ -121,3 +121,18 @@ def test_placement_is_frozen():
     placement = Placement(torch.device("cpu"), "gloo")
     with pytest.raises(AttributeError):
         placement.backend = "nccl"
+
+
+@pytest.mark.parametrize("pin, side_stream", [(None, None), (False, False), (True, False),
+                                              (False, True)])
+def test_copies_land_whatever_the_pinning_and_the_stream(pin, side_stream):
+    # DGL's pin_prefetcher and use_alternate_streams: on a GPU where there is one (meta
+    # stands in for another device here), the rows arrive the same either way
+    device = torch.device("cuda" if torch.cuda.is_available() else "meta")
+    copies = DeviceCopies(device, pin, side_stream)
+    assert copies.pins == (device.type == "cuda" and pin is not False)
+    rows = torch.randn(4, 3)
+    out = copies.start(rows)()
+    assert out.device.type == device.type and out.shape == rows.shape
+    if device.type == "cuda":
+        assert torch.equal(out.cpu(), rows)

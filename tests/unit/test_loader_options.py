@@ -1,0 +1,52 @@
+"""DGL's loader options that say where the steps go (dglx_dist.api.loader_call.Delivery):
+their defaults by device, as DGL's DataLoader decides them, and the combinations DGL (or
+torch's DataLoader, which DGL passes them to) refuses, refused in one line."""
+import pytest
+import torch
+
+from dglx_dist.api.loader_call import Delivery, delivery
+from dglx_dist.errors import InvalidValueError
+
+GPU = torch.cuda.is_available()
+
+
+def test_defaults_pin_and_stream_only_for_a_gpu():
+    host = delivery({}, 0).on(torch.device("cpu"))
+    assert (host.device, host.pin, host.side_stream) == (torch.device("cpu"), False, False)
+    gpu = Delivery().on(torch.device("cuda", 0))  # (no device is made: only decided)
+    assert gpu.pin and gpu.side_stream
+    asked = Delivery(pin=False, side_stream=False).on(torch.device("cuda", 0))
+    assert not asked.pin and not asked.side_stream
+
+
+def test_a_given_device_is_kept():
+    assert delivery({"device": "cpu"}, 0).device == torch.device("cpu")
+    assert delivery({"device": torch.device("cpu")}, 0).on(torch.device("cpu")).device.type \
+        == "cpu"
+
+
+@pytest.mark.parametrize("kwargs, workers, words", [
+    ({"persistent_workers": True}, 0, "persistent_workers=True needs num_workers > 0"),
+    ({"use_uva": True}, 2, "use_uva=True needs num_workers=0"),
+    ({"device": "tpu"}, 0, "device='tpu'; expected"),
+    ({"device": "cuda:7"}, 0, "device='cuda:7', but this rank has"),
+])
+def test_refused_in_one_line(kwargs, workers, words):
+    with pytest.raises(InvalidValueError, match=r"^DataLoader: ") as info:
+        delivery(kwargs, workers)
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_gpu_is_needed_for_cuda_and_uva_where_there_is_none():
+    for kwargs in ({"device": "cuda"}, {"use_uva": True}, {"device": 0}):
+        if GPU:  # the same calls are taken where a GPU exists
+            got = delivery(kwargs, 0)
+            assert got.uva or got.device.type == "cuda"
+            continue
+        with pytest.raises(InvalidValueError, match="no CUDA device|0 CUDA device"):
+            delivery(kwargs, 0)
+
+
+def test_pinning_for_steps_that_stay_on_the_host_is_refused():
+    with pytest.raises(InvalidValueError, match="pin_prefetcher=True, but the steps go to cpu"):
+        delivery({"pin_prefetcher": True}, 0).on(torch.device("cpu"))
