@@ -102,15 +102,23 @@ class Kept:
         self.rows.append(rows)
         return rows.nbytes + gids.numel() * ID_BYTES
 
-    def lookup(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """For global ``ids``: which of them are kept, and the rows of those (in order; None
-        when there are none)."""
-        have = self.seen.index_select(0, ids)
-        if not bool(have.any()):
-            return have, None
-        every, order = torch.sort(torch.cat(self.ids))
-        at = torch.searchsorted(every, ids[have])
-        return have, torch.cat(self.rows).index_select(0, order.index_select(0, at))
+    def has(self, ids: torch.Tensor) -> torch.Tensor:
+        """Whether each of ``ids`` is kept."""
+        return self.seen.index_select(0, ids)
+
+    def rows_of(self, ids: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """The kept rows of ``ids`` (distinct, every one kept), in order, shaped and typed as ``like``'s
+        rows; every copy is freed as it is read (the cache's fill reads each name once)."""
+        out = like.new_empty((ids.numel(), *like.shape[1:]))
+        wanted, order = torch.sort(ids)
+        while self.ids:
+            gids, rows = self.ids.pop(), self.rows.pop()
+            if not wanted.numel():
+                continue
+            at = torch.searchsorted(wanted, gids).clamp_(max=wanted.numel() - 1)
+            hit = wanted.index_select(0, at) == gids
+            out[order.index_select(0, at[hit])] = rows[hit]
+        return out
 
 
 def check_budget(budget: int, shm_dir: Path, server: int) -> None:
@@ -134,12 +142,15 @@ class RowCache:
     (``counting``), the counts and kept copies of the remote rows pulled since the last fill.
 
     Args:
-        budget: bytes per server for cached rows and their ids (each rank keeps at most as
-            many bytes of copies between fills).
+        budget: bytes per server for cached rows and their ids.
+        keep: bytes of copies this rank keeps between fills at most (by default the budget;
+            a server's ranks share it, so that the copies take no more memory than the
+            cache will).
     """
 
-    def __init__(self, budget: int):
+    def __init__(self, budget: int, keep: int | None = None):
         self.budget = int(budget)
+        self.keep_limit = self.budget if keep is None else int(keep)
         self.counting = True
         self.counts: dict[int, torch.Tensor] = {}  # name index -> pulls per global row
         self.kept: dict[int, Kept] = {}  # name index -> copies of the rows pulled
@@ -171,9 +182,9 @@ class RowCache:
 
     def keep(self, entry: TensorEntry, gids: torch.Tensor, rows: torch.Tensor) -> None:
         """Keeps copies of the remote rows an answer brought (``rows`` of ``gids``), for the
-        next fill, until this rank's copies reach the budget."""
+        next fill, until this rank's copies reach its share of the budget."""
         with self._counting:
-            if self.kept_bytes >= self.budget:
+            if self.kept_bytes >= self.keep_limit:
                 return
             kept = self.kept.get(entry.index)
             if kept is None:

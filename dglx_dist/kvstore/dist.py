@@ -292,7 +292,7 @@ class DistKVStore(KVStore):
         or available memory is refused on every rank."""
         on_every_rank(self.session, "the remote-row cache", lambda: check_budget(
             budget, self.shm_dir, self.session.server_id))
-        self._shards.cache = RowCache(budget)
+        self._shards.cache = RowCache(budget, budget // self.session.server.size)
 
     def fill_cache(self) -> None:
         """Puts the rows this server's ranks pulled most often since the last fill, within the
@@ -337,15 +337,12 @@ class DistKVStore(KVStore):
         server, rows, missing = self.session.server, {}, {}
         for i, ids in chosen.items():
             entry = entries[i]
-            have, mine = kept[i].lookup(ids) if i in kept else (
-                torch.zeros(ids.numel(), dtype=torch.bool), None)
+            like = torch.empty((0, *entry.trailing), dtype=entry.dtype)
+            have = kept[i].has(ids) if i in kept else torch.zeros(ids.numel(), dtype=torch.bool)
             holder = torch.where(have, server.group_rank, server.size)
-            if server.size > 1:
+            if server.size > 1:  # rows several ranks kept are sent by the lowest of them
                 server.all_reduce(holder, op="min")
-            if mine is None:
-                mine = torch.empty((0, *entry.trailing), dtype=entry.dtype)
-            else:  # rows a lower rank of the server kept too are sent by that one
-                mine = mine[holder[have] == server.group_rank]
+            mine = kept[i].rows_of(ids[holder == server.group_rank], like) if i in kept else like
             got = server.all_to_all_v([mine if m == lead else mine[:0] for m in server.members]
                                       ) if server.size > 1 else [mine]
             if self.session.rank == lead:
@@ -371,7 +368,15 @@ class DistKVStore(KVStore):
         if held is None:
             return ids, rows
         every, order = torch.sort(torch.cat([held.ids, ids]))
-        return every, None if rows is None else torch.cat([held.rows, rows]).index_select(0, order)
+        if rows is None:
+            return every, None
+        merged = rows.new_empty((every.numel(), *rows.shape[1:]))
+        place = torch.empty_like(order)
+        place[order] = torch.arange(order.numel())  # where each old, then new, row goes
+        n = held.ids.numel()
+        merged[place[:n]] = held.rows
+        merged[place[n:]] = rows
+        return every, merged
 
     def _hold(self, entries: dict[int, TensorEntry], chosen: dict[int, torch.Tensor],
               pulled: dict[int, torch.Tensor | None], lead: int, fill: int) -> dict[int, Held]:

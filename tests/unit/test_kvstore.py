@@ -444,8 +444,8 @@ def test_cache_takes_the_most_pulled_rows_that_fit(counts, widths, budget):
 @given(st.lists(st.lists(st.integers(0, 19), max_size=12), min_size=1, max_size=5),
        st.lists(st.integers(0, 19), max_size=20))
 def test_kept_rows_are_the_first_answer_of_each_and_found_again(answers, wanted):
-    """Kept copies each row once (duplicates in one answer too) and finds the rows of any ids,
-    in order, as they were in the answers."""
+    """Kept copies each row once (duplicates in one answer too) and gives back the rows of
+    any kept ids, in their order, as they were in the answers."""
     from dglx_dist.kvstore.cache import ID_BYTES, Kept
 
     table = torch.arange(20 * 3, dtype=torch.float32).view(20, 3)
@@ -455,10 +455,9 @@ def test_kept_rows_are_the_first_answer_of_each_and_found_again(answers, wanted)
         added += kept.add(gids, table.index_select(0, gids))
     pulled = sorted({i for ids in answers for i in ids})
     assert added >= len(pulled) * (3 * 4 + ID_BYTES)
-    ids = torch.tensor(wanted, dtype=torch.int64)
-    have, rows = kept.lookup(ids)
-    assert have.tolist() == [i in pulled for i in wanted]
-    if rows is None:
-        assert not have.any()
-    else:
-        assert torch.equal(rows, table.index_select(0, ids[have]))
+    ids = torch.tensor(list(dict.fromkeys(wanted)), dtype=torch.int64)  # distinct, in order
+    have = kept.has(ids)
+    assert have.tolist() == [i in pulled for i in ids.tolist()]
+    rows = kept.rows_of(ids[have], table[:0])
+    assert torch.equal(rows, table.index_select(0, ids[have]))
+    assert kept.ids == [] and kept.rows == []  # read once: the copies are freed
