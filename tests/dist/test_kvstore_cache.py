@@ -49,6 +49,11 @@ def _expected_choice(server: int, ranks: list[int]) -> dict[str, torch.Tensor]:
     return choose_rows({0: counts}, {0: F * 4}, BUDGET).get(0, torch.zeros(0, dtype=torch.int64))
 
 
+def _every_row_same(store, ref) -> bool:
+    every = torch.arange(N)
+    return torch.equal(store.pull("feat", every), ref.pull("feat", every))
+
+
 def _cache_job(session):
     out = {}
     store, ref = DistKVStore(session, serve=True), LocalKVStore()
@@ -94,8 +99,7 @@ def _cache_job(session):
     store.push("feat", ids[:mine], values[:mine])
     ref.push("feat", torch.tensor([N // 2, N // 2 - 1]), torch.full((2, F), 1000.0))
     out["after_push"] = sorted(store.cache.held)
-    every = torch.arange(N)
-    out["rows_after_push"] = torch.equal(store.pull("feat", every), ref.pull("feat", every))
+    out["rows_after_push"] = _every_row_same(store, ref)
     store.close()
     return out
 
@@ -134,8 +138,7 @@ def _refill_job(session):
         out["fill_bytes"].append(session.counter.snapshot()["recv_inter"] - before)
         out["held"].append(store.cache.held[0].ids.tolist())
         out["counting"].append(store.cache.counting)
-    every = torch.arange(N)
-    out["rows"] = torch.equal(store.pull("feat", every), ref.pull("feat", every))
+    out["rows"] = _every_row_same(store, ref)
     store.close()
     return out
 
