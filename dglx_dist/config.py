@@ -284,10 +284,19 @@ class JobConfig(_Section):
                                               "forward; off by default)")
     resume: bool = option(False, "continue from the newest intact checkpoint in "
                                  "--checkpoint-dir")
+    prefetch_thread: str = option("auto", "the training loader's worker thread (DGL's "
+                                          "use_prefetch_thread): auto, where the steps go to a "
+                                          "GPU, as DGL's default; on; off, the loop in turn",
+                                  choices=("auto", "on", "off"))
     memory_limit: int | None = option(None, "refuse before starting when the strategy's "
                                             "estimated peak for this machine's ranks exceeds "
                                             "this (default: the memory available now; node "
                                             "task only)", bounds=_POSITIVE, metavar="BYTES")
+
+    @property
+    def use_prefetch_thread(self) -> bool | None:
+        """``prefetch_thread`` as DGL's ``use_prefetch_thread`` (None: DGL's default)."""
+        return {"auto": None, "on": True, "off": False}[self.prefetch_thread]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -83,11 +83,13 @@ class Batch:
     seeds: torch.Tensor
 
 
-def _loader(graph: DistGraph, seeds, split: str, spec: LoaderSpec) -> DataLoader:
+def _loader(graph: DistGraph, seeds, split: str, spec: LoaderSpec,
+            thread: bool | None = None) -> DataLoader:
     """The loader of ``split``'s nodes. Training looks ahead (its rows travel while the
     previous batch computes; on a GPU a worker thread draws, as DGL's default); evaluation,
     whose full neighbourhoods can reach most of the graph in one batch, pulls one batch at a
-    time, so its peak memory is one batch's, and its full layers normalise by the whole graph's degrees where the strategy says so
+    time, so its peak memory is one batch's (``thread``: the training loader's
+    ``use_prefetch_thread``), and its full layers normalise by the whole graph's degrees where the strategy says so
     (``LoaderSpec.whole_degrees``): a GCN is scored as it computes on the whole graph."""
     held = isinstance(graph.strategy, HoldsRows) and "feat" in graph.strategy.held_rows
     featured = any("feat" in graph.nodes[t].data for t in graph.ntypes)
@@ -95,7 +97,7 @@ def _loader(graph: DistGraph, seeds, split: str, spec: LoaderSpec) -> DataLoader
                               prefetch_node_feats=["feat"] if featured and not held else [])
     return DataLoader(graph, seeds, sampler, batch_size=spec.batch_size,
                       shuffle=spec.shuffle, drop_last=spec.drop_last, seed=spec.seed,
-                      use_prefetch_thread=None if split == "train" else False,
+                      use_prefetch_thread=thread if split == "train" else False,
                       whole_degrees=spec.whole_degrees and not graph.is_typed)
 
 
@@ -127,6 +129,8 @@ class Trainer:
             :class:`~dglx_dist.errors.NonFiniteLossError`) or "warn" (log it and go on).
         measure_saved_bytes: count the bytes every training forward keeps for its backward
             (a saved-tensor hook on each of them) and report the largest as ``peak_saved_mb``.
+        prefetch_thread: the training loader's ``use_prefetch_thread`` (DGL's; None, DGL's
+            default: a worker thread draws where the steps go to a GPU).
         **options: the strategy's options (validated against its Config).
     """
 
@@ -136,7 +140,9 @@ class Trainer:
                  lr: float | None = None, weight_decay: float | None = None,
                  metrics: TextIO | None = None, progress: bool = True,
                  checkpoint: Checkpointing | None = None, embeddings: Sequence[DistEmbedding] = (),
-                 embed_dim: int | None = None, nonfinite_loss: str = "raise", measure_saved_bytes: bool = False, **options: Any):
+                 embed_dim: int | None = None, nonfinite_loss: str = "raise",
+                 measure_saved_bytes: bool = False, prefetch_thread: bool | None = None,
+                 **options: Any):
         if nonfinite_loss not in ("raise", "warn"):
             raise InvalidValueError(f"nonfinite_loss={nonfinite_loss!r}; expected 'raise' or "
                                     "'warn'")
@@ -154,7 +160,8 @@ class Trainer:
                 "ogbl-*` writes, trains with --task link)"))
         num_layers = len(graph_convs(model)) or None
         train, self._eval_spec = self.graph.trainer_loaders(num_layers)
-        self.loader = _loader(self.graph, self.inputs.seeds("train"), "train", train)
+        self.loader = _loader(self.graph, self.inputs.seeds("train"), "train", train,
+                              prefetch_thread)
         # the strategy's device (the rank's GPU in a GPU job), as Lightning's Trainer places it
         self.device = self.graph.strategy.compute_device(self.session)
         self.model = parallelize(model.to(self.device), self.graph)

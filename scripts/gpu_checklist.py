@@ -11,7 +11,12 @@ is a row of the table, not the end of the list):
   strategy that trains graphs with types;
 * ``link``: Cora, link prediction, one rank, under each strategy with edge loaders;
 * ``time``: a larger synthetic graph (``dglx datagen``, ``--nodes``), one rank, a hidden width of 128,
-  on ``--device`` and again on the CPU: the median epoch time (first epoch left out) of each.
+  on ``--device`` and again on the CPU: the median epoch time (first epoch left out) of each;
+* ``pipe``: the sampled strategies (distdgl, p3) on the same graph and ``--device``, their
+  loader in turn (``--prefetch-thread off``) against a worker thread (``on``, issue 79), with
+  the share of each epoch the step waited on the host for its draws and rows (``sample`` and
+  ``pull`` of the records' ``phases_max``). Sampling on the device is not built, so there is
+  no host-against-device row yet.
 
 The correctness runs go ``--jobs`` at a time; the timed ones one at a time. With ``--device
 cpu`` it runs the same list on the CPU (a dry run without a GPU). Writes each run's log and
@@ -55,16 +60,18 @@ class Check:
     blocked: bool = False  # ``import dgl`` fails in every process of the run
     servers: int = 0  # DGLX_VIRTUAL_SERVERS, where not 0
     convs: str = "dglx"  # the reference model's (--convs): "dgl" is DGL's path, dgl.nn's convs
+    thread: str = "auto"  # the training loader's --prefetch-thread
 
     @property
     def name(self) -> str:
         name = f"{self.kind}-{self.strategy}-{self.device.replace(':', '')}"
+        name += "" if self.thread == "auto" else f"-thread-{self.thread}"
         return name + ("-nodgl" if self.blocked else "")
 
     @property
     def cache_key(self) -> str:
         """Runs at the same time never share a partition directory; the timed pair does."""
-        return f"time-{self.strategy}" if self.kind == "time" else self.name
+        return f"time-{self.strategy}" if self.kind in ("time", "pipe") else self.name
 
     def command(self, cache: Path) -> list[str]:
         return [sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -72,6 +79,7 @@ class Check:
                 "--strategy", self.strategy, "--data", self.data, "--task", self.task,
                 "--device", self.device, "--backend", self.backend, "--epochs", str(self.epochs),
                 "--hidden", str(self.hidden), "--convs", self.convs,
+                "--prefetch-thread", self.thread,
                 "--eval-every", "0", "--no-progress", "--cache-dir", str(cache / self.cache_key)]
 
 
@@ -93,6 +101,8 @@ def checks(device: str, epochs: int, mag: str, big: str) -> tuple[list[Check], l
              for s in STRATEGIES if _capabilities(s).link_prediction]
     timed = [Check("time", s, d, 1, "nccl" if d.startswith("cuda") else "gloo", data=big,
                    epochs=4, hidden=128) for s in STRATEGIES for d in dict.fromkeys([device, "cpu"])]
+    timed += [Check("pipe", s, device, 1, one, data=big, epochs=4, hidden=128, thread=t)
+              for s in ("distdgl", "p3") for t in ("off", "on")]
     return runs, timed
 
 
@@ -141,13 +151,17 @@ def run(check: Check, out: Path, cache: Path, timeout: float,
     seconds = time.perf_counter() - start
     log.write_text(text if isinstance(text, str) else text.decode(errors="replace"))
     records = _records(text if isinstance(text, str) else "")
-    times = [r["epoch_time"] for r in records if "epoch_time" in r][1:]
+    epochs = [r for r in records if "epoch_time" in r][1:]
+    times = [r["epoch_time"] for r in epochs]
+    waits = [(r["phases_max"].get("sample", 0) + r["phases_max"].get("pull", 0))
+             / r["epoch_time"] for r in epochs if r.get("phases_max") and r["epoch_time"]]
     result = next((r[k] for r in reversed(records) for k in ("test_acc", "test_mrr") if k in r),
                   None)
     errors = [ln for ln in text.splitlines() if "Error" in ln or "error:" in ln]
     row = {**dataclasses.asdict(check), "name": check.name, "rc": rc,
            "status": "ok" if rc == 0 and records else ("timeout" if rc == 124 else "FAIL"),
            "result": result, "epoch_time": statistics.median(times) if times else None,
+           "host_wait": round(statistics.median(waits), 3) if waits else None,
            "seconds": round(seconds, 1), "error": errors[-1][:160] if rc and errors else ""}
     with open(out / "rows.jsonl", "a") as f:  # what is done survives a cut-off list
         f.write(json.dumps(row) + "\n")
@@ -168,13 +182,16 @@ def _prepare(args, out: Path) -> tuple[str, str]:
 
 
 def table(rows: list[dict]) -> str:
-    head = "| run | strategy | device | ranks | backend | status | result | epoch s | wall s |"
-    lines = [head, "|" + "---|" * 9]
+    head = ("| run | strategy | device | ranks | backend | status | result | epoch s | "
+            "host wait | wall s |")
+    lines = [head, "|" + "---|" * 10]
     for r in rows:
         res = "" if r["result"] is None else f"{r['result']:.3f}"
         ep = "" if r["epoch_time"] is None else f"{r['epoch_time']:.4f}"
-        lines.append(f"| {r['kind']} | {r['strategy']} | {r['device']} | {r['ranks']} | "
-                     f"{r['backend']} | {r['status']} | {res} | {ep} | {r['seconds']} |")
+        wait = "" if r.get("host_wait") is None else f"{r['host_wait']:.0%}"
+        kind = r["kind"] + ("" if r.get("thread", "auto") == "auto" else f" ({r['thread']})")
+        lines.append(f"| {kind} | {r['strategy']} | {r['device']} | {r['ranks']} | "
+                     f"{r['backend']} | {r['status']} | {res} | {ep} | {wait} | {r['seconds']} |")
     failed = [r for r in rows if r["status"] != "ok"]
     lines += [f"\n{r['name']}: {r['error']}" for r in failed]
     return "\n".join(lines)
@@ -192,7 +209,7 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=4, help="correctness runs at a time")
     p.add_argument("--timeout", type=float, default=240, help="seconds per run")
     p.add_argument("--only", nargs="*", default=None, help="run kinds to keep (node, node-2r, "
-                   "typed, link, time)")
+                   "typed, link, time, pipe)")
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -55,7 +55,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
                           progress=job.progress, metrics=sink if session.is_main else None,
                           checkpoint=checkpoint, nonfinite_loss=job.nonfinite_loss,
                           embed_dim=config.model.hidden,
-                          measure_saved_bytes=job.measure_saved_bytes)
+                          measure_saved_bytes=job.measure_saved_bytes,
+                          prefetch_thread=job.use_prefetch_thread)
         try:
             trainer.resume_or_start(job.resume)
             trainer.fit(config.loop.epochs, eval_every=config.loop.eval_every)

@@ -162,22 +162,27 @@ def _train(session, pdir_path):
         torch.manual_seed(0)
         pdir = PartitionDir(pdir_path)
         model = SAGE(pdir.feat_dim, 8, pdir.num_classes, num_layers=2, dropout=0.0)
+        # (the cached run's loader draws on a worker thread, which pulls and counts too)
         trainer = Trainer(model, pdir, "distdgl", session=session, progress=False,
-                          batch_size=64, cache_mb=cache_mb, lr=0.01)
+                          batch_size=64, cache_mb=cache_mb, lr=0.01,
+                          prefetch_thread=bool(cache_mb))
         trainer.fit(3, eval_every=3)
         runs[cache_mb] = {
             "params": [p.detach().clone() for p in trainer.model.parameters()],
             "records": [{k: v for k, v in r.items() if k.startswith(("cache", "bytes_"))}
-                        for r in trainer.history]}
+                        for r in trainer.history],
+            "threaded": trainer.loader._threaded is not None}
         trainer.close()
     same = all(torch.equal(a, b) for a, b in zip(runs[0.0]["params"], runs[0.8]["params"]))
-    return {"same_params": same, "plain": runs[0.0]["records"], "cached": runs[0.8]["records"]}
+    return {"same_params": same, "plain": runs[0.0]["records"], "cached": runs[0.8]["records"],
+            "threads": [runs[0.0]["threaded"], runs[0.8]["threaded"]]}
 
 
 def test_distdgl_trains_the_same_with_the_cache(tmp_path, cora_parts):
     res = run_workers(_train, 4, tmp_path, str(cora_parts), env=VIRTUAL_2x2, timeout=300)
     out = res[0]
     assert all(r["same_params"] for r in res.values()), "parameters differ with the cache"
+    assert all(r["threads"] == [False, True] for r in res.values())
     plain, cached = out["plain"], out["cached"]
     assert "cache_hit_rate" not in cached[0] and "cache_hit_rate" not in plain[-1]
     for later, ref in zip(cached[1:], plain[1:]):  # the cache filled after the first epoch

@@ -32,11 +32,17 @@ CHANGED = RunConfig(
     job=JobConfig(backend="gloo", device="cpu", progress=False, metrics_file=Path("m.jsonl"),
                   json=True, checkpoint_dir=Path("ck"), checkpoint_every=3, nonfinite_loss="warn",
                   fail_on_collapse=True, measure_saved_bytes=True, resume=True,
-                  memory_limit=10**9))
+                  prefetch_thread="off", memory_limit=10**9))
 
 
 def _sections(config: RunConfig, names=TRAINING) -> dict:
     return {n: getattr(config, n) for n in names}
+
+
+def test_the_prefetch_thread_flag_is_dgls_use_prefetch_thread():
+    assert [JobConfig(prefetch_thread=v).use_prefetch_thread for v in ("auto", "on", "off")] \
+        == [None, True, False]
+    assert CHANGED.job.use_prefetch_thread is False
 
 
 def test_every_flag_differs_from_its_default():
