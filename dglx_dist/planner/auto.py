@@ -17,7 +17,7 @@ import logging
 import os
 from typing import Any, Callable, Mapping
 
-from dglx_dist.config import AUTO, TaskConfig
+from dglx_dist.config import AUTO, RunConfig, TaskConfig
 from dglx_dist.planner.plan import Plan, make_plan
 from dglx_dist.planner.units import DEFAULT_LINK_GBIT, Measured, load_measured
 from dglx_dist.strategies.cost.shapes import Cluster, GraphShape, Workload
@@ -122,4 +122,16 @@ def resolve(name: Any, options: Mapping[str, Any], graph: Callable[[], GraphShap
     if tell:
         log.info("%s", plan.summary())
         log.info("%s", plan.why())
+        if plan.choice.thread:
+            log.info("its training loader draws on a worker thread: each rank has a core "
+                     "for it beside its model's")
     return plan.choice.strategy, dict(plan.choice.options), plan
+
+
+def loader_thread(config: RunConfig, plan: Plan | None) -> RunConfig:
+    """``config`` with its training loader on a worker thread (``--prefetch-thread on``)
+    where ``plan``'s choice draws on one (:attr:`~dglx_dist.planner.plan.PlanRow.thread`) and
+    the run left it to DGL's default (``auto``)."""
+    if plan is None or not plan.choice.thread or config.job.prefetch_thread != "auto":
+        return config
+    return config.updated(job={"prefetch_thread": "on"})

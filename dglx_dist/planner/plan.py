@@ -56,6 +56,9 @@ class PlanRow:
     steps of sampled mini-batches, so a full-graph row (``steps`` a step or a few: co-batches)
     takes ``full_step`` x a sampled epoch's steps over its own (docs/choosing.md, "Is the plan
     right?")."""
+    thread: bool = False
+    """Its training loader draws on a worker thread (DGL's ``use_prefetch_thread=True``): its
+    loader pipelines and each rank's worker has a core of its own (:func:`_pipelined`)."""
 
     @property
     def rank_s(self) -> float:
@@ -182,6 +185,7 @@ def _row(cost: Cost, s: Situation) -> PlanRow:
              "exchange": exchange, "overhead": ph["overhead"]}
     if chosen.pipelined:
         parts = _pipelined(parts, cluster)
+    thread = chosen.pipelined and _free_cores(cluster)
     peak = chosen.peak_per_rank
     fits = None if peak is None or cluster.memory_bytes is None else \
         cluster.ranks_per_server * peak <= cluster.memory_bytes
@@ -189,7 +193,7 @@ def _row(cost: Cost, s: Situation) -> PlanRow:
     epochs = full_step(s.graph, s.work) * sampled_steps(s.graph, s.work, cluster) / w.steps \
         if once else 1.0
     return PlanRow(s.strategy, sum(parts.values()), parts, w.steps, w.inter_bytes, peak, fits,
-                   chosen.options, once, w.rounds, epochs)
+                   chosen.options, once, w.rounds, epochs, thread)
 
 
 def _pipelined(parts: dict[str, float], cluster: Cluster) -> dict[str, float]:
@@ -200,10 +204,14 @@ def _pipelined(parts: dict[str, float], cluster: Cluster) -> dict[str, float]:
     with the model). What is left of each is what the step waits for: the epoch is the
     larger stage where the cores are free."""
     model = parts["compute"] + parts["exchange"] + parts["overhead"]
-    free = cluster.shared_cores is None or cluster.shared_cores >= 2 * cluster.world
-    hidden = min(model, parts["pull"] + (parts["sample"] if free else 0.0))
+    hidden = min(model, parts["pull"] + (parts["sample"] if _free_cores(cluster) else 0.0))
     pull = min(hidden, parts["pull"])
     return parts | {"pull": parts["pull"] - pull, "sample": parts["sample"] - (hidden - pull)}
+
+
+def _free_cores(cluster: Cluster) -> bool:
+    """Whether each rank's loader worker has a core of its own beside its model's."""
+    return cluster.shared_cores is None or cluster.shared_cores >= 2 * cluster.world
 
 
 def _peak(name: str, options: Mapping[str, Any], graph: GraphShape, work: Workload,

@@ -114,6 +114,25 @@ def test_a_pipelined_loaders_stage_hides_behind_the_models(monkeypatch):
         assert hidden["distdgl"].epoch_s < summed["distdgl"].epoch_s
         assert hidden["p3"].options == {"pipeline": True}  # in turn: nothing hides
         assert hidden["p3"].epoch_s == pytest.approx(summed["p3"].epoch_s)
+        # the loader draws on a worker thread where each rank has a core for it
+        assert hidden["distdgl"].thread == (shared is None) and not hidden["p3"].thread
+
+
+def test_auto_puts_the_training_loader_on_a_thread_where_the_plan_does():
+    """``dglx train`` and ``dglx bench`` run ``auto``'s training loader on a worker thread
+    where the plan's choice draws on one, unless the run chose (``--prefetch-thread``)."""
+    from dglx_dist.config import RunConfig
+    from dglx_dist.planner.auto import loader_thread
+
+    plans = {shared: make_plan(PRODUCTS, LARGE, Cluster(2, 1, 1.0, memory_bytes=64 * GIB,
+                                                        shared_cores=shared))
+             for shared in (None, 2)}
+    run = RunConfig()
+    assert plans[None].choice.thread and not plans[2].choice.thread, plans[None].choice
+    assert loader_thread(run, plans[None]).job.prefetch_thread == "on"
+    assert loader_thread(run, plans[2]) == run and loader_thread(run, None) == run
+    off = run.updated(job={"prefetch_thread": "off"})
+    assert loader_thread(off, plans[None]) == off
 
 
 def test_rounds_across_servers_cost_their_own_time_which_no_pipeline_hides():
