@@ -86,10 +86,10 @@ class Batch:
 def _loader(graph: DistGraph, seeds, split: str, spec: LoaderSpec,
             thread: bool | None = None) -> DataLoader:
     """The loader of ``split``'s nodes. Training looks ahead (its rows travel while the
-    previous batch computes; on a GPU a worker thread draws, as DGL's default); evaluation,
-    whose full neighbourhoods can reach most of the graph in one batch, pulls one batch at a
-    time, so its peak memory is one batch's (``thread``: the training loader's
-    ``use_prefetch_thread``), and its full layers normalise by the whole graph's degrees where the strategy says so
+    previous batch computes; on a GPU a worker thread draws, as DGL's default; ``thread``:
+    its ``use_prefetch_thread``); evaluation, whose full neighbourhoods can reach most of the
+    graph in one batch, pulls one batch at a time, so its peak memory is one batch's, and its
+    full layers normalise by the whole graph's degrees where the strategy says so
     (``LoaderSpec.whole_degrees``): a GCN is scored as it computes on the whole graph."""
     held = isinstance(graph.strategy, HoldsRows) and "feat" in graph.strategy.held_rows
     featured = any("feat" in graph.nodes[t].data for t in graph.ntypes)

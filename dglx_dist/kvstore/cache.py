@@ -107,8 +107,8 @@ class Kept:
         return self.seen.index_select(0, ids)
 
     def rows_of(self, ids: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-        """The kept rows of ``ids`` (distinct, every one kept), in order, shaped and typed as ``like``'s
-        rows; every copy is freed as it is read (the cache's fill reads each name once)."""
+        """The kept rows of ``ids`` (distinct, every one kept), in order, shaped and typed as
+        ``like``'s rows; every copy is freed as it is read (a fill reads each name once)."""
         out = like.new_empty((ids.numel(), *like.shape[1:]))
         wanted, order = torch.sort(ids)
         while self.ids:

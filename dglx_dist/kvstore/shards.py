@@ -176,12 +176,6 @@ class Shards:
                                 "same order on every rank")
         return self._entries[index]
 
-    def elsewhere(self, entry: TensorEntry) -> torch.Tensor:
-        """Whether each row of ``entry`` (a row policy's) lives on another server."""
-        servers = torch.tensor(self._servers[entry.index])
-        parts = torch.as_tensor(entry.policy.part_of(torch.arange(entry.policy.num_rows)))
-        return servers.index_select(0, parts.long()) != self.server
-
     def _pieces_on(self, entry: TensorEntry, gids: torch.Tensor, server: int) -> list[Piece]:
         servers = self._servers[entry.index]
         return [q for q in entry.policy.split(gids) if servers[q.part] == server]
