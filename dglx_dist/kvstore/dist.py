@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -305,6 +306,7 @@ class DistKVStore(KVStore):
         cache, session = self._shards.cache, self.session
         if cache is None or not cache.counting:
             return
+        start = time.perf_counter()
         counts = self._server_counts(cache)
         kept = cache.take_learnt()
         entries = {index: self._shards.entry_at(index, "the cache") for index in counts}
@@ -324,10 +326,11 @@ class DistKVStore(KVStore):
             seen = sum(int(c.sum()) for c in counts.values())
             covered = sum(int(counts[i].index_select(0, ids).sum()) for i, ids in chosen.items())
             log.info("server %d, fill %d: cached %d more rows of %s (%.1f of %.1f MB): %.1f%% "
-                     "of the remote rows its ranks pulled since the last fill", session.server_id,
-                     cache.fills, sum(ids.numel() for ids in chosen.values()),
+                     "of the remote rows its ranks pulled since the last fill (%.2f s)",
+                     session.server_id, cache.fills, sum(ids.numel() for ids in chosen.values()),
                      sorted(entries[i].name for i in chosen), cache.nbytes / 2**20,
-                     cache.budget / 2**20, 100 * covered / max(seen, 1))
+                     cache.budget / 2**20, 100 * covered / max(seen, 1),
+                     time.perf_counter() - start)
 
     def _rows_of(self, entries: dict[int, TensorEntry], chosen: dict[int, torch.Tensor],
                  kept: dict[int, Kept], lead: int) -> dict[int, torch.Tensor]:
