@@ -120,23 +120,29 @@ def test_cache_chooses_serves_and_drops_rows_exactly(tmp_path):
 
 
 def _refill_job(session):
-    """Two epochs of different pulls with a budget that holds every remote row: what each
-    fill moved between servers, and the ids held after each."""
+    """Three epochs of pulls with a budget that holds every remote row: the middle half of
+    the ids; every id but the first and the last (each server's other half: a second
+    fill); every id (one row new to each server, fewer than REFILL_SHARE of what it
+    holds: no third fill, and the counting ends). What each fill moved between servers, the
+    ids held after each."""
     store, ref = DistKVStore(session), LocalKVStore()
     _register(store, session)
     _register(ref)
     store.start_cache(N * ROW)
     out = {"wrong": [], "fill_bytes": [], "held": [], "counting": []}
     g = torch.Generator().manual_seed(session.rank)
-    for epoch in range(2):  # epoch 0: ids below 3N/4 (and their mirror); epoch 1: any
+    for epoch in range(3):
         for _ in range(3):
-            ids = torch.unique(torch.randint(0, N if epoch else 3 * N // 4, (40,), generator=g))
+            ids = torch.unique(torch.randint(N // 4, 3 * N // 4, (40,), generator=g)) \
+                if epoch == 0 else torch.arange(N)
+            if epoch == 1:
+                ids = ids[(ids != 0) & (ids != N - 1)]  # rows epoch 0 did not pull
             if not torch.equal(store.pull("feat", ids), ref.pull("feat", ids)):
                 out["wrong"].append(epoch)
         before = session.counter.snapshot()["recv_inter"]
         store.fill_cache()
         out["fill_bytes"].append(session.counter.snapshot()["recv_inter"] - before)
-        out["held"].append(store.cache.held[0].ids.tolist())
+        out["held"].append(sorted(store.cache.held[0].ids.tolist()))
         out["counting"].append(store.cache.counting)
     out["rows"] = _every_row_same(store, ref)
     store.close()
@@ -147,11 +153,12 @@ def test_fills_come_from_the_rows_pulled_and_grow_with_later_misses(tmp_path):
     res = run_workers(_refill_job, 4, tmp_path, env=VIRTUAL_2x2)
     for rank, out in res.items():
         assert out["wrong"] == [] and out["rows"], out
-        first, second = (set(h) for h in out["held"])
+        first, second, third = (set(h) for h in out["held"])
         # flags only: two rows of F floats would be more (the first fill alone holds dozens)
         assert len(first) > 10 and all(b < 2 * F * 4 for b in out["fill_bytes"]), out
-        assert first and first < second, (len(first), len(second))  # epoch 1's misses added
-        assert out["counting"] == [True, True]  # every row counted fitted: it goes on
+        elsewhere = {i for i in range(N) if (i >= N // 2) != (rank // 2 == 1)}
+        assert first < second == third == elsewhere - {0, N - 1}, (len(first), len(second))
+        assert out["counting"] == [True, True, False]
         mates = [res[r]["held"] for r in res if r // 2 == rank // 2]
         assert all(h == out["held"] for h in mates)  # one cache per server
 
