@@ -80,6 +80,8 @@ def _device(value) -> torch.device:
                                 f"{' or cuda:0 to cuda:' + str(count - 1) if count else ''}")
     if device.type not in ("cpu", "cuda"):
         raise InvalidValueError(f"DataLoader: device={value!r}; expected 'cpu' or 'cuda'")
+    if device.type == "cuda" and device.index is None:  # DGL's "cuda": the current GPU
+        device = torch.device("cuda", torch.cuda.current_device())
     return device
 
 

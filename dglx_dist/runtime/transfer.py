@@ -51,6 +51,9 @@ class DeviceCopies:
         is on the device)."""
         if tensor.device == self.device or (tensor.device.type == self.device.type == "cpu"):
             return lambda: tensor
+        if tensor.device.type != "cpu":  # from one device to another: nothing to pin
+            moved = tensor.to(self.device)
+            return lambda: moved
         source = tensor if not self.pins or tensor.is_pinned() else tensor.pin_memory()
         if self._stream is None:  # on the current stream (asynchronous from pinned memory)
             out = source.to(self.device, non_blocking=self.pins)
