@@ -306,22 +306,22 @@ class DataLoader:
         drawn and its rows are on their way, so they travel while the caller computes this
         one and while the step after is drawn (the store's pulls have groups of their own,
         so the sampler's exchanges do not wait for them)."""
-        under = None
-        while True:
-            if under is None:
-                step = next(steps, None)
-                under = None if step is None else self.prefetch.start(step)
-            if under is None:
-                return
+        def start() -> UnderWay | None:  # the next step drawn, its rows' pulls started
+            step = next(steps, None)
+            return None if step is None else self.prefetch.start(step)
+
+        under = start()
+        while under is not None:
             ready = self._handed(under)  # starts the pull of the rows the loop reads itself,
-            step = next(steps, None) if ahead else None  # which travel while the step after
-            under = None if step is None else self.prefetch.start(step)  # is drawn
+            under = start() if ahead else None  # which travel while the step after is drawn
             try:
                 yield ready
             except GeneratorExit:  # the caller left the loop (a break, or an error); not
                 if self.graph.session.is_open:  # at exit: the session went first
                     self.graph.step_rows.leave_loop(under)
                 raise
+            if not ahead:
+                under = start()
 
 
 def _drain(under: UnderWay) -> None:

@@ -55,6 +55,24 @@ class Held:
     def nbytes(self) -> int:
         return self.ids.numel() * ID_BYTES + self.rows.nbytes
 
+    @staticmethod
+    def merged(held: "Held | None", ids: torch.Tensor, rows: torch.Tensor | None
+               ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The ids (sorted) and rows (None where the caller does not hold them) a name's
+        cache holds once the sorted ``ids``' ``rows`` join what it ``held`` (one copy)."""
+        if held is None:
+            return ids, rows
+        every, order = torch.sort(torch.cat([held.ids, ids]))
+        if rows is None:
+            return every, None
+        merged = rows.new_empty((every.numel(), *rows.shape[1:]))
+        place = torch.empty_like(order)
+        place[order] = torch.arange(order.numel())  # where each old, then new, row goes
+        n = held.ids.numel()
+        merged[place[:n]] = held.rows
+        merged[place[n:]] = rows
+        return every, merged
+
 
 def choose_rows(counts: dict[int, torch.Tensor], row_bytes: dict[int, int],
                 budget: int) -> dict[int, torch.Tensor]:

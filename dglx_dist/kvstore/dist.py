@@ -324,12 +324,12 @@ class DistKVStore(KVStore):
             chosen = {}  # (and every counted row no longer fits: the counting ends)
         lead = session.topology.server_ranks(session.server_id)[0]
         rows = self._rows_of(entries, chosen, kept, lead)
-        merged = {i: self._merged(cache.held.get(i), ids, rows.get(i)) for i, ids in chosen.items()}
+        merged = {i: Held.merged(cache.held.get(i), ids, rows.get(i)) for i, ids in chosen.items()}
         cache.fills += 1
         cache.held.update(self._hold(entries, {i: m[0] for i, m in merged.items()},
                                      {i: m[1] for i, m in merged.items()}, lead, cache.fills))
-        every = all(int((counts[i] > 0).sum()) == chosen.get(i, counts[i][:0]).numel()
-                    for i in counts)
+        every = sum(ids.numel() for ids in chosen.values()) == \
+            sum(int((c > 0).sum()) for c in counts.values())  # (chosen: some of the counted)
         again = torch.tensor([int(every and any(ids.numel() for ids in chosen.values()))])
         cache.counting = bool(session.world.all_reduce(again, op="max"))
         if session.rank == lead:
@@ -372,24 +372,6 @@ class DistKVStore(KVStore):
         for (i, gone), got in zip(missing.items(), pulled):
             rows[i][gone] = got
         return rows
-
-    @staticmethod
-    def _merged(held: Held | None, ids: torch.Tensor, rows: torch.Tensor | None
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The ids (sorted) and rows (None off the lead) a name's cache holds after a fill
-        adds ``ids``' ``rows`` to what it ``held``."""
-        if held is None:
-            return ids, rows
-        every, order = torch.sort(torch.cat([held.ids, ids]))
-        if rows is None:
-            return every, None
-        merged = rows.new_empty((every.numel(), *rows.shape[1:]))
-        place = torch.empty_like(order)
-        place[order] = torch.arange(order.numel())  # where each old, then new, row goes
-        n = held.ids.numel()
-        merged[place[:n]] = held.rows
-        merged[place[n:]] = rows
-        return every, merged
 
     def _hold(self, entries: dict[int, TensorEntry], chosen: dict[int, torch.Tensor],
               pulled: dict[int, torch.Tensor | None], lead: int, fill: int) -> dict[int, Held]:
