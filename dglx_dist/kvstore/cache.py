@@ -30,8 +30,8 @@ ID_BYTES = 8  # each cached row's global id, kept sorted beside the rows
 
 @dataclasses.dataclass(frozen=True)
 class Held:
-    """One name's cached rows: ``ids`` sorted (int64), ``rows[i]`` the row of ``ids[i]``;
-    ``slots[g]`` is the position in ``rows`` of global row ``g``, or -1 (int32, one per row
+    """One name's cached rows: ``ids`` (int64, in the order the fills added them), ``rows[i]``
+    the row of ``ids[i]``; ``slots[g]`` is the position in ``rows`` of global row ``g``, or -1 (int32, one per row
     of the name: a lookup is one gather, where a binary search of ``ids`` took 40 times as
     long for a pull's remote rows at ogbn-products' size)."""
 
@@ -44,7 +44,7 @@ class Held:
     @classmethod
     def of(cls, ids: torch.Tensor, rows: torch.Tensor, num_rows: int,
            base: int | None = None, whole: torch.Tensor | None = None) -> "Held":
-        """``rows`` held for the sorted global ``ids`` of a name with ``num_rows`` rows; with
+        """``rows`` held for the distinct global ``ids`` of a name with ``num_rows`` rows; with
         ``base``, ``whole`` is one tensor of the own part ``base``'s rows followed by ``rows``
         (so that a pull gathers own and cached rows in one pass)."""
         slots = torch.full((num_rows,), -1, dtype=torch.int32)
@@ -54,24 +54,6 @@ class Held:
     @property
     def nbytes(self) -> int:
         return self.ids.numel() * ID_BYTES + self.rows.nbytes
-
-    @staticmethod
-    def merged(held: "Held | None", ids: torch.Tensor, rows: torch.Tensor | None
-               ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The ids (sorted) and rows (None where the caller does not hold them) a name's
-        cache holds once the sorted ``ids``' ``rows`` join what it ``held`` (one copy)."""
-        if held is None:
-            return ids, rows
-        every, order = torch.sort(torch.cat([held.ids, ids]))
-        if rows is None:
-            return every, None
-        merged = rows.new_empty((every.numel(), *rows.shape[1:]))
-        place = torch.empty_like(order)
-        place[order] = torch.arange(order.numel())  # where each old, then new, row goes
-        n = held.ids.numel()
-        merged[place[:n]] = held.rows
-        merged[place[n:]] = rows
-        return every, merged
 
 
 def choose_rows(counts: dict[int, torch.Tensor], row_bytes: dict[int, int],
@@ -124,18 +106,23 @@ class Kept:
         """Whether each of ``ids`` is kept."""
         return self.seen.index_select(0, ids)
 
-    def rows_of(self, ids: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    def rows_of(self, ids: torch.Tensor, like: torch.Tensor,
+                out: torch.Tensor | None = None) -> torch.Tensor:
         """The kept rows of ``ids`` (distinct, every one kept), in order, shaped and typed as
-        ``like``'s rows; every copy is freed as it is read (a fill reads each name once)."""
-        out = like.new_empty((ids.numel(), *like.shape[1:]))
-        wanted, order = torch.sort(ids)
+        ``like``'s rows, written into ``out`` where given; every copy is freed as it is read
+        (a fill reads each name once)."""
+        if out is None:
+            out = like.new_empty((ids.numel(), *like.shape[1:]))
+        place = torch.full(self.seen.shape, -1, dtype=torch.int64)
+        place[ids] = torch.arange(ids.numel())
         while self.ids:
             gids, rows = self.ids.pop(), self.rows.pop()
-            if not wanted.numel():
-                continue
-            at = torch.searchsorted(wanted, gids).clamp_(max=wanted.numel() - 1)
-            hit = wanted.index_select(0, at) == gids
-            out[order.index_select(0, at[hit])] = rows[hit]
+            at = place.index_select(0, gids)
+            hit = at >= 0
+            if bool(hit.all()):  # (a fill that takes every kept row: one copy, no mask)
+                out.index_copy_(0, at, rows)
+            elif bool(hit.any()):
+                out.index_copy_(0, at[hit], rows[hit])
         return out
 
 

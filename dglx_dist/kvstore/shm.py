@@ -24,8 +24,8 @@ import torch
 from dglx_dist.errors import DiskFullError, InvalidValueError, ProtocolError, StateError
 from dglx_dist.kvstore.entries import InitSpec, TensorEntry
 
-__all__ = ["default_shm_dir", "create_shared", "attach_shared", "to_bytes", "from_bytes",
-           "SharedParts", "EMPTY_I64", "EMPTY_U8"]
+__all__ = ["default_shm_dir", "SharedFile", "to_bytes", "from_bytes", "SharedParts",
+           "EMPTY_I64", "EMPTY_U8"]
 
 log = logging.getLogger(__name__)
 _SIGNATURE = ("ok", "name", "index", "num_rows", "num_parts", "dtype", "trailing", "policy")
@@ -56,48 +56,48 @@ def _map(fd: int, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return torch.frombuffer(mapping, dtype=dtype).view(shape)
 
 
-def create_shared(path: Path, rows: torch.Tensor | tuple[torch.Tensor, ...]) -> torch.Tensor:
-    """Creates ``path`` (it must not exist), copies ``rows`` into it (a tuple: its tensors one
-    after another along dim 0, never concatenated in memory first), returns the mapped tensor.
+class SharedFile:
+    """A tensor's file in shared memory, kept open by this process until :meth:`close`, so that
+    it can grow after it is unlinked (the mappings, not the name, keep the memory).
 
-    Empty tensors need no file: a plain empty tensor is returned and nothing is created. On
-    failure the file is removed again.
-
-    The file's pages are reserved before they are written: on a full tmpfs (a container's
-    64 MB ``/dev/shm``) writing into a mapping past its free space would kill the process with
+    Its pages are reserved before they are written: on a full tmpfs (a container's 64 MB
+    ``/dev/shm``) writing into a mapping past its free space would kill the process with
     SIGBUS, where reserving fails with an ``OSError`` that says how much was needed.
-
-    Raises:
-        FileExistsError: ``path`` exists (another job's or a stale file: never overwritten).
-        DiskFullError: the file system cannot hold the tensor (an ``OSError``).
     """
-    pieces = rows if isinstance(rows, tuple) else (rows,)
-    shape = (sum(t.shape[0] for t in pieces), *pieces[0].shape[1:])
-    dtype = pieces[0].dtype
-    if _nbytes(shape, dtype) == 0:
-        return torch.empty(shape, dtype=dtype)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        _reserve(fd, path, _nbytes(shape, dtype))
-        tensor = _map(fd, shape, dtype)
-        start = 0
-        for piece in pieces:
-            tensor[start:start + piece.shape[0]].copy_(piece)
-            start += piece.shape[0]
-    except BaseException:
-        os.unlink(path)  # what this call created, it removes
-        raise
-    finally:
-        os.close(fd)
-    return tensor
+
+    def __init__(self, path: Path, create: bool):
+        """Opens ``path``; with ``create`` it must not exist (FileExistsError: another job's or
+        a stale file is never overwritten)."""
+        self.path = path
+        self.fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o600)
+
+    def grow(self, start: int, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """The file mapped as ``dtype`` of ``shape``, its bytes from ``start`` on reserved
+        (DiskFullError: the file system cannot hold them); the bytes before stay as written."""
+        _reserve(self.fd, self.path, start, _nbytes(shape, dtype) - start)
+        return _map(self.fd, shape, dtype)
+
+    def map(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """The file (another rank made it) mapped as ``dtype`` of ``shape``; ProtocolError
+        when its size is not that of such a tensor."""
+        size = os.fstat(self.fd).st_size
+        if size != _nbytes(shape, dtype):
+            raise ProtocolError(f"shared tensor {self.path} has {size} bytes; expected "
+                                f"{_nbytes(shape, dtype)} for {dtype} of shape {shape}")
+        return _map(self.fd, shape, dtype)
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
-def _reserve(fd: int, path: Path, nbytes: int) -> None:
+def _reserve(fd: int, path: Path, offset: int, nbytes: int) -> None:
+    if nbytes <= 0:
+        return
     try:
-        os.posix_fallocate(fd, 0, nbytes)
+        os.posix_fallocate(fd, offset, nbytes)
     except OSError as exc:
         if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):  # a file system without fallocate
-            os.ftruncate(fd, nbytes)
+            os.ftruncate(fd, offset + nbytes)
             return
         free = shutil.disk_usage(path.parent).free
         raise DiskFullError(exc.errno, f"cannot hold {nbytes / 2**20:,.1f} MiB of shared tensor in "
@@ -106,23 +106,16 @@ def _reserve(fd: int, path: Path, nbytes: int) -> None:
                       f"free it") from None
 
 
-def attach_shared(path: Path, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """Maps the tensor another rank created at ``path``.
+Rows = torch.Tensor | tuple[torch.Tensor, ...]
 
-    Raises:
-        RuntimeError: the file's size is not that of a ``dtype`` tensor of ``shape``.
-    """
-    if _nbytes(shape, dtype) == 0:
-        return torch.empty(shape, dtype=dtype)
-    fd = os.open(path, os.O_RDWR)
-    try:
-        size = os.fstat(fd).st_size
-        if size != _nbytes(shape, dtype):
-            raise ProtocolError(f"shared tensor {path} has {size} bytes; expected "
-                                f"{_nbytes(shape, dtype)} for {dtype} of shape {shape}")
-        return _map(fd, shape, dtype)
-    finally:
-        os.close(fd)
+
+def _copy_rows(into: torch.Tensor, rows: Rows) -> None:
+    """Copies ``rows`` (a tuple: its tensors one after another along dim 0, never concatenated
+    in memory first) into ``into``."""
+    start = 0
+    for piece in rows if isinstance(rows, tuple) else (rows,):
+        into[start:start + piece.shape[0]].copy_(piece)
+        start += piece.shape[0]
 
 
 def to_bytes(rows: torch.Tensor) -> torch.Tensor:
@@ -153,6 +146,7 @@ class SharedParts:
     def __init__(self, world, server, shm_dir: Path, seed: int):
         self.world, self.server, self.dir, self.seed = world, server, Path(shm_dir), seed
         self.token = f"{int(self._gather(torch.tensor([secrets.randbits(62)]))[0, 0]):016x}"
+        self._files: dict[str, SharedFile] = {}  # by name, open so that it can grow
 
     def create(self, shards, name: str, spec: InitSpec | None,
                error: Exception | None) -> TensorEntry:
@@ -200,34 +194,44 @@ class SharedParts:
         has = torch.tensor([p in spec.part_data for p in range(spec.policy.num_parts)])
         return self._gather(has.long()).bool().tolist()
 
-    def share(self, key: str, writers: dict[int, int], make: Callable[[int], torch.Tensor],
+    def share(self, key: str, writers: dict[int, int], make: Callable[[int], Rows],
               shapes: dict[int, tuple[tuple[int, ...], torch.dtype]], call: str,
               what: str) -> dict[int, torch.Tensor]:
         """This server's tensors by index ``i``: rank ``writers[i]`` creates the file of
-        ``make(i)`` (called there only) in ``dir`` (named by ``key`` and ``i``), the server's
-        other ranks map it (``shapes[i]``: its shape and dtype), then it is unlinked.
-        Collective over the job: StateError names the ranks that could not create or map
-        theirs (``call`` says what asked; ``what`` the tensors, for the message)."""
+        ``make(i)`` (called there only; a tuple: its tensors one after another along dim 0) in
+        ``dir`` (named by ``key`` and ``i``), the server's other ranks map it (``shapes[i]``:
+        its shape and dtype), then it is unlinked (:meth:`grow` from nothing)."""
+        return self.grow({i: f"{key}-{i}" for i in shapes}, writers, shapes,
+                         dict.fromkeys(shapes, 0), call, what,
+                         lambda i, rows: _copy_rows(rows, make(i)))
+
+    def grow(self, names: dict[int, str], writers: dict[int, int],
+             shapes: dict[int, tuple[tuple[int, ...], torch.dtype]], start: dict[int, int],
+             call: str, what: str, write: Callable[[int, torch.Tensor], None] | None = None
+             ) -> dict[int, torch.Tensor]:
+        """This server's tensors by index ``i``, the file ``names[i]`` (in ``dir``) grown to
+        ``shapes[i]`` (its shape and dtype; created where this store has not made it yet) by
+        rank ``writers[i]``, which writes its rows from ``start[i]`` on with ``write(i, those
+        rows)`` (or leaves them to the caller); the server's other ranks map it; a created file
+        is unlinked once mapped, and stays open here (:meth:`close`). Collective over the
+        job: StateError names the ranks that could not grow or map theirs (``call`` says what
+        asked; ``what`` the tensors, for the message)."""
         me, created, out = self.world.global_rank, [], {}
-        path = lambda i: self.dir / f"dglx-{key}-{i}"  # noqa: E731
         try:
-            for create in (True, False):
+            for writing in (True, False):
                 ok = True
                 try:
                     for i, (shape, dtype) in shapes.items():
-                        if (writers[i] == me) != create:
-                            continue
-                        if create:
-                            out[i] = create_shared(path(i), make(i))
-                            created.append(path(i))
-                        else:
-                            out[i] = attach_shared(path(i), shape, dtype)
+                        if (writers[i] == me) == writing:
+                            out[i] = self._grown(names[i], shape, dtype, start[i], created,
+                                                 (lambda rows, i=i: write(i, rows))
+                                                 if writing and write else None, writing)
                 except (OSError, RuntimeError, ValueError, KeyError) as exc:
                     log.error("%s on rank %d: %s", call, me, exc)
                     ok = False
                 bad = self.world.failed_ranks(ok)
                 if bad:
-                    did = "create its" if create else "map its server's"
+                    did = "create or grow their" if writing else "map their server's"
                     raise StateError(f"{call}: ranks {bad} could not {did} shared-memory {what} "
                                      f"in {self.dir} (see their logs)")
         finally:
@@ -235,6 +239,32 @@ class SharedParts:
                 made.unlink(missing_ok=True)
         self.server.barrier()  # no rank returns before its server's files are gone
         return out
+
+    def _grown(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, start: int,
+               created: list[Path], write: Callable[[torch.Tensor], None] | None,
+               writing: bool) -> torch.Tensor:
+        """One file of :meth:`grow`, on the writer (``writing``) or a rank that maps it."""
+        if _nbytes(shape, dtype) == 0:
+            return torch.empty(shape, dtype=dtype)  # no file
+        file = self._files.get(name)
+        if file is None:
+            file = SharedFile(self.dir / f"dglx-{name}", create=writing)
+            self._files[name] = file
+            if writing:
+                created.append(file.path)
+        if not writing:
+            return file.map(shape, dtype)
+        tensor = file.grow(_nbytes((start, *shape[1:]), dtype), shape, dtype)
+        if write is not None:
+            write(tensor[start:])
+        return tensor
+
+    def close(self) -> None:
+        """Closes the files this store made or mapped (their mappings stay while their
+        tensors live)."""
+        for file in self._files.values():
+            file.close()
+        self._files.clear()
 
     def _gather(self, row: torch.Tensor) -> torch.Tensor:
         """Every rank's ``row`` (the same length everywhere), stacked by rank."""

@@ -124,10 +124,12 @@ def _refill_job(session):
     the ids; every id but the first and the last (each server's other half: a second
     fill); every id (one row new to each server, fewer than REFILL_SHARE of what it
     holds: no third fill, and the counting ends). What each fill moved between servers, the
-    ids held after each."""
+    ids held after each, and whether the part is still the memory init_data made (the
+    copies grew its file: the part was not copied)."""
     store, ref = DistKVStore(session), LocalKVStore()
     _register(store, session)
     _register(ref)
+    part = store.local_parts("feat")[session.server_id]
     store.start_cache(N * ROW)
     out = {"wrong": [], "fill_bytes": [], "held": [], "counting": []}
     g = torch.Generator().manual_seed(session.rank)
@@ -145,6 +147,11 @@ def _refill_job(session):
         out["held"].append(sorted(store.cache.held[0].ids.tolist()))
         out["counting"].append(store.cache.counting)
     out["rows"] = _every_row_same(store, ref)
+    session.world.barrier()
+    if session.rank % 2 == 0:  # one rank of each server writes through the first mapping
+        part[0, 0] = -1.0
+    session.world.barrier()
+    out["in_place"] = float(store.local_parts("feat")[session.server_id][0, 0]) == -1.0
     store.close()
     return out
 
@@ -152,7 +159,7 @@ def _refill_job(session):
 def test_fills_come_from_the_rows_pulled_and_grow_with_later_misses(tmp_path):
     res = run_workers(_refill_job, 4, tmp_path, env=VIRTUAL_2x2)
     for rank, out in res.items():
-        assert out["wrong"] == [] and out["rows"], out
+        assert out["wrong"] == [] and out["rows"] and out["in_place"], out
         first, second, third = (set(h) for h in out["held"])
         # flags only: two rows of F floats would be more (the first fill alone holds dozens)
         assert len(first) > 10 and all(b < 2 * F * 4 for b in out["fill_bytes"]), out

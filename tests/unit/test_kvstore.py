@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from dglx_dist.kvstore import (ColumnPolicy, DistEmbedding, LocalKVStore, RowPolicy, SparseAdagrad,
                                SparseAdam)
 from dglx_dist.kvstore.ops import combine_duplicates
-from dglx_dist.kvstore.shm import attach_shared, create_shared, from_bytes, to_bytes
+from dglx_dist.kvstore.shm import SharedFile, from_bytes, to_bytes
 from dglx_dist.partition.book import FeatureSlices, HashBook, RangeBook
 
 N, D = 23, 4
@@ -353,36 +353,46 @@ def test_bytes_round_trip_and_misaligned_views():
         from_bytes(buf, (5,), torch.float64)
 
 
-def test_shared_files_map_the_same_memory(tmp_path):
+def test_shared_files_map_the_same_memory_and_grow_in_place(tmp_path):
     path = tmp_path / "part"
-    created = create_shared(path, torch.arange(6, dtype=torch.int32).view(2, 3))
-    mapped = attach_shared(path, (2, 3), torch.int32)
-    path.unlink()  # mappings outlive the file
+    made = SharedFile(path, create=True)
+    created = made.grow(0, (2, 3), torch.int32)
+    created.copy_(torch.arange(6, dtype=torch.int32).view(2, 3))
+    other = SharedFile(path, create=False)
+    mapped = other.map((2, 3), torch.int32)
+    path.unlink()  # mappings (and the open files) outlive the name
     created[1, 2] = 42
     assert mapped.tolist() == [[0, 1, 2], [3, 4, 42]]
+    grown = made.grow(2 * 3 * 4, (4, 3), torch.int32)  # two rows more, the first two kept
+    grown[2:] = 7
+    assert other.map((4, 3), torch.int32).tolist() == [[0, 1, 2], [3, 4, 42]] + [[7] * 3] * 2
+    assert mapped.tolist() == [[0, 1, 2], [3, 4, 42]]  # an older, shorter mapping still reads
+    with pytest.raises(RuntimeError, match="has 48 bytes; expected 24"):
+        other.map((2, 3), torch.int32)
     with pytest.raises(FileExistsError):
-        create_shared(tmp_path / "again", torch.ones(1)) and create_shared(tmp_path / "again",
-                                                                          torch.ones(1))
-    with pytest.raises(RuntimeError, match="has 4 bytes; expected 8"):
-        attach_shared(tmp_path / "again", (2,), torch.float32)
-    assert create_shared(tmp_path / "empty", torch.zeros(0, 3)).shape == (0, 3)
-    assert not (tmp_path / "empty").exists()
+        SharedFile(tmp_path / "again", create=True) and SharedFile(tmp_path / "again", True)
+    for file in (made, other):
+        file.close()
 
 
 FILL_SMALL_TMPFS = """
-import sys, torch
+import os, sys, torch
 from pathlib import Path
-from dglx_dist.kvstore.shm import create_shared
+from dglx_dist.kvstore.shm import SharedFile
+path = Path(sys.argv[1]) / "part"
+file = SharedFile(path, create=True)
+rows = file.grow(0, (2**17,), torch.float32)  # 512 KiB fit in the 1 MiB tmpfs
+rows.fill_(3.0)
 try:
-    create_shared(Path(sys.argv[1]) / "part", torch.ones(2**20))  # 4 MiB into a 1 MiB tmpfs
+    file.grow(rows.nbytes, (2**20,), torch.float32)  # growing to 4 MiB does not
 except OSError as exc:
     print("refused:", exc)
-    print("left:", sorted(p.name for p in Path(sys.argv[1]).iterdir()))
+print("size:", os.path.getsize(path), "rows:", float(file.map((2**17,), torch.float32).sum()))
 """
 
 
 def test_a_full_shm_is_an_error_not_sigbus(tmp_path):
-    """A tmpfs too small for a part (a container's 64 MB /dev/shm, here 1 MiB of a private
+    """A tmpfs too small for a part to grow (a container's 64 MB /dev/shm, here 1 MiB of a private
     mount): writing the mapping would kill the process with SIGBUS; the store refuses instead."""
     unshare = ["unshare", "--mount", "--propagation", "private"]
     if os.geteuid() != 0:
@@ -391,9 +401,9 @@ def test_a_full_shm_is_an_error_not_sigbus(tmp_path):
     r = subprocess.run([*unshare, "sh", "-c", script, "sh", str(tmp_path), FILL_SMALL_TMPFS],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
-    assert "cannot hold 4.0 MiB of shared tensor in" in r.stdout, r.stdout
+    assert "cannot hold 3.5 MiB of shared tensor in" in r.stdout, r.stdout
     assert "enlarge it (docker run --shm-size)" in r.stdout
-    assert "left: []" in r.stdout  # the half-made file is removed
+    assert f"size: {2**19} rows: {3.0 * 2**17}" in r.stdout  # what was there is left as it was
 
 
 # -- the distributed store's pieces, without processes --------------------------------------
@@ -445,7 +455,7 @@ def test_cache_takes_the_most_pulled_rows_that_fit(counts, widths, budget):
        st.lists(st.integers(0, 19), max_size=20))
 def test_kept_rows_are_the_first_answer_of_each_and_found_again(answers, wanted):
     """Kept copies each row once (duplicates in one answer too) and gives back the rows of
-    any kept ids, in their order, as they were in the answers."""
+    any kept ids, in their order, as they were in the answers, into the tensor given."""
     from dglx_dist.kvstore.cache import ID_BYTES, Kept
 
     table = torch.arange(20 * 3, dtype=torch.float32).view(20, 3)
@@ -458,6 +468,7 @@ def test_kept_rows_are_the_first_answer_of_each_and_found_again(answers, wanted)
     ids = torch.tensor(list(dict.fromkeys(wanted)), dtype=torch.int64)  # distinct, in order
     have = kept.has(ids)
     assert have.tolist() == [i in pulled for i in ids.tolist()]
-    rows = kept.rows_of(ids[have], table[:0])
-    assert torch.equal(rows, table.index_select(0, ids[have]))
+    into = torch.full((int(have.sum()), 3), -1.0)  # e.g. the cache's shared tensor
+    rows = kept.rows_of(ids[have], table[:0], into)
+    assert rows is into and torch.equal(rows, table.index_select(0, ids[have]))
     assert kept.ids == [] and kept.rows == []  # read once: the copies are freed
