@@ -205,7 +205,7 @@ class Trainer:
             batch = Batch(blocks, x, y.to(self.device), seeds)
             timer.lap("pull")
             yield batch
-        timer.loader_epoch(loader.times.draw, loader.times.rows)
+        timer.loader_epoch(loader.times)
 
     def batches(self, epoch: int | None = None,
                 timer: PhaseTimer | None = None) -> Iterator[Batch]:

@@ -44,12 +44,27 @@ class LoaderTimes:
     Attributes:
         draw: the draws of its steps, the sampler's exchanges included, on whichever thread
             drew them (a worker thread's overlap the loop).
+        start: the starts of the steps' pulls (planning them, reading the own server's rows,
+            sending the requests and answering the peers'), on whichever thread.
+        start_here: of ``start``, what ran on the calling thread: part of the wait for each
+            step the loop sees.
         rows: the hand-overs' wait for the steps' rows (and their copies to the device), on
-            the calling thread: part of the wait for each step the loop sees.
+            the calling thread: part of the wait for each step the loop sees too.
     """
 
     draw: float = 0.0
+    start: float = 0.0
+    start_here: float = 0.0
     rows: float = 0.0
+
+    def started(self, step, prefetch, store=None, here: bool = True):
+        """``prefetch.start(step, store)``, timed (``start``; ``start_here`` too when ``here``)."""
+        t0 = time.perf_counter()
+        under = prefetch.start(step) if store is None else prefetch.start(step, store)
+        took = time.perf_counter() - t0
+        self.start += took
+        self.start_here += took if here else 0.0
+        return under
 
 
 class DataLoader:
@@ -270,7 +285,7 @@ class DataLoader:
             fed = None if self.spec.pairs is None else \
                 FedPairs(self.spec, self.plan, epoch, session.rank, wait)
             spec = self.spec if fed is None else dataclasses.replace(self.spec, pairs=fed)
-            started = (self.prefetch.start(step, store)
+            started = (self.times.started(step, self.prefetch, store, here=False)
                        for step in self._drawn(epoch, sampler, spec))
             worker = Worker(started, self.depth, session.rank, wait,
                             allow=None if fed is None else fed.allow)
@@ -308,7 +323,7 @@ class DataLoader:
         so the sampler's exchanges do not wait for them)."""
         def start() -> UnderWay | None:  # the next step drawn, its rows' pulls started
             step = next(steps, None)
-            return None if step is None else self.prefetch.start(step)
+            return None if step is None else self.times.started(step, self.prefetch)
 
         under = start()
         while under is not None:

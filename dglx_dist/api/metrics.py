@@ -18,13 +18,16 @@ __all__ = ["all_reduce", "accuracy", "ranking_metrics", "ranking_from_scores",
 _BYTES = ("sent_intra", "sent_inter", "recv_intra", "recv_inter")
 _CACHE = ("cache_hits", "cache_misses", "cache_saved")
 STEP_PHASES = ("sample", "pull", "forward", "backward+allreduce", "optimizer", "other",
-               "sample work")
+               "sample work", "pull work")
 """The phases of a training step a record's ``phases_max`` gives (:class:`PhaseTimer`'s
 laps): the step's wait for the loader's next batch, its wait for the batch's rows (handed
 over, and read), forward with the loss, backward (with the gradients' all-reduce), the
-optimizers, and the rest of the epoch; these add up to the epoch. ``sample work`` is not a
-lap: the seconds the loader's draws took, on whichever thread drew them (the sampler's
-exchanges included), which a worker thread overlaps with the laps."""
+optimizers, and the rest of the epoch; these add up to the epoch. ``sample work`` and
+``pull work`` are not laps: the seconds the loader's draws took (the sampler's exchanges
+included) and its pulls' calls took (their starts and the waits for their answers), on
+whichever thread made them; what exceeds the ``sample`` and ``pull`` the step waited for ran
+on the loader's worker thread, beside the step (``pull`` also holds the step's own read of
+its rows)."""
 
 
 def all_reduce(value, op: str = "sum", session: Session | None = None) -> torch.Tensor:
@@ -195,18 +198,20 @@ class PhaseTimer:
         """Counts the time since the last lap as no phase's (it ends up in ``other``)."""
         self._last = time.perf_counter()
 
-    def loader_epoch(self, draw: float, rows: float) -> None:
-        """A loader's epoch (:class:`~dglx_dist.api.loader.LoaderTimes`): of the waits
-        lapped as ``sample``, ``rows`` seconds were the hand-overs' wait for the steps' rows
-        (they become ``pull``'s), and its draws took ``draw`` seconds (``sample work``)."""
-        moved = min(rows, self.t.get("sample", 0.0))
+    def loader_epoch(self, times) -> None:
+        """A loader's epoch (its :class:`~dglx_dist.api.loader.LoaderTimes`): of the waits
+        lapped as ``sample``, the hand-overs' wait for rows and the pulls started on the
+        calling thread become ``pull``'s; its draws are ``sample work``, its pulls' starts and
+        hand-overs ``pull work``."""
+        moved = min(times.rows + times.start_here, self.t.get("sample", 0.0))
         self.t["sample"] = self.t.get("sample", 0.0) - moved
         self.t["pull"] = self.t.get("pull", 0.0) + moved
-        self.work["sample work"] = self.work.get("sample work", 0.0) + draw
+        for name, took in (("sample work", times.draw), ("pull work", times.start + times.rows)):
+            self.work[name] = self.work.get(name, 0.0) + took
 
     def finish(self, wall: float) -> dict[str, float]:
         """The phases' seconds of an epoch of ``wall`` seconds, what no phase took as
-        ``other``, and the work overlapped with them (``sample work``)."""
+        ``other``, and the loader's work beside them (``sample work``, ``pull work``)."""
         self.t["other"] = wall - sum(v for k, v in self.t.items() if k != "other")
         return self.t | self.work
 

@@ -133,11 +133,12 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(text) + "\n"
 
 
-PHASES = ("sample", "sample work", "pull", "forward", "backward+allreduce", "optimizer",
-          "other")
+PHASES = ("sample", "sample work", "pull", "pull work", "forward", "backward+allreduce",
+          "optimizer", "other")
 """The training step's phases both sides of a typed or link benchmark time (DGL's worker's);
-``sample work`` is the package's only (its draws' seconds, which a worker thread overlaps
-with the step: :data:`~dglx_dist.api.metrics.STEP_PHASES`)."""
+``sample work`` and ``pull work`` are the package's only (the seconds its draws and its
+pulls' calls took, on whichever thread, beside the step's waits:
+:data:`~dglx_dist.api.metrics.STEP_PHASES`)."""
 
 
 def phases_table(rows: list[dict[str, Any]]) -> str:
@@ -151,8 +152,9 @@ def phases_table(rows: list[dict[str, Any]]) -> str:
         p: r["phases"].get(p, "") for p in PHASES} for r in timed]
     return ("Where an epoch's time goes (seconds in each phase of the step; mean without the "
             "first epoch, the largest over ranks; `sample` and `pull` are what the step "
-            "waited for, `sample work` what the package's draws took, on a worker thread "
-            "beside the step where the loader pipelines):\n\n" + markdown_table(cells, columns))
+            "waited for, `sample work` and `pull work` what the package's draws and its "
+            "pulls' calls took, on whichever thread: what exceeds the wait ran on a worker "
+            "thread beside the step):\n\n" + markdown_table(cells, columns))
 
 
 def _columns(targets: Targets) -> tuple[str, ...]:

@@ -2,8 +2,9 @@
 
 A part's tensor lives in a file under ``/dev/shm`` (or the system temp directory where there is
 none) named by a per-job token: one rank creates and fills it, the server's other ranks
-``mmap`` it, then it is unlinked (docs/kvstore.md, "How it works"). :class:`SharedParts` does
-that for a distributed store's ``init_data``, collectively.
+``mmap`` it, then it is unlinked; every rank keeps it open (:class:`SharedFile`), so that the
+remote-row cache can grow it in place (docs/kvstore.md, "How it works"). :class:`SharedParts`
+does both for a distributed store, collectively.
 """
 from __future__ import annotations
 

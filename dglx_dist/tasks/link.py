@@ -245,7 +245,7 @@ def _epoch(model, g, loader, opt, epoch: int, progress: bool) -> EpochResult:
         total += timed_link_step(timer, g, model, batch, opt, loader.device)
         steps, samples = steps + 1, samples + batch[1].num_edges()
         timer.restart()
-    timer.loader_epoch(loader.times.draw, loader.times.rows)
+    timer.loader_epoch(loader.times)
     wall = time.perf_counter() - start
     return EpochResult(epoch, wall, steps, samples, total, phases=timer.finish(wall))
 

@@ -196,16 +196,18 @@ def test_pipelined_batches_and_parameters_are_the_loop_in_turns(compared, name):
             got = runs[mode]
             assert got["threaded"] and got["workers"] == [f"dglx-loader-rank{r}"], got["workers"]
             # the worker is never more than prefetch_factor steps ahead of the loop, and each
-            # epoch's draws and hand-overs were timed (dglx bench's "sample work" and the
-            # step's wait for its rows)
+            # epoch's draws, pulls' starts and hand-overs were timed (dglx bench's "sample
+            # work", "pull work" and the step's wait for its rows): the starts on the worker
             assert got["depth"] == depth
             for t in got["times"]:
                 assert t["ahead"] <= depth and t["drawn"] == t["taken"], t
-                assert t["draw"] > 0 and t["rows"] > 0, t
+                assert t["draw"] > 0 and t["rows"] > 0 and t["start"] > 0, t
+                assert t["start_here"] == 0, t
             assert got["steps"] == turn["steps"], (r, mode)
             for a, b in zip(got["params"], turn["params"]):
                 np.testing.assert_array_equal(np.array(a), np.array(b))
-        assert all(t["ahead"] == 0 and t["draw"] > 0 for t in turn["times"]), turn["times"]
+        assert all(t["ahead"] == 0 and t["draw"] > 0 and t["start_here"] == t["start"] > 0
+                   for t in turn["times"]), turn["times"]
         after = runs["after break"]
         assert after["left"] == [] and after["steps"] == after["len"], after
         assert runs["default"] == {"threaded": False, "lookahead": True}  # on a CPU

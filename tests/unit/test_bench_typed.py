@@ -158,7 +158,7 @@ def test_the_typed_table_shows_ratios_against_dgl_and_phases():
     assert "| " + " | ".join(TYPED_COLUMNS) + " |" in text and "| run |" not in text
     assert "| distdgl | virtual |  | 0.75 | 0.65..0.85 | 1,000 |" in text
     assert "| distdgl | 0.75 | 0.5 | 1 | 1 | PASS |" in text  # 0.75x, +0.5 points
-    assert "| dgl-distdgl | 0.3 |  | 0.1 |  |  | 0.2 |  |" in text  # phases by row
+    assert "| dgl-distdgl | 0.3 |  | 0.1 |  |  |  | 0.2 |  |" in text  # phases by row
     assert "model rgcn" in text and "fanouts 10,10 per edge type" in text
 
 

@@ -61,20 +61,40 @@ def test_a_lane_is_taken_by_one_worker_at_a_time():
 
 
 def test_a_loaders_times_move_the_rows_wait_to_pull_and_keep_work_out_of_the_sum():
-    """dglx bench's phases: the hand-overs' wait for rows, lapped as the step's wait for
-    its batch, is counted as ``pull``; the draws' seconds are ``sample work``, beside the
-    laps (a worker thread overlaps them), so the laps still add up to the epoch."""
+    """dglx bench's phases: the hand-overs' wait for rows and the pulls started on the calling
+    thread, lapped as the step's wait for its batch, are counted as ``pull``; the draws'
+    seconds are ``sample work`` and the pulls' calls ``pull work``, beside the laps (a worker
+    thread overlaps them), so the laps still add up to the epoch."""
+    from dglx_dist.api.loader import LoaderTimes
     from dglx_dist.api.metrics import STEP_PHASES, PhaseTimer
     timer = PhaseTimer()
     timer.t.update({"sample": 0.5, "pull": 0.1, "forward": 1.0})
-    timer.loader_epoch(draw=2.0, rows=0.2)
+    timer.loader_epoch(LoaderTimes(draw=2.0, start=0.3, start_here=0.1, rows=0.2))
     phases = timer.finish(wall=3.0)
-    assert phases["sample"] == pytest.approx(0.3) and phases["pull"] == pytest.approx(0.3)
-    assert phases["sample work"] == 2.0 and phases["other"] == pytest.approx(1.4)
-    assert set(phases) <= set(STEP_PHASES)
+    assert phases["sample"] == pytest.approx(0.2) and phases["pull"] == pytest.approx(0.4)
+    assert phases["sample work"] == 2.0 and phases["pull work"] == pytest.approx(0.5)
+    assert phases["other"] == pytest.approx(1.4) and set(phases) <= set(STEP_PHASES)
     # a wait for rows larger than what was lapped as sample (another loop's times) moves
     # only what there is
     timer = PhaseTimer()
     timer.t["sample"] = 0.1
-    timer.loader_epoch(draw=0.0, rows=0.5)
+    timer.loader_epoch(LoaderTimes(rows=0.5))
     assert timer.t["sample"] == 0.0 and timer.t["pull"] == pytest.approx(0.1)
+
+
+def test_a_loader_times_its_pulls_starts_and_says_on_which_thread():
+    """``LoaderTimes.started`` starts a step's pull through the prefetcher, timed: on the
+    calling thread both ``start`` and ``start_here`` grow; on a worker's, ``start`` alone."""
+    import time
+
+    from dglx_dist.api.loader import LoaderTimes
+
+    class Slow:
+        def start(self, step, store=None):
+            time.sleep(0.02)
+            return (step, store)
+
+    times = LoaderTimes()
+    assert times.started("a", Slow()) == ("a", None)
+    assert times.started("b", Slow(), "store", here=False) == ("b", "store")
+    assert times.start >= 0.04 and 0.02 <= times.start_here < times.start
