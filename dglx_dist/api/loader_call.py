@@ -17,7 +17,7 @@ from dglx_dist.api.samplers import (prefetched_names, sampler_fanouts, sampler_o
                                     user_sampler)
 from dglx_dist.errors import InvalidTypeError, InvalidValueError, NotSupportedError
 from dglx_dist.sampling.options import UNIFORM
-from dglx_dist.strategies.steps import LoaderSpec
+from dglx_dist.strategies.steps import PREFETCH_FACTOR, LoaderSpec
 
 __all__ = ["Delivery", "call_options", "prefetch_depth", "call_signature", "checked_call"]
 
@@ -134,10 +134,12 @@ def call_options(session, kwargs: dict, num_workers, prefetch_factor
 
 
 def prefetch_depth(num_workers, prefetch_factor) -> int:
-    """Steps a worker thread may draw ahead (DGL's ``prefetch_factor``, default 2)."""
+    """Steps a worker thread may draw ahead (DGL's ``prefetch_factor``, default
+    :data:`~dglx_dist.strategies.steps.PREFETCH_FACTOR`)."""
+    if prefetch_factor is None:
+        prefetch_factor = PREFETCH_FACTOR
     for name, value, least in (("num_workers", num_workers, 0),
-                               ("prefetch_factor", 2 if prefetch_factor is None
-                                else prefetch_factor, 1)):
+                               ("prefetch_factor", prefetch_factor, 1)):
         try:
             ok = not isinstance(value, bool) and operator.index(value) >= least
         except TypeError:
@@ -145,7 +147,7 @@ def prefetch_depth(num_workers, prefetch_factor) -> int:
         if not ok:
             raise InvalidValueError(f"DataLoader: {name}={value!r}; expected an integer "
                                     f">= {least}")
-    return 2 if prefetch_factor is None else operator.index(prefetch_factor)
+    return operator.index(prefetch_factor)
 
 
 def call_signature(spec: LoaderSpec, sampler, lookahead: bool = True, depth: int = 2,

@@ -56,7 +56,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
                           checkpoint=checkpoint, nonfinite_loss=job.nonfinite_loss,
                           embed_dim=config.model.hidden,
                           measure_saved_bytes=job.measure_saved_bytes,
-                          prefetch_thread=job.use_prefetch_thread)
+                          prefetch_thread=job.use_prefetch_thread,
+                          prefetch_factor=job.prefetch_factor)
         try:
             trainer.resume_or_start(job.resume)
             trainer.fit(config.loop.epochs, eval_every=config.loop.eval_every)

@@ -123,15 +123,18 @@ def resolve(name: Any, options: Mapping[str, Any], graph: Callable[[], GraphShap
         log.info("%s", plan.summary())
         log.info("%s", plan.why())
         if plan.choice.thread:
-            log.info("its training loader draws on a worker thread: each rank has a core "
-                     "for it beside its model's")
+            log.info("its training loader draws on a worker thread, %d steps ahead: each "
+                     "rank has a core for it beside its model's and memory for the steps' "
+                     "rows", plan.choice.depth)
     return plan.choice.strategy, dict(plan.choice.options), plan
 
 
 def loader_thread(config: RunConfig, plan: Plan | None) -> RunConfig:
     """``config`` with its training loader on a worker thread (``--prefetch-thread on``)
-    where ``plan``'s choice draws on one (:attr:`~dglx_dist.planner.plan.PlanRow.thread`) and
-    the run left it to DGL's default (``auto``)."""
+    where ``plan``'s choice draws on one (:attr:`~dglx_dist.planner.plan.PlanRow.depth`) and
+    the run left it to DGL's default (``auto``), that many steps ahead unless the run said
+    (``--prefetch-factor``)."""
     if plan is None or not plan.choice.thread or config.job.prefetch_thread != "auto":
         return config
-    return config.updated(job={"prefetch_thread": "on"})
+    depth = config.job.prefetch_factor or plan.choice.depth
+    return config.updated(job={"prefetch_thread": "on", "prefetch_factor": depth})

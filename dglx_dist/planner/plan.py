@@ -23,6 +23,8 @@ from dglx_dist.strategies.cost import Choice, Cost, Situation, workload_options
 from dglx_dist.strategies.cost.counts import sampled_steps
 from dglx_dist.strategies.cost.shapes import WEIGHTS, Cluster, GraphShape, Workload
 from dglx_dist.strategies.footprint import MARGIN, JobSize, ModelSize, peak_per_rank
+from dglx_dist.strategies.holdings import sampled_step_bytes
+from dglx_dist.strategies.steps import PREFETCH_FACTOR
 
 __all__ = ["TASK_NEEDS", "Plan", "PlanRow", "candidates", "for_task", "make_plan"]
 
@@ -56,9 +58,16 @@ class PlanRow:
     steps of sampled mini-batches, so a full-graph row (``steps`` a step or a few: co-batches)
     takes ``full_step`` x a sampled epoch's steps over its own (docs/choosing.md, "Is the plan
     right?")."""
-    thread: bool = False
-    """Its training loader draws on a worker thread (DGL's ``use_prefetch_thread=True``): its
-    loader pipelines and each rank's worker has a core of its own (:func:`_pipelined`)."""
+    depth: int = 0
+    """Steps its training loader's worker thread draws ahead (DGL's ``prefetch_factor``; 0: no
+    worker thread): its loader pipelines, each rank's worker has a core of its own
+    (:func:`_pipelined`) and the memory its peak leaves holds the steps' rows
+    (:func:`_depth`)."""
+
+    @property
+    def thread(self) -> bool:
+        """Its training loader draws on a worker thread (DGL's ``use_prefetch_thread=True``)."""
+        return self.depth > 0
 
     @property
     def rank_s(self) -> float:
@@ -185,15 +194,15 @@ def _row(cost: Cost, s: Situation) -> PlanRow:
              "exchange": exchange, "overhead": ph["overhead"]}
     if chosen.pipelined:
         parts = _pipelined(parts, cluster)
-    thread = chosen.pipelined and _free_cores(cluster)
     peak = chosen.peak_per_rank
+    depth = _depth(s, peak) if chosen.pipelined and _free_cores(cluster) else 0
     fits = None if peak is None or cluster.memory_bytes is None else \
         cluster.ranks_per_server * peak <= cluster.memory_bytes
     once = cost.steps_once(s.work)
     epochs = full_step(s.graph, s.work) * sampled_steps(s.graph, s.work, cluster) / w.steps \
         if once else 1.0
     return PlanRow(s.strategy, sum(parts.values()), parts, w.steps, w.inter_bytes, peak, fits,
-                   chosen.options, once, w.rounds, epochs, thread)
+                   chosen.options, once, w.rounds, epochs, depth)
 
 
 def _pipelined(parts: dict[str, float], cluster: Cluster) -> dict[str, float]:
@@ -214,15 +223,34 @@ def _free_cores(cluster: Cluster) -> bool:
     return cluster.shared_cores is None or cluster.shared_cores >= 2 * cluster.world
 
 
+def _depth(s: Situation, peak: float | None) -> int:
+    """Steps a rank's loader worker draws ahead: DGL's default
+    (:data:`~dglx_dist.strategies.steps.PREFETCH_FACTOR`), fewer where the memory a server
+    leaves each rank beside its estimated ``peak`` holds fewer steps' input rows (a step drawn
+    ahead holds its rows until the model takes it), 0 where not one (no worker thread)."""
+    memory = s.cluster.memory_bytes
+    if memory is None or peak is None:
+        return PREFETCH_FACTOR
+    step, _ = sampled_step_bytes(_job(s.graph, s.work, s.cluster), s.work.fanouts,
+                                 s.work.batch_size, copies=1)
+    room = memory / s.cluster.ranks_per_server - peak
+    return max(0, min(PREFETCH_FACTOR, int(room // max(step, 1.0))))
+
+
+def _job(graph: GraphShape, work: Workload, cluster: Cluster) -> JobSize:
+    """A rank's share of the plan's job, for the memory model."""
+    model = ModelSize(work.hidden, work.dims(graph)[-1], WEIGHTS[work.model])
+    return JobSize(graph, cluster.world, cluster.ranks_per_server, model,
+                   cluster.ranks_per_server)
+
+
 def _peak(name: str, options: Mapping[str, Any], graph: GraphShape, work: Workload,
           cluster: Cluster) -> float | None:
     """A rank's memory under strategy ``name`` built with ``options`` and the workload's
     depth and batching: its fit at the graph's share, what it holds at the plan's widths
     (features, a step's rows, activations, parameters), plus the check's margin (None: no
     memory model)."""
-    model = ModelSize(work.hidden, work.dims(graph)[-1], WEIGHTS[work.model])
-    job = JobSize(graph, cluster.world, cluster.ranks_per_server, model,
-                  cluster.ranks_per_server)
+    job = _job(graph, work, cluster)
     built = STRATEGIES.build(name, **{**workload_options(STRATEGIES.get(name).Config, work),
                                       **options})
     peak = peak_per_rank(built, job)

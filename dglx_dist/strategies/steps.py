@@ -27,9 +27,12 @@ if TYPE_CHECKING:
 __all__ = ["Blocks", "StepState", "Step", "EdgeStep", "UnderWay", "EdgeBatch", "PairMaker",
            "LoaderSpec", "LoaderPlan", "full_graph_loaders", "equal_step_sizes", "agreed_steps",
            "sampled_plan", "epoch_batches", "epoch_seed", "step_seed", "seeded_batches",
-           "sampled_epoch", "step_graphs", "place_step", "node_blocks", "state_of", "OUT_DEGREE"]
+           "sampled_epoch", "step_graphs", "place_step", "node_blocks", "state_of", "OUT_DEGREE",
+           "PREFETCH_FACTOR"]
 
 OUT_DEGREE = "_dglx_out_degree"
+PREFETCH_FACTOR = 2
+"""Steps a loader's worker thread draws ahead by default (DGL's ``prefetch_factor``)."""
 """``block.srcdata`` key of the sources' out-degrees in the whole graph, on blocks that hold
 only a share of their sources' out-edges (the full-graph form over a rank's nodes): a conv
 that normalises by source degrees is given rows rescaled to them."""

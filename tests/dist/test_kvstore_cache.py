@@ -125,13 +125,19 @@ def _refill_job(session):
     fill); every id (one row new to each server, fewer than REFILL_SHARE of what it
     holds: no third fill, and the counting ends). What each fill moved between servers, the
     ids held after each, and whether the part is still the memory init_data made (the
-    copies grew its file: the part was not copied)."""
+    copies grew its file: the part was not copied). "by_rank" has a part per rank, two on
+    each server: its copies have a file of their own, which grows the same way."""
     store, ref = DistKVStore(session), LocalKVStore()
     _register(store, session)
     _register(ref)
+    by_rank = RowPolicy(RangeBook([0, N // 4, N // 2, 3 * N // 4, N]))
+    rows = torch.arange(N * F, dtype=torch.float64).view(N, F) / 7
+    store.init_data("by_rank", by_rank, {session.rank: rows[session.rank * N // 4:
+                                                            (session.rank + 1) * N // 4]})
+    ref.init_data("by_rank", by_rank, {p: rows[p * N // 4:(p + 1) * N // 4] for p in range(4)})
     part = store.local_parts("feat")[session.server_id]
-    store.start_cache(N * ROW)
-    out = {"wrong": [], "fill_bytes": [], "held": [], "counting": []}
+    store.start_cache(N * ROW + N * (F * 8 + ID_BYTES))
+    out = {"wrong": [], "fill_bytes": [], "held": [], "counting": [], "by_rank": []}
     g = torch.Generator().manual_seed(session.rank)
     for epoch in range(3):
         for _ in range(3):
@@ -139,14 +145,19 @@ def _refill_job(session):
                 if epoch == 0 else torch.arange(N)
             if epoch == 1:
                 ids = ids[(ids != 0) & (ids != N - 1)]  # rows epoch 0 did not pull
-            if not torch.equal(store.pull("feat", ids), ref.pull("feat", ids)):
-                out["wrong"].append(epoch)
+            for name in ("feat", "by_rank"):
+                if not torch.equal(store.pull(name, ids), ref.pull(name, ids)):
+                    out["wrong"].append((name, epoch))
         before = session.counter.snapshot()["recv_inter"]
         store.fill_cache()
         out["fill_bytes"].append(session.counter.snapshot()["recv_inter"] - before)
         out["held"].append(sorted(store.cache.held[0].ids.tolist()))
+        out["by_rank"].append(sorted(store.cache.held[2].ids.tolist()))
         out["counting"].append(store.cache.counting)
-    out["rows"] = _every_row_same(store, ref)
+    every = torch.arange(N)
+    out["rows"] = _every_row_same(store, ref) and torch.equal(store.pull("by_rank", every),
+                                                              ref.pull("by_rank", every))
+    out["own_file"] = store.cache.held[2].base is None and store.cache.held[0].base is not None
     session.world.barrier()
     if session.rank % 2 == 0:  # one rank of each server writes through the first mapping
         part[0, 0] = -1.0
@@ -160,6 +171,7 @@ def test_fills_come_from_the_rows_pulled_and_grow_with_later_misses(tmp_path):
     res = run_workers(_refill_job, 4, tmp_path, env=VIRTUAL_2x2)
     for rank, out in res.items():
         assert out["wrong"] == [] and out["rows"] and out["in_place"], out
+        assert out["own_file"] and out["by_rank"] == out["held"], out["by_rank"]
         first, second, third = (set(h) for h in out["held"])
         # flags only: two rows of F floats would be more (the first fill alone holds dozens)
         assert len(first) > 10 and all(b < 2 * F * 4 for b in out["fill_bytes"]), out

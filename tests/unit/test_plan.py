@@ -129,10 +129,36 @@ def test_auto_puts_the_training_loader_on_a_thread_where_the_plan_does():
              for shared in (None, 2)}
     run = RunConfig()
     assert plans[None].choice.thread and not plans[2].choice.thread, plans[None].choice
-    assert loader_thread(run, plans[None]).job.prefetch_thread == "on"
+    assert plans[None].choice.depth == 2 and plans[2].choice.depth == 0  # DGL's default
+    threaded = loader_thread(run, plans[None]).job
+    assert threaded.prefetch_thread == "on" and threaded.prefetch_factor == 2
     assert loader_thread(run, plans[2]) == run and loader_thread(run, None) == run
     off = run.updated(job={"prefetch_thread": "off"})
     assert loader_thread(off, plans[None]) == off
+    said = run.updated(job={"prefetch_factor": 5})  # the run's own depth is kept
+    assert loader_thread(said, plans[None]).job.prefetch_factor == 5
+
+
+def test_the_plan_draws_fewer_steps_ahead_where_memory_holds_fewer_steps_rows():
+    """The depth of the loader's worker thread: DGL's 2 where the memory a server leaves each
+    rank beside its peak holds two steps' input rows, fewer where it holds fewer, and no
+    thread where not one; more memory never gives fewer steps."""
+    from dglx_dist.planner.plan import _job
+    from dglx_dist.strategies.holdings import sampled_step_bytes
+
+    step, _ = sampled_step_bytes(_job(PRODUCTS, LARGE, Cluster(2, 1, 1.0)),
+                                 LARGE.fanouts, LARGE.batch_size, copies=1)
+    # no cache (cache_mb=0 given; its chooser would take half of what is left): what the
+    # peak leaves is the steps' room
+    only = {"given": {"cache_mb": 0.0}, "accept": lambda b: b.registered_name == "distdgl"}
+    peak = make_plan(PRODUCTS, LARGE, Cluster(2, 1, 1.0), **only).choice.peak_bytes
+    seen = []
+    for extra in (0.2, 0.6, 1.2, 1.6, 2.2, 3.0, 8.0):
+        cluster = Cluster(2, 1, 1.0, memory_bytes=int(peak + extra * step))
+        choice = make_plan(PRODUCTS, LARGE, cluster, **only).choice
+        assert choice.fits and choice.depth == min(2, int(extra)), (extra, choice.depth)
+        seen.append(choice.depth)
+    assert seen == sorted(seen) and seen[0] == 0 and seen[-1] == 2
 
 
 def test_rounds_across_servers_cost_their_own_time_which_no_pipeline_hides():
