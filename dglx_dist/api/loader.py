@@ -11,6 +11,7 @@ rank takes the same number of steps"; docs/architecture.md).
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import time
@@ -99,14 +100,15 @@ class DataLoader:
             :mod:`dglx_dist.api.pipeline`), where the strategy can draw off the calling
             thread (:class:`~dglx_dist.strategies.abilities.DrawsOffThread`; an edge
             loader's pairs are made on the calling thread, its blocks on the worker; not yet
-            a user sampler's steps). Otherwise (by default on a CPU) the loader looks one
-            step ahead on the calling thread: the next step drawn and its rows on their way
-            before it hands this one over. The batches are the same every way
+            a user sampler's steps). Otherwise (by default on a CPU) the loader looks
+            ``prefetch_factor`` steps ahead on the calling thread: the next steps drawn and
+            their rows on their way before it hands this one over. The batches are the same
+            every way
             (docs/porting.md says what a loop that writes rows sees).
         num_workers: DGL's sampler processes; 0, or more for a worker thread (processes are
             not run yet: said once, with a warning).
-        prefetch_factor: how many steps the worker thread may draw ahead of the loop
-            (DGL's; default 2).
+        prefetch_factor: how many steps the worker thread may draw ahead of the loop, or
+            the calling thread draws ahead where there is no worker (DGL's; default 2).
         whole_degrees: dglx_dist's own (a graph without types): the blocks of full layers
             carry their sources' out-degrees in the whole graph, so a GraphConv normalises as
             on the whole graph; by default by the block's edges, as in DGL.
@@ -231,7 +233,7 @@ class DataLoader:
         if self._threaded is not None and self._threaded[0].take():
             steps = self._pipelined(epoch)
         else:
-            steps = self._here(self._drawn(epoch), ahead)
+            steps = self._here(self._drawn(epoch), self.depth if ahead else 0)
         for step in steps:
             if isinstance(step, EdgeStep):
                 pairs = (step.pair_graph,) if step.neg_pair_graph is None else \
@@ -309,34 +311,36 @@ class DataLoader:
             session.remove_closer(closer)
             if not done and session.is_open and session.failure is None:
                 worker.close(_drain)
-                self.graph.step_rows.leave_loop(None)
+                self.graph.step_rows.leave_loop(())
             elif not done:
                 worker.stop()
             lane.give_back()
 
     def _here(self, steps: Iterator[Step | EdgeStep],
-              ahead: bool) -> Iterator[Step | EdgeStep]:
-        """Each step with its rows, drawn on the calling thread: in turn (each when the
-        previous one is done), or ``ahead``: before a step is handed over, the next one is
-        drawn and its rows are on their way, so they travel while the caller computes this
-        one and while the step after is drawn (the store's pulls have groups of their own,
-        so the sampler's exchanges do not wait for them)."""
+              ahead: int) -> Iterator[Step | EdgeStep]:
+        """Each step with its rows, drawn on the calling thread: in turn (``ahead`` 0: each
+        when the previous one is done), or ``ahead`` steps ahead: before a step is handed
+        over, the next ``ahead`` ones are drawn and their rows are on their way, so they
+        travel while the caller computes this one and while the steps after are drawn (the
+        store's pulls have groups of their own, so the sampler's exchanges do not wait for
+        them)."""
         def start() -> UnderWay | None:  # the next step drawn, its rows' pulls started
             step = next(steps, None)
             return None if step is None else self.times.started(step, self.prefetch)
 
+        pending: collections.deque[UnderWay] = collections.deque()
         under = start()
         while under is not None:
             ready = self._handed(under)  # starts the pull of the rows the loop reads itself,
-            under = start() if ahead else None  # which travel while the step after is drawn
+            while len(pending) < ahead and (after := start()) is not None:  # which travel
+                pending.append(after)  # while the steps after are drawn
             try:
                 yield ready
             except GeneratorExit:  # the caller left the loop (a break, or an error); not
                 if self.graph.session.is_open:  # at exit: the session went first
-                    self.graph.step_rows.leave_loop(under)
+                    self.graph.step_rows.leave_loop(pending)
                 raise
-            if not ahead:
-                under = start()
+            under = pending.popleft() if pending else None if ahead else start()
 
 
 def _drain(under: UnderWay) -> None:

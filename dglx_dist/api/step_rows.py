@@ -112,13 +112,13 @@ class StepRows:
 
     def leave_loop(self, under) -> None:
         """A loader's loop left early (a break on every rank, or an error on this one): the
-        rows every rank started pulling still arrive, the next step's (``under``, a
-        :class:`~dglx_dist.strategies.steps.UnderWay`, or None) and this one's, and nothing
-        new starts, so that a rank leaving on its own error waits on no peer (a peer's
-        failure met here is the session's to report)."""
+        rows every rank started pulling still arrive, the next steps' (``under``, their
+        :class:`~dglx_dist.strategies.steps.UnderWay`) and this one's, and nothing new
+        starts, so that a rank leaving on its own error waits on no peer (a peer's failure
+        met here is the session's to report)."""
         try:
-            if under is not None:
-                under.drain()
+            for pending in under:
+                pending.drain()
             self.settle()
         except PeerError as exc:
             log.debug("rows under way at a loop's end: %s", exc)

@@ -25,15 +25,15 @@ from dglx_dist.kvstore.policy import Piece
 
 __all__ = ["RowCache", "Held", "Kept", "choose_rows", "check_budget", "ID_BYTES"]
 
-ID_BYTES = 8  # each cached row's global id, kept sorted beside the rows
+ID_BYTES = 8  # each cached row's global id, kept beside the rows
 
 
 @dataclasses.dataclass(frozen=True)
 class Held:
     """One name's cached rows: ``ids`` (int64, in the order the fills added them), ``rows[i]``
-    the row of ``ids[i]``; ``slots[g]`` is the position in ``rows`` of global row ``g``, or -1 (int32, one per row
-    of the name: a lookup is one gather, where a binary search of ``ids`` took 40 times as
-    long for a pull's remote rows at ogbn-products' size)."""
+    the row of ``ids[i]``; ``slots[g]`` is the position in ``rows`` of global row ``g``, or -1
+    (int32, one per row of the name: a lookup is one gather, where a binary search of sorted
+    ids took 40 times as long for a pull's remote rows at ogbn-products' size)."""
 
     ids: torch.Tensor
     rows: torch.Tensor

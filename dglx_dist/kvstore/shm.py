@@ -107,18 +107,6 @@ def _reserve(fd: int, path: Path, offset: int, nbytes: int) -> None:
                       f"free it") from None
 
 
-Rows = torch.Tensor | tuple[torch.Tensor, ...]
-
-
-def _copy_rows(into: torch.Tensor, rows: Rows) -> None:
-    """Copies ``rows`` (a tuple: its tensors one after another along dim 0, never concatenated
-    in memory first) into ``into``."""
-    start = 0
-    for piece in rows if isinstance(rows, tuple) else (rows,):
-        into[start:start + piece.shape[0]].copy_(piece)
-        start += piece.shape[0]
-
-
 def to_bytes(rows: torch.Tensor) -> torch.Tensor:
     """``rows`` as a flat uint8 tensor (a view when contiguous)."""
     return rows.contiguous().reshape(-1).view(torch.uint8)
@@ -195,16 +183,16 @@ class SharedParts:
         has = torch.tensor([p in spec.part_data for p in range(spec.policy.num_parts)])
         return self._gather(has.long()).bool().tolist()
 
-    def share(self, key: str, writers: dict[int, int], make: Callable[[int], Rows],
+    def share(self, key: str, writers: dict[int, int], make: Callable[[int], torch.Tensor],
               shapes: dict[int, tuple[tuple[int, ...], torch.dtype]], call: str,
               what: str) -> dict[int, torch.Tensor]:
         """This server's tensors by index ``i``: rank ``writers[i]`` creates the file of
-        ``make(i)`` (called there only; a tuple: its tensors one after another along dim 0) in
-        ``dir`` (named by ``key`` and ``i``), the server's other ranks map it (``shapes[i]``:
-        its shape and dtype), then it is unlinked (:meth:`grow` from nothing)."""
+        ``make(i)`` (called there only) in ``dir`` (named by ``key`` and ``i``), the server's
+        other ranks map it (``shapes[i]``: its shape and dtype), then it is unlinked
+        (:meth:`grow` from nothing)."""
         return self.grow({i: f"{key}-{i}" for i in shapes}, writers, shapes,
                          dict.fromkeys(shapes, 0), call, what,
-                         lambda i, rows: _copy_rows(rows, make(i)))
+                         lambda i, rows: rows.copy_(make(i)))
 
     def grow(self, names: dict[int, str], writers: dict[int, int],
              shapes: dict[int, tuple[tuple[int, ...], torch.dtype]], start: dict[int, int],

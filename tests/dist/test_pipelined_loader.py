@@ -29,7 +29,8 @@ OPTIONS = {"distdgl cached": {"cache_mb": 0.2}}  # the worker's pulls counted, t
 # (DGL's delivery options where the steps stay on the host change nothing about them)
 MODES = {"in turn": {"use_prefetch_thread": False}, "pipelined": {"use_prefetch_thread": True},
          "3 deep": {"use_prefetch_thread": True, "prefetch_factor": 3, "device": "cpu",
-                    "pin_prefetcher": False, "use_alternate_streams": True}}
+                    "pin_prefetcher": False, "use_alternate_streams": True},
+         "3 ahead here": {"prefetch_factor": 3}}  # (a CPU's default: on the calling thread)
 
 
 def _ids(t) -> list:
@@ -208,6 +209,14 @@ def test_pipelined_batches_and_parameters_are_the_loop_in_turns(compared, name):
                 np.testing.assert_array_equal(np.array(a), np.array(b))
         assert all(t["ahead"] == 0 and t["draw"] > 0 and t["start_here"] == t["start"] > 0
                    for t in turn["times"]), turn["times"]
+        # the calling thread looks prefetch_factor steps ahead: the same steps and parameters
+        here = runs["3 ahead here"]
+        assert not here["threaded"] and here["workers"] == [] and here["depth"] == 3
+        assert all(t["ahead"] == 3 and t["start_here"] == t["start"] > 0
+                   for t in here["times"]), here["times"]
+        assert here["steps"] == turn["steps"], r
+        for a, b in zip(here["params"], turn["params"]):
+            np.testing.assert_array_equal(np.array(a), np.array(b))
         after = runs["after break"]
         assert after["left"] == [] and after["steps"] == after["len"], after
         assert runs["default"] == {"threaded": False, "lookahead": True}  # on a CPU
