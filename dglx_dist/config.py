@@ -288,8 +288,9 @@ class JobConfig(_Section):
                                           "use_prefetch_thread): auto, where the steps go to a "
                                           "GPU, as DGL's default; on; off, the loop in turn",
                                   choices=("auto", "on", "off"))
-    prefetch_factor: int | None = option(None, "steps the training loader's worker thread draws "
-                                               "ahead, each holding its rows (DGL's "
+    prefetch_factor: int | None = option(None, "steps the training loader draws ahead of the "
+                                               "loop (on its worker thread, else on the calling "
+                                               "thread), each holding its rows (DGL's "
                                                "prefetch_factor; default 2, or what --strategy "
                                                "auto chose)", bounds=_POSITIVE, metavar="N")
     memory_limit: int | None = option(None, "refuse before starting when the strategy's "
