@@ -87,10 +87,11 @@ def _loader(graph: DistGraph, seeds, split: str, spec: LoaderSpec,
             thread: bool | None = None, depth: int | None = None) -> DataLoader:
     """The loader of ``split``'s nodes. Training looks ahead (its rows travel while the
     previous batch computes; on a GPU a worker thread draws, as DGL's default; ``thread``:
-    its ``use_prefetch_thread``, ``depth`` its ``prefetch_factor``); evaluation, whose full neighbourhoods can reach most of the
-    graph in one batch, pulls one batch at a time, so its peak memory is one batch's, and its
-    full layers normalise by the whole graph's degrees where the strategy says so
-    (``LoaderSpec.whole_degrees``): a GCN is scored as it computes on the whole graph."""
+    its ``use_prefetch_thread``, ``depth``: its ``prefetch_factor``); evaluation, whose full
+    neighbourhoods can reach most of the graph in one batch, pulls one batch at a time, so
+    its peak memory is one batch's, and its full layers normalise by the whole graph's
+    degrees where the strategy says so (``LoaderSpec.whole_degrees``): a GCN is scored as it
+    computes on the whole graph."""
     held = isinstance(graph.strategy, HoldsRows) and "feat" in graph.strategy.held_rows
     featured = any("feat" in graph.nodes[t].data for t in graph.ntypes)
     sampler = NeighborSampler(list(spec.fanouts), prefetch_labels=["label"],
@@ -132,7 +133,8 @@ class Trainer:
             (a saved-tensor hook on each of them) and report the largest as ``peak_saved_mb``.
         prefetch_thread: the training loader's ``use_prefetch_thread`` (DGL's; None, DGL's
             default: a worker thread draws where the steps go to a GPU).
-        prefetch_factor: how many steps that thread draws ahead (DGL's; None: 2).
+        prefetch_factor: how many steps the training loader draws ahead, on that thread or
+            on the calling thread (DGL's; None: 2).
         **options: the strategy's options (validated against its Config).
     """
 

@@ -61,7 +61,7 @@ class LoaderTimes:
     def started(self, step, prefetch, store=None, here: bool = True):
         """``prefetch.start(step, store)``, timed (``start``; ``start_here`` too when ``here``)."""
         t0 = time.perf_counter()
-        under = prefetch.start(step) if store is None else prefetch.start(step, store)
+        under = prefetch.start(step, store)
         took = time.perf_counter() - t0
         self.start += took
         self.start_here += took if here else 0.0

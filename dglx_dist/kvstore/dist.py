@@ -352,7 +352,7 @@ class DistKVStore(KVStore):
                 for i in chosen}
         own = {i: 0 if base[i] is None else entries[i].parts[base[i]].shape[0] for i in chosen}
         had = {i: cache.held[i].ids if i in cache.held else chosen[i][:0] for i in chosen}
-        names = {i: f"kv-{self._parts.token}-{i}-{base[i]}" if base[i] is not None
+        names = {i: self._parts.part_file(i, base[i]) if base[i] is not None
                  else f"cache-{self._parts.token}-s{server}-{i}" for i in chosen}
         start = {i: own[i] + had[i].numel() for i in chosen}
         shapes = {i: ((start[i] + ids.numel(), *entries[i].trailing), entries[i].dtype)

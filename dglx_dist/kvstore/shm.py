@@ -9,6 +9,7 @@ does both for a distributed store, collectively.
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import math
 import mmap
@@ -150,9 +151,10 @@ class SharedParts:
         mine = [p for p, s in enumerate(servers) if s == shards.server]
         writers = {p: next((r for r in ranks if has[r][p]), ranks[0]) for p in mine}
         shapes = {p: (spec.policy.part_shape(p, spec.trailing), spec.dtype) for p in mine}
-        entry.parts.update(self.share(f"kv-{self.token}-{entry.index}", writers,
-                                      lambda p: spec.initial_rows(p, self.seed), shapes,
-                                      f"init_data {name!r}", "parts"))
+        entry.parts.update(self.grow({p: self.part_file(entry.index, p) for p in mine}, writers,
+                                     shapes, dict.fromkeys(mine, 0), f"init_data {name!r}",
+                                     "parts", lambda p, rows: rows.copy_(
+                                         spec.initial_rows(p, self.seed))))
         shards.add(entry, servers)
         return entry
 
@@ -183,16 +185,9 @@ class SharedParts:
         has = torch.tensor([p in spec.part_data for p in range(spec.policy.num_parts)])
         return self._gather(has.long()).bool().tolist()
 
-    def share(self, key: str, writers: dict[int, int], make: Callable[[int], torch.Tensor],
-              shapes: dict[int, tuple[tuple[int, ...], torch.dtype]], call: str,
-              what: str) -> dict[int, torch.Tensor]:
-        """This server's tensors by index ``i``: rank ``writers[i]`` creates the file of
-        ``make(i)`` (called there only) in ``dir`` (named by ``key`` and ``i``), the server's
-        other ranks map it (``shapes[i]``: its shape and dtype), then it is unlinked
-        (:meth:`grow` from nothing)."""
-        return self.grow({i: f"{key}-{i}" for i in shapes}, writers, shapes,
-                         dict.fromkeys(shapes, 0), call, what,
-                         lambda i, rows: rows.copy_(make(i)))
+    def part_file(self, index: int, part: int) -> str:
+        """The name of the file of part ``part`` of the store's tensor ``index``."""
+        return f"kv-{self.token}-{index}-{part}"
 
     def grow(self, names: dict[int, str], writers: dict[int, int],
              shapes: dict[int, tuple[tuple[int, ...], torch.dtype]], start: dict[int, int],
@@ -206,6 +201,7 @@ class SharedParts:
         job: StateError names the ranks that could not grow or map theirs (``call`` says what
         asked; ``what`` the tensors, for the message)."""
         me, created, out = self.world.global_rank, [], {}
+        fill = write or (lambda i, rows: None)  # (or the caller writes them)
         try:
             for writing in (True, False):
                 ok = True
@@ -213,8 +209,7 @@ class SharedParts:
                     for i, (shape, dtype) in shapes.items():
                         if (writers[i] == me) == writing:
                             out[i] = self._grown(names[i], shape, dtype, start[i], created,
-                                                 (lambda rows, i=i: write(i, rows))
-                                                 if writing and write else None, writing)
+                                                 functools.partial(fill, i) if writing else None)
                 except (OSError, RuntimeError, ValueError, KeyError) as exc:
                     log.error("%s on rank %d: %s", call, me, exc)
                     ok = False
@@ -230,22 +225,22 @@ class SharedParts:
         return out
 
     def _grown(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, start: int,
-               created: list[Path], write: Callable[[torch.Tensor], None] | None,
-               writing: bool) -> torch.Tensor:
-        """One file of :meth:`grow`, on the writer (``writing``) or a rank that maps it."""
+               created: list[Path], write: Callable[[torch.Tensor], None] | None
+               ) -> torch.Tensor:
+        """One file of :meth:`grow`: on its writer (``write`` given: it writes the new rows)
+        or on a rank that maps it."""
         if _nbytes(shape, dtype) == 0:
             return torch.empty(shape, dtype=dtype)  # no file
         file = self._files.get(name)
         if file is None:
-            file = SharedFile(self.dir / f"dglx-{name}", create=writing)
+            file = SharedFile(self.dir / f"dglx-{name}", create=write is not None)
             self._files[name] = file
-            if writing:
+            if write is not None:
                 created.append(file.path)
-        if not writing:
+        if write is None:
             return file.map(shape, dtype)
         tensor = file.grow(_nbytes((start, *shape[1:]), dtype), shape, dtype)
-        if write is not None:
-            write(tensor[start:])
+        write(tensor[start:])
         return tensor
 
     def close(self) -> None:

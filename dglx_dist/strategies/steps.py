@@ -31,11 +31,12 @@ __all__ = ["Blocks", "StepState", "Step", "EdgeStep", "UnderWay", "EdgeBatch", "
            "PREFETCH_FACTOR"]
 
 OUT_DEGREE = "_dglx_out_degree"
-PREFETCH_FACTOR = 2
-"""Steps a loader's worker thread draws ahead by default (DGL's ``prefetch_factor``)."""
 """``block.srcdata`` key of the sources' out-degrees in the whole graph, on blocks that hold
 only a share of their sources' out-edges (the full-graph form over a rank's nodes): a conv
 that normalises by source degrees is given rows rescaled to them."""
+PREFETCH_FACTOR = 2
+"""Steps a loader draws ahead of its loop by default, on its worker thread or on the calling
+thread (DGL's ``prefetch_factor``)."""
 
 
 @dataclasses.dataclass(frozen=True)
