@@ -51,8 +51,11 @@ class LoaderTimes:
             step the loop sees.
         rows: the hand-overs' wait for the steps' rows (and their copies to the device), on
             the calling thread: part of the wait for each step the loop sees too.
+        begin: the strategy's work before the first step (``loader_epoch_start``: distdgl's
+            cache fill), on the calling thread.
     """
 
+    begin: float = 0.0
     draw: float = 0.0
     start: float = 0.0
     start_here: float = 0.0
@@ -227,6 +230,10 @@ class DataLoader:
     def __iter__(self) -> Iterator[tuple]:
         epoch, self.epoch = self.epoch, self.epoch + 1
         self.times = LoaderTimes()
+        if self._own:
+            t0 = time.perf_counter()
+            self.strategy.loader_epoch_start(self.spec)
+            self.times.begin = time.perf_counter() - t0
         ahead = self.lookahead and not self.strategy.capabilities.steps_in_turn
         # the lane is free unless another loader's loop runs around this one (the calling
         # thread decides, at the same step on every rank): then this one looks ahead here

@@ -201,10 +201,13 @@ class PhaseTimer:
     def loader_epoch(self, times) -> None:
         """A loader's epoch (its :class:`~dglx_dist.api.loader.LoaderTimes`): of the waits
         lapped as ``sample``, the hand-overs' wait for rows and the pulls started on the
-        calling thread become ``pull``'s; its draws are ``sample work``, its pulls' starts and
-        hand-overs ``pull work``."""
-        moved = min(times.rows + times.start_here, self.t.get("sample", 0.0))
-        self.t["sample"] = self.t.get("sample", 0.0) - moved
+        calling thread become ``pull``'s, and the strategy's work before the first step is no
+        phase's (``other``); its draws are ``sample work``, its pulls' starts and hand-overs
+        ``pull work``."""
+        sample = self.t.get("sample", 0.0)
+        begin = min(times.begin, sample)
+        moved = min(times.rows + times.start_here, sample - begin)
+        self.t["sample"] = sample - begin - moved
         self.t["pull"] = self.t.get("pull", 0.0) + moved
         for name, took in (("sample work", times.draw), ("pull work", times.start + times.rows)):
             self.work[name] = self.work.get(name, 0.0) + took

@@ -161,6 +161,8 @@ class RowCache:
         self.kept: dict[int, Kept] = {}  # name index -> copies of the rows pulled
         self.kept_bytes = 0
         self.held: dict[int, Held] = {}  # name index -> cached rows
+        # the counts and copies :meth:`set_aside` ended the counting with, for the next fill
+        self.learnt: tuple[dict[int, torch.Tensor], dict[int, Kept]] | None = None
         self.fills = 0
         # a loader's worker thread pulls (and counts) while the loop's thread does
         self._counting = threading.Lock()
@@ -189,7 +191,7 @@ class RowCache:
         """Keeps copies of the remote rows an answer brought (``rows`` of ``gids``), for the
         next fill, until this rank's copies reach its share of the budget."""
         with self._counting:
-            if self.kept_bytes >= self.keep_limit:
+            if not self.counting or self.kept_bytes >= self.keep_limit:
                 return
             kept = self.kept.get(entry.index)
             if kept is None:
@@ -197,10 +199,31 @@ class RowCache:
                     torch.zeros(entry.policy.num_rows, dtype=torch.bool))
             self.kept_bytes += kept.add(gids, rows)
 
-    def take_learnt(self) -> dict[int, Kept]:
-        """The copies kept since the last fill; they and the counts start again."""
-        kept, self.kept, self.counts, self.kept_bytes = self.kept, {}, {}, 0
-        return kept
+    @property
+    def fill_due(self) -> bool:
+        """Whether a fill has counts to fill from: the cache counts, or :meth:`set_aside`
+        ended its counting."""
+        return self.counting or self.learnt is not None
+
+    def set_aside(self) -> bool:
+        """Ends the counting until the next fill, which takes the counts and copies made so
+        far (later pulls count nothing); False where the cache was not counting."""
+        with self._counting:
+            if not self.counting:
+                return False
+            self.learnt, self.counting = self._take(), False
+            return True
+
+    def take_learnt(self) -> tuple[dict[int, torch.Tensor], dict[int, Kept]]:
+        """The counts and copies since the last fill (those set aside, if any); they start
+        again."""
+        learnt, self.learnt = self.learnt, None
+        return learnt if learnt is not None else self._take()
+
+    def _take(self) -> tuple[dict[int, torch.Tensor], dict[int, Kept]]:
+        learnt = self.counts, self.kept
+        self.counts, self.kept, self.kept_bytes = {}, {}, 0
+        return learnt
 
     def serve(self, entry: TensorEntry, uniq: torch.Tensor,
               remote: dict[int, list[Piece]]) -> tuple[dict[int, list[Piece]], list[Piece]]:

@@ -301,6 +301,14 @@ class DistKVStore(KVStore):
             budget, self.shm_dir, self.session.server_id))
         self._shards.cache = RowCache(budget, budget // self.session.server.size)
 
+    def set_aside_counts(self) -> bool:
+        """Ends the cache's counting until :meth:`fill_cache`, which fills from the counts and
+        copies made so far (e.g. an epoch's, where the pulls of an evaluation come next):
+        later pulls count nothing. Not collective; False where the cache was not counting
+        (then there is nothing to fill: the same on every rank)."""
+        cache = self._shards.cache
+        return cache is not None and cache.set_aside()
+
     def fill_cache(self) -> None:
         """Puts the rows this server's ranks pulled most often since the last fill, within the
         budget left, into its shared memory, from the copies its ranks kept as the rows
@@ -308,14 +316,15 @@ class DistKVStore(KVStore):
         later pulls read them there. The cache goes on counting and keeping the rows still
         pulled from other servers, for the next fill, while every row counted fitted; a
         later fill adds rows only where they are :data:`REFILL_SHARE` of what is held
-        (collective: every rank, at the same point, e.g. the end of an epoch). Nothing when
-        no cache is counting."""
+        (collective: every rank, at the same point, e.g. the start of the next epoch). Fills
+        from the counts :meth:`set_aside_counts` ended with, if it was called; nothing when no
+        cache is counting or has counts set aside."""
         cache, session = self._shards.cache, self.session
-        if cache is None or not cache.counting:
+        if cache is None or not cache.fill_due:
             return
         start = time.perf_counter()
-        counts = self._server_counts(cache)
-        kept = cache.take_learnt()
+        counts, kept = cache.take_learnt()
+        counts = self._server_counts(counts)
         entries = {index: self._shards.entry_at(index, "the cache") for index in counts}
         chosen = choose_rows(counts, {i: e.row_bytes for i, e in entries.items()},
                              cache.budget - cache.nbytes)
@@ -404,24 +413,24 @@ class DistKVStore(KVStore):
         for (i, gone), got in zip(missing.items(), pulled):
             into[i][gone] = got
 
-    def _server_counts(self, cache: RowCache) -> dict[int, torch.Tensor]:
-        """Pulls per remote row by this server's ranks, of every name some rank counted and no
-        rank pushed (collective)."""
+    def _server_counts(self, mine: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+        """Pulls per remote row by this server's ranks (``mine``: this rank's), of every name
+        some rank counted and no rank pushed (collective)."""
         flags = torch.zeros(2, len(self._shards), dtype=torch.int64)
-        for index in cache.counts:
+        for index in mine:
             flags[0, index] = 1
         for name, pushes in self.pushes.items():
             flags[1, self._entries[name].index] = int(pushes > 0)
         self.session.world.all_reduce(flags, op="max")
         counts = {}
         for index in torch.nonzero(flags[0] > flags[1]).squeeze(1).tolist():
-            mine = cache.counts.get(index)
-            if mine is None:
+            counted = mine.get(index)
+            if counted is None:
                 entry = self._shards.entry_at(index, "the cache")
-                mine = torch.zeros(entry.policy.num_rows, dtype=torch.int32)
+                counted = torch.zeros(entry.policy.num_rows, dtype=torch.int32)
             if self.session.server.size > 1:
-                self.session.server.all_reduce(mine)
-            counts[index] = mine
+                self.session.server.all_reduce(counted)
+            counts[index] = counted
         return counts
 
     def _drop_written(self, messages: dict[int, list[Message]]) -> None:

@@ -121,6 +121,11 @@ class Strategy(abc.ABC):
     def loader_epoch(self, plan: LoaderPlan, spec: LoaderSpec, epoch: int) -> Iterator[Step]:
         """One epoch of a loader's steps; every rank yields the same number (collective)."""
 
+    def loader_epoch_start(self, spec: LoaderSpec) -> None:
+        """Called on the loop's thread as an epoch of one of its own loaders begins, before
+        its first step is drawn, on every rank at the same point (collectives allowed); by
+        default nothing."""
+
     def loader_epoch_done(self, spec: LoaderSpec) -> None:
         """Called on the loop's thread once it has taken every step of an epoch of its own
         loader's (:meth:`loader_epoch`), on every rank at the same point (collectives allowed:

@@ -1,8 +1,9 @@
 """The remote-row cache (dglx_dist.kvstore.cache) on real gloo process groups, 2 servers x 2
 ranks: the rows it chooses, pulls through it equal to a LocalKVStore's, its budget, a push
-that drops it, refusals; fills from the rows the pulls brought (no rows between servers) and
-again with the next epoch's misses; and distdgl training with and without it on the same
-steps."""
+that drops it, refusals; counts set aside until the fill (pulls between count nothing);
+fills from the rows the pulls brought (no rows between servers) and again with the next
+epoch's misses; and distdgl training with and without it on the same steps, its fill as the
+second epoch starts."""
 import pytest
 import torch
 
@@ -79,6 +80,12 @@ def _cache_job(session):
         if epoch == 0:  # "emb" is written while counting: never cached
             store.push("emb", torch.tensor([0]), torch.zeros(1, F))
             ref.push("emb", torch.tensor([0]), torch.zeros(1, F))
+            # the counts set aside: pulls before the fill (every row, three times) count
+            # nothing, or the fill would choose other rows
+            out["aside"] = [store.set_aside_counts()]
+            for _ in range(3):
+                store.pull("feat", torch.arange(N))
+            out["aside"] += [store.set_aside_counts(), bool(store.cache.held)]
             store.fill_cache()
         after = session.counter.snapshot()
         inter.append(after["recv_inter"] - before["recv_inter"])
@@ -111,6 +118,7 @@ def test_cache_chooses_serves_and_drops_rows_exactly(tmp_path):
         assert "cache_mb=" in out["too_big"] and "MB of" in out["too_big"], out["too_big"]
         assert out.get("wrong") is None, out["wrong"]
         want = _expected_choice(server, [2 * server, 2 * server + 1])
+        assert out["aside"] == [True, False, False], out["aside"]
         assert out["cached"] == [0] and out["ids"] == want.tolist()  # "emb" (index 1) not
         assert out["joined"] == server  # the copies follow the server's one part
         assert 0 < out["nbytes"] <= BUDGET and out["nbytes"] == want.numel() * ROW
@@ -192,8 +200,12 @@ def _train(session, pdir_path):
         trainer = Trainer(model, pdir, "distdgl", session=session, progress=False,
                           batch_size=64, cache_mb=cache_mb, lr=0.01,
                           prefetch_thread=bool(cache_mb))
-        trainer.fit(3, eval_every=3)
+        trainer.fit(1)  # evaluated: the first epoch's counts wait for the second epoch
+        cache = trainer.strategy.store.cache
+        first = None if cache is None else [bool(cache.held), cache.learnt is not None]
+        trainer.fit(3, eval_every=2)
         runs[cache_mb] = {
+            "after_first": first,
             "params": [p.detach().clone() for p in trainer.model.parameters()],
             "records": [{k: v for k, v in r.items() if k.startswith(("cache", "bytes_"))}
                         for r in trainer.history],
@@ -201,7 +213,8 @@ def _train(session, pdir_path):
         trainer.close()
     same = all(torch.equal(a, b) for a, b in zip(runs[0.0]["params"], runs[0.8]["params"]))
     return {"same_params": same, "plain": runs[0.0]["records"], "cached": runs[0.8]["records"],
-            "threads": [runs[0.0]["threaded"], runs[0.8]["threaded"]]}
+            "threads": [runs[0.0]["threaded"], runs[0.8]["threaded"]],
+            "after_first": runs[0.8]["after_first"]}
 
 
 def test_distdgl_trains_the_same_with_the_cache(tmp_path, cora_parts):
@@ -209,8 +222,11 @@ def test_distdgl_trains_the_same_with_the_cache(tmp_path, cora_parts):
     out = res[0]
     assert all(r["same_params"] for r in res.values()), "parameters differ with the cache"
     assert all(r["threads"] == [False, True] for r in res.values())
+    # after the first epoch and its evaluation: nothing filled yet, the counts set aside (the
+    # fill runs as the training loader's second epoch starts)
+    assert all(r["after_first"] == [False, True] for r in res.values()), res
     plain, cached = out["plain"], out["cached"]
     assert "cache_hit_rate" not in cached[0] and "cache_hit_rate" not in plain[-1]
-    for later, ref in zip(cached[1:], plain[1:]):  # the cache filled after the first epoch
+    for later, ref in zip(cached[1:], plain[1:]):  # the cache filled as the second began
         assert 0 < later["cache_hit_rate"] < 1 and later["cache_saved_bytes"] > 0, later
         assert later["bytes_recv_inter"] < ref["bytes_recv_inter"], (later, ref)

@@ -64,7 +64,8 @@ def test_a_loaders_times_move_the_rows_wait_to_pull_and_keep_work_out_of_the_sum
     """dglx bench's phases: the hand-overs' wait for rows and the pulls started on the calling
     thread, lapped as the step's wait for its batch, are counted as ``pull``; the draws'
     seconds are ``sample work`` and the pulls' calls ``pull work``, beside the laps (a worker
-    thread overlaps them), so the laps still add up to the epoch."""
+    thread overlaps them), so the laps still add up to the epoch; the strategy's work before
+    the first step is ``other``."""
     from dglx_dist.api.loader import LoaderTimes
     from dglx_dist.api.metrics import STEP_PHASES, PhaseTimer
     timer = PhaseTimer()
@@ -80,6 +81,13 @@ def test_a_loaders_times_move_the_rows_wait_to_pull_and_keep_work_out_of_the_sum
     timer.t["sample"] = 0.1
     timer.loader_epoch(LoaderTimes(rows=0.5))
     assert timer.t["sample"] == 0.0 and timer.t["pull"] == pytest.approx(0.1)
+    # the strategy's work before the first step (distdgl's cache fill) is no phase's
+    timer = PhaseTimer()
+    timer.t.update({"sample": 0.5, "forward": 1.0})
+    timer.loader_epoch(LoaderTimes(begin=0.25, rows=0.1))
+    phases = timer.finish(wall=2.0)
+    assert phases["sample"] == pytest.approx(0.15) and phases["pull"] == pytest.approx(0.1)
+    assert phases["other"] == pytest.approx(0.75)
 
 
 def test_a_loader_times_its_pulls_starts_and_says_on_which_thread():

@@ -67,6 +67,7 @@ class DistDGLStrategy(MiniBatchStrategy, Costed):
     def setup(self, session: Session, pdir: PartitionDir, store: DistKVStore | None,
               request: SetupRequest) -> None:
         self.session, self.pdir, self.num_nodes = session, pdir, pdir.num_nodes
+        self._fill_for: LoaderSpec | None = None  # the loader whose next epoch fills the cache
         server = session.server_id
         self._own_store = store is None
         check_typed_store(pdir, store, "distdgl")
@@ -103,9 +104,18 @@ class DistDGLStrategy(MiniBatchStrategy, Costed):
         yield from super().loader_epoch(plan, spec, epoch, sampler)
 
     def loader_epoch_done(self, spec: LoaderSpec) -> None:
-        """Every rank has taken the epoch's steps and has their rows: the first whole
-        epoch's counts fill the cache (``cache_mb``; collective, on the loop's thread)."""
-        if self.config.cache_mb:
+        """Every rank has taken the epoch's steps and has their rows: while the cache
+        (``cache_mb``) counts, the epoch's counts are set aside for a fill as this loader's
+        next epoch starts (an evaluation's pulls in between are not counted)."""
+        if self.config.cache_mb and self.store.set_aside_counts():
+            self._fill_for = spec
+
+    def loader_epoch_start(self, spec: LoaderSpec) -> None:
+        """The cache's fill (collective, on the loop's thread), as the loader whose epoch
+        counted starts its next one: it costs the epoch that the cache serves, and a run
+        that stops after that epoch (its accuracy reached) never pays it."""
+        if self._fill_for is spec:
+            self._fill_for = None
             self.store.fill_cache()
 
     def close(self) -> None:
