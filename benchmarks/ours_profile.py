@@ -71,7 +71,6 @@ def _our_trainer(args: argparse.Namespace, session, acc: dict[str, float]):
     from dglx_dist.models import SAGE
     from dglx_dist.partition import PartitionDir
     from dglx_dist.strategies import STRATEGIES
-    from dglx_dist.strategies.steps import Blocks
     from dglx_dist.trainer import Trainer
 
     strategy = STRATEGIES.build("distdgl", fanouts=tuple(args.fanouts),
@@ -83,9 +82,7 @@ def _our_trainer(args: argparse.Namespace, session, acc: dict[str, float]):
     trainer = Trainer(model, pdir, strategy, session=session, lr=args.lr,
                       weight_decay=args.weight_decay, progress=False)
     _timed_pull(strategy.store, acc)
-    # the sample phase: the draw, and the blocks made DGL's where the loader hands them over
     for obj, name, phase in ((strategy.sampler, "draw_blocks", "sample"),
-                             (Blocks, "to_dgl", "sample"),
                              (trainer, "forward", "forward"),
                              (session.world, "all_reduce", "allreduce"),
                              (trainer.optimizer, "step", "optimizer"), (trainer, "step", "step")):
