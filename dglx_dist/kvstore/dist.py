@@ -51,10 +51,11 @@ __all__ = ["DistKVStore"]
 log = logging.getLogger(__name__)
 
 REFILL_SHARE = 0.25
-"""A fill after the first adds rows only when they are at least this share of the bytes the
-cache holds; then the cache stops counting: while it learns, every pull counts its remote
-rows and keeps copies of them (at 1M nodes the first epoch took 0.1-0.3 s longer than without
-the cache, its fill aside), which a few rows more are not worth."""
+"""The cache goes on counting after a later fill only where that fill added at least this
+share of the bytes the cache held: while it learns, every pull counts its remote rows and
+keeps copies of them (at 1M nodes the first epoch took 0.1-0.3 s longer than without the
+cache, its fill aside), which a few rows more are not worth. The rows that fill counted are
+added either way (their counting is paid for; writing them costs the fill only them)."""
 
 
 class DistKVStore(KVStore):
@@ -314,8 +315,8 @@ class DistKVStore(KVStore):
         budget left, into its shared memory, from the copies its ranks kept as the rows
         arrived (a row no rank kept, beyond a rank's share of the budget, is pulled once);
         later pulls read them there. The cache goes on counting and keeping the rows still
-        pulled from other servers, for the next fill, while every row counted fitted; a
-        later fill adds rows only where they are :data:`REFILL_SHARE` of what is held
+        pulled from other servers, for the next fill, while every row counted fitted and
+        (after a later fill) the rows added were :data:`REFILL_SHARE` of what was held
         (collective: every rank, at the same point, e.g. the start of the next epoch). Fills
         from the counts :meth:`set_aside_counts` ended with, if it was called; nothing when no
         cache is counting or has counts set aside."""
@@ -329,14 +330,14 @@ class DistKVStore(KVStore):
         chosen = choose_rows(counts, {i: e.row_bytes for i, e in entries.items()},
                              cache.budget - cache.nbytes)
         added = sum(ids.numel() * (entries[i].row_bytes + ID_BYTES) for i, ids in chosen.items())
-        if cache.held and added < REFILL_SHARE * cache.nbytes:
-            chosen = {}  # (and every counted row no longer fits: the counting ends)
+        few = bool(cache.held) and added < REFILL_SHARE * cache.nbytes
         lead = session.topology.server_ranks(session.server_id)[0]
         cache.fills += 1
         cache.held.update(self._hold(entries, chosen, kept, lead))
         every = sum(ids.numel() for ids in chosen.values()) == \
             sum(int((c > 0).sum()) for c in counts.values())  # (chosen: some of the counted)
-        again = torch.tensor([int(every and any(ids.numel() for ids in chosen.values()))])
+        again = torch.tensor([int(every and not few and
+                                  any(ids.numel() for ids in chosen.values()))])
         cache.counting = bool(session.world.all_reduce(again, op="max"))
         if session.rank == lead:
             seen = sum(int(c.sum()) for c in counts.values())

@@ -131,7 +131,7 @@ def _refill_job(session):
     """Three epochs of pulls with a budget that holds every remote row: the middle half of
     the ids; every id but the first and the last (each server's other half: a second
     fill); every id (one row new to each server, fewer than REFILL_SHARE of what it
-    holds: no third fill, and the counting ends). What each fill moved between servers, the
+    holds: the third fill adds it, and the counting ends). What each fill moved between servers, the
     ids held after each, and whether the part is still the memory init_data made (the
     copies grew its file: the part was not copied). "by_rank" has a part per rank, two on
     each server: its copies have a file of their own, which grows the same way."""
@@ -184,7 +184,8 @@ def test_fills_come_from_the_rows_pulled_and_grow_with_later_misses(tmp_path):
         # flags only: two rows of F floats would be more (the first fill alone holds dozens)
         assert len(first) > 10 and all(b < 2 * F * 4 for b in out["fill_bytes"]), out
         elsewhere = {i for i in range(N) if (i >= N // 2) != (rank // 2 == 1)}
-        assert first < second == third == elsewhere - {0, N - 1}, (len(first), len(second))
+        assert first < second == elsewhere - {0, N - 1} and third == elsewhere, \
+            (len(first), len(second), len(third))
         assert out["counting"] == [True, True, False]
         mates = [res[r]["held"] for r in res if r // 2 == rank // 2]
         assert all(h == out["held"] for h in mates)  # one cache per server
