@@ -2,8 +2,9 @@
 ranks: the rows it chooses, pulls through it equal to a LocalKVStore's, its budget, a push
 that drops it, refusals; counts set aside until the fill (pulls between count nothing);
 fills from the rows the pulls brought (no rows between servers) and again with the next
-epoch's misses; and distdgl training with and without it on the same steps, its fill as the
-second epoch starts."""
+epoch's misses; distdgl training with and without it on the same steps, its fill as the
+second epoch starts; and through DGL's API, a training loader built anew for the next epoch
+fills it where an evaluation's loader does not."""
 import pytest
 import torch
 
@@ -231,3 +232,41 @@ def test_distdgl_trains_the_same_with_the_cache(tmp_path, cora_parts):
     for later, ref in zip(cached[1:], plain[1:]):  # the cache filled as the second began
         assert 0 < later["cache_hit_rate"] < 1 and later["cache_saved_bytes"] > 0, later
         assert later["bytes_recv_inter"] < ref["bytes_recv_inter"], (later, ref)
+
+
+def _anew_each_epoch(session, cache_dir):
+    """DGL's drop-in API with the cache: an epoch of a training loader, an evaluation's
+    loader (other batch size, no shuffling), then a training loader built anew with the
+    same arguments (as a script that builds its loader in the epoch loop does)."""
+    import dglx_dist
+    from dglx_dist.data import CoraGraphDataset
+
+    g = dglx_dist.distribute(CoraGraphDataset()[0], "distdgl", cache_dir=cache_dir,
+                             session=session, cache_mb=0.2)
+    sampler = dglx_dist.NeighborSampler([4, 4], prefetch_node_feats=["feat"])
+    train = dglx_dist.node_split(g.ndata["train_mask"], g)
+    every = dglx_dist.node_split(torch.ones(g.num_nodes(), dtype=torch.bool), g)
+    out = {}
+    try:
+        for name, ids, options in (("train", train, {"shuffle": True}),
+                                   ("eval", every, {"batch_size": 64}),
+                                   ("train anew", train, {"shuffle": True})):
+            loader = dglx_dist.DataLoader(g, ids, sampler, **{"batch_size": 16, **options})
+            cache = g.store.cache  # (started as the first loader set the strategy up)
+            hits = session.counter.snapshot().get("cache_hits", 0)
+            for _ in loader:
+                pass
+            out[name] = {"held": bool(cache.held), "aside": cache.learnt is not None,
+                         "hits": session.counter.snapshot().get("cache_hits", 0) - hits}
+    finally:
+        g.close()
+    return out
+
+
+def test_a_loader_built_anew_each_epoch_fills_the_cache_and_an_evaluation_does_not(tmp_path):
+    res = run_workers(_anew_each_epoch, 2, tmp_path, str(tmp_path / "cache"), timeout=300,
+                      env={"DGLX_VIRTUAL_SERVERS": "2", "DGLX_TIMEOUT": "60"})
+    for out in res.values():
+        assert out["train"] == {"held": False, "aside": True, "hits": 0}, out
+        assert out["eval"] == {"held": False, "aside": True, "hits": 0}, out  # no fill
+        assert out["train anew"]["held"] and out["train anew"]["hits"] > 0, out

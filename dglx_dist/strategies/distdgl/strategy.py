@@ -112,9 +112,10 @@ class DistDGLStrategy(MiniBatchStrategy, Costed):
 
     def loader_epoch_start(self, spec: LoaderSpec) -> None:
         """The cache's fill (collective, on the loop's thread), as the loader whose epoch
-        counted starts its next one: it costs the epoch that the cache serves, and a run
-        that stops after that epoch (its accuracy reached) never pays it."""
-        if self._fill_for is spec:
+        counted starts its next one (or one asked for the same: a script may build its
+        loader anew each epoch; an evaluation's differs): it costs the epoch that the cache
+        serves, and a run that stops after that epoch (its accuracy reached) never pays it."""
+        if self._fill_for is not None and self._fill_for == spec:
             self._fill_for = None
             self.store.fill_cache()
 
