@@ -347,7 +347,9 @@ class DataLoader:
                 if self.graph.session.is_open:  # at exit: the session went first
                     self.graph.step_rows.leave_loop(pending)
                 raise
-            under = pending.popleft() if pending else None if ahead else start()
+            if not ahead and (after := start()) is not None:  # in turn: once it is done
+                pending.append(after)
+            under = pending.popleft() if pending else None
 
 
 def _drain(under: UnderWay) -> None:

@@ -161,8 +161,7 @@ class RowCache:
         self.kept: dict[int, Kept] = {}  # name index -> copies of the rows pulled
         self.kept_bytes = 0
         self.held: dict[int, Held] = {}  # name index -> cached rows
-        # the counts and copies :meth:`set_aside` ended the counting with, for the next fill
-        self.learnt: tuple[dict[int, torch.Tensor], dict[int, Kept]] | None = None
+        self.aside = False  # set_aside ended the counting: the next fill takes what it left
         self.fills = 0
         # a loader's worker thread pulls (and counts) while the loop's thread does
         self._counting = threading.Lock()
@@ -203,26 +202,21 @@ class RowCache:
     def fill_due(self) -> bool:
         """Whether a fill has counts to fill from: the cache counts, or :meth:`set_aside`
         ended its counting."""
-        return self.counting or self.learnt is not None
+        return self.counting or self.aside
 
     def set_aside(self) -> bool:
         """Ends the counting until the next fill, which takes the counts and copies made so
-        far (later pulls count nothing); False where the cache was not counting."""
+        far (later pulls count and keep nothing); False where the cache was not counting."""
         with self._counting:
             if not self.counting:
                 return False
-            self.learnt, self.counting = self._take(), False
+            self.counting, self.aside = False, True
             return True
 
     def take_learnt(self) -> tuple[dict[int, torch.Tensor], dict[int, Kept]]:
-        """The counts and copies since the last fill (those set aside, if any); they start
-        again."""
-        learnt, self.learnt = self.learnt, None
-        return learnt if learnt is not None else self._take()
-
-    def _take(self) -> tuple[dict[int, torch.Tensor], dict[int, Kept]]:
+        """The counts and copies since the last fill; they start again."""
         learnt = self.counts, self.kept
-        self.counts, self.kept, self.kept_bytes = {}, {}, 0
+        self.counts, self.kept, self.kept_bytes, self.aside = {}, {}, 0, False
         return learnt
 
     def serve(self, entry: TensorEntry, uniq: torch.Tensor,

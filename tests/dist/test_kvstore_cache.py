@@ -204,7 +204,7 @@ def _train(session, pdir_path):
                           prefetch_thread=bool(cache_mb))
         trainer.fit(1)  # evaluated: the first epoch's counts wait for the second epoch
         cache = trainer.strategy.store.cache
-        first = None if cache is None else [bool(cache.held), cache.learnt is not None]
+        first = None if cache is None else [bool(cache.held), cache.aside]
         trainer.fit(3, eval_every=2)
         runs[cache_mb] = {
             "after_first": first,
@@ -256,7 +256,7 @@ def _anew_each_epoch(session, cache_dir):
             hits = session.counter.snapshot().get("cache_hits", 0)
             for _ in loader:
                 pass
-            out[name] = {"held": bool(cache.held), "aside": cache.learnt is not None,
+            out[name] = {"held": bool(cache.held), "aside": cache.aside,
                          "hits": session.counter.snapshot().get("cache_hits", 0) - hits}
     finally:
         g.close()

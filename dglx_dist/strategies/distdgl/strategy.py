@@ -115,7 +115,7 @@ class DistDGLStrategy(MiniBatchStrategy, Costed):
         counted starts its next one (or one asked for the same: a script may build its
         loader anew each epoch; an evaluation's differs): it costs the epoch that the cache
         serves, and a run that stops after that epoch (its accuracy reached) never pays it."""
-        if self._fill_for is not None and self._fill_for == spec:
+        if spec == self._fill_for:  # (never equal to None)
             self._fill_for = None
             self.store.fill_cache()
 
