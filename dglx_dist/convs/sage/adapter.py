@@ -16,7 +16,7 @@ from dglx_dist.convs.sage.dorylus import SageLayers
 from dglx_dist.convs.sage.ops import TASKS
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.nn.graphconv import edge_factor
-from dglx_dist.nn.sageconv import SAGEConv, averaged
+from dglx_dist.nn.sageconv import SAGEConv, averaged, neigh_first
 
 __all__ = ["SAGEAdapter"]
 
@@ -48,9 +48,9 @@ class SAGEAdapter(ConvAdapter):
         num_dst, kind = block.num_dst_nodes(), conv._aggre_type
         if kind == "pool":
             return [F.linear(x, weights[0]), F.linear(x[:num_dst], weights[1])]
-        w_neigh = weights[0]  # project first when it shrinks the rows
-        out = averaged(block, x, lambda h: F.linear(h, w_neigh), x.shape[1] > w_neigh.shape[0],
-                       kind, edge_weight)
+        w_neigh = weights[0]  # projected before the sum or after it, as the conv does
+        out = averaged(block, x, lambda h: F.linear(h, w_neigh),
+                       neigh_first(block, x, w_neigh.shape[0]), kind, edge_weight)
         if kind == "mean":
             out = out + F.linear(x[:num_dst], weights[1])
         return [out]
