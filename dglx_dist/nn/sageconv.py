@@ -16,9 +16,9 @@ its edge's weight first; the degrees still count edges. ``fc_neigh`` maps the ne
 row, ``fc_self`` the destination's own row, and the output is their sum, then ``activation``,
 then ``norm``. For "mean" and "gcn" ``fc_neigh`` runs before the sum or after it (the same
 rows in exact arithmetic, within rounding in floats): DGL runs it first wherever it makes
-rows narrower; on a CPU it runs where it does less work (:func:`neigh_first`: on a sampled
-block, whose sources outnumber its destinations, mostly after the sum). ``"lstm"`` is not
-implemented.
+rows narrower; on a CPU it runs where it does less work
+(:func:`~dglx_dist.nn.graphconv.map_first`: on a sampled block, whose sources outnumber its
+destinations, mostly after the sum). ``"lstm"`` is not implemented.
 """
 from __future__ import annotations
 
@@ -26,20 +26,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from dglx_dist.graphcore.aggregate import layout_of
 from dglx_dist.graphcore.message import in_degrees, u_mul_e_max
 from dglx_dist.errors import InvalidValueError, NotSupportedError
-from dglx_dist.nn.graphconv import edge_factor, per_row, src_and_dst, weighted_sum
+from dglx_dist.nn.graphconv import edge_factor, map_first, per_row, src_and_dst, weighted_sum
 
-__all__ = ["SAGEConv", "averaged", "neigh_first"]
+__all__ = ["SAGEConv", "averaged"]
 
 AGGREGATORS = ("mean", "gcn", "pool")
-
-MESSAGE_COST = (2.0, 0.01)
-"""What one number of a row summed over an edge costs on a CPU, in multiply-adds of a linear
-layer (forward and backward): ``a + b * width`` for rows ``width`` wide (wider rows miss the
-caches more). Fitted to this project's CPU (``benchmarks/sage_order.py`` measures both
-orders and what this rule picks)."""
 
 
 class SAGEConv(nn.Module):
@@ -112,27 +105,8 @@ class SAGEConv(nn.Module):
                 f"SAGEConv('gcn'): the sources' rows are {tuple(feat_src.shape[1:])} wide and "
                 f"the destinations' {tuple(feat_dst.shape[1:])}; expected the same")
         return averaged(graph, feat_src, self.fc_neigh,
-                        neigh_first(graph, feat_src, self._out_feats),
+                        map_first(graph, feat_src, self._out_feats),
                         self._aggre_type, edge_weight, feat_dst if pair else None)
-
-
-def neigh_first(graph, feat_src: torch.Tensor, out_feats: int) -> bool:
-    """Whether the neighbourhood's linear map (``out_feats`` wide) runs on the sources' rows
-    ``feat_src`` before their sum, or on the sums after it. Never first where it widens the
-    rows; on a GPU wherever it narrows them (DGL's rule); on a CPU where that does less work:
-    the map's multiply-adds over the rows it maps plus the sum's numbers over the edges, each
-    at :data:`MESSAGE_COST`. A sampled block has many more sources than destinations, so its
-    sum mostly comes first (at 98,000 sources, 26,000 destinations and 260,000 edges, rows
-    of 128 mapped to 32: half the time, forward and backward)."""
-    in_feats = feat_src.shape[1] if feat_src.dim() > 1 else 1
-    if in_feats <= out_feats or feat_src.device.type != "cpu":
-        return in_feats > out_feats
-    edges, per_edge = layout_of(graph).num_edges, MESSAGE_COST
-
-    def work(rows: int, width: int) -> float:
-        return rows * in_feats * out_feats + (per_edge[0] + per_edge[1] * width) * edges * width
-
-    return work(feat_src.shape[0], out_feats) < work(graph.num_dst_nodes(), in_feats)
 
 
 def averaged(graph, feat_src: torch.Tensor, fc, fc_first: bool, kind: str,

@@ -12,7 +12,7 @@ from dglx_dist import nn as ours  # noqa: E402
 from dglx_dist.errors import DglxError, InvalidValueError, NotSupportedError  # noqa: E402
 from dglx_dist.graphcore.block import Block  # noqa: E402
 from dglx_dist.dgl.blocks import to_dgl_block  # noqa: E402
-from dglx_dist.nn.sageconv import neigh_first  # noqa: E402
+from dglx_dist.nn.graphconv import map_first  # noqa: E402
 
 NODES, DSTS, EDGES, LONELY = 150, 50, 300, 6
 
@@ -49,8 +49,8 @@ def _flat(values: dict) -> list:
 def _compare(theirs, mine, block, graph, inputs: dict, dtype=torch.float64, grads=True):
     """Load ``theirs``' state_dict into ``mine`` and back (strict); run both on ``inputs``
     (``feat`` and forward's keyword tensors) and compare outputs and (``grads``) gradients
-    (in float32 within a few hundred units of its last place too: the convs may sum and
-    map in another order than DGL's, as SAGEConv's ``neigh_first`` does)."""
+    (in float32 within 1e-4: the convs may sum and map in another order than DGL's, as
+    ``map_first`` has them do, and a LayerNorm over a few columns magnifies the rounding)."""
     mine.load_state_dict(theirs.state_dict(), strict=True)
     theirs.load_state_dict(mine.state_dict(), strict=True)
     theirs.to(dtype), mine.to(dtype)
@@ -64,7 +64,7 @@ def _compare(theirs, mine, block, graph, inputs: dict, dtype=torch.float64, grad
             torch.ones_like(out).cumsum(-1) / out.shape[-1], allow_unused=True)))
     (out_a, names_a, grads_a), (out_b, names_b, grads_b) = results
     assert names_a == names_b
-    tol = {"atol": 1e-5, "rtol": 0 if dtype == torch.float64 else 3e-5}
+    tol = {"atol": 1e-5, "rtol": 0} if dtype == torch.float64 else {"atol": 1e-4, "rtol": 1e-4}
     torch.testing.assert_close(out_b, out_a, **tol)
     for a, b in zip(grads_a, grads_b) if grads else ():
         assert (a is None) == (b is None)
@@ -154,18 +154,20 @@ def test_sageconv_equals_dgl(aggregator, widths, bias, weighted):
     _compare(theirs, ours.SAGEConv(*widths, aggregator, bias=bias), block, to_dgl_block(block), inputs)
 
 
-@pytest.mark.parametrize("aggregator", ["mean", "gcn"])
+@pytest.mark.parametrize("conv", ["mean", "gcn", "graphconv"])
 @pytest.mark.parametrize("full", [False, True])
-def test_sageconv_maps_before_or_after_the_sum_where_that_does_less_work(aggregator, full):
-    """A sampled block (three times as many sources as destinations) sums the sources' rows
-    before ``fc_neigh`` maps them; the whole graph maps them first (as DGL always does where
-    the map narrows the rows): either way the outputs and gradients are DGL's."""
-    block = _block(seed=10, full=full)
-    assert neigh_first(block, _feat(block, 12), 5) == full
-    assert not neigh_first(block, _feat(block, 5), 12)  # a widening map never runs first
-    assert neigh_first(block, torch.empty(NODES, 12, device="meta"), 5)  # off a CPU: DGL's
-    _compare(dglnn.SAGEConv(12, 5, aggregator), ours.SAGEConv(12, 5, aggregator), block,
-             _dgl_form(block, full), {"feat": _feat(block, 12)})
+def test_the_convs_map_before_or_after_the_sum_where_that_does_less_work(conv, full):
+    """On a sampled block (three times as many sources as destinations) SAGEConv's
+    ``fc_neigh`` and GraphConv's weight map the sums of the sources' rows; on the whole graph
+    they map the rows first (as DGL always does where the map narrows them): either way the
+    outputs and gradients are DGL's."""
+    block = _block(seed=10, full=full, self_loops=True, edges=200)
+    assert map_first(block, _feat(block, 12), 5) == full
+    assert not map_first(block, _feat(block, 5), 12)  # a widening map never runs first
+    assert map_first(block, torch.empty(NODES, 12, device="meta"), 5)  # off a CPU: DGL's
+    pair = (dglnn.GraphConv(12, 5), ours.GraphConv(12, 5)) if conv == "graphconv" else \
+        (dglnn.SAGEConv(12, 5, conv), ours.SAGEConv(12, 5, conv))
+    _compare(*pair, block, _dgl_form(block, full), {"feat": _feat(block, 12)})
 
 
 @pytest.mark.parametrize("aggregator", ["mean", "gcn", "pool"])

@@ -15,7 +15,7 @@ from dglx_dist.convs.graphconv.dorylus import GcnLayers
 from dglx_dist.graphcore.norm import norm_powers, weight_problem
 from dglx_dist.convs.graphconv.ops import TASKS
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.nn.graphconv import GraphConv, normalized_sum, refuse_zero_in_degree
+from dglx_dist.nn.graphconv import GraphConv, map_first, normalized_sum, refuse_zero_in_degree
 
 __all__ = ["GraphConvAdapter"]
 
@@ -42,7 +42,8 @@ class GraphConvAdapter(ConvAdapter):
         if not conv._allow_zero_in_degree:
             refuse_zero_in_degree(block, "GraphConv")
         w = weights[0]
-        return [normalized_sum(block, x, w, conv._norm, edge_weight, x.shape[1] > w.shape[1])]
+        return [normalized_sum(block, x, w, conv._norm, edge_weight,
+                               map_first(block, x, w.shape[1]))]
 
     def degree_source_scale(self, conv, block, out_degree):
         p_src = norm_powers(conv._norm)[0]

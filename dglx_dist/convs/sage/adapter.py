@@ -15,8 +15,8 @@ from dglx_dist.graphcore.message import in_degrees, u_mul_e_max
 from dglx_dist.convs.sage.dorylus import SageLayers
 from dglx_dist.convs.sage.ops import TASKS
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.nn.graphconv import edge_factor
-from dglx_dist.nn.sageconv import SAGEConv, averaged, neigh_first
+from dglx_dist.nn.graphconv import edge_factor, map_first
+from dglx_dist.nn.sageconv import SAGEConv, averaged
 
 __all__ = ["SAGEAdapter"]
 
@@ -50,7 +50,7 @@ class SAGEAdapter(ConvAdapter):
             return [F.linear(x, weights[0]), F.linear(x[:num_dst], weights[1])]
         w_neigh = weights[0]  # projected before the sum or after it, as the conv does
         out = averaged(block, x, lambda h: F.linear(h, w_neigh),
-                       neigh_first(block, x, w_neigh.shape[0]), kind, edge_weight)
+                       map_first(block, x, w_neigh.shape[0]), kind, edge_weight)
         if kind == "mean":
             out = out + F.linear(x[:num_dst], weights[1])
         return [out]

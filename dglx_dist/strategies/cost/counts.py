@@ -24,6 +24,7 @@ import math
 
 import numpy as np
 
+from dglx_dist.nn.graphconv import cheaper_first
 from dglx_dist.strategies.cost.shapes import WEIGHTS, Cluster, GraphShape, Workload
 
 __all__ = ["F32", "ID", "Block", "Work", "allreduce", "closure_rows", "compute", "distinct",
@@ -154,12 +155,16 @@ def closure_rows(graph: GraphShape, inner: float, cut: float, hops: int, fanout:
 
 
 def compute(work: Workload, dims: list[int], blocks: list[Block]) -> tuple[float, float]:
-    """(message passing edge-dims, dense FLOPs) of a forward over ``blocks``: GraphConv
-    multiplies first where that narrows the rows (DGL's order), SAGE likewise per weight."""
+    """(message passing edge-dims, dense FLOPs) of a forward over ``blocks`` on a CPU:
+    GraphConv and SAGE (per weight) map the rows before the sum or after it as the package's
+    convs choose (:func:`~dglx_dist.nn.graphconv.cheaper_first`: mostly after it on a
+    sampled block); GAT projects first where that narrows the rows."""
     spmm = flops = 0.0
     for b, d_in, d_out in zip(blocks, dims, dims[1:]):
-        spmm += b.edges * min(d_in, d_out)
-        rows = b.src if d_in > d_out else b.dst
+        first = d_in > d_out and (work.model == "gat" or
+                                  cheaper_first(b.src, b.dst, b.edges, d_in, d_out))
+        spmm += b.edges * (d_out if first else d_in)
+        rows = b.src if first else b.dst
         flops += 2 * WEIGHTS[work.model] * rows * d_in * d_out
     return spmm, flops
 

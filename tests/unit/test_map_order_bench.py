@@ -1,12 +1,12 @@
-"""benchmarks/sage_order.py runs on a small grid: it times both orders of SAGEConv's
-neighbourhood map and reports the order ``neigh_first`` picks for each block."""
+"""benchmarks/map_order.py runs on a small grid: it times both orders of SAGEConv's
+neighbourhood map and reports the order ``map_first`` picks for each block."""
 import json
 
-from benchmarks import sage_order
+from benchmarks import map_order
 
 
-def test_sage_order_times_both_orders_and_reports_the_rules_pick(capsys):
-    assert sage_order.main(["--shapes", "3000:300:8,900:800:3", "--widths", "64:8",
+def test_map_order_times_both_orders_and_reports_the_rules_pick(capsys):
+    assert map_order.main(["--shapes", "3000:300:8,900:800:3", "--widths", "64:8",
                             "--reps", "3"]) == 0
     out = json.loads(capsys.readouterr().out.splitlines()[0])
     assert len(out["rows"]) == 4  # two blocks, each with and without a gradient

@@ -1,9 +1,10 @@
-"""Benchmark: SAGEConv's neighbourhood map before the sum or after it, on this CPU.
+"""Benchmark: a conv's linear map before the sum over the edges or after it, on this CPU.
 
-``dglx_dist.nn.SAGEConv`` ("mean" and "gcn") maps the sources' rows with ``fc_neigh`` before
-their sum, or the sums after it (the same rows in exact arithmetic). DGL maps first wherever
-the map narrows the rows. :func:`dglx_dist.nn.sageconv.neigh_first` picks the order that
-does less work on a CPU, by :data:`~dglx_dist.nn.sageconv.MESSAGE_COST`. This script times
+``dglx_dist.nn.SAGEConv`` ("mean" and "gcn": ``fc_neigh``) and ``GraphConv`` (its weight) map
+the sources' rows before their sum, or the sums after it (the same rows in exact arithmetic).
+DGL maps first wherever the map narrows the rows. :func:`dglx_dist.nn.graphconv.map_first`
+picks the order that does less work on a CPU, by
+:data:`~dglx_dist.nn.graphconv.MESSAGE_COST`. This script times SAGEConv's mean term in
 both orders, forward and backward, on random blocks (destination ``i`` takes ``fanout``
 sources drawn uniformly), the input rows with and without a gradient (a first layer's
 features have none), one thread, and prints which order the rule picks and how much slower
@@ -11,8 +12,8 @@ the pick is than the faster order (1.00: it picked the faster).
 
 Usage::
 
-    python benchmarks/sage_order.py                 # the default grid, about 3 min on 2 cores
-    python benchmarks/sage_order.py --shapes 98000:26000:10 --widths 128:32 --reps 12
+    python benchmarks/map_order.py                  # the default grid, about 3 min on 2 cores
+    python benchmarks/map_order.py --shapes 98000:26000:10 --widths 128:32 --reps 12
 
 Prints one JSON object and a markdown table.
 """
@@ -27,7 +28,8 @@ import time
 import torch
 
 from dglx_dist.graphcore.block import Block
-from dglx_dist.nn.sageconv import MESSAGE_COST, averaged, neigh_first
+from dglx_dist.nn.graphconv import MESSAGE_COST, map_first
+from dglx_dist.nn.sageconv import averaged
 from dglx_dist.report import markdown_table
 
 SHAPES = "98000:26000:10,26000:1000:25,100000:90000:12,50000:20000:5"
@@ -64,7 +66,7 @@ def measure(shape: tuple[int, int, int], widths: tuple[int, int], grad: bool,
             reps: int) -> dict:
     block = random_block(*shape)  # (its sources: the destinations and those drawn)
     first, after = (timed(block, widths, order, grad, reps) for order in (True, False))
-    pick = neigh_first(block, torch.empty(block.num_src_nodes(), widths[0]), widths[1])
+    pick = map_first(block, torch.empty(block.num_src_nodes(), widths[0]), widths[1])
     return {"sources": block.num_src_nodes(), "destinations": shape[1],
             "edges": block.num_edges(), "in": widths[0], "out": widths[1], "grad": grad,
             "first_ms": round(first, 2), "after_ms": round(after, 2),
