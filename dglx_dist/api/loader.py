@@ -46,7 +46,9 @@ class LoaderTimes:
         draw: the draws of its steps, the sampler's exchanges included, on whichever thread
             drew them (a worker thread's overlap the loop).
         start: the starts of the steps' pulls (planning them, reading the own server's rows,
-            sending the requests and answering the peers'), on whichever thread.
+            sending the requests and answering the peers'), on whichever thread; on a worker
+            thread whose store finishes its pulls with exchanges of their own
+            (``KVStore.finish_exchanges``), their finish too.
         start_here: of ``start``, what ran on the calling thread: part of the wait for each
             step the loop sees.
         rows: the hand-overs' wait for the steps' rows (and their copies to the device), on
@@ -296,6 +298,8 @@ class DataLoader:
             spec = self.spec if fed is None else dataclasses.replace(self.spec, pairs=fed)
             started = (self.times.started(step, self.prefetch, store, here=False)
                        for step in self._drawn(epoch, sampler, spec))
+            if store.finish_exchanges:  # (a server's ranks pass each other their rows)
+                started = map(self._settled, started)
             worker = Worker(started, self.depth, session.rank, wait,
                             allow=None if fed is None else fed.allow)
         except BaseException:
@@ -322,6 +326,14 @@ class DataLoader:
             elif not done:
                 worker.stop()
             lane.give_back()
+
+    def _settled(self, under: UnderWay) -> UnderWay:
+        """``under`` with its rows waited for on the worker thread, whose communicators
+        their pull finishes on (timed as its starts: ``times.start``)."""
+        t0 = time.perf_counter()
+        under.drain()
+        self.times.start += time.perf_counter() - t0
+        return under
 
     def _here(self, steps: Iterator[Step | EdgeStep],
               ahead: int) -> Iterator[Step | EdgeStep]:

@@ -225,6 +225,12 @@ class KVStore(abc.ABC):
         A store whose pulls exchange nothing is itself."""
         return self
 
+    @property
+    def finish_exchanges(self) -> bool:
+        """Whether finishing a collective pull (its ``wait()``) runs exchanges of its own,
+        so the thread that started it on a copy from :meth:`on` must finish it too."""
+        return False
+
     def names(self) -> list[str]:
         """Registered names, in registration order."""
         return list(self._entries)

@@ -125,6 +125,11 @@ class ServerPulls:
         self.local = server.group_rank
         self._queue: collections.deque[_Pull] = collections.deque()
 
+    def on(self, twin) -> "ServerPulls":
+        """The same pulls on ``twin(server)``, a group of its own (collective), with a queue
+        of their own: a loader's worker thread starts and finishes them there."""
+        return ServerPulls(twin(self.server), self.entry_of, self.servers)
+
     def start(self, keyed: list[tuple[int, bool, dict[int, torch.Tensor]]], send: Send,
               alone: Callable[[], Callable[[], list[torch.Tensor]]]
               ) -> Callable[[], list[torch.Tensor]]:

@@ -93,12 +93,19 @@ class DistKVStore(KVStore):
             session.add_closer(self._server.stop)
 
     def on(self, twin) -> "DistKVStore":
-        """(:meth:`KVStore.on`.) Each rank of the copy asks the owners alone (no
-        ``pull_per_server`` coalescing: the same rows, more bytes) and it serves nothing."""
+        """(:meth:`KVStore.on`.) After :meth:`pull_per_server` the copy's ranks coalesce
+        their pulls too, on a twin of the server's group; it serves nothing."""
         other = copy.copy(self)
         other._cross = None if self._cross is None else twin(self._cross)
-        other._server_pulls, other._server = None, None
+        other._server_pulls = None if self._server_pulls is None else self._server_pulls.on(twin)
+        other._server = None
         return other
+
+    @property
+    def finish_exchanges(self) -> bool:
+        """(:attr:`KVStore.finish_exchanges`.) After :meth:`pull_per_server`: a server's
+        ranks pass each other the rows they got as a pull finishes."""
+        return self._server_pulls is not None
 
     def part_servers(self, policy: PartitionPolicy) -> list[int]:
         """The server holding each part of ``policy`` (:meth:`Shards.part_servers`)."""

@@ -290,3 +290,45 @@ def test_a_failure_in_the_worker_ends_the_job_naming_the_rank(tmp_path):
     assert one["taken"] == 2 and 0 in one["ranks"], one
     assert one["seconds"] < 30, one
     assert one["threads"] == ["dglx-loader-rank1"], one
+
+
+def _server_pulls(session, cache):
+    """distdgl with ``server_pulls`` on 2 servers x 2 ranks: the same loop in turn and
+    pipelined; each one's steps, parameters and the bytes its epochs received."""
+    dataset = CoraGraphDataset()
+    g = dglx_dist.distribute(dataset[0], "distdgl", cache_dir=cache, session=session,
+                             server_pulls=True)
+    ids = dglx_dist.node_split(g.ndata["train_mask"], g)
+    sampler = dglx_dist.NeighborSampler([4, 4], prefetch_node_feats=["feat"],
+                                        prefetch_labels=["label"])
+    out = {}
+    try:
+        for mode in ("in turn", "pipelined"):
+            loader = dglx_dist.DataLoader(g, ids, sampler, batch_size=16, shuffle=True,
+                                          **MODES[mode])
+            g.barrier()
+            before = g.session.counter.snapshot()
+            out[mode] = _train(g, loader, dataset.num_classes)
+            g.barrier()
+            after = g.session.counter.snapshot()
+            out[mode]["bytes"] = {k: after[k] - before[k] for k in ("recv_inter", "recv_intra")}
+            out[mode]["threaded"] = loader._threaded is not None
+    finally:
+        g.close()
+    return out
+
+
+def test_a_servers_ranks_pull_together_on_the_worker_thread_too(tmp_path):
+    """The worker's pulls are coalesced per server as the loop's own are: the same steps,
+    parameters and bytes across servers as the loop in turn, the rows passed on inside each
+    server (its thread finishes each step's pull before handing the step over)."""
+    cache = str(tmp_path / "cache")
+    res = run_workers(_server_pulls, 4, tmp_path / "run", cache, timeout=300,
+                      env={"DGLX_VIRTUAL_SERVERS": "2"})
+    for r in range(4):
+        turn, piped = res[r]["in turn"], res[r]["pipelined"]
+        assert piped["threaded"] and not turn["threaded"]
+        assert piped["steps"] == turn["steps"] and piped["params"] == turn["params"], r
+        assert piped["bytes"]["recv_inter"] == turn["bytes"]["recv_inter"] > 0, (r, piped, turn)
+        assert piped["bytes"]["recv_intra"] > 0 and turn["bytes"]["recv_intra"] > 0, r
+        assert all(t["start_here"] == 0 and t["start"] > 0 for t in piped["times"]), piped
