@@ -308,6 +308,27 @@ class NodeDataView:
         pending = store.start_pull(self.name, ids, dedup=not unique)
         return PullUnderWay(lambda: self._typed(pending.wait()))
 
+    @staticmethod
+    def start_together(reads: list[tuple["NodeDataView", torch.Tensor]],
+                       store=None) -> list[PullUnderWay]:
+        """:meth:`start_rows` of several views' rows (of ids without duplicates) as one
+        collective exchange, whatever each rank asks (a step's labels and features travel
+        together; every rank calls it at the same step); names the strategy holds are read
+        at once, as there."""
+        out: list[PullUnderWay | None] = [None] * len(reads)
+        pulled = []
+        for i, (view, ids) in enumerate(reads):
+            if view._held_by_strategy():
+                out[i] = view.start_rows(ids, unique=True)
+            else:
+                pulled.append((i, view, view._stored() if store is None else store, ids))
+        if pulled:
+            many = pulled[0][2].start_pull_many([(v.name, ids) for _, v, _, ids in pulled],
+                                                dedup=False)
+            for j, (i, view, _, _) in enumerate(pulled):
+                out[i] = PullUnderWay(lambda j=j, view=view: view._typed(many.wait()[j]))
+        return out
+
     def _held_by_strategy(self) -> bool:
         strategy = self._g.strategy
         return self._g.is_set_up and isinstance(strategy, HoldsRows) and \

@@ -2,8 +2,9 @@
 ``prefetch_node_feats`` and ``prefetch_edge_feats`` of the sampler), with or without types.
 
 Each name's rows come from the strategy's own rows where it holds them
-(:meth:`~dglx_dist.strategies.abilities.HoldsRows.source_rows`), else from the store (a
-collective pull: every rank is at the same step). Labels go on the last block's destinations,
+(:meth:`~dglx_dist.strategies.abilities.HoldsRows.source_rows`), else from the store (one
+collective pull of all of a step's names, labels and features together: every rank is at the
+same step). Labels go on the last block's destinations,
 features on the first block's sources, edge features on each block's edges. When the step is
 handed over its ids become the graph's own and :class:`~dglx_dist.api.step_rows.StepRows`
 starts the pull of the rows the loop reads itself; the store's rows on the blocks are offered
@@ -16,6 +17,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from dglx_dist.api.graph import DistGraph
+from dglx_dist.api.ndata import NodeDataView
 from dglx_dist.api.samplers import edge_rows
 from dglx_dist.kvstore.base import PullUnderWay
 from dglx_dist.runtime.transfer import DeviceCopies
@@ -95,39 +97,43 @@ class Prefetch:
 
     def _wanted(self, inputs: dict, outputs: dict | None, blocks: list,
                 store=None) -> list[Wanted]:
-        """The pulls of the step's labels (first: few bytes) and first-layer features, of
-        the node types that have them (as DGL's prefetch on a graph with types; the others
+        """The pulls of the step's labels and first-layer features (the store's in one
+        exchange), of the node types that have them (as DGL's prefetch on a graph with types; the others
         are skipped)."""
         sides = [(0, "src", inputs, self.feats)]
         if outputs is not None:  # an edge step's labels are on its pair graph
             sides.insert(0, (-1, "dst", outputs, self.labels))
-        out = []
+        sources = []
         for layer, side, nodes, names in sides:
             for ntype, ids in nodes.items():
                 data, rows = self.graph.nodes[ntype].data, self.graph.space(ntype).rows(ids)
                 for view in (data[name] for name in names if name in data):
-                    out.append(self._source(view, (layer, side, ntype, view.key, view.name),
-                                            blocks[layer], rows, store))
-        return out
+                    where = (layer, side, ntype, view.key, view.name)
+                    sources.append((where, *self._source(view, where, blocks[layer], rows,
+                                                         store)))
+        pulled = iter(NodeDataView.start_together(  # the store's rows in one exchange
+            [(view, ids) for _, held, view, ids, _ in sources if held is None], store))
+        return [Wanted(*where, next(pulled) if held is None else held, stamp)
+                for where, held, view, ids, stamp in sources]
 
-    def _source(self, view, where: tuple, block, rows: torch.Tensor, store=None) -> Wanted:
-        """The rows of ``view`` for ``rows`` (going ``where``: layer, side, node type,
-        name, store name), on their way, from the first source that has them: the strategy's own (a
-        first block's sources; collective), else the store."""
+    def _source(self, view, where: tuple, block, rows: torch.Tensor, store=None) -> tuple:
+        """Where the rows of ``view`` for ``rows`` (going ``where``: layer, side, node
+        type, name, store name) come from: ``(held, view, ids, stamp)``, ``held`` the
+        strategy's own rows on their way (a first block's sources; collective), else None:
+        the store's rows of ``ids``, with the pull's :meth:`StepRows.stamp`."""
         strategy, side = self.graph.strategy, where[1]
         if side == "src" and isinstance(strategy, HoldsRows):
             held = strategy.source_rows(view.name, block)
             if held is not None:
-                return Wanted(*where, PullUnderWay(lambda: held), None)
+                return PullUnderWay(lambda: held), view, None, None
         if side == "src" and not self.graph.is_typed and block.num_src_nodes() != rows.numel():
             # a co-batch: its input nodes are its own rows among the sources
-            return Wanted(*where, view.start_rows(block.srcdata[NID], unique=True, store=store),
-                          None)
+            return None, view, block.srcdata[NID], None
         stamp = self.graph.step_rows.stamp(view.name)
         if store is not None and stamp[0]:  # a worker thread's pull is not ordered after a
             stamp = None  # push still landing on an owner: once a name was pushed, its rows
             # stay on the blocks but answer no read of the loop (which pulls again)
-        return Wanted(*where, view.start_rows(rows, unique=True, store=store), stamp)
+        return None, view, rows, stamp
 
     def _copy(self, value) -> Callable[[], object]:
         """The copy of rows to the device, started (a handle, p3's column slice, as it is)."""
