@@ -12,7 +12,7 @@ the pick is than the faster order (1.00: it picked the faster).
 
 Usage::
 
-    python benchmarks/map_order.py                  # the default grid, about 3 min on 2 cores
+    python benchmarks/map_order.py                  # the default grid, about a minute
     python benchmarks/map_order.py --shapes 98000:26000:10 --widths 128:32 --reps 12
 
 Prints one JSON object and a markdown table.
