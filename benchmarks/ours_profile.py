@@ -50,18 +50,19 @@ def _timed(obj: Any, name: str, phase: str, acc: dict[str, float]) -> None:
 
 
 def _timed_pull(store: Any, acc: dict[str, float]) -> None:
-    """Times ``store.start_pull`` and the wait of each pull it starts into ``acc["pull"]``
+    """Times ``store.start_pull_many`` (a step's labels and features together; every
+    ``start_pull`` goes through it) and the wait of each pull it starts into ``acc["pull"]``
     (the wait: what the loader's lookahead left of the transfer after the previous step's
     compute)."""
-    _timed(store, "start_pull", "pull", acc)
-    start = store.start_pull
+    _timed(store, "start_pull_many", "pull", acc)
+    start = store.start_pull_many
 
     def started(*a, **kw):
         handle = start(*a, **kw)
         _timed(handle, "wait", "pull", acc)
         return handle
 
-    store.start_pull = started
+    store.start_pull_many = started
 
 
 def _our_trainer(args: argparse.Namespace, session, acc: dict[str, float]):

@@ -4,11 +4,11 @@
 Each name's rows come from the strategy's own rows where it holds them
 (:meth:`~dglx_dist.strategies.abilities.HoldsRows.source_rows`), else from the store (one
 collective pull of all of a step's names, labels and features together: every rank is at the
-same step). Labels go on the last block's destinations,
-features on the first block's sources, edge features on each block's edges. When the step is
-handed over its ids become the graph's own and :class:`~dglx_dist.api.step_rows.StepRows`
-starts the pull of the rows the loop reads itself; the store's rows on the blocks are offered
-to the loop's reads of the same ids (``g.ndata[name][input_nodes]`` is no second pull).
+same step). Labels go on the last block's destinations, features on the first block's
+sources, edge features on each block's edges. When the step is handed over its ids become
+the graph's own and :class:`~dglx_dist.api.step_rows.StepRows` starts the pull of the rows
+the loop reads itself; the store's rows on the blocks are offered to the loop's reads of the
+same ids (``g.ndata[name][input_nodes]`` is no second pull).
 """
 from __future__ import annotations
 
@@ -98,8 +98,8 @@ class Prefetch:
     def _wanted(self, inputs: dict, outputs: dict | None, blocks: list,
                 store=None) -> list[Wanted]:
         """The pulls of the step's labels and first-layer features (the store's in one
-        exchange), of the node types that have them (as DGL's prefetch on a graph with types; the others
-        are skipped)."""
+        exchange), of the node types that have them (as DGL's prefetch on a graph with
+        types; the others are skipped)."""
         sides = [(0, "src", inputs, self.feats)]
         if outputs is not None:  # an edge step's labels are on its pair graph
             sides.insert(0, (-1, "dst", outputs, self.labels))
@@ -114,7 +114,7 @@ class Prefetch:
         pulled = iter(NodeDataView.start_together(  # the store's rows in one exchange
             [(view, ids) for _, held, view, ids, _ in sources if held is None], store))
         return [Wanted(*where, next(pulled) if held is None else held, stamp)
-                for where, held, view, ids, stamp in sources]
+                for where, held, _, _, stamp in sources]
 
     def _source(self, view, where: tuple, block, rows: torch.Tensor, store=None) -> tuple:
         """Where the rows of ``view`` for ``rows`` (going ``where``: layer, side, node
