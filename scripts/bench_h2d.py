@@ -9,7 +9,7 @@ first:
 * ``torch``: a pinned host tensor of B rows (made once), ``.to(device, non_blocking=True)``,
   then ``torch.cuda.synchronize()``: what the hardware gives torch;
 * ``ours``: what a training step does with a block's input features: ``start_pull("feat",
-  ids, dedup=False)`` (the DataLoader's ``start_rows(input_nodes, unique=True)``) for B random
+  ids, dedup=False)`` (the DataLoader's ``NodeDataView.start_together``, ids without duplicates) for B random
   unique ids, ``wait()``, then ``DeviceCopies(device).start(rows)()`` and a synchronize; its
   time is split into ``gather`` (the pull) and ``copy`` (the device copy). ``--dedup`` pulls
   with ``dedup=True`` instead (the path of ``g.ndata[name][ids]``); ``rows_pinned`` says

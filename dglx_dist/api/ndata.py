@@ -285,47 +285,38 @@ class NodeDataView:
 
     def rows(self, ids: torch.Tensor) -> Any:
         """Rows of partitioned ``ids``, in that order: this rank alone asks the owners
-        (:meth:`start_rows`: every rank at the same step, the faster path a loader takes)."""
+        (:meth:`start_together`: every rank at the same step, the faster path a loader takes)."""
         if self._held_by_strategy():
             held = self._g.strategy.local_rows(self.name, ids)
             if held is not None:
                 return held
         return self._typed(self._stored().pull(self.name, ids, collective=False))
 
-    def start_rows(self, ids: torch.Tensor, unique: bool = False,
-                   store=None) -> PullUnderWay:
-        """:meth:`rows`, collective (every rank at the same step), returned while the rows of other servers travel;
-        ``wait()`` on the result gives them (``unique``: ``ids`` has no duplicates, e.g. a
-        block's input nodes, so they are not deduplicated first). A name the strategy may
-        hold itself is read by this rank alone, at once: ranks may differ in which of its
-        rows they hold, so no collective could be agreed on. ``store``: the graph's
-        store on other communicators (:meth:`~dglx_dist.kvstore.KVStore.on`: a loader's
-        worker thread pulls through it), by default the graph's."""
-        if self._held_by_strategy():
-            rows = self.rows(ids)
-            return PullUnderWay(lambda: rows)
-        store = self._stored() if store is None else store
-        pending = store.start_pull(self.name, ids, dedup=not unique)
-        return PullUnderWay(lambda: self._typed(pending.wait()))
-
     @staticmethod
     def start_together(reads: list[tuple["NodeDataView", torch.Tensor]],
                        store=None) -> list[PullUnderWay]:
-        """:meth:`start_rows` of several views' rows (of ids without duplicates) as one
-        collective exchange, whatever each rank asks (a step's labels and features travel
-        together; every rank calls it at the same step); names the strategy holds are read
-        at once, as there."""
+        """:meth:`rows` of several views (each ``(view, ids)``, the ids without duplicates:
+        a block's nodes, not deduplicated again), collective (every rank calls it at the
+        same step, whatever each asks): one exchange of the store's rows, returned while the
+        rows of other servers travel; ``wait()`` on each result gives its rows (a step's
+        labels and features travel together). A name the strategy may hold itself is read
+        by this rank alone, at once: ranks may differ in which of its rows they hold, so no
+        collective could be agreed on. ``store``: the graph's store on other communicators
+        (:meth:`~dglx_dist.kvstore.KVStore.on`: a loader's worker thread pulls through it),
+        by default the graph's."""
         out: list[PullUnderWay | None] = [None] * len(reads)
         pulled = []
         for i, (view, ids) in enumerate(reads):
             if view._held_by_strategy():
-                out[i] = view.start_rows(ids, unique=True)
+                out[i] = PullUnderWay(lambda rows=view.rows(ids): rows)
             else:
-                pulled.append((i, view, view._stored() if store is None else store, ids))
+                pulled.append((i, view, ids))
         if pulled:
-            many = pulled[0][2].start_pull_many([(v.name, ids) for _, v, _, ids in pulled],
-                                                dedup=False)
-            for j, (i, view, _, _) in enumerate(pulled):
+            if store is None:  # (each view refuses a name the store does not hold)
+                store = [view._stored() for _, view, _ in pulled][0]
+            many = store.start_pull_many([(view.name, ids) for _, view, ids in pulled],
+                                         dedup=False)
+            for j, (i, view, _) in enumerate(pulled):
                 out[i] = PullUnderWay(lambda j=j, view=view: view._typed(many.wait()[j]))
         return out
 

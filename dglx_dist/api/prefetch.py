@@ -109,31 +109,31 @@ class Prefetch:
                 data, rows = self.graph.nodes[ntype].data, self.graph.space(ntype).rows(ids)
                 for view in (data[name] for name in names if name in data):
                     where = (layer, side, ntype, view.key, view.name)
-                    sources.append((where, *self._source(view, where, blocks[layer], rows,
-                                                         store)))
+                    sources.append((where, view, *self._source(view, where, blocks[layer],
+                                                               rows, store)))
         pulled = iter(NodeDataView.start_together(  # the store's rows in one exchange
-            [(view, ids) for _, held, view, ids, _ in sources if held is None], store))
+            [(view, ids) for _, view, held, ids, _ in sources if held is None], store))
         return [Wanted(*where, next(pulled) if held is None else held, stamp)
-                for where, held, _, _, stamp in sources]
+                for where, _, held, _, stamp in sources]
 
     def _source(self, view, where: tuple, block, rows: torch.Tensor, store=None) -> tuple:
         """Where the rows of ``view`` for ``rows`` (going ``where``: layer, side, node
-        type, name, store name) come from: ``(held, view, ids, stamp)``, ``held`` the
+        type, name, store name) come from: ``(held, ids, stamp)``, ``held`` the
         strategy's own rows on their way (a first block's sources; collective), else None:
         the store's rows of ``ids``, with the pull's :meth:`StepRows.stamp`."""
         strategy, side = self.graph.strategy, where[1]
         if side == "src" and isinstance(strategy, HoldsRows):
             held = strategy.source_rows(view.name, block)
             if held is not None:
-                return PullUnderWay(lambda: held), view, None, None
+                return PullUnderWay(lambda: held), None, None
         if side == "src" and not self.graph.is_typed and block.num_src_nodes() != rows.numel():
             # a co-batch: its input nodes are its own rows among the sources
-            return None, view, block.srcdata[NID], None
+            return None, block.srcdata[NID], None
         stamp = self.graph.step_rows.stamp(view.name)
         if store is not None and stamp[0]:  # a worker thread's pull is not ordered after a
             stamp = None  # push still landing on an owner: once a name was pushed, its rows
             # stay on the blocks but answer no read of the loop (which pulls again)
-        return None, view, rows, stamp
+        return None, rows, stamp
 
     def _copy(self, value) -> Callable[[], object]:
         """The copy of rows to the device, started (a handle, p3's column slice, as it is)."""
