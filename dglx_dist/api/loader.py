@@ -179,6 +179,9 @@ class DataLoader:
         self.device = self.delivery.device
         self.prefetch = Prefetch(graph, graph_sampler, self.delivery)
         self.depth, self._threaded = depth, None
+        # DGL's use_uva: the steps are drawn on their GPU (the calling thread's sampler here,
+        # a worker thread's in _thread_parts)
+        self._on_device = self._uva_sampler(call) if self.delivery.uva else None
         self.times = LoaderTimes()
         # DGL's default: the thread where the steps go to a GPU (on a CPU the model's step
         # and the draws share the cores; the loader looks ahead on the calling thread)
@@ -186,21 +189,39 @@ class DataLoader:
         if threaded and self.lookahead and not self.strategy.capabilities.steps_in_turn:
             self._threaded = self._thread_parts()  # collective: the lane's groups
 
+    def _drawer(self, twin):
+        """The sampler the steps are drawn with, exchanging on ``twin(comm)`` where it
+        exchanges on ``comm``: the strategy's, or the graph's where the loader's steps are
+        DGL's sampled ones; None where they cannot be drawn off the calling thread (a
+        user's sampler seeds torch's global generator; a strategy that draws in turn)."""
+        if self._own:
+            return self.strategy.thread_sampler(self.spec, twin) if \
+                isinstance(self.strategy, DrawsOffThread) else None
+        return None if self.spec.draw is not None else self.graph.sampler().on(twin)
+
+    def _uva_sampler(self, call: str):
+        """The calling thread's sampler on the steps' GPU (``use_uva=True``); refused where
+        the steps are not drawn by the package's samplers."""
+        sampler = self._drawer(lambda comm: comm)
+        if sampler is None:
+            who = "a user's sampler" if self.spec.draw is not None else \
+                f"strategy {self.strategy.registered_name!r}"
+            raise NotSupportedError(f"{call}: use_uva=True draws the steps on the GPU with the "
+                                    f"package's samplers, and {who} draws them on the host; "
+                                    "expected use_uva=False")
+        return sampler.to(self.device)
+
     def _thread_parts(self):
         """What this loader's worker thread draws and pulls with (the sampler and the store
         on the graph's :class:`~dglx_dist.api.pipeline.Lane`), or None: its steps are drawn
         on the calling thread (collective: the lane's groups are made on first use)."""
-        g = self.graph
-        off_thread = isinstance(self.strategy, DrawsOffThread) if self._own else \
-            self.spec.draw is None  # (a user's sampler seeds torch's global generator)
-        if not off_thread:
+        if self._drawer(lambda comm: comm) is None:  # (nothing exchanged to know it)
             return None
-        lane = _lane(g)
-        sampler = self.strategy.thread_sampler(self.spec, lane.twin) if self._own else \
-            g.sampler().on(lane.twin)
-        if sampler is None:
-            return None
-        return lane, sampler, g.store.on(lane.twin)
+        lane = _lane(self.graph)
+        sampler = self._drawer(lane.twin)
+        if self.delivery.uva:
+            sampler = sampler.to(self.device)
+        return lane, sampler, self.graph.store.on(lane.twin)
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next iteration is (DGL's ``set_epoch``: it seeds the shuffling and
@@ -261,7 +282,7 @@ class DataLoader:
     def _drawn(self, epoch: int, sampler=None, spec=None) -> Iterator[Step | EdgeStep]:
         """The epoch's steps, drawn by ``sampler`` (a worker thread's, with ``spec``: its
         pairs fed) or the strategy's, each draw timed (``times.draw``)."""
-        spec = spec or self.spec
+        spec, sampler = spec or self.spec, sampler or self._on_device
         if self._own:
             steps = self.strategy.loader_epoch(self.plan, spec, epoch) if sampler is None \
                 else self.strategy.loader_epoch(self.plan, spec, epoch, sampler=sampler)

@@ -41,7 +41,10 @@ class Delivery:
             where the steps go to a GPU, DGL's default).
         side_stream: the copies run on a CUDA stream of their own (``use_alternate_streams``;
             None: where the steps go to a GPU).
-        uva: DGL's ``use_uva`` (a GPU reads the graph from pinned host memory).
+        uva: DGL's ``use_uva``: the steps are drawn on the GPU they go to, by a copy of the
+            sampler whose structure is in that GPU's memory (DGL leaves the graph pinned in
+            host memory for the GPU to read; torch has no kernel that reads pinned host
+            memory, so the structure is copied).
         persistent: DGL's ``persistent_workers``.
     """
 
@@ -56,6 +59,10 @@ class Delivery:
         defaults that depend on it decided; ``pin_prefetcher=True`` for steps that stay on
         the host is refused, as DGL refuses it."""
         gpu = device.type == "cuda"
+        if self.uva and not gpu:
+            raise InvalidValueError(f"DataLoader: use_uva=True, but the steps go to {device}: "
+                                    "the steps are drawn on the GPU they go to (as in DGL); "
+                                    "expected a CUDA device")
         if self.pin and not gpu:
             raise InvalidValueError(f"DataLoader: pin_prefetcher=True, but the steps go to "
                                     f"{device}: pinned memory only speeds up copies to a GPU "
@@ -99,9 +106,8 @@ def delivery(kwargs: dict, num_workers) -> Delivery:
     if out.uva and num_workers:
         raise InvalidValueError("DataLoader: use_uva=True needs num_workers=0 (as in DGL)")
     if out.uva and not torch.cuda.is_available():
-        raise InvalidValueError("DataLoader: use_uva=True has a GPU read the graph from "
-                                "pinned host memory, and this rank has no CUDA device; "
-                                "expected use_uva=False")
+        raise InvalidValueError("DataLoader: use_uva=True draws the steps on a GPU, and this "
+                                "rank has no CUDA device; expected use_uva=False")
     return out
 
 
@@ -122,10 +128,6 @@ def call_options(session, kwargs: dict, num_workers, prefetch_factor
                       "built yet; ignored", stacklevel=3)
     depth = prefetch_depth(num_workers, prefetch_factor)
     asked = delivery(kwargs, num_workers)
-    if asked.uva and session.is_main:
-        warnings.warn("dglx_dist.DataLoader: use_uva=True: sampling on the GPU is not built "
-                      "yet; the steps are sampled on the host and reach the GPU from pinned "
-                      "memory", stacklevel=3)
     if num_workers and session.is_main:
         warnings.warn(f"dglx_dist.DataLoader: num_workers={num_workers}: sampler processes "
                       f"are not run yet; one worker thread draws prefetch_factor={depth} "

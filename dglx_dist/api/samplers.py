@@ -262,8 +262,8 @@ def edge_rows(graph: DistGraph, blocks, names) -> None:
         data = graph.edges[etype].data
         eids = [b.edges[etype].data[NID] for b in blocks]
         for name in (n for n in wanted if n in data.keys()):
-            rows = data[name][torch.cat(eids)]
+            rows = data[name][torch.cat(eids).cpu()]  # (a device sampler's blocks: there)
             for block, part in zip(blocks, torch.split(rows, [e.numel() for e in eids])):
-                block.edges[etype].data[name] = part
+                block.edges[etype].data[name] = part.to(block.device)
 
 

@@ -12,6 +12,7 @@ case (DGL's ``_N`` / ``_E``, :meth:`TypeIds.one`) whose per-type ids are the par
 """
 from __future__ import annotations
 
+import copy
 from typing import Sequence
 
 import torch
@@ -63,6 +64,15 @@ class TypeIds:
         are the partitioned ids."""
         return cls(UNTYPED[0], (0, num_nodes), None, None)
 
+    def to(self, device: torch.device) -> "TypeIds":
+        """The translation with its tables on ``device``: what a sampler drawing there
+        translates with (the ids it is given and returns are on ``device``)."""
+        other = copy.copy(self)
+        for name in ("offsets", "etype_offsets", "orig", "part"):
+            table = getattr(self, name)
+            setattr(other, name, None if table is None else table.to(device))
+        return other
+
     def hom(self, gids: torch.Tensor) -> torch.Tensor:
         """The original homogeneous ids of partitioned ids."""
         return gids.long() if self.orig is None else self.orig[gids.long()]
@@ -79,7 +89,8 @@ class TypeIds:
 
     def join(self, by_type: Sequence[torch.Tensor]) -> torch.Tensor:
         """The partitioned ids of per-type ids, by type index."""
-        hom = torch.cat([EMPTY] + [ids.long() + self.offsets[t] for t, ids in enumerate(by_type)])
+        hom = torch.cat([EMPTY.to(self.offsets.device)] +
+                        [ids.long() + self.offsets[t] for t, ids in enumerate(by_type)])
         return hom if self.part is None else self.part[hom]
 
     def split(self, gids: torch.Tensor) -> list[torch.Tensor]:

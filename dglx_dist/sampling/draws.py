@@ -35,6 +35,14 @@ class Draws:
         self.edges, self._weights, self._shared = edges, weights, shared_ids
         self._has = has_edge_data
 
+    def to(self, edges: InEdges) -> "Draws":
+        """These draws from ``edges``: the same structure on another device, the shared ids
+        moved there too (the weights are read where they are kept and copied to the draws'
+        device at each draw)."""
+        device = edges.indptr.device
+        return Draws(edges, self._weights, None if self._shared is None else
+                     self._shared.to(device), self._has)
+
     def __call__(self, nodes: torch.Tensor, fanouts: int | Sequence[int],
                  options: SampleOptions, exclude: torch.Tensor | None = None
                  ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -62,11 +70,13 @@ class Draws:
         if self._weights is None:
             raise InvalidValueError(f"weighted sampling (prob={name!r}) needs the sampler's "
                                     "edge data (edge_weights=...)")
+        device = self.edges.indptr.device
         if self._has is None or self.edges.num_etypes == 1:
-            return self._weights(name).reshape(-1)
-        has = torch.tensor([bool(self._has(e, name)) for e in range(self.edges.num_etypes)])
+            return self._weights(name).reshape(-1).to(device)
+        has = torch.tensor([bool(self._has(e, name)) for e in range(self.edges.num_etypes)],
+                           device=device)
         if not bool(has.any()):
             return None
-        values = self._weights(name).reshape(-1)
+        values = self._weights(name).reshape(-1).to(device)
         return torch.where(has.index_select(0, self.edges.etype_of_edge), values,
                            torch.ones_like(values))

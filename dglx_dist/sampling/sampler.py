@@ -41,7 +41,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from dglx_dist.errors import InvalidValueError
+from dglx_dist.errors import InvalidValueError, NotSupportedError
 from dglx_dist.partition.book import NodeBook, RangeBook
 from dglx_dist.partition.layout import Partition
 from dglx_dist.runtime.comm import Comm
@@ -64,6 +64,8 @@ class BlockSampler(abc.ABC):
 
     num_nodes: int
     ids: TypeIds
+    device = torch.device("cpu")
+    """Where it draws: its structure, its draws, the blocks' numbering and the blocks."""
 
     @abc.abstractmethod
     def sample_rows(self, nodes: torch.Tensor, fanouts: int | Sequence[int], exclude=None,
@@ -103,6 +105,22 @@ class BlockSampler(abc.ABC):
         of their own). One that exchanges nothing is itself."""
         return self
 
+    def to(self, device) -> "BlockSampler":
+        """This sampler drawing on ``device`` (a loader's ``use_uva=True``: the steps'
+        GPU): a copy with its structure there, whose draws and blocks' numbering run there
+        and whose blocks are there; its exchanges carry device tensors as its communicators
+        do (:class:`~dglx_dist.runtime.comm.Comm`). On the device it draws on already, the
+        copy shares its tensors."""
+        device = torch.device(device)
+        other = self._moved(device)
+        other.device = device
+        return other
+
+    def _moved(self, device: torch.device) -> "BlockSampler":
+        """A copy of this sampler with its structure on ``device`` (:meth:`to`)."""
+        raise NotSupportedError(f"{type(self).__name__} draws on the host only; expected "
+                                "use_uva=False")
+
     def draw_blocks(self, seeds: torch.Tensor, fanouts: Sequence,
                     exclude: torch.Tensor | None = None,
                     options: SampleOptions = UNIFORM) -> list[Block]:
@@ -114,7 +132,7 @@ class BlockSampler(abc.ABC):
         no layer may sample (DGL's ``exclude_eids``); ``options``: how each layer draws (each
         layer its own seed)."""
         routed = self.exclusions(exclude) if exclude is not None else None
-        frontier, blocks = self.ids.split(seeds), []
+        frontier, blocks = self.ids.split(seeds.to(self.device)), []
         for layer, fanout in enumerate(reversed(fanouts)):
             nodes = self.ids.join(frontier)
             src, row, eid = self.sample_rows(nodes, fanout, routed, options.stream(layer))
@@ -189,12 +207,24 @@ class PartitionSampler(BlockSampler):
         other.comm = twin(self.comm)
         return other
 
+    def _moved(self, device: torch.device) -> "PartitionSampler":
+        other = copy.copy(self)
+        other.local_gid, other.user_eid = self.local_gid.to(device), self.user_eid.to(device)
+        other.edges, other.ids = self.edges.to(device), self.ids.to(device)
+        other.draws = self.draws.to(other.edges)
+        return other
+
+    def _book(self, lookup, gids: torch.Tensor) -> torch.Tensor:
+        """The node book's ``lookup`` (``owner``, ``to_local``) of ``gids``, on their device
+        (the book answers on the host)."""
+        return torch.as_tensor(lookup(gids)).to(gids.device)
+
     def exclusions(self, exclude: torch.Tensor) -> list[torch.Tensor]:
         """Per member, the local ids of this part's edges that member excludes (collective:
         each excluded edge is sent to the member that stores it)."""
-        exclude = torch.as_tensor(exclude, dtype=torch.int64)
-        owner = torch.as_tensor(self.edge_book.owner(exclude))
-        local = torch.as_tensor(self.edge_book.to_local(exclude))
+        exclude = torch.as_tensor(exclude, dtype=torch.int64).to(self.device)
+        owner = self._book(self.edge_book.owner, exclude)
+        local = self._book(self.edge_book.to_local, exclude)
         return [x.long() for x in
                 self.comm.all_to_all_v([local[owner == s] for s in range(self.comm.size)])]
 
@@ -297,10 +327,10 @@ class PartitionSampler(BlockSampler):
         """The indices in ``nodes`` of each member's nodes, this member's own nodes, the
         others' by owner (a request each, the own one empty), the exclusions by member and
         the requests' exchange, started."""
-        owner = torch.as_tensor(self.book.owner(nodes))
+        owner = self._book(self.book.owner, nodes)
         at = [torch.nonzero(owner == s).squeeze(1) for s in range(self.comm.size)]
         requests = [nodes.index_select(0, at[s]).to(self.id_dtype) if s != self.member else
-                    torch.zeros(0, dtype=self.id_dtype) for s in range(self.comm.size)]
+                    nodes.new_zeros(0, dtype=self.id_dtype) for s in range(self.comm.size)]
         return (at, nodes.index_select(0, at[self.member]).long(), requests,
                 exclude or [None] * self.comm.size, self.comm.start_all_to_all_v(requests))
 
@@ -309,7 +339,7 @@ class PartitionSampler(BlockSampler):
         """Per owned node in ``gids`` (unique), its number of sampled in-edges (but the
         part's edges ``exclude``), and the answer's columns of them: their sources' global
         ids and their edge ids in the user's graph, grouped by node in ``gids`` order."""
-        local = torch.as_tensor(self.book.to_local(gids)).long()
+        local = self._book(self.book.to_local, gids).long()
         row, pos = self.draws(local, fanouts, options, exclude)
         columns = [self.local_gid.index_select(0, self.edges.src.index_select(0, pos)),
                    self.user_eid.index_select(0, pos)]
@@ -322,11 +352,11 @@ class PartitionSampler(BlockSampler):
         counts, columns = self._drawn(gids, fanouts, exclude, options)
         if width is None:
             return torch.cat([counts, *columns]).to(self.id_dtype)
-        n, row_width = gids.numel(), len(columns) * width
-        out = torch.full((n * row_width,), -1, dtype=self.id_dtype)
+        n, row_width, device = gids.numel(), len(columns) * width, gids.device
+        out = torch.full((n * row_width,), -1, dtype=self.id_dtype, device=device)
         # edge i of node r, its rank j among r's, goes to r * row_width + c * width + j
-        _, slot, _ = segment_slots(torch.arange(n) * row_width, counts)
-        slots = slot + torch.arange(len(columns))[:, None] * width  # a row per column
+        _, slot, _ = segment_slots(torch.arange(n, device=device) * row_width, counts)
+        slots = slot + torch.arange(len(columns), device=device)[:, None] * width  # per column
         out.index_copy_(0, slots.reshape(-1), torch.stack(columns).to(self.id_dtype).reshape(-1))
         return out.view(n, row_width)
 
@@ -358,7 +388,7 @@ def _in_row_order(got: list, n: int) -> tuple[torch.Tensor, ...]:
         row = torch.repeat_interleave(at, counts)
     else:  # the run of the node in row r (where it lies among the joined edges), r by r
         where = torch.empty_like(at)
-        where[at] = torch.arange(n)
+        where[at] = torch.arange(n, device=at.device)
         starts = torch.cumsum(counts, 0) - counts
         row, order, _ = segment_slots(starts.index_select(0, where), counts.index_select(0, where))
         columns = [c.index_select(0, order) for c in columns]

@@ -318,11 +318,17 @@ def sampled_epoch(sampler, rank: int, plan: LoaderPlan, spec: LoaderSpec,
             drawn = sampler.draw_blocks(nodes, spec.fanouts, exclude, options)
         if not isinstance(drawn, list):  # an induced subgraph, its seeds among its nodes
             inputs, outputs, graphs = drawn.ndata[NID], nodes, drawn
-        else:  # (typed blocks: ids by type)
-            inputs, outputs = drawn[0].srcdata[NID], drawn[-1].dstdata[NID]
+        else:  # (typed blocks: ids by type; on the host, where a device sampler drew)
+            inputs, outputs = (_on_host(ids) for ids in (drawn[0].srcdata[NID],
+                                                          drawn[-1].dstdata[NID]))
             graphs = Blocks(drawn, StepState(epoch=epoch))
         yield Step(inputs, outputs, graphs) if batch is None else \
             EdgeStep(inputs, batch.pair_graph, batch.neg_pair_graph, graphs)
+
+
+def _on_host(ids: torch.Tensor | dict) -> torch.Tensor | dict:
+    """A step's ids (by type where they are a dict) on the host."""
+    return {t: v.cpu() for t, v in ids.items()} if isinstance(ids, dict) else ids.cpu()
 
 
 def step_graphs(step: Step | EdgeStep) -> list:

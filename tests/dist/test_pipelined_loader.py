@@ -124,6 +124,15 @@ def _to_device(g, ids, sampler) -> dict:
     kept = dglx_dist.DataLoader(g, ids, sampler, batch_size=16, num_workers=1,
                                 persistent_workers=True)
     out = {"persistent": kept.delivery.persistent and kept._threaded is not None}
+    try:  # DGL's use_uva: the steps drawn on the GPU (the worker's sampler there)
+        uva = dglx_dist.DataLoader(g, ids, sampler, batch_size=16, use_uva=True)
+        steps = [(blocks[0].device.type, blocks[-1].device.type,
+                  blocks[0].srcdata["feat"].device.type, inputs.device.type)
+                 for inputs, _, blocks in uva]
+        out["uva"] = {"steps": len(steps), "len": len(uva), "devices": sorted(set(steps)),
+                      "threaded": uva._threaded is not None}
+    except ValueError as exc:
+        out["uva"] = {"refused": str(exc)}
     try:
         loader = dglx_dist.DataLoader(g, ids, sampler, batch_size=16, device="cuda")
     except ValueError as exc:
@@ -226,8 +235,14 @@ def test_pipelined_batches_and_parameters_are_the_loop_in_turns(compared, name):
             if torch.cuda.is_available():
                 assert device["threaded"] and device["pinned"], device
                 assert device["blocks"].startswith("cuda") and device["feat"].startswith("cuda")
+                uva = device["uva"]  # blocks and rows on the GPU, the ids on the host
+                assert uva["threaded"] and uva["steps"] == uva["len"] > 0, uva
+                assert [tuple(d) for d in uva["devices"]] == [("cuda", "cuda", "cuda", "cpu")]
             else:
                 assert "device='cuda', but this rank has 0 CUDA device(s)" in device["refused"]
+                assert device["uva"]["refused"] == (
+                    "DataLoader: use_uva=True draws the steps on a GPU, and this rank has no "
+                    "CUDA device; expected use_uva=False")
         if name == "distdgl cached":  # filled after the first epoch in turn, then read
             assert all(runs[mode]["cache_hits"] > 0 for mode in MODES), runs
         else:

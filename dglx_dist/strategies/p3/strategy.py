@@ -265,8 +265,9 @@ class P3Strategy(MiniBatchStrategy, Costed, HoldsRows, ShardedParams,
         window: collections.deque[Step] = collections.deque()
         last = None
         device = self.compute_device(self.session)
-        for step in super().loader_epoch(plan, spec, epoch):  # launched 2 steps ahead
-            host = step.blocks[0]  # the forward gets the block on the device
+        for step in super().loader_epoch(plan, spec, epoch, sampler):  # 2 steps ahead
+            host = step.blocks[0].cpu()  # the forward gets the block on the device (where
+            # a device sampler drew it, the exchanges and the rows' gather take a host copy)
             launch = self._layer.launch(place_step(step, device).blocks[0], host)
             state = dataclasses.replace(step.blocks.state, plan=launch)  # rides with the step
             window.append(step._replace(blocks=Blocks(step.blocks, state)))
