@@ -47,7 +47,7 @@ CORE_TESTS := tests/unit/test_import_boundary.py tests/unit/test_book.py tests/u
 	tests/unit/test_preflight.py \
 	tests/unit/test_registry.py tests/unit/test_runtime_env.py tests/unit/test_synthetic.py \
 	tests/unit/test_bench_h2d.py tests/dist/test_comm.py tests/dist/test_exchanges.py \
-	tests/dist/test_kvstore_dist.py tests/dist/test_sampling_without_dgl.py \
+	tests/dist/test_kvstore_dist.py tests/dist/test_sampling_without_dgl.py tests/dist/test_device_sampler.py \
 	tests/e2e/test_train.py tests/unit/test_dgl_extra.py tests/unit/test_pyg.py \
 	tests/e2e/test_pyg_example.py tests/unit/test_plan.py
 

@@ -293,6 +293,9 @@ class JobConfig(_Section):
                                                "thread), each holding its rows (DGL's "
                                                "prefetch_factor; default 2, or what --strategy "
                                                "auto chose)", bounds=_POSITIVE, metavar="N")
+    use_uva: bool = option(False, "the training loader draws its steps on the rank's GPU "
+                                  "(DGL's use_uva; the strategy's sampler copied into the "
+                                  "GPU's memory; needs a GPU)")
     memory_limit: int | None = option(None, "refuse before starting when the strategy's "
                                             "estimated peak for this machine's ranks exceeds "
                                             "this (default: the memory available now; node "

@@ -84,10 +84,12 @@ class Batch:
 
 
 def _loader(graph: DistGraph, seeds, split: str, spec: LoaderSpec,
-            thread: bool | None = None, depth: int | None = None) -> DataLoader:
+            thread: bool | None = None, depth: int | None = None,
+            uva: bool = False) -> DataLoader:
     """The loader of ``split``'s nodes. Training looks ahead (its rows travel while the
     previous batch computes; on a GPU a worker thread draws, as DGL's default; ``thread``:
-    its ``use_prefetch_thread``, ``depth``: its ``prefetch_factor``); evaluation, whose full
+    its ``use_prefetch_thread``, ``depth``: its ``prefetch_factor``, ``uva``: its
+    ``use_uva``, the steps drawn on the GPU); evaluation, whose full
     neighbourhoods can reach most of the graph in one batch, pulls one batch at a time, so
     its peak memory is one batch's, and its full layers normalise by the whole graph's
     degrees where the strategy says so (``LoaderSpec.whole_degrees``): a GCN is scored as it
@@ -100,6 +102,7 @@ def _loader(graph: DistGraph, seeds, split: str, spec: LoaderSpec,
                       shuffle=spec.shuffle, drop_last=spec.drop_last, seed=spec.seed,
                       use_prefetch_thread=thread if split == "train" else False,
                       prefetch_factor=depth if split == "train" else None,
+                      use_uva=uva and split == "train",
                       whole_degrees=spec.whole_degrees and not graph.is_typed)
 
 
@@ -135,6 +138,8 @@ class Trainer:
             default: a worker thread draws where the steps go to a GPU).
         prefetch_factor: how many steps the training loader draws ahead, on that thread or
             on the calling thread (DGL's; None: 2).
+        use_uva: the training loader's ``use_uva`` (DGL's): its steps are drawn on the
+            rank's GPU (a strategy that samples with the package's samplers; needs a GPU).
         **options: the strategy's options (validated against its Config).
     """
 
@@ -146,7 +151,7 @@ class Trainer:
                  checkpoint: Checkpointing | None = None, embeddings: Sequence[DistEmbedding] = (),
                  embed_dim: int | None = None, nonfinite_loss: str = "raise",
                  measure_saved_bytes: bool = False, prefetch_thread: bool | None = None,
-                 prefetch_factor: int | None = None, **options: Any):
+                 prefetch_factor: int | None = None, use_uva: bool = False, **options: Any):
         if nonfinite_loss not in ("raise", "warn"):
             raise InvalidValueError(f"nonfinite_loss={nonfinite_loss!r}; expected 'raise' or "
                                     "'warn'")
@@ -165,7 +170,7 @@ class Trainer:
         num_layers = len(graph_convs(model)) or None
         train, self._eval_spec = self.graph.trainer_loaders(num_layers)
         self.loader = _loader(self.graph, self.inputs.seeds("train"), "train", train,
-                              prefetch_thread, prefetch_factor)
+                              prefetch_thread, prefetch_factor, use_uva)
         # the strategy's device (the rank's GPU in a GPU job), as Lightning's Trainer places it
         self.device = self.graph.strategy.compute_device(self.session)
         self.model = parallelize(model.to(self.device), self.graph)

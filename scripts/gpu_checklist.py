@@ -15,8 +15,8 @@ is a row of the table, not the end of the list):
 * ``pipe``: the sampled strategies (distdgl, p3) on the same graph and ``--device``, their
   loader in turn (``--prefetch-thread off``) against a worker thread (``on``, issue 79), with
   the share of each epoch the step waited on the host for its draws and rows (``sample`` and
-  ``pull`` of the records' ``phases_max``). Sampling on the device is not built, so there is
-  no host-against-device row yet.
+  ``pull`` of the records' ``phases_max``); on a GPU each of them again with the steps
+  drawn on the GPU (``--use-uva``) against drawn on the host.
 
 The correctness runs go ``--jobs`` at a time; the timed ones one at a time. With ``--device
 cpu`` it runs the same list on the CPU (a dry run without a GPU). Writes each run's log and
@@ -61,11 +61,13 @@ class Check:
     servers: int = 0  # DGLX_VIRTUAL_SERVERS, where not 0
     convs: str = "dglx"  # the reference model's (--convs): "dgl" is DGL's path, dgl.nn's convs
     thread: str = "auto"  # the training loader's --prefetch-thread
+    uva: bool = False  # the training loader's --use-uva: its steps drawn on the GPU
 
     @property
     def name(self) -> str:
         name = f"{self.kind}-{self.strategy}-{self.device.replace(':', '')}"
         name += "" if self.thread == "auto" else f"-thread-{self.thread}"
+        name += "-uva" if self.uva else ""
         return name + ("-nodgl" if self.blocked else "")
 
     @property
@@ -79,7 +81,7 @@ class Check:
                 "--strategy", self.strategy, "--data", self.data, "--task", self.task,
                 "--device", self.device, "--backend", self.backend, "--epochs", str(self.epochs),
                 "--hidden", str(self.hidden), "--convs", self.convs,
-                "--prefetch-thread", self.thread,
+                "--prefetch-thread", self.thread, *(["--use-uva"] if self.uva else []),
                 "--eval-every", "0", "--no-progress", "--cache-dir", str(cache / self.cache_key)]
 
 
@@ -101,8 +103,9 @@ def checks(device: str, epochs: int, mag: str, big: str) -> tuple[list[Check], l
              for s in STRATEGIES if _capabilities(s).link_prediction]
     timed = [Check("time", s, d, 1, "nccl" if d.startswith("cuda") else "gloo", data=big,
                    epochs=4, hidden=128) for s in STRATEGIES for d in dict.fromkeys([device, "cpu"])]
-    timed += [Check("pipe", s, device, 1, one, data=big, epochs=4, hidden=128, thread=t)
-              for s in ("distdgl", "p3") for t in ("off", "on")]
+    timed += [Check("pipe", s, device, 1, one, data=big, epochs=4, hidden=128, thread=t, uva=u)
+              for s in ("distdgl", "p3") for t in ("off", "on")
+              for u in ((False, True) if gpu else (False,))]  # drawn on the host, the GPU
     return runs, timed
 
 
@@ -190,6 +193,7 @@ def table(rows: list[dict]) -> str:
         ep = "" if r["epoch_time"] is None else f"{r['epoch_time']:.4f}"
         wait = "" if r.get("host_wait") is None else f"{r['host_wait']:.0%}"
         kind = r["kind"] + ("" if r.get("thread", "auto") == "auto" else f" ({r['thread']})")
+        kind += " (uva)" if r.get("uva") else ""
         lines.append(f"| {kind} | {r['strategy']} | {r['device']} | {r['ranks']} | "
                      f"{r['backend']} | {r['status']} | {res} | {ep} | {wait} | {r['seconds']} |")
     failed = [r for r in rows if r["status"] != "ok"]

@@ -121,8 +121,10 @@ class DataLoader:
             from pinned memory, on a copy stream of their own; by default where the steps go
             to a GPU), ``persistent_workers`` (with ``num_workers`` > 0: the worker's
             communicators are kept between epochs, as they always are), ``use_uva`` (needs a
-            GPU; the steps are still sampled on the host, with a warning) and ``gpu_cache``
-            (ignored, with a warning); :class:`~dglx_dist.api.loader_call.Delivery`.
+            GPU: the steps are drawn there, by a copy of the sampler whose structure is in
+            its memory: :meth:`~dglx_dist.sampling.sampler.BlockSampler.to`; the steps' ids
+            stay on the host) and ``gpu_cache`` (ignored, with a warning);
+            :class:`~dglx_dist.api.loader_call.Delivery`.
     """
 
     def __init__(self, graph: DistGraph, indices, graph_sampler, device=None,
