@@ -1,6 +1,6 @@
 """What a :class:`~dglx_dist.api.loader.DataLoader` call asks for, checked before the
 loader is built: DGL's options (refused where DGL refuses them, else honoured:
-:class:`Delivery`; ``gpu_cache`` said to be ignored), how deep a worker thread draws, the
+:class:`Delivery`), how deep a worker thread draws, the
 sampler's fields of the loader's spec, and the call as every rank compares it
 (``same_call``) and errors name it."""
 from __future__ import annotations
@@ -8,9 +8,11 @@ from __future__ import annotations
 import dataclasses
 import operator
 import warnings
+from typing import Any
 
 import torch
 
+from dglx_dist.api.device_rows import node_caches
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.link import EdgePairs, is_edge_sampler
 from dglx_dist.api.samplers import (prefetched_names, sampler_fanouts, sampler_options,
@@ -21,12 +23,8 @@ from dglx_dist.strategies.steps import PREFETCH_FACTOR, LoaderSpec
 
 __all__ = ["Delivery", "call_options", "prefetch_depth", "call_signature", "checked_call"]
 
-_IGNORED = ("gpu_cache",)
-"""DGL's loader options accepted with a warning: they have no meaning here yet (a cache of
-rows on the device is not built)."""
-
 _DELIVERY = ("device", "use_uva", "use_alternate_streams", "pin_prefetcher",
-             "persistent_workers")
+             "persistent_workers", "gpu_cache")
 """DGL's loader options that say where the steps go and how (:class:`Delivery`)."""
 
 
@@ -46,6 +44,9 @@ class Delivery:
             host memory for the GPU to read; torch has no kernel that reads pinned host
             memory, so the structure is copied).
         persistent: DGL's ``persistent_workers``.
+        gpu_cache: DGL's ``gpu_cache`` as given; once the device is decided (:meth:`on`),
+            the rows to keep on it by node data name
+            (:func:`~dglx_dist.api.device_rows.node_caches`).
     """
 
     device: torch.device | None = None
@@ -53,6 +54,7 @@ class Delivery:
     side_stream: bool | None = None
     uva: bool = False
     persistent: bool = False
+    gpu_cache: Any = None
 
     def on(self, device: torch.device) -> "Delivery":
         """The options for steps that go to ``device`` (given, or the strategy's), the
@@ -70,7 +72,8 @@ class Delivery:
                                     "CUDA device")
         return dataclasses.replace(self, device=device, pin=gpu if self.pin is None else self.pin,
                                    side_stream=gpu if self.side_stream is None
-                                   else self.side_stream)
+                                   else self.side_stream,
+                                   gpu_cache=node_caches(self.gpu_cache, device))
 
 
 def _device(value) -> torch.device:
@@ -99,7 +102,8 @@ def delivery(kwargs: dict, num_workers) -> Delivery:
     out = Delivery(device=None if device is None else _device(device),
                    pin=kwargs.get("pin_prefetcher"), side_stream=kwargs.get(
                        "use_alternate_streams"), uva=bool(kwargs.get("use_uva", False)),
-                   persistent=bool(kwargs.get("persistent_workers", False)))
+                   persistent=bool(kwargs.get("persistent_workers", False)),
+                   gpu_cache=kwargs.get("gpu_cache"))
     if out.persistent and not num_workers:
         raise InvalidValueError("DataLoader: persistent_workers=True needs num_workers > 0 "
                                 "(as in torch's and DGL's DataLoader)")
@@ -113,19 +117,15 @@ def delivery(kwargs: dict, num_workers) -> Delivery:
 
 def call_options(session, kwargs: dict, num_workers, prefetch_factor
                  ) -> tuple[int, Delivery]:
-    """Refuses unknown arguments and refused combinations, warns of those without meaning
-    here and of ``num_workers`` (once: every rank is given them); the steps a worker thread
+    """Refuses unknown arguments and refused combinations, warns of ``num_workers`` (once:
+    every rank is given them); the steps a worker thread
     may draw ahead (:func:`prefetch_depth`) and the :class:`Delivery` asked for."""
     if "pin_memory" in kwargs:
         raise InvalidTypeError("DataLoader: pin_memory is torch's name; DGL's loader takes "
                                "pin_prefetcher (whether rows go to a GPU from pinned memory)")
-    ignored = sorted(k for k in kwargs if k in _IGNORED)
-    unknown = sorted(k for k in kwargs if k not in _IGNORED + _DELIVERY)
+    unknown = sorted(k for k in kwargs if k not in _DELIVERY)
     if unknown:
         raise InvalidTypeError(f"DataLoader: unknown arguments {unknown}")
-    if ignored and session.is_main:
-        warnings.warn(f"dglx_dist.DataLoader: {ignored}: a cache of rows on the device is not "
-                      "built yet; ignored", stacklevel=3)
     depth = prefetch_depth(num_workers, prefetch_factor)
     asked = delivery(kwargs, num_workers)
     if num_workers and session.is_main:

@@ -16,9 +16,11 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from dglx_dist.api.device_rows import DeviceRows, Lookup
 from dglx_dist.api.graph import DistGraph
 from dglx_dist.api.ndata import NodeDataView
 from dglx_dist.api.samplers import edge_rows
+from dglx_dist.errors import InvalidValueError, NotSupportedError
 from dglx_dist.kvstore.base import PullUnderWay
 from dglx_dist.runtime.transfer import DeviceCopies
 from dglx_dist.graphcore.frames import NID
@@ -59,6 +61,29 @@ class Prefetch:
         self.labels = list(getattr(sampler, "prefetch_labels", None) or [])
         self.feats = list(getattr(node_sampler, "prefetch_node_feats", None) or [])
         self.edge_feats = getattr(node_sampler, "prefetch_edge_feats", None) or []
+        # DGL's gpu_cache: rows kept on the device, by node data name
+        self.kept = {name: self._kept(name, rows)
+                     for name, rows in (delivery.gpu_cache or {}).items()}
+
+    def _kept(self, name: str, rows: int) -> DeviceRows:
+        """The ``gpu_cache`` of node data ``name``: the rows of the ``rows`` nodes of most
+        out-edges, kept on the steps' device (refused where the steps do not read the
+        store's rows of it)."""
+        g = self.graph
+        why = f"DataLoader: gpu_cache['node'][{name!r}]"
+        g.refuse_types(why + " on a graph with node or edge types is not supported")
+        ntype = g.node_space.ntype
+        data = g.nodes[ntype].data
+        if name not in data or name not in self.feats + self.labels:
+            raise InvalidValueError(f"{why}: the steps do not read node data {name!r} "
+                                    f"(their sampler prefetches {self.feats + self.labels}); "
+                                    "expected one of those")
+        view = data[name]
+        if view._held_by_strategy():
+            raise NotSupportedError(f"{why}: strategy {g.strategy.registered_name!r} holds "
+                                    f"{name!r} itself; expected no gpu_cache of it")
+        top = torch.topk(g.out_degrees(), min(rows, g.num_nodes())).indices
+        return DeviceRows(view, g.space(ntype).rows(top), self.device, g.store.pushes)
 
     def start(self, step: Step | EdgeStep, store=None) -> UnderWay:
         """Starts the pulls of ``step``'s rows (collective: every rank at the same step); the
@@ -111,10 +136,22 @@ class Prefetch:
                     where = (layer, side, ntype, view.key, view.name)
                     sources.append((where, view, *self._source(view, where, blocks[layer],
                                                                rows, store)))
+        found = [None if held is not None or view.key not in self.kept else
+                 self.kept[view.key].lookup(ids) for _, view, held, ids, _ in sources]
         pulled = iter(NodeDataView.start_together(  # the store's rows in one exchange
-            [(view, ids) for _, view, held, ids, _ in sources if held is None], store))
-        return [Wanted(*where, next(pulled) if held is None else held, stamp)
-                for where, _, held, _, stamp in sources]
+            [(view, ids if look is None else ids.index_select(0, look.miss))
+             for (_, view, held, ids, _), look in zip(sources, found) if held is None], store))
+        return [Wanted(*where, held if held is not None else
+                       self._merged(next(pulled), self.kept.get(view.key), look),
+                       stamp if look is None else None)  # (merged rows: on the device)
+                for (where, view, held, _, stamp), look in zip(sources, found)]
+
+    def _merged(self, pulled: PullUnderWay, kept: DeviceRows | None,
+                look: Lookup | None) -> PullUnderWay:
+        """The pull of a name's rows, merged with the kept rows where ``look`` says."""
+        if look is None:
+            return pulled
+        return PullUnderWay(lambda: kept.merged(look, pulled.wait()))
 
     def _source(self, view, where: tuple, block, rows: torch.Tensor, store=None) -> tuple:
         """Where the rows of ``view`` for ``rows`` (going ``where``: layer, side, node

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from dglx_dist.api.loader_call import Delivery, delivery
-from dglx_dist.errors import InvalidValueError
+from dglx_dist.errors import InvalidValueError, NotSupportedError
 
 GPU = torch.cuda.is_available()
 
@@ -50,3 +50,19 @@ def test_a_gpu_is_needed_for_cuda_and_uva_where_there_is_none():
 def test_pinning_for_steps_that_stay_on_the_host_is_refused():
     with pytest.raises(InvalidValueError, match="pin_prefetcher=True, but the steps go to cpu"):
         delivery({"pin_prefetcher": True}, 0).on(torch.device("cpu"))
+
+
+@pytest.mark.parametrize("gpu_cache, device, words", [
+    ({"node": {"feat": 100}}, "cpu", "gpu_cache keeps rows on a GPU, and the steps go to cpu"),
+    ({"node": {"feat": 0}}, "cuda", "gpu_cache['node']['feat']=0; expected a number of rows"),
+    ({"node": {"feat": 2.5}}, "cuda", "gpu_cache['node']['feat']=2.5; expected a number"),
+    ({"nodes": {"feat": 5}}, "cuda", "expected a dict such as {'node': {'feat': 500000}}"),
+    ({"edge": {"w": 5}}, "cuda", "gpu_cache of edge data is not supported"),
+])
+def test_gpu_cache_is_dgls_form_of_node_rows_on_a_gpu(gpu_cache, device, words):
+    with pytest.raises((InvalidValueError, NotSupportedError), match=r"^DataLoader: ") as info:
+        Delivery(gpu_cache=gpu_cache).on(torch.device(device))  # (no device is made)
+    assert words in str(info.value) and "\n" not in str(info.value)
+    kept = Delivery(gpu_cache={"node": {"feat": 100, "label": 7}}).on(torch.device("cuda", 0))
+    assert kept.gpu_cache == {"feat": 100, "label": 7}
+    assert Delivery().on(torch.device("cpu")).gpu_cache == {}
