@@ -296,6 +296,10 @@ class JobConfig(_Section):
     use_uva: bool = option(False, "the training loader draws its steps on the rank's GPU "
                                   "(DGL's use_uva; the strategy's sampler copied into the "
                                   "GPU's memory; needs a GPU)")
+    gpu_cache: int | None = option(None, "the training loader keeps the feature rows of this "
+                                         "many nodes (those of most out-edges) on the rank's "
+                                         "GPU (DGL's gpu_cache; needs a GPU)",
+                                   bounds=_POSITIVE, metavar="ROWS")
     memory_limit: int | None = option(None, "refuse before starting when the strategy's "
                                             "estimated peak for this machine's ranks exceeds "
                                             "this (default: the memory available now; node "

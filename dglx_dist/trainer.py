@@ -85,11 +85,12 @@ class Batch:
 
 def _loader(graph: DistGraph, seeds, split: str, spec: LoaderSpec,
             thread: bool | None = None, depth: int | None = None,
-            uva: bool = False) -> DataLoader:
+            uva: bool = False, kept: int | None = None) -> DataLoader:
     """The loader of ``split``'s nodes. Training looks ahead (its rows travel while the
     previous batch computes; on a GPU a worker thread draws, as DGL's default; ``thread``:
     its ``use_prefetch_thread``, ``depth``: its ``prefetch_factor``, ``uva``: its
-    ``use_uva``, the steps drawn on the GPU); evaluation, whose full
+    ``use_uva``, the steps drawn on the GPU, ``kept``: its ``gpu_cache`` of that many
+    feature rows); evaluation, whose full
     neighbourhoods can reach most of the graph in one batch, pulls one batch at a time, so
     its peak memory is one batch's, and its full layers normalise by the whole graph's
     degrees where the strategy says so (``LoaderSpec.whole_degrees``): a GCN is scored as it
@@ -103,6 +104,8 @@ def _loader(graph: DistGraph, seeds, split: str, spec: LoaderSpec,
                       use_prefetch_thread=thread if split == "train" else False,
                       prefetch_factor=depth if split == "train" else None,
                       use_uva=uva and split == "train",
+                      gpu_cache={"node": {"feat": kept}} if kept and split == "train" and
+                      sampler.prefetch_node_feats else None,
                       whole_degrees=spec.whole_degrees and not graph.is_typed)
 
 
@@ -140,6 +143,8 @@ class Trainer:
             on the calling thread (DGL's; None: 2).
         use_uva: the training loader's ``use_uva`` (DGL's): its steps are drawn on the
             rank's GPU (a strategy that samples with the package's samplers; needs a GPU).
+        gpu_cache: the training loader keeps this many feature rows on the rank's GPU
+            (DGL's ``gpu_cache={"node": {"feat": gpu_cache}}``; None: none).
         **options: the strategy's options (validated against its Config).
     """
 
@@ -151,7 +156,8 @@ class Trainer:
                  checkpoint: Checkpointing | None = None, embeddings: Sequence[DistEmbedding] = (),
                  embed_dim: int | None = None, nonfinite_loss: str = "raise",
                  measure_saved_bytes: bool = False, prefetch_thread: bool | None = None,
-                 prefetch_factor: int | None = None, use_uva: bool = False, **options: Any):
+                 prefetch_factor: int | None = None, use_uva: bool = False,
+                 gpu_cache: int | None = None, **options: Any):
         if nonfinite_loss not in ("raise", "warn"):
             raise InvalidValueError(f"nonfinite_loss={nonfinite_loss!r}; expected 'raise' or "
                                     "'warn'")
@@ -170,7 +176,7 @@ class Trainer:
         num_layers = len(graph_convs(model)) or None
         train, self._eval_spec = self.graph.trainer_loaders(num_layers)
         self.loader = _loader(self.graph, self.inputs.seeds("train"), "train", train,
-                              prefetch_thread, prefetch_factor, use_uva)
+                              prefetch_thread, prefetch_factor, use_uva, gpu_cache)
         # the strategy's device (the rank's GPU in a GPU job), as Lightning's Trainer places it
         self.device = self.graph.strategy.compute_device(self.session)
         self.model = parallelize(model.to(self.device), self.graph)

@@ -15,8 +15,9 @@ is a row of the table, not the end of the list):
 * ``pipe``: the sampled strategies (distdgl, p3) on the same graph and ``--device``, their
   loader in turn (``--prefetch-thread off``) against a worker thread (``on``, issue 79), with
   the share of each epoch the step waited on the host for its draws and rows (``sample`` and
-  ``pull`` of the records' ``phases_max``); on a GPU each of them again with the steps
-  drawn on the GPU (``--use-uva``) against drawn on the host.
+  ``pull`` of the records' ``phases_max``); on a GPU the worker's again with the steps
+  drawn on the GPU (``--use-uva``), and with a quarter of the feature rows kept there as
+  well (``--gpu-cache``).
 
 The correctness runs go ``--jobs`` at a time; the timed ones one at a time. With ``--device
 cpu`` it runs the same list on the CPU (a dry run without a GPU). Writes each run's log and
@@ -62,12 +63,13 @@ class Check:
     convs: str = "dglx"  # the reference model's (--convs): "dgl" is DGL's path, dgl.nn's convs
     thread: str = "auto"  # the training loader's --prefetch-thread
     uva: bool = False  # the training loader's --use-uva: its steps drawn on the GPU
+    kept: int = 0  # the training loader's --gpu-cache: feature rows kept on the GPU
 
     @property
     def name(self) -> str:
         name = f"{self.kind}-{self.strategy}-{self.device.replace(':', '')}"
         name += "" if self.thread == "auto" else f"-thread-{self.thread}"
-        name += "-uva" if self.uva else ""
+        name += ("-uva" if self.uva else "") + (f"-kept{self.kept}" if self.kept else "")
         return name + ("-nodgl" if self.blocked else "")
 
     @property
@@ -82,6 +84,7 @@ class Check:
                 "--device", self.device, "--backend", self.backend, "--epochs", str(self.epochs),
                 "--hidden", str(self.hidden), "--convs", self.convs,
                 "--prefetch-thread", self.thread, *(["--use-uva"] if self.uva else []),
+                *(["--gpu-cache", str(self.kept)] if self.kept else []),
                 "--eval-every", "0", "--no-progress", "--cache-dir", str(cache / self.cache_key)]
 
 
@@ -91,7 +94,8 @@ def _capabilities(name: str):
     return registry.get(name).capabilities
 
 
-def checks(device: str, epochs: int, mag: str, big: str) -> tuple[list[Check], list[Check]]:
+def checks(device: str, epochs: int, mag: str, big: str,
+           nodes: int) -> tuple[list[Check], list[Check]]:
     """The correctness runs and the timed ones."""
     gpu = device.startswith("cuda")
     one = "nccl" if gpu else "gloo"
@@ -103,9 +107,12 @@ def checks(device: str, epochs: int, mag: str, big: str) -> tuple[list[Check], l
              for s in STRATEGIES if _capabilities(s).link_prediction]
     timed = [Check("time", s, d, 1, "nccl" if d.startswith("cuda") else "gloo", data=big,
                    epochs=4, hidden=128) for s in STRATEGIES for d in dict.fromkeys([device, "cpu"])]
-    timed += [Check("pipe", s, device, 1, one, data=big, epochs=4, hidden=128, thread=t, uva=u)
-              for s in ("distdgl", "p3") for t in ("off", "on")
-              for u in ((False, True) if gpu else (False,))]  # drawn on the host, the GPU
+    # in turn and on a worker thread; on a GPU, the worker's steps drawn there too, then
+    # with a quarter of the feature rows kept there as well
+    ways = [("off", False, 0), ("on", False, 0)]
+    ways += [("on", True, 0), ("on", True, nodes // 4)] if gpu else []
+    timed += [Check("pipe", s, device, 1, one, data=big, epochs=4, hidden=128, thread=t, uva=u,
+                    kept=k) for s in ("distdgl", "p3") for t, u, k in ways]
     return runs, timed
 
 
@@ -193,7 +200,8 @@ def table(rows: list[dict]) -> str:
         ep = "" if r["epoch_time"] is None else f"{r['epoch_time']:.4f}"
         wait = "" if r.get("host_wait") is None else f"{r['host_wait']:.0%}"
         kind = r["kind"] + ("" if r.get("thread", "auto") == "auto" else f" ({r['thread']})")
-        kind += " (uva)" if r.get("uva") else ""
+        kind += (" (uva)" if r.get("uva") else "") + (f" (kept {r['kept']})" if r.get("kept")
+                                                      else "")
         lines.append(f"| {kind} | {r['strategy']} | {r['device']} | {r['ranks']} | "
                      f"{r['backend']} | {r['status']} | {res} | {ep} | {wait} | {r['seconds']} |")
     failed = [r for r in rows if r["status"] != "ok"]
@@ -219,7 +227,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     cache = out / "parts"
     mag, big = _prepare(args, out)
-    runs, timed = checks(args.device, args.epochs, mag, big)
+    runs, timed = checks(args.device, args.epochs, mag, big, args.nodes)
     if args.only is not None:
         runs = [c for c in runs if c.kind in args.only]
         timed = [c for c in timed if c.kind in args.only]

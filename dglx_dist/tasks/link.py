@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 from dglx_dist.config import RunConfig, TaskConfig
 from dglx_dist.console import EpochBar, bar_disable
 from dglx_dist.data.dataset import GraphDataset
-from dglx_dist.errors import InvalidValueError
+from dglx_dist.errors import InvalidValueError, NotSupportedError
 from dglx_dist.report import key_values
 from dglx_dist.runtime.failure import same_on_every_rank
 from dglx_dist.strategies.epochs import EpochResult
@@ -262,6 +262,10 @@ def train_link(data: Path, strategy, model: torch.nn.Module, config: RunConfig,
     from dglx_dist.prepare import ensure_partitions
 
     task, loop = config.task, config.loop
+    if config.job.gpu_cache:
+        raise NotSupportedError("--gpu-cache keeps the rows a loader puts on its blocks, and "
+                                "the link task reads its features in the loop "
+                                "(g.ndata['feat'][input_nodes]); expected --task node")
     torch.manual_seed(loop.seed)
     train_dir, val, test = split_once(data, loop.seed, session, config.data.cache_dir)
     check_eval_pairs(task, val, test, say=session.is_main)  # before training, not after
