@@ -1,19 +1,15 @@
 """Sampling on the device (issue 79, DGL's ``use_uva``): a sampler's copy on a device draws
-there, its blocks are there, and they are blocks of the graph. Two real processes in a gloo
-group draw over their parts (typed and untyped) with the host's sampler and with its copy on
-each device this machine has (the CPU always, a GPU where there is one); a whole graph held
-locally (P3's structure cache) draws in-process. On the CPU the copy draws exactly what the
-host's sampler draws from the same seeds; on a GPU torch's generator there draws other
-numbers, so the blocks are checked against the dataset's edges with numpy: every edge is an
-in-edge of its destination, no destination has more than its fanout, no excluded edge is
-drawn, and the last layer's destinations are the seeds."""
+there, its blocks are there, and they are blocks of the graph. Two real processes (DGL
+blocked in them) in a gloo group draw over their parts (typed and untyped) with the host's
+sampler and with its copy on each device this machine has (the CPU always, a GPU where
+there is one); a whole graph held locally (P3's structure cache) draws in-process. On the
+CPU the copy draws exactly what the host's sampler draws from the same seeds; on a GPU
+torch's generator there draws other numbers, so the blocks are checked against the
+dataset's edges with numpy: every edge is an in-edge of its destination, no destination has
+more than its fanout, no excluded edge is drawn, and the last layer's destinations are the
+seeds."""
 import dataclasses
-import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,12 +17,10 @@ import torch
 
 from dglx_dist.data import builtin_path, read_dataset, write_dataset
 from dglx_dist.partition import PartitionDir, partition_dataset
-from dglx_dist.runtime.env import free_local_port
 from dglx_dist.sampling import UNIFORM, LocalSampler, whole_graph
-from tests.dist.test_sampling_without_dgl import _typed_dataset
+from tests.dist.test_sampling_without_dgl import _run_ranks, _typed_dataset
 
 pytestmark = pytest.mark.dist
-ROOT = Path(__file__).resolve().parents[2]
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 FANOUTS = (3, 5)  # input layer first
 
@@ -68,21 +62,6 @@ _RANK = textwrap.dedent("""
 """)
 
 
-def _run_ranks(pdir: Path, device: str) -> list[dict]:
-    port, procs = free_local_port(), []
-    for rank in range(2):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
-               "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-        procs.append(subprocess.Popen([sys.executable, "-c", _RANK, str(pdir),
-                                       str(pdir) + ".out", device], cwd=ROOT, env=env,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                      text=True))
-    for proc in procs:
-        _, stderr = proc.communicate(timeout=240)
-        assert proc.returncode == 0, stderr[-3000:]
-    return [json.loads(Path(f"{pdir}.out.{rank}").read_text()) for rank in range(2)]
-
-
 def _check_blocks(blocks: list[dict], seeds: dict, in_edges: dict, excluded: set) -> None:
     """``blocks`` (input layer first) are a draw of ``FANOUTS`` from the graph whose
     in-edges by ``(source type, destination type)`` are ``in_edges`` (a set of ``(src, dst,
@@ -120,7 +99,7 @@ def test_a_samplers_copy_on_a_device_draws_blocks_of_the_graph_there(tmp_path, d
         if maps is not None:  # a graph without types speaks partitioned ids
             src, dst = maps[1][src], maps[1][dst]
         in_edges["/".join(pair)] = set(zip(src.tolist(), dst.tolist(), range(src.size)))
-    for out in _run_ranks(tmp_path / "parts", device):
+    for out in _run_ranks(tmp_path / "parts", _RANK, device):  # (DGL blocked in the ranks)
         assert out["host_device"] == "cpu"
         assert {b["device"] for b in out["moved"]} == {torch.device(device).type}
         last = out["host"][-1]["dst"]
