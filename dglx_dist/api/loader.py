@@ -132,8 +132,7 @@ class DataLoader:
                  drop_last: bool = False, shuffle: bool = False,
                  use_prefetch_thread: bool | None = None, whole_degrees: bool = False,
                  num_workers: int = 0, prefetch_factor: int | None = None, **kwargs):
-        if device is not None:
-            kwargs["device"] = device
+        kwargs.update({} if device is None else {"device": device})
         seed = int(kwargs.pop("seed", ddp_seed))
         if not isinstance(graph, DistGraph):
             raise InvalidTypeError(f"dglx_dist.DataLoader needs the graph dglx_dist.distribute (or "
@@ -180,11 +179,9 @@ class DataLoader:
         self.delivery = delivery.on(delivery.device or self.strategy.compute_device(session))
         self.device = self.delivery.device
         self.prefetch = Prefetch(graph, graph_sampler, self.delivery)
-        self.depth, self._threaded = depth, None
-        # DGL's use_uva: the steps are drawn on their GPU (the calling thread's sampler here,
-        # a worker thread's in _thread_parts)
+        self.depth, self._threaded, self.times = depth, None, LoaderTimes()
+        # DGL's use_uva: the calling thread's sampler on the steps' GPU (a worker's: below)
         self._on_device = self._uva_sampler(call) if self.delivery.uva else None
-        self.times = LoaderTimes()
         # DGL's default: the thread where the steps go to a GPU (on a CPU the model's step
         # and the draws share the cores; the loader looks ahead on the calling thread)
         threaded = asked or (use_prefetch_thread is None and self.device.type == "cuda")
