@@ -123,6 +123,11 @@ class InEdges:
         src, dst = self.ends()
         return torch.sort(dst * self.num_nodes + src).values
 
+    def tensors(self) -> list[torch.Tensor]:
+        """Its tensors, those made on first use too (where made): at most what :meth:`to`
+        copies."""
+        return [t for t in vars(self).values() if isinstance(t, torch.Tensor)]
+
     def to(self, device, non_blocking: bool = False) -> "InEdges":
         """The structure on ``device``."""
         return map_tensors(self, lambda t: t.to(device, non_blocking=non_blocking))

@@ -74,6 +74,9 @@ class LocalSampler(BlockSampler):
         self.user_eid = graph.eid.long().index_select(0, self.edges.eid)
         self.draws = Draws(self.edges, edge_weights)  # P3's hash partitions keep the user's ids
 
+    def _structure(self) -> list[torch.Tensor]:
+        return [self.user_eid, *self.edges.tensors()]
+
     def _moved(self, device: torch.device) -> "LocalSampler":
         other = copy.copy(self)
         other.edges, other.ids = self.edges.to(device), self.ids.to(device)

@@ -112,9 +112,18 @@ class BlockSampler(abc.ABC):
         do (:class:`~dglx_dist.runtime.comm.Comm`). On the device it draws on already, the
         copy shares its tensors."""
         device = torch.device(device)
+        need = sum(t.numel() * t.element_size() for t in self._structure())
+        if device.type == "cuda" and need > torch.cuda.mem_get_info(device)[0]:
+            raise InvalidValueError(f"use_uva=True: the sampler's structure needs {need:,} "
+                                    f"bytes on {device}, more than it has free; expected "
+                                    "use_uva=False")
         other = self._moved(device)
         other.device = device
         return other
+
+    def _structure(self) -> list[torch.Tensor]:
+        """The tensors :meth:`_moved` copies."""
+        return []
 
     def _moved(self, device: torch.device) -> "BlockSampler":
         """A copy of this sampler with its structure on ``device`` (:meth:`to`)."""
@@ -206,6 +215,9 @@ class PartitionSampler(BlockSampler):
         other = copy.copy(self)
         other.comm = twin(self.comm)
         return other
+
+    def _structure(self) -> list[torch.Tensor]:
+        return [self.local_gid, self.user_eid, *self.edges.tensors()]
 
     def _moved(self, device: torch.device) -> "PartitionSampler":
         other = copy.copy(self)
