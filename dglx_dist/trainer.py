@@ -104,8 +104,7 @@ def _loader(graph: DistGraph, seeds, split: str, spec: LoaderSpec,
                       use_prefetch_thread=thread if split == "train" else False,
                       prefetch_factor=depth if split == "train" else None,
                       use_uva=uva and split == "train",
-                      gpu_cache={"node": {"feat": kept}} if kept and split == "train" and
-                      sampler.prefetch_node_feats else None,
+                      gpu_cache={"node": {"feat": kept}} if kept and split == "train" else None,
                       whole_degrees=spec.whole_degrees and not graph.is_typed)
 
 

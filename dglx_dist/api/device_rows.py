@@ -3,12 +3,13 @@
 ``gpu_cache={"node": {"feat": 500_000}}`` keeps the rows of ``feat`` of the 500,000 nodes
 with the most out-edges in the whole graph (the sources a neighbour sampler draws most
 often) in the memory of the steps' GPU. A step reads the rows of those of its nodes from
-there and pulls only the others' from the store, which it merges on the device. This is the
-degree-ordered, fixed cache the issue asks for (GraphBolt's and HugeCTR's caches, which DGL
-uses, fill and evict as the steps read; a fixed set is filled once and needs no bookkeeping
-per step). The rows are read from the store by this rank alone as the loader is built;
-once rows of the name are pushed (``g.ndata[name][ids] = ...``), the kept
-rows could be stale, so the cache drops them and the steps pull every row again.
+there and pulls only the others' from the store, which it merges on the device. The set is
+fixed and ordered by degree, as issue 79 asks (the caches DGL uses, HugeCTR's and
+GraphBolt's, fill and evict as the steps read; a fixed set is read once and needs no
+bookkeeping per step). The rows are read from the store by this rank alone as the loader is
+built. Once this rank writes rows of the name (``g.ndata[name][ids] = ...``) the kept rows
+may be stale, so the cache drops them and the steps pull every row again; another rank's
+writes are not seen by it (keep names the loop writes out of it).
 """
 from __future__ import annotations
 

@@ -123,8 +123,8 @@ class DataLoader:
             communicators are kept between epochs, as they always are), ``use_uva`` (needs a
             GPU: the steps are drawn there, by a copy of the sampler whose structure is in
             its memory: :meth:`~dglx_dist.sampling.sampler.BlockSampler.to`; the steps' ids
-            stay on the host) and ``gpu_cache`` (ignored, with a warning);
-            :class:`~dglx_dist.api.loader_call.Delivery`.
+            stay on the host) and ``gpu_cache`` (node data rows kept on the GPU:
+            :mod:`~dglx_dist.api.device_rows`); :class:`~dglx_dist.api.loader_call.Delivery`.
     """
 
     def __init__(self, graph: DistGraph, indices, graph_sampler, device=None,

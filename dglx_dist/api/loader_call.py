@@ -1,8 +1,7 @@
 """What a :class:`~dglx_dist.api.loader.DataLoader` call asks for, checked before the
 loader is built: DGL's options (refused where DGL refuses them, else honoured:
-:class:`Delivery`), how deep a worker thread draws, the
-sampler's fields of the loader's spec, and the call as every rank compares it
-(``same_call``) and errors name it."""
+:class:`Delivery`), how deep a worker thread draws, the sampler's fields of the loader's
+spec, and the call as every rank compares it (``same_call``) and errors name it."""
 from __future__ import annotations
 
 import dataclasses
@@ -118,8 +117,8 @@ def delivery(kwargs: dict, num_workers) -> Delivery:
 def call_options(session, kwargs: dict, num_workers, prefetch_factor
                  ) -> tuple[int, Delivery]:
     """Refuses unknown arguments and refused combinations, warns of ``num_workers`` (once:
-    every rank is given them); the steps a worker thread
-    may draw ahead (:func:`prefetch_depth`) and the :class:`Delivery` asked for."""
+    every rank is given them); the steps a worker thread may draw ahead
+    (:func:`prefetch_depth`) and the :class:`Delivery` asked for."""
     if "pin_memory" in kwargs:
         raise InvalidTypeError("DataLoader: pin_memory is torch's name; DGL's loader takes "
                                "pin_prefetcher (whether rows go to a GPU from pinned memory)")
