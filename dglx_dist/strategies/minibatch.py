@@ -148,9 +148,10 @@ class MiniBatchStrategy(Strategy, FullGraphForm, Approximate, ShapedByOptions, D
     def _stamp_degrees(self, blocks, layers) -> None:
         """Gives ``blocks[i]`` for ``i`` in ``layers`` their sources' out-degrees in the whole
         graph (``srcdata[OUT_DEGREE]``: ``parallelize`` rescales the rows a conv normalises)."""
-        for i in layers:
+        for i in layers:  # (the degrees are on the host; a device sampler's blocks are not)
+            ids = blocks[i].srcdata[NID]
             blocks[i].srcdata[OUT_DEGREE] = self.out_degree.index_select(
-                0, blocks[i].srcdata[NID])
+                0, ids.cpu()).to(ids.device)
 
     @functools.cached_property
     def out_degree(self) -> torch.Tensor:
