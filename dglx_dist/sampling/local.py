@@ -1,7 +1,6 @@
 """Sampling from a whole graph held locally (P3's structure cache): no exchange."""
 from __future__ import annotations
 
-import copy
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -65,6 +64,8 @@ class LocalSampler(BlockSampler):
             draws (None: none).
     """
 
+    _device_tensors = ("user_eid",)
+
     def __init__(self, graph: WholeGraph, edge_weights: EdgeWeights | None = None):
         self.num_nodes = graph.num_nodes
         self.ids = TypeIds.one(graph.num_nodes)  # a replicated structure has no types
@@ -73,15 +74,6 @@ class LocalSampler(BlockSampler):
         # is one gather, not two; the graph's own arrays are not kept)
         self.user_eid = graph.eid.long().index_select(0, self.edges.eid)
         self.draws = Draws(self.edges, edge_weights)  # P3's hash partitions keep the user's ids
-
-    def _structure(self) -> list[torch.Tensor]:
-        return [self.user_eid, *self.edges.tensors()]
-
-    def _moved(self, device: torch.device) -> "LocalSampler":
-        other = copy.copy(self)
-        other.edges, other.ids = self.edges.to(device), self.ids.to(device)
-        other.user_eid, other.draws = self.user_eid.to(device), self.draws.to(other.edges)
-        return other
 
     def sample_rows(self, nodes: torch.Tensor, fanout: int,
                     exclude: torch.Tensor | None = None, options: SampleOptions = UNIFORM

@@ -66,6 +66,9 @@ class BlockSampler(abc.ABC):
     ids: TypeIds
     device = torch.device("cpu")
     """Where it draws: its structure, its draws, the blocks' numbering and the blocks."""
+    _device_tensors: tuple[str, ...] | None = None
+    """Its tensors a copy on a device holds there besides its structure (``edges``,
+    ``draws``, ``ids``); None: it draws on the host only."""
 
     @abc.abstractmethod
     def sample_rows(self, nodes: torch.Tensor, fanouts: int | Sequence[int], exclude=None,
@@ -111,24 +114,23 @@ class BlockSampler(abc.ABC):
         and whose blocks are there; its exchanges carry device tensors as its communicators
         do (:class:`~dglx_dist.runtime.comm.Comm`). On the device it draws on already, the
         copy shares its tensors."""
+        if self._device_tensors is None:
+            raise NotSupportedError(f"{type(self).__name__} draws on the host only; expected "
+                                    "use_uva=False")
         device = torch.device(device)
-        need = sum(t.numel() * t.element_size() for t in self._structure())
+        moved = {name: getattr(self, name) for name in self._device_tensors}
+        need = sum(t.numel() * t.element_size() for t in [*moved.values(),
+                                                          *self.edges.tensors()])
         if device.type == "cuda" and need > torch.cuda.mem_get_info(device)[0]:
             raise InvalidValueError(f"use_uva=True: the sampler's structure needs {need:,} "
                                     f"bytes on {device}, more than it has free; expected "
                                     "use_uva=False")
-        other = self._moved(device)
-        other.device = device
+        other = copy.copy(self)
+        for name, tensor in moved.items():
+            setattr(other, name, tensor.to(device))
+        other.edges, other.ids, other.device = self.edges.to(device), self.ids.to(device), device
+        other.draws = self.draws.to(other.edges)
         return other
-
-    def _structure(self) -> list[torch.Tensor]:
-        """The tensors :meth:`_moved` copies."""
-        return []
-
-    def _moved(self, device: torch.device) -> "BlockSampler":
-        """A copy of this sampler with its structure on ``device`` (:meth:`to`)."""
-        raise NotSupportedError(f"{type(self).__name__} draws on the host only; expected "
-                                "use_uva=False")
 
     def draw_blocks(self, seeds: torch.Tensor, fanouts: Sequence,
                     exclude: torch.Tensor | None = None,
@@ -174,6 +176,8 @@ class PartitionSampler(BlockSampler):
             as in DGL).
     """
 
+    _device_tensors = ("local_gid", "user_eid")
+
     def __init__(self, part: Partition, book: NodeBook, comm: Comm, member: int,
                  edge_book: RangeBook, ids: TypeIds | None = None,
                  edge_weights: EdgeWeights | None = None,
@@ -214,16 +218,6 @@ class PartitionSampler(BlockSampler):
     def on(self, twin: Callable[[Comm], Comm]) -> "PartitionSampler":
         other = copy.copy(self)
         other.comm = twin(self.comm)
-        return other
-
-    def _structure(self) -> list[torch.Tensor]:
-        return [self.local_gid, self.user_eid, *self.edges.tensors()]
-
-    def _moved(self, device: torch.device) -> "PartitionSampler":
-        other = copy.copy(self)
-        other.local_gid, other.user_eid = self.local_gid.to(device), self.user_eid.to(device)
-        other.edges, other.ids = self.edges.to(device), self.ids.to(device)
-        other.draws = self.draws.to(other.edges)
         return other
 
     def _book(self, lookup, gids: torch.Tensor) -> torch.Tensor:
