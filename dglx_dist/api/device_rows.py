@@ -13,7 +13,7 @@ writes are not seen by it (keep names the loop writes out of it).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -61,13 +61,15 @@ class DeviceRows:
         view: the graph's node data view of the name (``g.ndata[name]``).
         rows: the store's row ids of the nodes to keep (most out-edges first).
         device: where the rows are kept (the steps' device).
-        pushes: the store's push counts by name (``KVStore.pushes``): rows of the name
-            pushed after the fill make the kept rows stale.
+        pushes: the pushes to the name so far (the first of
+            :meth:`~dglx_dist.api.step_rows.StepRows.stamp`'s): one after the fill makes the
+            kept rows stale.
     """
 
-    def __init__(self, view, rows: torch.Tensor, device: torch.device, pushes: dict):
+    def __init__(self, view, rows: torch.Tensor, device: torch.device,
+                 pushes: Callable[[], int]):
         self.view, self.device = view, torch.device(device)
-        self._pushes, self._filled_at = pushes, pushes.get(view.name, 0)  # (the store's name)
+        self._pushes, self._filled_at = pushes, pushes()
         self._rows = self._read(rows.long())
         self._slot = torch.full((view.shape[0],), -1, dtype=torch.int64)  # a row's slot, or -1
         self._slot[rows.long()] = torch.arange(rows.numel())
@@ -75,7 +77,7 @@ class DeviceRows:
     def lookup(self, rows: torch.Tensor) -> Lookup | None:
         """Where ``rows`` (store row ids) come from; None where the cache holds nothing any
         more (rows of the name were pushed since it was filled)."""
-        if self._pushes.get(self.view.name, 0) != self._filled_at:
+        if self._pushes() != self._filled_at:
             return None
         slot = self._slot.index_select(0, rows.long())
         held = slot >= 0

@@ -83,7 +83,8 @@ class Prefetch:
             raise NotSupportedError(f"{why}: strategy {g.strategy.registered_name!r} holds "
                                     f"{name!r} itself; expected no gpu_cache of it")
         top = torch.topk(g.out_degrees(), min(rows, g.num_nodes())).indices
-        return DeviceRows(view, g.space(ntype).rows(top), self.device, g.store.pushes)
+        return DeviceRows(view, g.space(ntype).rows(top), self.device,
+                          lambda: g.step_rows.stamp(view.name)[0])
 
     def start(self, step: Step | EdgeStep, store=None) -> UnderWay:
         """Starts the pulls of ``step``'s rows (collective: every rank at the same step); the
