@@ -310,6 +310,12 @@ class JobConfig(_Section):
         """``prefetch_thread`` as DGL's ``use_prefetch_thread`` (None: DGL's default)."""
         return {"auto": None, "on": True, "off": False}[self.prefetch_thread]
 
+    def train_loader(self) -> dict:
+        """The training loader's DGL ``DataLoader`` options these flags ask for."""
+        kept = {"gpu_cache": {"node": {"feat": self.gpu_cache}}} if self.gpu_cache else {}
+        return {"use_prefetch_thread": self.use_prefetch_thread,
+                "prefetch_factor": self.prefetch_factor, "use_uva": self.use_uva, **kept}
+
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:

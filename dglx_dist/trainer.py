@@ -35,7 +35,7 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence, TextIO
+from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
 import torch
 import torch.nn.functional as F
@@ -84,28 +84,22 @@ class Batch:
 
 
 def _loader(graph: DistGraph, seeds, split: str, spec: LoaderSpec,
-            thread: bool | None = None, depth: int | None = None,
-            uva: bool = False, kept: int | None = None) -> DataLoader:
+            options: Mapping[str, Any] | None = None) -> DataLoader:
     """The loader of ``split``'s nodes. Training looks ahead (its rows travel while the
-    previous batch computes; on a GPU a worker thread draws, as DGL's default; ``thread``:
-    its ``use_prefetch_thread``, ``depth``: its ``prefetch_factor``, ``uva``: its
-    ``use_uva``, the steps drawn on the GPU, ``kept``: its ``gpu_cache`` of that many
-    feature rows); evaluation, whose full
-    neighbourhoods can reach most of the graph in one batch, pulls one batch at a time, so
-    its peak memory is one batch's, and its full layers normalise by the whole graph's
-    degrees where the strategy says so (``LoaderSpec.whole_degrees``): a GCN is scored as it
-    computes on the whole graph."""
+    previous batch computes; on a GPU a worker thread draws, as DGL's default; ``options``:
+    its other DGL options); evaluation, whose full neighbourhoods can reach most of the
+    graph in one batch, pulls one batch at a time, so its peak memory is one batch's, and
+    its full layers normalise by the whole graph's degrees where the strategy says so
+    (``LoaderSpec.whole_degrees``): a GCN is scored as it computes on the whole graph."""
     held = isinstance(graph.strategy, HoldsRows) and "feat" in graph.strategy.held_rows
     featured = any("feat" in graph.nodes[t].data for t in graph.ntypes)
     sampler = NeighborSampler(list(spec.fanouts), prefetch_labels=["label"],
                               prefetch_node_feats=["feat"] if featured and not held else [])
     return DataLoader(graph, seeds, sampler, batch_size=spec.batch_size,
                       shuffle=spec.shuffle, drop_last=spec.drop_last, seed=spec.seed,
-                      use_prefetch_thread=thread if split == "train" else False,
-                      prefetch_factor=depth if split == "train" else None,
-                      use_uva=uva and split == "train",
-                      gpu_cache={"node": {"feat": kept}} if kept and split == "train" else None,
-                      whole_degrees=spec.whole_degrees and not graph.is_typed)
+                      whole_degrees=spec.whole_degrees and not graph.is_typed,
+                      **(dict(options or {}) if split == "train" else
+                         {"use_prefetch_thread": False}))
 
 
 class Trainer:
@@ -136,14 +130,10 @@ class Trainer:
             :class:`~dglx_dist.errors.NonFiniteLossError`) or "warn" (log it and go on).
         measure_saved_bytes: count the bytes every training forward keeps for its backward
             (a saved-tensor hook on each of them) and report the largest as ``peak_saved_mb``.
-        prefetch_thread: the training loader's ``use_prefetch_thread`` (DGL's; None, DGL's
-            default: a worker thread draws where the steps go to a GPU).
-        prefetch_factor: how many steps the training loader draws ahead, on that thread or
-            on the calling thread (DGL's; None: 2).
-        use_uva: the training loader's ``use_uva`` (DGL's): its steps are drawn on the
-            rank's GPU (a strategy that samples with the package's samplers; needs a GPU).
-        gpu_cache: the training loader keeps this many feature rows on the rank's GPU
-            (DGL's ``gpu_cache={"node": {"feat": gpu_cache}}``; None: none).
+        train_loader: the training loader's other options, DGL's ``DataLoader`` keywords
+            (``use_prefetch_thread``, ``prefetch_factor``, ``use_uva``, ``gpu_cache``...;
+            :meth:`~dglx_dist.config.JobConfig.train_loader` makes them of ``dglx train``'s
+            flags).
         **options: the strategy's options (validated against its Config).
     """
 
@@ -154,9 +144,8 @@ class Trainer:
                  metrics: TextIO | None = None, progress: bool = True,
                  checkpoint: Checkpointing | None = None, embeddings: Sequence[DistEmbedding] = (),
                  embed_dim: int | None = None, nonfinite_loss: str = "raise",
-                 measure_saved_bytes: bool = False, prefetch_thread: bool | None = None,
-                 prefetch_factor: int | None = None, use_uva: bool = False,
-                 gpu_cache: int | None = None, **options: Any):
+                 measure_saved_bytes: bool = False,
+                 train_loader: Mapping[str, Any] | None = None, **options: Any):
         if nonfinite_loss not in ("raise", "warn"):
             raise InvalidValueError(f"nonfinite_loss={nonfinite_loss!r}; expected 'raise' or "
                                     "'warn'")
@@ -175,7 +164,7 @@ class Trainer:
         num_layers = len(graph_convs(model)) or None
         train, self._eval_spec = self.graph.trainer_loaders(num_layers)
         self.loader = _loader(self.graph, self.inputs.seeds("train"), "train", train,
-                              prefetch_thread, prefetch_factor, use_uva, gpu_cache)
+                              train_loader)
         # the strategy's device (the rank's GPU in a GPU job), as Lightning's Trainer places it
         self.device = self.graph.strategy.compute_device(self.session)
         self.model = parallelize(model.to(self.device), self.graph)

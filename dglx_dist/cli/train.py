@@ -56,9 +56,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                           checkpoint=checkpoint, nonfinite_loss=job.nonfinite_loss,
                           embed_dim=config.model.hidden,
                           measure_saved_bytes=job.measure_saved_bytes,
-                          prefetch_thread=job.use_prefetch_thread,
-                          prefetch_factor=job.prefetch_factor, use_uva=job.use_uva,
-                          gpu_cache=job.gpu_cache)
+                          train_loader=job.train_loader())
         try:
             trainer.resume_or_start(job.resume)
             trainer.fit(config.loop.epochs, eval_every=config.loop.eval_every)

@@ -284,9 +284,7 @@ def train_link(data: Path, strategy, model: torch.nn.Module, config: RunConfig,
         negative_sampler=dglx_dist.negative_sampler.Uniform(task.negatives))
     loader = dglx_dist.DataLoader(g, train_edge_ids(g.num_edges(), task, loop.seed), sampler,
                                   batch_size=task.edge_batch_size, shuffle=True, seed=loop.seed,
-                                  use_prefetch_thread=config.job.use_prefetch_thread,
-                                  prefetch_factor=config.job.prefetch_factor,
-                                  use_uva=config.job.use_uva)
+                                  **config.job.train_loader())
     opt = config.optimizer.adam(model.parameters())
     session, show = g.session, config.job.progress and g.session.is_main
     with EpochBar(loop.epochs, show) as bar:

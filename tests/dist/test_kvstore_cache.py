@@ -201,7 +201,7 @@ def _train(session, pdir_path):
         # (the cached run's loader draws on a worker thread, which pulls and counts too)
         trainer = Trainer(model, pdir, "distdgl", session=session, progress=False,
                           batch_size=64, cache_mb=cache_mb, lr=0.01,
-                          prefetch_thread=bool(cache_mb))
+                          train_loader={"use_prefetch_thread": bool(cache_mb)})
         trainer.fit(1)  # evaluated: the first epoch's counts wait for the second epoch
         cache = trainer.strategy.store.cache
         first = None if cache is None else [bool(cache.held), cache.aside]
