@@ -33,7 +33,7 @@ class Delivery:
 
     Attributes:
         device: where the blocks and their rows go (DGL's ``device``); None: the strategy's
-            device (the rank's GPU in a GPU job).
+            device (the rank's GPU in a GPU job), or with ``uva`` the current GPU (as DGL).
         pin: rows are copied to a GPU from page-locked memory (``pin_prefetcher``; None:
             where the steps go to a GPU, DGL's default).
         side_stream: the copies run on a CUDA stream of their own (``use_alternate_streams``;
@@ -111,6 +111,8 @@ def delivery(kwargs: dict, num_workers) -> Delivery:
     if out.uva and not torch.cuda.is_available():
         raise InvalidValueError("DataLoader: use_uva=True draws the steps on a GPU, and this "
                                 "rank has no CUDA device; expected use_uva=False")
+    if out.uva and out.device is None:  # DGL: use_uva's steps go to the current GPU
+        return dataclasses.replace(out, device=_device("cuda"))
     return out
 
 

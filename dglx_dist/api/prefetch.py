@@ -74,14 +74,14 @@ class Prefetch:
         g.refuse_types(why + " on a graph with node or edge types is not supported")
         ntype = g.node_space.ntype
         data = g.nodes[ntype].data
+        if name in data and data[name]._held_by_strategy():  # (not prefetched either)
+            raise NotSupportedError(f"{why}: strategy {g.strategy.registered_name!r} holds "
+                                    f"{name!r} itself; expected no gpu_cache of it")
         if name not in data or name not in self.feats + self.labels:
             raise InvalidValueError(f"{why}: the steps do not read node data {name!r} "
                                     f"(their sampler prefetches {self.feats + self.labels}); "
                                     "expected one of those")
         view = data[name]
-        if view._held_by_strategy():
-            raise NotSupportedError(f"{why}: strategy {g.strategy.registered_name!r} holds "
-                                    f"{name!r} itself; expected no gpu_cache of it")
         top = torch.topk(g.out_degrees(), min(rows, g.num_nodes())).indices
         return DeviceRows(view, g.space(ntype).rows(top), self.device,
                           lambda: g.step_rows.stamp(view.name)[0])

@@ -53,7 +53,7 @@ _RANK = textwrap.dedent("""
     out = {"seeds": seeds.tolist(), "host_device": str(host.local_gid.device)}
     for name, sampler in (("host", host), ("moved", moved)):
         blocks = sampler.draw_blocks(seeds, fanouts, exclude, options)
-        out[name] = [{"device": str(b.src.device), "edges": ends(b),
+        out[name] = [{"device": b.src.device.type, "edges": ends(b),
                       "dst": {t: b.nodes_of(i, dst=True).tolist()
                               for i, t in enumerate(b.ntypes)}} for b in blocks]
     with open(sys.argv[2] + f".{session.rank}", "w") as f:

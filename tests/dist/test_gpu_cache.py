@@ -36,14 +36,15 @@ def _epoch(g, loader, feat: torch.Tensor, label: torch.Tensor) -> dict:
     """An epoch's steps: whether each one's rows are ``feat``'s and ``label``'s (the
     graph's rows, known here: a read through ``g.ndata`` in the loop would be pulled with the
     step's own pulls, docs/porting.md), and the rows pulled by name."""
-    pulled, start = {"feat": 0, "label": 0}, g.store.start_pull_many
+    store = type(g.store)  # the class: a GPU's loader pulls on a worker thread's copy
+    pulled, start = {"feat": 0, "label": 0}, store.start_pull_many
 
-    def counted(pulls, *a, **kw):
+    def counted(self, pulls, *a, **kw):
         for name, ids in pulls:
             pulled[name] += ids.numel()
-        return start(pulls, *a, **kw)
+        return start(self, pulls, *a, **kw)
 
-    g.store.start_pull_many = counted
+    store.start_pull_many = counted
     same, devices = [], set()
     loader.set_epoch(0)  # the same steps every time
     try:
@@ -53,7 +54,7 @@ def _epoch(g, loader, feat: torch.Tensor, label: torch.Tensor) -> dict:
             same.append(torch.equal(x.cpu(), feat[input_nodes]) and
                         torch.equal(y.cpu(), label[output_nodes]))
     finally:
-        g.store.start_pull_many = start
+        store.start_pull_many = start
     return {"same": same, "pulled": pulled, "devices": sorted(devices)}
 
 

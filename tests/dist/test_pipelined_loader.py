@@ -14,7 +14,10 @@ import torch
 import torch.nn.functional as F
 
 import dglx_dist
+from dglx_dist.api.loader_call import Delivery
+from dglx_dist.api.prefetch import Prefetch
 from dglx_dist.data import CoraGraphDataset
+from dglx_dist.errors import NotSupportedError
 from dglx_dist.graphcore.frames import NID
 from dglx_dist.models import SAGE
 from dglx_dist.runtime.peer import PeerError
@@ -111,6 +114,12 @@ def _compare(session, cache):
                                "lookahead": default.lookahead}
             if name == "distdgl":
                 runs["device"] = _to_device(g, ids, sampler)
+            if name == "p3":  # DGL's gpu_cache of rows p3 holds itself: refused in one line
+                kept = Delivery(device=torch.device("cpu"), gpu_cache={"feat": 10})
+                try:
+                    Prefetch(g, sampler, kept)
+                except NotSupportedError as exc:
+                    runs["kept"] = str(exc)
             out[name] = runs
         finally:
             g.close()
@@ -243,6 +252,9 @@ def test_pipelined_batches_and_parameters_are_the_loop_in_turns(compared, name):
                 assert device["uva"]["refused"] == (
                     "DataLoader: use_uva=True draws the steps on a GPU, and this rank has no "
                     "CUDA device; expected use_uva=False")
+        if name == "p3":
+            assert runs["kept"] == ("DataLoader: gpu_cache['node']['feat']: strategy 'p3' holds "
+                                    "'feat' itself; expected no gpu_cache of it")
         if name == "distdgl cached":  # filled after the first epoch in turn, then read
             assert all(runs[mode]["cache_hits"] > 0 for mode in MODES), runs
         else:
