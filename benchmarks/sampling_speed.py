@@ -15,10 +15,18 @@ each arm left out), on ``--threads`` threads (1, as ``dglx bench`` runs each ran
 the median time per batch, its 10th-90th percentile and its range, as thread CPU time (less
 sensitive to other jobs on the machine) and wall time.
 
+With ``--device cuda`` the package's arm draws with the sampler's copy on the GPU
+(``LocalSampler.to``, a loader's ``use_uva=True``), each batch timed to its last kernel
+(``torch.cuda.synchronize``); the seeds start on the host, as a loader's do. With
+``--profile N``, N more batches of the package's arm under ``torch.profiler`` (the ops of most
+self time on the host, and the device's copies and synchronisations by count) and under
+cProfile (the package's functions of most cumulative time), printed to stderr.
+
 Usage::
 
     python -m benchmarks.sampling_speed --partitions PARTDIR --batches 100
     python -m benchmarks.sampling_speed --partitions PARTDIR --fanouts 10,25 --dgl
+    python -m benchmarks.sampling_speed --partitions PARTDIR --device cuda --profile 10
 
 Prints one JSON object and a markdown table.
 """
@@ -88,9 +96,10 @@ def _dgl_arm(graph, fanouts: tuple[int, ...]) -> Callable:
     return draw
 
 
-def _run(arms: dict[str, Callable], batches: list, warmup: int) -> dict[str, dict]:
+def _run(arms: dict[str, Callable], batches: list, warmup: int,
+         done: Callable[[], None] = lambda: None) -> dict[str, dict]:
     """Each arm's times per batch, the arms alternating batch by batch (the order swapped
-    every batch)."""
+    every batch); ``done`` waits for a batch's device work."""
     cpu: dict[str, list[float]] = {name: [] for name in arms}
     wall: dict[str, list[float]] = {name: [] for name in arms}
     names = list(arms)
@@ -98,9 +107,44 @@ def _run(arms: dict[str, Callable], batches: list, warmup: int) -> dict[str, dic
         for name in names if i % 2 == 0 else names[::-1]:
             c, w = time.thread_time(), time.perf_counter()
             arms[name](seeds)
+            done()
             cpu[name].append(time.thread_time() - c)
             wall[name].append(time.perf_counter() - w)
     return {name: _summary(cpu[name][warmup:], wall[name][warmup:]) for name in names}
+
+
+def _profile(draw: Callable, batches: list, done: Callable[[], None]) -> None:
+    """``draw`` over ``batches`` under torch's profiler and under cProfile; tables to
+    stderr."""
+    import cProfile
+    import io
+    import pstats
+    import sys
+
+    import torch
+    import torch.profiler as tp
+
+    kinds = [tp.ProfilerActivity.CPU] + ([tp.ProfilerActivity.CUDA]
+                                         if torch.cuda.is_available() else [])
+    with tp.profile(activities=kinds) as prof:
+        for seeds in batches:
+            draw(seeds)
+        done()
+    events = prof.key_averages()
+    print(events.table(sort_by="self_cpu_time_total", row_limit=30), file=sys.stderr)
+    syncs = {e.key: e.count for e in events
+             if any(k in e.key for k in ("Synchronize", "Memcpy", "item", "nonzero"))}
+    print(json.dumps({"per_batch_counts": {k: round(v / len(batches), 1)
+                                           for k, v in sorted(syncs.items())}}), file=sys.stderr)
+    prof_c = cProfile.Profile()
+    prof_c.enable()
+    for seeds in batches:
+        draw(seeds)
+    done()
+    prof_c.disable()
+    out = io.StringIO()
+    pstats.Stats(prof_c, stream=out).sort_stats("cumulative").print_stats("dglx_dist", 30)
+    print(out.getvalue(), file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,6 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="the shuffle's and the draws' seed")
     p.add_argument("--dgl", action="store_true",
                    help="also DGL's sample_neighbors + to_block on the same edges")
+    p.add_argument("--device", default="cpu", help="where the package's arm draws (cuda: "
+                   "the sampler's copy on the GPU, as use_uva=True)")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="then N batches of the package's arm profiled (stderr)")
     args = p.parse_args(argv)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # DGL's OpenMP reads it at import
     import torch
@@ -130,16 +178,21 @@ def main(argv: list[str] | None = None) -> int:
     count = max(order.numel() // args.batch_size, 1)  # batches of an epoch, taken in turn
     batches = [order[(i % count) * args.batch_size:(i % count + 1) * args.batch_size]
                for i in range(args.batches + args.warmup)]
-    sampler = LocalSampler(graph)
+    sampler = LocalSampler(graph).to(args.device)
+    gpu = sampler.device.type == "cuda"
+    done = torch.cuda.synchronize if gpu else (lambda: None)
     arms = {"dglx": lambda seeds: sampler.draw_blocks(seeds, args.fanouts)}
     if args.dgl:
         arms["dgl"] = _dgl_arm(graph, args.fanouts)
     del graph
     loaded = time.perf_counter() - started
     edges = sum(b.num_edges() for b in sampler.draw_blocks(batches[0], args.fanouts))
-    result = _run(arms, batches, args.warmup)
+    result = _run(arms, batches, args.warmup, done)
+    if args.profile:
+        _profile(arms["dglx"], batches[:args.profile], done)
     rows = [{"arm": name, **row} for name, row in result.items()]
     print(json.dumps({"partitions": args.partitions, "part": args.part,
+                      "device": str(sampler.device),
                       "edges_in_part": int(sampler.edges.src.numel()),
                       "train_nodes": int(train.numel()), "batch_size": args.batch_size,
                       "fanouts": list(args.fanouts), "threads": args.threads,
