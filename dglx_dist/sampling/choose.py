@@ -82,12 +82,27 @@ def _floyd(count: torch.Tensor, k: int, generator) -> torch.Tensor:
     below it). The draws are made for every step first (one ``(k, rows)`` matrix of
     random numbers); then a small ``k`` compares each step's draw with the values the
     earlier steps took (:func:`_floyd_steps`), a large one finds them through a table of
-    every row's values (:func:`_floyd_table`): the same values either way."""
+    every row's values (:func:`_floyd_table`): the same values either way (:func:`_way`)."""
     top = (count - k) + torch.arange(k, device=count.device)[:, None]
     raw = _below(top + 1, generator)
-    if k <= _PAIRWISE:
+    way = _way(count, k)
+    if way == "steps":
         return _floyd_steps(raw, top)
-    return _floyd_table(count, k, raw, top)
+    return _floyd_table(count, k, raw, top, stepwise=way == "stepwise")
+
+
+def _way(count: torch.Tensor, k: int) -> str:
+    """How :func:`_floyd` finds repeated draws: ``"steps"`` (compares, a few ops per step
+    of ``k``), ``"stepwise"`` (the table, a few ops per step) or ``"doubling"`` (the table,
+    a few ops per doubling of ``k``). On the host by the rows' shape (``_PAIRWISE``,
+    ``_STEPWISE``); on a device always the doubling, as there each op is a kernel launch
+    that costs the host more than the device's work (on an H200, 4.0 ms of a batch's draw
+    against 0.77 ms of kernels; docs/install.md)."""
+    if count.device.type != "cpu":
+        return "doubling"
+    if k <= _PAIRWISE:
+        return "steps"
+    return "stepwise" if count.numel() >= _STEPWISE * k else "doubling"
 
 
 _PAIRWISE = 32
@@ -109,14 +124,14 @@ def _floyd_steps(raw: torch.Tensor, top: torch.Tensor) -> torch.Tensor:
     return taken
 
 
-def _floyd_table(count: torch.Tensor, k: int, raw: torch.Tensor, top: torch.Tensor
-                 ) -> torch.Tensor:
+def _floyd_table(count: torch.Tensor, k: int, raw: torch.Tensor, top: torch.Tensor,
+                 stepwise: bool) -> torch.Tensor:
     """Floyd's values from the ``(k, rows)`` draws ``raw``, through a table of every row's
     values: a step takes its top when its draw equals an earlier step's draw (whatever
     that step took, the value is taken: found by the first step to write each value into
     the table), or the top of an earlier step that took its top (a chain of steps, each
     pointing to an earlier one: followed in ``k - 1`` rounds over one step's row each, or
-    by pointer doubling in ``log2(k)`` rounds over all)."""
+    by pointer doubling in ``log2(k)`` rounds over all: ``stepwise``)."""
     rows, device = count.numel(), count.device
     step = torch.arange(k, device=device)[:, None]
     low = count - k  # top_i = low + i
@@ -127,7 +142,7 @@ def _floyd_table(count: torch.Tensor, k: int, raw: torch.Tensor, top: torch.Tens
     met = first.index_select(0, key) < order
     ptr = raw - low  # the step j < i whose top raw_i is, where it is at least 0
     ptr = torch.where(ptr >= 0, ptr, step)  # else i itself
-    if rows >= _STEPWISE * k:  # step by step: k - 1 rounds over one row of the matrix
+    if stepwise:  # step by step: k - 1 rounds over one row of the matrix
         met = met.view(k, rows)
         for i in range(1, k):
             met[i] |= met.gather(0, ptr[i:i + 1])[0]
@@ -140,9 +155,9 @@ def _floyd_table(count: torch.Tensor, k: int, raw: torch.Tensor, top: torch.Tens
 
 
 _STEPWISE = 64
-"""Floyd's chains (:func:`_floyd_table`) are followed step by step where there are at least
-this many rows per step (a round costs little over few rows, and the doubling's rounds
-cover the whole matrix), else by pointer doubling."""
+"""On the host Floyd's chains (:func:`_floyd_table`) are followed step by step where there
+are at least this many rows per step (a round costs little over few rows, and the
+doubling's rounds cover the whole matrix), else by pointer doubling."""
 
 
 def _below(bound: torch.Tensor, generator) -> torch.Tensor:

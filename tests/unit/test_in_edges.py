@@ -184,13 +184,16 @@ def test_the_draws_of_one_step_have_streams_of_their_own():
     assert SampleOptions().stream(3) == SampleOptions()  # no seed: torch's own generator
 
 
-def test_floyds_steps_at_once_take_what_floyds_loop_takes(monkeypatch):
+@pytest.mark.parametrize("way", ["steps", "stepwise", "doubling"])
+def test_floyds_steps_at_once_take_what_floyds_loop_takes(monkeypatch, way):
     """Every draw of each step (``raw_i`` in ``[0, top_i]``) gives, drawn for all steps at
-    once, the values Floyd's loop takes step by step."""
+    once, the values Floyd's loop takes step by step, whichever way repeated draws are found
+    (the host's by the rows' shape; a GPU's by doubling)."""
     import itertools
 
     from dglx_dist.sampling import choose
 
+    monkeypatch.setattr(choose, "_way", lambda count, k: way)
     for count, k in ((6, 4), (7, 5), (9, 3), (5, 5), (8, 6)):
         tops = [count - k + i for i in range(k)]
         raws = torch.tensor(list(itertools.product(*[range(t + 1) for t in tops])))
