@@ -40,11 +40,20 @@ def test_refused_in_one_line(kwargs, workers, words):
 def test_a_gpu_is_needed_for_cuda_and_uva_where_there_is_none():
     for kwargs in ({"device": "cuda"}, {"use_uva": True}, {"device": 0}):
         if GPU:  # the same calls are taken where a GPU exists
-            got = delivery(kwargs, 0)
-            assert got.uva or got.device.type == "cuda"
+            assert delivery(kwargs, 0).device.type == "cuda"
             continue
         with pytest.raises(InvalidValueError, match="no CUDA device|0 CUDA device"):
             delivery(kwargs, 0)
+
+
+def test_uva_without_a_device_goes_to_the_current_gpu(monkeypatch):
+    """DGL: with ``use_uva=True`` and no ``device``, the steps go to
+    ``torch.cuda.current_device()`` (not the graph's device); a device given stays."""
+    for name, value in (("is_available", True), ("device_count", 2), ("current_device", 1)):
+        monkeypatch.setattr(torch.cuda, name, lambda value=value: value)
+    assert delivery({"use_uva": True}, 0).device == torch.device("cuda", 1)
+    assert delivery({"use_uva": True, "device": "cuda:0"}, 0).device == torch.device("cuda", 0)
+    assert delivery({}, 0).device is None  # the strategy's, decided by the loader
 
 
 def test_pinning_for_steps_that_stay_on_the_host_is_refused():
