@@ -130,8 +130,8 @@ def _floyd_table(count: torch.Tensor, k: int, raw: torch.Tensor, top: torch.Tens
     values: a step takes its top when its draw equals an earlier step's draw (whatever
     that step took, the value is taken: found by the first step to write each value into
     the table), or the top of an earlier step that took its top (a chain of steps, each
-    pointing to an earlier one: followed in ``k - 1`` rounds over one step's row each, or
-    by pointer doubling in ``log2(k)`` rounds over all: ``stepwise``)."""
+    pointing to an earlier one: followed in ``k - 1`` rounds over one step's row each where
+    ``stepwise``, else by pointer doubling in ``log2(k)`` rounds over all)."""
     rows, device = count.numel(), count.device
     step = torch.arange(k, device=device)[:, None]
     low = count - k  # top_i = low + i
