@@ -136,13 +136,17 @@ def _epoch(trainer, session, epoch: int, acc: dict[str, float], prof) -> list[fl
     return vec.tolist()
 
 
-def _cprofile_top(prof, path: str) -> list[dict[str, Any]]:
-    """Dumps the stats to ``path``; returns the 25 functions of most cumulative time."""
+def _cprofile_top(prof, path: str | None = None, by: str = "tottime"
+                  ) -> list[dict[str, Any]]:
+    """The 25 functions of most ``by`` time (``tottime``, their own; ``cumtime``, with what
+    they call); the stats dumped to ``path`` where given."""
     import pstats
 
     stats = pstats.Stats(prof)
-    stats.dump_stats(path)
-    top = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:25]
+    if path:
+        stats.dump_stats(path)
+    column = {"tottime": 2, "cumtime": 3}[by]
+    top = sorted(stats.stats.items(), key=lambda kv: -kv[1][column])[:25]
     return [{"function": f"{Path(f).name}:{ln}:{fn}", "calls": nc, "tottime": round(tt, 4),
              "cumtime": round(ct, 4)} for (f, ln, fn), (_, nc, tt, ct, _) in top]
 

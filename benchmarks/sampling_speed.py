@@ -20,7 +20,7 @@ With ``--device cuda`` the package's arm draws with the sampler's copy on the GP
 (``torch.cuda.synchronize``); the seeds start on the host, as a loader's do. With
 ``--profile N``, N more batches of the package's arm under ``torch.profiler`` (the ops of most
 self time on the host, and the device's copies and synchronisations by count) and under
-cProfile (the package's functions of most cumulative time), printed to stderr.
+cProfile (the functions of most cumulative time), printed to stderr.
 
 Usage::
 
@@ -117,8 +117,6 @@ def _profile(draw: Callable, batches: list, done: Callable[[], None]) -> None:
     """``draw`` over ``batches`` under torch's profiler and under cProfile; tables to
     stderr."""
     import cProfile
-    import io
-    import pstats
     import sys
 
     import torch
@@ -142,9 +140,10 @@ def _profile(draw: Callable, batches: list, done: Callable[[], None]) -> None:
         draw(seeds)
     done()
     prof_c.disable()
-    out = io.StringIO()
-    pstats.Stats(prof_c, stream=out).sort_stats("cumulative").print_stats("dglx_dist", 30)
-    print(out.getvalue(), file=sys.stderr)
+    from benchmarks.ours_profile import _cprofile_top
+
+    print(json.dumps({"cprofile_top": _cprofile_top(prof_c, by="cumtime")}, indent=1),
+          file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
