@@ -171,6 +171,7 @@ def _check_before_start(config: RunConfig, strategy, env) -> None:
 
     data = config.data
     _check_roles(config)
+    _check_gpu_cache(config, strategy)
     if data.partitions is not None:
         if data.data is not None:
             check_partitions_of(data.partitions, data.data)
@@ -187,6 +188,19 @@ def _check_before_start(config: RunConfig, strategy, env) -> None:
     job = JobSize(size, env.world_size, env.ranks_on_host,
                   ModelSize(hidden=config.model.hidden), env.ranks_per_server)
     check_job_memory(strategy, job, config.job.memory_limit, override="--memory-limit BYTES")
+
+
+def _check_gpu_cache(config: RunConfig, strategy) -> None:
+    """Refuses ``--gpu-cache`` (feature rows kept on the GPU by the training loader) under a
+    strategy that holds its feature rows itself (p3's columns, granndis's preload): the
+    loader would refuse it too, but only once the strategy has set up."""
+    from dglx_dist.errors import NotSupportedError
+    from dglx_dist.strategies.abilities import HoldsRows
+
+    if config.job.gpu_cache and isinstance(strategy, HoldsRows) and \
+            "feat" in strategy.held_rows:
+        raise NotSupportedError(f"--gpu-cache: strategy {strategy.registered_name!r} holds its "
+                                "feature rows itself; expected no --gpu-cache with it")
 
 
 def _check_roles(config: RunConfig) -> None:

@@ -154,9 +154,9 @@ def test_eas_preloads_the_set_m_and_k_allow(cora_parts, steps_and_preloads, hops
 def _cora_runs(session, pdir_path):
     pdir = PartitionDir(pdir_path)
     out = {}
-    for name, opts, epochs in [("eas", {}, 150),
-                               ("exact", {"external_max_hop": -1, "external_fanout": -1}, 150),
-                               ("r4", {"co_batches": 4}, 80)]:
+    for name, opts, epochs in [("eas", {}, 120),
+                               ("exact", {"external_max_hop": -1, "external_fanout": -1}, 120),
+                               ("r4", {"co_batches": 4}, 50)]:
         torch.manual_seed(0)
         model = GCN(pdir.feat_dim, 16, pdir.num_classes, 2, dropout=0.5, row_normalize=True)
         trainer = Trainer(model, pdir, "granndis", session=session, progress=False, lr=0.01,
@@ -171,16 +171,16 @@ def _cora_runs(session, pdir_path):
 
 
 def test_cora_accuracy_eas_and_cooperative_batches(tmp_path, cora_parts):
-    """GCN on Cora, 2 servers x 2 ranks, 150 epochs: EAS (m=1, k=15) within 1.5 points of
+    """GCN on Cora, 2 servers x 2 ranks, 120 epochs: EAS (m=1, k=15) within 1.5 points of
     exact shared preloading; R=4 co-batches lose at most 2.5 points against it (the paper's
     claim: cooperative batching costs no accuracy), in 4 steps per epoch with less activation
     memory per rank than R=1 (R=4's co-batches: each rank's nodes dealt at random from the
     strategy's seed; scoring above exact is no failure). R=4 takes 4 updates per epoch and
-    runs 80 epochs (320 updates): at 200 it took 60% of the test's time. On these parts (the
-    same every run: three runs each gave the same numbers) EAS 0.792 and exact 0.798 after
-    150 epochs (0.796 and 0.796 after 200), R=4 0.803 after 80 (0.814 after 100); 150/80
-    instead of 200/100 saves a fifth of the test's time. Up to ~100 s on a loaded 2-core
-    machine, so the time limit is 300 s."""
+    runs 50 epochs (200 updates). On these parts the numbers are the same every run; at
+    a545801: EAS 0.770, 0.788, 0.788, 0.792 and exact 0.769, 0.782, 0.789, 0.798 after 80,
+    100, 120 and 150 epochs; R=4 0.800, 0.811, 0.801, 0.809 after 40, 50, 60 and 80.
+    120/50 instead of 150/80 (the suite's time) leaves EAS and exact 0.8-0.9 points above
+    their floor. Up to ~100 s on a loaded 2-core machine, so the time limit is 300 s."""
     res = run_workers(_cora_runs, 4, tmp_path, str(cora_parts), env=VS, timeout=300)[0]
     assert res["exact"]["acc"] >= 0.78 and res["eas"]["acc"] >= 0.78, res
     assert abs(res["eas"]["acc"] - res["exact"]["acc"]) <= 0.015, res

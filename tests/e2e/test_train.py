@@ -297,6 +297,23 @@ def test_dglx_train_task_link_refuses_partitions(tmp_path, caplog):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("strategy", ["p3", "granndis"])
+def test_gpu_cache_of_rows_the_strategy_holds_is_refused_before_the_job(tmp_path, caplog,
+                                                                       strategy):
+    """--gpu-cache under a strategy that holds its feature rows itself: one line before any
+    process group or partitioning (in this process), where the loader refused it only once
+    the strategy had set up."""
+    from dglx_dist.cli import main
+
+    assert main(["train", "--strategy", strategy, "--gpu-cache", "100", "--no-progress",
+                 "--cache-dir", str(tmp_path / "cache")]) == 2
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and errors[0].exc_info is None, caplog.text[-2000:]
+    assert f"--gpu-cache: strategy {strategy!r} holds its feature rows itself" in \
+        errors[0].getMessage()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_run_that_learns_nothing_is_not_a_silent_success(tmp_path):
     """Issue 40, case 9: random features and edges (8 classes) train to chance; `dglx train`
     says so in a warning, and with --fail-on-collapse exits 2 in one line (node and link)."""
