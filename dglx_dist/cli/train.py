@@ -161,6 +161,7 @@ def _check_learned(trainer, epochs: int, fail: bool) -> None:
 
 def _check_before_start(config: RunConfig, strategy, env) -> None:
     """The refusals of a node-task run that need the strategy and the launch environment:
+    the training loader's GPU flags where they cannot work (:func:`_check_gpu_flags`),
     partitions that do not fit them, and a job whose memory estimate does not fit this
     machine (:func:`~dglx_dist.strategies.footprint.check_job_memory`)."""
     from dglx_dist.partition import PartitionDir
@@ -171,7 +172,7 @@ def _check_before_start(config: RunConfig, strategy, env) -> None:
 
     data = config.data
     _check_roles(config)
-    _check_gpu_cache(config, strategy)
+    _check_gpu_flags(config, strategy, config.job.device or env.device)
     if data.partitions is not None:
         if data.data is not None:
             check_partitions_of(data.partitions, data.data)
@@ -190,17 +191,32 @@ def _check_before_start(config: RunConfig, strategy, env) -> None:
     check_job_memory(strategy, job, config.job.memory_limit, override="--memory-limit BYTES")
 
 
-def _check_gpu_cache(config: RunConfig, strategy) -> None:
-    """Refuses ``--gpu-cache`` (feature rows kept on the GPU by the training loader) under a
-    strategy that holds its feature rows itself (p3's columns, granndis's preload): the
-    loader would refuse it too, but only once the strategy has set up."""
+def _check_gpu_flags(config: RunConfig, strategy, device: str | None) -> None:
+    """Refuses the training loader's GPU options where they cannot work, before the job
+    starts (the loader refuses them too, but only once the strategy has set up, on every
+    rank): ``--gpu-cache`` under a strategy that holds its feature rows itself (p3's columns,
+    granndis's preload), and ``--use-uva`` or ``--gpu-cache`` where the ranks run on the CPU
+    (``device``, from ``--device`` or else ``DGLX_DEVICE``: cpu, or auto with no CUDA
+    device here)."""
+    import torch
+
     from dglx_dist.errors import NotSupportedError
     from dglx_dist.strategies.abilities import HoldsRows
 
-    if config.job.gpu_cache and isinstance(strategy, HoldsRows) and \
-            "feat" in strategy.held_rows:
+    job = config.job
+    if job.gpu_cache and isinstance(strategy, HoldsRows) and "feat" in strategy.held_rows:
         raise NotSupportedError(f"--gpu-cache: strategy {strategy.registered_name!r} holds its "
                                 "feature rows itself; expected no --gpu-cache with it")
+    asked = [flag for flag, on in (("--use-uva", job.use_uva), ("--gpu-cache", job.gpu_cache))
+             if on]
+    device = device or "auto"
+    on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
+    if asked and on_cpu:
+        why = "--device cpu" if device == "cpu" else "no CUDA device here"
+        verb = "puts" if len(asked) == 1 else "put"
+        raise InvalidValueError(f"{' and '.join(asked)} {verb} the training loader's work on the "
+                                f"rank's GPU, but the ranks run on the CPU ({why}); expected "
+                                "a GPU job, or no GPU loader flags")
 
 
 def _check_roles(config: RunConfig) -> None:

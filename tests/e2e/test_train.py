@@ -297,20 +297,25 @@ def test_dglx_train_task_link_refuses_partitions(tmp_path, caplog):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("strategy", ["p3", "granndis"])
-def test_gpu_cache_of_rows_the_strategy_holds_is_refused_before_the_job(tmp_path, caplog,
-                                                                       strategy):
-    """--gpu-cache under a strategy that holds its feature rows itself: one line before any
-    process group or partitioning (in this process), where the loader refused it only once
-    the strategy had set up."""
+@pytest.mark.parametrize("args, said", [
+    (["--strategy", "p3", "--gpu-cache", "100"],
+     "--gpu-cache: strategy 'p3' holds its feature rows itself"),
+    (["--strategy", "granndis", "--gpu-cache", "100"],
+     "--gpu-cache: strategy 'granndis' holds its feature rows itself"),
+    (["--use-uva", "--device", "cpu"], "--use-uva puts the training loader's work on the "
+     "rank's GPU, but the ranks run on the CPU (--device cpu)"),
+    (["--use-uva", "--gpu-cache", "100", "--device", "cpu"], "--use-uva and --gpu-cache put")])
+def test_gpu_loader_flags_that_cannot_work_are_refused_before_the_job(tmp_path, caplog, args,
+                                                                     said):
+    """--gpu-cache under a strategy that holds its feature rows itself, and the GPU loader
+    flags on the CPU: one line before any process group or partitioning (in this process),
+    where the loader refused them only once the strategy had set up, on every rank."""
     from dglx_dist.cli import main
 
-    assert main(["train", "--strategy", strategy, "--gpu-cache", "100", "--no-progress",
-                 "--cache-dir", str(tmp_path / "cache")]) == 2
+    assert main(["train", *args, "--no-progress", "--cache-dir", str(tmp_path / "cache")]) == 2
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and errors[0].exc_info is None, caplog.text[-2000:]
-    assert f"--gpu-cache: strategy {strategy!r} holds its feature rows itself" in \
-        errors[0].getMessage()
+    assert said in errors[0].getMessage(), errors[0].getMessage()
     assert list(tmp_path.iterdir()) == []
 
 
