@@ -172,7 +172,7 @@ def _check_before_start(config: RunConfig, strategy, env) -> None:
 
     data = config.data
     _check_roles(config)
-    _check_gpu_flags(config, strategy, config.job.device or env.device)
+    _check_gpu_flags(config, strategy, env)
     if data.partitions is not None:
         if data.data is not None:
             check_partitions_of(data.partitions, data.data)
@@ -191,16 +191,14 @@ def _check_before_start(config: RunConfig, strategy, env) -> None:
     check_job_memory(strategy, job, config.job.memory_limit, override="--memory-limit BYTES")
 
 
-def _check_gpu_flags(config: RunConfig, strategy, device: str | None) -> None:
+def _check_gpu_flags(config: RunConfig, strategy, env) -> None:
     """Refuses the training loader's GPU options where they cannot work, before the job
     starts (the loader refuses them too, but only once the strategy has set up, on every
     rank): ``--gpu-cache`` under a strategy that holds its feature rows itself (p3's columns,
     granndis's preload), and ``--use-uva`` or ``--gpu-cache`` where the ranks run on the CPU
-    (``device``, from ``--device`` or else ``DGLX_DEVICE``: cpu, or auto with no CUDA
-    device here)."""
-    import torch
-
+    (the device :func:`~dglx_dist.runtime.session.placement` gives them, as ``init`` will)."""
     from dglx_dist.errors import NotSupportedError
+    from dglx_dist.runtime.session import placement
     from dglx_dist.strategies.abilities import HoldsRows
 
     job = config.job
@@ -209,10 +207,8 @@ def _check_gpu_flags(config: RunConfig, strategy, device: str | None) -> None:
                                 "feature rows itself; expected no --gpu-cache with it")
     asked = [flag for flag, on in (("--use-uva", job.use_uva), ("--gpu-cache", job.gpu_cache))
              if on]
-    device = device or "auto"
-    on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
-    if asked and on_cpu:
-        why = "--device cpu" if device == "cpu" else "no CUDA device here"
+    if asked and placement(env, job.backend or env.backend, job.device).device.type == "cpu":
+        why = "--device cpu" if (job.device or env.device) == "cpu" else "no CUDA device here"
         verb = "puts" if len(asked) == 1 else "put"
         raise InvalidValueError(f"{' and '.join(asked)} {verb} the training loader's work on the "
                                 f"rank's GPU, but the ranks run on the CPU ({why}); expected "

@@ -39,7 +39,7 @@ from dglx_dist.runtime.health import DDP_GROUP, Health, exit_now
 from dglx_dist.runtime.orphan import LauncherWatch
 from dglx_dist.runtime.topology import Topology
 
-__all__ = ["Session", "init", "current_session", "end_current"]
+__all__ = ["Session", "init", "current_session", "end_current", "placement"]
 
 log = logging.getLogger(__name__)
 _CURRENT: contextvars.ContextVar["Session | None"] = contextvars.ContextVar(
@@ -378,10 +378,10 @@ def init(backend: str | None = None, env: DistEnv | None = None, store=None,
     env = env or read_env()
     if dist.is_initialized():  # the script's own init_process_group (a DistDGL script)
         return _adopt(env, heartbeat, device)
-    placement = _placement(env, backend or env.backend, device)
+    chosen = placement(env, backend or env.backend, device)
     if store is None:
         store = _meet(env)
-    return _checked(Session(env, placement, store, heartbeat))
+    return _checked(Session(env, chosen, store, heartbeat))
 
 
 def _meet(env: DistEnv):
@@ -406,7 +406,10 @@ def _meet(env: DistEnv):
     return store
 
 
-def _placement(env: DistEnv, backend: str | None, device: str | None) -> Placement:
+def placement(env: DistEnv, backend: str | None, device: str | None) -> Placement:
+    """The device and backend :func:`init` gives this rank of ``env`` for ``backend`` and
+    ``device`` (each None: ``DGLX_BACKEND``/``DGLX_DEVICE``, else the default), before any
+    process group (``dglx train`` refuses with it what cannot run on that device)."""
     cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     return choose_placement(env.rank, env.local_rank, env.local_world_size, backend,
                             device or env.device, cuda_count)
@@ -431,7 +434,7 @@ def _adopt(env: DistEnv, heartbeat: float, device: str | None) -> Session:
     store = dist.distributed_c10d._get_default_store()
     backend = "nccl" if "nccl" in dist.get_backend() else "gloo"
     log.debug("adopting the default process group (%s)", dist.get_backend())
-    return _checked(Session(env, _placement(env, backend, device), store, heartbeat, adopt=True))
+    return _checked(Session(env, placement(env, backend, device), store, heartbeat, adopt=True))
 
 
 def end_current(reason: str) -> None:
