@@ -109,11 +109,15 @@ TERMINATED = 128 + signal.SIGTERM
 """The exit status of a command ended by SIGTERM (as a shell reports it)."""
 
 
-def _terminated(signum: int, frame) -> NoReturn:
+def _terminated(signum: int, frame) -> None:
     """SIGTERM: the job is ending (a launcher sends it to every rank), so the session's
-    closers skip their barriers; then the command unwinds, its temporaries removed."""
-    from dglx_dist.runtime.session import end_current  # torch's: imported when a job runs
+    closers skip their barriers; then the command unwinds, its temporaries removed. After a
+    peer's crash the command goes on to name it first (``runtime.session.outlives_sigterm``)."""
+    # torch's: imported when a job runs
+    from dglx_dist.runtime.session import end_current, outlives_sigterm
 
+    if outlives_sigterm(signum):
+        return
     end_current(f"signal {signum}")
     sys.exit(128 + signum)
 

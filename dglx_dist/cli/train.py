@@ -63,6 +63,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
             if session.is_main:
                 sink.summarize()
             _check_learned(trainer, config.loop.epochs, job.fail_on_collapse)
+        except BaseException as exc:  # maybe this rank's alone: its peers are not closing
+            session.ended_early = f"{type(exc).__name__} on rank {session.rank}"  # with it
+            raise
         finally:  # e.g. dorylus's executor processes go with the trainer, also on failure
             trainer.close()
             sink.close()

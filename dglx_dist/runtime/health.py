@@ -97,6 +97,17 @@ class Health:
 
         self._tell(record)
 
+    def peer_crashed(self, seconds: float = 1.0) -> bool:
+        """Whether another rank recorded a crash (:meth:`record_crash`); False when the store
+        does not answer within ``seconds``."""
+        def any_crashed():
+            return any(self._has(f"crashed/{r}") for r in range(self.world_size) if r != self.rank)
+
+        try:
+            return bool(call_within(seconds, any_crashed))
+        except (RuntimeError, TimeoutError):  # store gone or frozen
+            return False
+
     def _tell(self, fn, *args) -> None:
         try:
             self._within(fn, *args)
@@ -279,15 +290,16 @@ def _report_before_sigterm() -> None:
     every 5 s, and the line comes 0.1-0.2 s after the kill: it went missing in 1 of 8 jobs
     here, and in every job with ``--monitor-interval 0.1``). Only the main thread sets signal
     handlers; elsewhere nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        return
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, frame: exit_later(signum))
 
-    def later(signum, frame) -> None:
-        timer = threading.Timer(REPORT_S, exit_now, (128 + signum,))
-        timer.daemon = True
-        timer.start()
 
-    signal.signal(signal.SIGTERM, later)
+def exit_later(signum: int) -> None:
+    """Ends the process :data:`REPORT_S` seconds from now with the status of ``signum``,
+    whatever its main thread is doing then (a SIGTERM this rank outlives to report)."""
+    timer = threading.Timer(REPORT_S, exit_now, (128 + signum,))
+    timer.daemon = True
+    timer.start()
 
 
 def exit_now(code: int) -> None:

@@ -35,11 +35,12 @@ from dglx_dist.runtime.env import DistEnv, EnvError, read_env
 from dglx_dist.runtime.failure import (LATER_S, has_left, mark_in_session, one_line, report,
                                       reporting_rank, same_on_every_rank, step_aside,
                                       tell_launcher)
-from dglx_dist.runtime.health import DDP_GROUP, Health, exit_now
+from dglx_dist.runtime.health import DDP_GROUP, Health, exit_later, exit_now
 from dglx_dist.runtime.orphan import LauncherWatch
 from dglx_dist.runtime.topology import Topology
 
-__all__ = ["Session", "init", "current_session", "end_current", "placement"]
+__all__ = ["Session", "init", "current_session", "end_current", "outlives_sigterm",
+           "placement"]
 
 log = logging.getLogger(__name__)
 _CURRENT: contextvars.ContextVar["Session | None"] = contextvars.ContextVar(
@@ -48,8 +49,10 @@ _CURRENT: contextvars.ContextVar["Session | None"] = contextvars.ContextVar(
 
 
 def _exit_on_sigterm(signum, frame) -> None:
-    """SIGTERM as ``sys.exit(128 + signum)``: the main thread unwinds, the atexit handler runs."""
-    sys.exit(128 + signum)
+    """SIGTERM as ``sys.exit(128 + signum)``: the main thread unwinds, the atexit handler runs
+    (unless it is the launcher's answer to a peer's crash: :func:`outlives_sigterm`)."""
+    if not outlives_sigterm(signum):
+        sys.exit(128 + signum)
 
 
 class Session:
@@ -444,6 +447,20 @@ def end_current(reason: str) -> None:
     session = _CURRENT.get()
     if session is not None:
         session.ended_early = reason
+
+
+def outlives_sigterm(signum: int) -> bool:
+    """Whether this rank goes on after a SIGTERM, for at most ``health.REPORT_S`` seconds:
+    when a peer recorded a crash, the launcher sent it because that peer ended, and this rank
+    is on its way to the line naming it (its collective with that peer fails at once). A
+    launcher that looks often (torchrun's ``--monitor-interval`` is 0.1 s in newer torch)
+    would stop it before that line. A SIGTERM with no crash recorded ends the rank at once."""
+    session = _CURRENT.get()
+    if session is None or not session.is_open or not session.health.peer_crashed():
+        return False
+    log.debug("rank %d: SIGTERM after a peer's crash; reporting it first", session.rank)
+    exit_later(signum)
+    return True
 
 
 def current_session() -> Session:

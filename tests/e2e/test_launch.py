@@ -138,8 +138,24 @@ def cora_cache(tmp_path_factory) -> str:
     return str(tmp_path_factory.mktemp("cache"))
 
 
-_FAILING_SCRIPT = '''
+_STOP_RANK_0 = '''
+import atexit
+import os
+import signal
 import sys
+
+import psutil
+
+
+def stop_rank_0():  # what a launcher that looks often does the moment rank 1 has ended
+    for proc in psutil.Process(os.getppid()).children():
+        if proc.environ().get("RANK") == "0":
+            proc.send_signal(signal.SIGTERM)
+
+
+'''
+
+_FAILING_SCRIPT = _STOP_RANK_0 + '''
 import time
 
 import torch
@@ -150,6 +166,8 @@ from dglx_dist.data import CoraGraphDataset
 from dglx_dist.models import SAGE
 
 how = sys.argv[1]
+if how == "raises-stopped" and os.environ["RANK"] == "1":
+    atexit.register(stop_rank_0)  # before the session's: runs after it recorded the crash
 g = dglx_dist.distribute(CoraGraphDataset()[0], cache_dir=sys.argv[2])
 loader = dglx_dist.DataLoader(g, torch.nonzero(g.ndata["train_mask"]).squeeze(1),
                               dglx_dist.NeighborSampler([5, 5]), batch_size=8)
@@ -157,7 +175,7 @@ model = dglx_dist.parallelize(SAGE(1433, 8, 7, 2), g)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for step, (input_nodes, output_nodes, blocks) in enumerate(loader):
     if step == 2 and g.session.rank == 1:
-        if how == "raises":
+        if how.startswith("raises"):
             raise RuntimeError("boom")
         if how == "leaves":  # its loop ends early: the script ends
             break
@@ -173,14 +191,18 @@ for step, (input_nodes, output_nodes, blocks) in enumerate(loader):
 
 
 @pytest.mark.parametrize("how,servers", [("raises", "1"), ("stalls", "1"), ("leaves", "1"),
-                                         ("raises", "2"), ("exits", "2")])
+                                         ("raises", "2"), ("exits", "2"),
+                                         ("raises-stopped", "2")])
 def test_a_peer_failing_in_a_users_ddp_loop_is_named(tmp_path, cora_cache, how, servers):
     """Issue 40, case 10: under distdgl (DDP) in a user's own script, the healthy rank's
     gloo error in backward becomes the comm layer's one line naming the peer (and quoting its
     error), and torchrun's root cause is the failing rank's own error. Issue 61, case 2a:
     with 2 servers, the loader's rows under way at the failing rank's exit (pulled from the
     other server) neither print nor hold it: the run ends well within the timeout; a runner
-    script's ``sys.exit(3)`` is a failure its peer names at once, not a loop ended early."""
+    script's ``sys.exit(3)`` is a failure its peer names at once, not a loop ended early.
+    "raises-stopped": the launcher's SIGTERM reaches the healthy rank the moment the failing
+    one has ended (torchrun's default ``--monitor-interval`` is 0.1 s in newer torch): it still
+    names the peer first, where it used to exit quietly with 143."""
     script = tmp_path / "train.py"
     script.write_text(_FAILING_SCRIPT)
     runner = ["-m", "dglx_dist.run", "--strategy", "distdgl"] if how == "exits" else []
@@ -207,10 +229,51 @@ def test_a_peer_failing_in_a_users_ddp_loop_is_named(tmp_path, cora_cache, how, 
         assert "rank 1 failed in another collective at ddp collective #2" in said[0], said
         # the rank that left says so of itself, not of the rank it left waiting (2h)
         assert "rank 1: this rank ended while rank(s) [0] had not" in r.stderr, r.stderr[-3000:]
-    if how == "raises":
+    if how.startswith("raises"):
         assert "rank 1 raised RuntimeError: boom" in said[0], said
         root = r.stderr.split("Root Cause")[-1]
         assert "rank      : 1" in root and "RuntimeError: boom" in root, root
+    assert not live_children()
+
+
+def test_a_rank_raising_in_dglx_train_is_named_at_once(tmp_path, cora_cache):
+    """A bug on one rank of ``dglx train`` (here its optimizer step raises): its peer names
+    it within seconds. The failing rank used to close its KVStore with a barrier its peer
+    never joined, so the job waited out DGLX_TIMEOUT (126 s at the default 120). The
+    launcher's SIGTERM reaches rank 0 the moment rank 1 has ended, as torchrun's does with
+    ``--monitor-interval 0.1``: rank 0 names rank 1 before it ends, instead of "terminated"."""
+    script = tmp_path / "dglx_rank_1_fails.py"
+    script.write_text(_STOP_RANK_0 + '''
+import torch
+
+from dglx_dist.cli import run
+
+if os.environ["RANK"] == "1":
+    atexit.register(stop_rank_0)
+    step, calls = torch.optim.Adam.step, []
+
+    def failing_step(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 5:
+            raise RuntimeError("boom")
+        return step(self, *args, **kwargs)
+
+    torch.optim.Adam.step = failing_step
+sys.argv[0] = "dglx"
+run()
+''')
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--master-port", str(free_local_port()), str(script), "train", "--data", "cora",
+           "--strategy", "distdgl", "--epochs", "20", "--cache-dir", cora_cache]
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, env=_env(DGLX_TIMEOUT="60"), capture_output=True, text=True,
+                       timeout=240, cwd=tmp_path)
+    took = time.monotonic() - t0
+    assert r.returncode != 0
+    assert took < 30, (took, r.stderr[-3000:])  # not the timeout's 60 s
+    said = [ln for ln in r.stderr.splitlines() if "ERROR dglx_dist" in ln]
+    assert len(said) == 1 and "rank 1 raised RuntimeError: boom" in said[0], r.stderr[-3000:]
+    assert "terminated" not in r.stderr and "did not stop" not in r.stderr, r.stderr[-3000:]
     assert not live_children()
 
 
