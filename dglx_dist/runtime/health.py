@@ -88,20 +88,26 @@ class Health:
         that peers diagnosing later do not take its exit for the cause."""
         self._tell(self._flag, f"{state}/{self.rank}")
 
-    def record_crash(self, message: str) -> None:
+    def record_crash(self, message: str, terminated: bool = False) -> None:
         """Records that this rank is leaving because of an exception (peers name it, quoting
-        ``message``)."""
+        ``message``); ``terminated``: the exception is a SIGTERM's (the launcher ending the
+        job, or one rank of it: no crash a peer outlives its own SIGTERM to name)."""
         def record():
+            if terminated:  # before the crash flag: no reader sees one without the other
+                self._flag(f"terminated/{self.rank}")
             self._set(f"crash_msg/{self.rank}", message[:500])
             self._flag(f"crashed/{self.rank}")
 
         self._tell(record)
 
     def peer_crashed(self, seconds: float = 1.0) -> bool:
-        """Whether another rank recorded a crash (:meth:`record_crash`); False when the store
-        does not answer within ``seconds``."""
+        """Whether another rank recorded a crash (:meth:`record_crash`) other than a SIGTERM's;
+        False when the store does not answer within ``seconds``."""
+        def crashed(r: int) -> bool:
+            return self._has(f"crashed/{r}") and not self._has(f"terminated/{r}")
+
         def any_crashed():
-            return any(self._has(f"crashed/{r}") for r in range(self.world_size) if r != self.rank)
+            return any(crashed(r) for r in range(self.world_size) if r != self.rank)
 
         try:
             return bool(call_within(seconds, any_crashed))

@@ -48,6 +48,12 @@ _CURRENT: contextvars.ContextVar["Session | None"] = contextvars.ContextVar(
 
 
 
+def _by_sigterm(error: BaseException) -> bool:
+    """Whether ``error`` is how a SIGTERM ends a rank (:func:`_exit_on_sigterm`, and the
+    CLI's handler): ``SystemExit(128 + SIGTERM)``."""
+    return isinstance(error, SystemExit) and error.code == 128 + signal.SIGTERM
+
+
 def _exit_on_sigterm(signum, frame) -> None:
     """SIGTERM as ``sys.exit(128 + signum)``: the main thread unwinds, the atexit handler runs
     (unless it is the launcher's answer to a peer's crash: :func:`outlives_sigterm`)."""
@@ -297,7 +303,8 @@ class Session:
                 self.health.mark("exit")
             else:
                 mark_in_session(error)
-                self.health.record_crash(f"{type(error).__name__}: {error}")
+                self.health.record_crash(f"{type(error).__name__}: {error}",
+                                         terminated=_by_sigterm(error))
         self.health.stop()
         self._launcher.stop()
         if dist.is_initialized():
@@ -454,7 +461,8 @@ def outlives_sigterm(signum: int) -> bool:
     when a peer recorded a crash, the launcher sent it because that peer ended, and this rank
     is on its way to the line naming it (its collective with that peer fails at once). A
     launcher that looks often (torchrun's ``--monitor-interval`` is 0.1 s in newer torch)
-    would stop it before that line. A SIGTERM with no crash recorded ends the rank at once."""
+    would stop it before that line. A SIGTERM with no crash recorded, or only peers' own
+    SIGTERMs (a launcher that signals its ranks one by one), ends the rank at once."""
     session = _CURRENT.get()
     if session is None or not session.is_open or not session.health.peer_crashed():
         return False

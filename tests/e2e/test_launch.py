@@ -191,7 +191,8 @@ for step, (input_nodes, output_nodes, blocks) in enumerate(loader):
 
 
 @pytest.mark.parametrize("how,servers", [("raises", "1"), ("stalls", "1"), ("leaves", "1"),
-                                         ("raises", "2"), ("exits", "2"),
+                                         ("raises", "2"),
+                                         pytest.param("exits", "2", marks=pytest.mark.dgl),
                                          ("raises-stopped", "2")])
 def test_a_peer_failing_in_a_users_ddp_loop_is_named(tmp_path, cora_cache, how, servers):
     """Issue 40, case 10: under distdgl (DDP) in a user's own script, the healthy rank's

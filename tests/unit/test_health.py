@@ -53,6 +53,23 @@ def test_a_frozen_store_host_is_named_within_the_deadline(frozen_store):
     frozen_store.stop()
 
 
+@pytest.mark.parametrize("terminated", [False, True], ids=["raised", "sigterm"])
+def test_a_peers_sigterm_is_no_crash_to_outlive_a_sigterm_for(terminated):
+    """A rank SIGTERMed after a peer crashed goes on to name that peer
+    (``session.outlives_sigterm``); a peer that left by a SIGTERM of its own (a launcher
+    signalling its ranks one by one, as torchrun 2.13's did here) is no such crash: the
+    rank would name "rank 1 raised SystemExit: 143" instead of ending as it was told."""
+    store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=60))
+    me, peer = Health(store, 0, 2, interval=0.1), Health(store, 1, 2, interval=0.1)
+    assert not me.peer_crashed()
+    peer.record_crash("SystemExit: 143" if terminated else "RuntimeError: boom",
+                      terminated=terminated)
+    assert me.peer_crashed() is not terminated
+    assert not peer.peer_crashed()  # its own crash is no peer's
+    assert me.diagnose("world", [0, 1], settle=0.1)[0] == [1]  # still named if asked
+
+
 _FORGED = {  # what another client of the job's store writes -> what the diagnosis says
     "garbage heartbeat": ({"joined/1": "1", "who/1": "{", "beat/1": "not json"},
                           "rank 1 has entries in the job's store that no rank wrote"),
