@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from dglx_dist.data.builtin import builtin_path
 from dglx_dist.errors import StateError
 from dglx_dist.partition import PARTITIONERS, PartitionDir, partition_dataset
 from dglx_dist.report import EPOCH_COLUMNS, epoch_table, markdown_table
-from dglx_dist.runtime.env import free_local_port
+from dglx_dist.runtime.env import free_local_port, torchrun
 
 __all__ = ["partition_demo", "training_demo"]
 
@@ -57,8 +56,8 @@ def training_demo(strategy: str = "distdgl", nproc: int = 2, epochs: int = 60,
     """Runs ``dglx train`` under torchrun on ``nproc`` local processes (one virtual server
     each; its progress bar and log on this process's stderr, ``verbose``: with ``-v``);
     returns a markdown table of its evaluated epochs and its metrics records."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-           "--master-port", str(free_local_port()), "-m", "dglx_dist", "train",
+    cmd = [*torchrun("--nproc-per-node", str(nproc), "--master-port", str(free_local_port())),
+           "-m", "dglx_dist", "train",
            "--strategy", strategy, "--data", dataset, "--epochs", str(epochs), "--json",
            *(["-v"] if verbose else []),
            *(["--metrics-out", str(metrics_out)] if metrics_out is not None else [])]

@@ -24,8 +24,9 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 # which stops a failed job's survivors 0.1 s after the first rank ended (the race a survivor's
 # line naming its peer must win: runtime.session.outlives_sigterm). The tests take newer
 # torch's value; its ``PET_`` variable sets the default for every torchrun started below (the
-# CLI's, the examples', bench's, emulate's). A command line that passes --monitor-interval
-# (benchmarks/chaos.py: 0.5) still decides.
+# CLI's tests', the examples'). A command line that passes --monitor-interval still decides:
+# the package's own launches pass 0.1 (runtime.env.torchrun: demo, bench, emulate),
+# benchmarks/chaos.py 0.5.
 os.environ.setdefault("PET_MONITOR_INTERVAL", "0.1")
 
 # The plan's cache of unit costs (``$XDG_CACHE_HOME/dglx_dist/units.json``): written by

@@ -25,7 +25,7 @@ from dglx_dist.bench.shared import Setup, process_env as _env
 from dglx_dist.cli_flags import parse_key_values, to_argv
 from dglx_dist.config import AUTO, TRAINING, StrategyConfig
 from dglx_dist.errors import RunFailedError
-from dglx_dist.runtime.env import free_local_port
+from dglx_dist.runtime.env import free_local_port, torchrun
 
 __all__ = ["BASELINES", "NAMED_ONLY", "PLANNED_TASKS", "REDUCERS", "STRATEGY_OPTIONS", "Setup",
            "TASK_NEEDS", "Target", "add_time_to_accuracy", "attempt", "dropin_target",
@@ -279,8 +279,8 @@ def run_env(setup: Setup) -> dict[str, str]:
 
 
 def _virtual(setup: Setup, target: list[str]) -> str:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(setup.world),
-           "--master-port", str(free_local_port()), *target]
+    cmd = torchrun("--nproc-per-node", str(setup.world), "--master-port", str(free_local_port()),
+                   *target)
     return _stdout(cmd, run_env(setup), setup, "dglx train")
 
 

@@ -34,6 +34,7 @@ from typing import Callable, Iterator, Sequence
 
 from dglx_dist.cluster.procs import kill_group
 from dglx_dist.errors import DglxError, InvalidValueError
+from dglx_dist.runtime.env import torchrun
 
 __all__ = ["LinkSpec", "PRESETS", "EmulationUnavailable", "EmulatedCluster", "NodeResult",
            "check_available", "emulated", "run_job", "leftovers", "remove_leftovers",
@@ -251,12 +252,13 @@ def run_job(servers: int, nproc_per_server: int, link: LinkSpec, target: Sequenc
                     "DGLX_HOST_RANKS": str(servers * nproc_per_server)}  # one machine's memory
             endpoint = f"{cluster.addresses[0]}:29400"
             for node in range(servers):
-                cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(servers),
-                       "--node-rank", str(node), "--nproc-per-node", str(nproc_per_server),
-                       "--rdzv-backend", "c10d", "--rdzv-id", cluster.token,
-                       "--rdzv-endpoint", endpoint,  # node 0 hosts it (not its hostname's IP)
-                       "--rdzv-conf", f"is_host={int(node == 0)}",
-                       "--local-addr", cluster.addresses[node], *target]
+                cmd = torchrun("--nnodes", str(servers), "--node-rank", str(node),
+                               "--nproc-per-node", str(nproc_per_server),
+                               "--rdzv-backend", "c10d", "--rdzv-id", cluster.token,
+                               # node 0 hosts it (not its hostname's IP)
+                               "--rdzv-endpoint", endpoint,
+                               "--rdzv-conf", f"is_host={int(node == 0)}",
+                               "--local-addr", cluster.addresses[node], *target)
                 procs.append(subprocess.Popen(
                     cluster.command(node, cmd), env=base, stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE, text=True, start_new_session=True))

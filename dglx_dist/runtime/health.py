@@ -292,9 +292,10 @@ def call_within(seconds: float, fn, *args):
 def _report_before_sigterm() -> None:
     """A SIGTERM from now on ends this process :data:`REPORT_S` seconds later, not at once.
     A rank that ended a frozen sibling is on its way out with the error naming it, and its
-    launcher, seeing the sibling die, may stop it before it printed that line (torchrun looks
-    every 5 s, and the line comes 0.1-0.2 s after the kill: it went missing in 1 of 8 jobs
-    here, and in every job with ``--monitor-interval 0.1``). Only the main thread sets signal
+    launcher, seeing the sibling die, may stop it before it printed that line (torch 2.2's
+    torchrun looks every 5 s by default, newer torch's and the package's launches every 0.1 s,
+    and the line comes 0.1-0.2 s after the kill: it went missing in 1 of 8 jobs at 5 s, and
+    in every job at 0.1 s). Only the main thread sets signal
     handlers; elsewhere nothing changes."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda signum, frame: exit_later(signum))
