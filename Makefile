@@ -31,7 +31,9 @@ CORE_PY := $(CORE_VENV)/bin/python
 CORE_STAMP := $(CORE_VENV)/.dglx_dist-core-installed
 # The tests of the DGL-free layers (data, partition, runtime, comm, health, KVStore, autograd
 # exchanges, checkpoint files and layout, offload tasks, sampling and each strategy's loader,
-# failures under the newer torchrun, which checks its ranks every 0.1 s);
+# the pipelined loader with DGL's delivery options and gpu_cache (on the GPU where CUDA
+# exists: scripts/gpu_checklist.sh's CORE=1), failures under the newer torchrun, which checks
+# its ranks every 0.1 s);
 # tests marked `dgl` in them are left out.
 CORE_TESTS := tests/unit/test_import_boundary.py tests/unit/test_book.py tests/unit/test_aggregate.py \
 	tests/unit/test_checkpoint_files.py tests/unit/test_checkpoint_layout.py \
@@ -50,7 +52,9 @@ CORE_TESTS := tests/unit/test_import_boundary.py tests/unit/test_book.py tests/u
 	tests/unit/test_bench_h2d.py tests/dist/test_comm.py tests/dist/test_exchanges.py \
 	tests/dist/test_kvstore_dist.py tests/dist/test_sampling_without_dgl.py tests/dist/test_device_sampler.py \
 	tests/e2e/test_train.py tests/unit/test_dgl_extra.py tests/unit/test_pyg.py \
-	tests/e2e/test_pyg_example.py tests/unit/test_plan.py tests/e2e/test_launch.py
+	tests/e2e/test_pyg_example.py tests/unit/test_plan.py tests/e2e/test_launch.py \
+	tests/dist/test_pipelined_loader.py tests/unit/test_pipeline_worker.py \
+	tests/unit/test_loader_options.py tests/dist/test_gpu_cache.py tests/dist/test_kvstore_cache.py
 
 .PHONY: demo test test-core test-core-here docs install clean
 
