@@ -295,8 +295,8 @@ def _report_before_sigterm() -> None:
     launcher, seeing the sibling die, may stop it before it printed that line (torch 2.2's
     torchrun looks every 5 s by default, newer torch's and the package's launches every 0.1 s,
     and the line comes 0.1-0.2 s after the kill: it went missing in 1 of 8 jobs at 5 s, and
-    in every job at 0.1 s). Only the main thread sets signal
-    handlers; elsewhere nothing changes."""
+    in every job at 0.1 s). Only the main thread sets signal handlers; elsewhere nothing
+    changes."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda signum, frame: exit_later(signum))
 
