@@ -22,7 +22,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 # torchrun's agent looks at its workers every --monitor-interval seconds: 5 in torch 2.2, so
 # each job the tests start would end 2.5 s after its ranks on average, and 0.1 in newer torch,
 # which stops a failed job's survivors 0.1 s after the first rank ended (the race a survivor's
-# line naming its peer must win: runtime.session.outlives_sigterm). The tests take newer
+# line naming its peer must win: runtime.session.exit_on_sigterm). The tests take newer
 # torch's value; its ``PET_`` variable sets the default for every torchrun started below (the
 # CLI's tests', the examples'). A command line that passes --monitor-interval still decides:
 # the package's own launches pass 0.1 (runtime.env.torchrun: demo, bench, emulate),

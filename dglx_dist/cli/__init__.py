@@ -110,16 +110,11 @@ TERMINATED = 128 + signal.SIGTERM
 
 
 def _terminated(signum: int, frame) -> None:
-    """SIGTERM: the job is ending (a launcher sends it to every rank), so the session's
-    closers skip their barriers; then the command unwinds, its temporaries removed. After a
-    peer's crash the command goes on to name it first (``runtime.session.outlives_sigterm``)."""
-    # torch's: imported when a job runs
-    from dglx_dist.runtime.session import end_current, outlives_sigterm
+    """SIGTERM: the session's rule (``runtime.session.exit_on_sigterm``: its closers skip
+    their barriers, and the command unwinds, its temporaries removed)."""
+    from dglx_dist.runtime.session import exit_on_sigterm  # torch's: imported when a job runs
 
-    if outlives_sigterm(signum):
-        return
-    end_current(f"signal {signum}")
-    sys.exit(128 + signum)
+    exit_on_sigterm(signum, frame)
 
 
 def run() -> NoReturn:

@@ -241,5 +241,5 @@ def torchrun(*args: str) -> list[str]:
     ``dglx bench``'s runs, ``dglx emulate``'s nodes): its agent looks at its ranks every 0.1 s,
     newer torch's default (torch 2.2's is 5 s: a 60-epoch Cora ``dglx train`` took 6.1 s
     instead of 4.6 s, its ranks done). A failed job's survivors, stopped 0.1 s after the
-    first rank ended, still name it first (``runtime.session.outlives_sigterm``)."""
+    first rank ended, still name it first (``runtime.session.exit_on_sigterm``)."""
     return [sys.executable, "-m", "torch.distributed.run", "--monitor-interval", "0.1", *args]

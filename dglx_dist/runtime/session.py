@@ -39,8 +39,7 @@ from dglx_dist.runtime.health import DDP_GROUP, Health, exit_later, exit_now
 from dglx_dist.runtime.orphan import LauncherWatch
 from dglx_dist.runtime.topology import Topology
 
-__all__ = ["Session", "init", "current_session", "end_current", "outlives_sigterm",
-           "placement"]
+__all__ = ["Session", "init", "current_session", "exit_on_sigterm", "placement"]
 
 log = logging.getLogger(__name__)
 _CURRENT: contextvars.ContextVar["Session | None"] = contextvars.ContextVar(
@@ -49,16 +48,30 @@ _CURRENT: contextvars.ContextVar["Session | None"] = contextvars.ContextVar(
 
 
 def _by_sigterm(error: BaseException) -> bool:
-    """Whether ``error`` is how a SIGTERM ends a rank (:func:`_exit_on_sigterm`, and the
-    CLI's handler): ``SystemExit(128 + SIGTERM)``."""
+    """Whether ``error`` is how a SIGTERM ends a rank (:func:`exit_on_sigterm`):
+    ``SystemExit(128 + SIGTERM)``."""
     return isinstance(error, SystemExit) and error.code == 128 + signal.SIGTERM
 
 
-def _exit_on_sigterm(signum, frame) -> None:
-    """SIGTERM as ``sys.exit(128 + signum)``: the main thread unwinds, the atexit handler runs
-    (unless it is the launcher's answer to a peer's crash: :func:`outlives_sigterm`)."""
-    if not outlives_sigterm(signum):
-        sys.exit(128 + signum)
+def exit_on_sigterm(signum: int, frame=None) -> None:
+    """SIGTERM, the job ending (a launcher sends it to every rank): the current session, if
+    any, is marked as ending early (:attr:`Session.ended_early`: its closers skip the barriers
+    peers that are ending too would not join), then ``sys.exit(128 + signum)`` unwinds the
+    main thread and the atexit handler runs. The handler a session installs, and the CLI's.
+
+    After a peer recorded a crash (not a SIGTERM of its own), the launcher sent it because
+    that peer ended, and this rank is on its way to the line naming it (its collective with
+    that peer fails at once): it goes on, for at most ``health.REPORT_S`` seconds. A launcher
+    that looks often (torchrun's ``--monitor-interval`` is 0.1 s in newer torch) would stop
+    it before that line."""
+    session = _CURRENT.get()
+    if session is not None and session.is_open and session.health.peer_crashed():
+        log.debug("rank %d: SIGTERM after a peer's crash; reporting it first", session.rank)
+        exit_later(signum)
+        return
+    if session is not None:
+        session.ended_early = f"signal {signum}"
+    sys.exit(128 + signum)
 
 
 class Session:
@@ -98,7 +111,7 @@ class Session:
         self._store = store
         self._reported = False  # this rank printed the failure it leaves with (shutdown says so)
         self.ended_early: str | None = None
-        """Why the job is ending before its work is done (a signal, :func:`end_current`):
+        """Why the job is ending before its work is done (a signal: :func:`exit_on_sigterm`):
         then the closers skip the barriers that would wait for peers that are ending too."""
         self._named: list[int] = []  # the failed peers it named (it leaves after them)
         self._closers: list[Callable[[], None]] = []
@@ -280,11 +293,11 @@ class Session:
         atexit.register(self._at_exit)
         if threading.current_thread() is threading.main_thread() and \
                 signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
-            signal.signal(signal.SIGTERM, _exit_on_sigterm)  # unwinds: the atexit handler runs
+            signal.signal(signal.SIGTERM, exit_on_sigterm)  # unwinds: the atexit handler runs
 
     def _at_exit(self) -> None:
         if self._store is not None:
-            if signal.getsignal(signal.SIGTERM) is _exit_on_sigterm:  # a launcher's SIGTERM
+            if signal.getsignal(signal.SIGTERM) is exit_on_sigterm:  # a launcher's SIGTERM
                 # now must not raise here ("Exception ignored in atexit callback" + traceback)
                 signal.signal(signal.SIGTERM, lambda signum, _: exit_now(128 + signum))
             self.shutdown(self._exit_error)
@@ -445,30 +458,6 @@ def _adopt(env: DistEnv, heartbeat: float, device: str | None) -> Session:
     backend = "nccl" if "nccl" in dist.get_backend() else "gloo"
     log.debug("adopting the default process group (%s)", dist.get_backend())
     return _checked(Session(env, placement(env, backend, device), store, heartbeat, adopt=True))
-
-
-def end_current(reason: str) -> None:
-    """Marks the session current in this context, if there is one, as ending before its work
-    is done (``reason``: e.g. a signal every rank of the job receives): its closers skip the
-    barriers that would wait out the timeout for peers that are ending too."""
-    session = _CURRENT.get()
-    if session is not None:
-        session.ended_early = reason
-
-
-def outlives_sigterm(signum: int) -> bool:
-    """Whether this rank goes on after a SIGTERM, for at most ``health.REPORT_S`` seconds:
-    when a peer recorded a crash, the launcher sent it because that peer ended, and this rank
-    is on its way to the line naming it (its collective with that peer fails at once). A
-    launcher that looks often (torchrun's ``--monitor-interval`` is 0.1 s in newer torch)
-    would stop it before that line. A SIGTERM with no crash recorded, or only peers' own
-    SIGTERMs (a launcher that signals its ranks one by one), ends the rank at once."""
-    session = _CURRENT.get()
-    if session is None or not session.is_open or not session.health.peer_crashed():
-        return False
-    log.debug("rank %d: SIGTERM after a peer's crash; reporting it first", session.rank)
-    exit_later(signum)
-    return True
 
 
 def current_session() -> Session:

@@ -56,7 +56,7 @@ def test_a_frozen_store_host_is_named_within_the_deadline(frozen_store):
 @pytest.mark.parametrize("terminated", [False, True], ids=["raised", "sigterm"])
 def test_a_peers_sigterm_is_no_crash_to_outlive_a_sigterm_for(terminated):
     """A rank SIGTERMed after a peer crashed goes on to name that peer
-    (``session.outlives_sigterm``); a peer that left by a SIGTERM of its own (a launcher
+    (``session.exit_on_sigterm``); a peer that left by a SIGTERM of its own (a launcher
     signalling its ranks one by one, as torchrun 2.13's did here) is no such crash: the
     rank would name "rank 1 raised SystemExit: 143" instead of ending as it was told."""
     store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False,
