@@ -29,9 +29,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--partitions", required=True, help="our partition directory")
     p.add_argument("--cprofile", help="also cProfile rank 0, stats to this file")
+    p.add_argument("--prefetch-thread", choices=("auto", "on", "off"), default="auto",
+                   help="the training loader's use_prefetch_thread (auto: DGL's default)")
+    p.add_argument("--prefetch-factor", type=int, help="the training loader's prefetch_factor")
     own, rest = p.parse_known_args(argv)
     args = dgl_distdgl_worker.parse_args(["trainer", *rest])
     args.partitions, args.cprofile = own.partitions, own.cprofile
+    args.train_loader = {"use_prefetch_thread": {"auto": None, "on": True, "off": False}[
+        own.prefetch_thread], "prefetch_factor": own.prefetch_factor}
     return args
 
 
@@ -100,7 +105,8 @@ def _our_trainer(args: argparse.Namespace, session, acc: dict[str, float]):
     model = SAGE(pdir.feat_dim, args.hidden, pdir.num_classes, len(args.fanouts),
                  dropout=args.dropout, row_normalize=args.row_normalize)
     trainer = Trainer(model, pdir, strategy, session=session, lr=args.lr,
-                      weight_decay=args.weight_decay, progress=False)
+                      weight_decay=args.weight_decay, progress=False,
+                      train_loader=args.train_loader)
     _timed_pull(strategy.store, acc)
     for obj, name, phase in ((strategy.sampler, "draw_blocks", "sample"),
                              (trainer, "forward", "forward"),

@@ -25,6 +25,7 @@ and send the same messages over the same shards.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import time
 from pathlib import Path
@@ -131,14 +132,23 @@ class DistKVStore(KVStore):
     def _start_pull_many(self, pulls: list[tuple[TensorEntry, torch.Tensor, bool]]
                          ) -> Callable[[], list[torch.Tensor]]:
         plans = [self._planned(entry, ids, dedup) for entry, ids, dedup in pulls]
-        answers = self._start_exchange(plans) if self._cross is not None else None
-        try:  # own rows are read while the answers travel
-            for plan in plans:
-                plan.fill_local()
-        except BaseException:
+
+        failed: list[BaseException] = []
+
+        def fill() -> None:  # own rows, read while the requests travel
+            try:
+                for plan in plans:
+                    plan.fill_local()
+            except BaseException as exc:  # noqa: BLE001  (raised below, the peers served)
+                failed.append(exc)
+
+        answers = None if self._cross is None else self._start_exchange(plans, fill)
+        if answers is None:
+            fill()
+        if failed:
             if answers is not None:
                 answers()  # the peers' answers are still received
-            raise
+            raise failed[0]
 
         def finish() -> list[torch.Tensor]:
             if answers is not None:
@@ -157,11 +167,14 @@ class DistKVStore(KVStore):
         if self._cross is not None:
             self._start_exchange([])()  # nothing to read locally either
 
-    def _start_exchange(self, plans: list[PullPlan]) -> Callable[[], list[torch.Tensor]]:
-        """Sends the plans' requests, answers the peers' and starts sending the answers;
-        returns what waits for the answers to this rank's requests (raw bytes per server).
-        Once per server after :meth:`pull_per_server`, else each plan's own requests."""
+    def _start_exchange(self, plans: list[PullPlan], meanwhile: Callable[[], None] | None = None
+                        ) -> Callable[[], list[torch.Tensor]]:
+        """Sends the plans' requests, runs ``meanwhile`` while they travel, answers the peers'
+        and starts sending the answers; returns what waits for the answers to this rank's
+        requests (raw bytes per server). Once per server after :meth:`pull_per_server`, else
+        each plan's own requests."""
         requests = [plan.requests() for plan in plans]
+        send = functools.partial(self._send_requests, meanwhile=meanwhile)
 
         def alone() -> Callable[[], list[torch.Tensor]]:
             asked: dict[int, list[tuple[int, torch.Tensor]]] = {}
@@ -170,14 +183,14 @@ class DistKVStore(KVStore):
                 for server, (gids, nbytes) in request.items():
                     asked.setdefault(server, []).append((plan.entry.index, gids))
                     expect[server] += nbytes  # the answers' sizes are known: no count round
-            return self._send_requests(asked, expect)
+            return send(asked, expect)
 
         if self._server_pulls is None:
             return alone()
         keyed = [(plan.entry.index, not plan.entry.policy.splits_columns,
                   {server: gids for server, (gids, _) in request.items()})
                  for plan, request in zip(plans, requests)]
-        return self._server_pulls.start(keyed, self._send_requests, alone)
+        return self._server_pulls.start(keyed, send, alone)
 
     def pull_per_server(self) -> None:
         """From now on the ranks of a server make each collective pull together, so a row
@@ -192,19 +205,24 @@ class DistKVStore(KVStore):
                 session.topology.num_servers)
 
     def _send_requests(self, asked: dict[int, list[tuple[int, torch.Tensor]]],
-                       expect: list[int]) -> Callable[[], list[torch.Tensor]]:
+                       expect: list[int], meanwhile: Callable[[], None] | None = None
+                       ) -> Callable[[], list[torch.Tensor]]:
         """Sends the requests (per server, int64 ``[name index, ids]`` for one tensor, else
         ``[-k, (name index, id count) per tensor, the ids]``) with the answers' sizes
-        ``expect``, answers the peers' and starts sending the answers (each tensor's rows, in
-        order); returns what waits for the answers (and raises what answering failed with,
-        once the exchange is over: a failed rank answers nothing, then fails too)."""
+        ``expect``, runs ``meanwhile`` while they travel, answers the peers' and starts
+        sending the answers (each tensor's rows, in order); returns what waits for the answers
+        (and raises what answering failed with, once the exchange is over: a failed rank
+        answers nothing, then fails too); ``meanwhile`` must not raise."""
         send = [EMPTY_I64] * self._cross.size
         for server, pulls in asked.items():
             head = [pulls[0][0]] if len(pulls) == 1 else [-len(pulls)] + [
                 n for index, gids in pulls for n in (index, gids.numel())]
             send[server] = torch.cat([torch.tensor(head)] + [gids for _, gids in pulls])
+        requests = self._cross.start_all_to_all_v(send)
+        if meanwhile is not None:
+            meanwhile()
         answers, failure = [], None
-        for source, request in enumerate(self._cross.all_to_all_v(send)):
+        for source, request in enumerate(requests.wait()):
             try:
                 answers.append(self._answer(request, source))
             except RuntimeError as exc:  # answer nothing (the peer then fails too), no hang

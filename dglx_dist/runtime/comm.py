@@ -12,6 +12,7 @@ failed ranks (see :mod:`dglx_dist.runtime.health`), raised on every survivor.
 """
 from __future__ import annotations
 
+import collections
 import datetime
 from typing import Any, Callable, Sequence
 
@@ -23,6 +24,7 @@ from dglx_dist.runtime.counters import ByteCounter
 from dglx_dist.runtime.health import Health
 from dglx_dist.runtime.peer import PeerError, is_peer_failure
 from dglx_dist.runtime.pending import Pending, Transfer, Works
+from dglx_dist.runtime.sized import HEAD_BYTES, SizedExchange
 from dglx_dist.runtime.topology import Topology
 
 __all__ = ["Comm", "ByteCounter", "Pending", "PeerError", "Transfer"]
@@ -66,6 +68,7 @@ class Comm:
         self._intra = [topology.same_server(global_rank, m) for m in self.members]
         self._seq = 0
         self._broken: PeerError | None = None
+        self._unsettled: collections.deque = collections.deque()  # (runtime.sized)
 
     @property
     def size(self) -> int:
@@ -88,16 +91,18 @@ class Comm:
         Args:
             send: one tensor per member.
             recv_rows: rows each member will send here, when the caller already knows them
-                (e.g. the answers to its own requests); skips the round that exchanges counts.
-                Every rank of the call must then pass it.
+                (e.g. the answers to its own requests). Every rank of the call must then
+                pass it. Without it, host tensors lead with their row counts and go in one
+                round where they are small (:mod:`~dglx_dist.runtime.sized`); device tensors
+                under NCCL take a round of counts first.
         """
         return self.start_all_to_all_v(send, recv_rows).wait()
 
     def start_all_to_all_v(self, send: Sequence[torch.Tensor],
                            recv_rows: Sequence[int] | None = None) -> "Pending":
         """:meth:`all_to_all_v`, returned while the transfer is under way (to overlap it with
-        local work); ``wait()`` on the result finishes it. The round of counts, if any, runs
-        before this returns. Every rank must start its exchanges on this group in the same
+        local work); ``wait()`` on the result finishes it. The round of counts (NCCL, no
+        ``recv_rows``) runs before this returns. Every rank must start its exchanges on this group in the same
         order (and each started one must be waited for)."""
         if len(send) != self.size:
             raise InvalidValueError(f"all_to_all_v on {self.name} needs {self.size} tensors, "
@@ -114,6 +119,18 @@ class Comm:
 
     def _start_exchange(self, send: Sequence[torch.Tensor], recv_rows: Sequence[int] | None,
                         trailing: torch.Size, dtype: torch.dtype) -> "Pending":
+        if recv_rows is None and send[0].device.type == "cpu":  # one round where they fit
+            keep = [t.contiguous() for t in send]
+            work = self._start("all_to_all_v", lambda: SizedExchange(
+                keep, trailing, dtype, self.group, self.members, self.group_rank,
+                self._unsettled, EXCHANGE_TAG))
+            self.counter.add_control(HEAD_BYTES * (self.size - 1))
+
+            def received() -> list[torch.Tensor]:
+                self._count([t.nbytes for t in keep], [t.nbytes for t in work.recv])
+                return work.recv
+
+            return Pending(self, "all_to_all_v", work, received, keep=keep)
         counts = torch.tensor([t.shape[0] for t in send], dtype=torch.int64)
         if recv_rows is not None:
             if len(recv_rows) != self.size:

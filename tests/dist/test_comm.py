@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from dglx_dist.runtime.comm import PeerError
+from dglx_dist.runtime.sized import HEAD_BYTES, short_bytes
 from dglx_dist.testing import WorkerError, run_workers
 
 pytestmark = pytest.mark.dist
@@ -41,7 +42,7 @@ def test_all_to_all_v_and_counters_on_virtual_servers(tmp_path):
         assert d["sent_inter"] == sum((r + j) * row for j in other)
         assert d["recv_intra"] == sum((j + r) * row for j in same)
         assert d["recv_inter"] == sum((j + r) * row for j in other)
-        assert d["control_sent"] == 8 * 3
+        assert d["control_sent"] == HEAD_BYTES * 3  # a row count to each peer
 
 
 def _collectives(session):
@@ -170,6 +171,44 @@ def test_all_to_all_v_with_known_sizes(tmp_path):
     for r, out in res.items():
         assert out["recv"] == [[[float(j)] * 2] * (r + 1) for j in range(3)]
         assert out["control"] == 0  # no count round
+
+
+def _unknown_sizes(session):
+    """Five exchanges started before any is waited for, waited for out of order: messages
+    that fit the receiver's first buffer and messages that do not (their rows under a tag of
+    their own), empty ones, and dtypes of every width, a bool among them."""
+    r, w = session.rank, session.world_size
+    big = short_bytes(w - 1) // 4 + 1  # float32 rows of one column: one more than fits
+
+    def rows(j: int) -> int:
+        return 0 if r == j == 1 else big + r if (r + j) % 2 else r + j + 1
+
+    sends = {"f32": [torch.arange(rows(j), dtype=torch.float32) + 1000 * r for j in range(w)],
+             "i64": [torch.full((j, 3), 10 * r + j, dtype=torch.int64) for j in range(w)],
+             "bool": [torch.tensor([r % 2, j % 2] * 2, dtype=torch.bool).view(1, 2, 2).expand(
+                 r + 2 * j, 2, 2) for j in range(w)],
+             "c128": [torch.full((r, 1), complex(r, j), dtype=torch.complex128)
+                      for j in range(w)],
+             "f64": [-torch.arange(rows(j), dtype=torch.float64) for j in range(w)]}
+    started = {k: session.world.start_all_to_all_v(v) for k, v in sends.items()}
+    # the rows of f64's large messages arrive after f32's: received in the order started
+    recv = {k: started[k].wait() for k in ("bool", "f64", "f32", "c128", "i64")}
+    recv["c128"] = [torch.view_as_real(t) for t in recv["c128"]]  # (JSON has no complex)
+    return {k: [t.tolist() for t in v] for k, v in recv.items()}
+
+
+def test_all_to_all_v_of_unknown_sizes_in_one_round_or_two(tmp_path):
+    w = 3
+    res = run_workers(_unknown_sizes, w, tmp_path, env={"DGLX_TIMEOUT": "20"})
+    big = short_bytes(w - 1) // 4 + 1
+    for r, out in res.items():
+        for j in range(w):  # what rank j sent to rank r
+            n = 0 if r == j == 1 else big + j if (r + j) % 2 else r + j + 1
+            assert out["f32"][j] == (torch.arange(n, dtype=torch.float32) + 1000 * j).tolist()
+            assert out["i64"][j] == [[10 * j + r] * 3] * r
+            assert out["bool"][j] == [[[bool(j % 2), bool(r % 2)]] * 2] * (j + 2 * r)
+            assert out["c128"][j] == [[[float(j), float(r)]]] * j
+            assert out["f64"][j] == (-torch.arange(n, dtype=torch.float64)).tolist()
 
 
 def _point_to_point(session):

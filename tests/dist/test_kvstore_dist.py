@@ -11,6 +11,7 @@ import torch
 from dglx_dist.kvstore import (ColumnPolicy, DistEmbedding, DistKVStore, LocalKVStore, RowPolicy,
                                SparseAdagrad, SparseAdam)
 from dglx_dist.partition.book import FeatureSlices, HashBook, RangeBook
+from dglx_dist.runtime.sized import HEAD_BYTES
 from dglx_dist.testing import run_workers
 
 pytestmark = pytest.mark.dist
@@ -156,6 +157,37 @@ def _bytes(session, per):
     return deltas
 
 
+def _own_rows_fail(session):
+    """Rank 0's read of its own rows fails in the middle of a pull: it raises that error
+    once it has answered its peer, whose pull gets its rows; the next pull works on both."""
+    from dglx_dist.kvstore.shards import PullPlan
+
+    store = DistKVStore(session)
+    row, col = _policies(_num_parts(session, "server"), "range")
+    _register(store, row, col)
+    full = torch.arange(N * D, dtype=torch.float32).view(N, D)
+    ids = torch.tensor([1, N - 2, 3, N - 1])  # both servers' rows, on each rank
+    read = PullPlan.fill_local
+    if session.rank == 0:
+        def broken(plan):
+            PullPlan.fill_local = read  # once
+            raise RuntimeError("the own rows could not be read")
+        PullPlan.fill_local = broken
+    try:
+        first = bool(torch.equal(store.pull("feat", ids), full[ids]))
+    except RuntimeError as exc:
+        first = str(exc)
+    second = bool(torch.equal(store.pull("feat", ids.flip(0)), full[ids.flip(0)]))
+    store.close()
+    return {"first": first, "second": second}
+
+
+def test_a_failed_read_of_own_rows_raises_after_serving_the_peers(tmp_path):
+    res = run_workers(_own_rows_fail, 2, tmp_path, env=TWO_SERVERS_1)
+    assert res[0] == {"first": "the own rows could not be read", "second": True}
+    assert res[1] == {"first": True, "second": True}
+
+
 def _bytes_all(session):
     return {per: _bytes(session, per) for per in ("server", "rank")}
 
@@ -168,10 +200,10 @@ def test_pull_byte_counts(tmp_path):
     payload = ("sent_intra", "sent_inter", "recv_intra", "recv_inter")
     for r, per_placement in res.items():
         for per, (local, mixed) in per_placement.items():
-            # the requests' all_to_all_v still exchanges 8-byte row counts; the answers' does
-            # not (every caller knows the size of what it asked for)
+            # the requests lead with their row counts (a 16-byte header to the one cross
+            # peer); the answers do not (every caller knows the size of what it asked for)
             assert {k: local[k] for k in payload} == dict.fromkeys(payload, 0), (per, r, local)
-            assert local["control_sent"] == 8 and local["calls"] == 2, (per, r, local)
+            assert local["control_sent"] == HEAD_BYTES and local["calls"] == 2, (per, r, local)
             want = dict.fromkeys(payload, 0)
             if r == 0:  # requester: [name index, 3 unique ids] out, 3 rows back
                 want.update(sent_inter=8 * (1 + n_remote), recv_inter=n_remote * row_bytes)
