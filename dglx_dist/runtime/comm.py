@@ -102,8 +102,8 @@ class Comm:
                            recv_rows: Sequence[int] | None = None) -> "Pending":
         """:meth:`all_to_all_v`, returned while the transfer is under way (to overlap it with
         local work); ``wait()`` on the result finishes it. The round of counts (NCCL, no
-        ``recv_rows``) runs before this returns. Every rank must start its exchanges on this group in the same
-        order (and each started one must be waited for)."""
+        ``recv_rows``) runs before this returns. Every rank must start its exchanges on this
+        group in the same order (and each started one must be waited for)."""
         if len(send) != self.size:
             raise InvalidValueError(f"all_to_all_v on {self.name} needs {self.size} tensors, "
                                     f"got {len(send)}")
