@@ -55,6 +55,8 @@ class Comm:
         global_rank: this process's rank in the whole job (torch.distributed's global rank).
         group_rank: this process's position in ``members`` (torch.distributed's rank within
             the group); peers, ``src`` and send/recv lists are indexed by group rank.
+        unsettled: exchanges of unknown sizes whose counts were not read yet, oldest first
+            (:class:`~dglx_dist.runtime.sized.SizedExchange`).
     """
 
     def __init__(self, name: str, group, members: Sequence[int], global_rank: int,
@@ -68,7 +70,7 @@ class Comm:
         self._intra = [topology.same_server(global_rank, m) for m in self.members]
         self._seq = 0
         self._broken: PeerError | None = None
-        self._unsettled: collections.deque = collections.deque()  # (runtime.sized)
+        self.unsettled: collections.deque = collections.deque()
 
     @property
     def size(self) -> int:
@@ -122,8 +124,7 @@ class Comm:
         if recv_rows is None and send[0].device.type == "cpu":  # one round where they fit
             keep = [t.contiguous() for t in send]
             work = self._start("all_to_all_v", lambda: SizedExchange(
-                keep, trailing, dtype, self.group, self.members, self.group_rank,
-                self._unsettled, EXCHANGE_TAG))
+                self, keep, trailing, dtype, EXCHANGE_TAG))
             self.counter.add_control(HEAD_BYTES * (self.size - 1))
 
             def received() -> list[torch.Tensor]:

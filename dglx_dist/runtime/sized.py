@@ -19,13 +19,14 @@ one's buffer.
 """
 from __future__ import annotations
 
-import collections
 import datetime
 import math
 import time
 
 import torch
 import torch.distributed as dist
+
+from dglx_dist.runtime.pending import Works
 
 __all__ = ["HEAD_BYTES", "REST_TAG", "SizedExchange", "short_bytes"]
 
@@ -49,51 +50,49 @@ def short_bytes(peers: int) -> int:
 
 
 class SizedExchange:
-    """The messages of one exchange on ``group`` (its members' global ranks ``members``;
-    this member ``me``), posted at once; a work for
-    :class:`~dglx_dist.runtime.pending.Pending`: :meth:`wait` receives the rows of every
-    peer, ``recv`` (one tensor per member) holds them after it.
+    """The messages of one exchange on ``comm`` (a :class:`~dglx_dist.runtime.comm.Comm`),
+    posted at once; a work for :class:`~dglx_dist.runtime.pending.Pending`: :meth:`wait`
+    receives the rows of every peer, ``recv`` (one tensor per member) holds them after it.
 
     Args:
+        comm: its ``group``, ``members``, ``group_rank``, and ``unsettled``: its exchanges
+            whose counts were not read yet, oldest first (this one joins them).
         send: one contiguous host tensor per member (rows x ``trailing``, ``dtype``).
-        unsettled: the communicator's exchanges whose counts were not read yet, oldest first
-            (this one joins them).
         tag: the first messages' tag.
     """
 
-    def __init__(self, send: list[torch.Tensor], trailing: torch.Size, dtype: torch.dtype,
-                 group, members: list[int], me: int, unsettled: collections.deque, tag: int):
-        self._trailing, self._dtype, self._group = trailing, dtype, group
-        self._members, self._me, self._unsettled = members, me, unsettled
-        self._row_bytes = math.prod(trailing) * torch.empty(0, dtype=dtype).element_size()
-        self._short = short_bytes(len(members) - 1)
-        self.recv: list[torch.Tensor | None] = [None] * len(members)
-        self.recv[me] = send[me].clone()
+    def __init__(self, comm, send: list[torch.Tensor], trailing: torch.Size,
+                 dtype: torch.dtype, tag: int):
+        self._comm, self._trailing, self._dtype = comm, trailing, dtype
+        self._row_bytes = math.prod(trailing) * dtype.itemsize
+        self._short = short_bytes(comm.size - 1)
+        self.recv: list[torch.Tensor | None] = [None] * comm.size
+        self.recv[comm.group_rank] = send[comm.group_rank].clone()
         self._heads: dict[int, tuple[torch.Tensor, dist.Work]] = {}
         self._sends: list[dist.Work] = []
         self._rests: list[dist.Work] = []
         self._keep = []  # send buffers outlive their transfers
         for peer, rows in enumerate(send):
-            if peer != me:
+            if peer != comm.group_rank:
                 self._post(peer, rows, tag)
         self._settled = self._waited = False
-        unsettled.append(self)
+        comm.unsettled.append(self)
 
     def _post(self, peer: int, rows: torch.Tensor, tag: int) -> None:
         """The receive of ``peer``'s first message, and the sends of this member's to it."""
-        rank = self._members[peer]
+        rank, group = self._comm.members[peer], self._comm.group
         buf = torch.empty(self._short, dtype=torch.uint8)
-        self._heads[peer] = (buf, dist.irecv(buf, rank, group=self._group, tag=tag))
+        self._heads[peer] = (buf, dist.irecv(buf, rank, group=group, tag=tag))
         head = torch.zeros(HEAD_BYTES // 8, dtype=torch.int64)
         head[0] = rows.shape[0]
         payload = rows.reshape(-1).view(torch.uint8)
         fits = HEAD_BYTES + payload.numel() <= self._short
         first = torch.cat([head.view(torch.uint8), payload]) if fits else head.view(torch.uint8)
         self._keep.append(first)
-        self._sends.append(dist.isend(first, rank, group=self._group, tag=tag))
+        self._sends.append(dist.isend(first, rank, group=group, tag=tag))
         if not fits:
             self._keep.append(rows)
-            self._sends.append(dist.isend(rows, rank, group=self._group, tag=REST_TAG))
+            self._sends.append(dist.isend(rows, rank, group=group, tag=REST_TAG))
 
     def settle(self, deadline: float) -> None:
         """Receives the first messages; each peer's rows where they came in it, else the
@@ -101,8 +100,9 @@ class SizedExchange:
         started before this one)."""
         if self._settled:
             return
-        while self._unsettled and self._unsettled[0] is not self:
-            self._unsettled[0].settle(deadline)
+        unsettled = self._comm.unsettled
+        while unsettled and unsettled[0] is not self:
+            unsettled[0].settle(deadline)
         for peer, (buf, work) in self._heads.items():
             work.wait(timeout=_left(deadline))
             rows = int(buf[:8].view(torch.int64)[0])
@@ -113,18 +113,17 @@ class SizedExchange:
                 continue
             rest = torch.empty((rows, *self._trailing), dtype=self._dtype)
             self.recv[peer] = rest
-            self._rests.append(dist.irecv(rest, self._members[peer], group=self._group,
-                                          tag=REST_TAG))
+            self._rests.append(dist.irecv(rest, self._comm.members[peer],
+                                          group=self._comm.group, tag=REST_TAG))
         self._heads.clear()
         self._settled = True
-        self._unsettled.remove(self)
+        unsettled.remove(self)
 
     def wait(self, timeout: datetime.timedelta) -> bool:
         """Every message sent and received, within ``timeout``."""
         deadline = time.monotonic() + timeout.total_seconds()
         self.settle(deadline)
-        for work in self._rests + self._sends:
-            work.wait(timeout=_left(deadline))
+        Works(self._rests + self._sends).wait(_left(deadline))
         self._waited, self._keep = True, []
         return True
 
