@@ -32,11 +32,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prefetch-thread", choices=("auto", "on", "off"), default="auto",
                    help="the training loader's use_prefetch_thread (auto: DGL's default)")
     p.add_argument("--prefetch-factor", type=int, help="the training loader's prefetch_factor")
+    p.add_argument("--num-workers", type=int, default=0,
+                   help="the training loader's num_workers (sampler processes per rank)")
     own, rest = p.parse_known_args(argv)
     args = dgl_distdgl_worker.parse_args(["trainer", *rest])
     args.partitions, args.cprofile = own.partitions, own.cprofile
     args.train_loader = {"use_prefetch_thread": {"auto": None, "on": True, "off": False}[
-        own.prefetch_thread], "prefetch_factor": own.prefetch_factor}
+        own.prefetch_thread], "prefetch_factor": own.prefetch_factor,
+        "num_workers": own.num_workers}
     return args
 
 

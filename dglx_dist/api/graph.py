@@ -295,7 +295,10 @@ class DistGraph(EdgeStructure):
         return self._sampler
 
     def close(self) -> None:
-        """Releases the strategy's and the store's memory (the session stays up)."""
+        """Releases the strategy's and the store's memory and ends its loaders' sampler
+        processes (the session stays up)."""
+        if self.loader_lane is not None:
+            self.loader_lane.close()
         if self._setup is not None:
             self.strategy.close()
             self._setup = None

@@ -15,6 +15,7 @@ import collections
 import dataclasses
 import functools
 import time
+import warnings
 from typing import Iterator
 
 import torch
@@ -110,8 +111,11 @@ class DataLoader:
             their rows on their way before it hands this one over. The batches are the same
             every way
             (docs/porting.md says what a loop that writes rows sees).
-        num_workers: DGL's sampler processes; 0, or more for a worker thread (processes are
-            not run yet: said once, with a warning).
+        num_workers: DGL's sampler processes: with more than 0, that many processes per
+            rank draw the steps (step ``i`` by process ``i % num_workers``, each
+            ``prefetch_factor`` steps ahead) and the worker thread starts their rows' pulls
+            (:mod:`dglx_dist.api.workers`); where the steps cannot be drawn off the calling
+            thread, none run (said once, with a warning).
         prefetch_factor: how many steps the worker thread may draw ahead of the loop, or
             the calling thread draws ahead where there is no worker (DGL's; default 2).
         whole_degrees: dglx_dist's own (a graph without types): the blocks of full layers
@@ -138,7 +142,7 @@ class DataLoader:
             raise InvalidTypeError(f"dglx_dist.DataLoader needs the graph dglx_dist.distribute (or "
                                    f"DistGraph) returned; got {type(graph).__name__}")
         session = graph.session
-        depth, delivery = call_options(session, kwargs, num_workers, prefetch_factor)
+        depth, delivery = call_options(kwargs, num_workers, prefetch_factor)
         self.graph, self.sampler = graph, graph_sampler
         # collective, in this order: the arguments' check, the call's signature (ranks building
         # other loaders here stop, naming both), the ids' check and whether they are the same
@@ -151,7 +155,8 @@ class DataLoader:
         # (how deep it draws is part of the call: a worker's groups are made collectively)
         lookahead = use_prefetch_thread is not False or bool(num_workers)
         asked = bool(num_workers) or bool(use_prefetch_thread)  # None: DGL's default, below
-        pairs, call = spec.pairs, call_signature(spec, graph_sampler, lookahead, depth, asked)
+        pairs, call = spec.pairs, call_signature(spec, graph_sampler, lookahead, depth, asked,
+                                                  int(num_workers))
         same_call(session, call)
         ids, every = self._own_ids(indices, use_ddp, edges=pairs is not None)
         layers = len(spec.fanouts) or implied_layers(graph.strategy) or 2
@@ -186,7 +191,12 @@ class DataLoader:
         # and the draws share the cores; the loader looks ahead on the calling thread)
         threaded = asked or (use_prefetch_thread is None and self.device.type == "cuda")
         if threaded and self.lookahead and not self.strategy.capabilities.steps_in_turn:
-            self._threaded = self._thread_parts()  # collective: the lane's groups
+            self._threaded = self._thread_parts(num_workers)  # collective: the lane's groups
+        if num_workers and self._threaded is None and session.is_main:
+            warnings.warn(f"{call}: num_workers={num_workers}: strategy "
+                          f"{self.strategy.registered_name!r} draws these steps on the calling "
+                          f"thread (a user's sampler, or a strategy that draws in turn); no "
+                          f"sampler processes run", stacklevel=2)
 
     def _drawer(self, twin):
         """The sampler the steps are drawn with, exchanging on ``twin(comm)`` where it
@@ -210,17 +220,24 @@ class DataLoader:
                                     "expected use_uva=False")
         return sampler.to(self.device)
 
-    def _thread_parts(self):
-        """What this loader's worker thread draws and pulls with (the sampler and the store
-        on the graph's :class:`~dglx_dist.api.pipeline.Lane`), or None: its steps are drawn
-        on the calling thread (collective: the lane's groups are made on first use)."""
+    def _thread_parts(self, num_workers: int):
+        """What this loader's worker thread draws and pulls with (on the graph's
+        :class:`~dglx_dist.api.pipeline.Lane`): the sampler, or with ``num_workers`` the
+        lane's sampler processes (:class:`~dglx_dist.api.workers.SamplerProcs`), the store,
+        and how many steps the sampler asks for ahead of the one it draws; or None: its
+        steps are drawn on the calling thread (collective: the lane's groups and processes
+        are made on first use)."""
         if self._drawer(lambda comm: comm) is None:  # (nothing exchanged to know it)
             return None
         lane = _lane(self.graph)
+        if num_workers:
+            procs = lane.procs(num_workers, self.depth, self._own,
+                               lambda: self._drawer(lambda comm: comm))
+            return lane, procs, self.graph.store.on(lane.twin), procs.window
         sampler = self._drawer(lane.twin)
         if self.delivery.uva:
             sampler = sampler.to(self.device)
-        return lane, sampler, self.graph.store.on(lane.twin)
+        return lane, sampler, self.graph.store.on(lane.twin), 1
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next iteration is (DGL's ``set_epoch``: it seeds the shuffling and
@@ -308,13 +325,16 @@ class DataLoader:
         """Each step of ``epoch`` with its rows, drawn and its pulls started on a worker
         thread, :attr:`depth` steps ahead (:mod:`dglx_dist.api.pipeline`), handed over here;
         the lane given back at the end."""
-        lane, sampler, store = self._threaded
+        lane, sampler, store, ahead = self._threaded
         session, done = self.graph.session, False
         wait = session.env.timeout + 30
         try:
-            # an edge loader's pairs are made here, as the worker is allowed each step
+            # an edge loader's pairs are made here, as the worker is allowed each step (and
+            # the steps its sampler asks for ahead of the one it draws)
             fed = None if self.spec.pairs is None else \
                 FedPairs(self.spec, self.plan, epoch, session.rank, wait)
+            for _ in range(ahead - 1 if fed is not None else 0):
+                fed.allow()
             spec = self.spec if fed is None else dataclasses.replace(self.spec, pairs=fed)
             started = (self.times.started(step, self.prefetch, store, here=False)
                        for step in self._drawn(epoch, sampler, spec))

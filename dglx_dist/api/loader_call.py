@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-import warnings
 from typing import Any
 
 import torch
@@ -116,10 +115,9 @@ def delivery(kwargs: dict, num_workers) -> Delivery:
     return out
 
 
-def call_options(session, kwargs: dict, num_workers, prefetch_factor
+def call_options(kwargs: dict, num_workers, prefetch_factor
                  ) -> tuple[int, Delivery]:
-    """Refuses unknown arguments and refused combinations, warns of ``num_workers`` (once:
-    every rank is given them); the steps a worker thread may draw ahead
+    """Refuses unknown arguments and refused combinations; the steps drawn ahead
     (:func:`prefetch_depth`) and the :class:`Delivery` asked for."""
     if "pin_memory" in kwargs:
         raise InvalidTypeError("DataLoader: pin_memory is torch's name; DGL's loader takes "
@@ -127,13 +125,7 @@ def call_options(session, kwargs: dict, num_workers, prefetch_factor
     unknown = sorted(k for k in kwargs if k not in _DELIVERY)
     if unknown:
         raise InvalidTypeError(f"DataLoader: unknown arguments {unknown}")
-    depth = prefetch_depth(num_workers, prefetch_factor)
-    asked = delivery(kwargs, num_workers)
-    if num_workers and session.is_main:
-        warnings.warn(f"dglx_dist.DataLoader: num_workers={num_workers}: sampler processes "
-                      f"are not run yet; one worker thread draws prefetch_factor={depth} "
-                      f"steps ahead instead", stacklevel=3)
-    return depth, asked
+    return prefetch_depth(num_workers, prefetch_factor), delivery(kwargs, num_workers)
 
 
 def prefetch_depth(num_workers, prefetch_factor) -> int:
@@ -154,7 +146,7 @@ def prefetch_depth(num_workers, prefetch_factor) -> int:
 
 
 def call_signature(spec: LoaderSpec, sampler, lookahead: bool = True, depth: int = 2,
-               threaded: bool = False) -> str:
+                   threaded: bool = False, workers: int = 0) -> str:
     """The loader's call as ranks compare it and errors name it."""
     drawn = f"fanouts={list(spec.fanouts)}" if spec.draw is None else \
         f"sampler={type(sampler).__name__}"
@@ -163,7 +155,8 @@ def call_signature(spec: LoaderSpec, sampler, lookahead: bool = True, depth: int
             f"batch_size={spec.batch_size}, shuffle={spec.shuffle}"
             f"{', whole_degrees=True' if spec.whole_degrees else ''}"
             f"{', use_prefetch_thread=False' if not lookahead else ''}"
-            f"{', use_prefetch_thread=True' if threaded else ''}"
+            f"{', use_prefetch_thread=True' if threaded and not workers else ''}"
+            f"{f', num_workers={workers}' if workers else ''}"
             f"{f', prefetch_factor={depth}' if lookahead and depth != 2 else ''})")
 
 

@@ -30,6 +30,7 @@ from typing import Callable, Iterator
 
 import torch
 
+from dglx_dist.api.workers import SamplerProcs
 from dglx_dist.errors import StateError
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.runtime.peer import PeerError
@@ -56,6 +57,7 @@ class Lane:
     def __init__(self, session):
         self.session = session
         self._twins: dict[str, Comm] = {}
+        self._procs: dict[tuple, SamplerProcs] = {}
         self.busy = False
 
     def twin(self, comm: Comm) -> Comm:
@@ -63,6 +65,26 @@ class Lane:
         if comm.name not in self._twins:
             self._twins[comm.name] = self.session.twin(comm, f"loader-{comm.name}")
         return self._twins[comm.name]
+
+    def procs(self, count: int, ahead: int, own: bool, sampler: Callable[[], object]
+              ) -> SamplerProcs:
+        """The lane's ``count`` sampler processes drawing ``ahead`` steps each with the
+        strategy's sampler (``own``) or the graph's (``sampler()``), started on first use
+        (collective) and kept until the graph is closed or the session shuts down (DGL's
+        ``persistent_workers``)."""
+        key = (count, ahead, own)
+        if key not in self._procs:
+            made = SamplerProcs(self.session, sampler(), count, ahead)
+            self.session.add_closer(made.close)
+            self._procs[key] = made
+        return self._procs[key]
+
+    def close(self) -> None:
+        """Ends the lane's sampler processes (its graph is closed)."""
+        for made in self._procs.values():
+            self.session.remove_closer(made.close)
+            made.close()
+        self._procs.clear()
 
     def take(self) -> bool:
         """Takes the lane for a worker; False when another worker has it (the calling

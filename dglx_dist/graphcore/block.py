@@ -67,6 +67,11 @@ class IdTable:
         """Takes back a table whose entries all hold ``EMPTY`` again."""
         self._free.setdefault(table.device, []).append(table)
 
+    def __getstate__(self) -> dict:
+        """A pickled copy (a loader's sampler process's) keeps none of the tables: they
+        would go to shared memory, which this one and the copy would both write."""
+        return {"num_nodes": self.num_nodes, "_free": {}}
+
 
 def relabel(dst_nodes: torch.Tensor, *ends: torch.Tensor,
             num_nodes: int | IdTable | None = None, inner: Sequence[torch.Tensor] = ()

@@ -49,6 +49,11 @@ class ByteCounter:
         """Counts a pull's rows read from the server's cache and asked of other servers."""
         self._add(cache_hits=hits, cache_misses=misses, cache_saved=saved)
 
+    def merge(self, counts: dict[str, int]) -> None:
+        """Adds ``counts`` (another counter's :meth:`snapshot`, or the difference of two: a
+        loader's sampler process's bytes)."""
+        self._add(**counts)
+
     def snapshot(self) -> dict[str, int]:
         with self._lock:
             return dataclasses.asdict(self)

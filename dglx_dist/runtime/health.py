@@ -48,11 +48,14 @@ class Health:
         world_size: the job size.
         interval: seconds between heartbeats.
         store_timeout: seconds a store call on the failure path may take.
+        prefix: where its keys go in ``store`` (a loader's sampler processes keep their
+            heartbeats apart from their ranks').
     """
 
     def __init__(self, store, rank: int, world_size: int, interval: float = 0.5,
-                 store_timeout: float = 5.0):
+                 store_timeout: float = 5.0, prefix: str = _PREFIX):
         self._store, self.rank, self.world_size, self.interval = store, rank, world_size, interval
+        self._prefix = prefix
         self.store_timeout = store_timeout
         self._unanswered = False  # a call missed its deadline: later ones do not wait again
         self.op_seqs: dict[str, int] = {}  # per communicator: the collective this rank is in
@@ -61,13 +64,13 @@ class Health:
         self._thread: threading.Thread | None = None
 
     def _set(self, key: str, value: str) -> None:
-        self._store.set(_PREFIX + key, value)
+        self._store.set(self._prefix + key, value)
 
     def _read(self, key: str) -> str | None:
         """The value of ``key``, None when there is none, without waiting for it (Store.check
         is not exposed in torch 2.2, and get() waits for an absent key: a compare-and-set that
         never matches reads it instead). Any client of the store may have written it."""
-        value = self._store.compare_set(_PREFIX + key, _ABSENT, _ABSENT)
+        value = self._store.compare_set(self._prefix + key, _ABSENT, _ABSENT)
         return None if value == _ABSENT.encode() else value.decode(errors="replace")
 
     def _flag(self, key: str) -> None:

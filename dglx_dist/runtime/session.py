@@ -184,15 +184,14 @@ class Session:
         """A communicator with ``comm``'s members on process groups of its own (collective,
         as :meth:`new_world_comm`): a loader's worker thread runs its exchanges there, so
         they never interleave with those the calling thread runs on ``comm``."""
-        topo, members = self.topology, list(comm.members)
-        if members == list(range(self.world_size)):
-            return self.new_world_comm(name)
-        if members == topo.cross_ranks(topo.local_rank_of(self.rank)):
-            return self.new_cross_comm(name)
-        if members == topo.server_ranks(topo.server_of(self.rank)):
-            return self.new_server_comm(name)
-        raise InvalidValueError(f"no twin of communicator {comm.name!r} (ranks {members}): "
-                                "only the world, server and cross groups have one")
+        try:
+            family = self.topology.family(comm.members)
+        except InvalidValueError:
+            raise InvalidValueError(f"no twin of communicator {comm.name!r} (ranks "
+                                    f"{list(comm.members)}): only the world, server and cross "
+                                    "groups have one") from None
+        return self._new_comm(name, family.__getitem__, len(family),
+                              family.index(list(comm.members)))
 
     def _new_comm(self, name: str, ranks_of: Callable[[int], list[int]], count: int,
                   mine: int) -> Comm:
@@ -207,6 +206,12 @@ class Session:
                     self.health, self.env.timeout, native=self._native)
         self._comms.append(comm)
         return comm
+
+    @property
+    def store(self):
+        """The torch.distributed store the ranks met in (None once the session is shut
+        down): a loader's sampler processes meet there too."""
+        return self._store
 
     @property
     def is_open(self) -> bool:

@@ -49,6 +49,23 @@ class Topology:
         _check("local rank", local_rank, self.ranks_per_server)
         return [s * self.ranks_per_server + local_rank for s in range(self.num_servers)]
 
+    def family(self, members) -> list[list[int]]:
+        """The member lists of the groups of ``members``' kind, in the order every rank makes
+        them: ``[world]``, the servers' ranks, or the cross ranks, where ``members`` is one of
+        them (the world first where it is two kinds at once).
+
+        Raises:
+            InvalidValueError: ``members`` is none of these groups.
+        """
+        members = list(members)
+        for family in ([list(range(self.world_size))],
+                       [self.cross_ranks(i) for i in range(self.ranks_per_server)],
+                       [self.server_ranks(s) for s in range(self.num_servers)]):
+            if members in family:
+                return family
+        raise InvalidValueError(f"ranks {members} are neither the world, a server's ranks nor "
+                                f"one local index's ranks on every server")
+
     def same_server(self, a: int, b: int) -> bool:
         """Whether ranks ``a`` and ``b`` share a server (their traffic is intra-server)."""
         return self.server_of(a) == self.server_of(b)

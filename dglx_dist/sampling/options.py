@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.kvstore.base import KVStore, edge_key
+from dglx_dist.kvstore.base import EDGE_PREFIX, KVStore, edge_key
 
 __all__ = ["SampleOptions", "UNIFORM", "EdgeWeights", "part_edge_weights", "check_weights"]
 
@@ -65,21 +65,41 @@ UNIFORM = SampleOptions()
 def part_edge_weights(pdir, part: int, store: KVStore | None = None) -> EdgeWeights:
     """Part ``part``'s edge data by name, row j for its edge j: the store's local rows
     when it holds them (live), else read from ``pdir``'s files on first use."""
-    read: dict[str, torch.Tensor] = {}
+    return PartEdgeWeights(pdir, part, store)
 
-    def weights(name: str) -> torch.Tensor:
+
+class PartEdgeWeights:
+    """:func:`part_edge_weights`' weights. A copy sent to a loader's sampler process holds
+    the store's local rows of edge data (the same memory, shared: the rank's writes are
+    seen there too) in place of the store."""
+
+    def __init__(self, pdir, part: int, store: KVStore | None = None):
+        self.pdir, self.part, self.store = pdir, part, store
+        self._read: dict[str, torch.Tensor] = {}
+
+    def __call__(self, name: str) -> torch.Tensor:
+        store = self.store
         if store is not None and edge_key(name) in store.names():
             local = store.local_parts(edge_key(name))
-            if part in local:
-                return local[part]
-        if name not in read:
-            read.update((k, torch.from_numpy(v)) for k, v in pdir.load_edge_data(part).items())
-        if name not in read:
-            raise InvalidValueError(f"edge data {name!r} is not in {pdir.path}; it has "
-                                    f"{sorted(read)}")
-        return read[name]
+            if self.part in local:
+                return local[self.part]
+        if name not in self._read:
+            files = self.pdir.load_edge_data(self.part)
+            self._read.update((k, torch.from_numpy(v)) for k, v in files.items()
+                              if k not in self._read)
+        if name not in self._read:
+            raise InvalidValueError(f"edge data {name!r} is not in {self.pdir.path}; it has "
+                                    f"{sorted(self._read)}")
+        return self._read[name]
 
-    return weights
+    def __getstate__(self) -> dict:
+        held = dict(self._read)
+        if self.store is not None:
+            for key in self.store.names():
+                local = self.store.local_parts(key) if key.startswith(EDGE_PREFIX) else {}
+                if self.part in local:
+                    held[key[len(EDGE_PREFIX):]] = local[self.part]
+        return {"pdir": self.pdir, "part": self.part, "store": None, "_read": held}
 
 
 def check_weights(values: torch.Tensor, what: str) -> None:

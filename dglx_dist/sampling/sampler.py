@@ -36,7 +36,7 @@ from __future__ import annotations
 import abc
 import copy
 import functools
-from typing import Callable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -150,6 +150,14 @@ class BlockSampler(abc.ABC):
             blocks.insert(0, self.ids.block(frontier, nodes, src, row, eid, self._id_table))
             frontier = [blocks[0].nodes_of(t) for t in range(len(self.ids.ntypes))]
         return blocks
+
+    def draw_each(self, requests: Iterable[tuple[Any, tuple]]
+                  ) -> Iterator[tuple[Any, list[Block]]]:
+        """Each request ``(key, args)`` as ``(key, draw_blocks(*args))``, in order, drawn
+        as the result is asked for (a loader's sampler processes draw them ahead:
+        :class:`~dglx_dist.api.workers.SamplerProcs`)."""
+        for key, args in requests:
+            yield key, self.draw_blocks(*args)
 
     @functools.cached_property
     def _id_table(self) -> IdTable:

@@ -304,26 +304,40 @@ def seeded_batches(rank: int, plan: LoaderPlan, spec: LoaderSpec, epoch: int
 def sampled_epoch(sampler, rank: int, plan: LoaderPlan, spec: LoaderSpec,
                   epoch: int) -> Iterator[Step | EdgeStep]:
     """One epoch of sampled mini-batches over ``plan``'s ids, nodes or (with
-    ``spec.pairs``) edges (``sampler.sample_blocks`` is collective: every rank takes
+    ``spec.pairs``) edges (``sampler``'s draws are collective: every rank takes
     ``plan.steps`` steps). The blocks are the package's (:class:`Blocks` of
-    :class:`~dglx_dist.graphcore.block.Block`), or DGL's where ``spec.draw`` draws them; a
+    :class:`~dglx_dist.graphcore.block.Block`), drawn through ``sampler.draw_each`` (a
+    loader's sampler processes draw them ahead), or DGL's where ``spec.draw`` draws them; a
     step's ``blocks`` is the one subgraph a ``spec.draw`` of subgraphs (ShaDow-GNN's)
     gives."""
-    for seeds, seed, batch in seeded_batches(rank, plan, spec, epoch):
-        nodes, exclude = (seeds, None) if batch is None else (batch.nodes, batch.exclude)
-        if spec.draw is not None:
-            drawn = spec.draw.draw(sampler, nodes, exclude)
-        else:  # the step's own seed: it draws the same wherever and whenever it is taken
-            options = dataclasses.replace(spec.sampling, seed=seed)
-            drawn = sampler.draw_blocks(nodes, spec.fanouts, exclude, options)
-        if not isinstance(drawn, list):  # an induced subgraph, its seeds among its nodes
-            inputs, outputs, graphs = drawn.ndata[NID], nodes, drawn
+    batches = seeded_batches(rank, plan, spec, epoch)
+    if spec.draw is not None:
+        drawn = ((batch, spec.draw.draw(sampler, *_seeds(batch))) for batch in batches)
+    else:  # each step its own seed: it draws the same wherever and whenever it is taken
+        drawn = sampler.draw_each((batch, _draw_args(batch, spec)) for batch in batches)
+    for (seeds, _, batch), graphs in drawn:
+        nodes = seeds if batch is None else batch.nodes
+        if not isinstance(graphs, list):  # an induced subgraph, its seeds among its nodes
+            inputs, outputs = graphs.ndata[NID], nodes
         else:  # (typed blocks: ids by type; on the host, where a device sampler drew)
-            inputs, outputs = (_on_host(ids) for ids in (drawn[0].srcdata[NID],
-                                                          drawn[-1].dstdata[NID]))
-            graphs = Blocks(drawn, StepState(epoch=epoch))
+            inputs, outputs = (_on_host(ids) for ids in (graphs[0].srcdata[NID],
+                                                          graphs[-1].dstdata[NID]))
+            graphs = Blocks(graphs, StepState(epoch=epoch))
         yield Step(inputs, outputs, graphs) if batch is None else \
             EdgeStep(inputs, batch.pair_graph, batch.neg_pair_graph, graphs)
+
+
+def _seeds(batch: tuple) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A seeded batch's seeds and exclusions (:func:`seeded_batches`)."""
+    seeds, _, pairs = batch
+    return (seeds, None) if pairs is None else (pairs.nodes, pairs.exclude)
+
+
+def _draw_args(batch: tuple, spec: LoaderSpec) -> tuple:
+    """``draw_blocks``' arguments for a seeded batch: its seeds, the fanouts, its
+    exclusions and the draws' options with the step's seed."""
+    nodes, exclude = _seeds(batch)
+    return nodes, spec.fanouts, exclude, dataclasses.replace(spec.sampling, seed=batch[1])
 
 
 def _on_host(ids: torch.Tensor | dict) -> torch.Tensor | dict:

@@ -112,8 +112,9 @@ def run_workers(fn: Callable, world_size: int, tmp_dir: str | os.PathLike, *args
     tmp.mkdir(parents=True, exist_ok=True)
     ctx = _context()
     procs = [ctx.Process(target=_child, args=(fn, r, world_size, str(tmp), args, dict(env or {}),
-                                              num_nodes, heartbeat, 0.75 * timeout),
-                         daemon=True)
+                                              num_nodes, heartbeat, 0.75 * timeout))
+             # (not daemons, as torchrun's ranks are not: a rank may start a loader's sampler
+             # processes; every rank is joined or killed below)
              for r in range(world_size)]
     for p in procs:
         p.start()

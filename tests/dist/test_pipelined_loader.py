@@ -5,6 +5,7 @@ under distdgl (with and without its cache of remote rows) and p3 on 2 ranks of 2
 servers (sampling and pulls cross ranks), for node and edge loaders; a loop left early
 leaves no worker behind; a failure while drawing reaches the caller at its step."""
 import dataclasses
+import multiprocessing
 import threading
 import time
 
@@ -33,7 +34,8 @@ OPTIONS = {"distdgl cached": {"cache_mb": 0.2}}  # the worker's pulls counted, t
 MODES = {"in turn": {"use_prefetch_thread": False}, "pipelined": {"use_prefetch_thread": True},
          "3 deep": {"use_prefetch_thread": True, "prefetch_factor": 3, "device": "cpu",
                     "pin_prefetcher": False, "use_alternate_streams": True},
-         "3 ahead here": {"prefetch_factor": 3}}  # (a CPU's default: on the calling thread)
+         "3 ahead here": {"prefetch_factor": 3},  # (a CPU's default: on the calling thread)
+         "processes": {"num_workers": 2}}  # DGL's sampler processes, the pulls on the thread
 
 
 def _ids(t) -> list:
@@ -55,6 +57,8 @@ def _train(g, loader, classes) -> dict:
             drawn["ahead"] = max(drawn["ahead"], drawn["drawn"] - drawn["taken"])
             workers.update(t.name for t in threading.enumerate()
                            if t.name.startswith("dglx-loader"))
+            workers.update(p.name for p in multiprocessing.active_children()
+                           if p.name.startswith("dglx-sampler"))
             steps.append([_ids(input_nodes), _ids(output_nodes)] +
                          [[_ids(b.srcdata[NID]), _ids(b.dstdata[NID])] for b in blocks])
             loss = F.cross_entropy(model(blocks, blocks[0].srcdata["feat"]),
@@ -114,6 +118,7 @@ def _compare(session, cache):
                                "lookahead": default.lookahead}
             if name == "distdgl":
                 runs["device"] = _to_device(g, ids, sampler)
+                runs["draws counted"] = _draws_counted(g, ids)
             if name == "p3":  # DGL's gpu_cache of rows p3 holds itself: refused in one line
                 kept = Delivery(device=torch.device("cpu"), gpu_cache={"feat": 10})
                 try:
@@ -123,6 +128,22 @@ def _compare(session, cache):
             out[name] = runs
         finally:
             g.close()
+    return out
+
+
+def _draws_counted(g, ids) -> dict:
+    """What the counter counted over an epoch of draws alone (no rows prefetched, nothing
+    trained), in turn and by two sampler processes."""
+    out = {}
+    for mode in ("in turn", "processes"):
+        loader = dglx_dist.DataLoader(g, ids, dglx_dist.NeighborSampler([4, 4]), batch_size=16,
+                                      shuffle=True, **MODES[mode])
+        g.barrier()
+        before = g.session.counter.snapshot()
+        steps = sum(1 for _ in loader)
+        g.barrier()
+        after = g.session.counter.snapshot()
+        out[mode] = {"steps": steps, **{k: after[k] - before[k] for k in after}}
     return out
 
 
@@ -211,9 +232,11 @@ def test_pipelined_batches_and_parameters_are_the_loop_in_turns(compared, name):
         turn = runs["in turn"]
         assert not turn["threaded"] and turn["workers"] == []
         assert len(turn["steps"]) > 4
-        for mode, depth in (("pipelined", 2), ("3 deep", 3)):
-            got = runs[mode]
-            assert got["threaded"] and got["workers"] == [f"dglx-loader-rank{r}"], got["workers"]
+        for mode, depth, procs in (("pipelined", 2, []), ("3 deep", 3, []),
+                                   ("processes", 2, [0, 1])):
+            got = runs[mode]  # (the processes draw, the thread starts the pulls)
+            assert got["threaded"] and got["workers"] == [f"dglx-loader-rank{r}"] + [
+                f"dglx-sampler-rank{r}-{w}" for w in procs], got["workers"]
             # the worker is never more than prefetch_factor steps ahead of the loop, and each
             # epoch's draws, pulls' starts and hand-overs were timed (dglx bench's "sample
             # work", "pull work" and the step's wait for its rows): the starts on the worker
@@ -238,7 +261,10 @@ def test_pipelined_batches_and_parameters_are_the_loop_in_turns(compared, name):
         after = runs["after break"]
         assert after["left"] == [] and after["steps"] == after["len"], after
         assert runs["default"] == {"threaded": False, "lookahead": True}  # on a CPU
-        if name == "distdgl":
+        if name == "distdgl":  # the processes' exchanges are counted as the rank's
+            counted = runs["draws counted"]
+            assert counted["processes"] == counted["in turn"], counted
+            assert counted["in turn"]["calls"] > counted["in turn"]["steps"] > 0, counted
             device = runs["device"]
             assert device["persistent"], device
             if torch.cuda.is_available():
@@ -270,7 +296,7 @@ def test_an_edge_loaders_pipelined_steps_and_parameters_are_the_loop_in_turns(tm
     for runs in got.values():
         turn = runs["in turn"]
         assert not turn["threaded"] and len(turn["steps"]) > 4
-        for mode in ("pipelined", "3 deep"):
+        for mode in ("pipelined", "3 deep", "processes"):
             assert runs[mode]["threaded"] and runs[mode]["steps"] == turn["steps"], mode
             for a, b in zip(runs[mode]["params"], turn["params"]):
                 np.testing.assert_array_equal(np.array(a), np.array(b))
@@ -359,3 +385,40 @@ def test_a_servers_ranks_pull_together_on_the_worker_thread_too(tmp_path):
         assert piped["bytes"]["recv_inter"] == turn["bytes"]["recv_inter"] > 0, (r, piped, turn)
         assert piped["bytes"]["recv_intra"] > 0 and turn["bytes"]["recv_intra"] > 0, r
         assert all(t["start_here"] == 0 and t["start"] > 0 for t in piped["times"]), piped
+
+
+def _dying_process(session, cache):
+    """Rank 0's sampler process is killed after the loop took two steps."""
+    g = dglx_dist.distribute(CoraGraphDataset()[0], "distdgl", cache_dir=cache,
+                             session=session)
+    loader = dglx_dist.DataLoader(g, dglx_dist.node_split(g.ndata["train_mask"], g),
+                                  dglx_dist.NeighborSampler([4, 4], prefetch_node_feats=["feat"]),
+                                  batch_size=16, shuffle=True, num_workers=1)
+    proc = loader._threaded[1]._procs[0]
+    taken, t0 = 0, time.monotonic()
+    try:
+        for _ in loader:
+            taken += 1
+            if taken == 2 and session.rank == 0:
+                proc.kill()
+                t0 = time.monotonic()
+    except Exception as exc:  # noqa: BLE001  (what each rank's loop ends with)
+        if session.rank == 0:
+            raise
+        return {"taken": taken, "kind": type(exc).__name__, "error": str(exc),
+                "ranks": getattr(exc, "ranks", None), "seconds": time.monotonic() - t0}
+    return {"taken": taken}
+
+
+def test_a_dead_sampler_process_ends_the_job_naming_the_rank(tmp_path):
+    """DGL's ``num_workers``: a sampler process that dies ends its rank's loop with a line
+    naming the rank and the process, and the peer's loop with an error naming the rank,
+    within the timeout (never a hang)."""
+    res = run_workers(_dying_process, 2, tmp_path / "run", str(tmp_path / "cache"),
+                      expect_failure=[0], env={"DGLX_VIRTUAL_SERVERS": "2", "DGLX_TIMEOUT": "20"},
+                      timeout=120)
+    assert res[0]["error"].startswith("StateError: rank 0: the loader's sampler process 0 "
+                                      "exited (code -9)"), res[0]
+    one = res[1]
+    assert one["taken"] >= 2 and 0 in (one["ranks"] or []), one
+    assert one["seconds"] < 30, one

@@ -79,6 +79,13 @@ def test_topology_groups():
         topo.server_of(6)
     with pytest.raises(ValueError):
         Topology(0, 2)
+    # the groups of a kind, as every rank makes them (a twin's, a sampler process's)
+    assert topo.family([1, 3, 5]) == [[0, 2, 4], [1, 3, 5]]
+    assert topo.family([2, 3]) == [[0, 1], [2, 3], [4, 5]]
+    assert topo.family(range(6)) == [list(range(6))]
+    assert Topology(1, 2).family([0, 1]) == [[0, 1]]  # the world first where it is a server
+    with pytest.raises(ValueError, match=r"ranks \[0, 3\] are neither"):
+        topo.family([0, 3])
 
 
 def test_distenv_is_frozen():

@@ -1,0 +1,314 @@
+"""A loader's sampler processes (DGL's ``num_workers``): the steps' blocks drawn in processes
+of their own, beside the rank, while its loader's worker thread starts their rows' pulls and
+the model computes.
+
+Each rank starts ``num_workers`` processes (``spawn``). Process ``w`` of every rank joins a
+torch.distributed job of its own (gloo, one process per rank, in the job's store under a
+prefix of its own) and makes there the process groups of the communicators the sampler
+exchanges on (:meth:`~dglx_dist.runtime.topology.Topology.family`), so its exchanges meet
+those of the same process on the other ranks, never the rank's own. It gets the sampler by
+value (its tensors in shared memory, its communicators as :class:`Seat`\\ s it fills with its
+own), and draws the steps it is sent: step ``i`` of a loader's epoch goes to process
+``i % num_workers`` on every rank, so the processes that draw one step together are the
+same ones everywhere, ``num_workers * prefetch_factor`` steps ahead of the worker thread
+that asks for them (:meth:`SamplerProcs.draw_each`).
+
+Which steps are drawn is decided by the thread that asks, in steps taken, never in time: at
+a break every rank has sent its processes the same steps, and answers left over are read
+and dropped before the next epoch's (each request carries a ticket). A process that fails
+sends its error, which the rank raises at the step (a peer's failure as a
+:class:`~dglx_dist.runtime.peer.PeerError` naming the rank); one that dies is named by the
+rank that waits for it. A process ends with its rank: asked at the session's shutdown, or
+on its own once its parent is gone.
+"""
+from __future__ import annotations
+
+import atexit
+import collections
+import dataclasses
+import datetime
+import logging
+import queue
+from typing import Any, Iterable, Iterator
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from dglx_dist.errors import NotSupportedError, StateError
+from dglx_dist.runtime.comm import Comm
+from dglx_dist.runtime.counters import ByteCounter
+from dglx_dist.runtime.health import Health
+from dglx_dist.runtime.peer import PeerError
+from dglx_dist.runtime.topology import Topology
+
+__all__ = ["SamplerProcs", "Seat"]
+
+log = logging.getLogger(__name__)
+
+_POLL_S = 0.5  # how often a wait looks at the process it waits for
+
+
+@dataclasses.dataclass(frozen=True)
+class Seat:
+    """A communicator's place in a sampler sent to a process: its name and members (the
+    process fills it with a communicator of its own over the same ranks)."""
+
+    name: str
+    members: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcJob:
+    """What a sampler process needs to join the other ranks' processes of its index.
+
+    Attributes:
+        store: where the job's store is (:func:`_store_address`).
+        prefix: the store keys of this index's processes (unique in the job).
+        rank: the rank's global rank (the process's rank in its own job).
+        topology: the job's servers and ranks.
+        seats: the communicators the sampler exchanges on.
+        timeout: seconds any of its collectives may wait.
+    """
+
+    store: tuple
+    prefix: str
+    rank: int
+    topology: Topology
+    seats: tuple[Seat, ...]
+    timeout: float
+
+
+class SamplerProcs:
+    """``count`` sampler processes of this rank (collective: every rank makes them for the
+    same loader, in the same order), drawing with ``sampler``.
+
+    Args:
+        session: the rank's session.
+        sampler: the sampler (a :class:`~dglx_dist.sampling.sampler.BlockSampler` whose
+            ``on`` replaces its communicators).
+        count: processes (DGL's ``num_workers``, >= 1).
+        ahead: steps each process may be asked for ahead of the one read (DGL's
+            ``prefetch_factor``).
+    """
+
+    def __init__(self, session, sampler, count: int, ahead: int):
+        self.rank, self.count, self.window = session.rank, count, count * max(1, ahead)
+        self.timeout = session.env.timeout
+        self._counter, self._ticket = session.counter, 0
+        seats: list[Seat] = []
+        bare = sampler.on(lambda comm: seats.append(Seat(comm.name, tuple(comm.members)))
+                          or seats[-1])
+        address = _store_address(session)
+        # the sets this rank made in the job so far: the same count on every rank
+        index = session.store.add(f"dglx-samplers/made/{session.rank}", 1)
+        ctx = mp.get_context("spawn")
+        self._inboxes = [ctx.Queue() for _ in range(count)]
+        self._outboxes = [ctx.Queue() for _ in range(count)]
+        self._procs = []
+        for w in range(count):
+            job = ProcJob(address, f"dglx-samplers/{index}/{w}", session.rank,
+                          session.topology, tuple(seats), self.timeout)
+            proc = ctx.Process(target=_serve, args=(job, bare, self._inboxes[w],
+                                                     self._outboxes[w]),
+                               name=f"dglx-sampler-rank{session.rank}-{w}")
+            proc.start()  # (not a daemon: a rank may be one, as torch's DataLoader's are not)
+            self._procs.append(proc)
+        atexit.register(self.close)  # before multiprocessing's exit joins them
+        for w in range(count):  # each joined its peers (or says why not)
+            self._read(w, "ready")
+
+    def draw_each(self, requests: Iterable[tuple[Any, tuple]]
+                  ) -> Iterator[tuple[Any, list]]:
+        """Each request ``(key, args)`` as ``(key, blocks)``, in order, ``blocks`` drawn by
+        process ``i % count`` for the ``i``-th request as ``draw_blocks(*args)``, the next
+        :attr:`window` requests sent before a result is waited for."""
+        sent: collections.deque = collections.deque()
+        requests = iter(requests)
+        step = 0
+        while True:
+            while len(sent) < self.window and (request := next(requests, None)) is not None:
+                key, args = request
+                sent.append((key, step % self.count, self._send(step % self.count, args)))
+                step += 1
+            if not sent:
+                return
+            key, w, ticket = sent.popleft()
+            yield key, self._read(w, ticket)
+
+    def _send(self, w: int, args: tuple) -> int:
+        """Sends process ``w`` a draw; its tensors as copies of their own (the queue's thread
+        moves what it sends into shared memory, in place, while this rank reads on)."""
+        self._ticket += 1
+        self._inboxes[w].put((self._ticket, tuple(
+            a.clone() if isinstance(a, torch.Tensor) else a for a in args)))
+        return self._ticket
+
+    def _read(self, w: int, ticket) -> Any:
+        """Process ``w``'s answer to ``ticket`` (answers to older tickets dropped: the
+        steps a loop left early did not take), its bytes counted as the rank's."""
+        waited = 0.0
+        while True:
+            try:
+                got, value, counts = self._outboxes[w].get(timeout=_POLL_S)
+            except queue.Empty:
+                waited += _POLL_S
+                self._check(w, waited)
+                continue
+            except (OSError, EOFError):  # its tensors' memory is handed over by the process
+                self._procs[w].join(timeout=_POLL_S)
+                self._check(w, 0.0)  # (gone: named)
+                raise
+            self._counter.merge(counts)
+            if isinstance(value, _Failed):
+                raise value.error(self.rank, w)
+            if got == ticket:
+                return value
+
+    def _check(self, w: int, waited: float) -> None:
+        """Raises where process ``w`` is gone or has not answered in the timeout."""
+        proc = self._procs[w]
+        if not proc.is_alive():
+            raise StateError(f"rank {self.rank}: the loader's sampler process {w} exited "
+                             f"(code {proc.exitcode}) before it answered")
+        if waited > self.timeout + 30:
+            raise StateError(f"rank {self.rank}: the loader's sampler process {w} gave no "
+                             f"step in {waited:.0f}s")
+
+    def close(self) -> None:
+        """Ends the processes (each after the draw it is in; those that do not end within
+        a few seconds are terminated)."""
+        atexit.unregister(self.close)
+        for proc, inbox in zip(self._procs, self._inboxes):
+            if proc.is_alive():
+                inbox.put(None)
+        for proc in self._procs:
+            proc.join(timeout=5.0)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=1.0)
+
+
+def _store_address(session) -> tuple:
+    """Where the sampler processes meet: the job's TCPStore (``("tcp", host, port)``) or
+    FileStore (``("file", path)``)."""
+    store = session.store
+    while isinstance(store, dist.PrefixStore):
+        store = store.underlying_store
+    if isinstance(store, dist.TCPStore):
+        return "tcp", store.host, store.port
+    if isinstance(store, dist.FileStore):
+        return "file", store.path
+    raise NotSupportedError(f"DataLoader: num_workers > 0 starts sampler processes that meet "
+                            f"in the job's store, a TCPStore or a FileStore, and this job's is "
+                            f"a {type(store).__name__}; expected num_workers=0")
+
+
+def _open_store(address: tuple, timeout: datetime.timedelta):
+    """A client of the store at ``address`` (:func:`_store_address`)."""
+    if address[0] == "tcp":
+        return dist.TCPStore(address[1], address[2], None, False, timeout=timeout)
+    store = dist.FileStore(address[1], -1)
+    store.set_timeout(timeout)
+    return store
+
+
+@dataclasses.dataclass(frozen=True)
+class _Failed:
+    """A process's error, as it travels to its rank."""
+
+    kind: str
+    message: str
+    ranks: tuple[int, ...] = ()
+    op: str = ""
+
+    @classmethod
+    def of(cls, exc: BaseException) -> "_Failed":
+        if isinstance(exc, PeerError):
+            return cls("peer", str(exc), tuple(exc.ranks), exc.op)
+        return cls(type(exc).__name__, " ".join(str(exc).split()))
+
+    def error(self, rank: int, w: int) -> Exception:
+        if self.kind == "peer":
+            return PeerError(self.message, self.ranks, self.op)
+        return StateError(f"rank {rank}: the loader's sampler process {w}: {self.kind}: "
+                          f"{self.message}")
+
+
+def _serve(job: ProcJob, bare, inbox, outbox) -> None:
+    """A sampler process: joins its peers, then draws what it is sent until told to stop
+    (None), a draw fails, or its parent is gone."""
+    torch.set_num_threads(1)
+    counter = ByteCounter()
+    try:
+        twin, health = _communicators(job, counter)
+        sampler = bare.on(twin)
+    except BaseException as exc:  # noqa: BLE001  (its rank raises it)
+        outbox.put(("ready", _Failed.of(exc), counter.snapshot()))
+        return
+    outbox.put(("ready", None, _taken(counter)))
+    failed = _draw_sent(sampler, inbox, outbox, counter)
+    if failed is not None:  # the peers' processes name it
+        health.record_crash(failed.message)
+    else:
+        health.mark("exit")
+    health.stop()
+    if failed is None:
+        dist.destroy_process_group()
+    outbox.close()
+    outbox.join_thread()  # what it sent is in the pipe before it exits
+
+
+def _draw_sent(sampler, inbox, outbox, counter: ByteCounter) -> "_Failed | None":
+    """Draws each ``(ticket, args)`` from ``inbox`` into ``outbox`` until a None, a failed
+    draw (sent, and returned) or its parent's end."""
+    parent = mp.parent_process()
+    while True:
+        try:
+            message = inbox.get(timeout=1.0)
+        except queue.Empty:
+            if parent is not None and not parent.is_alive():
+                return None
+            continue
+        if message is None:
+            return None
+        ticket, args = message
+        try:
+            value = sampler.draw_blocks(*args)
+        except BaseException as exc:  # noqa: BLE001  (its rank raises it at the step)
+            failed = _Failed.of(exc)
+            outbox.put((ticket, failed, _taken(counter)))
+            return failed
+        outbox.put((ticket, value, _taken(counter)))
+
+
+def _communicators(job: ProcJob, counter: ByteCounter):
+    """Joins the processes of this index on every rank and makes the groups of ``job``'s
+    seats (every process in the same order); the seat -> communicator map ``on`` takes, and
+    the processes' heartbeats."""
+    timeout = datetime.timedelta(seconds=job.timeout)
+    store = _open_store(job.store, timeout)
+    dist.init_process_group("gloo", store=dist.PrefixStore(job.prefix, store), rank=job.rank,
+                            world_size=job.topology.world_size, timeout=timeout)
+    # heartbeats of this index's processes: a failed exchange names the rank whose process
+    # is gone
+    health = Health(store, job.rank, job.topology.world_size,
+                    store_timeout=min(10.0, job.timeout / 2), prefix=f"{job.prefix}/health/")
+    health.start()
+    made: dict[tuple[int, ...], Comm] = {}
+    for seat in job.seats:
+        if seat.members in made:
+            continue
+        for members in job.topology.family(seat.members):
+            group = dist.new_group(members, timeout=timeout, backend="gloo")
+            if tuple(members) == seat.members:
+                made[seat.members] = Comm(seat.name, group, members, job.rank, job.topology,
+                                          counter, health, job.timeout)
+    return (lambda seat: made[seat.members]), health
+
+
+def _taken(counter: ByteCounter) -> dict[str, int]:
+    """The bytes ``counter`` counted since the last call (then zero)."""
+    counts = counter.snapshot()
+    counter.reset()
+    return counts
