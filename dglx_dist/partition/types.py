@@ -107,6 +107,13 @@ class GraphTypes:
             object.__setattr__(self, "edge_data", _pytypes.MappingProxyType(
                 {k: tuple(int(i) for i in v) for k, v in self.edge_data.items()}))
 
+    def __reduce__(self):
+        """Pickled as its fields, the read-only mappings as dicts (a loader's sampler process
+        gets the types by value; a mapping proxy does not pickle)."""
+        values = [getattr(self, f.name) for f in dataclasses.fields(self)]
+        return type(self), tuple(dict(v) if isinstance(v, _pytypes.MappingProxyType) else v
+                                 for v in values)
+
     @property
     def num_nodes(self) -> int:
         return int(self.ntype_offsets[-1])

@@ -270,18 +270,23 @@ def _weighted_graph():
 
 def _typed_draws(session, cache):
     """Under distdgl and p3, each step's blocks (per relation: sources, destinations, edge
-    ids) of a ``prob="w"`` and a ``replace=True`` loader over the papers."""
-    out = []
+    ids) of a ``prob="w"`` and a ``replace=True`` loader over the papers; and under distdgl
+    the same loaders' steps drawn by a sampler process (DGL's ``num_workers``)."""
+    out, processes = [], []
     for name in ("distdgl", "p3"):
         g = dglx_dist.distribute(_weighted_graph(), name, cache_dir=cache, session=session)
         for kind, kw in (("prob", {"prob": "w", "prefetch_edge_feats": ["w"]}),
                          ("replace", {"replace": True})):
-            loader = dglx_dist.DataLoader(g, {"paper": torch.arange(session.rank, 40, 2)},
-                                          dglx_dist.NeighborSampler([2], **kw), batch_size=10)
-            out += [(kind, _typed_edges(blocks)[0], blocks[0].edges["cites"].data["w"].tolist()
-                     if kind == "prob" else None) for _, _, blocks in loader]
+            for workers in (0, 1) if name == "distdgl" else (0,):
+                loader = dglx_dist.DataLoader(
+                    g, {"paper": torch.arange(session.rank, 40, 2)},
+                    dglx_dist.NeighborSampler([2], **kw), batch_size=10, num_workers=workers)
+                steps = [(kind, _typed_edges(blocks)[0], blocks[0].edges["cites"].data[
+                    "w"].tolist() if kind == "prob" else None) for _, _, blocks in loader]
+                (processes if workers else out).append(steps)
         g.close()
-    return out
+    return {"steps": [step for steps in out for step in steps], "in turn": out[:2],
+            "processes": processes}
 
 
 def test_typed_prob_and_replace_draw_as_dgl_defines_them(tmp_path):
@@ -293,8 +298,9 @@ def test_typed_prob_and_replace_draw_as_dgl_defines_them(tmp_path):
                       env={"DGLX_VIRTUAL_SERVERS": "2"})
     g = _weighted_graph()
     drawn = 0
-    for out in res.values():
-        for kind, block, cites_w in out:
+    for out in res.values():  # a sampler process draws what the rank draws (typed, weighed)
+        assert out["processes"] == out["in turn"] and out["processes"][0]
+        for kind, block, cites_w in out["steps"]:
             if cites_w is not None:  # prefetch_edge_feats: the edge type that has it
                 assert cites_w == g.edges["cites"].data["w"][block["cites"][2]].tolist()
             for rel, (src, dst, eid) in block.items():

@@ -32,7 +32,8 @@ CHANGED = RunConfig(
     job=JobConfig(backend="gloo", device="cpu", progress=False, metrics_file=Path("m.jsonl"),
                   json=True, checkpoint_dir=Path("ck"), checkpoint_every=3, nonfinite_loss="warn",
                   fail_on_collapse=True, measure_saved_bytes=True, resume=True,
-                  prefetch_thread="off", prefetch_factor=3, use_uva=True, gpu_cache=1000, memory_limit=10**9))
+                  prefetch_thread="off", prefetch_factor=3, num_workers=2, use_uva=True,
+                  gpu_cache=1000, memory_limit=10**9))
 
 
 def _sections(config: RunConfig, names=TRAINING) -> dict:
