@@ -15,9 +15,10 @@ is a row of the table, not the end of the list):
 * ``pipe``: the sampled strategies (distdgl, p3) on the same graph and ``--device``, their
   loader in turn (``--prefetch-thread off``) against a worker thread (``on``, issue 79), with
   the share of each epoch the step waited on the host for its draws and rows (``sample`` and
-  ``pull`` of the records' ``phases_max``); on a GPU the worker's again with the steps
-  drawn on the GPU (``--use-uva``), and with a quarter of the feature rows kept there as
-  well (``--gpu-cache``).
+  ``pull`` of the records' ``phases_max``), and the worker with two sampler processes
+  drawing its steps (``--num-workers 2``); on a GPU the worker's again with the steps drawn
+  on the GPU (``--use-uva``), and with a quarter of the feature rows kept there as well
+  (``--gpu-cache``).
 
 The correctness runs go ``--jobs`` at a time; the timed ones one at a time. With ``--device
 cpu`` it runs the same list on the CPU (a dry run without a GPU). Writes each run's log and
@@ -64,12 +65,14 @@ class Check:
     thread: str = "auto"  # the training loader's --prefetch-thread
     uva: bool = False  # the training loader's --use-uva: its steps drawn on the GPU
     kept: int = 0  # the training loader's --gpu-cache: feature rows kept on the GPU
+    workers: int = 0  # the training loader's --num-workers: sampler processes per rank
 
     @property
     def name(self) -> str:
         name = f"{self.kind}-{self.strategy}-{self.device.replace(':', '')}"
         name += "" if self.thread == "auto" else f"-thread-{self.thread}"
         name += ("-uva" if self.uva else "") + (f"-kept{self.kept}" if self.kept else "")
+        name += f"-workers{self.workers}" if self.workers else ""
         return name + ("-nodgl" if self.blocked else "")
 
     @property
@@ -85,6 +88,7 @@ class Check:
                 "--hidden", str(self.hidden), "--convs", self.convs,
                 "--prefetch-thread", self.thread, *(["--use-uva"] if self.uva else []),
                 *(["--gpu-cache", str(self.kept)] if self.kept else []),
+                "--num-workers", str(self.workers),
                 "--eval-every", "0", "--no-progress", "--cache-dir", str(cache / self.cache_key)]
 
 
@@ -107,13 +111,13 @@ def checks(device: str, epochs: int, mag: str, big: str,
              for s in STRATEGIES if _capabilities(s).link_prediction]
     timed = [Check("time", s, d, 1, "nccl" if d.startswith("cuda") else "gloo", data=big,
                    epochs=4, hidden=128) for s in STRATEGIES for d in dict.fromkeys([device, "cpu"])]
-    # in turn and on a worker thread; on a GPU, the worker's steps drawn there too, then
-    # with a quarter of the feature rows kept there as well
-    # (p3 holds the input features itself: no rows of them to keep)
-    ways = [("off", False, 0), ("on", False, 0)]
-    ways += [("on", True, 0), ("on", True, nodes // 4)] if gpu else []
+    # in turn, on a worker thread and with two sampler processes drawing for it; on a GPU,
+    # the worker's steps drawn there too, then with a quarter of the feature rows kept there
+    # as well (p3 holds the input features itself: no rows of them to keep)
+    ways = [("off", False, 0, 0), ("on", False, 0, 0), ("on", False, 0, 2)]
+    ways += [("on", True, 0, 0), ("on", True, nodes // 4, 0)] if gpu else []
     timed += [Check("pipe", s, device, 1, one, data=big, epochs=4, hidden=128, thread=t, uva=u,
-                    kept=k) for s in ("distdgl", "p3") for t, u, k in ways
+                    kept=k, workers=w) for s in ("distdgl", "p3") for t, u, k, w in ways
               if not (k and s == "p3")]
     return runs, timed
 
@@ -204,6 +208,7 @@ def table(rows: list[dict]) -> str:
         kind = r["kind"] + ("" if r.get("thread", "auto") == "auto" else f" ({r['thread']})")
         kind += (" (uva)" if r.get("uva") else "") + (f" (kept {r['kept']})" if r.get("kept")
                                                       else "")
+        kind += f" ({r['workers']} workers)" if r.get("workers") else ""
         lines.append(f"| {kind} | {r['strategy']} | {r['device']} | {r['ranks']} | "
                      f"{r['backend']} | {r['status']} | {res} | {ep} | {wait} | {r['seconds']} |")
     failed = [r for r in rows if r["status"] != "ok"]
