@@ -23,17 +23,20 @@ on its own once its parent is gone.
 """
 from __future__ import annotations
 
-import atexit
 import collections
 import dataclasses
 import datetime
+import io
 import logging
+import math
+import pickle
 import queue
 from typing import Any, Iterable, Iterator
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from multiprocessing import util as mp_util
 
 from dglx_dist.errors import NotSupportedError, StateError
 from dglx_dist.runtime.comm import Comm
@@ -114,7 +117,11 @@ class SamplerProcs:
                                name=f"dglx-sampler-rank{session.rank}-{w}")
             proc.start()  # (not a daemon: a rank may be one, as torch's DataLoader's are not)
             self._procs.append(proc)
-        atexit.register(self.close)  # before multiprocessing's exit joins them
+        # at the rank's exit, before multiprocessing joins its processes (which wait for
+        # their stop) and before its queues' threads stop (their finalizers' priority is 10);
+        # a process may be a rank too (the tests' launcher starts them)
+        self._at_exit = mp_util.Finalize(self, SamplerProcs.close, args=(self,),
+                                         exitpriority=100)
         for w in range(count):  # each joined its peers (or says why not)
             self._read(w, "ready")
 
@@ -163,7 +170,7 @@ class SamplerProcs:
             if isinstance(value, _Failed):
                 raise value.error(self.rank, w)
             if got == ticket:
-                return value
+                return value if got == "ready" else _unpacked(*value)
 
     def _check(self, w: int, waited: float) -> None:
         """Raises where process ``w`` is gone or has not answered in the timeout."""
@@ -178,7 +185,7 @@ class SamplerProcs:
     def close(self) -> None:
         """Ends the processes (each after the draw it is in; those that do not end within
         a few seconds are terminated)."""
-        atexit.unregister(self.close)
+        self._at_exit.cancel()
         for proc, inbox in zip(self._procs, self._inboxes):
             if proc.is_alive():
                 inbox.put(None)
@@ -247,39 +254,40 @@ def _serve(job: ProcJob, bare, inbox, outbox) -> None:
         outbox.put(("ready", _Failed.of(exc), counter.snapshot()))
         return
     outbox.put(("ready", None, _taken(counter)))
-    failed = _draw_sent(sampler, inbox, outbox, counter)
-    if failed is not None:  # the peers' processes name it
-        health.record_crash(failed.message)
-    else:
+    failed = _draw_sent(sampler, inbox, outbox, counter, health)
+    if failed is None:
         health.mark("exit")
     health.stop()
     if failed is None:
         dist.destroy_process_group()
-    outbox.close()
-    outbox.join_thread()  # what it sent is in the pipe before it exits
+    outbox.cancel_join_thread()  # its rank reads no more: nothing left unsent holds it
 
 
-def _draw_sent(sampler, inbox, outbox, counter: ByteCounter) -> "_Failed | None":
-    """Draws each ``(ticket, args)`` from ``inbox`` into ``outbox`` until a None, a failed
-    draw (sent, and returned) or its parent's end."""
-    parent = mp.parent_process()
+def _draw_sent(sampler, inbox, outbox, counter: ByteCounter, health: Health
+               ) -> "_Failed | None":
+    """Draws each ``(ticket, args)`` from ``inbox`` into ``outbox`` (:func:`_packed`) until
+    a None or its parent's end; after a failed draw (its crash recorded for the peers'
+    processes to name), answers each later one with the failure, and returns it at the end:
+    the process lives on until then, as its rank reads the steps it sent (their memory is
+    handed over by this process)."""
+    parent, failed = mp.parent_process(), None
     while True:
         try:
             message = inbox.get(timeout=1.0)
         except queue.Empty:
             if parent is not None and not parent.is_alive():
-                return None
+                return failed
             continue
         if message is None:
-            return None
-        ticket, args = message
-        try:
-            value = sampler.draw_blocks(*args)
-        except BaseException as exc:  # noqa: BLE001  (its rank raises it at the step)
-            failed = _Failed.of(exc)
-            outbox.put((ticket, failed, _taken(counter)))
             return failed
-        outbox.put((ticket, value, _taken(counter)))
+        ticket, args = message
+        if failed is None:
+            try:
+                value = _packed(sampler.draw_blocks(*args))
+            except BaseException as exc:  # noqa: BLE001  (its rank raises it at the step)
+                failed = _Failed.of(exc)
+                health.record_crash(failed.message)
+        outbox.put((ticket, value if failed is None else failed, _taken(counter)))
 
 
 def _communicators(job: ProcJob, counter: ByteCounter):
@@ -305,6 +313,58 @@ def _communicators(job: ProcJob, counter: ByteCounter):
                 made[seat.members] = Comm(seat.name, group, members, job.rank, job.topology,
                                           counter, health, job.timeout)
     return (lambda seat: made[seat.members]), health
+
+
+class _TensorsOut(pickle.Pickler):
+    """Pickles an object with its host tensors left out, in :attr:`tensors`."""
+
+    def __init__(self, file):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.tensors: list[torch.Tensor] = []
+
+    def persistent_id(self, obj):
+        if isinstance(obj, torch.Tensor) and obj.layout == torch.strided and \
+                obj.device.type == "cpu":
+            self.tensors.append(obj)
+            return len(self.tensors) - 1
+        return None
+
+
+class _TensorsIn(pickle.Unpickler):
+    """Unpickles what :class:`_TensorsOut` pickled, its tensors views of one buffer."""
+
+    def __init__(self, file, specs: list, buffer: torch.Tensor):
+        super().__init__(file)
+        self.specs, self.buffer = specs, buffer
+
+    def persistent_load(self, pid):
+        at, dtype, shape = self.specs[pid]
+        size = math.prod(shape) * dtype.itemsize
+        return self.buffer[at:at + size].view(dtype).view(shape)
+
+
+def _packed(value) -> tuple[bytes, list, torch.Tensor]:
+    """``value`` as its pickle without its host tensors, where each one is in one buffer
+    (16-byte aligned), and that buffer: the queue hands one tensor's memory over instead of
+    each one's (a step's blocks hold about 16; measured here, reading a step of 16 tensors
+    took 4.3 ms, of 4 tensors 1.0 ms)."""
+    file = io.BytesIO()
+    pickler = _TensorsOut(file)
+    pickler.dump(value)
+    specs, at = [], 0
+    for t in pickler.tensors:
+        specs.append((at, t.dtype, tuple(t.shape)))
+        at += -(-t.numel() * t.element_size() // 16) * 16
+    buffer = torch.empty(at, dtype=torch.uint8)
+    for (start, _, _), t in zip(specs, pickler.tensors):
+        flat = t.contiguous().view(-1).view(torch.uint8)
+        buffer[start:start + flat.numel()] = flat
+    return file.getvalue(), specs, buffer
+
+
+def _unpacked(data: bytes, specs: list, buffer: torch.Tensor):
+    """What :func:`_packed` packed."""
+    return _TensorsIn(io.BytesIO(data), specs, buffer).load()
 
 
 def _taken(counter: ByteCounter) -> dict[str, int]:

@@ -410,6 +410,47 @@ def _dying_process(session, cache):
     return {"taken": taken}
 
 
+def _failing_process(session, cache):
+    """Rank 0's sampler process is sent a node id out of range for the third step."""
+    from dglx_dist.api.workers import SamplerProcs
+
+    g = dglx_dist.distribute(CoraGraphDataset()[0], "distdgl", cache_dir=cache,
+                             session=session)
+    loader = dglx_dist.DataLoader(g, dglx_dist.node_split(g.ndata["train_mask"], g),
+                                  dglx_dist.NeighborSampler([4, 4]), batch_size=16,
+                                  shuffle=True, num_workers=1)
+    procs, sent = loader._threaded[1], []
+    send = procs._send
+
+    def bad(w, args):
+        sent.append(w)
+        if session.rank == 0 and len(sent) == 3:
+            args = (torch.tensor([10**9]), *args[1:])
+        return send(w, args)
+
+    procs._send = bad
+    taken, t0 = 0, time.monotonic()
+    try:
+        for _ in loader:
+            taken += 1
+    except PeerError as exc:  # rank 1: rank 0 left
+        return {"taken": taken, "ranks": exc.ranks, "seconds": time.monotonic() - t0}
+    return {"taken": taken}
+
+
+def test_a_failed_draw_in_a_sampler_process_is_one_line_naming_the_rank(tmp_path):
+    """The process's error reaches its rank at the step, as the loop's own would (the type
+    and message, the rank and the process named); the peer's loop ends naming the rank."""
+    res = run_workers(_failing_process, 2, tmp_path / "run", str(tmp_path / "cache"),
+                      expect_failure=[0], env={"DGLX_VIRTUAL_SERVERS": "2", "DGLX_TIMEOUT": "20"},
+                      timeout=120)
+    assert res[0]["error"].startswith("StateError: rank 0: the loader's sampler process 0: "
+                                      "IdOutOfRangeError: "), res[0]
+    assert "\n" not in res[0]["error"]
+    one = res[1]
+    assert one["taken"] == 2 and 0 in one["ranks"] and one["seconds"] < 30, one
+
+
 def test_a_dead_sampler_process_ends_the_job_naming_the_rank(tmp_path):
     """DGL's ``num_workers``: a sampler process that dies ends its rank's loop with a line
     naming the rank and the process, and the peer's loop with an error naming the rank,
