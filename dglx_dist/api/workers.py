@@ -15,11 +15,12 @@ that asks for them (:meth:`SamplerProcs.draw_each`).
 
 Which steps are drawn is decided by the thread that asks, in steps taken, never in time: at
 a break every rank has sent its processes the same steps, and answers left over are read
-and dropped before the next epoch's (each request carries a ticket). A process that fails
-sends its error, which the rank raises at the step (a peer's failure as a
-:class:`~dglx_dist.runtime.peer.PeerError` naming the rank); one that dies is named by the
-rank that waits for it. A process ends with its rank: asked at the session's shutdown, or
-on its own once its parent is gone.
+and dropped before the next epoch's (each request carries a ticket). A step's blocks cross
+as one buffer (:func:`_packed`). A process whose draw fails sends its error, which the rank
+raises at the step (a peer's failure as a :class:`~dglx_dist.runtime.peer.PeerError` naming
+the rank), and lives on, answering with it, until it is asked to end; one that dies is named
+by the rank that waits for it. The processes end when their graph is closed, at the
+session's shutdown or the rank's exit, or on their own once their rank is gone.
 """
 from __future__ import annotations
 
@@ -27,7 +28,6 @@ import collections
 import dataclasses
 import datetime
 import io
-import logging
 import math
 import pickle
 import queue
@@ -46,8 +46,6 @@ from dglx_dist.runtime.peer import PeerError
 from dglx_dist.runtime.topology import Topology
 
 __all__ = ["SamplerProcs", "Seat"]
-
-log = logging.getLogger(__name__)
 
 _POLL_S = 0.5  # how often a wait looks at the process it waits for
 
