@@ -184,19 +184,13 @@ class DataLoader:
         self.delivery = delivery.on(delivery.device or self.strategy.compute_device(session))
         self.device = self.delivery.device
         self.prefetch = Prefetch(graph, graph_sampler, self.delivery)
-        self.depth, self._threaded, self.times = depth, None, LoaderTimes()
+        self.depth, self.times = depth, LoaderTimes()
         # DGL's use_uva: the calling thread's sampler on the steps' GPU (a worker's: below)
         self._on_device = self._uva_sampler(call) if self.delivery.uva else None
         # DGL's default: the thread where the steps go to a GPU (on a CPU the model's step
         # and the draws share the cores; the loader looks ahead on the calling thread)
         threaded = asked or (use_prefetch_thread is None and self.device.type == "cuda")
-        if threaded and self.lookahead and not self.strategy.capabilities.steps_in_turn:
-            self._threaded = self._thread_parts(num_workers)  # collective: the lane's groups
-        if num_workers and self._threaded is None and session.is_main:
-            warnings.warn(f"{call}: num_workers={num_workers}: strategy "
-                          f"{self.strategy.registered_name!r} draws these steps on the calling "
-                          f"thread (a user's sampler, or a strategy that draws in turn); no "
-                          f"sampler processes run", stacklevel=2)
+        self._threaded = self._off_thread(threaded, num_workers, call)  # (collective)
 
     def _drawer(self, twin):
         """The sampler the steps are drawn with, exchanging on ``twin(comm)`` where it
@@ -219,6 +213,20 @@ class DataLoader:
                                     f"package's samplers, and {who} draws them on the host; "
                                     "expected use_uva=False")
         return sampler.to(self.device)
+
+    def _off_thread(self, threaded: bool, num_workers: int, call: str):
+        """:meth:`_thread_parts` where a worker thread draws this loader's steps (``threaded``
+        and the strategy draws ahead), else None; said once where ``num_workers`` asked for
+        processes and none run."""
+        parts = None
+        if threaded and self.lookahead and not self.strategy.capabilities.steps_in_turn:
+            parts = self._thread_parts(num_workers)
+        if num_workers and parts is None and self.graph.session.is_main:
+            warnings.warn(f"{call}: num_workers={num_workers}: strategy "
+                          f"{self.strategy.registered_name!r} draws these steps on the calling "
+                          f"thread (a user's sampler, or a strategy that draws in turn); no "
+                          f"sampler processes run", stacklevel=3)
+        return parts
 
     def _thread_parts(self, num_workers: int):
         """What this loader's worker thread draws and pulls with (on the graph's

@@ -25,13 +25,12 @@ session's shutdown or the rank's exit, or on their own once their rank is gone.
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 import datetime
-import io
 import math
-import pickle
 import queue
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -313,56 +312,61 @@ def _communicators(job: ProcJob, counter: ByteCounter):
     return (lambda seat: made[seat.members]), health
 
 
-class _TensorsOut(pickle.Pickler):
-    """Pickles an object with its host tensors left out, in :attr:`tensors`."""
-
-    def __init__(self, file):
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.tensors: list[torch.Tensor] = []
-
-    def persistent_id(self, obj):
-        if isinstance(obj, torch.Tensor) and obj.layout == torch.strided and \
-                obj.device.type == "cpu":
-            self.tensors.append(obj)
-            return len(self.tensors) - 1
-        return None
-
-
-class _TensorsIn(pickle.Unpickler):
-    """Unpickles what :class:`_TensorsOut` pickled, its tensors views of one buffer."""
-
-    def __init__(self, file, specs: list, buffer: torch.Tensor):
-        super().__init__(file)
-        self.specs, self.buffer = specs, buffer
-
-    def persistent_load(self, pid):
-        at, dtype, shape = self.specs[pid]
-        size = math.prod(shape) * dtype.itemsize
-        return self.buffer[at:at + size].view(dtype).view(shape)
+def _swapped(value, swap: Callable[[torch.Tensor], torch.Tensor]):
+    """``value`` with each tensor ``t`` in it replaced by ``swap(t)``, in one fixed order:
+    through lists, tuples, dicts and dataclasses (copied, their fields set past a frozen
+    one's guard: a placeholder need not pass its checks); other objects as they are."""
+    if isinstance(value, torch.Tensor):
+        return swap(value)
+    if type(value) in (list, tuple):
+        return type(value)(_swapped(v, swap) for v in value)
+    if type(value) is dict:
+        return {k: _swapped(v, swap) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = copy.copy(value)
+        for f in dataclasses.fields(value):
+            object.__setattr__(out, f.name, _swapped(getattr(value, f.name), swap))
+        return out
+    return value
 
 
-def _packed(value) -> tuple[bytes, list, torch.Tensor]:
-    """``value`` as its pickle without its host tensors, where each one is in one buffer
-    (16-byte aligned), and that buffer: the queue hands one tensor's memory over instead of
-    each one's (a step's blocks hold about 16; measured here, reading a step of 16 tensors
-    took 4.3 ms, of 4 tensors 1.0 ms)."""
-    file = io.BytesIO()
-    pickler = _TensorsOut(file)
-    pickler.dump(value)
-    specs, at = [], 0
-    for t in pickler.tensors:
+def _packed(value) -> tuple[Any, list, torch.Tensor]:
+    """``value`` with its host tensors empty, their contents in one buffer (16-byte aligned,
+    where each one starts, its dtype and shape in the list), and the buffer: the queue hands
+    one tensor's memory over where it would hand each one's (a step's blocks hold about 16;
+    measured here, reading a ready step of 16 tensors from the queue took 3.6 ms one by one,
+    0.8 ms packed)."""
+    tensors, specs = [], []
+
+    def out(t: torch.Tensor) -> torch.Tensor:
+        if t.device.type != "cpu" or t.layout != torch.strided:
+            return t
+        at = specs[-1][0] + -(-tensors[-1].numel() * tensors[-1].element_size() // 16) * 16 \
+            if specs else 0
+        tensors.append(t)
         specs.append((at, t.dtype, tuple(t.shape)))
-        at += -(-t.numel() * t.element_size() // 16) * 16
-    buffer = torch.empty(at, dtype=torch.uint8)
-    for (start, _, _), t in zip(specs, pickler.tensors):
+        return t.new_empty(0)  # (an empty tensor crosses without memory of its own)
+
+    skeleton = _swapped(value, out)
+    size = specs[-1][0] + tensors[-1].numel() * tensors[-1].element_size() if specs else 0
+    buffer = torch.empty(size, dtype=torch.uint8)
+    for (start, _, _), t in zip(specs, tensors):
         flat = t.contiguous().view(-1).view(torch.uint8)
         buffer[start:start + flat.numel()] = flat
-    return file.getvalue(), specs, buffer
+    return skeleton, specs, buffer
 
 
-def _unpacked(data: bytes, specs: list, buffer: torch.Tensor):
-    """What :func:`_packed` packed."""
-    return _TensorsIn(io.BytesIO(data), specs, buffer).load()
+def _unpacked(skeleton, specs: list, buffer: torch.Tensor):
+    """What :func:`_packed` packed, its tensors views of the buffer."""
+    left = iter(specs)
+
+    def back(t: torch.Tensor) -> torch.Tensor:
+        if t.device.type != "cpu" or t.layout != torch.strided:
+            return t
+        at, dtype, shape = next(left)
+        return buffer[at:at + math.prod(shape) * dtype.itemsize].view(dtype).view(shape)
+
+    return _swapped(skeleton, back)
 
 
 def _taken(counter: ByteCounter) -> dict[str, int]:
