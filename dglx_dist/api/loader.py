@@ -231,9 +231,8 @@ class DataLoader:
     def _thread_parts(self, num_workers: int):
         """What this loader's worker thread draws and pulls with (on the graph's
         :class:`~dglx_dist.api.pipeline.Lane`): the sampler, or with ``num_workers`` the
-        lane's sampler processes (:class:`~dglx_dist.api.workers.SamplerProcs`), the store,
-        and how many steps the sampler asks for ahead of the one it draws; or None: its
-        steps are drawn on the calling thread (collective: the lane's groups and processes
+        lane's sampler processes (:class:`~dglx_dist.api.workers.SamplerProcs`), and the
+        store; or None: its steps are drawn on the calling thread (collective: the lane's groups and processes
         are made on first use)."""
         if self._drawer(lambda comm: comm) is None:  # (nothing exchanged to know it)
             return None
@@ -241,11 +240,11 @@ class DataLoader:
         if num_workers:
             procs = lane.procs(num_workers, self.depth, self._own,
                                lambda: self._drawer(lambda comm: comm))
-            return lane, procs, self.graph.store.on(lane.twin), procs.window
+            return lane, procs, self.graph.store.on(lane.twin)
         sampler = self._drawer(lane.twin)
         if self.delivery.uva:
             sampler = sampler.to(self.device)
-        return lane, sampler, self.graph.store.on(lane.twin), 1
+        return lane, sampler, self.graph.store.on(lane.twin)
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next iteration is (DGL's ``set_epoch``: it seeds the shuffling and
@@ -333,15 +332,15 @@ class DataLoader:
         """Each step of ``epoch`` with its rows, drawn and its pulls started on a worker
         thread, :attr:`depth` steps ahead (:mod:`dglx_dist.api.pipeline`), handed over here;
         the lane given back at the end."""
-        lane, sampler, store, ahead = self._threaded
+        lane, sampler, store = self._threaded
         session, done = self.graph.session, False
         wait = session.env.timeout + 30
         try:
             # an edge loader's pairs are made here, as the worker is allowed each step (and
-            # the steps its sampler asks for ahead of the one it draws)
+            # the steps its sampler reads ahead of the one it draws: its window)
             fed = None if self.spec.pairs is None else \
                 FedPairs(self.spec, self.plan, epoch, session.rank, wait)
-            for _ in range(ahead - 1 if fed is not None else 0):
+            for _ in range(sampler.window - 1 if fed is not None else 0):
                 fed.allow()
             spec = self.spec if fed is None else dataclasses.replace(self.spec, pairs=fed)
             started = (self.times.started(step, self.prefetch, store, here=False)

@@ -40,6 +40,7 @@ from multiprocessing import util as mp_util
 from dglx_dist.errors import NotSupportedError, StateError
 from dglx_dist.runtime.comm import Comm
 from dglx_dist.runtime.counters import ByteCounter
+from dglx_dist.runtime.failure import one_line
 from dglx_dist.runtime.health import Health
 from dglx_dist.runtime.peer import PeerError
 from dglx_dist.runtime.topology import Topology
@@ -126,15 +127,14 @@ class SamplerProcs:
                   ) -> Iterator[tuple[Any, list]]:
         """Each request ``(key, args)`` as ``(key, blocks)``, in order, ``blocks`` drawn by
         process ``i % count`` for the ``i``-th request as ``draw_blocks(*args)``, the next
-        :attr:`window` requests sent before a result is waited for."""
+        :attr:`window` requests sent before a result is waited for (the sampler protocol's
+        ``window``)."""
         sent: collections.deque = collections.deque()
-        requests = iter(requests)
-        step = 0
+        numbered = enumerate(requests)
         while True:
-            while len(sent) < self.window and (request := next(requests, None)) is not None:
-                key, args = request
+            while len(sent) < self.window and (item := next(numbered, None)) is not None:
+                step, (key, args) = item
                 sent.append((key, step % self.count, self._send(step % self.count, args)))
-                step += 1
             if not sent:
                 return
             key, w, ticket = sent.popleft()
@@ -219,24 +219,24 @@ def _open_store(address: tuple, timeout: datetime.timedelta):
 
 @dataclasses.dataclass(frozen=True)
 class _Failed:
-    """A process's error, as it travels to its rank."""
+    """A process's error, as it travels to its rank: its one line
+    (:func:`~dglx_dist.runtime.failure.one_line`), and where it is a peer's failure, the
+    ranks it names and the collective."""
 
-    kind: str
-    message: str
-    ranks: tuple[int, ...] = ()
+    line: str
+    ranks: tuple[int, ...] | None = None
     op: str = ""
 
     @classmethod
     def of(cls, exc: BaseException) -> "_Failed":
         if isinstance(exc, PeerError):
-            return cls("peer", str(exc), tuple(exc.ranks), exc.op)
-        return cls(type(exc).__name__, " ".join(str(exc).split()))
+            return cls(str(exc), tuple(exc.ranks), exc.op)
+        return cls(one_line(exc))
 
     def error(self, rank: int, w: int) -> Exception:
-        if self.kind == "peer":
-            return PeerError(self.message, self.ranks, self.op)
-        return StateError(f"rank {rank}: the loader's sampler process {w}: {self.kind}: "
-                          f"{self.message}")
+        if self.ranks is not None:
+            return PeerError(self.line, self.ranks, self.op)
+        return StateError(f"rank {rank}: the loader's sampler process {w}: {self.line}")
 
 
 def _serve(job: ProcJob, bare, inbox, outbox) -> None:
@@ -283,7 +283,7 @@ def _draw_sent(sampler, inbox, outbox, counter: ByteCounter, health: Health
                 value = _packed(sampler.draw_blocks(*args))
             except BaseException as exc:  # noqa: BLE001  (its rank raises it at the step)
                 failed = _Failed.of(exc)
-                health.record_crash(failed.message)
+                health.record_crash(failed.line)
         outbox.put((ticket, value if failed is None else failed, _taken(counter)))
 
 
@@ -336,19 +336,18 @@ def _packed(value) -> tuple[Any, list, torch.Tensor]:
     one tensor's memory over where it would hand each one's (a step's blocks hold about 16;
     measured here, reading a ready step of 16 tensors from the queue took 3.6 ms one by one,
     0.8 ms packed)."""
-    tensors, specs = [], []
+    tensors: list[torch.Tensor] = []
 
     def out(t: torch.Tensor) -> torch.Tensor:
-        if t.device.type != "cpu" or t.layout != torch.strided:
+        if not _packable(t):
             return t
-        at = specs[-1][0] + -(-tensors[-1].numel() * tensors[-1].element_size() // 16) * 16 \
-            if specs else 0
         tensors.append(t)
-        specs.append((at, t.dtype, tuple(t.shape)))
         return t.new_empty(0)  # (an empty tensor crosses without memory of its own)
 
-    skeleton = _swapped(value, out)
-    size = specs[-1][0] + tensors[-1].numel() * tensors[-1].element_size() if specs else 0
+    skeleton, specs, size = _swapped(value, out), [], 0
+    for t in tensors:
+        specs.append((size, t.dtype, tuple(t.shape)))
+        size += -(-t.numel() * t.element_size() // 16) * 16
     buffer = torch.empty(size, dtype=torch.uint8)
     for (start, _, _), t in zip(specs, tensors):
         flat = t.contiguous().view(-1).view(torch.uint8)
@@ -361,12 +360,17 @@ def _unpacked(skeleton, specs: list, buffer: torch.Tensor):
     left = iter(specs)
 
     def back(t: torch.Tensor) -> torch.Tensor:
-        if t.device.type != "cpu" or t.layout != torch.strided:
+        if not _packable(t):
             return t
         at, dtype, shape = next(left)
         return buffer[at:at + math.prod(shape) * dtype.itemsize].view(dtype).view(shape)
 
     return _swapped(skeleton, back)
+
+
+def _packable(t: torch.Tensor) -> bool:
+    """Whether :func:`_packed` packs ``t`` (a dense host tensor; others cross as they are)."""
+    return t.device.type == "cpu" and t.layout == torch.strided
 
 
 def _taken(counter: ByteCounter) -> dict[str, int]:

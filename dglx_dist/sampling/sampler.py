@@ -151,6 +151,9 @@ class BlockSampler(abc.ABC):
             frontier = [blocks[0].nodes_of(t) for t in range(len(self.ids.ntypes))]
         return blocks
 
+    window = 1
+    """Requests :meth:`draw_each` reads up to the one it yields (it draws each when asked)."""
+
     def draw_each(self, requests: Iterable[tuple[Any, tuple]]
                   ) -> Iterator[tuple[Any, list[Block]]]:
         """Each request ``(key, args)`` as ``(key, draw_blocks(*args))``, in order, drawn
