@@ -293,9 +293,11 @@ class JobConfig(_Section):
                                                "thread), each holding its rows (DGL's "
                                                "prefetch_factor; default 2, or what --strategy "
                                                "auto chose)", bounds=_POSITIVE, metavar="N")
-    num_workers: int = option(0, "sampler processes per rank that draw the training loader's "
-                                 "steps while its worker thread starts their rows' pulls "
-                                 "(DGL's num_workers; 0: none)", bounds=Bounds(0), metavar="N")
+    num_workers: int | None = option(None, "sampler processes per rank that draw the training "
+                                           "loader's steps while its worker thread starts "
+                                           "their rows' pulls (DGL's num_workers; default 0, "
+                                           "none, or what --strategy auto chose)",
+                                     bounds=Bounds(0), metavar="N")
     use_uva: bool = option(False, "the training loader draws its steps on the rank's GPU "
                                   "(DGL's use_uva; the strategy's sampler copied into the "
                                   "GPU's memory; needs a GPU)")
@@ -316,7 +318,8 @@ class JobConfig(_Section):
     def train_loader(self) -> dict:
         """The training loader's DGL ``DataLoader`` options these flags ask for."""
         kept = {"gpu_cache": {"node": {"feat": self.gpu_cache}}} if self.gpu_cache else {}
-        return {"use_prefetch_thread": self.use_prefetch_thread, "num_workers": self.num_workers,
+        return {"use_prefetch_thread": self.use_prefetch_thread,
+                "num_workers": self.num_workers or 0,
                 "prefetch_factor": self.prefetch_factor, "use_uva": self.use_uva, **kept}
 
 

@@ -388,13 +388,14 @@ def planned(strategy: str | Strategy, options: dict[str, Any], session: Session,
     logs the plan's two lines."""
     import psutil
 
-    from dglx_dist.planner.auto import Launch, resolve, shared_cores
+    from dglx_dist.planner.auto import Launch, resolve, server_cores, shared_cores
 
     topo, env = session.topology, session.env
     memory = psutil.virtual_memory().total * topo.ranks_per_server / env.ranks_on_host
     launch = Launch(topo.num_servers, topo.ranks_per_server, memory,
                     shared_cores=shared_cores(env.ranks_on_host, env.world_size),
-                    loaders=True)  # a script's DataLoaders
+                    loaders=True,  # a script's DataLoaders
+                    server_cores=server_cores(env.ranks_on_host, topo.ranks_per_server))
     name, options, _ = resolve(strategy, options, graph, launch, accept=accept,
                                tell=session.is_main)
     return name, options

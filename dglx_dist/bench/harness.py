@@ -232,10 +232,10 @@ def run_planned(setup: Setup, extra: Options, needs: Sequence[str] = (),
         return (all(getattr(built.capabilities, c) for c in needs)
                 and model_mismatch(built.registered_name, setup) is None)
 
-    from dglx_dist.planner.auto import loader_thread
+    from dglx_dist.planner.auto import planned_loader
 
     name, options, plan = plan_setup(setup, given_options(extra, AUTO), runs_here, loaders)
-    setup = dataclasses.replace(setup, run=loader_thread(setup.run, plan))
+    setup = dataclasses.replace(setup, run=planned_loader(setup.run, plan))
     row = run_strategy(name, setup, {name: options}, target=target)
     predicted = f"planned: {plan.choice.epoch_s:.3g} s an epoch predicted"
     return row | {"system": f"{AUTO} ({name})", "strategy": name,

@@ -76,6 +76,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    "Gbit/s (default: measured by `dglx commcheck --payload-mb`, else 10g)")
     c.add_argument("--latency-ms", type=number(float, 0), default=0.0,
                    help="one-way latency between servers")
+    c.add_argument("--cores-per-server", type=number(int, 1), metavar="N",
+                   help="cores of a server, shared by its ranks: the plan gives each rank's "
+                        "loader sampler processes where they have cores (default: not known, "
+                        "a core for each rank's loader thread and none for processes)")
     c.add_argument("--compute-speedup", type=number(float, 0, low_open=True), default=1.0,
                    help="a rank's speed at the model's math over one core of the machine the "
                         "units are from (a GPU: 50 is a start)")
@@ -129,7 +133,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                       args.link or measured.link_gbit or DEFAULT_LINK_GBIT,
                       latency_s=args.latency_ms / 1000,
                       memory_bytes=args.memory_per_server or psutil.virtual_memory().total,
-                      compute_speedup=args.compute_speedup, sample_speedup=args.sample_speedup)
+                      compute_speedup=args.compute_speedup, sample_speedup=args.sample_speedup,
+                      server_cores=args.cores_per_server)
     work = workload_for({"fanouts": args.fanouts, "batch_size": args.batch_size or 1000,
                          **given}, args.model, args.hidden, task=_task(args))
     if pdir is not None:

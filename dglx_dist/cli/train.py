@@ -79,10 +79,10 @@ def planned(config: RunConfig, env) -> RunConfig:
     server's memory (``--memory-limit`` for this machine's ranks, else its total; every rank
     plans alike), among the strategies given partitions
     fit (and, for the link task, that train it); the plan's two lines logged by rank 0; its
-    training loader on a worker thread where the plan says so
-    (:func:`~dglx_dist.planner.auto.loader_thread`)."""
-    from dglx_dist.planner.auto import (Launch, loader_thread, resolve, server_memory,
-                                        shared_cores)
+    training loader on a worker thread, with sampler processes, where the plan says so
+    (:func:`~dglx_dist.planner.auto.planned_loader`)."""
+    from dglx_dist.planner.auto import (Launch, planned_loader, resolve, server_cores,
+                                        server_memory, shared_cores)
     from dglx_dist.runtime.topology import Topology
     from dglx_dist.strategies.base import fits_partitions
 
@@ -91,13 +91,14 @@ def planned(config: RunConfig, env) -> RunConfig:
     memory = server_memory(config.job.memory_limit, env.ranks_per_server, env.ranks_on_host)
     launch = Launch(env.num_servers, env.ranks_per_server, memory,
                     shared_cores=shared_cores(env.ranks_on_host, env.world_size), model=m.name,
-                    hidden=m.hidden, layers=m.layers, task=config.task)
+                    hidden=m.hidden, layers=m.layers, task=config.task,
+                    server_cores=server_cores(env.ranks_on_host, env.ranks_per_server))
     name, options, plan = resolve(
         s.name, s.values(), lambda: _plan_graph(config, pdir), launch,
         accept=None if pdir is None else lambda built: fits_partitions(built, pdir, topology),
         tell=env.rank == 0)
-    return loader_thread(dataclasses.replace(config, strategy=StrategyConfig.of(name, **options)),
-                         plan)
+    return planned_loader(dataclasses.replace(config, strategy=StrategyConfig.of(name, **options)),
+                          plan)
 
 
 def _partitions(config: RunConfig):

@@ -22,7 +22,8 @@ from dglx_dist.planner.plan import Plan, make_plan
 from dglx_dist.planner.units import DEFAULT_LINK_GBIT, Measured, load_measured
 from dglx_dist.strategies.cost.shapes import Cluster, GraphShape, Workload
 
-__all__ = ["Launch", "resolve", "server_memory", "shared_cores", "workload_for"]
+__all__ = ["Launch", "planned_loader", "resolve", "server_cores", "server_memory", "shared_cores",
+           "workload_for"]
 
 log = logging.getLogger("dglx_dist.plan")
 
@@ -58,6 +59,11 @@ def shared_cores(ranks_on_host: int, world_size: int) -> int | None:
     return os.cpu_count() if ranks_on_host >= world_size else None
 
 
+def server_cores(ranks_on_host: int, ranks_per_server: int) -> int | None:
+    """This machine's cores where it runs one server's ranks, else None (not known here)."""
+    return os.cpu_count() if ranks_on_host == ranks_per_server else None
+
+
 def server_memory(memory_limit: int | None, ranks_per_server: int, ranks_on_host: int) -> float:
     """A server's memory: its ranks' share of ``--memory-limit`` (this machine's ranks) or of
     this machine's total, shared by the servers emulated on it."""
@@ -85,11 +91,14 @@ class Launch:
     task: TaskConfig | None = None
     loaders: bool = False
     defaults: tuple[tuple[str, Any], ...] = ()
+    server_cores: int | None = None
+    """A server's cores, where ``shared_cores`` is None (:func:`server_cores`; None: not
+    known)."""
 
     def cluster(self, measured: Measured) -> Cluster:
         return Cluster(self.servers, self.ranks_per_server, self.link_gbit or
                        measured.link_gbit or DEFAULT_LINK_GBIT, shared_cores=self.shared_cores,
-                       memory_bytes=self.memory_bytes)
+                       memory_bytes=self.memory_bytes, server_cores=self.server_cores)
 
     def workload(self, options: Mapping[str, Any]) -> Workload:
         return workload_for({**dict(self.defaults), **options}, self.model, self.hidden,
@@ -126,15 +135,24 @@ def resolve(name: Any, options: Mapping[str, Any], graph: Callable[[], GraphShap
             log.info("its training loader draws on a worker thread, %d steps ahead: each "
                      "rank has a core for it beside its model's and memory for the steps' "
                      "rows", plan.choice.depth)
+        if plan.choice.workers:
+            log.info("%d sampler processes a rank draw its steps (--num-workers): the rank "
+                     "has cores for them and the draws are the loader's longest stage",
+                     plan.choice.workers)
     return plan.choice.strategy, dict(plan.choice.options), plan
 
 
-def loader_thread(config: RunConfig, plan: Plan | None) -> RunConfig:
-    """``config`` with its training loader on a worker thread (``--prefetch-thread on``)
-    where ``plan``'s choice draws on one (:attr:`~dglx_dist.planner.plan.PlanRow.depth`) and
-    the run left it to DGL's default (``auto``), that many steps ahead unless the run said
-    (``--prefetch-factor``)."""
-    if plan is None or not plan.choice.thread or config.job.prefetch_thread != "auto":
+def planned_loader(config: RunConfig, plan: Plan | None) -> RunConfig:
+    """``config`` with its training loader as ``plan``'s choice runs it, where the run left
+    it to DGL's defaults: on a worker thread (``--prefetch-thread on``, where the choice
+    draws on one, :attr:`~dglx_dist.planner.plan.PlanRow.depth` steps ahead unless the run
+    said ``--prefetch-factor``) and with the choice's sampler processes (``--num-workers``,
+    :attr:`~dglx_dist.planner.plan.PlanRow.workers`, unless the run said)."""
+    if plan is None or not plan.choice.thread:
         return config
-    depth = config.job.prefetch_factor or plan.choice.depth
-    return config.updated(job={"prefetch_thread": "on", "prefetch_factor": depth})
+    job, choice = config.job, plan.choice
+    out = {} if job.num_workers is not None or not choice.workers else \
+        {"num_workers": choice.workers}
+    if job.prefetch_thread == "auto":
+        out |= {"prefetch_thread": "on", "prefetch_factor": job.prefetch_factor or choice.depth}
+    return config.updated(job=out) if out else config

@@ -26,9 +26,20 @@ from dglx_dist.strategies.footprint import MARGIN, JobSize, ModelSize, peak_per_
 from dglx_dist.strategies.holdings import sampled_step_bytes
 from dglx_dist.strategies.steps import PREFETCH_FACTOR
 
-__all__ = ["TASK_NEEDS", "Plan", "PlanRow", "candidates", "for_task", "make_plan"]
+__all__ = ["MAX_WORKERS", "TASK_NEEDS", "WORKERS_GAIN", "Plan", "PlanRow", "candidates",
+           "for_task", "make_plan"]
 
 _MB = 1 << 20
+MAX_WORKERS = 4
+"""The most sampler processes per rank a plan chooses."""
+WORKERS_GAIN = 0.9
+"""Sampler processes are chosen only where their epoch is predicted at most this share of the
+worker thread's: they take about 2 s to start, and the model's work slows beside them
+(docs/benchmarks.md, "Sampler processes where a rank has a core to spare")."""
+HANDOVER_S_PER_STEP = 1e-3
+"""A step's blocks from its sampler process to its rank, on the rank's core: 0.8 ms for a step
+of 16 tensors in one buffer on the development machine (docs/benchmarks.md, "Sampler
+processes: DGL's ``num_workers``")."""
 PARTS = ("sample", "pull", "compute", "exchange", "overhead")
 """The parts of an epoch a row shows: sampling and local row gathers; fetching input rows
 from other servers; the model's math; the other exchanges (activations, halos, gradients,
@@ -63,11 +74,22 @@ class PlanRow:
     worker thread): its loader pipelines, each rank's worker has a core of its own
     (:func:`_pipelined`) and the memory its peak leaves holds the steps' rows
     (:func:`_depth`)."""
+    workers: int = 0
+    """Sampler processes per rank that draw its training loader's steps beside the worker
+    thread (DGL's ``num_workers``; 0: the thread draws them): :func:`_loader_stages`."""
 
     @property
     def thread(self) -> bool:
         """Its training loader draws on a worker thread (DGL's ``use_prefetch_thread=True``)."""
         return self.depth > 0
+
+    def loader_text(self) -> str:
+        """Where its training loader draws: in turn, or on a worker thread so many steps
+        ahead, in so many sampler processes."""
+        if not self.thread:
+            return "in turn"
+        procs = f", {_count(self.workers, 'process')}" if self.workers else ""
+        return f"thread {self.depth} ahead{procs}"
 
     @property
     def rank_s(self) -> float:
@@ -87,7 +109,8 @@ class PlanRow:
                 "inter_mb": _round(self.inter_bytes / 1e6), "rounds": _round(self.rounds),
                 "peak_mb": None if self.peak_bytes is None else round(self.peak_bytes / _MB),
                 "fits": {True: "yes", False: "no", None: "?"}[self.fits],
-                "options": self.option_text(), "rank_s": _round(self.rank_s)}
+                "options": self.option_text(), "loader": self.loader_text(),
+                "rank_s": _round(self.rank_s)}
 
 
 def _text(value: Any) -> str:
@@ -161,7 +184,7 @@ class Plan:
 
 
 def _count(n: int, what: str) -> str:
-    return f"{n} {what}{'s' if n != 1 else ''}"
+    return f"{n} {what}{('es' if what.endswith('s') else 's') if n != 1 else ''}"
 
 
 def _kind(row: PlanRow, ratio: float) -> str:
@@ -192,17 +215,18 @@ def _row(cost: Cost, s: Situation) -> PlanRow:
     exchange += ph["rounds"]  # the rounds' own CPU time: nothing hides it
     parts = {"sample": ph["sample"] + ph["gather"], "pull": pull, "compute": ph["compute"],
              "exchange": exchange, "overhead": ph["overhead"]}
-    if chosen.pipelined:
-        parts = _pipelined(parts, cluster)
     peak = chosen.peak_per_rank
     depth = _depth(s, peak) if chosen.pipelined and _free_cores(cluster) else 0
+    workers = 0
+    if chosen.pipelined:
+        parts, workers = _loader_stages(parts, ph["sample"], w.steps, cluster, depth > 0)
     fits = None if peak is None or cluster.memory_bytes is None else \
         cluster.ranks_per_server * peak <= cluster.memory_bytes
     once = cost.steps_once(s.work)
     epochs = full_step(s.graph, s.work) * sampled_steps(s.graph, s.work, cluster) / w.steps \
         if once else 1.0
     return PlanRow(s.strategy, sum(parts.values()), parts, w.steps, w.inter_bytes, peak, fits,
-                   chosen.options, once, w.rounds, epochs, depth)
+                   chosen.options, once, w.rounds, epochs, depth, workers)
 
 
 def _pipelined(parts: dict[str, float], cluster: Cluster) -> dict[str, float]:
@@ -218,9 +242,49 @@ def _pipelined(parts: dict[str, float], cluster: Cluster) -> dict[str, float]:
     return parts | {"pull": parts["pull"] - pull, "sample": parts["sample"] - (hidden - pull)}
 
 
+def _loader_stages(parts: dict[str, float], draws: float, steps: int, cluster: Cluster,
+                   processes: bool) -> tuple[dict[str, float], int]:
+    """``parts`` of a pipelined loader's epoch and its sampler processes per rank: the worker
+    thread's (:func:`_pipelined`), or, where ``processes`` may run (the thread does) and each
+    rank has at least 2 cores, the processes' (:func:`_with_processes`, up to
+    :data:`MAX_WORKERS` and one fewer than the rank's cores, at least one) where their
+    shortest epoch, with the fewest processes, is at most :data:`WORKERS_GAIN` of the
+    thread's."""
+    thread = _pipelined(parts, cluster)
+    cores = cluster.cores_per_rank()
+    if not processes or cores is None or cores < 2:
+        return thread, 0
+    tried = [_with_processes(parts, draws, steps, cores, n)
+             for n in range(1, min(MAX_WORKERS, max(1, int(cores) - 1)) + 1)]
+    best = min(range(len(tried)), key=lambda i: sum(tried[i].values()))
+    if sum(tried[best].values()) > WORKERS_GAIN * sum(thread.values()):
+        return thread, 0
+    return tried[best], best + 1
+
+
+def _with_processes(parts: dict[str, float], draws: float, steps: int, cores: float,
+                    n: int) -> dict[str, float]:
+    """``parts`` of an epoch whose loader's steps are drawn by ``n`` sampler processes per
+    rank (``draws``: the draws' share of ``parts["sample"]``, the rest the rows' gathers)
+    while its worker thread gathers and pulls their rows. The stages run side by side and the
+    epoch is the longest of them: the model's (compute, exchange, overhead and each step's
+    hand-over from its process, :data:`HANDOVER_S_PER_STEP`), the thread's (the gathers, then
+    the pulls' wire time), the processes' (the draws, ``n`` at a time) and the rank's CPU
+    work over its ``cores``. What the model's stage does not cover is what the step waits
+    for: the pulls first, then the sampling."""
+    handover = steps * HANDOVER_S_PER_STEP
+    model = parts["compute"] + parts["exchange"] + parts["overhead"] + handover
+    epoch = max(model, parts["sample"] - draws + parts["pull"], draws / n,
+                (model + parts["sample"]) / cores)
+    pull = min(epoch - model, parts["pull"])
+    return parts | {"overhead": parts["overhead"] + handover, "pull": pull,
+                    "sample": epoch - model - pull}
+
+
 def _free_cores(cluster: Cluster) -> bool:
     """Whether each rank's loader worker has a core of its own beside its model's."""
-    return cluster.shared_cores is None or cluster.shared_cores >= 2 * cluster.world
+    cores = cluster.cores_per_rank()
+    return cores is None or cores >= 2
 
 
 def _depth(s: Situation, peak: float | None) -> int:

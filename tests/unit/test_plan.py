@@ -118,11 +118,12 @@ def test_a_pipelined_loaders_stage_hides_behind_the_models(monkeypatch):
         assert hidden["distdgl"].thread == (shared is None) and not hidden["p3"].thread
 
 
-def test_auto_puts_the_training_loader_on_a_thread_where_the_plan_does():
+def test_auto_runs_the_training_loader_as_the_plan_does():
     """``dglx train`` and ``dglx bench`` run ``auto``'s training loader on a worker thread
-    where the plan's choice draws on one, unless the run chose (``--prefetch-thread``)."""
+    where the plan's choice draws on one, unless the run chose (``--prefetch-thread``), and
+    with its sampler processes, unless the run chose (``--num-workers``, 0 included)."""
     from dglx_dist.config import RunConfig
-    from dglx_dist.planner.auto import loader_thread
+    from dglx_dist.planner.auto import planned_loader
 
     plans = {shared: make_plan(PRODUCTS, LARGE, Cluster(2, 1, 1.0, memory_bytes=64 * GIB,
                                                         shared_cores=shared))
@@ -130,13 +131,59 @@ def test_auto_puts_the_training_loader_on_a_thread_where_the_plan_does():
     run = RunConfig()
     assert plans[None].choice.thread and not plans[2].choice.thread, plans[None].choice
     assert plans[None].choice.depth == 2 and plans[2].choice.depth == 0  # DGL's default
-    threaded = loader_thread(run, plans[None]).job
+    assert plans[None].choice.workers == 0  # the cores are not known: no processes
+    threaded = planned_loader(run, plans[None]).job
     assert threaded.prefetch_thread == "on" and threaded.prefetch_factor == 2
-    assert loader_thread(run, plans[2]) == run and loader_thread(run, None) == run
+    assert threaded.num_workers is None and run.job.train_loader()["num_workers"] == 0
+    assert planned_loader(run, plans[2]) == run and planned_loader(run, None) == run
     off = run.updated(job={"prefetch_thread": "off"})
-    assert loader_thread(off, plans[None]) == off
+    assert planned_loader(off, plans[None]) == off
     said = run.updated(job={"prefetch_factor": 5})  # the run's own depth is kept
-    assert loader_thread(said, plans[None]).job.prefetch_factor == 5
+    assert planned_loader(said, plans[None]).job.prefetch_factor == 5
+    # a GPU's model (50x one core) on servers of 16 cores: the draws go to processes
+    gpu = make_plan(PRODUCTS, LARGE, Cluster(2, 1, 1.0, memory_bytes=64 * GIB,
+                                             server_cores=16, compute_speedup=50))
+    assert gpu.choice.thread and gpu.choice.workers >= 1, gpu.choice
+    assert "process" in gpu.choice.loader_text() and gpu.choice.public()["loader"]
+    job = planned_loader(run, gpu).job
+    assert job.num_workers == gpu.choice.workers and job.prefetch_thread == "on"
+    assert job.train_loader()["num_workers"] == gpu.choice.workers
+    for given in (0, 3):  # the run's own count, none included, is kept
+        kept = run.updated(job={"num_workers": given})
+        assert planned_loader(kept, gpu).job.num_workers == given
+
+
+def test_sampler_processes_where_a_rank_has_cores_and_the_draws_are_the_longest_stage():
+    """With ``n`` sampler processes a rank's epoch is the longest of its stages (the model's
+    with each step's hand-over, the worker thread's gathers and pulls, the draws over ``n``)
+    and of its CPU work over its cores; the plan takes the fewest processes of the shortest
+    epoch where it is at most ``WORKERS_GAIN`` of the thread's, never where a rank has fewer
+    than 2 cores, its cores are not known or no thread runs."""
+    import importlib
+
+    planning = importlib.import_module("dglx_dist.planner.plan")
+    stages, hand = planning._loader_stages, planning.HANDOVER_S_PER_STEP
+    parts = {"sample": 4.0, "pull": 0.5, "compute": 1.0, "exchange": 0.0, "overhead": 0.5}
+    steps, draws = 100, 3.0  # the draws' share of "sample"; the gathers 1.0
+    thread = planning._pipelined(parts, Cluster(2, 1, 1.0))
+    assert sum(thread.values()) == pytest.approx(4.5)
+    for cluster in (Cluster(2, 1, 1.0), Cluster(2, 1, 1.0, shared_cores=2),
+                    Cluster(2, 2, 1.0, server_cores=3)):  # not known; 1 and 1.5 cores
+        assert stages(parts, draws, steps, cluster, True) == (
+            planning._pipelined(parts, cluster), 0)
+    two = Cluster(2, 1, 1.0, server_cores=2)
+    assert stages(parts, draws, steps, two, False) == (thread, 0)  # no thread, no processes
+    got, n = stages(parts, draws, steps, two, True)  # the draws, 3.0 s: the longest stage
+    assert n == 1 and sum(got.values()) == pytest.approx(3.0)
+    assert got["overhead"] == pytest.approx(0.5 + steps * hand)
+    assert got["pull"] == pytest.approx(0.5) and got["sample"] == pytest.approx(3.0 - 1.6 - 0.5)
+    got, n = stages(parts, draws, steps, Cluster(2, 1, 1.0, server_cores=16), True)
+    assert n == 2 and sum(got.values()) == pytest.approx(1.0 + 0.5 + steps * hand)  # the model
+    assert got["pull"] == got["sample"] == 0.0
+    shared = stages(parts, draws, steps, Cluster(2, 1, 1.0, shared_cores=4), True)
+    assert shared[1] == 1  # 2 cores a rank: one process, their CPU work over 2 cores
+    # the draws small beside the gathers: processes would not gain a tenth
+    assert stages(parts, 0.2, steps, Cluster(2, 1, 1.0, server_cores=16), True)[1] == 0
 
 
 def test_the_plan_draws_fewer_steps_ahead_where_memory_holds_fewer_steps_rows():

@@ -274,6 +274,10 @@ class Cluster:
     shared_cores: int | None = None
     """All ranks share this many cores (one machine emulating the cluster, as in validation);
     None: every rank has its own."""
+    server_cores: int | None = None
+    """Cores of one server, shared by its ranks (where ``shared_cores`` is None; None: not
+    known, each rank taken to have a core for its loader's worker thread beside its model's
+    and none for sampler processes)."""
     compute_speedup: float = 1.0
     """How much faster a rank runs the model's math than one core of the machine the units
     were measured on (a GPU, or the threads of a many-core server)."""
@@ -295,6 +299,13 @@ class Cluster:
     def contention(self) -> float:
         """How many ranks share each core (1 where each has its own)."""
         return 1.0 if self.shared_cores is None else max(1.0, self.world / self.shared_cores)
+
+    def cores_per_rank(self) -> float | None:
+        """The cores each rank has for its model, its loader's worker thread and its sampler
+        processes (None: not known)."""
+        if self.shared_cores is not None:
+            return self.shared_cores / self.world
+        return None if self.server_cores is None else self.server_cores / self.ranks_per_server
 
 
 @dataclasses.dataclass(frozen=True)
