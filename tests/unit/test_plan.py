@@ -184,6 +184,8 @@ def test_sampler_processes_where_a_rank_has_cores_and_the_draws_are_the_longest_
     assert shared[1] == 1  # 2 cores a rank: one process, their CPU work over 2 cores
     # the draws small beside the gathers: processes would not gain a tenth
     assert stages(parts, 0.2, steps, Cluster(2, 1, 1.0, server_cores=16), True)[1] == 0
+    with pytest.raises(InvalidValueError, match="0 a server"):
+        Cluster(2, 1, 1.0, server_cores=0)
 
 
 def test_the_plan_draws_fewer_steps_ahead_where_memory_holds_fewer_steps_rows():

@@ -286,11 +286,14 @@ class Cluster:
 
     def __post_init__(self) -> None:
         if min(self.servers, self.ranks_per_server) < 1 or not self.link_gbit > 0 or \
-                self.latency_s < 0 or (self.memory_bytes is not None and self.memory_bytes <= 0):
+                self.latency_s < 0 or (self.memory_bytes is not None and self.memory_bytes <= 0) \
+                or any(c is not None and c < 1 for c in (self.shared_cores, self.server_cores)):
             raise InvalidValueError(f"Cluster{(self.servers, self.ranks_per_server)}: expected "
                                     f">= 1 servers and ranks per server, a link rate > 0, a "
-                                    f"latency >= 0 and memory > 0 (link {self.link_gbit} Gbit/s,"
-                                    f" latency {self.latency_s} s, memory {self.memory_bytes})")
+                                    f"latency >= 0, memory > 0 and >= 1 cores (link "
+                                    f"{self.link_gbit} Gbit/s, latency {self.latency_s} s, memory "
+                                    f"{self.memory_bytes}, cores {self.shared_cores} shared, "
+                                    f"{self.server_cores} a server)")
 
     @property
     def world(self) -> int:
