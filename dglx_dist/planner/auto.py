@@ -136,9 +136,10 @@ def resolve(name: Any, options: Mapping[str, Any], graph: Callable[[], GraphShap
                      "rank has a core for it beside its model's and memory for the steps' "
                      "rows", plan.choice.depth)
         if plan.choice.workers:
-            log.info("%d sampler processes a rank draw its steps (--num-workers): the rank "
-                     "has cores for them and the draws are the loader's longest stage",
-                     plan.choice.workers)
+            n = plan.choice.workers
+            log.info("its steps are drawn by %d sampler process%s a rank (--num-workers, "
+                     "unless the run gives it): the rank has cores for them and the draws are "
+                     "its loader's longest stage", n, "" if n == 1 else "es")
     return plan.choice.strategy, dict(plan.choice.options), plan
 
 
