@@ -232,9 +232,36 @@ def test_rounds_across_servers_cost_their_own_time_which_no_pipeline_hides():
 def test_ranks_all_on_this_machine_share_its_cores():
     import os
 
-    from dglx_dist.planner.auto import shared_cores
+    from dglx_dist.planner.auto import server_cores, shared_cores
 
     assert shared_cores(4, 4) == os.cpu_count() and shared_cores(2, 4) is None
+    assert server_cores(2, 2) == os.cpu_count() and server_cores(1, 2) is None
+
+
+def test_dglx_train_plans_with_the_cores_its_machine_gives_each_rank(monkeypatch):
+    """``dglx train --strategy auto`` plans with this machine's cores: shared by every rank
+    where all run on it, a server's where it runs one server's ranks, not known otherwise."""
+    import importlib
+    import os
+    import types
+
+    from dglx_dist.cli.train import planned
+    from dglx_dist.config import RunConfig
+
+    auto = importlib.import_module("dglx_dist.planner.auto")
+    seen, make = [], auto.make_plan
+    monkeypatch.setattr(auto, "make_plan", lambda graph, work, cluster, **kw: (
+        seen.append(cluster), make(graph, work, cluster, **kw))[1])
+    config = dataclasses.replace(RunConfig(), strategy=StrategyConfig.of(AUTO))
+    for servers, per, here in ((1, 2, 2), (2, 2, 2), (2, 2, 1)):
+        env = types.SimpleNamespace(num_servers=servers, ranks_per_server=per, rank=1,
+                                    ranks_on_host=here, world_size=servers * per)
+        planned(config, env)
+    cores = os.cpu_count()
+    assert [(c.shared_cores, c.server_cores) for c in seen] == [
+        (cores, cores), (None, cores), (None, None)]  # (a server's, read where none shared)
+    assert seen[0].cores_per_rank() == cores / 2 == seen[1].cores_per_rank()
+    assert seen[2].cores_per_rank() is None
 
 
 def test_granndis_cuts_co_batches_where_one_does_not_fit():
