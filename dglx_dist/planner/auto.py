@@ -132,14 +132,9 @@ def resolve(name: Any, options: Mapping[str, Any], graph: Callable[[], GraphShap
         log.info("%s", plan.summary())
         log.info("%s", plan.why())
         if plan.choice.thread:
-            log.info("its training loader draws on a worker thread, %d steps ahead: each "
-                     "rank has a core for it beside its model's and memory for the steps' "
-                     "rows", plan.choice.depth)
-        if plan.choice.workers:
-            n = plan.choice.workers
-            log.info("its steps are drawn by %d sampler process%s a rank (--num-workers, "
-                     "unless the run gives it): the rank has cores for them and the draws are "
-                     "its loader's longest stage", n, "" if n == 1 else "es")
+            log.info("its training loader: %s (unless the run says --prefetch-thread or "
+                     "--num-workers): each rank has the cores for it beside its model's and "
+                     "memory for the steps' rows", plan.choice.loader_text())
     return plan.choice.strategy, dict(plan.choice.options), plan
 
 

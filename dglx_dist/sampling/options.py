@@ -4,7 +4,7 @@
 DGL reads ``prob`` (or ``mask``) from the graph's edge data at every draw. Over partitions,
 each edge's row lives with the part that stores the edge (its destination's owner), which is
 also the member that samples that node's in-edges, so the weights never travel: the owner
-passes its own rows to DGL's ``sample_neighbors``. :func:`part_edge_weights` reads them from
+passes its own rows to DGL's ``sample_neighbors``. :class:`PartEdgeWeights` reads them from
 the graph's KVStore when it holds them (the store's local tensor: a write through
 ``g.edata[name][eids] = ...`` is seen by the next draw, as in DGL), else from the partition's
 files (read once).
@@ -19,7 +19,7 @@ import torch
 from dglx_dist.errors import InvalidValueError
 from dglx_dist.kvstore.base import EDGE_PREFIX, KVStore, edge_key
 
-__all__ = ["SampleOptions", "UNIFORM", "EdgeWeights", "part_edge_weights", "check_weights"]
+__all__ = ["SampleOptions", "UNIFORM", "EdgeWeights", "PartEdgeWeights", "check_weights"]
 
 EdgeWeights = Callable[[str], torch.Tensor]
 """A sampler's edge data by name: one row per edge of the graph it samples, in its order."""
@@ -62,16 +62,11 @@ class SampleOptions:
 UNIFORM = SampleOptions()
 
 
-def part_edge_weights(pdir, part: int, store: KVStore | None = None) -> EdgeWeights:
-    """Part ``part``'s edge data by name, row j for its edge j: the store's local rows
-    when it holds them (live), else read from ``pdir``'s files on first use."""
-    return PartEdgeWeights(pdir, part, store)
-
-
 class PartEdgeWeights:
-    """:func:`part_edge_weights`' weights. A copy sent to a loader's sampler process holds
-    the store's local rows of edge data (the same memory, shared: the rank's writes are
-    seen there too) in place of the store."""
+    """Part ``part``'s edge data by name (an :data:`EdgeWeights`), row j for its edge j: the
+    store's local rows when it holds them (live), else read from ``pdir``'s files on first
+    use. A copy sent to a loader's sampler process holds the store's local rows of edge data
+    (the same memory, shared: the rank's writes are seen there too) in place of the store."""
 
     def __init__(self, pdir, part: int, store: KVStore | None = None):
         self.pdir, self.part, self.store = pdir, part, store

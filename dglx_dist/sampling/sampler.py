@@ -50,7 +50,7 @@ from dglx_dist.sampling.blocks import id_dtype
 from dglx_dist.sampling.draws import Draws
 from dglx_dist.sampling.choose import segment_slots
 from dglx_dist.sampling.in_edges import InEdges
-from dglx_dist.sampling.options import UNIFORM, EdgeWeights, SampleOptions, part_edge_weights
+from dglx_dist.sampling.options import UNIFORM, EdgeWeights, SampleOptions, PartEdgeWeights
 from dglx_dist.graphcore.ids import TypeIds
 
 __all__ = ["BlockSampler", "PartitionSampler"]
@@ -181,7 +181,7 @@ class PartitionSampler(BlockSampler):
         ids: the partitioning's node and edge types (None: one of each, a graph without
             types); the blocks' ids are their per-type ids.
         edge_weights: the part's edge data by name, for weighted draws
-            (:func:`~dglx_dist.sampling.options.part_edge_weights`; None: none).
+            (:class:`~dglx_dist.sampling.options.PartEdgeWeights`; None: none).
         has_edge_data: on a typed partitioning, whether edge type ``e`` has edge data
             ``name`` (``has_edge_data(e, name)``; a type without a ``prob`` draws uniformly,
             as in DGL).
@@ -220,10 +220,10 @@ class PartitionSampler(BlockSampler):
     def of(cls, pdir, part: Partition, comm: Comm, store=None) -> "PartitionSampler":
         """The sampler of ``pdir``'s part ``part`` (member ``part.part`` of ``comm``), in its
         types' ids, its draws weighed by the part's edge data (``store``'s rows where it
-        holds them, else the files': :func:`~dglx_dist.sampling.options.part_edge_weights`)."""
+        holds them, else the files': :class:`~dglx_dist.sampling.options.PartEdgeWeights`)."""
         types = pdir.types
         return cls(part, pdir.book, comm, part.part, pdir.edge_book(), TypeIds.of(pdir),
-                   part_edge_weights(pdir, part.part, store),
+                   PartEdgeWeights(pdir, part.part, store),
                    None if types is None else types.has_edge_data)
 
     def on(self, twin: Callable[[Comm], Comm]) -> "PartitionSampler":
