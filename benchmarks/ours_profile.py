@@ -34,9 +34,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prefetch-factor", type=int, help="the training loader's prefetch_factor")
     p.add_argument("--num-workers", type=int, default=0,
                    help="the training loader's num_workers (sampler processes per rank)")
+    p.add_argument("--reuse-mb", type=float,
+                   help="distdgl's reuse_mb (per-rank MiB of the last steps' remote rows; "
+                        "default: the strategy's)")
     own, rest = p.parse_known_args(argv)
     args = dgl_distdgl_worker.parse_args(["trainer", *rest])
-    args.partitions, args.cprofile = own.partitions, own.cprofile
+    args.partitions, args.cprofile, args.reuse_mb = own.partitions, own.cprofile, own.reuse_mb
     args.train_loader = {"use_prefetch_thread": {"auto": None, "on": True, "off": False}[
         own.prefetch_thread], "prefetch_factor": own.prefetch_factor,
         "num_workers": own.num_workers}
@@ -101,8 +104,9 @@ def _our_trainer(args: argparse.Namespace, session, acc: dict[str, float]):
     from dglx_dist.strategies import STRATEGIES
     from dglx_dist.trainer import Trainer
 
+    given = {} if args.reuse_mb is None else {"reuse_mb": args.reuse_mb}
     strategy = STRATEGIES.build("distdgl", fanouts=tuple(args.fanouts),
-                                batch_size=args.batch_size)
+                                batch_size=args.batch_size, **given)
     pdir = PartitionDir(args.partitions)
     torch.manual_seed(args.seed)
     model = SAGE(pdir.feat_dim, args.hidden, pdir.num_classes, len(args.fanouts),

@@ -225,6 +225,10 @@ class KVStore(abc.ABC):
         A store whose pulls exchange nothing is itself."""
         return self
 
+    def drop_recent(self) -> None:
+        """Forgets the copies of other servers' rows kept for the next pulls (other ranks
+        may have written those rows: e.g. at a barrier); a store that keeps none has none."""
+
     @property
     def finish_exchanges(self) -> bool:
         """Whether finishing a collective pull (its ``wait()``) runs exchanges of its own,

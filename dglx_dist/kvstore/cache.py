@@ -23,7 +23,7 @@ from dglx_dist.errors import InvalidValueError
 from dglx_dist.kvstore.entries import TensorEntry
 from dglx_dist.kvstore.policy import Piece
 
-__all__ = ["RowCache", "Held", "Kept", "choose_rows", "check_budget", "ID_BYTES"]
+__all__ = ["RowCache", "Held", "Kept", "choose_rows", "check_budget", "split_held", "ID_BYTES"]
 
 ID_BYTES = 8  # each cached row's global id, kept beside the rows
 
@@ -232,16 +232,24 @@ class RowCache:
     def _split(self, entry: TensorEntry, uniq: torch.Tensor,
                remote: dict[int, list[Piece]]) -> tuple[dict[int, list[Piece]], list[Piece]]:
         held = self.held.get(entry.index)
-        if held is None or not held.ids.numel() or not remote:
+        if held is None or not held.ids.numel():
             return remote, []
-        left, cached = {}, []
-        for server, pieces in remote.items():
-            for q in pieces:
-                at = held.slots.index_select(0, uniq.index_select(0, q.pos))
-                hit = at >= 0
-                if bool(hit.any()):
-                    cached.append(Piece(-1, q.pos[hit], at[hit].long()))
-                    q = Piece(q.part, q.pos[~hit], q.local[~hit])
-                if q.pos.numel():
-                    left.setdefault(server, []).append(q)
-        return left, cached
+        return split_held(held.slots, uniq, remote)
+
+
+def split_held(slots: torch.Tensor, uniq: torch.Tensor, remote: dict[int, list[Piece]]
+               ) -> tuple[dict[int, list[Piece]], list[Piece]]:
+    """A pull's remote pieces (positions in ``uniq``) less the rows held elsewhere, and
+    pieces reading those (``local``: their positions there); ``slots[g]`` is global row
+    ``g``'s position, or -1 where it is not held."""
+    left, held = {}, []
+    for server, pieces in remote.items():
+        for q in pieces:
+            at = slots.index_select(0, uniq.index_select(0, q.pos))
+            hit = at >= 0
+            if bool(hit.any()):
+                held.append(Piece(-1, q.pos[hit], at[hit].long()))
+                q = Piece(q.part, q.pos[~hit], q.local[~hit])
+            if q.pos.numel():
+                left.setdefault(server, []).append(q)
+    return left, held

@@ -40,6 +40,7 @@ from dglx_dist.kvstore.coalesce import ServerPulls
 from dglx_dist.kvstore.entries import InitSpec, TensorEntry
 from dglx_dist.kvstore.ops import PushOp
 from dglx_dist.kvstore.policy import PartitionPolicy
+from dglx_dist.kvstore.recent import RecentRows
 from dglx_dist.kvstore.serve import Server
 from dglx_dist.kvstore.shards import (Message, PullPlan, Shards, pack_messages,
                                        unpack_messages)
@@ -296,6 +297,8 @@ class DistKVStore(KVStore):
             raise StateError(f"push {entry.name!r} with collective=False: its rows are cached "
                              "on other servers (the strategy's cache_mb), which a push by one "
                              "rank cannot tell; push it collectively, or run without the cache")
+        if self._shards.recent is not None:
+            self._shards.recent.drop(entry.index, written=True)
         messages = self._shards.push_messages(entry, op, ids, values)
         own = messages.pop(self.session.rank, None)
         if messages:
@@ -326,6 +329,22 @@ class DistKVStore(KVStore):
         on_every_rank(self.session, "the remote-row cache", lambda: check_budget(
             budget, self.shm_dir, self.session.server_id))
         self._shards.cache = RowCache(budget, budget // self.session.server.size)
+
+    def keep_recent(self, budget: int) -> None:
+        """Keeps copies of the other servers' rows this rank's pulls bring, at most ``budget``
+        bytes per name, which its next pulls read instead of asking again
+        (:mod:`~dglx_dist.kvstore.recent`). Call it on every rank or on none (a collective
+        push then agrees which names it wrote)."""
+        if budget <= 0:
+            raise InvalidValueError(f"keep_recent: budget {budget}; expected a positive "
+                                    "number of bytes")
+        self._shards.recent = RecentRows(budget)
+
+    def drop_recent(self) -> None:
+        """Forgets the copies :meth:`keep_recent` keeps (other ranks may have written their
+        rows: e.g. at a barrier)."""
+        if self._shards.recent is not None:
+            self._shards.recent.drop()
 
     def set_aside_counts(self) -> bool:
         """Ends the cache's counting until :meth:`fill_cache`, which fills from the counts and
@@ -460,10 +479,12 @@ class DistKVStore(KVStore):
         return counts
 
     def _drop_written(self, messages: dict[int, list[Message]]) -> None:
-        """Drops every rank's cached copies of the names a collective push writes (collective:
-        only while the cache holds rows, which is the same on every rank)."""
-        cache = self._shards.cache
-        if cache is None or not cache.held:
+        """Drops every rank's cached and recent copies of the names a collective push writes
+        (collective: only while the cache holds rows or the recent rows are kept, the same on
+        every rank)."""
+        cache, recent = self._shards.cache, self._shards.recent
+        held = cache is not None and bool(cache.held)
+        if not held and recent is None:
             return
         written = torch.zeros(len(self._shards), dtype=torch.int64)
         for batch in messages.values():
@@ -471,7 +492,9 @@ class DistKVStore(KVStore):
                 written[int(head[0])] = 1
         self.session.world.all_reduce(written, op="max")
         for index in torch.nonzero(written).squeeze(1).tolist():
-            if index in cache.held:
+            if recent is not None:
+                recent.drop(index, written=True)
+            if held and index in cache.held:
                 log.info("rank %d: cached rows of %r dropped: pushed", self.session.rank,
                          self._shards.entry_at(index, "the cache").name)
                 cache.drop(index)
@@ -499,5 +522,5 @@ class DistKVStore(KVStore):
             self._server = None
         for entry in self._entries.values():
             entry.parts.clear()
-        self._shards.cache = None
+        self._shards.cache = self._shards.recent = None
         self._parts.close()

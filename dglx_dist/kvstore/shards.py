@@ -15,6 +15,7 @@ from dglx_dist.kvstore.cache import Held, RowCache
 from dglx_dist.kvstore.entries import TensorEntry, apply_op
 from dglx_dist.kvstore.ops import PushOp, combine_duplicates
 from dglx_dist.kvstore.policy import PartitionPolicy, Piece, rows_at, split_contiguous
+from dglx_dist.kvstore.recent import RecentRows
 from dglx_dist.kvstore.shm import EMPTY_U8, from_bytes, to_bytes
 
 __all__ = ["Shards", "PullPlan", "Message", "pack_messages", "unpack_messages"]
@@ -51,8 +52,10 @@ class PullPlan:
     id of ``uniq`` (``inverse``: the row of each requested id; None: ``out`` is in request
     order) from the own server's pieces (``local``), the other servers' (``remote``) and the
     server's copies of other servers' rows (``cached``: pieces into ``held.rows``, see
-    :mod:`~dglx_dist.kvstore.cache`); ``keeper``, a cache that keeps the remote rows the
-    answers bring (while it learns)."""
+    :mod:`~dglx_dist.kvstore.cache`) and this rank's copies of the rows its last pulls
+    brought (``reused``: pieces with their rows, :mod:`~dglx_dist.kvstore.recent`);
+    ``keepers``, what keeps the remote rows the answers bring (``keep(entry, ids, rows)``: a
+    learning cache's, the recent rows')."""
 
     entry: TensorEntry
     uniq: torch.Tensor
@@ -63,7 +66,8 @@ class PullPlan:
     pin: bool
     cached: list[Piece] = dataclasses.field(default_factory=list)
     held: Held | None = None
-    keeper: RowCache | None = None
+    reused: list[tuple[Piece, torch.Tensor]] = dataclasses.field(default_factory=list)
+    keepers: tuple = ()
 
     def cache_counts(self) -> tuple[int, int]:
         """Rows of other servers this pull reads from the cache, and rows it asks them for."""
@@ -104,13 +108,15 @@ class PullPlan:
                 q.fill(out, parts[q.part])
         for q in cached:  # after the one-pass gather, which wrote row 0 there
             q.fill(out, self.held.rows)
+        for q, rows in self.reused:
+            q.take(out, rows)
 
     def take(self, server: int, answer: torch.Tensor) -> None:
         """Writes ``server``'s answer (raw bytes) into place."""
         for q, rows in _unpack(self.entry, self.remote[server], answer):
             q.take(self.out, rows)
-            if self.keeper is not None:
-                self.keeper.keep(self.entry, self.uniq.index_select(0, q.pos), rows)
+            for keep in self.keepers:
+                keep(self.entry, self.uniq.index_select(0, q.pos), rows)
 
     def rows(self) -> torch.Tensor:
         """The rows in request order (once every answer is taken)."""
@@ -129,6 +135,7 @@ class Shards:
 
     Attributes:
         cache: the server's copies of other servers' rows, or None (no cache).
+        recent: this rank's copies of the rows its last pulls brought, or None.
     """
 
     def __init__(self, topology, rank: int, ops: Mapping[str, PushOp], pin: bool = False):
@@ -139,6 +146,7 @@ class Shards:
         self._registered = threading.Condition()  # a serving thread may wait for an entry
         self._apply_lock = threading.Lock()  # one writer thread at a time in this process
         self.cache: RowCache | None = None
+        self.recent: RecentRows | None = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -199,12 +207,18 @@ class Shards:
             if servers[q.part] != self.server:
                 remote.setdefault(servers[q.part], []).append(q)
         local = [q for q in pieces if servers[q.part] == self.server]
-        if self.cache is None:
-            return PullPlan(entry, uniq, inverse, out, local, remote, self.pin)
-        remote, cached = self.cache.serve(entry, uniq, remote)
-        held = self.cache.held[entry.index] if cached else None
-        keeper = self.cache if self.cache.counting and not entry.policy.splits_columns else None
-        return PullPlan(entry, uniq, inverse, out, local, remote, self.pin, cached, held, keeper)
+        cached, held, keepers = [], None, []
+        if self.cache is not None:
+            remote, cached = self.cache.serve(entry, uniq, remote)
+            held = self.cache.held[entry.index] if cached else None
+            if self.cache.counting and not entry.policy.splits_columns:
+                keepers.append(self.cache.keep)
+        reused = []
+        if self.recent is not None:
+            remote, reused = self.recent.serve(entry, uniq, remote)
+            keepers.append(self.recent.keeper())
+        return PullPlan(entry, uniq, inverse, out, local, remote, self.pin, cached, held,
+                        reused, tuple(keepers))
 
     def read(self, entry: TensorEntry, ids: torch.Tensor,
              out: torch.Tensor | None = None) -> torch.Tensor:

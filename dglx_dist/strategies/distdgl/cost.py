@@ -1,6 +1,9 @@
 """``distdgl``'s cost: its epoch law, its options chosen (``server_pulls``, ``cache_mb``),
 its per-step overhead and its measured memory fits (:class:`~dglx_dist.strategies.cost.Cost`).
 
+- ``reuse_mb`` (:data:`REUSE_MB` unless given): the rows a rank keeps from its last steps
+  serve :func:`reuse_hits` of the pulls the cache leaves (by how many steps' rows they hold);
+
 - ``server_pulls`` on when a server's ranks would pull the same rows (more than
   :data:`MIN_SAVING` of them);
 - ``cache_mb``: half of the memory the server has left after its ranks' estimated peaks, at
@@ -21,7 +24,8 @@ from dglx_dist.strategies.cost.counts import (ID, Work, allreduce, kept, ring_ro
                                               sampled, sampled_steps, seeds_away)
 from dglx_dist.strategies.cost.shapes import Cluster, GraphShape, Workload
 
-__all__ = ["CACHE_SHARE", "COST", "MIN_SAVING", "cache_hits", "epoch"]
+__all__ = ["CACHE_SHARE", "COST", "MIN_SAVING", "REUSE_MB", "cache_hits", "epoch",
+           "reuse_hits"]
 
 MIN_SAVING = 0.05
 """The share of a server's pulled rows that must be shared by its ranks to pull together."""
@@ -30,6 +34,9 @@ CACHE_SHARE = 0.5
 estimates miss: they count the features, the batches and the activations at the plan's
 widths from the graph's sizes, not its degrees)."""
 _HITS = ((0.0, 0.0), (0.1, 0.4), (0.2, 0.54), (1.0, 1.0))
+REUSE_MB = 64.0
+"""The default ``reuse_mb``: per rank, the remote rows of several steps at 1M nodes."""
+_REUSE = ((0, 0.0), (1, 0.13), (2, 0.21), (4, 0.32), (8, 0.45), (16, 0.60), (50, 0.77))
 
 
 def cache_hits(fraction: float) -> float:
@@ -38,6 +45,33 @@ def cache_hits(fraction: float) -> float:
     (docs/benchmarks.md, "A cache of remote rows"); linear between, and to all at 100%."""
     xs, ys = zip(*_HITS)
     return float(np.interp(min(max(fraction, 0.0), 1.0), xs, ys))
+
+
+def reuse_hits(steps: float) -> float:
+    """Share of a step's remote rows that one of the ``steps`` steps before it pulled: 13%
+    for one, 32% for four, 60% for sixteen at 1M nodes (fanouts 10,25, batch 1000, two
+    servers; docs/benchmarks.md, "Rows the last steps pulled"); linear between."""
+    xs, ys = zip(*_REUSE)
+    return float(np.interp(max(steps, 0.0), xs, ys))
+
+
+def _reused(s: Situation, work: Work, taken: float) -> tuple[Work, float, dict[str, Any]]:
+    """``work`` with the pulls the recent rows (``reuse_mb``) serve taken out, their bytes on
+    a rank, and the option where it differs from the default: none (0) where the server's
+    free memory less ``taken`` (the cache's) does not hold every rank's."""
+    budget = float(s.option("reuse_mb", REUSE_MB)) * 2**20
+    free = s.free_per_server()
+    if ("reuse_mb" not in s.given and free is not None
+            and free - taken < budget * s.cluster.ranks_per_server):
+        return work, 0.0, {"reuse_mb": 0.0}
+    per_row = s.graph.row_bytes + s.graph.learned_bytes + ID
+    capacity = (budget - 4 * s.graph.nodes) / (s.graph.row_bytes + ID)  # a slot per row
+    if s.cluster.servers < 2 or capacity < 1:
+        return work, 0.0, {}
+    rows = work.pull_inter_bytes / max(work.steps * s.cluster.world, 1) / per_row
+    hits = reuse_hits(capacity / max(rows, 1.0))
+    return dataclasses.replace(work, inter_bytes=work.inter_bytes - hits * work.pull_inter_bytes,
+                               pull_inter_bytes=(1 - hits) * work.pull_inter_bytes), budget, {}
 
 
 def epoch(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
@@ -97,6 +131,9 @@ def _choose(s: Situation, work: Work) -> Choice:
             pull_inter_bytes=(1 - hits) * work.pull_inter_bytes)
         if "cache_mb" not in s.given:  # a given cache is in the strategy's own estimate
             peak = None if peak is None else peak + cache_mb * 2**20 / g
+    work, kept, reuse = _reused(s, work, cache_mb * 2**20 if "cache_mb" in options else 0.0)
+    options.update(reuse)
+    peak = None if peak is None else peak + kept
     return Choice(options, work, peak, pipelined=True)  # its loader's worker thread
 
 

@@ -1,8 +1,8 @@
 """``distdgl``: DistDGL's mini-batch training (METIS parts with HALO nodes, one per server;
 owner-compute sampling, :class:`~dglx_dist.sampling.PartitionSampler`; features pulled from
-the KVStore; DDP), with three options DistDGL lacks: ``server_pulls``
-(:mod:`dglx_dist.kvstore.coalesce`), ``cache_mb`` (:mod:`dglx_dist.kvstore.cache`) and
-``seed_mixing`` (:func:`traded_seeds`). What each does and what it costs:
+the KVStore; DDP), with four options DistDGL lacks: ``reuse_mb``
+(:mod:`dglx_dist.kvstore.recent`), ``server_pulls`` (:mod:`dglx_dist.kvstore.coalesce`),
+``cache_mb`` (:mod:`dglx_dist.kvstore.cache`) and ``seed_mixing`` (:func:`traded_seeds`). What each does and what it costs:
 docs/strategies/distdgl.md; what lives on a GPU: docs/launching.md; its cost: :mod:`.cost`.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dglx_dist.sampling import PartitionSampler
 from dglx_dist.strategies.abilities import Costed
 from dglx_dist.strategies.base import (STRATEGIES, PartitionSpec, SetupRequest,
                                        check_typed_store)
-from dglx_dist.strategies.distdgl.cost import COST
+from dglx_dist.strategies.distdgl.cost import COST, REUSE_MB
 from dglx_dist.strategies.minibatch import MiniBatchConfig, MiniBatchStrategy
 from dglx_dist.strategies.steps import LoaderPlan, LoaderSpec, Step
 
@@ -48,6 +48,14 @@ class DistDGLStrategy(MiniBatchStrategy, Costed):
                                            "in the first epoch, then others while it lasts; "
                                            "0: no cache.",
                                    "bounds": Bounds(0)})
+        reuse_mb: float = dataclasses.field(
+            default=REUSE_MB, metadata={"help": "Per-rank memory (MiB) for copies of the "
+                                                "other servers' rows the last steps pulled, "
+                                                "which the next steps read instead of pulling "
+                                                "them again (the oldest give way); 0: every "
+                                                "step pulls all its remote rows, as DistDGL's "
+                                                "trainers do.",
+                                        "bounds": Bounds(0)})
         server_pulls: bool = dataclasses.field(
             default=False, metadata={"help": "The ranks of a server pull other servers' rows "
                                              "together, each row once (fewer bytes, two more "
@@ -82,6 +90,8 @@ class DistDGLStrategy(MiniBatchStrategy, Costed):
             self.store.pull_per_server()
         if self.config.cache_mb and self.store.cache is None:
             self.store.start_cache(int(self.config.cache_mb * 2**20))
+        if self.config.reuse_mb:
+            self.store.keep_recent(int(self.config.reuse_mb * 2**20))
         # (with types, DGL's heterogeneous blocks in per-type ids)
         self.sampler = PartitionSampler.of(pdir, part, session.cross, store)
 
