@@ -54,7 +54,8 @@ CORE_TESTS := tests/unit/test_import_boundary.py tests/unit/test_book.py tests/u
 	tests/e2e/test_train.py tests/unit/test_dgl_extra.py tests/unit/test_pyg.py \
 	tests/e2e/test_pyg_example.py tests/unit/test_plan.py tests/e2e/test_launch.py \
 	tests/dist/test_pipelined_loader.py tests/unit/test_pipeline_worker.py \
-	tests/unit/test_loader_options.py tests/dist/test_gpu_cache.py tests/dist/test_kvstore_cache.py
+	tests/unit/test_loader_options.py tests/dist/test_gpu_cache.py tests/dist/test_kvstore_cache.py \
+	tests/dist/test_kvstore_recent.py
 
 .PHONY: demo test test-core test-core-here docs install clean
 

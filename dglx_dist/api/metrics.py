@@ -16,7 +16,7 @@ __all__ = ["all_reduce", "accuracy", "ranking_metrics", "ranking_from_scores",
            "epoch_record", "PhaseTimer", "STEP_PHASES"]
 
 _BYTES = ("sent_intra", "sent_inter", "recv_intra", "recv_inter")
-_CACHE = ("cache_hits", "cache_misses", "cache_saved")
+_CACHE = ("cache_hits", "cache_misses", "cache_saved", "reused")
 STEP_PHASES = ("sample", "pull", "forward", "backward+allreduce", "optimizer", "other",
                "sample work", "pull work")
 """The phases of a training step a record's ``phases_max`` gives (:class:`PhaseTimer`'s
@@ -162,10 +162,12 @@ def epoch_record(result: EpochResult, before: Mapping[str, int], after: Mapping[
               "samples": int(sums[4]),
               "loss": round(float(sums[5]) / max(steps, 1) / session.world_size, 5)}
     record.update({f"bytes_{k}": int(v) for k, v in zip(_BYTES, sums[:4])})
-    record["bytes_sent_inter_busiest"] = int(sums[9:].max())
-    hits, misses, saved = (int(v) for v in sums[6:9])
+    record["bytes_sent_inter_busiest"] = int(sums[10:].max())
+    hits, misses, saved, reused = (int(v) for v in sums[6:10])
     if hits + misses:  # a remote-row cache held rows (kvstore.cache)
         record.update(cache_hit_rate=round(hits / (hits + misses), 4), cache_saved_bytes=saved)
+    if reused:  # the rows the last pulls brought (kvstore.recent)
+        record["reused_bytes"] = reused
     record["peak_mem_mb"] = round(float(maxes[1]) / (1 << 20), 1)
     if saved_peak is not None:
         record["peak_saved_mb"] = round(float(maxes[2]) / (1 << 20), 2)

@@ -319,6 +319,9 @@ class DistKVStore(KVStore):
         if cache is not None and cache.held:
             hits, misses = plan.cache_counts()
             self.session.counter.add_cache(hits, misses, hits * entry.row_bytes)
+        if plan.reused:
+            self.session.counter.add_reused(
+                sum(q.pos.numel() for q, _ in plan.reused) * entry.row_bytes)
         return plan
 
     def start_cache(self, budget: int) -> None:

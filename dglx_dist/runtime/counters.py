@@ -12,7 +12,8 @@ __all__ = ["ByteCounter"]
 class ByteCounter:
     """Bytes this rank sent and received, intra- vs inter-server; ``control`` is metadata;
     ``cache_*``: rows of other servers its pulls read from its server's cache (``hits``) or
-    asked for (``misses``) while a cache held rows, and the bytes the hits saved.
+    asked for (``misses``) while a cache held rows, and the bytes the hits saved; ``reused``:
+    bytes of other servers' rows its pulls read from its copies of the last pulls' rows.
 
     Updates go through :meth:`add` / :meth:`add_control`, under a lock: a KVStore's serving
     thread counts its answers while the main thread counts its own exchanges.
@@ -27,6 +28,7 @@ class ByteCounter:
     cache_hits: int = 0
     cache_misses: int = 0
     cache_saved: int = 0
+    reused: int = 0
 
     def __post_init__(self):
         self._lock = threading.Lock()  # not a field: snapshot() and reset() skip it
@@ -48,6 +50,10 @@ class ByteCounter:
     def add_cache(self, hits: int, misses: int, saved: int) -> None:
         """Counts a pull's rows read from the server's cache and asked of other servers."""
         self._add(cache_hits=hits, cache_misses=misses, cache_saved=saved)
+
+    def add_reused(self, nbytes: int) -> None:
+        """Counts ``nbytes`` of other servers' rows a pull read from the recent copies."""
+        self._add(reused=nbytes)
 
     def merge(self, counts: dict[str, int]) -> None:
         """Adds ``counts`` (another counter's :meth:`snapshot`, or the difference of two: a

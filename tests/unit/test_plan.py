@@ -556,3 +556,32 @@ def test_a_plug_in_with_a_cost_is_planned_and_one_without_is_listed_as_not_plann
     table = capsys.readouterr().out
     assert "| costed_range | " in table
     assert "| range_distdgl | not planned |" in table and NO_COST in table
+
+
+def test_distdgl_counts_the_rows_its_last_steps_pulled_where_they_fit():
+    """``reuse_mb``: by default its hits take bytes out of the epoch and its budget is in
+    the rank's peak; given 0, neither; where the server's free memory does not hold every
+    rank's budget, the plan turns it off (0)."""
+    from dglx_dist.strategies.distdgl.cost import REUSE_MB, reuse_hits
+
+    g1m = graph_shape(1_000_000, 20_000_000, 128, 16, 0.05)
+    cluster, work = Cluster(2, 2), Workload("sage", 32, (10, 25), 1000)
+    epoch = COSTS["distdgl"].epoch(g1m, work, cluster)
+
+    def chosen(cluster, given, peak=1 * GIB):
+        s = Situation("distdgl", STRATEGIES.get("distdgl").Config, g1m, work, cluster,
+                      DEFAULT_UNITS, given, peak)
+        return COSTS["distdgl"].choose(s, epoch)
+
+    kept, off = chosen(cluster, {}), chosen(cluster, {"reuse_mb": 0.0})
+    assert "reuse_mb" not in kept.options and off.options["reuse_mb"] == 0.0
+    assert kept.work.pull_inter_bytes < off.work.pull_inter_bytes == epoch.pull_inter_bytes
+    assert kept.peak_per_rank == 1 * GIB + REUSE_MB * 2**20 and off.peak_per_rank == 1 * GIB
+    roomy = chosen(dataclasses.replace(cluster, memory_bytes=8 * GIB), {})
+    assert "reuse_mb" not in roomy.options
+    small = dataclasses.replace(cluster, memory_bytes=2 * GIB + 100 * 2**20)
+    tight, without = chosen(small, {}), chosen(small, {"reuse_mb": 0.0})
+    assert tight.options["reuse_mb"] == 0.0 and tight.options["cache_mb"] == 50
+    assert tight.work == without.work and tight.peak_per_rank == without.peak_per_rank
+    assert reuse_hits(0) == 0 and reuse_hits(4) == pytest.approx(0.32)
+    assert reuse_hits(1e6) == reuse_hits(50) < 1 and REUSE_MB == 64.0

@@ -90,7 +90,7 @@ class DistDGLStrategy(MiniBatchStrategy, Costed):
             self.store.pull_per_server()
         if self.config.cache_mb and self.store.cache is None:
             self.store.start_cache(int(self.config.cache_mb * 2**20))
-        if self.config.reuse_mb:
+        if self.config.reuse_mb and session.topology.num_servers > 1:  # (else none is remote)
             self.store.keep_recent(int(self.config.reuse_mb * 2**20))
         # (with types, DGL's heterogeneous blocks in per-type ids)
         self.sampler = PartitionSampler.of(pdir, part, session.cross, store)
