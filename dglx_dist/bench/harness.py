@@ -49,8 +49,9 @@ def parse_records(stdout: str) -> list[dict[str, Any]]:
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Row fields from per-epoch records (epoch time, bytes and the step's phases where the
     records time them: mean without the first epoch; also the epoch times' median and their
-    range, without the first) and the link task's closing record of test metrics
-    (``test_*``), if any."""
+    range, without the first; the bytes read from copies of the last steps' rows instead of
+    sent, where some were) and the link task's closing record of test metrics (``test_*``),
+    if any."""
     final = {k: v for r in records if "epoch_time" not in r for k, v in r.items()}
     records = [r for r in records if "epoch_time" in r]
     mean = lambda k: REDUCERS["mean"](records, k)  # noqa: E731
@@ -68,7 +69,9 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
             "val_acc": records[-1].get("val_acc"), "test_acc": records[-1].get("test_acc"),
             "steps": records[-1].get("steps"), "epochs": len(records)} | _ranking(records, final) \
         | ({"phases": mean_phases([r["phases_max"] for r in records[1:] or records])}
-           if "phases_max" in records[-1] else {})
+           if "phases_max" in records[-1] else {}) \
+        | ({"reused_bytes": int(mean("reused_bytes"))}  # distdgl's reuse_mb: not sent
+           if any("reused_bytes" in r for r in records) else {})
 
 
 def _ranking(records: list[dict[str, Any]], final: dict[str, Any]) -> dict[str, Any]:
