@@ -192,16 +192,22 @@ def test_fills_come_from_the_rows_pulled_and_grow_with_later_misses(tmp_path):
         assert all(h == out["held"] for h in mates)  # one cache per server
 
 
+def distdgl_trainer(session, pdir_path, threaded: bool, **options) -> Trainer:
+    """distdgl's Trainer of a 2-layer SAGE (hidden 8, no dropout) with ``options``, seeded
+    alike, its training loader on a worker thread where ``threaded``."""
+    torch.manual_seed(0)
+    pdir = PartitionDir(pdir_path)
+    model = SAGE(pdir.feat_dim, 8, pdir.num_classes, num_layers=2, dropout=0.0)
+    return Trainer(model, pdir, "distdgl", session=session, progress=False, lr=0.01,
+                   train_loader={"use_prefetch_thread": threaded}, **options)
+
+
 def _train(session, pdir_path):
     runs = {}
     for cache_mb in (0.0, 0.8):  # 0.8 MB: about 10% of the other server's rows
-        torch.manual_seed(0)
-        pdir = PartitionDir(pdir_path)
-        model = SAGE(pdir.feat_dim, 8, pdir.num_classes, num_layers=2, dropout=0.0)
         # (the cached run's loader draws on a worker thread, which pulls and counts too)
-        trainer = Trainer(model, pdir, "distdgl", session=session, progress=False,
-                          batch_size=64, cache_mb=cache_mb, lr=0.01,
-                          train_loader={"use_prefetch_thread": bool(cache_mb)})
+        trainer = distdgl_trainer(session, pdir_path, bool(cache_mb), batch_size=64,
+                                  cache_mb=cache_mb)
         trainer.fit(1)  # evaluated: the first epoch's counts wait for the second epoch
         cache = trainer.strategy.store.cache
         first = None if cache is None else [bool(cache.held), cache.aside]

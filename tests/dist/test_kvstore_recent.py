@@ -9,11 +9,9 @@ import torch
 from dglx_dist.kvstore import DistKVStore, LocalKVStore, RowPolicy
 from dglx_dist.kvstore.cache import ID_BYTES
 from dglx_dist.kvstore.recent import SLOT_BYTES
-from dglx_dist.models import SAGE
-from dglx_dist.partition import PartitionDir
 from dglx_dist.partition.book import RangeBook
 from dglx_dist.testing import run_workers
-from dglx_dist.trainer import Trainer
+from tests.dist.test_kvstore_cache import distdgl_trainer
 
 pytestmark = pytest.mark.dist
 N, F = 400, 16
@@ -122,12 +120,8 @@ def test_a_budget_without_room_for_the_slots_keeps_nothing(tmp_path):
 def _train(session, pdir_path):
     runs = {}
     for reuse_mb in (0.0, 1.0):
-        torch.manual_seed(0)
-        pdir = PartitionDir(pdir_path)
-        model = SAGE(pdir.feat_dim, 8, pdir.num_classes, num_layers=2, dropout=0.0)
-        trainer = Trainer(model, pdir, "distdgl", session=session, progress=False,
-                          batch_size=32, reuse_mb=reuse_mb, lr=0.01,
-                          train_loader={"use_prefetch_thread": bool(reuse_mb)})
+        trainer = distdgl_trainer(session, pdir_path, bool(reuse_mb), batch_size=32,
+                                  reuse_mb=reuse_mb)
         trainer.fit(2)
         recent = trainer.strategy.store._shards.recent
         runs[reuse_mb] = {"params": [p.detach().clone() for p in trainer.model.parameters()],
