@@ -7,7 +7,7 @@ two servers) 13% of a step's remote rows were pulled by the step before, 32% by 
 four before, 45% by one of the eight before (docs/benchmarks.md). A :class:`RecentRows` keeps,
 per name, the last rows the answers brought up to its budget in a ring (the oldest give way),
 in this rank's own memory: unlike the server's cache (:mod:`~dglx_dist.kvstore.cache`) it
-needs no epoch to learn, no fill and no shared memory, and it serves from the first steps.
+needs no epoch to learn, no fill and no shared memory, and it serves from the second step.
 
 What stays exact: a copy is read only while nothing may have written its row. A collective
 push drops the copies of every name it writes, on every rank; this rank's own push of one

@@ -1,14 +1,15 @@
 """``distdgl``'s cost: its epoch law, its options chosen (``server_pulls``, ``cache_mb``),
 its per-step overhead and its measured memory fits (:class:`~dglx_dist.strategies.cost.Cost`).
 
-- ``reuse_mb`` (:data:`REUSE_MB` unless given): the rows a rank keeps from its last steps
-  serve :func:`reuse_hits` of the pulls the cache leaves (by how many steps' rows they hold);
-
 - ``server_pulls`` on when a server's ranks would pull the same rows (more than
   :data:`MIN_SAVING` of them);
 - ``cache_mb``: half of the memory the server has left after its ranks' estimated peaks, at
   most every remote row; a cache holding a fraction ``f`` of the remote rows serves
-  :func:`cache_hits` of the pulls (measured at ogbn-products' size).
+  :func:`cache_hits` of the pulls (measured at ogbn-products' size);
+- ``reuse_mb`` (:data:`REUSE_MB` unless given; 0 where the memory the server has left after
+  the cache does not hold its ranks' copies): the rows a rank keeps from its last steps serve
+  :func:`reuse_hits` of the pulls the cache leaves, by how many steps' rows they hold (taken
+  as any pull's: optimistic where the cache holds the rows pulled most).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from dglx_dist.kvstore.recent import SLOT_BYTES
 from dglx_dist.memory import MemoryModel
 from dglx_dist.strategies.cost import Choice, Cost, Situation
 from dglx_dist.strategies.cost.counts import (ID, Work, allreduce, kept, ring_rounds,
@@ -59,14 +61,16 @@ def _reused(s: Situation, work: Work, taken: float) -> tuple[Work, float, dict[s
     """``work`` with the pulls the recent rows (``reuse_mb``) serve taken out, their bytes on
     a rank, and the option where it differs from the default: none (0) where the server's
     free memory less ``taken`` (the cache's) does not hold every rank's."""
+    if s.cluster.servers < 2:  # no row is remote: nothing is kept
+        return work, 0.0, {}
     budget = float(s.option("reuse_mb", REUSE_MB)) * 2**20
     free = s.free_per_server()
     if ("reuse_mb" not in s.given and free is not None
             and free - taken < budget * s.cluster.ranks_per_server):
         return work, 0.0, {"reuse_mb": 0.0}
     per_row = s.graph.row_bytes + s.graph.learned_bytes + ID
-    capacity = (budget - 4 * s.graph.nodes) / (s.graph.row_bytes + ID)  # a slot per row
-    if s.cluster.servers < 2 or capacity < 1:
+    capacity = (budget - SLOT_BYTES * s.graph.nodes) / (s.graph.row_bytes + ID)
+    if capacity < 1:  # the budget does not hold the slot table
         return work, 0.0, {}
     rows = work.pull_inter_bytes / max(work.steps * s.cluster.world, 1) / per_row
     hits = reuse_hits(capacity / max(rows, 1.0))
