@@ -84,24 +84,19 @@ class RecentRows:
         self._written: set[int] = set()  # names pushed: not kept any more
         self._dropped = 0  # drops so far: rows pulled before one are not kept after it
         self._lock = threading.Lock()
-        self.reused = 0  # rows read here instead of pulled
 
     def serve(self, entry: TensorEntry, uniq: torch.Tensor, remote: dict[int, list[Piece]]
               ) -> tuple[dict[int, list[Piece]], list[tuple[Piece, torch.Tensor]]]:
         """A pull's remote pieces less the rows kept here, and those rows: pieces of
         positions in ``uniq`` with their rows, copied now (a later answer may overwrite the
         ring before the pull writes its output)."""
-        if not remote or entry.index not in self._rings:
-            return remote, []
         with self._lock:
             ring = self._rings.get(entry.index)
-            if ring is None:
+            if ring is None or not remote:
                 return remote, []
             left, held = split_held(ring.slots, uniq, remote)
-            rows = [(Piece(-1, q.pos, q.local), ring.rows.index_select(0, q.local))
-                    for q in held]
-            self.reused += sum(q.pos.numel() for q in held)
-        return left, rows
+            return left, [(Piece(-1, q.pos, q.local), ring.rows.index_select(0, q.local))
+                          for q in held]
 
     def keeper(self) -> Callable[[TensorEntry, torch.Tensor, torch.Tensor], None]:
         """What a pull planned now keeps its answers' rows with: :meth:`keep`, unless the
@@ -110,13 +105,13 @@ class RecentRows:
         return functools.partial(self.keep, since=self._dropped)
 
     def keep(self, entry: TensorEntry, gids: torch.Tensor, rows: torch.Tensor,
-             since: int | None = None) -> None:
+             since: int) -> None:
         """Keeps copies of the remote rows an answer brought (``rows`` of ``gids``) of a pull
-        planned after ``since`` drops (None: now)."""
+        planned after ``since`` drops, unless there were more since."""
         if entry.policy.splits_columns or entry.index in self._written:
             return
         with self._lock:
-            if since is not None and since != self._dropped:
+            if since != self._dropped:
                 return
             ring = self._rings.get(entry.index)
             if ring is None:
@@ -138,8 +133,3 @@ class RecentRows:
             if written and index is not None:
                 self._written.add(index)
                 self._rings.pop(index, None)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes the copies, their ids and slots take."""
-        return sum(r.rows.nbytes + r.ids.nbytes + r.slots.nbytes for r in self._rings.values())

@@ -49,6 +49,12 @@ def cache_hits(fraction: float) -> float:
     return float(np.interp(min(max(fraction, 0.0), 1.0), xs, ys))
 
 
+def _less_pulled(work: Work, share: float) -> Work:
+    """``work`` with ``share`` of its pulled bytes between servers read from copies instead."""
+    return dataclasses.replace(work, inter_bytes=work.inter_bytes - share * work.pull_inter_bytes,
+                               pull_inter_bytes=(1 - share) * work.pull_inter_bytes)
+
+
 def reuse_hits(steps: float) -> float:
     """Share of a step's remote rows that one of the ``steps`` steps before it pulled: 13%
     for one, 32% for four, 60% for sixteen at 1M nodes (fanouts 10,25, batch 1000, two
@@ -73,9 +79,7 @@ def _reused(s: Situation, work: Work, taken: float) -> tuple[Work, float, dict[s
     if capacity < 1:  # the budget does not hold the slot table
         return work, 0.0, {}
     rows = work.pull_inter_bytes / max(work.steps * s.cluster.world, 1) / per_row
-    hits = reuse_hits(capacity / max(rows, 1.0))
-    return dataclasses.replace(work, inter_bytes=work.inter_bytes - hits * work.pull_inter_bytes,
-                               pull_inter_bytes=(1 - hits) * work.pull_inter_bytes), budget, {}
+    return _less_pulled(work, reuse_hits(capacity / max(rows, 1.0))), budget, {}
 
 
 def epoch(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
@@ -129,10 +133,7 @@ def _choose(s: Situation, work: Work) -> Choice:
     peak = s.peak_per_rank
     if cache_mb >= 1:
         options["cache_mb"] = cache_mb
-        hits = cache_hits(cache_mb * 2**20 / max(remote * s.graph.row_bytes, 1))
-        work = dataclasses.replace(
-            work, inter_bytes=work.inter_bytes - hits * work.pull_inter_bytes,
-            pull_inter_bytes=(1 - hits) * work.pull_inter_bytes)
+        work = _less_pulled(work, cache_hits(cache_mb * 2**20 / max(remote * s.graph.row_bytes, 1)))
         if "cache_mb" not in s.given:  # a given cache is in the strategy's own estimate
             peak = None if peak is None else peak + cache_mb * 2**20 / g
     work, kept, reuse = _reused(s, work, cache_mb * 2**20 if "cache_mb" in options else 0.0)
