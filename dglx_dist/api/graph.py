@@ -225,11 +225,11 @@ class DistGraph(EdgeStructure):
 
     def barrier(self) -> None:
         """Waits for every rank (DGL's ``DistGraph.barrier``); rows pulled ahead before it
-        are not offered to reads after it, nor the store's copies of rows pulled before it
-        (other ranks' writes are seen after a barrier)."""
+        are not offered to reads after it, nor the store's copies of rows of names some rank
+        wrote alone before it (other ranks' writes are seen after a barrier)."""
         self.session.world.barrier()
         self.step_rows.barriers += 1
-        self.store.drop_recent()
+        self.store.forget_written()
 
     @property
     def _client(self) -> types.SimpleNamespace:

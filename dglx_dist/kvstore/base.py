@@ -225,9 +225,10 @@ class KVStore(abc.ABC):
         A store whose pulls exchange nothing is itself."""
         return self
 
-    def drop_recent(self) -> None:
-        """Forgets the copies of other servers' rows kept for the next pulls (other ranks
-        may have written those rows: e.g. at a barrier); a store that keeps none has none."""
+    def forget_written(self) -> None:
+        """Drops the copies of other servers' rows of the names some rank wrote alone since
+        the last call (collective, at a barrier: other ranks see such writes after one); a
+        store that copies none has none to drop."""
 
     @property
     def finish_exchanges(self) -> bool:

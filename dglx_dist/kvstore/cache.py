@@ -2,10 +2,11 @@
 
 A :class:`RowCache` (``DistKVStore.start_cache``) counts, for one epoch, how often this
 server's ranks pulled each row that lives elsewhere, and keeps a copy of each such row as its
-answer arrives (:class:`Kept`); ``DistKVStore.fill_cache`` (collective) puts the rows pulled
-most often, within the budget, into the server's shared memory, where later pulls read them:
-the copies come from the ranks' kept rows, so the fill sends no rows between servers. While
-the budget has room, the next epoch's misses are counted and kept for the next fill.
+answer arrives (:class:`~dglx_dist.kvstore.copies.Copies`), which the rank's later pulls
+read until the fill; ``DistKVStore.fill_cache`` (collective) puts the rows pulled most
+often, within the budget, into the server's shared memory, where later pulls read them: the
+copies come from the ranks' kept rows, so the fill sends no rows between servers. While the
+budget has room, the next epoch's misses are counted and kept for the next fill.
 docs/kvstore.md ("A cache of other servers' rows") says what stays exact (pushes drop
 copies; whole rows only), what is refused and why visits, not degrees.
 """
@@ -20,12 +21,11 @@ import psutil
 import torch
 
 from dglx_dist.errors import InvalidValueError
+from dglx_dist.kvstore.copies import ID_BYTES, Copies, split_held
 from dglx_dist.kvstore.entries import TensorEntry
 from dglx_dist.kvstore.policy import Piece
 
-__all__ = ["RowCache", "Held", "Kept", "choose_rows", "check_budget", "split_held", "ID_BYTES"]
-
-ID_BYTES = 8  # each cached row's global id, kept beside the rows
+__all__ = ["RowCache", "Held", "choose_rows", "check_budget"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,51 +81,6 @@ def choose_rows(counts: dict[int, torch.Tensor], row_bytes: dict[int, int],
     return chosen
 
 
-@dataclasses.dataclass
-class Kept:
-    """The remote rows of one name a rank pulled since the last fill, a copy of each (from
-    the first answer that brought it); ``seen`` marks their global ids."""
-
-    seen: torch.Tensor
-    ids: list[torch.Tensor] = dataclasses.field(default_factory=list)
-    rows: list[torch.Tensor] = dataclasses.field(default_factory=list)
-
-    def add(self, gids: torch.Tensor, rows: torch.Tensor) -> int:
-        """Keeps the rows of ``gids`` not kept yet (``rows`` aligned, a view of an answer);
-        returns the bytes added."""
-        new = ~self.seen.index_select(0, gids)
-        if not bool(new.any()):
-            return 0
-        gids, rows = gids[new], rows[new]  # a copy: the answer's buffer is not kept
-        self.seen[gids] = True
-        self.ids.append(gids)
-        self.rows.append(rows)
-        return rows.nbytes + gids.numel() * ID_BYTES
-
-    def has(self, ids: torch.Tensor) -> torch.Tensor:
-        """Whether each of ``ids`` is kept."""
-        return self.seen.index_select(0, ids)
-
-    def rows_of(self, ids: torch.Tensor, like: torch.Tensor,
-                out: torch.Tensor | None = None) -> torch.Tensor:
-        """The kept rows of ``ids`` (distinct, every one kept), in order, shaped and typed as
-        ``like``'s rows, written into ``out`` where given; every copy is freed as it is read
-        (a fill reads each name once)."""
-        if out is None:
-            out = like.new_empty((ids.numel(), *like.shape[1:]))
-        place = torch.full(self.seen.shape, -1, dtype=torch.int64)
-        place[ids] = torch.arange(ids.numel())
-        while self.ids:
-            gids, rows = self.ids.pop(), self.rows.pop()
-            at = place.index_select(0, gids)
-            hit = at >= 0
-            if bool(hit.all()):  # (a fill that takes every kept row: one copy, no mask)
-                out.index_copy_(0, at, rows)
-            elif bool(hit.any()):
-                out.index_copy_(0, at[hit], rows[hit])
-        return out
-
-
 def check_budget(budget: int, shm_dir: Path, server: int) -> None:
     """Refuses (ValueError) a budget that is not positive or larger than the shared memory
     free in ``shm_dir`` or the memory available on this server."""
@@ -144,13 +99,14 @@ def check_budget(budget: int, shm_dir: Path, server: int) -> None:
 
 class RowCache:
     """This rank's view of its server's cache: the held rows and, while the cache learns
-    (``counting``), the counts and kept copies of the remote rows pulled since the last fill.
+    (``counting``), the counts and kept copies of the remote rows pulled since the last fill,
+    which its pulls read too (a name once written is neither kept nor read from them).
 
     Args:
         budget: bytes per server for cached rows and their ids.
-        keep: bytes of copies this rank keeps between fills at most (by default the budget;
-            a server's ranks share it, so that the copies take no more memory than the
-            cache will).
+        keep: bytes of copies this rank keeps between fills at most, their ids and slots
+            included (by default the budget; a server's ranks share it, so that the copies
+            take no more memory than the cache will).
     """
 
     def __init__(self, budget: int, keep: int | None = None):
@@ -158,8 +114,9 @@ class RowCache:
         self.keep_limit = self.budget if keep is None else int(keep)
         self.counting = True
         self.counts: dict[int, torch.Tensor] = {}  # name index -> pulls per global row
-        self.kept: dict[int, Kept] = {}  # name index -> copies of the rows pulled
+        self.kept: dict[int, Copies] = {}  # name index -> copies of the rows pulled
         self.kept_bytes = 0
+        self.written: set[int] = set()  # names written: not kept any more
         self.held: dict[int, Held] = {}  # name index -> cached rows
         self.aside = False  # set_aside ended the counting: the next fill takes what it left
         self.fills = 0
@@ -172,8 +129,12 @@ class RowCache:
         return sum(h.nbytes for h in self.held.values())
 
     def drop(self, index: int) -> None:
-        """Forgets name ``index``'s copies (its rows were written)."""
-        self.held.pop(index, None)
+        """Forgets name ``index``'s copies, held and kept, and keeps none of it any more (its
+        rows were written; a fill takes no name that was)."""
+        with self._counting:
+            self.written.add(index)
+            self.held.pop(index, None)
+            self.kept.pop(index, None)
 
     def _count(self, entry: TensorEntry, uniq: torch.Tensor,
                remote: dict[int, list[Piece]]) -> None:
@@ -188,15 +149,20 @@ class RowCache:
 
     def keep(self, entry: TensorEntry, gids: torch.Tensor, rows: torch.Tensor) -> None:
         """Keeps copies of the remote rows an answer brought (``rows`` of ``gids``), for the
-        next fill, until this rank's copies reach its share of the budget."""
+        next fill and this rank's next pulls, until they reach its share of the budget."""
         with self._counting:
-            if not self.counting or self.kept_bytes >= self.keep_limit:
+            if not self.counting or entry.index in self.written:
                 return
             kept = self.kept.get(entry.index)
             if kept is None:
-                kept = self.kept[entry.index] = Kept(
-                    torch.zeros(entry.policy.num_rows, dtype=torch.bool))
-            self.kept_bytes += kept.add(gids, rows)
+                capacity = Copies.capacity(entry, self.keep_limit - self.kept_bytes)
+                if capacity < 1:
+                    return
+                kept = self.kept[entry.index] = Copies.of(entry, capacity, wrap=False)
+                self.kept_bytes += kept.slots.nbytes
+            per_row = entry.row_bytes + ID_BYTES
+            self.kept_bytes += per_row * kept.add(
+                gids, rows, (self.keep_limit - self.kept_bytes) // per_row)
 
     @property
     def fill_due(self) -> bool:
@@ -213,21 +179,30 @@ class RowCache:
             self.counting, self.aside = False, True
             return True
 
-    def take_learnt(self) -> tuple[dict[int, torch.Tensor], dict[int, Kept]]:
+    def take_learnt(self) -> tuple[dict[int, torch.Tensor], dict[int, Copies]]:
         """The counts and copies since the last fill; they start again."""
-        learnt = self.counts, self.kept
-        self.counts, self.kept, self.kept_bytes, self.aside = {}, {}, 0, False
+        with self._counting:
+            learnt = self.counts, self.kept
+            self.counts, self.kept, self.kept_bytes, self.aside = {}, {}, 0, False
         return learnt
 
-    def serve(self, entry: TensorEntry, uniq: torch.Tensor,
-              remote: dict[int, list[Piece]]) -> tuple[dict[int, list[Piece]], list[Piece]]:
-        """A pull's remote pieces, less the rows held here; and pieces reading the held rows
-        (``local`` indexes :attr:`Held.rows`). While counting, counts the rows still remote."""
+    def serve(self, entry: TensorEntry, uniq: torch.Tensor, remote: dict[int, list[Piece]]
+              ) -> tuple[dict[int, list[Piece]], list[Piece], list[tuple[Piece, torch.Tensor]]]:
+        """A pull's remote pieces, less the rows held here and the rows this rank kept since
+        the last fill; pieces reading the held rows (``local`` indexes :attr:`Held.rows`);
+        and the kept rows (:meth:`Copies.serve`). While counting, counts the rows not held
+        (kept ones too: the fill chooses by the pulls)."""
         left, cached = self._split(entry, uniq, remote)
-        if self.counting and left and not entry.policy.splits_columns:
-            with self._counting:
+        if not left or entry.policy.splits_columns:
+            return left, cached, []
+        with self._counting:
+            if self.counting:
                 self._count(entry, uniq, left)
-        return left, cached
+            kept = self.kept.get(entry.index)
+            if kept is None:
+                return left, cached, []
+            left, copies = kept.serve(uniq, left)
+        return left, cached, copies
 
     def _split(self, entry: TensorEntry, uniq: torch.Tensor,
                remote: dict[int, list[Piece]]) -> tuple[dict[int, list[Piece]], list[Piece]]:
@@ -236,20 +211,3 @@ class RowCache:
             return remote, []
         return split_held(held.slots, uniq, remote)
 
-
-def split_held(slots: torch.Tensor, uniq: torch.Tensor, remote: dict[int, list[Piece]]
-               ) -> tuple[dict[int, list[Piece]], list[Piece]]:
-    """A pull's remote pieces (positions in ``uniq``) less the rows held elsewhere, and
-    pieces reading those (``local``: their positions there); ``slots[g]`` is global row
-    ``g``'s position, or -1 where it is not held."""
-    left, held = {}, []
-    for server, pieces in remote.items():
-        for q in pieces:
-            at = slots.index_select(0, uniq.index_select(0, q.pos))
-            hit = at >= 0
-            if bool(hit.any()):
-                held.append(Piece(-1, q.pos[hit], at[hit].long()))
-                q = Piece(q.part, q.pos[~hit], q.local[~hit])
-            if q.pos.numel():
-                left.setdefault(server, []).append(q)
-    return left, held

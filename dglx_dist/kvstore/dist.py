@@ -35,7 +35,8 @@ import torch
 
 from dglx_dist.errors import InvalidValueError, ProtocolError, StateError
 from dglx_dist.kvstore.base import KVStore
-from dglx_dist.kvstore.cache import ID_BYTES, Held, Kept, RowCache, check_budget, choose_rows
+from dglx_dist.kvstore.cache import Held, RowCache, check_budget, choose_rows
+from dglx_dist.kvstore.copies import ID_BYTES, Copies
 from dglx_dist.kvstore.coalesce import ServerPulls
 from dglx_dist.kvstore.entries import InitSpec, TensorEntry
 from dglx_dist.kvstore.ops import PushOp
@@ -90,6 +91,7 @@ class DistKVStore(KVStore):
         self._parts = SharedParts(session.world, session.server, self.shm_dir, self.seed)
         self.token = self._parts.token
         self._server: Server | None = None
+        self._written_alone: set[int] = set()  # names this rank pushed alone (forget_written)
         if serve and session.world_size > 1:
             self._server = Server(session, self._shards)
             session.add_closer(self._server.stop)
@@ -297,8 +299,8 @@ class DistKVStore(KVStore):
             raise StateError(f"push {entry.name!r} with collective=False: its rows are cached "
                              "on other servers (the strategy's cache_mb), which a push by one "
                              "rank cannot tell; push it collectively, or run without the cache")
-        if self._shards.recent is not None:
-            self._shards.recent.drop(entry.index, written=True)
+        self._written_alone.add(entry.index)
+        self._forget(entry.index)
         messages = self._shards.push_messages(entry, op, ids, values)
         own = messages.pop(self.session.rank, None)
         if messages:
@@ -343,11 +345,31 @@ class DistKVStore(KVStore):
                                     "number of bytes")
         self._shards.recent = RecentRows(budget)
 
-    def drop_recent(self) -> None:
-        """Forgets the copies :meth:`keep_recent` keeps (other ranks may have written their
-        rows: e.g. at a barrier)."""
-        if self._shards.recent is not None:
-            self._shards.recent.drop()
+    def forget_written(self) -> None:
+        """Drops every rank's copies of other servers' rows (:meth:`keep_recent`'s, and those
+        a learning cache keeps) of the names some rank wrote alone (``collective=False``)
+        since the last call: collective, at a barrier (other ranks see such writes after
+        one, as in DGL). A name written is not copied any more."""
+        if self._shards.recent is None and self._shards.cache is None:
+            return
+        written = torch.zeros(len(self._shards), dtype=torch.int64)
+        written[sorted(self._written_alone)] = 1
+        self._written_alone.clear()
+        self.session.world.all_reduce(written, op="max")
+        for index in torch.nonzero(written).squeeze(1).tolist():
+            self._forget(index)
+
+    def _forget(self, index: int) -> None:
+        """Drops this rank's copies of name ``index`` (written): the recent rows', the
+        cache's (held and kept); neither copies it any more."""
+        cache, recent = self._shards.cache, self._shards.recent
+        if recent is not None:
+            recent.drop(index)
+        if cache is not None:
+            if index in cache.held:
+                log.info("rank %d: cached rows of %r dropped: written", self.session.rank,
+                         self._shards.entry_at(index, "the cache").name)
+            cache.drop(index)
 
     def set_aside_counts(self) -> bool:
         """Ends the cache's counting until :meth:`fill_cache`, which fills from the counts and
@@ -397,7 +419,7 @@ class DistKVStore(KVStore):
                      time.perf_counter() - start)
 
     def _hold(self, entries: dict[int, TensorEntry], chosen: dict[int, torch.Tensor],
-              kept: dict[int, Kept], lead: int) -> dict[int, Held]:
+              kept: dict[int, Copies], lead: int) -> dict[int, Held]:
         """The server's copies once the ``chosen`` rows join them (collective): each name's
         shared tensor grows by their rows, which ``lead`` writes (:meth:`_write_rows`); only
         the new rows are written. Where a name has one part on this server, its copies follow
@@ -430,7 +452,7 @@ class DistKVStore(KVStore):
         return held
 
     def _write_rows(self, entries: dict[int, TensorEntry], chosen: dict[int, torch.Tensor],
-                    kept: dict[int, Kept], lead: int, into: dict[int, torch.Tensor]) -> None:
+                    kept: dict[int, Copies], lead: int, into: dict[int, torch.Tensor]) -> None:
         """Writes the rows of the ``chosen`` ids into ``into`` on ``lead`` (collective): each
         from the lowest rank of the server that kept it (sent within the server), the rest
         pulled by the lead from their servers."""
@@ -444,7 +466,7 @@ class DistKVStore(KVStore):
                 server.all_reduce(holder, op="min")
             sel = holder == server.group_rank
             direct = self.session.rank == lead and bool(sel.all())  # written in place
-            mine = kept[i].rows_of(ids[sel], like, into[i] if direct else None) \
+            mine = kept[i].rows_of(ids[sel], into[i] if direct else None) \
                 if i in kept else like
             got = server.all_to_all_v([mine if m == lead else mine[:0] for m in server.members]
                                       ) if server.size > 1 else [mine]
@@ -482,12 +504,9 @@ class DistKVStore(KVStore):
         return counts
 
     def _drop_written(self, messages: dict[int, list[Message]]) -> None:
-        """Drops every rank's cached and recent copies of the names a collective push writes
-        (collective: only while the cache holds rows or the recent rows are kept, the same on
-        every rank)."""
-        cache, recent = self._shards.cache, self._shards.recent
-        held = cache is not None and bool(cache.held)
-        if not held and recent is None:
+        """Drops every rank's copies (:meth:`_forget`) of the names a collective push writes
+        (collective: where a cache or the recent rows are on, the same on every rank)."""
+        if self._shards.cache is None and self._shards.recent is None:
             return
         written = torch.zeros(len(self._shards), dtype=torch.int64)
         for batch in messages.values():
@@ -495,12 +514,7 @@ class DistKVStore(KVStore):
                 written[int(head[0])] = 1
         self.session.world.all_reduce(written, op="max")
         for index in torch.nonzero(written).squeeze(1).tolist():
-            if recent is not None:
-                recent.drop(index, written=True)
-            if held and index in cache.held:
-                log.info("rank %d: cached rows of %r dropped: pushed", self.session.rank,
-                         self._shards.entry_at(index, "the cache").name)
-                cache.drop(index)
+            self._forget(index)
 
     @property
     def cache(self) -> RowCache | None:

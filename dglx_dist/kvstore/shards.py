@@ -52,8 +52,9 @@ class PullPlan:
     id of ``uniq`` (``inverse``: the row of each requested id; None: ``out`` is in request
     order) from the own server's pieces (``local``), the other servers' (``remote``) and the
     server's copies of other servers' rows (``cached``: pieces into ``held.rows``, see
-    :mod:`~dglx_dist.kvstore.cache`) and this rank's copies of the rows its last pulls
-    brought (``reused``: pieces with their rows, :mod:`~dglx_dist.kvstore.recent`);
+    :mod:`~dglx_dist.kvstore.cache`) and this rank's copies of rows its earlier pulls
+    brought (``reused``: pieces with their rows; the learning cache's kept rows and
+    :mod:`~dglx_dist.kvstore.recent`);
     ``keepers``, what keeps the remote rows the answers bring (``keep(entry, ids, rows)``: a
     learning cache's, the recent rows')."""
 
@@ -207,16 +208,16 @@ class Shards:
             if servers[q.part] != self.server:
                 remote.setdefault(servers[q.part], []).append(q)
         local = [q for q in pieces if servers[q.part] == self.server]
-        cached, held, keepers = [], None, []
+        cached, held, reused, keepers = [], None, [], []
         if self.cache is not None:
-            remote, cached = self.cache.serve(entry, uniq, remote)
+            remote, cached, reused = self.cache.serve(entry, uniq, remote)
             held = self.cache.held[entry.index] if cached else None
             if self.cache.counting and not entry.policy.splits_columns:
                 keepers.append(self.cache.keep)
-        reused = []
         if self.recent is not None:
-            remote, reused = self.recent.serve(entry, uniq, remote)
-            keepers.append(self.recent.keeper())
+            remote, recent = self.recent.serve(entry, uniq, remote)
+            reused += recent
+            keepers.append(self.recent.keep)
         return PullPlan(entry, uniq, inverse, out, local, remote, self.pin, cached, held,
                         reused, tuple(keepers))
 

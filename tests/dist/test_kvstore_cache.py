@@ -10,7 +10,8 @@ import torch
 
 from dglx_dist.errors import StateError
 from dglx_dist.kvstore import DistKVStore, LocalKVStore, RowPolicy
-from dglx_dist.kvstore.cache import ID_BYTES, choose_rows
+from dglx_dist.kvstore.cache import choose_rows
+from dglx_dist.kvstore.copies import ID_BYTES
 from dglx_dist.models import SAGE
 from dglx_dist.partition import PartitionDir
 from dglx_dist.partition.book import RangeBook
@@ -192,6 +193,56 @@ def test_fills_come_from_the_rows_pulled_and_grow_with_later_misses(tmp_path):
         assert all(h == out["held"] for h in mates)  # one cache per server
 
 
+def _learning_job(session):
+    """2 servers x 1 rank, a budget that holds every row: while the cache learns, a pull
+    reads the rows an earlier one kept (no bytes, the counter's ``reused``), and counts them
+    for the fill all the same; a barrier keeps them where nobody wrote, and drops a name
+    the peer wrote alone (rank 0 then reads the write); the fill takes the name not
+    written, from the copies."""
+    store, ref = DistKVStore(session, serve=True), LocalKVStore()
+    _register(store, session)
+    _register(ref)
+    store.start_cache(2 * N * ROW)
+    other = torch.arange(N // 2, N) if session.server_id == 0 else torch.arange(N // 2)
+    a, out, wrong = other[:30], {}, []
+
+    def received(name, ids):
+        before = session.counter.snapshot()
+        if not torch.equal(store.pull(name, ids), ref.pull(name, ids)):
+            wrong.append(name)
+        after = session.counter.snapshot()
+        return [after["recv_inter"] - before["recv_inter"], after["reused"] - before["reused"]]
+
+    out["feat"] = [received("feat", a), received("feat", a[5:25])]
+    out["emb"] = [received("emb", a), received("emb", a)]
+    if session.rank == 1:  # a row rank 0 keeps a copy of
+        store.push("feat", torch.tensor([N // 2 + 5]), torch.full((1, F), 7.0),
+                   collective=False)
+    ref.push("feat", torch.tensor([N // 2 + 5]), torch.full((1, F), 7.0))
+    session.world.barrier()
+    store.forget_written()
+    out["after_barrier"] = [received("feat", a), received("emb", a)]
+    before = session.counter.snapshot()["recv_inter"]
+    store.fill_cache()
+    out["fill_bytes"] = session.counter.snapshot()["recv_inter"] - before
+    out["held"] = {i: h.ids.tolist() for i, h in store.cache.held.items()}
+    out["wrong"], out["a"] = wrong, a.tolist()
+    store.close()
+    return out
+
+
+def test_the_rows_kept_while_the_cache_learns_serve_later_pulls(tmp_path):
+    res = run_workers(_learning_job, 2, tmp_path, env={**VIRTUAL_2x2, "DGLX_TIMEOUT": "20"})
+    rows = 30 * F * 4 + 31 * 8  # 30 rows, and the peer's request for 30 (head and ids)
+    for out in res.values():
+        assert out["wrong"] == [], out["wrong"]
+        assert out["feat"] == [[rows, 0], [0, 20 * F * 4]], out["feat"]
+        assert out["emb"] == [[rows, 0], [0, 30 * F * 4]], out["emb"]
+        assert out["after_barrier"] == [[rows, 0], [0, 30 * F * 4]], out["after_barrier"]
+        assert out["fill_bytes"] < 2 * F * 4, out  # flags and counts: no rows
+        assert out["held"] == {"1": out["a"]}, out["held"]  # "emb" (index 1), not "feat"
+
+
 def distdgl_trainer(session, pdir_path, threaded: bool, **options) -> Trainer:
     """distdgl's Trainer of a 2-layer SAGE (hidden 8, no dropout) with ``options``, seeded
     alike, its training loader on a worker thread where ``threaded``."""
@@ -207,7 +258,7 @@ def _train(session, pdir_path):
     for cache_mb in (0.0, 0.8):  # 0.8 MB: about 10% of the other server's rows
         # (the cached run's loader draws on a worker thread, which pulls and counts too)
         trainer = distdgl_trainer(session, pdir_path, bool(cache_mb), batch_size=64,
-                                  cache_mb=cache_mb)
+                                  cache_mb=cache_mb, reuse_mb=0)  # the cache alone
         trainer.fit(1)  # evaluated: the first epoch's counts wait for the second epoch
         cache = trainer.strategy.store.cache
         first = None if cache is None else [bool(cache.held), cache.aside]

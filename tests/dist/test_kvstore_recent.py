@@ -1,14 +1,14 @@
 """The rows the last pulls brought (dglx_dist.kvstore.recent) on real gloo process groups, 2
 servers x 1 rank: later pulls read them instead of asking again (rows equal to a
-LocalKVStore's, fewer bytes), the oldest give way at the budget, a collective push, a rank's
-own push and a barrier drop them, a pull under way across a drop keeps nothing; distdgl
-trains the same with and without them, with fewer bytes."""
+LocalKVStore's, fewer bytes), the oldest give way at the budget, a barrier keeps them where
+nobody wrote; a collective push, a rank's own push and (at the next barrier) a peer's drop
+the name written for good, a pull under way across a write keeps nothing; distdgl trains
+the same with and without them, with fewer bytes."""
 import pytest
 import torch
 
 from dglx_dist.kvstore import DistKVStore, LocalKVStore, RowPolicy
-from dglx_dist.kvstore.cache import ID_BYTES
-from dglx_dist.kvstore.recent import SLOT_BYTES
+from dglx_dist.kvstore.copies import ID_BYTES, SLOT_BYTES
 from dglx_dist.partition.book import RangeBook
 from dglx_dist.testing import run_workers
 from tests.dist.test_kvstore_cache import distdgl_trainer
@@ -24,7 +24,7 @@ def _stores(session, budget):
     store, ref = DistKVStore(session, serve=True), LocalKVStore()
     policy = RowPolicy(RangeBook([0, N // 2, N]))
     full = {name: sign * torch.arange(N * F, dtype=torch.float32).view(N, F)
-            for name, sign in (("feat", 1), ("emb", -1))}
+            for name, sign in (("feat", 1), ("emb", -1), ("other", 2))}
     me = session.server_id
     for name, rows in full.items():
         store.init_data(name, policy, {me: rows[me * N // 2:(me + 1) * N // 2].clone()})
@@ -59,25 +59,33 @@ def _job(session, budget):
     got["mixed"] = _received(session, store, ref, "feat", torch.cat([a[::3], b, a[1::3]]),
                              wrong)  # b is new: 40 rows over the budget of 50, 20 of a go
     got["a_third"] = _received(session, store, ref, "feat", a, wrong)
-    # a pull under way as the copies are dropped (a barrier) keeps nothing
-    under_way = store.start_pull("emb", b)
-    store.drop_recent()
-    under_way.wait()
-    got["after_drop"] = _received(session, store, ref, "emb", b, wrong)
-    got["kept_again"] = _received(session, store, ref, "emb", b, wrong)
-    # rank 1 writes a row of its own server alone; rank 0, which keeps a copy, sees the
-    # write after the barrier's drop
-    if session.rank == 1:
-        store.push("emb", _remote_of(0, 30, 31), torch.full((1, F), 7.0), collective=False)
-    ref.push("emb", _remote_of(0, 30, 31), torch.full((1, F), 7.0))
+    # a barrier where nobody wrote keeps the copies
     session.world.barrier()
-    store.drop_recent()
-    got["after_write"] = _received(session, store, ref, "emb", b, wrong)
+    store.forget_written()
+    got["after_barrier"] = _received(session, store, ref, "feat", a[:20], wrong)
+    # a pull under way as this rank writes the name alone (a row of its own server) keeps
+    # nothing, nor do later pulls
+    under_way = store.start_pull("emb", b)
+    own = _remote_of(1 - session.rank, 0, 1)
+    store.push("emb", own, torch.full((1, F), 3.0), collective=False)
+    for rank in (0, 1):
+        ref.push("emb", _remote_of(1 - rank, 0, 1), torch.full((1, F), 3.0))
+    under_way.wait()
+    got["written_alone"] = [_received(session, store, ref, "emb", b, wrong) for _ in range(2)]
+    # rank 1 writes a row of its own server alone, of which rank 0 keeps a copy: at the
+    # barrier every rank drops the name, and rank 0 reads the write
+    if session.rank == 1:
+        store.push("feat", _remote_of(0, 5, 6), torch.full((1, F), 7.0), collective=False)
+    ref.push("feat", _remote_of(0, 5, 6), torch.full((1, F), 7.0))
+    session.world.barrier()
+    store.forget_written()
+    got["peer_wrote"] = [_received(session, store, ref, "feat", a, wrong) for _ in range(2)]
     # a collective push by one rank drops the name everywhere, for good
+    got["other_kept"] = [_received(session, store, ref, "other", a, wrong) for _ in range(2)]
     mine = _remote_of(0, 0, 2) if session.rank == 0 else torch.zeros(0, dtype=torch.int64)
-    store.push("feat", mine, torch.full((mine.numel(), F), 5.0))
-    ref.push("feat", _remote_of(0, 0, 2), torch.full((2, F), 5.0))
-    got["pushed"] = [_received(session, store, ref, "feat", a, wrong) for _ in range(2)]
+    store.push("other", mine, torch.full((mine.numel(), F), 5.0))
+    ref.push("other", _remote_of(0, 0, 2), torch.full((2, F), 5.0))
+    got["pushed"] = [_received(session, store, ref, "other", a, wrong) for _ in range(2)]
     store.close()
     return {"wrong": wrong, **got}
 
@@ -106,8 +114,10 @@ def test_later_pulls_read_the_rows_the_last_ones_brought(tmp_path):
         # of the 60 rows: the 20 of a kept, the 40 of b pulled (then 20 of a overwritten)
         assert out["mixed"] == _pulled(40) and off["mixed"] == _pulled(60)
         assert out["a_third"] == _pulled(20), out  # the oldest 20 gave way
-        assert out["after_drop"] == _pulled(40) and out["kept_again"] == 0, out
-        assert out["after_write"] == _pulled(40), out
+        assert out["after_barrier"] == 0, out
+        assert out["written_alone"] == [_pulled(40)] * 2, out
+        assert out["peer_wrote"] == [_pulled(30)] * 2, out
+        assert out["other_kept"] == [_pulled(30), 0], out
         assert out["pushed"] == [_pulled(30)] * 2, out  # written: not kept any more
 
 

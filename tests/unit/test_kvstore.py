@@ -434,7 +434,8 @@ def test_shards_place_parts_and_wait_for_entries():
 def test_cache_takes_the_most_pulled_rows_that_fit(counts, widths, budget):
     """choose_rows is the longest run of rows, most pulled first (ties: name, then id), whose
     bytes (row plus its 8-byte id) fit the budget; a row nobody pulled never."""
-    from dglx_dist.kvstore.cache import ID_BYTES, choose_rows
+    from dglx_dist.kvstore.cache import choose_rows
+    from dglx_dist.kvstore.copies import ID_BYTES
 
     tensors = {2 * i: torch.tensor(c, dtype=torch.int32) for i, c in enumerate(counts)}
     row_bytes = {2 * i: widths[i] for i in range(len(counts))}
@@ -450,25 +451,33 @@ def test_cache_takes_the_most_pulled_rows_that_fit(counts, widths, budget):
     assert {k: v.tolist() for k, v in got.items()} == {k: sorted(v) for k, v in want.items()}
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.lists(st.lists(st.integers(0, 19), max_size=12), min_size=1, max_size=5),
-       st.lists(st.integers(0, 19), max_size=20))
-def test_kept_rows_are_the_first_answer_of_each_and_found_again(answers, wanted):
-    """Kept copies each row once (duplicates in one answer too) and gives back the rows of
-    any kept ids, in their order, as they were in the answers, into the tensor given."""
-    from dglx_dist.kvstore.cache import ID_BYTES, Kept
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 19), max_size=12, unique=True), min_size=1,
+                max_size=6),
+       st.lists(st.integers(0, 19), max_size=20), st.integers(1, 15), st.booleans())
+def test_copies_hold_the_rows_the_answers_brought(answers, wanted, capacity, wrap):
+    """Copies hold each row once, as its answer brought it, and give back the rows of any
+    ids they hold, in order, into the tensor given. Without ``wrap`` they keep the first
+    ``capacity`` rows and copy no more; with it the newest ``capacity`` rows, the oldest
+    giving way."""
+    from types import SimpleNamespace
+
+    from dglx_dist.kvstore.copies import Copies
 
     table = torch.arange(20 * 3, dtype=torch.float32).view(20, 3)
-    kept, added = Kept(torch.zeros(20, dtype=torch.bool)), 0
+    entry = SimpleNamespace(trailing=(3,), dtype=torch.float32,
+                            policy=SimpleNamespace(num_rows=20))
+    copies, order = Copies.of(entry, capacity, wrap), []
     for ids in answers:
         gids = torch.tensor(ids, dtype=torch.int64)
-        added += kept.add(gids, table.index_select(0, gids))
-    pulled = sorted({i for ids in answers for i in ids})
-    assert added >= len(pulled) * (3 * 4 + ID_BYTES)
+        added = copies.add(gids, table.index_select(0, gids))
+        new = [i for i in ids if i not in order]
+        new = new[-capacity:] if wrap else new[:capacity - len(order)]
+        assert added == len(new)
+        order = (order + new)[-capacity:] if wrap else order + new
     ids = torch.tensor(list(dict.fromkeys(wanted)), dtype=torch.int64)  # distinct, in order
-    have = kept.has(ids)
-    assert have.tolist() == [i in pulled for i in ids.tolist()]
+    have = copies.has(ids)
+    assert have.tolist() == [i in order for i in ids.tolist()]
     into = torch.full((int(have.sum()), 3), -1.0)  # e.g. the cache's shared tensor
-    rows = kept.rows_of(ids[have], table[:0], into)
+    rows = copies.rows_of(ids[have], into)
     assert rows is into and torch.equal(rows, table.index_select(0, ids[have]))
-    assert kept.ids == [] and kept.rows == []  # read once: the copies are freed

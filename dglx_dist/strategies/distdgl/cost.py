@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from dglx_dist.kvstore.recent import SLOT_BYTES
+from dglx_dist.kvstore.copies import SLOT_BYTES
 from dglx_dist.memory import MemoryModel
 from dglx_dist.strategies.cost import Choice, Cost, Situation
 from dglx_dist.strategies.cost.counts import (ID, Work, allreduce, kept, ring_rounds,
