@@ -56,8 +56,7 @@ log = logging.getLogger(__name__)
 REFILL_SHARE = 0.25
 """The cache goes on counting after a later fill only where that fill added at least this
 share of the bytes the cache held: while it learns, every pull counts its remote rows and
-keeps copies of them (at 1M nodes the first epoch took 0.1-0.3 s longer than without the
-cache, its fill aside), which a few rows more are not worth. The rows that fill counted are
+keeps copies of the new ones, which a few rows more are not worth. The rows that fill counted are
 added either way (their counting is paid for; writing them costs the fill only them)."""
 
 

@@ -2,7 +2,8 @@
 ranks: the rows it chooses, pulls through it equal to a LocalKVStore's, its budget, a push
 that drops it, refusals; counts set aside until the fill (pulls between count nothing);
 fills from the rows the pulls brought (no rows between servers) and again with the next
-epoch's misses; distdgl training with and without it on the same steps, its fill as the
+epoch's misses; while it learns, the kept rows serve later pulls, and a barrier drops only a
+name a peer wrote alone; distdgl training with and without it on the same steps, its fill as the
 second epoch starts; and through DGL's API, a training loader built anew for the next epoch
 fills it where an evaluation's loader does not."""
 import pytest
