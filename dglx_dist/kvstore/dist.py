@@ -56,8 +56,9 @@ log = logging.getLogger(__name__)
 REFILL_SHARE = 0.25
 """The cache goes on counting after a later fill only where that fill added at least this
 share of the bytes the cache held: while it learns, every pull counts its remote rows and
-keeps copies of the new ones, which a few rows more are not worth. The rows that fill counted are
-added either way (their counting is paid for; writing them costs the fill only them)."""
+keeps copies of the new ones, which a few rows more are not worth. The rows that fill
+counted are added either way (their counting is paid for; writing them costs the fill only
+them)."""
 
 
 class DistKVStore(KVStore):
