@@ -166,7 +166,7 @@ def epoch_record(result: EpochResult, before: Mapping[str, int], after: Mapping[
     hits, misses, saved, reused = (int(v) for v in sums[6:10])
     if hits + misses:  # a remote-row cache held rows (kvstore.cache)
         record.update(cache_hit_rate=round(hits / (hits + misses), 4), cache_saved_bytes=saved)
-    if reused:  # the rows the last pulls brought (kvstore.recent)
+    if reused:  # read from this rank's copies of earlier pulls' rows (kvstore.copies)
         record["reused_bytes"] = reused
     record["peak_mem_mb"] = round(float(maxes[1]) / (1 << 20), 1)
     if saved_peak is not None:

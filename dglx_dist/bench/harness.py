@@ -49,7 +49,7 @@ def parse_records(stdout: str) -> list[dict[str, Any]]:
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Row fields from per-epoch records (epoch time, bytes and the step's phases where the
     records time them: mean without the first epoch; also the epoch times' median and their
-    range, without the first; the bytes read from copies of the last steps' rows instead of
+    range, without the first; the bytes read from copies of earlier steps' rows instead of
     sent, where some were) and the link task's closing record of test metrics (``test_*``),
     if any."""
     final = {k: v for r in records if "epoch_time" not in r for k, v in r.items()}
@@ -70,7 +70,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
             "steps": records[-1].get("steps"), "epochs": len(records)} | _ranking(records, final) \
         | ({"phases": mean_phases([r["phases_max"] for r in records[1:] or records])}
            if "phases_max" in records[-1] else {}) \
-        | ({"reused_bytes": int(mean("reused_bytes"))}  # distdgl's reuse_mb: not sent
+        | ({"reused_bytes": int(mean("reused_bytes"))}  # read from copies: not sent
            if any("reused_bytes" in r for r in records) else {})
 
 

@@ -13,7 +13,8 @@ class ByteCounter:
     """Bytes this rank sent and received, intra- vs inter-server; ``control`` is metadata;
     ``cache_*``: rows of other servers its pulls read from its server's cache (``hits``) or
     asked for (``misses``) while a cache held rows, and the bytes the hits saved; ``reused``:
-    bytes of other servers' rows its pulls read from its copies of the last pulls' rows.
+    bytes of other servers' rows its pulls read from its own copies of earlier pulls' rows
+    (:mod:`~dglx_dist.kvstore.copies`: the recent rows, a learning cache's kept rows).
 
     Updates go through :meth:`add` / :meth:`add_control`, under a lock: a KVStore's serving
     thread counts its answers while the main thread counts its own exchanges.
@@ -52,7 +53,7 @@ class ByteCounter:
         self._add(cache_hits=hits, cache_misses=misses, cache_saved=saved)
 
     def add_reused(self, nbytes: int) -> None:
-        """Counts ``nbytes`` of other servers' rows a pull read from the recent copies."""
+        """Counts ``nbytes`` of other servers' rows a pull read from this rank's copies."""
         self._add(reused=nbytes)
 
     def merge(self, counts: dict[str, int]) -> None:

@@ -350,7 +350,7 @@ def _server_pulls(session, cache):
     pipelined; each one's steps, parameters and the bytes its epochs received."""
     dataset = CoraGraphDataset()
     g = dglx_dist.distribute(dataset[0], "distdgl", cache_dir=cache, session=session,
-                             server_pulls=True)
+                             server_pulls=True, reuse_mb=0)  # (the copies outlive a barrier)
     ids = dglx_dist.node_split(g.ndata["train_mask"], g)
     sampler = dglx_dist.NeighborSampler([4, 4], prefetch_node_feats=["feat"],
                                         prefetch_labels=["label"])
