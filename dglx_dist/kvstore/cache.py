@@ -21,7 +21,7 @@ import psutil
 import torch
 
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.kvstore.copies import ID_BYTES, Copies, split_held
+from dglx_dist.kvstore.copies import ID_BYTES, Copies, capacity, split_held
 from dglx_dist.kvstore.entries import TensorEntry
 from dglx_dist.kvstore.policy import Piece
 
@@ -107,16 +107,17 @@ class RowCache:
         keep: bytes of copies this rank keeps between fills at most, their ids and slots
             included (by default the budget; a server's ranks share it, so that the copies
             take no more memory than the cache will).
+        written: the names written so far (the store's), neither kept nor read from copies.
     """
 
-    def __init__(self, budget: int, keep: int | None = None):
+    def __init__(self, budget: int, keep: int | None = None, *, written: set[int]):
         self.budget = int(budget)
         self.keep_limit = self.budget if keep is None else int(keep)
         self.counting = True
         self.counts: dict[int, torch.Tensor] = {}  # name index -> pulls per global row
         self.kept: dict[int, Copies] = {}  # name index -> copies of the rows pulled
         self.kept_bytes = 0
-        self.written: set[int] = set()  # names written: not kept any more
+        self.written = written
         self.held: dict[int, Held] = {}  # name index -> cached rows
         self.aside = False  # set_aside ended the counting: the next fill takes what it left
         self.fills = 0
@@ -129,10 +130,9 @@ class RowCache:
         return sum(h.nbytes for h in self.held.values())
 
     def drop(self, index: int) -> None:
-        """Forgets name ``index``'s copies, held and kept, and keeps none of it any more (its
-        rows were written; a fill takes no name that was)."""
+        """Forgets name ``index``'s copies, held and kept (its rows were written: the store
+        marks it first; a fill takes no name that was)."""
         with self._counting:
-            self.written.add(index)
             self.held.pop(index, None)
             self.kept.pop(index, None)
 
@@ -155,10 +155,11 @@ class RowCache:
                 return
             kept = self.kept.get(entry.index)
             if kept is None:
-                capacity = Copies.capacity(entry, self.keep_limit - self.kept_bytes)
-                if capacity < 1:
+                room = capacity(self.keep_limit - self.kept_bytes, entry.policy.num_rows,
+                                entry.row_bytes)
+                if room < 1:
                     return
-                kept = self.kept[entry.index] = Copies.of(entry, capacity, wrap=False)
+                kept = self.kept[entry.index] = Copies.of(entry, room, wrap=False)
                 self.kept_bytes += kept.slots.nbytes
             per_row = entry.row_bytes + ID_BYTES
             self.kept_bytes += per_row * kept.add(

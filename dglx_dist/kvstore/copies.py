@@ -11,7 +11,7 @@ import torch
 from dglx_dist.kvstore.entries import TensorEntry
 from dglx_dist.kvstore.policy import Piece
 
-__all__ = ["Copies", "ID_BYTES", "SLOT_BYTES", "split_held"]
+__all__ = ["Copies", "ID_BYTES", "SLOT_BYTES", "capacity", "split_held"]
 
 ID_BYTES = 8
 """Each copied row's global id (int64), kept beside the rows."""
@@ -40,12 +40,6 @@ class Copies:
         return cls(torch.full((capacity,), -1, dtype=torch.int64),
                    torch.empty((capacity, *entry.trailing), dtype=entry.dtype),
                    torch.full((entry.policy.num_rows,), -1, dtype=torch.int32), wrap)
-
-    @staticmethod
-    def capacity(entry: TensorEntry, budget: int) -> int:
-        """The rows of ``entry`` that ``budget`` bytes hold beside the name's slots."""
-        return max(0, (budget - SLOT_BYTES * entry.policy.num_rows)
-                   // (entry.row_bytes + ID_BYTES))
 
     def add(self, gids: torch.Tensor, rows: torch.Tensor, most: int | None = None) -> int:
         """Copies the rows of ``gids`` (distinct; ``rows`` aligned) not copied yet, at most
@@ -87,6 +81,12 @@ class Copies:
         left, held = split_held(self.slots, uniq, remote)
         return left, [(Piece(-1, q.pos, q.local), self.rows.index_select(0, q.local))
                       for q in held]
+
+
+def capacity(budget: float, num_rows: int, row_bytes: int) -> int:
+    """The rows of ``row_bytes`` each (and their ids) that ``budget`` bytes hold beside the
+    slot table of a name of ``num_rows`` rows."""
+    return max(0, int((budget - SLOT_BYTES * num_rows) // (row_bytes + ID_BYTES)))
 
 
 def split_held(slots: torch.Tensor, uniq: torch.Tensor, remote: dict[int, list[Piece]]

@@ -91,6 +91,7 @@ class DistKVStore(KVStore):
         self._parts = SharedParts(session.world, session.server, self.shm_dir, self.seed)
         self.token = self._parts.token
         self._server: Server | None = None
+        self._written: set[int] = set()  # names written: no copies of them (_forget)
         self._written_alone: set[int] = set()  # names this rank pushed alone (forget_written)
         if serve and session.world_size > 1:
             self._server = Server(session, self._shards)
@@ -333,7 +334,8 @@ class DistKVStore(KVStore):
         or available memory is refused on every rank."""
         on_every_rank(self.session, "the remote-row cache", lambda: check_budget(
             budget, self.shm_dir, self.session.server_id))
-        self._shards.cache = RowCache(budget, budget // self.session.server.size)
+        self._shards.cache = RowCache(budget, budget // self.session.server.size,
+                                      written=self._written)
 
     def keep_recent(self, budget: int) -> None:
         """Keeps copies of the other servers' rows this rank's pulls bring, at most ``budget``
@@ -343,7 +345,7 @@ class DistKVStore(KVStore):
         if budget <= 0:
             raise InvalidValueError(f"keep_recent: budget {budget}; expected a positive "
                                     "number of bytes")
-        self._shards.recent = RecentRows(budget)
+        self._shards.recent = RecentRows(budget, self._written)
 
     def forget_written(self) -> None:
         """Drops every rank's copies of other servers' rows (:meth:`keep_recent`'s, and those
@@ -362,6 +364,7 @@ class DistKVStore(KVStore):
     def _forget(self, index: int) -> None:
         """Drops this rank's copies of name ``index`` (written): the recent rows', the
         cache's (held and kept); neither copies it any more."""
+        self._written.add(index)  # first: an answer arriving meanwhile is not kept
         cache, recent = self._shards.cache, self._shards.recent
         if recent is not None:
             recent.drop(index)

@@ -22,7 +22,7 @@ import threading
 
 import torch
 
-from dglx_dist.kvstore.copies import Copies
+from dglx_dist.kvstore.copies import Copies, capacity
 from dglx_dist.kvstore.entries import TensorEntry
 from dglx_dist.kvstore.policy import Piece
 
@@ -32,12 +32,13 @@ __all__ = ["RecentRows"]
 class RecentRows:
     """This rank's copies of the remote rows its last pulls brought, at most ``budget`` bytes
     per name (rows, their ids and a slot per row of the name), the oldest overwritten first;
-    thread-safe (a loader's worker thread pulls while the loop's thread does)."""
+    thread-safe (a loader's worker thread pulls while the loop's thread does). ``written``:
+    the names written so far (the store's, shared with its cache), never kept."""
 
-    def __init__(self, budget: int):
+    def __init__(self, budget: int, written: set[int]):
         self.budget = int(budget)
         self._copies: dict[int, Copies] = {}
-        self._written: set[int] = set()  # names written: not kept any more
+        self._written = written
         self._lock = threading.Lock()
 
     def serve(self, entry: TensorEntry, uniq: torch.Tensor, remote: dict[int, list[Piece]]
@@ -60,14 +61,13 @@ class RecentRows:
                 return
             copies = self._copies.get(entry.index)
             if copies is None:
-                capacity = Copies.capacity(entry, self.budget)
-                if capacity < 1:
+                room = capacity(self.budget, entry.policy.num_rows, entry.row_bytes)
+                if room < 1:
                     return  # the budget does not cover the name's slots and a row
-                copies = self._copies[entry.index] = Copies.of(entry, capacity, wrap=True)
+                copies = self._copies[entry.index] = Copies.of(entry, room, wrap=True)
             copies.add(gids, rows)
 
     def drop(self, index: int) -> None:
-        """Forgets name ``index``'s copies and keeps none of it any more: it was written."""
+        """Forgets name ``index``'s copies (it was written: the store marks it first)."""
         with self._lock:
-            self._written.add(index)
             self._copies.pop(index, None)

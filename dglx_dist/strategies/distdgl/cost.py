@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from dglx_dist.kvstore.copies import SLOT_BYTES
+from dglx_dist.kvstore.copies import capacity
 from dglx_dist.memory import MemoryModel
 from dglx_dist.strategies.cost import Choice, Cost, Situation
 from dglx_dist.strategies.cost.counts import (ID, Work, allreduce, kept, ring_rounds,
@@ -75,11 +75,11 @@ def _reused(s: Situation, work: Work, taken: float) -> tuple[Work, float, dict[s
             and free - taken < budget * s.cluster.ranks_per_server):
         return work, 0.0, {"reuse_mb": 0.0}
     per_row = s.graph.row_bytes + s.graph.learned_bytes + ID
-    capacity = (budget - SLOT_BYTES * s.graph.nodes) / (s.graph.row_bytes + ID)
-    if capacity < 1:  # the budget does not hold the slot table
+    held = capacity(budget, s.graph.nodes, s.graph.row_bytes)
+    if held < 1:  # the budget does not hold the slot table
         return work, 0.0, {}
     rows = work.pull_inter_bytes / max(work.steps * s.cluster.world, 1) / per_row
-    return _less_pulled(work, reuse_hits(capacity / max(rows, 1.0))), budget, {}
+    return _less_pulled(work, reuse_hits(held / max(rows, 1.0))), budget, {}
 
 
 def epoch(graph: GraphShape, work: Workload, cluster: Cluster) -> Work:
@@ -133,7 +133,8 @@ def _choose(s: Situation, work: Work) -> Choice:
     peak = s.peak_per_rank
     if cache_mb >= 1:
         options["cache_mb"] = cache_mb
-        work = _less_pulled(work, cache_hits(cache_mb * 2**20 / max(remote * s.graph.row_bytes, 1)))
+        share = cache_mb * 2**20 / max(remote * s.graph.row_bytes, 1)
+        work = _less_pulled(work, cache_hits(share))
         if "cache_mb" not in s.given:  # a given cache is in the strategy's own estimate
             peak = None if peak is None else peak + cache_mb * 2**20 / g
     work, kept, reuse = _reused(s, work, cache_mb * 2**20 if "cache_mb" in options else 0.0)
