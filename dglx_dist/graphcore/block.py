@@ -257,7 +257,7 @@ class Block(TypeLookup):
     @functools.cached_property
     def num_src(self) -> tuple[int, ...]:
         """The number of source nodes of each type."""
-        return tuple(torch.bincount(self.src_type, minlength=len(self.ntypes)).tolist())
+        return _per_kind(self.src_type, len(self.ntypes))
 
     @property
     def edge_index(self) -> torch.Tensor:
@@ -285,7 +285,7 @@ class Block(TypeLookup):
     @functools.cached_property
     def num_edges_by_type(self) -> tuple[int, ...]:
         """The number of edges of each type."""
-        return tuple(torch.bincount(self.etype, minlength=len(self.canonical_etypes)).tolist())
+        return _per_kind(self.etype, len(self.canonical_etypes))
 
     def _span(self, etype: int) -> slice:
         """Where the edges of type ``etype`` lie among the block's (they come type by
@@ -443,6 +443,14 @@ def _rank_within(kind: torch.Tensor, order: torch.Tensor | None, offsets: torch.
     rank = torch.empty_like(order)
     rank[order] = every - first.index_select(0, order)
     return rank
+
+
+def _per_kind(kind: torch.Tensor, kinds: int) -> tuple[int, ...]:
+    """How many of ``kind`` (integers in ``[0, kinds)``) have each value (one kind: all of
+    them, nothing to count)."""
+    if kinds == 1:
+        return (kind.numel(),)
+    return tuple(torch.bincount(kind, minlength=kinds).tolist())
 
 
 def group_by(key: torch.Tensor, groups: int) -> tuple[torch.Tensor | None, torch.Tensor]:

@@ -43,23 +43,28 @@ class Copies:
 
     def add(self, gids: torch.Tensor, rows: torch.Tensor, most: int | None = None) -> int:
         """Copies the rows of ``gids`` (distinct; ``rows`` aligned) not copied yet, at most
-        ``most`` of them; returns how many it copied."""
-        new = self.slots.index_select(0, gids) < 0
-        gids, rows = gids[new], rows[new]
+        ``most`` of them; returns how many it copied. The copies take the next positions in
+        turn, so each lands in one or two spans of the store: gathered straight there."""
+        new = torch.nonzero(self.slots.index_select(0, gids) < 0).squeeze(1)
         cap = self.ids.numel()
         room = cap if self.wrap else cap - self.next
-        room = room if most is None else min(room, most)
-        if gids.numel() > room:  # only the last ones fit (a wrap: they overwrite the oldest)
-            gids, rows = (gids[-room:], rows[-room:]) if self.wrap else (gids[:room],
-                                                                         rows[:room])
-        n = gids.numel()
+        room = room if most is None else max(0, min(room, most))
+        if new.numel() > room:  # only the last ones fit (a wrap: they overwrite the oldest)
+            new = new[-room:] if self.wrap else new[:room]
+        n = new.numel()
         if not n:
             return 0
         at = torch.remainder(torch.arange(self.next, self.next + n), cap)
         old = self.ids.index_select(0, at)
-        self.slots[old[old >= 0]] = -1
-        self.ids[at], self.rows[at] = gids, rows
-        self.slots[gids] = at.to(torch.int32)
+        self.slots.index_fill_(0, old[old >= 0], -1)
+        gids = gids.index_select(0, new)
+        done = 0
+        for start, end in _spans(self.next, n, cap):
+            take = new[done:done + end - start]
+            torch.index_select(rows, 0, take, out=self.rows[start:end])
+            self.ids[start:end] = gids[done:done + end - start]
+            done += end - start
+        self.slots.index_copy_(0, gids, at.to(torch.int32))
         self.next = (self.next + n) % cap if self.wrap else self.next + n
         return n
 
@@ -81,6 +86,13 @@ class Copies:
         left, held = split_held(self.slots, uniq, remote)
         return left, [(Piece(-1, q.pos, q.local), self.rows.index_select(0, q.local))
                       for q in held]
+
+
+def _spans(first: int, n: int, cap: int) -> list[tuple[int, int]]:
+    """The positions ``first .. first + n - 1`` of a store of ``cap`` (``n <= cap``), modulo
+    ``cap``, as at most two ``(start, end)`` spans."""
+    end = first + n
+    return [(first, end)] if end <= cap else [(first, cap), (0, end - cap)]
 
 
 def capacity(budget: float, num_rows: int, row_bytes: int) -> int:

@@ -254,9 +254,9 @@ class DistKVStore(KVStore):
             ids = torch.split(request[1 + 2 * k:], [n for _, n in heads])
             if len(ids) != k or sum(n for _, n in heads) != request.numel() - 1 - 2 * k:
                 raise ProtocolError(f"server {source} sent a malformed pull request")
-        return torch.cat([EMPTY_U8] + [self._shards.read(
-            self._shards.entry_at(index, f"server {source}"), gids)
-            for (index, _), gids in zip(heads, ids)])
+        answers = [self._shards.read(self._shards.entry_at(index, f"server {source}"), gids)
+                   for (index, _), gids in zip(heads, ids)]
+        return answers[0] if len(answers) == 1 else torch.cat(answers)  # one: no copy
 
     def _push_many(self, pushes: list[tuple[TensorEntry, PushOp, torch.Tensor, torch.Tensor]]
                    ) -> None:
