@@ -21,7 +21,7 @@ import psutil
 import torch
 
 from dglx_dist.errors import InvalidValueError
-from dglx_dist.kvstore.copies import ID_BYTES, Copies, capacity, split_held
+from dglx_dist.kvstore.copies import ID_BYTES, Copies, split_held
 from dglx_dist.kvstore.entries import TensorEntry
 from dglx_dist.kvstore.policy import Piece
 
@@ -155,11 +155,10 @@ class RowCache:
                 return
             kept = self.kept.get(entry.index)
             if kept is None:
-                room = capacity(self.keep_limit - self.kept_bytes, entry.policy.num_rows,
-                                entry.row_bytes)
-                if room < 1:
+                kept = Copies.within(entry, self.keep_limit - self.kept_bytes, wrap=False)
+                if kept is None:
                     return
-                kept = self.kept[entry.index] = Copies.of(entry, room, wrap=False)
+                self.kept[entry.index] = kept
                 self.kept_bytes += kept.slots.nbytes
             per_row = entry.row_bytes + ID_BYTES
             self.kept_bytes += per_row * kept.add(
@@ -210,5 +209,5 @@ class RowCache:
         held = self.held.get(entry.index)
         if held is None or not held.ids.numel():
             return remote, []
-        return split_held(held.slots, uniq, remote)
+        return split_held(lambda gids: held.slots.index_select(0, gids), uniq, remote)
 

@@ -22,7 +22,7 @@ import threading
 
 import torch
 
-from dglx_dist.kvstore.copies import Copies, capacity
+from dglx_dist.kvstore.copies import Copies
 from dglx_dist.kvstore.entries import TensorEntry
 from dglx_dist.kvstore.policy import Piece
 
@@ -31,8 +31,8 @@ __all__ = ["RecentRows"]
 
 class RecentRows:
     """This rank's copies of the remote rows its last pulls brought, at most ``budget`` bytes
-    per name (rows, their ids and a slot per row of the name), the oldest overwritten first;
-    thread-safe (a loader's worker thread pulls while the loop's thread does). ``written``:
+    per name (rows, their ids and the table of slots that finds them), the oldest overwritten
+    first; thread-safe (a loader's worker thread pulls while the loop's thread does). ``written``:
     the names written so far (the store's, shared with its cache), never kept."""
 
     def __init__(self, budget: int, written: set[int]):
@@ -61,10 +61,10 @@ class RecentRows:
                 return
             copies = self._copies.get(entry.index)
             if copies is None:
-                room = capacity(self.budget, entry.policy.num_rows, entry.row_bytes)
-                if room < 1:
-                    return  # the budget does not cover the name's slots and a row
-                copies = self._copies[entry.index] = Copies.of(entry, room, wrap=True)
+                copies = Copies.within(entry, self.budget, wrap=True)
+                if copies is None:
+                    return  # the budget does not hold a row
+                self._copies[entry.index] = copies
             copies.add(gids, rows)
 
     def drop(self, index: int) -> None:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dglx_dist.kvstore import DistKVStore, LocalKVStore, RowPolicy
-from dglx_dist.kvstore.copies import ID_BYTES, SLOT_BYTES
+from dglx_dist.kvstore.copies import ID_BYTES, SLOT_BYTES, capacity, table_size
 from dglx_dist.partition.book import RangeBook
 from dglx_dist.testing import run_workers
 from tests.dist.test_kvstore_cache import distdgl_trainer
@@ -121,10 +121,17 @@ def test_later_pulls_read_the_rows_the_last_ones_brought(tmp_path):
         assert out["pushed"] == [_pulled(30)] * 2, out  # written: not kept any more
 
 
-def test_a_budget_without_room_for_the_slots_keeps_nothing(tmp_path):
-    res = run_workers(_job, 2, tmp_path, SLOT_BYTES * N, env=VIRTUAL_2x1)
+def test_a_budget_short_of_a_slot_per_row_keeps_rows_through_fewer_slots(tmp_path):
+    """A budget whose half does not hold a slot per row of the name (a graph of many nodes)
+    finds its copies through a direct-mapped table of fewer slots, and the rows it keeps
+    still serve the next pull (before, such a budget kept nothing)."""
+    budget = SLOT_BYTES * N  # 200 slots for 400 rows, and 11 rows
+    kept = capacity(budget, N, F * 4)
+    assert table_size(budget, N) == N // 2 and kept == 11
+    res = run_workers(_job, 2, tmp_path, budget, env=VIRTUAL_2x1)
     for out in res.values():
-        assert out["wrong"] == [] and out["again"] == out["first"] > 0, out
+        assert out["wrong"] == [], out["wrong"]
+        assert out["first"] == _pulled(30) and out["again"] == _pulled(30 - kept), out
 
 
 def _train(session, pdir_path):

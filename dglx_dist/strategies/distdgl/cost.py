@@ -76,7 +76,7 @@ def _reused(s: Situation, work: Work, taken: float) -> tuple[Work, float, dict[s
         return work, 0.0, {"reuse_mb": 0.0}
     per_row = s.graph.row_bytes + s.graph.learned_bytes + ID
     held = capacity(budget, s.graph.nodes, s.graph.row_bytes)
-    if held < 1:  # the budget does not hold the slot table
+    if held < 1:  # the budget does not hold a row
         return work, 0.0, {}
     rows = work.pull_inter_bytes / max(work.steps * s.cluster.world, 1) / per_row
     return _less_pulled(work, reuse_hits(held / max(rows, 1.0))), budget, {}
