@@ -2,7 +2,8 @@
 # docs/install.md's GPU checklist in one go, on a machine with CUDA, torch, numpy, pyarrow and
 # pytest (no DGL needed), from the repository root: the environment, every strategy trained
 # with --device cuda on the DGL-free path and an epoch timed beside the CPU
-# (scripts/gpu_checklist.py), the comm layer's NCCL and gloo-on-CUDA exchanges, and with
+# (scripts/gpu_checklist.py), the GPU's speed-up at the model's math (dglx plan --measure),
+# the comm layer's NCCL and gloo-on-CUDA exchanges, and with
 # CORE=1 the DGL-free core's tests. Packages the core needs beyond those (cmeel-metis, ...)
 # come from wheels in $WHEELS when it is set (a machine with no package index), else they must
 # be installed. Logs go to $OUT (default /tmp/gpu-checklist). About 6 minutes on one H100.
@@ -27,6 +28,10 @@ rc=0
 python3 scripts/gpu_checklist.py --device "$DEVICE" --out "$OUT" ${CHECKLIST_ARGS:-} \
   2>&1 | tee "$OUT/checklist.md" || rc=1
 if [ "$DEVICE" != cpu ]; then
+  # the GPU's speed-up at the model's math that --strategy auto plans GPU ranks with (cached
+  # under $OUT, not in the machine's ~/.cache)
+  XDG_CACHE_HOME="$OUT/cache" python3 -m dglx_dist plan --measure --nodes 100000 \
+    --edges 1000000 2>&1 | grep -i "measured here" | tee "$OUT/plan-measure.log" || rc=1
   torchrun --standalone --nproc-per-node 1 -m dglx_dist commcheck --backend nccl \
     --payload-mb 64 2>&1 | tee "$OUT/commcheck.log" | tail -1 || rc=1
   torchrun --standalone --nproc-per-node 2 -m dglx_dist commcheck --backend gloo \

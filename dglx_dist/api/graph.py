@@ -386,8 +386,8 @@ def planned(strategy: str | Strategy, options: dict[str, Any], session: Session,
     """``strategy`` and ``options``, with ``"auto"`` resolved by a plan
     (:func:`dglx_dist.planner.auto.resolve`) for ``graph()`` on the session's topology (a
     server's memory: the machine's total, shared by the servers emulated on it; the model
-    is not known here: a GraphSAGE, hidden 64, of the depth the options imply); rank 0
-    logs the plan's two lines."""
+    is not known here: a GraphSAGE, hidden 64, of the depth the options imply; on the
+    session's device: a GPU's model at its speed-up); rank 0 logs the plan's two lines."""
     import psutil
 
     from dglx_dist.planner.auto import Launch, resolve, server_cores, shared_cores
@@ -397,7 +397,8 @@ def planned(strategy: str | Strategy, options: dict[str, Any], session: Session,
     launch = Launch(topo.num_servers, topo.ranks_per_server, memory,
                     shared_cores=shared_cores(env.ranks_on_host, env.world_size),
                     loaders=True,  # a script's DataLoaders
-                    server_cores=server_cores(env.ranks_on_host, topo.ranks_per_server))
+                    server_cores=server_cores(env.ranks_on_host, topo.ranks_per_server),
+                    gpu=session.device.type == "cuda")
     name, options, _ = resolve(strategy, options, graph, launch, accept=accept,
                                tell=session.is_main)
     return name, options

@@ -88,7 +88,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategy-opt", action="append", metavar="KEY=VALUE",
                    help="an option to keep (only strategies that take it are planned)")
     p.add_argument("--measure", action="store_true", help="measure this machine's unit costs "
-                   "first and cache them (about a second)")
+                   "first and cache them (about a second; with CUDA, also the GPU's speed-up "
+                   "at the model's math, which --strategy auto plans GPU ranks with)")
     p.add_argument("--json", action="store_true", help="one JSON object instead of the table")
 
 
@@ -119,13 +120,19 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from dglx_dist.cli_flags import parse_key_values
     from dglx_dist.planner import Cluster, make_plan
     from dglx_dist.planner.auto import workload_for
-    from dglx_dist.planner.units import (DEFAULT_LINK_GBIT, load_measured, measure_units,
-                                      save_measured)
+    import torch
+
+    from dglx_dist.planner.units import (DEFAULT_LINK_GBIT, load_measured, measure_gpu_speedup,
+                                      measure_units, save_measured)
 
     if args.measure:
         units = measure_units()
-        log.info("unit costs measured here, cached in %s", save_measured(
-            {"units": units.public()}))
+        found = {"units": units.public()}
+        if torch.cuda.is_available():  # what --strategy auto plans a GPU rank's model with
+            found["gpu_speedup"] = round(measure_gpu_speedup(units), 3)
+        log.info("%s measured here, cached in %s", ", ".join(
+            ["unit costs", *([f"GPU speed-up {found['gpu_speedup']}x"] if len(found) > 1
+                             else [])]), save_measured(found))
     measured = load_measured()
     given = parse_key_values(args.strategy_opt, "--strategy-opt")
     graph, pdir = _graph(args)

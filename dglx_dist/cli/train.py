@@ -77,22 +77,25 @@ def planned(config: RunConfig, env) -> RunConfig:
     any other strategy as it is): planned for the run's task, the dataset or partitions, the
     launch's servers and ranks (sharing this machine's cores where all run on it), and a
     server's memory (``--memory-limit`` for this machine's ranks, else its total; every rank
-    plans alike), among the strategies given partitions
-    fit (and, for the link task, that train it); the plan's two lines logged by rank 0; its
+    plans alike), for the ranks' device (a GPU's model at its speed-up: :class:`Launch`),
+    among the strategies given partitions fit (and, for the link task, that train it); the
+    plan's two lines logged by rank 0; its
     training loader on a worker thread, with sampler processes, where the plan says so
     (:func:`~dglx_dist.planner.auto.planned_loader`)."""
     from dglx_dist.planner.auto import (Launch, planned_loader, resolve, server_cores,
                                         server_memory, shared_cores)
+    from dglx_dist.runtime.session import placement
     from dglx_dist.runtime.topology import Topology
     from dglx_dist.strategies.base import fits_partitions
 
-    s, m = config.strategy, config.model
+    s, m, job = config.strategy, config.model, config.job
     pdir, topology = _partitions(config), Topology(env.num_servers, env.ranks_per_server)
-    memory = server_memory(config.job.memory_limit, env.ranks_per_server, env.ranks_on_host)
+    memory = server_memory(job.memory_limit, env.ranks_per_server, env.ranks_on_host)
+    gpu = placement(env, job.backend or env.backend, job.device).device.type == "cuda"
     launch = Launch(env.num_servers, env.ranks_per_server, memory,
                     shared_cores=shared_cores(env.ranks_on_host, env.world_size), model=m.name,
                     hidden=m.hidden, layers=m.layers, task=config.task,
-                    server_cores=server_cores(env.ranks_on_host, env.ranks_per_server))
+                    server_cores=server_cores(env.ranks_on_host, env.ranks_per_server), gpu=gpu)
     name, options, plan = resolve(
         s.name, s.values(), lambda: _plan_graph(config, pdir), launch,
         accept=None if pdir is None else lambda built: fits_partitions(built, pdir, topology),

@@ -19,7 +19,8 @@ from typing import Any, Callable, Mapping
 
 from dglx_dist.config import AUTO, RunConfig, TaskConfig
 from dglx_dist.planner.plan import Plan, make_plan
-from dglx_dist.planner.units import DEFAULT_LINK_GBIT, Measured, load_measured
+from dglx_dist.planner.units import (DEFAULT_GPU_SPEEDUP, DEFAULT_LINK_GBIT, Measured,
+                                     load_measured)
 from dglx_dist.strategies.cost.shapes import Cluster, GraphShape, Workload
 
 __all__ = ["Launch", "planned_loader", "resolve", "server_cores", "server_memory", "shared_cores",
@@ -94,11 +95,23 @@ class Launch:
     server_cores: int | None = None
     """A server's cores, where ``shared_cores`` is None (:func:`server_cores`; None: not
     known)."""
+    gpu: bool = False
+    """Whether the ranks train on GPUs: their model's math runs at the GPU speed-up
+    ``dglx plan --measure`` measured on a machine with CUDA, else
+    :data:`~dglx_dist.planner.units.DEFAULT_GPU_SPEEDUP` (the draws and gathers stay the
+    host's)."""
 
     def cluster(self, measured: Measured) -> Cluster:
         return Cluster(self.servers, self.ranks_per_server, self.link_gbit or
                        measured.link_gbit or DEFAULT_LINK_GBIT, shared_cores=self.shared_cores,
-                       memory_bytes=self.memory_bytes, server_cores=self.server_cores)
+                       memory_bytes=self.memory_bytes, server_cores=self.server_cores,
+                       compute_speedup=self.compute_speedup(measured))
+
+    def compute_speedup(self, measured: Measured) -> float:
+        """The ranks' model's math over one core here: 1 on the CPU (:attr:`gpu`)."""
+        if not self.gpu:
+            return 1.0
+        return measured.gpu_speedup or DEFAULT_GPU_SPEEDUP
 
     def workload(self, options: Mapping[str, Any]) -> Workload:
         return workload_for({**dict(self.defaults), **options}, self.model, self.hidden,
@@ -131,6 +144,10 @@ def resolve(name: Any, options: Mapping[str, Any], graph: Callable[[], GraphShap
     if tell:
         log.info("%s", plan.summary())
         log.info("%s", plan.why())
+        if launch.gpu:
+            log.info("planned for GPU ranks: their model's math %.3gx one core here (%s)",
+                     launch.compute_speedup(measured), "measured by dglx plan --measure"
+                     if measured.gpu_speedup else "not measured here: the default")
         if plan.choice.thread:
             log.info("its training loader: %s (unless the run says --prefetch-thread or "
                      "--num-workers): each rank has the cores for it beside its model's and "

@@ -27,9 +27,9 @@ from typing import Any, Callable, Mapping
 from dglx_dist.data.nolinks import replace_file
 from dglx_dist.strategies.cost.shapes import GraphShape, Units, Workload
 
-__all__ = ["DEFAULT_LINK_GBIT", "DEFAULT_UNITS", "FULL_STEP", "Measured", "full_step",
-           "loopback_s_per_byte", "median_s", "load_measured", "measure_units",
-           "save_measured", "units_path"]
+__all__ = ["DEFAULT_GPU_SPEEDUP", "DEFAULT_LINK_GBIT", "DEFAULT_UNITS", "FULL_STEP", "Measured",
+           "full_step", "loopback_s_per_byte", "median_s", "load_measured",
+           "measure_gpu_speedup", "measure_units", "save_measured", "units_path"]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,11 @@ def full_step(graph: GraphShape, work: Workload) -> float:
 DEFAULT_LINK_GBIT = 10.0
 """The link between servers when neither a flag nor a measurement says."""
 
+DEFAULT_GPU_SPEEDUP = 50.0
+"""How much faster a GPU rank runs the model's math than one core of the machine the units
+are from, where ``dglx plan --measure`` has not measured it on a machine with CUDA
+(:func:`measure_gpu_speedup`): the start docs/cluster_model.md takes for a GPU."""
+
 _KEYS = {f.name for f in dataclasses.fields(Units)}
 
 
@@ -81,6 +86,9 @@ class Measured:
     units: Units = DEFAULT_UNITS
     link_gbit: float | None = None
     source: str = "defaults (docs/cluster_model.md)"
+    gpu_speedup: float | None = None
+    """How much faster this machine's GPU ran the model's math than its one core
+    (:func:`measure_gpu_speedup`; None: not measured)."""
 
 
 def units_path() -> Path:
@@ -110,13 +118,14 @@ def load_measured(path: Path | None = None) -> Measured:
     path = units_path() if path is None else path
     raw = _read(path)
     units = {k: float(v) for k, v in raw.get("units", {}).items() if k in _KEYS and _positive(v)}
-    link = raw.get("link_gbit")
-    link = float(link) if _positive(link) else None
-    if not units and link is None:
+    link, gpu = (float(raw[k]) if _positive(raw.get(k)) else None
+                 for k in ("link_gbit", "gpu_speedup"))
+    if not units and link is None and gpu is None:
         return Measured()
-    what = ", ".join([*(["unit costs"] if units else []), *(["link rate"] if link else [])])
+    what = ", ".join([*(["unit costs"] if units else []), *(["link rate"] if link else []),
+                      *(["GPU speed-up"] if gpu else [])])
     return Measured(dataclasses.replace(DEFAULT_UNITS, **units), link,
-                    f"{what} measured here ({path}), defaults for the rest")
+                    f"{what} measured here ({path}), defaults for the rest", gpu)
 
 
 def save_measured(changes: Mapping[str, Any], path: Path | None = None) -> Path:
@@ -177,7 +186,6 @@ def measure_units(nodes: int = 100_000, edges: int = 1_000_000, repeat: int = 3)
     round across servers is not measured here (:data:`DEFAULT_UNITS`)."""
     import torch
 
-    from dglx_dist.graphcore.aggregate import Layout, sum_by_dst
     from dglx_dist.sampling.local import LocalSampler, WholeGraph
 
     threads = torch.get_num_threads()
@@ -193,14 +201,46 @@ def measure_units(nodes: int = 100_000, edges: int = 1_000_000, repeat: int = 3)
         seeds = rows[:1000]
         drawn = sum(b.num_edges() for b in sampler.draw_blocks(seeds, [10, 25]))
         sample = median_s(lambda: sampler.draw_blocks(seeds, [10, 25]), repeat) / drawn
-        x = torch.randn(nodes, 64, generator=gen)
-        layout = Layout.of_edges(src, dst, nodes, nodes)
-        spmm = median_s(lambda: sum_by_dst(layout, x), repeat) / (edges * 64)
-        a, b = torch.randn(20_000, 128, generator=gen), torch.randn(128, 64, generator=gen)
-        dense = median_s(lambda: torch.mm(a, b), repeat) / (2 * a.shape[0] * 128 * 64)
+        spmm, dense = (median_s(op, repeat) / work
+                       for op, work in _model_ops(src, dst, nodes, torch.device("cpu")))
     finally:
         torch.set_num_threads(threads)
     return dataclasses.replace(DEFAULT_UNITS, sample_s_per_edge=sample, gather_s_per_byte=gather,
                                spmm_s_per_edge_dim=spmm,
                                dense_s_per_flop=dense,
                                intra_s_per_byte=loopback_s_per_byte(32 << 20, repeat))
+
+
+def _model_ops(src, dst, nodes: int, device) -> list[tuple[Callable[[], Any], int]]:
+    """The model's math as the units count it, on ``device``: message passing (the
+    package's sum of a block's rows, 64 columns, per edge and column) and ``torch.mm`` (per
+    FLOP), each ``(op, its work)``; an op returns once its work is done (on a GPU: after a
+    synchronisation)."""
+    import torch
+
+    from dglx_dist.graphcore.aggregate import Layout, sum_by_dst
+
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(nodes, 64, generator=gen).to(device)
+    layout = Layout.of_edges(src.to(device), dst.to(device), nodes, nodes)
+    a, b = (torch.randn(shape, generator=gen).to(device) for shape in ((20_000, 128), (128, 64)))
+    done = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    return [(lambda: (sum_by_dst(layout, x), done()), src.numel() * 64),
+            (lambda: (torch.mm(a, b), done()), 2 * a.shape[0] * a.shape[1] * b.shape[1])]
+
+
+def measure_gpu_speedup(units: Units, device: Any = "cuda", nodes: int = 100_000,
+                        edges: int = 1_000_000, repeat: int = 3) -> float:
+    """How much faster ``device`` runs the model's math than ``units`` say one core here
+    does (``units``: :func:`measure_units`' of this machine): the time ``units`` give
+    message passing and a dense product of :func:`measure_units`' sizes, over theirs on the
+    device (:func:`median_s`: a first run left out, as a GPU loads its kernels then). What ``--strategy auto``
+    plans a GPU rank's model with (:class:`~dglx_dist.planner.auto.Launch`)."""
+    import torch
+
+    device = torch.device(device)
+    gen = torch.Generator().manual_seed(0)
+    src, dst = (torch.randint(0, nodes, (edges,), generator=gen) for _ in range(2))
+    (spmm, spmm_work), (mm, mm_work) = _model_ops(src, dst, nodes, device)
+    host = units.spmm_s_per_edge_dim * spmm_work + units.dense_s_per_flop * mm_work
+    return host / (median_s(spmm, repeat) + median_s(mm, repeat))

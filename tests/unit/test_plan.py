@@ -6,6 +6,7 @@ import json
 import math
 
 import pytest
+import torch
 
 from dglx_dist.config import AUTO, StrategyConfig, TaskConfig
 from dglx_dist.errors import InsufficientMemoryError, InvalidValueError, StateError
@@ -255,11 +256,14 @@ def test_dglx_train_plans_with_the_cores_its_machine_gives_each_rank(monkeypatch
     config = dataclasses.replace(RunConfig(), strategy=StrategyConfig.of(AUTO))
     for servers, per, here in ((1, 2, 2), (2, 2, 2), (2, 2, 1)):
         env = types.SimpleNamespace(num_servers=servers, ranks_per_server=per, rank=1,
-                                    ranks_on_host=here, world_size=servers * per)
+                                    ranks_on_host=here, world_size=servers * per,
+                                    local_rank=1, local_world_size=here, backend=None,
+                                    device="cpu")
         planned(config, env)
     cores = os.cpu_count()
     assert [(c.shared_cores, c.server_cores) for c in seen] == [
         (cores, cores), (None, cores), (None, None)]  # (a server's, read where none shared)
+    assert {c.compute_speedup for c in seen} == {1.0}  # CPU ranks: the units' own speed
     assert seen[0].cores_per_rank() == cores / 2 == seen[1].cores_per_rank()
     assert seen[2].cores_per_rank() is None
 
@@ -313,6 +317,48 @@ def test_cached_measurements_replace_the_defaults_and_bad_ones_do_not(tmp_path):
     assert load_measured(path) == Measured()
     path.write_text("not json")
     assert load_measured(path) == Measured()
+
+
+def test_gpu_ranks_are_planned_with_the_measured_speed_up_of_their_model(tmp_path, cora):
+    """A launch whose ranks train on GPUs plans their model's math at the GPU speed-up
+    ``dglx plan --measure`` cached (else the default), and only it: the draws and gathers
+    stay the host's; CPU ranks at 1."""
+    from dglx_dist.planner.units import DEFAULT_GPU_SPEEDUP
+
+    path = tmp_path / "units.json"
+    save_measured({"gpu_speedup": 12.5}, path)
+    measured = load_measured(path)
+    assert measured.gpu_speedup == 12.5 and "GPU speed-up" in measured.source
+    gpu, cpu = Launch(2, 1, 16 * GIB, link_gbit=1.0, gpu=True), Launch(2, 1, 16 * GIB,
+                                                                      link_gbit=1.0)
+    assert gpu.cluster(measured).compute_speedup == 12.5
+    assert gpu.cluster(Measured()).compute_speedup == DEFAULT_GPU_SPEEDUP
+    assert cpu.cluster(measured).compute_speedup == 1.0
+    rows = {}
+    for name, launch in (("gpu", gpu), ("cpu", cpu)):
+        plan = resolve(AUTO, {"fanouts": "10,25"}, lambda: cora, launch, tell=False,
+                       measured=measured)[2]
+        rows[name] = {r.strategy: r for r in plan.rows}["distdgl"]
+    assert rows["gpu"].parts["compute"] == pytest.approx(rows["cpu"].parts["compute"] / 12.5)
+    assert rows["gpu"].parts["sample"] == pytest.approx(rows["cpu"].parts["sample"])
+
+
+@pytest.mark.parametrize("device", ["cpu", *(["cuda"] if torch.cuda.is_available() else [])])
+def test_the_gpu_speed_up_is_the_units_time_over_the_devices(device):
+    """``measure_gpu_speedup`` times the model's math of ``measure_units`` on the device
+    against what the units say one core takes: on this machine's CPU with its own units,
+    about 1 (its threads against one); on a GPU, more."""
+    from dglx_dist.planner.units import measure_gpu_speedup, measure_units
+
+    units = measure_units(nodes=20_000, edges=200_000, repeat=2)
+    got = measure_gpu_speedup(units, device, nodes=20_000, edges=200_000, repeat=2)
+    if device == "cpu":
+        assert 0.1 < got < 10 * torch.get_num_threads(), got
+    else:
+        assert got > 1, got
+    slower = dataclasses.replace(units, spmm_s_per_edge_dim=2 * units.spmm_s_per_edge_dim,
+                                 dense_s_per_flop=2 * units.dense_s_per_flop)
+    assert measure_gpu_speedup(slower, device, nodes=20_000, edges=200_000, repeat=2) > got
 
 
 def test_dglx_dist_plan_is_the_public_function(cora):
