@@ -116,12 +116,11 @@ def _graph(args: argparse.Namespace):
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     import psutil
+    import torch
 
     from dglx_dist.cli_flags import parse_key_values
     from dglx_dist.planner import Cluster, make_plan
     from dglx_dist.planner.auto import workload_for
-    import torch
-
     from dglx_dist.planner.units import (DEFAULT_LINK_GBIT, load_measured, measure_gpu_speedup,
                                       measure_units, save_measured)
 

@@ -79,9 +79,8 @@ def planned(config: RunConfig, env) -> RunConfig:
     server's memory (``--memory-limit`` for this machine's ranks, else its total; every rank
     plans alike), for the ranks' device (a GPU's model at its speed-up: :class:`Launch`),
     among the strategies given partitions fit (and, for the link task, that train it); the
-    plan's two lines logged by rank 0; its
-    training loader on a worker thread, with sampler processes, where the plan says so
-    (:func:`~dglx_dist.planner.auto.planned_loader`)."""
+    plan's two lines logged by rank 0; its training loader on a worker thread, with sampler
+    processes, where the plan says so (:func:`~dglx_dist.planner.auto.planned_loader`)."""
     from dglx_dist.planner.auto import (Launch, planned_loader, resolve, server_cores,
                                         server_memory, shared_cores)
     from dglx_dist.runtime.session import placement
