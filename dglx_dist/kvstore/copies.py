@@ -91,12 +91,12 @@ class Copies:
         n = new.numel()
         if not n:
             return 0
-        at = torch.remainder(torch.arange(self.next, self.next + n), cap)
+        at = torch.remainder(torch.arange(self.next, self.next + n), cap).to(torch.int32)
         old = self.ids.index_select(0, at)
         gone = old >= 0  # copies overwritten: their slots, where still theirs, empty
         key = self._key(old[gone])
         if not self.exact:
-            key = key[self.slots.index_select(0, key) == at[gone].to(torch.int32)]
+            key = key[self.slots.index_select(0, key) == at[gone]]
         self.slots.index_fill_(0, key, -1)
         gids = gids.index_select(0, new)
         done = 0
@@ -105,7 +105,7 @@ class Copies:
             torch.index_select(rows, 0, take, out=self.rows[start:end])
             self.ids[start:end] = gids[done:done + end - start]
             done += end - start
-        self.slots.index_copy_(0, self._key(gids), at.to(torch.int32))
+        self.slots.index_copy_(0, self._key(gids), at)
         self.next = (self.next + n) % cap if self.wrap else self.next + n
         return n
 

@@ -192,8 +192,7 @@ def measure_units(nodes: int = 100_000, edges: int = 1_000_000, repeat: int = 3)
     torch.set_num_threads(1)
     try:
         gen = torch.Generator().manual_seed(0)
-        src = torch.randint(0, nodes, (edges,), generator=gen)
-        dst = torch.randint(0, nodes, (edges,), generator=gen)
+        src, dst = _random_edges(nodes, edges, gen)
         table = torch.randn(nodes, 128, generator=gen)
         rows = torch.randint(0, nodes, (50_000,), generator=gen)
         gather = median_s(lambda: table.index_select(0, rows), repeat) / (rows.numel() * 512)
@@ -209,6 +208,13 @@ def measure_units(nodes: int = 100_000, edges: int = 1_000_000, repeat: int = 3)
                                spmm_s_per_edge_dim=spmm,
                                dense_s_per_flop=dense,
                                intra_s_per_byte=loopback_s_per_byte(32 << 20, repeat))
+
+
+def _random_edges(nodes: int, edges: int, gen) -> tuple[Any, Any]:
+    """The units' random graph: ``edges`` edges ``(src, dst)`` among ``nodes`` nodes."""
+    import torch
+
+    return tuple(torch.randint(0, nodes, (edges,), generator=gen) for _ in range(2))
 
 
 def _model_ops(src, dst, nodes: int, device) -> list[tuple[Callable[[], Any], int]]:
@@ -234,13 +240,11 @@ def measure_gpu_speedup(units: Units, device: Any = "cuda", nodes: int = 100_000
     """How much faster ``device`` runs the model's math than ``units`` say one core here
     does (``units``: :func:`measure_units`' of this machine): the time ``units`` give
     message passing and a dense product of :func:`measure_units`' sizes, over theirs on the
-    device (:func:`median_s`: a first run left out, as a GPU loads its kernels then). What ``--strategy auto``
-    plans a GPU rank's model with (:class:`~dglx_dist.planner.auto.Launch`)."""
+    device (:func:`median_s`: a first run left out, as a GPU loads its kernels then). What
+    ``--strategy auto`` plans a GPU rank's model with (:class:`~dglx_dist.planner.auto.Launch`)."""
     import torch
 
-    device = torch.device(device)
-    gen = torch.Generator().manual_seed(0)
-    src, dst = (torch.randint(0, nodes, (edges,), generator=gen) for _ in range(2))
-    (spmm, spmm_work), (mm, mm_work) = _model_ops(src, dst, nodes, device)
+    src, dst = _random_edges(nodes, edges, torch.Generator().manual_seed(0))
+    (spmm, spmm_work), (mm, mm_work) = _model_ops(src, dst, nodes, torch.device(device))
     host = units.spmm_s_per_edge_dim * spmm_work + units.dense_s_per_flop * mm_work
     return host / (median_s(spmm, repeat) + median_s(mm, repeat))
