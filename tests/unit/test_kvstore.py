@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dglx_dist.kvstore import (ColumnPolicy, DistEmbedding, LocalKVStore, RowPolicy, SparseAdagrad,
@@ -456,13 +456,15 @@ def test_cache_takes_the_most_pulled_rows_that_fit(counts, widths, budget):
                 max_size=6),
        st.lists(st.integers(0, 19), max_size=20), st.integers(1, 15), st.booleans(),
        st.sampled_from([None, 7]))
+@example([[0], [7], [1]], [7, 0, 1], 2, True, 7)  # 7 takes 0's slot, then 0 gives way
 def test_copies_hold_the_rows_the_answers_brought(answers, wanted, capacity, wrap, slots):
     """Copies hold each row once, as its answer brought it, and give back the rows of any
     ids they hold, in order, into the tensor given. Without ``wrap`` they keep the first
     ``capacity`` rows and copy no more; with it the newest ``capacity`` rows, the oldest
-    giving way. Found through fewer slots than rows (7 for 20: a direct-mapped table), an id
-    found is one copied, with its own row, and one whose slot no other id shares is found
-    as through a slot per row."""
+    giving way. Found through fewer slots than rows (7 for 20: a direct-mapped table), a
+    copy is found while it is kept and no copy made after it shares its slot: an id whose
+    slot a later copy took is copied again when an answer brings it again, and a copy that
+    gives way never takes a slot from the later copy that holds it now."""
     from types import SimpleNamespace
 
     from dglx_dist.kvstore.copies import Copies
@@ -470,23 +472,23 @@ def test_copies_hold_the_rows_the_answers_brought(answers, wanted, capacity, wra
     table = torch.arange(20 * 3, dtype=torch.float32).view(20, 3)
     entry = SimpleNamespace(trailing=(3,), dtype=torch.float32,
                             policy=SimpleNamespace(num_rows=20))
-    copies, order = Copies.of(entry, capacity, wrap, slots), []
-    keys = [i % 7 for i in {i for ids in answers for i in ids}]
-    alone = slots is None or len(set(keys)) == len(keys)  # no slot shared
+    copies, made = Copies.of(entry, capacity, wrap, slots), []  # every copy, in turn
+    key = (lambda i: i) if slots is None else (lambda i: i % slots)
+
+    def found(i: int) -> bool:  # the model: kept, and its slot's last copy
+        kept = made[-capacity:] if wrap else made[:capacity]
+        return i in kept and [k for k in made if key(k) == key(i)][-1] == i
+
     for ids in answers:
         gids = torch.tensor(ids, dtype=torch.int64)
         added = copies.add(gids, table.index_select(0, gids))
-        new = [i for i in ids if i not in order]
-        new = new[-capacity:] if wrap else new[:capacity - len(order)]
-        assert added == len(new) or not alone
-        order = (order + new)[-capacity:] if wrap else order + new
+        new = [i for i in ids if not found(i)]
+        new = new[-capacity:] if wrap else new[:max(0, capacity - len(made))]
+        assert added == len(new)
+        made += new
     ids = torch.tensor(list(dict.fromkeys(wanted)), dtype=torch.int64)  # distinct, in order
     have = copies.has(ids)
-    if alone:
-        assert have.tolist() == [i in order for i in ids.tolist()]
-    else:
-        brought = {i for a in answers for i in a}
-        assert all(i in brought for i in ids[have].tolist())
+    assert have.tolist() == [found(i) for i in ids.tolist()]
     into = torch.full((int(have.sum()), 3), -1.0)  # e.g. the cache's shared tensor
     rows = copies.rows_of(ids[have], into)
     assert rows is into and torch.equal(rows, table.index_select(0, ids[have]))
