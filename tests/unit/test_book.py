@@ -38,6 +38,24 @@ def test_hash_book_partitions_every_id_once(n, k, seed):
     assert np.array_equal(HashBook(n, k, seed).owner(ids[::-1]), owner[::-1])
 
 
+@pytest.mark.parametrize("n, k", [(1, 1), (50, 1), (101, 3), (300, 7)])
+def test_hash_book_local_ids_are_ranks_among_the_owners_ids(n, k, monkeypatch):
+    """An id's local id is its rank among its owner's ids, for ids of every part in any
+    order, through the table the book makes on its first lookup (made here in blocks of 7
+    ids, so that a part's ids cross blocks), and for a torch request in torch."""
+    import dglx_dist.partition.book as book_module
+
+    monkeypatch.setattr(book_module, "_BLOCK", 7)
+    book = HashBook(n, k, 11)
+    ids = np.random.default_rng(n).integers(0, n, 3 * n)
+    owner = book.owner(ids)
+    want = [int(np.sum(book.owner(np.arange(i)) == o)) for i, o in zip(ids, owner)]
+    got = book.to_local(torch.from_numpy(ids))
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.int64
+    assert got.tolist() == want
+    assert book.to_local(ids).tolist() == want  # the table made once, read again
+
+
 def test_hash_is_balanced_and_seeded():
     ids = np.arange(100_000)
     counts = np.bincount(HashBook(100_000, 8, 1).owner(ids), minlength=8)
