@@ -289,18 +289,33 @@ class ColumnSlice:
 
     Args:
         ids: the rows' node ids (partitioned; row ids of the type on a graph with types).
-        columns: this rank's columns of those rows.
+        source: this rank's columns of every row, from which :attr:`columns` are gathered
+            when first read (the first layer reads the stored columns itself: a handle that
+            only rides to it gathers nothing).
         feat_dim: the rows' width.
         pull: ``pull(ids) -> rows``, whole rows from every rank's columns (this rank alone).
         linear: ``linear(handle, weight, bias) -> rows``, the split linear map, or None.
     """
 
-    def __init__(self, ids: torch.Tensor, columns: torch.Tensor, feat_dim: int,
+    def __init__(self, ids: torch.Tensor, source: torch.Tensor, feat_dim: int,
                  pull: Callable[[torch.Tensor], torch.Tensor],
                  linear: Callable[..., torch.Tensor] | None = None):
-        self.ids, self.columns, self._pull, self._linear = ids, columns, pull, linear
+        self.ids, self._source, self._pull, self._linear = ids, source, pull, linear
+        self._columns: torch.Tensor | None = None
         self.shape = torch.Size([ids.numel(), feat_dim])
-        self.dtype, self.device = columns.dtype, columns.device
+        self.dtype, self.device = source.dtype, source.device
+
+    @property
+    def columns(self) -> torch.Tensor:
+        """This rank's columns of the rows (gathered on first use)."""
+        if self._columns is None:
+            self._columns = rows_at(self._source, self.ids)
+        return self._columns
+
+    def gathered(self) -> "ColumnSlice":
+        """The handle, its :attr:`columns` gathered now (on the calling thread)."""
+        _ = self.columns
+        return self
 
     def to(self, *args, **kwargs) -> "ColumnSlice":
         return self

@@ -84,9 +84,9 @@ class SplitProjections:
         if name not in self.held:
             return None
         ntype = self.held[name]
-        return ColumnSlice(ids, rows_at(self.feat[ntype], ids), self.widths[ntype],
-                           whole_rows(self.store, name),
-                           linear=functools.partial(self.linear, ntype))
+        # gathered on the loader's side: the split linear map reads them in the forward
+        return ColumnSlice(ids, self.feat[ntype], self.widths[ntype], whole_rows(self.store, name),
+                           linear=functools.partial(self.linear, ntype)).gathered()
 
     def linear(self, ntype: str, handle: ColumnSlice, weight: torch.Tensor,
                bias: torch.Tensor | None) -> torch.Tensor:

@@ -20,7 +20,6 @@ import torch
 
 from dglx_dist.convs import adapter_for, first_conv
 from dglx_dist.errors import InvalidValueError, NotSupportedError, StateError
-from dglx_dist.kvstore.policy import rows_at
 from dglx_dist.partition.load import PartitionDir
 from dglx_dist.registry import Bounds
 from dglx_dist.runtime.failure import same_on_every_rank
@@ -255,8 +254,7 @@ class P3Strategy(MiniBatchStrategy, Costed, HoldsRows, ShardedParams,
         return self._input_rows(ids)
 
     def _input_rows(self, ids: torch.Tensor) -> ColumnSlice:
-        return ColumnSlice(ids, rows_at(self.feat, ids), self.pdir.feat_dim,
-                           whole_rows(self.store, "feat"))
+        return ColumnSlice(ids, self.feat, self.pdir.feat_dim, whole_rows(self.store, "feat"))
 
     def loader_epoch(self, plan, spec, epoch: int, sampler=None) -> Iterator[Step]:
         if not self.config.pipeline:
