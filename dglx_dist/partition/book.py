@@ -22,7 +22,7 @@ __all__ = ["NodeBook", "RangeBook", "HashBook", "FeatureSlices", "hash_ids", "bo
 
 Ids = Union[np.ndarray, torch.Tensor]
 _BLOCK = 1 << 22
-"""Ids a hash book hashes at once where it goes over every id (:meth:`HashBook.core_ids`)."""
+"""Ids a hash book hashes at once where it goes over every id (its core ids, its local ids)."""
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
