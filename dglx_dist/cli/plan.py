@@ -129,9 +129,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         found = {"units": units.public()}
         if torch.cuda.is_available():  # what --strategy auto plans a GPU rank's model with
             found["gpu_speedup"] = round(measure_gpu_speedup(units), 3)
-        log.info("%s measured here, cached in %s", ", ".join(
-            ["unit costs", *([f"GPU speed-up {found['gpu_speedup']}x"] if len(found) > 1
-                             else [])]), save_measured(found))
+        gpu = f", GPU speed-up {found['gpu_speedup']}x" if "gpu_speedup" in found else ""
+        log.info("unit costs%s measured here, cached in %s", gpu, save_measured(found))
     measured = load_measured()
     given = parse_key_values(args.strategy_opt, "--strategy-opt")
     graph, pdir = _graph(args)

@@ -11,7 +11,7 @@ tensors and answer in the same kind.
 from __future__ import annotations
 
 import abc
-from typing import Any, Sequence, Union
+from typing import Any, Iterator, Sequence, Union
 
 import numpy as np
 import torch
@@ -73,7 +73,7 @@ class NodeBook(abc.ABC):
         """Each id's index in its owner's core list."""
         arr, t = _as_numpy(ids)
         self._check(arr)
-        return _like(self._to_local(arr, self._owner(arr)), t)
+        return _like(self._to_local(arr), t)
 
     def core_ids(self, part: int) -> np.ndarray:
         """The ids part ``part`` owns, increasing."""
@@ -92,7 +92,7 @@ class NodeBook(abc.ABC):
     def _owner(self, ids: np.ndarray) -> np.ndarray: ...
 
     @abc.abstractmethod
-    def _to_local(self, ids: np.ndarray, owner: np.ndarray) -> np.ndarray: ...
+    def _to_local(self, ids: np.ndarray) -> np.ndarray: ...
 
     @abc.abstractmethod
     def _core_ids(self, part: int) -> np.ndarray: ...
@@ -120,8 +120,8 @@ class RangeBook(NodeBook):
     def _owner(self, ids: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.offsets, ids, side="right") - 1
 
-    def _to_local(self, ids: np.ndarray, owner: np.ndarray) -> np.ndarray:
-        return ids - self.offsets[owner]
+    def _to_local(self, ids: np.ndarray) -> np.ndarray:
+        return ids - self.offsets[self._owner(ids)]
 
     def _core_ids(self, part: int) -> np.ndarray:
         return np.arange(self.offsets[part], self.offsets[part + 1], dtype=np.int64)
@@ -153,8 +153,14 @@ class HashBook(NodeBook):
     def _owner(self, ids: np.ndarray) -> np.ndarray:
         return (hash_ids(ids, self.seed) % np.uint64(self.num_parts)).astype(np.int64)
 
-    def _to_local(self, ids: np.ndarray, owner: np.ndarray) -> np.ndarray:
+    def _to_local(self, ids: np.ndarray) -> np.ndarray:
         return self._local_table()[ids].astype(np.int64)
+
+    def _owners(self) -> Iterator[tuple[int, np.ndarray]]:
+        """``(first id, owners)`` of every block of :data:`_BLOCK` ids in turn (no full-size
+        temporaries)."""
+        for lo in range(0, self.num_nodes, _BLOCK):
+            yield lo, self._owner(np.arange(lo, min(lo + _BLOCK, self.num_nodes)))
 
     def _local_table(self) -> np.ndarray:
         """Every id's index in its owner's core list (int32 where the ids fit), made on the
@@ -163,8 +169,7 @@ class HashBook(NodeBook):
         if self._locals is None:  # (two threads may both make it: the same values)
             dtype = np.int32 if self.num_nodes <= np.iinfo(np.int32).max else np.int64
             table, taken = np.empty(self.num_nodes, dtype=dtype), [0] * self.num_parts
-            for lo in range(0, self.num_nodes, _BLOCK):  # in blocks: no full-size temporaries
-                owner = self._owner(np.arange(lo, min(lo + _BLOCK, self.num_nodes)))
+            for lo, owner in self._owners():
                 for p in range(self.num_parts):  # the part's ids of the block, increasing
                     mine = np.flatnonzero(owner == p) + lo
                     table[mine] = np.arange(taken[p], taken[p] + mine.size, dtype=dtype)
@@ -174,11 +179,7 @@ class HashBook(NodeBook):
 
     def _core_ids(self, part: int) -> np.ndarray:
         if part not in self._cores:
-            # Streamed in blocks so asking for one part never allocates a full-size id array.
-            found = []
-            for lo in range(0, self.num_nodes, _BLOCK):
-                ids = np.arange(lo, min(lo + _BLOCK, self.num_nodes), dtype=np.int64)
-                found.append(ids[self._owner(ids) == part])
+            found = [np.flatnonzero(owner == part) + lo for lo, owner in self._owners()]
             self._cores[part] = np.concatenate(found) if found else np.zeros(0, np.int64)
         return self._cores[part]
 
