@@ -116,7 +116,7 @@ def _cmd_emulate(args: argparse.Namespace) -> int:
                                 "`dglx emulate -- -m dglx_dist commcheck`")
     base = PRESETS[args.preset]
     link = LinkSpec(args.rate or base.rate,
-                    base.delay_ms if args.delay_ms is None else args.delay_ms)
+                    base.delay_ms if args.delay_ms is None else args.delay_ms, args.queue)
     try:
         nodes = run_job(args.servers, args.nproc_per_server, link, target,
                         timeout=args.timeout)
@@ -142,6 +142,10 @@ def _add_emulate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", help="link rate in tc's units, e.g. 500mbit (overrides --preset)")
     p.add_argument("--delay-ms", type=float, default=None,
                    help="one-way link delay (needs the kernel's netem qdisc)")
+    p.add_argument("--queue", choices=("flows", "fifo"), default="flows",
+                   help="how packets waiting for a link queue: one queue per connection, "
+                        "served in turn as a host's fair-queueing qdisc does (flows, the "
+                        "default), or one queue for all (fifo)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds before the job is "
                    "killed")
     p.add_argument("--remove-leftovers", action="store_true",

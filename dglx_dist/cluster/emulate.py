@@ -4,8 +4,8 @@
 :class:`EmulatedCluster` (a context manager, root only) creates, under a random token, one
 namespace per server (``dglx-<token>-s<i>``, loopback up, unshaped), a bridge (``dxbr<token>``)
 and per server a veth pair from the namespace's ``dxnet`` (``10.<a>.<b>.<i+1>/24``) to it, whose
-sending side a ``tc`` qdisc shapes (``tbf`` at the rate, or ``netem`` for a delay). Everything is
-removed in reverse order on exit, also after a half-way failure, Ctrl-C or SIGTERM;
+sending side ``tc`` shapes (:class:`LinkSpec`: the rate, a delay, how waiting packets queue).
+Everything is removed in reverse order on exit, also after a half-way failure, Ctrl-C or SIGTERM;
 :func:`leftovers` / :func:`remove_leftovers` find and delete what runs killed outright left
 (each cluster records its creator's pid in ``/run/dglx-emulate``).
 
@@ -53,10 +53,15 @@ class EmulationUnavailable(DglxError, RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class LinkSpec:
-    """An inter-server link: ``rate`` in tc's units (e.g. ``1gbit``), one-way ``delay_ms``."""
+    """An inter-server link: ``rate`` in tc's units (e.g. ``1gbit``), one-way ``delay_ms``,
+    and how the packets waiting for it queue on the sending side: ``flows``, a queue per
+    connection served in turn, as a host's fair-queueing qdisc shares its link (``fq_codel``,
+    Linux's default), so that a small message does not wait behind another connection's bulk;
+    or ``fifo``, one queue (tc's ``tbf``) that every connection waits in."""
 
     rate: str = "1gbit"
     delay_ms: float = 0.0
+    queue: str = "flows"
 
     def __post_init__(self):
         if not _RATE_RE.match(self.rate):
@@ -64,6 +69,9 @@ class LinkSpec:
                                     "mbit or gbit (e.g. 1gbit)")
         if not 0 <= self.delay_ms <= 10_000:
             raise InvalidValueError(f"link delay {self.delay_ms} ms; expected 0 to 10000")
+        if self.queue not in QUEUES:
+            raise InvalidValueError(f"link queue {self.queue!r}; expected one of "
+                                    f"{', '.join(QUEUES)}")
 
     @property
     def bits_per_s(self) -> float:
@@ -71,25 +79,83 @@ class LinkSpec:
         return float(num) * {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}[unit]
 
 
+def _burst(link: LinkSpec) -> int:
+    """Bytes the link may send at once: at least 4 ms of its traffic."""
+    return max(32 * 1024, int(link.bits_per_s / 8 / 250))
+
+
+def _fifo(link: LinkSpec, dev: str) -> list[str]:
+    """One queue: ``tbf`` at the rate, or ``netem`` (rate and delay)."""
+    if link.delay_ms > 0:
+        return [f"qdisc add dev {dev} root netem delay {link.delay_ms}ms rate {link.rate} "
+                "limit 100000"]
+    return [f"qdisc add dev {dev} root tbf rate {link.rate} burst {_burst(link)} latency 100ms"]
+
+
+_PORT_BITS = 4  # the low bits of each port that pick a connection's queue: 16 x 16 = 256
+
+
+def _flows(link: LinkSpec, dev: str) -> list[str]:
+    """A queue per TCP connection (as far as 256 queues tell them apart): an ``htb`` class at
+    the rate whose 256 leaves borrow it in turn, a packet's leaf picked by the u32 classifier
+    from the low bits of its source port, then of its destination port (a two-level hash:
+    u32 hashes one field at a time, and one end of a connection is often a shared listening
+    port). Other packets (ARP, UDP) go to the first leaf. With a delay, each leaf delays its
+    packets (``netem``)."""
+    n, burst = 1 << _PORT_BITS, _burst(link)
+    share = max(1, int(link.bits_per_s / (n * n)))
+    low = (1 << _PORT_BITS) - 1
+    lines = [f"qdisc add dev {dev} root handle 1: htb default 100",
+             f"class add dev {dev} parent 1: classid 1:1 htb rate {link.rate} "
+             f"burst {burst} cburst {burst}"]
+    for leaf in range(n * n):
+        lines.append(f"class add dev {dev} parent 1:1 classid 1:{0x100 + leaf:x} htb rate "
+                     f"{share}bit ceil {link.rate} burst {burst} cburst {burst} quantum 9000")
+        if link.delay_ms > 0:
+            lines.append(f"qdisc add dev {dev} parent 1:{0x100 + leaf:x} netem delay "
+                         f"{link.delay_ms}ms limit 100000")
+    filters = f"filter add dev {dev} parent 1: prio 1"
+    u32 = f"{filters} protocol ip u32"
+    lines += [f"{filters} handle {table:x}: protocol ip u32 divisor {n}"
+              for table in (0x100, *range(0x200, 0x200 + n))]
+    lines.append(f"{u32} ht 800:: match ip protocol 6 0xff "
+                 f"hashkey mask 0x{low << 16:08x} at 20 link 100:")  # the source port's bits
+    for s in range(n):
+        lines.append(f"{u32} ht 100:{s:x}: match u32 0 0 hashkey mask 0x{low:08x} at 20 "
+                     f"link {0x200 + s:x}:")  # then the destination port's
+        lines += [f"{u32} ht {0x200 + s:x}:{d:x}: match u32 0 0 flowid 1:{0x100 + s * n + d:x}"
+                  for d in range(n)]
+    return lines
+
+
+QUEUES: dict[str, Callable[[LinkSpec, str], list[str]]] = {"flows": _flows, "fifo": _fifo}
+"""How a link's sending side queues (:class:`LinkSpec`), as the ``tc -batch`` lines that
+shape device ``dev``."""
+
+
 PRESETS = {"1g": LinkSpec("1gbit"), "10g": LinkSpec("10gbit")}
 """The links ``dglx emulate --preset`` names: ``1g`` and ``10g``."""
 
 
-def _run(cmd: Sequence[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(list(cmd), capture_output=True, text=True)
+def _run(cmd: Sequence[str], stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(list(cmd), capture_output=True, text=True, input=stdin)
 
 
-def _qdisc_ok(kind: str) -> bool:
-    """Whether the kernel knows qdisc ``kind`` (tried on a veth pair in a scratch namespace)."""
+def _shape(ns: str, dev: str, link: LinkSpec) -> subprocess.CompletedProcess:
+    """Shapes ``dev`` of namespace ``ns`` as ``link`` (one ``tc -batch``)."""
+    lines = QUEUES[link.queue](link, dev)
+    return _run(["ip", "netns", "exec", ns, "tc", "-batch", "-"], "\n".join(lines) + "\n")
+
+
+def _shapes(link: LinkSpec) -> bool:
+    """Whether the kernel takes ``link``'s shaping (tried on a veth pair in a scratch
+    namespace)."""
     ns = f"dglx-probe-{os.getpid()}"
     try:
         if _run(["ip", "netns", "add", ns]).returncode:
             return False
         _run(["ip", "-n", ns, "link", "add", "p0", "type", "veth", "peer", "name", "p1"])
-        args = ["rate", "1mbit", "burst", "32kb", "latency", "50ms"] if kind == "tbf" else \
-            ["delay", "1ms"]
-        return _run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "p0", "root",
-                     kind, *args]).returncode == 0
+        return _shape(ns, "p0", link).returncode == 0
     finally:
         _run(["ip", "netns", "del", ns])
 
@@ -104,13 +170,17 @@ def check_available(link: LinkSpec) -> None:
     missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
     if missing:
         raise EmulationUnavailable(f"{' and '.join(missing)} not found (install iproute2)")
-    if not _qdisc_ok("tbf"):
+    if not _shapes(LinkSpec("1mbit", queue="fifo")):
         raise EmulationUnavailable("cannot create a network namespace with a shaped veth pair "
                                    "here (no CAP_NET_ADMIN, or the kernel lacks veth/tbf)")
-    if link.delay_ms > 0 and not _qdisc_ok("netem"):
+    if link.delay_ms > 0 and not _shapes(LinkSpec("1mbit", 1.0, queue="fifo")):
         raise EmulationUnavailable(f"a link delay of {link.delay_ms} ms needs tc's netem qdisc, "
                                    f"which this kernel does not have (sch_netem); use a delay "
                                    f"of 0 (rate limiting alone works)")
+    if link.queue == "flows" and not _shapes(dataclasses.replace(link, rate="1mbit")):
+        raise EmulationUnavailable("a queue per connection needs tc's htb qdisc and u32 "
+                                   "classifier, which this kernel does not have; use the one "
+                                   "queue (--queue fifo)")
 
 
 class EmulatedCluster:
@@ -170,18 +240,11 @@ class EmulatedCluster:
             self._do(["ip", "link", "set", host_end, "up"])
             self._do(["ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", IFNAME])
             self._do(["ip", "-n", ns, "link", "set", IFNAME, "up"])
-            self._do(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", IFNAME, "root",
-                      *self._qdisc()])
-        log.info("emulated cluster %s: %d servers on %s.0/24, links %s%s", self.token,
+            if (res := _shape(ns, IFNAME, self.link)).returncode:
+                raise EmulationUnavailable(f"shaping {ns}'s link failed: {res.stderr.strip()}")
+        log.info("emulated cluster %s: %d servers on %s.0/24, links %s%s (%s)", self.token,
                  self.servers, self.subnet, self.link.rate,
-                 f" + {self.link.delay_ms} ms" if self.link.delay_ms else "")
-
-    def _qdisc(self) -> list[str]:
-        if self.link.delay_ms > 0:
-            return ["netem", "delay", f"{self.link.delay_ms}ms", "rate", self.link.rate,
-                    "limit", "100000"]
-        burst = max(32 * 1024, int(self.link.bits_per_s / 8 / 250))  # >= 4 ms of traffic
-        return ["tbf", "rate", self.link.rate, "burst", str(burst), "latency", "100ms"]
+                 f" + {self.link.delay_ms} ms" if self.link.delay_ms else "", self.link.queue)
 
     def command(self, server: int, cmd: Sequence[str]) -> list[str]:
         """``cmd`` run inside server ``server``'s namespace."""

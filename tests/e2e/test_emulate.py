@@ -69,8 +69,88 @@ def test_refused_without_root():
 def test_bad_link_is_named():
     with pytest.raises(ValueError, match=r"link rate '1 gig'; expected a number with bit"):
         LinkSpec("1 gig")
+    with pytest.raises(ValueError, match=r"link queue 'sfq'; expected one of flows, fifo"):
+        LinkSpec(queue="sfq")
     r = _emulate("--rate", "fast", "--", "-m", "dglx_dist", "commcheck")
     assert r.returncode == 2 and "link rate 'fast'" in r.stderr and "Traceback" not in r.stderr
+
+
+# server 1: a sink for a bulk connection and an echo for a second one; server 0 (the client)
+# fills the first for a while and times round trips of small messages on the second,
+# from chosen source ports (distinct low bits: a queue each where the link has them)
+_SINK_AND_ECHO = """
+import socket, threading
+def sink(c):
+    while c.recv(1 << 20): pass
+def echo(c):
+    while (m := c.recv(100)): c.sendall(m)
+s = socket.create_server(("0.0.0.0", 7001)); s.listen(2)
+for serve in (sink, echo):
+    threading.Thread(target=serve, args=(s.accept()[0],)).start()
+"""
+_BULK_AND_PINGS = """
+import json, socket, statistics, sys, threading, time
+def connect(port):
+    for _ in range(100):
+        try:
+            return socket.create_connection((sys.argv[1], 7001), source_address=("", port))
+        except OSError:
+            time.sleep(0.1)
+bulk, ping = connect(40001), connect(40002)
+def fill():
+    end = time.monotonic() + 3.0
+    while time.monotonic() < end:
+        bulk.sendall(bytes(1 << 16))
+    bulk.close()
+threading.Thread(target=fill).start()
+time.sleep(1.0)  # the bulk's queue built up
+waits = []
+for _ in range(20):
+    t = time.monotonic(); ping.sendall(bytes(100)); got = 0
+    while got < 100:
+        got += len(ping.recv(100))
+    waits.append(time.monotonic() - t)
+print(json.dumps({"median_ms": 1e3 * statistics.median(waits)}))
+"""
+
+
+def _small_message_wait(queue: str) -> tuple[float, dict[str, int]]:
+    """The median round trip of a small message on one connection while another fills the
+    link (200 Mbit/s, queued as ``queue``), in ms, and the bytes each of server 0's link
+    classes sent (none for one queue)."""
+    with EmulatedCluster(2, LinkSpec("200mbit", queue=queue)) as cluster:
+        server = subprocess.Popen(cluster.command(1, [sys.executable, "-c", _SINK_AND_ECHO]))
+        try:
+            r = subprocess.run(cluster.command(0, [sys.executable, "-c", _BULK_AND_PINGS,
+                                                   cluster.addresses[1]]),
+                               capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stderr[-2000:]
+            classes = subprocess.run(cluster.command(0, ["tc", "-s", "class", "show", "dev",
+                                                         "dxnet"]),
+                                     capture_output=True, text=True).stdout
+        finally:
+            server.kill()
+            server.wait()
+    sent = dict(re.findall(r"^class htb (1:1[0-9a-f]{2}) .*\n Sent (\d+)", classes, re.M))
+    return json.loads(r.stdout)["median_ms"], {k: int(v) for k, v in sent.items() if v != "0"}
+
+
+def test_a_small_message_does_not_wait_behind_another_connections_bulk():
+    """With a queue per connection (the default, as a host's fair-queueing qdisc), a small
+    message crosses a link that another connection fills without waiting behind that
+    connection's queued bytes; with one queue (``fifo``) it waits behind them. Each
+    connection's bytes are counted in a class of its own."""
+    try:
+        check_available(LinkSpec())
+    except EmulationUnavailable:  # the refusal tests cover this machine
+        return
+    flows, sent = _small_message_wait("flows")
+    fifo, none = _small_message_wait("fifo")
+    assert not none
+    # the bulk's class took nearly all bytes; the pings' class (ports ...1 and ...2, low bits
+    # 1 and 2 against the server's 7001: leaves 0x100 + 16 * 1 + 9, 0x100 + 16 * 2 + 9)
+    assert sent.get("1:119", 0) > 10 * 2**20 and 0 < sent.get("1:129", 0) < 2**20, sent
+    assert flows * 4 < fifo, (flows, fifo)
 
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
