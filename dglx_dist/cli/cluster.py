@@ -135,6 +135,8 @@ def _cmd_emulate(args: argparse.Namespace) -> int:
 
 
 def _add_emulate(p: argparse.ArgumentParser) -> None:
+    from dglx_dist.cluster.emulate import QUEUES
+
     p.add_argument("--servers", type=int, default=2, help="emulated servers (torchrun nodes)")
     p.add_argument("--nproc-per-server", type=int, default=2, help="processes per server")
     p.add_argument("--preset", choices=("1g", "10g"), default="1g",
@@ -142,7 +144,7 @@ def _add_emulate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", help="link rate in tc's units, e.g. 500mbit (overrides --preset)")
     p.add_argument("--delay-ms", type=float, default=None,
                    help="one-way link delay (needs the kernel's netem qdisc)")
-    p.add_argument("--queue", choices=("flows", "fifo"), default="flows",
+    p.add_argument("--queue", choices=tuple(QUEUES), default="flows",
                    help="how packets waiting for a link queue: one queue per connection, "
                         "served in turn as a host's fair-queueing qdisc does (flows, the "
                         "default), or one queue for all (fifo)")

@@ -141,10 +141,11 @@ def _run(cmd: Sequence[str], stdin: str | None = None) -> subprocess.CompletedPr
     return subprocess.run(list(cmd), capture_output=True, text=True, input=stdin)
 
 
-def _shape(ns: str, dev: str, link: LinkSpec) -> subprocess.CompletedProcess:
-    """Shapes ``dev`` of namespace ``ns`` as ``link`` (one ``tc -batch``)."""
-    lines = QUEUES[link.queue](link, dev)
-    return _run(["ip", "netns", "exec", ns, "tc", "-batch", "-"], "\n".join(lines) + "\n")
+def _shaping(ns: str, dev: str, link: LinkSpec) -> tuple[list[str], str]:
+    """The command that shapes ``dev`` of namespace ``ns`` as ``link`` (one ``tc -batch``),
+    and its standard input."""
+    return (["ip", "netns", "exec", ns, "tc", "-batch", "-"],
+            "\n".join(QUEUES[link.queue](link, dev)) + "\n")
 
 
 def _shapes(link: LinkSpec) -> bool:
@@ -155,7 +156,7 @@ def _shapes(link: LinkSpec) -> bool:
         if _run(["ip", "netns", "add", ns]).returncode:
             return False
         _run(["ip", "-n", ns, "link", "add", "p0", "type", "veth", "peer", "name", "p1"])
-        return _shape(ns, "p0", link).returncode == 0
+        return _run(*_shaping(ns, "p0", link)).returncode == 0
     finally:
         _run(["ip", "netns", "del", ns])
 
@@ -170,6 +171,8 @@ def check_available(link: LinkSpec) -> None:
     missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
     if missing:
         raise EmulationUnavailable(f"{' and '.join(missing)} not found (install iproute2)")
+    if _shapes(link):  # one probe where it works; the ones below say what is missing
+        return
     if not _shapes(LinkSpec("1mbit", queue="fifo")):
         raise EmulationUnavailable("cannot create a network namespace with a shaped veth pair "
                                    "here (no CAP_NET_ADMIN, or the kernel lacks veth/tbf)")
@@ -177,10 +180,11 @@ def check_available(link: LinkSpec) -> None:
         raise EmulationUnavailable(f"a link delay of {link.delay_ms} ms needs tc's netem qdisc, "
                                    f"which this kernel does not have (sch_netem); use a delay "
                                    f"of 0 (rate limiting alone works)")
-    if link.queue == "flows" and not _shapes(dataclasses.replace(link, rate="1mbit")):
+    if link.queue == "flows":
         raise EmulationUnavailable("a queue per connection needs tc's htb qdisc and u32 "
                                    "classifier, which this kernel does not have; use the one "
                                    "queue (--queue fifo)")
+    raise EmulationUnavailable(f"tc refused a link of {link.rate} here")
 
 
 class EmulatedCluster:
@@ -212,8 +216,9 @@ class EmulatedCluster:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _do(self, cmd: list[str], undo: list[str] | None = None) -> None:
-        res = _run(cmd)
+    def _do(self, cmd: list[str], undo: list[str] | None = None,
+            stdin: str | None = None) -> None:
+        res = _run(cmd, stdin)
         if res.returncode:
             raise EmulationUnavailable(f"`{' '.join(cmd)}` failed: {res.stderr.strip()}")
         if undo:
@@ -240,8 +245,8 @@ class EmulatedCluster:
             self._do(["ip", "link", "set", host_end, "up"])
             self._do(["ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", IFNAME])
             self._do(["ip", "-n", ns, "link", "set", IFNAME, "up"])
-            if (res := _shape(ns, IFNAME, self.link)).returncode:
-                raise EmulationUnavailable(f"shaping {ns}'s link failed: {res.stderr.strip()}")
+            cmd, lines = _shaping(ns, IFNAME, self.link)
+            self._do(cmd, stdin=lines)
         log.info("emulated cluster %s: %d servers on %s.0/24, links %s%s (%s)", self.token,
                  self.servers, self.subnet, self.link.rate,
                  f" + {self.link.delay_ms} ms" if self.link.delay_ms else "", self.link.queue)
